@@ -1,0 +1,1 @@
+"""tgcore: a small tensor compiler with pip-installable backends."""
