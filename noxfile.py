@@ -1,0 +1,88 @@
+"""Test sessions: one per package, plus lint, typecheck and wheels.
+
+`nox` runs the default sessions (what CI runs); `nox -s full` runs the long fuzzing and
+exhaustive matrices. Plugin sessions are found from the folders under plugins/.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PLUGINS = sorted(p.name for p in (ROOT / "plugins").glob("*") if (p / "pyproject.toml").exists())
+
+nox.options.sessions = ["lint", "typecheck", "core", "plugin", "wheels"]
+nox.options.reuse_existing_virtualenvs = False
+nox.options.error_on_missing_interpreters = True
+
+# Tests run with plugin failures as errors; tests that exercise failures set their own env.
+os.environ["TG_STRICT_PLUGINS"] = "1"
+
+
+def _pytest_args(session: nox.Session) -> list[str]:
+    return list(session.posargs) or ["-q", "-p", "no:cacheprovider"]
+
+
+@nox.session
+def core(session: nox.Session) -> None:
+    """The core test suite."""
+    session.install("-e", ".[test]")
+    session.run("pytest", "tests", *_pytest_args(session))
+
+
+if PLUGINS:
+    @nox.session
+    @nox.parametrize("name", PLUGINS, ids=PLUGINS)
+    def plugin(session: nox.Session, name: str) -> None:
+        """One plugin: install tgcore + the plugin with its test extras, run its tests."""
+        session.install("-e", ".[test]", "-e", f"plugins/{name}[test]")
+        session.run("pytest", f"plugins/{name}/tests", *_pytest_args(session))
+else:
+    @nox.session
+    def plugin(session: nox.Session) -> None:
+        """No plugin folders yet."""
+        session.skip("no plugins under plugins/")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", "tgcore", "tests", "bench", "plugins", "noxfile.py")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    session.install("mypy", "-e", ".")
+    session.run("mypy", "tgcore")
+
+
+@nox.session
+def wheels(session: nox.Session) -> None:
+    """Build every distribution, install the wheels (not editable) and check all plugins load."""
+    dist = Path(session.create_tmp()) / "dist"
+    for folder in [ROOT, *(ROOT / "plugins" / p for p in PLUGINS)]:
+        session.run("pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), str(folder))
+    session.install(*map(str, sorted(dist.glob("*.whl"))))
+    with session.chdir(session.create_tmp()):  # import the installed wheels, not the work tree
+        out = session.run("tg", "plugins", env={"TG_STRICT_PLUGINS": "1"}, silent=True)
+    assert isinstance(out, str)
+    print(out)
+    rows = [line for line in out.splitlines()[1:] if line.strip()]
+    names = {row.split()[0] for row in rows}
+    expected = {"core"} | {re.sub(r"^tg-", "", p).replace("-", "_") for p in PLUGINS}
+    missing = expected - names
+    bad = [row for row in rows if " ok" not in row]
+    if missing or bad:
+        session.error(f"plugins missing: {sorted(missing)}; not ok: {bad}")
+
+
+@nox.session
+def full(session: nox.Session) -> None:
+    """Long runs: more fuzz examples and exhaustive matrices. Not part of the default set."""
+    editable = [arg for p in PLUGINS for arg in ("-e", f"plugins/{p}[test]")]
+    session.install("-e", ".[test]", *editable)
+    env = {"TG_FUZZ_EXAMPLES": os.environ.get("TG_FUZZ_EXAMPLES", "200000"), "TG_FULL": "1"}
+    session.run("pytest", "tests", *[f"plugins/{p}/tests" for p in PLUGINS], *_pytest_args(session), env=env)
