@@ -1,0 +1,97 @@
+"""Run-time statistics: global counters and the one-line-per-kernel DEBUG=2 report.
+
+In: one call to `update_stats` per kernel run (name, device, kind, buffers, estimated
+ops and bytes, measured time). Out: updated `GlobalCounters` and, with DEBUG>=2, a line
+on stdout like
+
+    *** CPU           3 r_16_4                  bufs  2  mem   0.01 GB  tm    12.50us/    0.04ms
+        (     1.31 GFLOPS     2.62 GB/s)        <- same line, wrapped here
+
+Fields: device, kernel number (GlobalCounters.kernel_count after this kernel), kernel
+name coloured by kind, number of buffers, memory in use, this kernel's time / total
+time so far, GFLOPS and GB/s of this kernel.
+"""
+
+from __future__ import annotations
+
+from tgcore.helpers import DEBUG, ansilen, colored
+
+
+class GlobalCounters:
+    """Process-wide counters. `reset()` clears the per-run counters, not `mem_used`.
+
+    mem_used is the bytes held by live buffers on compute devices (allocators update it);
+    it is a fact about memory, not about a run, so reset() leaves it alone.
+    """
+
+    kernel_count: int = 0
+    global_ops: int = 0
+    global_mem: int = 0
+    time_sum_s: float = 0.0
+    mem_used: int = 0
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.kernel_count = 0
+        cls.global_ops = 0
+        cls.global_mem = 0
+        cls.time_sum_s = 0.0
+
+
+# kernel kind -> colour of its name in the DEBUG=2 line
+KIND_COLORS: dict[str, str] = {
+    "elementwise": "yellow",
+    "reduce": "green",
+    "copy": "cyan",
+    "custom": "magenta",
+}
+
+NAME_WIDTH = 34
+
+
+def format_time(seconds: float) -> str:
+    """Fixed-width (10 chars) time with a readable unit."""
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:8.2f}us"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:8.2f}ms"
+    return f"{seconds:8.2f} s"
+
+
+def format_kernel_line(
+    name: str, device: str, kind: str, *, num_bufs: int, kernel_number: int, mem_used: int,
+    time_s: float | None, total_time_s: float, ops: int, mem: int,
+) -> str:
+    """The DEBUG=2 line for one kernel run (no trailing newline)."""
+    shown_name = colored(name, KIND_COLORS.get(kind, "white"))
+    pad = " " * max(0, NAME_WIDTH - ansilen(shown_name))
+    line = f"*** {device:<10s} {kernel_number:4d} {shown_name}{pad} bufs {num_bufs:2d}  mem {mem_used / 1e9:6.2f} GB"
+    if time_s is not None:
+        line += f"  tm {format_time(time_s)}/{format_time(total_time_s)}"
+        if time_s > 0:
+            line += f" ({ops / time_s / 1e9:9.2f} GFLOPS {mem / time_s / 1e9:8.2f} GB/s)"
+    return line
+
+
+def update_stats(
+    name: str, device: str, kind: str = "elementwise", *, num_bufs: int = 0, ops: int = 0, mem: int = 0,
+    time_s: float | None = None,
+) -> None:
+    """Count one kernel run; print its line when DEBUG >= 2.
+
+    name: kernel name; device: device name ("CPU"); kind: "elementwise", "reduce", "copy" or
+    "custom" (other kinds print uncoloured-white); num_bufs: buffers the kernel touches;
+    ops / mem: estimated operations and bytes moved; time_s: measured seconds (None if the
+    kernel was not timed: then no time, GFLOPS or GB/s are printed).
+    """
+    GlobalCounters.kernel_count += 1
+    GlobalCounters.global_ops += ops
+    GlobalCounters.global_mem += mem
+    if time_s is not None:
+        GlobalCounters.time_sum_s += time_s
+    if DEBUG >= 2:
+        print(format_kernel_line(
+            name, device, kind, num_bufs=num_bufs, kernel_number=GlobalCounters.kernel_count,
+            mem_used=GlobalCounters.mem_used, time_s=time_s, total_time_s=GlobalCounters.time_sum_s,
+            ops=ops, mem=mem,
+        ))

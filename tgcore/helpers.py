@@ -1,0 +1,221 @@
+"""Small shared helpers: typed environment flags, terminal colours, raw memory views.
+
+In: environment variables, plain Python values, raw addresses.
+Out: typed values, strings, memoryviews.
+
+This module is imported almost everywhere, so it imports nothing heavy (no numpy).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import ctypes
+import functools
+import operator
+import os
+import pathlib
+import re
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_TRUE_WORDS = {"1", "true", "yes", "on", "y"}
+_FALSE_WORDS = {"0", "false", "no", "off", "n", ""}
+
+
+def getenv(key: str, default: Any = 0) -> Any:
+    """Read environment variable `key`, converted to the type of `default`.
+
+    int default -> int, bool default -> bool ("1/true/yes/on" or "0/false/no/off"),
+    str default -> str. An unset or empty variable gives `default`. The environment is
+    read on every call, so tests can change it with monkeypatch.
+    """
+    raw = os.environ.get(key)
+    if raw is None:
+        return default
+    raw = raw.strip()
+    if isinstance(default, bool):  # before int: bool is a subclass of int
+        word = raw.lower()
+        if word in _TRUE_WORDS:
+            return True
+        if word in _FALSE_WORDS:
+            return False
+        raise ValueError(f"environment variable {key}={raw!r} is not a boolean (use 1/0, true/false, yes/no)")
+    if isinstance(default, int):
+        if raw == "":
+            return default
+        try:
+            return int(raw, 0)
+        except ValueError:
+            raise ValueError(f"environment variable {key}={raw!r} is not an integer") from None
+    if isinstance(default, float):
+        return float(raw) if raw else default
+    return raw
+
+
+_UNSET = object()  # marks "no Context override"
+
+
+class ContextVar:
+    """A named flag: its value comes from the environment unless a `Context` overrides it.
+
+    `DEBUG.value` is read at call time. Comparisons work on the value (`DEBUG >= 2`).
+    Overrides are per thread/async context (backed by `contextvars`).
+    """
+
+    _registry: dict[str, ContextVar] = {}
+
+    def __init__(self, key: str, default: Any):
+        if key in ContextVar._registry:
+            raise ValueError(f"ContextVar {key} is already defined")
+        self.key = key
+        self.default = default
+        self._override: contextvars.ContextVar[Any] = contextvars.ContextVar(f"tgcore.{key}", default=_UNSET)
+        ContextVar._registry[key] = self
+
+    @property
+    def value(self) -> Any:
+        override = self._override.get()
+        if override is not _UNSET:
+            return override
+        return getenv(self.key, self.default)
+
+    def __bool__(self) -> bool:
+        return bool(self.value)
+
+    def __int__(self) -> int:
+        return int(self.value)
+
+    def __ge__(self, other: Any) -> bool:
+        return bool(self.value >= other)
+
+    def __gt__(self, other: Any) -> bool:
+        return bool(self.value > other)
+
+    def __le__(self, other: Any) -> bool:
+        return bool(self.value <= other)
+
+    def __lt__(self, other: Any) -> bool:
+        return bool(self.value < other)
+
+    def __repr__(self) -> str:
+        return f"ContextVar({self.key}={self.value!r})"
+
+
+@contextlib.contextmanager
+def Context(**overrides: Any) -> Iterator[None]:
+    """Temporarily set flags: `with Context(DEBUG=2): ...`. Unknown names raise KeyError."""
+    tokens = []
+    try:
+        for key, value in overrides.items():
+            if key not in ContextVar._registry:
+                known = ", ".join(sorted(ContextVar._registry))
+                raise KeyError(f"unknown flag {key!r}; known flags: {known}")
+            var = ContextVar._registry[key]
+            tokens.append((var, var._override.set(value)))
+        yield
+    finally:
+        for var, token in reversed(tokens):
+            var._override.reset(token)
+
+
+DEBUG = ContextVar("DEBUG", 0)
+
+
+# ---- numbers and sequences ----
+
+def prod(xs: Iterable[Any], start: Any = 1) -> Any:
+    """Product of `xs` (works for ints and symbolic values with `*`)."""
+    return functools.reduce(operator.mul, xs, start)
+
+
+def round_up(x: int, multiple: int) -> int:
+    """Smallest multiple of `multiple` that is >= x."""
+    return (x + multiple - 1) // multiple * multiple
+
+
+def ceildiv(a: int, b: int) -> int:
+    """ceil(a / b) for integers."""
+    return -(-a // b)
+
+
+def dedup(xs: Iterable[T]) -> list[T]:
+    """Drop repeated items, keep first-seen order."""
+    return list(dict.fromkeys(xs))
+
+
+def flatten(xss: Iterable[Iterable[T]]) -> list[T]:
+    """One level of flattening."""
+    return [x for xs in xss for x in xs]
+
+
+def all_same(xs: Iterable[Any]) -> bool:
+    """True if every item equals the first (True for empty input)."""
+    items = list(xs)
+    return all(x == items[0] for x in items[1:])
+
+
+# ---- terminal ----
+
+_COLORS = {"black": 30, "red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36, "white": 37}
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def colored(text: str, color: str | None, background: bool = False) -> str:
+    """Wrap `text` in an ANSI colour; `color` is a name like "red" or "BRIGHT_red"/"RED" (bright)."""
+    if color is None:
+        return text
+    name = color.lower().removeprefix("bright_")
+    if name not in _COLORS:
+        raise ValueError(f"unknown colour {color!r}; use one of {sorted(_COLORS)}")
+    bright = color.isupper() or color.lower().startswith("bright_")
+    code = _COLORS[name] + (60 if bright else 0) + (10 if background else 0)
+    return f"\x1b[{code}m{text}\x1b[0m"
+
+
+def ansistrip(text: str) -> str:
+    """`text` without ANSI colour codes."""
+    return _ANSI_RE.sub("", text)
+
+
+def ansilen(text: str) -> int:
+    """Printed width of `text`: its length without ANSI colour codes."""
+    return len(ansistrip(text))
+
+
+# ---- machine ----
+
+def to_mv(ptr: int, size: int) -> memoryview:
+    """A writable byte memoryview over `size` bytes at raw address `ptr` (no copy, no ownership)."""
+    return memoryview((ctypes.c_uint8 * size).from_address(ptr)).cast("B")
+
+
+def cpu_count() -> int:
+    """Worker threads for CPU kernels: env CPU_COUNT, else the cores this process may use."""
+    forced = getenv("CPU_COUNT", 0)
+    if forced > 0:
+        return int(forced)
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def cache_dir() -> pathlib.Path:
+    """Where tgcore keeps caches: env TG_CACHE_DIR, else the user cache dir + "/tgcore".
+
+    The directory is not created here; writers create it when they first write.
+    """
+    forced = os.environ.get("TG_CACHE_DIR")
+    if forced:
+        return pathlib.Path(forced).expanduser()
+    if sys.platform == "darwin":
+        base = pathlib.Path.home() / "Library" / "Caches"
+    elif sys.platform == "win32":
+        base = pathlib.Path(os.environ.get("LOCALAPPDATA") or pathlib.Path.home() / "AppData" / "Local")
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        base = pathlib.Path(xdg) if xdg else pathlib.Path.home() / ".cache"
+    return base / "tgcore"
