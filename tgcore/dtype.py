@@ -36,6 +36,7 @@ uint16/uint32 mixed with floats. Where torch raises we choose:
 
 from __future__ import annotations
 
+import builtins
 import math
 from enum import Enum, auto
 from functools import cache
@@ -270,20 +271,20 @@ class dtypes:  # lower case: a namespace, spelled like the values it holds
                 and not name.startswith("default_")}
 
     @staticmethod
-    def is_float(dt: DType) -> bool:
+    def is_float(dt: DType) -> builtins.bool:
         return dt.scalar().name in _FLOATS
 
     @staticmethod
-    def is_int(dt: DType) -> bool:
+    def is_int(dt: DType) -> builtins.bool:
         """Signed or unsigned integer (not bool)."""
         return dt.scalar().name in _SIGNED + _UNSIGNED
 
     @staticmethod
-    def is_unsigned(dt: DType) -> bool:
+    def is_unsigned(dt: DType) -> builtins.bool:
         return dt.scalar().name in _UNSIGNED
 
     @staticmethod
-    def is_bool(dt: DType) -> bool:
+    def is_bool(dt: DType) -> builtins.bool:
         return dt.scalar().name == "bool"
 
     @staticmethod
@@ -416,7 +417,7 @@ def _as_float(value: Any) -> float:
     try:
         return float(value)
     except OverflowError:
-        return math.copysign(math.inf, value)
+        return math.inf if value > 0 else -math.inf
 
 
 def _round_with_numpy(numpy_type: type[np.floating], value: Any) -> float:

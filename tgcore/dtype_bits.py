@@ -74,7 +74,8 @@ FP8E5M2 = FloatFormat(exponent_bits=5, mantissa_bits=2, has_inf=True)  # OCP E5M
 
 def encode(values: object, fmt: FloatFormat) -> np.ndarray:
     """Round `values` to `fmt` (nearest, ties to even) and return the storage bits."""
-    x = np.asarray(values, dtype=np.float64)
+    with np.errstate(invalid="ignore"):  # widening a signalling NaN raises the invalid flag; it stays NaN
+        x = np.asarray(values, dtype=np.float64)
     magnitude = np.abs(x)
     finite = np.isfinite(magnitude)
     magnitude = np.where(finite, magnitude, 0.0)
@@ -90,7 +91,8 @@ def encode(values: object, fmt: FloatFormat) -> np.ndarray:
     units = np.where(carried, units / 2, units)
     exponent = exponent + carried
 
-    rounded = np.ldexp(units, (exponent - mb).astype(np.int32))
+    with np.errstate(over="ignore"):  # near float64's top a rounded value may itself overflow: still too big
+        rounded = np.ldexp(units, (exponent - mb).astype(np.int32))
     overflow = rounded > fmt.max_finite
     normal = units >= (1 << mb)
     exponent_field = np.where(normal, exponent + fmt.bias, 0)
