@@ -499,10 +499,21 @@ def test_truncate_float64_rounds_once_exactly(dt, value):
     assert same_float(truncate(dt, value), exact_round(value, *FORMATS[dt]))
 
 
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.bfloat16])
+@settings(derandomize=True, max_examples=300)
+@given(value=st.integers(min_value=-(2**120), max_value=2**120))
+def test_truncate_big_ints_round_once_exactly(dt, value):
+    mantissa_bits, min_exponent = FORMATS.get(dt, (23, -126))
+    assert same_float(truncate(dt, value), exact_round(value, mantissa_bits, min_exponent))
+
+
 def test_double_rounding_is_avoided():
     x = 1 + 2**-8 + 2**-30  # just above a bfloat16 tie; float32 would round it onto the tie
     assert truncate(dtypes.bfloat16, x) == 1 + 2**-7
     assert ml_round(dtypes.bfloat16, x) == 1.0  # what rounding via float32 gives
+    big = 2**60 + 2**36 + 1  # just above a float32 tie; float64 would round it onto the tie
+    assert truncate(dtypes.float32, big) == 2**60 + 2**37 and truncate(dtypes.float32, -big) == -(2**60 + 2**37)
+    assert truncate(dtypes.bfloat16, 2**60 + 2**52 + 1) == 2**60 + 2**53
 
 
 # ----------------------------------------------------------------------------------------------- bit codecs

@@ -9,7 +9,8 @@ Provides
 - `dtypes`: the namespace of scalar dtypes (+ C-style aliases), predicates, numpy/Python conversions and the
   float16/bfloat16/fp8 storage-bit codecs (`dtypes.float_to_bits`, `dtypes.bits_to_float`).
 - `least_upper_dtype(*dts)` / `least_upper_float(dt)`: type promotion (below).
-- `truncate(dtype, value)`: a Python value as it would be stored in `dtype` (for constant folding).
+- `truncate(dtype, value)`: a Python value as it would be stored in `dtype` (for constant folding): ints wrap
+  around, floats round once to nearest-even (fp8 e4m3 overflow -> NaN, e5m2/bfloat16/float16 -> inf).
 - `to_dtype(x)`: a DType from a DType or a name ("float32", "half").
 
 Promotion lattice
@@ -79,8 +80,7 @@ class DType:
         self = object.__new__(cls)
         for field, value in zip(DType.__slots__, (name, itemsize, count, fmt, priority, scalar), strict=True):
             object.__setattr__(self, field, value)
-        DType._interned[key] = self
-        return self
+        return DType._interned.setdefault(key, self)  # setdefault: two racing threads still agree
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable")
@@ -157,8 +157,7 @@ class PtrDType(DType):
         fields = (name, 8 * count, count, None, base.priority, None, base, addrspace, size)
         for field, value in zip(DType.__slots__ + PtrDType.__slots__, fields, strict=True):
             object.__setattr__(self, field, value)
-        DType._interned[key] = self
-        return self
+        return DType._interned.setdefault(key, self)  # type: ignore[return-value]
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (PtrDType, (self.base, self.addrspace, self.size, self.count))
@@ -407,7 +406,7 @@ def truncate(dtype: DType, value: Any) -> Any:
     if dtype is dtypes.float32:
         return _round_with_numpy(np.float32, value)
     if dtypes.is_float(dtype):  # float16, bfloat16, fp8
-        bits = dtypes.float_to_bits(_as_float(value), dtype)
+        bits = dtypes.float_to_bits(_as_narrow_float(value), dtype)
         return float(dtypes.bits_to_float(bits, dtype))
     raise TypeError(f"cannot truncate a value to {dtype!r}")
 
@@ -420,13 +419,33 @@ def _as_float(value: Any) -> float:
         return math.inf if value > 0 else -math.inf
 
 
+def _as_narrow_float(value: Any) -> float:
+    """`value` as a float64 that rounds to any format of <= 51 significant bits exactly as `value` itself does.
+
+    A big int rounded to float64 and then again to float32 can land on a float32 tie and round the wrong way.
+    Rounding to 53 bits "to odd" (keep the top 53 bits, set the last one if anything nonzero was cut off)
+    keeps the information a later, narrower rounding needs.
+    """
+    if not isinstance(value, int | np.integer):
+        return _as_float(value)
+    magnitude = abs(int(value))
+    if magnitude < 2**53 or magnitude.bit_length() > 1024:
+        return _as_float(value)  # exact, or beyond every float format
+    dropped_bits = magnitude.bit_length() - 53
+    top = magnitude >> dropped_bits
+    if magnitude & ((1 << dropped_bits) - 1):
+        top |= 1
+    rounded = math.ldexp(top, dropped_bits)
+    return -rounded if value < 0 else rounded
+
+
 def _round_with_numpy(numpy_type: type[np.floating], value: Any) -> float:
     with np.errstate(over="ignore"):
-        return float(numpy_type(_as_float(value)))
+        return float(numpy_type(_as_narrow_float(value)))
 
 
 def _wrap_int(dt: DType, value: Any) -> int:
-    if isinstance(value, float) and not math.isfinite(value):
+    if not isinstance(value, int | np.integer) and not math.isfinite(value):
         return 0
     bits = 8 * dt.itemsize
     wrapped = int(value) & ((1 << bits) - 1)

@@ -5,6 +5,10 @@ Out: `encode` gives the format's storage bits (uint8 or uint16 array), rounded t
      straight from float64 (no double rounding through float32); `decode` turns bits back into float32,
      which holds every value of these formats exactly.
 
+float32 inputs give the same bits as ml_dtypes. For float64 inputs ml_dtypes rounds to float32 first, so on
+the rare float64 value just off a tie of the target (e.g. 1 + 2**-8 + 2**-30 for bfloat16) the two differ by
+one unit in the last place; this module gives the correctly rounded one.
+
 Overflow follows the non-saturating conversion of ml_dtypes (and IEEE 754): a value whose rounded magnitude
 exceeds the largest finite number becomes inf when the format has one, NaN otherwise (fp8 e4m3 "fn").
 NaN stays NaN (canonical quiet NaN, sign kept); -0.0 stays -0.0; subnormals are kept, not flushed.
