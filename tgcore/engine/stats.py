@@ -2,10 +2,10 @@
 
 In: one call to `update_stats` per kernel run (name, device, kind, buffers, estimated
 ops and bytes, measured time). Out: updated `GlobalCounters` and, with DEBUG>=2, a line
-on stdout like
+on stdout like (wrapped here; one line when printed, the name in colour)
 
-    *** CPU           3 r_16_4                  bufs  2  mem   0.01 GB  tm    12.50us/    0.04ms
-        (     1.31 GFLOPS     2.62 GB/s)        <- same line, wrapped here
+    *** CPU:X86       2 r_256_16_4_4                       bufs  2  mem   0.00 GB
+        tm    20.00us/    1.02ms (   200.00 GFLOPS    50.00 GB/s)
 
 Fields: device, kernel number (GlobalCounters.kernel_count after this kernel), kernel
 name coloured by kind, number of buffers, memory in use, this kernel's time / total

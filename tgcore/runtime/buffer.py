@@ -46,6 +46,9 @@ class Buffer:
     preallocate: allocate now instead of on first use.
     """
 
+    _base: Buffer | None
+    offset: int
+
     def __init__(
         self, device: str | Device, size: int, dtype: Any, *, options: Any = None, base: Buffer | None = None,
         offset: int = 0, preallocate: bool = False,
@@ -215,7 +218,7 @@ class Buffer:
             np_dtype = _extra_numpy_dtype(self.dtype)
         out = np.empty(self.size, dtype=np_dtype)
         if self.nbytes:
-            self.copyout(memoryview(out.view(np.uint8)))
+            self.copyout(out.view(np.uint8).data)
         return out
 
     def copy_from(self, src: Buffer) -> Buffer:
@@ -225,13 +228,18 @@ class Buffer:
         return self.copyin(src.as_buffer())
 
 
+_ML_DTYPES_NAMES = {"fp8e4m3": "float8_e4m3fn", "fp8e5m2": "float8_e5m2"}
+
+
 def _extra_numpy_dtype(dtype: Any) -> Any:
     """numpy dtype for types numpy lacks (bfloat16, fp8) via ml_dtypes, if installed."""
     name = getattr(dtype, "name", str(dtype))
+    ml_name = _ML_DTYPES_NAMES.get(name, name)
     try:
         import ml_dtypes  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
-        ml_dtypes = None
-    if ml_dtypes is not None and hasattr(ml_dtypes, name):
-        return getattr(ml_dtypes, name)
+        pass
+    else:
+        if hasattr(ml_dtypes, ml_name):
+            return getattr(ml_dtypes, ml_name)
     raise TypeError(f"dtype {name} has no numpy equivalent (install ml_dtypes, or read raw bytes with as_buffer())")

@@ -81,6 +81,10 @@ def thread_pool() -> ThreadPoolExecutor:
 _INT = int
 
 
+def _run_core(fxn: Any, args: tuple[Any, ...], core_id: int) -> None:
+    fxn(*args, core_id)
+
+
 class CPUProgram:
     """A kernel in a shared object: `CPUProgram(name, lib)` loads `lib` (bytes) and finds `name`.
 
@@ -114,7 +118,8 @@ class CPUProgram:
         else:
             fxn = self.fxn
             pool = thread_pool()
-            futures = [pool.submit(fxn, *bufs, *vals, core_id) for core_id in range(1, threads)]
+            args = (*bufs, *vals)
+            futures = [pool.submit(_run_core, fxn, args, core_id) for core_id in range(1, threads)]
             try:
                 fxn(*bufs, *vals, 0)  # core 0 runs on the calling thread
             finally:
