@@ -260,3 +260,22 @@ def test_cpu_allocator_offset_bounds():
     with pytest.raises(ValueError, match="outside a 16 byte buffer"):
         alloc.offset(handle, 8, 12)
     alloc.free(handle, 16)
+
+
+def test_threads_allocating_at_once_keep_mem_used_exact(cpu):
+    import threading
+
+    before = GlobalCounters.mem_used
+
+    def churn(seed):
+        for i in range(200):
+            buf = Buffer(cpu, 16 + (seed + i) % 5, dtypes.float32).allocate()
+            buf.deallocate()
+
+    workers = [threading.Thread(target=churn, args=(k,)) for k in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert GlobalCounters.mem_used == before
+    assert sum(len(handles) for handles in cpu.allocator.cache.values()) <= 4 * 5  # freed buffers were reused

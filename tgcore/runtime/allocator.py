@@ -10,11 +10,14 @@ live (not cached) buffers.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from tgcore.engine.stats import GlobalCounters
+
+_MEM_LOCK = threading.Lock()  # GlobalCounters.mem_used is shared by all allocators
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class Allocator:
         self.counts_memory = counts_memory
         self.cache: OrderedDict[tuple[int, Any], list[Any]] = OrderedDict()
         self.cached_bytes = 0
+        self._lock = threading.Lock()  # alloc/free may come from several threads (e.g. a server)
 
     # ---- public API ----
 
@@ -55,7 +59,8 @@ class Allocator:
         """A handle to `nbytes` of device memory (a cached freed one if available)."""
         if nbytes < 0:
             raise ValueError(f"cannot allocate a negative size ({nbytes} bytes)")
-        handle = self._take_cached(nbytes, options)
+        with self._lock:
+            handle = self._take_cached(nbytes, options)
         if handle is None:
             try:
                 handle = self._alloc(nbytes, options)
@@ -64,29 +69,32 @@ class Allocator:
                 self.free_cache()
                 handle = self._alloc(nbytes, options)
         if self.counts_memory:
-            GlobalCounters.mem_used += nbytes
+            with _MEM_LOCK:
+                GlobalCounters.mem_used += nbytes
         return handle
 
     def free(self, handle: Any, nbytes: int, options: Any = None) -> None:
         """Release a handle from `alloc`; it goes to the cache unless caching is off."""
         if self.counts_memory:
-            GlobalCounters.mem_used -= nbytes
-        if self.lru and not getattr(options, "nolru", False):
-            key = (nbytes, options)
-            self.cache.setdefault(key, []).append(handle)
-            self.cache.move_to_end(key)
-            self.cached_bytes += nbytes
-            self._enforce_limit()
-        else:
-            self._free(handle, nbytes, options)
+            with _MEM_LOCK:
+                GlobalCounters.mem_used -= nbytes
+        with self._lock:
+            if self.lru and not getattr(options, "nolru", False):
+                key = (nbytes, options)
+                self.cache.setdefault(key, []).append(handle)
+                self.cache.move_to_end(key)
+                self.cached_bytes += nbytes
+                self._enforce_limit()
+                return
+        self._free(handle, nbytes, options)
 
     def free_cache(self) -> None:
         """Really free every cached buffer."""
-        while self.cache:
-            (nbytes, options), handles = self.cache.popitem(last=False)
+        with self._lock:
+            entries, self.cache, self.cached_bytes = list(self.cache.items()), OrderedDict(), 0
+        for (nbytes, options), handles in entries:
             for handle in handles:
                 self._free(handle, nbytes, options)
-        self.cached_bytes = 0
 
     def copyin(self, dest: Any, src: memoryview) -> None:
         """Copy the bytes of `src` to the start of device buffer `dest`."""
