@@ -202,3 +202,8 @@ def test_cpu_device_basics(monkeypatch):
     assert CPUDevice("CPU", "X86").name == "CPU:X86"
     assert CPUDevice("CPU:X86", "X86").name == "CPU:X86"
     dev.synchronize()
+
+
+def test_loading_garbage_is_a_clear_error():
+    with pytest.raises(OSError, match="could not load the shared object for kernel 'k'"):
+        CPUProgram("k", b"this is not an ELF file")

@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from tgcore.helpers import cpu_count
+from tgcore.helpers import cache_dir, cpu_count
 from tgcore.runtime.allocator import Allocator
 from tgcore.runtime.compiler import ClangCompiler, CompileError, CompilerNotFoundError
 from tgcore.runtime.device import Device
@@ -78,6 +78,28 @@ def thread_pool() -> ThreadPoolExecutor:
     return _pool
 
 
+def _load_shared_object(name: str, lib: bytes) -> ctypes.CDLL:
+    """dlopen `lib` via a temp file; retry under the cache dir if the temp dir is mounted noexec."""
+    errors = []
+    for directory in (None, str(cache_dir() / "so")):
+        try:
+            if directory is not None:
+                os.makedirs(directory, exist_ok=True)
+            fd, path = tempfile.mkstemp(prefix=f"tgcore-{name[:40]}-", suffix=".so", dir=directory)
+        except OSError as e:
+            errors.append(f"{directory}: {e}")
+            continue
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(lib)
+            return ctypes.CDLL(path)
+        except OSError as e:
+            errors.append(str(e))
+        finally:
+            os.unlink(path)  # the loader keeps its mapping; the file is not needed anymore
+    raise OSError(f"could not load the shared object for kernel {name!r}: " + "; ".join(errors))
+
+
 _INT = int
 
 
@@ -94,13 +116,7 @@ class CPUProgram:
 
     def __init__(self, name: str, lib: bytes):
         self.name = name
-        fd, path = tempfile.mkstemp(prefix=f"tgcore-{name[:40]}-", suffix=".so")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(lib)
-            self.lib = ctypes.CDLL(path)
-        finally:
-            os.unlink(path)  # the loader keeps the mapping; the file is not needed anymore
+        self.lib = _load_shared_object(name, lib)
         try:
             self.fxn = getattr(self.lib, name)
         except AttributeError:
