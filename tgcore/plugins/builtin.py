@@ -48,4 +48,4 @@ def tg_register_renderers(register: Any) -> None:
     register("CPU", "C", lazy("tgcore.renderer.cstyle:CRenderer"), "C11 with vector extensions, built by cc",
              probe=c_compiler_missing)
     register("PYTHON", "PY", lazy("tgcore.renderer.python:PythonRenderer"), "linear UOps for the interpreter")
-    register("NULL", "C", lazy("tgcore.renderer.cstyle:CRenderer"), "C source, never compiled")
+    register("NULL", "C", lazy("tgcore.runtime.null:NullRenderer"), "C source, never compiled")

@@ -66,3 +66,11 @@ class NullCompiler(Compiler):
 class NullDevice(Device):
     def __init__(self, name: str = "NULL", variant: str | None = None):
         super().__init__(name, variant, allocator=NullAllocator(), program=NullProgram)
+
+
+def NullRenderer() -> Any:
+    """The C renderer with a compiler that compiles nothing: kernels are generated, never built."""
+    from tgcore.renderer.cstyle import CRenderer
+    renderer = CRenderer()
+    renderer.compiler = NullCompiler()
+    return renderer

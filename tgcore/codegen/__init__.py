@@ -1,0 +1,59 @@
+"""Codegen: a kernel AST from the scheduler -> a program for one renderer.
+
+In:  a kernel SINK in loop form (see ``tgcore.schedule.kernelize``) and a Renderer.
+Out: a ``ProgramSpec``: the kernel name, the rendered source or bytes, the variables the
+     kernel takes (in argument order), how many threads to run it on, and estimates of
+     operations and bytes moved for the stats line.
+
+Passes, in order: simplify index math (symbolic) -> emulate narrow floats in float32 where
+the renderer asks -> split the outer loop across threads -> reductions into accumulators
+and loops closed with END -> linearize -> render.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tgcore.codegen.accumulate import add_accumulators_and_ends
+from tgcore.codegen.linearize import linearize
+from tgcore.codegen.opts import emulate_floats, estimate_cost, kernel_name, split_threads
+from tgcore.uop import Ops, UOp
+
+
+@dataclass(frozen=True)
+class ProgramSpec:
+    name: str
+    src: str | bytes
+    vars: tuple[str, ...]        # DEFINE_VAR names, in argument order
+    threads: int                 # how many core_ids to run
+    ops: int                     # estimated arithmetic operations
+    mem: int                     # estimated bytes moved
+    uops: tuple[UOp, ...] = ()   # the linear program (empty for renderers that take the SINK)
+
+
+def simplify_kernel(ast: UOp) -> UOp:
+    from tgcore.uop.rewrite import graph_rewrite
+    from tgcore.uop.symbolic import symbolic
+    return graph_rewrite(ast, symbolic, name="simplify kernel")
+
+
+def get_program(ast: UOp, renderer: object, threads: int = 1) -> ProgramSpec:
+    """Lower one kernel for ``renderer``; ``threads`` is the most core_ids the device offers."""
+    ast = simplify_kernel(ast)
+    name = kernel_name(ast)
+    ops, mem = estimate_cost(ast)
+    variables = tuple(sorted({u.arg[0] for u in ast.toposort if u.op is Ops.DEFINE_VAR}))
+    emulated = getattr(renderer, "emulated_floats", frozenset())
+    if emulated:
+        ast = emulate_floats(ast, emulated)
+    n_threads = 1
+    if getattr(renderer, "has_threads", False) and threads > 1:
+        ast, n_threads = split_threads(ast, threads)
+    if not getattr(renderer, "linear", True):
+        return ProgramSpec(name, renderer.render(name, ast), variables, n_threads, ops, mem)  # type: ignore[attr-defined]
+    legalize = getattr(renderer, "legalize", None)
+    if legalize is not None:
+        from tgcore.uop.rewrite import graph_rewrite
+        ast = graph_rewrite(ast, legalize, ctx=renderer, name="legalize")
+    uops = linearize(add_accumulators_and_ends(ast), getattr(renderer, "placement_priority", None))
+    src = renderer.render(name, uops)  # type: ignore[attr-defined]
+    return ProgramSpec(name, src, variables, n_threads, ops, mem, tuple(uops))

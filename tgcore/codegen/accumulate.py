@@ -1,0 +1,69 @@
+"""Reductions as accumulator loops, and loops closed with END.
+
+In:  a kernel SINK whose reductions are ``REDUCE(value, *ranges)`` and whose stores sit
+     inside output RANGEs that nothing closes yet.
+Out: the same kernel where each REDUCE is a register accumulator::
+
+         acc  = DEFINE_REG                       (a 1-element register array)
+         init = STORE(INDEX(AFTER(acc, *outer), 0), identity)   inside the enclosing loops
+         upd  = STORE(INDEX(AFTER(acc, init, *ranges), 0), acc[0] <op> value)
+         done = END(upd, *ranges)
+         out  = LOAD(INDEX(AFTER(acc, done), 0))
+
+     and every STORE to memory is wrapped in ``END(store, *its open ranges)``. The AFTER
+     edges are what keeps the initialisation inside the right loops and the read after the
+     loop ends; ``linearize`` only has to respect them.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tgcore.codegen.linearize import range_sort_key
+from tgcore.dtype import AddrSpace, DType, dtypes
+from tgcore.uop import Ops, UOp
+
+
+def reduce_identity(op: Ops, dtype: DType) -> Any:
+    if op is Ops.ADD:
+        return 0
+    if op is Ops.MUL:
+        return 1
+    if op is Ops.MAX:
+        return dtype.scalar().min
+    raise ValueError(f"no identity for reduce {op}")
+
+
+def _combine(op: Ops, acc: UOp, value: UOp) -> UOp:
+    return acc.alu(op, value)
+
+
+def _accumulator(red: UOp, src: tuple[UOp, ...], number: int) -> UOp:
+    value, ranges = src[0], src[1:]
+    op: Ops = red.arg
+    acc = UOp(Ops.DEFINE_REG, red.dtype.ptr(1, AddrSpace.REG), (), number)
+    zero = UOp.const(dtypes.int32, 0)
+    outer = sorted(red.ranges, key=range_sort_key)
+    init = acc.after(*outer).index(zero).store(UOp.const(red.dtype, reduce_identity(op, red.dtype)))
+    live = acc.after(init, *ranges).index(zero)  # read inside the loop, after the initialisation
+    update = live.store(_combine(op, live.load(), value))
+    done = update.end(*sorted(ranges, key=range_sort_key))
+    return acc.after(done).index(zero).load()
+
+
+def add_accumulators_and_ends(sink: UOp) -> UOp:
+    new: dict[UOp, UOp] = {}
+    count = 0
+    for n in sink.toposort:
+        src = tuple(new[s] for s in n.src)
+        if n.op is Ops.REDUCE:
+            new[n] = _accumulator(n, src, count)
+            count += 1
+        elif n.op is Ops.SINK:
+            ends = []
+            for s in src:
+                open_ranges = sorted(s.ranges, key=range_sort_key) if s.op is Ops.STORE else []
+                ends.append(s.end(*open_ranges) if open_ranges else s)
+            new[n] = n.replace(src=tuple(ends))
+        else:
+            new[n] = n if src == n.src else n.replace(src=src)
+    return new[sink]

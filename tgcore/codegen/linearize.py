@@ -1,0 +1,96 @@
+"""Order a kernel's graph into a list a renderer can emit top to bottom.
+
+In:  a kernel SINK in loop form: RANGE loops closed by END, accumulators as DEFINE_REG with
+     STOREs and LOADs ordered by AFTER (see ``accumulate.py``).
+Out: a list of UOps in which every source comes before its users, each RANGE opens a loop
+     that the matching END closes, loops nest properly, and every node sits in the
+     outermost loop it can (loop-invariant work is hoisted for free).
+
+The nesting of loops is read off the graph: the ranges an END closes are nested in the
+order given, inside the innermost range still open at that END. A renderer may give a
+``placement_priority(uop) -> int`` hook to break ties among nodes that are ready at the
+same time (lower goes first); the default keeps graph order.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tgcore.uop import Ops, UOp
+from tgcore.uop.uop import consumer_map
+
+
+class LinearizeError(RuntimeError):
+    """The graph's loops cannot be nested (a bug in an earlier pass)."""
+
+
+def range_sort_key(r: UOp) -> tuple:
+    """Nesting order of ranges: output axes first (by axis), then the rest by creation."""
+    arg = r.arg if isinstance(r.arg, tuple) else (r.arg,)
+    kind_rank = {"thread": 0, "global": 1, "reduce": 2}.get(arg[1] if len(arg) > 1 else "", 3)
+    return (kind_rank, arg[0] if arg and isinstance(arg[0], int) else 0, str(arg))
+
+
+def loop_parents(sink: UOp) -> dict[UOp, UOp | None]:
+    """For every RANGE, the range directly enclosing it (None at the top level)."""
+    parent: dict[UOp, UOp | None] = {}
+    for n in sink.toposort:
+        if n.op is not Ops.END:
+            continue
+        closed = sorted(n.src[1:], key=range_sort_key)
+        outer = sorted(n.ranges, key=range_sort_key)
+        prev = outer[-1] if outer else None
+        for r in closed:
+            parent.setdefault(r, prev)
+            prev = r
+    return parent
+
+
+def linearize(sink: UOp, placement_priority: Callable[[UOp], int] | None = None) -> list[UOp]:
+    nodes = list(sink.toposort)
+    position = {n: i for i, n in enumerate(nodes)}
+    users = consumer_map(sink)
+    parent = loop_parents(sink)
+    missing = {n: len(set(n.src)) for n in nodes}
+    ready = [n for n in nodes if missing[n] == 0]
+    stack: list[UOp] = []
+    open_set: set[UOp] = set()
+    out: list[UOp] = []
+
+    def key(n: UOp) -> tuple:
+        return (placement_priority(n) if placement_priority else 0, position[n])
+
+    def placeable(n: UOp) -> bool:
+        if n.op is Ops.RANGE:
+            return parent.get(n) is (stack[-1] if stack else None) and all(
+                r in open_set for r in n.ranges if r is not n)
+        if n.op is Ops.END:
+            closed = sorted(n.src[1:], key=range_sort_key)
+            return len(stack) >= len(closed) and stack[len(stack) - len(closed):] == closed
+        if n.op is Ops.SINK:
+            return not stack and len(ready) == 1
+        return all(r in open_set for r in n.ranges)
+
+    def rank(n: UOp) -> int:  # ordinary work first, then closing loops, then opening loops
+        return {Ops.END: 1, Ops.RANGE: 2, Ops.SINK: 3}.get(n.op, 0)
+
+    while ready:
+        candidates = [n for n in ready if placeable(n)]
+        if not candidates:
+            raise LinearizeError(f"cannot place any of {[n.op.name for n in ready]} with loops "
+                                 f"{[r.arg for r in stack]} open")
+        best = min(candidates, key=lambda n: (rank(n), key(n)))
+        ready.remove(best)
+        out.append(best)
+        if best.op is Ops.RANGE:
+            stack.append(best)
+            open_set.add(best)
+        elif best.op is Ops.END:
+            for _ in range(len(best.src) - 1):
+                open_set.discard(stack.pop())
+        for u in users[best]:
+            missing[u] -= 1
+            if missing[u] == 0:
+                ready.append(u)
+    if len(out) != len(nodes):
+        raise LinearizeError(f"linearized {len(out)} of {len(nodes)} nodes")
+    return out

@@ -1,0 +1,84 @@
+"""Run a schedule: compile each kernel once per device, allocate buffers, call programs.
+
+In:  ``ScheduleItem``s from ``tgcore.schedule``.
+Out: the output buffers filled in; ``GlobalCounters`` and the ``DEBUG=2`` line per kernel
+     updated through ``update_stats``.
+
+Compiled programs are cached in memory by (device, kernel AST): kernels are hash-consed
+UOps, so the same computation on different buffers reuses its program. Compilers keep
+their own on-disk cache across processes.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from tgcore.codegen import ProgramSpec, get_program
+from tgcore.engine.stats import update_stats
+from tgcore.helpers import DEBUG
+from tgcore.runtime.buffer import Buffer
+from tgcore.runtime.registry import open_device
+from tgcore.schedule.kernelize import ScheduleItem
+from tgcore.uop import UOp
+
+
+@dataclass
+class Runner:
+    spec: ProgramSpec
+    program: Any
+    device: str
+
+
+class CompileCounter:
+    """How many kernels were compiled in this process (tests check that replays compile nothing)."""
+    count = 0
+
+
+_runners: dict[tuple[str, UOp], Runner] = {}
+_lock = threading.Lock()
+
+
+def get_runner(device: str, ast: UOp) -> Runner:
+    key = (device, ast)
+    runner = _runners.get(key)
+    if runner is not None:
+        return runner
+    with _lock:
+        if key in _runners:
+            return _runners[key]
+        dev = open_device(device)
+        spec = get_program(ast, dev.renderer, getattr(dev, "threads", 1))
+        if DEBUG >= 4:
+            print(spec.src if isinstance(spec.src, str) else f"<{len(spec.src)} bytes>")
+        if DEBUG >= 5:
+            for i, u in enumerate(spec.uops):
+                print(f"{i:4d} {u.op.name:12s} {u.dtype!r:24s} {[spec.uops.index(s) for s in u.src if s in spec.uops]}"
+                      f" {u.arg!r}")
+        lib = dev.compiler.compile_cached(spec.src) if isinstance(spec.src, str) else dev.compiler.compile(spec.src)
+        CompileCounter.count += 1
+        _runners[key] = runner = Runner(spec, dev.program(spec.name, lib), device)
+        return runner
+
+
+def _copy(dest: Buffer, src: Buffer) -> None:
+    dest.ensure_allocated()
+    dest.copy_from(src)
+
+
+def run_schedule(items: list[ScheduleItem]) -> None:
+    for si in items:
+        if si.kind == "copy":
+            _copy(si.bufs[0], si.bufs[1])
+            update_stats(f"copy {si.bufs[0].nbytes}B {si.bufs[1].device} -> {si.bufs[0].device}", si.device, "copy",
+                         num_bufs=2, mem=si.bufs[0].nbytes)
+            continue
+        if DEBUG >= 3:
+            print(si.ast)
+        runner = get_runner(si.device, si.ast)
+        handles = [b.ensure_allocated().handle for b in si.bufs]
+        vals = tuple(si.var_vals[v] for v in runner.spec.vars)
+        timed = DEBUG >= 2
+        elapsed = runner.program(*handles, vals=vals, threads=runner.spec.threads, wait=timed)
+        update_stats(runner.spec.name, si.device, si.kind, num_bufs=len(si.bufs), ops=runner.spec.ops,
+                     mem=runner.spec.mem, time_s=elapsed)

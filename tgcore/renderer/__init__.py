@@ -1,0 +1,33 @@
+"""Renderer base: what codegen needs to know about a target, and the hook that emits code.
+
+In:  a linearized kernel (list of UOps, when ``linear`` is true) or the kernel SINK itself.
+Out: program text or bytes for the renderer's ``compiler``.
+
+A renderer describes its target as data (SIMD widths, threads, a legalization matcher, a
+placement-priority hook); codegen reads these attributes and never asks which renderer it
+is talking to.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tgcore.dtype import DType
+from tgcore.uop import UOp
+
+
+class Renderer:
+    device: str = ""               # the device this renderer targets ("CPU")
+    name: str = ""                 # the variant name ("C", "X86")
+    linear: bool = True            # render() gets a linear list; False: the kernel SINK (REDUCE form)
+    has_threads: bool = False      # kernels take a core_id and split their outer loop across threads
+    simd_widths: dict[DType, int] = {}  # vector lanes per scalar dtype codegen may use
+    legalize: Any = None           # a PatternMatcher applied before linearizing, or None
+    placement_priority: Callable[[UOp], int] | None = None
+    compiler: Any = None           # turns render() output into bytes for the device's program loader
+
+    def render(self, name: str, kernel: list[UOp] | UOp) -> str | bytes:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.device}:{self.name}>"

@@ -1,0 +1,243 @@
+"""C renderer: a linearized kernel -> one C11 function for the system compiler.
+
+In:  the linear UOp list of a kernel (loops as RANGE/END, accumulators as DEFINE_REG).
+Out: C source of ``void name(T* data0, ..., int var, ..., int core_id)``.
+
+Every value gets its own ``const`` local; the C compiler does the rest. Integer division and
+remainder by a non-constant divisor go through helpers that define x/0 = 0 and x%0 = 0 (and
+INT_MIN/-1 wrapping), so a kernel can never raise SIGFPE. float16 and bfloat16 arithmetic is
+done in float32 (a legalization rule rounds after every op); bfloat16 is stored as uint16.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tgcore.dtype import AddrSpace, DType, PtrDType, dtypes
+from tgcore.renderer import Renderer
+from tgcore.uop import Ops, UOp
+
+C_TYPES: dict[DType, str] = {
+    dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char",
+    dtypes.int16: "short", dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int",
+    dtypes.int64: "long long", dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16",
+    dtypes.bfloat16: "unsigned short", dtypes.float32: "float", dtypes.float64: "double",
+}
+
+PREAMBLE = """\
+typedef unsigned int tg_u32;
+static inline float tg_bf16_to_f32(unsigned short x) { union { tg_u32 u; float f; } v; v.u = (tg_u32)x << 16; \
+return v.f; }
+static inline unsigned short tg_f32_to_bf16(float f) { union { tg_u32 u; float f; } v; v.f = f;
+  if ((v.u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((v.u >> 16) | 0x40);
+  return (unsigned short)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16); }
+"""
+
+BINARY_INFIX = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.CMPLT: "<", Ops.CMPNE: "!=",
+                Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
+FLOAT_SUFFIX = {dtypes.float32: "f", dtypes.float64: "", dtypes.float16: "f"}
+MATH_FN = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
+
+
+def c_type(dt: DType) -> str:
+    if isinstance(dt, PtrDType):
+        return c_type(dt.base) + "*"
+    if dt.count > 1:
+        raise NotImplementedError("vector dtypes are not rendered yet")
+    if dt not in C_TYPES:
+        raise NotImplementedError(f"the C renderer does not support {dt!r} yet")
+    return C_TYPES[dt]
+
+
+def c_const(value: Any, dt: DType) -> str:
+    if dt is dtypes.bool:
+        return "1" if value else "0"
+    if dtypes.is_float(dt):
+        calc = dtypes.float64 if dt is dtypes.float64 else dtypes.float32
+        suffix = FLOAT_SUFFIX.get(calc, "f")
+        if math.isnan(value):
+            text = f"__builtin_nan{suffix}(\"\")"
+        elif math.isinf(value):
+            text = ("-" if value < 0 else "") + f"__builtin_inf{suffix}()"
+        else:
+            text = f"{float(value).hex()}{suffix}" if suffix else float(value).hex()
+        if dt is dtypes.bfloat16:
+            return f"tg_f32_to_bf16({text})"
+        return f"(({c_type(dt)}){text})" if dt is dtypes.float16 else text
+    if dtypes.is_unsigned(dt):
+        return f"{int(value)}u" + ("ll" if dt.itemsize == 8 else "")
+    if dt.itemsize == 8:
+        return f"{int(value)}ll" if value != dt.min else "(-9223372036854775807ll-1)"
+    if dt is dtypes.int32 and value == dt.min:
+        return "(-2147483647-1)"
+    return f"(({c_type(dt)}){int(value)})" if dt.itemsize < 4 else str(int(value))
+
+
+def _float_fn(name: str, dt: DType) -> str:
+    return f"__builtin_{name}" + ("" if dt is dtypes.float64 else "f")
+
+
+class CRenderer(Renderer):
+    device = "CPU"
+    name = "C"
+    has_threads = True
+
+    def __init__(self) -> None:
+        from tgcore.runtime.compiler import ClangCompiler
+        self.compiler = ClangCompiler()
+
+    # ---- expressions ----
+    def _alu(self, u: UOp, a: list[str]) -> str:
+        op, dt = u.op, u.dtype
+        sdt = u.src[0].dtype if u.src else dt
+        if op in (Ops.IDIV, Ops.MOD):
+            divisor = u.src[1]
+            safe = divisor.op is Ops.CONST and divisor.arg != 0 and not (divisor.arg == -1 and not
+                                                                          dtypes.is_unsigned(dt))
+            sym = "/" if op is Ops.IDIV else "%"
+            if safe:
+                return f"({a[0]}{sym}{a[1]})"
+            if dtypes.is_unsigned(dt):
+                return f"({a[1]}==0?0:{a[0]}{sym}{a[1]})"
+            u_t = "unsigned " + c_type(dt).replace("signed ", "")
+            by_minus_one = f"({c_type(dt)})(0u-({u_t}){a[0]})" if op is Ops.IDIV else "0"  # INT_MIN/-1 wraps
+            return f"({a[1]}==0?0:({a[1]}==-1?{by_minus_one}:{a[0]}{sym}{a[1]}))"
+        if op in BINARY_INFIX:
+            if sdt is dtypes.bool and op in (Ops.ADD, Ops.MUL):  # bool add/mul are or/and
+                return f"({a[0]}{'|' if op is Ops.ADD else '&'}{a[1]})"
+            if op in (Ops.SHL, Ops.SHR):
+                bits = dt.itemsize * 8
+                return f"({a[0]}{BINARY_INFIX[op]}(({a[1]})&{bits - 1}))"
+            expr = f"({a[0]}{BINARY_INFIX[op]}{a[1]})"
+            overflow_possible = not (dt.min <= u.vmin and u.vmax <= dt.max)
+            if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.SHL) and dtypes.is_int(dt) and not dtypes.is_unsigned(dt) \
+                    and overflow_possible:
+                # signed overflow is undefined in C: compute unsigned, wrap like two's complement
+                u_t = "unsigned " + c_type(dt).replace("signed ", "")
+                return f"(({c_type(dt)})(({u_t}){a[0]}{BINARY_INFIX[op]}({u_t}){a[1]}))" if op is not Ops.SHL \
+                    else f"(({c_type(dt)})(({u_t}){a[0]}<<(({a[1]})&{dt.itemsize * 8 - 1})))"
+            return expr
+        if op is Ops.NEG:
+            if dtypes.is_int(dt) and not dtypes.is_unsigned(dt):
+                u_t = "unsigned " + c_type(dt).replace("signed ", "")
+                return f"(({c_type(dt)})(0u-({u_t}){a[0]}))"
+            return f"(!{a[0]})" if dt is dtypes.bool else f"(-{a[0]})"
+        if op is Ops.RECIPROCAL:
+            return f"(1/{a[0]})"
+        if op in MATH_FN:
+            return f"{_float_fn(MATH_FN[op], dt)}({a[0]})"
+        if op is Ops.POW:
+            return f"{_float_fn('pow', dt)}({a[0]},{a[1]})"
+        if op is Ops.MAX:
+            if dtypes.is_float(dt):  # propagate NaN like numpy.maximum
+                return f"(({a[0]}!={a[0]}||{a[0]}>{a[1]})?{a[0]}:{a[1]})"
+            return f"({a[0]}>{a[1]}?{a[0]}:{a[1]})"
+        if op is Ops.WHERE:
+            return f"({a[0]}?{a[1]}:{a[2]})"
+        if op is Ops.MULACC:
+            return f"(({a[0]}*{a[1]})+{a[2]})"
+        raise NotImplementedError(f"C renderer: no rule for {op}")
+
+    def _cast(self, u: UOp, x: str) -> str:
+        src, dst = u.src[0].dtype, u.dtype
+        if src is dtypes.bfloat16:
+            x, src = f"tg_bf16_to_f32({x})", dtypes.float32
+        if dst is dtypes.bfloat16:
+            return f"tg_f32_to_bf16((float)({x}))"
+        if dst is dtypes.bool:
+            return f"({x}!=0)"
+        if dtypes.is_float(src) and dtypes.is_int(dst):
+            # out-of-range float->int is undefined in C; clamp through the range (NaN -> 0)
+            lo, hi = dst.min, dst.max
+            return (f"(({x})!=({x})?0:({x})<={float(lo)!r}?({c_type(dst)}){c_const(lo, dst)}:"
+                    f"({x})>={float(hi)!r}?({c_type(dst)}){c_const(hi, dst)}:({c_type(dst)})({x}))")
+        return f"(({c_type(dst)})({x}))"
+
+    def _bitcast(self, u: UOp, x: str) -> str:
+        src, dst = c_type(u.src[0].dtype), c_type(u.dtype)
+        return f"({{ union {{ {src} a; {dst} b; }} tg_v; tg_v.a = {x}; tg_v.b; }})"
+
+    # ---- the function ----
+    def render(self, name: str, kernel: list[UOp] | UOp) -> str:
+        assert isinstance(kernel, list)
+        names: dict[UOp, str] = {}
+        params: list[str] = []
+        body: list[str] = []
+        depth = 1
+        counter: dict[str, int] = {}
+        reg_decls: list[str] = []
+
+        def fresh(prefix: str) -> str:
+            counter[prefix] = counter.get(prefix, 0) + 1
+            return f"{prefix}{counter[prefix] - 1}"
+
+        def line(text: str) -> None:
+            body.append("  " * depth + text)
+
+        for u in kernel:
+            op = u.op
+            if op is Ops.PARAM:
+                names[u] = f"data{u.arg}"
+                params.append((u.arg, f"{c_type(u.dtype)} restrict data{u.arg}"))  # type: ignore[arg-type]
+            elif op is Ops.DEFINE_VAR:
+                names[u] = u.arg[0]
+                params.append((1 << 30, f"int {u.arg[0]}"))  # type: ignore[arg-type]
+            elif op is Ops.CONST:
+                names[u] = c_const(u.arg, u.dtype)
+            elif op is Ops.RANGE:
+                r = fresh("ridx")
+                names[u] = r
+                end = names[u.src[0]]
+                if isinstance(u.arg, tuple) and len(u.arg) > 2 and u.arg[1] == "thread":
+                    chunk = f"(({end}+{u.arg[2] - 1})/{u.arg[2]})"
+                    line(f"int {r}_end = (core_id+1)*{chunk} < {end} ? (core_id+1)*{chunk} : {end};")
+                    line(f"for (int {r} = core_id*{chunk}; {r} < {r}_end; {r}++) {{")
+                else:
+                    line(f"for ({c_type(u.dtype)} {r} = 0; {r} < {end}; {r}++) {{")
+                depth += 1
+            elif op is Ops.END:
+                for _ in u.src[1:]:
+                    depth -= 1
+                    line("}")
+            elif op is Ops.DEFINE_REG:
+                names[u] = fresh("acc")
+                reg_decls.append(f"{c_type(u.dtype.base)} {names[u]}[{u.dtype.size}];")  # type: ignore[attr-defined]
+            elif op is Ops.AFTER:
+                names[u] = names[u.src[0]]
+            elif op is Ops.INDEX:
+                ptr, idx = names[u.src[0]], names[u.src[1]]
+                names[u] = f"{ptr}[{idx}]"
+            elif op is Ops.LOAD:
+                index = u.src[0]
+                v = fresh("val")
+                if len(index.src) > 2:  # gated: read nothing where the gate is false
+                    gate = names[index.src[2]]
+                    line(f"const {c_type(u.dtype)} {v} = {gate} ? {names[index]} : {c_const(0, u.dtype)};")
+                else:
+                    line(f"const {c_type(u.dtype)} {v} = {names[index]};")
+                names[u] = v
+            elif op is Ops.STORE:
+                index = u.src[0]
+                if len(index.src) > 2:
+                    line(f"if ({names[index.src[2]]}) {names[index]} = {names[u.src[1]]};")
+                else:
+                    line(f"{names[index]} = {names[u.src[1]]};")
+            elif op is Ops.SINK:
+                pass
+            else:
+                if op is Ops.CAST:
+                    expr = self._cast(u, names[u.src[0]])
+                elif op is Ops.BITCAST:
+                    expr = self._bitcast(u, names[u.src[0]])
+                else:
+                    expr = self._alu(u, [names[s] for s in u.src])
+                v = fresh("alu")
+                line(f"const {c_type(u.dtype)} {v} = {expr};")
+                names[u] = v
+        args = [p for _, p in sorted(params)] + ["int core_id"]  # type: ignore[misc]
+        head = f"void {name}({', '.join(args)}) {{"
+        decls = ["  " + d for d in reg_decls]
+        return PREAMBLE + head + "\n" + "\n".join(decls + body) + "\n}\n"
+
+
+__all__ = ["CRenderer", "c_type", "AddrSpace"]

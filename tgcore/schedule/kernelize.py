@@ -1,0 +1,339 @@
+"""Cut a tensor graph into kernels and lower each kernel to loops over indices.
+
+In:  tensor-level UOps to realize (BUFFER, CONST, movement ops, ALU, REDUCE_AXIS, CAST,
+     CONTIGUOUS, COPY, DEFINE_VAR/BIND).
+Out: ``ScheduleItem``s in dependency order. Each kernel's AST is
+     ``SINK(STORE(INDEX(PARAM 0, out_index), value))`` where the value reads inputs with
+     ``LOAD(INDEX(PARAM k, index[, gate]))``, loops are ``RANGE`` uops (one per output axis,
+     arg ``(axis, "global")``; one per reduced axis, arg ``(n, "reduce")``) and reductions are
+     ``REDUCE(value, *ranges)``.
+
+Movement ops never copy: walking from a kernel's output towards its inputs, each movement
+op rewrites the tuple of index expressions (reshape regroups, permute reorders, expand pins
+to 0, shrink offsets, flip mirrors, pad offsets and adds a validity gate). Fusion policy:
+elementwise work is recomputed wherever it is used; a reduction fuses into its consumer
+only when it is reached without broadcasting and has a single consumer, otherwise it gets
+a kernel (and a buffer) of its own. ``CONTIGUOUS`` and ``COPY`` always end a kernel.
+"""
+from __future__ import annotations
+
+import itertools
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+from tgcore.dtype import DType, dtypes
+from tgcore.helpers import prod
+from tgcore.runtime.buffer import Buffer
+from tgcore.schedule.shape import shape_of
+from tgcore.uop import Ops, UOp
+from tgcore.uop.uop import consumer_map
+
+INT32_LIMIT = 2**31 - 1
+
+# lazy tensor node -> the flat BUFFER uop holding its value, for nodes already computed
+realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+# BUFFER uop -> the runtime Buffer behind it
+buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+
+_unique = itertools.count()
+
+
+def new_buffer_uop(device: str, size: int, dtype: DType) -> UOp:
+    """A fresh BUFFER uop (distinct from every other) with a lazily allocated Buffer behind it."""
+    u = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(_unique)),
+                                UOp(Ops.DEVICE, dtypes.void, (), device)), size)
+    buffers[u] = Buffer(device, size, dtype)
+    return u
+
+
+def buffer_device(u: UOp) -> str:
+    return u.src[1].arg
+
+
+@dataclass
+class ScheduleItem:
+    ast: UOp                 # SINK(...) in loop form, or COPY
+    bufs: list[Buffer]       # by PARAM slot; outputs first
+    device: str
+    kind: str                # "elementwise", "reduce", "copy"
+    var_vals: dict[str, int] = field(default_factory=dict)
+
+
+def view_of_buffer(u: UOp) -> UOp | None:
+    """The BUFFER under ``u`` when ``u`` is that buffer's data, merely reshaped; else None."""
+    while u.op is Ops.RESHAPE:
+        u = u.src[0]
+    u = realized.get(u, u)
+    return u if u.op is Ops.BUFFER else None
+
+
+def device_of(u: UOp, default: str) -> str:
+    """The device a lazy node computes on: that of the buffers or copies it reads."""
+    for n in u.toposort:
+        if n.op is Ops.COPY:
+            return n.src[1].arg
+        if n.op is Ops.BUFFER:
+            return buffer_device(n)
+    return default
+
+
+# ------------------------------------------------------------------------------------------ index math
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return out[::-1]
+
+
+def linear_index(idx: tuple[UOp, ...], shape: tuple[int, ...], idt: DType) -> UOp:
+    """Row-major offset of ``idx`` in ``shape``."""
+    total = UOp.const(idt, 0)
+    for i, st, s in zip(idx, _strides(shape), shape, strict=True):
+        if s != 1:
+            total = total + i * st
+    return total
+
+
+def _reshape_groups(old: tuple[int, ...], new: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
+    """Pair up runs of old and new axes with equal products: ([old axes], [new axes]) each."""
+    groups, i, j = [], 0, 0
+    while i < len(old) or j < len(new):
+        oi, nj, po, pn = [], [], 1, 1
+        while True:
+            if po <= pn and i < len(old):
+                oi.append(i)
+                po *= old[i]
+                i += 1
+            elif j < len(new):
+                nj.append(j)
+                pn *= new[j]
+                j += 1
+            else:
+                break
+            if po == pn and (i == len(old) or old[i] != 1 or j == len(new)) and (
+                    j == len(new) or new[j] != 1 or i == len(old)) and oi and nj:
+                break
+        groups.append((oi, nj))
+    return groups
+
+
+def reshape_index(idx: tuple[UOp, ...], old: tuple[int, ...], new: tuple[int, ...], idt: DType) -> tuple[UOp, ...]:
+    """Index into ``old`` for an index into ``new`` (same number of elements)."""
+    if 0 in old:
+        return tuple(UOp.const(idt, 0) for _ in old)
+    out: list[UOp] = [UOp.const(idt, 0)] * len(old)
+    for old_axes, new_axes in _reshape_groups(old, new):
+        lin = linear_index(tuple(idx[j] for j in new_axes), tuple(new[j] for j in new_axes), idt)
+        sub = tuple(old[i] for i in old_axes)
+        for i, st, s in zip(old_axes, _strides(sub), sub, strict=True):
+            if s == 1:
+                continue
+            v = lin if st == 1 else lin // st
+            out[i] = v if st * s == prod(sub) else v % s
+    return tuple(out)
+
+
+def _and(a: UOp | None, b: UOp) -> UOp:
+    return b if a is None else a & b
+
+
+# ------------------------------------------------------------------------------------------ lowering
+
+class Kernelizer:
+    """Builds the kernels for one schedule. One instance per ``create_schedule`` call."""
+
+    def __init__(self, default_device: str, sink: UOp) -> None:
+        self.default_device = default_device
+        self.consumers = consumer_map(sink)
+        self.items: list[ScheduleItem] = []
+        self.done: dict[UOp, UOp] = {}  # lazy node -> BUFFER uop computed in this schedule
+        self.var_vals: dict[str, int] = {}
+
+    def used_once(self, node: UOp) -> bool:
+        """Whether ``node`` (looking through reshapes of it) has a single user in this schedule."""
+        while True:
+            users = self.consumers.get(node, [])
+            if len(users) != 1:
+                return len(users) == 0
+            if users[0].op is not Ops.RESHAPE:
+                return True
+            node = users[0]
+
+    # ---- kernels ----
+    def realize(self, node: UOp) -> UOp:
+        """Make sure ``node``'s value sits in a buffer; returns the BUFFER uop."""
+        if node in realized:
+            return realized[node]
+        if node in self.done:
+            return self.done[node]
+        base = view_of_buffer(node)
+        if base is not None and prod(shape_of(node)) == base.arg:
+            return base
+        if node.op is Ops.CONTIGUOUS:
+            inner = view_of_buffer(node.src[0])
+            if inner is not None and prod(shape_of(node)) == inner.arg:
+                return inner  # already contiguous: nothing to copy
+        if node.op is Ops.COPY:
+            return self._copy_kernel(node)
+        return self._compute_kernel(node)
+
+    def _copy_kernel(self, node: UOp) -> UOp:
+        src_buf = self.realize(node.src[0])
+        out = new_buffer_uop(node.src[1].arg, src_buf.arg, src_buf.dtype)
+        self.items.append(ScheduleItem(node, [buffers[out], buffers[src_buf]], node.src[1].arg, "copy"))
+        self.done[node] = out
+        return out
+
+    def _compute_kernel(self, node: UOp) -> UOp:
+        shape, dtype = shape_of(node), node.dtype
+        device = device_of(node, self.default_device)
+        biggest = max((prod(shape_of(n)) for n in node.toposort if n.op is not Ops.BUFFER), default=0)
+        biggest = max([biggest, *(n.arg for n in node.toposort if n.op is Ops.BUFFER)])
+        kernel = _KernelBuilder(self, dtypes.int64 if biggest > INT32_LIMIT else dtypes.int32)
+        out = new_buffer_uop(device, prod(shape), dtype)
+        kernel.param(out)
+        ranges = tuple(UOp.range(s, i, "global", dtype=kernel.idt) if s != 1 else UOp.const(kernel.idt, 0)
+                       for i, s in enumerate(shape))
+        value = kernel.lower(node.src[0] if node.op is Ops.CONTIGUOUS else node, ranges, None, direct=True)
+        store = kernel.params[0].index(linear_index(ranges, shape, kernel.idt)).store(value)
+        ast = UOp.sink(store)
+        kind = "reduce" if any(n.op is Ops.REDUCE for n in ast.toposort) else "elementwise"
+        self.items.append(ScheduleItem(ast, [buffers[b] for b in kernel.param_bufs], device, kind,
+                                       dict(kernel.var_vals)))
+        self.done[node] = out
+        return out
+
+
+class _KernelBuilder:
+    """Lowers the nodes of one kernel; inputs become PARAM slots in order of first use."""
+
+    def __init__(self, owner: Kernelizer, idt: DType) -> None:
+        self.owner, self.idt = owner, idt
+        self.params: list[UOp] = []
+        self.param_bufs: list[UOp] = []
+        self.slot: dict[UOp, int] = {}
+        self.memo: dict[tuple[Any, ...], UOp] = {}
+        self.reduce_count = 0
+        self.var_vals: dict[str, int] = {}
+
+    def param(self, buf: UOp) -> UOp:
+        if buf not in self.slot:
+            self.slot[buf] = len(self.params)
+            self.param_bufs.append(buf)
+            self.params.append(UOp(Ops.PARAM, buf.dtype.ptr(buf.arg), (), len(self.params)))
+        return self.params[self.slot[buf]]
+
+    def load(self, buf: UOp, idx: tuple[UOp, ...], shape: tuple[int, ...], gate: UOp | None) -> UOp:
+        lin = linear_index(idx, shape, self.idt)
+        p = self.param(buf)
+        index = p.index(lin) if gate is None else p.index(lin, gate)
+        return index.load()
+
+    def lower(self, node: UOp, idx: tuple[UOp, ...], gate: UOp | None, direct: bool) -> UOp:
+        key = (node, idx, gate, direct)
+        if key not in self.memo:
+            self.memo[key] = self._lower(node, idx, gate, direct)
+        return self.memo[key]
+
+    def _lower(self, node: UOp, idx: tuple[UOp, ...], gate: UOp | None, direct: bool) -> UOp:
+        op, owner = node.op, self.owner
+        if node in realized or node in owner.done:
+            return self.load(owner.realize(node), idx, shape_of(node), gate)
+        if op is Ops.BUFFER:
+            return self.load(node, idx, shape_of(node), gate)
+        if op is Ops.CONST:
+            return node
+        if op is Ops.RANGE:  # tensor-level arange: the index along its only axis
+            return idx[0] if idx[0].dtype is node.dtype else idx[0].cast(node.dtype)
+        if op is Ops.DEFINE_VAR:
+            return node
+        if op is Ops.BIND:
+            var, value = node.unbind()
+            self.var_vals[var.arg[0]] = value
+            return var
+        if op in (Ops.CONTIGUOUS, Ops.COPY):
+            return self.load(owner.realize(node), idx, shape_of(node), gate)
+        if op in (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP, Ops.PAD):
+            return self._movement(node, idx, gate, direct)
+        if op is Ops.REDUCE_AXIS:
+            if direct and owner.used_once(node):
+                return self._reduce(node, idx, gate)
+            return self.load(owner.realize(node), idx, shape_of(node), gate)
+        if op is Ops.DETACH:
+            return self.lower(node.src[0], idx, gate, direct)
+        # ALU, CAST, BITCAST: same index for every source
+        src = tuple(self.lower(s, idx, gate, direct) for s in node.src)
+        return node.replace(src=src)
+
+    def _movement(self, node: UOp, idx: tuple[UOp, ...], gate: UOp | None, direct: bool) -> UOp:
+        src, op, arg = node.src[0], node.op, node.arg
+        old = shape_of(src)
+        if op is Ops.RESHAPE:
+            return self.lower(src, reshape_index(idx, old, tuple(arg), self.idt), gate, direct)
+        if op is Ops.EXPAND:
+            new_idx = tuple(UOp.const(self.idt, 0) if o == 1 and n != 1 else i
+                            for i, o, n in zip(idx, old, arg, strict=True))
+            return self.lower(src, new_idx, gate, direct and tuple(old) == tuple(arg))
+        if op is Ops.PERMUTE:
+            inv = [0] * len(arg)
+            for new_axis, old_axis in enumerate(arg):
+                inv[old_axis] = new_axis
+            return self.lower(src, tuple(idx[inv[a]] for a in range(len(arg))), gate, direct)
+        if op is Ops.SHRINK:
+            return self.lower(src, tuple(i + b if b else i for i, (b, _) in zip(idx, arg, strict=True)), gate, direct)
+        if op is Ops.FLIP:
+            return self.lower(src, tuple((s - 1) - i if f and s > 1 else i
+                                         for i, f, s in zip(idx, arg, old, strict=True)), gate, direct)
+        # PAD: shift, and only read where the index falls inside the source
+        if any(s == 0 for s in old):
+            return UOp.const(node.dtype, 0)
+        valid: UOp | None = None
+        new_idx = []
+        for i, (b, _), s in zip(idx, arg, old, strict=True):
+            j = i - b if b else i
+            if j.vmin < 0:
+                valid = _and(valid, j >= 0)
+            if j.vmax >= s:
+                valid = _and(valid, j < s)
+            new_idx.append(j)
+        if valid is None:
+            return self.lower(src, tuple(new_idx), gate, direct)
+        inner = self.lower(src, tuple(new_idx), _and(gate, valid), direct)
+        return valid.where(inner, UOp.const(node.dtype, 0))
+
+    def _reduce(self, node: UOp, idx: tuple[UOp, ...], gate: UOp | None) -> UOp:
+        op, axes = node.arg
+        src = node.src[0]
+        in_shape = shape_of(src)
+        new_idx, ranges = list(idx), []
+        for a in axes:
+            if in_shape[a] == 0:
+                return UOp.const(node.dtype, _identity(op, node.dtype))
+            if in_shape[a] == 1:
+                new_idx[a] = UOp.const(self.idt, 0)
+                continue
+            r = UOp.range(in_shape[a], self.reduce_count, "reduce", dtype=self.idt)
+            self.reduce_count += 1
+            new_idx[a] = r
+            ranges.append(r)
+        value = self.lower(src, tuple(new_idx), gate, direct=False)
+        return value.reduce(*ranges, op=op) if ranges else value
+
+
+def _identity(op: Ops, dtype: DType) -> Any:
+    if op is Ops.ADD:
+        return 0
+    if op is Ops.MUL:
+        return 1
+    return dtype.min
+
+
+def create_schedule(outs: list[UOp], default_device: str) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+    """Kernels computing ``outs`` (in dependency order) and, for each out, its BUFFER uop."""
+    sink = UOp.sink(*outs)
+    k = Kernelizer(default_device, sink)
+    result = {u: k.realize(u) for u in outs}
+    return k.items, result

@@ -1,0 +1,709 @@
+"""Tensor: the lazy front end.
+
+In:  Python scalars, (nested) lists, numpy arrays, or other Tensors.
+Out: a graph of tensor-level UOps; nothing runs until ``realize()`` or a read
+     (``numpy()``, ``tolist()``, ``item()``), which schedules, compiles and runs kernels.
+
+Copy semantics: ``Tensor(ndarray)`` copies the array's data into a device buffer when the
+tensor is created, so later changes to the array do not show in the tensor (and vice
+versa); ``numpy()`` always returns a fresh array.
+
+Type promotion: two tensors promote with ``least_upper_dtype``; a Python scalar takes the
+tensor's dtype unless it needs a wider kind (a float with an int tensor gives the default
+float, an int with a bool tensor the default int). ``//`` and ``%`` follow Python (floor)
+semantics; ``/`` always gives a float.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Union
+
+import numpy as np
+
+from tgcore.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
+from tgcore.helpers import prod
+from tgcore.runtime.registry import canonical
+from tgcore.schedule.kernelize import buffers, create_schedule, new_buffer_uop, realized
+from tgcore.schedule.shape import shape_of
+from tgcore.uop import Ops, UOp
+
+Scalar = Union[bool, int, float]
+ShapeArg = Union[int, Sequence[int]]
+
+
+def _shape_args(args: tuple[Any, ...]) -> tuple[int, ...]:
+    """Accept ``f(2, 3)`` and ``f((2, 3))`` alike."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = tuple(args[0])
+    out = []
+    for a in args:
+        if not isinstance(a, (int, np.integer)) or isinstance(a, bool):
+            raise TypeError(f"shape entries must be ints, got {a!r}")
+        out.append(int(a))
+    return tuple(out)
+
+
+def _check_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    if any(s < 0 for s in shape):
+        raise ValueError(f"negative dimension in shape {shape}")
+    return shape
+
+
+def _axis(axis: int, ndim: int) -> int:
+    if not -max(ndim, 1) <= axis < max(ndim, 1):
+        raise IndexError(f"axis {axis} is out of range for a tensor with {ndim} dimensions")
+    return axis % max(ndim, 1)
+
+
+def _arange_uop(n: int) -> UOp:
+    """0, 1, ..., n-1 as a tensor-level node (the index of its single axis)."""
+    return UOp(Ops.RANGE, dtypes.int32, (), ("arange", n))
+
+
+class Tensor:
+    """A lazily evaluated n-dimensional array on a device."""
+
+    __slots__ = ("uop", "device", "__weakref__")
+    __hash__ = object.__hash__  # == is elementwise, so hashing is by identity
+
+    def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None) -> None:
+        dt = None if dtype is None else to_dtype(dtype)
+        if isinstance(data, Tensor):
+            self.uop, self.device = data.uop, data.device
+            if dt is not None and dt is not data.dtype:
+                self.uop = data.cast(dt).uop
+            if device is not None and canonical(device) != self.device:
+                self.uop = self.to(device).uop
+                self.device = canonical(device)
+            return
+        self.device = canonical(device)
+        if isinstance(data, UOp):
+            self.uop = data
+            return
+        if isinstance(data, (bool, int, float, np.generic)) and not isinstance(data, np.ndarray):
+            if isinstance(data, np.generic):
+                dt = dt or dtypes.from_numpy(data.dtype)
+                data = data.item()
+            dt = dt or dtypes.from_py(data)
+            self.uop = UOp.const(dt, data)
+            return
+        if isinstance(data, (list, tuple)):
+            dt = dt or dtypes.from_py(data)
+            np_dt = dt.np if dt.np is not None else np.float32
+            data = np.array(data, dtype=np_dt)
+        if not isinstance(data, np.ndarray):
+            raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
+        if dt is None:
+            dt = dtypes.from_numpy(data.dtype)
+        self.uop = self._from_numpy(data, dt)
+
+    def _from_numpy(self, arr: np.ndarray, dt: DType) -> UOp:
+        if dt.np is not None:
+            arr = np.ascontiguousarray(arr, dtype=dt.np)
+        else:  # no numpy dtype (bfloat16, fp8): store the bit patterns
+            arr = np.ascontiguousarray(dtypes.float_to_bits(np.asarray(arr, dtype=np.float32), dt))
+        buf = new_buffer_uop(self.device, arr.size, dt)
+        if arr.size:
+            buffers[buf].ensure_allocated().copyin(memoryview(arr.reshape(-1)).cast("B"))
+        return UOp(Ops.RESHAPE, dt, (buf,), tuple(arr.shape))
+
+    # ---------------------------------------------------------------- properties
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return shape_of(self.uop)
+
+    @property
+    def dtype(self) -> DType:
+        return self.uop.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        return prod(self.shape)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"<Tensor {self.shape} {self.dtype!r} on {self.device}>"
+
+    def _new(self, uop: UOp) -> Tensor:
+        t = Tensor.__new__(Tensor)
+        t.uop, t.device = uop, self.device
+        return t
+
+    # ---------------------------------------------------------------- creation
+    @staticmethod
+    def full(shape: ShapeArg, fill_value: Scalar, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        shp = _check_shape(_shape_args((shape,)))
+        dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
+        t = Tensor(UOp.const(dt, fill_value), device=device)
+        return t.reshape((1,) * len(shp)).expand(shp) if shp else t
+
+    @staticmethod
+    def zeros(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        return Tensor.full(_shape_args(shape), 0.0, dtype or dtypes.default_float, device)
+
+    @staticmethod
+    def ones(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        return Tensor.full(_shape_args(shape), 1.0, dtype or dtypes.default_float, device)
+
+    @staticmethod
+    def empty(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """Uninitialised memory of ``shape``; read it only after writing it."""
+        shp = _check_shape(_shape_args(shape))
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        dev = canonical(device)
+        buf = new_buffer_uop(dev, prod(shp), dt)
+        return Tensor(UOp(Ops.RESHAPE, dt, (buf,), shp), device=dev)
+
+    @staticmethod
+    def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype: DType | str | None = None,
+               device: str | None = None) -> Tensor:
+        if stop is None:
+            start, stop = 0, start
+        if step == 0:
+            raise ValueError("arange step must not be zero")
+        n = max(0, math.ceil((stop - start) / step))
+        is_float = any(isinstance(v, float) for v in (start, stop, step))
+        dt = to_dtype(dtype) if dtype is not None else (dtypes.default_float if is_float else dtypes.default_int)
+        idx = Tensor(_arange_uop(n), device=device)
+        out = idx.cast(dt) if dt is not dtypes.int32 else idx
+        if step != 1:
+            out = out * step
+        return out + start if start != 0 else out
+
+    def full_like(self, fill_value: Scalar, dtype: DType | str | None = None) -> Tensor:
+        return Tensor.full(self.shape, fill_value, dtype or self.dtype, self.device)
+
+    def zeros_like(self, dtype: DType | str | None = None) -> Tensor:
+        return self.full_like(0, dtype)
+
+    def ones_like(self, dtype: DType | str | None = None) -> Tensor:
+        return self.full_like(1, dtype)
+
+    # ---------------------------------------------------------------- realization
+    def realize(self, *others: Tensor) -> Tensor:
+        """Compute this tensor (and ``others``) now; work shared between them is done once."""
+        from tgcore.engine.realize import run_schedule
+        todo = [t for t in (self, *others) if t.uop.op is not Ops.BUFFER and not _is_realized(t.uop)]
+        if not todo:
+            return self
+        outs = list(dict.fromkeys(t.uop for t in todo))
+        items, result = create_schedule(outs, self.device)
+        run_schedule(items)
+        for t in todo:
+            lazy = t.uop
+            buf = result[lazy]
+            realized[lazy] = buf
+            t.uop = UOp(Ops.RESHAPE, buf.dtype, (buf,), t.shape)
+        return self
+
+    def _buffer(self):  # noqa: ANN202
+        self.realize()
+        base = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop
+        return buffers[base]
+
+    def numpy(self) -> np.ndarray:
+        """A new numpy array with the tensor's values (bfloat16/fp8 come back as float32)."""
+        if self.dtype.np is None and self.dtype not in (dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2):
+            raise TypeError(f"no numpy equivalent for {self.dtype!r}")
+        if self.numel() == 0:
+            np_dt = self.dtype.np if self.dtype.np is not None else np.float32
+            return np.zeros(self.shape, dtype=np_dt)
+        buf = self._buffer()
+        if self.dtype.np is None:
+            bits_dt = np.uint16 if self.dtype.itemsize == 2 else np.uint8
+            bits = np.frombuffer(bytes(buf.as_buffer(allow_zero_copy=False)), dtype=bits_dt)
+            return dtypes.bits_to_float(bits, self.dtype).astype(np.float32).reshape(self.shape)
+        flat = np.frombuffer(bytes(buf.as_buffer(allow_zero_copy=False)), dtype=self.dtype.np)
+        return flat.reshape(self.shape).copy()
+
+    def tolist(self) -> Any:
+        return self.numpy().tolist()
+
+    def item(self) -> Scalar:
+        if self.numel() != 1:
+            raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+        return self.numpy().reshape(()).item()
+
+    def to(self, device: str) -> Tensor:
+        dev = canonical(device)
+        if dev == self.device:
+            return self
+        t = Tensor.__new__(Tensor)
+        t.uop = UOp(Ops.COPY, self.dtype, (self.contiguous().uop, UOp(Ops.DEVICE, dtypes.void, (), dev)))
+        t.device = dev
+        return t
+
+    def contiguous(self) -> Tensor:
+        return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+
+    # ---------------------------------------------------------------- movement
+    def reshape(self, *shape: Any) -> Tensor:
+        new = list(_shape_args(shape)) if shape else []
+        if new.count(-1) > 1:
+            raise ValueError("reshape: only one dimension can be -1")
+        if -1 in new:
+            known = prod(s for s in new if s != -1)
+            if known == 0 or self.numel() % known:
+                raise ValueError(f"cannot reshape {self.shape} into {tuple(new)}")
+            new[new.index(-1)] = self.numel() // known
+        shp = _check_shape(tuple(new))
+        if prod(shp) != self.numel():
+            raise ValueError(f"cannot reshape {self.shape} ({self.numel()} elements) into {shp} ({prod(shp)})")
+        if shp == self.shape:
+            return self
+        src = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop  # fold reshape of reshape
+        if shape_of(src) == shp:
+            return self._new(src)
+        return self._new(UOp(Ops.RESHAPE, self.dtype, (src,), shp))
+
+    def view(self, *shape: Any) -> Tensor:
+        return self.reshape(*shape)
+
+    def permute(self, *order: Any) -> Tensor:
+        o = tuple(_axis(a, self.ndim) for a in _shape_args(order)) if self.ndim else ()
+        if sorted(o) != list(range(self.ndim)):
+            raise ValueError(f"permute order {order} is not a permutation of {self.ndim} axes")
+        if o == tuple(range(self.ndim)):
+            return self
+        return self._new(UOp(Ops.PERMUTE, self.dtype, (self.uop,), o))
+
+    def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
+        order = list(range(self.ndim))
+        a, b = _axis(dim0, self.ndim), _axis(dim1, self.ndim)
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order)
+
+    @property
+    def T(self) -> Tensor:
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    def expand(self, *shape: Any) -> Tensor:
+        new = _shape_args(shape)
+        if len(new) < self.ndim:
+            raise ValueError(f"expand to {new}: fewer dimensions than the tensor's {self.shape}")
+        me = self.reshape((1,) * (len(new) - self.ndim) + self.shape) if len(new) > self.ndim else self
+        out = tuple(m if n == -1 else n for m, n in zip(me.shape, new, strict=True))
+        for m, n in zip(me.shape, out, strict=True):
+            if m != n and m != 1:
+                raise ValueError(f"cannot expand {self.shape} to {new}: only size-1 dimensions expand")
+        if out == me.shape:
+            return me
+        return me._new(UOp(Ops.EXPAND, self.dtype, (me.uop,), _check_shape(out)))
+
+    def pad(self, padding: Sequence[tuple[int, int] | None], value: Scalar = 0) -> Tensor:
+        """Pad each axis by (before, after); negative amounts remove elements."""
+        if len(padding) != self.ndim:
+            raise ValueError(f"pad needs one (before, after) per axis: got {len(padding)} for {self.ndim} axes")
+        pads = tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
+        # negative padding is a shrink
+        shrink = tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pads, self.shape, strict=True))
+        if any(lo > hi for lo, hi in shrink):
+            raise ValueError(f"padding {padding} removes more than the tensor's shape {self.shape}")
+        me = self.shrink(shrink)
+        pos = tuple((max(b, 0), max(a, 0)) for b, a in pads)
+        if all(p == (0, 0) for p in pos):
+            return me
+        out = me._new(UOp(Ops.PAD, self.dtype, (me.uop,), pos))
+        if value == 0:
+            return out
+        mask = me.ones_like(dtypes.bool)._new(UOp(Ops.PAD, dtypes.bool, (me.ones_like(dtypes.bool).uop,), pos))
+        return mask.where(out, value)
+
+    def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+        if len(arg) != self.ndim:
+            raise ValueError(f"shrink needs one (start, end) per axis: got {len(arg)} for {self.ndim} axes")
+        bounds = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape, strict=True))
+        for (lo, hi), s in zip(bounds, self.shape, strict=True):
+            if not 0 <= lo <= hi <= s:
+                raise ValueError(f"shrink {arg} is out of bounds for shape {self.shape}")
+        if all(b == (0, s) for b, s in zip(bounds, self.shape, strict=True)):
+            return self
+        return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), bounds))
+
+    def flip(self, *axis: Any) -> Tensor:
+        axes = {_axis(a, self.ndim) for a in _shape_args(axis)}
+        if not axes:
+            return self
+        return self._new(UOp(Ops.FLIP, self.dtype, (self.uop,), tuple(i in axes for i in range(self.ndim))))
+
+    def squeeze(self, dim: int | None = None) -> Tensor:
+        if dim is None:
+            return self.reshape(tuple(s for s in self.shape if s != 1))
+        d = _axis(dim, self.ndim)
+        return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        d = _axis(dim, self.ndim + 1)
+        return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
+
+    def flatten(self, start_dim: int = 0) -> Tensor:
+        s = _axis(start_dim, self.ndim) if self.ndim else 0
+        return self.reshape(self.shape[:s] + (prod(self.shape[s:]),))
+
+    # ---------------------------------------------------------------- elementwise
+    def _const(self, value: Scalar, dtype: DType) -> Tensor:
+        return self._new(UOp.const(dtype, value)).reshape((1,) * self.ndim).expand(self.shape) if self.ndim else \
+            self._new(UOp.const(dtype, value))
+
+    def _broadcast_pair(self, other: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
+        if isinstance(other, Tensor):
+            if other.device != self.device:
+                raise ValueError(f"tensors on different devices: {self.device} and {other.device}; use .to()")
+            dt = least_upper_dtype(self.dtype, other.dtype)
+            a, b = self.cast(dt), other.cast(dt)
+        elif isinstance(other, (bool, int, float, np.generic)):
+            value = other.item() if isinstance(other, np.generic) else other
+            dt = self.dtype
+            if isinstance(value, float) and not dtypes.is_float(dt):
+                dt = dtypes.default_float
+            elif isinstance(value, int) and not isinstance(value, bool) and dt is dtypes.bool:
+                dt = dtypes.default_int
+            a = self.cast(dt)
+            b = a._const(value, dt)
+        else:
+            return NotImplemented, NotImplemented  # type: ignore[return-value]
+        shape = _broadcast_shape(a.shape, b.shape)
+        a, b = a._broadcast_to(shape), b._broadcast_to(shape)
+        return (b, a) if reverse else (a, b)
+
+    def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
+        if self.shape == shape:
+            return self
+        return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
+
+    def _binop(self, op: Ops, other: Any, reverse: bool = False) -> Tensor:
+        a, b = self._broadcast_pair(other, reverse)
+        if a is NotImplemented:
+            return NotImplemented
+        return a._new(a.uop.alu(op, b.uop))
+
+    def __add__(self, x: Any) -> Tensor:
+        return self._binop(Ops.ADD, x)
+
+    def __radd__(self, x: Any) -> Tensor:
+        return self._binop(Ops.ADD, x, True)
+
+    def __sub__(self, x: Any) -> Tensor:
+        a, b = self._broadcast_pair(x)
+        return a + (-b)
+
+    def __rsub__(self, x: Any) -> Tensor:
+        a, b = self._broadcast_pair(x, True)
+        return a + (-b)
+
+    def __mul__(self, x: Any) -> Tensor:
+        return self._binop(Ops.MUL, x)
+
+    def __rmul__(self, x: Any) -> Tensor:
+        return self._binop(Ops.MUL, x, True)
+
+    def __truediv__(self, x: Any) -> Tensor:
+        a, b = self._broadcast_pair(x)
+        dt = least_upper_float(a.dtype)
+        return a._new(a.cast(dt).uop.alu(Ops.FDIV, b.cast(dt).uop))
+
+    def __rtruediv__(self, x: Any) -> Tensor:
+        a, b = self._broadcast_pair(x, True)
+        return a / b
+
+    def __neg__(self) -> Tensor:
+        if self.dtype is dtypes.bool:
+            return self.logical_not()
+        return self._new(self.uop.alu(Ops.NEG))
+
+    def __floordiv__(self, x: Any) -> Tensor:
+        a, b = self._broadcast_pair(x)
+        return a._floordiv(b)
+
+    def __rfloordiv__(self, x: Any) -> Tensor:
+        a, b = self._broadcast_pair(x, True)
+        return a._floordiv(b)
+
+    def _floordiv(self, b: Tensor) -> Tensor:
+        if dtypes.is_float(self.dtype):
+            return (self / b).floor()
+        q = self._new(self.uop.alu(Ops.IDIV, b.uop))
+        if dtypes.is_unsigned(self.dtype) or self.dtype is dtypes.bool:
+            return q
+        r = self._new(self.uop.alu(Ops.MOD, b.uop))
+        adjust = (r != 0) & ((r < 0) != (b < 0))
+        return adjust.where(q - 1, q)
+
+    def __mod__(self, x: Any) -> Tensor:
+        a, b = self._broadcast_pair(x)
+        return a._mod(b)
+
+    def __rmod__(self, x: Any) -> Tensor:
+        a, b = self._broadcast_pair(x, True)
+        return a._mod(b)
+
+    def _mod(self, b: Tensor) -> Tensor:
+        if dtypes.is_float(self.dtype):
+            return self - (self / b).floor() * b
+        r = self._new(self.uop.alu(Ops.MOD, b.uop))
+        if dtypes.is_unsigned(self.dtype):
+            return r
+        adjust = (r != 0) & ((r < 0) != (b < 0))
+        return adjust.where(r + b, r)
+
+    def __lt__(self, x: Any) -> Tensor:
+        return self._binop(Ops.CMPLT, x)
+
+    def __gt__(self, x: Any) -> Tensor:
+        return self._binop(Ops.CMPLT, x, True)
+
+    def __le__(self, x: Any) -> Tensor:
+        return (self > x).logical_not()
+
+    def __ge__(self, x: Any) -> Tensor:
+        return (self < x).logical_not()
+
+    def __eq__(self, x: Any) -> Tensor:  # type: ignore[override]
+        return self._binop(Ops.CMPEQ, x)
+
+    def __ne__(self, x: Any) -> Tensor:  # type: ignore[override]
+        return self._binop(Ops.CMPNE, x)
+
+    def __and__(self, x: Any) -> Tensor:
+        return self._binop(Ops.AND, x)
+
+    def __or__(self, x: Any) -> Tensor:
+        return self._binop(Ops.OR, x)
+
+    def __xor__(self, x: Any) -> Tensor:
+        return self._binop(Ops.XOR, x)
+
+    def __rand__(self, x: Any) -> Tensor:
+        return self._binop(Ops.AND, x, True)
+
+    def __ror__(self, x: Any) -> Tensor:
+        return self._binop(Ops.OR, x, True)
+
+    def __rxor__(self, x: Any) -> Tensor:
+        return self._binop(Ops.XOR, x, True)
+
+    def __invert__(self) -> Tensor:
+        if self.dtype is dtypes.bool:
+            return self.logical_not()
+        if not dtypes.is_int(self.dtype):
+            raise TypeError(f"~ needs an integer or bool tensor, got {self.dtype!r}")
+        return self ^ -1 if not dtypes.is_unsigned(self.dtype) else self ^ int(self.dtype.max)
+
+    def __lshift__(self, x: Any) -> Tensor:
+        return self._binop(Ops.SHL, x)
+
+    def __rshift__(self, x: Any) -> Tensor:
+        return self._binop(Ops.SHR, x)
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise ValueError("the truth value of a tensor with more than one element is ambiguous")
+        return bool(self.item())
+
+    def logical_not(self) -> Tensor:
+        return self.cast(dtypes.bool)._binop(Ops.CMPNE, True)
+
+    def maximum(self, x: Any) -> Tensor:
+        return self._binop(Ops.MAX, x)
+
+    def minimum(self, x: Any) -> Tensor:
+        a, b = self._broadcast_pair(x)
+        return (a < b).where(a, b)
+
+    def where(self, x: Any, y: Any) -> Tensor:
+        """``x`` where this tensor is true (nonzero), else ``y``."""
+        cond = self.cast(dtypes.bool)
+        if isinstance(x, Tensor):
+            x_t, y_t = x._broadcast_pair(y)
+        elif isinstance(y, Tensor):
+            y_t, x_t = y._broadcast_pair(x)
+        else:
+            dt = least_upper_dtype(dtypes.from_py(x), dtypes.from_py(y))
+            x_t, y_t = Tensor(x, self.device, dt), Tensor(y, self.device, dt)
+        shape = _broadcast_shape(_broadcast_shape(cond.shape, x_t.shape), y_t.shape)
+        c, a, b = cond._broadcast_to(shape), x_t._broadcast_to(shape), y_t._broadcast_to(shape)
+        return a._new(c.uop.alu(Ops.WHERE, a.uop, b.uop))
+
+    def cast(self, dtype: DType | str) -> Tensor:
+        dt = to_dtype(dtype)
+        return self if dt is self.dtype else self._new(UOp(Ops.CAST, dt, (self.uop,)))
+
+    def bitcast(self, dtype: DType | str) -> Tensor:
+        dt = to_dtype(dtype)
+        if dt.itemsize != self.dtype.itemsize:
+            raise ValueError(f"bitcast {self.dtype!r} -> {dt!r}: item sizes differ ({self.dtype.itemsize} vs "
+                             f"{dt.itemsize})")
+        return self if dt is self.dtype else self._new(UOp(Ops.BITCAST, dt, (self.uop,)))
+
+    def float(self) -> Tensor:
+        return self.cast(dtypes.float32)
+
+    def half(self) -> Tensor:
+        return self.cast(dtypes.float16)
+
+    def int(self) -> Tensor:
+        return self.cast(dtypes.int32)
+
+    def bool(self) -> Tensor:
+        return self.cast(dtypes.bool)
+
+    def double(self) -> Tensor:
+        return self.cast(dtypes.float64)
+
+    def long(self) -> Tensor:
+        return self.cast(dtypes.int64)
+
+    def abs(self) -> Tensor:
+        return self if dtypes.is_unsigned(self.dtype) or self.dtype is dtypes.bool else (self < 0).where(-self, self)
+
+    def trunc(self) -> Tensor:
+        return self if not dtypes.is_float(self.dtype) else self._new(self.uop.alu(Ops.TRUNC))
+
+    def floor(self) -> Tensor:
+        t = self.trunc()
+        return (t > self).where(t - 1, t) if dtypes.is_float(self.dtype) else t
+
+    def ceil(self) -> Tensor:
+        t = self.trunc()
+        return (t < self).where(t + 1, t) if dtypes.is_float(self.dtype) else t
+
+    def sqrt(self) -> Tensor:
+        return self._float_unary(Ops.SQRT)
+
+    def exp2(self) -> Tensor:
+        return self._float_unary(Ops.EXP2)
+
+    def log2(self) -> Tensor:
+        return self._float_unary(Ops.LOG2)
+
+    def sin(self) -> Tensor:
+        return self._float_unary(Ops.SIN)
+
+    def reciprocal(self) -> Tensor:
+        return self._float_unary(Ops.RECIPROCAL)
+
+    def exp(self) -> Tensor:
+        return (self.cast(least_upper_float(self.dtype)) * (1 / math.log(2))).exp2()
+
+    def log(self) -> Tensor:
+        return self.log2() * math.log(2)
+
+    def relu(self) -> Tensor:
+        return (self > 0).where(self, 0)
+
+    def _float_unary(self, op: Ops) -> Tensor:
+        x = self.cast(least_upper_float(self.dtype))
+        return x._new(x.uop.alu(op))
+
+    # ---------------------------------------------------------------- reductions
+    def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
+        axes = tuple(range(self.ndim)) if axis is None else \
+            tuple(sorted({_axis(a, self.ndim) for a in ((axis,) if isinstance(axis, int) else axis)}))
+        if self.ndim == 0:
+            return self
+        out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
+        if not axes:
+            red = self
+        else:
+            red = self._new(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
+        if keepdim:
+            return red
+        return red.reshape(tuple(s for i, s in enumerate(out_shape) if i not in axes))
+
+    def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+            dtype: DType | str | None = None) -> Tensor:
+        """Sum; ints and bools accumulate as int64 (uint64 for unsigned), narrow floats in float32."""
+        if dtype is not None:
+            out_dt = acc_dt = to_dtype(dtype)
+        elif dtypes.is_int(self.dtype) or self.dtype is dtypes.bool:
+            out_dt = acc_dt = dtypes.uint64 if dtypes.is_unsigned(self.dtype) else dtypes.int64
+        else:
+            out_dt = self.dtype
+            acc_dt = dtypes.float32 if self.dtype in (dtypes.float16, dtypes.bfloat16) else self.dtype
+        return self.cast(acc_dt)._reduce(Ops.ADD, axis, keepdim).cast(out_dt)
+
+    def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        return self._reduce(Ops.MAX, axis, keepdim)
+
+    def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        if self.dtype is dtypes.bool:
+            return self.logical_not().max(axis, keepdim).logical_not()
+        if dtypes.is_unsigned(self.dtype):
+            return (int(self.dtype.max) - (int(self.dtype.max) - self).max(axis, keepdim))
+        return -((-self).max(axis, keepdim))
+
+    def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        out = self.cast(least_upper_float(self.dtype)).sum(axis, keepdim)
+        n = prod(self.shape) // max(1, prod(out.shape)) if self.numel() else 0
+        return out / n if n else out * math.nan
+
+    def cumsum(self, axis: int = 0) -> Tensor:
+        """Running sum along ``axis`` (a masked sum over a window: O(n^2) work along that axis)."""
+        ax = _axis(axis, self.ndim)
+        n = self.shape[ax]
+        x = self.transpose(ax, -1) if ax != self.ndim - 1 else self
+        rows = Tensor.arange(n, device=self.device).reshape(n, 1)
+        cols = Tensor.arange(n, device=self.device).reshape(1, n)
+        mask = cols <= rows  # [i, j]: j contributes to position i
+        window = x.unsqueeze(-2).expand(x.shape[:-1] + (n, n))
+        out = mask.where(window, 0).sum(-1, dtype=self._sum_dtype())
+        return out.transpose(ax, -1) if ax != self.ndim - 1 else out
+
+    def _sum_dtype(self) -> DType:
+        if dtypes.is_int(self.dtype) or self.dtype is dtypes.bool:
+            return dtypes.uint64 if dtypes.is_unsigned(self.dtype) else dtypes.int64
+        return self.dtype
+
+    # ---------------------------------------------------------------- matmul
+    def matmul(self, other: Tensor) -> Tensor:
+        a, b = self, other
+        if a.ndim == 0 or b.ndim == 0:
+            raise ValueError("matmul needs tensors with at least one dimension")
+        a1, b1 = a.ndim == 1, b.ndim == 1
+        if a1:
+            a = a.reshape(1, -1)
+        if b1:
+            b = b.reshape(-1, 1)
+        if a.shape[-1] != b.shape[-2]:
+            raise ValueError(f"matmul shapes {self.shape} and {other.shape} do not line up "
+                             f"({a.shape[-1]} != {b.shape[-2]})")
+        dt = least_upper_dtype(a.dtype, b.dtype)
+        a, b = a.cast(dt), b.cast(dt)
+        # (..., M, K) x (..., K, N) -> (..., M, 1, K) * (..., 1, N, K), summed over K
+        prod_ = a.unsqueeze(-2) * b.transpose(-1, -2).unsqueeze(-3)
+        out = prod_.sum(-1, dtype=dt)
+        if a1:
+            out = out.squeeze(-2)
+        if b1:
+            out = out.squeeze(-1)
+        return out
+
+    def __matmul__(self, other: Tensor) -> Tensor:
+        return self.matmul(other)
+
+    def dot(self, other: Tensor) -> Tensor:
+        return self.matmul(other)
+
+
+def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    n = max(len(a), len(b))
+    pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    out = []
+    for x, y in zip(pa, pb, strict=True):
+        if x != y and 1 not in (x, y):
+            raise ValueError(f"shapes {a} and {b} cannot be broadcast together")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+def _is_realized(u: UOp) -> bool:
+    base = u.src[0] if u.op is Ops.RESHAPE else u
+    return base.op is Ops.BUFFER and base in buffers and buffers[base].is_allocated()
