@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -28,8 +28,8 @@ from tgcore.schedule.kernelize import buffers, create_schedule, new_buffer_uop, 
 from tgcore.schedule.shape import shape_of
 from tgcore.uop import Ops, UOp
 
-Scalar = Union[bool, int, float]
-ShapeArg = Union[int, Sequence[int]]
+Scalar = bool | int | float
+ShapeArg = int | Sequence[int]
 
 
 def _shape_args(args: tuple[Any, ...]) -> tuple[int, ...]:
@@ -139,7 +139,8 @@ class Tensor:
 
     # ---------------------------------------------------------------- creation
     @staticmethod
-    def full(shape: ShapeArg, fill_value: Scalar, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    def full(shape: ShapeArg, fill_value: Scalar, dtype: DType | str | None = None,
+             device: str | None = None) -> Tensor:
         shp = _check_shape(_shape_args((shape,)))
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
         t = Tensor(UOp.const(dt, fill_value), device=device)

@@ -197,6 +197,7 @@ class Kernelizer:
         kernel.param(out)
         ranges = tuple(UOp.range(s, i, "global", dtype=kernel.idt) if s != 1 else UOp.const(kernel.idt, 0)
                        for i, s in enumerate(shape))
+        kernel.root, kernel.root_idx = node, ranges  # the kernel's own reduction always fuses
         value = kernel.lower(node.src[0] if node.op is Ops.CONTIGUOUS else node, ranges, None, direct=True)
         store = kernel.params[0].index(linear_index(ranges, shape, kernel.idt)).store(value)
         ast = UOp.sink(store)
@@ -218,6 +219,8 @@ class _KernelBuilder:
         self.memo: dict[tuple[Any, ...], UOp] = {}
         self.reduce_count = 0
         self.var_vals: dict[str, int] = {}
+        self.root: UOp | None = None
+        self.root_idx: tuple[UOp, ...] = ()
 
     def param(self, buf: UOp) -> UOp:
         if buf not in self.slot:
@@ -259,7 +262,7 @@ class _KernelBuilder:
         if op in (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP, Ops.PAD):
             return self._movement(node, idx, gate, direct)
         if op is Ops.REDUCE_AXIS:
-            if direct and owner.used_once(node):
+            if (direct and owner.used_once(node)) or (node is self.root and idx is self.root_idx):
                 return self._reduce(node, idx, gate)
             return self.load(owner.realize(node), idx, shape_of(node), gate)
         if op is Ops.DETACH:
