@@ -1,0 +1,203 @@
+"""Property tests for symbolic simplification and range analysis.
+
+Random integer expression trees (depth <= 6) over 1-3 bounded variables are simplified; for random
+in-range assignments the simplified expression must give the same value as the original, and every
+node's value must lie in [vmin, vmax]. The reference evaluator below is written independently of
+tgcore's constant folder: Python ints, C truncating // and %, wrap-around to int32 after each op.
+
+TG_FUZZ_EXAMPLES=<n> raises the number of examples (nightly runs).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tgcore.dtype import dtypes
+from tgcore.uop import Ops, UOp, sym_infer
+
+EXAMPLES = int(os.environ.get("TG_FUZZ_EXAMPLES", "2500"))
+FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _spec_on():
+    old = os.environ.get("TG_SPEC")
+    os.environ["TG_SPEC"] = "1"
+    yield
+    if old is None:
+        os.environ.pop("TG_SPEC", None)
+    else:
+        os.environ["TG_SPEC"] = old
+
+
+# ------------------------------------------------------------------------------------------------ reference
+
+def wrap32(v: int) -> int:
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v >= 1 << 31 else v
+
+
+def ref_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def ref_mod(a: int, b: int) -> int:
+    return a - b * ref_div(a, b)
+
+
+def ref_eval(u: UOp, env: dict[str, int]) -> dict[UOp, int | bool]:
+    """Values of every node of u's graph (int32 / bool), from first principles."""
+    vals: dict[UOp, int | bool] = {}
+    for n in u.toposort:
+        s = [vals[x] for x in n.src]
+        op = n.op
+        if op is Ops.CONST:
+            v = n.arg
+        elif op is Ops.DEFINE_VAR:
+            v = env[n.arg[0]]
+        elif op is Ops.ADD:
+            v = s[0] + s[1]
+        elif op is Ops.SUB:
+            v = s[0] - s[1]
+        elif op is Ops.MUL:
+            v = s[0] * s[1]
+        elif op is Ops.NEG:
+            v = -s[0]
+        elif op is Ops.IDIV:
+            v = ref_div(s[0], s[1])
+        elif op is Ops.MOD:
+            v = ref_mod(s[0], s[1])
+        elif op is Ops.MAX:
+            v = max(s[0], s[1])
+        elif op is Ops.CMPLT:
+            v = s[0] < s[1]
+        elif op is Ops.CMPNE:
+            v = s[0] != s[1]
+        elif op is Ops.CMPEQ:
+            v = s[0] == s[1]
+        elif op is Ops.WHERE:
+            v = s[1] if s[0] else s[2]
+        elif op is Ops.AND:
+            v = s[0] & s[1]
+        elif op is Ops.OR:
+            v = s[0] | s[1]
+        elif op is Ops.XOR:
+            v = s[0] ^ s[1]
+        elif op is Ops.CAST:
+            v = bool(s[0]) if n.dtype is dtypes.bool else int(s[0])
+        else:
+            raise AssertionError(f"reference evaluator has no {op}")
+        if n.dtype is dtypes.bool:
+            v = bool(v)
+        else:
+            v = wrap32(int(v))
+        vals[n] = v
+    return vals
+
+
+# ------------------------------------------------------------------------------------------------ generators
+
+LO = [0, 0, 0, 1, -1, -5, -20, 3]
+WIDTH = [0, 1, 3, 7, 15, 31, 63]
+KINDS = ["leaf", "add", "sub", "mul", "div", "mod", "min", "max", "where", "neg", "div", "mod"]
+DIVISORS = [1, 2, 3, 4, 5, 8, 16, -1, -2, -3, -4, 7, 12]
+CMPS = ["lt", "ne", "eq", "le", "gt", "ge"]
+
+
+class Builder:
+    """Builds a random expression tree from a drawn byte string (one hypothesis draw keeps generation
+    fast; zero bytes mean leaves and small constants, so shrinking gives small trees)."""
+
+    def __init__(self, blob: bytes, vs: list[UOp]):
+        self.blob, self.pos, self.vs = blob, 0, vs
+
+    def byte(self) -> int:
+        if self.pos >= len(self.blob):
+            return 0
+        self.pos += 1
+        return self.blob[self.pos - 1]
+
+    def pick(self, options):
+        return options[self.byte() % len(options)]
+
+    def booleans(self) -> bool:
+        return self.byte() % 2 == 1
+
+    def leaf(self) -> UOp:
+        if self.booleans():
+            return self.pick(self.vs)
+        return UOp.const(dtypes.int32, self.byte() % 25 - 12)
+
+    def int_expr(self, depth: int) -> UOp:
+        if depth == 0:
+            return self.leaf()
+        kind = self.pick(KINDS)
+        if kind == "leaf":
+            return self.leaf()
+        a = self.int_expr(depth - 1)
+        if kind == "neg":
+            return -a
+        if kind in ("div", "mod"):
+            if self.booleans():  # a non-zero constant divisor
+                divisor = UOp.const(dtypes.int32, self.pick(DIVISORS))
+            else:  # a symbolic divisor that can never be zero: max(e, 1), possibly negated
+                divisor = self.int_expr(depth - 1).maximum(1)
+                if self.booleans():
+                    divisor = -divisor
+            return a // divisor if kind == "div" else a % divisor
+        b = self.int_expr(depth - 1)
+        if kind == "add":
+            return a + b
+        if kind == "sub":
+            return a - b
+        if kind == "mul":
+            return a * b
+        if kind == "min":
+            return a.minimum(b)
+        if kind == "max":
+            return a.maximum(b)
+        return self.bool_expr(depth - 1).where(a, b)
+
+    def bool_expr(self, depth: int) -> UOp:
+        a, b = self.int_expr(depth), self.int_expr(depth)
+        kind = self.pick(CMPS)
+        return {"lt": a < b, "ne": a.ne(b), "eq": a.eq(b), "le": a <= b, "gt": a > b, "ge": a >= b}[kind]
+
+
+@st.composite
+def case(draw):
+    vs = []
+    for i in range(draw(st.integers(1, 3))):
+        lo = LO[draw(st.integers(0, len(LO) - 1))]
+        vs.append(UOp.variable(f"v{i}", lo, lo + WIDTH[draw(st.integers(0, len(WIDTH) - 1))]))
+    b = Builder(draw(st.binary(min_size=8, max_size=160)), vs)
+    depth = draw(st.integers(1, 6))
+    e = b.int_expr(depth)
+    if draw(st.integers(0, 5)) == 0:  # sometimes a comparison at the root
+        e = b.bool_expr(min(depth, 3)) & (e < draw(st.integers(-20, 40)))
+    envs = [{v.arg[0]: draw(st.integers(v.arg[1], v.arg[2])) for v in vs} for _ in range(4)]
+    envs += [{v.arg[0]: v.arg[1] for v in vs}, {v.arg[0]: v.arg[2] for v in vs}]  # the corners
+    return e, envs
+
+
+# ------------------------------------------------------------------------------------------------ properties
+
+@FUZZ
+@given(case())
+def test_simplify_preserves_value_and_bounds(c):
+    e, envs = c
+    s = e.simplify()
+    for env in envs:
+        want = ref_eval(e, env)
+        got = ref_eval(s, env)[s]
+        assert got == want[e], f"{e.render()} -> {s.render()} at {env}: {got} != {want[e]}"
+        for n, v in want.items():  # soundness of range analysis on every node of the original
+            assert n.vmin <= v <= n.vmax, f"{n.render()} = {v} outside [{n.vmin}, {n.vmax}] at {env}"
+        assert s.vmin <= got <= s.vmax, f"{s.render()} = {got} outside [{s.vmin}, {s.vmax}] at {env}"
+        assert sym_infer(e, env) == want[e]

@@ -1,0 +1,382 @@
+"""Symbolic simplification: constant folding, identities, index arithmetic, range-decided comparisons.
+
+In:  UOp graphs of ALU ops over constants, DEFINE_VARs, RANGEs, SPECIALs, loads, ...
+Out: rule tables (PatternMatchers) for graph_rewrite: `symbolic_simple` (folding and identities) and
+     `symbolic` (that, plus term collection, div/mod folding and comparison rewriting).
+
+Semantics every rule preserves: integers wrap around in their dtype, `//` truncates toward zero and
+`%` has the dividend's sign (C). Float rules are exact (no reassociation, x*0 is not folded). Rules
+that reason about values (div/mod splitting, comparisons) first prove with `vmin`/`vmax` that the
+sum they look at cannot wrap, so they are sound even near the dtype's limits.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tgcore.dtype import DType, dtypes
+from tgcore.uop.alu import UndefinedOp, bitcast_value, cast_value, exec_alu
+from tgcore.uop.bounds import dtype_bounds
+from tgcore.uop.ops import GroupOp, Ops
+from tgcore.uop.pattern import PatternMatcher, UPat
+from tgcore.uop.uop import UOp
+
+INTS = frozenset(dt for dt in dtypes.fields().values() if dtypes.is_int(dt))
+INTS_BOOL = INTS | {dtypes.bool}
+FLOATS = frozenset(dt for dt in dtypes.fields().values() if dtypes.is_float(dt))
+MAX_TERMS = 256  # longer sums are left as they are (term collection is linear per node)
+
+x, y, z = UPat.var("x"), UPat.var("y"), UPat.var("z")
+ix, iy = UPat.var("x", INTS), UPat.var("y", INTS)
+c1, c2 = UPat.cvar("c1"), UPat.cvar("c2")
+cond = UPat.var("cond", dtypes.bool)
+
+
+# ------------------------------------------------------------------------------------------------ folding
+
+def fold_alu(x: UOp) -> UOp | None:
+    """An ALU op whose sources are all constants becomes a constant."""
+    if x.dtype.count != 1 or not all(s.op is Ops.CONST for s in x.src):
+        return None
+    try:
+        value = exec_alu(x.op, x.dtype, tuple(s.arg for s in x.src))
+    except (UndefinedOp, NotImplementedError):
+        return None
+    return x.const_like(value)
+
+
+def fold_cast(x: UOp, c1: UOp) -> UOp | None:
+    if x.dtype.count != 1:
+        return None
+    try:
+        return x.const_like(cast_value(c1.arg, x.dtype))
+    except (UndefinedOp, NotImplementedError):
+        return None
+
+
+def fold_bitcast(x: UOp, c1: UOp) -> UOp | None:
+    if x.dtype.count != 1:
+        return None
+    try:
+        return x.const_like(bitcast_value(c1.arg, c1.dtype, x.dtype))
+    except (UndefinedOp, NotImplementedError):
+        return None
+
+
+def fold_by_range(x: UOp) -> UOp | None:
+    """An integer or bool op whose range analysis pins it to one value becomes that constant."""
+    lo, hi = x._min_max
+    return x.const_like(lo) if lo == hi and x.dtype.count == 1 else None
+
+
+def _all_ones(dtype: DType) -> int:
+    """The constant with every bit set: -1 for signed ints, the maximum for unsigned ones."""
+    return -1 if dtype_bounds(dtype)[0] < 0 else dtype_bounds(dtype)[1]
+
+
+# ------------------------------------------------------------------------------------------------ sums
+
+def _split_sum(u: UOp) -> tuple[list[tuple[UOp, int]], int] | None:
+    """u as sum(base * coeff) + const, by flattening nested ADDs; None when too long."""
+    terms: list[tuple[UOp, int]] = []
+    const: int = 0
+    stack = [u]
+    while stack:
+        n = stack.pop()
+        if n.op is Ops.ADD:
+            stack.append(n.src[1])
+            stack.append(n.src[0])
+        elif n.op is Ops.CONST:
+            const += int(n.arg)
+        elif n.op is Ops.MUL and n.src[1].op is Ops.CONST:
+            terms.append((n.src[0], n.src[1].arg))
+        else:
+            terms.append((n, 1))
+        if len(terms) > MAX_TERMS:
+            return None
+    return terms, const
+
+
+def _build_sum(dtype: DType, terms: list[tuple[UOp, int]], const: int) -> UOp:
+    out: UOp | None = None
+    for base, coeff in terms:
+        if coeff == 0:
+            continue
+        term = base if coeff == 1 else UOp(Ops.MUL, dtype, (base, UOp.const(dtype, coeff)))
+        out = term if out is None else UOp(Ops.ADD, dtype, (out, term))
+    if out is None:
+        return UOp.const(dtype, const)
+    return out if const == 0 else UOp(Ops.ADD, dtype, (out, UOp.const(dtype, const)))
+
+
+def _exact_bounds(terms: list[tuple[UOp, int]], const: int) -> tuple[int, int]:
+    """Bounds of the mathematical (unwrapped) value of sum(base * coeff) + const."""
+    lo = hi = const
+    for base, coeff in terms:
+        a, b = coeff * int(base.vmin), coeff * int(base.vmax)
+        lo, hi = lo + min(a, b), hi + max(a, b)
+    return lo, hi
+
+
+def _fits(dtype: DType, lo: int, hi: int) -> bool:
+    full = dtype_bounds(dtype)
+    return full[0] <= lo and hi <= full[1]
+
+
+def collect_terms(x: UOp) -> UOp | None:
+    """x*a + ... + x*b -> x*(a+b): merge the terms of a sum that share a base."""
+    if x.src[0].op is not Ops.ADD and x.src[1].op is not Ops.ADD and x.src[0] is not x.src[1]:
+        if not (x.src[0].op is Ops.MUL or x.src[1].op is Ops.MUL):
+            return None
+    split = _split_sum(x)
+    if split is None:
+        return None
+    terms, const = split
+    merged: dict[UOp, int] = {}
+    for base, coeff in terms:
+        merged[base] = merged.get(base, 0) + coeff
+    if len(merged) == len(terms):
+        return None
+    return _build_sum(x.dtype, list(merged.items()), const)
+
+
+# ------------------------------------------------------------------------------------------------ div/mod
+
+def _divmod_result(op: Ops, dtype: DType, quotient: UOp, rest: UOp, d: int) -> UOp:
+    if op is Ops.IDIV:
+        return quotient + (rest // d)
+    return rest % d
+
+
+def fold_divmod(x: UOp, c1: UOp, op: Ops) -> UOp | None:
+    """x // d and x % d for a positive constant d, by splitting the sum x (see the cases below)."""
+    d = c1.arg
+    if d <= 0:
+        return None
+    split = _split_sum(x)
+    if split is None:
+        return None
+    terms, const = split
+    lo, hi = _exact_bounds(terms, const)
+    if not _fits(x.dtype, lo, hi):
+        return None  # x may wrap around; its value is not the sum we see
+    dtype = x.dtype
+    # common factor: (g*y) // (g*e) -> y // e and (g*y) % (g*e) -> (y % e) * g, for any sign of y
+    g = math.gcd(d, const, *(c for _, c in terms))
+    if g > 1:
+        reduced = _build_sum(dtype, [(b, c // g) for b, c in terms], const // g)
+        return reduced // (d // g) if op is Ops.IDIV else (reduced % (d // g)) * g
+    if lo < 0:
+        return None  # below, floor and truncation differ
+    # whole multiples: (a*d*k + rest) // d -> a*k + rest // d when 0 <= rest
+    moved, kept = [], []
+    for base, coeff in terms:
+        if coeff >= d:
+            moved.append((base, coeff // d))
+            kept.append((base, coeff % d))
+        else:
+            kept.append((base, coeff))
+    const_q, const_r = (const // d, const % d) if const >= d else (0, const)
+    if moved or const_q:
+        rlo, rhi = _exact_bounds(kept, const_r)
+        if rlo >= 0 and _fits(dtype, rlo, rhi):
+            rest = _build_sum(dtype, kept, const_r)
+            return _divmod_result(op, dtype, _build_sum(dtype, moved, const_q), rest, d)
+    # partial factor: x = g*y + r with g | d and 0 <= r < g -> x // d = y // (d/g), x % d = (y % (d/g))*g + r
+    for g in sorted({math.gcd(c, d) for _, c in terms if c > 0}, reverse=True):
+        if g == 1:
+            break
+        small = [(b, c) for b, c in terms if c % g != 0]
+        rlo, rhi = _exact_bounds(small, const % g)
+        if rlo < 0 or rhi >= g:
+            continue
+        big = _build_sum(dtype, [(b, c // g) for b, c in terms if c % g == 0], const // g)
+        if op is Ops.IDIV:
+            return big // (d // g)
+        return (big % (d // g)) * g + _build_sum(dtype, small, const % g)
+    return None
+
+
+def mod_small(x: UOp, c1: UOp) -> UOp | None:
+    """x % d -> x when |x| < |d| (the remainder of a smaller magnitude is itself, in C)."""
+    d = abs(c1.arg)
+    return x if d > 0 and -d < x.vmin and x.vmax < d else None
+
+
+def nested_div(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
+    """(x // a) // b -> x // (a*b) for positive a, b (true for floor and truncation)."""
+    a, b = c1.arg, c2.arg
+    if a <= 0 or b <= 0 or a * b > dtype_bounds(x.dtype)[1]:
+        return None
+    return x // (a * b)
+
+
+# ------------------------------------------------------------------------------------------------ comparisons
+
+def lt_add_const(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
+    """x + a < b -> x < b - a, when x + a cannot wrap."""
+    a, b = c1.arg, c2.arg
+    if _fits(x.dtype, x.vmin + a, x.vmax + a) and _fits(x.dtype, b - a, b - a):
+        return x < (b - a)
+    return None
+
+
+def const_lt_add(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
+    """b < x + a -> b - a < x, when x + a cannot wrap."""
+    a, b = c1.arg, c2.arg
+    if _fits(x.dtype, x.vmin + a, x.vmax + a) and _fits(x.dtype, b - a, b - a):
+        return UOp.const(x.dtype, b - a) < x
+    return None
+
+
+def lt_sum_factor(x: UOp, c1: UOp) -> UOp | None:
+    """sum(base*coeff) < b -> sum(base*coeff/g) < ceil(b/g) for the common factor g > 1 of the coeffs."""
+    split = _split_sum(x)
+    if split is None:
+        return None
+    terms, const = split
+    if const != 0 or not terms:
+        return None
+    g = math.gcd(*(c for _, c in terms))
+    if g <= 1 or not _fits(x.dtype, *_exact_bounds(terms, 0)):
+        return None
+    return _build_sum(x.dtype, [(b, c // g) for b, c in terms], 0) < -((-c1.arg) // g)
+
+
+def lt_div(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
+    """x // d < c -> x < c*d for d > 0, c > 0 (trunc(x/d) <= c-1 exactly when x < c*d)."""
+    d, c = c1.arg, c2.arg
+    if d > 0 and c > 0 and _fits(x.dtype, c * d, c * d):
+        return x < c * d
+    return None
+
+
+def not_lt(x: UOp, y: UOp) -> UOp | None:
+    """not (x < y) -> y < x + 1 for integers, when x + 1 cannot wrap."""
+    if x.dtype in INTS and x.vmax < dtype_bounds(x.dtype)[1]:
+        return y < x + 1
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ rule tables
+
+def _swap_const(x: UOp) -> UOp | None:
+    """Put a constant operand of a commutative op on the right: c + y -> y + c."""
+    a, b = x.src
+    if a.op is Ops.CONST and b.op is not Ops.CONST:
+        return x.replace(src=(b, a))
+    return None
+
+
+symbolic_simple = PatternMatcher([
+    # constant folding: op(c, c, ...) -> c
+    (UPat(GroupOp.ALU, name="x"), fold_alu),
+    # cast / bitcast of a constant
+    (UPat(Ops.CAST, name="x", src=(c1,)), fold_cast),
+    (UPat(Ops.BITCAST, name="x", src=(c1,)), fold_bitcast),
+    # an int/bool op pinned to one value by range analysis -> that constant
+    (UPat(GroupOp.ALU | {Ops.CAST}, INTS_BOOL, name="x"), fold_by_range),
+    # c op y -> y op c for commutative ops
+    (UPat(GroupOp.Commutative, name="x", src=(UPat.var(), UPat.var())), _swap_const),
+    # x + 0 -> x (ints, bools); x + -0.0 -> x, x - 0.0 -> x (floats, exact)
+    (UPat(Ops.ADD, INTS_BOOL, src=(x, c1)), lambda x, c1: x if c1.arg == 0 else None),
+    (UPat(Ops.ADD, FLOATS, src=(x, c1)), lambda x, c1: x if c1.arg == 0 and math.copysign(1, c1.arg) < 0 else None),
+    (UPat(Ops.SUB, FLOATS, src=(x, c1)), lambda x, c1: x if c1.arg == 0 and math.copysign(1, c1.arg) > 0 else None),
+    # x * 1 -> x (any dtype); x * 0 -> 0 (ints only: inf*0 is nan)
+    (x * c1, lambda x, c1: x if c1.arg == 1 and x.dtype is c1.dtype else None),
+    (UPat(Ops.MUL, INTS, src=(x, c1)), lambda x, c1: c1 if c1.arg == 0 else None),
+    # x / 1.0 -> x
+    (UPat(Ops.FDIV, src=(x, c1)), lambda x, c1: x if c1.arg == 1 else None),
+    # x // 1 -> x, x // -1 -> -x, x % 1 -> 0, x % -1 -> 0
+    (UPat(Ops.IDIV, src=(x, c1)), lambda x, c1: x if c1.arg == 1 else (x * -1 if c1.arg == -1 else None)),
+    (UPat(Ops.MOD, src=(x, c1)), lambda x, c1: x.const_like(0) if c1.arg in (1, -1) else None),
+    # integer canonical forms: x - y -> x + y*-1, NEG(x) -> x*-1
+    (UPat(Ops.SUB, INTS, src=(x, y)), lambda x, y: x + y * -1),
+    (UPat(Ops.NEG, INTS, src=(x,)), lambda x: x * -1),
+    # -(-x) -> x for floats
+    (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(x,)),)), lambda x: x),
+    # x << c -> x * 2**c (ints)
+    (UPat(Ops.SHL, INTS, src=(x, c1)),
+     lambda x, c1: x * (1 << c1.arg) if 0 <= c1.arg < 8 * x.dtype.itemsize else None),
+    # x >> c -> x // 2**c when x >= 0
+    (UPat(Ops.SHR, INTS, src=(x, c1)),
+     lambda x, c1: x // (1 << c1.arg) if 0 <= c1.arg < 8 * x.dtype.itemsize and x.vmin >= 0 else None),
+    # boolean algebra: x & True -> x, x & False -> False, x | False -> x, x | True -> True, x ^ False -> x
+    (UPat(Ops.AND, dtypes.bool, src=(x, c1)), lambda x, c1: x if c1.arg else c1),
+    (UPat(Ops.OR, dtypes.bool, src=(x, c1)), lambda x, c1: c1 if c1.arg else x),
+    (UPat(Ops.XOR, dtypes.bool, src=(x, c1)), lambda x, c1: x.logical_not() if c1.arg else x),
+    # ints: x & -1 -> x, x | 0 -> x, x ^ 0 -> x, x & 0 -> 0
+    (UPat(Ops.AND, INTS, src=(x, c1)),
+     lambda x, c1: x if c1.arg == _all_ones(x.dtype) else (c1 if c1.arg == 0 else None)),
+    (UPat((Ops.OR, Ops.XOR), INTS, src=(x, c1)), lambda x, c1: x if c1.arg == 0 else None),
+    # x & x -> x, x | x -> x, max(x, x) -> x
+    (UPat((Ops.AND, Ops.OR, Ops.MAX), src=(x, x)), lambda x: x),
+    # x ^ x -> 0 (ints, bools)
+    (UPat(Ops.XOR, INTS_BOOL, src=(x, x), name="u"), lambda u, x: u.const_like(0)),
+    # x < x -> False, x != x -> False, x == x -> True (ints, bools: no nan)
+    (UPat((Ops.CMPLT, Ops.CMPNE), src=(UPat.var("x", INTS_BOOL), UPat.var("x")), name="u"),
+     lambda u, x: u.const_like(False)),
+    (UPat(Ops.CMPEQ, src=(UPat.var("x", INTS_BOOL), UPat.var("x")), name="u"), lambda u, x: u.const_like(True)),
+    # bool x != False -> x, x == True -> x, x == False -> x != True
+    (UPat(Ops.CMPNE, src=(UPat.var("x", dtypes.bool), c1)), lambda x, c1: None if c1.arg else x),
+    (UPat(Ops.CMPEQ, src=(UPat.var("x", dtypes.bool), c1)), lambda x, c1: x if c1.arg else x.logical_not()),
+    # not not x -> x
+    (UPat(Ops.CMPNE, src=(UPat(Ops.CMPNE, src=(x, UPat.const(dtypes.bool, True))), UPat.const(dtypes.bool, True))),
+     lambda x: x),
+    # where(True, a, b) -> a, where(False, a, b) -> b
+    (UPat(Ops.WHERE, src=(c1, y, z)), lambda c1, y, z: y if c1.arg else z),
+    # where(c, a, a) -> a
+    (UPat(Ops.WHERE, src=(UPat.var(), y, y)), lambda y: y),
+    # where(c, True, False) -> c; where(c, False, True) -> not c
+    (UPat(Ops.WHERE, dtypes.bool, src=(cond, c1, c2)),
+     lambda cond, c1, c2: (cond if c1.arg else cond.logical_not()) if bool(c1.arg) != bool(c2.arg) else None),
+    # where(not c, a, b) -> where(c, b, a)
+    (UPat(Ops.WHERE, src=(UPat(Ops.CMPNE, src=(cond, UPat.const(dtypes.bool, True))), y, z)),
+     lambda cond, y, z: cond.where(z, y)),
+    # cast to the same dtype -> x; cast of a cast that widened first -> x
+    (UPat(Ops.CAST, name="u", src=(x,)), lambda u, x: x if u.dtype is x.dtype else None),
+    (UPat(Ops.CAST, INTS, name="u", src=(UPat(Ops.CAST, INTS, src=(ix,), name="mid"),)),
+     lambda u, mid, x: x if u.dtype is x.dtype and _fits(mid.dtype, *dtype_bounds(x.dtype)) else None),
+])
+
+symbolic = symbolic_simple + PatternMatcher([
+    # (x + c1) + c2 -> x + (c1 + c2), (x * c1) * c2 -> x * (c1 * c2)   (ints: wrap-around is a ring)
+    (UPat(Ops.ADD, INTS, src=(UPat(Ops.ADD, src=(x, c1)), c2)), lambda x, c1, c2: x + (c1.arg + c2.arg)),
+    (UPat(Ops.MUL, INTS, src=(UPat(Ops.MUL, src=(x, c1)), c2)), lambda x, c1, c2: x * (c1.arg * c2.arg)),
+    # (x + c) + y -> (x + y) + c: constants move to the outside of sums
+    (UPat(Ops.ADD, INTS, src=(UPat(Ops.ADD, src=(x, c1)), y)),
+     lambda x, c1, y: (x + y) + c1 if y.op is not Ops.CONST else None),
+    # (x + y) * c -> x*c + y*c: distribute constant factors over sums
+    (UPat(Ops.MUL, INTS, src=(UPat(Ops.ADD, src=(x, y)), c1)), lambda x, y, c1: x * c1 + y * c1),
+    # x*a + x*b -> x*(a+b), also deep inside a sum
+    (UPat(Ops.ADD, INTS, name="x"), collect_terms),
+    # max(x, y) -> x when x >= y always
+    (UPat(Ops.MAX, INTS, src=(x, y)), lambda x, y: x if x.vmin >= y.vmax else (y if y.vmin >= x.vmax else None)),
+    # x // -c -> -(x // c); x % -c -> x % c (truncating division)
+    (UPat(Ops.IDIV, INTS, src=(x, c1)), lambda x, c1: (x // -c1.arg) * -1 if c1.arg < 0 else None),
+    (UPat(Ops.MOD, INTS, src=(x, c1)), lambda x, c1: x % -c1.arg if c1.arg < 0 else None),
+    # x % d -> x when |x| < d
+    (UPat(Ops.MOD, INTS, src=(x, c1)), mod_small),
+    # (x // a) // b -> x // (a*b)
+    (UPat(Ops.IDIV, INTS, src=(UPat(Ops.IDIV, src=(x, c1)), c2)), nested_div),
+    # (x % m) % d -> x % d when d divides m
+    (UPat(Ops.MOD, INTS, src=(UPat(Ops.MOD, src=(x, c1)), c2)),
+     lambda x, c1, c2: x % c2.arg if c2.arg > 0 and c1.arg % c2.arg == 0 else None),
+    # (x // d) * d + x % d -> x
+    (UPat(Ops.ADD, INTS, src=(UPat(Ops.MUL, src=(UPat(Ops.IDIV, src=(x, c1)), c1)), UPat(Ops.MOD, src=(x, c1)))),
+     lambda x, c1: x),
+    # sum // d, sum % d: common factors, whole multiples, partial factors
+    (UPat(Ops.IDIV, INTS, src=(x, c1)), lambda x, c1: fold_divmod(x, c1, Ops.IDIV)),
+    (UPat(Ops.MOD, INTS, src=(x, c1)), lambda x, c1: fold_divmod(x, c1, Ops.MOD)),
+    # x + a < b -> x < b - a
+    (UPat(Ops.CMPLT, src=(UPat(Ops.ADD, INTS, src=(x, c1)), c2)), lt_add_const),
+    # b < x + a -> b - a < x
+    (UPat(Ops.CMPLT, src=(c2, UPat(Ops.ADD, INTS, src=(x, c1)))), const_lt_add),
+    # g*x + g*y < b -> x + y < ceil(b/g)
+    (UPat(Ops.CMPLT, src=(UPat(Ops.ADD, INTS, name="x"), c1)), lt_sum_factor),
+    (UPat(Ops.CMPLT, src=(UPat(Ops.MUL, INTS, name="x"), c1)), lt_sum_factor),
+    # x // d < c -> x < c*d
+    (UPat(Ops.CMPLT, src=(UPat(Ops.IDIV, INTS, src=(x, c1)), c2)), lt_div),
+    # not (x < y) -> y < x + 1 (ints)
+    (UPat(Ops.CMPNE, src=(UPat(Ops.CMPLT, src=(x, y)), UPat.const(dtypes.bool, True))), not_lt),
+])

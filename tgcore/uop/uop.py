@@ -1,0 +1,533 @@
+"""UOp: the immutable, hash-consed node of the graph IR.
+
+In:  an op (`Ops`), a dtype, a tuple of source UOps, a free-form hashable `arg` and an optional `tag`.
+Out: a `UOp`. Building a UOp whose fields equal a live one returns that same object, so identity is
+     structural equality: `a is b`, `a == b` and dict lookups are all cheap and agree.
+
+Cached per node (computed iteratively, so a 200k-node chain is fine): `toposort`, `backward_slice`,
+`ranges` (the RANGE loops a node depends on) and `vmin`/`vmax` (range analysis, see `bounds.py`).
+Builders: Python operators (integer `//` and `%` truncate toward zero like C), `.alu`, `.cast`,
+`.where`, `.maximum`, `UOp.const`, `UOp.variable`, `UOp.range`, ...; rewriting helpers `.replace`,
+`.substitute`, `.simplify`; `.render()` gives a compact infix string for debugging.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from tgcore.dtype import DType, dtypes
+from tgcore.uop.ops import GroupOp, Ops
+
+# ------------------------------------------------------------------------------------------------ interning
+
+_interned: dict[tuple, weakref.ref] = {}
+
+
+def _arg_key(op: Ops, arg: Any) -> Any:
+    """The part of the interning key that stands for `arg`.
+
+    Floats need care: 0.0 == -0.0 and nan != nan in Python, but they are different constants.
+    """
+    if type(arg) is float:
+        return (float, arg.hex())
+    if op is Ops.VCONST and type(arg) is tuple:
+        return tuple((float, a.hex()) if type(a) is float else a for a in arg)
+    return arg
+
+
+class _UOpMeta(type):
+    """Hash-consing: `UOp(...)` returns the live UOp with the same fields when there is one."""
+
+    def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
+                 tag: Any = None) -> UOp:
+        if type(src) is not tuple:
+            src = tuple(src)
+        key = (op, dtype, src, _arg_key(op, arg), tag)
+        ref = _interned.get(key)
+        if ref is not None and (found := ref()) is not None:
+            return found
+        u: UOp = object.__new__(cls)  # type: ignore[arg-type]
+        d = u.__dict__
+        d["op"], d["dtype"], d["src"], d["arg"], d["tag"] = op, dtype, src, arg, tag
+        _interned[key] = weakref.ref(u, _forget(key))
+        return u
+
+
+def _forget(key: tuple) -> Callable[[weakref.ref], None]:
+    def callback(ref: weakref.ref) -> None:
+        if _interned.get(key) is ref:
+            del _interned[key]
+    return callback
+
+
+def _rebuild_graph(nodes: list[tuple]) -> UOp:
+    """Unpickle: rebuild a graph from its flat toposorted form (no recursion)."""
+    built: list[UOp] = []
+    for op, dtype, src_idx, arg, tag in nodes:
+        built.append(UOp(op, dtype, tuple(built[i] for i in src_idx), arg, tag))
+    return built[-1]
+
+
+def _fill_bottom_up(root: UOp, attr: str, compute: Callable[[UOp], Any]) -> Any:
+    """Set `node.__dict__[attr] = compute(node)` for every node under `root` lacking it, sources first.
+
+    Iterative, and it never caches a toposort on intermediate nodes, so it is linear in the new nodes.
+    """
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+        n, ready = stack.pop()
+        d = n.__dict__
+        if attr in d:
+            continue
+        if ready:
+            d[attr] = compute(n)
+            continue
+        stack.append((n, True))
+        for s in n.src:
+            if attr not in s.__dict__:
+                stack.append((s, False))
+    return root.__dict__[attr]
+
+
+def _ranges_of(u: UOp) -> dict[UOp, None]:
+    out: dict[UOp, None] = {}
+    for s in u.src:
+        out.update(s.__dict__["ranges"])
+    if u.op in (Ops.END, Ops.REDUCE):  # these close the loops listed after their first source
+        for r in u.src[1:]:
+            out.pop(r, None)
+    elif u.op is Ops.RANGE:
+        out[u] = None
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ UOp
+
+ConstType = bool | int | float
+
+
+class UOp(metaclass=_UOpMeta):
+    """An immutable IR node. Construct with `UOp(op, dtype, src, arg, tag)`; equal fields give the same object."""
+
+    op: Ops
+    dtype: DType
+    src: tuple[UOp, ...]
+    arg: Any
+    tag: Any
+
+    if TYPE_CHECKING:  # construction goes through _UOpMeta.__call__; this only tells type checkers the signature
+        def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
+                     tag: Any = None) -> None: ...
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("UOp is immutable; use .replace(...)")
+
+    def __reduce__(self) -> tuple:
+        index = {n: i for i, n in enumerate(self.toposort)}
+        nodes = [(n.op, n.dtype, tuple(index[s] for s in n.src), n.arg, n.tag) for n in index]
+        return (_rebuild_graph, (nodes,))
+
+    def __copy__(self) -> UOp:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> UOp:
+        return self
+
+    def __bool__(self) -> bool:
+        """A bool UOp is truthy when it simplifies to a constant True; undecidable conditions raise."""
+        if self.dtype is not dtypes.bool:
+            raise TypeError(f"truth value of a {self.dtype!r} UOp is ambiguous; compare it or use `is not None`")
+        folded = self.simplify()
+        if folded.op is Ops.CONST:
+            return bool(folded.arg)
+        raise TypeError(f"cannot decide {self.render()} symbolically; use tgcore.uop.resolve(cond, default)")
+
+    def __repr__(self) -> str:
+        body = self.render() if len(self.toposort) <= 64 else f"<{len(self.toposort)} nodes>"
+        arg = "" if self.arg is None else f", arg={self.arg!r}"
+        return f"<UOp {self.op.name} {self.dtype!r}{arg}: {body}>"
+
+    # -- cached graph facts --
+
+    @property
+    def toposort(self) -> dict[UOp, None]:
+        """Every node this one depends on, and itself last; sources always come before their users."""
+        d = self.__dict__
+        if "_topo" not in d:
+            order: dict[UOp, None] = {}
+            stack: list[tuple[UOp, bool]] = [(self, False)]
+            while stack:
+                n, ready = stack.pop()
+                if n in order:
+                    continue
+                if ready:
+                    order[n] = None
+                    continue
+                stack.append((n, True))
+                for s in reversed(n.src):
+                    if s not in order:
+                        stack.append((s, False))
+            d["_topo"] = order
+        return d["_topo"]
+
+    @property
+    def backward_slice(self) -> dict[UOp, None]:
+        """Every node this one depends on (not itself), in toposort order."""
+        return {n: None for n in self.toposort if n is not self}
+
+    @property
+    def ranges(self) -> dict[UOp, None]:
+        """The RANGE loops this node depends on and that are still open here (not closed by END/REDUCE)."""
+        d = self.__dict__
+        if "ranges" in d:
+            return d["ranges"]
+        return _fill_bottom_up(self, "ranges", _ranges_of)
+
+    @property
+    def _min_max(self) -> tuple[ConstType, ConstType]:
+        d = self.__dict__
+        if "_mm" in d:
+            return d["_mm"]
+        from tgcore.uop.bounds import node_bounds
+        return _fill_bottom_up(self, "_mm", node_bounds)
+
+    @property
+    def vmin(self) -> ConstType:
+        """A lower bound of every value this node can take (exact for constants and variables)."""
+        return self._min_max[0]
+
+    @property
+    def vmax(self) -> ConstType:
+        """An upper bound of every value this node can take."""
+        return self._min_max[1]
+
+    # -- construction helpers --
+
+    def replace(self, **kwargs: Any) -> UOp:
+        """This node with some of op/dtype/src/arg/tag changed."""
+        fields = {"op": self.op, "dtype": self.dtype, "src": self.src, "arg": self.arg, "tag": self.tag}
+        fields.update(kwargs)
+        return UOp(fields["op"], fields["dtype"], tuple(fields["src"]), fields["arg"], fields["tag"])
+
+    def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
+        """Replace every occurrence of each key by its value (values are not substituted again)."""
+        new: dict[UOp, UOp] = {}
+        for n in self.toposort:
+            if n in mapping:
+                new[n] = mapping[n]
+                continue
+            src = tuple(new[s] for s in n.src)
+            new[n] = n if all(a is b for a, b in zip(src, n.src, strict=True)) else n.replace(src=src)
+        return new[self]
+
+    def simplify(self) -> UOp:
+        """Constant folding, identities and index-math folding (see `symbolic.py`)."""
+        from tgcore.uop.rewrite import graph_rewrite
+        from tgcore.uop.symbolic import symbolic
+        return graph_rewrite(self, symbolic, name="simplify")
+
+    def render(self) -> str:
+        """A compact infix string, e.g. `((gidx0*4+lidx0)//3)`, for debugging."""
+        from tgcore.uop.render import render_expr
+        return render_expr(self)
+
+    def variables(self) -> list[UOp]:
+        """The DEFINE_VAR nodes this node depends on, sorted by name."""
+        found = [n for n in self.toposort if n.op is Ops.DEFINE_VAR]
+        return sorted(found, key=lambda v: v.arg)
+
+    # -- constants and leaves --
+
+    @staticmethod
+    def const(dtype: DType, value: Any) -> UOp:
+        """A constant; the value is stored as `dtype` would hold it (ints wrap, floats round)."""
+        from tgcore.dtype import truncate
+        if isinstance(value, UOp):
+            return value
+        if isinstance(value, tuple):
+            return UOp(Ops.VCONST, dtype, (), tuple(truncate(dtype.scalar(), v) for v in value))
+        return UOp(Ops.CONST, dtype, (), truncate(dtype.scalar(), value))
+
+    def const_like(self, value: Any) -> UOp:
+        """A constant with this node's dtype."""
+        return UOp.const(self.dtype, value)
+
+    @staticmethod
+    def variable(name: str, lo: int, hi: int, dtype: DType = dtypes.int32) -> UOp:
+        """A symbolic integer `name` known to lie in [lo, hi] (inclusive)."""
+        if lo > hi:
+            raise ValueError(f"variable {name!r}: empty range [{lo}, {hi}]")
+        return UOp(Ops.DEFINE_VAR, dtype, (), (name, lo, hi))
+
+    def bind(self, value: int) -> UOp:
+        """Bind a DEFINE_VAR to a concrete value (a BIND node, used by the JIT)."""
+        if self.op is not Ops.DEFINE_VAR:
+            raise TypeError(f"only a DEFINE_VAR can be bound, not {self.op}")
+        name, lo, hi = self.arg
+        if not lo <= value <= hi:
+            raise ValueError(f"value {value} for variable {name!r} is outside its range [{lo}, {hi}]")
+        return UOp(Ops.BIND, self.dtype, (self, self.const_like(value)))
+
+    def unbind(self) -> tuple[UOp, int]:
+        """(the DEFINE_VAR, the bound value) of a BIND."""
+        if self.op is not Ops.BIND:
+            raise TypeError(f"unbind needs a BIND, not {self.op}")
+        return self.src[0], self.src[1].arg
+
+    @property
+    def expr(self) -> str:
+        """The name of a DEFINE_VAR."""
+        return self.arg[0]
+
+    @staticmethod
+    def range(end: sint, *arg: Any, dtype: DType = dtypes.int32) -> UOp:
+        """A loop counter 0 .. end-1; `arg` is a free-form description (axis id, kind, ...)."""
+        return UOp(Ops.RANGE, dtype, (_as_uop(end, dtype),), arg)
+
+    @staticmethod
+    def special(end: sint, name: str, dtype: DType = dtypes.int32) -> UOp:
+        """A GPU grid/thread id `name` (e.g. "gidx0") in 0 .. end-1."""
+        return UOp(Ops.SPECIAL, dtype, (_as_uop(end, dtype),), name)
+
+    @staticmethod
+    def sink(*srcs: UOp, arg: Any = None) -> UOp:
+        return UOp(Ops.SINK, dtypes.void, srcs, arg)
+
+    @staticmethod
+    def group(*srcs: UOp) -> UOp:
+        return UOp(Ops.GROUP, dtypes.void, srcs)
+
+    def after(self, *deps: UOp) -> UOp:
+        return UOp(Ops.AFTER, self.dtype, (self, *deps))
+
+    def end(self, *ranges: UOp) -> UOp:
+        return UOp(Ops.END, dtypes.void, (self, *ranges))
+
+    def index(self, *idx: UOp, dtype: DType | None = None) -> UOp:
+        return UOp(Ops.INDEX, self.dtype if dtype is None else dtype, (self, *idx))
+
+    def load(self, *src: UOp, dtype: DType | None = None) -> UOp:
+        base = self.dtype
+        out = getattr(base, "base", base) if dtype is None else dtype
+        return UOp(Ops.LOAD, out, (self, *src))
+
+    def store(self, value: UOp) -> UOp:
+        return UOp(Ops.STORE, dtypes.void, (self, value))
+
+    def reduce(self, *ranges: UOp, op: Ops = Ops.ADD) -> UOp:
+        return UOp(Ops.REDUCE, self.dtype, (self, *ranges), op)
+
+    def gep(self, *lanes: int) -> UOp:
+        return UOp(Ops.GEP, self.dtype.scalar().vec(len(lanes)), (self,), tuple(lanes))
+
+    @staticmethod
+    def vectorize(*lanes: UOp) -> UOp:
+        return UOp(Ops.VECTORIZE, lanes[0].dtype.vec(len(lanes)), lanes)
+
+    # -- ALU builders --
+
+    def alu(self, op: Ops, *src: UOp) -> UOp:
+        """`op` applied to (self, *src); comparisons give bool, WHERE takes the dtype of its branches."""
+        if op in GroupOp.Comparison:
+            out = dtypes.bool.vec(self.dtype.count) if self.dtype.count > 1 else dtypes.bool
+        elif op is Ops.WHERE:
+            out = src[0].dtype
+        else:
+            out = self.dtype
+        return UOp(op, out, (self, *src))
+
+    def _operand(self, x: Any, what: str) -> UOp:
+        if isinstance(x, UOp):
+            if x.dtype is not self.dtype:
+                raise TypeError(f"dtype mismatch in {what}: {self.dtype!r} and {x.dtype!r}; .cast() one side")
+            return x
+        if isinstance(x, float) and not dtypes.is_float(self.dtype):
+            raise TypeError(f"float constant {x!r} used with a {self.dtype!r} UOp in {what}; cast first")
+        if not isinstance(x, (bool, int, float)):
+            raise TypeError(f"cannot use {type(x).__name__} as an operand of {what}")
+        return self.const_like(x)
+
+    def _binary(self, op: Ops, x: Any, reverse: bool = False) -> UOp:
+        other = self._operand(x, op.name)
+        return other.alu(op, self) if reverse else self.alu(op, other)
+
+    def _is_int(self) -> bool:
+        return dtypes.is_int(self.dtype.scalar())
+
+    def __add__(self, x: Any) -> UOp:
+        return self._binary(Ops.ADD, x)
+
+    def __radd__(self, x: Any) -> UOp:
+        return self._binary(Ops.ADD, x, True)
+
+    def __neg__(self) -> UOp:
+        if self.dtype.scalar() is dtypes.bool:
+            return self.logical_not()
+        return self * -1 if self._is_int() else self.alu(Ops.NEG)
+
+    def __sub__(self, x: Any) -> UOp:
+        other = self._operand(x, "SUB")
+        return self + (-other) if self._is_int() else self.alu(Ops.SUB, other)
+
+    def __rsub__(self, x: Any) -> UOp:
+        return self._operand(x, "SUB") - self
+
+    def __mul__(self, x: Any) -> UOp:
+        return self._binary(Ops.MUL, x)
+
+    def __rmul__(self, x: Any) -> UOp:
+        return self._binary(Ops.MUL, x, True)
+
+    def _need_int(self, what: str) -> None:
+        if not self._is_int():
+            raise TypeError(f"{what} needs an integer UOp, got {self.dtype!r}")
+
+    def __floordiv__(self, x: Any) -> UOp:
+        """Integer division truncating toward zero (C semantics, not Python's floor)."""
+        self._need_int("//")
+        return self._binary(Ops.IDIV, x)
+
+    def __rfloordiv__(self, x: Any) -> UOp:
+        self._need_int("//")
+        return self._binary(Ops.IDIV, x, True)
+
+    def __mod__(self, x: Any) -> UOp:
+        """Integer remainder with the sign of the dividend (C semantics, not Python's)."""
+        self._need_int("%")
+        return self._binary(Ops.MOD, x)
+
+    def __rmod__(self, x: Any) -> UOp:
+        self._need_int("%")
+        return self._binary(Ops.MOD, x, True)
+
+    def __truediv__(self, x: Any) -> UOp:
+        if not dtypes.is_float(self.dtype.scalar()):
+            raise TypeError(f"/ needs a float UOp, got {self.dtype!r}; use // for C integer division")
+        return self._binary(Ops.FDIV, x)
+
+    def __rtruediv__(self, x: Any) -> UOp:
+        return self._operand(x, "FDIV") / self
+
+    def __lt__(self, x: Any) -> UOp:  # type: ignore[override]
+        return self._binary(Ops.CMPLT, x)
+
+    def __gt__(self, x: Any) -> UOp:  # type: ignore[override]
+        return self._binary(Ops.CMPLT, x, True)
+
+    def __le__(self, x: Any) -> UOp:  # type: ignore[override]
+        return self._binary(Ops.CMPLT, x, True).logical_not()
+
+    def __ge__(self, x: Any) -> UOp:  # type: ignore[override]
+        return self._binary(Ops.CMPLT, x).logical_not()
+
+    def ne(self, x: Any) -> UOp:
+        return self._binary(Ops.CMPNE, x)
+
+    def eq(self, x: Any) -> UOp:
+        return self._binary(Ops.CMPEQ, x)
+
+    def __and__(self, x: Any) -> UOp:
+        return self._binary(Ops.AND, x)
+
+    def __rand__(self, x: Any) -> UOp:
+        return self._binary(Ops.AND, x, True)
+
+    def __or__(self, x: Any) -> UOp:
+        return self._binary(Ops.OR, x)
+
+    def __ror__(self, x: Any) -> UOp:
+        return self._binary(Ops.OR, x, True)
+
+    def __xor__(self, x: Any) -> UOp:
+        return self._binary(Ops.XOR, x)
+
+    def __rxor__(self, x: Any) -> UOp:
+        return self._binary(Ops.XOR, x, True)
+
+    def __lshift__(self, x: Any) -> UOp:
+        return self._binary(Ops.SHL, x)
+
+    def __rlshift__(self, x: Any) -> UOp:
+        return self._binary(Ops.SHL, x, True)
+
+    def __rshift__(self, x: Any) -> UOp:
+        return self._binary(Ops.SHR, x)
+
+    def __rrshift__(self, x: Any) -> UOp:
+        return self._binary(Ops.SHR, x, True)
+
+    def __invert__(self) -> UOp:
+        return self.logical_not() if self.dtype.scalar() is dtypes.bool else self ^ -1
+
+    def logical_not(self) -> UOp:
+        """not x for a bool (as x != True)."""
+        return self.ne(True)
+
+    def where(self, a: Any, b: Any) -> UOp:
+        """`a` where this bool is true, else `b`."""
+        if isinstance(a, UOp):
+            return self.alu(Ops.WHERE, a, a._operand(b, "WHERE"))
+        if isinstance(b, UOp):
+            return self.alu(Ops.WHERE, b._operand(a, "WHERE"), b)
+        raise TypeError("where needs at least one UOp branch to know the dtype")
+
+    def maximum(self, x: Any) -> UOp:
+        return self._binary(Ops.MAX, x)
+
+    def minimum(self, x: Any) -> UOp:
+        """min(a, b) as -max(-a, -b), which keeps range analysis exact."""
+        return -((-self).maximum(-self._operand(x, "min")))
+
+    def cast(self, dtype: DType) -> UOp:
+        return self if dtype is self.dtype else UOp(Ops.CAST, dtype, (self,))
+
+    def bitcast(self, dtype: DType) -> UOp:
+        return self if dtype is self.dtype else UOp(Ops.BITCAST, dtype, (self,))
+
+    # exp2/log2/... for float graphs
+    def exp2(self) -> UOp:
+        return self.alu(Ops.EXP2)
+
+    def log2(self) -> UOp:
+        return self.alu(Ops.LOG2)
+
+    def sqrt(self) -> UOp:
+        return self.alu(Ops.SQRT)
+
+    def sin(self) -> UOp:
+        return self.alu(Ops.SIN)
+
+    def reciprocal(self) -> UOp:
+        return self.alu(Ops.RECIPROCAL)
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+sint = int | UOp  # a size that may be symbolic
+
+
+def _as_uop(x: sint, dtype: DType) -> UOp:
+    return x if isinstance(x, UOp) else UOp.const(dtype, x)
+
+
+def consumer_map(root: UOp) -> dict[UOp, list[UOp]]:
+    """For every node under `root`, the nodes that use it as a source (in toposort order)."""
+    users: dict[UOp, list[UOp]] = {n: [] for n in root.toposort}
+    for n in root.toposort:
+        for s in dict.fromkeys(n.src):
+            users[s].append(n)
+    return users
+
+
+def all_nodes(roots: Iterable[UOp]) -> dict[UOp, None]:
+    """The union of the toposorts of several roots, in a valid order."""
+    out: dict[UOp, None] = {}
+    for r in roots:
+        out.update(r.toposort)
+    return out
+
+
+
+
