@@ -99,6 +99,7 @@ class Tensor:
         self.uop = self._from_numpy(data, dt)
 
     def _from_numpy(self, arr: np.ndarray, dt: DType) -> UOp:
+        shape = tuple(arr.shape)  # ascontiguousarray turns 0-d arrays into 1-d ones
         if dt.np is not None:
             arr = np.ascontiguousarray(arr, dtype=dt.np)
         else:  # no numpy dtype (bfloat16, fp8): store the bit patterns
@@ -106,7 +107,7 @@ class Tensor:
         buf = new_buffer_uop(self.device, arr.size, dt)
         if arr.size:
             buffers[buf].ensure_allocated().copyin(memoryview(arr.reshape(-1)).cast("B"))
-        return UOp(Ops.RESHAPE, dt, (buf,), tuple(arr.shape))
+        return UOp(Ops.RESHAPE, dt, (buf,), shape)
 
     # ---------------------------------------------------------------- properties
     @property

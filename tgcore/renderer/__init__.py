@@ -22,6 +22,7 @@ class Renderer:
     linear: bool = True            # render() gets a linear list; False: the kernel SINK (REDUCE form)
     has_threads: bool = False      # kernels take a core_id and split their outer loop across threads
     simd_widths: dict[DType, int] = {}  # vector lanes per scalar dtype codegen may use
+    emulated_floats: frozenset[DType] = frozenset()  # dtypes whose arithmetic codegen does in float32
     legalize: Any = None           # a PatternMatcher applied before linearizing, or None
     placement_priority: Callable[[UOp], int] | None = None
     compiler: Any = None           # turns render() output into bytes for the device's program loader

@@ -81,6 +81,7 @@ class CRenderer(Renderer):
     device = "CPU"
     name = "C"
     has_threads = True
+    emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})  # computed in float32, rounded per op
 
     def __init__(self) -> None:
         from tgcore.runtime.compiler import ClangCompiler

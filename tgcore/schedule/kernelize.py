@@ -172,13 +172,43 @@ class Kernelizer:
         base = view_of_buffer(node)
         if base is not None and prod(shape_of(node)) == base.arg:
             return base
-        if node.op is Ops.CONTIGUOUS:
-            inner = view_of_buffer(node.src[0])
-            if inner is not None and prod(shape_of(node)) == inner.arg:
-                return inner  # already contiguous: nothing to copy
+        view = self.contiguous_view(node.src[0] if node.op is Ops.CONTIGUOUS else node)
+        if view is not None:  # already laid out contiguously in a buffer: nothing to copy
+            self.done[node] = view
+            return view
         if node.op is Ops.COPY:
             return self._copy_kernel(node)
         return self._compute_kernel(node)
+
+    def contiguous_view(self, node: UOp) -> UOp | None:
+        """A BUFFER uop viewing ``node``'s elements in place, when movement ops made them a plain slice.
+
+        Lowers the movement ops with symbolic indices and checks that the buffer index is the
+        row-major index of ``node`` plus a constant offset, with no gate.
+        """
+        chain = node
+        while chain.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.EXPAND, Ops.FLIP, Ops.PAD):
+            chain = chain.src[0]
+        chain = realized.get(chain, self.done.get(chain, chain))
+        if chain.op is not Ops.BUFFER or chain is node or chain not in buffers:
+            return None
+        shape = shape_of(node)
+        if prod(shape) == 0:
+            return None
+        builder = _KernelBuilder(self, dtypes.int64 if chain.arg > INT32_LIMIT else dtypes.int32)
+        idx = tuple(UOp.range(s, i, "global", dtype=builder.idt) if s != 1 else UOp.const(builder.idt, 0)
+                    for i, s in enumerate(shape))
+        value = builder.lower(node, idx, None, direct=True)
+        if value.op is not Ops.LOAD or len(value.src[0].src) != 2:
+            return None
+        offset = (value.src[0].src[1] - linear_index(idx, shape, builder.idt)).simplify()
+        if offset.op is not Ops.CONST:
+            return None
+        base_buf = buffers[chain]
+        view = UOp(Ops.BUFFER, chain.dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(_unique)), chain.src[1]),
+                   prod(shape))
+        buffers[view] = base_buf.view(prod(shape), chain.dtype, offset.arg * chain.dtype.itemsize)
+        return view
 
     def _copy_kernel(self, node: UOp) -> UOp:
         src_buf = self.realize(node.src[0])
