@@ -1,0 +1,120 @@
+"""Scheduler behaviour: fusion (kernel counts), views instead of copies, memory, DEBUG output."""
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tgcore.engine.stats import GlobalCounters
+from tgcore.schedule.kernelize import create_schedule
+from tgcore.tensor import Tensor
+
+
+def kernels(*tensors: Tensor) -> list[str]:
+    items, _ = create_schedule([t.uop for t in tensors], tensors[0].device)
+    return [si.kind for si in items]
+
+
+def test_elementwise_chain_into_reduce_is_one_kernel():
+    a, b, c = (Tensor(np.ones(16, np.float32) * i) for i in (1, 2, 3))
+    assert kernels(((a + b) * c).sum()) == ["reduce"]
+    assert ((a + b) * c).sum().item() == 144.0
+
+
+def test_reduce_with_elementwise_output_is_one_kernel():
+    a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+    assert kernels((a * 2).sum(1).sqrt() + 1) == ["reduce"]
+
+
+def test_reshape_of_contiguous_buffer_makes_no_kernel():
+    a = Tensor(np.arange(12, dtype=np.float32))
+    assert kernels(a.reshape(3, 4)) == []
+    assert kernels(a.reshape(3, 4).shrink(((1, 2), None))) == []  # a row is a slice: a view
+    assert kernels(a.reshape(3, 4).contiguous()) == []
+
+
+def test_contiguous_of_a_permuted_view_copies():
+    a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+    assert kernels(a.permute(1, 0).contiguous()) == ["elementwise"]
+    np.testing.assert_array_equal(a.permute(1, 0).contiguous().numpy(), np.arange(12).reshape(3, 4).T)
+
+
+def test_reduce_consumed_by_broadcast_gets_its_own_kernel():
+    x = Tensor(np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32))
+    out = x - x.max(1, keepdim=True).expand(4, 8)
+    assert kernels(out) == ["reduce", "elementwise"]
+
+
+def test_work_shared_between_outputs_is_done_once():
+    x = Tensor(np.arange(24, dtype=np.float32).reshape(4, 6))
+    s = x.sum(1)
+    a, b = s + 1, s * 2
+    assert kernels(a, b) == ["reduce", "elementwise", "elementwise"]
+    Tensor.realize(a, b)
+    np.testing.assert_array_equal(a.numpy(), np.arange(24).reshape(4, 6).sum(1) + 1)
+    np.testing.assert_array_equal(b.numpy(), np.arange(24).reshape(4, 6).sum(1) * 2)
+
+
+def test_realized_values_are_reused():
+    x = Tensor(np.arange(8, dtype=np.float32))
+    y = (x * 3).realize()
+    before = GlobalCounters.kernel_count
+    z = (x * 3) + y  # the same lazy graph as y: read from y's buffer
+    z.realize()
+    assert GlobalCounters.kernel_count - before == 1
+    np.testing.assert_array_equal(z.numpy(), np.arange(8) * 6)
+
+
+def test_memory_returns_to_baseline():
+    gc.collect()
+    base = GlobalCounters.mem_used
+    x = Tensor(np.ones((64, 64), np.float32))
+    y = ((x * 2).sum(1, keepdim=True).expand(64, 64) + x).sum()
+    assert y.item() == 129 * 64 * 64
+    del x, y
+    gc.collect()
+    assert GlobalCounters.mem_used == base
+
+
+def test_null_device_runs_schedules_without_memory():
+    base = GlobalCounters.mem_used
+    x = Tensor.empty(1024, 1024, device="NULL")
+    before = GlobalCounters.kernel_count
+    ((x + 1) @ x).realize()
+    assert GlobalCounters.kernel_count - before == 1
+    assert GlobalCounters.mem_used == base
+
+
+def test_disk_tensor_reads_the_file_slice(tmp_path):
+    data = np.arange(1000, dtype=np.int32)
+    path = tmp_path / "data.bin"
+    data.tofile(path)
+    disk = Tensor.empty(1000, dtype="int32", device=f"DISK:{path}")
+    part = disk.shrink(((100, 164),)).to("CPU")
+    assert kernels(part) == ["copy"]  # a view of the file, copied: no compute kernel
+    np.testing.assert_array_equal(part.numpy(), data[100:164])
+
+
+def test_debug_2_prints_one_line_per_kernel():
+    code = ("import numpy as np; from tgcore.tensor import Tensor;"
+            "a = Tensor(np.ones((64, 64), np.float32)); ((a + 1).sum(1) * 2).numpy()")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, DEBUG="2"))
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stdout.splitlines() if line.startswith("***")]
+    assert len(lines) == 1
+    assert "CPU" in lines[0] and "r_64_64" in lines[0] and "GFLOPS" in lines[0] and "GB/s" in lines[0]
+
+
+@pytest.mark.parametrize("level, marker", [(3, "SINK"), (4, "void r_"), (5, "RANGE")])
+def test_debug_levels_show_ast_source_and_uops(level, marker):
+    code = ("import numpy as np; from tgcore.tensor import Tensor;"
+            "Tensor(np.arange(12, dtype=np.float32)).reshape(3, 4).sum(1).numpy()")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, DEBUG=str(level)))
+    assert r.returncode == 0, r.stderr
+    assert marker in r.stdout
