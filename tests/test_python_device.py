@@ -28,8 +28,11 @@ FLOATS = [dtypes.float16, dtypes.float32, dtypes.float64]
 
 # ------------------------------------------------------------------------------------------ helpers
 
+_ML_DTYPES = {"bfloat16": ml_dtypes.bfloat16, "fp8e4m3": ml_dtypes.float8_e4m3fn, "fp8e5m2": ml_dtypes.float8_e5m2}
+
+
 def np_dtype(dt: DType) -> np.dtype:
-    return np.dtype(ml_dtypes.bfloat16) if dt is dtypes.bfloat16 else dt.np
+    return np.dtype(_ML_DTYPES[dt.name]) if dt.name in _ML_DTYPES else dt.np
 
 
 def param(slot: int, dt: DType, n: int) -> UOp:
@@ -72,7 +75,7 @@ def sample(dt: DType, n: int = 257) -> np.ndarray:
 def same_bits(a: np.ndarray, b: np.ndarray) -> None:
     """Exact equality (NaN == NaN, and -0.0 differs from 0.0) by comparing storage bits."""
     assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, b.dtype, a.shape, b.shape)
-    if a.dtype.kind == "f" or a.dtype == np.dtype(ml_dtypes.bfloat16):
+    if a.dtype.kind == "f" or a.dtype in [np.dtype(t) for t in _ML_DTYPES.values()]:
         bits = f"u{a.dtype.itemsize}"
         nan = np.isnan(a.astype(np.float64)) & np.isnan(b.astype(np.float64))
         np.testing.assert_array_equal(np.where(nan, 0, a.view(bits)), np.where(nan, 0, b.view(bits)))
@@ -327,6 +330,16 @@ def test_float_to_float_casts(src, dst):
         same_bits(got, a.astype(np_dtype(dst)))
 
 
+@pytest.mark.parametrize("dt", [dtypes.fp8e4m3, dtypes.fp8e5m2], ids=str)
+def test_fp8_casts_and_arithmetic_match_ml_dtypes(dt):
+    x = np.concatenate([RNG.standard_normal(100) * 20, [0.0, -0.0, 1e6, -1e6, np.nan]]).astype(np.float32)
+    got = elementwise(lambda v: v.cast(dt), [(dtypes.float32, x)], dt)
+    same_bits(got, x.astype(np_dtype(dt)))
+    a, b = got, got[::-1].copy()
+    same_bits(elementwise(lambda p, q: p * q + p, [(dt, a), (dt, b)], dt), a * b + a)
+    same_bits(elementwise(lambda v: v.cast(dtypes.float32), [(dt, a)], dtypes.float32), a.astype(np.float32))
+
+
 def test_bitcasts():
     f = np.array([1.0, -2.5, np.inf, 0.0, -0.0], np.float32)
     np.testing.assert_array_equal(elementwise(lambda x: x.bitcast(dtypes.int32), [(dtypes.float32, f)], dtypes.int32),
@@ -387,6 +400,13 @@ def test_out_of_bounds_access_raises():
     sink = UOp.sink(param(0, dtypes.int32, 8).index(r).store(param(1, dtypes.int32, 4).index(r).load()))
     with pytest.raises(IndexError, match="outside its 4 elements"):
         run(sink, [(dtypes.int32, 8)], [(dtypes.int32, np.arange(4, dtype=np.int32))])
+
+
+def test_thread_ranges_are_output_ranges():
+    t, r = UOp.range(4, 0, "thread", 4), UOp.range(8, 1, "global")
+    sink = UOp.sink(param(0, dtypes.int32, 32).index(t * 8 + r).store(t * 100 + r))
+    got = run(sink, [(dtypes.int32, 32)], [])[0]
+    np.testing.assert_array_equal(got, (np.arange(4)[:, None] * 100 + np.arange(8)).reshape(-1))
 
 
 def test_several_stores_and_dtype_storage():
@@ -490,6 +510,10 @@ def test_chunked_evaluation_matches(monkeypatch):
     b = RNG.integers(-8, 8, (13, 11)).astype(np.float32)
     got = run(matmul_kernel(19, 13, 11), [(dtypes.float32, 19 * 11)], [(dtypes.float32, a), (dtypes.float32, b)])[0]
     np.testing.assert_array_equal(got.reshape(19, 11), a @ b)
+    # the chunks run along the biggest output range, here the second one
+    b2 = RNG.integers(-8, 8, (13, 23)).astype(np.float32)
+    got = run(matmul_kernel(3, 13, 23), [(dtypes.float32, 3 * 23)], [(dtypes.float32, a[:3]), (dtypes.float32, b2)])[0]
+    np.testing.assert_array_equal(got.reshape(3, 23), a[:3] @ b2)
     m = sample(dtypes.int32, 30 * 40).reshape(30, 40)
     np.testing.assert_array_equal(reduce_rows(Ops.MAX, dtypes.int32, m), m.max(1))
 
@@ -526,3 +550,38 @@ def test_define_var_as_a_loop_bound():
     sink = UOp.sink(param(0, dtypes.int32, 16).index(r).store(r * r))
     got = run(sink, [(dtypes.int32, 16)], [], vals=(5,))[0]
     np.testing.assert_array_equal(got, [0, 1, 4, 9, 16] + [0] * 11)
+
+
+# ------------------------------------------------------------------------------------------ agreement with folding
+
+_CHECKED_OPS = [Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.TRUNC, Ops.ADD, Ops.SUB, Ops.MUL,
+                Ops.IDIV, Ops.MOD, Ops.FDIV, Ops.POW, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR,
+                Ops.XOR, Ops.SHL, Ops.SHR]
+
+
+@pytest.mark.parametrize("dt", INTS + FLOATS + [dtypes.bfloat16, dtypes.bool], ids=str)
+def test_agrees_with_constant_folding(dt):
+    """Where `tgcore.uop.alu.exec_alu` (the constant folder's semantics) defines a result, the interpreter
+    computes the same bits."""
+    from tgcore.uop.alu import UndefinedOp, exec_alu
+    a, b = sample(dt, 48), sample(dt, 48)[::-1].copy()
+    if dtypes.is_int(dt):
+        b[::3] = (np.arange(16) % (8 * dt.itemsize)).astype(dt.np)  # some in-range shift amounts
+    py = (lambda v: float(v)) if dtypes.is_float(dt) else (lambda v: bool(v)) if dt is dtypes.bool else int
+    for op in _CHECKED_OPS:
+        unary = op in (Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.TRUNC)
+        out_dt = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) else dt
+        want, keep = [], []
+        for x, y in zip(a, b, strict=True):
+            try:
+                want.append(exec_alu(op, out_dt, (py(x),) if unary else (py(x), py(y))))
+                keep.append(True)
+            except (UndefinedOp, NotImplementedError, TypeError, ValueError, OverflowError):
+                want.append(0)
+                keep.append(False)
+        if not any(keep):
+            continue
+        fn = (lambda x, op=op: x.alu(op)) if unary else (lambda x, y, op=op: x.alu(op, y))
+        got = elementwise(fn, [(dt, a)] if unary else [(dt, a), (dt, b)], out_dt)
+        mask = np.array(keep)
+        same_bits(got[mask], np.array(want, dtype=np_dtype(out_dt))[mask])

@@ -57,7 +57,7 @@ from tgcore.uop import Ops, UOp
 __all__ = ["PythonDevice", "PythonProgram", "CHUNK_ELEMENTS"]
 
 # most loop iterations evaluated at once; bigger kernels are chunked along their outermost output range
-CHUNK_ELEMENTS = 1 << 22
+CHUNK_ELEMENTS = 1 << 23
 
 _NARROW_FLOATS = ("bfloat16", "fp8e4m3", "fp8e5m2")  # held as float32 arrays, stored as raw bits
 _F32_NATIVE = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC,
@@ -294,6 +294,29 @@ class _Index:
         self.param, self.idx, self.gate = param, idx, gate
 
 
+class _Split:
+    """Nodes that depend on the chunked range are evaluated per chunk (their arrays freed after their last
+    user), the others once, shared by all chunks."""
+
+    def __init__(self, order: list[UOp], chunked: UOp | None):
+        self.chunked = chunked
+        varies: set[UOp] = set()
+        if chunked is not None:
+            for n in order:
+                if n is chunked or any(s in varies for s in n.src):
+                    varies.add(n)
+        self.once = [n for n in order if n not in varies]
+        self.per_chunk = [n for n in order if n in varies]
+        last_use: dict[UOp, int] = {}
+        for i, n in enumerate(self.per_chunk):
+            for s in n.src:
+                if s in varies:
+                    last_use[s] = i
+        self.dies_after: list[list[UOp]] = [[] for _ in self.per_chunk]
+        for n, i in last_use.items():
+            self.dies_after[i].append(n)
+
+
 class Kernel:
     """A kernel SINK prepared for interpretation: ranges mapped to axes, evaluation order, lifetimes."""
 
@@ -315,24 +338,16 @@ class Kernel:
         self.ndim = len(self.ranges)
         self.params = sorted({n.arg: n for n in order if n.op is Ops.PARAM}.items())
         self.var_names = sorted({n.arg[0] for n in order if n.op is Ops.DEFINE_VAR})
-        # nodes that depend on the outermost output range are evaluated per chunk, the rest once
-        self.chunked = outer[0] if outer else None
-        varies: set[UOp] = set()
-        if self.chunked is not None:
-            for n in order:
-                if n is self.chunked or any(s in varies for s in n.src):
-                    varies.add(n)
-        self.once = [n for n in order if n not in varies]
-        self.per_chunk = [n for n in order if n in varies]
-        # free a per-chunk array after its last user
-        last_use: dict[UOp, int] = {}
-        for i, n in enumerate(self.per_chunk):
-            for s in n.src:
-                if s in varies:
-                    last_use[s] = i
-        self.dies_after: list[list[UOp]] = [[] for _ in self.per_chunk]
-        for n, i in last_use.items():
-            self.dies_after[i].append(n)
+        self.outer = outer
+        self.order = order
+        self._splits: dict[UOp | None, _Split] = {}
+
+    def split(self, chunked: UOp | None) -> _Split:
+        """The evaluation plan when chunking along the output range `chunked` (None: no chunking)."""
+        plan = self._splits.get(chunked)
+        if plan is None:
+            plan = self._splits[chunked] = _Split(self.order, chunked)
+        return plan
 
     def run(self, handles: tuple[Any, ...], vals: tuple[int, ...]) -> None:
         """Run the kernel on these buffers (PARAM slot order) and DEFINE_VAR values (name order)."""
@@ -358,21 +373,23 @@ class _Run:
         k = self.k
         env: dict[UOp, Any] = {}
         sizes = {r: self._range_size(r, env) for r in k.ranges}
+        total_elements = math.prod(sizes.values())
+        # chunk along the biggest output range when the whole loop space is too big at once
+        chunked = max(k.outer, key=lambda r: sizes[r]) if k.outer and total_elements > CHUNK_ELEMENTS else None
+        plan = k.split(chunked)
         for r in k.ranges:
-            if r is not k.chunked:
-                env[r] = self._arange(r, 0, sizes[r])
-        if k.chunked is None:
-            self._evaluate(k.once, env, None)
+            env[r] = self._arange(r, 0, sizes[r] if r is not chunked else 1)  # for `chunked`: a stand-in
+        self._evaluate(plan.once, env, None)  # `once` nodes never read the chunked range
+        if chunked is None:
             return
-        total = sizes[k.chunked]
-        per_row = math.prod(sizes[r] for r in k.ranges if r is not k.chunked)
+        total = sizes[chunked]
+        per_row = total_elements // total if total else 0
         step = max(1, CHUNK_ELEMENTS // max(1, per_row))
-        env[k.chunked] = self._arange(k.chunked, 0, 1)  # a stand-in: `once` nodes never read it
-        self._evaluate(k.once, env, None)
         for start in range(0, total, step):
             chunk_env = dict(env)
-            chunk_env[k.chunked] = self._arange(k.chunked, start, min(total, start + step))
-            self._evaluate(k.per_chunk, chunk_env, k.dies_after)
+            chunk_env[chunked] = self._arange(chunked, start, min(total, start + step))
+            self._evaluate(plan.per_chunk, chunk_env, plan.dies_after)
+
     def _range_size(self, r: UOp, env: dict[UOp, Any]) -> int:
         end = r.src[0]
         self._evaluate([n for n in end.toposort if n not in env], env, None)
@@ -457,7 +474,10 @@ class _Run:
     def _load(self, n: UOp, env: dict[UOp, Any]) -> np.ndarray:
         index: _Index = env[n.src[0]]
         idx, gate = self._checked(index, "load")
-        values = from_storage(self.memory[index.param][idx], n.dtype)
+        element = _element_dtype(index.param.dtype)
+        if n.dtype is not element:
+            raise KernelError(f"kernel {self.name!r}: LOAD of {n.dtype!r} from a buffer of {element!r}")
+        values = from_storage(self.memory[index.param][idx], element)
         if gate is None:
             return values
         alt = env[n.src[1]] if len(n.src) > 1 else np.zeros((), dtype=values.dtype)
@@ -465,7 +485,10 @@ class _Run:
 
     def _store(self, n: UOp, env: dict[UOp, Any]) -> None:
         index: _Index = env[n.src[0]]
-        value = to_storage(np.asarray(env[n.src[1]]), _element_dtype(index.param.dtype))
+        element = _element_dtype(index.param.dtype)
+        if n.src[1].dtype is not element:
+            raise KernelError(f"kernel {self.name!r}: STORE of {n.src[1].dtype!r} into a buffer of {element!r}")
+        value = to_storage(np.asarray(env[n.src[1]]), element)
         idx, gate = self._checked(index, "store")
         idx, value = np.broadcast_arrays(idx, value)
         if gate is not None:
