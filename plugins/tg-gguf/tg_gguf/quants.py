@@ -115,5 +115,6 @@ def dequantize_numpy(type: GGMLType | int, raw: bytes | memoryview | np.ndarray,
     expected = n // block * block_bytes
     if data.size != expected:
         raise ValueError(f"{gtype.name} tensor of shape {shape} needs {expected} bytes, got {data.size}")
-    out = fn(data.reshape(n // block, block_bytes))
+    with np.errstate(invalid="ignore", over="ignore"):  # inf/nan scales give inf/nan, as in ggml
+        out = fn(data.reshape(n // block, block_bytes))
     return out.reshape(shape)

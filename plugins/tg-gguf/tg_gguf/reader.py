@@ -259,11 +259,11 @@ def parse(buf: memoryview, path: str | None = None) -> GGUFFile:
     kv_at = cur.pos
     kv_count = cur.u64("kv count")
     if kv_count * MIN_KV_BYTES > cur.left:
-        cur.fail(f"kv count {kv_count} is absurd: at least {kv_count * MIN_KV_BYTES} bytes needed, "
-                 f"{cur.left} left", kv_at)
+        cur.fail(f"kv count {kv_count} is absurd (or the file is truncated): at least "
+                 f"{kv_count * MIN_KV_BYTES} bytes needed, {cur.left} left", kv_at)
     if tensor_count * MIN_TENSOR_INFO_BYTES + kv_count * MIN_KV_BYTES > cur.left:
-        cur.fail(f"tensor count {tensor_count} is absurd: at least {tensor_count * MIN_TENSOR_INFO_BYTES} "
-                 f"bytes of tensor infos needed, {cur.left} left", tcount_at)
+        cur.fail(f"tensor count {tensor_count} is absurd (or the file is truncated): at least "
+                 f"{tensor_count * MIN_TENSOR_INFO_BYTES} bytes of tensor infos needed, {cur.left} left", tcount_at)
 
     metadata: dict[str, Any] = {}
     types: dict[str, tuple[GGUFValueType, ...]] = {}
