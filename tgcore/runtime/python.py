@@ -9,8 +9,10 @@ Out: `PythonProgram(name, lib)`, called like `CPUProgram`: `prg(*bufs, vals=(), 
 How it runs: every RANGE gets its own numpy axis (output ranges first, then the ranges reductions
 close), so a node that depends on ranges {r0, r2} is an array broadcastable to the whole loop shape.
 Nodes are evaluated once each in graph order; REDUCE is a numpy reduction over its ranges' axes
-(kept as size-1 axes). Kernels whose loop space is large are run in chunks of the outermost output
-range; nodes that do not depend on that range are computed once and shared by the chunks.
+(kept as size-1 axes). A kernel whose loop space has more than `CHUNK_ELEMENTS` iterations runs in
+chunks of its biggest output range; nodes that do not depend on that range are computed once and shared
+by the chunks, so memory stays bounded for matmul-like kernels. (A kernel with no output range, e.g. a
+full reduction, is evaluated in one piece.)
 
 Semantics (the meaning every backend is checked against):
 - Integers are C's: + - * wrap around; IDIV truncates toward zero, MOD takes the dividend's sign.
