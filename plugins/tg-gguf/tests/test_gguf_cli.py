@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from tg_gguf import plugin
@@ -13,9 +14,14 @@ import tgcore
 
 
 def tg(*args: str) -> subprocess.CompletedProcess:
-    code = "import sys; from tgcore.cli import main; sys.exit(main(sys.argv[1:]))"
+    """Run the installed ``tg`` script (the one beside this interpreter) as a user would."""
+    script = Path(sys.executable).with_name("tg")
+    if not script.exists():  # an interpreter outside its environment's bin/: same entry function
+        cmd = [sys.executable, "-c", "import sys; from tgcore.cli import main; sys.exit(main(sys.argv[1:]))"]
+    else:
+        cmd = [str(script)]
     env = dict(os.environ, TG_STRICT_PLUGINS="1")
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120, env=env)
 
 
 def test_info_on_smollm2():
