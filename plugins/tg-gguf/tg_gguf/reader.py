@@ -19,7 +19,7 @@ import mmap
 import os
 import struct
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from tg_gguf.constants import (
     BLOCK_LAYOUT,
@@ -87,6 +87,16 @@ class TensorInfo:
         for d in self.shape:
             n *= d
         return n
+
+
+class _RawInfo(NamedTuple):
+    """A tensor info as read, before its data range is checked."""
+    at: int  # where the info starts in the file
+    name: str
+    dims: list[int]  # ggml order
+    type: GGMLType
+    rel_offset: int  # relative to the data section
+    nbytes: int
 
 
 class _Cursor:
@@ -211,8 +221,9 @@ def _read_alignment(cur: _Cursor, metadata: dict[str, Any], types: dict[str, tup
     return alignment
 
 
-def _read_tensor_info(cur: _Cursor, alignment: int) -> tuple[str, list[int], GGMLType, int, int]:
+def _read_tensor_info(cur: _Cursor, alignment: int) -> _RawInfo:
     """One tensor info: name, ggml dims, type, offset relative to the data section, nbytes."""
+    at = cur.pos
     name = cur.string("tensor name")
     dims_at = cur.pos
     n_dims = cur.u32(f"n_dims of tensor {name!r}")
@@ -240,7 +251,7 @@ def _read_tensor_info(cur: _Cursor, alignment: int) -> tuple[str, list[int], GGM
     if offset % alignment:
         cur.fail(f"tensor {name!r} data offset {offset} is not a multiple of the alignment {alignment}",
                  offset_at)
-    return name, dims, gtype, offset, n_elements // block * block_bytes
+    return _RawInfo(at, name, dims, gtype, offset, n_elements // block * block_bytes)
 
 
 def parse(buf: memoryview, path: str | None = None) -> GGUFFile:
@@ -261,9 +272,10 @@ def parse(buf: memoryview, path: str | None = None) -> GGUFFile:
     if kv_count * MIN_KV_BYTES > cur.left:
         cur.fail(f"kv count {kv_count} is absurd (or the file is truncated): at least "
                  f"{kv_count * MIN_KV_BYTES} bytes needed, {cur.left} left", kv_at)
-    if tensor_count * MIN_TENSOR_INFO_BYTES + kv_count * MIN_KV_BYTES > cur.left:
-        cur.fail(f"tensor count {tensor_count} is absurd (or the file is truncated): at least "
-                 f"{tensor_count * MIN_TENSOR_INFO_BYTES} bytes of tensor infos needed, {cur.left} left", tcount_at)
+    needed = tensor_count * MIN_TENSOR_INFO_BYTES + kv_count * MIN_KV_BYTES
+    if needed > cur.left:
+        cur.fail(f"tensor count {tensor_count} is absurd (or the file is truncated): its tensor infos and the "
+                 f"{kv_count} kv pairs need at least {needed} bytes, {cur.left} left", tcount_at)
 
     metadata: dict[str, Any] = {}
     types: dict[str, tuple[GGUFValueType, ...]] = {}
@@ -277,29 +289,28 @@ def parse(buf: memoryview, path: str | None = None) -> GGUFFile:
         key_offsets[key] = start
     alignment = _read_alignment(cur, metadata, types, key_offsets)
 
-    raw_infos: list[tuple[int, str, list[int], GGMLType, int, int]] = []
+    raw_infos: list[_RawInfo] = []
     seen: set[str] = set()
     for _ in range(tensor_count):
-        start = cur.pos
-        name, dims, gtype, rel_offset, nbytes = _read_tensor_info(cur, alignment)
-        if name in seen:
-            cur.fail(f"duplicate tensor name {name!r}", start)
-        seen.add(name)
-        raw_infos.append((start, name, dims, gtype, rel_offset, nbytes))
+        info = _read_tensor_info(cur, alignment)
+        if info.name in seen:
+            cur.fail(f"duplicate tensor name {info.name!r}", info.at)
+        seen.add(info.name)
+        raw_infos.append(info)
     data_offset = -(-cur.pos // alignment) * alignment
 
     tensor_info: dict[str, TensorInfo] = {}
-    for start, name, dims, gtype, rel_offset, nbytes in raw_infos:
-        begin = data_offset + rel_offset
-        if nbytes and begin + nbytes > cur.size:
-            cur.fail(f"data of tensor {name!r} (bytes {begin}..{begin + nbytes}) lies outside the file "
-                     f"({cur.size} bytes)", start)
-        tensor_info[name] = TensorInfo(name, gtype, tuple(reversed(dims)), begin, nbytes)
-    by_offset = sorted((i for i in raw_infos if i[5]), key=lambda i: i[4])
+    for info in raw_infos:
+        begin = data_offset + info.rel_offset
+        if info.nbytes and begin + info.nbytes > cur.size:
+            cur.fail(f"data of tensor {info.name!r} (bytes {begin}..{begin + info.nbytes}) lies outside the file "
+                     f"({cur.size} bytes)", info.at)
+        tensor_info[info.name] = TensorInfo(info.name, info.type, tuple(reversed(info.dims)), begin, info.nbytes)
+    by_offset = sorted((i for i in raw_infos if i.nbytes), key=lambda i: i.rel_offset)
     for prev, nxt in zip(by_offset, by_offset[1:], strict=False):
-        if prev[4] + prev[5] > nxt[4]:
-            cur.fail(f"data of tensor {nxt[1]!r} (from data offset {nxt[4]}) overlaps tensor {prev[1]!r} "
-                     f"(data offsets {prev[4]}..{prev[4] + prev[5]})", nxt[0])
+        if prev.rel_offset + prev.nbytes > nxt.rel_offset:
+            cur.fail(f"data of tensor {nxt.name!r} (from data offset {nxt.rel_offset}) overlaps tensor "
+                     f"{prev.name!r} (data offsets {prev.rel_offset}..{prev.rel_offset + prev.nbytes})", nxt.at)
     return GGUFFile(buf, path, version, alignment, data_offset, metadata, types, tensor_info)
 
 
