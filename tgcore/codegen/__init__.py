@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from tgcore.codegen.accumulate import add_accumulators_and_ends
 from tgcore.codegen.linearize import linearize
 from tgcore.codegen.opts import emulate_floats, estimate_cost, kernel_name, split_threads
+from tgcore.codegen.upcast import upcast
 from tgcore.uop import Ops, UOp
 
 
@@ -45,6 +46,9 @@ def get_program(ast: UOp, renderer: object, threads: int = 1) -> ProgramSpec:
     emulated = getattr(renderer, "emulated_floats", frozenset())
     if emulated:
         ast = emulate_floats(ast, emulated)
+    simd_widths = getattr(renderer, "simd_widths", None)
+    if simd_widths and getattr(renderer, "linear", True):
+        ast = upcast(ast, simd_widths)
     n_threads = 1
     if getattr(renderer, "has_threads", False) and threads > 1:
         ast, n_threads = split_threads(ast, threads)

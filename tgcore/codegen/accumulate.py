@@ -50,6 +50,38 @@ def _accumulator(red: UOp, src: tuple[UOp, ...], number: int) -> UOp:
     return acc.after(done).index(zero).load()
 
 
+def _close_loops(effects: tuple[UOp, ...]) -> tuple[UOp, ...]:
+    """Stores inside the same loops share one END (one loop nest writes them all)."""
+    by_loops: dict[tuple[UOp, ...], list[UOp]] = {}
+    for s in effects:
+        loops = tuple(sorted(s.ranges, key=range_sort_key)) if s.op is Ops.STORE else ()
+        by_loops.setdefault(loops, []).append(s)
+    out = []
+    for loops, group in by_loops.items():
+        body = group[0] if len(group) == 1 else UOp.group(*group)
+        out.append(body.end(*loops) if loops else body)
+    return tuple(out)
+
+
+def merge_sibling_ends(sink: UOp) -> UOp:
+    """ENDs that close the same loops inside the same loops become one END of a GROUP.
+
+    Unrolled reductions each have their own accumulator but run in one loop; an END closing
+    loops at a different depth is never merged.
+    """
+    groups: dict[tuple[tuple[UOp, ...], tuple[UOp, ...]], list[UOp]] = {}
+    for n in sink.toposort:
+        if n.op is Ops.END and n.src[0].op is Ops.STORE:
+            key = (n.src[1:], tuple(sorted(n.ranges, key=range_sort_key)))
+            groups.setdefault(key, []).append(n)
+    mapping = {}
+    for (loops, _), ends in groups.items():
+        if len(ends) > 1:
+            merged = UOp.group(*(e.src[0] for e in ends)).end(*loops)
+            mapping.update({e: merged for e in ends})
+    return sink.substitute(mapping) if mapping else sink
+
+
 def add_accumulators_and_ends(sink: UOp) -> UOp:
     new: dict[UOp, UOp] = {}
     count = 0
@@ -59,11 +91,7 @@ def add_accumulators_and_ends(sink: UOp) -> UOp:
             new[n] = _accumulator(n, src, count)
             count += 1
         elif n.op is Ops.SINK:
-            ends = []
-            for s in src:
-                open_ranges = sorted(s.ranges, key=range_sort_key) if s.op is Ops.STORE else []
-                ends.append(s.end(*open_ranges) if open_ranges else s)
-            new[n] = n.replace(src=tuple(ends))
+            new[n] = n.replace(src=_close_loops(src))
         else:
             new[n] = n if src == n.src else n.replace(src=src)
-    return new[sink]
+    return merge_sibling_ends(new[sink])

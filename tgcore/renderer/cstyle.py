@@ -43,13 +43,20 @@ def c_type(dt: DType) -> str:
     if isinstance(dt, PtrDType):
         return c_type(dt.base) + "*"
     if dt.count > 1:
-        raise NotImplementedError("vector dtypes are not rendered yet")
+        return f"tg_{dt.scalar().name}x{dt.count}"
     if dt not in C_TYPES:
         raise NotImplementedError(f"the C renderer does not support {dt!r} yet")
     return C_TYPES[dt]
 
 
+def vector_typedef(dt: DType) -> str:
+    lane = "signed char" if dt.scalar() is dtypes.bool else c_type(dt.scalar())
+    return f"typedef {lane} {c_type(dt)} __attribute__((vector_size({dt.scalar().itemsize * dt.count})));"
+
+
 def c_const(value: Any, dt: DType) -> str:
+    if dt.count > 1:
+        return f"(({c_type(dt)}){{{', '.join([c_const(value, dt.scalar())] * dt.count)}}})"
     if dt is dtypes.bool:
         return "1" if value else "0"
     if dtypes.is_float(dt):
@@ -81,6 +88,8 @@ class CRenderer(Renderer):
     device = "CPU"
     name = "C"
     has_threads = True
+    simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
+                   dtypes.uint64: 4}
     emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})  # computed in float32, rounded per op
 
     def __init__(self) -> None:
@@ -89,14 +98,25 @@ class CRenderer(Renderer):
 
     # ---- expressions ----
     def _alu(self, u: UOp, a: list[str]) -> str:
-        op, dt = u.op, u.dtype
-        sdt = u.src[0].dtype if u.src else dt
+        """One ALU op; vectors use C's vector operators where they mean the same, else go lane by lane."""
+        dt, sdt = u.dtype, (u.src[0].dtype if u.src else u.dtype)
+        divisor = u.src[1] if u.op in (Ops.IDIV, Ops.MOD) else None
+        const_div = divisor.arg if divisor is not None and divisor.op is Ops.CONST else None
+        overflow = dtypes.is_int(dt.scalar()) and not (dt.scalar().min <= u.vmin and u.vmax <= dt.scalar().max)
+        if dt.count == 1:
+            return self._scalar_alu(u.op, dt, sdt, a, const_div, overflow)
+        native = u.op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.AND, Ops.OR, Ops.XOR, Ops.NEG)
+        if native and dt.scalar() is not dtypes.bool and not overflow and all(s.dtype == dt for s in u.src):
+            return f"(-{a[0]})" if u.op is Ops.NEG else f"({a[0]}{BINARY_INFIX[u.op]}{a[1]})"
+        lanes = [self._scalar_alu(u.op, dt.scalar(), sdt.scalar(), [f"{x}[{i}]" for x in a], const_div, overflow)
+                 for i in range(dt.count)]
+        return f"(({c_type(dt)}){{{', '.join(lanes)}}})"
+
+    @staticmethod
+    def _scalar_alu(op: Ops, dt: DType, sdt: DType, a: list[str], const_div: Any, overflow: bool) -> str:
         if op in (Ops.IDIV, Ops.MOD):
-            divisor = u.src[1]
-            safe = divisor.op is Ops.CONST and divisor.arg != 0 and not (divisor.arg == -1 and not
-                                                                          dtypes.is_unsigned(dt))
             sym = "/" if op is Ops.IDIV else "%"
-            if safe:
+            if const_div is not None and const_div != 0 and (const_div != -1 or dtypes.is_unsigned(dt)):
                 return f"({a[0]}{sym}{a[1]})"
             if dtypes.is_unsigned(dt):
                 return f"({a[1]}==0?0:{a[0]}{sym}{a[1]})"
@@ -107,17 +127,12 @@ class CRenderer(Renderer):
             if sdt is dtypes.bool and op in (Ops.ADD, Ops.MUL):  # bool add/mul are or/and
                 return f"({a[0]}{'|' if op is Ops.ADD else '&'}{a[1]})"
             if op in (Ops.SHL, Ops.SHR):
-                bits = dt.itemsize * 8
-                return f"({a[0]}{BINARY_INFIX[op]}(({a[1]})&{bits - 1}))"
-            expr = f"({a[0]}{BINARY_INFIX[op]}{a[1]})"
-            overflow_possible = not (dt.min <= u.vmin and u.vmax <= dt.max)
-            if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.SHL) and dtypes.is_int(dt) and not dtypes.is_unsigned(dt) \
-                    and overflow_possible:
+                a = [a[0], f"(({a[1]})&{dt.itemsize * 8 - 1})"]
+            if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.SHL) and overflow and not dtypes.is_unsigned(dt):
                 # signed overflow is undefined in C: compute unsigned, wrap like two's complement
                 u_t = "unsigned " + c_type(dt).replace("signed ", "")
-                return f"(({c_type(dt)})(({u_t}){a[0]}{BINARY_INFIX[op]}({u_t}){a[1]}))" if op is not Ops.SHL \
-                    else f"(({c_type(dt)})(({u_t}){a[0]}<<(({a[1]})&{dt.itemsize * 8 - 1})))"
-            return expr
+                return f"(({c_type(dt)})(({u_t}){a[0]}{BINARY_INFIX[op]}({u_t}){a[1]}))"
+            return f"({a[0]}{BINARY_INFIX[op]}{a[1]})"
         if op is Ops.NEG:
             if dtypes.is_int(dt) and not dtypes.is_unsigned(dt):
                 u_t = "unsigned " + c_type(dt).replace("signed ", "")
@@ -141,6 +156,16 @@ class CRenderer(Renderer):
 
     def _cast(self, u: UOp, x: str) -> str:
         src, dst = u.src[0].dtype, u.dtype
+        if dst.count == 1:
+            return self._scalar_cast(src, dst, x)
+        if dtypes.is_float(src.scalar()) and dtypes.is_float(dst.scalar()) and dtypes.bfloat16 not in (
+                src.scalar(), dst.scalar()):
+            return f"__builtin_convertvector({x}, {c_type(dst)})"
+        lanes = [self._scalar_cast(src.scalar(), dst.scalar(), f"{x}[{i}]") for i in range(dst.count)]
+        return f"(({c_type(dst)}){{{', '.join(lanes)}}})"
+
+    @staticmethod
+    def _scalar_cast(src: DType, dst: DType, x: str) -> str:
         if src is dtypes.bfloat16:
             x, src = f"tg_bf16_to_f32({x})", dtypes.float32
         if dst is dtypes.bfloat16:
@@ -148,15 +173,19 @@ class CRenderer(Renderer):
         if dst is dtypes.bool:
             return f"({x}!=0)"
         if dtypes.is_float(src) and dtypes.is_int(dst):
-            # out-of-range float->int is undefined in C; clamp through the range (NaN -> 0)
-            lo, hi = dst.min, dst.max
-            return (f"(({x})!=({x})?0:({x})<={float(lo)!r}?({c_type(dst)}){c_const(lo, dst)}:"
-                    f"({x})>={float(hi)!r}?({c_type(dst)}){c_const(hi, dst)}:({c_type(dst)})({x}))")
+            # C leaves out-of-range float->int undefined; we truncate toward zero and wrap modulo 2^bits,
+            # like constant folding (NaN and inf give 0). fmod by 2^64 is exact.
+            y = f"__builtin_fmod((double)({x}),18446744073709551616.0)"
+            wrapped = f"(({y})<0?(0ull-(unsigned long long)(-({y}))):(unsigned long long)({y}))"
+            return f"(({x})!=({x})||__builtin_isinf({x})?({c_type(dst)})0:({c_type(dst)}){wrapped})"
         return f"(({c_type(dst)})({x}))"
 
     def _bitcast(self, u: UOp, x: str) -> str:
         src, dst = c_type(u.src[0].dtype), c_type(u.dtype)
         return f"({{ union {{ {src} a; {dst} b; }} tg_v; tg_v.a = {x}; tg_v.b; }})"
+
+    def _vector(self, u: UOp, lanes: list[str]) -> str:
+        return f"(({c_type(u.dtype)}){{{', '.join(lanes)}}})"
 
     # ---- the function ----
     def render(self, name: str, kernel: list[UOp] | UOp) -> str:
@@ -200,29 +229,28 @@ class CRenderer(Renderer):
                 for _ in u.src[1:]:
                     depth -= 1
                     line("}")
-            elif op is Ops.DEFINE_REG:
+            elif op is Ops.DEFINE_REG:  # accumulators: plain locals so the compiler keeps them in registers
                 names[u] = fresh("acc")
-                reg_decls.append(f"{c_type(u.dtype.base)} {names[u]}[{u.dtype.size}];")  # type: ignore[attr-defined]
+                reg_decls.append(f"{c_type(u.dtype.base)} {names[u]};")  # type: ignore[attr-defined]
             elif op is Ops.AFTER:
                 names[u] = names[u.src[0]]
             elif op is Ops.INDEX:
                 ptr, idx = names[u.src[0]], names[u.src[1]]
-                names[u] = f"{ptr}[{idx}]"
+                names[u] = ptr if not self._in_memory(u) else f"{ptr}[{idx}]"
             elif op is Ops.LOAD:
-                index = u.src[0]
-                v = fresh("val")
-                if len(index.src) > 2:  # gated: read nothing where the gate is false
-                    gate = names[index.src[2]]
-                    line(f"const {c_type(u.dtype)} {v} = {gate} ? {names[index]} : {c_const(0, u.dtype)};")
-                else:
-                    line(f"const {c_type(u.dtype)} {v} = {names[index]};")
+                line(self._load(u, names, v := fresh("val")))
                 names[u] = v
             elif op is Ops.STORE:
-                index = u.src[0]
-                if len(index.src) > 2:
-                    line(f"if ({names[index.src[2]]}) {names[index]} = {names[u.src[1]]};")
-                else:
-                    line(f"{names[index]} = {names[u.src[1]]};")
+                line(self._store(u, names))
+            elif op is Ops.VCONST:
+                names[u] = self._vector(u, [c_const(x, u.dtype.scalar()) for x in u.arg])
+            elif op in (Ops.VECTORIZE, Ops.GEP):
+                lanes = [names[x] for x in u.src] if op is Ops.VECTORIZE else [f"{names[u.src[0]]}[{i}]" for i in u.arg]
+                v = fresh("vec")
+                line(f"const {c_type(u.dtype)} {v} = {lanes[0] if u.dtype.count == 1 else self._vector(u, lanes)};")
+                names[u] = v
+            elif op is Ops.GROUP:
+                pass
             elif op is Ops.SINK:
                 pass
             else:
@@ -238,7 +266,37 @@ class CRenderer(Renderer):
         args = [p for _, p in sorted(params)] + ["int core_id"]  # type: ignore[misc]
         head = f"void {name}({', '.join(args)}) {{"
         decls = ["  " + d for d in reg_decls]
-        return PREAMBLE + head + "\n" + "\n".join(decls + body) + "\n}\n"
+        vectors = sorted({d for u in kernel for d in (u.dtype, getattr(u.dtype, "base", u.dtype)) if d.count > 1},
+                         key=lambda d: d.name)
+        typedefs = "".join(vector_typedef(d) + "\n" for d in vectors)
+        return PREAMBLE + typedefs + head + "\n" + "\n".join(decls + body) + "\n}\n"
+
+    @staticmethod
+    def _in_memory(index: UOp) -> bool:
+        """A vector access to memory (not to an accumulator) goes through memcpy: no alignment assumed."""
+        ptr = index.src[0].dtype
+        return getattr(ptr, "addrspace", AddrSpace.GLOBAL) is not AddrSpace.REG
+
+    def _load(self, u: UOp, names: dict[UOp, str], v: str) -> str:
+        index, t = u.src[0], c_type(u.dtype)
+        gate = names[index.src[2]] if len(index.src) > 2 else None
+        if u.dtype.count > 1 and self._in_memory(index):
+            copy = f"__builtin_memcpy(&{v}, &{names[index]}, sizeof({v}));"
+            if gate is None:
+                return f"{t} {v}; {copy}"
+            return f"{t} {v} = {c_const(0, u.dtype)}; if ({gate}) {{ {copy} }}"
+        if gate is None:
+            return f"const {t} {v} = {names[index]};"
+        return f"const {t} {v} = {gate} ? {names[index]} : {c_const(0, u.dtype)};"  # read nothing when gated off
+
+    def _store(self, u: UOp, names: dict[UOp, str]) -> str:
+        index, value = u.src[0], u.src[1]
+        if value.dtype.count > 1 and self._in_memory(index):
+            text = (f"{{ {c_type(value.dtype)} tg_t = {names[value]}; "
+                    f"__builtin_memcpy(&{names[index]}, &tg_t, sizeof(tg_t)); }}")
+        else:
+            text = f"{names[index]} = {names[value]};"
+        return f"if ({names[index.src[2]]}) {text}" if len(index.src) > 2 else text
 
 
 __all__ = ["CRenderer", "c_type", "AddrSpace"]

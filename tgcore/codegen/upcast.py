@@ -1,0 +1,179 @@
+"""Upcasting: compute several neighbouring outputs per loop iteration, as vectors.
+
+In:  a kernel SINK in REDUCE form (simplified), and the renderer's SIMD widths.
+Out: the same kernel where chosen output loops are split into an outer loop and a lane
+     axis, and every value that depends on a lane axis is a vector of all lanes: loads of
+     consecutive addresses become one vector load, stores likewise, reductions keep vector
+     accumulators.
+
+How lanes are expanded: a lane axis is a RANGE with arg ``(axis, "upcast")``. For every
+load and store, the scalar index is evaluated once per lane (the lane ranges substituted
+by constants, then simplified); runs of consecutive indices become vector accesses, other
+lanes are gathered with GEP/VECTORIZE. Everything else becomes the vector form of itself,
+with scalar operands broadcast.
+"""
+from __future__ import annotations
+
+import itertools
+
+from tgcore.dtype import DType, dtypes
+from tgcore.helpers import prod
+from tgcore.uop import GroupOp, Ops, UOp
+
+MAX_LANES = 32
+
+
+def _size(r: UOp) -> int:
+    return r.src[0].arg if r.src[0].op is Ops.CONST else -1
+
+
+def _stride(expr: UOp, r: UOp) -> int | None:
+    """How much ``expr`` grows when ``r`` grows by one, if that is a constant."""
+    zero, one = UOp.const(r.dtype, 0), UOp.const(r.dtype, 1)
+    diff = (expr.substitute({r: one}) - expr.substitute({r: zero})).simplify()
+    return diff.arg if diff.op is Ops.CONST else None
+
+
+def choose_upcasts(ast: UOp, simd_widths: dict[DType, int]) -> list[tuple[UOp, int]]:
+    """(output range, width) pairs: the contiguous output axis by the SIMD width, plus a
+    second output axis by 4 in reduction kernels (register tiling for matmul-like kernels)."""
+    stores = [s for s in ast.src if s.op is Ops.STORE]
+    if len(stores) != 1 or not simd_widths:
+        return []
+    store = stores[0]
+    dts = {u.dtype.scalar() for u in ast.toposort if u.op in GroupOp.ALU or u.op in (Ops.LOAD, Ops.CAST)}
+    if any(dt not in simd_widths and dt is not dtypes.bool for dt in dts):
+        return []
+    out_dt = store.src[1].dtype
+    width = simd_widths.get(out_dt, 0)
+    index = store.src[0].src[1]
+    ranges = [r for r in index.toposort if r.op is Ops.RANGE and isinstance(r.arg, tuple) and r.arg[1] == "global"]
+    chosen: list[tuple[UOp, int]] = []
+    contiguous = [r for r in ranges if _stride(index, r) == 1]
+    if contiguous and width > 1 and _size(contiguous[0]) % width == 0:
+        chosen.append((contiguous[0], width))
+    has_reduce = any(u.op is Ops.REDUCE for u in ast.toposort)
+    if chosen and has_reduce:
+        others = [r for r in ranges if r is not chosen[0][0] and _size(r) % 4 == 0 and _size(r) >= 8]
+        if others:
+            chosen.insert(0, (max(others, key=lambda r: _stride(index, r) or 0), 4))
+    return chosen
+
+
+def split_ranges(ast: UOp, upcasts: list[tuple[UOp, int]]) -> tuple[UOp, list[UOp]]:
+    """Replace each chosen range r (size n) by ``outer*w + lane``; returns the kernel and the lane ranges."""
+    mapping, lanes = {}, []
+    for r, w in upcasts:
+        outer = UOp.range(_size(r) // w, *r.arg, dtype=r.dtype) if _size(r) != w else UOp.const(r.dtype, 0)
+        lane = UOp.range(w, r.arg[0], "upcast", dtype=r.dtype)
+        mapping[r] = outer * w + lane
+        lanes.append(lane)
+    return ast.substitute(mapping).simplify(), lanes
+
+
+class _Expander:
+    def __init__(self, lanes: list[UOp]) -> None:
+        self.lanes = lanes
+        self.count = prod(_size(r) for r in lanes)
+        combos = list(itertools.product(*(range(_size(r)) for r in lanes)))  # last lane axis fastest
+        self.lane_values = {r: [c[i] for c in combos] for i, r in enumerate(lanes)}
+        self.lane_set = set(lanes)
+
+    def per_lane(self, expr: UOp) -> list[UOp]:
+        if not (set(expr.toposort) & self.lane_set):
+            return [expr] * self.count
+        return [expr.substitute({r: UOp.const(r.dtype, self.lane_values[r][i]) for r in self.lanes}).simplify()
+                for i in range(self.count)]
+
+    def widen(self, u: UOp) -> UOp:
+        if u.dtype.count == self.count:
+            return u
+        return UOp(Ops.VECTORIZE, u.dtype.vec(self.count), (u,) * self.count)
+
+    def runs(self, idx: list[UOp], gate: list[UOp | None]) -> list[tuple[int, int]]:
+        """(first lane, length) of each run of consecutive addresses with one gate."""
+        limit = _size(self.lanes[-1])
+        out: list[tuple[int, int]] = []
+        for i in range(self.count):
+            if out:
+                start, n = out[-1]
+                step = (idx[i] - idx[i - 1]).simplify()
+                if n < limit and gate[i] is gate[i - 1] and step.op is Ops.CONST and step.arg == 1:
+                    out[-1] = (start, n + 1)
+                    continue
+            out.append((i, 1))
+        return out
+
+    def load(self, load: UOp) -> UOp:
+        index = load.src[0]
+        buf, idx = index.src[0], self.per_lane(index.src[1])
+        gate = self.per_lane(index.src[2]) if len(index.src) > 2 else [None] * self.count
+        lane_value: list[UOp] = []
+        for start, n in self.runs(idx, gate):
+            src = (buf, idx[start]) if gate[start] is None else (buf, idx[start], gate[start])
+            value = UOp(Ops.LOAD, load.dtype.vec(n) if n > 1 else load.dtype, (UOp(Ops.INDEX, index.dtype, src),))
+            lane_value += [value.gep(k) for k in range(n)] if n > 1 else [value]
+            if n == self.count:
+                return value
+        if all(v is lane_value[0] for v in lane_value):
+            return self.widen(lane_value[0])
+        return UOp(Ops.VECTORIZE, load.dtype.vec(self.count), tuple(lane_value))
+
+    def store(self, store: UOp, value: UOp) -> list[UOp]:
+        index = store.src[0]
+        buf, idx = index.src[0], self.per_lane(index.src[1])
+        gate = self.per_lane(index.src[2]) if len(index.src) > 2 else [None] * self.count
+        value = self.widen(value)
+        out = []
+        for start, n in self.runs(idx, gate):
+            part = value if n == self.count else value.gep(*range(start, start + n))
+            src = (buf, idx[start]) if gate[start] is None else (buf, idx[start], gate[start])
+            out.append(UOp(Ops.INDEX, index.dtype, src).store(part))
+        return out
+
+    def expand(self, ast: UOp) -> UOp:
+        new: dict[UOp, UOp] = {}
+        lane_dependent: dict[UOp, bool] = {}
+        for n in ast.toposort:
+            lane_dependent[n] = n in self.lane_set or any(lane_dependent[s] for s in n.src)
+            if n.op is Ops.SINK:
+                srcs: list[UOp] = []
+                for s in n.src:
+                    srcs += new[s].src if new[s].op is Ops.GROUP else [new[s]]
+                new[n] = n.replace(src=tuple(srcs))
+                continue
+            if n in self.lane_set:
+                new[n] = UOp(Ops.VCONST, n.dtype.vec(self.count), (), tuple(self.lane_values[n]))
+                continue
+            if n.op in (Ops.INDEX, Ops.RANGE) or not lane_dependent[n]:
+                new[n] = n
+                continue
+            if n.op is Ops.LOAD:
+                new[n] = self.load(n)
+            elif n.op is Ops.STORE:
+                stores = self.store(n, new[n.src[1]])
+                new[n] = stores[0] if len(stores) == 1 else UOp(Ops.GROUP, dtypes.void, tuple(stores))
+            elif n.op is Ops.REDUCE:
+                value = self.widen(new[n.src[0]])
+                new[n] = UOp(Ops.REDUCE, value.dtype, (value, *n.src[1:]), n.arg)
+            else:
+                srcs_ = tuple(self.widen(new[s]) for s in n.src)
+                new[n] = UOp(n.op, n.dtype.vec(self.count), srcs_, n.arg)
+        return new[ast]
+
+
+def unroll(ast: UOp, lane: UOp) -> UOp:
+    """One copy of the kernel's stores per value of ``lane`` (work shared by the copies stays shared)."""
+    copies = [ast.substitute({lane: UOp.const(lane.dtype, i)}).simplify() for i in range(_size(lane))]
+    return UOp.sink(*dict.fromkeys(s for c in copies for s in c.src))
+
+
+def upcast(ast: UOp, simd_widths: dict[DType, int]) -> UOp:
+    """Vectorize the contiguous output axis to the SIMD width; unroll the other chosen axes."""
+    chosen = choose_upcasts(ast, simd_widths)
+    if not chosen or prod(w for _, w in chosen) > MAX_LANES:
+        return ast
+    ast, lanes = split_ranges(ast, chosen)
+    for lane in lanes[:-1]:
+        ast = unroll(ast, lane)
+    return _Expander(lanes[-1:]).expand(ast)
