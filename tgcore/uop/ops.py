@@ -124,6 +124,9 @@ class Ops(enum.Enum):
     CUSTOMI = enum.auto()  # inline code expression; arg = format string
     CUSTOM_KERNEL = enum.auto()  # a hand-written kernel scheduled like any other; arg = description
 
+    # members are singletons: the identity hash is correct and, unlike Enum's, runs in C
+    __hash__ = object.__hash__
+
     def __repr__(self) -> str:
         return f"Ops.{self.name}"
 

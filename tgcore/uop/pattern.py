@@ -4,17 +4,19 @@ In:  rules as data: a list of `(UPat, fn)`. `fn` receives the names the pattern 
      arguments (plus `ctx` when it has a parameter of that name) and returns a replacement or None.
 Out: `PatternMatcher.rewrite(uop, ctx)`: the first non-None result of a rule matching `uop`, or None.
 
-A UPat matches on op (one or a set), dtype (one or a set), arg (equality), sources (a tuple, matched
-in order; both orders are tried for a two-source commutative op; `allow_any_len` matches a prefix; a
-single UPat matches every source), and binds names; a name used twice must bind the same node.
+A UPat matches on op (one or a set), dtype (one or a set), arg (equality), sources (a tuple matched
+in order; a two-source commutative op also tries the swapped order unless `ordered=True`;
+`allow_any_len` matches a prefix; a single UPat matches every source), and binds names; a name used
+twice must bind the same node.
 
-Rules are indexed by op. Each rule is compiled to a Python function (generated source, one nested
-`if` per check) — the fast path. `PatternMatcher(..., compiled=False)` or env `TG_PM_INTERP=1` uses
-the plain recursive interpreter instead; both must agree (tests check it).
+Rules are indexed by op. In compiled mode (the default) all rules of an op are fused into one
+generated Python function (nested `if`s, one per check) — the fast path. `compiled=False`, or env
+`TG_PM_INTERP=1`, runs the plain recursive interpreter instead; both must agree (tests check it).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -41,7 +43,7 @@ class UPat:
 
     def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
                  src: UPat | Sequence[UPat] | None = None, arg: Any = None, name: str | None = None,
-                 allow_any_len: bool = False, alternatives: Sequence[UPat] | None = None):
+                 allow_any_len: bool = False, alternatives: Sequence[UPat] | None = None, ordered: bool = False):
         self.op: frozenset[Ops] | None = _as_set(op)
         self.dtype: frozenset[DType] | None = _as_set(dtype)
         self.arg = arg
@@ -55,7 +57,7 @@ class UPat:
             order = tuple(src)
             self.orders = [order]
             commutative = self.op is not None and self.op <= GroupOp.Commutative
-            if commutative and len(order) == 2 and order[0] is not order[1]:
+            if commutative and not ordered and len(order) == 2 and order[0] is not order[1]:
                 self.orders.append((order[1], order[0]))
 
     # -- constructors --
@@ -234,15 +236,31 @@ class _CannotCompile(Exception):
     pass
 
 
-class _RuleCompiler:
-    """Generates the source of one `match(u, ctx)` function for a `(UPat, fn)` rule."""
+class _MatchCompiler:
+    """Generates the source of a `match(u, ctx)` function running one or more rules in order.
 
-    def __init__(self, pat: UPat, fn: RuleFn, params: list[str], wants_ctx: bool):
+    Each rule becomes nested `if`s (one per pattern node: op, dtype, arg, same-name and source-count
+    checks), ending in a call of the rule function; a result other than None or `u` is returned.
+    The op of the top node is not checked: callers only run a function on nodes of the right op.
+    """
+
+    def __init__(self) -> None:
         self.lines: list[str] = []
-        self.globals: dict[str, Any] = {"_fn": fn, "_arg_equal": _arg_equal}
-        self.params, self.wants_ctx = params, wants_ctx
+        self.globals: dict[str, Any] = {"_arg_equal": _arg_equal}
         self.count = 0
-        self.emit(pat, "u", {}, 1, top=True)
+
+    def add_rule(self, rule: Rule) -> None:
+        """Append the code of `rule`; a pattern the compiler cannot express calls the interpreter instead."""
+        mark = len(self.lines)
+        self.fn = self.constant(rule.fn)
+        self.params = rule.signature
+        try:
+            self.emit(rule.pat, "u", {}, 1, top=True)
+        except _CannotCompile:
+            del self.lines[mark:]
+            self.line(1, f"r = {self.constant(rule.interpret)}(u, ctx)")
+            self.line(1, "if r is not None and r is not u:")
+            self.line(2, "return r")
 
     def fresh(self, prefix: str) -> str:
         self.count += 1
@@ -266,7 +284,7 @@ class _RuleCompiler:
         if pat.repeat is not None:
             raise _CannotCompile("a single pattern for all sources")
         conds = []
-        if pat.op is not None and not (top and len(pat.op) >= 1):  # the op index already checked the top op
+        if pat.op is not None and not top:
             conds.append(f"{var}.op is {self.constant(next(iter(pat.op)))}" if len(pat.op) == 1
                          else f"{var}.op in {self.constant(pat.op)}")
         if pat.dtype is not None:
@@ -309,20 +327,20 @@ class _RuleCompiler:
         if rest is not None:
             rest(bound, depth)
             return
-        missing = [p for p in self.params if p not in bound]
+        missing = [p for p in self.params if p not in bound and p != "ctx"]
         if missing:
             raise _CannotCompile(f"names {missing} not bound on every path")
-        args = [bound[p] for p in self.params] + (["ctx"] if self.wants_ctx else [])
-        self.line(depth, f"r = _fn({', '.join(args)})")
-        self.line(depth, "if r is not None:")
+        args = ["ctx" if p == "ctx" else bound[p] for p in self.params]  # positional, in the signature's order
+        self.line(depth, f"r = {self.fn}({', '.join(args)})")
+        self.line(depth, "if r is not None and r is not u:")
         self.line(depth + 1, "return r")
 
-    def build(self) -> Callable[[UOp, Any], Any]:
+    def build(self, name: str = "match") -> Callable[[UOp, Any], Any]:
         body = "\n".join(self.lines) if self.lines else "    pass"
-        source = f"def match(u, ctx):\n{body}\n    return None\n"
+        source = f"def {name}(u, ctx):\n{body}\n    return None\n"
         namespace = dict(self.globals)
-        exec(compile(source, "<upat>", "exec"), namespace)  # noqa: S102 - generated from our own templates
-        fn = namespace["match"]
+        exec(compile(source, f"<{name}>", "exec"), namespace)  # noqa: S102 - generated from our own templates
+        fn = namespace[name]
         fn.source = source
         return fn
 
@@ -336,7 +354,8 @@ class Rule:
         self.pat, self.fn = pat, fn
         sig = inspect.signature(fn)
         self.wants_ctx = "ctx" in sig.parameters
-        self.params = [p for p in sig.parameters if p != "ctx"]
+        self.signature = list(sig.parameters)
+        self.params = [p for p in self.signature if p != "ctx"]
         unknown = set(self.params) - pat.required_names()
         if unknown:
             raise TypeError(f"rule {self.where()}: parameters {sorted(unknown)} are not bound by {pat!r}")
@@ -358,11 +377,11 @@ class Rule:
 
     @property
     def compiled(self) -> Callable[[UOp, Any], Any]:
+        """This rule alone as generated code (used for tracing which rule fired)."""
         if self._compiled is None:
-            try:
-                self._compiled = _RuleCompiler(self.pat, self.fn, self.params, self.wants_ctx).build()
-            except _CannotCompile:
-                self._compiled = self.interpret  # fall back to the interpreter for this rule only
+            mc = _MatchCompiler()
+            mc.add_rule(self)
+            self._compiled = mc.build()
         return self._compiled
 
 
@@ -377,7 +396,8 @@ class PatternMatcher:
         """`rules`: `(UPat, fn)` pairs (or `Rule`s); `compiled=None` follows env TG_PM_INTERP."""
         self.rules: list[Rule] = [r if isinstance(r, Rule) else Rule(*r) for r in rules]
         self.compiled = _default_compiled() if compiled is None else compiled
-        self._by_op: dict[Ops, list[tuple[Callable[[UOp, Any], Any], int]]] | None = None
+        self._by_op: dict[Ops, Callable[[UOp, Any], Any]] | None = None
+        self._by_op_traced: dict[Ops, list[int]] | None = None
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
         return PatternMatcher(self.rules + other.rules, self.compiled)
@@ -389,30 +409,58 @@ class PatternMatcher:
         """The same rules, run by the plain interpreter (for debugging and comparison)."""
         return PatternMatcher(self.rules, compiled=False)
 
-    def _index(self) -> dict[Ops, list[tuple[Callable[[UOp, Any], Any], int]]]:
-        by_op: dict[Ops, list[tuple[Callable[[UOp, Any], Any], int]]] = {op: [] for op in Ops}
-        for i, rule in enumerate(self.rules):
-            run = rule.compiled if self.compiled else rule.interpret
-            ops = rule.pat.top_ops()
-            for op in (Ops if ops is None else ops):
-                by_op[op].append((run, i))
-        self._by_op = by_op
-        return by_op
+    def _rules_for(self, op: Ops) -> list[int]:
+        return [i for i, rule in enumerate(self.rules) if (ops := rule.pat.top_ops()) is None or op in ops]
+
+    def _index(self) -> dict[Ops, Callable[[UOp, Any], Any]]:
+        """One function per op, built on first use. Compiled: all that op's rules fused into generated code."""
+        self._by_op = _OpIndex(self)
+        return self._by_op
+
+    def _build(self, op: Ops) -> Callable[[UOp, Any], Any]:
+        rules = [self.rules[i] for i in self._rules_for(op)]
+        if not self.compiled:
+            return functools.partial(_interpret_rules, rules)
+        mc = _MatchCompiler()
+        for rule in rules:
+            mc.add_rule(rule)
+        return mc.build(f"match_{op.name}")
+
+    def _traced_index(self) -> dict[Ops, list[int]]:
+        if self._by_op_traced is None:
+            self._by_op_traced = {op: self._rules_for(op) for op in Ops}
+        return self._by_op_traced
 
     def rewrite(self, u: UOp, ctx: Any = None) -> Any:
         """The result of the first rule that matches `u` and returns something other than None or `u`."""
         by_op = self._by_op if self._by_op is not None else self._index()
-        for run, _ in by_op[u.op]:
-            r = run(u, ctx)
-            if r is not None and r is not u:
-                return r
-        return None
+        return by_op[u.op](u, ctx)
 
     def rewrite_traced(self, u: UOp, ctx: Any = None) -> tuple[Rule, Any] | None:
-        """Like `rewrite`, but also says which rule fired."""
-        by_op = self._by_op if self._by_op is not None else self._index()
-        for run, i in by_op[u.op]:
-            r = run(u, ctx)
+        """Like `rewrite`, but also says which rule fired (slower: one rule at a time)."""
+        for i in self._traced_index()[u.op]:
+            rule = self.rules[i]
+            r = rule.compiled(u, ctx) if self.compiled else rule.interpret(u, ctx)
             if r is not None and r is not u:
-                return self.rules[i], r
+                return rule, r
         return None
+
+
+class _OpIndex(dict):
+    """op -> match function, building each op's function the first time a node of that op is seen."""
+
+    def __init__(self, pm: PatternMatcher):
+        super().__init__()
+        self.pm = pm
+
+    def __missing__(self, op: Ops) -> Callable[[UOp, Any], Any]:
+        fn = self[op] = self.pm._build(op)
+        return fn
+
+
+def _interpret_rules(rules: list[Rule], u: UOp, ctx: Any) -> Any:
+    for rule in rules:
+        r = rule.interpret(u, ctx)
+        if r is not None and r is not u:
+            return r
+    return None

@@ -15,6 +15,7 @@ A rule whose result leads back to a node still being rewritten is a cycle: it ra
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections import deque
@@ -36,7 +37,9 @@ def _log_enabled() -> bool:
     return os.environ.get("TG_REWRITE_LOG", "0") not in ("", "0")
 
 
-class _Rewriter:
+class GraphRewriter:
+    """One rewrite session: a memo of finished nodes shared by every `run`; `count` = rules fired."""
+
     def __init__(self, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str):
         self.pm, self.ctx, self.bottom_up, self.name = pm, ctx, bottom_up, name
         self.log = _log_enabled()
@@ -96,8 +99,8 @@ class _Rewriter:
                     if s not in done:
                         stack.append((s, 0, s))
             elif stage == 1:
-                new_src = tuple(done[s] for s in cur.src)
-                if all(a is b for a, b in zip(new_src, cur.src, strict=True)):
+                new_src = tuple([done[s] for s in cur.src])
+                if new_src == cur.src:  # UOps compare by identity, so this is a C-level identity check
                     r = None if self.bottom_up else self.apply(cur)
                     if r is None:
                         self.finish(n, cur, done, active)
@@ -139,7 +142,15 @@ def _short(u: UOp, limit: int = 120) -> str:
 def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False,
                   name: str | None = None) -> UOp:
     """Rewrite `root` with `pm` to a fixed point (see the module docstring for the order)."""
-    out = _Rewriter(pm, ctx, bottom_up, name or "graph_rewrite").run(root)
+    # garbage made while rewriting is freed by reference counting; pausing the cyclic GC avoids its
+    # repeated full scans of a growing graph (about 2x faster on large graphs)
+    gc_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        out = GraphRewriter(pm, ctx, bottom_up, name or "graph_rewrite").run(root)
+    finally:
+        if gc_was_on:
+            gc.enable()
     if _spec_enabled():
         from tgcore.uop.spec import type_verify
         type_verify(out, name=f"after graph_rewrite({name or 'graph_rewrite'})")
@@ -149,5 +160,5 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
 def graph_rewrite_map(roots: list[UOp], pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False,
                       name: str | None = None) -> dict[UOp, UOp]:
     """Rewrite several roots sharing one memo; returns {root: rewritten root}."""
-    rw = _Rewriter(pm, ctx, bottom_up, name or "graph_rewrite")
+    rw = GraphRewriter(pm, ctx, bottom_up, name or "graph_rewrite")
     return {r: rw.run(r) for r in roots}

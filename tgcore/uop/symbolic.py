@@ -36,7 +36,7 @@ cond = UPat.var("cond", dtypes.bool)
 
 def fold_alu(x: UOp) -> UOp | None:
     """An ALU op whose sources are all constants becomes a constant."""
-    if x.dtype.count != 1 or not all(s.op is Ops.CONST for s in x.src):
+    if x.dtype.count != 1:
         return None
     try:
         value = exec_alu(x.op, x.dtype, tuple(s.arg for s in x.src))
@@ -123,11 +123,31 @@ def _fits(dtype: DType, lo: int, hi: int) -> bool:
     return full[0] <= lo and hi <= full[1]
 
 
+_TOO_MANY: frozenset = frozenset({None})  # marks sums too long to collect (shares no base with anything)
+
+
+def _term_bases(u: UOp) -> frozenset[UOp]:
+    """The bases of the terms of the sum u (cached on the node; sources are always asked first)."""
+    d = u.__dict__
+    found = d.get("_bases")
+    if found is None:
+        if u.op is Ops.ADD:
+            a, b = _term_bases(u.src[0]), _term_bases(u.src[1])
+            found = _TOO_MANY if a is _TOO_MANY or b is _TOO_MANY or len(a) + len(b) > MAX_TERMS else a | b
+        elif u.op is Ops.CONST:
+            found = frozenset()
+        elif u.op is Ops.MUL and u.src[1].op is Ops.CONST:
+            found = frozenset((u.src[0],))
+        else:
+            found = frozenset((u,))
+        d["_bases"] = found
+    return found
+
+
 def collect_terms(x: UOp) -> UOp | None:
     """x*a + ... + x*b -> x*(a+b): merge the terms of a sum that share a base."""
-    if x.src[0].op is not Ops.ADD and x.src[1].op is not Ops.ADD and x.src[0] is not x.src[1]:
-        if not (x.src[0].op is Ops.MUL or x.src[1].op is Ops.MUL):
-            return None
+    if not (_term_bases(x.src[0]) & _term_bases(x.src[1])):  # the sources are already merged inside
+        return None
     split = _split_sum(x)
     if split is None:
         return None
@@ -260,24 +280,30 @@ def not_lt(x: UOp, y: UOp) -> UOp | None:
 
 # ------------------------------------------------------------------------------------------------ rule tables
 
-def _swap_const(x: UOp) -> UOp | None:
+def _swap_const(x: UOp) -> UOp:
     """Put a constant operand of a commutative op on the right: c + y -> y + c."""
-    a, b = x.src
-    if a.op is Ops.CONST and b.op is not Ops.CONST:
-        return x.replace(src=(b, a))
-    return None
+    return x.replace(src=(x.src[1], x.src[0]))
+
+
+NOT_CONST = frozenset(Ops) - {Ops.CONST}
+# ops whose range analysis can pin a non-constant result (ADD/MUL/SUB of variables rarely do; skipping them
+# saves computing bounds for every sum)
+RANGE_FOLDABLE = GroupOp.Comparison | {Ops.IDIV, Ops.MOD, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR, Ops.SHR, Ops.WHERE,
+                                       Ops.CAST}
 
 
 symbolic_simple = PatternMatcher([
-    # constant folding: op(c, c, ...) -> c
-    (UPat(GroupOp.ALU, name="x"), fold_alu),
+    # constant folding: op(c), op(c, c), op(c, c, c) -> c
+    (UPat(GroupOp.Unary, name="x", src=(UPat(Ops.CONST),)), fold_alu),
+    (UPat(GroupOp.Binary, name="x", src=(UPat(Ops.CONST), UPat(Ops.CONST))), fold_alu),
+    (UPat(GroupOp.Ternary, name="x", src=(UPat(Ops.CONST), UPat(Ops.CONST), UPat(Ops.CONST))), fold_alu),
     # cast / bitcast of a constant
     (UPat(Ops.CAST, name="x", src=(c1,)), fold_cast),
     (UPat(Ops.BITCAST, name="x", src=(c1,)), fold_bitcast),
     # an int/bool op pinned to one value by range analysis -> that constant
-    (UPat(GroupOp.ALU | {Ops.CAST}, INTS_BOOL, name="x"), fold_by_range),
+    (UPat(RANGE_FOLDABLE, INTS_BOOL, name="x"), fold_by_range),
     # c op y -> y op c for commutative ops
-    (UPat(GroupOp.Commutative, name="x", src=(UPat.var(), UPat.var())), _swap_const),
+    (UPat(GroupOp.Commutative, name="x", src=(UPat(Ops.CONST), UPat(NOT_CONST)), ordered=True), _swap_const),
     # x + 0 -> x (ints, bools); x + -0.0 -> x, x - 0.0 -> x (floats, exact)
     (UPat(Ops.ADD, INTS_BOOL, src=(x, c1)), lambda x, c1: x if c1.arg == 0 else None),
     (UPat(Ops.ADD, FLOATS, src=(x, c1)), lambda x, c1: x if c1.arg == 0 and math.copysign(1, c1.arg) < 0 else None),

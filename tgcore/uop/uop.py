@@ -17,12 +17,13 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from tgcore.dtype import DType, dtypes
+from tgcore.dtype import DType, dtypes, truncate
 from tgcore.uop.ops import GroupOp, Ops
 
 # ------------------------------------------------------------------------------------------------ interning
 
 _interned: dict[tuple, weakref.ref] = {}
+_INT_BOUNDS = {dt: (dt.min, dt.max) for dt in dtypes.fields().values() if dtypes.is_int(dt)}
 
 
 def _arg_key(op: Ops, arg: Any) -> Any:
@@ -37,6 +38,19 @@ def _arg_key(op: Ops, arg: Any) -> Any:
     return arg
 
 
+class _Ref(weakref.ref):
+    """A weak reference that remembers its interning key, so the callback can drop the entry."""
+
+    __slots__ = ("key",)
+    key: tuple
+
+
+def _forget(ref: weakref.ref) -> None:
+    key = ref.key  # type: ignore[attr-defined]
+    if _interned.get(key) is ref:
+        del _interned[key]
+
+
 class _UOpMeta(type):
     """Hash-consing: `UOp(...)` returns the live UOp with the same fields when there is one."""
 
@@ -44,22 +58,17 @@ class _UOpMeta(type):
                  tag: Any = None) -> UOp:
         if type(src) is not tuple:
             src = tuple(src)
-        key = (op, dtype, src, _arg_key(op, arg), tag)
+        key = (op, dtype, src, arg if type(arg) is not float and op is not Ops.VCONST else _arg_key(op, arg), tag)
         ref = _interned.get(key)
         if ref is not None and (found := ref()) is not None:
             return found
         u: UOp = object.__new__(cls)  # type: ignore[arg-type]
         d = u.__dict__
         d["op"], d["dtype"], d["src"], d["arg"], d["tag"] = op, dtype, src, arg, tag
-        _interned[key] = weakref.ref(u, _forget(key))
+        r = _Ref(u, _forget)
+        r.key = key
+        _interned[key] = r
         return u
-
-
-def _forget(key: tuple) -> Callable[[weakref.ref], None]:
-    def callback(ref: weakref.ref) -> None:
-        if _interned.get(key) is ref:
-            del _interned[key]
-    return callback
 
 
 def _rebuild_graph(nodes: list[tuple]) -> UOp:
@@ -243,7 +252,10 @@ class UOp(metaclass=_UOpMeta):
     @staticmethod
     def const(dtype: DType, value: Any) -> UOp:
         """A constant; the value is stored as `dtype` would hold it (ints wrap, floats round)."""
-        from tgcore.dtype import truncate
+        if type(value) is int:  # fast path: an int already in the range of an int dtype
+            bounds = _INT_BOUNDS.get(dtype)
+            if bounds is not None and bounds[0] <= value <= bounds[1]:
+                return UOp(Ops.CONST, dtype, (), value)
         if isinstance(value, UOp):
             return value
         if isinstance(value, tuple):
@@ -338,7 +350,7 @@ class UOp(metaclass=_UOpMeta):
             out = self.dtype
         return UOp(op, out, (self, *src))
 
-    def _operand(self, x: Any, what: str) -> UOp:
+    def _operand(self, x: Any, what: Any) -> UOp:
         if isinstance(x, UOp):
             if x.dtype is not self.dtype:
                 raise TypeError(f"dtype mismatch in {what}: {self.dtype!r} and {x.dtype!r}; .cast() one side")
@@ -350,7 +362,7 @@ class UOp(metaclass=_UOpMeta):
         return self.const_like(x)
 
     def _binary(self, op: Ops, x: Any, reverse: bool = False) -> UOp:
-        other = self._operand(x, op.name)
+        other = self._operand(x, op)
         return other.alu(op, self) if reverse else self.alu(op, other)
 
     def _is_int(self) -> bool:
@@ -471,7 +483,8 @@ class UOp(metaclass=_UOpMeta):
             return self.alu(Ops.WHERE, a, a._operand(b, "WHERE"))
         if isinstance(b, UOp):
             return self.alu(Ops.WHERE, b._operand(a, "WHERE"), b)
-        raise TypeError("where needs at least one UOp branch to know the dtype")
+        dt = dtypes.from_py(a)  # two Python scalars: the dtype of the first (bool, default int or float)
+        return self.alu(Ops.WHERE, UOp.const(dt, a), UOp.const(dt, b))
 
     def maximum(self, x: Any) -> UOp:
         return self._binary(Ops.MAX, x)
