@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import struct
 from enum import Enum, auto
 from functools import cache
 from typing import Any, ClassVar, Final
@@ -404,11 +405,19 @@ def truncate(dtype: DType, value: Any) -> Any:
     if dtype is dtypes.float64:
         return _as_float(value)
     if dtype is dtypes.float32:
+        if type(value) is float:  # fast path (constant folding and graph building call this a lot)
+            try:
+                return _F32.unpack(_F32.pack(value))[0]
+            except OverflowError:  # beyond float32's range: numpy rounds it to +-inf
+                pass
         return _round_with_numpy(np.float32, value)
     if dtypes.is_float(dtype):  # float16, bfloat16, fp8
         bits = dtypes.float_to_bits(_as_narrow_float(value), dtype)
         return float(dtypes.bits_to_float(bits, dtype))
     raise TypeError(f"cannot truncate a value to {dtype!r}")
+
+
+_F32 = struct.Struct("f")
 
 
 def _as_float(value: Any) -> float:

@@ -352,8 +352,12 @@ class Tensor:
 
     # ---------------------------------------------------------------- elementwise
     def _const(self, value: Scalar, dtype: DType) -> Tensor:
-        return self._new(UOp.const(dtype, value)).reshape((1,) * self.ndim).expand(self.shape) if self.ndim else \
-            self._new(UOp.const(dtype, value))
+        """``value`` broadcast to this tensor's shape (built directly: this is on every scalar operation's path)."""
+        c, shape = UOp.const(dtype, value), self.shape
+        if not shape:
+            return self._new(c)
+        c = UOp(Ops.RESHAPE, dtype, (c,), (1,) * len(shape))
+        return self._new(c if all(s == 1 for s in shape) else UOp(Ops.EXPAND, dtype, (c,), shape))
 
     def _broadcast_pair(self, other: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
         if isinstance(other, Tensor):

@@ -26,6 +26,7 @@ from tgcore.dtype import DType, dtypes
 from tgcore.helpers import prod
 from tgcore.runtime.buffer import Buffer
 from tgcore.schedule.shape import shape_of
+from tgcore.schedule.split import split_large_reductions
 from tgcore.uop import Ops, UOp
 from tgcore.uop.uop import consumer_map
 
@@ -303,6 +304,8 @@ class _KernelBuilder:
 
     def _movement(self, node: UOp, idx: tuple[UOp, ...], gate: UOp | None, direct: bool) -> UOp:
         src, op, arg = node.src[0], node.op, node.arg
+        if src.op is Ops.CONST and op is not Ops.PAD:  # a broadcast constant is the same everywhere
+            return src
         old = shape_of(src)
         if op is Ops.RESHAPE:
             return self.lower(src, reshape_index(idx, old, tuple(arg), self.idt), gate, direct)
@@ -366,7 +369,8 @@ def _identity(op: Ops, dtype: DType) -> Any:
 
 def create_schedule(outs: list[UOp], default_device: str) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     """Kernels computing ``outs`` (in dependency order) and, for each out, its BUFFER uop."""
-    sink = UOp.sink(*outs)
+    rewritten = split_large_reductions(outs)
+    sink = UOp.sink(*rewritten.values())
     k = Kernelizer(default_device, sink)
-    result = {u: k.realize(u) for u in outs}
+    result = {u: k.realize(rewritten[u]) for u in outs}
     return k.items, result
