@@ -31,6 +31,16 @@ return v.f; }
 static inline unsigned short tg_f32_to_bf16(float f) { union { tg_u32 u; float f; } v; v.f = f;
   if ((v.u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((v.u >> 16) | 0x40);
   return (unsigned short)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16); }
+static inline unsigned short tg_f64_to_bf16(double d) { /* round to odd in float, then to nearest: one rounding */
+  float f = (float)d; if (f == f && (double)f != d && __builtin_fabsf(f) != __builtin_inff()) {
+    union { tg_u32 u; float f; } v; v.f = f; if (__builtin_fabs((double)f) > __builtin_fabs(d)) v.u -= 1; v.u |= 1;
+    f = v.f; }
+  return tg_f32_to_bf16(f); }
+static inline unsigned short tg_u64_to_bf16(unsigned long long m, int negative) { /* 64-bit ints: round once */
+  int shift = m ? 40 - __builtin_clzll(m) : 0; float f;
+  if (shift > 0) { unsigned long long r = (m >> shift) | ((m & ((1ull << shift) - 1)) != 0);
+    f = __builtin_ldexpf((float)r, shift); } else f = (float)m;
+  return tg_f32_to_bf16(negative ? -f : f); }
 """
 
 BINARY_INFIX = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.CMPLT: "<", Ops.CMPNE: "!=",
@@ -80,6 +90,20 @@ def c_const(value: Any, dt: DType) -> str:
     return f"(({c_type(dt)}){int(value)})" if dt.itemsize < 4 else str(int(value))
 
 
+def _unsigned_work_type(dt: DType) -> str:
+    """An unsigned type at least as wide as int, so arithmetic on it wraps instead of overflowing."""
+    return "unsigned long long" if dt.itemsize == 8 else "unsigned int"
+
+
+def _shift(op: Ops, dt: DType, x: str, n: str) -> str:
+    """Shifts by a negative amount or by the bit width or more give 0 (or the sign, for >> of a signed value)."""
+    bits = dt.itemsize * 8
+    if op is Ops.SHR:
+        out_of_range = f"({x}<0?({c_type(dt)})-1:0)" if not dtypes.is_unsigned(dt) else "0"
+        return f"(({n})<0||({n})>={bits}?{out_of_range}:({c_type(dt)})({x}>>({n})))"
+    return f"(({n})<0||({n})>={bits}?0:({c_type(dt)})(({_unsigned_work_type(dt)}){x}<<({n})))"
+
+
 def _float_fn(name: str, dt: DType) -> str:
     return f"__builtin_{name}" + ("" if dt is dtypes.float64 else "f")
 
@@ -127,10 +151,10 @@ class CRenderer(Renderer):
             if sdt is dtypes.bool and op in (Ops.ADD, Ops.MUL):  # bool add/mul are or/and
                 return f"({a[0]}{'|' if op is Ops.ADD else '&'}{a[1]})"
             if op in (Ops.SHL, Ops.SHR):
-                a = [a[0], f"(({a[1]})&{dt.itemsize * 8 - 1})"]
-            if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.SHL) and overflow and not dtypes.is_unsigned(dt):
-                # signed overflow is undefined in C: compute unsigned, wrap like two's complement
-                u_t = "unsigned " + c_type(dt).replace("signed ", "")
+                return _shift(op, dt, a[0], a[1])
+            if op in (Ops.ADD, Ops.SUB, Ops.MUL) and overflow and dtypes.is_int(dt):
+                # signed overflow is undefined in C (and small types promote to int): wrap in unsigned arithmetic
+                u_t = _unsigned_work_type(dt)
                 return f"(({c_type(dt)})(({u_t}){a[0]}{BINARY_INFIX[op]}({u_t}){a[1]}))"
             return f"({a[0]}{BINARY_INFIX[op]}{a[1]})"
         if op is Ops.NEG:
@@ -168,8 +192,13 @@ class CRenderer(Renderer):
     def _scalar_cast(src: DType, dst: DType, x: str) -> str:
         if src is dtypes.bfloat16:
             x, src = f"tg_bf16_to_f32({x})", dtypes.float32
+        if dst is dtypes.bfloat16 and src in (dtypes.int64, dtypes.uint64):
+            if src is dtypes.uint64:
+                return f"tg_u64_to_bf16({x}, 0)"
+            return f"tg_u64_to_bf16(({x})<0?0ull-(unsigned long long)({x}):(unsigned long long)({x}), ({x})<0)"
         if dst is dtypes.bfloat16:
-            return f"tg_f32_to_bf16((float)({x}))"
+            return f"tg_f32_to_bf16({x})" if src in (dtypes.float32, dtypes.float16) or (
+                dtypes.is_int(src) and src.itemsize <= 2) or src is dtypes.bool else f"tg_f64_to_bf16((double)({x}))"
         if dst is dtypes.bool:
             return f"({x}!=0)"
         if dtypes.is_float(src) and dtypes.is_int(dst):

@@ -162,11 +162,21 @@ class UOp(metaclass=_UOpMeta):
 
     @property
     def toposort(self) -> dict[UOp, None]:
-        """Every node this one depends on, and itself last; sources always come before their users."""
+        """Every node this one depends on, and itself last; sources always come before their users.
+
+        Returns a fresh dict. The cache on the node holds only the nodes *before* it: a node that held
+        itself would be a reference cycle, and then its device buffers would wait for the cyclic garbage
+        collector instead of being freed when the last tensor using them goes.
+        """
+        out = dict(self._slice())
+        out[self] = None
+        return out
+
+    def _slice(self) -> dict[UOp, None]:
         d = self.__dict__
-        if "_topo" not in d:
+        if "_slice_cache" not in d:
             order: dict[UOp, None] = {}
-            stack: list[tuple[UOp, bool]] = [(self, False)]
+            stack: list[tuple[UOp, bool]] = [(s, False) for s in reversed(self.src)]
             while stack:
                 n, ready = stack.pop()
                 if n in order:
@@ -178,13 +188,13 @@ class UOp(metaclass=_UOpMeta):
                 for s in reversed(n.src):
                     if s not in order:
                         stack.append((s, False))
-            d["_topo"] = order
-        return d["_topo"]
+            d["_slice_cache"] = order
+        return d["_slice_cache"]
 
     @property
     def backward_slice(self) -> dict[UOp, None]:
         """Every node this one depends on (not itself), in toposort order."""
-        return {n: None for n in self.toposort if n is not self}
+        return dict(self._slice())
 
     @property
     def ranges(self) -> dict[UOp, None]:
