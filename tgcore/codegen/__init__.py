@@ -43,7 +43,7 @@ def get_program(ast: UOp, renderer: object, threads: int = 1) -> ProgramSpec:
     name = kernel_name(ast)
     ops, mem = estimate_cost(ast)
     variables = tuple(sorted({u.arg[0] for u in ast.toposort if u.op is Ops.DEFINE_VAR}))
-    emulated = getattr(renderer, "emulated_floats", frozenset())
+    emulated: frozenset = getattr(renderer, "emulated_floats", frozenset())
     if emulated:
         ast = emulate_floats(ast, emulated)
     simd_widths = getattr(renderer, "simd_widths", None)

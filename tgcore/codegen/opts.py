@@ -17,7 +17,7 @@ MIN_WORK_PER_THREAD = 1 << 15  # loop iterations below which a thread costs more
 
 def _range_size(r: UOp) -> int:
     end = r.src[0]
-    return end.arg if end.op is Ops.CONST else end.vmax
+    return int(end.arg if end.op is Ops.CONST else end.vmax)
 
 
 def loop_ranges(ast: UOp) -> list[UOp]:

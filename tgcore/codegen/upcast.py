@@ -107,10 +107,11 @@ class _Expander:
     def load(self, load: UOp) -> UOp:
         index = load.src[0]
         buf, idx = index.src[0], self.per_lane(index.src[1])
-        gate = self.per_lane(index.src[2]) if len(index.src) > 2 else [None] * self.count
+        gate: list[UOp | None] = list(self.per_lane(index.src[2])) if len(index.src) > 2 else [None] * self.count
         lane_value: list[UOp] = []
         for start, n in self.runs(idx, gate):
-            src = (buf, idx[start]) if gate[start] is None else (buf, idx[start], gate[start])
+            g = gate[start]
+            src = (buf, idx[start]) if g is None else (buf, idx[start], g)
             value = UOp(Ops.LOAD, load.dtype.vec(n) if n > 1 else load.dtype, (UOp(Ops.INDEX, index.dtype, src),))
             lane_value += [value.gep(k) for k in range(n)] if n > 1 else [value]
             if n == self.count:
@@ -122,12 +123,13 @@ class _Expander:
     def store(self, store: UOp, value: UOp) -> list[UOp]:
         index = store.src[0]
         buf, idx = index.src[0], self.per_lane(index.src[1])
-        gate = self.per_lane(index.src[2]) if len(index.src) > 2 else [None] * self.count
+        gate: list[UOp | None] = list(self.per_lane(index.src[2])) if len(index.src) > 2 else [None] * self.count
         value = self.widen(value)
         out = []
         for start, n in self.runs(idx, gate):
             part = value if n == self.count else value.gep(*range(start, start + n))
-            src = (buf, idx[start]) if gate[start] is None else (buf, idx[start], gate[start])
+            g = gate[start]
+            src = (buf, idx[start]) if g is None else (buf, idx[start], g)
             out.append(UOp(Ops.INDEX, index.dtype, src).store(part))
         return out
 

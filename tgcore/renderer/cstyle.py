@@ -220,7 +220,7 @@ class CRenderer(Renderer):
     def render(self, name: str, kernel: list[UOp] | UOp) -> str:
         assert isinstance(kernel, list)
         names: dict[UOp, str] = {}
-        params: list[str] = []
+        params: list[tuple[int, str]] = []
         body: list[str] = []
         depth = 1
         counter: dict[str, int] = {}
@@ -237,10 +237,10 @@ class CRenderer(Renderer):
             op = u.op
             if op is Ops.PARAM:
                 names[u] = f"data{u.arg}"
-                params.append((u.arg, f"{c_type(u.dtype)} restrict data{u.arg}"))  # type: ignore[arg-type]
+                params.append((u.arg, f"{c_type(u.dtype)} restrict data{u.arg}"))
             elif op is Ops.DEFINE_VAR:
                 names[u] = u.arg[0]
-                params.append((1 << 30, f"int {u.arg[0]}"))  # type: ignore[arg-type]
+                params.append((1 << 30, f"int {u.arg[0]}"))
             elif op is Ops.CONST:
                 names[u] = c_const(u.arg, u.dtype)
             elif op is Ops.RANGE:
@@ -292,7 +292,7 @@ class CRenderer(Renderer):
                 v = fresh("alu")
                 line(f"const {c_type(u.dtype)} {v} = {expr};")
                 names[u] = v
-        args = [p for _, p in sorted(params)] + ["int core_id"]  # type: ignore[misc]
+        args = [p for _, p in sorted(params)] + ["int core_id"]
         head = f"void {name}({', '.join(args)}) {{"
         decls = ["  " + d for d in reg_decls]
         vectors = sorted({d for u in kernel for d in (u.dtype, getattr(u.dtype, "base", u.dtype)) if d.count > 1},

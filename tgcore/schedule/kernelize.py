@@ -327,17 +327,17 @@ class _KernelBuilder:
         if any(s == 0 for s in old):
             return UOp.const(node.dtype, 0)
         valid: UOp | None = None
-        new_idx = []
+        shifted: list[UOp] = []
         for i, (b, _), s in zip(idx, arg, old, strict=True):
             j = i - b if b else i
             if j.vmin < 0:
                 valid = _and(valid, j >= 0)
             if j.vmax >= s:
                 valid = _and(valid, j < s)
-            new_idx.append(j)
+            shifted.append(j)
         if valid is None:
-            return self.lower(src, tuple(new_idx), gate, direct)
-        inner = self.lower(src, tuple(new_idx), _and(gate, valid), direct)
+            return self.lower(src, tuple(shifted), gate, direct)
+        inner = self.lower(src, tuple(shifted), _and(gate, valid), direct)
         return valid.where(inner, UOp.const(node.dtype, 0))
 
     def _reduce(self, node: UOp, idx: tuple[UOp, ...], gate: UOp | None) -> UOp:
