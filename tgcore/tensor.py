@@ -27,6 +27,9 @@ from tgcore.helpers import prod
 from tgcore.runtime.registry import canonical
 from tgcore.schedule.kernelize import buffers, create_schedule, new_buffer_uop, realized
 from tgcore.schedule.shape import shape_of
+from tgcore.tensor_index import IndexMixin
+from tgcore.tensor_math import MathMixin
+from tgcore.tensor_random import RandomMixin
 from tgcore.uop import Ops, UOp
 
 Scalar = bool | int | float
@@ -63,7 +66,7 @@ def _arange_uop(n: int) -> UOp:
     return UOp(Ops.RANGE, dtypes.int32, (), ("arange", n))
 
 
-class Tensor:
+class Tensor(MathMixin, IndexMixin, RandomMixin):
     """A lazily evaluated n-dimensional array on a device."""
 
     __slots__ = ("uop", "device", "__weakref__")
