@@ -120,3 +120,11 @@ def test_readme_plugin_example_is_the_fixture():
     for rel in ("pyproject.toml", "tg_hello/__init__.py"):
         body = (FIXTURES / "tg-hello" / rel).read_text()
         assert body.strip() in text, f"README's example differs from tests/fixtures/tg-hello/{rel}"
+
+
+def test_tg_demo_runs_on_cpu_and_python(site):
+    r = tg(site, "demo", "CPU", "PYTHON")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("(ok)") == 2
+    r = tg(site, "demo", "AMD")
+    assert r.returncode == 1 and "pip install tg-amd" in r.stdout

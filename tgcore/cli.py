@@ -72,12 +72,49 @@ def cmd_serve(args: argparse.Namespace, host: PluginHost) -> int:
     return int(apps[args.app].run(list(args.args)) or 0)
 
 
+def cmd_demo(args: argparse.Namespace, host: PluginHost) -> int:
+    """A small tensor program on each requested device, checked against numpy."""
+    import time
+
+    import numpy as np
+
+    from tgcore.runtime.registry import DeviceError
+    from tgcore.tensor import Tensor
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((256, 512), dtype=np.float32), rng.standard_normal((512, 128), dtype=np.float32)
+    x = a @ b
+    ref = np.exp(x - x.max(1, keepdims=True))
+    ref = ref / ref.sum(1, keepdims=True)
+    status = 0
+    for device in args.devices or ["CPU"]:
+        try:
+            start = time.perf_counter()
+            ta, tb = Tensor(a, device=device), Tensor(b, device=device)
+            y = ta @ tb
+            e = (y - y.max(1, keepdim=True)).exp()
+            out = (e / e.sum(1, keepdim=True)).numpy()
+            elapsed = time.perf_counter() - start
+        except (DeviceError, RuntimeError) as err:
+            print(f"{device:10s} failed: {err}")
+            status = 1
+            continue
+        error = float(np.abs(out - ref).max())
+        ok = error < 1e-4
+        status |= 0 if ok else 1
+        print(f"{device:10s} softmax(a @ b), a 256x512, b 512x128: max error vs numpy {error:.1e} "
+              f"({'ok' if ok else 'WRONG'}), {elapsed * 1e3:.1f} ms incl. compiling")
+    return status
+
+
 def build_parser(host: PluginHost) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tg", description="tgcore: a tensor compiler with plugins.")
     parser.add_argument("--version", action="version", version=f"tgcore {tgcore.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("plugins", help="list plugins and whether they loaded").set_defaults(func=cmd_plugins)
     sub.add_parser("devices", help="list devices, their renderers and availability").set_defaults(func=cmd_devices)
+    demo = sub.add_parser("demo", help="run a small tensor program and check it against numpy")
+    demo.add_argument("devices", nargs="*", help="devices to run on (default CPU), e.g. CPU PYTHON")
+    demo.set_defaults(func=cmd_demo)
     serve = sub.add_parser("serve", help="run an app a plugin provides (e.g. tg serve llm)")
     serve.add_argument("app", nargs="?", help="app name; tg serve with no name lists them")
     serve.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the app")
@@ -99,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        if args.func in (cmd_plugins, cmd_devices, cmd_serve):
+        if args.func in (cmd_plugins, cmd_devices, cmd_serve, cmd_demo):
             return args.func(args, host)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
