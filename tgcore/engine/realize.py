@@ -10,7 +10,9 @@ their own on-disk cache across processes.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +38,17 @@ class CompileCounter:
 
 
 _runners: dict[tuple[str, UOp], Runner] = {}
+_captures: list[list[tuple[Runner | None, list[Buffer], str, str]]] = []
+
+
+@contextlib.contextmanager
+def capturing(into: list[tuple[Runner | None, list[Buffer], str, str]]) -> Iterator[None]:
+    """Record every kernel run (runner, buffers, kind, device) into ``into`` while active (the JIT)."""
+    _captures.append(into)
+    try:
+        yield
+    finally:
+        _captures.pop()
 _lock = threading.Lock()
 
 
@@ -68,6 +81,9 @@ def _copy(dest: Buffer, src: Buffer) -> None:
 
 def run_schedule(items: list[ScheduleItem]) -> None:
     for si in items:
+        if _captures:
+            runner = None if si.kind == "copy" else get_runner(si.device, si.ast)
+            _captures[-1].append((runner, list(si.bufs), si.kind, si.device))
         if si.kind == "copy":
             _copy(si.bufs[0], si.bufs[1])
             update_stats(f"copy {si.bufs[0].nbytes}B {si.bufs[1].device} -> {si.bufs[0].device}", si.device, "copy",

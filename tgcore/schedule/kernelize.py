@@ -17,8 +17,10 @@ a kernel (and a buffer) of its own. ``CONTIGUOUS`` and ``COPY`` always end a ker
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +40,22 @@ realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 
 _unique = itertools.count()
+_cache_enabled = [True]
+
+
+@contextlib.contextmanager
+def no_realized_cache() -> Iterator[None]:
+    """Recompute lazy nodes even when an earlier realize computed them (the JIT's capture needs every kernel)."""
+    _cache_enabled.append(False)
+    try:
+        yield
+    finally:
+        _cache_enabled.pop()
+
+
+def realized_buffer(node: UOp) -> UOp | None:
+    """The BUFFER holding ``node``'s value from an earlier realize, if it is still around (and caching is on)."""
+    return realized.get(node) if _cache_enabled[-1] else None
 
 
 def new_buffer_uop(device: str, size: int, dtype: DType) -> UOp:
@@ -65,7 +83,7 @@ def view_of_buffer(u: UOp) -> UOp | None:
     """The BUFFER under ``u`` when ``u`` is that buffer's data, merely reshaped; else None."""
     while u.op is Ops.RESHAPE:
         u = u.src[0]
-    u = realized.get(u, u)
+    u = realized_buffer(u) or u
     return u if u.op is Ops.BUFFER else None
 
 
@@ -166,8 +184,9 @@ class Kernelizer:
     # ---- kernels ----
     def realize(self, node: UOp) -> UOp:
         """Make sure ``node``'s value sits in a buffer; returns the BUFFER uop."""
-        if node in realized:
-            return realized[node]
+        cached = realized_buffer(node)
+        if cached is not None:
+            return cached
         if node in self.done:
             return self.done[node]
         base = view_of_buffer(node)
@@ -190,7 +209,7 @@ class Kernelizer:
         chain = node
         while chain.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.EXPAND, Ops.FLIP, Ops.PAD):
             chain = chain.src[0]
-        chain = realized.get(chain, self.done.get(chain, chain))
+        chain = realized_buffer(chain) or self.done.get(chain, chain)
         if chain.op is not Ops.BUFFER or chain is node or chain not in buffers:
             return None
         shape = shape_of(node)
@@ -274,7 +293,7 @@ class _KernelBuilder:
 
     def _lower(self, node: UOp, idx: tuple[UOp, ...], gate: UOp | None, direct: bool) -> UOp:
         op, owner = node.op, self.owner
-        if node in realized or node in owner.done:
+        if node in owner.done or realized_buffer(node) is not None:
             return self.load(owner.realize(node), idx, shape_of(node), gate)
         if op is Ops.BUFFER:
             return self.load(node, idx, shape_of(node), gate)

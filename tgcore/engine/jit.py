@@ -1,0 +1,182 @@
+"""``tgcore.jit``: capture the kernels a function runs, then replay them with new inputs.
+
+In:  a Python function of Tensors (and bound symbolic variables, ``v.bind(n)``) that returns
+     Tensors.
+Out: a callable with the same signature. The first call with a given input signature (shapes,
+     dtypes, devices of the tensor arguments, names of the bound variables) runs normally,
+     compiling its kernels; the second call captures the kernels it runs; every later call
+     replays them on the new input buffers and variable values, skipping the Python
+     function, scheduling and codegen entirely.
+
+Replayed outputs live in buffers the capture owns: a later call overwrites them, so copy an
+output (``.numpy()`` or ``.contiguous().realize()``) if you need it beyond the next call.
+A function must not read tensor values (``.numpy()``, ``.item()``) while it is captured: what
+it computes must depend on its inputs only through kernels. Up to ``max_captures`` input
+signatures are kept (least recently used ones are dropped).
+"""
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tgcore.engine import realize as engine
+from tgcore.engine.stats import update_stats
+from tgcore.runtime.buffer import Buffer
+from tgcore.schedule import kernelize
+from tgcore.uop import Ops, UOp
+
+
+class JitError(RuntimeError):
+    """A jitted function did something a capture cannot replay."""
+
+
+@dataclass
+class _Step:
+    runner: engine.Runner | None   # None for a copy
+    bufs: list[Buffer]
+    kind: str
+    device: str
+
+
+@dataclass
+class _Capture:
+    steps: list[_Step]
+    inputs: list[tuple[int, int, int, int]]  # (step, buffer slot, input number, byte offset into the input)
+    outputs: Any                             # the function's result, with tensors replaced by their uops
+
+
+def _flatten(obj: Any) -> list[Any]:
+    if isinstance(obj, (list, tuple)):
+        return [x for o in obj for x in _flatten(o)]
+    if isinstance(obj, dict):
+        return [x for o in obj.values() for x in _flatten(o)]
+    return [obj]
+
+
+def _buffer_of(t: Any) -> Buffer:
+    u = t.uop.src[0] if t.uop.op is Ops.RESHAPE else t.uop
+    return kernelize.buffers[u]
+
+
+class Jit:
+    def __init__(self, fn: Callable[..., Any], max_captures: int = 8) -> None:
+        self.fn = fn
+        self.max_captures = max_captures
+        self.captures: OrderedDict[tuple, _Capture] = OrderedDict()
+        self.seen: set[tuple] = set()
+        functools.update_wrapper(self, fn)
+
+    # ---- signature ----
+    @staticmethod
+    def _inputs(args: tuple, kwargs: dict) -> tuple[list[Any], dict[str, int]]:
+        from tgcore.tensor import Tensor
+        tensors, variables = [], {}
+        for a in _flatten(list(args)) + _flatten(kwargs):
+            if isinstance(a, Tensor):
+                tensors.append(a)
+            elif isinstance(a, UOp) and a.op is Ops.BIND:
+                var, value = a.unbind()
+                variables[var.arg[0]] = value
+        return tensors, variables
+
+    @staticmethod
+    def _key(tensors: list[Any], variables: dict[str, int]) -> tuple:
+        return tuple((t.shape, t.dtype, t.device) for t in tensors) + tuple(sorted(variables))
+
+    # ---- calls ----
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        tensors, variables = self._inputs(args, kwargs)
+        for t in tensors:  # inputs must sit in their own contiguous buffers
+            if not (t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER):
+                t.uop = t.contiguous().realize().uop
+            t.realize()
+        key = self._key(tensors, variables)
+        capture = self.captures.get(key)
+        if capture is not None:
+            self.captures.move_to_end(key)
+            return self._replay(capture, tensors, variables)
+        if key not in self.seen:  # first call: run normally, realizing the outputs (compiles everything)
+            self.seen.add(key)
+            out = self.fn(*args, **kwargs)
+            _realize_all(out)
+            return out
+        return self._capture(key, tensors, args, kwargs)
+
+    def _capture(self, key: tuple, tensors: list[Any], args: tuple, kwargs: dict) -> Any:
+        recorded: list[tuple[Any, list[Buffer], str, str]] = []
+        with engine.capturing(recorded), kernelize.no_realized_cache():
+            out = self.fn(*args, **kwargs)
+            _realize_all(out)
+        input_bases = [_buffer_of(t) for t in tensors]
+        steps, inputs = [], []
+        for i, (runner, bufs, kind, device) in enumerate(recorded):
+            steps.append(_Step(runner, list(bufs), kind, device))
+            for slot, b in enumerate(bufs):
+                for n, inp in enumerate(input_bases):
+                    if b is inp or (b.base is inp.base and b.base is not b):
+                        inputs.append((i, slot, n, b.offset - (inp.offset if inp.base is not inp else 0)))
+                        break
+        capture = _Capture(steps, inputs, _map_tensors(out, lambda t: t.uop))
+        self.captures[key] = capture
+        if len(self.captures) > self.max_captures:
+            self.captures.popitem(last=False)
+        return out
+
+    def _replay(self, capture: _Capture, tensors: list[Any], variables: dict[str, int]) -> Any:
+        from tgcore.tensor import Tensor
+        bufs = [list(s.bufs) for s in capture.steps]
+        for step, slot, n, offset in capture.inputs:
+            inp = _buffer_of(tensors[n])
+            old = bufs[step][slot]
+            same = offset == 0 and old.nbytes == inp.nbytes
+            bufs[step][slot] = inp if same else inp.view(old.size, old.dtype, offset)
+        for step, step_bufs in zip(capture.steps, bufs, strict=True):
+            if step.runner is None:
+                step_bufs[0].ensure_allocated().copy_from(step_bufs[1])
+                update_stats("copy (jit)", step.device, "copy", num_bufs=2, mem=step_bufs[0].nbytes)
+                continue
+            spec = step.runner.spec
+            try:
+                vals = tuple(variables[v] for v in spec.vars)
+            except KeyError as e:
+                raise JitError(f"kernel {spec.name} needs variable {e.args[0]!r}, which this call did not bind") \
+                    from None
+            handles = [b.ensure_allocated().handle for b in step_bufs]
+            elapsed = step.runner.program(*handles, vals=vals, threads=spec.threads, wait=engine.DEBUG >= 2)
+            update_stats(spec.name, step.device, step.kind, num_bufs=len(step_bufs), ops=spec.ops, mem=spec.mem,
+                         time_s=elapsed)
+        device = tensors[0].device if tensors else None
+        return _map_tensors(capture.outputs, lambda u: Tensor(u, device=_device_of_uop(u, device)), uops=True)
+
+
+def _realize_all(out: Any) -> None:
+    from tgcore.tensor import Tensor
+    results = [o for o in _flatten(out) if isinstance(o, Tensor)]
+    if results:
+        results[0].realize(*results[1:])
+
+
+def _device_of_uop(u: UOp, default: str | None) -> str | None:
+    base = u.src[0] if u.op is Ops.RESHAPE else u
+    return base.src[1].arg if base.op is Ops.BUFFER else default
+
+
+def _map_tensors(obj: Any, fn: Callable[[Any], Any], uops: bool = False) -> Any:
+    from tgcore.tensor import Tensor
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map_tensors(o, fn, uops) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _map_tensors(v, fn, uops) for k, v in obj.items()}
+    if (uops and isinstance(obj, UOp)) or (not uops and isinstance(obj, Tensor)):
+        return fn(obj)
+    return obj
+
+
+def jit(fn: Callable[..., Any] | None = None, *, max_captures: int = 8) -> Any:
+    """Decorator: ``@tgcore.jit`` or ``@tgcore.jit(max_captures=4)``."""
+    if fn is None:
+        return lambda f: Jit(f, max_captures)
+    return Jit(fn, max_captures)
