@@ -87,14 +87,13 @@ def view_of_buffer(u: UOp) -> UOp | None:
     return u if u.op is Ops.BUFFER else None
 
 
-def device_of(u: UOp, default: str) -> str:
-    """The device a lazy node computes on: that of the buffers or copies it reads."""
-    for n in u.toposort:
-        if n.op is Ops.COPY:
-            return n.src[1].arg
-        if n.op is Ops.BUFFER:
-            return buffer_device(n)
-    return default
+def _node_device(n: UOp, src_devices: list[str | None]) -> str | None:
+    """The device a lazy node computes on: a copy's target, a buffer's own, else its first source's."""
+    if n.op is Ops.COPY:
+        return n.src[1].arg
+    if n.op is Ops.BUFFER:
+        return buffer_device(n)
+    return next((d for d in src_devices if d is not None), None)
 
 
 # ------------------------------------------------------------------------------------------ index math
@@ -167,6 +166,13 @@ class Kernelizer:
     def __init__(self, default_device: str, sink: UOp) -> None:
         self.default_device = default_device
         self.consumers = consumer_map(sink)
+        # one pass over the graph: each node's device and the largest element count under it (for index dtypes)
+        self.device: dict[UOp, str | None] = {}
+        self.largest: dict[UOp, int] = {}
+        for n in self.consumers:
+            self.device[n] = _node_device(n, [self.device[s] for s in n.src])
+            own = n.arg if n.op is Ops.BUFFER else prod(shape_of(n)) if n.op is not Ops.SINK else 0
+            self.largest[n] = max([own, *(self.largest[s] for s in n.src)])
         self.items: list[ScheduleItem] = []
         self.done: dict[UOp, UOp] = {}  # lazy node -> BUFFER uop computed in this schedule
         self.var_vals: dict[str, int] = {}
@@ -239,9 +245,8 @@ class Kernelizer:
 
     def _compute_kernel(self, node: UOp) -> UOp:
         shape, dtype = shape_of(node), node.dtype
-        device = device_of(node, self.default_device)
-        biggest = max((prod(shape_of(n)) for n in node.toposort if n.op is not Ops.BUFFER), default=0)
-        biggest = max([biggest, *(n.arg for n in node.toposort if n.op is Ops.BUFFER)])
+        device = self.device.get(node) or self.default_device
+        biggest = self.largest.get(node, INT32_LIMIT + 1)  # nodes made by this schedule (splits) are not in it
         kernel = _KernelBuilder(self, dtypes.int64 if biggest > INT32_LIMIT else dtypes.int32)
         out = new_buffer_uop(device, prod(shape), dtype)
         kernel.param(out)

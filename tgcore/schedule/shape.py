@@ -53,11 +53,16 @@ def shape_of(u: UOp) -> Shape:
     d = u.__dict__
     if "_shape" in d:
         return d["_shape"]
-    if all("_shape" in s.__dict__ for s in u.src):  # the usual case: a new node over known ones
-        d["_shape"] = _node_shape(u)
-        return d["_shape"]
-    for n in u.toposort:
+    # fill in the nodes below that lack a shape, stopping at ones that have it (no full toposort)
+    stack: list[tuple[UOp, bool]] = [(u, False)]
+    while stack:
+        n, ready = stack.pop()
         nd = n.__dict__
-        if "_shape" not in nd:
+        if "_shape" in nd:
+            continue
+        if ready:
             nd["_shape"] = _node_shape(n)
+            continue
+        stack.append((n, True))
+        stack.extend((s, False) for s in n.src if "_shape" not in s.__dict__)
     return d["_shape"]
