@@ -39,7 +39,7 @@ def _pytest_args(session: nox.Session) -> list[str]:
 def core(session: nox.Session) -> None:
     """The core test suite."""
     session.install("-e", ".[test]")
-    session.run("pytest", "tests", *_pytest_args(session))
+    session.run("pytest", "tests", *_pytest_args(session), env={"TG_SPEC": "1"})  # every rewrite checks its spec
 
 
 if PLUGINS:
