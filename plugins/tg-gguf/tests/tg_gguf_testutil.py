@@ -240,3 +240,77 @@ def write(tmp_path: Path, data: bytes, name: str = "model.gguf") -> Path:
     path = tmp_path / name
     path.write_bytes(data)
     return path
+
+
+# ---- random blocks and the reference dequantization ----
+
+SCALE_FIELDS = ("d", "dmin", "m")  # f16 scale fields: random bytes would make some of them inf/nan
+NUMPY_PLAIN = {GGMLType.F32: "<f4", GGMLType.F16: "<f2", GGMLType.F64: "<f8", GGMLType.I8: "i1",
+               GGMLType.I16: "<i2", GGMLType.I32: "<i4", GGMLType.I64: "<i8"}
+
+
+def finite_f16_bits(rng: Any, n: int, small: bool) -> Any:
+    """``n`` finite halves as uint16 bits: any finite value (subnormals too), or small ones (|x| < 0.02)."""
+    import numpy as np
+    if small:
+        return (rng.uniform(-0.02, 0.02, n)).astype("<f2").view(np.uint16)
+    bits = rng.integers(0, 0x10000, n, dtype=np.uint16)
+    return np.where((bits & 0x7C00) == 0x7C00, bits & np.uint16(0xBFFF), bits).astype(np.uint16)
+
+
+def random_blocks(gtype: GGMLType, n_blocks: int, seed: int = 0, small: bool = False) -> Any:
+    """Random raw bytes for ``n_blocks`` blocks of ``gtype`` (a flat uint8 array) with finite scales.
+
+    ``small``: scales and plain values small enough for matmuls (no inf/nan anywhere); otherwise plain
+    float types are random bit patterns (inf/nan/subnormals included) and scales any finite half.
+    """
+    import numpy as np
+    from tg_gguf.dequant import FIELDS
+    rng = np.random.default_rng(seed * 1000 + int(gtype))
+    _, block_bytes = BLOCK_LAYOUT[gtype]
+    if small and gtype in (GGMLType.F32, GGMLType.F16, GGMLType.F64):
+        return rng.standard_normal(n_blocks).astype(NUMPY_PLAIN[gtype]).view(np.uint8)
+    if small and gtype == GGMLType.BF16:
+        return (rng.standard_normal(n_blocks).astype("<f4").view("<u4") >> 16).astype("<u2").view(np.uint8)
+    if small and gtype in NUMPY_PLAIN:
+        return rng.integers(-100, 100, n_blocks).astype(NUMPY_PLAIN[gtype]).view(np.uint8)
+    raw = rng.integers(0, 256, (n_blocks, block_bytes), dtype=np.uint8)
+    for name, (start, _) in FIELDS.get(gtype, {}).items():
+        if name in SCALE_FIELDS:
+            raw[:, start:start + 2] = finite_f16_bits(rng, n_blocks, small).view(np.uint8).reshape(n_blocks, 2)
+    if small and gtype == GGMLType.MXFP4:  # e8m0 exponents near 2**0
+        raw[:, 0] = rng.integers(120, 128, n_blocks)
+    return raw.reshape(-1)
+
+
+def reference_dequantize(gtype: GGMLType, raw: Any, shape: tuple[int, ...]) -> Any:
+    """gguf-py's ``gguf.quants.dequantize`` (numpy's own conversion for the plain types gguf-py leaves out)."""
+    import numpy as np
+    gguf = require_gguf()
+    if gtype in NUMPY_PLAIN and gtype not in (GGMLType.F32, GGMLType.F16):
+        with np.errstate(over="ignore"):
+            return raw.view(NUMPY_PLAIN[gtype]).astype(np.float32).reshape(shape)
+    rows = raw.reshape(int(np.prod(shape[:-1])), -1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        out = gguf.quants.dequantize(rows, gguf.GGMLQuantizationType(int(gtype)))
+    return out.astype(np.float32).reshape(shape)
+
+
+def assert_bits_equal(ours: Any, ref: Any) -> None:
+    """Same dtype, shape and bits (any NaN matches any NaN)."""
+    import numpy as np
+    assert ours.dtype == ref.dtype and ours.shape == ref.shape, (ours.dtype, ours.shape, ref.dtype, ref.shape)
+    uint = {2: np.uint16, 4: np.uint32}[ours.dtype.itemsize]
+    same = ours.view(uint) == ref.view(uint)
+    both_nan = np.isnan(ours) & np.isnan(ref)
+    bad = ~(same | both_nan)
+    assert not bad.any(), f"{np.count_nonzero(bad)} of {bad.size} elements differ, first at " \
+                          f"{np.argwhere(bad)[0].tolist()}: {ours[bad][:4]} vs {ref[bad][:4]}"
+
+
+def gguf_with_tensor(name: str, shape: tuple[int, ...], gtype: GGMLType, raw: bytes) -> bytes:
+    """A GGUF file (header, one tensor info, aligned data) holding one tensor of numpy-order ``shape``."""
+    b = Builder()
+    b.add("general.architecture", V.STRING, "test")
+    b.tensor(name, tuple(reversed(shape)), int(gtype), raw)
+    return b.build().data

@@ -322,6 +322,9 @@ class GGUFFile:
     - ``tensor_info``: tensor name -> ``TensorInfo`` (type, shape in numpy order, absolute offset, nbytes),
       in file order.
     - ``tensor_bytes(name)``: the tensor's raw (possibly quantized) bytes, a zero-copy view of the file.
+    - ``tensors``: tensor name -> lazy float32 ``tgcore`` Tensor, dequantized on use (fused into its
+      consumer); ``tensors_as(dtype="float16", device="PYTHON")`` for another dtype or device. A tensor's
+      raw bytes are copied to the device once and kept there until ``close()``.
     - ``version``, ``alignment``, ``data_offset`` (absolute start of the data section), ``path``.
 
     Use as a context manager, or call ``close()``, to unmap the file early.
@@ -339,6 +342,8 @@ class GGUFFile:
         self.metadata = metadata
         self.metadata_types = metadata_types
         self.tensor_info = tensor_info
+        self._device_bytes: dict[tuple[str, str], Any] = {}  # (tensor, device) -> realized uint8 Tensor
+        self._disk: Any = None  # the whole file as a DISK uint8 Tensor, made on first use
 
     @property
     def file_size(self) -> int:
@@ -357,8 +362,31 @@ class GGUFFile:
             raise KeyError(f"no tensor {name!r} in {self.path or 'this GGUF file'}") from None
         return self._view()[info.offset:info.offset + info.nbytes]
 
+    @property
+    def tensors(self) -> Any:
+        """Tensor name -> lazy float32 Tensor on the default device (a ``tg_gguf.tensors.GGUFTensors``)."""
+        return self.tensors_as()
+
+    def tensors_as(self, dtype: str = "float32", device: str | None = None) -> Any:
+        """Like ``tensors``, dequantized to ``dtype`` (float32 or float16) on ``device`` (default: ``DEV``)."""
+        from tg_gguf.tensors import GGUFTensors
+        self._view()  # fail early on a closed file
+        return GGUFTensors(self, dtype, device)
+
+    def _disk_tensor(self) -> Any:
+        """The mapped file as a 1-D uint8 Tensor on the DISK device (slices of it read only their bytes)."""
+        if self._mmap is None or self.path is None:
+            raise ValueError(f"GGUF file {self.path or '<buffer>'} is not backed by a file (or is closed)")
+        if self._disk is None:
+            from tgcore.tensor import Tensor
+            self._disk = Tensor.empty(self.file_size, dtype="uint8", device=f"DISK:{self.path}")
+        return self._disk
+
     def close(self) -> None:
-        """Release the file mapping. Views from ``tensor_bytes`` keep it alive until they are released."""
+        """Release the file mapping and the tensor bytes loaded on devices (Tensors already handed out keep
+        theirs). Views from ``tensor_bytes`` keep the mapping alive until they are released."""
+        self._device_bytes.clear()
+        self._disk = None
         if self._buf is not None:
             self._buf.release()
             self._buf = None

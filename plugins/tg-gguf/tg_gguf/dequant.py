@@ -1,0 +1,424 @@
+"""Dequantization as tensor ops: the raw bytes of a ggml tensor (a lazy uint8 ``Tensor``) in, a lazy
+float32 ``Tensor`` out.
+
+Nothing here runs: every function only builds tensor ops (shrink, reshape, expand, shifts, ``&``,
+``|``, bitcast, cast, ``where``), so the scheduler fuses the whole dequantization into whatever
+consumes it. A matmul against a dequantized weight becomes one kernel that reads the quantized
+bytes and decodes them in registers; no float copy of the weight is ever stored.
+
+How a type is decoded:
+
+- ``FIELDS`` (data) says where each field of a block is: ``name -> (start byte, length)``.
+- The bytes are viewed as ``(n_blocks, block_bytes)``; a field is a shrink of that view.
+- Multi-byte little-endian fields are OR-ed together from their bytes with shifts, then bitcast
+  (``uint16 -> float16`` for scales); packed fields are unpacked by broadcasting the bytes along a
+  new axis and shifting each copy by an amount computed from that axis' index (``arange``), so no
+  concatenation or gather is needed.
+- Small lookup tables (IQ4_NL's 16 values, MXFP4's e2m1 values, powers of 3) are balanced
+  ``where`` trees on the bits of the index.
+
+Arithmetic is done in float32 in the order gguf-py / ggml define, so results are bit-exact.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from tg_gguf.constants import BLOCK_LAYOUT, QK_K, GGMLType
+
+if TYPE_CHECKING:
+    from tgcore.tensor import Tensor
+
+# ---------------------------------------------------------------------------------------- block layouts
+
+# name -> (first byte, number of bytes) of each field of a block, little-endian; "f16" fields are IEEE
+# halves. These are facts of the ggml format (ggml-common.h).
+FIELDS: dict[GGMLType, dict[str, tuple[int, int]]] = {
+    GGMLType.Q4_0: {"d": (0, 2), "qs": (2, 16)},
+    GGMLType.Q4_1: {"d": (0, 2), "m": (2, 2), "qs": (4, 16)},
+    GGMLType.Q5_0: {"d": (0, 2), "qh": (2, 4), "qs": (6, 16)},
+    GGMLType.Q5_1: {"d": (0, 2), "m": (2, 2), "qh": (4, 4), "qs": (8, 16)},
+    GGMLType.Q8_0: {"d": (0, 2), "qs": (2, 32)},
+    GGMLType.Q2_K: {"scales": (0, QK_K // 16), "qs": (16, QK_K // 4), "d": (80, 2), "dmin": (82, 2)},
+    GGMLType.Q3_K: {"hmask": (0, QK_K // 8), "qs": (32, QK_K // 4), "scales": (96, 12), "d": (108, 2)},
+    GGMLType.Q4_K: {"d": (0, 2), "dmin": (2, 2), "scales": (4, 12), "qs": (16, QK_K // 2)},
+    GGMLType.Q5_K: {"d": (0, 2), "dmin": (2, 2), "scales": (4, 12), "qh": (16, QK_K // 8), "qs": (48, QK_K // 2)},
+    GGMLType.Q6_K: {"ql": (0, QK_K // 2), "qh": (128, QK_K // 4), "scales": (192, QK_K // 16), "d": (208, 2)},
+    GGMLType.IQ4_NL: {"d": (0, 2), "qs": (2, 16)},
+    GGMLType.IQ4_XS: {"d": (0, 2), "scales_h": (2, 2), "scales_l": (4, QK_K // 64), "qs": (8, QK_K // 2)},
+    GGMLType.TQ1_0: {"qs": (0, 48), "qh": (48, 4), "d": (52, 2)},
+    GGMLType.TQ2_0: {"qs": (0, QK_K // 4), "d": (64, 2)},
+    GGMLType.MXFP4: {"e": (0, 1), "qs": (1, 16)},
+}
+
+# the 16 values a 4-bit IQ4_NL / IQ4_XS index selects (ggml's kvalues_iq4nl)
+IQ4_NL_VALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+# MXFP4: e2m1 values doubled (the scale is halved to match: ggml's kvalues_mxfp4)
+MXFP4_VALUES = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+
+# plain (one element per "block") types: the dtype their little-endian bits are bitcast to
+PLAIN: dict[GGMLType, str] = {
+    GGMLType.F32: "float32",
+    GGMLType.F16: "float16",
+    GGMLType.BF16: "bfloat16",  # the top half of a float32: shifted into place, not bitcast
+    GGMLType.F64: "float64",
+    GGMLType.I8: "int8",
+    GGMLType.I16: "int16",
+    GGMLType.I32: "int32",
+    GGMLType.I64: "int64",
+}
+
+UINTS = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
+
+
+# ---------------------------------------------------------------------------------------- building blocks
+
+class Blocks:
+    """A ``(n_blocks, block_bytes)`` uint8 tensor with named fields (from ``FIELDS``)."""
+
+    def __init__(self, raw: Tensor, gtype: GGMLType) -> None:
+        _, block_bytes = BLOCK_LAYOUT[gtype]
+        self.t = raw.reshape(-1, block_bytes)
+        self.n = self.t.shape[0]
+        self.fields = FIELDS.get(gtype, {})
+        self.device = raw.device
+
+    def bytes(self, name: str) -> Tensor:
+        """The field's bytes, ``(n_blocks, length)`` uint8."""
+        start, length = self.fields[name]
+        return self.t.shrink(((0, self.n), (start, start + length)))
+
+    def f16(self, name: str) -> Tensor:
+        """A 2-byte IEEE half field as a float32 column ``(n_blocks, 1)``."""
+        return le_uint(self.bytes(name), 2).bitcast("float16").cast("float32")
+
+    def uint(self, name: str) -> Tensor:
+        """A little-endian unsigned field as a column ``(n_blocks, 1)`` of the matching uint dtype."""
+        return le_uint(self.bytes(name), self.fields[name][1])
+
+
+def le_uint(b: Tensor, width: int) -> Tensor:
+    """``(n, k * width)`` uint8 -> ``(n, k)`` little-endian unsigned ints of ``width`` bytes."""
+    n, m = b.shape
+    if width == 1:
+        return b
+    words = b.reshape(n, m // width, width)
+    dt = UINTS[width]
+    out = None
+    for i in range(width):
+        part = words.shrink(((0, n), (0, m // width), (i, i + 1))).reshape(n, m // width).cast(dt)
+        part = part << (8 * i) if i else part
+        out = part if out is None else out | part
+    assert out is not None
+    return out
+
+
+def iota(shape: Sequence[int], axis: int, device: str, dtype: str = "uint8") -> Tensor:
+    """A tensor of ``shape`` (broadcastable: other axes 1) holding its index along ``axis``."""
+    from tgcore.tensor import Tensor
+    n = shape[axis]
+    t = Tensor.arange(n, dtype=dtype, device=device)
+    return t.reshape(tuple(n if i == axis else 1 for i in range(len(shape))))
+
+
+def spread(x: Tensor, axis: int, count: int, bits: int, step: int | None = None) -> Tensor:
+    """Unpack ``count`` fields of ``bits`` bits from each element of ``x`` along a new axis at ``axis``.
+
+    The result has ``x``'s shape with a new axis of size ``count`` inserted at ``axis``; copy ``k`` is
+    ``(x >> (k * step)) & (2**bits - 1)`` (``step`` defaults to ``bits``).
+    """
+    step = bits if step is None else step
+    shape = list(x.shape)
+    shape.insert(axis, 1)
+    xe = x.reshape(shape)
+    shape[axis] = count
+    shifts = iota(shape, axis, x.device, x.dtype.name)
+    if step != 1:
+        shifts = shifts * step
+    out = xe.expand(shape) >> shifts
+    return out & ((1 << bits) - 1)
+
+
+def lookup(index: Tensor, values: Sequence[float | int], dtype: str = "float32") -> Tensor:
+    """``values[index]`` for a small table, as a balanced tree of ``where`` on the bits of ``index``."""
+    if len(values) < 2:
+        raise ValueError("lookup needs a table of at least 2 values")
+    level: list[Tensor | float | int] = list(values)
+    bit = 0
+    while len(level) > 1:
+        if len(level) % 2:
+            level.append(level[-1])
+        is_set = (index & (1 << bit)) != 0
+        nxt: list[Tensor | float | int] = []
+        for lo, hi in zip(level[0::2], level[1::2], strict=True):
+            if not isinstance(lo, (int, float)) or not isinstance(hi, (int, float)) or lo != hi:
+                nxt.append(_where(is_set, hi, lo, dtype))
+            else:
+                nxt.append(lo)
+        level = nxt
+        bit += 1
+    (only,) = level
+    assert not isinstance(only, (int, float))  # a table of 2+ equal values is not worth a tree
+    return only
+
+
+def _where(cond: Tensor, a: Tensor | float | int, b: Tensor | float | int, dtype: str) -> Tensor:
+    from tgcore.tensor import Tensor
+    a_t = a if isinstance(a, Tensor) else Tensor(a, device=cond.device, dtype=dtype)
+    b_t = b if isinstance(b, Tensor) else Tensor(b, device=cond.device, dtype=dtype)
+    return cond.where(a_t, b_t)
+
+
+def nibbles(qs: Tensor) -> Tensor:
+    """``(..., m)`` bytes -> ``(..., 2 * m)`` 4-bit values: all low nibbles, then all high nibbles."""
+    shape = qs.shape
+    return spread(qs, len(shape) - 1, 2, 4).reshape(*shape[:-1], 2 * shape[-1])
+
+
+def _f32(x: Tensor) -> Tensor:
+    return x.cast("float32")
+
+
+def _cat(parts: Sequence[Tensor], axis: int) -> Tensor:
+    """Concatenate integer tensors along ``axis`` (pad each to the full length and OR them)."""
+    total = sum(p.shape[axis] for p in parts)
+    out, at = None, 0
+    for p in parts:
+        pad = [(0, 0)] * p.ndim
+        pad[axis] = (at, total - at - p.shape[axis])
+        padded = p.pad(pad)
+        out = padded if out is None else out | padded
+        at += p.shape[axis]
+    assert out is not None
+    return out
+
+
+# ---------------------------------------------------------------------------------------- one function per type
+# Each takes Blocks and returns (n_blocks, elements per block) float32.
+
+def _q4_0(b: Blocks) -> Tensor:
+    q = _f32(nibbles(b.bytes("qs"))) - 8.0
+    return q * b.f16("d")
+
+
+def _q4_1(b: Blocks) -> Tensor:
+    q = _f32(nibbles(b.bytes("qs")))
+    return b.f16("d") * q + b.f16("m")
+
+
+def _fifth_bits(qh: Tensor) -> Tensor:
+    """A u32 column -> 32 bits per block, bit j as 0/16 for element j."""
+    return (spread(qh, 1, 32, 1).reshape(qh.shape[0], 32) << 4).cast("uint8")
+
+
+def _q5_0(b: Blocks) -> Tensor:
+    q = nibbles(b.bytes("qs")) | _fifth_bits(b.uint("qh"))
+    return (_f32(q) - 16.0) * b.f16("d")
+
+
+def _q5_1(b: Blocks) -> Tensor:
+    q = nibbles(b.bytes("qs")) | _fifth_bits(b.uint("qh"))
+    return b.f16("d") * _f32(q) + b.f16("m")
+
+
+def _q8_0(b: Blocks) -> Tensor:
+    return _f32(b.bytes("qs").bitcast("int8")) * b.f16("d")
+
+
+def _q2_k(b: Blocks) -> Tensor:
+    n = b.n
+    sc = b.bytes("scales")  # low nibble: scale, high nibble: min, one per 16 elements
+    dl = (b.f16("d") * _f32(sc & 0x0F)).reshape(n, 16, 1)
+    ml = (b.f16("dmin") * _f32(sc >> 4)).reshape(n, 16, 1)
+    # each 32 bytes of qs hold 128 elements: 4 two-bit planes (shift-major)
+    q = spread(b.bytes("qs").reshape(n, 2, 32), 2, 4, 2).reshape(n, 16, 16)
+    return (dl * _f32(q) - ml).reshape(n, QK_K)
+
+
+def _q3_k(b: Blocks) -> Tensor:
+    n = b.n
+    raw = b.bytes("scales")
+    # 16 six-bit scales: low 4 bits from bytes 0..7 (low nibbles, then high), high 2 bits from bytes 8..11
+    low = spread(raw.shrink(((0, n), (0, 8))), 1, 2, 4).reshape(n, 16)
+    high = spread(raw.shrink(((0, n), (8, 12))), 1, 4, 2).reshape(n, 16)
+    scales = _f32((low | (high << 4)).cast("int32") - 32)
+    dl = (b.f16("d") * scales).reshape(n, 16, 1)
+    ql = spread(b.bytes("qs").reshape(n, 2, 32), 2, 4, 2).reshape(n, 16, 16)
+    hbit = spread(b.bytes("hmask").reshape(n, 1, 32), 2, 8, 1).reshape(n, 16, 16)
+    q = ql.cast("int32") - ((hbit ^ 1).cast("int32") << 2)  # a clear mask bit subtracts 4
+    return (dl * _f32(q)).reshape(n, QK_K)
+
+
+def _k_scales_mins(raw: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """The 12 packed bytes of Q4_K/Q5_K -> 8 six-bit scales and 8 six-bit mins, each ``(n, 8)`` uint8.
+
+    Scale i < 4 is the low 6 bits of byte i; scale i >= 4 is the low nibble of byte 8+i-4 plus
+    the top 2 bits of byte i-4 as bits 4-5. Mins alike, from bytes 4..7 and the high nibbles.
+    """
+    def part(start: int) -> Tensor:
+        return raw.shrink(((0, n), (start, start + 4))).reshape(n, 1, 4).expand(n, 2, 4)
+
+    first = iota((1, 2, 1), 1, raw.device) == 0
+    sc_lo, mn_lo, packed = part(0), part(4), part(8)
+    sc = first.where(sc_lo & 63, (packed & 0x0F) | ((sc_lo >> 6) << 4))
+    mn = first.where(mn_lo & 63, (packed >> 4) | ((mn_lo >> 6) << 4))
+    return sc.reshape(n, 8), mn.reshape(n, 8)
+
+
+def _k_apply(b: Blocks, q: Tensor) -> Tensor:
+    n = b.n
+    sc, mn = _k_scales_mins(b.bytes("scales"), n)
+    scale = (b.f16("d") * _f32(sc)).reshape(n, 8, 1)
+    offset = (b.f16("dmin") * _f32(mn)).reshape(n, 8, 1)
+    return (scale * _f32(q) - offset).reshape(n, QK_K)
+
+
+def _q4_k(b: Blocks) -> Tensor:
+    q = nibbles(b.bytes("qs").reshape(b.n, 4, 32))  # per 32 bytes: two sub-blocks (low, high nibbles)
+    return _k_apply(b, q.reshape(b.n, 8, 32))
+
+
+def _q5_k(b: Blocks) -> Tensor:
+    n = b.n
+    q = nibbles(b.bytes("qs").reshape(n, 4, 32)).reshape(n, 8, 32)
+    high = spread(b.bytes("qh"), 1, 8, 1)  # bit i of qh[l]: 5th bit of element l of sub-block i
+    return _k_apply(b, q | (high << 4))
+
+
+def _q6_k(b: Blocks) -> Tensor:
+    n = b.n
+    # per 128-element half: 64 bytes of ql (quarters 0,1 low nibbles of bytes 0..31, 32..63; 2,3 high)
+    ql = b.bytes("ql").reshape(n, 2, 2, 32)  # (half, byte half, l)
+    low = spread(ql, 2, 2, 4)  # (half, nibble, byte half, l): quarter = 2 * nibble + byte half
+    qh = spread(b.bytes("qh").reshape(n, 2, 32), 2, 4, 2)  # (half, quarter, l)
+    q = (low.reshape(n, 2, 4, 32) | (qh << 4)).cast("int32") - 32
+    scale = (b.f16("d") * _f32(b.bytes("scales").bitcast("int8"))).reshape(n, 16, 1)
+    return (scale * _f32(q.reshape(n, 16, 16))).reshape(n, QK_K)
+
+
+def _iq4_nl(b: Blocks) -> Tensor:
+    return b.f16("d") * lookup(nibbles(b.bytes("qs")), IQ4_NL_VALUES)
+
+
+def _iq4_xs(b: Blocks) -> Tensor:
+    n = b.n
+    low = spread(b.bytes("scales_l"), 2, 2, 4).reshape(n, 8)  # scale 2i: low nibble of byte i, 2i+1: high
+    high = spread(b.uint("scales_h"), 2, 8, 2).reshape(n, 8).cast("uint8")
+    scales = _f32((low | (high << 4)).cast("int32") - 32)
+    dl = (b.f16("d") * scales).reshape(n, 8, 1)
+    q = nibbles(b.bytes("qs").reshape(n, 8, 16))
+    return (dl * lookup(q, IQ4_NL_VALUES)).reshape(n, QK_K)
+
+
+def _mxfp4(b: Blocks) -> Tensor:
+    e = b.bytes("e").cast("uint32")
+    # e8m0 exponent, halved (the table is doubled): 2**(e - 128) as float32 bits
+    bits = (e < 2).where(e.full_like(0x00200000) << e, (e - 1) << 23)
+    d = bits.bitcast("float32")
+    return d * lookup(nibbles(b.bytes("qs")), MXFP4_VALUES)
+
+
+def _ternary(digits: Tensor) -> Tensor:
+    """TQ1_0: a byte holding base-3 digits scaled to 0..255 -> the trit at the top: 0, 1, 2 -> -1, 0, 1."""
+    return ((digits.cast("uint16") * 3) >> 8).cast("int32") - 1
+
+
+def _tq1_0(b: Blocks) -> Tensor:
+    n = b.n
+    qs, qh = b.bytes("qs"), b.bytes("qh")
+
+    def trits(x: Tensor, count: int) -> Tensor:
+        # x * 3**k (mod 256) for k < count, k-major: the k-th trit of every byte, in byte order
+        width = x.shape[1]
+        powers = lookup(iota((1, count, 1), 1, b.device), [3 ** k for k in range(count)], "uint8")
+        return (x.reshape(n, 1, width).expand(n, count, width) * powers).reshape(n, count * width)
+
+    parts = [trits(qs.shrink(((0, n), (0, 32))), 5), trits(qs.shrink(((0, n), (32, 48))), 5), trits(qh, 4)]
+    q = _ternary(_cat(parts, 1))
+    return b.f16("d") * _f32(q)
+
+
+def _tq2_0(b: Blocks) -> Tensor:
+    n = b.n
+    q = spread(b.bytes("qs").reshape(n, 2, 32), 2, 4, 2).reshape(n, QK_K).cast("int32") - 1
+    return b.f16("d") * _f32(q)
+
+
+def _plain(gtype: GGMLType) -> Callable[[Blocks], Tensor]:
+    target = PLAIN[gtype]
+
+    def decode(b: Blocks) -> Tensor:
+        bits = le_uint(b.t, BLOCK_LAYOUT[gtype][1])
+        value = bits.bitcast(target) if target != "bfloat16" else (bits.cast("uint32") << 16).bitcast("float32")
+        return _f32(value)
+    decode.__name__ = f"_{gtype.name.lower()}"
+    return decode
+
+
+DEQUANTIZERS: dict[GGMLType, Callable[[Blocks], Tensor]] = {
+    **{t: _plain(t) for t in PLAIN},
+    GGMLType.Q4_0: _q4_0,
+    GGMLType.Q4_1: _q4_1,
+    GGMLType.Q5_0: _q5_0,
+    GGMLType.Q5_1: _q5_1,
+    GGMLType.Q8_0: _q8_0,
+    GGMLType.Q2_K: _q2_k,
+    GGMLType.Q3_K: _q3_k,
+    GGMLType.Q4_K: _q4_k,
+    GGMLType.Q5_K: _q5_k,
+    GGMLType.Q6_K: _q6_k,
+    GGMLType.IQ4_NL: _iq4_nl,
+    GGMLType.IQ4_XS: _iq4_xs,
+    GGMLType.TQ1_0: _tq1_0,
+    GGMLType.TQ2_0: _tq2_0,
+    GGMLType.MXFP4: _mxfp4,
+}
+
+
+class UnsupportedTypeError(NotImplementedError):
+    """A tensor's ggml type has no tensor-op dequantization (yet)."""
+
+
+def check_supported(type_id: int, tensor: str | None = None) -> GGMLType:
+    """The ``GGMLType`` for ``type_id``; raises ``UnsupportedTypeError`` naming the type and the tensor."""
+    what = f"tensor {tensor!r}: " if tensor is not None else ""
+    try:
+        gtype = GGMLType(type_id)
+    except ValueError:
+        raise UnsupportedTypeError(f"{what}unknown ggml type id {int(type_id)}") from None
+    if gtype not in DEQUANTIZERS:
+        supported = ", ".join(t.name for t in sorted(DEQUANTIZERS, key=int))
+        raise UnsupportedTypeError(f"{what}dequantization of {gtype.name} (type {int(gtype)}) is not supported "
+                                   f"(supported: {supported})")
+    return gtype
+
+
+def dequantize(raw: Tensor, type_id: GGMLType | int, shape: Sequence[int], dtype: str = "float32",
+               name: str | None = None) -> Tensor:
+    """The lazy dequantization of ``raw`` (the tensor's bytes: a 1-D uint8 Tensor) to ``shape`` (numpy order).
+
+    ``dtype`` is ``"float32"`` (default) or ``"float16"``. Raises ``UnsupportedTypeError`` for a type
+    with no dequantization and ``ValueError`` when the size does not match the shape.
+    """
+    from tgcore.tensor import Tensor
+    gtype = check_supported(type_id, name)
+    dtype = getattr(dtype, "name", dtype)  # a tgcore DType or its name
+    if dtype not in ("float32", "float16"):
+        raise ValueError(f"dequantize: dtype must be float32 or float16, not {dtype!r}")
+    block, block_bytes = BLOCK_LAYOUT[gtype]
+    shape = tuple(int(s) for s in shape)
+    n = 1
+    for s in shape:
+        n *= s
+    what = f"tensor {name!r}: " if name is not None else ""
+    if (shape[-1] if shape else 1) % block:
+        raise ValueError(f"{what}last dimension of shape {shape} is not a multiple of the {gtype.name} "
+                         f"block size {block}")
+    expected = n // block * block_bytes
+    if raw.dtype.name != "uint8" or raw.shape != (expected,):
+        raise ValueError(f"{what}{gtype.name} of shape {shape} needs {expected} uint8 bytes, got "
+                         f"{raw.shape} {raw.dtype.name}")
+    if n == 0:
+        return Tensor.zeros(shape, dtype=dtype, device=raw.device)
+    out = DEQUANTIZERS[gtype](Blocks(raw, gtype)).reshape(shape)
+    return out.cast(dtype)
