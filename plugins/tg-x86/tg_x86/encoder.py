@@ -1,0 +1,144 @@
+"""Encode one instruction into x86-64 machine code.
+
+In: an ``Inst`` (op, operands, condition) and optionally the ``Form`` to use and, for a
+jump, its displacement. Out: the instruction's bytes.
+
+The layout is: legacy prefixes (66/F2/F3), REX or VEX (VEX2 ``C5`` when the map is 0F,
+W is 0 and neither X nor B is needed, else VEX3 ``C4``), opcode, ModRM, SIB,
+displacement, immediates. Memory addressing follows the SDM's special cases: rsp/r12 as
+base need a SIB byte, rbp/r13 as base need a displacement (disp8 0), no base is SIB base
+101 with disp32, and SIB index 100 means "no index" (so rsp can never be an index).
+"""
+from __future__ import annotations
+
+from tg_x86.forms import Form
+from tg_x86.isa import Inst
+from tg_x86.operands import Imm, Label, Mem, Operand, Reg
+
+
+class EncodeError(ValueError):
+    """No form of the instruction accepts these operands, or an operand cannot be encoded."""
+
+
+def select_form(inst: Inst, rel_bits: int | None = None) -> Form:
+    """The first form of ``inst.op`` accepting its operands (for jumps: with a ``rel_bits`` displacement)."""
+    for form in inst.op.forms:
+        if form.accepts(inst.operands) and (rel_bits is None or form.encoding.rel * 8 == rel_bits):
+            return form
+    accepted = "; ".join(f.text.split("|")[1].strip() or "(none)" for f in inst.op.forms)
+    raise EncodeError(f"no form of {inst.mnemonic} takes {_describe(inst.operands)} (forms: {accepted})")
+
+
+def encode(inst: Inst, form: Form | None = None, rel: int = 0) -> bytes:
+    """Machine code for ``inst``; ``rel`` is a jump's displacement from the end of the instruction."""
+    form = form or select_form(inst)
+    enc = form.encoding
+    slots = _assign(inst.operands, form.op_en)
+    reg_field, rm, vvvv, opreg, is4 = slots["R"], slots["M"], slots["V"], slots["O"], slots["L"]
+
+    # the ModRM.reg field holds a register (R) or an opcode extension (/digit)
+    reg_num = reg_field.num if isinstance(reg_field, Reg) else max(enc.modrm or 0, 0)
+    rex_r = reg_num >> 3
+    rex_x = rm.index.num >> 3 if isinstance(rm, Mem) and rm.index is not None else 0
+    if isinstance(rm, Mem):
+        rex_b = rm.base.num >> 3 if rm.base is not None else 0
+    elif isinstance(rm, Reg):
+        rex_b = rm.num >> 3
+    elif isinstance(opreg, Reg):
+        rex_b = opreg.num >> 3
+    else:
+        rex_b = 0
+
+    out = bytearray(enc.prefixes)
+    opcode = bytearray(enc.opcode)
+    if enc.plus_r:
+        opcode[-1] |= opreg.num & 7
+    if enc.plus_cc:
+        if inst.cond is None:
+            raise EncodeError(f"{inst.op.name} needs a condition code")
+        opcode[-1] += inst.cond.code
+    if enc.vex is None:
+        force_rex = any(isinstance(o, Reg) and o.needs_rex for o in inst.operands)
+        if enc.rex_w or rex_r or rex_x or rex_b or force_rex:
+            out.append(0x40 | enc.rex_w << 3 | rex_r << 2 | rex_x << 1 | rex_b)
+        out += opcode
+    else:
+        v = enc.vex
+        inv_vvvv = (~vvvv.num & 0xF) if isinstance(vvvv, Reg) else 0xF
+        if v.map == 1 and v.w == 0 and not rex_x and not rex_b:
+            out += bytes([0xC5, (rex_r ^ 1) << 7 | inv_vvvv << 3 | v.l << 2 | v.pp])
+        else:
+            out += bytes([0xC4, (rex_r ^ 1) << 7 | (rex_x ^ 1) << 6 | (rex_b ^ 1) << 5 | v.map,
+                          v.w << 7 | inv_vvvv << 3 | v.l << 2 | v.pp])
+        out += opcode
+    if enc.modrm is not None:
+        out += _modrm(reg_num & 7, rm)
+    for size, imm in zip(enc.imms, slots["I"], strict=True):
+        out += _imm(imm, size)
+    if enc.is4:
+        out.append((is4.num & 0xF) << 4)
+    if enc.rel:
+        if not -(1 << (enc.rel * 8 - 1)) <= rel < 1 << (enc.rel * 8 - 1):
+            raise EncodeError(f"jump displacement {rel} does not fit in {enc.rel * 8} bits")
+        out += (rel & ((1 << (enc.rel * 8)) - 1)).to_bytes(enc.rel, "little")
+    return bytes(out)
+
+
+def _assign(operands: tuple[Operand, ...], op_en: str) -> dict[str, Operand | None | list[Imm]]:
+    """Which operand goes into which field, by the form's Op/En letters."""
+    slots: dict[str, Operand | None | list[Imm]] = dict.fromkeys("RMVOLD")
+    imms: list[Imm] = []
+    for letter, o in zip(op_en, operands, strict=True):
+        if letter == "I":
+            assert isinstance(o, Imm)
+            imms.append(o)
+        elif letter != "C":
+            slots[letter] = o
+    slots["I"] = imms
+    return slots  # type: ignore[return-value]
+
+
+def _modrm(reg: int, rm: Operand | None) -> bytes:
+    """ModRM (+ SIB + displacement) for a register or memory rm operand."""
+    if isinstance(rm, Reg):
+        return bytes([0xC0 | reg << 3 | rm.num & 7])
+    if not isinstance(rm, Mem):
+        return bytes([0xC0 | reg << 3])  # /digit forms without an rm operand do not exist; keep a valid byte
+    if rm.index is not None:
+        scale_bits, index = {1: 0, 2: 1, 4: 2, 8: 3}[rm.scale], rm.index.num & 7
+    else:
+        scale_bits, index = 0, 0b100  # no index: SIB index 100, scale 00 (as assemblers emit it)
+    if rm.base is None:  # [index*scale + disp32] or [disp32]: SIB with base 101 and mod 00
+        return bytes([reg << 3 | 0b100, scale_bits << 6 | index << 3 | 0b101]) + _le(rm.disp, 4)
+    base = rm.base.num & 7
+    if rm.disp == 0 and base != 0b101:
+        mod, disp = 0b00, b""
+    elif -128 <= rm.disp <= 127:
+        mod, disp = 0b01, _le(rm.disp, 1)
+    else:
+        mod, disp = 0b10, _le(rm.disp, 4)
+    if rm.index is None and base != 0b100:
+        return bytes([mod << 6 | reg << 3 | base]) + disp
+    return bytes([mod << 6 | reg << 3 | 0b100, scale_bits << 6 | index << 3 | base]) + disp
+
+
+def _imm(imm: Imm | None, size: int) -> bytes:
+    if imm is None:
+        raise EncodeError("missing immediate")
+    return _le(imm.value, size)
+
+
+def _le(value: int, size: int) -> bytes:
+    return (value & ((1 << (size * 8)) - 1)).to_bytes(size, "little")
+
+
+def _describe(operands: tuple[Operand, ...]) -> str:
+    def one(o: Operand) -> str:
+        if isinstance(o, Reg):
+            return f"{o.name} ({o.kind}{o.bits if o.kind == 'gpr' else ''})"
+        if isinstance(o, Mem):
+            return f"m{o.bits or ''}"
+        if isinstance(o, Imm):
+            return f"imm {o.value}"
+        return f"label {o!r}" if isinstance(o, Label) else repr(o)
+    return ", ".join(map(one, operands)) or "no operands"

@@ -1,0 +1,171 @@
+"""Operands of x86-64 instructions: registers, memory references, immediates and labels.
+
+In: register names (``"eax"``, ``"r12b"``, ``"xmm9"``, ``"ymm15"``) or numbers and sizes.
+Out: small frozen values the encoder and the listing read: ``Reg`` (kind, number 0-15, size
+in bits), ``Mem`` (``[base + index*scale + disp]`` with an access size), ``Imm`` and ``Label``.
+
+Every register is also a module attribute (``operands.eax``, ``operands.xmm3``) and is
+found by name with ``reg("r9d")``; ``gpr(num, bits)``, ``xmm(num)``, ``ymm(num)`` build
+them by number, which is what a register allocator wants.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Literal
+
+RegKind = Literal["gpr", "xmm", "ymm"]
+
+# GPR names by number for each size (Intel names; 8-bit 4..7 are spl..dil, which need a REX prefix)
+GPR_NAMES: dict[int, tuple[str, ...]] = {
+    64: ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", *(f"r{i}" for i in range(8, 16))),
+    32: ("eax", "ecx", "edx", "ebx", "esp", "ebp", "esi", "edi", *(f"r{i}d" for i in range(8, 16))),
+    16: ("ax", "cx", "dx", "bx", "sp", "bp", "si", "di", *(f"r{i}w" for i in range(8, 16))),
+    8: ("al", "cl", "dl", "bl", "spl", "bpl", "sil", "dil", *(f"r{i}b" for i in range(8, 16))),
+}
+VEC_BITS: dict[str, int] = {"xmm": 128, "ymm": 256}
+# access sizes of memory operands, as Intel syntax names them
+PTR_NAMES: dict[int, str] = {8: "byte", 16: "word", 32: "dword", 64: "qword", 128: "xmmword", 256: "ymmword"}
+
+
+@dataclass(frozen=True)
+class Reg:
+    """A register: ``kind`` is "gpr", "xmm" or "ymm", ``num`` 0-15, ``bits`` its width."""
+    kind: RegKind
+    num: int
+    bits: int
+
+    @property
+    def name(self) -> str:
+        return GPR_NAMES[self.bits][self.num] if self.kind == "gpr" else f"{self.kind}{self.num}"
+
+    @property
+    def needs_rex(self) -> bool:
+        """spl, bpl, sil, dil: only reachable with a REX prefix (without one, 4-7 mean ah..bh)."""
+        return self.kind == "gpr" and self.bits == 8 and 4 <= self.num <= 7
+
+    @property
+    def is_vec(self) -> bool:
+        return self.kind != "gpr"
+
+    def view(self, bits: int) -> Reg:
+        """The same register number at another width: ``rax.view(8)`` is al, ``xmm1.view(256)`` is ymm1."""
+        if self.kind == "gpr":
+            return gpr(self.num, bits)
+        return xmm(self.num) if bits == 128 else ymm(self.num)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Mem:
+    """A memory operand ``[base + index*scale + disp]`` accessing ``bits`` bits (None: no size, e.g. lea).
+
+    ``base`` and ``index`` are 64-bit GPRs or None; rsp cannot be an index.
+    """
+    bits: int | None
+    base: Reg | None = None
+    index: Reg | None = None
+    scale: int = 1
+    disp: int = 0
+
+    def __post_init__(self) -> None:
+        for r in (self.base, self.index):
+            if r is not None and (r.kind != "gpr" or r.bits != 64):
+                raise ValueError(f"memory operands address with 64-bit registers, got {r.name}")
+        if self.index is not None and self.index.num == 4:
+            raise ValueError("rsp cannot be an index register")
+        if self.scale not in (1, 2, 4, 8):
+            raise ValueError(f"scale must be 1, 2, 4 or 8, got {self.scale}")
+        if not -(1 << 31) <= self.disp < (1 << 31):
+            raise ValueError(f"displacement {self.disp:#x} does not fit in 32 bits")
+        if self.bits is not None and self.bits not in PTR_NAMES:
+            raise ValueError(f"memory access size must be one of {sorted(PTR_NAMES)}, got {self.bits}")
+
+    def sized(self, bits: int | None) -> Mem:
+        return Mem(bits, self.base, self.index, self.scale, self.disp)
+
+    def __repr__(self) -> str:
+        from tg_x86.listing import format_operand
+        return format_operand(self)
+
+
+@dataclass(frozen=True)
+class Imm:
+    """An immediate value; the encoder checks it fits the form's immediate width."""
+    value: int
+
+    def __repr__(self) -> str:
+        return str(self.value)
+
+
+@dataclass(frozen=True, eq=False)
+class Label:
+    """A position in an instruction list; jumps name it. Identity, not the name, tells labels apart."""
+    name: str = ""
+
+    def __repr__(self) -> str:
+        return self.name or f"L{id(self) & 0xffff:04x}"
+
+
+Operand = Reg | Mem | Imm | Label
+
+
+def gpr(num: int, bits: int = 64) -> Reg:
+    return _GPRS[(num, bits)]
+
+
+def xmm(num: int) -> Reg:
+    return _VECS[("xmm", num)]
+
+
+def ymm(num: int) -> Reg:
+    return _VECS[("ymm", num)]
+
+
+def reg(name: str) -> Reg:
+    """A register by its Intel name."""
+    try:
+        return REGS[name]
+    except KeyError:
+        raise ValueError(f"unknown register {name!r}") from None
+
+
+def ptr(bits: int | None, base: Reg | None = None, index: Reg | None = None, scale: int = 1, disp: int = 0) -> Mem:
+    return Mem(bits, base, index, scale, disp)
+
+
+def byte(base: Reg | None = None, index: Reg | None = None, scale: int = 1, disp: int = 0) -> Mem:
+    return Mem(8, base, index, scale, disp)
+
+
+def word(base: Reg | None = None, index: Reg | None = None, scale: int = 1, disp: int = 0) -> Mem:
+    return Mem(16, base, index, scale, disp)
+
+
+def dword(base: Reg | None = None, index: Reg | None = None, scale: int = 1, disp: int = 0) -> Mem:
+    return Mem(32, base, index, scale, disp)
+
+
+def qword(base: Reg | None = None, index: Reg | None = None, scale: int = 1, disp: int = 0) -> Mem:
+    return Mem(64, base, index, scale, disp)
+
+
+def xmmword(base: Reg | None = None, index: Reg | None = None, scale: int = 1, disp: int = 0) -> Mem:
+    return Mem(128, base, index, scale, disp)
+
+
+def ymmword(base: Reg | None = None, index: Reg | None = None, scale: int = 1, disp: int = 0) -> Mem:
+    return Mem(256, base, index, scale, disp)
+
+
+_GPRS: dict[tuple[int, int], Reg] = {(n, b): Reg("gpr", n, b) for b in GPR_NAMES for n in range(16)}
+_VECS: dict[tuple[str, int], Reg] = {(k, n): Reg(k, n, VEC_BITS[k]) for k, n in itertools.product(("xmm", "ymm"),
+                                                                                                range(16))}  # type: ignore[arg-type]
+REGS: dict[str, Reg] = {r.name: r for r in itertools.chain(_GPRS.values(), _VECS.values())}
+GPRS64: tuple[Reg, ...] = tuple(gpr(n) for n in range(16))
+XMMS: tuple[Reg, ...] = tuple(xmm(n) for n in range(16))
+YMMS: tuple[Reg, ...] = tuple(ymm(n) for n in range(16))
+
+globals().update(REGS)  # operands.rax, operands.xmm0, ... for hand-written code and tests
