@@ -30,6 +30,7 @@ from tgcore.schedule.shape import shape_of
 from tgcore.tensor_index import IndexMixin
 from tgcore.tensor_math import MathMixin
 from tgcore.tensor_random import RandomMixin
+from tgcore.tensor_reduce import ReduceMixin
 from tgcore.uop import Ops, UOp
 
 Scalar = bool | int | float
@@ -66,7 +67,7 @@ def _arange_uop(n: int) -> UOp:
     return UOp(Ops.RANGE, dtypes.int32, (), ("arange", n))
 
 
-class Tensor(MathMixin, IndexMixin, RandomMixin):
+class Tensor(MathMixin, IndexMixin, RandomMixin, ReduceMixin):
     """A lazily evaluated n-dimensional array on a device."""
 
     __slots__ = ("uop", "device", "__weakref__")

@@ -1,0 +1,145 @@
+"""Reductions built on Tensor's sum/max/min/mean: var, std, prod, argmax/argmin, any/all, logsumexp, cummax/cummin.
+
+A mixin of `tgcore.tensor.Tensor`: methods here build on Tensor's core ops only.
+
+In:  a tensor, ``axis`` (None for all axes, an int, or a tuple of ints; negative counts from
+     the end) and ``keepdim`` (keep reduced axes as size 1), as in ``sum``.
+Out: lazy tensors; each reduction is one REDUCE_AXIS (or a few) that the scheduler fuses.
+"""
+# mypy: disable-error-code="misc"
+# (methods annotate ``self: Tensor``: a mixin is only ever used as a base of Tensor)
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from tgcore.dtype import DType, dtypes, least_upper_float, to_dtype
+from tgcore.helpers import prod
+from tgcore.uop import Ops
+
+if TYPE_CHECKING:
+    from tgcore.tensor import Tensor
+
+Axis = int | Sequence[int] | None
+
+
+def _axes(axis: Axis, ndim: int) -> tuple[int, ...]:
+    """Sorted, non-negative axes for ``axis`` (None means all); IndexError when one is out of range."""
+    if axis is None:
+        return tuple(range(ndim))
+    raw = (axis,) if isinstance(axis, int) else tuple(axis)
+    out = set()
+    for a in raw:
+        if not -max(ndim, 1) <= a < max(ndim, 1):
+            raise IndexError(f"axis {a} is out of range for a tensor with {ndim} dimensions")
+        out.add(a % max(ndim, 1))
+    return tuple(sorted(out)) if ndim else ()
+
+
+def _count(shape: tuple[int, ...], axes: tuple[int, ...]) -> int:
+    return prod(shape[a] for a in axes)
+
+
+class ReduceMixin:
+    __slots__ = ()
+
+    def var(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False, correction: int | float = 1) -> Tensor:
+        """Variance: sum of squared deviations from the mean over (count - correction), like numpy's ``ddof``."""
+        x = self.cast(least_upper_float(self.dtype))
+        n = _count(x.shape, _axes(axis, x.ndim))
+        dev = x - x.mean(axis, keepdim=True)
+        ss = (dev * dev).sum(axis, keepdim)
+        return ss / (n - correction) if n - correction > 0 else ss * math.nan
+
+    def std(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False, correction: int | float = 1) -> Tensor:
+        return self.var(axis, keepdim, correction).sqrt()
+
+    def var_mean(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False,
+                 correction: int | float = 1) -> tuple[Tensor, Tensor]:
+        return self.var(axis, keepdim, correction), self.cast(least_upper_float(self.dtype)).mean(axis, keepdim)
+
+    def std_mean(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False,
+                 correction: int | float = 1) -> tuple[Tensor, Tensor]:
+        return self.std(axis, keepdim, correction), self.cast(least_upper_float(self.dtype)).mean(axis, keepdim)
+
+    def prod(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False,
+             dtype: DType | str | None = None) -> Tensor:
+        """Product; ints and bools multiply as int64 (uint64 for unsigned), narrow floats in float32 (as numpy)."""
+        if dtype is not None:
+            out_dt = acc_dt = to_dtype(dtype)
+        elif dtypes.is_int(self.dtype) or self.dtype is dtypes.bool:
+            out_dt = acc_dt = dtypes.uint64 if dtypes.is_unsigned(self.dtype) else dtypes.int64
+        else:
+            out_dt = self.dtype
+            acc_dt = dtypes.float32 if self.dtype in (dtypes.float16, dtypes.bfloat16) else self.dtype
+        _axes(axis, self.ndim)  # IndexError before building anything
+        return self.cast(acc_dt)._reduce(Ops.MUL, axis, keepdim).cast(out_dt)
+
+    def any(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False) -> Tensor:
+        """Whether any element is true (nonzero); False over an empty axis."""
+        return self.cast(dtypes.bool).max(axis, keepdim)
+
+    def all(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False) -> Tensor:
+        """Whether every element is true (nonzero); True over an empty axis."""
+        return self.cast(dtypes.bool).logical_not().any(axis, keepdim).logical_not()
+
+    def argmax(self: Tensor, axis: int | None = None, keepdim: builtins.bool = False) -> Tensor:
+        """Index of the largest value along ``axis`` (of the flattened tensor for None); the first one on ties."""
+        return self._arg_extreme(True, axis, keepdim)
+
+    def argmin(self: Tensor, axis: int | None = None, keepdim: builtins.bool = False) -> Tensor:
+        """Index of the smallest value along ``axis`` (of the flattened tensor for None); the first one on ties."""
+        return self._arg_extreme(False, axis, keepdim)
+
+    def _arg_extreme(self: Tensor, is_max: builtins.bool, axis: int | None, keepdim: builtins.bool) -> Tensor:
+        from tgcore.tensor import Tensor
+        name = "argmax" if is_max else "argmin"
+        if axis is None:
+            out = self.reshape(-1)._arg_extreme(is_max, 0, False)
+            return out.reshape((1,) * self.ndim) if keepdim else out
+        ax = _axes(axis, self.ndim)[0] if self.ndim else 0
+        n = self.shape[ax] if self.ndim else 1
+        if n == 0:
+            raise ValueError(f"{name} of an empty axis (axis {axis} of shape {self.shape})")
+        hit = self == (self.max(ax, keepdim=True) if is_max else self.min(ax, keepdim=True))
+        # a hit at index i scores n - i, so the largest score is the first hit
+        score = Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - ax - 1))
+        best = hit.where(score, 0).max(ax, keepdim)
+        return (n - best).cast(dtypes.default_int)
+
+    def logsumexp(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False) -> Tensor:
+        """log(sum(exp(x))) computed as m + log(sum(exp(x - m))) with m the max, so large values do not overflow."""
+        x = self.cast(least_upper_float(self.dtype))
+        m = x.max(axis, keepdim=True)
+        m = ((m == math.inf) | (m == -math.inf)).where(0.0, m)  # all -inf (or +inf present): shift by 0
+        out = (x - m).exp().sum(axis, keepdim=True).log() + m
+        if keepdim:
+            return out
+        return out.reshape(tuple(s for i, s in enumerate(x.shape) if i not in _axes(axis, x.ndim)))
+
+    def cummax(self: Tensor, axis: int = 0) -> Tensor:
+        """Running maximum along ``axis`` (the values only)."""
+        return self._cumulative(axis, True)
+
+    def cummin(self: Tensor, axis: int = 0) -> Tensor:
+        """Running minimum along ``axis`` (the values only)."""
+        return self._cumulative(axis, False)
+
+    def _cumulative(self: Tensor, axis: int, is_max: builtins.bool) -> Tensor:
+        from tgcore.tensor import Tensor
+        if self.ndim == 0:
+            return self
+        ax = _axes(axis, self.ndim)[0]
+        n = self.shape[ax]
+        x = self.transpose(ax, -1) if ax != self.ndim - 1 else self
+        rows = Tensor.arange(n, device=self.device).reshape(n, 1)
+        cols = Tensor.arange(n, device=self.device).reshape(1, n)
+        window = x.unsqueeze(-2).expand(x.shape[:-1] + (n, n))
+        # [i, j]: j <= i takes part in position i; the others are replaced by the last element of the window
+        # (x[i] itself), which never changes the extreme and works for every dtype, nan and inf included
+        own = x.unsqueeze(-1).expand(x.shape[:-1] + (n, n))
+        masked = (cols <= rows).where(window, own)
+        out = masked.max(-1) if is_max else masked.min(-1)
+        return out.transpose(ax, -1) if ax != self.ndim - 1 else out
