@@ -27,6 +27,7 @@ from tgcore.helpers import prod
 from tgcore.runtime.registry import canonical
 from tgcore.schedule.kernelize import buffers, create_schedule, new_buffer_uop, realized
 from tgcore.schedule.shape import shape_of
+from tgcore.tensor_autograd import AutogradMixin, mark_leaf
 from tgcore.tensor_index import IndexMixin
 from tgcore.tensor_math import MathMixin
 from tgcore.tensor_random import RandomMixin
@@ -67,16 +68,25 @@ def _arange_uop(n: int) -> UOp:
     return UOp(Ops.RANGE, dtypes.int32, (), ("arange", n))
 
 
-class Tensor(MathMixin, IndexMixin, RandomMixin, ReduceMixin):
+class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
     """A lazily evaluated n-dimensional array on a device."""
 
-    __slots__ = ("uop", "device", "__weakref__")
+    __slots__ = ("uop", "device", "requires_grad", "grad", "__weakref__")
     uop: UOp
     device: str
+    requires_grad: bool | None  # True: backward() fills .grad; None: only if something asks for it
+    grad: Any  # Tensor | None
     __hash__ = object.__hash__  # == is elementwise, so hashing is by identity
 
-    def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None) -> None:
-        dt = None if dtype is None else to_dtype(dtype)
+    def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
+                 requires_grad: bool | None = None) -> None:
+        self.grad = None
+        self.requires_grad = None
+        self._set_data(data, device, None if dtype is None else to_dtype(dtype))
+        if requires_grad:
+            self.requires_grad_(True)
+
+    def _set_data(self, data: Any, device: str | None, dt: DType | None) -> None:
         if isinstance(data, Tensor):
             self.uop, self.device = data.uop, data.device
             if dt is not None and dt is not data.dtype:
@@ -143,7 +153,7 @@ class Tensor(MathMixin, IndexMixin, RandomMixin, ReduceMixin):
 
     def _new(self, uop: UOp) -> Tensor:
         t = Tensor.__new__(Tensor)
-        t.uop, t.device = uop, self.device
+        t.uop, t.device, t.requires_grad, t.grad = uop, self.device, None, None
         return t
 
     # ---------------------------------------------------------------- creation
@@ -212,6 +222,8 @@ class Tensor(MathMixin, IndexMixin, RandomMixin, ReduceMixin):
             buf = result[lazy]
             realized[lazy] = buf
             t.uop = UOp(Ops.RESHAPE, buf.dtype, (buf,), t.shape)
+            if t.requires_grad:
+                mark_leaf(t)
         return self
 
     def _buffer(self):  # noqa: ANN202
@@ -247,6 +259,7 @@ class Tensor(MathMixin, IndexMixin, RandomMixin, ReduceMixin):
         if dev == self.device:
             return self
         t = Tensor.__new__(Tensor)
+        t.requires_grad, t.grad = None, None
         t.uop = UOp(Ops.COPY, self.dtype, (self.contiguous().uop, UOp(Ops.DEVICE, dtypes.void, (), dev)))
         t.device = dev
         return t
@@ -269,7 +282,8 @@ class Tensor(MathMixin, IndexMixin, RandomMixin, ReduceMixin):
             raise ValueError(f"cannot reshape {self.shape} ({self.numel()} elements) into {shp} ({prod(shp)})")
         if shp == self.shape:
             return self
-        src = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop  # fold reshape of reshape
+        folds = self.uop.op is Ops.RESHAPE and self.uop.tag is None  # fold reshape of reshape (not of a leaf)
+        src = self.uop.src[0] if folds else self.uop
         if shape_of(src) == shp:
             return self._new(src)
         return self._new(UOp(Ops.RESHAPE, self.dtype, (src,), shp))

@@ -73,12 +73,23 @@ def linearize(sink: UOp, placement_priority: Callable[[UOp], int] | None = None)
     def rank(n: UOp) -> int:  # ordinary work first, then closing loops, then opening loops
         return {Ops.END: 1, Ops.RANGE: 2, Ops.SINK: 3}.get(n.op, 0)
 
+    # among loops that could open, the one that must close first opens first (a reduction
+    # whose result the other loop's body reads)
+    closes_at: dict[UOp, int] = {}
+    for i, n in enumerate(nodes):
+        if n.op is Ops.END:
+            for r in n.src[1:]:
+                closes_at.setdefault(r, i)
+
+    def order(n: UOp) -> tuple:
+        return (rank(n), closes_at.get(n, 0) if n.op is Ops.RANGE else 0, key(n))
+
     while ready:
         candidates = [n for n in ready if placeable(n)]
         if not candidates:
             raise LinearizeError(f"cannot place any of {[n.op.name for n in ready]} with loops "
                                  f"{[r.arg for r in stack]} open")
-        best = min(candidates, key=lambda n: (rank(n), key(n)))
+        best = min(candidates, key=order)
         ready.remove(best)
         out.append(best)
         if best.op is Ops.RANGE:

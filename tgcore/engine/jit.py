@@ -128,11 +128,11 @@ class Jit:
     def _replay(self, capture: _Capture, tensors: list[Any], variables: dict[str, int]) -> Any:
         from tgcore.tensor import Tensor
         bufs = [list(s.bufs) for s in capture.steps]
-        for step, slot, n, offset in capture.inputs:
+        for step_no, slot, n, offset in capture.inputs:
             inp = _buffer_of(tensors[n])
-            old = bufs[step][slot]
+            old = bufs[step_no][slot]
             same = offset == 0 and old.nbytes == inp.nbytes
-            bufs[step][slot] = inp if same else inp.view(old.size, old.dtype, offset)
+            bufs[step_no][slot] = inp if same else inp.view(old.size, old.dtype, offset)
         for step, step_bufs in zip(capture.steps, bufs, strict=True):
             if step.runner is None:
                 step_bufs[0].ensure_allocated().copy_from(step_bufs[1])

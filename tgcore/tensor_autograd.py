@@ -1,0 +1,75 @@
+"""Autograd on tensors: ``requires_grad``, ``backward()``, ``.grad``, ``detach()``.
+
+A mixin of ``tgcore.tensor.Tensor``. Gradients are lazy tensors built by the rules in
+``tgcore.gradient`` from the forward graph; ``backward()`` accumulates them into ``.grad`` of
+every tensor created with ``requires_grad=True`` (or marked with ``requires_grad_()``) that the
+loss depends on.
+"""
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from tgcore.uop import Ops, UOp
+
+if TYPE_CHECKING:
+    from tgcore.tensor import Tensor
+
+# tensors that want gradients, by id (a WeakSet would compare tensors with ==, which is elementwise)
+_wanting_grad: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+_leaf_ids = itertools.count()
+
+
+def mark_leaf(t: Any) -> None:
+    """Give a leaf's node a tag of its own, so graphs keep it as a distinct node (reshapes are not folded
+    through it) and backward() can find exactly the uses of this tensor."""
+    t.uop = t.uop.replace(tag=("leaf", next(_leaf_ids)))
+
+
+class AutogradMixin:
+    __slots__ = ()
+    requires_grad: bool | None  # (the storage is Tensor's: these only declare the types)
+    grad: Any
+
+    def requires_grad_(self, requires_grad: bool = True) -> Any:
+        """Mark this tensor as a leaf whose gradient ``backward()`` computes. Returns self."""
+        self.requires_grad = requires_grad  # type: ignore[misc]  # (a slot of Tensor)
+        if requires_grad:
+            _wanting_grad[id(self)] = self
+            mark_leaf(self)
+        else:
+            _wanting_grad.pop(id(self), None)
+        return self
+
+    def detach(self) -> Any:
+        """The same values, cut off from the graph: no gradient flows through it."""
+        t: Tensor = self  # type: ignore[assignment]
+        return t._new(UOp(Ops.DETACH, t.dtype, (t.uop,)))
+
+    def backward(self, gradient: Any = None) -> Any:
+        """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires a gradient.
+
+        ``self`` must be a scalar unless ``gradient`` (a tensor of self's shape) is given.
+        """
+        from tgcore.gradient import compute_gradients
+        from tgcore.tensor import Tensor
+        t: Tensor = self  # type: ignore[assignment]
+        if gradient is None:
+            if t.numel() != 1:
+                raise ValueError(f"backward() of a tensor with shape {t.shape} needs a gradient argument")
+            gradient = Tensor.full(t.shape, 1.0, dtype=t.dtype, device=t.device)
+        elif not isinstance(gradient, Tensor) or gradient.shape != t.shape:
+            raise ValueError(f"gradient must be a Tensor of shape {t.shape}")
+        nodes = t.uop.toposort
+        leaves = [x for x in list(_wanting_grad.values()) if x.requires_grad and x.uop in nodes]
+        if not leaves:
+            raise RuntimeError("backward(): nothing this tensor depends on has requires_grad=True")
+        grads = compute_gradients(t.uop, gradient.cast(t.dtype).uop, [x.uop for x in leaves], t.device)
+        for leaf in leaves:
+            g = grads.get(leaf.uop)
+            if g is None:
+                continue
+            g_t = Tensor(g, device=leaf.device)
+            leaf.grad = g_t if leaf.grad is None else leaf.grad + g_t
+        return self
