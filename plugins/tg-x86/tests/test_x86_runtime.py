@@ -1,0 +1,149 @@
+"""Hand-assembled functions run through ctypes (checked against numpy), executable memory
+that is never writable and executable at once, and the CPU feature probe."""
+from __future__ import annotations
+
+import ctypes
+import platform
+
+import numpy as np
+import pytest
+from tg_x86 import Cond, ExecutableCode, Inst, Label, Op, assemble, cpu, dword, reg, unavailable_reason
+from tg_x86.operands import xmm, xmmword, ymm, ymmword
+
+r = reg
+pytestmark = pytest.mark.skipif(not cpu.is_x86_64(), reason="not an x86-64 machine")
+needs_avx2 = pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
+
+
+def _fn(program, restype, *argtypes):
+    return ExecutableCode(assemble(program).code).function(restype, *argtypes)
+
+
+def _floats(a: np.ndarray):
+    return a.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+
+
+def test_int_add():
+    add = _fn([Inst(Op.MOV, r("eax"), r("edi")), Inst(Op.ADD, r("eax"), r("esi")), Inst(Op.RET)],
+              ctypes.c_int32, ctypes.c_int32, ctypes.c_int32)
+    assert add(2, 3) == 5
+    assert add(-7, 3) == -4
+    assert add(2**31 - 1, 1) == -(2**31)  # wraps like int32
+
+
+def test_int64_multiply_and_divide():
+    """(a * b) / c with imul, cqo, idiv (rdx:rax / rcx): signed, truncating like C."""
+    prog = [Inst(Op.MOV, r("rax"), r("rdi")), Inst(Op.IMUL, r("rax"), r("rsi")), Inst(Op.MOV, r("rcx"), r("rdx")),
+            Inst(Op.CQO), Inst(Op.IDIV, r("rcx")), Inst(Op.RET)]
+    f = _fn(prog, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+    for a, b, c in [(6, 7, 4), (-6, 7, 4), (1 << 40, 3, -7), (123456789, 1000, 13)]:
+        q = abs(a * b) // abs(c)
+        assert f(a, b, c) == (q if (a * b < 0) == (c < 0) else -q)
+
+
+def test_float_loop_sum():
+    """float sum(const float *p, int n): scalar vaddss in a loop; the same float32 rounding as numpy in order."""
+    loop, done = Label("loop"), Label("done")
+    prog = [Inst(Op.VXORPS, xmm(0), xmm(0), xmm(0)),
+            Inst(Op.TEST, r("esi"), r("esi")),
+            Inst(Op.JCC, done, cond=Cond.LE),
+            Inst(Op.MOVSXD, r("rsi"), r("esi")),
+            Inst(Op.XOR, r("eax"), r("eax")),
+            loop,
+            Inst(Op.VADDSS, xmm(0), xmm(0), dword(r("rdi"), r("rax"), 4)),
+            Inst(Op.INC, r("rax")),
+            Inst(Op.CMP, r("rax"), r("rsi")),
+            Inst(Op.JCC, loop, cond=Cond.L),
+            done,
+            Inst(Op.RET)]
+    total = _fn(prog, ctypes.c_float, ctypes.POINTER(ctypes.c_float), ctypes.c_int32)
+    data = np.random.default_rng(0).standard_normal(1001).astype(np.float32)
+    expected = np.float32(0)
+    for x in data:
+        expected = np.float32(expected + x)
+    assert np.float32(total(_floats(data), len(data))) == expected
+    assert total(_floats(data), 0) == 0.0
+
+
+@needs_avx2
+def test_avx2_vaddps_8_floats():
+    """void add8(const float *a, const float *b, float *out): one ymm add."""
+    prog = [Inst(Op.VMOVUPS, ymm(0), ymmword(r("rdi"))),
+            Inst(Op.VADDPS, ymm(0), ymm(0), ymmword(r("rsi"))),
+            Inst(Op.VMOVUPS, ymmword(r("rdx")), ymm(0)),
+            Inst(Op.VZEROUPPER),
+            Inst(Op.RET)]
+    add8 = _fn(prog, None, *[ctypes.POINTER(ctypes.c_float)] * 3)
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(8).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    out = np.zeros(8, np.float32)
+    add8(_floats(a), _floats(b), _floats(out))
+    np.testing.assert_array_equal(out, a + b)
+
+
+@needs_avx2
+def test_f16c_and_fma():
+    """vcvtph2ps of 8 halfs, then out = x * x + x with vfmadd213ps (one rounding: compare in float64)."""
+    prog = [Inst(Op.VCVTPH2PS, ymm(1), xmmword(r("rdi"))),
+            Inst(Op.VMOVAPS, ymm(0), ymm(1)),
+            Inst(Op.VFMADD213PS, ymm(0), ymm(1), ymm(1)),   # ymm0 = ymm1 * ymm0 + ymm1
+            Inst(Op.VMOVUPS, ymmword(r("rsi")), ymm(0)),
+            Inst(Op.VZEROUPPER),
+            Inst(Op.RET)]
+    f = _fn(prog, None, ctypes.c_void_p, ctypes.POINTER(ctypes.c_float))
+    halfs = np.array([0.5, -1.25, 3.0, 65504.0, 1e-3, -0.0, 7.75, 100.0], np.float16)
+    out = np.zeros(8, np.float32)
+    f(halfs.ctypes.data, _floats(out))
+    x = halfs.astype(np.float64)
+    np.testing.assert_array_equal(out, (x * x + x).astype(np.float32))
+
+
+def _mapping_perms(address: int) -> str:
+    with open("/proc/self/maps") as f:
+        for line in f:
+            span, perms = line.split()[:2]
+            lo, hi = (int(x, 16) for x in span.split("-"))
+            if lo <= address < hi:
+                return perms
+    return ""
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="reads /proc/self/maps")
+def test_code_is_read_execute_only():
+    code = ExecutableCode(bytes([0xC3]))
+    assert _mapping_perms(code.address).startswith("r-x")
+    fn = code.function(None)
+    del code
+    fn()  # the function pointer keeps the mapping alive
+    with pytest.raises(ValueError, match="outside"):
+        ExecutableCode(bytes([0xC3])).function(None, offset=1)
+
+
+def test_cpuid_agrees_with_proc_cpuinfo():
+    """Two independent sources: our CPUID stub and the kernel's flags line."""
+    from_cpuinfo = cpu.cpuinfo_features()
+    if not from_cpuinfo:
+        pytest.skip("no /proc/cpuinfo flags")
+    assert cpu.cpuid_features() == from_cpuinfo
+
+
+def test_unavailable_reason(monkeypatch):
+    expected_ok = set(cpu.REQUIRED) <= cpu.features()
+    assert (unavailable_reason() is None) == expected_ok
+    cpu.unavailable_reason.cache_clear()
+    cpu.features.cache_clear()
+    try:
+        monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+        assert unavailable_reason() == "not an x86-64 machine (aarch64)"
+        cpu.unavailable_reason.cache_clear()
+        cpu.features.cache_clear()
+        monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+        monkeypatch.setattr(cpu, "cpuid_features", lambda: {"avx", "fma"})
+        assert unavailable_reason() == "the CPU lacks AVX2, F16C"
+        cpu.features.cache_clear()
+        monkeypatch.setattr(cpu, "cpuid_features", lambda: 1 / 0)   # the stub fails: /proc/cpuinfo decides
+        monkeypatch.setattr(cpu, "cpuinfo_features", lambda path="": {"avx", "avx2", "fma", "f16c"})
+        assert cpu.features() == frozenset(cpu.REQUIRED)
+    finally:
+        cpu.unavailable_reason.cache_clear()
+        cpu.features.cache_clear()
