@@ -320,3 +320,44 @@ def test_pad_modes_more(device):
         t.pad_nd(((3, 0), (0, 0), (0, 0)), mode="reflect")
     with pytest.raises(ValueError, match="pad mode must be"):
         t.pad_nd(((1, 0), (0, 0), (0, 0)), mode="mirror")
+
+
+# ---------------------------------------------------------------- edge cases and a randomized sweep
+
+def test_index_edge_cases(device):
+    a = A[0]
+    t = Tensor(a, device=device)
+    check(t[Tensor(1, device=device)], a[1])  # a 0-d index tensor
+    assert t[np.int64(2), np.int32(-1)].item() == a[2, -1]
+    z = Tensor(np.zeros((0, 3), np.float32), device=device)
+    assert z[1:].shape == (0, 3) and z[:, [0, 2]].shape == (0, 2) and z[np.zeros(0, bool)].shape == (0, 3)
+    ref = a.copy()
+    t[np.zeros((4, 5), bool)] = 5  # an empty mask writes nothing
+    check(t, ref)
+    tp = Tensor(a, device=device).T  # assignment into a non-contiguous tensor
+    tp[1:, ::2] = 0
+    tp[[0, 3], 1] = Tensor([7.0, 8.0], device=device)
+    ref = a.T.copy()
+    ref[1:, ::2] = 0
+    ref[[0, 3], 1] = [7, 8]
+    check(tp, ref)
+
+
+def _random_slice(rng: np.random.Generator, size: int) -> slice | int:
+    if rng.random() < 0.2:
+        return int(rng.integers(-size, size))
+    pick = lambda: None if rng.random() < 0.3 else int(rng.integers(-size - 2, size + 3))
+    step = int(rng.choice([-3, -2, -1, 1, 2, 3, 4]))
+    return slice(pick(), pick(), step)
+
+
+def test_random_basic_indices_match_numpy(device):
+    rng = np.random.default_rng(2024)
+    t = Tensor(A, device=device)
+    for _ in range(25):
+        index = tuple(_random_slice(rng, s) for s in A.shape)
+        check(t[index], A[index])
+        ref, t2 = A.copy(), Tensor(A, device=device)
+        ref[index] = -1
+        t2[index] = -1
+        check(t2, ref)
