@@ -264,6 +264,34 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
         t.device = dev
         return t
 
+    def assign(self, value: Any) -> Tensor:
+        """Write ``value`` into this tensor's memory, now (optimizer steps, caches). Returns self.
+
+        ``value`` is broadcast and cast to this tensor's shape and dtype. A realized tensor (or a
+        reshape/shrink/permute/flip view of one) is updated in place, so views of the same buffer
+        and captured JIT kernels see the new values; a lazy tensor simply takes the new value.
+        Lazy tensors that read the old values must be realized before the assign.
+        """
+        v = value if isinstance(value, Tensor) else self._const(value, self.dtype)
+        if v.device != self.device:
+            raise ValueError(f"assign from {v.device} to {self.device}: move the value with .to() first")
+        v = v.cast(self.dtype)._broadcast_to(_broadcast_shape(self.shape, v.shape))
+        if v.shape != self.shape:
+            raise ValueError(f"assign of shape {v.shape} into a tensor of shape {self.shape}")
+        base = self.uop
+        while base.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP):
+            base = base.src[0]
+        if base.op is not Ops.BUFFER or base not in buffers or not buffers[base].is_allocated():
+            self.uop = v.uop  # nothing materialized to write into
+            return self
+        from tgcore.engine.realize import run_schedule
+        target = self.uop.replace(tag=None) if self.uop.tag is not None else self.uop
+        items, _ = create_schedule([UOp(Ops.ASSIGN, self.dtype, (target, v.uop))], self.device)
+        run_schedule(items)
+        if self.requires_grad:
+            mark_leaf(self)  # a new version of the leaf: graphs built from now on refer to it
+        return self
+
     def contiguous(self) -> Tensor:
         return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
@@ -588,48 +616,6 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
 
     def long(self) -> Tensor:
         return self.cast(dtypes.int64)
-
-    def abs(self) -> Tensor:
-        return self if dtypes.is_unsigned(self.dtype) or self.dtype is dtypes.bool else (self < 0).where(-self, self)
-
-    def trunc(self) -> Tensor:
-        return self if not dtypes.is_float(self.dtype) else self._new(self.uop.alu(Ops.TRUNC))
-
-    def floor(self) -> Tensor:
-        t = self.trunc()
-        return (t > self).where(t - 1, t) if dtypes.is_float(self.dtype) else t
-
-    def ceil(self) -> Tensor:
-        t = self.trunc()
-        return (t < self).where(t + 1, t) if dtypes.is_float(self.dtype) else t
-
-    def sqrt(self) -> Tensor:
-        return self._float_unary(Ops.SQRT)
-
-    def exp2(self) -> Tensor:
-        return self._float_unary(Ops.EXP2)
-
-    def log2(self) -> Tensor:
-        return self._float_unary(Ops.LOG2)
-
-    def sin(self) -> Tensor:
-        return self._float_unary(Ops.SIN)
-
-    def reciprocal(self) -> Tensor:
-        return self._float_unary(Ops.RECIPROCAL)
-
-    def exp(self) -> Tensor:
-        return (self.cast(least_upper_float(self.dtype)) * (1 / math.log(2))).exp2()
-
-    def log(self) -> Tensor:
-        return self.log2() * math.log(2)
-
-    def relu(self) -> Tensor:
-        return (self > 0).where(self, 0)
-
-    def _float_unary(self, op: Ops) -> Tensor:
-        x = self.cast(least_upper_float(self.dtype))
-        return x._new(x.uop.alu(op))
 
     # ---------------------------------------------------------------- reductions
     def _reduce(self, op: Ops, axis: Axis, keepdim: builtins.bool) -> Tensor:

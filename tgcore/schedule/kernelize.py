@@ -204,6 +204,8 @@ class Kernelizer:
             return view
         if node.op is Ops.COPY:
             return self._copy_kernel(node)
+        if node.op is Ops.ASSIGN:
+            return self._assign_kernel(node)
         return self._compute_kernel(node)
 
     def contiguous_view(self, node: UOp) -> UOp | None:
@@ -261,6 +263,42 @@ class Kernelizer:
                                        dict(kernel.var_vals)))
         self.done[node] = out
         return out
+
+
+    def _assign_kernel(self, node: UOp) -> UOp:
+        """Write ``value`` into the buffer elements ``target`` views (in place; returns that buffer)."""
+        target, value = node.src
+        base = target
+        while base.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP):
+            base = base.src[0]
+        base = realized_buffer(base) or self.done.get(base, base)
+        if base.op is not Ops.BUFFER:
+            raise ValueError("assign needs a target that is (a view of) a realized buffer; realize it first")
+        shape = shape_of(target)
+        device = buffer_device(base)
+        kernel = _KernelBuilder(self, dtypes.int64 if base.arg > INT32_LIMIT else dtypes.int32)
+        param = kernel.param(base)
+        ranges = tuple(UOp.range(s, i, "global", dtype=kernel.idt) if s != 1 else UOp.const(kernel.idt, 0)
+                       for i, s in enumerate(shape))
+        where = kernel.lower(target, ranges, None, direct=True)
+        if where.op is not Ops.LOAD or len(where.src[0].src) != 2 or where.src[0].src[0] is not param:
+            raise ValueError("assign target must be a view of a buffer made by reshape/shrink/permute/flip")
+        index = where.src[0]
+        kernel.root, kernel.root_idx = value, ranges
+        result = kernel.lower(value, ranges, None, direct=True)
+        # in place is safe when every read of the target buffer reads the element being written
+        if any(u.op is Ops.INDEX and u.src[0] is param and u is not index for u in result.toposort):
+            staged = self.realize(value)  # read the old values from a copy
+            kernel = _KernelBuilder(self, kernel.idt)
+            param = kernel.param(base)
+            index = kernel.lower(target, ranges, None, direct=True).src[0]
+            result = kernel.load(staged, ranges, shape, None)
+        ast = UOp.sink(index.store(result))
+        kind = "reduce" if any(n.op is Ops.REDUCE for n in ast.toposort) else "elementwise"
+        self.items.append(ScheduleItem(ast, [buffers[b] for b in kernel.param_bufs], device, kind,
+                                       dict(kernel.var_vals)))
+        self.done[node] = base
+        return base
 
 
 class _KernelBuilder:
