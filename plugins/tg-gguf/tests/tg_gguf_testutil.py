@@ -287,6 +287,7 @@ def reference_dequantize(gtype: GGMLType, raw: Any, shape: tuple[int, ...]) -> A
     """gguf-py's ``gguf.quants.dequantize`` (numpy's own conversion for the plain types gguf-py leaves out)."""
     import numpy as np
     gguf = require_gguf()
+    importlib.import_module("gguf.quants")
     if gtype in NUMPY_PLAIN and gtype not in (GGMLType.F32, GGMLType.F16):
         with np.errstate(over="ignore"):
             return raw.view(NUMPY_PLAIN[gtype]).astype(np.float32).reshape(shape)

@@ -1,8 +1,9 @@
 """tg-gguf: read GGUF model files (``tg_gguf.load``), the ``.gguf`` loader for ``tgcore.load``.
 
 ``load(path)`` maps the file and parses only its header, metadata and tensor infos; tensor
-bytes are zero-copy views of the mapping. ``dequantize_numpy`` (in ``tg_gguf.quants``, needs
-numpy) is the reference dequantization.
+bytes are zero-copy views of the mapping. ``GGUFFile.tensors`` gives lazy tgcore Tensors whose
+dequantization (``tg_gguf.dequant``, tensor ops) fuses into their consumers. ``dequantize_numpy`` (in
+``tg_gguf.quants``, needs numpy) is the reference dequantization.
 """
 from tg_gguf.constants import GGMLType, GGUFValueType
 from tg_gguf.reader import GGUFError, GGUFFile, TensorInfo, from_bytes, load

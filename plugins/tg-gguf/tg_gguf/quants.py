@@ -1,9 +1,10 @@
 """Reference dequantization in numpy: raw ggml bytes in, a float32 array out.
 
-This is the slow, obviously-correct version that the tensor-op dequantization (a later slice)
-is checked against. Each function takes the blocks as a ``(n_blocks, block_bytes)`` uint8 array
-and returns ``(n_blocks, block_elements)`` float32; arithmetic is done in float32 in the order
-ggml defines (``q * d`` then ``+ m``), so results are bit-exact.
+This is the slow, obviously-correct version; the tensor-op dequantization that runs on devices
+is ``tg_gguf.dequant`` (both are checked against gguf-py). Each function takes the blocks as a
+``(n_blocks, block_bytes)`` uint8 array and returns ``(n_blocks, block_elements)`` float32;
+arithmetic is done in float32 in the order ggml defines (``q * d`` then ``+ m``), so results are
+bit-exact.
 
 Block layouts (all little-endian, ``f16`` = IEEE half):
 

@@ -1,0 +1,97 @@
+"""tg-gguf next to gguf-py / numpy, in one run. Prints figures and ratios; asserts nothing.
+
+    python plugins/tg-gguf/bench/gguf.py [--device CPU] [--repeat 5] [--elements 4194304] [--types Q4_0,Q4_K]
+
+1. Dequantization throughput per type: GB/s of quantized input turned into float32, tg-gguf's tensor-op
+   dequantization (one kernel, raw bytes already on the device) vs ``gguf.quants.dequantize`` (numpy's
+   own conversion for the plain types gguf-py does not handle: F64, I8..I64).
+2. A 4096x4096 quantized GEMV (``w @ x``) for Q4_0, Q4_K, Q6_K, Q8_0: tg-gguf (one kernel reading the
+   quantized bytes) vs numpy (gguf-py dequantization, then a float32 matvec), and vs numpy's matvec
+   alone on an already dequantized weight (the float32 roofline numpy reaches).
+
+Ratios are tg-gguf / reference throughput (higher is better), medians of --repeat runs. Kernels are
+compiled in a warm-up run that is not timed.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# this file is named gguf.py: keep its folder off the path so `import gguf` finds gguf-py
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))  # random_blocks, reference_dequantize
+
+from tg_gguf.constants import BLOCK_LAYOUT, GGMLType  # noqa: E402
+from tg_gguf.dequant import DEQUANTIZERS, dequantize  # noqa: E402
+from tg_gguf_testutil import random_blocks, reference_dequantize  # noqa: E402
+
+from tgcore.tensor import Tensor  # noqa: E402
+
+GEMV_TYPES = (GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0)
+
+
+def median_time(fn: Callable[[], object], repeat: int) -> float:
+    fn()  # warm up: compile, allocate
+    times = []
+    for _ in range(repeat):
+        gc.collect()  # results are freed by refcount; collect anything else before timing
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def dequantize_row(gtype: GGMLType, elements: int, device: str, repeat: int) -> None:
+    block, _ = BLOCK_LAYOUT[gtype]
+    shape = (elements // 1024, 1024)
+    raw_np = random_blocks(gtype, elements // block, small=True)
+    raw = Tensor(raw_np, device=device).realize()
+    t_tg = median_time(lambda: dequantize(raw, gtype, shape).realize(), repeat)
+    t_ref = median_time(lambda: reference_dequantize(gtype, raw_np, shape), repeat)
+    gb = raw_np.size / 1e9
+    print(f"{gtype.name:8s} {raw_np.size / 1e6:7.2f} {gb / t_tg:9.3f} {gb / t_ref:9.3f} {t_ref / t_tg:6.2f}x")
+
+
+def gemv_row(gtype: GGMLType, n: int, device: str, repeat: int) -> None:
+    block, _ = BLOCK_LAYOUT[gtype]
+    raw_np = random_blocks(gtype, n * n // block, small=True)
+    x_np = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    w = dequantize(Tensor(raw_np, device=device).realize(), gtype, (n, n))
+    w_np = reference_dequantize(gtype, raw_np, (n, n))
+    # a fresh x each run, so nothing is reused from the last one
+    t_tg = median_time(lambda: (w @ Tensor(x_np, device=device)).realize(), repeat)
+    t_np = median_time(lambda: reference_dequantize(gtype, raw_np, (n, n)) @ x_np, repeat)
+    t_mv = median_time(lambda: w_np @ x_np, repeat)
+    print(f"{gtype.name:8s} {t_tg * 1e3:9.2f} {t_np * 1e3:10.2f} {t_np / t_tg:6.2f}x {t_mv * 1e3:11.2f} "
+          f"{t_mv / t_tg:6.2f}x")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="CPU")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--elements", type=int, default=4 * 1024 * 1024)
+    ap.add_argument("--gemv-size", type=int, default=4096)
+    ap.add_argument("--types", default="", help="comma-separated type names (default: all supported)")
+    args = ap.parse_args()
+    types = [GGMLType[t] for t in args.types.split(",")] if args.types else sorted(DEQUANTIZERS, key=int)
+    print(f"dequantization to float32, {args.elements} elements, {args.device} (GB/s of quantized input)")
+    print(f"{'type':8s} {'MB in':>7s} {'tg-gguf':>9s} {'gguf-py':>9s} {'ratio':>7s}")
+    for gtype in types:
+        dequantize_row(gtype, args.elements, args.device, args.repeat)
+    n = args.gemv_size
+    print(f"\nquantized GEMV w @ x, w {n}x{n}, {args.device} (ms; ratio = numpy time / tg-gguf time)")
+    print(f"{'type':8s} {'tg-gguf':>9s} {'np deq+mv':>10s} {'ratio':>7s} {'np mv only':>11s} {'ratio':>7s}")
+    for gtype in GEMV_TYPES:
+        gemv_row(gtype, n, args.device, args.repeat)
+
+if __name__ == "__main__":
+    main()
