@@ -341,6 +341,10 @@ def test_index_edge_cases(device):
     ref[1:, ::2] = 0
     ref[[0, 3], 1] = [7, 8]
     check(tp, ref)
+    col = np.arange(3, dtype=np.float32).reshape(3, 1)
+    wide = Tensor(col, device=device).expand(3, 4)  # a gather whose value ignores an output axis
+    check(wide[:, [0, 2]], np.broadcast_to(col, (3, 4))[:, [0, 2]])
+    check(Tensor.ones(2, 3, device=device)[[1, 0, 1]], np.ones((3, 3), np.float32))
 
 
 def _random_slice(rng: np.random.Generator, size: int) -> slice | int:
