@@ -86,3 +86,25 @@ def test_jitted_step_updates_weights_in_place():
         total -= g * 0.5
         step(Tensor(g))
     np.testing.assert_array_equal(w.numpy(), total)
+
+
+def test_symbolic_position_write_compiles_once():
+    """A KV-cache style write at a bound position: one compile serves every position under the JIT."""
+    from tgcore.engine.realize import CompileCounter
+    from tgcore.uop import UOp
+    cache = Tensor(np.zeros((6, 2), np.float32))
+    pos = UOp.variable("pos", 0, 5)
+
+    @tgcore.jit
+    def write(row: Tensor, p: UOp) -> Tensor:
+        cache.shrink(((p, p + 1), None)).assign(row)
+        return cache.sum()
+
+    write(Tensor(np.full((1, 2), 1, np.float32)), pos.bind(0))
+    before = CompileCounter.count
+    for i in range(1, 6):
+        write(Tensor(np.full((1, 2), i + 1, np.float32)), pos.bind(i))
+    assert CompileCounter.count == before
+    np.testing.assert_array_equal(cache.numpy(), np.repeat(np.arange(1, 7, dtype=np.float32)[:, None], 2, 1))
+    with pytest.raises(ValueError, match="constant size"):
+        cache.shrink(((pos.bind(1), pos.bind(1) * 2), None))

@@ -372,9 +372,14 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
     def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
         if len(arg) != self.ndim:
             raise ValueError(f"shrink needs one (start, end) per axis: got {len(arg)} for {self.ndim} axes")
-        bounds = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape, strict=True))
+        bounds = tuple((0, s) if a is None else (_sint(a[0]), _sint(a[1])) for a, s in zip(arg, self.shape, strict=True))
         for (lo, hi), s in zip(bounds, self.shape, strict=True):
-            if not 0 <= lo <= hi <= s:
+            if isinstance(lo, UOp) or isinstance(hi, UOp):  # symbolic start (e.g. a bound position): fixed size
+                size = (UOp.const(dtypes.int32, hi) if isinstance(hi, int) else hi) - lo
+                size = size.simplify()
+                if size.op is not Ops.CONST or _vmin(lo) < 0 or _vmax(hi) > s or size.arg < 0:
+                    raise ValueError(f"symbolic shrink {arg} needs a constant size within shape {self.shape}")
+            elif not 0 <= lo <= hi <= s:
                 raise ValueError(f"shrink {arg} is out of bounds for shape {self.shape}")
         if all(b == (0, s) for b, s in zip(bounds, self.shape, strict=True)):
             return self
@@ -705,6 +710,19 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
 
     def dot(self, other: Tensor) -> Tensor:
         return self.matmul(other)
+
+
+def _sint(x: Any) -> Any:
+    """An int, or a symbolic int UOp (a bound variable or an expression of one)."""
+    return x if isinstance(x, UOp) else int(x)
+
+
+def _vmin(x: Any) -> Any:
+    return x.vmin if isinstance(x, UOp) else x
+
+
+def _vmax(x: Any) -> Any:
+    return x.vmax if isinstance(x, UOp) else x
 
 
 def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:

@@ -315,6 +315,14 @@ class _KernelBuilder:
         self.root: UOp | None = None
         self.root_idx: tuple[UOp, ...] = ()
 
+    def unbind(self, expr: UOp) -> UOp:
+        """``expr`` with each bound variable replaced by its DEFINE_VAR (the value becomes a kernel argument)."""
+        binds = [u for u in expr.toposort if u.op is Ops.BIND]
+        for b in binds:
+            var, value = b.unbind()
+            self.var_vals[var.arg[0]] = value
+        return expr.substitute({b: b.src[0] for b in binds}) if binds else expr
+
     def param(self, buf: UOp) -> UOp:
         if buf not in self.slot:
             self.slot[buf] = len(self.params)
@@ -381,7 +389,10 @@ class _KernelBuilder:
                 inv[old_axis] = new_axis
             return self.lower(src, tuple(idx[inv[a]] for a in range(len(arg))), gate, direct)
         if op is Ops.SHRINK:
-            return self.lower(src, tuple(i + b if b else i for i, (b, _) in zip(idx, arg, strict=True)), gate, direct)
+            starts = [self.unbind(b) if isinstance(b, UOp) else b for b, _ in arg]
+            return self.lower(src, tuple(i + (b.cast(i.dtype) if isinstance(b, UOp) and b.dtype != i.dtype else b)
+                                         if not isinstance(b, int) or b else i
+                                         for i, b in zip(idx, starts, strict=True)), gate, direct)
         if op is Ops.FLIP:
             return self.lower(src, tuple((s - 1) - i if f and s > 1 else i
                                          for i, f, s in zip(idx, arg, old, strict=True)), gate, direct)

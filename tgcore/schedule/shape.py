@@ -22,8 +22,9 @@ def _movement_shape(u: UOp, src: Shape) -> Shape:
         return tuple(src[i] for i in u.arg)
     if u.op is Ops.PAD:
         return tuple(s + b + a for s, (b, a) in zip(src, u.arg, strict=True))
-    if u.op is Ops.SHRINK:
-        return tuple(e - b for b, e in u.arg)
+    if u.op is Ops.SHRINK:  # a symbolic start comes with an end a constant distance away
+        return tuple(e - b if isinstance(e, int) and isinstance(b, int) else int((e - b).simplify().arg)
+                     for b, e in u.arg)
     if u.op is Ops.FLIP:
         return src
     raise AssertionError(u.op)
