@@ -372,7 +372,8 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
     def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
         if len(arg) != self.ndim:
             raise ValueError(f"shrink needs one (start, end) per axis: got {len(arg)} for {self.ndim} axes")
-        bounds = tuple((0, s) if a is None else (_sint(a[0]), _sint(a[1])) for a, s in zip(arg, self.shape, strict=True))
+        bounds = tuple((0, s) if a is None else (_sint(a[0]), _sint(a[1]))
+                       for a, s in zip(arg, self.shape, strict=True))
         for (lo, hi), s in zip(bounds, self.shape, strict=True):
             if isinstance(lo, UOp) or isinstance(hi, UOp):  # symbolic start (e.g. a bound position): fixed size
                 size = (UOp.const(dtypes.int32, hi) if isinstance(hi, int) else hi) - lo
