@@ -54,6 +54,7 @@ MORE = [
     (Inst(Op.MOV, r("eax"), dword(None, r("rcx"), 8, 0x10)), "mov eax, dword ptr [rcx*8 + 0x10]",
      "8B 04 CD 10 00 00 00"),
     (Inst(Op.MOV, r("eax"), dword(disp=0x10)), "mov eax, dword ptr [0x10]", "8B 04 25 10 00 00 00"),
+    (Inst(Op.MOV, r("eax"), dword(disp=-5)), "mov eax, dword ptr [0xfffffffffffffffb]", "8B 04 25 FB FF FF FF"),
     (Inst(Op.MOV, r("eax"), dword(r("rdi"), disp=-128)), "mov eax, dword ptr [rdi - 0x80]", "8B 47 80"),
     (Inst(Op.MOV, r("eax"), dword(r("rdi"), disp=-129)), "mov eax, dword ptr [rdi - 0x81]", "8B 87 7F FF FF FF"),
     (Inst(Op.LEA, r("rax"), Mem(None, r("rdi"), r("rsi"), 2, 8)), "lea rax, [rdi + rsi*2 + 8]", "48 8D 44 77 08"),
@@ -143,3 +144,16 @@ def test_all_registers_round_trip():
         for b in range(16):
             for inst in (Inst(Op.VADDPS, ymm(a), ymm(b), ymm(15 - a)), Inst(Op.VMULSS, xmm(a), xmm(b), xmm(b))):
                 assert decode_one(md, encode(inst))[0] == asm([inst])
+
+
+def test_disassemble_matches_asm():
+    decoder()  # skips (or fails in CI) without capstone
+    program = [inst for inst, _, _ in REQUIRED]
+    from tg_x86 import assemble, disassemble
+    out = assemble(program)
+    lines = disassemble(out.code)
+    assert [offset for offset, _, _ in lines] == list(out.offsets)
+    for (inst, text, _), (_, size, decoded) in zip(REQUIRED, lines, strict=True):
+        assert decoded == text
+        assert size == len(encode(inst))
+    assert disassemble(bytes.fromhex("C3"), address=0x1000) == [(0x1000, 1, "ret")]

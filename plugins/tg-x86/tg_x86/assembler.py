@@ -41,20 +41,23 @@ def assemble(program: Iterable[Inst | Label]) -> Assembly:
 
     # sizes of everything but jumps are fixed; jumps start as rel8
     forms: dict[int, Form] = {}
+    fixed: dict[int, bytes] = {}  # the final bytes of everything that is not a jump to a label
     sizes: dict[int, int] = {}
     for i, inst in enumerate(insts):
         if inst.label is not None:
             forms[i] = select_form(inst, rel_bits=8)
+            sizes[i] = len(encode(inst, forms[i]))
         else:
-            forms[i] = select_form(inst)
-        sizes[i] = len(encode(inst, forms[i]))
+            fixed[i] = encode(inst)
+            sizes[i] = len(fixed[i])
 
     while True:
         offsets, labels = _layout(items, sizes)
         widened = False
         for i, inst in enumerate(insts):
-            if inst.label is None or forms[i].encoding.rel != 1:
+            if i in fixed or forms[i].encoding.rel != 1:
                 continue
+            assert inst.label is not None
             disp = labels[inst.label] - (offsets[i] + sizes[i])
             if not -128 <= disp <= 127:
                 forms[i] = select_form(inst, rel_bits=32)
@@ -65,8 +68,11 @@ def assemble(program: Iterable[Inst | Label]) -> Assembly:
 
     code = bytearray()
     for i, inst in enumerate(insts):
-        rel = labels[inst.label] - (offsets[i] + sizes[i]) if inst.label is not None else 0
-        code += encode(inst, forms[i], rel)
+        if i in fixed:
+            code += fixed[i]
+        else:
+            assert inst.label is not None
+            code += encode(inst, forms[i], labels[inst.label] - (offsets[i] + sizes[i]))
     return Assembly(bytes(code), labels, tuple(offsets))
 
 

@@ -11,7 +11,7 @@ base need a SIB byte, rbp/r13 as base need a displacement (disp8 0), no base is 
 """
 from __future__ import annotations
 
-from tg_x86.forms import Form
+from tg_x86.forms import IMM_TYPES, Form
 from tg_x86.isa import Inst
 from tg_x86.operands import Imm, Label, Mem, Operand, Reg
 
@@ -22,11 +22,32 @@ class EncodeError(ValueError):
 
 def select_form(inst: Inst, rel_bits: int | None = None) -> Form:
     """The first form of ``inst.op`` accepting its operands (for jumps: with a ``rel_bits`` displacement)."""
+    key = (inst.op, rel_bits, *map(_shape, inst.operands))
+    form = _form_cache.get(key)
+    if form is not None:
+        return form
     for form in inst.op.forms:
         if form.accepts(inst.operands) and (rel_bits is None or form.encoding.rel * 8 == rel_bits):
+            _form_cache[key] = form
             return form
     accepted = "; ".join(f.text.split("|")[1].strip() or "(none)" for f in inst.op.forms)
     raise EncodeError(f"no form of {inst.mnemonic} takes {_describe(inst.operands)} (forms: {accepted})")
+
+
+# Which form fits depends only on each operand's shape: register class (and whether it is cl),
+# memory size, which immediate ranges hold the value. Selection is cached by shape.
+_form_cache: dict[tuple, Form] = {}
+_IMM_RANGES = tuple(rng for rng, _ in IMM_TYPES.values())
+
+
+def _shape(o: Operand) -> tuple:
+    if isinstance(o, Reg):
+        return (o.kind, o.bits, o.name == "cl")
+    if isinstance(o, Mem):
+        return ("mem", o.bits)
+    if isinstance(o, Imm):
+        return tuple(lo <= o.value <= hi for lo, hi in _IMM_RANGES)
+    return ("label",)
 
 
 def encode(inst: Inst, form: Form | None = None, rel: int = 0) -> bytes:

@@ -54,7 +54,7 @@ class OpType:
         return isinstance(o, Label) and self.rel != 0
 
 
-_IMM_TYPES = {  # name: (range, field bits); simm forms are sign-extended to the operand size
+IMM_TYPES = {  # name: (range, field bits); simm forms are sign-extended to the operand size
     "imm8": ((-(1 << 7), (1 << 8) - 1), 8), "simm8": ((-(1 << 7), (1 << 7) - 1), 8),
     "imm16": ((-(1 << 15), (1 << 16) - 1), 16),
     "imm32": ((-(1 << 31), (1 << 32) - 1), 32), "simm32": ((-(1 << 31), (1 << 31) - 1), 32),
@@ -63,8 +63,8 @@ _IMM_TYPES = {  # name: (range, field bits); simm forms are sign-extended to the
 
 
 def parse_type(text: str) -> OpType:
-    if text in _IMM_TYPES:
-        rng, bits = _IMM_TYPES[text]
+    if text in IMM_TYPES:
+        rng, bits = IMM_TYPES[text]
         return OpType(text, imm=rng, imm_bits=bits)
     if text in ("rel8", "rel32"):
         return OpType(text, rel=int(text[3:]))

@@ -45,11 +45,10 @@ def format_operand(o: Operand) -> str:
     if o.index is not None:
         terms.append(o.index.name if o.scale == 1 else f"{o.index.name}*{o.scale}")
     text = " + ".join(terms)
-    if o.disp or not terms:
-        if not terms:
-            text = format_number(o.disp)
-        else:
-            text += f" - {format_number(-o.disp)}" if o.disp < 0 else f" + {format_number(o.disp)}"
+    if not terms:  # an absolute address: the sign-extended disp32, printed unsigned
+        text = format_number(o.disp & ((1 << 64) - 1))
+    elif o.disp:
+        text += f" - {format_number(-o.disp)}" if o.disp < 0 else f" + {format_number(o.disp)}"
     size = f"{PTR_NAMES[o.bits]} ptr " if o.bits is not None else ""
     return f"{size}[{text}]"
 

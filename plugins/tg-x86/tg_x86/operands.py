@@ -62,7 +62,8 @@ class Reg:
 class Mem:
     """A memory operand ``[base + index*scale + disp]`` accessing ``bits`` bits (None: no size, e.g. lea).
 
-    ``base`` and ``index`` are 64-bit GPRs or None; rsp cannot be an index.
+    ``base`` and ``index`` are 64-bit GPRs or None; rsp cannot be an index. Neither base nor
+    index is an absolute address (the displacement, sign-extended).
     """
     bits: int | None
     base: Reg | None = None
@@ -82,6 +83,8 @@ class Mem:
             raise ValueError(f"displacement {self.disp:#x} does not fit in 32 bits")
         if self.bits is not None and self.bits not in PTR_NAMES:
             raise ValueError(f"memory access size must be one of {sorted(PTR_NAMES)}, got {self.bits}")
+        if self.index is None and self.scale != 1:
+            object.__setattr__(self, "scale", 1)  # a scale without an index means nothing
 
     def sized(self, bits: int | None) -> Mem:
         return Mem(bits, self.base, self.index, self.scale, self.disp)
