@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from tgcore.dtype import dtypes
-from tgcore.runtime.compiler import CompileError
 from tgcore.tensor import Tensor
 
 DEVICES = [d for d in os.environ.get("TG_TEST_DEVICES", "CPU,PYTHON").split(",") if d]
@@ -25,14 +24,6 @@ def check(t: Tensor, ref: np.ndarray) -> None:
     got = t.numpy()
     assert got.shape == ref.shape, (got.shape, ref.shape)
     np.testing.assert_array_equal(got, ref)
-
-
-def cpu_vector_bug(request, device: str) -> None:
-    """Known core bug: on CPU, a kernel that joins pieces of uneven length along the contiguous axis (a cat)
-    renders GCC vectors of 3 or 5 lanes, which do not compile. Expected to fail there until the C renderer
-    splits such runs; passes elsewhere."""
-    if device.split(":")[0] == "CPU":
-        request.applymarker(pytest.mark.xfail(raises=CompileError, strict=False, reason="C renderer: odd vector width"))
 
 
 def kernels_for(t: Tensor) -> int:
@@ -267,8 +258,7 @@ def test_cat_stack(device):
         ta.stack(tb)
 
 
-def test_cat_uneven_contiguous_axis(request, device):
-    cpu_vector_bug(request, device)
+def test_cat_uneven_contiguous_axis(device):
     a = np.arange(8, dtype=np.float32)
     t = Tensor(a, device=device)
     check(Tensor.cat([t[:3], t[3:]]), a)
@@ -296,9 +286,7 @@ NP_MODE = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
 
 @pytest.mark.parametrize("mode", list(NP_MODE))
 @pytest.mark.parametrize("pads", [((0, 0), (1, 2), (3, 0)), ((2, 1), (0, 0), (4, 4)), ((1, 1), (3, 3), (0, 1))])
-def test_pad_modes(request, device, mode, pads):
-    if pads[2] == (3, 0) and mode != "reflect":
-        cpu_vector_bug(request, device)
+def test_pad_modes(device, mode, pads):
     if mode == "reflect" and max(max(p) for p in pads) > 2:
         pads = tuple((min(b, 2), min(a, 2)) for b, a in pads)
     t = Tensor(A, device=device)

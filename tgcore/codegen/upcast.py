@@ -102,7 +102,7 @@ class _Expander:
                     out[-1] = (start, n + 1)
                     continue
             out.append((i, 1))
-        return out
+        return [piece for start, n in out for piece in _power_of_two_pieces(start, n)]
 
     def load(self, load: UOp) -> UOp:
         index = load.src[0]
@@ -162,6 +162,16 @@ class _Expander:
                 srcs_ = tuple(self.widen(new[s]) for s in n.src)
                 new[n] = UOp(n.op, n.dtype.vec(self.count), srcs_, n.arg)
         return new[ast]
+
+
+def _power_of_two_pieces(start: int, n: int) -> list[tuple[int, int]]:
+    """Split a run into runs of 4, 2, 1... lanes (vector types have power-of-two lengths)."""
+    pieces = []
+    while n:
+        k = 1 << (n.bit_length() - 1)
+        pieces.append((start, k))
+        start, n = start + k, n - k
+    return pieces
 
 
 def unroll(ast: UOp, lane: UOp) -> UOp:
