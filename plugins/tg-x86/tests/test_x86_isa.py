@@ -104,3 +104,12 @@ def test_entry_point_loads_in_the_plugin_host():
     info = host.plugins["x86"]
     assert info.ok and info.distribution == "tg-x86"
     assert info.hooks == ()  # no renderer until it can render
+
+
+def test_table_rows_are_checked():
+    """A row whose Op/En letters do not match its opcode column is rejected when the table loads."""
+    from tg_x86.forms import Form, _check, parse_type
+    types = (parse_type("r32"), parse_type("r32"))
+    bad = Form(Op.ADD, types, parse_encoding("01 /r"), "MI", "ADD | r32, r32 | 01 /r | MI")
+    with pytest.raises(ValueError, match="disagree"):
+        _check(bad)

@@ -124,7 +124,7 @@ def _modrm(reg: int, rm: Operand | None) -> bytes:
     if isinstance(rm, Reg):
         return bytes([0xC0 | reg << 3 | rm.num & 7])
     if not isinstance(rm, Mem):
-        return bytes([0xC0 | reg << 3])  # /digit forms without an rm operand do not exist; keep a valid byte
+        raise EncodeError(f"ModRM.rm needs a register or memory operand, got {rm!r}")
     if rm.index is not None:
         scale_bits, index = {1: 0, 2: 1, 4: 2, 8: 3}[rm.scale], rm.index.num & 7
     else:

@@ -391,6 +391,20 @@ def _expand(row: str) -> list[tuple[str, list[str], str, str]]:
     return [(name, type_list, enc, op_en)]
 
 
+def _check(form: Form) -> None:
+    """The opcode column and the Op/En column must describe the same fields."""
+    e, letters = form.encoding, form.op_en
+    agree = [(e.modrm is not None) == ("M" in letters),   # ModRM exactly when an operand goes in rm
+             (e.modrm == -1) == ("R" in letters),         # /r exactly when an operand goes in reg
+             e.plus_r == ("O" in letters),
+             bool(e.rel) == ("D" in letters),
+             e.is4 == ("L" in letters),
+             len(e.imms) == letters.count("I"),
+             e.vex is not None or "V" not in letters]     # vvvv only exists in VEX
+    if not all(agree):
+        raise ValueError(f"opcode and Op/En columns disagree in {form.text!r}")
+
+
 def _build() -> dict[Op, tuple[Form, ...]]:
     lines = [line for line in _TABLE.splitlines() if line.strip() and not line.startswith("#")]
     forms: dict[Op, list[Form]] = {op: [] for op in Op}
@@ -399,7 +413,9 @@ def _build() -> dict[Op, tuple[Form, ...]]:
             op_en = "" if op_en == "ZO" else op_en
             if len(op_en) != len(types):
                 raise ValueError(f"Op/En {op_en!r} does not match the operands of {row!r}")
-            forms[Op[name]].append(Form(Op[name], tuple(map(parse_type, types)), parse_encoding(enc), op_en, row))
+            form = Form(Op[name], tuple(map(parse_type, types)), parse_encoding(enc), op_en, row)
+            _check(form)
+            forms[Op[name]].append(form)
     missing = [op.name for op, fs in forms.items() if not fs]
     if missing:
         raise ValueError(f"ops without encoding forms: {missing}")
