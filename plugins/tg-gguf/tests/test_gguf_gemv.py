@@ -75,6 +75,21 @@ def test_vector_times_transposed_weight_and_batches(gtype):
     np.testing.assert_allclose(batch, x @ ref_w.T, rtol=1e-4, atol=1e-4 * np.abs(x @ ref_w.T).max())
 
 
+@pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.Q5_K, GGMLType.TQ1_0, GGMLType.MXFP4],
+                         ids=lambda t: t.name)
+def test_gemv_on_the_python_device(gtype):
+    """The PYTHON interpreter runs the same fused kernel (small weight: it is slower)."""
+    shape = (64, 512)
+    gf, raw = open_weight(gtype, shape)
+    ref_w = reference_dequantize(gtype, raw, shape).astype(np.float64)
+    x = np.random.default_rng(6).standard_normal(shape[1]).astype(np.float32)
+    w = gf.tensors_as(device="PYTHON")["w"]
+    out = w @ Tensor(x, device="PYTHON")
+    assert_one_kernel_reading_raw_weight(out, raw.size, w.numel())
+    ref = ref_w @ x
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
 @pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.Q6_K], ids=lambda t: t.name)
 def test_gemv_allocates_no_float_copy_of_the_weight(gtype):
     """mem_used grows by the quantized bytes (loaded once) and the output, never by a float weight."""

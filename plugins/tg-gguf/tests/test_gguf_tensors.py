@@ -48,16 +48,19 @@ def check_all(gf: tg_gguf.GGUFFile, expected: dict, device: str = "CPU") -> None
         assert_bits_equal(t.numpy(), reference_dequantize(gtype, raw, shape))
 
 
-def test_tensors_from_a_file_read_through_disk(tmp_path):
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_tensors_from_a_file_read_through_disk(tmp_path, device):
     data, expected = mixed_file()
     path = write(tmp_path, data)
     with tg_gguf.load(path) as gf:
-        assert list(gf.tensors) == list(expected) and len(gf.tensors) == len(expected)
-        assert "a.weight" in gf.tensors and "nope" not in gf.tensors
-        raw = gf.tensors.raw("tok.weight")
+        tensors = gf.tensors_as(device=device)
+        assert list(tensors) == list(expected) and len(tensors) == len(expected)
+        assert "a.weight" in tensors and "nope" not in tensors
+        raw = tensors.raw("tok.weight")
         assert raw.dtype.name == "uint8" and raw.shape == (gf.tensor_info["tok.weight"].nbytes,)
+        assert raw.device == device
         assert raw.numpy().tobytes() == bytes(gf.tensor_bytes("tok.weight"))
-        check_all(gf, expected)
+        check_all(gf, expected, device)
 
 
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])
