@@ -1,9 +1,419 @@
-"""Elementwise math on tensors: transcendentals, activations, rounding, pow, bitwise helpers.
+"""Elementwise math on tensors: transcendentals, activations, rounding, pow, bitwise and logical helpers.
 
 A mixin of `tgcore.tensor.Tensor`: methods here build on Tensor's core ops only.
+
+In:  tensors (and Python scalars, broadcast like the arithmetic operators).
+Out: lazy tensors. Float functions promote int and bool inputs to the default float (like torch);
+     float16 / bfloat16 inputs return their own dtype, composite functions computing in float32 and
+     rounding once.
+
+`exp2`, `log2`, `sin`, `sqrt` and `reciprocal` are single ops (EXP2, LOG2, SIN, ...) that codegen
+decomposes into basic ALU ops for renderers without native ones (`tgcore.codegen.transcendental`).
+`exp`, `log`, `cos` and `tan` are built here from the same formulas, which need a more careful reduction than
+a composition would give (``exp(x) = exp2(x * log2(e))`` is ~40 ulp off at x = 88; ``cos(x) =
+sin(x + pi/2)`` is far off near the zeros of cos for large x): the formula's scalar graph is lifted to
+tensors node by node, with its piecewise-constant parts (nearest integers, quadrants) detached so
+gradients only flow through the smooth parts.
 """
 from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tgcore.codegen import transcendental as tr
+from tgcore.dtype import DType, dtypes, least_upper_dtype, least_upper_float
+from tgcore.uop import Ops, UOp
+
+if TYPE_CHECKING:
+    from tgcore.tensor import Tensor
+
+LN2 = math.log(2)
+NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16)
+
+# erf(x) = x * P(x*x) for |x| <= 1; erfc(x) * exp(x*x) = Q(v), v = (1/x - 7/12) * 12/5, for 1 < x < 6.
+# Fitted like the tables of tgcore.codegen.transcendental (weighted least squares on Chebyshev nodes +
+# Lawson reweighting, mpmath): max relative error 4.6e-16 (P), 8.4e-13 (Q).
+ERF_P = (1.1283791670955121, -0.3761263890317468, 0.11283791670589631, -0.026866170587674168,
+         0.005223977161750244, -0.0008548305156955388, 0.00012054688394824906, -1.4913391947058105e-05,
+         1.631112993000997e-06, -1.5191919056751578e-07, 9.435869367310504e-09)
+ERFC_Q = (0.28972211632324724, 0.16536269001415402, -0.030831050477261816, 0.0028211318343536827,
+          0.0010344314947105765, -0.0007383859355760695, 0.00026561202024211894, -5.529145628746652e-05,
+          -4.0756119876097205e-06, 1.09003450133685e-05, -6.4277385015127795e-06, 2.543533152917035e-06,
+          -7.590405845045157e-07, 5.719709893341525e-08, 1.939771995176841e-07, -1.413544877394529e-07,
+          3.103097388984751e-08)
+
+
+def _detach(u: UOp) -> UOp:
+    return UOp(Ops.DETACH, u.dtype, (u,))
 
 
 class MathMixin:
     __slots__ = ()
+
+    # ---------------------------------------------------------------- helpers
+    def _t(self) -> Tensor:
+        return self  # type: ignore[return-value]
+
+    def _float(self) -> Tensor:
+        """This tensor in the float dtype float functions compute in (ints and bool -> default float)."""
+        t = self._t()
+        return t.cast(least_upper_float(t.dtype))
+
+    def _float_unary(self, op: Ops) -> Tensor:
+        x = self._float()
+        return x._new(x.uop.alu(op))
+
+    def _in_f32(self, fn: Callable[[Tensor], Tensor]) -> Tensor:
+        """``fn`` of this tensor as a float; float16 / bfloat16 are computed in float32 and rounded once."""
+        x = self._float()
+        if x.dtype in NARROW_FLOATS:
+            return fn(x.cast(dtypes.float32)).cast(x.dtype)
+        return fn(x)
+
+    def _lift(self, formula: Callable[..., UOp]) -> Tensor:
+        """Apply a scalar UOp formula (of `tgcore.codegen.transcendental`) elementwise to this float tensor."""
+        x = self._float()
+        placeholder = UOp(Ops.NOOP, x.dtype, (), "tensor_math.x")
+        out = formula(placeholder, detach=_detach)
+        lifted: dict[UOp, UOp] = {}
+        for n in out.toposort:
+            if n is placeholder:
+                lifted[n] = x.uop
+            elif n.op is Ops.CONST:  # constants broadcast to the tensor's shape
+                lifted[n] = x._const(n.arg, n.dtype).uop
+            else:
+                lifted[n] = UOp(n.op, n.dtype, tuple(lifted[s] for s in n.src), n.arg)
+        return x._new(lifted[out])
+
+    def _check_int(self, what: str) -> None:
+        dt = self._t().dtype
+        if not (dtypes.is_int(dt) or dt is dtypes.bool):
+            raise TypeError(f"{what} needs integer or bool tensors, got {dt!r}")
+
+    # ---------------------------------------------------------------- exponentials and logs
+    def exp2(self) -> Tensor:
+        return self._float_unary(Ops.EXP2)
+
+    def log2(self) -> Tensor:
+        return self._float_unary(Ops.LOG2)
+
+    def exp(self) -> Tensor:
+        """e**x: exact reduction by ln2, then EXP2 of the small remainder (accurate for every x)."""
+        return self._lift(tr.exp)
+
+    def log(self) -> Tensor:
+        """ln(x) from the same reduction as log2, with ln2 split so e*ln2 carries no rounding."""
+        return self._lift(tr.log)
+
+    def expm1(self) -> Tensor:
+        """exp(x) - 1, accurate near 0 (u = exp(x): (u - 1) * x / log(u) cancels the rounding of u)."""
+        def f(x: Tensor) -> Tensor:
+            u = x.exp()
+            um1 = u - 1
+            accurate = um1 * x / u.log()
+            return (um1 == 0).where(x, (u == math.inf).where(u, (um1 == -1).where(-1.0, accurate)))
+        return self._in_f32(f)
+
+    def log1p(self) -> Tensor:
+        """log(1 + x), accurate near 0 (w = 1 + x: log(w) * x / (w - 1) cancels the rounding of w)."""
+        def f(x: Tensor) -> Tensor:
+            w = x + 1
+            accurate = w.log() * x / (w - 1)
+            return (w == 1).where(x, (w == math.inf).where(w, accurate))
+        return self._in_f32(f)
+
+    def sqrt(self) -> Tensor:
+        return self._float_unary(Ops.SQRT)
+
+    def rsqrt(self) -> Tensor:
+        return self.sqrt().reciprocal()
+
+    def reciprocal(self) -> Tensor:
+        return self._float_unary(Ops.RECIPROCAL)
+
+    # ---------------------------------------------------------------- trigonometry
+    def sin(self) -> Tensor:
+        return self._float_unary(Ops.SIN)
+
+    def cos(self) -> Tensor:
+        return self._lift(tr.cos)
+
+    def tan(self) -> Tensor:
+        return self._lift(tr.tan)
+
+    # ---------------------------------------------------------------- activations
+    def sigmoid(self) -> Tensor:
+        return self._in_f32(lambda x: 1 / (1 + (-x).exp()))
+
+    def tanh(self) -> Tensor:
+        """tanh(|x|) = -m / (m + 2) with m = expm1(-2|x|): no cancellation near 0, no overflow."""
+        def f(x: Tensor) -> Tensor:
+            m = (x.abs() * -2).expm1()
+            t = -m / (m + 2)
+            return (x < 0).where(-t, t)
+        return self._in_f32(f)
+
+    def relu(self) -> Tensor:
+        t = self._t()
+        return (t < 0).where(0, t)
+
+    def leaky_relu(self, negative_slope: float = 0.01) -> Tensor:
+        t = self._t()
+        return (t < 0).where(t * negative_slope, t)
+
+    def elu(self, alpha: float = 1.0) -> Tensor:
+        def f(x: Tensor) -> Tensor:
+            return (x > 0).where(x, x.expm1() * alpha)
+        return self._in_f32(f)
+
+    def gelu(self, approximate: str = "none") -> Tensor:
+        """x * Phi(x): ``approximate="none"`` with erf, ``"tanh"`` with the tanh approximation."""
+        if approximate == "tanh":
+            # 0.5 * (1 + tanh(u)) = sigmoid(2u), which does not cancel for negative x
+            return self._in_f32(lambda x: x * ((x + 0.044715 * x * x * x) * (2 * math.sqrt(2 / math.pi))).sigmoid())
+        if approximate != "none":
+            raise ValueError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
+        return self._in_f32(lambda x: 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf()))
+
+    def quick_gelu(self) -> Tensor:
+        return self._in_f32(lambda x: x * (x * 1.702).sigmoid())
+
+    def silu(self) -> Tensor:
+        return self._in_f32(lambda x: x * x.sigmoid())
+
+    swish = silu
+
+    def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+        """log(1 + exp(beta*x)) / beta, and x itself where beta*x > threshold (like torch)."""
+        def f(x: Tensor) -> Tensor:
+            bx = x * beta
+            return (bx > threshold).where(x, bx.exp().log1p() * (1 / beta))
+        return self._in_f32(f)
+
+    def mish(self) -> Tensor:
+        return self._in_f32(lambda x: x * x.softplus().tanh())
+
+    def erf(self) -> Tensor:
+        """x * P(x^2) for |x| <= 1, 1 - exp(-x^2) * Q(1/|x|) up to 6, +-1 beyond (sign kept)."""
+        def f(x: Tensor) -> Tensor:
+            ax = x.abs()
+            z = x * x
+            small = x * _horner(z, ERF_P)
+            v = ((1 / ax) - 7 / 12) * (12 / 5)
+            big = 1 - (-z).exp() * _horner(v, ERFC_Q)
+            big = (ax < 6).where(big, 1.0)
+            big = (x < 0).where(-big, big)
+            return (ax <= 1).where(small, big)
+        return self._in_f32(f)
+
+    # ---------------------------------------------------------------- sign, abs, rounding
+    def abs(self) -> Tensor:
+        t = self._t()
+        if dtypes.is_unsigned(t.dtype) or t.dtype is dtypes.bool:
+            return t
+        out = (t < 0).where(-t, t)
+        return out + 0.0 if dtypes.is_float(t.dtype) else out  # -0.0 -> +0.0
+
+    def sign(self) -> Tensor:
+        """-1, 0 or 1 (nan stays nan, zeros keep their sign); bool stays bool."""
+        t = self._t()
+        if t.dtype is dtypes.bool:
+            return t
+        zero = t * 0 if dtypes.is_float(t.dtype) else t.zeros_like()
+        return (t > 0).where(t.ones_like(), (t < 0).where(t.full_like(-1) if not dtypes.is_unsigned(t.dtype)
+                                                          else zero, zero))
+
+    def trunc(self) -> Tensor:
+        t = self._t()
+        return t if not dtypes.is_float(t.dtype) else t._new(t.uop.alu(Ops.TRUNC))
+
+    def floor(self) -> Tensor:
+        t = self._t()
+        tr_ = t.trunc()
+        return (tr_ > t).where(tr_ - 1, tr_) if dtypes.is_float(t.dtype) else tr_
+
+    def ceil(self) -> Tensor:
+        t = self._t()
+        tr_ = t.trunc()
+        return (tr_ < t).where(tr_ + 1, tr_) if dtypes.is_float(t.dtype) else tr_
+
+    def round(self) -> Tensor:
+        """Round half to even (like numpy and torch); every step is exact, so any float dtype works."""
+        t = self._t()
+        if not dtypes.is_float(t.dtype):
+            return t
+        whole = t.trunc()
+        frac = (t - whole).abs()
+        half = whole * 0.5
+        odd = half.trunc() != half
+        away = (frac > 0.5) | ((frac == 0.5) & odd)
+        return away.where((t < 0).where(whole - 1, whole + 1), whole)
+
+    def isnan(self) -> Tensor:
+        t = self._t()
+        return t != t if dtypes.is_float(t.dtype) else t.full_like(False, dtypes.bool)
+
+    def isinf(self) -> Tensor:
+        t = self._t()
+        return (t.abs() == math.inf) if dtypes.is_float(t.dtype) else t.full_like(False, dtypes.bool)
+
+    def isfinite(self) -> Tensor:
+        t = self._t()
+        return (t - t) == 0 if dtypes.is_float(t.dtype) else t.full_like(True, dtypes.bool)
+
+    def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
+        """Limit to [min_, max_] (either may be None); nan stays nan."""
+        t = self._t()
+        if min_ is None and max_ is None:
+            raise ValueError("clip needs min_ or max_")
+        if min_ is not None:
+            t = (t < min_).where(min_, t)
+        if max_ is not None:
+            t = (t > max_).where(max_, t)
+        return t
+
+    clamp = clip
+
+    # ---------------------------------------------------------------- pow
+    def pow(self, exponent: Any) -> Tensor:
+        """self ** exponent, like torch: negative bases with integer exponents keep their sign, other
+        negative bases give nan; ints to non-negative int powers stay ints (wrapping)."""
+        t = self._t()
+        if isinstance(exponent, (bool, int, float)) and not isinstance(exponent, bool):
+            return t._pow_scalar(exponent)
+        base, e = t._broadcast_pair(exponent)
+        if base is NotImplemented:
+            return NotImplemented  # type: ignore[return-value]
+        return base._pow_tensor(e)
+
+    def __pow__(self, exponent: Any) -> Tensor:
+        return self.pow(exponent)
+
+    def __rpow__(self, base: Any) -> Tensor:
+        b, e = self._t()._broadcast_pair(base, True)
+        if b is NotImplemented:
+            return NotImplemented  # type: ignore[return-value]
+        return b._pow_tensor(e)
+
+    def _pow_scalar(self, y: int | float) -> Tensor:
+        t = self._t()
+        if dtypes.is_int(t.dtype) or t.dtype is dtypes.bool:
+            if isinstance(y, int):
+                if y < 0:
+                    raise ValueError("integers to negative integer powers are not allowed; cast to float first")
+                return _int_pow_scalar(t if t.dtype is not dtypes.bool else t.cast(dtypes.default_int), y)
+            t = t._float()
+        if y == 0:
+            return t.ones_like()
+        if y == 1:
+            return t
+        if y == 2:
+            return t * t
+        if y == -1:
+            return t.reciprocal()
+        if y == 0.5:
+            return (t == -math.inf).where(math.inf, t.sqrt() + 0.0)
+        return t._pow_tensor(t._const(y, t.dtype))
+
+    def _pow_tensor(self, e: Tensor) -> Tensor:
+        b = self._t()
+        if (dtypes.is_int(b.dtype) or b.dtype is dtypes.bool) and (dtypes.is_int(e.dtype) or e.dtype is dtypes.bool):
+            if b.dtype is dtypes.bool:
+                b, e = b.cast(dtypes.default_int), e.cast(dtypes.default_int)
+            return _int_pow_tensor(b, e)
+        dt = least_upper_float(least_upper_dtype(b.dtype, e.dtype))
+        work = dtypes.float64  # float32 and narrower compute in float64: y*log2|x| carries no visible error
+        x, y = b.cast(work), e.cast(work)
+        ax = x.abs()
+        mag = (y * ax.log2()).exp2()
+        y_int = y.trunc() == y
+        y_odd = y_int & ((y * 0.5).trunc() != y * 0.5)
+        neg = x < 0
+        out = (neg & y_odd).where(-mag, mag)
+        out = (neg & y_int.logical_not() & (x != -math.inf)).where(math.nan, out)
+        out = ((ax == 1) & (y.abs() == math.inf)).where(1.0, out)
+        out = ((y == 0) | (x == 1)).where(1.0, out)
+        return out.cast(dt)
+
+    # ---------------------------------------------------------------- bitwise and logical
+    def bitwise_and(self, x: Any) -> Tensor:
+        self._check_int("bitwise_and")
+        return self._t() & x
+
+    def bitwise_or(self, x: Any) -> Tensor:
+        self._check_int("bitwise_or")
+        return self._t() | x
+
+    def bitwise_xor(self, x: Any) -> Tensor:
+        self._check_int("bitwise_xor")
+        return self._t() ^ x
+
+    def bitwise_not(self) -> Tensor:
+        self._check_int("bitwise_not")
+        return ~self._t()
+
+    def lshift(self, x: Any) -> Tensor:
+        self._check_int("lshift")
+        return self._t() << x
+
+    def rshift(self, x: Any) -> Tensor:
+        """Arithmetic shift for signed ints, logical for unsigned."""
+        self._check_int("rshift")
+        return self._t() >> x
+
+    bitwise_left_shift = lshift
+    bitwise_right_shift = rshift
+
+    def logical_and(self, x: Any) -> Tensor:
+        return self._t().cast(dtypes.bool) & _as_bool(x)
+
+    def logical_or(self, x: Any) -> Tensor:
+        return self._t().cast(dtypes.bool) | _as_bool(x)
+
+    def logical_xor(self, x: Any) -> Tensor:
+        return self._t().cast(dtypes.bool) ^ _as_bool(x)
+
+
+def _as_bool(x: Any) -> Any:
+    from tgcore.tensor import Tensor
+    return x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x)
+
+
+def _horner(x: Tensor, coeffs: tuple[float, ...]) -> Tensor:
+    acc = x * coeffs[-1] + coeffs[-2]
+    for c in reversed(coeffs[:-2]):
+        acc = acc * x + c
+    return acc
+
+
+def _int_pow_scalar(x: Tensor, n: int) -> Tensor:
+    """x**n for an int n >= 0 by repeated squaring (wraps like the dtype)."""
+    result: Tensor | None = None
+    square = x
+    while n:
+        if n & 1:
+            result = square if result is None else result * square
+        n >>= 1
+        if n:
+            square = square * square
+    return result if result is not None else x.ones_like()
+
+
+def _int_pow_tensor(x: Tensor, e: Tensor) -> Tensor:
+    """x**e elementwise for int tensors: square-and-multiply over every bit of e. A negative e gives
+    1/x**|e| truncated: 1 for x = 1, +-1 for x = -1, 0 otherwise (numpy refuses these)."""
+    dt: DType = x.dtype
+    bits = 8 * dt.itemsize - (0 if dtypes.is_unsigned(dt) else 1)
+    result = x.ones_like()
+    square = x
+    for i in range(bits):
+        bit = (e >> i) & 1
+        result = (bit != 0).where(result * square, result)
+        if i + 1 < bits:
+            square = square * square
+    if dtypes.is_unsigned(dt):
+        return result
+    odd = (e & 1) != 0
+    negative_power = (x == 1).where(1, (x == -1).where(odd.where(-1, 1), 0)).cast(dt)
+    return (e < 0).where(negative_power, result)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from tgcore.codegen.accumulate import add_accumulators_and_ends
 from tgcore.codegen.linearize import linearize
 from tgcore.codegen.opts import emulate_floats, estimate_cost, kernel_name, split_threads
+from tgcore.codegen.transcendental import decompose_transcendentals
 from tgcore.codegen.upcast import upcast
 from tgcore.uop import Ops, UOp
 
@@ -40,6 +41,8 @@ def simplify_kernel(ast: UOp) -> UOp:
 def get_program(ast: UOp, renderer: object, threads: int = 1) -> ProgramSpec:
     """Lower one kernel for ``renderer``; ``threads`` is the most core_ids the device offers."""
     ast = simplify_kernel(ast)
+    if not getattr(renderer, "native_transcendentals", False):
+        ast = decompose_transcendentals(ast)
     name = kernel_name(ast)
     ops, mem = estimate_cost(ast)
     variables = tuple(sorted({u.arg[0] for u in ast.toposort if u.op is Ops.DEFINE_VAR}))

@@ -23,6 +23,7 @@ class Renderer:
     has_threads: bool = False      # kernels take a core_id and split their outer loop across threads
     simd_widths: dict[DType, int] = {}  # vector lanes per scalar dtype codegen may use
     emulated_floats: frozenset[DType] = frozenset()  # dtypes whose arithmetic codegen does in float32
+    native_transcendentals: bool = False  # True: EXP2/LOG2/SIN reach render(); False: codegen decomposes them
     legalize: Any = None           # a PatternMatcher applied before linearizing, or None
     placement_priority: Callable[[UOp], int] | None = None
     compiler: Any = None           # turns render() output into bytes for the device's program loader
