@@ -70,7 +70,8 @@ def get_runner(device: str, ast: UOp) -> Runner:
                       f" {u.arg!r}")
         lib = dev.compiler.compile_cached(spec.src) if isinstance(spec.src, str) else dev.compiler.compile(spec.src)
         CompileCounter.count += 1
-        _runners[key] = runner = Runner(spec, dev.program(spec.name, lib), device)
+        loader = getattr(dev.renderer, "program", None) or dev.program  # an ISA renderer may load its own code
+        _runners[key] = runner = Runner(spec, loader(spec.name, lib), device)
         return runner
 
 

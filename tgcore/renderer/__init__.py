@@ -27,6 +27,7 @@ class Renderer:
     legalize: Any = None           # a PatternMatcher applied before linearizing, or None
     placement_priority: Callable[[UOp], int] | None = None
     compiler: Any = None           # turns render() output into bytes for the device's program loader
+    program: Any = None            # a program loader class of the renderer's own (default: the device's)
 
     def render(self, name: str, kernel: list[UOp] | UOp) -> str | bytes:
         raise NotImplementedError

@@ -1,0 +1,277 @@
+"""Linear-scan register allocation for ISA renderers (generic: no instruction set named here).
+
+In:  a linear list of machine instructions (``MInst``) whose operands may be virtual registers
+     (``VReg``), physical registers (``Register``) or anything else the renderer uses (memory
+     operands expose the registers they read through a ``regs`` attribute), loops marked by
+     ``LoopStart``/``LoopEnd`` pseudo-instructions, and an ``AllocTarget`` describing the
+     machine (allocatable and scratch registers per class, two-address instructions, and how
+     to build copies, spills and fills). A branch must not write a register: spill code after
+     it would not run when the branch is taken.
+Out: the same program on physical registers, with spill and fill code and copies added, and
+     the number of stack bytes the spill slots need.
+
+How: live intervals run from a virtual register's first to its last mention; a value live
+into a loop (defined before it, used inside) stays live to the loop's back edge. Intervals are
+scanned in start order; an interval gets a free register of its class (within its allowed
+set); when none is free, the interval ending last is spilled to a stack slot for its whole
+life ("spill everywhere": a store after each definition, a fill into a reserved scratch
+register before each use). A two-address instruction whose first source dies there gets that
+source's register for its result (coalescing), otherwise a copy is inserted before it.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Register:
+    name: str
+    index: int   # the number the encoder uses
+    cls: str     # register class, e.g. "gpr" or "vec"
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, eq=False)
+class VReg:
+    """A virtual register: identity is the object. ``allowed`` pins it to some registers (e.g. rax for idiv)."""
+    id: int
+    cls: str
+    allowed: tuple[Register, ...] | None = None
+
+    def __repr__(self) -> str:
+        return f"%{self.cls}{self.id}"
+
+
+@dataclass
+class MInst:
+    """One machine instruction: ``defs`` are written, ``uses`` are read (operands may hold registers)."""
+    op: Any
+    defs: list[Any] = field(default_factory=list)
+    uses: list[Any] = field(default_factory=list)
+    arg: Any = None
+
+    def registers_read(self) -> Iterator[Any]:
+        for o in self.uses:
+            yield from _regs_in(o)
+        for o in self.defs:  # registers inside a memory destination are read, not written
+            if not isinstance(o, (VReg, Register)):
+                yield from _regs_in(o)
+
+    def registers_written(self) -> Iterator[Any]:
+        return (o for o in self.defs if isinstance(o, (VReg, Register)))
+
+
+@dataclass
+class LoopStart:
+    label: Any
+
+
+@dataclass
+class LoopEnd:
+    label: Any
+
+
+def _regs_in(operand: Any) -> Iterator[Any]:
+    if isinstance(operand, (VReg, Register)):
+        yield operand
+    else:
+        for r in getattr(operand, "regs", ()):
+            if isinstance(r, (VReg, Register)):
+                yield r
+
+
+def _substitute(operand: Any, mapping: dict[VReg, Register]) -> Any:
+    if isinstance(operand, VReg):
+        return mapping[operand]
+    if hasattr(operand, "with_regs"):
+        return operand.with_regs(mapping)
+    return operand
+
+
+class AllocationError(RuntimeError):
+    """The program cannot be allocated (e.g. two pinned values need the same register at once)."""
+
+
+@dataclass
+class AllocTarget:
+    registers: dict[str, list[Register]]            # allocatable, in preference order
+    scratch: dict[str, list[Register]]              # reserved for fills/spills and copies
+    two_address: Callable[[MInst], bool]            # does defs[0] have to be uses[0]'s register?
+    copy: Callable[[Register, Register], MInst]     # dst <- src
+    spill: Callable[[Register, int], MInst]         # stack slot at offset <- reg
+    fill: Callable[[Register, int], MInst]          # reg <- stack slot at offset
+    slot_size: Callable[[str], int]                 # bytes of a spill slot of a register class
+
+
+@dataclass
+class Interval:
+    vreg: VReg
+    start: int
+    end: int
+    reg: Register | None = None
+    slot: int | None = None
+
+
+def live_intervals(program: list[Any]) -> dict[VReg, Interval]:
+    intervals: dict[VReg, Interval] = {}
+    loops: list[tuple[int, int]] = []
+    open_loops: dict[Any, int] = {}
+    for i, ins in enumerate(program):
+        if isinstance(ins, LoopStart):
+            open_loops[ins.label] = i
+            continue
+        if isinstance(ins, LoopEnd):
+            loops.append((open_loops.pop(ins.label), i))
+            continue
+        for r in (*ins.registers_read(), *ins.registers_written()):
+            if isinstance(r, VReg):
+                iv = intervals.get(r)
+                if iv is None:
+                    intervals[r] = Interval(r, i, i)
+                else:
+                    iv.end = i
+    # a value that is live into a loop stays live through its back edge (innermost loops first)
+    changed = True
+    while changed:
+        changed = False
+        for start, end in loops:
+            for iv in intervals.values():
+                if iv.start < start <= iv.end < end:
+                    iv.end = end
+                    changed = True
+    return intervals
+
+
+def allocate(program: list[Any], target: AllocTarget) -> tuple[list[Any], int]:
+    """Assign registers; returns (program on physical registers, stack bytes for spill slots)."""
+    program = _coalesce_two_address(program, target)
+    by_vreg = live_intervals(program)
+    intervals = sorted(by_vreg.values(), key=lambda iv: (iv.start, iv.end))
+    # a copy whose source dies at the copy can reuse the source's register (then the copy vanishes)
+    copy_source = {ins.defs[0]: ins.uses[0] for ins in program
+                   if isinstance(ins, MInst) and ins.op == "copy" and isinstance(ins.uses[0], VReg)}
+    active: list[Interval] = []
+    free = {cls: list(regs) for cls, regs in target.registers.items()}
+    frame = 0
+    pinned_busy: dict[Register, Interval] = {}
+
+    def release_until(pos: int) -> None:
+        for iv in list(active):
+            if iv.end < pos:
+                active.remove(iv)
+                if iv.reg is not None:
+                    free[iv.vreg.cls].append(iv.reg)
+                    pinned_busy.pop(iv.reg, None)
+
+    def take_slot(cls: str) -> int:
+        nonlocal frame
+        size = target.slot_size(cls)
+        frame = (frame + size - 1) // size * size + size
+        return frame - size
+
+    for iv in intervals:
+        release_until(iv.start)
+        src = copy_source.get(iv.vreg)
+        src_iv = by_vreg.get(src) if src is not None else None
+        if src_iv is not None and src_iv.end == iv.start and src_iv.reg is not None and src_iv in active and (
+                iv.vreg.allowed is None or src_iv.reg in iv.vreg.allowed):
+            active.remove(src_iv)
+            iv.reg = src_iv.reg
+            active.append(iv)
+            continue
+        cls = iv.vreg.cls
+        if cls not in free:
+            raise AllocationError(f"no registers of class {cls!r} for {iv.vreg}")
+        options = [r for r in free[cls] if iv.vreg.allowed is None or r in iv.vreg.allowed]
+        if options:
+            iv.reg = options[0]
+            free[cls].remove(iv.reg)
+            active.append(iv)
+            continue
+        if iv.vreg.allowed is not None:  # pinned: evict whoever holds an allowed register
+            holders = [a for a in active if a.reg in iv.vreg.allowed and a.vreg.allowed is None]
+            if not holders:
+                raise AllocationError(f"{iv.vreg} needs one of {iv.vreg.allowed}, all held by pinned values")
+            victim = max(holders, key=lambda a: a.end)
+        else:
+            candidates = [a for a in active if a.vreg.cls == cls and a.vreg.allowed is None] + [iv]
+            victim = max(candidates, key=lambda a: a.end)
+        if victim is iv:
+            iv.slot = take_slot(cls)
+            continue
+        iv.reg, victim.reg = victim.reg, None
+        victim.slot = take_slot(cls)
+        active.remove(victim)
+        active.append(iv)
+    return _rewrite(program, by_vreg, target), frame
+
+
+def _coalesce_two_address(program: list[Any], target: AllocTarget) -> list[Any]:
+    """Make ``dst = op(a, b)`` two-address by copying ``a`` into ``dst`` first (the copy is free when
+    ``a`` dies here and the allocator gives both the same register; copies of a register to itself
+    are dropped after allocation)."""
+    out: list[Any] = []
+    for ins in program:
+        if isinstance(ins, MInst) and target.two_address(ins) and ins.defs and ins.uses:
+            dst, first = ins.defs[0], ins.uses[0]
+            if isinstance(dst, VReg) and isinstance(first, (VReg, Register)) and first is not dst:
+                out.append(MInst("copy", [dst], [first]))
+                out.append(replace(ins, uses=[dst, *ins.uses[1:]]))
+                continue
+        out.append(ins)
+    return out
+
+
+def _rewrite(program: list[Any], by_vreg: dict[VReg, Interval], target: AllocTarget) -> list[Any]:
+    out: list[Any] = []
+    for ins in program:
+        if not isinstance(ins, MInst):
+            out.append(ins)
+            continue
+        mapping: dict[VReg, Register] = {}
+        scratch = {cls: list(regs) for cls, regs in target.scratch.items()}
+        spilled_defs: list[tuple[Register, int]] = []
+        for r in dict.fromkeys(ins.registers_read()):
+            if isinstance(r, VReg):
+                iv = by_vreg[r]
+                if iv.reg is not None:
+                    mapping[r] = iv.reg
+                else:
+                    reg = _take_scratch(scratch, r)
+                    assert iv.slot is not None
+                    out.append(target.fill(reg, iv.slot))
+                    mapping[r] = reg
+        scratch = {cls: list(regs) for cls, regs in target.scratch.items()}  # reads are done: reuse theirs
+        for r in ins.registers_written():
+            if isinstance(r, VReg) and r not in mapping:
+                iv = by_vreg[r]
+                if iv.reg is not None:
+                    mapping[r] = iv.reg
+                else:
+                    mapping[r] = _take_scratch(scratch, r)
+            if isinstance(r, VReg) and by_vreg[r].reg is None:
+                slot = by_vreg[r].slot
+                assert slot is not None
+                spilled_defs.append((mapping[r], slot))
+        if ins.op == "copy":
+            dst, src = mapping.get(ins.defs[0], ins.defs[0]), mapping.get(ins.uses[0], ins.uses[0])
+            if dst != src:
+                out.append(target.copy(dst, src))
+        else:
+            out.append(MInst(ins.op, [_substitute(o, mapping) for o in ins.defs],
+                             [_substitute(o, mapping) for o in ins.uses], ins.arg))
+        out.extend(target.spill(reg, slot) for reg, slot in spilled_defs)
+    return out
+
+
+def _take_scratch(scratch: dict[str, list[Register]], v: VReg) -> Register:
+    pool = scratch.get(v.cls, [])
+    choices = [r for r in pool if v.allowed is None or r in v.allowed]
+    if not choices:
+        raise AllocationError(f"out of scratch registers of class {v.cls!r} for a spilled {v}")
+    pool.remove(choices[0])
+    return choices[0]
