@@ -1,0 +1,613 @@
+"""Neural-network functions on lazy tensors: linear, convolutions, pooling, normalizations, losses, attention.
+
+In:  `tgcore.tensor.Tensor` inputs (and parameters as plain tensors), with torch.nn.functional's argument
+     names and layouts (NCHW images, weights ``(out, in, kh, kw)``, class-index targets).
+Out: lazy tensors built from Tensor's own ops, so gradients come from the tensor-level rules and the
+     scheduler fuses what it can. Nothing here runs a kernel except `batch_norm` in training mode with
+     running statistics, which updates them in place (``Tensor.assign``).
+
+Convolutions and pools are "im2col by views": `windows` turns each spatial axis of length L into an
+(output position, kernel tap) pair of axes using only expand/reshape/pad/shrink, so a convolution is
+one broadcast multiply summed over (input channel, taps) -- one reduction kernel, no materialized
+patch matrix in the forward pass.
+
+Narrow floats (float16, bfloat16) accumulate sums in float32 and are normalized in float32, rounding
+once at the end, like torch on CPU.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from tgcore.dtype import DType, dtypes, least_upper_dtype, least_upper_float
+from tgcore.tensor import Tensor
+
+IntOrTuple = int | Sequence[int]
+Pads = list[tuple[int, int] | None]  # (before, after) per axis, None for axes left alone
+NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16)
+
+__all__ = ["avg_pool1d", "avg_pool2d", "batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits",
+           "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "cross_entropy", "dropout", "embedding",
+           "l1_loss", "layer_norm", "linear", "log_softmax", "matmul", "max_pool1d", "max_pool2d", "mse_loss",
+           "nll_loss", "rms_norm", "scaled_dot_product_attention", "softmax", "windows"]
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+def _tuple(v: IntOrTuple, n: int, what: str) -> tuple[int, ...]:
+    """``v`` as n ints (an int is repeated); ValueError for a sequence of the wrong length."""
+    if isinstance(v, int):
+        return (v,) * n
+    out = tuple(int(x) for x in v)
+    if len(out) != n:
+        raise ValueError(f"{what} needs {n} values (one per spatial axis), got {tuple(v)}")
+    return out
+
+
+def _pad_last(x: Tensor, pads: Sequence[tuple[int, int]], value: float = 0.0) -> Tensor:
+    """Pad the last ``len(pads)`` axes by (before, after) each (negative amounts crop)."""
+    full: Pads = [None] * (x.ndim - len(pads))
+    full.extend(pads)
+    return x.pad(full, value)
+
+
+def _compute_dtype(dt: DType) -> DType:
+    """The dtype a normalization computes in: float32 for narrow floats, else the float form of ``dt``."""
+    f = least_upper_float(dt)
+    return dtypes.float32 if f in NARROW_FLOATS else f
+
+
+def _reduce_out(loss: Tensor, reduction: str, denominator: Tensor | None = None) -> Tensor:
+    """Apply a torch-style ``reduction`` ('mean', 'sum', 'none') to per-element losses."""
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "mean":
+        return loss.sum() / denominator if denominator is not None else loss.mean()
+    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def _check_spatial(x: Tensor, nd: int, what: str) -> None:
+    if x.ndim not in (nd + 1, nd + 2):
+        raise ValueError(f"{what} needs an (N, C, {nd} spatial axes) input, or (C, {nd} spatial axes) without the "
+                         f"batch, got shape {x.shape}")
+
+
+# ------------------------------------------------------------------------------------------ windows
+
+def _window_last(x: Tensor, k: int, s: int, d: int) -> Tensor:
+    """Views of the last axis (length L) as (output position o, tap j): ``out[..., i, j] = x[..., i*s + j*d]``."""
+    pre, length = x.shape[:-1], x.shape[-1]
+    span = d * (k - 1) + 1
+    o = (length - span) // s + 1
+    keep = [None] * len(pre)
+    if k == 1:
+        taps = x.unsqueeze(-2)  # (..., 1, L)
+        row = length
+    else:
+        # k copies of the row, laid end to end and re-read with a row length d longer: row j starts d*j later
+        flat = x.unsqueeze(-2).expand(pre + (k, length)).reshape(pre + (k * length,))
+        taps = flat.pad(keep + [(0, k * d)]).reshape(pre + (k, length + d))
+        row = length + d
+    # taps[..., j, c] = x[..., j*d + c] for c < L - d*(k-1); take every s-th c
+    need = s * o
+    if need <= row:
+        taps = taps.shrink(keep + [None, (0, need)])
+    else:
+        taps = taps.shrink(keep + [None, (0, s * (o - 1) + 1)]).pad(keep + [None, (0, need - s * (o - 1) - 1)])
+    if s > 1:
+        taps = taps.reshape(pre + (k, o, s)).shrink(keep + [None, None, (0, 1)]).reshape(pre + (k, o))
+    return taps.transpose(-1, -2)
+
+
+def windows(x: Tensor, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> Tensor:
+    """Sliding windows over the last ``len(kernel)`` axes, as views (no copy).
+
+    ``(..., L1, ..., Ln) -> (..., O1, ..., On, K1, ..., Kn)`` with
+    ``out[..., o1.., k1..] = x[..., o1*s1 + k1*d1, ...]`` and ``Oi = (Li - di*(Ki - 1) - 1) // si + 1``.
+    """
+    nd = len(kernel)
+    lead = x.ndim - nd
+    for i in range(nd):
+        a = lead + i
+        n = x.ndim
+        if x.shape[a] < dilation[i] * (kernel[i] - 1) + 1:
+            raise ValueError(f"window of {kernel[i]} taps (dilation {dilation[i]}) does not fit an axis of "
+                             f"{x.shape[a]} (after padding)")
+        order = [j for j in range(n) if j != a] + [a]
+        w = _window_last(x.permute(order), kernel[i], stride[i], dilation[i])  # (rest..., o, k)
+        back = list(range(n - 1))
+        back.insert(a, n - 1)
+        x = w.permute(back + [n])
+    return x
+
+
+# ------------------------------------------------------------------------------------------ linear
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` with batch broadcasting (Tensor.matmul)."""
+    return a.matmul(b)
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``x @ weight.T + bias`` with ``weight`` of shape (out_features, in_features); sums in float32 for narrow
+    floats."""
+    if weight.ndim != 2 or x.ndim == 0 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"linear: input {x.shape} does not match weight {weight.shape} (expected (..., "
+                         f"{weight.shape[-1] if weight.ndim else '?'}) and a 2-d weight)")
+    dt = least_upper_dtype(x.dtype, weight.dtype)
+    out = (x.cast(dt).unsqueeze(-2) * weight.cast(dt)).sum(-1)
+    return out + bias if bias is not None else out
+
+
+# ------------------------------------------------------------------------------------------ convolution
+
+def _conv_padding(padding: IntOrTuple | str, nd: int, kernel: tuple[int, ...], dilation: tuple[int, ...],
+                  stride: tuple[int, ...]) -> list[tuple[int, int]]:
+    """(before, after) per spatial axis; 'same' puts the extra element of an odd total after (like torch)."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return [(0, 0)] * nd
+        if padding == "same":
+            if any(s != 1 for s in stride):
+                raise ValueError("padding='same' needs stride 1")
+            totals = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
+            return [(t // 2, t - t // 2) for t in totals]
+        raise ValueError(f"padding must be an int, a tuple, 'valid' or 'same', got {padding!r}")
+    return [(p, p) for p in _tuple(padding, nd, "padding")]
+
+
+def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntOrTuple, padding: IntOrTuple | str,
+          dilation: IntOrTuple, groups: int, nd: int, name: str) -> Tensor:
+    _check_spatial(x, nd, name)
+    unbatched = x.ndim == nd + 1
+    if unbatched:
+        x = x.unsqueeze(0)
+    if weight.ndim != nd + 2:
+        raise ValueError(f"{name}: weight must have {nd + 2} dimensions (out, in/groups, kernel...), got "
+                         f"{weight.shape}")
+    n, cin = x.shape[:2]
+    cout, cin_g = weight.shape[:2]
+    kernel = weight.shape[2:]
+    if groups < 1 or cin % groups or cout % groups:
+        raise ValueError(f"{name}: groups={groups} must divide the input channels ({cin}) and the output "
+                         f"channels ({cout})")
+    if cin_g * groups != cin:
+        raise ValueError(f"{name}: input has {cin} channels but the weight expects {cin_g * groups} "
+                         f"({cin_g} per group x {groups} groups)")
+    st, dl = _tuple(stride, nd, "stride"), _tuple(dilation, nd, "dilation")
+    pads = _conv_padding(padding, nd, kernel, dl, st)
+    dt = least_upper_dtype(x.dtype, weight.dtype)
+    x, weight = x.cast(dt), weight.cast(dt)
+    x = _pad_last(x, pads)
+    win = windows(x, kernel, st, dl)  # (N, Cin, O..., K...)
+    out_sp = win.shape[2:2 + nd]
+    # (N, G, 1, Cin/G, O..., K...) * (1, G, Cout/G, Cin/G, 1..., K...) summed over Cin/G and the taps
+    win = win.reshape((n, groups, 1, cin_g) + out_sp + kernel)
+    w = weight.reshape((1, groups, cout // groups, cin_g) + (1,) * nd + kernel)
+    axes = (3,) + tuple(range(4 + nd, 4 + 2 * nd))
+    out = (win * w).sum(axes).reshape((n, cout) + out_sp)
+    if bias is not None:
+        out = out + bias.cast(dt).reshape((1, cout) + (1,) * nd)
+    return out.squeeze(0) if unbatched else out
+
+
+def conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1,
+           padding: IntOrTuple | str = 0, dilation: IntOrTuple = 1, groups: int = 1) -> Tensor:
+    """1-d convolution (cross-correlation) of (N, C, L) with a (Cout, C/groups, K) weight."""
+    return _conv(x, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
+
+
+def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1,
+           padding: IntOrTuple | str = 0, dilation: IntOrTuple = 1, groups: int = 1) -> Tensor:
+    """2-d convolution (cross-correlation) of (N, C, H, W) with a (Cout, C/groups, KH, KW) weight."""
+    return _conv(x, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
+
+
+def _conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntOrTuple, padding: IntOrTuple,
+                    output_padding: IntOrTuple, groups: int, dilation: IntOrTuple, nd: int, name: str) -> Tensor:
+    """The adjoint of a strided convolution: spread the input out by the stride (zeros between elements), pad by
+    the kernel's reach less ``padding``, and convolve with the flipped kernel, in and out channels swapped."""
+    _check_spatial(x, nd, name)
+    unbatched = x.ndim == nd + 1
+    if unbatched:
+        x = x.unsqueeze(0)
+    if weight.ndim != nd + 2:
+        raise ValueError(f"{name}: weight must have {nd + 2} dimensions (in, out/groups, kernel...), got "
+                         f"{weight.shape}")
+    cin, cout_g = weight.shape[:2]
+    kernel = weight.shape[2:]
+    if groups < 1 or cin % groups:
+        raise ValueError(f"{name}: groups={groups} must divide the weight's input channels ({cin})")
+    if x.shape[1] != cin:
+        raise ValueError(f"{name}: input has {x.shape[1]} channels but the weight expects {cin}")
+    st, dl = _tuple(stride, nd, "stride"), _tuple(dilation, nd, "dilation")
+    pd, op = _tuple(padding, nd, "padding"), _tuple(output_padding, nd, "output_padding")
+    for o, s, d in zip(op, st, dl, strict=True):
+        if o >= max(s, d):
+            raise ValueError(f"{name}: output_padding {op} must be smaller than the stride {st} or the dilation {dl}")
+    # insert s-1 zeros between neighbours on each spatial axis (views: unsqueeze, pad, reshape, shrink)
+    for i, s in enumerate(st):
+        if s == 1:
+            continue
+        a = 2 + i
+        length = x.shape[a]
+        x = x.unsqueeze(a + 1).pad([None] * (a + 1) + [(0, s - 1)] + [None] * (x.ndim - a - 1))
+        x = x.reshape(x.shape[:a] + (length * s,) + x.shape[a + 2:])
+        x = x.shrink([None] * a + [(0, (length - 1) * s + 1)] + [None] * (x.ndim - a - 1))
+    pads = [(d * (k - 1) - p, d * (k - 1) - p + o) for k, d, p, o in zip(kernel, dl, pd, op, strict=True)]
+    x = _pad_last(x, pads)  # negative amounts crop
+    # (Cin, Cout/G, K...) -> (Cout, Cin/G, K...), flipped in space
+    cin_g = cin // groups
+    w = weight.reshape((groups, cin_g, cout_g) + kernel).transpose(1, 2).reshape((groups * cout_g, cin_g) + kernel)
+    w = w.flip(*range(2, 2 + nd))
+    out = _conv(x, w, bias, 1, 0, dl, groups, nd, name)
+    return out.squeeze(0) if unbatched else out
+
+
+def conv_transpose1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1,
+                     padding: IntOrTuple = 0, output_padding: IntOrTuple = 0, groups: int = 1,
+                     dilation: IntOrTuple = 1) -> Tensor:
+    """Transposed 1-d convolution with a (Cin, Cout/groups, K) weight (torch's argument order)."""
+    return _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation, 1, "conv_transpose1d")
+
+
+def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1,
+                     padding: IntOrTuple = 0, output_padding: IntOrTuple = 0, groups: int = 1,
+                     dilation: IntOrTuple = 1) -> Tensor:
+    """Transposed 2-d convolution with a (Cin, Cout/groups, KH, KW) weight (torch's argument order)."""
+    return _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation, 2, "conv_transpose2d")
+
+
+# ------------------------------------------------------------------------------------------ pooling
+
+def _pool_geometry(length: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> tuple[int, int]:
+    """(output length, extra padding after) for one axis; with ceil_mode a last partial window is kept if it
+    starts inside the input or the padding before it (torch's rule)."""
+    span = d * (k - 1) + 1
+    total = length + 2 * p
+    if total < span:
+        raise ValueError(f"pooling window of {k} (dilation {d}) is larger than the padded input ({total})")
+    if not ceil_mode:
+        return (total - span) // s + 1, 0
+    o = -(-(total - span) // s) + 1
+    if (o - 1) * s >= length + p:
+        o -= 1
+    return o, max(0, (o - 1) * s + span - total)
+
+
+def _pool_args(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, padding: IntOrTuple,
+               dilation: IntOrTuple, ceil_mode: bool, nd: int,
+               name: str) -> tuple[list[tuple[int, int]], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(padding per spatial axis, the ceil_mode extra included after; kernel; stride; dilation)."""
+    _check_spatial(x, nd, name)
+    k = _tuple(kernel_size, nd, "kernel_size")
+    no_stride = stride is None or (not isinstance(stride, int) and len(stride) == 0)
+    s = k if no_stride else _tuple(stride, nd, "stride")  # type: ignore[arg-type]
+    p, d = _tuple(padding, nd, "padding"), _tuple(dilation, nd, "dilation")
+    for ki, pi in zip(k, p, strict=True):
+        if pi > ki // 2:
+            raise ValueError(f"{name}: padding {p} must be at most half the kernel size {k}")
+    pads = []
+    for i in range(nd):
+        _, extra = _pool_geometry(x.shape[x.ndim - nd + i], k[i], s[i], p[i], d[i], ceil_mode)
+        pads.append((p[i], p[i] + extra))
+    return pads, k, s, d
+
+
+def _max_pool(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, padding: IntOrTuple,
+              dilation: IntOrTuple, ceil_mode: bool, nd: int, name: str) -> Tensor:
+    pads, k, s, d = _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode, nd, name)
+    fill = -math.inf if dtypes.is_float(x.dtype) else int(x.dtype.min)
+    win = windows(_pad_last(x, pads, fill), k, s, d)
+    return win.max(tuple(range(win.ndim - nd, win.ndim)))
+
+
+def max_pool1d(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
+               dilation: IntOrTuple = 1, ceil_mode: bool = False) -> Tensor:
+    """Maximum over sliding windows of (N, C, L); padding counts as -inf."""
+    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 1, "max_pool1d")
+
+
+def max_pool2d(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
+               dilation: IntOrTuple = 1, ceil_mode: bool = False) -> Tensor:
+    """Maximum over sliding windows of (N, C, H, W); padding counts as -inf. The gradient of a window whose
+    maximum is tied is split evenly between the tied positions (torch gives it all to one)."""
+    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 2, "max_pool2d")
+
+
+def _avg_pool(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, padding: IntOrTuple, ceil_mode: bool,
+              count_include_pad: bool, divisor_override: int | None, nd: int, name: str) -> Tensor:
+    pads, k, s, ones = _pool_args(x, kernel_size, stride, padding, 1, ceil_mode, nd, name)
+    lead = x.ndim - nd
+    total = windows(_pad_last(x, pads), k, s, ones)
+    summed = total.sum(tuple(range(total.ndim - nd, total.ndim)))
+    if divisor_override is not None:
+        return summed / divisor_override
+    # divisor per window: positions inside the input (and the explicit padding if count_include_pad), never the
+    # extra padding ceil_mode adds
+    sp = x.shape[lead:]
+    if count_include_pad:
+        inside = Tensor.ones(*[n + 2 * p for n, (p, _) in zip(sp, pads, strict=True)], device=x.device)
+        inside = inside.pad([(0, after - before) for before, after in pads])
+    else:
+        inside = Tensor.ones(*sp, device=x.device).pad(pads)
+    count = windows(inside, k, s, ones).sum(tuple(range(nd, 2 * nd)))
+    return (summed / count.cast(summed.dtype)).cast(summed.dtype)
+
+
+def avg_pool1d(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+    """Mean over sliding windows of (N, C, L)."""
+    return _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, None, 1, "avg_pool1d")
+
+
+def avg_pool2d(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
+    """Mean over sliding windows of (N, C, H, W); ``count_include_pad`` counts the zero padding in the divisor."""
+    return _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2,
+                     "avg_pool2d")
+
+
+# ------------------------------------------------------------------------------------------ softmax
+
+def softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """exp(x - max) / sum(exp(x - max)) along ``dim`` (narrow floats computed in float32)."""
+    dt = least_upper_float(x.dtype)
+    xf = x.cast(_compute_dtype(x.dtype))
+    e = (xf - xf.max(dim, keepdim=True).detach()).exp()
+    return (e / e.sum(dim, keepdim=True)).cast(dt)
+
+
+def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """x - max - log(sum(exp(x - max))) along ``dim`` (narrow floats computed in float32)."""
+    dt = least_upper_float(x.dtype)
+    xf = x.cast(_compute_dtype(x.dtype))
+    shifted = xf - xf.max(dim, keepdim=True).detach()
+    return (shifted - shifted.exp().sum(dim, keepdim=True).log()).cast(dt)
+
+
+# ------------------------------------------------------------------------------------------ normalization
+
+def _norm_axes(x: Tensor, normalized_shape: IntOrTuple) -> tuple[int, ...]:
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if tuple(x.shape[x.ndim - len(shape):]) != shape or len(shape) > x.ndim:
+        raise ValueError(f"normalized_shape {shape} does not match the last axes of the input {x.shape}")
+    return tuple(range(x.ndim - len(shape), x.ndim))
+
+
+def layer_norm(x: Tensor, normalized_shape: IntOrTuple, weight: Tensor | None = None, bias: Tensor | None = None,
+               eps: float = 1e-5) -> Tensor:
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last axes (biased variance, like torch)."""
+    axes = _norm_axes(x, normalized_shape)
+    dt = least_upper_float(x.dtype)
+    xf = x.cast(_compute_dtype(x.dtype))
+    mean = xf.mean(axes, keepdim=True)
+    centered = xf - mean
+    var = (centered * centered).mean(axes, keepdim=True)
+    out = centered * (var + eps).rsqrt()
+    if weight is not None:
+        out = out * weight.cast(out.dtype)
+    if bias is not None:
+        out = out + bias.cast(out.dtype)
+    return out.cast(dt)
+
+
+def rms_norm(x: Tensor, normalized_shape: IntOrTuple, weight: Tensor | None = None,
+             eps: float | None = None) -> Tensor:
+    """x / sqrt(mean(x^2) + eps) * weight over the last axes; ``eps=None`` uses the dtype's machine epsilon."""
+    axes = _norm_axes(x, normalized_shape)
+    dt = least_upper_float(x.dtype)
+    if eps is None:
+        eps = _EPS.get(dt, _EPS[dtypes.float32])
+    xf = x.cast(_compute_dtype(x.dtype))
+    out = xf * ((xf * xf).mean(axes, keepdim=True) + eps).rsqrt()
+    if weight is not None:
+        out = out * weight.cast(out.dtype)
+    return out.cast(dt)
+
+
+_EPS = {dtypes.float16: 0.0009765625, dtypes.bfloat16: 0.0078125, dtypes.float32: 1.1920928955078125e-07,
+        dtypes.float64: 2.220446049250313e-16}
+
+
+def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
+               bias: Tensor | None = None, training: bool = False, momentum: float = 0.1,
+               eps: float = 1e-5) -> Tensor:
+    """Normalize each channel (axis 1) of (N, C, ...) by batch statistics (``training``) or the running ones.
+
+    In training mode the running statistics, when given, are updated in place now (``Tensor.assign``):
+    ``running = (1 - momentum) * running + momentum * batch``, with the unbiased batch variance (like torch).
+    """
+    if x.ndim < 2:
+        raise ValueError(f"batch_norm needs an (N, C, ...) input, got shape {x.shape}")
+    c = x.shape[1]
+    bshape = (1, c) + (1,) * (x.ndim - 2)
+    dt = least_upper_float(x.dtype)
+    xf = x.cast(_compute_dtype(x.dtype))
+    if training:
+        axes = (0,) + tuple(range(2, x.ndim))
+        count = x.numel() // max(c, 1)
+        if count <= 1:
+            raise ValueError(f"batch_norm in training mode needs more than one value per channel, got {x.shape}")
+        mean = xf.mean(axes, keepdim=True)
+        centered = xf - mean
+        var = (centered * centered).mean(axes, keepdim=True)
+        if running_mean is not None:
+            running_mean.assign(running_mean * (1 - momentum) + mean.detach().reshape(c) * momentum)
+        if running_var is not None:
+            unbiased = var.detach().reshape(c) * (count / (count - 1))
+            running_var.assign(running_var * (1 - momentum) + unbiased * momentum)
+    else:
+        if running_mean is None or running_var is None:
+            raise ValueError("batch_norm in eval mode needs running_mean and running_var (or training=True)")
+        mean = running_mean.cast(xf.dtype).reshape(bshape)
+        var = running_var.cast(xf.dtype).reshape(bshape)
+        centered = xf - mean
+    out = centered * (var + eps).rsqrt()
+    if weight is not None:
+        out = out * weight.cast(out.dtype).reshape(bshape)
+    if bias is not None:
+        out = out + bias.cast(out.dtype).reshape(bshape)
+    return out.cast(dt)
+
+
+# ------------------------------------------------------------------------------------------ dropout, embedding
+
+def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+    """Zero each element with probability ``p`` and scale the rest by 1/(1-p); the identity when not training.
+
+    The mask comes from the Tensor RNG (``Tensor.manual_seed``).
+    """
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * 0
+    keep = Tensor.rand(*x.shape, device=x.device) >= p
+    return keep.where(x * (1.0 / (1.0 - p)), 0).cast(x.dtype)
+
+
+def embedding(idx: Tensor, weight: Tensor) -> Tensor:
+    """Rows of ``weight`` (num_embeddings, dim) picked by the integer tensor ``idx``: shape idx.shape + (dim,)."""
+    if not dtypes.is_int(idx.dtype) or idx.dtype is dtypes.bool:
+        raise TypeError(f"embedding indices must be integers, got {idx.dtype!r}")
+    vocab = weight.shape[0]
+    hit = idx.unsqueeze(-1) == Tensor.arange(vocab, device=idx.device)  # (..., V)
+    return (hit.unsqueeze(-1).where(weight, 0)).sum(-2)
+
+
+# ------------------------------------------------------------------------------------------ losses
+
+def nll_loss(logp: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
+             reduction: str = "mean") -> Tensor:
+    """-logp[target] (class axis 1, or 0 for a single (C,) sample), optionally weighted per class."""
+    return _class_loss(logp, target, weight, ignore_index, reduction, 0.0, "nll_loss")
+
+
+def cross_entropy(x: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
+                  reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+    """Softmax cross entropy of logits (N, C, ...) (or (C,)) against class indices (N, ...) or class
+    probabilities (same shape as the logits), with torch's ``weight``, ``ignore_index`` and ``label_smoothing``."""
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    cls = 0 if x.ndim == 1 else 1
+    logp = log_softmax(x, cls)
+    return _class_loss(logp, target, weight, ignore_index, reduction, label_smoothing, "cross_entropy")
+
+
+def _class_loss(logp: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int, reduction: str,
+                smoothing: float, name: str) -> Tensor:
+    cls = 0 if logp.ndim == 1 else 1
+    c = logp.shape[cls]
+    wshape = (c,) + (1,) * (logp.ndim - cls - 1)
+    w = weight.cast(logp.dtype).reshape(wshape) if weight is not None else None
+    if dtypes.is_float(target.dtype):  # class probabilities
+        if target.shape != logp.shape:
+            raise ValueError(f"{name}: probability targets must have the input's shape {logp.shape}, got "
+                             f"{target.shape}")
+        probs = target.cast(logp.dtype)
+        if smoothing:
+            probs = probs * (1 - smoothing) + smoothing / c
+        term = -(logp * probs if w is None else logp * probs * w).sum(cls)
+        return _reduce_out(term, reduction)
+    if not dtypes.is_int(target.dtype) or target.dtype is dtypes.bool:
+        raise TypeError(f"{name}: targets must be class indices (integers) or probabilities (floats), got "
+                        f"{target.dtype!r}")
+    expect = logp.shape[:cls] + logp.shape[cls + 1:]
+    if target.shape != expect:
+        raise ValueError(f"{name}: target shape {target.shape} does not match the input {logp.shape} "
+                         f"(expected {expect})")
+    classes = Tensor.arange(c, device=logp.device).reshape(wshape)
+    onehot = target.unsqueeze(cls) == classes  # (N, C, ...)
+    valid = target != ignore_index
+    picked = onehot.where(logp if w is None else logp * w, 0).sum(cls)  # w[t] * logp[t]
+    wt = onehot.where(w, 0).sum(cls) if w is not None else valid.cast(logp.dtype)
+    wt = valid.where(wt, 0)
+    loss = -valid.where(picked, 0)
+    if smoothing:
+        spread = (logp if w is None else logp * w).sum(cls)
+        loss = loss * (1 - smoothing) - valid.where(spread, 0) * (smoothing / c)
+    return _reduce_out(loss, reduction, wt.sum())
+
+
+def binary_cross_entropy(p: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean") -> Tensor:
+    """-(y log p + (1 - y) log(1 - p)) with each log clamped at -100 (like torch)."""
+    if p.shape != target.shape:
+        raise ValueError(f"binary_cross_entropy: input {p.shape} and target {target.shape} differ in shape")
+    y = target.cast(p.dtype)
+    loss = -(y * p.log().maximum(-100.0) + (1 - y) * (1 - p).log().maximum(-100.0))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce_out(loss, reduction)
+
+
+def binary_cross_entropy_with_logits(x: Tensor, target: Tensor, weight: Tensor | None = None,
+                                     reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
+    """Sigmoid + binary cross entropy in one stable formula: (1 - y) x + (1 + (pw - 1) y) softplus(-x)."""
+    if x.shape != target.shape:
+        raise ValueError(f"binary_cross_entropy_with_logits: input {x.shape} and target {target.shape} differ "
+                         "in shape")
+    y = target.cast(x.dtype)
+    softplus_neg = _log1p_small((-x.abs()).exp()) + (-x).maximum(0)  # log(1 + exp(-x)) without overflow
+    scale = 1 + (pos_weight - 1) * y if pos_weight is not None else None
+    loss = (1 - y) * x + (softplus_neg if scale is None else scale * softplus_neg)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce_out(loss, reduction)
+
+
+def _log1p_small(e: Tensor) -> Tensor:
+    """log(1 + e) for 0 <= e <= 1, accurate for tiny e, with a finite gradient everywhere. (Tensor.log1p's gradient
+    is nan where 1 + e rounds to 1.)"""
+    return (e < 1e-4).where(e * (1 - e * 0.5), (e + 1).log())
+
+
+def mse_loss(x: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    d = x - target
+    return _reduce_out(d * d, reduction)
+
+
+def l1_loss(x: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    return _reduce_out((x - target).abs(), reduction)
+
+
+# ------------------------------------------------------------------------------------------ attention
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                                 enable_gqa: bool = False) -> Tensor:
+    """softmax(q k^T * scale + mask) v over (..., heads, L, E) / (..., heads, S, E) tensors.
+
+    ``attn_mask`` is boolean (True takes part) or additive float, broadcast to (..., L, S); ``is_causal`` masks
+    key s > query l (aligned at the top left, like torch). With ``enable_gqa``, k and v may have fewer heads
+    (a divisor of q's): each is shared by a group of consecutive query heads.
+    """
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
+        raise ValueError("scaled_dot_product_attention needs (..., L, E) tensors")
+    if is_causal and attn_mask is not None:
+        raise ValueError("scaled_dot_product_attention: pass attn_mask or is_causal, not both")
+    if enable_gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
+        hq, hk = q.shape[-3], k.shape[-3]
+        if hk == 0 or hq % hk or v.shape[-3] != hk:
+            raise ValueError(f"enable_gqa: query heads ({hq}) must be a multiple of the key/value heads ({hk}, "
+                             f"{v.shape[-3]})")
+        k, v = k.repeat_interleave(hq // hk, -3), v.repeat_interleave(hq // hk, -3)
+    length, src = q.shape[-2], k.shape[-2]
+    sc = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    scores = q.matmul(k.transpose(-1, -2)) * sc
+    if is_causal:
+        rows = Tensor.arange(length, device=q.device).reshape(length, 1)
+        cols = Tensor.arange(src, device=q.device).reshape(1, src)
+        scores = (cols <= rows).where(scores, -math.inf)
+    elif attn_mask is not None:
+        if attn_mask.dtype is dtypes.bool:
+            scores = attn_mask.where(scores, -math.inf)
+        else:
+            scores = scores + attn_mask.cast(scores.dtype)
+    weights = softmax(scores, -1)
+    if dropout_p > 0.0:
+        weights = dropout(weights, dropout_p, True)
+    return weights.matmul(v.cast(weights.dtype))
