@@ -1,0 +1,236 @@
+"""Choosing the next token from the model's last logits row, and knowing when to stop.
+
+``Sampler(seed).sample(logits, params, history)`` -> ``Sample(token, logprob, top)``. The steps, in order:
+
+1. penalties on the logits, from ``history`` (the token ids to penalise, e.g. everything generated so
+   far; the caller chooses the window):
+   - repetition (llama.cpp / CTRL style): for each token that occurs, ``l / r`` if ``l > 0`` else ``l * r``;
+   - frequency and presence (OpenAI): ``l - count * frequency_penalty - (count > 0) * presence_penalty``;
+2. temperature: ``0`` means greedy (argmax of the penalised logits; steps 3-5 are skipped);
+   otherwise the logits are divided by it;
+3. ``top_k`` (0 = off): keep the k largest (ties with the k-th are kept);
+4. ``top_p`` (1 = off): keep the smallest set of most likely tokens whose probability reaches ``top_p``;
+5. ``min_p`` (0 = off): keep tokens with probability >= ``min_p`` times the largest probability;
+6. draw from the renormalised distribution with the sampler's own ``numpy.random.Generator``.
+
+Temperature comes before the filters (as in Hugging Face and vLLM), so ``top_p``/``min_p`` see the
+distribution that is actually sampled. The reported log-probabilities are the model's: log-softmax of
+the raw logits, before penalties and temperature (OpenAI's ``logprobs``): for the chosen token and the
+``logprobs`` most likely alternatives.
+
+``StopChecker`` turns a stream of text chunks into text safe to show: it holds back any tail that
+could be the start of a stop string, so a stop string split across chunks is never shown.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling settings (OpenAI request fields plus top_k / min_p / repetition_penalty)."""
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    logprobs: int = 0  # how many top alternatives to report (0: none)
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.temperature >= 0, "temperature must be >= 0"),
+            (self.top_k >= 0, "top_k must be >= 0 (0 turns it off)"),
+            (0 < self.top_p <= 1, "top_p must be in (0, 1]"),
+            (0 <= self.min_p <= 1, "min_p must be in [0, 1]"),
+            (self.repetition_penalty > 0, "repetition_penalty must be > 0 (1 turns it off)"),
+            (-2 <= self.frequency_penalty <= 2, "frequency_penalty must be in [-2, 2]"),
+            (-2 <= self.presence_penalty <= 2, "presence_penalty must be in [-2, 2]"),
+            (self.logprobs >= 0, "logprobs must be >= 0"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+
+class Sample(NamedTuple):
+    """The chosen token, its log-probability, and the top alternatives as (token, logprob), best first."""
+    token: int
+    logprob: float
+    top: list[tuple[int, float]]
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Numerically stable log-softmax of a 1-D float array (float64 result)."""
+    x = np.asarray(logits, dtype=np.float64)
+    shifted = x - np.max(x)
+    return shifted - np.log(np.sum(np.exp(shifted)))
+
+
+def apply_penalties(logits: np.ndarray, history: Iterable[int], repetition_penalty: float = 1.0,
+                    frequency_penalty: float = 0.0, presence_penalty: float = 0.0) -> np.ndarray:
+    """A penalised copy of ``logits`` (float64) for the tokens in ``history`` (see the module doc)."""
+    out = np.array(logits, dtype=np.float64)
+    ids = np.fromiter(history, dtype=np.int64)
+    if ids.size == 0 or (repetition_penalty == 1.0 and frequency_penalty == 0.0 and presence_penalty == 0.0):
+        return out
+    if ids.min() < 0 or ids.max() >= out.shape[0]:
+        raise ValueError(f"history holds token ids outside 0..{out.shape[0] - 1}")
+    tokens, counts = np.unique(ids, return_counts=True)
+    if repetition_penalty != 1.0:
+        values = out[tokens]
+        out[tokens] = np.where(values > 0, values / repetition_penalty, values * repetition_penalty)
+    out[tokens] -= counts * frequency_penalty + presence_penalty
+    return out
+
+
+def filter_mask(probs: np.ndarray, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> np.ndarray:
+    """Which tokens survive top-k, then top-p, then min-p on the distribution ``probs`` (a bool array)."""
+    keep = probs > 0
+    if top_k and top_k < probs.shape[0]:
+        kth = np.partition(probs, -top_k)[-top_k]
+        keep &= probs >= kth
+    if top_p < 1.0:
+        masked = np.where(keep, probs, 0.0)
+        total = masked.sum()
+        order = _most_likely_first(masked, top_p * total)
+        cumulative = np.cumsum(masked[order]) / total
+        # the smallest prefix whose mass reaches top_p: everything before the first index reaching it, and it
+        # (a relative slack of 1e-9 so that a mass equal to top_p up to rounding counts as reaching it)
+        cut = int(np.searchsorted(cumulative, top_p * (1 - 1e-9), side="left")) + 1
+        top = np.zeros_like(keep)
+        top[order[:cut]] = True
+        keep &= top
+    if min_p > 0.0:
+        keep &= probs >= min_p * np.max(np.where(keep, probs, 0.0))
+    return keep
+
+
+def _most_likely_first(probs: np.ndarray, mass: float) -> np.ndarray:
+    """Indices of the most likely tokens, best first, enough of them to hold ``mass``.
+
+    Sorting a whole 50k-150k vocabulary is the slow part of top-p, so sort only the best 1024 unless
+    they do not hold enough probability (a very flat distribution).
+    """
+    n = probs.shape[0]
+    if n > 2048:
+        best = np.argpartition(-probs, 1023)[:1024]
+        if probs[best].sum() >= mass:
+            return best[np.argsort(-probs[best], kind="stable")]
+    return np.argsort(-probs, kind="stable")
+
+
+class Sampler:
+    """Draws tokens with its own random generator: the same seed gives the same tokens."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+
+    def sample(self, logits: np.ndarray | Sequence[float], params: SamplingParams | None = None,
+               history: Iterable[int] = ()) -> Sample:
+        """Choose the next token from one row of logits (shape ``(vocab,)``)."""
+        p = params or SamplingParams()
+        raw = np.asarray(logits, dtype=np.float64)
+        if raw.ndim != 1 or raw.shape[0] == 0:
+            raise ValueError(f"expected one row of logits, got shape {raw.shape}")
+        if np.isnan(raw).any():
+            raise ValueError("logits contain NaN")
+        penalised = apply_penalties(raw, history, p.repetition_penalty, p.frequency_penalty, p.presence_penalty)
+        if p.temperature == 0:
+            token = int(np.argmax(penalised))
+        else:
+            probs = np.exp(log_softmax(penalised / p.temperature))
+            keep = filter_mask(probs, p.top_k, p.top_p, p.min_p)
+            token = self._draw(np.flatnonzero(keep), probs)
+        logprobs = log_softmax(raw)
+        top: list[tuple[int, float]] = []
+        if p.logprobs:
+            n = min(p.logprobs, logprobs.shape[0])
+            best = np.argpartition(-logprobs, n - 1)[:n]
+            best = best[np.argsort(-logprobs[best], kind="stable")]
+            top = [(int(t), float(logprobs[t])) for t in best]
+        return Sample(token, float(logprobs[token]), top)
+
+    def _draw(self, support: np.ndarray, probs: np.ndarray) -> int:
+        weights = probs[support]
+        cumulative = np.cumsum(weights)
+        u = self.rng.random() * cumulative[-1]
+        i = int(np.searchsorted(cumulative, u, side="right"))
+        return int(support[min(i, support.shape[0] - 1)])
+
+
+class StopResult(NamedTuple):
+    """What ``StopChecker`` returns: the text that is safe to emit now, and whether generation must stop."""
+    text: str
+    stop: bool
+
+
+class StopChecker:
+    """Stop strings and stop tokens over a stream of text chunks.
+
+    ``feed(chunk)`` returns ``(text, stop)``: ``text`` never contains a stop string or any part of
+    one that might still complete; once a stop string appears, ``text`` is everything before it and
+    ``stop`` is True (the stop string itself is never emitted, as in the OpenAI API). ``feed_token(id,
+    chunk)`` also stops on the ids in ``stop_ids`` (EOS / end-of-turn) without emitting that token's
+    text. At the end of a stream that did not stop, ``flush()`` returns the text held back.
+    ``matched`` is the stop string (or token id) that ended the stream, else None.
+    """
+
+    def __init__(self, stop: Sequence[str] | str | None = (), stop_ids: Iterable[int] = ()) -> None:
+        if isinstance(stop, str):
+            stop = [stop]
+        self.stop = [s for s in (stop or ()) if s]
+        self.stop_ids = frozenset(stop_ids)
+        self._held = ""
+        self.stopped = False
+        self.matched: str | int | None = None
+
+    def feed(self, chunk: str) -> StopResult:
+        """Add streamed text; get back what can be shown now."""
+        if self.stopped:
+            return StopResult("", True)
+        buf = self._held + chunk
+        first = -1
+        for s in self.stop:
+            at = buf.find(s)
+            if at >= 0 and (first < 0 or at < first):
+                first, self.matched = at, s
+        if first >= 0:
+            self._held = ""
+            self.stopped = True
+            return StopResult(buf[:first], True)
+        keep = self._partial_tail(buf)
+        self._held = buf[len(buf) - keep:] if keep else ""
+        return StopResult(buf[:len(buf) - keep], False)
+
+    def feed_token(self, token_id: int, chunk: str) -> StopResult:
+        """Like ``feed``, but a token in ``stop_ids`` ends the stream (its text is not shown)."""
+        if self.stopped:
+            return StopResult("", True)
+        if token_id in self.stop_ids:
+            self.stopped = True
+            self.matched = token_id
+            held, self._held = self._held, ""
+            return StopResult(held, True)
+        return self.feed(chunk)
+
+    def flush(self) -> str:
+        """End of stream: the held-back text (it never completed a stop string)."""
+        held, self._held = self._held, ""
+        return "" if self.stopped else held
+
+    def _partial_tail(self, buf: str) -> int:
+        """Length of the longest tail of ``buf`` that is a proper prefix of some stop string."""
+        best = 0
+        for s in self.stop:
+            for n in range(min(len(s) - 1, len(buf)), best, -1):
+                if buf.endswith(s[:n]):
+                    best = n
+                    break
+        return best
