@@ -280,3 +280,37 @@ def test_ten_thousand_words_encode_fast(smollm2_meta, ref):
     elapsed = time.perf_counter() - start
     assert ids == ref.encode(text).ids
     assert elapsed < 1.0, f"10k words took {elapsed:.2f} s"
+
+
+@pytest.mark.parametrize("pre", ["gpt-2", "llama-bpe", "qwen2", "falcon", "deepseek-llm", "deepseek-coder",
+                                 "starcoder", "command-r", "mpt"])
+def test_other_pre_tokenizers_end_to_end(smollm2_meta, pre):
+    """The SmolLM2 vocabulary under another split rule, against tokenizers running the same patterns
+    (Split steps, then byte-level without its own regex)."""
+    from tg_llm.pretokenize import IGNORE_MERGES, PRE_TOKENIZERS
+    tk = require("tokenizers", "pip install tokenizers")
+    vocab = {text: i for i, text in enumerate(smollm2_meta["tokenizer.ggml.tokens"])}
+    merges = [tuple(m.split(" ", 1)) for m in smollm2_meta["tokenizer.ggml.merges"]]
+    ref = tk.Tokenizer(tk.models.BPE(vocab=vocab, merges=merges, ignore_merges=pre in IGNORE_MERGES))
+    steps = [tk.pre_tokenizers.Split(tk.Regex(p.replace(r"\s+\Z", r"\s+$")), behavior="isolated")
+             for p in PRE_TOKENIZERS[pre]]
+    ref.pre_tokenizer = tk.pre_tokenizers.Sequence([*steps, tk.pre_tokenizers.ByteLevel(add_prefix_space=False,
+                                                                                          use_regex=False)])
+    ours = Tokenizer.from_metadata(smollm2_meta, pre=pre)
+    assert ours.pre == pre
+    for text in TEXTS:
+        assert ours.encode(text) == ref.encode(text).ids, repr(text)
+        assert ours.decode(ours.encode(text)) == text
+
+
+def test_plugin_entry_point_and_cheap_import():
+    import subprocess
+    import sys
+    from importlib.metadata import entry_points
+    (ep,) = [e for e in entry_points(group="tgcore") if e.name == "llm"]
+    assert ep.value == "tg_llm.plugin"
+    assert ep.load().TG_HOOKSPEC_VERSION == 1
+    code = ("import sys, tg_llm, tg_llm.plugin; "
+            "print(sorted(m for m in ('jinja2', 'regex', 'numpy', 'tg_llm.tokenizer') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
