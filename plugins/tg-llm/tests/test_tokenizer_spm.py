@@ -176,6 +176,10 @@ def test_random_texts_match_naive_rule(spm):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30)))
         assert spm.encode(text, add_special=False) == naive_spm(spm, " " + text), repr(text)
         assert spm.decode(spm.encode(text, add_special=False)) == text
+        for skip in (False, True):  # streaming gives the same text as a whole decode
+            dec = spm.stream_decoder(skip_special=skip)
+            with_bos = spm.encode(text)
+            assert dec.add_many(with_bos) + dec.flush() == spm.decode(with_bos, skip_special=skip)
 
 
 def test_matches_tokenizers_bpe_with_byte_fallback(spm):

@@ -250,8 +250,10 @@ class Tokenizer:
 
         ``skip_special`` leaves out control tokens (BOS, EOS, ``<|im_end|>``).
         """
-        dec = self.stream_decoder(skip_special=skip_special)
-        return "".join(dec.add(i) for i in ids) + dec.flush()
+        data = b"".join([self.token_bytes(i, skip_special) for i in ids])
+        if self.model == "llama" and self.add_space_prefix and data.startswith(b" "):
+            data = data[1:]  # the space the encoder put in front (as StreamDecoder drops it)
+        return data.decode("utf-8", errors="replace")
 
     def stream_decoder(self, skip_special: bool = False) -> StreamDecoder:
         """A ``StreamDecoder`` for this tokenizer."""
