@@ -54,7 +54,7 @@ def get_program(ast: UOp, renderer: object, threads: int = 1) -> ProgramSpec:
         ast = upcast(ast, simd_widths)
     n_threads = 1
     if getattr(renderer, "has_threads", False) and threads > 1:
-        ast, n_threads = split_threads(ast, threads)
+        ast, n_threads = split_threads(ast, threads, max(ops, mem // 4))
     if not getattr(renderer, "linear", True):
         return ProgramSpec(name, renderer.render(name, ast), variables, n_threads, ops, mem)  # type: ignore[attr-defined]
     legalize = getattr(renderer, "legalize", None)

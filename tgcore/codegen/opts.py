@@ -24,16 +24,18 @@ def loop_ranges(ast: UOp) -> list[UOp]:
     return [u for u in ast.toposort if u.op is Ops.RANGE]
 
 
-def split_threads(ast: UOp, threads: int) -> tuple[UOp, int]:
-    """Mark the outermost output loop for splitting across up to ``threads`` threads."""
+def split_threads(ast: UOp, threads: int, work: int) -> tuple[UOp, int]:
+    """Mark the outermost output loop for splitting across up to ``threads`` threads.
+
+    ``work`` is the kernel's operation count (vectorized and unrolled loops do many per iteration).
+    """
     ranges = loop_ranges(ast)
     outer = [r for r in ranges if isinstance(r.arg, tuple) and r.arg[1] == "global"]
     if not outer:
         return ast, 1
     first = min(outer, key=lambda r: r.arg[0])
     size = _range_size(first)
-    total = prod(_range_size(r) for r in ranges)
-    n = min(threads, size, max(1, total // MIN_WORK_PER_THREAD))
+    n = min(threads, size, max(1, work // MIN_WORK_PER_THREAD))
     if n <= 1:
         return ast, 1
     return ast.substitute({first: first.replace(arg=(first.arg[0], "thread", n))}), n

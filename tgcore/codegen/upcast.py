@@ -20,7 +20,8 @@ from tgcore.dtype import DType, dtypes
 from tgcore.helpers import prod
 from tgcore.uop import GroupOp, Ops, UOp
 
-MAX_LANES = 32
+MAX_LANES = 32   # lanes of the vectorized axis
+MAX_UNROLL = 8   # copies made by unrolling the other chosen axes
 
 
 def _size(r: UOp) -> int:
@@ -34,9 +35,25 @@ def _stride(expr: UOp, r: UOp) -> int | None:
     return diff.arg if diff.op is Ops.CONST else None
 
 
+def _main_input(ast: UOp) -> UOp | None:
+    """The index expression of the load from the largest input buffer (what the kernel mostly streams)."""
+    loads = [u for u in ast.toposort if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
+    if not loads:
+        return None
+    biggest = max(loads, key=lambda u: getattr(u.src[0].src[0].dtype, "size", 0) * u.dtype.itemsize)
+    return biggest.src[0].src[1]
+
+
 def choose_upcasts(ast: UOp, simd_widths: dict[DType, int]) -> list[tuple[UOp, int]]:
-    """(output range, width) pairs: the contiguous output axis by the SIMD width, plus a
-    second output axis by 4 in reduction kernels (register tiling for matmul-like kernels)."""
+    """(range, width) pairs. The last is vectorized, the others are unrolled.
+
+    - The output axis that is contiguous in memory, by the SIMD width, when the main input also
+      runs along it (elementwise kernels, matmul); in reduction kernels a second output axis is
+      unrolled by 4 (register tiling).
+    - Otherwise, in a reduction whose main input runs along the reduced axis (a matrix-vector
+      product, dequantize-and-dot), that reduced axis by 32 lanes (vector accumulators,
+      summed across lanes at the end), with an output axis unrolled by 4 to share the loads.
+    """
     stores = [s for s in ast.src if s.op is Ops.STORE]
     if len(stores) != 1 or not simd_widths:
         return []
@@ -44,16 +61,23 @@ def choose_upcasts(ast: UOp, simd_widths: dict[DType, int]) -> list[tuple[UOp, i
     dts = {u.dtype.scalar() for u in ast.toposort if u.op in GroupOp.ALU or u.op in (Ops.LOAD, Ops.CAST)}
     if any(dt not in simd_widths and dt is not dtypes.bool for dt in dts):
         return []
-    out_dt = store.src[1].dtype
-    width = simd_widths.get(out_dt, 0)
+    width = simd_widths.get(store.src[1].dtype, 0)
     index = store.src[0].src[1]
     ranges = [r for r in index.toposort if r.op is Ops.RANGE and isinstance(r.arg, tuple) and r.arg[1] == "global"]
-    chosen: list[tuple[UOp, int]] = []
+    reduces = [u for u in ast.toposort if u.op is Ops.REDUCE]
+    main = _main_input(ast)
     contiguous = [r for r in ranges if _stride(index, r) == 1]
+    along_output = bool(contiguous) and (main is None or _stride(main, contiguous[0]) in (0, 1))
+    if reduces and main is not None and not along_output and len(reduces) == 1:
+        reduce_ranges = [r for r in reduces[0].src[1:] if _stride(main, r) == 1]
+        if reduce_ranges and _size(reduce_ranges[0]) % 32 == 0:
+            chosen = [(reduce_ranges[0], 32)]
+            rows = [r for r in ranges if _size(r) % 4 == 0]
+            return [(rows[0], 4), *chosen] if rows else chosen
+    chosen: list[tuple[UOp, int]] = []
     if contiguous and width > 1 and _size(contiguous[0]) % width == 0:
         chosen.append((contiguous[0], width))
-    has_reduce = any(u.op is Ops.REDUCE for u in ast.toposort)
-    if chosen and has_reduce:
+    if chosen and reduces:
         others = [r for r in ranges if r is not chosen[0][0] and _size(r) % 4 == 0 and _size(r) >= 8]
         if others:
             chosen.insert(0, (max(others, key=lambda r: _stride(index, r) or 0), 4))
@@ -61,14 +85,27 @@ def choose_upcasts(ast: UOp, simd_widths: dict[DType, int]) -> list[tuple[UOp, i
 
 
 def split_ranges(ast: UOp, upcasts: list[tuple[UOp, int]]) -> tuple[UOp, list[UOp]]:
-    """Replace each chosen range r (size n) by ``outer*w + lane``; returns the kernel and the lane ranges."""
-    mapping, lanes = {}, []
+    """Replace each chosen range r (size n) by ``outer*w + lane``; returns the kernel and the lane ranges.
+
+    A reduction over a split range reduces over both its outer range and its lane range.
+    """
+    mapping, lanes, parts = {}, [], {}
     for r, w in upcasts:
-        outer = UOp.range(_size(r) // w, *r.arg, dtype=r.dtype) if _size(r) != w else UOp.const(r.dtype, 0)
-        lane = UOp.range(w, r.arg[0], "upcast", dtype=r.dtype)
-        mapping[r] = outer * w + lane
+        outer = UOp.range(_size(r) // w, *r.arg, dtype=r.dtype) if _size(r) != w else None
+        lane = UOp.range(w, r.arg[0], "upcast", r.arg[1], dtype=r.dtype)
+        mapping[r] = (outer * w + lane) if outer is not None else lane
+        parts[r] = tuple(x for x in (outer, lane) if x is not None)
         lanes.append(lane)
-    return ast.substitute(mapping).simplify(), lanes
+    new: dict[UOp, UOp] = {}
+    for n in ast.toposort:
+        if n in mapping:
+            new[n] = mapping[n]
+            continue
+        src = tuple(new[s] for s in n.src)
+        if n.op is Ops.REDUCE:
+            src = (src[0], *(p for r in n.src[1:] for p in parts.get(r, (new[r],))))
+        new[n] = n if src == n.src else n.replace(src=src)
+    return new[ast].simplify(), lanes
 
 
 class _Expander:
@@ -148,13 +185,25 @@ class _Expander:
                 new[n] = UOp(Ops.VCONST, n.dtype.vec(self.count), (), tuple(self.lane_values[n]))
                 continue
             if n.op in (Ops.INDEX, Ops.RANGE) or not lane_dependent[n]:
-                new[n] = n
+                src = tuple(new[s] for s in n.src)  # sources may have changed (a reduction over the lanes)
+                new[n] = n if src == n.src else n.replace(src=src)
                 continue
             if n.op is Ops.LOAD:
                 new[n] = self.load(n)
             elif n.op is Ops.STORE:
                 stores = self.store(n, new[n.src[1]])
                 new[n] = stores[0] if len(stores) == 1 else UOp(Ops.GROUP, dtypes.void, tuple(stores))
+            elif n.op is Ops.REDUCE and any(r in self.lane_set for r in n.src[1:]):
+                # a reduction over the lanes: vector accumulator, then the lanes combined
+                value = self.widen(new[n.src[0]])
+                rest = tuple(r for r in n.src[1:] if r not in self.lane_set)
+                acc = UOp(Ops.REDUCE, value.dtype, (value, *rest), n.arg) if rest else value
+                lanes = [acc.gep(i) for i in range(self.count)]
+                while len(lanes) > 1:
+                    lanes = [lanes[i].alu(n.arg, lanes[i + 1]) if i + 1 < len(lanes) else lanes[i]
+                             for i in range(0, len(lanes), 2)]
+                new[n] = lanes[0]
+                lane_dependent[n] = False
             elif n.op is Ops.REDUCE:
                 value = self.widen(new[n.src[0]])
                 new[n] = UOp(Ops.REDUCE, value.dtype, (value, *n.src[1:]), n.arg)
@@ -183,7 +232,7 @@ def unroll(ast: UOp, lane: UOp) -> UOp:
 def upcast(ast: UOp, simd_widths: dict[DType, int]) -> UOp:
     """Vectorize the contiguous output axis to the SIMD width; unroll the other chosen axes."""
     chosen = choose_upcasts(ast, simd_widths)
-    if not chosen or prod(w for _, w in chosen) > MAX_LANES:
+    if not chosen or chosen[-1][1] > MAX_LANES or prod(w for _, w in chosen[:-1]) > MAX_UNROLL:
         return ast
     ast, lanes = split_ranges(ast, chosen)
     for lane in lanes[:-1]:
