@@ -71,9 +71,8 @@ def choose_upcasts(ast: UOp, simd_widths: dict[DType, int]) -> list[tuple[UOp, i
     if reduces and main is not None and not along_output and len(reduces) == 1:
         reduce_ranges = [r for r in reduces[0].src[1:] if _stride(main, r) == 1]
         if reduce_ranges and _size(reduce_ranges[0]) % 32 == 0:
-            chosen = [(reduce_ranges[0], 32)]
             rows = [r for r in ranges if _size(r) % 4 == 0]
-            return [(rows[0], 4), *chosen] if rows else chosen
+            return [(rows[0], 4), (reduce_ranges[0], 32)] if rows else [(reduce_ranges[0], 32)]
     chosen: list[tuple[UOp, int]] = []
     if contiguous and width > 1 and _size(contiguous[0]) % width == 0:
         chosen.append((contiguous[0], width))
