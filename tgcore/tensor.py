@@ -577,7 +577,10 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
         return self._binop(Ops.MAX, x)
 
     def minimum(self, x: Any) -> Tensor:
+        """Elementwise min; a NaN in either input gives NaN (like numpy.minimum)."""
         a, b = self._broadcast_pair(x)
+        if dtypes.is_float(a.dtype):
+            return -((-a).maximum(-b))
         return (a < b).where(a, b)
 
     def where(self, x: Any, y: Any) -> Tensor:
