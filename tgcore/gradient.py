@@ -89,7 +89,7 @@ GRADIENT_RULES: dict[Ops, Callable[[UOp, Any], Grads]] = {
     Ops.SQRT: lambda n, g: ((g / (g._new(n) * 2)).uop,),                          # d sqrt(x) = dx / (2 sqrt(x))
     Ops.EXP2: lambda n, g: ((g * g._new(n) * LN2).uop,),                           # d 2^x = 2^x ln2 dx
     Ops.LOG2: lambda n, g: ((g / (g._new(n.src[0]) * LN2)).uop,),                  # d log2 x = dx / (x ln2)
-    Ops.SIN: lambda n, g: ((g * (g._new(n.src[0]) + math.pi / 2).sin()).uop,),    # d sin x = cos x dx
+    Ops.SIN: lambda n, g: ((g * g._new(n.src[0]).cos()).uop,),                   # d sin x = cos x dx
     Ops.POW: lambda n, g: ((g * g._new(n.src[1]) * g._new(n.src[0]) ** (g._new(n.src[1]) - 1)).uop,
                            (g * g._new(n) * g._new(n.src[0]).log()).uop),
     Ops.TRUNC: lambda n, g: (None,),
