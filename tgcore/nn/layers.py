@@ -165,12 +165,13 @@ class BatchNorm:
         self.eps, self.momentum, self.training = eps, momentum, True
         self.weight = _filled((num_features,), 1.0, dtype, device) if affine else None
         self.bias = _filled((num_features,), 0.0, dtype, device) if affine else None
+        self.running_mean: Tensor | None = None
+        self.running_var: Tensor | None = None
+        self.num_batches_tracked: Tensor | None = None
         if track_running_stats:
             self.running_mean = _state((num_features,), 0.0, dtype, device)
             self.running_var = _state((num_features,), 1.0, dtype, device)
             self.num_batches_tracked = _state((), 0, dtypes.int64, device)
-        else:
-            self.running_mean = self.running_var = self.num_batches_tracked = None
 
     def __call__(self, x: Tensor) -> Tensor:
         if self.training and self.num_batches_tracked is not None:
