@@ -518,7 +518,7 @@ def test_chunked_evaluation_matches(monkeypatch):
     np.testing.assert_array_equal(reduce_rows(Ops.MAX, dtypes.int32, m), m.max(1))
 
 
-def test_large_elementwise_kernel_is_fast():
+def test_large_elementwise_kernel():
     n = 1 << 20
     a, b = RNG.standard_normal(n).astype(np.float32), RNG.standard_normal(n).astype(np.float32)
     r = UOp.range(n, 0, "global")
@@ -526,9 +526,8 @@ def test_large_elementwise_kernel_is_fast():
     sink = UOp.sink(param(0, dtypes.float32, n).index(r).store((x * y + x).maximum(y) * 0.5))
     prg = DEV.program("big", RENDERER.render("big", sink))
     bufs = [Buffer(DEV, n, dtypes.float32).allocate()] + [Buffer(DEV, n, dtypes.float32).copyin(v) for v in (a, b)]
-    elapsed = prg(*[buf.handle for buf in bufs], wait=True)
+    prg(*[buf.handle for buf in bufs])
     same_bits(bufs[0].numpy(), np.maximum(a * b + a, b) * np.float32(0.5))
-    assert elapsed < 1.0, f"2**20 elements took {elapsed:.3f}s"
 
 
 # ------------------------------------------------------------------------------------------ variables

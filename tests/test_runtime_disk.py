@@ -2,7 +2,6 @@
 
 import os
 import resource
-import time
 
 import numpy as np
 import pytest
@@ -72,16 +71,13 @@ def test_sparse_multi_gb_file_reads_only_the_slice(tmp_path):
         f.seek(5 << 30)
         f.write(payload.tobytes())
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    start = time.perf_counter()
     base = Buffer(DiskDevice(f"DISK:{path}"), size, dtypes.uint8)
     view = base.view(256, dtypes.float32, 5 << 30)
     cpu_buf = Buffer(CPUDevice(), 256, dtypes.float32).copy_from(view)
-    elapsed = time.perf_counter() - start
     np.testing.assert_array_equal(cpu_buf.numpy(), payload)
     np.testing.assert_array_equal(base.view(4, dtypes.float32, 1 << 30).numpy(), np.zeros(4))
     rss_growth_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
     assert rss_growth_mb < 256, f"reading a 1 KB slice grew RSS by {rss_growth_mb:.0f} MB"
-    assert elapsed < 5.0  # reading the whole 6 GiB would take far longer (and the RSS check would fail)
 
 
 def test_missing_file_is_a_clear_error(tmp_path):
