@@ -74,6 +74,8 @@ class ContextVar:
         self.key = key
         self.default = default
         self._override: contextvars.ContextVar[Any] = contextvars.ContextVar(f"tgcore.{key}", default=_UNSET)
+        self._raw: str | None | object = _UNSET
+        self._parsed: Any = default
         ContextVar._registry[key] = self
 
     @property
@@ -81,7 +83,10 @@ class ContextVar:
         override = self._override.get()
         if override is not _UNSET:
             return override
-        return getenv(self.key, self.default)
+        raw = os.environ.get(self.key)
+        if raw != self._raw:  # parse only when the environment changed (this is on hot paths)
+            self._raw, self._parsed = raw, getenv(self.key, self.default)
+        return self._parsed
 
     def __bool__(self) -> bool:
         return bool(self.value)

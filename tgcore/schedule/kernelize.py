@@ -30,7 +30,6 @@ from tgcore.runtime.buffer import Buffer
 from tgcore.schedule.shape import shape_of
 from tgcore.schedule.split import split_large_reductions
 from tgcore.uop import Ops, UOp
-from tgcore.uop.uop import consumer_map
 
 INT32_LIMIT = 2**31 - 1
 
@@ -165,14 +164,19 @@ class Kernelizer:
 
     def __init__(self, default_device: str, sink: UOp) -> None:
         self.default_device = default_device
-        self.consumers = consumer_map(sink)
-        # one pass over the graph: each node's device and the largest element count under it (for index dtypes)
+        # one pass over the graph: users of each node, each node's device, and whether any buffer or shape
+        # is too large for int32 index math (then every kernel of this schedule indexes with int64)
+        self.consumers: dict[UOp, list[UOp]] = {}
         self.device: dict[UOp, str | None] = {}
-        self.largest: dict[UOp, int] = {}
-        for n in self.consumers:
+        huge = False
+        for n in sink.toposort:
+            self.consumers[n] = []
+            for s in dict.fromkeys(n.src):
+                self.consumers[s].append(n)
             self.device[n] = _node_device(n, [self.device[s] for s in n.src])
-            own = n.arg if n.op is Ops.BUFFER else prod(shape_of(n)) if n.op is not Ops.SINK else 0
-            self.largest[n] = max([own, *(self.largest[s] for s in n.src)])
+            if not huge and n.op is not Ops.SINK:
+                huge = (n.arg if n.op is Ops.BUFFER else prod(shape_of(n))) > INT32_LIMIT
+        self.index_dtype = dtypes.int64 if huge else dtypes.int32
         self.items: list[ScheduleItem] = []
         self.done: dict[UOp, UOp] = {}  # lazy node -> BUFFER uop computed in this schedule
         self.var_vals: dict[str, int] = {}
@@ -248,8 +252,7 @@ class Kernelizer:
     def _compute_kernel(self, node: UOp) -> UOp:
         shape, dtype = shape_of(node), node.dtype
         device = self.device.get(node) or self.default_device
-        biggest = self.largest.get(node, INT32_LIMIT + 1)  # nodes made by this schedule (splits) are not in it
-        kernel = _KernelBuilder(self, dtypes.int64 if biggest > INT32_LIMIT else dtypes.int32)
+        kernel = _KernelBuilder(self, self.index_dtype)
         out = new_buffer_uop(device, prod(shape), dtype)
         kernel.param(out)
         ranges = tuple(UOp.range(s, i, "global", dtype=kernel.idt) if s != 1 else UOp.const(kernel.idt, 0)
