@@ -1,5 +1,5 @@
 """The instruction tables as data (every op has forms, flags and memory facts are right) and the
-plugin module (cheap to import, registers nothing yet, its entry point loads)."""
+plugin module (cheap to import, registers the X86 renderer, its entry point loads)."""
 from __future__ import annotations
 
 import subprocess
@@ -86,11 +86,12 @@ def test_encoding_parser_reads_sdm_notation():
         parse_encoding("0F /9")
 
 
-def test_plugin_module_is_cheap_and_registers_nothing():
+def test_plugin_module_is_cheap_and_registers_the_renderer():
     code = ("import sys, tg_x86.plugin as p; assert p.TG_HOOKSPEC_VERSION == 1; "
-            "heavy = [m for m in ('tg_x86.forms', 'tg_x86.encoder', 'capstone', 'numpy') if m in sys.modules]; "
+            "heavy = [m for m in ('tg_x86.forms', 'tg_x86.encoder', 'tg_x86.renderer', 'tg_x86.cpu', 'capstone', "
+            "'numpy') if m in sys.modules]; "
             "assert not heavy, heavy; "
-            "assert not [n for n in dir(p) if n.startswith('tg_')], dir(p)")
+            "assert [n for n in dir(p) if n.startswith('tg_')] == ['tg_register_renderers'], dir(p)")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -103,7 +104,7 @@ def test_entry_point_loads_in_the_plugin_host():
     host = PluginHost(entry_points=eps, env={"TG_STRICT_PLUGINS": "1"}).load()
     info = host.plugins["x86"]
     assert info.ok and info.distribution == "tg-x86"
-    assert info.hooks == ()  # no renderer until it can render
+    assert info.hooks == ("tg_register_renderers",)
 
 
 def test_table_rows_are_checked():

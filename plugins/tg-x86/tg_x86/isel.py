@@ -1,0 +1,914 @@
+"""Instruction selection: a kernel's linear UOps -> machine instructions on virtual registers.
+
+In:  the linear UOp list codegen hands a ``linear`` renderer (scalar: no ``simd_widths``).
+Out: a list of ``MInst`` (see ``machine.py``) with ``LoopStart``/``LoopEnd`` markers, and the
+     ``Frame`` (constants, argument count) the prologue needs.
+
+Value representation:
+    integers and bool  a gpr; types narrower than 32 bits are kept sign- or zero-extended to
+                       32 bits ("canonical"), 32-bit values have the upper half zero (so an
+                       int32 index is also a valid 64-bit index)
+    float32/float64    the low lane of an xmm register
+    float16/bfloat16   the low lane of an xmm register as the float32 with the same value
+                       (loads widen, stores narrow, casts to them round)
+Constants are immediates where an instruction takes one, float constants live in 16-byte
+frame slots written by the prologue (memory operands, or a load where a register is needed).
+
+Semantics are the C renderer's: x/0 = 0, INT_MIN/-1 wraps, shifts out of range give 0 or the
+sign, float->int truncates and wraps (NaN/inf give 0), max propagates NaN, gated loads read 0
+(and never touch memory), gated stores are skipped.
+"""
+from __future__ import annotations
+
+import itertools
+import struct
+from typing import Any
+
+from tg_x86.isa import Cond, Op
+from tg_x86.machine import RAX, RCX, RDX, Frame, Slot, VMem, label_inst, minst
+from tg_x86.operands import Label
+from tgcore.codegen.regalloc import LoopEnd, LoopStart, MInst, VReg
+from tgcore.dtype import AddrSpace, DType, dtypes
+from tgcore.uop import Ops, UOp
+
+F16_ROUND = 0       # vcvtps2ph immediate: round to nearest even
+TRUNC_IMM = 0xB     # vroundss immediate: toward zero, no precision exception
+CMP_EQ_OQ, CMP_LT_OS, CMP_NEQ_UQ, CMP_UNORD_Q = 0, 1, 4, 3
+CMP_OPS = (Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE)
+
+
+class SelectionError(NotImplementedError):
+    """A UOp (or dtype) the x86 renderer has no rule for."""
+
+
+def is_vec(dt: DType) -> bool:
+    return dtypes.is_float(dt)
+
+
+def gbits(dt: DType) -> int:
+    """Width of the gpr operations on an integer dtype (narrow types work in 32 bits)."""
+    return 64 if dt.itemsize == 8 else 32
+
+
+def f32_bits(value: float, dt: DType) -> bytes:
+    """The float32 bytes of ``value`` rounded to ``dt`` (the in-register form of f32/f16/bf16)."""
+    import numpy as np
+    if dt is dtypes.float16:
+        value = float(np.float16(value))
+    elif dt is dtypes.bfloat16:
+        u = struct.unpack("<I", struct.pack("<f", value))[0]
+        if (u & 0x7FFFFFFF) > 0x7F800000:
+            u |= 0x400000
+        else:
+            u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFFFFFF
+        return struct.pack("<I", u & 0xFFFF0000)
+    return struct.pack("<f", float(np.float32(value)))
+
+
+def fsuffix(dt: DType) -> str:
+    return "SD" if dt is dtypes.float64 else "SS"
+
+
+def fop(name: str, dt: DType) -> Op:
+    return Op[name + fsuffix(dt)]
+
+
+class Selector:
+    def __init__(self, uops: list[UOp]) -> None:
+        self.uops = uops
+        self.pos = {u: i for i, u in enumerate(uops)}
+        self.users: dict[UOp, list[UOp]] = {u: [] for u in uops}
+        for u in uops:
+            for s in u.src:
+                if s in self.users:
+                    self.users[s].append(u)
+        self.prog: list[Any] = []
+        self.frame = Frame()
+        self.val: dict[UOp, Any] = {}
+        self.ids = itertools.count()
+        self.loops: list[tuple[VReg, Any, Label, Label, int]] = []
+        self.const_slots: dict[bytes, int] = {}
+        # buffer k is argument k; a buffer no UOp reads still takes its place, so the variables and
+        # core_id follow the highest buffer number
+        nbufs = max((u.arg + 1 for u in uops if u.op is Ops.PARAM), default=0)
+        names = sorted({u.arg[0] for u in uops if u.op is Ops.DEFINE_VAR})
+        self.var_arg = {n: nbufs + i for i, n in enumerate(names)}
+        self.core_arg = nbufs + len(names)
+        self.frame.nargs = self.core_arg + 1
+
+    # ---- helpers ----
+    def new(self, cls: str) -> VReg:
+        return VReg(next(self.ids), cls)
+
+    def newv(self, dt: DType) -> VReg:
+        return self.new("vec" if is_vec(dt) else "gpr")
+
+    def emit(self, op: Op, defs: list, uses: list, layout: tuple, two: bool = False, cond: Cond | None = None) -> None:
+        self.prog.append(minst(op, defs, uses, layout, two, cond))
+
+    def label(self, lab: Label) -> None:
+        self.prog.append(label_inst(lab))
+
+    def jump(self, lab: Label, cond: Cond | None = None) -> None:
+        self.emit(Op.JCC if cond else Op.JMP, [], [], (("l", lab),), cond=cond)
+
+    def copy(self, d: VReg, s: Any) -> None:
+        self.prog.append(MInst("copy", [d], [s]))
+
+    def const_mem(self, data: bytes, bits: int) -> VMem:
+        data = data.ljust(16, b"\0")
+        k = self.const_slots.get(data)
+        if k is None:
+            k = self.const_slots[data] = len(self.frame.consts)
+            self.frame.consts.append(data)
+        return VMem(bits, slot=Slot("const", k))
+
+    def fconst(self, value: float, dt: DType) -> VMem:
+        if dt is dtypes.float64:
+            return self.const_mem(struct.pack("<d", float(value)), 64)
+        return self.const_mem(f32_bits(value, dt), 32)
+
+    def mov_imm(self, d: Any, value: int, bits: int) -> None:
+        value &= (1 << bits) - 1
+        if bits == 64 and value >= 1 << 63:
+            value -= 1 << 64
+        if bits == 64 and not -(1 << 31) <= value < (1 << 31):
+            self.emit(Op.MOVABS, [d], [], (("d", 0, 64), ("i", value & ((1 << 64) - 1))))
+        else:
+            self.emit(Op.MOV, [d], [], (("d", 0, bits), ("i", value)))
+
+    def int_value(self, u: UOp) -> int:
+        v = u.arg
+        return int(bool(v)) if u.dtype is dtypes.bool else int(v)
+
+    def materialize(self, u: UOp, into: VReg | None = None) -> VReg:
+        """A CONST in a register (emitted here, at its use)."""
+        d = into or self.newv(u.dtype)
+        if is_vec(u.dtype):
+            op = Op.VMOVSD if u.dtype is dtypes.float64 else Op.VMOVSS
+            m = self.fconst(u.arg, u.dtype)
+            self.emit(op, [d], [m], (("d", 0, 128), ("u", 0, None)))
+        else:
+            self.mov_imm(d, self.canon_const(u), gbits(u.dtype))
+        return d
+
+    def canon_const(self, u: UOp) -> int:
+        """An integer constant as its canonical register value."""
+        v, dt = self.int_value(u), u.dtype
+        if dt is dtypes.bool:
+            return v
+        bits = dt.itemsize * 8
+        v &= (1 << bits) - 1
+        if not dtypes.is_unsigned(dt) and v >= 1 << (bits - 1):
+            v -= 1 << bits
+        return v
+
+    def reg(self, u: UOp) -> VReg:
+        if u.op is Ops.CONST:
+            return self.materialize(u)
+        v = self.val.get(u)
+        if v is None:
+            raise SelectionError(f"x86: no value for {u.op.name} {u.dtype}")
+        return v
+
+    def int_operand(self, u: UOp, bits: int) -> Any:
+        """An immediate when the constant fits the instruction, else a register."""
+        if u.op is Ops.CONST and not is_vec(u.dtype):
+            v = self.canon_const(u)
+            if -(1 << 31) <= v < (1 << 31) or (bits == 32 and v < (1 << 32)):
+                return v
+        return self.reg(u)
+
+    def float_operand(self, u: UOp) -> Any:
+        """A constant's frame slot (memory operand) or a register."""
+        if u.op is Ops.CONST:
+            return self.fconst(u.arg, u.dtype)
+        return self.reg(u)
+
+    @staticmethod
+    def operand_layout(i: int, o: Any, bits: int) -> tuple:
+        if isinstance(o, int):
+            return ("i", o)
+        return ("u", i, None if isinstance(o, VMem) else bits)
+
+    def alu2(self, op: Op, d: Any, a: Any, b: Any, bits: int) -> None:
+        """Two-address ``d = a op b`` (b a register, immediate or memory)."""
+        if isinstance(b, int):
+            self.emit(op, [d], [a], (("d", 0, bits), ("i", b)), two=True)
+        else:
+            self.emit(op, [d], [a, b], (("d", 0, bits), self.operand_layout(1, b, bits)), two=True)
+
+    def vop3(self, op: Op, d: Any, a: Any, b: Any, extra: tuple = ()) -> None:
+        """Three-operand VEX ``d = a op b`` on xmm registers (b may be memory)."""
+        self.emit(op, [d], [a, b], (("d", 0, 128), ("u", 0, 128), self.operand_layout(1, b, 128), *extra))
+
+    def canon(self, d: VReg, dt: DType) -> None:
+        """Sign- or zero-extend a narrow integer's low bits to 32 bits."""
+        if dt.itemsize >= 4 or dt is dtypes.bool:
+            return
+        op = Op.MOVZX if dtypes.is_unsigned(dt) else Op.MOVSX
+        self.emit(op, [d], [d], (("d", 0, 32), ("u", 0, dt.itemsize * 8)))
+
+    def setcc(self, d: VReg, cond: Cond) -> None:
+        self.emit(Op.SETCC, [d], [], (("d", 0, 8),), cond=cond)
+
+    def flags_to_bool(self, kind: tuple) -> VReg:
+        d = self.new("gpr")
+        if kind[0] == "c":
+            self.setcc(d, kind[1])
+        else:
+            t = self.new("gpr")
+            self.setcc(d, Cond.E if kind[0] == "eq" else Cond.NE)
+            self.setcc(t, Cond.NP if kind[0] == "eq" else Cond.P)
+            self.alu2(Op.AND if kind[0] == "eq" else Op.OR, d, d, t, 8)
+        self.emit(Op.MOVZX, [d], [d], (("d", 0, 32), ("u", 0, 8)))
+        return d
+
+    def compare(self, u: UOp) -> tuple:
+        """Emit the flags of comparison ``u``; returns ("c", cond) or ("eq",)/("ne",) for floats."""
+        a, b = u.src
+        dt = a.dtype
+        if is_vec(dt):
+            op = Op.VUCOMISD if dt is dtypes.float64 else Op.VUCOMISS
+            if u.op is Ops.CMPLT:  # a < b  <=>  b > a (unordered: false)
+                ra, rb = self.reg(a), self.float_operand(b)
+                rb = rb if not isinstance(rb, VMem) else self.reg_from(rb, dt)
+                self.emit(op, [], [rb, ra], (("u", 0, 128), ("u", 1, 128)))
+                return ("c", Cond.A)
+            ra, rb = self.reg(a), self.float_operand(b)
+            self.emit(op, [], [ra, rb], (("u", 0, 128), self.operand_layout(1, rb, 128)))
+            return ("eq",) if u.op is Ops.CMPEQ else ("ne",)
+        bits = gbits(dt)
+        ra = self.reg(a)
+        rb = self.int_operand(b, bits)
+        self.emit(Op.CMP, [], [ra] + ([] if isinstance(rb, int) else [rb]),
+                  (("u", 0, bits), self.operand_layout(1, rb, bits)))
+        unsigned = dtypes.is_unsigned(dt) or dt is dtypes.bool
+        cond = {Ops.CMPLT: Cond.B if unsigned else Cond.L, Ops.CMPEQ: Cond.E, Ops.CMPNE: Cond.NE}[u.op]
+        return ("c", cond)
+
+    def reg_from(self, m: VMem, dt: DType) -> VReg:
+        d = self.new("vec")
+        self.emit(Op.VMOVSD if dt is dtypes.float64 else Op.VMOVSS, [d], [m], (("d", 0, 128), ("u", 0, None)))
+        return d
+
+    def fusable_compare(self, c: UOp) -> bool:
+        """A comparison whose only users are WHEREs that recompute its flags (or mask): no bool is made."""
+        users = self.users.get(c, [])
+        return bool(users) and all(x.op is Ops.WHERE and x.src[0] is c and x.src[1] is not c
+                                   and x.src[2] is not c and self.where_fuses(x.dtype, c) for x in users)
+
+    @staticmethod
+    def where_fuses(dt: DType, c: UOp) -> bool:
+        """Can a WHERE of ``dt`` use comparison ``c`` directly (flags for gprs, a vcmp mask for floats)?"""
+        if c.op not in CMP_OPS:
+            return False
+        if not is_vec(dt):
+            return True
+        return is_vec(c.src[0].dtype) and (c.src[0].dtype is dtypes.float64) == (dt is dtypes.float64)
+
+    # ---- the program ----
+    def select(self) -> tuple[list[Any], Frame]:
+        for u in self.uops:
+            self.one(u)
+        return self.prog, self.frame
+
+    def one(self, u: UOp) -> None:
+        op = u.op
+        if op is Ops.PARAM:
+            d = self.new("gpr")
+            self.emit(Op.MOV, [d], [VMem(64, slot=Slot("arg", u.arg))], (("d", 0, 64), ("u", 0, None)))
+            self.val[u] = d
+        elif op is Ops.DEFINE_VAR:
+            d = self.new("gpr")
+            self.emit(Op.MOV, [d], [VMem(32, slot=Slot("arg", self.var_arg[u.arg[0]]))], (("d", 0, 32), ("u", 0, None)))
+            self.val[u] = d
+        elif op in (Ops.CONST, Ops.SINK, Ops.GROUP, Ops.NOOP, Ops.INDEX):
+            pass
+        elif op is Ops.DEFINE_REG:
+            base = u.dtype.base  # type: ignore[attr-defined]
+            if getattr(u.dtype, "size", 1) not in (1, -1) or base.count != 1:
+                raise SelectionError(f"x86: accumulator {u.dtype} (only scalar 1-element registers)")
+            self.val[u] = self.newv(base)
+        elif op is Ops.AFTER:
+            if u.src[0] in self.val:
+                self.val[u] = self.val[u.src[0]]
+        elif op is Ops.RANGE:
+            self.open_loop(u)
+        elif op is Ops.END:
+            for _ in u.src[1:]:
+                self.close_loop()
+        elif op is Ops.LOAD:
+            self.load(u)
+        elif op is Ops.STORE:
+            self.store(u)
+        elif op is Ops.CAST:
+            self.val[u] = self.cast(u.src[0], u.dtype)
+        elif op is Ops.BITCAST:
+            self.val[u] = self.bitcast(u.src[0], u.dtype)
+        elif op in (Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE):
+            if not self.fusable_compare(u):
+                self.val[u] = self.flags_to_bool(self.compare(u))
+        elif op is Ops.WHERE:
+            self.val[u] = self.where(u)
+        else:
+            if u.dtype.count != 1:
+                raise SelectionError(f"x86: vector {op.name} {u.dtype}")
+            self.val[u] = self.float_alu(u) if is_vec(u.dtype) else self.int_alu(u)
+
+    # ---- loops ----
+    def open_loop(self, u: UOp) -> None:
+        end = u.src[0]
+        bits = gbits(u.dtype)
+        i = self.new("gpr")
+        top, exit_ = Label(f"loop{len(self.loops)}"), Label(f"exit{len(self.loops)}")
+        arg = u.arg if isinstance(u.arg, tuple) else (u.arg,)
+        guard = True
+        if len(arg) > 2 and arg[1] == "thread":
+            n = int(arg[2])
+            core = self.new("gpr")
+            self.emit(Op.MOV, [core], [VMem(32, slot=Slot("arg", self.core_arg))], (("d", 0, 32), ("u", 0, None)))
+            if end.op is Ops.CONST:
+                chunk: Any = (self.int_value(end) + n - 1) // n
+                self.emit(Op.IMUL3, [i], [core], (("d", 0, bits), ("u", 0, bits), ("i", chunk)))
+            else:
+                rend = self.reg(end)
+                self.emit(Op.MOV, [RAX], [rend], (("d", 0, 32), ("u", 0, 32)))
+                self.alu2(Op.ADD, RAX, RAX, n - 1, 32)
+                self.mov_imm(RCX, n, 32)
+                self.mov_imm(RDX, 0, 32)
+                self.emit(Op.DIV, [RAX, RDX], [RAX, RDX, RCX], (("u", 2, 32),))
+                chunk = self.new("gpr")
+                self.emit(Op.MOV, [chunk], [RAX], (("d", 0, 32), ("u", 0, 32)))
+                self.copy(i, core)
+                self.alu2(Op.IMUL, i, i, chunk, 32)
+            stop = self.new("gpr")
+            self.copy(stop, i)
+            self.alu2(Op.ADD, stop, stop, chunk, bits)
+            rend = self.reg(end)
+            self.emit(Op.CMP, [], [stop, rend], (("u", 0, bits), ("u", 1, bits)))
+            self.emit(Op.CMOVCC, [stop], [stop, rend], (("d", 0, bits), ("u", 1, bits)), two=True, cond=Cond.G)
+            limit: Any = stop
+        else:
+            self.mov_imm(i, 0, bits)
+            limit = self.int_operand(end, bits)
+            guard = not (isinstance(limit, int) and limit > 0)
+        if guard:
+            self.cmp_limit(i, limit, bits)
+            self.jump(exit_, Cond.GE)
+        self.prog.append(LoopStart(top))
+        self.label(top)
+        self.val[u] = i
+        self.loops.append((i, limit, top, exit_, bits))
+
+    def cmp_limit(self, i: VReg, limit: Any, bits: int) -> None:
+        uses = [i] if isinstance(limit, int) else [i, limit]
+        self.emit(Op.CMP, [], uses, (("u", 0, bits), self.operand_layout(1, limit, bits)))
+
+    def close_loop(self) -> None:
+        i, limit, top, exit_, bits = self.loops.pop()
+        self.alu2(Op.ADD, i, i, 1, bits)
+        self.cmp_limit(i, limit, bits)
+        self.jump(top, Cond.L)
+        self.prog.append(LoopEnd(top))
+        self.label(exit_)
+
+    # ---- memory ----
+    def is_reg_index(self, idx: UOp) -> bool:
+        return getattr(idx.src[0].dtype, "addrspace", AddrSpace.GLOBAL) is AddrSpace.REG
+
+    def mem(self, idx: UOp, bits: int) -> VMem:
+        buf, i = idx.src[0], idx.src[1]
+        base = self.reg(buf)
+        size = buf.dtype.base.itemsize  # type: ignore[attr-defined]
+        if i.op is Ops.CONST:
+            return VMem(bits, base, disp=self.int_value(i) * size)
+        if i.op is Ops.ADD and i.src[1].op is Ops.CONST and i.src[0].vmin >= 0 and i.src[0].dtype.count == 1:
+            disp = self.int_value(i.src[1]) * size
+            if -(1 << 31) <= disp < (1 << 31):
+                return VMem(bits, base, self.index_reg(i.src[0]), size, disp)
+        return VMem(bits, base, self.index_reg(i), size)
+
+    def index_reg(self, i: UOp) -> VReg:
+        if i.dtype.itemsize < 4:
+            raise SelectionError(f"x86: index of dtype {i.dtype}")
+        return self.reg(i)
+
+    def load(self, u: UOp) -> None:
+        idx = u.src[0]
+        if self.is_reg_index(idx):
+            acc = self.val[idx.src[0]]
+            if self.alias_ok(u):
+                self.val[u] = acc
+            else:
+                d = self.newv(u.dtype)
+                self.copy(d, acc)
+                self.val[u] = d
+            return
+        dt = u.dtype
+        d = self.newv(dt)
+        gate = idx.src[2] if len(idx.src) > 2 else None
+        if gate is None:
+            self.load_into(d, idx, dt)
+        else:
+            if len(u.src) > 1:
+                self.copy(d, self.reg(u.src[1]))
+            elif is_vec(dt):
+                self.emit(Op.VXORPS, [d], [], (("d", 0, 128), ("d", 0, 128), ("d", 0, 128)))
+            else:
+                self.mov_imm(d, 0, 32)
+            skip = Label("gated")
+            self.test_gate(gate)
+            self.jump(skip, Cond.E)
+            self.load_into(d, idx, dt)
+            self.label(skip)
+        self.val[u] = d
+
+    def test_gate(self, gate: UOp) -> None:
+        g = self.reg(gate)
+        self.emit(Op.TEST, [], [g, g], (("u", 0, 32), ("u", 1, 32)))
+
+    def alias_ok(self, u: UOp) -> bool:
+        """A LOAD of an accumulator may be the accumulator itself if every use comes before the next STORE."""
+        acc = self.define_reg(u.src[0])
+        here = self.pos[u]
+        nxt = min((self.pos[s] for s in self.uops[here + 1:] if s.op is Ops.STORE and self.is_reg_index(s.src[0])
+                   and self.define_reg(s.src[0]) is acc), default=len(self.uops))
+        return all(self.pos[x] <= nxt for x in self.users[u])
+
+    @staticmethod
+    def define_reg(idx: UOp) -> UOp:
+        p = idx.src[0]
+        while p.op is Ops.AFTER:
+            p = p.src[0]
+        return p
+
+    def load_into(self, d: VReg, idx: UOp, dt: DType) -> None:
+        size = dt.itemsize
+        if dt is dtypes.float32:
+            self.emit(Op.VMOVSS, [d], [self.mem(idx, 32)], (("d", 0, 128), ("u", 0, None)))
+        elif dt is dtypes.float64:
+            self.emit(Op.VMOVSD, [d], [self.mem(idx, 64)], (("d", 0, 128), ("u", 0, None)))
+        elif dt in (dtypes.float16, dtypes.bfloat16):
+            t = self.new("gpr")
+            self.emit(Op.MOVZX, [t], [self.mem(idx, 16)], (("d", 0, 32), ("u", 0, None)))
+            if dt is dtypes.bfloat16:
+                self.alu2(Op.SHL, t, t, 16, 32)
+            self.emit(Op.VMOVD, [d], [t], (("d", 0, 128), ("u", 0, 32)))
+            if dt is dtypes.float16:
+                self.emit(Op.VCVTPH2PS, [d], [d], (("d", 0, 128), ("u", 0, 128)))
+        elif size == 8:
+            self.emit(Op.MOV, [d], [self.mem(idx, 64)], (("d", 0, 64), ("u", 0, None)))
+        elif size == 4:
+            self.emit(Op.MOV, [d], [self.mem(idx, 32)], (("d", 0, 32), ("u", 0, None)))
+        else:
+            op = Op.MOVZX if dtypes.is_unsigned(dt) or dt is dtypes.bool else Op.MOVSX
+            self.emit(op, [d], [self.mem(idx, size * 8)], (("d", 0, 32), ("u", 0, None)))
+
+    def store(self, u: UOp) -> None:
+        idx, value = u.src[0], u.src[1]
+        if self.is_reg_index(idx):
+            acc = self.val[self.define_reg(idx)]
+            if value.op is Ops.CONST:
+                self.materialize(value, into=acc)
+            else:
+                self.copy(acc, self.reg(value))
+            return
+        gate = idx.src[2] if len(idx.src) > 2 else None
+        skip = Label("gated")
+        dt = value.dtype
+        if gate is not None:
+            self.test_gate(gate)
+            self.jump(skip, Cond.E)
+        if is_vec(dt):
+            x = self.reg(value)
+            if dt is dtypes.float32:
+                self.emit(Op.VMOVSS, [], [self.mem(idx, 32), x], (("u", 0, None), ("u", 1, 128)))
+            elif dt is dtypes.float64:
+                self.emit(Op.VMOVSD, [], [self.mem(idx, 64), x], (("u", 0, None), ("u", 1, 128)))
+            elif dt is dtypes.float16:
+                t = self.new("vec")
+                self.emit(Op.VCVTPS2PH, [t], [x], (("d", 0, 128), ("u", 0, 128), ("i", F16_ROUND)))
+                self.emit(Op.VPEXTRW, [], [self.mem(idx, 16), t], (("u", 0, None), ("u", 1, 128), ("i", 0)))
+            else:
+                t = self.new("gpr")
+                self.emit(Op.VMOVD, [t], [x], (("d", 0, 32), ("u", 0, 128)))
+                self.alu2(Op.SHR, t, t, 16, 32)
+                self.emit(Op.MOV, [], [self.mem(idx, 16), t], (("u", 0, None), ("u", 1, 16)))
+        else:
+            bits = dt.itemsize * 8
+            v = self.int_operand(value, 32)
+            m = self.mem(idx, bits)
+            if isinstance(v, int) and (bits < 64 or -(1 << 31) <= v < (1 << 31)):
+                self.emit(Op.MOV, [], [m], (("u", 0, None), ("i", v & ((1 << bits) - 1) if bits < 64 else v)))
+            else:
+                r = v if isinstance(v, VReg) else self.reg(value)
+                self.emit(Op.MOV, [], [m, r], (("u", 0, None), ("u", 1, bits)))
+        if gate is not None:
+            self.label(skip)
+
+    # ---- integer ALU ----
+    def int_alu(self, u: UOp) -> VReg:
+        op, dt = u.op, u.dtype
+        bits = gbits(dt)
+        if op in (Ops.IDIV, Ops.MOD):
+            return self.divide(u)
+        if op in (Ops.SHL, Ops.SHR):
+            return self.shift(u)
+        if op is Ops.MAX:
+            a, b = self.reg(u.src[0]), self.reg(u.src[1])
+            self.emit(Op.CMP, [], [a, b], (("u", 0, bits), ("u", 1, bits)))
+            d = self.new("gpr")
+            cond = Cond.A if dtypes.is_unsigned(dt) or dt is dtypes.bool else Cond.G
+            self.emit(Op.CMOVCC, [d], [b, a], (("d", 0, bits), ("u", 1, bits)), two=True, cond=cond)
+            return d
+        if op is Ops.NEG:
+            d = self.new("gpr")
+            if dt is dtypes.bool:
+                self.alu2(Op.XOR, d, self.reg(u.src[0]), 1, 32)
+            else:
+                self.emit(Op.NEG, [d], [self.reg(u.src[0])], (("d", 0, bits),), two=True)
+                self.canon(d, dt)
+            return d
+        if op is Ops.MULACC:
+            a, b, c = u.src
+            t = self.new("gpr")
+            self.alu2(Op.IMUL, t, self.reg(a), self.reg(b), bits)
+            d = self.new("gpr")
+            self.alu2(Op.ADD, d, t, self.int_operand(c, bits), bits)
+            self.canon(d, dt)
+            return d
+        table = {Ops.ADD: Op.ADD, Ops.SUB: Op.SUB, Ops.MUL: Op.IMUL, Ops.AND: Op.AND, Ops.OR: Op.OR, Ops.XOR: Op.XOR}
+        if dt is dtypes.bool:
+            table.update({Ops.ADD: Op.OR, Ops.MUL: Op.AND})
+        if op not in table:
+            raise SelectionError(f"x86: no rule for {op.name} on {dt}")
+        a, b = u.src
+        if a.op is Ops.CONST and b.op is not Ops.CONST and op is not Ops.SUB:
+            a, b = b, a
+        xop = table[op]
+        d = self.new("gpr")
+        rb = self.int_operand(b, bits)
+        if xop is Op.IMUL and isinstance(rb, int):
+            if -(1 << 31) <= rb < (1 << 31):
+                self.emit(Op.IMUL3, [d], [self.reg(a)], (("d", 0, bits), ("u", 0, bits), ("i", rb)))
+            else:
+                self.alu2(Op.IMUL, d, self.reg(a), self.reg(b), bits)
+        else:
+            self.alu2(xop, d, self.reg(a), rb, bits)
+        if op in (Ops.ADD, Ops.SUB, Ops.MUL):
+            self.canon(d, dt)
+        return d
+
+    def divide(self, u: UOp) -> VReg:
+        """x/0 = x%0 = 0; INT_MIN/-1 wraps. Divisors 0 and -1 divide by 1; the quotient is then a*b."""
+        dt = u.dtype
+        bits = gbits(dt)
+        a, b = self.reg(u.src[0]), self.reg(u.src[1])
+        d = self.new("gpr")
+        r = (("d", 0, bits),)
+        if dtypes.is_unsigned(dt) or dt is dtypes.bool:
+            self.mov_imm(RCX, 1, bits)
+            self.emit(Op.TEST, [], [b, b], (("u", 0, bits), ("u", 1, bits)))
+            self.emit(Op.CMOVCC, [RCX], [RCX, b], (*r, ("u", 1, bits)), two=True, cond=Cond.NE)
+            self.emit(Op.MOV, [RAX], [a], (*r, ("u", 0, bits)))
+            self.mov_imm(RDX, 0, bits)
+            self.emit(Op.DIV, [RAX, RDX], [RAX, RDX, RCX], (("u", 2, bits),))
+            if u.op is Ops.IDIV:
+                self.emit(Op.TEST, [], [b, b], (("u", 0, bits), ("u", 1, bits)))
+                self.emit(Op.CMOVCC, [RAX], [RAX, b], (*r, ("u", 1, bits)), two=True, cond=Cond.E)
+        else:
+            def special() -> None:  # flags: below-or-equal when b is 0 or -1
+                self.emit(Op.LEA, [RCX], [VMem(None, b, disp=1)], (*r, ("u", 0, None)))
+                self.emit(Op.CMP, [], [RCX], (("u", 0, bits), ("i", 1)))
+            special()
+            self.mov_imm(RCX, 1, bits)
+            self.emit(Op.CMOVCC, [RCX], [RCX, b], (*r, ("u", 1, bits)), two=True, cond=Cond.A)
+            self.emit(Op.MOV, [RAX], [a], (*r, ("u", 0, bits)))
+            self.emit(Op.CQO if bits == 64 else Op.CDQ, [RDX], [RAX], ())
+            self.emit(Op.IDIV, [RAX, RDX], [RAX, RDX, RCX], (("u", 2, bits),))
+            if u.op is Ops.IDIV:
+                self.emit(Op.MOV, [RDX], [a], (*r, ("u", 0, bits)))
+                self.emit(Op.IMUL, [RDX], [RDX, b], (*r, ("u", 1, bits)), two=True)
+                special()
+                self.emit(Op.CMOVCC, [RAX], [RAX, RDX], (*r, ("u", 1, bits)), two=True, cond=Cond.BE)
+        self.emit(Op.MOV, [d], [RAX if u.op is Ops.IDIV else RDX], (*r, ("u", 0, bits)))
+        self.canon(d, dt)
+        return d
+
+    def shift(self, u: UOp) -> VReg:
+        """Shift amounts outside 0..width-1 give 0 (SHL, unsigned SHR) or the sign (signed SHR)."""
+        dt = u.dtype
+        bits = gbits(dt)
+        width = dt.itemsize * 8
+        signed = not dtypes.is_unsigned(dt) and dt is not dtypes.bool
+        xop = Op.SHL if u.op is Ops.SHL else (Op.SAR if signed else Op.SHR)
+        a, n = u.src
+        ra = self.reg(a)
+        d = self.new("gpr")
+        if n.op is Ops.CONST and 0 <= self.int_value(n) < width:
+            self.alu2(xop, d, ra, self.int_value(n), bits)
+        else:
+            rn = self.reg(n)
+            nbits = gbits(n.dtype)
+            self.emit(Op.MOV, [RCX], [rn], (("d", 0, nbits), ("u", 0, nbits)))
+            self.emit(xop, [d], [ra, RCX], (("d", 0, bits), ("u", 1, 8)), two=True)
+            if xop is Op.SAR:
+                self.emit(Op.MOV, [RAX], [ra], (("d", 0, bits), ("u", 0, bits)))
+                self.alu2(Op.SAR, RAX, RAX, bits - 1, bits)
+            else:
+                self.mov_imm(RAX, 0, bits)
+            self.emit(Op.CMP, [], [rn], (("u", 0, nbits), ("i", width)))
+            self.emit(Op.CMOVCC, [d], [d, RAX], (("d", 0, bits), ("u", 1, bits)), two=True, cond=Cond.AE)
+        if u.op is Ops.SHL:
+            self.canon(d, dt)
+        return d
+
+    # ---- where ----
+    def where(self, u: UOp) -> VReg:
+        c, x, y = u.src
+        dt = u.dtype
+        if is_vec(dt):
+            rx, ry = self.reg(x), self.reg(y)
+            m = self.new("vec")
+            if self.where_fuses(dt, c):
+                pred = {Ops.CMPLT: CMP_LT_OS, Ops.CMPEQ: CMP_EQ_OQ, Ops.CMPNE: CMP_NEQ_UQ}[c.op]
+                ra, rb = self.reg(c.src[0]), self.float_operand(c.src[1])
+                self.vop3(fop("VCMP", c.src[0].dtype), m, ra, rb, (("i", pred),))
+            else:
+                t = self.new("gpr")
+                self.copy(t, self.reg(c))
+                self.emit(Op.NEG, [t], [t], (("d", 0, 64),), two=True)
+                self.emit(Op.VMOVQ, [m], [t], (("d", 0, 128), ("u", 0, 64)))
+            d = self.new("vec")
+            blend = Op.VBLENDVPD if dt is dtypes.float64 else Op.VBLENDVPS
+            self.emit(blend, [d], [ry, rx, m], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128), ("u", 2, 128)))
+            return d
+        bits = max(gbits(dt), 32)
+        rx, ry = self.reg(x), self.reg(y)
+        if c.op in CMP_OPS:
+            kind = self.compare(c)
+        else:
+            rc = self.reg(c)
+            self.emit(Op.TEST, [], [rc, rc], (("u", 0, 32), ("u", 1, 32)))
+            kind = ("c", Cond.NE)
+        d = self.new("gpr")
+        lay = (("d", 0, bits), ("u", 1, bits))
+        if kind[0] == "c":
+            self.emit(Op.CMOVCC, [d], [ry, rx], lay, two=True, cond=kind[1])
+        elif kind[0] == "eq":
+            self.emit(Op.CMOVCC, [d], [ry, rx], lay, two=True, cond=Cond.E)
+            self.emit(Op.CMOVCC, [d], [d, ry], lay, two=True, cond=Cond.P)
+        else:
+            self.emit(Op.CMOVCC, [d], [ry, rx], lay, two=True, cond=Cond.NE)
+            self.emit(Op.CMOVCC, [d], [d, rx], lay, two=True, cond=Cond.P)
+        return d
+
+    # ---- float ALU ----
+    def float_alu(self, u: UOp) -> VReg:
+        op, dt = u.op, u.dtype
+        d = self.new("vec")
+        if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV):
+            a, b = u.src
+            if a.op is Ops.CONST and b.op is not Ops.CONST and op in (Ops.ADD, Ops.MUL):
+                a, b = b, a
+            name = {Ops.ADD: "VADD", Ops.SUB: "VSUB", Ops.MUL: "VMUL", Ops.FDIV: "VDIV"}[op]
+            self.vop3(fop(name, dt), d, self.reg(a), self.float_operand(b))
+        elif op is Ops.MAX:  # (a != a || a > b) ? a : b
+            a = self.reg(u.src[0])
+            t, m = self.new("vec"), self.new("vec")
+            self.vop3(fop("VMAX", dt), t, a, self.float_operand(u.src[1]))
+            self.vop3(fop("VCMP", dt), m, a, a, (("i", CMP_UNORD_Q),))
+            blend = Op.VBLENDVPD if dt is dtypes.float64 else Op.VBLENDVPS
+            self.emit(blend, [d], [t, a, m], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128), ("u", 2, 128)))
+        elif op is Ops.NEG:
+            sign = struct.pack("<Q", 1 << 63) if dt is dtypes.float64 else struct.pack("<I", 1 << 31)
+            self.vop3(Op.VXORPS, d, self.reg(u.src[0]), self.const_mem(sign, 128))
+        elif op is Ops.SQRT:
+            a = self.reg(u.src[0])
+            self.vop3(fop("VSQRT", dt), d, a, a)
+        elif op is Ops.RECIPROCAL:
+            one = self.materialize(UOp.const(dt, 1.0))
+            self.vop3(fop("VDIV", dt), d, one, self.reg(u.src[0]))
+        elif op is Ops.TRUNC:
+            a = self.reg(u.src[0])
+            self.vop3(fop("VROUND", dt), d, a, a, (("i", TRUNC_IMM),))
+        elif op is Ops.MULACC:
+            a, b, c = u.src
+            self.emit(fop("VFMADD231", dt), [d], [self.reg(c), self.reg(a), self.float_operand(b)],
+                      (("d", 0, 128), ("u", 1, 128), self.operand_layout(2, self.float_operand(b), 128)), two=True)
+        else:
+            raise SelectionError(f"x86: no rule for {op.name} on {dt}")
+        return d
+
+    # ---- casts ----
+    def cast(self, src: UOp, dst: DType) -> VReg:
+        sdt = src.dtype
+        if sdt.count != 1 or dst.count != 1:
+            raise SelectionError(f"x86: vector cast {sdt} -> {dst}")
+        x = self.reg(src)
+        if not is_vec(sdt) and not is_vec(dst):
+            return self.int_to_int(x, sdt, dst)
+        if not is_vec(sdt):
+            return self.int_to_float(x, sdt, dst)
+        if not is_vec(dst):
+            return self.float_to_int(x, sdt, dst)
+        return self.float_to_float(x, sdt, dst)
+
+    def int_to_int(self, x: VReg, sdt: DType, dst: DType) -> VReg:
+        d = self.new("gpr")
+        if dst is dtypes.bool:
+            bits = gbits(sdt)
+            self.emit(Op.CMP, [], [x], (("u", 0, bits), ("i", 0)))
+            self.setcc(d, Cond.NE)
+            self.emit(Op.MOVZX, [d], [d], (("d", 0, 32), ("u", 0, 8)))
+        elif dst.itemsize == 8:
+            if dtypes.is_unsigned(sdt) or sdt is dtypes.bool or sdt.itemsize == 8:
+                self.emit(Op.MOV, [d], [x], (("d", 0, gbits(sdt)), ("u", 0, gbits(sdt))))
+            else:
+                self.emit(Op.MOVSXD, [d], [x], (("d", 0, 64), ("u", 0, 32)))
+        elif dst.itemsize == 4:
+            self.emit(Op.MOV, [d], [x], (("d", 0, 32), ("u", 0, 32)))
+        else:
+            op = Op.MOVZX if dtypes.is_unsigned(dst) else Op.MOVSX
+            self.emit(op, [d], [x], (("d", 0, 32), ("u", 0, dst.itemsize * 8)))
+        return d
+
+    def cvt_int(self, d: VReg, x: Any, bits: int, to64: bool) -> None:
+        op = Op.VCVTSI2SD if to64 else Op.VCVTSI2SS
+        self.emit(op, [d], [x], (("d", 0, 128), ("d", 0, 128), ("u", 0, bits)))
+
+    def int_to_float(self, x: VReg, sdt: DType, dst: DType) -> VReg:
+        wide = dst is dtypes.float64 or (dst is dtypes.bfloat16 and sdt.itemsize >= 4)
+        d = self.new("vec")
+        if sdt is dtypes.uint64:
+            done = Label("u64")
+            self.cvt_int(d, x, 64, wide)
+            self.emit(Op.TEST, [], [x, x], (("u", 0, 64), ("u", 1, 64)))
+            self.jump(done, Cond.NS)
+            self.emit(Op.MOV, [RAX], [x], (("d", 0, 64), ("u", 0, 64)))
+            self.alu2(Op.SHR, RAX, RAX, 1, 64)
+            self.emit(Op.MOV, [RCX], [x], (("d", 0, 32), ("u", 0, 32)))
+            self.alu2(Op.AND, RCX, RCX, 1, 32)
+            self.alu2(Op.OR, RAX, RAX, RCX, 64)
+            self.cvt_int(d, RAX, 64, wide)
+            self.vop3(Op.VADDSD if wide else Op.VADDSS, d, d, d)
+            self.label(done)
+        else:
+            bits = 64 if sdt.itemsize == 8 or sdt is dtypes.uint32 else 32
+            self.cvt_int(d, x, bits, wide)
+        if dst is dtypes.float16:
+            return self.round_f16(d)
+        if dst is dtypes.bfloat16:
+            return self.round_bf16(self.f64_to_f32_odd(d) if wide else d)
+        return d
+
+    def float_to_int(self, x: VReg, sdt: DType, dst: DType) -> VReg:
+        d = self.new("gpr")
+        f64 = sdt is dtypes.float64
+        if dst is dtypes.bool:
+            z = self.new("vec")
+            self.emit(Op.VXORPS, [z], [], (("d", 0, 128), ("d", 0, 128), ("d", 0, 128)))
+            self.emit(Op.VUCOMISD if f64 else Op.VUCOMISS, [], [x, z], (("u", 0, 128), ("u", 1, 128)))
+            return self.flags_to_bool(("ne",))
+        cvt = Op.VCVTTSD2SI if f64 else Op.VCVTTSS2SI
+        self.emit(cvt, [d], [x], (("d", 0, 64), ("u", 0, 128)))
+        if dst.itemsize == 8:  # 2**63 <= x < 2**64 (and NaN, inf): convert x - 2**63, flip the top bit
+            done = Label("f2i")
+            self.emit(Op.MOV, [RAX], [d], (("d", 0, 64), ("u", 0, 64)))
+            self.emit(Op.NEG, [RAX], [RAX], (("d", 0, 64),), two=True)
+            self.jump(done, Cond.NO)
+            t = self.new("vec")
+            self.vop3(Op.VSUBSD if f64 else Op.VSUBSS, t, x, self.fconst(2.0 ** 63, sdt if f64 else dtypes.float32))
+            self.emit(cvt, [d], [t], (("d", 0, 64), ("u", 0, 128)))
+            self.mov_imm(RAX, 1 << 63, 64)
+            self.alu2(Op.XOR, d, d, RAX, 64)
+            self.label(done)
+        elif dst.itemsize == 4:
+            self.emit(Op.MOV, [d], [d], (("d", 0, 32), ("u", 0, 32)))
+        else:
+            self.canon(d, dst)
+        return d
+
+    def float_to_float(self, x: VReg, sdt: DType, dst: DType) -> VReg:
+        if sdt is dst or (sdt in (dtypes.float16, dtypes.bfloat16) and dst is dtypes.float32):
+            d = self.new("vec")
+            self.copy(d, x)
+            return d
+        if dst is dtypes.float64:
+            d = self.new("vec")
+            self.vop3(Op.VCVTSS2SD, d, x, x)
+            return d
+        if sdt is dtypes.float64:
+            f = self.f64_to_f32_odd(x) if dst in (dtypes.float16, dtypes.bfloat16) else None
+            if f is None:
+                d = self.new("vec")
+                self.vop3(Op.VCVTSD2SS, d, x, x)
+                return d
+            x = f
+        if dst is dtypes.float16:
+            return self.round_f16(x)
+        if dst is dtypes.bfloat16:
+            return self.round_bf16(x)
+        d = self.new("vec")
+        self.copy(d, x)
+        return d
+
+    def round_f16(self, x: VReg) -> VReg:
+        t, d = self.new("vec"), self.new("vec")
+        self.emit(Op.VCVTPS2PH, [t], [x], (("d", 0, 128), ("u", 0, 128), ("i", F16_ROUND)))
+        self.emit(Op.VCVTPH2PS, [d], [t], (("d", 0, 128), ("u", 0, 128)))
+        return d
+
+    def round_bf16(self, x: VReg) -> VReg:
+        """float32 -> bfloat16 (as float32), round to nearest even; NaN stays a quiet NaN."""
+        d = self.new("vec")
+        g = (("d", 0, 32), ("u", 0, 32))
+        self.emit(Op.VMOVD, [RAX], [x], (("d", 0, 32), ("u", 0, 128)))
+        self.emit(Op.MOV, [RCX], [RAX], g)
+        self.alu2(Op.SHR, RCX, RCX, 16, 32)
+        self.alu2(Op.AND, RCX, RCX, 1, 32)
+        self.alu2(Op.ADD, RCX, RCX, 0x7FFF, 32)
+        self.alu2(Op.ADD, RCX, RCX, RAX, 32)
+        self.alu2(Op.AND, RCX, RCX, 0xFFFF0000, 32)
+        self.emit(Op.MOV, [RDX], [RAX], g)
+        self.alu2(Op.OR, RDX, RDX, 0x400000, 32)
+        self.alu2(Op.AND, RDX, RDX, 0xFFFF0000, 32)
+        self.alu2(Op.AND, RAX, RAX, 0x7FFFFFFF, 32)
+        self.emit(Op.CMP, [], [RAX], (("u", 0, 32), ("i", 0x7F800000)))
+        self.emit(Op.CMOVCC, [RCX], [RCX, RDX], (("d", 0, 32), ("u", 1, 32)), two=True, cond=Cond.A)
+        self.emit(Op.VMOVD, [d], [RCX], (("d", 0, 128), ("u", 0, 32)))
+        return d
+
+    def f64_to_f32_odd(self, x: VReg) -> VReg:
+        """float64 -> float32 rounded to odd: rounding that again to a narrower float rounds once."""
+        f, t = self.new("vec"), self.new("vec")
+        done = Label("odd")
+        self.vop3(Op.VCVTSD2SS, f, x, x)
+        self.vop3(Op.VCVTSS2SD, t, f, f)
+        self.emit(Op.VUCOMISD, [], [t, x], (("u", 0, 128), ("u", 1, 128)))
+        self.jump(done, Cond.E)           # exact (or NaN: unordered sets ZF)
+        self.emit(Op.VMOVD, [RAX], [f], (("d", 0, 32), ("u", 0, 128)))
+        self.emit(Op.MOV, [RCX], [RAX], (("d", 0, 32), ("u", 0, 32)))
+        self.alu2(Op.AND, RCX, RCX, 0x7FFFFFFF, 32)
+        self.emit(Op.CMP, [], [RCX], (("u", 0, 32), ("i", 0x7F800000)))
+        self.jump(done, Cond.E)           # overflowed to inf: stays inf
+        self.emit(Op.VMOVQ, [RCX], [t], (("d", 0, 64), ("u", 0, 128)))
+        self.alu2(Op.SHL, RCX, RCX, 1, 64)
+        self.emit(Op.VMOVQ, [RDX], [x], (("d", 0, 64), ("u", 0, 128)))
+        self.alu2(Op.SHL, RDX, RDX, 1, 64)
+        self.emit(Op.CMP, [], [RDX, RCX], (("u", 0, 64), ("u", 1, 64)))   # below: |x| < |f|
+        self.emit(Op.LEA, [RCX], [VMem(None, RAX, disp=-1)], (("d", 0, 32), ("u", 0, None)))
+        self.emit(Op.CMOVCC, [RAX], [RAX, RCX], (("d", 0, 32), ("u", 1, 32)), two=True, cond=Cond.B)
+        self.alu2(Op.OR, RAX, RAX, 1, 32)
+        self.emit(Op.VMOVD, [f], [RAX], (("d", 0, 128), ("u", 0, 32)))
+        self.label(done)
+        return f
+
+    # ---- bitcast ----
+    def bitcast(self, src: UOp, dst: DType) -> VReg:
+        sdt = src.dtype
+        x = self.reg(src)
+        if sdt.itemsize != dst.itemsize or sdt.count != 1 or dst.count != 1:
+            raise SelectionError(f"x86: bitcast {sdt} -> {dst}")
+        bits = dst.itemsize * 8
+        if is_vec(sdt):   # float -> its bits in a gpr
+            d = self.new("gpr")
+            if sdt is dtypes.float16:
+                t = self.new("vec")
+                self.emit(Op.VCVTPS2PH, [t], [x], (("d", 0, 128), ("u", 0, 128), ("i", F16_ROUND)))
+                self.emit(Op.VMOVD, [d], [t], (("d", 0, 32), ("u", 0, 128)))
+            else:
+                self.emit(Op.VMOVQ if bits == 64 else Op.VMOVD, [d], [x], (("d", 0, max(bits, 32)), ("u", 0, 128)))
+                if sdt is dtypes.bfloat16:
+                    self.alu2(Op.SHR, d, d, 16, 32)
+            if is_vec(dst):
+                return self.bits_to_float(d, dst)
+            self.canon(d, dst)
+            return d
+        if is_vec(dst):
+            return self.bits_to_float(x, dst)
+        d = self.new("gpr")
+        self.copy(d, x)
+        self.canon(d, dst)
+        return d
+
+    def bits_to_float(self, x: VReg, dst: DType) -> VReg:
+        d = self.new("vec")
+        if dst is dtypes.float64:
+            self.emit(Op.VMOVQ, [d], [x], (("d", 0, 128), ("u", 0, 64)))
+        elif dst is dtypes.float32:
+            self.emit(Op.VMOVD, [d], [x], (("d", 0, 128), ("u", 0, 32)))
+        else:
+            t = self.new("gpr")
+            self.emit(Op.MOVZX, [t], [x], (("d", 0, 32), ("u", 0, 16)))
+            if dst is dtypes.bfloat16:
+                self.alu2(Op.SHL, t, t, 16, 32)
+            self.emit(Op.VMOVD, [d], [t], (("d", 0, 128), ("u", 0, 32)))
+            if dst is dtypes.float16:
+                self.emit(Op.VCVTPH2PS, [d], [d], (("d", 0, 128), ("u", 0, 128)))
+        return d
+
+
+def select(uops: list[UOp]) -> tuple[list[Any], Frame]:
+    return Selector(uops).select()

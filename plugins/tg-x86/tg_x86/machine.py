@@ -1,0 +1,221 @@
+"""Machine instructions on virtual registers, and the way from them to bytes.
+
+In:  a list of ``MInst`` (the core allocator's instruction type) whose ``op`` is an x86 ``Op``
+     (or ``"label"``), whose ``defs``/``uses`` hold ``VReg``s, physical ``Register``s, ``VMem``
+     memory operands or nothing, and whose ``arg`` is a ``Spec`` saying how the operands are
+     laid out in the encoded instruction; ``LoopStart``/``LoopEnd`` markers around loop bodies.
+Out: ``finish()``: register allocation (``tgcore.codegen.regalloc.allocate``), a prologue
+     and epilogue (System V: callee-saved registers pushed, a 16-byte aligned frame holding
+     spill slots, constants and the incoming register arguments), ``Inst``s and ``Label``s
+     ready for ``assemble``.
+
+Register roles (fixed for every kernel):
+    gpr allocatable  rsi rdi r8 rbx rbp r12 r13 r14 r15   (callee-saved ones cost a push)
+    gpr fixed temps  rax rcx rdx   used inside one selection sequence (idiv, shifts by cl)
+    gpr scratch      r9 r10 r11    fills of spilled values (a store reads at most three)
+    vec allocatable  xmm0-xmm12, vec scratch xmm13-xmm15; rsp is never allocated.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tg_x86.isa import Cond, Inst, Op
+from tg_x86.operands import Imm, Label, Mem, Operand, Reg, gpr, xmm, ymm
+from tgcore.codegen.regalloc import AllocTarget, LoopEnd, LoopStart, MInst, Register, VReg, allocate
+
+GPR = {name: Register(name, i, "gpr") for i, name in enumerate(
+    ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"))}
+VEC = {i: Register(f"xmm{i}", i, "vec") for i in range(16)}
+RAX, RCX, RDX = GPR["rax"], GPR["rcx"], GPR["rdx"]
+ALLOC_GPR = [GPR[n] for n in ("rsi", "rdi", "r8", "rbx", "rbp", "r12", "r13", "r14", "r15")]
+SCRATCH_GPR = [GPR[n] for n in ("r9", "r10", "r11")]
+ALLOC_VEC = [VEC[i] for i in range(13)]
+SCRATCH_VEC = [VEC[i] for i in (13, 14, 15)]
+CALLEE_SAVED = ("rbx", "rbp", "r12", "r13", "r14", "r15")
+ARG_REGS = ("rdi", "rsi", "rdx", "rcx", "r8", "r9")
+VEC_SLOT = 32  # bytes of a vector spill slot (a whole ymm)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A frame location whose offset is known only after allocation: a constant or an argument."""
+    kind: str     # "const" (16-byte constant slot k) or "arg" (argument k of the call)
+    k: int
+
+
+@dataclass(frozen=True, eq=False)
+class VMem:
+    """``[base + index*scale + disp]`` whose base/index may be virtual registers, or a ``Slot``."""
+    bits: int | None
+    base: Any = None
+    index: Any = None
+    scale: int = 1
+    disp: int = 0
+    slot: Slot | None = None
+
+    @property
+    def regs(self) -> tuple[Any, ...]:
+        return tuple(r for r in (self.base, self.index) if r is not None)
+
+    def with_regs(self, mapping: dict) -> VMem:
+        return VMem(self.bits, mapping.get(self.base, self.base) if self.base is not None else None,
+                    mapping.get(self.index, self.index) if self.index is not None else None,
+                    self.scale, self.disp, self.slot)
+
+    def sized(self, bits: int | None) -> VMem:
+        return VMem(bits, self.base, self.index, self.scale, self.disp, self.slot)
+
+
+# layout items: ("d", i, bits) defs[i] as a register of ``bits``; ("u", i, bits) uses[i] (a register
+# at ``bits``, or a memory operand when bits is None); ("i", value) an immediate; ("l", label)
+@dataclass(frozen=True)
+class Spec:
+    layout: tuple[tuple, ...]
+    two_address: bool = False
+    cond: Cond | None = None
+
+
+def minst(op: Op, defs: list, uses: list, layout: tuple, two: bool = False, cond: Cond | None = None) -> MInst:
+    return MInst(op, list(defs), list(uses), Spec(tuple(layout), two, cond))
+
+
+def label_inst(label: Label) -> MInst:
+    return MInst("label", [], [], label)
+
+
+def _reg(r: Register, bits: int) -> Reg:
+    if r.cls == "gpr":
+        return gpr(r.index, bits)
+    return ymm(r.index) if bits == 256 else xmm(r.index)
+
+
+def _copy(dst: Register, src: Register) -> MInst:
+    if dst.cls == "gpr":
+        return minst(Op.MOV, [dst], [src], (("d", 0, 64), ("u", 0, 64)))
+    return minst(Op.VMOVAPS, [dst], [src], (("d", 0, 256), ("u", 0, 256)))
+
+
+def _spill(reg: Register, off: int) -> MInst:
+    if reg.cls == "gpr":
+        return minst(Op.MOV, [], [VMem(64, GPR["rsp"], disp=off), reg], (("u", 0, None), ("u", 1, 64)))
+    return minst(Op.VMOVUPS, [], [VMem(256, GPR["rsp"], disp=off), reg], (("u", 0, None), ("u", 1, 256)))
+
+
+def _fill(reg: Register, off: int) -> MInst:
+    if reg.cls == "gpr":
+        return minst(Op.MOV, [reg], [VMem(64, GPR["rsp"], disp=off)], (("d", 0, 64), ("u", 0, None)))
+    return minst(Op.VMOVUPS, [reg], [VMem(256, GPR["rsp"], disp=off)], (("d", 0, 256), ("u", 0, None)))
+
+
+TARGET = AllocTarget(
+    registers={"gpr": ALLOC_GPR, "vec": ALLOC_VEC},
+    scratch={"gpr": SCRATCH_GPR, "vec": SCRATCH_VEC},
+    two_address=lambda ins: isinstance(ins.arg, Spec) and ins.arg.two_address,
+    copy=_copy, spill=_spill, fill=_fill,
+    slot_size=lambda cls: 8 if cls == "gpr" else VEC_SLOT,
+)
+
+
+@dataclass
+class Frame:
+    """What the prologue must set up: constants (16 bytes each) and the number of arguments."""
+    consts: list[bytes] = field(default_factory=list)
+    nargs: int = 0
+
+
+def finish(program: list, frame: Frame) -> list[Inst | Label]:
+    """Allocate registers, add prologue and epilogue, lower to ``Inst``s."""
+    allocated, spill_bytes = allocate(program, TARGET)
+    spill_bytes = -(-spill_bytes // 16) * 16
+    const_base = spill_bytes
+    home_base = const_base + 16 * len(frame.consts)
+    nhome = min(frame.nargs, len(ARG_REGS))
+    used = {o.name for ins in allocated if isinstance(ins, MInst) for o in (*ins.defs, *ins.uses)
+            if isinstance(o, Register)}
+    used |= {r.name for ins in allocated if isinstance(ins, MInst) for o in (*ins.defs, *ins.uses)
+             if isinstance(o, VMem) for r in o.regs}
+    saved = [n for n in CALLEE_SAVED if n in used]
+    size = home_base + 8 * nhome
+    # at entry rsp = 8 mod 16 (the return address); after the pushes and the frame it is 0 mod 16
+    if (size + 8 * len(saved) + 8) % 16:
+        size += 8
+    arg_base = size + 8 * len(saved) + 8  # caller's stack arguments (7th on) above the return address
+
+    def resolve(m: VMem) -> Mem:
+        if m.slot is None:
+            base = gpr(m.base.index) if m.base is not None else None
+            index = gpr(m.index.index) if m.index is not None else None
+            return Mem(m.bits, base, index, m.scale, m.disp)
+        if m.slot.kind == "const":
+            return Mem(m.bits, gpr(4), disp=const_base + 16 * m.slot.k + m.disp)
+        k = m.slot.k
+        off = home_base + 8 * k if k < len(ARG_REGS) else arg_base + 8 * (k - len(ARG_REGS))
+        return Mem(m.bits, gpr(4), disp=off + m.disp)
+
+    out: list[Inst | Label] = [Inst(Op.PUSH, gpr(GPR[n].index)) for n in saved]
+    rsp = gpr(4)
+    if size:
+        out.append(Inst(Op.SUB, rsp, size))
+    for k in range(nhome):
+        out.append(Inst(Op.MOV, Mem(64, rsp, disp=home_base + 8 * k), gpr(GPR[ARG_REGS[k]].index)))
+    for k, data in enumerate(frame.consts):
+        for off in range(0, len(data), 4):
+            word = int.from_bytes(data[off:off + 4], "little")
+            out.append(Inst(Op.MOV, Mem(32, rsp, disp=const_base + 16 * k + off), word))
+    for ins in allocated:
+        if isinstance(ins, (LoopStart, LoopEnd)):
+            continue
+        if ins.op == "label":
+            out.append(ins.arg)
+            continue
+        spec: Spec = ins.arg
+        if spec.two_address:
+            assert ins.defs[0] == ins.uses[0], f"two-address violated in {ins}"
+        ops: list[Operand | int] = []
+        for item in spec.layout:
+            kind = item[0]
+            if kind in ("d", "u"):
+                o = (ins.defs if kind == "d" else ins.uses)[item[1]]
+                ops.append(resolve(o) if isinstance(o, VMem) else _reg(o, item[2]))
+            elif kind == "i":
+                ops.append(Imm(item[1]))
+            else:
+                ops.append(item[1])
+        out.append(Inst(ins.op, *ops, cond=spec.cond))
+    if size:
+        out.append(Inst(Op.ADD, rsp, size))
+    out += [Inst(Op.POP, gpr(GPR[n].index)) for n in reversed(saved)]
+    out += [Inst(Op.VZEROUPPER), Inst(Op.RET)]
+    return out
+
+
+def retarget_copies(program: list) -> list:
+    """``t = op(...); copy acc <- t`` with ``t`` used nowhere else: the op writes ``acc`` directly."""
+    mentions: dict[VReg, int] = {}
+    for ins in program:
+        if isinstance(ins, MInst):
+            for r in (*ins.registers_read(), *ins.registers_written()):
+                if isinstance(r, VReg):
+                    mentions[r] = mentions.get(r, 0) + 1
+    out = list(program)
+    for i in range(len(out) - 1):
+        a, b = out[i], out[i + 1]
+        if not (isinstance(a, MInst) and isinstance(b, MInst) and b.op == "copy" and isinstance(a.arg, Spec)):
+            continue
+        t, acc = b.uses[0], b.defs[0]
+        if not (isinstance(t, VReg) and isinstance(acc, VReg) and a.defs == [t] and mentions.get(t) == 2):
+            continue
+        if t.cls != acc.cls or (a.arg.two_address and any(_mentions(o, acc) for o in a.uses[1:])):
+            continue
+        out[i] = MInst(a.op, [acc], a.uses, a.arg)
+        out[i + 1] = None
+    return [x for x in out if x is not None]
+
+
+def _mentions(o: Any, r: VReg) -> bool:
+    return o is r or (isinstance(o, VMem) and r in o.regs)
+
+
+Emit = Callable[[MInst], None]
