@@ -1,0 +1,139 @@
+"""X86 vs C on the CPU device: compile cost, first-run latency and kernel run time.
+
+Prints (never asserts):
+  1. compile step per kernel: render+encode (X86) vs render+cc (C, no disk cache), and the ratio
+  2. end-to-end latency of a never-seen small kernel (build, compile, run, read back)
+  3. run time of ~20 representative kernels on both renderers, and the geomean ratio X86/C
+
+Run: python plugins/tg-x86/bench/x86.py
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+
+import numpy as np
+
+from tgcore.codegen import get_program
+from tgcore.dtype import dtypes
+from tgcore.engine.realize import get_runner
+from tgcore.runtime.compiler import ClangCompiler
+from tgcore.schedule.kernelize import create_schedule
+from tgcore.tensor import Tensor
+
+rng = np.random.default_rng(0)
+
+
+def softmax(x: Tensor) -> Tensor:
+    e = (x - x.max(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+def workloads(dev: str) -> dict:
+    def f32(*shape):
+        return Tensor(rng.standard_normal(shape).astype(np.float32), device=dev).realize()
+    a1m, b1m = f32(1 << 20), f32(1 << 20)
+    m256 = f32(256, 256)
+    m512a, m512b = f32(512, 512), f32(512, 512)
+    x = f32(1024, 1024)
+    i32 = Tensor(rng.integers(-1000, 1000, 1 << 20).astype(np.int32), device=dev).realize()
+    h16 = Tensor(rng.standard_normal(1 << 20).astype(np.float16), device=dev).realize()
+    return {
+        "add 1M": lambda: a1m + b1m,
+        "mul-add 1M": lambda: a1m * b1m + 1.0,
+        "relu 1M": lambda: a1m.relu(),
+        "where 1M": lambda: (a1m < b1m).where(a1m, b1m),
+        "exp 1M": lambda: a1m.exp(),
+        "sqrt 1M": lambda: a1m.abs().sqrt(),
+        "sum 1M": lambda: a1m.sum(),
+        "max 1M": lambda: a1m.max(),
+        "sum rows 1024^2": lambda: x.sum(1),
+        "sum cols 1024^2": lambda: x.sum(0),
+        "transpose 1024^2": lambda: x.T.contiguous(),
+        "matmul 256^3": lambda: m256 @ m256,
+        "matmul 512^3": lambda: m512a @ m512b,
+        "softmax 1024^2": lambda: softmax(x),
+        "int add/mul 1M": lambda: i32 * 3 + i32,
+        "int // 1M": lambda: i32 // 7,
+        "cast f32->i32 1M": lambda: a1m.cast(dtypes.int32),
+        "cast i32->f32 1M": lambda: i32.cast(dtypes.float32),
+        "cast f16->f32 1M": lambda: h16.cast(dtypes.float32),
+        "cast f32->bf16 1M": lambda: a1m.cast(dtypes.bfloat16),
+    }
+
+
+def run_time(dev: str, make) -> float:
+    """Seconds per run of the kernels computing make() (compiled beforehand), best of several runs."""
+    out = make()
+    items, _ = create_schedule([out.uop], dev)
+    steps = []
+    for si in items:
+        if si.kind == "copy":
+            continue
+        runner = get_runner(si.device, si.ast)
+        handles = [b.ensure_allocated().handle for b in si.bufs]
+        vals = tuple(si.var_vals[v] for v in runner.spec.vars)
+        steps.append((runner, handles, vals))
+    best = math.inf
+    for _ in range(5):
+        t = 0.0
+        for runner, handles, vals in steps:
+            t += runner.program(*handles, vals=vals, threads=runner.spec.threads, wait=True)
+        best = min(best, t)
+    return best
+
+
+def compile_times() -> None:
+    from tg_x86.renderer import X86Renderer
+
+    from tgcore.renderer.cstyle import CRenderer
+    x86, c, cc = X86Renderer(), CRenderer(), ClangCompiler()
+    asts = []
+    for make in workloads("CPU").values():
+        items, _ = create_schedule([make().uop], "CPU")
+        asts += [si.ast for si in items if si.kind != "copy"]
+    print(f"1. compile step per kernel ({len(asts)} kernels)")
+    tx = tc = 0.0
+    for ast in asts:
+        t0 = time.perf_counter()
+        get_program(ast, x86, 2)
+        t1 = time.perf_counter()
+        spec = get_program(ast, c, 2)
+        cc.compile(spec.src)
+        t2 = time.perf_counter()
+        tx, tc = tx + t1 - t0, tc + t2 - t1
+    n = len(asts)
+    print(f"   X86 render+encode {1e3 * tx / n:8.2f} ms/kernel   C render+cc {1e3 * tc / n:8.2f} ms/kernel   "
+          f"ratio X86/C {tx / tc:.3f}")
+
+
+def first_run_latency() -> None:
+    print("2. end-to-end latency of a never-seen small kernel (build, compile, run, read back)")
+    a = np.arange(64, dtype=np.float32)
+    for dev in ("CPU:X86", "CPU"):
+        times = []
+        for _ in range(5):
+            k = random.random()  # a new constant: a kernel no cache has seen
+            t0 = time.perf_counter()
+            (Tensor(a, device=dev) * k + 1.0).numpy()
+            times.append(time.perf_counter() - t0)
+        print(f"   {dev:8s} median {1e3 * sorted(times)[2]:8.2f} ms")
+
+
+def run_times() -> None:
+    print("3. kernel run time (best of 5), X86 vs C")
+    x86, c = workloads("CPU:X86"), workloads("CPU")
+    ratios = []
+    for name in x86:
+        tx, tc = run_time("CPU:X86", x86[name]), run_time("CPU", c[name])
+        ratios.append(tx / tc)
+        print(f"   {name:20s} X86 {1e3 * tx:9.3f} ms   C {1e3 * tc:9.3f} ms   X86/C {tx / tc:6.2f}")
+    geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    print(f"   geomean X86/C over {len(ratios)} workloads: {geo:.2f}")
+
+
+if __name__ == "__main__":
+    compile_times()
+    first_run_latency()
+    run_times()
