@@ -128,3 +128,13 @@ def test_tg_demo_runs_on_cpu_and_python(site):
     assert r.stdout.count("(ok)") == 2
     r = tg(site, "demo", "AMD")
     assert r.returncode == 1 and "pip install tg-amd" in r.stdout
+
+
+def test_readme_usage_example_runs():
+    """The README's "Using it" code runs as written."""
+    text = README.read_text()
+    section = text[text.index("## Using it"):]
+    code = section[section.index("```python") + len("```python"):section.index("```", section.index("```python") + 9)]
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["(128,", "10)", "(8,)", "(8,)", "(8,)"]
