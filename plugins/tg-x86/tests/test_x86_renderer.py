@@ -84,6 +84,18 @@ def test_compare_used_as_a_value_is_materialized():
     np.testing.assert_array_equal(out.numpy(), np.minimum(np.arange(7), -np.arange(7)))
 
 
+def test_loads_fold_into_memory_operands_only_with_a_single_use():
+    from tg_x86.operands import Mem
+    a, b = (Tensor(np.arange(9, dtype=np.float32) + s, device=X86) for s in (1, 2))
+    (insts,) = kernels(a * b)
+    (mul,) = [i for i in insts if isinstance(i, Inst) and i.op is Op.VMULSS]
+    assert isinstance(mul.operands[2], Mem) and count(insts, Op.VMOVSS) == 2  # one load, one store
+    (insts,) = kernels(a * b + b)        # b has two users: loaded once into a register
+    (mul,) = [i for i in insts if isinstance(i, Inst) and i.op is Op.VMULSS]
+    assert not isinstance(mul.operands[2], Mem) and count(insts, Op.VMOVSS) == 3
+    np.testing.assert_array_equal((a * b + b).numpy(), (a.numpy() * b.numpy()) + b.numpy())
+
+
 def test_register_pressure_spills_and_computes_right():
     """21 buffers: their pointers alone outnumber the allocatable registers."""
     rng = np.random.default_rng(0)

@@ -35,6 +35,7 @@ F16_ROUND = 0       # vcvtps2ph immediate: round to nearest even
 TRUNC_IMM = 0xB     # vroundss immediate: toward zero, no precision exception
 CMP_EQ_OQ, CMP_LT_OS, CMP_NEQ_UQ, CMP_UNORD_Q = 0, 1, 4, 3
 CMP_OPS = (Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE)
+FOLD_OPS = (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX)
 
 
 class SelectionError(NotImplementedError):
@@ -88,6 +89,7 @@ class Selector:
         self.ids = itertools.count()
         self.loops: list[tuple[VReg, Any, Label, Label, int]] = []
         self.const_slots: dict[bytes, int] = {}
+        self.folded: set[UOp] = set()
         # buffer k is argument k; a buffer no UOp reads still takes its place, so the variables and
         # core_id follow the highest buffer number
         nbufs = max((u.arg + 1 for u in uops if u.op is Ops.PARAM), default=0)
@@ -180,10 +182,32 @@ class Selector:
         return self.reg(u)
 
     def float_operand(self, u: UOp) -> Any:
-        """A constant's frame slot (memory operand) or a register."""
+        """A constant's frame slot or a folded load (memory operands), else a register."""
         if u.op is Ops.CONST:
             return self.fconst(u.arg, u.dtype)
+        if u in self.folded:
+            return self.mem(u.src[0], 64 if u.dtype is dtypes.float64 else 32)
         return self.reg(u)
+
+    def foldable(self, u: UOp) -> bool:
+        """A float32/64 load from memory whose only user is a float op that can read it from memory,
+        with no store, loop boundary or gate in between: the user reads memory instead of a register."""
+        if u.op is not Ops.LOAD or u.dtype not in (dtypes.float32, dtypes.float64) or len(u.src) != 1:
+            return False
+        idx = u.src[0]
+        if len(idx.src) != 2 or self.is_reg_index(idx):
+            return False
+        users = self.users.get(u, [])
+        if len(users) != 1:
+            return False
+        user = users[0]
+        if user.dtype.count != 1 or user.dtype != u.dtype or user.op not in FOLD_OPS:
+            return False
+        if user.src[1] is not u and not (user.op in (Ops.ADD, Ops.MUL) and user.src[0] is u and
+                                          user.src[1].op not in (Ops.CONST, Ops.LOAD)):
+            return False
+        between = self.uops[self.pos[u] + 1:self.pos[user]]
+        return not any(x.op in (Ops.STORE, Ops.RANGE, Ops.END) for x in between)
 
     @staticmethod
     def operand_layout(i: int, o: Any, bits: int) -> tuple:
@@ -405,6 +429,9 @@ class Selector:
                 self.copy(d, acc)
                 self.val[u] = d
             return
+        if self.foldable(u):
+            self.folded.add(u)
+            return
         dt = u.dtype
         d = self.newv(dt)
         gate = idx.src[2] if len(idx.src) > 2 else None
@@ -549,7 +576,10 @@ class Selector:
         xop = table[op]
         d = self.new("gpr")
         rb = self.int_operand(b, bits)
-        if xop is Op.IMUL and isinstance(rb, int):
+        if xop is Op.ADD and op is Ops.ADD and (not isinstance(rb, int) or -(1 << 31) <= rb < (1 << 31)):
+            m = VMem(None, self.reg(a), disp=rb) if isinstance(rb, int) else VMem(None, self.reg(a), rb)
+            self.emit(Op.LEA, [d], [m], (("d", 0, bits), ("u", 0, None)))
+        elif xop is Op.IMUL and isinstance(rb, int):
             if -(1 << 31) <= rb < (1 << 31):
                 self.emit(Op.IMUL3, [d], [self.reg(a)], (("d", 0, bits), ("u", 0, bits), ("i", rb)))
             else:
@@ -670,7 +700,7 @@ class Selector:
         d = self.new("vec")
         if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV):
             a, b = u.src
-            if a.op is Ops.CONST and b.op is not Ops.CONST and op in (Ops.ADD, Ops.MUL):
+            if (a.op is Ops.CONST or a in self.folded) and b.op is not Ops.CONST and op in (Ops.ADD, Ops.MUL):
                 a, b = b, a
             name = {Ops.ADD: "VADD", Ops.SUB: "VSUB", Ops.MUL: "VMUL", Ops.FDIV: "VDIV"}[op]
             self.vop3(fop(name, dt), d, self.reg(a), self.float_operand(b))
