@@ -229,6 +229,23 @@ def test_dropout_statistics_and_gradient():
         F.dropout(x, 1.5)
 
 
+def test_dropout_masks_are_fresh_under_jit_and_repeatable_with_a_seed():
+    import tgcore
+    from tgcore.engine.realize import CompileCounter
+    x = Tensor(np.ones((8, 16), np.float32))
+    Tensor.manual_seed(7)
+    eager = [F.dropout(x, 0.5).numpy() for _ in range(3)]
+    before = CompileCounter.count
+    eager.append(F.dropout(x, 0.5).numpy())
+    assert CompileCounter.count == before  # the counter is data, not a constant in the kernel
+    assert not any(np.array_equal(eager[i], eager[i + 1]) for i in range(3))
+    Tensor.manual_seed(7)
+    np.testing.assert_array_equal(F.dropout(x, 0.5).numpy(), eager[0])
+    step = tgcore.jit(lambda a: F.dropout(a, 0.5) * 1.0)
+    replays = [step(x).numpy() for _ in range(5)]  # run, capture, then three replays
+    assert not any(np.array_equal(replays[i], replays[i + 1]) for i in range(4))
+
+
 def test_embedding(device):
     idx = np.array([[0, 3, 3], [1, 0, 4]], np.int32)
     check(lambda w, i: F.embedding(i, w), lambda w, i: TF.embedding(i.long(), w), [data((5, 3), 1)], device,
