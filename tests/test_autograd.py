@@ -119,3 +119,19 @@ def test_leaf_updated_in_place_keeps_its_gradient_identity():
         w.uop = new.uop
         w.requires_grad_(True)
     np.testing.assert_allclose(w.numpy(), np.array([0.125, -0.125]))
+
+
+def test_reading_the_loss_keeps_its_graph():
+    x = Tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    loss = (x * x).sum()
+    assert loss.item() == 5.0  # realizes the loss
+    loss.backward()
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 4.0])
+
+
+def test_half_matmul_accumulates_wide():
+    a = np.random.default_rng(0).standard_normal((4, 2048)).astype(np.float16)
+    b = np.random.default_rng(1).standard_normal((2048, 4)).astype(np.float16)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    got = (Tensor(a) @ Tensor(b)).numpy().astype(np.float64)
+    assert np.abs(got - ref).max() / np.abs(ref).max() < 2e-3

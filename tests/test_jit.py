@@ -83,3 +83,19 @@ def test_outputs_are_overwritten_by_the_next_replay_unless_copied():
     kept = first.numpy()
     f(Tensor([5.0]))
     assert kept.tolist() == [2.0]
+
+
+def test_random_numbers_are_fresh_on_every_replay_and_compile_once():
+    f = tgcore.jit(lambda a: (Tensor.rand(*a.shape) > 0.5).where(a, 0.0))
+    x = Tensor(np.ones(64, np.float32))
+    f(x)
+    f(x)
+    before = CompileCounter.count
+    masks = [f(x).numpy().copy() for _ in range(4)]
+    assert CompileCounter.count == before
+    assert len({m.tobytes() for m in masks}) == 4  # a different draw each call
+    Tensor.manual_seed(3)
+    first = [Tensor.rand(8).numpy() for _ in range(2)]
+    Tensor.manual_seed(3)
+    again = [Tensor.rand(8).numpy() for _ in range(2)]
+    np.testing.assert_array_equal(first, again)

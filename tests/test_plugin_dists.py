@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURE_PLUGINS = "hello,broken_import,broken_hook,missing_module,future_version"
 README = Path(__file__).parent.parent / "README.md"
 
 
@@ -31,6 +32,7 @@ def site(tmp_path_factory) -> Path:
 def tg(site: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("TG_")}
     full_env["PYTHONPATH"] = os.pathsep.join([str(site), full_env.get("PYTHONPATH", "")])
+    full_env["TG_PLUGINS"] = FIXTURE_PLUGINS  # only the fixtures, whatever else this machine has installed
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "tgcore.cli", *args], capture_output=True, text=True,
                           env=full_env, timeout=120)

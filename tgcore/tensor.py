@@ -27,7 +27,7 @@ from tgcore.helpers import prod
 from tgcore.runtime.registry import canonical
 from tgcore.schedule.kernelize import buffers, create_schedule, new_buffer_uop, realized
 from tgcore.schedule.shape import shape_of
-from tgcore.tensor_autograd import AutogradMixin, mark_leaf
+from tgcore.tensor_autograd import AutogradMixin, leaf_uops, mark_leaf
 from tgcore.tensor_index import IndexMixin
 from tgcore.tensor_math import MathMixin
 from tgcore.tensor_random import RandomMixin
@@ -71,7 +71,7 @@ def _arange_uop(n: int) -> UOp:
 class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
     """A lazily evaluated n-dimensional array on a device."""
 
-    __slots__ = ("uop", "device", "requires_grad", "grad", "__weakref__")
+    __slots__ = ("uop", "device", "requires_grad", "grad", "_graph", "__weakref__")
     uop: UOp
     device: str
     requires_grad: bool | None  # True: backward() fills .grad; None: only if something asks for it
@@ -82,6 +82,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
                  requires_grad: bool | None = None) -> None:
         self.grad = None
         self.requires_grad = None
+        self._graph = None
         self._set_data(data, device, None if dtype is None else to_dtype(dtype))
         if requires_grad:
             self.requires_grad_(True)
@@ -153,7 +154,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
 
     def _new(self, uop: UOp) -> Tensor:
         t = Tensor.__new__(Tensor)
-        t.uop, t.device, t.requires_grad, t.grad = uop, self.device, None, None
+        t.uop, t.device, t.requires_grad, t.grad, t._graph = uop, self.device, None, None, None
         return t
 
     # ---------------------------------------------------------------- creation
@@ -217,10 +218,13 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
         outs = list(dict.fromkeys(t.uop for t in todo))
         items, result = create_schedule(outs, self.device)
         run_schedule(items)
+        leaves = leaf_uops()
         for t in todo:
             lazy = t.uop
             buf = result[lazy]
             realized[lazy] = buf
+            if leaves and any(n in leaves for n in lazy.toposort):
+                t._graph = lazy  # reading a value must not cut the graph backward() walks
             t.uop = UOp(Ops.RESHAPE, buf.dtype, (buf,), t.shape)
             if t.requires_grad:
                 mark_leaf(t)
@@ -259,7 +263,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
         if dev == self.device:
             return self
         t = Tensor.__new__(Tensor)
-        t.requires_grad, t.grad = None, None
+        t.requires_grad, t.grad, t._graph = None, None, None
         t.uop = UOp(Ops.COPY, self.dtype, (self.contiguous().uop, UOp(Ops.DEVICE, dtypes.void, (), dev)))
         t.device = dev
         return t
@@ -288,6 +292,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
         target = self.uop.replace(tag=None) if self.uop.tag is not None else self.uop
         items, _ = create_schedule([UOp(Ops.ASSIGN, self.dtype, (target, v.uop))], self.device)
         run_schedule(items)
+        realized.clear()  # values computed from the old contents must not be reused
         if self.requires_grad:
             mark_leaf(self)  # a new version of the leaf: graphs built from now on refer to it
         return self
@@ -701,8 +706,9 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
         dt = least_upper_dtype(a.dtype, b.dtype)
         a, b = a.cast(dt), b.cast(dt)
         # (..., M, K) x (..., K, N) -> (..., M, 1, K) * (..., 1, N, K), summed over K
-        prod_ = a.unsqueeze(-2) * b.transpose(-1, -2).unsqueeze(-3)
-        out = prod_.sum(-1, dtype=dt)
+        acc = dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dt  # like torch: wide products and sum
+        prod_ = a.cast(acc).unsqueeze(-2) * b.cast(acc).transpose(-1, -2).unsqueeze(-3)
+        out = prod_.sum(-1, dtype=acc).cast(dt)
         if a1:
             out = out.squeeze(-2)
         if b1:

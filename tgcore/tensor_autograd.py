@@ -21,6 +21,11 @@ _wanting_grad: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictiona
 _leaf_ids = itertools.count()
 
 
+def leaf_uops() -> set[UOp]:
+    """The current nodes of every tensor that wants a gradient."""
+    return {t.uop for t in list(_wanting_grad.values()) if t.requires_grad}
+
+
 def mark_leaf(t: Any) -> None:
     """Give a leaf's node a tag of its own, so graphs keep it as a distinct node (reshapes are not folded
     through it) and backward() can find exactly the uses of this tensor."""
@@ -31,6 +36,7 @@ class AutogradMixin:
     __slots__ = ()
     requires_grad: bool | None  # (the storage is Tensor's: these only declare the types)
     grad: Any
+    _graph: UOp | None
 
     def requires_grad_(self, requires_grad: bool = True) -> Any:
         """Mark this tensor as a leaf whose gradient ``backward()`` computes. Returns self."""
@@ -61,11 +67,12 @@ class AutogradMixin:
             gradient = Tensor.full(t.shape, 1.0, dtype=t.dtype, device=t.device)
         elif not isinstance(gradient, Tensor) or gradient.shape != t.shape:
             raise ValueError(f"gradient must be a Tensor of shape {t.shape}")
-        nodes = t.uop.toposort
+        root = t._graph if t._graph is not None else t.uop  # (a realized loss keeps its graph)
+        nodes = root.toposort
         leaves = [x for x in list(_wanting_grad.values()) if x.requires_grad and x.uop in nodes]
         if not leaves:
             raise RuntimeError("backward(): nothing this tensor depends on has requires_grad=True")
-        grads = compute_gradients(t.uop, gradient.cast(t.dtype).uop, [x.uop for x in leaves], t.device)
+        grads = compute_gradients(root, gradient.cast(t.dtype).uop, [x.uop for x in leaves], t.device)
         for leaf in leaves:
             g = grads.get(leaf.uop)
             if g is None:

@@ -22,8 +22,11 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from tgcore.dtype import DType, dtypes, to_dtype
 from tgcore.helpers import prod
+from tgcore.uop import Ops
 
 if TYPE_CHECKING:
     from tgcore.tensor import Tensor
@@ -36,10 +39,24 @@ _UNIFORM_BITS = {dtypes.float16: 11, dtypes.bfloat16: 8, dtypes.float32: 24, dty
 
 
 class _State:
-    """The generator state shared by all tensors: a seed and the number of random tensors made since."""
+    """The generator state: a seed, and per device a counter of random tensors made since (kept in a
+    device buffer, so a jitted function draws fresh numbers on every replay and nothing recompiles)."""
 
     seed = 0
-    counter = 0
+    counters: dict[str, Tensor] = {}
+
+
+def _next_call(device: str | None) -> Tensor:
+    """This call's counter value (a realized 1-element uint32 tensor) on ``device``; advances the counter."""
+    from tgcore.runtime.registry import canonical
+    from tgcore.tensor import Tensor
+    dev = canonical(device)
+    counter = _State.counters.get(dev)
+    if counter is None:
+        counter = _State.counters[dev] = Tensor(np.zeros(1, np.uint32), device=dev)
+    call = counter.contiguous().realize() if counter.uop.op is not Ops.RESHAPE else (counter * 1).realize()
+    counter.assign(counter + 1)
+    return call
 
 
 def _shape(args: tuple[Any, ...]) -> tuple[int, ...]:
@@ -77,10 +94,9 @@ def _random_bits(shape: tuple[int, ...], device: str | None) -> tuple[Tensor, Te
     n = prod(shape)
     if n >= 2**31:
         raise ValueError(f"random tensors are limited to 2**31 - 1 elements, {shape} has {n}")
-    call = _State.counter
-    _State.counter += 1
+    call = _next_call(device)
     index = Tensor.arange(n, device=device).cast(dtypes.uint32)
-    x0, x1 = threefry2x32(index, index.full_like(call & _MASK32, dtypes.uint32),
+    x0, x1 = threefry2x32(index, call.reshape(()).expand(()) if n == 0 else call.reshape((1,)).expand((n,)),
                           (_State.seed & _MASK32, (_State.seed >> 32) & _MASK32))
     return x0.reshape(shape), x1.reshape(shape)
 
@@ -110,7 +126,9 @@ class RandomMixin:
         """Reset the generator: the same seed gives the same sequence of random tensors on every device."""
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise TypeError(f"manual_seed needs an int, got {seed!r}")
-        _State.seed, _State.counter = seed & (2**64 - 1), 0
+        _State.seed = seed & (2**64 - 1)
+        for counter in _State.counters.values():
+            counter.assign(0)
 
     # ------------------------------------------------------------------ uniform and normal
     @staticmethod

@@ -29,6 +29,7 @@ class ProgramSpec:
     threads: int                 # how many core_ids to run
     ops: int                     # estimated arithmetic operations
     mem: int                     # estimated bytes moved
+    buf_slots: tuple[int, ...] = ()  # which of the schedule's buffers the kernel takes, in argument order
     uops: tuple[UOp, ...] = ()   # the linear program (empty for renderers that take the SINK)
 
 
@@ -38,9 +39,19 @@ def simplify_kernel(ast: UOp) -> UOp:
     return graph_rewrite(ast, symbolic, name="simplify kernel")
 
 
+def compact_params(ast: UOp) -> tuple[UOp, tuple[int, ...]]:
+    """Number the buffers a kernel still reads or writes 0..n-1 (simplification can drop some:
+    ``y - (x + y)`` reads no ``y``); returns the kernel and the original slot of each argument."""
+    slots = sorted({u.arg for u in ast.toposort if u.op is Ops.PARAM})
+    if slots == list(range(len(slots))):
+        return ast, tuple(slots)
+    params = {u.arg: u for u in ast.toposort if u.op is Ops.PARAM}
+    return ast.substitute({params[s]: params[s].replace(arg=i) for i, s in enumerate(slots)}), tuple(slots)
+
+
 def get_program(ast: UOp, renderer: object, threads: int = 1) -> ProgramSpec:
     """Lower one kernel for ``renderer``; ``threads`` is the most core_ids the device offers."""
-    ast = simplify_kernel(ast)
+    ast, buf_slots = compact_params(simplify_kernel(ast))
     if not getattr(renderer, "native_transcendentals", False):
         ast = decompose_transcendentals(ast)
     name = kernel_name(ast)
@@ -56,11 +67,12 @@ def get_program(ast: UOp, renderer: object, threads: int = 1) -> ProgramSpec:
     if getattr(renderer, "has_threads", False) and threads > 1:
         ast, n_threads = split_threads(ast, threads, max(ops, mem // 4))
     if not getattr(renderer, "linear", True):
-        return ProgramSpec(name, renderer.render(name, ast), variables, n_threads, ops, mem)  # type: ignore[attr-defined]
+        return ProgramSpec(name, renderer.render(name, ast), variables, n_threads, ops, mem,  # type: ignore[attr-defined]
+                           buf_slots)
     legalize = getattr(renderer, "legalize", None)
     if legalize is not None:
         from tgcore.uop.rewrite import graph_rewrite
         ast = graph_rewrite(ast, legalize, ctx=renderer, name="legalize")
     uops = linearize(add_accumulators_and_ends(ast), getattr(renderer, "placement_priority", None))
     src = renderer.render(name, uops)  # type: ignore[attr-defined]
-    return ProgramSpec(name, src, variables, n_threads, ops, mem, tuple(uops))
+    return ProgramSpec(name, src, variables, n_threads, ops, mem, buf_slots, tuple(uops))

@@ -144,7 +144,7 @@ class Jit:
             except KeyError as e:
                 raise JitError(f"kernel {spec.name} needs variable {e.args[0]!r}, which this call did not bind") \
                     from None
-            handles = [b.ensure_allocated().handle for b in step_bufs]
+            handles = [step_bufs[i].ensure_allocated().handle for i in spec.buf_slots]
             elapsed = step.runner.program(*handles, vals=vals, threads=spec.threads, wait=engine.DEBUG >= 2)
             update_stats(spec.name, step.device, step.kind, num_bufs=len(step_bufs), ops=spec.ops, mem=spec.mem,
                          time_s=elapsed)

@@ -93,7 +93,7 @@ def run_schedule(items: list[ScheduleItem]) -> None:
         if DEBUG >= 3:
             print(si.ast)
         runner = get_runner(si.device, si.ast)
-        handles = [b.ensure_allocated().handle for b in si.bufs]
+        handles = [si.bufs[i].ensure_allocated().handle for i in runner.spec.buf_slots]
         vals = tuple(si.var_vals[v] for v in runner.spec.vars)
         timed = DEBUG >= 2
         elapsed = runner.program(*handles, vals=vals, threads=runner.spec.threads, wait=timed)

@@ -455,39 +455,9 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
 
 # ------------------------------------------------------------------------------------------ dropout, embedding
 
-class _DropoutStream:
-    """Dropout's random numbers: the Tensor RNG's generator (Threefry-2x32, seeded by ``Tensor.manual_seed``) with a
-    call counter kept in a device buffer instead of a Python number. Every dropout kernel is then the same program
-    (compiled once), and a ``tgcore.jit`` replay advances the counter, so replayed steps draw fresh masks.
-
-    ``Tensor.manual_seed`` restarts the stream: a reseed is noticed when the seed changed or the RNG's own call
-    counter went back (each dropout call advances it by one, like drawing a random tensor). Reseeding with the same
-    seed and then drawing at least as many random tensors as before the last dropout call goes unnoticed.
-    """
-
-    counters: dict[str, Tensor] = {}
-    last: dict[str, tuple[int, int]] = {}  # device -> (seed, RNG call counter) after our last call
-    KEY_TWEAK = 0x6D2B79F5  # a key of its own: a stream independent of Tensor.rand's
-
-    @classmethod
-    def keep_mask(cls, shape: tuple[int, ...], p: float, device: str) -> Tensor:
-        from tgcore.tensor_random import _State, threefry2x32
-        counter = cls.counters.get(device)
-        if counter is None:
-            counter = cls.counters[device] = Tensor.full((), 0, dtype=dtypes.uint32, device=device).contiguous()
-            counter.realize()
-        seed, calls = cls.last.get(device, (_State.seed, 0))
-        if seed != _State.seed or _State.counter < calls:
-            counter.assign(0)
-        counter.assign(counter + 1)
-        _State.counter += 1
-        cls.last[device] = (_State.seed, _State.counter)
-        n = math.prod(shape)
-        index = Tensor.arange(n, device=device).cast(dtypes.uint32)
-        key = ((_State.seed ^ cls.KEY_TWEAK) & 0xFFFFFFFF, (_State.seed >> 32) & 0xFFFFFFFF)
-        bits, _ = threefry2x32(index, counter.reshape(1).expand(n), key)
-        uniform = (bits >> 8).cast(dtypes.float32) * (2.0 ** -24)
-        return (uniform >= p).reshape(shape)
+def _keep_mask(shape: tuple[int, ...], p: float, device: str) -> Tensor:
+    """True with probability 1-p (the Tensor RNG keeps its counter on the device: fresh masks under the JIT)."""
+    return Tensor.rand(*shape, device=device) >= p
 
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
@@ -502,7 +472,7 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
         return x
     if p == 1.0:
         return x * 0
-    keep = _DropoutStream.keep_mask(x.shape, p, x.device)
+    keep = _keep_mask(x.shape, p, x.device)
     return keep.where(x * (1.0 / (1.0 - p)), 0).cast(x.dtype)
 
 
