@@ -32,15 +32,16 @@ def _pyproject(plugin: str) -> dict:
 
 def _test_config(plugin: str, key: str) -> list[str]:
     """``[tool.tgcore.test]`` settings of a plugin: ``no-deps`` (packages installed without their
-    dependencies, e.g. one that only ships a model file) and ``install`` (extra test requirements that
-    are no package extra, e.g. the local torch build the core suites compare against)."""
+    dependencies, e.g. one that only ships a model file), ``install`` (extra test requirements that
+    are no package extra, e.g. the local torch build the core suites compare against) and ``plugins``
+    (plugins of this repository the tests also use, installed editable)."""
     return list(_pyproject(plugin).get("tool", {}).get("tgcore", {}).get("test", {}).get(key, []))
 
 
 def _local_dependencies(plugin: str) -> list[str]:
     """Editable installs of the plugins from this repository that ``plugin`` depends on (they are not on PyPI)."""
     names = {re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0].strip().lower() for d in
-             _pyproject(plugin)["project"].get("dependencies", [])}
+             _pyproject(plugin)["project"].get("dependencies", [])} | set(_test_config(plugin, "plugins"))
     return [arg for p in PLUGINS if p.lower() in names and p != plugin for arg in ("-e", f"plugins/{p}")]
 
 

@@ -1,5 +1,5 @@
 """Dequantization as tensor ops (tg_gguf.dequant) against gguf-py's gguf.quants.dequantize, bit for bit,
-on the CPU and PYTHON devices."""
+on the CPU (C), CPU:X86 (our machine code; the tg-x86 plugin is a test dependency) and PYTHON devices."""
 from __future__ import annotations
 
 import numpy as np
@@ -29,7 +29,7 @@ def test_every_required_type_is_supported():
     assert {t.name for t in TYPES} >= REQUIRED
 
 
-@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+@pytest.mark.parametrize("device", ["CPU", "PYTHON", "CPU:X86"])
 @pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
 def test_matches_gguf_py_bit_for_bit(gtype, device):
     shape = shape_for(gtype)
