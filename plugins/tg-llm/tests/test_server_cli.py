@@ -121,7 +121,7 @@ TIMEOUT = 3.0
 def keyed_server() -> Any:
     require_server_deps()
     smollm2_path()
-    server = LiveServer(["--max-context", "64", "--api-key", KEY, "--timeout", str(TIMEOUT)])
+    server = LiveServer(["--max-context", "128", "--api-key", KEY, "--timeout", str(TIMEOUT)])
     server.wait_ready()
     yield server
     assert server.stop() == 0
@@ -146,9 +146,10 @@ def test_api_key(keyed_server: Any) -> None:
 
 
 def test_timeout(keyed_server: Any) -> None:
+    """80 tokens (and a prefill) take far longer than 3 s here: the client gets a 504 at the limit."""
     import httpx
     headers = {"Authorization": f"Bearer {KEY}"}
-    body = {"model": MODEL_ID, "messages": CHAT, "max_tokens": 20, "temperature": 0, "stop": ["\x00"]}
+    body = {"model": MODEL_ID, "messages": CHAT, "max_tokens": 80, "temperature": 0, "stop": ["\x00"]}
     start = time.monotonic()
     r = httpx.post(keyed_server.url("/v1/chat/completions"), json=body, headers=headers, timeout=120)
     elapsed = time.monotonic() - start

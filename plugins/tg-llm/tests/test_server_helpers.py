@@ -61,8 +61,6 @@ def smollm2_path() -> Path:
 
 
 def require_server_deps() -> None:
-    if importlib.util.find_spec("tg_llm.generate") is None:  # TEMPORARY: until the Generator is committed
-        pytest.skip("tg_llm.generate (the Generator the server runs) is not in the tree yet")
     require("fastapi", "pip install fastapi")
     require("uvicorn", "pip install uvicorn")
     require("httpx", "pip install httpx")

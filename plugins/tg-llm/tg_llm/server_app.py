@@ -279,7 +279,7 @@ class _ChoiceState:
         self.text = ""
         self.tokens: list[int] = []
         self.token_logprobs: list[float] = []
-        self.top: list[list[tuple[int, float]]] = []
+        self.top: list[list[tuple[int | str, float]]] = []
         self.finish_reason: str | None = None
         self.prompt_tokens = 0
         self.completion_tokens = 0
@@ -333,8 +333,16 @@ class _API:
             raise APIError(503, f"The model failed to load: {e.error}", "server_error", None, "model_failed")
         return e
 
-    def token_text(self, token: int) -> str:
+    def token_text(self, token: int | str) -> str:
+        """A token's text for logprobs (a token id, or the text the generator already gave)."""
+        if isinstance(token, str):
+            return token
         return self.engine.tokenizer.token_bytes(token).decode("utf-8", errors="backslashreplace")
+
+    def token_bytes(self, token: int | str) -> list[int]:
+        if isinstance(token, str):
+            return list(token.encode("utf-8"))
+        return list(self.engine.tokenizer.token_bytes(token))
 
     def choices_for(self, req: CommonRequest, prompts: list[list[int]], max_tokens: int | None,
                     logprobs: bool, top_logprobs: int, echo: bool = False) -> list[Choice]:
@@ -464,9 +472,9 @@ class _API:
                          "finish_reason": s.finish_reason or "stop"} for i, s in enumerate(states)],
             "usage": u})
 
-    def chat_logprobs(self, tokens: list[int], lps: list[float], tops: list[list[tuple[int, float]]]) -> dict:
-        def entry(t: int, lp: float) -> dict[str, Any]:
-            return {"token": self.token_text(t), "logprob": lp, "bytes": list(self.engine.tokenizer.token_bytes(t))}
+    def chat_logprobs(self, tokens: list[int], lps: list[float], tops: list[list[tuple[int | str, float]]]) -> dict:
+        def entry(t: int | str, lp: float) -> dict[str, Any]:
+            return {"token": self.token_text(t), "logprob": lp, "bytes": self.token_bytes(t)}
         return {"content": [{**entry(t, lp), "top_logprobs": [entry(a, alp) for a, alp in top]}
                             for t, lp, top in zip(tokens, lps, tops, strict=True)]}
 
