@@ -111,7 +111,11 @@ class MathMixin:
         def f(x: Tensor) -> Tensor:
             u = x.exp()
             um1 = u - 1
-            accurate = um1 * x / u.log()
+            # the accurate form is only used where it is finite; elsewhere it sees harmless inputs, so its
+            # (unused) gradient is 0 rather than 0 * inf = NaN
+            ok = (um1 != 0) & (u != math.inf) & (um1 != -1)
+            us, xs = ok.where(u, math.e), ok.where(x, 1.0)
+            accurate = (us - 1) * xs / us.log()
             return (um1 == 0).where(x, (u == math.inf).where(u, (um1 == -1).where(-1.0, accurate)))
         return self._in_f32(f)
 
@@ -119,7 +123,9 @@ class MathMixin:
         """log(1 + x), accurate near 0 (w = 1 + x: log(w) * x / (w - 1) cancels the rounding of w)."""
         def f(x: Tensor) -> Tensor:
             w = x + 1
-            accurate = w.log() * x / (w - 1)
+            ok = (w != 1) & (w != math.inf)  # (as in expm1: the unused branch gets harmless inputs)
+            ws, xs = ok.where(w, 2.0), ok.where(x, 1.0)
+            accurate = ws.log() * xs / (ws - 1)
             return (w == 1).where(x, (w == math.inf).where(w, accurate))
         return self._in_f32(f)
 
@@ -198,9 +204,12 @@ class MathMixin:
         """x * P(x^2) for |x| <= 1, 1 - exp(-x^2) * Q(1/|x|) up to 6, +-1 beyond (sign kept)."""
         def f(x: Tensor) -> Tensor:
             ax = x.abs()
-            z = x * x
-            small = x * _horner(z, ERF_P)
-            v = ((1 / ax) - 7 / 12) * (12 / 5)
+            near = ax <= 1
+            xs = near.where(x, 0.0)  # each branch sees only inputs it is valid for: no inf in unused gradients
+            small = xs * _horner(xs * xs, ERF_P)
+            axs = near.where(1.0, ax)
+            z = axs * axs
+            v = ((1 / axs) - 7 / 12) * (12 / 5)
             big = 1 - (-z).exp() * _horner(v, ERFC_Q)
             big = (ax < 6).where(big, 1.0)
             big = (x < 0).where(-big, big)
