@@ -244,3 +244,20 @@ def test_load_picks_loader_by_magic_then_suffix(tmp_path, monkeypatch):
         loading.load(tmp_path / "c.gguf")
     with pytest.raises(FileNotFoundError):
         loading.load(tmp_path / "missing.thing")
+
+
+def test_transports_register_and_resolve(monkeypatch):
+    from tgcore import transports
+    from tgcore.plugins import manager
+
+    def reg(register):
+        register("loop", lambda **kw: ("connected", kw), "an in-process loop")
+        register("gone", lambda **kw: None, "needs hardware", probe=lambda: "no NIC")
+
+    host = make_host([plugin_ep("t", tg_register_transports=reg)])
+    monkeypatch.setattr(manager, "_host", host)
+    assert transports.transport("loop", timeout=3) == ("connected", {"timeout": 3})
+    with pytest.raises(transports.TransportError, match="unavailable here: no NIC"):
+        transports.transport("gone")
+    with pytest.raises(transports.TransportError, match="pip install tg-mlx-rdma"):
+        transports.transport("mpi")

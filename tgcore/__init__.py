@@ -20,6 +20,7 @@ _LAZY = {
     "Device": "tgcore.runtime.registry:open_device",
     "jit": "tgcore.engine.jit:jit",
     "UOp": "tgcore.uop:UOp",
+    "transport": "tgcore.transports:transport",
 }
 
 __all__ = ["HOOKSPEC_VERSION", "hookimpl", "hookspec", "__version__", *_LAZY]

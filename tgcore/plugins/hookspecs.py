@@ -41,6 +41,11 @@ class RegisterLoader(Protocol):
                  magic: tuple[bytes, ...] = ()) -> None: ...
 
 
+class RegisterTransport(Protocol):
+    def __call__(self, name: str, factory: Callable[..., Any], description: str,
+                 probe: Callable[[], str | None] | None = None) -> None: ...
+
+
 class RegisterApp(Protocol):
     def __call__(self, name: str, run: Callable[[list[str]], int], help: str) -> None: ...
 
@@ -88,6 +93,17 @@ def tg_register_apps(register: RegisterApp) -> None:
     """Register apps for ``tg serve NAME``: ``register(name, run, help)``.
 
     ``run(argv)`` receives the arguments after the app name and returns the exit code.
+    """
+
+
+@hookspec
+def tg_register_transports(register: RegisterTransport) -> None:
+    """Register transports that move tensors between processes or machines.
+
+    ``register(name, factory, description, probe=None)``: ``factory(**options)`` connects this process
+    to its group and returns a transport object (``rank``, ``world_size``, ``send``, ``recv``,
+    ``allreduce``, ``barrier``, ``close``); ``probe`` is as for devices. ``tgcore.transport(name)``
+    looks a transport up by name.
     """
 
 

@@ -2,7 +2,7 @@
 
 Data only: used to turn "unknown device AMD" into "pip install tg-amd". Keys are
 ``kind:NAME`` with kind one of device, variant (``DEVICE:VARIANT``), app, loader (a file
-suffix) and command.
+suffix), command and transport.
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ PROVIDERS: dict[str, str] = {
     "command:gguf": "tg-gguf",
     "app:llm": "tg-llm",
     "command:llm": "tg-llm",
-    "device:MLX": "tg-mlx-rdma",
+    "transport:mpi": "tg-mlx-rdma",
+    "transport:mlx5": "tg-mlx-rdma",
 }
 
 

@@ -28,6 +28,7 @@ REGISTRATION_HOOKS = {
     "tg_register_renderers": Registry.renderer_callback,
     "tg_register_loaders": Registry.loader_callback,
     "tg_register_apps": Registry.app_callback,
+    "tg_register_transports": Registry.transport_callback,
 }
 ALL_HOOKS = frozenset(REGISTRATION_HOOKS) | {"tg_add_commands"}
 

@@ -52,6 +52,15 @@ class LoaderEntry:
 
 
 @dataclass(frozen=True)
+class TransportEntry:
+    name: str
+    factory: Callable[..., Any]
+    description: str
+    probe: Probe | None
+    plugin: str
+
+
+@dataclass(frozen=True)
 class AppEntry:
     name: str
     run: Callable[[list[str]], int]
@@ -81,6 +90,7 @@ class Registry:
     renderers: dict[str, dict[str, RendererEntry]] = field(default_factory=dict)  # device -> name -> entry
     loaders: list[LoaderEntry] = field(default_factory=list)
     apps: dict[str, AppEntry] = field(default_factory=dict)
+    transports: dict[str, TransportEntry] = field(default_factory=dict)
 
     # ---- register callbacks, bound to one plugin ----
     def device_callback(self, plugin: str) -> Callable[..., None]:
@@ -126,6 +136,14 @@ class Registry:
             self.apps[_check_name("app", name)] = AppEntry(name, run, help, plugin)
         return register
 
+    def transport_callback(self, plugin: str) -> Callable[..., None]:
+        def register(name: str, factory: Callable[..., Any], description: str, probe: Probe | None = None) -> None:
+            if not callable(factory):
+                raise RegistrationError(f"transport {name}: factory must be callable")
+            name = _check_name("transport", name)
+            self.transports[name] = TransportEntry(name, factory, description, probe, plugin)
+        return register
+
     # ---- merging ----
     def conflicts_with(self, other: Registry) -> list[str]:
         """Names ``other`` registers that this registry already has."""
@@ -134,6 +152,8 @@ class Registry:
             mine = self.renderers.get(dev, {})
             taken += [f"renderer {dev}:{r} (from {mine[r].plugin})" for r in rs if r in mine]
         taken += [f"app {a} (from {self.apps[a].plugin})" for a in other.apps if a in self.apps]
+        taken += [f"transport {t} (from {self.transports[t].plugin})" for t in other.transports
+                  if t in self.transports]
         return taken
 
     def merge(self, other: Registry) -> None:
@@ -142,3 +162,4 @@ class Registry:
             self.renderers.setdefault(dev, {}).update(rs)
         self.loaders.extend(other.loaders)
         self.apps.update(other.apps)
+        self.transports.update(other.transports)
