@@ -1,7 +1,8 @@
 """The tgcore plugin ``llm``.
 
-Hooks: ``tg llm chat`` and ``tg llm bench`` (``tg_add_commands``). Cheap to import: the model,
-tokenizer, chat templates (jinja2) and sampling (numpy) load when a command runs.
+Hooks: ``tg llm chat`` / ``tg llm bench`` (``tg_add_commands``) and ``tg serve llm``
+(``tg_register_apps``). Cheap to import: the model, tokenizer, chat templates (jinja2), sampling
+(numpy) and the server load when a command runs.
 """
 from __future__ import annotations
 
