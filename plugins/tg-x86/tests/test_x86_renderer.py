@@ -116,7 +116,7 @@ def test_register_pressure_spills_and_computes_right():
 
 
 def test_accumulator_stays_in_a_register():
-    a = np.arange(64, dtype=np.float32).reshape(8, 8)
+    a = np.arange(49, dtype=np.float32).reshape(7, 7)    # 7 x 7: not vectorized
     t = Tensor(a, device=X86).sum(1)
     (insts,) = kernels(t)
     body = insts[insts.index(next(i for i in insts if repr(i) == "loop1")):]
@@ -174,14 +174,14 @@ DTYPES = [dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dt
           dtypes.uint32, dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
 
 
-def _sample(dt, seed: int) -> np.ndarray:
+def _sample(dt, seed: int, n: int = 12) -> np.ndarray:
     rng = np.random.default_rng(seed)
     if dt is dtypes.bool:
-        return rng.integers(0, 2, 12).astype(np.bool_)
+        return rng.integers(0, 2, n).astype(np.bool_)
     if dtypes.is_float(dt):
-        return (rng.standard_normal(12) * 8).astype(np.float32 if dt is dtypes.bfloat16 else dt.np)
+        return (rng.standard_normal(n) * 8).astype(np.float32 if dt is dtypes.bfloat16 else dt.np)
     info = np.iinfo(dt.np)
-    return rng.integers(max(info.min, -1000), min(info.max, 1000), 12, endpoint=True).astype(dt.np)
+    return rng.integers(max(info.min, -1000), min(info.max, 1000), n, endpoint=True).astype(dt.np)
 
 
 @st.composite
@@ -228,14 +228,10 @@ def _apply(x, y, steps):
     return x
 
 
-@settings(max_examples=int(os.environ.get("TG_X86_EXAMPLES", "60")), deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(expressions())
-def test_random_expressions_agree_with_the_interpreter(case):
-    """The PYTHON device defines what every op means; X86 must give the same bits."""
+def _check_against_interpreter(case, n: int) -> None:
     from tgcore.runtime.python import KernelError
     dt, steps = case
-    a, b = _sample(dt, 1), _sample(dt, 2)
+    a, b = _sample(dt, 1, n), _sample(dt, 2, n)
     results = []
     for device in ("PYTHON", X86):
         x, y = (Tensor(v, device=device, dtype=dt) for v in (a, b))
@@ -249,6 +245,23 @@ def test_random_expressions_agree_with_the_interpreter(case):
     ref, got = results
     assert got.dtype == ref.dtype
     np.testing.assert_array_equal(got, ref)
+
+
+@settings(max_examples=int(os.environ.get("TG_X86_EXAMPLES", "60")), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(expressions())
+def test_random_expressions_agree_with_the_interpreter(case):
+    """The PYTHON device defines what every op means; X86 must give the same bits (12 elements: scalar code)."""
+    _check_against_interpreter(case, 12)
+
+
+@settings(max_examples=int(os.environ.get("TG_X86_EXAMPLES", "60")), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(expressions())
+def test_random_vectorized_expressions_agree_with_the_interpreter(case):
+    """96 elements: codegen vectorizes (8 lanes of 32-bit types, 4 of 64-bit ones, 32-lane vectors split into
+    pieces); every lane must give the interpreter's bits, including wrapping casts and NaN handling."""
+    _check_against_interpreter(case, 96)
 
 
 @pytest.mark.parametrize("src", DTYPES, ids=str)

@@ -183,7 +183,8 @@ _PINT = {"VPADDB": "0F.WIG FC", "VPADDW": "0F.WIG FD", "VPADDD": "0F.WIG FE", "V
          "VPCMPEQB": "0F.WIG 74", "VPCMPEQW": "0F.WIG 75", "VPCMPEQD": "0F.WIG 76", "VPCMPEQQ": "0F38.WIG 29",
          "VPCMPGTB": "0F.WIG 64", "VPCMPGTW": "0F.WIG 65", "VPCMPGTD": "0F.WIG 66", "VPCMPGTQ": "0F38.WIG 37",
          "VPSLLVD": "0F38.W0 47", "VPSLLVQ": "0F38.W1 47", "VPSRLVD": "0F38.W0 45", "VPSRLVQ": "0F38.W1 45",
-         "VPSRAVD": "0F38.W0 46", "VPSHUFB": "0F38.WIG 00"}
+         "VPSRAVD": "0F38.W0 46", "VPSHUFB": "0F38.WIG 00", "VPACKUSDW": "0F38.WIG 2B",
+         "VPACKUSWB": "0F.WIG 67"}
 # packed shifts by an immediate: VEX.L.66.0F.WIG <opcode> /<digit> ib, VMI
 _PSHIFT_IMM = {"VPSLLW": "71 /6", "VPSLLD": "72 /6", "VPSLLQ": "73 /6", "VPSRLW": "71 /2", "VPSRLD": "72 /2",
                "VPSRLQ": "73 /2", "VPSRAW": "71 /4", "VPSRAD": "72 /4", "VPSRLDQ": "73 /3", "VPSLLDQ": "73 /7"}
@@ -345,6 +346,7 @@ VPSHUFD | X, X/M, imm8 | VEX.L.66.0F.WIG 70 /r ib | RMI
 VMOVHLPS | xmm, xmm, xmm | VEX.128.0F.WIG 12 /r | RVM
 VMOVLHPS | xmm, xmm, xmm | VEX.128.0F.WIG 16 /r | RVM
 VHADDPS | X, X, X/M | VEX.L.F2.0F.WIG 7C /r | RVM
+VPTEST | X, X/M | VEX.L.66.0F38.WIG 17 /r | RM
 # scalar integer ALU (add/or/and/sub/xor/cmp, not/neg/inc/dec/div/idiv and shifts are generated)
 IMUL | rv, r/mv | 0F AF /r | RM
 IMUL3 | rv, r/mv, simm8 | 6B /r ib | RMI

@@ -252,6 +252,9 @@ class Op(enum.Enum):
     VPSRLQ = ("vpsrlq", _G.VEC_INT_ALU)
     VPSRAW = ("vpsraw", _G.VEC_INT_ALU)
     VPSRAD = ("vpsrad", _G.VEC_INT_ALU)
+    VPACKUSDW = ("vpackusdw", _G.VEC_INT_ALU)
+    VPACKUSWB = ("vpackuswb", _G.VEC_INT_ALU)
+    VPTEST = ("vptest", _G.COMPARE, _ND | _WF)
     # float ALU, scalar and packed
     VADDSS = ("vaddss", _G.FLOAT_ALU, _CO)
     VADDSD = ("vaddsd", _G.FLOAT_ALU, _CO)

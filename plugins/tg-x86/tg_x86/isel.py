@@ -27,6 +27,7 @@ from typing import Any
 from tg_x86.isa import Cond, Op
 from tg_x86.machine import RAX, RCX, RDX, Frame, Slot, VMem, label_inst, minst
 from tg_x86.operands import Label
+from tg_x86.vsel import VectorSelection, is_vector
 from tgcore.codegen.regalloc import LoopEnd, LoopStart, MInst, VReg
 from tgcore.dtype import AddrSpace, DType, dtypes
 from tgcore.uop import Ops, UOp
@@ -74,7 +75,7 @@ def fop(name: str, dt: DType) -> Op:
     return Op[name + fsuffix(dt)]
 
 
-class Selector:
+class Selector(VectorSelection):
     def __init__(self, uops: list[UOp]) -> None:
         self.uops = uops
         self.pos = {u: i for i, u in enumerate(uops)}
@@ -90,6 +91,7 @@ class Selector:
         self.loops: list[tuple[VReg, Any, Label, Label, int]] = []
         self.const_slots: dict[bytes, int] = {}
         self.folded: set[UOp] = set()
+        self.lane_offset = 0   # elements added to every address (lane j of a lane-by-lane vector access)
         # buffer k is argument k; a buffer no UOp reads still takes its place, so the variables and
         # core_id follow the highest buffer number
         nbufs = max((u.arg + 1 for u in uops if u.op is Ops.PARAM), default=0)
@@ -97,6 +99,7 @@ class Selector:
         self.var_arg = {n: nbufs + i for i, n in enumerate(names)}
         self.core_arg = nbufs + len(names)
         self.frame.nargs = self.core_arg + 1
+        self.plan_vectors()
 
     # ---- helpers ----
     def new(self, cls: str) -> VReg:
@@ -118,7 +121,7 @@ class Selector:
         self.prog.append(MInst("copy", [d], [s]))
 
     def const_mem(self, data: bytes, bits: int) -> VMem:
-        data = data.ljust(16, b"\0")
+        data = data.ljust(16 if len(data) <= 16 else 32, b"\0")
         k = self.const_slots.get(data)
         if k is None:
             k = self.const_slots[data] = len(self.frame.consts)
@@ -299,7 +302,10 @@ class Selector:
 
     def one(self, u: UOp) -> None:
         op = u.op
-        if op is Ops.PARAM:
+        if op in (Ops.GEP, Ops.VCONST) or is_vector(u.dtype) or (op is Ops.STORE and is_vector(u.src[1].dtype)) or (
+                op is Ops.DEFINE_REG and u.dtype.base.count > 1):  # type: ignore[attr-defined]
+            self.vector_one(u)
+        elif op is Ops.PARAM:
             d = self.new("gpr")
             self.emit(Op.MOV, [d], [VMem(64, slot=Slot("arg", u.arg))], (("d", 0, 64), ("u", 0, None)))
             self.val[u] = d
@@ -402,16 +408,18 @@ class Selector:
         return getattr(idx.src[0].dtype, "addrspace", AddrSpace.GLOBAL) is AddrSpace.REG
 
     def mem(self, idx: UOp, bits: int) -> VMem:
+        """The element ``idx`` points at (``lane_offset`` elements further: lane j of a lane-by-lane vector)."""
         buf, i = idx.src[0], idx.src[1]
         base = self.reg(buf)
         size = buf.dtype.base.itemsize  # type: ignore[attr-defined]
+        extra = self.lane_offset * size
         if i.op is Ops.CONST:
-            return VMem(bits, base, disp=self.int_value(i) * size)
+            return VMem(bits, base, disp=self.int_value(i) * size + extra)
         if i.op is Ops.ADD and i.src[1].op is Ops.CONST and i.src[0].vmin >= 0 and i.src[0].dtype.count == 1:
-            disp = self.int_value(i.src[1]) * size
+            disp = self.int_value(i.src[1]) * size + extra
             if -(1 << 31) <= disp < (1 << 31):
                 return VMem(bits, base, self.index_reg(i.src[0]), size, disp)
-        return VMem(bits, base, self.index_reg(i), size)
+        return VMem(bits, base, self.index_reg(i), size, extra)
 
     def index_reg(self, i: UOp) -> VReg:
         if i.dtype.itemsize < 4:
@@ -428,6 +436,8 @@ class Selector:
                 d = self.newv(u.dtype)
                 self.copy(d, acc)
                 self.val[u] = d
+            return
+        if u in self.bcast_loads:   # read by the broadcast that uses it
             return
         if self.foldable(u):
             self.folded.add(u)

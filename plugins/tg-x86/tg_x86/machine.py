@@ -120,17 +120,27 @@ TARGET = AllocTarget(
 
 @dataclass
 class Frame:
-    """What the prologue must set up: constants (16 bytes each) and the number of arguments."""
+    """What the prologue must set up: constants (16 or 32 bytes each) and the number of arguments."""
     consts: list[bytes] = field(default_factory=list)
     nargs: int = 0
+
+    def offsets(self) -> list[int]:
+        """Byte offset of each constant inside the constant area (32-byte ones first, so all stay aligned)."""
+        out, pos = [0] * len(self.consts), 0
+        for size in (32, 16):
+            for k, data in enumerate(self.consts):
+                if len(data) == size:
+                    out[k], pos = pos, pos + size
+        return out
 
 
 def finish(program: list, frame: Frame) -> list[Inst | Label]:
     """Allocate registers, add prologue and epilogue, lower to ``Inst``s."""
     allocated, spill_bytes = allocate(program, TARGET)
     spill_bytes = -(-spill_bytes // 16) * 16
-    const_base = spill_bytes
-    home_base = const_base + 16 * len(frame.consts)
+    const_base = -(-spill_bytes // 32) * 32
+    const_off = frame.offsets()
+    home_base = const_base + sum(len(c) for c in frame.consts)
     nhome = min(frame.nargs, len(ARG_REGS))
     used = {o.name for ins in allocated if isinstance(ins, MInst) for o in (*ins.defs, *ins.uses)
             if isinstance(o, Register)}
@@ -149,7 +159,7 @@ def finish(program: list, frame: Frame) -> list[Inst | Label]:
             index = gpr(m.index.index) if m.index is not None else None
             return Mem(m.bits, base, index, m.scale, m.disp)
         if m.slot.kind == "const":
-            return Mem(m.bits, gpr(4), disp=const_base + 16 * m.slot.k + m.disp)
+            return Mem(m.bits, gpr(4), disp=const_base + const_off[m.slot.k] + m.disp)
         k = m.slot.k
         off = home_base + 8 * k if k < len(ARG_REGS) else arg_base + 8 * (k - len(ARG_REGS))
         return Mem(m.bits, gpr(4), disp=off + m.disp)
@@ -163,7 +173,7 @@ def finish(program: list, frame: Frame) -> list[Inst | Label]:
     for k, data in enumerate(frame.consts):
         for off in range(0, len(data), 4):
             word = int.from_bytes(data[off:off + 4], "little")
-            out.append(Inst(Op.MOV, Mem(32, rsp, disp=const_base + 16 * k + off), word))
+            out.append(Inst(Op.MOV, Mem(32, rsp, disp=const_base + const_off[k] + off), word))
     for ins in allocated:
         if isinstance(ins, (LoopStart, LoopEnd)):
             continue
@@ -192,26 +202,63 @@ def finish(program: list, frame: Frame) -> list[Inst | Label]:
 
 
 def retarget_copies(program: list) -> list:
-    """``t = op(...); copy acc <- t`` with ``t`` used nowhere else: the op writes ``acc`` directly."""
+    """``t = op(...); ...; copy acc <- t`` with ``t`` used nowhere else and ``acc`` not mentioned in
+    between: the op writes ``acc`` directly and the copy goes (accumulator updates, one per piece)."""
     mentions: dict[VReg, int] = {}
-    for ins in program:
-        if isinstance(ins, MInst):
-            for r in (*ins.registers_read(), *ins.registers_written()):
-                if isinstance(r, VReg):
-                    mentions[r] = mentions.get(r, 0) + 1
+    last_def: dict[VReg, int] = {}
+    last_mention: dict[VReg, int] = {}
+    drop: set[int] = set()
+    barrier = -1   # the last loop boundary or label: a def before it is never retargeted
     out = list(program)
-    for i in range(len(out) - 1):
-        a, b = out[i], out[i + 1]
-        if not (isinstance(a, MInst) and isinstance(b, MInst) and b.op == "copy" and isinstance(a.arg, Spec)):
+    for ins in program:
+        if not isinstance(ins, MInst):
             continue
-        t, acc = b.uses[0], b.defs[0]
-        if not (isinstance(t, VReg) and isinstance(acc, VReg) and a.defs == [t] and mentions.get(t) == 2):
+        for r in (*ins.registers_read(), *ins.registers_written()):
+            if isinstance(r, VReg):
+                mentions[r] = mentions.get(r, 0) + 1
+    for i, ins in enumerate(program):
+        if not isinstance(ins, MInst) or ins.op == "label":
+            barrier = i
             continue
-        if t.cls != acc.cls or (a.arg.two_address and any(_mentions(o, acc) for o in a.uses[1:])):
-            continue
-        out[i] = MInst(a.op, [acc], a.uses, a.arg)
-        out[i + 1] = None
-    return [x for x in out if x is not None]
+        if ins.op == "copy":
+            t, acc = ins.uses[0], ins.defs[0]
+            j = last_def.get(t) if isinstance(t, VReg) else None
+            if j is not None and j > barrier and isinstance(acc, VReg) and mentions.get(t) == 2 and t.cls == acc.cls \
+                    and last_mention.get(acc, -1) <= j:
+                a = out[j]
+                if not (a.arg.two_address and any(_mentions(o, acc) for o in a.uses[1:])):
+                    out[j] = MInst(a.op, [acc], a.uses, a.arg)
+                    drop.add(i)
+                    last_mention[acc] = i
+                    continue
+        for r in (*ins.registers_read(), *ins.registers_written()):
+            if isinstance(r, VReg):
+                last_mention[r] = i
+        if isinstance(ins.arg, Spec) and len(ins.defs) == 1 and isinstance(ins.defs[0], VReg):
+            last_def[ins.defs[0]] = i
+    return [x for i, x in enumerate(out) if i not in drop]
+
+
+def remove_dead(program: list) -> list:
+    """Drop instructions whose only effect is writing virtual registers nobody reads (index math an
+    addressing mode already did, lanes nobody extracted); repeated until nothing changes."""
+    while True:
+        used: set[VReg] = set()
+        for ins in program:
+            if isinstance(ins, MInst):
+                used.update(r for r in ins.registers_read() if isinstance(r, VReg))
+        out = [ins for ins in program if not _dead(ins, used)]
+        if len(out) == len(program):
+            return out
+        program = out
+
+
+def _dead(ins: Any, used: set) -> bool:
+    if not isinstance(ins, MInst) or not ins.defs or ins.op == "label":
+        return False
+    if ins.op != "copy" and (ins.op.writes_mem and isinstance(ins.uses[0] if ins.uses else None, VMem)):
+        return False
+    return all(isinstance(d, VReg) and d not in used for d in ins.defs)
 
 
 def _mentions(o: Any, r: VReg) -> bool:

@@ -36,9 +36,9 @@ class X86Compiler(Compiler):
 def lower(name: str, uops: list[UOp]) -> list[Any]:
     """The kernel as ``Inst``s and ``Label``s (after register allocation)."""
     from tg_x86.isel import select
-    from tg_x86.machine import finish, retarget_copies
+    from tg_x86.machine import finish, remove_dead, retarget_copies
     program, frame = select(uops)
-    return finish(retarget_copies(program), frame)
+    return finish(retarget_copies(remove_dead(program)), frame)
 
 
 class X86Renderer(Renderer):
@@ -47,6 +47,9 @@ class X86Renderer(Renderer):
     linear = True
     has_threads = True
     emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})
+    # AVX2: 8 lanes of 32-bit types, 4 of 64-bit ones (wider vectors are split into ymm pieces)
+    simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
+                   dtypes.uint64: 4}
 
     def __init__(self) -> None:
         self.compiler = X86Compiler()

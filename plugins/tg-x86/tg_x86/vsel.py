@@ -1,0 +1,935 @@
+"""Vector instruction selection: the vector UOps upcast makes -> AVX2 instructions on ymm pieces.
+
+In:  vector UOps of a linear kernel (``dtype.count > 1``): VECTORIZE, GEP, VCONST and vector CONST,
+     vector LOAD/STORE from a scalar pointer INDEX (consecutive elements), ALU ops, casts,
+     comparisons and WHERE, vector accumulators (DEFINE_REG with a vector base).
+Out: machine instructions appended by the ``Selector`` this class is mixed into; a vector value's
+     entry in ``Selector.val`` is a tuple of pieces (virtual vec registers).
+
+Legalization (wide vectors): a vector of n lanes is held as pieces of at most 8 lanes (32-bit
+types and bool) or 4 lanes (64-bit types), one ymm register each (an xmm when the piece fits in
+16 bytes); every op works piece by piece, so 16- and 32-lane vectors become 2 or 4 native ops.
+bool lanes are 32-bit 0/1 integers (8 per piece; masks are made from them with a shift).
+
+Constants (vector CONST, VCONST, VECTORIZE of CONSTs) are never held in registers: they are
+frame slots read as memory operands, or loaded at the use that needs a register. Scalar loads
+feeding only a broadcast are folded into it (``vbroadcastss ymm, [mem]``); single-use vector
+loads fold into the memory operand of their ALU user; ``acc + a*b`` on a float vector
+accumulator is one ``vfmadd231``.
+
+Anything without a vector rule here is scalarized lane by lane (lanes extracted, the scalar
+rules of ``isel`` applied, the results packed again): correct first. float -> int casts take the
+vector path and branch to the scalar rules only when a lane is out of range (the wrap semantics).
+"""
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from tg_x86.isa import Cond, Op
+from tg_x86.machine import VMem
+from tg_x86.operands import Label
+from tgcore.codegen.regalloc import VReg
+from tgcore.dtype import DType, PtrDType, dtypes
+from tgcore.uop import Ops, UOp
+
+CMP_EQ_OQ, CMP_LT_OS, CMP_NEQ_UQ, CMP_UNORD_Q = 0, 1, 4, 3
+TRUNC_IMM = 0xB
+VCMP_OPS = (Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE)
+VFOLD_OPS = (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR)
+COMMUTATIVE = (Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR)
+VECTOR_DTYPES = (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.bool)
+BROADCASTABLE = (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64)
+
+# (op, kind) -> instruction; kind is "f32", "f64", "i32", "i64" or "bool" (see ``kind``)
+VALU: dict[tuple[Ops, str], Op] = {
+    (Ops.ADD, "f32"): Op.VADDPS, (Ops.SUB, "f32"): Op.VSUBPS, (Ops.MUL, "f32"): Op.VMULPS, (Ops.FDIV, "f32"): Op.VDIVPS,
+    (Ops.ADD, "f64"): Op.VADDPD, (Ops.SUB, "f64"): Op.VSUBPD, (Ops.MUL, "f64"): Op.VMULPD, (Ops.FDIV, "f64"): Op.VDIVPD,
+    (Ops.ADD, "i32"): Op.VPADDD, (Ops.SUB, "i32"): Op.VPSUBD, (Ops.MUL, "i32"): Op.VPMULLD,
+    (Ops.AND, "i32"): Op.VPAND, (Ops.OR, "i32"): Op.VPOR, (Ops.XOR, "i32"): Op.VPXOR,
+    (Ops.ADD, "i64"): Op.VPADDQ, (Ops.SUB, "i64"): Op.VPSUBQ,
+    (Ops.AND, "i64"): Op.VPAND, (Ops.OR, "i64"): Op.VPOR, (Ops.XOR, "i64"): Op.VPXOR,
+    (Ops.ADD, "bool"): Op.VPOR, (Ops.MUL, "bool"): Op.VPAND, (Ops.MAX, "bool"): Op.VPOR,
+    (Ops.AND, "bool"): Op.VPAND, (Ops.OR, "bool"): Op.VPOR, (Ops.XOR, "bool"): Op.VPXOR,
+}
+
+
+def kind(dt: DType) -> str:
+    """The instruction family of a scalar dtype's lanes."""
+    if dt is dtypes.bool:
+        return "bool"
+    if dtypes.is_float(dt):
+        return "f64" if dt.itemsize == 8 else "f32"
+    return "i64" if dt.itemsize == 8 else "i32"
+
+
+def esize(dt: DType) -> int:
+    """Bytes of one lane in a register (bool lanes are 32-bit)."""
+    return 8 if dt.itemsize == 8 else 4
+
+
+def lanes_per_piece(dt: DType) -> int:
+    return 32 // esize(dt)
+
+
+def native(dt: DType) -> bool:
+    """Lanes of this dtype live in ymm pieces; other vectors are held lane by lane as scalars."""
+    return dt.scalar() in VECTOR_DTYPES
+
+
+def piece_lanes(dt: DType) -> list[int]:
+    """Lanes in each piece of a vector dtype (one lane per "piece" for lane-by-lane dtypes)."""
+    if not native(dt):
+        return [1] * dt.count
+    n, per = dt.count, lanes_per_piece(dt.scalar())
+    return [min(per, n - i) for i in range(0, n, per)]
+
+
+def pbits(n: int, sdt: DType) -> int:
+    """Register width of a piece of ``n`` lanes."""
+    return 256 if n * esize(sdt) > 16 else 128
+
+
+def lane_bytes(value: Any, sdt: DType) -> bytes:
+    if sdt is dtypes.float64:
+        return struct.pack("<d", float(value))
+    if sdt is dtypes.float32:
+        return struct.pack("<f", float(value))
+    v = int(bool(value)) if sdt is dtypes.bool else int(value)
+    if esize(sdt) == 8:
+        return (v & ((1 << 64) - 1)).to_bytes(8, "little")
+    return (v & 0xFFFFFFFF).to_bytes(4, "little")
+
+
+def is_vector(dt: DType) -> bool:
+    return dt.count > 1 and not isinstance(dt, PtrDType)
+
+
+class VectorSelection:
+    """Mixed into ``isel.Selector``: the rules for vector UOps."""
+    # provided by Selector (with emit, new, copy, mem, reg, materialize, load_into, one, jump, label, ...)
+    uops: list[UOp]
+    pos: dict[UOp, int]
+    users: dict[UOp, list[UOp]]
+    val: dict[UOp, Any]
+    folded: set[UOp]
+    loops: list
+
+    def plan_vectors(self) -> None:
+        """Decide fusions before selecting: FMA accumulator updates, loads folded into broadcasts."""
+        self.fma_adds: dict[UOp, tuple[UOp, UOp]] = {}
+        self.fma_muls: set[UOp] = set()
+        self.bcast_loads: set[UOp] = set()
+        self.lane_cache: dict[tuple, Any] | None = {}
+        self.vfused_cmps: set[UOp] = set()
+        for u in self.uops:
+            if u.op is Ops.ADD and is_vector(u.dtype) and dtypes.is_float(u.dtype.scalar()):
+                for acc, mul in (u.src, u.src[::-1]):
+                    if (acc.op is Ops.LOAD and native(u.dtype) and self.is_reg_index(acc.src[0]) and mul.op is Ops.MUL
+                            and mul.dtype == u.dtype and self.users.get(mul) == [u] and mul not in self.fma_muls):
+                        self.fma_adds[u] = (acc, mul)
+                        self.fma_muls.add(mul)
+                        break
+            elif u.op is Ops.VECTORIZE and is_vector(u.dtype) and all(s is u.src[0] for s in u.src):
+                s = u.src[0]
+                if (s.op is Ops.LOAD and s.dtype in BROADCASTABLE and len(s.src) == 1 and len(s.src[0].src) == 2
+                        and not self.is_reg_index(s.src[0]) and set(self.users.get(s, ())) == {u}
+                        and not any(x.op in (Ops.STORE, Ops.RANGE, Ops.END)
+                                    for x in self.uops[self.pos[s] + 1:self.pos[u]])):
+                    self.bcast_loads.add(s)
+            elif u.op in VCMP_OPS and is_vector(u.dtype):
+                users = self.users.get(u, [])
+                if users and native(u.src[0].dtype) and all(x.op is Ops.WHERE and native(x.dtype) and x.src[0] is u
+                                                            and u not in x.src[1:]
+                                 and esize(x.dtype.scalar()) == esize(u.src[0].dtype.scalar()) for x in users):
+                    self.vfused_cmps.add(u)
+
+    # ---- emission helpers ----
+    def vnew(self) -> VReg:
+        return self.new("vec")
+
+    def vemit(self, op: Op, d: Any, uses: list, bits: int, extra: tuple = ()) -> None:
+        """``d = op(uses...)``, every register at ``bits``; a VMem use becomes a memory operand."""
+        lay = [("d", 0, bits)] + [("u", i, None if isinstance(x, VMem) else bits) for i, x in enumerate(uses)]
+        self.emit(op, [d], uses, (*lay, *extra))
+
+    def zero(self, bits: int) -> VReg:
+        d = self.vnew()
+        self.emit(Op.VXORPS, [d], [], (("d", 0, bits), ("d", 0, bits), ("d", 0, bits)))
+        return d
+
+    def upper(self, x: VReg) -> VReg:
+        """The high 128 bits of a ymm register, as an xmm."""
+        d = self.vnew()
+        self.emit(Op.VEXTRACTF128, [d], [x], (("d", 0, 128), ("u", 0, 256), ("i", 1)))
+        return d
+
+    def join(self, lo: VReg, hi: VReg) -> VReg:
+        d = self.vnew()
+        self.emit(Op.VINSERTF128, [d], [lo, hi], (("d", 0, 256), ("u", 0, 256), ("u", 1, 128), ("i", 1)))
+        return d
+
+    def vcopy(self, x: VReg) -> VReg:
+        d = self.new(x.cls)
+        self.copy(d, x)
+        return d
+
+    # ---- constants ----
+    @staticmethod
+    def is_vconst(u: UOp) -> bool:
+        return u.op in (Ops.CONST, Ops.VCONST) or (u.op is Ops.VECTORIZE and all(s.op is Ops.CONST for s in u.src))
+
+    @staticmethod
+    def const_lanes(u: UOp) -> list:
+        if u.op is Ops.CONST:
+            return [u.arg] * u.dtype.count
+        if u.op is Ops.VCONST:
+            return list(u.arg)
+        return [s.arg for s in u.src]
+
+    def const_piece(self, u: UOp, p: int) -> VMem:
+        sdt = u.dtype.scalar()
+        per = lanes_per_piece(sdt)
+        lanes = self.const_lanes(u)[p * per:(p + 1) * per]
+        data = b"".join(lane_bytes(v, sdt) for v in lanes)
+        return self.const_mem(data, pbits(len(lanes), sdt))
+
+    def splat(self, value: Any, sdt: DType, bits: int) -> VMem:
+        """A constant with every lane ``value``, as a memory operand of ``bits``."""
+        n = bits // 8 // esize(sdt)
+        return self.const_mem(lane_bytes(value, sdt) * n, bits)
+
+    # ---- operands ----
+    def vpiece(self, u: UOp, p: int, into: VReg | None = None) -> VReg:
+        """Piece ``p`` of vector ``u`` in a register (constants and folded loads are loaded here)."""
+        sdt = u.dtype.scalar()
+        if not native(sdt):
+            if self.is_vconst(u):
+                return self.materialize(UOp.const(sdt, self.const_lanes(u)[p]), into)
+            r = self.val[u][p]
+            if into is not None:
+                self.copy(into, r)
+                return into
+            return r
+        n = piece_lanes(u.dtype)[p]
+        bits = pbits(n, sdt)
+        if self.is_vconst(u):
+            lanes = self.const_lanes(u)
+            if all(v == 0 and not (isinstance(v, float) and str(v)[0] == "-") for v in lanes):
+                d = into or self.vnew()
+                self.emit(Op.VXORPS, [d], [], (("d", 0, bits), ("d", 0, bits), ("d", 0, bits)))
+                return d
+            d = into or self.vnew()
+            self.vemit(Op.VMOVUPS, d, [self.const_piece(u, p)], bits)
+            return d
+        if u in self.folded or u in self.bcast_loads:
+            d = into or self.vnew()
+            self.load_piece(d, u, p)
+            return d
+        r = self.val[u][p]
+        if into is not None:
+            self.copy(into, r)
+            return into
+        return r
+
+    def voperand(self, u: UOp, p: int) -> Any:
+        """Piece ``p`` as a register or, for constants and folded loads, a memory operand."""
+        if self.is_vconst(u):
+            return self.const_piece(u, p)
+        if u in self.folded:
+            return self.piece_mem(u, p)
+        return self.val[u][p]
+
+    def pieces(self, u: UOp) -> tuple[VReg, ...]:
+        return tuple(self.vpiece(u, p) for p in range(len(piece_lanes(u.dtype))))
+
+    def piece_mem(self, u: UOp, p: int) -> VMem:
+        """Piece ``p`` of vector load ``u`` as a memory operand."""
+        sdt = u.dtype.scalar()
+        m: VMem = self.mem(u.src[0], pbits(piece_lanes(u.dtype)[p], sdt))
+        return VMem(m.bits, m.base, m.index, m.scale, m.disp + p * lanes_per_piece(sdt) * sdt.itemsize, m.slot)
+
+    # ---- lanes ----
+    def lane_key(self, *key: Any) -> tuple:
+        top = self.loops[-1][2] if self.loops else None
+        return (*key, top)
+
+    def extract(self, u: UOp, j: int) -> Any:
+        """Lane ``j`` of vector ``u`` as a scalar value (the scalar rules' representation)."""
+        sdt = u.dtype.scalar()
+        if self.is_vconst(u):
+            return self.materialize(UOp.const(sdt, self.const_lanes(u)[j]))
+        if u.op is Ops.VECTORIZE and u.src[j] not in self.bcast_loads:
+            return self.reg(u.src[j])
+        if not native(sdt):
+            return self.val[u][j]
+        key = self.lane_key(u, j)
+        if self.lane_cache is not None and key in self.lane_cache:
+            return self.lane_cache[key]
+        per = lanes_per_piece(sdt)
+        p, k = divmod(j, per)
+        half_lanes = 16 // esize(sdt)
+        h, kk = divmod(k, half_lanes)
+        x = self.half(u, p, h)
+        if dtypes.is_float(sdt):
+            if kk == 0:
+                d = self.vcopy(x)
+            else:
+                d = self.vnew()
+                if sdt is dtypes.float64:
+                    self.emit(Op.VMOVHLPS, [d], [x, x], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128)))
+                else:
+                    self.emit(Op.VPERMILPS, [d], [x], (("d", 0, 128), ("u", 0, 128), ("i", kk)))
+        else:
+            d = self.new("gpr")
+            gb = 64 if esize(sdt) == 8 else 32
+            if kk == 0:
+                self.emit(Op.VMOVQ if gb == 64 else Op.VMOVD, [d], [x], (("d", 0, gb), ("u", 0, 128)))
+            else:
+                self.emit(Op.VPEXTRQ if gb == 64 else Op.VPEXTRD, [d], [x],
+                          (("d", 0, gb), ("u", 0, 128), ("i", kk)))
+        if self.lane_cache is not None:
+            self.lane_cache[key] = d
+        return d
+
+    def half(self, u: UOp, p: int, h: int) -> VReg:
+        """The 128-bit half ``h`` of piece ``p`` of ``u`` (half 0 is the piece register itself)."""
+        key = self.lane_key(u, p, "half", h)
+        if self.lane_cache is not None and key in self.lane_cache:
+            return self.lane_cache[key]
+        x = self.vpiece(u, p)
+        if h:
+            x = self.upper(x)
+        if self.lane_cache is not None:
+            self.lane_cache[key] = x
+        return x
+
+    def slice128(self, u: UOp, start: int) -> VReg:
+        """An xmm holding lanes ``start..`` of ``u`` (``start`` on a 128-bit boundary)."""
+        sdt = u.dtype.scalar()
+        p, k = divmod(start, lanes_per_piece(sdt))
+        return self.half(u, p, k // (16 // esize(sdt)))
+
+    def pack(self, sdt: DType, regs: list) -> tuple[VReg, ...]:
+        """Scalar values (the scalar rules' representation) -> pieces."""
+        if not native(sdt):
+            return tuple(regs)
+        if all(r is regs[0] for r in regs):
+            return self.broadcast_reg(sdt, regs[0], len(regs))
+        per, half = lanes_per_piece(sdt), 16 // esize(sdt)
+        out = []
+        for start in range(0, len(regs), per):
+            chunk = regs[start:start + per]
+            xs = [self.pack128(sdt, chunk[i:i + half]) for i in range(0, len(chunk), half)]
+            out.append(xs[0] if len(xs) == 1 else self.join(xs[0], xs[1]))
+        return tuple(out)
+
+    def pack128(self, sdt: DType, regs: list) -> VReg:
+        d = self.vnew()
+        if dtypes.is_float(sdt):
+            if sdt is dtypes.float64:
+                if len(regs) == 1:
+                    self.copy(d, regs[0])
+                else:
+                    self.emit(Op.VMOVLHPS, [d], regs, (("d", 0, 128), ("u", 0, 128), ("u", 1, 128)))
+                return d
+            self.copy(d, regs[0])
+            for k, r in enumerate(regs[1:], 1):
+                t = self.vnew()
+                self.emit(Op.VINSERTPS, [t], [d, r], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128), ("i", k << 4)))
+                d = t
+            return d
+        gb = 64 if esize(sdt) == 8 else 32
+        self.emit(Op.VMOVQ if gb == 64 else Op.VMOVD, [d], [regs[0]], (("d", 0, 128), ("u", 0, gb)))
+        for k, r in enumerate(regs[1:], 1):
+            t = self.vnew()
+            self.emit(Op.VPINSRQ if gb == 64 else Op.VPINSRD, [t], [d, r],
+                      (("d", 0, 128), ("u", 0, 128), ("u", 1, gb), ("i", k)))
+            d = t
+        return d
+
+    def broadcast_reg(self, sdt: DType, r: Any, count: int) -> tuple[VReg, ...]:
+        """Every lane the scalar value ``r``: one register shared by all pieces."""
+        counts = piece_lanes(sdt.vec(count))
+        bits = pbits(counts[0], sdt)
+        d = self.vnew()
+        if sdt is dtypes.float32:
+            self.emit(Op.VBROADCASTSS, [d], [r], (("d", 0, bits), ("u", 0, 128)))
+        elif sdt is dtypes.float64:
+            if bits == 256:
+                self.emit(Op.VBROADCASTSD, [d], [r], (("d", 0, 256), ("u", 0, 128)))
+            else:
+                self.emit(Op.VMOVLHPS, [d], [r, r], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128)))
+        else:
+            t = self.vnew()
+            wide = esize(sdt) == 8
+            self.emit(Op.VMOVQ if wide else Op.VMOVD, [t], [r], (("d", 0, 128), ("u", 0, 64 if wide else 32)))
+            self.emit(Op.VPBROADCASTQ if wide else Op.VPBROADCASTD, [d], [t], (("d", 0, bits), ("u", 0, 128)))
+        return (d,) * len(counts)
+
+    # ---- the rules ----
+    def vector_one(self, u: UOp) -> None:
+        op = u.op
+        if op is Ops.GEP:
+            self.gep(u)
+        elif op is Ops.DEFINE_REG:
+            base = u.dtype.base
+            if native(base):
+                self.val[u] = tuple(self.vnew() for _ in piece_lanes(base))
+            else:
+                self.val[u] = tuple(self.newv(base.scalar()) for _ in range(base.count))
+        elif op is Ops.STORE:
+            self.vstore(u)
+        elif op in (Ops.CONST, Ops.VCONST):
+            pass
+        elif op is Ops.VECTORIZE:
+            self.vectorize(u)
+        elif op is Ops.LOAD:
+            self.vload(u)
+        elif op in VCMP_OPS:
+            if u not in self.vfused_cmps:
+                self.vcompare_bool(u)
+        elif op is Ops.WHERE:
+            self.vwhere(u)
+        elif op is Ops.CAST:
+            self.vcast(u)
+        elif op is Ops.BITCAST:
+            src = u.src[0]
+            s, t = src.dtype.scalar(), u.dtype.scalar()
+            if native(s) and native(t) and s.itemsize == t.itemsize and s is not dtypes.bool:
+                self.val[u] = tuple(self.vcopy(r) for r in self.pieces(src))
+            else:
+                self.scalarize(u)
+        elif op is Ops.AFTER:
+            self.val[u] = self.val[u.src[0]]
+        else:
+            self.valu(u)
+
+    def gep(self, u: UOp) -> None:
+        v, lanes = u.src[0], u.arg
+        if len(lanes) == 1:
+            self.val[u] = self.extract(v, lanes[0])
+            return
+        sdt = v.dtype.scalar()
+        per = lanes_per_piece(sdt)
+        start, n = lanes[0], len(lanes)
+        if not native(sdt):
+            self.val[u] = tuple(self.extract(v, j) for j in lanes)
+        elif tuple(lanes) == tuple(range(start, start + n)) and start % per == 0 and n == per:
+            self.val[u] = (self.vcopy(self.vpiece(v, start // per)),)
+        elif tuple(lanes) == tuple(range(start, start + n)) and n * esize(sdt) == 16 and start % n == 0:
+            self.val[u] = (self.vcopy(self.slice128(v, start)),)
+        else:
+            self.val[u] = self.pack(sdt, [self.extract(v, j) for j in lanes])
+
+    def vectorize(self, u: UOp) -> None:
+        if self.is_vconst(u):
+            return
+        if not native(u.dtype):
+            self.val[u] = tuple(self.reg(x) for x in u.src)
+            return
+        sdt = u.dtype.scalar()
+        s = u.src[0]
+        if all(x is s for x in u.src) and s in self.bcast_loads:
+            counts = piece_lanes(u.dtype)
+            bits = pbits(counts[0], sdt)
+            d = self.vnew()
+            m = self.mem(s.src[0], esize(sdt) * 8)
+            if sdt is dtypes.float64 and bits == 128:
+                t = self.vnew()
+                self.emit(Op.VMOVSD, [t], [m], (("d", 0, 128), ("u", 0, None)))
+                self.emit(Op.VMOVLHPS, [d], [t, t], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128)))
+            else:
+                bop = {dtypes.float32: Op.VBROADCASTSS, dtypes.float64: Op.VBROADCASTSD}.get(
+                    sdt, Op.VPBROADCASTQ if esize(sdt) == 8 else Op.VPBROADCASTD)
+                self.emit(bop, [d], [m], (("d", 0, bits), ("u", 0, None)))
+            self.val[u] = (d,) * len(counts)
+            return
+        self.val[u] = self.pack(sdt, [self.reg(x) for x in u.src])
+
+    # ---- memory ----
+    def vfoldable(self, u: UOp) -> bool:
+        """A vector load whose only user reads it as operand 2 (a memory operand) of one instruction."""
+        sdt = u.dtype.scalar()
+        if sdt not in BROADCASTABLE or len(u.src) != 1 or len(u.src[0].src) != 2 or u.dtype.count * esize(sdt) < 16:
+            return False
+        users = self.users.get(u, [])
+        if len(users) != 1:
+            return False
+        user = users[0]
+        if user.dtype != u.dtype or user.op not in VFOLD_OPS or (kind(sdt), user.op) in (("i64", Ops.MUL),) \
+                or (user.op is Ops.MAX and not dtypes.is_float(sdt)) or user in self.fma_adds:
+            return False
+        if user.src[1] is not u and not (user.op in COMMUTATIVE and user.src[0] is u
+                                          and not self.is_vconst(user.src[1]) and user.src[1].op is not Ops.LOAD):
+            return False
+        if user.src[0] is user.src[1]:
+            return False
+        between = self.uops[self.pos[u] + 1:self.pos[user]]
+        return not any(x.op in (Ops.STORE, Ops.RANGE, Ops.END) for x in between)
+
+    def load_piece(self, d: VReg, u: UOp, p: int) -> None:
+        idx, sdt = u.src[0], u.dtype.scalar()
+        if u in self.bcast_loads:  # a broadcast source asked for as a register: the scalar load
+            self.load_into(d, idx, sdt)
+            return
+        n = piece_lanes(u.dtype)[p]
+        per = lanes_per_piece(sdt)
+        m: VMem = self.mem(idx, 8)
+        disp = m.disp + p * per * sdt.itemsize
+
+        def at(bits: int | None, extra: int = 0) -> VMem:
+            return VMem(bits, m.base, m.index, m.scale, disp + extra, m.slot)
+        if sdt is dtypes.bool:
+            if n in (4, 8):
+                self.emit(Op.VPMOVZXBD, [d], [at(n * 8)], (("d", 0, 256 if n == 8 else 128), ("u", 0, None)))
+                return
+            regs = []
+            for k in range(n):
+                t = self.new("gpr")
+                self.emit(Op.MOVZX, [t], [at(8, k)], (("d", 0, 32), ("u", 0, None)))
+                regs.append(t)
+            self.copy(d, self.pack128(sdt, regs))
+            return
+        nbytes = n * sdt.itemsize
+        if nbytes >= 16:
+            self.emit(Op.VMOVUPS, [d], [at(nbytes * 8)], (("d", 0, nbytes * 8), ("u", 0, None)))
+        elif nbytes == 8:
+            self.emit(Op.VMOVSD, [d], [at(64)], (("d", 0, 128), ("u", 0, None)))
+        else:
+            self.emit(Op.VMOVSS, [d], [at(32)], (("d", 0, 128), ("u", 0, None)))
+
+    def vload(self, u: UOp) -> None:
+        idx = u.src[0]
+        if self.is_reg_index(idx):
+            acc = self.val[idx.src[0]]
+            self.val[u] = acc if self.alias_ok(u) else tuple(self.vcopy(r) for r in acc)
+            return
+        if not native(u.dtype):
+            out = []
+            for j in range(u.dtype.count):
+                su = UOp(Ops.LOAD, u.dtype.scalar(), (idx, *(self.lane_uop(s, j) for s in u.src[1:])))
+                self.lane_offset = j
+                self.one(su)
+                self.lane_offset = 0
+                out.append(self.val[su])
+            self.val[u] = tuple(out)
+            return
+        if self.vfoldable(u):
+            self.folded.add(u)
+            return
+        counts = piece_lanes(u.dtype)
+        gate = idx.src[2] if len(idx.src) > 2 else None
+        out = tuple(self.vnew() for _ in counts)
+        if gate is None:
+            for p, d in enumerate(out):
+                self.load_piece(d, u, p)
+        else:
+            for p, d in enumerate(out):
+                if len(u.src) > 1:
+                    self.vpiece(u.src[1], p, into=d)
+                else:
+                    b = pbits(counts[p], u.dtype.scalar())
+                    self.emit(Op.VXORPS, [d], [], (("d", 0, b), ("d", 0, b), ("d", 0, b)))
+            skip = Label("gated")
+            self.test_gate(gate)
+            self.jump(skip, Cond.E)
+            for p, d in enumerate(out):
+                self.load_piece(d, u, p)
+            self.label(skip)
+        self.val[u] = out
+
+    def vstore(self, u: UOp) -> None:
+        idx, value = u.src[0], u.src[1]
+        if self.is_reg_index(idx):
+            acc = self.val[self.define_reg(idx)]
+            for p, r in enumerate(acc):
+                self.vpiece(value, p, into=r)
+            return
+        if not native(value.dtype):
+            for j in range(value.dtype.count):
+                self.lane_offset = j
+                self.one(UOp(Ops.STORE, dtypes.void, (idx, self.lane_uop(value, j))))
+                self.lane_offset = 0
+            return
+        gate = idx.src[2] if len(idx.src) > 2 else None
+        skip = Label("gated")
+        regs = self.pieces(value)
+        if gate is not None:
+            self.test_gate(gate)
+            self.jump(skip, Cond.E)
+        sdt = value.dtype.scalar()
+        per = lanes_per_piece(sdt)
+        m: VMem = self.mem(idx, 8)
+        for p, (r, n) in enumerate(zip(regs, piece_lanes(value.dtype), strict=True)):
+            disp = m.disp + p * per * sdt.itemsize
+
+            def at(bits: int | None, extra: int = 0, disp: int = disp) -> VMem:
+                return VMem(bits, m.base, m.index, m.scale, disp + extra, m.slot)
+            if sdt is dtypes.bool:
+                if n in (4, 8):
+                    hi = self.upper(r) if n == 8 else r
+                    w, b = self.vnew(), self.vnew()
+                    self.vemit(Op.VPACKUSDW, w, [r, hi], 128)
+                    self.vemit(Op.VPACKUSWB, b, [w, w], 128)
+                    self.emit(Op.VMOVQ if n == 8 else Op.VMOVD, [], [at(n * 8), b], (("u", 0, None), ("u", 1, 128)))
+                else:
+                    for k in range(n):
+                        t = self.extract_piece_lane(r, sdt, k)
+                        self.emit(Op.MOV, [], [at(8, k), t], (("u", 0, None), ("u", 1, 8)))
+                continue
+            nbytes = n * sdt.itemsize
+            if nbytes >= 16:
+                self.emit(Op.VMOVUPS, [], [at(nbytes * 8), r], (("u", 0, None), ("u", 1, nbytes * 8)))
+            elif nbytes == 8:
+                self.emit(Op.VMOVSD, [], [at(64), r], (("u", 0, None), ("u", 1, 128)))
+            else:
+                self.emit(Op.VMOVSS, [], [at(32), r], (("u", 0, None), ("u", 1, 128)))
+        if gate is not None:
+            self.label(skip)
+
+    def extract_piece_lane(self, r: VReg, sdt: DType, k: int) -> VReg:
+        """Lane k (< 4) of a 32-bit integer piece register into a gpr."""
+        d = self.new("gpr")
+        if k == 0:
+            self.emit(Op.VMOVD, [d], [r], (("d", 0, 32), ("u", 0, 128)))
+        else:
+            self.emit(Op.VPEXTRD, [d], [r], (("d", 0, 32), ("u", 0, 128), ("i", k)))
+        return d
+
+    # ---- scalarization ----
+    def lane_uop(self, s: UOp, j: int) -> UOp:
+        if not is_vector(s.dtype):
+            return s
+        sdt = s.dtype.scalar()
+        if self.is_vconst(s):
+            return UOp.const(sdt, self.const_lanes(s)[j])
+        if s.op is Ops.VECTORIZE and s.src[j] not in self.bcast_loads:
+            return s.src[j]
+        g = UOp(Ops.GEP, sdt, (s,), (j,))
+        self.val[g] = self.extract(s, j)
+        return g
+
+    def scalar_lanes(self, u: UOp) -> list:
+        out = []
+        sdt = u.dtype.scalar()
+        for j in range(u.dtype.count):
+            su = UOp(u.op, sdt, tuple(self.lane_uop(s, j) for s in u.src), u.arg)
+            self.one(su)
+            out.append(self.val[su])
+        return out
+
+    def scalarize(self, u: UOp) -> None:
+        """No vector rule: the scalar rules lane by lane, then packed."""
+        self.val[u] = self.pack(u.dtype.scalar(), self.scalar_lanes(u))
+
+    # ---- ALU ----
+    def per_piece(self, u: UOp, fn: Any) -> None:
+        sdt = u.dtype.scalar()
+        out = []
+        for p, n in enumerate(piece_lanes(u.dtype)):
+            d = self.vnew()
+            fn(d, p, pbits(n, sdt))
+            out.append(d)
+        self.val[u] = tuple(out)
+
+    def binary(self, xop: Op, u: UOp, a: UOp, b: UOp) -> None:
+        def in_memory(x: UOp) -> bool:
+            return self.is_vconst(x) or x in self.folded
+        if u.op in COMMUTATIVE and in_memory(a) and not in_memory(b):
+            a, b = b, a
+        self.per_piece(u, lambda d, p, bits: self.vemit(xop, d, [self.vpiece(a, p), self.voperand(b, p)], bits))
+
+    def valu(self, u: UOp) -> None:
+        op, sdt = u.op, u.dtype.scalar()
+        k = kind(sdt)
+        if not native(u.dtype) or any(is_vector(s.dtype) and not native(s.dtype) for s in u.src):
+            self.scalarize(u)
+            return
+        if u in self.fma_muls:
+            return
+        if u in self.fma_adds:
+            acc, mul = self.fma_adds[u]
+            a, b = mul.src
+            if self.is_vconst(a) or a in self.folded:
+                a, b = b, a
+            fma = Op.VFMADD231PD if k == "f64" else Op.VFMADD231PS
+
+            def emit_fma(d: VReg, p: int, bits: int) -> None:
+                rb = self.voperand(b, p)
+                self.emit(fma, [d], [self.vpiece(acc, p), self.vpiece(a, p), rb],
+                          (("d", 0, bits), ("u", 1, bits), ("u", 2, None if isinstance(rb, VMem) else bits)), two=True)
+            self.per_piece(u, emit_fma)
+            return
+        if (op, k) in VALU:
+            self.binary(VALU[(op, k)], u, *u.src)
+            return
+        fl = k in ("f32", "f64")
+        pd = k == "f64"
+        if fl and op is Ops.MAX:  # (a != a || a > b) ? a : b
+            a, b = u.src
+
+            def vmax(d: VReg, p: int, bits: int) -> None:
+                ra, t, m = self.vpiece(a, p), self.vnew(), self.vnew()
+                self.vemit(Op.VMAXPD if pd else Op.VMAXPS, t, [ra, self.voperand(b, p)], bits)
+                self.vemit(Op.VCMPPD if pd else Op.VCMPPS, m, [ra, ra], bits, (("i", CMP_UNORD_Q),))
+                self.vemit(Op.VBLENDVPD if pd else Op.VBLENDVPS, d, [t, ra, m], bits)
+            self.per_piece(u, vmax)
+        elif fl and op is Ops.NEG:
+            sign = -0.0
+            self.per_piece(u, lambda d, p, bits: self.vemit(Op.VXORPS, d, [self.vpiece(u.src[0], p),
+                                                                         self.splat(sign, sdt, bits)], bits))
+        elif fl and op is Ops.SQRT:
+            self.per_piece(u, lambda d, p, bits: self.vemit(Op.VSQRTPD if pd else Op.VSQRTPS, d,
+                                                            [self.voperand(u.src[0], p)], bits))
+        elif fl and op is Ops.RECIPROCAL:
+            def recip(d: VReg, p: int, bits: int) -> None:
+                one = self.vnew()
+                self.vemit(Op.VMOVUPS, one, [self.splat(1.0, sdt, bits)], bits)
+                self.vemit(Op.VDIVPD if pd else Op.VDIVPS, d, [one, self.voperand(u.src[0], p)], bits)
+            self.per_piece(u, recip)
+        elif fl and op is Ops.TRUNC:
+            self.per_piece(u, lambda d, p, bits: self.vemit(Op.VROUNDPD if pd else Op.VROUNDPS, d,
+                                                            [self.voperand(u.src[0], p)], bits, (("i", TRUNC_IMM),)))
+        elif fl and op is Ops.MULACC:
+            a, b, c = u.src
+            fma = Op.VFMADD231PD if pd else Op.VFMADD231PS
+
+            def mulacc(d: VReg, p: int, bits: int) -> None:
+                rb = self.voperand(b, p)
+                self.emit(fma, [d], [self.vpiece(c, p), self.vpiece(a, p), rb],
+                          (("d", 0, bits), ("u", 1, bits), ("u", 2, None if isinstance(rb, VMem) else bits)), two=True)
+            self.per_piece(u, mulacc)
+        elif k == "i32" and op is Ops.MAX:
+            self.binary(Op.VPMAXUD if dtypes.is_unsigned(sdt) else Op.VPMAXSD, u, *u.src)
+        elif k in ("i32", "i64") and op is Ops.NEG:
+            sub = Op.VPSUBQ if k == "i64" else Op.VPSUBD
+            self.per_piece(u, lambda d, p, bits: self.vemit(sub, d, [self.zero(bits), self.voperand(u.src[0], p)],
+                                                            bits))
+        elif k == "bool" and op is Ops.NEG:
+            self.per_piece(u, lambda d, p, bits: self.vemit(Op.VPXOR, d, [self.vpiece(u.src[0], p),
+                                                                        self.splat(1, dtypes.int32, bits)], bits))
+        elif k in ("i32", "i64") and op in (Ops.SHL, Ops.SHR):
+            self.vshift(u)
+        else:
+            self.scalarize(u)
+
+    def vshift(self, u: UOp) -> None:
+        """Shift amounts outside 0..width-1 give 0 or the sign: exactly what vpsllv/vpsrlv/vpsrav do."""
+        sdt = u.dtype.scalar()
+        a, n = u.src
+        wide = esize(sdt) == 8
+        signed = not dtypes.is_unsigned(sdt)
+        if u.op is Ops.SHL:
+            imm_op, var_op = (Op.VPSLLQ, Op.VPSLLVQ) if wide else (Op.VPSLLD, Op.VPSLLVD)
+        elif not signed:
+            imm_op, var_op = (Op.VPSRLQ, Op.VPSRLVQ) if wide else (Op.VPSRLD, Op.VPSRLVD)
+        elif not wide:
+            imm_op, var_op = Op.VPSRAD, Op.VPSRAVD
+        else:
+            self.scalarize(u)
+            return
+        lanes = self.const_lanes(n) if self.is_vconst(n) else None
+        if lanes is not None and all(x == lanes[0] for x in lanes) and 0 <= int(lanes[0]) < sdt.itemsize * 8:
+            amount = int(lanes[0])
+            self.per_piece(u, lambda d, p, bits: self.emit(imm_op, [d], [self.vpiece(a, p)],
+                                                           (("d", 0, bits), ("u", 0, bits), ("i", amount))))
+        elif n.dtype.scalar() is sdt or esize(n.dtype.scalar()) == esize(sdt):
+            self.per_piece(u, lambda d, p, bits: self.vemit(var_op, d, [self.vpiece(a, p), self.voperand(n, p)], bits))
+        else:
+            self.scalarize(u)
+
+    # ---- comparisons and WHERE ----
+    def compare_masks(self, c: UOp) -> tuple[list[VReg], bool] | None:
+        """All-ones lanes where comparison ``c`` holds, per piece of its sources; and whether the masks
+        are inverted (hold where ``c`` is false). None when there is no vector compare for the dtype."""
+        a, b = c.src
+        sdt = a.dtype.scalar()
+        k = kind(sdt)
+        out: list[VReg] = []
+        counts = piece_lanes(a.dtype)
+        if k in ("f32", "f64"):
+            pred = {Ops.CMPLT: CMP_LT_OS, Ops.CMPEQ: CMP_EQ_OQ, Ops.CMPNE: CMP_NEQ_UQ}[c.op]
+            for p, n in enumerate(counts):
+                m = self.vnew()
+                self.vemit(Op.VCMPPD if k == "f64" else Op.VCMPPS, m, [self.vpiece(a, p), self.voperand(b, p)],
+                           pbits(n, sdt), (("i", pred),))
+                out.append(m)
+            return out, False
+        wide = k == "i64"
+        eq, gt = (Op.VPCMPEQQ, Op.VPCMPGTQ) if wide else (Op.VPCMPEQD, Op.VPCMPGTD)
+        for p, n in enumerate(counts):
+            bits = pbits(n, sdt)
+            m = self.vnew()
+            if c.op in (Ops.CMPEQ, Ops.CMPNE):
+                self.vemit(eq, m, [self.vpiece(a, p), self.voperand(b, p)], bits)
+            elif dtypes.is_unsigned(sdt):
+                sign = self.splat(1 << (esize(sdt) * 8 - 1), sdt, bits)
+                fa, fb = self.vnew(), self.vnew()
+                self.vemit(Op.VPXOR, fa, [self.vpiece(a, p), sign], bits)
+                self.vemit(Op.VPXOR, fb, [self.vpiece(b, p), sign], bits)
+                self.vemit(gt, m, [fb, fa], bits)
+            else:
+                self.vemit(gt, m, [self.vpiece(b, p), self.voperand(a, p)], bits)
+            out.append(m)
+        return out, c.op is Ops.CMPNE
+
+    def narrow_masks(self, masks: list[VReg], counts: list[int]) -> list[VReg]:
+        """64-bit lane masks (4 per piece) -> 32-bit lane masks (8 per piece)."""
+        halves = []
+        for m, n in zip(masks, counts, strict=True):
+            if n > 2:
+                d = self.vnew()
+                self.vemit(Op.VSHUFPS, d, [m, self.upper(m)], 128, (("i", 0x88),))
+            else:
+                d = self.vnew()
+                self.vemit(Op.VSHUFPS, d, [m, m], 128, (("i", 0x88),))
+            halves.append(d)
+        return [halves[i] if i + 1 >= len(halves) else self.join(halves[i], halves[i + 1])
+                for i in range(0, len(halves), 2)]
+
+    def vcompare_bool(self, c: UOp) -> None:
+        if not native(c.src[0].dtype) or not native(c.src[1].dtype):
+            self.scalarize(c)
+            return
+        masks, inverted = self.compare_masks(c)
+        src = c.src[0].dtype
+        if esize(src.scalar()) == 8:
+            masks = self.narrow_masks(masks, piece_lanes(src))
+        out = []
+        for m, n in zip(masks, piece_lanes(c.dtype), strict=True):
+            bits = pbits(n, dtypes.int32)
+            d = self.vnew()
+            if inverted:  # mask + 1: 0 where equal, 1 elsewhere
+                self.vemit(Op.VPADDD, d, [m, self.splat(1, dtypes.int32, bits)], bits)
+            else:
+                self.emit(Op.VPSRLD, [d], [m], (("d", 0, bits), ("u", 0, bits), ("i", 31)))
+            out.append(d)
+        self.val[c] = tuple(out)
+
+    def bool_mask(self, c: UOp, p: int, sdt: DType) -> VReg:
+        """A blend mask (sign bit per lane) for piece ``p`` of a WHERE of ``sdt`` from bool vector ``c``."""
+        if esize(sdt) == 4:
+            n = piece_lanes(c.dtype)[p]
+            d = self.vnew()
+            b = pbits(n, dtypes.int32)
+            self.emit(Op.VPSLLD, [d], [self.vpiece(c, p)], (("d", 0, b), ("u", 0, b), ("i", 31)))
+            return d
+        x = self.slice128(c, p * 4)
+        t, d = self.vnew(), self.vnew()
+        self.emit(Op.VPSLLD, [t], [x], (("d", 0, 128), ("u", 0, 128), ("i", 31)))
+        lanes = min(4, c.dtype.count - 4 * p)
+        self.emit(Op.VPMOVSXDQ, [d], [t], (("d", 0, 256 if lanes > 2 else 128), ("u", 0, 128)))
+        return d
+
+    def vwhere(self, u: UOp) -> None:
+        c, x, y = u.src
+        sdt = u.dtype.scalar()
+        if not (native(u.dtype) and native(c.dtype) and native(x.dtype) and native(y.dtype)):
+            self.scalarize(u)
+            return
+        blend = Op.VBLENDVPD if esize(sdt) == 8 else Op.VBLENDVPS
+        if c in self.vfused_cmps:
+            res = self.compare_masks(c)
+            assert res is not None
+            masks, inverted = res
+        else:
+            masks, inverted = [self.bool_mask(c, p, sdt) for p in range(len(piece_lanes(u.dtype)))], False
+        if inverted:
+            x, y = y, x
+        self.per_piece(u, lambda d, p, bits: self.vemit(blend, d, [self.vpiece(y, p), self.voperand(x, p), masks[p]],
+                                                         bits))
+
+    # ---- casts ----
+    def vcast(self, u: UOp) -> None:
+        src = u.src[0]
+        s, t = src.dtype.scalar(), u.dtype.scalar()
+        ks, kt = kind(s), kind(t)
+        if not (native(s) and native(t)):
+            self.scalarize(u)
+        elif s is t or (ks == kt and ks in ("i32", "i64")) or (ks == "bool" and kt == "i32"):
+            self.val[u] = tuple(self.vcopy(r) for r in self.pieces(src))
+        elif t is dtypes.bool:
+            self.vto_bool(u)
+        elif ks in ("i32", "bool") and kt == "f32" and (s is not dtypes.uint32):
+            self.per_piece(u, lambda d, p, bits: self.vemit(Op.VCVTDQ2PS, d, [self.vpiece(src, p)], bits))
+        elif ks in ("i32", "bool") and kt == "f64" and s is not dtypes.uint32:
+            self.widen(u, Op.VCVTDQ2PD)
+        elif ks == "f32" and kt == "f64":
+            self.widen(u, Op.VCVTPS2PD)
+        elif ks in ("i32", "bool") and kt == "i64":
+            self.widen(u, Op.VPMOVSXDQ if s is dtypes.int32 else Op.VPMOVZXDQ)
+        elif ks == "f64" and kt == "f32":
+            self.narrow(u, lambda d, r, bits: self.emit(Op.VCVTPD2PS, [d], [r],
+                                                        (("d", 0, 128), ("u", 0, bits))))
+        elif ks == "i64" and kt == "i32":
+            def low_dwords(d: VReg, r: VReg, bits: int) -> None:
+                hi = self.upper(r) if bits == 256 else r
+                self.vemit(Op.VSHUFPS, d, [r, hi], 128, (("i", 0x88),))
+            self.narrow(u, low_dwords)
+        elif ks in ("f32", "f64") and kt == "i32":
+            self.float_to_i32(u)
+        else:
+            self.scalarize(u)
+
+    def widen(self, u: UOp, op: Op) -> None:
+        """32-bit lanes -> 64-bit lanes: output piece p reads the 128 bits at lane 4p."""
+        src = u.src[0]
+        self.per_piece(u, lambda d, p, bits: self.emit(op, [d], [self.slice128(src, 4 * p)],
+                                                       (("d", 0, bits), ("u", 0, 128))))
+
+    def narrow(self, u: UOp, fn: Any) -> None:
+        """64-bit lanes -> 32-bit lanes: each source piece gives an xmm, two of them make a piece."""
+        src = u.src[0]
+        s = src.dtype.scalar()
+        halves = []
+        for p, n in enumerate(piece_lanes(src.dtype)):
+            d = self.vnew()
+            fn(d, self.vpiece(src, p), pbits(n, s))
+            halves.append(d)
+        self.val[u] = tuple(halves[i] if i + 1 >= len(halves) else self.join(halves[i], halves[i + 1])
+                            for i in range(0, len(halves), 2))
+
+    def vto_bool(self, u: UOp) -> None:
+        src = u.src[0]
+        s = src.dtype.scalar()
+        k = kind(s)
+        if k == "bool":
+            self.val[u] = tuple(self.vcopy(r) for r in self.pieces(src))
+            return
+        ne = UOp(Ops.CMPNE, u.dtype, (src, UOp.const(src.dtype, 0)))
+        self.vcompare_bool(ne)
+        self.val[u] = self.val[ne]
+
+    def float_to_i32(self, u: UOp) -> None:
+        """vcvtt*2dq truncates; lanes out of int32 range (and NaN) give 0x80000000: when any lane does,
+        the whole vector is redone lane by lane with the scalar rules (which wrap like C)."""
+        src = u.src[0]
+        s = src.dtype.scalar()
+        if s is dtypes.float64:
+            self.narrow(u, lambda d, r, bits: self.emit(Op.VCVTTPD2DQ, [d], [r], (("d", 0, 128), ("u", 0, bits))))
+        else:
+            self.per_piece(u, lambda d, p, bits: self.vemit(Op.VCVTTPS2DQ, d, [self.vpiece(src, p)], bits))
+        out = self.val[u]
+        counts = piece_lanes(u.dtype)
+        any_bad = None
+        for r, n in zip(out, counts, strict=True):
+            bits = pbits(n, dtypes.int32)
+            m = self.vnew()
+            self.vemit(Op.VPCMPEQD, m, [r, self.splat(-(1 << 31), dtypes.int32, bits)], bits)
+            if any_bad is None:
+                any_bad = m
+            else:
+                o = self.vnew()
+                self.vemit(Op.VPOR, o, [any_bad, m], bits)
+                any_bad = o
+        done = Label("f2i_ok")
+        b = pbits(counts[0], dtypes.int32)
+        self.emit(Op.VPTEST, [], [any_bad, any_bad], (("u", 0, b), ("u", 1, b)))
+        self.jump(done, Cond.E)
+        saved, self.lane_cache = self.lane_cache, None   # values made inside the branch do not outlive it
+        packed = self.pack(u.dtype.scalar(), self.scalar_lanes(u))
+        self.lane_cache = saved
+        for r, x in zip(out, packed, strict=True):
+            self.copy(r, x)
+        self.label(done)
