@@ -18,7 +18,7 @@ import itertools
 
 from tgcore.dtype import DType, dtypes
 from tgcore.helpers import prod
-from tgcore.uop import GroupOp, Ops, UOp
+from tgcore.uop import Ops, UOp
 
 MAX_LANES = 32   # lanes of the vectorized axis
 MAX_UNROLL = 8   # copies made by unrolling the other chosen axes
@@ -52,15 +52,13 @@ def choose_upcasts(ast: UOp, simd_widths: dict[DType, int]) -> list[tuple[UOp, i
       unrolled by 4 (register tiling).
     - Otherwise, in a reduction whose main input runs along the reduced axis (a matrix-vector
       product, dequantize-and-dot), that reduced axis by 32 lanes (vector accumulators,
-      summed across lanes at the end), with an output axis unrolled by 4 to share the loads.
+      summed across lanes at the end; 16 or 8 when the axis is shorter, as inside a quantization block),
+      with an output axis unrolled by 4 to share the loads.
     """
     stores = [s for s in ast.src if s.op is Ops.STORE]
     if len(stores) != 1 or not simd_widths:
         return []
     store = stores[0]
-    dts = {u.dtype.scalar() for u in ast.toposort if u.op in GroupOp.ALU or u.op in (Ops.LOAD, Ops.CAST)}
-    if any(dt not in simd_widths and dt is not dtypes.bool for dt in dts):
-        return []
     width = simd_widths.get(store.src[1].dtype, 0)
     index = store.src[0].src[1]
     ranges = [r for r in index.toposort if r.op is Ops.RANGE and isinstance(r.arg, tuple) and r.arg[1] == "global"]
@@ -70,9 +68,10 @@ def choose_upcasts(ast: UOp, simd_widths: dict[DType, int]) -> list[tuple[UOp, i
     along_output = bool(contiguous) and (main is None or _stride(main, contiguous[0]) in (0, 1))
     if reduces and main is not None and not along_output and len(reduces) == 1:
         reduce_ranges = [r for r in reduces[0].src[1:] if _stride(main, r) == 1]
-        if reduce_ranges and _size(reduce_ranges[0]) % 32 == 0:
+        lanes = next((w for w in (32, 16, 8) if reduce_ranges and _size(reduce_ranges[0]) % w == 0), 0)
+        if lanes:
             rows = [r for r in ranges if _size(r) % 4 == 0]
-            return [(rows[0], 4), (reduce_ranges[0], 32)] if rows else [(reduce_ranges[0], 32)]
+            return [(rows[0], 4), (reduce_ranges[0], lanes)] if rows else [(reduce_ranges[0], lanes)]
     chosen: list[tuple[UOp, int]] = []
     if contiguous and width > 1 and _size(contiguous[0]) % width == 0:
         chosen.append((contiguous[0], width))

@@ -29,9 +29,11 @@ from tgcore.helpers import prod
 from tgcore.runtime.buffer import Buffer
 from tgcore.schedule.shape import shape_of
 from tgcore.schedule.split import split_large_reductions
-from tgcore.uop import Ops, UOp
+from tgcore.uop import GroupOp, Ops, UOp
 
 INT32_LIMIT = 2**31 - 1
+EXPENSIVE_OPS = 12   # ALU ops below an expand from which recomputing per copy costs more than a kernel
+MIN_BROADCAST = 64   # ... when the expand makes at least this many copies
 
 # lazy tensor node -> the flat BUFFER uop holding its value, for nodes already computed
 realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
@@ -179,7 +181,28 @@ class Kernelizer:
         self.index_dtype = dtypes.int64 if huge else dtypes.int32
         self.items: list[ScheduleItem] = []
         self.done: dict[UOp, UOp] = {}  # lazy node -> BUFFER uop computed in this schedule
+        self._expand_cost: dict[UOp, int] = {}
         self.var_vals: dict[str, int] = {}
+
+    def worth_realizing_before_expand(self, node: UOp, factor: int) -> bool:
+        """Whether ``node`` should get a kernel of its own rather than be recomputed for every copy an
+        expand makes of it: when it does real work (a dozen ALU ops or more: an activation, a dequantization)
+        and is broadcast many times over (as a matmul broadcasts each input over the other's rows; per-block
+        scales broadcast over a quantization block of 32 stay fused)."""
+        if factor < MIN_BROADCAST or node.op is Ops.BUFFER or realized_buffer(node) is not None or node in self.done:
+            return False
+        cached = self._expand_cost.get(node)
+        if cached is None:
+            ops, stack, seen = 0, [node], set()
+            while stack and ops < EXPENSIVE_OPS:
+                n = stack.pop()
+                if n in seen or n.op in (Ops.BUFFER, Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.COPY):
+                    continue
+                seen.add(n)
+                ops += n.op in GroupOp.ALU
+                stack.extend(n.src)
+            cached = self._expand_cost[node] = ops
+        return cached >= EXPENSIVE_OPS
 
     def used_once(self, node: UOp) -> bool:
         """Whether ``node`` (looking through reshapes of it) has a single user in this schedule."""
@@ -385,6 +408,8 @@ class _KernelBuilder:
         if op is Ops.EXPAND:
             new_idx = tuple(UOp.const(self.idt, 0) if o == 1 and n != 1 else i
                             for i, o, n in zip(idx, old, arg, strict=True))
+            if self.owner.worth_realizing_before_expand(src, prod(arg) // max(1, prod(old))):
+                return self.load(self.owner.realize(src), new_idx, old, gate)
             return self.lower(src, new_idx, gate, direct and tuple(old) == tuple(arg))
         if op is Ops.PERMUTE:
             inv = [0] * len(arg)
