@@ -23,7 +23,7 @@ def test_elementwise_update_is_in_place(device):
     alias = w.reshape(6)  # another view of the same buffer
     mem = GlobalCounters.mem_used
     w.assign(w * 2 + 1)
-    assert GlobalCounters.mem_used == mem  # no new buffer
+    assert GlobalCounters.mem_used <= mem  # no new buffer (cached results may even be dropped)
     np.testing.assert_array_equal(w.numpy(), np.arange(6).reshape(2, 3) * 2 + 1)
     np.testing.assert_array_equal(alias.numpy(), np.arange(6) * 2 + 1)
 
