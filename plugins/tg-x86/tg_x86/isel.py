@@ -302,7 +302,11 @@ class Selector(VectorSelection):
 
     def one(self, u: UOp) -> None:
         op = u.op
-        if op in (Ops.GEP, Ops.VCONST) or is_vector(u.dtype) or (op is Ops.STORE and is_vector(u.src[1].dtype)) or (
+        if u in self.hred_skip:        # inside a horizontal reduction (see vsel.plan_horizontal)
+            return
+        if u in self.hred_roots:
+            self.val[u] = self.hreduce(u)
+        elif op in (Ops.GEP, Ops.VCONST) or is_vector(u.dtype) or (op is Ops.STORE and is_vector(u.src[1].dtype)) or (
                 op is Ops.DEFINE_REG and u.dtype.base.count > 1):  # type: ignore[attr-defined]
             self.vector_one(u)
         elif op is Ops.PARAM:

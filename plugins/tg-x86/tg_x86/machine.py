@@ -241,24 +241,31 @@ def retarget_copies(program: list) -> list:
 
 def remove_dead(program: list) -> list:
     """Drop instructions whose only effect is writing virtual registers nobody reads (index math an
-    addressing mode already did, lanes nobody extracted); repeated until nothing changes."""
-    while True:
-        used: set[VReg] = set()
-        for ins in program:
-            if isinstance(ins, MInst):
-                used.update(r for r in ins.registers_read() if isinstance(r, VReg))
-        out = [ins for ins in program if not _dead(ins, used)]
-        if len(out) == len(program):
-            return out
-        program = out
+    addressing mode already did, lanes nobody extracted). One backward pass with use counts: removing
+    an instruction releases what it read, so chains of dead values go at once."""
+    uses: dict[VReg, int] = {}
+    reads: list[list[VReg]] = []
+    for ins in program:
+        rs = [r for r in ins.registers_read() if isinstance(r, VReg)] if isinstance(ins, MInst) else []
+        reads.append(rs)
+        for r in rs:
+            uses[r] = uses.get(r, 0) + 1
+    keep = [True] * len(program)
+    for i in range(len(program) - 1, -1, -1):
+        ins = program[i]
+        if _dead(ins, uses):
+            keep[i] = False
+            for r in reads[i]:
+                uses[r] -= 1
+    return [ins for ins, k in zip(program, keep, strict=True) if k]
 
 
-def _dead(ins: Any, used: set) -> bool:
+def _dead(ins: Any, uses: dict) -> bool:
     if not isinstance(ins, MInst) or not ins.defs or ins.op == "label":
         return False
-    if ins.op != "copy" and (ins.op.writes_mem and isinstance(ins.uses[0] if ins.uses else None, VMem)):
+    if ins.op != "copy" and ins.op.writes_mem and any(isinstance(o, VMem) for o in ins.uses[:1]):
         return False
-    return all(isinstance(d, VReg) and d not in used for d in ins.defs)
+    return all(isinstance(d, VReg) and not uses.get(d) for d in ins.defs)
 
 
 def _mentions(o: Any, r: VReg) -> bool:

@@ -54,6 +54,14 @@ VALU: dict[tuple[Ops, str], Op] = {
 }
 
 
+# horizontal reductions with a vector form: (op, kind) -> instruction combining two registers
+HRED: dict[tuple[Ops, str], Op] = {
+    (Ops.ADD, "f32"): Op.VADDPS, (Ops.ADD, "f64"): Op.VADDPD, (Ops.ADD, "i32"): Op.VPADDD, (Ops.ADD, "i64"): Op.VPADDQ,
+    (Ops.MUL, "f32"): Op.VMULPS, (Ops.MUL, "f64"): Op.VMULPD, (Ops.MUL, "i32"): Op.VPMULLD,
+    (Ops.MAX, "f32"): Op.VMAXPS, (Ops.MAX, "f64"): Op.VMAXPD, (Ops.MAX, "i32"): Op.VPMAXSD,
+}
+
+
 def kind(dt: DType) -> str:
     """The instruction family of a scalar dtype's lanes."""
     if dt is dtypes.bool:
@@ -143,6 +151,80 @@ class VectorSelection:
                                                             and u not in x.src[1:]
                                  and esize(x.dtype.scalar()) == esize(u.src[0].dtype.scalar()) for x in users):
                     self.vfused_cmps.add(u)
+        self.plan_horizontal()
+
+    def plan_horizontal(self) -> None:
+        """Find upcast's horizontal reductions: a tree of one scalar op whose leaves are every lane of one
+        vector, each once (interior nodes used only by their parent). The tree is reduced with vector ops
+        instead: the pieces combined, then halves folded onto each other. (For float ADD this sums in
+        another order than the tree; a reduction's order is not part of its meaning.)"""
+        self.hred_roots: dict[UOp, UOp] = {}
+        self.hred_skip: set[UOp] = set()
+        for u in self.uops:
+            if u.op not in (Ops.ADD, Ops.MUL, Ops.MAX) or is_vector(u.dtype) or not native(u.dtype):
+                continue
+            if (u.op, kind(u.dtype)) not in HRED or any(x.op is u.op and x.dtype == u.dtype for x in self.users[u]):
+                continue
+            nodes: list[UOp] = []
+            leaves: list[tuple[UOp, int]] = []
+            if not all(self.tree(s, u, nodes, leaves) for s in u.src):
+                continue
+            v = leaves[0][0]
+            if v.dtype.count >= 4 and all(x is v for x, _ in leaves) and sorted(j for _, j in leaves) == list(
+                    range(v.dtype.count)):
+                self.hred_roots[u] = v
+                self.hred_skip.update(nodes)
+
+    def tree(self, x: UOp, parent: UOp, nodes: list[UOp], leaves: list[tuple[UOp, int]]) -> bool:
+        if self.users.get(x) != [parent] or x.dtype != parent.dtype:
+            return False
+        nodes.append(x)
+        if x.op is Ops.GEP and len(x.arg) == 1:
+            leaves.append((x.src[0], x.arg[0]))
+            return True
+        return x.op is parent.op and all(self.tree(s, x, nodes, leaves) for s in x.src)
+
+    def hreduce(self, u: UOp) -> Any:
+        v, op, sdt = self.hred_roots[u], u.op, u.dtype
+        k = kind(sdt)
+
+        def combine(a: VReg, b: VReg, bits: int) -> VReg:
+            d = self.vnew()
+            if op is Ops.MAX and k in ("f32", "f64"):
+                pd = k == "f64"
+                t, m = self.vnew(), self.vnew()
+                self.vemit(Op.VMAXPD if pd else Op.VMAXPS, t, [a, b], bits)
+                self.vemit(Op.VCMPPD if pd else Op.VCMPPS, m, [a, a], bits, (("i", CMP_UNORD_Q),))
+                self.vemit(Op.VBLENDVPD if pd else Op.VBLENDVPS, d, [t, a, m], bits)
+            else:
+                xop = HRED[(op, k)]
+                if xop is Op.VPMAXSD and dtypes.is_unsigned(sdt):
+                    xop = Op.VPMAXUD
+                self.vemit(xop, d, [a, b], bits)
+            return d
+        counts = piece_lanes(v.dtype)
+        bits = pbits(counts[0], sdt)
+        acc = self.vpiece(v, 0)
+        for p in range(1, len(counts)):
+            acc = combine(acc, self.vpiece(v, p), bits)
+        if bits == 256:
+            acc = combine(acc, self.upper(acc), 128)
+        if esize(sdt) == 4:
+            t = self.vnew()
+            self.emit(Op.VMOVHLPS, [t], [acc, acc], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128)))
+            acc = combine(acc, t, 128)
+            t = self.vnew()
+            self.emit(Op.VPERMILPS, [t], [acc], (("d", 0, 128), ("u", 0, 128), ("i", 1)))
+        else:
+            t = self.vnew()
+            self.emit(Op.VMOVHLPS, [t], [acc, acc], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128)))
+        acc = combine(acc, t, 128)
+        if k in ("f32", "f64"):
+            return acc
+        d = self.new("gpr")
+        wide = esize(sdt) == 8
+        self.emit(Op.VMOVQ if wide else Op.VMOVD, [d], [acc], (("d", 0, 64 if wide else 32), ("u", 0, 128)))
+        return d
 
     # ---- emission helpers ----
     def vnew(self) -> VReg:
