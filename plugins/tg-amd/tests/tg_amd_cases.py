@@ -1,0 +1,420 @@
+"""Test helpers: representative instructions for every opcode, and llvm-mc as the reference.
+
+``cases(arch, seed, per_op)`` yields LLVM-syntax lines covering every table entry of an arch with
+random registers (counts and alignment as the entry says), inline constants vs literals,
+neg/abs, clamp, op_sel, offsets and ``off``. ``llvm_encode(lines, arch)`` runs llvm-mc-19 once
+for a whole batch and returns the bytes (or the error) of each line.
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import subprocess
+
+from tg_amd.arch import get_arch
+from tg_amd.isa import OpInfo, mnemonics
+
+LLVM_MC_NAMES = ("llvm-mc-19", "/usr/lib/llvm-19/bin/llvm-mc")
+
+
+def llvm_mc() -> str | None:
+    for name in LLVM_MC_NAMES:
+        path = shutil.which(name) or (name if os.path.exists(name) else None)
+        if path:
+            return path
+    return None
+
+
+ENC_RE = re.compile(r"encoding: \[([^\]]*)\]")
+ERR_RE = re.compile(r"<stdin>:(\d+):\d+: error: (.*)")
+
+
+def llvm_encode(lines: list[str], arch: str) -> list[bytes | str]:
+    """llvm-mc's bytes for each line, or its error message (one llvm-mc run for the batch)."""
+    exe = llvm_mc()
+    assert exe is not None
+    proc = subprocess.run([exe, "-arch=amdgcn", f"-mcpu={arch}", "-show-encoding"], input="\n".join(lines) + "\n",
+                          capture_output=True, text=True, timeout=120)
+    errors = {int(m.group(1)) - 1: m.group(2) for m in ERR_RE.finditer(proc.stderr)}
+    encodings = [bytes(int(x, 16) for x in m.group(1).split(",") if x) for m in ENC_RE.finditer(proc.stdout)]
+    out: list[bytes | str] = []
+    it = iter(encodings)
+    for i in range(len(lines)):
+        out.append(f"llvm-mc: {errors[i]}" if i in errors else next(it))
+    return out
+
+
+def llvm_object_text(text: str, arch: str) -> bytes:
+    """The .text bytes llvm-mc assembles from a whole program (labels resolved by its linker-free fixups)."""
+    import tempfile
+    exe = llvm_mc()
+    assert exe is not None
+    objcopy = exe.replace("llvm-mc", "llvm-objcopy")
+    with tempfile.TemporaryDirectory() as tmp:
+        obj, raw = os.path.join(tmp, "a.o"), os.path.join(tmp, "a.bin")
+        subprocess.run([exe, "-arch=amdgcn", f"-mcpu={arch}", "-filetype=obj", "-o", obj], input=text, text=True,
+                       check=True, capture_output=True)
+        subprocess.run([objcopy, "-O", "binary", "--only-section=.text", obj, raw], check=True, capture_output=True)
+        with open(raw, "rb") as f:
+            return f.read()
+
+
+# ---------------------------------------------------------------- random operands
+
+class Gen:
+    def __init__(self, arch: str, rng: random.Random):
+        self.arch, self.rng = get_arch(arch), rng
+
+    def sgpr(self, count: int) -> str:
+        r = self.rng
+        align = 1 if count == 1 else 2 if count == 2 else 4
+        if count == 1 and r.random() < 0.25:
+            return r.choice(["vcc_lo", "vcc_hi", "m0", "exec_lo", "exec_hi", f"ttmp{r.randrange(16)}"])
+        if count == 2 and r.random() < 0.2:
+            return r.choice(["vcc", "exec", "ttmp[4:5]"])
+        top = self.arch.max_sgpr - count
+        lo = r.randrange(0, top + 1, align)
+        return f"s{lo}" if count == 1 else f"s[{lo}:{lo + count - 1}]"
+
+    def vgpr(self, count: int, kind: str = "v") -> str:
+        align = 2 if count > 1 and not self.arch.rdna else 1
+        lo = self.rng.randrange(0, 256 - count + 1, align)
+        return f"{kind}{lo}" if count == 1 else f"{kind}[{lo}:{lo + count - 1}]"
+
+    def const(self, info: OpInfo, slot: int, literal: bool) -> str:
+        r = self.rng
+        choices = [str(r.randint(0, 64)), str(r.randint(-16, -1))]
+        width = info.width(slot)
+        if info.is_float(slot) or width == 32:
+            choices += ["0.5", "-1.0", "2.0", "-4.0"]
+        if literal and width == 16:
+            choices += [hex(r.randint(65, 0xFFFF))]
+        elif literal and width != 64:
+            choices += [hex(r.randint(65, 0xFFFF)), hex(r.randint(0x10000, 0xFFFFFFFF))]
+            if info.is_float(slot) and width == 32:
+                choices.append("3.5")
+        return r.choice(choices)
+
+    def src(self, info: OpInfo, slot: int, literal: bool, vgpr: bool = True, mods: bool = False) -> str:
+        r = self.rng
+        count = info.count(slot)
+        roll = r.random()
+        if vgpr and roll < 0.45:
+            text = self.vgpr(count)
+        elif roll < 0.75:
+            text = self.sgpr(count)
+        else:
+            return self.const(info, slot, literal)
+        if mods and info.is_float(slot):
+            m = r.random()
+            if m < 0.2:
+                text = f"-{text}"
+            elif m < 0.35:
+                text = f"|{text}|"
+            elif m < 0.45:
+                text = f"-|{text}|"
+        return text
+
+
+def _mask(g: Gen) -> str:
+    if g.arch.wave == 32:
+        return g.rng.choice(["vcc_lo", g.sgpr(1)])
+    return g.rng.choice(["vcc", g.sgpr(2)])
+
+
+def _salu(g: Gen, info: OpInfo) -> str:
+    r = g.rng
+    ops = []
+    for role in info.sig:
+        if role == "sdst":
+            ops.append(g.sgpr(info.count(0)))
+        elif role in ("ssrc0", "ssrc1"):
+            slot = 1 if role == "ssrc0" else 2
+            if info.name.startswith("s_barrier_signal"):
+                ops.append(r.choice(["-1", "m0", str(r.randint(0, 15))]))
+                continue
+            if info.sig == ("ssrc0",) or "regsrc" in info.flags:
+                ops.append(g.sgpr(info.count(1)))
+                continue
+            text = g.src(info, slot, literal=not any(o.startswith("0x") for o in ops), vgpr=False)
+            ops.append(text)
+        elif role == "simm16":
+            if info.fmt == "SOPK":
+                ops.append(str(r.randint(0, 0xFFFF)) if "_u32" in info.name else str(r.randint(-32768, 32767)))
+            elif info.name == "s_barrier_wait":
+                ops.append(r.choice(["-1", "0xffff", "0"]))
+            else:
+                ops.append(str(r.randint(0, 15)))
+        elif role == "label":
+            ops.append(str(r.randint(-200, 200)))
+        elif role == "waitcnt":
+            parts = [f"vmcnt({r.randint(0, 63)})", f"expcnt({r.randint(0, 7)})",
+                     f"lgkmcnt({r.randint(0, 63 if g.arch.rdna else 15)})"]
+            ops.append(" ".join(r.sample(parts, r.randint(1, 3))))
+    return " ".join([info.name, ", ".join(ops)]).strip()
+
+
+def _smem(g: Gen, info: OpInfo) -> str:
+    r = g.rng
+    if not info.sig:
+        return info.name
+    count = info.count(0)
+    lo = r.randrange(0, g.arch.max_sgpr - count + 1, 1 if count == 1 else 2 if count == 2 else 4)
+    ops = [f"s{lo}" if count == 1 else f"s[{lo}:{lo + count - 1}]"]
+    base = 2 if info.sig[1] == "sbase" else 4
+    lo = r.randrange(0, g.arch.max_sgpr - base + 1, 2 if base == 2 else 4)
+    ops.append(f"s[{lo}:{lo + base - 1}]")
+    roll = r.random()
+    top = 0xFFFFF if g.arch.gen != 12 else 0x7FFFFF
+    if roll < 0.5:
+        ops.append(hex(r.choice([0, 4, 16, 0x100, r.randint(0, top)])))
+        return f"{info.name} {', '.join(ops)}"
+    sreg = f"s{r.randrange(g.arch.max_sgpr)}"
+    ops.append(sreg)
+    text = f"{info.name} {', '.join(ops)}"
+    if roll < 0.75 and info.sig[1] == "sbase":
+        text += f" offset:{hex(r.randint(1, 0xFFFF))}"
+    return text
+
+
+def _valu(g: Gen, info: OpInfo, force: str | None) -> str:
+    """VOP1/VOP2/VOPC/VOP3/VOP3SD; ``force`` 'e32'/'e64' picks the encoding of VOP1/2/C."""
+    r = g.rng
+    arch = g.arch
+    e64 = force == "e64" or info.fmt in ("VOP3", "VOP3SD")
+    lit_ok = (not e64) or arch.vop3_literal
+    ops: list[str] = []
+    used_literal = [False]
+    scalar_used = [False]
+
+    reads_mask = not arch.rdna and ("mask" in info.sig or info.sig[-1:] == ("vcc",))
+
+    def src(slot: int, vgpr: bool = True) -> str:
+        if reads_mask:  # CDNA's constant bus holds only the mask: other sources are VGPRs or inline
+            return g.vgpr(info.count(slot)) if r.random() < 0.7 else str(r.randint(-16, 64))
+        if not arch.rdna and scalar_used[0]:  # CDNA: one SGPR per instruction
+            return g.vgpr(info.count(slot)) if r.random() < 0.7 else str(r.randint(-16, 64))
+        allow = lit_ok and not used_literal[0]
+        mods = e64 and "nomods" not in info.flags and info.fmt != "VOP3SD"
+        text = g.src(info, slot, allow, vgpr=vgpr, mods=mods)
+        if text.startswith("0x") or text == "3.5":
+            used_literal[0] = True
+        if text.lstrip("-|").startswith(("s", "ttmp", "vcc", "exec", "m0", "0x", "3.5")):
+            scalar_used[0] = True
+        return text
+
+    sig = info.sig
+    for i, role in enumerate(sig):
+        if role == "vdst":
+            ops.append(g.vgpr(info.count(0)))
+        elif role == "adst":
+            ops.append(g.vgpr(info.count(0), "a"))
+        elif role == "asrc0":
+            ops.append(g.vgpr(info.count(1), "a"))
+        elif role == "vsrc0":
+            ops.append(g.vgpr(info.count(1)))
+        elif role in ("ssrc0", "ssrc1"):
+            ops.append(g.sgpr(1) if r.random() < 0.5 else str(r.randint(0, 31)))
+        elif role == "sdst":
+            if info.fmt in ("VOP2", "VOP3SD"):
+                ops.append(_mask(g) if e64 else ("vcc_lo" if arch.wave == 32 else "vcc"))
+            else:
+                ops.append(f"s{r.randrange(arch.max_sgpr)}")
+        elif role == "src0":
+            ops.append(src(1))
+        elif role in ("src1", "src2"):
+            ops.append(src(int(role[-1]) + 1))
+        elif role == "vsrc1":
+            ops.append(src(2) if e64 else g.vgpr(info.count(2)))
+        elif role == "vcc":
+            if info.fmt == "VOPC" and e64:
+                ops.append(_mask(g))
+            elif e64 and i == 1:
+                ops.append(_mask(g))
+            elif e64:
+                ops.append(_mask(g))
+            else:
+                ops.append("vcc_lo" if arch.wave == 32 else "vcc")
+        elif role == "mask":
+            ops.append(_mask(g))
+        elif role == "k":
+            ops.append(hex(r.randint(0x41, 0xFFFFFFFF)))
+    suffix = f"_{force}" if force and info.fmt in ("VOP1", "VOP2", "VOPC") else ""
+    text = f"{info.name}{suffix} {', '.join(ops)}".strip()
+    if e64 and info.is_float(1) and "nomods" not in info.flags and info.fmt != "VOPC" and "sdst" not in sig:
+        if r.random() < 0.2:
+            text += " clamp"
+    return text
+
+
+def _vop3p(g: Gen, info: OpInfo) -> str:
+    r = g.rng
+    ops = []
+    nsrc = 0
+    for role in info.sig:
+        if role == "vdst":
+            ops.append(g.vgpr(info.count(0)))
+        elif role == "adst":
+            ops.append(g.vgpr(info.count(0), "a"))
+        elif role == "asrc0":
+            ops.append(g.vgpr(info.count(1), "a"))
+            nsrc += 1
+        elif role.startswith("src"):
+            slot = int(role[-1]) + 1
+            nsrc += 1
+            if "wmma" in info.flags:
+                ops.append(g.vgpr(info.count(slot)) if slot < 3 or r.random() < 0.8 else "1.0")
+            elif r.random() < 0.7:
+                ops.append(g.vgpr(info.count(slot)))
+            else:
+                ops.append(g.sgpr(info.count(slot)) if info.count(slot) <= 2 and r.random() < 0.5
+                           else str(r.randint(0, 64)))
+    text = f"{info.name} {', '.join(ops)}"
+    if "wmma" not in info.flags and "accvgpr" not in info.name and r.random() < 0.4 and "nomods" not in info.flags:
+        bits = ",".join(str(r.randint(0, 1)) for _ in range(nsrc))
+        text += f" op_sel:[{bits}]"
+    return text
+
+
+def _mai(g: Gen, info: OpInfo) -> str:
+    r = g.rng
+    dk = r.choice("va")
+    dst = g.vgpr(info.count(0), dk)
+    roll = r.random()
+    src2 = dst if roll < 0.5 else "0" if roll < 0.6 else g.vgpr(info.count(3), dk)
+    ops = [dst, g.vgpr(info.count(1), r.choice("va")), g.vgpr(info.count(2), r.choice("va")), src2]
+    return f"{info.name} {', '.join(ops)}"
+
+
+def _ds(g: Gen, info: OpInfo) -> str:
+    r = g.rng
+    ops = []
+    for role in info.sig:
+        slot = 0 if role == "vdst" else 3
+        ops.append(g.vgpr(1 if role == "addr" else info.count(slot)))
+    text = f"{info.name} {', '.join(ops)}"
+    if "2addr" in info.name or "read2" in info.name or "write2" in info.name:
+        text += f" offset0:{r.randint(0, 255)} offset1:{r.randint(0, 255)}"
+    elif r.random() < 0.6:
+        text += f" offset:{r.randint(1, 65535)}"
+    return text
+
+
+def _global(g: Gen, info: OpInfo) -> str:
+    r = g.rng
+    arch = g.arch
+    glob = info.fmt == "GLOBAL"
+    saddr = (r.choice(["off", "sgpr"]) if glob else None)
+    if saddr == "sgpr":
+        lo = r.randrange(0, arch.max_sgpr - 1, 2)
+        saddr = f"s[{lo}:{lo + 1}]"
+    ops = []
+    for role in info.sig:
+        if role == "saddr":
+            ops.append(saddr)
+        elif role == "vaddr":
+            ops.append(g.vgpr(1 if saddr not in (None, "off") else 2))
+        else:
+            ops.append(g.vgpr(info.count(0 if role == "vdst" else 3)))
+    text = f"{info.name} {', '.join(ops)}"
+    if arch.gen == 12:
+        lo, hi = -(1 << 23), (1 << 23) - 1
+    elif glob:
+        lo, hi = -4096, 4095
+    else:
+        lo, hi = 0, 4095
+    if r.random() < 0.7:
+        off = r.randint(lo, hi)
+        if off:
+            text += f" offset:{off}"
+    flags = {11: ["glc", "slc", "dlc"], 9: ["sc0", "sc1", "nt"], 12: []}[arch.gen]
+    for flag in flags if "atomic" not in info.flags else []:
+        if r.random() < 0.2:
+            text += f" {flag}"
+    return text
+
+
+def _vopd(g: Gen, x: OpInfo, y: OpInfo) -> str:
+    r = g.rng
+
+    def half(info: OpInfo, parity: int, avoid: dict[str, int], literal: list[str | None]) -> tuple[str, dict[str, int]]:
+        got: dict[str, int] = {}
+        ops = []
+        for role in info.sig:
+            if role == "vdst":
+                d = r.randrange(parity, 256, 2)
+                got["vdst"] = d
+                ops.append(f"v{d}")
+            elif role in ("src0", "vsrc1"):
+                banned = avoid.get(role)
+                if role == "src0" and r.random() < 0.35:
+                    ops.append(r.choice([str(r.randint(-16, 64)), "1.0", f"s{r.randrange(100)}"]))
+                    continue
+                v = r.randrange(256)
+                while banned is not None and v % 4 == banned % 4:
+                    v = r.randrange(256)
+                got[role] = v
+                ops.append(f"v{v}")
+            elif role == "vcc":
+                ops.append("vcc_lo")
+            elif role == "k":
+                if literal[0] is None:
+                    literal[0] = hex(r.randint(0x41, 0xFFFFFFFF))
+                ops.append(literal[0])
+        return f"{info.name} {', '.join(ops)}", got
+
+    literal: list[str | None] = [None]
+    for _ in range(50):
+        px = r.randint(0, 1)
+        tx, gx = half(x, px, {}, literal)
+        ty, gy = half(y, 1 - px, gx, literal)
+        s2 = [g.get("vdst") if i.name.startswith(("v_dual_fmac", "v_dual_dot2acc")) else
+              g.get("vsrc1") if i.name == "v_dual_fmamk_f32" else None for i, g in ((x, gx), (y, gy))]
+        if None in s2 or s2[0] % 2 != s2[1] % 2:
+            break
+    return f"{tx} :: {ty}"
+
+
+def case_for(g: Gen, info: OpInfo) -> str:
+    fmt = info.fmt
+    if fmt in ("SOP1", "SOP2", "SOPC", "SOPK", "SOPP"):
+        return _salu(g, info)
+    if fmt == "SMEM":
+        return _smem(g, info)
+    if fmt in ("VOP1", "VOP2", "VOPC"):
+        force = g.rng.choice([None, "e32", "e64"]) if info.e64 is not None else None
+        return _valu(g, info, force)
+    if fmt in ("VOP3", "VOP3SD"):
+        return _valu(g, info, None)
+    if fmt == "VOP3P":
+        return _vop3p(g, info)
+    if fmt == "MAI":
+        return _mai(g, info)
+    if fmt == "DS":
+        return _ds(g, info)
+    if fmt in ("GLOBAL", "FLAT"):
+        return _global(g, info)
+    raise ValueError(fmt)
+
+
+def cases(arch: str, seed: int, per_op: int) -> list[str]:
+    """``per_op`` random instances of every instruction of ``arch`` (VOPD: every X with random Ys)."""
+    rng = random.Random(f"{arch}:{seed}")
+    g = Gen(arch, rng)
+    infos = mnemonics(arch)
+    plain = [i for i in infos if not i.fmt.startswith("VOPD")]
+    xs = [i for i in infos if i.fmt == "VOPD_X"]
+    ys = [i for i in infos if i.fmt == "VOPD_Y"]
+    out = [case_for(g, info) for info in plain for _ in range(per_op)]
+    for x in xs:
+        for _ in range(per_op):
+            y = rng.choice(ys)
+            if "k" in x.sig and "k" in y.sig and rng.random() < 0.5:
+                y = rng.choice([i for i in ys if "k" not in i.sig])
+            out.append(_vopd(g, x, y))
+    for y in ys:
+        for _ in range(per_op):
+            out.append(_vopd(g, rng.choice([x for x in xs if "k" not in x.sig]), y))
+    return out

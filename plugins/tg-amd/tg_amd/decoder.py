@@ -1,0 +1,295 @@
+"""Decoder: ``decode(data, arch, offset) -> (Inst, size)``, the inverse of ``tg_amd.encoder``.
+
+In: machine code bytes and the offset of one instruction. Out: the ``Inst`` (operands as
+``tg_amd.operands`` objects, constants as ints/floats, literals as their 32-bit value; branch
+targets as signed dword offsets) and its size in bytes. Unknown encodings raise ``AsmError``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tg_amd.arch import Arch, AsmError, get_arch
+from tg_amd.encoder import OMOD, _e64_sig
+from tg_amd.inst import Inst
+from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode
+from tg_amd.layouts import LAYOUTS, Layout, match
+from tg_amd.operands import FILES, INV_2PI, LITERAL, OFF, SPECIALS, Mod, Reg
+
+FLOAT_CODES = {240: 0.5, 241: -0.5, 242: 1.0, 243: -1.0, 244: 2.0, 245: -2.0, 246: 4.0, 247: -4.0, 248: INV_2PI}
+OMOD_NAMES = {v: k for k, v in OMOD.items()}
+
+
+def _sext(value: int, bits: int) -> int:
+    return value - (1 << bits) if value >> (bits - 1) & 1 else value
+
+
+class _Decoder:
+    def __init__(self, arch: Arch, info: OpInfo, fields: dict[str, int], literal: int | None):
+        self.arch, self.info, self.f, self.literal = arch, info, fields, literal
+
+    def scalar(self, code: int, count: int) -> Any:
+        arch = self.arch
+        if code < arch.max_sgpr:
+            return Reg("s", code, count)
+        if 108 <= code <= 123:
+            return Reg("ttmp", code - 108, count)
+        for name, (n, rdna, cdna) in SPECIALS.items():
+            if (rdna if arch.rdna else cdna) == code and n == count:
+                return Reg(name, 0, n)
+        for name, (n, rdna, cdna) in SPECIALS.items():
+            if (rdna if arch.rdna else cdna) == code:
+                return Reg(name, 0, n)
+        if 128 <= code <= 192:
+            return code - 128
+        if 193 <= code <= 208:
+            return 192 - code
+        if code in FLOAT_CODES:
+            return FLOAT_CODES[code]
+        if code == LITERAL:
+            if self.literal is None:
+                raise AsmError("literal operand without literal dword", self.info.name, None, arch.name)
+            return self.literal
+        raise AsmError(f"unknown operand code {code}", self.info.name, None, arch.name)
+
+    def src(self, code: int, count: int, kind: str = "v") -> Any:
+        if code >= 256:
+            return Reg(kind, code - 256, count)
+        return self.scalar(code, count)
+
+
+def _has_literal(layout: Layout, info: OpInfo, fields: dict[str, int], sig: tuple[str, ...]) -> bool:
+    if "k" in sig:
+        return True
+    names = ("src0", "src1", "src2", "ssrc0", "ssrc1", "srcx0", "srcy0")
+    used = [n for n in names if n in layout.fields]
+    if layout.name in ("SOPK", "SOPP", "SMEM", "DS", "FLAT"):
+        return False
+    return any(fields.get(n) == LITERAL for n in used)
+
+
+def _vop_operands(d: _Decoder, sig: tuple[str, ...], layout: Layout) -> list[Any]:
+    info, f, arch = d.info, d.f, d.arch
+    mask = 1 if arch.wave == 32 else 2
+    out: list[Any] = []
+    for role in sig:
+        if role == "vdst":
+            out.append(Reg("v", f["vdst"], info.count(0)))
+        elif role == "adst":
+            out.append(Reg("a", f["vdst"], info.count(0)))
+        elif role == "sdst":
+            field = "sdst" if "sdst" in layout.fields else "vdst"
+            count = mask if info.fmt in ("VOP2", "VOP3SD") else 1
+            out.append(d.scalar(f[field], count))
+        elif role == "cdst":
+            out.append(d.scalar(f["vdst"], mask))
+        elif role in ("src0", "src1", "src2"):
+            k = int(role[-1])
+            op = d.src(f[role], info.count(k + 1))
+            neg = f.get("neg", 0) >> k & 1 if layout.name in ("VOP3", "VOP3SD") else 0
+            ab = f.get("abs", 0) >> k & 1
+            out.append(Mod(op, bool(neg), bool(ab)) if neg or ab else op)
+        elif role in ("ssrc0", "ssrc1"):
+            k = int(role[-1])
+            out.append(d.scalar(f[f"src{k}"], info.count(k + 1)))
+        elif role in ("vsrc0", "asrc0"):
+            out.append(Reg("a" if role == "asrc0" else "v", f["src0"] - 256, info.count(1)))
+        elif role == "vsrc1":
+            out.append(Reg("v", f["vsrc1"], info.count(2)))
+        elif role == "vcc":
+            out.append(Reg("vcc_lo") if arch.wave == 32 else Reg("vcc", 0, 2))
+        elif role == "mask":
+            out.append(d.scalar(f["src2"], mask))
+        elif role == "k":
+            out.append(d.literal)
+    return out
+
+
+def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], literal: int | None,
+                   enc: str | None, sig: tuple[str, ...]) -> Inst:
+    d = _Decoder(arch, info, f, literal)
+    name, lay = info.name, layout.name
+    mods: dict[str, Any] = {}
+    ops: list[Any] = []
+    if lay in ("SOP1", "SOP2", "SOPC", "SOPK", "SOPP"):
+        for role in sig:
+            if role == "sdst":
+                ops.append(d.scalar(f["sdst"], info.count(0)))
+            elif role in ("ssrc0", "ssrc1"):
+                ops.append(d.scalar(f[role], info.count(SRC_INDEX[role])))
+            elif role == "simm16":
+                signed = (lay == "SOPK" and "_u32" not in name) or name == "s_barrier_wait"
+                ops.append(_sext(f["simm16"], 16) if signed else f["simm16"])
+            elif role == "label":
+                ops.append(_sext(f["simm16"], 16))
+            elif role == "waitcnt":
+                ops.append(f["simm16"])
+    elif lay == "SMEM" and not sig:
+        pass
+    elif lay == "SMEM":
+        bits = {11: 21, 12: 24, 9: 21}[arch.gen]
+        ops.append(d.scalar(f["sdata"], info.count(0)))
+        ops.append(d.scalar(f["sbase"] << 1, 2 if sig[1] == "sbase" else 4))
+        if arch.gen == 9:
+            if f["imm"] and not f["soe"]:
+                ops.append(_sext(f["offset"], bits))
+            elif not f["imm"]:
+                ops.append(d.scalar(f["offset"], 1))
+            else:
+                ops.append(d.scalar(f["soffset"], 1))
+                mods["offset"] = _sext(f["offset"], bits)
+        elif f["soffset"] == arch.null:
+            ops.append(_sext(f["offset"], bits))
+        else:
+            ops.append(d.scalar(f["soffset"], 1))
+            if f["offset"]:
+                mods["offset"] = _sext(f["offset"], bits)
+        ops = ops[: len(sig)] if sig else []
+        for flag in ("glc", "dlc"):
+            if f.get(flag):
+                mods[flag] = True
+    elif lay in ("VOP1", "VOP2", "VOPC", "VOP3", "VOP3SD"):
+        ops = _vop_operands(d, sig, layout)
+        if lay in ("VOP3", "VOP3SD"):
+            if f.get("clamp"):
+                mods["clamp"] = True
+            if f.get("omod"):
+                mods["omod"] = OMOD_NAMES[f["omod"]]
+            if f.get("op_sel"):
+                nsrc = sum(r in ("src0", "src1", "src2", "mask") for r in sig)
+                bits = [f["op_sel"] >> k & 1 for k in range(nsrc)] + [f["op_sel"] >> 3 & 1]
+                mods["op_sel"] = tuple(bits)
+    elif lay == "VOP3P":
+        ops = _vop_operands(d, sig, layout)
+        nsrc = sum(r.startswith(("src", "asrc")) for r in sig)
+        op_sel = [f["op_sel"] >> k & 1 for k in range(3)]
+        op_sel_hi = [f["op_sel_hi"] & 1, f["op_sel_hi"] >> 1 & 1, f["op_sel_hi2"]]
+        for key, bits, default in (("op_sel", op_sel, 0), ("op_sel_hi", op_sel_hi, 1),
+                                   ("neg_lo", [f["neg"] >> k & 1 for k in range(3)], 0),
+                                   ("neg_hi", [f["neg_hi"] >> k & 1 for k in range(3)], 0)):
+            if any(b != default for b in bits[:nsrc]):
+                mods[key] = tuple(bits[:nsrc])
+        if f.get("clamp"):
+            mods["clamp"] = True
+    elif lay == "MAI":
+        dk = "a" if f["acc_cd"] else "v"
+        ops = [Reg(dk, f["vdst"], info.count(0)),
+               Reg("a" if f["acc"] & 1 else "v", f["src0"] - 256, info.count(1)),
+               Reg("a" if f["acc"] & 2 else "v", f["src1"] - 256, info.count(2)),
+               d.src(f["src2"], info.count(3), dk)]
+        for key in ("cbsz", "abid", "blgp"):
+            if f[key]:
+                mods[key] = f[key]
+    elif lay == "DS":
+        kind = "a" if f.get("acc") else "v"
+        for role in sig:
+            slot = 0 if role == "vdst" else SRC_INDEX.get(role, 1)
+            ops.append(Reg("v" if role == "addr" else kind, f[role], 1 if role == "addr" else info.count(slot)))
+        if "2addr" in name or "read2" in name or "write2" in name:
+            for key in ("offset0", "offset1"):
+                if f[key]:
+                    mods[key] = f[key]
+        elif f["offset0"] | f["offset1"] << 8:
+            mods["offset"] = f["offset0"] | f["offset1"] << 8
+        if f.get("gds"):
+            mods["gds"] = True
+    elif lay == "FLAT":
+        glob = info.fmt == "GLOBAL"
+        names = {"vaddr": "vaddr", "vdata": "vdata"} if arch.gen == 12 else {"vaddr": "addr", "vdata": "data"}
+        off_code = 0x7F if arch.gen == 9 else 0x7C
+        kind = "a" if f.get("acc") else "v"
+        for role in sig:
+            if role == "saddr":
+                ops.append(OFF if f["saddr"] == off_code else d.scalar(f["saddr"], 2))
+            elif role == "vaddr":
+                count = 1 if glob and f["saddr"] != off_code else 2
+                ops.append(Reg("v", f[names["vaddr"]], count))
+            else:
+                ops.append(Reg(kind, f[names.get(role, role)], info.count(0 if role == "vdst" else 3)))
+        off = f["offset"]
+        off = _sext(off, 24) if arch.gen == 12 else _sext(off, 13) if glob else off
+        if off:
+            mods["offset"] = off
+        for flag in ("glc", "slc", "dlc", "sc0", "sc1", "nt"):
+            if f.get(flag):
+                mods[flag] = True
+    return Inst(name, tuple(ops), mods, enc)
+
+
+def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
+    """Decode the instruction at ``data[offset:]``: ``(inst, size in bytes)``."""
+    arch = get_arch(arch)
+    if offset + 4 > len(data):
+        raise AsmError(f"truncated instruction at byte {offset}", None, None, arch.name)
+    dword0 = int.from_bytes(data[offset:offset + 4], "little")
+    for layout in match(arch.gen, dword0):
+        size = layout.bits // 8
+        if offset + size > len(data):
+            raise AsmError(f"truncated {layout.name} instruction at byte {offset}", None, None, arch.name)
+        word = int.from_bytes(data[offset:offset + size], "little")
+        f = layout.unpack(word)
+        enc = None
+        if layout.name == "VOPD":
+            return _decode_vopd(data, arch, offset, layout, f)
+        key = layout.name
+        if layout.name == "FLAT":
+            key = {2: "GLOBAL", 0: "FLAT"}.get(f["seg"], "?")
+        info = by_opcode(arch, key, f["op"])
+        if info is None:
+            continue
+        sig = info.sig
+        if layout.name == "VOP3SD":
+            continue  # VOP3 and VOP3SD share encoding bits; the opcode's table decides below
+        if layout.name == "VOP3":
+            if info.fmt in ("VOP1", "VOP2", "VOPC"):
+                sig, enc = _e64_sig(info, arch), "e64"
+            if info.fmt == "VOP3SD" or ("sdst" in sig and "vdst" in sig):
+                layout = LAYOUTS[arch.gen]["VOP3SD"]
+                f = layout.unpack(word)
+        elif layout.name in ("VOP1", "VOP2", "VOPC"):
+            enc = "e32"
+        if layout.name == "VOP3P" and info.fmt == "MAI":
+            layout = LAYOUTS[arch.gen]["MAI"]
+            f = layout.unpack(word)
+        literal = None
+        if _has_literal(layout, info, f, sig):
+            if offset + size + 4 > len(data):
+                raise AsmError(f"truncated literal at byte {offset + size}", info.name, None, arch.name)
+            literal = int.from_bytes(data[offset + size:offset + size + 4], "little")
+            size += 4
+        return _decode_fields(arch, layout, info, f, literal, enc, sig), size
+    raise AsmError(f"unknown instruction encoding 0x{dword0:08x} at byte {offset}", None, None, arch.name)
+
+
+def _decode_vopd(data: bytes, arch: Arch, offset: int, layout: Layout, f: dict[str, int]) -> tuple[Inst, int]:
+    size = layout.bits // 8
+    halves = []
+    literal = None
+    infos = [by_opcode(arch, "VOPD_X", f["opx"]), by_opcode(arch, "VOPD_Y", f["opy"])]
+    if infos[0] is None or infos[1] is None:
+        raise AsmError(f"unknown VOPD opcodes {f['opx']}/{f['opy']} at byte {offset}", None, None, arch.name)
+    needs = any("k" in i.sig for i in infos) or f["srcx0"] == LITERAL or f["srcy0"] == LITERAL
+    if needs:
+        literal = int.from_bytes(data[offset + size:offset + size + 4], "little")
+        size += 4
+    vdsty = f["vdsty"] << 1 | (1 - (f["vdstx"] & 1))
+    for info, (src0, vsrc1, vdst) in zip(infos, ((f["srcx0"], f["vsrcx1"], f["vdstx"]),
+                                                 (f["srcy0"], f["vsrcy1"], vdsty)), strict=True):
+        d = _Decoder(arch, info, {}, literal)
+        ops: list[Any] = []
+        for role in info.sig:
+            if role == "vdst":
+                ops.append(Reg("v", vdst))
+            elif role == "src0":
+                ops.append(d.src(src0, 1))
+            elif role == "vsrc1":
+                ops.append(Reg("v", vsrc1))
+            elif role == "vcc":
+                ops.append(Reg("vcc_lo"))
+            elif role == "k":
+                ops.append(literal)
+        halves.append(Inst(info.name, tuple(ops)))
+    halves[0].dual = halves[1]
+    return halves[0], size
+
+
+__all__ = ["decode", "FILES"]

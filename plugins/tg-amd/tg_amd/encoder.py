@@ -1,0 +1,640 @@
+"""Encoder: ``encode(inst, arch, pc, labels) -> bytes`` for one instruction.
+
+In: an ``Inst`` (mnemonic, operands in LLVM order, modifiers) and an arch; for branches the
+instruction's byte address and the label addresses. Out: the instruction's bytes (little
+endian dwords, a trailing 32-bit literal when one is needed). Every operand is checked
+(register file, register count and alignment, immediate range); failures raise ``AsmError``
+naming the instruction, the operand and the arch.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tg_amd.arch import Arch, AsmError, get_arch
+from tg_amd.inst import Inst
+from tg_amd.isa import SRC_INDEX, OpInfo, lookup, vopd_info
+from tg_amd.layouts import LAYOUTS, Layout
+from tg_amd.operands import OFF, SPECIALS, Label, Mod, Reg, constant_code, operand_text, scalar_code
+
+OMOD = {"mul:2": 1, "mul:4": 2, "div:2": 3}
+SRC_FIELDS = ("src0", "src1", "src2")
+SHIFT64 = ("v_lshlrev_b64", "v_lshrrev_b64", "v_ashrrev_i64")  # constant bus limit 1 even on RDNA
+
+
+class NoFit(Exception):
+    """The 32-bit VOP encoding cannot hold these operands; the caller falls back to VOP3."""
+
+
+def _signed(value: int, bits: int, what: str, enc: _Encoder, unsigned_ok: bool = False) -> int:
+    lo, hi = -(1 << (bits - 1)), (1 << bits) - 1 if unsigned_ok else (1 << (bits - 1)) - 1
+    if not isinstance(value, int) or not lo <= value <= hi:
+        enc.fail(f"{value!r} out of range [{lo}, {hi}]", what)
+    return value & ((1 << bits) - 1)
+
+
+def _unsigned(value: Any, bits: int, what: str, enc: _Encoder) -> int:
+    if not isinstance(value, int) or not 0 <= value < 1 << bits:
+        enc.fail(f"{value!r} out of range [0, {(1 << bits) - 1}]", what)
+    return value
+
+
+class _Encoder:
+    def __init__(self, inst: Inst, arch: Arch, info: OpInfo, pc: int, labels: dict[str, int] | None):
+        self.inst, self.arch, self.info, self.pc, self.labels = inst, arch, info, pc, labels
+        self.fields: dict[str, int] = {}
+        self.literal: int | None = None
+
+    # ---- errors and operand checks
+    def fail(self, message: str, what: str | None = None) -> None:
+        raise AsmError(message, self.inst.name, what, self.arch.name)
+
+    def what(self, i: int, role: str) -> str:
+        return f"{i} ({role})"
+
+    def check_count(self, reg: Reg, count: int, what: str) -> None:
+        if reg.count != count:
+            unit = {"v": "VGPR", "a": "AGPR"}.get(reg.kind, "SGPR")
+            self.fail(f"needs {count} {unit}{'s' if count > 1 else ''}, got {operand_text(reg)} ({reg.count})",
+                      what)
+
+    def check_align(self, reg: Reg, what: str) -> None:
+        if reg.kind in ("s", "ttmp") and reg.count >= 2:
+            align = 2 if reg.count == 2 else 4
+            if reg.index % align:
+                self.fail(f"register tuple {operand_text(reg)} must start at a multiple of {align}", what)
+        if reg.kind in ("v", "a") and reg.count >= 2 and not self.arch.rdna and reg.index % 2:
+            self.fail(f"register tuple {operand_text(reg)} must start at an even register", what)
+
+    def vreg(self, op: Any, count: int, what: str, kinds: tuple[str, ...] = ("v",)) -> Reg:
+        if not isinstance(op, Reg) or op.kind not in kinds:
+            self.fail(f"expected {' or '.join({'v': 'a VGPR', 'a': 'an AGPR'}[k] for k in kinds)}, "
+                      f"got {operand_text(op)}", what)
+        self.check_count(op, count, what)
+        if op.index + op.count > 256:
+            self.fail(f"{operand_text(op)} out of range ({op.kind}0..{op.kind}255)", what)
+        self.check_align(op, what)
+        return op
+
+    def sreg(self, op: Any, count: int, what: str) -> int:
+        if not isinstance(op, Reg) or op.kind in ("v", "a"):
+            self.fail(f"expected a scalar register, got {operand_text(op)}", what)
+        if op.kind in SPECIALS:
+            if SPECIALS[op.kind][0] != count:
+                self.fail(f"needs {count} SGPR{'s' if count > 1 else ''}, got {op.kind} ({op.count})", what)
+        else:
+            self.check_count(op, count, what)
+            self.check_align(op, what)
+        return scalar_code(op, self.arch, what, self.inst.name)
+
+    def set_literal(self, value: int, what: str) -> None:
+        if self.literal is not None and self.literal != value:
+            self.fail("only one 32-bit literal per instruction", what)
+        self.literal = value
+
+    def src(self, op: Any, slot: int, what: str, vgpr: bool = True, agpr: bool = False,
+            literal: bool = True) -> tuple[int, bool, bool]:
+        """Source code (8 or 9 bits), neg, abs of a source operand in ``slot``."""
+        neg = ab = False
+        if isinstance(op, Mod):
+            if not self.info.is_float(slot):
+                self.fail("neg/abs modifiers need a float operand", what)
+            op, neg, ab = op.value, op.neg, op.abs
+        count = self.info.count(slot)
+        if isinstance(op, Reg):
+            if op.kind in ("v", "a"):
+                if not (vgpr if op.kind == "v" else agpr):
+                    self.fail(f"{operand_text(op)} is not allowed here", what)
+                self.vreg(op, count, what, (op.kind,))
+                return 256 + op.index, neg, ab
+            return self.sreg(op, count, what), neg, ab
+        if isinstance(op, bool) or not isinstance(op, int | float):
+            self.fail(f"expected a register or constant, got {operand_text(op)}", what)
+        code, lit = constant_code(op, self.info.width(slot), self.info.is_float(slot), self.inst.name, what,
+                                  self.arch)
+        if lit is not None:
+            if not literal:
+                self.fail("a literal constant is not allowed here (only inline constants)", what)
+            self.set_literal(lit, what)
+        return code, neg, ab
+
+    # ---- output
+    def emit(self, layout: Layout) -> bytes:
+        try:
+            word = layout.pack(self.fields)
+        except ValueError as e:
+            self.fail(str(e))
+        out = word.to_bytes(layout.bits // 8, "little")
+        if self.literal is not None:
+            out += self.literal.to_bytes(4, "little")
+        return out
+
+    def layout(self, name: str) -> Layout:
+        return LAYOUTS[self.arch.gen][name]
+
+
+def _operands(enc: _Encoder, sig: tuple[str, ...]) -> tuple[Any, ...]:
+    ops = enc.inst.operands
+    if len(ops) != len(sig):
+        enc.fail(f"takes {len(sig)} operands ({', '.join(sig) or 'none'}), got {len(ops)}")
+    return ops
+
+
+def _no_mods(enc: _Encoder, allowed: tuple[str, ...] = ()) -> None:
+    extra = [m for m in enc.inst.mods if m not in allowed]
+    if extra:
+        enc.fail(f"modifier {extra[0]} is not valid here", extra[0])
+
+
+# ---------------------------------------------------------------- scalar ALU
+
+def _waitcnt(enc: _Encoder, op: Any, what: str) -> int:
+    if isinstance(op, int):
+        return _unsigned(op, 16, what, enc)
+    if not isinstance(op, dict):
+        enc.fail(f"expected vmcnt(n) expcnt(n) lgkmcnt(n), got {op!r}", what)
+    if enc.arch.rdna:   # vmcnt [15:10], lgkmcnt [9:4], expcnt [2:0]
+        spec = {"vmcnt": (10, 6), "lgkmcnt": (4, 6), "expcnt": (0, 3)}
+        value = 0xFC00 | 0x3F0 | 0x7
+    else:               # vmcnt [3:0]+[15:14], expcnt [6:4], lgkmcnt [11:8]
+        spec = {"vmcnt": (0, 4), "expcnt": (4, 3), "lgkmcnt": (8, 4)}
+        value = 0xC000 | 0xF | 0x70 | 0xF00
+    for name, count in op.items():
+        if name not in spec:
+            enc.fail(f"unknown counter {name}", what)
+        lo, width = spec[name]
+        limit = 63 if name == "vmcnt" and not enc.arch.rdna else (1 << width) - 1
+        _unsigned(count, (limit + 1).bit_length() - 1, f"{what} {name}", enc)
+        value &= ~(((1 << width) - 1) << lo)
+        value |= (count & ((1 << width) - 1)) << lo
+        if name == "vmcnt" and not enc.arch.rdna:
+            value = (value & ~0xC000) | ((count >> 4) << 14)
+    return value
+
+
+def _salu(enc: _Encoder) -> bytes:
+    info = enc.info
+    _no_mods(enc)
+    for i, (role, op) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
+        what = enc.what(i, role)
+        if role == "sdst":
+            enc.fields["sdst"] = enc.sreg(op, info.count(0), what)
+        elif role in ("ssrc0", "ssrc1"):
+            if info.name.startswith("s_barrier_signal") and not (isinstance(op, int) or op == Reg("m0")):
+                enc.fail("barrier id must be an inline constant or m0", what)
+            if "regsrc" in info.flags and not isinstance(op, Reg):
+                enc.fail("expected an SGPR", what)
+            code, _, _ = enc.src(op, SRC_INDEX[role], what, vgpr=False)
+            if isinstance(op, Mod):
+                enc.fail("modifiers are not allowed on scalar operands", what)
+            enc.fields[role] = code
+        elif role == "simm16":
+            enc.fields["simm16"] = _signed(op, 16, what, enc, unsigned_ok=True)
+        elif role == "label":
+            if isinstance(op, Label):
+                if enc.labels is None or op.name not in enc.labels:
+                    enc.fail(f"undefined label {op.name}", what)
+                delta = enc.labels[op.name] - (enc.pc + 4)
+                if delta % 4:
+                    enc.fail(f"branch target {op.name} is not dword aligned", what)
+                op = delta // 4
+            enc.fields["simm16"] = _signed(op, 16, what, enc)
+        elif role == "waitcnt":
+            enc.fields["simm16"] = _waitcnt(enc, op, what)
+    return enc.emit(enc.layout(info.fmt))
+
+
+# ---------------------------------------------------------------- scalar memory
+
+def _smem(enc: _Encoder) -> bytes:
+    info, arch, f = enc.info, enc.arch, enc.fields
+    _no_mods(enc, ("offset", "glc", "dlc") if arch.gen == 11 else ("offset", "glc"))
+    ops = _operands(enc, info.sig)
+    offset_bits = {11: 21, 12: 24, 9: 21}[arch.gen]
+    for i, (role, op) in enumerate(zip(info.sig, ops, strict=True)):
+        what = enc.what(i, role)
+        if role == "sdata":
+            f["sdata"] = enc.sreg(op, info.count(0), what)
+        elif role in ("sbase", "sbuf"):
+            f["sbase"] = enc.sreg(op, 2 if role == "sbase" else 4, what) >> 1
+        elif role == "soff":
+            extra = enc.inst.mods.get("offset")
+            if isinstance(op, int):
+                if extra is not None:
+                    enc.fail("give the offset once", "offset")
+                f["offset"] = _signed(op, offset_bits, what, enc)
+                if arch.gen == 9:
+                    f["imm"] = 1
+                else:
+                    f["soffset"] = arch.null or 0
+                continue
+            code = enc.sreg(op, 1, what)
+            if arch.gen == 9 and extra is None:
+                f["offset"] = code
+            elif arch.gen == 9:
+                f.update(imm=1, soe=1, soffset=code, offset=_signed(extra, offset_bits, "offset", enc))
+            else:
+                f["soffset"] = code
+                f["offset"] = _signed(extra or 0, offset_bits, "offset", enc)
+    for flag in ("glc", "dlc"):
+        if enc.inst.mods.get(flag):
+            f[flag] = 1
+    return enc.emit(enc.layout("SMEM"))
+
+
+# ---------------------------------------------------------------- vector ALU
+
+def _mask_count(enc: _Encoder) -> int:
+    return 1 if enc.arch.wave == 32 else 2
+
+
+def _vcc(enc: _Encoder, op: Any, what: str) -> None:
+    want = "vcc_lo" if enc.arch.wave == 32 else "vcc"
+    if not (isinstance(op, Reg) and op.kind == want):
+        raise NoFit
+
+
+def _vop32(enc: _Encoder) -> bytes:
+    """VOP1 / VOP2 / VOPC in their 32-bit encoding (raises NoFit when VOP3 is needed)."""
+    info, f = enc.info, enc.fields
+    if enc.inst.mods:
+        raise NoFit
+    for i, (role, op) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
+        what = enc.what(i, role)
+        slot = 0 if role in ("vdst", "adst") else SRC_INDEX.get(role, 1)
+        if (enc.arch.rdna and info.width(slot) == 16 and isinstance(op, Reg) and op.kind == "v"
+                and op.index >= 128):
+            raise NoFit  # 16-bit operands of the 32-bit encodings reach v0..v127 only
+        if role == "vdst":
+            f["vdst"] = enc.vreg(op, info.count(0), what).index
+        elif role == "adst":
+            f["vdst"] = enc.vreg(op, info.count(0), what, ("a",)).index
+        elif role == "sdst":
+            f["vdst"] = enc.sreg(op, 1, what)
+        elif role == "src0":
+            if isinstance(op, Mod):
+                raise NoFit
+            f["src0"] = enc.src(op, 1, what)[0]
+        elif role in ("vsrc0", "asrc0"):
+            f["src0"] = 256 + enc.vreg(op, info.count(1), what, ("a",) if role == "asrc0" else ("v",)).index
+        elif role == "vsrc1":
+            if not (isinstance(op, Reg) and op.kind == "v"):
+                raise NoFit
+            f["vsrc1"] = enc.vreg(op, info.count(2), what).index
+        elif role == "vcc":
+            _vcc(enc, op, what)
+        elif role == "k":
+            if isinstance(op, Reg | Mod):
+                enc.fail("expected a literal constant", what)
+            code, lit = constant_code(op, 32, info.is_float(1), info.name, what, enc.arch)
+            enc.set_literal(lit if lit is not None else _const_value(op), what)
+    implicit = ("vcc",) if info.sig and info.sig[-1] == "vcc" else ()  # carry-in / cndmask select
+    _constant_bus(enc, [(f.get("src0"), info.count(1))], implicit)
+    return enc.emit(enc.layout(info.fmt))
+
+
+def _constant_bus(enc: _Encoder, codes: list[tuple[int | None, int]], implicit: tuple[str, ...] = ()) -> None:
+    """At most 1 (CDNA) or 2 (RDNA) scalar values per VALU instruction: SGPRs, implicit VCC, the literal.
+
+    ``codes``: (source code, register count); vcc_lo and vcc are different reads."""
+    reads = {(c, n if c != 255 else 1) for c, n in codes if c is not None and (c < 128 or c in (253, 255))}
+    if implicit:
+        reads.add((106, _mask_count(enc)))
+    limit = 2 if enc.arch.rdna and enc.info.name not in SHIFT64 else 1
+    if len(reads) > limit:
+        enc.fail(f"reads {len(reads)} scalar values (SGPRs, VCC, literal); the constant bus allows {limit}")
+
+
+def _const_value(op: int | float) -> int:
+    from tg_amd.operands import float_bits
+    return float_bits(op, 32) if isinstance(op, float) else op & 0xFFFFFFFF
+
+
+def _e64_sig(info: OpInfo, arch: Arch) -> tuple[str, ...]:
+    """Operand roles of a VOP1/VOP2/VOPC instruction in its VOP3 encoding."""
+    sig = []
+    for i, role in enumerate(info.sig):
+        if role == "vsrc1":
+            sig.append("src1")
+        elif role == "vsrc0":
+            sig.append("src0")
+        elif role == "vcc" and info.fmt == "VOPC":
+            sig.append("cdst")
+        elif role == "vcc":
+            sig.append("sdst" if i == 1 else "mask")
+        else:
+            sig.append(role)
+    return tuple(sig)
+
+
+def _vop3(enc: _Encoder, sig: tuple[str, ...], op: int) -> bytes:
+    info, f, mods = enc.info, enc.fields, enc.inst.mods
+    layout = enc.layout("VOP3SD" if "sdst" in sig and "vdst" in sig else "VOP3")
+    _no_mods(enc, ("clamp", "omod", "op_sel"))
+    f["op"] = op
+    neg = ab = 0
+    nsrc = 0
+    for i, (role, o) in enumerate(zip(sig, _operands(enc, sig), strict=True)):
+        what = enc.what(i, role)
+        if role == "vdst":
+            f["vdst"] = enc.vreg(o, info.count(0), what).index
+        elif role == "sdst":
+            count = _mask_count(enc) if info.fmt in ("VOP2", "VOP3SD") else 1
+            f["sdst" if "sdst" in layout.fields else "vdst"] = enc.sreg(o, count, what)
+        elif role == "cdst":
+            f["vdst"] = enc.sreg(o, _mask_count(enc), what)
+        elif role in SRC_FIELDS:
+            k = SRC_FIELDS.index(role)
+            code, n, a = enc.src(o, k + 1, what, literal=enc.arch.vop3_literal)
+            f[role] = code
+            neg |= n << k
+            ab |= a << k
+            nsrc = max(nsrc, k + 1)
+        elif role in ("ssrc0", "ssrc1"):
+            k = int(role[-1])
+            f[f"src{k}"] = enc.src(o, k + 1, what, vgpr=False, literal=enc.arch.vop3_literal)[0]
+            nsrc = max(nsrc, k + 1)
+        elif role == "vsrc0":
+            f["src0"] = 256 + enc.vreg(o, info.count(1), what).index
+            nsrc = max(nsrc, 1)
+        elif role == "mask":
+            f["src2"] = enc.sreg(o, _mask_count(enc), what)
+            nsrc = 3
+    if info.fmt == "VOPC" and info.name.startswith("v_cmpx") and enc.arch.rdna:
+        f["vdst"] = 126
+    lane_ops = ("v_readlane_b32", "v_writelane_b32")
+    if info.name not in lane_ops:
+        _constant_bus(enc, [(f.get(k), info.count(i + 1)) for i, k in enumerate(SRC_FIELDS)])
+    elif info.name == "v_writelane_b32" and not enc.arch.rdna:  # lane select in M0 is free on CDNA
+        _constant_bus(enc, [(f.get("src0"), 1), (f.get("src1") if f.get("src1") != enc.arch.m0 else None, 1)])
+    if neg:
+        f["neg"] = neg
+    if ab:
+        if "abs" not in layout.fields:
+            enc.fail("abs is not valid with a scalar carry-out", "abs")
+        f["abs"] = ab
+    if mods.get("clamp"):
+        f["clamp"] = 1
+    if "omod" in mods:
+        if mods["omod"] not in OMOD:
+            enc.fail(f"output modifier {mods['omod']!r} (mul:2, mul:4, div:2)", "omod")
+        f["omod"] = OMOD[mods["omod"]]
+    if "op_sel" in mods:
+        bits = list(mods["op_sel"])
+        if len(bits) != nsrc + 1 or "op_sel" not in layout.fields:
+            enc.fail(f"op_sel takes {nsrc + 1} bits", "op_sel")
+        f["op_sel"] = sum(b << k for k, b in enumerate(bits[:-1])) | bits[-1] << 3
+    return enc.emit(layout)
+
+
+def _valu(enc: _Encoder) -> bytes:
+    info = enc.info
+    if info.fmt in ("VOP3", "VOP3SD"):
+        return _vop3(enc, info.sig, info.op)
+    if enc.inst.enc != "e64":
+        try:
+            return _vop32(enc)
+        except NoFit:
+            if enc.inst.enc == "e32" or info.e64 is None:
+                enc.fail("operands do not fit the 32-bit encoding" +
+                         ("" if info.e64 is None else "; use the _e64 form"))
+    if info.e64 is None:
+        enc.fail("has no 64-bit (VOP3) encoding")
+    enc.fields.clear()
+    enc.literal = None
+    return _vop3(enc, _e64_sig(info, enc.arch), info.e64)
+
+
+def _bits(enc: _Encoder, name: str, n: int, default: int) -> list[int]:
+    value = enc.inst.mods.get(name)
+    if value is None:
+        return [default] * 3
+    bits = list(value)
+    if len(bits) != n or any(b not in (0, 1) for b in bits):
+        enc.fail(f"{name} takes {n} bits of 0/1", name)
+    return bits + [default] * (3 - n)
+
+
+def _vop3p(enc: _Encoder) -> bytes:
+    info, f = enc.info, enc.fields
+    _no_mods(enc, ("op_sel", "op_sel_hi", "neg_lo", "neg_hi", "clamp"))
+    f["op"] = info.op
+    nsrc = sum(r.startswith(("src", "asrc")) for r in info.sig)
+    for i, (role, o) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
+        what = enc.what(i, role)
+        if role == "vdst":
+            f["vdst"] = enc.vreg(o, info.count(0), what).index
+        elif role == "adst":
+            f["vdst"] = enc.vreg(o, info.count(0), what, ("a",)).index
+        elif role == "asrc0":
+            f["src0"] = 256 + enc.vreg(o, info.count(1), what, ("a",)).index
+        elif role in SRC_FIELDS:
+            if isinstance(o, Mod):
+                enc.fail("packed math takes neg_lo/neg_hi, not -x or |x|", what)
+            f[role] = enc.src(o, SRC_FIELDS.index(role) + 1, what, literal=enc.arch.vop3_literal)[0]
+    op_sel = _bits(enc, "op_sel", nsrc, 0)
+    op_sel_hi = _bits(enc, "op_sel_hi", nsrc, 1)
+    neg_lo = _bits(enc, "neg_lo", nsrc, 0)
+    neg_hi = _bits(enc, "neg_hi", nsrc, 0)
+    f["op_sel"] = op_sel[0] | op_sel[1] << 1 | op_sel[2] << 2
+    f["op_sel_hi"] = op_sel_hi[0] | op_sel_hi[1] << 1
+    f["op_sel_hi2"] = op_sel_hi[2]
+    f["neg"] = neg_lo[0] | neg_lo[1] << 1 | neg_lo[2] << 2
+    f["neg_hi"] = neg_hi[0] | neg_hi[1] << 1 | neg_hi[2] << 2
+    if enc.inst.mods.get("clamp"):
+        f["clamp"] = 1
+    _constant_bus(enc, [(f.get(k), info.count(i + 1)) for i, k in enumerate(SRC_FIELDS)])
+    return enc.emit(enc.layout("VOP3P"))
+
+
+def _mai(enc: _Encoder) -> bytes:
+    info, f, mods = enc.info, enc.fields, enc.inst.mods
+    _no_mods(enc, ("cbsz", "abid", "blgp"))
+    f["op"] = info.op
+    ops = _operands(enc, info.sig)
+    dst = enc.vreg(ops[0], info.count(0), enc.what(0, "mdst"), ("v", "a"))
+    f["vdst"] = dst.index
+    f["acc_cd"] = int(dst.kind == "a")
+    acc = 0
+    for k in (1, 2):
+        r = enc.vreg(ops[k], info.count(k), enc.what(k, f"msrc{k - 1}"), ("v", "a"))
+        f[f"src{k - 1}"] = 256 + r.index
+        acc |= int(r.kind == "a") << (k - 1)
+    c = ops[3]
+    if isinstance(c, Reg):
+        enc.vreg(c, info.count(3), enc.what(3, "msrc2"), (dst.kind,))
+        same = c.index == dst.index and c.count == dst.count
+        if not same and c.index < dst.index + dst.count and dst.index < c.index + c.count:
+            enc.fail("C must be D itself or not overlap D", enc.what(3, "msrc2"))
+        f["src2"] = 256 + c.index
+    else:
+        enc.info = info
+        f["src2"] = enc.src(c, 3, enc.what(3, "msrc2"), vgpr=False, literal=False)[0]
+    f["acc"] = acc
+    for name, bits in (("cbsz", 3), ("abid", 4), ("blgp", 3)):
+        if name in mods:
+            f[name] = _unsigned(mods[name], bits, name, enc)
+    return enc.emit(enc.layout("MAI"))
+
+
+# ---------------------------------------------------------------- VOPD
+
+def _vopd(enc: _Encoder) -> bytes:
+    x, y, arch = enc.inst, enc.inst.dual, enc.arch
+    assert y is not None
+    f = enc.fields
+    regs: dict[str, dict[str, int]] = {}
+    for half, part in (("X", x), ("Y", y)):
+        info = vopd_info(arch, part.name, half)
+        if info is None:
+            raise AsmError(f"no such VOPD {half} opcode on this arch", part.name, None, arch.name)
+        sub = _Encoder(part, arch, info, enc.pc, enc.labels)
+        sub.literal = enc.literal
+        if part.mods:
+            sub.fail("VOPD halves take no modifiers")
+        got: dict[str, int] = {}
+        for i, (role, o) in enumerate(zip(info.sig, _operands(sub, info.sig), strict=True)):
+            what = sub.what(i, role)
+            if role == "vdst":
+                got["vdst"] = sub.vreg(o, 1, what).index
+            elif role == "src0":
+                if isinstance(o, Mod):
+                    sub.fail("VOPD takes no modifiers", what)
+                got["src0"] = sub.src(o, 1, what)[0]
+            elif role == "vsrc1":
+                got["vsrc1"] = sub.vreg(o, 1, what).index
+            elif role == "vcc":
+                if not (isinstance(o, Reg) and o.kind == "vcc_lo"):
+                    sub.fail("expected vcc_lo", what)
+            elif role == "k":
+                code, lit = constant_code(o, 32, True, part.name, what, arch)
+                sub.set_literal(lit if lit is not None else _const_value(o), what)
+        enc.literal = sub.literal
+        f["opx" if half == "X" else "opy"] = info.op
+        regs[half] = got
+    gx, gy = regs["X"], regs["Y"]
+    scalar = {c for g in (gx, gy) for c in [g["src0"]] if c < 128}
+    scalar |= {106} if "v_dual_cndmask_b32" in (x.name, y.name) else set()
+    scalar |= {255} if enc.literal is not None else set()
+    if len(scalar) > 2:
+        enc.fail(f"VOPD pair reads {len(scalar)} scalar values (SGPRs, VCC, literal); the constant bus allows 2")
+    if gx["vdst"] % 2 == gy["vdst"] % 2:
+        enc.fail(f"VOPD destinations must be one even and one odd VGPR, got v{gx['vdst']} and v{gy['vdst']}",
+                 "vdst")
+    bx, by = _vopd_banks(x.name, gx), _vopd_banks(y.name, gy)
+    for k, (key, banks) in enumerate((("src0", 4), ("src1", 4), ("src2", 2))):
+        a, b = bx[k], by[k]
+        if a is not None and b is not None and a % banks == b % banks:
+            enc.fail(f"VOPD {key} operands must use different VGPR banks (v{a}, v{b})", key)
+    f.update(srcx0=gx["src0"], vsrcx1=gx.get("vsrc1", 0), vdstx=gx["vdst"], srcy0=gy["src0"],
+             vsrcy1=gy.get("vsrc1", 0), vdsty=gy["vdst"] >> 1)
+    return enc.emit(enc.layout("VOPD"))
+
+
+def _vopd_banks(name: str, got: dict[str, int]) -> tuple[int | None, int | None, int | None]:
+    """The VGPRs a VOPD half reads as src0, src1, src2 (fmac/dot2acc accumulate into vdst; fmamk's
+    vsrc1 is its addend)."""
+    src0 = got["src0"] - 256 if got.get("src0", 0) >= 256 else None
+    src1, src2 = got.get("vsrc1"), None
+    if name in ("v_dual_fmac_f32", "v_dual_dot2acc_f32_f16", "v_dual_dot2acc_f32_bf16"):
+        src2 = got["vdst"]
+    elif name == "v_dual_fmamk_f32":
+        src1, src2 = None, got.get("vsrc1")
+    return src0, src1, src2
+
+
+# ---------------------------------------------------------------- memory
+
+def _ds(enc: _Encoder) -> bytes:
+    info, f, mods, arch = enc.info, enc.fields, enc.inst.mods, enc.arch
+    two = "2addr" in info.name or "read2" in info.name or "write2" in info.name
+    allowed = ("offset0", "offset1") if two else ("offset",)
+    _no_mods(enc, allowed + (("gds",) if arch.gen != 12 else ()))
+    f["op"] = info.op
+    kinds = ("v", "a") if arch.gen == 9 else ("v",)
+    acc = set()
+    for i, (role, o) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
+        what = enc.what(i, role)
+        slot = 0 if role == "vdst" else SRC_INDEX.get(role, 1)
+        r = enc.vreg(o, 1 if role == "addr" else info.count(slot), what, ("v",) if role == "addr" else kinds)
+        if role != "addr":
+            acc.add(r.kind)
+        f[role] = r.index
+    if len(acc) > 1:
+        enc.fail("data and destination must all be VGPRs or all AGPRs")
+    if "a" in acc:
+        f["acc"] = 1
+    if two:
+        f["offset0"] = _unsigned(mods.get("offset0", 0), 8, "offset0", enc)
+        f["offset1"] = _unsigned(mods.get("offset1", 0), 8, "offset1", enc)
+    else:
+        off = _unsigned(mods.get("offset", 0), 16, "offset", enc)
+        f["offset0"], f["offset1"] = off & 0xFF, off >> 8
+    if mods.get("gds"):
+        f["gds"] = 1
+    return enc.emit(enc.layout("DS"))
+
+
+def _flat(enc: _Encoder) -> bytes:
+    info, f, mods, arch = enc.info, enc.fields, enc.inst.mods, enc.arch
+    flags = {11: ("glc", "slc", "dlc"), 9: ("sc0", "sc1", "nt"), 12: ()}[arch.gen]
+    _no_mods(enc, ("offset",) + flags)
+    glob = info.fmt == "GLOBAL"
+    names = {"vaddr": "vaddr", "vdata": "vdata"} if arch.gen == 12 else {"vaddr": "addr", "vdata": "data"}
+    ops = _operands(enc, info.sig)
+    saddr = ops[info.sig.index("saddr")] if "saddr" in info.sig else None
+    kinds = ("v", "a") if arch.gen == 9 else ("v",)
+    acc = set()
+    for i, (role, o) in enumerate(zip(info.sig, ops, strict=True)):
+        what = enc.what(i, role)
+        if role == "saddr":
+            if o is OFF:
+                f["saddr"] = 0x7F if arch.gen == 9 else 0x7C
+            else:
+                f["saddr"] = enc.sreg(o, 2, what)
+        elif role == "vaddr":
+            count = 1 if glob and saddr is not OFF else 2
+            f[names["vaddr"]] = enc.vreg(o, count, what).index
+        else:
+            r = enc.vreg(o, info.count(0 if role == "vdst" else 3), what, kinds)
+            acc.add(r.kind)
+            f[names.get(role, role)] = r.index
+    if not glob:
+        f["saddr"] = 0 if arch.gen == 9 else 0x7C
+    if "a" in acc:
+        if len(acc) > 1:
+            enc.fail("data and destination must all be VGPRs or all AGPRs")
+        f["acc"] = 1
+    f["seg"] = 2 if glob else 0
+    off = mods.get("offset", 0)
+    if arch.gen == 12:
+        f["offset"] = _signed(off, 24, "offset", enc)
+    elif glob:
+        f["offset"] = _signed(off, 13, "offset", enc)
+    else:
+        f["offset"] = _unsigned(off, 12, "offset", enc)
+    for flag in flags:
+        if mods.get(flag):
+            f[flag] = 1
+    return enc.emit(enc.layout("FLAT"))
+
+
+FORMAT_ENCODERS = {"SOP1": _salu, "SOP2": _salu, "SOPC": _salu, "SOPK": _salu, "SOPP": _salu, "SMEM": _smem,
+                   "VOP1": _valu, "VOP2": _valu, "VOPC": _valu, "VOP3": _valu, "VOP3SD": _valu,
+                   "VOP3P": _vop3p, "MAI": _mai, "DS": _ds, "GLOBAL": _flat, "FLAT": _flat}
+
+
+def encode(inst: Inst, arch: str | Arch, pc: int = 0, labels: dict[str, int] | None = None) -> bytes:
+    """The bytes of one instruction (see module docstring)."""
+    arch = get_arch(arch)
+    if inst.dual is not None:
+        info = vopd_info(arch, inst.name, "X")
+        if info is None:
+            raise AsmError("no such VOPD X opcode on this arch", inst.name, None, arch.name)
+        return _vopd(_Encoder(inst, arch, info, pc, labels))
+    info = lookup(arch, inst.name)
+    enc = _Encoder(inst, arch, info, pc, labels)
+    if info.fmt in ("VOP3", "VOP3SD", "VOP3P", "MAI", "SOP1", "SOP2", "SOPC", "SOPK", "SOPP", "SMEM", "DS",
+                    "GLOBAL", "FLAT") and inst.enc is not None:
+        enc.fail(f"has only one encoding; drop the _{inst.enc} suffix")
+    enc.fields["op"] = info.op
+    return FORMAT_ENCODERS[info.fmt](enc)

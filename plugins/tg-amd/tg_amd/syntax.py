@@ -1,0 +1,185 @@
+"""LLVM assembly syntax: ``parse_inst(text) -> Inst`` and ``format_inst(inst) -> text``.
+
+In: one instruction in the syntax llvm-mc accepts (``v_add_f32_e64 v1, -v2, |v3| clamp``,
+``global_load_b128 v[4:7], v6, s[4:5] offset:16``, ``v_dual_mov_b32 v0, 0 :: v_dual_mov_b32 v1, 0``,
+``s_waitcnt vmcnt(0) lgkmcnt(0)``). Out: an ``Inst``; ``format_inst`` prints it back the way
+llvm-mc reads it. Label definitions, comments and whole programs are ``tg_amd.assembler``'s job.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tg_amd.arch import AsmError
+from tg_amd.inst import Inst
+from tg_amd.operands import FLOAT_TEXT, INLINE_FLOATS, INV_2PI, NAMED, OFF, Label, Mod, Reg, operand_text
+
+FLAGS = ("clamp", "glc", "slc", "dlc", "gds", "sc0", "sc1", "nt")
+INT_MODS = ("offset", "offset0", "offset1", "cbsz", "abid", "blgp")
+LIST_MODS = ("op_sel", "op_sel_hi", "neg_lo", "neg_hi")
+MOD_ORDER = ("offset", "offset0", "offset1", "op_sel", "op_sel_hi", "neg_lo", "neg_hi", "cbsz", "abid", "blgp",
+             "clamp", "omod", "glc", "slc", "dlc", "sc0", "sc1", "nt", "gds")
+REG_RE = re.compile(r"^(s|v|a|ttmp)(?:(\d+)|\[(\d+)(?::(\d+))?\])$")
+NUM_RE = re.compile(r"^-?(0x[0-9a-fA-F]+|\d+)$")
+FLOAT_RE = re.compile(r"^-?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][-+]?\d+)$")
+WAITCNT_RE = re.compile(r"(vmcnt|expcnt|lgkmcnt)\((\d+)\)")
+IDENT_RE = re.compile(r"^[A-Za-z_.$][\w.$]*$")
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth -= 1
+        if ch == sep and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts]
+
+
+def parse_operand(tok: str) -> Any:
+    """One operand: register, ``off``, integer, float, ``-x``/``|x|``/``abs(x)``/``neg(x)``, or label."""
+    t = tok.strip()
+    low = t.lower()
+    if low == "off":
+        return OFF
+    m = REG_RE.match(low)
+    if m:
+        kind, single, lo, hi = m.groups()
+        if single is not None:
+            return Reg(kind, int(single), 1)
+        lo_i = int(lo)
+        hi_i = int(hi) if hi is not None else lo_i
+        if hi_i < lo_i:
+            raise AsmError(f"empty register range {t}")
+        return Reg(kind, lo_i, hi_i - lo_i + 1)
+    if low in NAMED:
+        return NAMED[low]
+    if NUM_RE.match(low):
+        neg = low.startswith("-")
+        value = int(low.lstrip("-"), 0)
+        return -value if neg else value
+    if FLOAT_RE.match(low):
+        return float(low)
+    if low.startswith("-") and len(low) > 1:
+        inner = parse_operand(t[1:])
+        if isinstance(inner, Reg | Mod):
+            return -inner
+        raise AsmError(f"cannot negate {t}")
+    if low.startswith("|") and low.endswith("|") and len(low) > 2:
+        return Mod(parse_operand(t[1:-1]), abs=True)
+    for fn in ("abs", "neg"):
+        if low.startswith(fn + "(") and low.endswith(")"):
+            inner = parse_operand(t[len(fn) + 1:-1])
+            return abs(inner) if fn == "abs" else -inner
+    if IDENT_RE.match(t):
+        return Label(t)
+    raise AsmError(f"cannot parse operand {t!r}")
+
+
+def _parse_mod(tok: str, mods: dict[str, Any]) -> bool:
+    low = tok.lower()
+    if low in FLAGS:
+        mods[low] = True
+        return True
+    if low in ("mul:2", "mul:4", "div:2"):
+        mods["omod"] = low
+        return True
+    if ":" not in low or low.startswith(("s[", "v[", "a[", "ttmp[")):
+        return False
+    key, _, value = low.partition(":")
+    if key in INT_MODS:
+        mods[key] = int(value, 0) if not value.startswith("-") else -int(value[1:], 0)
+        return True
+    if key in LIST_MODS:
+        if not (value.startswith("[") and value.endswith("]")):
+            raise AsmError(f"{key} takes a list like [0,1]: {tok}")
+        mods[key] = tuple(int(x, 0) for x in value[1:-1].split(","))
+        return True
+    return False
+
+
+def parse_inst(text: str) -> Inst:
+    """One instruction in LLVM syntax (no label, no comment) -> ``Inst``."""
+    text = text.strip()
+    if "::" in text:
+        x_text, y_text = text.split("::", 1)
+        x = parse_inst(x_text)
+        x.dual = parse_inst(y_text)
+        return x
+    text = re.sub(r"\[([^\]]*)\]", lambda m: "[" + re.sub(r"\s+", "", m.group(1)) + "]", text)
+    name, _, rest = text.partition(" ")
+    name = name.lower()
+    enc = None
+    for suffix in ("_e32", "_e64"):
+        if name.endswith(suffix):
+            name, enc = name[: -len(suffix)], suffix[1:]
+    rest = rest.strip()
+    if WAITCNT_RE.search(rest):
+        counts = {k: int(v) for k, v in WAITCNT_RE.findall(rest)}
+        leftover = WAITCNT_RE.sub("", rest).replace("&", "").replace(",", "").strip()
+        if leftover:
+            raise AsmError(f"cannot parse waitcnt operand {rest!r}", name)
+        return Inst(name, (counts,), {}, enc)
+    operands: list[Any] = []
+    mods: dict[str, Any] = {}
+    if rest:
+        for piece in _split_top(rest, ","):
+            if not piece:
+                raise AsmError(f"empty operand in {text!r}", name)
+            for tok in piece.split():
+                if not _parse_mod(tok, mods):
+                    operands.append(parse_operand(tok))
+    return Inst(name, tuple(operands), mods, enc)
+
+
+# ---------------------------------------------------------------- printing
+
+def value_text(op: Any) -> str:
+    if isinstance(op, bool):
+        raise AsmError(f"bad operand {op!r}")
+    if isinstance(op, float):
+        if op in INLINE_FLOATS:
+            return FLOAT_TEXT[INLINE_FLOATS[op]]
+        if abs(op - INV_2PI) < 1e-8:
+            return FLOAT_TEXT[248]
+        return repr(op)
+    if isinstance(op, int):
+        return str(op) if -16 <= op <= 64 else hex(op) if op >= 0 else "-" + hex(-op)
+    if isinstance(op, dict):
+        return " ".join(f"{k}({v})" for k, v in op.items())
+    if isinstance(op, Mod) and not isinstance(op.value, Reg):
+        inner = value_text(op.value)
+        inner = f"|{inner}|" if op.abs else inner
+        return "-" + inner if op.neg else inner
+    return operand_text(op)
+
+
+def _mod_text(key: str, value: Any) -> str:
+    if key in FLAGS:
+        return key
+    if key == "omod":
+        return str(value)
+    if key in LIST_MODS:
+        return f"{key}:[{','.join(str(int(b)) for b in value)}]"
+    return f"{key}:{value}"
+
+
+def format_inst(inst: Inst) -> str:
+    """LLVM text of an instruction (``_e32``/``_e64`` suffix as given in ``inst.enc``)."""
+    name = inst.name + (f"_{inst.enc}" if inst.enc else "")
+    parts = [name]
+    if inst.operands:
+        parts.append(", ".join(value_text(o) for o in inst.operands))
+    for key in MOD_ORDER:
+        if key in inst.mods and inst.mods[key] is not False:
+            parts.append(_mod_text(key, inst.mods[key]))
+    text = " ".join(parts)
+    if inst.dual is not None:
+        text += " :: " + format_inst(inst.dual)
+    return text
