@@ -793,8 +793,59 @@ class VectorSelection:
                                                                         self.splat(1, dtypes.int32, bits)], bits))
         elif k in ("i32", "i64") and op in (Ops.SHL, Ops.SHR):
             self.vshift(u)
+        elif k == "i32" and op in (Ops.IDIV, Ops.MOD):
+            self.vdivide(u)
         else:
             self.scalarize(u)
+
+    def vdivide(self, u: UOp) -> None:
+        """int32 division and remainder. Unsigned by a power of two: a shift or a mask. Signed: through
+        float64, which is exact here (operands below 2**31: a quotient never rounds across an integer);
+        INT_MIN/-1 wraps by itself (vcvttpd2dq gives 0x80000000), lanes dividing by 0 are masked to 0."""
+        a, b = u.src
+        sdt = u.dtype.scalar()
+        lanes = self.const_lanes(b) if self.is_vconst(b) else None
+        d0 = int(lanes[0]) if lanes is not None and all(x == lanes[0] for x in lanes) else None
+        if dtypes.is_unsigned(sdt):
+            if d0 is None or d0 <= 0 or d0 & (d0 - 1):
+                self.scalarize(u)
+            elif u.op is Ops.IDIV:
+                k = d0.bit_length() - 1
+                self.per_piece(u, lambda d, p, bits: self.emit(Op.VPSRLD, [d], [self.vpiece(a, p)],
+                                                               (("d", 0, bits), ("u", 0, bits), ("i", k))))
+            else:
+                self.per_piece(u, lambda d, p, bits: self.vemit(Op.VPAND, d, [self.vpiece(a, p),
+                                                                            self.splat(d0 - 1, sdt, bits)], bits))
+            return
+        maybe_zero = d0 is None or d0 == 0
+
+        def div(d: VReg, p: int, bits: int) -> None:
+            n = piece_lanes(u.dtype)[p]
+            ra, rb = self.vpiece(a, p), self.vpiece(b, p)
+            halves = []
+            for h in range(2 if bits == 256 else 1):
+                xa = self.upper(ra) if h else ra
+                xb = self.upper(rb) if h else rb
+                fa, fb, fq, q = self.vnew(), self.vnew(), self.vnew(), self.vnew()
+                wide = 256 if n > 2 else 128
+                self.emit(Op.VCVTDQ2PD, [fa], [xa], (("d", 0, wide), ("u", 0, 128)))
+                self.emit(Op.VCVTDQ2PD, [fb], [xb], (("d", 0, wide), ("u", 0, 128)))
+                self.vemit(Op.VDIVPD, fq, [fa, fb], wide)
+                self.emit(Op.VCVTTPD2DQ, [q], [fq], (("d", 0, 128), ("u", 0, wide)))
+                halves.append(q)
+            q = halves[0] if len(halves) == 1 else self.join(*halves)
+            if u.op is Ops.MOD:
+                t, r = self.vnew(), self.vnew()
+                self.vemit(Op.VPMULLD, t, [q, rb], bits)
+                self.vemit(Op.VPSUBD, r, [ra, t], bits)
+                q = r
+            if maybe_zero:
+                z = self.vnew()
+                self.vemit(Op.VPCMPEQD, z, [rb, self.zero(bits)], bits)
+                self.vemit(Op.VPANDN, d, [z, q], bits)
+            else:
+                self.copy(d, q)
+        self.per_piece(u, div)
 
     def vshift(self, u: UOp) -> None:
         """Shift amounts outside 0..width-1 give 0 or the sign: exactly what vpsllv/vpsrlv/vpsrav do."""
