@@ -1,0 +1,187 @@
+"""One rank of an MPI test job: ``mpirun -np N python mpi_worker.py SCENARIO [--big]``.
+
+Every rank builds every rank's input from a seed (numpy), so each can compute the expected
+result of a send or an allreduce with numpy alone and compare it with what the transport gave.
+Prints ``OK rank R`` and exits 0 when every check passed; anything else is a failure.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+from tg_mlx_rdma import CommTimeout, PeerMismatch
+
+import tgcore
+from tgcore import Tensor
+
+DTYPES = ["float32", "float16", "int32", "int64", "uint8", "bool", "bfloat16"]
+ONE_MIB, BIG = 1 << 20, 64 << 20
+NP_DTYPES = {"bfloat16": np.float32}  # values of bfloat16 tensors come back as float32 from numpy()
+
+
+def data(rank: int, dtype: str, n: int, seed: int) -> np.ndarray:
+    """Rank ``rank``'s input: integer-valued, so float sums and products over <= 4 ranks are exact."""
+    np_dt = NP_DTYPES.get(dtype, dtype)
+    if n > ONE_MIB:  # big: a cheap pattern (random numbers for 64 MiB take seconds)
+        period = (np.arange(9 * 1024) * (2 * rank + 3) + seed) % 9 - 4
+        return np.resize((period > 0) if dtype == "bool" else period.astype(np_dt), n)
+    rng = np.random.default_rng([seed, rank, DTYPES.index(dtype)])
+    if dtype == "bool":
+        return rng.integers(0, 2, n).astype(bool)
+    if dtype in ("int32", "int64", "uint8"):  # the full range: sums and products wrap, as in numpy
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+    return rng.integers(-4, 5, n).astype(np_dt)
+
+
+def to_tensor(a: np.ndarray, dtype: str) -> Tensor:
+    """bfloat16 tensors are made from their storage: the top 16 bits of the (exact) float32 values."""
+    if dtype == "bfloat16":
+        bits = (a.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+        return Tensor(np.ascontiguousarray(bits)).bitcast(dtype)
+    return Tensor(a, dtype=dtype)
+
+
+def to_numpy(t: Tensor) -> np.ndarray:
+    """bfloat16 values are read from their storage: bits << 16 is the float32 value."""
+    if t.dtype.name == "bfloat16":
+        return (t.bitcast("uint16").numpy().astype(np.uint32) << 16).view(np.float32)
+    return t.numpy()
+
+
+def n_elements(dtype: str, nbytes: int) -> int:
+    itemsize = 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+    return max(nbytes // itemsize, 0)
+
+
+def reference(arrays: list[np.ndarray], op: str, dtype: str) -> np.ndarray:
+    if dtype == "bool":
+        fn = np.logical_or if op in ("sum", "max") else np.logical_and
+    else:
+        fn = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}[op]
+    out = arrays[0].copy()
+    for a in arrays[1:]:
+        fn(out, a, out=out)  # in the arrays' dtype: integers wrap
+    return out
+
+
+def check(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    if got.shape != want.shape or got.dtype != want.dtype or not np.array_equal(got, want):
+        bad = np.flatnonzero(got.reshape(-1) != want.reshape(-1))[:5] if got.shape == want.shape else []
+        raise AssertionError(f"{what}: got {got.dtype}{got.shape}, want {want.dtype}{want.shape}; first bad {bad}")
+
+
+def exchange(tr, dtype: str, n: int, seed: int) -> None:
+    """Pairs (0,1), (2,3), ...: the even rank sends first, then the odd one answers; both check."""
+    me, peer = tr.rank, tr.rank ^ 1
+    if peer >= tr.world_size:
+        return
+    shape = (n,) if n % 2 or n < 4 else (2, n // 2)  # some 2-d tensors too
+    mine = to_tensor(data(me, dtype, n, seed).reshape(shape), dtype)
+    theirs = data(peer, dtype, n, seed).reshape(shape)
+    for turn in (0, 1):
+        if (me % 2) == turn:
+            tr.send(mine, peer)
+        else:
+            check(to_numpy(tr.recv(shape, dtype, peer)), theirs, f"recv {dtype}{shape} from rank {peer}")
+
+
+BIG_DTYPES = ["float32", "uint8", "bfloat16"]  # 64 MiB of every dtype would take minutes
+
+
+def suite(tr, big: bool) -> None:
+    sizes = [0, 1, 1001, ONE_MIB] + ([BIG] if big else [])
+    for seed, nbytes in enumerate(sizes):
+        for dtype in DTYPES if nbytes <= ONE_MIB else BIG_DTYPES:
+            n = nbytes if nbytes < 2 or nbytes == 1001 else n_elements(dtype, nbytes)
+            exchange(tr, dtype, n, seed)
+            ops = ["sum", "max", "min", "prod"] if nbytes <= ONE_MIB else ["sum"]
+            for op in ops:
+                x = to_tensor(data(tr.rank, dtype, n, seed), dtype)
+                want = reference([data(r, dtype, n, seed) for r in range(tr.world_size)], op, dtype)
+                check(to_numpy(tr.allreduce(x, op)), want, f"allreduce {op} {dtype}[{n}]")
+    tr.barrier()
+    # a tensor that is a view (transpose) of a realized one is sent as its values
+    if tr.world_size >= 2 and tr.rank < 2:
+        base = np.arange(12, dtype=np.float32).reshape(3, 4)
+        if tr.rank == 0:
+            tr.send(Tensor(base).T, 1)
+        else:
+            check(tr.recv((4, 3), "float32", 0).numpy(), base.T.copy(), "recv of a transposed tensor")
+
+
+def mismatch(tr) -> None:
+    if tr.rank == 0:
+        tr.send(Tensor(np.arange(4, dtype=np.float32)), 1)
+        tr.send(Tensor(np.arange(4, dtype=np.int32)), 1)
+        tr.send(Tensor(np.arange(3, dtype=np.float32)), 1)
+    elif tr.rank == 1:
+        for shape, dtype, words in (((5,), "float32", ("float32[5]", "float32[4]")),
+                                    ((4,), "float32", ("float32[4]", "int32[4]"))):
+            try:
+                tr.recv(shape, dtype, 0)
+            except PeerMismatch as e:
+                msg = str(e)
+                assert all(w in msg for w in words) and "rank 0" in msg, msg
+                print(f"rank 1 expected error: {msg}")
+            else:
+                raise AssertionError(f"recv of {dtype}{shape} did not fail")
+        check(tr.recv((3,), "float32", 0).numpy(), np.arange(3, dtype=np.float32), "recv after mismatches")
+    n = 4 if tr.rank == 0 else 5
+    try:
+        tr.allreduce(Tensor(np.ones(n, dtype=np.float32)))
+    except PeerMismatch as e:
+        assert "float32[4]" in str(e) and "float32[5]" in str(e), str(e)
+        print(f"rank {tr.rank} expected error: {e}")
+    else:
+        raise AssertionError("allreduce with different shapes did not fail")
+    try:
+        tr.allreduce(Tensor(np.ones(2, dtype=np.float32)), op="mean")
+    except ValueError as e:
+        assert "mean" in str(e)
+    else:
+        raise AssertionError("op='mean' did not fail")
+    tr.barrier()
+
+
+def die(tr, how: str) -> None:
+    """Rank 1 goes away; rank 0 waits for a message from it."""
+    if tr.rank == 1:
+        time.sleep(0.5)
+        if how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif how == "exit":
+            os._exit(3)
+        else:  # hang: alive, but never sends
+            time.sleep(3600)
+    if tr.rank == 0:
+        try:
+            tr.recv((4,), "float32", 1)
+        except CommTimeout as e:
+            assert "rank 1" in str(e), str(e)
+            raise
+    time.sleep(3600)  # other ranks: mpirun or the abort must end us
+
+
+def main() -> int:
+    scenario = sys.argv[1]
+    timeout = float(os.environ.get("TG_TEST_TIMEOUT", "60"))
+    tr = tgcore.transport("mpi", timeout=timeout)
+    if scenario == "suite":
+        suite(tr, "--big" in sys.argv)
+    elif scenario == "mismatch":
+        mismatch(tr)
+    elif scenario.startswith("die-"):
+        die(tr, scenario[4:])
+    else:
+        raise SystemExit(f"unknown scenario {scenario}")
+    tr.close()
+    print(f"OK rank {tr.rank}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

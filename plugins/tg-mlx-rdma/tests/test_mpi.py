@@ -1,0 +1,82 @@
+"""The mpi transport under mpirun: results equal numpy's, mismatches and dead peers give clear errors.
+
+Each test starts an mpirun job of ``mpi_worker.py`` (which checks every result against numpy in
+every rank) with a timeout, so a hang fails the test instead of stalling the run.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import WORKER, run_job
+
+
+def ok(proc: subprocess.CompletedProcess[str], np_: int) -> None:
+    report = f"exit {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, report
+    for rank in range(np_):
+        assert f"OK rank {rank}" in proc.stdout, report
+
+
+@pytest.mark.parametrize("net", ["shm", "tcp"])
+def test_two_ranks_all_dtypes_and_sizes(need_mpi: None, net: str) -> None:
+    """0, 1, 1001 elements and 1 MiB of every dtype (all ops), 64 MiB of float32, uint8, bfloat16."""
+    ok(run_job(2, [str(WORKER), "suite", "--big"], timeout=180, net=net), 2)
+
+
+def test_four_ranks_oversubscribed(need_mpi: None) -> None:
+    ok(run_job(4, [str(WORKER), "suite"], timeout=120, oversubscribe=True), 4)
+
+
+def test_mismatched_recv_and_allreduce_raise(need_mpi: None) -> None:
+    proc = run_job(2, [str(WORKER), "mismatch"], timeout=60)
+    ok(proc, 2)
+    assert "recv expected float32[5] from rank 0, but rank 0 sent float32[4]" in proc.stdout
+    assert "but rank 0 sent int32[4]" in proc.stdout
+
+
+@pytest.mark.parametrize("how", ["kill", "exit", "hang"])
+def test_dead_or_stuck_peer_ends_the_job(need_mpi: None, how: str) -> None:
+    """Rank 1 is killed, exits, or hangs while rank 0 waits for it: the job ends non-zero, naming rank 1."""
+    start = time.monotonic()
+    proc = run_job(2, [str(WORKER), f"die-{how}"], timeout=60, env={"TG_TEST_TIMEOUT": "5"})
+    elapsed = time.monotonic() - start
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert elapsed < 45, f"took {elapsed:.0f} s"
+    if how == "hang":  # our deadline fires, names the peer, and the exit aborts the job
+        assert "CommTimeout" in out and "rank 1 did not answer" in out, out
+        assert "aborts the MPI job" in out, out
+    else:  # Open MPI notices the dead process and ends the job, naming it ("process rank 1 ... exited on
+        # signal 9", or for a non-zero exit the process name [[job,1],1], whose last number is the rank)
+        assert re.search(r"rank 1\b|\[\[\d+,\d+\],1\]", out), out
+
+
+def test_without_mpirun_is_a_world_of_one(need_mpi: None) -> None:
+    code = """
+import numpy as np, tgcore
+from tgcore import Tensor
+tr = tgcore.transport("mpi", timeout=10)
+assert (tr.rank, tr.world_size) == (0, 1), tr
+x = np.arange(5, dtype=np.int32)
+assert (tr.allreduce(Tensor(x), "max").numpy() == x).all()
+tr.barrier()
+try:
+    tr.send(Tensor(x), 0)
+except ValueError as e:
+    print("ERR", e)
+tr.close()
+try:
+    tr.barrier()
+except Exception as e:
+    print("CLOSED", type(e).__name__)
+print("DONE")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "ERR dst=0 is this process's own rank" in proc.stdout
+    assert "CLOSED TransportClosed" in proc.stdout
+    assert "DONE" in proc.stdout

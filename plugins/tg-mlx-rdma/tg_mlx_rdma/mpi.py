@@ -1,0 +1,289 @@
+"""The ``mpi`` transport: the transport API over mpi4py (Open MPI from Debian's packages).
+
+In:  an MPI world (started by ``mpirun -np N python script.py``; a plain ``python script.py``
+     is a world of size 1) or a communicator passed as ``comm=``.
+Out: a ``Transport`` whose calls post non-blocking MPI requests and poll them against a
+     deadline, so a dead or stuck peer gives ``CommTimeout`` (or Open MPI ends the job) instead
+     of a hang.
+
+All traffic runs on a private duplicate of the communicator, so user mpi4py traffic on the
+same ranks never matches ours. ``send`` posts a 16-word header (``transport.make_header``)
+and the data (tag ``TAG_DATA``, in chunks of at most ``CHUNK`` bytes: MPI counts are C ints);
+``recv`` checks the header before it posts the data receive. After a timeout or an MPI error
+the transport is failed (later calls raise ``TransportClosed``); if it is still failed when the
+interpreter exits it calls ``MPI_Abort`` so the other ranks do not wait forever in
+``MPI_Finalize``.
+"""
+from __future__ import annotations
+
+import atexit
+import sys
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tg_mlx_rdma.transport import (
+    DEFAULT_TIMEOUT,
+    HEADER_WORDS,
+    REDUCE_OPS,
+    CommError,
+    CommTimeout,
+    PeerFailed,
+    PeerMismatch,
+    Transport,
+    TransportClosed,
+    as_dtype,
+    as_shape,
+    check_header,
+    describe_header,
+    empty_tensor,
+    header_nbytes,
+    make_header,
+    tensor_bytes,
+)
+
+if TYPE_CHECKING:
+    from tgcore.dtype import DType
+    from tgcore.tensor import Tensor
+
+__all__ = ["MPITransport", "connect"]
+
+TAG_HEADER = 0x7401
+TAG_DATA = 0x7402
+CHUNK = 1 << 30  # bytes per point-to-point message; elements per reduce step
+SPIN_SECONDS = 0.05  # poll flat out this long (MPI progresses only inside our Test calls) ...
+YIELD_SECONDS = 1.0  # ... then yield the CPU between polls, then sleep 1 ms between polls
+
+# numpy combine functions for ops MPI has no built-in type for (float16, bfloat16, fp8)
+_NP_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
+_MPI_TYPE_NAMES = {"int8": "INT8_T", "uint8": "UINT8_T", "int16": "INT16_T", "uint16": "UINT16_T",
+                   "int32": "INT32_T", "uint32": "UINT32_T", "int64": "INT64_T", "uint64": "UINT64_T",
+                   "float32": "FLOAT", "float64": "DOUBLE", "bool": "C_BOOL"}
+_BOOL_OPS = {"sum": "LOR", "max": "LOR", "prod": "LAND", "min": "LAND"}
+# Open MPI 4.1's AVX op component saturates MPI_SUM on 8- and 16-bit integers instead of wrapping
+# (open-mpi/ompi#8045, closed "wontfix"; Debian 12 ships 4.1.4): those sums are done by numpy.
+_NUMPY_SUMS = frozenset({"int8", "uint8", "int16", "uint16"})
+
+
+def connect(timeout: float = DEFAULT_TIMEOUT, comm: Any = None, abort_on_failure: bool = True) -> MPITransport:
+    """``tgcore.transport("mpi", ...)``: join the MPI world (or ``comm``)."""
+    return MPITransport(timeout=timeout, comm=comm, abort_on_failure=abort_on_failure)
+
+
+class MPITransport(Transport):
+    """The transport API on an MPI communicator. See the module docstring."""
+
+    name = "mpi"
+
+    def __init__(self, timeout: float = DEFAULT_TIMEOUT, comm: Any = None, abort_on_failure: bool = True) -> None:
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        from mpi4py import MPI
+        self._mpi = MPI
+        self.timeout = float(timeout)
+        self.abort_on_failure = abort_on_failure
+        self._failure: str | None = None
+        self._closed = False
+        self._user_ops: dict[tuple[str, str], tuple[Any, Any]] = {}  # (dtype, op) -> (MPI datatype, MPI.Op)
+        base = MPI.COMM_WORLD if comm is None else comm
+        self.rank, self.world_size = base.Get_rank(), base.Get_size()
+        base.Set_errhandler(MPI.ERRORS_RETURN)  # errors raise MPI.Exception instead of aborting
+        self._comm, req = base.Idup()
+        self._wait([req], "connecting (duplicating the communicator)", None)
+        atexit.register(self._at_exit)
+
+    # ---------------------------------------------------------------- state
+    def _live(self) -> None:
+        if self._failure is not None:
+            raise TransportClosed(f"rank {self.rank}: the mpi transport failed earlier ({self._failure}); "
+                                  "MPI cannot recover: end the job")
+        if self._closed:
+            raise TransportClosed(f"rank {self.rank}: the mpi transport is closed")
+
+    def _fail(self, err: CommError) -> CommError:
+        self._failure = str(err)
+        return err
+
+    def _at_exit(self) -> None:
+        if self._failure is not None and self.abort_on_failure and self.world_size > 1:
+            sys.stdout.flush()
+            print(f"tg-mlx-rdma: rank {self.rank} aborts the MPI job after: {self._failure}",
+                  file=sys.stderr, flush=True)
+            self._comm.Abort(1)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self._at_exit)
+        if self._failure is not None:
+            self._at_exit()  # the peers cannot be left waiting
+            return
+        for datatype, op in self._user_ops.values():
+            op.Free()
+            datatype.Free()
+        self._user_ops.clear()
+        self._comm.Free()
+
+    # ---------------------------------------------------------------- waiting
+    def _wait(self, reqs: list[Any], what: str, peer: int | None) -> None:
+        """Poll ``reqs`` until all complete; ``CommTimeout`` (naming ``peer``) after ``self.timeout`` s."""
+        mpi = self._mpi
+        start = time.monotonic()
+        deadline = start + self.timeout
+        try:
+            while not mpi.Request.Testall(reqs):
+                now = time.monotonic()
+                if now >= deadline:
+                    break
+                if now - start > YIELD_SECONDS:
+                    time.sleep(0.001)
+                elif now - start > SPIN_SECONDS:
+                    time.sleep(0)
+            else:
+                return
+        except mpi.Exception as e:
+            who = f" with rank {peer}" if peer is not None else ""
+            raise self._fail(PeerFailed(f"rank {self.rank}: {what} failed{who}: {e.Get_error_string()}", peer)) from e
+        for r in reqs:
+            if r != mpi.REQUEST_NULL:
+                try:
+                    r.Cancel()
+                except mpi.Exception:
+                    pass
+        if peer is not None:
+            blame = f"rank {peer} did not answer (dead, stuck, or in a different call)"
+        else:
+            blame = f"not every rank of 0..{self.world_size - 1} joined (one is dead, stuck, or in a different call)"
+        raise self._fail(CommTimeout(f"rank {self.rank}: {what} did not complete within {self.timeout:g} s: {blame}",
+                                     peer))
+
+    # ---------------------------------------------------------------- point to point
+    def send(self, tensor: Tensor, dst: int) -> None:
+        self._live()
+        self._check_peer(dst, "dst")
+        data, keep = tensor_bytes(tensor)
+        header = make_header(as_shape(keep.shape), keep.dtype)
+        mpi, comm = self._mpi, self._comm
+        reqs = [comm.Isend([header, mpi.INT64_T], dst, TAG_HEADER)]
+        for start in range(0, data.nbytes, CHUNK):
+            reqs.append(comm.Isend([data[start:start + CHUNK], mpi.BYTE], dst, TAG_DATA))
+        self._wait(reqs, f"send of {describe_header(header)} to rank {dst}", dst)
+        del keep  # the data may be freed only now
+
+    def recv(self, shape: int | Sequence[int], dtype: Any, src: int, device: str | None = None) -> Tensor:
+        self._live()
+        self._check_peer(src, "src")
+        dims, dt = as_shape(shape), as_dtype(dtype)
+        want = make_header(dims, dt)
+        got = np.zeros(HEADER_WORDS, dtype=np.int64)
+        what = f"recv of {describe_header(want)} from rank {src}"
+        self._wait([self._comm.Irecv([got, self._mpi.INT64_T], src, TAG_HEADER)], what, src)
+        try:
+            check_header(got, want, src, self.rank)
+        except PeerMismatch:
+            self._drain(header_nbytes(got), src, what)  # keep the channel in step for the next message
+            raise
+        t, mv, commit = empty_tensor(dims, dt, device)
+        self._recv_bytes(mv, src, what)
+        commit()
+        return t
+
+    def _recv_bytes(self, mv: memoryview, src: int, what: str) -> None:
+        mpi, comm = self._mpi, self._comm
+        reqs = [comm.Irecv([mv[s:s + CHUNK], mpi.BYTE], src, TAG_DATA) for s in range(0, mv.nbytes, CHUNK)]
+        if reqs:
+            self._wait(reqs, what, src)
+
+    def _drain(self, nbytes: int, src: int, what: str) -> None:
+        if nbytes > 0:
+            self._recv_bytes(memoryview(bytearray(nbytes)), src, what + " (discarding the mismatched data)")
+
+    # ---------------------------------------------------------------- collectives
+    def barrier(self) -> None:
+        self._live()
+        self._wait([self._comm.Ibarrier()], "barrier", None)
+
+    def allreduce(self, tensor: Tensor, op: str = "sum") -> Tensor:
+        self._live()
+        self._check_op(op)
+        data, keep = tensor_bytes(tensor)
+        shape, dt = as_shape(keep.shape), keep.dtype
+        self._agree(make_header(shape, dt), op)
+        out, mv, commit = empty_tensor(shape, dt, tensor.device)
+        if data.nbytes:
+            datatype, mpi_op = self._reduce_types(dt, op)
+            step = CHUNK * dt.itemsize
+            for s in range(0, data.nbytes, step):
+                req = self._comm.Iallreduce([data[s:s + step], datatype], [mv[s:s + step], datatype], mpi_op)
+                self._wait([req], f"allreduce ({op}) of {dt.name}{list(shape)}", None)
+        commit()
+        del keep
+        return out
+
+    def _agree(self, header: np.ndarray, op: str) -> None:
+        """Check that every rank passes the same shape, dtype and op (one small allgather)."""
+        mine = np.concatenate([header, np.array([REDUCE_OPS.index(op)], dtype=np.int64)])
+        everyone = np.zeros((self.world_size, mine.size), dtype=np.int64)
+        req = self._comm.Iallgather([mine, self._mpi.INT64_T], [everyone, self._mpi.INT64_T])
+        self._wait([req], f"allreduce ({op}) of {describe_header(header)}", None)
+        if (everyone == mine).all():
+            return
+        calls = "; ".join(f"rank {r}: {describe_header(row[:-1])} {REDUCE_OPS[int(row[-1])]}"
+                          for r, row in enumerate(everyone))
+        raise PeerMismatch(f"rank {self.rank}: allreduce needs the same shape, dtype and op on every rank, got {calls}")
+
+    def _reduce_types(self, dt: DType, op: str) -> tuple[Any, Any]:
+        """The MPI datatype and op that reduce ``dt`` with ``op``."""
+        mpi = self._mpi
+        if dt.name in _MPI_TYPE_NAMES and not (op == "sum" and dt.name in _NUMPY_SUMS):
+            mpi_op = _BOOL_OPS[op] if dt.name == "bool" else op.upper()
+            return getattr(mpi, _MPI_TYPE_NAMES[dt.name]), getattr(mpi, mpi_op)
+        key = (dt.name, op)
+        if key not in self._user_ops:  # no MPI type: whole elements as opaque bytes, combined by numpy
+            datatype = mpi.BYTE.Create_contiguous(dt.itemsize).Commit()
+            self._user_ops[key] = (datatype, mpi.Op.Create(_numpy_combiner(dt, op), commute=True))
+        return self._user_ops[key]
+
+
+def _numpy_combiner(dt: DType, op: str) -> Any:
+    """An MPI user function ``inoutbuf = inbuf (op) inoutbuf`` on ``dt``'s storage (numpy wraps integers)."""
+    from tgcore.dtype import dtypes
+    combine = _NP_OPS[op]
+    if dt.np is not None:
+        np_dt = np.dtype(dt.np)
+
+        def same(inbuf: Any, inoutbuf: Any, datatype: Any) -> None:
+            b = np.frombuffer(inoutbuf, dtype=np_dt)
+            combine(np.frombuffer(inbuf, dtype=np_dt), b, out=b)
+        return same
+    if dt.name == "bfloat16":
+        def bf16(inbuf: Any, inoutbuf: Any, datatype: Any) -> None:
+            b = np.frombuffer(inoutbuf, dtype=np.uint16)
+            b[:] = _f32_to_bf16(combine(_bf16_to_f32(np.frombuffer(inbuf, dtype=np.uint16)), _bf16_to_f32(b)))
+        return bf16
+    bits = np.uint8  # fp8: the core's codecs
+
+    def narrow(inbuf: Any, inoutbuf: Any, datatype: Any) -> None:
+        a = dtypes.bits_to_float(np.frombuffer(inbuf, dtype=bits), dt)
+        b_bits = np.frombuffer(inoutbuf, dtype=bits)
+        b = dtypes.bits_to_float(b_bits, dt)
+        b_bits[:] = dtypes.float_to_bits(combine(a, b), dt)  # round once per combine
+    return narrow
+
+
+def _bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 is the top half of a float32."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _f32_to_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bits, rounding to nearest even; NaN stays a (quiet) NaN."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(x)
+    if nan.any():
+        rounded[nan] = ((u[nan] >> 16) | 0x0040).astype(np.uint16)
+    return rounded
