@@ -3,7 +3,7 @@
 Prints (never asserts):
   1. compile step per kernel: render+encode (X86) vs render+cc (C, no disk cache), and the ratio
   2. end-to-end latency of a never-seen small kernel (build, compile, run, read back)
-  3. run time of ~20 representative kernels on both renderers, and the geomean ratio X86/C
+  3. run time of ~20 representative kernels (GFLOPS for the matmuls) on both renderers, and the geomean ratio X86/C
 
 Run: python plugins/tg-x86/bench/x86.py
 """
@@ -36,6 +36,7 @@ def workloads(dev: str) -> dict:
     a1m, b1m = f32(1 << 20), f32(1 << 20)
     m256 = f32(256, 256)
     m512a, m512b = f32(512, 512), f32(512, 512)
+    m1024a, m1024b = f32(1024, 1024), f32(1024, 1024)
     x = f32(1024, 1024)
     i32 = Tensor(rng.integers(-1000, 1000, 1 << 20).astype(np.int32), device=dev).realize()
     h16 = Tensor(rng.standard_normal(1 << 20).astype(np.float16), device=dev).realize()
@@ -53,6 +54,7 @@ def workloads(dev: str) -> dict:
         "transpose 1024^2": lambda: x.T.contiguous(),
         "matmul 256^3": lambda: m256 @ m256,
         "matmul 512^3": lambda: m512a @ m512b,
+        "matmul 1024^3": lambda: m1024a @ m1024b,
         "softmax 1024^2": lambda: softmax(x),
         "int add/mul 1M": lambda: i32 * 3 + i32,
         "int // 1M": lambda: i32 // 7,
@@ -128,7 +130,11 @@ def run_times() -> None:
     for name in x86:
         tx, tc = run_time("CPU:X86", x86[name]), run_time("CPU", c[name])
         ratios.append(tx / tc)
-        print(f"   {name:20s} X86 {1e3 * tx:9.3f} ms   C {1e3 * tc:9.3f} ms   X86/C {tx / tc:6.2f}")
+        flops = ""
+        if name.startswith("matmul"):
+            n = int(name.split()[1].split("^")[0])
+            flops = f"   GFLOPS X86 {2 * n ** 3 / tx / 1e9:6.1f}  C {2 * n ** 3 / tc / 1e9:6.1f}"
+        print(f"   {name:20s} X86 {1e3 * tx:9.3f} ms   C {1e3 * tc:9.3f} ms   X86/C {tx / tc:6.2f}{flops}")
     geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
     print(f"   geomean X86/C over {len(ratios)} workloads: {geo:.2f}")
 

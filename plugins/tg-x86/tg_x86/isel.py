@@ -76,7 +76,7 @@ def fop(name: str, dt: DType) -> Op:
 
 
 class Selector(VectorSelection):
-    def __init__(self, uops: list[UOp]) -> None:
+    def __init__(self, uops: list[UOp], remat_args: bool = False) -> None:
         self.uops = uops
         self.pos = {u: i for i, u in enumerate(uops)}
         self.users: dict[UOp, list[UOp]] = {u: [] for u in uops}
@@ -91,6 +91,9 @@ class Selector(VectorSelection):
         self.loops: list[tuple[VReg, Any, Label, Label, int]] = []
         self.const_slots: dict[bytes, int] = {}
         self.folded: set[UOp] = set()
+        self.remat_args = remat_args  # buffer pointers and variables loaded from their argument slot where used
+        self.remat_cache: dict[tuple[UOp, int], VReg] = {}
+        self.region = 0               # counts labels: values made in one region are reused only there
         self.lane_offset = 0   # elements added to every address (lane j of a lane-by-lane vector access)
         # buffer k is argument k; a buffer no UOp reads still takes its place, so the variables and
         # core_id follow the highest buffer number
@@ -112,6 +115,7 @@ class Selector(VectorSelection):
         self.prog.append(minst(op, defs, uses, layout, two, cond))
 
     def label(self, lab: Label) -> None:
+        self.region += 1
         self.prog.append(label_inst(lab))
 
     def jump(self, lab: Label, cond: Cond | None = None) -> None:
@@ -171,6 +175,11 @@ class Selector(VectorSelection):
     def reg(self, u: UOp) -> VReg:
         if u.op is Ops.CONST:
             return self.materialize(u)
+        if self.remat_args and u.op in (Ops.PARAM, Ops.DEFINE_VAR):
+            key = (u, self.region)   # reloaded once per straight-line region (a label starts a new one)
+            if key not in self.remat_cache:
+                self.remat_cache[key] = self.arg_value(u)
+            return self.remat_cache[key]
         v = self.val.get(u)
         if v is None:
             raise SelectionError(f"x86: no value for {u.op.name} {u.dtype}")
@@ -309,14 +318,9 @@ class Selector(VectorSelection):
         elif op in (Ops.GEP, Ops.VCONST) or is_vector(u.dtype) or (op is Ops.STORE and is_vector(u.src[1].dtype)) or (
                 op is Ops.DEFINE_REG and u.dtype.base.count > 1):  # type: ignore[attr-defined]
             self.vector_one(u)
-        elif op is Ops.PARAM:
-            d = self.new("gpr")
-            self.emit(Op.MOV, [d], [VMem(64, slot=Slot("arg", u.arg))], (("d", 0, 64), ("u", 0, None)))
-            self.val[u] = d
-        elif op is Ops.DEFINE_VAR:
-            d = self.new("gpr")
-            self.emit(Op.MOV, [d], [VMem(32, slot=Slot("arg", self.var_arg[u.arg[0]]))], (("d", 0, 32), ("u", 0, None)))
-            self.val[u] = d
+        elif op in (Ops.PARAM, Ops.DEFINE_VAR):
+            if not self.remat_args:
+                self.val[u] = self.arg_value(u)
         elif op in (Ops.CONST, Ops.SINK, Ops.GROUP, Ops.NOOP, Ops.INDEX):
             pass
         elif op is Ops.DEFINE_REG:
@@ -349,6 +353,15 @@ class Selector(VectorSelection):
             if u.dtype.count != 1:
                 raise SelectionError(f"x86: vector {op.name} {u.dtype}")
             self.val[u] = self.float_alu(u) if is_vec(u.dtype) else self.int_alu(u)
+
+    def arg_value(self, u: UOp) -> VReg:
+        """A buffer pointer or variable read from its argument slot."""
+        d = self.new("gpr")
+        if u.op is Ops.PARAM:
+            self.emit(Op.MOV, [d], [VMem(64, slot=Slot("arg", u.arg))], (("d", 0, 64), ("u", 0, None)))
+        else:
+            self.emit(Op.MOV, [d], [VMem(32, slot=Slot("arg", self.var_arg[u.arg[0]]))], (("d", 0, 32), ("u", 0, None)))
+        return d
 
     # ---- loops ----
     def open_loop(self, u: UOp) -> None:
@@ -954,5 +967,5 @@ class Selector(VectorSelection):
         return d
 
 
-def select(uops: list[UOp]) -> tuple[list[Any], Frame]:
-    return Selector(uops).select()
+def select(uops: list[UOp], remat_args: bool = False) -> tuple[list[Any], Frame]:
+    return Selector(uops, remat_args).select()

@@ -20,7 +20,7 @@ from typing import Any
 from tgcore.dtype import dtypes
 from tgcore.renderer import Renderer
 from tgcore.runtime.compiler import Compiler
-from tgcore.uop import UOp
+from tgcore.uop import Ops, UOp
 
 
 class X86Compiler(Compiler):
@@ -36,9 +36,19 @@ class X86Compiler(Compiler):
 def lower(name: str, uops: list[UOp]) -> list[Any]:
     """The kernel as ``Inst``s and ``Label``s (after register allocation)."""
     from tg_x86.isel import select
-    from tg_x86.machine import finish, remove_dead, retarget_copies
+    from tg_x86.machine import TARGET, finish, gpr_fills, remove_dead, retarget_copies
+    from tgcore.codegen.regalloc import allocate
     program, frame = select(uops)
-    return finish(retarget_copies(remove_dead(program)), frame)
+    program = retarget_copies(remove_dead(program))
+    allocation = allocate(program, TARGET)
+    fills = gpr_fills(allocation[0])
+    if fills:  # gprs ran out: try again with pointers and variables read from their argument slots at each use
+        program2, frame2 = select(uops, remat_args=True)
+        program2 = retarget_copies(remove_dead(program2))
+        allocation2 = allocate(program2, TARGET)
+        if gpr_fills(allocation2[0]) + sum(1 for u in uops if u.op is Ops.PARAM) < fills:
+            program, frame, allocation = program2, frame2, allocation2
+    return finish(program, frame, allocation)
 
 
 class X86Renderer(Renderer):
