@@ -35,13 +35,15 @@ def _stride(expr: UOp, r: UOp) -> int | None:
     return diff.arg if diff.op is Ops.CONST else None
 
 
-def _main_input(ast: UOp) -> UOp | None:
-    """The index expression of the load from the largest input buffer (what the kernel mostly streams)."""
+def _main_inputs(ast: UOp) -> list[UOp]:
+    """Index expressions of the loads from the largest input buffer (what the kernel mostly streams)."""
     loads = [u for u in ast.toposort if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
     if not loads:
-        return None
-    biggest = max(loads, key=lambda u: getattr(u.src[0].src[0].dtype, "size", 0) * u.dtype.itemsize)
-    return biggest.src[0].src[1]
+        return []
+    def size(u: UOp) -> int:
+        return getattr(u.src[0].src[0].dtype, "size", 0) * u.dtype.itemsize
+    biggest = max(size(u) for u in loads)
+    return list(dict.fromkeys(u.src[0].src[1] for u in loads if size(u) == biggest))
 
 
 def choose_upcasts(ast: UOp, simd_widths: dict[DType, int]) -> list[tuple[UOp, int]]:
@@ -63,11 +65,11 @@ def choose_upcasts(ast: UOp, simd_widths: dict[DType, int]) -> list[tuple[UOp, i
     index = store.src[0].src[1]
     ranges = [r for r in index.toposort if r.op is Ops.RANGE and isinstance(r.arg, tuple) and r.arg[1] == "global"]
     reduces = [u for u in ast.toposort if u.op is Ops.REDUCE]
-    main = _main_input(ast)
+    mains = _main_inputs(ast)
     contiguous = [r for r in ranges if _stride(index, r) == 1]
-    along_output = bool(contiguous) and (main is None or _stride(main, contiguous[0]) in (0, 1))
-    if reduces and main is not None and not along_output and len(reduces) == 1:
-        reduce_ranges = [r for r in reduces[0].src[1:] if _stride(main, r) == 1]
+    along_output = bool(contiguous) and all(_stride(m, contiguous[0]) in (0, 1) for m in mains)
+    if reduces and mains and not along_output and len(reduces) == 1:
+        reduce_ranges = [r for r in reduces[0].src[1:] if any(_stride(m, r) == 1 for m in mains)]
         lanes = next((w for w in (32, 16, 8) if reduce_ranges and _size(reduce_ranges[0]) % w == 0), 0)
         if lanes:
             rows = [r for r in ranges if _size(r) % 4 == 0]
