@@ -149,10 +149,14 @@ def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = No
     const_off = frame.offsets()
     home_base = const_base + sum(len(c) for c in frame.consts)
     nhome = min(frame.nargs, len(ARG_REGS))
-    used = {o.name for ins in allocated if isinstance(ins, MInst) for o in (*ins.defs, *ins.uses)
-            if isinstance(o, Register)}
-    used |= {r.name for ins in allocated if isinstance(ins, MInst) for o in (*ins.defs, *ins.uses)
-             if isinstance(o, VMem) for r in o.regs}
+    used: set[str] = set()
+    for ins in allocated:
+        if isinstance(ins, MInst):
+            for o in (*ins.defs, *ins.uses):
+                if isinstance(o, Register):
+                    used.add(o.name)
+                elif isinstance(o, VMem):
+                    used.update(r.name for r in o.regs)
     saved = [n for n in CALLEE_SAVED if n in used]
     size = home_base + 8 * nhome
     # at entry rsp = 8 mod 16 (the return address); after the pushes and the frame it is 0 mod 16
@@ -208,21 +212,29 @@ def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = No
     return out
 
 
-def retarget_copies(program: list) -> list:
+def _vregs(ins: Any) -> tuple[list[VReg], list[VReg]]:
+    """(virtual registers read, virtual registers written) by one instruction."""
+    if not isinstance(ins, MInst):
+        return [], []
+    return ([r for r in ins.registers_read() if isinstance(r, VReg)],
+            [r for r in ins.defs if isinstance(r, VReg)])
+
+
+def retarget_copies(program: list, regs: list[tuple[list, list]] | None = None) -> list:
     """``t = op(...); ...; copy acc <- t`` with ``t`` used nowhere else and ``acc`` not mentioned in
     between: the op writes ``acc`` directly and the copy goes (accumulator updates, one per piece)."""
+    regs = regs if regs is not None else [_vregs(ins) for ins in program]
     mentions: dict[VReg, int] = {}
+    for rd, wr in regs:
+        for r in rd:
+            mentions[r] = mentions.get(r, 0) + 1
+        for r in wr:
+            mentions[r] = mentions.get(r, 0) + 1
     last_def: dict[VReg, int] = {}
     last_mention: dict[VReg, int] = {}
     drop: set[int] = set()
     barrier = -1   # the last loop boundary or label: a def before it is never retargeted
     out = list(program)
-    for ins in program:
-        if not isinstance(ins, MInst):
-            continue
-        for r in (*ins.registers_read(), *ins.registers_written()):
-            if isinstance(r, VReg):
-                mentions[r] = mentions.get(r, 0) + 1
     for i, ins in enumerate(program):
         if not isinstance(ins, MInst) or ins.op == "label":
             barrier = i
@@ -238,33 +250,44 @@ def retarget_copies(program: list) -> list:
                     drop.add(i)
                     last_mention[acc] = i
                     continue
-        for r in (*ins.registers_read(), *ins.registers_written()):
-            if isinstance(r, VReg):
-                last_mention[r] = i
-        if isinstance(ins.arg, Spec) and len(ins.defs) == 1 and isinstance(ins.defs[0], VReg):
-            last_def[ins.defs[0]] = i
+        rd, wr = regs[i]
+        for r in rd:
+            last_mention[r] = i
+        for r in wr:
+            last_mention[r] = i
+        if len(ins.defs) == 1 and wr and isinstance(ins.arg, Spec):
+            last_def[wr[0]] = i
     return [x for i, x in enumerate(out) if i not in drop]
+
+
+def cleanup(program: list) -> list:
+    """``remove_dead`` then ``retarget_copies``, reading each instruction's registers once."""
+    regs = [_vregs(ins) for ins in program]
+    keep = _live_mask(program, regs)
+    return retarget_copies([x for x, k in zip(program, keep, strict=True) if k],
+                           [r for r, k in zip(regs, keep, strict=True) if k])
 
 
 def remove_dead(program: list) -> list:
     """Drop instructions whose only effect is writing virtual registers nobody reads (index math an
     addressing mode already did, lanes nobody extracted). One backward pass with use counts: removing
     an instruction releases what it read, so chains of dead values go at once."""
+    keep = _live_mask(program, [_vregs(ins) for ins in program])
+    return [ins for ins, k in zip(program, keep, strict=True) if k]
+
+
+def _live_mask(program: list, regs: list[tuple[list, list]]) -> list[bool]:
     uses: dict[VReg, int] = {}
-    reads: list[list[VReg]] = []
-    for ins in program:
-        rs = [r for r in ins.registers_read() if isinstance(r, VReg)] if isinstance(ins, MInst) else []
-        reads.append(rs)
-        for r in rs:
+    for rd, _ in regs:
+        for r in rd:
             uses[r] = uses.get(r, 0) + 1
     keep = [True] * len(program)
     for i in range(len(program) - 1, -1, -1):
-        ins = program[i]
-        if _dead(ins, uses):
+        if _dead(program[i], uses):
             keep[i] = False
-            for r in reads[i]:
+            for r in regs[i][0]:
                 uses[r] -= 1
-    return [ins for ins, k in zip(program, keep, strict=True) if k]
+    return keep
 
 
 def _dead(ins: Any, uses: dict) -> bool:

@@ -36,15 +36,19 @@ class X86Compiler(Compiler):
 def lower(name: str, uops: list[UOp]) -> list[Any]:
     """The kernel as ``Inst``s and ``Label``s (after register allocation)."""
     from tg_x86.isel import select
-    from tg_x86.machine import TARGET, finish, gpr_fills, remove_dead, retarget_copies
+    from tg_x86.machine import TARGET, cleanup, finish, gpr_fills
     from tgcore.codegen.regalloc import allocate
-    program, frame = select(uops)
-    program = retarget_copies(remove_dead(program))
+    # 9 allocatable gprs: with many buffers and loops, read pointers and variables from their argument slots
+    # where they are used instead of holding them (else try that only if the allocator had to spill gprs)
+    pressure = sum(1 if u.op in (Ops.PARAM, Ops.DEFINE_VAR) else 2 if u.op is Ops.RANGE else 0 for u in uops)
+    remat = pressure > 9
+    program, frame = select(uops, remat_args=remat)
+    program = cleanup(program)
     allocation = allocate(program, TARGET)
     fills = gpr_fills(allocation[0])
-    if fills:  # gprs ran out: try again with pointers and variables read from their argument slots at each use
+    if fills and not remat:  # gprs ran out: try again with pointers and variables read where used
         program2, frame2 = select(uops, remat_args=True)
-        program2 = retarget_copies(remove_dead(program2))
+        program2 = cleanup(program2)
         allocation2 = allocate(program2, TARGET)
         if gpr_fills(allocation2[0]) + sum(1 for u in uops if u.op is Ops.PARAM) < fills:
             program, frame, allocation = program2, frame2, allocation2

@@ -125,6 +125,8 @@ class VectorSelection:
 
     def plan_vectors(self) -> None:
         """Decide fusions before selecting: FMA accumulator updates, loads folded into broadcasts."""
+        self.vconst_memo: dict[UOp, bool] = {}
+        self.const_pieces: dict[tuple[UOp, int], VMem] = {}
         self.fma_adds: dict[UOp, tuple[UOp, UOp]] = {}
         self.fma_muls: set[UOp] = set()
         self.bcast_loads: set[UOp] = set()
@@ -257,9 +259,12 @@ class VectorSelection:
         return d
 
     # ---- constants ----
-    @staticmethod
-    def is_vconst(u: UOp) -> bool:
-        return u.op in (Ops.CONST, Ops.VCONST) or (u.op is Ops.VECTORIZE and all(s.op is Ops.CONST for s in u.src))
+    def is_vconst(self, u: UOp) -> bool:
+        hit = self.vconst_memo.get(u)
+        if hit is None:
+            hit = self.vconst_memo[u] = u.op in (Ops.CONST, Ops.VCONST) or (
+                u.op is Ops.VECTORIZE and all(s.op is Ops.CONST for s in u.src))
+        return hit
 
     @staticmethod
     def const_lanes(u: UOp) -> list:
@@ -270,6 +275,12 @@ class VectorSelection:
         return [s.arg for s in u.src]
 
     def const_piece(self, u: UOp, p: int) -> VMem:
+        hit = self.const_pieces.get((u, p))
+        if hit is None:
+            hit = self.const_pieces[(u, p)] = self._const_piece(u, p)
+        return hit
+
+    def _const_piece(self, u: UOp, p: int) -> VMem:
         sdt = u.dtype.scalar()
         per = lanes_per_piece(sdt)
         lanes = self.const_lanes(u)[p * per:(p + 1) * per]
