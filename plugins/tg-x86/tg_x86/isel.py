@@ -1,6 +1,7 @@
 """Instruction selection: a kernel's linear UOps -> machine instructions on virtual registers.
 
-In:  the linear UOp list codegen hands a ``linear`` renderer (scalar: no ``simd_widths``).
+In:  the linear UOp list codegen hands a ``linear`` renderer; vector UOps (the renderer's
+     ``simd_widths``) are selected by ``vsel.VectorSelection``, which this class mixes in.
 Out: a list of ``MInst`` (see ``machine.py``) with ``LoopStart``/``LoopEnd`` markers, and the
      ``Frame`` (constants, argument count) the prologue needs.
 

@@ -6,9 +6,9 @@ Out: ``render`` returns the machine code of ``void name(<buffer pointers...>, <i
      through; ``X86Program`` maps them executable and calls them, on the shared thread pool
      when a kernel runs on several cores.
 
-Pipeline: ``isel.select`` (UOps -> machine instructions on virtual registers) ->
-``machine.retarget_copies`` (accumulator updates write the accumulator) -> ``machine.finish``
-(the core's linear-scan allocator, prologue/epilogue) -> ``assemble``. ``DEBUG=4`` prints the
+Pipeline: ``isel.select`` (UOps -> machine instructions on virtual registers; vector UOps through
+``vsel``) -> ``machine.cleanup`` (dead values, accumulator updates write the accumulator) -> the core's
+linear-scan allocator -> ``machine.finish`` (prologue/epilogue) -> ``assemble``. ``DEBUG=4`` prints the
 Intel-syntax listing of each kernel.
 """
 from __future__ import annotations
