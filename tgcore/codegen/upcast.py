@@ -115,10 +115,21 @@ class _Expander:
         combos = list(itertools.product(*(range(_size(r)) for r in lanes)))  # last lane axis fastest
         self.lane_values = {r: [c[i] for c in combos] for i, r in enumerate(lanes)}
         self.lane_set = set(lanes)
+        self.steps: dict[tuple[UOp, ...], int] = {}  # per-lane indices -> their constant step (affine ones)
 
     def per_lane(self, expr: UOp) -> list[UOp]:
+        """``expr`` evaluated for each lane. An affine index (a constant step per lane, the usual case) is
+        simplified once and offset per lane, instead of simplified once per lane."""
         if not (set(expr.toposort) & self.lane_set):
             return [expr] * self.count
+        if len(self.lanes) == 1 and dtypes.is_int(expr.dtype):
+            lane = self.lanes[0]
+            step = _stride(expr, lane)
+            base = (expr - lane * step).simplify() if step is not None and lane.dtype == expr.dtype else None
+            if base is not None and lane not in base.toposort:  # really affine: expr == base + step*lane
+                out = [base if o == 0 else (base + o * step).simplify() for o in self.lane_values[lane]]
+                self.steps[tuple(out)] = step
+                return out
         return [expr.substitute({r: UOp.const(r.dtype, self.lane_values[r][i]) for r in self.lanes}).simplify()
                 for i in range(self.count)]
 
@@ -130,6 +141,9 @@ class _Expander:
     def runs(self, idx: list[UOp], gate: list[UOp | None]) -> list[tuple[int, int]]:
         """(first lane, length) of each run of consecutive addresses with one gate."""
         limit = _size(self.lanes[-1])
+        if self.steps.get(tuple(idx)) == 1 and all(g is gate[0] for g in gate):  # affine, step 1: one run
+            return _power_of_two_pieces(0, self.count) if self.count <= limit else [
+                piece for start in range(0, self.count, limit) for piece in _power_of_two_pieces(start, limit)]
         out: list[tuple[int, int]] = []
         for i in range(self.count):
             if out:
