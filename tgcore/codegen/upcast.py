@@ -126,7 +126,7 @@ class _Expander:
             lane = self.lanes[0]
             step = _stride(expr, lane)
             base = (expr - lane * step).simplify() if step is not None and lane.dtype == expr.dtype else None
-            if base is not None and lane not in base.toposort:  # really affine: expr == base + step*lane
+            if step is not None and base is not None and lane not in base.toposort:  # affine: base + step*lane
                 out = [base if o == 0 else (base + o * step).simplify() for o in self.lane_values[lane]]
                 self.steps[tuple(out)] = step
                 return out
