@@ -649,14 +649,18 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
     def sum(self, axis: Axis = None, keepdim: builtins.bool = False,
             dtype: DType | str | None = None) -> Tensor:
         """Sum; ints and bools accumulate as int64 (uint64 for unsigned), narrow floats in float32."""
-        if dtype is not None:
-            out_dt = acc_dt = to_dtype(dtype)
-        elif dtypes.is_int(self.dtype) or self.dtype is dtypes.bool:
-            out_dt = acc_dt = dtypes.uint64 if dtypes.is_unsigned(self.dtype) else dtypes.int64
-        else:
-            out_dt = self.dtype
-            acc_dt = dtypes.float32 if self.dtype in (dtypes.float16, dtypes.bfloat16) else self.dtype
+        acc_dt, out_dt = self._accumulation_dtypes(dtype)
         return self.cast(acc_dt)._reduce(Ops.ADD, axis, keepdim).cast(out_dt)
+
+    def _accumulation_dtypes(self, dtype: DType | str | None) -> tuple[DType, DType]:
+        """(dtype to accumulate a sum or product in, dtype of the result): ints and bools widen to int64
+        (uint64 for unsigned), narrow floats accumulate in float32 and round back; an explicit dtype wins."""
+        if dtype is not None:
+            return to_dtype(dtype), to_dtype(dtype)
+        if dtypes.is_int(self.dtype) or self.dtype is dtypes.bool:
+            wide = dtypes.uint64 if dtypes.is_unsigned(self.dtype) else dtypes.int64
+            return wide, wide
+        return (dtypes.float32 if self.dtype in (dtypes.float16, dtypes.bfloat16) else self.dtype), self.dtype
 
     def max(self, axis: Axis = None, keepdim: builtins.bool = False) -> Tensor:
         return self._reduce(Ops.MAX, axis, keepdim)

@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tgcore.dtype import DType, dtypes, least_upper_float, to_dtype
+from tgcore.dtype import DType, dtypes, least_upper_float
 from tgcore.helpers import prod
 from tgcore.uop import Ops
 
@@ -67,13 +67,7 @@ class ReduceMixin:
     def prod(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False,
              dtype: DType | str | None = None) -> Tensor:
         """Product; ints and bools multiply as int64 (uint64 for unsigned), narrow floats in float32 (as numpy)."""
-        if dtype is not None:
-            out_dt = acc_dt = to_dtype(dtype)
-        elif dtypes.is_int(self.dtype) or self.dtype is dtypes.bool:
-            out_dt = acc_dt = dtypes.uint64 if dtypes.is_unsigned(self.dtype) else dtypes.int64
-        else:
-            out_dt = self.dtype
-            acc_dt = dtypes.float32 if self.dtype in (dtypes.float16, dtypes.bfloat16) else self.dtype
+        acc_dt, out_dt = self._accumulation_dtypes(dtype)
         _axes(axis, self.ndim)  # IndexError before building anything
         return self.cast(acc_dt)._reduce(Ops.MUL, axis, keepdim).cast(out_dt)
 

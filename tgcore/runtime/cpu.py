@@ -111,6 +111,21 @@ def _run_core(fxn: Any, args: tuple[Any, ...], core_id: int) -> None:
     fxn(*args, core_id)
 
 
+def run_on_cores(fxn: Any, args: tuple[Any, ...], threads: int) -> None:
+    """Call ``fxn(*args, core_id)`` for core_id 0..threads-1 at once: core 0 on this thread, the rest on the
+    shared pool (ctypes releases the GIL). The calling convention of every CPU kernel, whoever compiled it."""
+    if threads <= 1:
+        fxn(*args, 0)
+        return
+    pool = thread_pool()
+    futures = [pool.submit(_run_core, fxn, args, core_id) for core_id in range(1, threads)]
+    try:
+        fxn(*args, 0)
+    finally:
+        for future in futures:
+            future.result()
+
+
 class CPUProgram:
     """A kernel in a shared object: `CPUProgram(name, lib)` loads `lib` (bytes) and finds `name`.
 
@@ -134,17 +149,9 @@ class CPUProgram:
             bufs = tuple(ctypes.c_void_p(b) if type(b) is int else b for b in bufs)
         start = time.perf_counter() if wait else 0.0
         if threads <= 1:
-            self.fxn(*bufs, *vals, 0)
+            self.fxn(*bufs, *vals, 0)  # the common case, without building an argument tuple
         else:
-            fxn = self.fxn
-            pool = thread_pool()
-            args = (*bufs, *vals)
-            futures = [pool.submit(_run_core, fxn, args, core_id) for core_id in range(1, threads)]
-            try:
-                fxn(*bufs, *vals, 0)  # core 0 runs on the calling thread
-            finally:
-                for future in futures:
-                    future.result()
+            run_on_cores(self.fxn, (*bufs, *vals), threads)
         return time.perf_counter() - start if wait else None
 
     def __repr__(self) -> str:

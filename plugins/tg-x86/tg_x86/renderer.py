@@ -103,17 +103,9 @@ class X86Program:
     def __call__(self, *bufs: Any, vals: tuple[int, ...] = (), threads: int = 1, wait: bool = False) -> float | None:
         fn = self._fn(len(bufs), len(vals))
         args = tuple(b if isinstance(b, int) else ctypes.addressof(b) for b in bufs) + tuple(vals)
+        from tgcore.runtime.cpu import run_on_cores
         start = time.perf_counter() if wait else 0.0
-        if threads <= 1:
-            fn(*args, 0)
-        else:
-            from tgcore.runtime.cpu import thread_pool
-            futures = [thread_pool().submit(fn, *args, core) for core in range(1, threads)]
-            try:
-                fn(*args, 0)
-            finally:
-                for f in futures:
-                    f.result()
+        run_on_cores(fn, args, threads)
         return time.perf_counter() - start if wait else None
 
     def __repr__(self) -> str:
