@@ -33,9 +33,10 @@ so the kernels do not depend on the position. Token embeddings, rotary cos/sin r
 attention mask are computed on the host and passed in as tensors.
 
 - Decode (one token): ``tgcore.jit`` of the whole step; after two warm-up calls every step replays the
-  capture and compiles nothing. Attention reads the whole preallocated cache with the mask
-  ``key position <= pos``, so a step reads 2 * n_layers * n_kv_heads * max_context * head_dim * 4 bytes
-  of cache whatever the position (SmolLM2 at 4096 positions: 189 MB per token, more than its weights).
+  capture and compiles nothing. Attention reads the smallest power-of-two window of the cache (at least
+  32 positions) that covers positions 0..pos, with the mask ``key position <= pos``: one capture per
+  window size, so a new compile only when the context crosses a power of two, and a step reads cache in
+  proportion to its position rather than to max_context.
 - Prefill (several tokens): run eagerly (a capture would keep every intermediate buffer alive); the
   token count is padded to a power of two (the padding rows write cache positions that later tokens
   overwrite and that the mask hides until then) and attention reads a power-of-two window of the cache
@@ -58,6 +59,9 @@ _HALVES_ROPE = ("qwen2", "qwen3")  # files that keep the Hugging Face (rotate-ha
 PREFILL_CHUNK = 256    # a longer prompt is prefilled in chunks of this many tokens (bounds the scratch memory)
 DENSE_MIN_TOKENS = 4   # from this many rows on, a weight is dequantized once and multiplied as floats
 
+
+
+DECODE_WINDOWS = 16  # decode captures kept: one per power-of-two attention window
 
 class ModelError(ValueError):
     """The GGUF file does not describe a model this module can run."""
@@ -391,15 +395,18 @@ class Model:
         s = self.config.max_context
         if self._decode_step is None:
             import tgcore
-            self._decode_step = tgcore.jit(self._decode_graph, max_captures=1)
+            self._decode_step = tgcore.jit(self._decode_graph, max_captures=DECODE_WINDOWS)
         x = Tensor(self.embedding([token]), device=self.device)
         cos, sin = self._rotary(pos, 1)
         var = UOp.variable("start_pos", 0, s - 1).bind(pos)
-        return self._decode_step(x, cos, sin, self._mask(pos, 1, s), var).numpy()
+        # attend over a power-of-two window of the cache that covers positions 0..pos, not the whole cache:
+        # one capture per window size (a compile each time the context crosses a power of two)
+        window = min(s, max(32, 1 << pos.bit_length()))
+        return self._decode_step(x, cos, sin, self._mask(pos, 1, window), var).numpy()
 
     def _decode_graph(self, x: Any, cos: Any, sin: Any, mask: Any, start_pos: Any) -> Any:
         for layer in self.layers:
-            x = self._layer(layer, x, cos, sin, mask, start_pos, self.config.max_context, dense=False)
+            x = self._layer(layer, x, cos, sin, mask, start_pos, mask.shape[-1], dense=False)
         return self._logits(x, dense=False)
 
     def _prefill(self, tokens: list[int], start: int, want: str | None) -> np.ndarray | None:
