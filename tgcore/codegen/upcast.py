@@ -80,7 +80,8 @@ def choose_upcasts(ast: UOp, simd_widths: dict[DType, int]) -> list[tuple[UOp, i
     if chosen and reduces:
         others = [r for r in ranges if r is not chosen[0][0] and _size(r) % 4 == 0 and _size(r) >= 8]
         if others:
-            chosen.insert(0, (max(others, key=lambda r: _stride(index, r) or 0), 4))
+            row = max(others, key=lambda r: _stride(index, r) or 0)
+            chosen.insert(0, (row, 8 if _size(row) % 8 == 0 and _size(row) >= 64 else 4))
     return chosen
 
 
