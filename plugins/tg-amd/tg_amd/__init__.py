@@ -15,6 +15,7 @@ byte (the tests check). Modules:
     syntax      text <-> Inst
     assembler   programs: labels, branches, disassembly listings
     dsl         Python builders named like the mnemonics
+    codeobj     AMDHSA code objects (ELF, kernel descriptor, metadata note); elf, msgpack
 
 Names below load their module on first use, so ``import tg_amd`` stays cheap.
 """
@@ -32,6 +33,7 @@ _EXPORTS = {
     "syntax": ("parse_inst", "format_inst"),
     "assembler": ("assemble", "disassemble", "parse_program"),
     "isa": ("lookup", "mnemonics"),
+    "codeobj": ("code_object", "read_code_object", "KernArg", "register_usage"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_WHERE)
