@@ -78,6 +78,22 @@ def _movement_grad(node: UOp, g: Any) -> Grads:
     raise AssertionError(op)
 
 
+def _custom_kernel_grad(node: UOp, g: Any) -> Grads:
+    """Output ``node.arg`` of a hand-written kernel: its author's ``grad_fxn`` gives one gradient per input."""
+    kernel = node.src[0]
+    name = getattr(kernel.arg.fxn, "__name__", "custom kernel")
+    if kernel.arg.grad_fxn is None:
+        raise NotImplementedError(f"custom kernel {name} has no grad_fxn: pass one to Tensor.custom_kernel")
+    inputs = [g._new(s) for s in kernel.src]
+    grads = tuple(kernel.arg.grad_fxn(g, node.arg, *inputs))
+    if len(grads) != len(inputs):
+        raise ValueError(f"grad_fxn of {name} returned {len(grads)} gradients for {len(inputs)} inputs")
+    for i, (x, t) in enumerate(zip(grads, inputs, strict=True)):
+        if x is not None and tuple(x.shape) != tuple(t.shape):
+            raise ValueError(f"grad_fxn of {name}: gradient {i} has shape {tuple(x.shape)}, input has {t.shape}")
+    return (None, *(x.uop if x is not None else None for x in grads))
+
+
 GRADIENT_RULES: dict[Ops, Callable[[UOp, Any], Grads]] = {
     Ops.ADD: lambda n, g: (g.uop, g.uop),                                     # d(a+b) = da + db
     Ops.SUB: lambda n, g: (g.uop, (-g).uop),                                  # d(a-b) = da - db
@@ -99,6 +115,7 @@ GRADIENT_RULES: dict[Ops, Callable[[UOp, Any], Grads]] = {
     Ops.CONTIGUOUS: lambda n, g: (g.uop,),
     Ops.COPY: lambda n, g: (g.uop, None),  # the gradient stays on the output's device (cross-device: not yet)
     Ops.REDUCE_AXIS: _reduce_grad,
+    Ops.AFTER: _custom_kernel_grad,
     **{op: _movement_grad for op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP)},
 }
 

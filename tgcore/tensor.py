@@ -218,6 +218,8 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
         outs = list(dict.fromkeys(t.uop for t in todo))
         items, result = create_schedule(outs, self.device)
         run_schedule(items)
+        if any(si.kind == "custom" for si in items):
+            realized.clear()  # a hand-written kernel may have written buffers that cached values came from
         leaves = leaf_uops()
         for t in todo:
             lazy = t.uop
@@ -299,6 +301,27 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
 
     def contiguous(self) -> Tensor:
         return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+
+    @staticmethod
+    def custom_kernel(*tensors: Tensor, fxn: Any, grad_fxn: Any = None) -> list[Tensor]:
+        """Run a hand-written kernel on ``tensors``; returns each tensor as it is after the kernel ran.
+
+        ``fxn(*params)`` gets one PARAM per tensor (pointer dtype with the element count) and returns
+        ``tgcore.custom.custom_program(name, instructions, global_size, local_size, ops, mem)`` for the
+        device's renderer. The kernel may write any of its buffers in place. ``grad_fxn(grad, index,
+        *inputs)``, if given, returns one gradient (or None) per input for the gradient of output
+        ``index``. Scheduled lazily like any other kernel (see ``tgcore.custom``).
+        """
+        from tgcore.custom import CustomKernel
+        if not tensors:
+            raise ValueError("custom_kernel needs at least one tensor")
+        if not callable(fxn) or (grad_fxn is not None and not callable(grad_fxn)):
+            raise TypeError("custom_kernel: fxn (and grad_fxn, if given) must be callable")
+        devices = {t.device for t in tensors}
+        if len(devices) > 1:
+            raise ValueError(f"custom_kernel: all tensors must be on one device, got {sorted(devices)}")
+        kernel = UOp(Ops.CUSTOM_KERNEL, dtypes.void, tuple(t.uop for t in tensors), CustomKernel(fxn, grad_fxn))
+        return [t._new(UOp(Ops.AFTER, t.dtype, (kernel, *kernel.src), i)) for i, t in enumerate(tensors)]
 
     # ---------------------------------------------------------------- movement
     def reshape(self, *shape: Any) -> Tensor:

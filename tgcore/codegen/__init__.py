@@ -18,6 +18,7 @@ from tgcore.codegen.linearize import linearize
 from tgcore.codegen.opts import emulate_floats, estimate_cost, kernel_name, split_threads
 from tgcore.codegen.transcendental import decompose_transcendentals
 from tgcore.codegen.upcast import upcast
+from tgcore.custom import KernelLaunch, is_custom_program
 from tgcore.uop import Ops, UOp
 
 
@@ -31,6 +32,8 @@ class ProgramSpec:
     mem: int                     # estimated bytes moved
     buf_slots: tuple[int, ...] = ()  # which of the schedule's buffers the kernel takes, in argument order
     uops: tuple[UOp, ...] = ()   # the linear program (empty for renderers that take the SINK)
+    global_size: tuple[int, int, int] | None = None  # launch dimensions of a hand-written kernel
+    local_size: tuple[int, int, int] | None = None
 
 
 def simplify_kernel(ast: UOp) -> UOp:
@@ -49,8 +52,19 @@ def compact_params(ast: UOp) -> tuple[UOp, tuple[int, ...]]:
     return ast.substitute({params[s]: params[s].replace(arg=i) for i, s in enumerate(slots)}), tuple(slots)
 
 
+def custom_program_spec(ast: UOp, renderer: object) -> ProgramSpec:
+    """A hand-written kernel goes to the renderer as written: no codegen pass touches machine instructions."""
+    if not getattr(renderer, "custom_kernels", False):
+        raise NotImplementedError(f"{renderer} cannot run hand-written kernels (custom_kernel)")
+    launch: KernelLaunch = ast.arg
+    return ProgramSpec(launch.name, renderer.render(launch.name, ast), (), 1, launch.ops, launch.mem,  # type: ignore[attr-defined]
+                       tuple(range(launch.n_args)), (), launch.global_size, launch.local_size)
+
+
 def get_program(ast: UOp, renderer: object, threads: int = 1) -> ProgramSpec:
     """Lower one kernel for ``renderer``; ``threads`` is the most core_ids the device offers."""
+    if is_custom_program(ast):
+        return custom_program_spec(ast, renderer)
     ast, buf_slots = compact_params(simplify_kernel(ast))
     if not getattr(renderer, "native_transcendentals", False):
         ast = decompose_transcendentals(ast)

@@ -11,6 +11,7 @@ their own on-disk cache across processes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -71,7 +72,10 @@ def get_runner(device: str, ast: UOp) -> Runner:
         lib = dev.compiler.compile_cached(spec.src) if isinstance(spec.src, str) else dev.compiler.compile(spec.src)
         CompileCounter.count += 1
         loader = getattr(dev.renderer, "program", None) or dev.program  # an ISA renderer may load its own code
-        _runners[key] = runner = Runner(spec, loader(spec.name, lib), device)
+        program = loader(spec.name, lib)
+        if spec.global_size is not None:  # a hand-written kernel: bind its launch dimensions once
+            program = functools.partial(program, global_size=spec.global_size, local_size=spec.local_size)
+        _runners[key] = runner = Runner(spec, program, device)
         return runner
 
 

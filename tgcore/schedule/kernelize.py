@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from tgcore.custom import build_program
 from tgcore.dtype import DType, dtypes
 from tgcore.helpers import prod
 from tgcore.runtime.buffer import Buffer
@@ -76,7 +77,7 @@ class ScheduleItem:
     ast: UOp                 # SINK(...) in loop form, or COPY
     bufs: list[Buffer]       # by PARAM slot; outputs first
     device: str
-    kind: str                # "elementwise", "reduce", "copy"
+    kind: str                # "elementwise", "reduce", "copy", "custom"
     var_vals: dict[str, int] = field(default_factory=dict)
 
 
@@ -183,6 +184,7 @@ class Kernelizer:
         self.done: dict[UOp, UOp] = {}  # lazy node -> BUFFER uop computed in this schedule
         self._expand_cost: dict[UOp, int] = {}
         self.var_vals: dict[str, int] = {}
+        self.custom: dict[UOp, list[UOp]] = {}  # CUSTOM_KERNEL -> its buffers, once scheduled
 
     def worth_realizing_before_expand(self, node: UOp, factor: int) -> bool:
         """Whether ``node`` should get a kernel of its own rather than be recomputed for every copy an
@@ -233,6 +235,8 @@ class Kernelizer:
             return self._copy_kernel(node)
         if node.op is Ops.ASSIGN:
             return self._assign_kernel(node)
+        if node.op is Ops.AFTER:
+            return self._custom_kernel(node.src[0])[node.arg]
         return self._compute_kernel(node)
 
     def contiguous_view(self, node: UOp) -> UOp | None:
@@ -290,6 +294,21 @@ class Kernelizer:
         self.done[node] = out
         return out
 
+
+    def _custom_kernel(self, kernel: UOp) -> list[UOp]:
+        """Schedule a hand-written kernel once: every input realized into a whole buffer, which the
+        kernel may write in place; returns those buffers (see ``tgcore.custom``)."""
+        if kernel in self.custom:
+            return self.custom[kernel]
+        bufs = [self.realize(s) for s in kernel.src]
+        devices = {buffer_device(b) for b in bufs}
+        if len(devices) != 1:
+            raise ValueError(f"a custom kernel's buffers must be on one device, got {sorted(devices)}")
+        params = [UOp(Ops.PARAM, b.dtype.ptr(b.arg), (), i) for i, b in enumerate(bufs)]
+        program = build_program(kernel.arg, params)
+        self.items.append(ScheduleItem(program, [buffers[b] for b in bufs], devices.pop(), "custom"))
+        self.custom[kernel] = bufs
+        return bufs
 
     def _assign_kernel(self, node: UOp) -> UOp:
         """Write ``value`` into the buffer elements ``target`` views (in place; returns that buffer)."""
@@ -384,7 +403,7 @@ class _KernelBuilder:
             var, value = node.unbind()
             self.var_vals[var.arg[0]] = value
             return var
-        if op in (Ops.CONTIGUOUS, Ops.COPY):
+        if op in (Ops.CONTIGUOUS, Ops.COPY, Ops.AFTER):
             return self.load(owner.realize(node), idx, shape_of(node), gate)
         if op in (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP, Ops.PAD):
             return self._movement(node, idx, gate, direct)

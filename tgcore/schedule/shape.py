@@ -46,6 +46,10 @@ def _node_shape(u: UOp) -> Shape:
         return tuple(1 if i in axes else s for i, s in enumerate(src))
     if op is Ops.WHERE:  # the condition may be bool of the same shape
         return u.src[1].__dict__["_shape"]
+    if op is Ops.AFTER:  # a custom kernel's input ``arg`` once the kernel ran: src = (CUSTOM_KERNEL, *inputs)
+        return u.src[1 + u.arg].__dict__["_shape"]
+    if op is Ops.CUSTOM_KERNEL:
+        return ()
     return src
 
 
