@@ -234,6 +234,37 @@ def test_readelf_reads_header_symbols_and_note(arch: str) -> None:
     assert re.findall(r"\.offset:\s+(\d+)", out) == ["0", "8", "16"]
 
 
+def note_yaml(readelf_out: str) -> str:
+    m = re.search(r"^\s*---\n(.*?)^\.\.\.$", readelf_out, re.M | re.S)
+    assert m, readelf_out
+    return m.group(1)
+
+
+@pytest.mark.parametrize("arch", ("gfx1200", "gfx942"))
+def test_metadata_passes_llvm_mc_verifier(arch: str) -> None:
+    """llvm-mc checks ``.amdgpu_metadata`` against the code object v5 schema (required keys, types, enums):
+    LLVM's YAML of our note passes it and comes back as the same map; without a required key it fails."""
+    data = tg_amd.code_object("k", program(arch), arch, kernargs=["a", ("n", "by_value", 4)], lds_size=64)
+    with tempfile.TemporaryDirectory() as tmp:
+        yaml = note_yaml(readelf(written(data, tmp)))
+        broken = yaml.replace(".wavefront_size:", ".wavefront_sizes:")
+        results = []
+        for text in (yaml, broken):
+            src = f".amdhsa_code_object_version 5\n.amdgpu_metadata\n{text}.end_amdgpu_metadata\n"
+            obj = os.path.join(tmp, "md.o")
+            proc = subprocess.run([tool("llvm-mc"), "-triple=amdgcn-amd-amdhsa", f"-mcpu={arch}", "-filetype=obj",
+                                   "-o", obj], input=src, capture_output=True, text=True, timeout=60)
+            results.append(proc.returncode == 0)
+            if proc.returncode == 0:
+                with open(obj, "rb") as f:
+                    notes = elf.read_elf(f.read()).notes
+                ours = tg_amd.read_code_object(data)["metadata"]
+                assert [msgpack.unpack(desc) for _, kind, desc in notes if kind == 32] == [ours]
+            else:
+                assert "invalid HSA metadata" in proc.stderr
+    assert results == [True, False]
+
+
 # ------------------------------------------------------------------------------------ llvm-objdump
 def objdump_directives(path: str, name: str) -> dict[str, int]:
     out = run([tool("llvm-objdump"), "-D", f"--disassemble-symbols={name}.kd", path])
