@@ -265,6 +265,47 @@ def test_metadata_passes_llvm_mc_verifier(arch: str) -> None:
     assert results == [True, False]
 
 
+@pytest.mark.parametrize("arch", ("gfx1100", "gfx1200", "gfx942"))
+def test_matches_shared_object_linked_by_lld(arch: str) -> None:
+    """ld.lld-19 links llvm-mc's object (same code, equivalent directives, our note's YAML) into the
+    reference shared object: same identity and e_flags, descriptor, code, metadata, segments' kinds."""
+    lld = shutil.which("ld.lld-19")
+    if lld is None:
+        pytest.skip("ld.lld-19 not installed (apt-get install lld-19)")
+    params = dict(kernarg_size=24, lds_size=1024, sgprs=12, vgprs=10)
+    data = tg_amd.code_object("k", program(arch), arch, kernargs=["a", "b", ("n", "by_value", 4)], **params)
+    with tempfile.TemporaryDirectory() as tmp:
+        yaml = note_yaml(readelf(written(data, tmp)))
+        block = amdhsa_directives("k", arch, {**params, "agprs": 4} if arch == "gfx942" else params)
+        src = (f".amdhsa_code_object_version 5\n.amdgcn_target \"amdgcn-amd-amdhsa--{arch}\"\n"
+               f".text\n.globl k\n.p2align 8\n.type k,@function\nk:\n{program(arch)}\n.Lend:\n.size k, .Lend-k\n"
+               f"{block}.amdgpu_metadata\n{yaml}.end_amdgpu_metadata\n")
+        obj, so = os.path.join(tmp, "k.o"), os.path.join(tmp, "k.so")
+        run([tool("llvm-mc"), "-triple=amdgcn-amd-amdhsa", f"-mcpu={arch}", "-filetype=obj", "-o", obj], src)
+        run([lld, "-shared", obj, "-o", so])
+        with open(so, "rb") as f:
+            ref_bytes = f.read()
+    ours_elf, ref_elf = elf.read_elf(data), elf.read_elf(ref_bytes)
+    for attr in ("osabi", "abiversion", "type", "machine", "flags", "entry"):
+        assert getattr(ours_elf, attr) == getattr(ref_elf, attr), attr
+    ours, ref = tg_amd.read_code_object(data), tg_amd.read_code_object(ref_bytes)
+    assert ours["metadata"] == ref["metadata"]
+    k_ours, k_ref = ours["kernels"]["k"], ref["kernels"]["k"]
+    assert k_ours["code"] == k_ref["code"] == tg_amd.assemble(program(arch), arch)
+    assert k_ours["descriptor"] == k_ref["descriptor"] or \
+        {**k_ours["descriptor"], "kernel_code_entry_byte_offset": 0} == \
+        {**k_ref["descriptor"], "kernel_code_entry_byte_offset": 0}
+    for k in (k_ours, k_ref):   # in both, the entry offset leads from the descriptor to the code
+        assert k["descriptor_address"] + k["descriptor"]["kernel_code_entry_byte_offset"] == k["code_address"]
+    kinds = {elf.PT_LOAD, elf.PT_DYNAMIC, elf.PT_PHDR, elf.PT_GNU_STACK, elf.PT_NOTE}
+    assert {seg[0] for seg in ref_elf.segments} & kinds == {seg[0] for seg in ours_elf.segments} & kinds
+    assert [seg[1] for seg in ours_elf.segments if seg[0] == elf.PT_LOAD] == \
+        [seg[1] for seg in ref_elf.segments if seg[0] == elf.PT_LOAD]     # R, RX, RW in that order
+    for table in (".dynsym", ".symtab"):
+        ref_syms = {(s.name, s.type, s.bind, s.section) for s in ref_elf.symbols[table] if s.name.startswith("k")}
+        assert {(s.name, s.type, s.bind, s.section) for s in ours_elf.symbols[table] if s.name} == ref_syms
+
+
 # ------------------------------------------------------------------------------------ llvm-objdump
 def objdump_directives(path: str, name: str) -> dict[str, int]:
     out = run([tool("llvm-objdump"), "-D", f"--disassemble-symbols={name}.kd", path])
