@@ -555,3 +555,19 @@ def test_msgpack_rejects_bad_data() -> None:
         msgpack.pack(2**64)
     with pytest.raises(ValueError, match="cannot encode"):
         msgpack.pack(1.5)
+
+
+@given(st.data())
+def test_damaged_code_objects_raise_value_error(data: st.DataObject) -> None:
+    """Truncated or corrupted files either decode or raise ValueError -- never another exception."""
+    good = bytearray(tg_amd.code_object("k", KERNEL["gfx942"], "gfx942", kernargs=["a"]))
+    if data.draw(st.booleans()):
+        damaged = good[:data.draw(st.integers(0, len(good) - 1))]
+    else:
+        for _ in range(data.draw(st.integers(1, 4))):
+            good[data.draw(st.integers(0, len(good) - 1))] = data.draw(st.integers(0, 255))
+        damaged = good
+    try:
+        tg_amd.read_code_object(bytes(damaged))
+    except ValueError:
+        pass

@@ -508,10 +508,13 @@ def read_code_object(data: bytes) -> dict[str, Any]:
         raise ValueError(f"code object for an unsupported processor (EF_AMDGPU_MACH {mach:#x})")
     arch = MACH_NAMES[mach]
     meta: dict[str, Any] = {}
-    for owner, kind, desc in f.notes:
+    for owner, kind, payload in f.notes:
         if owner == "AMDGPU" and kind == NT_AMDGPU_METADATA:
-            meta = msgpack.unpack(desc)
-    kernel_meta = {k.get(".name"): k for k in meta.get("amdhsa.kernels", [])}
+            meta = msgpack.unpack(payload)
+    kernels_meta = meta.get("amdhsa.kernels", []) if isinstance(meta, dict) else None
+    if not isinstance(kernels_meta, list) or not all(isinstance(k, dict) for k in kernels_meta):
+        raise ValueError("the AMDGPU metadata note is not a map with a list of kernel maps")
+    kernel_meta = {k.get(".name"): k for k in kernels_meta}
     symbols = {s.name: s for s in f.symbols.get(".symtab", f.symbols.get(".dynsym", []))}
     kernels = {}
     for sym_name, kd in symbols.items():

@@ -176,9 +176,9 @@ def link(ident: Identity, loaded: list[Section], unloaded: list[Section]) -> byt
         phdrs.append(PHDR.pack(PT_LOAD, SEGMENT_FLAGS[kind], off, addr, addr, filesz, memsz, PAGE))
     for sec in loaded:
         if sec.type in (SHT_DYNAMIC, SHT_NOTE):
-            kind = PT_DYNAMIC if sec.type == SHT_DYNAMIC else PT_NOTE
+            ptype = PT_DYNAMIC if sec.type == SHT_DYNAMIC else PT_NOTE
             flags = SEGMENT_FLAGS[sec.segment]
-            phdrs.append(PHDR.pack(kind, flags, sec.offset, sec.addr, sec.addr, sec.size, sec.size, sec.align))
+            phdrs.append(PHDR.pack(ptype, flags, sec.offset, sec.addr, sec.addr, sec.size, sec.size, sec.align))
     phdrs.append(PHDR.pack(PT_GNU_STACK, PF_R | PF_W, 0, 0, 0, 0, 0, 0))
     index = {sec.name: i + 1 for i, sec in enumerate(loaded + unloaded)}
     index[""] = 0

@@ -107,6 +107,8 @@ class _Reader:
         out = {}
         for _ in range(n):
             key = self.value()
+            if isinstance(key, list | dict):
+                raise ValueError(f"msgpack: a map key is an {type(key).__name__} (at byte {self.pos})")
             out[key] = self.value()
         return out
 
