@@ -302,8 +302,9 @@ def test_matches_shared_object_linked_by_lld(arch: str) -> None:
     assert [seg[1] for seg in ours_elf.segments if seg[0] == elf.PT_LOAD] == \
         [seg[1] for seg in ref_elf.segments if seg[0] == elf.PT_LOAD]     # R, RX, RW in that order
     for table in (".dynsym", ".symtab"):
-        ref_syms = {(s.name, s.type, s.bind, s.section) for s in ref_elf.symbols[table] if s.name.startswith("k")}
-        assert {(s.name, s.type, s.bind, s.section) for s in ours_elf.symbols[table] if s.name} == ref_syms
+        ref_syms = {(s.name, s.type, s.bind, s.other, s.section) for s in ref_elf.symbols[table]
+                    if s.name.startswith("k")}
+        assert {(s.name, s.type, s.bind, s.other, s.section) for s in ours_elf.symbols[table] if s.name} == ref_syms
 
 
 # ------------------------------------------------------------------------------------ llvm-objdump

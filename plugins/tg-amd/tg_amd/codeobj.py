@@ -452,9 +452,8 @@ def _link(name: str, code: bytes, res: Resources, note: bytes) -> bytes:
     """Lay out the shared object: R (note, dynsym, hash, dynstr, descriptor), RX (text), RW (dynamic)."""
     symbols = [
         elf.Symbol(name, ".text", lambda s: s[".text"].addr, len(code), elf.STT_FUNC, other=elf.STV_PROTECTED),
-        elf.Symbol(f"{name}.kd", ".rodata", lambda s: s[".rodata"].addr, DESCRIPTOR_SIZE, elf.STT_OBJECT,
-                   other=elf.STV_PROTECTED),
-    ]
+        elf.Symbol(f"{name}.kd", ".rodata", lambda s: s[".rodata"].addr, DESCRIPTOR_SIZE, elf.STT_OBJECT),
+    ]  # visibilities as LLVM sets them: the code symbol protected (the descriptor points at it), the descriptor default
     dynstr, strtab = elf.StringTable(), elf.StringTable()
     for sym in symbols:
         dynstr.add(sym.name)
