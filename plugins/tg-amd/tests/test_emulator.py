@@ -1,0 +1,356 @@
+"""Emulator, one instruction at a time: results against the ISA's definition of each instruction,
+computed independently here with Python integers or numpy (not with the emulator's own tables).
+
+Programs are assembled with ``tg_amd.assemble`` and run from their bytes; registers are seeded with
+``Program.run_wave`` and read back from the wave.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tg_amd
+from tg_amd.emu_state import EmulatorError
+from tg_amd.emulator import Program, run_kernel
+
+RDNA = ["gfx1200", "gfx1100"]
+M32 = 0xFFFFFFFF
+RNG = np.random.default_rng(1234)
+
+
+def run(src: str, arch: str, v=None, s=None, exec_mask=M32, buffers=(), waves=1):
+    code = tg_amd.assemble(src + "\ns_endpgm", arch)
+    return Program(code, arch).run_wave(v, s, exec_mask, tuple(buffers), waves)
+
+
+def rand_u32(n=32):
+    vals = RNG.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
+    vals[:4] = [0, 1, M32, 0x80000000]
+    return vals
+
+
+def load_wait(arch):
+    return "s_wait_loadcnt 0" if arch == "gfx1200" else "s_waitcnt vmcnt(0)"
+
+
+def ds_wait(arch):
+    return "s_wait_dscnt 0" if arch == "gfx1200" else "s_waitcnt lgkmcnt(0)"
+
+
+def km_wait(arch):
+    return "s_wait_kmcnt 0" if arch == "gfx1200" else "s_waitcnt lgkmcnt(0)"
+
+
+# -------------------------------------------------------------------------------- vector integer ALU
+
+def _sext(x):
+    return x - (1 << 32) if x >> 31 else x
+
+
+INT_CASES = {   # instruction text, reference per lane on Python ints a=v1, b=v2, c=v3
+    "v_add_nc_u32 v0, v1, v2": lambda a, b, c: (a + b) & M32,
+    "v_sub_nc_u32 v0, v1, v2": lambda a, b, c: (a - b) & M32,
+    "v_subrev_nc_u32 v0, v1, v2": lambda a, b, c: (b - a) & M32,
+    "v_mul_lo_u32 v0, v1, v2": lambda a, b, c: (a * b) & M32,
+    "v_mul_hi_u32 v0, v1, v2": lambda a, b, c: (a * b) >> 32,
+    "v_mul_u32_u24 v0, v1, v2": lambda a, b, c: ((a & 0xFFFFFF) * (b & 0xFFFFFF)) & M32,
+    "v_mad_u32_u24 v0, v1, v2, v3": lambda a, b, c: ((a & 0xFFFFFF) * (b & 0xFFFFFF) + c) & M32,
+    "v_lshlrev_b32 v0, v1, v2": lambda a, b, c: (b << (a & 31)) & M32,
+    "v_lshrrev_b32 v0, v1, v2": lambda a, b, c: b >> (a & 31),
+    "v_ashrrev_i32 v0, v1, v2": lambda a, b, c: (_sext(b) >> (a & 31)) & M32,
+    "v_and_b32 v0, v1, v2": lambda a, b, c: a & b,
+    "v_or_b32 v0, v1, v2": lambda a, b, c: a | b,
+    "v_xor_b32 v0, v1, v2": lambda a, b, c: a ^ b,
+    "v_not_b32 v0, v1": lambda a, b, c: ~a & M32,
+    "v_min_u32 v0, v1, v2": lambda a, b, c: min(a, b),
+    "v_max_i32 v0, v1, v2": lambda a, b, c: a if _sext(a) > _sext(b) else b,
+    "v_bfe_u32 v0, v1, v2, v3": lambda a, b, c: (a >> (b & 31)) & ((1 << (c & 31)) - 1),
+    "v_lshl_add_u32 v0, v1, v2, v3": lambda a, b, c: ((a << (b & 31)) + c) & M32,
+    "v_lshl_or_b32 v0, v1, v2, v3": lambda a, b, c: ((a << (b & 31)) | c) & M32,
+    "v_add3_u32 v0, v1, v2, v3": lambda a, b, c: (a + b + c) & M32,
+    "v_and_or_b32 v0, v1, v2, v3": lambda a, b, c: (a & b) | c,
+}
+
+
+@pytest.mark.parametrize("arch", RDNA)
+@pytest.mark.parametrize("text", list(INT_CASES))
+def test_vector_integer_ops(text, arch):
+    a, b, c = rand_u32(), rand_u32(), rand_u32()
+    w = run(text, arch, {1: a, 2: b, 3: c})[0]
+    expect = [INT_CASES[text](int(x), int(y), int(z)) for x, y, z in zip(a, b, c, strict=True)]
+    assert w.v[0].tolist() == expect
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_inline_constants_and_literals(arch):
+    a = rand_u32()
+    w = run("v_add_nc_u32 v0, -1, v1\nv_add_nc_u32 v2, 0x12345, v1\nv_mul_lo_u32 v3, v1, 8192\n"
+            "v_mov_b32 v4, 0.5\nv_mov_b32 v5, s7", arch, {1: a}, {7: 0xDEADBEEF})[0]
+    assert w.v[0].tolist() == [(int(x) - 1) & M32 for x in a]
+    assert w.v[2].tolist() == [(int(x) + 0x12345) & M32 for x in a]
+    assert w.v[3].tolist() == [(int(x) * 8192) & M32 for x in a]
+    assert set(w.v[4].tolist()) == {0x3F000000} and set(w.v[5].tolist()) == {0xDEADBEEF}
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_exec_masks_vector_writes(arch):
+    old, new = rand_u32(), rand_u32()
+    w = run("v_mov_b32 v0, v1", arch, {0: old, 1: new}, exec_mask=0x0000FF0F)[0]
+    on = [(0x0000FF0F >> lane) & 1 for lane in range(32)]
+    assert w.v[0].tolist() == [int(n) if e else int(o) for o, n, e in zip(old, new, on, strict=True)]
+
+
+# -------------------------------------------------------------------------------- float ALU
+
+def _f32(x):
+    return np.asarray(x, np.float32).view(np.uint32)
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_float_ops(arch):
+    a = RNG.standard_normal(32).astype(np.float32) * 100
+    b = RNG.standard_normal(32).astype(np.float32)
+    c = RNG.standard_normal(32).astype(np.float32)
+    w = run("v_add_f32 v0, v1, v2\nv_mul_f32 v4, v1, v2\nv_fma_f32 v5, v1, v2, v3\nv_fma_f32 v6, -v1, |v2|, v3\n"
+            "v_sub_f32 v7, v1, v2\nv_max_num_f32 v8, v1, v2" if arch == "gfx1200" else
+            "v_add_f32 v0, v1, v2\nv_mul_f32 v4, v1, v2\nv_fma_f32 v5, v1, v2, v3\nv_fma_f32 v6, -v1, |v2|, v3\n"
+            "v_sub_f32 v7, v1, v2\nv_max_f32 v8, v1, v2", arch, {1: _f32(a), 2: _f32(b), 3: _f32(c)})[0]
+    f = w.v.view(np.float32)
+    np.testing.assert_array_equal(f[0], a + b)
+    np.testing.assert_array_equal(f[4], a * b)
+    # a*b is exact in float64 for float32 inputs, so fma = one rounding of the exact a*b + c
+    np.testing.assert_array_equal(f[5], (a.astype(np.float64) * b + c).astype(np.float32))
+    np.testing.assert_array_equal(f[6], (-a.astype(np.float64) * np.abs(b) + c).astype(np.float32))
+    np.testing.assert_array_equal(f[7], a - b)
+    np.testing.assert_array_equal(f[8], np.maximum(a, b))
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_conversions(arch):
+    x = np.array([0.0, -0.0, 1.5, -1.5, 65504.0, 1e6, -1e10, np.nan, 2.5, 3.5, 1e10, 4294967295.0, 0.1, 1 / 3,
+                  -7.9, 7.9] * 2, dtype=np.float32)
+    w = run("v_cvt_f16_f32 v1, v0\nv_cvt_f32_f16 v2, v1\nv_cvt_u32_f32 v3, v0\nv_cvt_i32_f32 v4, v0\n"
+            "v_cvt_f32_u32 v5, v6", arch, {0: _f32(x), 6: rand_u32()})[0]
+    with np.errstate(over="ignore"):
+        half = x.astype(np.float16)
+    assert w.v[1].tolist() == half.view(np.uint16).astype(np.uint32).tolist()   # high half zero
+    np.testing.assert_array_equal(w.v[2].view(np.float32), half.astype(np.float32))
+    # ISA: truncate toward zero, NaN -> 0, out of range saturates
+    u = [0 if np.isnan(v) or v <= 0 else M32 if v >= 2**32 else int(v) for v in x.astype(np.float64)]
+    i = [0 if np.isnan(v) else 2**31 - 1 if v >= 2**31 else -(2**31) if v <= -(2**31) else int(v)
+         for v in x.astype(np.float64)]
+    assert w.v[3].tolist() == u
+    assert w.v[4].view(np.int32).tolist() == i
+    np.testing.assert_array_equal(w.v[5].view(np.float32), w.v[6].astype(np.float32))
+
+
+# -------------------------------------------------------------------------------- compares, carries, VOPD
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_compare_cndmask_and_64bit_add(arch):
+    a, b, c, d = rand_u32(), rand_u32(), rand_u32(), rand_u32()
+    w = run("v_cmp_lt_u32 vcc_lo, v1, v2\nv_cndmask_b32 v0, v3, v4, vcc_lo\n"
+            "v_cmp_gt_i32_e64 s20, v1, v2\n"
+            "v_add_co_u32 v5, vcc_lo, v1, v3\nv_add_co_ci_u32_e32 v6, vcc_lo, v2, v4, vcc_lo\n"
+            "v_sub_co_u32 v7, s21, v1, v2", arch, {1: a, 2: b, 3: c, 4: d})[0]
+    lt = [int(x) < int(y) for x, y in zip(a, b, strict=True)]
+    assert w.v[0].tolist() == [int(y) if t else int(x) for x, y, t in zip(c, d, lt, strict=True)]
+    assert w.s[20] == sum(1 << lane for lane in range(32) if _sext(int(a[lane])) > _sext(int(b[lane])))
+    total = [(int(x) | int(y) << 32) + (int(z) | int(t) << 32) for x, y, z, t in zip(a, b, c, d, strict=True)]
+    got = [int(lo) | int(hi) << 32 for lo, hi in zip(w.v[5], w.v[6], strict=True)]
+    assert got == [t & (2**64 - 1) for t in total]
+    assert w.s[106] == sum(1 << lane for lane in range(32) if total[lane] >> 64)   # carry out of the high add
+    assert w.s[21] == sum(1 << lane for lane in range(32) if int(a[lane]) < int(b[lane]))   # borrow
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_vopd_reads_both_sources_before_writing(arch):
+    a, b = rand_u32(), rand_u32()
+    w = run("v_dual_mov_b32 v0, v1 :: v_dual_mov_b32 v1, v0", arch, {0: a, 1: b})[0]
+    assert w.v[0].tolist() == b.tolist() and w.v[1].tolist() == a.tolist()
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_readfirstlane(arch):
+    a = rand_u32()
+    w = run("v_readfirstlane_b32 s9, v1", arch, {1: a}, exec_mask=0xFFFF0000)[0]
+    assert w.s[9] == int(a[16])
+
+
+# -------------------------------------------------------------------------------- scalar ALU and branches
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_scalar_carry_chain_and_compares(arch):
+    add, addc = ("s_add_co_u32", "s_add_co_ci_u32") if arch == "gfx1200" else ("s_add_u32", "s_addc_u32")
+    sub = "s_sub_co_u32" if arch == "gfx1200" else "s_sub_u32"
+    x, y = 0xFFFFFFF0_00000010, 0x00000020_FFFFFFF5
+    w = run(f"{add} s10, s2, s4\n{addc} s11, s3, s5\ns_cselect_b32 s12, 7, 9\n"
+            f"{sub} s13, 1, 2\ns_cselect_b32 s14, 7, 9\ns_lshl_b32 s15, s2, 4\ns_bfe_u32 s16, s4, 0x40004\n"
+            "s_mul_i32 s17, s2, -3\ns_cmp_lt_i32 s17, 0\ns_cselect_b32 s18, 1, 2", arch,
+            s={2: x & M32, 3: x >> 32, 4: y & M32, 5: y >> 32})[0]
+    assert w.s[10] | w.s[11] << 32 == (x + y) & (2**64 - 1)
+    assert w.s[12] == (7 if (x + y) >> 64 else 9)          # SCC = carry out of the high half
+    assert w.s[13] == M32 and w.s[14] == 7                 # 1 - 2 borrows
+    assert w.s[15] == (0x10 << 4) and w.s[16] == (y & M32) >> 4 & 0xF
+    assert w.s[17] == (0x10 * -3) & M32 and w.s[18] == 1
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_branch_loop(arch):
+    add = "s_add_co_i32" if arch == "gfx1200" else "s_add_i32"
+    w = run(f"s_mov_b32 s1, 0\ns_mov_b32 s2, 10\nloop:\n{add} s1, s1, s2\n{add} s2, s2, -1\n"
+            "s_cmp_lg_u32 s2, 0\ns_cbranch_scc1 loop\nv_mov_b32 v0, s1", arch)[0]
+    assert w.s[1] == 55 and set(w.v[0].tolist()) == {55}
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_saveexec_and_execz_branch(arch):
+    w = run("v_cmp_gt_u32 vcc_lo, 4, v0\ns_and_saveexec_b32 s8, vcc_lo\nv_mov_b32 v1, 1\ns_mov_b32 exec_lo, s8\n"
+            "s_mov_b32 exec_lo, 0\ns_cbranch_execz skip\nv_mov_b32 v2, 5\nskip:\ns_mov_b32 exec_lo, s8",
+            arch, {1: np.zeros(32), 2: np.zeros(32)})[0]
+    assert w.v[1].tolist() == [1] * 4 + [0] * 28
+    assert w.s[8] == M32 and w.v[2].tolist() == [0] * 32
+
+
+# -------------------------------------------------------------------------------- memory
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_global_loads_and_stores(arch):
+    src = np.arange(256, dtype=np.uint32) * 0x01010101 + 0x80007000
+    dst = np.zeros(512, dtype=np.uint32)
+    w = run(f"s_load_b128 s[4:7], s[0:1], 0x0\n{km_wait(arch)}\n"
+            "v_lshlrev_b32 v1, 4, v0\n"
+            "global_load_b128 v[4:7], v1, s[6:7] offset:16\nglobal_load_b32 v8, v1, s[6:7]\n"
+            "global_load_u16 v9, v1, s[6:7] offset:2\nglobal_load_i16 v10, v1, s[6:7] offset:2\n"
+            f"{load_wait(arch)}\n"
+            "global_store_b128 v1, v[4:7], s[4:5]\nglobal_store_b16 v1, v8, s[4:5] offset:1024\n"
+            "global_store_b32 v1, v9, s[4:5] offset:1028\nglobal_store_b32 v1, v10, s[4:5] offset:1032",
+            arch, buffers=(dst, src))[0]
+    rows = np.arange(32)
+    np.testing.assert_array_equal(dst[:128].reshape(32, 4), src[4 * rows[:, None] + 4 + np.arange(4)])
+    hi16 = src[4 * rows] >> 16
+    assert (dst[256 + 4 * rows] == src[4 * rows] & 0xFFFF).all()              # b16 store: low half, rest kept
+    assert (dst[257 + 4 * rows] == hi16).all()                                # u16 zero-extends
+    assert (dst[258 + 4 * rows] == (hi16.astype(np.int16).astype(np.int64) & M32)).all()   # i16 sign-extends
+    assert w.v[8].tolist() == src[4 * rows].tolist()
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_load_lands_at_the_wait(arch):
+    src = np.arange(32, dtype=np.uint32) + 100
+    w = run(f"s_load_b64 s[4:5], s[0:1], 0x0\n{km_wait(arch)}\nv_lshlrev_b32 v1, 2, v0\nv_mov_b32 v2, 7\n"
+            f"global_load_b32 v2, v1, s[4:5]\nv_mov_b32 v3, v2\n{load_wait(arch)}\nv_mov_b32 v4, v2",
+            arch, buffers=(src,))[0]
+    assert w.v[3].tolist() == [7] * 32            # read before the wait: the old value
+    assert w.v[4].tolist() == src.tolist()
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_lds_store_load_and_16bit_halves(arch):
+    vals = rand_u32()
+    w = run("v_lshlrev_b32 v1, 3, v0\nds_store_b32 v1, v2 offset:4\nds_store_b16 v1, v2\n"
+            "ds_store_b16_d16_hi v1, v2 offset:2\nds_load_b64 v[4:5], v1\nds_load_u16_d16_hi v6, v1 offset:2\n"
+            f"{ds_wait(arch)}", arch, {2: vals, 6: np.full(32, 0xAAAABBBB)})[0]
+    assert w.v[4].tolist() == vals.tolist() and w.v[5].tolist() == vals.tolist()
+    assert w.v[6].tolist() == [(int(x) & 0xFFFF0000) | 0xBBBB for x in vals]
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_out_of_bounds_access_is_an_error(arch):
+    buf = np.zeros(16, np.uint32)
+    with pytest.raises(EmulatorError, match="outside every buffer"):
+        run(f"s_load_b64 s[4:5], s[0:1], 0x0\n{km_wait(arch)}\nv_lshlrev_b32 v1, 2, v0\n"
+            "global_store_b32 v1, v0, s[4:5]", arch, buffers=(buf,))
+    with pytest.raises(EmulatorError, match="outside the 65536 bytes of LDS"):
+        run(f"v_mov_b32 v1, 0xfffe\nds_store_b32 v1, v0\n{ds_wait(arch)}", arch)
+
+
+# -------------------------------------------------------------------------------- waves, barriers, launch state
+
+def _barrier(arch):
+    return "s_barrier_signal -1\ns_barrier_wait -1" if arch == "gfx1200" else "s_barrier"
+
+
+@pytest.mark.parametrize("arch", RDNA)
+@pytest.mark.parametrize("wait_before_barrier", [True, False])
+def test_barrier_orders_lds_between_waves(arch, wait_before_barrier):
+    """Every wave stores its ids to LDS, then reads the next wave's. Without the wait before the barrier
+    the stores are still in flight (as on hardware) and the other waves see zeros."""
+    wait = ds_wait(arch) + "\n" if wait_before_barrier else ""
+    src = (f"v_lshlrev_b32 v1, 2, v0\nds_store_b32 v1, v0\n{wait}{_barrier(arch)}\n"
+           f"v_add_nc_u32 v2, 128, v1\nv_and_b32 v2, 0xff, v2\nds_load_b32 v3, v2\n{ds_wait(arch)}")
+    waves = run(src, arch, waves=2)
+    got = np.concatenate([w.v[3] for w in waves])
+    expect = (np.arange(64) + 32) % 64
+    if wait_before_barrier:
+        assert got.tolist() == expect.tolist()
+    else:
+        assert got[32:].tolist() == [0] * 32   # wave 1 passed the barrier while wave 0's stores were pending
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_launch_state(arch):
+    """Workgroup ids where the hardware puts them, packed thread ids in v0, the kernarg pointer in s[0:1]."""
+    grid, block = (2, 3, 2), (4, 2, 5)
+    out = np.zeros((12, 64), np.uint32)
+    ids = ("s_mov_b32 s10, ttmp9\ns_and_b32 s11, ttmp7, 0xffff\ns_lshr_b32 s12, ttmp7, 16" if arch == "gfx1200"
+           else "s_mov_b32 s10, s2\ns_mov_b32 s11, s3\ns_mov_b32 s12, s4")
+    add = "s_add_co_u32" if arch == "gfx1200" else "s_add_u32"
+    # thread (x, y, z) of workgroup (gx, gy, gz) stores v0 at out[(gz*3 + gy)*2 + gx, x + 4y + 8z]
+    src = f"""
+    {ids}
+    s_load_b64 s[4:5], s[0:1], 0x0
+    s_mul_i32 s13, s12, 3
+    {add} s13, s13, s11
+    s_lshl_b32 s13, s13, 1
+    {add} s13, s13, s10
+    s_lshl_b32 s13, s13, 6
+    v_and_b32 v1, 0x3ff, v0
+    v_bfe_u32 v2, v0, 10, 10
+    v_lshl_add_u32 v1, v2, 2, v1
+    v_lshrrev_b32 v2, 20, v0
+    v_lshl_add_u32 v1, v2, 3, v1
+    v_add_nc_u32 v1, s13, v1
+    v_lshlrev_b32 v1, 2, v1
+    {km_wait(arch)}
+    global_store_b32 v1, v0, s[4:5]
+    s_endpgm
+    """
+    stats = run_kernel(tg_amd.assemble(src, arch), arch, [out], grid, block)
+    assert stats.workgroups == 12 and stats.waves == 12 * 2
+    expect = np.zeros((12, 64), np.uint32)
+    for z in range(5):
+        for y in range(2):
+            for x in range(4):
+                expect[:, x + 4 * y + 8 * z] = x | y << 10 | z << 20
+    np.testing.assert_array_equal(out, expect)
+
+
+# -------------------------------------------------------------------------------- errors
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_unsupported_instruction_names_instruction_and_arch(arch):
+    code = tg_amd.assemble("v_mov_b32 v0, 1\nv_sin_f32 v1, v0\ns_endpgm", arch)
+    prog = Program(code, arch)
+    assert len(prog.unsupported) == 1
+    with pytest.raises(EmulatorError, match=f"v_sin_f32.*not supported by the emulator.*arch {arch}, byte 4"):
+        prog.run_wave()
+
+
+def test_cdna_code_is_refused():
+    with pytest.raises(EmulatorError, match="RDNA3/RDNA4 wave32 code, not gfx942"):
+        Program(tg_amd.assemble("s_endpgm", "gfx942"), "gfx942")
+
+
+def test_undecodable_bytes_are_an_error():
+    with pytest.raises(EmulatorError, match="cannot decode"):
+        Program(b"\xff\xff\xff\xff", "gfx1200")
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_runaway_loop_and_missing_endpgm(arch, monkeypatch):
+    import tg_amd.emulator as emu
+    monkeypatch.setattr(emu, "MAX_INSTRUCTIONS", 1000)
+    with pytest.raises(EmulatorError, match="runaway loop"):
+        Program(tg_amd.assemble("loop:\ns_branch loop", arch), arch).run_wave()
+    with pytest.raises(EmulatorError, match="no s_endpgm"):
+        Program(tg_amd.assemble("s_nop 0", arch), arch).run_wave()
