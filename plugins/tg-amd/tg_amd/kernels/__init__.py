@@ -1,0 +1,1 @@
+"""Hand-written machine-code kernels (``gemm``: WMMA GEMMs for RDNA3 and RDNA4)."""
