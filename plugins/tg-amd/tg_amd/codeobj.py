@@ -185,7 +185,7 @@ def _scan(insts: list[Any]) -> RegisterUse:
 
 
 # --------------------------------------------------------------------------------------- arguments
-VALUE_KINDS = ("global_buffer", "by_value", "dynamic_shared_pointer")
+VALUE_KINDS = ("global_buffer", "by_value")   # what our kernels pass; others would need more metadata keys
 
 
 @dataclass(frozen=True)
