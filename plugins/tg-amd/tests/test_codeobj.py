@@ -269,9 +269,7 @@ def test_metadata_passes_llvm_mc_verifier(arch: str) -> None:
 def test_matches_shared_object_linked_by_lld(arch: str) -> None:
     """ld.lld-19 links llvm-mc's object (same code, equivalent directives, our note's YAML) into the
     reference shared object: same identity and e_flags, descriptor, code, metadata, segments' kinds."""
-    lld = shutil.which("ld.lld-19")
-    if lld is None:
-        pytest.skip("ld.lld-19 not installed (apt-get install lld-19)")
+    lld = tool("ld.lld")
     params = dict(kernarg_size=24, lds_size=1024, sgprs=12, vgprs=10)
     data = tg_amd.code_object("k", program(arch), arch, kernargs=["a", "b", ("n", "by_value", 4)], **params)
     with tempfile.TemporaryDirectory() as tmp:
