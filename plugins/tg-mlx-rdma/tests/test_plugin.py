@@ -21,10 +21,16 @@ def test_tg_plugins_lists_it_ok() -> None:
     assert "tg-mlx-rdma" in row and "register_transports" in row and " ok" in row, out
 
 
-def test_registered_as_the_mpi_transport() -> None:
+def test_registered_as_the_mpi_and_mlx5_transports() -> None:
     from tgcore.plugins.manager import get_host
-    entry = get_host().registry.transports["mpi"]
-    assert entry.plugin == "mlx_rdma"
+    transports = get_host().registry.transports
+    assert transports["mpi"].plugin == "mlx_rdma" and transports["mlx5"].plugin == "mlx_rdma"
+
+
+def test_import_does_not_load_the_mlx5_driver() -> None:
+    code = ("import sys, tg_mlx_rdma.plugin, tg_mlx_rdma; "
+            "assert not [m for m in sys.modules if 'mlx5' in m], [m for m in sys.modules if 'mlx5' in m]")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 def test_import_does_not_load_mpi() -> None:

@@ -1,7 +1,9 @@
-"""The tgcore plugin ``mlx_rdma``: registers the ``mpi`` transport.
+"""The tgcore plugin ``mlx_rdma``: registers the ``mpi`` and ``mlx5`` transports.
 
-Cheap to import: mpi4py (which loads the MPI library) is imported only when a transport connects.
-The ``mlx5`` transport (the user-space ConnectX driver) is registered once it exists.
+Cheap to import: mpi4py (which loads the MPI library) and the mlx5 driver are imported only when a
+transport connects. ``mlx5`` is always listed: on a machine without a ConnectX NIC, connecting to the
+hardware raises the driver's "no PCIe" / "no ConnectX device" error, and ``model=True`` runs it on the
+software device model.
 """
 from __future__ import annotations
 
@@ -35,7 +37,14 @@ def connect_mpi(**options: Any) -> Any:
     return connect(**options)
 
 
+def connect_mlx5(**options: Any) -> Any:
+    from tg_mlx_rdma.mlx5_transport import connect
+    return connect(**options)
+
+
 @tgcore.hookimpl
 def tg_register_transports(register: Any) -> None:
     register("mpi", connect_mpi, "MPI (mpi4py) across the processes of an mpirun job; a world of 1 without mpirun",
              probe=mpi_unavailable)
+    register("mlx5", connect_mlx5, "the user-space ConnectX (mlx5) driver: RC queue pairs, SEND/RECV; model=True runs "
+             "it on the software device model")

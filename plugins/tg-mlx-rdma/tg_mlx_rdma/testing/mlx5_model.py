@@ -16,7 +16,8 @@ headers). Departures from hardware, on purpose:
 - The wire is a Unix socket per device in a fabric directory, named by the port GID. A SEND or
   RDMA_WRITE request carries where the payload is (shared-memory file and offset); the responder
   copies it (the DMA) and answers ACK or NAK with a syndrome; the requester then writes its CQE. A
-  SEND that finds no receive WQE waits (RNR retry) up to ``rnr_timeout`` seconds.
+  SEND that finds no receive WQE waits (RNR retry), and a request to a QP not yet in RTR waits (transport
+  retry), each up to ``rnr_timeout`` seconds.
 - Command syndromes are this model's own (firmware syndromes are opaque numbers): ``SYNDROMES``.
 - Signatures are always checked (the real device checks them only when enabled).
 """
@@ -130,8 +131,9 @@ SYNDROMES = {
 # delivery status (entry byte 63 bits 7:1) and CQE syndromes, PRM
 DELIVERY_SIGNATURE, DELIVERY_TOKEN, DELIVERY_BLOCK_NUMBER, DELIVERY_OUT_PTR, DELIVERY_IN_PTR, DELIVERY_TYPE = (
     0x1, 0x2, 0x3, 0x4, 0x5, 0x10)
-LOCAL_LENGTH, LOCAL_QP_OP, LOCAL_PROT, WR_FLUSH, REMOTE_INVAL_REQ, REMOTE_ACCESS, REMOTE_OP, RNR_RETRY_EXC = (
-    0x1, 0x2, 0x4, 0x5, 0x12, 0x13, 0x14, 0x16)
+LOCAL_LENGTH, LOCAL_QP_OP, LOCAL_PROT, WR_FLUSH, REMOTE_INVAL_REQ, REMOTE_ACCESS, REMOTE_OP = (
+    0x1, 0x2, 0x4, 0x5, 0x12, 0x13, 0x14)
+TRANSPORT_RETRY_EXC, RNR_RETRY_EXC = 0x15, 0x16
 CQE_REQ, CQE_RESP_SEND, CQE_REQ_ERR, CQE_RESP_ERR = 0x0, 0x2, 0xD, 0xE
 BOOT_PAGES, INIT_PAGES = 4, 12
 CAPS = {"log_max_qp_sz": 15, "log_max_qp": 16, "log_max_cq_sz": 22, "log_max_cq": 16, "log_max_eq_sz": 22,
@@ -775,7 +777,14 @@ class Mlx5Model(HardwareAccess):
         """Serve a SEND or RDMA_WRITE from the peer; returns 0 (ACK) or the requester's error syndrome."""
         kind, qpn, _src_qpn, _seq, name, off, length = packet[:7]
         qp = self._qps.get(qpn)
-        if qp is None or qp.state not in (RTR, RTS):
+        if qp is None:
+            return REMOTE_INVAL_REQ
+        deadline = time.monotonic() + self.rnr_timeout
+        while qp.state in (RST, INIT):  # not ready to receive: the requester retries (transport retry)
+            if time.monotonic() > deadline or self._closed:
+                return TRANSPORT_RETRY_EXC
+            time.sleep(0.0005)
+        if qp.state not in (RTR, RTS):
             return REMOTE_INVAL_REQ
         payload = memoryview(self._attach(name))[off:off + length]
         if kind == "WRITE":
