@@ -122,7 +122,16 @@ def test_dsl_mfma_and_unknown_name() -> None:
         dsl.v_frobnicate_b32  # noqa: B018
 
 
-def test_plugin_module_is_cheap_and_registers_nothing() -> None:
+def test_plugin_module_is_cheap_and_registers_the_amd_device() -> None:
+    import subprocess
+    import sys
+    code = ("import sys, tg_amd.plugin as p; assert p.TG_HOOKSPEC_VERSION == 1; "
+            "print(sorted(m for m in sys.modules if m.startswith('tg_amd.')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "['tg_amd.plugin']"   # the device and emulator load when a device is opened
     import tg_amd.plugin
-    assert tg_amd.plugin.TG_HOOKSPEC_VERSION == 1
-    assert not [n for n in dir(tg_amd.plugin) if n.startswith("tg_register")]
+    devices: list[str] = []
+    renderers: list[tuple[str, str]] = []
+    tg_amd.plugin.tg_register_devices(lambda name, *a, **k: devices.append(name))
+    tg_amd.plugin.tg_register_renderers(lambda dev, name, *a, **k: renderers.append((dev, name)))
+    assert devices == ["AMD"] and renderers == [("AMD", "HW"), ("AMD", "EMU")]

@@ -15,6 +15,10 @@ byte (the tests check). Modules:
     syntax      text <-> Inst
     assembler   programs: labels, branches, disassembly listings
     dsl         Python builders named like the mnemonics
+    emulator    runs RDNA3/RDNA4 machine code (emu_state: registers and memory, emu_ops: semantics)
+    kernels/    hand-written kernels (gemm: WMMA GEMMs for gfx1200 and gfx1100)
+    device      the AMD:EMU device (plugin.py registers it)
+    gemm        asm_gemm(a, b): the WMMA GEMM from Tensor code, with backward
     codeobj     AMDHSA code objects (ELF, kernel descriptor, metadata note); elf, msgpack
 
 Names below load their module on first use, so ``import tg_amd`` stays cheap.
@@ -34,6 +38,8 @@ _EXPORTS = {
     "assembler": ("assemble", "disassemble", "parse_program"),
     "isa": ("lookup", "mnemonics"),
     "codeobj": ("code_object", "read_code_object", "KernArg", "register_usage"),
+    "emulator": ("run_kernel", "EmulatorError"),
+    "gemm": ("asm_gemm",),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_WHERE)

@@ -1,0 +1,120 @@
+"""The ``AMD:EMU`` device: ordinary kernels in the core's PYTHON interpreter, AMD machine code in the emulator.
+
+In: kernels from the scheduler. An ordinary kernel (a SINK in REDUCE form) is pickled by the PYTHON
+renderer and interpreted; a custom kernel (``tgcore.custom.custom_program`` whose INS uops carry
+``AmdIns``) is rendered to ``MAGIC + arch + machine code`` and run by ``tg_amd.emulator`` with the launch
+dimensions the engine binds. Out: buffers in host memory (the CPU allocator), written in place.
+
+Device strings: ``AMD:EMU`` (renderer ``EMU`` of device ``AMD``). Plain ``AMD`` would be the hardware,
+which tg-amd does not drive: it fails with "unavailable: no /dev/kfd" (or "not implemented" on a machine
+that has one), and ``tg devices`` lists its renderer ``HW`` as unavailable for that reason.
+``AMD_ARCH`` (default gfx1200) picks the arch the device's own kernels (``tg_amd.asm_gemm``) target.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from tgcore.custom import is_custom_program
+from tgcore.renderer.python import PythonRenderer
+from tgcore.runtime.cpu import CPUAllocator
+from tgcore.runtime.device import Device
+from tgcore.runtime.python import PythonProgram
+from tgcore.runtime.registry import DeviceError
+from tgcore.uop import UOp
+
+MAGIC = b"TGAMDEMU"
+EMU_ARCHS = ("gfx1200", "gfx1201", "gfx1100")
+
+
+@dataclass(frozen=True)
+class AmdIns:
+    """One encoded instruction: the ``arg`` of an INS uop in an AMD custom kernel."""
+    arch: str
+    code: bytes
+    text: str = ""
+
+    def __str__(self) -> str:
+        return self.text or self.code.hex()
+
+
+def kfd_missing() -> str | None:
+    """Why the AMD hardware cannot be used here (always a reason: tg-amd has no hardware runtime)."""
+    if not os.path.exists("/dev/kfd"):
+        return "no /dev/kfd"
+    return "the hardware runtime is not implemented in tg-amd (use AMD:EMU)"
+
+
+def render_custom(name: str, sink: UOp) -> bytes:
+    """A custom program of ``AmdIns`` -> ``MAGIC`` + arch name (16 bytes, NUL padded) + machine code."""
+    insts = [u.arg for u in sink.src]
+    bad = [type(i).__name__ for i in insts if not isinstance(i, AmdIns)]
+    if bad:
+        raise TypeError(f"AMD:EMU custom kernel {name!r}: INS args must be tg_amd.device.AmdIns, got {bad[0]}")
+    archs = {i.arch for i in insts}
+    if len(archs) != 1:
+        raise ValueError(f"AMD:EMU custom kernel {name!r} mixes archs {sorted(archs)}")
+    arch = archs.pop()
+    if arch not in EMU_ARCHS:
+        raise ValueError(f"AMD:EMU runs {', '.join(EMU_ARCHS)} code, kernel {name!r} is for {arch}")
+    return MAGIC + arch.encode().ljust(16, b"\0") + b"".join(i.code for i in insts)
+
+
+class EmuRenderer(PythonRenderer):
+    """PYTHON's renderer for ordinary kernels; machine code for custom kernels."""
+    device = "AMD"
+    name = "EMU"
+    custom_kernels = True
+
+    def render(self, name: str, kernel: list[UOp] | UOp) -> bytes:
+        if isinstance(kernel, UOp) and is_custom_program(kernel):
+            return render_custom(name, kernel)
+        return super().render(name, kernel)
+
+
+class EmuProgram:
+    """``EmuProgram(name, lib)``: an interpreted kernel, or machine code for the emulator (by ``MAGIC``)."""
+
+    def __init__(self, name: str, lib: bytes):
+        from tg_amd.emulator import program
+        self.name = name
+        self.interpreted: PythonProgram | None = None
+        self.last_stats: Any = None
+        if lib.startswith(MAGIC):
+            self.arch = lib[len(MAGIC):len(MAGIC) + 16].rstrip(b"\0").decode()
+            self.machine = program(bytes(lib[len(MAGIC) + 16:]), self.arch)
+        else:
+            self.interpreted = PythonProgram(name, lib)
+
+    def __call__(self, *bufs: Any, vals: tuple[int, ...] = (), threads: int = 1, wait: bool = False,
+                 global_size: tuple[int, ...] | None = None, local_size: tuple[int, ...] | None = None) -> float | None:
+        if self.interpreted is not None:
+            return self.interpreted(*bufs, vals=vals, threads=threads, wait=wait)
+        if global_size is None or local_size is None:
+            raise ValueError(f"AMD:EMU kernel {self.name!r} needs global_size and local_size")
+        start = time.perf_counter()
+        self.last_stats = self.machine.run(list(bufs), tuple(global_size), tuple(local_size))
+        return time.perf_counter() - start if wait else None
+
+    def __repr__(self) -> str:
+        return f"<EmuProgram {self.name} {'interpreted' if self.interpreted else self.arch}>"
+
+
+class AmdEmuDevice(Device):
+    """Host memory, the PYTHON interpreter for ordinary kernels, the emulator for AMD machine code."""
+
+    def __init__(self, name: str = "AMD:EMU", variant: str | None = None):
+        if name.upper() == "AMD" and variant is None:
+            raise DeviceError(f"device AMD (hardware) is unavailable here: {kfd_missing()}; "
+                              "AMD:EMU runs AMD kernels in the emulator")
+        super().__init__(name, variant, allocator=CPUAllocator(), program=EmuProgram)
+        self.threads = 1
+        self.arch = os.environ.get("AMD_ARCH", "gfx1200")
+        if self.arch not in EMU_ARCHS:
+            raise DeviceError(f"AMD_ARCH={self.arch!r}: the emulator runs {', '.join(EMU_ARCHS)}")
+
+
+def hardware_renderer() -> Any:
+    raise DeviceError(f"AMD hardware renderer unavailable: {kfd_missing()}")
