@@ -93,3 +93,19 @@ def test_custom_kernel_instructions_must_be_amd():
     ins = [AmdIns("gfx942", tg_amd.assemble("s_endpgm", "gfx942"))]
     with pytest.raises(ValueError, match="is for gfx942"):
         Tensor.custom_kernel(out, fxn=lambda o: custom_program("cdna", ins, (1,), (64,)))[0].realize()
+
+
+def test_custom_kernels_become_code_objects():
+    """What the AMD:EMU renderer hands the loader is an AMDHSA code object with the kernel's facts."""
+    from dataclasses import replace
+
+    from tg_amd.codeobj import read_code_object
+    from tg_amd.device import AmdKernel, EmuRenderer
+    ins = [AmdKernel(8192, (True, False, False)), *_copy_kernel("gfx1100")]
+    sink = custom_program("twice_plus_one", ins, (4,), (64,))
+    lib = EmuRenderer().render("twice_plus_one", sink.replace(arg=replace(sink.arg, n_args=2)))
+    info = read_code_object(lib)
+    kernel = info["kernels"]["twice_plus_one"]
+    assert info["arch"] == "gfx1100" and kernel["descriptor"]["group_segment_fixed_size"] == 8192
+    assert [arg[".name"] for arg in kernel["metadata"][".args"]] == ["arg0", "arg1"]
+    assert kernel["code"] == b"".join(i.code for i in ins[1:])

@@ -354,3 +354,50 @@ def test_runaway_loop_and_missing_endpgm(arch, monkeypatch):
         Program(tg_amd.assemble("loop:\ns_branch loop", arch), arch).run_wave()
     with pytest.raises(EmulatorError, match="no s_endpgm"):
         Program(tg_amd.assemble("s_nop 0", arch), arch).run_wave()
+
+
+# -------------------------------------------------------------------------------- code objects
+
+def _ids_kernel() -> str:
+    """Stores s2, s3, s4 and ttmp9 at out[0:4] (RDNA3 code: where its workgroup ids may be)."""
+    return """
+    s_load_b64 s[8:9], s[0:1], 0x0
+    v_mov_b32 v1, s2
+    v_mov_b32 v2, s3
+    v_mov_b32 v3, s4
+    v_mov_b32 v4, ttmp9
+    v_mov_b32 v5, ttmp7
+    v_mov_b32 v6, 0
+    s_waitcnt lgkmcnt(0)
+    global_store_b128 v6, v[1:4], s[8:9]
+    s_endpgm
+    """
+
+
+def test_code_object_descriptor_places_workgroup_ids_on_rdna3():
+    """Only y and z enabled: y lands in s2 and z in s3, right after the two kernarg-pointer user SGPRs."""
+    from tg_amd.emulator import load_code_object, run_code_object
+    co = tg_amd.code_object("ids", _ids_kernel(), "gfx1100", kernargs=["out"], workgroup_id=(False, True, True))
+    _, launch = load_code_object(co)
+    assert launch.user_sgprs == 2 and launch.workgroup_id == (False, True, True)
+    out = np.zeros(4, np.uint32)
+    run_code_object(co, [out], (1, 5, 7), (32,))   # every workgroup writes the same place: the last wins
+    assert out[:2].tolist() == [4, 6]
+
+
+def test_code_object_lds_size_is_enforced():
+    from tg_amd.emulator import run_code_object
+    src = "v_mov_b32 v1, 2000\nds_store_b32 v1, v0\ns_wait_dscnt 0\ns_endpgm"
+    run_code_object(tg_amd.code_object("lds", src, "gfx1200", lds_size=4096), [], (1,), (32,))
+    with pytest.raises(EmulatorError, match="outside the 1024 bytes of LDS"):
+        run_code_object(tg_amd.code_object("lds", src, "gfx1200", lds_size=1024), [], (1,), (32,))
+
+
+def test_code_objects_the_emulator_cannot_honour_are_refused():
+    from tg_amd.emulator import load_code_object
+    with pytest.raises(EmulatorError, match="dispatch_ptr"):
+        load_code_object(tg_amd.code_object("k", "s_endpgm", "gfx1200", dispatch_ptr=True))
+    with pytest.raises(EmulatorError, match="wave64"):
+        load_code_object(tg_amd.code_object("k", "s_endpgm", "gfx1100", wave32=False))
+    with pytest.raises(EmulatorError, match="cannot load the code object"):
+        load_code_object(b"\x7fELF" + bytes(60))

@@ -79,3 +79,19 @@ def test_kernel_uses_padded_lds_and_prefetch():
 def test_bad_shapes_are_refused(shape):
     with pytest.raises(ShapeError, match="multiple of"):
         check_shape(*shape)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_gemm_from_its_code_object(arch):
+    """The same kernel packaged as an AMDHSA code object; the emulator takes the launch state from its
+    descriptor (workgroup ids x and y only, 20 KiB of LDS)."""
+    import tg_amd
+    from tg_amd.emulator import load_code_object, run_code_object
+    kern = gemm_kernel(256, 128, 64, arch)
+    co = tg_amd.code_object(kern.name, kern.code, arch, kernargs=["c", "a", "b"], lds_size=kern.lds_bytes,
+                            workgroup_id=(True, True, False), max_workgroup_size=128)
+    assert load_code_object(co)[1].lds_bytes == LDS_BYTES
+    a, b = small_ints((256, 64), 8), small_ints((64, 128), 9)
+    c = np.zeros((256, 128), np.float32)
+    run_code_object(co, [c, a, b], kern.global_size, kern.local_size)
+    np.testing.assert_array_equal(c, a.astype(np.float32) @ b.astype(np.float32))

@@ -2,8 +2,11 @@
 
 In: kernels from the scheduler. An ordinary kernel (a SINK in REDUCE form) is pickled by the PYTHON
 renderer and interpreted; a custom kernel (``tgcore.custom.custom_program`` whose INS uops carry
-``AmdIns``) is rendered to ``MAGIC + arch + machine code`` and run by ``tg_amd.emulator`` with the launch
-dimensions the engine binds. Out: buffers in host memory (the CPU allocator), written in place.
+``AmdIns``, optionally led by one ``AmdKernel`` with its LDS size and workgroup-id enables) is rendered
+to an AMDHSA code object (``tg_amd.codeobj``: the ELF the ROCm loader would take), which the program
+loader reads back and runs in ``tg_amd.emulator`` with the launch state its kernel descriptor asks for
+and the launch dimensions the engine binds. Out: buffers in host memory (the CPU allocator), written in
+place.
 
 Device strings: ``AMD:EMU`` (renderer ``EMU`` of device ``AMD``). Plain ``AMD`` would be the hardware,
 which tg-amd does not drive: it fails with "unavailable: no /dev/kfd" (or "not implemented" on a machine
@@ -25,8 +28,9 @@ from tgcore.runtime.python import PythonProgram
 from tgcore.runtime.registry import DeviceError
 from tgcore.uop import UOp
 
-MAGIC = b"TGAMDEMU"
+ELF_MAGIC = b"\x7fELF"
 EMU_ARCHS = ("gfx1200", "gfx1201", "gfx1100")
+MAX_LDS = 65536
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,15 @@ class AmdIns:
         return self.text or self.code.hex()
 
 
+@dataclass(frozen=True)
+class AmdKernel:
+    """Launch facts of an AMD custom kernel, given as its first INS arg (it encodes to no bytes).
+
+    Without one, a kernel gets all of LDS (64 KiB) and all three workgroup ids."""
+    lds_bytes: int = MAX_LDS
+    workgroup_id: tuple[bool, bool, bool] = (True, True, True)
+
+
 def kfd_missing() -> str | None:
     """Why the AMD hardware cannot be used here (always a reason: tg-amd has no hardware runtime)."""
     if not os.path.exists("/dev/kfd"):
@@ -48,18 +61,26 @@ def kfd_missing() -> str | None:
 
 
 def render_custom(name: str, sink: UOp) -> bytes:
-    """A custom program of ``AmdIns`` -> ``MAGIC`` + arch name (16 bytes, NUL padded) + machine code."""
-    insts = [u.arg for u in sink.src]
+    """A custom program of ``AmdIns`` (after an optional ``AmdKernel``) -> an AMDHSA code object."""
+    from tg_amd.codeobj import code_object
+    args = [u.arg for u in sink.src]
+    info = args[0] if args and isinstance(args[0], AmdKernel) else AmdKernel()
+    insts = args[1:] if args and isinstance(args[0], AmdKernel) else args
     bad = [type(i).__name__ for i in insts if not isinstance(i, AmdIns)]
-    if bad:
-        raise TypeError(f"AMD:EMU custom kernel {name!r}: INS args must be tg_amd.device.AmdIns, got {bad[0]}")
+    if bad or not insts:
+        raise TypeError(f"AMD:EMU custom kernel {name!r}: INS args must be tg_amd.device.AmdIns (after an optional "
+                        f"AmdKernel), got {bad[0] if bad else 'none'}")
     archs = {i.arch for i in insts}
     if len(archs) != 1:
         raise ValueError(f"AMD:EMU custom kernel {name!r} mixes archs {sorted(archs)}")
     arch = archs.pop()
     if arch not in EMU_ARCHS:
         raise ValueError(f"AMD:EMU runs {', '.join(EMU_ARCHS)} code, kernel {name!r} is for {arch}")
-    return MAGIC + arch.encode().ljust(16, b"\0") + b"".join(i.code for i in insts)
+    launch = sink.arg
+    threads = launch.local_size[0] * launch.local_size[1] * launch.local_size[2]
+    return code_object(name, b"".join(i.code for i in insts), arch,
+                       kernargs=[f"arg{i}" for i in range(launch.n_args)], lds_size=info.lds_bytes,
+                       workgroup_id=info.workgroup_id, max_workgroup_size=min(threads, 1024))
 
 
 class EmuRenderer(PythonRenderer):
@@ -75,16 +96,16 @@ class EmuRenderer(PythonRenderer):
 
 
 class EmuProgram:
-    """``EmuProgram(name, lib)``: an interpreted kernel, or machine code for the emulator (by ``MAGIC``)."""
+    """``EmuProgram(name, lib)``: an interpreted kernel (a pickled SINK), or a code object for the emulator."""
 
     def __init__(self, name: str, lib: bytes):
-        from tg_amd.emulator import program
+        from tg_amd.emulator import load_code_object
         self.name = name
         self.interpreted: PythonProgram | None = None
         self.last_stats: Any = None
-        if lib.startswith(MAGIC):
-            self.arch = lib[len(MAGIC):len(MAGIC) + 16].rstrip(b"\0").decode()
-            self.machine = program(bytes(lib[len(MAGIC) + 16:]), self.arch)
+        if lib.startswith(ELF_MAGIC):
+            self.machine, self.launch = load_code_object(bytes(lib), name)
+            self.arch = self.machine.arch.name
         else:
             self.interpreted = PythonProgram(name, lib)
 
@@ -95,7 +116,7 @@ class EmuProgram:
         if global_size is None or local_size is None:
             raise ValueError(f"AMD:EMU kernel {self.name!r} needs global_size and local_size")
         start = time.perf_counter()
-        self.last_stats = self.machine.run(list(bufs), tuple(global_size), tuple(local_size))
+        self.last_stats = self.machine.run(list(bufs), tuple(global_size), tuple(local_size), self.launch)
         return time.perf_counter() - start if wait else None
 
     def __repr__(self) -> str:

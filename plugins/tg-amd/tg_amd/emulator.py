@@ -5,15 +5,17 @@ the DSL objects), the arch, the kernel's buffers (numpy arrays or allocator hand
 workgroups per dimension) and the workgroup size. Out: the buffers, written in place, and ``RunStats``
 (instructions executed per mnemonic, waves, workgroups).
 
-Launch state, as the hardware sets it up for a kernel with only the kernarg pointer as user SGPR:
+Launch state, as the hardware sets it up (``Launch``; by default: the kernarg pointer as the only user
+SGPRs, all three workgroup ids enabled; ``load_code_object`` reads it from a kernel descriptor instead):
 - ``s[0:1]``: the kernarg segment: the buffers' addresses in argument order, 8 bytes each.
-- workgroup ids: RDNA4: ``ttmp9`` = x, ``ttmp7`` = y | z << 16; RDNA3: ``s2, s3, s4`` = x, y, z (the
-  system SGPRs right after the user SGPRs).
+- workgroup ids: RDNA4: ``ttmp9`` = x, ``ttmp7`` = y | z << 16; RDNA3: the enabled ones of x, y, z in
+  the SGPRs right after the user SGPRs (``s2, s3, s4`` by default).
 - ``v0``: the thread id within the workgroup, packed: x | y << 10 | z << 20.
 - ``EXEC``: the wave's live lanes (a partial last wave has the rest off). Other registers start as a
   poison pattern (NaN as f32/f16), so a kernel that reads an uninitialised register goes visibly wrong.
 Global memory: buffer i lives at ``GlobalMemory.BASE + i * 2**36``; an access outside every buffer
-raises ``EmulatorError``. LDS: 64 KiB per workgroup, zeroed.
+raises ``EmulatorError``. LDS: ``Launch.lds_bytes`` per workgroup (default 64 KiB; a code object's
+group segment size), zeroed.
 
 How: the program is decoded and compiled once (``tg_amd.emu_ops``) into one closure per instruction.
 Workgroups run one after another; the waves of a workgroup run round-robin, each until it blocks at a
@@ -36,11 +38,20 @@ from tg_amd.emu_ops import BLOCK, END, Context, compile_inst
 from tg_amd.emu_state import EXEC, FULL, TTMP, WAVE, EmulatorError, GlobalMemory, Wave, Workgroup
 from tg_amd.inst import Inst
 
-__all__ = ["EmulatorError", "Program", "RunStats", "run_kernel", "LDS_BYTES", "MAX_INSTRUCTIONS"]
+__all__ = ["EmulatorError", "Launch", "Program", "RunStats", "load_code_object", "run_code_object", "run_kernel",
+           "LDS_BYTES", "MAX_INSTRUCTIONS"]
 
 LDS_BYTES = 64 * 1024
 MAX_INSTRUCTIONS = 200_000_000  # per launch: a kernel that loops forever fails instead of hanging
 COUNTERS = {12: ("load", "ds", "km"), 11: ("vm", "lgkm")}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What the hardware puts in registers at wave start, and the LDS a workgroup gets."""
+    user_sgprs: int = 2                                      # the kernarg pointer, s[0:1]
+    workgroup_id: tuple[bool, bool, bool] = (True, True, True)
+    lds_bytes: int = LDS_BYTES
 
 
 @dataclass
@@ -92,7 +103,7 @@ class Program:
         return [op.unsupported for op in self.ops if hasattr(op, "unsupported")]
 
     def run(self, buffers: list[Any], global_size: tuple[int, ...], local_size: tuple[int, ...],
-            lds_bytes: int = LDS_BYTES) -> RunStats:
+            launch: Launch = Launch()) -> RunStats:
         """Launch the kernel over ``global_size`` workgroups of ``local_size`` threads (see module docstring)."""
         grid, block = _dims(global_size, "global_size"), _dims(local_size, "local_size")
         threads = block[0] * block[1] * block[2]
@@ -110,7 +121,7 @@ class Program:
                 for gz in range(grid[2]):
                     for gy in range(grid[1]):
                         for gx in range(grid[0]):
-                            group = self._workgroup((gx, gy, gz), block, kernarg_addr, lds_bytes)
+                            group = self._workgroup((gx, gy, gz), block, kernarg_addr, launch)
                             stats.waves += len(group.waves)
                             stats.workgroups += 1
                             self._run_group(group, hits, stats)
@@ -136,7 +147,7 @@ class Program:
         self.memory.memory = memory
         stats = RunStats()
         try:
-            group = self._workgroup((0, 0, 0), (WAVE * waves, 1, 1), kernarg_addr, LDS_BYTES)
+            group = self._workgroup((0, 0, 0), (WAVE * waves, 1, 1), kernarg_addr, Launch())
             for w in group.waves:
                 w.s[EXEC] = exec_mask
                 for reg, values in (vgprs or {}).items():
@@ -150,8 +161,9 @@ class Program:
         return group.waves
 
     def _workgroup(self, gid: tuple[int, int, int], block: tuple[int, int, int], kernarg: int,
-                   lds_bytes: int) -> Workgroup:
-        group = Workgroup(gid, lds_bytes)
+                   launch: Launch) -> Workgroup:
+        group = Workgroup(gid, launch.lds_bytes)
+        id_sgprs = [g for g, on in zip(gid, launch.workgroup_id, strict=True) if on]
         threads = block[0] * block[1] * block[2]
         tid = np.arange(-(-threads // WAVE) * WAVE)
         packed = (tid % block[0]) | (tid // block[0] % block[1]) << 10 | (tid // (block[0] * block[1])) << 20
@@ -164,7 +176,8 @@ class Program:
                 w.s[TTMP + 9] = gid[0]
                 w.s[TTMP + 7] = gid[1] & 0xFFFF | (gid[2] & 0xFFFF) << 16
             else:
-                w.s[2], w.s[3], w.s[4] = gid
+                for i, value in enumerate(id_sgprs):
+                    w.s[launch.user_sgprs + i] = value
             w.v[0] = packed[wi * WAVE:(wi + 1) * WAVE].astype(np.uint32)
             group.waves.append(w)
         return group
@@ -228,6 +241,49 @@ def program(code: bytes, arch: str) -> Program:
 
 
 def run_kernel(code: bytes, arch: str | Arch, buffers: list[Any], global_size: tuple[int, ...],
-               local_size: tuple[int, ...], lds_bytes: int = LDS_BYTES) -> RunStats:
+               local_size: tuple[int, ...], launch: Launch = Launch()) -> RunStats:
     """Run machine code on ``buffers`` (written in place): see the module docstring."""
-    return program(bytes(code), get_arch(arch).name).run(buffers, global_size, local_size, lds_bytes)
+    return program(bytes(code), get_arch(arch).name).run(buffers, global_size, local_size, launch)
+
+
+def load_code_object(data: bytes, name: str | None = None) -> tuple[Program, Launch]:
+    """The program and launch state of kernel ``name`` (default: the only one) in an AMDHSA code object.
+
+    The descriptor decides the user SGPRs (only the kernarg pointer is supported), which workgroup ids
+    the hardware writes, wave32, and the LDS size; the code is the bytes at the descriptor's entry.
+    """
+    from tg_amd.codeobj import read_code_object
+    try:
+        info = read_code_object(bytes(data))
+    except ValueError as e:
+        raise EmulatorError(f"cannot load the code object: {e}") from None
+    kernels = info["kernels"]
+    if name is None and len(kernels) != 1:
+        raise EmulatorError(f"the code object has kernels {sorted(kernels)}; name one")
+    kernel = kernels.get(name) if name is not None else next(iter(kernels.values()))
+    if kernel is None:
+        raise EmulatorError(f"no kernel {name!r} in the code object (it has {sorted(kernels)})")
+    desc = kernel["descriptor"]
+    props, rsrc2 = desc["properties"], desc["rsrc2"]
+    unsupported = [key for key in ("enable_sgpr_dispatch_ptr", "enable_sgpr_queue_ptr", "enable_sgpr_dispatch_id",
+                                   "enable_sgpr_private_segment_buffer", "enable_sgpr_flat_scratch_init")
+                   if props.get(key)] + (["enable_private_segment"] if rsrc2.get("enable_private_segment") else [])
+    if unsupported:
+        raise EmulatorError(f"kernel descriptor enables {', '.join(unsupported)}: the emulator only provides "
+                            "the kernarg pointer and workgroup ids")
+    if not props["enable_wavefront_size32"]:
+        raise EmulatorError("the kernel is wave64; the emulator runs wave32")
+    users = rsrc2["user_sgpr_count"]
+    if props["enable_sgpr_kernarg_segment_ptr"] != 1 or users < 2:
+        raise EmulatorError(f"kernel descriptor: kernarg pointer {props['enable_sgpr_kernarg_segment_ptr']}, "
+                            f"{users} user SGPRs; the emulator needs the kernarg pointer in s[0:1]")
+    launch = Launch(users, (bool(rsrc2["enable_sgpr_workgroup_id_x"]), bool(rsrc2["enable_sgpr_workgroup_id_y"]),
+                            bool(rsrc2["enable_sgpr_workgroup_id_z"])), desc["group_segment_fixed_size"])
+    return program(bytes(kernel["code"]), info["arch"]), launch
+
+
+def run_code_object(data: bytes, buffers: list[Any], global_size: tuple[int, ...], local_size: tuple[int, ...],
+                    name: str | None = None) -> RunStats:
+    """Run a kernel of an AMDHSA code object on ``buffers`` (its arguments, 8-byte pointers in order)."""
+    prog, launch = load_code_object(data, name)
+    return prog.run(buffers, global_size, local_size, launch)

@@ -19,7 +19,7 @@ from functools import lru_cache
 from typing import Any
 
 from tg_amd.assembler import decode_all
-from tg_amd.device import AmdEmuDevice, AmdIns
+from tg_amd.device import AmdEmuDevice, AmdIns, AmdKernel
 from tg_amd.kernels.gemm import GemmKernel, ShapeError, check_shape, gemm_kernel
 from tg_amd.syntax import format_inst
 from tgcore.custom import custom_program
@@ -56,7 +56,7 @@ def asm_gemm_plan(m: int, n: int, k: int, device: str, arch: str | None = None) 
 def _launch(kern: GemmKernel) -> Any:
     def build(c: UOp, a: UOp, b: UOp) -> UOp:
         m, n, k = kern.shape
-        ins = list(kernel_instructions(kern.code, kern.arch))
+        ins = [AmdKernel(kern.lds_bytes, (True, True, False)), *kernel_instructions(kern.code, kern.arch)]
         return custom_program(kern.name, ins, kern.global_size, kern.local_size, ops=kern.flops,
                               mem=2 * (m * k + k * n) + 4 * m * n)
     return build
