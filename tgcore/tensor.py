@@ -224,7 +224,8 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
         for t in todo:
             lazy = t.uop
             buf = result[lazy]
-            realized[lazy] = buf
+            if not _is_constant(lazy):  # (constants are cheap to recompute and their nodes are shared)
+                realized[lazy] = buf
             if leaves and any(n in leaves for n in lazy.toposort):
                 t._graph = lazy  # reading a value must not cut the graph backward() walks
             t.uop = UOp(Ops.RESHAPE, buf.dtype, (buf,), t.shape)
@@ -436,12 +437,21 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
 
     # ---------------------------------------------------------------- elementwise
     def _const(self, value: Scalar, dtype: DType) -> Tensor:
-        """``value`` broadcast to this tensor's shape (built directly: this is on every scalar operation's path)."""
-        c, shape = UOp.const(dtype, value), self.shape
-        if not shape:
-            return self._new(c)
-        c = UOp(Ops.RESHAPE, dtype, (c,), (1,) * len(shape))
-        return self._new(c if all(s == 1 for s in shape) else UOp(Ops.EXPAND, dtype, (c,), shape))
+        """``value`` broadcast to this tensor's shape. Built once per (value, dtype, shape) and then reused:
+        this is on every scalar operation's path, and loops use the same few constants over and over."""
+        shape = self.shape
+        key = (dtype, shape, value.hex() if type(value) is float else (type(value), value))  # -0.0 is not 0.0
+        u = _const_uops.get(key)
+        if u is None:
+            u = UOp.const(dtype, value)
+            if shape:
+                u = UOp(Ops.RESHAPE, dtype, (u,), (1,) * len(shape))
+                if any(s != 1 for s in shape):
+                    u = UOp(Ops.EXPAND, dtype, (u,), shape)
+            if len(_const_uops) >= 4096:
+                _const_uops.clear()
+            _const_uops[key] = u
+        return self._new(u)
 
     def _broadcast_pair(self, other: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
         if isinstance(other, Tensor):
@@ -449,6 +459,8 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
                 raise ValueError(f"tensors on different devices: {self.device} and {other.device}; use .to()")
             dt = least_upper_dtype(self.dtype, other.dtype)
             a, b = self.cast(dt), other.cast(dt)
+            shape = _broadcast_shape(a.shape, b.shape)
+            a, b = a._broadcast_to(shape), b._broadcast_to(shape)
         elif isinstance(other, (bool, int, float, np.generic)):
             value = other.item() if isinstance(other, np.generic) else other
             dt = self.dtype
@@ -457,11 +469,9 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
             elif isinstance(value, int) and not isinstance(value, bool) and dt is dtypes.bool:
                 dt = dtypes.default_int
             a = self.cast(dt)
-            b = a._const(value, dt)
+            b = a._const(value, dt)  # already a's shape
         else:
             return NotImplemented, NotImplemented  # type: ignore[return-value]
-        shape = _broadcast_shape(a.shape, b.shape)
-        a, b = a._broadcast_to(shape), b._broadcast_to(shape)
         return (b, a) if reverse else (a, b)
 
     def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
@@ -758,6 +768,10 @@ def _vmin(x: Any) -> Any:
     return x.vmin if isinstance(x, UOp) else x
 
 
+# (dtype, shape, value) -> the constant broadcast to that shape; see Tensor._const
+_const_uops: dict[tuple, UOp] = {}
+
+
 def _vmax(x: Any) -> Any:
     return x.vmax if isinstance(x, UOp) else x
 
@@ -771,6 +785,12 @@ def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
             raise ValueError(f"shapes {a} and {b} cannot be broadcast together")
         out.append(y if x == 1 else x)
     return tuple(out)
+
+
+def _is_constant(u: UOp) -> bool:
+    while u.op is Ops.RESHAPE or u.op is Ops.EXPAND:
+        u = u.src[0]
+    return u.op is Ops.CONST
 
 
 def _is_realized(u: UOp) -> bool:

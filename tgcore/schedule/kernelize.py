@@ -68,6 +68,13 @@ def new_buffer_uop(device: str, size: int, dtype: DType) -> UOp:
     return u
 
 
+def new_view_uop(base: UOp, size: int, offset_bytes: int) -> UOp:
+    """A fresh BUFFER uop for ``size`` elements of ``base``'s buffer starting ``offset_bytes`` in."""
+    u = UOp(Ops.BUFFER, base.dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(_unique)), base.src[1]), size)
+    buffers[u] = buffers[base].view(size, base.dtype, offset_bytes)
+    return u
+
+
 def buffer_device(u: UOp) -> str:
     return u.src[1].arg
 
@@ -79,14 +86,7 @@ class ScheduleItem:
     device: str
     kind: str                # "elementwise", "reduce", "copy", "custom"
     var_vals: dict[str, int] = field(default_factory=dict)
-
-
-def view_of_buffer(u: UOp) -> UOp | None:
-    """The BUFFER under ``u`` when ``u`` is that buffer's data, merely reshaped; else None."""
-    while u.op is Ops.RESHAPE:
-        u = u.src[0]
-    u = realized_buffer(u) or u
-    return u if u.op is Ops.BUFFER else None
+    buf_uops: tuple[UOp, ...] = ()  # the BUFFER uops behind ``bufs`` (compute kernels; the schedule cache maps them)
 
 
 def _node_device(n: UOp, src_devices: list[str | None]) -> str | None:
@@ -185,13 +185,14 @@ class Kernelizer:
         self._expand_cost: dict[UOp, int] = {}
         self.var_vals: dict[str, int] = {}
         self.custom: dict[UOp, list[UOp]] = {}  # CUSTOM_KERNEL -> its buffers, once scheduled
+        self.views: dict[UOp, tuple[UOp, int, int]] = {}  # view BUFFER -> (base BUFFER, size, offset in bytes)
 
     def worth_realizing_before_expand(self, node: UOp, factor: int) -> bool:
         """Whether ``node`` should get a kernel of its own rather than be recomputed for every copy an
         expand makes of it: when it does real work (a dozen ALU ops or more: an activation, a dequantization)
         and is broadcast many times over (as a matmul broadcasts each input over the other's rows; per-block
         scales broadcast over a quantization block of 32 stay fused)."""
-        if factor < MIN_BROADCAST or node.op is Ops.BUFFER or realized_buffer(node) is not None or node in self.done:
+        if factor < MIN_BROADCAST or node.op is Ops.BUFFER or self.cached(node) is not None or node in self.done:
             return False
         cached = self._expand_cost.get(node)
         if cached is None:
@@ -216,15 +217,30 @@ class Kernelizer:
                 return True
             node = users[0]
 
+    def cached(self, node: UOp) -> UOp | None:
+        """The buffer an earlier realize left ``node``'s value in, if it is on the device ``node`` computes on
+        (a graph of constants has no device of its own: the same node may be realized on several)."""
+        buf = realized_buffer(node)
+        if buf is None or buffer_device(buf) != (self.device.get(node) or self.default_device):
+            return None
+        return buf
+
+    def view_of_buffer(self, u: UOp) -> UOp | None:
+        """The BUFFER under ``u`` when ``u`` is that buffer's data, merely reshaped; else None."""
+        while u.op is Ops.RESHAPE:
+            u = u.src[0]
+        u = self.cached(u) or u
+        return u if u.op is Ops.BUFFER else None
+
     # ---- kernels ----
     def realize(self, node: UOp) -> UOp:
         """Make sure ``node``'s value sits in a buffer; returns the BUFFER uop."""
-        cached = realized_buffer(node)
+        cached = self.cached(node)
         if cached is not None:
             return cached
         if node in self.done:
             return self.done[node]
-        base = view_of_buffer(node)
+        base = self.view_of_buffer(node)
         if base is not None and prod(shape_of(node)) == base.arg:
             return base
         view = self.contiguous_view(node.src[0] if node.op is Ops.CONTIGUOUS else node)
@@ -248,7 +264,7 @@ class Kernelizer:
         chain = node
         while chain.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.EXPAND, Ops.FLIP, Ops.PAD):
             chain = chain.src[0]
-        chain = realized_buffer(chain) or self.done.get(chain, chain)
+        chain = self.cached(chain) or self.done.get(chain, chain)
         if chain.op is not Ops.BUFFER or chain is node or chain not in buffers:
             return None
         shape = shape_of(node)
@@ -263,10 +279,8 @@ class Kernelizer:
         offset = (value.src[0].src[1] - linear_index(idx, shape, builder.idt)).simplify()
         if offset.op is not Ops.CONST:
             return None
-        base_buf = buffers[chain]
-        view = UOp(Ops.BUFFER, chain.dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(_unique)), chain.src[1]),
-                   prod(shape))
-        buffers[view] = base_buf.view(prod(shape), chain.dtype, offset.arg * chain.dtype.itemsize)
+        view = new_view_uop(chain, prod(shape), offset.arg * chain.dtype.itemsize)
+        self.views[view] = (chain, prod(shape), offset.arg * chain.dtype.itemsize)
         return view
 
     def _copy_kernel(self, node: UOp) -> UOp:
@@ -290,7 +304,7 @@ class Kernelizer:
         ast = UOp.sink(store)
         kind = "reduce" if any(n.op is Ops.REDUCE for n in ast.toposort) else "elementwise"
         self.items.append(ScheduleItem(ast, [buffers[b] for b in kernel.param_bufs], device, kind,
-                                       dict(kernel.var_vals)))
+                                       dict(kernel.var_vals), tuple(kernel.param_bufs)))
         self.done[node] = out
         return out
 
@@ -316,7 +330,7 @@ class Kernelizer:
         base = target
         while base.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP):
             base = base.src[0]
-        base = realized_buffer(base) or self.done.get(base, base)
+        base = self.cached(base) or self.done.get(base, base)
         if base.op is not Ops.BUFFER:
             raise ValueError("assign needs a target that is (a view of) a realized buffer; realize it first")
         shape = shape_of(target)
@@ -389,7 +403,7 @@ class _KernelBuilder:
 
     def _lower(self, node: UOp, idx: tuple[UOp, ...], gate: UOp | None, direct: bool) -> UOp:
         op, owner = node.op, self.owner
-        if node in owner.done or realized_buffer(node) is not None:
+        if node in owner.done or owner.cached(node) is not None:
             return self.load(owner.realize(node), idx, shape_of(node), gate)
         if op is Ops.BUFFER:
             return self.load(node, idx, shape_of(node), gate)
@@ -487,10 +501,22 @@ def _identity(op: Ops, dtype: DType) -> Any:
     return dtype.min
 
 
-def create_schedule(outs: list[UOp], default_device: str) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-    """Kernels computing ``outs`` (in dependency order) and, for each out, its BUFFER uop."""
+def kernelize(outs: list[UOp], default_device: str) -> tuple[Kernelizer, dict[UOp, UOp]]:
+    """Cut the graph of ``outs`` into kernels: the Kernelizer (its items and views) and each out's BUFFER uop."""
     rewritten = split_large_reductions(outs)
     sink = UOp.sink(*rewritten.values())
     k = Kernelizer(default_device, sink)
-    result = {u: k.realize(rewritten[u]) for u in outs}
+    return k, {u: k.realize(rewritten[u]) for u in outs}
+
+
+def create_schedule(outs: list[UOp], default_device: str) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+    """Kernels computing ``outs`` (in dependency order) and, for each out, its BUFFER uop.
+
+    A graph whose structure was scheduled before reuses that schedule (``tgcore.schedule.cache``)."""
+    from tgcore.schedule.cache import cached_schedule
+    if _cache_enabled[-1]:
+        cached = cached_schedule(outs, default_device)
+        if cached is not None:
+            return cached
+    k, result = kernelize(outs, default_device)
     return k.items, result

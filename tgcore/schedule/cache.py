@@ -1,0 +1,182 @@
+"""Reuse a schedule for graphs of the same structure (the warm path of ``Tensor.realize``).
+
+In:  the tensor-level UOps to realize and the default device.
+Out: what ``create_schedule`` returns (kernels in order, each out's BUFFER uop), or None when the
+     graph is not one this cache handles (then the caller schedules it from scratch).
+
+How: a walk over the lazy graph stops at its leaves: BUFFERs, and nodes an earlier realize already
+computed. The key lists every inner node as (op, dtype, arg, positions of its sources) and every
+leaf as (dtype, size, device, shape, which distinct buffer). Loops that rebuild the same
+expression every step (training without the JIT, small eager calls) produce the same key. On a
+miss the graph is rebuilt over placeholder buffers, scheduled, and kept as a template: each
+kernel's AST with the BUFFER uops it reads and writes. On a hit the template is filled in:
+placeholders become the real buffers, every buffer the schedule made becomes a fresh one, and a
+view of an input becomes the same view of the real input. Kernel ASTs do not depend on which
+buffers they run on, so the compiled programs are shared as well.
+
+Only plain compute graphs are cached. COPY, ASSIGN and custom kernels have effects beyond their
+result, DISK buffers are files; graphs with those are scheduled afresh every time.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from tgcore.schedule.kernelize import (
+    ScheduleItem,
+    buffer_device,
+    buffers,
+    kernelize,
+    new_buffer_uop,
+    new_view_uop,
+    realized_buffer,
+)
+from tgcore.schedule.shape import shape_of
+from tgcore.uop import Ops, UOp
+
+MAX_ENTRIES = 512
+UNCACHEABLE = frozenset({Ops.COPY, Ops.ASSIGN, Ops.CUSTOM_KERNEL, Ops.AFTER})
+
+
+@dataclass
+class _Template:
+    placeholders: list[UOp]                        # one placeholder BUFFER per distinct leaf buffer
+    items: list[tuple[UOp, tuple[UOp, ...], str, str, dict[str, int]]]  # (ast, buffer uops, device, kind, vars)
+    views: dict[UOp, tuple[UOp, int, int]]          # view uop -> (base uop, size, offset in bytes)
+    results: list[UOp]                              # each out's BUFFER uop in the template
+
+
+_templates: OrderedDict[tuple, _Template] = OrderedDict()
+
+
+class CacheStats:
+    """Hits and misses of the schedule cache since the last ``clear()`` (tests and benchmarks read them)."""
+    hits = 0
+    misses = 0
+
+
+def _is_constant(n: UOp) -> bool:
+    """A constant, possibly reshaped and expanded: a subgraph with no buffer that stands for itself in the key."""
+    while n.op is Ops.RESHAPE or n.op is Ops.EXPAND:
+        n = n.src[0]
+    return n.op is Ops.CONST
+
+
+class _Walk:
+    """The structural key of a graph, and its leaf buffers in order of first appearance."""
+
+    def __init__(self, outs: list[UOp], default_device: str) -> None:
+        self.parts: list[Any] = []
+        self.leaves: list[UOp] = []          # distinct leaf BUFFER uops
+        self.ok = True
+        parts, index, leaf_index = self.parts, {}, {}  # type: ignore[var-annotated]
+        stack: list[tuple[UOp, bool]] = [(o, False) for o in reversed(outs)]
+        while stack:
+            n, ready = stack.pop()
+            if n in index:
+                continue
+            if ready:
+                index[n] = len(parts)
+                parts.append((n.op, n.dtype, n.arg, tuple([index[s] for s in n.src])))
+                continue
+            if _is_constant(n):  # hash-consed and holds no buffer: the node itself is its key
+                index[n] = len(parts)
+                parts.append(n)
+                continue
+            buf = n if n.op is Ops.BUFFER else realized_buffer(n)
+            if buf is not None:
+                # (a node computed earlier on another device is rescheduled by the kernelizer: not a leaf here)
+                if buf not in buffers or buffer_device(buf).startswith("DISK") or \
+                        (buf is not n and buffer_device(buf) != default_device):
+                    self.ok = False
+                    return
+                if buf not in leaf_index:
+                    leaf_index[buf] = len(self.leaves)
+                    self.leaves.append(buf)
+                index[n] = len(parts)
+                parts.append(("leaf", leaf_index[buf], n is buf, shape_of(n), buf.dtype, buf.arg,
+                              buffer_device(buf)))
+                continue
+            if n.op in UNCACHEABLE:
+                self.ok = False
+                return
+            stack.append((n, True))
+            for s in reversed(n.src):
+                if s not in index:
+                    stack.append((s, False))
+        self.outs = tuple(index[o] for o in outs)
+
+
+def _placeholder_graph(parts: list[Any], outs: tuple[int, ...]) -> tuple[list[UOp], list[UOp]]:
+    """The graph the key describes, over fresh placeholder buffers: (its outs, the placeholders)."""
+    nodes: list[UOp] = []
+    placeholders: dict[int, UOp] = {}
+    for part in parts:
+        if isinstance(part, UOp):
+            nodes.append(part)
+        elif part[0] == "leaf":
+            _, leaf, is_buffer, shape, dtype, size, device = part
+            if leaf not in placeholders:
+                placeholders[leaf] = new_buffer_uop(device, size, dtype)
+            ph = placeholders[leaf]
+            nodes.append(ph if is_buffer else UOp(Ops.RESHAPE, dtype, (ph,), shape))
+        else:
+            op, dtype, arg, srcs = part
+            nodes.append(UOp(op, dtype, tuple(nodes[i] for i in srcs), arg))
+    return [nodes[i] for i in outs], [placeholders[i] for i in range(len(placeholders))]
+
+
+def _make_template(walk: _Walk, default_device: str) -> _Template:
+    outs, placeholders = _placeholder_graph(walk.parts, walk.outs)
+    k, result = kernelize(outs, default_device)
+    items = [(si.ast, si.buf_uops, si.device, si.kind, si.var_vals) for si in k.items]
+    if any(len(bu) != len(si.bufs) for (_, bu, *_), si in zip(items, k.items, strict=True)):
+        raise AssertionError("a cacheable schedule has kernels without buffer uops")
+    return _Template(placeholders, items, dict(k.views), [result[o] for o in outs])
+
+
+def _real(u: UOp, t: _Template, env: dict[UOp, UOp]) -> UOp:
+    """The buffer uop of this realize standing for template buffer ``u`` (made on first use)."""
+    r = env.get(u)
+    if r is None:
+        if u in t.views:
+            base, size, offset = t.views[u]
+            r = new_view_uop(_real(base, t, env), size, offset)
+        else:
+            r = new_buffer_uop(buffer_device(u), u.arg, u.dtype)
+        env[u] = r
+    return r
+
+
+def _instantiate(t: _Template, leaves: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
+    env: dict[UOp, UOp] = dict(zip(t.placeholders, leaves, strict=True))
+    items = []
+    for ast, buf_uops, device, kind, var_vals in t.items:
+        real_uops = tuple(_real(u, t, env) for u in buf_uops)
+        items.append(ScheduleItem(ast, [buffers[u] for u in real_uops], device, kind, dict(var_vals), real_uops))
+    return items, [_real(r, t, env) for r in t.results]
+
+
+def cached_schedule(outs: list[UOp], default_device: str) -> tuple[list[ScheduleItem], dict[UOp, UOp]] | None:
+    walk = _Walk(outs, default_device)
+    if not walk.ok:
+        return None
+    key: Any = (default_device, walk.outs, tuple(walk.parts))
+    template = _templates.get(key)
+    if template is None:
+        CacheStats.misses += 1
+        template = _templates[key] = _make_template(walk, default_device)
+        if len(_templates) > MAX_ENTRIES:
+            _templates.popitem(last=False)
+    else:
+        CacheStats.hits += 1
+        _templates.move_to_end(key)
+    items, results = _instantiate(template, walk.leaves)
+    return items, dict(zip(outs, results, strict=True))
+
+
+def clear() -> None:
+    """Forget every cached schedule (tests)."""
+    _templates.clear()
+    CacheStats.hits = CacheStats.misses = 0
