@@ -95,3 +95,24 @@ def test_gemm_from_its_code_object(arch):
     c = np.zeros((256, 128), np.float32)
     run_code_object(co, [c, a, b], kern.global_size, kern.local_size)
     np.testing.assert_array_equal(c, a.astype(np.float32) @ b.astype(np.float32))
+
+
+def test_exact_check_catches_k_block_mispairing():
+    """The upstream bug, injected: A's base advanced one K block before the first loads, so A's block k+1
+    meets B's block k. (A gets a spare row so the kernel still reads valid memory.) The exact check fails,
+    and the emulator computes precisely what the broken kernel asks for: A shifted by 32 columns."""
+    import tg_amd
+    from tg_amd.inst import Inst
+    from tg_amd.operands import s
+    kern = gemm_kernel(256, 256, 256, "gfx1200")
+    program = list(kern.program)
+    first_load = next(i for i, x in enumerate(program) if getattr(x, "name", "") == "global_load_b128")
+    program[first_load:first_load] = [Inst("s_add_co_u32", (s[6], s[6], 64)),
+                                      Inst("s_add_co_ci_u32", (s[7], s[7], 0))]
+    broken = tg_amd.assemble(program, "gfx1200")
+    a, b = small_ints((257, 256), 10), small_ints((256, 256), 11)
+    c = np.zeros((256, 256), np.float32)
+    run_kernel(broken, "gfx1200", [c, a, b], kern.global_size, kern.local_size)
+    assert not np.array_equal(c, a[:256].astype(np.float32) @ b.astype(np.float32))
+    shifted = a.reshape(-1)[32:32 + 256 * 256].reshape(256, 256)
+    np.testing.assert_array_equal(c, shifted.astype(np.float32) @ b.astype(np.float32))
