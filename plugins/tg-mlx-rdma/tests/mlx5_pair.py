@@ -112,8 +112,8 @@ def many_a(s: Side) -> dict:
     start = time.perf_counter()
     counters = []
     for i in range(MANY):
-        while s.qp.send_slots == 0:
-            counters += [c.wqe_counter for c in s.cq.poll() if c.opcode == prm.CQE_REQ]
+        if s.qp.send_slots == 0:
+            counters += [c.wqe_counter for c in s.cq.wait(1, timeout=120) if c.opcode == prm.CQE_REQ]
         src[i % depth] = i
         s.qp.post_send("SEND", s.small, 8 * (i % depth), 8, ring=(i % 8 == 7 or i == MANY - 1))
     while len(counters) < MANY:

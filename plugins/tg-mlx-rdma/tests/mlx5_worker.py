@@ -19,11 +19,13 @@ import tgcore
 def main() -> int:
     scenario = sys.argv[1]
     timeout = float(os.environ.get("TG_TEST_TIMEOUT", "60"))
+    chunk = 256 << 10  # small chunks: a 1 MiB message is 4 SENDs through the 2 slots
     if "--mpi" in sys.argv:
-        tr = tgcore.transport("mlx5", model=True, exchange="mpi", timeout=timeout)
+        tr = tgcore.transport("mlx5", model=True, exchange="mpi", timeout=timeout, chunk=chunk)
     else:
         rank, world, address = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-        tr = tgcore.transport("mlx5", model=True, rank=rank, world_size=world, rendezvous=address, timeout=timeout)
+        tr = tgcore.transport("mlx5", model=True, rank=rank, world_size=world, rendezvous=address, timeout=timeout,
+                              chunk=chunk)
     if scenario == "suite":
         suite(tr, "--big" in sys.argv)
     elif scenario == "mismatch":

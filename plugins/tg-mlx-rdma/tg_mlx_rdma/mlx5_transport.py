@@ -7,13 +7,13 @@ In:  ``tgcore.transport("mlx5", rank=, world_size=, rendezvous="host:port")`` (o
 Out: a ``Transport``: ``send``, ``recv``, ``allreduce``, ``barrier``, ``close``.
 
 How: every pair of ranks gets an RC queue pair; the QP numbers and GIDs are exchanged over the TCP
-rendezvous (rank 0 listens, collects one JSON line per rank and answers with the table) or MPI. A message
-is the 16-word wire header then the data in ``CHUNK``-byte SENDs. The sender copies each chunk into one of
-two registered send slots (so one chunk is on the wire while the next is copied), the receiver posts two
-receive slots and copies each arrived chunk into the result tensor: device memory must be registered, so
-this path has one copy on each side. A SEND the peer has no receive for yet waits in the device (RNR retry)
-until the peer's ``recv`` posts one or the timeout ends it. ``allreduce`` and ``barrier`` gather to rank 0
-and broadcast back.
+rendezvous (rank 0 listens, collects one JSON line per rank and answers with the table) or MPI. A message is
+the 16-word wire header then the data in ``chunk``-byte SENDs (default ``CHUNK``). The sender copies each
+chunk into one of two registered send slots (so one chunk is on the wire while the next is copied), the
+receiver posts two receive slots and copies each arrived chunk into the result tensor: device memory must be
+registered, so this path has one copy on each side. A SEND the peer has no receive for yet waits in the
+device (RNR retry) until the peer's ``recv`` posts one or the timeout ends it. ``allreduce`` and ``barrier``
+gather to rank 0 and broadcast back.
 """
 from __future__ import annotations
 
@@ -123,12 +123,12 @@ def _mpi_exchange(mine: dict) -> tuple[int, int, list[dict]]:
 class _Peer:
     """The QP to one other rank, its CQ and its registered send/receive slots."""
 
-    def __init__(self, dev: Any, pd: int, rank: int) -> None:
+    def __init__(self, dev: Any, pd: int, rank: int, chunk: int) -> None:
         self.rank = rank
         self.cq = dev.create_cq(6)
         self.qp = dev.create_qp(pd, self.cq, self.cq, 5, 5)
-        self.send_mr = dev.reg_mr(pd, dev.alloc(SLOTS * CHUNK), remote_write=False)
-        self.recv_mr = dev.reg_mr(pd, dev.alloc(SLOTS * CHUNK))
+        self.send_mr = dev.reg_mr(pd, dev.alloc(SLOTS * chunk), remote_write=False)
+        self.recv_mr = dev.reg_mr(pd, dev.alloc(SLOTS * chunk))
         self.send_view = self.send_mr.buf.view
         self.recv_view = self.recv_mr.buf.view
 
@@ -140,9 +140,12 @@ class Mlx5Transport(Transport):
 
     def __init__(self, rank: int | None = None, world_size: int | None = None, rendezvous: str | None = None,
                  exchange: str = "tcp", model: bool = False, fabric: str | None = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, chunk: int = CHUNK) -> None:
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        if not (HEADER_BYTES <= chunk <= 1 << 30 and chunk % 64 == 0):
+            raise ValueError(f"chunk must be a multiple of 64 bytes from {HEADER_BYTES} to 1 GiB, got {chunk!r}")
+        self.chunk = chunk
         if exchange not in ("tcp", "mpi"):
             raise ValueError(f"exchange must be 'tcp' or 'mpi', got {exchange!r}")
         self.timeout = float(timeout)
@@ -179,7 +182,7 @@ class Mlx5Transport(Transport):
             rank, world = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
         assert rank is not None and world is not None
         self.rank, self.world_size = rank, world
-        self.peers = {r: _Peer(self.dev, self.pd, r) for r in range(world) if r != rank}
+        self.peers = {r: _Peer(self.dev, self.pd, r, self.chunk) for r in range(world) if r != rank}
         mine = {"rank": rank, "gid": self.dev.gid.hex(), "qpn": {str(r): p.qp.qpn for r, p in self.peers.items()}}
         if world == 1:
             table = [mine]
@@ -226,14 +229,14 @@ class Mlx5Transport(Transport):
 
     # ---------------------------------------------------------------- point to point
     def _send_bytes(self, peer: _Peer, data: memoryview, what: str) -> None:
-        """``data`` as SENDs of at most CHUNK bytes, through the two send slots."""
+        """``data`` as SENDs of at most self.chunk bytes, through the two send slots."""
         inflight = 0
-        for i, start in enumerate(range(0, max(data.nbytes, 1), CHUNK)):
+        for i, start in enumerate(range(0, max(data.nbytes, 1), self.chunk)):
             if inflight == SLOTS:
                 self._wait(peer, 1, what)
                 inflight -= 1
-            n = min(CHUNK, data.nbytes - start)
-            slot = (i % SLOTS) * CHUNK
+            n = min(self.chunk, data.nbytes - start)
+            slot = (i % SLOTS) * self.chunk
             peer.send_view[slot:slot + n] = data[start:start + n]
             peer.qp.post_send("SEND", peer.send_mr, slot, n)
             inflight += 1
@@ -242,23 +245,23 @@ class Mlx5Transport(Transport):
 
     def _recv_bytes(self, peer: _Peer, out: memoryview | None, nbytes: int, what: str) -> None:
         """Receive ``nbytes`` (at least one SEND) into ``out`` (None: discard)."""
-        chunks = max(-(-nbytes // CHUNK), 1)
+        chunks = max(-(-nbytes // self.chunk), 1)
         posted = 0
         for _ in range(min(SLOTS, chunks)):
-            peer.qp.post_recv(peer.recv_mr, (posted % SLOTS) * CHUNK, CHUNK)
+            peer.qp.post_recv(peer.recv_mr, (posted % SLOTS) * self.chunk, self.chunk)
             posted += 1
         for i in range(chunks):
             (c,) = self._wait(peer, 1, what)
-            slot = (i % SLOTS) * CHUNK
-            start = i * CHUNK
-            want = min(CHUNK, nbytes - start)
+            slot = (i % SLOTS) * self.chunk
+            start = i * self.chunk
+            want = min(self.chunk, nbytes - start)
             if c.byte_count != want:
                 raise self._mismatch(f"rank {self.rank}: {what}: rank {peer.rank} sent a chunk of {c.byte_count} "
                                      f"bytes where {want} were due", peer.rank)
             if out is not None and want:
                 out[start:start + want] = peer.recv_view[slot:slot + want]
             if posted < chunks:
-                peer.qp.post_recv(peer.recv_mr, slot, CHUNK)
+                peer.qp.post_recv(peer.recv_mr, slot, self.chunk)
                 posted += 1
 
     def _mismatch(self, message: str, peer: int) -> CommError:
