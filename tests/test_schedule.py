@@ -123,3 +123,11 @@ def test_debug_levels_show_ast_source_and_uops(level, marker):
                        env=dict(os.environ, DEBUG=str(level)))
     assert r.returncode == 0, r.stderr
     assert marker in r.stdout
+
+
+def test_a_long_lazy_chain_schedules_without_recursion_errors():
+    x = Tensor(np.zeros(4, np.float32))
+    t = x
+    for _ in range(3000):
+        t = t + 1.0
+    assert t.tolist() == [3000.0] * 4

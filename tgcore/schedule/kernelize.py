@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import sys
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -428,7 +429,7 @@ class _KernelBuilder:
         if op is Ops.DETACH:
             return self.lower(node.src[0], idx, gate, direct)
         # ALU, CAST, BITCAST: same index for every source
-        src = tuple(self.lower(s, idx, gate, direct) for s in node.src)
+        src = tuple([self.lower(s, idx, gate, direct) for s in node.src])  # (a list: no C frame per level)
         return node.replace(src=src)
 
     def _movement(self, node: UOp, idx: tuple[UOp, ...], gate: UOp | None, direct: bool) -> UOp:
@@ -501,12 +502,25 @@ def _identity(op: Ops, dtype: DType) -> Any:
     return dtype.min
 
 
+@contextlib.contextmanager
+def _deep_recursion(nodes: int) -> Iterator[None]:
+    """Lowering recurses along the graph's longest path (a few Python frames per node): a long lazy chain
+    needs more than Python's default limit. The calls are Python-to-Python, so they use no C stack."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 1000 + 4 * nodes))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
 def kernelize(outs: list[UOp], default_device: str) -> tuple[Kernelizer, dict[UOp, UOp]]:
     """Cut the graph of ``outs`` into kernels: the Kernelizer (its items and views) and each out's BUFFER uop."""
     rewritten = split_large_reductions(outs)
     sink = UOp.sink(*rewritten.values())
     k = Kernelizer(default_device, sink)
-    return k, {u: k.realize(rewritten[u]) for u in outs}
+    with _deep_recursion(len(k.consumers)):
+        return k, {u: k.realize(rewritten[u]) for u in outs}
 
 
 def create_schedule(outs: list[UOp], default_device: str) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
