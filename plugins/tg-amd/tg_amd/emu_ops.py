@@ -375,9 +375,20 @@ def _carry(inst: Inst, ctx: Context) -> Op:
 
 
 # ---- WMMA
-def _halves(w: Wave, reg: int, count: int) -> np.ndarray:
-    """VGPRs reg..reg+count-1 as (32 lanes, 2*count) f16: lane l's halves in register order, low half first."""
-    return np.ascontiguousarray(w.v[reg:reg + count].T).view(np.float16)
+# Register blocks viewed as float16: VGPR r, lane l, half h is element [r, 2l + h] of v[reg:reg+n].view(f16).
+def _rdna4_operand(w: Wave, reg: int) -> np.ndarray:
+    """4 VGPRs -> the 16x16 matrix [i][k] held by lanes i and i+16: k = 8*(l//16) + 2r + h."""
+    x = w.v[reg:reg + 4].view(np.float16).reshape(4, 2, 16, 2)     # [r, l//16, l%16, h]
+    return x.transpose(2, 1, 0, 3).astype(np.float64).reshape(16, 16)
+
+
+def _rdna3_operand(w: Wave, reg: int) -> np.ndarray | None:
+    """8 VGPRs -> [i][k] with k = 2r + h from lanes 0-15; None if lanes 16-31 do not repeat them."""
+    regs = w.v[reg:reg + 8]
+    if not np.array_equal(regs[:, :16], regs[:, 16:]):
+        return None
+    x = regs.view(np.float16).reshape(8, 2, 16, 2)[:, 0]              # [r, l, h], lanes 0-15
+    return x.transpose(1, 0, 2).astype(np.float64).reshape(16, 16)
 
 
 def _wmma(inst: Inst, ctx: Context) -> Op:
@@ -386,33 +397,25 @@ def _wmma(inst: Inst, ctx: Context) -> Op:
     if inst.mods:
         raise ctx.fail(inst, f"modifiers {sorted(inst.mods)} are not supported by the emulator")
     d, a, b, c = (vreg(op, inst, ctx) for op in inst.operands)
-    rdna3 = ctx.gen == 11
 
-    def op(w: Wave) -> None:
+    def rdna4(w: Wave) -> None:
         if w.s[EXEC] != FULL:
             raise ctx.fail(inst, f"WMMA needs all 32 lanes enabled, EXEC is 0x{w.s[EXEC]:08x}")
-        if rdna3:   # lane l: row (A) / column (B) l%16, all 16 K values; lanes 16-31 repeat lanes 0-15
-            xa, xb = _halves(w, a, 8), _halves(w, b, 8)
-            for x, what in ((xa, "A"), (xb, "B")):
-                if not np.array_equal(x[:16].view(np.uint16), x[16:].view(np.uint16)):
-                    raise ctx.fail(inst, f"RDNA3 wave32 WMMA: {what} lanes 16-31 must repeat lanes 0-15")
-            am, bt = xa[:16], xb[:16]
-            cc = w.v[c:c + 8].view(np.float32)             # VGPR r, lane l: C[2r + l//16][l%16]
-            cm = np.empty((16, 16), dtype=np.float32)
-            cm[0::2], cm[1::2] = cc[:, :16], cc[:, 16:]
-        else:       # lane l: row/column l%16, K values 8*(l//16) .. +7
-            xa, xb = _halves(w, a, 4), _halves(w, b, 4)
-            am = np.concatenate((xa[:16], xa[16:]), axis=1)
-            bt = np.concatenate((xb[:16], xb[16:]), axis=1)
-            cc = w.v[c:c + 8].view(np.float32)             # VGPR r, lane l: C[r + 8*(l//16)][l%16]
-            cm = np.concatenate((cc[:, :16], cc[:, 16:]), axis=0)
-        dm = (am.astype(np.float64) @ bt.astype(np.float64).T + cm).astype(np.float32)
-        if rdna3:
-            out = np.concatenate((dm[0::2], dm[1::2]), axis=1)
-        else:
-            out = np.concatenate((dm[:8], dm[8:]), axis=1)
-        w.v[d:d + 8] = out.view(np.uint32)
-    return op
+        am, bt = _rdna4_operand(w, a), _rdna4_operand(w, b)
+        cm = w.v[c:c + 8].view(np.float32).reshape(8, 2, 16).transpose(1, 0, 2).reshape(16, 16)  # C[r + 8*hi][n]
+        dm = (am @ bt.T + cm).astype(np.float32)
+        w.v[d:d + 8] = dm.reshape(2, 8, 16).transpose(1, 0, 2).reshape(8, 32).view(np.uint32)
+
+    def rdna3(w: Wave) -> None:
+        if w.s[EXEC] != FULL:
+            raise ctx.fail(inst, f"WMMA needs all 32 lanes enabled, EXEC is 0x{w.s[EXEC]:08x}")
+        am, bt = _rdna3_operand(w, a), _rdna3_operand(w, b)
+        if am is None or bt is None:
+            raise ctx.fail(inst, f"RDNA3 wave32 WMMA: {'A' if am is None else 'B'} lanes 16-31 must repeat lanes 0-15")
+        cm = w.v[c:c + 8].view(np.float32).reshape(16, 16)                # VGPR r, lane l: C[2r + l//16][l%16]
+        dm = (am @ bt.T + cm).astype(np.float32)
+        w.v[d:d + 8] = dm.reshape(8, 32).view(np.uint32)
+    return rdna3 if ctx.gen == 11 else rdna4
 
 
 # ------------------------------------------------------------------------------------------ scalar ALU
@@ -785,25 +788,54 @@ def _ds(inst: Inst, ctx: Context) -> Op:
         datas = [vreg(op, inst, ctx) for op in inst.operands[1:]]
     dwords = max(1, nbytes // 4)
     span = np.arange(nbytes)
+    word_span = np.arange(dwords)
     what = f"{inst.name} at byte {ctx.pos}"
     counter = ctx.ds_counter
+    # fast paths: whole aligned dwords through a uint32 view of LDS, aligned 16-bit through a uint16 view
+    unit = 4 if nbytes % 4 == 0 else 2 if nbytes == 2 else 1
+    if any(off % unit for off in offsets):
+        unit = 1
 
     def op(w: Wave) -> None:
         act = _active(w)
         cols = ALL_LANES if act is None else act
-        base = w.v[addr, cols].astype(np.int64)
+        base = (w.v[addr] if act is None else w.v[addr, cols]).astype(np.int64)
         lds = w.group.lds
-        stores = [] if load else [_regs_to_bytes(w.v[d:d + dwords, cols], nbytes, d16 == "hi") for d in datas]
+        if len(base):
+            lo, hi = int(base.min()) + min(offsets), int(base.max()) + max(offsets)
+            lds_check(w.group.lds_bytes, lo, hi, nbytes, what)
+        step = unit if unit == 1 or not (base & (unit - 1)).any() else 1
+        if load:
+            stores: list[Any] = []
+        elif step == 4:
+            stores = [w.v[d:d + dwords, cols].T.copy() for d in datas]
+        elif step == 2:
+            stores = [(w.v[d, cols] >> np.uint32(16) if d16 == "hi" else w.v[d, cols]).astype(np.uint16)
+                      for d in datas]
+        else:
+            stores = [_regs_to_bytes(w.v[d:d + dwords, cols], nbytes, d16 == "hi") for d in datas]
 
         def complete() -> None:   # LDS operations of a wave happen in order, when the wave waits for them
             for i, (off, reg) in enumerate(zip(offsets, datas, strict=True)):
                 addrs = base + off
-                lds_check(lds, addrs, nbytes, what)
-                where = addrs[:, None] + span
-                if load:
-                    _write_loaded(w, reg, act, _bytes_to_regs(lds[where], nbytes, signed), d16)
+                if step == 4:
+                    where = (addrs >> 2)[:, None] + word_span
+                    if load:
+                        _write_loaded(w, reg, act, lds.view(np.uint32)[where].T, d16)
+                    else:
+                        lds.view(np.uint32)[where] = stores[i]
+                elif step == 2:
+                    if load:
+                        halves = lds.view("<i2" if signed else "<u2")[addrs >> 1]
+                        _write_loaded(w, reg, act, halves.astype(np.int64).astype(np.uint32)[None], d16)
+                    else:
+                        lds.view(np.uint16)[addrs >> 1] = stores[i]
                 else:
-                    lds[where] = stores[i]
+                    where = addrs[:, None] + span
+                    if load:
+                        _write_loaded(w, reg, act, _bytes_to_regs(lds[where], nbytes, signed), d16)
+                    else:
+                        lds[where] = stores[i]
         w.queues[counter].append(complete)
     return op
 

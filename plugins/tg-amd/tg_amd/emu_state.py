@@ -91,7 +91,8 @@ class Workgroup:
 
     def __init__(self, gid: tuple[int, int, int], lds_bytes: int):
         self.gid = gid
-        self.lds = np.zeros(lds_bytes, dtype=np.uint8)
+        self.lds_bytes = lds_bytes
+        self.lds = np.zeros(-(-lds_bytes // 4) * 4, dtype=np.uint8)   # whole dwords, for the uint32 view
         self.waves: list[Wave] = []
 
 
@@ -102,6 +103,9 @@ def as_bytes(buf: Any) -> np.ndarray:
             raise EmulatorError("buffers must be C-contiguous")
         return buf.reshape(-1).view(np.uint8)
     return np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
+
+
+ALL = slice(None)
 
 
 class GlobalMemory:
@@ -120,8 +124,14 @@ class GlobalMemory:
     def address(self, index: int) -> int:
         return self.BASE + index * self.STRIDE
 
-    def _locate(self, addrs: np.ndarray, nbytes: int, what: str) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def _locate(self, addrs: np.ndarray, nbytes: int, what: str) -> list[tuple[np.ndarray, Any, np.ndarray]]:
         """(region bytes, lane positions, byte offsets) per buffer the addresses fall in; checks bounds."""
+        lo, hi = int(addrs.min()), int(addrs.max())
+        r = (lo - self.BASE) >> 36
+        if r == (hi - self.BASE) >> 36 and 0 <= r < len(self.regions):   # one buffer: the usual case
+            start = self.address(r)
+            if hi - start + nbytes <= len(self.regions[r]):
+                return [(self.regions[r], ALL, (addrs - np.uint64(start)).astype(np.int64))]
         rel = addrs.astype(np.uint64) - np.uint64(self.BASE)
         region = (rel >> np.uint64(36)).astype(np.int64)
         out = []
@@ -153,7 +163,8 @@ class GlobalMemory:
             mem[offs[:, None] + span] = data[where]
 
 
-def lds_check(lds: np.ndarray, addrs: np.ndarray, nbytes: int, what: str) -> None:
-    if len(addrs) and (int(addrs.max()) + nbytes > len(lds) or int(addrs.min()) < 0):
-        bad = int(addrs.max()) if int(addrs.max()) + nbytes > len(lds) else int(addrs.min())
-        raise EmulatorError(f"{what}: LDS address {bad} (+{nbytes} bytes) is outside the {len(lds)} bytes of LDS")
+def lds_check(size: int, lo: int, hi: int, nbytes: int, what: str) -> None:
+    """Addresses ``lo``..``hi`` (each + ``nbytes``) must lie in the workgroup's ``size`` bytes of LDS."""
+    if lo < 0 or hi + nbytes > size:
+        bad = lo if lo < 0 else hi
+        raise EmulatorError(f"{what}: LDS address {bad} (+{nbytes} bytes) is outside the {size} bytes of LDS")
