@@ -401,3 +401,24 @@ def test_code_objects_the_emulator_cannot_honour_are_refused():
         load_code_object(tg_amd.code_object("k", "s_endpgm", "gfx1100", wave32=False))
     with pytest.raises(EmulatorError, match="cannot load the code object"):
         load_code_object(b"\x7fELF" + bytes(60))
+
+
+@pytest.mark.parametrize("arch", ["gfx1100"])
+def test_global_16bit_halves(arch):
+    """d16 loads replace one half of the VGPR and keep the other; d16_hi stores write the high half."""
+    src = np.arange(64, dtype=np.uint16) * 0x0101 + 0x1000
+    dst = np.zeros(64, dtype=np.uint16)
+    w = run("s_load_b128 s[4:7], s[0:1], 0x0\ns_waitcnt lgkmcnt(0)\nv_lshlrev_b32 v1, 1, v0\n"
+            "global_load_d16_b16 v2, v1, s[6:7]\nglobal_load_d16_hi_b16 v3, v1, s[6:7]\ns_waitcnt vmcnt(0)\n"
+            "global_store_d16_hi_b16 v1, v4, s[4:5]", arch, {2: np.full(32, 0xAAAABBBB), 3: np.full(32, 0xAAAABBBB),
+                                                          4: np.arange(32) << 16}, buffers=(dst, src))[0]
+    assert w.v[2].tolist() == [0xAAAA0000 | int(x) for x in src[:32]]
+    assert w.v[3].tolist() == [int(x) << 16 | 0xBBBB for x in src[:32]]
+    assert dst[:32].tolist() == list(range(32)) and not dst[32:].any()
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_unsupported_modifier_is_refused_when_reached(arch):
+    prog = Program(tg_amd.assemble("v_add_nc_u32_e64 v0, v1, v2 clamp\ns_endpgm", arch), arch)
+    with pytest.raises(EmulatorError, match=f"v_add_nc_u32: modifier clamp is not supported.*arch {arch}"):
+        prog.run_wave()

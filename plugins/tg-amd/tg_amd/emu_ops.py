@@ -676,16 +676,22 @@ def _sopp(inst: Inst, ctx: Context) -> Op:
 
 # ------------------------------------------------------------------------------------------ memory
 
-MEM_RE = re.compile(r"^(?:global|ds|s)_(load|store)(?:_2addr(?:_stride64)?)?_([biu])(8|16|32|64|96|128|256|512)"
-                    r"(_d16_hi|_d16)?$")
+MEM_RE = re.compile(r"^(?:global|ds|s)_(load|store)(?:_2addr(?:_stride64)?)?_([biu])(8|16|32|64|96|128|256|512)$")
 
 
 def _mem_shape(name: str) -> tuple[bool, int, bool, str]:
-    """(is load, bytes, sign-extend, d16 part '' / 'lo' / 'hi') of a memory instruction name."""
-    m = MEM_RE.match(name.replace("_d16_hi_", "_").replace("load_d16_", "load_"))
+    """(is load, bytes, sign-extend, d16 part '' / 'lo' / 'hi') of a memory instruction name.
+
+    16-bit halves: ``ds_load_u16_d16(_hi)``, ``ds_store_b16_d16_hi`` (suffix) and ``global_load_d16(_hi)_b16``,
+    ``global_store_d16_hi_b16`` (infix)."""
+    d16 = ""
+    for marker, part in (("_d16_hi", "hi"), ("_d16", "lo")):
+        if marker in name:
+            d16, name = part, name.replace(marker, "", 1)
+            break
+    m = MEM_RE.match(name)
     if m is None:
         raise KeyError(name)
-    d16 = "hi" if m.group(4) == "_d16_hi" else "lo" if m.group(4) == "_d16" else ""
     return m.group(1) == "load", int(m.group(3)) // 8, m.group(2) == "i", d16
 
 

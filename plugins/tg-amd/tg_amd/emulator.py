@@ -96,7 +96,20 @@ class Program:
         self.names = [inst.name + (f" :: {inst.dual.name}" if inst.dual else "") for inst in self.insts]
         index_of = {pos: i for i, pos in enumerate(self.positions)}
         self.memory = _MemoryBox()
-        self.ops = [compile_inst(inst, Context(self.arch, pos, index_of, self.memory)) for pos, inst in decoded]
+        self.ops = [self._compile(inst, Context(self.arch, pos, index_of, self.memory)) for pos, inst in decoded]
+
+    @staticmethod
+    def _compile(inst: Inst, ctx: Context) -> Any:
+        """The instruction's closure; operands the emulator cannot handle give an op that raises when reached."""
+        try:
+            return compile_inst(inst, ctx)
+        except EmulatorError as e:
+            message = str(e) if str(e).startswith(inst.name) else str(ctx.fail(inst, str(e)))
+
+            def refuse(w: Wave) -> None:
+                raise EmulatorError(message)
+            refuse.unsupported = message  # type: ignore[attr-defined]
+            return refuse
 
     @property
     def unsupported(self) -> list[str]:
