@@ -112,3 +112,28 @@ def test_bad_arguments_are_clear_errors():
         asm_gemm(a.reshape(2, 64, 64), a)
     with pytest.raises(ValueError, match="is on"):
         asm_gemm(a, Tensor(np.ones((64, 128), np.float32), device="PYTHON"))
+
+
+def test_jit_replays_asm_gemm(emulator_runs):
+    import tgcore
+
+    @tgcore.jit
+    def step(a, b):
+        return (asm_gemm(a, b) * 2).realize()
+
+    for _ in range(3):
+        a, b = ints((128, 64)), ints((64, 128))
+        out = step(Tensor(a, device="AMD:EMU").realize(), Tensor(b, device="AMD:EMU").realize())
+        np.testing.assert_array_equal(out.numpy(), 2 * (a @ b))
+    assert len(emulator_runs) == 3
+
+
+def test_gfx1201_and_env_arch(emulator_runs, monkeypatch):
+    a, b = ints((128, 64)), ints((64, 128))
+    c = asm_gemm(Tensor(a, device="AMD:EMU"), Tensor(b, device="AMD:EMU"), arch="gfx1201")
+    np.testing.assert_array_equal(c.numpy(), a @ b)
+    close_devices()
+    monkeypatch.setenv("AMD_ARCH", "gfx1100")
+    c = asm_gemm(Tensor(a, device="AMD:EMU"), Tensor(b, device="AMD:EMU"))
+    np.testing.assert_array_equal(c.numpy(), a @ b)
+    assert emulator_runs == ["gfx1201", "gfx1100"]

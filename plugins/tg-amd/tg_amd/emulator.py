@@ -24,6 +24,7 @@ them. Memory operations complete at the ``s_wait*``/``s_waitcnt`` that covers th
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -96,6 +97,7 @@ class Program:
         self.names = [inst.name + (f" :: {inst.dual.name}" if inst.dual else "") for inst in self.insts]
         index_of = {pos: i for i, pos in enumerate(self.positions)}
         self.memory = _MemoryBox()
+        self.lock = threading.Lock()   # one launch at a time: the compiled ops share the memory box
         self.ops = [self._compile(inst, Context(self.arch, pos, index_of, self.memory)) for pos, inst in decoded]
 
     @staticmethod
@@ -119,6 +121,11 @@ class Program:
     def run(self, buffers: list[Any], global_size: tuple[int, ...], local_size: tuple[int, ...],
             launch: Launch = Launch()) -> RunStats:
         """Launch the kernel over ``global_size`` workgroups of ``local_size`` threads (see module docstring)."""
+        with self.lock:
+            return self._run(buffers, global_size, local_size, launch)
+
+    def _run(self, buffers: list[Any], global_size: tuple[int, ...], local_size: tuple[int, ...],
+             launch: Launch) -> RunStats:
         grid, block = _dims(global_size, "global_size"), _dims(local_size, "local_size")
         threads = block[0] * block[1] * block[2]
         if threads > 1024:
@@ -156,6 +163,11 @@ class Program:
         ``vgprs`` maps a VGPR number to 32 lane values (uint32 bits), ``sgprs`` a scalar operand code to a
         value; they are applied after the launch state (kernarg pointer, ids, v0). Returns the waves.
         """
+        with self.lock:
+            return self._run_from_state(vgprs, sgprs, exec_mask, buffers, waves)
+
+    def _run_from_state(self, vgprs: dict[int, Any] | None, sgprs: dict[int, int] | None, exec_mask: int,
+                  buffers: tuple[Any, ...], waves: int) -> list[Wave]:
         memory = GlobalMemory(list(buffers))
         kernarg = np.array([memory.address(i) for i in range(len(buffers))] or [0], dtype="<u8")
         kernarg_addr = memory.add(kernarg)
@@ -202,13 +214,13 @@ class Program:
         while live:
             progressed = False
             for w in live:
-                progressed |= self._run_wave(w, hits, stats)
+                progressed |= self._step_wave(w, hits, stats)
             live = [w for w in live if not w.done]
             if live and not progressed:
                 where = ", ".join(f"wave {w.index} at byte {self.positions[w.pc]}" for w in live)
                 raise EmulatorError(f"deadlock in workgroup {group.gid}: every live wave waits at a barrier ({where})")
 
-    def _run_wave(self, w: Wave, hits: list[int], stats: RunStats) -> bool:
+    def _step_wave(self, w: Wave, hits: list[int], stats: RunStats) -> bool:
         """Run ``w`` until it blocks or ends; True if it executed anything."""
         ops, pc, n = self.ops, w.pc, 0
         end = len(ops)
