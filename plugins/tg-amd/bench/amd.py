@@ -45,9 +45,12 @@ def run_gemm(m: int, n: int, k: int, arch: str) -> tuple[RunStats, float]:
     prog = Program(kern.code, arch)
     stats = prog.run([c, a, b], kern.global_size, kern.local_size)
     a32, b32 = a.astype(np.float32), b.astype(np.float32)
-    start = time.process_time()
-    a32 @ b32
-    return stats, time.process_time() - start
+    best = float("inf")
+    for _ in range(5):   # best of 5: the machine may be shared
+        start = time.perf_counter()
+        a32 @ b32
+        best = min(best, time.perf_counter() - start)
+    return stats, best
 
 
 def alu_loop(arch: str, iterations: int = 2000) -> RunStats:
@@ -68,6 +71,7 @@ def throughput(quick: bool) -> None:
     print("   wall clock in brackets: the machine may be shared)")
     print(f"   {'kernel':28s} {'instructions':>12s} {'cpu s':>6s} {'inst/s':>9s} {'(wall inst/s)':>14s} {'waves':>6s}"
           f" {'numpy matmul':>13s} {'emulator/numpy':>15s}")
+    print("   (numpy: float32 matmul of the same inputs, best of 5 wall-clock runs)")
     sizes = [256] if quick else [256, 384]
     for arch in ("gfx1200", "gfx1100"):
         for size in sizes:

@@ -3,13 +3,13 @@
 In: an ``Inst`` from ``tg_amd.decoder`` (so from the encoded bytes), the arch, its byte position and the
 map from byte positions to instruction indices. Out: a closure that executes the instruction on a
 ``Wave`` and returns ``None`` (fall through), an instruction index (branch taken), ``BLOCK`` (wait at a
-barrier; call again later) or ``END``.
+barrier; call again later) or ``END``. Memory instructions live in ``tg_amd.emu_mem``.
 
-How: operands are resolved once, here, into small reader/writer closures (a VGPR row, an SGPR slot, a
-precomputed constant); a vector instruction is then one numpy operation over the 32 lanes. Semantics are
-tables keyed by mnemonic (``VALU``, ``SOP2``, ...) written from the RDNA3/RDNA4 ISA guides. Instructions
-not in the tables compile to an op that raises ``EmulatorError`` naming the instruction, arch and byte
-offset when reached.
+How: operands are resolved once (``tg_amd.emu_operands``) into small reader/writer closures (a
+VGPR row, an SGPR slot, a precomputed constant); a vector instruction is then one numpy operation
+over the 32 lanes. Semantics are tables keyed by mnemonic (``VALU``, ``SOP2``, ...) written from the
+RDNA3/RDNA4 ISA guides. Instructions not in the tables compile to an op that raises
+``EmulatorError`` naming the instruction, arch and byte offset when reached.
 
 Numerics: f32 add/mul are numpy's (IEEE, round to nearest even); FMA and f16 arithmetic are computed in
 float64 and rounded once to the result type (FMA may differ from a fused op in the last bit in rare
@@ -23,138 +23,31 @@ from typing import Any
 
 import numpy as np
 
-from tg_amd.emu_state import EXEC, FULL, NULL, VCC, EmulatorError, Wave, lanes, lds_check, mask_of
+from tg_amd.emu_mem import ds_op, global_op, smem_op
+from tg_amd.emu_operands import (
+    BLOCK,
+    END,
+    M32,
+    M64,
+    U64_32,
+    Context,
+    Op,
+    f16,
+    f32,
+    i32,
+    sread,
+    swriter,
+    to_bits,
+    u32,
+    u64,
+    unsupported,
+    vread,
+    vreg,
+)
+from tg_amd.emu_state import EXEC, FULL, VCC, Wave, lanes, mask_of
 from tg_amd.inst import Inst
-from tg_amd.operands import OFF, SPECIALS, Mod, Reg, float_bits
 
-Op = Callable[[Wave], Any]
-BLOCK, END = -1, -2
-M32, M64 = 0xFFFFFFFF, (1 << 64) - 1
-U64_32 = np.uint64(32)
-ALL_LANES = np.arange(32)
-
-u32, i32, f32, f16, u64 = "u32", "i32", "f32", "f16", "u64"
-NP = {u32: np.uint32, i32: np.int32, f32: np.float32, f16: np.float16, u64: np.uint64}
-
-
-class Context:
-    """Where an instruction sits: arch family, byte position, branch targets, memory counter names."""
-
-    def __init__(self, arch: Any, pos: int, index_of: dict[int, int], memory: Any):
-        self.arch, self.gen, self.pos, self.index_of, self.memory = arch, arch.gen, pos, index_of, memory
-        rdna4 = self.gen == 12
-        self.load_counter = "load" if rdna4 else "vm"
-        self.ds_counter = "ds" if rdna4 else "lgkm"
-        self.smem_counter = "km" if rdna4 else "lgkm"
-
-    def fail(self, inst: Inst, why: str) -> EmulatorError:
-        return EmulatorError(f"{inst.name}: {why} (arch {self.arch.name}, byte {self.pos})")
-
-
-# ------------------------------------------------------------------------------------------ operands
-
-def scalar_code(reg: Reg) -> int:
-    if reg.kind == "s":
-        return reg.index
-    if reg.kind == "ttmp":
-        return 108 + reg.index
-    code = SPECIALS[reg.kind][1]
-    if code is None or reg.kind == "scc":
-        raise EmulatorError(f"register {reg.kind} cannot be read as a scalar operand")
-    return code
-
-
-def _const_bits(value: int | float, kind: str) -> int:
-    """The bits an inline constant or literal stands for in an operand of ``kind``."""
-    if isinstance(value, float):
-        return float_bits(value, 16 if kind == f16 else 64 if kind == "f64" else 32)
-    return value & (M64 if kind == u64 else M32)
-
-
-def sread(op: Any, bits: int = 32) -> Callable[[Wave], int]:
-    """Reader of a scalar operand as an unsigned int of ``bits`` bits."""
-    if isinstance(op, Reg):
-        code = scalar_code(op)
-        if bits == 64:
-            return lambda w: w.s[code] | w.s[code + 1] << 32
-        return lambda w: w.s[code]
-    value = _const_bits(op, u64 if bits == 64 else u32)
-    return lambda w: value
-
-
-def swriter(op: Any, bits: int = 32) -> Callable[[Wave, int], None]:
-    code = scalar_code(op)
-    if code == NULL:
-        return lambda w, x: None
-    if bits == 64:
-        def write64(w: Wave, x: int) -> None:
-            w.s[code], w.s[code + 1] = x & M32, x >> 32 & M32
-        return write64
-
-    def write(w: Wave, x: int) -> None:
-        w.s[code] = x & M32
-    return write
-
-
-def vread(op: Any, kind: str) -> Callable[[Wave], Any]:
-    """Reader of a vector-instruction source as a numpy array of 32 lanes (or a 0-d array) of ``kind``."""
-    neg = absolute = False
-    if isinstance(op, Mod):
-        neg, absolute, op = op.neg, op.abs, op.value
-        if kind not in (f32, f16):
-            raise EmulatorError(f"neg/abs modifiers on a {kind} operand")
-    read = _vread_plain(op, kind)
-    if absolute and neg:
-        return lambda w: -np.abs(read(w))
-    if absolute:
-        return lambda w: np.abs(read(w))
-    if neg:
-        return lambda w: -read(w)
-    return read
-
-
-def _vread_plain(op: Any, kind: str) -> Callable[[Wave], Any]:
-    if isinstance(op, Reg) and op.kind == "v":
-        i = op.index
-        if kind == u32:
-            return lambda w: w.v[i]
-        if kind == f16:
-            return lambda w: w.v[i].view(np.float16)[::2]
-        if kind == u64:
-            return lambda w: w.v[i].astype(np.uint64) | (w.v[i + 1].astype(np.uint64) << U64_32)
-        view = NP[kind]
-        return lambda w: w.v[i].view(view)
-    if isinstance(op, Reg):
-        code = scalar_code(op)
-        if kind == u64:
-            return lambda w: np.array(w.s[code] | w.s[code + 1] << 32, dtype=np.uint64)
-        if kind == f16:
-            return lambda w: np.array(w.s[code] & 0xFFFF, dtype=np.uint16).view(np.float16)
-        view = NP[kind]
-        return lambda w: np.array(w.s[code], dtype=np.uint32).view(view)
-    bits = _const_bits(op, kind)
-    if kind == f16:
-        value = np.array(bits & 0xFFFF, dtype=np.uint16).view(np.float16)
-    elif kind == u64:
-        value = np.array(bits, dtype=np.uint64)
-    else:
-        value = np.array(bits, dtype=np.uint32).view(NP[kind])
-    return lambda w: value
-
-
-def to_bits(kind: str, x: Any) -> Any:
-    """Lane values of ``kind`` -> uint32 register bits (f16: the low half, high half zero)."""
-    if kind == f32:
-        return np.asarray(x, dtype=np.float32).view(np.uint32)
-    if kind == f16:
-        return np.asarray(x, dtype=np.float16).view(np.uint16).astype(np.uint32)
-    return np.asarray(x).astype(np.uint32)
-
-
-def vreg(op: Any, inst: Inst, ctx: Context) -> int:
-    if not isinstance(op, Reg) or op.kind != "v":
-        raise ctx.fail(inst, f"expected a VGPR, got {op!r}")
-    return op.index
+__all__ = ["BLOCK", "END", "Context", "compile_inst"]
 
 
 # ------------------------------------------------------------------------------------------ vector ALU
@@ -305,7 +198,7 @@ def _vopd(inst: Inst, ctx: Context) -> Op:
         assert half is not None
         plain = Inst("v_" + half.name.removeprefix("v_dual_"), half.operands, half.mods)
         if plain.name not in VALU and plain.name != "v_cndmask_b32":
-            return _unsupported(inst, ctx, f"VOPD half {half.name}")
+            return unsupported(inst, ctx, f"VOPD half {half.name}")
         halves.append((_cndmask_compute if plain.name == "v_cndmask_b32" else _valu_compute)(plain, ctx))
     (rx, cx), (ry, cy) = halves
 
@@ -340,7 +233,7 @@ def _vcmp(inst: Inst, ctx: Context) -> Op:
     _no_vop3_mods(inst, ctx)
     m = CMP_RE.match(inst.name)
     if not m or m.group(2) not in CMP or m.group(3) not in CMP_KIND:
-        return _unsupported(inst, ctx)
+        return unsupported(inst, ctx)
     to_exec, cond, kind = m.group(1) == "x", CMP[m.group(2)], CMP_KIND[m.group(3)]
     ops = inst.operands if to_exec else inst.operands[1:]
     a, b = vread(ops[0], kind), vread(ops[1], kind)
@@ -393,7 +286,7 @@ def _rdna3_operand(w: Wave, reg: int) -> np.ndarray | None:
 
 def _wmma(inst: Inst, ctx: Context) -> Op:
     if inst.name != "v_wmma_f32_16x16x16_f16":
-        return _unsupported(inst, ctx)
+        return unsupported(inst, ctx)
     if inst.mods:
         raise ctx.fail(inst, f"modifiers {sorted(inst.mods)} are not supported by the emulator")
     d, a, b, c = (vreg(op, inst, ctx) for op in inst.operands)
@@ -510,7 +403,7 @@ SCMP_RE = re.compile(r"^s_cmpk?_([a-z]+)_([iu])(32|64)$")
 def _scmp(inst: Inst, ctx: Context) -> Op:
     m = SCMP_RE.match(inst.name)
     if not m or m.group(1) not in SCMP:
-        return _unsupported(inst, ctx)
+        return unsupported(inst, ctx)
     cond, signed, bits = SCMP[m.group(1)], m.group(2) == "i", int(m.group(3))
     a, b = sread(inst.operands[0], bits), sread(inst.operands[1], bits)
     if signed:
@@ -565,7 +458,7 @@ def _salu1(inst: Inst, ctx: Context) -> Op:
         def signal(w: Wave) -> None:
             w.barriers += 1
         return signal
-    return _unsupported(inst, ctx)
+    return unsupported(inst, ctx)
 
 
 def _sopk(inst: Inst, ctx: Context) -> Op:
@@ -589,7 +482,7 @@ def _sopk(inst: Inst, ctx: Context) -> Op:
         return addk
     if name == "s_mulk_i32":
         return lambda w: write(w, cur(w) * imm & M32)
-    return _unsupported(inst, ctx)
+    return unsupported(inst, ctx)
 
 
 # ------------------------------------------------------------------------------------------ program flow
@@ -605,7 +498,7 @@ def _branch(inst: Inst, ctx: Context) -> Op:
         "s_cbranch_execz": lambda w: w.s[EXEC] == 0, "s_cbranch_execnz": lambda w: w.s[EXEC] != 0,
     }
     if inst.name not in conds:
-        return _unsupported(inst, ctx)
+        return unsupported(inst, ctx)
     cond = conds[inst.name]
     return lambda w: target if cond(w) else None
 
@@ -671,214 +564,10 @@ def _sopp(inst: Inst, ctx: Context) -> Op:
         if name == "s_wait_storecnt_dscnt":
             value &= 0x3F
         return lambda w: w.wait(counter, value)
-    return _unsupported(inst, ctx)
-
-
-# ------------------------------------------------------------------------------------------ memory
-
-MEM_RE = re.compile(r"^(?:global|ds|s)_(load|store)(?:_2addr(?:_stride64)?)?_([biu])(8|16|32|64|96|128|256|512)$")
-
-
-def _mem_shape(name: str) -> tuple[bool, int, bool, str]:
-    """(is load, bytes, sign-extend, d16 part '' / 'lo' / 'hi') of a memory instruction name.
-
-    16-bit halves: ``ds_load_u16_d16(_hi)``, ``ds_store_b16_d16_hi`` (suffix) and ``global_load_d16(_hi)_b16``,
-    ``global_store_d16_hi_b16`` (infix)."""
-    d16 = ""
-    for marker, part in (("_d16_hi", "hi"), ("_d16", "lo")):
-        if marker in name:
-            d16, name = part, name.replace(marker, "", 1)
-            break
-    m = MEM_RE.match(name)
-    if m is None:
-        raise KeyError(name)
-    return m.group(1) == "load", int(m.group(3)) // 8, m.group(2) == "i", d16
-
-
-def _bytes_to_regs(data: np.ndarray, nbytes: int, signed: bool) -> np.ndarray:
-    """(lanes, nbytes) uint8 -> (dwords, lanes) uint32 register values (sub-dword loads extended)."""
-    if nbytes >= 4:
-        return np.ascontiguousarray(data).view("<u4").T
-    dtype = {(1, False): np.uint8, (1, True): np.int8, (2, False): "<u2", (2, True): "<i2"}[(nbytes, signed)]
-    return data.view(dtype).astype(np.int64).astype(np.uint32).T
-
-
-def _regs_to_bytes(regs: np.ndarray, nbytes: int, high: bool) -> np.ndarray:
-    """(dwords, lanes) uint32 -> (lanes, nbytes) uint8 to store (sub-dword stores take the low or high half)."""
-    if nbytes >= 4:
-        return np.ascontiguousarray(regs.T).view(np.uint8)
-    words = regs[0] >> np.uint32(16) if high else regs[0]
-    return np.ascontiguousarray(words.astype("<u4")).view(np.uint8).reshape(-1, 4)[:, :nbytes]
-
-
-def _write_loaded(w: Wave, dst: int, act: np.ndarray | None, values: np.ndarray, d16: str) -> None:
-    """Write loaded dwords (dwords, active lanes) to VGPRs dst.. in the lanes ``act`` (None: all)."""
-    cols = ALL_LANES if act is None else act
-    if d16:
-        old = w.v[dst, cols]
-        lo16 = values[0] & np.uint32(0xFFFF)
-        values = ((old & np.uint32(0xFFFF0000)) | lo16 if d16 == "lo"
-                  else (old & np.uint32(0xFFFF)) | (lo16 << np.uint32(16)))[None]
-    if act is None:
-        w.v[dst:dst + len(values)] = values
-    else:
-        w.v[dst:dst + len(values), act] = values
-
-
-def _active(w: Wave) -> np.ndarray | None:
-    ex = w.s[EXEC]
-    return None if ex == FULL else np.flatnonzero(lanes(ex))
-
-
-def _global(inst: Inst, ctx: Context) -> Op:
-    try:
-        load, nbytes, signed, d16 = _mem_shape(inst.name)
-    except KeyError:
-        return _unsupported(inst, ctx)
-    for key in inst.mods:
-        if key != "offset":
-            raise ctx.fail(inst, f"modifier {key} is not supported by the emulator")
-    offset = inst.mods.get("offset", 0)
-    vaddr_op, saddr_op = (inst.operands[1] if load else inst.operands[0]), inst.operands[2]
-    data_reg = vreg(inst.operands[0] if load else inst.operands[1], inst, ctx)
-    vaddr = vreg(vaddr_op, inst, ctx)
-    what = f"{inst.name} at byte {ctx.pos}"
-    if saddr_op is OFF:
-        def addresses(w: Wave, cols: Any) -> np.ndarray:
-            lo, hi = w.v[vaddr, cols].astype(np.uint64), w.v[vaddr + 1, cols].astype(np.uint64)
-            return (lo | hi << U64_32) + np.uint64(offset & M64)
-    else:
-        base = sread(saddr_op, 64)
-
-        def addresses(w: Wave, cols: Any) -> np.ndarray:
-            return w.v[vaddr, cols].astype(np.uint64) + np.uint64((base(w) + offset) & M64)
-    memory = ctx.memory
-    dwords = max(1, nbytes // 4)
-    if load:
-        counter = ctx.load_counter
-
-        def do_load(w: Wave) -> None:
-            act = _active(w)
-            if act is not None and not len(act):
-                w.queues[counter].append(lambda: None)
-                return
-            addrs = addresses(w, ALL_LANES if act is None else act)
-            values = _bytes_to_regs(memory.read(addrs, nbytes, what), nbytes, signed)  # read now, land at the wait
-            w.queues[counter].append(lambda: _write_loaded(w, data_reg, act, values, d16))
-        return do_load
-
-    def do_store(w: Wave) -> None:
-        act = _active(w)
-        cols = ALL_LANES if act is None else act
-        if not len(cols):
-            return
-        memory.write(addresses(w, cols), _regs_to_bytes(w.v[data_reg:data_reg + dwords, cols], nbytes, d16 == "hi"),
-                     what)
-    return do_store
-
-
-def _ds(inst: Inst, ctx: Context) -> Op:
-    try:
-        load, nbytes, signed, d16 = _mem_shape(inst.name)
-    except KeyError:
-        return _unsupported(inst, ctx)
-    two = "_2addr" in inst.name
-    stride = (64 if "stride64" in inst.name else 1) * nbytes
-    offsets = ([inst.mods.get("offset0", 0) * stride, inst.mods.get("offset1", 0) * stride] if two
-               else [inst.mods.get("offset", 0)])
-    if load:
-        dst, addr = vreg(inst.operands[0], inst, ctx), vreg(inst.operands[1], inst, ctx)
-        datas = [dst + i * max(1, nbytes // 4) for i in range(len(offsets))]
-    else:
-        addr = vreg(inst.operands[0], inst, ctx)
-        datas = [vreg(op, inst, ctx) for op in inst.operands[1:]]
-    dwords = max(1, nbytes // 4)
-    span = np.arange(nbytes)
-    word_span = np.arange(dwords)
-    what = f"{inst.name} at byte {ctx.pos}"
-    counter = ctx.ds_counter
-    # fast paths: whole aligned dwords through a uint32 view of LDS, aligned 16-bit through a uint16 view
-    unit = 4 if nbytes % 4 == 0 else 2 if nbytes == 2 else 1
-    if any(off % unit for off in offsets):
-        unit = 1
-
-    def op(w: Wave) -> None:
-        act = _active(w)
-        cols = ALL_LANES if act is None else act
-        base = (w.v[addr] if act is None else w.v[addr, cols]).astype(np.int64)
-        lds = w.group.lds
-        if len(base):
-            lo, hi = int(base.min()) + min(offsets), int(base.max()) + max(offsets)
-            lds_check(w.group.lds_bytes, lo, hi, nbytes, what)
-        step = unit if unit == 1 or not (base & (unit - 1)).any() else 1
-        if load:
-            stores: list[Any] = []
-        elif step == 4:
-            stores = [w.v[d:d + dwords, cols].T.copy() for d in datas]
-        elif step == 2:
-            stores = [(w.v[d, cols] >> np.uint32(16) if d16 == "hi" else w.v[d, cols]).astype(np.uint16)
-                      for d in datas]
-        else:
-            stores = [_regs_to_bytes(w.v[d:d + dwords, cols], nbytes, d16 == "hi") for d in datas]
-
-        def complete() -> None:   # LDS operations of a wave happen in order, when the wave waits for them
-            for i, (off, reg) in enumerate(zip(offsets, datas, strict=True)):
-                addrs = base + off
-                if step == 4:
-                    where = (addrs >> 2)[:, None] + word_span
-                    if load:
-                        _write_loaded(w, reg, act, lds.view(np.uint32)[where].T, d16)
-                    else:
-                        lds.view(np.uint32)[where] = stores[i]
-                elif step == 2:
-                    if load:
-                        halves = lds.view("<i2" if signed else "<u2")[addrs >> 1]
-                        _write_loaded(w, reg, act, halves.astype(np.int64).astype(np.uint32)[None], d16)
-                    else:
-                        lds.view(np.uint16)[addrs >> 1] = stores[i]
-                else:
-                    where = addrs[:, None] + span
-                    if load:
-                        _write_loaded(w, reg, act, _bytes_to_regs(lds[where], nbytes, signed), d16)
-                    else:
-                        lds[where] = stores[i]
-        w.queues[counter].append(complete)
-    return op
-
-
-def _smem(inst: Inst, ctx: Context) -> Op:
-    m = re.match(r"^s_load_b(32|64|96|128|256|512)$", inst.name)
-    if not m:
-        return _unsupported(inst, ctx)
-    dwords = int(m.group(1)) // 32
-    dst = scalar_code(inst.operands[0])
-    base = sread(inst.operands[1], 64)
-    third = inst.operands[2]
-    imm = inst.mods.get("offset", 0) + (third if isinstance(third, int) else 0)
-    soff = sread(third) if isinstance(third, Reg) else (lambda w: 0)
-    memory, counter, what = ctx.memory, ctx.smem_counter, f"{inst.name} at byte {ctx.pos}"
-
-    def op(w: Wave) -> None:
-        addr = (base(w) + imm + soff(w)) & M64
-        data = memory.read(np.array([addr], dtype=np.uint64), 4 * dwords, what).view("<u4")[0]
-        values = [int(x) for x in data]
-
-        def complete() -> None:
-            w.s[dst:dst + dwords] = values
-        w.queues[counter].append(complete)
-    return op
+    return unsupported(inst, ctx)
 
 
 # ------------------------------------------------------------------------------------------ dispatch
-
-def _unsupported(inst: Inst, ctx: Context, what: str | None = None) -> Op:
-    error = ctx.fail(inst, f"{what or 'this instruction'} is not supported by the emulator")
-
-    def op(w: Wave) -> None:
-        raise error
-    op.unsupported = str(error)  # type: ignore[attr-defined]
-    return op
-
 
 SOPP_NAMES = NOPS | {"s_endpgm", "s_code_end", "s_barrier", "s_barrier_wait", "s_waitcnt", "s_wait_loadcnt",
                      "s_wait_dscnt", "s_wait_kmcnt", "s_wait_loadcnt_dscnt", "s_wait_storecnt_dscnt"}
@@ -909,11 +598,11 @@ def compile_inst(inst: Inst, ctx: Context) -> Op:
     if name.startswith(("s_branch", "s_cbranch_")) or name in SOPP_NAMES:
         return _sopp(inst, ctx)
     if name.startswith("global_"):
-        return _global(inst, ctx)
+        return global_op(inst, ctx)
     if name.startswith("ds_"):
-        return _ds(inst, ctx)
+        return ds_op(inst, ctx)
     if name.startswith("s_load_"):
-        return _smem(inst, ctx)
+        return smem_op(inst, ctx)
     if name.startswith("s_"):
         return _salu1(inst, ctx)
-    return _unsupported(inst, ctx)
+    return unsupported(inst, ctx)
