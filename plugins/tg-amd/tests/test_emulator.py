@@ -422,3 +422,12 @@ def test_unsupported_modifier_is_refused_when_reached(arch):
     prog = Program(tg_amd.assemble("v_add_nc_u32_e64 v0, v1, v2 clamp\ns_endpgm", arch), arch)
     with pytest.raises(EmulatorError, match=f"v_add_nc_u32: modifier clamp is not supported.*arch {arch}"):
         prog.run_wave()
+
+
+def test_the_emulator_runs_the_bytes():
+    """Patching the literal in the machine code changes what runs: nothing is taken from the DSL objects."""
+    code = bytearray(tg_amd.assemble("v_mul_lo_u32 v1, v0, 0x12345\ns_endpgm", "gfx1200"))
+    assert code[8:12] == (0x12345).to_bytes(4, "little")
+    code[8:12] = (7).to_bytes(4, "little")
+    w = Program(bytes(code), "gfx1200").run_wave()[0]
+    assert w.v[1].tolist() == [7 * lane for lane in range(32)]

@@ -116,3 +116,10 @@ def test_exact_check_catches_k_block_mispairing():
     assert not np.array_equal(c, a[:256].astype(np.float32) @ b.astype(np.float32))
     shifted = a.reshape(-1)[32:32 + 256 * 256].reshape(256, 256)
     np.testing.assert_array_equal(c, shifted.astype(np.float32) @ b.astype(np.float32))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_gemm_instruction_is_emulated(arch):
+    from tg_amd.emulator import Program
+    kern = gemm_kernel(256, 256, 256, arch)
+    assert Program(kern.code, arch).unsupported == []
