@@ -431,3 +431,11 @@ def test_the_emulator_runs_the_bytes():
     code[8:12] = (7).to_bytes(4, "little")
     w = Program(bytes(code), "gfx1200").run_wave()[0]
     assert w.v[1].tolist() == [7 * lane for lane in range(32)]
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_shift_add_sets_scc_on_carry(arch):
+    w = run("s_lshl2_add_u32 s3, s1, s2\ns_cselect_b32 s4, 1, 0\ns_lshl4_add_u32 s5, s1, s2\n"
+            "s_lshl1_add_u32 s6, s2, s2\ns_cselect_b32 s7, 1, 0", arch, s={1: 0x40000001, 2: 5})[0]
+    assert (w.s[3], w.s[4], w.s[5]) == (((0x40000001 << 2) + 5) & M32, 1, ((0x40000001 << 4) + 5) & M32)
+    assert (w.s[6], w.s[7]) == (15, 0)

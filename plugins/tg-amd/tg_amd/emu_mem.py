@@ -42,7 +42,7 @@ def _bytes_to_regs(data: np.ndarray, nbytes: int, signed: bool) -> np.ndarray:
     """(lanes, nbytes) uint8 -> (dwords, lanes) uint32 register values (sub-dword loads extended)."""
     if nbytes >= 4:
         return np.ascontiguousarray(data).view("<u4").T
-    dtype = {(1, False): np.uint8, (1, True): np.int8, (2, False): "<u2", (2, True): "<i2"}[(nbytes, signed)]
+    dtype: Any = {(1, False): np.uint8, (1, True): np.int8, (2, False): "<u2", (2, True): "<i2"}[(nbytes, signed)]
     return data.view(dtype).astype(np.int64).astype(np.uint32).T
 
 

@@ -367,8 +367,14 @@ _sop2("s_cselect_b32", lambda a, b, c: (a if c else b, None))
 _sop2("s_bfe_u32", lambda a, b, c: (r := _bfe(a, b, 32), int(r != 0)))
 _sop2("s_bfm_b32", lambda a, b, c: (((1 << (a & 31)) - 1) << (b & 31), None))
 _sop2("s_pack_ll_b32_b16", lambda a, b, c: (a & 0xFFFF | (b & 0xFFFF) << 16, None))
+
+
+def _lshl_add(n: int) -> Callable[[int, int, int], tuple[int, int | None]]:
+    return lambda a, b, c: (r := (a << n) + b, r >> 32)
+
+
 for _n in (1, 2, 3, 4):
-    _sop2(f"s_lshl{_n}_add_u32", lambda a, b, c, n=_n: (r := (a << n) + b, r >> 32))
+    _sop2(f"s_lshl{_n}_add_u32", _lshl_add(_n))
 _sop2("s_and_b64", lambda a, b, c: (r := a & b, int(r != 0)), (64, 64, 64))
 _sop2("s_or_b64", lambda a, b, c: (r := a | b, int(r != 0)), (64, 64, 64))
 _sop2("s_xor_b64", lambda a, b, c: (r := a ^ b, int(r != 0)), (64, 64, 64))
