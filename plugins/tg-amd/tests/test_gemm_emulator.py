@@ -6,6 +6,8 @@ bit for bit. A kernel that pairs the wrong K blocks of A and B, or transposes B,
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from tg_amd.emulator import run_kernel
@@ -123,3 +125,13 @@ def test_every_gemm_instruction_is_emulated(arch):
     from tg_amd.emulator import Program
     kern = gemm_kernel(256, 256, 256, arch)
     assert Program(kern.code, arch).unsupported == []
+
+
+@pytest.mark.skipif(not os.environ.get("TG_FULL"), reason="bigger GEMMs run under nox -s full (TG_FULL=1)")
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("shape", [(512, 512, 512), (384, 640, 224), (1024, 256, 128)])
+def test_gemm_exact_bigger_shapes(arch, shape):
+    m, n, k = shape
+    a, b = small_ints((m, k), 12), small_ints((k, n), 13)
+    c, _ = emulate(a, b, arch)
+    np.testing.assert_array_equal(c, a.astype(np.float32) @ b.astype(np.float32))
