@@ -86,12 +86,12 @@ def add_accumulators_and_ends(sink: UOp) -> UOp:
     new: dict[UOp, UOp] = {}
     count = 0
     for n in sink.toposort:
-        src = tuple(new[s] for s in n.src)
+        src = tuple([new[s] for s in n.src])
         if n.op is Ops.REDUCE:
             new[n] = _accumulator(n, src, count)
             count += 1
         elif n.op is Ops.SINK:
             new[n] = n.replace(src=_close_loops(src))
         else:
-            new[n] = n if src == n.src else n.replace(src=src)
+            new[n] = n if src == n.src else UOp(n.op, n.dtype, src, n.arg, n.tag)
     return merge_sibling_ends(new[sink])

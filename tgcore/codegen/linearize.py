@@ -13,6 +13,7 @@ same time (lower goes first); the default keeps graph order.
 """
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 
 from tgcore.uop import Ops, UOp
@@ -46,33 +47,21 @@ def loop_parents(sink: UOp) -> dict[UOp, UOp | None]:
 
 
 def linearize(sink: UOp, placement_priority: Callable[[UOp], int] | None = None) -> list[UOp]:
+    """Each step places the first of the placeable ready nodes in the order ordinary work, then closing
+    loops, then opening loops (the loop that must close first opens first), ties broken by
+    ``placement_priority`` then graph order.
+
+    Ordinary ready nodes wait in a heap when all their loops are open, else in a blocked list that is
+    checked again when a loop opens (a loop only closes when no ordinary node can be placed, so a node
+    in the heap stays placeable); the few loop and SINK nodes are scanned each time."""
     nodes = list(sink.toposort)
     position = {n: i for i, n in enumerate(nodes)}
     users = consumer_map(sink)
     parent = loop_parents(sink)
     missing = {n: len(set(n.src)) for n in nodes}
-    ready = [n for n in nodes if missing[n] == 0]
     stack: list[UOp] = []
     open_set: set[UOp] = set()
     out: list[UOp] = []
-
-    def key(n: UOp) -> tuple:
-        return (placement_priority(n) if placement_priority else 0, position[n])
-
-    def placeable(n: UOp) -> bool:
-        if n.op is Ops.RANGE:
-            return parent.get(n) is (stack[-1] if stack else None) and all(
-                r in open_set for r in n.ranges if r is not n)
-        if n.op is Ops.END:
-            closed = sorted(n.src[1:], key=range_sort_key)
-            return len(stack) >= len(closed) and stack[len(stack) - len(closed):] == closed
-        if n.op is Ops.SINK:
-            return not stack and len(ready) == 1
-        return all(r in open_set for r in n.ranges)
-
-    def rank(n: UOp) -> int:  # ordinary work first, then closing loops, then opening loops
-        return {Ops.END: 1, Ops.RANGE: 2, Ops.SINK: 3}.get(n.op, 0)
-
     # among loops that could open, the one that must close first opens first (a reduction
     # whose result the other loop's body reads)
     closes_at: dict[UOp, int] = {}
@@ -80,28 +69,71 @@ def linearize(sink: UOp, placement_priority: Callable[[UOp], int] | None = None)
         if n.op is Ops.END:
             for r in n.src[1:]:
                 closes_at.setdefault(r, i)
+    closed_order = {n: sorted(n.src[1:], key=range_sort_key) for n in nodes if n.op is Ops.END}
 
-    def order(n: UOp) -> tuple:
-        return (rank(n), closes_at.get(n, 0) if n.op is Ops.RANGE else 0, key(n))
+    work: list[tuple[int, int, UOp]] = []  # ordinary nodes whose loops are all open: (priority, position, node)
+    blocked: list[UOp] = []                # ordinary nodes waiting for a loop to open
+    structural: list[UOp] = []             # ready RANGE, END and SINK nodes
 
-    while ready:
-        candidates = [n for n in ready if placeable(n)]
-        if not candidates:
-            raise LinearizeError(f"cannot place any of {[n.op.name for n in ready]} with loops "
-                                 f"{[r.arg for r in stack]} open")
-        best = min(candidates, key=order)
-        ready.remove(best)
+    def key(n: UOp) -> tuple[int, int]:
+        return (placement_priority(n) if placement_priority else 0, position[n])
+
+    def make_ready(n: UOp) -> None:
+        if n.op in _STRUCTURAL:
+            structural.append(n)
+        elif all(r in open_set for r in n.ranges):
+            heapq.heappush(work, (*key(n), n))
+        else:
+            blocked.append(n)
+
+    def placeable(n: UOp) -> bool:
+        if n.op is Ops.RANGE:
+            return parent.get(n) is (stack[-1] if stack else None) and all(
+                r in open_set for r in n.ranges if r is not n)
+        if n.op is Ops.END:
+            closed = closed_order[n]
+            return len(stack) >= len(closed) and stack[len(stack) - len(closed):] == closed
+        return not stack and not work and not blocked and len(structural) == 1  # SINK: last of all
+
+    def order(n: UOp) -> tuple:  # closing loops before opening loops
+        return (_RANK[n.op], closes_at.get(n, 0) if n.op is Ops.RANGE else 0, key(n))
+
+    for n in nodes:
+        if missing[n] == 0:
+            make_ready(n)
+    while work or blocked or structural:
+        if work:
+            best = heapq.heappop(work)[2]
+        else:
+            candidates = [n for n in structural if placeable(n)]
+            if not candidates:
+                ready = blocked + structural
+                raise LinearizeError(f"cannot place any of {[n.op.name for n in ready]} with loops "
+                                     f"{[r.arg for r in stack]} open")
+            best = min(candidates, key=order)
+            structural.remove(best)
         out.append(best)
         if best.op is Ops.RANGE:
             stack.append(best)
             open_set.add(best)
+            still = []
+            for n in blocked:
+                if all(r in open_set for r in n.ranges):
+                    heapq.heappush(work, (*key(n), n))
+                else:
+                    still.append(n)
+            blocked = still
         elif best.op is Ops.END:
             for _ in range(len(best.src) - 1):
                 open_set.discard(stack.pop())
         for u in users[best]:
             missing[u] -= 1
             if missing[u] == 0:
-                ready.append(u)
+                make_ready(u)
     if len(out) != len(nodes):
         raise LinearizeError(f"linearized {len(out)} of {len(nodes)} nodes")
     return out
+
+
+_STRUCTURAL = frozenset({Ops.RANGE, Ops.END, Ops.SINK})
+_RANK = {Ops.END: 1, Ops.RANGE: 2, Ops.SINK: 3}

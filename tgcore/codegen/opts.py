@@ -46,7 +46,7 @@ def emulate_floats(ast: UOp, emulated: frozenset[DType]) -> UOp:
     new: dict[UOp, UOp] = {}
     f32 = dtypes.float32
     for u in ast.toposort:
-        src = tuple(new[s] for s in u.src)
+        src = tuple([new[s] for s in u.src])
         if u.op in GroupOp.ALU and any(s.dtype in emulated for s in u.src):
             wide = tuple(s.cast(f32) if s.dtype in emulated else s for s in src)
             out_dt = u.dtype

@@ -20,8 +20,9 @@ source's register for its result (coalescing), otherwise a copy is inserted befo
 """
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -75,6 +76,9 @@ class LoopEnd:
     label: Any
 
 
+_REG_TYPES = (VReg, Register)
+
+
 def _regs_in(operand: Any) -> Iterator[Any]:
     if isinstance(operand, (VReg, Register)):
         yield operand
@@ -107,8 +111,9 @@ class AllocTarget:
     slot_size: Callable[[str], int]                 # bytes of a spill slot of a register class
 
 
-@dataclass
+@dataclass(eq=False)
 class Interval:
+    """A virtual register's life: first to last mention (loops extended); identity is the object."""
     vreg: VReg
     start: int
     end: int
@@ -116,7 +121,37 @@ class Interval:
     slot: int | None = None
 
 
-def live_intervals(program: list[Any]) -> dict[VReg, Interval]:
+def register_lists(program: list[Any]) -> list[tuple[list[Any], list[Any]]]:
+    """For each instruction, (registers read without repeats, registers written); empty for loop markers."""
+    out: list[tuple[list[Any], list[Any]]] = []
+    for ins in program:
+        if not isinstance(ins, MInst):
+            out.append(([], []))
+            continue
+        read: list[Any] = []
+        written: list[Any] = []
+        for o in ins.uses:
+            if isinstance(o, _REG_TYPES):
+                if o not in read:
+                    read.append(o)
+            else:
+                for r in getattr(o, "regs", ()):
+                    if isinstance(r, _REG_TYPES) and r not in read:
+                        read.append(r)
+        for o in ins.defs:
+            if isinstance(o, _REG_TYPES):
+                written.append(o)
+            else:  # registers inside a memory destination are read, not written
+                for r in getattr(o, "regs", ()):
+                    if isinstance(r, _REG_TYPES) and r not in read:
+                        read.append(r)
+        out.append((read, written))
+    return out
+
+
+def live_intervals(program: list[Any], regs: list[tuple[list[Any], list[Any]]] | None = None) -> dict[VReg, Interval]:
+    """Each virtual register's interval; ``regs`` is ``register_lists(program)`` when the caller has it."""
+    regs = register_lists(program) if regs is None else regs
     intervals: dict[VReg, Interval] = {}
     loops: list[tuple[int, int]] = []
     open_loops: dict[Any, int] = {}
@@ -127,15 +162,17 @@ def live_intervals(program: list[Any]) -> dict[VReg, Interval]:
         if isinstance(ins, LoopEnd):
             loops.append((open_loops.pop(ins.label), i))
             continue
-        for r in (*ins.registers_read(), *ins.registers_written()):
-            if isinstance(r, VReg):
-                iv = intervals.get(r)
-                if iv is None:
-                    intervals[r] = Interval(r, i, i)
-                else:
-                    iv.end = i
+        read, written = regs[i]
+        for group in (read, written):
+            for r in group:
+                if isinstance(r, VReg):
+                    iv = intervals.get(r)
+                    if iv is None:
+                        intervals[r] = Interval(r, i, i)
+                    else:
+                        iv.end = i
     # a value that is live into a loop stays live through its back edge (innermost loops first)
-    changed = True
+    changed = bool(loops)
     while changed:
         changed = False
         for start, end in loops:
@@ -149,23 +186,32 @@ def live_intervals(program: list[Any]) -> dict[VReg, Interval]:
 def allocate(program: list[Any], target: AllocTarget) -> tuple[list[Any], int]:
     """Assign registers; returns (program on physical registers, stack bytes for spill slots)."""
     program = _coalesce_two_address(program, target)
-    by_vreg = live_intervals(program)
+    regs = register_lists(program)
+    by_vreg = live_intervals(program, regs)
     intervals = sorted(by_vreg.values(), key=lambda iv: (iv.start, iv.end))
     # a copy whose source dies at the copy can reuse the source's register (then the copy vanishes)
     copy_source = {ins.defs[0]: ins.uses[0] for ins in program
                    if isinstance(ins, MInst) and ins.op == "copy" and isinstance(ins.uses[0], VReg)}
-    active: list[Interval] = []
+    active: dict[Interval, None] = {}  # intervals holding a register, in the order they got it
     free = {cls: list(regs) for cls, regs in target.registers.items()}
     frame = 0
     pinned_busy: dict[Register, Interval] = {}
+    ends: list[int] = []  # a heap of the ends of active intervals (stale entries allowed): when may one expire?
 
     def release_until(pos: int) -> None:
-        for iv in list(active):
-            if iv.end < pos:
-                active.remove(iv)
-                if iv.reg is not None:
-                    free[iv.vreg.cls].append(iv.reg)
-                    pinned_busy.pop(iv.reg, None)
+        while ends and ends[0] < pos:
+            heapq.heappop(ends)
+        if not any(iv.end < pos for iv in active):
+            return
+        for iv in [iv for iv in active if iv.end < pos]:
+            del active[iv]
+            if iv.reg is not None:
+                free[iv.vreg.cls].append(iv.reg)
+                pinned_busy.pop(iv.reg, None)
+
+    def activate(iv: Interval) -> None:
+        active[iv] = None
+        heapq.heappush(ends, iv.end)
 
     def take_slot(cls: str) -> int:
         nonlocal frame
@@ -174,28 +220,32 @@ def allocate(program: list[Any], target: AllocTarget) -> tuple[list[Any], int]:
         return frame - size
 
     for iv in intervals:
-        release_until(iv.start)
+        if ends and ends[0] < iv.start:
+            release_until(iv.start)
         src = copy_source.get(iv.vreg)
         src_iv = by_vreg.get(src) if src is not None else None
         if src_iv is not None and src_iv.end == iv.start and src_iv.reg is not None and src_iv in active and (
                 iv.vreg.allowed is None or src_iv.reg in iv.vreg.allowed):
-            active.remove(src_iv)
+            del active[src_iv]
             iv.reg = src_iv.reg
-            active.append(iv)
+            activate(iv)
             continue
         cls = iv.vreg.cls
         if cls not in free:
             raise AllocationError(f"no registers of class {cls!r} for {iv.vreg}")
-        options = [r for r in free[cls] if iv.vreg.allowed is None or r in iv.vreg.allowed]
-        if options:
-            iv.reg = options[0]
-            free[cls].remove(iv.reg)
-            active.append(iv)
+        allowed = iv.vreg.allowed
+        pool = free[cls]
+        choice = pool[0] if allowed is None and pool else next((r for r in pool if allowed is None or r in allowed),
+                                                                None)
+        if choice is not None:
+            iv.reg = choice
+            pool.remove(choice)
+            activate(iv)
             continue
-        if iv.vreg.allowed is not None:  # pinned: evict whoever holds an allowed register
-            holders = [a for a in active if a.reg in iv.vreg.allowed and a.vreg.allowed is None]
+        if allowed is not None:  # pinned: evict whoever holds an allowed register
+            holders = [a for a in active if a.reg in allowed and a.vreg.allowed is None]
             if not holders:
-                raise AllocationError(f"{iv.vreg} needs one of {iv.vreg.allowed}, all held by pinned values")
+                raise AllocationError(f"{iv.vreg} needs one of {allowed}, all held by pinned values")
             victim = max(holders, key=lambda a: a.end)
         else:
             candidates = [a for a in active if a.vreg.cls == cls and a.vreg.allowed is None] + [iv]
@@ -205,9 +255,9 @@ def allocate(program: list[Any], target: AllocTarget) -> tuple[list[Any], int]:
             continue
         iv.reg, victim.reg = victim.reg, None
         victim.slot = take_slot(cls)
-        active.remove(victim)
-        active.append(iv)
-    return _rewrite(program, by_vreg, target), frame
+        del active[victim]
+        activate(iv)
+    return _rewrite(program, regs, by_vreg, target), frame
 
 
 def _coalesce_two_address(program: list[Any], target: AllocTarget) -> list[Any]:
@@ -220,43 +270,32 @@ def _coalesce_two_address(program: list[Any], target: AllocTarget) -> list[Any]:
             dst, first = ins.defs[0], ins.uses[0]
             if isinstance(dst, VReg) and isinstance(first, (VReg, Register)) and first is not dst:
                 out.append(MInst("copy", [dst], [first]))
-                out.append(replace(ins, uses=[dst, *ins.uses[1:]]))
+                out.append(MInst(ins.op, ins.defs, [dst, *ins.uses[1:]], ins.arg))
                 continue
         out.append(ins)
     return out
 
 
-def _rewrite(program: list[Any], by_vreg: dict[VReg, Interval], target: AllocTarget) -> list[Any]:
+def _rewrite(program: list[Any], regs: list[tuple[list[Any], list[Any]]], by_vreg: dict[VReg, Interval],
+             target: AllocTarget) -> list[Any]:
     out: list[Any] = []
-    for ins in program:
+    for ins, (read, written) in zip(program, regs, strict=True):
         if not isinstance(ins, MInst):
             out.append(ins)
             continue
         mapping: dict[VReg, Register] = {}
-        scratch = {cls: list(regs) for cls, regs in target.scratch.items()}
+        spilled = False
+        for group in (read, written):
+            for r in group:
+                if isinstance(r, VReg):
+                    reg = by_vreg[r].reg
+                    if reg is None:
+                        spilled = True
+                    else:
+                        mapping[r] = reg
         spilled_defs: list[tuple[Register, int]] = []
-        for r in dict.fromkeys(ins.registers_read()):
-            if isinstance(r, VReg):
-                iv = by_vreg[r]
-                if iv.reg is not None:
-                    mapping[r] = iv.reg
-                else:
-                    reg = _take_scratch(scratch, r)
-                    assert iv.slot is not None
-                    out.append(target.fill(reg, iv.slot))
-                    mapping[r] = reg
-        scratch = {cls: list(regs) for cls, regs in target.scratch.items()}  # reads are done: reuse theirs
-        for r in ins.registers_written():
-            if isinstance(r, VReg) and r not in mapping:
-                iv = by_vreg[r]
-                if iv.reg is not None:
-                    mapping[r] = iv.reg
-                else:
-                    mapping[r] = _take_scratch(scratch, r)
-            if isinstance(r, VReg) and by_vreg[r].reg is None:
-                slot = by_vreg[r].slot
-                assert slot is not None
-                spilled_defs.append((mapping[r], slot))
+        if spilled:  # fills into scratch registers before, spills after
+            _spill_code(ins, read, written, by_vreg, target, mapping, out, spilled_defs)
         if ins.op == "copy":
             dst, src = mapping.get(ins.defs[0], ins.defs[0]), mapping.get(ins.uses[0], ins.uses[0])
             if dst != src:
@@ -266,6 +305,28 @@ def _rewrite(program: list[Any], by_vreg: dict[VReg, Interval], target: AllocTar
                              [_substitute(o, mapping) for o in ins.uses], ins.arg))
         out.extend(target.spill(reg, slot) for reg, slot in spilled_defs)
     return out
+
+
+def _spill_code(ins: MInst, read: list[Any], written: list[Any], by_vreg: dict[VReg, Interval], target: AllocTarget,
+                mapping: dict[VReg, Register], out: list[Any], spilled_defs: list[tuple[Register, int]]) -> None:
+    """Scratch registers for the spilled registers of ``ins``: fills of the ones it reads go to ``out``,
+    the (register, slot) stores of the ones it writes to ``spilled_defs``."""
+    scratch = {cls: list(regs) for cls, regs in target.scratch.items()}
+    for r in read:
+        if isinstance(r, VReg) and by_vreg[r].reg is None:
+            reg = _take_scratch(scratch, r)
+            slot = by_vreg[r].slot
+            assert slot is not None
+            out.append(target.fill(reg, slot))
+            mapping[r] = reg
+    scratch = {cls: list(regs) for cls, regs in target.scratch.items()}  # reads are done: reuse theirs
+    for r in written:
+        if isinstance(r, VReg) and by_vreg[r].reg is None:
+            if r not in mapping:
+                mapping[r] = _take_scratch(scratch, r)
+            slot = by_vreg[r].slot
+            assert slot is not None
+            spilled_defs.append((mapping[r], slot))
 
 
 def _take_scratch(scratch: dict[str, list[Register]], v: VReg) -> Register:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -385,6 +386,9 @@ class Rule:
         return self._compiled
 
 
+_matcher_ids = itertools.count()
+
+
 def _default_compiled() -> bool:
     return os.environ.get("TG_PM_INTERP", "0") in ("", "0")
 
@@ -396,6 +400,7 @@ class PatternMatcher:
         """`rules`: `(UPat, fn)` pairs (or `Rule`s); `compiled=None` follows env TG_PM_INTERP."""
         self.rules: list[Rule] = [r if isinstance(r, Rule) else Rule(*r) for r in rules]
         self.compiled = _default_compiled() if compiled is None else compiled
+        self.fixed_point_key: str | None = None  # see remember_fixed_points
         self._by_op: dict[Ops, Callable[[UOp, Any], Any]] | None = None
         self._by_op_traced: dict[Ops, list[int]] | None = None
 
@@ -404,6 +409,17 @@ class PatternMatcher:
 
     def __len__(self) -> int:
         return len(self.rules)
+
+    def remember_fixed_points(self) -> PatternMatcher:
+        """Let graph_rewrite mark the nodes it finds in normal form under this matcher, on the node, so
+        a later rewrite with this matcher skips them and everything under them (simplifying ``x + 1``
+        where ``x`` is already simple looks at one node). Only for matchers whose rules read nothing but
+        the node (no ``ctx``): then a normal form stays one. Returns self."""
+        wants_ctx = [rule.where() for rule in self.rules if rule.wants_ctx]
+        if wants_ctx:
+            raise ValueError(f"rules reading ctx can not remember fixed points: {wants_ctx}")
+        self.fixed_point_key = f"_normal{next(_matcher_ids)}"
+        return self
 
     def interpreted(self) -> PatternMatcher:
         """The same rules, run by the plain interpreter (for debugging and comparison)."""

@@ -47,6 +47,8 @@ class GraphRewriter:
         self.count = 0
         self.done: dict[UOp, UOp] = {}  # node -> its final rewrite
         self.active: set[UOp] = set()  # nodes whose rewrite is in progress
+        # nodes known to be in normal form carry this key in their __dict__ (PatternMatcher.remember_fixed_points)
+        self.normal = pm.fixed_point_key if not self.log else None
 
     def apply(self, u: UOp) -> UOp | None:
         """One rule application at `u` (None when nothing fires)."""
@@ -76,13 +78,16 @@ class GraphRewriter:
                                  "into a graph that contains it again. Latest rewrites:\n" + "\n".join(lines))
 
     def run(self, root: UOp) -> UOp:
-        done, active = self.done, self.active
+        done, active, normal = self.done, self.active, self.normal
         # stack entries: (node, stage, current). stage 0: enter; 1: sources done; 2: result of `current` is ours
         stack: list[tuple[UOp, int, UOp]] = [(root, 0, root)]
         while stack:
             n, stage, cur = stack.pop()
             if stage == 0:
                 if n in done:
+                    continue
+                if normal is not None and normal in n.__dict__:
+                    done[n] = n
                     continue
                 if n in active:
                     raise self.cycle(n)
@@ -104,6 +109,8 @@ class GraphRewriter:
                     r = None if self.bottom_up else self.apply(cur)
                     if r is None:
                         self.finish(n, cur, done, active)
+                        if normal is not None:  # no rule fires here and the sources are normal forms
+                            cur.__dict__[normal] = True
                         continue
                 else:
                     r = UOp(cur.op, cur.dtype, new_src, cur.arg, cur.tag)

@@ -365,7 +365,7 @@ symbolic_simple = PatternMatcher([
      lambda u, mid, x: x if u.dtype is x.dtype and _fits(mid.dtype, *dtype_bounds(x.dtype)) else None),
 ])
 
-symbolic = symbolic_simple + PatternMatcher([
+symbolic = (symbolic_simple + PatternMatcher([
     # (x + c1) + c2 -> x + (c1 + c2), (x * c1) * c2 -> x * (c1 * c2)   (ints: wrap-around is a ring)
     (UPat(Ops.ADD, INTS, src=(UPat(Ops.ADD, src=(x, c1)), c2)), lambda x, c1, c2: x + (c1.arg + c2.arg)),
     (UPat(Ops.MUL, INTS, src=(UPat(Ops.MUL, src=(x, c1)), c2)), lambda x, c1, c2: x * (c1.arg * c2.arg)),
@@ -405,4 +405,58 @@ symbolic = symbolic_simple + PatternMatcher([
     (UPat(Ops.CMPLT, src=(UPat(Ops.IDIV, INTS, src=(x, c1)), c2)), lt_div),
     # not (x < y) -> y < x + 1 (ints)
     (UPat(Ops.CMPNE, src=(UPat(Ops.CMPLT, src=(x, y)), UPat.const(dtypes.bool, True))), not_lt),
-])
+])).remember_fixed_points()  # its rules read only the node: normal forms are marked on it
+
+
+def simplify_offset(u: UOp) -> UOp | None:
+    """The normal form of ``x + c`` (ints) when ``x`` already is one (the lanes of an affine index), without
+    a rewrite: the rules would only fold ``c`` into ``x``'s constant term (``(y + c1) + c2 -> y + (c1 + c2)``,
+    ``y + 0 -> y``), since nothing else matches a sum of a normal form and a constant. None for other nodes."""
+    normal = symbolic.fixed_point_key
+    if u.op is not Ops.ADD or u.dtype not in INTS:
+        return None
+    x, c = u.src
+    if c.op is not Ops.CONST or x.op is Ops.CONST or normal is None or normal not in x.__dict__:
+        return None
+    if x.op is Ops.ADD and x.src[1].op is Ops.CONST:
+        x, c = x.src[0], x.src[0].const_like(x.src[1].arg + c.arg)
+    out = x if c.arg == 0 else UOp(Ops.ADD, u.dtype, (x, c))
+    out.__dict__[normal] = True
+    return out
+
+
+def stride(expr: UOp, r: UOp) -> int | None:
+    """How much the int ``expr`` grows when the RANGE ``r`` grows by one, if that is a constant (else None):
+    ``simplify(expr[r:=1] - expr[r:=0])``. For a normal form in which ``r`` is only a term of the top sum
+    (``... + r*c + ...``, the usual index) the answer is that term's coefficient, read off without a rewrite."""
+    fast = _term_stride(expr, r)
+    if fast is not None and not _spec_enabled():
+        return fast
+    diff = (expr.substitute({r: UOp.const(r.dtype, 1)}) - expr.substitute({r: UOp.const(r.dtype, 0)})).simplify()
+    slow = diff.arg if diff.op is Ops.CONST else None
+    if fast is not None and fast != slow:
+        raise AssertionError(f"stride of {expr.render()} along {r.render()}: terms say {fast}, the rules {slow}")
+    return slow
+
+
+def _term_stride(expr: UOp, r: UOp) -> int | None:
+    """The coefficient of ``r`` in the normal-form sum ``expr`` when no other term depends on ``r``; None when
+    that does not decide it."""
+    if r.op is not Ops.RANGE or expr.dtype not in INTS or r.dtype is not expr.dtype or \
+            symbolic.fixed_point_key not in expr.__dict__:
+        return None
+    split = _split_sum(expr)
+    if split is None:
+        return None
+    coeff = 0
+    for base, c in split[0]:
+        if base is r:
+            coeff += c
+        elif r in base.ranges or base.op in (Ops.END, Ops.REDUCE):
+            return None
+    return int(UOp.const(expr.dtype, coeff).arg)
+
+
+def _spec_enabled() -> bool:
+    from tgcore.uop.rewrite import _spec_enabled as enabled
+    return enabled()

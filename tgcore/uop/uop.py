@@ -226,6 +226,8 @@ class UOp(metaclass=_UOpMeta):
 
     def replace(self, **kwargs: Any) -> UOp:
         """This node with some of op/dtype/src/arg/tag changed."""
+        if len(kwargs) == 1 and "src" in kwargs:  # the common case, without building a dict
+            return UOp(self.op, self.dtype, tuple(kwargs["src"]), self.arg, self.tag)
         fields = {"op": self.op, "dtype": self.dtype, "src": self.src, "arg": self.arg, "tag": self.tag}
         fields.update(kwargs)
         return UOp(fields["op"], fields["dtype"], tuple(fields["src"]), fields["arg"], fields["tag"])
@@ -237,15 +239,20 @@ class UOp(metaclass=_UOpMeta):
             if n in mapping:
                 new[n] = mapping[n]
                 continue
-            src = tuple(new[s] for s in n.src)
-            new[n] = n if all(a is b for a, b in zip(src, n.src, strict=True)) else n.replace(src=src)
+            src = tuple([new[s] for s in n.src])
+            new[n] = n if src == n.src else UOp(n.op, n.dtype, src, n.arg, n.tag)  # UOps compare by identity
         return new[self]
 
     def simplify(self) -> UOp:
         """Constant folding, identities and index-math folding (see `symbolic.py`)."""
-        from tgcore.uop.rewrite import graph_rewrite
-        from tgcore.uop.symbolic import symbolic
-        return graph_rewrite(self, symbolic, name="simplify")
+        from tgcore.uop.rewrite import _spec_enabled, graph_rewrite
+        from tgcore.uop.symbolic import simplify_offset, symbolic
+        fast = simplify_offset(self)
+        if fast is None:
+            return graph_rewrite(self, symbolic, name="simplify")
+        if _spec_enabled() and fast is not (slow := graph_rewrite(self, symbolic, name="simplify")):
+            raise AssertionError(f"simplify_offset({self.render()}) gave {fast.render()}, the rules {slow.render()}")
+        return fast
 
     def render(self) -> str:
         """A compact infix string, e.g. `((gidx0*4+lidx0)//3)`, for debugging."""
@@ -542,6 +549,24 @@ def consumer_map(root: UOp) -> dict[UOp, list[UOp]]:
         for s in dict.fromkeys(n.src):
             users[s].append(n)
     return users
+
+
+_FIELDS = frozenset({"op", "dtype", "src", "arg", "tag"})
+
+
+def clear_derived_caches() -> int:
+    """Drop every fact cached on live nodes (toposort, ranges, bounds, normal-form marks, ...), as if each
+    node were new; benchmarks call it so each kernel compiles like a never-seen one. Returns the node count."""
+    count = 0
+    for ref in list(_interned.values()):
+        u = ref()
+        if u is None:
+            continue
+        d = u.__dict__
+        for k in [k for k in d if k not in _FIELDS]:
+            del d[k]
+        count += 1
+    return count
 
 
 def all_nodes(roots: Iterable[UOp]) -> dict[UOp, None]:

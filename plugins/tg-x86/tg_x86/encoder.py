@@ -42,7 +42,7 @@ _IMM_RANGES = tuple(rng for rng, _ in IMM_TYPES.values())
 
 def _shape(o: Operand) -> tuple:
     if isinstance(o, Reg):
-        return (o.kind, o.bits, o.name == "cl")
+        return (o.kind, o.bits, o.bits == 8 and o.num == 1 and o.kind == "gpr")  # the last: is it cl
     if isinstance(o, Mem):
         return ("mem", o.bits)
     if isinstance(o, Imm):
@@ -54,15 +54,35 @@ def encode(inst: Inst, form: Form | None = None, rel: int = 0) -> bytes:
     """Machine code for ``inst``; ``rel`` is a jump's displacement from the end of the instruction."""
     form = form or select_form(inst)
     enc = form.encoding
-    slots = _assign(inst.operands, form.op_en)
-    reg_field, rm, vvvv, opreg, is4 = slots["R"], slots["M"], slots["V"], slots["O"], slots["L"]
+    # which operand goes into which field, by the form's Op/En letters
+    reg_field: Operand | None = None
+    rm: Operand | None = None
+    vvvv: Operand | None = None
+    opreg: Operand | None = None
+    is4: Operand | None = None
+    imms: list[Imm] = []
+    for letter, o in zip(form.op_en, inst.operands, strict=True):
+        if letter == "R":
+            reg_field = o
+        elif letter == "M":
+            rm = o
+        elif letter == "V":
+            vvvv = o
+        elif letter == "I":
+            assert isinstance(o, Imm)
+            imms.append(o)
+        elif letter == "O":
+            opreg = o
+        elif letter == "L":
+            is4 = o
 
     # the ModRM.reg field holds a register (R) or an opcode extension (/digit)
     reg_num = reg_field.num if isinstance(reg_field, Reg) else max(enc.modrm or 0, 0)
     rex_r = reg_num >> 3
-    rex_x = rm.index.num >> 3 if isinstance(rm, Mem) and rm.index is not None else 0
-    if isinstance(rm, Mem):
-        rex_b = rm.base.num >> 3 if rm.base is not None else 0
+    rm_is_mem = isinstance(rm, Mem)
+    rex_x = rm.index.num >> 3 if rm_is_mem and rm.index is not None else 0  # type: ignore[union-attr]
+    if rm_is_mem:
+        rex_b = rm.base.num >> 3 if rm.base is not None else 0  # type: ignore[union-attr]
     elif isinstance(rm, Reg):
         rex_b = rm.num >> 3
     elif isinstance(opreg, Reg):
@@ -70,53 +90,46 @@ def encode(inst: Inst, form: Form | None = None, rel: int = 0) -> bytes:
     else:
         rex_b = 0
 
-    out = bytearray(enc.prefixes)
-    opcode = bytearray(enc.opcode)
-    if enc.plus_r:
-        opcode[-1] |= opreg.num & 7
-    if enc.plus_cc:
-        if inst.cond is None:
-            raise EncodeError(f"{inst.op.name} needs a condition code")
-        opcode[-1] += inst.cond.code
-    if enc.vex is None:
+    opcode = enc.opcode
+    if enc.plus_r or enc.plus_cc:
+        last = opcode[-1]
+        if enc.plus_r:
+            last |= opreg.num & 7  # type: ignore[union-attr]
+        if enc.plus_cc:
+            if inst.cond is None:
+                raise EncodeError(f"{inst.op.name} needs a condition code")
+            last += inst.cond.code
+        opcode = bytes(opcode[:-1]) + bytes((last,))
+    v = enc.vex
+    if v is None:
+        out = bytearray(enc.prefixes)
         force_rex = any(isinstance(o, Reg) and o.needs_rex for o in inst.operands)
         if enc.rex_w or rex_r or rex_x or rex_b or force_rex:
             out.append(0x40 | enc.rex_w << 3 | rex_r << 2 | rex_x << 1 | rex_b)
         out += opcode
     else:
-        v = enc.vex
+        out = bytearray(enc.prefixes)
         inv_vvvv = (~vvvv.num & 0xF) if isinstance(vvvv, Reg) else 0xF
         if v.map == 1 and v.w == 0 and not rex_x and not rex_b:
-            out += bytes([0xC5, (rex_r ^ 1) << 7 | inv_vvvv << 3 | v.l << 2 | v.pp])
+            out += bytes((0xC5, (rex_r ^ 1) << 7 | inv_vvvv << 3 | v.l << 2 | v.pp))
         else:
-            out += bytes([0xC4, (rex_r ^ 1) << 7 | (rex_x ^ 1) << 6 | (rex_b ^ 1) << 5 | v.map,
-                          v.w << 7 | inv_vvvv << 3 | v.l << 2 | v.pp])
+            out += bytes((0xC4, (rex_r ^ 1) << 7 | (rex_x ^ 1) << 6 | (rex_b ^ 1) << 5 | v.map,
+                          v.w << 7 | inv_vvvv << 3 | v.l << 2 | v.pp))
         out += opcode
     if enc.modrm is not None:
         out += _modrm(reg_num & 7, rm)
-    for size, imm in zip(enc.imms, slots["I"], strict=True):
-        out += _imm(imm, size)
+    if enc.imms or imms:
+        if len(enc.imms) != len(imms):
+            raise EncodeError("missing immediate")
+        for size, imm in zip(enc.imms, imms, strict=True):
+            out += _le(imm.value, size)
     if enc.is4:
-        out.append((is4.num & 0xF) << 4)
+        out.append((is4.num & 0xF) << 4)  # type: ignore[union-attr]
     if enc.rel:
         if not -(1 << (enc.rel * 8 - 1)) <= rel < 1 << (enc.rel * 8 - 1):
             raise EncodeError(f"jump displacement {rel} does not fit in {enc.rel * 8} bits")
         out += (rel & ((1 << (enc.rel * 8)) - 1)).to_bytes(enc.rel, "little")
     return bytes(out)
-
-
-def _assign(operands: tuple[Operand, ...], op_en: str) -> dict[str, Operand | None | list[Imm]]:
-    """Which operand goes into which field, by the form's Op/En letters."""
-    slots: dict[str, Operand | None | list[Imm]] = dict.fromkeys("RMVOLD")
-    imms: list[Imm] = []
-    for letter, o in zip(op_en, operands, strict=True):
-        if letter == "I":
-            assert isinstance(o, Imm)
-            imms.append(o)
-        elif letter != "C":
-            slots[letter] = o
-    slots["I"] = imms
-    return slots  # type: ignore[return-value]
 
 
 def _modrm(reg: int, rm: Operand | None) -> bytes:
@@ -141,12 +154,6 @@ def _modrm(reg: int, rm: Operand | None) -> bytes:
     if rm.index is None and base != 0b100:
         return bytes([mod << 6 | reg << 3 | base]) + disp
     return bytes([mod << 6 | reg << 3 | 0b100, scale_bits << 6 | index << 3 | base]) + disp
-
-
-def _imm(imm: Imm | None, size: int) -> bytes:
-    if imm is None:
-        raise EncodeError("missing immediate")
-    return _le(imm.value, size)
 
 
 def _le(value: int, size: int) -> bytes:

@@ -321,13 +321,10 @@ class Op(enum.Enum):
         self.flags = flags
         self.uses = uses    # implicit register reads (64-bit GPR names)
         self.defs = defs    # implicit register writes
+        self.takes_cond = "{cc}" in mnemonic  # jcc/setcc/cmovcc: the mnemonic ends in a condition code
 
     def __repr__(self) -> str:
         return f"Op.{self.name}"
-
-    @property
-    def takes_cond(self) -> bool:
-        return "{cc}" in self.mnemonic
 
     @property
     def forms(self) -> tuple[Form, ...]:
@@ -339,13 +336,13 @@ class Op(enum.Enum):
         """Operand positions that may be a memory reference in some form."""
         return frozenset(i for f in self.forms for i, t in enumerate(f.operands) if t.allows_mem)
 
-    @property
+    @cached_property
     def reads_mem(self) -> bool:
         """Some form loads from memory (a memory source, or a memory destination it also reads)."""
         dest_read = bool(self.flags & (Flag.TWO_ADDRESS | Flag.NO_DEST))
         return any(i > 0 or dest_read for i in self.mem_operands)
 
-    @property
+    @cached_property
     def writes_mem(self) -> bool:
         """Some form stores to memory (operand 0 may be memory and is a destination)."""
         return 0 in self.mem_operands and not self.flags & Flag.NO_DEST
@@ -360,22 +357,22 @@ class Inst:
     op: Op
     operands: tuple[Operand, ...] = field(default=())
     cond: Cond | None = None
+    if TYPE_CHECKING:
+        label: Label | None  # set by __init__
 
     def __init__(self, op: Op, *operands: Operand | int, cond: Cond | None = None) -> None:
-        object.__setattr__(self, "op", op)
-        object.__setattr__(self, "operands", tuple(Imm(o) if isinstance(o, int) else o for o in operands))
-        object.__setattr__(self, "cond", cond)
+        d = self.__dict__  # frozen: fields are set once, here
+        d["op"] = op
+        d["operands"] = tuple([Imm(o) if isinstance(o, int) else o for o in operands])
+        d["cond"] = cond
+        # the jump target, if this is a jump to a label (not a field: it follows from the operands)
+        d["label"] = next((o for o in d["operands"] if isinstance(o, Label)), None)
         if op.takes_cond != (cond is not None):
             raise ValueError(f"{op.name} {'needs' if op.takes_cond else 'takes no'} condition code")
 
     @property
     def mnemonic(self) -> str:
         return self.op.mnemonic.replace("{cc}", self.cond.suffix) if self.cond is not None else self.op.mnemonic
-
-    @property
-    def label(self) -> Label | None:
-        """The jump target, if this is a jump to a label."""
-        return next((o for o in self.operands if isinstance(o, Label)), None)
 
     def regs(self) -> list[Reg]:
         """Registers named by the operands, including memory base and index."""

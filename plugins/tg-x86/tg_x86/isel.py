@@ -21,6 +21,7 @@ sign, float->int truncates and wraps (NaN/inf give 0), max propagates NaN, gated
 """
 from __future__ import annotations
 
+import bisect
 import itertools
 import struct
 from typing import Any
@@ -96,6 +97,7 @@ class Selector(VectorSelection):
         self.remat_cache: dict[tuple[UOp, int], VReg] = {}
         self.region = 0               # counts labels: values made in one region are reused only there
         self.lane_offset = 0   # elements added to every address (lane j of a lane-by-lane vector access)
+        self._acc_stores: dict[UOp, list[int]] | None = None
         # buffer k is argument k; a buffer no UOp reads still takes its place, so the variables and
         # core_id follow the highest buffer number
         nbufs = max((u.arg + 1 for u in uops if u.op is Ops.PARAM), default=0)
@@ -487,9 +489,19 @@ class Selector(VectorSelection):
         """A LOAD of an accumulator may be the accumulator itself if every use comes before the next STORE."""
         acc = self.define_reg(u.src[0])
         here = self.pos[u]
-        nxt = min((self.pos[s] for s in self.uops[here + 1:] if s.op is Ops.STORE and self.is_reg_index(s.src[0])
-                   and self.define_reg(s.src[0]) is acc), default=len(self.uops))
+        stores = self.acc_stores().get(acc, [])
+        i = bisect.bisect_right(stores, here)
+        nxt = stores[i] if i < len(stores) else len(self.uops)
         return all(self.pos[x] <= nxt for x in self.users[u])
+
+    def acc_stores(self) -> dict[UOp, list[int]]:
+        """For each accumulator, the positions of the STOREs to it, in order (found once)."""
+        if self._acc_stores is None:
+            self._acc_stores = {}
+            for i, s in enumerate(self.uops):
+                if s.op is Ops.STORE and self.is_reg_index(s.src[0]):
+                    self._acc_stores.setdefault(self.define_reg(s.src[0]), []).append(i)
+        return self._acc_stores
 
     @staticmethod
     def define_reg(idx: UOp) -> UOp:

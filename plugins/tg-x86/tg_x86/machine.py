@@ -213,11 +213,22 @@ def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = No
 
 
 def _vregs(ins: Any) -> tuple[list[VReg], list[VReg]]:
-    """(virtual registers read, virtual registers written) by one instruction."""
+    """(virtual registers read, with repeats, as ``registers_read`` gives them; virtual registers written)."""
     if not isinstance(ins, MInst):
         return [], []
-    return ([r for r in ins.registers_read() if isinstance(r, VReg)],
-            [r for r in ins.defs if isinstance(r, VReg)])
+    reads: list[VReg] = []
+    for o in ins.uses:
+        if isinstance(o, VReg):
+            reads.append(o)
+        elif isinstance(o, VMem):
+            reads += [r for r in (o.base, o.index) if isinstance(r, VReg)]
+    written: list[VReg] = []
+    for o in ins.defs:
+        if isinstance(o, VReg):
+            written.append(o)
+        elif isinstance(o, VMem):  # a memory destination reads its address registers
+            reads += [r for r in (o.base, o.index) if isinstance(r, VReg)]
+    return reads, written
 
 
 def retarget_copies(program: list, regs: list[tuple[list, list]] | None = None) -> list:
