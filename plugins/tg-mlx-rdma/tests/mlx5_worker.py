@@ -30,6 +30,15 @@ def main() -> int:
         suite(tr, "--big" in sys.argv)
     elif scenario == "mismatch":
         mismatch(tr)
+    elif scenario == "die":  # rank 1 is killed while rank 0 sends it 8 MiB
+        import signal
+
+        import numpy as np
+
+        from tgcore import Tensor
+        if tr.rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        tr.send(Tensor(np.zeros(2 << 20, np.float32)), 1)
     else:
         raise SystemExit(f"unknown scenario {scenario}")
     tr.close()

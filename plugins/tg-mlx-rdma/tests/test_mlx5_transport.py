@@ -5,6 +5,7 @@ is checked for its error: this machine has no ConnectX NIC.
 """
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -51,6 +52,18 @@ def test_mismatches_raise_and_the_stream_stays_in_step() -> None:
     ok(proc, 2)
     assert "recv expected float32[5] from rank 0, but rank 0 sent float32[4]" in proc.stdout
     assert "but rank 0 sent int32[4]" in proc.stdout
+
+
+def test_dead_peer_is_a_clear_error() -> None:
+    """Rank 1 is killed: rank 0's send fails (its requests are never answered) naming rank 1, not a hang."""
+    address = f"127.0.0.1:{random.randint(20000, 60000)}"
+    env = {**os.environ, "TG_TEST_TIMEOUT": "10"}
+    procs = [subprocess.Popen([sys.executable, str(WORKER), "die", str(r), "2", address], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=HERE) for r in (0, 1)]
+    out0, err0 = procs[0].communicate(timeout=60)
+    procs[1].communicate(timeout=60)
+    assert procs[0].returncode != 0 and procs[1].returncode == -9
+    assert "rank 1" in err0 and ("PeerFailed" in err0 or "CommTimeout" in err0), err0[-3000:]
 
 
 def test_four_ranks_exchanging_over_mpi(need_mpi: None) -> None:

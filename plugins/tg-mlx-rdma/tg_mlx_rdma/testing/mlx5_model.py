@@ -695,7 +695,11 @@ class Mlx5Model(HardwareAccess):
                 if packet is not None:
                     packets.append(packet)
         for packet in packets:  # outside the lock: the link may block until the peer reads
-            self._send_packet(qp.remote_gid, packet)
+            try:
+                self._send_packet(qp.remote_gid, packet)
+            except OSError:  # the peer device is gone: retries are exhausted
+                self._link_lost(qp.remote_gid)
+                break
 
     def _execute_wqe(self, qp: ModelQp, wqe: bytes) -> tuple | None:
         """Check one send WQE and return the request packet for the peer (None: it completed locally)."""
@@ -739,7 +743,7 @@ class Mlx5Model(HardwareAccess):
         if conn is None:
             conn = Client(str(self._socket_path(gid)), family="AF_UNIX")
             self._peers[gid] = conn
-            threading.Thread(target=self._serve, args=(conn,), name="mlx5-model-peer", daemon=True).start()
+            threading.Thread(target=self._serve, args=(conn, gid), name="mlx5-model-peer", daemon=True).start()
         conn.send(packet)
 
     def _accept_loop(self) -> None:
@@ -750,12 +754,16 @@ class Mlx5Model(HardwareAccess):
                 return
             threading.Thread(target=self._serve, args=(conn,), name="mlx5-model-link", daemon=True).start()
 
-    def _serve(self, conn: Connection) -> None:
-        """Handle packets from one link, in order (RC: a QP's requests are served one after another)."""
+    def _serve(self, conn: Connection, gid: bytes | None = None) -> None:
+        """Handle packets from one link, in order (RC: a QP's requests are served one after another).
+
+        ``gid``: the peer this link sends our requests to; when it breaks, those requests fail."""
         while not self._closed:
             try:
                 packet = conn.recv()
             except (EOFError, OSError):
+                if gid is not None and not self._closed:
+                    self._link_lost(gid)
                 return
             try:
                 if packet[0] == "ACK":
@@ -764,6 +772,21 @@ class Mlx5Model(HardwareAccess):
                     conn.send(("ACK", packet[2], packet[3], self._on_request(packet)))
             except Exception as e:  # the device must not die silently: record it for the tests
                 self.faults.append(f"model error on {packet[0]}: {e!r}")
+
+    def _link_lost(self, gid: bytes) -> None:
+        """The device at ``gid`` stopped answering: requests to it complete with TRANSPORT_RETRY_EXC_ERR."""
+        with self._lock:
+            conn = self._peers.pop(gid, None)
+            if conn is not None:
+                conn.close()
+            for qp in self._qps.values():
+                if qp.remote_gid != gid or qp.state == ERR:
+                    continue
+                qp.state = ERR
+                for index, _signalled, opcode in qp.inflight.values():
+                    self._write_cqe(qp.cq_snd, CQE_REQ_ERR, qp.qpn, index, syndrome=TRANSPORT_RETRY_EXC,
+                                    wqe_opcode=opcode)
+                qp.inflight.clear()
 
     def _attach(self, name: str) -> mmap.mmap:
         mm = self._attached.get(name)
