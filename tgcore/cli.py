@@ -41,7 +41,7 @@ def cmd_devices(args: argparse.Namespace, host: PluginHost) -> int:
         for r in renderers.values():
             reason = unavailable_reason(r.probe)
             mark = "*" if default is not None and r is default else ""
-            shown.append(f"{r.name}{mark}" + (" (unavailable)" if reason else ""))
+            shown.append(f"{r.name}{mark}" + (f" (unavailable: {reason})" if reason else ""))
         if isinstance(dev.variants, dict):
             shown += [f"{v} (variant)" for v in dev.variants]
         providers = sorted({dev.plugin} | {r.plugin for r in renderers.values()})
