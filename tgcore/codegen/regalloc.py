@@ -21,6 +21,7 @@ source's register for its result (coalescing), otherwise a copy is inserted befo
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -192,26 +193,31 @@ def allocate(program: list[Any], target: AllocTarget) -> tuple[list[Any], int]:
     # a copy whose source dies at the copy can reuse the source's register (then the copy vanishes)
     copy_source = {ins.defs[0]: ins.uses[0] for ins in program
                    if isinstance(ins, MInst) and ins.op == "copy" and isinstance(ins.uses[0], VReg)}
-    active: dict[Interval, None] = {}  # intervals holding a register, in the order they got it
+    active: dict[Interval, int] = {}  # intervals holding a register -> when they got it (dict order is that order)
     free = {cls: list(regs) for cls, regs in target.registers.items()}
     frame = 0
     pinned_busy: dict[Register, Interval] = {}
-    ends: list[int] = []  # a heap of the ends of active intervals (stale entries allowed): when may one expire?
+    expiry: list[tuple[int, int, Interval]] = []  # heap of (end, when it got its register, interval); stale entries
+    order = itertools.count()                      # of intervals no longer active are skipped
 
     def release_until(pos: int) -> None:
-        while ends and ends[0] < pos:
-            heapq.heappop(ends)
-        if not any(iv.end < pos for iv in active):
-            return
-        for iv in [iv for iv in active if iv.end < pos]:
+        """Free the registers of the active intervals ending before ``pos``, in the order they were taken."""
+        ended: list[tuple[int, Interval]] = []
+        while expiry and expiry[0][0] < pos:
+            _, k, iv = heapq.heappop(expiry)
+            if active.get(iv) == k:
+                ended.append((k, iv))
+        ended.sort(key=lambda e: e[0])
+        for _, iv in ended:
             del active[iv]
             if iv.reg is not None:
                 free[iv.vreg.cls].append(iv.reg)
                 pinned_busy.pop(iv.reg, None)
 
     def activate(iv: Interval) -> None:
-        active[iv] = None
-        heapq.heappush(ends, iv.end)
+        k = next(order)
+        active[iv] = k
+        heapq.heappush(expiry, (iv.end, k, iv))
 
     def take_slot(cls: str) -> int:
         nonlocal frame
@@ -220,7 +226,7 @@ def allocate(program: list[Any], target: AllocTarget) -> tuple[list[Any], int]:
         return frame - size
 
     for iv in intervals:
-        if ends and ends[0] < iv.start:
+        if expiry and expiry[0][0] < iv.start:
             release_until(iv.start)
         src = copy_source.get(iv.vreg)
         src_iv = by_vreg.get(src) if src is not None else None

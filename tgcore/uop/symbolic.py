@@ -408,19 +408,36 @@ symbolic = (symbolic_simple + PatternMatcher([
 ])).remember_fixed_points()  # its rules read only the node: normal forms are marked on it
 
 
-def simplify_offset(u: UOp) -> UOp | None:
-    """The normal form of ``x + c`` (ints) when ``x`` already is one (the lanes of an affine index), without
-    a rewrite: the rules would only fold ``c`` into ``x``'s constant term (``(y + c1) + c2 -> y + (c1 + c2)``,
-    ``y + 0 -> y``), since nothing else matches a sum of a normal form and a constant. None for other nodes."""
+def simplify_sum(u: UOp) -> UOp | None:
+    """The normal form of ``x + t`` (ints) when ``x`` already is one, without a rewrite, in the two cases the
+    rules settle at once: ``t`` a constant (it folds into ``x``'s constant term: ``(y + c1) + c2 -> y + (c1 + c2)``,
+    ``y + 0 -> y``: the lanes of an affine index) and ``t`` a term ``base*c`` whose base is a term of ``x``
+    (the terms merge, as ``collect_terms`` does: an index without its lane). None for other nodes."""
     normal = symbolic.fixed_point_key
-    if u.op is not Ops.ADD or u.dtype not in INTS:
+    if u.op is not Ops.ADD or u.dtype not in INTS or normal is None:
         return None
-    x, c = u.src
-    if c.op is not Ops.CONST or x.op is Ops.CONST or normal is None or normal not in x.__dict__:
+    x, t = u.src
+    if x.op is Ops.CONST or normal not in x.__dict__:
         return None
-    if x.op is Ops.ADD and x.src[1].op is Ops.CONST:
-        x, c = x.src[0], x.src[0].const_like(x.src[1].arg + c.arg)
-    out = x if c.arg == 0 else UOp(Ops.ADD, u.dtype, (x, c))
+    if t.op is Ops.CONST:
+        if x.op is Ops.ADD and x.src[1].op is Ops.CONST:
+            x, t = x.src[0], x.src[0].const_like(x.src[1].arg + t.arg)
+        out = x if t.arg == 0 else UOp(Ops.ADD, u.dtype, (x, t))
+    else:
+        if normal not in t.__dict__:
+            from tgcore.uop.rewrite import graph_rewrite
+            t = graph_rewrite(t, symbolic, name="simplify")
+        base = t.src[0] if t.op is Ops.MUL and t.src[1].op is Ops.CONST else t
+        if t.op in (Ops.ADD, Ops.CONST) or base.op in (Ops.ADD, Ops.CONST) or base not in _term_bases(x):
+            return None
+        split = _split_sum(x)
+        if split is None:
+            return None
+        terms, const = split
+        merged: dict[UOp, int] = {}
+        for b, c in (*terms, (base, t.src[1].arg if base is not t else 1)):
+            merged[b] = merged.get(b, 0) + c
+        out = _build_sum(u.dtype, list(merged.items()), const)
     out.__dict__[normal] = True
     return out
 

@@ -246,12 +246,12 @@ class UOp(metaclass=_UOpMeta):
     def simplify(self) -> UOp:
         """Constant folding, identities and index-math folding (see `symbolic.py`)."""
         from tgcore.uop.rewrite import _spec_enabled, graph_rewrite
-        from tgcore.uop.symbolic import simplify_offset, symbolic
-        fast = simplify_offset(self)
+        from tgcore.uop.symbolic import simplify_sum, symbolic
+        fast = simplify_sum(self)
         if fast is None:
             return graph_rewrite(self, symbolic, name="simplify")
         if _spec_enabled() and fast is not (slow := graph_rewrite(self, symbolic, name="simplify")):
-            raise AssertionError(f"simplify_offset({self.render()}) gave {fast.render()}, the rules {slow.render()}")
+            raise AssertionError(f"simplify_sum({self.render()}) gave {fast.render()}, the rules {slow.render()}")
         return fast
 
     def render(self) -> str:

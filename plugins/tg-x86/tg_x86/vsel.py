@@ -82,15 +82,29 @@ def lanes_per_piece(dt: DType) -> int:
 
 def native(dt: DType) -> bool:
     """Lanes of this dtype live in ymm pieces; other vectors are held lane by lane as scalars."""
-    return dt.scalar() in VECTOR_DTYPES
+    found = _NATIVE.get(dt)
+    if found is None:
+        found = _NATIVE[dt] = dt.scalar() in VECTOR_DTYPES
+    return found
 
 
-def piece_lanes(dt: DType) -> list[int]:
+_NATIVE: dict[DType, bool] = {}  # facts of dtypes (interned), not of a kernel
+
+
+def piece_lanes(dt: DType) -> tuple[int, ...]:
     """Lanes in each piece of a vector dtype (one lane per "piece" for lane-by-lane dtypes)."""
-    if not native(dt):
-        return [1] * dt.count
-    n, per = dt.count, lanes_per_piece(dt.scalar())
-    return [min(per, n - i) for i in range(0, n, per)]
+    found = _PIECE_LANES.get(dt)
+    if found is None:
+        if not native(dt):
+            found = (1,) * dt.count
+        else:
+            n, per = dt.count, lanes_per_piece(dt.scalar())
+            found = tuple(min(per, n - i) for i in range(0, n, per))
+        _PIECE_LANES[dt] = found
+    return found
+
+
+_PIECE_LANES: dict[DType, tuple[int, ...]] = {}  # facts of dtypes (interned), not of a kernel
 
 
 def pbits(n: int, sdt: DType) -> int:
@@ -918,7 +932,7 @@ class VectorSelection:
             out.append(m)
         return out, c.op is Ops.CMPNE
 
-    def narrow_masks(self, masks: list[VReg], counts: list[int]) -> list[VReg]:
+    def narrow_masks(self, masks: list[VReg], counts: tuple[int, ...]) -> list[VReg]:
         """64-bit lane masks (4 per piece) -> 32-bit lane masks (8 per piece)."""
         halves = []
         for m, n in zip(masks, counts, strict=True):
