@@ -128,8 +128,15 @@ def many_b(s: Side) -> dict:
     from tg_mlx_rdma.mlx5 import prm
     dst = s.u8(s.small).view(np.int64)
     depth = s.qp.rq_size
+    from tg_mlx_rdma.mlx5.device import QueueFull
     for i in range(depth):
         s.qp.post_recv(s.small, 8 * i, 8)
+    try:
+        s.qp.post_recv(s.small, 0, 8)
+    except QueueFull:
+        pass
+    else:
+        raise AssertionError(f"a receive queue of {depth} took {depth + 1} receives")
     posted = depth
     s.conn.send("ready")
     got = 0

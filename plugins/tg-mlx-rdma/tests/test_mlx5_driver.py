@@ -9,6 +9,7 @@ import pytest
 from tg_mlx_rdma.mlx5 import prm
 from tg_mlx_rdma.mlx5.cmdq import CommandDeliveryError, CommandError, CommandQueue
 from tg_mlx_rdma.mlx5.device import CompletionError, MemoryRegion, Mlx5Device, QueueFull
+from tg_mlx_rdma.mlx5.hw import HardwareError
 from tg_mlx_rdma.testing import mlx5_model as model
 from tg_mlx_rdma.testing.mlx5_model import Mlx5Model
 
@@ -154,3 +155,21 @@ def test_send_queue_full(dev: Mlx5Device) -> None:
     qp.ring()
     assert [c.wqe_counter for c in cq.wait(4, timeout=10)] == [0, 1, 2, 3]
     assert qp.send_slots == 4
+
+
+def test_wrong_command_interface_revision_is_refused(hw: Mlx5Model) -> None:
+    model.put(hw.bar, (model.CMDIF_REV_FW_SUB, 16, 16), 4)
+    with pytest.raises(HardwareError, match="command interface revision 4, this driver speaks 5"):
+        Mlx5Device(hw)
+
+
+def test_firmware_that_never_finishes_initializing(hw: Mlx5Model, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_write = hw.bar_write32
+
+    def stuck(offset: int, value: int) -> None:  # the device never clears the initializing bit
+        real_write(offset, value)
+        model.put(hw.bar, (model.INITIALIZING, 0, 32), 1 << 31)
+    monkeypatch.setattr(hw, "bar_write32", stuck)
+    monkeypatch.setattr(Mlx5Device, "INIT_TIMEOUT", 0.2)
+    with pytest.raises(HardwareError, match="firmware still initializing after 0.2 s"):
+        Mlx5Device(hw)

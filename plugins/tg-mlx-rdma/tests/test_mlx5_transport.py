@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -22,23 +25,40 @@ from tgcore import Tensor
 WORKER = HERE / "mlx5_worker.py"
 
 
-def tcp_job(world: int, scenario: str, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    """``world`` worker processes meeting at a TCP rendezvous; returns one result with all outputs joined."""
+def tcp_job(world: int, scenario: str, *extra: str, timeout: float = 120,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``world`` worker processes meeting at a TCP rendezvous; returns one result with all outputs joined.
+
+    Outputs go to files (a full pipe would block a worker while we wait on another)."""
     address = f"127.0.0.1:{random.randint(20000, 60000)}"
-    procs = [subprocess.Popen([sys.executable, str(WORKER), scenario, str(r), str(world), address, *extra],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=HERE)
-             for r in range(world)]
-    outs, code = [], 0
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail(f"mlx5 job {scenario} hung for {timeout} s")
-        outs.append((out, err))
-        code = code or p.returncode
-    return subprocess.CompletedProcess([], code, "".join(o for o, _ in outs), "".join(e for _, e in outs))
+    with tempfile.TemporaryDirectory() as tmp:
+        logs = [(open(f"{tmp}/{r}.out", "w+"), open(f"{tmp}/{r}.err", "w+")) for r in range(world)]
+        procs = [subprocess.Popen([sys.executable, str(WORKER), scenario, str(r), str(world), address, *extra],
+                                  stdout=out, stderr=err, text=True, cwd=HERE,
+                                  env={**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})})
+                 for r, (out, err) in enumerate(logs)]
+        deadline = time.monotonic() + timeout
+        for p in procs:
+            try:
+                p.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:  # a hang: every worker dumps its threads' stacks, then dies
+                for q in procs:
+                    q.send_signal(signal.SIGABRT)
+                for q in procs:
+                    try:
+                        q.wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        q.kill()
+                        q.wait()
+        texts = []
+        for out, err in logs:
+            out.seek(0)
+            err.seek(0)
+            texts.append((out.read(), err.read()))
+            out.close()
+            err.close()
+    code = next((p.returncode for p in procs if p.returncode), 0)
+    return subprocess.CompletedProcess([], code, "".join(o for o, _ in texts), "".join(e for _, e in texts))
 
 
 def test_two_ranks_tcp_rendezvous_all_dtypes_and_sizes() -> None:
@@ -56,14 +76,9 @@ def test_mismatches_raise_and_the_stream_stays_in_step() -> None:
 
 def test_dead_peer_is_a_clear_error() -> None:
     """Rank 1 is killed: rank 0's send fails (its requests are never answered) naming rank 1, not a hang."""
-    address = f"127.0.0.1:{random.randint(20000, 60000)}"
-    env = {**os.environ, "TG_TEST_TIMEOUT": "10"}
-    procs = [subprocess.Popen([sys.executable, str(WORKER), "die", str(r), "2", address], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=HERE) for r in (0, 1)]
-    out0, err0 = procs[0].communicate(timeout=60)
-    procs[1].communicate(timeout=60)
-    assert procs[0].returncode != 0 and procs[1].returncode == -9
-    assert "rank 1" in err0 and ("PeerFailed" in err0 or "CommTimeout" in err0), err0[-3000:]
+    proc = tcp_job(2, "die", timeout=60, env={"TG_TEST_TIMEOUT": "10"})
+    assert proc.returncode != 0
+    assert "rank 1" in proc.stderr and ("PeerFailed" in proc.stderr or "CommTimeout" in proc.stderr), proc.stderr
 
 
 def test_four_ranks_exchanging_over_mpi(need_mpi: None) -> None:
