@@ -184,8 +184,34 @@ def live_intervals(program: list[Any], regs: list[tuple[list[Any], list[Any]]] |
     return intervals
 
 
+@dataclass
+class RegisterPlan:
+    """Where every virtual register lives, before the program is rewritten: lets a renderer compare two
+    candidate programs by their spill code without building both rewritten programs."""
+    program: list[Any]                             # after two-address coalescing
+    regs: list[tuple[list[Any], list[Any]]]        # register_lists(program)
+    by_vreg: dict[VReg, Interval]
+    frame: int                                     # stack bytes for spill slots
+    target: AllocTarget
+
+    def spill_code(self, cls: str) -> int:
+        """How many fills and spill stores of class ``cls`` the rewritten program has."""
+        by_vreg = self.by_vreg
+        return sum(1 for read, written in self.regs for group in (read, written) for r in group
+                   if isinstance(r, VReg) and r.cls == cls and by_vreg[r].reg is None)
+
+    def rewrite(self) -> tuple[list[Any], int]:
+        """(the program on physical registers with spill code, stack bytes for spill slots)."""
+        return _rewrite(self.program, self.regs, self.by_vreg, self.target), self.frame
+
+
 def allocate(program: list[Any], target: AllocTarget) -> tuple[list[Any], int]:
     """Assign registers; returns (program on physical registers, stack bytes for spill slots)."""
+    return plan_registers(program, target).rewrite()
+
+
+def plan_registers(program: list[Any], target: AllocTarget) -> RegisterPlan:
+    """The linear scan: an interval per virtual register, each given a register or a spill slot."""
     program = _coalesce_two_address(program, target)
     regs = register_lists(program)
     by_vreg = live_intervals(program, regs)
@@ -263,7 +289,7 @@ def allocate(program: list[Any], target: AllocTarget) -> tuple[list[Any], int]:
         victim.slot = take_slot(cls)
         del active[victim]
         activate(iv)
-    return _rewrite(program, regs, by_vreg, target), frame
+    return RegisterPlan(program, regs, by_vreg, frame, target)
 
 
 def _coalesce_two_address(program: list[Any], target: AllocTarget) -> list[Any]:

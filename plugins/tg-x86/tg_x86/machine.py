@@ -134,13 +134,6 @@ class Frame:
         return out
 
 
-def gpr_fills(allocated: list) -> int:
-    """How many times an allocated program reloads a spilled gpr."""
-    rsp = GPR["rsp"]
-    return sum(1 for ins in allocated if isinstance(ins, MInst) and ins.op is Op.MOV and ins.uses
-               and isinstance(ins.uses[0], VMem) and ins.uses[0].base is rsp and ins.uses[0].slot is None)
-
-
 def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = None) -> list[Inst | Label]:
     """Allocate registers (unless ``allocation`` is given), add prologue and epilogue, lower to ``Inst``s."""
     allocated, spill_bytes = allocation or allocate(program, TARGET)
