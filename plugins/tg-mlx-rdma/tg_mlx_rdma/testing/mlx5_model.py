@@ -1,14 +1,17 @@
 """A software ConnectX (mlx5) device, written from the PRM, for testing the driver without hardware.
 
+The command interface is in ``mlx5_model_commands``, the tables in ``mlx5_model_tables``; this module is the
+device: memory, BAR, send/receive queues, CQEs and the wire.
+
 In:  the driver's accesses through the ``HardwareAccess`` interface: BAR reads/writes (init segment,
      command doorbell, UAR doorbells), DMA memory it allocates from the model.
 Out: what a device would do: serve the command queue, keep HCA/QP state, execute send WQEs when the
      UAR doorbell rings, take receive WQEs from the doorbell record, move the bytes to the peer device
      (another model, usually in another process) and write CQEs with the owner bit and WQE counter.
 
-This module deliberately does NOT import the driver's layouts (``tg_mlx_rdma.mlx5.prm``): its field
-tables below are written separately from the PRM as (byte offset of the big-endian dword, low bit,
-width), so the tests cross-check two independent readings of the manual (and both against the
+This model deliberately does NOT import the driver's layouts (``tg_mlx_rdma.mlx5.prm``): its field
+tables (``mlx5_model_tables``) are written separately from the PRM as (byte offset of the big-endian dword,
+low bit, width), so the tests cross-check two independent readings of the manual (and both against the
 headers). Departures from hardware, on purpose:
 
 - DMA memory is a set of shared-memory files (``/dev/shm``); a bus address is an offset in the model's
@@ -28,213 +31,61 @@ import mmap
 import os
 import struct
 import sys
-import tempfile
 import threading
 import time
 import zlib
 from bisect import bisect_right
-from dataclasses import dataclass, field
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
-from typing import Any
 
 from tg_mlx_rdma.mlx5.hw import DmaBuffer, HardwareAccess
-
-__all__ = ["Mlx5Model", "SYNDROMES", "ModelFault"]
-
-PAGE = 4096
-SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
-
-# ----------------------------------------------------------------------------------------------- field tables
-# (byte offset of the big-endian dword holding the field, lowest bit inside that dword, width in bits);
-# width 64 = a big-endian u64 at that byte offset. Written from the PRM's tables.
-F = tuple[int, int, int]
-OPCODE: F = (0x00, 16, 16)
-OP_MOD: F = (0x04, 0, 16)
-QPN_IN: F = (0x08, 0, 24)  # modify/query QP: the QP number
-OUT_STATUS: F = (0x00, 24, 8)
-OUT_SYNDROME: F = (0x04, 0, 32)
-OUT_OBJ: F = (0x08, 0, 24)  # uar, pd, mkey index, cqn, qpn of the ALLOC_*/CREATE_* outputs
-OUT_EQN: F = (0x08, 0, 8)
-
-ISSI_CURRENT: F = (0x08, 0, 16)  # SET_ISSI in, QUERY_ISSI out
-ISSI_SUPPORTED_DW0: F = (0x6C, 0, 32)
-QUERY_ISSI_OUT_SIZE = 0x70
-PAGES_NUM_OUT: F = (0x0C, 0, 32)  # QUERY_PAGES out (signed)
-PAGES_ENTRIES_IN: F = (0x0C, 0, 32)  # MANAGE_PAGES in
-PAGES_LIST = 0x10
-
-CAP_AT, CAP_BYTES = 0x10, 0x1000
-CAP = {  # general device capabilities, offsets inside the capability block
-    "log_max_qp_sz": (0x10, 16, 8), "log_max_qp": (0x10, 0, 5), "log_max_cq_sz": (0x18, 16, 8),
-    "log_max_cq": (0x18, 0, 5), "log_max_eq_sz": (0x1C, 24, 8), "log_max_mkey": (0x1C, 16, 6),
-    "log_max_eq": (0x1C, 0, 4), "num_ports": (0x34, 0, 8), "log_max_msg": (0x38, 24, 5),
-    "cmdif_checksum": (0x40, 14, 2), "log_pg_sz": (0x48, 0, 8), "max_wqe_sz_sq": (0x50, 0, 16),
-    "max_wqe_sz_rq": (0x54, 0, 16), "log_max_pd": (0x64, 16, 5),
-}
-GID_INDEX_IN: F = (0x0C, 0, 16)
-GIDS_NUM_OUT: F = (0x0C, 16, 16)
-GID_OUT = 0x10
-
-MKEY = {  # CREATE_MKEY (the mkey context starts at byte 0x10)
-    "a": (0x10, 14, 1), "rw": (0x10, 13, 1), "rr": (0x10, 12, 1), "lw": (0x10, 11, 1), "lr": (0x10, 10, 1),
-    "access_mode": (0x10, 8, 2), "qpn": (0x14, 8, 24), "key": (0x14, 0, 8), "pd": (0x1C, 0, 24),
-    "start": (0x20, 0, 64), "len": (0x28, 0, 64)}
-CTX = 0x10  # EQ / CQ context inside CREATE_EQ / CREATE_CQ
-EQ = {"log_size": (CTX + 0x0C, 24, 5), "uar": (CTX + 0x0C, 0, 24)}
-CQ = {"cqe_sz": (CTX, 21, 3), "log_size": (CTX + 0x0C, 24, 5), "uar": (CTX + 0x0C, 0, 24),
-      "eqn": (CTX + 0x14, 0, 32), "dbr": (CTX + 0x38, 0, 64)}
-PAS_AT = 0x110  # page list after CREATE_EQ/CQ/QP's input
-QP = {  # CREATE_QP and the modify commands (the QP context starts at byte 0x18)
-    "state": (0x18, 28, 4), "st": (0x18, 16, 8), "pm_state": (0x18, 11, 2), "pd": (0x1C, 0, 24),
-    "mtu": (0x20, 29, 3), "log_msg_max": (0x20, 24, 5), "log_rq_size": (0x20, 19, 4), "log_rq_stride": (0x20, 16, 3),
-    "no_sq": (0x20, 15, 1), "log_sq_size": (0x20, 11, 4), "uar": (0x24, 0, 24), "remote_qpn": (0x2C, 0, 24),
-    "grh": (0x34, 23, 1), "rlid": (0x34, 0, 16), "rgid": (0x40, 0, 128), "port": (0x54, 16, 8),
-    "cqn_snd": (0x94, 0, 24), "rwe": (0xA8, 14, 1), "cqn_rcv": (0xB4, 0, 24), "dbr": (0xB8, 0, 64),
-    "rq_type": (0xC4, 24, 3)}
-
-# command entry (64 bytes) and mailbox block (576 bytes, 1 KiB apart), PRM "Command Queue Entry" / "Mailbox"
-ENTRY = {"type": (0x00, 24, 8), "inlen": (0x04, 0, 32), "in_ptr": (0x08, 0, 64), "out_ptr": (0x30, 0, 64),
-         "outlen": (0x38, 0, 32), "token": (0x3C, 24, 8), "status_own": (0x3C, 0, 8)}
-ENTRY_IN, ENTRY_OUT, INLINE = 0x10, 0x20, 16
-BLOCK = {"next": (0x230, 0, 64), "number": (0x238, 0, 32), "token": (0x23C, 16, 8)}
-BLOCK_DATA, BLOCK_SIZE = 512, 576
-
-# doorbell / WQE / CQE bytes, PRM "Send WQE Format", "Receive WQE Format", "CQE Format"
-WQE_CTRL = {"opcode": (0x0, 0, 8), "index": (0x0, 8, 16), "ds": (0x4, 0, 6), "qpn": (0x4, 8, 24),
-            "fm_ce_se": (0x8, 0, 8)}
-SEG = 16
-BASIC_BLOCK = 64
-SEND, RDMA_WRITE = 0x0A, 0x08
-CQE_SIZE = 64
-
-# init segment registers
-FW_REV, CMDIF_REV_FW_SUB, CMDQ_H, CMDQ_L, CMD_DBELL, INITIALIZING = 0x0, 0x4, 0x10, 0x14, 0x18, 0x1FC
-
-# QP states and the commands that move between them: command -> (allowed from, to)
-RST, INIT, RTR, RTS, ERR = 0, 1, 2, 3, 6
-TRANSITIONS = {0x502: ({RST}, INIT), 0x503: ({INIT}, RTR), 0x504: ({RTR}, RTS),
-               0x507: ({RST, INIT, RTR, RTS, ERR}, ERR), 0x50A: ({RST, INIT, RTR, RTS, ERR}, RST)}
-
-# command status codes and this model's syndromes (reason -> syndrome)
-OK, BAD_OP, BAD_PARAM, BAD_SYS_STATE, BAD_RESOURCE, EXCEED_LIM, BAD_QP_STATE, BAD_INPUT_LEN, BAD_OUTPUT_LEN = (
-    0x0, 0x2, 0x3, 0x4, 0x5, 0x8, 0x10, 0x50, 0x51)
-SYNDROMES = {
-    "unknown opcode": 0x0BAD0001, "not enabled": 0x0B0A0002, "pages missing": 0x0B0A0003,
-    "not initialized": 0x0B0A0004, "bad issi": 0x0B0A0005, "bad page address": 0x0B0A0006,
-    "bad cap type": 0x0B0A0007, "bad pd": 0x0B0A0008, "bad access mode": 0x0B0A0009, "bad uar": 0x0B0A000A,
-    "bad eq": 0x0B0A000B, "bad cq": 0x0B0A000C, "queue too big": 0x0B0A000D, "bad page list": 0x0B0A000E,
-    "bad service type": 0x0B0A000F, "bad qpn": 0x0B0A0010, "bad qp state transition": 0x0B0A0011,
-    "input too short": 0x0B0A0012, "output too short": 0x0B0A0013, "bad doorbell address": 0x0B0A0014,
-    "unreachable gid": 0x0B0A0015, "already initialized": 0x0B0A0016,
-}
-# delivery status (entry byte 63 bits 7:1) and CQE syndromes, PRM
-DELIVERY_SIGNATURE, DELIVERY_TOKEN, DELIVERY_BLOCK_NUMBER, DELIVERY_OUT_PTR, DELIVERY_IN_PTR, DELIVERY_TYPE = (
-    0x1, 0x2, 0x3, 0x4, 0x5, 0x10)
-LOCAL_LENGTH, LOCAL_QP_OP, LOCAL_PROT, WR_FLUSH, REMOTE_INVAL_REQ, REMOTE_ACCESS, REMOTE_OP = (
-    0x1, 0x2, 0x4, 0x5, 0x12, 0x13, 0x14)
-TRANSPORT_RETRY_EXC, RNR_RETRY_EXC = 0x15, 0x16
-CQE_REQ, CQE_RESP_SEND, CQE_REQ_ERR, CQE_RESP_ERR = 0x0, 0x2, 0xD, 0xE
-BOOT_PAGES, INIT_PAGES = 4, 12
-CAPS = {"log_max_qp_sz": 15, "log_max_qp": 16, "log_max_cq_sz": 22, "log_max_cq": 16, "log_max_eq_sz": 22,
-        "log_max_mkey": 20, "log_max_eq": 4, "num_ports": 1, "log_max_msg": 30, "cmdif_checksum": 0,
-        "log_pg_sz": 12, "max_wqe_sz_sq": 1024, "max_wqe_sz_rq": 512, "log_max_pd": 16}
+from tg_mlx_rdma.testing.mlx5_model_commands import CommandProcessor
+from tg_mlx_rdma.testing.mlx5_model_tables import *  # noqa: F403  (the tables are part of this module's API)
+from tg_mlx_rdma.testing.mlx5_model_tables import (
+    BASIC_BLOCK,
+    CAPS,
+    CMD_DBELL,
+    CMDIF_REV_FW_SUB,
+    CMDQ_H,
+    CMDQ_L,
+    CQE_REQ,
+    CQE_REQ_ERR,
+    CQE_RESP_ERR,
+    CQE_RESP_SEND,
+    CQE_SIZE,
+    ERR,
+    FW_REV,
+    INIT,
+    INITIALIZING,
+    LOCAL_LENGTH,
+    LOCAL_PROT,
+    LOCAL_QP_OP,
+    PAGE,
+    RDMA_WRITE,
+    REMOTE_ACCESS,
+    REMOTE_INVAL_REQ,
+    REMOTE_OP,
+    RNR_RETRY_EXC,
+    RST,
+    RTR,
+    RTS,
+    SEG,
+    SEND,
+    SHM_DIR,
+    TRANSPORT_RETRY_EXC,
+    WQE_CTRL,
+    WR_FLUSH,
+    MKey,
+    ModelCq,
+    ModelFault,
+    ModelQp,
+    Segment,
+    get,
+    put,
+)
 
 
-def get(buf: Any, spec: F, base: int = 0) -> int:
-    off, low, width = spec
-    if width == 64:
-        return int(struct.unpack_from(">Q", buf, base + off)[0])
-    if width == 128:
-        return int.from_bytes(bytes(buf[base + off:base + off + 16]), "big")
-    return (struct.unpack_from(">I", buf, base + off)[0] >> low) & ((1 << width) - 1)
-
-
-def put(buf: Any, spec: F, value: int, base: int = 0) -> None:
-    off, low, width = spec
-    if width == 64:
-        struct.pack_into(">Q", buf, base + off, value)
-        return
-    word = struct.unpack_from(">I", buf, base + off)[0]
-    mask = ((1 << width) - 1) << low
-    struct.pack_into(">I", buf, base + off, (word & ~mask) | ((value << low) & mask))
-
-
-def xor_all(data: bytes) -> int:
-    x = 0
-    for b in data:
-        x ^= b
-    return x
-
-
-class ModelFault(RuntimeError):
-    """The driver did something the device would reject outside the command protocol (or the model broke)."""
-
-
-class CmdFailed(Exception):
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status, self.syndrome = status, SYNDROMES[reason]
-
-
-class Delivery(Exception):
-    def __init__(self, status: int) -> None:
-        super().__init__(status)
-        self.status = status
-
-
-@dataclass
-class Segment:
-    base: int
-    size: int
-    name: str
-    mm: mmap.mmap
-
-
-@dataclass
-class MKey:
-    key: int
-    pd: int
-    start: int
-    length: int
-    lr: bool
-    lw: bool
-    rr: bool
-    rw: bool
-
-
-@dataclass
-class ModelCq:
-    cqn: int
-    log_size: int
-    pages: list[int]
-    dbr: int
-    pi: int = 0
-
-
-@dataclass
-class ModelQp:
-    qpn: int
-    pd: int
-    log_sq: int
-    log_rq: int
-    rq_stride: int
-    cq_snd: int
-    cq_rcv: int
-    dbr: int
-    pages: list[int]
-    uar: int
-    state: int = RST
-    remote_qpn: int = 0
-    remote_gid: bytes = b""
-    rwe: bool = False
-    sq_ci: int = 0  # WQEs taken (unwrapped)
-    rq_ci: int = 0
-    seq: itertools.count = field(default_factory=itertools.count)
-    inflight: dict[int, tuple[int, bool, int]] = field(default_factory=dict)  # seq -> (wqe index, signalled, op)
-
-
-class Mlx5Model(HardwareAccess):
+class Mlx5Model(CommandProcessor, HardwareAccess):
     """One model device. ``fabric`` is a directory shared by the devices that can reach each other."""
 
     def __init__(self, fabric: str | Path, name: str = "", rnr_timeout: float = 60.0,
@@ -360,290 +211,6 @@ class Mlx5Model(HardwareAccess):
         struct.pack_into("<HH", config, 0, 0x15B3, 0x101D)  # vendor Mellanox, device ConnectX-6 Dx
         return int.from_bytes(config[offset:offset + size], "little")
 
-    # ------------------------------------------------------------------------------------ command queue
-    def _command(self, entry_addr: int) -> None:
-        entry = self.mem(entry_addr, 64)
-        if not get(entry, ENTRY["status_own"]) & 1:
-            self.faults.append("command doorbell rung for an entry software owns")
-            return
-        try:
-            if xor_all(bytes(entry)) != 0xFF:
-                raise Delivery(DELIVERY_SIGNATURE)
-            if get(entry, ENTRY["type"]) != 0x7:
-                raise Delivery(DELIVERY_TYPE)
-            token = get(entry, ENTRY["token"])
-            inlen, outlen = get(entry, ENTRY["inlen"]), get(entry, ENTRY["outlen"])
-            data = self._read_chain(entry, token, inlen)
-            out_blocks = self._out_chain(entry, token, outlen)
-            try:
-                if inlen < 16:
-                    raise CmdFailed(BAD_INPUT_LEN, "input too short")
-                out = self._execute(data)
-                if len(out) > outlen:
-                    raise CmdFailed(BAD_OUTPUT_LEN, "output too short")
-            except CmdFailed as e:
-                out = bytearray(16)
-                put(out, OUT_STATUS, e.status)
-                put(out, OUT_SYNDROME, e.syndrome)
-            out = bytes(out) + bytes(max(0, min(outlen, INLINE + BLOCK_DATA * len(out_blocks)) - len(out)))
-            entry[ENTRY_OUT:ENTRY_OUT + INLINE] = out[:INLINE].ljust(INLINE, b"\0")
-            for i, block in enumerate(out_blocks):
-                chunk = out[INLINE + i * BLOCK_DATA:INLINE + (i + 1) * BLOCK_DATA]
-                block[:len(chunk)] = chunk
-            delivery = 0
-        except Delivery as d:
-            delivery = d.status
-        put(entry, ENTRY["status_own"], delivery << 1)  # ownership back to software, last
-
-    def _blocks(self, entry: memoryview, which: str, token: int, nbytes: int) -> list[memoryview]:
-        count = -(-max(nbytes - INLINE, 0) // BLOCK_DATA)
-        addr = get(entry, ENTRY[which])
-        blocks = []
-        for i in range(count):
-            try:
-                block = self.mem(addr, BLOCK_SIZE)
-            except ModelFault:
-                raise Delivery(DELIVERY_IN_PTR if which == "in_ptr" else DELIVERY_OUT_PTR) from None
-            if xor_all(bytes(block)) != 0xFF or xor_all(bytes(block[0x200:0x23F])) != 0xFF:
-                raise Delivery(DELIVERY_SIGNATURE)
-            if get(block, BLOCK["number"]) != i:
-                raise Delivery(DELIVERY_BLOCK_NUMBER)
-            if get(block, BLOCK["token"]) != token:
-                raise Delivery(DELIVERY_TOKEN)
-            blocks.append(block)
-            addr = get(block, BLOCK["next"])
-        return blocks
-
-    def _read_chain(self, entry: memoryview, token: int, inlen: int) -> bytearray:
-        data = bytearray(entry[ENTRY_IN:ENTRY_IN + INLINE])
-        for block in self._blocks(entry, "in_ptr", token, inlen):
-            data += block[:BLOCK_DATA]
-        return data[:inlen]
-
-    def _out_chain(self, entry: memoryview, token: int, outlen: int) -> list[memoryview]:
-        return self._blocks(entry, "out_ptr", token, outlen)
-
-    def _execute(self, cmd: bytearray) -> bytearray:
-        opcode = get(cmd, OPCODE)
-        handler = self.COMMANDS.get(opcode)
-        if handler is None:
-            raise CmdFailed(BAD_OP, "unknown opcode")
-        if opcode not in (0x104,) and not self._enabled:
-            raise CmdFailed(BAD_SYS_STATE, "not enabled")
-        with self._lock:
-            return handler(self, cmd)
-
-    @staticmethod
-    def _out(size: int = 16) -> bytearray:
-        return bytearray(size)
-
-    def _need(self, cmd: bytearray, nbytes: int) -> None:
-        if len(cmd) < nbytes:
-            raise CmdFailed(BAD_INPUT_LEN, "input too short")
-
-    def _need_init(self) -> None:
-        if not self._initialized:
-            raise CmdFailed(BAD_SYS_STATE, "not initialized")
-
-    def _page_list(self, cmd: bytearray, at: int, count: int) -> list[int]:
-        self._need(cmd, at + 8 * count)
-        pages = [struct.unpack_from(">Q", cmd, at + 8 * i)[0] for i in range(count)]
-        for p in pages:
-            try:
-                self._segment(p, PAGE)
-            except ModelFault:
-                raise CmdFailed(BAD_PARAM, "bad page address") from None
-            if p % PAGE:
-                raise CmdFailed(BAD_PARAM, "bad page address")
-        return pages
-
-    # -- HCA
-    def _enable_hca(self, cmd: bytearray) -> bytearray:
-        self._enabled = True
-        return self._out()
-
-    def _query_issi(self, cmd: bytearray) -> bytearray:
-        out = self._out(QUERY_ISSI_OUT_SIZE)
-        put(out, ISSI_CURRENT, self._issi)
-        put(out, ISSI_SUPPORTED_DW0, 0b11)  # ISSI 0 and 1
-        return out
-
-    def _set_issi(self, cmd: bytearray) -> bytearray:
-        if get(cmd, ISSI_CURRENT) not in (0, 1):
-            raise CmdFailed(BAD_PARAM, "bad issi")
-        self._issi = get(cmd, ISSI_CURRENT)
-        return self._out()
-
-    def _query_pages(self, cmd: bytearray) -> bytearray:
-        out = self._out()
-        wanted = {1: BOOT_PAGES, 2: BOOT_PAGES + INIT_PAGES}.get(get(cmd, OP_MOD), 0)
-        put(out, PAGES_NUM_OUT, max(wanted - self._pages_given, 0))
-        return out
-
-    def _manage_pages(self, cmd: bytearray) -> bytearray:
-        if get(cmd, OP_MOD) != 1:
-            raise CmdFailed(BAD_PARAM, "bad page list")
-        n = get(cmd, PAGES_ENTRIES_IN)
-        self._pages_given += len(self._page_list(cmd, PAGES_LIST, n))
-        return self._out()
-
-    def _query_hca_cap(self, cmd: bytearray) -> bytearray:
-        if get(cmd, OP_MOD) >> 1 != 0:
-            raise CmdFailed(BAD_PARAM, "bad cap type")
-        out = self._out(CAP_AT + CAP_BYTES)
-        caps = CAPS if get(cmd, OP_MOD) & 1 == 0 else self._caps
-        for name, spec in CAP.items():
-            put(out, spec, caps[name], CAP_AT)
-        return out
-
-    def _set_hca_cap(self, cmd: bytearray) -> bytearray:
-        if self._initialized:
-            raise CmdFailed(BAD_SYS_STATE, "already initialized")
-        self._need(cmd, CAP_AT + CAP_BYTES)
-        for name, spec in CAP.items():
-            value = get(cmd, spec, CAP_AT)
-            if value > CAPS[name] and name.startswith("log_max"):
-                raise CmdFailed(BAD_PARAM, "queue too big")
-            self._caps[name] = value
-        return self._out()
-
-    def _init_hca(self, cmd: bytearray) -> bytearray:
-        if self._pages_given < BOOT_PAGES + INIT_PAGES:
-            raise CmdFailed(BAD_SYS_STATE, "pages missing")
-        self._initialized = True
-        return self._out()
-
-    def _alloc(self, registry: set[int]) -> bytearray:
-        self._need_init()
-        n = next(self._ids)
-        registry.add(n)
-        out = self._out()
-        put(out, OUT_OBJ, n)
-        return out
-
-    def _alloc_uar(self, cmd: bytearray) -> bytearray:
-        return self._alloc(self._uars)
-
-    def _alloc_pd(self, cmd: bytearray) -> bytearray:
-        return self._alloc(self._pds)
-
-    def _query_gid(self, cmd: bytearray) -> bytearray:
-        out = self._out(GID_OUT + 16)
-        put(out, GIDS_NUM_OUT, 1)
-        out[GID_OUT:GID_OUT + 16] = self.gid
-        return out
-
-    # -- objects
-    def _create_mkey(self, cmd: bytearray) -> bytearray:
-        self._need_init()
-        self._need(cmd, 0x110)
-        m = {k: get(cmd, spec) for k, spec in MKEY.items()}
-        if m["pd"] not in self._pds:
-            raise CmdFailed(BAD_PARAM, "bad pd")
-        if m["access_mode"] != 0:
-            raise CmdFailed(BAD_PARAM, "bad access mode")
-        try:
-            self._segment(m["start"], m["len"])
-        except ModelFault:
-            raise CmdFailed(BAD_PARAM, "bad page address") from None
-        index = next(self._ids)
-        self._mkeys[index] = MKey(m["key"], m["pd"], m["start"], m["len"], bool(m["lr"]), bool(m["lw"]),
-                                  bool(m["rr"]), bool(m["rw"]))
-        out = self._out()
-        put(out, OUT_OBJ, index)
-        return out
-
-    def _create_eq(self, cmd: bytearray) -> bytearray:
-        self._need_init()
-        log_size = get(cmd, EQ["log_size"])
-        if get(cmd, EQ["uar"]) not in self._uars:
-            raise CmdFailed(BAD_PARAM, "bad uar")
-        self._page_list(cmd, PAS_AT, max((64 << log_size) // PAGE, 1))
-        eqn = len(self._eqs) + 1
-        self._eqs.add(eqn)
-        out = self._out()
-        put(out, OUT_EQN, eqn)
-        return out
-
-    def _create_cq(self, cmd: bytearray) -> bytearray:
-        self._need_init()
-        c = {k: get(cmd, spec) for k, spec in CQ.items()}
-        if c["log_size"] > self._caps["log_max_cq_sz"]:
-            raise CmdFailed(BAD_PARAM, "queue too big")
-        if c["uar"] not in self._uars:
-            raise CmdFailed(BAD_PARAM, "bad uar")
-        if c["eqn"] not in self._eqs:
-            raise CmdFailed(BAD_PARAM, "bad eq")
-        self._check_doorbell_record(c["dbr"])
-        pages = self._page_list(cmd, PAS_AT, max((CQE_SIZE << c["log_size"]) // PAGE, 1))
-        cqn = next(self._ids)
-        self._cqs[cqn] = ModelCq(cqn, c["log_size"], pages, c["dbr"])
-        out = self._out()
-        put(out, OUT_OBJ, cqn)
-        return out
-
-    def _check_doorbell_record(self, addr: int) -> None:
-        try:
-            self._segment(addr, 8)
-        except ModelFault:
-            raise CmdFailed(BAD_PARAM, "bad doorbell address") from None
-
-    def _create_qp(self, cmd: bytearray) -> bytearray:
-        self._need_init()
-        q = {k: get(cmd, spec) for k, spec in QP.items()}
-        if q["st"] != 0:
-            raise CmdFailed(BAD_PARAM, "bad service type")
-        if q["pd"] not in self._pds:
-            raise CmdFailed(BAD_PARAM, "bad pd")
-        if q["cqn_snd"] not in self._cqs or q["cqn_rcv"] not in self._cqs:
-            raise CmdFailed(BAD_PARAM, "bad cq")
-        if q["uar"] not in self._uars:
-            raise CmdFailed(BAD_PARAM, "bad uar")
-        if max(q["log_sq_size"], q["log_rq_size"]) > self._caps["log_max_qp_sz"]:
-            raise CmdFailed(BAD_PARAM, "queue too big")
-        self._check_doorbell_record(q["dbr"])
-        stride = 16 << q["log_rq_stride"]
-        nbytes = (stride << q["log_rq_size"]) + (BASIC_BLOCK << q["log_sq_size"])
-        pages = self._page_list(cmd, PAS_AT, -(-nbytes // PAGE))
-        qpn = next(self._ids)
-        self._qps[qpn] = ModelQp(qpn, q["pd"], q["log_sq_size"], q["log_rq_size"], stride, q["cqn_snd"],
-                                 q["cqn_rcv"], q["dbr"], pages, q["uar"])
-        out = self._out()
-        put(out, OUT_OBJ, qpn)
-        return out
-
-    def _modify_qp(self, cmd: bytearray) -> bytearray:
-        self._need_init()
-        qp = self._qps.get(get(cmd, QPN_IN))
-        if qp is None:
-            raise CmdFailed(BAD_PARAM, "bad qpn")
-        allowed, to = TRANSITIONS[get(cmd, OPCODE)]
-        if qp.state not in allowed:
-            raise CmdFailed(BAD_QP_STATE, "bad qp state transition")
-        if to == INIT:
-            qp.rwe = bool(get(cmd, QP["rwe"]))
-        elif to == RTR:
-            qp.remote_qpn = get(cmd, QP["remote_qpn"])
-            qp.remote_gid = get(cmd, QP["rgid"]).to_bytes(16, "big")
-            if not self._socket_path(qp.remote_gid).exists():
-                raise CmdFailed(BAD_PARAM, "unreachable gid")
-        qp.state = to
-        return self._out()
-
-    def _query_qp(self, cmd: bytearray) -> bytearray:
-        qp = self._qps.get(get(cmd, QPN_IN))
-        if qp is None:
-            raise CmdFailed(BAD_PARAM, "bad qpn")
-        out = self._out(0x110)
-        put(out, QP["state"], qp.state)
-        return out
-
-    COMMANDS = {0x104: _enable_hca, 0x10A: _query_issi, 0x10B: _set_issi, 0x107: _query_pages,
-                0x108: _manage_pages, 0x100: _query_hca_cap, 0x109: _set_hca_cap, 0x102: _init_hca,
-                0x802: _alloc_uar, 0x800: _alloc_pd, 0x764: _query_gid, 0x200: _create_mkey, 0x301: _create_eq,
-                0x400: _create_cq, 0x500: _create_qp, 0x502: _modify_qp, 0x503: _modify_qp, 0x504: _modify_qp,
-                0x507: _modify_qp, 0x50A: _modify_qp, 0x50B: _query_qp}
-
     # ------------------------------------------------------------------------------------ queues
     def _queue_addr(self, pages: list[int], offset: int) -> int:
         return pages[offset // PAGE] + offset % PAGE
@@ -694,12 +261,11 @@ class Mlx5Model(HardwareAccess):
                 packet = self._execute_wqe(qp, wqe)
                 if packet is not None:
                     packets.append(packet)
-        for packet in packets:  # outside the lock: the link may block until the peer reads
+        if packets:  # one message per doorbell, outside the lock: the link may block until the peer reads
             try:
-                self._send_packet(qp.remote_gid, packet)
+                self._send_packet(qp.remote_gid, ("REQUESTS", packets))
             except OSError:  # the peer device is gone: retries are exhausted
                 self._link_lost(qp.remote_gid)
-                break
 
     def _execute_wqe(self, qp: ModelQp, wqe: bytes) -> tuple | None:
         """Check one send WQE and return the request packet for the peer (None: it completed locally)."""
@@ -766,10 +332,12 @@ class Mlx5Model(HardwareAccess):
                     self._link_lost(gid)
                 return
             try:
-                if packet[0] == "ACK":
-                    self._on_ack(*packet[1:])
-                else:
-                    conn.send(("ACK", packet[2], packet[3], self._on_request(packet)))
+                kind, items = packet
+                if kind == "ACKS":
+                    for ack in items:
+                        self._on_ack(*ack)
+                else:  # requests, served in order; one answer with an ACK or NAK for each
+                    conn.send(("ACKS", [(p[2], p[3], self._on_request(p)) for p in items]))
             except Exception as e:  # the device must not die silently: record it for the tests
                 self.faults.append(f"model error on {packet[0]}: {e!r}")
 
