@@ -275,6 +275,8 @@ class Model:
                 progress(done, total)
             return t
 
+        if "token_embd.weight" not in gf.tensor_info:
+            raise ModelError(f"{cfg.architecture} model file has no tensor 'token_embd.weight'")
         self.embedding = _Embedding(gf, "token_embd.weight", device)
         if cfg.vocab_size and self.embedding.vocab != cfg.vocab_size:
             raise ModelError(f"token_embd.weight has {self.embedding.vocab} rows, vocab_size is {cfg.vocab_size}")
