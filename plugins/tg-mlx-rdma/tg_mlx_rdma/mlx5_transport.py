@@ -18,7 +18,6 @@ gather to rank 0 and broadcast back.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import tempfile
 import time
@@ -159,22 +158,23 @@ class Mlx5Transport(Transport):
                 raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
             if world_size > 1 and not rendezvous:
                 raise ValueError("world_size > 1 needs rendezvous='host:port' (where rank 0 listens)")
-        self._hw = self._open_hardware(model, fabric, rendezvous)
-        from tg_mlx_rdma.mlx5.device import Mlx5Device
-        self.dev = Mlx5Device(self._hw)
-        self.pd = self.dev.alloc_pd()
-        self._connect(rank, world_size, rendezvous, exchange)
+        self._hw = self._open_hardware(model, fabric)
+        try:
+            from tg_mlx_rdma.mlx5.device import Mlx5Device
+            self.dev = Mlx5Device(self._hw)
+            self.pd = self.dev.alloc_pd()
+            self._connect(rank, world_size, rendezvous, exchange)
+        except BaseException:
+            self._hw.close()
+            raise
 
     @staticmethod
-    def _open_hardware(model: bool, fabric: str | None, rendezvous: str | None) -> Any:
+    def _open_hardware(model: bool, fabric: str | None) -> Any:
         if not model:
             from tg_mlx_rdma.mlx5.hw import SysfsPci
             return SysfsPci()  # NoPCIe / NoConnectXDevice on machines without the NIC
         from tg_mlx_rdma.testing.mlx5_model import Mlx5Model
-        if fabric is None:
-            tag = (rendezvous or "local").replace(":", "-").replace("/", "-")
-            fabric = os.path.join(tempfile.gettempdir(), f"tg-mlx5-fabric-{tag}")
-        return Mlx5Model(fabric)
+        return Mlx5Model(fabric or model_fabric_dir())
 
     def _connect(self, rank: int | None, world: int | None, rendezvous: str | None, exchange: str) -> None:
         if exchange == "mpi":
@@ -363,6 +363,6 @@ class Mlx5Transport(Transport):
         return out
 
 
-def model_fabric_dir(tag: str) -> Path:
-    """Where model devices of one job meet (``fabric=`` default for a rendezvous ``tag``)."""
-    return Path(tempfile.gettempdir()) / f"tg-mlx5-fabric-{tag}"
+def model_fabric_dir() -> Path:
+    """Where model devices meet by default (a socket per device, named by its GID)."""
+    return Path(tempfile.gettempdir()) / "tg-mlx5-fabric"

@@ -26,6 +26,7 @@ headers). Departures from hardware, on purpose:
 """
 from __future__ import annotations
 
+import atexit
 import itertools
 import mmap
 import os
@@ -85,6 +86,18 @@ from tg_mlx_rdma.testing.mlx5_model_tables import (
 )
 
 
+def _sweep_dead_segments() -> None:
+    """Unlink the shared memory of model devices whose process died without closing them (killed)."""
+    for path in SHM_DIR.glob("tg-mlx5-*-*"):
+        try:
+            pid = int(path.name.split("-")[2])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            path.unlink(missing_ok=True)
+        except (ValueError, IndexError, PermissionError, OSError):
+            continue
+
+
 class Mlx5Model(CommandProcessor, HardwareAccess):
     """One model device. ``fabric`` is a directory shared by the devices that can reach each other."""
 
@@ -123,8 +136,10 @@ class Mlx5Model(CommandProcessor, HardwareAccess):
         self._attached: dict[str, mmap.mmap] = {}
         self._closed = False
         self.wqes_executed = 0
+        _sweep_dead_segments()
         self._listener = Listener(str(self._socket_path(self.gid)), family="AF_UNIX")
         threading.Thread(target=self._accept_loop, name="mlx5-model-accept", daemon=True).start()
+        atexit.register(self.close)  # shared memory outlives the process unless unlinked
 
     # ------------------------------------------------------------------------------------ memory
     def dma_alloc(self, size: int) -> DmaBuffer:
@@ -159,6 +174,7 @@ class Mlx5Model(CommandProcessor, HardwareAccess):
         if self._closed:
             return
         self._closed = True
+        atexit.unregister(self.close)
         try:
             self._listener.close()
             self._socket_path(self.gid).unlink(missing_ok=True)
