@@ -1,0 +1,265 @@
+"""Tiny random llama-family GGUF files written with gguf-py (the format's reference writer), for tests.
+
+In:  a ``TinySpec`` (architecture, sizes, which optional features: biases, q/k norms, untied output,
+     rope scaling, quantization).
+Out: ``write_tiny_gguf(spec, path)`` writes the file and returns the weights in Hugging Face row order
+     (``HFWeights``: a dict of float32 arrays named like the GGUF tensors).
+
+How: weights are drawn from a seeded normal distribution in Hugging Face order and stored the way
+llama.cpp's converter stores them:
+- ``llama``/``mistral``: the rows of each head of Wq/Wk are permuted, ``reshape(heads, 2, d/2, in)``
+  swapped to ``(heads, d/2, 2, in)``, so GGUF row ``2j + s`` holds Hugging Face row ``s*d/2 + j``;
+  ``qwen2``/``qwen3`` keep the Hugging Face order (llama.cpp runs them with NEOX rotation);
+- 2-D weights as F32, or quantized with ``gguf.quants.quantize`` (Q8_0, Q4_0); norms, biases and
+  ``rope_freqs.weight`` always F32;
+- Llama 3 rope scaling is converted to ``rope_freqs.weight`` (one divisor per rotation pair) as
+  llama.cpp's converter does; linear scaling is ``rope.scaling.type = linear`` + ``rope.scaling.factor``.
+The tokenizer is a byte-level BPE vocabulary (``tokenizer.ggml.model = gpt2``): the 256 byte symbols,
+merges learned from a fixed sentence, and an ``<|endoftext|>`` EOS token.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+HFWeights = dict[str, np.ndarray]
+
+TRAINING_TEXT = ("the quick brown fox jumps over the lazy dog while the other dogs sleep in the warm sun "
+                 "and the fox runs over the hill to the river where the fish swim")
+EOS_TEXT = "<|endoftext|>"
+PERMUTED_QK_ARCHS = ("llama", "mistral")  # files whose q/k rows llama.cpp's converter permutes
+
+
+@dataclass(frozen=True)
+class Llama3Rope:
+    """Hugging Face ``rope_scaling = {"rope_type": "llama3", ...}``."""
+    factor: float = 8.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_context: int = 64
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """What to write: the model's hyperparameters and optional features."""
+    arch: str
+    n_layers: int = 2
+    dim: int = 64
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    head_dim: int = 16          # != dim / n_heads is written as attention.key_length/value_length
+    ffn_dim: int = 96
+    context: int = 128
+    eps: float = 1e-5
+    rope_base: float = 10000.0
+    rope_dims: int | None = None      # rope.dimension_count (None: head_dim, not written)
+    tied: bool = True                 # no output.weight: the logits use token_embd.weight
+    qkv_bias: bool = False            # qwen2
+    qk_norm: bool = False             # qwen3
+    linear_rope: float | None = None  # rope.scaling.type = linear, this factor
+    llama3_rope: Llama3Rope | None = None
+    rope_scaling_type: str | None = None  # written as is (for the unsupported-scaling test)
+    sliding_window: int | None = None
+    quant: str = "F32"                # F32, Q8_0 or Q4_0 for the 2-D weights
+    seed: int = 0
+    drop: tuple[str, ...] = field(default=())  # tensors left out of the file (for the error tests)
+
+    @property
+    def rotary_dims(self) -> int:
+        return self.rope_dims if self.rope_dims is not None else self.head_dim
+
+    def without(self, *names: str) -> TinySpec:
+        return replace(self, drop=self.drop + names)
+
+
+# ---------------------------------------------------------------------------------------------- tokenizer
+
+def byte_symbols() -> list[str]:
+    """GPT-2's byte -> printable character table: printable Latin-1 bytes map to themselves, the other
+    bytes to U+0100 + n in byte order."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return [table[b] for b in range(256)]
+
+
+def learn_merges(text: str, count: int) -> list[str]:
+    """``count`` BPE merges learned from ``text`` (words split at spaces, a space prefix as GPT-2 does)."""
+    sym = byte_symbols()
+    words = [[sym[b] for b in (w if i == 0 else " " + w).encode()] for i, w in enumerate(text.split(" "))]
+    merges: list[str] = []
+    made: set[str] = set(sym)
+    while len(merges) < count:
+        pairs = Counter((a, b) for w in words for a, b in zip(w, w[1:], strict=False) if a + b not in made)
+        if not pairs:
+            break
+        (a, b), _ = min(pairs.items(), key=lambda kv: (-kv[1], kv[0]))
+        merges.append(f"{a} {b}")
+        made.add(a + b)
+        for w in words:
+            i = 0
+            while i < len(w) - 1:
+                if w[i] == a and w[i + 1] == b:
+                    w[i:i + 2] = [a + b]
+                i += 1
+    return merges
+
+
+def vocabulary(size: int) -> tuple[list[str], list[str], list[int]]:
+    """Tokens, merges and token types of a ``size``-token byte-level BPE vocabulary (EOS last)."""
+    merges = learn_merges(TRAINING_TEXT, size - 256 - 1)
+    tokens = byte_symbols() + [m.replace(" ", "") for m in merges] + [EOS_TEXT]
+    if len(tokens) != size:
+        raise ValueError(f"the training text gives only {len(tokens)} tokens, not {size}")
+    types = [1] * (size - 1) + [3]  # NORMAL ..., CONTROL
+    return tokens, merges, types
+
+
+# ---------------------------------------------------------------------------------------------- weights
+
+def llama3_rope_factors(spec: TinySpec) -> np.ndarray:
+    """Per-pair divisors of the rotation frequencies for Llama 3 scaling (Hugging Face's llama3 rule)."""
+    cfg = spec.llama3_rope
+    assert cfg is not None
+    d = spec.rotary_dims
+    freqs = spec.rope_base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    low_wavelen = cfg.original_context / cfg.low_freq_factor
+    high_wavelen = cfg.original_context / cfg.high_freq_factor
+    factors = []
+    for f in freqs:
+        wavelen = 2 * math.pi / f
+        if wavelen < high_wavelen:
+            factors.append(1.0)
+        elif wavelen > low_wavelen:
+            factors.append(cfg.factor)
+        else:
+            smooth = (cfg.original_context / wavelen - cfg.low_freq_factor) / (cfg.high_freq_factor -
+                                                                                 cfg.low_freq_factor)
+            factors.append(1.0 / ((1 - smooth) / cfg.factor + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
+def random_weights(spec: TinySpec, vocab: int) -> HFWeights:
+    """Random weights in Hugging Face row order, named like the GGUF tensors."""
+    rng = np.random.default_rng(spec.seed)
+
+    def matrix(out: int, inp: int) -> np.ndarray:
+        return (rng.standard_normal((out, inp)) / math.sqrt(inp)).astype(np.float32)
+
+    def norm(n: int) -> np.ndarray:
+        return (1.0 + 0.2 * rng.standard_normal(n)).astype(np.float32)
+
+    def bias(n: int) -> np.ndarray:
+        return (0.5 * rng.standard_normal(n)).astype(np.float32)
+
+    q_rows, kv_rows = spec.n_heads * spec.head_dim, spec.n_kv_heads * spec.head_dim
+    w: HFWeights = {"token_embd.weight": rng.standard_normal((vocab, spec.dim)).astype(np.float32),
+                    "output_norm.weight": norm(spec.dim)}
+    if not spec.tied:
+        w["output.weight"] = matrix(vocab, spec.dim)
+    for i in range(spec.n_layers):
+        p = f"blk.{i}."
+        w[p + "attn_norm.weight"] = norm(spec.dim)
+        w[p + "attn_q.weight"] = matrix(q_rows, spec.dim)
+        w[p + "attn_k.weight"] = matrix(kv_rows, spec.dim)
+        w[p + "attn_v.weight"] = matrix(kv_rows, spec.dim)
+        w[p + "attn_output.weight"] = matrix(spec.dim, q_rows)
+        if spec.qkv_bias:
+            w[p + "attn_q.bias"], w[p + "attn_k.bias"], w[p + "attn_v.bias"] = \
+                bias(q_rows), bias(kv_rows), bias(kv_rows)
+        if spec.qk_norm:
+            w[p + "attn_q_norm.weight"], w[p + "attn_k_norm.weight"] = norm(spec.head_dim), norm(spec.head_dim)
+        w[p + "ffn_norm.weight"] = norm(spec.dim)
+        w[p + "ffn_gate.weight"] = matrix(spec.ffn_dim, spec.dim)
+        w[p + "ffn_up.weight"] = matrix(spec.ffn_dim, spec.dim)
+        w[p + "ffn_down.weight"] = matrix(spec.dim, spec.ffn_dim)
+    if spec.llama3_rope is not None:
+        w["rope_freqs.weight"] = llama3_rope_factors(spec)
+    return w
+
+
+def permute_qk(w: np.ndarray, heads: int) -> np.ndarray:
+    """Hugging Face -> GGUF row order of a llama Wq/Wk (llama.cpp's converter permutation)."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def unpermute_qk(w: np.ndarray, heads: int) -> np.ndarray:
+    """GGUF -> Hugging Face row order (the inverse of ``permute_qk``)."""
+    return w.reshape(heads, w.shape[0] // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def file_tensor(spec: TinySpec, name: str, w: np.ndarray) -> np.ndarray:
+    """A weight as the file stores it (q/k rows permuted for llama/mistral)."""
+    if spec.arch in PERMUTED_QK_ARCHS and name.endswith(("attn_q.weight", "attn_k.weight")):
+        heads = spec.n_heads if "attn_q" in name else spec.n_kv_heads
+        return permute_qk(w, heads)
+    return w
+
+
+# ---------------------------------------------------------------------------------------------- file
+
+def write_metadata(writer: object, spec: TinySpec, vocab: int) -> None:
+    import gguf
+    assert isinstance(writer, gguf.GGUFWriter)
+    writer.add_name(f"tiny-{spec.arch}")
+    writer.add_block_count(spec.n_layers)
+    writer.add_context_length(spec.context)
+    writer.add_embedding_length(spec.dim)
+    writer.add_feed_forward_length(spec.ffn_dim)
+    writer.add_head_count(spec.n_heads)
+    writer.add_head_count_kv(spec.n_kv_heads)
+    writer.add_layer_norm_rms_eps(spec.eps)
+    writer.add_rope_freq_base(spec.rope_base)
+    writer.add_vocab_size(vocab)
+    if spec.head_dim * spec.n_heads != spec.dim:
+        writer.add_key_length(spec.head_dim)
+        writer.add_value_length(spec.head_dim)
+    if spec.rope_dims is not None:
+        writer.add_rope_dimension_count(spec.rope_dims)
+    if spec.linear_rope is not None:
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(spec.linear_rope)
+    if spec.rope_scaling_type is not None:
+        writer.add_string(f"{spec.arch}.rope.scaling.type", spec.rope_scaling_type)
+        writer.add_rope_scaling_factor(4.0)
+    if spec.sliding_window is not None:
+        writer.add_sliding_window(spec.sliding_window)
+    tokens, merges, types = vocabulary(vocab)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt-2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    writer.add_eos_token_id(vocab - 1)
+    writer.add_add_bos_token(False)
+
+
+def write_tiny_gguf(spec: TinySpec, path: Path, vocab: int = 300) -> HFWeights:
+    """Write ``spec`` as a GGUF file at ``path``; the weights (Hugging Face order) come back."""
+    import gguf
+    weights = random_weights(spec, vocab)
+    qtype = gguf.GGMLQuantizationType[spec.quant]
+    writer = gguf.GGUFWriter(str(path), spec.arch)
+    write_metadata(writer, spec, vocab)
+    for name, w in weights.items():
+        if name in spec.drop:
+            continue
+        data = file_tensor(spec, name, w)
+        if data.ndim == 2 and qtype != gguf.GGMLQuantizationType.F32:
+            writer.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+        else:
+            writer.add_tensor(name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return weights
