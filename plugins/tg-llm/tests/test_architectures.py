@@ -3,7 +3,8 @@
 The files come from ``tiny_gguf`` (gguf-py's writer): ``llama`` with a separate ``output.weight`` and
 Llama 3 rope scaling (``rope_freqs.weight``), ``llama`` Q8_0 with linear rope scaling and tied output,
 ``qwen2`` with q/k/v biases and partial rotary dims, ``qwen3`` with per-head q/k RMSNorms and a head
-size that is not dim/heads, ``mistral`` Q4_0 with sliding-window metadata.
+size that is not dim/heads, ``mistral`` Q4_0 with sliding-window metadata, and ``qwen2`` with mixed
+weight types (Q4_0, Q8_0 attn_v/ffn_down, one F16 attn_k, F16 embedding, F32 output).
 
 The reference is a float64 numpy forward pass written from the Hugging Face model definitions
 (rotate-half rotary embeddings on Hugging Face-ordered q/k rows, repeat_kv GQA, SwiGLU, RMSNorm, the
@@ -37,6 +38,9 @@ VARIANTS: dict[str, TinySpec] = {
     "qwen2-bias-partialrope": TinySpec("qwen2", qkv_bias=True, rope_dims=8, rope_base=1e6, seed=2),
     "qwen3-qknorm-headdim32": TinySpec("qwen3", qk_norm=True, head_dim=32, tied=False, rope_base=1e6, seed=3),
     "mistral-q4_0-slidingwindow": TinySpec("mistral", tied=False, quant="Q4_0", sliding_window=4096, seed=4),
+    "qwen2-mixedquant": TinySpec("qwen2", qkv_bias=True, tied=False, quant="Q4_0", seed=5, quant_overrides=(
+        ("attn_v.weight", "Q8_0"), ("ffn_down.weight", "Q8_0"), ("blk.1.attn_k.weight", "F16"),
+        ("token_embd.weight", "F16"), ("output.weight", "F32"))),
 }
 
 
@@ -171,9 +175,10 @@ def max_diff(got: np.ndarray, want: np.ndarray) -> float:
 
 def test_reference_reads_back_the_written_weights(built: Built):
     """The reference's weights (dequantized, q/k rows back in HF order) are the ones written."""
-    atol = {"F32": 0.0, "Q8_0": 0.02, "Q4_0": 0.3}[built.spec.quant]
+    atol = {"F32": 0.0, "F16": 4e-3, "Q8_0": 0.02, "Q4_0": 0.3}
     for name, hf in built.hf_weights.items():
-        np.testing.assert_allclose(built.reference.w[name], hf, atol=atol, rtol=0, err_msg=name)
+        kind = built.spec.quant_of(name) if hf.ndim == 2 else "F32"
+        np.testing.assert_allclose(built.reference.w[name], hf, atol=atol[kind], rtol=0, err_msg=name)
 
 
 def test_config_follows_metadata(built: Built):

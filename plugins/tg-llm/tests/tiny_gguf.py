@@ -10,8 +10,9 @@ llama.cpp's converter stores them:
 - ``llama``/``mistral``: the rows of each head of Wq/Wk are permuted, ``reshape(heads, 2, d/2, in)``
   swapped to ``(heads, d/2, 2, in)``, so GGUF row ``2j + s`` holds Hugging Face row ``s*d/2 + j``;
   ``qwen2``/``qwen3`` keep the Hugging Face order (llama.cpp runs them with NEOX rotation);
-- 2-D weights as F32, or quantized with ``gguf.quants.quantize`` (Q8_0, Q4_0); norms, biases and
-  ``rope_freqs.weight`` always F32;
+- 2-D weights as F32, F16, or quantized with ``gguf.quants.quantize`` (Q8_0, Q4_0), one type for all
+  or per tensor (real quantized files mix types, e.g. a better type for attn_v and ffn_down); norms,
+  biases and ``rope_freqs.weight`` always F32;
 - Llama 3 rope scaling is converted to ``rope_freqs.weight`` (one divisor per rotation pair) as
   llama.cpp's converter does; linear scaling is ``rope.scaling.type = linear`` + ``rope.scaling.factor``.
 The tokenizer is a byte-level BPE vocabulary (``tokenizer.ggml.model = gpt2``): the 256 byte symbols,
@@ -65,6 +66,7 @@ class TinySpec:
     rope_scaling_type: str | None = None  # written as is (for the unsupported-scaling test)
     sliding_window: int | None = None
     quant: str = "F32"                # F32, Q8_0 or Q4_0 for the 2-D weights
+    quant_overrides: tuple[tuple[str, str], ...] = ()  # (name suffix, type): F32, F16, Q8_0, Q4_0
     seed: int = 0
     drop: tuple[str, ...] = field(default=())  # tensors left out of the file (for the error tests)
 
@@ -74,6 +76,14 @@ class TinySpec:
 
     def without(self, *names: str) -> TinySpec:
         return replace(self, drop=self.drop + names)
+
+    def quant_of(self, name: str) -> str:
+        """The type a 2-D weight is stored as (the last matching override, else ``quant``)."""
+        kind = self.quant
+        for suffix, override in self.quant_overrides:
+            if name.endswith(suffix):
+                kind = override
+        return kind
 
 
 # ---------------------------------------------------------------------------------------------- tokenizer
@@ -247,17 +257,20 @@ def write_tiny_gguf(spec: TinySpec, path: Path, vocab: int = 300) -> HFWeights:
     """Write ``spec`` as a GGUF file at ``path``; the weights (Hugging Face order) come back."""
     import gguf
     weights = random_weights(spec, vocab)
-    qtype = gguf.GGMLQuantizationType[spec.quant]
     writer = gguf.GGUFWriter(str(path), spec.arch)
     write_metadata(writer, spec, vocab)
     for name, w in weights.items():
         if name in spec.drop:
             continue
         data = file_tensor(spec, name, w)
-        if data.ndim == 2 and qtype != gguf.GGMLQuantizationType.F32:
-            writer.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
-        else:
+        kind = spec.quant_of(name) if data.ndim == 2 else "F32"
+        if kind == "F32":
             writer.add_tensor(name, data)
+        elif kind == "F16":
+            writer.add_tensor(name, data.astype(np.float16))
+        else:
+            qtype = gguf.GGMLQuantizationType[kind]
+            writer.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
