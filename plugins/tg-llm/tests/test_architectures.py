@@ -212,6 +212,22 @@ def test_decode_steps_match_reference(built: Built):
     assert diff < TOLERANCE, f"max abs diff {diff}"
 
 
+@pytest.mark.parametrize("built", ["llama-untied-llama3rope", "qwen3-qknorm-headdim32"], indirect=True)
+def test_long_sequence_across_decode_windows(built: Built):
+    """Prefill at position 0, a second prefill at position 12 (a prompt extending the cache), then decode
+    one token at a time up to position 80: decode attention windows of 32, 64 and 128 positions, and rotary
+    angles where the Llama 3 low-frequency scaling matters."""
+    ids = [int(t) for t in np.random.default_rng(7).integers(0, 300, 81)]
+    expected = built.reference.forward(ids)
+    model = built.model
+    model.reset()
+    rows = [model.forward(ids[:12], 0), model.forward(ids[12:20], 12)]
+    rows += [model.forward([ids[i]], i) for i in range(20, len(ids))]
+    got = np.concatenate(rows)
+    diff = np.abs(got.astype(np.float64) - expected).max(-1)
+    assert diff.max() < TOLERANCE, f"max abs diff {diff.max()} at position {int(diff.argmax())}"
+
+
 def test_greedy_generation_matches_reference(built: Built):
     from tg_llm.generate import Generator
     expected = built.reference.greedy(built.prompt, N_GREEDY)
