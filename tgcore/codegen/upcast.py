@@ -22,6 +22,7 @@ from tgcore.uop import Ops, UOp
 
 MAX_LANES = 32   # lanes of the vectorized axis
 MAX_UNROLL = 8   # copies made by unrolling the other chosen axes
+REDUCE_ROWS = 4  # output rows computed together by a vectorized reduction (each load of the shared input reused)
 
 
 def _size(r: UOp) -> int:
@@ -52,9 +53,11 @@ def choose_upcasts(ast: UOp, simd_widths: dict[DType, int]) -> list[tuple[UOp, i
       runs along it (elementwise kernels, matmul); in reduction kernels a second output axis is
       unrolled by 4 (register tiling).
     - Otherwise, in a reduction whose main input runs along the reduced axis (a matrix-vector
-      product, dequantize-and-dot), that reduced axis by 32 lanes (vector accumulators,
-      summed across lanes at the end; 16 or 8 when the axis is shorter, as inside a quantization block),
-      with an output axis unrolled by 4 to share the loads.
+      product, dequantize-and-dot), that reduced axis, summed across lanes at the end. With an output
+      axis to unroll by ``REDUCE_ROWS`` (sharing the loads; the rows' accumulators are independent),
+      by the SIMD width of the accumulator: one native vector (wider ones make C compilers split
+      every operation, and inside a quantization block an 8-lane slice sees one nibble shift, not a
+      mix). Without one, by 32 lanes (16 or 8 when the axis is shorter) so several native adds overlap.
     """
     stores = [s for s in ast.src if s.op is Ops.STORE]
     if len(stores) != 1 or not simd_widths:
@@ -69,10 +72,14 @@ def choose_upcasts(ast: UOp, simd_widths: dict[DType, int]) -> list[tuple[UOp, i
     along_output = bool(contiguous) and all(_stride(m, contiguous[0]) in (0, 1) for m in mains)
     if reduces and mains and not along_output and len(reduces) == 1:
         reduce_ranges = [r for r in reduces[0].src[1:] if any(_stride(m, r) == 1 for m in mains)]
-        lanes = next((w for w in (32, 16, 8) if reduce_ranges and _size(reduce_ranges[0]) % w == 0), 0)
+        rows = [r for r in ranges if _size(r) % REDUCE_ROWS == 0]
+        # with rows to interleave, one native vector per row (the rows are the independent accumulators);
+        # alone, a wide vector (several native ones, so the adds do not wait on each other)
+        acc_width = simd_widths.get(reduces[0].dtype.scalar(), 0) if rows else 0
+        widths = (acc_width,) if acc_width > 1 else (32, 16, 8)
+        lanes = next((w for w in widths if reduce_ranges and _size(reduce_ranges[0]) % w == 0), 0)
         if lanes:
-            rows = [r for r in ranges if _size(r) % 4 == 0]
-            return [(rows[0], 4), (reduce_ranges[0], lanes)] if rows else [(reduce_ranges[0], lanes)]
+            return [(rows[0], REDUCE_ROWS), (reduce_ranges[0], lanes)] if rows else [(reduce_ranges[0], lanes)]
     chosen: list[tuple[UOp, int]] = []
     if contiguous and width > 1 and _size(contiguous[0]) % width == 0:
         chosen.append((contiguous[0], width))
@@ -227,6 +234,39 @@ class _Expander:
         return new[ast]
 
 
+def split_blocks(ast: UOp) -> UOp:
+    """Split each reduce range ``r`` that the kernel divides by a constant ``k`` (``r // k``: a quantization
+    block, when ``r`` walks a quantized row) into ``r = block * k + inner``: what depends on the block only
+    (its scales) is then computed once per block in the outer loop, not once per step of the inner one."""
+    mapping: dict[UOp, UOp] = {}
+    parts: dict[UOp, tuple[UOp, UOp]] = {}
+    for red in (u for u in ast.toposort if u.op is Ops.REDUCE):
+        for r in red.src[1:]:
+            size = _size(r)
+            if r in mapping or r.op is not Ops.RANGE or size <= 0 or "upcast" in r.arg:
+                continue
+            ks = [u.src[1].arg for u in ast.toposort if u.op is Ops.IDIV and u.src[0] is r
+                  and u.src[1].op is Ops.CONST and 1 < u.src[1].arg < size and size % u.src[1].arg == 0]
+            if not ks:
+                continue
+            k = max(ks)
+            block, inner = UOp.range(size // k, *r.arg, "block", dtype=r.dtype), UOp.range(k, *r.arg, "in block",
+                                                                                       dtype=r.dtype)
+            mapping[r], parts[r] = block * k + inner, (block, inner)
+    if not mapping:
+        return ast
+    new: dict[UOp, UOp] = {}
+    for n in ast.toposort:
+        if n in mapping:
+            new[n] = mapping[n]
+            continue
+        src = tuple(new[s] for s in n.src)
+        if n.op is Ops.REDUCE:
+            src = (src[0], *(p for r in n.src[1:] for p in parts.get(r, (new[r],))))
+        new[n] = n if src == n.src else n.replace(src=src)
+    return new[ast].simplify()
+
+
 def _power_of_two_pieces(start: int, n: int) -> list[tuple[int, int]]:
     """Split a run into runs of 4, 2, 1... lanes (vector types have power-of-two lengths)."""
     pieces = []
@@ -251,4 +291,6 @@ def upcast(ast: UOp, simd_widths: dict[DType, int]) -> UOp:
     ast, lanes = split_ranges(ast, chosen)
     for lane in lanes[:-1]:
         ast = unroll(ast, lane)
+    if chosen[-1][0].arg[1:2] == ("reduce",):
+        ast = split_blocks(ast)
     return _Expander(lanes[-1:]).expand(ast)

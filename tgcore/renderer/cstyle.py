@@ -104,6 +104,46 @@ def _shift(op: Ops, dt: DType, x: str, n: str) -> str:
     return f"(({n})<0||({n})>={bits}?0:({c_type(dt)})(({_unsigned_work_type(dt)}){x}<<({n})))"
 
 
+def _shift_in_range(u: UOp) -> bool:
+    """A shift whose amount is always in 0 .. bits-1: C's vector shift means the same as ours then."""
+    lo, hi = u.src[1].vmin, u.src[1].vmax
+    return isinstance(lo, int) and isinstance(hi, int) and 0 <= lo and hi < u.dtype.scalar().itemsize * 8
+
+
+def _convertvector_exact(src: DType, dst: DType) -> bool:
+    """__builtin_convertvector converts each lane like our scalar cast: floats to floats, ints to ints or floats
+    (not bool, whose lanes hold 0/1 in a char, and not float -> int, which must wrap instead of being undefined)."""
+    plain = (dtypes.bool, dtypes.bfloat16)
+    if src in plain or dst in plain:
+        return False
+    return dtypes.is_float(dst) or (dtypes.is_int(src) and dtypes.is_int(dst))
+
+
+# 8 lanes of 8-bit ints -> 8 lanes of 32-bit ints: one AVX2 instruction (vpmovzxbd / vpmovsxbd). gcc lowers the
+# generic __builtin_convertvector of an 8-byte vector lane by lane, so where AVX2 is there the kernel calls these.
+WIDEN_BYTES = {(dtypes.uint8, 8): "tg_widen_u8x8", (dtypes.int8, 8): "tg_widen_i8x8"}
+WIDEN_PREAMBLE = """\
+typedef char tg_bytes16 __attribute__((vector_size(16)));
+typedef int tg_widened8 __attribute__((vector_size(32)));
+static inline tg_bytes16 tg_low8(unsigned long long b) {
+  long long __attribute__((vector_size(16))) t = {(long long)b, 0}; return (tg_bytes16)t; }
+static inline tg_widened8 tg_widen_u8x8(tg_uint8x8 v) {
+#if defined(__AVX2__)
+  unsigned long long b; __builtin_memcpy(&b, &v, 8); return (tg_widened8)__builtin_ia32_pmovzxbd256(tg_low8(b));
+#else
+  return __builtin_convertvector(v, tg_widened8);
+#endif
+}
+static inline tg_widened8 tg_widen_i8x8(tg_int8x8 v) {
+#if defined(__AVX2__)
+  unsigned long long b; __builtin_memcpy(&b, &v, 8); return (tg_widened8)__builtin_ia32_pmovsxbd256(tg_low8(b));
+#else
+  return __builtin_convertvector(v, tg_widened8);
+#endif
+}
+"""
+
+
 def _float_fn(name: str, dt: DType) -> str:
     return f"__builtin_{name}" + ("" if dt is dtypes.float64 else "f")
 
@@ -129,7 +169,8 @@ class CRenderer(Renderer):
         overflow = dtypes.is_int(dt.scalar()) and not (dt.scalar().min <= u.vmin and u.vmax <= dt.scalar().max)
         if dt.count == 1:
             return self._scalar_alu(u.op, dt, sdt, a, const_div, overflow)
-        native = u.op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.AND, Ops.OR, Ops.XOR, Ops.NEG)
+        native = u.op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.AND, Ops.OR, Ops.XOR, Ops.NEG) or (
+            u.op in (Ops.SHL, Ops.SHR) and _shift_in_range(u))
         if native and dt.scalar() is not dtypes.bool and not overflow and all(s.dtype == dt for s in u.src):
             return f"(-{a[0]})" if u.op is Ops.NEG else f"({a[0]}{BINARY_INFIX[u.op]}{a[1]})"
         lanes = [self._scalar_alu(u.op, dt.scalar(), sdt.scalar(), [f"{x}[{i}]" for x in a], const_div, overflow)
@@ -182,8 +223,12 @@ class CRenderer(Renderer):
         src, dst = u.src[0].dtype, u.dtype
         if dst.count == 1:
             return self._scalar_cast(src, dst, x)
-        if dtypes.is_float(src.scalar()) and dtypes.is_float(dst.scalar()) and dtypes.bfloat16 not in (
-                src.scalar(), dst.scalar()):
+        widen = WIDEN_BYTES.get((src.scalar(), dst.count))
+        if widen is not None and dst.scalar() in (dtypes.int32, dtypes.uint32):
+            return f"(({c_type(dst)}){widen}({x}))"
+        if widen is not None and dtypes.is_float(dst.scalar()) and dst.scalar() is not dtypes.bfloat16:
+            return f"__builtin_convertvector({widen}({x}), {c_type(dst)})"  # exact: bytes fit any float
+        if _convertvector_exact(src.scalar(), dst.scalar()):
             return f"__builtin_convertvector({x}, {c_type(dst)})"
         lanes = [self._scalar_cast(src.scalar(), dst.scalar(), f"{x}[{i}]") for i in range(dst.count)]
         return f"(({c_type(dst)}){{{', '.join(lanes)}}})"
@@ -297,8 +342,14 @@ class CRenderer(Renderer):
         decls = ["  " + d for d in reg_decls]
         vectors = sorted({d for u in kernel for d in (u.dtype, getattr(u.dtype, "base", u.dtype)) if d.count > 1},
                          key=lambda d: d.name)
+        if any(u.op is Ops.CAST and (u.src[0].dtype.scalar(), u.dtype.count) in WIDEN_BYTES and u.dtype.count > 1
+               for u in kernel):  # the widening helpers need both 8-lane byte types
+            vectors = sorted(set(vectors) | {dtypes.uint8.vec(8), dtypes.int8.vec(8)}, key=lambda d: d.name)
+            helpers = WIDEN_PREAMBLE
+        else:
+            helpers = ""
         typedefs = "".join(vector_typedef(d) + "\n" for d in vectors)
-        return PREAMBLE + typedefs + head + "\n" + "\n".join(decls + body) + "\n}\n"
+        return PREAMBLE + typedefs + helpers + head + "\n" + "\n".join(decls + body) + "\n}\n"
 
     @staticmethod
     def _in_memory(index: UOp) -> bool:

@@ -170,9 +170,13 @@ def _where(cond: Tensor, a: Tensor | float | int, b: Tensor | float | int, dtype
 
 
 def nibbles(qs: Tensor) -> Tensor:
-    """``(..., m)`` bytes -> ``(..., 2 * m)`` 4-bit values: all low nibbles, then all high nibbles."""
+    """``(..., m)`` bytes -> ``(..., 2 * m)`` 4-bit values (int32): all low nibbles, then all high nibbles.
+
+    The bytes are widened to int32 before they are split: a vectorized kernel then widens 8 loaded bytes
+    in one instruction and shifts and masks whole 32-bit lanes, which every SIMD unit has (byte lanes
+    have no shifts on x86)."""
     shape = qs.shape
-    return spread(qs, len(shape) - 1, 2, 4).reshape(*shape[:-1], 2 * shape[-1])
+    return spread(qs.cast("int32"), len(shape) - 1, 2, 4).reshape(*shape[:-1], 2 * shape[-1])
 
 
 def _f32(x: Tensor) -> Tensor:
