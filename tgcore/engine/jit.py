@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tgcore.engine import realize as engine
-from tgcore.engine.stats import update_stats
+from tgcore.engine.stats import GlobalCounters, update_stats
 from tgcore.runtime.buffer import Buffer
 from tgcore.schedule import kernelize
 from tgcore.uop import Ops, UOp
@@ -46,6 +46,13 @@ class _Capture:
     steps: list[_Step]
     inputs: list[tuple[int, int, int, int]]  # (step, buffer slot, input number, byte offset into the input)
     outputs: Any                             # the function's result, with tensors replaced by their uops
+    plan: list[_PlannedStep]                 # what a replay runs
+    ops: int = 0                             # the steps' estimated operations and bytes, for GlobalCounters
+    mem: int = 0
+
+    def __post_init__(self) -> None:
+        self.ops = sum(p.ops for p in self.plan)
+        self.mem = sum(p.mem for p in self.plan)
 
 
 def _flatten(obj: Any) -> list[Any]:
@@ -119,7 +126,7 @@ class Jit:
                     if b is inp or (b.base is inp.base and b.base is not b):
                         inputs.append((i, slot, n, b.offset - (inp.offset if inp.base is not inp else 0)))
                         break
-        capture = _Capture(steps, inputs, _map_tensors(out, lambda t: t.uop))
+        capture = _Capture(steps, inputs, _map_tensors(out, lambda t: t.uop), _plan(steps, inputs))
         self.captures[key] = capture
         if len(self.captures) > self.max_captures:
             self.captures.popitem(last=False)
@@ -127,29 +134,93 @@ class Jit:
 
     def _replay(self, capture: _Capture, tensors: list[Any], variables: dict[str, int]) -> Any:
         from tgcore.tensor import Tensor
-        bufs = [list(s.bufs) for s in capture.steps]
-        for step_no, slot, n, offset in capture.inputs:
-            inp = _buffer_of(tensors[n])
-            old = bufs[step_no][slot]
-            same = offset == 0 and old.nbytes == inp.nbytes
-            bufs[step_no][slot] = inp if same else inp.view(old.size, old.dtype, offset)
-        for step, step_bufs in zip(capture.steps, bufs, strict=True):
-            if step.runner is None:
-                step_bufs[0].ensure_allocated().copy_from(step_bufs[1])
-                update_stats("copy (jit)", step.device, "copy", num_bufs=2, mem=step_bufs[0].nbytes)
+        inputs = [_buffer_of(t) for t in tensors]
+        views: dict[tuple[int, int, Any, int], Buffer] = {}  # one view per (input, size, dtype, offset) a call needs
+
+        def bound(n: int, offset: int, old: Buffer) -> Buffer:
+            key = (n, old.size, old.dtype, offset)
+            buf = views.get(key)
+            if buf is None:
+                inp = inputs[n]
+                same = offset == 0 and old.nbytes == inp.nbytes
+                buf = views[key] = (inp if same else inp.view(old.size, old.dtype, offset)).ensure_allocated()
+            return buf
+
+        debug = engine.DEBUG >= 2
+        for step in capture.plan:
+            if step.copy is not None:
+                dest, src = step.copy
+                for slot, n, offset, old in step.inputs:
+                    dest, src = (bound(n, offset, old), src) if slot == 0 else (dest, bound(n, offset, old))
+                dest.ensure_allocated().copy_from(src)
+                if debug:
+                    update_stats("copy (jit)", step.device, "copy", num_bufs=2, mem=dest.nbytes)
                 continue
-            spec = step.runner.spec
+            args: Sequence[Any] = step.args
+            if step.inputs:
+                filled = list(args)
+                for arg, n, offset, old in step.inputs:
+                    filled[arg] = bound(n, offset, old).handle
+                args = filled
             try:
-                vals = tuple(variables[v] for v in spec.vars)
+                vals = tuple(variables[v] for v in step.vars)
             except KeyError as e:
-                raise JitError(f"kernel {spec.name} needs variable {e.args[0]!r}, which this call did not bind") \
+                raise JitError(f"kernel {step.name} needs variable {e.args[0]!r}, which this call did not bind") \
                     from None
-            handles = [step_bufs[i].ensure_allocated().handle for i in spec.buf_slots]
-            elapsed = step.runner.program(*handles, vals=vals, threads=spec.threads, wait=engine.DEBUG >= 2)
-            update_stats(spec.name, step.device, step.kind, num_bufs=len(step_bufs), ops=spec.ops, mem=spec.mem,
-                         time_s=elapsed)
+            elapsed = step.program(*args, vals=vals, threads=step.threads, wait=debug)
+            if debug:
+                update_stats(step.name, step.device, step.kind, num_bufs=step.num_bufs, ops=step.ops, mem=step.mem,
+                             time_s=elapsed)
+        if not debug:  # the counters of every step at once (no line to print per kernel)
+            GlobalCounters.kernel_count += len(capture.plan)
+            GlobalCounters.global_ops += capture.ops
+            GlobalCounters.global_mem += capture.mem
         device = tensors[0].device if tensors else None
         return _map_tensors(capture.outputs, lambda u: Tensor(u, device=_device_of_uop(u, device)), uops=True)
+
+
+@dataclass
+class _PlannedStep:
+    """One replayed kernel with its arguments worked out at capture time: only input buffers change per call."""
+    name: str
+    device: str
+    kind: str
+    program: Any
+    args: tuple[Any, ...]                           # buffer handles in argument order
+    inputs: list[tuple[int, int, int, Buffer]]      # (argument, input number, byte offset, captured buffer)
+    vars: tuple[str, ...]
+    threads: int
+    num_bufs: int
+    ops: int
+    mem: int
+    copy: tuple[Buffer, Buffer] | None = None       # (dest, src) for a copy step
+
+
+def _plan(steps: list[_Step], inputs: list[tuple[int, int, int, int]]) -> list[_PlannedStep]:
+    by_step: dict[int, dict[int, tuple[int, int]]] = {}
+    for step_no, slot, n, offset in inputs:
+        by_step.setdefault(step_no, {})[slot] = (n, offset)
+    plan = []
+    for i, step in enumerate(steps):
+        slots = by_step.get(i, {})
+        if step.runner is None:
+            planned_inputs = [(slot, n, offset, step.bufs[slot]) for slot, (n, offset) in slots.items()]
+            plan.append(_PlannedStep("copy", step.device, "copy", None, (), planned_inputs, (), 1, 2, 0,
+                                     step.bufs[0].nbytes, copy=(step.bufs[0], step.bufs[1])))
+            continue
+        spec = step.runner.spec
+        args: list[Any] = []
+        planned_inputs = []
+        for arg, slot in enumerate(spec.buf_slots):
+            if slot in slots:
+                n, offset = slots[slot]
+                planned_inputs.append((arg, n, offset, step.bufs[slot]))
+                args.append(None)
+            else:
+                args.append(step.bufs[slot].ensure_allocated().handle)
+        plan.append(_PlannedStep(spec.name, step.device, step.kind, step.runner.program, tuple(args), planned_inputs,
+                                 spec.vars, spec.threads, len(step.bufs), spec.ops, spec.mem))
+    return plan
 
 
 def _realize_all(out: Any) -> None:

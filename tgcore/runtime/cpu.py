@@ -106,17 +106,153 @@ def _load_shared_object(name: str, lib: bytes) -> ctypes.CDLL:
 
 _INT = int
 
+# ---- the native pool: kernel threads started and woken in C, so a multi-core kernel costs one ctypes call ----
+
+POOL_MAX_ARGS = 24  # kernels with more arguments (before core_id) use the Python thread pool
+_POOL_SPIN = 400    # pause instructions a waiting thread spins before it sleeps (a few microseconds)
+
+# Every argument travels as one machine word: pointers, and int32 values sign-extended (the callee reads the low
+# 32 bits of the register or 8-byte stack slot). That is how the x86-64 SysV and Linux AArch64 calling
+# conventions pass them, so the pool is used on those only (Apple's arm64 packs stack arguments).
+_POOL_SOURCE = """\
+#include <pthread.h>
+#include <stdint.h>
+typedef intptr_t W;
+static pthread_mutex_t run_mu = PTHREAD_MUTEX_INITIALIZER, mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER, done_cv = PTHREAD_COND_INITIALIZER;
+static int gen, created_gen, pending, nworkers, job_nargs, job_threads;
+static void *job_fn; static W *job_args;
+static inline void relax(void) {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+static void call(void *f, W *a, int n, W core) {
+  switch (n) {
+%(cases)s
+  }
+}
+static void *worker(void *p) {
+  int id = (int)(intptr_t)p, seen = __atomic_load_n(&created_gen, __ATOMIC_ACQUIRE);  /* jobs after its start */
+  for (;;) {
+    for (int spins = 0; __atomic_load_n(&gen, __ATOMIC_ACQUIRE) == seen; spins++) {
+      if (spins < %(spin)d) { relax(); continue; }
+      pthread_mutex_lock(&mu);
+      while (__atomic_load_n(&gen, __ATOMIC_ACQUIRE) == seen) pthread_cond_wait(&cv, &mu);
+      pthread_mutex_unlock(&mu);
+    }
+    seen = __atomic_load_n(&gen, __ATOMIC_ACQUIRE);
+    if (id < job_threads) call(job_fn, job_args, job_nargs, id);
+    if (__atomic_sub_fetch(&pending, 1, __ATOMIC_ACQ_REL) == 0) {
+      pthread_mutex_lock(&mu); pthread_cond_signal(&done_cv); pthread_mutex_unlock(&mu);
+    }
+  }
+  return 0;
+}
+int tg_pool_run(void *f, W *args, int nargs, int threads) {
+  pthread_mutex_lock(&run_mu);
+  __atomic_store_n(&created_gen, __atomic_load_n(&gen, __ATOMIC_ACQUIRE), __ATOMIC_RELEASE);
+  while (nworkers < threads - 1) {
+    pthread_t t; pthread_attr_t at; pthread_attr_init(&at); pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    int err = pthread_create(&t, &at, worker, (void *)(intptr_t)(nworkers + 1));
+    pthread_attr_destroy(&at);
+    if (err) { pthread_mutex_unlock(&run_mu); return err; }
+    nworkers++;
+  }
+  job_fn = f; job_args = args; job_nargs = nargs; job_threads = threads;
+  __atomic_store_n(&pending, nworkers, __ATOMIC_RELEASE);
+  pthread_mutex_lock(&mu);
+  __atomic_add_fetch(&gen, 1, __ATOMIC_ACQ_REL);
+  pthread_cond_broadcast(&cv);
+  pthread_mutex_unlock(&mu);
+  call(f, args, nargs, 0);
+  for (int spins = 0; spins < %(spin)d && __atomic_load_n(&pending, __ATOMIC_ACQUIRE) > 0; spins++) relax();
+  if (__atomic_load_n(&pending, __ATOMIC_ACQUIRE) > 0) {
+    pthread_mutex_lock(&mu);
+    while (__atomic_load_n(&pending, __ATOMIC_ACQUIRE) > 0) pthread_cond_wait(&done_cv, &mu);
+    pthread_mutex_unlock(&mu);
+  }
+  pthread_mutex_unlock(&run_mu);
+  return 0;
+}
+/* in a forked child the workers are gone: start afresh */
+void tg_pool_forget(void) {
+  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER; pthread_cond_t fresh_cv = PTHREAD_COND_INITIALIZER;
+  run_mu = fresh; mu = fresh; cv = fresh_cv; done_cv = fresh_cv; nworkers = 0; pending = 0;
+}
+"""
+
+
+def _pool_source() -> str:
+    cases = []
+    for n in range(POOL_MAX_ARGS + 1):
+        params = ", ".join(["W"] * (n + 1))
+        args = "".join(f"a[{i}], " for i in range(n))
+        cases.append(f"  case {n}: ((void (*)({params}))f)({args}core); break;")
+    return _POOL_SOURCE % {"cases": "\n".join(cases), "spin": _POOL_SPIN}
+
+
+_native_pool: Any = None
+_native_pool_state = "untried"  # "untried", "ready" or "unavailable"
+
+
+def _pool_supported() -> bool:
+    import platform
+    import sys
+    return sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64", "aarch64", "arm64")
+
+
+def native_pool() -> Any:
+    """``tg_pool_run(fn, args, nargs, threads)`` from a small C library built on first use, or None where it
+    cannot be built or is not supported (then kernels run on the Python thread pool)."""
+    global _native_pool, _native_pool_state
+    if _native_pool_state != "untried":
+        return _native_pool
+    with _pool_lock:
+        if _native_pool_state == "untried":
+            try:
+                if not _pool_supported() or os.environ.get("TG_NATIVE_POOL", "1") == "0":
+                    raise OSError("not supported here")
+                compiler = ClangCompiler(flags=["-O2", "-shared", "-fPIC", "-pthread"])
+                lib = _load_shared_object("tg_pool", compiler.compile_cached(_pool_source()))
+                lib.tg_pool_run.restype = ctypes.c_int
+                lib.tg_pool_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+                lib.tg_pool_forget.restype = None
+                if hasattr(os, "register_at_fork"):
+                    os.register_at_fork(after_in_child=lib.tg_pool_forget)
+                _native_pool, _native_pool_state = lib.tg_pool_run, "ready"
+            except (OSError, CompileError, CompilerNotFoundError, AttributeError):
+                _native_pool, _native_pool_state = None, "unavailable"
+    return _native_pool
+
+
+def _as_word(arg: Any) -> int:
+    """A kernel argument as the machine word the native pool passes: a buffer's address or an int."""
+    if type(arg) is _INT:
+        return arg
+    if isinstance(arg, ctypes.c_void_p):
+        return arg.value or 0
+    return ctypes.addressof(arg)
+
 
 def _run_core(fxn: Any, args: tuple[Any, ...], core_id: int) -> None:
     fxn(*args, core_id)
 
 
 def run_on_cores(fxn: Any, args: tuple[Any, ...], threads: int) -> None:
-    """Call ``fxn(*args, core_id)`` for core_id 0..threads-1 at once: core 0 on this thread, the rest on the
-    shared pool (ctypes releases the GIL). The calling convention of every CPU kernel, whoever compiled it."""
+    """Call ``fxn(*args, core_id)`` for core_id 0..threads-1 at once: core 0 on this thread, the rest on
+    worker threads (the native pool, else the Python pool; ctypes releases the GIL). The calling convention
+    of every CPU kernel, whoever compiled it."""
     if threads <= 1:
         fxn(*args, 0)
         return
+    native = native_pool() if len(args) <= POOL_MAX_ARGS else None
+    if native is not None:
+        words = (ctypes.c_ssize_t * max(1, len(args)))(*map(_as_word, args))
+        if native(ctypes.cast(fxn, ctypes.c_void_p), words, len(args), threads) == 0:
+            return
     pool = thread_pool()
     futures = [pool.submit(_run_core, fxn, args, core_id) for core_id in range(1, threads)]
     try:
