@@ -1,10 +1,12 @@
 """tg-mlx-rdma: move tensors between processes and machines.
 
-``tgcore.transport("mpi")`` connects through MPI (see ``tg_mlx_rdma.mpi``); the API every transport
+``tgcore.transport("mpi")`` connects through MPI (see ``tg_mlx_rdma.mpi``), ``tgcore.transport("mlx5")``
+through the user-space ConnectX driver (``tg_mlx_rdma.mlx5_transport`` over ``tg_mlx_rdma.mlx5``; with
+``model=True`` on the software device model ``tg_mlx_rdma.testing.mlx5_model``). The API every transport
 implements and its exceptions are in ``tg_mlx_rdma.transport``. ``tg_mlx_rdma.endian`` and
 ``tg_mlx_rdma.record`` are the big-endian and C-struct helpers the mlx5 driver builds on.
 
-Importing this package is cheap: nothing here loads MPI.
+Importing this package is cheap: nothing here loads MPI or the driver.
 """
 from tg_mlx_rdma.endian import be_bytes, from_be16, from_be32, from_be64, to_be16, to_be32, to_be64
 from tg_mlx_rdma.record import Field, FieldArray, Record
