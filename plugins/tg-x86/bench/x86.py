@@ -9,12 +9,15 @@ Prints (never asserts):
   2. end-to-end latency of a never-seen small kernel (build, compile, run, read back)
   3. run time of ~20 representative kernels (GFLOPS for the matmuls) on both renderers, and the geomean ratio X86/C
 
-Run: python plugins/tg-x86/bench/x86.py
+  With --stages, first: where X86's compile time goes, per stage (ms/kernel, CPU time, the same kernels)
+
+Run: python plugins/tg-x86/bench/x86.py [--stages]
 """
 from __future__ import annotations
 
 import math
 import random
+import sys
 import time
 
 import numpy as np
@@ -123,6 +126,57 @@ def compile_times() -> None:
           f"ratio X86/C {tx / tc:.3f} ({tc / tx:.1f}x faster)")
 
 
+def compile_stages() -> None:
+    """Time each stage of X86's get_program by wrapping the functions get_program and the renderer call."""
+    import tg_x86.assembler
+    import tg_x86.isel
+    import tg_x86.machine
+    from tg_x86.renderer import X86Renderer
+
+    import tgcore.codegen
+    import tgcore.codegen.regalloc
+    spent: dict[str, float] = {}
+
+    def timed(module: object, name: str, label: str) -> None:
+        fn = getattr(module, name)
+
+        def wrapper(*args: object, **kwargs: object) -> object:
+            start = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.process_time() - start
+        setattr(module, name, wrapper)
+    stages = [(tgcore.codegen, n, n) for n in ("simplify_kernel", "decompose_transcendentals", "estimate_cost",
+                                                 "upcast", "split_threads", "add_accumulators_and_ends", "linearize")]
+    stages += [(tg_x86.isel, "select", "x86 select"), (tg_x86.machine, "cleanup", "x86 cleanup"),
+               (tgcore.codegen.regalloc, "plan_registers", "regalloc plan"),
+               (tgcore.codegen.regalloc.RegisterPlan, "rewrite", "regalloc rewrite"),
+               (tg_x86.machine, "finish", "x86 finish"), (tg_x86.assembler, "assemble", "x86 assemble")]
+    originals = [(m, n, getattr(m, n)) for m, n, _ in stages]
+    asts = [si.ast for make in workloads("CPU").values() for si in create_schedule([make().uop], "CPU")[0]
+            if si.kind != "copy"]
+    x86 = X86Renderer()
+    get_program(asts[0], x86, 2)  # one-time costs
+    for m, n, label in stages:
+        timed(m, n, label)
+    total = 0.0
+    try:
+        for ast in asts:
+            clear_derived_caches()
+            start = time.process_time()
+            get_program(ast, x86, 2)
+            total += time.process_time() - start
+    finally:
+        for m, n, fn in originals:
+            setattr(m, n, fn)
+    print(f"0. X86 get_program by stage, CPU time ({len(asts)} kernels, never-seen): {1e3 * total / len(asts):.2f} "
+          "ms/kernel")
+    for label, t in sorted(spent.items(), key=lambda kv: -kv[1]):
+        print(f"   {label:28s} {1e3 * t / len(asts):7.3f} ms/kernel")
+    print(f"   {'(rest of get_program)':28s} {1e3 * (total - sum(spent.values())) / len(asts):7.3f} ms/kernel")
+
+
 def first_run_latency() -> None:
     print("2. end-to-end latency of a never-seen small kernel (build, compile, run, read back)")
     a = np.arange(64, dtype=np.float32)
@@ -153,6 +207,8 @@ def run_times() -> None:
 
 
 if __name__ == "__main__":
+    if "--stages" in sys.argv[1:]:
+        compile_stages()
     compile_times()
     first_run_latency()
     run_times()
