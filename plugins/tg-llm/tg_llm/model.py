@@ -13,9 +13,11 @@ q/k/v biases of ``qwen2`` and the per-head q/k RMSNorms of ``qwen3``; the logits
 ``output.weight · rmsnorm(x)`` (``token_embd.weight`` when the file has no ``output.weight``).
 
 Weights stay quantized on the device: each is tg-gguf's lazy dequantization of the raw bytes, which
-fuses into the matmul that consumes it. The token embedding is looked up on the host (the rows of the
-quantized table for the given ids are dequantized with numpy), so the device never holds a float copy
-of the vocabulary table.
+fuses into the matmul that consumes it. Wq, Wk and Wv are stacked into one matrix at load time (their raw
+bytes concatenated: quantized rows are whole blocks), so a layer runs one matrix-vector product for the
+three; the keys' rotation is computed by the kernel that writes them into the cache. The token embedding
+is looked up on the host (the rows of the quantized table for the given ids are dequantized with numpy),
+so the device never holds a float copy of the vocabulary table.
 
 Rotary embeddings. ``{arch}.rope.dimension_count`` dims of each head rotate, pair j with frequency
 ``freq_base ** (-2j / rope_dims)``. Which dims form pair j depends on how the file stores q/k:
@@ -198,13 +200,9 @@ def rope_frequencies(cfg: ModelConfig, freq_factors: np.ndarray | None = None) -
 @dataclass
 class _Layer:
     attn_norm: Any
-    wq: Any
-    wk: Any
-    wv: Any
+    wqkv: Any  # Wq, Wk and Wv stacked (rows q, then k, then v): one matrix-vector product for the three
     wo: Any
-    bq: Any
-    bk: Any
-    bv: Any
+    bqkv: Any  # their biases stacked the same way (qwen2), or None
     q_norm: Any
     k_norm: Any
     ffn_norm: Any
@@ -220,6 +218,8 @@ class _Embedding:
 
     def __init__(self, gf: Any, name: str, device: str) -> None:
         from tg_gguf.quants import DEQUANTIZERS
+        if name not in gf.tensor_info:
+            raise ModelError(f"model file has no tensor {name!r}")
         info = gf.tensor_info[name]
         self.vocab, self.dim = int(info.shape[0]), int(info.shape[1])
         self.type = info.type
@@ -283,15 +283,37 @@ class Model:
         self.vocab_size = self.embedding.vocab
         self.layers: list[_Layer] = []
         cache_shape = (cfg.n_kv_heads, cfg.max_context, cfg.head_dim)
+        def stacked(names: list[str]) -> Any:
+            """The weights ``names`` (same type and columns) as one matrix: their raw bytes concatenated on
+            the host (a quantized row is whole blocks, so rows stack byte for byte), dequantized lazily."""
+            from tg_gguf.dequant import dequantize
+            nonlocal done
+            missing = [n for n in names if n not in gf.tensor_info]
+            if missing:
+                raise ModelError(f"{cfg.architecture} model file has no tensor {missing[0]!r}")
+            infos = [gf.tensor_info[n] for n in names]
+            if len({i.type for i in infos}) > 1 or len({tuple(i.shape[1:]) for i in infos}) > 1:
+                parts = [get(n) for n in names]  # mixed types: stack the dequantized weights instead
+                return Tensor.cat(*parts, dim=0)
+            raw = np.concatenate([np.frombuffer(gf.tensor_bytes(n), dtype=np.uint8) for n in names])
+            rows = sum(int(i.shape[0]) for i in infos)
+            done += len(names)
+            if progress is not None:
+                progress(done, total)
+            return dequantize(Tensor(raw, device=device).realize(), infos[0].type, (rows, *infos[0].shape[1:]),
+                              name="+".join(names))
+
         for i in range(cfg.n_layers):
             p = f"blk.{i}."
             qk_norm = cfg.architecture == "qwen3"
+            biases = [get(p + f"attn_{x}.bias", True, False) for x in "qkv"]
+            if any(b is not None for b in biases) and any(b is None for b in biases):
+                raise ModelError(f"layer {i} has biases for some of q/k/v only")
             self.layers.append(_Layer(
                 attn_norm=get(p + "attn_norm.weight", small=True),
-                wq=get(p + "attn_q.weight"), wk=get(p + "attn_k.weight"), wv=get(p + "attn_v.weight"),
+                wqkv=stacked([p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]),
                 wo=get(p + "attn_output.weight"),
-                bq=get(p + "attn_q.bias", True, False), bk=get(p + "attn_k.bias", True, False),
-                bv=get(p + "attn_v.bias", True, False),
+                bqkv=Tensor.cat(*biases).contiguous().realize() if biases[0] is not None else None,
                 q_norm=get(p + "attn_q_norm.weight", True, qk_norm),
                 k_norm=get(p + "attn_k_norm.weight", True, qk_norm),
                 ffn_norm=get(p + "ffn_norm.weight", small=True),
@@ -460,16 +482,15 @@ class Model:
             return weight.contiguous() if dense else weight
 
         h = rms_norm(x, layer.attn_norm, cfg.norm_eps)
-        q = linear(h, w(layer.wq), layer.bq).reshape(t, nh, hd)
-        k = linear(h, w(layer.wk), layer.bk).reshape(t, nkv, hd)
-        v = linear(h, w(layer.wv), layer.bv).reshape(t, nkv, hd)
+        qkv = linear(h, w(layer.wqkv), layer.bqkv).contiguous().realize()  # (T, (nh + 2 nkv) * hd)
+        q = qkv.shrink((None, (0, nh * hd))).reshape(t, nh, hd)
+        k = qkv.shrink((None, (nh * hd, (nh + nkv) * hd))).reshape(t, nkv, hd)
+        v = qkv.shrink((None, ((nh + nkv) * hd, (nh + 2 * nkv) * hd))).reshape(t, nkv, hd)
         if layer.q_norm is not None:
             q = rms_norm(q, layer.q_norm, cfg.norm_eps)
             k = rms_norm(k, layer.k_norm, cfg.norm_eps)
-        q = rope(q, cos, sin, cfg.rope_dims, cfg.rope_interleaved).contiguous()
-        k = rope(k, cos, sin, cfg.rope_dims, cfg.rope_interleaved).contiguous()
-        v = v.contiguous()
-        q.realize(k, v)
+        q = rope(q, cos, sin, cfg.rope_dims, cfg.rope_interleaved).contiguous().realize()
+        k = rope(k, cos, sin, cfg.rope_dims, cfg.rope_interleaved)  # computed by the cache write
         rows = (None, (start_pos, start_pos + t), None)
         layer.cache_k.shrink(rows).assign(k.permute(1, 0, 2))
         layer.cache_v.shrink(rows).assign(v.permute(1, 0, 2))
