@@ -78,7 +78,10 @@ class GraphRewriter:
                                  "into a graph that contains it again. Latest rewrites:\n" + "\n".join(lines))
 
     def run(self, root: UOp) -> UOp:
-        done, active, normal = self.done, self.active, self.normal
+        done, active, normal, bottom_up = self.done, self.active, self.normal, self.bottom_up
+        # the matcher's per-op functions, called here directly (``apply`` when logging)
+        by_op = None if self.log else (self.pm._by_op if self.pm._by_op is not None else self.pm._index())
+        ctx = self.ctx
         # stack entries: (node, stage, current). stage 0: enter; 1: sources done; 2: result of `current` is ours
         stack: list[tuple[UOp, int, UOp]] = [(root, 0, root)]
         while stack:
@@ -92,7 +95,7 @@ class GraphRewriter:
                 if n in active:
                     raise self.cycle(n)
                 active.add(n)
-                if self.bottom_up:
+                if bottom_up:
                     cur = self.fixed_point_here(n)
                     if cur is not n and cur in active:
                         raise self.cycle(cur)
@@ -106,9 +109,22 @@ class GraphRewriter:
             elif stage == 1:
                 new_src = tuple([done[s] for s in cur.src])
                 if new_src == cur.src:  # UOps compare by identity, so this is a C-level identity check
-                    r = None if self.bottom_up else self.apply(cur)
-                    if r is None:
-                        self.finish(n, cur, done, active)
+                    if bottom_up:
+                        r = None
+                    elif by_op is None:
+                        r = self.apply(cur)
+                    else:  # apply() without the call
+                        r = by_op[cur.op](cur, ctx)
+                        if r is not None:
+                            if not isinstance(r, UOp):
+                                raise TypeError(f"graph_rewrite({self.name}): a rule returned {type(r).__name__}, "
+                                                "not a UOp")
+                            self.count += 1
+                            self.fired.append((cur, r))
+                    if r is None:  # finish(n, cur)
+                        done[n] = cur
+                        done[cur] = cur
+                        active.discard(n)
                         if normal is not None:  # no rule fires here and the sources are normal forms
                             cur.__dict__[normal] = True
                         continue

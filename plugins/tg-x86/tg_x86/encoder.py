@@ -22,7 +22,7 @@ class EncodeError(ValueError):
 
 def select_form(inst: Inst, rel_bits: int | None = None) -> Form:
     """The first form of ``inst.op`` accepting its operands (for jumps: with a ``rel_bits`` displacement)."""
-    key = (inst.op, rel_bits, *map(_shape, inst.operands))
+    key = (inst.op, rel_bits, *[o.shape if type(o) is Reg else _shape(o) for o in inst.operands])
     form = _form_cache.get(key)
     if form is not None:
         return form

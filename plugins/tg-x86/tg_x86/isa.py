@@ -361,12 +361,19 @@ class Inst:
         label: Label | None  # set by __init__
 
     def __init__(self, op: Op, *operands: Operand | int, cond: Cond | None = None) -> None:
+        ops: list[Operand] = []
+        label = None  # the jump target, if this is a jump to a label (not a field: it follows from the operands)
+        for o in operands:
+            if isinstance(o, int):
+                o = Imm(o)
+            elif label is None and isinstance(o, Label):
+                label = o
+            ops.append(o)
         d = self.__dict__  # frozen: fields are set once, here
         d["op"] = op
-        d["operands"] = tuple([Imm(o) if isinstance(o, int) else o for o in operands])
+        d["operands"] = tuple(ops)
         d["cond"] = cond
-        # the jump target, if this is a jump to a label (not a field: it follows from the operands)
-        d["label"] = next((o for o in d["operands"] if isinstance(o, Label)), None)
+        d["label"] = label
         if op.takes_cond != (cond is not None):
             raise ValueError(f"{op.name} {'needs' if op.takes_cond else 'takes no'} condition code")
 

@@ -145,11 +145,15 @@ def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = No
     used: set[str] = set()
     for ins in allocated:
         if isinstance(ins, MInst):
-            for o in (*ins.defs, *ins.uses):
-                if isinstance(o, Register):
-                    used.add(o.name)
-                elif isinstance(o, VMem):
-                    used.update(r.name for r in o.regs)
+            for group in (ins.defs, ins.uses):
+                for o in group:
+                    if isinstance(o, Register):
+                        used.add(o.name)
+                    elif isinstance(o, VMem):
+                        if o.base is not None:
+                            used.add(o.base.name)
+                        if o.index is not None:
+                            used.add(o.index.name)
     saved = [n for n in CALLEE_SAVED if n in used]
     size = home_base + 8 * nhome
     # at entry rsp = 8 mod 16 (the return address); after the pushes and the frame it is 0 mod 16
@@ -190,9 +194,14 @@ def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = No
         ops: list[Operand | int] = []
         for item in spec.layout:
             kind = item[0]
-            if kind in ("d", "u"):
+            if kind == "d" or kind == "u":
                 o = (ins.defs if kind == "d" else ins.uses)[item[1]]
-                ops.append(resolve(o) if isinstance(o, VMem) else _reg(o, item[2]))
+                if isinstance(o, VMem):
+                    ops.append(resolve(o))
+                elif o.cls == "gpr":
+                    ops.append(gpr(o.index, item[2]))
+                else:
+                    ops.append(_reg(o, item[2]))
             elif kind == "i":
                 ops.append(Imm(item[1]))
             else:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 RegKind = Literal["gpr", "xmm", "ymm"]
 
@@ -34,6 +34,13 @@ class Reg:
     kind: RegKind
     num: int
     bits: int
+    if TYPE_CHECKING:
+        shape: tuple[str, int, bool]  # set by __post_init__ (not a field)
+
+    def __post_init__(self) -> None:
+        # what the encoder's form choice depends on (register class, size, is it cl), read for every instruction
+        is_cl = self.kind == "gpr" and self.bits == 8 and self.num == 1
+        object.__setattr__(self, "shape", (self.kind, self.bits, is_cl))
 
     @property
     def name(self) -> str:

@@ -140,6 +140,7 @@ class VectorSelection:
     def plan_vectors(self) -> None:
         """Decide fusions before selecting: FMA accumulator updates, loads folded into broadcasts."""
         self.vconst_memo: dict[UOp, bool] = {}
+        self.vzero_memo: dict[UOp, bool] = {}
         self.const_pieces: dict[tuple[UOp, int], VMem] = {}
         self.fma_adds: dict[UOp, tuple[UOp, UOp]] = {}
         self.fma_muls: set[UOp] = set()
@@ -280,6 +281,14 @@ class VectorSelection:
                 u.op is Ops.VECTORIZE and all(s.op is Ops.CONST for s in u.src))
         return hit
 
+    def is_vzero(self, u: UOp) -> bool:
+        """A constant vector of +0 in every lane (what vxorps makes)."""
+        hit = self.vzero_memo.get(u)
+        if hit is None:
+            hit = self.vzero_memo[u] = all(v == 0 and not (isinstance(v, float) and str(v)[0] == "-")
+                                           for v in self.const_lanes(u))
+        return hit
+
     @staticmethod
     def const_lanes(u: UOp) -> list:
         if u.op is Ops.CONST:
@@ -321,8 +330,7 @@ class VectorSelection:
         n = piece_lanes(u.dtype)[p]
         bits = pbits(n, sdt)
         if self.is_vconst(u):
-            lanes = self.const_lanes(u)
-            if all(v == 0 and not (isinstance(v, float) and str(v)[0] == "-") for v in lanes):
+            if self.is_vzero(u):
                 d = into or self.vnew()
                 self.emit(Op.VXORPS, [d], [], (("d", 0, bits), ("d", 0, bits), ("d", 0, bits)))
                 return d
