@@ -147,6 +147,26 @@ def config_from_metadata(md: dict[str, Any], tensor_names: Sequence[str], max_co
         tied_embeddings="output.weight" not in tensor_names, name=str(md.get("general.name", "")))
 
 
+def check_tensor_shapes(cfg: ModelConfig, shapes: dict[str, tuple[int, ...]]) -> None:
+    """Raise ``ModelError`` naming the first weight whose shape ((rows, columns) as GGUF stores it) disagrees
+    with the metadata. Absent tensors are left to the loader, which names the required ones."""
+    d, q, kv = cfg.dim, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    vocab = shapes.get("token_embd.weight", (0,))[0]
+    expected = {"token_embd.weight": (vocab, d), "output.weight": (vocab, d), "output_norm.weight": (d,),
+                "rope_freqs.weight": (cfg.rope_dims // 2,)}
+    per_layer = {
+        "attn_norm.weight": (d,), "attn_q.weight": (q, d), "attn_k.weight": (kv, d), "attn_v.weight": (kv, d),
+        "attn_output.weight": (d, q), "attn_q.bias": (q,), "attn_k.bias": (kv,), "attn_v.bias": (kv,),
+        "attn_q_norm.weight": (cfg.head_dim,), "attn_k_norm.weight": (cfg.head_dim,), "ffn_norm.weight": (d,),
+        "ffn_gate.weight": (cfg.ffn_dim, d), "ffn_up.weight": (cfg.ffn_dim, d), "ffn_down.weight": (d, cfg.ffn_dim),
+    }
+    for i in range(cfg.n_layers):
+        expected.update({f"blk.{i}.{name}": shape for name, shape in per_layer.items()})
+    for name, shape in expected.items():
+        if name in shapes and shapes[name] != shape:
+            raise ModelError(f"tensor {name!r} has shape {shapes[name]}; the metadata implies {shape}")
+
+
 # ---------------------------------------------------------------------------------------------- ops
 
 def rms_norm(x: Any, weight: Any, eps: float) -> Any:
@@ -277,6 +297,7 @@ class Model:
 
         if "token_embd.weight" not in gf.tensor_info:
             raise ModelError(f"{cfg.architecture} model file has no tensor 'token_embd.weight'")
+        check_tensor_shapes(cfg, {n: tuple(int(s) for s in info.shape) for n, info in gf.tensor_info.items()})
         self.embedding = _Embedding(gf, "token_embd.weight", device)
         if cfg.vocab_size and self.embedding.vocab != cfg.vocab_size:
             raise ModelError(f"token_embd.weight has {self.embedding.vocab} rows, vocab_size is {cfg.vocab_size}")
