@@ -267,6 +267,19 @@ def test_missing_tensor_is_named(spec: TinySpec, tensor: str, tmp_path: Path):
         load(spec, tmp_path)
 
 
+@pytest.mark.parametrize("spec, tensor", [
+    (TinySpec("qwen2").with_wrong_shape("blk.1.attn_k.weight", (64, 64)), "blk.1.attn_k.weight"),
+    (TinySpec("llama").with_wrong_shape("blk.0.ffn_down.weight", (64, 64)), "blk.0.ffn_down.weight"),
+    (TinySpec("qwen3", qk_norm=True).with_wrong_shape("blk.0.attn_q_norm.weight", (32,)),
+     "blk.0.attn_q_norm.weight"),
+    (TinySpec("llama", tied=False).with_wrong_shape("output.weight", (300, 32)), "output.weight"),
+])
+def test_tensor_shape_disagreeing_with_metadata_is_named(spec: TinySpec, tensor: str, tmp_path: Path):
+    from tg_llm.model import ModelError
+    with pytest.raises(ModelError, match=f"tensor '{tensor}' has shape"):
+        load(spec, tmp_path)
+
+
 def test_unsupported_rope_scaling_is_named(tmp_path: Path):
     from tg_llm.model import ModelError
     with pytest.raises(ModelError, match="rope scaling 'yarn' is not supported"):

@@ -69,6 +69,7 @@ class TinySpec:
     quant_overrides: tuple[tuple[str, str], ...] = ()  # (name suffix, type): F32, F16, Q8_0, Q4_0
     seed: int = 0
     drop: tuple[str, ...] = field(default=())  # tensors left out of the file (for the error tests)
+    wrong_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()  # tensors written as zeros of this shape
 
     @property
     def rotary_dims(self) -> int:
@@ -76,6 +77,9 @@ class TinySpec:
 
     def without(self, *names: str) -> TinySpec:
         return replace(self, drop=self.drop + names)
+
+    def with_wrong_shape(self, name: str, shape: tuple[int, ...]) -> TinySpec:
+        return replace(self, wrong_shapes=self.wrong_shapes + ((name, shape),))
 
     def quant_of(self, name: str) -> str:
         """The type a 2-D weight is stored as (the last matching override, else ``quant``)."""
@@ -263,6 +267,9 @@ def write_tiny_gguf(spec: TinySpec, path: Path, vocab: int = 300) -> HFWeights:
         if name in spec.drop:
             continue
         data = file_tensor(spec, name, w)
+        wrong_shape = dict(spec.wrong_shapes).get(name)
+        if wrong_shape is not None:
+            data = np.zeros(wrong_shape, np.float32)
         kind = spec.quant_of(name) if data.ndim == 2 else "F32"
         if kind == "F32":
             writer.add_tensor(name, data)
