@@ -149,7 +149,8 @@ def compile_stages() -> None:
         setattr(module, name, wrapper)
     stages = [(tgcore.codegen, n, n) for n in ("simplify_kernel", "decompose_transcendentals", "estimate_cost",
                                                  "upcast", "split_threads", "add_accumulators_and_ends", "linearize")]
-    stages += [(tg_x86.isel, "select", "x86 select"), (tg_x86.machine, "cleanup", "x86 cleanup"),
+    stages += [(tg_x86.isel, "select", "x86 select"), (tg_x86.isel, "select_both", "x86 select"),
+               (tg_x86.machine, "cleanup", "x86 cleanup"),
                (tgcore.codegen.regalloc, "plan_registers", "regalloc plan"),
                (tgcore.codegen.regalloc.RegisterPlan, "rewrite", "regalloc rewrite"),
                (tg_x86.machine, "finish", "x86 finish"), (tg_x86.assembler, "assemble", "x86 assemble")]

@@ -95,6 +95,8 @@ class Selector(VectorSelection):
         self.folded: set[UOp] = set()
         self.remat_args = remat_args  # buffer pointers and variables loaded from their argument slot where used
         self.remat_cache: dict[tuple[UOp, int], VReg] = {}
+        self.arg_sites: list[tuple[int, UOp]] = []   # with remat_args: (program position, PARAM/DEFINE_VAR)
+        self.remat_loads: dict[VReg, UOp] = {}        # with remat_args: register of each reload -> its UOp
         self.region = 0               # counts labels: values made in one region are reused only there
         self.lane_offset = 0   # elements added to every address (lane j of a lane-by-lane vector access)
         self._acc_stores: dict[UOp, list[int]] | None = None
@@ -180,9 +182,11 @@ class Selector(VectorSelection):
             return self.materialize(u)
         if self.remat_args and u.op in (Ops.PARAM, Ops.DEFINE_VAR):
             key = (u, self.region)   # reloaded once per straight-line region (a label starts a new one)
-            if key not in self.remat_cache:
-                self.remat_cache[key] = self.arg_value(u)
-            return self.remat_cache[key]
+            v = self.remat_cache.get(key)
+            if v is None:
+                v = self.remat_cache[key] = self.arg_value(u)
+                self.remat_loads[v] = u
+            return v
         v = self.val.get(u)
         if v is None:
             raise SelectionError(f"x86: no value for {u.op.name} {u.dtype}")
@@ -322,7 +326,9 @@ class Selector(VectorSelection):
                 op is Ops.DEFINE_REG and u.dtype.base.count > 1):  # type: ignore[attr-defined]
             self.vector_one(u)
         elif op in (Ops.PARAM, Ops.DEFINE_VAR):
-            if not self.remat_args:
+            if self.remat_args:
+                self.arg_sites.append((len(self.prog), u))
+            else:
                 self.val[u] = self.arg_value(u)
         elif op in (Ops.CONST, Ops.SINK, Ops.GROUP, Ops.NOOP, Ops.INDEX):
             pass
@@ -357,14 +363,42 @@ class Selector(VectorSelection):
                 raise SelectionError(f"x86: vector {op.name} {u.dtype}")
             self.val[u] = self.float_alu(u) if is_vec(u.dtype) else self.int_alu(u)
 
+    def args_held(self) -> list[Any]:
+        """After selecting with ``remat_args``: the program selecting without it makes (each pointer and
+        variable read once, where its UOp stands, into one register held throughout), derived instead of
+        selected again: the reloads go and their registers become the one read at the argument's place."""
+        held = {u: self.new("gpr") for _, u in self.arg_sites}
+        mapping = {v: held[u] for v, u in self.remat_loads.items()}
+        sites = self.arg_sites
+        out: list[Any] = []
+        k = 0
+        for i, ins in enumerate(self.prog):
+            while k < len(sites) and sites[k][0] == i:
+                out.append(self.arg_load(held[sites[k][1]], sites[k][1]))
+                k += 1
+            if not isinstance(ins, MInst) or ins.op == "label":
+                out.append(ins)
+            elif ins.defs and ins.defs[0] in mapping and ins.op is Op.MOV:
+                continue  # a reload
+            elif any(o in mapping or (type(o) is VMem and (o.base in mapping or o.index in mapping))
+                     for o in itertools.chain(ins.uses, ins.defs)):
+                out.append(MInst(ins.op, [_held(o, mapping) for o in ins.defs], [_held(o, mapping) for o in ins.uses],
+                                 ins.arg))
+            else:
+                out.append(ins)
+        out += [self.arg_load(held[u], u) for _, u in sites[k:]]
+        return out
+
     def arg_value(self, u: UOp) -> VReg:
         """A buffer pointer or variable read from its argument slot."""
         d = self.new("gpr")
-        if u.op is Ops.PARAM:
-            self.emit(Op.MOV, [d], [VMem(64, slot=Slot("arg", u.arg))], (("d", 0, 64), ("u", 0, None)))
-        else:
-            self.emit(Op.MOV, [d], [VMem(32, slot=Slot("arg", self.var_arg[u.arg[0]]))], (("d", 0, 32), ("u", 0, None)))
+        self.prog.append(self.arg_load(d, u))
         return d
+
+    def arg_load(self, d: VReg, u: UOp) -> MInst:
+        if u.op is Ops.PARAM:
+            return minst(Op.MOV, [d], [VMem(64, slot=Slot("arg", u.arg))], (("d", 0, 64), ("u", 0, None)))
+        return minst(Op.MOV, [d], [VMem(32, slot=Slot("arg", self.var_arg[u.arg[0]]))], (("d", 0, 32), ("u", 0, None)))
 
     # ---- loops ----
     def open_loop(self, u: UOp) -> None:
@@ -982,3 +1016,17 @@ class Selector(VectorSelection):
 
 def select(uops: list[UOp], remat_args: bool = False) -> tuple[list[Any], Frame]:
     return Selector(uops, remat_args).select()
+
+
+def select_both(uops: list[UOp]) -> tuple[list[Any], list[Any], Frame]:
+    """(the program holding pointers and variables in registers, the one reading them where used, the frame),
+    from one selection."""
+    sel = Selector(uops, remat_args=True)
+    remat, frame = sel.select()
+    return sel.args_held(), remat, frame
+
+
+def _held(o: Any, mapping: dict[VReg, VReg]) -> Any:
+    if type(o) is VMem:
+        return o.with_regs(mapping)
+    return mapping.get(o, o) if type(o) is VReg else o

@@ -35,21 +35,24 @@ class X86Compiler(Compiler):
 
 def lower(name: str, uops: list[UOp]) -> list[Any]:
     """The kernel as ``Inst``s and ``Label``s (after register allocation)."""
-    from tg_x86.isel import select
+    from tg_x86.isel import select, select_both
     from tg_x86.machine import TARGET, cleanup, finish
     from tgcore.codegen.regalloc import plan_registers
     # 9 allocatable gprs: with many buffers and loops, read pointers and variables from their argument slots
-    # where they are used instead of holding them (else try that only if the allocator had to spill gprs)
+    # where they are used instead of holding them (else do that only if holding them made the allocator spill
+    # gprs and reading them where used spills less)
     pressure = sum(1 if u.op in (Ops.PARAM, Ops.DEFINE_VAR) else 2 if u.op is Ops.RANGE else 0 for u in uops)
-    remat = pressure > 9
-    program, frame = select(uops, remat_args=remat)
-    plan = plan_registers(cleanup(program), TARGET)
+    if pressure > 9:
+        program, frame = select(uops, remat_args=True)
+        plan = plan_registers(cleanup(program), TARGET)
+        return finish(plan.program, frame, plan.rewrite())
+    held, remat, frame = select_both(uops)
+    plan = plan_registers(cleanup(held), TARGET)
     fills = plan.spill_code("gpr")  # gpr fills and spill stores
-    if fills and not remat:  # gprs ran out: try again with pointers and variables read where used
-        program2, frame2 = select(uops, remat_args=True)
-        plan2 = plan_registers(cleanup(program2), TARGET)
+    if fills:
+        plan2 = plan_registers(cleanup(remat), TARGET)
         if plan2.spill_code("gpr") + sum(1 for u in uops if u.op is Ops.PARAM) < fills:
-            frame, plan = frame2, plan2
+            plan = plan2
     return finish(plan.program, frame, plan.rewrite())
 
 
