@@ -40,40 +40,38 @@ def assemble(program: Iterable[Inst | Label]) -> Assembly:
             raise EncodeError(f"{inst.mnemonic} jumps to label {inst.label!r}, which is not in the program")
 
     # sizes of everything but jumps are fixed; jumps start as rel8
-    forms: dict[int, Form] = {}
-    fixed: dict[int, bytes] = {}  # the final bytes of everything that is not a jump to a label
-    sizes: dict[int, int] = {}
+    jumps: dict[int, Form] = {}             # instruction number of each jump to a label -> its form
+    fixed: list[bytes] = []                 # the final bytes of everything that is not a jump to a label
+    sizes: list[int] = []
     for i, inst in enumerate(insts):
         if inst.label is not None:
-            forms[i] = select_form(inst, rel_bits=8)
-            sizes[i] = len(encode(inst, forms[i]))
+            jumps[i] = select_form(inst, rel_bits=8)
+            fixed.append(b"")
+            sizes.append(len(encode(inst, jumps[i])))
         else:
-            fixed[i] = encode(inst)
-            sizes[i] = len(fixed[i])
+            code = encode(inst)
+            fixed.append(code)
+            sizes.append(len(code))
 
     while True:
         offsets, labels = _layout(items, sizes)
         widened = False
-        for i, inst in enumerate(insts):
-            if i in fixed or forms[i].encoding.rel != 1:
+        for i, form in jumps.items():
+            if form.encoding.rel != 1:
                 continue
-            assert inst.label is not None
-            disp = labels[inst.label] - (offsets[i] + sizes[i])
+            inst = insts[i]
+            disp = labels[inst.label] - (offsets[i] + sizes[i])  # type: ignore[index]
             if not -128 <= disp <= 127:
-                forms[i] = select_form(inst, rel_bits=32)
-                sizes[i] = len(encode(inst, forms[i]))
+                jumps[i] = select_form(inst, rel_bits=32)
+                sizes[i] = len(encode(inst, jumps[i]))
                 widened = True
         if not widened:
             break
 
-    code = bytearray()
-    for i, inst in enumerate(insts):
-        if i in fixed:
-            code += fixed[i]
-        else:
-            assert inst.label is not None
-            code += encode(inst, forms[i], labels[inst.label] - (offsets[i] + sizes[i]))
-    return Assembly(bytes(code), labels, tuple(offsets))
+    for i, form in jumps.items():
+        inst = insts[i]
+        fixed[i] = encode(inst, form, labels[inst.label] - (offsets[i] + sizes[i]))  # type: ignore[index]
+    return Assembly(b"".join(fixed), labels, tuple(offsets))
 
 
 def _layout(items: list[Inst | Label], sizes: dict[int, int]) -> tuple[list[int], dict[Label, int]]:

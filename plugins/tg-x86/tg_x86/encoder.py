@@ -11,8 +11,10 @@ base need a SIB byte, rbp/r13 as base need a displacement (disp8 0), no base is 
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tg_x86.forms import IMM_TYPES, Form
-from tg_x86.isa import Inst
+from tg_x86.isa import Cond, Inst
 from tg_x86.operands import Imm, Label, Mem, Operand, Reg
 
 
@@ -22,7 +24,7 @@ class EncodeError(ValueError):
 
 def select_form(inst: Inst, rel_bits: int | None = None) -> Form:
     """The first form of ``inst.op`` accepting its operands (for jumps: with a ``rel_bits`` displacement)."""
-    key = (inst.op, rel_bits, *[o.shape if type(o) is Reg else _shape(o) for o in inst.operands])
+    key = (id(inst.op), rel_bits, *[o.shape if type(o) is Reg else _shape(o) for o in inst.operands])
     form = _form_cache.get(key)
     if form is not None:
         return form
@@ -35,16 +37,17 @@ def select_form(inst: Inst, rel_bits: int | None = None) -> Form:
 
 
 # Which form fits depends only on each operand's shape: register class (and whether it is cl),
-# memory size, which immediate ranges hold the value. Selection is cached by shape.
+# memory size, which immediate ranges hold the value. Selection is cached by shape (ops by identity: enum
+# members hash in Python code).
 _form_cache: dict[tuple, Form] = {}
 _IMM_RANGES = tuple(rng for rng, _ in IMM_TYPES.values())
 
 
 def _shape(o: Operand) -> tuple:
+    if type(o) is Mem:
+        return ("mem", o.bits)
     if isinstance(o, Reg):
         return (o.kind, o.bits, o.bits == 8 and o.num == 1 and o.kind == "gpr")  # the last: is it cl
-    if isinstance(o, Mem):
-        return ("mem", o.bits)
     if isinstance(o, Imm):
         return tuple(lo <= o.value <= hi for lo, hi in _IMM_RANGES)
     return ("label",)
@@ -53,83 +56,96 @@ def _shape(o: Operand) -> tuple:
 def encode(inst: Inst, form: Form | None = None, rel: int = 0) -> bytes:
     """Machine code for ``inst``; ``rel`` is a jump's displacement from the end of the instruction."""
     form = form or select_form(inst)
+    fn = _ENCODERS.get(id(form))
+    if fn is None:
+        fn = _ENCODERS[id(form)] = compile_form(form)
+    return fn(inst.operands, inst.cond, rel)
+
+
+FormEncoder = Callable[[tuple[Operand, ...], Cond | None, int], bytes]
+# the forms live as long as the process (``FORMS``): one encoder per form, by identity
+_ENCODERS: dict[int, FormEncoder] = {}
+
+
+def compile_form(form: Form) -> FormEncoder:
+    """An encoder of ``form``'s instructions: ``fn(operands, cond, rel) -> bytes``. Which operand goes into
+    which field (the Op/En letters), the prefixes and the fixed bits of REX/VEX are worked out once, here."""
     enc = form.encoding
-    # which operand goes into which field, by the form's Op/En letters
-    reg_field: Operand | None = None
-    rm: Operand | None = None
-    vvvv: Operand | None = None
-    opreg: Operand | None = None
-    is4: Operand | None = None
-    imms: list[Imm] = []
-    for letter, o in zip(form.op_en, inst.operands, strict=True):
-        if letter == "R":
-            reg_field = o
-        elif letter == "M":
-            rm = o
-        elif letter == "V":
-            vvvv = o
-        elif letter == "I":
-            assert isinstance(o, Imm)
-            imms.append(o)
-        elif letter == "O":
-            opreg = o
-        elif letter == "L":
-            is4 = o
-
-    # the ModRM.reg field holds a register (R) or an opcode extension (/digit)
-    reg_num = reg_field.num if isinstance(reg_field, Reg) else max(enc.modrm or 0, 0)
-    rex_r = reg_num >> 3
-    rm_is_mem = isinstance(rm, Mem)
-    rex_x = rm.index.num >> 3 if rm_is_mem and rm.index is not None else 0  # type: ignore[union-attr]
-    if rm_is_mem:
-        rex_b = rm.base.num >> 3 if rm.base is not None else 0  # type: ignore[union-attr]
-    elif isinstance(rm, Reg):
-        rex_b = rm.num >> 3
-    elif isinstance(opreg, Reg):
-        rex_b = opreg.num >> 3
-    else:
-        rex_b = 0
-
+    letters = form.op_en
+    at_reg, at_rm, at_vvvv, at_opreg, at_is4 = (letters.find(c) for c in "RMVOL")
+    imms = tuple(zip((i for i, c in enumerate(letters) if c == "I"), enc.imms, strict=True))
+    digit = max(enc.modrm or 0, 0)  # the ModRM.reg field holds a register (R) or an opcode extension (/digit)
+    has_modrm = enc.modrm is not None
+    byte_regs = any(t.reg == ("gpr", 8) for t in form.operands)  # spl..dil need a REX prefix
+    head, last = enc.opcode[:-1], enc.opcode[-1]
+    plus_r, plus_cc, name = enc.plus_r, enc.plus_cc, form.op.name
     opcode = enc.opcode
-    if enc.plus_r or enc.plus_cc:
-        last = opcode[-1]
-        if enc.plus_r:
-            last |= opreg.num & 7  # type: ignore[union-attr]
-        if enc.plus_cc:
-            if inst.cond is None:
-                raise EncodeError(f"{inst.op.name} needs a condition code")
-            last += inst.cond.code
-        opcode = bytes(opcode[:-1]) + bytes((last,))
+    prefixes = enc.prefixes
+    rex_w = 8 if enc.rex_w else 0
+    rel_size = enc.rel
+    rel_lo, rel_hi = -(1 << (rel_size * 8 - 1)) if rel_size else 0, (1 << (rel_size * 8 - 1)) if rel_size else 0
     v = enc.vex
-    if v is None:
-        out = bytearray(enc.prefixes)
-        force_rex = any(isinstance(o, Reg) and o.needs_rex for o in inst.operands)
-        if enc.rex_w or rex_r or rex_x or rex_b or force_rex:
-            out.append(0x40 | enc.rex_w << 3 | rex_r << 2 | rex_x << 1 | rex_b)
-        out += opcode
-    else:
-        out = bytearray(enc.prefixes)
-        inv_vvvv = (~vvvv.num & 0xF) if isinstance(vvvv, Reg) else 0xF
-        if v.map == 1 and v.w == 0 and not rex_x and not rex_b:
-            out += bytes((0xC5, (rex_r ^ 1) << 7 | inv_vvvv << 3 | v.l << 2 | v.pp))
+    vex_tail = (v.l << 2 | v.pp) if v is not None else 0
+    vex2 = v is not None and v.map == 1 and v.w == 0
+    vex3_map = v.map if v is not None else 0
+    vex3_w = v.w << 7 if v is not None else 0
+
+    def encode_form(ops: tuple[Operand, ...], cond: Cond | None, rel: int) -> bytes:
+        reg_num = ops[at_reg].num if at_reg >= 0 else digit  # type: ignore[union-attr]
+        rex_r = reg_num >> 3
+        rex_x = rex_b = 0
+        rm = ops[at_rm] if at_rm >= 0 else None
+        if type(rm) is Mem:
+            if rm.index is not None:
+                rex_x = rm.index.num >> 3
+            if rm.base is not None:
+                rex_b = rm.base.num >> 3
+        elif rm is not None:
+            rex_b = rm.num >> 3  # type: ignore[union-attr]
+        elif at_opreg >= 0:
+            rex_b = ops[at_opreg].num >> 3  # type: ignore[union-attr]
+        op_bytes = opcode
+        if plus_r or plus_cc:
+            low = last
+            if plus_r:
+                low |= ops[at_opreg].num & 7  # type: ignore[union-attr]
+            if plus_cc:
+                if cond is None:
+                    raise EncodeError(f"{name} needs a condition code")
+                low += cond.code
+            op_bytes = head + bytes((low,))
+        out = bytearray(prefixes)
+        if v is None:
+            if rex_w or rex_r or rex_x or rex_b or (byte_regs and any(
+                    type(o) is Reg and o.bits == 8 and 4 <= o.num <= 7 for o in ops)):
+                out.append(0x40 | rex_w | rex_r << 2 | rex_x << 1 | rex_b)
         else:
-            out += bytes((0xC4, (rex_r ^ 1) << 7 | (rex_x ^ 1) << 6 | (rex_b ^ 1) << 5 | v.map,
-                          v.w << 7 | inv_vvvv << 3 | v.l << 2 | v.pp))
-        out += opcode
-    if enc.modrm is not None:
-        out += _modrm(reg_num & 7, rm)
-    if enc.imms or imms:
-        if len(enc.imms) != len(imms):
-            raise EncodeError("missing immediate")
-        for size, imm in zip(enc.imms, imms, strict=True):
-            out += _le(imm.value, size)
-    if enc.is4:
-        out.append((is4.num & 0xF) << 4)  # type: ignore[union-attr]
-    if enc.rel:
-        if not -(1 << (enc.rel * 8 - 1)) <= rel < 1 << (enc.rel * 8 - 1):
-            raise EncodeError(f"jump displacement {rel} does not fit in {enc.rel * 8} bits")
-        out += (rel & ((1 << (enc.rel * 8)) - 1)).to_bytes(enc.rel, "little")
-    return bytes(out)
+            inv_vvvv = (~ops[at_vvvv].num & 0xF) if at_vvvv >= 0 else 0xF  # type: ignore[union-attr]
+            if vex2 and not rex_x and not rex_b:
+                out += bytes((0xC5, (rex_r ^ 1) << 7 | inv_vvvv << 3 | vex_tail))
+            else:
+                out += bytes((0xC4, (rex_r ^ 1) << 7 | (rex_x ^ 1) << 6 | (rex_b ^ 1) << 5 | vex3_map,
+                              vex3_w | inv_vvvv << 3 | vex_tail))
+        out += op_bytes
+        if has_modrm:
+            if type(rm) is Reg:
+                out.append(0xC0 | (reg_num & 7) << 3 | rm.num & 7)
+            else:
+                out += _modrm(reg_num & 7, rm)
+        for i, size in imms:
+            out += (ops[i].value & _MASKS[size]).to_bytes(size, "little")  # type: ignore[union-attr]
+        if at_is4 >= 0:
+            out.append((ops[at_is4].num & 0xF) << 4)  # type: ignore[union-attr]
+        if rel_size:
+            if not rel_lo <= rel < rel_hi:
+                raise EncodeError(f"jump displacement {rel} does not fit in {rel_size * 8} bits")
+            out += (rel & _MASKS[rel_size]).to_bytes(rel_size, "little")
+        return bytes(out)
+    return encode_form
+
+
+_MASKS = {1: 0xFF, 2: 0xFFFF, 4: 0xFFFFFFFF, 8: (1 << 64) - 1}
+_SCALE_BITS = {1: 0, 2: 1, 4: 2, 8: 3}
 
 
 def _modrm(reg: int, rm: Operand | None) -> bytes:
@@ -139,7 +155,7 @@ def _modrm(reg: int, rm: Operand | None) -> bytes:
     if not isinstance(rm, Mem):
         raise EncodeError(f"ModRM.rm needs a register or memory operand, got {rm!r}")
     if rm.index is not None:
-        scale_bits, index = {1: 0, 2: 1, 4: 2, 8: 3}[rm.scale], rm.index.num & 7
+        scale_bits, index = _SCALE_BITS[rm.scale], rm.index.num & 7
     else:
         scale_bits, index = 0, 0b100  # no index: SIB index 100, scale 00 (as assemblers emit it)
     if rm.base is None:  # [index*scale + disp32] or [disp32]: SIB with base 101 and mod 00

@@ -377,6 +377,19 @@ class Inst:
         if op.takes_cond != (cond is not None):
             raise ValueError(f"{op.name} {'needs' if op.takes_cond else 'takes no'} condition code")
 
+    @classmethod
+    def of(cls, op: Op, operands: tuple[Operand, ...], cond: Cond | None, label: Label | None) -> Inst:
+        """An instruction from operands already built (no ints among them), ``label`` the first ``Label``."""
+        inst = object.__new__(cls)
+        d = inst.__dict__
+        d["op"] = op
+        d["operands"] = operands
+        d["cond"] = cond
+        d["label"] = label
+        if op.takes_cond != (cond is not None):
+            raise ValueError(f"{op.name} {'needs' if op.takes_cond else 'takes no'} condition code")
+        return inst
+
     @property
     def mnemonic(self) -> str:
         return self.op.mnemonic.replace("{cc}", self.cond.suffix) if self.cond is not None else self.op.mnemonic

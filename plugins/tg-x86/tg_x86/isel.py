@@ -376,12 +376,11 @@ class Selector(VectorSelection):
             while k < len(sites) and sites[k][0] == i:
                 out.append(self.arg_load(held[sites[k][1]], sites[k][1]))
                 k += 1
-            if not isinstance(ins, MInst) or ins.op == "label":
+            if type(ins) is not MInst or ins.op == "label":
                 out.append(ins)
             elif ins.defs and ins.defs[0] in mapping and ins.op is Op.MOV:
                 continue  # a reload
-            elif any(o in mapping or (type(o) is VMem and (o.base in mapping or o.index in mapping))
-                     for o in itertools.chain(ins.uses, ins.defs)):
+            elif _mentions_any(ins.uses, mapping) or _mentions_any(ins.defs, mapping):
                 out.append(MInst(ins.op, [_held(o, mapping) for o in ins.defs], [_held(o, mapping) for o in ins.uses],
                                  ins.arg))
             else:
@@ -1024,6 +1023,14 @@ def select_both(uops: list[UOp]) -> tuple[list[Any], list[Any], Frame]:
     sel = Selector(uops, remat_args=True)
     remat, frame = sel.select()
     return sel.args_held(), remat, frame
+
+
+def _mentions_any(operands: list, regs: dict[VReg, VReg]) -> bool:
+    for o in operands:
+        t = type(o)
+        if (t is VReg and o in regs) or (t is VMem and (o.base in regs or o.index in regs)):
+            return True
+    return False
 
 
 def _held(o: Any, mapping: dict[VReg, VReg]) -> Any:

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tg_x86.isa import Cond, Inst, Op
-from tg_x86.operands import Imm, Label, Mem, Operand, Reg, gpr, xmm, ymm
-from tgcore.codegen.regalloc import AllocTarget, LoopEnd, LoopStart, MInst, Register, VReg, allocate
+from tg_x86.operands import GPR_VIEWS, XMMS, YMMS, Imm, Label, Mem, Operand, Reg, gpr, xmm, ymm
+from tgcore.codegen.regalloc import AllocTarget, MInst, Register, VReg, allocate
 
 GPR = {name: Register(name, i, "gpr") for i, name in enumerate(
     ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"))}
@@ -142,19 +142,21 @@ def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = No
     const_off = frame.offsets()
     home_base = const_base + sum(len(c) for c in frame.consts)
     nhome = min(frame.nargs, len(ARG_REGS))
-    used: set[str] = set()
+    used: set[int] = set()  # numbers of the gprs named
     for ins in allocated:
-        if isinstance(ins, MInst):
+        if type(ins) is MInst:
             for group in (ins.defs, ins.uses):
                 for o in group:
-                    if isinstance(o, Register):
-                        used.add(o.name)
-                    elif isinstance(o, VMem):
+                    t = type(o)
+                    if t is Register:
+                        if o.cls == "gpr":
+                            used.add(o.index)
+                    elif t is VMem:
                         if o.base is not None:
-                            used.add(o.base.name)
+                            used.add(o.base.index)
                         if o.index is not None:
-                            used.add(o.index.name)
-    saved = [n for n in CALLEE_SAVED if n in used]
+                            used.add(o.index.index)
+    saved = [n for n in CALLEE_SAVED if GPR[n].index in used]
     size = home_base + 8 * nhome
     # at entry rsp = 8 mod 16 (the return address); after the pushes and the frame it is 0 mod 16
     if (size + 8 * len(saved) + 8) % 16:
@@ -183,7 +185,7 @@ def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = No
             word = int.from_bytes(data[off:off + 4], "little")
             out.append(Inst(Op.MOV, Mem(32, rsp, disp=const_base + const_off[k] + off), word))
     for ins in allocated:
-        if isinstance(ins, (LoopStart, LoopEnd)):
+        if type(ins) is not MInst:  # loop markers
             continue
         if ins.op == "label":
             out.append(ins.arg)
@@ -191,22 +193,24 @@ def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = No
         spec: Spec = ins.arg
         if spec.two_address:
             assert ins.defs[0] == ins.uses[0], f"two-address violated in {ins}"
-        ops: list[Operand | int] = []
+        ops: list[Operand] = []
+        label = None
         for item in spec.layout:
             kind = item[0]
             if kind == "d" or kind == "u":
                 o = (ins.defs if kind == "d" else ins.uses)[item[1]]
-                if isinstance(o, VMem):
+                if type(o) is VMem:
                     ops.append(resolve(o))
                 elif o.cls == "gpr":
-                    ops.append(gpr(o.index, item[2]))
+                    ops.append(GPR_VIEWS[item[2]][o.index])
                 else:
-                    ops.append(_reg(o, item[2]))
+                    ops.append((YMMS if item[2] == 256 else XMMS)[o.index])
             elif kind == "i":
                 ops.append(Imm(item[1]))
             else:
-                ops.append(item[1])
-        out.append(Inst(ins.op, *ops, cond=spec.cond))
+                label = item[1]
+                ops.append(label)
+        out.append(Inst.of(ins.op, tuple(ops), spec.cond, label))
     if size:
         out.append(Inst(Op.ADD, rsp, size))
     out += [Inst(Op.POP, gpr(GPR[n].index)) for n in reversed(saved)]

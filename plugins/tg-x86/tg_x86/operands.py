@@ -175,6 +175,7 @@ _VECS: dict[tuple[str, int], Reg] = {(k, n): Reg(k, n, VEC_BITS[k]) for k, n in 
                                                                                                 range(16))}  # type: ignore[arg-type]
 REGS: dict[str, Reg] = {r.name: r for r in itertools.chain(_GPRS.values(), _VECS.values())}
 GPRS64: tuple[Reg, ...] = tuple(gpr(n) for n in range(16))
+GPR_VIEWS: dict[int, tuple[Reg, ...]] = {bits: tuple(gpr(n, bits) for n in range(16)) for bits in GPR_NAMES}
 XMMS: tuple[Reg, ...] = tuple(xmm(n) for n in range(16))
 YMMS: tuple[Reg, ...] = tuple(ymm(n) for n in range(16))
 
