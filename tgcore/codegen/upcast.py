@@ -57,7 +57,8 @@ def choose_upcasts(ast: UOp, simd_widths: dict[DType, int]) -> list[tuple[UOp, i
       axis to unroll by ``REDUCE_ROWS`` (sharing the loads; the rows' accumulators are independent),
       by the SIMD width of the accumulator: one native vector (wider ones make C compilers split
       every operation, and inside a quantization block an 8-lane slice sees one nibble shift, not a
-      mix). Without one, by 32 lanes (16 or 8 when the axis is shorter) so several native adds overlap.
+      mix); a second output axis, if any (the other input's rows in a matrix product), is unrolled by 2.
+      Without one, by 32 lanes (16 or 8 when the axis is shorter) so several native adds overlap.
     """
     stores = [s for s in ast.src if s.op is Ops.STORE]
     if len(stores) != 1 or not simd_widths:
@@ -79,7 +80,12 @@ def choose_upcasts(ast: UOp, simd_widths: dict[DType, int]) -> list[tuple[UOp, i
         widths = (acc_width,) if acc_width > 1 else (32, 16, 8)
         lanes = next((w for w in widths if reduce_ranges and _size(reduce_ranges[0]) % w == 0), 0)
         if lanes:
-            return [(rows[0], REDUCE_ROWS), (reduce_ranges[0], lanes)] if rows else [(reduce_ranges[0], lanes)]
+            if not rows:
+                return [(reduce_ranges[0], lanes)]
+            # a second output axis (a matrix product: rows of both inputs) by 2: each loaded vector of either
+            # input then feeds 2 or 4 accumulators instead of one
+            cols = [r for r in ranges if r is not rows[0] and _size(r) % 2 == 0]
+            return [(rows[0], REDUCE_ROWS), *((cols[0], 2) for _ in cols[:1]), (reduce_ranges[0], lanes)]
     chosen: list[tuple[UOp, int]] = []
     if contiguous and width > 1 and _size(contiguous[0]) % width == 0:
         chosen.append((contiguous[0], width))

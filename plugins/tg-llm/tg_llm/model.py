@@ -502,7 +502,11 @@ class Model:
         def w(weight: Any) -> Any:
             return weight.contiguous() if dense else weight
 
-        h = rms_norm(x, layer.attn_norm, cfg.norm_eps)
+        def normed(weight: Any) -> Any:  # many rows: a buffer of its own, else each GEMM output recomputes it
+            h = rms_norm(x, weight, cfg.norm_eps)
+            return h.contiguous() if dense else h
+
+        h = normed(layer.attn_norm)
         qkv = linear(h, w(layer.wqkv), layer.bqkv).contiguous().realize()  # (T, (nh + 2 nkv) * hd)
         q = qkv.shrink((None, (0, nh * hd))).reshape(t, nh, hd)
         k = qkv.shrink((None, (nh * hd, (nh + nkv) * hd))).reshape(t, nkv, hd)
@@ -526,7 +530,7 @@ class Model:
         weights = softmax(scores + mask.reshape(1, 1, t, window)).contiguous()
         attn = (weights @ values.reshape(nkv, 1, window, hd)).permute(2, 0, 1, 3).reshape(t, nh * hd)
         x = (x + linear(attn, w(layer.wo))).contiguous().realize()  # (else the FFN kernels recompute it)
-        h = rms_norm(x, layer.ffn_norm, cfg.norm_eps)
+        h = normed(layer.ffn_norm)
         up = (linear(h, w(layer.w_gate)).silu() * linear(h, w(layer.w_up))).contiguous()  # (as above: silu once)
         return (x + linear(up, w(layer.w_down))).contiguous().realize()
 
