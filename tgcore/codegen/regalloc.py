@@ -126,23 +126,25 @@ def register_lists(program: list[Any]) -> list[tuple[list[Any], list[Any]]]:
     """For each instruction, (registers read without repeats, registers written); empty for loop markers."""
     out: list[tuple[list[Any], list[Any]]] = []
     for ins in program:
-        if not isinstance(ins, MInst):
+        if type(ins) is not MInst:
             out.append(([], []))
             continue
         read: list[Any] = []
         written: list[Any] = []
         for o in ins.uses:
-            if isinstance(o, _REG_TYPES):
+            t = type(o)
+            if t is VReg or t is Register:
                 if o not in read:
                     read.append(o)
-            else:
+            elif o is not None:
                 for r in getattr(o, "regs", ()):
                     if isinstance(r, _REG_TYPES) and r not in read:
                         read.append(r)
         for o in ins.defs:
-            if isinstance(o, _REG_TYPES):
+            t = type(o)
+            if t is VReg or t is Register:
                 written.append(o)
-            else:  # registers inside a memory destination are read, not written
+            elif o is not None:  # registers inside a memory destination are read, not written
                 for r in getattr(o, "regs", ()):
                     if isinstance(r, _REG_TYPES) and r not in read:
                         read.append(r)
@@ -154,33 +156,37 @@ def live_intervals(program: list[Any], regs: list[tuple[list[Any], list[Any]]] |
     """Each virtual register's interval; ``regs`` is ``register_lists(program)`` when the caller has it."""
     regs = register_lists(program) if regs is None else regs
     intervals: dict[VReg, Interval] = {}
-    loops: list[tuple[int, int]] = []
+    loops: list[tuple[int, int]] = []  # (start, end), in the order the loops end
     open_loops: dict[Any, int] = {}
     for i, ins in enumerate(program):
-        if isinstance(ins, LoopStart):
+        t = type(ins)
+        if t is LoopStart:
             open_loops[ins.label] = i
             continue
-        if isinstance(ins, LoopEnd):
+        if t is LoopEnd:
             loops.append((open_loops.pop(ins.label), i))
             continue
         read, written = regs[i]
-        for group in (read, written):
-            for r in group:
-                if isinstance(r, VReg):
-                    iv = intervals.get(r)
-                    if iv is None:
-                        intervals[r] = Interval(r, i, i)
-                    else:
-                        iv.end = i
-    # a value that is live into a loop stays live through its back edge (innermost loops first)
-    changed = bool(loops)
-    while changed:
-        changed = False
-        for start, end in loops:
-            for iv in intervals.values():
-                if iv.start < start <= iv.end < end:
-                    iv.end = end
-                    changed = True
+        for r in read:
+            if type(r) is VReg:
+                iv = intervals.get(r)
+                if iv is None:
+                    intervals[r] = Interval(r, i, i)
+                else:
+                    iv.end = i
+        for r in written:
+            if type(r) is VReg:
+                iv = intervals.get(r)
+                if iv is None:
+                    intervals[r] = Interval(r, i, i)
+                else:
+                    iv.end = i
+    # a value that is live into a loop stays live through its back edge. One pass in the order the loops
+    # end is enough: an interval extended to a loop's end can only be live into loops ending later
+    for start, end in loops:
+        for iv in intervals.values():
+            if iv.start < start <= iv.end < end:
+                iv.end = end
     return intervals
 
 

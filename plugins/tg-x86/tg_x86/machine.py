@@ -220,20 +220,28 @@ def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = No
 
 def _vregs(ins: Any) -> tuple[list[VReg], list[VReg]]:
     """(virtual registers read, with repeats, as ``registers_read`` gives them; virtual registers written)."""
-    if not isinstance(ins, MInst):
+    if type(ins) is not MInst:
         return [], []
     reads: list[VReg] = []
     for o in ins.uses:
-        if isinstance(o, VReg):
+        t = type(o)
+        if t is VReg:
             reads.append(o)
-        elif isinstance(o, VMem):
-            reads += [r for r in (o.base, o.index) if isinstance(r, VReg)]
+        elif t is VMem:
+            if type(o.base) is VReg:
+                reads.append(o.base)
+            if type(o.index) is VReg:
+                reads.append(o.index)
     written: list[VReg] = []
     for o in ins.defs:
-        if isinstance(o, VReg):
+        t = type(o)
+        if t is VReg:
             written.append(o)
-        elif isinstance(o, VMem):  # a memory destination reads its address registers
-            reads += [r for r in (o.base, o.index) if isinstance(r, VReg)]
+        elif t is VMem:  # a memory destination reads its address registers
+            if type(o.base) is VReg:
+                reads.append(o.base)
+            if type(o.index) is VReg:
+                reads.append(o.index)
     return reads, written
 
 
@@ -308,11 +316,14 @@ def _live_mask(program: list, regs: list[tuple[list, list]]) -> list[bool]:
 
 
 def _dead(ins: Any, uses: dict) -> bool:
-    if not isinstance(ins, MInst) or not ins.defs or ins.op == "label":
+    if type(ins) is not MInst or not ins.defs or ins.op == "label":
         return False
-    if ins.op != "copy" and ins.op.writes_mem and any(isinstance(o, VMem) for o in ins.uses[:1]):
+    if ins.op != "copy" and ins.op.writes_mem and ins.uses and type(ins.uses[0]) is VMem:
         return False
-    return all(isinstance(d, VReg) and not uses.get(d) for d in ins.defs)
+    for d in ins.defs:
+        if type(d) is not VReg or uses.get(d):
+            return False
+    return True
 
 
 def _mentions(o: Any, r: VReg) -> bool:
