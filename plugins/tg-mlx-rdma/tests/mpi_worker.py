@@ -113,14 +113,25 @@ def suite(tr, big: bool) -> None:
             check(tr.recv((4, 3), "float32", 0).numpy(), base.T.copy(), "recv of a transposed tensor")
 
 
+# (what rank 0 sends, what rank 1 asks for): fewer bytes, same bytes, more bytes (small and large
+# messages: a receive that is too short must not be overrun), nothing, something for nothing
+MISMATCHES = [(np.arange(4, dtype=np.float32), ((5,), "float32")),
+              (np.arange(4, dtype=np.int32), ((4,), "float32")),
+              (np.arange(6, dtype=np.float32), ((5,), "float32")),
+              (np.arange(1 << 18, dtype=np.float32), ((4,), "float32")),
+              (np.arange(1 << 18, dtype=np.float32), (((1 << 18) - 1,), "float32")),
+              (np.zeros(0, dtype=np.float32), ((2,), "float32")),
+              (np.arange(2, dtype=np.float32), ((0,), "float32"))]
+
+
 def mismatch(tr) -> None:
     if tr.rank == 0:
-        tr.send(Tensor(np.arange(4, dtype=np.float32)), 1)
-        tr.send(Tensor(np.arange(4, dtype=np.int32)), 1)
+        for sent, _ in MISMATCHES:
+            tr.send(Tensor(sent), 1)
         tr.send(Tensor(np.arange(3, dtype=np.float32)), 1)
     elif tr.rank == 1:
-        for shape, dtype, words in (((5,), "float32", ("float32[5]", "float32[4]")),
-                                    ((4,), "float32", ("float32[4]", "int32[4]"))):
+        for sent, (shape, dtype) in MISMATCHES:
+            words = (f"{dtype}{list(shape)}", f"{sent.dtype}{list(sent.shape)}")
             try:
                 tr.recv(shape, dtype, 0)
             except PeerMismatch as e:

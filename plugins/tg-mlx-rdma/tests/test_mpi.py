@@ -36,6 +36,8 @@ def test_mismatched_recv_and_allreduce_raise(need_mpi: None) -> None:
     ok(proc, 2)
     assert "recv expected float32[5] from rank 0, but rank 0 sent float32[4]" in proc.stdout
     assert "but rank 0 sent int32[4]" in proc.stdout
+    assert "recv expected float32[4] from rank 0, but rank 0 sent float32[262144]" in proc.stdout  # more than asked
+    assert "recv expected float32[0] from rank 0, but rank 0 sent float32[2]" in proc.stdout
 
 
 @pytest.mark.parametrize("how", ["kill", "exit", "hang"])

@@ -8,8 +8,11 @@ Out: a ``Transport`` whose calls post non-blocking MPI requests and poll them ag
 
 All traffic runs on a private duplicate of the communicator, so user mpi4py traffic on the
 same ranks never matches ours. ``send`` posts a 16-word header (``transport.make_header``)
-and the data (tag ``TAG_DATA``, in chunks of at most ``CHUNK`` bytes: MPI counts are C ints);
-``recv`` checks the header before it posts the data receive. After a timeout or an MPI error
+and the data (tag ``TAG_DATA``, in chunks of at most ``CHUNK`` bytes: MPI counts are C ints; at
+least one, possibly empty, message). ``recv`` posts the header receive, probes for the first data
+message and receives it straight into the result tensor when its size is the one asked for (else
+into scratch memory), then checks the header: the header's check is off the data's path, and a
+sender that sent more bytes than asked for never meets a too-short receive. After a timeout or an MPI error
 the transport is failed (later calls raise ``TransportClosed``); if it is still failed when the
 interpreter exits it calls ``MPI_Abort`` so the other ranks do not wait forever in
 ``MPI_Finalize``.
@@ -19,7 +22,7 @@ from __future__ import annotations
 import atexit
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,6 +30,7 @@ import numpy as np
 from tg_mlx_rdma.transport import (
     DEFAULT_TIMEOUT,
     HEADER_WORDS,
+    MAGIC,
     REDUCE_OPS,
     CommError,
     CommTimeout,
@@ -50,9 +54,12 @@ if TYPE_CHECKING:
 
 __all__ = ["MPITransport", "connect"]
 
+What = str | Callable[[], str]  # what a wait is for, for error messages (a callable: built only on failure)
+
 TAG_HEADER = 0x7401
 TAG_DATA = 0x7402
 CHUNK = 1 << 30  # bytes per point-to-point message; elements per reduce step
+FAST_POLLS = 512  # polls before the first clock read
 SPIN_SECONDS = 0.05  # poll flat out this long (MPI progresses only inside our Test calls) ...
 YIELD_SECONDS = 1.0  # ... then yield the CPU between polls, then sleep 1 ms between polls
 
@@ -128,13 +135,27 @@ class MPITransport(Transport):
         self._comm.Free()
 
     # ---------------------------------------------------------------- waiting
-    def _wait(self, reqs: list[Any], what: str, peer: int | None) -> None:
+    def _wait(self, reqs: list[Any], what: What, peer: int | None) -> None:
         """Poll ``reqs`` until all complete; ``CommTimeout`` (naming ``peer``) after ``self.timeout`` s."""
+        testall = self._mpi.Request.Testall
+        self._until(lambda: testall(reqs), what, peer, reqs)
+
+    def _until(self, done: Callable[[], bool], what: What, peer: int | None, pending: list[Any]) -> None:
+        """Call ``done()`` (an MPI test: MPI progresses only inside such calls) until it is true.
+
+        The first ``FAST_POLLS`` calls run without reading the clock (most messages finish there), then it
+        polls flat out for ``SPIN_SECONDS``, then yields the CPU between polls, then sleeps 1 ms between
+        polls. After ``self.timeout`` s it cancels ``pending`` and raises ``CommTimeout`` naming ``peer``;
+        an MPI error raises ``PeerFailed``. Either fails the transport.
+        """
         mpi = self._mpi
-        start = time.monotonic()
-        deadline = start + self.timeout
         try:
-            while not mpi.Request.Testall(reqs):
+            for _ in range(FAST_POLLS):
+                if done():
+                    return
+            start = time.monotonic()
+            deadline = start + self.timeout
+            while not done():
                 now = time.monotonic()
                 if now >= deadline:
                     break
@@ -146,8 +167,9 @@ class MPITransport(Transport):
                 return
         except mpi.Exception as e:
             who = f" with rank {peer}" if peer is not None else ""
-            raise self._fail(PeerFailed(f"rank {self.rank}: {what} failed{who}: {e.Get_error_string()}", peer)) from e
-        for r in reqs:
+            raise self._fail(PeerFailed(f"rank {self.rank}: {_text(what)} failed{who}: {e.Get_error_string()}",
+                                        peer)) from e
+        for r in pending:
             if r != mpi.REQUEST_NULL:
                 try:
                     r.Cancel()
@@ -157,8 +179,8 @@ class MPITransport(Transport):
             blame = f"rank {peer} did not answer (dead, stuck, or in a different call)"
         else:
             blame = f"not every rank of 0..{self.world_size - 1} joined (one is dead, stuck, or in a different call)"
-        raise self._fail(CommTimeout(f"rank {self.rank}: {what} did not complete within {self.timeout:g} s: {blame}",
-                                     peer))
+        raise self._fail(CommTimeout(f"rank {self.rank}: {_text(what)} did not complete within {self.timeout:g} s: "
+                                     f"{blame}", peer))
 
     # ---------------------------------------------------------------- point to point
     def send(self, tensor: Tensor, dst: int) -> None:
@@ -168,9 +190,9 @@ class MPITransport(Transport):
         header = make_header(as_shape(keep.shape), keep.dtype)
         mpi, comm = self._mpi, self._comm
         reqs = [comm.Isend([header, mpi.INT64_T], dst, TAG_HEADER)]
-        for start in range(0, data.nbytes, CHUNK):
+        for start in range(0, max(data.nbytes, 1), CHUNK):  # at least one data message: recv probes for it
             reqs.append(comm.Isend([data[start:start + CHUNK], mpi.BYTE], dst, TAG_DATA))
-        self._wait(reqs, f"send of {describe_header(header)} to rank {dst}", dst)
+        self._wait(reqs, lambda: f"send of {describe_header(header)} to rank {dst}", dst)
         del keep  # the data may be freed only now
 
     def recv(self, shape: int | Sequence[int], dtype: Any, src: int, device: str | None = None) -> Tensor:
@@ -178,34 +200,46 @@ class MPITransport(Transport):
         self._check_peer(src, "src")
         dims, dt = as_shape(shape), as_dtype(dtype)
         want = make_header(dims, dt)
-        got = np.zeros(HEADER_WORDS, dtype=np.int64)
-        what = f"recv of {describe_header(want)} from rank {src}"
-        req = self._comm.Irecv([got, self._mpi.INT64_T], src, TAG_HEADER)
-        try:
-            t, mv, commit = empty_tensor(dims, dt, device)  # while the header travels: allocating takes ~0.1 ms
-        except BaseException:
-            req.Cancel()  # the header stays for the next recv
-            req.Wait()
-            raise
-        self._wait([req], what, src)
+        t, mv, commit = empty_tensor(dims, dt, device)
+        mpi, comm = self._mpi, self._comm
+        got = np.empty(HEADER_WORDS, dtype=np.int64)
+        header_req = comm.Irecv([got, mpi.INT64_T], src, TAG_HEADER)
+
+        def what() -> str:
+            return f"recv of {describe_header(want)} from rank {src}"
+        # The first data message is matched by probing, not by a posted receive: its size comes with it, so
+        # a sender that sent more bytes than asked for never overruns the buffer (Open MPI 4.1 corrupts memory
+        # on a truncated receive), and the data moves without waiting for the header to be checked first.
+        status = mpi.Status()
+        found: list[Any] = []
+        self._until(lambda: found.append(comm.Improbe(src, TAG_DATA, status)) or found[-1] is not None,
+                    what, src, [header_req])
+        first, count = min(mv.nbytes, CHUNK), status.Get_count(mpi.BYTE)
+        landing = mv[:first] if count == first else memoryview(bytearray(max(count, 0)))
+        self._wait([header_req, found[-1].Irecv([landing, mpi.BYTE])], what, src)
         try:
             check_header(got, want, src, self.rank)
         except PeerMismatch:
-            self._drain(header_nbytes(got), src, what)  # keep the channel in step for the next message
+            if int(got[0]) == MAGIC:  # the sender's further chunks (messages over CHUNK bytes): keep in step
+                self._drain(header_nbytes(got) - max(count, 0), src, what)
             raise
-        self._recv_bytes(mv, src, what)
+        if count != first:  # same header, other size: cannot happen between two copies of this code
+            raise PeerMismatch(f"rank {self.rank}: {what()}: the first data message has {count} bytes, not {first}",
+                               src)
+        self._recv_bytes(mv[first:], src, what)
         commit()
         return t
 
-    def _recv_bytes(self, mv: memoryview, src: int, what: str) -> None:
+    def _recv_bytes(self, mv: memoryview, src: int, what: What) -> None:
         mpi, comm = self._mpi, self._comm
         reqs = [comm.Irecv([mv[s:s + CHUNK], mpi.BYTE], src, TAG_DATA) for s in range(0, mv.nbytes, CHUNK)]
         if reqs:
             self._wait(reqs, what, src)
 
-    def _drain(self, nbytes: int, src: int, what: str) -> None:
+    def _drain(self, nbytes: int, src: int, what: What) -> None:
         if nbytes > 0:
-            self._recv_bytes(memoryview(bytearray(nbytes)), src, what + " (discarding the mismatched data)")
+            self._recv_bytes(memoryview(bytearray(nbytes)), src,
+                             lambda: _text(what) + " (discarding the mismatched data)")
 
     # ---------------------------------------------------------------- collectives
     def barrier(self) -> None:
@@ -252,6 +286,10 @@ class MPITransport(Transport):
             datatype = mpi.BYTE.Create_contiguous(dt.itemsize).Commit()
             self._user_ops[key] = (datatype, mpi.Op.Create(_numpy_combiner(dt, op), commute=True))
         return self._user_ops[key]
+
+
+def _text(what: What) -> str:
+    return what if isinstance(what, str) else what()
 
 
 def _numpy_combiner(dt: DType, op: str) -> Any:

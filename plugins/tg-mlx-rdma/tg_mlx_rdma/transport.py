@@ -62,12 +62,20 @@ class TransportClosed(CommError):
     """The transport was closed (or failed earlier and cannot be used any more)."""
 
 
+_DTYPE_CACHE: dict[Any, DType] = {}  # what callers pass ("float32", a numpy dtype) -> DType: a per-message lookup
+
+
 def as_dtype(dtype: Any) -> DType:
     """A tgcore DType from a DType, a name ("float32") or a numpy dtype."""
+    try:
+        return _DTYPE_CACHE[dtype]
+    except (KeyError, TypeError):  # TypeError: unhashable
+        pass
     from tgcore.dtype import DType, dtypes, to_dtype
-    if isinstance(dtype, DType | str):
-        return to_dtype(dtype)
-    return dtypes.from_numpy(dtype)
+    dt = to_dtype(dtype) if isinstance(dtype, DType | str) else dtypes.from_numpy(dtype)
+    if len(_DTYPE_CACHE) < 256:
+        _DTYPE_CACHE[dtype] = dt
+    return dt
 
 
 def wire_code(dt: DType) -> int:
@@ -85,13 +93,26 @@ def as_shape(shape: int | Sequence[int]) -> tuple[int, ...]:
     return dims
 
 
+_HEADER_CACHE: dict[tuple[tuple[int, ...], DType], np.ndarray] = {}  # recent headers (read-only arrays)
+
+
 def make_header(shape: tuple[int, ...], dt: DType) -> np.ndarray:
+    """The wire header of a ``dt`` tensor of ``shape``: a read-only int64 array (recent ones are cached)."""
+    key = (shape, dt)
+    h = _HEADER_CACHE.get(key)
+    if h is not None:
+        return h
     import numpy as np
     n = 1
     for d in shape:
         n *= d
     words = [MAGIC, wire_code(dt), dt.itemsize, n * dt.itemsize, len(shape), *shape]
-    return np.array(words + [0] * (HEADER_WORDS - len(words)), dtype=np.int64)
+    h = np.array(words + [0] * (HEADER_WORDS - len(words)), dtype=np.int64)
+    h.flags.writeable = False
+    if len(_HEADER_CACHE) >= 256:
+        _HEADER_CACHE.clear()
+    _HEADER_CACHE[key] = h
+    return h
 
 
 def describe_header(h: np.ndarray) -> str:
@@ -103,6 +124,8 @@ def describe_header(h: np.ndarray) -> str:
 
 def check_header(got: np.ndarray, want: np.ndarray, src: int, me: int) -> None:
     """Raise ``PeerMismatch`` when the sender's header ``got`` is not what this recv asked for."""
+    if got.tobytes() == want.tobytes():  # the common case, in well under a microsecond
+        return
     if int(got[0]) != MAGIC:
         raise PeerMismatch(f"rank {me}: message from rank {src} is not a tgcore tensor (bad header "
                            f"{int(got[0]):#x}); is the peer using the same tg-mlx-rdma version?", peer=src)
@@ -141,8 +164,10 @@ def tensor_bytes(t: Tensor) -> tuple[memoryview, Tensor]:
     numel = t.numel()
     if numel == 0:
         return memoryview(b""), t
-    t.realize()
     buf = _buffer_of(t, numel)
+    if buf is None or not buf.is_allocated():  # not computed yet (an allocated buffer skips realize's checks)
+        t.realize()
+        buf = _buffer_of(t, numel)
     if buf is None:  # a view of a larger buffer: materialize it contiguously
         t = t.contiguous().realize()
         buf = _buffer_of(t)
