@@ -24,7 +24,7 @@ class EncodeError(ValueError):
 
 def select_form(inst: Inst, rel_bits: int | None = None) -> Form:
     """The first form of ``inst.op`` accepting its operands (for jumps: with a ``rel_bits`` displacement)."""
-    key = (id(inst.op), rel_bits, *[o.shape if type(o) is Reg else _shape(o) for o in inst.operands])
+    key = (inst.op, rel_bits, *[o.shape if type(o) is Reg else _shape(o) for o in inst.operands])
     form = _form_cache.get(key)
     if form is not None:
         return form
@@ -37,8 +37,7 @@ def select_form(inst: Inst, rel_bits: int | None = None) -> Form:
 
 
 # Which form fits depends only on each operand's shape: register class (and whether it is cl),
-# memory size, which immediate ranges hold the value. Selection is cached by shape (ops by identity: enum
-# members hash in Python code).
+# memory size, which immediate ranges hold the value. Selection is cached by shape.
 _form_cache: dict[tuple, Form] = {}
 _IMM_RANGES = tuple(rng for rng, _ in IMM_TYPES.values())
 

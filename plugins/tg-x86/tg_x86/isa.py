@@ -326,6 +326,9 @@ class Op(enum.Enum):
     def __repr__(self) -> str:
         return f"Op.{self.name}"
 
+    # members are singletons: the identity hash is correct and, unlike Enum's, runs in C
+    __hash__ = object.__hash__
+
     @property
     def forms(self) -> tuple[Form, ...]:
         from tg_x86.forms import FORMS

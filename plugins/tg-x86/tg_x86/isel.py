@@ -29,7 +29,7 @@ from typing import Any
 from tg_x86.isa import Cond, Op
 from tg_x86.machine import RAX, RCX, RDX, Frame, Slot, VMem, label_inst, minst
 from tg_x86.operands import Label
-from tg_x86.vsel import VectorSelection, is_vector
+from tg_x86.vsel import BARRIER_OPS, DIV_OPS, SHIFT_OPS, VectorSelection, is_vector
 from tgcore.codegen.regalloc import LoopEnd, LoopStart, MInst, VReg
 from tgcore.dtype import AddrSpace, DType, dtypes
 from tgcore.uop import Ops, UOp
@@ -37,8 +37,16 @@ from tgcore.uop import Ops, UOp
 F16_ROUND = 0       # vcvtps2ph immediate: round to nearest even
 TRUNC_IMM = 0xB     # vroundss immediate: toward zero, no precision exception
 CMP_EQ_OQ, CMP_LT_OS, CMP_NEQ_UQ, CMP_UNORD_Q = 0, 1, 4, 3
-CMP_OPS = (Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE)
-FOLD_OPS = (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX)
+# sets, not tuples: membership is a hash lookup (ops and dtypes hash by identity; a tuple compares each with ==)
+CMP_OPS = frozenset({Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE})
+FOLD_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX})
+ARG_OPS = frozenset({Ops.PARAM, Ops.DEFINE_VAR})                        # read from the argument slots
+NO_CODE_OPS = frozenset({Ops.CONST, Ops.SINK, Ops.GROUP, Ops.NOOP, Ops.INDEX})  # selected where used, or nothing
+ADD_MUL = frozenset({Ops.ADD, Ops.MUL})
+INT_RMW_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL})
+FLOAT_ARITH = {Ops.ADD: "VADD", Ops.SUB: "VSUB", Ops.MUL: "VMUL", Ops.FDIV: "VDIV"}
+FOLDABLE_LOADS = frozenset({dtypes.float32, dtypes.float64})   # float loads an ALU op can read from memory
+NARROW_FLOATS = frozenset({dtypes.float16, dtypes.bfloat16})   # held as float32
 
 
 class SelectionError(NotImplementedError):
@@ -180,7 +188,7 @@ class Selector(VectorSelection):
     def reg(self, u: UOp) -> VReg:
         if u.op is Ops.CONST:
             return self.materialize(u)
-        if self.remat_args and u.op in (Ops.PARAM, Ops.DEFINE_VAR):
+        if self.remat_args and u.op in ARG_OPS:
             key = (u, self.region)   # reloaded once per straight-line region (a label starts a new one)
             v = self.remat_cache.get(key)
             if v is None:
@@ -211,7 +219,7 @@ class Selector(VectorSelection):
     def foldable(self, u: UOp) -> bool:
         """A float32/64 load from memory whose only user is a float op that can read it from memory,
         with no store, loop boundary or gate in between: the user reads memory instead of a register."""
-        if u.op is not Ops.LOAD or u.dtype not in (dtypes.float32, dtypes.float64) or len(u.src) != 1:
+        if u.op is not Ops.LOAD or u.dtype not in FOLDABLE_LOADS or len(u.src) != 1:
             return False
         idx = u.src[0]
         if len(idx.src) != 2 or self.is_reg_index(idx):
@@ -220,13 +228,13 @@ class Selector(VectorSelection):
         if len(users) != 1:
             return False
         user = users[0]
-        if user.dtype.count != 1 or user.dtype != u.dtype or user.op not in FOLD_OPS:
+        if user.dtype.count != 1 or user.dtype is not u.dtype or user.op not in FOLD_OPS:
             return False
-        if user.src[1] is not u and not (user.op in (Ops.ADD, Ops.MUL) and user.src[0] is u and
-                                          user.src[1].op not in (Ops.CONST, Ops.LOAD)):
+        if user.src[1] is not u and not (user.op in ADD_MUL and user.src[0] is u and
+                                          user.src[1].op is not Ops.CONST and user.src[1].op is not Ops.LOAD):
             return False
         between = self.uops[self.pos[u] + 1:self.pos[user]]
-        return not any(x.op in (Ops.STORE, Ops.RANGE, Ops.END) for x in between)
+        return not any(x.op in BARRIER_OPS for x in between)
 
     @staticmethod
     def operand_layout(i: int, o: Any, bits: int) -> tuple:
@@ -322,15 +330,16 @@ class Selector(VectorSelection):
             return
         if u in self.hred_roots:
             self.val[u] = self.hreduce(u)
-        elif op in (Ops.GEP, Ops.VCONST) or is_vector(u.dtype) or (op is Ops.STORE and is_vector(u.src[1].dtype)) or (
+        elif op is Ops.GEP or op is Ops.VCONST or is_vector(u.dtype) or (
+                op is Ops.STORE and is_vector(u.src[1].dtype)) or (
                 op is Ops.DEFINE_REG and u.dtype.base.count > 1):  # type: ignore[attr-defined]
             self.vector_one(u)
-        elif op in (Ops.PARAM, Ops.DEFINE_VAR):
+        elif op in ARG_OPS:
             if self.remat_args:
                 self.arg_sites.append((len(self.prog), u))
             else:
                 self.val[u] = self.arg_value(u)
-        elif op in (Ops.CONST, Ops.SINK, Ops.GROUP, Ops.NOOP, Ops.INDEX):
+        elif op in NO_CODE_OPS:
             pass
         elif op is Ops.DEFINE_REG:
             base = u.dtype.base  # type: ignore[attr-defined]
@@ -353,7 +362,7 @@ class Selector(VectorSelection):
             self.val[u] = self.cast(u.src[0], u.dtype)
         elif op is Ops.BITCAST:
             self.val[u] = self.bitcast(u.src[0], u.dtype)
-        elif op in (Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE):
+        elif op in CMP_OPS:
             if not self.fusable_compare(u):
                 self.val[u] = self.flags_to_bool(self.compare(u))
         elif op is Ops.WHERE:
@@ -549,7 +558,7 @@ class Selector(VectorSelection):
             self.emit(Op.VMOVSS, [d], [self.mem(idx, 32)], (("d", 0, 128), ("u", 0, None)))
         elif dt is dtypes.float64:
             self.emit(Op.VMOVSD, [d], [self.mem(idx, 64)], (("d", 0, 128), ("u", 0, None)))
-        elif dt in (dtypes.float16, dtypes.bfloat16):
+        elif dt in NARROW_FLOATS:
             t = self.new("gpr")
             self.emit(Op.MOVZX, [t], [self.mem(idx, 16)], (("d", 0, 32), ("u", 0, None)))
             if dt is dtypes.bfloat16:
@@ -611,9 +620,9 @@ class Selector(VectorSelection):
     def int_alu(self, u: UOp) -> VReg:
         op, dt = u.op, u.dtype
         bits = gbits(dt)
-        if op in (Ops.IDIV, Ops.MOD):
+        if op in DIV_OPS:
             return self.divide(u)
-        if op in (Ops.SHL, Ops.SHR):
+        if op in SHIFT_OPS:
             return self.shift(u)
         if op is Ops.MAX:
             a, b = self.reg(u.src[0]), self.reg(u.src[1])
@@ -659,7 +668,7 @@ class Selector(VectorSelection):
                 self.alu2(Op.IMUL, d, self.reg(a), self.reg(b), bits)
         else:
             self.alu2(xop, d, self.reg(a), rb, bits)
-        if op in (Ops.ADD, Ops.SUB, Ops.MUL):
+        if op in INT_RMW_OPS:
             self.canon(d, dt)
         return d
 
@@ -771,11 +780,11 @@ class Selector(VectorSelection):
     def float_alu(self, u: UOp) -> VReg:
         op, dt = u.op, u.dtype
         d = self.new("vec")
-        if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV):
+        if op in FLOAT_ARITH:
             a, b = u.src
-            if (a.op is Ops.CONST or a in self.folded) and b.op is not Ops.CONST and op in (Ops.ADD, Ops.MUL):
+            if (a.op is Ops.CONST or a in self.folded) and b.op is not Ops.CONST and op in ADD_MUL:
                 a, b = b, a
-            name = {Ops.ADD: "VADD", Ops.SUB: "VSUB", Ops.MUL: "VMUL", Ops.FDIV: "VDIV"}[op]
+            name = FLOAT_ARITH[op]
             self.vop3(fop(name, dt), d, self.reg(a), self.float_operand(b))
         elif op is Ops.MAX:  # (a != a || a > b) ? a : b
             a = self.reg(u.src[0])
@@ -894,7 +903,7 @@ class Selector(VectorSelection):
         return d
 
     def float_to_float(self, x: VReg, sdt: DType, dst: DType) -> VReg:
-        if sdt is dst or (sdt in (dtypes.float16, dtypes.bfloat16) and dst is dtypes.float32):
+        if sdt is dst or (sdt in NARROW_FLOATS and dst is dtypes.float32):
             d = self.new("vec")
             self.copy(d, x)
             return d
@@ -903,7 +912,7 @@ class Selector(VectorSelection):
             self.vop3(Op.VCVTSS2SD, d, x, x)
             return d
         if sdt is dtypes.float64:
-            f = self.f64_to_f32_odd(x) if dst in (dtypes.float16, dtypes.bfloat16) else None
+            f = self.f64_to_f32_odd(x) if dst in NARROW_FLOATS else None
             if f is None:
                 d = self.new("vec")
                 self.vop3(Op.VCVTSD2SS, d, x, x)

@@ -35,11 +35,18 @@ from tgcore.uop import Ops, UOp
 
 CMP_EQ_OQ, CMP_LT_OS, CMP_NEQ_UQ, CMP_UNORD_Q = 0, 1, 4, 3
 TRUNC_IMM = 0xB
-VCMP_OPS = (Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE)
-VFOLD_OPS = (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR)
-COMMUTATIVE = (Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR)
-VECTOR_DTYPES = (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.bool)
-BROADCASTABLE = (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64)
+# sets, not tuples: membership is a hash lookup (ops and dtypes hash by identity; a tuple compares each with ==)
+VCMP_OPS = frozenset({Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE})
+VFOLD_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR})
+COMMUTATIVE = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR})
+VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64,
+                           dtypes.bool})
+BROADCASTABLE = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64})
+BARRIER_OPS = frozenset({Ops.STORE, Ops.RANGE, Ops.END})   # no load is folded into a user across these
+HRED_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.MAX})          # ops of horizontal reductions
+CONST_OPS = frozenset({Ops.CONST, Ops.VCONST})
+SHIFT_OPS = frozenset({Ops.SHL, Ops.SHR})
+DIV_OPS = frozenset({Ops.IDIV, Ops.MOD})
 
 # (op, kind) -> instruction; kind is "f32", "f64", "i32", "i64" or "bool" (see ``kind``)
 VALU: dict[tuple[Ops, str], Op] = {
@@ -151,7 +158,7 @@ class VectorSelection:
             if u.op is Ops.ADD and is_vector(u.dtype) and dtypes.is_float(u.dtype.scalar()):
                 for acc, mul in (u.src, u.src[::-1]):
                     if (acc.op is Ops.LOAD and native(u.dtype) and self.is_reg_index(acc.src[0]) and mul.op is Ops.MUL
-                            and mul.dtype == u.dtype and self.users.get(mul) == [u] and mul not in self.fma_muls):
+                            and mul.dtype is u.dtype and self.users.get(mul) == [u] and mul not in self.fma_muls):
                         self.fma_adds[u] = (acc, mul)
                         self.fma_muls.add(mul)
                         break
@@ -159,7 +166,7 @@ class VectorSelection:
                 s = u.src[0]
                 if (s.op is Ops.LOAD and s.dtype in BROADCASTABLE and len(s.src) == 1 and len(s.src[0].src) == 2
                         and not self.is_reg_index(s.src[0]) and set(self.users.get(s, ())) == {u}
-                        and not any(x.op in (Ops.STORE, Ops.RANGE, Ops.END)
+                        and not any(x.op in BARRIER_OPS
                                     for x in self.uops[self.pos[s] + 1:self.pos[u]])):
                     self.bcast_loads.add(s)
             elif u.op in VCMP_OPS and is_vector(u.dtype):
@@ -178,9 +185,9 @@ class VectorSelection:
         self.hred_roots: dict[UOp, UOp] = {}
         self.hred_skip: set[UOp] = set()
         for u in self.uops:
-            if u.op not in (Ops.ADD, Ops.MUL, Ops.MAX) or is_vector(u.dtype) or not native(u.dtype):
+            if u.op not in HRED_OPS or is_vector(u.dtype) or not native(u.dtype):
                 continue
-            if (u.op, kind(u.dtype)) not in HRED or any(x.op is u.op and x.dtype == u.dtype for x in self.users[u]):
+            if (u.op, kind(u.dtype)) not in HRED or any(x.op is u.op and x.dtype is u.dtype for x in self.users[u]):
                 continue
             nodes: list[UOp] = []
             leaves: list[tuple[UOp, int]] = []
@@ -193,7 +200,7 @@ class VectorSelection:
                 self.hred_skip.update(nodes)
 
     def tree(self, x: UOp, parent: UOp, nodes: list[UOp], leaves: list[tuple[UOp, int]]) -> bool:
-        if self.users.get(x) != [parent] or x.dtype != parent.dtype:
+        if self.users.get(x) != [parent] or x.dtype is not parent.dtype:
             return False
         nodes.append(x)
         if x.op is Ops.GEP and len(x.arg) == 1:
@@ -277,7 +284,7 @@ class VectorSelection:
     def is_vconst(self, u: UOp) -> bool:
         hit = self.vconst_memo.get(u)
         if hit is None:
-            hit = self.vconst_memo[u] = u.op in (Ops.CONST, Ops.VCONST) or (
+            hit = self.vconst_memo[u] = u.op in CONST_OPS or (
                 u.op is Ops.VECTORIZE and all(s.op is Ops.CONST for s in u.src))
         return hit
 
@@ -495,7 +502,7 @@ class VectorSelection:
                 self.val[u] = tuple(self.newv(base.scalar()) for _ in range(base.count))
         elif op is Ops.STORE:
             self.vstore(u)
-        elif op in (Ops.CONST, Ops.VCONST):
+        elif op in CONST_OPS:
             pass
         elif op is Ops.VECTORIZE:
             self.vectorize(u)
@@ -572,7 +579,7 @@ class VectorSelection:
         if len(users) != 1:
             return False
         user = users[0]
-        if user.dtype != u.dtype or user.op not in VFOLD_OPS or (kind(sdt), user.op) in (("i64", Ops.MUL),) \
+        if user.dtype is not u.dtype or user.op not in VFOLD_OPS or (kind(sdt), user.op) in (("i64", Ops.MUL),) \
                 or (user.op is Ops.MAX and not dtypes.is_float(sdt)) or user in self.fma_adds:
             return False
         if user.src[1] is not u and not (user.op in COMMUTATIVE and user.src[0] is u
@@ -581,7 +588,7 @@ class VectorSelection:
         if user.src[0] is user.src[1]:
             return False
         between = self.uops[self.pos[u] + 1:self.pos[user]]
-        return not any(x.op in (Ops.STORE, Ops.RANGE, Ops.END) for x in between)
+        return not any(x.op in BARRIER_OPS for x in between)
 
     def load_piece(self, d: VReg, u: UOp, p: int) -> None:
         idx, sdt = u.src[0], u.dtype.scalar()
@@ -824,9 +831,9 @@ class VectorSelection:
         elif k == "bool" and op is Ops.NEG:
             self.per_piece(u, lambda d, p, bits: self.vemit(Op.VPXOR, d, [self.vpiece(u.src[0], p),
                                                                         self.splat(1, dtypes.int32, bits)], bits))
-        elif k in ("i32", "i64") and op in (Ops.SHL, Ops.SHR):
+        elif k in ("i32", "i64") and op in SHIFT_OPS:
             self.vshift(u)
-        elif k == "i32" and op in (Ops.IDIV, Ops.MOD):
+        elif k == "i32" and op in DIV_OPS:
             self.vdivide(u)
         else:
             self.scalarize(u)
