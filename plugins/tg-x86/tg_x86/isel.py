@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from tg_x86.isa import Cond, Op
@@ -40,6 +41,7 @@ CMP_EQ_OQ, CMP_LT_OS, CMP_NEQ_UQ, CMP_UNORD_Q = 0, 1, 4, 3
 # sets, not tuples: membership is a hash lookup (ops and dtypes hash by identity; a tuple compares each with ==)
 CMP_OPS = frozenset({Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE})
 FOLD_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX})
+VECTOR_ONLY_OPS = frozenset({Ops.GEP, Ops.VCONST})
 ARG_OPS = frozenset({Ops.PARAM, Ops.DEFINE_VAR})                        # read from the argument slots
 NO_CODE_OPS = frozenset({Ops.CONST, Ops.SINK, Ops.GROUP, Ops.NOOP, Ops.INDEX})  # selected where used, or nothing
 ADD_MUL = frozenset({Ops.ADD, Ops.MUL})
@@ -325,52 +327,65 @@ class Selector(VectorSelection):
         return self.prog, self.frame
 
     def one(self, u: UOp) -> None:
-        op = u.op
         if u in self.hred_skip:        # inside a horizontal reduction (see vsel.plan_horizontal)
             return
         if u in self.hred_roots:
             self.val[u] = self.hreduce(u)
-        elif op is Ops.GEP or op is Ops.VCONST or is_vector(u.dtype) or (
-                op is Ops.STORE and is_vector(u.src[1].dtype)) or (
-                op is Ops.DEFINE_REG and u.dtype.base.count > 1):  # type: ignore[attr-defined]
+        elif u.op in VECTOR_ONLY_OPS or is_vector(u.dtype):
             self.vector_one(u)
-        elif op in ARG_OPS:
-            if self.remat_args:
-                self.arg_sites.append((len(self.prog), u))
-            else:
-                self.val[u] = self.arg_value(u)
-        elif op in NO_CODE_OPS:
-            pass
-        elif op is Ops.DEFINE_REG:
-            base = u.dtype.base  # type: ignore[attr-defined]
-            if getattr(u.dtype, "size", 1) not in (1, -1) or base.count != 1:
-                raise SelectionError(f"x86: accumulator {u.dtype} (only scalar 1-element registers)")
-            self.val[u] = self.newv(base)
-        elif op is Ops.AFTER:
-            if u.src[0] in self.val:
-                self.val[u] = self.val[u.src[0]]
-        elif op is Ops.RANGE:
-            self.open_loop(u)
-        elif op is Ops.END:
-            for _ in u.src[1:]:
-                self.close_loop()
-        elif op is Ops.LOAD:
-            self.load(u)
-        elif op is Ops.STORE:
-            self.store(u)
-        elif op is Ops.CAST:
-            self.val[u] = self.cast(u.src[0], u.dtype)
-        elif op is Ops.BITCAST:
-            self.val[u] = self.bitcast(u.src[0], u.dtype)
-        elif op in CMP_OPS:
-            if not self.fusable_compare(u):
-                self.val[u] = self.flags_to_bool(self.compare(u))
-        elif op is Ops.WHERE:
-            self.val[u] = self.where(u)
         else:
-            if u.dtype.count != 1:
-                raise SelectionError(f"x86: vector {op.name} {u.dtype}")
-            self.val[u] = self.float_alu(u) if is_vec(u.dtype) else self.int_alu(u)
+            SCALAR_RULES.get(u.op, Selector.rule_alu)(self, u)
+
+    # ---- the scalar rule of each op (see SCALAR_RULES) ----
+    def rule_argument(self, u: UOp) -> None:
+        if self.remat_args:
+            self.arg_sites.append((len(self.prog), u))
+        else:
+            self.val[u] = self.arg_value(u)
+
+    def rule_nothing(self, u: UOp) -> None:
+        pass
+
+    def rule_define_reg(self, u: UOp) -> None:
+        base = u.dtype.base  # type: ignore[attr-defined]
+        if base.count > 1:
+            self.vector_one(u)
+            return
+        if getattr(u.dtype, "size", 1) not in (1, -1):
+            raise SelectionError(f"x86: accumulator {u.dtype} (only scalar 1-element registers)")
+        self.val[u] = self.newv(base)
+
+    def rule_after(self, u: UOp) -> None:
+        if u.src[0] in self.val:
+            self.val[u] = self.val[u.src[0]]
+
+    def rule_end(self, u: UOp) -> None:
+        for _ in u.src[1:]:
+            self.close_loop()
+
+    def rule_store(self, u: UOp) -> None:
+        if is_vector(u.src[1].dtype):
+            self.vector_one(u)
+        else:
+            self.store(u)
+
+    def rule_cast(self, u: UOp) -> None:
+        self.val[u] = self.cast(u.src[0], u.dtype)
+
+    def rule_bitcast(self, u: UOp) -> None:
+        self.val[u] = self.bitcast(u.src[0], u.dtype)
+
+    def rule_compare(self, u: UOp) -> None:
+        if not self.fusable_compare(u):
+            self.val[u] = self.flags_to_bool(self.compare(u))
+
+    def rule_where(self, u: UOp) -> None:
+        self.val[u] = self.where(u)
+
+    def rule_alu(self, u: UOp) -> None:
+        if u.dtype.count != 1:
+            raise SelectionError(f"x86: vector {u.op.name} {u.dtype}")
+        self.val[u] = self.float_alu(u) if is_vec(u.dtype) else self.int_alu(u)
 
     def args_held(self) -> list[Any]:
         """After selecting with ``remat_args``: the program selecting without it makes (each pointer and
@@ -1020,6 +1035,18 @@ class Selector(VectorSelection):
             if dst is dtypes.float16:
                 self.emit(Op.VCVTPH2PS, [d], [d], (("d", 0, 128), ("u", 0, 128)))
         return d
+
+
+# what ``Selector.one`` does with a scalar UOp, by op (any op not here is an ALU op: ``rule_alu``)
+SCALAR_RULES: dict[Ops, Callable[[Selector, UOp], None]] = {
+    Ops.PARAM: Selector.rule_argument, Ops.DEFINE_VAR: Selector.rule_argument,
+    **{op: Selector.rule_nothing for op in NO_CODE_OPS},
+    Ops.DEFINE_REG: Selector.rule_define_reg, Ops.AFTER: Selector.rule_after,
+    Ops.RANGE: Selector.open_loop, Ops.END: Selector.rule_end,
+    Ops.LOAD: Selector.load, Ops.STORE: Selector.rule_store,
+    Ops.CAST: Selector.rule_cast, Ops.BITCAST: Selector.rule_bitcast,
+    **{op: Selector.rule_compare for op in CMP_OPS}, Ops.WHERE: Selector.rule_where,
+}
 
 
 def select(uops: list[UOp], remat_args: bool = False) -> tuple[list[Any], Frame]:

@@ -33,6 +33,10 @@ class X86Compiler(Compiler):
         return bytes(src)
 
 
+# gprs an op's value holds for long: pointers and variables, a loop's counter and limit
+PRESSURE = {Ops.PARAM: 1, Ops.DEFINE_VAR: 1, Ops.RANGE: 2}
+
+
 def lower(name: str, uops: list[UOp]) -> list[Any]:
     """The kernel as ``Inst``s and ``Label``s (after register allocation)."""
     from tg_x86.isel import select, select_both
@@ -41,7 +45,7 @@ def lower(name: str, uops: list[UOp]) -> list[Any]:
     # 9 allocatable gprs: with many buffers and loops, read pointers and variables from their argument slots
     # where they are used instead of holding them (else do that only if holding them made the allocator spill
     # gprs and reading them where used spills less)
-    pressure = sum(1 if u.op in (Ops.PARAM, Ops.DEFINE_VAR) else 2 if u.op is Ops.RANGE else 0 for u in uops)
+    pressure = sum(PRESSURE.get(u.op, 0) for u in uops)
     if pressure > 9:
         program, frame = select(uops, remat_args=True)
         plan = plan_registers(cleanup(program), TARGET)

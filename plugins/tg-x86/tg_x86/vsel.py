@@ -24,6 +24,7 @@ vector path and branch to the scalar rules only when a lane is out of range (the
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from tg_x86.isa import Cond, Op
@@ -491,41 +492,33 @@ class VectorSelection:
 
     # ---- the rules ----
     def vector_one(self, u: UOp) -> None:
-        op = u.op
-        if op is Ops.GEP:
-            self.gep(u)
-        elif op is Ops.DEFINE_REG:
-            base = u.dtype.base
-            if native(base):
-                self.val[u] = tuple(self.vnew() for _ in piece_lanes(base))
-            else:
-                self.val[u] = tuple(self.newv(base.scalar()) for _ in range(base.count))
-        elif op is Ops.STORE:
-            self.vstore(u)
-        elif op in CONST_OPS:
-            pass
-        elif op is Ops.VECTORIZE:
-            self.vectorize(u)
-        elif op is Ops.LOAD:
-            self.vload(u)
-        elif op in VCMP_OPS:
-            if u not in self.vfused_cmps:
-                self.vcompare_bool(u)
-        elif op is Ops.WHERE:
-            self.vwhere(u)
-        elif op is Ops.CAST:
-            self.vcast(u)
-        elif op is Ops.BITCAST:
-            src = u.src[0]
-            s, t = src.dtype.scalar(), u.dtype.scalar()
-            if native(s) and native(t) and s.itemsize == t.itemsize and s is not dtypes.bool:
-                self.val[u] = tuple(self.vcopy(r) for r in self.pieces(src))
-            else:
-                self.scalarize(u)
-        elif op is Ops.AFTER:
-            self.val[u] = self.val[u.src[0]]
+        VECTOR_RULES.get(u.op, VectorSelection.valu)(self, u)
+
+    # ---- the vector rule of each op (see VECTOR_RULES) ----
+    def vdefine_reg(self, u: UOp) -> None:
+        base = u.dtype.base
+        if native(base):
+            self.val[u] = tuple(self.vnew() for _ in piece_lanes(base))
         else:
-            self.valu(u)
+            self.val[u] = tuple(self.newv(base.scalar()) for _ in range(base.count))
+
+    def vnothing(self, u: UOp) -> None:
+        pass
+
+    def vcompare(self, u: UOp) -> None:
+        if u not in self.vfused_cmps:
+            self.vcompare_bool(u)
+
+    def vbitcast(self, u: UOp) -> None:
+        src = u.src[0]
+        s, t = src.dtype.scalar(), u.dtype.scalar()
+        if native(s) and native(t) and s.itemsize == t.itemsize and s is not dtypes.bool:
+            self.val[u] = tuple(self.vcopy(r) for r in self.pieces(src))
+        else:
+            self.scalarize(u)
+
+    def vafter(self, u: UOp) -> None:
+        self.val[u] = self.val[u.src[0]]
 
     def gep(self, u: UOp) -> None:
         v, lanes = u.src[0], u.arg
@@ -1106,3 +1099,13 @@ class VectorSelection:
         for r, x in zip(out, packed, strict=True):
             self.copy(r, x)
         self.label(done)
+
+
+# what ``vector_one`` does, by op (any op not here is an ALU op: ``valu``)
+VECTOR_RULES: dict[Ops, Callable[[VectorSelection, UOp], None]] = {
+    Ops.GEP: VectorSelection.gep, Ops.DEFINE_REG: VectorSelection.vdefine_reg, Ops.STORE: VectorSelection.vstore,
+    Ops.CONST: VectorSelection.vnothing, Ops.VCONST: VectorSelection.vnothing,
+    Ops.VECTORIZE: VectorSelection.vectorize, Ops.LOAD: VectorSelection.vload,
+    **{op: VectorSelection.vcompare for op in VCMP_OPS}, Ops.WHERE: VectorSelection.vwhere,
+    Ops.CAST: VectorSelection.vcast, Ops.BITCAST: VectorSelection.vbitcast, Ops.AFTER: VectorSelection.vafter,
+}
