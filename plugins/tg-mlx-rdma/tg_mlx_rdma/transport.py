@@ -140,16 +140,23 @@ def header_nbytes(h: np.ndarray) -> int:
 
 # ---------------------------------------------------------------------------------------------- tensor memory
 
+_CORE: dict[str, Any] = {}  # core objects _buffer_of needs, imported once (an import per message costs ~2 us)
+
+
 def _buffer_of(t: Tensor, numel: int | None = None) -> Any:
     """The runtime Buffer holding a realized, contiguous tensor, or None. ``numel``: the tensor's element
     count when the caller knows it (working it out from the graph costs ~20 us, a per-message cost)."""
-    from tgcore.schedule.kernelize import buffers
-    from tgcore.uop import Ops
+    if not _CORE:
+        from tgcore.schedule.kernelize import buffers
+        from tgcore.uop import Ops
+        _CORE.update(buffers=buffers, RESHAPE=Ops.RESHAPE, BUFFER=Ops.BUFFER)
     u = t.uop
-    base = u.src[0] if u.op is Ops.RESHAPE else u
-    if base.op is not Ops.BUFFER or base not in buffers:
+    base = u.src[0] if u.op is _CORE["RESHAPE"] else u
+    if base.op is not _CORE["BUFFER"]:
         return None
-    buf = buffers[base]
+    buf = _CORE["buffers"].get(base)
+    if buf is None:
+        return None
     return buf if buf.size == (t.numel() if numel is None else numel) and buf.dtype == t.dtype else None
 
 
