@@ -48,8 +48,13 @@ def _shape(o: Operand) -> tuple:
     if isinstance(o, Reg):
         return (o.kind, o.bits, o.bits == 8 and o.num == 1 and o.kind == "gpr")  # the last: is it cl
     if isinstance(o, Imm):
+        if -128 <= o.value <= 127:  # in every range (the common case)
+            return _IN_EVERY_RANGE
         return tuple(lo <= o.value <= hi for lo, hi in _IMM_RANGES)
     return ("label",)
+
+
+_IN_EVERY_RANGE = (True,) * len(_IMM_RANGES)
 
 
 def encode(inst: Inst, form: Form | None = None, rel: int = 0) -> bytes:
@@ -150,29 +155,27 @@ _SCALE_BITS = {1: 0, 2: 1, 4: 2, 8: 3}
 def _modrm(reg: int, rm: Operand | None) -> bytes:
     """ModRM (+ SIB + displacement) for a register or memory rm operand."""
     if isinstance(rm, Reg):
-        return bytes([0xC0 | reg << 3 | rm.num & 7])
+        return bytes((0xC0 | reg << 3 | rm.num & 7,))
     if not isinstance(rm, Mem):
         raise EncodeError(f"ModRM.rm needs a register or memory operand, got {rm!r}")
     if rm.index is not None:
         scale_bits, index = _SCALE_BITS[rm.scale], rm.index.num & 7
     else:
         scale_bits, index = 0, 0b100  # no index: SIB index 100, scale 00 (as assemblers emit it)
+    disp = rm.disp
     if rm.base is None:  # [index*scale + disp32] or [disp32]: SIB with base 101 and mod 00
-        return bytes([reg << 3 | 0b100, scale_bits << 6 | index << 3 | 0b101]) + _le(rm.disp, 4)
+        sib = scale_bits << 6 | index << 3 | 0b101
+        return bytes((reg << 3 | 0b100, sib)) + (disp & 0xFFFFFFFF).to_bytes(4, "little")
     base = rm.base.num & 7
-    if rm.disp == 0 and base != 0b101:
-        mod, disp = 0b00, b""
-    elif -128 <= rm.disp <= 127:
-        mod, disp = 0b01, _le(rm.disp, 1)
+    if disp == 0 and base != 0b101:
+        mod, tail = 0b00, b""
+    elif -128 <= disp <= 127:
+        mod, tail = 0b01, bytes((disp & 0xFF,))
     else:
-        mod, disp = 0b10, _le(rm.disp, 4)
+        mod, tail = 0b10, (disp & 0xFFFFFFFF).to_bytes(4, "little")
     if rm.index is None and base != 0b100:
-        return bytes([mod << 6 | reg << 3 | base]) + disp
-    return bytes([mod << 6 | reg << 3 | 0b100, scale_bits << 6 | index << 3 | base]) + disp
-
-
-def _le(value: int, size: int) -> bytes:
-    return (value & ((1 << (size * 8)) - 1)).to_bytes(size, "little")
+        return bytes((mod << 6 | reg << 3 | base,)) + tail
+    return bytes((mod << 6 | reg << 3 | 0b100, scale_bits << 6 | index << 3 | base)) + tail
 
 
 def _describe(operands: tuple[Operand, ...]) -> str:
