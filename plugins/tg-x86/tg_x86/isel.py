@@ -92,10 +92,19 @@ class Selector(VectorSelection):
         self.uops = uops
         self.pos = {u: i for i, u in enumerate(uops)}
         self.users: dict[UOp, list[UOp]] = {u: [] for u in uops}
+        # buffer k is argument k; a buffer no UOp reads still takes its place, so the variables and
+        # core_id follow the highest buffer number
+        nbufs, names = 0, set()
+        param, define_var = Ops.PARAM, Ops.DEFINE_VAR  # locals: enum members are slow to look up (3.11)
         for u in uops:
             for s in u.src:
-                if s in self.users:
-                    self.users[s].append(u)
+                found = self.users.get(s)
+                if found is not None:
+                    found.append(u)
+            if u.op is param:
+                nbufs = max(nbufs, u.arg + 1)
+            elif u.op is define_var:
+                names.add(u.arg[0])
         self.prog: list[Any] = []
         self.frame = Frame()
         self.val: dict[UOp, Any] = {}
@@ -110,11 +119,7 @@ class Selector(VectorSelection):
         self.region = 0               # counts labels: values made in one region are reused only there
         self.lane_offset = 0   # elements added to every address (lane j of a lane-by-lane vector access)
         self._acc_stores: dict[UOp, list[int]] | None = None
-        # buffer k is argument k; a buffer no UOp reads still takes its place, so the variables and
-        # core_id follow the highest buffer number
-        nbufs = max((u.arg + 1 for u in uops if u.op is Ops.PARAM), default=0)
-        names = sorted({u.arg[0] for u in uops if u.op is Ops.DEFINE_VAR})
-        self.var_arg = {n: nbufs + i for i, n in enumerate(names)}
+        self.var_arg = {n: nbufs + i for i, n in enumerate(sorted(names))}
         self.core_arg = nbufs + len(names)
         self.frame.nargs = self.core_arg + 1
         self.plan_vectors()

@@ -155,22 +155,27 @@ class VectorSelection:
         self.bcast_loads: set[UOp] = set()
         self.lane_cache: dict[tuple, Any] | None = {}
         self.vfused_cmps: set[UOp] = set()
+        self.lane_geps = False  # any one-lane GEP (the leaves of a horizontal reduction)
+        add, vectorize, gep = Ops.ADD, Ops.VECTORIZE, Ops.GEP  # locals: enum members are slow to look up (3.11)
         for u in self.uops:
-            if u.op is Ops.ADD and is_vector(u.dtype) and dtypes.is_float(u.dtype.scalar()):
+            op = u.op
+            if op is gep:
+                self.lane_geps = self.lane_geps or len(u.arg) == 1
+            elif op is add and is_vector(u.dtype) and dtypes.is_float(u.dtype.scalar()):
                 for acc, mul in (u.src, u.src[::-1]):
                     if (acc.op is Ops.LOAD and native(u.dtype) and self.is_reg_index(acc.src[0]) and mul.op is Ops.MUL
                             and mul.dtype is u.dtype and self.users.get(mul) == [u] and mul not in self.fma_muls):
                         self.fma_adds[u] = (acc, mul)
                         self.fma_muls.add(mul)
                         break
-            elif u.op is Ops.VECTORIZE and is_vector(u.dtype) and all(s is u.src[0] for s in u.src):
+            elif op is vectorize and is_vector(u.dtype) and all(s is u.src[0] for s in u.src):
                 s = u.src[0]
                 if (s.op is Ops.LOAD and s.dtype in BROADCASTABLE and len(s.src) == 1 and len(s.src[0].src) == 2
                         and not self.is_reg_index(s.src[0]) and set(self.users.get(s, ())) == {u}
                         and not any(x.op in BARRIER_OPS
                                     for x in self.uops[self.pos[s] + 1:self.pos[u]])):
                     self.bcast_loads.add(s)
-            elif u.op in VCMP_OPS and is_vector(u.dtype):
+            elif op in VCMP_OPS and is_vector(u.dtype):
                 users = self.users.get(u, [])
                 if users and native(u.src[0].dtype) and all(x.op is Ops.WHERE and native(x.dtype) and x.src[0] is u
                                                             and u not in x.src[1:]
@@ -185,6 +190,8 @@ class VectorSelection:
         another order than the tree; a reduction's order is not part of its meaning.)"""
         self.hred_roots: dict[UOp, UOp] = {}
         self.hred_skip: set[UOp] = set()
+        if not self.lane_geps:  # a tree's leaves are one-lane GEPs: without any, there is no tree
+            return
         for u in self.uops:
             if u.op not in HRED_OPS or is_vector(u.dtype) or not native(u.dtype):
                 continue
