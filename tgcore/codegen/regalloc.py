@@ -92,6 +92,8 @@ def _regs_in(operand: Any) -> Iterator[Any]:
 def _substitute(operand: Any, mapping: dict[VReg, Register]) -> Any:
     if isinstance(operand, VReg):
         return mapping[operand]
+    if type(operand) is Register:
+        return operand
     if hasattr(operand, "with_regs"):
         return operand.with_regs(mapping)
     return operand
@@ -323,25 +325,25 @@ def _rewrite(program: list[Any], regs: list[tuple[list[Any], list[Any]]], by_vre
             continue
         mapping: dict[VReg, Register] = {}
         spilled = False
-        for group in (read, written):
-            for r in group:
-                if isinstance(r, VReg):
-                    reg = by_vreg[r].reg
-                    if reg is None:
-                        spilled = True
-                    else:
-                        mapping[r] = reg
+        for r in (*read, *written):
+            if type(r) is VReg:
+                reg = by_vreg[r].reg
+                if reg is None:
+                    spilled = True
+                else:
+                    mapping[r] = reg
         spilled_defs: list[tuple[Register, int]] = []
         if spilled:  # fills into scratch registers before, spills after
             _spill_code(ins, read, written, by_vreg, target, mapping, out, spilled_defs)
         if ins.op == "copy":
             dst, src = mapping.get(ins.defs[0], ins.defs[0]), mapping.get(ins.uses[0], ins.uses[0])
-            if dst != src:
+            if dst is not src and dst != src:
                 out.append(target.copy(dst, src))
         else:
-            out.append(MInst(ins.op, [_substitute(o, mapping) for o in ins.defs],
-                             [_substitute(o, mapping) for o in ins.uses], ins.arg))
-        out.extend(target.spill(reg, slot) for reg, slot in spilled_defs)
+            out.append(MInst(ins.op, [mapping[o] if type(o) is VReg else _substitute(o, mapping) for o in ins.defs],
+                             [mapping[o] if type(o) is VReg else _substitute(o, mapping) for o in ins.uses], ins.arg))
+        if spilled_defs:
+            out.extend(target.spill(reg, slot) for reg, slot in spilled_defs)
     return out
 
 
