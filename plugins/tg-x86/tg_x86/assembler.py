@@ -74,12 +74,12 @@ def assemble(program: Iterable[Inst | Label]) -> Assembly:
     return Assembly(b"".join(fixed), labels, tuple(offsets))
 
 
-def _layout(items: list[Inst | Label], sizes: dict[int, int]) -> tuple[list[int], dict[Label, int]]:
+def _layout(items: list[Inst | Label], sizes: list[int]) -> tuple[list[int], dict[Label, int]]:
     offsets: list[int] = []
     labels: dict[Label, int] = {}
     pos = 0
     for x in items:
-        if isinstance(x, Label):
+        if type(x) is Label:
             labels[x] = pos
         else:
             offsets.append(pos)

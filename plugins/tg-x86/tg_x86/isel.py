@@ -409,11 +409,15 @@ class Selector(VectorSelection):
                 out.append(ins)
             elif ins.defs and ins.defs[0] in mapping and ins.op is Op.MOV:
                 continue  # a reload
-            elif _mentions_any(ins.uses, mapping) or _mentions_any(ins.defs, mapping):
-                out.append(MInst(ins.op, [_held(o, mapping) for o in ins.defs], [_held(o, mapping) for o in ins.uses],
-                                 ins.arg))
             else:
-                out.append(ins)
+                for o in (*ins.uses, *ins.defs):
+                    t = type(o)
+                    if (t is VReg and o in mapping) or (t is VMem and (o.base in mapping or o.index in mapping)):
+                        out.append(MInst(ins.op, [_held(o, mapping) for o in ins.defs],
+                                         [_held(o, mapping) for o in ins.uses], ins.arg))
+                        break
+                else:
+                    out.append(ins)
         out += [self.arg_load(held[u], u) for _, u in sites[k:]]
         return out
 
@@ -1064,14 +1068,6 @@ def select_both(uops: list[UOp]) -> tuple[list[Any], list[Any], Frame]:
     sel = Selector(uops, remat_args=True)
     remat, frame = sel.select()
     return sel.args_held(), remat, frame
-
-
-def _mentions_any(operands: list, regs: dict[VReg, VReg]) -> bool:
-    for o in operands:
-        t = type(o)
-        if (t is VReg and o in regs) or (t is VMem and (o.base in regs or o.index in regs)):
-            return True
-    return False
 
 
 def _held(o: Any, mapping: dict[VReg, VReg]) -> Any:

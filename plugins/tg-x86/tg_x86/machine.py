@@ -183,7 +183,7 @@ def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = No
     for k, data in enumerate(frame.consts):
         for off in range(0, len(data), 4):
             word = int.from_bytes(data[off:off + 4], "little")
-            out.append(Inst(Op.MOV, Mem(32, rsp, disp=const_base + const_off[k] + off), word))
+            out.append(Inst.of(Op.MOV, (Mem(32, rsp, disp=const_base + const_off[k] + off), Imm(word)), None, None))
     for ins in allocated:
         if type(ins) is not MInst:  # loop markers
             continue
