@@ -7,14 +7,15 @@ Out: a ``Transport`` whose calls post non-blocking MPI requests and poll them ag
      of a hang.
 
 All traffic runs on a private duplicate of the communicator, so user mpi4py traffic on the
-same ranks never matches ours. ``send`` posts a 16-word header (``transport.make_header``)
-and the data (tag ``TAG_DATA``, in chunks of at most ``CHUNK`` bytes: MPI counts are C ints; at
-least one, possibly empty, message). ``recv`` posts the header receive, probes for the first data
-message and receives it straight into the result tensor when its size is the one asked for (else
-into scratch memory), then checks the header: the header's check is off the data's path, and a
-sender that sent more bytes than asked for never meets a too-short receive. After a timeout or an MPI error
-the transport is failed (later calls raise ``TransportClosed``); if it is still failed when the
-interpreter exits it calls ``MPI_Abort`` so the other ranks do not wait forever in
+same ranks never matches ours. ``send`` posts the data (tag ``TAG_DATA``, in chunks of at most
+``CHUNK`` bytes: MPI counts are C ints; at least one, possibly empty, message) and a 16-word
+header (``transport.make_header``, tag ``TAG_HEADER``). ``recv`` posts the header receive,
+probes for the first data message and receives it straight into the result tensor when its
+size is the one asked for (else into scratch memory), then checks the header: the check is off
+the data's path, and a sender that sent more bytes than asked for never meets a too-short
+receive (Open MPI 4.1 overruns the buffer of a truncated receive). After a timeout or an MPI
+error the transport is failed (later calls raise ``TransportClosed``); if it is still failed
+when the interpreter exits it calls ``MPI_Abort`` so the other ranks do not wait forever in
 ``MPI_Finalize``.
 """
 from __future__ import annotations
@@ -189,9 +190,11 @@ class MPITransport(Transport):
         data, keep = tensor_bytes(tensor)
         header = make_header(as_shape(keep.shape), keep.dtype)
         mpi, comm = self._mpi, self._comm
-        reqs = [comm.Isend([header, mpi.INT64_T], dst, TAG_HEADER)]
-        for start in range(0, max(data.nbytes, 1), CHUNK):  # at least one data message: recv probes for it
-            reqs.append(comm.Isend([data[start:start + CHUNK], mpi.BYTE], dst, TAG_DATA))
+        # the data first: the receiver probes for it and checks the header only afterwards; at least one data
+        # message (an empty one for an empty tensor), since the receiver waits for one
+        reqs = [comm.Isend([data[start:start + CHUNK], mpi.BYTE], dst, TAG_DATA)
+                for start in range(0, max(data.nbytes, 1), CHUNK)]
+        reqs.append(comm.Isend([header, mpi.INT64_T], dst, TAG_HEADER))
         self._wait(reqs, lambda: f"send of {describe_header(header)} to rank {dst}", dst)
         del keep  # the data may be freed only now
 
