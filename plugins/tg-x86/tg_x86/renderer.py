@@ -53,9 +53,10 @@ def lower(name: str, uops: list[UOp]) -> list[Any]:
     held, remat, frame = select_both(uops)
     plan = plan_registers(cleanup(held), TARGET)
     fills = plan.spill_code("gpr")  # gpr fills and spill stores
-    if fills:
+    params = sum(1 for u in uops if u.op is Ops.PARAM)
+    if fills > params:  # else reading pointers where used cannot cost fewer gpr loads and stores
         plan2 = plan_registers(cleanup(remat), TARGET)
-        if plan2.spill_code("gpr") + sum(1 for u in uops if u.op is Ops.PARAM) < fills:
+        if plan2.spill_code("gpr") + params < fills:
             plan = plan2
     return finish(plan.program, frame, plan.rewrite())
 
