@@ -24,21 +24,25 @@ class EncodeError(ValueError):
 
 def select_form(inst: Inst, rel_bits: int | None = None) -> Form:
     """The first form of ``inst.op`` accepting its operands (for jumps: with a ``rel_bits`` displacement)."""
+    return _selected(inst, rel_bits)[0]
+
+
+def _selected(inst: Inst, rel_bits: int | None) -> tuple[Form, FormEncoder]:
     key = (inst.op, rel_bits, *[o.shape if type(o) is Reg else _shape(o) for o in inst.operands])
-    form = _form_cache.get(key)
-    if form is not None:
-        return form
+    found = _form_cache.get(key)
+    if found is not None:
+        return found
     for form in inst.op.forms:
         if form.accepts(inst.operands) and (rel_bits is None or form.encoding.rel * 8 == rel_bits):
-            _form_cache[key] = form
-            return form
+            found = _form_cache[key] = (form, _encoder(form))
+            return found
     accepted = "; ".join(f.text.split("|")[1].strip() or "(none)" for f in inst.op.forms)
     raise EncodeError(f"no form of {inst.mnemonic} takes {_describe(inst.operands)} (forms: {accepted})")
 
 
 # Which form fits depends only on each operand's shape: register class (and whether it is cl),
 # memory size, which immediate ranges hold the value. Selection is cached by shape.
-_form_cache: dict[tuple, Form] = {}
+_form_cache: dict[tuple, tuple[Form, FormEncoder]] = {}
 _IMM_RANGES = tuple(rng for rng, _ in IMM_TYPES.values())
 
 
@@ -48,9 +52,10 @@ def _shape(o: Operand) -> tuple:
     if isinstance(o, Reg):
         return (o.kind, o.bits, o.bits == 8 and o.num == 1 and o.kind == "gpr")  # the last: is it cl
     if isinstance(o, Imm):
-        if -128 <= o.value <= 127:  # in every range (the common case)
+        v = o.value
+        if -128 <= v <= 127:  # in every range (the common case)
             return _IN_EVERY_RANGE
-        return tuple(lo <= o.value <= hi for lo, hi in _IMM_RANGES)
+        return tuple([lo <= v <= hi for lo, hi in _IMM_RANGES])
     return ("label",)
 
 
@@ -59,11 +64,15 @@ _IN_EVERY_RANGE = (True,) * len(_IMM_RANGES)
 
 def encode(inst: Inst, form: Form | None = None, rel: int = 0) -> bytes:
     """Machine code for ``inst``; ``rel`` is a jump's displacement from the end of the instruction."""
-    form = form or select_form(inst)
+    fn = _selected(inst, None)[1] if form is None else _encoder(form)
+    return fn(inst.operands, inst.cond, rel)
+
+
+def _encoder(form: Form) -> FormEncoder:
     fn = _ENCODERS.get(id(form))
     if fn is None:
         fn = _ENCODERS[id(form)] = compile_form(form)
-    return fn(inst.operands, inst.cond, rel)
+    return fn
 
 
 FormEncoder = Callable[[tuple[Operand, ...], Cond | None, int], bytes]
