@@ -87,3 +87,25 @@ def test_forked_child_runs_split_kernels():
             pytest.fail("the forked child hung running a split kernel")
         time.sleep(0.01)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+@pytest.mark.skipif(not cpu._pool_supported(), reason="the native pool is for Linux x86-64/AArch64")
+def test_native_graph_runs_kernels_in_order_with_changed_arguments():
+    """acc[core] = acc[core] * 10 + v over a chain of single-thread and split kernels, then new arguments."""
+    src = "void step(int* restrict acc, int v, int core_id) { acc[core_id] = acc[core_id] * 10 + v; }\n"
+    prg = CPUProgram("step", ClangCompiler().compile(src))
+    a, b = np.zeros(3, np.int32), np.zeros(3, np.int32)
+    graph = cpu.NativeGraph.build([(prg, (a.ctypes.data, 1), 3), (prg, (a.ctypes.data, 2), 1),
+                                   (prg, (a.ctypes.data, 3), 2)])
+    assert graph is not None
+    graph.run()
+    np.testing.assert_array_equal(a, [123, 13, 1])
+    graph.set(1, 0, b.ctypes.data)  # the middle kernel now writes b, with value 7
+    graph.set(1, 1, 7)
+    graph.run()
+    np.testing.assert_array_equal(a, [12313, 1313, 11])
+    np.testing.assert_array_equal(b, [7, 0, 0])
+
+
+def test_native_graph_declines_programs_it_cannot_call():
+    assert cpu.NativeGraph.build([(object(), (), 2)]) is None

@@ -8,6 +8,10 @@ Out: a callable with the same signature. The first call with a given input signa
      replays them on the new input buffers and variable values, skipping the Python
      function, scheduling and codegen entirely.
 
+A replay runs a plan made at capture time (each kernel's argument handles fixed; only the
+input buffers and variable values change per call). When every kernel is a C kernel on the
+CPU device, the whole plan is one call into the native thread pool (``NativeGraph``).
+
 Replayed outputs live in buffers the capture owns: a later call overwrites them, so copy an
 output (``.numpy()`` or ``.contiguous().realize()``) if you need it beyond the next call.
 A function must not read tensor values (``.numpy()``, ``.item()``) while it is captured: what
@@ -19,7 +23,7 @@ from __future__ import annotations
 import functools
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tgcore.engine import realize as engine
@@ -49,10 +53,21 @@ class _Capture:
     plan: list[_PlannedStep]                 # what a replay runs
     ops: int = 0                             # the steps' estimated operations and bytes, for GlobalCounters
     mem: int = 0
+    graph: Any = None                        # the plan as one native call, when every step is a CPU kernel
+    graph_inputs: list[tuple[int, int, int, int, Buffer]] = field(default_factory=list)  # (step, arg, ...)
+    graph_vars: list[tuple[int, int, str]] = field(default_factory=list)  # (step, argument, variable name)
 
     def __post_init__(self) -> None:
         self.ops = sum(p.ops for p in self.plan)
         self.mem = sum(p.mem for p in self.plan)
+        if any(p.copy is not None for p in self.plan) or any(p.device.split(":")[0] != "CPU" for p in self.plan):
+            return
+        from tgcore.runtime.cpu import NativeGraph
+        self.graph = NativeGraph.build([(p.program, tuple(0 if a is None else a for a in p.args) + (0,) * len(p.vars),
+                                         p.threads) for p in self.plan])
+        for i, p in enumerate(self.plan):
+            self.graph_inputs += [(i, arg, n, offset, old) for arg, n, offset, old in p.inputs]
+            self.graph_vars += [(i, len(p.args) + j, v) for j, v in enumerate(p.vars)]
 
 
 def _flatten(obj: Any) -> list[Any]:
@@ -147,7 +162,17 @@ class Jit:
             return buf
 
         debug = engine.DEBUG >= 2
-        for step in capture.plan:
+        if capture.graph is not None and not debug:  # one native call for every kernel
+            graph = capture.graph
+            for i, arg, n, offset, old in capture.graph_inputs:
+                graph.set(i, arg, bound(n, offset, old).handle)
+            for i, arg, name in capture.graph_vars:
+                if name not in variables:
+                    raise JitError(f"kernel {capture.plan[i].name} needs variable {name!r}, which this call did "
+                                   "not bind")
+                graph.set(i, arg, variables[name])
+            graph.run()
+        for step in capture.plan if capture.graph is None or debug else ():
             if step.copy is not None:
                 dest, src = step.copy
                 for slot, n, offset, old in step.inputs:

@@ -7,8 +7,11 @@ buffers.
 Calling convention of a CPU kernel:
     void name(<buffer pointers...>, <int32 vals...>, int32 core_id)
 `CPUProgram(..., threads=n)` calls it n times at once with core_id = 0..n-1; the kernel
-splits its work by core_id. ctypes releases the GIL during the call, so the calls really
-run in parallel on the shared thread pool.
+splits its work by core_id. The calls run on a small native pthread pool (built from C on
+first use, Linux x86-64/AArch64): one ctypes call starts and joins them, workers spin
+briefly, then sleep. Elsewhere, or for kernels with more than POOL_MAX_ARGS arguments, they
+run on a Python thread pool (ctypes releases the GIL, so they still run in parallel).
+`NativeGraph` runs a fixed list of kernels (a JIT capture) in one call into the pool.
 """
 
 from __future__ import annotations
@@ -110,6 +113,7 @@ _INT = int
 
 POOL_MAX_ARGS = 24  # kernels with more arguments (before core_id) use the Python thread pool
 _POOL_SPIN = 400    # pause instructions a waiting thread spins before it sleeps (a few microseconds)
+_POOL_HOT_SPIN = 100_000  # ... while a graph of kernels runs (the gaps are other kernels; a millisecond or so)
 
 # Every argument travels as one machine word: pointers, and int32 values sign-extended (the callee reads the low
 # 32 bits of the register or 8-byte stack slot). That is how the x86-64 SysV and Linux AArch64 calling
@@ -120,7 +124,7 @@ _POOL_SOURCE = """\
 typedef intptr_t W;
 static pthread_mutex_t run_mu = PTHREAD_MUTEX_INITIALIZER, mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER, done_cv = PTHREAD_COND_INITIALIZER;
-static int gen, created_gen, pending, nworkers, job_nargs, job_threads;
+static int gen, created_gen, pending, nworkers, job_nargs, job_threads, hot;
 static void *job_fn; static W *job_args;
 static inline void relax(void) {
 #if defined(__x86_64__)
@@ -138,7 +142,7 @@ static void *worker(void *p) {
   int id = (int)(intptr_t)p, seen = __atomic_load_n(&created_gen, __ATOMIC_ACQUIRE);  /* jobs after its start */
   for (;;) {
     for (int spins = 0; __atomic_load_n(&gen, __ATOMIC_ACQUIRE) == seen; spins++) {
-      if (spins < %(spin)d) { relax(); continue; }
+      if (spins < %(spin)d || (__atomic_load_n(&hot, __ATOMIC_ACQUIRE) && spins < %(hot_spin)d)) { relax(); continue; }
       pthread_mutex_lock(&mu);
       while (__atomic_load_n(&gen, __ATOMIC_ACQUIRE) == seen) pthread_cond_wait(&cv, &mu);
       pthread_mutex_unlock(&mu);
@@ -151,16 +155,18 @@ static void *worker(void *p) {
   }
   return 0;
 }
-int tg_pool_run(void *f, W *args, int nargs, int threads) {
-  pthread_mutex_lock(&run_mu);
+static int ensure_workers(int threads) {  /* under run_mu */
   __atomic_store_n(&created_gen, __atomic_load_n(&gen, __ATOMIC_ACQUIRE), __ATOMIC_RELEASE);
   while (nworkers < threads - 1) {
     pthread_t t; pthread_attr_t at; pthread_attr_init(&at); pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
     int err = pthread_create(&t, &at, worker, (void *)(intptr_t)(nworkers + 1));
     pthread_attr_destroy(&at);
-    if (err) { pthread_mutex_unlock(&run_mu); return err; }
+    if (err) return err;
     nworkers++;
   }
+  return 0;
+}
+static void split(void *f, W *args, int nargs, int threads) {  /* under run_mu, workers started */
   job_fn = f; job_args = args; job_nargs = nargs; job_threads = threads;
   __atomic_store_n(&pending, nworkers, __ATOMIC_RELEASE);
   pthread_mutex_lock(&mu);
@@ -168,19 +174,43 @@ int tg_pool_run(void *f, W *args, int nargs, int threads) {
   pthread_cond_broadcast(&cv);
   pthread_mutex_unlock(&mu);
   call(f, args, nargs, 0);
-  for (int spins = 0; spins < %(spin)d && __atomic_load_n(&pending, __ATOMIC_ACQUIRE) > 0; spins++) relax();
+  int limit = __atomic_load_n(&hot, __ATOMIC_ACQUIRE) ? %(hot_spin)d : %(spin)d;
+  for (int spins = 0; spins < limit && __atomic_load_n(&pending, __ATOMIC_ACQUIRE) > 0; spins++) relax();
   if (__atomic_load_n(&pending, __ATOMIC_ACQUIRE) > 0) {
     pthread_mutex_lock(&mu);
     while (__atomic_load_n(&pending, __ATOMIC_ACQUIRE) > 0) pthread_cond_wait(&done_cv, &mu);
     pthread_mutex_unlock(&mu);
   }
+}
+int tg_pool_run(void *f, W *args, int nargs, int threads) {
+  pthread_mutex_lock(&run_mu);
+  int err = ensure_workers(threads);
+  if (!err) split(f, args, nargs, threads);
   pthread_mutex_unlock(&run_mu);
-  return 0;
+  return err;
+}
+/* a whole sequence of kernels in one call; the workers keep spinning between its split kernels */
+typedef struct { void *fn; W *args; int nargs, threads; } tg_step;
+int tg_pool_graph(tg_step *steps, int n) {
+  int most = 1;
+  for (int i = 0; i < n; i++) most = steps[i].threads > most ? steps[i].threads : most;
+  pthread_mutex_lock(&run_mu);
+  int err = ensure_workers(most);
+  if (!err) {
+    __atomic_store_n(&hot, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < n; i++) {
+      if (steps[i].threads <= 1) call(steps[i].fn, steps[i].args, steps[i].nargs, 0);
+      else split(steps[i].fn, steps[i].args, steps[i].nargs, steps[i].threads);
+    }
+    __atomic_store_n(&hot, 0, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&run_mu);
+  return err;
 }
 /* in a forked child the workers are gone: start afresh */
 void tg_pool_forget(void) {
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER; pthread_cond_t fresh_cv = PTHREAD_COND_INITIALIZER;
-  run_mu = fresh; mu = fresh; cv = fresh_cv; done_cv = fresh_cv; nworkers = 0; pending = 0;
+  run_mu = fresh; mu = fresh; cv = fresh_cv; done_cv = fresh_cv; nworkers = 0; pending = 0; hot = 0;
 }
 """
 
@@ -191,7 +221,7 @@ def _pool_source() -> str:
         params = ", ".join(["W"] * (n + 1))
         args = "".join(f"a[{i}], " for i in range(n))
         cases.append(f"  case {n}: ((void (*)({params}))f)({args}core); break;")
-    return _POOL_SOURCE % {"cases": "\n".join(cases), "spin": _POOL_SPIN}
+    return _POOL_SOURCE % {"cases": "\n".join(cases), "spin": _POOL_SPIN, "hot_spin": _POOL_HOT_SPIN}
 
 
 _native_pool: Any = None
@@ -220,12 +250,56 @@ def native_pool() -> Any:
                 lib.tg_pool_run.restype = ctypes.c_int
                 lib.tg_pool_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
                 lib.tg_pool_forget.restype = None
+                lib.tg_pool_graph.restype = ctypes.c_int
+                lib.tg_pool_graph.argtypes = [ctypes.c_void_p, ctypes.c_int]
+                global _native_graph_fn
+                _native_graph_fn = lib.tg_pool_graph
                 if hasattr(os, "register_at_fork"):
                     os.register_at_fork(after_in_child=lib.tg_pool_forget)
                 _native_pool, _native_pool_state = lib.tg_pool_run, "ready"
             except (OSError, CompileError, CompilerNotFoundError, AttributeError):
                 _native_pool, _native_pool_state = None, "unavailable"
     return _native_pool
+
+
+_native_graph_fn: Any = None
+
+
+class _GraphStep(ctypes.Structure):
+    _fields_ = [("fn", ctypes.c_void_p), ("args", ctypes.c_void_p), ("nargs", ctypes.c_int),
+                ("threads", ctypes.c_int)]
+
+
+class NativeGraph:
+    """A fixed sequence of CPU kernels run by one call into the native pool (workers stay awake between the
+    kernels split over cores). ``set(step, arg, value)`` changes one argument word (a buffer address or an
+    int32 value) before a ``run()``. Build with ``NativeGraph.build``, which returns None when the native
+    pool is not available or a program is not a ``CPUProgram``."""
+
+    def __init__(self, calls: list[tuple[int, list[int], int]]) -> None:
+        self.words = [(ctypes.c_ssize_t * max(1, len(w)))(*w) for _, w, _ in calls]
+        self.steps = (_GraphStep * max(1, len(calls)))()
+        for step, (fn, w, threads), words in zip(self.steps, calls, self.words, strict=False):
+            step.fn, step.args, step.nargs, step.threads = fn, ctypes.addressof(words), len(w), threads
+        self.count = len(calls)
+
+    @staticmethod
+    def build(calls: list[tuple[Any, tuple[Any, ...], int]]) -> NativeGraph | None:
+        """``calls``: (program, argument words or handles, threads) per kernel, arguments before core_id."""
+        if native_pool() is None or _native_graph_fn is None:
+            return None
+        if not all(isinstance(p, CPUProgram) and len(a) <= POOL_MAX_ARGS for p, a, _ in calls):
+            return None
+        return NativeGraph([(ctypes.cast(p.fxn, ctypes.c_void_p).value or 0, [_as_word(x) for x in a], t)
+                            for p, a, t in calls])
+
+    def set(self, step: int, arg: int, value: Any) -> None:
+        self.words[step][arg] = _as_word(value)
+
+    def run(self) -> None:
+        err = _native_graph_fn(self.steps, self.count)
+        if err:
+            raise OSError(err, f"could not start kernel threads: {os.strerror(err)}")
 
 
 def _as_word(arg: Any) -> int:
