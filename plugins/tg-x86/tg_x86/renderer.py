@@ -53,7 +53,8 @@ def lower(name: str, uops: list[UOp]) -> list[Any]:
     held, remat, frame = select_both(uops)
     plan = plan_registers(cleanup(held), TARGET)
     fills = plan.spill_code("gpr")  # gpr fills and spill stores
-    params = sum(1 for u in uops if u.op is Ops.PARAM)
+    param = Ops.PARAM  # a local: enum members are slow to look up (3.11)
+    params = sum(1 for u in uops if u.op is param)
     if fills > params:  # else reading pointers where used cannot cost fewer gpr loads and stores
         plan2 = plan_registers(cleanup(remat), TARGET)
         if plan2.spill_code("gpr") + params < fills:
