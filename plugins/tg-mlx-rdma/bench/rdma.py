@@ -8,14 +8,16 @@ Rank 0 sends float32 tensors of each size (MiB) to rank 1, ``--repeat`` timed ro
 - ``tg``: ``transport.send(tensor, 1)`` / ``transport.recv(shape, dtype, 0)``: the header message, the
   deadline polling loop, a new result tensor per recv (its buffer comes back from the allocator's cache, so
   the memory is reused as in the raw case; making and dropping the tensor object is part of the tg cost);
+- ``tg out=``: the same, but ``recv(..., out=tensor)`` into one tensor every round: the same buffer reuse
+  policy as the raw case;
 - ``mpi4py``: ``comm.Send(array)`` / ``comm.Recv(array)`` into a preallocated numpy array.
 
-Figures are GB/s measured on the receiver (median round, barrier before each); ``ratio`` is tg / mpi4py of
-those medians, ``r/round`` the median of the per-round ratios (each tg round against the raw round right after
-it: less sensitive to the machine's noise), ``r/best`` the fastest raw round over the fastest tg round (on a
-shared machine a round that loses the CPU to another process takes ~10 ms longer, whichever kind it is; the
-fastest rounds are the ones nothing preempted). Target >= 0.9 from 16 MiB. Pick the byte transport with
-``--mca pml ob1 --mca btl self,vader`` (shared memory) or ``self,tcp``.
+Figures are GB/s measured on the receiver (median round, barrier before each); for each tg kind against
+mpi4py: ``ratio`` of the median rounds, ``round`` the median of the per-round ratios (each tg round against
+the raw round of the same iteration: less sensitive to the machine's noise), ``best`` the fastest raw round
+over the fastest tg round (on a shared machine a round that loses the CPU to another process takes ~10 ms
+longer, whichever kind it is; the fastest rounds are the ones nothing preempted). Target >= 0.9 from
+16 MiB. Pick the byte transport with ``--mca pml ob1 --mca btl self,vader`` (shared memory) or ``self,tcp``.
 
 Then the ``mlx5`` path on the software device model (``--wqes``, 0 to skip): 8-byte SENDs posted by rank 0
 through a 32-deep send queue, signalled, a doorbell per 8, while rank 1 keeps its receive queue full: WQEs
@@ -31,43 +33,56 @@ import time
 
 import numpy as np
 
+KINDS = ("tg", "tg_out", "raw")
+
 
 def one_round(tr, comm, mpi, kind: str, n: int, src: object) -> None:  # noqa: ANN001
-    """One message rank 0 -> rank 1: through the transport ("tg") or raw mpi4py ("raw")."""
-    if kind == "tg":
+    """One message rank 0 -> rank 1: through the transport ("tg": a new tensor per recv; "tg_out": into the
+    same tensor every time, ``recv(out=...)``) or raw mpi4py ("raw")."""
+    if kind.startswith("tg"):
         if tr.rank == 0:
             tr.send(src, 1)
-        elif tr.rank == 1:
+        elif tr.rank == 1 and kind == "tg":
             tr.recv((n,), "float32", 0)  # dropped at once: its buffer goes back to the allocator's cache
+        elif tr.rank == 1:
+            tr.recv((n,), "float32", 0, out=src)
     elif tr.rank in (0, 1):
         (comm.Send if tr.rank == 0 else comm.Recv)([src, mpi.FLOAT], 1 - tr.rank)
+
+
+def ratios(times: dict[str, list[float]], kind: str) -> tuple[float, float, float]:
+    """``kind`` against raw: ratio of the median rounds, median of the per-round ratios, ratio of the best rounds."""
+    med = statistics.median(times["raw"]) / statistics.median(times[kind])
+    per_round = statistics.median(r / t for t, r in zip(times[kind], times["raw"], strict=True))
+    return med, per_round, min(times["raw"]) / min(times[kind])
 
 
 def measure(tr, comm, mpi, mib: int, repeat: int) -> None:  # noqa: ANN001
     import tgcore
     n = (mib << 20) // 4
     values = np.arange(n, dtype=np.float32)
-    sources = {"tg": tgcore.Tensor(values).realize() if tr.rank == 0 else None,
+    tg_src = tgcore.Tensor(values).realize() if tr.rank == 0 else None
+    sources = {"tg": tg_src, "tg_out": tg_src if tr.rank == 0 else tgcore.Tensor.empty(n, dtype="float32"),
                "raw": values if tr.rank == 0 else np.empty(n, dtype=np.float32)}
-    times: dict[str, list[float]] = {"tg": [], "raw": []}
+    times: dict[str, list[float]] = {k: [] for k in KINDS}
     for i in range(repeat + 1):  # round 0 warms up (page faults, connections)
-        for kind in ("tg", "raw"):  # interleaved: both see the same machine state
+        for kind in KINDS:  # interleaved: all see the same machine state
             comm.Barrier()
             start = time.perf_counter()
             one_round(tr, comm, mpi, kind, n, sources[kind])
             if i:
                 times[kind].append(time.perf_counter() - start)
     if tr.rank == 1:
-        ok = bool(np.array_equal(tr.recv((n,), "float32", 0).numpy(), values))  # a last round, checked
-        tg_bw, raw_bw = ((mib << 20) / statistics.median(times[k]) / 1e9 for k in ("tg", "raw"))
-        per_round = statistics.median(r / t for t, r in zip(times["tg"], times["raw"], strict=True))
-        best = min(times["raw"]) / min(times["tg"])
-        comm.send((tg_bw, raw_bw, per_round, best, ok), dest=0)
+        ok = bool(np.array_equal(sources["tg_out"].numpy(), values))
+        ok = ok and bool(np.array_equal(tr.recv((n,), "float32", 0).numpy(), values))  # a last round, checked
+        bw = {k: (mib << 20) / statistics.median(times[k]) / 1e9 for k in KINDS}
+        comm.send((bw, ratios(times, "tg"), ratios(times, "tg_out"), ok), dest=0)
     elif tr.rank == 0:
-        tr.send(sources["tg"], 1)
-        tg_bw, raw_bw, per_round, best, ok = comm.recv(source=1)
+        tr.send(tg_src, 1)
+        bw, tg, tg_out, ok = comm.recv(source=1)
         flag = "" if ok else "  (WRONG DATA)"
-        print(f"{mib:>6} {tg_bw:>9.2f} {raw_bw:>12.2f} {tg_bw / raw_bw:>6.2f} {per_round:>8.2f} {best:>7.2f}{flag}",
+        figures = " ".join(f"{bw[k]:>7.2f}" for k in KINDS)
+        print(f"{mib:>5} {figures}  " + "  ".join(" ".join(f"{x:>5.2f}" for x in r) for r in (tg, tg_out)) + flag,
               flush=True)
 
 
@@ -141,7 +156,9 @@ def main() -> int:
     if tr.rank == 0:
         library = MPI.Get_library_version().split(",")[0]
         print(f"send/recv float32, rank 0 -> rank 1, {tr.world_size} ranks, MPI: {library}")
-        print(f"{'MiB':>6} {'tg GB/s':>9} {'mpi4py GB/s':>12} {'ratio':>6} {'r/round':>8} {'r/best':>7}")
+        print(f"{'':>5} {'GB/s':^23}  {'tg / mpi4py':^17}  {'tg out= / mpi4py':^17}")
+        print(f"{'MiB':>5} {'tg':>7} {'tg out=':>7} {'mpi4py':>7}  {'ratio':>5} {'round':>5} {'best':>5}"
+              f"  {'ratio':>5} {'round':>5} {'best':>5}")
     for mib in (int(s) for s in args.sizes.split(",")):
         measure(tr, MPI.COMM_WORLD, MPI, mib, args.repeat)
     tr.close()

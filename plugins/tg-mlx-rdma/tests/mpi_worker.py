@@ -89,6 +89,42 @@ def exchange(tr, dtype: str, n: int, seed: int) -> None:
             check(to_numpy(tr.recv(shape, dtype, peer)), theirs, f"recv {dtype}{shape} from rank {peer}")
 
 
+def exchange_into(tr) -> None:
+    """recv(out=...): pairs as in ``exchange``; the odd rank receives into one tensor twice (values computed from
+    its old contents are not reused), and bad ``out`` tensors are refused without consuming the message."""
+    me, peer = tr.rank, tr.rank ^ 1
+    if peer >= tr.world_size:
+        return
+    n = ONE_MIB // 4 + 3
+    rounds = [data(me - me % 2, "int32", n, seed) for seed in (7, 8)]  # the even rank's data, known to both
+    if me % 2 == 0:
+        for a in rounds:
+            tr.send(Tensor(a), peer)
+        return
+    out = Tensor.empty(n, dtype="int32")
+    for shape, dtype, bad in (((n,), "int32", Tensor.empty(n + 1, dtype="int32")),
+                              ((n,), "int32", Tensor.empty(n, dtype="float32")),
+                              ((n,), "int32", Tensor(np.zeros((2, n), np.int32))[1])):  # a view
+        try:
+            tr.recv(shape, dtype, peer, out=bad)
+        except ValueError as e:
+            assert "out" in str(e), str(e)
+        else:
+            raise AssertionError(f"recv into {bad.dtype.name}{list(bad.shape)} did not fail")
+    doubled_before = None
+    lazy_double = out * 2  # keeps the node alive, so the core may cache its value between the rounds
+    for i, want in enumerate(rounds):
+        got = tr.recv((n,), "int32", peer, out=out)
+        assert got is out, "recv(out=) must return out"
+        check(got.numpy(), want, f"recv(out=) round {i}")
+        doubled = (out * 2).numpy()
+        check(doubled, want * 2, f"a value computed from out after recv(out=) round {i}")
+        if doubled_before is not None:
+            assert not np.array_equal(doubled, doubled_before)
+        doubled_before = doubled
+    del lazy_double
+
+
 BIG_DTYPES = ["float32", "uint8", "bfloat16"]  # 64 MiB of every dtype would take minutes
 
 
@@ -103,6 +139,8 @@ def suite(tr, big: bool) -> None:
                 x = to_tensor(data(tr.rank, dtype, n, seed), dtype)
                 want = reference([data(r, dtype, n, seed) for r in range(tr.world_size)], op, dtype)
                 check(to_numpy(tr.allreduce(x, op)), want, f"allreduce {op} {dtype}[{n}]")
+    if tr.name == "mpi":  # recv(out=...) is the mpi backend's so far
+        exchange_into(tr)
     tr.barrier()
     # a tensor that is a view (transpose) of a realized one is sent as its values
     if tr.world_size >= 2 and tr.rank < 2:

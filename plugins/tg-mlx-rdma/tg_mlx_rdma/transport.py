@@ -201,6 +201,40 @@ def empty_tensor(shape: tuple[int, ...], dt: DType,
     return t, staging, lambda: buf.copyin(staging) and None
 
 
+def output_bytes(out: Tensor, shape: tuple[int, ...], dt: DType) -> tuple[memoryview, Callable[[], None]]:
+    """A writable memoryview of ``out``'s own buffer and ``commit()`` to call once it is filled (``recv(out=...)``).
+
+    ``out`` must have ``shape`` and ``dt`` and own a contiguous buffer (``Tensor.empty(...)`` or a realized
+    tensor, not a view or a lazy expression). Like ``Tensor.assign``, filling it forgets values cached from
+    its old contents; lazy tensors that read the old values must be realized first.
+    """
+    from tgcore.tensor import Tensor
+    if not isinstance(out, Tensor):
+        raise TypeError(f"out must be a tgcore Tensor, got {type(out).__name__}")
+    if tuple(out.shape) != shape or out.dtype != dt:
+        raise ValueError(f"out is {out.dtype.name}{list(out.shape)}, but the recv is for {dt.name}{list(shape)}")
+    numel = 1
+    for d in shape:
+        numel *= d
+    buf = _buffer_of(out, numel)
+    if buf is None:
+        raise ValueError("out must own a contiguous buffer (Tensor.empty(...) or a realized tensor), "
+                         "not a view or a lazy expression")
+    if buf.nbytes == 0:
+        return memoryview(bytearray(0)), lambda: None
+    buf.ensure_allocated()
+    from tgcore.schedule.kernelize import realized
+
+    if buf.allocator.can_zero_copy:
+        return buf.as_buffer(), realized.clear
+    staging = memoryview(bytearray(buf.nbytes))
+
+    def commit() -> None:
+        buf.copyin(staging)
+        realized.clear()
+    return staging, commit
+
+
 # ---------------------------------------------------------------------------------------------- the API
 
 class Transport(abc.ABC):
