@@ -50,7 +50,7 @@ class VReg:
         return f"%{self.cls}{self.id}"
 
 
-@dataclass
+@dataclass(slots=True)
 class MInst:
     """One machine instruction: ``defs`` are written, ``uses`` are read (operands may hold registers)."""
     op: Any
@@ -69,12 +69,12 @@ class MInst:
         return (o for o in self.defs if isinstance(o, (VReg, Register)))
 
 
-@dataclass
+@dataclass(slots=True)
 class LoopStart:
     label: Any
 
 
-@dataclass
+@dataclass(slots=True)
 class LoopEnd:
     label: Any
 
