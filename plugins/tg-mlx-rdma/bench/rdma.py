@@ -62,7 +62,10 @@ def measure(tr, comm, mpi, mib: int, repeat: int) -> None:  # noqa: ANN001
     n = (mib << 20) // 4
     values = np.arange(n, dtype=np.float32)
     tg_src = tgcore.Tensor(values).realize() if tr.rank == 0 else None
-    sources = {"tg": tg_src, "tg_out": tg_src if tr.rank == 0 else tgcore.Tensor.empty(n, dtype="float32"),
+    # the out= tensor is allocated now: a lazily allocated one would take the buffer the "tg" kind's dropped
+    # tensor just gave back to the allocator's cache, and the next "tg" round would fault in fresh memory
+    out = tgcore.Tensor(np.zeros(n, dtype=np.float32)).realize() if tr.rank == 1 else None
+    sources = {"tg": tg_src, "tg_out": tg_src if tr.rank == 0 else out,
                "raw": values if tr.rank == 0 else np.empty(n, dtype=np.float32)}
     times: dict[str, list[float]] = {k: [] for k in KINDS}
     for i in range(repeat + 1):  # round 0 warms up (page faults, connections)
