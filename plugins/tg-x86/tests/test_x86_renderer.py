@@ -43,9 +43,11 @@ def count(insts: list, op: Op) -> int:
 
 @pytest.mark.skipif(not (REPO / "tests" / "test_tensor_ops.py").exists(), reason="needs the tgcore source tree")
 def test_core_op_suites_pass_on_cpu_x86():
-    """tests/test_tensor_ops.py, test_autograd.py and test_assign.py, every test on CPU:X86."""
+    """Every core suite that runs per device (TG_TEST_DEVICES), every test on CPU:X86."""
     env = {**os.environ, "TG_TEST_DEVICES": X86}
-    files = [str(REPO / "tests" / f) for f in ("test_tensor_ops.py", "test_autograd.py", "test_assign.py")]
+    files = [str(REPO / "tests" / f) for f in ("test_tensor_ops.py", "test_tensor_math.py", "test_tensor_index.py",
+                                               "test_tensor_reduce.py", "test_tensor_random.py",
+                                               "test_nn_functional.py", "test_autograd.py", "test_assign.py")]
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files], env=env,
                        capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
