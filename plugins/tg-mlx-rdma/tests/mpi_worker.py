@@ -196,6 +196,28 @@ def mismatch(tr) -> None:
     tr.barrier()
 
 
+def chunks(tr) -> None:
+    """Messages of several chunks (CHUNK made small: the real one is 1 GiB): matching, mismatched in either
+    direction (the extra chunks are drained: the next message still arrives intact), and a 1-chunk message."""
+    import tg_mlx_rdma.mpi
+    tg_mlx_rdma.mpi.CHUNK = 1000
+    plan = [(2500, 2500), (2500, 1500), (1500, 2500), (250, 250), (1001, 1001)]  # (sent, asked) float32 elements
+    for seed, (sent, asked) in enumerate(plan):
+        a = data(0, "float32", sent, seed)
+        if tr.rank == 0:
+            tr.send(Tensor(a), 1)
+        elif tr.rank == 1:
+            try:
+                got = tr.recv((asked,), "float32", 0)
+            except PeerMismatch as e:
+                assert sent != asked and f"float32[{sent}]" in str(e), str(e)
+                print(f"rank 1 expected error: {e}")
+            else:
+                assert sent == asked, f"recv of {asked} elements from a send of {sent} did not fail"
+                check(got.numpy(), a, f"recv of {sent} elements in chunks")
+    tr.barrier()
+
+
 def die(tr, how: str) -> None:
     """Rank 1 goes away; rank 0 waits for a message from it."""
     if tr.rank == 1:
@@ -223,6 +245,8 @@ def main() -> int:
         suite(tr, "--big" in sys.argv)
     elif scenario == "mismatch":
         mismatch(tr)
+    elif scenario == "chunks":
+        chunks(tr)
     elif scenario.startswith("die-"):
         die(tr, scenario[4:])
     else:

@@ -40,6 +40,12 @@ def test_mismatched_recv_and_allreduce_raise(need_mpi: None) -> None:
     assert "recv expected float32[0] from rank 0, but rank 0 sent float32[2]" in proc.stdout
 
 
+def test_messages_of_several_chunks(need_mpi: None) -> None:
+    proc = run_job(2, [str(WORKER), "chunks"], timeout=60)
+    ok(proc, 2)
+    assert proc.stdout.count("expected error") == 2, proc.stdout
+
+
 @pytest.mark.parametrize("how", ["kill", "exit", "hang"])
 def test_dead_or_stuck_peer_ends_the_job(need_mpi: None, how: str) -> None:
     """Rank 1 is killed, exits, or hangs while rank 0 waits for it: the job ends non-zero, naming rank 1."""

@@ -223,13 +223,16 @@ class MPITransport(Transport):
         # The first data message is matched by probing, not by a posted receive: its size comes with it, so
         # a sender that sent more bytes than asked for never overruns the buffer (Open MPI 4.1 corrupts memory
         # on a truncated receive), and the data moves without waiting for the header to be checked first.
-        status = mpi.Status()
-        found: list[Any] = []
-        self._until(lambda: found.append(comm.Improbe(src, TAG_DATA, status)) or found[-1] is not None,
-                    what, src, [header_req])
+        status, improbe = mpi.Status(), comm.Improbe
+        found: list[Any] = [None]
+
+        def probed() -> bool:
+            found[0] = improbe(src, TAG_DATA, status)
+            return found[0] is not None
+        self._until(probed, what, src, [header_req])
         first, count = min(mv.nbytes, CHUNK), status.Get_count(mpi.BYTE)
         landing = mv[:first] if count == first else memoryview(bytearray(max(count, 0)))
-        self._wait([header_req, found[-1].Irecv([landing, mpi.BYTE])], what, src)
+        self._wait([header_req, found[0].Irecv([landing, mpi.BYTE])], what, src)
         try:
             check_header(got, want, src, self.rank)
         except PeerMismatch:
@@ -239,7 +242,8 @@ class MPITransport(Transport):
         if count != first:  # same header, other size: cannot happen between two copies of this code
             raise PeerMismatch(f"rank {self.rank}: {what()}: the first data message has {count} bytes, not {first}",
                                src)
-        self._recv_bytes(mv[first:], src, what)
+        if mv.nbytes > first:
+            self._recv_bytes(mv[first:], src, what)
         commit()
         return t
 
