@@ -113,13 +113,14 @@ _INT = int
 
 POOL_MAX_ARGS = 24  # kernels with more arguments (before core_id) use the Python thread pool
 _POOL_SPIN = 400    # pause instructions a waiting thread spins before it sleeps (a few microseconds)
-_POOL_HOT_SPIN = 100_000  # ... while a graph of kernels runs (the gaps are other kernels; a millisecond or so)
+_POOL_HOT_SPIN = 100_000  # ... while a graph of kernels runs (yielding now and then: the machine may be busy)
 
 # Every argument travels as one machine word: pointers, and int32 values sign-extended (the callee reads the low
 # 32 bits of the register or 8-byte stack slot). That is how the x86-64 SysV and Linux AArch64 calling
 # conventions pass them, so the pool is used on those only (Apple's arm64 packs stack arguments).
 _POOL_SOURCE = """\
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 typedef intptr_t W;
 static pthread_mutex_t run_mu = PTHREAD_MUTEX_INITIALIZER, mu = PTHREAD_MUTEX_INITIALIZER;
@@ -133,6 +134,9 @@ static inline void relax(void) {
   __asm__ __volatile__("yield");
 #endif
 }
+static inline void relax_or_yield(int spins) {  /* a busy machine: let a descheduled partner thread run */
+  if ((spins & 255) == 255) sched_yield(); else relax();
+}
 static void call(void *f, W *a, int n, W core) {
   switch (n) {
 %(cases)s
@@ -142,7 +146,10 @@ static void *worker(void *p) {
   int id = (int)(intptr_t)p, seen = __atomic_load_n(&created_gen, __ATOMIC_ACQUIRE);  /* jobs after its start */
   for (;;) {
     for (int spins = 0; __atomic_load_n(&gen, __ATOMIC_ACQUIRE) == seen; spins++) {
-      if (spins < %(spin)d || (__atomic_load_n(&hot, __ATOMIC_ACQUIRE) && spins < %(hot_spin)d)) { relax(); continue; }
+      if (spins < %(spin)d || (__atomic_load_n(&hot, __ATOMIC_ACQUIRE) && spins < %(hot_spin)d)) {
+        relax_or_yield(spins);
+        continue;
+      }
       pthread_mutex_lock(&mu);
       while (__atomic_load_n(&gen, __ATOMIC_ACQUIRE) == seen) pthread_cond_wait(&cv, &mu);
       pthread_mutex_unlock(&mu);
@@ -175,7 +182,7 @@ static void split(void *f, W *args, int nargs, int threads) {  /* under run_mu, 
   pthread_mutex_unlock(&mu);
   call(f, args, nargs, 0);
   int limit = __atomic_load_n(&hot, __ATOMIC_ACQUIRE) ? %(hot_spin)d : %(spin)d;
-  for (int spins = 0; spins < limit && __atomic_load_n(&pending, __ATOMIC_ACQUIRE) > 0; spins++) relax();
+  for (int spins = 0; spins < limit && __atomic_load_n(&pending, __ATOMIC_ACQUIRE) > 0; spins++) relax_or_yield(spins);
   if (__atomic_load_n(&pending, __ATOMIC_ACQUIRE) > 0) {
     pthread_mutex_lock(&mu);
     while (__atomic_load_n(&pending, __ATOMIC_ACQUIRE) > 0) pthread_cond_wait(&done_cv, &mu);
