@@ -69,7 +69,9 @@ def measure(tr, comm, mpi, mib: int, repeat: int) -> None:  # noqa: ANN001
                "raw": values if tr.rank == 0 else np.empty(n, dtype=np.float32)}
     times: dict[str, list[float]] = {k: [] for k in KINDS}
     for i in range(repeat + 1):  # round 0 warms up (page faults, connections)
-        for kind in KINDS:  # interleaved: all see the same machine state
+        # interleaved, so all see the same machine state; the order turns each round, so no kind always runs
+        # right after the same other one (what is still in the caches from the round before matters)
+        for kind in KINDS[i % len(KINDS):] + KINDS[:i % len(KINDS)]:
             comm.Barrier()
             start = time.perf_counter()
             one_round(tr, comm, mpi, kind, n, sources[kind])
