@@ -15,6 +15,7 @@ with scalar operands broadcast.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 
 from tgcore.dtype import DType, dtypes
 from tgcore.helpers import prod
@@ -109,6 +110,12 @@ def split_ranges(ast: UOp, upcasts: list[tuple[UOp, int]]) -> tuple[UOp, list[UO
         mapping[r] = (outer * w + lane) if outer is not None else lane
         parts[r] = tuple(x for x in (outer, lane) if x is not None)
         lanes.append(lane)
+    return _split_ranges(ast, mapping, parts).simplify(), lanes
+
+
+def _split_ranges(ast: UOp, mapping: Mapping[UOp, UOp], parts: Mapping[UOp, tuple[UOp, ...]]) -> UOp:
+    """``ast`` with each RANGE in ``mapping`` replaced by its index expression over new loops, and every REDUCE
+    over it reducing over those loops (``parts``) instead."""
     new: dict[UOp, UOp] = {}
     for n in ast.toposort:
         if n in mapping:
@@ -118,7 +125,7 @@ def split_ranges(ast: UOp, upcasts: list[tuple[UOp, int]]) -> tuple[UOp, list[UO
         if n.op is Ops.REDUCE:
             src = (src[0], *(p for r in n.src[1:] for p in parts.get(r, (new[r],))))
         new[n] = n if src == n.src else n.replace(src=src)
-    return new[ast].simplify(), lanes
+    return new[ast]
 
 
 class _Expander:
@@ -261,16 +268,7 @@ def split_blocks(ast: UOp) -> UOp:
             mapping[r], parts[r] = block * k + inner, (block, inner)
     if not mapping:
         return ast
-    new: dict[UOp, UOp] = {}
-    for n in ast.toposort:
-        if n in mapping:
-            new[n] = mapping[n]
-            continue
-        src = tuple(new[s] for s in n.src)
-        if n.op is Ops.REDUCE:
-            src = (src[0], *(p for r in n.src[1:] for p in parts.get(r, (new[r],))))
-        new[n] = n if src == n.src else n.replace(src=src)
-    return new[ast].simplify()
+    return _split_ranges(ast, mapping, parts).simplify()
 
 
 def _power_of_two_pieces(start: int, n: int) -> list[tuple[int, int]]:
