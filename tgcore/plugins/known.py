@@ -2,7 +2,8 @@
 
 Data only: used to turn "unknown device AMD" into "pip install tg-amd". Keys are
 ``kind:NAME`` with kind one of device, variant (``DEVICE:VARIANT``), app, loader (a file
-suffix), command and transport.
+suffix), command and transport. ``kind:*`` names the distribution to suggest for any unknown name of
+that kind (transports: which ones a plugin offers is the plugin's business, not core's).
 """
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ PROVIDERS: dict[str, str] = {
     "command:gguf": "tg-gguf",
     "app:llm": "tg-llm",
     "command:llm": "tg-llm",
-    "transport:mpi": "tg-mlx-rdma",
-    "transport:mlx5": "tg-mlx-rdma",
+    "transport:*": "tg-mlx-rdma",
 }
 
 
@@ -27,4 +27,7 @@ def provider_of(kind: str, name: str) -> str | None:
 def install_hint(kind: str, name: str) -> str:
     """A sentence telling the user how to get ``name``, or '' when no published plugin has it."""
     dist = provider_of(kind, name)
-    return f"{name} is provided by the {dist} plugin: pip install {dist}" if dist else ""
+    if dist:
+        return f"{name} is provided by the {dist} plugin: pip install {dist}"
+    dist = PROVIDERS.get(f"{kind}:*")
+    return f"{kind}s come from plugins such as {dist}: pip install {dist}" if dist else ""
