@@ -478,7 +478,31 @@ class _API:
         return {"content": [{**entry(t, lp), "top_logprobs": [entry(a, alp) for a, alp in top]}
                             for t, lp, top in zip(tokens, lps, tops, strict=True)]}
 
-    async def chat_stream(self, job: Job, request: Request, req: ChatCompletionRequest, rid: str, created: int,
+    async def finish_stream(self, job: Job, request: Request, rid: str, prompt_tokens: int,
+                            states: list[_ChoiceState], base: dict[str, Any], include_usage: bool,
+                            chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+        """What every stream shares around its own chunks: the usage chunk when asked for, an API error as an
+        SSE error event, the job cancelled however the stream ends (a client that goes away frees its slot),
+        and the closing ``[DONE]``."""
+        start = time.perf_counter()
+        try:
+            async for line in chunks:
+                yield line
+            completion = sum(s.completion_tokens for s in states)
+            u = self.record_usage(request, prompt_tokens, completion, time.perf_counter() - start,
+                                  states[0].finish_reason)
+            if include_usage:
+                yield _data({**base, "choices": [], "usage": u})
+        except APIError as err:
+            yield _data(err.body())
+        except (asyncio.CancelledError, GeneratorExit):
+            log.info("client went away: stopped %s after %d tokens", rid, sum(len(s.tokens) for s in states))
+            raise
+        finally:
+            job.cancel()
+        yield "data: [DONE]\n\n"
+
+    def chat_stream(self, job: Job, request: Request, req: ChatCompletionRequest, rid: str, created: int,
                           prompt_tokens: int, include_usage: bool) -> AsyncIterator[str]:
         base = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": self.engine.model_id,
                 "system_fingerprint": _fingerprint()}
@@ -492,8 +516,7 @@ class _API:
                 body["usage"] = None
             return _data(body)
 
-        start = time.perf_counter()
-        try:
+        async def body() -> AsyncIterator[str]:
             for i in range(n):
                 yield chunk(i, {"role": "assistant", "content": ""})
             async for out in self.outputs(job):
@@ -510,19 +533,8 @@ class _API:
                     yield chunk(out.index, {"content": text}, None, lp)
                 if state.finish_reason is not None:
                     yield chunk(out.index, {}, state.finish_reason)
-            completion = sum(s.completion_tokens for s in states)
-            u = self.record_usage(request, prompt_tokens, completion, time.perf_counter() - start,
-                                  states[0].finish_reason)
-            if include_usage:
-                yield _data({**base, "choices": [], "usage": u})
-        except APIError as err:
-            yield _data(err.body())
-        except (asyncio.CancelledError, GeneratorExit):
-            log.info("client went away: stopped %s after %d tokens", rid, sum(len(s.tokens) for s in states))
-            raise
-        finally:
-            job.cancel()
-        yield "data: [DONE]\n\n"
+
+        return self.finish_stream(job, request, rid, prompt_tokens, states, base, include_usage, body())
 
     # ---- completions ----
 
@@ -598,7 +610,7 @@ class _API:
                 offsets.append(base + s.offsets[k])
         return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": tops, "text_offset": offsets}
 
-    async def completion_stream(self, job: Job, request: Request, req: CompletionRequest, rid: str, created: int,
+    def completion_stream(self, job: Job, request: Request, req: CompletionRequest, rid: str, created: int,
                                 prompt_tokens: int, echo_texts: list[str], include_usage: bool) -> AsyncIterator[str]:
         base = {"id": rid, "object": "text_completion", "created": created, "model": self.engine.model_id,
                 "system_fingerprint": _fingerprint()}
@@ -613,8 +625,7 @@ class _API:
                 body["usage"] = None
             return _data(body)
 
-        start = time.perf_counter()
-        try:
+        async def body() -> AsyncIterator[str]:
             async for out in self.outputs(job):
                 i = out.index
                 if out.kind == "prompt_logprobs":
@@ -635,19 +646,8 @@ class _API:
                     yield chunk(i, text, None, lp)
                 if state.finish_reason is not None:
                     yield chunk(i, "", state.finish_reason)
-            completion = sum(s.completion_tokens for s in states)
-            u = self.record_usage(request, prompt_tokens, completion, time.perf_counter() - start,
-                                  states[0].finish_reason)
-            if include_usage:
-                yield _data({**base, "choices": [], "usage": u})
-        except APIError as err:
-            yield _data(err.body())
-        except (asyncio.CancelledError, GeneratorExit):
-            log.info("client went away: stopped %s after %d tokens", rid, sum(len(s.tokens) for s in states))
-            raise
-        finally:
-            job.cancel()
-        yield "data: [DONE]\n\n"
+
+        return self.finish_stream(job, request, rid, prompt_tokens, states, base, include_usage, body())
 
 
 async def _watch_disconnect(request: Request, job: Job) -> None:
