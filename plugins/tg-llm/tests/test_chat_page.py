@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_server_helpers import MODEL_ID, missing, require, shared_server
+from llm_testutil import missing, require
+from test_server_helpers import MODEL_ID, shared_server
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"

