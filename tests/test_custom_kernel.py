@@ -134,13 +134,14 @@ def test_custom_kernel_counts_its_estimates():
 
 
 def test_custom_kernel_writes_in_place_and_clears_stale_values():
-    buf = Tensor.zeros(64, device="LANE").contiguous().realize()
-    doubled = (buf + 0).realize()
-    ones = Tensor.ones(64, device="LANE").contiguous()
+    buf = Tensor.ones(64, device="LANE").contiguous().realize()
+    keep = buf * 2  # keeps the lazy node alive: the realized-value cache remembers its result below
+    assert (buf * 2).tolist() == [2.0] * 64
     (written,) = Tensor.custom_kernel(buf, fxn=lambda o: custom_program(
-        "fill", [("ld", 0, 0), ("muli", 0, 0, 0, 0.0), ("st", 0, 0)], (1,), (64,)))[:1]
-    assert written.realize().tolist() == [0.0] * 64
-    assert (ones + doubled).tolist() == [1.0] * 64
+        "triple", [("ld", 0, 0), ("muli", 0, 0, 0, 3.0), ("st", 0, 0)], (1,), (64,)))
+    assert written.tolist() == [3.0] * 64
+    assert buf.tolist() == [3.0] * 64  # the kernel wrote the input's own buffer
+    assert keep.tolist() == [6.0] * 64  # recomputed from the new contents, not the cached 2.0
 
 
 def test_gradients_come_from_grad_fxn():

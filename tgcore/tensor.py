@@ -25,6 +25,7 @@ import numpy as np
 from tgcore.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from tgcore.helpers import prod
 from tgcore.runtime.registry import canonical
+from tgcore.schedule.cache import is_constant
 from tgcore.schedule.kernelize import buffers, create_schedule, new_buffer_uop, realized
 from tgcore.schedule.shape import shape_of
 from tgcore.tensor_autograd import AutogradMixin, leaf_uops, mark_leaf
@@ -224,7 +225,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
         for t in todo:
             lazy = t.uop
             buf = result[lazy]
-            if not _is_constant(lazy):  # (constants are cheap to recompute and their nodes are shared)
+            if not is_constant(lazy):  # (constants are cheap to recompute and their nodes are shared)
                 realized[lazy] = buf
             if leaves and any(n in leaves for n in lazy.toposort):
                 t._graph = lazy  # reading a value must not cut the graph backward() walks
@@ -785,12 +786,6 @@ def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
             raise ValueError(f"shapes {a} and {b} cannot be broadcast together")
         out.append(y if x == 1 else x)
     return tuple(out)
-
-
-def _is_constant(u: UOp) -> bool:
-    while u.op is Ops.RESHAPE or u.op is Ops.EXPAND:
-        u = u.src[0]
-    return u.op is Ops.CONST
 
 
 def _is_realized(u: UOp) -> bool:

@@ -56,7 +56,7 @@ class CacheStats:
     misses = 0
 
 
-def _is_constant(n: UOp) -> bool:
+def is_constant(n: UOp) -> bool:
     """A constant, possibly reshaped and expanded: a subgraph with no buffer that stands for itself in the key."""
     while n.op is Ops.RESHAPE or n.op is Ops.EXPAND:
         n = n.src[0]
@@ -80,7 +80,7 @@ class _Walk:
                 index[n] = len(parts)
                 parts.append((n.op, n.dtype, n.arg, tuple([index[s] for s in n.src])))
                 continue
-            if _is_constant(n):  # hash-consed and holds no buffer: the node itself is its key
+            if is_constant(n):  # hash-consed and holds no buffer: the node itself is its key
                 index[n] = len(parts)
                 parts.append(n)
                 continue
