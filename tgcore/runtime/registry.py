@@ -125,9 +125,20 @@ _open: dict[str, Any] = {}
 _open_lock = threading.Lock()
 
 
+_canonical: dict[str, str] = {}  # device string -> canonical form: parsing costs ~3 us, and a tensor asks often
+
+
 def canonical(spec: str | None = None) -> str:
     """The canonical form of a device string (``"cpu:x86"`` -> ``"CPU:X86"``), default ``DEV``."""
-    return str(parse_device(default_device_string() if spec is None else spec))
+    if spec is None:
+        spec = default_device_string()
+    found = _canonical.get(spec) if type(spec) is str else None
+    if found is None:
+        found = str(parse_device(spec))
+        if len(_canonical) >= 1024:  # DISK paths are open-ended: keep the memo bounded
+            _canonical.clear()
+        _canonical[spec] = found
+    return found
 
 
 def open_device(spec: str | None = None) -> Any:
