@@ -44,6 +44,7 @@ from tg_mlx_rdma.transport import (
     empty_tensor,
     header_nbytes,
     make_header,
+    recv_target,
     tensor_bytes,
 )
 
@@ -280,11 +281,13 @@ class Mlx5Transport(Transport):
             self._send_bytes(peer, data, what)
         del keep
 
-    def recv(self, shape: int | Sequence[int], dtype: Any, src: int, device: str | None = None) -> Tensor:
+    def recv(self, shape: int | Sequence[int], dtype: Any, src: int, device: str | None = None,
+             out: Tensor | None = None) -> Tensor:
         self._live()
         self._check_peer(src, "src")
         dims, dt = as_shape(shape), as_dtype(dtype)
         want = make_header(dims, dt)
+        t, mv, commit = recv_target(dims, dt, device, out)
         what = f"recv of {describe_header(want)} from rank {src}"
         peer = self.peers[src]
         got = np.zeros(HEADER_WORDS, dtype=np.int64)
@@ -295,7 +298,6 @@ class Mlx5Transport(Transport):
             if header_nbytes(got):
                 self._recv_bytes(peer, None, header_nbytes(got), what + " (discarding the mismatched data)")
             raise
-        t, mv, commit = empty_tensor(dims, dt, device)
         if mv.nbytes:
             self._recv_bytes(peer, mv, mv.nbytes, what)
         commit()

@@ -46,7 +46,7 @@ from tg_mlx_rdma.transport import (
     empty_tensor,
     header_nbytes,
     make_header,
-    output_bytes,
+    recv_target,
     tensor_bytes,
 )
 
@@ -201,19 +201,11 @@ class MPITransport(Transport):
 
     def recv(self, shape: int | Sequence[int], dtype: Any, src: int, device: str | None = None,
              out: Tensor | None = None) -> Tensor:
-        """``Transport.recv``; with ``out`` (a tensor of ``shape`` and ``dtype`` that owns its buffer, see
-        ``transport.output_bytes``) the data lands in ``out``'s memory, which is returned: no new tensor per
-        message. After a ``PeerMismatch`` the contents of ``out`` are unspecified."""
         self._live()
         self._check_peer(src, "src")
         dims, dt = as_shape(shape), as_dtype(dtype)
         want = make_header(dims, dt)
-        if out is None:
-            t, mv, commit = empty_tensor(dims, dt, device)
-        elif device is not None:
-            raise ValueError("recv takes device= or out=, not both (the result lives on out's device)")
-        else:
-            t, (mv, commit) = out, output_bytes(out, dims, dt)
+        t, mv, commit = recv_target(dims, dt, device, out)
         mpi, comm = self._mpi, self._comm
         got = np.empty(HEADER_WORDS, dtype=np.int64)
         header_req = comm.Irecv([got, mpi.INT64_T], src, TAG_HEADER)

@@ -235,6 +235,18 @@ def output_bytes(out: Tensor, shape: tuple[int, ...], dt: DType) -> tuple[memory
     return staging, commit
 
 
+def recv_target(shape: tuple[int, ...], dt: DType, device: str | None,
+                out: Tensor | None) -> tuple[Tensor, memoryview, Callable[[], None]]:
+    """Where a ``recv`` lands: a new tensor on ``device`` (``empty_tensor``) or ``out``'s own memory
+    (``output_bytes``); checked before anything is received, so a bad ``out`` consumes no message."""
+    if out is None:
+        return empty_tensor(shape, dt, device)
+    if device is not None:
+        raise ValueError("recv takes device= or out=, not both (the result lives on out's device)")
+    mv, commit = output_bytes(out, shape, dt)
+    return out, mv, commit
+
+
 # ---------------------------------------------------------------------------------------------- the API
 
 class Transport(abc.ABC):
@@ -251,10 +263,14 @@ class Transport(abc.ABC):
         """Send ``tensor`` (any shape, dtype and device) to rank ``dst``; returns when its memory may be reused."""
 
     @abc.abstractmethod
-    def recv(self, shape: int | Sequence[int], dtype: Any, src: int, device: str | None = None) -> Tensor:
+    def recv(self, shape: int | Sequence[int], dtype: Any, src: int, device: str | None = None,
+             out: Tensor | None = None) -> Tensor:
         """Receive a tensor of ``shape`` and ``dtype`` from rank ``src`` onto ``device`` (default device if None).
 
-        Raises ``PeerMismatch`` when the sender sent another shape or dtype (the message is consumed)."""
+        With ``out`` (a tensor of ``shape`` and ``dtype`` that owns its buffer, see ``output_bytes``) the data
+        lands in ``out``'s memory and ``out`` is returned: no new tensor per message. Raises ``PeerMismatch``
+        when the sender sent another shape or dtype (the message is consumed; ``out``'s contents are then
+        unspecified)."""
 
     @abc.abstractmethod
     def allreduce(self, tensor: Tensor, op: str = "sum") -> Tensor:
