@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -68,3 +69,64 @@ def same_listing(ours: str, theirs: str, form: Form, code_len: int = 0) -> bool:
         if (na - nb) % (1 << bits):
             return False
     return True
+
+
+# ---------------------------------------------------------------- capstone detail mode, for selection tests
+
+@dataclass(frozen=True)
+class Operand:
+    """One operand as capstone decodes it: kind "reg", "imm" or "mem"; ``size`` in bytes."""
+    kind: str
+    size: int
+    reg: str | None = None
+    imm: int | None = None
+    base: str | None = None
+    index: str | None = None
+    scale: int = 1
+    disp: int = 0
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One instruction: ``disp_size`` is the byte count of its displacement field (0, 1 or 4)."""
+    address: int
+    mnemonic: str
+    operands: tuple[Operand, ...]
+    disp_size: int
+    text: str
+
+    def mem(self) -> Operand | None:
+        return next((o for o in self.operands if o.kind == "mem"), None)
+
+    def regs(self) -> list[str]:
+        return [o.reg for o in self.operands if o.kind == "reg" and o.reg is not None]
+
+
+def disassemble(code: bytes) -> list[Decoded]:
+    """Every instruction of ``code``, decoded by capstone with operand details (fails on undecodable bytes)."""
+    capstone = require_capstone()
+    from capstone import x86
+    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    md.syntax = capstone.CS_OPT_SYNTAX_INTEL
+    md.detail = True
+
+    def name(insn: Any, reg: int) -> str | None:
+        return insn.reg_name(reg) if reg else None
+
+    out, end = [], 0
+    for insn in md.disasm(code, 0):
+        ops = []
+        for o in insn.operands:
+            if o.type == x86.X86_OP_REG:
+                ops.append(Operand("reg", o.size, reg=name(insn, o.reg)))
+            elif o.type == x86.X86_OP_IMM:
+                ops.append(Operand("imm", o.size, imm=o.imm))
+            else:
+                m = o.mem
+                ops.append(Operand("mem", o.size, base=name(insn, m.base), index=name(insn, m.index), scale=m.scale,
+                                   disp=m.disp))
+        out.append(Decoded(insn.address, insn.mnemonic, tuple(ops), insn.disp_size,
+                           f"{insn.mnemonic} {insn.op_str}".strip()))
+        end = insn.address + insn.size
+    assert end == len(code), f"capstone stops decoding at byte {end} of {len(code)}"
+    return out
