@@ -99,10 +99,15 @@ def run(name: str, uops: list[UOp], buffers: dict[int, np.ndarray]) -> bytes:
     return code
 
 
-def param_of(load: UOp) -> int:
-    """The buffer number a LOAD reads."""
-    (p,) = [n for n in load.toposort if n.op is Ops.PARAM]
+def param_of(u: UOp) -> int:
+    """The buffer number a LOAD reads (or a STORE writes)."""
+    (p,) = [n for n in u.toposort if n.op is Ops.PARAM]
     return p.arg
+
+
+def output_param(uops: list[UOp]) -> int:
+    (store,) = [u for u in uops if u.op is Ops.STORE]
+    return param_of(store.src[0])
 
 
 def ints(values: list[int], dt: DType) -> np.ndarray:
@@ -193,10 +198,12 @@ def test_max_and_min_pick_the_form_of_the_dtype(dt, n, suffix):
 
 @pytest.mark.parametrize("dt, n, suffix", FORMS, ids=FORM_IDS)
 def test_where_of_a_less_than_matches_numpy(dt, n, suffix):
+    """Bit for bit: which zero (0.0 or -0.0) and which NaN is picked matters here."""
     a, b = _with_specials(dt, n, 1), _with_specials(dt, n, 2)
     x, y = Tensor(a, device=X86), Tensor(b, device=X86)
-    np.testing.assert_array_equal((x < y).where(x, y).numpy(), np.where(a < b, a, b))
-    np.testing.assert_array_equal((y < x).where(x, y).numpy(), np.where(b < a, a, b))
+    bits = np.uint32 if dt is dtypes.float32 else np.uint64
+    for got, want in (((x < y).where(x, y), np.where(a < b, a, b)), ((y < x).where(x, y), np.where(b < a, a, b))):
+        np.testing.assert_array_equal(got.numpy().view(bits), want.view(bits))
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError,
@@ -244,7 +251,7 @@ def test_mulacc_picks_the_fma_form_of_the_dtype(dt, n, suffix):
     name, uops, params = _mulacc_kernel(dt, n)
     a, b, c = (rng.integers(-50, 50, n).astype(dt.np) for _ in range(3))
     out = np.zeros(n, dt.np)
-    code = run(name, uops, {0: out, **dict(zip(params, (a, b, c), strict=True))})
+    code = run(name, uops, {output_param(uops): out, **dict(zip(params, (a, b, c), strict=True))})
     fmas = starting(disassemble(code), "vfmadd")
     assert fmas and {i.mnemonic for i in fmas} == {"vfmadd231" + suffix}
     assert all(is_ymm(i) == (suffix[0] == "p") for i in fmas)
@@ -262,7 +269,7 @@ def test_mulacc_rounds_like_a_multiply_then_an_add(dt, n, suffix):
     a = np.full(n, 1 + e, dt.np)            # a*a = 1 + 2e + e*e: e*e is half an ulp of 1, rounded off (to even)
     c = np.full(n, -(1 + 2 * e), dt.np)
     out = np.zeros(n, dt.np)
-    run(name, uops, {0: out, **dict(zip(params, (a, a, c), strict=True))})
+    run(name, uops, {output_param(uops): out, **dict(zip(params, (a, a, c), strict=True))})
     np.testing.assert_array_equal(out, a * a + c)   # numpy rounds the product, then the sum: 0 (fused: e*e)
 
 
@@ -321,8 +328,9 @@ NO_SHUFFLES = [  # lanes cross a 128-bit half, or one half takes a lane its patt
 
 def _lanes_kernel(dt: DType, lanes: str) -> tuple[list[Decoded], np.ndarray, np.ndarray]:
     """Selection level (codegen makes no lane-permuting GEP from Tensor code; strided reads are scalar loads,
-    see the next test): the vector kernel of x + y, its second operand replaced by the lanes named in
-    ``lanes``, run on 64 elements; returns the code, the result and numpy's."""
+    see test_vector_of_strided_scalars_is_built_with_vinsertps): the vector kernel of x + y, its second
+    operand replaced by the lanes named in ``lanes``, run on 64 elements; returns the code, the result and
+    numpy's."""
     n, per = 64, len(lanes.split())
     a, b = rng.standard_normal(n).astype(dt.np), rng.standard_normal(n).astype(dt.np)
     name, uops = program(Tensor(a, device=X86) + Tensor(b, device=X86))
@@ -338,7 +346,7 @@ def _lanes_kernel(dt: DType, lanes: str) -> tuple[list[Decoded], np.ndarray, np.
     ax, ay = (add.src[0], add.src[1])
     bufs = {param_of(ax): a, param_of(ay): b}
     out = np.zeros(n, dt.np)
-    code = run(name, uops, {0: out, **bufs})
+    code = run(name, uops, {output_param(uops): out, **bufs})
     blocks = {"x": a.reshape(-1, per), "y": b.reshape(-1, per)}
     other = np.stack([blocks[s][:, k] for s, k in picks], axis=1).reshape(-1)
     return disassemble(code), out, a + other
