@@ -170,6 +170,19 @@ def test_flag_users_of_the_same_values_share_one_cmp(kind):
     assert len(value_compares(machine_code(t))) == 1
 
 
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="a gated load's gate compare is materialized (cmp, setl, movzx) and then tested (test, je) "
+                   "instead of the jump reading the cmp's flags (issue 6: cmov/setcc/jcc sharing one cmp)")
+def test_gated_load_jumps_on_the_flags_of_its_compare():
+    """x padded by 3 in front: x[i-3] is read only where 3 <= i (7 elements: scalar code)."""
+    a = np.arange(1, 5, dtype=np.float32)
+    t = Tensor(a, device=X86).pad(((3, 0),)) * 3
+    insts = machine_code(t)
+    np.testing.assert_array_equal(t.numpy(), np.pad(a, (3, 0)) * np.float32(3))
+    conditional = [i for i in starting(insts, "j") if i.mnemonic != "jmp"]
+    assert len(conditional) == 2 and not named(insts, "test")   # the gate's jump and the loop's back edge
+
+
 # ---------------------------------------------------------------- max/min/fma forms by dtype
 
 FORMS = [(dtypes.float32, 7, "ss"), (dtypes.float64, 7, "sd"), (dtypes.float32, 64, "ps"), (dtypes.float64, 64, "pd")]
@@ -417,6 +430,20 @@ def test_constant_index_offset_is_a_scaled_displacement(dt, k, n):
     assert load.disp_size == (1 if m.disp <= 127 else 4)
     assert not named(insts, "lea")   # the offset is not added to the index separately
     np.testing.assert_array_equal(t.numpy(), a[k:k + n] * np.array(3, dt.np))
+
+
+@pytest.mark.parametrize("dt, k", [(dtypes.float32, 3), (dtypes.float32, 32), (dtypes.float32, 33),
+                                   (dtypes.float32, 40), (dtypes.int16, 64), (dtypes.int16, 65)], ids=str)
+def test_negative_index_offset_is_a_signed_displacement(dt, k):
+    """x padded by k in front reads x[i-k] under a gate: disp -k*size, one byte down to -128."""
+    a = (np.arange(21) % 100).astype(dt.np)
+    t = Tensor(a, device=X86).pad(((k, 0),)) * 3
+    insts = machine_code(t)
+    reads = buffer_reads(insts)    # one per lane when codegen vectorizes the padded output (lanes one by one)
+    assert min(i.mem().disp for i in reads) == -k * dt.itemsize
+    assert all(i.mem().scale == dt.itemsize and i.disp_size == (1 if -128 <= i.mem().disp <= 127 else 4)
+               for i in reads if i.mem().disp != 0)
+    np.testing.assert_array_equal(t.numpy(), np.pad(a, (k, 0)) * np.array(3, dt.np))
 
 
 # ---------------------------------------------------------------- load folding
