@@ -5,7 +5,8 @@ Out: program text or bytes for the renderer's ``compiler``.
 
 A renderer describes its target as data (SIMD widths, threads, a legalization matcher, a
 placement-priority hook); codegen reads these attributes and never asks which renderer it
-is talking to.
+is talking to. Machine-code backends build on ``ISARenderer`` (``tgcore.renderer.isa``): isel rules,
+register allocation and encoding as stages; its names load on first use from here.
 """
 from __future__ import annotations
 
@@ -34,3 +35,15 @@ class Renderer:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.device}:{self.name}>"
+
+
+_ISA_EXPORTS = frozenset({"ISARenderer", "ISelContext", "LineRewriteError", "line_rewrite", "isa_spec",
+                          "callee_saved_used", "AllocTarget", "MInst", "Register", "RegisterPlan", "VReg"})
+
+
+def __getattr__(name: str) -> Any:
+    """The ISA pipeline's names (``tgcore.renderer.isa``), imported when first asked for."""
+    if name in _ISA_EXPORTS:
+        from tgcore.renderer import isa
+        return getattr(isa, name)
+    raise AttributeError(f"module 'tgcore.renderer' has no attribute {name!r}")

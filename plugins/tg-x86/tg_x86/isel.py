@@ -1,9 +1,13 @@
 """Instruction selection: a kernel's linear UOps -> machine instructions on virtual registers.
 
-In:  the linear UOp list codegen hands a ``linear`` renderer; vector UOps (the renderer's
-     ``simd_widths``) are selected by ``vsel.VectorSelection``, which this class mixes in.
+In:  the linear UOp list codegen hands a ``linear`` renderer.
 Out: a list of ``MInst`` (see ``machine.py``) with ``LoopStart``/``LoopEnd`` markers, and the
      ``Frame`` (constants, argument count) the prologue needs.
+
+Selection is the rule table ``ISEL`` (horizontal reductions, ``vsel.VECTOR_ISEL`` for vector UOps,
+then ``SCALAR_ISEL``), run line by line by the core's ``line_rewrite`` with a ``Selector`` as the
+isel context (``tgcore.renderer.isa``). The rules call the selector's emit helpers; the vector ones
+live in ``vsel.VectorSelection``, which the selector mixes in.
 
 Value representation:
     integers and bool  a gpr; types narrower than 32 bits are kept sign- or zero-extended to
@@ -22,18 +26,17 @@ sign, float->int truncates and wraps (NaN/inf give 0), max propagates NaN, gated
 from __future__ import annotations
 
 import bisect
-import itertools
 import struct
-from collections.abc import Callable
 from typing import Any
 
 from tg_x86.isa import Cond, Op
 from tg_x86.machine import RAX, RCX, RDX, Frame, Slot, VMem, label_inst, minst
 from tg_x86.operands import Label
-from tg_x86.vsel import BARRIER_OPS, DIV_OPS, SHIFT_OPS, VectorSelection, is_vector
+from tg_x86.vsel import BARRIER_OPS, DIV_OPS, EMITTED, HRED_ISEL, SHIFT_OPS, VECTOR_ISEL, VectorSelection, is_vector
 from tgcore.codegen.regalloc import LoopEnd, LoopStart, MInst, VReg
 from tgcore.dtype import AddrSpace, DType, dtypes
-from tgcore.uop import Ops, UOp
+from tgcore.renderer.isa import ISelContext, line_rewrite
+from tgcore.uop import GroupOp, Ops, PatternMatcher, UOp, UPat
 
 F16_ROUND = 0       # vcvtps2ph immediate: round to nearest even
 TRUNC_IMM = 0xB     # vroundss immediate: toward zero, no precision exception
@@ -41,7 +44,6 @@ CMP_EQ_OQ, CMP_LT_OS, CMP_NEQ_UQ, CMP_UNORD_Q = 0, 1, 4, 3
 # sets, not tuples: membership is a hash lookup (ops and dtypes hash by identity; a tuple compares each with ==)
 CMP_OPS = frozenset({Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE})
 FOLD_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX})
-VECTOR_ONLY_OPS = frozenset({Ops.GEP, Ops.VCONST})
 ARG_OPS = frozenset({Ops.PARAM, Ops.DEFINE_VAR})                        # read from the argument slots
 NO_CODE_OPS = frozenset({Ops.CONST, Ops.SINK, Ops.GROUP, Ops.NOOP, Ops.INDEX})  # selected where used, or nothing
 ADD_MUL = frozenset({Ops.ADD, Ops.MUL})
@@ -87,28 +89,22 @@ def fop(name: str, dt: DType) -> Op:
     return Op[name + fsuffix(dt)]
 
 
-class Selector(VectorSelection):
-    def __init__(self, uops: list[UOp], remat_args: bool = False) -> None:
-        self.uops = uops
+class Selector(ISelContext, VectorSelection):
+    """The isel context of one kernel: the emit helpers the rules (``ISEL``) call, and selection state."""
+
+    def __init__(self, uops: list[UOp], remat_args: bool = False, isel: PatternMatcher | None = None) -> None:
+        super().__init__(uops, ISEL if isel is None else isel)
         self.pos = {u: i for i, u in enumerate(uops)}
-        self.users: dict[UOp, list[UOp]] = {u: [] for u in uops}
         # buffer k is argument k; a buffer no UOp reads still takes its place, so the variables and
         # core_id follow the highest buffer number
         nbufs, names = 0, set()
         param, define_var = Ops.PARAM, Ops.DEFINE_VAR  # locals: enum members are slow to look up (3.11)
         for u in uops:
-            for s in u.src:
-                found = self.users.get(s)
-                if found is not None:
-                    found.append(u)
             if u.op is param:
                 nbufs = max(nbufs, u.arg + 1)
             elif u.op is define_var:
                 names.add(u.arg[0])
-        self.prog: list[Any] = []
         self.frame = Frame()
-        self.val: dict[UOp, Any] = {}
-        self.ids = itertools.count()
         self.loops: list[tuple[VReg, Any, Label, Label, int]] = []
         self.const_slots: dict[bytes, int] = {}
         self.folded: set[UOp] = set()
@@ -125,9 +121,6 @@ class Selector(VectorSelection):
         self.plan_vectors()
 
     # ---- helpers ----
-    def new(self, cls: str) -> VReg:
-        return VReg(next(self.ids), cls)
-
     def newv(self, dt: DType) -> VReg:
         return self.new("vec" if is_vec(dt) else "gpr")
 
@@ -327,70 +320,9 @@ class Selector(VectorSelection):
 
     # ---- the program ----
     def select(self) -> tuple[list[Any], Frame]:
-        for u in self.uops:
-            self.one(u)
+        """Run the rules over every line (what ``ISARenderer.select`` does)."""
+        line_rewrite(self.uops, self.isel, self, self.prog, strict=True)
         return self.prog, self.frame
-
-    def one(self, u: UOp) -> None:
-        if u in self.hred_skip:        # inside a horizontal reduction (see vsel.plan_horizontal)
-            return
-        if u in self.hred_roots:
-            self.val[u] = self.hreduce(u)
-        elif u.op in VECTOR_ONLY_OPS or is_vector(u.dtype):
-            self.vector_one(u)
-        else:
-            SCALAR_RULES.get(u.op, Selector.rule_alu)(self, u)
-
-    # ---- the scalar rule of each op (see SCALAR_RULES) ----
-    def rule_argument(self, u: UOp) -> None:
-        if self.remat_args:
-            self.arg_sites.append((len(self.prog), u))
-        else:
-            self.val[u] = self.arg_value(u)
-
-    def rule_nothing(self, u: UOp) -> None:
-        pass
-
-    def rule_define_reg(self, u: UOp) -> None:
-        base = u.dtype.base  # type: ignore[attr-defined]
-        if base.count > 1:
-            self.vector_one(u)
-            return
-        if getattr(u.dtype, "size", 1) not in (1, -1):
-            raise SelectionError(f"x86: accumulator {u.dtype} (only scalar 1-element registers)")
-        self.val[u] = self.newv(base)
-
-    def rule_after(self, u: UOp) -> None:
-        if u.src[0] in self.val:
-            self.val[u] = self.val[u.src[0]]
-
-    def rule_end(self, u: UOp) -> None:
-        for _ in u.src[1:]:
-            self.close_loop()
-
-    def rule_store(self, u: UOp) -> None:
-        if is_vector(u.src[1].dtype):
-            self.vector_one(u)
-        else:
-            self.store(u)
-
-    def rule_cast(self, u: UOp) -> None:
-        self.val[u] = self.cast(u.src[0], u.dtype)
-
-    def rule_bitcast(self, u: UOp) -> None:
-        self.val[u] = self.bitcast(u.src[0], u.dtype)
-
-    def rule_compare(self, u: UOp) -> None:
-        if not self.fusable_compare(u):
-            self.val[u] = self.flags_to_bool(self.compare(u))
-
-    def rule_where(self, u: UOp) -> None:
-        self.val[u] = self.where(u)
-
-    def rule_alu(self, u: UOp) -> None:
-        if u.dtype.count != 1:
-            raise SelectionError(f"x86: vector {u.op.name} {u.dtype}")
-        self.val[u] = self.float_alu(u) if is_vec(u.dtype) else self.int_alu(u)
 
     def args_held(self) -> list[Any]:
         """After selecting with ``remat_args``: the program selecting without it makes (each pointer and
@@ -1046,16 +978,119 @@ class Selector(VectorSelection):
         return d
 
 
-# what ``Selector.one`` does with a scalar UOp, by op (any op not here is an ALU op: ``rule_alu``)
-SCALAR_RULES: dict[Ops, Callable[[Selector, UOp], None]] = {
-    Ops.PARAM: Selector.rule_argument, Ops.DEFINE_VAR: Selector.rule_argument,
-    **{op: Selector.rule_nothing for op in NO_CODE_OPS},
-    Ops.DEFINE_REG: Selector.rule_define_reg, Ops.AFTER: Selector.rule_after,
-    Ops.RANGE: Selector.open_loop, Ops.END: Selector.rule_end,
-    Ops.LOAD: Selector.load, Ops.STORE: Selector.rule_store,
-    Ops.CAST: Selector.rule_cast, Ops.BITCAST: Selector.rule_bitcast,
-    **{op: Selector.rule_compare for op in CMP_OPS}, Ops.WHERE: Selector.rule_where,
-}
+# ---- the rules ----
+# Each rule takes the isel context (a ``Selector``) and the UOp, emits its instructions into ``ctx.prog``
+# through the selector's helpers, records the UOp's value in ``ctx.val`` and returns EMITTED; None
+# falls through to the next rule of the op. Vector UOps are taken first by ``vsel.VECTOR_ISEL``.
+
+def sel_argument(ctx: Selector, x: UOp) -> tuple:
+    if ctx.remat_args:  # read from its argument slot where used (see args_held)
+        ctx.arg_sites.append((len(ctx.prog), x))
+    else:
+        ctx.val[x] = ctx.arg_value(x)
+    return EMITTED
+
+
+def sel_define_reg(ctx: Selector, x: UOp) -> tuple:
+    if getattr(x.dtype, "size", 1) not in (1, -1):
+        raise SelectionError(f"x86: accumulator {x.dtype} (only scalar 1-element registers)")
+    ctx.val[x] = ctx.newv(x.dtype.base)  # type: ignore[attr-defined]
+    return EMITTED
+
+
+def sel_after(ctx: Selector, x: UOp) -> tuple:
+    if x.src[0] in ctx.val:
+        ctx.val[x] = ctx.val[x.src[0]]
+    return EMITTED
+
+
+def sel_range(ctx: Selector, x: UOp) -> tuple:
+    ctx.open_loop(x)
+    return EMITTED
+
+
+def sel_end(ctx: Selector, x: UOp) -> tuple:
+    for _ in x.src[1:]:
+        ctx.close_loop()
+    return EMITTED
+
+
+def sel_load(ctx: Selector, x: UOp) -> tuple:
+    ctx.load(x)
+    return EMITTED
+
+
+def sel_store(ctx: Selector, x: UOp) -> tuple:
+    ctx.store(x)
+    return EMITTED
+
+
+def sel_cast(ctx: Selector, x: UOp) -> tuple:
+    ctx.val[x] = ctx.cast(x.src[0], x.dtype)
+    return EMITTED
+
+
+def sel_bitcast(ctx: Selector, x: UOp) -> tuple:
+    ctx.val[x] = ctx.bitcast(x.src[0], x.dtype)
+    return EMITTED
+
+
+def sel_compare(ctx: Selector, x: UOp) -> tuple:
+    if not ctx.fusable_compare(x):  # else each WHERE using it compares again: no bool is made
+        ctx.val[x] = ctx.flags_to_bool(ctx.compare(x))
+    return EMITTED
+
+
+def sel_where(ctx: Selector, x: UOp) -> tuple:
+    ctx.val[x] = ctx.where(x)
+    return EMITTED
+
+
+def sel_float_alu(ctx: Selector, x: UOp) -> tuple:
+    ctx.val[x] = ctx.float_alu(x)
+    return EMITTED
+
+
+def sel_int_alu(ctx: Selector, x: UOp) -> tuple:
+    ctx.val[x] = ctx.int_alu(x)
+    return EMITTED
+
+
+def sel_unknown(x: UOp) -> tuple:
+    kind = "vector " if is_vector(x.dtype) else ""
+    raise SelectionError(f"x86: no rule for {kind}{x.op.name} {x.dtype}")
+
+
+SCALAR_FLOATS = frozenset(dt for dt in dtypes.all if dtypes.is_float(dt))       # in xmm registers
+SCALAR_INTS = frozenset(dt for dt in dtypes.all if not dtypes.is_float(dt))     # in gprs (bool too)
+
+SCALAR_ISEL = PatternMatcher([
+    # buffer pointers and variables: read from the argument slots
+    (UPat(ARG_OPS, name="x"), sel_argument),
+    # constants and addresses are selected where they are used (immediates, memory operands); SINK etc. emit nothing
+    (UPat(NO_CODE_OPS), lambda: EMITTED),
+    # an accumulator is a register; AFTER is its value at that point
+    (UPat(Ops.DEFINE_REG, name="x"), sel_define_reg),
+    (UPat(Ops.AFTER, name="x"), sel_after),
+    # loops: counter, limit and guard; END closes as many loops as it names
+    (UPat(Ops.RANGE, name="x"), sel_range),
+    (UPat(Ops.END, name="x"), sel_end),
+    # memory: complex addressing, gates as branches; a float load with one user folds into it
+    (UPat(Ops.LOAD, name="x"), sel_load),
+    (UPat(Ops.STORE, name="x"), sel_store),
+    (UPat(Ops.CAST, name="x"), sel_cast),
+    (UPat(Ops.BITCAST, name="x"), sel_bitcast),
+    # comparisons: flags (cmov/setcc/jcc of the users share one cmp); a bool only when a non-WHERE reads it
+    (UPat(CMP_OPS, name="x"), sel_compare),
+    (UPat(Ops.WHERE, name="x"), sel_where),
+    # arithmetic by register file: xmm lane 0 for floats, gprs for integers and bool
+    (UPat(GroupOp.ALU, SCALAR_FLOATS, name="x"), sel_float_alu),
+    (UPat(GroupOp.ALU, SCALAR_INTS, name="x"), sel_int_alu),
+    (UPat(name="x"), sel_unknown),
+])
+
+# the x86 isel table: horizontal reductions, then vector UOps, then scalar ones
+ISEL = HRED_ISEL + VECTOR_ISEL + SCALAR_ISEL
 
 
 def select(uops: list[UOp], remat_args: bool = False) -> tuple[list[Any], Frame]:

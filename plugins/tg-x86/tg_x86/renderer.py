@@ -6,10 +6,15 @@ Out: ``render`` returns the machine code of ``void name(<buffer pointers...>, <i
      through; ``X86Program`` maps them executable and calls them, on the shared thread pool
      when a kernel runs on several cores.
 
-Pipeline: ``isel.select`` (UOps -> machine instructions on virtual registers; vector UOps through
-``vsel``) -> ``machine.cleanup`` (dead values, accumulator updates write the accumulator) -> the core's
-linear-scan allocator -> ``machine.finish`` (prologue/epilogue) -> ``assemble``. ``DEBUG=4`` prints the
-Intel-syntax listing of each kernel.
+``X86Renderer`` is an ``ISARenderer`` (``tgcore.renderer.isa``): its stages are
+    isel           ``isel.ISEL`` rules run by ``line_rewrite`` with an ``isel.Selector`` as context
+    pre_regalloc   ``machine.cleanup`` (dead values, accumulator updates write the accumulator)
+    choose_plan    pointers and variables held in registers, or read from their argument slots where
+                   used when that spills fewer gprs (both programs come from one selection)
+    regalloc       the core's linear scan on ``machine.TARGET``
+    post_regalloc  ``machine.finish`` (System V prologue/epilogue, ``Inst``s)
+    asm / encode   ``listing.asm`` / ``assembler.assemble``
+``DEBUG=4`` prints the Intel-syntax listing of each kernel.
 """
 from __future__ import annotations
 
@@ -17,10 +22,14 @@ import ctypes
 import time
 from typing import Any
 
+from tg_x86 import assembler, listing, machine  # modules: each stage is looked up when it runs (benches wrap them)
+from tg_x86.isel import ISEL, Selector
+from tg_x86.machine import CALLEE_SAVED, GPR, TARGET
+from tgcore.codegen.regalloc import RegisterPlan
 from tgcore.dtype import dtypes
-from tgcore.renderer import Renderer
+from tgcore.renderer.isa import ISARenderer, isa_spec
 from tgcore.runtime.compiler import Compiler
-from tgcore.uop import Ops, UOp
+from tgcore.uop import Ops, PatternMatcher, UOp, UPat
 
 
 class X86Compiler(Compiler):
@@ -35,56 +44,68 @@ class X86Compiler(Compiler):
 
 # gprs an op's value holds for long: pointers and variables, a loop's counter and limit
 PRESSURE = {Ops.PARAM: 1, Ops.DEFINE_VAR: 1, Ops.RANGE: 2}
+HELD_GPRS = len(machine.ALLOC_GPR)
+
+# what reaches isel: codegen decomposes transcendentals for this renderer (native_transcendentals is False)
+X86_SPEC = PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)), lambda: False)]) + isa_spec
 
 
 def lower(name: str, uops: list[UOp]) -> list[Any]:
     """The kernel as ``Inst``s and ``Label``s (after register allocation)."""
-    from tg_x86.isel import select, select_both
-    from tg_x86.machine import TARGET, cleanup, finish
-    from tgcore.codegen.regalloc import plan_registers
-    # 9 allocatable gprs: with many buffers and loops, read pointers and variables from their argument slots
-    # where they are used instead of holding them (else do that only if holding them made the allocator spill
-    # gprs and reading them where used spills less)
-    pressure = sum(PRESSURE.get(u.op, 0) for u in uops)
-    if pressure > 9:
-        program, frame = select(uops, remat_args=True)
-        plan = plan_registers(cleanup(program), TARGET)
-        return finish(plan.program, frame, plan.rewrite())
-    held, remat, frame = select_both(uops)
-    plan = plan_registers(cleanup(held), TARGET)
-    fills = plan.spill_code("gpr")  # gpr fills and spill stores
-    param = Ops.PARAM  # a local: enum members are slow to look up (3.11)
-    params = sum(1 for u in uops if u.op is param)
-    if fills > params:  # else reading pointers where used cannot cost fewer gpr loads and stores
-        plan2 = plan_registers(cleanup(remat), TARGET)
-        if plan2.spill_code("gpr") + params < fills:
-            plan = plan2
-    return finish(plan.program, frame, plan.rewrite())
+    return X86Renderer().lower(name, uops)
 
 
-class X86Renderer(Renderer):
+class X86Renderer(ISARenderer[Selector]):
     device = "CPU"
     name = "X86"
-    linear = True
     has_threads = True
     emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})
     # AVX2: 8 lanes of 32-bit types, 4 of 64-bit ones (wider vectors are split into ymm pieces)
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
                    dtypes.uint64: 4}
+    spec = X86_SPEC
 
     def __init__(self) -> None:
         self.compiler = X86Compiler()
         self.program = X86Program
 
-    def render(self, name: str, kernel: list[UOp] | UOp) -> bytes:
-        assert isinstance(kernel, list), "X86 renders linear programs"
-        from tg_x86.assembler import assemble
-        from tgcore.helpers import DEBUG
-        insts = lower(name, kernel)
-        if DEBUG >= 4:
-            from tg_x86.listing import asm
-            print(f"; {name}\n{asm(insts)}")
-        return assemble(insts).code
+    isel = ISEL
+    target = TARGET
+    callee_saved = tuple(GPR[n] for n in CALLEE_SAVED)
+
+    def context(self, uops: list[UOp]) -> Selector:
+        # always selected reading pointers and variables where used; choose_plan derives the holding program
+        return Selector(uops, remat_args=True)
+
+    def pre_regalloc(self, program: list[Any], ctx: Selector) -> list[Any]:
+        return machine.cleanup(program)
+
+    def choose_plan(self, ctx: Selector) -> RegisterPlan:
+        """Few allocatable gprs (9): with many buffers and loops, read pointers and variables from their argument
+        slots where they are used instead of holding them (else do that only if holding them made the
+        allocator spill gprs and reading them where used spills less)."""
+        uops = ctx.uops
+        pressure = sum(PRESSURE.get(u.op, 0) for u in uops)
+        if pressure > HELD_GPRS:
+            return self.plan(ctx.prog, ctx)
+        plan = self.plan(ctx.args_held(), ctx)
+        fills = plan.spill_code("gpr")  # gpr fills and spill stores
+        param = Ops.PARAM  # a local: enum members are slow to look up (3.11)
+        params = sum(1 for u in uops if u.op is param)
+        if fills > params:  # else reading pointers where used cannot cost fewer gpr loads and stores
+            plan2 = self.plan(ctx.prog, ctx)
+            if plan2.spill_code("gpr") + params < fills:
+                plan = plan2
+        return plan
+
+    def post_regalloc(self, program: list[Any], stack_bytes: int, ctx: Selector) -> list[Any]:
+        return machine.finish(program, ctx.frame, (program, stack_bytes))
+
+    def asm(self, program: Any) -> str:
+        return listing.asm(program)
+
+    def encode(self, program: Any) -> bytes:
+        return assembler.assemble(program).code
 
 
 class X86Program:

@@ -32,7 +32,7 @@ from tg_x86.machine import VMem
 from tg_x86.operands import Label
 from tgcore.codegen.regalloc import VReg
 from tgcore.dtype import DType, PtrDType, dtypes
-from tgcore.uop import Ops, UOp
+from tgcore.uop import GroupOp, Ops, PatternMatcher, UOp, UPat
 
 CMP_EQ_OQ, CMP_LT_OS, CMP_NEQ_UQ, CMP_UNORD_Q = 0, 1, 4, 3
 TRUNC_IMM = 0xB
@@ -136,8 +136,8 @@ def is_vector(dt: DType) -> bool:
 
 
 class VectorSelection:
-    """Mixed into ``isel.Selector``: the rules for vector UOps."""
-    # provided by Selector (with emit, new, copy, mem, reg, materialize, load_into, one, jump, label, ...)
+    """Mixed into ``isel.Selector``: what the vector rules (``VECTOR_ISEL``) call."""
+    # provided by Selector (with emit, new, copy, mem, reg, materialize, load_into, select_line, jump, label, ...)
     uops: list[UOp]
     pos: dict[UOp, int]
     users: dict[UOp, list[UOp]]
@@ -497,20 +497,13 @@ class VectorSelection:
             self.emit(Op.VPBROADCASTQ if wide else Op.VPBROADCASTD, [d], [t], (("d", 0, bits), ("u", 0, 128)))
         return (d,) * len(counts)
 
-    # ---- the rules ----
-    def vector_one(self, u: UOp) -> None:
-        VECTOR_RULES.get(u.op, VectorSelection.valu)(self, u)
-
-    # ---- the vector rule of each op (see VECTOR_RULES) ----
+    # ---- the vector rule of each op (see VECTOR_ISEL) ----
     def vdefine_reg(self, u: UOp) -> None:
         base = u.dtype.base
         if native(base):
             self.val[u] = tuple(self.vnew() for _ in piece_lanes(base))
         else:
             self.val[u] = tuple(self.newv(base.scalar()) for _ in range(base.count))
-
-    def vnothing(self, u: UOp) -> None:
-        pass
 
     def vcompare(self, u: UOp) -> None:
         if u not in self.vfused_cmps:
@@ -632,7 +625,7 @@ class VectorSelection:
             for j in range(u.dtype.count):
                 su = UOp(Ops.LOAD, u.dtype.scalar(), (idx, *(self.lane_uop(s, j) for s in u.src[1:])))
                 self.lane_offset = j
-                self.one(su)
+                self.select_line(su)
                 self.lane_offset = 0
                 out.append(self.val[su])
             self.val[u] = tuple(out)
@@ -671,7 +664,7 @@ class VectorSelection:
         if not native(value.dtype):
             for j in range(value.dtype.count):
                 self.lane_offset = j
-                self.one(UOp(Ops.STORE, dtypes.void, (idx, self.lane_uop(value, j))))
+                self.select_line(UOp(Ops.STORE, dtypes.void, (idx, self.lane_uop(value, j))))
                 self.lane_offset = 0
             return
         gate = idx.src[2] if len(idx.src) > 2 else None
@@ -737,7 +730,7 @@ class VectorSelection:
         sdt = u.dtype.scalar()
         for j in range(u.dtype.count):
             su = UOp(u.op, sdt, tuple(self.lane_uop(s, j) for s in u.src), u.arg)
-            self.one(su)
+            self.select_line(su)
             out.append(self.val[su])
         return out
 
@@ -1108,11 +1101,64 @@ class VectorSelection:
         self.label(done)
 
 
-# what ``vector_one`` does, by op (any op not here is an ALU op: ``valu``)
-VECTOR_RULES: dict[Ops, Callable[[VectorSelection, UOp], None]] = {
-    Ops.GEP: VectorSelection.gep, Ops.DEFINE_REG: VectorSelection.vdefine_reg, Ops.STORE: VectorSelection.vstore,
-    Ops.CONST: VectorSelection.vnothing, Ops.VCONST: VectorSelection.vnothing,
-    Ops.VECTORIZE: VectorSelection.vectorize, Ops.LOAD: VectorSelection.vload,
-    **{op: VectorSelection.vcompare for op in VCMP_OPS}, Ops.WHERE: VectorSelection.vwhere,
-    Ops.CAST: VectorSelection.vcast, Ops.BITCAST: VectorSelection.vbitcast, Ops.AFTER: VectorSelection.vafter,
-}
+# ---- the rules (see ``isel`` for the rule convention) ----
+EMITTED = ()  # a rule's result: the UOp became the instructions the rule emitted into ctx.prog
+
+
+def sel_horizontal(ctx: Any, x: UOp) -> tuple | None:
+    """A node of a horizontal reduction tree (``plan_horizontal``): the root reduces the whole vector,
+    the other nodes and the lane extractions emit nothing."""
+    if x in ctx.hred_skip:
+        return EMITTED
+    if x in ctx.hred_roots:
+        ctx.val[x] = ctx.hreduce(x)
+        return EMITTED
+    return None
+
+
+def vector_rule(method: Callable[[Any, UOp], None], vector: Callable[[UOp], bool] | None = None) -> Callable:
+    """A rule running ``method`` when ``vector(x)`` says the UOp is a vector one (default: its dtype has
+    several lanes), else falling through to the scalar rules."""
+    if vector is None:
+        def rule(ctx: Any, x: UOp) -> tuple | None:
+            dt = x.dtype
+            if dt.count > 1 and not isinstance(dt, PtrDType):
+                method(ctx, x)
+                return EMITTED
+            return None
+    else:
+        test = vector
+
+        def rule(ctx: Any, x: UOp) -> tuple | None:
+            if test(x):
+                method(ctx, x)
+                return EMITTED
+            return None
+    return rule
+
+
+def _always(x: UOp) -> bool:
+    return True
+
+
+HRED_ISEL = PatternMatcher([(UPat((*HRED_OPS, Ops.GEP), name="x"), sel_horizontal)])
+
+VECTOR_ISEL = PatternMatcher([
+    # lanes of a vector (a one-lane GEP has a scalar dtype); VCONST is read from frame slots where used
+    (UPat(Ops.GEP, name="x"), vector_rule(VectorSelection.gep, _always)),
+    (UPat(Ops.VCONST), lambda: EMITTED),
+    # accumulators and stores by the dtype they hold
+    (UPat(Ops.DEFINE_REG, name="x"), vector_rule(VectorSelection.vdefine_reg, lambda x: x.dtype.base.count > 1)),
+    (UPat(Ops.STORE, name="x"), vector_rule(VectorSelection.vstore, lambda x: is_vector(x.src[1].dtype))),
+    # broadcasts (from memory when the load has no other use), lane packing
+    (UPat(Ops.VECTORIZE, name="x"), vector_rule(VectorSelection.vectorize)),
+    (UPat(Ops.LOAD, name="x"), vector_rule(VectorSelection.vload)),
+    # compare + WHERE: a mask and a blend, no bool when WHEREs are the only users
+    (UPat(VCMP_OPS, name="x"), vector_rule(VectorSelection.vcompare)),
+    (UPat(Ops.WHERE, name="x"), vector_rule(VectorSelection.vwhere)),
+    (UPat(Ops.CAST, name="x"), vector_rule(VectorSelection.vcast)),
+    (UPat(Ops.BITCAST, name="x"), vector_rule(VectorSelection.vbitcast)),
+    (UPat(Ops.AFTER, name="x"), vector_rule(VectorSelection.vafter)),
+    # arithmetic piece by piece (FMA into accumulators, folded loads), else lane by lane
+    (UPat(GroupOp.ALU - VCMP_OPS - {Ops.WHERE}, name="x"), vector_rule(VectorSelection.valu)),
+])
