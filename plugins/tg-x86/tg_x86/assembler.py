@@ -9,10 +9,11 @@ reaches a fixed point (at most once per jump).
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tg_x86.encoder import EncodeError, encode, select_form
+from tg_x86.encoder import EncodeError, encode, encode_all, select_form
 from tg_x86.forms import Form
 from tg_x86.isa import Inst
 from tg_x86.operands import Label
@@ -27,61 +28,45 @@ class Assembly:
 
 def assemble(program: Iterable[Inst | Label]) -> Assembly:
     """Encode ``program``; jumps get the shortest displacement that reaches their label."""
-    items = list(program)
-    insts = [x for x in items if isinstance(x, Inst)]
-    defined: set[Label] = set()
-    for x in items:
-        if isinstance(x, Label):
-            if x in defined:
+    insts: list[Inst] = []
+    at: dict[Label, int] = {}  # label -> number of the instruction it marks (len(insts) at the end)
+    for x in program:
+        if type(x) is Inst:
+            insts.append(x)
+        elif isinstance(x, Label):
+            if x in at:
                 raise EncodeError(f"label {x!r} is defined twice")
-            defined.add(x)
-    for inst in insts:
-        if inst.label is not None and inst.label not in defined:
-            raise EncodeError(f"{inst.mnemonic} jumps to label {inst.label!r}, which is not in the program")
-
-    # sizes of everything but jumps are fixed; jumps start as rel8
-    jumps: dict[int, Form] = {}             # instruction number of each jump to a label -> its form
-    fixed: list[bytes] = []                 # the final bytes of everything that is not a jump to a label
-    sizes: list[int] = []
-    for i, inst in enumerate(insts):
-        if inst.label is not None:
-            jumps[i] = select_form(inst, rel_bits=8)
-            fixed.append(b"")
-            sizes.append(len(encode(inst, jumps[i])))
+            at[x] = len(insts)
         else:
-            code = encode(inst)
-            fixed.append(code)
-            sizes.append(len(code))
-
+            insts.append(x)
+    # everything but jumps to labels is encoded once, here; jumps start as rel8
+    codes = encode_all(insts)
+    jumps: dict[int, Form] = {}  # instruction number of each jump to a label -> its form
+    for i, code in enumerate(codes):
+        if code is not None:
+            continue
+        inst = insts[i]
+        if inst.label not in at:
+            raise EncodeError(f"{inst.mnemonic} jumps to label {inst.label!r}, which is not in the program")
+        jumps[i] = select_form(inst, rel_bits=8)
+        codes[i] = encode(inst, jumps[i])  # a placeholder of the right size
+    sizes = [len(c) for c in codes]  # type: ignore[arg-type]
     while True:
-        offsets, labels = _layout(items, sizes)
+        offsets = list(itertools.accumulate(sizes, initial=0))  # offsets[len(insts)] is the end
         widened = False
         for i, form in jumps.items():
             if form.encoding.rel != 1:
                 continue
             inst = insts[i]
-            disp = labels[inst.label] - (offsets[i] + sizes[i])  # type: ignore[index]
+            disp = offsets[at[inst.label]] - offsets[i + 1]  # type: ignore[index]
             if not -128 <= disp <= 127:
                 jumps[i] = select_form(inst, rel_bits=32)
                 sizes[i] = len(encode(inst, jumps[i]))
                 widened = True
         if not widened:
             break
-
     for i, form in jumps.items():
         inst = insts[i]
-        fixed[i] = encode(inst, form, labels[inst.label] - (offsets[i] + sizes[i]))  # type: ignore[index]
-    return Assembly(b"".join(fixed), labels, tuple(offsets))
-
-
-def _layout(items: list[Inst | Label], sizes: list[int]) -> tuple[list[int], dict[Label, int]]:
-    offsets: list[int] = []
-    labels: dict[Label, int] = {}
-    pos = 0
-    for x in items:
-        if type(x) is Label:
-            labels[x] = pos
-        else:
-            offsets.append(pos)
-            pos += sizes[len(offsets) - 1]
-    return offsets, labels
+        codes[i] = encode(inst, form, offsets[at[inst.label]] - offsets[i + 1])  # type: ignore[index]
+    labels = {label: offsets[k] for label, k in at.items()}
+    return Assembly(b"".join(codes), labels, tuple(offsets[:-1]))  # type: ignore[arg-type]

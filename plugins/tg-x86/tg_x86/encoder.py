@@ -11,9 +11,10 @@ base need a SIB byte, rbp/r13 as base need a displacement (disp8 0), no base is 
 """
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 
-from tg_x86.forms import IMM_TYPES, Form
+from tg_x86.forms import Form
 from tg_x86.isa import Cond, Inst
 from tg_x86.operands import Imm, Label, Mem, Operand, Reg
 
@@ -28,7 +29,7 @@ def select_form(inst: Inst, rel_bits: int | None = None) -> Form:
 
 
 def _selected(inst: Inst, rel_bits: int | None) -> tuple[Form, FormEncoder]:
-    key = (inst.op, rel_bits, *[o.shape if type(o) is Reg else _shape(o) for o in inst.operands])
+    key = (inst.op, rel_bits, *map(_SHAPE, inst.operands))
     found = _form_cache.get(key)
     if found is not None:
         return found
@@ -40,32 +41,33 @@ def _selected(inst: Inst, rel_bits: int | None) -> tuple[Form, FormEncoder]:
     raise EncodeError(f"no form of {inst.mnemonic} takes {_describe(inst.operands)} (forms: {accepted})")
 
 
-# Which form fits depends only on each operand's shape: register class (and whether it is cl),
-# memory size, which immediate ranges hold the value. Selection is cached by shape.
+# Which form fits depends only on each operand's shape (every operand carries one): register class and size
+# (and whether it is cl), memory size, which immediate ranges hold the value. Selection is cached by shape.
 _form_cache: dict[tuple, tuple[Form, FormEncoder]] = {}
-_IMM_RANGES = tuple(rng for rng, _ in IMM_TYPES.values())
-
-
-def _shape(o: Operand) -> tuple:
-    if type(o) is Mem:
-        return ("mem", o.bits)
-    if isinstance(o, Reg):
-        return (o.kind, o.bits, o.bits == 8 and o.num == 1 and o.kind == "gpr")  # the last: is it cl
-    if isinstance(o, Imm):
-        v = o.value
-        if -128 <= v <= 127:  # in every range (the common case)
-            return _IN_EVERY_RANGE
-        return tuple([lo <= v <= hi for lo, hi in _IMM_RANGES])
-    return ("label",)
-
-
-_IN_EVERY_RANGE = (True,) * len(_IMM_RANGES)
+_SHAPE = operator.attrgetter("shape")
 
 
 def encode(inst: Inst, form: Form | None = None, rel: int = 0) -> bytes:
     """Machine code for ``inst``; ``rel`` is a jump's displacement from the end of the instruction."""
     fn = _selected(inst, None)[1] if form is None else _encoder(form)
     return fn(inst.operands, inst.cond, rel)
+
+
+def encode_all(insts: list[Inst]) -> list[bytes | None]:
+    """``[encode(i) for i in insts]`` with the form lookup inlined, except that a jump to a label gives None
+    (its displacement is not known yet)."""
+    cache, shape = _form_cache, _SHAPE
+    out: list[bytes | None] = []
+    for inst in insts:
+        if inst.label is not None:
+            out.append(None)
+            continue
+        ops = inst.operands
+        found = cache.get((inst.op, None, *map(shape, ops)))
+        if found is None:
+            found = _selected(inst, None)
+        out.append(found[1](ops, inst.cond, 0))
+    return out
 
 
 def _encoder(form: Form) -> FormEncoder:
@@ -82,7 +84,8 @@ _ENCODERS: dict[int, FormEncoder] = {}
 
 def compile_form(form: Form) -> FormEncoder:
     """An encoder of ``form``'s instructions: ``fn(operands, cond, rel) -> bytes``. Which operand goes into
-    which field (the Op/En letters), the prefixes and the fixed bits of REX/VEX are worked out once, here."""
+    which field (the Op/En letters), the prefixes and the fixed bits of REX/VEX are worked out once, here;
+    the returned function only reads register numbers, memory fields and immediates."""
     enc = form.encoding
     letters = form.op_en
     at_reg, at_rm, at_vvvv, at_opreg, at_is4 = (letters.find(c) for c in "RMVOL")
@@ -102,21 +105,21 @@ def compile_form(form: Form) -> FormEncoder:
     vex2 = v is not None and v.map == 1 and v.w == 0
     vex3_map = v.map if v is not None else 0
     vex3_w = v.w << 7 if v is not None else 0
+    has_tail = bool(imms or at_is4 >= 0 or rel_size)
 
     def encode_form(ops: tuple[Operand, ...], cond: Cond | None, rel: int) -> bytes:
         reg_num = ops[at_reg].num if at_reg >= 0 else digit  # type: ignore[union-attr]
-        rex_r = reg_num >> 3
-        rex_x = rex_b = 0
-        rm = ops[at_rm] if at_rm >= 0 else None
-        if type(rm) is Mem:
-            if rm.index is not None:
-                rex_x = rm.index.num >> 3
-            if rm.base is not None:
-                rex_b = rm.base.num >> 3
-        elif rm is not None:
-            rex_b = rm.num >> 3  # type: ignore[union-attr]
-        elif at_opreg >= 0:
-            rex_b = ops[at_opreg].num >> 3  # type: ignore[union-attr]
+        # xb: REX.X << 1 | REX.B (the extension bits of the rm, index or opcode register)
+        if has_modrm:
+            rm = ops[at_rm]
+            if type(rm) is Mem:
+                xb, modrm = _mem_rm(reg_num & 7, rm)
+            else:
+                rm_num = rm.num  # type: ignore[union-attr]
+                xb, modrm = rm_num >> 3, bytes((0xC0 | (reg_num & 7) << 3 | rm_num & 7,))
+        else:
+            modrm = b""
+            xb = ops[at_opreg].num >> 3 if at_opreg >= 0 else 0  # type: ignore[union-attr]
         op_bytes = opcode
         if plus_r or plus_cc:
             low = last
@@ -127,33 +130,30 @@ def compile_form(form: Form) -> FormEncoder:
                     raise EncodeError(f"{name} needs a condition code")
                 low += cond.code
             op_bytes = head + bytes((low,))
-        out = bytearray(prefixes)
         if v is None:
-            if rex_w or rex_r or rex_x or rex_b or (byte_regs and any(
-                    type(o) is Reg and o.bits == 8 and 4 <= o.num <= 7 for o in ops)):
-                out.append(0x40 | rex_w | rex_r << 2 | rex_x << 1 | rex_b)
+            rex = rex_w | (reg_num >> 3) << 2 | xb
+            if rex or (byte_regs and any(type(o) is Reg and o.bits == 8 and 4 <= o.num <= 7  # type: ignore[union-attr]
+                                         for o in ops)):
+                out = prefixes + bytes((0x40 | rex,)) + op_bytes + modrm
+            else:
+                out = prefixes + op_bytes + modrm
         else:
             inv_vvvv = (~ops[at_vvvv].num & 0xF) if at_vvvv >= 0 else 0xF  # type: ignore[union-attr]
-            if vex2 and not rex_x and not rex_b:
-                out += bytes((0xC5, (rex_r ^ 1) << 7 | inv_vvvv << 3 | vex_tail))
+            if vex2 and not xb:
+                out = bytes((0xC5, (reg_num >> 3 ^ 1) << 7 | inv_vvvv << 3 | vex_tail)) + op_bytes + modrm
             else:
-                out += bytes((0xC4, (rex_r ^ 1) << 7 | (rex_x ^ 1) << 6 | (rex_b ^ 1) << 5 | vex3_map,
-                              vex3_w | inv_vvvv << 3 | vex_tail))
-        out += op_bytes
-        if has_modrm:
-            if type(rm) is Reg:
-                out.append(0xC0 | (reg_num & 7) << 3 | rm.num & 7)
-            else:
-                out += _modrm(reg_num & 7, rm)
-        for i, size in imms:
-            out += (ops[i].value & _MASKS[size]).to_bytes(size, "little")  # type: ignore[union-attr]
-        if at_is4 >= 0:
-            out.append((ops[at_is4].num & 0xF) << 4)  # type: ignore[union-attr]
-        if rel_size:
-            if not rel_lo <= rel < rel_hi:
-                raise EncodeError(f"jump displacement {rel} does not fit in {rel_size * 8} bits")
-            out += (rel & _MASKS[rel_size]).to_bytes(rel_size, "little")
-        return bytes(out)
+                out = bytes((0xC4, (reg_num >> 3 ^ 1) << 7 | (xb ^ 3) << 5 | vex3_map,
+                             vex3_w | inv_vvvv << 3 | vex_tail)) + op_bytes + modrm
+        if has_tail:
+            for i, size in imms:
+                out += (ops[i].value & _MASKS[size]).to_bytes(size, "little")  # type: ignore[union-attr]
+            if at_is4 >= 0:
+                out += bytes(((ops[at_is4].num & 0xF) << 4,))  # type: ignore[union-attr]
+            if rel_size:
+                if not rel_lo <= rel < rel_hi:
+                    raise EncodeError(f"jump displacement {rel} does not fit in {rel_size * 8} bits")
+                out += (rel & _MASKS[rel_size]).to_bytes(rel_size, "little")
+        return out
     return encode_form
 
 
@@ -161,30 +161,29 @@ _MASKS = {1: 0xFF, 2: 0xFFFF, 4: 0xFFFFFFFF, 8: (1 << 64) - 1}
 _SCALE_BITS = {1: 0, 2: 1, 4: 2, 8: 3}
 
 
-def _modrm(reg: int, rm: Operand | None) -> bytes:
-    """ModRM (+ SIB + displacement) for a register or memory rm operand."""
-    if isinstance(rm, Reg):
-        return bytes((0xC0 | reg << 3 | rm.num & 7,))
-    if not isinstance(rm, Mem):
-        raise EncodeError(f"ModRM.rm needs a register or memory operand, got {rm!r}")
-    if rm.index is not None:
-        scale_bits, index = _SCALE_BITS[rm.scale], rm.index.num & 7
+def _mem_rm(reg: int, rm: Mem) -> tuple[int, bytes]:
+    """(REX.X << 1 | REX.B, ModRM + SIB + displacement) of a memory operand; ``reg`` fills ModRM.reg."""
+    index, base, disp = rm.index, rm.base, rm.disp
+    if index is not None:
+        scale_bits, index_num = _SCALE_BITS[rm.scale], index.num
+        xb, sib_index = (index_num >> 3) << 1, (index_num & 7) << 3
     else:
-        scale_bits, index = 0, 0b100  # no index: SIB index 100, scale 00 (as assemblers emit it)
-    disp = rm.disp
-    if rm.base is None:  # [index*scale + disp32] or [disp32]: SIB with base 101 and mod 00
-        sib = scale_bits << 6 | index << 3 | 0b101
-        return bytes((reg << 3 | 0b100, sib)) + (disp & 0xFFFFFFFF).to_bytes(4, "little")
-    base = rm.base.num & 7
-    if disp == 0 and base != 0b101:
+        scale_bits, xb, sib_index = 0, 0, 0b100 << 3  # no index: SIB index 100, scale 00 (as assemblers emit it)
+    if base is None:  # [index*scale + disp32] or [disp32]: SIB with base 101 and mod 00
+        return xb, bytes((reg << 3 | 0b100, scale_bits << 6 | sib_index | 0b101)) + (disp & 0xFFFFFFFF).to_bytes(
+            4, "little")
+    base_num = base.num
+    xb |= base_num >> 3
+    low = base_num & 7
+    if disp == 0 and low != 0b101:
         mod, tail = 0b00, b""
     elif -128 <= disp <= 127:
         mod, tail = 0b01, bytes((disp & 0xFF,))
     else:
         mod, tail = 0b10, (disp & 0xFFFFFFFF).to_bytes(4, "little")
-    if rm.index is None and base != 0b100:
-        return bytes((mod << 6 | reg << 3 | base,)) + tail
-    return bytes((mod << 6 | reg << 3 | 0b100, scale_bits << 6 | index << 3 | base)) + tail
+    if index is None and low != 0b100:
+        return xb, bytes((mod << 6 | reg << 3 | low,)) + tail
+    return xb, bytes((mod << 6 | reg << 3 | 0b100, scale_bits << 6 | sib_index | low)) + tail
 
 
 def _describe(operands: tuple[Operand, ...]) -> str:

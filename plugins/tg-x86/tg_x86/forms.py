@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 
 from tg_x86.isa import Op
-from tg_x86.operands import Imm, Label, Mem, Operand, Reg
+from tg_x86.operands import IMM_RANGES, Imm, Label, Mem, Operand, Reg
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,8 @@ IMM_TYPES = {  # name: (range, field bits); simm forms are sign-extended to the 
     "imm32": ((-(1 << 31), (1 << 32) - 1), 32), "simm32": ((-(1 << 31), (1 << 31) - 1), 32),
     "imm64": ((-(1 << 63), (1 << 64) - 1), 64),
 }
+# the encoder picks forms by operand shape: an immediate's shape says which of IMM_RANGES hold it
+assert {rng for rng, _ in IMM_TYPES.values()} <= set(IMM_RANGES), "operands.IMM_RANGES misses a range"
 
 
 def parse_type(text: str) -> OpType:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tg_x86.isa import Cond, Inst, Op
-from tg_x86.operands import GPR_VIEWS, XMMS, YMMS, Imm, Label, Mem, Operand, Reg, gpr, xmm, ymm
+from tg_x86.operands import GPR_VIEWS, GPRS64, XMMS, YMMS, Label, Mem, Operand, Reg, gpr, imm, xmm, ymm
 from tgcore.codegen.regalloc import AllocTarget, MInst, Register, VReg, allocate
 
 GPR = {name: Register(name, i, "gpr") for i, name in enumerate(
@@ -57,7 +57,10 @@ class VMem:
 
     @property
     def regs(self) -> tuple[Any, ...]:
-        return tuple(r for r in (self.base, self.index) if r is not None)
+        base, index = self.base, self.index
+        if index is None:
+            return () if base is None else (base,)
+        return (index,) if base is None else (base, index)
 
     def with_regs(self, mapping: dict) -> VMem:
         return VMem(self.bits, mapping.get(self.base, self.base) if self.base is not None else None,
@@ -142,80 +145,97 @@ def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = No
     const_off = frame.offsets()
     home_base = const_base + sum(len(c) for c in frame.consts)
     nhome = min(frame.nargs, len(ARG_REGS))
-    used: set[int] = set()  # numbers of the gprs named
-    for ins in allocated:
-        if type(ins) is MInst:
-            for group in (ins.defs, ins.uses):
-                for o in group:
-                    t = type(o)
-                    if t is Register:
-                        if o.cls == "gpr":
-                            used.add(o.index)
-                    elif t is VMem:
-                        if o.base is not None:
-                            used.add(o.base.index)
-                        if o.index is not None:
-                            used.add(o.index.index)
+    used = _gprs_named(allocated)
     saved = [n for n in CALLEE_SAVED if GPR[n].index in used]
     size = home_base + 8 * nhome
     # at entry rsp = 8 mod 16 (the return address); after the pushes and the frame it is 0 mod 16
     if (size + 8 * len(saved) + 8) % 16:
         size += 8
     arg_base = size + 8 * len(saved) + 8  # caller's stack arguments (7th on) above the return address
-
-    def resolve(m: VMem) -> Mem:
-        if m.slot is None:
-            base = gpr(m.base.index) if m.base is not None else None
-            index = gpr(m.index.index) if m.index is not None else None
-            return Mem(m.bits, base, index, m.scale, m.disp)
-        if m.slot.kind == "const":
-            return Mem(m.bits, gpr(4), disp=const_base + const_off[m.slot.k] + m.disp)
-        k = m.slot.k
-        off = home_base + 8 * k if k < len(ARG_REGS) else arg_base + 8 * (k - len(ARG_REGS))
-        return Mem(m.bits, gpr(4), disp=off + m.disp)
-
-    out: list[Inst | Label] = [Inst(Op.PUSH, gpr(GPR[n].index)) for n in saved]
     rsp = gpr(4)
+    out: list[Inst | Label] = [Inst(Op.PUSH, gpr(GPR[n].index)) for n in saved]
     if size:
         out.append(Inst(Op.SUB, rsp, size))
     for k in range(nhome):
-        out.append(Inst(Op.MOV, Mem(64, rsp, disp=home_base + 8 * k), gpr(GPR[ARG_REGS[k]].index)))
+        out.append(Inst.of(Op.MOV, (Mem.of(64, rsp, None, 1, home_base + 8 * k), GPRS64[GPR[ARG_REGS[k]].index]),
+                           None, None))
     for k, data in enumerate(frame.consts):
         for off in range(0, len(data), 4):
             word = int.from_bytes(data[off:off + 4], "little")
-            out.append(Inst.of(Op.MOV, (Mem(32, rsp, disp=const_base + const_off[k] + off), Imm(word)), None, None))
-    for ins in allocated:
-        if type(ins) is not MInst:  # loop markers
-            continue
-        if ins.op == "label":
-            out.append(ins.arg)
-            continue
-        spec: Spec = ins.arg
-        if spec.two_address:
-            assert ins.defs[0] == ins.uses[0], f"two-address violated in {ins}"
-        ops: list[Operand] = []
-        label = None
-        for item in spec.layout:
-            kind = item[0]
-            if kind == "d" or kind == "u":
-                o = (ins.defs if kind == "d" else ins.uses)[item[1]]
-                if type(o) is VMem:
-                    ops.append(resolve(o))
-                elif o.cls == "gpr":
-                    ops.append(GPR_VIEWS[item[2]][o.index])
-                else:
-                    ops.append((YMMS if item[2] == 256 else XMMS)[o.index])
-            elif kind == "i":
-                ops.append(Imm(item[1]))
-            else:
-                label = item[1]
-                ops.append(label)
-        out.append(Inst.of(ins.op, tuple(ops), spec.cond, label))
+            out.append(Inst.of(Op.MOV, (Mem.of(32, rsp, None, 1, const_base + const_off[k] + off), imm(word)), None,
+                               None))
+    slot_disp = {("const", k): const_base + off for k, off in enumerate(const_off)}
+    slot_disp.update((("arg", k), home_base + 8 * k if k < len(ARG_REGS) else arg_base + 8 * (k - len(ARG_REGS)))
+                     for k in range(frame.nargs))
+    _lower(allocated, slot_disp, out)
     if size:
         out.append(Inst(Op.ADD, rsp, size))
     out += [Inst(Op.POP, gpr(GPR[n].index)) for n in reversed(saved)]
     out += [Inst(Op.VZEROUPPER), Inst(Op.RET)]
     return out
+
+
+def _gprs_named(allocated: list) -> set[int]:
+    """Numbers of the gprs the allocated program names (registers, memory bases and indices)."""
+    operands: list = []
+    for ins in allocated:
+        if type(ins) is MInst:
+            operands += ins.defs
+            operands += ins.uses
+    used: set[int] = set()
+    for o in operands:
+        t = type(o)
+        if t is Register:
+            if o.cls == "gpr":
+                used.add(o.index)
+        elif t is VMem:
+            if o.base is not None:
+                used.add(o.base.index)
+            if o.index is not None:
+                used.add(o.index.index)
+    return used
+
+
+# a register operand by (register class, layout bits): the view of each register number
+_VIEWS = {("gpr", bits): views for bits, views in GPR_VIEWS.items()}
+_VIEWS.update({("vec", bits): YMMS if bits == 256 else XMMS for bits in (8, 16, 32, 64, 128, 256)})
+
+
+def _lower(allocated: list, slot_disp: dict[tuple[str, int], int], out: list) -> None:
+    """Append the ``Inst`` (or ``Label``) of every allocated instruction to ``out``; ``slot_disp`` is the frame
+    offset of each ``Slot`` (constants and arguments)."""
+    views, make_mem, make_imm, make_inst, rsp = _VIEWS, Mem.of, imm, Inst.of, gpr(4)
+    for ins in allocated:
+        if type(ins) is not MInst:  # loop markers
+            continue
+        spec = ins.arg
+        if ins.op == "label":
+            out.append(spec)
+            continue
+        if spec.two_address:
+            assert ins.defs[0] is ins.uses[0] or ins.defs[0] == ins.uses[0], f"two-address violated in {ins}"
+        ops: list[Operand] = []
+        label = None
+        for item in spec.layout:
+            kind = item[0]
+            if kind == "u" or kind == "d":
+                o = (ins.uses if kind == "u" else ins.defs)[item[1]]
+                if type(o) is VMem:
+                    if o.slot is None:
+                        base, index = o.base, o.index
+                        ops.append(make_mem(o.bits, GPRS64[base.index] if base is not None else None,
+                                            GPRS64[index.index] if index is not None else None,
+                                            o.scale if index is not None else 1, o.disp))
+                    else:
+                        ops.append(make_mem(o.bits, rsp, None, 1, slot_disp[(o.slot.kind, o.slot.k)] + o.disp))
+                else:
+                    ops.append(views[(o.cls, item[2])][o.index])
+            elif kind == "i":
+                ops.append(make_imm(item[1]))
+            else:
+                label = item[1]
+                ops.append(label)
+        out.append(make_inst(ins.op, tuple(ops), spec.cond, label))
 
 
 def _vregs(ins: Any) -> tuple[list[VReg], list[VReg]]:
@@ -245,34 +265,42 @@ def _vregs(ins: Any) -> tuple[list[VReg], list[VReg]]:
     return reads, written
 
 
-def retarget_copies(program: list, regs: list[tuple[list, list]] | None = None) -> list:
-    """``t = op(...); ...; copy acc <- t`` with ``t`` used nowhere else and ``acc`` not mentioned in
-    between: the op writes ``acc`` directly and the copy goes (accumulator updates, one per piece)."""
-    regs = regs if regs is not None else [_vregs(ins) for ins in program]
+def _mention_counts(regs: list[tuple[list, list]]) -> dict[VReg, int]:
     mentions: dict[VReg, int] = {}
+    get = mentions.get
     for rd, wr in regs:
         for r in rd:
-            mentions[r] = mentions.get(r, 0) + 1
+            mentions[r] = get(r, 0) + 1
         for r in wr:
-            mentions[r] = mentions.get(r, 0) + 1
+            mentions[r] = get(r, 0) + 1
+    return mentions
+
+
+def retarget_copies(program: list, regs: list[tuple[list, list]] | None = None,
+                    mentions: dict[VReg, int] | None = None) -> list:
+    """``t = op(...); ...; copy acc <- t`` with ``t`` used nowhere else and ``acc`` not mentioned in
+    between: the op writes ``acc`` directly and the copy goes (accumulator updates, one per piece).
+    ``regs`` is ``_vregs`` of each instruction and ``mentions`` how often each register is in them."""
+    regs = regs if regs is not None else [_vregs(ins) for ins in program]
+    mentions = mentions if mentions is not None else _mention_counts(regs)
     last_def: dict[VReg, int] = {}
     last_mention: dict[VReg, int] = {}
-    drop: set[int] = set()
+    drop: list[int] = []
     barrier = -1   # the last loop boundary or label: a def before it is never retargeted
     out = list(program)
     for i, ins in enumerate(program):
-        if not isinstance(ins, MInst) or ins.op == "label":
+        if type(ins) is not MInst or ins.op == "label":
             barrier = i
             continue
         if ins.op == "copy":
             t, acc = ins.uses[0], ins.defs[0]
-            j = last_def.get(t) if isinstance(t, VReg) else None
-            if j is not None and j > barrier and isinstance(acc, VReg) and mentions.get(t) == 2 and t.cls == acc.cls \
+            j = last_def.get(t) if type(t) is VReg else None
+            if j is not None and j > barrier and type(acc) is VReg and mentions.get(t) == 2 and t.cls == acc.cls \
                     and last_mention.get(acc, -1) <= j:
                 a = out[j]
                 if not (a.arg.two_address and any(_mentions(o, acc) for o in a.uses[1:])):
                     out[j] = MInst(a.op, [acc], a.uses, a.arg)
-                    drop.add(i)
+                    drop.append(i)
                     last_mention[acc] = i
                     continue
         rd, wr = regs[i]
@@ -280,50 +308,64 @@ def retarget_copies(program: list, regs: list[tuple[list, list]] | None = None) 
             last_mention[r] = i
         for r in wr:
             last_mention[r] = i
-        if len(ins.defs) == 1 and wr and isinstance(ins.arg, Spec):
+        if wr and len(ins.defs) == 1 and type(ins.arg) is Spec:
             last_def[wr[0]] = i
-    return [x for i, x in enumerate(out) if i not in drop]
+    for i in reversed(drop):
+        del out[i]
+    return out
 
 
 def cleanup(program: list) -> list:
     """``remove_dead`` then ``retarget_copies``, reading each instruction's registers once."""
     regs = [_vregs(ins) for ins in program]
-    keep = _live_mask(program, regs)
+    mentions = _mention_counts(regs)
+    keep = _live_mask(program, regs, mentions)
+    if all(keep):
+        return retarget_copies(program, regs, mentions)
     return retarget_copies([x for x, k in zip(program, keep, strict=True) if k],
-                           [r for r, k in zip(regs, keep, strict=True) if k])
+                           [r for r, k in zip(regs, keep, strict=True) if k], mentions)
 
 
 def remove_dead(program: list) -> list:
     """Drop instructions whose only effect is writing virtual registers nobody reads (index math an
     addressing mode already did, lanes nobody extracted). One backward pass with use counts: removing
     an instruction releases what it read, so chains of dead values go at once."""
-    keep = _live_mask(program, [_vregs(ins) for ins in program])
+    regs = [_vregs(ins) for ins in program]
+    keep = _live_mask(program, regs, _mention_counts(regs))
     return [ins for ins, k in zip(program, keep, strict=True) if k]
 
 
-def _live_mask(program: list, regs: list[tuple[list, list]]) -> list[bool]:
-    uses: dict[VReg, int] = {}
-    for rd, _ in regs:
-        for r in rd:
-            uses[r] = uses.get(r, 0) + 1
+def _live_mask(program: list, regs: list[tuple[list, list]], mentions: dict[VReg, int]) -> list[bool]:
+    """Which instructions stay; ``mentions`` (reads + writes of each register) is kept up to date for the
+    instructions that go. A value is dead when its only mentions are its writes."""
+    writes: dict[VReg, int] = {}
+    wget = writes.get
+    for _, wr in regs:
+        for r in wr:
+            writes[r] = wget(r, 0) + 1
+    get = mentions.get
     keep = [True] * len(program)
     for i in range(len(program) - 1, -1, -1):
-        if _dead(program[i], uses):
-            keep[i] = False
-            for r in regs[i][0]:
-                uses[r] -= 1
+        # dead: only writes virtual registers nobody reads (a label, a loop marker or a store is never dead)
+        ins = program[i]
+        if type(ins) is not MInst or not ins.defs or ins.op == "label":
+            continue
+        if ins.op != "copy" and ins.op.writes_mem and ins.uses and type(ins.uses[0]) is VMem:
+            continue
+        live = False
+        for d in ins.defs:
+            if type(d) is not VReg or get(d, 0) > wget(d, 0):  # read somewhere
+                live = True
+                break
+        if live:
+            continue
+        keep[i] = False
+        for r in regs[i][0]:
+            mentions[r] -= 1
+        for r in regs[i][1]:
+            mentions[r] -= 1
+            writes[r] -= 1
     return keep
-
-
-def _dead(ins: Any, uses: dict) -> bool:
-    if type(ins) is not MInst or not ins.defs or ins.op == "label":
-        return False
-    if ins.op != "copy" and ins.op.writes_mem and ins.uses and type(ins.uses[0]) is VMem:
-        return False
-    for d in ins.defs:
-        if type(d) is not VReg or uses.get(d):
-            return False
-    return True
 
 
 def _mentions(o: Any, r: VReg) -> bool:

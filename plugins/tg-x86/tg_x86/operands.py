@@ -77,8 +77,11 @@ class Mem:
     index: Reg | None = None
     scale: int = 1
     disp: int = 0
+    if TYPE_CHECKING:
+        shape: tuple[str, int | None]  # set by __post_init__ (not a field): what the encoder's form choice reads
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", ("mem", self.bits))
         for r in (self.base, self.index):
             if r is not None and (r.kind != "gpr" or r.bits != 64):
                 raise ValueError(f"memory operands address with 64-bit registers, got {r.name}")
@@ -93,6 +96,22 @@ class Mem:
         if self.index is None and self.scale != 1:
             object.__setattr__(self, "scale", 1)  # a scale without an index means nothing
 
+    @classmethod
+    def of(cls, bits: int | None, base: Reg | None, index: Reg | None, scale: int, disp: int) -> Mem:
+        """``Mem(...)`` without the checks, for a register allocator's output (base and index are 64-bit gprs,
+        index not rsp, scale 1 without an index, the access size valid): a third of the time."""
+        if not -(1 << 31) <= disp < (1 << 31):
+            raise ValueError(f"displacement {disp:#x} does not fit in 32 bits")
+        m = object.__new__(cls)
+        d = m.__dict__  # frozen: fields are set once, here
+        d["bits"] = bits
+        d["base"] = base
+        d["index"] = index
+        d["scale"] = scale
+        d["disp"] = disp
+        d["shape"] = ("mem", bits)
+        return m
+
     def sized(self, bits: int | None) -> Mem:
         return Mem(bits, self.base, self.index, self.scale, self.disp)
 
@@ -105,6 +124,11 @@ class Mem:
 class Imm:
     """An immediate value; the encoder checks it fits the form's immediate width."""
     value: int
+    if TYPE_CHECKING:
+        shape: tuple[bool, ...]  # set by __post_init__ (not a field): which immediate ranges hold the value
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", imm_shape(self.value))
 
     def __repr__(self) -> str:
         return str(self.value)
@@ -114,12 +138,39 @@ class Imm:
 class Label:
     """A position in an instruction list; jumps name it. Identity, not the name, tells labels apart."""
     name: str = ""
+    shape = ("label",)  # not a field (no annotation): what the encoder's form choice reads
 
     def __repr__(self) -> str:
         return self.name or f"L{id(self) & 0xffff:04x}"
 
 
 Operand = Reg | Mem | Imm | Label
+
+# the immediate ranges of instruction forms (simm8 imm8 imm16 simm32 imm32 imm64, see forms.IMM_TYPES)
+IMM_RANGES: tuple[tuple[int, int], ...] = ((-(1 << 7), (1 << 7) - 1), (-(1 << 7), (1 << 8) - 1),
+                                           (-(1 << 15), (1 << 16) - 1), (-(1 << 31), (1 << 31) - 1),
+                                           (-(1 << 31), (1 << 32) - 1), (-(1 << 63), (1 << 64) - 1))
+_IN_EVERY_RANGE = (True,) * len(IMM_RANGES)
+
+
+def imm_shape(value: int) -> tuple[bool, ...]:
+    """Which of ``IMM_RANGES`` hold ``value``."""
+    if -128 <= value <= 127:  # in every range (the common case)
+        return _IN_EVERY_RANGE
+    return tuple([lo <= value <= hi for lo, hi in IMM_RANGES])
+
+
+def imm(value: int) -> Imm:
+    """``Imm(value)``, one object per value (immediates repeat: loop steps, sizes, shuffle masks)."""
+    found = _IMMS.get(value)
+    if found is None:
+        found = Imm(value)
+        if len(_IMMS) < 4096:  # bounded: a long-lived process compiles many kernels
+            _IMMS[value] = found
+    return found
+
+
+_IMMS: dict[int, Imm] = {}
 
 
 def gpr(num: int, bits: int = 64) -> Reg:
