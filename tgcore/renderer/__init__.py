@@ -38,7 +38,8 @@ class Renderer:
 
 
 _ISA_EXPORTS = frozenset({"ISARenderer", "ISelContext", "LineRewriteError", "line_rewrite", "isa_spec",
-                          "callee_saved_used", "AllocTarget", "MInst", "Register", "RegisterPlan", "VReg"})
+                          "callee_saved_used", "AllocTarget", "LoopEnd", "LoopStart", "MInst", "Register",
+                          "RegisterPlan", "VReg"})
 
 
 def __getattr__(name: str) -> Any:

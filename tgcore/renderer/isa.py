@@ -38,7 +38,7 @@ from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
 from tgcore.codegen import regalloc
-from tgcore.codegen.regalloc import AllocTarget, MInst, Register, RegisterPlan, VReg
+from tgcore.codegen.regalloc import AllocTarget, LoopEnd, LoopStart, MInst, Register, RegisterPlan, VReg
 from tgcore.renderer import Renderer
 from tgcore.uop import Ops, UOp
 from tgcore.uop.pattern import PatternMatcher, UPat
@@ -208,5 +208,5 @@ def callee_saved_used(program: Iterable[Any], callee_saved: Iterable[Register]) 
     return [r for r in callee_saved if r in seen]
 
 
-__all__ = ["AllocTarget", "ISARenderer", "ISelContext", "LineRewriteError", "MInst", "Register", "RegisterPlan",
-           "VReg", "callee_saved_used", "isa_spec", "line_rewrite"]
+__all__ = ["AllocTarget", "ISARenderer", "ISelContext", "LineRewriteError", "LoopEnd", "LoopStart", "MInst", "Register",
+           "RegisterPlan", "VReg", "callee_saved_used", "isa_spec", "line_rewrite"]

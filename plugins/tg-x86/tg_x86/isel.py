@@ -1093,6 +1093,7 @@ SCALAR_ISEL = PatternMatcher([
 ISEL = HRED_ISEL + VECTOR_ISEL + SCALAR_ISEL
 
 
+# selection outside the renderer (tools, benches); X86Renderer selects through ISARenderer.select
 def select(uops: list[UOp], remat_args: bool = False) -> tuple[list[Any], Frame]:
     return Selector(uops, remat_args).select()
 
