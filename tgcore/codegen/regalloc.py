@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import operator
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,6 +81,7 @@ class LoopEnd:
 
 
 _REG_TYPES = (VReg, Register)
+_START_END = operator.attrgetter("start", "end")
 
 
 def _regs_in(operand: Any) -> Iterator[Any]:
@@ -129,9 +131,10 @@ class Interval:
 def register_lists(program: list[Any]) -> list[tuple[list[Any], list[Any]]]:
     """For each instruction, (registers read without repeats, registers written); empty for loop markers."""
     out: list[tuple[list[Any], list[Any]]] = []
+    append = out.append
     for ins in program:
         if type(ins) is not MInst:
-            out.append(([], []))
+            append(([], []))
             continue
         read: list[Any] = []
         written: list[Any] = []
@@ -142,7 +145,7 @@ def register_lists(program: list[Any]) -> list[tuple[list[Any], list[Any]]]:
                     read.append(o)
             elif o is not None:
                 for r in getattr(o, "regs", ()):
-                    if isinstance(r, _REG_TYPES) and r not in read:
+                    if r not in read and isinstance(r, _REG_TYPES):
                         read.append(r)
         for o in ins.defs:
             t = type(o)
@@ -150,9 +153,9 @@ def register_lists(program: list[Any]) -> list[tuple[list[Any], list[Any]]]:
                 written.append(o)
             elif o is not None:  # registers inside a memory destination are read, not written
                 for r in getattr(o, "regs", ()):
-                    if isinstance(r, _REG_TYPES) and r not in read:
+                    if r not in read and isinstance(r, _REG_TYPES):
                         read.append(r)
-        out.append((read, written))
+        append((read, written))
     return out
 
 
@@ -207,8 +210,15 @@ class RegisterPlan:
     def spill_code(self, cls: str) -> int:
         """How many fills and spill stores of class ``cls`` the rewritten program has."""
         by_vreg = self.by_vreg
-        return sum(1 for read, written in self.regs for group in (read, written) for r in group
-                   if isinstance(r, VReg) and r.cls == cls and by_vreg[r].reg is None)
+        n = 0
+        for read, written in self.regs:
+            for r in read:
+                if type(r) is VReg and r.cls == cls and by_vreg[r].reg is None:
+                    n += 1
+            for r in written:
+                if type(r) is VReg and r.cls == cls and by_vreg[r].reg is None:
+                    n += 1
+        return n
 
     def rewrite(self) -> tuple[list[Any], int]:
         """(the program on physical registers with spill code, stack bytes for spill slots)."""
@@ -225,35 +235,34 @@ def plan_registers(program: list[Any], target: AllocTarget) -> RegisterPlan:
     program = _coalesce_two_address(program, target)
     regs = register_lists(program)
     by_vreg = live_intervals(program, regs)
-    intervals = sorted(by_vreg.values(), key=lambda iv: (iv.start, iv.end))
+    intervals = sorted(by_vreg.values(), key=_START_END)
     # a copy whose source dies at the copy can reuse the source's register (then the copy vanishes)
     copy_source = {ins.defs[0]: ins.uses[0] for ins in program
                    if isinstance(ins, MInst) and ins.op == "copy" and isinstance(ins.uses[0], VReg)}
     active: dict[Interval, int] = {}  # intervals holding a register -> when they got it (dict order is that order)
     free = {cls: list(regs) for cls, regs in target.registers.items()}
     frame = 0
-    pinned_busy: dict[Register, Interval] = {}
     expiry: list[tuple[int, int, Interval]] = []  # heap of (end, when it got its register, interval); stale entries
     order = itertools.count()                      # of intervals no longer active are skipped
+    heappush, heappop = heapq.heappush, heapq.heappop
 
     def release_until(pos: int) -> None:
         """Free the registers of the active intervals ending before ``pos``, in the order they were taken."""
         ended: list[tuple[int, Interval]] = []
         while expiry and expiry[0][0] < pos:
-            _, k, iv = heapq.heappop(expiry)
+            _, k, iv = heappop(expiry)
             if active.get(iv) == k:
                 ended.append((k, iv))
-        ended.sort(key=lambda e: e[0])
+        ended.sort()  # by k (unique)
         for _, iv in ended:
             del active[iv]
             if iv.reg is not None:
                 free[iv.vreg.cls].append(iv.reg)
-                pinned_busy.pop(iv.reg, None)
 
     def activate(iv: Interval) -> None:
         k = next(order)
         active[iv] = k
-        heapq.heappush(expiry, (iv.end, k, iv))
+        heappush(expiry, (iv.end, k, iv))
 
     def take_slot(cls: str) -> int:
         nonlocal frame
@@ -264,26 +273,32 @@ def plan_registers(program: list[Any], target: AllocTarget) -> RegisterPlan:
     for iv in intervals:
         if expiry and expiry[0][0] < iv.start:
             release_until(iv.start)
-        src = copy_source.get(iv.vreg)
-        src_iv = by_vreg.get(src) if src is not None else None
-        if src_iv is not None and src_iv.end == iv.start and src_iv.reg is not None and src_iv in active and (
-                iv.vreg.allowed is None or src_iv.reg in iv.vreg.allowed):
-            del active[src_iv]
-            iv.reg = src_iv.reg
-            activate(iv)
-            continue
+        src = copy_source.get(iv.vreg) if copy_source else None
+        if src is not None:
+            src_iv = by_vreg.get(src)
+            if src_iv is not None and src_iv.end == iv.start and src_iv.reg is not None and src_iv in active and (
+                    iv.vreg.allowed is None or src_iv.reg in iv.vreg.allowed):
+                del active[src_iv]
+                iv.reg = src_iv.reg
+                activate(iv)
+                continue
         cls = iv.vreg.cls
         if cls not in free:
             raise AllocationError(f"no registers of class {cls!r} for {iv.vreg}")
         allowed = iv.vreg.allowed
         pool = free[cls]
-        choice = pool[0] if allowed is None and pool else next((r for r in pool if allowed is None or r in allowed),
-                                                                None)
-        if choice is not None:
-            iv.reg = choice
-            pool.remove(choice)
-            activate(iv)
-            continue
+        if allowed is None:
+            if pool:
+                iv.reg = pool.pop(0)
+                activate(iv)
+                continue
+        else:
+            choice = next((r for r in pool if r in allowed), None)
+            if choice is not None:
+                iv.reg = choice
+                pool.remove(choice)
+                activate(iv)
+                continue
         if allowed is not None:  # pinned: evict whoever holds an allowed register
             holders = [a for a in active if a.reg in allowed and a.vreg.allowed is None]
             if not holders:
@@ -307,45 +322,60 @@ def _coalesce_two_address(program: list[Any], target: AllocTarget) -> list[Any]:
     ``a`` dies here and the allocator gives both the same register; copies of a register to itself
     are dropped after allocation)."""
     out: list[Any] = []
+    append, two_address = out.append, target.two_address
     for ins in program:
-        if isinstance(ins, MInst) and target.two_address(ins) and ins.defs and ins.uses:
+        if type(ins) is MInst and ins.defs and ins.uses and two_address(ins):
             dst, first = ins.defs[0], ins.uses[0]
-            if isinstance(dst, VReg) and isinstance(first, (VReg, Register)) and first is not dst:
-                out.append(MInst("copy", [dst], [first]))
-                out.append(MInst(ins.op, ins.defs, [dst, *ins.uses[1:]], ins.arg))
+            if type(dst) is VReg and first is not dst and isinstance(first, _REG_TYPES):
+                append(MInst("copy", [dst], [first]))
+                append(MInst(ins.op, ins.defs, [dst, *ins.uses[1:]], ins.arg))
                 continue
-        out.append(ins)
+        append(ins)
     return out
 
 
 def _rewrite(program: list[Any], regs: list[tuple[list[Any], list[Any]]], by_vreg: dict[VReg, Interval],
              target: AllocTarget) -> list[Any]:
     out: list[Any] = []
+    append = out.append
     for ins, (read, written) in zip(program, regs, strict=True):
-        if not isinstance(ins, MInst):
-            out.append(ins)
+        if type(ins) is not MInst:
+            append(ins)
             continue
         mapping: dict[VReg, Register] = {}
         spilled = False
-        for r in (*read, *written):
-            if type(r) is VReg:
-                reg = by_vreg[r].reg
-                if reg is None:
-                    spilled = True
-                else:
-                    mapping[r] = reg
+        for group in (read, written):
+            for r in group:
+                if type(r) is VReg:
+                    reg = by_vreg[r].reg
+                    if reg is None:
+                        spilled = True
+                    else:
+                        mapping[r] = reg
         spilled_defs: list[tuple[Register, int]] = []
         if spilled:  # fills into scratch registers before, spills after
             _spill_code(ins, read, written, by_vreg, target, mapping, out, spilled_defs)
         if ins.op == "copy":
             dst, src = mapping.get(ins.defs[0], ins.defs[0]), mapping.get(ins.uses[0], ins.uses[0])
             if dst is not src and dst != src:
-                out.append(target.copy(dst, src))
+                append(target.copy(dst, src))
         else:
-            out.append(MInst(ins.op, [mapping[o] if type(o) is VReg else _substitute(o, mapping) for o in ins.defs],
-                             [mapping[o] if type(o) is VReg else _substitute(o, mapping) for o in ins.uses], ins.arg))
+            append(MInst(ins.op, _substitute_all(ins.defs, mapping), _substitute_all(ins.uses, mapping), ins.arg))
         if spilled_defs:
             out.extend(target.spill(reg, slot) for reg, slot in spilled_defs)
+    return out
+
+
+def _substitute_all(operands: list[Any], mapping: dict[VReg, Register]) -> list[Any]:
+    out = []
+    for o in operands:
+        t = type(o)
+        if t is VReg:
+            out.append(mapping[o])
+        elif t is Register or o is None:
+            out.append(o)
+        else:
+            out.append(_substitute(o, mapping))
     return out
 
 

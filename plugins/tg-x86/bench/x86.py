@@ -176,6 +176,13 @@ def compile_times() -> None:
           f"C get_program + cc {1e3 * whole_c / n:7.2f} ms/kernel   ({whole_c / whole_x:.1f}x faster)")
 
 
+def _owner(where: object, name: str) -> object:
+    """The module or class whose own attribute ``name`` is (a class may inherit it)."""
+    if isinstance(where, type):
+        return next(c for c in where.__mro__ if name in c.__dict__)
+    return where
+
+
 def compile_stages() -> None:
     """Time each stage of X86's get_program by wrapping the functions get_program and the renderer call."""
     import tg_x86.assembler
@@ -199,8 +206,12 @@ def compile_stages() -> None:
         setattr(module, name, wrapper)
     stages = [(tgcore.codegen, n, n) for n in ("simplify_kernel", "decompose_transcendentals", "estimate_cost",
                                                  "upcast", "split_threads", "add_accumulators_and_ends", "linearize")]
-    stages += [(tg_x86.isel, "select", "x86 select"), (tg_x86.isel, "select_both", "x86 select"),
-               (tg_x86.machine, "cleanup", "x86 cleanup"),
+    # selection: module functions (isel.select/select_both) or the ISARenderer stage (select, and the Selector
+    # deriving the program that holds pointers in registers), whichever this version of the plugin has
+    selection = [(tg_x86.isel, "select"), (tg_x86.isel, "select_both"), (X86Renderer, "select"),
+                 (getattr(tg_x86.isel, "Selector", None), "args_held")]
+    stages += [(_owner(m, n), n, "x86 select") for m, n in selection if m is not None and hasattr(m, n)]
+    stages += [(tg_x86.machine, "cleanup", "x86 cleanup"),
                (tgcore.codegen.regalloc, "plan_registers", "regalloc plan"),
                (tgcore.codegen.regalloc.RegisterPlan, "rewrite", "regalloc rewrite"),
                (tg_x86.machine, "finish", "x86 finish"), (tg_x86.assembler, "assemble", "x86 assemble")]

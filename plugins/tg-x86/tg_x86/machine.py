@@ -63,9 +63,12 @@ class VMem:
         return (index,) if base is None else (base, index)
 
     def with_regs(self, mapping: dict) -> VMem:
-        return VMem(self.bits, mapping.get(self.base, self.base) if self.base is not None else None,
-                    mapping.get(self.index, self.index) if self.index is not None else None,
-                    self.scale, self.disp, self.slot)
+        base, index = self.base, self.index
+        new_base = mapping.get(base, base) if type(base) is VReg else base  # only virtual registers are mapped
+        new_index = mapping.get(index, index) if type(index) is VReg else index
+        if new_base is base and new_index is index:
+            return self  # nothing to substitute (e.g. rsp-based or a frame slot): never changed, so shared
+        return VMem(self.bits, new_base, new_index, self.scale, self.disp, self.slot)
 
     def sized(self, bits: int | None) -> VMem:
         return VMem(bits, self.base, self.index, self.scale, self.disp, self.slot)
