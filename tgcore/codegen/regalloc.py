@@ -338,22 +338,23 @@ def _rewrite(program: list[Any], regs: list[tuple[list[Any], list[Any]]], by_vre
              target: AllocTarget) -> list[Any]:
     out: list[Any] = []
     append = out.append
+    reg_of = {v: iv.reg for v, iv in by_vreg.items()}  # None: spilled
     for ins, (read, written) in zip(program, regs, strict=True):
         if type(ins) is not MInst:
             append(ins)
             continue
-        mapping: dict[VReg, Register] = {}
-        spilled = False
-        for group in (read, written):
-            for r in group:
-                if type(r) is VReg:
-                    reg = by_vreg[r].reg
-                    if reg is None:
-                        spilled = True
-                    else:
-                        mapping[r] = reg
+        mapping = reg_of
         spilled_defs: list[tuple[Register, int]] = []
+        spilled = False
+        for r in read:
+            if type(r) is VReg and reg_of[r] is None:
+                spilled = True
+        for r in written:
+            if type(r) is VReg and reg_of[r] is None:
+                spilled = True
         if spilled:  # fills into scratch registers before, spills after
+            mapping = {r: reg_of[r] for group in (read, written) for r in group
+                       if type(r) is VReg and reg_of[r] is not None}
             _spill_code(ins, read, written, by_vreg, target, mapping, out, spilled_defs)
         if ins.op == "copy":
             dst, src = mapping.get(ins.defs[0], ins.defs[0]), mapping.get(ins.uses[0], ins.uses[0])
