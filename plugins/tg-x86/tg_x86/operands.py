@@ -16,6 +16,19 @@ from typing import TYPE_CHECKING, Literal
 
 RegKind = Literal["gpr", "xmm", "ymm"]
 
+# Every operand carries a shape: the facts an encoding form's choice depends on (register class and size and
+# whether it is cl; memory size; which immediate ranges hold the value; a label), as a small int so that the
+# encoder's cache key is cheap to hash.
+_SHAPE_IDS: dict[tuple, int] = {}
+
+
+def shape_id(facts: tuple) -> int:
+    found = _SHAPE_IDS.get(facts)
+    if found is None:
+        found = _SHAPE_IDS[facts] = len(_SHAPE_IDS)
+    return found
+
+
 # GPR names by number for each size (Intel names; 8-bit 4..7 are spl..dil, which need a REX prefix)
 GPR_NAMES: dict[int, tuple[str, ...]] = {
     64: ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", *(f"r{i}" for i in range(8, 16))),
@@ -35,12 +48,12 @@ class Reg:
     num: int
     bits: int
     if TYPE_CHECKING:
-        shape: tuple[str, int, bool]  # set by __post_init__ (not a field)
+        shape: int  # set by __post_init__ (not a field)
 
     def __post_init__(self) -> None:
         # what the encoder's form choice depends on (register class, size, is it cl), read for every instruction
         is_cl = self.kind == "gpr" and self.bits == 8 and self.num == 1
-        object.__setattr__(self, "shape", (self.kind, self.bits, is_cl))
+        object.__setattr__(self, "shape", shape_id((self.kind, self.bits, is_cl)))
 
     @property
     def name(self) -> str:
@@ -78,10 +91,10 @@ class Mem:
     scale: int = 1
     disp: int = 0
     if TYPE_CHECKING:
-        shape: tuple[str, int | None]  # set by __post_init__ (not a field): what the encoder's form choice reads
+        shape: int  # set by __post_init__ (not a field): what the encoder's form choice reads
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", ("mem", self.bits))
+        object.__setattr__(self, "shape", shape_id(("mem", self.bits)))
         for r in (self.base, self.index):
             if r is not None and (r.kind != "gpr" or r.bits != 64):
                 raise ValueError(f"memory operands address with 64-bit registers, got {r.name}")
@@ -109,7 +122,7 @@ class Mem:
         d["index"] = index
         d["scale"] = scale
         d["disp"] = disp
-        d["shape"] = ("mem", bits)
+        d["shape"] = _MEM_SHAPES[bits]
         return m
 
     def sized(self, bits: int | None) -> Mem:
@@ -120,15 +133,18 @@ class Mem:
         return format_operand(self)
 
 
+_MEM_SHAPES = {bits: shape_id(("mem", bits)) for bits in (None, *PTR_NAMES)}
+
+
 @dataclass(frozen=True)
 class Imm:
     """An immediate value; the encoder checks it fits the form's immediate width."""
     value: int
     if TYPE_CHECKING:
-        shape: tuple[bool, ...]  # set by __post_init__ (not a field): which immediate ranges hold the value
+        shape: int  # set by __post_init__ (not a field): which immediate ranges hold the value
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", imm_shape(self.value))
+        object.__setattr__(self, "shape", shape_id(imm_shape(self.value)))
 
     def __repr__(self) -> str:
         return str(self.value)
@@ -138,7 +154,7 @@ class Imm:
 class Label:
     """A position in an instruction list; jumps name it. Identity, not the name, tells labels apart."""
     name: str = ""
-    shape = ("label",)  # not a field (no annotation): what the encoder's form choice reads
+    shape = shape_id(("label",))  # not a field (no annotation): what the encoder's form choice reads
 
     def __repr__(self) -> str:
         return self.name or f"L{id(self) & 0xffff:04x}"
