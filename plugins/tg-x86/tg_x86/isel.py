@@ -58,7 +58,14 @@ class SelectionError(NotImplementedError):
 
 
 def is_vec(dt: DType) -> bool:
-    return dtypes.is_float(dt)
+    """Is a value of this dtype held in an xmm register (a float)?"""
+    found = _IS_FLOAT.get(dt)
+    if found is None:
+        found = _IS_FLOAT[dt] = dtypes.is_float(dt)
+    return found
+
+
+_IS_FLOAT: dict[DType, bool] = {}  # facts of dtypes (interned), not of a kernel
 
 
 def gbits(dt: DType) -> int:
