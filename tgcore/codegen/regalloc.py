@@ -93,16 +93,6 @@ def _regs_in(operand: Any) -> Iterator[Any]:
                 yield r
 
 
-def _substitute(operand: Any, mapping: dict[VReg, Register]) -> Any:
-    if isinstance(operand, VReg):
-        return mapping[operand]
-    if type(operand) is Register:
-        return operand
-    if hasattr(operand, "with_regs"):
-        return operand.with_regs(mapping)
-    return operand
-
-
 class AllocationError(RuntimeError):
     """The program cannot be allocated (e.g. two pinned values need the same register at once)."""
 
@@ -375,8 +365,9 @@ def _substitute_all(operands: list[Any], mapping: dict[VReg, Register]) -> list[
             out.append(mapping[o])
         elif t is Register or o is None:
             out.append(o)
-        else:
-            out.append(_substitute(o, mapping))
+        else:  # a memory operand substitutes its own registers; anything else has none
+            with_regs = getattr(o, "with_regs", None)
+            out.append(o if with_regs is None else with_regs(mapping))
     return out
 
 
