@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from tg_x86.isa import Cond, Op
@@ -36,7 +37,7 @@ from tg_x86.vsel import BARRIER_OPS, DIV_OPS, EMITTED, HRED_ISEL, SHIFT_OPS, VEC
 from tgcore.codegen.regalloc import LoopEnd, LoopStart, MInst, VReg
 from tgcore.dtype import AddrSpace, DType, dtypes
 from tgcore.renderer.isa import ISelContext, line_rewrite
-from tgcore.uop import GroupOp, Ops, PatternMatcher, UOp, UPat
+from tgcore.uop import Ops, PatternMatcher, UOp, UPat
 
 F16_ROUND = 0       # vcvtps2ph immediate: round to nearest even
 TRUNC_IMM = 0xB     # vroundss immediate: toward zero, no precision exception
@@ -49,6 +50,8 @@ NO_CODE_OPS = frozenset({Ops.CONST, Ops.SINK, Ops.GROUP, Ops.NOOP, Ops.INDEX})  
 ADD_MUL = frozenset({Ops.ADD, Ops.MUL})
 INT_RMW_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL})
 FLOAT_ARITH = {Ops.ADD: "VADD", Ops.SUB: "VSUB", Ops.MUL: "VMUL", Ops.FDIV: "VDIV"}
+INT_BINARY = {Ops.ADD: Op.ADD, Ops.SUB: Op.SUB, Ops.MUL: Op.IMUL, Ops.AND: Op.AND, Ops.OR: Op.OR, Ops.XOR: Op.XOR}
+BOOL_BINARY = {**INT_BINARY, Ops.ADD: Op.OR, Ops.MUL: Op.AND}   # on 0/1: + is or, * is and
 FOLDABLE_LOADS = frozenset({dtypes.float32, dtypes.float64})   # float loads an ALU op can read from memory
 NARROW_FLOATS = frozenset({dtypes.float16, dtypes.bfloat16})   # held as float32
 
@@ -579,46 +582,46 @@ class Selector(ISelContext, VectorSelection):
         if gate is not None:
             self.label(skip)
 
-    # ---- integer ALU ----
-    def int_alu(self, u: UOp) -> VReg:
+    # ---- integer ALU (one method per rule of SCALAR_ISEL) ----
+    def int_max(self, u: UOp) -> VReg:
+        dt = u.dtype
+        bits = gbits(dt)
+        a, b = self.reg(u.src[0]), self.reg(u.src[1])
+        self.emit(Op.CMP, [], [a, b], (("u", 0, bits), ("u", 1, bits)))
+        d = self.new("gpr")
+        cond = Cond.A if dtypes.is_unsigned(dt) or dt is dtypes.bool else Cond.G
+        self.emit(Op.CMOVCC, [d], [b, a], (("d", 0, bits), ("u", 1, bits)), two=True, cond=cond)
+        return d
+
+    def int_neg(self, u: UOp) -> VReg:
+        dt = u.dtype
+        d = self.new("gpr")
+        if dt is dtypes.bool:
+            self.alu2(Op.XOR, d, self.reg(u.src[0]), 1, 32)
+        else:
+            self.emit(Op.NEG, [d], [self.reg(u.src[0])], (("d", 0, gbits(dt)),), two=True)
+            self.canon(d, dt)
+        return d
+
+    def int_mulacc(self, u: UOp) -> VReg:
+        dt = u.dtype
+        bits = gbits(dt)
+        a, b, c = u.src
+        t = self.new("gpr")
+        self.alu2(Op.IMUL, t, self.reg(a), self.reg(b), bits)
+        d = self.new("gpr")
+        self.alu2(Op.ADD, d, t, self.int_operand(c, bits), bits)
+        self.canon(d, dt)
+        return d
+
+    def int_binary(self, u: UOp, xop: Op) -> VReg:
+        """``d = a op b`` with ``xop``: ADD as lea, MUL by an immediate as three-operand imul, constants as
+        immediates (a constant first operand swapped to the second where the op commutes)."""
         op, dt = u.op, u.dtype
         bits = gbits(dt)
-        if op in DIV_OPS:
-            return self.divide(u)
-        if op in SHIFT_OPS:
-            return self.shift(u)
-        if op is Ops.MAX:
-            a, b = self.reg(u.src[0]), self.reg(u.src[1])
-            self.emit(Op.CMP, [], [a, b], (("u", 0, bits), ("u", 1, bits)))
-            d = self.new("gpr")
-            cond = Cond.A if dtypes.is_unsigned(dt) or dt is dtypes.bool else Cond.G
-            self.emit(Op.CMOVCC, [d], [b, a], (("d", 0, bits), ("u", 1, bits)), two=True, cond=cond)
-            return d
-        if op is Ops.NEG:
-            d = self.new("gpr")
-            if dt is dtypes.bool:
-                self.alu2(Op.XOR, d, self.reg(u.src[0]), 1, 32)
-            else:
-                self.emit(Op.NEG, [d], [self.reg(u.src[0])], (("d", 0, bits),), two=True)
-                self.canon(d, dt)
-            return d
-        if op is Ops.MULACC:
-            a, b, c = u.src
-            t = self.new("gpr")
-            self.alu2(Op.IMUL, t, self.reg(a), self.reg(b), bits)
-            d = self.new("gpr")
-            self.alu2(Op.ADD, d, t, self.int_operand(c, bits), bits)
-            self.canon(d, dt)
-            return d
-        table = {Ops.ADD: Op.ADD, Ops.SUB: Op.SUB, Ops.MUL: Op.IMUL, Ops.AND: Op.AND, Ops.OR: Op.OR, Ops.XOR: Op.XOR}
-        if dt is dtypes.bool:
-            table.update({Ops.ADD: Op.OR, Ops.MUL: Op.AND})
-        if op not in table:
-            raise SelectionError(f"x86: no rule for {op.name} on {dt}")
         a, b = u.src
         if a.op is Ops.CONST and b.op is not Ops.CONST and op is not Ops.SUB:
             a, b = b, a
-        xop = table[op]
         d = self.new("gpr")
         rb = self.int_operand(b, bits)
         if xop is Op.ADD and op is Ops.ADD and (not isinstance(rb, int) or -(1 << 31) <= rb < (1 << 31)):
@@ -700,25 +703,31 @@ class Selector(ISelContext, VectorSelection):
         return d
 
     # ---- where ----
-    def where(self, u: UOp) -> VReg:
+    def where_blend(self, u: UOp) -> VReg:
+        """A float WHERE: a vcmp mask of its comparison (or the bool widened to a mask) and vblendv."""
         c, x, y = u.src
         dt = u.dtype
-        if is_vec(dt):
-            rx, ry = self.reg(x), self.reg(y)
-            m = self.new("vec")
-            if self.where_fuses(dt, c):
-                pred = {Ops.CMPLT: CMP_LT_OS, Ops.CMPEQ: CMP_EQ_OQ, Ops.CMPNE: CMP_NEQ_UQ}[c.op]
-                ra, rb = self.reg(c.src[0]), self.float_operand(c.src[1])
-                self.vop3(fop("VCMP", c.src[0].dtype), m, ra, rb, (("i", pred),))
-            else:
-                t = self.new("gpr")
-                self.copy(t, self.reg(c))
-                self.emit(Op.NEG, [t], [t], (("d", 0, 64),), two=True)
-                self.emit(Op.VMOVQ, [m], [t], (("d", 0, 128), ("u", 0, 64)))
-            d = self.new("vec")
-            blend = Op.VBLENDVPD if dt is dtypes.float64 else Op.VBLENDVPS
-            self.emit(blend, [d], [ry, rx, m], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128), ("u", 2, 128)))
-            return d
+        rx, ry = self.reg(x), self.reg(y)
+        m = self.new("vec")
+        if self.where_fuses(dt, c):
+            pred = {Ops.CMPLT: CMP_LT_OS, Ops.CMPEQ: CMP_EQ_OQ, Ops.CMPNE: CMP_NEQ_UQ}[c.op]
+            ra, rb = self.reg(c.src[0]), self.float_operand(c.src[1])
+            self.vop3(fop("VCMP", c.src[0].dtype), m, ra, rb, (("i", pred),))
+        else:
+            t = self.new("gpr")
+            self.copy(t, self.reg(c))
+            self.emit(Op.NEG, [t], [t], (("d", 0, 64),), two=True)
+            self.emit(Op.VMOVQ, [m], [t], (("d", 0, 128), ("u", 0, 64)))
+        d = self.new("vec")
+        blend = Op.VBLENDVPD if dt is dtypes.float64 else Op.VBLENDVPS
+        self.emit(blend, [d], [ry, rx, m], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128), ("u", 2, 128)))
+        return d
+
+    def where_cmov(self, u: UOp) -> VReg:
+        """An integer WHERE: cmov on its comparison's flags (compared again here, so every WHERE of one
+        compare needs no bool), or on a test of the bool."""
+        c, x, y = u.src
+        dt = u.dtype
         bits = max(gbits(dt), 32)
         rx, ry = self.reg(x), self.reg(y)
         if c.op in CMP_OPS:
@@ -739,57 +748,64 @@ class Selector(ISelContext, VectorSelection):
             self.emit(Op.CMOVCC, [d], [d, rx], lay, two=True, cond=Cond.P)
         return d
 
-    # ---- float ALU ----
-    def float_alu(self, u: UOp) -> VReg:
+    # ---- float ALU (one method per rule of SCALAR_ISEL) ----
+    def float_arith(self, u: UOp) -> VReg:
+        """``d = a op b`` (vaddss ...): b may be a constant's frame slot or a folded load."""
         op, dt = u.op, u.dtype
         d = self.new("vec")
-        if op in FLOAT_ARITH:
-            a, b = u.src
-            if (a.op is Ops.CONST or a in self.folded) and b.op is not Ops.CONST and op in ADD_MUL:
-                a, b = b, a
-            name = FLOAT_ARITH[op]
-            self.vop3(fop(name, dt), d, self.reg(a), self.float_operand(b))
-        elif op is Ops.MAX:  # (a != a || a > b) ? a : b
-            a = self.reg(u.src[0])
-            t, m = self.new("vec"), self.new("vec")
-            self.vop3(fop("VMAX", dt), t, a, self.float_operand(u.src[1]))
-            self.vop3(fop("VCMP", dt), m, a, a, (("i", CMP_UNORD_Q),))
-            blend = Op.VBLENDVPD if dt is dtypes.float64 else Op.VBLENDVPS
-            self.emit(blend, [d], [t, a, m], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128), ("u", 2, 128)))
-        elif op is Ops.NEG:
-            sign = struct.pack("<Q", 1 << 63) if dt is dtypes.float64 else struct.pack("<I", 1 << 31)
-            self.vop3(Op.VXORPS, d, self.reg(u.src[0]), self.const_mem(sign, 128))
-        elif op is Ops.SQRT:
-            a = self.reg(u.src[0])
-            self.vop3(fop("VSQRT", dt), d, a, a)
-        elif op is Ops.RECIPROCAL:
-            one = self.materialize(UOp.const(dt, 1.0))
-            self.vop3(fop("VDIV", dt), d, one, self.reg(u.src[0]))
-        elif op is Ops.TRUNC:
-            a = self.reg(u.src[0])
-            self.vop3(fop("VROUND", dt), d, a, a, (("i", TRUNC_IMM),))
-        elif op is Ops.MULACC:
-            a, b, c = u.src
-            self.emit(fop("VFMADD231", dt), [d], [self.reg(c), self.reg(a), self.float_operand(b)],
-                      (("d", 0, 128), ("u", 1, 128), self.operand_layout(2, self.float_operand(b), 128)), two=True)
-        else:
-            raise SelectionError(f"x86: no rule for {op.name} on {dt}")
+        a, b = u.src
+        if (a.op is Ops.CONST or a in self.folded) and b.op is not Ops.CONST and op in ADD_MUL:
+            a, b = b, a
+        self.vop3(fop(FLOAT_ARITH[op], dt), d, self.reg(a), self.float_operand(b))
         return d
 
-    # ---- casts ----
-    def cast(self, src: UOp, dst: DType) -> VReg:
-        sdt = src.dtype
-        if sdt.count != 1 or dst.count != 1:
-            raise SelectionError(f"x86: vector cast {sdt} -> {dst}")
-        x = self.reg(src)
-        if not is_vec(sdt) and not is_vec(dst):
-            return self.int_to_int(x, sdt, dst)
-        if not is_vec(sdt):
-            return self.int_to_float(x, sdt, dst)
-        if not is_vec(dst):
-            return self.float_to_int(x, sdt, dst)
-        return self.float_to_float(x, sdt, dst)
+    def float_max(self, u: UOp) -> VReg:
+        """(a != a || a > b) ? a : b: NaN propagates."""
+        dt = u.dtype
+        d = self.new("vec")
+        a = self.reg(u.src[0])
+        t, m = self.new("vec"), self.new("vec")
+        self.vop3(fop("VMAX", dt), t, a, self.float_operand(u.src[1]))
+        self.vop3(fop("VCMP", dt), m, a, a, (("i", CMP_UNORD_Q),))
+        blend = Op.VBLENDVPD if dt is dtypes.float64 else Op.VBLENDVPS
+        self.emit(blend, [d], [t, a, m], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128), ("u", 2, 128)))
+        return d
 
+    def float_neg(self, u: UOp) -> VReg:
+        dt = u.dtype
+        d = self.new("vec")
+        sign = struct.pack("<Q", 1 << 63) if dt is dtypes.float64 else struct.pack("<I", 1 << 31)
+        self.vop3(Op.VXORPS, d, self.reg(u.src[0]), self.const_mem(sign, 128))
+        return d
+
+    def float_sqrt(self, u: UOp) -> VReg:
+        d = self.new("vec")
+        a = self.reg(u.src[0])
+        self.vop3(fop("VSQRT", u.dtype), d, a, a)
+        return d
+
+    def float_reciprocal(self, u: UOp) -> VReg:
+        dt = u.dtype
+        d = self.new("vec")
+        one = self.materialize(UOp.const(dt, 1.0))
+        self.vop3(fop("VDIV", dt), d, one, self.reg(u.src[0]))
+        return d
+
+    def float_trunc(self, u: UOp) -> VReg:
+        d = self.new("vec")
+        a = self.reg(u.src[0])
+        self.vop3(fop("VROUND", u.dtype), d, a, a, (("i", TRUNC_IMM),))
+        return d
+
+    def float_mulacc(self, u: UOp) -> VReg:
+        """a*b + c as one vfmadd231 into c's copy (b may be memory)."""
+        d = self.new("vec")
+        a, b, c = u.src
+        self.emit(fop("VFMADD231", u.dtype), [d], [self.reg(c), self.reg(a), self.float_operand(b)],
+                  (("d", 0, 128), ("u", 1, 128), self.operand_layout(2, self.float_operand(b), 128)), two=True)
+        return d
+
+    # ---- casts (by register file: the four CAST rules of SCALAR_ISEL) ----
     def int_to_int(self, x: VReg, sdt: DType, dst: DType) -> VReg:
         d = self.new("gpr")
         if dst is dtypes.bool:
@@ -990,6 +1006,39 @@ class Selector(ISelContext, VectorSelection):
 # through the selector's helpers, records the UOp's value in ``ctx.val`` and returns EMITTED; None
 # falls through to the next rule of the op. Vector UOps are taken first by ``vsel.VECTOR_ISEL``.
 
+def value_rule(method: Callable[[Selector, UOp], Any]) -> Callable[[Selector, UOp], tuple]:
+    """A rule whose UOp's value is what ``method(ctx, x)`` returns."""
+    def rule(ctx: Selector, x: UOp) -> tuple:
+        ctx.val[x] = method(ctx, x)
+        return EMITTED
+    return rule
+
+
+def effect_rule(method: Callable[[Selector, UOp], Any]) -> Callable[[Selector, UOp], tuple]:
+    """A rule for a UOp that has no value of its own (stores, loop boundaries)."""
+    def rule(ctx: Selector, x: UOp) -> tuple:
+        method(ctx, x)
+        return EMITTED
+    return rule
+
+
+def cast_rule(convert: Callable[[Selector, VReg, DType, DType], VReg]) -> Callable[[Selector, UOp], tuple]:
+    """A CAST rule: ``convert(ctx, source register, source dtype, dtype)`` makes the value."""
+    def rule(ctx: Selector, x: UOp) -> tuple:
+        src = x.src[0]
+        ctx.val[x] = convert(ctx, ctx.reg(src), src.dtype, x.dtype)
+        return EMITTED
+    return rule
+
+
+def binary_rule(table: dict[Ops, Op]) -> Callable[[Selector, UOp], tuple]:
+    """A two-operand integer rule with the instruction ``table[op]``."""
+    def rule(ctx: Selector, x: UOp) -> tuple:
+        ctx.val[x] = ctx.int_binary(x, table[x.op])
+        return EMITTED
+    return rule
+
+
 def sel_argument(ctx: Selector, x: UOp) -> tuple:
     if ctx.remat_args:  # read from its argument slot where used (see args_held)
         ctx.arg_sites.append((len(ctx.prog), x))
@@ -998,11 +1047,10 @@ def sel_argument(ctx: Selector, x: UOp) -> tuple:
     return EMITTED
 
 
-def sel_define_reg(ctx: Selector, x: UOp) -> tuple:
+def sel_define_reg(ctx: Selector, x: UOp) -> VReg:
     if getattr(x.dtype, "size", 1) not in (1, -1):
         raise SelectionError(f"x86: accumulator {x.dtype} (only scalar 1-element registers)")
-    ctx.val[x] = ctx.newv(x.dtype.base)  # type: ignore[attr-defined]
-    return EMITTED
+    return ctx.newv(x.dtype.base)  # type: ignore[attr-defined]
 
 
 def sel_after(ctx: Selector, x: UOp) -> tuple:
@@ -1011,55 +1059,14 @@ def sel_after(ctx: Selector, x: UOp) -> tuple:
     return EMITTED
 
 
-def sel_range(ctx: Selector, x: UOp) -> tuple:
-    ctx.open_loop(x)
-    return EMITTED
-
-
-def sel_end(ctx: Selector, x: UOp) -> tuple:
+def sel_end(ctx: Selector, x: UOp) -> None:
     for _ in x.src[1:]:
         ctx.close_loop()
-    return EMITTED
-
-
-def sel_load(ctx: Selector, x: UOp) -> tuple:
-    ctx.load(x)
-    return EMITTED
-
-
-def sel_store(ctx: Selector, x: UOp) -> tuple:
-    ctx.store(x)
-    return EMITTED
-
-
-def sel_cast(ctx: Selector, x: UOp) -> tuple:
-    ctx.val[x] = ctx.cast(x.src[0], x.dtype)
-    return EMITTED
-
-
-def sel_bitcast(ctx: Selector, x: UOp) -> tuple:
-    ctx.val[x] = ctx.bitcast(x.src[0], x.dtype)
-    return EMITTED
 
 
 def sel_compare(ctx: Selector, x: UOp) -> tuple:
     if not ctx.fusable_compare(x):  # else each WHERE using it compares again: no bool is made
         ctx.val[x] = ctx.flags_to_bool(ctx.compare(x))
-    return EMITTED
-
-
-def sel_where(ctx: Selector, x: UOp) -> tuple:
-    ctx.val[x] = ctx.where(x)
-    return EMITTED
-
-
-def sel_float_alu(ctx: Selector, x: UOp) -> tuple:
-    ctx.val[x] = ctx.float_alu(x)
-    return EMITTED
-
-
-def sel_int_alu(ctx: Selector, x: UOp) -> tuple:
-    ctx.val[x] = ctx.int_alu(x)
     return EMITTED
 
 
@@ -1070,6 +1077,7 @@ def sel_unknown(x: UOp) -> tuple:
 
 SCALAR_FLOATS = frozenset(dt for dt in dtypes.all if dtypes.is_float(dt))       # in xmm registers
 SCALAR_INTS = frozenset(dt for dt in dtypes.all if not dtypes.is_float(dt))     # in gprs (bool too)
+F, I = SCALAR_FLOATS, SCALAR_INTS
 
 SCALAR_ISEL = PatternMatcher([
     # buffer pointers and variables: read from the argument slots
@@ -1077,22 +1085,42 @@ SCALAR_ISEL = PatternMatcher([
     # constants and addresses are selected where they are used (immediates, memory operands); SINK etc. emit nothing
     (UPat(NO_CODE_OPS), lambda: EMITTED),
     # an accumulator is a register; AFTER is its value at that point
-    (UPat(Ops.DEFINE_REG, name="x"), sel_define_reg),
+    (UPat(Ops.DEFINE_REG, name="x"), value_rule(sel_define_reg)),
     (UPat(Ops.AFTER, name="x"), sel_after),
     # loops: counter, limit and guard; END closes as many loops as it names
-    (UPat(Ops.RANGE, name="x"), sel_range),
-    (UPat(Ops.END, name="x"), sel_end),
-    # memory: complex addressing, gates as branches; a float load with one user folds into it
-    (UPat(Ops.LOAD, name="x"), sel_load),
-    (UPat(Ops.STORE, name="x"), sel_store),
-    (UPat(Ops.CAST, name="x"), sel_cast),
-    (UPat(Ops.BITCAST, name="x"), sel_bitcast),
-    # comparisons: flags (cmov/setcc/jcc of the users share one cmp); a bool only when a non-WHERE reads it
+    (UPat(Ops.RANGE, name="x"), effect_rule(Selector.open_loop)),
+    (UPat(Ops.END, name="x"), effect_rule(sel_end)),
+    # memory: [base + index*scale + disp], gates as branches; a float load with one user folds into it
+    (UPat(Ops.LOAD, name="x"), effect_rule(Selector.load)),
+    (UPat(Ops.STORE, name="x"), effect_rule(Selector.store)),
+    # casts by register file; bitcasts move bits between them
+    (UPat(Ops.CAST, I, src=(UPat(dtype=I),), name="x"), cast_rule(Selector.int_to_int)),
+    (UPat(Ops.CAST, F, src=(UPat(dtype=I),), name="x"), cast_rule(Selector.int_to_float)),
+    (UPat(Ops.CAST, I, src=(UPat(dtype=F),), name="x"), cast_rule(Selector.float_to_int)),
+    (UPat(Ops.CAST, F, src=(UPat(dtype=F),), name="x"), cast_rule(Selector.float_to_float)),
+    (UPat(Ops.BITCAST, name="x"), value_rule(lambda ctx, x: ctx.bitcast(x.src[0], x.dtype))),
+    # comparisons: flags (the cmovs of its WHEREs compare again); a bool only when a non-WHERE reads it
     (UPat(CMP_OPS, name="x"), sel_compare),
-    (UPat(Ops.WHERE, name="x"), sel_where),
-    # arithmetic by register file: xmm lane 0 for floats, gprs for integers and bool
-    (UPat(GroupOp.ALU, SCALAR_FLOATS, name="x"), sel_float_alu),
-    (UPat(GroupOp.ALU, SCALAR_INTS, name="x"), sel_int_alu),
+    # WHERE: cmov on a compare's flags; floats: vcmp mask + vblendv
+    (UPat(Ops.WHERE, I, name="x"), value_rule(Selector.where_cmov)),
+    (UPat(Ops.WHERE, F, name="x"), value_rule(Selector.where_blend)),
+    # integer ALU in gprs: idiv/div through rax/rdx (x/0 = 0), shifts by cl (out of range: 0 or the sign),
+    # max as cmp + cmov, a*b+c as imul + add, the rest two-address (add as lea, imul by an immediate)
+    (UPat(DIV_OPS, I, name="x"), value_rule(Selector.divide)),
+    (UPat(SHIFT_OPS, I, name="x"), value_rule(Selector.shift)),
+    (UPat(Ops.MAX, I, name="x"), value_rule(Selector.int_max)),
+    (UPat(Ops.NEG, I, name="x"), value_rule(Selector.int_neg)),
+    (UPat(Ops.MULACC, I, name="x"), value_rule(Selector.int_mulacc)),
+    (UPat(tuple(BOOL_BINARY), dtypes.bool, name="x"), binary_rule(BOOL_BINARY)),
+    (UPat(tuple(INT_BINARY), I, name="x"), binary_rule(INT_BINARY)),
+    # float ALU in xmm lane 0 (memory operands for constants and single-use loads)
+    (UPat(tuple(FLOAT_ARITH), F, name="x"), value_rule(Selector.float_arith)),
+    (UPat(Ops.MAX, F, name="x"), value_rule(Selector.float_max)),          # vmax + unordered blend: NaN propagates
+    (UPat(Ops.NEG, F, name="x"), value_rule(Selector.float_neg)),          # xor with the sign bit
+    (UPat(Ops.SQRT, F, name="x"), value_rule(Selector.float_sqrt)),
+    (UPat(Ops.RECIPROCAL, F, name="x"), value_rule(Selector.float_reciprocal)),
+    (UPat(Ops.TRUNC, F, name="x"), value_rule(Selector.float_trunc)),      # vround toward zero
+    (UPat(Ops.MULACC, F, name="x"), value_rule(Selector.float_mulacc)),    # vfmadd231: one rounding
     (UPat(name="x"), sel_unknown),
 ])
 
