@@ -80,6 +80,12 @@ def value(ctx: ISelContext, x: UOp, op: str, uses: list, arg: object = None) -> 
     return [ins(op, [d], uses, arg)]
 
 
+def alias(ctx: ISelContext, x: UOp, v: object) -> tuple:
+    """``x`` is the value ``v`` (no instruction)."""
+    ctx.val[x] = v
+    return ()
+
+
 def open_loop(ctx: ISelContext, x: UOp) -> list:
     i = ctx.val[x] = ctx.new("r")
     return [ins("lii", [i], [], 0), LoopStart(x), ins("label", [], [], x)]
@@ -101,8 +107,8 @@ TOY_ISEL = PatternMatcher([
     (UPat(Ops.CONST, dtypes.float32, name="x"), lambda ctx, x: value(ctx, x, "lif", [], x.arg)),
     (UPat(Ops.CONST, dtypes.int32, name="x"), lambda ctx, x: value(ctx, x, "lii", [], x.arg)),
     # accumulators are registers: DEFINE_REG makes one, AFTER names it, stores and loads copy it
-    (UPat(Ops.DEFINE_REG, name="x"), lambda ctx, x: ctx.val.__setitem__(x, ctx.new("r")) or ()),
-    (UPat(Ops.AFTER, name="x"), lambda ctx, x: ctx.val.__setitem__(x, ctx.val[x.src[0]]) or ()),
+    (UPat(Ops.DEFINE_REG, name="x"), lambda ctx, x: alias(ctx, x, ctx.new("r"))),
+    (UPat(Ops.AFTER, name="x"), lambda ctx, x: alias(ctx, x, ctx.val[x.src[0]])),
     (UPat(Ops.STORE, src=(UPat(Ops.INDEX, src=(ACC, UPat())), UPat.var("v"))),
      lambda ctx, acc, v: [ins("copy", [ctx.val[acc]], [ctx.val[v]])]),
     (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, src=(ACC, UPat())),), name="x"),
