@@ -7,15 +7,20 @@ Every value gets its own ``const`` local; the C compiler does the rest. Integer 
 remainder by a non-constant divisor go through helpers that define x/0 = 0 and x%0 = 0 (and
 INT_MIN/-1 wrapping), so a kernel can never raise SIGFPE. float16 and bfloat16 arithmetic is
 done in float32 (a legalization rule rounds after every op); bfloat16 is stored as uint16.
+
+For speed: an unsigned int OR-ed together from consecutive bytes becomes one load (``legalize``), loops of a
+few iterations carry an unroll hint, and a reduction streaming a big input prefetches the next output rows' data.
 """
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 from tgcore.dtype import AddrSpace, DType, PtrDType, dtypes
 from tgcore.renderer import Renderer
 from tgcore.uop import Ops, UOp
+from tgcore.uop.pattern import PatternMatcher, UPat
 
 C_TYPES: dict[DType, str] = {
     dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char",
@@ -144,6 +149,111 @@ static inline tg_widened8 tg_widen_i8x8(tg_int8x8 v) {
 """
 
 
+# loops of at most this many iterations (a vectorized reduction's steps inside a quantization block) are unrolled
+# by the C compiler (gcc and clang read ``#pragma GCC unroll``)
+UNROLL_TRIPS = 8
+
+
+def _byte_term(u: UOp, dt: DType) -> tuple[int, UOp] | None:
+    """``(k, load)`` when ``u`` is ``cast(load of one byte) << 8k`` (the shift may be a multiply) of type ``dt``."""
+    shift = 0
+    if u.op in (Ops.MUL, Ops.SHL) and u.src[1].op is Ops.CONST:
+        amount = u.src[1].arg
+        bits = amount.bit_length() - 1 if u.op is Ops.MUL and amount > 0 and amount & (amount - 1) == 0 else (
+            amount if u.op is Ops.SHL else -1)
+        if bits < 0 or bits % 8:
+            return None
+        shift, u = bits // 8, u.src[0]
+    if u.op is not Ops.CAST or u.dtype != dt:
+        return None
+    load = u.src[0]
+    if load.op is not Ops.LOAD or load.dtype is not dtypes.uint8 or len(load.src) != 1 \
+            or len(load.src[0].src) != 2:  # (ungated loads only)
+        return None
+    return shift, load
+
+
+def _or_terms(u: UOp) -> list[UOp]:
+    return [t for s in u.src for t in _or_terms(s)] if u.op is Ops.OR else [u]
+
+
+def combine_byte_loads(x: UOp) -> UOp | None:
+    """``b[i] | b[i+1] << 8 | ...`` over all the bytes of a 2/4/8-byte unsigned int -> one little-endian load of
+    that many bytes, bitcast (how a quantized file's 16-bit scales are read out of a byte buffer)."""
+    n = x.dtype.itemsize
+    if x.dtype.count != 1 or not dtypes.is_unsigned(x.dtype) or n not in (2, 4, 8):
+        return None
+    terms = [_byte_term(t, x.dtype) for t in _or_terms(x)]
+    if len(terms) != n or any(t is None for t in terms):
+        return None
+    by_shift = dict(t for t in terms if t is not None)
+    if sorted(by_shift) != list(range(n)):
+        return None
+    first = by_shift[0].src[0]
+    buf, base = first.src
+    for k in range(1, n):
+        index = by_shift[k].src[0]
+        step = (index.src[1] - base).simplify()
+        if index.src[0] is not buf or step.op is not Ops.CONST or step.arg != k:
+            return None
+    wide = UOp(Ops.LOAD, dtypes.uint8.vec(n), (first,))
+    return UOp(Ops.BITCAST, x.dtype, (wide,))
+
+
+# Software prefetch (see _Prefetcher): a reduction kernel streaming an input at least this big
+PREFETCH_MIN_BYTES = 1 << 16
+CACHE_LINE = 64
+
+
+def _nbytes(param: UOp) -> int:
+    return getattr(param.dtype, "size", 0) * param.dtype.itemsize  # type: ignore[attr-defined]
+
+
+class _Prefetcher:
+    """Where a kernel should prefetch: a reduction that streams a big input (a quantized weight in a matrix-vector
+    product) reads it in several interleaved streams (one per output row computed together), which the hardware
+    prefetchers follow badly. Each load of that input in a reduce loop then prefetches what the next iteration of
+    the outermost output loop will load at the same point: one address per cache line a loop iteration touches
+    (loads in a short unrolled loop are covered by their enclosing loop's)."""
+
+    def __init__(self, kernel: list[UOp]) -> None:
+        loaded = [u.src[0].src[0] for u in kernel if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX
+                  and u.src[0].src[0].op is Ops.PARAM]
+        big = max(loaded, key=_nbytes, default=None)
+        self.buf = big if big is not None and _nbytes(big) >= PREFETCH_MIN_BYTES else None
+        self.open: list[UOp] = []
+        self.done: dict[UOp, list[UOp]] = {}  # innermost loop -> indices prefetched in its body
+
+    def enter(self, r: UOp) -> None:
+        self.open.append(r)
+
+    def leave(self, ranges: tuple[UOp, ...]) -> None:
+        self.open = [r for r in self.open if r not in ranges]
+
+    def distance(self, load: UOp) -> int | None:
+        """Elements ahead of ``load``'s index to prefetch, or None for no prefetch."""
+        from tgcore.uop.symbolic import stride
+        index = load.src[0]
+        if self.buf is None or index.src[0] is not self.buf or len(index.src) != 2 or not self.open:
+            return None
+        kinds = [r.arg[1] if isinstance(r.arg, tuple) and len(r.arg) > 1 else None for r in self.open]
+        outer = next((r for r, k in zip(self.open, kinds, strict=True) if k in ("global", "thread")), None)
+        inner = self.open[-1]
+        trips = inner.src[0].arg if inner.src[0].op is Ops.CONST else 0
+        if outer is None or "reduce" not in kinds[self.open.index(outer):] or 0 < trips <= UNROLL_TRIPS:
+            return None
+        ahead, size = stride(index.src[1], outer), load.dtype.itemsize // load.dtype.count
+        if ahead is None or ahead * size < CACHE_LINE:
+            return None
+        seen = self.done.setdefault(inner, [])
+        for idx in seen:
+            gap = (index.src[1] - idx).simplify()
+            if gap.op is Ops.CONST and abs(gap.arg) * size < CACHE_LINE:
+                return None
+        seen.append(index.src[1])
+        return ahead
+
+
 def _float_fn(name: str, dt: DType) -> str:
     return f"__builtin_{name}" + ("" if dt is dtypes.float64 else "f")
 
@@ -155,6 +265,8 @@ class CRenderer(Renderer):
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
                    dtypes.uint64: 4}
     emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})  # computed in float32, rounded per op
+    # the host's byte order: an int assembled from consecutive bytes is one load (little-endian hosts only)
+    legalize = PatternMatcher([(UPat(Ops.OR, name="x"), combine_byte_loads)]) if sys.byteorder == "little" else None
 
     def __init__(self) -> None:
         from tgcore.runtime.compiler import ClangCompiler
@@ -278,6 +390,8 @@ class CRenderer(Renderer):
         def line(text: str) -> None:
             body.append("  " * depth + text)
 
+        prefetch = _Prefetcher(kernel)
+
         for u in kernel:
             op = u.op
             if op is Ops.PARAM:
@@ -289,6 +403,7 @@ class CRenderer(Renderer):
             elif op is Ops.CONST:
                 names[u] = c_const(u.arg, u.dtype)
             elif op is Ops.RANGE:
+                prefetch.enter(u)
                 r = fresh("ridx")
                 names[u] = r
                 end = names[u.src[0]]
@@ -297,9 +412,13 @@ class CRenderer(Renderer):
                     line(f"int {r}_end = (core_id+1)*{chunk} < {end} ? (core_id+1)*{chunk} : {end};")
                     line(f"for (int {r} = core_id*{chunk}; {r} < {r}_end; {r}++) {{")
                 else:
+                    trips = u.src[0].arg if u.src[0].op is Ops.CONST else 0
+                    if 1 < trips <= UNROLL_TRIPS:  # unrolled, each copy's index math and shift amounts fold
+                        line(f"#pragma GCC unroll {trips}")
                     line(f"for ({c_type(u.dtype)} {r} = 0; {r} < {end}; {r}++) {{")
                 depth += 1
             elif op is Ops.END:
+                prefetch.leave(u.src[1:])
                 for _ in u.src[1:]:
                     depth -= 1
                     line("}")
@@ -312,6 +431,9 @@ class CRenderer(Renderer):
                 ptr, idx = names[u.src[0]], names[u.src[1]]
                 names[u] = ptr if not self._in_memory(u) else f"{ptr}[{idx}]"
             elif op is Ops.LOAD:
+                ahead = prefetch.distance(u)
+                if ahead is not None:
+                    line(f"__builtin_prefetch(&{names[u.src[0].src[0]]}[{names[u.src[0].src[1]]}+{ahead}]);")
                 line(self._load(u, names, v := fresh("val")))
                 names[u] = v
             elif op is Ops.STORE:

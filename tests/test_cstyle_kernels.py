@@ -1,0 +1,105 @@
+"""C renderer kernels for quantized data: values against numpy, and the shape of the C that carries the speed
+(one wide load for an int assembled from bytes, unrolled short loops)."""
+import sys
+
+import numpy as np
+import pytest
+
+from tgcore.engine import realize as engine
+from tgcore.schedule import kernelize
+from tgcore.tensor import Tensor
+
+
+def run(t: Tensor) -> tuple[np.ndarray, list[str]]:
+    """``t``'s values and the C source of every kernel that computed them (compiled afresh, not from a cache)."""
+    recorded: list = []
+    with engine.capturing(recorded), kernelize.no_realized_cache():
+        out = t.numpy()
+    return out, [r.spec.src for r, *_ in recorded if r is not None and isinstance(r.spec.src, str)]
+
+
+def le_uint(b: Tensor, width: int) -> Tensor:
+    """(n, k * width) bytes -> (n, k) little-endian unsigned ints, OR-ed together from shifted bytes."""
+    n, m = b.shape
+    words = b.reshape(n, m // width, width)
+    dt = {2: "uint16", 4: "uint32", 8: "uint64"}[width]
+    out = None
+    for i in range(width):
+        part = words.shrink(((0, n), (0, m // width), (i, i + 1))).reshape(n, m // width).cast(dt)
+        part = part << (8 * i) if i else part
+        out = part if out is None else out | part
+    return out
+
+
+@pytest.mark.parametrize("width,dtype", [(2, np.uint16), (4, np.uint32), (8, np.uint64)])
+@pytest.mark.parametrize("rows,cols", [(1, 1), (7, 3), (37, 5)])
+def test_int_from_bytes_matches_numpy(width, dtype, rows, cols):
+    raw = np.random.default_rng(width * rows).integers(0, 256, (rows, cols * width)).astype(np.uint8)
+    out, srcs = run(le_uint(Tensor(raw, device="CPU"), width))
+    np.testing.assert_array_equal(out, raw.view(dtype))
+    if sys.byteorder == "little":  # one load of `width` bytes, not `width` byte loads
+        assert any(f"tg_uint8x{width} val" in s for s in srcs)
+
+
+def test_half_scale_from_bytes_matches_numpy():
+    """The Q4_0/Q4_1 scale pattern: two bytes of each 20-byte block form a float16."""
+    raw = np.random.default_rng(1).integers(0, 256, (53, 20)).astype(np.uint8)
+    raw[:, 1] &= 0x3F  # finite halves
+    t = le_uint(Tensor(raw, device="CPU").shrink(((0, 53), (2, 4))), 2).bitcast("float16").cast("float32")
+    out, _ = run(t)
+    np.testing.assert_array_equal(out, raw[:, 2:4].copy().view(np.float16).astype(np.float32))
+
+
+def test_bytes_not_consecutive_are_left_alone():
+    """bytes 0 and 2 (not 1) OR-ed into a uint16: no combined load, still the right value."""
+    raw = np.random.default_rng(2).integers(0, 256, (9, 4)).astype(np.uint8)
+    b = Tensor(raw, device="CPU")
+    lo = b.shrink(((0, 9), (0, 1))).cast("uint16")
+    hi = b.shrink(((0, 9), (2, 3))).cast("uint16") << 8
+    out, srcs = run(lo | hi)
+    np.testing.assert_array_equal(out, raw[:, :1].astype(np.uint16) | (raw[:, 2:3].astype(np.uint16) << 8))
+    assert not any("tg_uint8x2 val" in s for s in srcs)
+
+
+@pytest.mark.parametrize("k", [24, 36, 200])
+def test_short_loops_unrolled_matvec_matches_numpy(k):
+    """A matrix-vector product whose vectorized reduction leaves a short inner loop: unrolled by the C compiler,
+    same values."""
+    rng = np.random.default_rng(k)
+    w, x = rng.standard_normal((12, k)).astype(np.float32), rng.standard_normal(k).astype(np.float32)
+    out, srcs = run(Tensor(w, device="CPU") @ Tensor(x, device="CPU"))
+    np.testing.assert_allclose(out, w @ x, rtol=1e-5, atol=1e-5)
+    for s in srcs:
+        for line in s.splitlines():
+            if line.strip().startswith("#pragma GCC unroll"):
+                assert 1 < int(line.split()[-1]) <= 8
+
+
+@pytest.mark.parametrize("rows,k", [(260, 320), (64, 1000)])
+def test_streamed_matvec_prefetches_and_matches_numpy(rows, k):
+    """A matrix-vector product over a weight of 64 KiB or more prefetches the next rows' data (a plain float
+    weight here; quantized ones go the same way), and the values are unchanged."""
+    rng = np.random.default_rng(rows)
+    w, x = rng.standard_normal((rows, k)).astype(np.float32), rng.standard_normal(k).astype(np.float32)
+    out, srcs = run(Tensor(w, device="CPU") @ Tensor(x, device="CPU"))
+    np.testing.assert_allclose(out, w @ x, rtol=1e-4, atol=1e-4)
+    assert any("__builtin_prefetch" in s for s in srcs)
+
+
+def test_small_inputs_do_not_prefetch():
+    rng = np.random.default_rng(0)
+    w, x = rng.standard_normal((16, 64)).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+    out, srcs = run(Tensor(w, device="CPU") @ Tensor(x, device="CPU"))
+    np.testing.assert_allclose(out, w @ x, rtol=1e-5, atol=1e-5)
+    assert not any("__builtin_prefetch" in s for s in srcs)
+
+
+def test_signed_bytes_are_not_combined():
+    """int8 bytes cast to uint16 sign-extend: OR-ing them is not a 2-byte load."""
+    raw = np.random.default_rng(3).integers(-128, 128, (11, 2)).astype(np.int8)
+    b = Tensor(raw, device="CPU")
+    lo = b.shrink(((0, 11), (0, 1))).cast("uint16")
+    hi = b.shrink(((0, 11), (1, 2))).cast("uint16") << 8
+    out, _ = run(lo | hi)
+    want = raw[:, :1].astype(np.uint16) | (raw[:, 1:2].astype(np.uint16) << 8)
+    np.testing.assert_array_equal(out, want)
