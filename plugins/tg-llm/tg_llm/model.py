@@ -486,7 +486,7 @@ class Model:
 
     def _logits(self, x: Any, dense: bool) -> Any:
         w = self.output.contiguous() if dense else self.output
-        return linear(rms_norm(x, self.output_norm, self.config.norm_eps), w).contiguous()
+        return linear(rms_norm(x, self.output_norm, self.config.norm_eps).contiguous(), w).contiguous()
 
     def _layer(self, layer: _Layer, x: Any, cos: Any, sin: Any, mask: Any, start_pos: Any, window: int,
                dense: bool) -> Any:
@@ -502,9 +502,8 @@ class Model:
         def w(weight: Any) -> Any:
             return weight.contiguous() if dense else weight
 
-        def normed(weight: Any) -> Any:  # many rows: a buffer of its own, else each GEMM output recomputes it
-            h = rms_norm(x, weight, cfg.norm_eps)
-            return h.contiguous() if dense else h
+        def normed(weight: Any) -> Any:  # a buffer of its own, else each group of output rows recomputes it
+            return rms_norm(x, weight, cfg.norm_eps).contiguous()
 
         h = normed(layer.attn_norm)
         qkv = linear(h, w(layer.wqkv), layer.bqkv).contiguous().realize()  # (T, (nh + 2 nkv) * hd)
@@ -525,10 +524,12 @@ class Model:
             keys = keys.shrink((None, (0, window), None))
             values = values.shrink((None, (0, window), None))
         qg = q.reshape(t, nkv, group, hd).permute(1, 2, 0, 3)  # (kv heads, group, T, hd)
-        scores = (qg @ keys.reshape(nkv, 1, window, hd).transpose(-1, -2)) * (1.0 / math.sqrt(hd))
-        # (kv heads, group, T, window); a buffer of its own, else the next matmul recomputes exp per output
+        # (kv heads, group, T, window); a buffer of its own, else the softmax's last kernel recomputes q.k
+        scores = ((qg @ keys.reshape(nkv, 1, window, hd).transpose(-1, -2)) * (1.0 / math.sqrt(hd))).contiguous()
+        # a buffer of its own, else the next matmul recomputes exp per output
         weights = softmax(scores + mask.reshape(1, 1, t, window)).contiguous()
-        attn = (weights @ values.reshape(nkv, 1, window, hd)).permute(2, 0, 1, 3).reshape(t, nh * hd)
+        # a (T, heads * head_dim) buffer: Wo's reduction then runs over one axis (whole quantization blocks)
+        attn = (weights @ values.reshape(nkv, 1, window, hd)).permute(2, 0, 1, 3).reshape(t, nh * hd).contiguous()
         x = (x + linear(attn, w(layer.wo))).contiguous().realize()  # (else the FFN kernels recompute it)
         h = normed(layer.ffn_norm)
         up = (linear(h, w(layer.w_gate)).silu() * linear(h, w(layer.w_up))).contiguous()  # (as above: silu once)
