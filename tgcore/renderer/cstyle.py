@@ -149,8 +149,8 @@ static inline tg_widened8 tg_widen_i8x8(tg_int8x8 v) {
 """
 
 
-# loops of at most this many iterations (a vectorized reduction's steps inside a quantization block) are unrolled
-# by the C compiler (gcc and clang read ``#pragma GCC unroll``)
+# innermost loops of at most this many iterations (a vectorized reduction's steps inside a quantization block) are
+# unrolled by the C compiler (gcc and clang read ``#pragma GCC unroll``)
 UNROLL_TRIPS = 8
 
 
@@ -200,9 +200,26 @@ def combine_byte_loads(x: UOp) -> UOp | None:
     return UOp(Ops.BITCAST, x.dtype, (wide,))
 
 
-# Software prefetch (see _Prefetcher): a reduction kernel streaming an input at least this big
+# Software prefetch (see _Prefetcher): a reduction kernel streaming an input at least this big, when the next
+# outer iteration's data is at most PREFETCH_MAX_AHEAD bytes away (further, it would arrive long before its use)
 PREFETCH_MIN_BYTES = 1 << 16
+PREFETCH_MAX_AHEAD = 1 << 13
 CACHE_LINE = 64
+
+
+def innermost_loops(kernel: list[UOp]) -> set[UOp]:
+    """The RANGEs of a linear kernel with no loop inside them."""
+    inner: set[UOp] = set()
+    open_: list[UOp] = []
+    for u in kernel:
+        if u.op is Ops.RANGE:
+            if open_:
+                inner.discard(open_[-1])
+            open_.append(u)
+            inner.add(u)
+        elif u.op is Ops.END:
+            open_ = [r for r in open_ if r not in u.src[1:]]
+    return inner
 
 
 def _nbytes(param: UOp) -> int:
@@ -243,7 +260,7 @@ class _Prefetcher:
         if outer is None or "reduce" not in kinds[self.open.index(outer):] or 0 < trips <= UNROLL_TRIPS:
             return None
         ahead, size = stride(index.src[1], outer), load.dtype.itemsize // load.dtype.count
-        if ahead is None or ahead * size < CACHE_LINE:
+        if ahead is None or not CACHE_LINE <= ahead * size <= PREFETCH_MAX_AHEAD:
             return None
         seen = self.done.setdefault(inner, [])
         for idx in seen:
@@ -391,6 +408,7 @@ class CRenderer(Renderer):
             body.append("  " * depth + text)
 
         prefetch = _Prefetcher(kernel)
+        innermost = innermost_loops(kernel)
 
         for u in kernel:
             op = u.op
@@ -413,7 +431,7 @@ class CRenderer(Renderer):
                     line(f"for (int {r} = core_id*{chunk}; {r} < {r}_end; {r}++) {{")
                 else:
                     trips = u.src[0].arg if u.src[0].op is Ops.CONST else 0
-                    if 1 < trips <= UNROLL_TRIPS:  # unrolled, each copy's index math and shift amounts fold
+                    if 1 < trips <= UNROLL_TRIPS and u in innermost:  # unrolled: each copy's index math folds
                         line(f"#pragma GCC unroll {trips}")
                     line(f"for ({c_type(u.dtype)} {r} = 0; {r} < {end}; {r}++) {{")
                 depth += 1
