@@ -107,6 +107,58 @@ def compile_form(form: Form) -> FormEncoder:
     vex3_w = v.w << 7 if v is not None else 0
     has_tail = bool(imms or at_is4 >= 0 or rel_size)
 
+    if v is not None and has_modrm and not (plus_r or plus_cc or rel_size) and len(opcode) == 1:
+        # the common case (every vector instruction): VEX prefix, one opcode byte, ModRM
+        opc = opcode[0]
+
+        def encode_vex(ops: tuple[Operand, ...], cond: Cond | None, rel: int) -> bytes:
+            reg_num = ops[at_reg].num if at_reg >= 0 else digit  # type: ignore[union-attr]
+            rm = ops[at_rm]
+            vvvv_tail = ((~ops[at_vvvv].num & 0xF) << 3 if at_vvvv >= 0 else 0x78) | vex_tail  # type: ignore[union-attr]
+            r_bit = (reg_num >> 3 ^ 1) << 7
+            if type(rm) is Mem:
+                xb, modrm = _mem_rm(reg_num & 7, rm)
+                if vex2 and not xb:
+                    out = bytes((0xC5, r_bit | vvvv_tail, opc)) + modrm
+                else:
+                    out = bytes((0xC4, r_bit | (xb ^ 3) << 5 | vex3_map, vex3_w | vvvv_tail, opc)) + modrm
+            else:
+                rm_num = rm.num  # type: ignore[union-attr]
+                low = 0xC0 | (reg_num & 7) << 3 | rm_num & 7
+                if vex2 and rm_num < 8:
+                    out = bytes((0xC5, r_bit | vvvv_tail, opc, low))
+                else:
+                    out = bytes((0xC4, r_bit | (rm_num >> 3 ^ 3) << 5 | vex3_map, vex3_w | vvvv_tail, opc, low))
+            if has_tail:
+                for i, size in imms:
+                    out += (ops[i].value & _MASKS[size]).to_bytes(size, "little")  # type: ignore[union-attr]
+                if at_is4 >= 0:
+                    out += bytes(((ops[at_is4].num & 0xF) << 4,))  # type: ignore[union-attr]
+            return out
+        return encode_vex
+
+    if v is None and has_modrm and not (plus_r or plus_cc or rel_size):
+        # the other common case (scalar integer instructions): legacy prefixes, REX if needed, opcode, ModRM
+        def encode_legacy(ops: tuple[Operand, ...], cond: Cond | None, rel: int) -> bytes:
+            reg_num = ops[at_reg].num if at_reg >= 0 else digit  # type: ignore[union-attr]
+            rm = ops[at_rm]
+            if type(rm) is Mem:
+                xb, modrm = _mem_rm(reg_num & 7, rm)
+            else:
+                rm_num = rm.num  # type: ignore[union-attr]
+                xb, modrm = rm_num >> 3, bytes((0xC0 | (reg_num & 7) << 3 | rm_num & 7,))
+            rex = rex_w | (reg_num >> 3) << 2 | xb
+            if rex or (byte_regs and any(type(o) is Reg and o.bits == 8 and 4 <= o.num <= 7  # type: ignore[union-attr]
+                                         for o in ops)):
+                out = prefixes + bytes((0x40 | rex,)) + opcode + modrm
+            else:
+                out = prefixes + opcode + modrm
+            if has_tail:
+                for i, size in imms:
+                    out += (ops[i].value & _MASKS[size]).to_bytes(size, "little")  # type: ignore[union-attr]
+            return out
+        return encode_legacy
+
     def encode_form(ops: tuple[Operand, ...], cond: Cond | None, rel: int) -> bytes:
         reg_num = ops[at_reg].num if at_reg >= 0 else digit  # type: ignore[union-attr]
         # xb: REX.X << 1 | REX.B (the extension bits of the rm, index or opcode register)
