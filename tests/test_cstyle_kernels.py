@@ -103,3 +103,12 @@ def test_signed_bytes_are_not_combined():
     out, _ = run(lo | hi)
     want = raw[:, :1].astype(np.uint16) | (raw[:, 1:2].astype(np.uint16) << 8)
     np.testing.assert_array_equal(out, want)
+
+
+def test_matmul_does_not_prefetch():
+    """A matrix product reuses each row of its inputs across the other's columns: cached, no prefetch."""
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((160, 192)).astype(np.float32), rng.standard_normal((192, 136)).astype(np.float32)
+    out, srcs = run(Tensor(a, device="CPU") @ Tensor(b, device="CPU"))
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+    assert not any("__builtin_prefetch" in s for s in srcs)

@@ -203,7 +203,7 @@ def combine_byte_loads(x: UOp) -> UOp | None:
 # Software prefetch (see _Prefetcher): a reduction kernel streaming an input at least this big, when the next
 # outer iteration's data is at most PREFETCH_MAX_AHEAD bytes away (further, it would arrive long before its use)
 PREFETCH_MIN_BYTES = 1 << 16
-PREFETCH_MAX_AHEAD = 1 << 13
+PREFETCH_MAX_AHEAD = 1 << 16
 CACHE_LINE = 64
 
 
@@ -228,10 +228,10 @@ def _nbytes(param: UOp) -> int:
 
 class _Prefetcher:
     """Where a kernel should prefetch: a reduction that streams a big input (a quantized weight in a matrix-vector
-    product) reads it in several interleaved streams (one per output row computed together), which the hardware
-    prefetchers follow badly. Each load of that input in a reduce loop then prefetches what the next iteration of
-    the outermost output loop will load at the same point: one address per cache line a loop iteration touches
-    (loads in a short unrolled loop are covered by their enclosing loop's)."""
+    product) reads it once, in several interleaved streams (one per output row computed together), which the
+    hardware prefetchers follow badly. Each load of that input in a reduce loop then prefetches what the next
+    iteration of the outermost output loop will load at the same point: one address per cache line a loop
+    iteration touches (loads in a short unrolled loop are covered by their enclosing loop's)."""
 
     def __init__(self, kernel: list[UOp]) -> None:
         loaded = [u.src[0].src[0] for u in kernel if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX
@@ -258,6 +258,8 @@ class _Prefetcher:
         inner = self.open[-1]
         trips = inner.src[0].arg if inner.src[0].op is Ops.CONST else 0
         if outer is None or "reduce" not in kinds[self.open.index(outer):] or 0 < trips <= UNROLL_TRIPS:
+            return None
+        if not set(self.open) <= set(index.src[1].toposort):  # data reused across a loop (a matmul's) is cached
             return None
         ahead, size = stride(index.src[1], outer), load.dtype.itemsize // load.dtype.count
         if ahead is None or not CACHE_LINE <= ahead * size <= PREFETCH_MAX_AHEAD:
