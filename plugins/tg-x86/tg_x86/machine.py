@@ -241,51 +241,54 @@ def _lower(allocated: list, slot_disp: dict[tuple[str, int], int], out: list) ->
         out.append(make_inst(ins.op, tuple(ops), spec.cond, label))
 
 
-def _vregs(ins: Any) -> tuple[list[VReg], list[VReg]]:
-    """(virtual registers read, with repeats, as ``registers_read`` gives them; virtual registers written)."""
-    if type(ins) is not MInst:
-        return [], []
-    reads: list[VReg] = []
-    for o in ins.uses:
-        t = type(o)
-        if t is VReg:
-            reads.append(o)
-        elif t is VMem:
-            if type(o.base) is VReg:
-                reads.append(o.base)
-            if type(o.index) is VReg:
-                reads.append(o.index)
-    written: list[VReg] = []
-    for o in ins.defs:
-        t = type(o)
-        if t is VReg:
-            written.append(o)
-        elif t is VMem:  # a memory destination reads its address registers
-            if type(o.base) is VReg:
-                reads.append(o.base)
-            if type(o.index) is VReg:
-                reads.append(o.index)
-    return reads, written
-
-
-def _mention_counts(regs: list[tuple[list, list]]) -> dict[VReg, int]:
-    mentions: dict[VReg, int] = {}
-    get = mentions.get
-    for rd, wr in regs:
+def _register_facts(program: list) -> tuple[list[tuple[list, list]], dict[VReg, int], dict[VReg, int]]:
+    """(for each instruction: the virtual registers it reads, with repeats, as ``registers_read`` gives them,
+    and the ones it writes; how often each virtual register is read; how often it is written)."""
+    regs: list[tuple[list, list]] = []
+    append = regs.append
+    reads: dict[VReg, int] = {}
+    writes: dict[VReg, int] = {}
+    rget, wget = reads.get, writes.get
+    for ins in program:
+        if type(ins) is not MInst:
+            append(_NO_VREGS)
+            continue
+        rd: list[VReg] = []
+        wr: list[VReg] = []
+        for o in ins.uses:
+            t = type(o)
+            if t is VReg:
+                rd.append(o)
+            elif t is VMem:
+                if type(o.base) is VReg:
+                    rd.append(o.base)
+                if type(o.index) is VReg:
+                    rd.append(o.index)
+        for o in ins.defs:
+            t = type(o)
+            if t is VReg:
+                wr.append(o)
+                writes[o] = wget(o, 0) + 1
+            elif t is VMem:  # a memory destination reads its address registers
+                if type(o.base) is VReg:
+                    rd.append(o.base)
+                if type(o.index) is VReg:
+                    rd.append(o.index)
         for r in rd:
-            mentions[r] = get(r, 0) + 1
-        for r in wr:
-            mentions[r] = get(r, 0) + 1
-    return mentions
+            reads[r] = rget(r, 0) + 1
+        append((rd, wr))
+    return regs, reads, writes
 
 
-def retarget_copies(program: list, regs: list[tuple[list, list]] | None = None,
-                    mentions: dict[VReg, int] | None = None) -> list:
+_NO_VREGS: tuple[list[VReg], list[VReg]] = ([], [])  # loop markers: shared, never changed
+
+
+def retarget_copies(program: list, facts: tuple[list, dict, dict] | None = None) -> list:
     """``t = op(...); ...; copy acc <- t`` with ``t`` used nowhere else and ``acc`` not mentioned in
     between: the op writes ``acc`` directly and the copy goes (accumulator updates, one per piece).
-    ``regs`` is ``_vregs`` of each instruction and ``mentions`` how often each register is in them."""
-    regs = regs if regs is not None else [_vregs(ins) for ins in program]
-    mentions = mentions if mentions is not None else _mention_counts(regs)
+    ``facts`` is ``_register_facts(program)`` when the caller has it."""
+    regs, reads, writes = facts if facts is not None else _register_facts(program)
+    rget, wget = reads.get, writes.get
     last_def: dict[VReg, int] = {}
     last_mention: dict[VReg, int] = {}
     drop: list[int] = []
@@ -298,8 +301,8 @@ def retarget_copies(program: list, regs: list[tuple[list, list]] | None = None,
         if ins.op == "copy":
             t, acc = ins.uses[0], ins.defs[0]
             j = last_def.get(t) if type(t) is VReg else None
-            if j is not None and j > barrier and type(acc) is VReg and mentions.get(t) == 2 and t.cls == acc.cls \
-                    and last_mention.get(acc, -1) <= j:
+            if j is not None and j > barrier and type(acc) is VReg and rget(t, 0) + wget(t, 0) == 2 \
+                    and t.cls == acc.cls and last_mention.get(acc, -1) <= j:
                 a = out[j]
                 if not (a.arg.two_address and any(_mentions(o, acc) for o in a.uses[1:])):
                     out[j] = MInst(a.op, [acc], a.uses, a.arg)
@@ -320,54 +323,45 @@ def retarget_copies(program: list, regs: list[tuple[list, list]] | None = None,
 
 def cleanup(program: list) -> list:
     """``remove_dead`` then ``retarget_copies``, reading each instruction's registers once."""
-    regs = [_vregs(ins) for ins in program]
-    mentions = _mention_counts(regs)
-    keep = _live_mask(program, regs, mentions)
+    regs, reads, writes = _register_facts(program)
+    keep = _live_mask(program, regs, reads, writes)
     if all(keep):
-        return retarget_copies(program, regs, mentions)
+        return retarget_copies(program, (regs, reads, writes))
     return retarget_copies([x for x, k in zip(program, keep, strict=True) if k],
-                           [r for r, k in zip(regs, keep, strict=True) if k], mentions)
+                           ([r for r, k in zip(regs, keep, strict=True) if k], reads, writes))
 
 
 def remove_dead(program: list) -> list:
     """Drop instructions whose only effect is writing virtual registers nobody reads (index math an
     addressing mode already did, lanes nobody extracted). One backward pass with use counts: removing
     an instruction releases what it read, so chains of dead values go at once."""
-    regs = [_vregs(ins) for ins in program]
-    keep = _live_mask(program, regs, _mention_counts(regs))
+    keep = _live_mask(program, *_register_facts(program))
     return [ins for ins, k in zip(program, keep, strict=True) if k]
 
 
-def _live_mask(program: list, regs: list[tuple[list, list]], mentions: dict[VReg, int]) -> list[bool]:
-    """Which instructions stay; ``mentions`` (reads + writes of each register) is kept up to date for the
-    instructions that go. A value is dead when its only mentions are its writes."""
-    writes: dict[VReg, int] = {}
-    wget = writes.get
-    for _, wr in regs:
-        for r in wr:
-            writes[r] = wget(r, 0) + 1
-    get = mentions.get
+def _live_mask(program: list, regs: list[tuple[list, list]], reads: dict[VReg, int], writes: dict[VReg, int]
+               ) -> list[bool]:
+    """Which instructions stay; ``reads`` and ``writes`` are updated for the ones that go."""
+    rget = reads.get
     keep = [True] * len(program)
     for i in range(len(program) - 1, -1, -1):
         # dead: only writes virtual registers nobody reads (a label, a loop marker or a store is never dead)
         ins = program[i]
-        if type(ins) is not MInst or not ins.defs or ins.op == "label":
+        if type(ins) is not MInst or not ins.defs:
             continue
-        if ins.op != "copy" and ins.op.writes_mem and ins.uses and type(ins.uses[0]) is VMem:
+        op = ins.op
+        if op == "label" or (op != "copy" and op.writes_mem and ins.uses and type(ins.uses[0]) is VMem):
             continue
-        live = False
         for d in ins.defs:
-            if type(d) is not VReg or get(d, 0) > wget(d, 0):  # read somewhere
-                live = True
+            if type(d) is not VReg or rget(d):
                 break
-        if live:
-            continue
-        keep[i] = False
-        for r in regs[i][0]:
-            mentions[r] -= 1
-        for r in regs[i][1]:
-            mentions[r] -= 1
-            writes[r] -= 1
+        else:
+            keep[i] = False
+            rd, wr = regs[i]
+            for r in rd:
+                reads[r] -= 1
+            for r in wr:
+                writes[r] -= 1
     return keep
 
 
