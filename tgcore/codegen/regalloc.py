@@ -120,11 +120,38 @@ class Interval:
 
 def register_lists(program: list[Any]) -> list[tuple[list[Any], list[Any]]]:
     """For each instruction, (registers read without repeats, registers written); empty for loop markers."""
+    return _analyze(program)[0]
+
+
+def live_intervals(program: list[Any]) -> dict[VReg, Interval]:
+    """Each virtual register's interval: from its first to its last mention, extended over loops."""
+    return _analyze(program)[1]
+
+
+def _analyze(program: list[Any]) -> tuple[list[tuple[list[Any], list[Any]]], dict[VReg, Interval]]:
+    """``register_lists`` and ``live_intervals`` in one pass over the program."""
     out: list[tuple[list[Any], list[Any]]] = []
     append = out.append
-    for ins in program:
-        if type(ins) is not MInst:
+    intervals: dict[VReg, Interval] = {}
+    get = intervals.get
+    loops: list[tuple[int, int]] = []  # (start, end), in the order the loops end
+    open_loops: dict[Any, int] = {}
+
+    def mention(r: VReg, i: int) -> None:
+        iv = get(r)
+        if iv is None:
+            intervals[r] = Interval(r, i, i)
+        else:
+            iv.end = i
+
+    for i, ins in enumerate(program):
+        t = type(ins)
+        if t is not MInst:
             append(([], []))
+            if t is LoopStart:
+                open_loops[ins.label] = i
+            elif t is LoopEnd:
+                loops.append((open_loops.pop(ins.label), i))
             continue
         read: list[Any] = []
         written: list[Any] = []
@@ -133,10 +160,18 @@ def register_lists(program: list[Any]) -> list[tuple[list[Any], list[Any]]]:
             if t is VReg or t is Register:
                 if o not in read:
                     read.append(o)
+                    if t is VReg:
+                        iv = get(o)
+                        if iv is None:
+                            intervals[o] = Interval(o, i, i)
+                        else:
+                            iv.end = i
             elif o is not None:
                 for r in getattr(o, "regs", ()):
                     if r not in read and isinstance(r, _REG_TYPES):
                         read.append(r)
+                        if type(r) is VReg:
+                            mention(r, i)
         for o in ins.defs:
             t = type(o)
             if t is VReg or t is Register:
@@ -145,46 +180,23 @@ def register_lists(program: list[Any]) -> list[tuple[list[Any], list[Any]]]:
                 for r in getattr(o, "regs", ()):
                     if r not in read and isinstance(r, _REG_TYPES):
                         read.append(r)
+                        if type(r) is VReg:
+                            mention(r, i)
+        for o in written:
+            if type(o) is VReg:
+                iv = get(o)
+                if iv is None:
+                    intervals[o] = Interval(o, i, i)
+                else:
+                    iv.end = i
         append((read, written))
-    return out
-
-
-def live_intervals(program: list[Any], regs: list[tuple[list[Any], list[Any]]] | None = None) -> dict[VReg, Interval]:
-    """Each virtual register's interval; ``regs`` is ``register_lists(program)`` when the caller has it."""
-    regs = register_lists(program) if regs is None else regs
-    intervals: dict[VReg, Interval] = {}
-    loops: list[tuple[int, int]] = []  # (start, end), in the order the loops end
-    open_loops: dict[Any, int] = {}
-    for i, ins in enumerate(program):
-        t = type(ins)
-        if t is LoopStart:
-            open_loops[ins.label] = i
-            continue
-        if t is LoopEnd:
-            loops.append((open_loops.pop(ins.label), i))
-            continue
-        read, written = regs[i]
-        for r in read:
-            if type(r) is VReg:
-                iv = intervals.get(r)
-                if iv is None:
-                    intervals[r] = Interval(r, i, i)
-                else:
-                    iv.end = i
-        for r in written:
-            if type(r) is VReg:
-                iv = intervals.get(r)
-                if iv is None:
-                    intervals[r] = Interval(r, i, i)
-                else:
-                    iv.end = i
     # a value that is live into a loop stays live through its back edge. One pass in the order the loops
     # end is enough: an interval extended to a loop's end can only be live into loops ending later
     for start, end in loops:
         for iv in intervals.values():
             if iv.start < start <= iv.end < end:
                 iv.end = end
-    return intervals
+    return out, intervals
 
 
 @dataclass
@@ -223,8 +235,7 @@ def allocate(program: list[Any], target: AllocTarget) -> tuple[list[Any], int]:
 def plan_registers(program: list[Any], target: AllocTarget) -> RegisterPlan:
     """The linear scan: an interval per virtual register, each given a register or a spill slot."""
     program = _coalesce_two_address(program, target)
-    regs = register_lists(program)
-    by_vreg = live_intervals(program, regs)
+    regs, by_vreg = _analyze(program)
     intervals = sorted(by_vreg.values(), key=_START_END)
     # a copy whose source dies at the copy can reuse the source's register (then the copy vanishes)
     copy_source = {ins.defs[0]: ins.uses[0] for ins in program
