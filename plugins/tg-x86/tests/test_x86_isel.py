@@ -137,8 +137,9 @@ def test_where_of_a_compare_is_one_cmp_and_a_cmov(cmp, dt, cmov):
     np.testing.assert_array_equal(t.numpy(), np.where(COMPARE[cmp](a, b), a, b))
 
 
-# flag users of one "cmp a, b": (kind, cmovs expected)
-SHARED_FLAGS = {"two wheres": 2, "where and value": 1, "< and != of the same values": 2}
+# flag users of one "cmp a, b": (kind, cmovs expected, setccs expected)
+SHARED_FLAGS = {"two wheres": (2, 0), "where and value": (1, 1), "< and != of the same values": (2, 0),
+                "> and == of the same values": (2, 0), "value then where": (1, 1)}
 
 
 def _flag_users(kind: str) -> tuple[Tensor, np.ndarray]:
@@ -149,38 +150,90 @@ def _flag_users(kind: str) -> tuple[Tensor, np.ndarray]:
         return c.where(x, y) + c.where(y, x), np.where(a != b, a, b) + np.where(a != b, b, a)
     if kind == "where and value":
         return c.where(x, y) + c.cast(dtypes.int32), np.where(a != b, a, b) + (a != b)
+    if kind == "value then where":
+        return c.cast(dtypes.int32) - c.where(x, y), (a != b) - np.where(a != b, a, b)
+    if kind == "> and == of the same values":   # x > y is y < x: the same cmp, the condition swapped
+        return (x > y).where(x, y) + (y == x).where(y, x), np.where(a > b, a, b) + np.where(b == a, b, a)
     return (x < y).where(x, y) + c.where(x, y), np.where(a < b, a, b) + np.where(a != b, a, b)
 
 
+FLAG_READERS = ("cmov", "set", "j")
+
+
+def flags_written(code: bytes) -> dict[int, bool]:
+    """Address -> does the instruction write any status flag, as capstone's flag tables say."""
+    import capstone
+    from capstone import x86
+    writes = 0
+    for name in dir(x86):
+        if name.startswith("X86_EFLAGS_") and not name.startswith("X86_EFLAGS_TEST_"):
+            writes |= getattr(x86, name)
+    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    md.detail = True
+    return {i.address: bool(i.eflags & writes) for i in md.disasm(code, 0)}
+
+
+def flag_sources(code: bytes, mnemonics: tuple[str, ...]) -> list[Decoded]:
+    """For each instruction named in ``mnemonics`` (flag readers): the instruction that last wrote the flags
+    before it, in straight-line code (asserted: no jump lands in between)."""
+    insts = disassemble(code)
+    writes = flags_written(code)
+    targets = {o.imm for i in insts if i.mnemonic.startswith("j") for o in i.operands if o.kind == "imm"}
+    out = []
+    for k, i in enumerate(insts):
+        if i.mnemonic in mnemonics:
+            w = next(j for j in reversed(insts[:k]) if writes[j.address])
+            assert not any(w.address < t <= i.address for t in targets), f"a jump lands between {w.text} and {i.text}"
+            out.append(w)
+    return out
+
+
 @pytest.mark.parametrize("kind", list(SHARED_FLAGS))
-def test_compares_with_several_flag_users_compute_right(kind):
+def test_flag_users_of_the_same_values_share_one_cmp(kind):
+    """Every cmov and setcc of the kernel reads the flags of one cmp of the two values: nothing between them
+    writes the flags, and no bool is tested."""
     t, ref = _flag_users(kind)
-    insts = machine_code(t)
-    assert len(starting(insts, "cmov")) == SHARED_FLAGS[kind] and not named(insts, "test")
+    code = render(*program(t))
+    insts = disassemble(code)
+    cmovs, sets = SHARED_FLAGS[kind]
+    (c,) = value_compares(insts)
+    assert len(starting(insts, "cmov")) == cmovs and len(starting(insts, "set")) == sets and not named(insts, "test")
+    readers = tuple(i.mnemonic for i in starting(insts, "cmov") + starting(insts, "set"))
+    assert all(w == c for w in flag_sources(code, readers))
     np.testing.assert_array_equal(t.numpy(), ref)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="isel emits one cmp per flag user: Selector.where calls compare(c) for every fused WHERE "
-                   "and the setcc of a value use has its own cmp, although nothing between them writes the flags "
-                   "(issue 6: cmov/setcc/jcc sharing one cmp; an a<b and an a!=b could share one cmp too)")
-@pytest.mark.parametrize("kind", list(SHARED_FLAGS))
-def test_flag_users_of_the_same_values_share_one_cmp(kind):
-    t, _ = _flag_users(kind)
-    assert len(value_compares(machine_code(t))) == 1
+def test_compare_is_made_again_when_the_flags_are_overwritten():
+    """c.where(x, y) + (x >> (y & 7)) + c.where(y, x): the shift between the two WHEREs writes the flags (its
+    range check too), so the second cmov needs the cmp again: each cmovl reads a cmp of the two values."""
+    a, b = ints([3, -2, 5, 5, 0, -7, 9], dtypes.int32), ints([1, 4, 5, -5, 0, 8, -9], dtypes.int32)
+    x, y = Tensor(a, device=X86), Tensor(b, device=X86)
+    c = x < y
+    t = c.where(x, y) + (x >> (y & 7)) + c.where(y, x)
+    code = render(*program(t))
+    sources = flag_sources(code, ("cmovl", "cmovge"))
+    assert len(sources) == 2 and all(w.mnemonic == "cmp" and w in value_compares(disassemble(code)) for w in sources)
+    np.testing.assert_array_equal(t.numpy(), np.where(a < b, a, b) + (a >> (b & 7)) + np.where(a < b, b, a))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="a gated load's gate compare is materialized (cmp, setl, movzx) and then tested (test, je) "
-                   "instead of the jump reading the cmp's flags (issue 6: cmov/setcc/jcc sharing one cmp)")
-def test_gated_load_jumps_on_the_flags_of_its_compare():
-    """x padded by 3 in front: x[i-3] is read only where 3 <= i (7 elements: scalar code)."""
-    a = np.arange(1, 5, dtype=np.float32)
-    t = Tensor(a, device=X86).pad(((3, 0),)) * 3
-    insts = machine_code(t)
-    np.testing.assert_array_equal(t.numpy(), np.pad(a, (3, 0)) * np.float32(3))
+# gates: (padding in front, dtype); x padded reads x[i-k] only where k <= i
+GATES = [(3, dtypes.float32), (3, dtypes.int32), (40, dtypes.float32)]
+
+
+@pytest.mark.parametrize("k, dt", GATES, ids=str)
+def test_gated_load_jumps_on_the_flags_of_its_compare(k, dt):
+    """x padded by k in front (k + 4 elements: scalar code): the gate's jump reads the flags of a cmp of the
+    index with the immediate k-1 (no bool made and tested, no constant in a register)."""
+    a = np.arange(1, 5).astype(dt.np)
+    t = Tensor(a, device=X86).pad(((k, 0),)) * 3
+    code = render(*program(t))
+    insts = disassemble(code)
+    np.testing.assert_array_equal(t.numpy(), np.pad(a, (k, 0)) * np.array(3, dt.np))
     conditional = [i for i in starting(insts, "j") if i.mnemonic != "jmp"]
     assert len(conditional) == 2 and not named(insts, "test")   # the gate's jump and the loop's back edge
+    (gate,) = [i for i in conditional if i.mnemonic != "jl"]
+    (w,) = flag_sources(code, (gate.mnemonic,))
+    assert w.mnemonic == "cmp" and w.operands[1].kind == "imm" and w.operands[1].imm == k - 1
 
 
 # ---------------------------------------------------------------- max/min/fma forms by dtype
@@ -191,7 +244,9 @@ FORM_IDS = ["float32-scalar", "float64-scalar", "float32-vector", "float64-vecto
 
 def _with_specials(dt: DType, n: int, seed: int) -> np.ndarray:
     v = np.random.default_rng(seed).standard_normal(n).astype(dt.np)
-    v[:4] = [np.nan, 0.0, -0.0, 1.5] if seed == 1 else [2.0, -0.0, 0.0, np.nan]
+    # pairs (seed 1, seed 2): NaN on either side, zeros of both signs both ways, infinities equal and opposite
+    v[:7] = [np.nan, 0.0, -0.0, 1.5, np.inf, -np.inf, np.inf] if seed == 1 else [2.0, -0.0, 0.0, np.nan, np.inf,
+                                                                                  np.inf, -np.inf]
     return v
 
 
@@ -209,27 +264,38 @@ def test_max_and_min_pick_the_form_of_the_dtype(dt, n, suffix):
         np.testing.assert_array_equal(t.numpy(), ref)
 
 
+# the four WHEREs picking between the two values one comparison compares: (tensor expression, numpy's, the
+# instruction: vmin(s1, s2) is s1 < s2 ? s1 : s2, vmax(s1, s2) is s1 > s2 ? s1 : s2, both s2 on NaN or two zeros)
+MINMAX_WHERES = [
+    (lambda x, y: (x < y).where(x, y), lambda a, b: np.where(a < b, a, b), "vmin"),
+    (lambda x, y: (x < y).where(y, x), lambda a, b: np.where(a < b, b, a), "vmax"),
+    (lambda x, y: (x > y).where(x, y), lambda a, b: np.where(a > b, a, b), "vmax"),
+    (lambda x, y: (x > y).where(y, x), lambda a, b: np.where(a > b, b, a), "vmin"),
+]
+MINMAX_IDS = ["(x<y).where(x,y)", "(x<y).where(y,x)", "(x>y).where(x,y)", "(x>y).where(y,x)"]
+
+
+@pytest.mark.parametrize("expr, ref, form", MINMAX_WHERES, ids=MINMAX_IDS)
 @pytest.mark.parametrize("dt, n, suffix", FORMS, ids=FORM_IDS)
-def test_where_of_a_less_than_matches_numpy(dt, n, suffix):
-    """Bit for bit: which zero (0.0 or -0.0) and which NaN is picked matters here."""
+def test_where_of_a_less_than_matches_numpy(dt, n, suffix, expr, ref, form):
+    """Bit for bit: which zero (0.0 or -0.0), which NaN and which infinity is picked matters here."""
     a, b = _with_specials(dt, n, 1), _with_specials(dt, n, 2)
     x, y = Tensor(a, device=X86), Tensor(b, device=X86)
     bits = np.uint32 if dt is dtypes.float32 else np.uint64
-    for got, want in (((x < y).where(x, y), np.where(a < b, a, b)), ((y < x).where(x, y), np.where(b < a, a, b))):
-        np.testing.assert_array_equal(got.numpy().view(bits), want.view(bits))
+    for (p, q), (u, v) in (((x, y), (a, b)), ((y, x), (b, a))):
+        np.testing.assert_array_equal(expr(p, q).numpy().view(bits), ref(u, v).view(bits))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="no compare+where -> vmin/vmax rule (issue 6): (a<b).where(a,b) selects "
-                   "vcmplt{ss,sd,ps,pd} + vblendv{ps,pd} instead of one vmin")
+@pytest.mark.parametrize("expr, ref, form", MINMAX_WHERES, ids=MINMAX_IDS)
 @pytest.mark.parametrize("dt, n, suffix", FORMS, ids=FORM_IDS)
-def test_where_of_a_less_than_selects_min_and_max(dt, n, suffix):
-    """vmin(a, b) is exactly ``a < b ? a : b`` (b when either is NaN or both are zeros), vmax(a, b) is
-    ``b < a ? a : b``: no blend is needed."""
+def test_where_of_a_less_than_selects_min_and_max(dt, n, suffix, expr, ref, form):
+    """The WHERE is one vmin or vmax of the dtype's form (no compare, no blend, no bool), in ymm registers for
+    vector kernels; the order of its operands is what the bit-exact test above checks (NaN, zeros)."""
     x, y = (Tensor(_with_specials(dt, n, s), device=X86) for s in (1, 2))
-    for t, form in (((x < y).where(x, y), "vmin" + suffix), ((y < x).where(x, y), "vmax" + suffix)):
-        insts = machine_code(t)
-        assert len(named(insts, form)) == 1 and not starting(insts, "vblendv") and not starting(insts, "vcmp")
+    insts = machine_code(expr(x, y))
+    (pick,) = starting(insts, "vmin") + starting(insts, "vmax")
+    assert pick.mnemonic == form + suffix and is_ymm(pick) == (suffix[0] == "p")
+    assert not starting(insts, "vblendv") and not starting(insts, "vcmp") and not starting(insts, "vucomi")
 
 
 @pytest.mark.parametrize("dt, fma", [(dtypes.float32, "vfmadd231ps"), (dtypes.float64, "vfmadd231pd")], ids=str)

@@ -191,7 +191,8 @@ def expressions(draw):
     """(dtype list, builder): ``build(tensors)`` makes a random expression over two inputs."""
     dt = draw(st.sampled_from(DTYPES))
     steps = draw(st.lists(st.tuples(st.sampled_from(["add", "sub", "mul", "max", "where", "neg", "cast", "div",
-                                                      "mod", "shift", "lt", "eq", "bitcast"]),
+                                                      "mod", "shift", "lt", "eq", "bitcast", "shared",
+                                                      "pad"]),
                                     st.sampled_from(DTYPES), st.integers(0, 1)), min_size=1, max_size=5))
     return dt, steps
 
@@ -220,6 +221,12 @@ def _apply(x, y, steps):
             x = a % (b * b + 1)
         elif name == "shift" and isint:
             x = (a << (b % 9)) if flip else (a >> (b % 9))
+        elif name == "shared":  # one compare, several flag users (cmovs, a setcc) and ops in between
+            c = a < b
+            x = c.where(a, b) + c.where(b, a) * c.cast(x.dtype) + (a != b).where(b, a)
+        elif name == "pad":  # gated loads: x[i-2] where 2 <= i, x[i+1] where i < n-1
+            n = x.shape[0]
+            x = a.pad(((2, 0),)).shrink(((0, n),)) + b.pad(((0, 1),)).shrink(((1, n + 1),))
         elif name == "lt":
             x = (a < b).cast(x.dtype)
         elif name == "eq":

@@ -30,10 +30,20 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from tg_x86.isa import Cond, Op
+from tg_x86.isa import Cond, Flag, Op
 from tg_x86.machine import RAX, RCX, RDX, Frame, Slot, VMem, label_inst, minst
 from tg_x86.operands import Label
-from tg_x86.vsel import BARRIER_OPS, DIV_OPS, EMITTED, HRED_ISEL, SHIFT_OPS, VECTOR_ISEL, VectorSelection, is_vector
+from tg_x86.vsel import (
+    BARRIER_OPS,
+    DIV_OPS,
+    EMITTED,
+    HRED_ISEL,
+    SHIFT_OPS,
+    VECTOR_ISEL,
+    VectorSelection,
+    is_vector,
+    min_or_max,
+)
 from tgcore.codegen.regalloc import LoopEnd, LoopStart, MInst, VReg
 from tgcore.dtype import AddrSpace, DType, dtypes
 from tgcore.renderer.isa import ISelContext, line_rewrite
@@ -54,6 +64,20 @@ INT_BINARY = {Ops.ADD: Op.ADD, Ops.SUB: Op.SUB, Ops.MUL: Op.IMUL, Ops.AND: Op.AN
 BOOL_BINARY = {**INT_BINARY, Ops.ADD: Op.OR, Ops.MUL: Op.AND}   # on 0/1: + is or, * is and
 FOLDABLE_LOADS = frozenset({dtypes.float32, dtypes.float64})   # float loads an ALU op can read from memory
 NARROW_FLOATS = frozenset({dtypes.float16, dtypes.bfloat16})   # held as float32
+
+
+# what ends the flags a compare set: instructions writing them, labels (another path may jump there)
+FLAG_BARRIERS = frozenset({*(o for o in Op if o.flags & Flag.WRITES_FLAGS), "label"})
+# (comparison, unsigned, operands swapped) -> the condition of "cmp x, y" that holds when the comparison does
+INT_CONDS = {(Ops.CMPLT, False, False): Cond.L, (Ops.CMPLT, True, False): Cond.B,
+             (Ops.CMPLT, False, True): Cond.G, (Ops.CMPLT, True, True): Cond.A,
+             **{(op, u, s): c for op, c in ((Ops.CMPEQ, Cond.E), (Ops.CMPNE, Cond.NE))
+                for u in (False, True) for s in (False, True)}}
+
+
+def int_cond(op: Ops, dt: DType, swapped: bool) -> Cond:
+    """The condition of comparison ``op`` of two ``dt`` values after ``cmp a, b`` (``cmp b, a`` if swapped)."""
+    return INT_CONDS[(op, dtypes.is_unsigned(dt) or dt is dtypes.bool, swapped)]
 
 
 class SelectionError(NotImplementedError):
@@ -125,6 +149,9 @@ class Selector(ISelContext, VectorSelection):
         self.region = 0               # counts labels: values made in one region are reused only there
         self.lane_offset = 0   # elements added to every address (lane j of a lane-by-lane vector access)
         self._acc_stores: dict[UOp, list[int]] | None = None
+        # flags: (x, y, position) of the last cmp x, y (vucomis x, y); see compare and flags_live
+        self.flags: tuple[UOp, UOp, int] | None = None
+        self.flags_scanned, self.flags_barrier = 0, -1
         self.var_arg = {n: nbufs + i for i, n in enumerate(sorted(names))}
         self.core_arg = nbufs + len(names)
         self.frame.nargs = self.core_arg + 1
@@ -286,8 +313,13 @@ class Selector(ISelContext, VectorSelection):
         return d
 
     def compare(self, u: UOp) -> tuple:
-        """Emit the flags of comparison ``u``; returns ("c", cond) or ("eq",)/("ne",) for floats."""
+        """The flags of comparison ``u``: the last compare's when it compared the same two values and nothing
+        since wrote the flags (``flags_live``), else a new cmp/vucomis. Returns ("c", cond), or ("eq",)/("ne",)
+        for float ==/!= (ZF and PF)."""
         a, b = u.src
+        kind = self.shared_flags(u)
+        if kind is not None:
+            return kind
         dt = a.dtype
         if is_vec(dt):
             op = Op.VUCOMISD if dt is dtypes.float64 else Op.VUCOMISS
@@ -295,18 +327,51 @@ class Selector(ISelContext, VectorSelection):
                 ra, rb = self.reg(a), self.float_operand(b)
                 rb = rb if not isinstance(rb, VMem) else self.reg_from(rb, dt)
                 self.emit(op, [], [rb, ra], (("u", 0, 128), ("u", 1, 128)))
+                self.flags = (b, a, len(self.prog) - 1)
                 return ("c", Cond.A)
             ra, rb = self.reg(a), self.float_operand(b)
             self.emit(op, [], [ra, rb], (("u", 0, 128), self.operand_layout(1, rb, 128)))
+            self.flags = (a, b, len(self.prog) - 1)
             return ("eq",) if u.op is Ops.CMPEQ else ("ne",)
         bits = gbits(dt)
-        ra = self.reg(a)
-        rb = self.int_operand(b, bits)
-        self.emit(Op.CMP, [], [ra] + ([] if isinstance(rb, int) else [rb]),
-                  (("u", 0, bits), self.operand_layout(1, rb, bits)))
-        unsigned = dtypes.is_unsigned(dt) or dt is dtypes.bool
-        cond = {Ops.CMPLT: Cond.B if unsigned else Cond.L, Ops.CMPEQ: Cond.E, Ops.CMPNE: Cond.NE}[u.op]
-        return ("c", cond)
+        swapped = a.op is Ops.CONST and b.op is not Ops.CONST  # c < x is compared as x > c: an immediate operand
+        x, y = (b, a) if swapped else (a, b)
+        rx = self.reg(x)
+        ry = self.int_operand(y, bits)
+        self.emit(Op.CMP, [], [rx] + ([] if isinstance(ry, int) else [ry]),
+                  (("u", 0, bits), self.operand_layout(1, ry, bits)))
+        self.flags = (x, y, len(self.prog) - 1)
+        return ("c", int_cond(u.op, dt, swapped))
+
+    def shared_flags(self, u: UOp) -> tuple | None:
+        """The kind ``compare`` returns for ``u`` read from the flags the last compare left, when they still hold
+        and that compare compared u's two values (either way round for ints and float ==/!=; float < needs
+        ``vucomis b, a``)."""
+        st = self.flags
+        if st is None:
+            return None
+        x, y, pos = st
+        a, b = u.src
+        if not ((x is a and y is b) or (x is b and y is a)) or not self.flags_live(pos):
+            return None
+        if is_vec(a.dtype):
+            if u.op is Ops.CMPLT:
+                return ("c", Cond.A) if x is b and y is a else None
+            return ("eq",) if u.op is Ops.CMPEQ else ("ne",)
+        return ("c", int_cond(u.op, a.dtype, x is not a))
+
+    def flags_live(self, pos: int) -> bool:
+        """Are the flags the instruction at ``pos`` wrote still the flags now? Nothing since wrote them (the
+        instructions in FLAG_BARRIERS), and no label or loop boundary came (another path may reach it). Scans
+        each instruction once per kernel: the last barrier seen is kept. Register allocation adds only moves
+        (copies, spills, fills), so what holds here holds in the allocated code."""
+        prog, last = self.prog, self.flags_barrier
+        for i in range(self.flags_scanned, len(prog)):
+            ins = prog[i]
+            if type(ins) is not MInst or ins.op in FLAG_BARRIERS:
+                last = i
+        self.flags_scanned, self.flags_barrier = len(prog), last
+        return last == pos
 
     def reg_from(self, m: VMem, dt: DType) -> VReg:
         d = self.new("vec")
@@ -314,10 +379,21 @@ class Selector(ISelContext, VectorSelection):
         return d
 
     def fusable_compare(self, c: UOp) -> bool:
-        """A comparison whose only users are WHEREs that recompute its flags (or mask): no bool is made."""
+        """A comparison whose only users read its flags (or mask) instead of a bool: WHEREs, and gates of
+        loads and stores that jump on them. No bool is made; each user asks ``compare``, which shares one cmp
+        among them while the flags hold."""
         users = self.users.get(c, [])
-        return bool(users) and all(x.op is Ops.WHERE and x.src[0] is c and x.src[1] is not c
-                                   and x.src[2] is not c and self.where_fuses(x.dtype, c) for x in users)
+        return bool(users) and all(self.reads_flags(x, c) for x in users)
+
+    def reads_flags(self, x: UOp, c: UOp) -> bool:
+        if x.op is Ops.WHERE:
+            return x.src[0] is c and x.src[1] is not c and x.src[2] is not c and self.where_fuses(x.dtype, c)
+        return x.op is Ops.INDEX and len(x.src) > 2 and x.src[2] is c and c not in x.src[:2] and self.gate_fuses(c)
+
+    @staticmethod
+    def gate_fuses(c: UOp) -> bool:
+        """Can a gate jump on comparison ``c``'s flags with one jcc (not float ==/!=, which need ZF and PF)?"""
+        return c.op in CMP_OPS and c.dtype.count == 1 and (c.op is Ops.CMPLT or not is_vec(c.src[0].dtype))
 
     @staticmethod
     def where_fuses(dt: DType, c: UOp) -> bool:
@@ -483,15 +559,21 @@ class Selector(ISelContext, VectorSelection):
             else:
                 self.mov_imm(d, 0, 32)
             skip = Label("gated")
-            self.test_gate(gate)
-            self.jump(skip, Cond.E)
+            self.skip_unless(gate, skip)
             self.load_into(d, idx, dt)
             self.label(skip)
         self.val[u] = d
 
-    def test_gate(self, gate: UOp) -> None:
+    def skip_unless(self, gate: UOp, skip: Label) -> None:
+        """Jump to ``skip`` when ``gate`` is false: on its compare's flags (the negated condition), else on a
+        test of the bool."""
+        if self.gate_fuses(gate):
+            kind = self.compare(gate)
+            self.jump(skip, kind[1].negate())
+            return
         g = self.reg(gate)
         self.emit(Op.TEST, [], [g, g], (("u", 0, 32), ("u", 1, 32)))
+        self.jump(skip, Cond.E)
 
     def alias_ok(self, u: UOp) -> bool:
         """A LOAD of an accumulator may be the accumulator itself if every use comes before the next STORE."""
@@ -553,8 +635,7 @@ class Selector(ISelContext, VectorSelection):
         skip = Label("gated")
         dt = value.dtype
         if gate is not None:
-            self.test_gate(gate)
-            self.jump(skip, Cond.E)
+            self.skip_unless(gate, skip)
         if is_vec(dt):
             x = self.reg(value)
             if dt is dtypes.float32:
@@ -724,8 +805,8 @@ class Selector(ISelContext, VectorSelection):
         return d
 
     def where_cmov(self, u: UOp) -> VReg:
-        """An integer WHERE: cmov on its comparison's flags (compared again here, so every WHERE of one
-        compare needs no bool), or on a test of the bool."""
+        """An integer WHERE: cmov on its comparison's flags (``compare``: the last cmp's while they hold, else
+        compared again here, so no WHERE of a compare needs a bool), or on a test of the bool."""
         c, x, y = u.src
         dt = u.dtype
         bits = max(gbits(dt), 32)
@@ -746,6 +827,13 @@ class Selector(ISelContext, VectorSelection):
         else:
             self.emit(Op.CMOVCC, [d], [ry, rx], lay, two=True, cond=Cond.NE)
             self.emit(Op.CMOVCC, [d], [d, rx], lay, two=True, cond=Cond.P)
+        return d
+
+    def where_minmax(self, u: UOp, name: str) -> VReg:
+        """``(p<q).where(a, b)`` with a, b the compared values: ``vminss a, b`` or ``vmaxss a, b`` (see min_or_max)."""
+        _, a, b = u.src
+        d = self.new("vec")
+        self.vop3(fop(name, u.dtype), d, self.reg(a), self.float_operand(b))
         return d
 
     # ---- float ALU (one method per rule of SCALAR_ISEL) ----
@@ -1065,8 +1153,16 @@ def sel_end(ctx: Selector, x: UOp) -> None:
 
 
 def sel_compare(ctx: Selector, x: UOp) -> tuple:
-    if not ctx.fusable_compare(x):  # else each WHERE using it compares again: no bool is made
+    if not ctx.fusable_compare(x):  # else its WHEREs and gates read the flags (see Selector.compare): no bool
         ctx.val[x] = ctx.flags_to_bool(ctx.compare(x))
+    return EMITTED
+
+
+def sel_where_minmax(ctx: Selector, x: UOp, c: UOp, a: UOp, b: UOp) -> tuple | None:
+    name = min_or_max(c, a, b)
+    if name is None:
+        return None
+    ctx.val[x] = ctx.where_minmax(x, name)
     return EMITTED
 
 
@@ -1090,7 +1186,8 @@ SCALAR_ISEL = PatternMatcher([
     # loops: counter, limit and guard; END closes as many loops as it names
     (UPat(Ops.RANGE, name="x"), effect_rule(Selector.open_loop)),
     (UPat(Ops.END, name="x"), effect_rule(sel_end)),
-    # memory: [base + index*scale + disp], gates as branches; a float load with one user folds into it
+    # memory: [base + index*scale + disp], gates as branches (a jcc on the gate compare's flags); a float load
+    # with one user folds into it
     (UPat(Ops.LOAD, name="x"), effect_rule(Selector.load)),
     (UPat(Ops.STORE, name="x"), effect_rule(Selector.store)),
     # casts by register file; bitcasts move bits between them
@@ -1099,10 +1196,13 @@ SCALAR_ISEL = PatternMatcher([
     (UPat(Ops.CAST, I, src=(UPat(dtype=F),), name="x"), cast_rule(Selector.float_to_int)),
     (UPat(Ops.CAST, F, src=(UPat(dtype=F),), name="x"), cast_rule(Selector.float_to_float)),
     (UPat(Ops.BITCAST, name="x"), value_rule(lambda ctx, x: ctx.bitcast(x.src[0], x.dtype))),
-    # comparisons: flags (the cmovs of its WHEREs compare again); a bool only when a non-WHERE reads it
+    # comparisons: flags, shared by the cmovs of its WHEREs and the jumps of its gates while no instruction
+    # in between writes them (else compared again there); a bool (setcc) only when something else reads it
     (UPat(CMP_OPS, name="x"), sel_compare),
-    # WHERE: cmov on a compare's flags; floats: vcmp mask + vblendv
+    # WHERE: cmov on a compare's flags; floats: vmin/vmax when it picks between the values a < compared, else
+    # a vcmp mask + vblendv
     (UPat(Ops.WHERE, I, name="x"), value_rule(Selector.where_cmov)),
+    (UPat(Ops.WHERE, F, src=(UPat(Ops.CMPLT, name="c"), UPat.var("a"), UPat.var("b")), name="x"), sel_where_minmax),
     (UPat(Ops.WHERE, F, name="x"), value_rule(Selector.where_blend)),
     # integer ALU in gprs: idiv/div through rax/rdx (x/0 = 0), shifts by cl (out of range: 0 or the sign),
     # max as cmp + cmov, a*b+c as imul + add, the rest two-address (add as lea, imul by an immediate)

@@ -647,8 +647,7 @@ class VectorSelection:
                     b = pbits(counts[p], u.dtype.scalar())
                     self.emit(Op.VXORPS, [d], [], (("d", 0, b), ("d", 0, b), ("d", 0, b)))
             skip = Label("gated")
-            self.test_gate(gate)
-            self.jump(skip, Cond.E)
+            self.skip_unless(gate, skip)
             for p, d in enumerate(out):
                 self.load_piece(d, u, p)
             self.label(skip)
@@ -671,8 +670,7 @@ class VectorSelection:
         skip = Label("gated")
         regs = self.pieces(value)
         if gate is not None:
-            self.test_gate(gate)
-            self.jump(skip, Cond.E)
+            self.skip_unless(gate, skip)
         sdt = value.dtype.scalar()
         per = lanes_per_piece(sdt)
         m: VMem = self.mem(idx, 8)
@@ -1006,6 +1004,12 @@ class VectorSelection:
         self.per_piece(u, lambda d, p, bits: self.vemit(blend, d, [self.vpiece(y, p), self.voperand(x, p), masks[p]],
                                                          bits))
 
+    def vwhere_minmax(self, u: UOp, name: str) -> None:
+        """``(p<q).where(a, b)`` with a, b the compared values: vminps/vmaxps (``isel.min_or_max``)."""
+        _, a, b = u.src
+        xop = Op[name + ("PD" if esize(u.dtype.scalar()) == 8 else "PS")]
+        self.per_piece(u, lambda d, p, bits: self.vemit(xop, d, [self.vpiece(a, p), self.voperand(b, p)], bits))
+
     # ---- casts ----
     def vcast(self, u: UOp) -> None:
         src = u.src[0]
@@ -1137,6 +1141,31 @@ def vector_rule(method: Callable[[Any, UOp], None], vector: Callable[[UOp], bool
     return rule
 
 
+def min_or_max(c: UOp, a: UOp, b: UOp) -> str | None:
+    """The instruction computing ``(p<q).where(a, b)`` when a and b are the compared values: ``(p<q).where(p, q)``
+    is ``vmin p, q`` and ``(p<q).where(q, p)`` is ``vmax q, p``. Exact: vmin(s1, s2) is ``s1 < s2 ? s1 : s2`` and
+    vmax(s1, s2) ``s1 > s2 ? s1 : s2``, both giving s2 when either is NaN or both are zeros (of any sign),
+    which is what the ordered compare of the WHERE picks too."""
+    p, q = c.src
+    if a is p and b is q:
+        return "VMIN"
+    if a is q and b is p:
+        return "VMAX"
+    return None
+
+
+def sel_vminmax(ctx: Any, x: UOp, c: UOp, a: UOp, b: UOp) -> tuple | None:
+    """A float WHERE picking between the values its less-than compares: vmin/vmax piece by piece."""
+    dt = x.dtype
+    if not is_vector(dt) or not native(dt) or not dtypes.is_float(dt.scalar()):
+        return None
+    name = min_or_max(c, a, b)
+    if name is None:
+        return None
+    ctx.vwhere_minmax(x, name)
+    return EMITTED
+
+
 def _always(x: UOp) -> bool:
     return True
 
@@ -1155,6 +1184,7 @@ VECTOR_ISEL = PatternMatcher([
     (UPat(Ops.LOAD, name="x"), vector_rule(VectorSelection.vload)),
     # compare + WHERE: a mask and a blend, no bool when WHEREs are the only users
     (UPat(VCMP_OPS, name="x"), vector_rule(VectorSelection.vcompare)),
+    (UPat(Ops.WHERE, src=(UPat(Ops.CMPLT, name="c"), UPat.var("a"), UPat.var("b")), name="x"), sel_vminmax),
     (UPat(Ops.WHERE, name="x"), vector_rule(VectorSelection.vwhere)),
     (UPat(Ops.CAST, name="x"), vector_rule(VectorSelection.vcast)),
     (UPat(Ops.BITCAST, name="x"), vector_rule(VectorSelection.vbitcast)),
