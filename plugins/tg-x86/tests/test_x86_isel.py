@@ -394,15 +394,23 @@ def test_int_broadcast_of_a_single_use_load_reads_memory(dt, mov, bcast):
 SHUFFLES = [
     (dtypes.float32, "y1 y0 y3 y2 y5 y4 y7 y6", "vshufps", 0xB1),
     (dtypes.float32, "x0 x2 y0 y2 x4 x6 y4 y6", "vshufps", 0x88),
+    (dtypes.float32, "y2 y1 x3 x0 y6 y5 x7 x4", "vshufps", 0x36),   # y first, lanes in any order
     (dtypes.float64, "y1 y0 y3 y2", "vshufpd", 0b0101),
     (dtypes.float64, "x1 y0 x3 y2", "vshufpd", 0b0101),
+    (dtypes.float64, "y0 x1 y3 x2", "vshufpd", 0b0110),
+    (dtypes.int32, "x1 x3 y2 y0 x5 x7 y6 y4", "vshufps", 0x2D),     # integer lanes are moved as bits
+    (dtypes.int64, "x1 y0 x2 y3", "vshufpd", 0b1001),
 ]
 NO_SHUFFLES = [  # lanes cross a 128-bit half, or one half takes a lane its pattern cannot
     (dtypes.float32, "y7 y6 y5 y4 y3 y2 y1 y0"),
     (dtypes.float32, "x0 y5 y2 x7 x4 y1 y6 x3"),
+    (dtypes.float32, "y1 y0 y3 y2 y4 y5 y7 y6"),   # the halves' selectors differ
     (dtypes.float64, "y3 y2 y1 y0"),
     (dtypes.float64, "x0 x2 y1 y3"),
+    (dtypes.int32, "x0 x1 y2 x3 x4 x5 y6 y7"),     # lanes 2-3 from two sources
 ]
+FALLBACK_INSERT = {dtypes.float32: "vinsertps", dtypes.float64: "vmovlhps", dtypes.int32: "vpinsrd",
+                   dtypes.int64: "vpinsrq"}
 
 
 def _lanes_kernel(dt: DType, lanes: str) -> tuple[list[Decoded], np.ndarray, np.ndarray]:
@@ -431,19 +439,16 @@ def _lanes_kernel(dt: DType, lanes: str) -> tuple[list[Decoded], np.ndarray, np.
     return disassemble(code), out, a + other
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="no vector-build shuffle rule (issue 6: vector build via vshufps/vshufpd when "
-                   "lanes allow): vsel.gep/pack build every non-contiguous lane pattern lane by lane "
-                   "(vpermilps/vmovhlps extracts, vinsertps/vmovlhps inserts)")
 @pytest.mark.parametrize("dt, lanes, shuffle, imm", SHUFFLES, ids=lambda v: str(v).replace(" ", ""))
 def test_vector_build_is_one_shuffle_when_lanes_allow(dt, lanes, shuffle, imm):
+    """One vshufps/vshufpd on whole ymm registers builds the vector: no lane is extracted or inserted."""
     insts, got, want = _lanes_kernel(dt, lanes)
     np.testing.assert_array_equal(got, want)
     shuffles = named(insts, shuffle)
     assert len(shuffles) == 1
     s = shuffles[0]
     assert s.operands[-1].kind == "imm" and s.operands[-1].imm == imm and is_ymm(s)
-    assert not named(insts, "vinsertps", "vmovlhps", "vextractf128")
+    assert not named(insts, "vinsertps", "vmovlhps", "vextractf128", "vpinsrd", "vpinsrq", "vpextrd", "vpextrq")
 
 
 @pytest.mark.parametrize("dt, lanes", [c[:2] for c in SHUFFLES] + NO_SHUFFLES, ids=lambda v: str(v).replace(" ", ""))
@@ -455,11 +460,11 @@ def test_every_lane_pattern_computes_right(dt, lanes):
 @pytest.mark.parametrize("dt, lanes", NO_SHUFFLES, ids=lambda v: str(v).replace(" ", ""))
 def test_vector_build_falls_back_when_lanes_do_not_allow_a_shuffle(dt, lanes):
     """The fallback: lanes extracted and inserted one by one (vinsertps for float32; float64 lanes go in
-    pairs with vmovlhps, its two-lane analogue), the two 128-bit halves joined."""
+    pairs with vmovlhps, its two-lane analogue; vpinsrd/q for integers), the two 128-bit halves joined."""
     insts, got, want = _lanes_kernel(dt, lanes)
     np.testing.assert_array_equal(got, want)
     assert not named(insts, "vshufps", "vshufpd")
-    assert named(insts, "vinsertps" if dt is dtypes.float32 else "vmovlhps") and named(insts, "vinsertf128")
+    assert named(insts, FALLBACK_INSERT[dt]) and named(insts, "vinsertf128")
 
 
 def test_vector_of_strided_scalars_is_built_with_vinsertps():

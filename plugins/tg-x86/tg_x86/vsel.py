@@ -181,7 +181,74 @@ class VectorSelection:
                                                             and u not in x.src[1:]
                                  and esize(x.dtype.scalar()) == esize(u.src[0].dtype.scalar()) for x in users):
                     self.vfused_cmps.add(u)
+        self.plan_shuffles()
         self.plan_horizontal()
+
+    def plan_shuffles(self) -> None:
+        """VECTORIZEs of single lanes of vectors that one vshufps/vshufpd per piece builds (``shuffle_plan``); the
+        lane GEPs only they read extract nothing."""
+        self.shuffles: dict[UOp, list[tuple]] = {}
+        self.shuffled_lanes: set[UOp] = set()
+        if not self.lane_geps:
+            return
+        gep, vectorize = Ops.GEP, Ops.VECTORIZE
+        for u in self.uops:
+            if u.op is vectorize and is_vector(u.dtype) and all(s.op is gep and len(s.arg) == 1 for s in u.src):
+                plan = self.shuffle_plan(u.dtype, [(s.src[0], s.arg[0]) for s in u.src])
+                if plan is not None:
+                    self.shuffles[u] = plan
+        for u in self.shuffles:
+            self.shuffled_lanes.update(g for g in u.src if all(x in self.shuffles for x in self.users[g]))
+
+    @staticmethod
+    def shuffle_plan(dt: DType, picks: list[tuple[UOp, int]]) -> list[tuple] | None:
+        """How to build a vector of ``dt`` whose lane j is lane k of vector v (``picks[j] = (v, k)``) with one
+        vshufps (32-bit lanes) or vshufpd (64-bit) per piece, or None. Per piece: (op, (v, piece) of the first
+        source, of the second, immediate). vshufps takes result lanes 0-1 of each 128-bit half from the first
+        source and 2-3 from the second, each any lane of the same half, one 2-bit selector per lane shared by
+        both halves; vshufpd takes even lanes from the first source and odd ones from the second, each lane of
+        the same half, one bit per lane."""
+        sdt = dt.scalar()
+        if sdt not in BROADCASTABLE:
+            return None
+        per, half = lanes_per_piece(sdt), 16 // esize(sdt)
+        wide = esize(sdt) == 8
+        out, start = [], 0
+        for n in piece_lanes(dt):
+            if n != per and n != half:
+                return None
+            srcs: list[Any] = [None, None]
+            imm = 0
+            for j, (v, k) in enumerate(picks[start:start + n]):
+                vdt = v.dtype
+                if not is_vector(vdt) or vdt.scalar() is not sdt:
+                    return None
+                p, kk = divmod(k, per)
+                if piece_lanes(vdt)[p] != n or kk // half != j // half:
+                    return None  # another register width, or a lane of the other 128-bit half
+                role, sel = (j % 2, kk % 2) if wide else ((j % 4) // 2, kk % 4)
+                if srcs[role] is None:
+                    srcs[role] = (v, p)
+                elif srcs[role] != (v, p):
+                    return None
+                shift = j if wide else 2 * (j % 4)
+                if not wide and j >= 4:
+                    if (imm >> shift) & 3 != sel:
+                        return None  # the upper half's selector is the lower half's
+                else:
+                    imm |= sel << shift
+            out.append((Op.VSHUFPD if wide else Op.VSHUFPS, srcs[0], srcs[1], imm))
+            start += n
+        return out
+
+    def shuffle(self, plan: list[tuple], dt: DType) -> tuple[VReg, ...]:
+        """The pieces ``shuffle_plan`` planned: one vshufps/vshufpd each."""
+        out = []
+        for (op, (a, pa), (b, pb), imm), n in zip(plan, piece_lanes(dt), strict=True):
+            d = self.vnew()
+            self.vemit(op, d, [self.vpiece(a, pa), self.voperand(b, pb)], pbits(n, dt.scalar()), (("i", imm),))
+            out.append(d)
+        return tuple(out)
 
     def plan_horizontal(self) -> None:
         """Find upcast's horizontal reductions: a tree of one scalar op whose leaves are every lane of one
@@ -523,7 +590,8 @@ class VectorSelection:
     def gep(self, u: UOp) -> None:
         v, lanes = u.src[0], u.arg
         if len(lanes) == 1:
-            self.val[u] = self.extract(v, lanes[0])
+            if u not in self.shuffled_lanes:  # else only shuffled VECTORIZEs read it: nothing to extract
+                self.val[u] = self.extract(v, lanes[0])
             return
         sdt = v.dtype.scalar()
         per = lanes_per_piece(sdt)
@@ -535,7 +603,11 @@ class VectorSelection:
         elif tuple(lanes) == tuple(range(start, start + n)) and n * esize(sdt) == 16 and start % n == 0:
             self.val[u] = (self.vcopy(self.slice128(v, start)),)
         else:
-            self.val[u] = self.pack(sdt, [self.extract(v, j) for j in lanes])
+            plan = self.shuffle_plan(u.dtype, [(v, j) for j in lanes])
+            if plan is not None:
+                self.val[u] = self.shuffle(plan, u.dtype)
+            else:
+                self.val[u] = self.pack(sdt, [self.extract(v, j) for j in lanes])
 
     def vectorize(self, u: UOp) -> None:
         if self.is_vconst(u):
@@ -559,6 +631,10 @@ class VectorSelection:
                     sdt, Op.VPBROADCASTQ if esize(sdt) == 8 else Op.VPBROADCASTD)
                 self.emit(bop, [d], [m], (("d", 0, bits), ("u", 0, None)))
             self.val[u] = (d,) * len(counts)
+            return
+        plan = self.shuffles.get(u)
+        if plan is not None:
+            self.val[u] = self.shuffle(plan, u.dtype)
             return
         self.val[u] = self.pack(sdt, [self.reg(x) for x in u.src])
 
