@@ -339,7 +339,7 @@ def _rewrite(program: list[Any], regs: list[tuple[list[Any], list[Any]]], by_vre
              target: AllocTarget) -> list[Any]:
     out: list[Any] = []
     append = out.append
-    reg_of = {v: iv.reg for v, iv in by_vreg.items()}  # None: spilled
+    reg_of: dict[VReg, Register | None] = {v: iv.reg for v, iv in by_vreg.items()}  # None: spilled
     for ins, (read, written) in zip(program, regs, strict=True):
         if type(ins) is not MInst:
             append(ins)
@@ -368,7 +368,7 @@ def _rewrite(program: list[Any], regs: list[tuple[list[Any], list[Any]]], by_vre
     return out
 
 
-def _substitute_all(operands: list[Any], mapping: dict[VReg, Register]) -> list[Any]:
+def _substitute_all(operands: list[Any], mapping: dict[VReg, Register | None]) -> list[Any]:
     out = []
     for o in operands:
         t = type(o)
@@ -383,7 +383,7 @@ def _substitute_all(operands: list[Any], mapping: dict[VReg, Register]) -> list[
 
 
 def _spill_code(ins: MInst, read: list[Any], written: list[Any], by_vreg: dict[VReg, Interval], target: AllocTarget,
-                mapping: dict[VReg, Register], out: list[Any], spilled_defs: list[tuple[Register, int]]) -> None:
+                mapping: dict[VReg, Register | None], out: list[Any], spilled_defs: list[tuple[Register, int]]) -> None:
     """Scratch registers for the spilled registers of ``ins``: fills of the ones it reads go to ``out``,
     the (register, slot) stores of the ones it writes to ``spilled_defs``."""
     scratch = {cls: list(regs) for cls, regs in target.scratch.items()}
@@ -397,11 +397,12 @@ def _spill_code(ins: MInst, read: list[Any], written: list[Any], by_vreg: dict[V
     scratch = {cls: list(regs) for cls, regs in target.scratch.items()}  # reads are done: reuse theirs
     for r in written:
         if isinstance(r, VReg) and by_vreg[r].reg is None:
-            if r not in mapping:
-                mapping[r] = _take_scratch(scratch, r)
+            dst = mapping.get(r)
+            if dst is None:
+                dst = mapping[r] = _take_scratch(scratch, r)
             slot = by_vreg[r].slot
             assert slot is not None
-            spilled_defs.append((mapping[r], slot))
+            spilled_defs.append((dst, slot))
 
 
 def _take_scratch(scratch: dict[str, list[Register]], v: VReg) -> Register:
