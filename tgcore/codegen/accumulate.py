@@ -64,22 +64,25 @@ def _close_loops(effects: tuple[UOp, ...]) -> tuple[UOp, ...]:
 
 
 def merge_sibling_ends(sink: UOp) -> UOp:
-    """ENDs that close the same loops inside the same loops become one END of a GROUP.
+    """ENDs of accumulator updates that close the same loops become one END of a GROUP.
 
-    Unrolled reductions each have their own accumulator but run in one loop; an END closing
-    loops at a different depth is never merged.
+    Unrolled reductions each have their own accumulator but run in one loop. A loop is one RANGE, so
+    it has one END even when the updates it closes depend on different enclosing loops (a sum over a
+    quantization block of the shared input next to one per output row, inside the same block loop).
     """
-    groups: dict[tuple[tuple[UOp, ...], tuple[UOp, ...]], list[UOp]] = {}
-    for n in sink.toposort:
-        if n.op is Ops.END and n.src[0].op is Ops.STORE:
-            key = (n.src[1:], tuple(sorted(n.ranges, key=range_sort_key)))
-            groups.setdefault(key, []).append(n)
-    mapping = {}
-    for (loops, _), ends in groups.items():
-        if len(ends) > 1:
-            merged = UOp.group(*(e.src[0] for e in ends)).end(*loops)
-            mapping.update({e: merged for e in ends})
-    return sink.substitute(mapping) if mapping else sink
+    while True:  # a merged END is built from the old stores: ENDs nested inside it merge on the next pass
+        groups: dict[tuple[UOp, ...], list[UOp]] = {}
+        for n in sink.toposort:
+            if n.op is Ops.END and n.src[0].op is Ops.STORE:
+                groups.setdefault(n.src[1:], []).append(n)
+        mapping = {}
+        for loops, ends in groups.items():
+            if len(ends) > 1:
+                merged = UOp.group(*(e.src[0] for e in ends)).end(*loops)
+                mapping.update({e: merged for e in ends})
+        if not mapping:
+            return sink
+        sink = sink.substitute(mapping)
 
 
 def add_accumulators_and_ends(sink: UOp) -> UOp:

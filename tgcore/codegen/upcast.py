@@ -11,6 +11,10 @@ load and store, the scalar index is evaluated once per lane (the lane ranges sub
 by constants, then simplified); runs of consecutive indices become vector accesses, other
 lanes are gathered with GEP/VECTORIZE. Everything else becomes the vector form of itself,
 with scalar operands broadcast.
+
+A vectorized reduction over a range the kernel divides into quantization blocks is split into
+block and in-block loops (``split_blocks``), and factors constant over a block leave the block's
+sum (``factor_blocks``): the scales multiply a block's partial sum, not every element.
 """
 from __future__ import annotations
 
@@ -247,10 +251,11 @@ class _Expander:
         return new[ast]
 
 
-def split_blocks(ast: UOp) -> UOp:
+def split_blocks(ast: UOp) -> tuple[UOp, dict[UOp, UOp]]:
     """Split each reduce range ``r`` that the kernel divides by a constant ``k`` (``r // k``: a quantization
     block, when ``r`` walks a quantized row) into ``r = block * k + inner``: what depends on the block only
-    (its scales) is then computed once per block in the outer loop, not once per step of the inner one."""
+    (its scales) is then computed once per block in the outer loop, not once per step of the inner one.
+    Returns the kernel and each new block range's in-block range."""
     mapping: dict[UOp, UOp] = {}
     parts: dict[UOp, tuple[UOp, UOp]] = {}
     for red in (u for u in ast.toposort if u.op is Ops.REDUCE):
@@ -267,8 +272,72 @@ def split_blocks(ast: UOp) -> UOp:
                                                                                        dtype=r.dtype)
             mapping[r], parts[r] = block * k + inner, (block, inner)
     if not mapping:
-        return ast
-    return _split_ranges(ast, mapping, parts).simplify()
+        return ast, {}
+    return _split_ranges(ast, mapping, parts).simplify(), dict(parts.values())
+
+
+MAX_MONOMIALS = 8  # a reduced value expanded into more products than this is left alone
+
+
+def _monomials(u: UOp) -> list[list[UOp]] | None:
+    """``u`` as a sum of products (lists of factors), distributing multiplication over addition; None when that
+    takes more than MAX_MONOMIALS products."""
+    if u.op is Ops.ADD:
+        a, b = _monomials(u.src[0]), _monomials(u.src[1])
+        out = None if a is None or b is None else a + b
+    elif u.op is Ops.MUL:
+        a, b = _monomials(u.src[0]), _monomials(u.src[1])
+        out = None if a is None or b is None else [x + y for x in a for y in b]
+    else:
+        out = [[u]]
+    return out if out is None or len(out) <= MAX_MONOMIALS else None
+
+
+def _product(factors: list[UOp], like: UOp) -> UOp:
+    out = None
+    for f in factors:
+        out = f if out is None else out * f
+    return out if out is not None else like.const_like(1)
+
+
+def factor_blocks(ast: UOp, inner: dict[UOp, UOp]) -> UOp:
+    """Factors that do not change inside a quantization block move out of the block's sum:
+    ``sum_{b,i} (d_b * q_bi + m_b) * x_bi  ->  sum_b d_b * sum_i q_bi * x_bi + m_b * sum_i x_bi`` (``inner``:
+    block range -> its in-block range, from ``split_blocks``). The in-block sums are reductions of their own
+    inside the block loop, so the per-element work loses the dequantization's multiply-add; the sums over
+    ``x`` are shared by every output row. Only float and int ADD reductions; a value that does not split into
+    a few products, or whose products all depend on the in-block index, is left alone."""
+    def rewrite(red: UOp) -> UOp | None:
+        i = next((inner[r] for r in red.src[1:] if r in inner), None)
+        if red.arg is not Ops.ADD or i is None or i not in red.src[1:]:
+            return None
+        terms = _monomials(red.src[0])
+        if terms is None:
+            return None
+        groups: dict[tuple[UOp, ...], list[UOp]] = {}
+        for factors in terms:
+            outside = tuple(f for f in factors if i not in f.toposort)
+            inside = [f for f in factors if i in f.toposort]
+            groups.setdefault(outside, []).append(_product(inside, red.src[0]))
+        if all(not outside for outside in groups):
+            return None
+        value = None
+        for outside, insides in groups.items():
+            total = insides[0]
+            for x in insides[1:]:
+                total = total + x
+            part = _product([*outside, UOp(Ops.REDUCE, total.dtype, (total, i), Ops.ADD)], red.src[0])
+            value = part if value is None else value + part
+        assert value is not None
+        return UOp(Ops.REDUCE, red.dtype, (value, *(r for r in red.src[1:] if r is not i)), red.arg)
+
+    new: dict[UOp, UOp] = {}
+    for n in ast.toposort:
+        src = tuple(new[s] for s in n.src)
+        m = n if src == n.src else n.replace(src=src)
+        r = rewrite(m) if m.op is Ops.REDUCE else None
+        new[n] = r if r is not None else m
+    return new[ast]
 
 
 def _power_of_two_pieces(start: int, n: int) -> list[tuple[int, int]]:
@@ -296,5 +365,7 @@ def upcast(ast: UOp, simd_widths: dict[DType, int]) -> UOp:
     for lane in lanes[:-1]:
         ast = unroll(ast, lane)
     if chosen[-1][0].arg[1:2] == ("reduce",):
-        ast = split_blocks(ast)
+        ast, inner = split_blocks(ast)
+        if inner:
+            ast = factor_blocks(ast, inner)
     return _Expander(lanes[-1:]).expand(ast)
