@@ -217,25 +217,23 @@ def _mem_rm(reg: int, rm: Mem) -> tuple[int, bytes]:
     """(REX.X << 1 | REX.B, ModRM + SIB + displacement) of a memory operand; ``reg`` fills ModRM.reg."""
     index, base, disp = rm.index, rm.base, rm.disp
     if index is not None:
-        scale_bits, index_num = _SCALE_BITS[rm.scale], index.num
-        xb, sib_index = (index_num >> 3) << 1, (index_num & 7) << 3
+        index_num = index.num
+        xb, sib = (index_num >> 3) << 1, _SCALE_BITS[rm.scale] << 6 | (index_num & 7) << 3
     else:
-        scale_bits, xb, sib_index = 0, 0, 0b100 << 3  # no index: SIB index 100, scale 00 (as assemblers emit it)
+        xb, sib = 0, 0b100 << 3  # no index: SIB index 100, scale 00 (as assemblers emit it)
     if base is None:  # [index*scale + disp32] or [disp32]: SIB with base 101 and mod 00
-        return xb, bytes((reg << 3 | 0b100, scale_bits << 6 | sib_index | 0b101)) + (disp & 0xFFFFFFFF).to_bytes(
-            4, "little")
+        return xb, bytes((reg << 3 | 0b100, sib | 0b101)) + (disp & 0xFFFFFFFF).to_bytes(4, "little")
     base_num = base.num
-    xb |= base_num >> 3
     low = base_num & 7
-    if disp == 0 and low != 0b101:
-        mod, tail = 0b00, b""
-    elif -128 <= disp <= 127:
-        mod, tail = 0b01, bytes((disp & 0xFF,))
-    else:
-        mod, tail = 0b10, (disp & 0xFFFFFFFF).to_bytes(4, "little")
-    if index is None and low != 0b100:
-        return xb, bytes((mod << 6 | reg << 3 | low,)) + tail
-    return xb, bytes((mod << 6 | reg << 3 | 0b100, scale_bits << 6 | sib_index | low)) + tail
+    xb |= base_num >> 3
+    with_sib = index is not None or low == 0b100  # rsp/r12 as base need a SIB byte
+    if disp == 0 and low != 0b101:  # rbp/r13 as base need a displacement
+        return xb, bytes((reg << 3 | 0b100, sib | low) if with_sib else (reg << 3 | low,))
+    if -128 <= disp <= 127:
+        disp8 = disp & 0xFF
+        return xb, bytes((0x44 | reg << 3, sib | low, disp8) if with_sib else (0x40 | reg << 3 | low, disp8))
+    head = bytes((0x84 | reg << 3, sib | low) if with_sib else (0x80 | reg << 3 | low,))
+    return xb, head + (disp & 0xFFFFFFFF).to_bytes(4, "little")
 
 
 def _describe(operands: tuple[Operand, ...]) -> str:
