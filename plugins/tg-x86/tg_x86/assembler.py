@@ -41,32 +41,35 @@ def assemble(program: Iterable[Inst | Label]) -> Assembly:
             insts.append(x)
     # everything but jumps to labels is encoded once, here; jumps start as rel8
     codes = encode_all(insts)
-    jumps: dict[int, Form] = {}  # instruction number of each jump to a label -> its form
-    for i, code in enumerate(codes):
-        if code is not None:
-            continue
-        inst = insts[i]
+    return link(codes, {i: insts[i] for i, code in enumerate(codes) if code is None}, at)
+
+
+def link(codes: list[bytes | None], jumps: dict[int, Inst], at: dict[Label, int]) -> Assembly:
+    """The ``Assembly`` of encoded instructions ``codes`` where ``codes[i]`` is None for a jump to a label
+    (``jumps[i]``, not encoded yet); ``at`` maps each label to the number of the instruction it marks."""
+    forms: dict[int, Form] = {}  # instruction number of each jump to a label -> its form
+    for i, inst in jumps.items():
         if inst.label not in at:
             raise EncodeError(f"{inst.mnemonic} jumps to label {inst.label!r}, which is not in the program")
-        jumps[i] = select_form(inst, rel_bits=8)
-        codes[i] = encode(inst, jumps[i])  # a placeholder of the right size
+        forms[i] = select_form(inst, rel_bits=8)
+        codes[i] = encode(inst, forms[i])  # a placeholder of the right size
     sizes = [len(c) for c in codes]  # type: ignore[arg-type]
     while True:
-        offsets = list(itertools.accumulate(sizes, initial=0))  # offsets[len(insts)] is the end
+        offsets = list(itertools.accumulate(sizes, initial=0))  # offsets[len(codes)] is the end
         widened = False
-        for i, form in jumps.items():
+        for i, form in forms.items():
             if form.encoding.rel != 1:
                 continue
-            inst = insts[i]
+            inst = jumps[i]
             disp = offsets[at[inst.label]] - offsets[i + 1]  # type: ignore[index]
             if not -128 <= disp <= 127:
-                jumps[i] = select_form(inst, rel_bits=32)
-                sizes[i] = len(encode(inst, jumps[i]))
+                forms[i] = select_form(inst, rel_bits=32)
+                sizes[i] = len(encode(inst, forms[i]))
                 widened = True
         if not widened:
             break
-    for i, form in jumps.items():
-        inst = insts[i]
+    for i, form in forms.items():
+        inst = jumps[i]
         codes[i] = encode(inst, form, offsets[at[inst.label]] - offsets[i + 1])  # type: ignore[index]
     labels = {label: offsets[k] for label, k in at.items()}
     return Assembly(b"".join(codes), labels, tuple(offsets[:-1]))  # type: ignore[arg-type]

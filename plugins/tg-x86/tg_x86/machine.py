@@ -143,12 +143,21 @@ class Frame:
 def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = None) -> list[Inst | Label]:
     """Allocate registers (unless ``allocation`` is given), add prologue and epilogue, lower to ``Inst``s."""
     allocated, spill_bytes = allocation or allocate(program, TARGET)
+    prologue, epilogue, slot_disp = _frame_code(frame, spill_bytes, _gprs_named(allocated))
+    out = prologue
+    _lower(allocated, slot_disp, out)
+    return out + epilogue
+
+
+def _frame_code(frame: Frame, spill_bytes: int, used: set[int]
+                ) -> tuple[list[Inst | Label], list[Inst | Label], dict[tuple[str, int], int]]:
+    """(prologue, epilogue, frame offset of each ``Slot``) of a body with ``spill_bytes`` of spill slots naming the
+    gprs numbered ``used``."""
     spill_bytes = -(-spill_bytes // 16) * 16
     const_base = -(-spill_bytes // 32) * 32
     const_off = frame.offsets()
     home_base = const_base + sum(len(c) for c in frame.consts)
     nhome = min(frame.nargs, len(ARG_REGS))
-    used = _gprs_named(allocated)
     saved = [n for n in CALLEE_SAVED if GPR[n].index in used]
     size = home_base + 8 * nhome
     # at entry rsp = 8 mod 16 (the return address); after the pushes and the frame it is 0 mod 16
@@ -170,12 +179,10 @@ def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = No
     slot_disp = {("const", k): const_base + off for k, off in enumerate(const_off)}
     slot_disp.update((("arg", k), home_base + 8 * k if k < len(ARG_REGS) else arg_base + 8 * (k - len(ARG_REGS)))
                      for k in range(frame.nargs))
-    _lower(allocated, slot_disp, out)
-    if size:
-        out.append(Inst(Op.ADD, rsp, size))
-    out += [Inst(Op.POP, gpr(GPR[n].index)) for n in reversed(saved)]
-    out += [Inst(Op.VZEROUPPER), Inst(Op.RET)]
-    return out
+    epilogue: list[Inst | Label] = [Inst(Op.ADD, rsp, size)] if size else []
+    epilogue += [Inst(Op.POP, gpr(GPR[n].index)) for n in reversed(saved)]
+    epilogue += [Inst(Op.VZEROUPPER), Inst(Op.RET)]
+    return out, epilogue, slot_disp
 
 
 def _gprs_named(allocated: list) -> set[int]:
