@@ -77,6 +77,21 @@ def test_where_and_compare_share_one_cmp():
     np.testing.assert_array_equal((a < b).where(a, b).numpy(), np.minimum(np.arange(7), -np.arange(7)))
 
 
+def test_flags_check_finds_a_flag_writer_between_a_compare_and_its_reader():
+    """The TG_SPEC=1 check after register allocation: a move between a cmp and its cmov keeps the flags, an add
+    there does not."""
+    from tg_x86.isa import Cond
+    from tg_x86.machine import RAX, RCX, minst
+    from tg_x86.renderer import check_flags_kept, flag_sources
+    regs = (("u", 0, 32), ("u", 1, 32))
+    cmp = minst(Op.CMP, [], [RAX, RCX], regs)
+    cmov = minst(Op.CMOVCC, [RAX], [RAX, RCX], (("d", 0, 32), ("u", 1, 32)), two=True, cond=Cond.L)
+    before = flag_sources([cmp, cmov])
+    check_flags_kept([cmp, minst(Op.MOV, [RCX], [RAX], (("d", 0, 32), ("u", 0, 32))), cmov], before)
+    with pytest.raises(AssertionError, match="CMOVCC"):
+        check_flags_kept([cmp, minst(Op.ADD, [RCX], [RCX], (("d", 0, 32), ("i", 1)), two=True), cmov], before)
+
+
 def test_compare_used_as_a_value_is_materialized():
     a, b = (Tensor(np.arange(7, dtype=np.int32) * s, device=X86) for s in (1, -1))
     c = a < b

@@ -152,6 +152,7 @@ class Selector(ISelContext, VectorSelection):
         # flags: (x, y, position) of the last cmp x, y (vucomis x, y); see compare and flags_live
         self.flags: tuple[UOp, UOp, int] | None = None
         self.flags_scanned, self.flags_barrier = 0, -1
+        self.flag_reads: dict[int, int] = {}   # with TG_SPEC=1: renderer.flag_sources before allocation
         self.var_arg = {n: nbufs + i for i, n in enumerate(sorted(names))}
         self.core_arg = nbufs + len(names)
         self.frame.nargs = self.core_arg + 1

@@ -23,13 +23,15 @@ import time
 from typing import Any
 
 from tg_x86 import assembler, listing, machine  # modules: each stage is looked up when it runs (benches wrap them)
-from tg_x86.isel import ISEL, Selector
+from tg_x86.isa import Flag, Op
+from tg_x86.isel import FLAG_BARRIERS, ISEL, Selector
 from tg_x86.machine import CALLEE_SAVED, GPR, TARGET
-from tgcore.codegen.regalloc import RegisterPlan
+from tgcore.codegen.regalloc import MInst, RegisterPlan
 from tgcore.dtype import dtypes
 from tgcore.renderer.isa import ISARenderer, isa_spec
 from tgcore.runtime.compiler import Compiler
 from tgcore.uop import Ops, PatternMatcher, UOp, UPat
+from tgcore.uop.spec import spec_enabled
 
 
 class X86Compiler(Compiler):
@@ -41,6 +43,9 @@ class X86Compiler(Compiler):
             raise TypeError("the X86 compiler takes the machine code bytes render() produced")
         return bytes(src)
 
+
+FLAG_READERS = frozenset(o for o in Op if o.flags & Flag.READS_FLAGS)
+FLAG_WRITERS = FLAG_BARRIERS - {"label"}
 
 # gprs an op's value holds for long: pointers and variables, a loop's counter and limit
 PRESSURE = {Ops.PARAM: 1, Ops.DEFINE_VAR: 1, Ops.RANGE: 2}
@@ -78,7 +83,10 @@ class X86Renderer(ISARenderer[Selector]):
         return Selector(uops, remat_args=True)
 
     def pre_regalloc(self, program: list[Any], ctx: Selector) -> list[Any]:
-        return machine.cleanup(program)
+        program = machine.cleanup(program)
+        if spec_enabled():  # checked again after allocation (late_regalloc)
+            ctx.flag_reads = flag_sources(program)
+        return program
 
     def choose_plan(self, ctx: Selector) -> RegisterPlan:
         """Few allocatable gprs (9): with many buffers and loops, read pointers and variables from their argument
@@ -98,6 +106,11 @@ class X86Renderer(ISARenderer[Selector]):
                 plan = plan2
         return plan
 
+    def late_regalloc(self, program: list[Any], ctx: Selector) -> list[Any]:
+        if spec_enabled():
+            check_flags_kept(program, ctx.flag_reads)
+        return program
+
     def post_regalloc(self, program: list[Any], stack_bytes: int, ctx: Selector) -> list[Any]:
         return machine.finish(program, ctx.frame, (program, stack_bytes))
 
@@ -106,6 +119,32 @@ class X86Renderer(ISARenderer[Selector]):
 
     def encode(self, program: Any) -> bytes:
         return assembler.assemble(program).code
+
+
+def flag_sources(program: list[Any]) -> dict[int, int]:
+    """Which instruction's flags each flag reader (cmov, setcc, jcc) reads: the id of its ``Spec`` -> the id of the
+    last flag writer's before it in straight-line code (-1: a label or loop boundary comes first). Selection shares
+    one compare among several readers (``Selector.compare``); nothing after it may write the flags in between."""
+    out: dict[int, int] = {}
+    last = -1
+    for ins in program:
+        if type(ins) is not MInst or ins.op == "label":
+            last = -1
+        elif ins.op in FLAG_READERS:
+            out[id(ins.arg)] = last
+        if type(ins) is MInst and ins.op in FLAG_WRITERS:
+            last = id(ins.arg)
+    return out
+
+
+def check_flags_kept(allocated: list[Any], before: dict[int, int]) -> None:
+    """(TG_SPEC=1) Every flag reader of the allocated program still reads the flags it read before allocation:
+    register allocation added only moves (copies, spills, fills, reloads), which leave the flags alone."""
+    for reader, writer in flag_sources(allocated).items():
+        if before.get(reader, writer) != writer:
+            bad = next(ins for ins in allocated if type(ins) is MInst and id(ins.arg) == reader)
+            raise AssertionError(f"x86: after register allocation {bad.op.name} no longer reads the flags of the "
+                                 "instruction selection meant (something in between writes the flags)")
 
 
 class X86Program:
