@@ -12,6 +12,7 @@ Out: ``render`` returns the machine code of ``void name(<buffer pointers...>, <i
     choose_plan    pointers and variables held in registers, or read from their argument slots where
                    used when that spills fewer gprs (both programs come from one selection)
     regalloc       the core's linear scan on ``machine.TARGET``
+    late_regalloc  with TG_SPEC=1: each flag reader still reads the flags it read before (``check_flags_kept``)
     post_regalloc  ``machine.finish`` (System V prologue/epilogue, ``Inst``s)
     asm / encode   ``listing.asm`` / ``assembler.assemble``
 ``DEBUG=4`` prints the Intel-syntax listing of each kernel.
