@@ -137,6 +137,26 @@ def test_where_of_a_compare_is_one_cmp_and_a_cmov(cmp, dt, cmov):
     np.testing.assert_array_equal(t.numpy(), np.where(COMPARE[cmp](a, b), a, b))
 
 
+# (x compared with the constant 3 on either side, the cmov of the WHERE): the constant is cmp's immediate
+CONST_COMPARES = [(lambda x: 3 < x, lambda a: 3 < a, "cmovg"), (lambda x: x < 3, lambda a: a < 3, "cmovl"),
+                  (lambda x: 3 == x, lambda a: 3 == a, "cmove"), (lambda x: x != 3, lambda a: a != 3, "cmovne")]
+UNSIGNED_CMOV = {"cmovg": "cmova", "cmovl": "cmovb"}   # above/below instead of greater/less
+
+
+@pytest.mark.parametrize("dt", [dtypes.int32, dtypes.uint32, dtypes.int64], ids=str)
+@pytest.mark.parametrize("cmp, ref, cmov", CONST_COMPARES, ids=["3<x", "x<3", "3==x", "x!=3"])
+def test_compare_with_a_constant_takes_an_immediate(cmp, ref, cmov, dt):
+    a, b = ints([3, -2, 5, 5, 0, -7, 9], dt), ints([1, 4, 5, -5, 0, 8, -9], dt)
+    x, y = Tensor(a, device=X86), Tensor(b, device=X86)
+    t = cmp(x).where(x, y)
+    insts = machine_code(t)
+    (c,) = [i for i in named(insts, "cmp") if i.operands[1].kind == "imm" and i.operands[1].imm == 3]
+    (m,) = starting(insts, "cmov")
+    assert m.mnemonic == (UNSIGNED_CMOV.get(cmov, cmov) if dtypes.is_unsigned(dt) else cmov)
+    assert not value_compares(insts) and c.address < m.address
+    np.testing.assert_array_equal(t.numpy(), np.where(ref(a), a, b))
+
+
 # flag users of one "cmp a, b": (kind, cmovs expected, setccs expected)
 SHARED_FLAGS = {"two wheres": (2, 0), "where and value": (1, 1), "< and != of the same values": (2, 0),
                 "> and == of the same values": (2, 0), "value then where": (1, 1)}
