@@ -23,6 +23,7 @@ from tgcore.renderer import (
     LoopStart,
     MInst,
     Register,
+    RegisterPlan,
     callee_saved_used,
     isa_spec,
     line_rewrite,
@@ -293,3 +294,27 @@ def test_legalize_is_the_pre_isel_matcher():
     class Legalized(ToyRenderer):
         pre_isel = PatternMatcher([(UPat(Ops.SUB, name="x"), lambda x: x.src[0] + (-x.src[1]))])
     assert ToyRenderer().legalize is None and Legalized().legalize is Legalized.pre_isel
+
+
+def test_a_backend_may_encode_straight_from_the_plan(inputs):
+    """``emit`` is what ``render`` runs after choosing the plan: a backend overriding it with the plan's assignment
+    and ``rewrite_one`` (spill code included: the toy has 4 registers) gives the bytes of the staged way."""
+    a, _, ta, tb = inputs
+
+    class Direct(ToyRenderer):
+        def emit(self, plan: RegisterPlan, ctx: ISelContext) -> bytes:
+            self.calls.append("emit")
+            reg_of = plan.assignment()
+            program = [x for i, m in enumerate(plan.program)
+                       for x in (plan.rewrite_one(i, reg_of) if isinstance(m, MInst) else [m])]
+            return self.encode(self.post_regalloc(self.late_regalloc(program, ctx), plan.frame, ctx))
+
+    t = (ta + tb) * 2.5 - ta
+    renderer = Direct()
+    [(code, bufs)] = toy_kernels(t, renderer)
+    assert renderer.calls[-3:] == ["emit", "late_regalloc", "post_regalloc"]
+    spec = get_program(create_schedule([t.uop], ta.device)[0][0].ast, ToyRenderer(), 1)
+    staged = ToyRenderer()
+    assert code == staged.encode(staged.lower(spec.name, list(spec.uops)))
+    run(code, bufs)
+    np.testing.assert_allclose(bufs[0].reshape(4, 8), (a + inputs[1]) * 2.5 - a, rtol=1e-6)

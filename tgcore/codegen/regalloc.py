@@ -128,11 +128,13 @@ def live_intervals(program: list[Any]) -> dict[VReg, Interval]:
     return _analyze(program)[1]
 
 
-def _analyze(program: list[Any]) -> tuple[list[tuple[list[Any], list[Any]]], dict[VReg, Interval]]:
-    """``register_lists`` and ``live_intervals`` in one pass over the program."""
+def _analyze(program: list[Any]) -> tuple[list[tuple[list[Any], list[Any]]], dict[VReg, Interval], set[Register]]:
+    """``register_lists`` and ``live_intervals`` in one pass over the program, and the physical registers it
+    names."""
     out: list[tuple[list[Any], list[Any]]] = []
     append = out.append
     intervals: dict[VReg, Interval] = {}
+    physical: set[Any] = set()  # Registers (mypy: the isinstance tests above do not narrow)
     get = intervals.get
     loops: list[tuple[int, int]] = []  # (start, end), in the order the loops end
     open_loops: dict[Any, int] = {}
@@ -166,12 +168,16 @@ def _analyze(program: list[Any]) -> tuple[list[tuple[list[Any], list[Any]]], dic
                             intervals[o] = Interval(o, i, i)
                         else:
                             iv.end = i
+                    else:
+                        physical.add(o)
             elif o is not None:
                 for r in getattr(o, "regs", ()):
                     if r not in read and isinstance(r, _REG_TYPES):
                         read.append(r)
                         if type(r) is VReg:
                             mention(r, i)
+                        else:
+                            physical.add(r)
         for o in ins.defs:
             t = type(o)
             if t is VReg or t is Register:
@@ -182,6 +188,8 @@ def _analyze(program: list[Any]) -> tuple[list[tuple[list[Any], list[Any]]], dic
                         read.append(r)
                         if type(r) is VReg:
                             mention(r, i)
+                        else:
+                            physical.add(r)
         for o in written:
             if type(o) is VReg:
                 iv = get(o)
@@ -189,6 +197,8 @@ def _analyze(program: list[Any]) -> tuple[list[tuple[list[Any], list[Any]]], dic
                     intervals[o] = Interval(o, i, i)
                 else:
                     iv.end = i
+            else:
+                physical.add(o)
         append((read, written))
     # a value that is live into a loop stays live through its back edge. One pass in the order the loops
     # end is enough: an interval extended to a loop's end can only be live into loops ending later
@@ -196,7 +206,7 @@ def _analyze(program: list[Any]) -> tuple[list[tuple[list[Any], list[Any]]], dic
         for iv in intervals.values():
             if iv.start < start <= iv.end < end:
                 iv.end = end
-    return out, intervals
+    return out, intervals, physical
 
 
 @dataclass
@@ -208,6 +218,7 @@ class RegisterPlan:
     by_vreg: dict[VReg, Interval]
     frame: int                                     # stack bytes for spill slots
     target: AllocTarget
+    physical: set[Register] = field(default_factory=set)  # physical registers the program names
 
     def spill_code(self, cls: str) -> int:
         """How many fills and spill stores of class ``cls`` the rewritten program has."""
@@ -226,6 +237,22 @@ class RegisterPlan:
         """(the program on physical registers with spill code, stack bytes for spill slots)."""
         return _rewrite(self.program, self.regs, self.by_vreg, self.target), self.frame
 
+    # for a renderer that encodes straight from the plan (no rewritten program): the assignment, and the
+    # rewritten form of the instructions it does not handle itself (copies, spill code)
+
+    def assignment(self) -> dict[VReg, Register | None]:
+        """Each virtual register's register (None: spilled to its stack slot)."""
+        return {v: iv.reg for v, iv in self.by_vreg.items()}
+
+    def rewrite_one(self, i: int, assignment: dict[VReg, Register | None]) -> list[Any]:
+        """What ``rewrite`` turns instruction ``i`` (an ``MInst``) into: itself on physical registers, with
+        fills before and spill stores after; nothing for a copy to its own register. ``assignment`` is
+        ``self.assignment()``."""
+        out: list[Any] = []
+        read, written = self.regs[i]
+        _rewrite_one(self.program[i], read, written, assignment, self.by_vreg, self.target, out)
+        return out
+
 
 def allocate(program: list[Any], target: AllocTarget) -> tuple[list[Any], int]:
     """Assign registers; returns (program on physical registers, stack bytes for spill slots)."""
@@ -235,7 +262,7 @@ def allocate(program: list[Any], target: AllocTarget) -> tuple[list[Any], int]:
 def plan_registers(program: list[Any], target: AllocTarget) -> RegisterPlan:
     """The linear scan: an interval per virtual register, each given a register or a spill slot."""
     program = _coalesce_two_address(program, target)
-    regs, by_vreg = _analyze(program)
+    regs, by_vreg, physical = _analyze(program)
     intervals = sorted(by_vreg.values(), key=_START_END)
     # a copy whose source dies at the copy can reuse the source's register (then the copy vanishes)
     copy_source = {ins.defs[0]: ins.uses[0] for ins in program
@@ -315,7 +342,7 @@ def plan_registers(program: list[Any], target: AllocTarget) -> RegisterPlan:
         victim.slot = take_slot(cls)
         del active[victim]
         activate(iv)
-    return RegisterPlan(program, regs, by_vreg, frame, target)
+    return RegisterPlan(program, regs, by_vreg, frame, target, physical)
 
 
 def _coalesce_two_address(program: list[Any], target: AllocTarget) -> list[Any]:
@@ -343,29 +370,36 @@ def _rewrite(program: list[Any], regs: list[tuple[list[Any], list[Any]]], by_vre
     for ins, (read, written) in zip(program, regs, strict=True):
         if type(ins) is not MInst:
             append(ins)
-            continue
-        mapping = reg_of
-        spilled_defs: list[tuple[Register, int]] = []
-        spilled = False
-        for r in read:
-            if type(r) is VReg and reg_of[r] is None:
-                spilled = True
-        for r in written:
-            if type(r) is VReg and reg_of[r] is None:
-                spilled = True
-        if spilled:  # fills into scratch registers before, spills after
-            mapping = {r: reg_of[r] for group in (read, written) for r in group
-                       if type(r) is VReg and reg_of[r] is not None}
-            _spill_code(ins, read, written, by_vreg, target, mapping, out, spilled_defs)
-        if ins.op == "copy":
-            dst, src = mapping.get(ins.defs[0], ins.defs[0]), mapping.get(ins.uses[0], ins.uses[0])
-            if dst is not src and dst != src:
-                append(target.copy(dst, src))
         else:
-            append(MInst(ins.op, _substitute_all(ins.defs, mapping), _substitute_all(ins.uses, mapping), ins.arg))
-        if spilled_defs:
-            out.extend(target.spill(reg, slot) for reg, slot in spilled_defs)
+            _rewrite_one(ins, read, written, reg_of, by_vreg, target, out)
     return out
+
+
+def _rewrite_one(ins: MInst, read: list[Any], written: list[Any], reg_of: dict[VReg, Register | None],
+                 by_vreg: dict[VReg, Interval], target: AllocTarget, out: list[Any]) -> None:
+    """Append ``ins`` on physical registers to ``out``, with its fills before and spill stores after (a copy to
+    its own register vanishes)."""
+    mapping = reg_of
+    spilled_defs: list[tuple[Register, int]] = []
+    spilled = False
+    for r in read:
+        if type(r) is VReg and reg_of[r] is None:
+            spilled = True
+    for r in written:
+        if type(r) is VReg and reg_of[r] is None:
+            spilled = True
+    if spilled:  # fills into scratch registers before, spills after
+        mapping = {r: reg_of[r] for group in (read, written) for r in group
+                   if type(r) is VReg and reg_of[r] is not None}
+        _spill_code(ins, read, written, by_vreg, target, mapping, out, spilled_defs)
+    if ins.op == "copy":
+        dst, src = mapping.get(ins.defs[0], ins.defs[0]), mapping.get(ins.uses[0], ins.uses[0])
+        if dst is not src and dst != src:
+            out.append(target.copy(dst, src))
+    else:
+        out.append(MInst(ins.op, _substitute_all(ins.defs, mapping), _substitute_all(ins.uses, mapping), ins.arg))
+    if spilled_defs:
+        out.extend(target.spill(reg, slot) for reg, slot in spilled_defs)
 
 
 def _substitute_all(operands: list[Any], mapping: dict[VReg, Register | None]) -> list[Any]:

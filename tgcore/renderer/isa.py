@@ -21,6 +21,10 @@ hook methods; ``render`` (a template method) runs them in this order:
     post_regalloc  hook ``(program, stack_bytes, ctx) -> program``: frame, prologue/epilogue, and the
                    backend's own instruction form (``callee_saved`` lists registers it must preserve)
     asm / encode   ``asm(program) -> str`` (listing) and ``encode(program) -> bytes``
+    emit           hook ``(plan, ctx) -> bytes``: from the chosen plan to the bytes. By default the plan's
+                   rewritten program through late_regalloc, post_regalloc and encode; a backend may encode
+                   straight from the plan instead (no intermediate programs), as long as the bytes are those
+                   of the staged way, which ``lower`` keeps (``DEBUG=4`` listings, ``asm``)
 
 The regalloc hooks are plain methods, not matchers: each sees the whole instruction list (they count
 uses, compare candidates, lay out frames), and a backend that wants rules there runs ``line_rewrite``
@@ -173,6 +177,12 @@ class ISARenderer(Renderer, Generic[Ctx]):
     def encode(self, program: Any) -> bytes:
         raise NotImplementedError(f"{type(self).__name__} has no encode()")
 
+    def emit(self, plan: RegisterPlan, ctx: Ctx) -> bytes:
+        """The bytes of the chosen plan (``render`` without a listing). A backend overriding this must give the
+        bytes ``encode(lower(...))`` gives."""
+        program, stack_bytes = plan.rewrite()
+        return self.encode(self.post_regalloc(self.late_regalloc(program, ctx), stack_bytes, ctx))
+
     # -- the template --
 
     def verify(self, uops: list[UOp]) -> None:
@@ -191,10 +201,14 @@ class ISARenderer(Renderer, Generic[Ctx]):
         if not isinstance(kernel, list):
             raise TypeError(f"{type(self).__name__} renders linear programs (a list of UOps)")
         from tgcore.helpers import DEBUG
-        program = self.lower(name, kernel)
-        if DEBUG >= 4:
+        if DEBUG >= 4:  # the staged way, to print the listing of what is encoded
+            program = self.lower(name, kernel)
             print(f"; {name}\n{self.asm(program)}")
-        return self.encode(program)
+            return self.encode(program)
+        if spec_enabled():
+            self.verify(kernel)
+        ctx = self.select(kernel)
+        return self.emit(self.choose_plan(ctx), ctx)
 
 
 def callee_saved_used(program: Iterable[Any], callee_saved: Iterable[Register]) -> list[Register]:

@@ -17,13 +17,16 @@ Register roles (fixed for every kernel):
 """
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tg_x86 import assembler, encoder
+from tg_x86.encoder import encode_all
 from tg_x86.isa import Cond, Inst, Op
 from tg_x86.operands import GPR_VIEWS, GPRS64, XMMS, YMMS, Label, Mem, Operand, Reg, gpr, imm, xmm, ymm
-from tgcore.codegen.regalloc import AllocTarget, MInst, Register, VReg, allocate
+from tgcore.codegen.regalloc import AllocTarget, MInst, Register, RegisterPlan, VReg, allocate
 
 GPR = {name: Register(name, i, "gpr") for i, name in enumerate(
     ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"))}
@@ -246,6 +249,93 @@ def _lower(allocated: list, slot_disp: dict[tuple[str, int], int], out: list) ->
                 label = item[1]
                 ops.append(label)
         out.append(make_inst(ins.op, tuple(ops), spec.cond, label))
+
+
+def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
+    """``assemble(finish(rewritten, frame, ...)).code`` for the plan's rewritten program, without building it or
+    its ``Inst``s: each instruction's operands are read through the plan's assignment and encoded at once (only
+    copies and instructions with spill code go through ``plan.rewrite_one``; only jumps to labels become ``Inst``s,
+    for ``assembler.link``)."""
+    reg_of = plan.assignment()
+    # the gprs the rewritten program names, as far as the prologue cares (callee-saved ones are never scratch)
+    used = {r.index for r in reg_of.values() if r is not None and r.cls == "gpr"}
+    used.update(r.index for r in plan.physical if r.cls == "gpr")
+    prologue, epilogue, slot_disp = _frame_code(frame, plan.frame, used)
+    spilled = {v for v, r in reg_of.items() if r is None}
+    codes: list[bytes | None] = []
+    jumps: dict[int, Inst] = {}
+    at: dict[Label, int] = {}
+    _encode_body(plan.program, plan, reg_of, spilled, slot_disp, codes, jumps, at)
+    body = assembler.link(codes, jumps, at).code
+    return b"".join(encode_all(prologue)) + body + b"".join(encode_all(epilogue))  # type: ignore[arg-type]
+
+
+def _encode_body(program: list, plan: RegisterPlan | None, reg_of: dict, spilled: set,
+                 slot_disp: dict[tuple[str, int], int], codes: list[bytes | None], jumps: dict[int, Inst],
+                 at: dict[Label, int]) -> None:
+    """Append the code of each instruction of ``program`` to ``codes`` (None for a jump to a label, kept in ``jumps``)
+    and each label's instruction number to ``at``. Virtual registers are read through ``reg_of``; with ``plan``
+    (``program`` is its program), copies and instructions reading or writing ``spilled`` registers are encoded
+    as ``plan.rewrite_one`` rewrites them."""
+    views, make_mem, rsp = _VIEWS, Mem.of, GPRS64[4]
+    cache, shape, select = encoder._form_cache, operator.attrgetter("shape"), encoder._selected
+    regs = plan.regs if plan is not None else None
+    for i, ins in enumerate(program):
+        if type(ins) is not MInst:  # loop markers
+            continue
+        op, spec = ins.op, ins.arg
+        if op == "label":
+            if spec in at:
+                raise encoder.EncodeError(f"label {spec!r} is defined twice")
+            at[spec] = len(codes)
+            continue
+        if regs is not None and (op == "copy" or spilled and not (spilled.isdisjoint(regs[i][0])
+                                                                 and spilled.isdisjoint(regs[i][1]))):
+            _encode_body(plan.rewrite_one(i, reg_of), None, reg_of, spilled, slot_disp, codes, jumps, at)  # type: ignore[union-attr]
+            continue
+        ops: list[Operand] = []
+        label = None
+        for item in spec.layout:
+            kind = item[0]
+            if kind == "u" or kind == "d":
+                o = (ins.uses if kind == "u" else ins.defs)[item[1]]
+                t = type(o)
+                if t is VReg:
+                    r = reg_of[o]
+                    ops.append(views[(r.cls, item[2])][r.index])
+                elif t is VMem:
+                    if o.slot is None:
+                        base, index = o.base, o.index
+                        if type(base) is VReg:
+                            base = reg_of[base]
+                        base_reg = GPRS64[base.index] if base is not None else None
+                        if index is None:
+                            ops.append(make_mem(o.bits, base_reg, None, 1, o.disp))
+                        else:
+                            if type(index) is VReg:
+                                index = reg_of[index]
+                            ops.append(make_mem(o.bits, base_reg, GPRS64[index.index], o.scale, o.disp))
+                    else:
+                        ops.append(make_mem(o.bits, rsp, None, 1, slot_disp[(o.slot.kind, o.slot.k)] + o.disp))
+                else:
+                    ops.append(views[(o.cls, item[2])][o.index])
+            elif kind == "i":
+                ops.append(imm(item[1]))
+            else:
+                label = item[1]
+                ops.append(label)
+        if spec.two_address:
+            d, u = ins.defs[0], ins.uses[0]
+            assert reg_of.get(d, d) == reg_of.get(u, u), f"two-address violated in {ins}"
+        operands = tuple(ops)
+        if label is not None:
+            jumps[len(codes)] = Inst.of(op, operands, spec.cond, label)
+            codes.append(None)
+            continue
+        found = cache.get((op, None, *map(shape, operands)))
+        if found is None:  # the first instruction of this shape: choose its form
+            found = select(Inst.of(op, operands, spec.cond, None), None)
+        codes.append(found[1](operands, spec.cond, 0))
 
 
 def _register_facts(program: list) -> tuple[list[tuple[list, list]], dict[VReg, int], dict[VReg, int]]:
