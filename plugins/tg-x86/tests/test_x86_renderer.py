@@ -41,19 +41,6 @@ def count(insts: list, op: Op) -> int:
     return sum(1 for i in insts if isinstance(i, Inst) and i.op is op)
 
 
-@pytest.mark.skipif(not (REPO / "tests" / "test_tensor_ops.py").exists(), reason="needs the tgcore source tree")
-def test_core_op_suites_pass_on_cpu_x86():
-    """Every core suite that runs per device (TG_TEST_DEVICES), every test on CPU:X86."""
-    env = {**os.environ, "TG_TEST_DEVICES": X86}
-    files = [str(REPO / "tests" / f) for f in ("test_tensor_ops.py", "test_tensor_math.py", "test_tensor_index.py",
-                                               "test_tensor_reduce.py", "test_tensor_random.py",
-                                               "test_nn_functional.py", "test_autograd.py", "test_assign.py")]
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files], env=env,
-                       capture_output=True, text=True, cwd=REPO)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    assert " failed" not in r.stdout and " passed" in r.stdout
-
-
 def test_tg_devices_lists_x86():
     r = subprocess.run([sys.executable, "-c", "import sys; from tgcore.cli import main; sys.exit(main(['devices']))"],
                        capture_output=True, text=True, check=True)
