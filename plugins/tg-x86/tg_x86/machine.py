@@ -146,46 +146,64 @@ class Frame:
 def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = None) -> list[Inst | Label]:
     """Allocate registers (unless ``allocation`` is given), add prologue and epilogue, lower to ``Inst``s."""
     allocated, spill_bytes = allocation or allocate(program, TARGET)
-    prologue, epilogue, slot_disp = _frame_code(frame, spill_bytes, _gprs_named(allocated))
-    out = prologue
+    saved, size, home_base, nhome, consts, slot_disp = _frame_layout(frame, spill_bytes, _gprs_named(allocated))
+    out: list[Inst | Label] = list(_prologue(saved, size, home_base, nhome))
+    for disp, data in consts:
+        out += _const_stores(disp, data)
     _lower(allocated, slot_disp, out)
-    return out + epilogue
+    return out + _epilogue(saved, size)
 
 
-def _frame_code(frame: Frame, spill_bytes: int, used: set[int]
-                ) -> tuple[list[Inst | Label], list[Inst | Label], dict[tuple[str, int], int]]:
-    """(prologue, epilogue, frame offset of each ``Slot``) of a body with ``spill_bytes`` of spill slots naming the
-    gprs numbered ``used``."""
+def _frame_layout(frame: Frame, spill_bytes: int, used: set[int]) -> tuple[
+        tuple[str, ...], int, int, int, list[tuple[int, bytes]], dict[tuple[str, int], int]]:
+    """The frame of a body with ``spill_bytes`` of spill slots naming the gprs numbered ``used``: (callee-saved
+    registers it pushes, bytes rsp goes down by, offset of the argument registers' homes, how many are homed,
+    (offset, bytes) of each constant, the frame offset of each ``Slot``)."""
     spill_bytes = -(-spill_bytes // 16) * 16
     const_base = -(-spill_bytes // 32) * 32
     const_off = frame.offsets()
     home_base = const_base + sum(len(c) for c in frame.consts)
     nhome = min(frame.nargs, len(ARG_REGS))
-    saved = [n for n in CALLEE_SAVED if GPR[n].index in used]
+    saved = tuple(n for n in CALLEE_SAVED if GPR[n].index in used)
     size = home_base + 8 * nhome
     # at entry rsp = 8 mod 16 (the return address); after the pushes and the frame it is 0 mod 16
     if (size + 8 * len(saved) + 8) % 16:
         size += 8
     arg_base = size + 8 * len(saved) + 8  # caller's stack arguments (7th on) above the return address
+    consts = [(const_base + const_off[k], data) for k, data in enumerate(frame.consts)]
+    slot_disp = {("const", k): const_base + off for k, off in enumerate(const_off)}
+    slot_disp.update((("arg", k), home_base + 8 * k if k < len(ARG_REGS) else arg_base + 8 * (k - len(ARG_REGS)))
+                     for k in range(frame.nargs))
+    return saved, size, home_base, nhome, consts, slot_disp
+
+
+def _prologue(saved: tuple[str, ...], size: int, home_base: int, nhome: int) -> list[Inst]:
+    """Push the callee-saved registers, make the frame, home the argument registers."""
     rsp = gpr(4)
-    out: list[Inst | Label] = [Inst(Op.PUSH, gpr(GPR[n].index)) for n in saved]
+    out = [Inst(Op.PUSH, gpr(GPR[n].index)) for n in saved]
     if size:
         out.append(Inst(Op.SUB, rsp, size))
     for k in range(nhome):
         out.append(Inst.of(Op.MOV, (Mem.of(64, rsp, None, 1, home_base + 8 * k), GPRS64[GPR[ARG_REGS[k]].index]),
                            None, None))
-    for k, data in enumerate(frame.consts):
-        for off in range(0, len(data), 4):
-            word = int.from_bytes(data[off:off + 4], "little")
-            out.append(Inst.of(Op.MOV, (Mem.of(32, rsp, None, 1, const_base + const_off[k] + off), imm(word)), None,
-                               None))
-    slot_disp = {("const", k): const_base + off for k, off in enumerate(const_off)}
-    slot_disp.update((("arg", k), home_base + 8 * k if k < len(ARG_REGS) else arg_base + 8 * (k - len(ARG_REGS)))
-                     for k in range(frame.nargs))
-    epilogue: list[Inst | Label] = [Inst(Op.ADD, rsp, size)] if size else []
-    epilogue += [Inst(Op.POP, gpr(GPR[n].index)) for n in reversed(saved)]
-    epilogue += [Inst(Op.VZEROUPPER), Inst(Op.RET)]
-    return out, epilogue, slot_disp
+    return out
+
+
+def _const_stores(disp: int, data: bytes) -> list[Inst]:
+    """Store a constant into the frame at ``disp``, 4 bytes at a time."""
+    return [Inst.of(Op.MOV, ops, None, None) for ops in _const_store_operands(disp, data)]
+
+
+def _const_store_operands(disp: int, data: bytes) -> list[tuple[Operand, ...]]:
+    rsp = GPRS64[4]
+    return [(Mem.of(32, rsp, None, 1, disp + off), imm(int.from_bytes(data[off:off + 4], "little")))
+            for off in range(0, len(data), 4)]
+
+
+def _epilogue(saved: tuple[str, ...], size: int) -> list[Inst]:
+    out = [Inst(Op.ADD, gpr(4), size)] if size else []
+    out += [Inst(Op.POP, gpr(GPR[n].index)) for n in reversed(saved)]
+    return out + [Inst(Op.VZEROUPPER), Inst(Op.RET)]
 
 
 def _gprs_named(allocated: list) -> set[int]:
@@ -260,14 +278,22 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     # the gprs the rewritten program names, as far as the prologue cares (callee-saved ones are never scratch)
     used = {r.index for r in reg_of.values() if r is not None and r.cls == "gpr"}
     used.update(r.index for r in plan.physical if r.cls == "gpr")
-    prologue, epilogue, slot_disp = _frame_code(frame, plan.frame, used)
+    saved, size, home_base, nhome, consts, slot_disp = _frame_layout(frame, plan.frame, used)
     spilled = {v for v, r in reg_of.items() if r is None}
     codes: list[bytes | None] = []
     jumps: dict[int, Inst] = {}
     at: dict[Label, int] = {}
     _encode_body(plan.program, plan, reg_of, spilled, slot_disp, codes, jumps, at)
-    body = assembler.link(codes, jumps, at).code
-    return b"".join(encode_all(prologue)) + body + b"".join(encode_all(epilogue))  # type: ignore[arg-type]
+    head = encode_all(_prologue(saved, size, home_base, nhome))  # type: ignore[arg-type]
+    cache, shape, select, mov = encoder._form_cache, operator.attrgetter("shape"), encoder._selected, Op.MOV
+    for disp, data in consts:  # many (a fifth of the instructions): encoded without an Inst, as _encode_body does
+        for ops in _const_store_operands(disp, data):
+            found = cache.get((mov, None, *map(shape, ops)))
+            if found is None:
+                found = select(Inst.of(mov, ops, None, None), None)
+            head.append(found[1](ops, None, 0))
+    tail = encode_all(_epilogue(saved, size))  # type: ignore[arg-type]
+    return b"".join(head) + assembler.link(codes, jumps, at).code + b"".join(tail)  # type: ignore[arg-type]
 
 
 def _encode_body(program: list, plan: RegisterPlan | None, reg_of: dict, spilled: set,
