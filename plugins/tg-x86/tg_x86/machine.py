@@ -230,6 +230,9 @@ def _gprs_named(allocated: list) -> set[int]:
 # a register operand by (register class, layout bits): the view of each register number
 _VIEWS = {("gpr", bits): views for bits, views in GPR_VIEWS.items()}
 _VIEWS.update({("vec", bits): YMMS if bits == 256 else XMMS for bits in (8, 16, 32, 64, 128, 256)})
+# the same by register name: the views of a register by bits
+_VIEWS_BY_NAME = {r.name: {bits: views[r.index] for (cls, bits), views in _VIEWS.items() if cls == r.cls}
+                  for r in (*GPR.values(), *VEC.values())}
 
 
 def _lower(allocated: list, slot_disp: dict[tuple[str, int], int], out: list) -> None:
@@ -283,7 +286,8 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     codes: list[bytes | None] = []
     jumps: dict[int, Inst] = {}
     at: dict[Label, int] = {}
-    _encode_body(plan.program, plan, reg_of, spilled, slot_disp, codes, jumps, at)
+    views_of = {v: _VIEWS_BY_NAME[r.name] for v, r in reg_of.items() if r is not None}
+    _encode_body(plan.program, plan, reg_of, views_of, spilled, slot_disp, codes, jumps, at)
     head = encode_all(_prologue(saved, size, home_base, nhome))  # type: ignore[arg-type]
     cache, shape, select, mov = encoder._form_cache, operator.attrgetter("shape"), encoder._selected, Op.MOV
     for disp, data in consts:  # many (a fifth of the instructions): encoded without an Inst, as _encode_body does
@@ -296,14 +300,15 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     return b"".join(head) + assembler.link(codes, jumps, at).code + b"".join(tail)  # type: ignore[arg-type]
 
 
-def _encode_body(program: list, plan: RegisterPlan | None, reg_of: dict, spilled: set,
+def _encode_body(program: list, plan: RegisterPlan | None, reg_of: dict, views_of: dict, spilled: set,
                  slot_disp: dict[tuple[str, int], int], codes: list[bytes | None], jumps: dict[int, Inst],
                  at: dict[Label, int]) -> None:
     """Append the code of each instruction of ``program`` to ``codes`` (None for a jump to a label, kept in ``jumps``)
-    and each label's instruction number to ``at``. Virtual registers are read through ``reg_of``; with ``plan``
+    and each label's instruction number to ``at``. Virtual registers are read through ``reg_of`` (``views_of``: the
+    register operand of each one, by bits); with ``plan``
     (``program`` is its program), copies and instructions reading or writing ``spilled`` registers are encoded
     as ``plan.rewrite_one`` rewrites them."""
-    views, make_mem, rsp = _VIEWS, Mem.of, GPRS64[4]
+    make_mem, rsp = Mem.of, GPRS64[4]
     cache, shape, select = encoder._form_cache, operator.attrgetter("shape"), encoder._selected
     regs = plan.regs if plan is not None else None
     for i, ins in enumerate(program):
@@ -317,42 +322,46 @@ def _encode_body(program: list, plan: RegisterPlan | None, reg_of: dict, spilled
             continue
         if regs is not None and (op == "copy" or spilled and not (spilled.isdisjoint(regs[i][0])
                                                                  and spilled.isdisjoint(regs[i][1]))):
-            _encode_body(plan.rewrite_one(i, reg_of), None, reg_of, spilled, slot_disp, codes, jumps, at)  # type: ignore[union-attr]
+            _encode_body(plan.rewrite_one(i, reg_of), None, reg_of, views_of, spilled, slot_disp, codes, jumps, at)  # type: ignore[union-attr]
             continue
         ops: list[Operand] = []
         label = None
+        uses, defs = ins.uses, ins.defs
         for item in spec.layout:
             kind = item[0]
-            if kind == "u" or kind == "d":
-                o = (ins.uses if kind == "u" else ins.defs)[item[1]]
-                t = type(o)
-                if t is VReg:
-                    r = reg_of[o]
-                    ops.append(views[(r.cls, item[2])][r.index])
-                elif t is VMem:
-                    if o.slot is None:
-                        base, index = o.base, o.index
-                        if type(base) is VReg:
-                            base = reg_of[base]
-                        base_reg = GPRS64[base.index] if base is not None else None
-                        if index is None:
-                            ops.append(make_mem(o.bits, base_reg, None, 1, o.disp))
-                        else:
-                            if type(index) is VReg:
-                                index = reg_of[index]
-                            ops.append(make_mem(o.bits, base_reg, GPRS64[index.index], o.scale, o.disp))
-                    else:
-                        ops.append(make_mem(o.bits, rsp, None, 1, slot_disp[(o.slot.kind, o.slot.k)] + o.disp))
-                else:
-                    ops.append(views[(o.cls, item[2])][o.index])
+            if kind == "u":
+                o = uses[item[1]]
+            elif kind == "d":
+                o = defs[item[1]]
             elif kind == "i":
                 ops.append(imm(item[1]))
+                continue
             else:
                 label = item[1]
                 ops.append(label)
+                continue
+            t = type(o)
+            if t is VReg:
+                ops.append(views_of[o][item[2]])
+            elif t is VMem:
+                if o.slot is None:
+                    base, index = o.base, o.index
+                    if type(base) is VReg:
+                        base = reg_of[base]
+                    base_reg = GPRS64[base.index] if base is not None else None
+                    if index is None:
+                        ops.append(make_mem(o.bits, base_reg, None, 1, o.disp))
+                    else:
+                        if type(index) is VReg:
+                            index = reg_of[index]
+                        ops.append(make_mem(o.bits, base_reg, GPRS64[index.index], o.scale, o.disp))
+                else:
+                    ops.append(make_mem(o.bits, rsp, None, 1, slot_disp[(o.slot.kind, o.slot.k)] + o.disp))
+            else:
+                ops.append(_VIEWS_BY_NAME[o.name][item[2]])
         if spec.two_address:
-            d, u = ins.defs[0], ins.uses[0]
-            assert reg_of.get(d, d) == reg_of.get(u, u), f"two-address violated in {ins}"
+            d, u = reg_of.get(defs[0], defs[0]), reg_of.get(uses[0], uses[0])
+            assert d is u or d == u, f"two-address violated in {ins}"
         operands = tuple(ops)
         if label is not None:
             jumps[len(codes)] = Inst.of(op, operands, spec.cond, label)
