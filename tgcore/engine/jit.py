@@ -54,8 +54,10 @@ class _Capture:
     ops: int = 0                             # the steps' estimated operations and bytes, for GlobalCounters
     mem: int = 0
     graph: Any = None                        # the plan as one native call, when every step is a CPU kernel
-    graph_inputs: list[tuple[int, int, int, int, Buffer]] = field(default_factory=list)  # (step, arg, ...)
-    graph_vars: list[tuple[int, int, str]] = field(default_factory=list)  # (step, argument, variable name)
+    # the graph's argument words that take an input (by (input number, byte offset, captured buffer)) or a
+    # variable (by name): one word per call for each, written to all of its (step, argument) places
+    graph_inputs: dict[tuple[int, int, Buffer], list[tuple[int, int]]] = field(default_factory=dict)
+    graph_vars: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.ops = sum(p.ops for p in self.plan)
@@ -66,8 +68,10 @@ class _Capture:
         self.graph = NativeGraph.build([(p.program, tuple(0 if a is None else a for a in p.args) + (0,) * len(p.vars),
                                          p.threads) for p in self.plan])
         for i, p in enumerate(self.plan):
-            self.graph_inputs += [(i, arg, n, offset, old) for arg, n, offset, old in p.inputs]
-            self.graph_vars += [(i, len(p.args) + j, v) for j, v in enumerate(p.vars)]
+            for arg, n, offset, old in p.inputs:
+                self.graph_inputs.setdefault((n, offset, old), []).append((i, arg))
+            for j, v in enumerate(p.vars):
+                self.graph_vars.setdefault(v, []).append((i, len(p.args) + j))
 
 
 def _flatten(obj: Any) -> list[Any]:
@@ -164,13 +168,13 @@ class Jit:
         debug = engine.DEBUG >= 2
         if capture.graph is not None and not debug:  # one native call for every kernel
             graph = capture.graph
-            for i, arg, n, offset, old in capture.graph_inputs:
-                graph.set(i, arg, bound(n, offset, old).handle)
-            for i, arg, name in capture.graph_vars:
+            for (n, offset, old), places in capture.graph_inputs.items():
+                graph.set_all(places, bound(n, offset, old).handle)
+            for name, places in capture.graph_vars.items():
                 if name not in variables:
-                    raise JitError(f"kernel {capture.plan[i].name} needs variable {name!r}, which this call did "
-                                   "not bind")
-                graph.set(i, arg, variables[name])
+                    raise JitError(f"kernel {capture.plan[places[0][0]].name} needs variable {name!r}, which this "
+                                   "call did not bind")
+                graph.set_all(places, variables[name])
             graph.run()
         for step in capture.plan if capture.graph is None or debug else ():
             if step.copy is not None:

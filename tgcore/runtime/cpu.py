@@ -9,7 +9,9 @@ Calling convention of a CPU kernel:
 `CPUProgram(..., threads=n)` calls it n times at once with core_id = 0..n-1; the kernel
 splits its work by core_id. The calls run on a small native pthread pool (built from C on
 first use, Linux x86-64/AArch64): one ctypes call starts and joins them, workers spin
-briefly, then sleep. Elsewhere, or for kernels with more than POOL_MAX_ARGS arguments, they
+briefly, then sleep. The core_ids are claimed one at a time by whichever thread is running (the
+caller included), so on a busy machine a worker the OS has descheduled does not hold up the kernel
+unless it already holds a core_id. Elsewhere, or for kernels with more than POOL_MAX_ARGS arguments, they
 run on a Python thread pool (ctypes releases the GIL, so they still run in parallel).
 `NativeGraph` runs a fixed list of kernels (a JIT capture) in one call into the pool.
 """
@@ -112,6 +114,7 @@ _INT = int
 # ---- the native pool: kernel threads started and woken in C, so a multi-core kernel costs one ctypes call ----
 
 POOL_MAX_ARGS = 24  # kernels with more arguments (before core_id) use the Python thread pool
+POOL_MAX_THREADS = 0xFFFF  # ... and kernels split into more core_ids (a 16-bit field of the pool's job word)
 _POOL_SPIN = 400    # pause instructions a waiting thread spins before it sleeps (a few microseconds)
 _POOL_HOT_SPIN = 100_000  # ... while a graph of kernels runs (yielding now and then: the machine may be busy)
 
@@ -125,7 +128,10 @@ _POOL_SOURCE = """\
 typedef intptr_t W;
 static pthread_mutex_t run_mu = PTHREAD_MUTEX_INITIALIZER, mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER, done_cv = PTHREAD_COND_INITIALIZER;
-static int gen, created_gen, pending, nworkers, job_nargs, job_threads, hot;
+static int gen, created_gen, nworkers, job_nargs, hot, done_chunks;
+static uint32_t job_number;
+/* the running job: bits 63..32 its number, 31..16 its chunk count, 15..0 the next chunk to claim */
+static uint64_t job;
 static void *job_fn; static W *job_args;
 static inline void relax(void) {
 #if defined(__x86_64__)
@@ -142,8 +148,23 @@ static void call(void *f, W *a, int n, W core) {
 %(cases)s
   }
 }
+/* claim chunks (core_ids) of job `number` one at a time and run them until none is left. Whoever is running
+   takes the next chunk, so a thread the OS has descheduled delays the job by at most the chunk it holds */
+static void run_chunks(uint32_t number) {
+  for (;;) {
+    uint64_t s = __atomic_load_n(&job, __ATOMIC_ACQUIRE);
+    uint32_t chunks = (uint32_t)(s >> 16) & 0xffff, next = (uint32_t)s & 0xffff;
+    if ((uint32_t)(s >> 32) != number || next >= chunks) return;
+    if (!__atomic_compare_exchange_n(&job, &s, s + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) continue;
+    call(job_fn, job_args, job_nargs, next);  /* the job stays until this chunk is counted done */
+    if (__atomic_add_fetch(&done_chunks, 1, __ATOMIC_ACQ_REL) == (int)chunks) {
+      pthread_mutex_lock(&mu); pthread_cond_signal(&done_cv); pthread_mutex_unlock(&mu);
+    }
+  }
+}
 static void *worker(void *p) {
-  int id = (int)(intptr_t)p, seen = __atomic_load_n(&created_gen, __ATOMIC_ACQUIRE);  /* jobs after its start */
+  (void)p;
+  int seen = __atomic_load_n(&created_gen, __ATOMIC_ACQUIRE);  /* jobs after its start */
   for (;;) {
     for (int spins = 0; __atomic_load_n(&gen, __ATOMIC_ACQUIRE) == seen; spins++) {
       if (spins < %(spin)d || (__atomic_load_n(&hot, __ATOMIC_ACQUIRE) && spins < %(hot_spin)d)) {
@@ -155,10 +176,7 @@ static void *worker(void *p) {
       pthread_mutex_unlock(&mu);
     }
     seen = __atomic_load_n(&gen, __ATOMIC_ACQUIRE);
-    if (id < job_threads) call(job_fn, job_args, job_nargs, id);
-    if (__atomic_sub_fetch(&pending, 1, __ATOMIC_ACQ_REL) == 0) {
-      pthread_mutex_lock(&mu); pthread_cond_signal(&done_cv); pthread_mutex_unlock(&mu);
-    }
+    run_chunks((uint32_t)(__atomic_load_n(&job, __ATOMIC_ACQUIRE) >> 32));
   }
   return 0;
 }
@@ -166,7 +184,7 @@ static int ensure_workers(int threads) {  /* under run_mu */
   __atomic_store_n(&created_gen, __atomic_load_n(&gen, __ATOMIC_ACQUIRE), __ATOMIC_RELEASE);
   while (nworkers < threads - 1) {
     pthread_t t; pthread_attr_t at; pthread_attr_init(&at); pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    int err = pthread_create(&t, &at, worker, (void *)(intptr_t)(nworkers + 1));
+    int err = pthread_create(&t, &at, worker, 0);
     pthread_attr_destroy(&at);
     if (err) return err;
     nworkers++;
@@ -174,18 +192,21 @@ static int ensure_workers(int threads) {  /* under run_mu */
   return 0;
 }
 static void split(void *f, W *args, int nargs, int threads) {  /* under run_mu, workers started */
-  job_fn = f; job_args = args; job_nargs = nargs; job_threads = threads;
-  __atomic_store_n(&pending, nworkers, __ATOMIC_RELEASE);
+  job_fn = f; job_args = args; job_nargs = nargs;
+  __atomic_store_n(&done_chunks, 0, __ATOMIC_RELAXED);  /* every chunk of the last job was counted */
+  uint32_t number = ++job_number;
+  __atomic_store_n(&job, ((uint64_t)number << 32) | ((uint64_t)threads << 16), __ATOMIC_RELEASE);
   pthread_mutex_lock(&mu);
   __atomic_add_fetch(&gen, 1, __ATOMIC_ACQ_REL);
   pthread_cond_broadcast(&cv);
   pthread_mutex_unlock(&mu);
-  call(f, args, nargs, 0);
+  run_chunks(number);
   int limit = __atomic_load_n(&hot, __ATOMIC_ACQUIRE) ? %(hot_spin)d : %(spin)d;
-  for (int spins = 0; spins < limit && __atomic_load_n(&pending, __ATOMIC_ACQUIRE) > 0; spins++) relax_or_yield(spins);
-  if (__atomic_load_n(&pending, __ATOMIC_ACQUIRE) > 0) {
+  for (int spins = 0; spins < limit && __atomic_load_n(&done_chunks, __ATOMIC_ACQUIRE) < threads; spins++)
+    relax_or_yield(spins);
+  if (__atomic_load_n(&done_chunks, __ATOMIC_ACQUIRE) < threads) {
     pthread_mutex_lock(&mu);
-    while (__atomic_load_n(&pending, __ATOMIC_ACQUIRE) > 0) pthread_cond_wait(&done_cv, &mu);
+    while (__atomic_load_n(&done_chunks, __ATOMIC_ACQUIRE) < threads) pthread_cond_wait(&done_cv, &mu);
     pthread_mutex_unlock(&mu);
   }
 }
@@ -217,7 +238,7 @@ int tg_pool_graph(tg_step *steps, int n) {
 /* in a forked child the workers are gone: start afresh */
 void tg_pool_forget(void) {
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER; pthread_cond_t fresh_cv = PTHREAD_COND_INITIALIZER;
-  run_mu = fresh; mu = fresh; cv = fresh_cv; done_cv = fresh_cv; nworkers = 0; pending = 0; hot = 0;
+  run_mu = fresh; mu = fresh; cv = fresh_cv; done_cv = fresh_cv; nworkers = 0; hot = 0; done_chunks = 0; job = 0;
 }
 """
 
@@ -295,13 +316,20 @@ class NativeGraph:
         """``calls``: (program, argument words or handles, threads) per kernel, arguments before core_id."""
         if native_pool() is None or _native_graph_fn is None:
             return None
-        if not all(isinstance(p, CPUProgram) and len(a) <= POOL_MAX_ARGS for p, a, _ in calls):
+        if not all(isinstance(p, CPUProgram) and len(a) <= POOL_MAX_ARGS and t <= POOL_MAX_THREADS
+                   for p, a, t in calls):
             return None
         return NativeGraph([(ctypes.cast(p.fxn, ctypes.c_void_p).value or 0, [_as_word(x) for x in a], t)
                             for p, a, t in calls])
 
     def set(self, step: int, arg: int, value: Any) -> None:
         self.words[step][arg] = _as_word(value)
+
+    def set_all(self, places: list[tuple[int, int]], value: Any) -> None:
+        """``set`` one value at every (step, argument) of ``places``."""
+        word, words = _as_word(value), self.words
+        for step, arg in places:
+            words[step][arg] = word
 
     def run(self) -> None:
         err = _native_graph_fn(self.steps, self.count)
@@ -329,7 +357,7 @@ def run_on_cores(fxn: Any, args: tuple[Any, ...], threads: int) -> None:
     if threads <= 1:
         fxn(*args, 0)
         return
-    native = native_pool() if len(args) <= POOL_MAX_ARGS else None
+    native = native_pool() if len(args) <= POOL_MAX_ARGS and threads <= POOL_MAX_THREADS else None
     if native is not None:
         words = (ctypes.c_ssize_t * max(1, len(args)))(*map(_as_word, args))
         if native(ctypes.cast(fxn, ctypes.c_void_p), words, len(args), threads) == 0:
