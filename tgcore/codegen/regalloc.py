@@ -20,6 +20,7 @@ source's register for its result (coalescing), otherwise a copy is inserted befo
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import operator
@@ -159,17 +160,18 @@ def _analyze(program: list[Any]) -> tuple[list[tuple[list[Any], list[Any]]], dic
         written: list[Any] = []
         for o in ins.uses:
             t = type(o)
-            if t is VReg or t is Register:
+            if t is VReg:  # its interval ends here once it is read here: not listed twice
+                iv = get(o)
+                if iv is None:
+                    intervals[o] = Interval(o, i, i)
+                    read.append(o)
+                elif iv.end != i:
+                    iv.end = i
+                    read.append(o)
+            elif t is Register:
                 if o not in read:
                     read.append(o)
-                    if t is VReg:
-                        iv = get(o)
-                        if iv is None:
-                            intervals[o] = Interval(o, i, i)
-                        else:
-                            iv.end = i
-                    else:
-                        physical.add(o)
+                    physical.add(o)
             elif o is not None:
                 for r in getattr(o, "regs", ()):
                     if r not in read and isinstance(r, _REG_TYPES):
@@ -201,11 +203,16 @@ def _analyze(program: list[Any]) -> tuple[list[tuple[list[Any], list[Any]]], dic
                 physical.add(o)
         append((read, written))
     # a value that is live into a loop stays live through its back edge. One pass in the order the loops
-    # end is enough: an interval extended to a loop's end can only be live into loops ending later
-    for start, end in loops:
-        for iv in intervals.values():
-            if iv.start < start <= iv.end < end:
-                iv.end = end
+    # end is enough: an interval extended to a loop's end can only be live into loops ending later.
+    # Intervals were made at their first mention, so they are in start order: those starting before a
+    # loop are a prefix
+    if loops:
+        ivs = list(intervals.values())
+        starts = [iv.start for iv in ivs]
+        for start, end in loops:
+            for iv in ivs[:bisect.bisect_left(starts, start)]:
+                if start <= iv.end < end:
+                    iv.end = end
     return out, intervals, physical
 
 
