@@ -18,6 +18,7 @@ Register roles (fixed for every kernel):
 from __future__ import annotations
 
 import operator
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -378,9 +379,8 @@ def _register_facts(program: list) -> tuple[list[tuple[list, list]], dict[VReg, 
     and the ones it writes; how often each virtual register is read; how often it is written)."""
     regs: list[tuple[list, list]] = []
     append = regs.append
-    reads: dict[VReg, int] = {}
-    writes: dict[VReg, int] = {}
-    rget, wget = reads.get, writes.get
+    all_read: list[VReg] = []     # every read and write, counted at the end (Counter counts in C)
+    all_written: list[VReg] = []
     for ins in program:
         if type(ins) is not MInst:
             append(_NO_VREGS)
@@ -400,16 +400,15 @@ def _register_facts(program: list) -> tuple[list[tuple[list, list]], dict[VReg, 
             t = type(o)
             if t is VReg:
                 wr.append(o)
-                writes[o] = wget(o, 0) + 1
             elif t is VMem:  # a memory destination reads its address registers
                 if type(o.base) is VReg:
                     rd.append(o.base)
                 if type(o.index) is VReg:
                     rd.append(o.index)
-        for r in rd:
-            reads[r] = rget(r, 0) + 1
+        all_read += rd
+        all_written += wr
         append((rd, wr))
-    return regs, reads, writes
+    return regs, Counter(all_read), Counter(all_written)
 
 
 _NO_VREGS: tuple[list[VReg], list[VReg]] = ([], [])  # loop markers: shared, never changed
