@@ -480,13 +480,13 @@ def _live_mask(program: list, regs: list[tuple[list, list]], reads: dict[VReg, i
         ins = program[i]
         if type(ins) is not MInst or not ins.defs:
             continue
-        op = ins.op
-        if op == "label" or (op != "copy" and op.writes_mem and ins.uses and type(ins.uses[0]) is VMem):
-            continue
         for d in ins.defs:
             if type(d) is not VReg or rget(d):
                 break
         else:
+            op = ins.op  # checked only now: writes_mem is a property
+            if op == "label" or (op != "copy" and op.writes_mem and ins.uses and type(ins.uses[0]) is VMem):
+                continue
             keep[i] = False
             rd, wr = regs[i]
             for r in rd:
