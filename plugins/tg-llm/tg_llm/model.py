@@ -15,9 +15,9 @@ q/k/v biases of ``qwen2`` and the per-head q/k RMSNorms of ``qwen3``; the logits
 Weights stay quantized on the device: each is tg-gguf's lazy dequantization of the raw bytes, which
 fuses into the matmul that consumes it. Wq, Wk and Wv are stacked into one matrix at load time (their raw
 bytes concatenated: quantized rows are whole blocks), so a layer runs one matrix-vector product for the
-three; the keys' rotation is computed by the kernel that writes them into the cache. The token embedding
-is looked up on the host (the rows of the quantized table for the given ids are dequantized with numpy),
-so the device never holds a float copy of the vocabulary table.
+three (and one for Wgate and Wup); the keys' rotation is computed by the kernel that writes them into the
+cache. The token embedding is looked up on the host (the rows of the quantized table for the given ids are
+dequantized with numpy), so the device never holds a float copy of the vocabulary table.
 
 Rotary embeddings. ``{arch}.rope.dimension_count`` dims of each head rotate, pair j with frequency
 ``freq_base ** (-2j / rope_dims)``. Which dims form pair j depends on how the file stores q/k:
@@ -226,8 +226,7 @@ class _Layer:
     q_norm: Any
     k_norm: Any
     ffn_norm: Any
-    w_gate: Any
-    w_up: Any
+    w_gate_up: Any  # Wgate and Wup stacked (rows gate, then up): one matrix-vector product for the two
     w_down: Any
     cache_k: Any
     cache_v: Any
@@ -338,7 +337,7 @@ class Model:
                 q_norm=get(p + "attn_q_norm.weight", True, qk_norm),
                 k_norm=get(p + "attn_k_norm.weight", True, qk_norm),
                 ffn_norm=get(p + "ffn_norm.weight", small=True),
-                w_gate=get(p + "ffn_gate.weight"), w_up=get(p + "ffn_up.weight"), w_down=get(p + "ffn_down.weight"),
+                w_gate_up=stacked([p + "ffn_gate.weight", p + "ffn_up.weight"]), w_down=get(p + "ffn_down.weight"),
                 cache_k=Tensor.zeros(*cache_shape, device=device).contiguous().realize(),
                 cache_v=Tensor.zeros(*cache_shape, device=device).contiguous().realize()))
         self.output_norm = get("output_norm.weight", small=True)
@@ -532,7 +531,10 @@ class Model:
         attn = (weights @ values.reshape(nkv, 1, window, hd)).permute(2, 0, 1, 3).reshape(t, nh * hd).contiguous()
         x = (x + linear(attn, w(layer.wo))).contiguous().realize()  # (else the FFN kernels recompute it)
         h = normed(layer.ffn_norm)
-        up = (linear(h, w(layer.w_gate)).silu() * linear(h, w(layer.w_up))).contiguous()  # (as above: silu once)
+        ffn = cfg.ffn_dim
+        gate_up = linear(h, w(layer.w_gate_up)).contiguous()  # (T, 2 ffn): one product for both halves
+        gate, up = gate_up.shrink((None, (0, ffn))), gate_up.shrink((None, (ffn, 2 * ffn)))
+        up = (gate.silu() * up).contiguous()  # (as above: silu once)
         return (x + linear(up, w(layer.w_down))).contiguous().realize()
 
     def __repr__(self) -> str:
