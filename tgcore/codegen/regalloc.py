@@ -229,14 +229,16 @@ class RegisterPlan:
 
     def spill_code(self, cls: str) -> int:
         """How many fills and spill stores of class ``cls`` the rewritten program has."""
-        by_vreg = self.by_vreg
+        spilled = {v for v, iv in self.by_vreg.items() if iv.reg is None and v.cls == cls}
+        if not spilled:  # the common case: no need to look at the program
+            return 0
         n = 0
         for read, written in self.regs:
             for r in read:
-                if type(r) is VReg and r.cls == cls and by_vreg[r].reg is None:
+                if type(r) is VReg and r in spilled:
                     n += 1
             for r in written:
-                if type(r) is VReg and r.cls == cls and by_vreg[r].reg is None:
+                if type(r) is VReg and r in spilled:
                     n += 1
         return n
 
