@@ -16,7 +16,8 @@ Prints (never asserts):
   3. run time of ~20 representative kernels (GFLOPS for the matmuls) on both renderers, and the geomean ratio X86/C
 
   With --stages, first: where X86's get_program time goes, per stage (ms/kernel, CPU time, the same kernels);
-  the stages from "x86 select" down are the X86 render of section 1
+  the stages from "x86 select" down are the X86 render of section 1 (after the register plan either
+  "x86 encode_plan" or "regalloc rewrite" + "x86 finish" + "x86 assemble", whichever way the renderer goes)
 
 Run: python plugins/tg-x86/bench/x86.py [--stages]
 """
@@ -237,6 +238,8 @@ def compile_stages() -> None:
                (tgcore.codegen.regalloc, "plan_registers", "regalloc plan"),
                (tgcore.codegen.regalloc.RegisterPlan, "rewrite", "regalloc rewrite"),
                (tg_x86.machine, "finish", "x86 finish"), (tg_x86.assembler, "assemble", "x86 assemble")]
+    # straight from the register plan to bytes (instead of rewrite, finish and assemble), when the renderer does that
+    stages += [(tg_x86.machine, "encode_plan", "x86 encode_plan")] if hasattr(tg_x86.machine, "encode_plan") else []
     originals = [(m, n, getattr(m, n)) for m, n, _ in stages]
     asts = [si.ast for make in workloads("CPU").values() for si in create_schedule([make().uop], "CPU")[0]
             if si.kind != "copy"]
