@@ -95,10 +95,9 @@ class ISelContext:
         self.uops = uops
         self.isel = isel
         self.users: dict[UOp, list[UOp]] = {u: [] for u in uops}
-        users = self.users
+        get = self.users.get
         for u in uops:
-            for s in u.src:
-                found = users.get(s)
+            for found in map(get, u.src):  # the users list of each source (None: not a line of this kernel)
                 if found is not None:
                     found.append(u)
         self.val: dict[UOp, Any] = {}     # UOp -> its value (a register, registers, or whatever the backend uses)
