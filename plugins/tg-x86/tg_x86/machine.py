@@ -278,16 +278,26 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     its ``Inst``s: each instruction's operands are read through the plan's assignment and encoded at once (only
     copies and instructions with spill code go through ``plan.rewrite_one``; only jumps to labels become ``Inst``s,
     for ``assembler.link``)."""
-    reg_of = plan.assignment()
+    # in one pass over the virtual registers: the assignment (as plan.assignment() gives it), each one's register
+    # operands by bits, the spilled ones, and the gprs they use
+    reg_of: dict[VReg, Register | None] = {}
+    views_of: dict[VReg, dict[int, Reg]] = {}
+    spilled: set[VReg] = set()
+    used: set[int] = set()
+    for v, iv in plan.by_vreg.items():
+        r = reg_of[v] = iv.reg
+        if r is None:
+            spilled.add(v)
+        else:
+            views_of[v] = _VIEWS_BY_NAME[r.name]
+            if r.cls == "gpr":
+                used.add(r.index)
     # the gprs the rewritten program names, as far as the prologue cares (callee-saved ones are never scratch)
-    used = {r.index for r in reg_of.values() if r is not None and r.cls == "gpr"}
     used.update(r.index for r in plan.physical if r.cls == "gpr")
     saved, size, home_base, nhome, consts, slot_disp = _frame_layout(frame, plan.frame, used)
-    spilled = {v for v, r in reg_of.items() if r is None}
     codes: list[bytes | None] = []
     jumps: dict[int, Inst] = {}
     at: dict[Label, int] = {}
-    views_of = {v: _VIEWS_BY_NAME[r.name] for v, r in reg_of.items() if r is not None}
     _encode_body(plan.program, plan, reg_of, views_of, spilled, slot_disp, codes, jumps, at)
     head = encode_all(_prologue(saved, size, home_base, nhome))  # type: ignore[arg-type]
     cache, shape, select, mov = encoder._form_cache, operator.attrgetter("shape"), encoder._selected, Op.MOV
