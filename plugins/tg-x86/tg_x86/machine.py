@@ -21,6 +21,7 @@ import operator
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any
 
 from tg_x86 import assembler, encoder
@@ -468,8 +469,7 @@ def cleanup(program: list) -> list:
     keep = _live_mask(program, regs, reads, writes)
     if all(keep):
         return retarget_copies(program, (regs, reads, writes))
-    return retarget_copies([x for x, k in zip(program, keep, strict=True) if k],
-                           ([r for r, k in zip(regs, keep, strict=True) if k], reads, writes))
+    return retarget_copies(list(compress(program, keep)), (list(compress(regs, keep)), reads, writes))
 
 
 def remove_dead(program: list) -> list:
