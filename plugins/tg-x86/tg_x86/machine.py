@@ -181,10 +181,10 @@ def _frame_layout(frame: Frame, spill_bytes: int, used: set[int]) -> tuple[
 
 def _prologue(saved: tuple[str, ...], size: int, home_base: int, nhome: int) -> list[Inst]:
     """Push the callee-saved registers, make the frame, home the argument registers."""
-    rsp = gpr(4)
-    out = [Inst(Op.PUSH, gpr(GPR[n].index)) for n in saved]
+    rsp = GPRS64[4]
+    out = [Inst.of(Op.PUSH, (GPRS64[GPR[n].index],), None, None) for n in saved]
     if size:
-        out.append(Inst(Op.SUB, rsp, size))
+        out.append(Inst.of(Op.SUB, (rsp, imm(size)), None, None))
     for k in range(nhome):
         out.append(Inst.of(Op.MOV, (Mem.of(64, rsp, None, 1, home_base + 8 * k), GPRS64[GPR[ARG_REGS[k]].index]),
                            None, None))
@@ -203,9 +203,12 @@ def _const_store_operands(disp: int, data: bytes) -> list[tuple[Operand, ...]]:
 
 
 def _epilogue(saved: tuple[str, ...], size: int) -> list[Inst]:
-    out = [Inst(Op.ADD, gpr(4), size)] if size else []
-    out += [Inst(Op.POP, gpr(GPR[n].index)) for n in reversed(saved)]
-    return out + [Inst(Op.VZEROUPPER), Inst(Op.RET)]
+    out = [Inst.of(Op.ADD, (GPRS64[4], imm(size)), None, None)] if size else []
+    out += [Inst.of(Op.POP, (GPRS64[GPR[n].index],), None, None) for n in reversed(saved)]
+    return out + _RETURN
+
+
+_RETURN = [Inst(Op.VZEROUPPER), Inst(Op.RET)]  # Insts are never changed once made: shared
 
 
 def _gprs_named(allocated: list) -> set[int]:
