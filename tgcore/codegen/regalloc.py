@@ -182,8 +182,16 @@ def _analyze(program: list[Any]) -> tuple[list[tuple[list[Any], list[Any]]], dic
                             physical.add(r)
         for o in ins.defs:
             t = type(o)
-            if t is VReg or t is Register:
+            if t is VReg:
                 written.append(o)
+                iv = get(o)
+                if iv is None:
+                    intervals[o] = Interval(o, i, i)
+                else:
+                    iv.end = i
+            elif t is Register:
+                written.append(o)
+                physical.add(o)
             elif o is not None:  # registers inside a memory destination are read, not written
                 for r in getattr(o, "regs", ()):
                     if r not in read and isinstance(r, _REG_TYPES):
@@ -192,15 +200,6 @@ def _analyze(program: list[Any]) -> tuple[list[tuple[list[Any], list[Any]]], dic
                             mention(r, i)
                         else:
                             physical.add(r)
-        for o in written:
-            if type(o) is VReg:
-                iv = get(o)
-                if iv is None:
-                    intervals[o] = Interval(o, i, i)
-                else:
-                    iv.end = i
-            else:
-                physical.add(o)
         append((read, written))
     # a value that is live into a loop stays live through its back edge. One pass in the order the loops
     # end is enough: an interval extended to a loop's end can only be live into loops ending later.
