@@ -114,7 +114,7 @@ def test_failed_load_reports(tmp_path: Path) -> None:
 # ---- a second live server: API key and timeout ----
 
 KEY = "test-key-123"
-TIMEOUT = 3.0
+TIMEOUT = 0.25  # seconds: far less than a prefill and 80 decode steps take (~1 s at 100 tokens/s)
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +146,7 @@ def test_api_key(keyed_server: Any) -> None:
 
 
 def test_timeout(keyed_server: Any) -> None:
-    """80 tokens (and a prefill) take far longer than 3 s here: the client gets a 504 at the limit."""
+    """80 tokens (and a prefill) take far longer than TIMEOUT: the client gets a 504 at the limit."""
     import httpx
     headers = {"Authorization": f"Bearer {KEY}"}
     body = {"model": MODEL_ID, "messages": CHAT, "max_tokens": 80, "temperature": 0, "stop": ["\x00"]}
