@@ -131,13 +131,21 @@ class Selector(ISelContext, VectorSelection):
         self.pos = {u: i for i, u in enumerate(uops)}
         # buffer k is argument k; a buffer no UOp reads still takes its place, so the variables and
         # core_id follow the highest buffer number
-        nbufs, names = 0, set()
-        param, define_var = Ops.PARAM, Ops.DEFINE_VAR  # locals: enum members are slow to look up (3.11)
+        nbufs, names, nparams, nvars, nranges = 0, set(), 0, 0, 0
+        param, define_var, range_ = Ops.PARAM, Ops.DEFINE_VAR, Ops.RANGE  # locals: enum members are slow to look up
         for u in uops:
-            if u.op is param:
+            op = u.op
+            if op is param:
                 nbufs = max(nbufs, u.arg + 1)
-            elif u.op is define_var:
+                nparams += 1
+            elif op is define_var:
                 names.add(u.arg[0])
+                nvars += 1
+            elif op is range_:
+                nranges += 1
+        self.nparams = nparams  # PARAM lines
+        # gprs values hold for long (choose_plan): pointers and variables, a loop's counter and limit
+        self.pressure = nparams + nvars + 2 * nranges
         self.frame = Frame()
         self.loops: list[tuple[VReg, Any, Label, Label, int]] = []
         self.const_slots: dict[bytes, int] = {}

@@ -48,8 +48,6 @@ class X86Compiler(Compiler):
 FLAG_READERS = frozenset(o for o in Op if o.flags & Flag.READS_FLAGS)
 FLAG_WRITERS = FLAG_BARRIERS - {"label"}
 
-# gprs an op's value holds for long: pointers and variables, a loop's counter and limit
-PRESSURE = {Ops.PARAM: 1, Ops.DEFINE_VAR: 1, Ops.RANGE: 2}
 HELD_GPRS = len(machine.ALLOC_GPR)
 
 # what reaches isel: codegen decomposes transcendentals for this renderer (native_transcendentals is False)
@@ -93,14 +91,11 @@ class X86Renderer(ISARenderer[Selector]):
         """Few allocatable gprs (9): with many buffers and loops, read pointers and variables from their argument
         slots where they are used instead of holding them (else do that only if holding them made the
         allocator spill gprs and reading them where used spills less)."""
-        uops = ctx.uops
-        pressure = sum(PRESSURE.get(u.op, 0) for u in uops)
-        if pressure > HELD_GPRS:
+        if ctx.pressure > HELD_GPRS:
             return self.plan(ctx.prog, ctx)
         plan = self.plan(ctx.args_held(), ctx)
         fills = plan.spill_code("gpr")  # gpr fills and spill stores
-        param = Ops.PARAM  # a local: enum members are slow to look up (3.11)
-        params = sum(1 for u in uops if u.op is param)
+        params = ctx.nparams
         if fills > params:  # else reading pointers where used cannot cost fewer gpr loads and stores
             plan2 = self.plan(ctx.prog, ctx)
             if plan2.spill_code("gpr") + params < fills:
@@ -114,6 +109,16 @@ class X86Renderer(ISARenderer[Selector]):
 
     def post_regalloc(self, program: list[Any], stack_bytes: int, ctx: Selector) -> list[Any]:
         return machine.finish(program, ctx.frame, (program, stack_bytes))
+
+    def emit(self, plan: RegisterPlan, ctx: Selector) -> bytes:
+        """Straight from the plan to bytes (``machine.encode_plan``). With TG_SPEC=1 the staged way runs too (its
+        late_regalloc checks the flags after allocation) and both must give the same bytes."""
+        code = machine.encode_plan(plan, ctx.frame)
+        if spec_enabled():
+            staged = super().emit(plan, ctx)
+            if code != staged:
+                raise AssertionError("x86: encode_plan and the staged way (rewrite, finish, assemble) disagree")
+        return code
 
     def asm(self, program: Any) -> str:
         return listing.asm(program)
