@@ -147,6 +147,16 @@ def _analyze(program: list[Any]) -> tuple[list[tuple[list[Any], list[Any]]], dic
         else:
             iv.end = i
 
+    def read_inside(o: Any, read: list[Any], i: int) -> None:
+        """The registers of an operand that holds some (a memory operand's base and index) are read."""
+        for r in getattr(o, "regs", ()):
+            if r not in read and isinstance(r, _REG_TYPES):
+                read.append(r)
+                if type(r) is VReg:
+                    mention(r, i)
+                else:
+                    physical.add(r)
+
     for i, ins in enumerate(program):
         t = type(ins)
         if t is not MInst:
@@ -173,13 +183,7 @@ def _analyze(program: list[Any]) -> tuple[list[tuple[list[Any], list[Any]]], dic
                     read.append(o)
                     physical.add(o)
             elif o is not None:
-                for r in getattr(o, "regs", ()):
-                    if r not in read and isinstance(r, _REG_TYPES):
-                        read.append(r)
-                        if type(r) is VReg:
-                            mention(r, i)
-                        else:
-                            physical.add(r)
+                read_inside(o, read, i)
         for o in ins.defs:
             t = type(o)
             if t is VReg:
@@ -193,13 +197,7 @@ def _analyze(program: list[Any]) -> tuple[list[tuple[list[Any], list[Any]]], dic
                 written.append(o)
                 physical.add(o)
             elif o is not None:  # registers inside a memory destination are read, not written
-                for r in getattr(o, "regs", ()):
-                    if r not in read and isinstance(r, _REG_TYPES):
-                        read.append(r)
-                        if type(r) is VReg:
-                            mention(r, i)
-                        else:
-                            physical.add(r)
+                read_inside(o, read, i)
         append((read, written))
     # a value that is live into a loop stays live through its back edge. One pass in the order the loops
     # end is enough: an interval extended to a loop's end can only be live into loops ending later.
