@@ -425,28 +425,36 @@ class Selector(ISelContext, VectorSelection):
         selected again: the reloads go and their registers become the one read at the argument's place."""
         held = {u: self.new("gpr") for _, u in self.arg_sites}
         mapping = {v: held[u] for v, u in self.remat_loads.items()}
-        sites = self.arg_sites
-        out: list[Any] = []
-        k = 0
-        for i, ins in enumerate(self.prog):
-            while k < len(sites) and sites[k][0] == i:
-                out.append(self.arg_load(held[sites[k][1]], sites[k][1]))
-                k += 1
-            if type(ins) is not MInst or ins.op == "label":
-                out.append(ins)
-            elif ins.defs and ins.defs[0] in mapping and ins.op is Op.MOV:
-                continue  # a reload
+        out = list(self.prog)
+        drop = []
+        for i in _mentioning(out, mapping.keys()):
+            ins = out[i]
+            if ins.op is Op.MOV and ins.defs and ins.defs[0] in mapping:
+                drop.append(i)  # a reload
             else:
-                for o in (*ins.uses, *ins.defs):
-                    t = type(o)
-                    if (t is VReg and o in mapping) or (t is VMem and (o.base in mapping or o.index in mapping)):
-                        out.append(MInst(ins.op, [_held(o, mapping) for o in ins.defs],
-                                         [_held(o, mapping) for o in ins.uses], ins.arg))
-                        break
-                else:
-                    out.append(ins)
-        out += [self.arg_load(held[u], u) for _, u in sites[k:]]
+                out[i] = MInst(ins.op, [_held(o, mapping) for o in ins.defs], [_held(o, mapping) for o in ins.uses],
+                               ins.arg)
+        # from the back, so positions ahead still count the selected program: the reloads go, the loads come in
+        # (a load at a reload's position comes before it: deleted first)
+        sites = self.arg_sites
+        k = len(sites)
+        for i in reversed(drop):
+            while k and sites[k - 1][0] > i:
+                k = self._insert_loads(out, held, k)
+            del out[i]
+        while k:
+            k = self._insert_loads(out, held, k)
         return out
+
+    def _insert_loads(self, out: list[Any], held: dict[UOp, VReg], k: int) -> int:
+        """Insert the argument loads of the sites before ``k`` at the last of their positions; the sites left."""
+        sites = self.arg_sites
+        pos = sites[k - 1][0]
+        j = k - 1
+        while j and sites[j - 1][0] == pos:
+            j -= 1
+        out[pos:pos] = [self.arg_load(held[u], u) for _, u in sites[j:k]]
+        return j
 
     def arg_value(self, u: UOp) -> VReg:
         """A buffer pointer or variable read from its argument slot."""
@@ -1248,6 +1256,25 @@ def select_both(uops: list[UOp]) -> tuple[list[Any], list[Any], Frame]:
     sel = Selector(uops, remat_args=True)
     remat, frame = sel.select()
     return sel.args_held(), remat, frame
+
+
+def _mentioning(prog: list[Any], regs: Any) -> list[int]:
+    """Positions of the instructions of ``prog`` naming one of ``regs`` (a set or dict keys of VRegs), as an
+    operand or inside a memory operand. Labels have no operands; operands are hashable (registers, memory
+    operands and labels by identity, immediates)."""
+    found = []
+    for i, ins in enumerate(prog):
+        if type(ins) is MInst:
+            for o in ins.uses:
+                if o in regs or (type(o) is VMem and (o.base in regs or o.index in regs)):
+                    found.append(i)
+                    break
+            else:
+                for o in ins.defs:
+                    if o in regs or (type(o) is VMem and (o.base in regs or o.index in regs)):
+                        found.append(i)
+                        break
+    return found
 
 
 def _held(o: Any, mapping: dict[VReg, VReg]) -> Any:
