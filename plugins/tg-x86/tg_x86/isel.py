@@ -1263,15 +1263,16 @@ def _mentioning(prog: list[Any], regs: Any) -> list[int]:
     operand or inside a memory operand. Labels have no operands; operands are hashable (registers, memory
     operands and labels by identity, immediates)."""
     found = []
+    named = regs.isdisjoint
     for i, ins in enumerate(prog):
         if type(ins) is MInst:
-            for o in ins.uses:
-                if o in regs or (type(o) is VMem and (o.base in regs or o.index in regs)):
-                    found.append(i)
-                    break
-            else:
-                for o in ins.defs:
-                    if o in regs or (type(o) is VMem and (o.base in regs or o.index in regs)):
+            ops = ins.uses + ins.defs
+            if not named(ops):
+                found.append(i)
+                continue
+            if VMem in map(type, ops):  # checked in C first: most instructions have no memory operand
+                for o in ops:
+                    if type(o) is VMem and not named((o.base, o.index)):
                         found.append(i)
                         break
     return found
