@@ -37,7 +37,9 @@ a line no rule takes is kept (or, with ``strict``, is an error).
 """
 from __future__ import annotations
 
+import collections
 import itertools
+import operator
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
@@ -94,12 +96,7 @@ class ISelContext:
     def __init__(self, uops: list[UOp], isel: PatternMatcher) -> None:
         self.uops = uops
         self.isel = isel
-        self.users: dict[UOp, list[UOp]] = {u: [] for u in uops}
-        get = self.users.get
-        for u in uops:
-            for found in map(get, u.src):  # the users list of each source (None: not a line of this kernel)
-                if found is not None:
-                    found.append(u)
+        self.users: dict[UOp, list[UOp]] = _users(uops)
         self.val: dict[UOp, Any] = {}     # UOp -> its value (a register, registers, or whatever the backend uses)
         self.prog: list[Any] = []         # the instructions emitted so far
         self.ids = itertools.count()
@@ -112,6 +109,25 @@ class ISelContext:
         """Select one more UOp with the same rules, at this point of the program (a rule that splits a
         value, e.g. one lane of a vector op at a time, selects the pieces it makes this way)."""
         line_rewrite((u,), self.isel, self, self.prog, strict=True)
+
+
+def _users(uops: list[UOp]) -> dict[UOp, list[UOp]]:
+    """Each line's users (see ``ISelContext``), built by C-level iteration: it runs once per kernel over every
+    source slot. Each (source, user) pair appends the user to the source's list; a source that is not a line
+    appends to a shared stray list instead, and its key goes at the end."""
+    users = dict(zip(uops, map(list, itertools.repeat((), len(uops)))))
+    srcs = list(map(_SRC, uops))
+    stray: list[UOp] = []
+    lists = map(users.setdefault, itertools.chain.from_iterable(srcs), itertools.repeat(stray))
+    owners = itertools.chain.from_iterable(map(itertools.repeat, uops, map(len, srcs)))  # each line once per source
+    collections.deque(map(list.append, lists, owners), maxlen=0)
+    if stray:
+        for k in [k for k, v in users.items() if v is stray]:
+            del users[k]
+    return users
+
+
+_SRC = operator.attrgetter("src")
 
 
 # what a linearized kernel holds besides the ALU ops spec_alu checks
