@@ -26,6 +26,7 @@ sign, float->int truncates and wraps (NaN/inf give 0), max propagates NaN, gated
 from __future__ import annotations
 
 import bisect
+import operator
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -128,21 +129,14 @@ class Selector(ISelContext, VectorSelection):
 
     def __init__(self, uops: list[UOp], remat_args: bool = False, isel: PatternMatcher | None = None) -> None:
         super().__init__(uops, ISEL if isel is None else isel)
-        self.pos = {u: i for i, u in enumerate(uops)}
+        self.pos = dict(zip(uops, range(len(uops))))
+        self.ops = ops = list(map(_OP, uops))   # each line's op: the rare ones are found by list.index (in C)
         # buffer k is argument k; a buffer no UOp reads still takes its place, so the variables and
         # core_id follow the highest buffer number
-        nbufs, names, nparams, nvars, nranges = 0, set(), 0, 0, 0
-        param, define_var, range_ = Ops.PARAM, Ops.DEFINE_VAR, Ops.RANGE  # locals: enum members are slow to look up
-        for u in uops:
-            op = u.op
-            if op is param:
-                nbufs = max(nbufs, u.arg + 1)
-                nparams += 1
-            elif op is define_var:
-                names.add(u.arg[0])
-                nvars += 1
-            elif op is range_:
-                nranges += 1
+        params = self.lines(Ops.PARAM)
+        nbufs = max([u.arg + 1 for u in params], default=0)
+        names = {u.arg[0] for u in self.lines(Ops.DEFINE_VAR)}
+        nparams, nvars, nranges = len(params), ops.count(Ops.DEFINE_VAR), ops.count(Ops.RANGE)
         self.nparams = nparams  # PARAM lines
         # gprs values hold for long (choose_plan): pointers and variables, a loop's counter and limit
         self.pressure = nparams + nvars + 2 * nranges
@@ -167,6 +161,17 @@ class Selector(ISelContext, VectorSelection):
         self.plan_vectors()
 
     # ---- helpers ----
+    def lines(self, op: Ops) -> list[UOp]:
+        """The lines of ``op``, in order."""
+        ops, uops, out = self.ops, self.uops, []
+        i = -1
+        try:
+            while True:
+                i = ops.index(op, i + 1)
+                out.append(uops[i])
+        except ValueError:
+            return out
+
     def newv(self, dt: DType) -> VReg:
         return self.new("vec" if is_vec(dt) else "gpr")
 
@@ -1256,6 +1261,9 @@ def select_both(uops: list[UOp]) -> tuple[list[Any], list[Any], Frame]:
     sel = Selector(uops, remat_args=True)
     remat, frame = sel.select()
     return sel.args_held(), remat, frame
+
+
+_OP = operator.attrgetter("op")
 
 
 def _mentioning(prog: list[Any], regs: Any) -> list[int]:

@@ -137,7 +137,7 @@ def is_vector(dt: DType) -> bool:
 
 class VectorSelection:
     """Mixed into ``isel.Selector``: what the vector rules (``VECTOR_ISEL``) call."""
-    # provided by Selector (with emit, new, copy, mem, reg, materialize, load_into, select_line, jump, label, ...)
+    # provided by Selector (with lines, emit, new, copy, mem, reg, materialize, load_into, select_line, jump, ...)
     uops: list[UOp]
     pos: dict[UOp, int]
     users: dict[UOp, list[UOp]]
@@ -155,27 +155,29 @@ class VectorSelection:
         self.bcast_loads: set[UOp] = set()
         self.lane_cache: dict[tuple, Any] | None = {}
         self.vfused_cmps: set[UOp] = set()
-        self.lane_geps = False  # any one-lane GEP (the leaves of a horizontal reduction)
-        add, vectorize, gep = Ops.ADD, Ops.VECTORIZE, Ops.GEP  # locals: enum members are slow to look up (3.11)
-        for u in self.uops:
-            op = u.op
-            if op is gep:
-                self.lane_geps = self.lane_geps or len(u.arg) == 1
-            elif op is add and is_vector(u.dtype) and dtypes.is_float(u.dtype.scalar()):
+        # each kind of line is found by ``lines`` (list.index, in C): most lines are none of these
+        self.lane_geps = any(  # any one-lane GEP (the leaves of a horizontal reduction)
+            len(u.arg) == 1 for u in self.lines(Ops.GEP))
+        for u in self.lines(Ops.ADD):
+            if is_vector(u.dtype) and dtypes.is_float(u.dtype.scalar()):
                 for acc, mul in (u.src, u.src[::-1]):
                     if (acc.op is Ops.LOAD and native(u.dtype) and self.is_reg_index(acc.src[0]) and mul.op is Ops.MUL
                             and mul.dtype is u.dtype and self.users.get(mul) == [u] and mul not in self.fma_muls):
                         self.fma_adds[u] = (acc, mul)
                         self.fma_muls.add(mul)
                         break
-            elif op is vectorize and is_vector(u.dtype) and all(s is u.src[0] for s in u.src):
+        for u in self.lines(Ops.VECTORIZE):
+            if is_vector(u.dtype) and all(s is u.src[0] for s in u.src):
                 s = u.src[0]
                 if (s.op is Ops.LOAD and s.dtype in BROADCASTABLE and len(s.src) == 1 and len(s.src[0].src) == 2
                         and not self.is_reg_index(s.src[0]) and set(self.users.get(s, ())) == {u}
                         and not any(x.op in BARRIER_OPS
                                     for x in self.uops[self.pos[s] + 1:self.pos[u]])):
                     self.bcast_loads.add(s)
-            elif op in VCMP_OPS and is_vector(u.dtype):
+        for cmp_op in VCMP_OPS:  # in any order: the set of fused compares is the same
+            for u in self.lines(cmp_op):
+                if not is_vector(u.dtype):
+                    continue
                 users = self.users.get(u, [])
                 if users and native(u.src[0].dtype) and all(x.op is Ops.WHERE and native(x.dtype) and x.src[0] is u
                                                             and u not in x.src[1:]
@@ -191,9 +193,9 @@ class VectorSelection:
         self.shuffled_lanes: set[UOp] = set()
         if not self.lane_geps:
             return
-        gep, vectorize = Ops.GEP, Ops.VECTORIZE
-        for u in self.uops:
-            if u.op is vectorize and is_vector(u.dtype) and all(s.op is gep and len(s.arg) == 1 for s in u.src):
+        gep = Ops.GEP
+        for u in self.lines(Ops.VECTORIZE):
+            if is_vector(u.dtype) and all(s.op is gep and len(s.arg) == 1 for s in u.src):
                 plan = self.shuffle_plan(u.dtype, [(s.src[0], s.arg[0]) for s in u.src])
                 if plan is not None:
                     self.shuffles[u] = plan
