@@ -115,7 +115,7 @@ def _users(uops: list[UOp]) -> dict[UOp, list[UOp]]:
     """Each line's users (see ``ISelContext``), built by C-level iteration: it runs once per kernel over every
     source slot. Each (source, user) pair appends the user to the source's list; a source that is not a line
     appends to a shared stray list instead, and its key goes at the end."""
-    users = dict(zip(uops, map(list, itertools.repeat((), len(uops)))))
+    users = dict(zip(uops, map(list, itertools.repeat((), len(uops))), strict=True))
     srcs = list(map(_SRC, uops))
     stray: list[UOp] = []
     lists = map(users.setdefault, itertools.chain.from_iterable(srcs), itertools.repeat(stray))

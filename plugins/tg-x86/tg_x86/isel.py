@@ -129,7 +129,7 @@ class Selector(ISelContext, VectorSelection):
 
     def __init__(self, uops: list[UOp], remat_args: bool = False, isel: PatternMatcher | None = None) -> None:
         super().__init__(uops, ISEL if isel is None else isel)
-        self.pos = dict(zip(uops, range(len(uops))))
+        self.pos = dict(zip(uops, range(len(uops)), strict=True))
         self.ops = ops = list(map(_OP, uops))   # each line's op: the rare ones are found by list.index (in C)
         # buffer k is argument k; a buffer no UOp reads still takes its place, so the variables and
         # core_id follow the highest buffer number
