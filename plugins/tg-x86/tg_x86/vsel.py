@@ -23,6 +23,7 @@ vector path and branch to the scalar rules only when a lane is out of range (the
 """
 from __future__ import annotations
 
+import operator
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -70,7 +71,25 @@ HRED: dict[tuple[Ops, str], Op] = {
 }
 
 
-def kind(dt: DType) -> str:
+class _ByDtype(dict):
+    """A fact of dtypes (interned, so the answers hold for every kernel): ``fn``'s answer for each dtype, computed
+    once. Callers use the bound ``__getitem__``: a lookup in C, no Python frame, on all but the first call."""
+
+    def __init__(self, fn: Callable[[DType], Any]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def __missing__(self, dt: DType) -> Any:
+        found = self[dt] = self.fn(dt)
+        return found
+
+
+def by_dtype(fn: Callable[[DType], Any]) -> Callable[[DType], Any]:
+    """``fn`` (of one dtype) memoized in a ``_ByDtype``, keeping its name and docstring for readers."""
+    return _ByDtype(fn).__getitem__
+
+
+def _kind(dt: DType) -> str:
     """The instruction family of a scalar dtype's lanes."""
     if dt is dtypes.bool:
         return "bool"
@@ -79,7 +98,7 @@ def kind(dt: DType) -> str:
     return "i64" if dt.itemsize == 8 else "i32"
 
 
-def esize(dt: DType) -> int:
+def _esize(dt: DType) -> int:
     """Bytes of one lane in a register (bool lanes are 32-bit)."""
     return 8 if dt.itemsize == 8 else 4
 
@@ -88,31 +107,30 @@ def lanes_per_piece(dt: DType) -> int:
     return 32 // esize(dt)
 
 
-def native(dt: DType) -> bool:
+def _native(dt: DType) -> bool:
     """Lanes of this dtype live in ymm pieces; other vectors are held lane by lane as scalars."""
-    found = _NATIVE.get(dt)
-    if found is None:
-        found = _NATIVE[dt] = dt.scalar() in VECTOR_DTYPES
-    return found
+    return dt.scalar() in VECTOR_DTYPES
 
 
-_NATIVE: dict[DType, bool] = {}  # facts of dtypes (interned), not of a kernel
+def _is_vector(dt: DType) -> bool:
+    return dt.count > 1 and not isinstance(dt, PtrDType)
 
 
-def piece_lanes(dt: DType) -> tuple[int, ...]:
+def _lane_by_lane(dt: DType) -> bool:
+    """A vector held lane by lane as scalars (not native)."""
+    return _is_vector(dt) and not _native(dt)
+
+
+def _piece_lanes(dt: DType) -> tuple[int, ...]:
     """Lanes in each piece of a vector dtype (one lane per "piece" for lane-by-lane dtypes)."""
-    found = _PIECE_LANES.get(dt)
-    if found is None:
-        if not native(dt):
-            found = (1,) * dt.count
-        else:
-            n, per = dt.count, lanes_per_piece(dt.scalar())
-            found = tuple(min(per, n - i) for i in range(0, n, per))
-        _PIECE_LANES[dt] = found
-    return found
+    if not native(dt):
+        return (1,) * dt.count
+    n, per = dt.count, lanes_per_piece(dt.scalar())
+    return tuple(min(per, n - i) for i in range(0, n, per))
 
 
-_PIECE_LANES: dict[DType, tuple[int, ...]] = {}  # facts of dtypes (interned), not of a kernel
+kind, esize, native, is_vector, lane_by_lane, piece_lanes = map(
+    by_dtype, (_kind, _esize, _native, _is_vector, _lane_by_lane, _piece_lanes))
 
 
 def pbits(n: int, sdt: DType) -> int:
@@ -131,8 +149,7 @@ def lane_bytes(value: Any, sdt: DType) -> bytes:
     return (v & 0xFFFFFFFF).to_bytes(4, "little")
 
 
-def is_vector(dt: DType) -> bool:
-    return dt.count > 1 and not isinstance(dt, PtrDType)
+_DTYPE = operator.attrgetter("dtype")
 
 
 class VectorSelection:
@@ -834,7 +851,7 @@ class VectorSelection:
     def valu(self, u: UOp) -> None:
         op, sdt = u.op, u.dtype.scalar()
         k = kind(sdt)
-        if not native(u.dtype) or any(is_vector(s.dtype) and not native(s.dtype) for s in u.src):
+        if not native(u.dtype) or any(map(lane_by_lane, map(_DTYPE, u.src))):
             self.scalarize(u)
             return
         if u in self.fma_muls:
