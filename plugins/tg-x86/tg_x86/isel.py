@@ -42,6 +42,7 @@ from tg_x86.vsel import (
     SHIFT_OPS,
     VECTOR_ISEL,
     VectorSelection,
+    by_dtype,
     is_vector,
     min_or_max,
 )
@@ -161,16 +162,20 @@ class Selector(ISelContext, VectorSelection):
         self.plan_vectors()
 
     # ---- helpers ----
-    def lines(self, op: Ops) -> list[UOp]:
-        """The lines of ``op``, in order."""
-        ops, uops, out = self.ops, self.uops, []
+    def positions(self, op: Ops) -> list[int]:
+        """The positions of the lines of ``op``, in order."""
+        index, out = self.ops.index, []
         i = -1
         try:
             while True:
-                i = ops.index(op, i + 1)
-                out.append(uops[i])
+                i = index(op, i + 1)
+                out.append(i)
         except ValueError:
             return out
+
+    def lines(self, op: Ops) -> list[UOp]:
+        """The lines of ``op``, in order."""
+        return list(map(self.uops.__getitem__, self.positions(op)))
 
     def newv(self, dt: DType) -> VReg:
         return self.new("vec" if is_vec(dt) else "gpr")
@@ -531,7 +536,7 @@ class Selector(ISelContext, VectorSelection):
 
     # ---- memory ----
     def is_reg_index(self, idx: UOp) -> bool:
-        return getattr(idx.src[0].dtype, "addrspace", AddrSpace.GLOBAL) is AddrSpace.REG
+        return in_registers(idx.src[0].dtype)
 
     def mem(self, idx: UOp, bits: int) -> VMem:
         """The element ``idx`` points at (``lane_offset`` elements further: lane j of a lane-by-lane vector)."""
@@ -610,8 +615,9 @@ class Selector(ISelContext, VectorSelection):
         """For each accumulator, the positions of the STOREs to it, in order (found once)."""
         if self._acc_stores is None:
             self._acc_stores = {}
-            for i, s in enumerate(self.uops):
-                if s.op is Ops.STORE and self.is_reg_index(s.src[0]):
+            for i in self.positions(Ops.STORE):
+                s = self.uops[i]
+                if self.is_reg_index(s.src[0]):
                     self._acc_stores.setdefault(self.define_reg(s.src[0]), []).append(i)
         return self._acc_stores
 
@@ -1264,6 +1270,8 @@ def select_both(uops: list[UOp]) -> tuple[list[Any], list[Any], Frame]:
 
 
 _OP = operator.attrgetter("op")
+# a pointer into DEFINE_REG storage (accumulators held in registers)
+in_registers = by_dtype(lambda dt: getattr(dt, "addrspace", AddrSpace.GLOBAL) is AddrSpace.REG)
 
 
 def _mentioning(prog: list[Any], regs: Any) -> list[int]:
