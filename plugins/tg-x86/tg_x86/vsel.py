@@ -71,22 +71,26 @@ HRED: dict[tuple[Ops, str], Op] = {
 }
 
 
-class _ByDtype(dict):
-    """A fact of dtypes (interned, so the answers hold for every kernel): ``fn``'s answer for each dtype, computed
-    once. Callers use the bound ``__getitem__``: a lookup in C, no Python frame, on all but the first call."""
+class _Memo(dict):
+    """``fn``'s answer for each key, computed once. Callers use the bound ``__getitem__``: a lookup in C, no Python
+    frame, on all but the first call."""
 
-    def __init__(self, fn: Callable[[DType], Any]) -> None:
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
         super().__init__()
         self.fn = fn
 
-    def __missing__(self, dt: DType) -> Any:
-        found = self[dt] = self.fn(dt)
+    def __missing__(self, key: Any) -> Any:
+        found = self[key] = self.fn(key)
         return found
 
 
-def by_dtype(fn: Callable[[DType], Any]) -> Callable[[DType], Any]:
-    """``fn`` (of one dtype) memoized in a ``_ByDtype``, keeping its name and docstring for readers."""
-    return _ByDtype(fn).__getitem__
+def memo(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``fn`` of one hashable argument, memoized (a ``_Memo``)."""
+    return _Memo(fn).__getitem__
+
+
+# a fact of dtypes (interned, so the answers hold for every kernel and the memo stays small)
+by_dtype = memo
 
 
 def _kind(dt: DType) -> str:
@@ -152,6 +156,15 @@ def lane_bytes(value: Any, sdt: DType) -> bytes:
 _DTYPE = operator.attrgetter("dtype")
 
 
+def is_vconst(u: UOp) -> bool:
+    return u.op in CONST_OPS or (u.op is Ops.VECTORIZE and all(s.op is Ops.CONST for s in u.src))
+
+
+def is_vzero(u: UOp) -> bool:
+    """A constant vector of +0 in every lane (what vxorps makes)."""
+    return all(v == 0 and not (isinstance(v, float) and str(v)[0] == "-") for v in VectorSelection.const_lanes(u))
+
+
 class VectorSelection:
     """Mixed into ``isel.Selector``: what the vector rules (``VECTOR_ISEL``) call."""
     # provided by Selector (with lines, emit, new, copy, mem, reg, materialize, load_into, select_line, jump, ...)
@@ -161,11 +174,14 @@ class VectorSelection:
     val: dict[UOp, Any]
     folded: set[UOp]
     loops: list
+    is_vconst: Callable[[UOp], bool]   # (plan_vectors) a CONST, VCONST or VECTORIZE of CONSTs (read from memory)
+    is_vzero: Callable[[UOp], bool]    # (plan_vectors) a constant vector of +0 in every lane (what vxorps makes)
 
     def plan_vectors(self) -> None:
         """Decide fusions before selecting: FMA accumulator updates, loads folded into broadcasts."""
-        self.vconst_memo: dict[UOp, bool] = {}
-        self.vzero_memo: dict[UOp, bool] = {}
+        # facts of this kernel's UOps, memoized per kernel
+        self.is_vconst = memo(is_vconst)
+        self.is_vzero = memo(is_vzero)
         self.const_pieces: dict[tuple[UOp, int], VMem] = {}
         self.fma_adds: dict[UOp, tuple[UOp, UOp]] = {}
         self.fma_muls: set[UOp] = set()
@@ -375,21 +391,6 @@ class VectorSelection:
         return d
 
     # ---- constants ----
-    def is_vconst(self, u: UOp) -> bool:
-        hit = self.vconst_memo.get(u)
-        if hit is None:
-            hit = self.vconst_memo[u] = u.op in CONST_OPS or (
-                u.op is Ops.VECTORIZE and all(s.op is Ops.CONST for s in u.src))
-        return hit
-
-    def is_vzero(self, u: UOp) -> bool:
-        """A constant vector of +0 in every lane (what vxorps makes)."""
-        hit = self.vzero_memo.get(u)
-        if hit is None:
-            hit = self.vzero_memo[u] = all(v == 0 and not (isinstance(v, float) and str(v)[0] == "-")
-                                           for v in self.const_lanes(u))
-        return hit
-
     @staticmethod
     def const_lanes(u: UOp) -> list:
         if u.op is Ops.CONST:
