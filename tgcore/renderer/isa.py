@@ -37,9 +37,7 @@ a line no rule takes is kept (or, with ``strict``, is an error).
 """
 from __future__ import annotations
 
-import collections
 import itertools
-import operator
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
@@ -112,22 +110,15 @@ class ISelContext:
 
 
 def _users(uops: list[UOp]) -> dict[UOp, list[UOp]]:
-    """Each line's users (see ``ISelContext``), built by C-level iteration: it runs once per kernel over every
-    source slot. Each (source, user) pair appends the user to the source's list; a source that is not a line
-    appends to a shared stray list instead, and its key goes at the end."""
-    users = dict(zip(uops, map(list, itertools.repeat((), len(uops))), strict=True))
-    srcs = list(map(_SRC, uops))
-    stray: list[UOp] = []
-    lists = map(users.setdefault, itertools.chain.from_iterable(srcs), itertools.repeat(stray))
-    owners = itertools.chain.from_iterable(map(itertools.repeat, uops, map(len, srcs)))  # each line once per source
-    collections.deque(map(list.append, lists, owners), maxlen=0)
-    if stray:
-        for k in [k for k, v in users.items() if v is stray]:
-            del users[k]
+    """Each line's users (see ``ISelContext``): every line that reads it, once per source slot, in line order."""
+    users: dict[UOp, list[UOp]] = {u: [] for u in uops}
+    get = users.get
+    for u in uops:
+        for s in u.src:
+            found = get(s)
+            if found is not None:  # a source that is not a line has no entry
+                found.append(u)
     return users
-
-
-_SRC = operator.attrgetter("src")
 
 
 # what a linearized kernel holds besides the ALU ops spec_alu checks
