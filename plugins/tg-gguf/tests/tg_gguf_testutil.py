@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,26 +16,14 @@ from typing import Any
 import pytest
 from tg_gguf.constants import BLOCK_LAYOUT, SCALAR_FORMATS, GGMLType, GGUFValueType
 
+from tgcore.testing import missing, require
+
 V = GGUFValueType
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() == "true"
-
-
-def missing(what: str) -> None:
-    """Skip locally; fail in CI, which must not silently skip a reference."""
-    if in_ci():
-        pytest.fail(f"{what} is required when CI=true")
-    pytest.skip(f"{what} is not installed")
 
 
 def require_gguf() -> Any:
     """The gguf-py package (the reference reader/writer)."""
-    try:
-        return importlib.import_module("gguf")
-    except ImportError:
-        missing("the gguf package (pip install gguf)")
+    return require("gguf", "pip install gguf")
 
 
 def smollm2_path() -> Path:

@@ -3,31 +3,16 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tgcore.testing import in_ci, missing, require
+
+__all__ = ["MODEL_FILE", "in_ci", "missing", "require", "require_gguf", "smollm2_path"]
+
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() == "true"
-
-
-def missing(what: str) -> None:
-    """Skip locally; fail in CI, which must not silently skip a reference."""
-    if in_ci():
-        pytest.fail(f"{what} is required when CI=true")
-    pytest.skip(f"{what} is not installed")
-
-
-def require(module: str, install: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        missing(f"{module} ({install})")
 
 
 def require_gguf() -> Any:

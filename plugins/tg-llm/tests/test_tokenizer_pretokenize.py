@@ -6,13 +6,12 @@ patterns with its own regex engine (Oniguruma), as a sequence of ``Split(..., "i
 """
 from __future__ import annotations
 
-import importlib
-import os
 import random
 import zlib
 from typing import Any
 
 import pytest
+from llm_testutil import require
 from tg_llm import Tokenizer, TokenizerError
 from tg_llm.pretokenize import PRE_TOKENIZERS, UnknownPreTokenizerError, split
 
@@ -84,12 +83,7 @@ def test_unknown_pre_tokenizer():
 
 
 def onig_splitter(pre: str) -> Any:
-    try:
-        tk = importlib.import_module("tokenizers")
-    except ImportError:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("tokenizers is required when CI=true")
-        pytest.skip("tokenizers is not installed")
+    tk = require("tokenizers", "pip install tokenizers")
     steps = []
     for pattern in PRE_TOKENIZERS[pre]:
         pattern = pattern.replace(r"\s+\Z", r"\s+$")  # the original spelling

@@ -7,25 +7,15 @@ ordered by score (how Hugging Face converts Llama vocabularies).
 """
 from __future__ import annotations
 
-import importlib
-import os
 import random
 from pathlib import Path
 from typing import Any
 
 import pytest
+from llm_testutil import require
 from tg_llm import Tokenizer
 
 UNKNOWN, NORMAL, CONTROL, USER_DEFINED, BYTE = 2, 1, 3, 4, 6
-
-
-def require(module: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{module} is required when CI=true")
-        pytest.skip(f"{module} is not installed")
 
 
 # (text, score) of the normal tokens; scores are distinct so the order of merges is fixed
@@ -54,7 +44,7 @@ def vocab() -> tuple[list[str], list[float], list[int]]:
 
 
 def write_spm(path: Path, **options: Any) -> Path:
-    gguf = require("gguf")
+    gguf = require("gguf", "pip install gguf")
     tokens, scores, types = vocab()
     w = gguf.GGUFWriter(path, arch="llama")
     w.add_tokenizer_model("llama")
@@ -183,7 +173,7 @@ def test_random_texts_match_naive_rule(spm):
 
 
 def test_matches_tokenizers_bpe_with_byte_fallback(spm):
-    tk = require("tokenizers")
+    tk = require("tokenizers", "pip install tokenizers")
     tokens, scores, types = vocab()
     vocab_map = {t: i for i, t in enumerate(tokens)}
     normal = {t for t, k in zip(tokens, types, strict=True) if k == NORMAL}
