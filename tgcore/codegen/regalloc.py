@@ -119,19 +119,10 @@ class Interval:
     slot: int | None = None
 
 
-def register_lists(program: list[Any]) -> list[tuple[list[Any], list[Any]]]:
-    """For each instruction, (registers read without repeats, registers written); empty for loop markers."""
-    return _analyze(program)[0]
-
-
-def live_intervals(program: list[Any]) -> dict[VReg, Interval]:
-    """Each virtual register's interval: from its first to its last mention, extended over loops."""
-    return _analyze(program)[1]
-
-
 def _analyze(program: list[Any]) -> tuple[list[tuple[list[Any], list[Any]]], dict[VReg, Interval], set[Register]]:
-    """``register_lists`` and ``live_intervals`` in one pass over the program, and the physical registers it
-    names."""
+    """One pass over the program: for each instruction (registers read without repeats, registers written),
+    empty for loop markers; each virtual register's live interval (first to last mention, extended over the
+    loops it is live into); and the physical registers the program names."""
     out: list[tuple[list[Any], list[Any]]] = []
     append = out.append
     intervals: dict[VReg, Interval] = {}
@@ -188,11 +179,7 @@ def _analyze(program: list[Any]) -> tuple[list[tuple[list[Any], list[Any]]], dic
             t = type(o)
             if t is VReg:
                 written.append(o)
-                iv = get(o)
-                if iv is None:
-                    intervals[o] = Interval(o, i, i)
-                else:
-                    iv.end = i
+                mention(o, i)
             elif t is Register:
                 written.append(o)
                 physical.add(o)
@@ -218,7 +205,7 @@ class RegisterPlan:
     """Where every virtual register lives, before the program is rewritten: lets a renderer compare two
     candidate programs by their spill code without building both rewritten programs."""
     program: list[Any]                             # after two-address coalescing
-    regs: list[tuple[list[Any], list[Any]]]        # register_lists(program)
+    regs: list[tuple[list[Any], list[Any]]]        # (read, written) per instruction, from _analyze
     by_vreg: dict[VReg, Interval]
     frame: int                                     # stack bytes for spill slots
     target: AllocTarget

@@ -294,10 +294,7 @@ def _monomials(u: UOp) -> list[list[UOp]] | None:
 
 
 def _product(factors: list[UOp], like: UOp) -> UOp:
-    out = None
-    for f in factors:
-        out = f if out is None else out * f
-    return out if out is not None else like.const_like(1)
+    return prod(factors[1:], factors[0]) if factors else like.const_like(1)
 
 
 def factor_blocks(ast: UOp, inner: dict[UOp, UOp]) -> UOp:
@@ -323,9 +320,7 @@ def factor_blocks(ast: UOp, inner: dict[UOp, UOp]) -> UOp:
             return None
         value = None
         for outside, insides in groups.items():
-            total = insides[0]
-            for x in insides[1:]:
-                total = total + x
+            total = sum(insides[1:], insides[0])
             part = _product([*outside, UOp(Ops.REDUCE, total.dtype, (total, i), Ops.ADD)], red.src[0])
             value = part if value is None else value + part
         assert value is not None

@@ -10,6 +10,7 @@ register allocation and encoding as stages; its names load on first use from her
 """
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -37,14 +38,10 @@ class Renderer:
         return f"<{type(self).__name__} {self.device}:{self.name}>"
 
 
-_ISA_EXPORTS = frozenset({"ISARenderer", "ISelContext", "LineRewriteError", "line_rewrite", "isa_spec",
-                          "callee_saved_used", "AllocTarget", "LoopEnd", "LoopStart", "MInst", "Register",
-                          "RegisterPlan", "VReg"})
-
-
 def __getattr__(name: str) -> Any:
-    """The ISA pipeline's names (``tgcore.renderer.isa``), imported when first asked for."""
-    if name in _ISA_EXPORTS:
-        from tgcore.renderer import isa
-        return getattr(isa, name)
+    """The ISA pipeline's names (``tgcore.renderer.isa.__all__``), imported when first asked for."""
+    if not name.startswith("_") and name != "isa":  # probes (pickle, inspect) and the submodule itself
+        isa = importlib.import_module("tgcore.renderer.isa")
+        if name in getattr(isa, "__all__", ()):  # (no __all__ yet while isa is being imported)
+            return getattr(isa, name)
     raise AttributeError(f"module 'tgcore.renderer' has no attribute {name!r}")

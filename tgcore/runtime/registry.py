@@ -7,6 +7,7 @@ Everything here reads the plugin host's registry; nothing names a particular bac
 """
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from dataclasses import dataclass
@@ -125,20 +126,16 @@ _open: dict[str, Any] = {}
 _open_lock = threading.Lock()
 
 
-_canonical: dict[str, str] = {}  # device string -> canonical form: parsing costs ~3 us, and a tensor asks often
+@functools.lru_cache(maxsize=1024)  # parsing costs ~3 us and a new tensor asks ~3 times; DISK paths are open-ended
+def _canonical_str(spec: str) -> str:
+    return str(parse_device(spec))
 
 
 def canonical(spec: str | None = None) -> str:
     """The canonical form of a device string (``"cpu:x86"`` -> ``"CPU:X86"``), default ``DEV``."""
     if spec is None:
         spec = default_device_string()
-    found = _canonical.get(spec) if type(spec) is str else None
-    if found is None:
-        found = str(parse_device(spec))
-        if len(_canonical) >= 1024:  # DISK paths are open-ended: keep the memo bounded
-            _canonical.clear()
-        _canonical[spec] = found
-    return found
+    return _canonical_str(spec) if type(spec) is str else str(parse_device(spec))  # the latter raises
 
 
 def open_device(spec: str | None = None) -> Any:
