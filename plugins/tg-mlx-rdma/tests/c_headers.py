@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import ctypes
 import glob
-import os
 import re
 from functools import cache
 from pathlib import Path
 
-IN_CI = os.environ.get("CI") == "true"
+from tgcore.testing import in_ci
+
+IN_CI = in_ci()
 VERBS_DIR = Path("/usr/include/infiniband")
 MLX5DV_H = VERBS_DIR / "mlx5dv.h"
 IFC_GLOBS = ("/usr/src/linux-headers-*-common/include/linux/mlx5/mlx5_ifc.h",

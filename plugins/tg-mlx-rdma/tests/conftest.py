@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tgcore.testing import in_ci
+
 HERE = Path(__file__).parent
 WORKER = HERE / "mpi_worker.py"
-IN_CI = os.environ.get("CI") == "true"
+IN_CI = in_ci()
 APT = "apt-get install -y openmpi-bin libopenmpi-dev"
 
 

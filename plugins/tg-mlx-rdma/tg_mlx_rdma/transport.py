@@ -19,6 +19,8 @@ import abc
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tgcore.helpers import prod
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -188,9 +190,7 @@ def empty_tensor(shape: tuple[int, ...], dt: DType,
     """A new tensor, a writable memoryview to fill it through, and ``commit()`` to call once it is filled."""
     from tgcore.tensor import Tensor
     t = Tensor.empty(shape, dtype=dt, device=device)
-    numel = 1
-    for d in shape:
-        numel *= d
+    numel = prod(shape)
     buf = _buffer_of(t, numel)
     if buf is None or buf.nbytes == 0:
         return t, memoryview(bytearray(0)), lambda: None
@@ -213,9 +213,7 @@ def output_bytes(out: Tensor, shape: tuple[int, ...], dt: DType) -> tuple[memory
         raise TypeError(f"out must be a tgcore Tensor, got {type(out).__name__}")
     if tuple(out.shape) != shape or out.dtype != dt:
         raise ValueError(f"out is {out.dtype.name}{list(out.shape)}, but the recv is for {dt.name}{list(shape)}")
-    numel = 1
-    for d in shape:
-        numel *= d
+    numel = prod(shape)
     buf = _buffer_of(out, numel)
     if buf is None:
         raise ValueError("out must own a contiguous buffer (Tensor.empty(...) or a realized tensor), "

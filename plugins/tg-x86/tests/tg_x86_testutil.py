@@ -1,24 +1,18 @@
 """Helpers for the tg-x86 tests: capstone as the reference decoder, listing normalisation."""
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
 from tg_x86.forms import Form
+
+from tgcore.testing import require
 
 
 def require_capstone() -> Any:
     """The capstone module; skip the test without it, except in CI (CI=true), where that is a failure."""
-    try:
-        import capstone
-    except ImportError:
-        if os.environ.get("CI") == "true":
-            pytest.fail("capstone is not installed but CI=true: install tg-x86[test]")
-        pytest.skip("capstone is not installed (pip install capstone)")
-    return capstone
+    return require("capstone", "pip install 'tg-x86[test]'")
 
 
 def decoder() -> Any:
