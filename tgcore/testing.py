@@ -21,6 +21,7 @@ def missing(what: str) -> NoReturn:
     if in_ci():
         pytest.fail(f"{what} is required when CI=true")
     pytest.skip(f"{what} is not installed")
+    raise AssertionError("unreachable: pytest.skip raises")  # for type checkers without pytest's stubs
 
 
 def require(module: str, install: str) -> Any:
