@@ -14,6 +14,8 @@ import ctypes
 import functools
 import platform
 
+from tg_x86.abi import HOST, Abi
+
 REQUIRED = ("avx", "avx2", "fma", "f16c")
 _X86_64 = {"x86_64", "amd64", "x64"}
 
@@ -22,24 +24,28 @@ def is_x86_64() -> bool:
     return platform.machine().lower() in _X86_64 and ctypes.sizeof(ctypes.c_void_p) == 8
 
 
-def _stubs() -> tuple[bytes, bytes]:
-    """``cpuid(leaf, subleaf, uint32 out[4])`` and ``uint64 xgetbv(index)`` as machine code."""
+def _stubs(abi: Abi = HOST) -> tuple[bytes, bytes]:
+    """``cpuid(leaf, subleaf, uint32 out[4])`` and ``uint64 xgetbv(index)`` as machine code for ``abi``."""
     from tg_x86.assembler import assemble
     from tg_x86.isa import Inst, Op
-    from tg_x86.operands import dword, reg
+    from tg_x86.operands import GPR_NAMES, dword, reg
     r = reg
+    # the first three argument registers, by name as 64-bit and as 32-bit registers
+    number = {name: n for n, name in enumerate(GPR_NAMES[64])}
+    a64 = abi.arg_regs[:3]
+    a32 = [GPR_NAMES[32][number[name]] for name in a64]
     cpuid = [Inst(Op.PUSH, r("rbx")),                     # rbx is callee-saved; cpuid writes it
-             Inst(Op.MOV, r("r8"), r("rdx")),             # out pointer (cpuid overwrites rdx)
-             Inst(Op.MOV, r("eax"), r("edi")),
-             Inst(Op.MOV, r("ecx"), r("esi")),
+             Inst(Op.MOV, r("r10"), r(a64[2])),           # out pointer, in a register cpuid leaves alone
+             Inst(Op.MOV, r("eax"), r(a32[0])),
+             Inst(Op.MOV, r("ecx"), r(a32[1])),           # after eax: on Windows the leaf arrives in ecx
              Inst(Op.CPUID),
-             Inst(Op.MOV, dword(r("r8")), r("eax")),
-             Inst(Op.MOV, dword(r("r8"), disp=4), r("ebx")),
-             Inst(Op.MOV, dword(r("r8"), disp=8), r("ecx")),
-             Inst(Op.MOV, dword(r("r8"), disp=12), r("edx")),
+             Inst(Op.MOV, dword(r("r10")), r("eax")),
+             Inst(Op.MOV, dword(r("r10"), disp=4), r("ebx")),
+             Inst(Op.MOV, dword(r("r10"), disp=8), r("ecx")),
+             Inst(Op.MOV, dword(r("r10"), disp=12), r("edx")),
              Inst(Op.POP, r("rbx")),
              Inst(Op.RET)]
-    xgetbv = [Inst(Op.MOV, r("ecx"), r("edi")),
+    xgetbv = [Inst(Op.MOV, r("ecx"), r(a32[0])),
               Inst(Op.XGETBV),                            # edx:eax = XCR[ecx], upper halves zeroed
               Inst(Op.SHL, r("rdx"), 32),
               Inst(Op.OR, r("rax"), r("rdx")),

@@ -5,12 +5,13 @@ In:  a list of ``MInst`` (the core allocator's instruction type) whose ``op`` is
      memory operands or nothing, and whose ``arg`` is a ``Spec`` saying how the operands are
      laid out in the encoded instruction; ``LoopStart``/``LoopEnd`` markers around loop bodies.
 Out: ``finish()``: register allocation (``tgcore.codegen.regalloc.allocate``), a prologue
-     and epilogue (System V: callee-saved registers pushed, a 16-byte aligned frame holding
-     spill slots, constants and the incoming register arguments), ``Inst``s and ``Label``s
-     ready for ``assemble``.
+     and epilogue for the frame's ABI (``abi.py``; System V: callee-saved registers pushed, a
+     16-byte aligned frame holding spill slots, constants and the incoming register arguments;
+     Windows x64 also saves xmm6-xmm15 and homes its register arguments in the caller's home
+     area), ``Inst``s and ``Label``s ready for ``assemble``.
 
-Register roles (fixed for every kernel):
-    gpr allocatable  rsi rdi r8 rbx rbp r12 r13 r14 r15   (callee-saved ones cost a push)
+Register roles (fixed for every kernel, whatever the ABI):
+    gpr allocatable  rsi rdi r8 rbx rbp r12 r13 r14 r15   (callee-saved ones cost a push or a save)
     gpr fixed temps  rax rcx rdx   used inside one selection sequence (idiv, shifts by cl)
     gpr scratch      r9 r10 r11    fills of spilled values (a store reads at most three)
     vec allocatable  xmm0-xmm12, vec scratch xmm13-xmm15; rsp is never allocated.
@@ -20,11 +21,13 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from itertools import compress
-from typing import Any
+from typing import Any, NamedTuple
 
 from tg_x86 import assembler, encoder
+from tg_x86.abi import HOST, Abi
 from tg_x86.encoder import encode_all
 from tg_x86.isa import Cond, Inst, Op
 from tg_x86.operands import GPR_VIEWS, GPRS64, XMMS, YMMS, Label, Mem, Operand, Reg, gpr, imm, xmm, ymm
@@ -38,8 +41,6 @@ ALLOC_GPR = [GPR[n] for n in ("rsi", "rdi", "r8", "rbx", "rbp", "r12", "r13", "r
 SCRATCH_GPR = [GPR[n] for n in ("r9", "r10", "r11")]
 ALLOC_VEC = [VEC[i] for i in range(13)]
 SCRATCH_VEC = [VEC[i] for i in (13, 14, 15)]
-CALLEE_SAVED = ("rbx", "rbp", "r12", "r13", "r14", "r15")
-ARG_REGS = ("rdi", "rsi", "rdx", "rcx", "r8", "r9")
 VEC_SLOT = 32  # bytes of a vector spill slot (a whole ymm)
 
 
@@ -131,9 +132,11 @@ TARGET = AllocTarget(
 
 @dataclass
 class Frame:
-    """What the prologue must set up: constants (16 or 32 bytes each) and the number of arguments."""
+    """What the prologue must set up: constants (16 or 32 bytes each), the number of arguments, and the calling
+    convention they arrive by."""
     consts: list[bytes] = field(default_factory=list)
     nargs: int = 0
+    abi: Abi = HOST
 
     def offsets(self) -> list[int]:
         """Byte offset of each constant inside the constant area (32-byte ones first, so all stay aligned)."""
@@ -148,46 +151,63 @@ class Frame:
 def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = None) -> list[Inst | Label]:
     """Allocate registers (unless ``allocation`` is given), add prologue and epilogue, lower to ``Inst``s."""
     allocated, spill_bytes = allocation or allocate(program, TARGET)
-    saved, size, home_base, nhome, consts, slot_disp = _frame_layout(frame, spill_bytes, _gprs_named(allocated))
-    out: list[Inst | Label] = list(_prologue(saved, size, home_base, nhome))
-    for disp, data in consts:
+    vecs = _vecs_named(allocated) if frame.abi.callee_saved_vec else set()
+    lay = _frame_layout(frame, spill_bytes, _gprs_named(allocated), vecs)
+    out: list[Inst | Label] = list(_prologue(lay))
+    for disp, data in lay.consts:
         out += _const_stores(disp, data)
-    _lower(allocated, slot_disp, out)
-    return out + _epilogue(saved, size)
+    _lower(allocated, lay.slot_disp, out)
+    return out + _epilogue(lay)
 
 
-def _frame_layout(frame: Frame, spill_bytes: int, used: set[int]) -> tuple[
-        tuple[str, ...], int, int, int, list[tuple[int, bytes]], dict[tuple[str, int], int]]:
-    """The frame of a body with ``spill_bytes`` of spill slots naming the gprs numbered ``used``: (callee-saved
-    registers it pushes, bytes rsp goes down by, offset of the argument registers' homes, how many are homed,
-    (offset, bytes) of each constant, the frame offset of each ``Slot``)."""
+class Layout(NamedTuple):
+    """A kernel's frame (offsets from rsp after the prologue)."""
+    saved: tuple[str, ...]                  # callee-saved gprs pushed, in push order
+    saved_vec: tuple[tuple[int, int], ...]  # (xmm number, offset) of each callee-saved xmm the body uses
+    size: int                               # bytes rsp goes down by after the pushes
+    homes: tuple[tuple[str, int], ...]      # (argument register, offset) where the prologue stores it
+    consts: list[tuple[int, bytes]]         # (offset, bytes) of each constant
+    slot_disp: dict[tuple[str, int], int]   # the offset of each ``Slot``
+
+
+def _frame_layout(frame: Frame, spill_bytes: int, used: set[int], used_vec: AbstractSet[int] = frozenset()) -> Layout:
+    """The frame of a body with ``spill_bytes`` of spill slots naming the gprs numbered ``used`` and the xmm
+    registers numbered ``used_vec`` (only read when the ABI preserves some)."""
+    abi = frame.abi
     spill_bytes = -(-spill_bytes // 16) * 16
     const_base = -(-spill_bytes // 32) * 32
     const_off = frame.offsets()
-    home_base = const_base + sum(len(c) for c in frame.consts)
-    nhome = min(frame.nargs, len(ARG_REGS))
-    saved = tuple(n for n in CALLEE_SAVED if GPR[n].index in used)
-    size = home_base + 8 * nhome
+    vec_base = const_base + sum(len(c) for c in frame.consts)  # 16-aligned: constants are 16 or 32 bytes
+    saved_vec = tuple((n, vec_base + 16 * k) for k, n in enumerate(n for n in abi.callee_saved_vec if n in used_vec))
+    home_base = vec_base + 16 * len(saved_vec)
+    nreg = min(frame.nargs, len(abi.arg_regs))
+    # System V: the register arguments are homed in this frame; Windows: in the caller's home area
+    size = home_base + (0 if abi.home_area else 8 * nreg)
+    saved = tuple(n for n in abi.callee_saved if GPR[n].index in used)
     # at entry rsp = 8 mod 16 (the return address); after the pushes and the frame it is 0 mod 16
     if (size + 8 * len(saved) + 8) % 16:
         size += 8
-    arg_base = size + 8 * len(saved) + 8  # caller's stack arguments (7th on) above the return address
+    arg_base = size + 8 * len(saved) + 8  # the caller's part of the stack, above the return address
     consts = [(const_base + const_off[k], data) for k, data in enumerate(frame.consts)]
     slot_disp = {("const", k): const_base + off for k, off in enumerate(const_off)}
-    slot_disp.update((("arg", k), home_base + 8 * k if k < len(ARG_REGS) else arg_base + 8 * (k - len(ARG_REGS)))
-                     for k in range(frame.nargs))
-    return saved, size, home_base, nhome, consts, slot_disp
+    if abi.home_area:  # every argument k at arg_base + 8k: the first ones homed in the caller's area
+        slot_disp.update((("arg", k), arg_base + 8 * k) for k in range(frame.nargs))
+    else:  # the homes in the frame, then the stack arguments right above the return address
+        slot_disp.update((("arg", k), home_base + 8 * k if k < nreg else arg_base + 8 * (k - nreg))
+                         for k in range(frame.nargs))
+    homes = tuple((abi.arg_regs[k], slot_disp[("arg", k)]) for k in range(nreg))
+    return Layout(saved, saved_vec, size, homes, consts, slot_disp)
 
 
-def _prologue(saved: tuple[str, ...], size: int, home_base: int, nhome: int) -> list[Inst]:
-    """Push the callee-saved registers, make the frame, home the argument registers."""
+def _prologue(lay: Layout) -> list[Inst]:
+    """Push the callee-saved gprs, make the frame, save the callee-saved xmm registers, home the argument
+    registers."""
     rsp = GPRS64[4]
-    out = [Inst.of(Op.PUSH, (GPRS64[GPR[n].index],), None, None) for n in saved]
-    if size:
-        out.append(Inst.of(Op.SUB, (rsp, imm(size)), None, None))
-    for k in range(nhome):
-        out.append(Inst.of(Op.MOV, (Mem.of(64, rsp, None, 1, home_base + 8 * k), GPRS64[GPR[ARG_REGS[k]].index]),
-                           None, None))
+    out = [Inst.of(Op.PUSH, (GPRS64[GPR[n].index],), None, None) for n in lay.saved]
+    if lay.size:
+        out.append(Inst.of(Op.SUB, (rsp, imm(lay.size)), None, None))
+    out += [Inst.of(Op.VMOVUPS, (Mem.of(128, rsp, None, 1, off), XMMS[n]), None, None) for n, off in lay.saved_vec]
+    out += [Inst.of(Op.MOV, (Mem.of(64, rsp, None, 1, off), GPRS64[GPR[r].index]), None, None) for r, off in lay.homes]
     return out
 
 
@@ -202,9 +222,11 @@ def _const_store_operands(disp: int, data: bytes) -> list[tuple[Operand, ...]]:
             for off in range(0, len(data), 4)]
 
 
-def _epilogue(saved: tuple[str, ...], size: int) -> list[Inst]:
-    out = [Inst.of(Op.ADD, (GPRS64[4], imm(size)), None, None)] if size else []
-    out += [Inst.of(Op.POP, (GPRS64[GPR[n].index],), None, None) for n in reversed(saved)]
+def _epilogue(lay: Layout) -> list[Inst]:
+    rsp = GPRS64[4]
+    out = [Inst.of(Op.VMOVUPS, (XMMS[n], Mem.of(128, rsp, None, 1, off)), None, None) for n, off in lay.saved_vec]
+    out += [Inst.of(Op.ADD, (rsp, imm(lay.size)), None, None)] if lay.size else []
+    out += [Inst.of(Op.POP, (GPRS64[GPR[n].index],), None, None) for n in reversed(lay.saved)]
     return out + _RETURN
 
 
@@ -230,6 +252,12 @@ def _gprs_named(allocated: list) -> set[int]:
             if o.index is not None:
                 used.add(o.index.index)
     return used
+
+
+def _vecs_named(allocated: list) -> set[int]:
+    """Numbers of the xmm/ymm registers the allocated program names."""
+    return {o.index for ins in allocated if type(ins) is MInst for o in (*ins.defs, *ins.uses)
+            if type(o) is Register and o.cls == "vec"}
 
 
 # a register operand by (register class, layout bits): the view of each register number
@@ -298,20 +326,27 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
                 used.add(r.index)
     # the gprs the rewritten program names, as far as the prologue cares (callee-saved ones are never scratch)
     used.update(r.index for r in plan.physical if r.cls == "gpr")
-    saved, size, home_base, nhome, consts, slot_disp = _frame_layout(frame, plan.frame, used)
+    vecs: set[int] = set()
+    if frame.abi.callee_saved_vec:  # the xmm registers the body names (scratch ones hold spilled values)
+        vecs = {r.index for v, r in reg_of.items() if r is not None and r.cls == "vec"}
+        vecs.update(r.index for r in plan.physical if r.cls == "vec")
+        if any(v.cls == "vec" for v in spilled):
+            vecs.update(r.index for r in SCRATCH_VEC)
+    lay = _frame_layout(frame, plan.frame, used, vecs)
+    slot_disp = lay.slot_disp
     codes: list[bytes | None] = []
     jumps: dict[int, Inst] = {}
     at: dict[Label, int] = {}
     _encode_body(plan.program, plan, reg_of, views_of, spilled, slot_disp, codes, jumps, at)
-    head = encode_all(_prologue(saved, size, home_base, nhome))  # type: ignore[arg-type]
+    head = encode_all(_prologue(lay))  # type: ignore[arg-type]
     cache, shape, select, mov = encoder._form_cache, operator.attrgetter("shape"), encoder._selected, Op.MOV
-    for disp, data in consts:  # many (a fifth of the instructions): encoded without an Inst, as _encode_body does
+    for disp, data in lay.consts:  # many (a fifth of the instructions): encoded without an Inst, as _encode_body does
         for ops in _const_store_operands(disp, data):
             found = cache.get((mov, None, *map(shape, ops)))
             if found is None:
                 found = select(Inst.of(mov, ops, None, None), None)
             head.append(found[1](ops, None, 0))
-    tail = encode_all(_epilogue(saved, size))  # type: ignore[arg-type]
+    tail = encode_all(_epilogue(lay))  # type: ignore[arg-type]
     return b"".join(head) + assembler.link(codes, jumps, at).code + b"".join(tail)  # type: ignore[arg-type]
 
 

@@ -24,9 +24,10 @@ import time
 from typing import Any
 
 from tg_x86 import assembler, listing, machine  # modules: each stage is looked up when it runs (benches wrap them)
+from tg_x86.abi import HOST, Abi
 from tg_x86.isa import Flag, Op
 from tg_x86.isel import FLAG_BARRIERS, ISEL, Selector
-from tg_x86.machine import CALLEE_SAVED, GPR, TARGET
+from tg_x86.machine import GPR, TARGET
 from tgcore.codegen.regalloc import MInst, RegisterPlan
 from tgcore.dtype import dtypes
 from tgcore.renderer.isa import ISARenderer, isa_spec
@@ -69,17 +70,21 @@ class X86Renderer(ISARenderer[Selector]):
                    dtypes.uint64: 4}
     spec = X86_SPEC
 
-    def __init__(self) -> None:
+    def __init__(self, abi: Abi = HOST) -> None:
+        """``abi``: the calling convention of the kernels (the host's, the one ctypes calls them with)."""
         self.compiler = X86Compiler()
         self.program = X86Program
+        self.abi = abi
+        self.callee_saved = tuple(GPR[n] for n in abi.callee_saved)
 
     isel = ISEL
     target = TARGET
-    callee_saved = tuple(GPR[n] for n in CALLEE_SAVED)
 
     def context(self, uops: list[UOp]) -> Selector:
         # always selected reading pointers and variables where used; choose_plan derives the holding program
-        return Selector(uops, remat_args=True)
+        ctx = Selector(uops, remat_args=True)
+        ctx.frame.abi = self.abi
+        return ctx
 
     def pre_regalloc(self, program: list[Any], ctx: Selector) -> list[Any]:
         program = machine.cleanup(program)
