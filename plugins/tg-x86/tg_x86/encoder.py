@@ -117,11 +117,12 @@ def compile_form(form: Form) -> FormEncoder:
             vvvv_tail = ((~ops[at_vvvv].num & 0xF) << 3 if at_vvvv >= 0 else 0x78) | vex_tail  # type: ignore[union-attr]
             r_bit = (reg_num >> 3 ^ 1) << 7
             if type(rm) is Mem:
-                xb, modrm = _mem_rm(reg_num & 7, rm)
+                xb, modrm, rest = rm.address
+                modrm |= (reg_num & 7) << 3
                 if vex2 and not xb:
-                    out = bytes((0xC5, r_bit | vvvv_tail, opc)) + modrm
+                    out = bytes((0xC5, r_bit | vvvv_tail, opc, modrm)) + rest
                 else:
-                    out = bytes((0xC4, r_bit | (xb ^ 3) << 5 | vex3_map, vex3_w | vvvv_tail, opc)) + modrm
+                    out = bytes((0xC4, r_bit | (xb ^ 3) << 5 | vex3_map, vex3_w | vvvv_tail, opc, modrm)) + rest
             else:
                 rm_num = rm.num  # type: ignore[union-attr]
                 low = 0xC0 | (reg_num & 7) << 3 | rm_num & 7
@@ -143,7 +144,8 @@ def compile_form(form: Form) -> FormEncoder:
             reg_num = ops[at_reg].num if at_reg >= 0 else digit  # type: ignore[union-attr]
             rm = ops[at_rm]
             if type(rm) is Mem:
-                xb, modrm = _mem_rm(reg_num & 7, rm)
+                xb, modrm, rest = rm.address
+                modrm = bytes((modrm | (reg_num & 7) << 3,)) + rest
             else:
                 rm_num = rm.num  # type: ignore[union-attr]
                 xb, modrm = rm_num >> 3, bytes((0xC0 | (reg_num & 7) << 3 | rm_num & 7,))
@@ -165,7 +167,8 @@ def compile_form(form: Form) -> FormEncoder:
         if has_modrm:
             rm = ops[at_rm]
             if type(rm) is Mem:
-                xb, modrm = _mem_rm(reg_num & 7, rm)
+                xb, modrm, rest = rm.address
+                modrm = bytes((modrm | (reg_num & 7) << 3,)) + rest
             else:
                 rm_num = rm.num  # type: ignore[union-attr]
                 xb, modrm = rm_num >> 3, bytes((0xC0 | (reg_num & 7) << 3 | rm_num & 7,))
@@ -213,27 +216,25 @@ _MASKS = {1: 0xFF, 2: 0xFFFF, 4: 0xFFFFFFFF, 8: (1 << 64) - 1}
 _SCALE_BITS = {1: 0, 2: 1, 4: 2, 8: 3}
 
 
-def _mem_rm(reg: int, rm: Mem) -> tuple[int, bytes]:
-    """(REX.X << 1 | REX.B, ModRM + SIB + displacement) of a memory operand; ``reg`` fills ModRM.reg."""
-    index, base, disp = rm.index, rm.base, rm.disp
+def address(base: int | None, index: int | None, scale: int, disp: int) -> tuple[int, int, bytes]:
+    """How ``[base + index*scale + disp]`` (register numbers) is encoded: (REX.X << 1 | REX.B, the ModRM byte
+    with reg 0, the SIB and displacement bytes). ``Mem.address`` keeps it, so each operand works it out once."""
     if index is not None:
-        index_num = index.num
-        xb, sib = (index_num >> 3) << 1, _SCALE_BITS[rm.scale] << 6 | (index_num & 7) << 3
+        xb, sib = (index >> 3) << 1, _SCALE_BITS[scale] << 6 | (index & 7) << 3
     else:
         xb, sib = 0, 0b100 << 3  # no index: SIB index 100, scale 00 (as assemblers emit it)
     if base is None:  # [index*scale + disp32] or [disp32]: SIB with base 101 and mod 00
-        return xb, bytes((reg << 3 | 0b100, sib | 0b101)) + (disp & 0xFFFFFFFF).to_bytes(4, "little")
-    base_num = base.num
-    low = base_num & 7
-    xb |= base_num >> 3
+        return xb, 0b100, bytes((sib | 0b101,)) + (disp & 0xFFFFFFFF).to_bytes(4, "little")
+    low = base & 7
+    xb |= base >> 3
     with_sib = index is not None or low == 0b100  # rsp/r12 as base need a SIB byte
     if disp == 0 and low != 0b101:  # rbp/r13 as base need a displacement
-        return xb, bytes((reg << 3 | 0b100, sib | low) if with_sib else (reg << 3 | low,))
+        return (xb, 0b100, bytes((sib | low,))) if with_sib else (xb, low, b"")
     if -128 <= disp <= 127:
         disp8 = disp & 0xFF
-        return xb, bytes((0x44 | reg << 3, sib | low, disp8) if with_sib else (0x40 | reg << 3 | low, disp8))
-    head = bytes((0x84 | reg << 3, sib | low) if with_sib else (0x80 | reg << 3 | low,))
-    return xb, head + (disp & 0xFFFFFFFF).to_bytes(4, "little")
+        return (xb, 0x44, bytes((sib | low, disp8))) if with_sib else (xb, 0x40 | low, bytes((disp8,)))
+    disp32 = (disp & 0xFFFFFFFF).to_bytes(4, "little")
+    return (xb, 0x84, bytes((sib | low,)) + disp32) if with_sib else (xb, 0x80 | low, disp32)
 
 
 def _describe(operands: tuple[Operand, ...]) -> str:

@@ -18,6 +18,7 @@ Register roles (fixed for every kernel, whatever the ABI):
 """
 from __future__ import annotations
 
+import functools
 import operator
 from collections import Counter
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from itertools import compress
 from typing import Any, NamedTuple
 
-from tg_x86 import assembler, encoder
+from tg_x86 import assembler, encoder, operands
 from tg_x86.abi import HOST, Abi
 from tg_x86.encoder import encode_all
 from tg_x86.isa import Cond, Inst, Op
@@ -338,16 +339,34 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     jumps: dict[int, Inst] = {}
     at: dict[Label, int] = {}
     _encode_body(plan.program, plan, reg_of, views_of, spilled, slot_disp, codes, jumps, at)
-    head = encode_all(_prologue(lay))  # type: ignore[arg-type]
-    cache, shape, select, mov = encoder._form_cache, operator.attrgetter("shape"), encoder._selected, Op.MOV
-    for disp, data in lay.consts:  # many (a fifth of the instructions): encoded without an Inst, as _encode_body does
-        for ops in _const_store_operands(disp, data):
-            found = cache.get((mov, None, *map(shape, ops)))
-            if found is None:
-                found = select(Inst.of(mov, ops, None, None), None)
-            head.append(found[1](ops, None, 0))
-    tail = encode_all(_epilogue(lay))  # type: ignore[arg-type]
-    return b"".join(head) + assembler.link(codes, jumps, at).code + b"".join(tail)  # type: ignore[arg-type]
+    head = _prologue_code(lay.saved, lay.saved_vec, lay.size, lay.homes)
+    stores = [_const_stores_code(disp, data) for disp, data in lay.consts]
+    return b"".join((head, *stores, assembler.link(codes, jumps, at).code,
+                     _epilogue_code(lay.saved, lay.saved_vec, lay.size)))
+
+
+# The prologue and the epilogue depend on a few numbers only, and kernels share them: each is encoded once.
+@functools.lru_cache(maxsize=1024)
+def _prologue_code(saved: tuple[str, ...], saved_vec: tuple[tuple[int, int], ...], size: int,
+                   homes: tuple[tuple[str, int], ...]) -> bytes:
+    return b"".join(encode_all(_prologue(Layout(saved, saved_vec, size, homes, [], {}))))  # type: ignore[arg-type]
+
+
+@functools.lru_cache(maxsize=1024)
+def _epilogue_code(saved: tuple[str, ...], saved_vec: tuple[tuple[int, int], ...], size: int) -> bytes:
+    return b"".join(encode_all(_epilogue(Layout(saved, saved_vec, size, (), [], {}))))  # type: ignore[arg-type]
+
+
+def _const_stores_code(disp: int, data: bytes) -> bytes:
+    """The code of ``_const_stores(disp, data)``: each store's immediate is 4 bytes of the constant, as they are."""
+    return b"".join([_store32_head(disp + off) + data[off:off + 4] for off in range(0, len(data), 4)])
+
+
+@functools.lru_cache(maxsize=1024)
+def _store32_head(disp: int) -> bytes:
+    """``mov dword ptr [rsp + disp], imm32`` without its immediate (the last 4 bytes: the only form storing an
+    immediate to an m32 is C7 /0 id, whatever the value)."""
+    return encoder.encode(Inst.of(Op.MOV, (Mem.of(32, GPRS64[4], None, 1, disp), imm(0)), None, None))[:-4]
 
 
 def _encode_body(program: list, plan: RegisterPlan | None, reg_of: dict, views_of: dict, spilled: set,
@@ -358,7 +377,7 @@ def _encode_body(program: list, plan: RegisterPlan | None, reg_of: dict, views_o
     register operand of each one, by bits); with ``plan``
     (``program`` is its program), copies and instructions reading or writing ``spilled`` registers are encoded
     as ``plan.rewrite_one`` rewrites them."""
-    make_mem, rsp = Mem.of, GPRS64[4]
+    mems, make_mem = operands._MEMS, operands.mem
     cache, shape, select = encoder._form_cache, operator.attrgetter("shape"), encoder._selected
     regs = plan.regs if plan is not None else None
     for i, ins in enumerate(program):
@@ -393,34 +412,35 @@ def _encode_body(program: list, plan: RegisterPlan | None, reg_of: dict, views_o
             t = type(o)
             if t is VReg:
                 ops.append(views_of[o][item[2]])
-            elif t is VMem:
+            elif t is VMem:  # operands.mem(...), its lookup inlined
                 if o.slot is None:
                     base, index = o.base, o.index
                     if type(base) is VReg:
                         base = reg_of[base]
-                    base_reg = GPRS64[base.index] if base is not None else None
                     if index is None:
-                        ops.append(make_mem(o.bits, base_reg, None, 1, o.disp))
+                        key = (o.bits, base.index if base is not None else None, None, 1, o.disp)
                     else:
                         if type(index) is VReg:
                             index = reg_of[index]
-                        ops.append(make_mem(o.bits, base_reg, GPRS64[index.index], o.scale, o.disp))
+                        key = (o.bits, base.index if base is not None else None, index.index, o.scale, o.disp)
                 else:
-                    ops.append(make_mem(o.bits, rsp, None, 1, slot_disp[(o.slot.kind, o.slot.k)] + o.disp))
+                    key = (o.bits, 4, None, 1, slot_disp[(o.slot.kind, o.slot.k)] + o.disp)  # rsp-based
+                m = mems.get(key)
+                ops.append(m if m is not None else make_mem(*key))
             else:
                 ops.append(_VIEWS_BY_NAME[o.name][item[2]])
         if spec.two_address:
             d, u = reg_of.get(defs[0], defs[0]), reg_of.get(uses[0], uses[0])
             assert d is u or d == u, f"two-address violated in {ins}"
-        operands = tuple(ops)
+        args = tuple(ops)
         if label is not None:
-            jumps[len(codes)] = Inst.of(op, operands, spec.cond, label)
+            jumps[len(codes)] = Inst.of(op, args, spec.cond, label)
             codes.append(None)
             continue
-        found = cache.get((op, None, *map(shape, operands)))
+        found = cache.get((op, None, *map(shape, args)))
         if found is None:  # the first instruction of this shape: choose its form
-            found = select(Inst.of(op, operands, spec.cond, None), None)
-        codes.append(found[1](operands, spec.cond, 0))
+            found = select(Inst.of(op, args, spec.cond, None), None)
+        codes.append(found[1](args, spec.cond, 0))
 
 
 def _register_facts(program: list) -> tuple[list[tuple[list, list]], dict[VReg, int], dict[VReg, int]]:

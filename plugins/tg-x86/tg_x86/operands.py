@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
 RegKind = Literal["gpr", "xmm", "ymm"]
@@ -128,6 +129,14 @@ class Mem:
     def sized(self, bits: int | None) -> Mem:
         return Mem(bits, self.base, self.index, self.scale, self.disp)
 
+    @cached_property
+    def address(self) -> tuple[int, int, bytes]:
+        """How the encoder writes this address (``encoder.address``), worked out on first use."""
+        from tg_x86.encoder import address
+        base, index = self.base, self.index
+        return address(base.num if base is not None else None, index.num if index is not None else None,
+                       self.scale, self.disp)
+
     def __repr__(self) -> str:
         from tg_x86.listing import format_operand
         return format_operand(self)
@@ -187,6 +196,22 @@ def imm(value: int) -> Imm:
 
 
 _IMMS: dict[int, Imm] = {}
+
+
+def mem(bits: int | None, base: int | None, index: int | None, scale: int, disp: int) -> Mem:
+    """``Mem.of`` by register numbers (64-bit gprs), one object per operand: addresses repeat (frame slots,
+    the same buffer walked by several kernels), and each object works out its encoding once."""
+    key = (bits, base, index, scale, disp)
+    found = _MEMS.get(key)
+    if found is None:
+        found = Mem.of(bits, GPRS64[base] if base is not None else None, GPRS64[index] if index is not None else None,
+                       scale, disp)
+        if len(_MEMS) < 4096:  # bounded: a long-lived process compiles many kernels
+            _MEMS[key] = found
+    return found
+
+
+_MEMS: dict[tuple[int | None, int | None, int | None, int, int], Mem] = {}
 
 
 def gpr(num: int, bits: int = 64) -> Reg:
