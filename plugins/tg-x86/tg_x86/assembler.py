@@ -53,7 +53,7 @@ def link(codes: list[bytes | None], jumps: dict[int, Inst], at: dict[Label, int]
             raise EncodeError(f"{inst.mnemonic} jumps to label {inst.label!r}, which is not in the program")
         forms[i] = select_form(inst, rel_bits=8)
         codes[i] = encode(inst, forms[i])  # a placeholder of the right size
-    sizes = [len(c) for c in codes]  # type: ignore[arg-type]
+    sizes = list(map(len, codes))  # type: ignore[arg-type]
     while True:
         offsets = list(itertools.accumulate(sizes, initial=0))  # offsets[len(codes)] is the end
         widened = False

@@ -11,6 +11,7 @@ base need a SIB byte, rbp/r13 as base need a displacement (disp8 0), no base is 
 """
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable
 
@@ -111,25 +112,30 @@ def compile_form(form: Form) -> FormEncoder:
         # the common case (every vector instruction): VEX prefix, one opcode byte, ModRM
         opc = opcode[0]
 
+        @functools.lru_cache(maxsize=4096)  # bounded anyway: 16 registers in each of three fields
+        def vex_registers(reg_num: int, vvvv_tail: int, rm_num: int) -> bytes:
+            """VEX prefix, opcode and ModRM when the rm operand is a register: the same for every instruction
+            naming these registers, so it is worked out once."""
+            r_bit = (reg_num >> 3 ^ 1) << 7
+            low = 0xC0 | (reg_num & 7) << 3 | rm_num & 7
+            if vex2 and rm_num < 8:
+                return bytes((0xC5, r_bit | vvvv_tail, opc, low))
+            return bytes((0xC4, r_bit | (rm_num >> 3 ^ 3) << 5 | vex3_map, vex3_w | vvvv_tail, opc, low))
+
         def encode_vex(ops: tuple[Operand, ...], cond: Cond | None, rel: int) -> bytes:
             reg_num = ops[at_reg].num if at_reg >= 0 else digit  # type: ignore[union-attr]
             rm = ops[at_rm]
             vvvv_tail = ((~ops[at_vvvv].num & 0xF) << 3 if at_vvvv >= 0 else 0x78) | vex_tail  # type: ignore[union-attr]
-            r_bit = (reg_num >> 3 ^ 1) << 7
             if type(rm) is Mem:
                 xb, modrm, rest = rm.address
+                r_bit = (reg_num >> 3 ^ 1) << 7
                 modrm |= (reg_num & 7) << 3
                 if vex2 and not xb:
                     out = bytes((0xC5, r_bit | vvvv_tail, opc, modrm)) + rest
                 else:
                     out = bytes((0xC4, r_bit | (xb ^ 3) << 5 | vex3_map, vex3_w | vvvv_tail, opc, modrm)) + rest
             else:
-                rm_num = rm.num  # type: ignore[union-attr]
-                low = 0xC0 | (reg_num & 7) << 3 | rm_num & 7
-                if vex2 and rm_num < 8:
-                    out = bytes((0xC5, r_bit | vvvv_tail, opc, low))
-                else:
-                    out = bytes((0xC4, r_bit | (rm_num >> 3 ^ 3) << 5 | vex3_map, vex3_w | vvvv_tail, opc, low))
+                out = vex_registers(reg_num, vvvv_tail, rm.num)  # type: ignore[union-attr]
             if has_tail:
                 for i, size in imms:
                     out += (ops[i].value & _MASKS[size]).to_bytes(size, "little")  # type: ignore[union-attr]
@@ -140,21 +146,32 @@ def compile_form(form: Form) -> FormEncoder:
 
     if v is None and has_modrm and not (plus_r or plus_cc or rel_size):
         # the other common case (scalar integer instructions): legacy prefixes, REX if needed, opcode, ModRM
+        # (spl..dil need a REX prefix: which of the reg and rm operands are byte registers is fixed by the form)
+        reg_is_byte = at_reg >= 0 and form.operands[at_reg].reg == ("gpr", 8)
+        rm_is_byte = form.operands[at_rm].reg == ("gpr", 8)
+
+        @functools.lru_cache(maxsize=4096)  # bounded anyway: 16 registers in each of two fields
+        def legacy_registers(reg_num: int, rm_num: int) -> bytes:
+            """Prefixes, REX, opcode and ModRM when the rm operand is a register, worked out once per registers."""
+            rex = rex_w | (reg_num >> 3) << 2 | rm_num >> 3
+            modrm = bytes((0xC0 | (reg_num & 7) << 3 | rm_num & 7,))
+            if rex or (reg_is_byte and 4 <= reg_num <= 7) or (rm_is_byte and 4 <= rm_num <= 7):
+                return prefixes + bytes((0x40 | rex,)) + opcode + modrm
+            return prefixes + opcode + modrm
+
         def encode_legacy(ops: tuple[Operand, ...], cond: Cond | None, rel: int) -> bytes:
             reg_num = ops[at_reg].num if at_reg >= 0 else digit  # type: ignore[union-attr]
             rm = ops[at_rm]
             if type(rm) is Mem:
                 xb, modrm, rest = rm.address
-                modrm = bytes((modrm | (reg_num & 7) << 3,)) + rest
+                rex = rex_w | (reg_num >> 3) << 2 | xb
+                modrm_bytes = bytes((modrm | (reg_num & 7) << 3,)) + rest
+                if rex or (reg_is_byte and 4 <= reg_num <= 7):
+                    out = prefixes + bytes((0x40 | rex,)) + opcode + modrm_bytes
+                else:
+                    out = prefixes + opcode + modrm_bytes
             else:
-                rm_num = rm.num  # type: ignore[union-attr]
-                xb, modrm = rm_num >> 3, bytes((0xC0 | (reg_num & 7) << 3 | rm_num & 7,))
-            rex = rex_w | (reg_num >> 3) << 2 | xb
-            if rex or (byte_regs and any(type(o) is Reg and o.bits == 8 and 4 <= o.num <= 7  # type: ignore[union-attr]
-                                         for o in ops)):
-                out = prefixes + bytes((0x40 | rex,)) + opcode + modrm
-            else:
-                out = prefixes + opcode + modrm
+                out = legacy_registers(reg_num, rm.num)  # type: ignore[union-attr]
             if has_tail:
                 for i, size in imms:
                     out += (ops[i].value & _MASKS[size]).to_bytes(size, "little")  # type: ignore[union-attr]

@@ -381,18 +381,19 @@ def _encode_body(program: list, plan: RegisterPlan | None, reg_of: dict, views_o
     cache, shape, select = encoder._form_cache, operator.attrgetter("shape"), encoder._selected
     regs = plan.regs if plan is not None else None
     for i, ins in enumerate(program):
-        if type(ins) is not MInst:  # loop markers
+        spec = getattr(ins, "arg", None)  # None for a loop marker or a copy, the Label of a label
+        if type(spec) is not Spec:
+            if type(spec) is Label:
+                if spec in at:
+                    raise encoder.EncodeError(f"label {spec!r} is defined twice")
+                at[spec] = len(codes)
+            elif type(ins) is MInst:  # a copy (only in the plan's program: its rewrite has none)
+                _encode_body(plan.rewrite_one(i, reg_of), None, reg_of, views_of, spilled, slot_disp, codes, jumps, at)  # type: ignore[union-attr]
             continue
-        op, spec = ins.op, ins.arg
-        if op == "label":
-            if spec in at:
-                raise encoder.EncodeError(f"label {spec!r} is defined twice")
-            at[spec] = len(codes)
-            continue
-        if regs is not None and (op == "copy" or spilled and not (spilled.isdisjoint(regs[i][0])
-                                                                 and spilled.isdisjoint(regs[i][1]))):
+        if spilled and regs is not None and not (spilled.isdisjoint(regs[i][0]) and spilled.isdisjoint(regs[i][1])):
             _encode_body(plan.rewrite_one(i, reg_of), None, reg_of, views_of, spilled, slot_disp, codes, jumps, at)  # type: ignore[union-attr]
             continue
+        op = ins.op
         ops: list[Operand] = []
         label = None
         uses, defs = ins.uses, ins.defs
