@@ -5,9 +5,9 @@ jump, its displacement. Out: the instruction's bytes.
 
 The layout is: legacy prefixes (66/F2/F3), REX or VEX (VEX2 ``C5`` when the map is 0F,
 W is 0 and neither X nor B is needed, else VEX3 ``C4``), opcode, ModRM, SIB,
-displacement, immediates. Memory addressing follows the SDM's special cases: rsp/r12 as
-base need a SIB byte, rbp/r13 as base need a displacement (disp8 0), no base is SIB base
-101 with disp32, and SIB index 100 means "no index" (so rsp can never be an index).
+displacement, immediates. A memory operand's ModRM, SIB and displacement come from
+``Mem.address`` (``operands.address``, which follows the SDM's special cases), worked out
+when the operand is made.
 """
 from __future__ import annotations
 
@@ -112,10 +112,18 @@ def compile_form(form: Form) -> FormEncoder:
         # the common case (every vector instruction): VEX prefix, one opcode byte, ModRM
         opc = opcode[0]
 
+        # the register operands in ModRM.reg, VEX.vvvv and ModRM.rm (those the form has), in that order; every
+        # such form has a reg or a vvvv operand besides rm (so the itemgetter gives a tuple)
+        assert at_reg >= 0 or at_vvvv >= 0, form.text
+        reg_fields = operator.itemgetter(*(i for i in (at_reg, at_vvvv, at_rm) if i >= 0))
+
         @functools.lru_cache(maxsize=4096)  # bounded anyway: 16 registers in each of three fields
-        def vex_registers(reg_num: int, vvvv_tail: int, rm_num: int) -> bytes:
-            """VEX prefix, opcode and ModRM when the rm operand is a register: the same for every instruction
-            naming these registers, so it is worked out once."""
+        def vex_registers(*nums: int) -> bytes:
+            """VEX prefix, opcode and ModRM when every ModRM/VEX operand is a register (``nums``: their numbers,
+            as ``reg_fields`` lists them): the same for every instruction naming these registers."""
+            reg_num = nums[0] if at_reg >= 0 else digit
+            vvvv_tail = ((~nums[-2] & 0xF) << 3 if at_vvvv >= 0 else 0x78) | vex_tail
+            rm_num = nums[-1]
             r_bit = (reg_num >> 3 ^ 1) << 7
             low = 0xC0 | (reg_num & 7) << 3 | rm_num & 7
             if vex2 and rm_num < 8:
@@ -123,10 +131,10 @@ def compile_form(form: Form) -> FormEncoder:
             return bytes((0xC4, r_bit | (rm_num >> 3 ^ 3) << 5 | vex3_map, vex3_w | vvvv_tail, opc, low))
 
         def encode_vex(ops: tuple[Operand, ...], cond: Cond | None, rel: int) -> bytes:
-            reg_num = ops[at_reg].num if at_reg >= 0 else digit  # type: ignore[union-attr]
             rm = ops[at_rm]
-            vvvv_tail = ((~ops[at_vvvv].num & 0xF) << 3 if at_vvvv >= 0 else 0x78) | vex_tail  # type: ignore[union-attr]
             if type(rm) is Mem:
+                reg_num = ops[at_reg].num if at_reg >= 0 else digit  # type: ignore[union-attr]
+                vvvv_tail = ((~ops[at_vvvv].num & 0xF) << 3 if at_vvvv >= 0 else 0x78) | vex_tail  # type: ignore[union-attr]
                 xb, modrm, rest = rm.address
                 r_bit = (reg_num >> 3 ^ 1) << 7
                 modrm |= (reg_num & 7) << 3
@@ -135,7 +143,7 @@ def compile_form(form: Form) -> FormEncoder:
                 else:
                     out = bytes((0xC4, r_bit | (xb ^ 3) << 5 | vex3_map, vex3_w | vvvv_tail, opc, modrm)) + rest
             else:
-                out = vex_registers(reg_num, vvvv_tail, rm.num)  # type: ignore[union-attr]
+                out = vex_registers(*map(_NUM, reg_fields(ops)))
             if has_tail:
                 for i, size in imms:
                     out += (ops[i].value & _MASKS[size]).to_bytes(size, "little")  # type: ignore[union-attr]
@@ -229,29 +237,8 @@ def compile_form(form: Form) -> FormEncoder:
     return encode_form
 
 
+_NUM = operator.attrgetter("num")
 _MASKS = {1: 0xFF, 2: 0xFFFF, 4: 0xFFFFFFFF, 8: (1 << 64) - 1}
-_SCALE_BITS = {1: 0, 2: 1, 4: 2, 8: 3}
-
-
-def address(base: int | None, index: int | None, scale: int, disp: int) -> tuple[int, int, bytes]:
-    """How ``[base + index*scale + disp]`` (register numbers) is encoded: (REX.X << 1 | REX.B, the ModRM byte
-    with reg 0, the SIB and displacement bytes). ``Mem.address`` keeps it, so each operand works it out once."""
-    if index is not None:
-        xb, sib = (index >> 3) << 1, _SCALE_BITS[scale] << 6 | (index & 7) << 3
-    else:
-        xb, sib = 0, 0b100 << 3  # no index: SIB index 100, scale 00 (as assemblers emit it)
-    if base is None:  # [index*scale + disp32] or [disp32]: SIB with base 101 and mod 00
-        return xb, 0b100, bytes((sib | 0b101,)) + (disp & 0xFFFFFFFF).to_bytes(4, "little")
-    low = base & 7
-    xb |= base >> 3
-    with_sib = index is not None or low == 0b100  # rsp/r12 as base need a SIB byte
-    if disp == 0 and low != 0b101:  # rbp/r13 as base need a displacement
-        return (xb, 0b100, bytes((sib | low,))) if with_sib else (xb, low, b"")
-    if -128 <= disp <= 127:
-        disp8 = disp & 0xFF
-        return (xb, 0x44, bytes((sib | low, disp8))) if with_sib else (xb, 0x40 | low, bytes((disp8,)))
-    disp32 = (disp & 0xFFFFFFFF).to_bytes(4, "little")
-    return (xb, 0x84, bytes((sib | low,)) + disp32) if with_sib else (xb, 0x80 | low, disp32)
 
 
 def _describe(operands: tuple[Operand, ...]) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import struct
 from collections import Counter
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
@@ -31,7 +32,7 @@ from tg_x86 import assembler, encoder, operands
 from tg_x86.abi import HOST, Abi
 from tg_x86.encoder import encode_all
 from tg_x86.isa import Cond, Inst, Op
-from tg_x86.operands import GPR_VIEWS, GPRS64, XMMS, YMMS, Label, Mem, Operand, Reg, gpr, imm, xmm, ymm
+from tg_x86.operands import GPR_VIEWS, GPRS64, XMMS, YMMS, Label, Mem, Operand, Reg, address, gpr, imm, xmm, ymm
 from tgcore.codegen.regalloc import AllocTarget, MInst, Register, RegisterPlan, VReg, allocate
 
 GPR = {name: Register(name, i, "gpr") for i, name in enumerate(
@@ -358,15 +359,24 @@ def _epilogue_code(saved: tuple[str, ...], saved_vec: tuple[tuple[int, int], ...
 
 
 def _const_stores_code(disp: int, data: bytes) -> bytes:
-    """The code of ``_const_stores(disp, data)``: each store's immediate is 4 bytes of the constant, as they are."""
-    return b"".join([_store32_head(disp + off) + data[off:off + 4] for off in range(0, len(data), 4)])
+    """The code of ``_const_stores(disp, data)``: each store is a head that depends on the offset only, then its
+    immediate, which is 4 bytes of the constant as they are (little-endian)."""
+    heads, words = _store32_heads(disp, len(data))
+    return b"".join(map(operator.add, heads, words.unpack(data)))
 
 
 @functools.lru_cache(maxsize=1024)
+def _store32_heads(disp: int, size: int) -> tuple[tuple[bytes, ...], struct.Struct]:
+    """The heads of the stores of a ``size``-byte constant at ``disp``, and the split of it into 4-byte words."""
+    return tuple(_store32_head(disp + off) for off in range(0, size, 4)), struct.Struct(f"{size // 4 * '4s'}")
+
+
+@functools.lru_cache(maxsize=1024)  # frame offsets repeat from kernel to kernel
 def _store32_head(disp: int) -> bytes:
-    """``mov dword ptr [rsp + disp], imm32`` without its immediate (the last 4 bytes: the only form storing an
-    immediate to an m32 is C7 /0 id, whatever the value)."""
-    return encoder.encode(Inst.of(Op.MOV, (Mem.of(32, GPRS64[4], None, 1, disp), imm(0)), None, None))[:-4]
+    """``mov dword ptr [rsp + disp], imm32`` without its immediate (the last 4 bytes): C7 /0, the only form
+    storing an immediate to an m32, then the address (no REX: rsp is below r8)."""
+    _, modrm, rest = address(4, None, 1, disp)
+    return bytes((0xC7, modrm)) + rest
 
 
 def _encode_body(program: list, plan: RegisterPlan | None, reg_of: dict, views_of: dict, spilled: set,

@@ -2,7 +2,8 @@
 
 In: register names (``"eax"``, ``"r12b"``, ``"xmm9"``, ``"ymm15"``) or numbers and sizes.
 Out: small frozen values the encoder and the listing read: ``Reg`` (kind, number 0-15, size
-in bits), ``Mem`` (``[base + index*scale + disp]`` with an access size), ``Imm`` and ``Label``.
+in bits), ``Mem`` (``[base + index*scale + disp]`` with an access size, and how ModRM/SIB
+encode that address), ``Imm`` and ``Label``.
 
 Every register is also a module attribute (``operands.eax``, ``operands.xmm3``) and is
 found by name with ``reg("r9d")``; ``gpr(num, bits)``, ``xmm(num)``, ``ymm(num)`` build
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
 RegKind = Literal["gpr", "xmm", "ymm"]
@@ -93,6 +93,7 @@ class Mem:
     disp: int = 0
     if TYPE_CHECKING:
         shape: int  # set by __post_init__ (not a field): what the encoder's form choice reads
+        address: tuple[int, int, bytes]  # set by __post_init__ (not a field): ``address(...)``, for the encoder
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", shape_id(("mem", self.bits)))
@@ -109,6 +110,9 @@ class Mem:
             raise ValueError(f"memory access size must be one of {sorted(PTR_NAMES)}, got {self.bits}")
         if self.index is None and self.scale != 1:
             object.__setattr__(self, "scale", 1)  # a scale without an index means nothing
+        object.__setattr__(self, "address", address(self.base.num if self.base is not None else None,
+                                                    self.index.num if self.index is not None else None,
+                                                    self.scale, self.disp))
 
     @classmethod
     def of(cls, bits: int | None, base: Reg | None, index: Reg | None, scale: int, disp: int) -> Mem:
@@ -124,24 +128,42 @@ class Mem:
         d["scale"] = scale
         d["disp"] = disp
         d["shape"] = _MEM_SHAPES[bits]
+        d["address"] = address(base.num if base is not None else None, index.num if index is not None else None,
+                               scale, disp)
         return m
 
     def sized(self, bits: int | None) -> Mem:
         return Mem(bits, self.base, self.index, self.scale, self.disp)
-
-    @cached_property
-    def address(self) -> tuple[int, int, bytes]:
-        """How the encoder writes this address (``encoder.address``), worked out on first use."""
-        from tg_x86.encoder import address
-        base, index = self.base, self.index
-        return address(base.num if base is not None else None, index.num if index is not None else None,
-                       self.scale, self.disp)
 
     def __repr__(self) -> str:
         from tg_x86.listing import format_operand
         return format_operand(self)
 
 
+def address(base: int | None, index: int | None, scale: int, disp: int) -> tuple[int, int, bytes]:
+    """How ``[base + index*scale + disp]`` (register numbers) is encoded: (REX.X << 1 | REX.B, the ModRM byte
+    with reg 0, the SIB and displacement bytes). The SDM's special cases: rsp/r12 as base need a SIB byte,
+    rbp/r13 as base need a displacement (disp8 0), no base is SIB base 101 with disp32, and SIB index 100
+    means "no index" (so rsp can never be an index)."""
+    if index is not None:
+        xb, sib = (index >> 3) << 1, _SCALE_BITS[scale] << 6 | (index & 7) << 3
+    else:
+        xb, sib = 0, 0b100 << 3  # no index: SIB index 100, scale 00 (as assemblers emit it)
+    if base is None:  # [index*scale + disp32] or [disp32]: SIB with base 101 and mod 00
+        return xb, 0b100, bytes((sib | 0b101,)) + (disp & 0xFFFFFFFF).to_bytes(4, "little")
+    low = base & 7
+    xb |= base >> 3
+    with_sib = index is not None or low == 0b100  # rsp/r12 as base need a SIB byte
+    if disp == 0 and low != 0b101:  # rbp/r13 as base need a displacement
+        return (xb, 0b100, bytes((sib | low,))) if with_sib else (xb, low, b"")
+    if -128 <= disp <= 127:
+        disp8 = disp & 0xFF
+        return (xb, 0x44, bytes((sib | low, disp8))) if with_sib else (xb, 0x40 | low, bytes((disp8,)))
+    disp32 = (disp & 0xFFFFFFFF).to_bytes(4, "little")
+    return (xb, 0x84, bytes((sib | low,)) + disp32) if with_sib else (xb, 0x80 | low, disp32)
+
+
+_SCALE_BITS = {1: 0, 2: 1, 4: 2, 8: 3}
 _MEM_SHAPES = {bits: shape_id(("mem", bits)) for bits in (None, *PTR_NAMES)}
 
 
