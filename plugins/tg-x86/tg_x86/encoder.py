@@ -112,38 +112,45 @@ def compile_form(form: Form) -> FormEncoder:
         # the common case (every vector instruction): VEX prefix, one opcode byte, ModRM
         opc = opcode[0]
 
-        # the register operands in ModRM.reg, VEX.vvvv and ModRM.rm (those the form has), in that order; every
-        # such form has a reg or a vvvv operand besides rm (so the itemgetter gives a tuple)
-        assert at_reg >= 0 or at_vvvv >= 0, form.text
-        reg_fields = operator.itemgetter(*(i for i in (at_reg, at_vvvv, at_rm) if i >= 0))
+        # the register operands in ModRM.reg and VEX.vvvv (those the form has, at least one), and ModRM.rm
+        fields = [i for i in (at_reg, at_vvvv) if i >= 0]
+        assert fields, f"no reg or vvvv operand in {form.text}"
+        reg_vvvv_rm = operator.itemgetter(*fields, at_rm)
+        reg_vvvv = operator.itemgetter(*fields) if len(fields) > 1 else lambda ops: (ops[fields[0]],)
 
-        @functools.lru_cache(maxsize=4096)  # bounded anyway: 16 registers in each of three fields
+        def vex_fields(reg_num: int, vvvv_num: int) -> tuple[int, int, int]:
+            """(VEX.R in place, VEX.vvvv and the fixed L/pp bits, ModRM.reg in place)."""
+            return (reg_num >> 3 ^ 1) << 7, ((~vvvv_num & 0xF) << 3 if at_vvvv >= 0 else 0x78) | vex_tail, \
+                (reg_num & 7) << 3
+
+        # Both caches are bounded anyway (16 registers in each field, 4 x 256 address heads), and instructions
+        # naming the same registers repeat from kernel to kernel.
+        @functools.lru_cache(maxsize=4096)
         def vex_registers(*nums: int) -> bytes:
-            """VEX prefix, opcode and ModRM when every ModRM/VEX operand is a register (``nums``: their numbers,
-            as ``reg_fields`` lists them): the same for every instruction naming these registers."""
-            reg_num = nums[0] if at_reg >= 0 else digit
-            vvvv_tail = ((~nums[-2] & 0xF) << 3 if at_vvvv >= 0 else 0x78) | vex_tail
+            """VEX prefix, opcode and ModRM when rm is a register (``nums``: the numbers ``reg_vvvv_rm`` reads)."""
+            r_bit, vvvv_tail, reg = vex_fields(nums[0] if at_reg >= 0 else digit, nums[-2] if at_vvvv >= 0 else 0)
             rm_num = nums[-1]
-            r_bit = (reg_num >> 3 ^ 1) << 7
-            low = 0xC0 | (reg_num & 7) << 3 | rm_num & 7
+            low = 0xC0 | reg | rm_num & 7
             if vex2 and rm_num < 8:
                 return bytes((0xC5, r_bit | vvvv_tail, opc, low))
             return bytes((0xC4, r_bit | (rm_num >> 3 ^ 3) << 5 | vex3_map, vex3_w | vvvv_tail, opc, low))
 
+        @functools.lru_cache(maxsize=4096)
+        def vex_memory(xb: int, modrm: int, *nums: int) -> bytes:
+            """VEX prefix, opcode and ModRM when rm is memory (``xb``, ``modrm`` from its address; ``nums``: the
+            numbers ``reg_vvvv`` reads)."""
+            r_bit, vvvv_tail, reg = vex_fields(nums[0] if at_reg >= 0 else digit, nums[-1] if at_vvvv >= 0 else 0)
+            if vex2 and not xb:
+                return bytes((0xC5, r_bit | vvvv_tail, opc, modrm | reg))
+            return bytes((0xC4, r_bit | (xb ^ 3) << 5 | vex3_map, vex3_w | vvvv_tail, opc, modrm | reg))
+
         def encode_vex(ops: tuple[Operand, ...], cond: Cond | None, rel: int) -> bytes:
             rm = ops[at_rm]
             if type(rm) is Mem:
-                reg_num = ops[at_reg].num if at_reg >= 0 else digit  # type: ignore[union-attr]
-                vvvv_tail = ((~ops[at_vvvv].num & 0xF) << 3 if at_vvvv >= 0 else 0x78) | vex_tail  # type: ignore[union-attr]
                 xb, modrm, rest = rm.address
-                r_bit = (reg_num >> 3 ^ 1) << 7
-                modrm |= (reg_num & 7) << 3
-                if vex2 and not xb:
-                    out = bytes((0xC5, r_bit | vvvv_tail, opc, modrm)) + rest
-                else:
-                    out = bytes((0xC4, r_bit | (xb ^ 3) << 5 | vex3_map, vex3_w | vvvv_tail, opc, modrm)) + rest
+                out = vex_memory(xb, modrm, *map(_NUM, reg_vvvv(ops))) + rest
             else:
-                out = vex_registers(*map(_NUM, reg_fields(ops)))
+                out = vex_registers(*map(_NUM, reg_vvvv_rm(ops)))
             if has_tail:
                 for i, size in imms:
                     out += (ops[i].value & _MASKS[size]).to_bytes(size, "little")  # type: ignore[union-attr]
@@ -158,26 +165,33 @@ def compile_form(form: Form) -> FormEncoder:
         reg_is_byte = at_reg >= 0 and form.operands[at_reg].reg == ("gpr", 8)
         rm_is_byte = form.operands[at_rm].reg == ("gpr", 8)
 
-        @functools.lru_cache(maxsize=4096)  # bounded anyway: 16 registers in each of two fields
+        def legacy_head(rex: int, needs_rex: bool, modrm: int) -> bytes:
+            """Prefixes, REX (if any bit is set or a byte register needs one), opcode, ModRM."""
+            if rex or needs_rex:
+                return prefixes + bytes((0x40 | rex,)) + opcode + bytes((modrm,))
+            return prefixes + opcode + bytes((modrm,))
+
+        # Both caches are bounded anyway (16 values of each register field, 4 x 256 address heads), and
+        # instructions naming the same registers repeat from kernel to kernel.
+        @functools.lru_cache(maxsize=4096)
         def legacy_registers(reg_num: int, rm_num: int) -> bytes:
-            """Prefixes, REX, opcode and ModRM when the rm operand is a register, worked out once per registers."""
-            rex = rex_w | (reg_num >> 3) << 2 | rm_num >> 3
-            modrm = bytes((0xC0 | (reg_num & 7) << 3 | rm_num & 7,))
-            if rex or (reg_is_byte and 4 <= reg_num <= 7) or (rm_is_byte and 4 <= rm_num <= 7):
-                return prefixes + bytes((0x40 | rex,)) + opcode + modrm
-            return prefixes + opcode + modrm
+            """The instruction without immediates when rm is a register."""
+            return legacy_head(rex_w | (reg_num >> 3) << 2 | rm_num >> 3,
+                               (reg_is_byte and 4 <= reg_num <= 7) or (rm_is_byte and 4 <= rm_num <= 7),
+                               0xC0 | (reg_num & 7) << 3 | rm_num & 7)
+
+        @functools.lru_cache(maxsize=4096)
+        def legacy_memory(xb: int, modrm: int, reg_num: int) -> bytes:
+            """The instruction up to ModRM when rm is memory (``xb``, ``modrm`` from its address)."""
+            return legacy_head(rex_w | (reg_num >> 3) << 2 | xb, reg_is_byte and 4 <= reg_num <= 7,
+                               modrm | (reg_num & 7) << 3)
 
         def encode_legacy(ops: tuple[Operand, ...], cond: Cond | None, rel: int) -> bytes:
             reg_num = ops[at_reg].num if at_reg >= 0 else digit  # type: ignore[union-attr]
             rm = ops[at_rm]
             if type(rm) is Mem:
                 xb, modrm, rest = rm.address
-                rex = rex_w | (reg_num >> 3) << 2 | xb
-                modrm_bytes = bytes((modrm | (reg_num & 7) << 3,)) + rest
-                if rex or (reg_is_byte and 4 <= reg_num <= 7):
-                    out = prefixes + bytes((0x40 | rex,)) + opcode + modrm_bytes
-                else:
-                    out = prefixes + opcode + modrm_bytes
+                out = legacy_memory(xb, modrm, reg_num) + rest
             else:
                 out = legacy_registers(reg_num, rm.num)  # type: ignore[union-attr]
             if has_tail:
@@ -185,6 +199,18 @@ def compile_form(form: Form) -> FormEncoder:
                     out += (ops[i].value & _MASKS[size]).to_bytes(size, "little")  # type: ignore[union-attr]
             return out
         return encode_legacy
+
+    if rel_size and not (has_modrm or imms or prefixes or rex_w or v is not None or plus_r):
+        # jumps (a hot path of the assembler, which encodes each jump two or three times): opcode, displacement
+        def encode_jump(ops: tuple[Operand, ...], cond: Cond | None, rel: int) -> bytes:
+            if not rel_lo <= rel < rel_hi:
+                raise EncodeError(f"jump displacement {rel} does not fit in {rel_size * 8} bits")
+            if plus_cc:
+                if cond is None:
+                    raise EncodeError(f"{name} needs a condition code")
+                return head + bytes((last + cond.code,)) + (rel & _MASKS[rel_size]).to_bytes(rel_size, "little")
+            return opcode + (rel & _MASKS[rel_size]).to_bytes(rel_size, "little")
+        return encode_jump
 
     def encode_form(ops: tuple[Operand, ...], cond: Cond | None, rel: int) -> bytes:
         reg_num = ops[at_reg].num if at_reg >= 0 else digit  # type: ignore[union-attr]
