@@ -123,8 +123,8 @@ def compile_form(form: Form) -> FormEncoder:
             return (reg_num >> 3 ^ 1) << 7, ((~vvvv_num & 0xF) << 3 if at_vvvv >= 0 else 0x78) | vex_tail, \
                 (reg_num & 7) << 3
 
-        # Both caches are bounded anyway (16 registers in each field, 4 x 256 address heads), and instructions
-        # naming the same registers repeat from kernel to kernel.
+        # The bytes before the immediates depend on a few numbers only (the registers, the address's ModRM and
+        # REX.X/B bits), which repeat within a kernel and from kernel to kernel: each is worked out once.
         @functools.lru_cache(maxsize=4096)
         def vex_registers(*nums: int) -> bytes:
             """VEX prefix, opcode and ModRM when rm is a register (``nums``: the numbers ``reg_vvvv_rm`` reads)."""
@@ -171,8 +171,7 @@ def compile_form(form: Form) -> FormEncoder:
                 return prefixes + bytes((0x40 | rex,)) + opcode + bytes((modrm,))
             return prefixes + opcode + bytes((modrm,))
 
-        # Both caches are bounded anyway (16 values of each register field, 4 x 256 address heads), and
-        # instructions naming the same registers repeat from kernel to kernel.
+        # as for VEX: the bytes before the immediates are worked out once per register numbers and address head
         @functools.lru_cache(maxsize=4096)
         def legacy_registers(reg_num: int, rm_num: int) -> bytes:
             """The instruction without immediates when rm is a register."""
@@ -218,8 +217,8 @@ def compile_form(form: Form) -> FormEncoder:
         if has_modrm:
             rm = ops[at_rm]
             if type(rm) is Mem:
-                xb, modrm, rest = rm.address
-                modrm = bytes((modrm | (reg_num & 7) << 3,)) + rest
+                xb, rm_bits, rest = rm.address
+                modrm = bytes((rm_bits | (reg_num & 7) << 3,)) + rest
             else:
                 rm_num = rm.num  # type: ignore[union-attr]
                 xb, modrm = rm_num >> 3, bytes((0xC0 | (reg_num & 7) << 3 | rm_num & 7,))

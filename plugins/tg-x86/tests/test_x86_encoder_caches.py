@@ -1,0 +1,97 @@
+"""The encoder's work-once paths give the bytes of the plain ones: memory operands carry their address encoding
+(``operands.address``, interned by ``operands.mem``), register-only and memory heads are cached per form and
+register numbers, and ``encode_plan`` writes constant stores, prologue and epilogue from cached pieces.
+Each is compared with an independent way to the same bytes (hand-checked SDM bytes and capstone, or the
+staged ``Inst`` path)."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from tg_x86 import Inst, Op, asm, byte, encode, machine, operands, qword, reg, select_form
+from tg_x86.encoder import compile_form, encode_all
+from tg_x86.operands import GPRS64, Mem, xmm, ymm
+from tg_x86_testutil import decode_one, decoder, same_listing
+
+r = reg
+
+# REX for spl..dil depends on which operand is a byte register: a cache keyed by register numbers must
+# still tell "movzx esi, al" (no REX: esi is a 32-bit destination) from "movzx eax, sil" (REX)
+BYTE_REGISTERS = [
+    (Inst(Op.MOVZX, r("esi"), r("al")), "movzx esi, al", "0F B6 F0"),
+    (Inst(Op.MOVZX, r("eax"), r("sil")), "movzx eax, sil", "40 0F B6 C6"),
+    (Inst(Op.MOV, r("sil"), r("dl")), "mov sil, dl", "40 88 D6"),
+    (Inst(Op.MOV, r("dl"), r("bl")), "mov dl, bl", "88 DA"),
+    (Inst(Op.MOV, byte(r("rax")), r("sil")), "mov byte ptr [rax], sil", "40 88 30"),
+    (Inst(Op.MOV, byte(r("rax")), r("dl")), "mov byte ptr [rax], dl", "88 10"),
+    (Inst(Op.MOVZX, r("esi"), byte(r("rax"))), "movzx esi, byte ptr [rax]", "0F B6 30"),
+]
+
+
+@pytest.mark.parametrize("inst, text, expected", BYTE_REGISTERS, ids=[t for _, t, _ in BYTE_REGISTERS])
+def test_byte_registers_through_the_caches(inst, text, expected):
+    for _ in range(2):  # the second time from the caches
+        assert encode(inst).hex(" ").upper() == expected
+    decoded, size, _ = decode_one(decoder(), bytes.fromhex(expected))
+    assert size == len(bytes.fromhex(expected)) and same_listing(text, decoded, select_form(inst))
+    assert asm([inst]) == text
+
+
+def _vex_cases() -> list[Inst]:
+    """Register-only and memory forms of a few VEX instructions over registers that need VEX3 or not."""
+    regs = (0, 7, 8, 15)
+    mems = [Mem(256, GPRS64[b], None, 1, d) for b, d in ((0, 0), (4, 8), (13, 0), (12, -300))]
+    mems.append(Mem(256, GPRS64[1], GPRS64[9], 8, 64))
+    out = []
+    for a, b, c in itertools.product(regs, repeat=3):
+        out.append(Inst(Op.VADDPS, ymm(a), ymm(b), ymm(c)))
+        out.append(Inst(Op.VPSLLD, xmm(a), xmm(b), c))  # vvvv and rm, a /digit in ModRM.reg
+    for a, b in itertools.product(regs, repeat=2):
+        out += [Inst(Op.VADDPS, ymm(a), ymm(b), m) for m in mems]
+        out += [Inst(Op.VMOVUPS, m, ymm(a)) for m in mems]
+        out.append(Inst(Op.VMOVQ, r(GPRS64[a].name), xmm(b)))
+    return out
+
+
+def test_cached_encodings_agree_with_a_fresh_encoder_and_capstone():
+    md = decoder()
+    for inst in _vex_cases():
+        form = select_form(inst)
+        first, cached, fresh = encode(inst), encode(inst), compile_form(form)(inst.operands, inst.cond, 0)
+        assert first == cached == fresh
+        decoded, size, _ = decode_one(md, first)
+        assert size == len(first) and same_listing(asm([inst]), decoded, form), f"{inst!r}: capstone {decoded!r}"
+
+
+def test_memory_operands_carry_their_address_encoding():
+    for base, index, scale, disp in [(0, None, 1, 0), (4, None, 1, 0), (5, None, 1, 0), (13, None, 1, 0),
+                                     (12, 9, 4, -8), (None, 3, 8, 0x40), (None, None, 1, 0x1234), (7, 14, 2, 1 << 20)]:
+        b = GPRS64[base] if base is not None else None
+        x = GPRS64[index] if index is not None else None
+        made = Mem(64, b, x, scale, disp)
+        assert Mem.of(64, b, x, scale, disp).address == made.address
+        interned = operands.mem(64, base, index, scale, disp)
+        assert interned == made and interned.address == made.address
+        assert operands.mem(64, base, index, scale, disp) is interned  # one object per operand
+        assert encode(Inst(Op.MOV, r("rax"), interned)) == encode(Inst(Op.MOV, r("rax"), made))
+
+
+@pytest.mark.parametrize("disp", [0, 4, 112, 124, 128, 4096, (1 << 20) + 4])
+@pytest.mark.parametrize("size", [16, 32])
+def test_constant_stores_are_the_staged_stores(disp, size):
+    data = np.random.default_rng(disp + size).integers(0, 256, size, dtype=np.uint8).tobytes()
+    assert machine._const_stores_code(disp, data) == b"".join(encode_all(machine._const_stores(disp, data)))  # type: ignore[arg-type]
+
+
+def test_prologue_and_epilogue_are_the_staged_ones():
+    for saved, size, home_base, nhome in [((), 0, 0, 0), (("rbx", "r12"), 40, 16, 3), (("rbp",), 200, 64, 6)]:
+        staged = encode_all(machine._prologue(saved, size, home_base, nhome))  # type: ignore[arg-type]
+        assert machine._prologue_code(saved, size, home_base, nhome) == b"".join(staged)  # type: ignore[arg-type]
+        assert machine._epilogue_code(saved, size) == b"".join(encode_all(machine._epilogue(saved, size)))  # type: ignore[arg-type]
+
+
+def test_mem_rejects_what_mem_of_rejects():
+    with pytest.raises(ValueError):
+        operands.mem(32, 4, None, 1, 1 << 31)
+    assert qword(r("rax")).address == (0, 0, b"")  # [rax]: mod 00, rm 000, no SIB or displacement
