@@ -85,10 +85,12 @@ def test_constant_stores_are_the_staged_stores(disp, size):
 
 
 def test_prologue_and_epilogue_are_the_staged_ones():
-    for saved, size, home_base, nhome in [((), 0, 0, 0), (("rbx", "r12"), 40, 16, 3), (("rbp",), 200, 64, 6)]:
-        staged = encode_all(machine._prologue(saved, size, home_base, nhome))  # type: ignore[arg-type]
-        assert machine._prologue_code(saved, size, home_base, nhome) == b"".join(staged)  # type: ignore[arg-type]
-        assert machine._epilogue_code(saved, size) == b"".join(encode_all(machine._epilogue(saved, size)))  # type: ignore[arg-type]
+    for saved, saved_vec, size, homes in [((), (), 0, ()), (("rbx", "r12"), (), 40, (("rdi", 16), ("rsi", 24))),
+                                          (("rbp", "rdi"), ((6, 32), (7, 48)), 200, ())]:
+        lay = machine.Layout(saved, saved_vec, size, homes, [], {})
+        staged = b"".join(encode_all(machine._prologue(lay)))  # type: ignore[arg-type]
+        assert machine._prologue_code(saved, saved_vec, size, homes) == staged
+        assert machine._epilogue_code(saved, saved_vec, size) == b"".join(encode_all(machine._epilogue(lay)))  # type: ignore[arg-type]
 
 
 def test_mem_rejects_what_mem_of_rejects():
