@@ -154,6 +154,9 @@ def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = No
     """Allocate registers (unless ``allocation`` is given), add prologue and epilogue, lower to ``Inst``s."""
     allocated, spill_bytes = allocation or allocate(program, TARGET)
     vecs = _vecs_named(allocated) if frame.abi.callee_saved_vec else set()
+    scratch_vec = {r.index for r in SCRATCH_VEC}
+    if vecs & scratch_vec:  # vectors were spilled: all scratch ones count as used, as encode_plan counts them
+        vecs |= scratch_vec
     lay = _frame_layout(frame, spill_bytes, _gprs_named(allocated), vecs)
     out: list[Inst | Label] = list(_prologue(lay))
     for disp, data in lay.consts:
