@@ -382,6 +382,17 @@ def _store32_head(disp: int) -> bytes:
     return bytes((0xC7, modrm)) + rest
 
 
+def clear_encoding_caches() -> None:
+    """Forget every memo table of the encoding (the forms chosen by operand shape, the compiled form encoders with
+    their register/address heads, interned memory operands, frame code): the state of a fresh process. For
+    benchmarks of first compiles; nothing else needs it (every table is bounded)."""
+    encoder._form_cache.clear()
+    encoder._ENCODERS.clear()
+    operands._MEMS.clear()
+    for cached in (_prologue_code, _epilogue_code, _store32_heads, _store32_head):
+        cached.cache_clear()
+
+
 def _encode_body(program: list, plan: RegisterPlan | None, reg_of: dict, views_of: dict, spilled: set,
                  slot_disp: dict[tuple[str, int], int], codes: list[bytes | None], jumps: dict[int, Inst],
                  at: dict[Label, int]) -> None:
