@@ -69,6 +69,14 @@ def fold_by_range(x: UOp) -> UOp | None:
     return x.const_like(lo) if lo == hi and x.dtype.count == 1 else None
 
 
+def and_keeps(x: UOp, c1: UOp) -> UOp | None:
+    """x & m -> x when x is never negative and m has every bit up to x's highest possible one."""
+    if x.vmin < 0:
+        return None
+    low = (1 << int(x.vmax).bit_length()) - 1
+    return x if c1.arg & low == low else None
+
+
 def _all_ones(dtype: DType) -> int:
     """The constant with every bit set: -1 for signed ints, the maximum for unsigned ones."""
     return -1 if dtype_bounds(dtype)[0] < 0 else dtype_bounds(dtype)[1]
@@ -158,6 +166,62 @@ def collect_terms(x: UOp) -> UOp | None:
     if len(merged) == len(terms):
         return None
     return _build_sum(x.dtype, list(merged.items()), const)
+
+
+def recombine_divmod(x: UOp) -> UOp | None:
+    """(a//c)*(c*m) + (a%c)*m -> a*m for a constant c > 0, also deep inside a sum. In C, a == (a//c)*c + a%c
+    for every a (truncation, any sign), and wrapping * and + form a ring, so no bound is needed; the
+    coefficients only have to agree modulo 2**bits. The terms of a (when a is a sum) join the sum's."""
+    left, right = _term_bases(x.src[0]), _term_bases(x.src[1])
+    if left is _TOO_MANY or right is _TOO_MANY:
+        return None
+    small, big = (left, right) if len(left) <= len(right) else (right, left)
+    if not any(_divmod_partner(b, big) is not None for b in small):  # a new pair, or a pair whose coefficient changed
+        return None
+    split = _split_sum(x)
+    if split is None:
+        return None
+    terms, const = split
+    merged: dict[UOp, int] = {}
+    for base, coeff in terms:
+        merged[base] = merged.get(base, 0) + coeff
+    ring = 1 << (8 * x.dtype.itemsize)
+    pairs: dict[UOp, UOp] = {}  # a // c -> a % c, for the pairs whose coefficients agree
+    for q in merged:
+        r = _divmod_partner(q, merged) if q.op is Ops.IDIV else None
+        if r is not None and (merged[q] - merged[r] * q.src[1].arg) % ring == 0:
+            pairs[q] = r
+    if not pairs:
+        return None
+    dropped = set(pairs.values())
+    out: dict[UOp, int] = {}
+    for base, coeff in merged.items():
+        if base in pairs:  # a's terms take the place of a // c
+            m = merged[pairs[base]]
+            a = base.src[0]
+            inner = _split_sum(a)
+            for b, c in inner[0] if inner is not None else [(a, 1)]:
+                out[b] = out.get(b, 0) + c * m
+            const += inner[1] * m if inner is not None else 0
+        elif base not in dropped:
+            out[base] = out.get(base, 0) + coeff
+    return _build_sum(x.dtype, list(out.items()), const)
+
+
+def _divmod_partner(b: UOp, bases: frozenset[UOp] | dict[UOp, int]) -> UOp | None:
+    """For b = a // c (a % c) with a constant c > 0: a % c (a // c) when it is among bases, else None."""
+    if b.op is Ops.IDIV:
+        other = Ops.MOD
+    elif b.op is Ops.MOD:
+        other = Ops.IDIV
+    else:
+        return None
+    if b.src[1].op is not Ops.CONST or b.src[1].arg <= 0:
+        return None
+    for o in bases:
+        if o.op is other and o.src == b.src:
+            return o
+    return None
 
 
 # ------------------------------------------------------------------------------------------------ div/mod
@@ -335,6 +399,8 @@ symbolic_simple = PatternMatcher([
     (UPat(Ops.AND, INTS, src=(x, c1)),
      lambda x, c1: x if c1.arg == _all_ones(x.dtype) else (c1 if c1.arg == 0 else None)),
     (UPat((Ops.OR, Ops.XOR), INTS, src=(x, c1)), lambda x, c1: x if c1.arg == 0 else None),
+    # x & m -> x when 0 <= x and m has every bit x can have (x & (2**k - 1) -> x for 0 <= x < 2**k)
+    (UPat(Ops.AND, INTS, src=(x, c1)), and_keeps),
     # x & x -> x, x | x -> x, max(x, x) -> x
     (UPat((Ops.AND, Ops.OR, Ops.MAX), src=(x, x)), lambda x: x),
     # x ^ x -> 0 (ints, bools)
@@ -388,9 +454,8 @@ symbolic = (symbolic_simple + PatternMatcher([
     # (x % m) % d -> x % d when d divides m
     (UPat(Ops.MOD, INTS, src=(UPat(Ops.MOD, src=(x, c1)), c2)),
      lambda x, c1, c2: x % c2.arg if c2.arg > 0 and c1.arg % c2.arg == 0 else None),
-    # (x // d) * d + x % d -> x
-    (UPat(Ops.ADD, INTS, src=(UPat(Ops.MUL, src=(UPat(Ops.IDIV, src=(x, c1)), c1)), UPat(Ops.MOD, src=(x, c1)))),
-     lambda x, c1: x),
+    # (a // c) * (c*m) + (a % c) * m -> a*m, also deep inside a sum (m = 1: (a // c) * c + a % c -> a)
+    (UPat(Ops.ADD, INTS, name="x"), recombine_divmod),
     # sum // d, sum % d: common factors, whole multiples, partial factors
     (UPat(Ops.IDIV, INTS, src=(x, c1)), lambda x, c1: fold_divmod(x, c1, Ops.IDIV)),
     (UPat(Ops.MOD, INTS, src=(x, c1)), lambda x, c1: fold_divmod(x, c1, Ops.MOD)),
@@ -428,8 +493,11 @@ def simplify_sum(u: UOp) -> UOp | None:
             from tgcore.uop.rewrite import graph_rewrite
             t = graph_rewrite(t, symbolic, name="simplify")
         base = t.src[0] if t.op is Ops.MUL and t.src[1].op is Ops.CONST else t
-        if t.op in (Ops.ADD, Ops.CONST) or base.op in (Ops.ADD, Ops.CONST) or base not in _term_bases(x):
+        bases = _term_bases(x)
+        if t.op in (Ops.ADD, Ops.CONST) or base.op in (Ops.ADD, Ops.CONST) or base not in bases:
             return None
+        if _divmod_partner(base, bases) is not None:
+            return None  # the merged coefficient may let recombine_divmod fire: the rules decide
         split = _split_sum(x)
         if split is None:
             return None
