@@ -152,10 +152,20 @@ def _term_bases(u: UOp) -> frozenset[UOp]:
     return found
 
 
-def collect_terms(x: UOp) -> UOp | None:
-    """x*a + ... + x*b -> x*(a+b): merge the terms of a sum that share a base."""
-    if not (_term_bases(x.src[0]) & _term_bases(x.src[1])):  # the sources are already merged inside
-        return None
+def merge_terms(x: UOp) -> UOp | None:
+    """Merge the terms of a sum, also deep inside it: x*a + ... + x*b -> x*(a+b) (terms that share a base), and
+    (a//c)*(c*m) + (a%c)*m -> a*m for a constant c > 0 (see ``_recombine_divmod``). The sources are already
+    merged inside, so only a base in both sources, or a div/mod pair with a member in each, can change."""
+    left, right = _term_bases(x.src[0]), _term_bases(x.src[1])
+    if not (left & right):
+        if left is _TOO_MANY or right is _TOO_MANY:
+            return None
+        small, big = (left, right) if len(left) <= len(right) else (right, left)
+        for b in small:  # a div/mod pair across the sources?
+            if (b.op is Ops.IDIV or b.op is Ops.MOD) and _divmod_partner(b, big) is not None:
+                break
+        else:
+            return None
     split = _split_sum(x)
     if split is None:
         return None
@@ -163,29 +173,20 @@ def collect_terms(x: UOp) -> UOp | None:
     merged: dict[UOp, int] = {}
     for base, coeff in terms:
         merged[base] = merged.get(base, 0) + coeff
+    recombined = _recombine_divmod(x.dtype, merged, const)
+    if recombined is not None:
+        return _build_sum(x.dtype, *recombined)
     if len(merged) == len(terms):
         return None
     return _build_sum(x.dtype, list(merged.items()), const)
 
 
-def recombine_divmod(x: UOp) -> UOp | None:
-    """(a//c)*(c*m) + (a%c)*m -> a*m for a constant c > 0, also deep inside a sum. In C, a == (a//c)*c + a%c
-    for every a (truncation, any sign), and wrapping * and + form a ring, so no bound is needed; the
-    coefficients only have to agree modulo 2**bits. The terms of a (when a is a sum) join the sum's."""
-    left, right = _term_bases(x.src[0]), _term_bases(x.src[1])
-    if left is _TOO_MANY or right is _TOO_MANY:
-        return None
-    small, big = (left, right) if len(left) <= len(right) else (right, left)
-    if not any(_divmod_partner(b, big) is not None for b in small):  # a new pair, or a pair whose coefficient changed
-        return None
-    split = _split_sum(x)
-    if split is None:
-        return None
-    terms, const = split
-    merged: dict[UOp, int] = {}
-    for base, coeff in terms:
-        merged[base] = merged.get(base, 0) + coeff
-    ring = 1 << (8 * x.dtype.itemsize)
+def _recombine_divmod(dtype: DType, merged: dict[UOp, int], const: int) -> tuple[list[tuple[UOp, int]], int] | None:
+    """The terms and constant of a sum (merged: base -> coefficient) after (a//c)*(c*m) + (a%c)*m -> a*m; None
+    when no pair's coefficients agree. In C, a == (a//c)*c + a%c for every a (truncation, any sign), and
+    wrapping * and + form a ring, so no bound is needed and the coefficients only have to agree modulo
+    2**bits. The terms of a (when a is a sum) take the place of a//c."""
+    ring = 1 << (8 * dtype.itemsize)
     pairs: dict[UOp, UOp] = {}  # a // c -> a % c, for the pairs whose coefficients agree
     for q in merged:
         r = _divmod_partner(q, merged) if q.op is Ops.IDIV else None
@@ -196,7 +197,7 @@ def recombine_divmod(x: UOp) -> UOp | None:
     dropped = set(pairs.values())
     out: dict[UOp, int] = {}
     for base, coeff in merged.items():
-        if base in pairs:  # a's terms take the place of a // c
+        if base in pairs:
             m = merged[pairs[base]]
             a = base.src[0]
             inner = _split_sum(a)
@@ -205,7 +206,7 @@ def recombine_divmod(x: UOp) -> UOp | None:
             const += inner[1] * m if inner is not None else 0
         elif base not in dropped:
             out[base] = out.get(base, 0) + coeff
-    return _build_sum(x.dtype, list(out.items()), const)
+    return list(out.items()), const
 
 
 def _divmod_partner(b: UOp, bases: frozenset[UOp] | dict[UOp, int]) -> UOp | None:
@@ -440,8 +441,9 @@ symbolic = (symbolic_simple + PatternMatcher([
      lambda x, c1, y: (x + y) + c1 if y.op is not Ops.CONST else None),
     # (x + y) * c -> x*c + y*c: distribute constant factors over sums
     (UPat(Ops.MUL, INTS, src=(UPat(Ops.ADD, src=(x, y)), c1)), lambda x, y, c1: x * c1 + y * c1),
-    # x*a + x*b -> x*(a+b), also deep inside a sum
-    (UPat(Ops.ADD, INTS, name="x"), collect_terms),
+    # x*a + x*b -> x*(a+b); (a // c) * (c*m) + (a % c) * m -> a*m (m = 1: (a // c) * c + a % c -> a); also deep
+    # inside a sum
+    (UPat(Ops.ADD, INTS, name="x"), merge_terms),
     # max(x, y) -> x when x >= y always
     (UPat(Ops.MAX, INTS, src=(x, y)), lambda x, y: x if x.vmin >= y.vmax else (y if y.vmin >= x.vmax else None)),
     # x // -c -> -(x // c); x % -c -> x % c (truncating division)
@@ -454,8 +456,6 @@ symbolic = (symbolic_simple + PatternMatcher([
     # (x % m) % d -> x % d when d divides m
     (UPat(Ops.MOD, INTS, src=(UPat(Ops.MOD, src=(x, c1)), c2)),
      lambda x, c1, c2: x % c2.arg if c2.arg > 0 and c1.arg % c2.arg == 0 else None),
-    # (a // c) * (c*m) + (a % c) * m -> a*m, also deep inside a sum (m = 1: (a // c) * c + a % c -> a)
-    (UPat(Ops.ADD, INTS, name="x"), recombine_divmod),
     # sum // d, sum % d: common factors, whole multiples, partial factors
     (UPat(Ops.IDIV, INTS, src=(x, c1)), lambda x, c1: fold_divmod(x, c1, Ops.IDIV)),
     (UPat(Ops.MOD, INTS, src=(x, c1)), lambda x, c1: fold_divmod(x, c1, Ops.MOD)),
@@ -477,7 +477,7 @@ def simplify_sum(u: UOp) -> UOp | None:
     """The normal form of ``x + t`` (ints) when ``x`` already is one, without a rewrite, in the two cases the
     rules settle at once: ``t`` a constant (it folds into ``x``'s constant term: ``(y + c1) + c2 -> y + (c1 + c2)``,
     ``y + 0 -> y``: the lanes of an affine index) and ``t`` a term ``base*c`` whose base is a term of ``x``
-    (the terms merge, as ``collect_terms`` does: an index without its lane). None for other nodes."""
+    (the terms merge, as ``merge_terms`` does: an index without its lane). None for other nodes."""
     normal = symbolic.fixed_point_key
     if u.op is not Ops.ADD or u.dtype not in INTS or normal is None:
         return None
@@ -497,7 +497,7 @@ def simplify_sum(u: UOp) -> UOp | None:
         if t.op in (Ops.ADD, Ops.CONST) or base.op in (Ops.ADD, Ops.CONST) or base not in bases:
             return None
         if _divmod_partner(base, bases) is not None:
-            return None  # the merged coefficient may let recombine_divmod fire: the rules decide
+            return None  # with the merged coefficient a div/mod pair may recombine: the rules decide
         split = _split_sum(x)
         if split is None:
             return None
