@@ -13,6 +13,7 @@ sum they look at cannot wrap, so they are sound even near the dtype's limits.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from tgcore.dtype import DType, dtypes
 from tgcore.uop.alu import UndefinedOp, bitcast_value, cast_value, exec_alu
@@ -209,7 +210,7 @@ def _recombine_divmod(dtype: DType, merged: dict[UOp, int], const: int) -> tuple
     return list(out.items()), const
 
 
-def _divmod_partner(b: UOp, bases: frozenset[UOp] | dict[UOp, int]) -> UOp | None:
+def _divmod_partner(b: UOp, bases: Iterable[UOp]) -> UOp | None:
     """For b = a // c (a % c) with a constant c > 0: a % c (a // c) when it is among bases, else None."""
     if b.op is Ops.IDIV:
         other = Ops.MOD
@@ -514,6 +515,9 @@ def stride(expr: UOp, r: UOp) -> int | None:
     """How much the int ``expr`` grows when the RANGE ``r`` grows by one, if that is a constant (else None):
     ``simplify(expr[r:=1] - expr[r:=0])``. For a normal form in which ``r`` is only a term of the top sum
     (``... + r*c + ...``, the usual index) the answer is that term's coefficient, read off without a rewrite."""
+    normal = symbolic.fixed_point_key
+    if normal is not None and normal not in expr.__dict__ and expr.dtype in INTS:
+        expr.simplify()  # a normal form that was built without the rules (e.g. by substitute) gets its mark
     fast = _term_stride(expr, r)
     if fast is not None and not _spec_enabled():
         return fast
@@ -540,6 +544,51 @@ def _term_stride(expr: UOp, r: UOp) -> int | None:
         elif r in base.ranges or base.op in (Ops.END, Ops.REDUCE):
             return None
     return int(UOp.const(expr.dtype, coeff).arg)
+
+
+def difference(a: UOp, b: UOp) -> int | None:
+    """``a - b`` when it is a constant, else None: what ``(a - b).simplify()`` finds. For two int normal forms
+    (the indices of two loads) it is read off their terms without a rewrite (see ``_term_difference``)."""
+    a, b = a.simplify(), b.simplify()  # (what simplifying a - b does first; at once for a node already simple)
+    fast = _term_difference(a, b)
+    if fast is not _UNDECIDED and not _spec_enabled():
+        return fast  # type: ignore[return-value]
+    d = (a - b).simplify()
+    slow = d.arg if d.op is Ops.CONST else None
+    if fast is not _UNDECIDED and fast != slow:
+        raise AssertionError(f"{a.render()} - {b.render()}: the terms say {fast}, the rules {slow}")
+    return slow
+
+
+_UNDECIDED = object()
+
+
+def _term_difference(a: UOp, b: UOp) -> int | None | object:
+    """``a - b`` for normal forms of one int dtype: the constant when every term cancels, None when terms are left
+    that no rule can combine (merge_terms only merges equal bases and div/mod pairs whose coefficients agree, and
+    a normal form's bases are final); ``_UNDECIDED`` when that does not settle it (such a pair is left, or a node
+    is not marked as a normal form)."""
+    normal = symbolic.fixed_point_key
+    if a.dtype not in INTS or b.dtype is not a.dtype or normal is None or normal not in a.__dict__ or \
+            normal not in b.__dict__:
+        return _UNDECIDED
+    split_a, split_b = _split_sum(a), _split_sum(b)
+    if split_a is None or split_b is None:
+        return _UNDECIDED
+    merged: dict[UOp, int] = {}
+    for base, coeff in split_a[0]:
+        merged[base] = merged.get(base, 0) + coeff
+    for base, coeff in split_b[0]:
+        merged[base] = merged.get(base, 0) - coeff
+    ring = 1 << (8 * a.dtype.itemsize)
+    left = {base: coeff for base, coeff in merged.items() if coeff % ring != 0}  # (a multiple of 2**bits wraps to 0)
+    if not left:
+        return UOp.const(a.dtype, split_a[1] - split_b[1]).arg
+    for q, coeff in left.items():  # a div/mod pair whose coefficients agree would recombine
+        r = _divmod_partner(q, left) if q.op is Ops.IDIV else None
+        if r is not None and (coeff - left[r] * q.src[1].arg) % ring == 0:
+            return _UNDECIDED
+    return None
 
 
 def _spec_enabled() -> bool:
