@@ -12,6 +12,7 @@ import pytest
 
 from tgcore.dtype import dtypes
 from tgcore.uop import Ops, UOp, resolve, smax, smin, ssimplify, sym_infer
+from tgcore.uop.symbolic import difference
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -123,6 +124,20 @@ def test_mask_unsigned():
     u = a.cast(dtypes.uint32)
     assert (u & 255).simplify() is u.simplify()
     assert (u & 7).simplify().op is Ops.AND
+
+
+@pytest.mark.parametrize("spec", ["0", "1"])  # the terms alone, and checked against the rules
+def test_difference_of_normal_forms(spec, monkeypatch):
+    monkeypatch.setenv("TG_SPEC", spec)
+    x = UOp.variable("x", -50, 100)
+    assert difference((a * 4 + b + 3).simplify(), (a * 4 + b).simplify()) == 3
+    assert difference((a * 4 + b).simplify(), (b + a * 4 + 7).simplify()) == -7
+    assert difference((a * 4).simplify(), b) is None
+    assert difference((a * 4 + b * 2).simplify(), (a * 4 + b).simplify()) is None
+    # a div/mod pair across the two: (x//4)*4 + 3 - (x - x%4) is 3 only once (x//4)*4 + x%4 -> x
+    assert difference(((x // 4) * 4 + 3).simplify(), (x - x % 4).simplify()) == 3
+    assert difference(((x // 4) * 4 + 3).simplify(), (x - x % 8).simplify()) is None
+    assert difference(a + 5, a + 2) == 3  # not simplified yet
 
 
 def test_codegen_style_index():

@@ -18,10 +18,12 @@ from hypothesis import strategies as st
 
 from tgcore.dtype import dtypes
 from tgcore.uop import Ops, UOp, sym_infer
+from tgcore.uop.symbolic import difference
 
 EXAMPLES = int(os.environ.get("TG_FUZZ_EXAMPLES", "2500"))
 FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ_HALF = settings(FUZZ, max_examples=max(1, EXAMPLES // 2))  # properties of one rule or helper
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -219,6 +221,23 @@ def pair_or_mask_case(draw):
     return root, assignments(draw, vs)
 
 
+@st.composite
+def two_sums_case(draw):
+    """Two sums sharing terms (the indices of neighbouring loads): base + pair + terms, with some terms the same."""
+    vs = variables(draw)
+    b = Builder(draw(st.binary(min_size=8, max_size=120)), vs)
+    shared = b.int_expr(draw(st.integers(0, 3)))
+    sums = []
+    for _ in range(2):
+        e = shared
+        for _ in range(draw(st.integers(0, 3))):
+            e = e + b.int_expr(draw(st.integers(0, 2))) * draw(st.sampled_from([1, 2, -1, 4, 2**31]))
+        if draw(st.booleans()):
+            e = e + b.node("divmod", 2)
+        sums.append(e + draw(st.integers(-40, 40)))
+    return sums[0], sums[1], assignments(draw, vs)
+
+
 # ------------------------------------------------------------------------------------------------ properties
 
 def check_simplify(e: UOp, envs: list[dict[str, int]]) -> None:
@@ -239,8 +258,20 @@ def test_simplify_preserves_value_and_bounds(c):
     check_simplify(*c)
 
 
-@FUZZ
+@FUZZ_HALF
 @given(pair_or_mask_case())
 def test_divmod_pairs_and_masks_preserve_value(c):
     """(a // c)*(c*m) + (a % c)*m -> a*m and x & (2**k - 1) -> x, checked where nothing above hides them."""
     check_simplify(*c)
+
+
+@FUZZ_HALF
+@given(two_sums_case())
+def test_difference_of_two_sums(c):
+    """symbolic.difference: a constant only when a - b is one (TG_SPEC also checks it against the rules)."""
+    a, b, envs = c
+    a, b = a.simplify(), b.simplify()
+    d = difference(a, b)
+    for env in envs:
+        if d is not None:
+            assert wrap32(ref_eval(a, env)[a] - ref_eval(b, env)[b]) == d, f"{a.render()} - {b.render()} != {d}"
