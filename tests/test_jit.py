@@ -1,11 +1,17 @@
 """tgcore.jit: replays give the same results as plain calls, compile nothing, and key on input signatures."""
 from __future__ import annotations
 
+import gc
+
 import numpy as np
+import pytest
 
 import tgcore
+from tgcore.engine.jit import JitError
 from tgcore.engine.realize import CompileCounter
 from tgcore.engine.stats import GlobalCounters
+from tgcore.runtime.buffer import Buffer
+from tgcore.runtime.cpu import native_pool
 from tgcore.tensor import Tensor
 from tgcore.uop import UOp
 
@@ -99,3 +105,93 @@ def test_random_numbers_are_fresh_on_every_replay_and_compile_once():
     Tensor.manual_seed(3)
     again = [Tensor.rand(8).numpy() for _ in range(2)]
     np.testing.assert_array_equal(first, again)
+
+
+
+@pytest.fixture(params=["CPU", "PYTHON"])
+def device(request) -> str:
+    """CPU replays through one NativeGraph call (when the native pool is there), PYTHON kernel by kernel."""
+    return request.param
+
+
+def _check_replay_path(f, device: str) -> None:
+    graphs = [c.graph is not None for c in f.captures.values()]
+    assert graphs and all(graphs) == (device == "CPU" and native_pool() is not None)
+
+
+def test_inputs_at_a_byte_offset_into_a_bigger_buffer(device):
+    """Inputs that are slices of one realized buffer are views at byte offsets into it (not copies); a replay
+    reads each input's own bytes, wherever the next call's inputs sit."""
+    f = tgcore.jit(lambda a, b: a * 2 + b)
+    rng = np.random.default_rng(2)
+    for lo in [4, 0, 12, 8, 20, 3]:  # a different offset every call; both inputs in one buffer
+        big = rng.standard_normal(40).astype(np.float32)
+        t = Tensor(big, device=device).realize()
+        a, b = t[lo:lo + 8], t[lo + 8:lo + 16]
+        np.testing.assert_array_equal(f(a, b).numpy(), big[lo:lo + 8] * 2 + big[lo + 8:lo + 16])
+    other = rng.standard_normal((2, 8)).astype(np.float32)  # then inputs in buffers of their own
+    np.testing.assert_array_equal(f(Tensor(other[0], device=device), Tensor(other[1], device=device)).numpy(),
+                                  other[0] * 2 + other[1])
+    big = rng.standard_normal(40).astype(np.float32)  # and back to one buffer, the other way round
+    t = Tensor(big, device=device).realize()
+    np.testing.assert_array_equal(f(t[20:28], t[2:10]).numpy(), big[20:28] * 2 + big[2:10])
+    _check_replay_path(f, device)
+
+
+def test_a_slice_of_an_input_inside_the_function(device):
+    """A kernel argument that is part of an input (a slice the function took, a view at a byte offset into the
+    input) follows the input on replay."""
+    f = tgcore.jit(lambda a: a[2:6].contiguous() * 2 + a[4:8].contiguous())
+    rng = np.random.default_rng(3)
+    for lo in [0, 5, 1, 7]:
+        big = rng.standard_normal(20).astype(np.float32)
+        x = big[lo:lo + 10]
+        np.testing.assert_array_equal(f(Tensor(big, device=device).realize()[lo:lo + 10]).numpy(),
+                                      x[2:6] * 2 + x[4:8])
+    offsets = {offset for c in f.captures.values() for p in c.plan for _, _, offset, _ in p.inputs}
+    assert offsets == {8, 16}
+    _check_replay_path(f, device)
+
+
+def test_one_tensor_in_several_argument_slots(device):
+    """A capture made with one tensor in two slots is not replayed for two different tensors (it would read
+    the first for both), and the other way round."""
+    f = tgcore.jit(lambda a, b: a * 3 - b)
+    x = np.arange(6, dtype=np.float32)
+    tx = Tensor(x, device=device)
+    for _ in range(3):
+        np.testing.assert_array_equal(f(tx, tx).numpy(), x * 3 - x)
+    for k in range(3):
+        y, z = x + k, x * (k + 2)
+        np.testing.assert_array_equal(f(Tensor(y, device=device), Tensor(z, device=device)).numpy(), y * 3 - z)
+        tz = Tensor(z, device=device)
+        np.testing.assert_array_equal(f(tz, tz).numpy(), z * 3 - z)
+    assert len(f.captures) == 2
+    _check_replay_path(f, device)
+
+
+def test_a_variable_bound_inside_the_function_is_named(device):
+    """The replay takes variable values from the arguments only; one bound inside the function has none."""
+    v = UOp.variable("n", 0, 9)
+    f = tgcore.jit(lambda x: x + Tensor(v.bind(2), device=x.device).float())
+    x = Tensor(np.zeros(3, np.float32), device=device)
+    for _ in range(2):
+        np.testing.assert_array_equal(f(x).numpy(), [2] * 3)
+    with pytest.raises(JitError, match="needs variable 'n', which this call did not bind"):
+        f(x)
+
+
+def test_a_capture_keeps_the_buffers_its_kernels_use(device):
+    """A replay passes the captured intermediate and output buffers by handle: the capture must keep those
+    buffers alive, else their memory goes back to the allocator and is handed to the next tensor."""
+    f = tgcore.jit(lambda a: ((a * 2).contiguous() + 1).sum())
+    x = Tensor(np.ones(256, np.float32), device=device)
+    for _ in range(3):
+        assert f(x).item() == 768
+    gc.collect()
+    live = [b._handle for b in gc.get_objects() if isinstance(b, Buffer) and b.is_allocated()]
+    plan = next(iter(f.captures.values())).plan
+    handles = [a for p in plan for a in p.args if a is not None]
+    assert handles and all(any(h is a for h in live) for a in handles)
+    others = [Tensor(np.full(256, 7, np.float32), device=device).realize() for _ in range(4)]
+    assert f(x).item() == 768 and others[0].numpy()[0] == 7

@@ -12,6 +12,7 @@ import pytest
 
 from tgcore.dtype import dtypes
 from tgcore.uop import Ops, UOp, resolve, smax, smin, ssimplify, sym_infer
+from tgcore.uop.symbolic import difference
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -76,10 +77,67 @@ def test_boolean_algebra():
     (lambda: b // 4, "0"),
     (lambda: a // -2, "(-(a//2))"),
     (lambda: a % -3, "(a%3)"),
-    (lambda: (a // 3) * 3 + a % 3, "a"),
 ])
 def test_div_mod_folding(expr, want):
     assert simp(expr()) == want
+
+
+@pytest.mark.parametrize("expr, want", [
+    (lambda: (a // 8) * 64 + (a % 8) * 8, "(a*8)"),
+    (lambda: (a % 8) * 8 + (a // 8) * 64, "(a*8)"),  # either order
+    (lambda: (a // 3) * 3 + a % 3, "a"),  # m = 1
+    (lambda: a % 3 + (a // 3) * 3, "a"),
+    (lambda: (a // 4) * 4 + b + a % 4, "(a+b)"),  # the pair apart inside a longer sum
+    (lambda: (n // 4) * 4 + n % 4, "n"),  # negative dividends: C's n == (n//4)*4 + n%4 holds for every sign
+    (lambda: (n // 4) * -12 + (n % 4) * -3 + 5, "((n*-3)+5)"),  # negative m, and a constant term
+    (lambda: ((a + b) // 3) * 6 + ((a + b) % 3) * 2 + b, "((a*2)+(b*3))"),  # a sum as the dividend
+    (lambda: (a // 8) * 64 + (a % 8) * 4 + (a % 8) * 4, "(a*8)"),  # the coefficients agree once merged
+])
+def test_div_mod_pairs_recombine(expr, want):
+    assert simp(expr()) == want
+
+
+def test_div_mod_pairs_with_other_coefficients_stay():
+    for e in [(a // 8) * 63 + (a % 8) * 8, (a // 8) * 64 + (a % 8) * 7, (a // 8) * 64 + (a % 4) * 8,
+              (n // 4) * 4 + (n % 3)]:
+        s = e.simplify()
+        assert any(u.op is Ops.IDIV for u in s.toposort), s.render()
+        for v in range(-8, 11):
+            env = {"a": max(v, 0), "n": max(min(v, 8), -8)}
+            assert sym_infer(s, env) == sym_infer(e, env)
+
+
+@pytest.mark.parametrize("expr, want", [
+    (lambda: a & 15, "a"), (lambda: b & 3, "b"), (lambda: a & 255, "a"),
+    (lambda: a & 0x7F0F, "a"),  # every bit a can have (0..3) is set
+    (lambda: a & 7, "(a&7)"),  # a can be 8..10
+    (lambda: a & 0x7F0E, "(a&32526)"),  # bit 0 is not set
+    (lambda: n & 15, "(n&15)"),  # n can be negative: -1 & 15 == 15
+    (lambda: (a % 4) & 3, "(a%4)"),
+    (lambda: (a & 15) & 7, "(a&7)"),
+])
+def test_mask_that_keeps_every_bit(expr, want):
+    assert simp(expr()) == want
+
+
+def test_mask_unsigned():
+    u = a.cast(dtypes.uint32)
+    assert (u & 255).simplify() is u.simplify()
+    assert (u & 7).simplify().op is Ops.AND
+
+
+@pytest.mark.parametrize("spec", ["0", "1"])  # the terms alone, and checked against the rules
+def test_difference_of_normal_forms(spec, monkeypatch):
+    monkeypatch.setenv("TG_SPEC", spec)
+    x = UOp.variable("x", -50, 100)
+    assert difference((a * 4 + b + 3).simplify(), (a * 4 + b).simplify()) == 3
+    assert difference((a * 4 + b).simplify(), (b + a * 4 + 7).simplify()) == -7
+    assert difference((a * 4).simplify(), b) is None
+    assert difference((a * 4 + b * 2).simplify(), (a * 4 + b).simplify()) is None
+    # a div/mod pair across the two: (x//4)*4 + 3 - (x - x%4) is 3 only once (x//4)*4 + x%4 -> x
+    assert difference(((x // 4) * 4 + 3).simplify(), (x - x % 4).simplify()) == 3
+    assert difference(((x // 4) * 4 + 3).simplify(), (x - x % 8).simplify()) is None
+    assert difference(a + 5, a + 2) == 3  # not simplified yet
 
 
 def test_codegen_style_index():

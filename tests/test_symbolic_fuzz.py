@@ -18,10 +18,12 @@ from hypothesis import strategies as st
 
 from tgcore.dtype import dtypes
 from tgcore.uop import Ops, UOp, sym_infer
+from tgcore.uop.symbolic import difference
 
 EXAMPLES = int(os.environ.get("TG_FUZZ_EXAMPLES", "2500"))
 FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ_HALF = settings(FUZZ, max_examples=max(1, EXAMPLES // 2))  # properties of one rule or helper
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -105,7 +107,8 @@ def ref_eval(u: UOp, env: dict[str, int]) -> dict[UOp, int | bool]:
 
 LO = [0, 0, 0, 1, -1, -5, -20, 3]
 WIDTH = [0, 1, 3, 7, 15, 31, 63]
-KINDS = ["leaf", "add", "sub", "mul", "div", "mod", "min", "max", "where", "neg", "div", "mod"]
+KINDS = ["leaf", "add", "sub", "mul", "div", "mod", "min", "max", "where", "neg", "div", "mod", "divmod", "mask"]
+MASKS = [0, 1, 3, 7, 15, 31, 63, 127, 255, 0x7FFF, 0x7F0F, -1, -2, -16]
 DIVISORS = [1, 2, 3, 4, 5, 8, 16, -1, -2, -3, -4, 7, 12]
 CMPS = ["lt", "ne", "eq", "le", "gt", "ge"]
 
@@ -140,6 +143,9 @@ class Builder:
         kind = self.pick(KINDS)
         if kind == "leaf":
             return self.leaf()
+        return self.node(kind, depth)
+
+    def node(self, kind: str, depth: int) -> UOp:
         a = self.int_expr(depth - 1)
         if kind == "neg":
             return -a
@@ -151,6 +157,17 @@ class Builder:
                 if self.booleans():
                     divisor = -divisor
             return a // divisor if kind == "div" else a % divisor
+        if kind == "divmod":  # (a // c) * (c*m) + (a % c) * m (+ rest), sometimes with a coefficient that differs
+            c = self.pick([d for d in DIVISORS if d > 1])
+            m = self.byte() % 7 - 3
+            k = c * m + (self.byte() % 3 - 1 if self.booleans() else 0)
+            q, r = (a // c) * k, (a % c) * m
+            rest = self.int_expr(depth - 1)
+            return (r + rest) + q if self.booleans() else (q + rest) + r
+        if kind == "mask":  # a & m, a sometimes made non-negative first
+            if self.booleans():
+                a = a.maximum(0)
+            return a & self.pick(MASKS)
         b = self.int_expr(depth - 1)
         if kind == "add":
             return a + b
@@ -170,28 +187,60 @@ class Builder:
         return {"lt": a < b, "ne": a.ne(b), "eq": a.eq(b), "le": a <= b, "gt": a > b, "ge": a >= b}[kind]
 
 
-@st.composite
-def case(draw):
+def variables(draw) -> list[UOp]:
     vs = []
     for i in range(draw(st.integers(1, 3))):
         lo = LO[draw(st.integers(0, len(LO) - 1))]
         vs.append(UOp.variable(f"v{i}", lo, lo + WIDTH[draw(st.integers(0, len(WIDTH) - 1))]))
+    return vs
+
+
+def assignments(draw, vs: list[UOp]) -> list[dict[str, int]]:
+    envs = [{v.arg[0]: draw(st.integers(v.arg[1], v.arg[2])) for v in vs} for _ in range(4)]
+    return envs + [{v.arg[0]: v.arg[1] for v in vs}, {v.arg[0]: v.arg[2] for v in vs}]  # the corners
+
+
+@st.composite
+def case(draw):
+    vs = variables(draw)
     b = Builder(draw(st.binary(min_size=8, max_size=160)), vs)
     depth = draw(st.integers(1, 6))
     e = b.int_expr(depth)
     if draw(st.integers(0, 5)) == 0:  # sometimes a comparison at the root
         e = b.bool_expr(min(depth, 3)) & (e < draw(st.integers(-20, 40)))
-    envs = [{v.arg[0]: draw(st.integers(v.arg[1], v.arg[2])) for v in vs} for _ in range(4)]
-    envs += [{v.arg[0]: v.arg[1] for v in vs}, {v.arg[0]: v.arg[2] for v in vs}]  # the corners
-    return e, envs
+    return e, assignments(draw, vs)
+
+
+@st.composite
+def pair_or_mask_case(draw):
+    """A divmod pair sum or a mask at the root (inside a tree, a wrong value there is often hidden by a
+    min/max/where above it)."""
+    vs = variables(draw)
+    b = Builder(draw(st.binary(min_size=8, max_size=120)), vs)
+    root = b.node("divmod" if draw(st.booleans()) else "mask", draw(st.integers(1, 4)))
+    return root, assignments(draw, vs)
+
+
+@st.composite
+def two_sums_case(draw):
+    """Two sums sharing terms (the indices of neighbouring loads): base + pair + terms, with some terms the same."""
+    vs = variables(draw)
+    b = Builder(draw(st.binary(min_size=8, max_size=120)), vs)
+    shared = b.int_expr(draw(st.integers(0, 3)))
+    sums = []
+    for _ in range(2):
+        e = shared
+        for _ in range(draw(st.integers(0, 3))):
+            e = e + b.int_expr(draw(st.integers(0, 2))) * draw(st.sampled_from([1, 2, -1, 4, 2**31]))
+        if draw(st.booleans()):
+            e = e + b.node("divmod", 2)
+        sums.append(e + draw(st.integers(-40, 40)))
+    return sums[0], sums[1], assignments(draw, vs)
 
 
 # ------------------------------------------------------------------------------------------------ properties
 
-@FUZZ
-@given(case())
-def test_simplify_preserves_value_and_bounds(c):
-    e, envs = c
+def check_simplify(e: UOp, envs: list[dict[str, int]]) -> None:
     s = e.simplify()
     for env in envs:
         want = ref_eval(e, env)
@@ -201,3 +250,28 @@ def test_simplify_preserves_value_and_bounds(c):
             assert n.vmin <= v <= n.vmax, f"{n.render()} = {v} outside [{n.vmin}, {n.vmax}] at {env}"
         assert s.vmin <= got <= s.vmax, f"{s.render()} = {got} outside [{s.vmin}, {s.vmax}] at {env}"
         assert sym_infer(e, env) == want[e]
+
+
+@FUZZ
+@given(case())
+def test_simplify_preserves_value_and_bounds(c):
+    check_simplify(*c)
+
+
+@FUZZ_HALF
+@given(pair_or_mask_case())
+def test_divmod_pairs_and_masks_preserve_value(c):
+    """(a // c)*(c*m) + (a % c)*m -> a*m and x & (2**k - 1) -> x, checked where nothing above hides them."""
+    check_simplify(*c)
+
+
+@FUZZ_HALF
+@given(two_sums_case())
+def test_difference_of_two_sums(c):
+    """symbolic.difference: a constant only when a - b is one (TG_SPEC also checks it against the rules)."""
+    a, b, envs = c
+    a, b = a.simplify(), b.simplify()
+    d = difference(a, b)
+    for env in envs:
+        if d is not None:
+            assert wrap32(ref_eval(a, env)[a] - ref_eval(b, env)[b]) == d, f"{a.render()} - {b.render()} != {d}"

@@ -40,6 +40,12 @@ def _stride(expr: UOp, r: UOp) -> int | None:
     return stride(expr, r)
 
 
+def difference(a: UOp, b: UOp) -> int | None:
+    """``a - b`` if that is a constant."""
+    from tgcore.uop.symbolic import difference  # read off the terms when it can, else (a - b).simplify()
+    return difference(a, b)
+
+
 def _main_inputs(ast: UOp) -> list[UOp]:
     """Index expressions of the loads from the largest input buffer (what the kernel mostly streams)."""
     loads = [u for u in ast.toposort if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
@@ -172,8 +178,7 @@ class _Expander:
         for i in range(self.count):
             if out:
                 start, n = out[-1]
-                step = (idx[i] - idx[i - 1]).simplify()
-                if n < limit and gate[i] is gate[i - 1] and step.op is Ops.CONST and step.arg == 1:
+                if n < limit and gate[i] is gate[i - 1] and difference(idx[i], idx[i - 1]) == 1:
                     out[-1] = (start, n + 1)
                     continue
             out.append((i, 1))
@@ -258,13 +263,19 @@ def split_blocks(ast: UOp) -> tuple[UOp, dict[UOp, UOp]]:
     Returns the kernel and each new block range's in-block range."""
     mapping: dict[UOp, UOp] = {}
     parts: dict[UOp, tuple[UOp, UOp]] = {}
-    for red in (u for u in ast.toposort if u.op is Ops.REDUCE):
+    reduces: list[UOp] = []
+    divisors: dict[UOp, list[int]] = {}  # node -> the constants it is divided by (r // k)
+    for u in ast.toposort:
+        if u.op is Ops.REDUCE:
+            reduces.append(u)
+        elif u.op is Ops.IDIV and u.src[1].op is Ops.CONST:
+            divisors.setdefault(u.src[0], []).append(u.src[1].arg)
+    for red in reduces:
         for r in red.src[1:]:
             size = _size(r)
             if r in mapping or r.op is not Ops.RANGE or size <= 0 or "upcast" in r.arg:
                 continue
-            ks = [u.src[1].arg for u in ast.toposort if u.op is Ops.IDIV and u.src[0] is r
-                  and u.src[1].op is Ops.CONST and 1 < u.src[1].arg < size and size % u.src[1].arg == 0]
+            ks = [k for k in divisors.get(r, ()) if 1 < k < size and size % k == 0]
             if not ks:
                 continue
             k = max(ks)
@@ -313,9 +324,11 @@ def factor_blocks(ast: UOp, inner: dict[UOp, UOp]) -> UOp:
             return None
         groups: dict[tuple[UOp, ...], list[UOp]] = {}
         for factors in terms:
-            outside = tuple(f for f in factors if i not in f.toposort)
-            inside = [f for f in factors if i in f.toposort]
-            groups.setdefault(outside, []).append(_product(inside, red.src[0]))
+            constant: list[UOp] = []  # the factors that do not depend on the in-block index
+            varying: list[UOp] = []
+            for f in factors:
+                (varying if i in f.toposort else constant).append(f)
+            groups.setdefault(tuple(constant), []).append(_product(varying, red.src[0]))
         if all(not outside for outside in groups):
             return None
         value = None

@@ -3,7 +3,8 @@
 In:  a Python function of Tensors (and bound symbolic variables, ``v.bind(n)``) that returns
      Tensors.
 Out: a callable with the same signature. The first call with a given input signature (shapes,
-     dtypes, devices of the tensor arguments, names of the bound variables) runs normally,
+     dtypes, devices of the tensor arguments, how their memory overlaps (the same tensor in two
+     slots, slices of one buffer), names of the bound variables) runs normally,
      compiling its kernels; the second call captures the kernels it runs; every later call
      replays them on the new input buffers and variable values, skipping the Python
      function, scheduling and codegen entirely.
@@ -47,8 +48,6 @@ class _Step:
 
 @dataclass
 class _Capture:
-    steps: list[_Step]
-    inputs: list[tuple[int, int, int, int]]  # (step, buffer slot, input number, byte offset into the input)
     outputs: Any                             # the function's result, with tensors replaced by their uops
     plan: list[_PlannedStep]                 # what a replay runs
     ops: int = 0                             # the steps' estimated operations and bytes, for GlobalCounters
@@ -58,10 +57,14 @@ class _Capture:
     # variable (by name): one word per call for each, written to all of its (step, argument) places
     graph_inputs: dict[tuple[int, int, Buffer], list[tuple[int, int]]] = field(default_factory=dict)
     graph_vars: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    needs: dict[str, str] = field(default_factory=dict)  # variable name -> the first kernel that reads it
 
     def __post_init__(self) -> None:
         self.ops = sum(p.ops for p in self.plan)
         self.mem = sum(p.mem for p in self.plan)
+        for p in self.plan:
+            for v in p.vars:
+                self.needs.setdefault(v, p.name)
         if any(p.copy is not None for p in self.plan) or any(p.device.split(":")[0] != "CPU" for p in self.plan):
             return
         from tgcore.runtime.cpu import NativeGraph
@@ -87,6 +90,37 @@ def _buffer_of(t: Any) -> Buffer:
     return kernelize.buffers[u]
 
 
+def _layout(bufs: list[Buffer]) -> tuple[tuple[int, int] | None, ...]:
+    """For each input buffer, (j, byte offset from input j) for the first earlier input j whose memory it
+    shares (the same tensor twice, or slices of one buffer), else None. A capture replays only for calls
+    whose inputs overlap the same way: a kernel argument inside several inputs is then the same memory."""
+    seen: dict[int, list[int]] = {}  # id of a base buffer -> the inputs in it
+    out: list[tuple[int, int] | None] = []
+    for i, b in enumerate(bufs):
+        found = None
+        group = seen.setdefault(id(b.base), [])
+        for j in group:
+            o = bufs[j]
+            if b.offset < o.offset + o.nbytes and o.offset < b.offset + b.nbytes:
+                found = (j, b.offset - o.offset)
+                break
+        group.append(i)
+        out.append(found)
+    return tuple(out)
+
+
+def _input_place(b: Buffer, inputs: list[Buffer]) -> tuple[int, int] | None:
+    """(input number, byte offset into it) when the kernel buffer ``b`` is an input's memory or lies inside one
+    (a slice the function took of it), else None."""
+    for n, inp in enumerate(inputs):
+        if b is inp:
+            return n, 0
+    for n, inp in enumerate(inputs):
+        if b.base is inp.base and inp.offset <= b.offset and b.offset + b.nbytes <= inp.offset + inp.nbytes:
+            return n, b.offset - inp.offset
+    return None
+
+
 class Jit:
     def __init__(self, fn: Callable[..., Any], max_captures: int = 8) -> None:
         self.fn = fn
@@ -109,51 +143,46 @@ class Jit:
         return tensors, variables
 
     @staticmethod
-    def _key(tensors: list[Any], variables: dict[str, int]) -> tuple:
-        return tuple((t.shape, t.dtype, t.device) for t in tensors) + tuple(sorted(variables))
+    def _key(tensors: list[Any], bufs: list[Buffer], variables: dict[str, int]) -> tuple:
+        return tuple((t.shape, t.dtype, t.device) for t in tensors) + (_layout(bufs),) + tuple(sorted(variables))
 
     # ---- calls ----
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         tensors, variables = self._inputs(args, kwargs)
-        for t in tensors:  # inputs must sit in their own contiguous buffers
+        for t in tensors:  # inputs must sit contiguously in a buffer (or a view at an offset into one)
             if not (t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER):
                 t.uop = t.contiguous().realize().uop
             t.realize()
-        key = self._key(tensors, variables)
+        bufs = [_buffer_of(t) for t in tensors]
+        key = self._key(tensors, bufs, variables)
         capture = self.captures.get(key)
         if capture is not None:
             self.captures.move_to_end(key)
-            return self._replay(capture, tensors, variables)
+            return self._replay(capture, tensors, bufs, variables)
         if key not in self.seen:  # first call: run normally, realizing the outputs (compiles everything)
             self.seen.add(key)
             out = self.fn(*args, **kwargs)
             _realize_all(out)
             return out
-        return self._capture(key, tensors, args, kwargs)
+        return self._capture(key, bufs, args, kwargs)
 
-    def _capture(self, key: tuple, tensors: list[Any], args: tuple, kwargs: dict) -> Any:
+    def _capture(self, key: tuple, inputs: list[Buffer], args: tuple, kwargs: dict) -> Any:
         recorded: list[tuple[Any, list[Buffer], str, str]] = []
         with engine.capturing(recorded), kernelize.no_realized_cache():
             out = self.fn(*args, **kwargs)
             _realize_all(out)
-        input_bases = [_buffer_of(t) for t in tensors]
-        steps, inputs = [], []
-        for i, (runner, bufs, kind, device) in enumerate(recorded):
-            steps.append(_Step(runner, list(bufs), kind, device))
-            for slot, b in enumerate(bufs):
-                for n, inp in enumerate(input_bases):
-                    if b is inp or (b.base is inp.base and b.base is not b):
-                        inputs.append((i, slot, n, b.offset - (inp.offset if inp.base is not inp else 0)))
-                        break
-        capture = _Capture(steps, inputs, _map_tensors(out, lambda t: t.uop), _plan(steps, inputs))
+        steps = [_Step(runner, list(bufs), kind, device) for runner, bufs, kind, device in recorded]
+        capture = _Capture(_map_tensors(out, lambda t: t.uop), _plan(steps, inputs))
         self.captures[key] = capture
         if len(self.captures) > self.max_captures:
             self.captures.popitem(last=False)
         return out
 
-    def _replay(self, capture: _Capture, tensors: list[Any], variables: dict[str, int]) -> Any:
+    def _replay(self, capture: _Capture, tensors: list[Any], inputs: list[Buffer], variables: dict[str, int]) -> Any:
         from tgcore.tensor import Tensor
-        inputs = [_buffer_of(t) for t in tensors]
+        for name, kernel in capture.needs.items():
+            if name not in variables:
+                raise JitError(f"kernel {kernel} needs variable {name!r}, which this call did not bind")
         views: dict[tuple[int, int, Any, int], Buffer] = {}  # one view per (input, size, dtype, offset) a call needs
 
         def bound(n: int, offset: int, old: Buffer) -> Buffer:
@@ -171,9 +200,6 @@ class Jit:
             for (n, offset, old), places in capture.graph_inputs.items():
                 graph.set_all(places, bound(n, offset, old).handle)
             for name, places in capture.graph_vars.items():
-                if name not in variables:
-                    raise JitError(f"kernel {capture.plan[places[0][0]].name} needs variable {name!r}, which this "
-                                   "call did not bind")
                 graph.set_all(places, variables[name])
             graph.run()
         for step in capture.plan if capture.graph is None or debug else ():
@@ -191,11 +217,7 @@ class Jit:
                 for arg, n, offset, old in step.inputs:
                     filled[arg] = bound(n, offset, old).handle
                 args = filled
-            try:
-                vals = tuple(variables[v] for v in step.vars)
-            except KeyError as e:
-                raise JitError(f"kernel {step.name} needs variable {e.args[0]!r}, which this call did not bind") \
-                    from None
+            vals = tuple(variables[v] for v in step.vars)
             elapsed = step.program(*args, vals=vals, threads=step.threads, wait=debug)
             if debug:
                 update_stats(step.name, step.device, step.kind, num_bufs=step.num_bufs, ops=step.ops, mem=step.mem,
@@ -223,19 +245,18 @@ class _PlannedStep:
     ops: int
     mem: int
     copy: tuple[Buffer, Buffer] | None = None       # (dest, src) for a copy step
+    bufs: list[Buffer] = field(default_factory=list)  # the captured buffers: they own the memory args points to
 
 
-def _plan(steps: list[_Step], inputs: list[tuple[int, int, int, int]]) -> list[_PlannedStep]:
-    by_step: dict[int, dict[int, tuple[int, int]]] = {}
-    for step_no, slot, n, offset in inputs:
-        by_step.setdefault(step_no, {})[slot] = (n, offset)
+def _plan(steps: list[_Step], inputs: list[Buffer]) -> list[_PlannedStep]:
+    """Each step with its arguments fixed, except those that are (in) one of the ``inputs``."""
     plan = []
-    for i, step in enumerate(steps):
-        slots = by_step.get(i, {})
+    for step in steps:
+        slots = {slot: place for slot, b in enumerate(step.bufs) if (place := _input_place(b, inputs)) is not None}
         if step.runner is None:
             planned_inputs = [(slot, n, offset, step.bufs[slot]) for slot, (n, offset) in slots.items()]
             plan.append(_PlannedStep("copy", step.device, "copy", None, (), planned_inputs, (), 1, 2, 0,
-                                     step.bufs[0].nbytes, copy=(step.bufs[0], step.bufs[1])))
+                                     step.bufs[0].nbytes, copy=(step.bufs[0], step.bufs[1]), bufs=step.bufs))
             continue
         spec = step.runner.spec
         args: list[Any] = []
@@ -248,7 +269,7 @@ def _plan(steps: list[_Step], inputs: list[tuple[int, int, int, int]]) -> list[_
             else:
                 args.append(step.bufs[slot].ensure_allocated().handle)
         plan.append(_PlannedStep(spec.name, step.device, step.kind, step.runner.program, tuple(args), planned_inputs,
-                                 spec.vars, spec.threads, len(step.bufs), spec.ops, spec.mem))
+                                 spec.vars, spec.threads, len(step.bufs), spec.ops, spec.mem, bufs=step.bufs))
     return plan
 
 

@@ -191,10 +191,10 @@ def combine_byte_loads(x: UOp) -> UOp | None:
         return None
     first = by_shift[0].src[0]
     buf, base = first.src
+    from tgcore.uop.symbolic import difference
     for k in range(1, n):
         index = by_shift[k].src[0]
-        step = (index.src[1] - base).simplify()
-        if index.src[0] is not buf or step.op is not Ops.CONST or step.arg != k:
+        if index.src[0] is not buf or difference(index.src[1], base) != k:
             return None
     wide = UOp(Ops.LOAD, dtypes.uint8.vec(n), (first,))
     return UOp(Ops.BITCAST, x.dtype, (wide,))
@@ -207,19 +207,22 @@ PREFETCH_MAX_AHEAD = 1 << 16
 CACHE_LINE = 64
 
 
-def innermost_loops(kernel: list[UOp]) -> set[UOp]:
-    """The RANGEs of a linear kernel with no loop inside them."""
+def loop_nest(kernel: list[UOp]) -> tuple[set[UOp], dict[UOp, tuple[UOp, ...]]]:
+    """The RANGEs of a linear kernel with no loop inside them, and the loops open at each LOAD (outermost first)."""
     inner: set[UOp] = set()
-    open_: list[UOp] = []
+    open_at: dict[UOp, tuple[UOp, ...]] = {}
+    open_: tuple[UOp, ...] = ()
     for u in kernel:
         if u.op is Ops.RANGE:
             if open_:
                 inner.discard(open_[-1])
-            open_.append(u)
+            open_ += (u,)
             inner.add(u)
         elif u.op is Ops.END:
-            open_ = [r for r in open_ if r not in u.src[1:]]
-    return inner
+            open_ = tuple(r for r in open_ if r not in u.src[1:])
+        elif u.op is Ops.LOAD:
+            open_at[u] = open_
+    return inner, open_at
 
 
 def _nbytes(param: UOp) -> int:
@@ -238,36 +241,30 @@ class _Prefetcher:
                   and u.src[0].src[0].op is Ops.PARAM]
         big = max(loaded, key=_nbytes, default=None)
         self.buf = big if big is not None and _nbytes(big) >= PREFETCH_MIN_BYTES else None
-        self.open: list[UOp] = []
         self.done: dict[UOp, list[UOp]] = {}  # innermost loop -> indices prefetched in its body
 
-    def enter(self, r: UOp) -> None:
-        self.open.append(r)
-
-    def leave(self, ranges: tuple[UOp, ...]) -> None:
-        self.open = [r for r in self.open if r not in ranges]
-
-    def distance(self, load: UOp) -> int | None:
-        """Elements ahead of ``load``'s index to prefetch, or None for no prefetch."""
-        from tgcore.uop.symbolic import stride
+    def distance(self, load: UOp, loops: tuple[UOp, ...]) -> int | None:
+        """Elements ahead of ``load``'s index to prefetch, or None for no prefetch (``loops``: the open ones)."""
+        from tgcore.uop.symbolic import difference, stride
         index = load.src[0]
-        if self.buf is None or index.src[0] is not self.buf or len(index.src) != 2 or not self.open:
+        if self.buf is None or index.src[0] is not self.buf or len(index.src) != 2 or not loops:
             return None
-        kinds = [r.arg[1] if isinstance(r.arg, tuple) and len(r.arg) > 1 else None for r in self.open]
-        outer = next((r for r, k in zip(self.open, kinds, strict=True) if k in ("global", "thread")), None)
-        inner = self.open[-1]
+        kinds = [r.arg[1] if isinstance(r.arg, tuple) and len(r.arg) > 1 else None for r in loops]
+        outer = next((r for r, k in zip(loops, kinds, strict=True) if k in ("global", "thread")), None)
+        inner = loops[-1]
         trips = inner.src[0].arg if inner.src[0].op is Ops.CONST else 0
-        if outer is None or "reduce" not in kinds[self.open.index(outer):] or 0 < trips <= UNROLL_TRIPS:
+        if outer is None or "reduce" not in kinds[loops.index(outer):] or 0 < trips <= UNROLL_TRIPS:
             return None
-        if not set(self.open) <= set(index.src[1].toposort):  # data reused across a loop (a matmul's) is cached
+        used = index.src[1].ranges  # (a loop still open here can not be closed inside the index)
+        if not all(r in used for r in loops):  # data reused across a loop (a matmul's) is cached
             return None
         ahead, size = stride(index.src[1], outer), load.dtype.itemsize // load.dtype.count
         if ahead is None or not CACHE_LINE <= ahead * size <= PREFETCH_MAX_AHEAD:
             return None
         seen = self.done.setdefault(inner, [])
         for idx in seen:
-            gap = (index.src[1] - idx).simplify()
-            if gap.op is Ops.CONST and abs(gap.arg) * size < CACHE_LINE:
+            gap = difference(index.src[1], idx)
+            if gap is not None and abs(gap) * size < CACHE_LINE:
                 return None
         seen.append(index.src[1])
         return ahead
@@ -410,7 +407,7 @@ class CRenderer(Renderer):
             body.append("  " * depth + text)
 
         prefetch = _Prefetcher(kernel)
-        innermost = innermost_loops(kernel)
+        innermost, loops_at = loop_nest(kernel)
 
         for u in kernel:
             op = u.op
@@ -423,7 +420,6 @@ class CRenderer(Renderer):
             elif op is Ops.CONST:
                 names[u] = c_const(u.arg, u.dtype)
             elif op is Ops.RANGE:
-                prefetch.enter(u)
                 r = fresh("ridx")
                 names[u] = r
                 end = names[u.src[0]]
@@ -438,7 +434,6 @@ class CRenderer(Renderer):
                     line(f"for ({c_type(u.dtype)} {r} = 0; {r} < {end}; {r}++) {{")
                 depth += 1
             elif op is Ops.END:
-                prefetch.leave(u.src[1:])
                 for _ in u.src[1:]:
                     depth -= 1
                     line("}")
@@ -451,7 +446,7 @@ class CRenderer(Renderer):
                 ptr, idx = names[u.src[0]], names[u.src[1]]
                 names[u] = ptr if not self._in_memory(u) else f"{ptr}[{idx}]"
             elif op is Ops.LOAD:
-                ahead = prefetch.distance(u)
+                ahead = prefetch.distance(u, loops_at[u])
                 if ahead is not None:
                     line(f"__builtin_prefetch(&{names[u.src[0].src[0]]}[{names[u.src[0].src[1]]}+{ahead}]);")
                 line(self._load(u, names, v := fresh("val")))

@@ -13,6 +13,7 @@ sum they look at cannot wrap, so they are sound even near the dtype's limits.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from tgcore.dtype import DType, dtypes
 from tgcore.uop.alu import UndefinedOp, bitcast_value, cast_value, exec_alu
@@ -67,6 +68,14 @@ def fold_by_range(x: UOp) -> UOp | None:
     """An integer or bool op whose range analysis pins it to one value becomes that constant."""
     lo, hi = x._min_max
     return x.const_like(lo) if lo == hi and x.dtype.count == 1 else None
+
+
+def and_keeps(x: UOp, c1: UOp) -> UOp | None:
+    """x & m -> x when x is never negative and m has every bit up to x's highest possible one."""
+    if x.vmin < 0:
+        return None
+    low = (1 << int(x.vmax).bit_length()) - 1
+    return x if c1.arg & low == low else None
 
 
 def _all_ones(dtype: DType) -> int:
@@ -144,10 +153,20 @@ def _term_bases(u: UOp) -> frozenset[UOp]:
     return found
 
 
-def collect_terms(x: UOp) -> UOp | None:
-    """x*a + ... + x*b -> x*(a+b): merge the terms of a sum that share a base."""
-    if not (_term_bases(x.src[0]) & _term_bases(x.src[1])):  # the sources are already merged inside
-        return None
+def merge_terms(x: UOp) -> UOp | None:
+    """Merge the terms of a sum, also deep inside it: x*a + ... + x*b -> x*(a+b) (terms that share a base), and
+    (a//c)*(c*m) + (a%c)*m -> a*m for a constant c > 0 (see ``_recombine_divmod``). The sources are already
+    merged inside, so only a base in both sources, or a div/mod pair with a member in each, can change."""
+    left, right = _term_bases(x.src[0]), _term_bases(x.src[1])
+    if not (left & right):
+        if left is _TOO_MANY or right is _TOO_MANY:
+            return None
+        small, big = (left, right) if len(left) <= len(right) else (right, left)
+        for b in small:  # a div/mod pair across the sources?
+            if (b.op is Ops.IDIV or b.op is Ops.MOD) and _divmod_partner(b, big) is not None:
+                break
+        else:
+            return None
     split = _split_sum(x)
     if split is None:
         return None
@@ -155,9 +174,56 @@ def collect_terms(x: UOp) -> UOp | None:
     merged: dict[UOp, int] = {}
     for base, coeff in terms:
         merged[base] = merged.get(base, 0) + coeff
+    recombined = _recombine_divmod(x.dtype, merged, const)
+    if recombined is not None:
+        return _build_sum(x.dtype, *recombined)
     if len(merged) == len(terms):
         return None
     return _build_sum(x.dtype, list(merged.items()), const)
+
+
+def _recombine_divmod(dtype: DType, merged: dict[UOp, int], const: int) -> tuple[list[tuple[UOp, int]], int] | None:
+    """The terms and constant of a sum (merged: base -> coefficient) after (a//c)*(c*m) + (a%c)*m -> a*m; None
+    when no pair's coefficients agree. In C, a == (a//c)*c + a%c for every a (truncation, any sign), and
+    wrapping * and + form a ring, so no bound is needed and the coefficients only have to agree modulo
+    2**bits. The terms of a (when a is a sum) take the place of a//c."""
+    ring = 1 << (8 * dtype.itemsize)
+    pairs: dict[UOp, UOp] = {}  # a // c -> a % c, for the pairs whose coefficients agree
+    for q in merged:
+        r = _divmod_partner(q, merged) if q.op is Ops.IDIV else None
+        if r is not None and (merged[q] - merged[r] * q.src[1].arg) % ring == 0:
+            pairs[q] = r
+    if not pairs:
+        return None
+    dropped = set(pairs.values())
+    out: dict[UOp, int] = {}
+    for base, coeff in merged.items():
+        if base in pairs:
+            m = merged[pairs[base]]
+            a = base.src[0]
+            inner = _split_sum(a)
+            for b, c in inner[0] if inner is not None else [(a, 1)]:
+                out[b] = out.get(b, 0) + c * m
+            const += inner[1] * m if inner is not None else 0
+        elif base not in dropped:
+            out[base] = out.get(base, 0) + coeff
+    return list(out.items()), const
+
+
+def _divmod_partner(b: UOp, bases: Iterable[UOp]) -> UOp | None:
+    """For b = a // c (a % c) with a constant c > 0: a % c (a // c) when it is among bases, else None."""
+    if b.op is Ops.IDIV:
+        other = Ops.MOD
+    elif b.op is Ops.MOD:
+        other = Ops.IDIV
+    else:
+        return None
+    if b.src[1].op is not Ops.CONST or b.src[1].arg <= 0:
+        return None
+    for o in bases:
+        if o.op is other and o.src == b.src:
+            return o
+    return None
 
 
 # ------------------------------------------------------------------------------------------------ div/mod
@@ -335,6 +401,8 @@ symbolic_simple = PatternMatcher([
     (UPat(Ops.AND, INTS, src=(x, c1)),
      lambda x, c1: x if c1.arg == _all_ones(x.dtype) else (c1 if c1.arg == 0 else None)),
     (UPat((Ops.OR, Ops.XOR), INTS, src=(x, c1)), lambda x, c1: x if c1.arg == 0 else None),
+    # x & m -> x when 0 <= x and m has every bit x can have (x & (2**k - 1) -> x for 0 <= x < 2**k)
+    (UPat(Ops.AND, INTS, src=(x, c1)), and_keeps),
     # x & x -> x, x | x -> x, max(x, x) -> x
     (UPat((Ops.AND, Ops.OR, Ops.MAX), src=(x, x)), lambda x: x),
     # x ^ x -> 0 (ints, bools)
@@ -374,8 +442,9 @@ symbolic = (symbolic_simple + PatternMatcher([
      lambda x, c1, y: (x + y) + c1 if y.op is not Ops.CONST else None),
     # (x + y) * c -> x*c + y*c: distribute constant factors over sums
     (UPat(Ops.MUL, INTS, src=(UPat(Ops.ADD, src=(x, y)), c1)), lambda x, y, c1: x * c1 + y * c1),
-    # x*a + x*b -> x*(a+b), also deep inside a sum
-    (UPat(Ops.ADD, INTS, name="x"), collect_terms),
+    # x*a + x*b -> x*(a+b); (a // c) * (c*m) + (a % c) * m -> a*m (m = 1: (a // c) * c + a % c -> a); also deep
+    # inside a sum
+    (UPat(Ops.ADD, INTS, name="x"), merge_terms),
     # max(x, y) -> x when x >= y always
     (UPat(Ops.MAX, INTS, src=(x, y)), lambda x, y: x if x.vmin >= y.vmax else (y if y.vmin >= x.vmax else None)),
     # x // -c -> -(x // c); x % -c -> x % c (truncating division)
@@ -388,9 +457,6 @@ symbolic = (symbolic_simple + PatternMatcher([
     # (x % m) % d -> x % d when d divides m
     (UPat(Ops.MOD, INTS, src=(UPat(Ops.MOD, src=(x, c1)), c2)),
      lambda x, c1, c2: x % c2.arg if c2.arg > 0 and c1.arg % c2.arg == 0 else None),
-    # (x // d) * d + x % d -> x
-    (UPat(Ops.ADD, INTS, src=(UPat(Ops.MUL, src=(UPat(Ops.IDIV, src=(x, c1)), c1)), UPat(Ops.MOD, src=(x, c1)))),
-     lambda x, c1: x),
     # sum // d, sum % d: common factors, whole multiples, partial factors
     (UPat(Ops.IDIV, INTS, src=(x, c1)), lambda x, c1: fold_divmod(x, c1, Ops.IDIV)),
     (UPat(Ops.MOD, INTS, src=(x, c1)), lambda x, c1: fold_divmod(x, c1, Ops.MOD)),
@@ -412,7 +478,7 @@ def simplify_sum(u: UOp) -> UOp | None:
     """The normal form of ``x + t`` (ints) when ``x`` already is one, without a rewrite, in the two cases the
     rules settle at once: ``t`` a constant (it folds into ``x``'s constant term: ``(y + c1) + c2 -> y + (c1 + c2)``,
     ``y + 0 -> y``: the lanes of an affine index) and ``t`` a term ``base*c`` whose base is a term of ``x``
-    (the terms merge, as ``collect_terms`` does: an index without its lane). None for other nodes."""
+    (the terms merge, as ``merge_terms`` does: an index without its lane). None for other nodes."""
     normal = symbolic.fixed_point_key
     if u.op is not Ops.ADD or u.dtype not in INTS or normal is None:
         return None
@@ -428,8 +494,11 @@ def simplify_sum(u: UOp) -> UOp | None:
             from tgcore.uop.rewrite import graph_rewrite
             t = graph_rewrite(t, symbolic, name="simplify")
         base = t.src[0] if t.op is Ops.MUL and t.src[1].op is Ops.CONST else t
-        if t.op in (Ops.ADD, Ops.CONST) or base.op in (Ops.ADD, Ops.CONST) or base not in _term_bases(x):
+        bases = _term_bases(x)
+        if t.op in (Ops.ADD, Ops.CONST) or base.op in (Ops.ADD, Ops.CONST) or base not in bases:
             return None
+        if _divmod_partner(base, bases) is not None:
+            return None  # with the merged coefficient a div/mod pair may recombine: the rules decide
         split = _split_sum(x)
         if split is None:
             return None
@@ -446,6 +515,9 @@ def stride(expr: UOp, r: UOp) -> int | None:
     """How much the int ``expr`` grows when the RANGE ``r`` grows by one, if that is a constant (else None):
     ``simplify(expr[r:=1] - expr[r:=0])``. For a normal form in which ``r`` is only a term of the top sum
     (``... + r*c + ...``, the usual index) the answer is that term's coefficient, read off without a rewrite."""
+    normal = symbolic.fixed_point_key
+    if normal is not None and normal not in expr.__dict__ and expr.dtype in INTS:
+        expr.simplify()  # a normal form that was built without the rules (e.g. by substitute) gets its mark
     fast = _term_stride(expr, r)
     if fast is not None and not _spec_enabled():
         return fast
@@ -472,6 +544,51 @@ def _term_stride(expr: UOp, r: UOp) -> int | None:
         elif r in base.ranges or base.op in (Ops.END, Ops.REDUCE):
             return None
     return int(UOp.const(expr.dtype, coeff).arg)
+
+
+def difference(a: UOp, b: UOp) -> int | None:
+    """``a - b`` when it is a constant, else None: what ``(a - b).simplify()`` finds. For two int normal forms
+    (the indices of two loads) it is read off their terms without a rewrite (see ``_term_difference``)."""
+    a, b = a.simplify(), b.simplify()  # (what simplifying a - b does first; at once for a node already simple)
+    fast = _term_difference(a, b)
+    if fast is not _UNDECIDED and not _spec_enabled():
+        return fast  # type: ignore[return-value]
+    d = (a - b).simplify()
+    slow = d.arg if d.op is Ops.CONST else None
+    if fast is not _UNDECIDED and fast != slow:
+        raise AssertionError(f"{a.render()} - {b.render()}: the terms say {fast}, the rules {slow}")
+    return slow
+
+
+_UNDECIDED = object()
+
+
+def _term_difference(a: UOp, b: UOp) -> int | None | object:
+    """``a - b`` for normal forms of one int dtype: the constant when every term cancels, None when terms are left
+    that no rule can combine (merge_terms only merges equal bases and div/mod pairs whose coefficients agree, and
+    a normal form's bases are final); ``_UNDECIDED`` when that does not settle it (such a pair is left, or a node
+    is not marked as a normal form)."""
+    normal = symbolic.fixed_point_key
+    if a.dtype not in INTS or b.dtype is not a.dtype or normal is None or normal not in a.__dict__ or \
+            normal not in b.__dict__:
+        return _UNDECIDED
+    split_a, split_b = _split_sum(a), _split_sum(b)
+    if split_a is None or split_b is None:
+        return _UNDECIDED
+    merged: dict[UOp, int] = {}
+    for base, coeff in split_a[0]:
+        merged[base] = merged.get(base, 0) + coeff
+    for base, coeff in split_b[0]:
+        merged[base] = merged.get(base, 0) - coeff
+    ring = 1 << (8 * a.dtype.itemsize)
+    left = {base: coeff for base, coeff in merged.items() if coeff % ring != 0}  # (a multiple of 2**bits wraps to 0)
+    if not left:
+        return UOp.const(a.dtype, split_a[1] - split_b[1]).arg
+    for q, coeff in left.items():  # a div/mod pair whose coefficients agree would recombine
+        r = _divmod_partner(q, left) if q.op is Ops.IDIV else None
+        if r is not None and (coeff - left[r] * q.src[1].arg) % ring == 0:
+            return _UNDECIDED
+    return None
 
 
 def _spec_enabled() -> bool:
