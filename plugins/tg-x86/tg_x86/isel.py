@@ -47,7 +47,7 @@ from tg_x86.vsel import (
     min_or_max,
 )
 from tgcore.codegen.regalloc import LoopEnd, LoopStart, MInst, VReg
-from tgcore.dtype import AddrSpace, DType, dtypes
+from tgcore.dtype import AddrSpace, DType, PtrDType, dtypes
 from tgcore.renderer.isa import ISelContext, line_rewrite
 from tgcore.uop import Ops, PatternMatcher, UOp, UPat
 
@@ -160,6 +160,60 @@ class Selector(ISelContext, VectorSelection):
         self.core_arg = nbufs + len(names)
         self.frame.nargs = self.core_arg + 1
         self.plan_vectors()
+        self.plan_fma()
+
+    def plan_fma(self) -> None:
+        """Decide which float ``a*b + c`` become one FMA (contraction, as C compilers do by default: one rounding
+        instead of two): an ADD of float32/float64 (a scalar, or a vector held in pieces) one of whose sources is a
+        MUL of its dtype read only by this ADD, once, with no store or loop boundary in between (a load folded
+        into the MUL is read at the ADD). The MUL emits nothing, the ADD the FMA (``fma_order``). Runs after
+        ``plan_vectors``: the root of a horizontal reduction is not a multiply to fuse."""
+        self.fma_adds: dict[UOp, tuple[UOp, UOp]] = {}   # ADD -> (addend, MUL)
+        self.fma_muls: set[UOp] = set()
+        for i in self.positions(Ops.ADD):
+            u = self.uops[i]
+            if not fma_dtype(u.dtype):
+                continue
+            for c, mul in (u.src, u.src[::-1]):
+                if (mul.op is Ops.MUL and mul.dtype is u.dtype and self.users.get(mul) == [u]
+                        and mul not in self.hred_roots and BARRIER_OPS.isdisjoint(self.ops[self.pos[mul] + 1:i])):
+                    self.fma_adds[u] = (c, mul)
+                    self.fma_muls.add(mul)
+                    break
+
+    def fma_order(self, a: UOp, b: UOp, c: UOp, mul: UOp, at: UOp,
+                  in_memory: Callable[[UOp], bool]) -> tuple[str, UOp, UOp, UOp]:
+        """The vfmadd form computing ``a*b + c`` at line ``at`` (``mul``: the line reading a and b, ``at`` itself for
+        MULACC) and the sources in its operand order. vfmadd132 is ``x = x*z + y``, 213 ``x = y*x + z``, 231
+        ``x = y*z + x``. Only the last operand may be memory: a source ``in_memory`` (a constant or a folded load)
+        goes there, a multiplicand first. The first is overwritten: a source whose value dies here when there is
+        one (so no copy is made before the FMA), the addend first."""
+        if in_memory(a) and not in_memory(b):
+            a, b = b, a
+
+        def free(x: UOp, user: UOp) -> bool:
+            """May the FMA overwrite x's register with no copy first? A source in memory is loaded into a fresh
+            one; a register must die here and be no other operand."""
+            return in_memory(x) or (self.dies_at(x, user, at) and sum(s is x for s in (a, b, c)) == 1)
+        if in_memory(b):
+            return ("231", c, a, b) if free(c, at) or not free(a, mul) else ("132", a, c, b)
+        if in_memory(c):
+            return ("213", b, a, c) if free(b, mul) and not free(a, mul) else ("213", a, b, c)
+        if free(c, at):
+            return "231", c, a, b
+        if free(a, mul):
+            return "213", a, b, c
+        if free(b, mul):
+            return "213", b, a, c
+        return "231", c, a, b
+
+    def dies_at(self, x: UOp, user: UOp, at: UOp) -> bool:
+        """Is the instruction selected at line ``at`` the last to read x's value? Its last user is ``user`` (selected
+        at ``at``) and no loop starts in between (a value made before a loop and read inside it lives on)."""
+        users, i = self.users.get(x), self.pos.get(x)
+        if not users or i is None:
+            return False
+        return users[-1] is user and Ops.RANGE not in self.ops[i + 1:self.pos[at]]
 
     # ---- helpers ----
     def positions(self, op: Ops) -> list[int]:
@@ -263,6 +317,15 @@ class Selector(ISelContext, VectorSelection):
             if -(1 << 31) <= v < (1 << 31) or (bits == 32 and v < (1 << 32)):
                 return v
         return self.reg(u)
+
+    def in_memory(self, u: UOp) -> bool:
+        """Is a float scalar read as a memory operand (a constant's frame slot, a folded load)?"""
+        return u.op is Ops.CONST or u in self.folded
+
+    def float_reg(self, u: UOp) -> VReg:
+        """A float scalar in a register (a constant or a folded load is loaded here)."""
+        o = self.float_operand(u)
+        return self.reg_from(o, u.dtype) if type(o) is VMem else o
 
     def float_operand(self, u: UOp) -> Any:
         """A constant's frame slot or a folded load (memory operands), else a register."""
@@ -913,12 +976,23 @@ class Selector(ISelContext, VectorSelection):
         self.vop3(fop("VROUND", u.dtype), d, a, a, (("i", TRUNC_IMM),))
         return d
 
+    def float_fma(self, u: UOp) -> VReg:
+        """A fused ADD (``plan_fma``): its MUL's a*b + the other source, one FMA."""
+        c, mul = self.fma_adds[u]
+        a, b = mul.src
+        return self.fma(u.dtype, a, b, c, mul, u)
+
     def float_mulacc(self, u: UOp) -> VReg:
-        """a*b + c as one vfmadd231 into c's copy (b may be memory)."""
-        d = self.new("vec")
         a, b, c = u.src
-        self.emit(fop("VFMADD231", u.dtype), [d], [self.reg(c), self.reg(a), self.float_operand(b)],
-                  (("d", 0, 128), ("u", 1, 128), self.operand_layout(2, self.float_operand(b), 128)), two=True)
+        return self.fma(u.dtype, a, b, c, u, u)
+
+    def fma(self, dt: DType, a: UOp, b: UOp, c: UOp, mul: UOp, at: UOp) -> VReg:
+        """a*b + c rounded once: one vfmadd{132,213,231}s[sd] of the form ``fma_order`` picks."""
+        form, x, y, z = self.fma_order(a, b, c, mul, at, self.in_memory)
+        d = self.new("vec")
+        rx, ry, rz = self.float_reg(x), self.float_reg(y), self.float_operand(z)
+        self.emit(fop("VFMADD" + form, dt), [d], [rx, ry, rz],
+                  (("d", 0, 128), ("u", 1, 128), self.operand_layout(2, rz, 128)), two=True)
         return d
 
     # ---- casts (by register file: the four CAST rules of SCALAR_ISEL) ----
@@ -1194,6 +1268,16 @@ def sel_where_minmax(ctx: Selector, x: UOp, c: UOp, a: UOp, b: UOp) -> tuple | N
     return EMITTED
 
 
+def sel_fused(ctx: Selector, x: UOp) -> tuple | None:
+    """A float MUL or ADD ``plan_fma`` fused: the MUL emits nothing, the ADD one FMA."""
+    if x in ctx.fma_muls:
+        return EMITTED
+    if x not in ctx.fma_adds:
+        return None
+    ctx.val[x] = ctx.float_fma(x)
+    return EMITTED
+
+
 def sel_unknown(x: UOp) -> tuple:
     kind = "vector " if is_vector(x.dtype) else ""
     raise SelectionError(f"x86: no rule for {kind}{x.op.name} {x.dtype}")
@@ -1241,14 +1325,16 @@ SCALAR_ISEL = PatternMatcher([
     (UPat(Ops.MULACC, I, name="x"), value_rule(Selector.int_mulacc)),
     (UPat(tuple(BOOL_BINARY), dtypes.bool, name="x"), binary_rule(BOOL_BINARY)),
     (UPat(tuple(INT_BINARY), I, name="x"), binary_rule(INT_BINARY)),
-    # float ALU in xmm lane 0 (memory operands for constants and single-use loads)
+    # float ALU in xmm lane 0 (memory operands for constants and single-use loads); a*b + c as one FMA where
+    # plan_fma fused them
+    (UPat(ADD_MUL, F, name="x"), sel_fused),
     (UPat(tuple(FLOAT_ARITH), F, name="x"), value_rule(Selector.float_arith)),
     (UPat(Ops.MAX, F, name="x"), value_rule(Selector.float_max)),          # vmax + unordered blend: NaN propagates
     (UPat(Ops.NEG, F, name="x"), value_rule(Selector.float_neg)),          # xor with the sign bit
     (UPat(Ops.SQRT, F, name="x"), value_rule(Selector.float_sqrt)),
     (UPat(Ops.RECIPROCAL, F, name="x"), value_rule(Selector.float_reciprocal)),
     (UPat(Ops.TRUNC, F, name="x"), value_rule(Selector.float_trunc)),      # vround toward zero
-    (UPat(Ops.MULACC, F, name="x"), value_rule(Selector.float_mulacc)),    # vfmadd231: one rounding
+    (UPat(Ops.MULACC, F, name="x"), value_rule(Selector.float_mulacc)),    # one vfmadd: one rounding
     (UPat(name="x"), sel_unknown),
 ])
 
@@ -1270,6 +1356,8 @@ def select_both(uops: list[UOp]) -> tuple[list[Any], list[Any], Frame]:
 
 
 _OP = operator.attrgetter("op")
+# a dtype whose a*b + c may fuse into one FMA: float32/float64 scalars and vectors
+fma_dtype = by_dtype(lambda dt: dt.scalar() in FOLDABLE_LOADS and not isinstance(dt, PtrDType))
 # a pointer into DEFINE_REG storage (accumulators held in registers)
 in_registers = by_dtype(lambda dt: getattr(dt, "addrspace", AddrSpace.GLOBAL) is AddrSpace.REG)
 

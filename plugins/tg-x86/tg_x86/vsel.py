@@ -14,8 +14,9 @@ bool lanes are 32-bit 0/1 integers (8 per piece; masks are made from them with a
 Constants (vector CONST, VCONST, VECTORIZE of CONSTs) are never held in registers: they are
 frame slots read as memory operands, or loaded at the use that needs a register. Scalar loads
 feeding only a broadcast are folded into it (``vbroadcastss ymm, [mem]``); single-use vector
-loads fold into the memory operand of their ALU user; ``acc + a*b`` on a float vector
-accumulator is one ``vfmadd231``.
+loads fold into the memory operand of their ALU user; ``a*b + c`` on float vectors is one FMA where
+``isel.Selector.plan_fma`` fused it (an accumulator update ``acc + a*b`` is a ``vfmadd231`` into the
+accumulator).
 
 Anything without a vector rule here is scalarized lane by lane (lanes extracted, the scalar
 rules of ``isel`` applied, the results packed again): correct first. float -> int casts take the
@@ -176,29 +177,23 @@ class VectorSelection:
     loops: list
     is_vconst: Callable[[UOp], bool]   # (plan_vectors) a CONST, VCONST or VECTORIZE of CONSTs (read from memory)
     is_vzero: Callable[[UOp], bool]    # (plan_vectors) a constant vector of +0 in every lane (what vxorps makes)
+    fma_adds: dict[UOp, tuple[UOp, UOp]]   # (plan_fma) ADD -> (addend, MUL) selected as one FMA
+    fma_muls: set[UOp]                     # (plan_fma) their MULs, which emit nothing
+    fma_order: Callable[..., tuple[str, UOp, UOp, UOp]]
 
     def plan_vectors(self) -> None:
-        """Decide fusions before selecting: FMA accumulator updates, loads folded into broadcasts."""
+        """Decide fusions before selecting: loads folded into broadcasts, compares into blends, shuffles, horizontal
+        reductions (FMAs: ``isel.Selector.plan_fma``)."""
         # facts of this kernel's UOps, memoized per kernel
         self.is_vconst = memo(is_vconst)
         self.is_vzero = memo(is_vzero)
         self.const_pieces: dict[tuple[UOp, int], VMem] = {}
-        self.fma_adds: dict[UOp, tuple[UOp, UOp]] = {}
-        self.fma_muls: set[UOp] = set()
         self.bcast_loads: set[UOp] = set()
         self.lane_cache: dict[tuple, Any] | None = {}
         self.vfused_cmps: set[UOp] = set()
         # each kind of line is found by ``lines`` (list.index, in C): most lines are none of these
         self.lane_geps = any(  # any one-lane GEP (the leaves of a horizontal reduction)
             len(u.arg) == 1 for u in self.lines(Ops.GEP))
-        for u in self.lines(Ops.ADD):
-            if is_vector(u.dtype) and dtypes.is_float(u.dtype.scalar()):
-                for acc, mul in (u.src, u.src[::-1]):
-                    if (acc.op is Ops.LOAD and native(u.dtype) and self.is_reg_index(acc.src[0]) and mul.op is Ops.MUL
-                            and mul.dtype is u.dtype and self.users.get(mul) == [u] and mul not in self.fma_muls):
-                        self.fma_adds[u] = (acc, mul)
-                        self.fma_muls.add(mul)
-                        break
         for u in self.lines(Ops.VECTORIZE):
             if is_vector(u.dtype) and all(s is u.src[0] for s in u.src):
                 s = u.src[0]
@@ -669,7 +664,7 @@ class VectorSelection:
             return False
         user = users[0]
         if user.dtype is not u.dtype or user.op not in VFOLD_OPS or (kind(sdt), user.op) in (("i64", Ops.MUL),) \
-                or (user.op is Ops.MAX and not dtypes.is_float(sdt)) or user in self.fma_adds:
+                or (user.op is Ops.MAX and not dtypes.is_float(sdt)):
             return False
         if user.src[1] is not u and not (user.op in COMMUTATIVE and user.src[0] is u
                                           and not self.is_vconst(user.src[1]) and user.src[1].op is not Ops.LOAD):
@@ -842,9 +837,12 @@ class VectorSelection:
             out.append(d)
         self.val[u] = tuple(out)
 
+    def vin_memory(self, x: UOp) -> bool:
+        """Is a vector read as a memory operand (a constant's frame slots, a folded load)?"""
+        return self.is_vconst(x) or x in self.folded
+
     def binary(self, xop: Op, u: UOp, a: UOp, b: UOp) -> None:
-        def in_memory(x: UOp) -> bool:
-            return self.is_vconst(x) or x in self.folded
+        in_memory = self.vin_memory
         if u.op in COMMUTATIVE and in_memory(a) and not in_memory(b):
             a, b = b, a
         self.per_piece(u, lambda d, p, bits: self.vemit(xop, d, [self.vpiece(a, p), self.voperand(b, p)], bits))
@@ -857,18 +855,11 @@ class VectorSelection:
             return
         if u in self.fma_muls:
             return
-        if u in self.fma_adds:
-            acc, mul = self.fma_adds[u]
+        fused = self.fma_adds.get(u)
+        if fused is not None:
+            c, mul = fused
             a, b = mul.src
-            if self.is_vconst(a) or a in self.folded:
-                a, b = b, a
-            fma = Op.VFMADD231PD if k == "f64" else Op.VFMADD231PS
-
-            def emit_fma(d: VReg, p: int, bits: int) -> None:
-                rb = self.voperand(b, p)
-                self.emit(fma, [d], [self.vpiece(acc, p), self.vpiece(a, p), rb],
-                          (("d", 0, bits), ("u", 1, bits), ("u", 2, None if isinstance(rb, VMem) else bits)), two=True)
-            self.per_piece(u, emit_fma)
+            self.vfma(u, a, b, c, mul)
             return
         if (op, k) in VALU:
             self.binary(VALU[(op, k)], u, *u.src)
@@ -902,13 +893,7 @@ class VectorSelection:
                                                             [self.voperand(u.src[0], p)], bits, (("i", TRUNC_IMM),)))
         elif fl and op is Ops.MULACC:
             a, b, c = u.src
-            fma = Op.VFMADD231PD if pd else Op.VFMADD231PS
-
-            def mulacc(d: VReg, p: int, bits: int) -> None:
-                rb = self.voperand(b, p)
-                self.emit(fma, [d], [self.vpiece(c, p), self.vpiece(a, p), rb],
-                          (("d", 0, bits), ("u", 1, bits), ("u", 2, None if isinstance(rb, VMem) else bits)), two=True)
-            self.per_piece(u, mulacc)
+            self.vfma(u, a, b, c, u)
         elif k == "i32" and op is Ops.MAX:
             self.binary(Op.VPMAXUD if dtypes.is_unsigned(sdt) else Op.VPMAXSD, u, *u.src)
         elif k in ("i32", "i64") and op is Ops.NEG:
@@ -924,6 +909,17 @@ class VectorSelection:
             self.vdivide(u)
         else:
             self.scalarize(u)
+
+    def vfma(self, u: UOp, a: UOp, b: UOp, c: UOp, mul: UOp) -> None:
+        """a*b + c rounded once, piece by piece: one vfmadd{132,213,231}p[sd] of the form ``fma_order`` picks."""
+        form, x, y, z = self.fma_order(a, b, c, mul, u, self.vin_memory)
+        fma = Op["VFMADD" + form + ("PD" if esize(u.dtype.scalar()) == 8 else "PS")]
+
+        def emit_fma(d: VReg, p: int, bits: int) -> None:
+            rz = self.voperand(z, p)
+            self.emit(fma, [d], [self.vpiece(x, p), self.vpiece(y, p), rz],
+                      (("d", 0, bits), ("u", 1, bits), ("u", 2, None if isinstance(rz, VMem) else bits)), two=True)
+        self.per_piece(u, emit_fma)
 
     def vdivide(self, u: UOp) -> None:
         """int32 division and remainder. Unsigned by a power of two: a shift or a mask. Signed: through
