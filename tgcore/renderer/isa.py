@@ -38,6 +38,7 @@ a line no rule takes is kept (or, with ``strict``, is an error).
 from __future__ import annotations
 
 import itertools
+from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
@@ -89,7 +90,8 @@ class ISelContext:
     selected for each UOp, a factory of virtual registers, and the instruction list being emitted.
 
     ``users[u]`` lists the lines that read ``u``, once per source slot (``a * a`` lists its user twice),
-    in line order. Backends subclass it to keep their own selection state."""
+    in line order (``users.get(u)`` is None for a line nothing reads). Backends subclass it to keep their own
+    selection state."""
 
     def __init__(self, uops: list[UOp], isel: PatternMatcher) -> None:
         self.uops = uops
@@ -110,14 +112,12 @@ class ISelContext:
 
 
 def _users(uops: list[UOp]) -> dict[UOp, list[UOp]]:
-    """Each line's users (see ``ISelContext``): every line that reads it, once per source slot, in line order."""
-    users: dict[UOp, list[UOp]] = {u: [] for u in uops}
-    get = users.get
+    """Each line's users (see ``ISelContext``): every line that reads it, once per source slot, in line order (a
+    line nothing reads has no entry until asked for: then it is an empty list)."""
+    users: dict[UOp, list[UOp]] = defaultdict(list)
     for u in uops:
         for s in u.src:
-            found = get(s)
-            if found is not None:  # a source that is not a line has no entry
-                found.append(u)
+            users[s].append(u)
     return users
 
 

@@ -296,6 +296,9 @@ class Selector(ISelContext, VectorSelection):
         return v
 
     def reg(self, u: UOp) -> VReg:
+        v = self.val.get(u)
+        if v is not None:   # constants, and arguments read where used, have no value
+            return v
         if u.op is Ops.CONST:
             return self.materialize(u)
         if self.remat_args and u.op in ARG_OPS:
@@ -305,10 +308,7 @@ class Selector(ISelContext, VectorSelection):
                 v = self.remat_cache[key] = self.arg_value(u)
                 self.remat_loads[v] = u
             return v
-        v = self.val.get(u)
-        if v is None:
-            raise SelectionError(f"x86: no value for {u.op.name} {u.dtype}")
-        return v
+        raise SelectionError(f"x86: no value for {u.op.name} {u.dtype}")
 
     def int_operand(self, u: UOp, bits: int) -> Any:
         """An immediate when the constant fits the instruction, else a register."""

@@ -134,13 +134,19 @@ def _piece_lanes(dt: DType) -> tuple[int, ...]:
     return tuple(min(per, n - i) for i in range(0, n, per))
 
 
-kind, esize, native, is_vector, lane_by_lane, piece_lanes = map(
-    by_dtype, (_kind, _esize, _native, _is_vector, _lane_by_lane, _piece_lanes))
-
-
 def pbits(n: int, sdt: DType) -> int:
     """Register width of a piece of ``n`` lanes."""
     return 256 if n * esize(sdt) > 16 else 128
+
+
+def _piece_bits(dt: DType) -> tuple[int, ...]:
+    """Register width of each piece of a native vector dtype."""
+    sdt = dt.scalar()
+    return tuple(pbits(n, sdt) for n in piece_lanes(dt))
+
+
+kind, esize, native, is_vector, lane_by_lane, piece_lanes, piece_bits, scalar_of = map(
+    by_dtype, (_kind, _esize, _native, _is_vector, _lane_by_lane, _piece_lanes, _piece_bits, DType.scalar))
 
 
 def lane_bytes(value: Any, sdt: DType) -> bytes:
@@ -155,10 +161,11 @@ def lane_bytes(value: Any, sdt: DType) -> bytes:
 
 
 _DTYPE = operator.attrgetter("dtype")
+_OP = operator.attrgetter("op")
 
 
 def is_vconst(u: UOp) -> bool:
-    return u.op in CONST_OPS or (u.op is Ops.VECTORIZE and all(s.op is Ops.CONST for s in u.src))
+    return u.op in CONST_OPS or (u.op is Ops.VECTORIZE and set(map(_OP, u.src)) == {Ops.CONST})
 
 
 def is_vzero(u: UOp) -> bool:
@@ -195,7 +202,7 @@ class VectorSelection:
         self.lane_geps = any(  # any one-lane GEP (the leaves of a horizontal reduction)
             len(u.arg) == 1 for u in self.lines(Ops.GEP))
         for u in self.lines(Ops.VECTORIZE):
-            if is_vector(u.dtype) and all(s is u.src[0] for s in u.src):
+            if is_vector(u.dtype) and len(set(u.src)) == 1:   # every lane the same UOp
                 s = u.src[0]
                 if (s.op is Ops.LOAD and s.dtype in BROADCASTABLE and len(s.src) == 1 and len(s.src[0].src) == 2
                         and not self.is_reg_index(s.src[0]) and set(self.users.get(s, ())) == {u}
@@ -289,8 +296,8 @@ class VectorSelection:
         self.hred_skip: set[UOp] = set()
         if not self.lane_geps:  # a tree's leaves are one-lane GEPs: without any, there is no tree
             return
-        for u in self.uops:
-            if u.op not in HRED_OPS or is_vector(u.dtype) or not native(u.dtype):
+        for u in (u for op in HRED_OPS for u in self.lines(op)):
+            if is_vector(u.dtype) or not native(u.dtype):
                 continue
             if (u.op, kind(u.dtype)) not in HRED or any(x.op is u.op and x.dtype is u.dtype for x in self.users[u]):
                 continue
@@ -403,6 +410,9 @@ class VectorSelection:
     def _const_piece(self, u: UOp, p: int) -> VMem:
         sdt = u.dtype.scalar()
         per = lanes_per_piece(sdt)
+        if u.op is Ops.CONST:   # one value in every lane
+            n = min(per, u.dtype.count - p * per)
+            return self.const_mem(lane_bytes(u.arg, sdt) * n, pbits(n, sdt))
         lanes = self.const_lanes(u)[p * per:(p + 1) * per]
         data = b"".join(lane_bytes(v, sdt) for v in lanes)
         return self.const_mem(data, pbits(len(lanes), sdt))
@@ -415,34 +425,26 @@ class VectorSelection:
     # ---- operands ----
     def vpiece(self, u: UOp, p: int, into: VReg | None = None) -> VReg:
         """Piece ``p`` of vector ``u`` in a register (constants and folded loads are loaded here)."""
-        sdt = u.dtype.scalar()
-        if not native(sdt):
-            if self.is_vconst(u):
-                return self.materialize(UOp.const(sdt, self.const_lanes(u)[p]), into)
-            r = self.val[u][p]
+        held = self.val.get(u)   # most pieces are values selected before (constants and folded loads have none)
+        if held is not None:
             if into is not None:
-                self.copy(into, r)
+                self.copy(into, held[p])
                 return into
-            return r
-        n = piece_lanes(u.dtype)[p]
-        bits = pbits(n, sdt)
-        if self.is_vconst(u):
-            if self.is_vzero(u):
-                d = into or self.vnew()
-                self.emit(Op.VXORPS, [d], [], (("d", 0, bits), ("d", 0, bits), ("d", 0, bits)))
-                return d
-            d = into or self.vnew()
-            self.vemit(Op.VMOVUPS, d, [self.const_piece(u, p)], bits)
-            return d
-        if u in self.folded or u in self.bcast_loads:
-            d = into or self.vnew()
+            return held[p]
+        sdt = scalar_of(u.dtype)
+        if not self.is_vconst(u) and u not in self.folded and u not in self.bcast_loads:
+            raise KeyError(f"x86: no value for {u.op.name} {u.dtype}")
+        if not native(sdt):   # a constant held lane by lane
+            return self.materialize(UOp.const(sdt, self.const_lanes(u)[p]), into)
+        bits = piece_bits(u.dtype)[p]
+        d = into or self.vnew()
+        if not self.is_vconst(u):
             self.load_piece(d, u, p)
-            return d
-        r = self.val[u][p]
-        if into is not None:
-            self.copy(into, r)
-            return into
-        return r
+        elif self.is_vzero(u):
+            self.emit(Op.VXORPS, [d], [], (("d", 0, bits), ("d", 0, bits), ("d", 0, bits)))
+        else:
+            self.vemit(Op.VMOVUPS, d, [self.const_piece(u, p)], bits)
+        return d
 
     def voperand(self, u: UOp, p: int) -> Any:
         """Piece ``p`` as a register or, for constants and folded loads, a memory operand."""
@@ -829,11 +831,11 @@ class VectorSelection:
 
     # ---- ALU ----
     def per_piece(self, u: UOp, fn: Any) -> None:
-        sdt = u.dtype.scalar()
+        """u's value: ``fn(d, p, bits)`` writes each piece p into a new register d of ``bits``."""
         out = []
-        for p, n in enumerate(piece_lanes(u.dtype)):
-            d = self.vnew()
-            fn(d, p, pbits(n, sdt))
+        for p, bits in enumerate(piece_bits(u.dtype)):
+            d = self.new("vec")
+            fn(d, p, bits)
             out.append(d)
         self.val[u] = tuple(out)
 
@@ -1217,8 +1219,7 @@ def vector_rule(method: Callable[[Any, UOp], None], vector: Callable[[UOp], bool
     several lanes), else falling through to the scalar rules."""
     if vector is None:
         def rule(ctx: Any, x: UOp) -> tuple | None:
-            dt = x.dtype
-            if dt.count > 1 and not isinstance(dt, PtrDType):
+            if is_vector(x.dtype):
                 method(ctx, x)
                 return EMITTED
             return None
