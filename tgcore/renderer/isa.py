@@ -70,12 +70,12 @@ def line_rewrite(lines: Iterable[Any], matcher: PatternMatcher, ctx: Any = None,
     append, extend = out.append, out.extend
     for line in lines:
         r = by_op[line.op](line, ctx)
-        if r is not None:
-            extend(r)
-        elif strict:
-            raise LineRewriteError(f"no rule for line {_describe(line)}")
-        else:
+        if r is None:
+            if strict:
+                raise LineRewriteError(f"no rule for line {_describe(line)}")
             append(line)
+        elif r:  # () when the rule emitted into ctx itself
+            extend(r)
     return out
 
 

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tg_x86.isa import Cond, Flag, Op
-from tg_x86.machine import RAX, RCX, RDX, Frame, Slot, VMem, label_inst, minst
+from tg_x86.machine import RAX, RCX, RDX, Frame, Slot, Spec, VMem, label_inst, minst
 from tg_x86.operands import Label
 from tg_x86.vsel import (
     BARRIER_OPS,
@@ -149,6 +149,7 @@ class Selector(ISelContext, VectorSelection):
         self.remat_cache: dict[tuple[UOp, int], VReg] = {}
         self.arg_sites: list[tuple[int, UOp]] = []   # with remat_args: (program position, PARAM/DEFINE_VAR)
         self.remat_loads: dict[VReg, UOp] = {}        # with remat_args: register of each reload -> its UOp
+        self.reload_at: list[int] = []                # with remat_args: program position of each reload
         self.region = 0               # counts labels: values made in one region are reused only there
         self.lane_offset = 0   # elements added to every address (lane j of a lane-by-lane vector access)
         self._acc_stores: dict[UOp, list[int]] | None = None
@@ -161,6 +162,8 @@ class Selector(ISelContext, VectorSelection):
         self.frame.nargs = self.core_arg + 1
         self.plan_vectors()
         self.plan_fma()
+        if isel is None and not self.hred_roots:  # no horizontal reduction: its rule would only fall through
+            self.isel = LINE_ISEL
 
     def plan_fma(self) -> None:
         """Decide which float ``a*b + c`` become one FMA (contraction, as C compilers do by default: one rounding
@@ -235,7 +238,9 @@ class Selector(ISelContext, VectorSelection):
         return self.new("vec" if is_vec(dt) else "gpr")
 
     def emit(self, op: Op, defs: list, uses: list, layout: tuple, two: bool = False, cond: Cond | None = None) -> None:
-        self.prog.append(minst(op, defs, uses, layout, two, cond))
+        """Append ``op`` (what ``machine.minst`` builds, without its copies: rules pass new lists, layouts are
+        tuples, and no stage changes an instruction's lists in place)."""
+        self.prog.append(MInst(op, defs, uses, Spec(layout, two, cond)))
 
     def label(self, lab: Label) -> None:
         self.region += 1
@@ -307,6 +312,7 @@ class Selector(ISelContext, VectorSelection):
             if v is None:
                 v = self.remat_cache[key] = self.arg_value(u)
                 self.remat_loads[v] = u
+                self.reload_at.append(len(self.prog) - 1)
             return v
         raise SelectionError(f"x86: no value for {u.op.name} {u.dtype}")
 
@@ -499,14 +505,10 @@ class Selector(ISelContext, VectorSelection):
         held = {u: self.new("gpr") for _, u in self.arg_sites}
         mapping = {v: held[u] for v, u in self.remat_loads.items()}
         out = list(self.prog)
-        drop = []
-        for i in _mentioning(out, mapping.keys()):
+        for i in _reading(out, mapping.keys()):  # only its reload writes a reload's register
             ins = out[i]
-            if ins.op is Op.MOV and ins.defs and ins.defs[0] in mapping:
-                drop.append(i)  # a reload
-            else:
-                out[i] = MInst(ins.op, [_held(o, mapping) for o in ins.defs], [_held(o, mapping) for o in ins.uses],
-                               ins.arg)
+            out[i] = MInst(ins.op, ins.defs, [_held(o, mapping) for o in ins.uses], ins.arg)
+        drop = self.reload_at
         # from the back, so positions ahead still count the selected program: the reloads go, the loads come in
         # (a load at a reload's position comes before it: deleted first)
         sites = self.arg_sites
@@ -1339,7 +1341,8 @@ SCALAR_ISEL = PatternMatcher([
 ])
 
 # the x86 isel table: horizontal reductions, then vector UOps, then scalar ones
-ISEL = HRED_ISEL + VECTOR_ISEL + SCALAR_ISEL
+LINE_ISEL = VECTOR_ISEL + SCALAR_ISEL
+ISEL = HRED_ISEL + LINE_ISEL
 
 
 # selection outside the renderer (tools, benches); X86Renderer selects through ISARenderer.select
@@ -1362,20 +1365,19 @@ fma_dtype = by_dtype(lambda dt: dt.scalar() in FOLDABLE_LOADS and not isinstance
 in_registers = by_dtype(lambda dt: getattr(dt, "addrspace", AddrSpace.GLOBAL) is AddrSpace.REG)
 
 
-def _mentioning(prog: list[Any], regs: Any) -> list[int]:
-    """Positions of the instructions of ``prog`` naming one of ``regs`` (a set or dict keys of VRegs), as an
-    operand or inside a memory operand. Labels have no operands; operands are hashable (registers, memory
-    operands and labels by identity, immediates)."""
+def _reading(prog: list[Any], regs: Any) -> list[int]:
+    """Positions of the instructions of ``prog`` reading one of ``regs`` (a set or dict keys of VRegs), as an
+    operand or inside a memory operand (selection puts memory operands among the uses only). Labels have no
+    operands; operands are hashable (registers, memory operands and labels by identity, immediates)."""
     found = []
     named = regs.isdisjoint
     for i, ins in enumerate(prog):
         if type(ins) is MInst:
-            ops = ins.uses + ins.defs
-            if not named(ops):
+            uses = ins.uses
+            if not named(uses):
                 found.append(i)
-                continue
-            if VMem in map(type, ops):  # checked in C first: most instructions have no memory operand
-                for o in ops:
+            elif VMem in map(type, uses):  # checked in C first: most instructions have no memory operand
+                for o in uses:
                     if type(o) is VMem and not named((o.base, o.index)):
                         found.append(i)
                         break

@@ -149,6 +149,13 @@ kind, esize, native, is_vector, lane_by_lane, piece_lanes, piece_bits, scalar_of
     by_dtype, (_kind, _esize, _native, _is_vector, _lane_by_lane, _piece_lanes, _piece_bits, DType.scalar))
 
 
+@memo
+def register_layout(key: tuple[int, int]) -> tuple:
+    """The layout of ``d = op(r0, r1, ...)`` on registers of one width: key (bits, number of sources)."""
+    bits, n = key
+    return (("d", 0, bits), *(("u", i, bits) for i in range(n)))
+
+
 def lane_bytes(value: Any, sdt: DType) -> bytes:
     if sdt is dtypes.float64:
         return struct.pack("<d", float(value))
@@ -297,6 +304,9 @@ class VectorSelection:
         if not self.lane_geps:  # a tree's leaves are one-lane GEPs: without any, there is no tree
             return
         for u in (u for op in HRED_OPS for u in self.lines(op)):
+            a, b = u.src   # a tree's nodes are lane GEPs and nodes of its op: index math fails here
+            if a.op is not u.op and a.op is not Ops.GEP or b.op is not u.op and b.op is not Ops.GEP:
+                continue
             if is_vector(u.dtype) or not native(u.dtype):
                 continue
             if (u.op, kind(u.dtype)) not in HRED or any(x.op is u.op and x.dtype is u.dtype for x in self.users[u]):
@@ -368,8 +378,11 @@ class VectorSelection:
 
     def vemit(self, op: Op, d: Any, uses: list, bits: int, extra: tuple = ()) -> None:
         """``d = op(uses...)``, every register at ``bits``; a VMem use becomes a memory operand."""
-        lay = [("d", 0, bits)] + [("u", i, None if isinstance(x, VMem) else bits) for i, x in enumerate(uses)]
-        self.emit(op, [d], uses, (*lay, *extra))
+        if VMem in map(type, uses):
+            lay = (("d", 0, bits), *[("u", i, None if type(x) is VMem else bits) for i, x in enumerate(uses)])
+        else:   # registers only: the layout of (width, operand count), made once
+            lay = register_layout((bits, len(uses)))
+        self.emit(op, [d], uses, lay + extra)
 
     def zero(self, bits: int) -> VReg:
         d = self.vnew()
@@ -394,6 +407,15 @@ class VectorSelection:
 
     # ---- constants ----
     @staticmethod
+    def uniform(u: UOp) -> Any:
+        """The value of every lane of a constant vector that has one (else None)."""
+        if u.op is Ops.CONST:
+            return u.arg
+        if u.op is Ops.VECTORIZE and len(set(u.src)) == 1:   # one CONST in every lane
+            return u.src[0].arg
+        return None
+
+    @staticmethod
     def const_lanes(u: UOp) -> list:
         if u.op is Ops.CONST:
             return [u.arg] * u.dtype.count
@@ -410,9 +432,10 @@ class VectorSelection:
     def _const_piece(self, u: UOp, p: int) -> VMem:
         sdt = u.dtype.scalar()
         per = lanes_per_piece(sdt)
-        if u.op is Ops.CONST:   # one value in every lane
+        value = self.uniform(u)
+        if value is not None:
             n = min(per, u.dtype.count - p * per)
-            return self.const_mem(lane_bytes(u.arg, sdt) * n, pbits(n, sdt))
+            return self.const_mem(lane_bytes(value, sdt) * n, pbits(n, sdt))
         lanes = self.const_lanes(u)[p * per:(p + 1) * per]
         data = b"".join(lane_bytes(v, sdt) for v in lanes)
         return self.const_mem(data, pbits(len(lanes), sdt))
@@ -850,12 +873,12 @@ class VectorSelection:
         self.per_piece(u, lambda d, p, bits: self.vemit(xop, d, [self.vpiece(a, p), self.voperand(b, p)], bits))
 
     def valu(self, u: UOp) -> None:
-        op, sdt = u.op, u.dtype.scalar()
+        if u in self.fma_muls:   # its FMA is selected at the ADD
+            return
+        op, sdt = u.op, scalar_of(u.dtype)
         k = kind(sdt)
         if not native(u.dtype) or any(map(lane_by_lane, map(_DTYPE, u.src))):
             self.scalarize(u)
-            return
-        if u in self.fma_muls:
             return
         fused = self.fma_adds.get(u)
         if fused is not None:
@@ -863,8 +886,9 @@ class VectorSelection:
             a, b = mul.src
             self.vfma(u, a, b, c, mul)
             return
-        if (op, k) in VALU:
-            self.binary(VALU[(op, k)], u, *u.src)
+        xop = VALU.get((op, k))
+        if xop is not None:
+            self.binary(xop, u, *u.src)
             return
         fl = k in ("f32", "f64")
         pd = k == "f64"
