@@ -44,6 +44,7 @@ from tg_x86.vsel import (
     VectorSelection,
     by_dtype,
     is_vector,
+    memo,
     min_or_max,
 )
 from tgcore.codegen.regalloc import LoopEnd, LoopStart, MInst, VReg
@@ -97,9 +98,25 @@ def is_vec(dt: DType) -> bool:
 _IS_FLOAT: dict[DType, bool] = {}  # facts of dtypes (interned), not of a kernel
 
 
-def gbits(dt: DType) -> int:
+def _gbits(dt: DType) -> int:
     """Width of the gpr operations on an integer dtype (narrow types work in 32 bits)."""
     return 64 if dt.itemsize == 8 else 32
+
+
+gbits = by_dtype(_gbits)
+
+
+def canon_const(u: UOp) -> int:
+    """An integer constant as its canonical register value."""
+    dt = u.dtype
+    if dt is dtypes.bool:
+        return int(bool(u.arg))
+    v = int(u.arg)
+    bits = dt.itemsize * 8
+    v &= (1 << bits) - 1
+    if not dtypes.is_unsigned(dt) and v >= 1 << (bits - 1):
+        v -= 1 << bits
+    return v
 
 
 def f32_bits(value: float, dt: DType) -> bytes:
@@ -160,6 +177,7 @@ class Selector(ISelContext, VectorSelection):
         self.var_arg = {n: nbufs + i for i, n in enumerate(sorted(names))}
         self.core_arg = nbufs + len(names)
         self.frame.nargs = self.core_arg + 1
+        self.canon_const: Callable[[UOp], int] = memo(canon_const)   # of this kernel's CONSTs
         self.plan_vectors()
         self.plan_fma()
         if isel is None and not self.hred_roots:  # no horizontal reduction: its rule would only fall through
@@ -288,17 +306,6 @@ class Selector(ISelContext, VectorSelection):
         else:
             self.mov_imm(d, self.canon_const(u), gbits(u.dtype))
         return d
-
-    def canon_const(self, u: UOp) -> int:
-        """An integer constant as its canonical register value."""
-        v, dt = self.int_value(u), u.dtype
-        if dt is dtypes.bool:
-            return v
-        bits = dt.itemsize * 8
-        v &= (1 << bits) - 1
-        if not dtypes.is_unsigned(dt) and v >= 1 << (bits - 1):
-            v -= 1 << bits
-        return v
 
     def reg(self, u: UOp) -> VReg:
         v = self.val.get(u)
@@ -1246,6 +1253,7 @@ def sel_define_reg(ctx: Selector, x: UOp) -> VReg:
 
 
 def sel_after(ctx: Selector, x: UOp) -> tuple:
+    """AFTER is the value of what it follows (an accumulator's register, or its pieces for a vector)."""
     if x.src[0] in ctx.val:
         ctx.val[x] = ctx.val[x.src[0]]
     return EMITTED

@@ -169,6 +169,7 @@ def lane_bytes(value: Any, sdt: DType) -> bytes:
 
 _DTYPE = operator.attrgetter("dtype")
 _OP = operator.attrgetter("op")
+_VECTOR, _LANE = operator.itemgetter(0), operator.itemgetter(1)   # of a (vector, lane) leaf of a reduction tree
 
 
 def is_vconst(u: UOp) -> bool:
@@ -313,10 +314,10 @@ class VectorSelection:
                 continue
             nodes: list[UOp] = []
             leaves: list[tuple[UOp, int]] = []
-            if not all(self.tree(s, u, nodes, leaves) for s in u.src):
+            if not (self.tree(a, u, nodes, leaves) and self.tree(b, u, nodes, leaves)):
                 continue
             v = leaves[0][0]
-            if v.dtype.count >= 4 and all(x is v for x, _ in leaves) and sorted(j for _, j in leaves) == list(
+            if v.dtype.count >= 4 and set(map(_VECTOR, leaves)) == {v} and sorted(map(_LANE, leaves)) == list(
                     range(v.dtype.count)):
                 self.hred_roots[u] = v
                 self.hred_skip.update(nodes)
@@ -328,7 +329,10 @@ class VectorSelection:
         if x.op is Ops.GEP and len(x.arg) == 1:
             leaves.append((x.src[0], x.arg[0]))
             return True
-        return x.op is parent.op and all(self.tree(s, x, nodes, leaves) for s in x.src)
+        if x.op is not parent.op:
+            return False
+        a, b = x.src   # ADD, MUL and MAX read two values
+        return self.tree(a, x, nodes, leaves) and self.tree(b, x, nodes, leaves)
 
     def hreduce(self, u: UOp) -> Any:
         v, op, sdt = self.hred_roots[u], u.op, u.dtype
@@ -471,11 +475,14 @@ class VectorSelection:
 
     def voperand(self, u: UOp, p: int) -> Any:
         """Piece ``p`` as a register or, for constants and folded loads, a memory operand."""
+        held = self.val.get(u)   # constants and folded loads have no value
+        if held is not None:
+            return held[p]
         if self.is_vconst(u):
             return self.const_piece(u, p)
         if u in self.folded:
             return self.piece_mem(u, p)
-        return self.val[u][p]
+        raise KeyError(f"x86: no value for {u.op.name} {u.dtype}")
 
     def pieces(self, u: UOp) -> tuple[VReg, ...]:
         return tuple(self.vpiece(u, p) for p in range(len(piece_lanes(u.dtype))))
@@ -623,9 +630,6 @@ class VectorSelection:
             self.val[u] = tuple(self.vcopy(r) for r in self.pieces(src))
         else:
             self.scalarize(u)
-
-    def vafter(self, u: UOp) -> None:
-        self.val[u] = self.val[u.src[0]]
 
     def gep(self, u: UOp) -> None:
         v, lanes = u.src[0], u.arg
@@ -1305,7 +1309,6 @@ VECTOR_ISEL = PatternMatcher([
     (UPat(Ops.WHERE, name="x"), vector_rule(VectorSelection.vwhere)),
     (UPat(Ops.CAST, name="x"), vector_rule(VectorSelection.vcast)),
     (UPat(Ops.BITCAST, name="x"), vector_rule(VectorSelection.vbitcast)),
-    (UPat(Ops.AFTER, name="x"), vector_rule(VectorSelection.vafter)),
     # arithmetic piece by piece (FMA into accumulators, folded loads), else lane by lane
     (UPat(GroupOp.ALU - VCMP_OPS - {Ops.WHERE}, name="x"), vector_rule(VectorSelection.valu)),
 ])
