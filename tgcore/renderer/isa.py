@@ -9,8 +9,8 @@ hook methods; ``render`` (a template method) runs them in this order:
     pre_isel       PatternMatcher or None: a graph rewrite of the kernel before it is linearized
                    (exposed as the renderer's ``legalize``, which ``get_program`` applies)
     spec           PatternMatcher: the UOp shapes isel accepts (``verify``; checked when TG_SPEC=1)
-    isel           PatternMatcher applied to the linear UOps by ``line_rewrite`` with an
-                   ``ISelContext`` (``context`` hook): rules emit machine instructions into
+    isel           PatternMatcher applied to the linear UOps (``ctx.selected_lines()``) by ``line_rewrite``
+                   with an ``ISelContext`` (``context`` hook): rules emit machine instructions into
                    ``ctx.prog`` (or return them) and record each UOp's value in ``ctx.val``
     pre_regalloc   hook ``(program, ctx) -> program`` on virtual registers (dead code, peepholes)
     regalloc       the core's linear scan (``tgcore.codegen.regalloc``) driven by ``target``, an
@@ -105,6 +105,11 @@ class ISelContext:
         """A fresh virtual register of class ``cls``, optionally limited to the ``allowed`` registers."""
         return VReg(next(self.ids), cls, allowed)
 
+    def selected_lines(self) -> Iterable[UOp]:
+        """The lines isel runs its rules on: all of them here; a backend may leave out the lines its rules
+        select nothing for (e.g. constants it reads where they are used)."""
+        return self.uops
+
     def select_line(self, u: UOp) -> None:
         """Select one more UOp with the same rules, at this point of the program (a rule that splits a
         value, e.g. one lane of a vector op at a time, selects the pieces it makes this way)."""
@@ -155,7 +160,7 @@ class ISARenderer(Renderer, Generic[Ctx]):
     def select(self, uops: list[UOp]) -> Ctx:
         """Instruction selection: ``isel`` over the lines; the program is ``ctx.prog``."""
         ctx = self.context(uops)
-        line_rewrite(uops, ctx.isel, ctx, ctx.prog, strict=True)
+        line_rewrite(ctx.selected_lines(), ctx.isel, ctx, ctx.prog, strict=True)
         return ctx
 
     def pre_regalloc(self, program: list[Any], ctx: Ctx) -> list[Any]:
