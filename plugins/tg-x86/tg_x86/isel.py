@@ -188,21 +188,33 @@ class Selector(ISelContext, VectorSelection):
     def plan_fma(self) -> None:
         """Decide which float ``a*b + c`` become one FMA (contraction, as C compilers do by default: one rounding
         instead of two): an ADD of float32/float64 (a scalar, or a vector held in pieces) one of whose sources is a
-        MUL of its dtype read only by this ADD, once, with no store or loop boundary in between (a load folded
-        into the MUL is read at the ADD). The MUL emits nothing, the ADD the FMA (``fma_order``). Runs after
+        MUL of its dtype read only by this ADD, once (``fuses``); when both are, the second. The MUL emits nothing,
+        the ADD the FMA (``fma_order``). Found from the MULs: most ADDs are index math. Runs after
         ``plan_vectors``: the root of a horizontal reduction is not a multiply to fuse."""
         self.fma_adds: dict[UOp, tuple[UOp, UOp]] = {}   # ADD -> (addend, MUL)
         self.fma_muls: set[UOp] = set()
-        for i in self.positions(Ops.ADD):
-            u = self.uops[i]
-            if not fma_dtype(u.dtype):
+        for mul in self.lines(Ops.MUL):
+            if not fma_dtype(mul.dtype):
                 continue
-            for c, mul in (u.src, u.src[::-1]):
-                if (mul.op is Ops.MUL and mul.dtype is u.dtype and self.users.get(mul) == [u]
-                        and mul not in self.hred_roots and BARRIER_OPS.isdisjoint(self.ops[self.pos[mul] + 1:i])):
-                    self.fma_adds[u] = (c, mul)
-                    self.fma_muls.add(mul)
-                    break
+            users = self.users.get(mul)
+            if users is None or len(users) != 1 or not self.fuses(mul, users[0]):
+                continue
+            u = users[0]
+            if u.src[1] is mul:
+                c = u.src[0]
+            elif self.fuses(u.src[1], u):
+                continue   # u fuses its second source
+            else:
+                c = u.src[1]
+            self.fma_adds[u] = (c, mul)
+            self.fma_muls.add(mul)
+
+    def fuses(self, mul: UOp, add: UOp) -> bool:
+        """Can ``add`` (of a float dtype) and its source ``mul`` be one FMA? A MUL of its dtype that only it reads,
+        once, with no store or loop boundary in between (a load folded into the MUL is read at the ADD), and not
+        the root of a horizontal reduction."""
+        return (mul.op is Ops.MUL and add.op is Ops.ADD and mul.dtype is add.dtype and self.users.get(mul) == [add]
+                and mul not in self.hred_roots and BARRIER_OPS.isdisjoint(self.ops[self.pos[mul] + 1:self.pos[add]]))
 
     def fma_order(self, a: UOp, b: UOp, c: UOp, mul: UOp, at: UOp,
                   in_memory: Callable[[UOp], bool]) -> tuple[str, UOp, UOp, UOp]:

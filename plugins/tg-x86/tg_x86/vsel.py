@@ -150,10 +150,11 @@ kind, esize, native, is_vector, lane_by_lane, piece_lanes, piece_bits, scalar_of
 
 
 @memo
-def register_layout(key: tuple[int, int]) -> tuple:
-    """The layout of ``d = op(r0, r1, ...)`` on registers of one width: key (bits, number of sources)."""
-    bits, n = key
-    return (("d", 0, bits), *(("u", i, bits) for i in range(n)))
+def vector_layout(key: tuple[int, tuple[type, ...]]) -> tuple:
+    """The layout of ``d = op(x0, x1, ...)`` on registers of one width, a VMem source a memory operand: key (bits,
+    the sources' types). Made once per key."""
+    bits, types = key
+    return (("d", 0, bits), *(("u", i, None if t is VMem else bits) for i, t in enumerate(types)))
 
 
 def lane_bytes(value: Any, sdt: DType) -> bytes:
@@ -382,11 +383,7 @@ class VectorSelection:
 
     def vemit(self, op: Op, d: Any, uses: list, bits: int, extra: tuple = ()) -> None:
         """``d = op(uses...)``, every register at ``bits``; a VMem use becomes a memory operand."""
-        if VMem in map(type, uses):
-            lay = (("d", 0, bits), *[("u", i, None if type(x) is VMem else bits) for i, x in enumerate(uses)])
-        else:   # registers only: the layout of (width, operand count), made once
-            lay = register_layout((bits, len(uses)))
-        self.emit(op, [d], uses, lay + extra)
+        self.emit(op, [d], uses, vector_layout((bits, tuple(map(type, uses)))) + extra)
 
     def zero(self, bits: int) -> VReg:
         d = self.vnew()
@@ -867,14 +864,20 @@ class VectorSelection:
         self.val[u] = tuple(out)
 
     def vin_memory(self, x: UOp) -> bool:
-        """Is a vector read as a memory operand (a constant's frame slots, a folded load)?"""
-        return self.is_vconst(x) or x in self.folded
+        """Is a vector read as a memory operand (a constant's frame slots, a folded load)? Neither has a value."""
+        return x not in self.val and (self.is_vconst(x) or x in self.folded)
 
     def binary(self, xop: Op, u: UOp, a: UOp, b: UOp) -> None:
+        """``d = a xop b`` piece by piece (per_piece written out: the most common vector op)."""
         in_memory = self.vin_memory
         if u.op in COMMUTATIVE and in_memory(a) and not in_memory(b):
             a, b = b, a
-        self.per_piece(u, lambda d, p, bits: self.vemit(xop, d, [self.vpiece(a, p), self.voperand(b, p)], bits))
+        out = []
+        for p, bits in enumerate(piece_bits(u.dtype)):
+            d = self.new("vec")
+            self.vemit(xop, d, [self.vpiece(a, p), self.voperand(b, p)], bits)
+            out.append(d)
+        self.val[u] = tuple(out)
 
     def valu(self, u: UOp) -> None:
         if u in self.fma_muls:   # its FMA is selected at the ADD
