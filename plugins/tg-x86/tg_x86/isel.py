@@ -700,7 +700,8 @@ class Selector(ISelContext, VectorSelection):
         stores = self.acc_stores().get(acc, [])
         i = bisect.bisect_right(stores, here)
         nxt = stores[i] if i < len(stores) else len(self.uops)
-        return all(self.pos[x] <= nxt for x in self.users[u])
+        users = self.users.get(u)
+        return not users or self.pos[users[-1]] <= nxt   # users come in line order: the last is the latest
 
     def acc_stores(self) -> dict[UOp, list[int]]:
         """For each accumulator, the positions of the STOREs to it, in order (found once)."""

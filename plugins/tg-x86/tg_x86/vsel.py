@@ -225,7 +225,7 @@ class VectorSelection:
                 users = self.users.get(u, [])
                 if users and native(u.src[0].dtype) and all(x.op is Ops.WHERE and native(x.dtype) and x.src[0] is u
                                                             and u not in x.src[1:]
-                                 and esize(x.dtype.scalar()) == esize(u.src[0].dtype.scalar()) for x in users):
+                                 and esize(scalar_of(x.dtype)) == esize(scalar_of(u.src[0].dtype)) for x in users):
                     self.vfused_cmps.add(u)
         self.plan_shuffles()
         self.plan_horizontal()
@@ -431,7 +431,7 @@ class VectorSelection:
         return hit
 
     def _const_piece(self, u: UOp, p: int) -> VMem:
-        sdt = u.dtype.scalar()
+        sdt = scalar_of(u.dtype)
         per = lanes_per_piece(sdt)
         value = self.uniform(u)
         if value is not None:
@@ -486,7 +486,7 @@ class VectorSelection:
 
     def piece_mem(self, u: UOp, p: int) -> VMem:
         """Piece ``p`` of vector load ``u`` as a memory operand."""
-        sdt = u.dtype.scalar()
+        sdt = scalar_of(u.dtype)
         m: VMem = self.mem(u.src[0], pbits(piece_lanes(u.dtype)[p], sdt))
         return VMem(m.bits, m.base, m.index, m.scale, m.disp + p * lanes_per_piece(sdt) * sdt.itemsize, m.slot)
 
@@ -497,7 +497,7 @@ class VectorSelection:
 
     def extract(self, u: UOp, j: int) -> Any:
         """Lane ``j`` of vector ``u`` as a scalar value (the scalar rules' representation)."""
-        sdt = u.dtype.scalar()
+        sdt = scalar_of(u.dtype)
         if self.is_vconst(u):
             return self.materialize(UOp.const(sdt, self.const_lanes(u)[j]))
         if u.op is Ops.VECTORIZE and u.src[j] not in self.bcast_loads:
@@ -547,7 +547,7 @@ class VectorSelection:
 
     def slice128(self, u: UOp, start: int) -> VReg:
         """An xmm holding lanes ``start..`` of ``u`` (``start`` on a 128-bit boundary)."""
-        sdt = u.dtype.scalar()
+        sdt = scalar_of(u.dtype)
         p, k = divmod(start, lanes_per_piece(sdt))
         return self.half(u, p, k // (16 // esize(sdt)))
 
@@ -622,7 +622,7 @@ class VectorSelection:
 
     def vbitcast(self, u: UOp) -> None:
         src = u.src[0]
-        s, t = src.dtype.scalar(), u.dtype.scalar()
+        s, t = scalar_of(src.dtype), scalar_of(u.dtype)
         if native(s) and native(t) and s.itemsize == t.itemsize and s is not dtypes.bool:
             self.val[u] = tuple(self.vcopy(r) for r in self.pieces(src))
         else:
@@ -634,7 +634,7 @@ class VectorSelection:
             if u not in self.shuffled_lanes:  # else only shuffled VECTORIZEs read it: nothing to extract
                 self.val[u] = self.extract(v, lanes[0])
             return
-        sdt = v.dtype.scalar()
+        sdt = scalar_of(v.dtype)
         per = lanes_per_piece(sdt)
         start, n = lanes[0], len(lanes)
         if not native(sdt):
@@ -656,7 +656,7 @@ class VectorSelection:
         if not native(u.dtype):
             self.val[u] = tuple(self.reg(x) for x in u.src)
             return
-        sdt = u.dtype.scalar()
+        sdt = scalar_of(u.dtype)
         s = u.src[0]
         if all(x is s for x in u.src) and s in self.bcast_loads:
             counts = piece_lanes(u.dtype)
@@ -682,7 +682,7 @@ class VectorSelection:
     # ---- memory ----
     def vfoldable(self, u: UOp) -> bool:
         """A vector load whose only user reads it as operand 2 (a memory operand) of one instruction."""
-        sdt = u.dtype.scalar()
+        sdt = scalar_of(u.dtype)
         if sdt not in BROADCASTABLE or len(u.src) != 1 or len(u.src[0].src) != 2 or u.dtype.count * esize(sdt) < 16:
             return False
         users = self.users.get(u, [])
@@ -701,7 +701,7 @@ class VectorSelection:
         return not any(x.op in BARRIER_OPS for x in between)
 
     def load_piece(self, d: VReg, u: UOp, p: int) -> None:
-        idx, sdt = u.src[0], u.dtype.scalar()
+        idx, sdt = u.src[0], scalar_of(u.dtype)
         if u in self.bcast_loads:  # a broadcast source asked for as a register: the scalar load
             self.load_into(d, idx, sdt)
             return
@@ -740,7 +740,7 @@ class VectorSelection:
         if not native(u.dtype):
             out = []
             for j in range(u.dtype.count):
-                su = UOp(Ops.LOAD, u.dtype.scalar(), (idx, *(self.lane_uop(s, j) for s in u.src[1:])))
+                su = UOp(Ops.LOAD, scalar_of(u.dtype), (idx, *(self.lane_uop(s, j) for s in u.src[1:])))
                 self.lane_offset = j
                 self.select_line(su)
                 self.lane_offset = 0
@@ -761,7 +761,7 @@ class VectorSelection:
                 if len(u.src) > 1:
                     self.vpiece(u.src[1], p, into=d)
                 else:
-                    b = pbits(counts[p], u.dtype.scalar())
+                    b = pbits(counts[p], scalar_of(u.dtype))
                     self.emit(Op.VXORPS, [d], [], (("d", 0, b), ("d", 0, b), ("d", 0, b)))
             skip = Label("gated")
             self.skip_unless(gate, skip)
@@ -788,7 +788,7 @@ class VectorSelection:
         regs = self.pieces(value)
         if gate is not None:
             self.skip_unless(gate, skip)
-        sdt = value.dtype.scalar()
+        sdt = scalar_of(value.dtype)
         per = lanes_per_piece(sdt)
         m: VMem = self.mem(idx, 8)
         for p, (r, n) in enumerate(zip(regs, piece_lanes(value.dtype), strict=True)):
@@ -831,7 +831,7 @@ class VectorSelection:
     def lane_uop(self, s: UOp, j: int) -> UOp:
         if not is_vector(s.dtype):
             return s
-        sdt = s.dtype.scalar()
+        sdt = scalar_of(s.dtype)
         if self.is_vconst(s):
             return UOp.const(sdt, self.const_lanes(s)[j])
         if s.op is Ops.VECTORIZE and s.src[j] not in self.bcast_loads:
@@ -842,7 +842,7 @@ class VectorSelection:
 
     def scalar_lanes(self, u: UOp) -> list:
         out = []
-        sdt = u.dtype.scalar()
+        sdt = scalar_of(u.dtype)
         for j in range(u.dtype.count):
             su = UOp(u.op, sdt, tuple(self.lane_uop(s, j) for s in u.src), u.arg)
             self.select_line(su)
@@ -851,7 +851,7 @@ class VectorSelection:
 
     def scalarize(self, u: UOp) -> None:
         """No vector rule: the scalar rules lane by lane, then packed."""
-        self.val[u] = self.pack(u.dtype.scalar(), self.scalar_lanes(u))
+        self.val[u] = self.pack(scalar_of(u.dtype), self.scalar_lanes(u))
 
     # ---- ALU ----
     def per_piece(self, u: UOp, fn: Any) -> None:
@@ -946,7 +946,7 @@ class VectorSelection:
     def vfma(self, u: UOp, a: UOp, b: UOp, c: UOp, mul: UOp) -> None:
         """a*b + c rounded once, piece by piece: one vfmadd{132,213,231}p[sd] of the form ``fma_order`` picks."""
         form, x, y, z = self.fma_order(a, b, c, mul, u, self.vin_memory)
-        fma = Op["VFMADD" + form + ("PD" if esize(u.dtype.scalar()) == 8 else "PS")]
+        fma = Op["VFMADD" + form + ("PD" if esize(scalar_of(u.dtype)) == 8 else "PS")]
 
         def emit_fma(d: VReg, p: int, bits: int) -> None:
             rz = self.voperand(z, p)
@@ -959,7 +959,7 @@ class VectorSelection:
         float64, which is exact here (operands below 2**31: a quotient never rounds across an integer);
         INT_MIN/-1 wraps by itself (vcvttpd2dq gives 0x80000000), lanes dividing by 0 are masked to 0."""
         a, b = u.src
-        sdt = u.dtype.scalar()
+        sdt = scalar_of(u.dtype)
         lanes = self.const_lanes(b) if self.is_vconst(b) else None
         d0 = int(lanes[0]) if lanes is not None and all(x == lanes[0] for x in lanes) else None
         if dtypes.is_unsigned(sdt):
@@ -1005,7 +1005,7 @@ class VectorSelection:
 
     def vshift(self, u: UOp) -> None:
         """Shift amounts outside 0..width-1 give 0 or the sign: exactly what vpsllv/vpsrlv/vpsrav do."""
-        sdt = u.dtype.scalar()
+        sdt = scalar_of(u.dtype)
         a, n = u.src
         wide = esize(sdt) == 8
         signed = not dtypes.is_unsigned(sdt)
@@ -1023,7 +1023,7 @@ class VectorSelection:
             amount = int(lanes[0])
             self.per_piece(u, lambda d, p, bits: self.emit(imm_op, [d], [self.vpiece(a, p)],
                                                            (("d", 0, bits), ("u", 0, bits), ("i", amount))))
-        elif n.dtype.scalar() is sdt or esize(n.dtype.scalar()) == esize(sdt):
+        elif scalar_of(n.dtype) is sdt or esize(scalar_of(n.dtype)) == esize(sdt):
             self.per_piece(u, lambda d, p, bits: self.vemit(var_op, d, [self.vpiece(a, p), self.voperand(n, p)], bits))
         else:
             self.scalarize(u)
@@ -1033,7 +1033,7 @@ class VectorSelection:
         """All-ones lanes where comparison ``c`` holds, per piece of its sources; and whether the masks
         are inverted (hold where ``c`` is false). None when there is no vector compare for the dtype."""
         a, b = c.src
-        sdt = a.dtype.scalar()
+        sdt = scalar_of(a.dtype)
         k = kind(sdt)
         out: list[VReg] = []
         counts = piece_lanes(a.dtype)
@@ -1113,7 +1113,7 @@ class VectorSelection:
 
     def vwhere(self, u: UOp) -> None:
         c, x, y = u.src
-        sdt = u.dtype.scalar()
+        sdt = scalar_of(u.dtype)
         if not (native(u.dtype) and native(c.dtype) and native(x.dtype) and native(y.dtype)):
             self.scalarize(u)
             return
@@ -1132,13 +1132,13 @@ class VectorSelection:
     def vwhere_minmax(self, u: UOp, name: str) -> None:
         """``(p<q).where(a, b)`` with a, b the compared values: vminps/vmaxps (``isel.min_or_max``)."""
         _, a, b = u.src
-        xop = Op[name + ("PD" if esize(u.dtype.scalar()) == 8 else "PS")]
+        xop = Op[name + ("PD" if esize(scalar_of(u.dtype)) == 8 else "PS")]
         self.per_piece(u, lambda d, p, bits: self.vemit(xop, d, [self.vpiece(a, p), self.voperand(b, p)], bits))
 
     # ---- casts ----
     def vcast(self, u: UOp) -> None:
         src = u.src[0]
-        s, t = src.dtype.scalar(), u.dtype.scalar()
+        s, t = scalar_of(src.dtype), scalar_of(u.dtype)
         ks, kt = kind(s), kind(t)
         if not (native(s) and native(t)):
             self.scalarize(u)
@@ -1176,7 +1176,7 @@ class VectorSelection:
     def narrow(self, u: UOp, fn: Any) -> None:
         """64-bit lanes -> 32-bit lanes: each source piece gives an xmm, two of them make a piece."""
         src = u.src[0]
-        s = src.dtype.scalar()
+        s = scalar_of(src.dtype)
         halves = []
         for p, n in enumerate(piece_lanes(src.dtype)):
             d = self.vnew()
@@ -1187,7 +1187,7 @@ class VectorSelection:
 
     def vto_bool(self, u: UOp) -> None:
         src = u.src[0]
-        s = src.dtype.scalar()
+        s = scalar_of(src.dtype)
         k = kind(s)
         if k == "bool":
             self.val[u] = tuple(self.vcopy(r) for r in self.pieces(src))
@@ -1200,7 +1200,7 @@ class VectorSelection:
         """vcvtt*2dq truncates; lanes out of int32 range (and NaN) give 0x80000000: when any lane does,
         the whole vector is redone lane by lane with the scalar rules (which wrap like C)."""
         src = u.src[0]
-        s = src.dtype.scalar()
+        s = scalar_of(src.dtype)
         if s is dtypes.float64:
             self.narrow(u, lambda d, r, bits: self.emit(Op.VCVTTPD2DQ, [d], [r], (("d", 0, 128), ("u", 0, bits))))
         else:
@@ -1223,7 +1223,7 @@ class VectorSelection:
         self.emit(Op.VPTEST, [], [any_bad, any_bad], (("u", 0, b), ("u", 1, b)))
         self.jump(done, Cond.E)
         saved, self.lane_cache = self.lane_cache, None   # values made inside the branch do not outlive it
-        packed = self.pack(u.dtype.scalar(), self.scalar_lanes(u))
+        packed = self.pack(scalar_of(u.dtype), self.scalar_lanes(u))
         self.lane_cache = saved
         for r, x in zip(out, packed, strict=True):
             self.copy(r, x)
