@@ -531,10 +531,11 @@ class Selector(ISelContext, VectorSelection):
         held = {u: self.new("gpr") for _, u in self.arg_sites}
         mapping = {v: held[u] for v, u in self.remat_loads.items()}
         out = list(self.prog)
-        for i in _reading(out, mapping.keys()):  # only its reload writes a reload's register
+        drop = self.reload_at
+        # only its reload writes a reload's register; nothing before the first reload reads one
+        for i in _reading(out, mapping.keys(), drop[0] if drop else len(out)):
             ins = out[i]
             out[i] = MInst(ins.op, ins.defs, [_held(o, mapping) for o in ins.uses], ins.arg)
-        drop = self.reload_at
         # from the back, so positions ahead still count the selected program: the reloads go, the loads come in
         # (a load at a reload's position comes before it: deleted first)
         sites = self.arg_sites
@@ -1393,13 +1394,14 @@ fma_dtype = by_dtype(lambda dt: dt.scalar() in FOLDABLE_LOADS and not isinstance
 in_registers = by_dtype(lambda dt: getattr(dt, "addrspace", AddrSpace.GLOBAL) is AddrSpace.REG)
 
 
-def _reading(prog: list[Any], regs: Any) -> list[int]:
-    """Positions of the instructions of ``prog`` reading one of ``regs`` (a set or dict keys of VRegs), as an
-    operand or inside a memory operand (selection puts memory operands among the uses only). Labels have no
-    operands; operands are hashable (registers, memory operands and labels by identity, immediates)."""
+def _reading(prog: list[Any], regs: Any, start: int = 0) -> list[int]:
+    """Positions (from ``start``) of the instructions of ``prog`` reading one of ``regs`` (a set or dict keys of
+    VRegs), as an operand or inside a memory operand (selection puts memory operands among the uses only).
+    Labels have no operands; operands are hashable (registers, memory operands and labels by identity,
+    immediates)."""
     found = []
     named = regs.isdisjoint
-    for i, ins in enumerate(prog):
+    for i, ins in enumerate(prog[start:], start):
         if type(ins) is MInst:
             uses = ins.uses
             if not named(uses):
