@@ -1402,15 +1402,17 @@ def _reading(prog: list[Any], regs: Any, start: int = 0) -> list[int]:
     found = []
     named = regs.isdisjoint
     for i, ins in enumerate(prog[start:], start):
-        if type(ins) is MInst:
+        try:
             uses = ins.uses
-            if not named(uses):
-                found.append(i)
-            elif VMem in map(type, uses):  # checked in C first: most instructions have no memory operand
-                for o in uses:
-                    if type(o) is VMem and not named((o.base, o.index)):
-                        found.append(i)
-                        break
+        except AttributeError:  # a loop marker (rare: no check on every instruction)
+            continue
+        if not named(uses):
+            found.append(i)
+        elif VMem in map(type, uses):  # checked in C first: most instructions have no memory operand
+            for o in uses:
+                if type(o) is VMem and not named((o.base, o.index)):
+                    found.append(i)
+                    break
     return found
 
 

@@ -305,23 +305,24 @@ class VectorSelection:
         self.hred_skip: set[UOp] = set()
         if not self.lane_geps:  # a tree's leaves are one-lane GEPs: without any, there is no tree
             return
-        for u in (u for op in HRED_OPS for u in self.lines(op)):
-            a, b = u.src   # a tree's nodes are lane GEPs and nodes of its op: index math fails here
-            if a.op is not u.op and a.op is not Ops.GEP or b.op is not u.op and b.op is not Ops.GEP:
-                continue
-            if is_vector(u.dtype) or not native(u.dtype):
-                continue
-            if (u.op, kind(u.dtype)) not in HRED or any(x.op is u.op and x.dtype is u.dtype for x in self.users[u]):
-                continue
-            nodes: list[UOp] = []
-            leaves: list[tuple[UOp, int]] = []
-            if not (self.tree(a, u, nodes, leaves) and self.tree(b, u, nodes, leaves)):
-                continue
-            v = leaves[0][0]
-            if v.dtype.count >= 4 and set(map(_VECTOR, leaves)) == {v} and sorted(map(_LANE, leaves)) == list(
-                    range(v.dtype.count)):
-                self.hred_roots[u] = v
-                self.hred_skip.update(nodes)
+        for op in HRED_OPS:
+            for u in self.lines(op):
+                a, b = u.src   # a tree's nodes are lane GEPs and nodes of its op: index math fails here
+                if a.op is not u.op and a.op is not Ops.GEP or b.op is not u.op and b.op is not Ops.GEP:
+                    continue
+                if is_vector(u.dtype) or not native(u.dtype):
+                    continue
+                if (u.op, kind(u.dtype)) not in HRED or any(x.op is u.op and x.dtype is u.dtype for x in self.users[u]):
+                    continue
+                nodes: list[UOp] = []
+                leaves: list[tuple[UOp, int]] = []
+                if not (self.tree(a, u, nodes, leaves) and self.tree(b, u, nodes, leaves)):
+                    continue
+                v = leaves[0][0]
+                if v.dtype.count >= 4 and set(map(_VECTOR, leaves)) == {v} and sorted(map(_LANE, leaves)) == list(
+                        range(v.dtype.count)):
+                    self.hred_roots[u] = v
+                    self.hred_skip.update(nodes)
 
     def tree(self, x: UOp, parent: UOp, nodes: list[UOp], leaves: list[tuple[UOp, int]]) -> bool:
         if self.users.get(x) != [parent] or x.dtype is not parent.dtype:
