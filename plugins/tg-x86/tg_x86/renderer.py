@@ -28,6 +28,7 @@ from tg_x86.abi import HOST, Abi
 from tg_x86.isa import Flag, Op
 from tg_x86.isel import FLAG_BARRIERS, ISEL, Selector
 from tg_x86.machine import GPR, TARGET
+from tgcore.codegen import regalloc
 from tgcore.codegen.regalloc import MInst, RegisterPlan
 from tgcore.dtype import dtypes
 from tgcore.renderer.isa import ISARenderer, isa_spec
@@ -87,10 +88,21 @@ class X86Renderer(ISARenderer[Selector]):
         return ctx
 
     def pre_regalloc(self, program: list[Any], ctx: Selector) -> list[Any]:
-        program = machine.cleanup(program)
+        return self._cleanup(program, ctx)[0]
+
+    def _cleanup(self, program: list[Any], ctx: Selector, known: dict | None = None
+                 ) -> tuple[list[Any], list[tuple[list, list]]]:
+        """``machine.cleanup``: the program and its registers (``instruction_registers``)."""
+        program, regs = machine.cleanup(program, known)
         if spec_enabled():  # checked again after allocation (late_regalloc)
             ctx.flag_reads = flag_sources(program)
-        return program
+        return program, regs
+
+    def plan(self, program: list[Any], ctx: Selector, known: dict | None = None) -> RegisterPlan:
+        """``pre_regalloc``, then the linear scan's plan, handed the registers the cleanup found. ``known``: the
+        registers of instructions planned before (``RegisterPlan.known``), looked at only once."""
+        program, regs = self._cleanup(program, ctx, known)
+        return regalloc.plan_registers(program, self.target, regs)
 
     def choose_plan(self, ctx: Selector) -> RegisterPlan:
         """Few allocatable gprs (9): with many buffers and loops, read pointers and variables from their argument
@@ -102,7 +114,8 @@ class X86Renderer(ISARenderer[Selector]):
         fills = plan.spill_code("gpr")  # gpr fills and spill stores
         params = ctx.nparams
         if fills > params:  # else reading pointers where used cannot cost fewer gpr loads and stores
-            plan2 = self.plan(ctx.prog, ctx)
+            # the two programs share most instructions: their registers are looked at once
+            plan2 = self.plan(ctx.prog, ctx, plan.known())
             if plan2.spill_code("gpr") + params < fills:
                 plan = plan2
         return plan
