@@ -85,6 +85,7 @@ class LoopEnd:
 
 _REG_TYPES = (VReg, Register)
 _START_END = operator.attrgetter("start", "end")
+_END = operator.attrgetter("end")
 
 
 def _regs_in(operand: Any) -> Iterator[Any]:
@@ -278,86 +279,86 @@ def plan_registers(program: list[Any], target: AllocTarget,
     by_vreg, physical = _intervals(regs)
     _extend_over_loops(program, by_vreg)
     intervals = sorted(by_vreg.values(), key=_START_END)
-    copy_source = _copy_sources(program)
-    spilled: list[Interval] = []
-    active: dict[Interval, int] = {}  # intervals holding a register -> when they got it (dict order is that order)
+    frame, spilled = _linear_scan(intervals, by_vreg, _copy_sources(program), target)
+    return RegisterPlan(program, regs, by_vreg, frame, target, physical, spilled)
+
+
+def _linear_scan(intervals: list[Interval], by_vreg: dict[VReg, Interval], copy_source: dict[VReg, VReg],
+                 target: AllocTarget) -> tuple[int, list[Interval]]:
+    """Give each interval (in start order) a register or a stack slot: (stack bytes for the slots, the intervals
+    spilled)."""
+    active: dict[Interval, None] = {}  # intervals holding a register, in the order they got it
     free = {cls: list(regs) for cls, regs in target.registers.items()}
+    spilled: list[Interval] = []
     frame = 0
-    expiry: list[tuple[int, int, Interval]] = []  # heap of (end, when it got its register, interval); stale entries
-    order = itertools.count()                      # of intervals no longer active are skipped
-    heappush, heappop = heapq.heappush, heapq.heappop
 
-    def release_until(pos: int) -> None:
-        """Free the registers of the active intervals ending before ``pos``, in the order they were taken."""
-        ended: list[tuple[int, Interval]] = []
-        while expiry and expiry[0][0] < pos:
-            _, k, iv = heappop(expiry)
-            if active.get(iv) == k:
-                ended.append((k, iv))
-        ended.sort()  # by k (unique)
-        for _, iv in ended:
-            del active[iv]
-            if iv.reg is not None:
-                free[iv.vreg.cls].append(iv.reg)
-
-    def activate(iv: Interval) -> None:
-        k = next(order)
-        active[iv] = k
-        heappush(expiry, (iv.end, k, iv))
-
-    def take_slot(cls: str) -> int:
+    def take_slot(iv: Interval) -> None:
         nonlocal frame
-        size = target.slot_size(cls)
+        size = target.slot_size(iv.vreg.cls)
         frame = (frame + size - 1) // size * size + size
-        return frame - size
+        iv.slot = frame - size
+        spilled.append(iv)
 
-    for iv in intervals:
-        if expiry and expiry[0][0] < iv.start:
-            release_until(iv.start)
-        src = copy_source.get(iv.vreg) if copy_source else None
+    # an interval's register is free again from the first interval starting after it ends on (if it still has it
+    # then): when that is, for each interval, precomputed; those freed together go back in the order they were taken
+    ends_before = list(map(bisect.bisect_right, itertools.repeat([iv.start for iv in intervals]),
+                           map(_END, intervals)))
+    release_at = sorted(ends_before) + [len(intervals)]
+    releasing = list(map(intervals.__getitem__, sorted(range(len(intervals)), key=ends_before.__getitem__)))
+    k = 0
+    next_release = release_at[0]
+    for n, iv in enumerate(intervals):
+        if next_release <= n:
+            while release_at[k] <= n:
+                ended = releasing[k]
+                k += 1
+                if ended in active:
+                    del active[ended]
+                    free[ended.vreg.cls].append(ended.reg)  # type: ignore[arg-type]
+            next_release = release_at[k]
+        vreg = iv.vreg
+        src = copy_source.get(vreg) if copy_source else None
         if src is not None:
             src_iv = by_vreg.get(src)
-            if src_iv is not None and src_iv.end == iv.start and src_iv.reg is not None and src_iv in active and (
-                    iv.vreg.allowed is None or src_iv.reg in iv.vreg.allowed):
+            if src_iv is not None and src_iv.end == iv.start and src_iv in active and (
+                    vreg.allowed is None or src_iv.reg in vreg.allowed):
                 del active[src_iv]
                 iv.reg = src_iv.reg
-                activate(iv)
+                active[iv] = None
                 continue
-        cls = iv.vreg.cls
+        cls = vreg.cls
         if cls not in free:
-            raise AllocationError(f"no registers of class {cls!r} for {iv.vreg}")
-        allowed = iv.vreg.allowed
+            raise AllocationError(f"no registers of class {cls!r} for {vreg}")
+        allowed = vreg.allowed
         pool = free[cls]
         if allowed is None:
             if pool:
                 iv.reg = pool.pop(0)
-                activate(iv)
+                active[iv] = None
                 continue
         else:
             choice = next((r for r in pool if r in allowed), None)
             if choice is not None:
                 iv.reg = choice
                 pool.remove(choice)
-                activate(iv)
+                active[iv] = None
                 continue
         if allowed is not None:  # pinned: evict whoever holds an allowed register
             holders = [a for a in active if a.reg in allowed and a.vreg.allowed is None]
             if not holders:
-                raise AllocationError(f"{iv.vreg} needs one of {allowed}, all held by pinned values")
-            victim = max(holders, key=lambda a: a.end)
+                raise AllocationError(f"{vreg} needs one of {allowed}, all held by pinned values")
+            victim = max(holders, key=_END)
         else:
             candidates = [a for a in active if a.vreg.cls == cls and a.vreg.allowed is None] + [iv]
-            victim = max(candidates, key=lambda a: a.end)
+            victim = max(candidates, key=_END)
         if victim is iv:
-            iv.slot = take_slot(cls)
-            spilled.append(iv)
+            take_slot(iv)
             continue
         iv.reg, victim.reg = victim.reg, None
-        victim.slot = take_slot(cls)
-        spilled.append(victim)
+        take_slot(victim)
         del active[victim]
-        activate(iv)
-    return RegisterPlan(program, regs, by_vreg, frame, target, physical, spilled)
+        active[iv] = None
+    return frame, spilled
 
 
 def _coalesce_two_address(program: list[Any], regs: list[tuple[list[Any], list[Any]]], target: AllocTarget
