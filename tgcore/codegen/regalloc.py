@@ -177,21 +177,27 @@ def _read_inside(operand: Any, read: list[Any]) -> None:
 
 def _intervals(regs: list[tuple[list[Any], list[Any]]]) -> tuple[dict[VReg, Interval], set[Register]]:
     """Each virtual register's interval from its first to its last mention (by position in the program), in
-    order of first mention (so in start order), and the physical registers named. Flattened so that the
-    first and last mentions come from dicts built in one go, not a step per mention."""
-    lists = list(itertools.chain.from_iterable(regs))  # read_0, written_0, read_1, written_1, ...
-    instruction = itertools.chain.from_iterable(zip(itertools.count(), itertools.count()))  # 0, 0, 1, 1, ...
-    mentions = list(itertools.chain.from_iterable(lists))
-    at = list(itertools.chain.from_iterable(map(itertools.repeat, instruction, map(len, lists))))
-    last = dict(zip(mentions, at))  # a later mention overwrites an earlier one
-    first = dict(zip(reversed(mentions), reversed(at)))
+    order of first mention (so in start order), and the physical registers named."""
     by_vreg: dict[VReg, Interval] = {}
     physical: set[Any] = set()
-    for r in dict.fromkeys(mentions):
-        if type(r) is VReg:
-            by_vreg[r] = Interval(r, first[r], last[r])
-        else:
-            physical.add(r)
+    get = by_vreg.get
+    for i, (read, written) in enumerate(regs):
+        for r in read:
+            iv = get(r)
+            if iv is not None:
+                iv.end = i
+            elif type(r) is VReg:
+                by_vreg[r] = Interval(r, i, i)
+            else:
+                physical.add(r)
+        for r in written:
+            iv = get(r)
+            if iv is not None:
+                iv.end = i
+            elif type(r) is VReg:
+                by_vreg[r] = Interval(r, i, i)
+            else:
+                physical.add(r)
     return by_vreg, physical
 
 
