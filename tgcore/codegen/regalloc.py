@@ -7,6 +7,8 @@ In:  a linear list of machine instructions (``MInst``) whose operands may be vir
      machine (allocatable and scratch registers per class, two-address instructions, and how
      to build copies, spills and fills). A branch must not write a register: spill code after
      it would not run when the branch is taken.
+     ``instruction_registers(program)`` (which registers each instruction reads and writes) may come
+     along too, when the renderer looked at them before allocating (e.g. to remove dead code).
 Out: the same program on physical registers, with spill and fill code and copies added, and
      the number of stack bytes the spill slots need.
 

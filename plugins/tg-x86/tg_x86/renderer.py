@@ -10,8 +10,10 @@ Out: ``render`` returns the machine code of ``void name(<buffer pointers...>, <i
     isel           ``isel.ISEL`` rules run by ``line_rewrite`` with an ``isel.Selector`` as context
     pre_regalloc   ``machine.cleanup`` (dead values, accumulator updates write the accumulator)
     choose_plan    pointers and variables held in registers, or read from their argument slots where
-                   used when that spills fewer gprs (both programs come from one selection)
-    regalloc       the core's linear scan on ``machine.TARGET``
+                   used when that spills fewer gprs (both programs come from one selection; the second
+                   plan reuses the registers the first found in the instructions they share)
+    regalloc       the core's linear scan on ``machine.TARGET``, handed the registers of each instruction
+                   the cleanup found (``instruction_registers``)
     late_regalloc  with TG_SPEC=1: each flag reader still reads the flags it read before (``check_flags_kept``)
     post_regalloc  ``machine.finish`` (System V prologue/epilogue, ``Inst``s)
     asm / encode   ``listing.asm`` / ``assembler.assemble``
