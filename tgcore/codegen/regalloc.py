@@ -23,7 +23,6 @@ source's register for its result (coalescing), otherwise a copy is inserted befo
 from __future__ import annotations
 
 import bisect
-import heapq
 import itertools
 import operator
 from collections import Counter
@@ -249,7 +248,7 @@ class RegisterPlan:
     def known(self) -> dict[int, tuple[list[Any], list[Any]]]:
         """The registers of each instruction of the program by its ``id``, for ``instruction_registers`` of a
         similar program (valid while this plan lives: it keeps the instructions alive)."""
-        return dict(zip(map(id, self.program), self.regs))
+        return dict(zip(map(id, self.program), self.regs, strict=True))
 
     def rewrite(self) -> tuple[list[Any], int]:
         """(the program on physical registers with spill code, stack bytes for spill slots)."""
