@@ -86,7 +86,7 @@ class LoopEnd:
 
 _REG_TYPES = (VReg, Register)
 _START_END = operator.attrgetter("start", "end")
-_END = operator.attrgetter("end")
+_START, _END = operator.attrgetter("start"), operator.attrgetter("end")
 
 
 def _regs_in(operand: Any) -> Iterator[Any]:
@@ -156,8 +156,10 @@ def _registers_of_all(program: list[Any]) -> list[tuple[list[Any], list[Any]]]:
             if t is VReg or t is Register:
                 if o not in read:
                     read.append(o)
-            elif o is not None:
-                _read_inside(o, read)
+            elif o is not None:  # a memory operand reads its registers (inline: one per instruction or so)
+                for r in getattr(o, "regs", ()):
+                    if r not in read and isinstance(r, _REG_TYPES):
+                        read.append(r)
         written: list[Any] = []
         for o in ins.defs:
             t = type(o)
@@ -217,7 +219,7 @@ def _extend_over_loops(program: list[Any], by_vreg: dict[VReg, Interval]) -> Non
     # One pass in the order the loops end is enough: an interval extended to a loop's end can only be live into
     # loops ending later. Intervals are in start order: those starting before a loop are a prefix
     ivs = list(by_vreg.values())
-    starts = [iv.start for iv in ivs]
+    starts = list(map(_START, ivs))
     for start, end in loops:
         for iv in ivs[:bisect.bisect_left(starts, start)]:
             if start <= iv.end < end:
@@ -306,12 +308,13 @@ def _linear_scan(intervals: list[Interval], by_vreg: dict[VReg, Interval], copy_
         iv.slot = frame - size
         spilled.append(iv)
 
-    # an interval's register is free again from the first interval starting after it ends on (if it still has it
-    # then): when that is, for each interval, precomputed; those freed together go back in the order they were taken
-    ends_before = list(map(bisect.bisect_right, itertools.repeat([iv.start for iv in intervals]),
-                           map(_END, intervals)))
-    release_at = sorted(ends_before) + [len(intervals)]
-    releasing = list(map(intervals.__getitem__, sorted(range(len(intervals)), key=ends_before.__getitem__)))
+    # an interval's register is free again (if it still holds it then) from the first interval starting after it
+    # ends: that point is found for each interval at once; registers freed at one point go back in the order taken
+    starts = list(map(_START, intervals))
+    free_at = list(map(bisect.bisect_right, itertools.repeat(starts), map(_END, intervals)))
+    order = sorted(range(len(intervals)), key=free_at.__getitem__)  # stable: in the order taken at each point
+    releasing = list(map(intervals.__getitem__, order))
+    release_at = sorted(free_at) + [len(intervals)]  # a point never reached ends the list
     k = 0
     next_release = release_at[0]
     for n, iv in enumerate(intervals):
@@ -334,10 +337,11 @@ def _linear_scan(intervals: list[Interval], by_vreg: dict[VReg, Interval], copy_
                 active[iv] = None
                 continue
         cls = vreg.cls
-        if cls not in free:
-            raise AllocationError(f"no registers of class {cls!r} for {vreg}")
+        try:
+            pool = free[cls]
+        except KeyError:
+            raise AllocationError(f"no registers of class {cls!r} for {vreg}") from None
         allowed = vreg.allowed
-        pool = free[cls]
         if allowed is None:
             if pool:
                 iv.reg = pool.pop(0)
