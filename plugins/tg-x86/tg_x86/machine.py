@@ -496,23 +496,24 @@ def _retarget(program: list, regs: list[tuple[list, list]], reads: dict, writes:
         t, acc = ins.uses[0], ins.defs[0]
         if type(t) is not VReg or type(acc) is not VReg or reads[t] + writes[t] != 2 or t.cls != acc.cls:
             continue
-        j = _single_def_after_mentions(program, regs, i, t, acc)
+        j = _def_to_retarget(program, regs, i, t, acc)
         if j is None:
             continue
-        if out is program:  # the first change: copies to change
-            out, out_regs = list(program), list(regs)
         a = out[j]
-        if not (a.arg.two_address and any(_mentions(o, acc) for o in a.uses[1:])):
-            out[j] = MInst(a.op, [acc], a.uses, a.arg)
-            out_regs[j] = (out_regs[j][0], [acc])
-            drop.append(i)
+        if a.arg.two_address and any(_mentions(o, acc) for o in a.uses[1:]):
+            continue  # two-address: acc would get the first source before the op reads acc as another
+        if out is program:  # the first change: the lists are copied
+            out, out_regs = list(program), list(regs)
+        out[j] = MInst(a.op, [acc], a.uses, a.arg)
+        out_regs[j] = (out_regs[j][0], [acc])
+        drop.append(i)
     for i in reversed(drop):
         del out[i]
         del out_regs[i]
     return out, out_regs
 
 
-def _single_def_after_mentions(program: list, regs: list[tuple[list, list]], i: int, t: VReg, acc: VReg) -> int | None:
+def _def_to_retarget(program: list, regs: list[tuple[list, list]], i: int, t: VReg, acc: VReg) -> int | None:
     """Looking back from the copy ``acc <- t`` at ``i``: where ``t`` is written, by an instruction writing only it,
     when no label or loop boundary and no mention of ``acc`` come in between (None otherwise). Short: the op is
     usually right before its copy."""
