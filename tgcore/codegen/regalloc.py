@@ -128,8 +128,9 @@ def instruction_registers(program: list[Any], known: dict[int, tuple[list[Any], 
     """For each instruction: (the registers it reads, each once, in operand order; the registers it writes), virtual
     and physical ones; a memory operand's registers (its ``regs``) are read, also in a destination. Two empty lists
     for a loop marker. A renderer that looks at these before allocating (dead code, peepholes) hands them on to
-    ``plan_registers``. ``known``: the registers of instructions seen before, by ``id`` (``RegisterPlan.known``
-    of a plan of a similar program, which keeps them alive); only the others are looked at."""
+    ``plan_registers``; nobody changes the lists. ``known``: the registers of instructions seen before, by ``id``
+    (``RegisterPlan.registers_by_id`` of a plan of a similar program, which keeps them alive); only the others are
+    looked at."""
     if known is None:
         return _registers_of_all(program)
     out = list(map(known.get, map(id, program)))
@@ -247,7 +248,7 @@ class RegisterPlan:
         mentions = Counter(itertools.chain.from_iterable(itertools.chain.from_iterable(self.regs)))
         return sum(map(mentions.__getitem__, spilled))
 
-    def known(self) -> dict[int, tuple[list[Any], list[Any]]]:
+    def registers_by_id(self) -> dict[int, tuple[list[Any], list[Any]]]:
         """The registers of each instruction of the program by its ``id``, for ``instruction_registers`` of a
         similar program (valid while this plan lives: it keeps the instructions alive)."""
         return dict(zip(map(id, self.program), self.regs, strict=True))

@@ -102,7 +102,7 @@ class X86Renderer(ISARenderer[Selector]):
 
     def plan(self, program: list[Any], ctx: Selector, known: dict | None = None) -> RegisterPlan:
         """``pre_regalloc``, then the linear scan's plan, handed the registers the cleanup found. ``known``: the
-        registers of instructions planned before (``RegisterPlan.known``), looked at only once."""
+        registers of instructions planned before (``RegisterPlan.registers_by_id``), looked at only once."""
         program, regs = self._cleanup(program, ctx, known)
         return regalloc.plan_registers(program, self.target, regs)
 
@@ -117,7 +117,7 @@ class X86Renderer(ISARenderer[Selector]):
         params = ctx.nparams
         if fills > params:  # else reading pointers where used cannot cost fewer gpr loads and stores
             # the two programs share most instructions: their registers are looked at once
-            plan2 = self.plan(ctx.prog, ctx, plan.known())
+            plan2 = self.plan(ctx.prog, ctx, plan.registers_by_id())
             if plan2.spill_code("gpr") + params < fills:
                 plan = plan2
         return plan
