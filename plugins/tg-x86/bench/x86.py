@@ -36,6 +36,7 @@ import numpy as np
 from tgcore.codegen import get_program
 from tgcore.dtype import dtypes
 from tgcore.engine.realize import get_runner
+from tgcore.nn.functional import conv2d
 from tgcore.runtime.compiler import ClangCompiler
 from tgcore.schedule.kernelize import create_schedule
 from tgcore.tensor import Tensor
@@ -59,6 +60,7 @@ def workloads(dev: str) -> dict:
     x = f32(1024, 1024)
     i32 = Tensor(rng.integers(-1000, 1000, 1 << 20).astype(np.int32), device=dev).realize()
     h16 = Tensor(rng.standard_normal(1 << 20).astype(np.float16), device=dev).realize()
+    img, kern = f32(4, 16, 64, 64), f32(32, 16, 3, 3)
     return {
         "add 1M": lambda: a1m + b1m,
         "mul-add 1M": lambda: a1m * b1m + 1.0,
@@ -75,6 +77,7 @@ def workloads(dev: str) -> dict:
         "matmul 512^3": lambda: m512a @ m512b,
         "matmul 1024^3": lambda: m1024a @ m1024b,
         "softmax 1024^2": lambda: softmax(x),
+        "conv2d 3x3 pad 1": lambda: conv2d(img, kern, padding=1),
         "int add/mul 1M": lambda: i32 * 3 + i32,
         "int // 1M": lambda: i32 // 7,
         "cast f32->i32 1M": lambda: a1m.cast(dtypes.int32),
