@@ -94,7 +94,6 @@ class LoopEnd:
 _REG_TYPES = (VReg, Register)
 _START_END = operator.attrgetter("start", "end")
 _START, _END = operator.attrgetter("start"), operator.attrgetter("end")
-_READ, _WRITTEN = operator.itemgetter(0), operator.itemgetter(1)
 
 
 def _regs_in(operand: Any) -> Iterator[Any]:
@@ -190,18 +189,27 @@ def _read_inside(operand: Any, read: list[Any]) -> None:
 def _intervals(regs: list[tuple[list[Any], list[Any]]]) -> tuple[dict[VReg, Interval], set[Register]]:
     """Each virtual register's interval from its first to its last mention (by position in the program), in
     order of first mention (so in start order), and the physical registers named."""
-    # every mention in program order, with its instruction's position: the loops run in C
-    mentions = list(itertools.chain.from_iterable(itertools.chain.from_iterable(regs)))
-    counts = map(operator.add, map(len, map(_READ, regs)), map(len, map(_WRITTEN, regs)))
-    at = list(itertools.chain.from_iterable(map(itertools.repeat, itertools.count(), counts)))
-    last = dict(zip(mentions, at))  # a later mention overwrites an earlier one
-    first = dict(zip(reversed(mentions), reversed(at)))
-    named = list(dict.fromkeys(mentions))  # in order of first mention
-    is_virtual = list(map(operator.is_, map(type, named), itertools.repeat(VReg)))
-    vregs = list(compress(named, is_virtual))
-    physical = set(compress(named, map(operator.not_, is_virtual))) if len(vregs) < len(named) else set()
-    ivs = map(Interval, vregs, map(first.__getitem__, vregs), map(last.__getitem__, vregs))
-    return dict(zip(vregs, ivs)), physical
+    by_vreg: dict[VReg, Interval] = {}
+    physical: set[Any] = set()
+    get = by_vreg.get
+    for i, (read, written) in enumerate(regs):
+        for r in read:
+            iv = get(r)
+            if iv is not None:
+                iv.end = i
+            elif type(r) is VReg:
+                by_vreg[r] = Interval(r, i, i)
+            else:
+                physical.add(r)
+        for r in written:
+            iv = get(r)
+            if iv is not None:
+                iv.end = i
+            elif type(r) is VReg:
+                by_vreg[r] = Interval(r, i, i)
+            else:
+                physical.add(r)
+    return by_vreg, physical
 
 
 def _extend_over_loops(program: list[Any], by_vreg: dict[VReg, Interval]) -> None:
