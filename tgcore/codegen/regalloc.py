@@ -137,7 +137,7 @@ def instruction_registers(program: list[Any], known: dict[int, tuple[list[Any], 
     """For each instruction: (the registers it reads, each once, in operand order; the registers it writes), virtual
     and physical ones; a memory operand's registers (its ``regs``) are read, also in a destination. Two empty lists
     for a loop marker. A renderer that looks at these before allocating (dead code, peepholes) hands them on to
-    ``plan_registers``; nobody changes the lists. ``known``: the registers of instructions seen before, by ``id``
+    ``plan_registers``; nobody changes the lists (the written ones may be the instruction's own ``defs``). ``known``: the registers of instructions seen before, by ``id``
     (``RegisterPlan.registers_by_id`` of a plan of a similar program, which keeps them alive); only the others are
     looked at."""
     if known is None:
@@ -169,12 +169,16 @@ def _registers_of_all(program: list[Any]) -> list[tuple[list[Any], list[Any]]]:
                 for r in getattr(o, "regs", ()):
                     if r not in read and isinstance(r, _REG_TYPES):
                         read.append(r)
-        written: list[Any] = []
-        for o in ins.defs:
-            if type(o) is VReg or type(o) is Register:
-                written.append(o)
-            elif o is not None:
-                _read_inside(o, read)
+        written = defs = ins.defs  # usually all registers: then shared (neither list is ever changed)
+        for o in defs:
+            if type(o) is not VReg and type(o) is not Register:
+                written = []
+                for o in defs:
+                    if type(o) is VReg or type(o) is Register:
+                        written.append(o)
+                    elif o is not None:
+                        _read_inside(o, read)
+                break
         append((read, written))
     return out
 
