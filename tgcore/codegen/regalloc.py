@@ -137,9 +137,9 @@ def instruction_registers(program: list[Any], known: dict[int, tuple[list[Any], 
     """For each instruction: (the registers it reads, each once, in operand order; the registers it writes), virtual
     and physical ones; a memory operand's registers (its ``regs``) are read, also in a destination. Two empty lists
     for a loop marker. A renderer that looks at these before allocating (dead code, peepholes) hands them on to
-    ``plan_registers``; nobody changes the lists (the written ones may be the instruction's own ``defs``). ``known``: the registers of instructions seen before, by ``id``
-    (``RegisterPlan.registers_by_id`` of a plan of a similar program, which keeps them alive); only the others are
-    looked at."""
+    ``plan_registers``; nobody changes the lists (the written ones may be the instruction's own ``defs``).
+    ``known``: the registers of instructions seen before, by ``id`` (``RegisterPlan.registers_by_id`` of a plan of
+    a similar program, which keeps them alive); only the others are looked at."""
     if known is None:
         return _registers_of_all(program)
     out = list(map(known.get, map(id, program)))
