@@ -134,6 +134,24 @@ def test_two_address_coalesces_when_the_source_dies():
     assert direct == allocated and any(i.op == "mov" for i in code)
 
 
+
+def test_two_address_named_by_an_attribute_of_arg():
+    """``AllocTarget.two_address`` may name a boolean attribute of ``arg`` (absent: not two-address) instead of
+    being a predicate: the same allocation."""
+    class Flags:
+        def __init__(self, two: bool) -> None:
+            self.two = two
+
+    ids = itertools.count()
+    a, b, c, d = (VReg(next(ids), "gpr") for _ in range(4))
+    prog = [MInst("li", [a], [], 2), MInst("li", [b], [], 3), MInst("add", [c], [a, b], Flags(True)),
+            MInst("add", [d], [a, c], Flags(True)), MInst("out", [], [a]), MInst("out", [], [d])]
+    by_name = AllocTarget(**{**TARGET.__dict__, "two_address": "two"})
+    assert allocate(prog, by_name) == allocate(prog, TARGET)
+    flagged_off = [*prog[:3], MInst("add", [d], [a, c], Flags(False)), *prog[4:]]
+    code, _ = allocate(flagged_off, by_name)
+    assert sum(i.op == "mov" for i in code) == 1  # only the first add got a copy (a lives on past it)
+
 def test_pinned_registers():
     ids = itertools.count()
     a = VReg(next(ids), "gpr", allowed=(REGS[0],))

@@ -55,13 +55,20 @@ class VReg:
         return f"%{self.cls}{self.id}"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class MInst:
     """One machine instruction: ``defs`` are written, ``uses`` are read (operands may hold registers)."""
     op: Any
-    defs: list[Any] = field(default_factory=list)
-    uses: list[Any] = field(default_factory=list)
-    arg: Any = None
+    defs: list[Any]
+    uses: list[Any]
+    arg: Any
+
+    # written out: selection builds one per instruction, and the generated one (default factories) costs more
+    def __init__(self, op: Any, defs: list[Any] | None = None, uses: list[Any] | None = None, arg: Any = None) -> None:
+        self.op = op
+        self.defs = [] if defs is None else defs
+        self.uses = [] if uses is None else uses
+        self.arg = arg
 
     def registers_read(self) -> Iterator[Any]:
         for o in self.uses:
@@ -106,7 +113,9 @@ class AllocationError(RuntimeError):
 class AllocTarget:
     registers: dict[str, list[Register]]            # allocatable, in preference order
     scratch: dict[str, list[Register]]              # reserved for fills/spills and copies
-    two_address: Callable[[MInst], bool]            # does defs[0] have to be uses[0]'s register?
+    # does defs[0] have to be uses[0]'s register? A predicate, or the name of a boolean attribute of the
+    # instruction's ``arg`` (False when it has none): read without a call per instruction
+    two_address: Callable[[MInst], bool] | str
     copy: Callable[[Register, Register], MInst]     # dst <- src
     spill: Callable[[Register, int], MInst]         # stack slot at offset <- reg
     fill: Callable[[Register, int], MInst]          # reg <- stack slot at offset
@@ -128,9 +137,9 @@ def instruction_registers(program: list[Any], known: dict[int, tuple[list[Any], 
     """For each instruction: (the registers it reads, each once, in operand order; the registers it writes), virtual
     and physical ones; a memory operand's registers (its ``regs``) are read, also in a destination. Two empty lists
     for a loop marker. A renderer that looks at these before allocating (dead code, peepholes) hands them on to
-    ``plan_registers``; nobody changes the lists. ``known``: the registers of instructions seen before, by ``id``
-    (``RegisterPlan.registers_by_id`` of a plan of a similar program, which keeps them alive); only the others are
-    looked at."""
+    ``plan_registers``; nobody changes the lists (the written ones may be the instruction's own ``defs``).
+    ``known``: the registers of instructions seen before, by ``id`` (``RegisterPlan.registers_by_id`` of a plan of
+    a similar program, which keeps them alive); only the others are looked at."""
     if known is None:
         return _registers_of_all(program)
     out = list(map(known.get, map(id, program)))
@@ -153,21 +162,23 @@ def _registers_of_all(program: list[Any]) -> list[tuple[list[Any], list[Any]]]:
             continue
         read: list[Any] = []
         for o in ins.uses:
-            t = type(o)
-            if t is VReg or t is Register:
+            if type(o) is VReg or type(o) is Register:  # most operands are virtual registers: that test first
                 if o not in read:
                     read.append(o)
             elif o is not None:  # a memory operand reads its registers (inline: one per instruction or so)
                 for r in getattr(o, "regs", ()):
                     if r not in read and isinstance(r, _REG_TYPES):
                         read.append(r)
-        written: list[Any] = []
-        for o in ins.defs:
-            t = type(o)
-            if t is VReg or t is Register:
-                written.append(o)
-            elif o is not None:
-                _read_inside(o, read)
+        written = defs = ins.defs  # usually all registers: then shared (neither list is ever changed)
+        for o in defs:
+            if type(o) is not VReg and type(o) is not Register:
+                written = []
+                for o in defs:
+                    if type(o) is VReg or type(o) is Register:
+                        written.append(o)
+                    elif o is not None:
+                        _read_inside(o, read)
+                break
         append((read, written))
     return out
 
@@ -380,7 +391,12 @@ def _coalesce_two_address(program: list[Any], regs: list[tuple[list[Any], list[A
     are dropped after allocation). Returns the program and its registers."""
     # only an instruction writing a register can need it: the target is asked about those alone
     writers = list(compress(itertools.count(), map(operator.itemgetter(1), regs)))
-    two = list(compress(writers, map(target.two_address, map(program.__getitem__, writers))))
+    two_address = target.two_address
+    if type(two_address) is str:
+        args = map(getattr, map(program.__getitem__, writers), itertools.repeat("arg"))
+        two = list(compress(writers, map(getattr, args, itertools.repeat(two_address), itertools.repeat(False))))
+    else:
+        two = list(compress(writers, map(two_address, map(program.__getitem__, writers))))  # type: ignore[arg-type]
     copies: list[int] = []
     for i in two:
         ins = program[i]
@@ -393,9 +409,9 @@ def _coalesce_two_address(program: list[Any], regs: list[tuple[list[Any], list[A
     for i in reversed(copies):  # from the back: the positions ahead stay right
         ins = program[i]
         dst, first = ins.defs[0], ins.uses[0]
-        two_address = MInst(ins.op, ins.defs, [dst, *ins.uses[1:]], ins.arg)
-        program[i:i + 1] = [MInst("copy", [dst], [first]), two_address]
-        regs[i:i + 1] = [([first], [dst]), _registers_of_all([two_address])[0]]
+        paired = MInst(ins.op, ins.defs, [dst, *ins.uses[1:]], ins.arg)
+        program[i:i + 1] = [MInst("copy", [dst], [first]), paired]
+        regs[i:i + 1] = [([first], [dst]), _registers_of_all([paired])[0]]
     return program, regs
 
 

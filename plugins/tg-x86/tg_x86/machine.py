@@ -126,7 +126,7 @@ def _fill(reg: Register, off: int) -> MInst:
 TARGET = AllocTarget(
     registers={"gpr": ALLOC_GPR, "vec": ALLOC_VEC},
     scratch={"gpr": SCRATCH_GPR, "vec": SCRATCH_VEC},
-    two_address=lambda ins: isinstance(ins.arg, Spec) and ins.arg.two_address,
+    two_address="two_address",  # Spec.two_address (only a Spec has one)
     copy=_copy, spill=_spill, fill=_fill,
     slot_size=lambda cls: 8 if cls == "gpr" else VEC_SLOT,
 )
