@@ -316,26 +316,26 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     its ``Inst``s: each instruction's operands are read through the plan's assignment and encoded at once (only
     copies and instructions with spill code go through ``plan.rewrite_one``; only jumps to labels become ``Inst``s,
     for ``assembler.link``)."""
-    # in one pass over the virtual registers: the assignment (as plan.assignment() gives it), each one's register
-    # operands by bits (next to those of the physical registers), the spilled ones, and the gprs they use
-    reg_of: dict[VReg, Register | None] = {}
+    # the assignment (as plan.assignment() gives it), each register's operands by bits (virtual registers next to
+    # the physical ones), the spilled registers; read by maps, which run in C (kernels have hundreds of registers)
+    by_vreg = plan.by_vreg
+    assigned = list(map(_REG, by_vreg.values()))
+    reg_of: dict[VReg, Register | None] = dict(zip(by_vreg, assigned, strict=True))
+    names = list(map(getattr, assigned, repeat("name"), repeat(None)))  # None for a spilled one
     views = dict(_PHYSICAL_VIEWS)
+    views.update(zip(by_vreg, map(_VIEWS_BY_NAME.get, names), strict=True))
     spilled: set[VReg] = set()
-    used: set[int] = set()
-    for v, iv in plan.by_vreg.items():
-        r = reg_of[v] = iv.reg
-        if r is None:
-            spilled.add(v)
-        else:
-            views[v] = _VIEWS_BY_NAME[r.name]
-            if r.cls == "gpr":
-                used.add(r.index)
-    # the gprs the rewritten program names, as far as the prologue cares (callee-saved ones are never scratch)
-    used.update(r.index for r in plan.physical if r.cls == "gpr")
+    if None in names:  # (names are str: compared in C)
+        spilled = {v for v, name in zip(by_vreg, names, strict=True) if name is None}
+        for v in spilled:
+            del views[v]
+    # the registers the rewritten program names, as far as the prologue cares (callee-saved gprs and xmm registers
+    # are never scratch)
+    named = {r.name for r in plan.physical}.union(names)
+    used = {GPR[n].index for n in named if n in GPR}
     vecs: set[int] = set()
     if frame.abi.callee_saved_vec:  # the xmm registers the body names (scratch ones hold spilled values)
-        vecs = {r.index for v, r in reg_of.items() if r is not None and r.cls == "vec"}
-        vecs.update(r.index for r in plan.physical if r.cls == "vec")
+        vecs = {_VEC_NUMBER[n] for n in named if n in _VEC_NUMBER}
         if any(v.cls == "vec" for v in spilled):
             vecs.update(r.index for r in SCRATCH_VEC)
     lay = _frame_layout(frame, plan.frame, used, vecs)
@@ -351,6 +351,8 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
 
 # the register operands of each physical register by bits (the start of every kernel's table of them)
 _PHYSICAL_VIEWS = {r: _VIEWS_BY_NAME[r.name] for r in (*GPR.values(), *VEC.values())}
+_REG = operator.attrgetter("reg")
+_VEC_NUMBER = {r.name: r.index for r in VEC.values()}
 
 
 # The prologue and the epilogue depend on a few numbers only, and kernels share them: each is encoded once.
