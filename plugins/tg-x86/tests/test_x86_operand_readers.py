@@ -2,6 +2,8 @@
 ``encode_plan``) against the item-by-item way (``machine._operands``) and the staged way (``machine._lower``)."""
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from tg_x86 import machine
 from tg_x86.encoder import encode_all
@@ -37,8 +39,8 @@ def _tables() -> tuple[dict, object]:
 
 def _substituted(ins: MInst) -> MInst:
     """``ins`` on physical registers, as the plan's rewrite gives it."""
-    def one(o: object) -> object:
-        return o.with_regs(REG_OF) if type(o) is VMem else REG_OF.get(o, o)  # type: ignore[union-attr, call-overload]
+    def one(o: Any) -> Any:
+        return o.with_regs(REG_OF) if type(o) is VMem else REG_OF.get(o, o)
     return MInst(ins.op, [one(o) for o in ins.defs], [one(o) for o in ins.uses], ins.arg)
 
 

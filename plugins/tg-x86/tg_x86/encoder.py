@@ -194,11 +194,13 @@ def compile_form(form: Form) -> FormEncoder:
             rm = ops[at_rm]
             if type(rm) is Mem:
                 xb, modrm, rest = rm.address
-                key = (xb, modrm, reg_num)
-                out = (legacy_memory_heads.get(key) or _remember(legacy_memory_heads, key, legacy_memory(*key))) + rest
+                mkey = (xb, modrm, reg_num)
+                out = (legacy_memory_heads.get(mkey) or _remember(legacy_memory_heads, mkey, legacy_memory(*mkey))
+                       ) + rest
             else:
-                key = (reg_num, rm.num)  # type: ignore[union-attr]
-                out = legacy_register_heads.get(key) or _remember(legacy_register_heads, key, legacy_registers(*key))
+                rkey = (reg_num, rm.num)  # type: ignore[union-attr]
+                out = legacy_register_heads.get(rkey) or _remember(legacy_register_heads, rkey,
+                                                                   legacy_registers(*rkey))
             if has_tail:
                 for i, size in imms:
                     out += (ops[i].value & _MASKS[size]).to_bytes(size, "little")  # type: ignore[union-attr]

@@ -322,8 +322,8 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     assigned = list(map(_REG, by_vreg.values()))
     reg_of: dict[VReg, Register | None] = dict(zip(by_vreg, assigned, strict=True))
     names = list(map(getattr, assigned, repeat("name"), repeat(None)))  # None for a spilled one
-    views = dict(_PHYSICAL_VIEWS)
-    views.update(zip(by_vreg, map(_VIEWS_BY_NAME.get, names), strict=True))
+    views: dict[Any, dict[int, Reg]] = dict(_PHYSICAL_VIEWS)
+    views.update(zip(by_vreg, map(_VIEWS_BY_NAME.get, names), strict=True))  # type: ignore[arg-type]
     spilled: set[VReg] = set()
     if None in names:  # (names are str: compared in C)
         spilled = {v for v, name in zip(by_vreg, names, strict=True) if name is None}
