@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import operator
 import struct
-import types
 from collections import Counter
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
@@ -316,43 +315,38 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     its ``Inst``s: each instruction's operands are read through the plan's assignment and encoded at once (only
     copies and instructions with spill code go through ``plan.rewrite_one``; only jumps to labels become ``Inst``s,
     for ``assembler.link``)."""
-    # the assignment (as plan.assignment() gives it), each register's operands by bits (virtual registers next to
-    # the physical ones), the spilled registers; read by maps, which run in C (kernels have hundreds of registers)
-    by_vreg = plan.by_vreg
-    assigned = list(map(_REG, by_vreg.values()))
-    reg_of: dict[VReg, Register | None] = dict(zip(by_vreg, assigned, strict=True))
-    names = list(map(getattr, assigned, repeat("name"), repeat(None)))  # None for a spilled one
-    views: dict[Any, dict[int, Reg]] = dict(_PHYSICAL_VIEWS)
-    views.update(zip(by_vreg, map(_VIEWS_BY_NAME.get, names), strict=True))  # type: ignore[arg-type]
+    # in one pass over the virtual registers: the assignment (as plan.assignment() gives it), each one's register
+    # operands by bits, the spilled ones, and the gprs they use
+    reg_of: dict[VReg, Register | None] = {}
+    views_of: dict[VReg, dict[int, Reg]] = {}
     spilled: set[VReg] = set()
-    if None in names:  # (names are str: compared in C)
-        spilled = {v for v, name in zip(by_vreg, names, strict=True) if name is None}
-        for v in spilled:
-            del views[v]
-    # the registers the rewritten program names, as far as the prologue cares (callee-saved gprs and xmm registers
-    # are never scratch)
-    named = {r.name for r in plan.physical}.union(names)
-    used = {GPR[n].index for n in named if n in GPR}
+    used: set[int] = set()
+    for v, iv in plan.by_vreg.items():
+        r = reg_of[v] = iv.reg
+        if r is None:
+            spilled.add(v)
+        else:
+            views_of[v] = _VIEWS_BY_NAME[r.name]
+            if r.cls == "gpr":
+                used.add(r.index)
+    # the gprs the rewritten program names, as far as the prologue cares (callee-saved ones are never scratch)
+    used.update(r.index for r in plan.physical if r.cls == "gpr")
     vecs: set[int] = set()
     if frame.abi.callee_saved_vec:  # the xmm registers the body names (scratch ones hold spilled values)
-        vecs = {_VEC_NUMBER[n] for n in named if n in _VEC_NUMBER}
+        vecs = {r.index for v, r in reg_of.items() if r is not None and r.cls == "vec"}
+        vecs.update(r.index for r in plan.physical if r.cls == "vec")
         if any(v.cls == "vec" for v in spilled):
             vecs.update(r.index for r in SCRATCH_VEC)
     lay = _frame_layout(frame, plan.frame, used, vecs)
+    slot_disp = lay.slot_disp
     codes: list[bytes | None] = []
     jumps: dict[int, Inst] = {}
     at: dict[Label, int] = {}
-    _encode_body(plan.program, plan, reg_of, views, spilled, _memory_reader(reg_of, lay.slot_disp), codes, jumps, at)
+    _encode_body(plan.program, plan, reg_of, views_of, spilled, slot_disp, codes, jumps, at)
     head = _prologue_code(lay.saved, lay.saved_vec, lay.size, lay.homes)
     stores = [_const_stores_code(disp, data) for disp, data in lay.consts]
     return b"".join((head, *stores, assembler.link(codes, jumps, at).code,
                      _epilogue_code(lay.saved, lay.saved_vec, lay.size)))
-
-
-# the register operands of each physical register by bits (the start of every kernel's table of them)
-_PHYSICAL_VIEWS = {r: _VIEWS_BY_NAME[r.name] for r in (*GPR.values(), *VEC.values())}
-_REG = operator.attrgetter("reg")
-_VEC_NUMBER = {r.name: r.index for r in VEC.values()}
 
 
 # The prologue and the epilogue depend on a few numbers only, and kernels share them: each is encoded once.
@@ -390,109 +384,25 @@ def _store32_head(disp: int) -> bytes:
 
 def clear_encoding_caches() -> None:
     """Forget every memo table of the encoding (the forms chosen by operand shape, the compiled form encoders with
-    their register/address heads, interned memory operands, the operand readers of layouts, frame code): the state
-    of a fresh process. For benchmarks of first compiles; nothing else needs it (every table is bounded)."""
+    their register/address heads, interned memory operands, frame code): the state of a fresh process. For
+    benchmarks of first compiles; nothing else needs it (every table is bounded)."""
     encoder._form_cache.clear()
     encoder._ENCODERS.clear()
     operands._MEMS.clear()
-    _READERS.clear()
-    _READER_CODE.clear()
     for cached in (_prologue_code, _epilogue_code, _store32_heads, _store32_head):
         cached.cache_clear()
 
 
-def _memory_reader(reg_of: dict, slot_disp: dict[tuple[str, int], int]) -> Callable[[VMem], Mem]:
-    """The ``Mem`` of a ``VMem`` of a kernel whose virtual registers are assigned ``reg_of`` and whose frame
-    slots are at ``slot_disp`` (``operands.mem``, its lookup inlined)."""
-    mems, make_mem = operands._MEMS, operands.mem
-
-    def mem(o: VMem) -> Mem:
-        if o.slot is None:
-            base, index = o.base, o.index
-            if type(base) is VReg:
-                base = reg_of[base]
-            if index is None:
-                key = (o.bits, base.index if base is not None else None, None, 1, o.disp)
-            else:
-                if type(index) is VReg:
-                    index = reg_of[index]
-                key = (o.bits, base.index if base is not None else None, index.index, o.scale, o.disp)
-        else:
-            key = (o.bits, 4, None, 1, slot_disp[(o.slot.kind, o.slot.k)] + o.disp)  # rsp-based
-        m = mems.get(key)
-        return m if m is not None else make_mem(*key)
-    return mem
-
-
-# Operand readers. A layout says where each operand comes from, and so which code builds the operand tuple: a
-# register of some bits is ``views[reg][bits]`` (``views``: the register operands of each register, virtual or
-# physical, by bits), a memory operand (a use of bits None) ``mem(vmem)``, an immediate is fixed. Layouts come in
-# few kinds (by where each operand comes from: ("d", "u", "m") is a register written, one read, memory read): the
-# code of each kind is generated once, and a layout's reader is that code with the layout's numbers (operand
-# indices, bits, immediates) bound as parameter defaults. So an instruction's operands are read without walking
-# its layout or testing their types, and few functions are compiled (compiling one costs ~100 instructions' reads).
-Reader = Callable[[list, list, dict, Callable[[VMem], Mem]], tuple]  # reader(defs, uses, views, mem) -> operands
-_READERS: dict[tuple, Reader] = {}             # by layout
-_READER_CODE: dict[tuple, types.CodeType] = {}  # by kind of layout
-
-
-def _reader(layout: tuple) -> Reader | None:
-    """The reader of ``layout`` (None when it has a label: those layouts are each one instruction's)."""
-    found = _READERS.get(layout)
-    if found is not None:
-        return found
-    kinds: list[str] = []
-    numbers: list[Any] = []  # the defaults of the reader's parameters after the four it is called with
-    for item in layout:
-        if item[0] == "i":
-            kinds.append("i")
-            numbers.append(imm(item[1]))
-        elif item[0] in ("d", "u"):
-            memory = item[0] == "u" and item[2] is None
-            kinds.append("m" if memory else item[0])
-            numbers += (item[1],) if memory else (item[1], item[2])
-        else:
-            return None
-    code = _READER_CODE.get(tuple(kinds))
-    if code is None:
-        code = _READER_CODE[tuple(kinds)] = _reader_code(tuple(kinds))
-    found = types.FunctionType(code, {}, "read", tuple(numbers))
-    if len(_READERS) < 4096:  # bounded: a long-lived process compiles many kernels
-        _READERS[layout] = found
-    return found
-
-
-def _reader_code(kinds: tuple[str, ...]) -> types.CodeType:
-    """The code of the readers of layouts of ``kinds``; e.g. for ("d", "m", "i"):
-        def read(defs, uses, views, mem, n0, b0, n1, i2):
-            return (views[defs[n0]][b0], mem(uses[n1]), i2, )"""
-    params = ["defs", "uses", "views", "mem"]
-    parts: list[str] = []
-    for k, kind in enumerate(kinds):
-        if kind == "i":
-            params.append(f"i{k}")
-            parts.append(f"i{k}")
-        elif kind == "m":
-            params.append(f"n{k}")
-            parts.append(f"mem(uses[n{k}])")
-        else:
-            params += (f"n{k}", f"b{k}")
-            parts.append(f"views[{'defs' if kind == 'd' else 'uses'}[n{k}]][b{k}]")
-    text = f"def read({', '.join(params)}):\n    return ({''.join(p + ', ' for p in parts)})\n"
-    namespace: dict[str, Any] = {}
-    exec(compile(text, f"<x86 operand reader {''.join(kinds)}>", "exec"), namespace)
-    return namespace["read"].__code__
-
-
-def _encode_body(program: list, plan: RegisterPlan | None, reg_of: dict, views: dict, spilled: set,
-                 mem: Callable[[VMem], Mem], codes: list[bytes | None], jumps: dict[int, Inst],
+def _encode_body(program: list, plan: RegisterPlan | None, reg_of: dict, views_of: dict, spilled: set,
+                 slot_disp: dict[tuple[str, int], int], codes: list[bytes | None], jumps: dict[int, Inst],
                  at: dict[Label, int]) -> None:
     """Append the code of each instruction of ``program`` to ``codes`` (None for a jump to a label, kept in ``jumps``)
-    and each label's instruction number to ``at``. Registers are read through ``views`` (the register operands of
-    each one, virtual or physical, by bits; ``reg_of``: the assignment), memory operands through ``mem``. With
-    ``plan`` (``program`` is its program), copies and instructions reading or writing ``spilled`` registers are
-    encoded as ``plan.rewrite_one`` rewrites them."""
-    cache, shape, select, readers = encoder._form_cache, operator.attrgetter("shape"), encoder._selected, _READERS
+    and each label's instruction number to ``at``. Virtual registers are read through ``reg_of`` (``views_of``: the
+    register operand of each one, by bits); with ``plan``
+    (``program`` is its program), copies and instructions reading or writing ``spilled`` registers are encoded
+    as ``plan.rewrite_one`` rewrites them."""
+    mems, make_mem = operands._MEMS, operands.mem
+    cache, shape, select = encoder._form_cache, operator.attrgetter("shape"), encoder._selected
     regs = plan.regs if plan is not None else None
     for i, ins in enumerate(program):
         spec = getattr(ins, "arg", None)  # None for a loop marker or a copy, the Label of a label
@@ -502,45 +412,60 @@ def _encode_body(program: list, plan: RegisterPlan | None, reg_of: dict, views: 
                     raise encoder.EncodeError(f"label {spec!r} is defined twice")
                 at[spec] = len(codes)
             elif type(ins) is MInst:  # a copy (only in the plan's program: its rewrite has none)
-                _encode_body(plan.rewrite_one(i, reg_of), None, reg_of, views, spilled, mem, codes, jumps, at)  # type: ignore[union-attr]
+                _encode_body(plan.rewrite_one(i, reg_of), None, reg_of, views_of, spilled, slot_disp, codes, jumps, at)  # type: ignore[union-attr]
             continue
         if spilled and regs is not None and not (spilled.isdisjoint(regs[i][0]) and spilled.isdisjoint(regs[i][1])):
-            _encode_body(plan.rewrite_one(i, reg_of), None, reg_of, views, spilled, mem, codes, jumps, at)  # type: ignore[union-attr]
+            _encode_body(plan.rewrite_one(i, reg_of), None, reg_of, views_of, spilled, slot_disp, codes, jumps, at)  # type: ignore[union-attr]
             continue
-        defs, uses = ins.defs, ins.uses
+        op = ins.op
+        ops: list[Operand] = []
+        label = None
+        uses, defs = ins.uses, ins.defs
+        for item in spec.layout:
+            kind = item[0]
+            if kind == "u":
+                o = uses[item[1]]
+            elif kind == "d":
+                o = defs[item[1]]
+            elif kind == "i":
+                ops.append(imm(item[1]))
+                continue
+            else:
+                label = item[1]
+                ops.append(label)
+                continue
+            t = type(o)
+            if t is VReg:
+                ops.append(views_of[o][item[2]])
+            elif t is VMem:  # operands.mem(...), its lookup inlined
+                if o.slot is None:
+                    base, index = o.base, o.index
+                    if type(base) is VReg:
+                        base = reg_of[base]
+                    if index is None:
+                        key = (o.bits, base.index if base is not None else None, None, 1, o.disp)
+                    else:
+                        if type(index) is VReg:
+                            index = reg_of[index]
+                        key = (o.bits, base.index if base is not None else None, index.index, o.scale, o.disp)
+                else:
+                    key = (o.bits, 4, None, 1, slot_disp[(o.slot.kind, o.slot.k)] + o.disp)  # rsp-based
+                m = mems.get(key)
+                ops.append(m if m is not None else make_mem(*key))
+            else:
+                ops.append(_VIEWS_BY_NAME[o.name][item[2]])
         if spec.two_address:
             d, u = reg_of.get(defs[0], defs[0]), reg_of.get(uses[0], uses[0])
             assert d is u or d == u, f"two-address violated in {ins}"
-        read = readers.get(spec.layout) or _reader(spec.layout)
-        if read is None:  # a jump to a label: encoded by assembler.link, once the label's offset is known
-            label = next(item[1] for item in spec.layout if item[0] not in ("d", "u", "i"))
-            jumps[len(codes)] = Inst.of(ins.op, _operands(ins, views, mem), spec.cond, label)
+        args = tuple(ops)
+        if label is not None:
+            jumps[len(codes)] = Inst.of(op, args, spec.cond, label)
             codes.append(None)
             continue
-        try:
-            args = read(defs, uses, views, mem)
-        except (KeyError, AttributeError):  # an operand the layout does not expect: the slow way says why
-            args = _operands(ins, views, mem)
-        found = cache.get((ins.op, None, *map(shape, args)))
+        found = cache.get((op, None, *map(shape, args)))
         if found is None:  # the first instruction of this shape: choose its form
-            found = select(Inst.of(ins.op, args, spec.cond, None), None)
+            found = select(Inst.of(op, args, spec.cond, None), None)
         codes.append(found[1](args, spec.cond, 0))
-
-
-def _operands(ins: MInst, views: dict, mem: Callable[[VMem], Mem]) -> tuple[Operand, ...]:
-    """The operands of ``ins`` by its layout, item by item (what the readers do, for the layouts they do not
-    take)."""
-    ops: list[Operand] = []
-    for item in ins.arg.layout:
-        kind = item[0]
-        if kind == "i":
-            ops.append(imm(item[1]))
-        elif kind == "u" or kind == "d":
-            o = (ins.uses if kind == "u" else ins.defs)[item[1]]
-            ops.append(mem(o) if type(o) is VMem else views[o][item[2]])
-        else:  # ("l", label)
-            ops.append(item[1])
-    return tuple(ops)
 
 
 def _register_facts(program: list, known: dict | None = None) -> tuple[list[tuple[list, list]], Counter, Counter]:
