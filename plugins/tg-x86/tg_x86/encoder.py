@@ -11,7 +11,6 @@ when the operand is made.
 """
 from __future__ import annotations
 
-import functools
 import operator
 from collections.abc import Callable
 
@@ -124,8 +123,11 @@ def compile_form(form: Form) -> FormEncoder:
                 (reg_num & 7) << 3
 
         # The bytes before the immediates depend on a few numbers only (the registers, the address's ModRM and
-        # REX.X/B bits), which repeat within a kernel and from kernel to kernel: each is worked out once.
-        @functools.lru_cache(maxsize=4096)
+        # REX.X/B bits), which repeat within a kernel and from kernel to kernel: each is worked out once (kept in
+        # these tables by those numbers).
+        register_heads: dict[tuple[int, ...], bytes] = {}
+        memory_heads: dict[tuple[int, ...], bytes] = {}
+
         def vex_registers(*nums: int) -> bytes:
             """VEX prefix, opcode and ModRM when rm is a register (``nums``: the numbers ``reg_vvvv_rm`` reads)."""
             r_bit, vvvv_tail, reg = vex_fields(nums[0] if at_reg >= 0 else digit, nums[-2] if at_vvvv >= 0 else 0)
@@ -135,7 +137,6 @@ def compile_form(form: Form) -> FormEncoder:
                 return bytes((0xC5, r_bit | vvvv_tail, opc, low))
             return bytes((0xC4, r_bit | (rm_num >> 3 ^ 3) << 5 | vex3_map, vex3_w | vvvv_tail, opc, low))
 
-        @functools.lru_cache(maxsize=4096)
         def vex_memory(xb: int, modrm: int, *nums: int) -> bytes:
             """VEX prefix, opcode and ModRM when rm is memory (``xb``, ``modrm`` from its address; ``nums``: the
             numbers ``reg_vvvv`` reads)."""
@@ -148,9 +149,11 @@ def compile_form(form: Form) -> FormEncoder:
             rm = ops[at_rm]
             if type(rm) is Mem:
                 xb, modrm, rest = rm.address
-                out = vex_memory(xb, modrm, *map(_NUM, reg_vvvv(ops))) + rest
+                key = (xb, modrm, *map(_NUM, reg_vvvv(ops)))
+                out = (memory_heads.get(key) or _remember(memory_heads, key, vex_memory(*key))) + rest
             else:
-                out = vex_registers(*map(_NUM, reg_vvvv_rm(ops)))
+                key = (*map(_NUM, reg_vvvv_rm(ops)),)
+                out = register_heads.get(key) or _remember(register_heads, key, vex_registers(*key))
             if has_tail:
                 for i, size in imms:
                     out += (ops[i].value & _MASKS[size]).to_bytes(size, "little")  # type: ignore[union-attr]
@@ -172,14 +175,15 @@ def compile_form(form: Form) -> FormEncoder:
             return prefixes + opcode + bytes((modrm,))
 
         # as for VEX: the bytes before the immediates are worked out once per register numbers and address head
-        @functools.lru_cache(maxsize=4096)
+        legacy_register_heads: dict[tuple[int, ...], bytes] = {}
+        legacy_memory_heads: dict[tuple[int, ...], bytes] = {}
+
         def legacy_registers(reg_num: int, rm_num: int) -> bytes:
             """The instruction without immediates when rm is a register."""
             return legacy_head(rex_w | (reg_num >> 3) << 2 | rm_num >> 3,
                                (reg_is_byte and 4 <= reg_num <= 7) or (rm_is_byte and 4 <= rm_num <= 7),
                                0xC0 | (reg_num & 7) << 3 | rm_num & 7)
 
-        @functools.lru_cache(maxsize=4096)
         def legacy_memory(xb: int, modrm: int, reg_num: int) -> bytes:
             """The instruction up to ModRM when rm is memory (``xb``, ``modrm`` from its address)."""
             return legacy_head(rex_w | (reg_num >> 3) << 2 | xb, reg_is_byte and 4 <= reg_num <= 7,
@@ -190,9 +194,13 @@ def compile_form(form: Form) -> FormEncoder:
             rm = ops[at_rm]
             if type(rm) is Mem:
                 xb, modrm, rest = rm.address
-                out = legacy_memory(xb, modrm, reg_num) + rest
+                mkey = (xb, modrm, reg_num)
+                out = (legacy_memory_heads.get(mkey) or _remember(legacy_memory_heads, mkey, legacy_memory(*mkey))
+                       ) + rest
             else:
-                out = legacy_registers(reg_num, rm.num)  # type: ignore[union-attr]
+                rkey = (reg_num, rm.num)  # type: ignore[union-attr]
+                out = legacy_register_heads.get(rkey) or _remember(legacy_register_heads, rkey,
+                                                                   legacy_registers(*rkey))
             if has_tail:
                 for i, size in imms:
                     out += (ops[i].value & _MASKS[size]).to_bytes(size, "little")  # type: ignore[union-attr]
@@ -260,6 +268,15 @@ def compile_form(form: Form) -> FormEncoder:
                 out += (rel & _MASKS[rel_size]).to_bytes(rel_size, "little")
         return out
     return encode_form
+
+
+def _remember(table: dict, key: tuple, value: bytes) -> bytes:
+    """``table[key] = value`` unless the table is full (bounded: a long-lived process compiles many kernels);
+    ``value``. Plain dicts rather than ``functools.lru_cache``: a form's encoder makes its tables when it is first
+    used, in a kernel's compile, and a dict is ~40x cheaper to make than an lru_cache wrapper."""
+    if len(table) < 4096:
+        table[key] = value
+    return value
 
 
 _NUM = operator.attrgetter("num")
