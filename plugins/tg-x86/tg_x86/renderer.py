@@ -15,7 +15,7 @@ Out: ``render`` returns the machine code of ``void name(<buffer pointers...>, <i
     regalloc       the core's linear scan on ``machine.TARGET``, handed the registers of each instruction
                    the cleanup found (``instruction_registers``)
     late_regalloc  with TG_SPEC=1: each flag reader still reads the flags it read before (``check_flags_kept``)
-    post_regalloc  ``machine.finish`` (System V prologue/epilogue, ``Inst``s)
+    post_regalloc  ``machine.finish`` (prologue/epilogue for the renderer's ABI, ``abi.py``; ``Inst``s)
     asm / encode   ``listing.asm`` / ``assembler.assemble``
 ``DEBUG=4`` prints the Intel-syntax listing of each kernel.
 """
