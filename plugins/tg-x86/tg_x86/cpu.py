@@ -31,9 +31,8 @@ def _stubs(abi: Abi = HOST) -> tuple[bytes, bytes]:
     from tg_x86.operands import GPR_NAMES, dword, reg
     r = reg
     # the first three argument registers, by name as 64-bit and as 32-bit registers
-    number = {name: n for n, name in enumerate(GPR_NAMES[64])}
     a64 = abi.arg_regs[:3]
-    a32 = [GPR_NAMES[32][number[name]] for name in a64]
+    a32 = [GPR_NAMES[32][reg(name).num] for name in a64]
     cpuid = [Inst(Op.PUSH, r("rbx")),                     # rbx is callee-saved; cpuid writes it
              Inst(Op.MOV, r("r10"), r(a64[2])),           # out pointer, in a register cpuid leaves alone
              Inst(Op.MOV, r("eax"), r(a32[0])),

@@ -26,7 +26,6 @@ sign, float->int truncates and wraps (NaN/inf give 0), max propagates NaN, gated
 from __future__ import annotations
 
 import bisect
-import operator
 import struct
 from collections.abc import Callable, Iterable
 from itertools import compress
@@ -36,6 +35,7 @@ from tg_x86.isa import Cond, Flag, Op
 from tg_x86.machine import RAX, RCX, RDX, Frame, Slot, Spec, VMem, label_inst, minst
 from tg_x86.operands import Label
 from tg_x86.vsel import (
+    _OP,
     BARRIER_OPS,
     DIV_OPS,
     EMITTED,
@@ -89,15 +89,9 @@ class SelectionError(NotImplementedError):
     """A UOp (or dtype) the x86 renderer has no rule for."""
 
 
-def is_vec(dt: DType) -> bool:
-    """Is a value of this dtype held in an xmm register (a float)?"""
-    found = _IS_FLOAT.get(dt)
-    if found is None:
-        found = _IS_FLOAT[dt] = dtypes.is_float(dt)
-    return found
+is_vec = by_dtype(dtypes.is_float)  # is a value of this dtype held in an xmm register (a float)?
 
 
-_IS_FLOAT: dict[DType, bool] = {}  # facts of dtypes (interned), not of a kernel
 
 
 def _gbits(dt: DType) -> int:
@@ -197,7 +191,7 @@ class Selector(ISelContext, VectorSelection):
             if not fma_dtype(mul.dtype):
                 continue
             users = self.users.get(mul)
-            if users is None or len(users) != 1 or not self.fuses(mul, users[0]):
+            if not users or not self.fuses(mul, users[0]):  # fuses: the ADD is its only user
                 continue
             u = users[0]
             if u.src[1] is mul:
@@ -1387,7 +1381,6 @@ def select_both(uops: list[UOp]) -> tuple[list[Any], list[Any], Frame]:
     return sel.args_held(), remat, frame
 
 
-_OP = operator.attrgetter("op")
 # a dtype whose a*b + c may fuse into one FMA: float32/float64 scalars and vectors
 fma_dtype = by_dtype(lambda dt: dt.scalar() in FOLDABLE_LOADS and not isinstance(dt, PtrDType))
 # a pointer into DEFINE_REG storage (accumulators held in registers)

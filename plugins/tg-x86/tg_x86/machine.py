@@ -153,11 +153,8 @@ class Frame:
 def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = None) -> list[Inst | Label]:
     """Allocate registers (unless ``allocation`` is given), add prologue and epilogue, lower to ``Inst``s."""
     allocated, spill_bytes = allocation or allocate(program, TARGET)
-    vecs = _vecs_named(allocated) if frame.abi.callee_saved_vec else set()
-    scratch_vec = {r.index for r in SCRATCH_VEC}
-    if vecs & scratch_vec:  # vectors were spilled: all scratch ones count as used, as encode_plan counts them
-        vecs |= scratch_vec
-    lay = _frame_layout(frame, spill_bytes, _gprs_named(allocated), vecs)
+    gprs, vecs = _registers_named(allocated)
+    lay = _frame_layout(frame, spill_bytes, gprs, _with_scratch(vecs, not vecs.isdisjoint(_SCRATCH_VEC_NUMS)))
     out: list[Inst | Label] = list(_prologue(lay))
     for disp, data in lay.consts:
         out += _const_stores(disp, data)
@@ -238,31 +235,34 @@ def _epilogue(lay: Layout) -> list[Inst]:
 _RETURN = [Inst(Op.VZEROUPPER), Inst(Op.RET)]  # Insts are never changed once made: shared
 
 
-def _gprs_named(allocated: list) -> set[int]:
-    """Numbers of the gprs the allocated program names (registers, memory bases and indices)."""
+def _registers_named(allocated: list) -> tuple[set[int], set[int]]:
+    """Numbers of the gprs (registers, memory bases and indices) and of the xmm/ymm registers the allocated program
+    names."""
     operands: list = []
     for ins in allocated:
         if type(ins) is MInst:
             operands += ins.defs
             operands += ins.uses
-    used: set[int] = set()
+    gprs: set[int] = set()
+    vecs: set[int] = set()
     for o in operands:
         t = type(o)
         if t is Register:
-            if o.cls == "gpr":
-                used.add(o.index)
+            (gprs if o.cls == "gpr" else vecs).add(o.index)
         elif t is VMem:
             if o.base is not None:
-                used.add(o.base.index)
+                gprs.add(o.base.index)
             if o.index is not None:
-                used.add(o.index.index)
-    return used
+                gprs.add(o.index.index)
+    return gprs, vecs
 
 
-def _vecs_named(allocated: list) -> set[int]:
-    """Numbers of the xmm/ymm registers the allocated program names."""
-    return {o.index for ins in allocated if type(ins) is MInst for o in (*ins.defs, *ins.uses)
-            if type(o) is Register and o.cls == "vec"}
+_SCRATCH_VEC_NUMS = frozenset(r.index for r in SCRATCH_VEC)
+
+
+def _with_scratch(vecs: set[int], vectors_spilled: bool) -> set[int]:
+    """The xmm registers a body uses: fills of spilled vectors may use any scratch one, so all of them count."""
+    return vecs | _SCRATCH_VEC_NUMS if vectors_spilled else vecs
 
 
 # a register operand by (register class, layout bits): the view of each register number
@@ -321,23 +321,18 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     views_of: dict[VReg, dict[int, Reg]] = {}
     spilled: set[VReg] = set()
     used: set[int] = set()
+    vecs: set[int] = set()
     for v, iv in plan.by_vreg.items():
         r = reg_of[v] = iv.reg
         if r is None:
             spilled.add(v)
         else:
             views_of[v] = _VIEWS_BY_NAME[r.name]
-            if r.cls == "gpr":
-                used.add(r.index)
-    # the gprs the rewritten program names, as far as the prologue cares (callee-saved ones are never scratch)
-    used.update(r.index for r in plan.physical if r.cls == "gpr")
-    vecs: set[int] = set()
-    if frame.abi.callee_saved_vec:  # the xmm registers the body names (scratch ones hold spilled values)
-        vecs = {r.index for v, r in reg_of.items() if r is not None and r.cls == "vec"}
-        vecs.update(r.index for r in plan.physical if r.cls == "vec")
-        if any(v.cls == "vec" for v in spilled):
-            vecs.update(r.index for r in SCRATCH_VEC)
-    lay = _frame_layout(frame, plan.frame, used, vecs)
+            (used if r.cls == "gpr" else vecs).add(r.index)
+    # the registers the rewritten program names, as far as the prologue cares (callee-saved gprs are never scratch)
+    for r in plan.physical:
+        (used if r.cls == "gpr" else vecs).add(r.index)
+    lay = _frame_layout(frame, plan.frame, used, _with_scratch(vecs, any(v.cls == "vec" for v in spilled)))
     slot_disp = lay.slot_disp
     codes: list[bytes | None] = []
     jumps: dict[int, Inst] = {}

@@ -457,13 +457,14 @@ class VectorSelection:
                 return into
             return held[p]
         sdt = scalar_of(u.dtype)
-        if not self.is_vconst(u) and u not in self.folded and u not in self.bcast_loads:
+        const = self.is_vconst(u)
+        if not const and u not in self.folded and u not in self.bcast_loads:
             raise KeyError(f"x86: no value for {u.op.name} {u.dtype}")
         if not native(sdt):   # a constant held lane by lane
             return self.materialize(UOp.const(sdt, self.const_lanes(u)[p]), into)
         bits = piece_bits(u.dtype)[p]
         d = into or self.vnew()
-        if not self.is_vconst(u):
+        if not const:
             self.load_piece(d, u, p)
         elif self.is_vzero(u):
             self.emit(Op.VXORPS, [d], [], (("d", 0, bits), ("d", 0, bits), ("d", 0, bits)))
