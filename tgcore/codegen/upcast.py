@@ -40,7 +40,7 @@ def _stride(expr: UOp, r: UOp) -> int | None:
     return stride(expr, r)
 
 
-def difference(a: UOp, b: UOp) -> int | None:
+def _difference(a: UOp, b: UOp) -> int | None:
     """``a - b`` if that is a constant."""
     from tgcore.uop.symbolic import difference  # read off the terms when it can, else (a - b).simplify()
     return difference(a, b)
@@ -178,7 +178,7 @@ class _Expander:
         for i in range(self.count):
             if out:
                 start, n = out[-1]
-                if n < limit and gate[i] is gate[i - 1] and difference(idx[i], idx[i - 1]) == 1:
+                if n < limit and gate[i] is gate[i - 1] and _difference(idx[i], idx[i - 1]) == 1:
                     out[-1] = (start, n + 1)
                     continue
             out.append((i, 1))

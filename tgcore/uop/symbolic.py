@@ -187,12 +187,7 @@ def _recombine_divmod(dtype: DType, merged: dict[UOp, int], const: int) -> tuple
     when no pair's coefficients agree. In C, a == (a//c)*c + a%c for every a (truncation, any sign), and
     wrapping * and + form a ring, so no bound is needed and the coefficients only have to agree modulo
     2**bits. The terms of a (when a is a sum) take the place of a//c."""
-    ring = 1 << (8 * dtype.itemsize)
-    pairs: dict[UOp, UOp] = {}  # a // c -> a % c, for the pairs whose coefficients agree
-    for q in merged:
-        r = _divmod_partner(q, merged) if q.op is Ops.IDIV else None
-        if r is not None and (merged[q] - merged[r] * q.src[1].arg) % ring == 0:
-            pairs[q] = r
+    pairs = _agreeing_pairs(merged, 1 << (8 * dtype.itemsize))
     if not pairs:
         return None
     dropped = set(pairs.values())
@@ -208,6 +203,17 @@ def _recombine_divmod(dtype: DType, merged: dict[UOp, int], const: int) -> tuple
         elif base not in dropped:
             out[base] = out.get(base, 0) + coeff
     return list(out.items()), const
+
+
+def _agreeing_pairs(terms: dict[UOp, int], ring: int) -> dict[UOp, UOp]:
+    """The div/mod pairs of a sum's terms (base -> coefficient) that recombine: a // c -> a % c when the
+    coefficient of a // c is c times that of a % c, modulo ``ring`` (2**bits)."""
+    pairs: dict[UOp, UOp] = {}
+    for q, coeff in terms.items():
+        r = _divmod_partner(q, terms) if q.op is Ops.IDIV else None
+        if r is not None and (coeff - terms[r] * q.src[1].arg) % ring == 0:
+            pairs[q] = r
+    return pairs
 
 
 def _divmod_partner(b: UOp, bases: Iterable[UOp]) -> UOp | None:
@@ -398,11 +404,10 @@ symbolic_simple = PatternMatcher([
     (UPat(Ops.OR, dtypes.bool, src=(x, c1)), lambda x, c1: c1 if c1.arg else x),
     (UPat(Ops.XOR, dtypes.bool, src=(x, c1)), lambda x, c1: x.logical_not() if c1.arg else x),
     # ints: x & -1 -> x, x | 0 -> x, x ^ 0 -> x, x & 0 -> 0
+    # and x & m -> x when 0 <= x and m has every bit x can have (x & (2**k - 1) -> x for 0 <= x < 2**k)
     (UPat(Ops.AND, INTS, src=(x, c1)),
-     lambda x, c1: x if c1.arg == _all_ones(x.dtype) else (c1 if c1.arg == 0 else None)),
+     lambda x, c1: x if c1.arg == _all_ones(x.dtype) else (c1 if c1.arg == 0 else and_keeps(x, c1))),
     (UPat((Ops.OR, Ops.XOR), INTS, src=(x, c1)), lambda x, c1: x if c1.arg == 0 else None),
-    # x & m -> x when 0 <= x and m has every bit x can have (x & (2**k - 1) -> x for 0 <= x < 2**k)
-    (UPat(Ops.AND, INTS, src=(x, c1)), and_keeps),
     # x & x -> x, x | x -> x, max(x, x) -> x
     (UPat((Ops.AND, Ops.OR, Ops.MAX), src=(x, x)), lambda x: x),
     # x ^ x -> 0 (ints, bools)
@@ -584,11 +589,7 @@ def _term_difference(a: UOp, b: UOp) -> int | None | object:
     left = {base: coeff for base, coeff in merged.items() if coeff % ring != 0}  # (a multiple of 2**bits wraps to 0)
     if not left:
         return UOp.const(a.dtype, split_a[1] - split_b[1]).arg
-    for q, coeff in left.items():  # a div/mod pair whose coefficients agree would recombine
-        r = _divmod_partner(q, left) if q.op is Ops.IDIV else None
-        if r is not None and (coeff - left[r] * q.src[1].arg) % ring == 0:
-            return _UNDECIDED
-    return None
+    return _UNDECIDED if _agreeing_pairs(left, ring) else None  # an agreeing div/mod pair would recombine
 
 
 def _spec_enabled() -> bool:
