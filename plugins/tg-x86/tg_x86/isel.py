@@ -36,10 +36,11 @@ from tg_x86.machine import RAX, RCX, RDX, Frame, Slot, Spec, VMem, label_inst, m
 from tg_x86.operands import Label
 from tg_x86.vsel import (
     _OP,
-    BARRIER_OPS,
+    BARRIER_TABLE,
     DIV_OPS,
     EMITTED,
     HRED_ISEL,
+    OP_CODE,
     SHIFT_OPS,
     VECTOR_ISEL,
     VectorSelection,
@@ -47,6 +48,7 @@ from tg_x86.vsel import (
     is_vector,
     memo,
     min_or_max,
+    op_table,
 )
 from tgcore.codegen.regalloc import LoopEnd, LoopStart, MInst, VReg
 from tgcore.dtype import AddrSpace, DType, PtrDType, dtypes
@@ -62,6 +64,8 @@ FOLD_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX})
 ARG_OPS = frozenset({Ops.PARAM, Ops.DEFINE_VAR})                        # read from the argument slots
 NO_CODE_OPS = frozenset({Ops.CONST, Ops.SINK, Ops.GROUP, Ops.NOOP, Ops.INDEX})  # selected where used, or nothing
 CODE_OPS = frozenset(Ops) - NO_CODE_OPS - {Ops.VCONST}   # the lines selection visits (selected_lines)
+CODE_TABLE = op_table(CODE_OPS)
+RANGE_CODE = OP_CODE[Ops.RANGE]
 ADD_MUL = frozenset({Ops.ADD, Ops.MUL})
 INT_RMW_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL})
 FLOAT_ARITH = {Ops.ADD: "VADD", Ops.SUB: "VSUB", Ops.MUL: "VMUL", Ops.FDIV: "VDIV"}
@@ -144,13 +148,15 @@ class Selector(ISelContext, VectorSelection):
     def __init__(self, uops: list[UOp], remat_args: bool = False, isel: PatternMatcher | None = None) -> None:
         super().__init__(uops, ISEL if isel is None else isel)
         self.pos = dict(zip(uops, range(len(uops)), strict=True))
-        self.ops = ops = list(map(_OP, uops))   # each line's op: the rare ones are found by list.index (in C)
+        self.codes = codes = bytes(map(OP_CODE.__getitem__, map(_OP, uops)))   # each line's op (see OP_CODE)
+        self.barriers = codes.translate(BARRIER_TABLE)
         # buffer k is argument k; a buffer no UOp reads still takes its place, so the variables and
         # core_id follow the highest buffer number
         params = self.lines(Ops.PARAM)
         nbufs = max([u.arg + 1 for u in params], default=0)
-        names = {u.arg[0] for u in self.lines(Ops.DEFINE_VAR)}
-        nparams, nvars, nranges = len(params), ops.count(Ops.DEFINE_VAR), ops.count(Ops.RANGE)
+        variables = self.lines(Ops.DEFINE_VAR)
+        names = {u.arg[0] for u in variables}
+        nparams, nvars, nranges = len(params), len(variables), codes.count(RANGE_CODE)
         self.nparams = nparams  # PARAM lines
         # gprs values hold for long (choose_plan): pointers and variables, a loop's counter and limit
         self.pressure = nparams + nvars + 2 * nranges
@@ -208,7 +214,7 @@ class Selector(ISelContext, VectorSelection):
         once, with no store or loop boundary in between (a load folded into the MUL is read at the ADD), and not
         the root of a horizontal reduction."""
         return (mul.op is Ops.MUL and add.op is Ops.ADD and mul.dtype is add.dtype and self.users.get(mul) == [add]
-                and mul not in self.hred_roots and BARRIER_OPS.isdisjoint(self.ops[self.pos[mul] + 1:self.pos[add]]))
+                and mul not in self.hred_roots and self.no_barrier(mul, add))
 
     def fma_order(self, a: UOp, b: UOp, c: UOp, mul: UOp, at: UOp,
                   in_memory: Callable[[UOp], bool]) -> tuple[str, UOp, UOp, UOp]:
@@ -242,24 +248,22 @@ class Selector(ISelContext, VectorSelection):
         users, i = self.users.get(x), self.pos.get(x)
         if not users or i is None:
             return False
-        return users[-1] is user and Ops.RANGE not in self.ops[i + 1:self.pos[at]]
+        return users[-1] is user and self.codes.find(RANGE_CODE, i + 1, self.pos[at]) < 0
 
     # ---- helpers ----
     def positions(self, op: Ops) -> list[int]:
         """The positions of the lines of ``op``, in order."""
-        index, out = self.ops.index, []
-        i = -1
-        try:
-            while True:
-                i = index(op, i + 1)
-                out.append(i)
-        except ValueError:
-            return out
+        code, find, out = OP_CODE[op], self.codes.find, []
+        i = find(code)
+        while i >= 0:
+            out.append(i)
+            i = find(code, i + 1)
+        return out
 
     def selected_lines(self) -> Iterable[UOp]:
         """The lines the rules run on: not constants and addresses (selected where they are used), nor lines
         that make no code (their rules would only return EMITTED). Filtered in C: a quarter of the lines."""
-        return compress(self.uops, map(CODE_OPS.__contains__, self.ops))
+        return compress(self.uops, self.codes.translate(CODE_TABLE))
 
     def lines(self, op: Ops) -> list[UOp]:
         """The lines of ``op``, in order."""
@@ -378,8 +382,7 @@ class Selector(ISelContext, VectorSelection):
         if user.src[1] is not u and not (user.op in ADD_MUL and user.src[0] is u and
                                           user.src[1].op is not Ops.CONST and user.src[1].op is not Ops.LOAD):
             return False
-        between = self.uops[self.pos[u] + 1:self.pos[user]]
-        return not any(x.op in BARRIER_OPS for x in between)
+        return self.no_barrier(u, user)
 
     @staticmethod
     def operand_layout(i: int, o: Any, bits: int) -> tuple:

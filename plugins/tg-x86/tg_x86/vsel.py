@@ -168,6 +168,18 @@ def lane_bytes(value: Any, sdt: DType) -> bytes:
     return (v & 0xFFFFFFFF).to_bytes(4, "little")
 
 
+# a kernel's ops as bytes, one per line (``OP_CODE``): lines of an op are found with bytes.find, in C. (A list of Ops
+# searched with list.index, count or ``in`` compares them with ==, Python-level since Ops defines __lt__.)
+OP_CODE = {op: i for i, op in enumerate(Ops)}
+
+
+def op_table(ops: frozenset[Ops]) -> bytes:
+    """A ``bytes.translate`` table: the code of each of ``ops`` to 1, every other to 0."""
+    return bytes(op in ops for op in Ops).ljust(256, b"\0")
+
+
+BARRIER_TABLE = op_table(BARRIER_OPS)
+
 _DTYPE = operator.attrgetter("dtype")
 _OP = operator.attrgetter("op")
 _VECTOR, _LANE = operator.itemgetter(0), operator.itemgetter(1)   # of a (vector, lane) leaf of a reduction tree
@@ -187,6 +199,7 @@ class VectorSelection:
     # provided by Selector (with lines, emit, new, copy, mem, reg, materialize, load_into, select_line, jump, ...)
     uops: list[UOp]
     pos: dict[UOp, int]
+    barriers: bytes   # 1 at each line of BARRIER_OPS, else 0
     users: dict[UOp, list[UOp]]
     val: dict[UOp, Any]
     folded: set[UOp]
@@ -215,8 +228,7 @@ class VectorSelection:
                 s = u.src[0]
                 if (s.op is Ops.LOAD and s.dtype in BROADCASTABLE and len(s.src) == 1 and len(s.src[0].src) == 2
                         and not self.is_reg_index(s.src[0]) and set(self.users.get(s, ())) == {u}
-                        and not any(x.op in BARRIER_OPS
-                                    for x in self.uops[self.pos[s] + 1:self.pos[u]])):
+                        and self.no_barrier(s, u)):
                     self.bcast_loads.add(s)
         for cmp_op in VCMP_OPS:  # in any order: the set of fused compares is the same
             for u in self.lines(cmp_op):
@@ -377,6 +389,12 @@ class VectorSelection:
         wide = esize(sdt) == 8
         self.emit(Op.VMOVQ if wide else Op.VMOVD, [d], [acc], (("d", 0, 64 if wide else 32), ("u", 0, 128)))
         return d
+
+    def no_barrier(self, x: UOp, user: UOp) -> bool:
+        """No store or loop boundary (``BARRIER_OPS``) between line x and a later line ``user``: x's value may be
+        read (from memory) at the user."""
+        pos = self.pos
+        return self.barriers.find(1, pos[x] + 1, pos[user]) < 0
 
     # ---- emission helpers ----
     def vnew(self) -> VReg:
@@ -699,8 +717,7 @@ class VectorSelection:
             return False
         if user.src[0] is user.src[1]:
             return False
-        between = self.uops[self.pos[u] + 1:self.pos[user]]
-        return not any(x.op in BARRIER_OPS for x in between)
+        return self.no_barrier(u, user)
 
     def load_piece(self, d: VReg, u: UOp, p: int) -> None:
         idx, sdt = u.src[0], scalar_of(u.dtype)
