@@ -46,6 +46,7 @@ from tg_x86.vsel import (
     VectorSelection,
     by_dtype,
     is_vector,
+    line_table,
     memo,
     min_or_max,
     op_table,
@@ -251,23 +252,18 @@ class Selector(ISelContext, VectorSelection):
         return users[-1] is user and self.codes.find(RANGE_CODE, i + 1, self.pos[at]) < 0
 
     # ---- helpers ----
-    def positions(self, op: Ops) -> list[int]:
-        """The positions of the lines of ``op``, in order."""
-        code, find, out = OP_CODE[op], self.codes.find, []
-        i = find(code)
-        while i >= 0:
-            out.append(i)
-            i = find(code, i + 1)
-        return out
+    def positions(self, ops: Ops | frozenset[Ops]) -> list[int]:
+        """The positions of the lines of ``ops`` (one op or a set of them), in order."""
+        return list(compress(range(len(self.uops)), self.codes.translate(line_table(ops))))
 
     def selected_lines(self) -> Iterable[UOp]:
         """The lines the rules run on: not constants and addresses (selected where they are used), nor lines
         that make no code (their rules would only return EMITTED). Filtered in C: a quarter of the lines."""
         return compress(self.uops, self.codes.translate(CODE_TABLE))
 
-    def lines(self, op: Ops) -> list[UOp]:
-        """The lines of ``op``, in order."""
-        return list(map(self.uops.__getitem__, self.positions(op)))
+    def lines(self, ops: Ops | frozenset[Ops]) -> list[UOp]:
+        """The lines of ``ops`` (one op or a set of them), in order. Picked in C (most lines are none of them)."""
+        return list(compress(self.uops, self.codes.translate(line_table(ops))))
 
     def newv(self, dt: DType) -> VReg:
         return self.new("vec" if is_vec(dt) else "gpr")

@@ -178,6 +178,10 @@ def op_table(ops: frozenset[Ops]) -> bytes:
     return bytes(op in ops for op in Ops).ljust(256, b"\0")
 
 
+# the table of one op or a set of them (what ``Selector.lines`` picks)
+line_table = memo(lambda ops: op_table(ops if isinstance(ops, frozenset) else frozenset({ops})))
+
+
 BARRIER_TABLE = op_table(BARRIER_OPS)
 
 _DTYPE = operator.attrgetter("dtype")
@@ -220,7 +224,7 @@ class VectorSelection:
         self.bcast_loads: set[UOp] = set()
         self.lane_cache: dict[tuple, Any] | None = {}
         self.vfused_cmps: set[UOp] = set()
-        # each kind of line is found by ``lines`` (list.index, in C): most lines are none of these
+        # each kind of line is found by ``lines`` (in C): most lines are none of these
         self.lane_geps = any(  # any one-lane GEP (the leaves of a horizontal reduction)
             len(u.arg) == 1 for u in self.lines(Ops.GEP))
         for u in self.lines(Ops.VECTORIZE):
@@ -230,15 +234,15 @@ class VectorSelection:
                         and not self.is_reg_index(s.src[0]) and set(self.users.get(s, ())) == {u}
                         and self.no_barrier(s, u)):
                     self.bcast_loads.add(s)
-        for cmp_op in VCMP_OPS:  # in any order: the set of fused compares is the same
-            for u in self.lines(cmp_op):
-                if not is_vector(u.dtype):
-                    continue
-                users = self.users.get(u, [])
-                if users and native(u.src[0].dtype) and all(x.op is Ops.WHERE and native(x.dtype) and x.src[0] is u
-                                                            and u not in x.src[1:]
-                                 and esize(scalar_of(x.dtype)) == esize(scalar_of(u.src[0].dtype)) for x in users):
-                    self.vfused_cmps.add(u)
+        for u in self.lines(VCMP_OPS):
+            if not is_vector(u.dtype):
+                continue
+            users = self.users.get(u, [])
+            if users and native(u.src[0].dtype) and all(x.op is Ops.WHERE and native(x.dtype) and x.src[0] is u
+                                                        and u not in x.src[1:]
+                                                        and esize(scalar_of(x.dtype)) == esize(scalar_of(u.src[0].dtype))
+                                                        for x in users):
+                self.vfused_cmps.add(u)
         self.plan_shuffles()
         self.plan_horizontal()
 
@@ -317,24 +321,23 @@ class VectorSelection:
         self.hred_skip: set[UOp] = set()
         if not self.lane_geps:  # a tree's leaves are one-lane GEPs: without any, there is no tree
             return
-        for op in HRED_OPS:
-            for u in self.lines(op):
-                a, b = u.src   # a tree's nodes are lane GEPs and nodes of its op: index math fails here
-                if a.op is not u.op and a.op is not Ops.GEP or b.op is not u.op and b.op is not Ops.GEP:
-                    continue
-                if is_vector(u.dtype) or not native(u.dtype):
-                    continue
-                if (u.op, kind(u.dtype)) not in HRED or any(x.op is u.op and x.dtype is u.dtype for x in self.users[u]):
-                    continue
-                nodes: list[UOp] = []
-                leaves: list[tuple[UOp, int]] = []
-                if not (self.tree(a, u, nodes, leaves) and self.tree(b, u, nodes, leaves)):
-                    continue
-                v = leaves[0][0]
-                if v.dtype.count >= 4 and set(map(_VECTOR, leaves)) == {v} and sorted(map(_LANE, leaves)) == list(
-                        range(v.dtype.count)):
-                    self.hred_roots[u] = v
-                    self.hred_skip.update(nodes)
+        for u in self.lines(HRED_OPS):
+            a, b = u.src   # a tree's nodes are lane GEPs and nodes of its op: index math fails here
+            if a.op is not u.op and a.op is not Ops.GEP or b.op is not u.op and b.op is not Ops.GEP:
+                continue
+            if is_vector(u.dtype) or not native(u.dtype):
+                continue
+            if (u.op, kind(u.dtype)) not in HRED or any(x.op is u.op and x.dtype is u.dtype for x in self.users[u]):
+                continue
+            nodes: list[UOp] = []
+            leaves: list[tuple[UOp, int]] = []
+            if not (self.tree(a, u, nodes, leaves) and self.tree(b, u, nodes, leaves)):
+                continue
+            v = leaves[0][0]
+            if v.dtype.count >= 4 and set(map(_VECTOR, leaves)) == {v} and sorted(map(_LANE, leaves)) == list(
+                    range(v.dtype.count)):
+                self.hred_roots[u] = v
+                self.hred_skip.update(nodes)
 
     def tree(self, x: UOp, parent: UOp, nodes: list[UOp], leaves: list[tuple[UOp, int]]) -> bool:
         if self.users.get(x) != [parent] or x.dtype is not parent.dtype:
