@@ -28,7 +28,8 @@ from __future__ import annotations
 import bisect
 import struct
 from collections.abc import Callable, Iterable
-from itertools import compress
+from itertools import chain, compress, repeat
+from operator import not_
 from typing import Any
 
 from tg_x86.isa import Cond, Flag, Op
@@ -522,13 +523,21 @@ class Selector(ISelContext, VectorSelection):
         variable read once, where its UOp stands, into one register held throughout), derived instead of
         selected again: the reloads go and their registers become the one read at the argument's place."""
         held = {u: self.new("gpr") for _, u in self.arg_sites}
-        mapping = {v: held[u] for v, u in self.remat_loads.items()}
+        # each reload's register -> the held one, and each memory operand reading one -> the same with the held one
+        renamed: dict[Any, Any] = {v: held[u] for v, u in self.remat_loads.items()}
         out = list(self.prog)
         drop = self.reload_at
         # only its reload writes a reload's register; nothing before the first reload reads one
-        for i in _reading(out, mapping.keys(), drop[0] if drop else len(out)):
+        start = drop[0] if drop else len(out)
+        uses = list(map(getattr, out[start:], repeat("uses"), repeat(())))   # () for a loop marker
+        regs = renamed.keys()
+        # selection puts memory operands among the uses only
+        for m in filter(VMem.__instancecheck__, chain.from_iterable(uses)):
+            if not regs.isdisjoint((m.base, m.index)):
+                renamed[m] = m.with_regs(renamed)
+        for i in compress(range(start, len(out)), map(not_, map(regs.isdisjoint, uses))):
             ins = out[i]
-            out[i] = MInst(ins.op, ins.defs, [_held(o, mapping) for o in ins.uses], ins.arg)
+            out[i] = MInst(ins.op, ins.defs, list(map(renamed.get, ins.uses, ins.uses)), ins.arg)
         # from the back, so positions ahead still count the selected program: the reloads go, the loads come in
         # (a load at a reload's position comes before it: deleted first)
         sites = self.arg_sites
@@ -1384,31 +1393,3 @@ def select_both(uops: list[UOp]) -> tuple[list[Any], list[Any], Frame]:
 fma_dtype = by_dtype(lambda dt: dt.scalar() in FOLDABLE_LOADS and not isinstance(dt, PtrDType))
 # a pointer into DEFINE_REG storage (accumulators held in registers)
 in_registers = by_dtype(lambda dt: getattr(dt, "addrspace", AddrSpace.GLOBAL) is AddrSpace.REG)
-
-
-def _reading(prog: list[Any], regs: Any, start: int = 0) -> list[int]:
-    """Positions (from ``start``) of the instructions of ``prog`` reading one of ``regs`` (a set or dict keys of
-    VRegs), as an operand or inside a memory operand (selection puts memory operands among the uses only).
-    Labels have no operands; operands are hashable (registers, memory operands and labels by identity,
-    immediates)."""
-    found = []
-    named = regs.isdisjoint
-    for i, ins in enumerate(prog[start:], start):
-        try:
-            uses = ins.uses
-        except AttributeError:  # a loop marker (rare: no check on every instruction)
-            continue
-        if not named(uses):
-            found.append(i)
-        elif VMem in map(type, uses):  # checked in C first: most instructions have no memory operand
-            for o in uses:
-                if type(o) is VMem and not named((o.base, o.index)):
-                    found.append(i)
-                    break
-    return found
-
-
-def _held(o: Any, mapping: dict[VReg, VReg]) -> Any:
-    if type(o) is VMem:
-        return o.with_regs(mapping)
-    return mapping.get(o, o) if type(o) is VReg else o
