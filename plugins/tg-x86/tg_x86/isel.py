@@ -33,7 +33,7 @@ from operator import not_
 from typing import Any
 
 from tg_x86.isa import Cond, Flag, Op
-from tg_x86.machine import RAX, RCX, RDX, Frame, Slot, Spec, VMem, label_inst, minst
+from tg_x86.machine import RAX, RCX, RDX, Frame, Slot, Spec, VMem, label_inst
 from tg_x86.operands import Label
 from tg_x86.vsel import (
     _OP,
@@ -134,6 +134,14 @@ def f32_bits(value: float, dt: DType) -> bytes:
             u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFFFFFF
         return struct.pack("<I", u & 0xFFFF0000)
     return struct.pack("<f", float(np.float32(value)))
+
+
+@memo
+def frame_mem(key: tuple[int, str, int]) -> VMem:
+    """The memory operand (bits, slot kind, slot number) of a frame slot: one per process (a VMem is never changed
+    once made, so instructions share it)."""
+    bits, kind, k = key
+    return VMem(bits, slot=Slot(kind, k))
 
 
 def fsuffix(dt: DType) -> str:
@@ -290,7 +298,7 @@ class Selector(ISelContext, VectorSelection):
         if k is None:
             k = self.const_slots[data] = len(self.frame.consts)
             self.frame.consts.append(data)
-        return VMem(bits, slot=Slot("const", k))
+        return frame_mem((bits, "const", k))
 
     def fconst(self, value: float, dt: DType) -> VMem:
         if dt is dtypes.float64:
@@ -568,8 +576,9 @@ class Selector(ISelContext, VectorSelection):
 
     def arg_load(self, d: VReg, u: UOp) -> MInst:
         if u.op is Ops.PARAM:
-            return minst(Op.MOV, [d], [VMem(64, slot=Slot("arg", u.arg))], (("d", 0, 64), ("u", 0, None)))
-        return minst(Op.MOV, [d], [VMem(32, slot=Slot("arg", self.var_arg[u.arg[0]]))], (("d", 0, 32), ("u", 0, None)))
+            return MInst(Op.MOV, [d], [frame_mem((64, "arg", u.arg))], Spec((("d", 0, 64), ("u", 0, None))))
+        slot = self.var_arg[u.arg[0]]
+        return MInst(Op.MOV, [d], [frame_mem((32, "arg", slot))], Spec((("d", 0, 32), ("u", 0, None))))
 
     # ---- loops ----
     def open_loop(self, u: UOp) -> None:
@@ -582,7 +591,7 @@ class Selector(ISelContext, VectorSelection):
         if len(arg) > 2 and arg[1] == "thread":
             n = int(arg[2])
             core = self.new("gpr")
-            self.emit(Op.MOV, [core], [VMem(32, slot=Slot("arg", self.core_arg))], (("d", 0, 32), ("u", 0, None)))
+            self.emit(Op.MOV, [core], [frame_mem((32, "arg", self.core_arg))], (("d", 0, 32), ("u", 0, None)))
             if end.op is Ops.CONST:
                 chunk: Any = (self.int_value(end) + n - 1) // n
                 self.emit(Op.IMUL3, [i], [core], (("d", 0, bits), ("u", 0, bits), ("i", chunk)))

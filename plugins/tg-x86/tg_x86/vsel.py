@@ -237,11 +237,11 @@ class VectorSelection:
         for u in self.lines(VCMP_OPS):
             if not is_vector(u.dtype):
                 continue
-            users = self.users.get(u, [])
-            if users and native(u.src[0].dtype) and all(x.op is Ops.WHERE and native(x.dtype) and x.src[0] is u
-                                                        and u not in x.src[1:]
-                                                        and esize(scalar_of(x.dtype)) == esize(scalar_of(u.src[0].dtype))
-                                                        for x in users):
+            users, compared = self.users.get(u, []), u.src[0].dtype
+            lane_size = esize(scalar_of(compared))
+            if users and native(compared) and all(x.op is Ops.WHERE and native(x.dtype) and x.src[0] is u
+                                                  and u not in x.src[1:] and esize(scalar_of(x.dtype)) == lane_size
+                                                  for x in users):
                 self.vfused_cmps.add(u)
         self.plan_shuffles()
         self.plan_horizontal()
@@ -712,7 +712,7 @@ class VectorSelection:
         if len(users) != 1:
             return False
         user = users[0]
-        if user.dtype is not u.dtype or user.op not in VFOLD_OPS or (kind(sdt), user.op) in (("i64", Ops.MUL),) \
+        if user.dtype is not u.dtype or user.op not in VFOLD_OPS or (user.op is Ops.MUL and kind(sdt) == "i64") \
                 or (user.op is Ops.MAX and not dtypes.is_float(sdt)):
             return False
         if user.src[1] is not u and not (user.op in COMMUTATIVE and user.src[0] is u
