@@ -26,6 +26,7 @@ sign, float->int truncates and wraps (NaN/inf give 0), max propagates NaN, gated
 from __future__ import annotations
 
 import bisect
+import functools
 import struct
 from collections.abc import Callable, Iterable
 from itertools import chain, compress, repeat
@@ -110,10 +111,15 @@ gbits = by_dtype(_gbits)
 
 def canon_const(u: UOp) -> int:
     """An integer constant as its canonical register value."""
-    dt = u.dtype
+    return canon_value(u.dtype, u.arg)
+
+
+@functools.lru_cache(maxsize=1 << 12)   # constants recur across kernels; a UOp key would keep them alive
+def canon_value(dt: DType, value: Any) -> int:
+    """An integer value of ``dt`` as its canonical register value."""
     if dt is dtypes.bool:
-        return int(bool(u.arg))
-    v = int(u.arg)
+        return int(bool(value))
+    v = int(value)
     bits = dt.itemsize * 8
     v &= (1 << bits) - 1
     if not dtypes.is_unsigned(dt) and v >= 1 << (bits - 1):
@@ -189,7 +195,6 @@ class Selector(ISelContext, VectorSelection):
         self.var_arg = {n: nbufs + i for i, n in enumerate(sorted(names))}
         self.core_arg = nbufs + len(names)
         self.frame.nargs = self.core_arg + 1
-        self.canon_const: Callable[[UOp], int] = memo(canon_const)   # of this kernel's CONSTs
         self.plan_vectors()
         self.plan_fma()
         if isel is None and not self.hred_roots:  # no horizontal reduction: its rule would only fall through
@@ -326,7 +331,7 @@ class Selector(ISelContext, VectorSelection):
             m = self.fconst(u.arg, u.dtype)
             self.emit(op, [d], [m], (("d", 0, 128), ("u", 0, None)))
         else:
-            self.mov_imm(d, self.canon_const(u), gbits(u.dtype))
+            self.mov_imm(d, canon_const(u), gbits(u.dtype))
         return d
 
     def reg(self, u: UOp) -> VReg:
@@ -348,7 +353,7 @@ class Selector(ISelContext, VectorSelection):
     def int_operand(self, u: UOp, bits: int) -> Any:
         """An immediate when the constant fits the instruction, else a register."""
         if u.op is Ops.CONST and not is_vec(u.dtype):
-            v = self.canon_const(u)
+            v = canon_const(u)
             if -(1 << 31) <= v < (1 << 31) or (bits == 32 and v < (1 << 32)):
                 return v
         return self.reg(u)
