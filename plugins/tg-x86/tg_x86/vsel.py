@@ -225,8 +225,8 @@ class VectorSelection:
         self.lane_cache: dict[tuple, Any] | None = {}
         self.vfused_cmps: set[UOp] = set()
         # each kind of line is found by ``lines`` (in C): most lines are none of these
-        self.lane_geps = any(  # any one-lane GEP (the leaves of a horizontal reduction)
-            len(u.arg) == 1 for u in self.lines(Ops.GEP))
+        # the one-lane GEPs (the leaves of a horizontal reduction)
+        self.lane_geps = [u for u in self.lines(Ops.GEP) if len(u.arg) == 1]
         for u in self.lines(Ops.VECTORIZE):
             if is_vector(u.dtype) and len(set(u.src)) == 1:   # every lane the same UOp
                 s = u.src[0]
@@ -319,25 +319,40 @@ class VectorSelection:
         another order than the tree; a reduction's order is not part of its meaning.)"""
         self.hred_roots: dict[UOp, UOp] = {}
         self.hred_skip: set[UOp] = set()
-        if not self.lane_geps:  # a tree's leaves are one-lane GEPs: without any, there is no tree
+        # a tree's top is found by climbing from its leaves through nodes each read by its parent only (each
+        # node climbed once): most lines of its ops are index math or vector arithmetic, never looked at
+        climbed: set[UOp] = set()
+        for leaf in self.lane_geps:
+            users = self.users.get(leaf)
+            if users is None or len(users) != 1 or users[0].op not in HRED_OPS:
+                continue
+            node = users[0]
+            while node not in climbed:
+                climbed.add(node)
+                up = self.users.get(node)
+                if up is None or len(up) != 1 or up[0].op is not node.op or up[0].dtype is not node.dtype:
+                    self.plan_reduction(node)
+                    break
+                node = up[0]
+
+    def plan_reduction(self, u: UOp) -> None:
+        """Reduce ``u``'s tree as a horizontal reduction if it is one (see ``plan_horizontal``)."""
+        a, b = u.src   # a tree's nodes are lane GEPs and nodes of its op
+        if a.op is not u.op and a.op is not Ops.GEP or b.op is not u.op and b.op is not Ops.GEP:
             return
-        for u in self.lines(HRED_OPS):
-            a, b = u.src   # a tree's nodes are lane GEPs and nodes of its op: index math fails here
-            if a.op is not u.op and a.op is not Ops.GEP or b.op is not u.op and b.op is not Ops.GEP:
-                continue
-            if is_vector(u.dtype) or not native(u.dtype):
-                continue
-            if (u.op, kind(u.dtype)) not in HRED or any(x.op is u.op and x.dtype is u.dtype for x in self.users[u]):
-                continue
-            nodes: list[UOp] = []
-            leaves: list[tuple[UOp, int]] = []
-            if not (self.tree(a, u, nodes, leaves) and self.tree(b, u, nodes, leaves)):
-                continue
-            v = leaves[0][0]
-            if v.dtype.count >= 4 and set(map(_VECTOR, leaves)) == {v} and sorted(map(_LANE, leaves)) == list(
-                    range(v.dtype.count)):
-                self.hred_roots[u] = v
-                self.hred_skip.update(nodes)
+        if is_vector(u.dtype) or not native(u.dtype):
+            return
+        if (u.op, kind(u.dtype)) not in HRED or any(x.op is u.op and x.dtype is u.dtype for x in self.users[u]):
+            return
+        nodes: list[UOp] = []
+        leaves: list[tuple[UOp, int]] = []
+        if not (self.tree(a, u, nodes, leaves) and self.tree(b, u, nodes, leaves)):
+            return
+        v = leaves[0][0]
+        if v.dtype.count >= 4 and set(map(_VECTOR, leaves)) == {v} and sorted(map(_LANE, leaves)) == list(
+                range(v.dtype.count)):
+            self.hred_roots[u] = v
+            self.hred_skip.update(nodes)
 
     def tree(self, x: UOp, parent: UOp, nodes: list[UOp], leaves: list[tuple[UOp, int]]) -> bool:
         if self.users.get(x) != [parent] or x.dtype is not parent.dtype:
