@@ -1331,7 +1331,9 @@ def _always(x: UOp) -> bool:
     return True
 
 
-HRED_ISEL = PatternMatcher([(UPat((*HRED_OPS, Ops.GEP), name="x"), sel_horizontal)])
+# the nodes and leaves of a reduction tree are scalars of a vector lane dtype (the vector lines of these ops are
+# not looked at: the generated matcher tests the dtype inline)
+HRED_ISEL = PatternMatcher([(UPat((*HRED_OPS, Ops.GEP), VECTOR_DTYPES, name="x"), sel_horizontal)])
 
 VECTOR_ISEL = PatternMatcher([
     # lanes of a vector (a one-lane GEP has a scalar dtype); VCONST is read from frame slots where used
