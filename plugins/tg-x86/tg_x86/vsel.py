@@ -168,9 +168,11 @@ def lane_bytes(value: Any, sdt: DType) -> bytes:
     return (v & 0xFFFFFFFF).to_bytes(4, "little")
 
 
-# a kernel's ops as bytes, one per line (``OP_CODE``): lines of an op are found with bytes.find, in C. (A list of Ops
-# searched with list.index, count or ``in`` compares them with ==, Python-level since Ops defines __lt__.)
+# a kernel's ops as bytes, one per line (``OP_CODE``): lines of an op are found with bytes.find and translate, in C.
+# (A list of Ops searched with list.index, count or ``in`` compares them through the slow comparison slot of a class
+# defining __lt__, and a list.index that misses formats the op's repr: a quarter of selection's time.)
 OP_CODE = {op: i for i, op in enumerate(Ops)}
+assert len(OP_CODE) <= 256, "an op code is one byte"
 
 
 def op_table(ops: frozenset[Ops]) -> bytes:
