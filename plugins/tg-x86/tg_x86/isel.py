@@ -536,19 +536,20 @@ class Selector(ISelContext, VectorSelection):
         variable read once, where its UOp stands, into one register held throughout), derived instead of
         selected again: the reloads go and their registers become the one read at the argument's place."""
         held = {u: self.new("gpr") for _, u in self.arg_sites}
-        # each reload's register -> the held one, and each memory operand reading one -> the same with the held one
+        # each reload's register -> the held one, then each memory operand reading one -> the same on the held one
         renamed: dict[Any, Any] = {v: held[u] for v, u in self.remat_loads.items()}
+        replaced = renamed.keys()   # a live view: the memory operands count once added
         out = list(self.prog)
         drop = self.reload_at
         # only its reload writes a reload's register; nothing before the first reload reads one
         start = drop[0] if drop else len(out)
         uses = list(map(getattr, out[start:], repeat("uses"), repeat(())))   # () for a loop marker
-        regs = renamed.keys()
         # selection puts memory operands among the uses only
         for m in filter(VMem.__instancecheck__, chain.from_iterable(uses)):
-            if not regs.isdisjoint((m.base, m.index)):
+            if not replaced.isdisjoint((m.base, m.index)):
                 renamed[m] = m.with_regs(renamed)
-        for i in compress(range(start, len(out)), map(not_, map(regs.isdisjoint, uses))):
+        # the instructions with an operand to replace (found in C: most have none)
+        for i in compress(range(start, len(out)), map(not_, map(replaced.isdisjoint, uses))):
             ins = out[i]
             out[i] = MInst(ins.op, ins.defs, list(map(renamed.get, ins.uses, ins.uses)), ins.arg)
         # from the back, so positions ahead still count the selected program: the reloads go, the loads come in

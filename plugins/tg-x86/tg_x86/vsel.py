@@ -227,8 +227,7 @@ class VectorSelection:
         self.lane_cache: dict[tuple, Any] | None = {}
         self.vfused_cmps: set[UOp] = set()
         # each kind of line is found by ``lines`` (in C): most lines are none of these
-        # the one-lane GEPs (the leaves of a horizontal reduction)
-        self.lane_geps = [u for u in self.lines(Ops.GEP) if len(u.arg) == 1]
+        self.lane_geps = [u for u in self.lines(Ops.GEP) if len(u.arg) == 1]   # the leaves of horizontal reductions
         for u in self.lines(Ops.VECTORIZE):
             if is_vector(u.dtype) and len(set(u.src)) == 1:   # every lane the same UOp
                 s = u.src[0]
@@ -242,8 +241,8 @@ class VectorSelection:
             users, compared = self.users.get(u, []), u.src[0].dtype
             lane_size = esize(scalar_of(compared))
             if users and native(compared) and all(x.op is Ops.WHERE and native(x.dtype) and x.src[0] is u
-                                                  and u not in x.src[1:] and esize(scalar_of(x.dtype)) == lane_size
-                                                  for x in users):
+                                                  and x.src[1] is not u and x.src[2] is not u
+                                                  and esize(scalar_of(x.dtype)) == lane_size for x in users):
                 self.vfused_cmps.add(u)
         self.plan_shuffles()
         self.plan_horizontal()
