@@ -119,7 +119,7 @@ class X86Renderer(ISARenderer[Selector]):
         params = ctx.nparams
         if fills > params:  # else reading pointers where used cannot cost fewer gpr loads and stores
             # the two programs share most instructions: their registers are looked at once
-            known = dict(zip(map(id, held), held_regs))  # ``held`` lives on: the ids stay its instructions'
+            known = dict(zip(map(id, held), held_regs, strict=True))  # ``held`` lives on: its ids stay valid
             plan2 = self.plan(ctx.prog, ctx, regalloc.instruction_registers(ctx.prog, known))
             if plan2.spill_code("gpr") + params < fills:
                 plan = plan2
