@@ -94,6 +94,7 @@ class LoopEnd:
 _REG_TYPES = (VReg, Register)
 _START_END = operator.attrgetter("start", "end")
 _START, _END = operator.attrgetter("start"), operator.attrgetter("end")
+_VREG = operator.attrgetter("vreg")
 
 
 def _regs_in(operand: Any) -> Iterator[Any]:
@@ -196,16 +197,15 @@ def _intervals(regs: list[tuple[list[Any], list[Any]]]) -> tuple[dict[VReg, Inte
     by_vreg: dict[VReg, Interval] = {}
     physical: set[Any] = set()
     get = by_vreg.get
-    for i, mentioned in enumerate(regs):
-        for named in mentioned:  # the registers read, then the ones written
-            for r in named:
-                iv = get(r)
-                if iv is not None:
-                    iv.end = i
-                elif type(r) is VReg:
-                    by_vreg[r] = Interval(r, i, i)
-                else:
-                    physical.add(r)
+    for i, (read, written) in enumerate(regs):
+        for r in read + written:  # one list: cheaper than a loop over the two
+            iv = get(r)
+            if iv is not None:
+                iv.end = i
+            elif type(r) is VReg:
+                by_vreg[r] = Interval(r, i, i)
+            else:
+                physical.add(r)
     return by_vreg, physical
 
 
@@ -301,7 +301,8 @@ def _linear_scan(intervals: list[Interval], by_vreg: dict[VReg, Interval], copy_
                  target: AllocTarget) -> tuple[int, list[Interval]]:
     """Give each interval (in start order) a register or a stack slot: (stack bytes for the slots, the intervals
     spilled)."""
-    active: dict[Interval, None] = {}  # intervals holding a register, in the order they got it
+    # intervals holding a register, in the order they got it: the free pool of the register's class (it goes back there)
+    active: dict[Interval, list[Register]] = {}
     free = {cls: list(regs) for cls, regs in target.registers.items()}
     spilled: list[Interval] = []
     frame = 0
@@ -320,27 +321,27 @@ def _linear_scan(intervals: list[Interval], by_vreg: dict[VReg, Interval], copy_
     order = sorted(range(len(intervals)), key=free_at.__getitem__)  # stable: in the order taken at each point
     releasing = list(map(intervals.__getitem__, order))
     release_at = sorted(free_at) + [len(intervals)]  # a point never reached ends the list
+    # the interval of the copy source of each (None: not written by a copy of a virtual register), looked up in C
+    sources: Iterator[Interval | None] = itertools.repeat(None)
+    if copy_source:
+        sources = map(by_vreg.get, map(copy_source.get, map(_VREG, intervals)))  # type: ignore[arg-type]
     k = 0
     next_release = release_at[0]
-    for n, iv in enumerate(intervals):
+    for n, iv, src_iv in zip(itertools.count(), intervals, sources):
         if next_release <= n:
             while release_at[k] <= n:
                 ended = releasing[k]
                 k += 1
-                if ended in active:
-                    del active[ended]
-                    free[ended.vreg.cls].append(ended.reg)  # type: ignore[arg-type]
+                ended_pool = active.pop(ended, None)
+                if ended_pool is not None:
+                    ended_pool.append(ended.reg)  # type: ignore[arg-type]
             next_release = release_at[k]
         vreg = iv.vreg
-        src = copy_source.get(vreg) if copy_source else None
-        if src is not None:
-            src_iv = by_vreg.get(src)
-            if src_iv is not None and src_iv.end == iv.start and src_iv in active and (
-                    vreg.allowed is None or src_iv.reg in vreg.allowed):
-                del active[src_iv]
-                iv.reg = src_iv.reg
-                active[iv] = None
-                continue
+        if src_iv is not None and src_iv.end == iv.start and src_iv in active and (
+                vreg.allowed is None or src_iv.reg in vreg.allowed):
+            iv.reg = src_iv.reg
+            active[iv] = active.pop(src_iv)
+            continue
         cls = vreg.cls
         try:
             pool = free[cls]
@@ -350,14 +351,14 @@ def _linear_scan(intervals: list[Interval], by_vreg: dict[VReg, Interval], copy_
         if allowed is None:
             if pool:
                 iv.reg = pool.pop(0)
-                active[iv] = None
+                active[iv] = pool
                 continue
         else:
             choice = next((r for r in pool if r in allowed), None)
             if choice is not None:
                 iv.reg = choice
                 pool.remove(choice)
-                active[iv] = None
+                active[iv] = pool
                 continue
         if allowed is not None:  # pinned: evict whoever holds an allowed register
             holders = [a for a in active if a.reg in allowed and a.vreg.allowed is None]
@@ -373,7 +374,7 @@ def _linear_scan(intervals: list[Interval], by_vreg: dict[VReg, Interval], copy_
         iv.reg, victim.reg = victim.reg, None
         take_slot(victim)
         del active[victim]
-        active[iv] = None
+        active[iv] = pool
     return frame, spilled
 
 

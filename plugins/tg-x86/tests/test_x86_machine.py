@@ -61,3 +61,26 @@ def test_encode_plan_gives_the_bytes_of_the_staged_way(case: str) -> None:
         assert code == staged
         # capstone decodes the whole of it as the same number of instructions
         assert len(list(decoder().disasm(code, 0))) == sum(1 for i in insts if isinstance(i, Inst))
+
+
+def test_cleanup_removes_dead_chains_keeps_stores_and_takes_the_registers_found() -> None:
+    from tg_x86.isa import Op
+    from tg_x86.machine import VMem, cleanup, minst
+
+    from tgcore.codegen.regalloc import VReg, instruction_registers
+    a, b, c, d, p = (VReg(i, "gpr") for i in range(5))
+    prog = [
+        minst(Op.MOV, [p], [VMem(64, index=None, disp=0)], (("d", 0, 64), ("u", 0, None))),
+        minst(Op.MOV, [a], [p], (("d", 0, 64), ("u", 0, 64))),
+        minst(Op.ADD, [b], [a, a], (("d", 0, 64), ("u", 1, 64)), two=True),   # only c reads b
+        minst(Op.ADD, [c], [b, b], (("d", 0, 64), ("u", 1, 64)), two=True),   # nobody reads c: b, then a go too
+        minst(Op.MOV, [d], [p], (("d", 0, 64), ("u", 0, 64))),
+        minst(Op.MOV, [], [VMem(64, base=p), d], (("u", 0, None), ("u", 1, 64))),  # a store: never dead
+    ]
+    kept, regs = cleanup(prog)
+    assert kept == [prog[0], prog[4], prog[5]]
+    assert regs == instruction_registers(kept)
+    # the registers handed in are used as they are (the second plan of choose_plan hands in those it knows)
+    found = instruction_registers(prog)
+    kept2, regs2 = cleanup(prog, found)
+    assert kept2 == kept and regs2[0] is found[0] and regs2[2] is found[5]

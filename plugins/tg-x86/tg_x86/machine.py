@@ -463,11 +463,13 @@ def _encode_body(program: list, plan: RegisterPlan | None, reg_of: dict, views_o
         codes.append(found[1](args, spec.cond, 0))
 
 
-def _register_facts(program: list, known: dict | None = None) -> tuple[list[tuple[list, list]], Counter, Counter]:
+def _register_facts(program: list, regs: list[tuple[list, list]] | None = None
+                    ) -> tuple[list[tuple[list, list]], Counter, Counter]:
     """(``instruction_registers(program)``: for each instruction the registers it reads, each once, and the ones
-    it writes; how many instructions read each register; how many write it). ``known``: see
-    ``instruction_registers``."""
-    regs = instruction_registers(program, known)
+    it writes; how many instructions read each register; how many write it). ``regs``: the first when the caller
+    has it."""
+    if regs is None:
+        regs = instruction_registers(program)
     reads = Counter(chain.from_iterable(map(operator.itemgetter(0), regs)))  # counted in C
     writes = Counter(chain.from_iterable(map(operator.itemgetter(1), regs)))
     return regs, reads, writes
@@ -524,10 +526,11 @@ def _def_to_retarget(program: list, regs: list[tuple[list, list]], i: int, t: VR
     return None
 
 
-def cleanup(program: list, known: dict | None = None) -> tuple[list, list[tuple[list, list]]]:
+def cleanup(program: list, regs: list[tuple[list, list]] | None = None) -> tuple[list, list[tuple[list, list]]]:
     """``remove_dead`` then ``retarget_copies``, reading each instruction's registers once: the program and its
-    ``instruction_registers`` (for ``plan_registers``). ``known``: see ``instruction_registers``."""
-    regs, reads, writes = _register_facts(program, known)
+    ``instruction_registers`` (for ``plan_registers``). ``regs``: ``instruction_registers(program)`` when the caller
+    has them."""
+    regs, reads, writes = _register_facts(program, regs)
     keep = _live_mask(program, regs, reads, writes)
     if keep is not None:
         program, regs = list(compress(program, keep)), list(compress(regs, keep))
@@ -548,11 +551,13 @@ def _live_mask(program: list, regs: list[tuple[list, list]], reads: dict, writes
     if not unread:
         return None
     keep = [True] * len(program)
-    for i in range(len(program) - 1, -1, -1):
-        # dead: only writes virtual registers nobody reads (a label, a loop marker or a store is never dead)
+    # dead: only writes virtual registers nobody reads (a label, a loop marker or a store is never dead). From the
+    # back, visiting only the instructions writing registers all unread: the test runs in C, lazily, so it sees the
+    # registers that became unread after it
+    writers = list(compress(count(), map(operator.itemgetter(1), regs)))[::-1]
+    all_unread = map(unread.issuperset, map(operator.itemgetter(1), map(regs.__getitem__, writers)))
+    for i in compress(writers, all_unread):
         read, written = regs[i]
-        if not written or not unread.issuperset(written):
-            continue
         ins = program[i]
         op = ins.op  # checked only now: writes_mem is a property
         if len(written) != len(ins.defs) or op == "label" or (

@@ -90,34 +90,37 @@ class X86Renderer(ISARenderer[Selector]):
         return ctx
 
     def pre_regalloc(self, program: list[Any], ctx: Selector) -> list[Any]:
-        return self._cleanup(program, ctx)[0]
-
-    def _cleanup(self, program: list[Any], ctx: Selector, known: dict | None = None
-                 ) -> tuple[list[Any], list[tuple[list, list]]]:
-        """``machine.cleanup``: the program and its registers (``instruction_registers``)."""
-        program, regs = machine.cleanup(program, known)
+        program = machine.cleanup(program)[0]
         if spec_enabled():  # checked again after allocation (late_regalloc)
             ctx.flag_reads = flag_sources(program)
-        return program, regs
+        return program
 
-    def plan(self, program: list[Any], ctx: Selector, known: dict | None = None) -> RegisterPlan:
-        """``pre_regalloc``, then the linear scan's plan, handed the registers the cleanup found. ``known``: the
-        registers of instructions planned before (``RegisterPlan.registers_by_id``), looked at only once."""
-        program, regs = self._cleanup(program, ctx, known)
+    def plan(self, program: list[Any], ctx: Selector, regs: list[tuple[list, list]] | None = None) -> RegisterPlan:
+        """``machine.cleanup`` (what ``pre_regalloc`` does), then the linear scan's plan, handed the registers the
+        cleanup found. ``regs``: ``instruction_registers(program)`` when the caller has them."""
+        program, regs = machine.cleanup(program, regs)
         return regalloc.plan_registers(program, self.target, regs)
 
     def choose_plan(self, ctx: Selector) -> RegisterPlan:
         """Few allocatable gprs (9): with many buffers and loops, read pointers and variables from their argument
         slots where they are used instead of holding them (else do that only if holding them made the
         allocator spill gprs and reading them where used spills less)."""
-        if ctx.pressure > HELD_GPRS:
-            return self.plan(ctx.prog, ctx)
-        plan = self.plan(ctx.args_held(), ctx)
+        plan = self.plan(ctx.prog, ctx) if ctx.pressure > HELD_GPRS else self._held_unless_spilling(ctx)
+        if spec_enabled():  # checked again after allocation (late_regalloc); copies added to the plan read no flags
+            ctx.flag_reads = flag_sources(plan.program)
+        return plan
+
+    def _held_unless_spilling(self, ctx: Selector) -> RegisterPlan:
+        """The plan holding pointers and variables in registers, unless reading them where used spills fewer gprs."""
+        held = ctx.args_held()
+        held_regs = regalloc.instruction_registers(held)
+        plan = self.plan(held, ctx, held_regs)
         fills = plan.spill_code("gpr")  # gpr fills and spill stores
         params = ctx.nparams
         if fills > params:  # else reading pointers where used cannot cost fewer gpr loads and stores
             # the two programs share most instructions: their registers are looked at once
-            plan2 = self.plan(ctx.prog, ctx, plan.registers_by_id())
+            known = dict(zip(map(id, held), held_regs, strict=True))  # ``held`` lives on: its ids stay valid
+            plan2 = self.plan(ctx.prog, ctx, regalloc.instruction_registers(ctx.prog, known))
             if plan2.spill_code("gpr") + params < fills:
                 plan = plan2
         return plan
