@@ -315,33 +315,38 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     its ``Inst``s: each instruction's operands are read through the plan's assignment and encoded at once (only
     copies and instructions with spill code go through ``plan.rewrite_one``; only jumps to labels become ``Inst``s,
     for ``assembler.link``)."""
-    # in one pass over the virtual registers: the assignment (as plan.assignment() gives it), each one's register
-    # operands by bits, the spilled ones, and the gprs they use
-    reg_of: dict[VReg, Register | None] = {}
-    views_of: dict[VReg, dict[int, Reg]] = {}
-    spilled: set[VReg] = set()
-    used: set[int] = set()
-    vecs: set[int] = set()
-    for v, iv in plan.by_vreg.items():
-        r = reg_of[v] = iv.reg
-        if r is None:
-            spilled.add(v)
-        else:
-            views_of[v] = _VIEWS_BY_NAME[r.name]
-            (used if r.cls == "gpr" else vecs).add(r.index)
+    # the assignment (as plan.assignment() gives it) and each virtual register's operand key, made in C
+    vregs = list(plan.by_vreg)
+    assigned = list(map(_ASSIGNED, plan.by_vreg.values()))
+    reg_of: dict[VReg, Register | None] = dict(zip(vregs, assigned))
+    names = list(map(getattr, assigned, repeat("name"), repeat(None)))  # None: spilled
+    key_of = dict(zip(vregs, map(_CODE_BY_NAME.get, names)))
+    spilled = set(compress(vregs, map(operator.not_, names)))
     # the registers the rewritten program names, as far as the prologue cares (callee-saved gprs are never scratch)
-    for r in plan.physical:
-        (used if r.cls == "gpr" else vecs).add(r.index)
-    lay = _frame_layout(frame, plan.frame, used, _with_scratch(vecs, any(v.cls == "vec" for v in spilled)))
-    slot_disp = lay.slot_disp
+    names += map(getattr, plan.physical, repeat("name"))
+    used, vecs = set(map(_GPR_NUM.get, names)), set(map(_VEC_NUM.get, names))
+    used.discard(None)
+    vecs.discard(None)
+    lay = _frame_layout(frame, plan.frame, used, _with_scratch(vecs, any(v.cls == "vec" for v in spilled)))  # type: ignore[arg-type]
+    # instructions not encoded from their operand keys: jumps to labels, and those with spill code
+    special = set(compress(count(), map(_JUMPS.__contains__, map(getattr, plan.program, repeat("op"), repeat(None)))))
+    if spilled:
+        touches = map(operator.not_, map(spilled.isdisjoint, map(chain.from_iterable, plan.regs)))
+        special.update(compress(count(), touches))
     codes: list[bytes | None] = []
     jumps: dict[int, Inst] = {}
     at: dict[Label, int] = {}
-    _encode_body(plan.program, plan, reg_of, views_of, spilled, slot_disp, codes, jumps, at)
+    _encode_body(plan, reg_of, key_of, special, lay.slot_disp, codes, jumps, at)
     head = _prologue_code(lay.saved, lay.saved_vec, lay.size, lay.homes)
     stores = [_const_stores_code(disp, data) for disp, data in lay.consts]
     return b"".join((head, *stores, assembler.link(codes, jumps, at).code,
                      _epilogue_code(lay.saved, lay.saved_vec, lay.size)))
+
+
+_ASSIGNED = operator.attrgetter("reg")
+_JUMPS = frozenset((Op.JMP, Op.JCC))
+_GPR_NUM = {r.name: r.index for r in GPR.values()}
+_VEC_NUM = {r.name: r.index for r in VEC.values()}
 
 
 # The prologue and the epilogue depend on a few numbers only, and kernels share them: each is encoded once.
@@ -379,88 +384,129 @@ def _store32_head(disp: int) -> bytes:
 
 def clear_encoding_caches() -> None:
     """Forget every memo table of the encoding (the forms chosen by operand shape, the compiled form encoders with
-    their register/address heads, interned memory operands, frame code): the state of a fresh process. For
+    their register/address heads, interned memory operands, frame code, the bytes of whole instructions): the state of a fresh process. For
     benchmarks of first compiles; nothing else needs it (every table is bounded)."""
     encoder._form_cache.clear()
     encoder._ENCODERS.clear()
+    _ENCODED.clear()
     operands._MEMS.clear()
     for cached in (_prologue_code, _epilogue_code, _store32_heads, _store32_head):
         cached.cache_clear()
 
 
-def _encode_body(program: list, plan: RegisterPlan | None, reg_of: dict, views_of: dict, spilled: set,
+def _encode_body(plan: RegisterPlan, reg_of: dict, key_of: dict, special: set[int],
                  slot_disp: dict[tuple[str, int], int], codes: list[bytes | None], jumps: dict[int, Inst],
                  at: dict[Label, int]) -> None:
-    """Append the code of each instruction of ``program`` to ``codes`` (None for a jump to a label, kept in ``jumps``)
-    and each label's instruction number to ``at``. Virtual registers are read through ``reg_of`` (``views_of``: the
-    register operand of each one, by bits); with ``plan``
-    (``program`` is its program), copies and instructions reading or writing ``spilled`` registers are encoded
-    as ``plan.rewrite_one`` rewrites them."""
-    mems, make_mem = operands._MEMS, operands.mem
-    cache, shape, select = encoder._form_cache, operator.attrgetter("shape"), encoder._selected
-    regs = plan.regs if plan is not None else None
-    for i, ins in enumerate(program):
+    """Append the code of each instruction of ``plan.program`` to ``codes`` (None for a jump to a label, kept in
+    ``jumps``) and each label's instruction number to ``at``. An instruction's bytes depend only on its op, its
+    ``Spec`` and the keys of its operands (``key_of``: each virtual register's, see ``_operand_key``): the bytes are
+    looked up by those (``_ENCODED``), encoded only the first time. Copies and the instructions in ``special``
+    reading or writing spilled registers are encoded as ``plan.rewrite_one`` rewrites them."""
+    encoded, key_get = _ENCODED, key_of.get
+    for i, ins in enumerate(plan.program):
         spec = getattr(ins, "arg", None)  # None for a loop marker or a copy, the Label of a label
         if type(spec) is not Spec:
             if type(spec) is Label:
                 if spec in at:
                     raise encoder.EncodeError(f"label {spec!r} is defined twice")
                 at[spec] = len(codes)
-            elif type(ins) is MInst:  # a copy (only in the plan's program: its rewrite has none)
-                _encode_body(plan.rewrite_one(i, reg_of), None, reg_of, views_of, spilled, slot_disp, codes, jumps, at)  # type: ignore[union-attr]
+            elif type(ins) is MInst:  # a copy
+                for x in plan.rewrite_one(i, reg_of):
+                    codes.append(_encode_allocated(x, slot_disp))
             continue
-        if spilled and regs is not None and not (spilled.isdisjoint(regs[i][0]) and spilled.isdisjoint(regs[i][1])):
-            _encode_body(plan.rewrite_one(i, reg_of), None, reg_of, views_of, spilled, slot_disp, codes, jumps, at)  # type: ignore[union-attr]
+        if i in special:
+            if ins.op in _JUMPS:  # encoded by assembler.link, which knows the displacement
+                ((_, label),) = spec.layout  # a jump's one operand is its label
+                jumps[len(codes)] = Inst.of(ins.op, (label,), spec.cond, label)
+                codes.append(None)
+            else:  # with spill code
+                for x in plan.rewrite_one(i, reg_of):
+                    codes.append(_encode_allocated(x, slot_disp))
             continue
-        op = ins.op
-        ops: list[Operand] = []
-        label = None
-        uses, defs = ins.uses, ins.defs
-        for item in spec.layout:
-            kind = item[0]
-            if kind == "u":
-                o = uses[item[1]]
-            elif kind == "d":
-                o = defs[item[1]]
-            elif kind == "i":
-                ops.append(imm(item[1]))
-                continue
-            else:
-                label = item[1]
-                ops.append(label)
-                continue
-            t = type(o)
-            if t is VReg:
-                ops.append(views_of[o][item[2]])
-            elif t is VMem:  # operands.mem(...), its lookup inlined
-                if o.slot is None:
-                    base, index = o.base, o.index
-                    if type(base) is VReg:
-                        base = reg_of[base]
-                    if index is None:
-                        key = (o.bits, base.index if base is not None else None, None, 1, o.disp)
-                    else:
-                        if type(index) is VReg:
-                            index = reg_of[index]
-                        key = (o.bits, base.index if base is not None else None, index.index, o.scale, o.disp)
-                else:
-                    key = (o.bits, 4, None, 1, slot_disp[(o.slot.kind, o.slot.k)] + o.disp)  # rsp-based
-                m = mems.get(key)
-                ops.append(m if m is not None else make_mem(*key))
-            else:
-                ops.append(_VIEWS_BY_NAME[o.name][item[2]])
-        if spec.two_address:
-            d, u = reg_of.get(defs[0], defs[0]), reg_of.get(uses[0], uses[0])
-            assert d is u or d == u, f"two-address violated in {ins}"
-        args = tuple(ops)
-        if label is not None:
-            jumps[len(codes)] = Inst.of(op, args, spec.cond, label)
-            codes.append(None)
+        defs = ins.defs
+        operand_keys = list(map(key_get, defs + ins.uses))
+        if None in operand_keys:  # memory operands and physical registers
+            operand_keys = _operand_keys(defs + ins.uses, operand_keys, reg_of, slot_disp)
+        key = (ins.op, spec.cond, spec.two_address, spec.layout, len(defs), *operand_keys)
+        code = encoded.get(key)
+        codes.append(code if code is not None else _encode_new(key, ins))
+
+
+def _encode_allocated(ins: MInst, slot_disp: dict[tuple[str, int], int]) -> bytes:
+    """The code of an instruction on physical registers (copies and spill code ``plan.rewrite_one`` gives)."""
+    operands_ = ins.defs + ins.uses
+    operand_keys = list(map(_CODE_BY_NAME.get, map(getattr, operands_, repeat("name"), repeat(None))))
+    if None in operand_keys:  # memory operands
+        operand_keys = _operand_keys(operands_, operand_keys, {}, slot_disp)
+    spec = ins.arg
+    key = (ins.op, spec.cond, spec.two_address, spec.layout, len(ins.defs), *operand_keys)
+    code = _ENCODED.get(key)
+    return code if code is not None else _encode_new(key, ins)
+
+
+# An operand's key is what its encoding depends on: a register's code (its number, plus 16 for a vector register;
+# the layout gives the size), a memory operand's (bits, base number, index number, scale, disp)
+_CODE_BY_NAME = {r.name: r.index + (16 if r.cls == "vec" else 0) for r in (*GPR.values(), *VEC.values())}
+_VIEWS_BY_CODE = [_VIEWS_BY_NAME[name] for name in sorted(_CODE_BY_NAME, key=_CODE_BY_NAME.__getitem__)]
+# the bytes of each instruction by its key (op, cond, two-address, layout, number of defs, operand keys), as
+# _encode_body makes it: instructions repeat within a kernel and from kernel to kernel. Bounded: a long-lived
+# process compiles many kernels
+_ENCODED: dict[tuple, bytes] = {}
+_ENCODED_LIMIT = 1 << 14
+
+
+def _operand_keys(operands_: list, keys: list, reg_of: dict, slot_disp: dict[tuple[str, int], int]) -> list:
+    """``keys`` with the ones a lookup did not find (None) filled in by ``_operand_key``."""
+    for k, o in enumerate(operands_):
+        if keys[k] is None:
+            keys[k] = _operand_key(o, reg_of, slot_disp)
+    return keys
+
+
+def _operand_key(o: Any, reg_of: dict, slot_disp: dict[tuple[str, int], int]) -> Any:
+    """The key of a memory operand (its registers read through ``reg_of``; a ``Slot`` at its frame offset) or of a
+    physical register."""
+    if type(o) is VMem:
+        if o.slot is not None:
+            return (o.bits, 4, None, 1, slot_disp[(o.slot.kind, o.slot.k)] + o.disp)  # rsp-based
+        base, index = o.base, o.index
+        if type(base) is VReg:
+            base = reg_of[base]
+        if index is None:
+            return (o.bits, base.index if base is not None else None, None, 1, o.disp)
+        if type(index) is VReg:
+            index = reg_of[index]
+        return (o.bits, base.index if base is not None else None, index.index, o.scale, o.disp)
+    if type(o) is Register:
+        return _CODE_BY_NAME[o.name]
+    raise encoder.EncodeError(f"cannot encode operand {o!r}")
+
+
+def _encode_new(key: tuple, ins: MInst) -> bytes:
+    """Encode the instruction of ``key`` (see ``_encode_body``; ``ins`` for messages) and remember its bytes."""
+    op, cond, two_address, layout, ndefs = key[:5]
+    keys = key[5:]
+    ops: list[Operand] = []
+    for item in layout:
+        kind = item[0]
+        if kind == "i":
+            ops.append(imm(item[1]))
             continue
-        found = cache.get((op, None, *map(shape, args)))
-        if found is None:  # the first instruction of this shape: choose its form
-            found = select(Inst.of(op, args, spec.cond, None), None)
-        codes.append(found[1](args, spec.cond, 0))
+        k = keys[item[1] if kind == "d" else ndefs + item[1]]
+        ops.append(_VIEWS_BY_CODE[k][item[2]] if type(k) is int else operands.mem(*k))
+    if two_address and keys[0] != keys[ndefs]:
+        raise AssertionError(f"two-address violated in {ins}")
+    args = tuple(ops)
+    found = encoder._form_cache.get((op, None, *map(_SHAPE, args)))
+    if found is None:  # the first instruction of this shape: choose its form
+        found = encoder._selected(Inst.of(op, args, cond, None), None)
+    code = found[1](args, cond, 0)
+    if len(_ENCODED) < _ENCODED_LIMIT:
+        _ENCODED[key] = code
+    return code
+
+
+_SHAPE = operator.attrgetter("shape")
 
 
 def _register_facts(program: list, known: dict | None = None) -> tuple[list[tuple[list, list]], Counter, Counter]:
