@@ -318,9 +318,9 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     # the assignment (as plan.assignment() gives it) and each virtual register's operand key, made in C
     vregs = list(plan.by_vreg)
     assigned = list(map(_ASSIGNED, plan.by_vreg.values()))
-    reg_of: dict[VReg, Register | None] = dict(zip(vregs, assigned))
+    reg_of: dict[VReg, Register | None] = dict(zip(vregs, assigned, strict=True))
     names = list(map(getattr, assigned, repeat("name"), repeat(None)))  # None: spilled
-    key_of = dict(zip(vregs, map(_CODE_BY_NAME.get, names)))
+    key_of = dict(zip(vregs, map(_CODE_BY_NAME.get, names), strict=True))
     spilled = set(compress(vregs, map(operator.not_, names)))
     # the registers the rewritten program names, as far as the prologue cares (callee-saved gprs are never scratch)
     names += map(getattr, plan.physical, repeat("name"))
@@ -384,8 +384,8 @@ def _store32_head(disp: int) -> bytes:
 
 def clear_encoding_caches() -> None:
     """Forget every memo table of the encoding (the forms chosen by operand shape, the compiled form encoders with
-    their register/address heads, interned memory operands, frame code, the bytes of whole instructions): the state of a fresh process. For
-    benchmarks of first compiles; nothing else needs it (every table is bounded)."""
+    their register/address heads, interned memory operands, frame code, the bytes of whole instructions): the state
+    of a fresh process. For benchmarks of first compiles; nothing else needs it (every table is bounded)."""
     encoder._form_cache.clear()
     encoder._ENCODERS.clear()
     _ENCODED.clear()
