@@ -452,7 +452,7 @@ _VIEWS_BY_CODE = [_VIEWS_BY_NAME[name] for name in sorted(_CODE_BY_NAME, key=_CO
 # _encode_body makes it: instructions repeat within a kernel and from kernel to kernel. Bounded: a long-lived
 # process compiles many kernels
 _ENCODED: dict[tuple, bytes] = {}
-_ENCODED_LIMIT = 1 << 14
+_ENCODED_LIMIT = 1 << 13
 
 
 def _operand_keys(operands_: list, keys: list, reg_of: dict, slot_disp: dict[tuple[str, int], int]) -> list:
