@@ -14,7 +14,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 
-from tg_x86.forms import Form
+from tg_x86.forms import FORMS, Form
 from tg_x86.isa import Cond, Inst
 from tg_x86.operands import Imm, Label, Mem, Operand, Reg
 
@@ -29,13 +29,13 @@ def select_form(inst: Inst, rel_bits: int | None = None) -> Form:
 
 
 def _selected(inst: Inst, rel_bits: int | None) -> tuple[Form, FormEncoder]:
-    key = (inst.op, rel_bits, *map(_SHAPE, inst.operands))
-    found = _form_cache.get(key)
+    shapes = tuple(map(_SHAPE, inst.operands))
+    found = _form_cache.get((inst.op, rel_bits, *shapes))
     if found is not None:
         return found
-    for form in inst.op.forms:
-        if form.accepts(inst.operands) and (rel_bits is None or form.encoding.rel * 8 == rel_bits):
-            found = _form_cache[key] = (form, _encoder(form))
+    for form in FORMS[inst.op]:
+        if form.accepts_shapes(shapes) and (rel_bits is None or form.encoding.rel * 8 == rel_bits):
+            found = _form_cache[(inst.op, rel_bits, *shapes)] = (form, _encoder(form))
             return found
     accepted = "; ".join(f.text.split("|")[1].strip() or "(none)" for f in inst.op.forms)
     raise EncodeError(f"no form of {inst.mnemonic} takes {_describe(inst.operands)} (forms: {accepted})")
