@@ -44,6 +44,8 @@ SCRATCH_GPR = [GPR[n] for n in ("r9", "r10", "r11")]
 ALLOC_VEC = [VEC[i] for i in range(13)]
 SCRATCH_VEC = [VEC[i] for i in (13, 14, 15)]
 VEC_SLOT = 32  # bytes of a vector spill slot (a whole ymm)
+_GPR_NUM = {r.name: r.index for r in GPR.values()}
+_VEC_NUM = {r.name: r.index for r in VEC.values()}
 
 
 @dataclass(frozen=True)
@@ -142,12 +144,17 @@ class Frame:
 
     def offsets(self) -> list[int]:
         """Byte offset of each constant inside the constant area (32-byte ones first, so all stay aligned)."""
-        out, pos = [0] * len(self.consts), 0
-        for size in (32, 16):
-            for k, data in enumerate(self.consts):
-                if len(data) == size:
-                    out[k], pos = pos, pos + size
-        return out
+        return _const_offsets(tuple(map(len, self.consts)))
+
+
+def _const_offsets(sizes: tuple[int, ...]) -> list[int]:
+    """``Frame.offsets`` of constants of these sizes."""
+    out, pos = [0] * len(sizes), 0
+    for size in (32, 16):
+        for k, n in enumerate(sizes):
+            if n == size:
+                out[k], pos = pos, pos + size
+    return out
 
 
 def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = None) -> list[Inst | Label]:
@@ -172,33 +179,43 @@ class Layout(NamedTuple):
     slot_disp: dict[tuple[str, int], int]   # the offset of each ``Slot``
 
 
-def _frame_layout(frame: Frame, spill_bytes: int, used: set[int], used_vec: AbstractSet[int] = frozenset()) -> Layout:
+def _frame_layout(frame: Frame, spill_bytes: int, used: AbstractSet[int], used_vec: AbstractSet[int] = frozenset()
+                  ) -> Layout:
     """The frame of a body with ``spill_bytes`` of spill slots naming the gprs numbered ``used`` and the xmm
     registers numbered ``used_vec`` (only read when the ABI preserves some)."""
     abi = frame.abi
+    saved = tuple(compress(abi.callee_saved, map(used.__contains__, map(_GPR_NUM.__getitem__, abi.callee_saved))))
+    saved_vec = tuple(compress(abi.callee_saved_vec, map(used_vec.__contains__, abi.callee_saved_vec)))
+    lay, const_disp = _frame_shape(abi, frame.nargs, tuple(map(len, frame.consts)), spill_bytes, saved, saved_vec)
+    return lay._replace(consts=list(zip(const_disp, frame.consts, strict=True)))
+
+
+@functools.lru_cache(maxsize=1024)  # kernels share frames
+def _frame_shape(abi: Abi, nargs: int, const_sizes: tuple[int, ...], spill_bytes: int, saved: tuple[str, ...],
+                 saved_vec_nums: tuple[int, ...]) -> tuple[Layout, tuple[int, ...]]:
+    """The ``Layout`` of a frame (its ``consts`` left empty) pushing the callee-saved gprs ``saved`` and saving the
+    xmm registers ``saved_vec_nums``, and the offset of each constant."""
     spill_bytes = -(-spill_bytes // 16) * 16
     const_base = -(-spill_bytes // 32) * 32
-    const_off = frame.offsets()
-    vec_base = const_base + sum(len(c) for c in frame.consts)  # 16-aligned: constants are 16 or 32 bytes
-    saved_vec = tuple((n, vec_base + 16 * k) for k, n in enumerate(n for n in abi.callee_saved_vec if n in used_vec))
+    const_off = _const_offsets(const_sizes)
+    vec_base = const_base + sum(const_sizes)  # 16-aligned: constants are 16 or 32 bytes
+    saved_vec = tuple((n, vec_base + 16 * k) for k, n in enumerate(saved_vec_nums))
     home_base = vec_base + 16 * len(saved_vec)
-    nreg = min(frame.nargs, len(abi.arg_regs))
+    nreg = min(nargs, len(abi.arg_regs))
     # System V: the register arguments are homed in this frame; Windows: in the caller's home area
     size = home_base + (0 if abi.home_area else 8 * nreg)
-    saved = tuple(n for n in abi.callee_saved if GPR[n].index in used)
     # at entry rsp = 8 mod 16 (the return address); after the pushes and the frame it is 0 mod 16
     if (size + 8 * len(saved) + 8) % 16:
         size += 8
     arg_base = size + 8 * len(saved) + 8  # the caller's part of the stack, above the return address
-    consts = [(const_base + const_off[k], data) for k, data in enumerate(frame.consts)]
     slot_disp = {("const", k): const_base + off for k, off in enumerate(const_off)}
     if abi.home_area:  # every argument k at arg_base + 8k: the first ones homed in the caller's area
-        slot_disp.update((("arg", k), arg_base + 8 * k) for k in range(frame.nargs))
+        slot_disp.update((("arg", k), arg_base + 8 * k) for k in range(nargs))
     else:  # the homes in the frame, then the stack arguments right above the return address
         slot_disp.update((("arg", k), home_base + 8 * k if k < nreg else arg_base + 8 * (k - nreg))
-                         for k in range(frame.nargs))
+                         for k in range(nargs))
     homes = tuple((abi.arg_regs[k], slot_disp[("arg", k)]) for k in range(nreg))
-    return Layout(saved, saved_vec, size, homes, consts, slot_disp)
+    return Layout(saved, saved_vec, size, homes, [], slot_disp), tuple(const_base + off for off in const_off)
 
 
 def _prologue(lay: Layout) -> list[Inst]:
@@ -345,8 +362,6 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
 
 _ASSIGNED = operator.attrgetter("reg")
 _JUMPS = frozenset((Op.JMP, Op.JCC))
-_GPR_NUM = {r.name: r.index for r in GPR.values()}
-_VEC_NUM = {r.name: r.index for r in VEC.values()}
 
 
 # The prologue and the epilogue depend on a few numbers only, and kernels share them: each is encoded once.
@@ -390,7 +405,7 @@ def clear_encoding_caches() -> None:
     encoder._ENCODERS.clear()
     _ENCODED.clear()
     operands._MEMS.clear()
-    for cached in (_prologue_code, _epilogue_code, _store32_heads, _store32_head):
+    for cached in (_frame_shape, _prologue_code, _epilogue_code, _store32_heads, _store32_head):
         cached.cache_clear()
 
 
