@@ -215,7 +215,8 @@ def compile_form(form: Form) -> FormEncoder:
             if plus_cc:
                 if cond is None:
                     raise EncodeError(f"{name} needs a condition code")
-                return head + bytes((last + cond.code,)) + (rel & _MASKS[rel_size]).to_bytes(rel_size, "little")
+                # cond._value_ is (code, suffix): Cond.code without its two property calls
+                return head + bytes((last + cond._value_[0],)) + (rel & _MASKS[rel_size]).to_bytes(rel_size, "little")
             return opcode + (rel & _MASKS[rel_size]).to_bytes(rel_size, "little")
         return encode_jump
 

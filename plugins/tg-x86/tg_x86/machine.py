@@ -356,8 +356,8 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     _encode_body(plan, reg_of, key_of, special, lay.slot_disp, codes, jumps, at)
     head = _prologue_code(lay.saved, lay.saved_vec, lay.size, lay.homes)
     stores = [_const_stores_code(disp, data) for disp, data in lay.consts]
-    return b"".join((head, *stores, assembler.link(codes, jumps, at).code,
-                     _epilogue_code(lay.saved, lay.saved_vec, lay.size)))
+    assembler.resolve_jumps(codes, jumps, at)
+    return b"".join((head, *stores, *codes, _epilogue_code(lay.saved, lay.saved_vec, lay.size)))  # type: ignore[arg-type]
 
 
 _ASSIGNED = operator.attrgetter("reg")
