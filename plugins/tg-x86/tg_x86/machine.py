@@ -333,27 +333,30 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     copies and instructions with spill code go through ``plan.rewrite_one``; only jumps to labels become ``Inst``s,
     for ``assembler.link``)."""
     # the assignment (as plan.assignment() gives it) and each virtual register's operand key, made in C
-    vregs = list(plan.by_vreg)
-    assigned = list(map(_ASSIGNED, plan.by_vreg.values()))
+    by_vreg = plan.by_vreg
+    vregs = list(by_vreg)
+    assigned = list(map(_ASSIGNED, by_vreg.values()))
     reg_of: dict[VReg, Register | None] = dict(zip(vregs, assigned, strict=True))
     names = list(map(getattr, assigned, repeat("name"), repeat(None)))  # None: spilled
     key_of = dict(zip(vregs, map(_CODE_BY_NAME.get, names), strict=True))
-    spilled = set(compress(vregs, map(operator.not_, names)))
+    spilled = list(compress(vregs, map(operator.not_, names)))
+    for v in spilled:  # what its spill code depends on (each spilled register has a slot of its own)
+        key_of[v] = (by_vreg[v].slot, v.cls, v.allowed)
     # the registers the rewritten program names, as far as the prologue cares (callee-saved gprs are never scratch)
     names += map(getattr, plan.physical, repeat("name"))
     used, vecs = set(map(_GPR_NUM.get, names)), set(map(_VEC_NUM.get, names))
     used.discard(None)
     vecs.discard(None)
     lay = _frame_layout(frame, plan.frame, used, _with_scratch(vecs, any(v.cls == "vec" for v in spilled)))  # type: ignore[arg-type]
-    # instructions not encoded from their operand keys: jumps to labels, and those with spill code
-    special = set(compress(count(), map(_JUMPS.__contains__, map(getattr, plan.program, repeat("op"), repeat(None)))))
+    # the instructions with spill code (reading or writing spilled registers)
+    with_spill_code: set[int] = set()
     if spilled:
-        touches = map(operator.not_, map(spilled.isdisjoint, map(chain.from_iterable, plan.regs)))
-        special.update(compress(count(), touches))
+        untouched = map(set(spilled).isdisjoint, map(chain.from_iterable, plan.regs))
+        with_spill_code.update(compress(count(), map(operator.not_, untouched)))
     codes: list[bytes | None] = []
     jumps: dict[int, Inst] = {}
     at: dict[Label, int] = {}
-    _encode_body(plan, reg_of, key_of, special, lay.slot_disp, codes, jumps, at)
+    _encode_body(plan, reg_of, key_of, with_spill_code, lay.slot_disp, codes, jumps, at)
     head = _prologue_code(lay.saved, lay.saved_vec, lay.size, lay.homes)
     stores = [_const_stores_code(disp, data) for disp, data in lay.consts]
     assembler.resolve_jumps(codes, jumps, at)
@@ -409,14 +412,14 @@ def clear_encoding_caches() -> None:
         cached.cache_clear()
 
 
-def _encode_body(plan: RegisterPlan, reg_of: dict, key_of: dict, special: set[int],
+def _encode_body(plan: RegisterPlan, reg_of: dict, key_of: dict, with_spill_code: set[int],
                  slot_disp: dict[tuple[str, int], int], codes: list[bytes | None], jumps: dict[int, Inst],
                  at: dict[Label, int]) -> None:
     """Append the code of each instruction of ``plan.program`` to ``codes`` (None for a jump to a label, kept in
     ``jumps``) and each label's instruction number to ``at``. An instruction's bytes depend only on its op, its
-    ``Spec`` and the keys of its operands (``key_of``: each virtual register's, see ``_operand_key``): the bytes are
-    looked up by those (``_ENCODED``), encoded only the first time. Copies and the instructions in ``special``
-    reading or writing spilled registers are encoded as ``plan.rewrite_one`` rewrites them."""
+    ``Spec`` and its operands' keys (``key_of``: each virtual register's; ``_operand_keys``): they are looked up by
+    those (``_ENCODED``) and encoded the first time only. Copies and the instructions ``with_spill_code`` are
+    encoded as ``plan.rewrite_one`` rewrites them (with the same keys: a spilled register's key says how)."""
     encoded, key_get = _ENCODED, key_of.get
     for i, ins in enumerate(plan.program):
         spec = getattr(ins, "arg", None)  # None for a loop marker or a copy, the Label of a label
@@ -426,25 +429,37 @@ def _encode_body(plan: RegisterPlan, reg_of: dict, key_of: dict, special: set[in
                     raise encoder.EncodeError(f"label {spec!r} is defined twice")
                 at[spec] = len(codes)
             elif type(ins) is MInst:  # a copy
-                for x in plan.rewrite_one(i, reg_of):
-                    codes.append(_encode_allocated(x, slot_disp))
-            continue
-        if i in special:
-            if ins.op in _JUMPS:  # encoded by assembler.link, which knows the displacement
-                ((_, label),) = spec.layout  # a jump's one operand is its label
-                jumps[len(codes)] = Inst.of(ins.op, (label,), spec.cond, label)
-                codes.append(None)
-            else:  # with spill code
-                for x in plan.rewrite_one(i, reg_of):
-                    codes.append(_encode_allocated(x, slot_disp))
+                operand_keys = list(map(key_get, ins.defs + ins.uses))
+                if None in operand_keys:
+                    operand_keys = _operand_keys(ins.defs + ins.uses, operand_keys, key_of, slot_disp)
+                key = ("copy", *operand_keys)
+                code = encoded.get(key)
+                codes.append(code if code is not None else _encode_rewritten(plan, i, reg_of, slot_disp, key))
             continue
         defs = ins.defs
+        if not defs and ins.op in _JUMPS:  # encoded by assembler.resolve_jumps, which knows the displacement
+            ((_, label),) = spec.layout  # a jump's one operand is its label
+            jumps[len(codes)] = Inst.of(ins.op, (label,), spec.cond, label)
+            codes.append(None)
+            continue
         operand_keys = list(map(key_get, defs + ins.uses))
         if None in operand_keys:  # memory operands and physical registers
-            operand_keys = _operand_keys(defs + ins.uses, operand_keys, reg_of, slot_disp)
+            operand_keys = _operand_keys(defs + ins.uses, operand_keys, key_of, slot_disp)
         key = (ins.op, spec.cond, spec.two_address, spec.layout, len(defs), *operand_keys)
         code = encoded.get(key)
-        codes.append(code if code is not None else _encode_new(key, ins))
+        if code is None:
+            code = _encode_rewritten(plan, i, reg_of, slot_disp, key) if i in with_spill_code else _encode_new(key, ins)
+        codes.append(code)
+
+
+def _encode_rewritten(plan: RegisterPlan, i: int, reg_of: dict, slot_disp: dict[tuple[str, int], int], key: tuple
+                      ) -> bytes:
+    """The code of what ``plan.rewrite_one`` makes of instruction ``i`` (a copy, or an instruction with its spill
+    code), remembered by ``key``."""
+    code = b"".join([_encode_allocated(x, slot_disp) for x in plan.rewrite_one(i, reg_of)])
+    if len(_ENCODED) < _ENCODED_LIMIT:
+        _ENCODED[key] = code
+    return code
 
 
 def _encode_allocated(ins: MInst, slot_disp: dict[tuple[str, int], int]) -> bytes:
@@ -460,41 +475,42 @@ def _encode_allocated(ins: MInst, slot_disp: dict[tuple[str, int], int]) -> byte
 
 
 # An operand's key is what its encoding depends on: a register's code (its number, plus 16 for a vector register;
-# the layout gives the size), a memory operand's (bits, base number, index number, scale, disp)
+# the layout gives the size), a memory operand's (bits, base key, index key, scale, disp); a spilled virtual
+# register's is (its slot, class, allowed registers): what its fills and spill stores depend on
 _CODE_BY_NAME = {r.name: r.index + (16 if r.cls == "vec" else 0) for r in (*GPR.values(), *VEC.values())}
 _VIEWS_BY_CODE = [_VIEWS_BY_NAME[name] for name in sorted(_CODE_BY_NAME, key=_CODE_BY_NAME.__getitem__)]
-# the bytes of each instruction by its key (op, cond, two-address, layout, number of defs, operand keys), as
-# _encode_body makes it: instructions repeat within a kernel and from kernel to kernel. Bounded: a long-lived
-# process compiles many kernels
+# the bytes of each instruction by its key (op, cond, two-address, layout, number of defs, operand keys; a copy's:
+# "copy", operand keys), with its spill code: instructions repeat within a kernel and from kernel to kernel.
+# Bounded: a long-lived process compiles many kernels
 _ENCODED: dict[tuple, bytes] = {}
 _ENCODED_LIMIT = 1 << 13
 
 
-def _operand_keys(operands_: list, keys: list, reg_of: dict, slot_disp: dict[tuple[str, int], int]) -> list:
-    """``keys`` with the ones a lookup did not find (None) filled in by ``_operand_key``."""
-    for k, o in enumerate(operands_):
-        if keys[k] is None:
-            keys[k] = _operand_key(o, reg_of, slot_disp)
+def _operand_keys(operands_: list, keys: list, key_of: dict, slot_disp: dict[tuple[str, int], int]) -> list:
+    """``keys`` with the ones a lookup in ``key_of`` did not find (None) filled in: those of memory operands (their
+    registers' keys from ``key_of``; a ``Slot`` at its frame offset) and of physical registers."""
+    for k in compress(count(), map(operator.is_, keys, repeat(None))):
+        o = operands_[k]
+        if type(o) is not VMem:
+            keys[k] = _register_key(o)
+        elif o.slot is not None:  # rsp-based
+            keys[k] = (o.bits, 4, None, 1, slot_disp[(o.slot.kind, o.slot.k)] + o.disp)
+        elif o.index is None:
+            keys[k] = (o.bits, _base_key(o.base, key_of), None, 1, o.disp)
+        else:
+            keys[k] = (o.bits, _base_key(o.base, key_of), _base_key(o.index, key_of), o.scale, o.disp)
     return keys
 
 
-def _operand_key(o: Any, reg_of: dict, slot_disp: dict[tuple[str, int], int]) -> Any:
-    """The key of a memory operand (its registers read through ``reg_of``; a ``Slot`` at its frame offset) or of a
-    physical register."""
-    if type(o) is VMem:
-        if o.slot is not None:
-            return (o.bits, 4, None, 1, slot_disp[(o.slot.kind, o.slot.k)] + o.disp)  # rsp-based
-        base, index = o.base, o.index
-        if type(base) is VReg:
-            base = reg_of[base]
-        if index is None:
-            return (o.bits, base.index if base is not None else None, None, 1, o.disp)
-        if type(index) is VReg:
-            index = reg_of[index]
-        return (o.bits, base.index if base is not None else None, index.index, o.scale, o.disp)
-    if type(o) is Register:
-        return _CODE_BY_NAME[o.name]
-    raise encoder.EncodeError(f"cannot encode operand {o!r}")
+def _base_key(r: Any, key_of: dict) -> Any:
+    """The key of a memory operand's base or index register (None: none)."""
+    return key_of[r] if type(r) is VReg else None if r is None else _register_key(r)
+
+
+def _register_key(r: Any) -> int:
+    if type(r) is not Register:
+        raise encoder.EncodeError(f"cannot encode operand {r!r}")
+    return _CODE_BY_NAME[r.name]
 
 
 def _encode_new(key: tuple, ins: MInst) -> bytes:
