@@ -48,8 +48,7 @@ _GPR_NUM = {r.name: r.index for r in GPR.values()}
 _VEC_NUM = {r.name: r.index for r in VEC.values()}
 
 
-@dataclass(frozen=True)
-class Slot:
+class Slot(NamedTuple):  # a tuple: the key of its offset in a frame's ``slot_disp``, hashed in C
     """A frame location whose offset is known only after allocation: a constant or an argument."""
     kind: str     # "const" (16-byte constant slot k) or "arg" (argument k of the call)
     k: int
@@ -316,7 +315,7 @@ def _lower(allocated: list, slot_disp: dict[tuple[str, int], int], out: list) ->
                                             GPRS64[index.index] if index is not None else None,
                                             o.scale if index is not None else 1, o.disp))
                     else:
-                        ops.append(make_mem(o.bits, rsp, None, 1, slot_disp[(o.slot.kind, o.slot.k)] + o.disp))
+                        ops.append(make_mem(o.bits, rsp, None, 1, slot_disp[o.slot] + o.disp))
                 else:
                     ops.append(views[(o.cls, item[2])][o.index])
             elif kind == "i":
@@ -494,7 +493,7 @@ def _operand_keys(operands_: list, keys: list, key_of: dict, slot_disp: dict[tup
         if type(o) is not VMem:
             keys[k] = _register_key(o)
         elif o.slot is not None:  # rsp-based
-            keys[k] = (o.bits, 4, None, 1, slot_disp[(o.slot.kind, o.slot.k)] + o.disp)
+            keys[k] = (o.bits, 4, None, 1, slot_disp[o.slot] + o.disp)
         elif o.index is None:
             keys[k] = (o.bits, _base_key(o.base, key_of), None, 1, o.disp)
         else:
