@@ -13,7 +13,7 @@ import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tg_x86.encoder import EncodeError, FormEncoder, _selected, encode_all
+from tg_x86.encoder import EncodeError, FormEncoder, encode_all, select_by_shape
 from tg_x86.isa import Inst
 from tg_x86.operands import Label
 
@@ -61,7 +61,7 @@ def resolve_jumps(codes: list[bytes | None], jumps: dict[int, Inst], at: dict[La
         if k is None:
             raise EncodeError(f"{inst.mnemonic} jumps to label {inst.label!r}, which is not in the program")
         target[i] = k
-        fn = encoder[i] = _selected(inst, 8)[1]
+        fn = encoder[i] = select_by_shape(inst.op, inst.operands, inst.cond, 8)[1]
         codes[i] = fn(inst.operands, inst.cond, 0)  # a placeholder of the right size
     sizes = list(map(len, codes))  # type: ignore[arg-type]
     short = list(jumps)
@@ -72,7 +72,7 @@ def resolve_jumps(codes: list[bytes | None], jumps: dict[int, Inst], at: dict[La
             break
         for i in far:
             inst = jumps[i]
-            fn = encoder[i] = _selected(inst, 32)[1]
+            fn = encoder[i] = select_by_shape(inst.op, inst.operands, inst.cond, 32)[1]
             sizes[i] = len(fn(inst.operands, inst.cond, 0))
             short.remove(i)
     for i, inst in jumps.items():

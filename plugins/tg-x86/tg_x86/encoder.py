@@ -15,7 +15,7 @@ import operator
 from collections.abc import Callable
 
 from tg_x86.forms import FORMS, Form
-from tg_x86.isa import Cond, Inst
+from tg_x86.isa import Cond, Inst, Op
 from tg_x86.operands import Imm, Label, Mem, Operand, Reg
 
 
@@ -29,16 +29,26 @@ def select_form(inst: Inst, rel_bits: int | None = None) -> Form:
 
 
 def _selected(inst: Inst, rel_bits: int | None) -> tuple[Form, FormEncoder]:
-    shapes = tuple(map(_SHAPE, inst.operands))
-    found = _form_cache.get((inst.op, rel_bits, *shapes))
+    return select_by_shape(inst.op, inst.operands, inst.cond, rel_bits)
+
+
+def select_by_shape(op: Op, operands: tuple[Operand, ...], cond: Cond | None, rel_bits: int | None
+                    ) -> tuple[Form, FormEncoder]:
+    """The first form of ``op`` accepting ``operands`` (for jumps: with a ``rel_bits`` displacement) and its
+    encoder, by the operands' shapes (``cond``: for messages)."""
+    shapes = tuple(map(_SHAPE, operands))
+    found = _form_cache.get((op, rel_bits, *shapes))
     if found is not None:
         return found
-    for form in FORMS[inst.op]:
-        if form.accepts_shapes(shapes) and (rel_bits is None or form.encoding.rel * 8 == rel_bits):
-            found = _form_cache[(inst.op, rel_bits, *shapes)] = (form, _encoder(form))
+    n, accepts = len(shapes), frozenset.__contains__
+    for form in FORMS[op]:  # Form.accepts_shapes, inline: most forms are turned down
+        if len(form.shapes) == n and all(map(accepts, form.shapes, shapes)) and (
+                rel_bits is None or form.encoding.rel * 8 == rel_bits):
+            found = _form_cache[(op, rel_bits, *shapes)] = (form, _encoder(form))
             return found
-    accepted = "; ".join(f.text.split("|")[1].strip() or "(none)" for f in inst.op.forms)
-    raise EncodeError(f"no form of {inst.mnemonic} takes {_describe(inst.operands)} (forms: {accepted})")
+    accepted = "; ".join(f.text.split("|")[1].strip() or "(none)" for f in op.forms)
+    mnemonic = Inst.of(op, operands, cond, None).mnemonic
+    raise EncodeError(f"no form of {mnemonic} takes {_describe(operands)} (forms: {accepted})")
 
 
 # Which form fits depends only on each operand's shape (every operand carries one): register class and size
@@ -88,11 +98,11 @@ def compile_form(form: Form) -> FormEncoder:
     the returned function only reads register numbers, memory fields and immediates."""
     enc = form.encoding
     letters = form.op_en
-    at_reg, at_rm, at_vvvv, at_opreg, at_is4 = (letters.find(c) for c in "RMVOL")
-    imms = tuple(zip((i for i, c in enumerate(letters) if c == "I"), enc.imms, strict=True))
+    at_reg, at_rm, at_vvvv, at_opreg, at_is4 = map(letters.find, "RMVOL")
+    imms = tuple(zip([i for i, c in enumerate(letters) if c == "I"], enc.imms, strict=True))
     digit = max(enc.modrm or 0, 0)  # the ModRM.reg field holds a register (R) or an opcode extension (/digit)
     has_modrm = enc.modrm is not None
-    byte_regs = any(t.reg == ("gpr", 8) for t in form.operands)  # spl..dil need a REX prefix
+    byte_regs = ("gpr", 8) in map(_REG_KIND, form.operands)  # spl..dil need a REX prefix
     head, last = enc.opcode[:-1], enc.opcode[-1]
     plus_r, plus_cc, name = enc.plus_r, enc.plus_cc, form.op.name
     opcode = enc.opcode
@@ -242,7 +252,7 @@ def compile_form(form: Form) -> FormEncoder:
             if plus_cc:
                 if cond is None:
                     raise EncodeError(f"{name} needs a condition code")
-                low += cond.code
+                low += cond._value_[0]  # Cond.code without its two property calls
             op_bytes = head + bytes((low,))
         if v is None:
             rex = rex_w | (reg_num >> 3) << 2 | xb
@@ -281,6 +291,7 @@ def _remember(table: dict, key: tuple, value: bytes) -> bytes:
 
 
 _NUM = operator.attrgetter("num")
+_REG_KIND = operator.attrgetter("reg")
 _MASKS = {1: 0xFF, 2: 0xFFFF, 4: 0xFFFFFFFF, 8: (1 << 64) - 1}
 
 

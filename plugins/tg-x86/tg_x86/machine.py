@@ -514,22 +514,21 @@ def _register_key(r: Any) -> int:
 
 def _encode_new(key: tuple, ins: MInst) -> bytes:
     """Encode the instruction of ``key`` (see ``_encode_body``; ``ins`` for messages) and remember its bytes."""
-    op, cond, two_address, layout, ndefs = key[:5]
-    keys = key[5:]
+    op, cond, two_address, layout, ndefs, *keys = key
     ops: list[Operand] = []
     for item in layout:
         kind = item[0]
         if kind == "i":
             ops.append(imm(item[1]))
-            continue
-        k = keys[item[1] if kind == "d" else ndefs + item[1]]
-        ops.append(_VIEWS_BY_CODE[k][item[2]] if type(k) is int else operands.mem(*k))
+        else:
+            k = keys[item[1]] if kind == "d" else keys[ndefs + item[1]]
+            ops.append(_VIEWS_BY_CODE[k][item[2]] if type(k) is int else operands.mem(*k))
     if two_address and keys[0] != keys[ndefs]:
         raise AssertionError(f"two-address violated in {ins}")
     args = tuple(ops)
     found = encoder._form_cache.get((op, None, *map(_SHAPE, args)))
     if found is None:  # the first instruction of this shape: choose its form
-        found = encoder._selected(Inst.of(op, args, cond, None), None)
+        found = encoder.select_by_shape(op, args, cond, None)
     code = found[1](args, cond, 0)
     if len(_ENCODED) < _ENCODED_LIMIT:
         _ENCODED[key] = code
