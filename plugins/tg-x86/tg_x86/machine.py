@@ -400,9 +400,9 @@ def _store32_head(disp: int) -> bytes:
 
 
 def clear_encoding_caches() -> None:
-    """Forget every memo table of the encoding (the forms chosen by operand shape, the compiled form encoders with
-    their register/address heads, interned memory operands, frame code, the bytes of whole instructions): the state
-    of a fresh process. For benchmarks of first compiles; nothing else needs it (every table is bounded)."""
+    """Forget every memo table of the encoding (the forms chosen by operand shape, the compiled form encoders,
+    interned memory operands, frame code, the bytes of whole instructions): the state of a fresh process. For
+    benchmarks of first compiles; nothing else needs it (every table is bounded)."""
     encoder._form_cache.clear()
     encoder._ENCODERS.clear()
     _ENCODED.clear()
