@@ -491,22 +491,23 @@ def _operand_keys(operands_: list, keys: list, key_of: dict, slot_disp: dict[tup
     for k in compress(count(), map(operator.is_, keys, repeat(None))):
         o = operands_[k]
         if type(o) is not VMem:
-            keys[k] = _register_key(o)
+            keys[k] = _physical_key(o)
         elif o.slot is not None:  # rsp-based
             keys[k] = (o.bits, 4, None, 1, slot_disp[o.slot] + o.disp)
-        elif o.index is None:
-            keys[k] = (o.bits, _base_key(o.base, key_of), None, 1, o.disp)
         else:
-            keys[k] = (o.bits, _base_key(o.base, key_of), _base_key(o.index, key_of), o.scale, o.disp)
+            base = key_of[o.base] if type(o.base) is VReg else _physical_key(o.base)
+            if o.index is None:
+                keys[k] = (o.bits, base, None, 1, o.disp)
+            else:
+                index = key_of[o.index] if type(o.index) is VReg else _physical_key(o.index)
+                keys[k] = (o.bits, base, index, o.scale, o.disp)
     return keys
 
 
-def _base_key(r: Any, key_of: dict) -> Any:
-    """The key of a memory operand's base or index register (None: none)."""
-    return key_of[r] if type(r) is VReg else None if r is None else _register_key(r)
-
-
-def _register_key(r: Any) -> int:
+def _physical_key(r: Any) -> int | None:
+    """The key of a physical register (None: no register, e.g. a memory operand without a base)."""
+    if r is None:
+        return None
     if type(r) is not Register:
         raise encoder.EncodeError(f"cannot encode operand {r!r}")
     return _CODE_BY_NAME[r.name]
