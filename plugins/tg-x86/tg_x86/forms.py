@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 from tg_x86.isa import Op
-from tg_x86.operands import IMM_RANGES, PTR_NAMES, REGS, Imm, Label, Mem, Operand, Reg
+from tg_x86.operands import IMM_RANGES, PTR_NAMES, REGS, Imm, Label, Mem, Operand, Reg, imm, ptr
 
 
 @dataclass(frozen=True)
@@ -39,8 +38,8 @@ class OpType:
     imm_bits: int = 0                    # bits of the immediate field
     fixed: str | None = None             # an implied register, by name
     rel: int = 0                         # bits of a jump displacement (matches labels)
-    if TYPE_CHECKING:
-        shapes: frozenset[int]  # set by __post_init__ (not a field): the shapes of the operands it accepts
+    # the shapes of the operands it accepts (``accepts`` tried on an operand of each shape), set by __post_init__
+    shapes: frozenset[int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shapes", frozenset(s for s, o in _SAMPLES.items() if self.accepts(o)))
@@ -66,7 +65,8 @@ def _samples() -> dict[int, Operand]:
     a memory operand of each size, a label, and immediates on both sides of each range's ends (which ranges hold
     a value changes only there)."""
     imms = {v for lo, hi in IMM_RANGES for v in (lo - 1, lo, hi, hi + 1)}
-    samples = [*REGS.values(), *(Mem(bits) for bits in (None, *PTR_NAMES)), Label(), *map(Imm, sorted(imms))]
+    samples: list[Operand] = [*REGS.values(), *(ptr(bits) for bits in (None, *PTR_NAMES)), Label()]
+    samples += map(imm, sorted(imms))
     return {o.shape: o for o in samples}
 
 
@@ -179,8 +179,7 @@ class Form:
     encoding: Encoding
     op_en: str      # one letter per operand (see module docstring)
     text: str       # the table row, for messages
-    if TYPE_CHECKING:
-        shapes: tuple[frozenset[int], ...]  # set by __post_init__ (not a field): each operand type's ``shapes``
+    shapes: tuple[frozenset[int], ...] = field(init=False, repr=False, compare=False)  # each operand type's
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shapes", tuple(t.shapes for t in self.operands))

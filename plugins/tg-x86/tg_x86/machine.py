@@ -336,8 +336,8 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     vregs = list(by_vreg)
     assigned = list(map(_ASSIGNED, by_vreg.values()))
     reg_of: dict[VReg, Register | None] = dict(zip(vregs, assigned, strict=True))
-    names = list(map(getattr, assigned, repeat("name"), repeat(None)))  # None: spilled
-    key_of = dict(zip(vregs, map(_CODE_BY_NAME.get, names), strict=True))
+    names: list[Any] = list(map(getattr, assigned, repeat("name"), repeat(None)))  # None: spilled
+    key_of: dict[VReg, Any] = dict(zip(vregs, map(_CODE_BY_NAME.get, names), strict=True))
     spilled = list(compress(vregs, map(operator.not_, names)))
     for v in spilled:  # what its spill code depends on (each spilled register has a slot of its own)
         key_of[v] = (by_vreg[v].slot, v.cls, v.allowed)
@@ -464,7 +464,7 @@ def _encode_rewritten(plan: RegisterPlan, i: int, reg_of: dict, slot_disp: dict[
 def _encode_allocated(ins: MInst, slot_disp: dict[tuple[str, int], int]) -> bytes:
     """The code of an instruction on physical registers (copies and spill code ``plan.rewrite_one`` gives)."""
     operands_ = ins.defs + ins.uses
-    operand_keys = list(map(_CODE_BY_NAME.get, map(getattr, operands_, repeat("name"), repeat(None))))
+    operand_keys: list[Any] = list(map(_CODE_BY_NAME.get, map(getattr, operands_, repeat("name"), repeat(None))))
     if None in operand_keys:  # memory operands
         operand_keys = _operand_keys(operands_, operand_keys, {}, slot_disp)
     spec = ins.arg
@@ -476,7 +476,8 @@ def _encode_allocated(ins: MInst, slot_disp: dict[tuple[str, int], int]) -> byte
 # An operand's key is what its encoding depends on: a register's code (its number, plus 16 for a vector register;
 # the layout gives the size), a memory operand's (bits, base key, index key, scale, disp); a spilled virtual
 # register's is (its slot, class, allowed registers): what its fills and spill stores depend on
-_CODE_BY_NAME = {r.name: r.index + (16 if r.cls == "vec" else 0) for r in (*GPR.values(), *VEC.values())}
+_CODE_BY_NAME: dict[Any, int] = {r.name: r.index + (16 if r.cls == "vec" else 0)
+                                 for r in (*GPR.values(), *VEC.values())}
 _VIEWS_BY_CODE = [_VIEWS_BY_NAME[name] for name in sorted(_CODE_BY_NAME, key=_CODE_BY_NAME.__getitem__)]
 # the bytes of each instruction by its key (op, cond, two-address, layout, number of defs, operand keys; a copy's:
 # "copy", operand keys), with its spill code: instructions repeat within a kernel and from kernel to kernel.
