@@ -328,9 +328,11 @@ def _lower(allocated: list, slot_disp: dict[tuple[str, int], int], out: list) ->
 
 def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     """``assemble(finish(rewritten, frame, ...)).code`` for the plan's rewritten program, without building it or
-    its ``Inst``s: each instruction's operands are read through the plan's assignment and encoded at once (only
-    copies and instructions with spill code go through ``plan.rewrite_one``; only jumps to labels become ``Inst``s,
-    for ``assembler.link``)."""
+    its ``Inst``s: each instruction's bytes are looked up by its operands' keys (registers through the plan's
+    assignment) and encoded the first time only (copies and instructions with spill code through
+    ``plan.rewrite_one``); only jumps to labels become ``Inst``s, for ``assembler.resolve_jumps``."""
+    # spill code is looked up by what it depends on, for the scratch registers and spill builders of TARGET
+    assert plan.target is TARGET, "encode_plan encodes plans made for machine.TARGET"
     # the assignment (as plan.assignment() gives it) and each virtual register's operand key, made in C
     by_vreg = plan.by_vreg
     vregs = list(by_vreg)
