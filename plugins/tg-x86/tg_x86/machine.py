@@ -184,37 +184,41 @@ def _frame_layout(frame: Frame, spill_bytes: int, used: AbstractSet[int], used_v
     registers numbered ``used_vec`` (only read when the ABI preserves some)."""
     abi = frame.abi
     saved = tuple(compress(abi.callee_saved, map(used.__contains__, map(_GPR_NUM.__getitem__, abi.callee_saved))))
-    saved_vec = tuple(compress(abi.callee_saved_vec, map(used_vec.__contains__, abi.callee_saved_vec)))
-    lay, const_disp = _frame_shape(abi, frame.nargs, tuple(map(len, frame.consts)), spill_bytes, saved, saved_vec)
-    return lay._replace(consts=list(zip(const_disp, frame.consts, strict=True)))
+    saved_vec_nums = tuple(compress(abi.callee_saved_vec, map(used_vec.__contains__, abi.callee_saved_vec)))
+    saved_vec, size, homes, slot_disp, const_disp = _frame_shape(
+        abi.arg_regs, abi.home_area, frame.nargs, tuple(map(len, frame.consts)), spill_bytes, len(saved),
+        saved_vec_nums)
+    return Layout(saved, saved_vec, size, homes, list(zip(const_disp, frame.consts, strict=True)), slot_disp)
 
 
 @functools.lru_cache(maxsize=1024)  # kernels share frames
-def _frame_shape(abi: Abi, nargs: int, const_sizes: tuple[int, ...], spill_bytes: int, saved: tuple[str, ...],
-                 saved_vec_nums: tuple[int, ...]) -> tuple[Layout, tuple[int, ...]]:
-    """The ``Layout`` of a frame (its ``consts`` left empty) pushing the callee-saved gprs ``saved`` and saving the
-    xmm registers ``saved_vec_nums``, and the offset of each constant."""
+def _frame_shape(arg_regs: tuple[str, ...], home_area: int, nargs: int, const_sizes: tuple[int, ...],
+                 spill_bytes: int, pushes: int, saved_vec_nums: tuple[int, ...]
+                 ) -> tuple[tuple[tuple[int, int], ...], int, tuple[tuple[str, int], ...], dict, tuple[int, ...]]:
+    """The numbers of a frame for an ABI passing arguments in ``arg_regs`` (``home_area``: see ``Abi``), after
+    ``pushes`` callee-saved gprs, saving the xmm registers ``saved_vec_nums``: ``Layout``'s saved_vec, size, homes
+    and slot_disp, and the offset of each constant."""
     spill_bytes = -(-spill_bytes // 16) * 16
     const_base = -(-spill_bytes // 32) * 32
     const_off = _const_offsets(const_sizes)
     vec_base = const_base + sum(const_sizes)  # 16-aligned: constants are 16 or 32 bytes
     saved_vec = tuple((n, vec_base + 16 * k) for k, n in enumerate(saved_vec_nums))
     home_base = vec_base + 16 * len(saved_vec)
-    nreg = min(nargs, len(abi.arg_regs))
+    nreg = min(nargs, len(arg_regs))
     # System V: the register arguments are homed in this frame; Windows: in the caller's home area
-    size = home_base + (0 if abi.home_area else 8 * nreg)
+    size = home_base + (0 if home_area else 8 * nreg)
     # at entry rsp = 8 mod 16 (the return address); after the pushes and the frame it is 0 mod 16
-    if (size + 8 * len(saved) + 8) % 16:
+    if (size + 8 * pushes + 8) % 16:
         size += 8
-    arg_base = size + 8 * len(saved) + 8  # the caller's part of the stack, above the return address
+    arg_base = size + 8 * pushes + 8  # the caller's part of the stack, above the return address
     slot_disp = {("const", k): const_base + off for k, off in enumerate(const_off)}
-    if abi.home_area:  # every argument k at arg_base + 8k: the first ones homed in the caller's area
+    if home_area:  # every argument k at arg_base + 8k: the first ones homed in the caller's area
         slot_disp.update((("arg", k), arg_base + 8 * k) for k in range(nargs))
     else:  # the homes in the frame, then the stack arguments right above the return address
         slot_disp.update((("arg", k), home_base + 8 * k if k < nreg else arg_base + 8 * (k - nreg))
                          for k in range(nargs))
-    homes = tuple((abi.arg_regs[k], slot_disp[("arg", k)]) for k in range(nreg))
-    return Layout(saved, saved_vec, size, homes, [], slot_disp), tuple(const_base + off for off in const_off)
+    homes = tuple((arg_regs[k], slot_disp[("arg", k)]) for k in range(nreg))
+    return saved_vec, size, homes, slot_disp, tuple(const_base + off for off in const_off)
 
 
 def _prologue(lay: Layout) -> list[Inst]:
