@@ -462,8 +462,7 @@ def _encode_rewritten(plan: RegisterPlan, i: int, reg_of: dict, slot_disp: dict[
     """The code of what ``plan.rewrite_one`` makes of instruction ``i`` (a copy, or an instruction with its spill
     code), remembered by ``key``."""
     code = b"".join([_encode_allocated(x, slot_disp) for x in plan.rewrite_one(i, reg_of)])
-    if len(_ENCODED) < _ENCODED_LIMIT:
-        _ENCODED[key] = code
+    _remember(key, code)
     return code
 
 
@@ -486,10 +485,17 @@ _CODE_BY_NAME: dict[Any, int] = {r.name: r.index + (16 if r.cls == "vec" else 0)
                                  for r in (*GPR.values(), *VEC.values())}
 _VIEWS_BY_CODE = [_VIEWS_BY_NAME[name] for name in sorted(_CODE_BY_NAME, key=_CODE_BY_NAME.__getitem__)]
 # the bytes of each instruction by its key (op, cond, two-address, layout, number of defs, operand keys; a copy's:
-# "copy", operand keys), with its spill code: instructions repeat within a kernel and from kernel to kernel.
-# Bounded: a long-lived process compiles many kernels
+# "copy", operand keys), with its spill code: instructions repeat within a kernel and from kernel to kernel
 _ENCODED: dict[tuple, bytes] = {}
-_ENCODED_LIMIT = 1 << 13
+_ENCODED_LIMIT = 1 << 14  # a few dozen new instructions per kernel
+
+
+def _remember(key: tuple, code: bytes) -> None:
+    """``_ENCODED[key] = code``; a full table is emptied first (bounded: a long-lived process compiles many kernels,
+    and the ones it compiles now are the ones worth keeping)."""
+    if len(_ENCODED) >= _ENCODED_LIMIT:
+        _ENCODED.clear()
+    _ENCODED[key] = code
 
 
 def _operand_keys(operands_: list, keys: list, key_of: dict, slot_disp: dict[tuple[str, int], int]) -> list:
@@ -538,8 +544,7 @@ def _encode_new(key: tuple, ins: MInst) -> bytes:
     if found is None:  # the first instruction of this shape: choose its form
         found = encoder.select_by_shape(op, args, cond, None)
     code = found[1](args, cond, 0)
-    if len(_ENCODED) < _ENCODED_LIMIT:
-        _ENCODED[key] = code
+    _remember(key, code)
     return code
 
 
