@@ -438,18 +438,11 @@ def _rewrite_one(ins: MInst, read: list[Any], written: list[Any], reg_of: dict[V
                  by_vreg: dict[VReg, Interval], target: AllocTarget, out: list[Any]) -> None:
     """Append ``ins`` on physical registers to ``out``, with its fills before and spill stores after (a copy to
     its own register vanishes)."""
-    mapping = reg_of
+    # the register of each register the instruction names: a virtual one's (None: spilled), a physical one itself
+    mapping = dict(zip(read, map(reg_of.get, read, read), strict=True))
+    mapping.update(zip(written, map(reg_of.get, written, written), strict=True))
     spilled_defs: list[tuple[Register, int]] = []
-    spilled = False
-    for r in read:
-        if type(r) is VReg and reg_of[r] is None:
-            spilled = True
-    for r in written:
-        if type(r) is VReg and reg_of[r] is None:
-            spilled = True
-    if spilled:  # fills into scratch registers before, spills after
-        mapping = {r: reg_of[r] for group in (read, written) for r in group
-                   if type(r) is VReg and reg_of[r] is not None}
+    if None in mapping.values():  # fills into scratch registers before, spills after
         _spill_code(ins, read, written, by_vreg, target, mapping, out, spilled_defs)
     if ins.op == "copy":
         dst, src = mapping.get(ins.defs[0], ins.defs[0]), mapping.get(ins.uses[0], ins.uses[0])
@@ -458,50 +451,52 @@ def _rewrite_one(ins: MInst, read: list[Any], written: list[Any], reg_of: dict[V
     else:
         out.append(MInst(ins.op, _substitute_all(ins.defs, mapping), _substitute_all(ins.uses, mapping), ins.arg))
     if spilled_defs:
-        out.extend(target.spill(reg, slot) for reg, slot in spilled_defs)
+        out.extend(itertools.starmap(target.spill, spilled_defs))
 
 
-def _substitute_all(operands: list[Any], mapping: dict[VReg, Register | None]) -> list[Any]:
-    out = []
-    for o in operands:
-        t = type(o)
-        if t is VReg:
-            out.append(mapping[o])
-        elif t is Register or o is None:
-            out.append(o)
-        else:  # a memory operand substitutes its own registers; anything else has none
-            with_regs = getattr(o, "with_regs", None)
-            out.append(o if with_regs is None else with_regs(mapping))
+def _substitute_all(operands: list[Any], mapping: dict[Any, Register | None]) -> list[Any]:
+    """``operands`` with their registers replaced by ``mapping`` (a memory operand substitutes its own, through its
+    ``with_regs``; anything else stays)."""
+    out = list(map(mapping.get, operands, operands))
+    for k in compress(itertools.count(), map(hasattr, operands, itertools.repeat("with_regs"))):
+        out[k] = operands[k].with_regs(mapping)
     return out
 
 
 def _spill_code(ins: MInst, read: list[Any], written: list[Any], by_vreg: dict[VReg, Interval], target: AllocTarget,
-                mapping: dict[VReg, Register | None], out: list[Any], spilled_defs: list[tuple[Register, int]]) -> None:
-    """Scratch registers for the spilled registers of ``ins``: fills of the ones it reads go to ``out``,
-    the (register, slot) stores of the ones it writes to ``spilled_defs``."""
-    scratch = {cls: list(regs) for cls, regs in target.scratch.items()}
+                mapping: dict[Any, Register | None], out: list[Any], spilled_defs: list[tuple[Register, int]]) -> None:
+    """Scratch registers for the spilled registers of ``ins`` (None in ``mapping``, which gets them): fills of the
+    ones it reads go to ``out``, the (register, slot) stores of the ones it writes to ``spilled_defs``."""
+    spilled_written = [r for r in written if mapping[r] is None]  # before the fills give some a register
+    pools: dict[str, list[Register]] = {}
     for r in read:
-        if isinstance(r, VReg) and by_vreg[r].reg is None:
-            reg = _take_scratch(scratch, r)
+        if mapping[r] is None:
+            reg = mapping[r] = _take_scratch(pools, target, r)
             slot = by_vreg[r].slot
             assert slot is not None
             out.append(target.fill(reg, slot))
-            mapping[r] = reg
-    scratch = {cls: list(regs) for cls, regs in target.scratch.items()}  # reads are done: reuse theirs
-    for r in written:
-        if isinstance(r, VReg) and by_vreg[r].reg is None:
-            dst = mapping.get(r)
-            if dst is None:
-                dst = mapping[r] = _take_scratch(scratch, r)
-            slot = by_vreg[r].slot
-            assert slot is not None
-            spilled_defs.append((dst, slot))
+    pools = {}  # reads are done: reuse theirs
+    for r in spilled_written:
+        dst = mapping[r]
+        if dst is None:
+            dst = mapping[r] = _take_scratch(pools, target, r)
+        slot = by_vreg[r].slot
+        assert slot is not None
+        spilled_defs.append((dst, slot))
 
 
-def _take_scratch(scratch: dict[str, list[Register]], v: VReg) -> Register:
-    pool = scratch.get(v.cls, [])
-    choices = [r for r in pool if v.allowed is None or r in v.allowed]
-    if not choices:
-        raise AllocationError(f"out of scratch registers of class {v.cls!r} for a spilled {v}")
-    pool.remove(choices[0])
-    return choices[0]
+def _take_scratch(pools: dict[str, list[Register]], target: AllocTarget, v: VReg) -> Register:
+    """The first scratch register of ``v``'s class (one it is allowed in) not taken from ``pools`` yet; ``pools``
+    holds what is left of each class (a copy of ``target.scratch``, made when first needed)."""
+    pool = pools.get(v.cls)
+    if pool is None:
+        pool = pools[v.cls] = list(target.scratch.get(v.cls, ()))
+    if v.allowed is None:
+        if pool:
+            return pool.pop(0)
+    else:
+        for r in pool:
+            if r in v.allowed:
+                pool.remove(r)
+                return r
+    raise AllocationError(f"out of scratch registers of class {v.cls!r} for a spilled {v}")

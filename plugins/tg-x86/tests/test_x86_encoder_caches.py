@@ -1,6 +1,7 @@
 """The encoder's work-once paths give the bytes of the plain ones: memory operands carry their address encoding
-(``operands.address``, interned by ``operands.mem``), register-only and memory heads are cached per form and
-register numbers, and ``encode_plan`` writes constant stores, prologue and epilogue from cached pieces.
+(``operands.address``, interned by ``operands.mem``), forms are chosen by operand shape, ``encode_plan`` looks
+instructions (with their spill code) up by their operands' keys, and writes constant stores, prologue and epilogue
+from cached pieces.
 Each is compared with an independent way to the same bytes (hand-checked SDM bytes and capstone, or the
 staged ``Inst`` path)."""
 from __future__ import annotations
@@ -9,9 +10,11 @@ import itertools
 
 import numpy as np
 import pytest
-from tg_x86 import Inst, Op, asm, byte, encode, machine, operands, qword, reg, select_form
+from tg_x86 import Inst, Op, asm, assembler, byte, encode, machine, operands, qword, reg, select_form
 from tg_x86.encoder import compile_form, encode_all
-from tg_x86.operands import GPRS64, Mem, xmm, ymm
+from tg_x86.forms import FORMS
+from tg_x86.operands import GPRS64, IMM_RANGES, REGS, Imm, Label, Mem, xmm, ymm
+from tg_x86.renderer import X86Renderer
 from tg_x86_testutil import decode_one, decoder, same_listing
 
 r = reg
@@ -100,3 +103,49 @@ def test_mem_rejects_what_mem_of_rejects():
     with pytest.raises(ValueError):
         operands.mem(32, 4, None, 1, 1 << 31)
     assert qword(r("rax")).address == (0, 0, b"")  # [rax]: mod 00, rm 000, no SIB or displacement
+
+
+def test_forms_accept_by_shape_what_they_accept():
+    """A form is chosen by its operand types' ``shapes``: each holds the shape of an operand exactly when the type
+    accepts it (registers, memory of every size, labels, immediates around every range's ends and random ones)."""
+    rng = np.random.default_rng(0)
+    values = {v + d for lo, hi in IMM_RANGES for v in (lo, hi) for d in (-2, -1, 0, 1, 2)}
+    values |= {int(v) for v in rng.integers(-(1 << 62), 1 << 62, 200)} | {1 << 70, -(1 << 70)}
+    samples = [*REGS.values(), *(Mem(bits, GPRS64[3]) for bits in (None, 8, 16, 32, 64, 128, 256)), Label(),
+               *map(Imm, values)]
+    for t in {t for forms in FORMS.values() for form in forms for t in form.operands}:
+        for o in samples:
+            assert (o.shape in t.shapes) == t.accepts(o), (t.text, o)
+
+
+def _plans():
+    """The register plans and frames of a kernel of 21 buffers and of a conv2d (spilled gprs)."""
+    from tgcore.codegen import get_program
+    from tgcore.nn.functional import conv2d
+    from tgcore.schedule.kernelize import create_schedule
+    from tgcore.tensor import Tensor
+    x = X86Renderer()
+    rng = np.random.default_rng(1)
+    many = Tensor(rng.standard_normal(33).astype(np.float32), device="CPU:X86")
+    for _ in range(20):
+        many = many * 0.5 + Tensor(rng.standard_normal(33).astype(np.float32), device="CPU:X86")
+    a = Tensor(rng.standard_normal((2, 16, 12, 12)).astype(np.float32), device="CPU:X86")
+    w = Tensor(rng.standard_normal((32, 16, 3, 3)).astype(np.float32), device="CPU:X86")
+    for out in (many, conv2d(a, w, padding=1)):
+        for si in create_schedule([out.uop], "CPU:X86")[0]:
+            if si.kind != "copy":
+                ctx = x.select(list(get_program(si.ast, x, 2).uops))
+                yield x.choose_plan(ctx), ctx.frame
+
+
+def test_instructions_looked_up_by_their_keys_are_the_staged_ones():
+    """``encode_plan`` with no instruction known yet, then from its table of instructions by key (spill code
+    included), gives the bytes of the staged way (the rewritten program through ``finish`` and the assembler)."""
+    plans = list(_plans())
+    assert any(iv.reg is None for plan, _ in plans for iv in plan.by_vreg.values()), "no spill code to check"
+    for plan, frame in plans:
+        program, stack_bytes = plan.rewrite()
+        staged = assembler.assemble(machine.finish(program, frame, (program, stack_bytes))).code
+        machine.clear_encoding_caches()
+        assert machine.encode_plan(plan, frame) == staged
+        assert machine.encode_plan(plan, frame) == staged

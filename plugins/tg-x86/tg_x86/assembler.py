@@ -13,8 +13,7 @@ import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tg_x86.encoder import EncodeError, encode, encode_all, select_form
-from tg_x86.forms import Form
+from tg_x86.encoder import EncodeError, FormEncoder, encode_all, select_by_shape
 from tg_x86.isa import Inst
 from tg_x86.operands import Label
 
@@ -47,29 +46,35 @@ def assemble(program: Iterable[Inst | Label]) -> Assembly:
 def link(codes: list[bytes | None], jumps: dict[int, Inst], at: dict[Label, int]) -> Assembly:
     """The ``Assembly`` of encoded instructions ``codes`` where ``codes[i]`` is None for a jump to a label
     (``jumps[i]``, not encoded yet); ``at`` maps each label to the number of the instruction it marks."""
-    forms: dict[int, Form] = {}  # instruction number of each jump to a label -> its form
-    for i, inst in jumps.items():
-        if inst.label not in at:
-            raise EncodeError(f"{inst.mnemonic} jumps to label {inst.label!r}, which is not in the program")
-        forms[i] = select_form(inst, rel_bits=8)
-        codes[i] = encode(inst, forms[i])  # a placeholder of the right size
-    sizes = list(map(len, codes))  # type: ignore[arg-type]
-    while True:
-        offsets = list(itertools.accumulate(sizes, initial=0))  # offsets[len(codes)] is the end
-        widened = False
-        for i, form in forms.items():
-            if form.encoding.rel != 1:
-                continue
-            inst = jumps[i]
-            disp = offsets[at[inst.label]] - offsets[i + 1]  # type: ignore[index]
-            if not -128 <= disp <= 127:
-                forms[i] = select_form(inst, rel_bits=32)
-                sizes[i] = len(encode(inst, forms[i]))
-                widened = True
-        if not widened:
-            break
-    for i, form in forms.items():
-        inst = jumps[i]
-        codes[i] = encode(inst, form, offsets[at[inst.label]] - offsets[i + 1])  # type: ignore[index]
+    offsets = resolve_jumps(codes, jumps, at)
     labels = {label: offsets[k] for label, k in at.items()}
     return Assembly(b"".join(codes), labels, tuple(offsets[:-1]))  # type: ignore[arg-type]
+
+
+def resolve_jumps(codes: list[bytes | None], jumps: dict[int, Inst], at: dict[Label, int]) -> list[int]:
+    """Encode the jumps of ``link`` into ``codes``, each with the shortest displacement that reaches its label;
+    the offset of each instruction (and of the end)."""
+    target: dict[int, int] = {}  # jump -> the number of the instruction its label marks
+    encoder: dict[int, FormEncoder] = {}  # jump -> the encoder of its form (rel8 until it must be rel32)
+    for i, inst in jumps.items():
+        k = at.get(inst.label)  # type: ignore[arg-type]
+        if k is None:
+            raise EncodeError(f"{inst.mnemonic} jumps to label {inst.label!r}, which is not in the program")
+        target[i] = k
+        fn = encoder[i] = select_by_shape(inst.op, inst.operands, inst.cond, 8)[1]
+        codes[i] = fn(inst.operands, inst.cond, 0)  # a placeholder of the right size
+    sizes = list(map(len, codes))  # type: ignore[arg-type]
+    short = list(jumps)
+    while True:
+        offsets = list(itertools.accumulate(sizes, initial=0))  # offsets[len(codes)] is the end
+        far = [i for i in short if not -128 <= offsets[target[i]] - offsets[i + 1] <= 127]
+        if not far:
+            break
+        for i in far:
+            inst = jumps[i]
+            fn = encoder[i] = select_by_shape(inst.op, inst.operands, inst.cond, 32)[1]
+            sizes[i] = len(fn(inst.operands, inst.cond, 0))
+            short.remove(i)
+    for i, inst in jumps.items():
+        codes[i] = encoder[i](inst.operands, inst.cond, offsets[target[i]] - offsets[i + 1])
+    return offsets

@@ -14,8 +14,8 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 
-from tg_x86.forms import Form
-from tg_x86.isa import Cond, Inst
+from tg_x86.forms import FORMS, Form
+from tg_x86.isa import Cond, Inst, Op
 from tg_x86.operands import Imm, Label, Mem, Operand, Reg
 
 
@@ -29,16 +29,26 @@ def select_form(inst: Inst, rel_bits: int | None = None) -> Form:
 
 
 def _selected(inst: Inst, rel_bits: int | None) -> tuple[Form, FormEncoder]:
-    key = (inst.op, rel_bits, *map(_SHAPE, inst.operands))
-    found = _form_cache.get(key)
+    return select_by_shape(inst.op, inst.operands, inst.cond, rel_bits)
+
+
+def select_by_shape(op: Op, operands: tuple[Operand, ...], cond: Cond | None, rel_bits: int | None
+                    ) -> tuple[Form, FormEncoder]:
+    """The first form of ``op`` accepting ``operands`` (for jumps: with a ``rel_bits`` displacement) and its
+    encoder, by the operands' shapes (``cond``: for messages)."""
+    shapes = tuple(map(_SHAPE, operands))
+    found = _form_cache.get((op, rel_bits, *shapes))
     if found is not None:
         return found
-    for form in inst.op.forms:
-        if form.accepts(inst.operands) and (rel_bits is None or form.encoding.rel * 8 == rel_bits):
-            found = _form_cache[key] = (form, _encoder(form))
+    n, accepts = len(shapes), frozenset.__contains__
+    for form in FORMS[op]:  # Form.accepts_shapes, inline: most forms are turned down
+        if len(form.shapes) == n and all(map(accepts, form.shapes, shapes)) and (
+                rel_bits is None or form.encoding.rel * 8 == rel_bits):
+            found = _form_cache[(op, rel_bits, *shapes)] = (form, _encoder(form))
             return found
-    accepted = "; ".join(f.text.split("|")[1].strip() or "(none)" for f in inst.op.forms)
-    raise EncodeError(f"no form of {inst.mnemonic} takes {_describe(inst.operands)} (forms: {accepted})")
+    accepted = "; ".join(f.text.split("|")[1].strip() or "(none)" for f in op.forms)
+    mnemonic = Inst.of(op, operands, cond, None).mnemonic
+    raise EncodeError(f"no form of {mnemonic} takes {_describe(operands)} (forms: {accepted})")
 
 
 # Which form fits depends only on each operand's shape (every operand carries one): register class and size
@@ -88,11 +98,11 @@ def compile_form(form: Form) -> FormEncoder:
     the returned function only reads register numbers, memory fields and immediates."""
     enc = form.encoding
     letters = form.op_en
-    at_reg, at_rm, at_vvvv, at_opreg, at_is4 = (letters.find(c) for c in "RMVOL")
-    imms = tuple(zip((i for i, c in enumerate(letters) if c == "I"), enc.imms, strict=True))
+    at_reg, at_rm, at_vvvv, at_opreg, at_is4 = map(letters.find, "RMVOL")
+    imms = tuple(zip([i for i, c in enumerate(letters) if c == "I"], enc.imms, strict=True))
     digit = max(enc.modrm or 0, 0)  # the ModRM.reg field holds a register (R) or an opcode extension (/digit)
     has_modrm = enc.modrm is not None
-    byte_regs = any(t.reg == ("gpr", 8) for t in form.operands)  # spl..dil need a REX prefix
+    byte_regs = ("gpr", 8) in map(_REG_KIND, form.operands)  # spl..dil need a REX prefix
     head, last = enc.opcode[:-1], enc.opcode[-1]
     plus_r, plus_cc, name = enc.plus_r, enc.plus_cc, form.op.name
     opcode = enc.opcode
@@ -111,49 +121,23 @@ def compile_form(form: Form) -> FormEncoder:
         # the common case (every vector instruction): VEX prefix, one opcode byte, ModRM
         opc = opcode[0]
 
-        # the register operands in ModRM.reg and VEX.vvvv (those the form has, at least one), and ModRM.rm
-        fields = [i for i in (at_reg, at_vvvv) if i >= 0]
-        assert fields, f"no reg or vvvv operand in {form.text}"
-        reg_vvvv_rm = operator.itemgetter(*fields, at_rm)
-        reg_vvvv = operator.itemgetter(*fields) if len(fields) > 1 else lambda ops: (ops[fields[0]],)
-
-        def vex_fields(reg_num: int, vvvv_num: int) -> tuple[int, int, int]:
-            """(VEX.R in place, VEX.vvvv and the fixed L/pp bits, ModRM.reg in place)."""
-            return (reg_num >> 3 ^ 1) << 7, ((~vvvv_num & 0xF) << 3 if at_vvvv >= 0 else 0x78) | vex_tail, \
-                (reg_num & 7) << 3
-
-        # The bytes before the immediates depend on a few numbers only (the registers, the address's ModRM and
-        # REX.X/B bits), which repeat within a kernel and from kernel to kernel: each is worked out once (kept in
-        # these tables by those numbers).
-        register_heads: dict[tuple[int, ...], bytes] = {}
-        memory_heads: dict[tuple[int, ...], bytes] = {}
-
-        def vex_registers(*nums: int) -> bytes:
-            """VEX prefix, opcode and ModRM when rm is a register (``nums``: the numbers ``reg_vvvv_rm`` reads)."""
-            r_bit, vvvv_tail, reg = vex_fields(nums[0] if at_reg >= 0 else digit, nums[-2] if at_vvvv >= 0 else 0)
-            rm_num = nums[-1]
-            low = 0xC0 | reg | rm_num & 7
-            if vex2 and rm_num < 8:
-                return bytes((0xC5, r_bit | vvvv_tail, opc, low))
-            return bytes((0xC4, r_bit | (rm_num >> 3 ^ 3) << 5 | vex3_map, vex3_w | vvvv_tail, opc, low))
-
-        def vex_memory(xb: int, modrm: int, *nums: int) -> bytes:
-            """VEX prefix, opcode and ModRM when rm is memory (``xb``, ``modrm`` from its address; ``nums``: the
-            numbers ``reg_vvvv`` reads)."""
-            r_bit, vvvv_tail, reg = vex_fields(nums[0] if at_reg >= 0 else digit, nums[-1] if at_vvvv >= 0 else 0)
-            if vex2 and not xb:
-                return bytes((0xC5, r_bit | vvvv_tail, opc, modrm | reg))
-            return bytes((0xC4, r_bit | (xb ^ 3) << 5 | vex3_map, vex3_w | vvvv_tail, opc, modrm | reg))
+        vvvv_none = 0x78 | vex_tail  # VEX.vvvv 1111 (no register there), then L and pp
 
         def encode_vex(ops: tuple[Operand, ...], cond: Cond | None, rel: int) -> bytes:
+            reg_num = ops[at_reg].num if at_reg >= 0 else digit  # type: ignore[union-attr]
+            vvvv = (~ops[at_vvvv].num & 0xF) << 3 | vex_tail if at_vvvv >= 0 else vvvv_none  # type: ignore[union-attr]
             rm = ops[at_rm]
             if type(rm) is Mem:
                 xb, modrm, rest = rm.address
-                key = (xb, modrm, *map(_NUM, reg_vvvv(ops)))
-                out = (memory_heads.get(key) or _remember(memory_heads, key, vex_memory(*key))) + rest
+                modrm |= (reg_num & 7) << 3
             else:
-                key = (*map(_NUM, reg_vvvv_rm(ops)),)
-                out = register_heads.get(key) or _remember(register_heads, key, vex_registers(*key))
+                rm_num = rm.num  # type: ignore[union-attr]
+                xb, modrm, rest = rm_num >> 3, 0xC0 | (reg_num & 7) << 3 | rm_num & 7, b""
+            if vex2 and not xb:  # the 2-byte prefix: map 0F, W0, no REX.X or REX.B
+                out = bytes((0xC5, (reg_num >> 3 ^ 1) << 7 | vvvv, opc, modrm)) + rest
+            else:
+                out = bytes((0xC4, (reg_num >> 3 ^ 1) << 7 | (xb ^ 3) << 5 | vex3_map, vex3_w | vvvv, opc, modrm)
+                            ) + rest
             if has_tail:
                 for i, size in imms:
                     out += (ops[i].value & _MASKS[size]).to_bytes(size, "little")  # type: ignore[union-attr]
@@ -168,39 +152,22 @@ def compile_form(form: Form) -> FormEncoder:
         reg_is_byte = at_reg >= 0 and form.operands[at_reg].reg == ("gpr", 8)
         rm_is_byte = form.operands[at_rm].reg == ("gpr", 8)
 
-        def legacy_head(rex: int, needs_rex: bool, modrm: int) -> bytes:
-            """Prefixes, REX (if any bit is set or a byte register needs one), opcode, ModRM."""
-            if rex or needs_rex:
-                return prefixes + bytes((0x40 | rex,)) + opcode + bytes((modrm,))
-            return prefixes + opcode + bytes((modrm,))
-
-        # as for VEX: the bytes before the immediates are worked out once per register numbers and address head
-        legacy_register_heads: dict[tuple[int, ...], bytes] = {}
-        legacy_memory_heads: dict[tuple[int, ...], bytes] = {}
-
-        def legacy_registers(reg_num: int, rm_num: int) -> bytes:
-            """The instruction without immediates when rm is a register."""
-            return legacy_head(rex_w | (reg_num >> 3) << 2 | rm_num >> 3,
-                               (reg_is_byte and 4 <= reg_num <= 7) or (rm_is_byte and 4 <= rm_num <= 7),
-                               0xC0 | (reg_num & 7) << 3 | rm_num & 7)
-
-        def legacy_memory(xb: int, modrm: int, reg_num: int) -> bytes:
-            """The instruction up to ModRM when rm is memory (``xb``, ``modrm`` from its address)."""
-            return legacy_head(rex_w | (reg_num >> 3) << 2 | xb, reg_is_byte and 4 <= reg_num <= 7,
-                               modrm | (reg_num & 7) << 3)
-
         def encode_legacy(ops: tuple[Operand, ...], cond: Cond | None, rel: int) -> bytes:
             reg_num = ops[at_reg].num if at_reg >= 0 else digit  # type: ignore[union-attr]
             rm = ops[at_rm]
             if type(rm) is Mem:
                 xb, modrm, rest = rm.address
-                mkey = (xb, modrm, reg_num)
-                out = (legacy_memory_heads.get(mkey) or _remember(legacy_memory_heads, mkey, legacy_memory(*mkey))
-                       ) + rest
+                modrm |= (reg_num & 7) << 3
+                byte_needs_rex = reg_is_byte and 4 <= reg_num <= 7
             else:
-                rkey = (reg_num, rm.num)  # type: ignore[union-attr]
-                out = legacy_register_heads.get(rkey) or _remember(legacy_register_heads, rkey,
-                                                                   legacy_registers(*rkey))
+                rm_num = rm.num  # type: ignore[union-attr]
+                xb, modrm, rest = rm_num >> 3, 0xC0 | (reg_num & 7) << 3 | rm_num & 7, b""
+                byte_needs_rex = (reg_is_byte and 4 <= reg_num <= 7) or (rm_is_byte and 4 <= rm_num <= 7)
+            rex = rex_w | (reg_num >> 3) << 2 | xb
+            if rex or byte_needs_rex:
+                out = prefixes + bytes((0x40 | rex,)) + opcode + bytes((modrm,)) + rest
+            else:
+                out = prefixes + opcode + bytes((modrm,)) + rest
             if has_tail:
                 for i, size in imms:
                     out += (ops[i].value & _MASKS[size]).to_bytes(size, "little")  # type: ignore[union-attr]
@@ -215,7 +182,8 @@ def compile_form(form: Form) -> FormEncoder:
             if plus_cc:
                 if cond is None:
                     raise EncodeError(f"{name} needs a condition code")
-                return head + bytes((last + cond.code,)) + (rel & _MASKS[rel_size]).to_bytes(rel_size, "little")
+                # cond._value_ is (code, suffix): Cond.code without its two property calls
+                return head + bytes((last + cond._value_[0],)) + (rel & _MASKS[rel_size]).to_bytes(rel_size, "little")
             return opcode + (rel & _MASKS[rel_size]).to_bytes(rel_size, "little")
         return encode_jump
 
@@ -241,7 +209,7 @@ def compile_form(form: Form) -> FormEncoder:
             if plus_cc:
                 if cond is None:
                     raise EncodeError(f"{name} needs a condition code")
-                low += cond.code
+                low += cond._value_[0]  # Cond.code without its two property calls
             op_bytes = head + bytes((low,))
         if v is None:
             rex = rex_w | (reg_num >> 3) << 2 | xb
@@ -270,16 +238,7 @@ def compile_form(form: Form) -> FormEncoder:
     return encode_form
 
 
-def _remember(table: dict, key: tuple, value: bytes) -> bytes:
-    """``table[key] = value`` unless the table is full (bounded: a long-lived process compiles many kernels);
-    ``value``. Plain dicts rather than ``functools.lru_cache``: a form's encoder makes its tables when it is first
-    used, in a kernel's compile, and a dict is ~40x cheaper to make than an lru_cache wrapper."""
-    if len(table) < 4096:
-        table[key] = value
-    return value
-
-
-_NUM = operator.attrgetter("num")
+_REG_KIND = operator.attrgetter("reg")
 _MASKS = {1: 0xFF, 2: 0xFFFF, 4: 0xFFFFFFFF, 8: (1 << 64) - 1}
 
 

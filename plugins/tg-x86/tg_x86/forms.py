@@ -20,11 +20,12 @@ none, REX.W) and ``iz`` to iw/id/id; ``X``, ``X/M``, ``M`` with ``VEX.L`` expand
 """
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tg_x86.isa import Op
-from tg_x86.operands import IMM_RANGES, Imm, Label, Mem, Operand, Reg
+from tg_x86.operands import IMM_RANGES, PTR_NAMES, REGS, Imm, Label, Mem, Operand, Reg, imm, ptr
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,11 @@ class OpType:
     imm_bits: int = 0                    # bits of the immediate field
     fixed: str | None = None             # an implied register, by name
     rel: int = 0                         # bits of a jump displacement (matches labels)
+    # the shapes of the operands it accepts (``accepts`` tried on an operand of each shape), set by __post_init__
+    shapes: frozenset[int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shapes", frozenset(s for s, o in _SAMPLES.items() if self.accepts(o)))
 
     @property
     def allows_mem(self) -> bool:
@@ -54,6 +60,19 @@ class OpType:
         return isinstance(o, Label) and self.rel != 0
 
 
+def _samples() -> dict[int, Operand]:
+    """An operand of each shape there is (what a form's choice depends on, ``operands.shape_id``): every register,
+    a memory operand of each size, a label, and immediates on both sides of each range's ends (which ranges hold
+    a value changes only there)."""
+    imms = {v for lo, hi in IMM_RANGES for v in (lo - 1, lo, hi, hi + 1)}
+    samples: list[Operand] = [*REGS.values(), *(ptr(bits) for bits in (None, *PTR_NAMES)), Label()]
+    samples += map(imm, sorted(imms))
+    return {o.shape: o for o in samples}
+
+
+_SAMPLES = _samples()
+
+
 IMM_TYPES = {  # name: (range, field bits); simm forms are sign-extended to the operand size
     "imm8": ((-(1 << 7), (1 << 8) - 1), 8), "simm8": ((-(1 << 7), (1 << 7) - 1), 8),
     "imm16": ((-(1 << 15), (1 << 16) - 1), 16),
@@ -64,6 +83,7 @@ IMM_TYPES = {  # name: (range, field bits); simm forms are sign-extended to the 
 assert {rng for rng, _ in IMM_TYPES.values()} <= set(IMM_RANGES), "operands.IMM_RANGES misses a range"
 
 
+@functools.cache  # a few dozen types, each in many rows
 def parse_type(text: str) -> OpType:
     if text in IMM_TYPES:
         rng, bits = IMM_TYPES[text]
@@ -159,11 +179,19 @@ class Form:
     encoding: Encoding
     op_en: str      # one letter per operand (see module docstring)
     text: str       # the table row, for messages
+    shapes: tuple[frozenset[int], ...] = field(init=False, repr=False, compare=False)  # each operand type's
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shapes", tuple(t.shapes for t in self.operands))
 
     def accepts(self, operands: tuple[Operand, ...]) -> bool:
         if len(operands) != len(self.operands):
             return False
         return all(t.accepts(o) for t, o in zip(self.operands, operands, strict=True))
+
+    def accepts_shapes(self, shapes: tuple[int, ...]) -> bool:
+        """``accepts`` for operands of these shapes (every operand carries one: ``Operand.shape``)."""
+        return len(shapes) == len(self.shapes) and all(map(frozenset.__contains__, self.shapes, shapes))
 
 
 # ---- the table ---------------------------------------------------------------------------------

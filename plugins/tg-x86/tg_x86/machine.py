@@ -44,10 +44,11 @@ SCRATCH_GPR = [GPR[n] for n in ("r9", "r10", "r11")]
 ALLOC_VEC = [VEC[i] for i in range(13)]
 SCRATCH_VEC = [VEC[i] for i in (13, 14, 15)]
 VEC_SLOT = 32  # bytes of a vector spill slot (a whole ymm)
+_GPR_NUM = {r.name: r.index for r in GPR.values()}
+_VEC_NUM = {r.name: r.index for r in VEC.values()}
 
 
-@dataclass(frozen=True)
-class Slot:
+class Slot(NamedTuple):  # a tuple: the key of its offset in a frame's ``slot_disp``, hashed in C
     """A frame location whose offset is known only after allocation: a constant or an argument."""
     kind: str     # "const" (16-byte constant slot k) or "arg" (argument k of the call)
     k: int
@@ -142,12 +143,17 @@ class Frame:
 
     def offsets(self) -> list[int]:
         """Byte offset of each constant inside the constant area (32-byte ones first, so all stay aligned)."""
-        out, pos = [0] * len(self.consts), 0
-        for size in (32, 16):
-            for k, data in enumerate(self.consts):
-                if len(data) == size:
-                    out[k], pos = pos, pos + size
-        return out
+        return _const_offsets(tuple(map(len, self.consts)))
+
+
+def _const_offsets(sizes: tuple[int, ...]) -> list[int]:
+    """``Frame.offsets`` of constants of these sizes."""
+    out, pos = [0] * len(sizes), 0
+    for size in (32, 16):
+        for k, n in enumerate(sizes):
+            if n == size:
+                out[k], pos = pos, pos + size
+    return out
 
 
 def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = None) -> list[Inst | Label]:
@@ -172,33 +178,47 @@ class Layout(NamedTuple):
     slot_disp: dict[tuple[str, int], int]   # the offset of each ``Slot``
 
 
-def _frame_layout(frame: Frame, spill_bytes: int, used: set[int], used_vec: AbstractSet[int] = frozenset()) -> Layout:
+def _frame_layout(frame: Frame, spill_bytes: int, used: AbstractSet[int], used_vec: AbstractSet[int] = frozenset()
+                  ) -> Layout:
     """The frame of a body with ``spill_bytes`` of spill slots naming the gprs numbered ``used`` and the xmm
     registers numbered ``used_vec`` (only read when the ABI preserves some)."""
     abi = frame.abi
+    saved = tuple(compress(abi.callee_saved, map(used.__contains__, map(_GPR_NUM.__getitem__, abi.callee_saved))))
+    saved_vec_nums = tuple(compress(abi.callee_saved_vec, map(used_vec.__contains__, abi.callee_saved_vec)))
+    saved_vec, size, homes, slot_disp, const_disp = _frame_shape(
+        abi.arg_regs, abi.home_area, frame.nargs, tuple(map(len, frame.consts)), spill_bytes, len(saved),
+        saved_vec_nums)
+    return Layout(saved, saved_vec, size, homes, list(zip(const_disp, frame.consts, strict=True)), slot_disp)
+
+
+@functools.lru_cache(maxsize=1024)  # kernels share frames
+def _frame_shape(arg_regs: tuple[str, ...], home_area: int, nargs: int, const_sizes: tuple[int, ...],
+                 spill_bytes: int, pushes: int, saved_vec_nums: tuple[int, ...]
+                 ) -> tuple[tuple[tuple[int, int], ...], int, tuple[tuple[str, int], ...], dict, tuple[int, ...]]:
+    """The numbers of a frame for an ABI passing arguments in ``arg_regs`` (``home_area``: see ``Abi``), after
+    ``pushes`` callee-saved gprs, saving the xmm registers ``saved_vec_nums``: ``Layout``'s saved_vec, size, homes
+    and slot_disp, and the offset of each constant."""
     spill_bytes = -(-spill_bytes // 16) * 16
     const_base = -(-spill_bytes // 32) * 32
-    const_off = frame.offsets()
-    vec_base = const_base + sum(len(c) for c in frame.consts)  # 16-aligned: constants are 16 or 32 bytes
-    saved_vec = tuple((n, vec_base + 16 * k) for k, n in enumerate(n for n in abi.callee_saved_vec if n in used_vec))
+    const_off = _const_offsets(const_sizes)
+    vec_base = const_base + sum(const_sizes)  # 16-aligned: constants are 16 or 32 bytes
+    saved_vec = tuple((n, vec_base + 16 * k) for k, n in enumerate(saved_vec_nums))
     home_base = vec_base + 16 * len(saved_vec)
-    nreg = min(frame.nargs, len(abi.arg_regs))
+    nreg = min(nargs, len(arg_regs))
     # System V: the register arguments are homed in this frame; Windows: in the caller's home area
-    size = home_base + (0 if abi.home_area else 8 * nreg)
-    saved = tuple(n for n in abi.callee_saved if GPR[n].index in used)
+    size = home_base + (0 if home_area else 8 * nreg)
     # at entry rsp = 8 mod 16 (the return address); after the pushes and the frame it is 0 mod 16
-    if (size + 8 * len(saved) + 8) % 16:
+    if (size + 8 * pushes + 8) % 16:
         size += 8
-    arg_base = size + 8 * len(saved) + 8  # the caller's part of the stack, above the return address
-    consts = [(const_base + const_off[k], data) for k, data in enumerate(frame.consts)]
+    arg_base = size + 8 * pushes + 8  # the caller's part of the stack, above the return address
     slot_disp = {("const", k): const_base + off for k, off in enumerate(const_off)}
-    if abi.home_area:  # every argument k at arg_base + 8k: the first ones homed in the caller's area
-        slot_disp.update((("arg", k), arg_base + 8 * k) for k in range(frame.nargs))
+    if home_area:  # every argument k at arg_base + 8k: the first ones homed in the caller's area
+        slot_disp.update((("arg", k), arg_base + 8 * k) for k in range(nargs))
     else:  # the homes in the frame, then the stack arguments right above the return address
         slot_disp.update((("arg", k), home_base + 8 * k if k < nreg else arg_base + 8 * (k - nreg))
-                         for k in range(frame.nargs))
-    homes = tuple((abi.arg_regs[k], slot_disp[("arg", k)]) for k in range(nreg))
-    return Layout(saved, saved_vec, size, homes, consts, slot_disp)
+                         for k in range(nargs))
+    homes = tuple((arg_regs[k], slot_disp[("arg", k)]) for k in range(nreg))
+    return saved_vec, size, homes, slot_disp, tuple(const_base + off for off in const_off)
 
 
 def _prologue(lay: Layout) -> list[Inst]:
@@ -299,7 +319,7 @@ def _lower(allocated: list, slot_disp: dict[tuple[str, int], int], out: list) ->
                                             GPRS64[index.index] if index is not None else None,
                                             o.scale if index is not None else 1, o.disp))
                     else:
-                        ops.append(make_mem(o.bits, rsp, None, 1, slot_disp[(o.slot.kind, o.slot.k)] + o.disp))
+                        ops.append(make_mem(o.bits, rsp, None, 1, slot_disp[o.slot] + o.disp))
                 else:
                     ops.append(views[(o.cls, item[2])][o.index])
             elif kind == "i":
@@ -312,36 +332,44 @@ def _lower(allocated: list, slot_disp: dict[tuple[str, int], int], out: list) ->
 
 def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     """``assemble(finish(rewritten, frame, ...)).code`` for the plan's rewritten program, without building it or
-    its ``Inst``s: each instruction's operands are read through the plan's assignment and encoded at once (only
-    copies and instructions with spill code go through ``plan.rewrite_one``; only jumps to labels become ``Inst``s,
-    for ``assembler.link``)."""
-    # in one pass over the virtual registers: the assignment (as plan.assignment() gives it), each one's register
-    # operands by bits, the spilled ones, and the gprs they use
-    reg_of: dict[VReg, Register | None] = {}
-    views_of: dict[VReg, dict[int, Reg]] = {}
-    spilled: set[VReg] = set()
-    used: set[int] = set()
-    vecs: set[int] = set()
-    for v, iv in plan.by_vreg.items():
-        r = reg_of[v] = iv.reg
-        if r is None:
-            spilled.add(v)
-        else:
-            views_of[v] = _VIEWS_BY_NAME[r.name]
-            (used if r.cls == "gpr" else vecs).add(r.index)
+    its ``Inst``s: each instruction's bytes are looked up by its operands' keys (registers through the plan's
+    assignment) and encoded the first time only (copies and instructions with spill code through
+    ``plan.rewrite_one``); only jumps to labels become ``Inst``s, for ``assembler.resolve_jumps``."""
+    # spill code is looked up by what it depends on, for the scratch registers and spill builders of TARGET
+    assert plan.target is TARGET, "encode_plan encodes plans made for machine.TARGET"
+    # the assignment (as plan.assignment() gives it) and each virtual register's operand key, made in C
+    by_vreg = plan.by_vreg
+    vregs = list(by_vreg)
+    assigned = list(map(_ASSIGNED, by_vreg.values()))
+    reg_of: dict[VReg, Register | None] = dict(zip(vregs, assigned, strict=True))
+    names: list[Any] = list(map(getattr, assigned, repeat("name"), repeat(None)))  # None: spilled
+    key_of: dict[VReg, Any] = dict(zip(vregs, map(_CODE_BY_NAME.get, names), strict=True))
+    spilled = list(compress(vregs, map(operator.not_, names)))
+    for v in spilled:  # what its spill code depends on (each spilled register has a slot of its own)
+        key_of[v] = (by_vreg[v].slot, v.cls, v.allowed)
     # the registers the rewritten program names, as far as the prologue cares (callee-saved gprs are never scratch)
-    for r in plan.physical:
-        (used if r.cls == "gpr" else vecs).add(r.index)
-    lay = _frame_layout(frame, plan.frame, used, _with_scratch(vecs, any(v.cls == "vec" for v in spilled)))
-    slot_disp = lay.slot_disp
+    names += map(getattr, plan.physical, repeat("name"))
+    used, vecs = set(map(_GPR_NUM.get, names)), set(map(_VEC_NUM.get, names))
+    used.discard(None)
+    vecs.discard(None)
+    lay = _frame_layout(frame, plan.frame, used, _with_scratch(vecs, any(v.cls == "vec" for v in spilled)))  # type: ignore[arg-type]
+    # the instructions with spill code (reading or writing spilled registers)
+    with_spill_code: set[int] = set()
+    if spilled:
+        untouched = map(set(spilled).isdisjoint, map(chain.from_iterable, plan.regs))
+        with_spill_code.update(compress(count(), map(operator.not_, untouched)))
     codes: list[bytes | None] = []
     jumps: dict[int, Inst] = {}
     at: dict[Label, int] = {}
-    _encode_body(plan.program, plan, reg_of, views_of, spilled, slot_disp, codes, jumps, at)
+    _encode_body(plan, reg_of, key_of, with_spill_code, lay.slot_disp, codes, jumps, at)
     head = _prologue_code(lay.saved, lay.saved_vec, lay.size, lay.homes)
     stores = [_const_stores_code(disp, data) for disp, data in lay.consts]
-    return b"".join((head, *stores, assembler.link(codes, jumps, at).code,
-                     _epilogue_code(lay.saved, lay.saved_vec, lay.size)))
+    assembler.resolve_jumps(codes, jumps, at)
+    return b"".join((head, *stores, *codes, _epilogue_code(lay.saved, lay.saved_vec, lay.size)))  # type: ignore[arg-type]
+
+
+_ASSIGNED = operator.attrgetter("reg")
+_JUMPS = frozenset((Op.JMP, Op.JCC))
 
 
 # The prologue and the epilogue depend on a few numbers only, and kernels share them: each is encoded once.
@@ -378,89 +406,149 @@ def _store32_head(disp: int) -> bytes:
 
 
 def clear_encoding_caches() -> None:
-    """Forget every memo table of the encoding (the forms chosen by operand shape, the compiled form encoders with
-    their register/address heads, interned memory operands, frame code): the state of a fresh process. For
+    """Forget every memo table of the encoding (the forms chosen by operand shape, the compiled form encoders,
+    interned memory operands, frame code, the bytes of whole instructions): the state of a fresh process. For
     benchmarks of first compiles; nothing else needs it (every table is bounded)."""
     encoder._form_cache.clear()
     encoder._ENCODERS.clear()
+    _ENCODED.clear()
     operands._MEMS.clear()
-    for cached in (_prologue_code, _epilogue_code, _store32_heads, _store32_head):
+    for cached in (_frame_shape, _prologue_code, _epilogue_code, _store32_heads, _store32_head):
         cached.cache_clear()
 
 
-def _encode_body(program: list, plan: RegisterPlan | None, reg_of: dict, views_of: dict, spilled: set,
+def _encode_body(plan: RegisterPlan, reg_of: dict, key_of: dict, with_spill_code: set[int],
                  slot_disp: dict[tuple[str, int], int], codes: list[bytes | None], jumps: dict[int, Inst],
                  at: dict[Label, int]) -> None:
-    """Append the code of each instruction of ``program`` to ``codes`` (None for a jump to a label, kept in ``jumps``)
-    and each label's instruction number to ``at``. Virtual registers are read through ``reg_of`` (``views_of``: the
-    register operand of each one, by bits); with ``plan``
-    (``program`` is its program), copies and instructions reading or writing ``spilled`` registers are encoded
-    as ``plan.rewrite_one`` rewrites them."""
-    mems, make_mem = operands._MEMS, operands.mem
-    cache, shape, select = encoder._form_cache, operator.attrgetter("shape"), encoder._selected
-    regs = plan.regs if plan is not None else None
-    for i, ins in enumerate(program):
+    """Append the code of each instruction of ``plan.program`` to ``codes`` (None for a jump to a label, kept in
+    ``jumps``) and each label's instruction number to ``at``. An instruction's bytes depend only on its op, its
+    ``Spec`` and its operands' keys (``key_of``: each virtual register's; ``_operand_keys``): they are looked up by
+    those (``_ENCODED``) and encoded the first time only. Copies and the instructions ``with_spill_code`` are
+    encoded as ``plan.rewrite_one`` rewrites them (with the same keys: a spilled register's key says how)."""
+    encoded, key_get = _ENCODED, key_of.get
+    for i, ins in enumerate(plan.program):
         spec = getattr(ins, "arg", None)  # None for a loop marker or a copy, the Label of a label
         if type(spec) is not Spec:
             if type(spec) is Label:
                 if spec in at:
                     raise encoder.EncodeError(f"label {spec!r} is defined twice")
                 at[spec] = len(codes)
-            elif type(ins) is MInst:  # a copy (only in the plan's program: its rewrite has none)
-                _encode_body(plan.rewrite_one(i, reg_of), None, reg_of, views_of, spilled, slot_disp, codes, jumps, at)  # type: ignore[union-attr]
+            elif type(ins) is MInst:  # a copy
+                operand_keys = list(map(key_get, ins.defs + ins.uses))
+                if None in operand_keys:
+                    operand_keys = _operand_keys(ins.defs + ins.uses, operand_keys, key_of, slot_disp)
+                key = ("copy", *operand_keys)
+                code = encoded.get(key)
+                codes.append(code if code is not None else _encode_rewritten(plan, i, reg_of, slot_disp, key))
             continue
-        if spilled and regs is not None and not (spilled.isdisjoint(regs[i][0]) and spilled.isdisjoint(regs[i][1])):
-            _encode_body(plan.rewrite_one(i, reg_of), None, reg_of, views_of, spilled, slot_disp, codes, jumps, at)  # type: ignore[union-attr]
-            continue
-        op = ins.op
-        ops: list[Operand] = []
-        label = None
-        uses, defs = ins.uses, ins.defs
-        for item in spec.layout:
-            kind = item[0]
-            if kind == "u":
-                o = uses[item[1]]
-            elif kind == "d":
-                o = defs[item[1]]
-            elif kind == "i":
-                ops.append(imm(item[1]))
-                continue
-            else:
-                label = item[1]
-                ops.append(label)
-                continue
-            t = type(o)
-            if t is VReg:
-                ops.append(views_of[o][item[2]])
-            elif t is VMem:  # operands.mem(...), its lookup inlined
-                if o.slot is None:
-                    base, index = o.base, o.index
-                    if type(base) is VReg:
-                        base = reg_of[base]
-                    if index is None:
-                        key = (o.bits, base.index if base is not None else None, None, 1, o.disp)
-                    else:
-                        if type(index) is VReg:
-                            index = reg_of[index]
-                        key = (o.bits, base.index if base is not None else None, index.index, o.scale, o.disp)
-                else:
-                    key = (o.bits, 4, None, 1, slot_disp[(o.slot.kind, o.slot.k)] + o.disp)  # rsp-based
-                m = mems.get(key)
-                ops.append(m if m is not None else make_mem(*key))
-            else:
-                ops.append(_VIEWS_BY_NAME[o.name][item[2]])
-        if spec.two_address:
-            d, u = reg_of.get(defs[0], defs[0]), reg_of.get(uses[0], uses[0])
-            assert d is u or d == u, f"two-address violated in {ins}"
-        args = tuple(ops)
-        if label is not None:
-            jumps[len(codes)] = Inst.of(op, args, spec.cond, label)
+        defs = ins.defs
+        if not defs and ins.op in _JUMPS:  # encoded by assembler.resolve_jumps, which knows the displacement
+            ((_, label),) = spec.layout  # a jump's one operand is its label
+            jumps[len(codes)] = Inst.of(ins.op, (label,), spec.cond, label)
             codes.append(None)
             continue
-        found = cache.get((op, None, *map(shape, args)))
-        if found is None:  # the first instruction of this shape: choose its form
-            found = select(Inst.of(op, args, spec.cond, None), None)
-        codes.append(found[1](args, spec.cond, 0))
+        operand_keys = list(map(key_get, defs + ins.uses))
+        if None in operand_keys:  # memory operands and physical registers
+            operand_keys = _operand_keys(defs + ins.uses, operand_keys, key_of, slot_disp)
+        key = (ins.op, spec.cond, spec.two_address, spec.layout, len(defs), *operand_keys)
+        code = encoded.get(key)
+        if code is None:
+            code = _encode_rewritten(plan, i, reg_of, slot_disp, key) if i in with_spill_code else _encode_new(key, ins)
+        codes.append(code)
+
+
+def _encode_rewritten(plan: RegisterPlan, i: int, reg_of: dict, slot_disp: dict[tuple[str, int], int], key: tuple
+                      ) -> bytes:
+    """The code of what ``plan.rewrite_one`` makes of instruction ``i`` (a copy, or an instruction with its spill
+    code), remembered by ``key``."""
+    code = b"".join([_encode_allocated(x, slot_disp) for x in plan.rewrite_one(i, reg_of)])
+    _remember(key, code)
+    return code
+
+
+def _encode_allocated(ins: MInst, slot_disp: dict[tuple[str, int], int]) -> bytes:
+    """The code of an instruction on physical registers (copies and spill code ``plan.rewrite_one`` gives)."""
+    operands_ = ins.defs + ins.uses
+    operand_keys: list[Any] = list(map(_CODE_BY_NAME.get, map(getattr, operands_, repeat("name"), repeat(None))))
+    if None in operand_keys:  # memory operands
+        operand_keys = _operand_keys(operands_, operand_keys, {}, slot_disp)
+    spec = ins.arg
+    key = (ins.op, spec.cond, spec.two_address, spec.layout, len(ins.defs), *operand_keys)
+    code = _ENCODED.get(key)
+    return code if code is not None else _encode_new(key, ins)
+
+
+# An operand's key is what its encoding depends on: a register's code (its number, plus 16 for a vector register;
+# the layout gives the size), a memory operand's (bits, base key, index key, scale, disp); a spilled virtual
+# register's is (its slot, class, allowed registers): what its fills and spill stores depend on
+_CODE_BY_NAME: dict[Any, int] = {r.name: r.index + (16 if r.cls == "vec" else 0)
+                                 for r in (*GPR.values(), *VEC.values())}
+_VIEWS_BY_CODE = [_VIEWS_BY_NAME[name] for name in sorted(_CODE_BY_NAME, key=_CODE_BY_NAME.__getitem__)]
+# the bytes of each instruction by its key (op, cond, two-address, layout, number of defs, operand keys; a copy's:
+# "copy", operand keys), with its spill code: instructions repeat within a kernel and from kernel to kernel
+_ENCODED: dict[tuple, bytes] = {}
+_ENCODED_LIMIT = 1 << 14  # a few dozen new instructions per kernel
+
+
+def _remember(key: tuple, code: bytes) -> None:
+    """``_ENCODED[key] = code``; a full table is emptied first (bounded: a long-lived process compiles many kernels,
+    and the ones it compiles now are the ones worth keeping)."""
+    if len(_ENCODED) >= _ENCODED_LIMIT:
+        _ENCODED.clear()
+    _ENCODED[key] = code
+
+
+def _operand_keys(operands_: list, keys: list, key_of: dict, slot_disp: dict[tuple[str, int], int]) -> list:
+    """``keys`` with the ones a lookup in ``key_of`` did not find (None) filled in: those of memory operands (their
+    registers' keys from ``key_of``; a ``Slot`` at its frame offset) and of physical registers."""
+    for k in compress(count(), map(operator.is_, keys, repeat(None))):
+        o = operands_[k]
+        if type(o) is not VMem:
+            keys[k] = _physical_key(o)
+        elif o.slot is not None:  # rsp-based
+            keys[k] = (o.bits, 4, None, 1, slot_disp[o.slot] + o.disp)
+        else:
+            base = key_of[o.base] if type(o.base) is VReg else _physical_key(o.base)
+            if o.index is None:
+                keys[k] = (o.bits, base, None, 1, o.disp)
+            else:
+                index = key_of[o.index] if type(o.index) is VReg else _physical_key(o.index)
+                keys[k] = (o.bits, base, index, o.scale, o.disp)
+    return keys
+
+
+def _physical_key(r: Any) -> int | None:
+    """The key of a physical register (None: no register, e.g. a memory operand without a base)."""
+    if r is None:
+        return None
+    if type(r) is not Register:
+        raise encoder.EncodeError(f"cannot encode operand {r!r}")
+    return _CODE_BY_NAME[r.name]
+
+
+def _encode_new(key: tuple, ins: MInst) -> bytes:
+    """Encode the instruction of ``key`` (see ``_encode_body``; ``ins`` for messages) and remember its bytes."""
+    op, cond, two_address, layout, ndefs, *keys = key
+    ops: list[Operand] = []
+    for item in layout:
+        kind = item[0]
+        if kind == "i":
+            ops.append(imm(item[1]))
+        else:
+            k = keys[item[1]] if kind == "d" else keys[ndefs + item[1]]
+            ops.append(_VIEWS_BY_CODE[k][item[2]] if type(k) is int else operands.mem(*k))
+    if two_address and keys[0] != keys[ndefs]:
+        raise AssertionError(f"two-address violated in {ins}")
+    args = tuple(ops)
+    found = encoder._form_cache.get((op, None, *map(_SHAPE, args)))
+    if found is None:  # the first instruction of this shape: choose its form
+        found = encoder.select_by_shape(op, args, cond, None)
+    code = found[1](args, cond, 0)
+    _remember(key, code)
+    return code
+
+
+_SHAPE = operator.attrgetter("shape")
 
 
 def _register_facts(program: list, regs: list[tuple[list, list]] | None = None
