@@ -28,7 +28,7 @@ from typing import Any
 from tg_x86 import assembler, listing, machine  # modules: each stage is looked up when it runs (benches wrap them)
 from tg_x86.abi import HOST, Abi
 from tg_x86.isa import Flag, Op
-from tg_x86.isel import FLAG_BARRIERS, ISEL, Selector
+from tg_x86.isel import FLAG_BARRIERS, ISEL, Selector, canon_value
 from tg_x86.machine import GPR, TARGET
 from tgcore.codegen import regalloc
 from tgcore.codegen.regalloc import MInst, RegisterPlan
@@ -56,6 +56,14 @@ HELD_GPRS = len(machine.ALLOC_GPR)
 
 # what reaches isel: codegen decomposes transcendentals for this renderer (native_transcendentals is False)
 X86_SPEC = PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)), lambda: False)]) + isa_spec
+
+
+def clear_memo_tables() -> None:
+    """Forget the process-wide memo tables of selection (canonical constants) and encoding (``machine.
+    clear_encoding_caches``): the state of a fresh process, for benchmarks of first compiles. Nothing else needs it
+    (every table is bounded)."""
+    canon_value.cache_clear()
+    machine.clear_encoding_caches()
 
 
 def lower(name: str, uops: list[UOp]) -> list[Any]:
