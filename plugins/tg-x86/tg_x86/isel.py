@@ -600,10 +600,13 @@ class Selector(ISelContext, VectorSelection):
         ``span`` bytes: for a load the zero slot (reads 0), for a store the sink (nothing reads it, so a later
         gated-off load still reads 0). The access goes through it unconditionally: no jump, and a gated-off
         access never touches the buffer (its address, maybe far out of bounds, is computed and dropped)."""
+        if gate.op is Ops.CONST and not gate.arg:   # always off (a lane of an unrolled access)
+            return self.dummy_address(span, store)
         a = self.new("gpr")
         self.emit(Op.LEA, [a], [self.mem(idx, 8).sized(None)], (("d", 0, 64), ("u", 0, None)))
-        dummy = self.dummy_address(span, store)
-        self.emit(Op.CMOVCC, [a], [a, dummy], (("d", 0, 64), ("u", 1, 64)), two=True, cond=self.gate_off(gate))
+        if gate.op is not Ops.CONST:                 # (always on: the element's address)
+            dummy = self.dummy_address(span, store)
+            self.emit(Op.CMOVCC, [a], [a, dummy], (("d", 0, 64), ("u", 1, 64)), two=True, cond=self.gate_off(gate))
         return a
 
     def dummy_address(self, span: int, store: bool) -> VReg:
