@@ -21,7 +21,8 @@ frame slots written by the prologue (memory operands, or a load where a register
 
 Semantics are the C renderer's: x/0 = 0, INT_MIN/-1 wraps, shifts out of range give 0 or the
 sign, float->int truncates and wraps (NaN/inf give 0), max propagates NaN, gated loads read 0
-(and never touch memory), gated stores are skipped.
+(and never touch memory), gated stores are skipped. Both without a branch: the access goes through an address
+a cmov switches to a frame slot when the gate is false (``gated_address``: zeros for loads, a sink for stores).
 """
 from __future__ import annotations
 
@@ -405,8 +406,8 @@ class Selector(ISelContext, VectorSelection):
 
     def fusable_compare(self, c: UOp) -> bool:
         """A comparison whose only users read its flags (or mask) instead of a bool: WHEREs, and gates of
-        loads and stores that jump on them. No bool is made; each user asks ``compare``, which shares one cmp
-        among them while the flags hold."""
+        loads and stores that pick their address on them. No bool is made; each user asks ``compare``, which shares
+        one cmp among them while the flags hold."""
         users = self.users.get(c, [])
         return bool(users) and all(self.reads_flags(x, c) for x in users)
 
@@ -417,7 +418,7 @@ class Selector(ISelContext, VectorSelection):
 
     @staticmethod
     def gate_fuses(c: UOp) -> bool:
-        """Can a gate jump on comparison ``c``'s flags with one jcc (not float ==/!=, which need ZF and PF)?"""
+        """Can a gate pick its address on comparison ``c``'s flags with one cmov (not float ==/!=: ZF and PF)?"""
         return c.op in CMP_OPS and c.dtype.count == 1 and (c.op is Ops.CMPLT or not is_vec(c.src[0].dtype))
 
     @staticmethod
