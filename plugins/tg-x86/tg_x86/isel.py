@@ -154,6 +154,7 @@ class Selector(ISelContext, VectorSelection):
         self.remat_args = remat_args  # buffer pointers and variables loaded from their argument slot where used
         self.remat_cache: dict[tuple[UOp, int], VReg] = {}
         self.dummy_regs: dict[tuple[bool, int], VReg] = {}   # (store, region) -> address of the dummy slot
+        self.tested: tuple[UOp, int] | None = None           # (gate, position) of the last test of a bool gate
         self.arg_sites: list[tuple[int, UOp]] = []   # with remat_args: (program position, PARAM/DEFINE_VAR)
         self.remat_loads: dict[VReg, UOp] = {}        # with remat_args: register of each reload -> its UOp
         self.region = 0               # counts labels: values made in one region are reused only there
@@ -635,8 +636,12 @@ class Selector(ISelContext, VectorSelection):
         ``compare``) negated, else a test of the bool."""
         if self.gate_fuses(gate):
             return self.compare(gate)[1].negate()
+        tested = self.tested
+        if tested is not None and tested[0] is gate and self.flags_live(tested[1]):
+            return Cond.E   # the last test was of this gate and its flags still hold (lanes of one access)
         g = self.reg(gate)
         self.emit(Op.TEST, [], [g, g], (("u", 0, 32), ("u", 1, 32)))
+        self.tested = (gate, len(self.prog) - 1)
         return Cond.E
 
     def alias_ok(self, u: UOp) -> bool:
