@@ -224,7 +224,7 @@ def test_lanes_gated_by_one_bool_share_its_test():
     """conv2d with padding loads some vectors lane by lane under one bool gate (an AND of compares): one test of
     it serves every lane while its flags hold (no test right after the same test)."""
     from test_x86_isel import flags_written
-    x, w = values((1, 4, 8, 8), dtypes.float32), values((4, 4, 3, 3), dtypes.float32)
+    x, w = values((1, 8, 32, 32), dtypes.float32), values((16, 8, 3, 3), dtypes.float32)
     code = render(*program(F.conv2d(Tensor(x, device=X86), Tensor(w, device=X86), padding=1)))
     insts, writes = disassemble(code), flags_written(code)
     tests = [k for k, i in enumerate(insts) if i.mnemonic == "test"]
