@@ -232,3 +232,20 @@ def test_lanes_gated_by_one_bool_share_its_test():
     for k in tests:
         last = next(j for j in reversed(insts[:k]) if writes[j.address])
         assert last.text != insts[k].text
+
+
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.int32], ids=str)
+def test_gated_load_with_an_alternative_value(dt):
+    """A LOAD with an alternative value (hand-written programs; codegen makes none) still reads it where the gate
+    is off: that form keeps its jump over the load."""
+    a = values((4,), dt)
+    name, uops = program(Tensor(a, device=X86).pad(((3, 0),)) * 3)
+    (load,) = [u for u in uops if u.op is Ops.LOAD]
+    (where,) = [u for u in uops if u.op is Ops.WHERE]
+    (mul,) = [u for u in uops if u.op is Ops.MUL]
+    alt = UOp.const(dt, 5)
+    with_alt = load.replace(src=(load.src[0], alt))
+    edited = edit(uops, {mul: lambda m: m.replace(src=(with_alt, m.src[1]))}, drop=frozenset({where, load}))
+    out = np.zeros(7, dt.np)
+    run(name, edited, {0: out, 1: a})
+    np.testing.assert_array_equal(out, np.concatenate([np.full(3, 5, dt.np), a]) * np.array(3, dt.np))
