@@ -705,7 +705,7 @@ class Selector(ISelContext, VectorSelection):
             return
         gate = idx.src[2] if len(idx.src) > 2 else None
         dt = value.dtype
-        mem = self.mem
+        mem: Callable[[UOp, int], VMem] = self.mem
         if gate is not None:   # through the gated address: the buffer's element, or the sink
             mem = at_address(self.gated_address(gate, idx, dt.itemsize, store=True))
         if is_vec(dt):
