@@ -62,6 +62,16 @@ def test_line_rewrite_agrees_with_the_interpreted_matcher():
     assert line_rewrite(lines, pm) == line_rewrite(lines, pm.interpreted()) == [x, "ADD", "MUL", ("fma", 3)]
 
 
+def test_isel_context_lists_users_per_source_slot():
+    x = UOp.const(dtypes.float32, 2.0)
+    y = UOp(Ops.MUL, dtypes.float32, (x, x))
+    z = UOp(Ops.ADD, dtypes.float32, (y, x))
+    ctx = ISelContext([x, y, z], PatternMatcher([]))
+    assert ctx.users[x] == [y, y, z] and ctx.users[y] == [z]   # once per source slot, in line order
+    assert ctx.users.get(z) is None and ctx.users[z] == []      # nothing reads the last line
+    assert list(ctx.selected_lines()) == [x, y, z]               # every line, unless a backend leaves some out
+
+
 # ------------------------------------------------------------------------------------------ the toy backend
 
 REGS = [Register(f"r{i}", i, "r") for i in range(7)]

@@ -9,8 +9,8 @@ hook methods; ``render`` (a template method) runs them in this order:
     pre_isel       PatternMatcher or None: a graph rewrite of the kernel before it is linearized
                    (exposed as the renderer's ``legalize``, which ``get_program`` applies)
     spec           PatternMatcher: the UOp shapes isel accepts (``verify``; checked when TG_SPEC=1)
-    isel           PatternMatcher applied to the linear UOps by ``line_rewrite`` with an
-                   ``ISelContext`` (``context`` hook): rules emit machine instructions into
+    isel           PatternMatcher applied to the linear UOps (``ctx.selected_lines()``) by ``line_rewrite``
+                   with an ``ISelContext`` (``context`` hook): rules emit machine instructions into
                    ``ctx.prog`` (or return them) and record each UOp's value in ``ctx.val``
     pre_regalloc   hook ``(program, ctx) -> program`` on virtual registers (dead code, peepholes)
     regalloc       the core's linear scan (``tgcore.codegen.regalloc``) driven by ``target``, an
@@ -38,6 +38,7 @@ a line no rule takes is kept (or, with ``strict``, is an error).
 from __future__ import annotations
 
 import itertools
+from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
@@ -69,12 +70,12 @@ def line_rewrite(lines: Iterable[Any], matcher: PatternMatcher, ctx: Any = None,
     append, extend = out.append, out.extend
     for line in lines:
         r = by_op[line.op](line, ctx)
-        if r is not None:
-            extend(r)
-        elif strict:
-            raise LineRewriteError(f"no rule for line {_describe(line)}")
-        else:
+        if r is None:
+            if strict:
+                raise LineRewriteError(f"no rule for line {_describe(line)}")
             append(line)
+        elif r:  # () when the rule emitted into ctx itself
+            extend(r)
     return out
 
 
@@ -89,7 +90,8 @@ class ISelContext:
     selected for each UOp, a factory of virtual registers, and the instruction list being emitted.
 
     ``users[u]`` lists the lines that read ``u``, once per source slot (``a * a`` lists its user twice),
-    in line order. Backends subclass it to keep their own selection state."""
+    in line order (``users.get(u)`` is None for a line nothing reads). Backends subclass it to keep their own
+    selection state."""
 
     def __init__(self, uops: list[UOp], isel: PatternMatcher) -> None:
         self.uops = uops
@@ -103,6 +105,11 @@ class ISelContext:
         """A fresh virtual register of class ``cls``, optionally limited to the ``allowed`` registers."""
         return VReg(next(self.ids), cls, allowed)
 
+    def selected_lines(self) -> Iterable[UOp]:
+        """The lines isel runs its rules on: all of them here; a backend may leave out the lines its rules
+        select nothing for (e.g. constants it reads where they are used)."""
+        return self.uops
+
     def select_line(self, u: UOp) -> None:
         """Select one more UOp with the same rules, at this point of the program (a rule that splits a
         value, e.g. one lane of a vector op at a time, selects the pieces it makes this way)."""
@@ -110,14 +117,12 @@ class ISelContext:
 
 
 def _users(uops: list[UOp]) -> dict[UOp, list[UOp]]:
-    """Each line's users (see ``ISelContext``): every line that reads it, once per source slot, in line order."""
-    users: dict[UOp, list[UOp]] = {u: [] for u in uops}
-    get = users.get
+    """Each line's users (see ``ISelContext``): every line that reads it, once per source slot, in line order (a
+    line nothing reads has no entry until asked for: then it is an empty list)."""
+    users: dict[UOp, list[UOp]] = defaultdict(list)
     for u in uops:
         for s in u.src:
-            found = get(s)
-            if found is not None:  # a source that is not a line has no entry
-                found.append(u)
+            users[s].append(u)
     return users
 
 
@@ -155,7 +160,7 @@ class ISARenderer(Renderer, Generic[Ctx]):
     def select(self, uops: list[UOp]) -> Ctx:
         """Instruction selection: ``isel`` over the lines; the program is ``ctx.prog``."""
         ctx = self.context(uops)
-        line_rewrite(uops, ctx.isel, ctx, ctx.prog, strict=True)
+        line_rewrite(ctx.selected_lines(), ctx.isel, ctx, ctx.prog, strict=True)
         return ctx
 
     def pre_regalloc(self, program: list[Any], ctx: Ctx) -> list[Any]:

@@ -25,7 +25,9 @@ Semantics (the meaning every backend is checked against):
   float32 (IEEE correctly rounded). Every other float op (and every op on float16, bfloat16, fp8) is
   computed in float64 and rounded once to the result dtype, which is what `tgcore.uop.alu` (constant
   folding) does; for + - * / sqrt this equals computing in float32 and rounding. MULACC rounds twice
-  (a*b, then + c), like a separate multiply and add.
+  (a*b, then + c), like a separate multiply and add. Float MULACC and a*b + c may round once on a
+  compiled backend (it contracts them to an FMA, like C compilers do by default) or twice (here and in
+  constant folding); tests comparing backends with this device use a tolerance there.
 - float -> int casts truncate toward zero, then wrap modulo 2**bits (like `tgcore.dtype.truncate`);
   NaN and +-inf give 0. int -> narrow float casts round once (no double rounding through float32).
 - BITCAST reinterprets storage bits (bfloat16 NaN payloads survive; fp8 NaNs become the canonical NaN).

@@ -83,7 +83,9 @@ def _float_alu(op: Ops, dtype: DType, x: tuple[Any, ...]) -> Any:
             return float(_FLOAT_UNARY[op](v[0]))
         if op in _FLOAT_BINARY:
             return float(_FLOAT_BINARY[op](v[0], v[1]))
-        if op is Ops.MULACC:  # two roundings, like a separate multiply and add
+        # float MULACC and a*b + c may round once (backends contract, like C compilers) or twice (here and the
+        # interpreter: a separate multiply and add); tests compare across them with a tolerance
+        if op is Ops.MULACC:
             return float(np.float64(truncate(dtype, float(v[0] * v[1]))) + v[2])
     raise NotImplementedError(f"no float semantics for {op}")
 

@@ -70,7 +70,7 @@ class Ops(enum.Enum):
 
     # -- ternary ALU --
     WHERE = enum.auto()  # src = (cond, if_true, if_false)
-    MULACC = enum.auto()  # a * b + c
+    MULACC = enum.auto()  # a * b + c; float: rounded once (backends contract, like C) or twice (interpreter, folding)
 
     # -- reductions --
     REDUCE_AXIS = enum.auto()  # tensor-level reduce; arg = (Ops.ADD | Ops.MAX | Ops.MUL, axes)

@@ -322,8 +322,8 @@ def test_where_of_a_less_than_selects_min_and_max(dt, n, suffix, expr, ref, form
 
 @pytest.mark.parametrize("dt, fma", [(dtypes.float32, "vfmadd231ps"), (dtypes.float64, "vfmadd231pd")], ids=str)
 def test_vector_accumulator_update_is_an_fma_of_the_dtype(dt, fma):
-    """sum over rows: the 16 outputs are vector accumulators and acc + a*b is one packed FMA (Tensor code
-    reaches no scalar FMA: only vector accumulators fuse, and codegen makes no MULACC)."""
+    """sum over rows: the 16 outputs are vector accumulators and acc + a*b is one packed FMA into the
+    accumulator."""
     a = rng.integers(-8, 9, (16, 16)).astype(dt.np)
     b = rng.integers(-8, 9, (16, 16)).astype(dt.np)
     t = (Tensor(a, device=X86) * Tensor(b, device=X86)).sum(0)
@@ -359,19 +359,67 @@ def test_mulacc_picks_the_fma_form_of_the_dtype(dt, n, suffix):
     np.testing.assert_array_equal(out, a * b + c)   # small integers: exact with one rounding or two
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="MULACC is defined as a*b rounded, then + c rounded (tgcore/runtime/python.py, "
-                   "tgcore/uop/alu.py, the C renderer) but isel.float_alu and vsel.valu select vfmadd231 (one "
-                   "rounding); latent: codegen makes no MULACC today")
-@pytest.mark.parametrize("dt, n, suffix", FORMS, ids=FORM_IDS)
-def test_mulacc_rounds_like_a_multiply_then_an_add(dt, n, suffix):
-    name, uops, params = _mulacc_kernel(dt, n)
+def _one_rounding_inputs(dt: DType, n: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """(a, c, the exact a*a + c): a*a + c is e*e rounded once (fused) and 0 rounded twice (a*a = 1 + 2e + e*e,
+    where e*e is half an ulp of 1, rounded off to even)."""
     e = 2.0 ** (-12 if dt is dtypes.float32 else -27)
-    a = np.full(n, 1 + e, dt.np)            # a*a = 1 + 2e + e*e: e*e is half an ulp of 1, rounded off (to even)
-    c = np.full(n, -(1 + 2 * e), dt.np)
+    a, c = np.full(n, 1 + e, dt.np), np.full(n, -(1 + 2 * e), dt.np)
+    assert not (a * a + c).any()    # numpy rounds the product, then the sum
+    return a, c, e * e
+
+
+@pytest.mark.parametrize("dt, n, suffix", FORMS, ids=FORM_IDS)
+def test_mulacc_rounds_once(dt, n, suffix):
+    """Float MULACC is contracted on X86, like the C path's a*b + c (gcc contracts by default): one rounding (the
+    interpreter and constant folding round twice; tests across backends compare with a tolerance)."""
+    name, uops, params = _mulacc_kernel(dt, n)
+    a, c, exact = _one_rounding_inputs(dt, n)
     out = np.zeros(n, dt.np)
     run(name, uops, {output_param(uops): out, **dict(zip(params, (a, a, c), strict=True))})
-    np.testing.assert_array_equal(out, a * a + c)   # numpy rounds the product, then the sum: 0 (fused: e*e)
+    np.testing.assert_array_equal(out, np.full(n, exact, dt.np))
+
+
+# ---------------------------------------------------------------- a*b + c contracted to one FMA
+
+MULADDS = {"x*y+z": lambda x, y, z: x * y + z, "z+x*y": lambda x, y, z: z + x * y}
+
+
+@pytest.mark.parametrize("expr", list(MULADDS))
+@pytest.mark.parametrize("dt, n, suffix", FORMS, ids=FORM_IDS)
+def test_multiply_add_is_one_fma_of_the_dtype(dt, n, suffix, expr):
+    """A float add of a product nothing else reads is one vfmadd of the dtype (ss/sd, ps/pd on ymm), in either
+    operand order: no separate multiply or add, and no copy (the form overwrites a source that dies there)."""
+    a, b, c = (rng.integers(-50, 50, n).astype(dt.np) for _ in range(3))
+    t = MULADDS[expr](*(Tensor(v, device=X86) for v in (a, b, c)))
+    insts = machine_code(t)
+    fmas = starting(insts, "vfmadd")
+    (form,) = {i.mnemonic for i in fmas}
+    assert form in {f"vfmadd{order}{suffix}" for order in ("132", "213", "231")}
+    assert all(is_ymm(i) == (suffix[0] == "p") for i in fmas) and (len(fmas) == 1 or suffix[0] == "p")
+    assert not starting(insts, "vmul") and not starting(insts, "vadd") and not named(insts, "vmovaps")
+    np.testing.assert_array_equal(t.numpy(), MULADDS[expr](a, b, c))   # small integers: exact either way
+
+
+@pytest.mark.parametrize("dt, n, suffix", FORMS, ids=FORM_IDS)
+def test_product_read_twice_is_not_fused(dt, n, suffix):
+    """(x*y + z) * (x*y): the product has two users, so it is one multiply and the add rounds on its own."""
+    a, b, c = (rng.standard_normal(n).astype(dt.np) for _ in range(3))
+    x, y, z = (Tensor(v, device=X86) for v in (a, b, c))
+    t = (x * y + z) * (x * y)
+    insts = machine_code(t)
+    assert not starting(insts, "vfmadd") and named(insts, "vadd" + suffix)
+    np.testing.assert_array_equal(t.numpy(), (a * b + c) * (a * b))   # numpy rounds every op, as X86 does here
+
+
+@pytest.mark.parametrize("expr", list(MULADDS))
+@pytest.mark.parametrize("dt, n, suffix", FORMS, ids=FORM_IDS)
+def test_multiply_add_rounds_once_like_the_c_path(dt, n, suffix, expr):
+    """On inputs where one rounding and two differ, X86 gives the exactly rounded a*b + c, bit for bit what the C
+    renderer's kernel gives (the C compiler contracts a*b + c to an FMA too)."""
+    a, c, exact = _one_rounding_inputs(dt, n)
+    got = {dev: MULADDS[expr](*(Tensor(v, device=dev) for v in (a, a.copy(), c))).numpy() for dev in (X86, "CPU")}
+    np.testing.assert_array_equal(got[X86], np.full(n, exact, dt.np))
+    np.testing.assert_array_equal(got[X86], got["CPU"])
 
 
 # ---------------------------------------------------------------- broadcasts of an int
@@ -541,17 +589,17 @@ def test_negative_index_offset_is_a_signed_displacement(dt, k):
 
 # ---------------------------------------------------------------- load folding
 
-FOLDS = {"x*y": True, "x*y+y": False, "x*x": False}
+FOLDS = {"x*y": True, "x*y/y": False, "x*x": False}
 
 
 @pytest.mark.parametrize("expr", list(FOLDS))
 @pytest.mark.parametrize("dt, n, suffix", FORMS, ids=FORM_IDS)
 def test_loads_fold_only_into_their_single_use(dt, n, suffix, expr):
-    """x*y: y's load is the multiply's memory operand. x*y + y: y has two users, loaded once into a register.
+    """x*y: y's load is the multiply's memory operand. x*y / y: y has two users, loaded once into a register.
     x*x: one instruction uses x twice: loaded once into a register that is both operands."""
     a, b = rng.standard_normal(n).astype(dt.np), rng.standard_normal(n).astype(dt.np)
     x, y = Tensor(a, device=X86), Tensor(b, device=X86)
-    t, ref = {"x*y": (x * y, a * b), "x*y+y": (x * y + y, a * b + b), "x*x": (x * x, a * a)}[expr]
+    t, ref = {"x*y": (x * y, a * b), "x*y/y": (x * y / y, a * b / b), "x*x": (x * x, a * a)}[expr]
     insts = machine_code(t)
     (m,) = named(insts, "vmul" + suffix)
     reads = buffer_reads(insts)

@@ -94,10 +94,10 @@ def test_loads_fold_into_memory_operands_only_with_a_single_use():
     (insts,) = kernels(a * b)
     (mul,) = [i for i in insts if isinstance(i, Inst) and i.op is Op.VMULSS]
     assert isinstance(mul.operands[2], Mem) and count(insts, Op.VMOVSS) == 2  # one load, one store
-    (insts,) = kernels(a * b + b)        # b has two users: loaded once into a register
+    (insts,) = kernels(a * b / b)        # b has two users: loaded once into a register
     (mul,) = [i for i in insts if isinstance(i, Inst) and i.op is Op.VMULSS]
     assert not isinstance(mul.operands[2], Mem) and count(insts, Op.VMOVSS) == 3
-    np.testing.assert_array_equal((a * b + b).numpy(), (a.numpy() * b.numpy()) + b.numpy())
+    np.testing.assert_array_equal((a * b / b).numpy(), (a.numpy() * b.numpy()) / b.numpy())
 
 
 def test_register_pressure_spills_and_computes_right():
@@ -255,7 +255,12 @@ def _check_against_interpreter(case, n: int) -> None:
             raise
     ref, got = results
     assert got.dtype == ref.dtype
-    np.testing.assert_array_equal(got, ref)
+    if dt in (dtypes.float32, dtypes.float64) and any(s[0] == "mul" for s in steps):
+        # a*b + c may be contracted to one FMA (one rounding; the interpreter rounds twice): a few ulps of the
+        # product apart
+        np.testing.assert_allclose(got, ref, rtol=8 * np.finfo(dt.np).eps, atol=8 * np.finfo(dt.np).eps)
+    else:
+        np.testing.assert_array_equal(got, ref)
 
 
 @settings(max_examples=int(os.environ.get("TG_X86_EXAMPLES", "60")), deadline=None, derandomize=True,

@@ -29,11 +29,12 @@ from __future__ import annotations
 import bisect
 import operator
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from itertools import compress
 from typing import Any
 
 from tg_x86.isa import Cond, Flag, Op
-from tg_x86.machine import RAX, RCX, RDX, Frame, Slot, VMem, label_inst, minst
+from tg_x86.machine import RAX, RCX, RDX, Frame, Slot, Spec, VMem, label_inst, minst
 from tg_x86.operands import Label
 from tg_x86.vsel import (
     BARRIER_OPS,
@@ -45,10 +46,11 @@ from tg_x86.vsel import (
     VectorSelection,
     by_dtype,
     is_vector,
+    memo,
     min_or_max,
 )
 from tgcore.codegen.regalloc import LoopEnd, LoopStart, MInst, VReg
-from tgcore.dtype import AddrSpace, DType, dtypes
+from tgcore.dtype import AddrSpace, DType, PtrDType, dtypes
 from tgcore.renderer.isa import ISelContext, line_rewrite
 from tgcore.uop import Ops, PatternMatcher, UOp, UPat
 
@@ -60,6 +62,7 @@ CMP_OPS = frozenset({Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE})
 FOLD_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX})
 ARG_OPS = frozenset({Ops.PARAM, Ops.DEFINE_VAR})                        # read from the argument slots
 NO_CODE_OPS = frozenset({Ops.CONST, Ops.SINK, Ops.GROUP, Ops.NOOP, Ops.INDEX})  # selected where used, or nothing
+CODE_OPS = frozenset(Ops) - NO_CODE_OPS - {Ops.VCONST}   # the lines selection visits (selected_lines)
 ADD_MUL = frozenset({Ops.ADD, Ops.MUL})
 INT_RMW_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL})
 FLOAT_ARITH = {Ops.ADD: "VADD", Ops.SUB: "VSUB", Ops.MUL: "VMUL", Ops.FDIV: "VDIV"}
@@ -103,9 +106,25 @@ def is_vec(dt: DType) -> bool:
 _IS_FLOAT: dict[DType, bool] = {}  # facts of dtypes (interned), not of a kernel
 
 
-def gbits(dt: DType) -> int:
+def _gbits(dt: DType) -> int:
     """Width of the gpr operations on an integer dtype (narrow types work in 32 bits)."""
     return 64 if dt.itemsize == 8 else 32
+
+
+gbits = by_dtype(_gbits)
+
+
+def canon_const(u: UOp) -> int:
+    """An integer constant as its canonical register value."""
+    dt = u.dtype
+    if dt is dtypes.bool:
+        return int(bool(u.arg))
+    v = int(u.arg)
+    bits = dt.itemsize * 8
+    v &= (1 << bits) - 1
+    if not dtypes.is_unsigned(dt) and v >= 1 << (bits - 1):
+        v -= 1 << bits
+    return v
 
 
 def f32_bits(value: float, dt: DType) -> bytes:
@@ -157,6 +176,7 @@ class Selector(ISelContext, VectorSelection):
         self.tested: tuple[UOp, int] | None = None           # (gate, position) of the last test of a bool gate
         self.arg_sites: list[tuple[int, UOp]] = []   # with remat_args: (program position, PARAM/DEFINE_VAR)
         self.remat_loads: dict[VReg, UOp] = {}        # with remat_args: register of each reload -> its UOp
+        self.reload_at: list[int] = []                # with remat_args: program position of each reload
         self.region = 0               # counts labels: values made in one region are reused only there
         self.lane_offset = 0   # elements added to every address (lane j of a lane-by-lane vector access)
         self._acc_stores: dict[UOp, list[int]] | None = None
@@ -167,7 +187,76 @@ class Selector(ISelContext, VectorSelection):
         self.var_arg = {n: nbufs + i for i, n in enumerate(sorted(names))}
         self.core_arg = nbufs + len(names)
         self.frame.nargs = self.core_arg + 1
+        self.canon_const: Callable[[UOp], int] = memo(canon_const)   # of this kernel's CONSTs
         self.plan_vectors()
+        self.plan_fma()
+        if isel is None and not self.hred_roots:  # no horizontal reduction: its rule would only fall through
+            self.isel = LINE_ISEL
+
+    def plan_fma(self) -> None:
+        """Decide which float ``a*b + c`` become one FMA (contraction, as C compilers do by default: one rounding
+        instead of two): an ADD of float32/float64 (a scalar, or a vector held in pieces) one of whose sources is a
+        MUL of its dtype read only by this ADD, once (``fuses``); when both are, the second. The MUL emits nothing,
+        the ADD the FMA (``fma_order``). Found from the MULs: most ADDs are index math. Runs after
+        ``plan_vectors``: the root of a horizontal reduction is not a multiply to fuse."""
+        self.fma_adds: dict[UOp, tuple[UOp, UOp]] = {}   # ADD -> (addend, MUL)
+        self.fma_muls: set[UOp] = set()
+        for mul in self.lines(Ops.MUL):
+            if not fma_dtype(mul.dtype):
+                continue
+            users = self.users.get(mul)
+            if users is None or len(users) != 1 or not self.fuses(mul, users[0]):
+                continue
+            u = users[0]
+            if u.src[1] is mul:
+                c = u.src[0]
+            elif self.fuses(u.src[1], u):
+                continue   # u fuses its second source
+            else:
+                c = u.src[1]
+            self.fma_adds[u] = (c, mul)
+            self.fma_muls.add(mul)
+
+    def fuses(self, mul: UOp, add: UOp) -> bool:
+        """Can ``add`` (of a float dtype) and its source ``mul`` be one FMA? A MUL of its dtype that only it reads,
+        once, with no store or loop boundary in between (a load folded into the MUL is read at the ADD), and not
+        the root of a horizontal reduction."""
+        return (mul.op is Ops.MUL and add.op is Ops.ADD and mul.dtype is add.dtype and self.users.get(mul) == [add]
+                and mul not in self.hred_roots and BARRIER_OPS.isdisjoint(self.ops[self.pos[mul] + 1:self.pos[add]]))
+
+    def fma_order(self, a: UOp, b: UOp, c: UOp, mul: UOp, at: UOp,
+                  in_memory: Callable[[UOp], bool]) -> tuple[str, UOp, UOp, UOp]:
+        """The vfmadd form computing ``a*b + c`` at line ``at`` (``mul``: the line reading a and b, ``at`` itself for
+        MULACC) and the sources in its operand order. vfmadd132 is ``x = x*z + y``, 213 ``x = y*x + z``, 231
+        ``x = y*z + x``. Only the last operand may be memory: a source ``in_memory`` (a constant or a folded load)
+        goes there, a multiplicand first. The first is overwritten: a source whose value dies here when there is
+        one (so no copy is made before the FMA), the addend first."""
+        if in_memory(a) and not in_memory(b):
+            a, b = b, a
+
+        def free(x: UOp, user: UOp) -> bool:
+            """May the FMA overwrite x's register with no copy first? A source in memory is loaded into a fresh
+            one; a register must die here and be no other operand."""
+            return in_memory(x) or (self.dies_at(x, user, at) and sum(s is x for s in (a, b, c)) == 1)
+        if in_memory(b):
+            return ("231", c, a, b) if free(c, at) or not free(a, mul) else ("132", a, c, b)
+        if in_memory(c):
+            return ("213", b, a, c) if free(b, mul) and not free(a, mul) else ("213", a, b, c)
+        if free(c, at):
+            return "231", c, a, b
+        if free(a, mul):
+            return "213", a, b, c
+        if free(b, mul):
+            return "213", b, a, c
+        return "231", c, a, b
+
+    def dies_at(self, x: UOp, user: UOp, at: UOp) -> bool:
+        """Is the instruction selected at line ``at`` the last to read x's value? Its last user is ``user`` (selected
+        at ``at``) and no loop starts in between (a value made before a loop and read inside it lives on)."""
+        users, i = self.users.get(x), self.pos.get(x)
+        if not users or i is None:
+            return False
+        return users[-1] is user and Ops.RANGE not in self.ops[i + 1:self.pos[at]]
 
     # ---- helpers ----
     def positions(self, op: Ops) -> list[int]:
@@ -181,6 +270,11 @@ class Selector(ISelContext, VectorSelection):
         except ValueError:
             return out
 
+    def selected_lines(self) -> Iterable[UOp]:
+        """The lines the rules run on: not constants and addresses (selected where they are used), nor lines
+        that make no code (their rules would only return EMITTED). Filtered in C: a quarter of the lines."""
+        return compress(self.uops, map(CODE_OPS.__contains__, self.ops))
+
     def lines(self, op: Ops) -> list[UOp]:
         """The lines of ``op``, in order."""
         return list(map(self.uops.__getitem__, self.positions(op)))
@@ -189,7 +283,9 @@ class Selector(ISelContext, VectorSelection):
         return self.new("vec" if is_vec(dt) else "gpr")
 
     def emit(self, op: Op, defs: list, uses: list, layout: tuple, two: bool = False, cond: Cond | None = None) -> None:
-        self.prog.append(minst(op, defs, uses, layout, two, cond))
+        """Append ``op`` (what ``machine.minst`` builds, without its copies: rules pass new lists, layouts are
+        tuples, and no stage changes an instruction's lists in place)."""
+        self.prog.append(MInst(op, defs, uses, Spec(layout, two, cond)))
 
     def label(self, lab: Label) -> None:
         self.region += 1
@@ -238,18 +334,10 @@ class Selector(ISelContext, VectorSelection):
             self.mov_imm(d, self.canon_const(u), gbits(u.dtype))
         return d
 
-    def canon_const(self, u: UOp) -> int:
-        """An integer constant as its canonical register value."""
-        v, dt = self.int_value(u), u.dtype
-        if dt is dtypes.bool:
-            return v
-        bits = dt.itemsize * 8
-        v &= (1 << bits) - 1
-        if not dtypes.is_unsigned(dt) and v >= 1 << (bits - 1):
-            v -= 1 << bits
-        return v
-
     def reg(self, u: UOp) -> VReg:
+        v = self.val.get(u)
+        if v is not None:   # constants, and arguments read where used, have no value
+            return v
         if u.op is Ops.CONST:
             return self.materialize(u)
         if self.remat_args and u.op in ARG_OPS:
@@ -258,11 +346,9 @@ class Selector(ISelContext, VectorSelection):
             if v is None:
                 v = self.remat_cache[key] = self.arg_value(u)
                 self.remat_loads[v] = u
+                self.reload_at.append(len(self.prog) - 1)
             return v
-        v = self.val.get(u)
-        if v is None:
-            raise SelectionError(f"x86: no value for {u.op.name} {u.dtype}")
-        return v
+        raise SelectionError(f"x86: no value for {u.op.name} {u.dtype}")
 
     def int_operand(self, u: UOp, bits: int) -> Any:
         """An immediate when the constant fits the instruction, else a register."""
@@ -271,6 +357,15 @@ class Selector(ISelContext, VectorSelection):
             if -(1 << 31) <= v < (1 << 31) or (bits == 32 and v < (1 << 32)):
                 return v
         return self.reg(u)
+
+    def in_memory(self, u: UOp) -> bool:
+        """Is a float scalar read as a memory operand (a constant's frame slot, a folded load)?"""
+        return u.op is Ops.CONST or u in self.folded
+
+    def float_reg(self, u: UOp) -> VReg:
+        """A float scalar in a register (a constant or a folded load is loaded here)."""
+        o = self.float_operand(u)
+        return self.reg_from(o, u.dtype) if type(o) is VMem else o
 
     def float_operand(self, u: UOp) -> Any:
         """A constant's frame slot or a folded load (memory operands), else a register."""
@@ -433,8 +528,8 @@ class Selector(ISelContext, VectorSelection):
 
     # ---- the program ----
     def select(self) -> tuple[list[Any], Frame]:
-        """Run the rules over every line (what ``ISARenderer.select`` does)."""
-        line_rewrite(self.uops, self.isel, self, self.prog, strict=True)
+        """Run the rules over the lines (what ``ISARenderer.select`` does)."""
+        line_rewrite(self.selected_lines(), self.isel, self, self.prog, strict=True)
         return self.prog, self.frame
 
     def args_held(self) -> list[Any]:
@@ -444,14 +539,11 @@ class Selector(ISelContext, VectorSelection):
         held = {u: self.new("gpr") for _, u in self.arg_sites}
         mapping = {v: held[u] for v, u in self.remat_loads.items()}
         out = list(self.prog)
-        drop = []
-        for i in _mentioning(out, mapping.keys()):
+        drop = self.reload_at
+        # only its reload writes a reload's register; nothing before the first reload reads one
+        for i in _reading(out, mapping.keys(), drop[0] if drop else len(out)):
             ins = out[i]
-            if ins.op is Op.MOV and ins.defs and ins.defs[0] in mapping:
-                drop.append(i)  # a reload
-            else:
-                out[i] = MInst(ins.op, [_held(o, mapping) for o in ins.defs], [_held(o, mapping) for o in ins.uses],
-                               ins.arg)
+            out[i] = MInst(ins.op, ins.defs, [_held(o, mapping) for o in ins.uses], ins.arg)
         # from the back, so positions ahead still count the selected program: the reloads go, the loads come in
         # (a load at a reload's position comes before it: deleted first)
         sites = self.arg_sites
@@ -651,7 +743,8 @@ class Selector(ISelContext, VectorSelection):
         stores = self.acc_stores().get(acc, [])
         i = bisect.bisect_right(stores, here)
         nxt = stores[i] if i < len(stores) else len(self.uops)
-        return all(self.pos[x] <= nxt for x in self.users[u])
+        users = self.users.get(u)
+        return not users or self.pos[users[-1]] <= nxt   # users come in line order: the last is the latest
 
     def acc_stores(self) -> dict[UOp, list[int]]:
         """For each accumulator, the positions of the STOREs to it, in order (found once)."""
@@ -955,12 +1048,23 @@ class Selector(ISelContext, VectorSelection):
         self.vop3(fop("VROUND", u.dtype), d, a, a, (("i", TRUNC_IMM),))
         return d
 
+    def float_fma(self, u: UOp) -> VReg:
+        """A fused ADD (``plan_fma``): its MUL's a*b + the other source, one FMA."""
+        c, mul = self.fma_adds[u]
+        a, b = mul.src
+        return self.fma(u.dtype, a, b, c, mul, u)
+
     def float_mulacc(self, u: UOp) -> VReg:
-        """a*b + c as one vfmadd231 into c's copy (b may be memory)."""
-        d = self.new("vec")
         a, b, c = u.src
-        self.emit(fop("VFMADD231", u.dtype), [d], [self.reg(c), self.reg(a), self.float_operand(b)],
-                  (("d", 0, 128), ("u", 1, 128), self.operand_layout(2, self.float_operand(b), 128)), two=True)
+        return self.fma(u.dtype, a, b, c, u, u)
+
+    def fma(self, dt: DType, a: UOp, b: UOp, c: UOp, mul: UOp, at: UOp) -> VReg:
+        """a*b + c rounded once: one vfmadd{132,213,231}s[sd] of the form ``fma_order`` picks."""
+        form, x, y, z = self.fma_order(a, b, c, mul, at, self.in_memory)
+        d = self.new("vec")
+        rx, ry, rz = self.float_reg(x), self.float_reg(y), self.float_operand(z)
+        self.emit(fop("VFMADD" + form, dt), [d], [rx, ry, rz],
+                  (("d", 0, 128), ("u", 1, 128), self.operand_layout(2, rz, 128)), two=True)
         return d
 
     # ---- casts (by register file: the four CAST rules of SCALAR_ISEL) ----
@@ -1212,6 +1316,7 @@ def sel_define_reg(ctx: Selector, x: UOp) -> VReg:
 
 
 def sel_after(ctx: Selector, x: UOp) -> tuple:
+    """AFTER is the value of what it follows (an accumulator's register, or its pieces for a vector)."""
     if x.src[0] in ctx.val:
         ctx.val[x] = ctx.val[x.src[0]]
     return EMITTED
@@ -1233,6 +1338,16 @@ def sel_where_minmax(ctx: Selector, x: UOp, c: UOp, a: UOp, b: UOp) -> tuple | N
     if name is None:
         return None
     ctx.val[x] = ctx.where_minmax(x, name)
+    return EMITTED
+
+
+def sel_fused(ctx: Selector, x: UOp) -> tuple | None:
+    """A float MUL or ADD ``plan_fma`` fused: the MUL emits nothing, the ADD one FMA."""
+    if x in ctx.fma_muls:
+        return EMITTED
+    if x not in ctx.fma_adds:
+        return None
+    ctx.val[x] = ctx.float_fma(x)
     return EMITTED
 
 
@@ -1283,19 +1398,22 @@ SCALAR_ISEL = PatternMatcher([
     (UPat(Ops.MULACC, I, name="x"), value_rule(Selector.int_mulacc)),
     (UPat(tuple(BOOL_BINARY), dtypes.bool, name="x"), binary_rule(BOOL_BINARY)),
     (UPat(tuple(INT_BINARY), I, name="x"), binary_rule(INT_BINARY)),
-    # float ALU in xmm lane 0 (memory operands for constants and single-use loads)
+    # float ALU in xmm lane 0 (memory operands for constants and single-use loads); a*b + c as one FMA where
+    # plan_fma fused them
+    (UPat(ADD_MUL, F, name="x"), sel_fused),
     (UPat(tuple(FLOAT_ARITH), F, name="x"), value_rule(Selector.float_arith)),
     (UPat(Ops.MAX, F, name="x"), value_rule(Selector.float_max)),          # vmax + unordered blend: NaN propagates
     (UPat(Ops.NEG, F, name="x"), value_rule(Selector.float_neg)),          # xor with the sign bit
     (UPat(Ops.SQRT, F, name="x"), value_rule(Selector.float_sqrt)),
     (UPat(Ops.RECIPROCAL, F, name="x"), value_rule(Selector.float_reciprocal)),
     (UPat(Ops.TRUNC, F, name="x"), value_rule(Selector.float_trunc)),      # vround toward zero
-    (UPat(Ops.MULACC, F, name="x"), value_rule(Selector.float_mulacc)),    # vfmadd231: one rounding
+    (UPat(Ops.MULACC, F, name="x"), value_rule(Selector.float_mulacc)),    # one vfmadd: one rounding
     (UPat(name="x"), sel_unknown),
 ])
 
 # the x86 isel table: horizontal reductions, then vector UOps, then scalar ones
-ISEL = HRED_ISEL + VECTOR_ISEL + SCALAR_ISEL
+LINE_ISEL = VECTOR_ISEL + SCALAR_ISEL
+ISEL = HRED_ISEL + LINE_ISEL
 
 
 # selection outside the renderer (tools, benches); X86Renderer selects through ISARenderer.select
@@ -1312,27 +1430,31 @@ def select_both(uops: list[UOp]) -> tuple[list[Any], list[Any], Frame]:
 
 
 _OP = operator.attrgetter("op")
+# a dtype whose a*b + c may fuse into one FMA: float32/float64 scalars and vectors
+fma_dtype = by_dtype(lambda dt: dt.scalar() in FOLDABLE_LOADS and not isinstance(dt, PtrDType))
 # a pointer into DEFINE_REG storage (accumulators held in registers)
 in_registers = by_dtype(lambda dt: getattr(dt, "addrspace", AddrSpace.GLOBAL) is AddrSpace.REG)
 
 
-def _mentioning(prog: list[Any], regs: Any) -> list[int]:
-    """Positions of the instructions of ``prog`` naming one of ``regs`` (a set or dict keys of VRegs), as an
-    operand or inside a memory operand. Labels have no operands; operands are hashable (registers, memory
-    operands and labels by identity, immediates)."""
+def _reading(prog: list[Any], regs: Any, start: int = 0) -> list[int]:
+    """Positions (from ``start``) of the instructions of ``prog`` reading one of ``regs`` (a set or dict keys of
+    VRegs), as an operand or inside a memory operand (selection puts memory operands among the uses only).
+    Labels have no operands; operands are hashable (registers, memory operands and labels by identity,
+    immediates)."""
     found = []
     named = regs.isdisjoint
-    for i, ins in enumerate(prog):
-        if type(ins) is MInst:
-            ops = ins.uses + ins.defs
-            if not named(ops):
-                found.append(i)
-                continue
-            if VMem in map(type, ops):  # checked in C first: most instructions have no memory operand
-                for o in ops:
-                    if type(o) is VMem and not named((o.base, o.index)):
-                        found.append(i)
-                        break
+    for i, ins in enumerate(prog[start:], start):
+        try:
+            uses = ins.uses
+        except AttributeError:  # a loop marker (rare: no check on every instruction)
+            continue
+        if not named(uses):
+            found.append(i)
+        elif VMem in map(type, uses):  # checked in C first: most instructions have no memory operand
+            for o in uses:
+                if type(o) is VMem and not named((o.base, o.index)):
+                    found.append(i)
+                    break
     return found
 
 

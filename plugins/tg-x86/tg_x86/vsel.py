@@ -14,8 +14,9 @@ bool lanes are 32-bit 0/1 integers (8 per piece; masks are made from them with a
 Constants (vector CONST, VCONST, VECTORIZE of CONSTs) are never held in registers: they are
 frame slots read as memory operands, or loaded at the use that needs a register. Scalar loads
 feeding only a broadcast are folded into it (``vbroadcastss ymm, [mem]``); single-use vector
-loads fold into the memory operand of their ALU user; ``acc + a*b`` on a float vector
-accumulator is one ``vfmadd231``.
+loads fold into the memory operand of their ALU user; ``a*b + c`` on float vectors is one FMA where
+``isel.Selector.plan_fma`` fused it (an accumulator update ``acc + a*b`` is a ``vfmadd231`` into the
+accumulator).
 
 Anything without a vector rule here is scalarized lane by lane (lanes extracted, the scalar
 rules of ``isel`` applied, the results packed again): correct first. float -> int casts take the
@@ -133,13 +134,27 @@ def _piece_lanes(dt: DType) -> tuple[int, ...]:
     return tuple(min(per, n - i) for i in range(0, n, per))
 
 
-kind, esize, native, is_vector, lane_by_lane, piece_lanes = map(
-    by_dtype, (_kind, _esize, _native, _is_vector, _lane_by_lane, _piece_lanes))
-
-
 def pbits(n: int, sdt: DType) -> int:
     """Register width of a piece of ``n`` lanes."""
     return 256 if n * esize(sdt) > 16 else 128
+
+
+def _piece_bits(dt: DType) -> tuple[int, ...]:
+    """Register width of each piece of a native vector dtype."""
+    sdt = dt.scalar()
+    return tuple(pbits(n, sdt) for n in piece_lanes(dt))
+
+
+kind, esize, native, is_vector, lane_by_lane, piece_lanes, piece_bits, scalar_of = map(
+    by_dtype, (_kind, _esize, _native, _is_vector, _lane_by_lane, _piece_lanes, _piece_bits, DType.scalar))
+
+
+@memo
+def vector_layout(key: tuple[int, tuple[type, ...]]) -> tuple:
+    """The layout of ``d = op(x0, x1, ...)`` on registers of one width, a VMem source a memory operand: key (bits,
+    the sources' types). Made once per key."""
+    bits, types = key
+    return (("d", 0, bits), *(("u", i, None if t is VMem else bits) for i, t in enumerate(types)))
 
 
 def lane_bytes(value: Any, sdt: DType) -> bytes:
@@ -154,10 +169,12 @@ def lane_bytes(value: Any, sdt: DType) -> bytes:
 
 
 _DTYPE = operator.attrgetter("dtype")
+_OP = operator.attrgetter("op")
+_VECTOR, _LANE = operator.itemgetter(0), operator.itemgetter(1)   # of a (vector, lane) leaf of a reduction tree
 
 
 def is_vconst(u: UOp) -> bool:
-    return u.op in CONST_OPS or (u.op is Ops.VECTORIZE and all(s.op is Ops.CONST for s in u.src))
+    return u.op in CONST_OPS or (u.op is Ops.VECTORIZE and set(map(_OP, u.src)) == {Ops.CONST})
 
 
 def is_vzero(u: UOp) -> bool:
@@ -176,31 +193,25 @@ class VectorSelection:
     loops: list
     is_vconst: Callable[[UOp], bool]   # (plan_vectors) a CONST, VCONST or VECTORIZE of CONSTs (read from memory)
     is_vzero: Callable[[UOp], bool]    # (plan_vectors) a constant vector of +0 in every lane (what vxorps makes)
+    fma_adds: dict[UOp, tuple[UOp, UOp]]   # (plan_fma) ADD -> (addend, MUL) selected as one FMA
+    fma_muls: set[UOp]                     # (plan_fma) their MULs, which emit nothing
+    fma_order: Callable[..., tuple[str, UOp, UOp, UOp]]
 
     def plan_vectors(self) -> None:
-        """Decide fusions before selecting: FMA accumulator updates, loads folded into broadcasts."""
+        """Decide fusions before selecting: loads folded into broadcasts, compares into blends, shuffles, horizontal
+        reductions (FMAs: ``isel.Selector.plan_fma``)."""
         # facts of this kernel's UOps, memoized per kernel
         self.is_vconst = memo(is_vconst)
         self.is_vzero = memo(is_vzero)
         self.const_pieces: dict[tuple[UOp, int], VMem] = {}
-        self.fma_adds: dict[UOp, tuple[UOp, UOp]] = {}
-        self.fma_muls: set[UOp] = set()
         self.bcast_loads: set[UOp] = set()
         self.lane_cache: dict[tuple, Any] | None = {}
         self.vfused_cmps: set[UOp] = set()
         # each kind of line is found by ``lines`` (list.index, in C): most lines are none of these
         self.lane_geps = any(  # any one-lane GEP (the leaves of a horizontal reduction)
             len(u.arg) == 1 for u in self.lines(Ops.GEP))
-        for u in self.lines(Ops.ADD):
-            if is_vector(u.dtype) and dtypes.is_float(u.dtype.scalar()):
-                for acc, mul in (u.src, u.src[::-1]):
-                    if (acc.op is Ops.LOAD and native(u.dtype) and self.is_reg_index(acc.src[0]) and mul.op is Ops.MUL
-                            and mul.dtype is u.dtype and self.users.get(mul) == [u] and mul not in self.fma_muls):
-                        self.fma_adds[u] = (acc, mul)
-                        self.fma_muls.add(mul)
-                        break
         for u in self.lines(Ops.VECTORIZE):
-            if is_vector(u.dtype) and all(s is u.src[0] for s in u.src):
+            if is_vector(u.dtype) and len(set(u.src)) == 1:   # every lane the same UOp
                 s = u.src[0]
                 if (s.op is Ops.LOAD and s.dtype in BROADCASTABLE and len(s.src) == 1 and len(s.src[0].src) == 2
                         and not self.is_reg_index(s.src[0]) and set(self.users.get(s, ())) == {u}
@@ -214,7 +225,7 @@ class VectorSelection:
                 users = self.users.get(u, [])
                 if users and native(u.src[0].dtype) and all(x.op is Ops.WHERE and native(x.dtype) and x.src[0] is u
                                                             and u not in x.src[1:]
-                                 and esize(x.dtype.scalar()) == esize(u.src[0].dtype.scalar()) for x in users):
+                                 and esize(scalar_of(x.dtype)) == esize(scalar_of(u.src[0].dtype)) for x in users):
                     self.vfused_cmps.add(u)
         self.plan_shuffles()
         self.plan_horizontal()
@@ -294,20 +305,24 @@ class VectorSelection:
         self.hred_skip: set[UOp] = set()
         if not self.lane_geps:  # a tree's leaves are one-lane GEPs: without any, there is no tree
             return
-        for u in self.uops:
-            if u.op not in HRED_OPS or is_vector(u.dtype) or not native(u.dtype):
-                continue
-            if (u.op, kind(u.dtype)) not in HRED or any(x.op is u.op and x.dtype is u.dtype for x in self.users[u]):
-                continue
-            nodes: list[UOp] = []
-            leaves: list[tuple[UOp, int]] = []
-            if not all(self.tree(s, u, nodes, leaves) for s in u.src):
-                continue
-            v = leaves[0][0]
-            if v.dtype.count >= 4 and all(x is v for x, _ in leaves) and sorted(j for _, j in leaves) == list(
-                    range(v.dtype.count)):
-                self.hred_roots[u] = v
-                self.hred_skip.update(nodes)
+        for op in HRED_OPS:
+            for u in self.lines(op):
+                a, b = u.src   # a tree's nodes are lane GEPs and nodes of its op: index math fails here
+                if a.op is not u.op and a.op is not Ops.GEP or b.op is not u.op and b.op is not Ops.GEP:
+                    continue
+                if is_vector(u.dtype) or not native(u.dtype):
+                    continue
+                if (u.op, kind(u.dtype)) not in HRED or any(x.op is u.op and x.dtype is u.dtype for x in self.users[u]):
+                    continue
+                nodes: list[UOp] = []
+                leaves: list[tuple[UOp, int]] = []
+                if not (self.tree(a, u, nodes, leaves) and self.tree(b, u, nodes, leaves)):
+                    continue
+                v = leaves[0][0]
+                if v.dtype.count >= 4 and set(map(_VECTOR, leaves)) == {v} and sorted(map(_LANE, leaves)) == list(
+                        range(v.dtype.count)):
+                    self.hred_roots[u] = v
+                    self.hred_skip.update(nodes)
 
     def tree(self, x: UOp, parent: UOp, nodes: list[UOp], leaves: list[tuple[UOp, int]]) -> bool:
         if self.users.get(x) != [parent] or x.dtype is not parent.dtype:
@@ -316,7 +331,10 @@ class VectorSelection:
         if x.op is Ops.GEP and len(x.arg) == 1:
             leaves.append((x.src[0], x.arg[0]))
             return True
-        return x.op is parent.op and all(self.tree(s, x, nodes, leaves) for s in x.src)
+        if x.op is not parent.op:
+            return False
+        a, b = x.src   # ADD, MUL and MAX read two values
+        return self.tree(a, x, nodes, leaves) and self.tree(b, x, nodes, leaves)
 
     def hreduce(self, u: UOp) -> Any:
         v, op, sdt = self.hred_roots[u], u.op, u.dtype
@@ -366,8 +384,7 @@ class VectorSelection:
 
     def vemit(self, op: Op, d: Any, uses: list, bits: int, extra: tuple = ()) -> None:
         """``d = op(uses...)``, every register at ``bits``; a VMem use becomes a memory operand."""
-        lay = [("d", 0, bits)] + [("u", i, None if isinstance(x, VMem) else bits) for i, x in enumerate(uses)]
-        self.emit(op, [d], uses, (*lay, *extra))
+        self.emit(op, [d], uses, vector_layout((bits, tuple(map(type, uses)))) + extra)
 
     def zero(self, bits: int) -> VReg:
         d = self.vnew()
@@ -392,6 +409,15 @@ class VectorSelection:
 
     # ---- constants ----
     @staticmethod
+    def uniform(u: UOp) -> Any:
+        """The value of every lane of a constant vector that has one (else None)."""
+        if u.op is Ops.CONST:
+            return u.arg
+        if u.op is Ops.VECTORIZE and len(set(u.src)) == 1:   # one CONST in every lane
+            return u.src[0].arg
+        return None
+
+    @staticmethod
     def const_lanes(u: UOp) -> list:
         if u.op is Ops.CONST:
             return [u.arg] * u.dtype.count
@@ -406,8 +432,12 @@ class VectorSelection:
         return hit
 
     def _const_piece(self, u: UOp, p: int) -> VMem:
-        sdt = u.dtype.scalar()
+        sdt = scalar_of(u.dtype)
         per = lanes_per_piece(sdt)
+        value = self.uniform(u)
+        if value is not None:
+            n = min(per, u.dtype.count - p * per)
+            return self.const_mem(lane_bytes(value, sdt) * n, pbits(n, sdt))
         lanes = self.const_lanes(u)[p * per:(p + 1) * per]
         data = b"".join(lane_bytes(v, sdt) for v in lanes)
         return self.const_mem(data, pbits(len(lanes), sdt))
@@ -420,49 +450,44 @@ class VectorSelection:
     # ---- operands ----
     def vpiece(self, u: UOp, p: int, into: VReg | None = None) -> VReg:
         """Piece ``p`` of vector ``u`` in a register (constants and folded loads are loaded here)."""
-        sdt = u.dtype.scalar()
-        if not native(sdt):
-            if self.is_vconst(u):
-                return self.materialize(UOp.const(sdt, self.const_lanes(u)[p]), into)
-            r = self.val[u][p]
+        held = self.val.get(u)   # most pieces are values selected before (constants and folded loads have none)
+        if held is not None:
             if into is not None:
-                self.copy(into, r)
+                self.copy(into, held[p])
                 return into
-            return r
-        n = piece_lanes(u.dtype)[p]
-        bits = pbits(n, sdt)
-        if self.is_vconst(u):
-            if self.is_vzero(u):
-                d = into or self.vnew()
-                self.emit(Op.VXORPS, [d], [], (("d", 0, bits), ("d", 0, bits), ("d", 0, bits)))
-                return d
-            d = into or self.vnew()
-            self.vemit(Op.VMOVUPS, d, [self.const_piece(u, p)], bits)
-            return d
-        if u in self.folded or u in self.bcast_loads:
-            d = into or self.vnew()
+            return held[p]
+        sdt = scalar_of(u.dtype)
+        if not self.is_vconst(u) and u not in self.folded and u not in self.bcast_loads:
+            raise KeyError(f"x86: no value for {u.op.name} {u.dtype}")
+        if not native(sdt):   # a constant held lane by lane
+            return self.materialize(UOp.const(sdt, self.const_lanes(u)[p]), into)
+        bits = piece_bits(u.dtype)[p]
+        d = into or self.vnew()
+        if not self.is_vconst(u):
             self.load_piece(d, u, p)
-            return d
-        r = self.val[u][p]
-        if into is not None:
-            self.copy(into, r)
-            return into
-        return r
+        elif self.is_vzero(u):
+            self.emit(Op.VXORPS, [d], [], (("d", 0, bits), ("d", 0, bits), ("d", 0, bits)))
+        else:
+            self.vemit(Op.VMOVUPS, d, [self.const_piece(u, p)], bits)
+        return d
 
     def voperand(self, u: UOp, p: int) -> Any:
         """Piece ``p`` as a register or, for constants and folded loads, a memory operand."""
+        held = self.val.get(u)   # constants and folded loads have no value
+        if held is not None:
+            return held[p]
         if self.is_vconst(u):
             return self.const_piece(u, p)
         if u in self.folded:
             return self.piece_mem(u, p)
-        return self.val[u][p]
+        raise KeyError(f"x86: no value for {u.op.name} {u.dtype}")
 
     def pieces(self, u: UOp) -> tuple[VReg, ...]:
         return tuple(self.vpiece(u, p) for p in range(len(piece_lanes(u.dtype))))
 
     def piece_mem(self, u: UOp, p: int) -> VMem:
         """Piece ``p`` of vector load ``u`` as a memory operand."""
-        sdt = u.dtype.scalar()
+        sdt = scalar_of(u.dtype)
         m: VMem = self.mem(u.src[0], pbits(piece_lanes(u.dtype)[p], sdt))
         return VMem(m.bits, m.base, m.index, m.scale, m.disp + p * lanes_per_piece(sdt) * sdt.itemsize, m.slot)
 
@@ -473,7 +498,7 @@ class VectorSelection:
 
     def extract(self, u: UOp, j: int) -> Any:
         """Lane ``j`` of vector ``u`` as a scalar value (the scalar rules' representation)."""
-        sdt = u.dtype.scalar()
+        sdt = scalar_of(u.dtype)
         if self.is_vconst(u):
             return self.materialize(UOp.const(sdt, self.const_lanes(u)[j]))
         if u.op is Ops.VECTORIZE and u.src[j] not in self.bcast_loads:
@@ -523,7 +548,7 @@ class VectorSelection:
 
     def slice128(self, u: UOp, start: int) -> VReg:
         """An xmm holding lanes ``start..`` of ``u`` (``start`` on a 128-bit boundary)."""
-        sdt = u.dtype.scalar()
+        sdt = scalar_of(u.dtype)
         p, k = divmod(start, lanes_per_piece(sdt))
         return self.half(u, p, k // (16 // esize(sdt)))
 
@@ -598,14 +623,11 @@ class VectorSelection:
 
     def vbitcast(self, u: UOp) -> None:
         src = u.src[0]
-        s, t = src.dtype.scalar(), u.dtype.scalar()
+        s, t = scalar_of(src.dtype), scalar_of(u.dtype)
         if native(s) and native(t) and s.itemsize == t.itemsize and s is not dtypes.bool:
             self.val[u] = tuple(self.vcopy(r) for r in self.pieces(src))
         else:
             self.scalarize(u)
-
-    def vafter(self, u: UOp) -> None:
-        self.val[u] = self.val[u.src[0]]
 
     def gep(self, u: UOp) -> None:
         v, lanes = u.src[0], u.arg
@@ -613,7 +635,7 @@ class VectorSelection:
             if u not in self.shuffled_lanes:  # else only shuffled VECTORIZEs read it: nothing to extract
                 self.val[u] = self.extract(v, lanes[0])
             return
-        sdt = v.dtype.scalar()
+        sdt = scalar_of(v.dtype)
         per = lanes_per_piece(sdt)
         start, n = lanes[0], len(lanes)
         if not native(sdt):
@@ -635,7 +657,7 @@ class VectorSelection:
         if not native(u.dtype):
             self.val[u] = tuple(self.reg(x) for x in u.src)
             return
-        sdt = u.dtype.scalar()
+        sdt = scalar_of(u.dtype)
         s = u.src[0]
         if all(x is s for x in u.src) and s in self.bcast_loads:
             counts = piece_lanes(u.dtype)
@@ -661,7 +683,7 @@ class VectorSelection:
     # ---- memory ----
     def vfoldable(self, u: UOp) -> bool:
         """A vector load whose only user reads it as operand 2 (a memory operand) of one instruction."""
-        sdt = u.dtype.scalar()
+        sdt = scalar_of(u.dtype)
         if sdt not in BROADCASTABLE or len(u.src) != 1 or len(u.src[0].src) != 2 or u.dtype.count * esize(sdt) < 16:
             return False
         users = self.users.get(u, [])
@@ -669,7 +691,7 @@ class VectorSelection:
             return False
         user = users[0]
         if user.dtype is not u.dtype or user.op not in VFOLD_OPS or (kind(sdt), user.op) in (("i64", Ops.MUL),) \
-                or (user.op is Ops.MAX and not dtypes.is_float(sdt)) or user in self.fma_adds:
+                or (user.op is Ops.MAX and not dtypes.is_float(sdt)):
             return False
         if user.src[1] is not u and not (user.op in COMMUTATIVE and user.src[0] is u
                                           and not self.is_vconst(user.src[1]) and user.src[1].op is not Ops.LOAD):
@@ -681,7 +703,7 @@ class VectorSelection:
 
     def load_piece(self, d: VReg, u: UOp, p: int, addr: VReg | None = None) -> None:
         """Load piece ``p`` of vector load ``u`` into ``d`` (from ``[addr]`` and on when given: a gated load)."""
-        idx, sdt = u.src[0], u.dtype.scalar()
+        idx, sdt = u.src[0], scalar_of(u.dtype)
         if u in self.bcast_loads:  # a broadcast source asked for as a register: the scalar load
             self.load_into(d, idx, sdt)
             return
@@ -720,7 +742,7 @@ class VectorSelection:
         if not native(u.dtype):
             out = []
             for j in range(u.dtype.count):
-                su = UOp(Ops.LOAD, u.dtype.scalar(), (idx, *(self.lane_uop(s, j) for s in u.src[1:])))
+                su = UOp(Ops.LOAD, scalar_of(u.dtype), (idx, *(self.lane_uop(s, j) for s in u.src[1:])))
                 self.lane_offset = j
                 self.select_line(su)
                 self.lane_offset = 0
@@ -737,7 +759,7 @@ class VectorSelection:
             for p, d in enumerate(out):
                 self.load_piece(d, u, p)
         elif len(u.src) == 1:  # every piece through the gated address: the buffer's elements or the zero slot
-            addr = self.gated_address(gate, idx, u.dtype.count * u.dtype.scalar().itemsize, store=False)
+            addr = self.gated_address(gate, idx, u.dtype.count * scalar_of(u.dtype).itemsize, store=False)
             for p, d in enumerate(out):
                 self.load_piece(d, u, p, addr)
         else:  # an alternative value (hand-written programs only): kept by jumping over the loads
@@ -765,7 +787,7 @@ class VectorSelection:
             return
         gate = idx.src[2] if len(idx.src) > 2 else None
         regs = self.pieces(value)
-        sdt = value.dtype.scalar()
+        sdt = scalar_of(value.dtype)
         per = lanes_per_piece(sdt)
         if gate is None:
             m: VMem = self.mem(idx, 8)
@@ -809,7 +831,7 @@ class VectorSelection:
     def lane_uop(self, s: UOp, j: int) -> UOp:
         if not is_vector(s.dtype):
             return s
-        sdt = s.dtype.scalar()
+        sdt = scalar_of(s.dtype)
         if self.is_vconst(s):
             return UOp.const(sdt, self.const_lanes(s)[j])
         if s.op is Ops.VECTORIZE and s.src[j] not in self.bcast_loads:
@@ -820,7 +842,7 @@ class VectorSelection:
 
     def scalar_lanes(self, u: UOp) -> list:
         out = []
-        sdt = u.dtype.scalar()
+        sdt = scalar_of(u.dtype)
         for j in range(u.dtype.count):
             su = UOp(u.op, sdt, tuple(self.lane_uop(s, j) for s in u.src), u.arg)
             self.select_line(su)
@@ -829,48 +851,51 @@ class VectorSelection:
 
     def scalarize(self, u: UOp) -> None:
         """No vector rule: the scalar rules lane by lane, then packed."""
-        self.val[u] = self.pack(u.dtype.scalar(), self.scalar_lanes(u))
+        self.val[u] = self.pack(scalar_of(u.dtype), self.scalar_lanes(u))
 
     # ---- ALU ----
     def per_piece(self, u: UOp, fn: Any) -> None:
-        sdt = u.dtype.scalar()
+        """u's value: ``fn(d, p, bits)`` writes each piece p into a new register d of ``bits``."""
         out = []
-        for p, n in enumerate(piece_lanes(u.dtype)):
-            d = self.vnew()
-            fn(d, p, pbits(n, sdt))
+        for p, bits in enumerate(piece_bits(u.dtype)):
+            d = self.new("vec")
+            fn(d, p, bits)
             out.append(d)
         self.val[u] = tuple(out)
 
+    def vin_memory(self, x: UOp) -> bool:
+        """Is a vector read as a memory operand (a constant's frame slots, a folded load)? Neither has a value."""
+        return x not in self.val and (self.is_vconst(x) or x in self.folded)
+
     def binary(self, xop: Op, u: UOp, a: UOp, b: UOp) -> None:
-        def in_memory(x: UOp) -> bool:
-            return self.is_vconst(x) or x in self.folded
+        """``d = a xop b`` piece by piece (per_piece written out: the most common vector op)."""
+        in_memory = self.vin_memory
         if u.op in COMMUTATIVE and in_memory(a) and not in_memory(b):
             a, b = b, a
-        self.per_piece(u, lambda d, p, bits: self.vemit(xop, d, [self.vpiece(a, p), self.voperand(b, p)], bits))
+        out = []
+        for p, bits in enumerate(piece_bits(u.dtype)):
+            d = self.new("vec")
+            self.vemit(xop, d, [self.vpiece(a, p), self.voperand(b, p)], bits)
+            out.append(d)
+        self.val[u] = tuple(out)
 
     def valu(self, u: UOp) -> None:
-        op, sdt = u.op, u.dtype.scalar()
+        if u in self.fma_muls:   # its FMA is selected at the ADD
+            return
+        op, sdt = u.op, scalar_of(u.dtype)
         k = kind(sdt)
         if not native(u.dtype) or any(map(lane_by_lane, map(_DTYPE, u.src))):
             self.scalarize(u)
             return
-        if u in self.fma_muls:
-            return
-        if u in self.fma_adds:
-            acc, mul = self.fma_adds[u]
+        fused = self.fma_adds.get(u)
+        if fused is not None:
+            c, mul = fused
             a, b = mul.src
-            if self.is_vconst(a) or a in self.folded:
-                a, b = b, a
-            fma = Op.VFMADD231PD if k == "f64" else Op.VFMADD231PS
-
-            def emit_fma(d: VReg, p: int, bits: int) -> None:
-                rb = self.voperand(b, p)
-                self.emit(fma, [d], [self.vpiece(acc, p), self.vpiece(a, p), rb],
-                          (("d", 0, bits), ("u", 1, bits), ("u", 2, None if isinstance(rb, VMem) else bits)), two=True)
-            self.per_piece(u, emit_fma)
+            self.vfma(u, a, b, c, mul)
             return
-        if (op, k) in VALU:
-            self.binary(VALU[(op, k)], u, *u.src)
+        xop = VALU.get((op, k))
+        if xop is not None:
+            self.binary(xop, u, *u.src)
             return
         fl = k in ("f32", "f64")
         pd = k == "f64"
@@ -901,13 +926,7 @@ class VectorSelection:
                                                             [self.voperand(u.src[0], p)], bits, (("i", TRUNC_IMM),)))
         elif fl and op is Ops.MULACC:
             a, b, c = u.src
-            fma = Op.VFMADD231PD if pd else Op.VFMADD231PS
-
-            def mulacc(d: VReg, p: int, bits: int) -> None:
-                rb = self.voperand(b, p)
-                self.emit(fma, [d], [self.vpiece(c, p), self.vpiece(a, p), rb],
-                          (("d", 0, bits), ("u", 1, bits), ("u", 2, None if isinstance(rb, VMem) else bits)), two=True)
-            self.per_piece(u, mulacc)
+            self.vfma(u, a, b, c, u)
         elif k == "i32" and op is Ops.MAX:
             self.binary(Op.VPMAXUD if dtypes.is_unsigned(sdt) else Op.VPMAXSD, u, *u.src)
         elif k in ("i32", "i64") and op is Ops.NEG:
@@ -924,12 +943,23 @@ class VectorSelection:
         else:
             self.scalarize(u)
 
+    def vfma(self, u: UOp, a: UOp, b: UOp, c: UOp, mul: UOp) -> None:
+        """a*b + c rounded once, piece by piece: one vfmadd{132,213,231}p[sd] of the form ``fma_order`` picks."""
+        form, x, y, z = self.fma_order(a, b, c, mul, u, self.vin_memory)
+        fma = Op["VFMADD" + form + ("PD" if esize(scalar_of(u.dtype)) == 8 else "PS")]
+
+        def emit_fma(d: VReg, p: int, bits: int) -> None:
+            rz = self.voperand(z, p)
+            self.emit(fma, [d], [self.vpiece(x, p), self.vpiece(y, p), rz],
+                      (("d", 0, bits), ("u", 1, bits), ("u", 2, None if isinstance(rz, VMem) else bits)), two=True)
+        self.per_piece(u, emit_fma)
+
     def vdivide(self, u: UOp) -> None:
         """int32 division and remainder. Unsigned by a power of two: a shift or a mask. Signed: through
         float64, which is exact here (operands below 2**31: a quotient never rounds across an integer);
         INT_MIN/-1 wraps by itself (vcvttpd2dq gives 0x80000000), lanes dividing by 0 are masked to 0."""
         a, b = u.src
-        sdt = u.dtype.scalar()
+        sdt = scalar_of(u.dtype)
         lanes = self.const_lanes(b) if self.is_vconst(b) else None
         d0 = int(lanes[0]) if lanes is not None and all(x == lanes[0] for x in lanes) else None
         if dtypes.is_unsigned(sdt):
@@ -975,7 +1005,7 @@ class VectorSelection:
 
     def vshift(self, u: UOp) -> None:
         """Shift amounts outside 0..width-1 give 0 or the sign: exactly what vpsllv/vpsrlv/vpsrav do."""
-        sdt = u.dtype.scalar()
+        sdt = scalar_of(u.dtype)
         a, n = u.src
         wide = esize(sdt) == 8
         signed = not dtypes.is_unsigned(sdt)
@@ -993,7 +1023,7 @@ class VectorSelection:
             amount = int(lanes[0])
             self.per_piece(u, lambda d, p, bits: self.emit(imm_op, [d], [self.vpiece(a, p)],
                                                            (("d", 0, bits), ("u", 0, bits), ("i", amount))))
-        elif n.dtype.scalar() is sdt or esize(n.dtype.scalar()) == esize(sdt):
+        elif scalar_of(n.dtype) is sdt or esize(scalar_of(n.dtype)) == esize(sdt):
             self.per_piece(u, lambda d, p, bits: self.vemit(var_op, d, [self.vpiece(a, p), self.voperand(n, p)], bits))
         else:
             self.scalarize(u)
@@ -1003,7 +1033,7 @@ class VectorSelection:
         """All-ones lanes where comparison ``c`` holds, per piece of its sources; and whether the masks
         are inverted (hold where ``c`` is false). None when there is no vector compare for the dtype."""
         a, b = c.src
-        sdt = a.dtype.scalar()
+        sdt = scalar_of(a.dtype)
         k = kind(sdt)
         out: list[VReg] = []
         counts = piece_lanes(a.dtype)
@@ -1083,7 +1113,7 @@ class VectorSelection:
 
     def vwhere(self, u: UOp) -> None:
         c, x, y = u.src
-        sdt = u.dtype.scalar()
+        sdt = scalar_of(u.dtype)
         if not (native(u.dtype) and native(c.dtype) and native(x.dtype) and native(y.dtype)):
             self.scalarize(u)
             return
@@ -1102,13 +1132,13 @@ class VectorSelection:
     def vwhere_minmax(self, u: UOp, name: str) -> None:
         """``(p<q).where(a, b)`` with a, b the compared values: vminps/vmaxps (``isel.min_or_max``)."""
         _, a, b = u.src
-        xop = Op[name + ("PD" if esize(u.dtype.scalar()) == 8 else "PS")]
+        xop = Op[name + ("PD" if esize(scalar_of(u.dtype)) == 8 else "PS")]
         self.per_piece(u, lambda d, p, bits: self.vemit(xop, d, [self.vpiece(a, p), self.voperand(b, p)], bits))
 
     # ---- casts ----
     def vcast(self, u: UOp) -> None:
         src = u.src[0]
-        s, t = src.dtype.scalar(), u.dtype.scalar()
+        s, t = scalar_of(src.dtype), scalar_of(u.dtype)
         ks, kt = kind(s), kind(t)
         if not (native(s) and native(t)):
             self.scalarize(u)
@@ -1146,7 +1176,7 @@ class VectorSelection:
     def narrow(self, u: UOp, fn: Any) -> None:
         """64-bit lanes -> 32-bit lanes: each source piece gives an xmm, two of them make a piece."""
         src = u.src[0]
-        s = src.dtype.scalar()
+        s = scalar_of(src.dtype)
         halves = []
         for p, n in enumerate(piece_lanes(src.dtype)):
             d = self.vnew()
@@ -1157,7 +1187,7 @@ class VectorSelection:
 
     def vto_bool(self, u: UOp) -> None:
         src = u.src[0]
-        s = src.dtype.scalar()
+        s = scalar_of(src.dtype)
         k = kind(s)
         if k == "bool":
             self.val[u] = tuple(self.vcopy(r) for r in self.pieces(src))
@@ -1170,7 +1200,7 @@ class VectorSelection:
         """vcvtt*2dq truncates; lanes out of int32 range (and NaN) give 0x80000000: when any lane does,
         the whole vector is redone lane by lane with the scalar rules (which wrap like C)."""
         src = u.src[0]
-        s = src.dtype.scalar()
+        s = scalar_of(src.dtype)
         if s is dtypes.float64:
             self.narrow(u, lambda d, r, bits: self.emit(Op.VCVTTPD2DQ, [d], [r], (("d", 0, 128), ("u", 0, bits))))
         else:
@@ -1193,7 +1223,7 @@ class VectorSelection:
         self.emit(Op.VPTEST, [], [any_bad, any_bad], (("u", 0, b), ("u", 1, b)))
         self.jump(done, Cond.E)
         saved, self.lane_cache = self.lane_cache, None   # values made inside the branch do not outlive it
-        packed = self.pack(u.dtype.scalar(), self.scalar_lanes(u))
+        packed = self.pack(scalar_of(u.dtype), self.scalar_lanes(u))
         self.lane_cache = saved
         for r, x in zip(out, packed, strict=True):
             self.copy(r, x)
@@ -1220,8 +1250,7 @@ def vector_rule(method: Callable[[Any, UOp], None], vector: Callable[[UOp], bool
     several lanes), else falling through to the scalar rules."""
     if vector is None:
         def rule(ctx: Any, x: UOp) -> tuple | None:
-            dt = x.dtype
-            if dt.count > 1 and not isinstance(dt, PtrDType):
+            if is_vector(x.dtype):
                 method(ctx, x)
                 return EMITTED
             return None
@@ -1283,7 +1312,6 @@ VECTOR_ISEL = PatternMatcher([
     (UPat(Ops.WHERE, name="x"), vector_rule(VectorSelection.vwhere)),
     (UPat(Ops.CAST, name="x"), vector_rule(VectorSelection.vcast)),
     (UPat(Ops.BITCAST, name="x"), vector_rule(VectorSelection.vbitcast)),
-    (UPat(Ops.AFTER, name="x"), vector_rule(VectorSelection.vafter)),
     # arithmetic piece by piece (FMA into accumulators, folded loads), else lane by lane
     (UPat(GroupOp.ALU - VCMP_OPS - {Ops.WHERE}, name="x"), vector_rule(VectorSelection.valu)),
 ])
