@@ -21,6 +21,8 @@ from tgcore.codegen.regalloc import (
     Register,
     VReg,
     allocate,
+    instruction_registers,
+    plan_registers,
 )
 
 REGS = [Register(f"r{i}", i, "gpr") for i in range(6)]
@@ -143,6 +145,55 @@ def test_pinned_registers():
     clash = [MInst("li", [a], [], 1), MInst("li", [c], [], 2), MInst("add3", [a], [a, c])]
     with pytest.raises(AllocationError, match="pinned"):
         allocate(clash, TARGET)
+
+
+class Mem:
+    """A memory operand: its registers are read (``regs``), also when it is a destination."""
+    def __init__(self, *regs):
+        self.regs = regs
+
+
+def test_instruction_registers():
+    ids = itertools.count()
+    a, b, c = (VReg(next(ids), "gpr") for _ in range(3))
+    prog = [MInst("add3", [c], [a, a, Mem(b, a)]), LoopStart("L"), MInst("store", [Mem(c, REGS[5])], [b, None]),
+            MInst("li", [REGS[4]], [], 1), LoopEnd("L")]
+    assert instruction_registers(prog) == [
+        ([a, b], [c]),            # read once each, in operand order; a memory operand's registers are read
+        ([], []),                 # loop marker
+        ([b, c, REGS[5]], []),    # a memory destination is read; None is no register
+        ([], [REGS[4]]),          # physical registers count too
+        ([], [])]
+
+
+def test_known_registers_are_reused():
+    ids = itertools.count()
+    a, b = VReg(next(ids), "gpr"), VReg(next(ids), "gpr")
+    prog = [MInst("li", [a], [], 1), MInst("li", [b], [], 2), MInst("add3", [b], [a, b]), MInst("out", [], [b])]
+    plan = plan_registers(prog, TARGET)
+    known = plan.registers_by_id()
+    other = [prog[0], MInst("li", [b], [], 3), *prog[2:]]
+    regs = instruction_registers(other, known)
+    assert regs == instruction_registers(other)
+    assert regs[0] is known[id(prog[0])] and regs[3] is known[id(prog[3])]  # looked up, not looked at again
+
+
+@settings(max_examples=100, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.deferred(lambda: programs()))
+def test_plan_with_given_registers_is_the_same_plan(prog):
+    given_regs = plan_registers(prog, TARGET, instruction_registers(prog))
+    plan = plan_registers(prog, TARGET)
+    assert given_regs.assignment() == plan.assignment() and given_regs.rewrite() == plan.rewrite()
+
+
+def test_spill_code_counts_fills_and_stores():
+    ids = itertools.count()
+    vs = [VReg(next(ids), "gpr") for _ in range(6)]  # 6 values live at once on 4 registers: 2 spilled
+    prog = [*(MInst("li", [v], [], i) for i, v in enumerate(vs)), *(MInst("out", [], [v]) for v in vs)]
+    plan = plan_registers(prog, TARGET)
+    allocated, _ = plan.rewrite()
+    assert plan.spill_code("gpr") == sum(i.op in ("load", "store") for i in allocated) == 4
+    assert plan.spill_code("vec") == 0
 
 
 @st.composite

@@ -7,6 +7,8 @@ In:  a linear list of machine instructions (``MInst``) whose operands may be vir
      machine (allocatable and scratch registers per class, two-address instructions, and how
      to build copies, spills and fills). A branch must not write a register: spill code after
      it would not run when the branch is taken.
+     ``instruction_registers(program)`` (which registers each instruction reads and writes) may come
+     along too, when the renderer looked at them before allocating (e.g. to remove dead code).
 Out: the same program on physical registers, with spill and fill code and copies added, and
      the number of stack bytes the spill slots need.
 
@@ -21,11 +23,12 @@ source's register for its result (coalescing), otherwise a copy is inserted befo
 from __future__ import annotations
 
 import bisect
-import heapq
 import itertools
 import operator
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any
 
 
@@ -83,6 +86,7 @@ class LoopEnd:
 
 _REG_TYPES = (VReg, Register)
 _START_END = operator.attrgetter("start", "end")
+_START, _END = operator.attrgetter("start"), operator.attrgetter("end")
 
 
 def _regs_in(operand: Any) -> Iterator[Any]:
@@ -119,85 +123,108 @@ class Interval:
     slot: int | None = None
 
 
-def _analyze(program: list[Any]) -> tuple[list[tuple[list[Any], list[Any]]], dict[VReg, Interval], set[Register]]:
-    """One pass over the program: for each instruction (registers read without repeats, registers written),
-    empty for loop markers; each virtual register's live interval (first to last mention, extended over the
-    loops it is live into); and the physical registers the program names."""
+def instruction_registers(program: list[Any], known: dict[int, tuple[list[Any], list[Any]]] | None = None
+                          ) -> list[tuple[list[Any], list[Any]]]:
+    """For each instruction: (the registers it reads, each once, in operand order; the registers it writes), virtual
+    and physical ones; a memory operand's registers (its ``regs``) are read, also in a destination. Two empty lists
+    for a loop marker. A renderer that looks at these before allocating (dead code, peepholes) hands them on to
+    ``plan_registers``; nobody changes the lists. ``known``: the registers of instructions seen before, by ``id``
+    (``RegisterPlan.registers_by_id`` of a plan of a similar program, which keeps them alive); only the others are
+    looked at."""
+    if known is None:
+        return _registers_of_all(program)
+    out = list(map(known.get, map(id, program)))
+    missing = list(compress(itertools.count(), map(operator.is_, out, itertools.repeat(None))))
+    if missing:
+        for i, found in zip(missing, _registers_of_all([program[i] for i in missing]), strict=True):
+            out[i] = found
+    return out  # type: ignore[return-value]
+
+
+_NO_REGISTERS: tuple[list[Any], list[Any]] = ([], [])  # loop markers: shared, never changed
+
+
+def _registers_of_all(program: list[Any]) -> list[tuple[list[Any], list[Any]]]:
     out: list[tuple[list[Any], list[Any]]] = []
     append = out.append
-    intervals: dict[VReg, Interval] = {}
-    physical: set[Any] = set()  # Registers (mypy: the isinstance tests above do not narrow)
-    get = intervals.get
-    loops: list[tuple[int, int]] = []  # (start, end), in the order the loops end
-    open_loops: dict[Any, int] = {}
-
-    def mention(r: VReg, i: int) -> None:
-        iv = get(r)
-        if iv is None:
-            intervals[r] = Interval(r, i, i)
-        else:
-            iv.end = i
-
-    def read_inside(o: Any, read: list[Any], i: int) -> None:
-        """The registers of an operand that holds some (a memory operand's base and index) are read."""
-        for r in getattr(o, "regs", ()):
-            if r not in read and isinstance(r, _REG_TYPES):
-                read.append(r)
-                if type(r) is VReg:
-                    mention(r, i)
-                else:
-                    physical.add(r)
-
-    for i, ins in enumerate(program):
-        t = type(ins)
-        if t is not MInst:
-            append(([], []))
-            if t is LoopStart:
-                open_loops[ins.label] = i
-            elif t is LoopEnd:
-                loops.append((open_loops.pop(ins.label), i))
+    for ins in program:
+        if type(ins) is not MInst:
+            append(_NO_REGISTERS)
             continue
         read: list[Any] = []
-        written: list[Any] = []
         for o in ins.uses:
             t = type(o)
-            if t is VReg:  # its interval ends here once it is read here: not listed twice
-                iv = get(o)
-                if iv is None:
-                    intervals[o] = Interval(o, i, i)
-                    read.append(o)
-                elif iv.end != i:
-                    iv.end = i
-                    read.append(o)
-            elif t is Register:
+            if t is VReg or t is Register:
                 if o not in read:
                     read.append(o)
-                    physical.add(o)
-            elif o is not None:
-                read_inside(o, read, i)
+            elif o is not None:  # a memory operand reads its registers (inline: one per instruction or so)
+                for r in getattr(o, "regs", ()):
+                    if r not in read and isinstance(r, _REG_TYPES):
+                        read.append(r)
+        written: list[Any] = []
         for o in ins.defs:
             t = type(o)
-            if t is VReg:
+            if t is VReg or t is Register:
                 written.append(o)
-                mention(o, i)
-            elif t is Register:
-                written.append(o)
-                physical.add(o)
-            elif o is not None:  # registers inside a memory destination are read, not written
-                read_inside(o, read, i)
+            elif o is not None:
+                _read_inside(o, read)
         append((read, written))
-    # a value that is live into a loop stays live through its back edge. One pass in the order the loops
-    # end is enough: an interval extended to a loop's end can only be live into loops ending later.
-    # Intervals were made at their first mention, so they are in start order: those starting before a
-    # loop are a prefix
-    if loops:
-        ivs = list(intervals.values())
-        starts = [iv.start for iv in ivs]
-        for start, end in loops:
-            for iv in ivs[:bisect.bisect_left(starts, start)]:
-                if start <= iv.end < end:
-                    iv.end = end
-    return out, intervals, physical
+    return out
+
+
+def _read_inside(operand: Any, read: list[Any]) -> None:
+    """The registers an operand holds (a memory operand's base and index) are read."""
+    for r in getattr(operand, "regs", ()):
+        if r not in read and isinstance(r, _REG_TYPES):
+            read.append(r)
+
+
+def _intervals(regs: list[tuple[list[Any], list[Any]]]) -> tuple[dict[VReg, Interval], set[Register]]:
+    """Each virtual register's interval from its first to its last mention (by position in the program), in
+    order of first mention (so in start order), and the physical registers named."""
+    by_vreg: dict[VReg, Interval] = {}
+    physical: set[Any] = set()
+    get = by_vreg.get
+    for i, (read, written) in enumerate(regs):
+        for r in read:
+            iv = get(r)
+            if iv is not None:
+                iv.end = i
+            elif type(r) is VReg:
+                by_vreg[r] = Interval(r, i, i)
+            else:
+                physical.add(r)
+        for r in written:
+            iv = get(r)
+            if iv is not None:
+                iv.end = i
+            elif type(r) is VReg:
+                by_vreg[r] = Interval(r, i, i)
+            else:
+                physical.add(r)
+    return by_vreg, physical
+
+
+def _extend_over_loops(program: list[Any], by_vreg: dict[VReg, Interval]) -> None:
+    """A value that is live into a loop (defined before it, used inside) stays live through its back edge."""
+    loops: list[tuple[int, int]] = []  # (start, end), in the order the loops end
+    open_loops: dict[Any, int] = {}
+    for i in compress(itertools.count(), map(operator.is_not, map(type, program), itertools.repeat(MInst))):
+        ins = program[i]
+        if type(ins) is LoopStart:
+            open_loops[ins.label] = i
+        elif type(ins) is LoopEnd:
+            loops.append((open_loops.pop(ins.label), i))
+    if not loops:
+        return
+    # One pass in the order the loops end is enough: an interval extended to a loop's end can only be live into
+    # loops ending later. Intervals are in start order: those starting before a loop are a prefix
+    ivs = list(by_vreg.values())
+    starts = list(map(_START, ivs))
+    for start, end in loops:
+        for iv in ivs[:bisect.bisect_left(starts, start)]:
+            if start <= iv.end < end:
+                iv.end = end
 
 
 @dataclass
@@ -205,26 +232,26 @@ class RegisterPlan:
     """Where every virtual register lives, before the program is rewritten: lets a renderer compare two
     candidate programs by their spill code without building both rewritten programs."""
     program: list[Any]                             # after two-address coalescing
-    regs: list[tuple[list[Any], list[Any]]]        # (read, written) per instruction, from _analyze
+    regs: list[tuple[list[Any], list[Any]]]        # instruction_registers(program)
     by_vreg: dict[VReg, Interval]
     frame: int                                     # stack bytes for spill slots
     target: AllocTarget
     physical: set[Register] = field(default_factory=set)  # physical registers the program names
+    spilled: list[Interval] = field(default_factory=list)  # the intervals given a stack slot
 
     def spill_code(self, cls: str) -> int:
         """How many fills and spill stores of class ``cls`` the rewritten program has."""
-        spilled = {v for v, iv in self.by_vreg.items() if iv.reg is None and v.cls == cls}
+        spilled = [iv.vreg for iv in self.spilled if iv.vreg.cls == cls]
         if not spilled:  # the common case: no need to look at the program
             return 0
-        n = 0
-        for read, written in self.regs:
-            for r in read:
-                if type(r) is VReg and r in spilled:
-                    n += 1
-            for r in written:
-                if type(r) is VReg and r in spilled:
-                    n += 1
-        return n
+        # one fill per instruction reading a spilled register, one store per write
+        mentions = Counter(itertools.chain.from_iterable(itertools.chain.from_iterable(self.regs)))
+        return sum(map(mentions.__getitem__, spilled))
+
+    def registers_by_id(self) -> dict[int, tuple[list[Any], list[Any]]]:
+        """The registers of each instruction of the program by its ``id``, for ``instruction_registers`` of a
+        similar program (valid while this plan lives: it keeps the instructions alive)."""
+        return dict(zip(map(id, self.program), self.regs, strict=True))
 
     def rewrite(self) -> tuple[list[Any], int]:
         """(the program on physical registers with spill code, stack bytes for spill slots)."""
@@ -252,106 +279,135 @@ def allocate(program: list[Any], target: AllocTarget) -> tuple[list[Any], int]:
     return plan_registers(program, target).rewrite()
 
 
-def plan_registers(program: list[Any], target: AllocTarget) -> RegisterPlan:
-    """The linear scan: an interval per virtual register, each given a register or a spill slot."""
-    program = _coalesce_two_address(program, target)
-    regs, by_vreg, physical = _analyze(program)
+def plan_registers(program: list[Any], target: AllocTarget,
+                   regs: list[tuple[list[Any], list[Any]]] | None = None) -> RegisterPlan:
+    """The linear scan: an interval per virtual register, each given a register or a spill slot. ``regs`` is
+    ``instruction_registers(program)`` when the caller has it already."""
+    if regs is None:
+        regs = instruction_registers(program)
+    program, regs = _coalesce_two_address(program, regs, target)
+    by_vreg, physical = _intervals(regs)
+    _extend_over_loops(program, by_vreg)
     intervals = sorted(by_vreg.values(), key=_START_END)
-    # a copy whose source dies at the copy can reuse the source's register (then the copy vanishes)
-    copy_source = {ins.defs[0]: ins.uses[0] for ins in program
-                   if isinstance(ins, MInst) and ins.op == "copy" and isinstance(ins.uses[0], VReg)}
-    active: dict[Interval, int] = {}  # intervals holding a register -> when they got it (dict order is that order)
+    frame, spilled = _linear_scan(intervals, by_vreg, _copy_sources(program), target)
+    return RegisterPlan(program, regs, by_vreg, frame, target, physical, spilled)
+
+
+def _linear_scan(intervals: list[Interval], by_vreg: dict[VReg, Interval], copy_source: dict[VReg, VReg],
+                 target: AllocTarget) -> tuple[int, list[Interval]]:
+    """Give each interval (in start order) a register or a stack slot: (stack bytes for the slots, the intervals
+    spilled)."""
+    active: dict[Interval, None] = {}  # intervals holding a register, in the order they got it
     free = {cls: list(regs) for cls, regs in target.registers.items()}
+    spilled: list[Interval] = []
     frame = 0
-    expiry: list[tuple[int, int, Interval]] = []  # heap of (end, when it got its register, interval); stale entries
-    order = itertools.count()                      # of intervals no longer active are skipped
-    heappush, heappop = heapq.heappush, heapq.heappop
 
-    def release_until(pos: int) -> None:
-        """Free the registers of the active intervals ending before ``pos``, in the order they were taken."""
-        ended: list[tuple[int, Interval]] = []
-        while expiry and expiry[0][0] < pos:
-            _, k, iv = heappop(expiry)
-            if active.get(iv) == k:
-                ended.append((k, iv))
-        ended.sort()  # by k (unique)
-        for _, iv in ended:
-            del active[iv]
-            if iv.reg is not None:
-                free[iv.vreg.cls].append(iv.reg)
-
-    def activate(iv: Interval) -> None:
-        k = next(order)
-        active[iv] = k
-        heappush(expiry, (iv.end, k, iv))
-
-    def take_slot(cls: str) -> int:
+    def take_slot(iv: Interval) -> None:
         nonlocal frame
-        size = target.slot_size(cls)
+        size = target.slot_size(iv.vreg.cls)
         frame = (frame + size - 1) // size * size + size
-        return frame - size
+        iv.slot = frame - size
+        spilled.append(iv)
 
-    for iv in intervals:
-        if expiry and expiry[0][0] < iv.start:
-            release_until(iv.start)
-        src = copy_source.get(iv.vreg) if copy_source else None
+    # an interval's register is free again (if it still holds it then) from the first interval starting after it
+    # ends: that point is found for each interval at once; registers freed at one point go back in the order taken
+    starts = list(map(_START, intervals))
+    free_at = list(map(bisect.bisect_right, itertools.repeat(starts), map(_END, intervals)))
+    order = sorted(range(len(intervals)), key=free_at.__getitem__)  # stable: in the order taken at each point
+    releasing = list(map(intervals.__getitem__, order))
+    release_at = sorted(free_at) + [len(intervals)]  # a point never reached ends the list
+    k = 0
+    next_release = release_at[0]
+    for n, iv in enumerate(intervals):
+        if next_release <= n:
+            while release_at[k] <= n:
+                ended = releasing[k]
+                k += 1
+                if ended in active:
+                    del active[ended]
+                    free[ended.vreg.cls].append(ended.reg)  # type: ignore[arg-type]
+            next_release = release_at[k]
+        vreg = iv.vreg
+        src = copy_source.get(vreg) if copy_source else None
         if src is not None:
             src_iv = by_vreg.get(src)
-            if src_iv is not None and src_iv.end == iv.start and src_iv.reg is not None and src_iv in active and (
-                    iv.vreg.allowed is None or src_iv.reg in iv.vreg.allowed):
+            if src_iv is not None and src_iv.end == iv.start and src_iv in active and (
+                    vreg.allowed is None or src_iv.reg in vreg.allowed):
                 del active[src_iv]
                 iv.reg = src_iv.reg
-                activate(iv)
+                active[iv] = None
                 continue
-        cls = iv.vreg.cls
-        if cls not in free:
-            raise AllocationError(f"no registers of class {cls!r} for {iv.vreg}")
-        allowed = iv.vreg.allowed
-        pool = free[cls]
+        cls = vreg.cls
+        try:
+            pool = free[cls]
+        except KeyError:
+            raise AllocationError(f"no registers of class {cls!r} for {vreg}") from None
+        allowed = vreg.allowed
         if allowed is None:
             if pool:
                 iv.reg = pool.pop(0)
-                activate(iv)
+                active[iv] = None
                 continue
         else:
             choice = next((r for r in pool if r in allowed), None)
             if choice is not None:
                 iv.reg = choice
                 pool.remove(choice)
-                activate(iv)
+                active[iv] = None
                 continue
         if allowed is not None:  # pinned: evict whoever holds an allowed register
             holders = [a for a in active if a.reg in allowed and a.vreg.allowed is None]
             if not holders:
-                raise AllocationError(f"{iv.vreg} needs one of {allowed}, all held by pinned values")
-            victim = max(holders, key=lambda a: a.end)
+                raise AllocationError(f"{vreg} needs one of {allowed}, all held by pinned values")
+            victim = max(holders, key=_END)
         else:
             candidates = [a for a in active if a.vreg.cls == cls and a.vreg.allowed is None] + [iv]
-            victim = max(candidates, key=lambda a: a.end)
+            victim = max(candidates, key=_END)
         if victim is iv:
-            iv.slot = take_slot(cls)
+            take_slot(iv)
             continue
         iv.reg, victim.reg = victim.reg, None
-        victim.slot = take_slot(cls)
+        take_slot(victim)
         del active[victim]
-        activate(iv)
-    return RegisterPlan(program, regs, by_vreg, frame, target, physical)
+        active[iv] = None
+    return frame, spilled
 
 
-def _coalesce_two_address(program: list[Any], target: AllocTarget) -> list[Any]:
+def _coalesce_two_address(program: list[Any], regs: list[tuple[list[Any], list[Any]]], target: AllocTarget
+                          ) -> tuple[list[Any], list[tuple[list[Any], list[Any]]]]:
     """Make ``dst = op(a, b)`` two-address by copying ``a`` into ``dst`` first (the copy is free when
     ``a`` dies here and the allocator gives both the same register; copies of a register to itself
-    are dropped after allocation)."""
-    out: list[Any] = []
-    append, two_address = out.append, target.two_address
-    for ins in program:
-        if type(ins) is MInst and ins.defs and ins.uses and two_address(ins):
-            dst, first = ins.defs[0], ins.uses[0]
-            if type(dst) is VReg and first is not dst and isinstance(first, _REG_TYPES):
-                append(MInst("copy", [dst], [first]))
-                append(MInst(ins.op, ins.defs, [dst, *ins.uses[1:]], ins.arg))
-                continue
-        append(ins)
+    are dropped after allocation). Returns the program and its registers."""
+    # only an instruction writing a register can need it: the target is asked about those alone
+    writers = list(compress(itertools.count(), map(operator.itemgetter(1), regs)))
+    two = list(compress(writers, map(target.two_address, map(program.__getitem__, writers))))
+    copies: list[int] = []
+    for i in two:
+        ins = program[i]
+        dst = ins.defs[0]
+        if type(dst) is VReg and ins.uses and ins.uses[0] is not dst and isinstance(ins.uses[0], _REG_TYPES):
+            copies.append(i)
+    if not copies:
+        return program, regs
+    program, regs = list(program), list(regs)
+    for i in reversed(copies):  # from the back: the positions ahead stay right
+        ins = program[i]
+        dst, first = ins.defs[0], ins.uses[0]
+        two_address = MInst(ins.op, ins.defs, [dst, *ins.uses[1:]], ins.arg)
+        program[i:i + 1] = [MInst("copy", [dst], [first]), two_address]
+        regs[i:i + 1] = [([first], [dst]), _registers_of_all([two_address])[0]]
+    return program, regs
+
+
+def _copy_sources(program: list[Any]) -> dict[VReg, VReg]:
+    """The source of the (last) copy writing each virtual register, when it is a virtual register: a copy whose
+    source dies at the copy can reuse the source's register (then the copy vanishes)."""
+    ops = map(getattr, program, itertools.repeat("op"), itertools.repeat(None))
+    out: dict[VReg, VReg] = {}
+    for i in compress(itertools.count(), map(operator.eq, ops, itertools.repeat("copy"))):
+        ins = program[i]
+        if type(ins.uses[0]) is VReg:
+            out[ins.defs[0]] = ins.uses[0]
     return out
 
 

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from itertools import compress
+from itertools import chain, compress, count, repeat
 from typing import Any, NamedTuple
 
 from tg_x86 import assembler, encoder, operands
@@ -33,7 +33,7 @@ from tg_x86.abi import HOST, Abi
 from tg_x86.encoder import encode_all
 from tg_x86.isa import Cond, Inst, Op
 from tg_x86.operands import GPR_VIEWS, GPRS64, XMMS, YMMS, Label, Mem, Operand, Reg, address, gpr, imm, xmm, ymm
-from tgcore.codegen.regalloc import AllocTarget, MInst, Register, RegisterPlan, VReg, allocate
+from tgcore.codegen.regalloc import AllocTarget, MInst, Register, RegisterPlan, VReg, allocate, instruction_registers
 
 GPR = {name: Register(name, i, "gpr") for i, name in enumerate(
     ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"))}
@@ -472,91 +472,75 @@ def _encode_body(program: list, plan: RegisterPlan | None, reg_of: dict, views_o
         codes.append(found[1](args, spec.cond, 0))
 
 
-def _register_facts(program: list) -> tuple[list[tuple[list, list]], dict[VReg, int], dict[VReg, int]]:
-    """(for each instruction: the virtual registers it reads, with repeats, as ``registers_read`` gives them,
-    and the ones it writes; how often each virtual register is read; how often it is written)."""
-    regs: list[tuple[list, list]] = []
-    append = regs.append
-    all_read: list[VReg] = []     # every read and write, counted at the end (Counter counts in C)
-    all_written: list[VReg] = []
-    for ins in program:
-        if type(ins) is not MInst:
-            append(_NO_VREGS)
-            continue
-        rd: list[VReg] = []
-        wr: list[VReg] = []
-        for o in ins.uses:
-            t = type(o)
-            if t is VReg:
-                rd.append(o)
-            elif t is VMem:
-                if type(o.base) is VReg:
-                    rd.append(o.base)
-                if type(o.index) is VReg:
-                    rd.append(o.index)
-        for o in ins.defs:
-            t = type(o)
-            if t is VReg:
-                wr.append(o)
-            elif t is VMem:  # a memory destination reads its address registers
-                if type(o.base) is VReg:
-                    rd.append(o.base)
-                if type(o.index) is VReg:
-                    rd.append(o.index)
-        all_read += rd
-        all_written += wr
-        append((rd, wr))
-    return regs, Counter(all_read), Counter(all_written)
-
-
-_NO_VREGS: tuple[list[VReg], list[VReg]] = ([], [])  # loop markers: shared, never changed
+def _register_facts(program: list, known: dict | None = None) -> tuple[list[tuple[list, list]], Counter, Counter]:
+    """(``instruction_registers(program)``: for each instruction the registers it reads, each once, and the ones
+    it writes; how many instructions read each register; how many write it). ``known``: see
+    ``instruction_registers``."""
+    regs = instruction_registers(program, known)
+    reads = Counter(chain.from_iterable(map(operator.itemgetter(0), regs)))  # counted in C
+    writes = Counter(chain.from_iterable(map(operator.itemgetter(1), regs)))
+    return regs, reads, writes
 
 
 def retarget_copies(program: list, facts: tuple[list, dict, dict] | None = None) -> list:
     """``t = op(...); ...; copy acc <- t`` with ``t`` used nowhere else and ``acc`` not mentioned in
     between: the op writes ``acc`` directly and the copy goes (accumulator updates, one per piece).
     ``facts`` is ``_register_facts(program)`` when the caller has it."""
-    regs, reads, writes = facts if facts is not None else _register_facts(program)
-    rget, wget = reads.get, writes.get
-    last_def: dict[VReg, int] = {}
-    last_mention: dict[VReg, int] = {}
+    return _retarget(program, *(facts if facts is not None else _register_facts(program)))[0]
+
+
+def _retarget(program: list, regs: list[tuple[list, list]], reads: dict, writes: dict
+              ) -> tuple[list, list[tuple[list, list]]]:
+    """``retarget_copies``, and the registers of the program it returns."""
+    out, out_regs = program, regs
     drop: list[int] = []
-    barrier = -1   # the last loop boundary or label: a def before it is never retargeted
-    out = list(program)
-    for i, ins in enumerate(program):
-        if type(ins) is not MInst or ins.op == "label":
-            barrier = i
+    ops = map(getattr, program, repeat("op"), repeat(None))
+    for i in compress(count(), map(operator.eq, ops, repeat("copy"))):
+        ins = program[i]
+        t, acc = ins.uses[0], ins.defs[0]
+        if type(t) is not VReg or type(acc) is not VReg or reads[t] + writes[t] != 2 or t.cls != acc.cls:
             continue
-        if ins.op == "copy":
-            t, acc = ins.uses[0], ins.defs[0]
-            j = last_def.get(t) if type(t) is VReg else None
-            if j is not None and j > barrier and type(acc) is VReg and rget(t, 0) + wget(t, 0) == 2 \
-                    and t.cls == acc.cls and last_mention.get(acc, -1) <= j:
-                a = out[j]
-                if not (a.arg.two_address and any(_mentions(o, acc) for o in a.uses[1:])):
-                    out[j] = MInst(a.op, [acc], a.uses, a.arg)
-                    drop.append(i)
-                    last_mention[acc] = i
-                    continue
-        rd, wr = regs[i]
-        for r in rd:
-            last_mention[r] = i
-        for r in wr:
-            last_mention[r] = i
-        if wr and len(ins.defs) == 1 and type(ins.arg) is Spec:
-            last_def[wr[0]] = i
+        j = _def_to_retarget(program, regs, i, t, acc)
+        if j is None:
+            continue
+        a = out[j]
+        if a.arg.two_address and any(_mentions(o, acc) for o in a.uses[1:]):
+            continue  # two-address: acc would get the first source before the op reads acc as another
+        if out is program:  # the first change: the lists are copied
+            out, out_regs = list(program), list(regs)
+        out[j] = MInst(a.op, [acc], a.uses, a.arg)
+        out_regs[j] = (out_regs[j][0], [acc])
+        drop.append(i)
     for i in reversed(drop):
         del out[i]
-    return out
+        del out_regs[i]
+    return out, out_regs
 
 
-def cleanup(program: list) -> list:
-    """``remove_dead`` then ``retarget_copies``, reading each instruction's registers once."""
-    regs, reads, writes = _register_facts(program)
+def _def_to_retarget(program: list, regs: list[tuple[list, list]], i: int, t: VReg, acc: VReg) -> int | None:
+    """Looking back from the copy ``acc <- t`` at ``i``: where ``t`` is written, by an instruction writing only it,
+    when no label or loop boundary and no mention of ``acc`` come in between (None otherwise). Short: the op is
+    usually right before its copy."""
+    for j in range(i - 1, -1, -1):
+        ins = program[j]
+        if type(ins) is not MInst or ins.op == "label":
+            return None
+        read, written = regs[j]
+        if t in written:
+            return j if len(ins.defs) == 1 and type(ins.arg) is Spec else None
+        if acc in read or acc in written:
+            return None
+    return None
+
+
+def cleanup(program: list, known: dict | None = None) -> tuple[list, list[tuple[list, list]]]:
+    """``remove_dead`` then ``retarget_copies``, reading each instruction's registers once: the program and its
+    ``instruction_registers`` (for ``plan_registers``). ``known``: see ``instruction_registers``."""
+    regs, reads, writes = _register_facts(program, known)
     keep = _live_mask(program, regs, reads, writes)
-    if all(keep):
-        return retarget_copies(program, (regs, reads, writes))
-    return retarget_copies(list(compress(program, keep)), (list(compress(regs, keep)), reads, writes))
+    if keep is not None:
+        program, regs = list(compress(program, keep)), list(compress(regs, keep))
+    return _retarget(program, regs, reads, writes)
 
 
 def remove_dead(program: list) -> list:
@@ -564,32 +548,32 @@ def remove_dead(program: list) -> list:
     addressing mode already did, lanes nobody extracted). One backward pass with use counts: removing
     an instruction releases what it read, so chains of dead values go at once."""
     keep = _live_mask(program, *_register_facts(program))
-    return [ins for ins, k in zip(program, keep, strict=True) if k]
+    return program if keep is None else list(compress(program, keep))
 
 
-def _live_mask(program: list, regs: list[tuple[list, list]], reads: dict[VReg, int], writes: dict[VReg, int]
-               ) -> list[bool]:
-    """Which instructions stay; ``reads`` and ``writes`` are updated for the ones that go."""
-    rget = reads.get
+def _live_mask(program: list, regs: list[tuple[list, list]], reads: dict, writes: dict) -> list[bool] | None:
+    """Which instructions stay (None: all); ``reads`` and ``writes`` are updated for the ones that go."""
+    unread = {v for v in writes.keys() - reads.keys() if type(v) is VReg}  # written, never read
+    if not unread:
+        return None
     keep = [True] * len(program)
     for i in range(len(program) - 1, -1, -1):
         # dead: only writes virtual registers nobody reads (a label, a loop marker or a store is never dead)
-        ins = program[i]
-        if type(ins) is not MInst or not ins.defs:
+        read, written = regs[i]
+        if not written or not unread.issuperset(written):
             continue
-        for d in ins.defs:
-            if type(d) is not VReg or rget(d):
-                break
-        else:
-            op = ins.op  # checked only now: writes_mem is a property
-            if op == "label" or (op != "copy" and op.writes_mem and ins.uses and type(ins.uses[0]) is VMem):
-                continue
-            keep[i] = False
-            rd, wr = regs[i]
-            for r in rd:
-                reads[r] -= 1
-            for r in wr:
-                writes[r] -= 1
+        ins = program[i]
+        op = ins.op  # checked only now: writes_mem is a property
+        if len(written) != len(ins.defs) or op == "label" or (
+                op != "copy" and op.writes_mem and ins.uses and type(ins.uses[0]) is VMem):
+            continue
+        keep[i] = False
+        for r in read:
+            reads[r] -= 1
+            if not reads[r] and type(r) is VReg:
+                unread.add(r)
+        for r in written:
+            writes[r] -= 1
     return keep
 
 

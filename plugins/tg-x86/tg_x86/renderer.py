@@ -10,8 +10,10 @@ Out: ``render`` returns the machine code of ``void name(<buffer pointers...>, <i
     isel           ``isel.ISEL`` rules run by ``line_rewrite`` with an ``isel.Selector`` as context
     pre_regalloc   ``machine.cleanup`` (dead values, accumulator updates write the accumulator)
     choose_plan    pointers and variables held in registers, or read from their argument slots where
-                   used when that spills fewer gprs (both programs come from one selection)
-    regalloc       the core's linear scan on ``machine.TARGET``
+                   used when that spills fewer gprs (both programs come from one selection; the second
+                   plan reuses the registers the first found in the instructions they share)
+    regalloc       the core's linear scan on ``machine.TARGET``, handed the registers of each instruction
+                   the cleanup found (``instruction_registers``)
     late_regalloc  with TG_SPEC=1: each flag reader still reads the flags it read before (``check_flags_kept``)
     post_regalloc  ``machine.finish`` (System V prologue/epilogue, ``Inst``s)
     asm / encode   ``listing.asm`` / ``assembler.assemble``
@@ -28,6 +30,7 @@ from tg_x86.abi import HOST, Abi
 from tg_x86.isa import Flag, Op
 from tg_x86.isel import FLAG_BARRIERS, ISEL, Selector
 from tg_x86.machine import GPR, TARGET
+from tgcore.codegen import regalloc
 from tgcore.codegen.regalloc import MInst, RegisterPlan
 from tgcore.dtype import dtypes
 from tgcore.renderer.isa import ISARenderer, isa_spec
@@ -87,10 +90,21 @@ class X86Renderer(ISARenderer[Selector]):
         return ctx
 
     def pre_regalloc(self, program: list[Any], ctx: Selector) -> list[Any]:
-        program = machine.cleanup(program)
+        return self._cleanup(program, ctx)[0]
+
+    def _cleanup(self, program: list[Any], ctx: Selector, known: dict | None = None
+                 ) -> tuple[list[Any], list[tuple[list, list]]]:
+        """``machine.cleanup``: the program and its registers (``instruction_registers``)."""
+        program, regs = machine.cleanup(program, known)
         if spec_enabled():  # checked again after allocation (late_regalloc)
             ctx.flag_reads = flag_sources(program)
-        return program
+        return program, regs
+
+    def plan(self, program: list[Any], ctx: Selector, known: dict | None = None) -> RegisterPlan:
+        """``pre_regalloc``, then the linear scan's plan, handed the registers the cleanup found. ``known``: the
+        registers of instructions planned before (``RegisterPlan.registers_by_id``), looked at only once."""
+        program, regs = self._cleanup(program, ctx, known)
+        return regalloc.plan_registers(program, self.target, regs)
 
     def choose_plan(self, ctx: Selector) -> RegisterPlan:
         """Few allocatable gprs (9): with many buffers and loops, read pointers and variables from their argument
@@ -102,7 +116,8 @@ class X86Renderer(ISARenderer[Selector]):
         fills = plan.spill_code("gpr")  # gpr fills and spill stores
         params = ctx.nparams
         if fills > params:  # else reading pointers where used cannot cost fewer gpr loads and stores
-            plan2 = self.plan(ctx.prog, ctx)
+            # the two programs share most instructions: their registers are looked at once
+            plan2 = self.plan(ctx.prog, ctx, plan.registers_by_id())
             if plan2.spill_code("gpr") + params < fills:
                 plan = plan2
         return plan
