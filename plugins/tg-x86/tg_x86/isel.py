@@ -21,7 +21,8 @@ frame slots written by the prologue (memory operands, or a load where a register
 
 Semantics are the C renderer's: x/0 = 0, INT_MIN/-1 wraps, shifts out of range give 0 or the
 sign, float->int truncates and wraps (NaN/inf give 0), max propagates NaN, gated loads read 0
-(and never touch memory), gated stores are skipped.
+(and never touch memory), gated stores are skipped. Both without a branch: the access goes through an address
+a cmov switches to a frame slot when the gate is false (``gated_address``: zeros for loads, a sink for stores).
 """
 from __future__ import annotations
 
@@ -83,6 +84,11 @@ INT_CONDS = {(Ops.CMPLT, False, False): Cond.L, (Ops.CMPLT, True, False): Cond.B
 def int_cond(op: Ops, dt: DType, swapped: bool) -> Cond:
     """The condition of comparison ``op`` of two ``dt`` values after ``cmp a, b`` (``cmp b, a`` if swapped)."""
     return INT_CONDS[(op, dtypes.is_unsigned(dt) or dt is dtypes.bool, swapped)]
+
+
+def at_address(addr: VReg) -> Callable[[UOp, int], VMem]:
+    """A stand-in for ``Selector.mem`` giving ``[addr]`` whatever the index (the address of a gated access)."""
+    return lambda _idx, bits: VMem(bits, addr)
 
 
 class SelectionError(NotImplementedError):
@@ -160,6 +166,8 @@ class Selector(ISelContext, VectorSelection):
         self.folded: set[UOp] = set()
         self.remat_args = remat_args  # buffer pointers and variables loaded from their argument slot where used
         self.remat_cache: dict[tuple[UOp, int], VReg] = {}
+        self.dummy_regs: dict[tuple[bool, int], VReg] = {}   # (store, region) -> address of the dummy slot
+        self.tested: tuple[UOp, int] | None = None           # (gate, position) of the last test of a bool gate
         self.arg_sites: list[tuple[int, UOp]] = []   # with remat_args: (program position, PARAM/DEFINE_VAR)
         self.remat_loads: dict[VReg, UOp] = {}        # with remat_args: register of each reload -> its UOp
         self.reload_at: list[int] = []                # with remat_args: program position of each reload
@@ -488,8 +496,8 @@ class Selector(ISelContext, VectorSelection):
 
     def fusable_compare(self, c: UOp) -> bool:
         """A comparison whose only users read its flags (or mask) instead of a bool: WHEREs, and gates of
-        loads and stores that jump on them. No bool is made; each user asks ``compare``, which shares one cmp
-        among them while the flags hold."""
+        loads and stores that pick their address on them. No bool is made; each user asks ``compare``, which shares
+        one cmp among them while the flags hold."""
         users = self.users.get(c, [])
         return bool(users) and all(self.reads_flags(x, c) for x in users)
 
@@ -500,7 +508,7 @@ class Selector(ISelContext, VectorSelection):
 
     @staticmethod
     def gate_fuses(c: UOp) -> bool:
-        """Can a gate jump on comparison ``c``'s flags with one jcc (not float ==/!=, which need ZF and PF)?"""
+        """Can a gate pick its address on comparison ``c``'s flags with one cmov (not float ==/!=: ZF and PF)?"""
         return c.op in CMP_OPS and c.dtype.count == 1 and (c.op is Ops.CMPLT or not is_vec(c.src[0].dtype))
 
     @staticmethod
@@ -664,29 +672,63 @@ class Selector(ISelContext, VectorSelection):
         gate = idx.src[2] if len(idx.src) > 2 else None
         if gate is None:
             self.load_into(d, idx, dt)
-        else:
-            if len(u.src) > 1:
-                self.copy(d, self.reg(u.src[1]))
-            elif is_vec(dt):
-                self.emit(Op.VXORPS, [d], [], (("d", 0, 128), ("d", 0, 128), ("d", 0, 128)))
-            else:
-                self.mov_imm(d, 0, 32)
+        elif len(u.src) > 1:  # an alternative value (hand-written programs only): kept by jumping over the load
+            self.copy(d, self.reg(u.src[1]))
             skip = Label("gated")
-            self.skip_unless(gate, skip)
+            self.jump(skip, self.gate_off(gate))
             self.load_into(d, idx, dt)
             self.label(skip)
+        else:
+            self.load_into(d, idx, dt, self.gated_address(gate, idx, dt.itemsize, store=False))
         self.val[u] = d
 
-    def skip_unless(self, gate: UOp, skip: Label) -> None:
-        """Jump to ``skip`` when ``gate`` is false: on its compare's flags (the negated condition), else on a
-        test of the bool."""
+    # ---- gated accesses: no branch, the address is switched to a dummy frame slot ----
+    def gated_address(self, gate: UOp, idx: UOp, span: int, store: bool) -> VReg:
+        """A gpr holding the address of ``idx``'s element when ``gate`` holds, else of a frame slot of at least
+        ``span`` bytes: for a load the zero slot (reads 0), for a store the sink (nothing reads it, so a later
+        gated-off load still reads 0). The access goes through it unconditionally: no jump, and a gated-off
+        access never touches the buffer (its address, maybe far out of bounds, is computed and dropped)."""
+        if gate.op is Ops.CONST and not gate.arg:   # always off (a lane of an unrolled access)
+            return self.dummy_address(span, store)
+        a = self.new("gpr")
+        self.emit(Op.LEA, [a], [self.mem(idx, 8).sized(None)], (("d", 0, 64), ("u", 0, None)))
+        if gate.op is not Ops.CONST:                 # (always on: the element's address)
+            dummy = self.dummy_address(span, store)
+            self.emit(Op.CMOVCC, [a], [a, dummy], (("d", 0, 64), ("u", 1, 64)), two=True, cond=self.gate_off(gate))
+        return a
+
+    def dummy_address(self, span: int, store: bool) -> VReg:
+        """The address of the sink (``store``) or of the zero slot, grown to ``span`` bytes (rounded up to 32, so
+        a vector access reads or writes only the slot); one lea per straight-line region."""
+        size = -(-span // 32) * 32
+        frame = self.frame
+        if store:
+            frame.sink = max(frame.sink, size)
+            m = VMem(None, slot=Slot("sink", 0))
+        else:
+            m = self.const_mem(bytes(32), 256)   # shared with a 32-byte zero constant, never written
+            k = m.slot.k                         # type: ignore[union-attr]
+            if len(frame.consts[k]) < size:      # wider zeros: a prefix of them is still that constant
+                frame.consts[k] = bytes(size)
+        key = (store, self.region)
+        r = self.dummy_regs.get(key)
+        if r is None:
+            r = self.dummy_regs[key] = self.new("gpr")
+            self.emit(Op.LEA, [r], [m.sized(None)], (("d", 0, 64), ("u", 0, None)))
+        return r
+
+    def gate_off(self, gate: UOp) -> Cond:
+        """The condition that holds when ``gate`` is false: its compare's flags (shared while they hold, see
+        ``compare``) negated, else a test of the bool."""
         if self.gate_fuses(gate):
-            kind = self.compare(gate)
-            self.jump(skip, kind[1].negate())
-            return
+            return self.compare(gate)[1].negate()
+        tested = self.tested
+        if tested is not None and tested[0] is gate and self.flags_live(tested[1]):
+            return Cond.E   # the last test was of this gate and its flags still hold (lanes of one access)
         g = self.reg(gate)
         self.emit(Op.TEST, [], [g, g], (("u", 0, 32), ("u", 1, 32)))
-        self.jump(skip, Cond.E)
+        self.tested = (gate, len(self.prog) - 1)
+        return Cond.E
 
     def alias_ok(self, u: UOp) -> bool:
         """A LOAD of an accumulator may be the accumulator itself if every use comes before the next STORE."""
@@ -715,27 +757,29 @@ class Selector(ISelContext, VectorSelection):
             p = p.src[0]
         return p
 
-    def load_into(self, d: VReg, idx: UOp, dt: DType) -> None:
+    def load_into(self, d: VReg, idx: UOp, dt: DType, addr: VReg | None = None) -> None:
+        """Load ``idx``'s element into ``d`` (from ``[addr]`` instead when given: a gated load)."""
         size = dt.itemsize
+        mem = self.mem if addr is None else at_address(addr)
         if dt is dtypes.float32:
-            self.emit(Op.VMOVSS, [d], [self.mem(idx, 32)], (("d", 0, 128), ("u", 0, None)))
+            self.emit(Op.VMOVSS, [d], [mem(idx, 32)], (("d", 0, 128), ("u", 0, None)))
         elif dt is dtypes.float64:
-            self.emit(Op.VMOVSD, [d], [self.mem(idx, 64)], (("d", 0, 128), ("u", 0, None)))
+            self.emit(Op.VMOVSD, [d], [mem(idx, 64)], (("d", 0, 128), ("u", 0, None)))
         elif dt in NARROW_FLOATS:
             t = self.new("gpr")
-            self.emit(Op.MOVZX, [t], [self.mem(idx, 16)], (("d", 0, 32), ("u", 0, None)))
+            self.emit(Op.MOVZX, [t], [mem(idx, 16)], (("d", 0, 32), ("u", 0, None)))
             if dt is dtypes.bfloat16:
                 self.alu2(Op.SHL, t, t, 16, 32)
             self.emit(Op.VMOVD, [d], [t], (("d", 0, 128), ("u", 0, 32)))
             if dt is dtypes.float16:
                 self.emit(Op.VCVTPH2PS, [d], [d], (("d", 0, 128), ("u", 0, 128)))
         elif size == 8:
-            self.emit(Op.MOV, [d], [self.mem(idx, 64)], (("d", 0, 64), ("u", 0, None)))
+            self.emit(Op.MOV, [d], [mem(idx, 64)], (("d", 0, 64), ("u", 0, None)))
         elif size == 4:
-            self.emit(Op.MOV, [d], [self.mem(idx, 32)], (("d", 0, 32), ("u", 0, None)))
+            self.emit(Op.MOV, [d], [mem(idx, 32)], (("d", 0, 32), ("u", 0, None)))
         else:
             op = Op.MOVZX if dtypes.is_unsigned(dt) or dt is dtypes.bool else Op.MOVSX
-            self.emit(op, [d], [self.mem(idx, size * 8)], (("d", 0, 32), ("u", 0, None)))
+            self.emit(op, [d], [mem(idx, size * 8)], (("d", 0, 32), ("u", 0, None)))
 
     def store(self, u: UOp) -> None:
         idx, value = u.src[0], u.src[1]
@@ -747,36 +791,34 @@ class Selector(ISelContext, VectorSelection):
                 self.copy(acc, self.reg(value))
             return
         gate = idx.src[2] if len(idx.src) > 2 else None
-        skip = Label("gated")
         dt = value.dtype
-        if gate is not None:
-            self.skip_unless(gate, skip)
+        mem: Callable[[UOp, int], VMem] = self.mem
+        if gate is not None:   # through the gated address: the buffer's element, or the sink
+            mem = at_address(self.gated_address(gate, idx, dt.itemsize, store=True))
         if is_vec(dt):
             x = self.reg(value)
             if dt is dtypes.float32:
-                self.emit(Op.VMOVSS, [], [self.mem(idx, 32), x], (("u", 0, None), ("u", 1, 128)))
+                self.emit(Op.VMOVSS, [], [mem(idx, 32), x], (("u", 0, None), ("u", 1, 128)))
             elif dt is dtypes.float64:
-                self.emit(Op.VMOVSD, [], [self.mem(idx, 64), x], (("u", 0, None), ("u", 1, 128)))
+                self.emit(Op.VMOVSD, [], [mem(idx, 64), x], (("u", 0, None), ("u", 1, 128)))
             elif dt is dtypes.float16:
                 t = self.new("vec")
                 self.emit(Op.VCVTPS2PH, [t], [x], (("d", 0, 128), ("u", 0, 128), ("i", F16_ROUND)))
-                self.emit(Op.VPEXTRW, [], [self.mem(idx, 16), t], (("u", 0, None), ("u", 1, 128), ("i", 0)))
+                self.emit(Op.VPEXTRW, [], [mem(idx, 16), t], (("u", 0, None), ("u", 1, 128), ("i", 0)))
             else:
                 t = self.new("gpr")
                 self.emit(Op.VMOVD, [t], [x], (("d", 0, 32), ("u", 0, 128)))
                 self.alu2(Op.SHR, t, t, 16, 32)
-                self.emit(Op.MOV, [], [self.mem(idx, 16), t], (("u", 0, None), ("u", 1, 16)))
+                self.emit(Op.MOV, [], [mem(idx, 16), t], (("u", 0, None), ("u", 1, 16)))
         else:
             bits = dt.itemsize * 8
             v = self.int_operand(value, 32)
-            m = self.mem(idx, bits)
+            m = mem(idx, bits)
             if isinstance(v, int) and (bits < 64 or -(1 << 31) <= v < (1 << 31)):
                 self.emit(Op.MOV, [], [m], (("u", 0, None), ("i", v & ((1 << bits) - 1) if bits < 64 else v)))
             else:
                 r = v if isinstance(v, VReg) else self.reg(value)
                 self.emit(Op.MOV, [], [m, r], (("u", 0, None), ("u", 1, bits)))
-        if gate is not None:
-            self.label(skip)
 
     # ---- integer ALU (one method per rule of SCALAR_ISEL) ----
     def int_max(self, u: UOp) -> VReg:

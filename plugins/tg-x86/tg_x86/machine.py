@@ -49,7 +49,7 @@ VEC_SLOT = 32  # bytes of a vector spill slot (a whole ymm)
 @dataclass(frozen=True)
 class Slot:
     """A frame location whose offset is known only after allocation: a constant or an argument."""
-    kind: str     # "const" (16-byte constant slot k) or "arg" (argument k of the call)
+    kind: str     # "const" (constant slot k), "arg" (argument k of the call) or "sink" (0: gated-off stores)
     k: int
 
 
@@ -138,15 +138,17 @@ class Frame:
     convention they arrive by."""
     consts: list[bytes] = field(default_factory=list)
     nargs: int = 0
+    sink: int = 0   # bytes of Slot("sink", 0): where gated-off stores write; never written by the prologue, never read
     abi: Abi = HOST
 
     def offsets(self) -> list[int]:
-        """Byte offset of each constant inside the constant area (32-byte ones first, so all stay aligned)."""
+        """Byte offset of each constant inside the constant area (the ones of 32 bytes or a multiple of 32 first, so
+        all stay aligned; the gated loads' zero slot may be wider than 32)."""
         out, pos = [0] * len(self.consts), 0
-        for size in (32, 16):
+        for wide in (True, False):
             for k, data in enumerate(self.consts):
-                if len(data) == size:
-                    out[k], pos = pos, pos + size
+                if (len(data) % 32 == 0) is wide:
+                    out[k], pos = pos, pos + len(data)
         return out
 
 
@@ -179,7 +181,8 @@ def _frame_layout(frame: Frame, spill_bytes: int, used: set[int], used_vec: Abst
     spill_bytes = -(-spill_bytes // 16) * 16
     const_base = -(-spill_bytes // 32) * 32
     const_off = frame.offsets()
-    vec_base = const_base + sum(len(c) for c in frame.consts)  # 16-aligned: constants are 16 or 32 bytes
+    sink_base = const_base + sum(len(c) for c in frame.consts)  # 16-aligned: constants are 16 or 32*k bytes
+    vec_base = sink_base + frame.sink                               # the sink is 32*k bytes
     saved_vec = tuple((n, vec_base + 16 * k) for k, n in enumerate(n for n in abi.callee_saved_vec if n in used_vec))
     home_base = vec_base + 16 * len(saved_vec)
     nreg = min(frame.nargs, len(abi.arg_regs))
@@ -192,6 +195,7 @@ def _frame_layout(frame: Frame, spill_bytes: int, used: set[int], used_vec: Abst
     arg_base = size + 8 * len(saved) + 8  # the caller's part of the stack, above the return address
     consts = [(const_base + const_off[k], data) for k, data in enumerate(frame.consts)]
     slot_disp = {("const", k): const_base + off for k, off in enumerate(const_off)}
+    slot_disp[("sink", 0)] = sink_base
     if abi.home_area:  # every argument k at arg_base + 8k: the first ones homed in the caller's area
         slot_disp.update((("arg", k), arg_base + 8 * k) for k in range(frame.nargs))
     else:  # the homes in the frame, then the stack arguments right above the return address
