@@ -1,7 +1,9 @@
 """Gated loads and stores are branch-free: the access address is computed (lea), a cmov on the gate's flags (its
 compare's, or a test of the bool) switches it to a dummy frame slot when the gate is false, and the access goes
 through that register unconditionally. Loads use a zero slot (a gated-off load reads 0, never the buffer), stores
-a separate sink (a gated-off store leaves the buffer alone, and a later gated-off load still reads 0)."""
+a separate sink (a gated-off store leaves the buffer alone, and a later gated-off load still reads 0). The cmov reads
+the slot's address from a register set once at the start (kernels holding few gprs) or from a frame slot the
+prologue fills; accesses under one gate a few bytes apart share one lea and cmov."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,9 +35,16 @@ def forward_jumps(insts: list[Decoded]) -> list[Decoded]:
 
 
 def dummy_picks(insts: list[Decoded]) -> list[Decoded]:
-    """The cmovs that pick the address of a frame slot (a register set by ``lea r, [rsp + ...]``)."""
+    """The cmovs that pick the address of a frame slot: from a register set by ``lea r, [rsp + ...]``, or from the
+    frame slot the prologue stores such an address in (``lea rax, [rsp + ...]``, ``mov [rsp + d], rax``)."""
     frame_addrs = {i.operands[0].reg for i in starting(insts, "lea") if i.mem().base == "rsp"}
-    return [i for i in starting(insts, "cmov") if i.operands[1].kind == "reg" and i.operands[1].reg in frame_addrs]
+    pointers = {i.mem().disp for i, prev in zip(insts[1:], insts) if i.mnemonic == "mov" and i.mem() is not None
+                and i.mem().base == "rsp" and i.operands[1].reg == "rax" and prev.mnemonic == "lea"
+                and prev.operands[0].reg == "rax" and prev.mem().base == "rsp"}
+
+    def dummy(o) -> bool:
+        return o.reg in frame_addrs if o.kind == "reg" else o.kind == "mem" and o.base == "rsp" and o.disp in pointers
+    return [i for i in starting(insts, "cmov") if dummy(i.operands[1])]
 
 
 def assert_branch_free(t: Tensor, gated: int = 1) -> None:

@@ -22,7 +22,7 @@ frame slots written by the prologue (memory operands, or a load where a register
 Semantics are the C renderer's: x/0 = 0, INT_MIN/-1 wraps, shifts out of range give 0 or the
 sign, float->int truncates and wraps (NaN/inf give 0), max propagates NaN, gated loads read 0
 (and never touch memory), gated stores are skipped. Both without a branch: the access goes through an address
-a cmov switches to a frame slot when the gate is false (``gated_address``: zeros for loads, a sink for stores).
+a cmov switches to a frame slot when the gate is false (``gated_mem``: zeros for loads, a sink for stores).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from itertools import compress
 from typing import Any
 
 from tg_x86.isa import Cond, Flag, Op
-from tg_x86.machine import RAX, RCX, RDX, Frame, Slot, Spec, VMem, label_inst, minst
+from tg_x86.machine import ALLOC_GPR, RAX, RCX, RDX, Frame, Slot, Spec, VMem, label_inst, minst
 from tg_x86.operands import Label
 from tg_x86.vsel import (
     _OP,
@@ -59,6 +59,8 @@ TRUNC_IMM = 0xB     # vroundss immediate: toward zero, no precision exception
 CMP_EQ_OQ, CMP_LT_OS, CMP_NEQ_UQ, CMP_UNORD_Q = 0, 1, 4, 3
 # sets, not tuples: membership is a hash lookup (ops and dtypes hash by identity; a tuple compares each with ==)
 CMP_OPS = frozenset({Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE})
+HELD_GPRS = len(ALLOC_GPR)   # gprs a kernel may hold throughout
+GATED_SHARE = 64    # bytes from a gated access's address that later ones under its gate may reach through it
 FOLD_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX})
 ARG_OPS = frozenset({Ops.PARAM, Ops.DEFINE_VAR})                        # read from the argument slots
 NO_CODE_OPS = frozenset({Ops.CONST, Ops.SINK, Ops.GROUP, Ops.NOOP, Ops.INDEX})  # selected where used, or nothing
@@ -86,9 +88,9 @@ def int_cond(op: Ops, dt: DType, swapped: bool) -> Cond:
     return INT_CONDS[(op, dtypes.is_unsigned(dt) or dt is dtypes.bool, swapped)]
 
 
-def at_address(addr: VReg) -> Callable[[UOp, int], VMem]:
-    """A stand-in for ``Selector.mem`` giving ``[addr]`` whatever the index (the address of a gated access)."""
-    return lambda _idx, bits: VMem(bits, addr)
+def at_address(m: VMem) -> Callable[[UOp, int], VMem]:
+    """A stand-in for ``Selector.mem`` giving ``m`` whatever the index (the address of a gated access)."""
+    return lambda _idx, bits: VMem(bits, m.base, m.index, m.scale, m.disp, m.slot)
 
 
 class SelectionError(NotImplementedError):
@@ -166,7 +168,9 @@ class Selector(ISelContext, VectorSelection):
         self.folded: set[UOp] = set()
         self.remat_args = remat_args  # buffer pointers and variables loaded from their argument slot where used
         self.remat_cache: dict[tuple[UOp, int], VReg] = {}
-        self.dummy_regs: dict[tuple[bool, int], VReg] = {}   # (store, region) -> address of the dummy slot
+        # (gate, store, base, index, scale, region) of a gated access -> (its address register, displacement)
+        self.gated_addrs: dict[tuple, tuple[VReg, int]] = {}
+        self.dummy_held: dict[bool, VReg] = {}   # store -> the register holding the dummy slot's address, if held
         self.tested: tuple[UOp, int] | None = None           # (gate, position) of the last test of a bool gate
         self.arg_sites: list[tuple[int, UOp]] = []   # with remat_args: (program position, PARAM/DEFINE_VAR)
         self.remat_loads: dict[VReg, UOp] = {}        # with remat_args: register of each reload -> its UOp
@@ -184,6 +188,7 @@ class Selector(ISelContext, VectorSelection):
         self.canon_const: Callable[[UOp], int] = memo(canon_const)   # of this kernel's CONSTs
         self.plan_vectors()
         self.plan_fma()
+        self.hold_dummies()
         if isel is None and not self.hred_roots:  # no horizontal reduction: its rule would only fall through
             self.isel = LINE_ISEL
 
@@ -679,43 +684,74 @@ class Selector(ISelContext, VectorSelection):
             self.load_into(d, idx, dt)
             self.label(skip)
         else:
-            self.load_into(d, idx, dt, self.gated_address(gate, idx, dt.itemsize, store=False))
+            self.load_into(d, idx, dt, self.gated_mem(gate, idx, dt.itemsize, store=False))
         self.val[u] = d
 
     # ---- gated accesses: no branch, the address is switched to a dummy frame slot ----
-    def gated_address(self, gate: UOp, idx: UOp, span: int, store: bool) -> VReg:
-        """A gpr holding the address of ``idx``'s element when ``gate`` holds, else of a frame slot of at least
-        ``span`` bytes: for a load the zero slot (reads 0), for a store the sink (nothing reads it, so a later
-        gated-off load still reads 0). The access goes through it unconditionally: no jump, and a gated-off
-        access never touches the buffer (its address, maybe far out of bounds, is computed and dropped)."""
-        if gate.op is Ops.CONST and not gate.arg:   # always off (a lane of an unrolled access)
-            return self.dummy_address(span, store)
+    def gated_mem(self, gate: UOp, idx: UOp, span: int, store: bool) -> VMem:
+        """Where an access of ``span`` bytes at ``idx`` under ``gate`` goes: ``idx``'s element when the gate holds,
+        else a frame slot (for a load the zero slot: reads 0; for a store the sink: nothing reads it, so a later
+        gated-off load still reads 0). No jump: a lea of the element's address, then a cmov reading the slot's
+        address from the frame (no register holds it), and the access goes through the result unconditionally (a
+        gated-off one never touches the buffer). An access under the same gate at a constant distance above an
+        earlier one in the region shares its address (the slot grows to cover it): one lea and cmov for the lanes
+        of a vector under one gate. A gate known false gives the slot itself, one known true the element."""
+        if gate.op is Ops.CONST:
+            return self.mem(idx, 8) if gate.arg else self.dummy_mem(span, store)
+        m = self.mem(idx, 8)
+        key = (gate, store, m.base, m.index, m.scale, self.region)
+        shared = self.gated_addrs.get(key)
+        if shared is not None and 0 <= m.disp - shared[1] <= GATED_SHARE - span:
+            delta = m.disp - shared[1]
+            self.dummy_mem(delta + span, store)
+            return VMem(8, shared[0], disp=delta)
         a = self.new("gpr")
-        self.emit(Op.LEA, [a], [self.mem(idx, 8).sized(None)], (("d", 0, 64), ("u", 0, None)))
-        if gate.op is not Ops.CONST:                 # (always on: the element's address)
-            dummy = self.dummy_address(span, store)
-            self.emit(Op.CMOVCC, [a], [a, dummy], (("d", 0, 64), ("u", 1, 64)), two=True, cond=self.gate_off(gate))
-        return a
+        self.emit(Op.LEA, [a], [m.sized(None)], (("d", 0, 64), ("u", 0, None)))
+        dummy = self.dummy_address(span, store)
+        self.emit(Op.CMOVCC, [a], [a, dummy], (("d", 0, 64), ("u", 1, 64 if type(dummy) is VReg else None)), two=True,
+                  cond=self.gate_off(gate))
+        self.gated_addrs[key] = (a, m.disp)
+        return VMem(8, a)
 
-    def dummy_address(self, span: int, store: bool) -> VReg:
-        """The address of the sink (``store``) or of the zero slot, grown to ``span`` bytes (rounded up to 32, so
-        a vector access reads or writes only the slot); one lea per straight-line region."""
+    def dummy_mem(self, span: int, store: bool) -> VMem:
+        """The sink (``store``) or the zero slot, grown to ``span`` bytes (rounded up to 32, so a vector access reads
+        or writes only the slot)."""
         size = -(-span // 32) * 32
         frame = self.frame
         if store:
             frame.sink = max(frame.sink, size)
-            m = VMem(None, slot=Slot("sink", 0))
-        else:
-            m = self.const_mem(bytes(32), 256)   # shared with a 32-byte zero constant, never written
-            k = m.slot.k                         # type: ignore[union-attr]
-            if len(frame.consts[k]) < size:      # wider zeros: a prefix of them is still that constant
-                frame.consts[k] = bytes(size)
-        key = (store, self.region)
-        r = self.dummy_regs.get(key)
-        if r is None:
-            r = self.dummy_regs[key] = self.new("gpr")
-            self.emit(Op.LEA, [r], [m.sized(None)], (("d", 0, 64), ("u", 0, None)))
-        return r
+            return VMem(8, slot=Slot("sink", 0))
+        m = self.const_mem(bytes(32), 8)     # shared with a 32-byte zero constant, never written
+        k = m.slot.k                         # type: ignore[union-attr]
+        if len(frame.consts[k]) < size:      # wider zeros: a prefix of them is still that constant
+            frame.consts[k] = bytes(size)
+        return m
+
+    def hold_dummies(self) -> None:
+        """While few gprs are held throughout (``pressure``), the address of each dummy slot the gated accesses use
+        is held in a register set at the start (an lea, before any line; dropped if no access reads it); else
+        each cmov reads it from a frame slot (``dummy_address``)."""
+        for idx in self.lines(Ops.INDEX):
+            if len(idx.src) < 3 or idx.src[2].op is Ops.CONST:
+                continue
+            for user in self.users.get(idx, ()):
+                store = user.op is Ops.STORE
+                if store not in self.dummy_held and self.pressure < HELD_GPRS:
+                    r = self.dummy_held[store] = self.new("gpr")
+                    self.pressure += 1
+                    self.emit(Op.LEA, [r], [self.dummy_mem(0, store).sized(None)], (("d", 0, 64), ("u", 0, None)))
+
+    def dummy_address(self, span: int, store: bool) -> VReg | VMem:
+        """The address of ``dummy_mem(span, store)`` for a cmov: the register holding it (``hold_dummies``), else the
+        frame slot the prologue stores it in."""
+        target = self.dummy_mem(span, store).slot
+        r = self.dummy_held.get(store)
+        if r is not None:
+            return r
+        pointers = self.frame.pointers
+        if target not in pointers:
+            pointers.append(target)   # type: ignore[arg-type]
+        return VMem(64, slot=Slot("pointer", pointers.index(target)))   # type: ignore[arg-type]
 
     def gate_off(self, gate: UOp) -> Cond:
         """The condition that holds when ``gate`` is false: its compare's flags (shared while they hold, see
@@ -757,10 +793,10 @@ class Selector(ISelContext, VectorSelection):
             p = p.src[0]
         return p
 
-    def load_into(self, d: VReg, idx: UOp, dt: DType, addr: VReg | None = None) -> None:
-        """Load ``idx``'s element into ``d`` (from ``[addr]`` instead when given: a gated load)."""
+    def load_into(self, d: VReg, idx: UOp, dt: DType, at: VMem | None = None) -> None:
+        """Load ``idx``'s element into ``d`` (from ``at`` instead when given: a gated load, see ``gated_mem``)."""
         size = dt.itemsize
-        mem = self.mem if addr is None else at_address(addr)
+        mem = self.mem if at is None else at_address(at)
         if dt is dtypes.float32:
             self.emit(Op.VMOVSS, [d], [mem(idx, 32)], (("d", 0, 128), ("u", 0, None)))
         elif dt is dtypes.float64:
@@ -794,7 +830,7 @@ class Selector(ISelContext, VectorSelection):
         dt = value.dtype
         mem: Callable[[UOp, int], VMem] = self.mem
         if gate is not None:   # through the gated address: the buffer's element, or the sink
-            mem = at_address(self.gated_address(gate, idx, dt.itemsize, store=True))
+            mem = at_address(self.gated_mem(gate, idx, dt.itemsize, store=True))
         if is_vec(dt):
             x = self.reg(value)
             if dt is dtypes.float32:

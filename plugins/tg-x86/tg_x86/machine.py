@@ -48,9 +48,9 @@ VEC_SLOT = 32  # bytes of a vector spill slot (a whole ymm)
 
 @dataclass(frozen=True)
 class Slot:
-    """A frame location whose offset is known only after allocation: a constant or an argument."""
-    kind: str     # "const" (constant slot k), "arg" (argument k of the call) or "sink" (0: gated-off stores)
-    k: int
+    """A frame location whose offset is known only after allocation: a constant, an argument, ..."""
+    kind: str     # "const" (constant slot k), "arg" (argument k of the call), "sink" (0: gated-off stores) or
+    k: int        # "pointer" (slot k holding the address of frame.pointers[k])
 
 
 @dataclass(eq=False, slots=True)  # never changed once made (not frozen: frozen ones take ~4x longer to build)
@@ -139,6 +139,7 @@ class Frame:
     consts: list[bytes] = field(default_factory=list)
     nargs: int = 0
     sink: int = 0   # bytes of Slot("sink", 0): where gated-off stores write; never written by the prologue, never read
+    pointers: list[Slot] = field(default_factory=list)  # Slot("pointer", k) holds the address of slot pointers[k]
     abi: Abi = HOST
 
     def offsets(self) -> list[int]:
@@ -160,6 +161,7 @@ def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = No
     out: list[Inst | Label] = list(_prologue(lay))
     for disp, data in lay.consts:
         out += _const_stores(disp, data)
+    out += _pointer_stores(lay.pointers)
     _lower(allocated, lay.slot_disp, out)
     return out + _epilogue(lay)
 
@@ -172,6 +174,7 @@ class Layout(NamedTuple):
     homes: tuple[tuple[str, int], ...]      # (argument register, offset) where the prologue stores it
     consts: list[tuple[int, bytes]]         # (offset, bytes) of each constant
     slot_disp: dict[tuple[str, int], int]   # the offset of each ``Slot``
+    pointers: tuple[tuple[int, int], ...] = ()  # (offset, offset it points at) of each pointer slot
 
 
 def _frame_layout(frame: Frame, spill_bytes: int, used: set[int], used_vec: AbstractSet[int] = frozenset()) -> Layout:
@@ -182,7 +185,8 @@ def _frame_layout(frame: Frame, spill_bytes: int, used: set[int], used_vec: Abst
     const_base = -(-spill_bytes // 32) * 32
     const_off = frame.offsets()
     sink_base = const_base + sum(len(c) for c in frame.consts)  # 16-aligned: constants are 16 or 32*k bytes
-    vec_base = sink_base + frame.sink                               # the sink is 32*k bytes
+    pointer_base = sink_base + frame.sink                           # the sink is 32*k bytes
+    vec_base = pointer_base + -(-8 * len(frame.pointers) // 16) * 16
     saved_vec = tuple((n, vec_base + 16 * k) for k, n in enumerate(n for n in abi.callee_saved_vec if n in used_vec))
     home_base = vec_base + 16 * len(saved_vec)
     nreg = min(frame.nargs, len(abi.arg_regs))
@@ -196,13 +200,15 @@ def _frame_layout(frame: Frame, spill_bytes: int, used: set[int], used_vec: Abst
     consts = [(const_base + const_off[k], data) for k, data in enumerate(frame.consts)]
     slot_disp = {("const", k): const_base + off for k, off in enumerate(const_off)}
     slot_disp[("sink", 0)] = sink_base
+    slot_disp.update((("pointer", k), pointer_base + 8 * k) for k in range(len(frame.pointers)))
     if abi.home_area:  # every argument k at arg_base + 8k: the first ones homed in the caller's area
         slot_disp.update((("arg", k), arg_base + 8 * k) for k in range(frame.nargs))
     else:  # the homes in the frame, then the stack arguments right above the return address
         slot_disp.update((("arg", k), home_base + 8 * k if k < nreg else arg_base + 8 * (k - nreg))
                          for k in range(frame.nargs))
     homes = tuple((abi.arg_regs[k], slot_disp[("arg", k)]) for k in range(nreg))
-    return Layout(saved, saved_vec, size, homes, consts, slot_disp)
+    pointers = tuple((pointer_base + 8 * k, slot_disp[(t.kind, t.k)]) for k, t in enumerate(frame.pointers))
+    return Layout(saved, saved_vec, size, homes, consts, slot_disp, pointers)
 
 
 def _prologue(lay: Layout) -> list[Inst]:
@@ -226,6 +232,16 @@ def _const_store_operands(disp: int, data: bytes) -> list[tuple[Operand, ...]]:
     rsp = GPRS64[4]
     return [(Mem.of(32, rsp, None, 1, disp + off), imm(int.from_bytes(data[off:off + 4], "little")))
             for off in range(0, len(data), 4)]
+
+
+def _pointer_stores(pointers: tuple[tuple[int, int], ...]) -> list[Inst]:
+    """Store the address of a frame slot into each pointer slot (rax is free: no argument arrives in it)."""
+    rsp, rax = GPRS64[4], GPRS64[0]
+    out = []
+    for disp, target in pointers:
+        out.append(Inst.of(Op.LEA, (rax, Mem.of(None, rsp, None, 1, target)), None, None))
+        out.append(Inst.of(Op.MOV, (Mem.of(64, rsp, None, 1, disp), rax), None, None))
+    return out
 
 
 def _epilogue(lay: Layout) -> list[Inst]:
@@ -344,6 +360,8 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     _encode_body(plan.program, plan, reg_of, views_of, spilled, slot_disp, codes, jumps, at)
     head = _prologue_code(lay.saved, lay.saved_vec, lay.size, lay.homes)
     stores = [_const_stores_code(disp, data) for disp, data in lay.consts]
+    if lay.pointers:
+        stores.append(b"".join(encode_all(_pointer_stores(lay.pointers))))  # type: ignore[arg-type]
     return b"".join((head, *stores, assembler.link(codes, jumps, at).code,
                      _epilogue_code(lay.saved, lay.saved_vec, lay.size)))
 

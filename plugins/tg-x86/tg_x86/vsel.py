@@ -702,15 +702,15 @@ class VectorSelection:
         between = self.uops[self.pos[u] + 1:self.pos[user]]
         return not any(x.op in BARRIER_OPS for x in between)
 
-    def load_piece(self, d: VReg, u: UOp, p: int, addr: VReg | None = None) -> None:
-        """Load piece ``p`` of vector load ``u`` into ``d`` (from ``[addr]`` and on when given: a gated load)."""
+    def load_piece(self, d: VReg, u: UOp, p: int, at: VMem | None = None) -> None:
+        """Load piece ``p`` of vector load ``u`` into ``d`` (from ``at`` and on when given: a gated load)."""
         idx, sdt = u.src[0], scalar_of(u.dtype)
         if u in self.bcast_loads:  # a broadcast source asked for as a register: the scalar load
             self.load_into(d, idx, sdt)
             return
         n = piece_lanes(u.dtype)[p]
         per = lanes_per_piece(sdt)
-        m: VMem = self.mem(idx, 8) if addr is None else VMem(8, addr)
+        m: VMem = self.mem(idx, 8) if at is None else at
         disp = m.disp + p * per * sdt.itemsize
 
         def at(bits: int | None, extra: int = 0) -> VMem:
@@ -760,9 +760,9 @@ class VectorSelection:
             for p, d in enumerate(out):
                 self.load_piece(d, u, p)
         elif len(u.src) == 1:  # every piece through the gated address: the buffer's elements or the zero slot
-            addr = self.gated_address(gate, idx, u.dtype.count * scalar_of(u.dtype).itemsize, store=False)
+            m = self.gated_mem(gate, idx, u.dtype.count * scalar_of(u.dtype).itemsize, store=False)
             for p, d in enumerate(out):
-                self.load_piece(d, u, p, addr)
+                self.load_piece(d, u, p, m)
         else:  # an alternative value (hand-written programs only): kept by jumping over the loads
             for p, d in enumerate(out):
                 self.vpiece(u.src[1], p, into=d)
@@ -793,7 +793,7 @@ class VectorSelection:
         if gate is None:
             m: VMem = self.mem(idx, 8)
         else:   # every piece through the gated address: the buffer's elements or the sink
-            m = VMem(8, self.gated_address(gate, idx, value.dtype.count * sdt.itemsize, store=True))
+            m = self.gated_mem(gate, idx, value.dtype.count * sdt.itemsize, store=True)
         for p, (r, n) in enumerate(zip(regs, piece_lanes(value.dtype), strict=True)):
             disp = m.disp + p * per * sdt.itemsize
 
