@@ -1,6 +1,7 @@
 """Run time of kernels with gated loads (padding), X86 vs C: the cost of the gated-access legalization.
 
-Prints (never asserts) the best of many runs per kernel. Run: python plugins/tg-x86/bench/gated.py [reps [elements of the 1-d pads]]
+Prints (never asserts) the best of many runs per kernel.
+Run: python plugins/tg-x86/bench/gated.py [reps [elements of the 1-d pads]]
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def workloads(dev: str, n: int = 1 << 20) -> dict:
         return Tensor(a, device=dev).realize()
     f = t(rng.standard_normal(n).astype(np.float32))
     i = t(rng.integers(-1000, 1000, n).astype(np.int32))
-    img, kern = t(rng.standard_normal((4, 16, 64, 64)).astype(np.float32)), t(rng.standard_normal((32, 16, 3, 3)).astype(np.float32))
+    img = t(rng.standard_normal((4, 16, 64, 64)).astype(np.float32))
+    kern = t(rng.standard_normal((32, 16, 3, 3)).astype(np.float32))
     size = f"{n >> 20}M" if n >= 1 << 20 else f"{n >> 10}K"
     return {
         f"pad1d f32 {size}": lambda: f.pad(((3, 5),)),

@@ -38,9 +38,9 @@ def dummy_picks(insts: list[Decoded]) -> list[Decoded]:
     """The cmovs that pick the address of a frame slot: from a register set by ``lea r, [rsp + ...]``, or from the
     frame slot the prologue stores such an address in (``lea rax, [rsp + ...]``, ``mov [rsp + d], rax``)."""
     frame_addrs = {i.operands[0].reg for i in starting(insts, "lea") if i.mem().base == "rsp"}
-    pointers = {i.mem().disp for i, prev in zip(insts[1:], insts) if i.mnemonic == "mov" and i.mem() is not None
-                and i.mem().base == "rsp" and i.operands[1].reg == "rax" and prev.mnemonic == "lea"
-                and prev.operands[0].reg == "rax" and prev.mem().base == "rsp"}
+    pointers = {i.mem().disp for i, prev in zip(insts[1:], insts[:-1], strict=True)
+                if i.mnemonic == "mov" and i.mem() is not None and i.mem().base == "rsp" and i.operands[1].reg == "rax"
+                and prev.mnemonic == "lea" and prev.operands[0].reg == "rax" and prev.mem().base == "rsp"}
 
     def dummy(o) -> bool:
         return o.reg in frame_addrs if o.kind == "reg" else o.kind == "mem" and o.base == "rsp" and o.disp in pointers
@@ -258,3 +258,46 @@ def test_gated_load_with_an_alternative_value(dt):
     out = np.zeros(7, dt.np)
     run(name, edited, {0: out, 1: a})
     np.testing.assert_array_equal(out, np.concatenate([np.full(3, 5, dt.np), a]) * np.array(3, dt.np))
+
+
+# ---------------------------------------------------------------- the cost of a gated access
+
+def test_padded_lanes_share_compares_and_addresses():
+    """A 1-d pad vectorized by 8: lanes gated by neighbouring compares (i > 2, i > 1, ...) read one cmp's flags
+    (fewer compares than cmovs), the lanes after a vector piece under the same gate load through its address
+    (a displacement on the cmov'd register, no lea of their own), and the dummy's address is held in a register
+    (few gprs held: no frame slot read per cmov)."""
+    a = values((1024,), dtypes.float32)
+    t = Tensor(a, device=X86).pad(((3, 5),))
+    insts = disassemble(render(*program(t)))
+    picks = dummy_picks(insts)
+    assert not forward_jumps(insts) and all(p.operands[1].kind == "reg" for p in picks)
+    compares = [i for i in insts if i.mnemonic == "cmp" and i.operands[1].kind == "imm"]
+    assert len(compares) < len(picks) + 2     # (+ the loop's bound)
+    picked = {p.operands[0].reg for p in picks}
+    assert any(i.mem() is not None and i.mem().base in picked and i.mem().disp > 0 for i in insts
+               if i.mnemonic.startswith("vmov"))
+    np.testing.assert_array_equal(t.numpy(), np.pad(a, (3, 5)))
+
+
+def test_many_held_gprs_read_the_dummy_address_from_the_frame():
+    """conv2d with padding holds many gprs (pointers, loop counters): the cmovs read the zero slot's address from
+    the frame slot the prologue fills instead of holding it in a register."""
+    x, w = values((1, 8, 16, 16), dtypes.float32), values((16, 8, 3, 3), dtypes.float32)
+    insts = disassemble(render(*program(F.conv2d(Tensor(x, device=X86), Tensor(w, device=X86), padding=1))))
+    picks = dummy_picks(insts)
+    assert picks and all(p.operands[1].kind == "mem" for p in picks)
+
+
+@pytest.mark.parametrize("dt", [dtypes.int32, dtypes.int64, dtypes.int16], ids=str)
+def test_gated_gpr_load_goes_through_its_destination(dt):
+    """A gated integer load into a gpr picks its address in the register it loads into (no other register)."""
+    a = values((5,), dt)
+    t = Tensor(a, device=X86).pad(((3, 2),))
+    insts = disassemble(render(*program(t)))
+    (pick,) = dummy_picks(insts)
+    (load,) = [i for i in insts if i.mem() is not None and i.mem().base == pick.operands[0].reg]
+    def family(r: str) -> str:   # rbx/ebx -> bx, r13/r13d -> 13
+        return r.lstrip("re").rstrip("dwb")
+    assert family(load.operands[0].reg) == family(pick.operands[0].reg)
+    np.testing.assert_array_equal(t.numpy(), np.pad(a, (3, 2)))

@@ -684,18 +684,19 @@ class Selector(ISelContext, VectorSelection):
             self.load_into(d, idx, dt)
             self.label(skip)
         else:
-            self.load_into(d, idx, dt, self.gated_mem(gate, idx, dt.itemsize, store=False))
+            self.load_into(d, idx, dt, self.gated_mem(gate, idx, dt.itemsize, False, None if is_vec(dt) else d))
         self.val[u] = d
 
     # ---- gated accesses: no branch, the address is switched to a dummy frame slot ----
-    def gated_mem(self, gate: UOp, idx: UOp, span: int, store: bool) -> VMem:
+    def gated_mem(self, gate: UOp, idx: UOp, span: int, store: bool, into: VReg | None = None) -> VMem:
         """Where an access of ``span`` bytes at ``idx`` under ``gate`` goes: ``idx``'s element when the gate holds,
         else a frame slot (for a load the zero slot: reads 0; for a store the sink: nothing reads it, so a later
         gated-off load still reads 0). No jump: a lea of the element's address, then a cmov reading the slot's
         address from the frame (no register holds it), and the access goes through the result unconditionally (a
         gated-off one never touches the buffer). An access under the same gate at a constant distance above an
         earlier one in the region shares its address (the slot grows to cover it): one lea and cmov for the lanes
-        of a vector under one gate. A gate known false gives the slot itself, one known true the element."""
+        of a vector under one gate. A gate known false gives the slot itself, one known true the element. ``into``:
+        a gpr the access writes, which may hold the address until then (one register fewer; not shared)."""
         if gate.op is Ops.CONST:
             return self.mem(idx, 8) if gate.arg else self.dummy_mem(span, store)
         m = self.mem(idx, 8)
@@ -705,12 +706,13 @@ class Selector(ISelContext, VectorSelection):
             delta = m.disp - shared[1]
             self.dummy_mem(delta + span, store)
             return VMem(8, shared[0], disp=delta)
-        a = self.new("gpr")
+        a = self.new("gpr") if into is None else into
         self.emit(Op.LEA, [a], [m.sized(None)], (("d", 0, 64), ("u", 0, None)))
         dummy = self.dummy_address(span, store)
         self.emit(Op.CMOVCC, [a], [a, dummy], (("d", 0, 64), ("u", 1, 64 if type(dummy) is VReg else None)), two=True,
                   cond=self.gate_off(gate))
-        self.gated_addrs[key] = (a, m.disp)
+        if into is None:
+            self.gated_addrs[key] = (a, m.disp)
         return VMem(8, a)
 
     def dummy_mem(self, span: int, store: bool) -> VMem:
@@ -741,6 +743,27 @@ class Selector(ISelContext, VectorSelection):
                     self.pressure += 1
                     self.emit(Op.LEA, [r], [self.dummy_mem(0, store).sized(None)], (("d", 0, 64), ("u", 0, None)))
 
+    def near_flags(self, gate: UOp) -> Cond | None:
+        """For a gate ``c < x`` or ``x < c`` (signed ints, c a constant): the condition that holds when it is false
+        read from the live flags of a ``cmp x, k`` with k one nearer (``c < x`` is ``x >= c+1``, ``x < c`` is
+        ``x <= c-1``): the lanes of a padded vector are gated by such neighbours (x > 2, x > 1, ...)."""
+        st = self.flags
+        if st is None or gate.op is not Ops.CMPLT:
+            return None
+        x, k, pos = st
+        a, b = gate.src
+        if k.op is not Ops.CONST or not (b is x and a.op is Ops.CONST or a is x and b.op is Ops.CONST):
+            return None
+        dt = x.dtype
+        if dt not in (dtypes.int32, dtypes.int64) or not self.flags_live(pos):
+            return None
+        kv = self.int_value(k)
+        if b is x and self.int_value(a) + 1 == kv:   # c < x: x >= k
+            return Cond.L
+        if a is x and self.int_value(b) - 1 == kv:   # x < c: x <= k
+            return Cond.G
+        return None
+
     def dummy_address(self, span: int, store: bool) -> VReg | VMem:
         """The address of ``dummy_mem(span, store)`` for a cmov: the register holding it (``hold_dummies``), else the
         frame slot the prologue stores it in."""
@@ -757,7 +780,8 @@ class Selector(ISelContext, VectorSelection):
         """The condition that holds when ``gate`` is false: its compare's flags (shared while they hold, see
         ``compare``) negated, else a test of the bool."""
         if self.gate_fuses(gate):
-            return self.compare(gate)[1].negate()
+            near = self.near_flags(gate)
+            return near if near is not None else self.compare(gate)[1].negate()
         tested = self.tested
         if tested is not None and tested[0] is gate and self.flags_live(tested[1]):
             return Cond.E   # the last test was of this gate and its flags still hold (lanes of one access)
