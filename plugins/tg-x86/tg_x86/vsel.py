@@ -702,15 +702,15 @@ class VectorSelection:
         between = self.uops[self.pos[u] + 1:self.pos[user]]
         return not any(x.op in BARRIER_OPS for x in between)
 
-    def load_piece(self, d: VReg, u: UOp, p: int, at: VMem | None = None) -> None:
-        """Load piece ``p`` of vector load ``u`` into ``d`` (from ``at`` and on when given: a gated load)."""
+    def load_piece(self, d: VReg, u: UOp, p: int, where: VMem | None = None) -> None:
+        """Load piece ``p`` of vector load ``u`` into ``d`` (from ``where`` and on when given: a gated load)."""
         idx, sdt = u.src[0], scalar_of(u.dtype)
         if u in self.bcast_loads:  # a broadcast source asked for as a register: the scalar load
             self.load_into(d, idx, sdt)
             return
         n = piece_lanes(u.dtype)[p]
         per = lanes_per_piece(sdt)
-        m: VMem = self.mem(idx, 8) if at is None else at
+        m: VMem = self.mem(idx, 8) if where is None else where
         disp = m.disp + p * per * sdt.itemsize
 
         def at(bits: int | None, extra: int = 0) -> VMem:
