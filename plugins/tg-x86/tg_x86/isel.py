@@ -170,6 +170,7 @@ class Selector(ISelContext, VectorSelection):
         self.remat_cache: dict[tuple[UOp, int], VReg] = {}
         # (gate, store, base, index, scale, region) of a gated access -> (its address register, displacement)
         self.gated_addrs: dict[tuple, tuple[VReg, int]] = {}
+        self.element_addrs: dict[tuple, tuple[VReg, int]] = {}   # (base, index, scale, region) -> (address, disp)
         self.dummy_held: dict[bool, VReg] = {}   # store -> the register holding the dummy slot's address, if held
         self.tested: tuple[UOp, int] | None = None           # (gate, position) of the last test of a bool gate
         self.arg_sites: list[tuple[int, UOp]] = []   # with remat_args: (program position, PARAM/DEFINE_VAR)
@@ -707,13 +708,31 @@ class Selector(ISelContext, VectorSelection):
             self.dummy_mem(delta + span, store)
             return VMem(8, shared[0], disp=delta)
         a = self.new("gpr") if into is None else into
-        self.emit(Op.LEA, [a], [m.sized(None)], (("d", 0, 64), ("u", 0, None)))
+        self.element_address(a, m)
         dummy = self.dummy_address(span, store)
         self.emit(Op.CMOVCC, [a], [a, dummy], (("d", 0, 64), ("u", 1, 64 if type(dummy) is VReg else None)), two=True,
                   cond=self.gate_off(gate))
         if into is None:
             self.gated_addrs[key] = (a, m.disp)
         return VMem(8, a)
+
+    def element_address(self, a: VReg, m: VMem) -> None:
+        """``lea a, m`` for a gated access. The first with an index register in the region computes the element's
+        address into a register kept unpicked (a copies it); later ones with the same base, index and scale add
+        their distance to it (``lea a, [b + disp]``, simpler than a scaled three-part lea): the lanes of a padded
+        vector under different gates."""
+        if m.index is None:
+            self.emit(Op.LEA, [a], [m.sized(None)], (("d", 0, 64), ("u", 0, None)))
+            return
+        key = (m.base, m.index, m.scale, self.region)
+        known = self.element_addrs.get(key)
+        if known is not None and -(1 << 31) <= m.disp - known[1] < (1 << 31):
+            self.emit(Op.LEA, [a], [VMem(None, known[0], disp=m.disp - known[1])], (("d", 0, 64), ("u", 0, None)))
+            return
+        b = self.new("gpr")
+        self.emit(Op.LEA, [b], [m.sized(None)], (("d", 0, 64), ("u", 0, None)))
+        self.element_addrs[key] = (b, m.disp)
+        self.copy(a, b)
 
     def dummy_mem(self, span: int, store: bool) -> VMem:
         """The sink (``store``) or the zero slot, grown to ``span`` bytes (rounded up to 32, so a vector access reads
