@@ -27,6 +27,7 @@ a cmov switches to a frame slot when the gate is false (``gated_mem``: zeros for
 from __future__ import annotations
 
 import bisect
+import operator
 import struct
 from collections.abc import Callable, Iterable
 from itertools import compress
@@ -59,6 +60,8 @@ TRUNC_IMM = 0xB     # vroundss immediate: toward zero, no precision exception
 CMP_EQ_OQ, CMP_LT_OS, CMP_NEQ_UQ, CMP_UNORD_Q = 0, 1, 4, 3
 # sets, not tuples: membership is a hash lookup (ops and dtypes hash by identity; a tuple compares each with ==)
 CMP_OPS = frozenset({Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE})
+_SOURCES = operator.attrgetter("src")
+_INDEX = frozenset({Ops.INDEX})
 HELD_GPRS = len(ALLOC_GPR)   # gprs a kernel may hold throughout
 GATED_SHARE = 64    # bytes from a gated access's address that later ones under its gate may reach through it
 FOLD_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX})
@@ -752,7 +755,10 @@ class Selector(ISelContext, VectorSelection):
         """While few gprs are held throughout (``pressure``), the address of each dummy slot the gated accesses use
         is held in a register set at the start (an lea, before any line; dropped if no access reads it); else
         each cmov reads it from a frame slot (``dummy_address``)."""
-        for idx in self.lines(Ops.INDEX):
+        indexes = list(compress(self.uops, map(_INDEX.__contains__, self.ops)))   # (filtered in C)
+        if max(map(len, map(_SOURCES, indexes)), default=0) < 3:   # no gate (most kernels)
+            return
+        for idx in indexes:
             if len(idx.src) < 3 or idx.src[2].op is Ops.CONST:
                 continue
             for user in self.users.get(idx, ()):

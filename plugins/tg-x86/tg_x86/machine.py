@@ -146,10 +146,12 @@ class Frame:
         """Byte offset of each constant inside the constant area (the ones of 32 bytes or a multiple of 32 first, so
         all stay aligned; the gated loads' zero slot may be wider than 32)."""
         out, pos = [0] * len(self.consts), 0
-        for wide in (True, False):
-            for k, data in enumerate(self.consts):
-                if (len(data) % 32 == 0) is wide:
-                    out[k], pos = pos, pos + len(data)
+        for k, data in enumerate(self.consts):
+            if len(data) != 16:
+                out[k], pos = pos, pos + len(data)
+        for k, data in enumerate(self.consts):
+            if len(data) == 16:
+                out[k], pos = pos, pos + 16
         return out
 
 
@@ -186,7 +188,8 @@ def _frame_layout(frame: Frame, spill_bytes: int, used: set[int], used_vec: Abst
     const_off = frame.offsets()
     sink_base = const_base + sum(len(c) for c in frame.consts)  # 16-aligned: constants are 16 or 32*k bytes
     pointer_base = sink_base + frame.sink                           # the sink is 32*k bytes
-    vec_base = pointer_base + -(-8 * len(frame.pointers) // 16) * 16
+    pointers = frame.pointers
+    vec_base = pointer_base + -(-8 * len(pointers) // 16) * 16 if pointers else pointer_base
     saved_vec = tuple((n, vec_base + 16 * k) for k, n in enumerate(n for n in abi.callee_saved_vec if n in used_vec))
     home_base = vec_base + 16 * len(saved_vec)
     nreg = min(frame.nargs, len(abi.arg_regs))
@@ -200,15 +203,17 @@ def _frame_layout(frame: Frame, spill_bytes: int, used: set[int], used_vec: Abst
     consts = [(const_base + const_off[k], data) for k, data in enumerate(frame.consts)]
     slot_disp = {("const", k): const_base + off for k, off in enumerate(const_off)}
     slot_disp[("sink", 0)] = sink_base
-    slot_disp.update((("pointer", k), pointer_base + 8 * k) for k in range(len(frame.pointers)))
     if abi.home_area:  # every argument k at arg_base + 8k: the first ones homed in the caller's area
         slot_disp.update((("arg", k), arg_base + 8 * k) for k in range(frame.nargs))
     else:  # the homes in the frame, then the stack arguments right above the return address
         slot_disp.update((("arg", k), home_base + 8 * k if k < nreg else arg_base + 8 * (k - nreg))
                          for k in range(frame.nargs))
     homes = tuple((abi.arg_regs[k], slot_disp[("arg", k)]) for k in range(nreg))
-    pointers = tuple((pointer_base + 8 * k, slot_disp[(t.kind, t.k)]) for k, t in enumerate(frame.pointers))
-    return Layout(saved, saved_vec, size, homes, consts, slot_disp, pointers)
+    if not pointers:
+        return Layout(saved, saved_vec, size, homes, consts, slot_disp)
+    slot_disp.update((("pointer", k), pointer_base + 8 * k) for k in range(len(pointers)))
+    return Layout(saved, saved_vec, size, homes, consts, slot_disp,
+                  tuple((pointer_base + 8 * k, slot_disp[(t.kind, t.k)]) for k, t in enumerate(pointers)))
 
 
 def _prologue(lay: Layout) -> list[Inst]:
