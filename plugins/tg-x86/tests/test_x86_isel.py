@@ -241,18 +241,20 @@ GATES = [(3, dtypes.float32), (3, dtypes.int32), (40, dtypes.float32)]
 
 
 @pytest.mark.parametrize("k, dt", GATES, ids=str)
-def test_gated_load_jumps_on_the_flags_of_its_compare(k, dt):
-    """x padded by k in front (k + 4 elements: scalar code): the gate's jump reads the flags of a cmp of the
-    index with the immediate k-1 (no bool made and tested, no constant in a register)."""
+def test_gated_load_picks_its_address_on_the_flags_of_its_compare(k, dt):
+    """x padded by k in front (k + 4 elements: scalar code): no jump around the load; a cmov reading the flags of
+    a cmp of the index with the immediate k-1 (no bool made and tested, no constant in a register) switches the
+    load's address to the frame's zero slot."""
     a = np.arange(1, 5).astype(dt.np)
     t = Tensor(a, device=X86).pad(((k, 0),)) * 3
     code = render(*program(t))
     insts = disassemble(code)
     np.testing.assert_array_equal(t.numpy(), np.pad(a, (k, 0)) * np.array(3, dt.np))
-    conditional = [i for i in starting(insts, "j") if i.mnemonic != "jmp"]
-    assert len(conditional) == 2 and not named(insts, "test")   # the gate's jump and the loop's back edge
-    (gate,) = [i for i in conditional if i.mnemonic != "jl"]
-    (w,) = flag_sources(code, (gate.mnemonic,))
+    assert [i.mnemonic for i in starting(insts, "j")] == ["jl"] and not named(insts, "test")   # the back edge only
+    dummy = {i.operands[0].reg for i in named(insts, "lea") if i.mem().base == "rsp"}
+    picks = [i for i in starting(insts, "cmov") if i.operands[1].reg in dummy]   # (the int WHERE shares the flags)
+    assert len(picks) == 1
+    (w,) = flag_sources(code, (picks[0].mnemonic,))
     assert w.mnemonic == "cmp" and w.operands[1].kind == "imm" and w.operands[1].imm == k - 1
 
 

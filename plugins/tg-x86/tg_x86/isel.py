@@ -21,12 +21,14 @@ frame slots written by the prologue (memory operands, or a load where a register
 
 Semantics are the C renderer's: x/0 = 0, INT_MIN/-1 wraps, shifts out of range give 0 or the
 sign, float->int truncates and wraps (NaN/inf give 0), max propagates NaN, gated loads read 0
-(and never touch memory), gated stores are skipped.
+(and never touch memory), gated stores are skipped. Both without a branch: the access goes through an address
+a cmov switches to a frame slot when the gate is false (``gated_mem``: zeros for loads, a sink for stores).
 """
 from __future__ import annotations
 
 import bisect
 import functools
+import operator
 import struct
 from collections.abc import Callable, Iterable
 from itertools import chain, compress, repeat
@@ -34,7 +36,7 @@ from operator import not_
 from typing import Any
 
 from tg_x86.isa import Cond, Flag, Op
-from tg_x86.machine import RAX, RCX, RDX, Frame, Slot, Spec, VMem, label_inst
+from tg_x86.machine import ALLOC_GPR, RAX, RCX, RDX, Frame, Slot, Spec, VMem, label_inst
 from tg_x86.operands import Label
 from tg_x86.vsel import (
     _OP,
@@ -63,6 +65,9 @@ TRUNC_IMM = 0xB     # vroundss immediate: toward zero, no precision exception
 CMP_EQ_OQ, CMP_LT_OS, CMP_NEQ_UQ, CMP_UNORD_Q = 0, 1, 4, 3
 # sets, not tuples: membership is a hash lookup (ops and dtypes hash by identity; a tuple compares each with ==)
 CMP_OPS = frozenset({Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE})
+_SOURCES = operator.attrgetter("src")
+HELD_GPRS = len(ALLOC_GPR)   # gprs a kernel may hold throughout
+GATED_SHARE = 64    # bytes from a gated access's address that later ones under its gate may reach through it
 FOLD_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX})
 ARG_OPS = frozenset({Ops.PARAM, Ops.DEFINE_VAR})                        # read from the argument slots
 NO_CODE_OPS = frozenset({Ops.CONST, Ops.SINK, Ops.GROUP, Ops.NOOP, Ops.INDEX})  # selected where used, or nothing
@@ -90,6 +95,11 @@ INT_CONDS = {(Ops.CMPLT, False, False): Cond.L, (Ops.CMPLT, True, False): Cond.B
 def int_cond(op: Ops, dt: DType, swapped: bool) -> Cond:
     """The condition of comparison ``op`` of two ``dt`` values after ``cmp a, b`` (``cmp b, a`` if swapped)."""
     return INT_CONDS[(op, dtypes.is_unsigned(dt) or dt is dtypes.bool, swapped)]
+
+
+def at_address(m: VMem) -> Callable[[UOp, int], VMem]:
+    """A stand-in for ``Selector.mem`` giving ``m`` whatever the index (the address of a gated access)."""
+    return lambda _idx, bits: VMem(bits, m.base, m.index, m.scale, m.disp, m.slot)
 
 
 class SelectionError(NotImplementedError):
@@ -182,6 +192,11 @@ class Selector(ISelContext, VectorSelection):
         self.folded: set[UOp] = set()
         self.remat_args = remat_args  # buffer pointers and variables loaded from their argument slot where used
         self.remat_cache: dict[tuple[UOp, int], VReg] = {}
+        # (gate, store, base, index, scale, region) of a gated access -> (its address register, displacement)
+        self.gated_addrs: dict[tuple, tuple[VReg, int]] = {}
+        self.element_addrs: dict[tuple, tuple[VReg, int]] = {}   # (base, index, scale, region) -> (address, disp)
+        self.dummy_held: dict[bool, VReg] = {}   # store -> the register holding the dummy slot's address, if held
+        self.tested: tuple[UOp, int] | None = None           # (gate, position) of the last test of a bool gate
         self.arg_sites: list[tuple[int, UOp]] = []   # with remat_args: (program position, PARAM/DEFINE_VAR)
         self.remat_loads: dict[VReg, UOp] = {}        # with remat_args: register of each reload -> its UOp
         self.reload_at: list[int] = []                # with remat_args: program position of each reload
@@ -197,6 +212,7 @@ class Selector(ISelContext, VectorSelection):
         self.frame.nargs = self.core_arg + 1
         self.plan_vectors()
         self.plan_fma()
+        self.hold_dummies()
         if isel is None and not self.hred_roots:  # no horizontal reduction: its rule would only fall through
             self.isel = LINE_ISEL
 
@@ -501,8 +517,8 @@ class Selector(ISelContext, VectorSelection):
 
     def fusable_compare(self, c: UOp) -> bool:
         """A comparison whose only users read its flags (or mask) instead of a bool: WHEREs, and gates of
-        loads and stores that jump on them. No bool is made; each user asks ``compare``, which shares one cmp
-        among them while the flags hold."""
+        loads and stores that pick their address on them. No bool is made; each user asks ``compare``, which shares
+        one cmp among them while the flags hold."""
         users = self.users.get(c, [])
         return bool(users) and all(self.reads_flags(x, c) for x in users)
 
@@ -513,7 +529,7 @@ class Selector(ISelContext, VectorSelection):
 
     @staticmethod
     def gate_fuses(c: UOp) -> bool:
-        """Can a gate jump on comparison ``c``'s flags with one jcc (not float ==/!=, which need ZF and PF)?"""
+        """Can a gate pick its address on comparison ``c``'s flags with one cmov (not float ==/!=: ZF and PF)?"""
         return c.op in CMP_OPS and c.dtype.count == 1 and (c.op is Ops.CMPLT or not is_vec(c.src[0].dtype))
 
     @staticmethod
@@ -687,29 +703,139 @@ class Selector(ISelContext, VectorSelection):
         gate = idx.src[2] if len(idx.src) > 2 else None
         if gate is None:
             self.load_into(d, idx, dt)
-        else:
-            if len(u.src) > 1:
-                self.copy(d, self.reg(u.src[1]))
-            elif is_vec(dt):
-                self.emit(Op.VXORPS, [d], [], (("d", 0, 128), ("d", 0, 128), ("d", 0, 128)))
-            else:
-                self.mov_imm(d, 0, 32)
+        elif len(u.src) > 1:  # an alternative value (hand-written programs only): kept by jumping over the load
+            self.copy(d, self.reg(u.src[1]))
             skip = Label("gated")
-            self.skip_unless(gate, skip)
+            self.jump(skip, self.gate_off(gate))
             self.load_into(d, idx, dt)
             self.label(skip)
+        else:
+            self.load_into(d, idx, dt, self.gated_mem(gate, idx, dt.itemsize, False, None if is_vec(dt) else d))
         self.val[u] = d
 
-    def skip_unless(self, gate: UOp, skip: Label) -> None:
-        """Jump to ``skip`` when ``gate`` is false: on its compare's flags (the negated condition), else on a
-        test of the bool."""
-        if self.gate_fuses(gate):
-            kind = self.compare(gate)
-            self.jump(skip, kind[1].negate())
+    # ---- gated accesses: no branch, the address is switched to a dummy frame slot ----
+    def gated_mem(self, gate: UOp, idx: UOp, span: int, store: bool, into: VReg | None = None) -> VMem:
+        """Where an access of ``span`` bytes at ``idx`` under ``gate`` goes: ``idx``'s element when the gate holds,
+        else a frame slot (for a load the zero slot: reads 0; for a store the sink: nothing reads it, so a later
+        gated-off load still reads 0). No jump: a lea of the element's address, then a cmov reading the slot's
+        address from the frame (no register holds it), and the access goes through the result unconditionally (a
+        gated-off one never touches the buffer). An access under the same gate at a constant distance above an
+        earlier one in the region shares its address (the slot grows to cover it): one lea and cmov for the lanes
+        of a vector under one gate. A gate known false gives the slot itself, one known true the element. ``into``:
+        a gpr the access writes, which may hold the address until then (one register fewer; not shared)."""
+        if gate.op is Ops.CONST:
+            return self.mem(idx, 8) if gate.arg else self.dummy_mem(span, store)
+        m = self.mem(idx, 8)
+        key = (gate, store, m.base, m.index, m.scale, self.region)
+        shared = self.gated_addrs.get(key)
+        if shared is not None and 0 <= m.disp - shared[1] <= GATED_SHARE - span:
+            delta = m.disp - shared[1]
+            self.dummy_mem(delta + span, store)
+            return VMem(8, shared[0], disp=delta)
+        a = self.new("gpr") if into is None else into
+        self.element_address(a, m)
+        dummy = self.dummy_address(span, store)
+        self.emit(Op.CMOVCC, [a], [a, dummy], (("d", 0, 64), ("u", 1, 64 if type(dummy) is VReg else None)), two=True,
+                  cond=self.gate_off(gate))
+        if into is None:
+            self.gated_addrs[key] = (a, m.disp)
+        return VMem(8, a)
+
+    def element_address(self, a: VReg, m: VMem) -> None:
+        """``lea a, m`` for a gated access. The first with an index register in the region computes the element's
+        address into a register kept unpicked (a copies it); later ones with the same base, index and scale add
+        their distance to it (``lea a, [b + disp]``, simpler than a scaled three-part lea): the lanes of a padded
+        vector under different gates."""
+        if m.index is None:
+            self.emit(Op.LEA, [a], [m.sized(None)], (("d", 0, 64), ("u", 0, None)))
             return
+        key = (m.base, m.index, m.scale, self.region)
+        known = self.element_addrs.get(key)
+        if known is not None and -(1 << 31) <= m.disp - known[1] < (1 << 31):
+            self.emit(Op.LEA, [a], [VMem(None, known[0], disp=m.disp - known[1])], (("d", 0, 64), ("u", 0, None)))
+            return
+        b = self.new("gpr")
+        self.emit(Op.LEA, [b], [m.sized(None)], (("d", 0, 64), ("u", 0, None)))
+        self.element_addrs[key] = (b, m.disp)
+        self.copy(a, b)
+
+    def dummy_mem(self, span: int, store: bool) -> VMem:
+        """The sink (``store``) or the zero slot, grown to ``span`` bytes (rounded up to 32, so a vector access reads
+        or writes only the slot)."""
+        size = -(-span // 32) * 32
+        frame = self.frame
+        if store:
+            frame.sink = max(frame.sink, size)
+            return VMem(8, slot=Slot("sink", 0))
+        m = self.const_mem(bytes(32), 8)     # shared with a 32-byte zero constant, never written
+        k = m.slot.k                         # type: ignore[union-attr]
+        if len(frame.consts[k]) < size:      # wider zeros: a prefix of them is still that constant
+            frame.consts[k] = bytes(size)
+        return m
+
+    def hold_dummies(self) -> None:
+        """While few gprs are held throughout (``pressure``), the address of each dummy slot the gated accesses use
+        is held in a register set at the start (an lea, before any line; dropped if no access reads it); else
+        each cmov reads it from a frame slot (``dummy_address``)."""
+        indexes = self.lines(Ops.INDEX)
+        if max(map(len, map(_SOURCES, indexes)), default=0) < 3:   # no gate (most kernels)
+            return
+        for idx in indexes:
+            if len(idx.src) < 3 or idx.src[2].op is Ops.CONST:
+                continue
+            for user in self.users.get(idx, ()):
+                store = user.op is Ops.STORE
+                if store not in self.dummy_held and self.pressure < HELD_GPRS:
+                    r = self.dummy_held[store] = self.new("gpr")
+                    self.pressure += 1
+                    self.emit(Op.LEA, [r], [self.dummy_mem(0, store).sized(None)], (("d", 0, 64), ("u", 0, None)))
+
+    def near_flags(self, gate: UOp) -> Cond | None:
+        """For a gate ``c < x`` or ``x < c`` (signed ints, c a constant): the condition that holds when it is false
+        read from the live flags of a ``cmp x, k`` with k one nearer (``c < x`` is ``x >= c+1``, ``x < c`` is
+        ``x <= c-1``): the lanes of a padded vector are gated by such neighbours (x > 2, x > 1, ...)."""
+        st = self.flags
+        if st is None or gate.op is not Ops.CMPLT:
+            return None
+        x, k, pos = st
+        a, b = gate.src
+        if k.op is not Ops.CONST or not (b is x and a.op is Ops.CONST or a is x and b.op is Ops.CONST):
+            return None
+        dt = x.dtype
+        if dt not in (dtypes.int32, dtypes.int64) or not self.flags_live(pos):
+            return None
+        kv = self.int_value(k)
+        if b is x and self.int_value(a) + 1 == kv:   # c < x: x >= k
+            return Cond.L
+        if a is x and self.int_value(b) - 1 == kv:   # x < c: x <= k
+            return Cond.G
+        return None
+
+    def dummy_address(self, span: int, store: bool) -> VReg | VMem:
+        """The address of ``dummy_mem(span, store)`` for a cmov: the register holding it (``hold_dummies``), else the
+        frame slot the prologue stores it in."""
+        target = self.dummy_mem(span, store).slot
+        r = self.dummy_held.get(store)
+        if r is not None:
+            return r
+        pointers = self.frame.pointers
+        if target not in pointers:
+            pointers.append(target)   # type: ignore[arg-type]
+        return VMem(64, slot=Slot("pointer", pointers.index(target)))   # type: ignore[arg-type]
+
+    def gate_off(self, gate: UOp) -> Cond:
+        """The condition that holds when ``gate`` is false: its compare's flags (shared while they hold, see
+        ``compare``) negated, else a test of the bool."""
+        if self.gate_fuses(gate):
+            near = self.near_flags(gate)
+            return near if near is not None else self.compare(gate)[1].negate()
+        tested = self.tested
+        if tested is not None and tested[0] is gate and self.flags_live(tested[1]):
+            return Cond.E   # the last test was of this gate and its flags still hold (lanes of one access)
         g = self.reg(gate)
         self.emit(Op.TEST, [], [g, g], (("u", 0, 32), ("u", 1, 32)))
-        self.jump(skip, Cond.E)
+        self.tested = (gate, len(self.prog) - 1)
+        return Cond.E
 
     def alias_ok(self, u: UOp) -> bool:
         """A LOAD of an accumulator may be the accumulator itself if every use comes before the next STORE."""
@@ -738,27 +864,29 @@ class Selector(ISelContext, VectorSelection):
             p = p.src[0]
         return p
 
-    def load_into(self, d: VReg, idx: UOp, dt: DType) -> None:
+    def load_into(self, d: VReg, idx: UOp, dt: DType, at: VMem | None = None) -> None:
+        """Load ``idx``'s element into ``d`` (from ``at`` instead when given: a gated load, see ``gated_mem``)."""
         size = dt.itemsize
+        mem = self.mem if at is None else at_address(at)
         if dt is dtypes.float32:
-            self.emit(Op.VMOVSS, [d], [self.mem(idx, 32)], (("d", 0, 128), ("u", 0, None)))
+            self.emit(Op.VMOVSS, [d], [mem(idx, 32)], (("d", 0, 128), ("u", 0, None)))
         elif dt is dtypes.float64:
-            self.emit(Op.VMOVSD, [d], [self.mem(idx, 64)], (("d", 0, 128), ("u", 0, None)))
+            self.emit(Op.VMOVSD, [d], [mem(idx, 64)], (("d", 0, 128), ("u", 0, None)))
         elif dt in NARROW_FLOATS:
             t = self.new("gpr")
-            self.emit(Op.MOVZX, [t], [self.mem(idx, 16)], (("d", 0, 32), ("u", 0, None)))
+            self.emit(Op.MOVZX, [t], [mem(idx, 16)], (("d", 0, 32), ("u", 0, None)))
             if dt is dtypes.bfloat16:
                 self.alu2(Op.SHL, t, t, 16, 32)
             self.emit(Op.VMOVD, [d], [t], (("d", 0, 128), ("u", 0, 32)))
             if dt is dtypes.float16:
                 self.emit(Op.VCVTPH2PS, [d], [d], (("d", 0, 128), ("u", 0, 128)))
         elif size == 8:
-            self.emit(Op.MOV, [d], [self.mem(idx, 64)], (("d", 0, 64), ("u", 0, None)))
+            self.emit(Op.MOV, [d], [mem(idx, 64)], (("d", 0, 64), ("u", 0, None)))
         elif size == 4:
-            self.emit(Op.MOV, [d], [self.mem(idx, 32)], (("d", 0, 32), ("u", 0, None)))
+            self.emit(Op.MOV, [d], [mem(idx, 32)], (("d", 0, 32), ("u", 0, None)))
         else:
             op = Op.MOVZX if dtypes.is_unsigned(dt) or dt is dtypes.bool else Op.MOVSX
-            self.emit(op, [d], [self.mem(idx, size * 8)], (("d", 0, 32), ("u", 0, None)))
+            self.emit(op, [d], [mem(idx, size * 8)], (("d", 0, 32), ("u", 0, None)))
 
     def store(self, u: UOp) -> None:
         idx, value = u.src[0], u.src[1]
@@ -770,36 +898,34 @@ class Selector(ISelContext, VectorSelection):
                 self.copy(acc, self.reg(value))
             return
         gate = idx.src[2] if len(idx.src) > 2 else None
-        skip = Label("gated")
         dt = value.dtype
-        if gate is not None:
-            self.skip_unless(gate, skip)
+        mem: Callable[[UOp, int], VMem] = self.mem
+        if gate is not None:   # through the gated address: the buffer's element, or the sink
+            mem = at_address(self.gated_mem(gate, idx, dt.itemsize, store=True))
         if is_vec(dt):
             x = self.reg(value)
             if dt is dtypes.float32:
-                self.emit(Op.VMOVSS, [], [self.mem(idx, 32), x], (("u", 0, None), ("u", 1, 128)))
+                self.emit(Op.VMOVSS, [], [mem(idx, 32), x], (("u", 0, None), ("u", 1, 128)))
             elif dt is dtypes.float64:
-                self.emit(Op.VMOVSD, [], [self.mem(idx, 64), x], (("u", 0, None), ("u", 1, 128)))
+                self.emit(Op.VMOVSD, [], [mem(idx, 64), x], (("u", 0, None), ("u", 1, 128)))
             elif dt is dtypes.float16:
                 t = self.new("vec")
                 self.emit(Op.VCVTPS2PH, [t], [x], (("d", 0, 128), ("u", 0, 128), ("i", F16_ROUND)))
-                self.emit(Op.VPEXTRW, [], [self.mem(idx, 16), t], (("u", 0, None), ("u", 1, 128), ("i", 0)))
+                self.emit(Op.VPEXTRW, [], [mem(idx, 16), t], (("u", 0, None), ("u", 1, 128), ("i", 0)))
             else:
                 t = self.new("gpr")
                 self.emit(Op.VMOVD, [t], [x], (("d", 0, 32), ("u", 0, 128)))
                 self.alu2(Op.SHR, t, t, 16, 32)
-                self.emit(Op.MOV, [], [self.mem(idx, 16), t], (("u", 0, None), ("u", 1, 16)))
+                self.emit(Op.MOV, [], [mem(idx, 16), t], (("u", 0, None), ("u", 1, 16)))
         else:
             bits = dt.itemsize * 8
             v = self.int_operand(value, 32)
-            m = self.mem(idx, bits)
+            m = mem(idx, bits)
             if isinstance(v, int) and (bits < 64 or -(1 << 31) <= v < (1 << 31)):
                 self.emit(Op.MOV, [], [m], (("u", 0, None), ("i", v & ((1 << bits) - 1) if bits < 64 else v)))
             else:
                 r = v if isinstance(v, VReg) else self.reg(value)
                 self.emit(Op.MOV, [], [m, r], (("u", 0, None), ("u", 1, bits)))
-        if gate is not None:
-            self.label(skip)
 
     # ---- integer ALU (one method per rule of SCALAR_ISEL) ----
     def int_max(self, u: UOp) -> VReg:

@@ -49,9 +49,9 @@ _VEC_NUM = {r.name: r.index for r in VEC.values()}
 
 
 class Slot(NamedTuple):  # a tuple: the key of its offset in a frame's ``slot_disp``, hashed in C
-    """A frame location whose offset is known only after allocation: a constant or an argument."""
-    kind: str     # "const" (16-byte constant slot k) or "arg" (argument k of the call)
-    k: int
+    """A frame location whose offset is known only after allocation: a constant, an argument, ..."""
+    kind: str     # "const" (constant slot k), "arg" (argument k of the call), "sink" (0: gated-off stores) or
+    k: int        # "pointer" (slot k holding the address of frame.pointers[k])
 
 
 @dataclass(eq=False, slots=True)  # never changed once made (not frozen: frozen ones take ~4x longer to build)
@@ -139,20 +139,25 @@ class Frame:
     convention they arrive by."""
     consts: list[bytes] = field(default_factory=list)
     nargs: int = 0
+    sink: int = 0   # bytes of Slot("sink", 0): where gated-off stores write; never written by the prologue, never read
+    pointers: list[Slot] = field(default_factory=list)  # Slot("pointer", k) holds the address of slot pointers[k]
     abi: Abi = HOST
 
     def offsets(self) -> list[int]:
-        """Byte offset of each constant inside the constant area (32-byte ones first, so all stay aligned)."""
+        """Byte offset of each constant inside the constant area (the ones of 32 bytes or a multiple of 32 first, so
+        all stay aligned; the gated loads' zero slot may be wider than 32)."""
         return _const_offsets(tuple(map(len, self.consts)))
 
 
 def _const_offsets(sizes: tuple[int, ...]) -> list[int]:
     """``Frame.offsets`` of constants of these sizes."""
     out, pos = [0] * len(sizes), 0
-    for size in (32, 16):
-        for k, n in enumerate(sizes):
-            if n == size:
-                out[k], pos = pos, pos + size
+    for k, n in enumerate(sizes):
+        if n != 16:
+            out[k], pos = pos, pos + n
+    for k, n in enumerate(sizes):
+        if n == 16:
+            out[k], pos = pos, pos + 16
     return out
 
 
@@ -164,6 +169,7 @@ def finish(program: list, frame: Frame, allocation: tuple[list, int] | None = No
     out: list[Inst | Label] = list(_prologue(lay))
     for disp, data in lay.consts:
         out += _const_stores(disp, data)
+    out += _pointer_stores(lay.pointers)
     _lower(allocated, lay.slot_disp, out)
     return out + _epilogue(lay)
 
@@ -176,6 +182,7 @@ class Layout(NamedTuple):
     homes: tuple[tuple[str, int], ...]      # (argument register, offset) where the prologue stores it
     consts: list[tuple[int, bytes]]         # (offset, bytes) of each constant
     slot_disp: dict[tuple[str, int], int]   # the offset of each ``Slot``
+    pointers: tuple[tuple[int, int], ...] = ()  # (offset, offset it points at) of each pointer slot
 
 
 def _frame_layout(frame: Frame, spill_bytes: int, used: AbstractSet[int], used_vec: AbstractSet[int] = frozenset()
@@ -185,23 +192,29 @@ def _frame_layout(frame: Frame, spill_bytes: int, used: AbstractSet[int], used_v
     abi = frame.abi
     saved = tuple(compress(abi.callee_saved, map(used.__contains__, map(_GPR_NUM.__getitem__, abi.callee_saved))))
     saved_vec_nums = tuple(compress(abi.callee_saved_vec, map(used_vec.__contains__, abi.callee_saved_vec)))
-    saved_vec, size, homes, slot_disp, const_disp = _frame_shape(
+    saved_vec, size, homes, slot_disp, const_disp, pointers = _frame_shape(
         abi.arg_regs, abi.home_area, frame.nargs, tuple(map(len, frame.consts)), spill_bytes, len(saved),
-        saved_vec_nums)
-    return Layout(saved, saved_vec, size, homes, list(zip(const_disp, frame.consts, strict=True)), slot_disp)
+        saved_vec_nums, frame.sink, tuple(frame.pointers))
+    return Layout(saved, saved_vec, size, homes, list(zip(const_disp, frame.consts, strict=True)), slot_disp,
+                  pointers)
 
 
 @functools.lru_cache(maxsize=1024)  # kernels share frames
 def _frame_shape(arg_regs: tuple[str, ...], home_area: int, nargs: int, const_sizes: tuple[int, ...],
-                 spill_bytes: int, pushes: int, saved_vec_nums: tuple[int, ...]
-                 ) -> tuple[tuple[tuple[int, int], ...], int, tuple[tuple[str, int], ...], dict, tuple[int, ...]]:
+                 spill_bytes: int, pushes: int, saved_vec_nums: tuple[int, ...], sink: int,
+                 pointer_targets: tuple[Slot, ...]) -> tuple[tuple[tuple[int, int], ...], int,
+                                                            tuple[tuple[str, int], ...], dict, tuple[int, ...],
+                                                            tuple[tuple[int, int], ...]]:
     """The numbers of a frame for an ABI passing arguments in ``arg_regs`` (``home_area``: see ``Abi``), after
-    ``pushes`` callee-saved gprs, saving the xmm registers ``saved_vec_nums``: ``Layout``'s saved_vec, size, homes
-    and slot_disp, and the offset of each constant."""
+    ``pushes`` callee-saved gprs, saving the xmm registers ``saved_vec_nums``, with a ``sink`` of that many bytes and
+    pointer slots holding the addresses of ``pointer_targets``: ``Layout``'s saved_vec, size, homes and slot_disp,
+    the offset of each constant, and ``Layout.pointers``."""
     spill_bytes = -(-spill_bytes // 16) * 16
     const_base = -(-spill_bytes // 32) * 32
     const_off = _const_offsets(const_sizes)
-    vec_base = const_base + sum(const_sizes)  # 16-aligned: constants are 16 or 32 bytes
+    sink_base = const_base + sum(const_sizes)  # 16-aligned: constants are 16 or 32*k bytes
+    pointer_base = sink_base + sink             # the sink is 32*k bytes
+    vec_base = pointer_base + -(-8 * len(pointer_targets) // 16) * 16
     saved_vec = tuple((n, vec_base + 16 * k) for k, n in enumerate(saved_vec_nums))
     home_base = vec_base + 16 * len(saved_vec)
     nreg = min(nargs, len(arg_regs))
@@ -212,13 +225,16 @@ def _frame_shape(arg_regs: tuple[str, ...], home_area: int, nargs: int, const_si
         size += 8
     arg_base = size + 8 * pushes + 8  # the caller's part of the stack, above the return address
     slot_disp = {("const", k): const_base + off for k, off in enumerate(const_off)}
+    slot_disp[("sink", 0)] = sink_base
     if home_area:  # every argument k at arg_base + 8k: the first ones homed in the caller's area
         slot_disp.update((("arg", k), arg_base + 8 * k) for k in range(nargs))
     else:  # the homes in the frame, then the stack arguments right above the return address
         slot_disp.update((("arg", k), home_base + 8 * k if k < nreg else arg_base + 8 * (k - nreg))
                          for k in range(nargs))
     homes = tuple((arg_regs[k], slot_disp[("arg", k)]) for k in range(nreg))
-    return saved_vec, size, homes, slot_disp, tuple(const_base + off for off in const_off)
+    slot_disp.update((("pointer", k), pointer_base + 8 * k) for k in range(len(pointer_targets)))
+    pointers = tuple((pointer_base + 8 * k, slot_disp[t]) for k, t in enumerate(pointer_targets))
+    return saved_vec, size, homes, slot_disp, tuple(const_base + off for off in const_off), pointers
 
 
 def _prologue(lay: Layout) -> list[Inst]:
@@ -242,6 +258,16 @@ def _const_store_operands(disp: int, data: bytes) -> list[tuple[Operand, ...]]:
     rsp = GPRS64[4]
     return [(Mem.of(32, rsp, None, 1, disp + off), imm(int.from_bytes(data[off:off + 4], "little")))
             for off in range(0, len(data), 4)]
+
+
+def _pointer_stores(pointers: tuple[tuple[int, int], ...]) -> list[Inst]:
+    """Store the address of a frame slot into each pointer slot (rax is free: no argument arrives in it)."""
+    rsp, rax = GPRS64[4], GPRS64[0]
+    out = []
+    for disp, target in pointers:
+        out.append(Inst.of(Op.LEA, (rax, Mem.of(None, rsp, None, 1, target)), None, None))
+        out.append(Inst.of(Op.MOV, (Mem.of(64, rsp, None, 1, disp), rax), None, None))
+    return out
 
 
 def _epilogue(lay: Layout) -> list[Inst]:
@@ -364,6 +390,8 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     _encode_body(plan, reg_of, key_of, with_spill_code, lay.slot_disp, codes, jumps, at)
     head = _prologue_code(lay.saved, lay.saved_vec, lay.size, lay.homes)
     stores = [_const_stores_code(disp, data) for disp, data in lay.consts]
+    if lay.pointers:
+        stores.append(b"".join(encode_all(_pointer_stores(lay.pointers))))  # type: ignore[arg-type]
     assembler.resolve_jumps(codes, jumps, at)
     return b"".join((head, *stores, *codes, _epilogue_code(lay.saved, lay.saved_vec, lay.size)))  # type: ignore[arg-type]
 

@@ -738,14 +738,15 @@ class VectorSelection:
             return False
         return self.no_barrier(u, user)
 
-    def load_piece(self, d: VReg, u: UOp, p: int) -> None:
+    def load_piece(self, d: VReg, u: UOp, p: int, where: VMem | None = None) -> None:
+        """Load piece ``p`` of vector load ``u`` into ``d`` (from ``where`` and on when given: a gated load)."""
         idx, sdt = u.src[0], scalar_of(u.dtype)
         if u in self.bcast_loads:  # a broadcast source asked for as a register: the scalar load
             self.load_into(d, idx, sdt)
             return
         n = piece_lanes(u.dtype)[p]
         per = lanes_per_piece(sdt)
-        m: VMem = self.mem(idx, 8)
+        m: VMem = self.mem(idx, 8) if where is None else where
         disp = m.disp + p * per * sdt.itemsize
 
         def at(bits: int | None, extra: int = 0) -> VMem:
@@ -794,15 +795,15 @@ class VectorSelection:
         if gate is None:
             for p, d in enumerate(out):
                 self.load_piece(d, u, p)
-        else:
+        elif len(u.src) == 1:  # every piece through the gated address: the buffer's elements or the zero slot
+            m = self.gated_mem(gate, idx, u.dtype.count * scalar_of(u.dtype).itemsize, store=False)
             for p, d in enumerate(out):
-                if len(u.src) > 1:
-                    self.vpiece(u.src[1], p, into=d)
-                else:
-                    b = pbits(counts[p], scalar_of(u.dtype))
-                    self.emit(Op.VXORPS, [d], [], (("d", 0, b), ("d", 0, b), ("d", 0, b)))
+                self.load_piece(d, u, p, m)
+        else:  # an alternative value (hand-written programs only): kept by jumping over the loads
+            for p, d in enumerate(out):
+                self.vpiece(u.src[1], p, into=d)
             skip = Label("gated")
-            self.skip_unless(gate, skip)
+            self.jump(skip, self.gate_off(gate))
             for p, d in enumerate(out):
                 self.load_piece(d, u, p)
             self.label(skip)
@@ -822,13 +823,13 @@ class VectorSelection:
                 self.lane_offset = 0
             return
         gate = idx.src[2] if len(idx.src) > 2 else None
-        skip = Label("gated")
         regs = self.pieces(value)
-        if gate is not None:
-            self.skip_unless(gate, skip)
         sdt = scalar_of(value.dtype)
         per = lanes_per_piece(sdt)
-        m: VMem = self.mem(idx, 8)
+        if gate is None:
+            m: VMem = self.mem(idx, 8)
+        else:   # every piece through the gated address: the buffer's elements or the sink
+            m = self.gated_mem(gate, idx, value.dtype.count * sdt.itemsize, store=True)
         for p, (r, n) in enumerate(zip(regs, piece_lanes(value.dtype), strict=True)):
             disp = m.disp + p * per * sdt.itemsize
 
@@ -853,8 +854,6 @@ class VectorSelection:
                 self.emit(Op.VMOVSD, [], [at(64), r], (("u", 0, None), ("u", 1, 128)))
             else:
                 self.emit(Op.VMOVSS, [], [at(32), r], (("u", 0, None), ("u", 1, 128)))
-        if gate is not None:
-            self.label(skip)
 
     def extract_piece_lane(self, r: VReg, sdt: DType, k: int) -> VReg:
         """Lane k (< 4) of a 32-bit integer piece register into a gpr."""
