@@ -656,8 +656,8 @@ class Selector(ISelContext, VectorSelection):
         base = self.reg(buf)
         size = buf.dtype.base.itemsize  # type: ignore[attr-defined]
         extra = self.lane_offset * size
-        if i.op is CONST:
-            return VMem(bits, base, disp=self.int_value(i) * size + extra)
+        if i.op is CONST:  # VMem's fields positionally: a class called with keywords costs twice as much
+            return VMem(bits, base, None, 1, self.int_value(i) * size + extra)
         if i.op is Ops.ADD and i.src[1].op is CONST and i.src[0].vmin >= 0 and i.src[0].dtype.count == 1:
             disp = self.int_value(i.src[1]) * size + extra
             if -(1 << 31) <= disp < (1 << 31):
@@ -847,7 +847,7 @@ class Selector(ISelContext, VectorSelection):
         d = self.new("gpr")
         rb = self.int_operand(b, bits)
         if xop is Op.ADD and op is Ops.ADD and (not isinstance(rb, int) or -(1 << 31) <= rb < (1 << 31)):
-            m = VMem(None, self.reg(a), disp=rb) if isinstance(rb, int) else VMem(None, self.reg(a), rb)
+            m = VMem(None, self.reg(a), None, 1, rb) if isinstance(rb, int) else VMem(None, self.reg(a), rb)
             self.emit(Op.LEA, [d], [m], (("d", 0, bits), ("u", 0, None)))
         elif xop is Op.IMUL and isinstance(rb, int):
             if -(1 << 31) <= rb < (1 << 31):
