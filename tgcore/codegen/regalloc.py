@@ -63,11 +63,12 @@ class MInst:
     uses: list[Any]
     arg: Any
 
-    # written out: selection builds one per instruction, and the generated one (default factories) costs more
-    def __init__(self, op: Any, defs: list[Any] | None = None, uses: list[Any] | None = None, arg: Any = None) -> None:
+    # written out: selection builds one per instruction, and the generated one costs more. The lists are given
+    # (``[]`` for none): no default to test for on every call
+    def __init__(self, op: Any, defs: list[Any], uses: list[Any], arg: Any = None) -> None:
         self.op = op
-        self.defs = [] if defs is None else defs
-        self.uses = [] if uses is None else uses
+        self.defs = defs
+        self.uses = uses
         self.arg = arg
 
     def registers_read(self) -> Iterator[Any]:

@@ -120,9 +120,16 @@ def _users(uops: list[UOp]) -> dict[UOp, list[UOp]]:
     """Each line's users (see ``ISelContext``): every line that reads it, once per source slot, in line order (a
     line nothing reads has no entry until asked for: then it is an empty list)."""
     users: dict[UOp, list[UOp]] = defaultdict(list)
+    # get, then a new list or an append: faster than ``users[s].append(u)``, whose lookup on a dict subclass is
+    # not specialized (one source in five is a new key)
+    get = users.get
     for u in uops:
         for s in u.src:
-            users[s].append(u)
+            found = get(s)
+            if found is None:
+                users[s] = [u]
+            else:
+                found.append(u)
     return users
 
 

@@ -69,6 +69,9 @@ _SOURCES = operator.attrgetter("src")
 HELD_GPRS = len(ALLOC_GPR)   # gprs a kernel may hold throughout
 GATED_SHARE = 64    # bytes from a gated access's address that later ones under its gate may reach through it
 FOLD_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX})
+# the ops the per-line helpers test, as module names: on Python 3.11 reading ``Ops.CONST`` goes through EnumType's
+# __getattr__ hook (a Python-level call, ~0.1 us: five times a global read), and these run for most lines
+CONST, AFTER, PARAM = Ops.CONST, Ops.AFTER, Ops.PARAM
 ARG_OPS = frozenset({Ops.PARAM, Ops.DEFINE_VAR})                        # read from the argument slots
 NO_CODE_OPS = frozenset({Ops.CONST, Ops.SINK, Ops.GROUP, Ops.NOOP, Ops.INDEX})  # selected where used, or nothing
 CODE_OPS = frozenset(Ops) - NO_CODE_OPS - {Ops.VCONST}   # the lines selection visits (selected_lines)
@@ -354,7 +357,7 @@ class Selector(ISelContext, VectorSelection):
         v = self.val.get(u)
         if v is not None:   # constants, and arguments read where used, have no value
             return v
-        if u.op is Ops.CONST:
+        if u.op is CONST:
             return self.materialize(u)
         if self.remat_args and u.op in ARG_OPS:
             key = (u, self.region)   # reloaded once per straight-line region (a label starts a new one)
@@ -368,7 +371,7 @@ class Selector(ISelContext, VectorSelection):
 
     def int_operand(self, u: UOp, bits: int) -> Any:
         """An immediate when the constant fits the instruction, else a register."""
-        if u.op is Ops.CONST and not is_vec(u.dtype):
+        if u.op is CONST and not is_vec(u.dtype):
             v = canon_const(u)
             if -(1 << 31) <= v < (1 << 31) or (bits == 32 and v < (1 << 32)):
                 return v
@@ -597,7 +600,7 @@ class Selector(ISelContext, VectorSelection):
         return d
 
     def arg_load(self, d: VReg, u: UOp) -> MInst:
-        if u.op is Ops.PARAM:
+        if u.op is PARAM:
             return MInst(Op.MOV, [d], [frame_mem((64, "arg", u.arg))], Spec((("d", 0, 64), ("u", 0, None))))
         slot = self.var_arg[u.arg[0]]
         return MInst(Op.MOV, [d], [frame_mem((32, "arg", slot))], Spec((("d", 0, 32), ("u", 0, None))))
@@ -669,9 +672,9 @@ class Selector(ISelContext, VectorSelection):
         base = self.reg(buf)
         size = buf.dtype.base.itemsize  # type: ignore[attr-defined]
         extra = self.lane_offset * size
-        if i.op is Ops.CONST:
-            return VMem(bits, base, disp=self.int_value(i) * size + extra)
-        if i.op is Ops.ADD and i.src[1].op is Ops.CONST and i.src[0].vmin >= 0 and i.src[0].dtype.count == 1:
+        if i.op is CONST:  # VMem's fields positionally: a class called with keywords costs twice as much
+            return VMem(bits, base, None, 1, self.int_value(i) * size + extra)
+        if i.op is Ops.ADD and i.src[1].op is CONST and i.src[0].vmin >= 0 and i.src[0].dtype.count == 1:
             disp = self.int_value(i.src[1]) * size + extra
             if -(1 << 31) <= disp < (1 << 31):
                 return VMem(bits, base, self.index_reg(i.src[0]), size, disp)
@@ -860,7 +863,7 @@ class Selector(ISelContext, VectorSelection):
     @staticmethod
     def define_reg(idx: UOp) -> UOp:
         p = idx.src[0]
-        while p.op is Ops.AFTER:
+        while p.op is AFTER:
             p = p.src[0]
         return p
 
@@ -965,12 +968,12 @@ class Selector(ISelContext, VectorSelection):
         op, dt = u.op, u.dtype
         bits = gbits(dt)
         a, b = u.src
-        if a.op is Ops.CONST and b.op is not Ops.CONST and op is not Ops.SUB:
+        if a.op is CONST and b.op is not CONST and op is not Ops.SUB:
             a, b = b, a
         d = self.new("gpr")
         rb = self.int_operand(b, bits)
         if xop is Op.ADD and op is Ops.ADD and (not isinstance(rb, int) or -(1 << 31) <= rb < (1 << 31)):
-            m = VMem(None, self.reg(a), disp=rb) if isinstance(rb, int) else VMem(None, self.reg(a), rb)
+            m = VMem(None, self.reg(a), None, 1, rb) if isinstance(rb, int) else VMem(None, self.reg(a), rb)
             self.emit(Op.LEA, [d], [m], (("d", 0, bits), ("u", 0, None)))
         elif xop is Op.IMUL and isinstance(rb, int):
             if -(1 << 31) <= rb < (1 << 31):
