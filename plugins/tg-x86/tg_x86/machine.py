@@ -30,7 +30,6 @@ from typing import Any, NamedTuple
 
 from tg_x86 import assembler, encoder, operands
 from tg_x86.abi import HOST, Abi
-from tg_x86.encoder import encode_all
 from tg_x86.isa import Cond, Inst, Op
 from tg_x86.operands import GPR_VIEWS, GPRS64, XMMS, YMMS, Label, Mem, Operand, Reg, address, gpr, imm, xmm, ymm
 from tgcore.codegen.regalloc import AllocTarget, MInst, Register, RegisterPlan, VReg, allocate, instruction_registers
@@ -224,13 +223,45 @@ def _frame_shape(arg_regs: tuple[str, ...], home_area: int, nargs: int, const_si
 def _prologue(lay: Layout) -> list[Inst]:
     """Push the callee-saved gprs, make the frame, save the callee-saved xmm registers, home the argument
     registers."""
-    rsp = GPRS64[4]
-    out = [Inst.of(Op.PUSH, (GPRS64[GPR[n].index],), None, None) for n in lay.saved]
-    if lay.size:
-        out.append(Inst.of(Op.SUB, (rsp, imm(lay.size)), None, None))
-    out += [Inst.of(Op.VMOVUPS, (Mem.of(128, rsp, None, 1, off), XMMS[n]), None, None) for n, off in lay.saved_vec]
-    out += [Inst.of(Op.MOV, (Mem.of(64, rsp, None, 1, off), GPRS64[GPR[r].index]), None, None) for r, off in lay.homes]
-    return out
+    return [make(*args) for make, args in _prologue_steps(lay.saved, lay.saved_vec, lay.size, lay.homes)]
+
+
+def _prologue_steps(saved: tuple[str, ...], saved_vec: tuple[tuple[int, int], ...], size: int,
+                    homes: tuple[tuple[str, int], ...]) -> list[tuple[Callable[..., Inst], tuple]]:
+    """``_prologue``'s instructions as (maker, its arguments)."""
+    steps: list[tuple[Callable[..., Inst], tuple]] = [(_push, (name,)) for name in saved]
+    if size:
+        steps.append((_frame_down, (size,)))
+    steps += [(_save_xmm, nums) for nums in saved_vec]
+    return steps + [(_home, reg_off) for reg_off in homes]
+
+
+def _push(name: str) -> Inst:
+    return Inst.of(Op.PUSH, (GPRS64[GPR[name].index],), None, None)
+
+
+def _pop(name: str) -> Inst:
+    return Inst.of(Op.POP, (GPRS64[GPR[name].index],), None, None)
+
+
+def _frame_down(size: int) -> Inst:
+    return Inst.of(Op.SUB, (GPRS64[4], imm(size)), None, None)
+
+
+def _frame_up(size: int) -> Inst:
+    return Inst.of(Op.ADD, (GPRS64[4], imm(size)), None, None)
+
+
+def _save_xmm(num: int, off: int) -> Inst:
+    return Inst.of(Op.VMOVUPS, (Mem.of(128, GPRS64[4], None, 1, off), XMMS[num]), None, None)
+
+
+def _restore_xmm(num: int, off: int) -> Inst:
+    return Inst.of(Op.VMOVUPS, (XMMS[num], Mem.of(128, GPRS64[4], None, 1, off)), None, None)
+
+
+def _home(reg: str, off: int) -> Inst:
+    return Inst.of(Op.MOV, (Mem.of(64, GPRS64[4], None, 1, off), GPRS64[GPR[reg].index]), None, None)
 
 
 def _const_stores(disp: int, data: bytes) -> list[Inst]:
@@ -245,14 +276,20 @@ def _const_store_operands(disp: int, data: bytes) -> list[tuple[Operand, ...]]:
 
 
 def _epilogue(lay: Layout) -> list[Inst]:
-    rsp = GPRS64[4]
-    out = [Inst.of(Op.VMOVUPS, (XMMS[n], Mem.of(128, rsp, None, 1, off)), None, None) for n, off in lay.saved_vec]
-    out += [Inst.of(Op.ADD, (rsp, imm(lay.size)), None, None)] if lay.size else []
-    out += [Inst.of(Op.POP, (GPRS64[GPR[n].index],), None, None) for n in reversed(lay.saved)]
-    return out + _RETURN
+    return [make(*args) for make, args in _epilogue_steps(lay.saved, lay.saved_vec, lay.size)]
 
 
-_RETURN = [Inst(Op.VZEROUPPER), Inst(Op.RET)]  # Insts are never changed once made: shared
+def _epilogue_steps(saved: tuple[str, ...], saved_vec: tuple[tuple[int, int], ...], size: int
+                    ) -> list[tuple[Callable[..., Inst], tuple]]:
+    """``_epilogue``'s instructions as (maker, its arguments): ``_prologue``'s undone, then return."""
+    steps: list[tuple[Callable[..., Inst], tuple]] = [(_restore_xmm, nums) for nums in saved_vec]
+    if size:
+        steps.append((_frame_up, (size,)))
+    steps += [(_pop, (name,)) for name in reversed(saved)]
+    return steps + _RETURN
+
+
+_RETURN: list[tuple[Callable[..., Inst], tuple]] = [(Inst, (Op.VZEROUPPER,)), (Inst, (Op.RET,))]
 
 
 def _registers_named(allocated: list) -> tuple[set[int], set[int]]:
@@ -372,16 +409,23 @@ _ASSIGNED = operator.attrgetter("reg")
 _JUMPS = frozenset((Op.JMP, Op.JCC))
 
 
-# The prologue and the epilogue depend on a few numbers only, and kernels share them: each is encoded once.
+# The prologue and the epilogue depend on a few numbers only, and kernels share them: each is encoded once, from
+# the code of its instructions, which recur from kernel to kernel more often still.
 @functools.lru_cache(maxsize=1024)
 def _prologue_code(saved: tuple[str, ...], saved_vec: tuple[tuple[int, int], ...], size: int,
                    homes: tuple[tuple[str, int], ...]) -> bytes:
-    return b"".join(encode_all(_prologue(Layout(saved, saved_vec, size, homes, [], {}))))  # type: ignore[arg-type]
+    return b"".join([_frame_inst_code(*step) for step in _prologue_steps(saved, saved_vec, size, homes)])
 
 
 @functools.lru_cache(maxsize=1024)
 def _epilogue_code(saved: tuple[str, ...], saved_vec: tuple[tuple[int, int], ...], size: int) -> bytes:
-    return b"".join(encode_all(_epilogue(Layout(saved, saved_vec, size, (), [], {}))))  # type: ignore[arg-type]
+    return b"".join([_frame_inst_code(*step) for step in _epilogue_steps(saved, saved_vec, size)])
+
+
+@functools.lru_cache(maxsize=1024)
+def _frame_inst_code(make: Callable[..., Inst], args: tuple) -> bytes:
+    """The code of the prologue or epilogue instruction ``make(*args)``."""
+    return encoder.encode(make(*args))
 
 
 def _const_stores_code(disp: int, data: bytes) -> bytes:
@@ -412,8 +456,10 @@ def clear_encoding_caches() -> None:
     encoder._form_cache.clear()
     encoder._ENCODERS.clear()
     _ENCODED.clear()
+    _OPERAND_PLANS.clear()
     operands._MEMS.clear()
-    for cached in (_frame_shape, _prologue_code, _epilogue_code, _store32_heads, _store32_head):
+    for cached in (_frame_shape, _prologue_code, _epilogue_code, _frame_inst_code, _store32_heads,
+                   _store32_head):
         cached.cache_clear()
 
 
@@ -495,6 +541,7 @@ def _remember(key: tuple, code: bytes) -> None:
     and the ones it compiles now are the ones worth keeping)."""
     if len(_ENCODED) >= _ENCODED_LIMIT:
         _ENCODED.clear()
+        _OPERAND_PLANS.clear()
     _ENCODED[key] = code
 
 
@@ -528,16 +575,18 @@ def _physical_key(r: Any) -> int | None:
 
 def _encode_new(key: tuple, ins: MInst) -> bytes:
     """Encode the instruction of ``key`` (see ``_encode_body``; ``ins`` for messages) and remember its bytes."""
-    op, cond, two_address, layout, ndefs, *keys = key
+    op, cond, two_address, layout, ndefs = key[:5]
+    plan = _OPERAND_PLANS.get((layout, ndefs))
+    if plan is None:
+        plan = _operand_plan(layout, ndefs)
     ops: list[Operand] = []
-    for item in layout:
-        kind = item[0]
-        if kind == "i":
-            ops.append(imm(item[1]))
+    for at, view in plan:
+        if at is None:  # an immediate
+            ops.append(view)
         else:
-            k = keys[item[1]] if kind == "d" else keys[ndefs + item[1]]
-            ops.append(_VIEWS_BY_CODE[k][item[2]] if type(k) is int else operands.mem(*k))
-    if two_address and keys[0] != keys[ndefs]:
+            k = key[at]
+            ops.append(_VIEWS_BY_CODE[k][view] if type(k) is int else operands.mem(*k))
+    if two_address and key[5] != key[5 + ndefs]:
         raise AssertionError(f"two-address violated in {ins}")
     args = tuple(ops)
     found = encoder._form_cache.get((op, None, *map(_SHAPE, args)))
@@ -546,6 +595,20 @@ def _encode_new(key: tuple, ins: MInst) -> bytes:
     code = found[1](args, cond, 0)
     _remember(key, code)
     return code
+
+
+def _operand_plan(layout: tuple, ndefs: int) -> tuple[tuple[Any, Any], ...]:
+    """How ``_encode_new`` makes the operands of a ``layout``: for each, (where its key is in the instruction's
+    key, the register view's bits) or (None, the immediate). Layouts repeat far more than instructions do."""
+    plan = tuple((None, imm(item[1])) if item[0] == "i" else (5 + item[1] + (ndefs if item[0] == "u" else 0), item[2])
+                 for item in layout)
+    _OPERAND_PLANS[(layout, ndefs)] = plan
+    return plan
+
+
+# the operand plan of each (layout, number of defs), see ``_operand_plan``; as bounded as ``_ENCODED`` (cleared with
+# it when full: every layout here is one of an instruction there)
+_OPERAND_PLANS: dict[tuple[tuple, int], tuple[tuple[Any, Any], ...]] = {}
 
 
 _SHAPE = operator.attrgetter("shape")
