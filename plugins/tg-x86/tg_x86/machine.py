@@ -457,7 +457,7 @@ def clear_encoding_caches() -> None:
     encoder._ENCODERS.clear()
     _ENCODED.clear()
     _OPERAND_PLANS.clear()
-    operands._MEMS.clear()
+    operands.MEMS.clear()
     for cached in (_frame_shape, _prologue_code, _epilogue_code, _frame_inst_code, _store32_heads,
                    _store32_head):
         cached.cache_clear()
@@ -529,7 +529,6 @@ def _encode_allocated(ins: MInst, slot_disp: dict[tuple[str, int], int]) -> byte
 # register's is (its slot, class, allowed registers): what its fills and spill stores depend on
 _CODE_BY_NAME: dict[Any, int] = {r.name: r.index + (16 if r.cls == "vec" else 0)
                                  for r in (*GPR.values(), *VEC.values())}
-_VIEWS_BY_CODE = [_VIEWS_BY_NAME[name] for name in sorted(_CODE_BY_NAME, key=_CODE_BY_NAME.__getitem__)]
 # the bytes of each instruction by its key (op, cond, two-address, layout, number of defs, operand keys; a copy's:
 # "copy", operand keys), with its spill code: instructions repeat within a kernel and from kernel to kernel
 _ENCODED: dict[tuple, bytes] = {}
@@ -579,16 +578,10 @@ def _encode_new(key: tuple, ins: MInst) -> bytes:
     plan = _OPERAND_PLANS.get((layout, ndefs))
     if plan is None:
         plan = _operand_plan(layout, ndefs)
-    ops: list[Operand] = []
-    for at, view in plan:
-        if at is None:  # an immediate
-            ops.append(view)
-        else:
-            k = key[at]
-            ops.append(_VIEWS_BY_CODE[k][view] if type(k) is int else operands.mem(*k))
+    at, tables = plan
+    args = tuple(map(operator.getitem, tables, map(key.__getitem__, at)))  # operand k is tables[k][key[at[k]]]
     if two_address and key[5] != key[5 + ndefs]:
         raise AssertionError(f"two-address violated in {ins}")
-    args = tuple(ops)
     found = encoder._form_cache.get((op, None, *map(_SHAPE, args)))
     if found is None:  # the first instruction of this shape: choose its form
         found = encoder.select_by_shape(op, args, cond, None)
@@ -597,18 +590,33 @@ def _encode_new(key: tuple, ins: MInst) -> bytes:
     return code
 
 
-def _operand_plan(layout: tuple, ndefs: int) -> tuple[tuple[Any, Any], ...]:
-    """How ``_encode_new`` makes the operands of a ``layout``: for each, (where its key is in the instruction's
-    key, the register view's bits) or (None, the immediate). Layouts repeat far more than instructions do."""
-    plan = tuple((None, imm(item[1])) if item[0] == "i" else (5 + item[1] + (ndefs if item[0] == "u" else 0), item[2])
-                 for item in layout)
-    _OPERAND_PLANS[(layout, ndefs)] = plan
+def _operand_plan(layout: tuple, ndefs: int) -> tuple[tuple[int, ...], tuple[Any, ...]]:
+    """How ``_encode_new`` makes the operands of a ``layout`` from an instruction's key: for each operand, where in
+    the key (``at``) and the table giving the operand by what is there (``tables``). A register operand's key is its
+    code, and its table the views of every code at the layout's bits; a memory operand's key is looked up in
+    ``operands.MEMS``; an immediate is fixed by the layout, so it is read from a table of one entry, looked up by the
+    key's number of defs (fixed by the plan too). Made once per layout, as layouts repeat far more than
+    instructions do."""
+    at: list[int] = []
+    tables: list[Any] = []
+    for item in layout:
+        kind = item[0]
+        if kind == "i":
+            at.append(4)
+            tables.append({ndefs: imm(item[1])})
+        else:
+            at.append(5 + item[1] + (ndefs if kind == "u" else 0))
+            tables.append(operands.MEMS if item[2] is None else _REGS_BY_CODE[item[2]])
+    plan = _OPERAND_PLANS[(layout, ndefs)] = (tuple(at), tuple(tables))
     return plan
 
 
 # the operand plan of each (layout, number of defs), see ``_operand_plan``; as bounded as ``_ENCODED`` (cleared with
 # it when full: every layout here is one of an instruction there)
-_OPERAND_PLANS: dict[tuple[tuple, int], tuple[tuple[Any, Any], ...]] = {}
+_OPERAND_PLANS: dict[tuple[tuple, int], tuple[tuple[int, ...], tuple[Any, ...]]] = {}
+# the register of each operand key (code) at each layout size
+_REGS_BY_CODE: dict[int, tuple[Reg | None, ...]] = {
+    bits: (*GPR_VIEWS.get(bits, (None,) * 16), *(YMMS if bits == 256 else XMMS)) for bits in (8, 16, 32, 64, 128, 256)}
 
 
 _SHAPE = operator.attrgetter("shape")
