@@ -578,10 +578,12 @@ def _encode_new(key: tuple, ins: MInst) -> bytes:
     plan = _OPERAND_PLANS.get((layout, ndefs))
     if plan is None:
         plan = _operand_plan(layout, ndefs)
-    at, tables = plan
-    args = tuple(map(operator.getitem, tables, map(key.__getitem__, at)))  # operand k is tables[k][key[at[k]]]
+    ops: list[Operand] = []
+    for at, table in plan:  # a loop: cheaper than maps for two or three operands
+        ops.append(table[key[at]])
     if two_address and key[5] != key[5 + ndefs]:
         raise AssertionError(f"two-address violated in {ins}")
+    args = tuple(ops)
     found = encoder._form_cache.get((op, None, *map(_SHAPE, args)))
     if found is None:  # the first instruction of this shape: choose its form
         found = encoder.select_by_shape(op, args, cond, None)
@@ -590,30 +592,28 @@ def _encode_new(key: tuple, ins: MInst) -> bytes:
     return code
 
 
-def _operand_plan(layout: tuple, ndefs: int) -> tuple[tuple[int, ...], tuple[Any, ...]]:
+def _operand_plan(layout: tuple, ndefs: int) -> tuple[tuple[int, Any], ...]:
     """How ``_encode_new`` makes the operands of a ``layout`` from an instruction's key: for each operand, where in
-    the key (``at``) and the table giving the operand by what is there (``tables``). A register operand's key is its
-    code, and its table the views of every code at the layout's bits; a memory operand's key is looked up in
+    the key to look and the table giving the operand by what is there. A register operand's key is its code, and
+    its table the views of every code at the layout's bits; a memory operand's key is looked up in
     ``operands.MEMS``; an immediate is fixed by the layout, so it is read from a table of one entry, looked up by the
     key's number of defs (fixed by the plan too). Made once per layout, as layouts repeat far more than
     instructions do."""
-    at: list[int] = []
-    tables: list[Any] = []
+    plan: list[tuple[int, Any]] = []
     for item in layout:
         kind = item[0]
         if kind == "i":
-            at.append(4)
-            tables.append({ndefs: imm(item[1])})
+            plan.append((4, {ndefs: imm(item[1])}))
         else:
-            at.append(5 + item[1] + (ndefs if kind == "u" else 0))
-            tables.append(operands.MEMS if item[2] is None else _REGS_BY_CODE[item[2]])
-    plan = _OPERAND_PLANS[(layout, ndefs)] = (tuple(at), tuple(tables))
-    return plan
+            plan.append((5 + item[1] + (ndefs if kind == "u" else 0),
+                         operands.MEMS if item[2] is None else _REGS_BY_CODE[item[2]]))
+    found = _OPERAND_PLANS[(layout, ndefs)] = tuple(plan)
+    return found
 
 
 # the operand plan of each (layout, number of defs), see ``_operand_plan``; as bounded as ``_ENCODED`` (cleared with
 # it when full: every layout here is one of an instruction there)
-_OPERAND_PLANS: dict[tuple[tuple, int], tuple[tuple[int, ...], tuple[Any, ...]]] = {}
+_OPERAND_PLANS: dict[tuple[tuple, int], tuple[tuple[int, Any], ...]] = {}
 # the register of each operand key (code) at each layout size
 _REGS_BY_CODE: dict[int, tuple[Reg | None, ...]] = {
     bits: (*GPR_VIEWS.get(bits, (None,) * 16), *(YMMS if bits == 256 else XMMS)) for bits in (8, 16, 32, 64, 128, 256)}
