@@ -395,6 +395,9 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     if spilled:
         untouched = map(set(spilled).isdisjoint, map(chain.from_iterable, plan.regs))
         with_spill_code.update(compress(count(), map(operator.not_, untouched)))
+    if len(_ENCODED) >= _ENCODED_LIMIT:  # bounded (a long-lived process compiles many kernels, and the ones it
+        _ENCODED.clear()                 # compiles now are the ones worth keeping); checked once per kernel
+        _OPERAND_PLANS.clear()
     codes: list[bytes | None] = []
     jumps: dict[int, Inst] = {}
     at: dict[Label, int] = {}
@@ -508,7 +511,7 @@ def _encode_rewritten(plan: RegisterPlan, i: int, reg_of: dict, slot_disp: dict[
     """The code of what ``plan.rewrite_one`` makes of instruction ``i`` (a copy, or an instruction with its spill
     code), remembered by ``key``."""
     code = b"".join([_encode_allocated(x, slot_disp) for x in plan.rewrite_one(i, reg_of)])
-    _remember(key, code)
+    _ENCODED[key] = code
     return code
 
 
@@ -532,23 +535,15 @@ _CODE_BY_NAME: dict[Any, int] = {r.name: r.index + (16 if r.cls == "vec" else 0)
 # the bytes of each instruction by its key (op, cond, two-address, layout, number of defs, operand keys; a copy's:
 # "copy", operand keys), with its spill code: instructions repeat within a kernel and from kernel to kernel
 _ENCODED: dict[tuple, bytes] = {}
-_ENCODED_LIMIT = 1 << 14  # a few dozen new instructions per kernel
-
-
-def _remember(key: tuple, code: bytes) -> None:
-    """``_ENCODED[key] = code``; a full table is emptied first (bounded: a long-lived process compiles many kernels,
-    and the ones it compiles now are the ones worth keeping)."""
-    if len(_ENCODED) >= _ENCODED_LIMIT:
-        _ENCODED.clear()
-        _OPERAND_PLANS.clear()
-    _ENCODED[key] = code
+_ENCODED_LIMIT = 1 << 14  # a few dozen new instructions per kernel: a full table is emptied when a kernel starts
 
 
 def _operand_keys(operands_: list, keys: list, key_of: dict, slot_disp: dict[tuple[str, int], int]) -> list:
     """``keys`` with the ones a lookup in ``key_of`` did not find (None) filled in: those of memory operands (their
     registers' keys from ``key_of``; a ``Slot`` at its frame offset) and of physical registers."""
-    for k in compress(count(), map(operator.is_, keys, repeat(None))):
-        o = operands_[k]
+    for k, o in enumerate(operands_):
+        if keys[k] is not None:
+            continue
         if type(o) is not VMem:
             keys[k] = _physical_key(o)
         elif o.slot is not None:  # rsp-based
@@ -588,7 +583,7 @@ def _encode_new(key: tuple, ins: MInst) -> bytes:
     if found is None:  # the first instruction of this shape: choose its form
         found = encoder.select_by_shape(op, args, cond, None)
     code = found[1](args, cond, 0)
-    _remember(key, code)
+    _ENCODED[key] = code
     return code
 
 
