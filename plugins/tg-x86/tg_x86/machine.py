@@ -325,9 +325,6 @@ def _with_scratch(vecs: set[int], vectors_spilled: bool) -> set[int]:
 # a register operand by (register class, layout bits): the view of each register number
 _VIEWS = {("gpr", bits): views for bits, views in GPR_VIEWS.items()}
 _VIEWS.update({("vec", bits): YMMS if bits == 256 else XMMS for bits in (8, 16, 32, 64, 128, 256)})
-# the same by register name: the views of a register by bits
-_VIEWS_BY_NAME = {r.name: {bits: views[r.index] for (cls, bits), views in _VIEWS.items() if cls == r.cls}
-                  for r in (*GPR.values(), *VEC.values())}
 
 
 def _lower(allocated: list, slot_disp: dict[tuple[str, int], int], out: list) -> None:
@@ -454,8 +451,8 @@ def _store32_head(disp: int) -> bytes:
 
 def clear_encoding_caches() -> None:
     """Forget every memo table of the encoding (the forms chosen by operand shape, the compiled form encoders,
-    interned memory operands, frame code, the bytes of whole instructions): the state of a fresh process. For
-    benchmarks of first compiles; nothing else needs it (every table is bounded)."""
+    interned memory operands, frame code, the bytes of whole instructions and the operand plans of their layouts):
+    the state of a fresh process. For benchmarks of first compiles; nothing else needs it (every table is bounded)."""
     encoder._form_cache.clear()
     encoder._ENCODERS.clear()
     _ENCODED.clear()
@@ -609,9 +606,9 @@ def _operand_plan(layout: tuple, ndefs: int) -> tuple[tuple[int, Any], ...]:
 # the operand plan of each (layout, number of defs), see ``_operand_plan``; as bounded as ``_ENCODED`` (cleared with
 # it when full: every layout here is one of an instruction there)
 _OPERAND_PLANS: dict[tuple[tuple, int], tuple[tuple[int, Any], ...]] = {}
-# the register of each operand key (code) at each layout size
+# the register of each operand key (code: see ``_CODE_BY_NAME``) at each layout size (None: no gpr that wide)
 _REGS_BY_CODE: dict[int, tuple[Reg | None, ...]] = {
-    bits: (*GPR_VIEWS.get(bits, (None,) * 16), *(YMMS if bits == 256 else XMMS)) for bits in (8, 16, 32, 64, 128, 256)}
+    bits: (*_VIEWS.get(("gpr", bits), (None,) * 16), *_VIEWS[("vec", bits)]) for bits in (8, 16, 32, 64, 128, 256)}
 
 
 _SHAPE = operator.attrgetter("shape")
