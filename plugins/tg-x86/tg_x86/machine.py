@@ -387,18 +387,13 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     used.discard(None)
     vecs.discard(None)
     lay = _frame_layout(frame, plan.frame, used, _with_scratch(vecs, any(v.cls == "vec" for v in spilled)))  # type: ignore[arg-type]
-    # the instructions with spill code (reading or writing spilled registers)
-    with_spill_code: set[int] = set()
-    if spilled:
-        untouched = map(set(spilled).isdisjoint, map(chain.from_iterable, plan.regs))
-        with_spill_code.update(compress(count(), map(operator.not_, untouched)))
     if len(_ENCODED) >= _ENCODED_LIMIT:  # bounded (a long-lived process compiles many kernels, and the ones it
         _ENCODED.clear()                 # compiles now are the ones worth keeping); checked once per kernel
         _OPERAND_PLANS.clear()
     codes: list[bytes | None] = []
     jumps: dict[int, Inst] = {}
     at: dict[Label, int] = {}
-    _encode_body(plan, reg_of, key_of, with_spill_code, lay.slot_disp, codes, jumps, at)
+    _encode_body(plan, reg_of, key_of, set(spilled), lay.slot_disp, codes, jumps, at)
     head = _prologue_code(lay.saved, lay.saved_vec, lay.size, lay.homes)
     stores = [_const_stores_code(disp, data) for disp, data in lay.consts]
     assembler.resolve_jumps(codes, jumps, at)
@@ -463,13 +458,13 @@ def clear_encoding_caches() -> None:
         cached.cache_clear()
 
 
-def _encode_body(plan: RegisterPlan, reg_of: dict, key_of: dict, with_spill_code: set[int],
+def _encode_body(plan: RegisterPlan, reg_of: dict, key_of: dict, spilled: set[VReg],
                  slot_disp: dict[tuple[str, int], int], codes: list[bytes | None], jumps: dict[int, Inst],
                  at: dict[Label, int]) -> None:
     """Append the code of each instruction of ``plan.program`` to ``codes`` (None for a jump to a label, kept in
     ``jumps``) and each label's instruction number to ``at``. An instruction's bytes depend only on its op, its
     ``Spec`` and its operands' keys (``key_of``: each virtual register's; ``_operand_keys``): they are looked up by
-    those (``_ENCODED``) and encoded the first time only. Copies and the instructions ``with_spill_code`` are
+    those (``_ENCODED``) and encoded the first time only. Copies and the instructions naming ``spilled`` registers are
     encoded as ``plan.rewrite_one`` rewrites them (with the same keys: a spilled register's key says how)."""
     encoded, key_get = _ENCODED, key_of.get
     for i, ins in enumerate(plan.program):
@@ -498,9 +493,19 @@ def _encode_body(plan: RegisterPlan, reg_of: dict, key_of: dict, with_spill_code
             operand_keys = _operand_keys(defs + ins.uses, operand_keys, key_of, slot_disp)
         key = (ins.op, spec.cond, spec.two_address, spec.layout, len(defs), *operand_keys)
         code = encoded.get(key)
-        if code is None:
-            code = _encode_rewritten(plan, i, reg_of, slot_disp, key) if i in with_spill_code else _encode_new(key, ins)
+        if code is None:  # whether it has spill code is asked on a miss only, not of every instruction
+            if spilled and _names_any(plan.regs[i], spilled):
+                code = _encode_rewritten(plan, i, reg_of, slot_disp, key)
+            else:
+                code = _encode_new(key, ins)
         codes.append(code)
+
+
+def _names_any(regs: tuple[list, list], registers: set[VReg]) -> bool:
+    """Whether an instruction reading and writing ``regs`` (as ``instruction_registers`` gives them) names one of
+    ``registers``."""
+    read, written = regs
+    return not (registers.isdisjoint(read) and registers.isdisjoint(written))
 
 
 def _encode_rewritten(plan: RegisterPlan, i: int, reg_of: dict, slot_disp: dict[tuple[str, int], int], key: tuple
