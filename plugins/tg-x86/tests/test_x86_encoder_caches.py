@@ -149,3 +149,15 @@ def test_instructions_looked_up_by_their_keys_are_the_staged_ones():
         machine.clear_encoding_caches()
         assert machine.encode_plan(plan, frame) == staged
         assert machine.encode_plan(plan, frame) == staged
+
+
+def test_a_full_instruction_table_is_emptied_when_a_kernel_starts():
+    """The table of instructions by key stays bounded: full, it is emptied before the next kernel is encoded (with
+    the operand plans of its layouts), and the kernel's bytes do not change."""
+    plan, frame = next(_plans())
+    machine.clear_encoding_caches()
+    expected = machine.encode_plan(plan, frame)
+    machine._ENCODED.update(((k,), b"") for k in range(machine._ENCODED_LIMIT))
+    assert machine.encode_plan(plan, frame) == expected
+    assert (0,) not in machine._ENCODED and len(machine._ENCODED) < machine._ENCODED_LIMIT
+    machine.clear_encoding_caches()

@@ -102,14 +102,11 @@ def compile_form(form: Form) -> FormEncoder:
     imms = tuple(zip([i for i, c in enumerate(letters) if c == "I"], enc.imms, strict=True))
     digit = max(enc.modrm or 0, 0)  # the ModRM.reg field holds a register (R) or an opcode extension (/digit)
     has_modrm = enc.modrm is not None
-    byte_regs = ("gpr", 8) in map(_REG_KIND, form.operands)  # spl..dil need a REX prefix
-    head, last = enc.opcode[:-1], enc.opcode[-1]
-    plus_r, plus_cc, name = enc.plus_r, enc.plus_cc, form.op.name
+    plus_r, plus_cc = enc.plus_r, enc.plus_cc
     opcode = enc.opcode
     prefixes = enc.prefixes
     rex_w = 8 if enc.rex_w else 0
     rel_size = enc.rel
-    rel_lo, rel_hi = -(1 << (rel_size * 8 - 1)) if rel_size else 0, (1 << (rel_size * 8 - 1)) if rel_size else 0
     v = enc.vex
     vex_tail = (v.l << 2 | v.pp) if v is not None else 0
     vex2 = v is not None and v.map == 1 and v.w == 0
@@ -173,6 +170,12 @@ def compile_form(form: Form) -> FormEncoder:
                     out += (ops[i].value & _MASKS[size]).to_bytes(size, "little")  # type: ignore[union-attr]
             return out
         return encode_legacy
+
+    # what only the jump and the general encoders read (the two above are most forms: they are made first)
+    byte_regs = ("gpr", 8) in map(_REG_KIND, form.operands)  # spl..dil need a REX prefix
+    head, last = opcode[:-1], opcode[-1]
+    name = form.op.name
+    rel_lo, rel_hi = -(1 << (rel_size * 8 - 1)) if rel_size else 0, (1 << (rel_size * 8 - 1)) if rel_size else 0
 
     if rel_size and not (has_modrm or imms or prefixes or rex_w or v is not None or plus_r):
         # jumps (a hot path of the assembler, which encodes each jump two or three times): opcode, displacement

@@ -30,7 +30,6 @@ from typing import Any, NamedTuple
 
 from tg_x86 import assembler, encoder, operands
 from tg_x86.abi import HOST, Abi
-from tg_x86.encoder import encode_all
 from tg_x86.isa import Cond, Inst, Op
 from tg_x86.operands import GPR_VIEWS, GPRS64, XMMS, YMMS, Label, Mem, Operand, Reg, address, gpr, imm, xmm, ymm
 from tgcore.codegen.regalloc import AllocTarget, MInst, Register, RegisterPlan, VReg, allocate, instruction_registers
@@ -240,13 +239,45 @@ def _frame_shape(arg_regs: tuple[str, ...], home_area: int, nargs: int, const_si
 def _prologue(lay: Layout) -> list[Inst]:
     """Push the callee-saved gprs, make the frame, save the callee-saved xmm registers, home the argument
     registers."""
-    rsp = GPRS64[4]
-    out = [Inst.of(Op.PUSH, (GPRS64[GPR[n].index],), None, None) for n in lay.saved]
-    if lay.size:
-        out.append(Inst.of(Op.SUB, (rsp, imm(lay.size)), None, None))
-    out += [Inst.of(Op.VMOVUPS, (Mem.of(128, rsp, None, 1, off), XMMS[n]), None, None) for n, off in lay.saved_vec]
-    out += [Inst.of(Op.MOV, (Mem.of(64, rsp, None, 1, off), GPRS64[GPR[r].index]), None, None) for r, off in lay.homes]
-    return out
+    return [make(*args) for make, args in _prologue_steps(lay.saved, lay.saved_vec, lay.size, lay.homes)]
+
+
+def _prologue_steps(saved: tuple[str, ...], saved_vec: tuple[tuple[int, int], ...], size: int,
+                    homes: tuple[tuple[str, int], ...]) -> list[tuple[Callable[..., Inst], tuple]]:
+    """``_prologue``'s instructions as (maker, its arguments)."""
+    steps: list[tuple[Callable[..., Inst], tuple]] = [(_push, (name,)) for name in saved]
+    if size:
+        steps.append((_frame_down, (size,)))
+    steps += [(_save_xmm, nums) for nums in saved_vec]
+    return steps + [(_home, reg_off) for reg_off in homes]
+
+
+def _push(name: str) -> Inst:
+    return Inst.of(Op.PUSH, (GPRS64[GPR[name].index],), None, None)
+
+
+def _pop(name: str) -> Inst:
+    return Inst.of(Op.POP, (GPRS64[GPR[name].index],), None, None)
+
+
+def _frame_down(size: int) -> Inst:
+    return Inst.of(Op.SUB, (GPRS64[4], imm(size)), None, None)
+
+
+def _frame_up(size: int) -> Inst:
+    return Inst.of(Op.ADD, (GPRS64[4], imm(size)), None, None)
+
+
+def _save_xmm(num: int, off: int) -> Inst:
+    return Inst.of(Op.VMOVUPS, (Mem.of(128, GPRS64[4], None, 1, off), XMMS[num]), None, None)
+
+
+def _restore_xmm(num: int, off: int) -> Inst:
+    return Inst.of(Op.VMOVUPS, (XMMS[num], Mem.of(128, GPRS64[4], None, 1, off)), None, None)
+
+
+def _home(reg: str, off: int) -> Inst:
+    return Inst.of(Op.MOV, (Mem.of(64, GPRS64[4], None, 1, off), GPRS64[GPR[reg].index]), None, None)
 
 
 def _const_stores(disp: int, data: bytes) -> list[Inst]:
@@ -271,14 +302,20 @@ def _pointer_stores(pointers: tuple[tuple[int, int], ...]) -> list[Inst]:
 
 
 def _epilogue(lay: Layout) -> list[Inst]:
-    rsp = GPRS64[4]
-    out = [Inst.of(Op.VMOVUPS, (XMMS[n], Mem.of(128, rsp, None, 1, off)), None, None) for n, off in lay.saved_vec]
-    out += [Inst.of(Op.ADD, (rsp, imm(lay.size)), None, None)] if lay.size else []
-    out += [Inst.of(Op.POP, (GPRS64[GPR[n].index],), None, None) for n in reversed(lay.saved)]
-    return out + _RETURN
+    return [make(*args) for make, args in _epilogue_steps(lay.saved, lay.saved_vec, lay.size)]
 
 
-_RETURN = [Inst(Op.VZEROUPPER), Inst(Op.RET)]  # Insts are never changed once made: shared
+def _epilogue_steps(saved: tuple[str, ...], saved_vec: tuple[tuple[int, int], ...], size: int
+                    ) -> list[tuple[Callable[..., Inst], tuple]]:
+    """``_epilogue``'s instructions as (maker, its arguments): ``_prologue``'s undone, then return."""
+    steps: list[tuple[Callable[..., Inst], tuple]] = [(_restore_xmm, nums) for nums in saved_vec]
+    if size:
+        steps.append((_frame_up, (size,)))
+    steps += [(_pop, (name,)) for name in reversed(saved)]
+    return steps + _RETURN
+
+
+_RETURN: list[tuple[Callable[..., Inst], tuple]] = [(Inst, (Op.VZEROUPPER,)), (Inst, (Op.RET,))]
 
 
 def _registers_named(allocated: list) -> tuple[set[int], set[int]]:
@@ -314,9 +351,6 @@ def _with_scratch(vecs: set[int], vectors_spilled: bool) -> set[int]:
 # a register operand by (register class, layout bits): the view of each register number
 _VIEWS = {("gpr", bits): views for bits, views in GPR_VIEWS.items()}
 _VIEWS.update({("vec", bits): YMMS if bits == 256 else XMMS for bits in (8, 16, 32, 64, 128, 256)})
-# the same by register name: the views of a register by bits
-_VIEWS_BY_NAME = {r.name: {bits: views[r.index] for (cls, bits), views in _VIEWS.items() if cls == r.cls}
-                  for r in (*GPR.values(), *VEC.values())}
 
 
 def _lower(allocated: list, slot_disp: dict[tuple[str, int], int], out: list) -> None:
@@ -379,15 +413,13 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     used.discard(None)
     vecs.discard(None)
     lay = _frame_layout(frame, plan.frame, used, _with_scratch(vecs, any(v.cls == "vec" for v in spilled)))  # type: ignore[arg-type]
-    # the instructions with spill code (reading or writing spilled registers)
-    with_spill_code: set[int] = set()
-    if spilled:
-        untouched = map(set(spilled).isdisjoint, map(chain.from_iterable, plan.regs))
-        with_spill_code.update(compress(count(), map(operator.not_, untouched)))
+    if len(_ENCODED) >= _ENCODED_LIMIT:  # bounded (a long-lived process compiles many kernels, and the ones it
+        _ENCODED.clear()                 # compiles now are the ones worth keeping); checked once per kernel
+        _OPERAND_PLANS.clear()
     codes: list[bytes | None] = []
     jumps: dict[int, Inst] = {}
     at: dict[Label, int] = {}
-    _encode_body(plan, reg_of, key_of, with_spill_code, lay.slot_disp, codes, jumps, at)
+    _encode_body(plan, reg_of, key_of, set(spilled), lay.slot_disp, codes, jumps, at)
     head = _prologue_code(lay.saved, lay.saved_vec, lay.size, lay.homes)
     stores = [_const_stores_code(disp, data) for disp, data in lay.consts]
     if lay.pointers:
@@ -400,16 +432,23 @@ _ASSIGNED = operator.attrgetter("reg")
 _JUMPS = frozenset((Op.JMP, Op.JCC))
 
 
-# The prologue and the epilogue depend on a few numbers only, and kernels share them: each is encoded once.
+# The prologue and the epilogue depend on a few numbers only, and kernels share them: each is encoded once, from
+# the code of its instructions, which recur from kernel to kernel more often still.
 @functools.lru_cache(maxsize=1024)
 def _prologue_code(saved: tuple[str, ...], saved_vec: tuple[tuple[int, int], ...], size: int,
                    homes: tuple[tuple[str, int], ...]) -> bytes:
-    return b"".join(encode_all(_prologue(Layout(saved, saved_vec, size, homes, [], {}))))  # type: ignore[arg-type]
+    return b"".join([_frame_inst_code(*step) for step in _prologue_steps(saved, saved_vec, size, homes)])
 
 
 @functools.lru_cache(maxsize=1024)
 def _epilogue_code(saved: tuple[str, ...], saved_vec: tuple[tuple[int, int], ...], size: int) -> bytes:
-    return b"".join(encode_all(_epilogue(Layout(saved, saved_vec, size, (), [], {}))))  # type: ignore[arg-type]
+    return b"".join([_frame_inst_code(*step) for step in _epilogue_steps(saved, saved_vec, size)])
+
+
+@functools.lru_cache(maxsize=1024)
+def _frame_inst_code(make: Callable[..., Inst], args: tuple) -> bytes:
+    """The code of the prologue or epilogue instruction ``make(*args)``."""
+    return encoder.encode(make(*args))
 
 
 def _const_stores_code(disp: int, data: bytes) -> bytes:
@@ -435,23 +474,25 @@ def _store32_head(disp: int) -> bytes:
 
 def clear_encoding_caches() -> None:
     """Forget every memo table of the encoding (the forms chosen by operand shape, the compiled form encoders,
-    interned memory operands, frame code, the bytes of whole instructions): the state of a fresh process. For
-    benchmarks of first compiles; nothing else needs it (every table is bounded)."""
+    interned memory operands, frame code, the bytes of whole instructions and the operand plans of their layouts):
+    the state of a fresh process. For benchmarks of first compiles; nothing else needs it (every table is bounded)."""
     encoder._form_cache.clear()
     encoder._ENCODERS.clear()
     _ENCODED.clear()
-    operands._MEMS.clear()
-    for cached in (_frame_shape, _prologue_code, _epilogue_code, _store32_heads, _store32_head):
+    _OPERAND_PLANS.clear()
+    operands.MEMS.clear()
+    for cached in (_frame_shape, _prologue_code, _epilogue_code, _frame_inst_code, _store32_heads,
+                   _store32_head):
         cached.cache_clear()
 
 
-def _encode_body(plan: RegisterPlan, reg_of: dict, key_of: dict, with_spill_code: set[int],
+def _encode_body(plan: RegisterPlan, reg_of: dict, key_of: dict, spilled: set[VReg],
                  slot_disp: dict[tuple[str, int], int], codes: list[bytes | None], jumps: dict[int, Inst],
                  at: dict[Label, int]) -> None:
     """Append the code of each instruction of ``plan.program`` to ``codes`` (None for a jump to a label, kept in
     ``jumps``) and each label's instruction number to ``at``. An instruction's bytes depend only on its op, its
     ``Spec`` and its operands' keys (``key_of``: each virtual register's; ``_operand_keys``): they are looked up by
-    those (``_ENCODED``) and encoded the first time only. Copies and the instructions ``with_spill_code`` are
+    those (``_ENCODED``) and encoded the first time only. Copies and the instructions naming ``spilled`` registers are
     encoded as ``plan.rewrite_one`` rewrites them (with the same keys: a spilled register's key says how)."""
     encoded, key_get = _ENCODED, key_of.get
     for i, ins in enumerate(plan.program):
@@ -480,9 +521,19 @@ def _encode_body(plan: RegisterPlan, reg_of: dict, key_of: dict, with_spill_code
             operand_keys = _operand_keys(defs + ins.uses, operand_keys, key_of, slot_disp)
         key = (ins.op, spec.cond, spec.two_address, spec.layout, len(defs), *operand_keys)
         code = encoded.get(key)
-        if code is None:
-            code = _encode_rewritten(plan, i, reg_of, slot_disp, key) if i in with_spill_code else _encode_new(key, ins)
+        if code is None:  # whether it has spill code is asked on a miss only, not of every instruction
+            if spilled and _names_any(plan.regs[i], spilled):
+                code = _encode_rewritten(plan, i, reg_of, slot_disp, key)
+            else:
+                code = _encode_new(key, ins)
         codes.append(code)
+
+
+def _names_any(regs: tuple[list, list], registers: set[VReg]) -> bool:
+    """Whether an instruction reading and writing ``regs`` (as ``instruction_registers`` gives them) names one of
+    ``registers``."""
+    read, written = regs
+    return not (registers.isdisjoint(read) and registers.isdisjoint(written))
 
 
 def _encode_rewritten(plan: RegisterPlan, i: int, reg_of: dict, slot_disp: dict[tuple[str, int], int], key: tuple
@@ -490,7 +541,7 @@ def _encode_rewritten(plan: RegisterPlan, i: int, reg_of: dict, slot_disp: dict[
     """The code of what ``plan.rewrite_one`` makes of instruction ``i`` (a copy, or an instruction with its spill
     code), remembered by ``key``."""
     code = b"".join([_encode_allocated(x, slot_disp) for x in plan.rewrite_one(i, reg_of)])
-    _remember(key, code)
+    _ENCODED[key] = code
     return code
 
 
@@ -511,26 +562,18 @@ def _encode_allocated(ins: MInst, slot_disp: dict[tuple[str, int], int]) -> byte
 # register's is (its slot, class, allowed registers): what its fills and spill stores depend on
 _CODE_BY_NAME: dict[Any, int] = {r.name: r.index + (16 if r.cls == "vec" else 0)
                                  for r in (*GPR.values(), *VEC.values())}
-_VIEWS_BY_CODE = [_VIEWS_BY_NAME[name] for name in sorted(_CODE_BY_NAME, key=_CODE_BY_NAME.__getitem__)]
 # the bytes of each instruction by its key (op, cond, two-address, layout, number of defs, operand keys; a copy's:
 # "copy", operand keys), with its spill code: instructions repeat within a kernel and from kernel to kernel
 _ENCODED: dict[tuple, bytes] = {}
-_ENCODED_LIMIT = 1 << 14  # a few dozen new instructions per kernel
-
-
-def _remember(key: tuple, code: bytes) -> None:
-    """``_ENCODED[key] = code``; a full table is emptied first (bounded: a long-lived process compiles many kernels,
-    and the ones it compiles now are the ones worth keeping)."""
-    if len(_ENCODED) >= _ENCODED_LIMIT:
-        _ENCODED.clear()
-    _ENCODED[key] = code
+_ENCODED_LIMIT = 1 << 14  # a few dozen new instructions per kernel: a full table is emptied when a kernel starts
 
 
 def _operand_keys(operands_: list, keys: list, key_of: dict, slot_disp: dict[tuple[str, int], int]) -> list:
     """``keys`` with the ones a lookup in ``key_of`` did not find (None) filled in: those of memory operands (their
     registers' keys from ``key_of``; a ``Slot`` at its frame offset) and of physical registers."""
-    for k in compress(count(), map(operator.is_, keys, repeat(None))):
-        o = operands_[k]
+    for k, o in enumerate(operands_):
+        if keys[k] is not None:
+            continue
         if type(o) is not VMem:
             keys[k] = _physical_key(o)
         elif o.slot is not None:  # rsp-based
@@ -556,24 +599,49 @@ def _physical_key(r: Any) -> int | None:
 
 def _encode_new(key: tuple, ins: MInst) -> bytes:
     """Encode the instruction of ``key`` (see ``_encode_body``; ``ins`` for messages) and remember its bytes."""
-    op, cond, two_address, layout, ndefs, *keys = key
+    op, cond, two_address, layout, ndefs = key[:5]
+    plan = _OPERAND_PLANS.get((layout, ndefs))
+    if plan is None:
+        plan = _operand_plan(layout, ndefs)
     ops: list[Operand] = []
-    for item in layout:
-        kind = item[0]
-        if kind == "i":
-            ops.append(imm(item[1]))
-        else:
-            k = keys[item[1]] if kind == "d" else keys[ndefs + item[1]]
-            ops.append(_VIEWS_BY_CODE[k][item[2]] if type(k) is int else operands.mem(*k))
-    if two_address and keys[0] != keys[ndefs]:
+    for at, table in plan:  # a loop: cheaper than maps for two or three operands
+        ops.append(table[key[at]])
+    if two_address and key[5] != key[5 + ndefs]:
         raise AssertionError(f"two-address violated in {ins}")
     args = tuple(ops)
     found = encoder._form_cache.get((op, None, *map(_SHAPE, args)))
     if found is None:  # the first instruction of this shape: choose its form
         found = encoder.select_by_shape(op, args, cond, None)
     code = found[1](args, cond, 0)
-    _remember(key, code)
+    _ENCODED[key] = code
     return code
+
+
+def _operand_plan(layout: tuple, ndefs: int) -> tuple[tuple[int, Any], ...]:
+    """How ``_encode_new`` makes the operands of a ``layout`` from an instruction's key: for each operand, where in
+    the key to look and the table giving the operand by what is there. A register operand's key is its code, and
+    its table the views of every code at the layout's bits; a memory operand's key is looked up in
+    ``operands.MEMS``; an immediate is fixed by the layout, so it is read from a table of one entry, looked up by the
+    key's number of defs (fixed by the plan too). Made once per layout, as layouts repeat far more than
+    instructions do."""
+    plan: list[tuple[int, Any]] = []
+    for item in layout:
+        kind = item[0]
+        if kind == "i":
+            plan.append((4, {ndefs: imm(item[1])}))
+        else:
+            plan.append((5 + item[1] + (ndefs if kind == "u" else 0),
+                         operands.MEMS if item[2] is None else _REGS_BY_CODE[item[2]]))
+    found = _OPERAND_PLANS[(layout, ndefs)] = tuple(plan)
+    return found
+
+
+# the operand plan of each (layout, number of defs), see ``_operand_plan``; as bounded as ``_ENCODED`` (cleared with
+# it when full: every layout here is one of an instruction there)
+_OPERAND_PLANS: dict[tuple[tuple, int], tuple[tuple[int, Any], ...]] = {}
+# the register of each operand key (code: see ``_CODE_BY_NAME``) at each layout size (None: no gpr that wide)
+_REGS_BY_CODE: dict[int, tuple[Reg | None, ...]] = {
+    bits: (*_VIEWS.get(("gpr", bits), (None,) * 16), *_VIEWS[("vec", bits)]) for bits in (8, 16, 32, 64, 128, 256)}
 
 
 _SHAPE = operator.attrgetter("shape")

@@ -223,17 +223,23 @@ _IMMS: dict[int, Imm] = {}
 def mem(bits: int | None, base: int | None, index: int | None, scale: int, disp: int) -> Mem:
     """``Mem.of`` by register numbers (64-bit gprs), one object per operand: addresses repeat (frame slots,
     the same buffer walked by several kernels), and each object works out its encoding once."""
-    key = (bits, base, index, scale, disp)
-    found = _MEMS.get(key)
-    if found is None:
+    return MEMS[(bits, base, index, scale, disp)]
+
+
+class _MemTable(dict):
+    """``mem``'s objects by (bits, base, index, scale, disp); a missing one is made, and kept while the table is not
+    full (bounded: a long-lived process compiles many kernels)."""
+
+    def __missing__(self, key: tuple[int | None, int | None, int | None, int, int]) -> Mem:
+        bits, base, index, scale, disp = key
         found = Mem.of(bits, GPRS64[base] if base is not None else None, GPRS64[index] if index is not None else None,
                        scale, disp)
-        if len(_MEMS) < 4096:  # bounded: a long-lived process compiles many kernels
-            _MEMS[key] = found
-    return found
+        if len(self) < 4096:
+            self[key] = found
+        return found
 
 
-_MEMS: dict[tuple[int | None, int | None, int | None, int, int], Mem] = {}
+MEMS: dict[tuple[int | None, int | None, int | None, int, int], Mem] = _MemTable()
 
 
 def gpr(num: int, bits: int = 64) -> Reg:
