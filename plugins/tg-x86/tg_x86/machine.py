@@ -423,7 +423,7 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     head = _prologue_code(lay.saved, lay.saved_vec, lay.size, lay.homes)
     stores = [_const_stores_code(disp, data) for disp, data in lay.consts]
     if lay.pointers:
-        stores.append(b"".join(encode_all(_pointer_stores(lay.pointers))))  # type: ignore[arg-type]
+        stores.append(b"".join(map(encoder.encode, _pointer_stores(lay.pointers))))
     assembler.resolve_jumps(codes, jumps, at)
     return b"".join((head, *stores, *codes, _epilogue_code(lay.saved, lay.saved_vec, lay.size)))  # type: ignore[arg-type]
 
