@@ -328,3 +328,32 @@ def test_a_backend_may_encode_straight_from_the_plan(inputs):
     assert code == staged.encode(staged.lower(spec.name, list(spec.uops)))
     run(code, bufs)
     np.testing.assert_allclose(bufs[0].reshape(4, 8), (a + inputs[1]) * 2.5 - a, rtol=1e-6)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_render_pauses_the_cyclic_collector_and_restores_it(inputs, enabled):
+    """The render runs with the cyclic garbage collector off (its allocations are short-lived and acyclic), and
+    leaves it as the caller had it, also when the render fails."""
+    import gc
+    _, _, ta, tb = inputs
+    seen = []
+
+    class Watching(ToyRenderer):
+        def choose_plan(self, ctx: ISelContext) -> RegisterPlan:
+            seen.append(gc.isenabled())
+            return super().choose_plan(ctx)
+
+    class Failing(ToyRenderer):
+        def choose_plan(self, ctx: ISelContext) -> RegisterPlan:
+            raise RuntimeError("boom")
+    spec = get_program(create_schedule([(ta + tb).uop], ta.device)[0][0].ast, ToyRenderer(), 1)
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        Watching().render(spec.name, list(spec.uops))
+        assert seen == [False] and gc.isenabled() is enabled
+        with pytest.raises(RuntimeError, match="boom"):
+            Failing().render(spec.name, list(spec.uops))
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
