@@ -215,6 +215,7 @@ class Selector(ISelContext, VectorSelection):
         self.frame.nargs = self.core_arg + 1
         self.plan_vectors()
         self.plan_fma()
+        self.plan_addresses()
         self.hold_dummies()
         if isel is None and not self.hred_roots:  # no horizontal reduction: its rule would only fall through
             self.isel = LINE_ISEL
@@ -242,6 +243,19 @@ class Selector(ISelContext, VectorSelection):
                 c = u.src[1]
             self.fma_adds[u] = (c, mul)
             self.fma_muls.add(mul)
+
+    def plan_addresses(self) -> None:
+        """Find the index sums ``x + c`` that only addresses read: ``mem`` folds each into its address (the index
+        register x, c scaled into the displacement), so selecting one at its line would make a lea nothing reads.
+        The test is ``mem``'s own, asked of every user."""
+        self.in_address: set[UOp] = set()
+        for u in self.lines(Ops.ADD):
+            c = u.src[1]
+            if c.op is not CONST or u.dtype.count != 1 or not -(1 << 27) < c.arg < (1 << 27):
+                continue   # (the displacement: c times an element size, with room for a lane offset)
+            users = self.users.get(u)
+            if users and all(x.op is Ops.INDEX and x.src[1] is u for x in users) and u.src[0].vmin >= 0:
+                self.in_address.add(u)
 
     def fuses(self, mul: UOp, add: UOp) -> bool:
         """Can ``add`` (of a float dtype) and its source ``mul`` be one FMA? A MUL of its dtype that only it reads,
@@ -359,6 +373,8 @@ class Selector(ISelContext, VectorSelection):
             return v
         if u.op is CONST:
             return self.materialize(u)
+        if u in self.in_address:   # only addresses read it (plan_addresses), yet one needs it: made here, for here
+            return self.int_binary(u, Op.ADD)
         if self.remat_args and u.op in ARG_OPS:
             key = (u, self.region)   # reloaded once per straight-line region (a label starts a new one)
             v = self.remat_cache.get(key)
@@ -1400,7 +1416,8 @@ def cast_rule(convert: Callable[[Selector, VReg, DType, DType], VReg]) -> Callab
 def binary_rule(table: dict[Ops, Op]) -> Callable[[Selector, UOp], tuple]:
     """A two-operand integer rule with the instruction ``table[op]``."""
     def rule(ctx: Selector, x: UOp) -> tuple:
-        ctx.val[x] = ctx.int_binary(x, table[x.op])
+        if x not in ctx.in_address:   # (else the addresses reading it compute it: see plan_addresses)
+            ctx.val[x] = ctx.int_binary(x, table[x.op])
         return EMITTED
     return rule
 
