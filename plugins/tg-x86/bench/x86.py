@@ -6,7 +6,7 @@ Prints (never asserts):
      allocation, encoding: linear UOps -> bytes); C: ``CRenderer.render`` + cc (no disk cache). Both start from
      the linear program ``get_program`` made for that renderer; the core passes before it (simplify, upcast,
      accumulators, linearize) are shared work and not counted here (section 2 covers them end to end).
-     Wall and CPU time (the CPU time of cc, a child process, included), per kernel the best of 3 rounds; a
+     Wall and CPU time (the CPU time of cc, a child process, included), per kernel the best of 5 rounds; a
      round runs every X86 step, then every C step. Every round starts from a fresh process's memo tables (X86's
      forms, encoded instructions, frame code; ``clear_memo_tables``) and a warm-up kernel, so each step is that
      kernel's first compile, with the tables holding only what earlier kernels of the round left there. Lines
@@ -153,7 +153,7 @@ def _compile_step(renderer, spec, legal_in, cc: ClangCompiler | None) -> tuple[f
     return t1 - t0, c1 - c0
 
 
-def compile_times(repeats: int = 3) -> None:
+def compile_times(repeats: int = 5) -> None:
     from tg_x86.renderer import X86Renderer, clear_memo_tables
 
     from tgcore.renderer.cstyle import CRenderer
