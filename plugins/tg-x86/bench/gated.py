@@ -5,15 +5,16 @@ Run: python plugins/tg-x86/bench/gated.py [reps [elements of the 1-d pads]]
 """
 from __future__ import annotations
 
-import math
+import os
 import sys
 
 import numpy as np
 
-from tgcore.engine.realize import get_runner
 from tgcore.nn.functional import conv2d
-from tgcore.schedule.kernelize import create_schedule
 from tgcore.tensor import Tensor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from x86 import run_time  # noqa: E402  (the bench next to this one)
 
 rng = np.random.default_rng(0)
 
@@ -32,23 +33,6 @@ def workloads(dev: str, n: int = 1 << 20) -> dict:
         f"pad1d f32 {size} *2": lambda: f.pad(((3, 5),)) * 2.0,
         "conv2d 3x3 pad 1": lambda: conv2d(img, kern, padding=1),
     }
-
-
-def run_time(dev: str, make, reps: int) -> float:
-    out = make()
-    items, _ = create_schedule([out.uop], dev)
-    steps = []
-    for si in items:
-        if si.kind == "copy":
-            continue
-        runner = get_runner(si.device, si.ast)
-        handles = [b.ensure_allocated().handle for b in si.bufs]
-        vals = tuple(si.var_vals[v] for v in runner.spec.vars)
-        steps.append((runner, handles, vals))
-    best = math.inf
-    for _ in range(reps):
-        best = min(best, sum(r.program(*h, vals=v, threads=r.spec.threads, wait=True) for r, h, v in steps))
-    return best
 
 
 if __name__ == "__main__":

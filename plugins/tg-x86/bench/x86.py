@@ -88,8 +88,8 @@ def workloads(dev: str) -> dict:
     }
 
 
-def run_time(dev: str, make) -> float:
-    """Seconds per run of the kernels computing make() (compiled beforehand), best of several runs."""
+def run_time(dev: str, make, reps: int = 5) -> float:
+    """Seconds per run of the kernels computing make() (compiled beforehand), the best of ``reps`` runs."""
     out = make()
     items, _ = create_schedule([out.uop], dev)
     steps = []
@@ -101,7 +101,7 @@ def run_time(dev: str, make) -> float:
         vals = tuple(si.var_vals[v] for v in runner.spec.vars)
         steps.append((runner, handles, vals))
     best = math.inf
-    for _ in range(5):
+    for _ in range(reps):
         t = 0.0
         for runner, handles, vals in steps:
             t += runner.program(*handles, vals=vals, threads=runner.spec.threads, wait=True)
