@@ -105,22 +105,30 @@ def _reg(r: Register, bits: int) -> Reg:
     return ymm(r.index) if bits == 256 else xmm(r.index)
 
 
+# the moves of copies and of spill code, by register class: (op, bits, layout). A spill slot is addressed as
+# ``[rsp + offset]``; the encoder of spill code (``_move_code``) looks their bytes up by the same keys as any other
+# instruction's, so these tables say what both ways encode
+_COPY_MOVE = {"gpr": (Op.MOV, 64, (("d", 0, 64), ("u", 0, 64))),
+              "vec": (Op.VMOVAPS, 256, (("d", 0, 256), ("u", 0, 256)))}
+_FILL_MOVE = {"gpr": (Op.MOV, 64, (("d", 0, 64), ("u", 0, None))),
+              "vec": (Op.VMOVUPS, 256, (("d", 0, 256), ("u", 0, None)))}
+_SPILL_MOVE = {"gpr": (Op.MOV, 64, (("u", 0, None), ("u", 1, 64))),
+               "vec": (Op.VMOVUPS, 256, (("u", 0, None), ("u", 1, 256)))}
+
+
 def _copy(dst: Register, src: Register) -> MInst:
-    if dst.cls == "gpr":
-        return minst(Op.MOV, [dst], [src], (("d", 0, 64), ("u", 0, 64)))
-    return minst(Op.VMOVAPS, [dst], [src], (("d", 0, 256), ("u", 0, 256)))
+    op, _, layout = _COPY_MOVE[dst.cls]
+    return minst(op, [dst], [src], layout)
 
 
 def _spill(reg: Register, off: int) -> MInst:
-    if reg.cls == "gpr":
-        return minst(Op.MOV, [], [VMem(64, GPR["rsp"], disp=off), reg], (("u", 0, None), ("u", 1, 64)))
-    return minst(Op.VMOVUPS, [], [VMem(256, GPR["rsp"], disp=off), reg], (("u", 0, None), ("u", 1, 256)))
+    op, bits, layout = _SPILL_MOVE[reg.cls]
+    return minst(op, [], [VMem(bits, GPR["rsp"], disp=off), reg], layout)
 
 
 def _fill(reg: Register, off: int) -> MInst:
-    if reg.cls == "gpr":
-        return minst(Op.MOV, [reg], [VMem(64, GPR["rsp"], disp=off)], (("d", 0, 64), ("u", 0, None)))
-    return minst(Op.VMOVUPS, [reg], [VMem(256, GPR["rsp"], disp=off)], (("d", 0, 256), ("u", 0, None)))
+    op, bits, layout = _FILL_MOVE[reg.cls]
+    return minst(op, [reg], [VMem(bits, GPR["rsp"], disp=off)], layout)
 
 
 TARGET = AllocTarget(
@@ -539,22 +547,47 @@ def _names_any(regs: tuple[list, list], registers: set[VReg]) -> bool:
 def _encode_rewritten(plan: RegisterPlan, i: int, reg_of: dict, slot_disp: dict[tuple[str, int], int], key: tuple
                       ) -> bytes:
     """The code of what ``plan.rewrite_one`` makes of instruction ``i`` (a copy, or an instruction with its spill
-    code), remembered by ``key``."""
-    code = b"".join([_encode_allocated(x, slot_disp) for x in plan.rewrite_one(i, reg_of)])
-    _ENCODED[key] = code
+    code), remembered by ``key``. Made from ``plan.spill_registers`` without building the rewritten instructions:
+    each part (fill, the instruction on physical registers, spill store) is looked up by its own key, as any other
+    instruction is, and encoded the first time only."""
+    on, fills, stores = plan.spill_registers(i, reg_of)
+    ins = plan.program[i]
+    code_of = dict(zip(on, map(_CODE_BY_NAME.__getitem__, map(_NAME, on.values())), strict=True))
+    parts = [_move_code(_FILL_MOVE, reg, off, True) for reg, off in fills]
+    if ins.op == "copy":
+        dst, src = code_of[ins.defs[0]], code_of[ins.uses[0]]
+        if dst != src:  # a copy to its own register vanishes
+            op, _, layout = _COPY_MOVE["vec" if dst >= 16 else "gpr"]
+            parts.append(_code_of_key((op, None, False, layout, 1, dst, src), ins))
+    else:
+        operands_ = ins.defs + ins.uses
+        operand_keys = list(map(code_of.get, operands_))
+        if None in operand_keys:  # memory operands
+            operand_keys = _operand_keys(operands_, operand_keys, code_of, slot_disp)
+        spec = ins.arg
+        parts.append(_code_of_key((ins.op, spec.cond, spec.two_address, spec.layout, len(ins.defs), *operand_keys),
+                                  ins))
+    parts += [_move_code(_SPILL_MOVE, reg, off, False) for reg, off in stores]
+    code = _ENCODED[key] = b"".join(parts)
     return code
 
 
-def _encode_allocated(ins: MInst, slot_disp: dict[tuple[str, int], int]) -> bytes:
-    """The code of an instruction on physical registers (copies and spill code ``plan.rewrite_one`` gives)."""
-    operands_ = ins.defs + ins.uses
-    operand_keys: list[Any] = list(map(_CODE_BY_NAME.get, map(getattr, operands_, repeat("name"), repeat(None))))
-    if None in operand_keys:  # memory operands
-        operand_keys = _operand_keys(operands_, operand_keys, {}, slot_disp)
-    spec = ins.arg
-    key = (ins.op, spec.cond, spec.two_address, spec.layout, len(ins.defs), *operand_keys)
+_NAME = operator.attrgetter("name")
+
+
+def _move_code(moves: dict, reg: Register, off: int, loads: bool) -> bytes:
+    """The code of a fill (``loads``) or spill store of ``reg`` at stack offset ``off``, as ``moves`` makes it."""
+    op, bits, layout = moves[reg.cls]
+    slot = (bits, 4, None, 1, off)  # the key of [rsp + off]
+    code = _CODE_BY_NAME[reg.name]
+    return _code_of_key((op, None, False, layout, 1, code, slot) if loads else (op, None, False, layout, 0, slot, code),
+                        reg)
+
+
+def _code_of_key(key: tuple, what: Any) -> bytes:
+    """The bytes of the instruction of ``key`` (``what``: for messages), encoded the first time only."""
     code = _ENCODED.get(key)
-    return code if code is not None else _encode_new(key, ins)
+    return code if code is not None else _encode_new(key, what)
 
 
 # An operand's key is what its encoding depends on: a register's code (its number, plus 16 for a vector register;
