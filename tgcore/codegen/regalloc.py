@@ -287,8 +287,9 @@ class RegisterPlan:
         mapping = _registers_on(read, written, assignment)
         fills: list[tuple[Register, int]] = []
         stores: list[tuple[Register, int]] = []
-        if None in mapping.values():
-            _spill_code(read, written, self.by_vreg, self.target, mapping, fills, stores)
+        # asked of instructions with spill code (and copies): not whether there is any first (``None in
+        # mapping.values()`` calls the Register dataclass's Python __eq__ once per register)
+        _spill_code(read, written, self.by_vreg, self.target, mapping, fills, stores)
         return mapping, fills, stores  # type: ignore[return-value]  # no None left
 
 

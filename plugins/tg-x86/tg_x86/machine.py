@@ -482,15 +482,18 @@ def _store32_head(disp: int) -> bytes:
 
 def clear_encoding_caches() -> None:
     """Forget every memo table of the encoding (the forms chosen by operand shape, the compiled form encoders,
-    interned memory operands, frame code, the bytes of whole instructions and the operand plans of their layouts):
-    the state of a fresh process. For benchmarks of first compiles; nothing else needs it (every table is bounded)."""
+    interned memory operands, frame code, the heads of spill code, the bytes of whole instructions and the operand
+    plans of their layouts): the state of a fresh process. For benchmarks of first compiles; nothing else needs it
+    (every table is bounded)."""
     encoder._form_cache.clear()
     encoder._ENCODERS.clear()
     _ENCODED.clear()
     _OPERAND_PLANS.clear()
+    _FILL_HEADS.clear()
+    _SPILL_HEADS.clear()
     operands.MEMS.clear()
     for cached in (_frame_shape, _prologue_code, _epilogue_code, _frame_inst_code, _store32_heads,
-                   _store32_head):
+                   _store32_head, _rsp_address):
         cached.cache_clear()
 
 
@@ -553,7 +556,7 @@ def _encode_rewritten(plan: RegisterPlan, i: int, reg_of: dict, slot_disp: dict[
     on, fills, stores = plan.spill_registers(i, reg_of)
     ins = plan.program[i]
     code_of = dict(zip(on, map(_CODE_BY_NAME.__getitem__, map(_NAME, on.values())), strict=True))
-    parts = [_move_code(_FILL_MOVE, reg, off, True) for reg, off in fills]
+    parts = [_move_code(True, reg, off) for reg, off in fills]
     if ins.op == "copy":
         dst, src = code_of[ins.defs[0]], code_of[ins.uses[0]]
         if dst != src:  # a copy to its own register vanishes
@@ -567,7 +570,7 @@ def _encode_rewritten(plan: RegisterPlan, i: int, reg_of: dict, slot_disp: dict[
         spec = ins.arg
         parts.append(_code_of_key((ins.op, spec.cond, spec.two_address, spec.layout, len(ins.defs), *operand_keys),
                                   ins))
-    parts += [_move_code(_SPILL_MOVE, reg, off, False) for reg, off in stores]
+    parts += [_move_code(False, reg, off) for reg, off in stores]
     code = _ENCODED[key] = b"".join(parts)
     return code
 
@@ -575,13 +578,38 @@ def _encode_rewritten(plan: RegisterPlan, i: int, reg_of: dict, slot_disp: dict[
 _NAME = operator.attrgetter("name")
 
 
-def _move_code(moves: dict, reg: Register, off: int, loads: bool) -> bytes:
-    """The code of a fill (``loads``) or spill store of ``reg`` at stack offset ``off``, as ``moves`` makes it."""
-    op, bits, layout = moves[reg.cls]
-    slot = (bits, 4, None, 1, off)  # the key of [rsp + off]
-    code = _CODE_BY_NAME[reg.name]
-    return _code_of_key((op, None, False, layout, 1, code, slot) if loads else (op, None, False, layout, 0, slot, code),
-                        reg)
+def _move_code(loads: bool, reg: Register, off: int) -> bytes:
+    """The code of a fill (``loads``) or spill store of ``reg`` at stack offset ``off``: its head (see
+    ``_move_head``), then the address of ``[rsp + off]`` with the register in the ModRM's reg field."""
+    head = (_FILL_HEADS if loads else _SPILL_HEADS).get(reg.name)
+    if head is None:
+        head = _move_head(loads, reg)
+    _, modrm, rest = _rsp_address(off)
+    return head[0] + bytes((head[1] | modrm,)) + rest
+
+
+def _move_head(loads: bool, reg: Register) -> tuple[bytes, int]:
+    """(the bytes before the ModRM, the ModRM's reg field) of a fill or spill store of ``reg``: what the move at
+    ``[rsp]`` encodes to (as any other instruction, by its key), without its ModRM and SIB. Neither depends on the
+    offset: rsp needs no REX.B/VEX.B bit, so prefixes and opcode stay (remembered by register, as few are scratch)."""
+    op, bits, layout = (_FILL_MOVE if loads else _SPILL_MOVE)[reg.cls]
+    at, code = (bits, 4, None, 1, 0), _CODE_BY_NAME[reg.name]  # the key of [rsp], the register's
+    whole = _code_of_key((op, None, False, layout, 1, code, at) if loads else (op, None, False, layout, 0, at, code),
+                         reg)
+    assert whole[-1] == 0x24 and whole[-2] & 0xC7 == 0x04, "[rsp] ends a move as ModRM (mod 00, rm 100), SIB 24"
+    head = (_FILL_HEADS if loads else _SPILL_HEADS)[reg.name] = (whole[:-2], whole[-2] & 0x38)
+    return head
+
+
+@functools.lru_cache(maxsize=1024)  # spill slot offsets repeat from kernel to kernel
+def _rsp_address(off: int) -> tuple[int, int, bytes]:
+    """``operands.address`` of ``[rsp + off]``."""
+    return address(4, None, 1, off)
+
+
+# the heads of fills and spill stores by register name (see ``_move_head``)
+_FILL_HEADS: dict[str, tuple[bytes, int]] = {}
+_SPILL_HEADS: dict[str, tuple[bytes, int]] = {}
 
 
 def _code_of_key(key: tuple, what: Any) -> bytes:
