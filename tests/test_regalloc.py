@@ -214,6 +214,27 @@ def test_spill_code_counts_fills_and_stores():
     assert plan.spill_code("vec") == 0
 
 
+@settings(max_examples=100, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.deferred(lambda: programs()))
+def test_spill_registers_is_what_rewrite_one_makes(prog):
+    """``spill_registers`` (for renderers encoding spill code themselves) says what ``rewrite_one`` builds: its fills
+    before, the instruction on the registers it gives, its stores after."""
+    plan = plan_registers(prog, TARGET)
+    reg_of = plan.assignment()
+    for i, ins in enumerate(plan.program):
+        if type(ins) is not MInst:
+            continue
+        on, fills, stores = plan.spill_registers(i, reg_of)
+        made = [MInst("load", [r], [], slot) for r, slot in fills]
+        if ins.op == "copy":  # a copy to its own register vanishes
+            dst, src = on[ins.defs[0]], on[ins.uses[0]]
+            made += [MInst("mov", [dst], [src])] if dst != src else []
+        else:
+            made.append(MInst(ins.op, [on.get(o, o) for o in ins.defs], [on.get(o, o) for o in ins.uses], ins.arg))
+        made += [MInst("store", [], [r], slot) for r, slot in stores]
+        assert plan.rewrite_one(i, reg_of) == made
+
+
 @st.composite
 def programs(draw):
     ids = itertools.count()

@@ -278,6 +278,20 @@ class RegisterPlan:
         _rewrite_one(self.program[i], read, written, assignment, self.by_vreg, self.target, out)
         return out
 
+    def spill_registers(self, i: int, assignment: dict[VReg, Register | None]
+                        ) -> tuple[dict[Any, Register], list[tuple[Register, int]], list[tuple[Register, int]]]:
+        """What ``rewrite_one`` makes of instruction ``i``, as data: the register each register it names is on (a
+        spilled one: its scratch register), the (scratch register, slot) of each fill before it and of each spill
+        store after it. For a renderer encoding spill code without building its instructions."""
+        read, written = self.regs[i]
+        mapping = _registers_on(read, written, assignment)
+        fills: list[tuple[Register, int]] = []
+        stores: list[tuple[Register, int]] = []
+        # asked of instructions with spill code (and copies): not whether there is any first (``None in
+        # mapping.values()`` calls the Register dataclass's Python __eq__ once per register)
+        _spill_code(read, written, self.by_vreg, self.target, mapping, fills, stores)
+        return mapping, fills, stores  # type: ignore[return-value]  # no None left
+
 
 def allocate(program: list[Any], target: AllocTarget) -> tuple[list[Any], int]:
     """Assign registers; returns (program on physical registers, stack bytes for spill slots)."""
@@ -439,12 +453,12 @@ def _rewrite_one(ins: MInst, read: list[Any], written: list[Any], reg_of: dict[V
                  by_vreg: dict[VReg, Interval], target: AllocTarget, out: list[Any]) -> None:
     """Append ``ins`` on physical registers to ``out``, with its fills before and spill stores after (a copy to
     its own register vanishes)."""
-    # the register of each register the instruction names: a virtual one's (None: spilled), a physical one itself
-    mapping = dict(zip(read, map(reg_of.get, read, read), strict=True))
-    mapping.update(zip(written, map(reg_of.get, written, written), strict=True))
+    mapping = _registers_on(read, written, reg_of)
     spilled_defs: list[tuple[Register, int]] = []
     if None in mapping.values():  # fills into scratch registers before, spills after
-        _spill_code(ins, read, written, by_vreg, target, mapping, out, spilled_defs)
+        fills: list[tuple[Register, int]] = []
+        _spill_code(read, written, by_vreg, target, mapping, fills, spilled_defs)
+        out.extend(itertools.starmap(target.fill, fills))
     if ins.op == "copy":
         dst, src = mapping.get(ins.defs[0], ins.defs[0]), mapping.get(ins.uses[0], ins.uses[0])
         if dst is not src and dst != src:
@@ -453,6 +467,14 @@ def _rewrite_one(ins: MInst, read: list[Any], written: list[Any], reg_of: dict[V
         out.append(MInst(ins.op, _substitute_all(ins.defs, mapping), _substitute_all(ins.uses, mapping), ins.arg))
     if spilled_defs:
         out.extend(itertools.starmap(target.spill, spilled_defs))
+
+
+def _registers_on(read: list[Any], written: list[Any], reg_of: dict[VReg, Register | None]
+                  ) -> dict[Any, Register | None]:
+    """The register of each register an instruction names: a virtual one's (None: spilled), a physical one itself."""
+    mapping = dict(zip(read, map(reg_of.get, read, read), strict=True))
+    mapping.update(zip(written, map(reg_of.get, written, written), strict=True))
+    return mapping
 
 
 def _substitute_all(operands: list[Any], mapping: dict[Any, Register | None]) -> list[Any]:
@@ -464,10 +486,12 @@ def _substitute_all(operands: list[Any], mapping: dict[Any, Register | None]) ->
     return out
 
 
-def _spill_code(ins: MInst, read: list[Any], written: list[Any], by_vreg: dict[VReg, Interval], target: AllocTarget,
-                mapping: dict[Any, Register | None], out: list[Any], spilled_defs: list[tuple[Register, int]]) -> None:
-    """Scratch registers for the spilled registers of ``ins`` (None in ``mapping``, which gets them): fills of the
-    ones it reads go to ``out``, the (register, slot) stores of the ones it writes to ``spilled_defs``."""
+def _spill_code(read: list[Any], written: list[Any], by_vreg: dict[VReg, Interval], target: AllocTarget,
+                mapping: dict[Any, Register | None], fills: list[tuple[Register, int]],
+                spilled_defs: list[tuple[Register, int]]) -> None:
+    """Scratch registers for the spilled registers of an instruction reading ``read`` and writing ``written`` (None
+    in ``mapping``, which gets them): the (register, slot) fills of the ones it reads go to ``fills``, the stores of
+    the ones it writes to ``spilled_defs``."""
     spilled_written = [r for r in written if mapping[r] is None]  # before the fills give some a register
     pools: dict[str, list[Register]] = {}
     for r in read:
@@ -475,7 +499,7 @@ def _spill_code(ins: MInst, read: list[Any], written: list[Any], by_vreg: dict[V
             reg = mapping[r] = _take_scratch(pools, target, r)
             slot = by_vreg[r].slot
             assert slot is not None
-            out.append(target.fill(reg, slot))
+            fills.append((reg, slot))
     pools = {}  # reads are done: reuse theirs
     for r in spilled_written:
         dst = mapping[r]

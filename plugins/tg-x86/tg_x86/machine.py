@@ -105,22 +105,30 @@ def _reg(r: Register, bits: int) -> Reg:
     return ymm(r.index) if bits == 256 else xmm(r.index)
 
 
+# the moves of copies and of spill code, by register class: (op, bits, layout). A spill slot is addressed as
+# ``[rsp + offset]``; the encoder of spill code (``_move_code``) looks their bytes up by the same keys as any other
+# instruction's, so these tables say what both ways encode
+_COPY_MOVE = {"gpr": (Op.MOV, 64, (("d", 0, 64), ("u", 0, 64))),
+              "vec": (Op.VMOVAPS, 256, (("d", 0, 256), ("u", 0, 256)))}
+_FILL_MOVE = {"gpr": (Op.MOV, 64, (("d", 0, 64), ("u", 0, None))),
+              "vec": (Op.VMOVUPS, 256, (("d", 0, 256), ("u", 0, None)))}
+_SPILL_MOVE = {"gpr": (Op.MOV, 64, (("u", 0, None), ("u", 1, 64))),
+               "vec": (Op.VMOVUPS, 256, (("u", 0, None), ("u", 1, 256)))}
+
+
 def _copy(dst: Register, src: Register) -> MInst:
-    if dst.cls == "gpr":
-        return minst(Op.MOV, [dst], [src], (("d", 0, 64), ("u", 0, 64)))
-    return minst(Op.VMOVAPS, [dst], [src], (("d", 0, 256), ("u", 0, 256)))
+    op, _, layout = _COPY_MOVE[dst.cls]
+    return minst(op, [dst], [src], layout)
 
 
 def _spill(reg: Register, off: int) -> MInst:
-    if reg.cls == "gpr":
-        return minst(Op.MOV, [], [VMem(64, GPR["rsp"], disp=off), reg], (("u", 0, None), ("u", 1, 64)))
-    return minst(Op.VMOVUPS, [], [VMem(256, GPR["rsp"], disp=off), reg], (("u", 0, None), ("u", 1, 256)))
+    op, bits, layout = _SPILL_MOVE[reg.cls]
+    return minst(op, [], [VMem(bits, GPR["rsp"], disp=off), reg], layout)
 
 
 def _fill(reg: Register, off: int) -> MInst:
-    if reg.cls == "gpr":
-        return minst(Op.MOV, [reg], [VMem(64, GPR["rsp"], disp=off)], (("d", 0, 64), ("u", 0, None)))
-    return minst(Op.VMOVUPS, [reg], [VMem(256, GPR["rsp"], disp=off)], (("d", 0, 256), ("u", 0, None)))
+    op, bits, layout = _FILL_MOVE[reg.cls]
+    return minst(op, [reg], [VMem(bits, GPR["rsp"], disp=off)], layout)
 
 
 TARGET = AllocTarget(
@@ -474,15 +482,18 @@ def _store32_head(disp: int) -> bytes:
 
 def clear_encoding_caches() -> None:
     """Forget every memo table of the encoding (the forms chosen by operand shape, the compiled form encoders,
-    interned memory operands, frame code, the bytes of whole instructions and the operand plans of their layouts):
-    the state of a fresh process. For benchmarks of first compiles; nothing else needs it (every table is bounded)."""
+    interned memory operands, frame code, the heads of spill code, the bytes of whole instructions and the operand
+    plans of their layouts): the state of a fresh process. For benchmarks of first compiles; nothing else needs it
+    (every table is bounded)."""
     encoder._form_cache.clear()
     encoder._ENCODERS.clear()
     _ENCODED.clear()
     _OPERAND_PLANS.clear()
+    _FILL_HEADS.clear()
+    _SPILL_HEADS.clear()
     operands.MEMS.clear()
     for cached in (_frame_shape, _prologue_code, _epilogue_code, _frame_inst_code, _store32_heads,
-                   _store32_head):
+                   _store32_head, _rsp_address):
         cached.cache_clear()
 
 
@@ -539,22 +550,72 @@ def _names_any(regs: tuple[list, list], registers: set[VReg]) -> bool:
 def _encode_rewritten(plan: RegisterPlan, i: int, reg_of: dict, slot_disp: dict[tuple[str, int], int], key: tuple
                       ) -> bytes:
     """The code of what ``plan.rewrite_one`` makes of instruction ``i`` (a copy, or an instruction with its spill
-    code), remembered by ``key``."""
-    code = b"".join([_encode_allocated(x, slot_disp) for x in plan.rewrite_one(i, reg_of)])
-    _ENCODED[key] = code
+    code), remembered by ``key``. Made from ``plan.spill_registers`` without building the rewritten instructions:
+    each part (fill, the instruction on physical registers, spill store) is looked up by its own key, as any other
+    instruction is, and encoded the first time only."""
+    on, fills, stores = plan.spill_registers(i, reg_of)
+    ins = plan.program[i]
+    code_of = dict(zip(on, map(_CODE_BY_NAME.__getitem__, map(_NAME, on.values())), strict=True))
+    parts = [_move_code(True, reg, off) for reg, off in fills]
+    if ins.op == "copy":
+        dst, src = code_of[ins.defs[0]], code_of[ins.uses[0]]
+        if dst != src:  # a copy to its own register vanishes
+            op, _, layout = _COPY_MOVE["vec" if dst >= 16 else "gpr"]
+            parts.append(_code_of_key((op, None, False, layout, 1, dst, src), ins))
+    else:
+        operands_ = ins.defs + ins.uses
+        operand_keys = list(map(code_of.get, operands_))
+        if None in operand_keys:  # memory operands
+            operand_keys = _operand_keys(operands_, operand_keys, code_of, slot_disp)
+        spec = ins.arg
+        parts.append(_code_of_key((ins.op, spec.cond, spec.two_address, spec.layout, len(ins.defs), *operand_keys),
+                                  ins))
+    parts += [_move_code(False, reg, off) for reg, off in stores]
+    code = _ENCODED[key] = b"".join(parts)
     return code
 
 
-def _encode_allocated(ins: MInst, slot_disp: dict[tuple[str, int], int]) -> bytes:
-    """The code of an instruction on physical registers (copies and spill code ``plan.rewrite_one`` gives)."""
-    operands_ = ins.defs + ins.uses
-    operand_keys: list[Any] = list(map(_CODE_BY_NAME.get, map(getattr, operands_, repeat("name"), repeat(None))))
-    if None in operand_keys:  # memory operands
-        operand_keys = _operand_keys(operands_, operand_keys, {}, slot_disp)
-    spec = ins.arg
-    key = (ins.op, spec.cond, spec.two_address, spec.layout, len(ins.defs), *operand_keys)
+_NAME = operator.attrgetter("name")
+
+
+def _move_code(loads: bool, reg: Register, off: int) -> bytes:
+    """The code of a fill (``loads``) or spill store of ``reg`` at stack offset ``off``: its head (see
+    ``_move_head``), then the address of ``[rsp + off]`` with the register in the ModRM's reg field."""
+    head = (_FILL_HEADS if loads else _SPILL_HEADS).get(reg.name)
+    if head is None:
+        head = _move_head(loads, reg)
+    _, modrm, rest = _rsp_address(off)
+    return head[0] + bytes((head[1] | modrm,)) + rest
+
+
+def _move_head(loads: bool, reg: Register) -> tuple[bytes, int]:
+    """(the bytes before the ModRM, the ModRM's reg field) of a fill or spill store of ``reg``: what the move at
+    ``[rsp]`` encodes to (as any other instruction, by its key), without its ModRM and SIB. Neither depends on the
+    offset: rsp needs no REX.B/VEX.B bit, so prefixes and opcode stay (remembered by register, as few are scratch)."""
+    op, bits, layout = (_FILL_MOVE if loads else _SPILL_MOVE)[reg.cls]
+    at, code = (bits, 4, None, 1, 0), _CODE_BY_NAME[reg.name]  # the key of [rsp], the register's
+    whole = _code_of_key((op, None, False, layout, 1, code, at) if loads else (op, None, False, layout, 0, at, code),
+                         reg)
+    assert whole[-1] == 0x24 and whole[-2] & 0xC7 == 0x04, "[rsp] ends a move as ModRM (mod 00, rm 100), SIB 24"
+    head = (_FILL_HEADS if loads else _SPILL_HEADS)[reg.name] = (whole[:-2], whole[-2] & 0x38)
+    return head
+
+
+@functools.lru_cache(maxsize=1024)  # spill slot offsets repeat from kernel to kernel
+def _rsp_address(off: int) -> tuple[int, int, bytes]:
+    """``operands.address`` of ``[rsp + off]``."""
+    return address(4, None, 1, off)
+
+
+# the heads of fills and spill stores by register name (see ``_move_head``)
+_FILL_HEADS: dict[str, tuple[bytes, int]] = {}
+_SPILL_HEADS: dict[str, tuple[bytes, int]] = {}
+
+
+def _code_of_key(key: tuple, what: Any) -> bytes:
+    """The bytes of the instruction of ``key`` (``what``: for messages), encoded the first time only."""
     code = _ENCODED.get(key)
-    return code if code is not None else _encode_new(key, ins)
+    return code if code is not None else _encode_new(key, what)
 
 
 # An operand's key is what its encoding depends on: a register's code (its number, plus 16 for a vector register;
