@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
+import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any, Generic, TypeVar
@@ -235,19 +236,33 @@ class ISARenderer(Renderer, Generic[Ctx]):
         return self.emit(self.choose_plan(ctx), ctx)
 
 
+class _GCPause:
+    """How many renders run now, and whether the collector was on when the first began: renders on several threads
+    overlap, so the last to end turns it back on (never one while another still runs)."""
+    lock = threading.Lock()
+    active = 0
+    was_enabled = False
+
+
 @contextlib.contextmanager
 def cyclic_gc_paused() -> Iterator[None]:
     """No cyclic garbage collection inside: a render allocates thousands of short-lived objects (instructions,
     operands, intervals) that reference counting frees, and the collections their allocation triggers would only
-    walk them and the process's long-lived graphs (measured: 5-10% of a render). Collection resumes afterwards (if
-    it was enabled: a caller's ``gc.disable()`` is kept), and whatever became garbage meanwhile is collected then."""
-    enabled = gc.isenabled()
-    gc.disable()
+    walk them and the process's long-lived graphs (measured: 5-10% of a render). When the last running render ends
+    the collector is on again if it was when the first began (a caller's ``gc.disable()`` is kept); garbage made
+    meanwhile waits for its next collection."""
+    with _GCPause.lock:
+        if _GCPause.active == 0:
+            _GCPause.was_enabled = gc.isenabled()
+            gc.disable()
+        _GCPause.active += 1
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        with _GCPause.lock:
+            _GCPause.active -= 1
+            if _GCPause.active == 0 and _GCPause.was_enabled:
+                gc.enable()
 
 
 def callee_saved_used(program: Iterable[Any], callee_saved: Iterable[Register]) -> list[Register]:

@@ -262,3 +262,25 @@ def test_dtypes_are_unchanged_by_the_abi(win64_call):
     t = Tensor(a, device="CPU") * 3 + Tensor(a[::-1].copy(), device="CPU")
     assert t.dtype is dtypes.int32
     np.testing.assert_array_equal(run_win64(win64_call, t), a * 3 + a[::-1])
+
+
+
+def test_gated_accesses_through_frame_slots(win64_call):
+    """A padded conv2d holds many gprs, so its gated loads cmov their address to the zero slot's address read from
+    a pointer slot the prologue fills (through rax, no argument register on either ABI): under the Windows frame
+    (home area, arguments above it) it computes what numpy does."""
+    from test_x86_gated import dummy_picks
+
+    from tgcore.nn import functional as F
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 8, 16, 16)).astype(np.float32)
+    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    t = F.conv2d(Tensor(x, device="CPU").realize(), Tensor(w, device="CPU").realize(), padding=1)
+    items, _ = create_schedule([t.uop], "CPU")
+    (si,) = [si for si in items if si.kind != "copy"]
+    picks = dummy_picks(disassemble(get_program(si.ast, X86Renderer(WIN64), 1).src))
+    assert picks and all(p.operands[1].kind == "mem" for p in picks)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    ref = sum(np.einsum("nchw,oc->nohw", xp[:, :, i:i + 16, j:j + 16], w[:, :, i, j].astype(np.float64))
+              for i in range(3) for j in range(3))
+    np.testing.assert_allclose(run_win64(win64_call, t), ref.ravel(), rtol=1e-4, atol=1e-4)

@@ -66,7 +66,7 @@ CMP_EQ_OQ, CMP_LT_OS, CMP_NEQ_UQ, CMP_UNORD_Q = 0, 1, 4, 3
 # sets, not tuples: membership is a hash lookup (ops and dtypes hash by identity; a tuple compares each with ==)
 CMP_OPS = frozenset({Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE})
 _SOURCES = operator.attrgetter("src")
-HELD_GPRS = len(ALLOC_GPR)   # gprs a kernel may hold throughout
+HELD_GPRS = len(ALLOC_GPR)   # gprs a kernel may hold throughout (choose_plan holds the arguments up to these)
 GATED_SHARE = 64    # bytes from a gated access's address that later ones under its gate may reach through it
 FOLD_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX})
 # the ops the per-line helpers test, as module names: on Python 3.11 reading ``Ops.CONST`` goes through EnumType's
@@ -247,11 +247,12 @@ class Selector(ISelContext, VectorSelection):
     def plan_addresses(self) -> None:
         """Find the index sums ``x + c`` that only addresses read: ``mem`` folds each into its address (the index
         register x, c scaled into the displacement), so selecting one at its line would make a lea nothing reads.
-        The test is ``mem``'s own, asked of every user."""
+        The test is ``mem``'s (x never negative, one lane), asked of every user, with a narrower constant so that
+        the displacement always fits; where ``mem`` still asks for the sum, ``reg`` makes it there."""
         self.in_address: set[UOp] = set()
         for u in self.lines(Ops.ADD):
             c = u.src[1]
-            if c.op is not CONST or u.dtype.count != 1 or not -(1 << 27) < c.arg < (1 << 27):
+            if c.op is not CONST or u.src[0].dtype.count != 1 or not -(1 << 27) < c.arg < (1 << 27):
                 continue   # (the displacement: c times an element size, with room for a lane offset)
             users = self.users.get(u)
             if users and all(x.op is Ops.INDEX and x.src[1] is u for x in users) and u.src[0].vmin >= 0:
@@ -734,14 +735,14 @@ class Selector(ISelContext, VectorSelection):
 
     # ---- gated accesses: no branch, the address is switched to a dummy frame slot ----
     def gated_mem(self, gate: UOp, idx: UOp, span: int, store: bool, into: VReg | None = None) -> VMem:
-        """Where an access of ``span`` bytes at ``idx`` under ``gate`` goes: ``idx``'s element when the gate holds,
-        else a frame slot (for a load the zero slot: reads 0; for a store the sink: nothing reads it, so a later
-        gated-off load still reads 0). No jump: a lea of the element's address, then a cmov reading the slot's
-        address from the frame (no register holds it), and the access goes through the result unconditionally (a
-        gated-off one never touches the buffer). An access under the same gate at a constant distance above an
-        earlier one in the region shares its address (the slot grows to cover it): one lea and cmov for the lanes
-        of a vector under one gate. A gate known false gives the slot itself, one known true the element. ``into``:
-        a gpr the access writes, which may hold the address until then (one register fewer; not shared)."""
+        """Where an access of ``span`` bytes at ``idx`` under ``gate`` goes: ``idx``'s element when the gate holds, else
+        a frame slot (for a load the zero slot: reads 0; for a store the sink: nothing reads it, so a later gated-off
+        load still reads 0). No jump: a lea of the element's address, then a cmov taking the slot's address (held in a
+        register, or read from the frame: ``dummy_address``), and the access goes through the result unconditionally (a
+        gated-off one never touches the buffer). An access under the same gate at a constant distance above an earlier
+        one in the region shares its address (the slot grows to cover it): one lea and cmov for the lanes of a vector
+        under one gate. A gate known false gives the slot itself, one known true the element. ``into``: a gpr the access
+        writes, which may hold the address until then (one register fewer; not shared)."""
         if gate.op is Ops.CONST:
             return self.mem(idx, 8) if gate.arg else self.dummy_mem(span, store)
         m = self.mem(idx, 8)
@@ -803,6 +804,8 @@ class Selector(ISelContext, VectorSelection):
             if len(idx.src) < 3 or idx.src[2].op is Ops.CONST:
                 continue
             for user in self.users.get(idx, ()):
+                if user.op is Ops.LOAD and len(user.src) > 1:
+                    continue   # a load with an alternative value jumps over it: no dummy slot
                 store = user.op is Ops.STORE
                 if store not in self.dummy_held and self.pressure < HELD_GPRS:
                     r = self.dummy_held[store] = self.new("gpr")
@@ -1492,8 +1495,8 @@ SCALAR_ISEL = PatternMatcher([
     # loops: counter, limit and guard; END closes as many loops as it names
     (UPat(Ops.RANGE, name="x"), effect_rule(Selector.open_loop)),
     (UPat(Ops.END, name="x"), effect_rule(sel_end)),
-    # memory: [base + index*scale + disp], gates as branches (a jcc on the gate compare's flags); a float load
-    # with one user folds into it
+    # memory: [base + index*scale + disp]; a gated access goes through an address a cmov (on the gate compare's
+    # flags) switches to a frame slot, no branch; a float load with one user folds into it
     (UPat(Ops.LOAD, name="x"), effect_rule(Selector.load)),
     (UPat(Ops.STORE, name="x"), effect_rule(Selector.store)),
     # casts by register file; bitcasts move bits between them
@@ -1502,7 +1505,7 @@ SCALAR_ISEL = PatternMatcher([
     (UPat(Ops.CAST, I, src=(UPat(dtype=F),), name="x"), cast_rule(Selector.float_to_int)),
     (UPat(Ops.CAST, F, src=(UPat(dtype=F),), name="x"), cast_rule(Selector.float_to_float)),
     (UPat(Ops.BITCAST, name="x"), value_rule(lambda ctx, x: ctx.bitcast(x.src[0], x.dtype))),
-    # comparisons: flags, shared by the cmovs of its WHEREs and the jumps of its gates while no instruction
+    # comparisons: flags, shared by the cmovs of its WHEREs and of its gates while no instruction
     # in between writes them (else compared again there); a bool (setcc) only when something else reads it
     (UPat(CMP_OPS, name="x"), sel_compare),
     # WHERE: cmov on a compare's flags; floats: vmin/vmax when it picks between the values a < compared, else

@@ -206,7 +206,8 @@ def _frame_layout(frame: Frame, spill_bytes: int, used: AbstractSet[int], used_v
                   pointers)
 
 
-@functools.lru_cache(maxsize=1024)  # kernels share frames
+# kernels share frames; the slot_disp dict it returns is shared too: read only, never changed
+@functools.lru_cache(maxsize=1024)
 def _frame_shape(arg_regs: tuple[str, ...], home_area: int, nargs: int, const_sizes: tuple[int, ...],
                  spill_bytes: int, pushes: int, saved_vec_nums: tuple[int, ...], sink: int,
                  pointer_targets: tuple[Slot, ...]) -> tuple[tuple[tuple[int, int], ...], int,

@@ -28,7 +28,7 @@ from typing import Any
 from tg_x86 import assembler, listing, machine  # modules: each stage is looked up when it runs (benches wrap them)
 from tg_x86.abi import HOST, Abi
 from tg_x86.isa import Flag, Op
-from tg_x86.isel import FLAG_BARRIERS, ISEL, Selector, canon_value
+from tg_x86.isel import FLAG_BARRIERS, HELD_GPRS, ISEL, Selector, canon_value
 from tg_x86.machine import GPR, TARGET
 from tgcore.codegen import regalloc
 from tgcore.codegen.regalloc import MInst, RegisterPlan
@@ -52,7 +52,6 @@ class X86Compiler(Compiler):
 FLAG_READERS = frozenset(o for o in Op if o.flags & Flag.READS_FLAGS)
 FLAG_WRITERS = FLAG_BARRIERS - {"label"}
 
-HELD_GPRS = len(machine.ALLOC_GPR)
 
 # what reaches isel: codegen decomposes transcendentals for this renderer (native_transcendentals is False)
 X86_SPEC = PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)), lambda: False)]) + isa_spec
