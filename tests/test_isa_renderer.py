@@ -357,3 +357,22 @@ def test_render_pauses_the_cyclic_collector_and_restores_it(inputs, enabled):
         assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_overlapping_renders_keep_the_collector_paused_until_the_last_ends():
+    """Renders on two threads overlap: the first to end must not turn the collector on under the other."""
+    import gc
+
+    from tgcore.renderer.isa import cyclic_gc_paused
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        first, second = cyclic_gc_paused(), cyclic_gc_paused()
+        first.__enter__()
+        second.__enter__()
+        first.__exit__(None, None, None)
+        assert not gc.isenabled()
+        second.__exit__(None, None, None)
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
