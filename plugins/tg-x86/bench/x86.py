@@ -9,9 +9,9 @@ Prints (never asserts):
      Wall and CPU time (the CPU time of cc, a child process, included), per kernel the best of 5 rounds; a
      round runs every X86 step, then every C step. Every round starts from a fresh process's memo tables (X86's
      forms, encoded instructions, frame code; ``clear_memo_tables``) and a warm-up kernel, so each step is that
-     kernel's first compile, with the tables holding only what earlier kernels of the round left there. Lines
-     clearly labelled "not the target" time X86 compiling the same kernels again with warm tables, and the whole
-     ``get_program`` (core passes included) for X86 vs ``get_program`` + cc for C, once per kernel.
+     kernel's first compile, with the tables holding only what earlier kernels of the round left there. A line
+     clearly labelled "not the target" times the whole ``get_program`` (core passes included) for X86 vs
+     ``get_program`` + cc for C, once per kernel.
      Each kernel is compiled as a never-seen one: the facts cached on graph nodes (toposorts, ranges, bounds,
      normal-form marks) are dropped before each timed step, and the one-time costs of a process (imports,
      instruction tables, rule compilation, cc's first start) are paid on a warm-up kernel before timing
@@ -217,11 +217,6 @@ def compile_times(repeats: int = 5) -> None:
     geo = math.exp(sum(map(math.log, per_kernel)) / n)
     print(f"   per kernel, CPU: geometric mean of C/X86 {geo:.1f}x   median {sorted(per_kernel)[n // 2]:.1f}x   "
           f"smallest {min(per_kernel):.1f}x")
-    # not the target: the same kernels compiled again in this process, the memo tables holding every instruction
-    # of theirs (what a process recompiling kernels it met before, e.g. after clearing its kernel cache, pays)
-    again = [min(_compile_step(x86, xspecs[k], steps[0][2][k], None)[1] for _ in range(repeats)) for k in range(n)]
-    print(f"   (not the target) X86 compiling the same kernels again, tables warm, CPU: {1e3 * sum(again) / n:6.2f} "
-          f"ms/kernel   ({step_c[1] / sum(again):.1f}x faster than C)")
     print(f"   (not the target) whole get_program, core passes included, wall, once: X86 {1e3 * whole_x / n:6.2f} "
           f"ms/kernel   C get_program + cc {1e3 * whole_c / n:6.2f} ms/kernel   ({whole_c / whole_x:.1f}x faster)")
 
