@@ -363,7 +363,7 @@ def test_overlapping_renders_keep_the_collector_paused_until_the_last_ends():
     """Renders on two threads overlap: the first to end must not turn the collector on under the other."""
     import gc
 
-    from tgcore.renderer.isa import cyclic_gc_paused
+    from tgcore.helpers import cyclic_gc_paused
     was = gc.isenabled()
     gc.enable()
     try:

@@ -188,8 +188,7 @@ def test_known_registers_are_reused():
     ids = itertools.count()
     a, b = VReg(next(ids), "gpr"), VReg(next(ids), "gpr")
     prog = [MInst("li", [a], [], 1), MInst("li", [b], [], 2), MInst("add3", [b], [a, b]), MInst("out", [], [b])]
-    plan = plan_registers(prog, TARGET)
-    known = plan.registers_by_id()
+    known = dict(zip(map(id, prog), instruction_registers(prog), strict=True))
     other = [prog[0], MInst("li", [b], [], 3), *prog[2:]]
     regs = instruction_registers(other, known)
     assert regs == instruction_registers(other)

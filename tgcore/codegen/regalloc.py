@@ -140,8 +140,8 @@ def instruction_registers(program: list[Any], known: dict[int, tuple[list[Any], 
     and physical ones; a memory operand's registers (its ``regs``) are read, also in a destination. Two empty lists
     for a loop marker. A renderer that looks at these before allocating (dead code, peepholes) hands them on to
     ``plan_registers``; nobody changes the lists (the written ones may be the instruction's own ``defs``).
-    ``known``: the registers of instructions seen before, by ``id`` (``RegisterPlan.registers_by_id`` of a plan of
-    a similar program, which keeps them alive); only the others are looked at."""
+    ``known``: the registers of instructions seen before, by ``id`` (of a similar program's instructions, kept
+    alive by the caller); only the others are looked at."""
     if known is None:
         return _registers_of_all(program)
     out = list(map(known.get, map(id, program)))
@@ -252,11 +252,6 @@ class RegisterPlan:
         # one fill per instruction reading a spilled register, one store per write
         mentions = Counter(itertools.chain.from_iterable(itertools.chain.from_iterable(self.regs)))
         return sum(map(mentions.__getitem__, spilled))
-
-    def registers_by_id(self) -> dict[int, tuple[list[Any], list[Any]]]:
-        """The registers of each instruction of the program by its ``id``, for ``instruction_registers`` of a
-        similar program (valid while this plan lives: it keeps the instructions alive)."""
-        return dict(zip(map(id, self.program), self.regs, strict=True))
 
     def rewrite(self) -> tuple[list[Any], int]:
         """(the program on physical registers with spill code, stack bytes for spill slots)."""

@@ -37,16 +37,14 @@ a line no rule takes is kept (or, with ``strict``, is an error).
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import itertools
-import threading
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
 from tgcore.codegen import regalloc
 from tgcore.codegen.regalloc import AllocTarget, LoopEnd, LoopStart, MInst, Register, RegisterPlan, VReg
+from tgcore.helpers import cyclic_gc_paused
 from tgcore.renderer import Renderer
 from tgcore.uop import Ops, UOp
 from tgcore.uop.pattern import PatternMatcher, UPat
@@ -221,7 +219,7 @@ class ISARenderer(Renderer, Generic[Ctx]):
     def render(self, name: str, kernel: list[UOp] | UOp) -> bytes:
         if not isinstance(kernel, list):
             raise TypeError(f"{type(self).__name__} renders linear programs (a list of UOps)")
-        with cyclic_gc_paused():
+        with cyclic_gc_paused():   # a render allocates thousands of short-lived objects (see the helper)
             return self._render(name, kernel)
 
     def _render(self, name: str, kernel: list[UOp]) -> bytes:
@@ -234,35 +232,6 @@ class ISARenderer(Renderer, Generic[Ctx]):
             self.verify(kernel)
         ctx = self.select(kernel)
         return self.emit(self.choose_plan(ctx), ctx)
-
-
-class _GCPause:
-    """How many renders run now, and whether the collector was on when the first began: renders on several threads
-    overlap, so the last to end turns it back on (never one while another still runs)."""
-    lock = threading.Lock()
-    active = 0
-    was_enabled = False
-
-
-@contextlib.contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection inside: a render allocates thousands of short-lived objects (instructions,
-    operands, intervals) that reference counting frees, and the collections their allocation triggers would only
-    walk them and the process's long-lived graphs (measured: 5-10% of a render). When the last running render ends
-    the collector is on again if it was when the first began (a caller's ``gc.disable()`` is kept); garbage made
-    meanwhile waits for its next collection."""
-    with _GCPause.lock:
-        if _GCPause.active == 0:
-            _GCPause.was_enabled = gc.isenabled()
-            gc.disable()
-        _GCPause.active += 1
-    try:
-        yield
-    finally:
-        with _GCPause.lock:
-            _GCPause.active -= 1
-            if _GCPause.active == 0 and _GCPause.was_enabled:
-                gc.enable()
 
 
 def callee_saved_used(program: Iterable[Any], callee_saved: Iterable[Register]) -> list[Register]:
