@@ -41,7 +41,7 @@ def select_by_shape(op: Op, operands: tuple[Operand, ...], cond: Cond | None, re
     if found is not None:
         return found
     n, accepts = len(shapes), frozenset.__contains__
-    for form in FORMS[op]:  # Form.accepts_shapes, inline: most forms are turned down
+    for form in FORMS[op]:  # a form accepts an operand whose shape is among its type's: most are turned down
         if len(form.shapes) == n and all(map(accepts, form.shapes, shapes)) and (
                 rel_bits is None or form.encoding.rel * 8 == rel_bits):
             found = _form_cache[(op, rel_bits, *shapes)] = (form, _encoder(form))

@@ -189,10 +189,6 @@ class Form:
             return False
         return all(t.accepts(o) for t, o in zip(self.operands, operands, strict=True))
 
-    def accepts_shapes(self, shapes: tuple[int, ...]) -> bool:
-        """``accepts`` for operands of these shapes (every operand carries one: ``Operand.shape``)."""
-        return len(shapes) == len(self.shapes) and all(map(frozenset.__contains__, self.shapes, shapes))
-
 
 # ---- the table ---------------------------------------------------------------------------------
 

@@ -102,7 +102,7 @@ def int_cond(op: Ops, dt: DType, swapped: bool) -> Cond:
 
 def at_address(m: VMem) -> Callable[[UOp, int], VMem]:
     """A stand-in for ``Selector.mem`` giving ``m`` whatever the index (the address of a gated access)."""
-    return lambda _idx, bits: VMem(bits, m.base, m.index, m.scale, m.disp, m.slot)
+    return lambda _idx, bits: m.sized(bits)
 
 
 class SelectionError(NotImplementedError):
@@ -195,11 +195,11 @@ class Selector(ISelContext, VectorSelection):
         self.folded: set[UOp] = set()
         self.remat_args = remat_args  # buffer pointers and variables loaded from their argument slot where used
         self.remat_cache: dict[tuple[UOp, int], VReg] = {}
+        self.tested: tuple[UOp, int] | None = None           # (gate, position) of the last test of a bool gate
         # (gate, store, base, index, scale, region) of a gated access -> (its address register, displacement)
         self.gated_addrs: dict[tuple, tuple[VReg, int]] = {}
         self.element_addrs: dict[tuple, tuple[VReg, int]] = {}   # (base, index, scale, region) -> (address, disp)
         self.dummy_held: dict[bool, VReg] = {}   # store -> the register holding the dummy slot's address, if held
-        self.tested: tuple[UOp, int] | None = None           # (gate, position) of the last test of a bool gate
         self.arg_sites: list[tuple[int, UOp]] = []   # with remat_args: (program position, PARAM/DEFINE_VAR)
         self.remat_loads: dict[VReg, UOp] = {}        # with remat_args: register of each reload -> its UOp
         self.reload_at: list[int] = []                # with remat_args: program position of each reload
@@ -786,7 +786,7 @@ class Selector(ISelContext, VectorSelection):
         frame = self.frame
         if store:
             frame.sink = max(frame.sink, size)
-            return VMem(8, slot=Slot("sink", 0))
+            return frame_mem((8, "sink", 0))
         m = self.const_mem(bytes(32), 8)     # shared with a 32-byte zero constant, never written
         k = m.slot.k                         # type: ignore[union-attr]
         if len(frame.consts[k]) < size:      # wider zeros: a prefix of them is still that constant
@@ -843,7 +843,7 @@ class Selector(ISelContext, VectorSelection):
         pointers = self.frame.pointers
         if target not in pointers:
             pointers.append(target)   # type: ignore[arg-type]
-        return VMem(64, slot=Slot("pointer", pointers.index(target)))   # type: ignore[arg-type]
+        return frame_mem((64, "pointer", pointers.index(target)))   # type: ignore[arg-type]
 
     def gate_off(self, gate: UOp) -> Cond:
         """The condition that holds when ``gate`` is false: its compare's flags (shared while they hold, see
@@ -853,7 +853,7 @@ class Selector(ISelContext, VectorSelection):
             return near if near is not None else self.compare(gate)[1].negate()
         tested = self.tested
         if tested is not None and tested[0] is gate and self.flags_live(tested[1]):
-            return Cond.E   # the last test was of this gate and its flags still hold (lanes of one access)
+            return Cond.E   # the last test was of this gate and its flags still hold (accesses of one reduction)
         g = self.reg(gate)
         self.emit(Op.TEST, [], [g, g], (("u", 0, 32), ("u", 1, 32)))
         self.tested = (gate, len(self.prog) - 1)

@@ -150,14 +150,10 @@ class Frame:
     pointers: list[Slot] = field(default_factory=list)  # Slot("pointer", k) holds the address of slot pointers[k]
     abi: Abi = HOST
 
-    def offsets(self) -> list[int]:
-        """Byte offset of each constant inside the constant area (the ones of 32 bytes or a multiple of 32 first, so
-        all stay aligned; the gated loads' zero slot may be wider than 32)."""
-        return _const_offsets(tuple(map(len, self.consts)))
-
 
 def _const_offsets(sizes: tuple[int, ...]) -> list[int]:
-    """``Frame.offsets`` of constants of these sizes."""
+    """Byte offset of each constant (of these sizes) inside the constant area: the ones of 32 bytes or a multiple
+    of 32 first, so all stay aligned (the gated loads' zero slot may be wider than 32)."""
     out, pos = [0] * len(sizes), 0
     for k, n in enumerate(sizes):
         if n != 16:
@@ -413,9 +409,9 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     reg_of: dict[VReg, Register | None] = dict(zip(vregs, assigned, strict=True))
     names: list[Any] = list(map(getattr, assigned, repeat("name"), repeat(None)))  # None: spilled
     key_of: dict[VReg, Any] = dict(zip(vregs, map(_CODE_BY_NAME.get, names), strict=True))
-    spilled = list(compress(vregs, map(operator.not_, names)))
-    for v in spilled:  # what its spill code depends on (each spilled register has a slot of its own)
-        key_of[v] = (by_vreg[v].slot, v.cls, v.allowed)
+    spilled = [iv.vreg for iv in plan.spilled]
+    for iv in plan.spilled:  # what its spill code depends on (each spilled register has a slot of its own)
+        key_of[iv.vreg] = (iv.slot, iv.vreg.cls, iv.vreg.allowed)
     # the registers the rewritten program names, as far as the prologue cares (callee-saved gprs are never scratch)
     names += map(getattr, plan.physical, repeat("name"))
     used, vecs = set(map(_GPR_NUM.get, names)), set(map(_VEC_NUM.get, names))
@@ -721,16 +717,10 @@ def _register_facts(program: list, regs: list[tuple[list, list]] | None = None
     return regs, reads, writes
 
 
-def retarget_copies(program: list, facts: tuple[list, dict, dict] | None = None) -> list:
-    """``t = op(...); ...; copy acc <- t`` with ``t`` used nowhere else and ``acc`` not mentioned in
-    between: the op writes ``acc`` directly and the copy goes (accumulator updates, one per piece).
-    ``facts`` is ``_register_facts(program)`` when the caller has it."""
-    return _retarget(program, *(facts if facts is not None else _register_facts(program)))[0]
-
-
 def _retarget(program: list, regs: list[tuple[list, list]], reads: dict, writes: dict
               ) -> tuple[list, list[tuple[list, list]]]:
-    """``retarget_copies``, and the registers of the program it returns."""
+    """``t = op(...); ...; copy acc <- t`` with ``t`` used nowhere else and ``acc`` not mentioned in between: the op
+    writes ``acc`` directly and the copy goes (accumulator updates, one per piece). The program and its registers."""
     out, out_regs = program, regs
     drop: list[int] = []
     ops = map(getattr, program, repeat("op"), repeat(None))
@@ -773,7 +763,8 @@ def _def_to_retarget(program: list, regs: list[tuple[list, list]], i: int, t: VR
 
 
 def cleanup(program: list, regs: list[tuple[list, list]] | None = None) -> tuple[list, list[tuple[list, list]]]:
-    """``remove_dead`` then ``retarget_copies``, reading each instruction's registers once: the program and its
+    """Drop instructions whose only effect is writing virtual registers nobody reads (``_live_mask``: lanes nobody
+    extracted...), then retarget copies (``_retarget``), reading each instruction's registers once: the program and its
     ``instruction_registers`` (for ``plan_registers``). ``regs``: ``instruction_registers(program)`` when the caller
     has them."""
     regs, reads, writes = _register_facts(program, regs)
@@ -781,14 +772,6 @@ def cleanup(program: list, regs: list[tuple[list, list]] | None = None) -> tuple
     if keep is not None:
         program, regs = list(compress(program, keep)), list(compress(regs, keep))
     return _retarget(program, regs, reads, writes)
-
-
-def remove_dead(program: list) -> list:
-    """Drop instructions whose only effect is writing virtual registers nobody reads (index math an
-    addressing mode already did, lanes nobody extracted). One backward pass with use counts: removing
-    an instruction releases what it read, so chains of dead values go at once."""
-    keep = _live_mask(program, *_register_facts(program))
-    return program if keep is None else list(compress(program, keep))
 
 
 def _live_mask(program: list, regs: list[tuple[list, list]], reads: dict, writes: dict) -> list[bool] | None:

@@ -8,7 +8,8 @@ Out: ``render`` returns the machine code of ``void name(<buffer pointers...>, <i
 
 ``X86Renderer`` is an ``ISARenderer`` (``tgcore.renderer.isa``): its stages are
     isel           ``isel.ISEL`` rules run by ``line_rewrite`` with an ``isel.Selector`` as context
-    pre_regalloc   ``machine.cleanup`` (dead values, accumulator updates write the accumulator)
+    pre_regalloc   ``machine.cleanup`` (dead values, accumulator updates write the accumulator), run by
+                   ``plan`` (it hands the cleanup's registers to the allocator)
     choose_plan    pointers and variables held in registers, or read from their argument slots where
                    used when that spills fewer gprs (both programs come from one selection; the second
                    plan reuses the registers the first found in the instructions they share)
@@ -96,14 +97,8 @@ class X86Renderer(ISARenderer[Selector]):
         ctx.frame.abi = self.abi
         return ctx
 
-    def pre_regalloc(self, program: list[Any], ctx: Selector) -> list[Any]:
-        program = machine.cleanup(program)[0]
-        if spec_enabled():  # checked again after allocation (late_regalloc)
-            ctx.flag_reads = flag_sources(program)
-        return program
-
     def plan(self, program: list[Any], ctx: Selector, regs: list[tuple[list, list]] | None = None) -> RegisterPlan:
-        """``machine.cleanup`` (what ``pre_regalloc`` does), then the linear scan's plan, handed the registers the
+        """``machine.cleanup`` (the pre_regalloc stage), then the linear scan's plan, handed the registers the
         cleanup found. ``regs``: ``instruction_registers(program)`` when the caller has them."""
         program, regs = machine.cleanup(program, regs)
         return regalloc.plan_registers(program, self.target, regs)

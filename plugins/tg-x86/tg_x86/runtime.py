@@ -14,6 +14,7 @@ Windows x64 convention the renderer then compiles for, see ``abi.py``). It is un
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import os
 import sys
@@ -102,6 +103,7 @@ class WindowsPages:
         self.kernel32.VirtualFree(addr, 0, _MEM_RELEASE)  # MEM_RELEASE frees the whole reservation: size 0
 
 
+@functools.cache   # one per process: WindowsPages loads kernel32 and declares its functions
 def host_pages() -> PosixPages | WindowsPages:
     return WindowsPages() if sys.platform == "win32" else PosixPages()
 

@@ -799,7 +799,7 @@ class VectorSelection:
             for p, d in enumerate(out):
                 self.load_piece(d, u, p)
         elif len(u.src) == 1:  # every piece through the gated address: the buffer's elements or the zero slot
-            m = self.gated_mem(gate, idx, u.dtype.count * scalar_of(u.dtype).itemsize, store=False)
+            m = self.gated_mem(gate, idx, u.dtype.itemsize, store=False)
             for p, d in enumerate(out):
                 self.load_piece(d, u, p, m)
         else:  # an alternative value (hand-written programs only): kept by jumping over the loads
@@ -832,7 +832,7 @@ class VectorSelection:
         if gate is None:
             m: VMem = self.mem(idx, 8)
         else:   # every piece through the gated address: the buffer's elements or the sink
-            m = self.gated_mem(gate, idx, value.dtype.count * sdt.itemsize, store=True)
+            m = self.gated_mem(gate, idx, value.dtype.itemsize, store=True)
         for p, (r, n) in enumerate(zip(regs, piece_lanes(value.dtype), strict=True)):
             disp = m.disp + p * per * sdt.itemsize
 
