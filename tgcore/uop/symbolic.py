@@ -522,7 +522,7 @@ def stride(expr: UOp, r: UOp) -> int | None:
     (``... + r*c + ...``, the usual index) the answer is that term's coefficient, read off without a rewrite."""
     normal = symbolic.fixed_point_key
     if normal is not None and normal not in expr.__dict__ and expr.dtype in INTS:
-        expr.simplify()  # a normal form that was built without the rules (e.g. by substitute) gets its mark
+        expr = expr.simplify()  # built without the rules (e.g. by substitute): its normal form, which has the mark
     fast = _term_stride(expr, r)
     if fast is not None and not _spec_enabled():
         return fast
