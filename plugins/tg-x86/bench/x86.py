@@ -163,11 +163,14 @@ def compile_times(repeats: int = 5) -> None:
         items, _ = create_schedule([make().uop], "CPU")
         asts += [si.ast for si in items if si.kind != "copy"]
     warm = Tensor(np.arange(16, dtype=np.float32), device="CPU") * 3.0 - 1.0   # not one of the timed kernels
-    for si in create_schedule([warm.uop], "CPU")[0]:
-        if si.kind != "copy":
-            for r, comp in ((x86, None), (c, cc)):
-                spec = get_program(si.ast, r, 2)
-                _compile_step(r, spec, _legalize_input(si.ast, r), comp)
+
+    def warm_up(renderers: tuple) -> None:
+        """Compile the warm-up kernel with each (renderer, its compiler or None)."""
+        for si in create_schedule([warm.uop], "CPU")[0]:
+            if si.kind != "copy":
+                for r, comp in renderers:
+                    _compile_step(r, get_program(si.ast, r, 2), _legalize_input(si.ast, r), comp)
+    warm_up(((x86, None), (c, cc)))
     n = len(asts)
     print(f"1. compile step per kernel ({n} kernels, never-seen; per kernel the best of {repeats} rounds, each round "
           "all X86 steps then all C steps)")
@@ -192,9 +195,7 @@ def compile_times(repeats: int = 5) -> None:
         once), then the warm-up kernel again: the round's compiles are each kernel's first, with the tables
         holding only what the warm-up and the kernels before it in the round left there."""
         clear_memo_tables()
-        for si in create_schedule([warm.uop], "CPU")[0]:
-            if si.kind != "copy":
-                _compile_step(x86, get_program(si.ast, x86, 2), _legalize_input(si.ast, x86), None)
+        warm_up(((x86, None),))
     # best[r][k]: kernel k's best (wall, CPU) seconds on renderer r. Rounds rather than kernel by kernel: running
     # cc between X86 renders would slow them (caches) in a way X86 compiles in real use are not
     best = [[(math.inf, math.inf)] * n for _ in steps]
