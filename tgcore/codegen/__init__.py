@@ -6,19 +6,22 @@ Out: a ``ProgramSpec``: the kernel name, the rendered source or bytes, the varia
      operations and bytes moved for the stats line.
 
 Passes, in order: simplify index math (symbolic) -> emulate narrow floats in float32 where
-the renderer asks -> split the outer loop across threads -> reductions into accumulators
-and loops closed with END -> linearize -> render.
+the renderer asks -> optimizations (a list of ``Opt`` records from a policy, applied by
+``optimize.apply_opts``: vectorize, unroll, tile, split across threads) -> reductions into
+accumulators and loops closed with END -> linearize -> render.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from tgcore.codegen.accumulate import add_accumulators_and_ends
+from tgcore.codegen.heuristic import heuristic_opts
 from tgcore.codegen.linearize import linearize
-from tgcore.codegen.opts import emulate_floats, estimate_cost, kernel_name, split_threads
+from tgcore.codegen.optimize import Opt, apply_opts
+from tgcore.codegen.opts import emulate_floats, estimate_cost, kernel_name
 from tgcore.codegen.transcendental import decompose_transcendentals
-from tgcore.codegen.upcast import upcast
 from tgcore.custom import KernelLaunch, is_custom_program
+from tgcore.helpers import DEBUG
 from tgcore.uop import Ops, UOp
 
 
@@ -61,8 +64,9 @@ def custom_program_spec(ast: UOp, renderer: object) -> ProgramSpec:
                        tuple(range(launch.n_args)), (), launch.global_size, launch.local_size)
 
 
-def get_program(ast: UOp, renderer: object, threads: int = 1) -> ProgramSpec:
-    """Lower one kernel for ``renderer``; ``threads`` is the most core_ids the device offers."""
+def get_program(ast: UOp, renderer: object, threads: int = 1, opts: list[Opt] | None = None) -> ProgramSpec:
+    """Lower one kernel for ``renderer``; ``threads`` is the most core_ids the device offers. ``opts``: the
+    optimizations to apply (default: the heuristic's choice; ``DEBUG=3`` prints the list of each kernel)."""
     if is_custom_program(ast):
         return custom_program_spec(ast, renderer)
     ast, buf_slots = compact_params(simplify_kernel(ast))
@@ -74,12 +78,11 @@ def get_program(ast: UOp, renderer: object, threads: int = 1) -> ProgramSpec:
     emulated: frozenset = getattr(renderer, "emulated_floats", frozenset())
     if emulated:
         ast = emulate_floats(ast, emulated)
-    simd_widths = getattr(renderer, "simd_widths", None)
-    if simd_widths and getattr(renderer, "linear", True):
-        ast = upcast(ast, simd_widths)
-    n_threads = 1
-    if getattr(renderer, "has_threads", False) and threads > 1:
-        ast, n_threads = split_threads(ast, threads, max(ops, mem // 4))
+    if opts is None:
+        opts = heuristic_opts(ast, renderer, threads, max(ops, mem // 4))
+    if DEBUG >= 3:
+        print(f"{name}: opts [{', '.join(map(str, opts))}]")
+    ast, n_threads = apply_opts(ast, opts, renderer)
     if not getattr(renderer, "linear", True):
         return ProgramSpec(name, renderer.render(name, ast), variables, n_threads, ops, mem,  # type: ignore[attr-defined]
                            buf_slots)

@@ -25,9 +25,10 @@ class LinearizeError(RuntimeError):
 
 
 def range_sort_key(r: UOp) -> tuple:
-    """Nesting order of ranges: output axes first (by axis), then the rest by creation."""
+    """Nesting order of ranges: threads, reduction tiles (their partial sums go to memory), output axes (by axis),
+    then the rest by creation."""
     arg = r.arg if isinstance(r.arg, tuple) else (r.arg,)
-    kind_rank = {"thread": 0, "global": 1, "reduce": 2}.get(arg[1] if len(arg) > 1 else "", 3)
+    kind_rank = {"thread": 0, "tile": 1, "global": 2, "reduce": 3}.get(arg[1] if len(arg) > 1 else "", 4)
     return (kind_rank, arg[0] if arg and isinstance(arg[0], int) else 0, str(arg))
 
 

@@ -1,7 +1,5 @@
-"""Kernel-level transformations chosen per renderer, and facts about a kernel.
+"""Kernel-level rewrites chosen per renderer, and facts about a kernel.
 
-- ``split_threads``: run the outermost output loop across CPU threads (each thread gets a
-  contiguous chunk; the RANGE's arg becomes ``(axis, "thread", n)``).
 - ``emulate_floats``: do float16/bfloat16 arithmetic in float32, rounding after every op,
   for renderers without native narrow-float arithmetic.
 - ``kernel_name``, ``estimate_cost``: a readable name and ops/bytes estimates for stats.
@@ -12,9 +10,6 @@ from tgcore.dtype import DType, dtypes
 from tgcore.helpers import prod
 from tgcore.uop import GroupOp, Ops, UOp
 
-MIN_WORK_PER_THREAD = 1 << 15  # loop iterations below which a thread costs more than it saves
-
-
 def _range_size(r: UOp) -> int:
     end = r.src[0]
     return int(end.arg if end.op is Ops.CONST else end.vmax)
@@ -22,23 +17,6 @@ def _range_size(r: UOp) -> int:
 
 def loop_ranges(ast: UOp) -> list[UOp]:
     return [u for u in ast.toposort if u.op is Ops.RANGE]
-
-
-def split_threads(ast: UOp, threads: int, work: int) -> tuple[UOp, int]:
-    """Mark the outermost output loop for splitting across up to ``threads`` threads.
-
-    ``work`` is the kernel's operation count (vectorized and unrolled loops do many per iteration).
-    """
-    ranges = loop_ranges(ast)
-    outer = [r for r in ranges if isinstance(r.arg, tuple) and r.arg[1] == "global"]
-    if not outer:
-        return ast, 1
-    first = min(outer, key=lambda r: r.arg[0])
-    size = _range_size(first)
-    n = min(threads, size, max(1, work // MIN_WORK_PER_THREAD))
-    if n <= 1:
-        return ast, 1
-    return ast.substitute({first: first.replace(arg=(first.arg[0], "thread", n))}), n
 
 
 def emulate_floats(ast: UOp, emulated: frozenset[DType]) -> UOp:

@@ -46,83 +46,6 @@ def _difference(a: UOp, b: UOp) -> int | None:
     return difference(a, b)
 
 
-def _main_inputs(ast: UOp) -> list[UOp]:
-    """Index expressions of the loads from the largest input buffer (what the kernel mostly streams)."""
-    loads = [u for u in ast.toposort if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
-    if not loads:
-        return []
-    def size(u: UOp) -> int:
-        return getattr(u.src[0].src[0].dtype, "size", 0) * u.dtype.itemsize
-    biggest = max(size(u) for u in loads)
-    return list(dict.fromkeys(u.src[0].src[1] for u in loads if size(u) == biggest))
-
-
-def choose_upcasts(ast: UOp, simd_widths: dict[DType, int]) -> list[tuple[UOp, int]]:
-    """(range, width) pairs. The last is vectorized, the others are unrolled.
-
-    - The output axis that is contiguous in memory, by the SIMD width, when the main input also
-      runs along it (elementwise kernels, matmul); in reduction kernels a second output axis is
-      unrolled by 4 (register tiling).
-    - Otherwise, in a reduction whose main input runs along the reduced axis (a matrix-vector
-      product, dequantize-and-dot), that reduced axis, summed across lanes at the end. With an output
-      axis to unroll by ``REDUCE_ROWS`` (sharing the loads; the rows' accumulators are independent),
-      by the SIMD width of the accumulator: one native vector (wider ones make C compilers split
-      every operation, and inside a quantization block an 8-lane slice sees one nibble shift, not a
-      mix); a second output axis, if any (the other input's rows in a matrix product), is unrolled by 2.
-      Without one, by 32 lanes (16 or 8 when the axis is shorter) so several native adds overlap.
-    """
-    stores = [s for s in ast.src if s.op is Ops.STORE]
-    if len(stores) != 1 or not simd_widths:
-        return []
-    store = stores[0]
-    width = simd_widths.get(store.src[1].dtype, 0)
-    index = store.src[0].src[1]
-    ranges = [r for r in index.toposort if r.op is Ops.RANGE and isinstance(r.arg, tuple) and r.arg[1] == "global"]
-    reduces = [u for u in ast.toposort if u.op is Ops.REDUCE]
-    mains = _main_inputs(ast)
-    contiguous = [r for r in ranges if _stride(index, r) == 1]
-    along_output = bool(contiguous) and all(_stride(m, contiguous[0]) in (0, 1) for m in mains)
-    if reduces and mains and not along_output and len(reduces) == 1:
-        reduce_ranges = [r for r in reduces[0].src[1:] if any(_stride(m, r) == 1 for m in mains)]
-        rows = [r for r in ranges if _size(r) % REDUCE_ROWS == 0]
-        # with rows to interleave, one native vector per row (the rows are the independent accumulators);
-        # alone, a wide vector (several native ones, so the adds do not wait on each other)
-        acc_width = simd_widths.get(reduces[0].dtype.scalar(), 0) if rows else 0
-        widths = (acc_width,) if acc_width > 1 else (32, 16, 8)
-        lanes = next((w for w in widths if reduce_ranges and _size(reduce_ranges[0]) % w == 0), 0)
-        if lanes:
-            if not rows:
-                return [(reduce_ranges[0], lanes)]
-            # a second output axis (a matrix product: rows of both inputs) by 2: each loaded vector of either
-            # input then feeds 2 or 4 accumulators instead of one
-            cols = [r for r in ranges if r is not rows[0] and _size(r) % 2 == 0]
-            return [(rows[0], REDUCE_ROWS), *((cols[0], 2) for _ in cols[:1]), (reduce_ranges[0], lanes)]
-    chosen: list[tuple[UOp, int]] = []
-    if contiguous and width > 1 and _size(contiguous[0]) % width == 0:
-        chosen.append((contiguous[0], width))
-    if chosen and reduces:
-        others = [r for r in ranges if r is not chosen[0][0] and _size(r) % 4 == 0 and _size(r) >= 8]
-        if others:
-            row = max(others, key=lambda r: _stride(index, r) or 0)
-            chosen.insert(0, (row, 8 if _size(row) % 8 == 0 and _size(row) >= 64 else 4))
-    return chosen
-
-
-def split_ranges(ast: UOp, upcasts: list[tuple[UOp, int]]) -> tuple[UOp, list[UOp]]:
-    """Replace each chosen range r (size n) by ``outer*w + lane``; returns the kernel and the lane ranges.
-
-    A reduction over a split range reduces over both its outer range and its lane range.
-    """
-    mapping, lanes, parts = {}, [], {}
-    for r, w in upcasts:
-        outer = UOp.range(_size(r) // w, *r.arg, dtype=r.dtype) if _size(r) != w else None
-        lane = UOp.range(w, r.arg[0], "upcast", r.arg[1], dtype=r.dtype)
-        mapping[r] = (outer * w + lane) if outer is not None else lane
-        parts[r] = tuple(x for x in (outer, lane) if x is not None)
-        lanes.append(lane)
-    return _split_ranges(ast, mapping, parts).simplify(), lanes
-
-
 def _split_ranges(ast: UOp, mapping: Mapping[UOp, UOp], parts: Mapping[UOp, tuple[UOp, ...]]) -> UOp:
     """``ast`` with each RANGE in ``mapping`` replaced by its index expression over new loops, and every REDUCE
     over it reducing over those loops (``parts``) instead."""
@@ -256,35 +179,28 @@ class _Expander:
         return new[ast]
 
 
-def split_blocks(ast: UOp) -> tuple[UOp, dict[UOp, UOp]]:
-    """Split each reduce range ``r`` that the kernel divides by a constant ``k`` (``r // k``: a quantization
-    block, when ``r`` walks a quantized row) into ``r = block * k + inner``: what depends on the block only
-    (its scales) is then computed once per block in the outer loop, not once per step of the inner one.
-    Returns the kernel and each new block range's in-block range."""
+def split_blocks(ast: UOp, sizes: Mapping[UOp, int]) -> tuple[UOp, dict[UOp, UOp]]:
+    """Split each reduce range ``r`` in ``sizes`` into ``r = block * k + inner`` (``k = sizes[r]``: a quantization
+    block, when ``r`` walks a quantized row): what depends on the block only (its scales) is then computed once per
+    block in the outer loop, not once per step of the inner one. Returns the kernel and each new block range's
+    in-block range."""
     mapping: dict[UOp, UOp] = {}
     parts: dict[UOp, tuple[UOp, UOp]] = {}
-    reduces: list[UOp] = []
-    divisors: dict[UOp, list[int]] = {}  # node -> the constants it is divided by (r // k)
-    for u in ast.toposort:
-        if u.op is Ops.REDUCE:
-            reduces.append(u)
-        elif u.op is Ops.IDIV and u.src[1].op is Ops.CONST:
-            divisors.setdefault(u.src[0], []).append(u.src[1].arg)
-    for red in reduces:
-        for r in red.src[1:]:
-            size = _size(r)
-            if r in mapping or r.op is not Ops.RANGE or size <= 0 or "upcast" in r.arg:
-                continue
-            ks = [k for k in divisors.get(r, ()) if 1 < k < size and size % k == 0]
-            if not ks:
-                continue
-            k = max(ks)
-            block, inner = UOp.range(size // k, *r.arg, "block", dtype=r.dtype), UOp.range(k, *r.arg, "in block",
-                                                                                       dtype=r.dtype)
-            mapping[r], parts[r] = block * k + inner, (block, inner)
+    for r, k in sizes.items():
+        size = _size(r)
+        block = UOp.range(size // k, *r.arg, "block", dtype=r.dtype)
+        inner = UOp.range(k, *r.arg, "in block", dtype=r.dtype)
+        mapping[r], parts[r] = block * k + inner, (block, inner)
     if not mapping:
         return ast, {}
     return _split_ranges(ast, mapping, parts).simplify(), dict(parts.values())
+
+
+def block_divisors(ast: UOp, r: UOp) -> list[int]:
+    """The constants ``k`` the kernel divides range ``r`` by (``r // k``) that split it into whole blocks."""
+    size = _size(r)
+    return sorted({u.src[1].arg for u in ast.toposort if u.op is Ops.IDIV and u.src[0] is r
+                   and u.src[1].op is Ops.CONST and 1 < u.src[1].arg < size and size % u.src[1].arg == 0})
 
 
 MAX_MONOMIALS = 8  # a reduced value expanded into more products than this is left alone
@@ -362,18 +278,3 @@ def unroll(ast: UOp, lane: UOp) -> UOp:
     """One copy of the kernel's stores per value of ``lane`` (work shared by the copies stays shared)."""
     copies = [ast.substitute({lane: UOp.const(lane.dtype, i)}).simplify() for i in range(_size(lane))]
     return UOp.sink(*dict.fromkeys(s for c in copies for s in c.src))
-
-
-def upcast(ast: UOp, simd_widths: dict[DType, int]) -> UOp:
-    """Vectorize the contiguous output axis to the SIMD width; unroll the other chosen axes."""
-    chosen = choose_upcasts(ast, simd_widths)
-    if not chosen or chosen[-1][1] > MAX_LANES or prod(w for _, w in chosen[:-1]) > MAX_UNROLL:
-        return ast
-    ast, lanes = split_ranges(ast, chosen)
-    for lane in lanes[:-1]:
-        ast = unroll(ast, lane)
-    if chosen[-1][0].arg[1:2] == ("reduce",):
-        ast, inner = split_blocks(ast)
-        if inner:
-            ast = factor_blocks(ast, inner)
-    return _Expander(lanes[-1:]).expand(ast)

@@ -1,0 +1,199 @@
+"""Kernel optimizations as data: one record per change to a kernel's loops, one function that applies a list.
+
+In:  a kernel SINK in REDUCE form (simplified), a list of ``Opt`` records (chosen by a policy:
+     ``tgcore.codegen.heuristic`` or a search), the renderer.
+Out: the kernel with the listed loops vectorized, unrolled, tiled and split over threads, and the number
+     of threads it runs on.
+
+An ``Opt`` names an axis of the kernel as it came from the scheduler (``kernel_axes``: the output axes in
+order, then the reduced axes) and an amount. Each opt splits what is left of that axis (its remaining
+loop, of size ``n``) in two:
+
+- ``UPCAST``: the innermost ``amount`` iterations become the lanes of a vector (one axis per kernel).
+- ``UNROLL``: the innermost ``amount`` iterations become copies of the loop body (registers: each copy of a
+  reduction keeps its own accumulator).
+- ``TILE``: a reduced axis: the loop keeps its innermost ``amount`` iterations, the outer ``n / amount`` run
+  outside every output loop (after the thread split) and the partial sums add up in the output buffer:
+  a GEMM's K blocks, so one block of B stays in cache while every row of A passes over it.
+- ``BLOCK``: a reduced axis that a quantization format divides into blocks of ``amount``: the loop becomes
+  block and in-block loops, and factors constant over a block (its scales) multiply the block's partial
+  sum instead of every element (``upcast.split_blocks``, ``upcast.factor_blocks``).
+- ``THREAD``: an output axis split over ``amount`` threads: the whole remaining loop chunked by thread, or,
+  when the kernel has a ``TILE``, its outer ``amount`` iterations (so the tile loop can run inside).
+
+Opts are applied in list order, so ``UPCAST(1, 16), UNROLL(1, 4)`` makes axis 1 ``outer*64 + copy*16 + lane``.
+A list that cannot be applied raises ``OptError`` naming the opt and the reason.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, auto
+
+from tgcore.codegen.upcast import MAX_LANES, _Expander, _size, _split_ranges, factor_blocks, split_blocks, unroll
+from tgcore.dtype import dtypes
+from tgcore.helpers import prod
+from tgcore.uop import Ops, UOp
+
+
+class OptOps(Enum):
+    UPCAST = auto()
+    UNROLL = auto()
+    TILE = auto()
+    BLOCK = auto()
+    THREAD = auto()
+
+
+@dataclass(frozen=True)
+class Opt:
+    op: OptOps
+    axis: int    # index into ``kernel_axes`` of the kernel the list is applied to
+    amount: int
+
+    def __str__(self) -> str:
+        return f"{self.op.name}({self.axis},{self.amount})"
+
+
+class OptError(ValueError):
+    """An optimization list that does not fit the kernel or the renderer."""
+
+
+DEFAULT_VECTOR_REGISTERS = 16  # a renderer that does not say: AVX2's ymm0-15
+
+
+def _kind(r: UOp) -> str:
+    return r.arg[1] if isinstance(r.arg, tuple) and len(r.arg) > 1 else ""
+
+
+def kernel_axes(ast: UOp) -> list[UOp]:
+    """The loops an ``Opt`` can name: output ranges by axis, then reduce ranges by number."""
+    ranges = [u for u in ast.toposort if u.op is Ops.RANGE and _kind(u) in ("global", "reduce")]
+    return sorted(ranges, key=lambda r: (_kind(r) != "global", r.arg[0]))
+
+
+def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: object) -> None:
+    """Raise OptError for a list that cannot be applied: every opt must divide what is left of its axis."""
+    left = {i: _size(r) for i, r in enumerate(axes)}
+    upcasts = [o for o in opts if o.op is OptOps.UPCAST]
+    if len(upcasts) > 1:
+        raise OptError(f"{upcasts[1]}: one axis per kernel can be vectorized, {upcasts[0]} is already")
+    for o in opts:
+        if not 0 <= o.axis < len(axes):
+            raise OptError(f"{o}: the kernel has {len(axes)} axes")
+        kind, n = _kind(axes[o.axis]), left[o.axis]
+        if o.amount < 1 or n < 1:
+            raise OptError(f"{o}: amount must be positive and the axis of constant size")
+        if o.op is OptOps.THREAD:
+            if kind != "global":
+                raise OptError(f"{o}: only output axes run on threads")
+            continue
+        if o.op in (OptOps.TILE, OptOps.BLOCK) and kind != "reduce":
+            raise OptError(f"{o}: {o.op.name} applies to reduced axes only")
+        if n % o.amount:
+            raise OptError(f"{o}: {o.amount} does not divide the {n} iterations left of axis {o.axis} "
+                           "(pad the axis or choose a divisor)")
+        left[o.axis] = o.amount if o.op is OptOps.TILE else n // o.amount
+    if upcasts and upcasts[0].amount > MAX_LANES:
+        raise OptError(f"{upcasts[0]}: at most {MAX_LANES} lanes")
+    tiles = [o for o in opts if o.op is OptOps.TILE]
+    if tiles and not _tileable(ast):
+        raise OptError(f"{tiles[0]}: TILE needs one store of a float sum that is stored as it is")
+    registers = getattr(renderer, "vector_registers", DEFAULT_VECTOR_REGISTERS)
+    copies = prod(o.amount for o in opts if o.op is OptOps.UNROLL)
+    if any(u.op is Ops.REDUCE for u in ast.toposort) and copies > registers:
+        raise OptError(f"{[str(o) for o in opts]}: {copies} accumulators do not fit in {registers} vector registers")
+
+
+def _tileable(ast: UOp) -> bool:
+    """One store whose value is one ADD reduction in its own dtype (the partial sums are kept in the output)."""
+    stores = [s for s in ast.src if s.op is Ops.STORE]
+    if len(stores) != 1 or len(ast.src) != 1:
+        return False
+    value = stores[0].src[1]
+    return value.op is Ops.REDUCE and value.arg is Ops.ADD and dtypes.is_float(value.dtype)
+
+
+def _split(ast: UOp, r: UOp, amount: int, inner_arg: tuple, outer_arg: tuple) -> tuple[UOp, UOp | None, UOp]:
+    """``r`` (size n) as ``outer*amount + inner``; returns the kernel, the outer range (None if n == amount) and the
+    inner one. A reduction over ``r`` reduces over both."""
+    n = _size(r)
+    outer = UOp.range(n // amount, *outer_arg, dtype=r.dtype) if n != amount else None
+    inner = UOp.range(amount, *inner_arg, dtype=r.dtype)
+    parts = tuple(x for x in (outer, inner) if x is not None)
+    ast = _split_ranges(ast, {r: outer * amount + inner if outer is not None else inner}, {r: parts})
+    return ast, outer, inner
+
+
+def _tile_reduce(ast: UOp, tile: UOp) -> UOp:
+    """The reduction's ``tile`` loop leaves it: the store adds each tile's partial sum to what the output holds
+    (nothing before the first tile: a gated load reads 0)."""
+    store = ast.src[0]
+    red = store.src[1]
+    rest = tuple(r for r in red.src[1:] if r is not tile)
+    partial = UOp(Ops.REDUCE, red.dtype, (red.src[0], *rest), red.arg)
+    index = store.src[0]
+    earlier = UOp(Ops.INDEX, index.dtype, (*index.src[:2], tile.ne(0))).load()
+    return ast.replace(src=(index.store(earlier + partial),))
+
+
+def apply_opts(ast: UOp, opts: list[Opt], renderer: object) -> tuple[UOp, int]:
+    """The kernel with ``opts`` applied, and the number of threads it runs on (see the module docstring)."""
+    axes = kernel_axes(ast)
+    _check(ast, axes, opts, renderer)
+    current = dict(enumerate(axes))  # axis -> what is left of its loop
+    splits = {i: 0 for i in current}
+    unrolled: list[UOp] = []
+    vector: UOp | None = None
+    blocks: list[tuple[UOp, int]] = []
+    tiles: list[UOp] = []
+    thread: Opt | None = None
+    for o in opts:
+        r = current[o.axis]
+        if o.op is OptOps.THREAD:
+            thread = o
+            continue
+        if o.op is OptOps.BLOCK:
+            blocks.append((r, o.amount))
+            continue
+        nth = (splits[o.axis],) if splits[o.axis] else ()  # a second split of an axis names its loops apart
+        splits[o.axis] += 1
+        if o.op is OptOps.TILE:
+            ast, outer, inner = _split(ast, r, o.amount, (*r.arg, "in tile", *nth), (r.arg[0], "tile", *nth))
+            tiles += [outer] if outer is not None else []
+            current[o.axis] = inner
+            continue
+        ast, outer, lane = _split(ast, r, o.amount, (r.arg[0], "upcast", r.arg[1], *nth), r.arg)
+        current[o.axis] = outer if outer is not None else lane
+        if o.op is OptOps.UPCAST:
+            vector = lane
+        else:
+            unrolled.append(lane)
+    if any(splits.values()):
+        ast = ast.simplify()
+    for lane in unrolled:
+        ast = unroll(ast, lane)
+    for tile in tiles:
+        ast = _tile_reduce(ast, tile)
+    for r, k in blocks:
+        ast, inner = split_blocks(ast, {r: k})
+        if inner:
+            ast = factor_blocks(ast, inner)
+    if vector is not None:
+        ast = _Expander([vector]).expand(ast)
+    return _thread(ast, thread, current, bool(tiles))
+
+
+def _thread(ast: UOp, o: Opt | None, current: dict[int, UOp], tiled: bool) -> tuple[UOp, int]:
+    if o is None or o.amount <= 1:
+        return ast, 1
+    r = current[o.axis]
+    if r not in ast.toposort:
+        return ast, 1
+    if not tiled:  # the whole loop, chunked by thread
+        return ast.substitute({r: r.replace(arg=(r.arg[0], "thread", o.amount))}), o.amount
+    n = _size(r)
+    if n % o.amount:
+        raise OptError(f"{o}: with a TILE the {n} iterations of axis {o.axis} must divide among the threads")
+    per = n // o.amount
+    core = UOp.range(o.amount, r.arg[0], "thread", o.amount, dtype=r.dtype)
+    rest = UOp.range(per, *r.arg, dtype=r.dtype)
+    return ast.substitute({r: core * per + rest}).simplify(), o.amount
