@@ -4,9 +4,10 @@ In:  a linearized kernel (list of UOps, when ``linear`` is true) or the kernel S
 Out: program text or bytes for the renderer's ``compiler``.
 
 A renderer describes its target as data (SIMD widths, threads, a legalization matcher, a
-placement-priority hook); codegen reads these attributes and never asks which renderer it
-is talking to. Machine-code backends build on ``ISARenderer`` (``tgcore.renderer.isa``): isel rules,
-register allocation and encoding as stages; its names load on first use from here.
+placement-priority hook, the machine's vector registers and caches); codegen reads these
+attributes and never asks which renderer it is talking to. Machine-code backends build on
+``ISARenderer`` (``tgcore.renderer.isa``): isel rules, register allocation and encoding as
+stages; its names load on first use from here.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tgcore.dtype import DType
+from tgcore.runtime.cpufeatures import CacheSizes
 from tgcore.uop import UOp
 
 
@@ -26,6 +28,11 @@ class Renderer:
     simd_widths: dict[DType, int] = {}  # vector lanes per scalar dtype codegen may use
     emulated_floats: frozenset[DType] = frozenset()  # dtypes whose arithmetic codegen does in float32
     native_transcendentals: bool = False  # True: EXP2/LOG2/SIN reach render(); False: codegen decomposes them
+    # the machine the output runs on, for cost models (a CPU renderer sets them from tgcore.runtime.cpufeatures;
+    # simd_widths, not these, says what vectors codegen emits)
+    vector_bits: int = 128         # width of one vector register the compiled code may use
+    vector_registers: int = 16     # vector registers the compiled code may use
+    cache_sizes: CacheSizes = CacheSizes()  # per-core data caches (L1d, L2) in bytes, for tiling
     legalize: Any = None           # a PatternMatcher applied before linearizing, or None
     placement_priority: Callable[[UOp], int] | None = None
     compiler: Any = None           # turns render() output into bytes for the device's program loader

@@ -19,6 +19,7 @@ from typing import Any
 
 from tgcore.dtype import AddrSpace, DType, PtrDType, dtypes
 from tgcore.renderer import Renderer
+from tgcore.runtime.cpufeatures import chosen_isa_level, cpu_features
 from tgcore.uop import Ops, UOp
 from tgcore.uop.pattern import PatternMatcher, UPat
 
@@ -284,9 +285,20 @@ class CRenderer(Renderer):
     # the host's byte order: an int assembled from consecutive bytes is one load (little-endian hosts only)
     legalize = PatternMatcher([(UPat(Ops.OR, name="x"), combine_byte_loads)]) if sys.byteorder == "little" else None
 
-    def __init__(self) -> None:
-        from tgcore.runtime.compiler import ClangCompiler
-        self.compiler = ClangCompiler()
+    def __init__(self, compiler: Any = None) -> None:
+        """``compiler``: what builds the C (default: a ``ClangCompiler``). The machine facts (``vector_bits``,
+        ``vector_registers``, ``cache_sizes``) come from the CPU probe, at the ISA level the C compiler targets
+        (TG_ISA or the widest the CPU allows, checked once per machine; see ``tgcore.runtime.archflags``)."""
+        from tgcore.runtime.compiler import ClangCompiler, CompilerNotFoundError
+        self.compiler = ClangCompiler() if compiler is None else compiler
+        cpu = cpu_features()
+        self.cache_sizes = cpu.caches
+        try:
+            level = self.compiler.target().level if isinstance(self.compiler, ClangCompiler) else chosen_isa_level(cpu)
+        except CompilerNotFoundError:  # reported when a kernel is compiled; the probe alone decides the facts
+            level = chosen_isa_level(cpu)
+        if level is not None:
+            self.vector_bits, self.vector_registers = level.vector_bits, level.vector_registers
 
     # ---- expressions ----
     def _alu(self, u: UOp, a: list[str]) -> str:

@@ -9,6 +9,9 @@ sha256 of the compiler's identity (`cache_key`), its flags and the source. An en
 a temp file and renamed into place, so a reader never sees half an entry; an entry whose
 header does not match its payload (truncated, corrupt, foreign) is recompiled and
 replaced. A cache that cannot be read or written is skipped, never fatal.
+
+`ClangCompiler`'s ISA flags come from `archflags.c_target` (on x86-64: the explicit flags of the
+vector ISA level the CPU, its OS and TG_ISA allow, checked by running a program once per machine).
 """
 
 from __future__ import annotations
@@ -16,13 +19,12 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
-import platform
 import shutil
 import subprocess
-import sys
 import tempfile
 
 from tgcore.helpers import cache_dir
+from tgcore.runtime.archflags import CTarget, binary_identity, c_target
 
 CACHE_MAGIC = b"TGCC\x01"
 _HEADER_LEN = len(CACHE_MAGIC) + 8 + 32
@@ -130,25 +132,20 @@ def find_c_compiler() -> str:
     )
 
 
-def _native_arch_flags() -> list[str]:
-    if sys.platform == "darwin" and platform.machine() == "arm64":
-        return ["-mcpu=native"]  # Apple clang on arm64 has no -march=native
-    return ["-march=native"]
-
-
 class ClangCompiler(Compiler):
     """C source -> shared object bytes via the system C compiler (cc/clang/gcc; env CC overrides).
 
     Kernels include no headers; math goes through compiler builtins. The compiler is looked up
     at compile time, so constructing this never fails; a missing compiler raises
     CompilerNotFoundError, a compile failure CompileError with the compiler's message.
+    Without explicit ``flags``, the ISA flags come from ``target()`` (``archflags.c_target``: on x86-64
+    the level TG_ISA or the CPU allows, checked by running a program once per machine), resolved on first use.
     """
 
     def __init__(self, cc: str | None = None, flags: list[str] | None = None):
         self.cc = cc
-        if flags is None:
-            flags = ["-O2", *_native_arch_flags(), "-shared", "-fPIC", "-fno-math-errno"]
-        self.flags = list(flags)
+        self._flags = list(flags) if flags is not None else None
+        self._target: CTarget | None = None
 
     def executable(self) -> str:
         if self.cc is not None:
@@ -158,11 +155,22 @@ class ClangCompiler(Compiler):
             return found
         return find_c_compiler()
 
+    def target(self) -> CTarget:
+        """The ISA level and flags for kernels built by this compiler here (x86-64: verified, see ``archflags``);
+        what ``flags`` uses unless explicit flags were given."""
+        if self._target is None:
+            self._target = c_target(self.executable())
+        return self._target
+
+    @property
+    def flags(self) -> list[str]:
+        """The command-line flags of every compile (part of the cache identity)."""
+        if self._flags is None:
+            self._flags = ["-O2", *self.target().flags, "-shared", "-fPIC", "-fno-math-errno"]
+        return self._flags
+
     def cache_identity(self) -> str:
-        # the resolved binary and its size/mtime stand for the compiler version without running it
-        exe = os.path.realpath(self.executable())
-        st = os.stat(exe)
-        return f"{type(self).__name__}|{exe}|{st.st_size}|{st.st_mtime_ns}|{' '.join(self.flags)}"
+        return f"{type(self).__name__}|{binary_identity(self.executable())}|{' '.join(self.flags)}"
 
     def compile(self, src: str) -> bytes:
         exe = self.executable()

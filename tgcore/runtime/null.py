@@ -71,6 +71,4 @@ class NullDevice(Device):
 def NullRenderer() -> Any:
     """The C renderer with a compiler that compiles nothing: kernels are generated, never built."""
     from tgcore.renderer.cstyle import CRenderer
-    renderer = CRenderer()
-    renderer.compiler = NullCompiler()
-    return renderer
+    return CRenderer(NullCompiler())

@@ -120,30 +120,18 @@ def test_code_is_read_execute_only():
 
 
 def test_cpuid_agrees_with_proc_cpuinfo():
-    """Two independent sources: our CPUID stub and the kernel's flags line."""
-    from_cpuinfo = cpu.cpuinfo_features()
+    """Two independent sources: the core's CPUID stub and the kernel's flags line."""
+    from tgcore.runtime.cpufeatures import probe_cpuid, probe_cpuinfo
+    from_cpuinfo = probe_cpuinfo().features
     if not from_cpuinfo:
         pytest.skip("no /proc/cpuinfo flags")
-    assert cpu.cpuid_features() == from_cpuinfo
+    assert probe_cpuid().features == from_cpuinfo
+    assert set(cpu.REQUIRED) & cpu.features() == set(cpu.REQUIRED) & from_cpuinfo
 
 
-def test_unavailable_reason(monkeypatch):
-    expected_ok = set(cpu.REQUIRED) <= cpu.features()
-    assert (unavailable_reason() is None) == expected_ok
-    cpu.unavailable_reason.cache_clear()
-    cpu.features.cache_clear()
-    try:
-        monkeypatch.setattr(platform, "machine", lambda: "aarch64")
-        assert unavailable_reason() == "not an x86-64 machine (aarch64)"
-        cpu.unavailable_reason.cache_clear()
-        cpu.features.cache_clear()
-        monkeypatch.setattr(platform, "machine", lambda: "x86_64")
-        monkeypatch.setattr(cpu, "cpuid_features", lambda: {"avx", "fma"})
-        assert unavailable_reason() == "the CPU lacks AVX2, F16C"
-        cpu.features.cache_clear()
-        monkeypatch.setattr(cpu, "cpuid_features", lambda: 1 / 0)   # the stub fails: /proc/cpuinfo decides
-        monkeypatch.setattr(cpu, "cpuinfo_features", lambda path="": {"avx", "avx2", "fma", "f16c"})
-        assert cpu.features() == frozenset(cpu.REQUIRED)
-    finally:
-        cpu.unavailable_reason.cache_clear()
-        cpu.features.cache_clear()
+def test_unavailable_reason():
+    from tgcore.runtime.cpufeatures import CPUFeatures
+    assert (unavailable_reason() is None) == (set(cpu.REQUIRED) <= cpu.features())
+    assert cpu.reason(CPUFeatures("aarch64")) == "not an x86-64 machine (aarch64)"
+    assert cpu.reason(CPUFeatures("x86_64", frozenset({"avx", "fma"}))) == "the CPU lacks AVX2, F16C"
+    assert cpu.reason(CPUFeatures("x86_64", frozenset(cpu.REQUIRED) | {"avx512f"})) is None

@@ -194,16 +194,32 @@ def test_same_code_as_system_v_but_the_frame():
 
 
 def test_cpuid_stub_for_windows_reads_its_arguments_from_rcx_rdx_r8(win64_call):
-    """The CPUID probe compiled for Windows, called as Windows would, agrees with the System V one."""
-    from tg_x86 import cpu
-    win_code, _ = cpu._stubs(WIN64)
-    sysv_code, _ = cpu._stubs(SYSV)
+    """The core's CPUID probe for Windows, called as Windows would, agrees with the System V one; so do their
+    XGETBV stubs. The bytes are also what this plugin's assembler encodes for the same instructions."""
+    from tg_x86.assembler import assemble
+    from tg_x86.isa import Inst, Op
+    from tg_x86.operands import dword
+    from tg_x86.operands import reg as r
+
+    from tgcore.runtime.cpufeatures import CPUID_CODE, XGETBV_CODE
     out_win, out_sysv = (ctypes.c_uint32 * 4)(), (ctypes.c_uint32 * 4)()
-    call_checked(win64_call, ExecutableCode(win_code), [1, 0, ctypes.addressof(out_win)])
-    ExecutableCode(sysv_code).function(None, ctypes.c_uint32, ctypes.c_uint32,
-                                       ctypes.POINTER(ctypes.c_uint32))(1, 0, out_sysv)
+    call_checked(win64_call, ExecutableCode(CPUID_CODE["win64"]), [1, 0, ctypes.addressof(out_win)])
+    ExecutableCode(CPUID_CODE["sysv"]).function(None, ctypes.c_uint32, ctypes.c_uint32,
+                                                ctypes.POINTER(ctypes.c_uint32))(1, 0, out_sysv)
     # leaf 1: eax (family/model/stepping) and ecx/edx feature bits are the same on every call and core
     assert (out_win[0], out_win[2] & ~(1 << 27), out_win[3]) == (out_sysv[0], out_sysv[2] & ~(1 << 27), out_sysv[3])
+    if out_sysv[2] >> 27 & 1:   # OSXSAVE: XGETBV may run; the caller reports registers, so this checks only those
+        call_checked(win64_call, ExecutableCode(XGETBV_CODE["win64"]), [0])
+    for abi, (a0, a1, a2) in ((SYSV, ("edi", "esi", "rdx")), (WIN64, ("ecx", "edx", "r8"))):
+        assert abi.arg_regs[2] == a2
+        stores = [Inst(Op.MOV, dword(r("r10"), disp=4 * k), r(name)) for k, name in enumerate(("eax", "ebx", "ecx",
+                                                                                             "edx"))]
+        cpuid = [Inst(Op.PUSH, r("rbx")), Inst(Op.MOV, r("r10"), r(a2)), Inst(Op.MOV, r("eax"), r(a0)),
+                 Inst(Op.MOV, r("ecx"), r(a1)), Inst(Op.CPUID), *stores, Inst(Op.POP, r("rbx")), Inst(Op.RET)]
+        xgetbv = [Inst(Op.MOV, r("ecx"), r(a0))] if a0 != "ecx" else []
+        xgetbv += [Inst(Op.XGETBV), Inst(Op.SHL, r("rdx"), 32), Inst(Op.OR, r("rax"), r("rdx")), Inst(Op.RET)]
+        assert assemble(cpuid).code == CPUID_CODE[abi.name]
+        assert assemble(xgetbv).code == XGETBV_CODE[abi.name]
 
 
 class FakeKernel32:

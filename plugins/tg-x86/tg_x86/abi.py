@@ -1,7 +1,7 @@
 """Calling conventions a kernel can be compiled for: System V AMD64 (Linux, macOS, BSD) and Windows x64.
 
 In:  nothing (facts of the two ABIs). Out: ``SYSV``, ``WIN64`` and ``HOST`` (the one ctypes calls with on
-this platform), read by the frame code (``machine._frame_layout``) and the CPUID stubs (``cpu.py``).
+this platform), read by the frame code (``machine._frame_layout``).
 
 What differs for our kernels (``void f(ptr..., int32..., int32 core_id)``, integer arguments only):
     System V   arguments in rdi rsi rdx rcx r8 r9, then on the stack above the return address;
