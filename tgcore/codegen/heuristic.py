@@ -89,6 +89,79 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int]) -> list[Opt]:
     return chosen
 
 
+GEMM_MIN_FLOPS = 1 << 21        # smaller products stay on the plain vector path (the tile's set-up costs more)
+GEMM_TILES = ((6, 4), (8, 3), (4, 4), (12, 2), (8, 2), (6, 2), (4, 3), (4, 2), (2, 2))  # (rows, vectors): best first
+TILE_K_SHARE = 4                # one K block of B fills at most this fraction of L2 (the rest: A, C, the other thread)
+MIN_TILE_K = 32                 # shorter K blocks cost more in partial sums than they save in cache misses
+
+
+def _gemm_axes(ast: UOp) -> tuple[UOp, UOp, UOp, UOp] | None:
+    """(rows, columns, reduce, B's index) when ``ast`` stores one sum of products ``A[.., k] * B[k, ..]`` in a
+    contiguous column axis that B runs along with stride 1 and A does not (a matmul, batched or not)."""
+    if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE:
+        return None
+    store = ast.src[0]
+    red = store.src[1]
+    if red.op is not Ops.REDUCE or red.arg is not Ops.ADD or len(red.src) != 2 or red.src[0].op is not Ops.MUL:
+        return None
+    a, b = red.src[0].src
+    if a.op is not Ops.LOAD or b.op is not Ops.LOAD:
+        return None
+    k, index = red.src[1], store.src[0].src[1]
+    a_idx, b_idx = a.src[0].src[1], b.src[0].src[1]
+    outputs = [r for r in index.toposort if r.op is Ops.RANGE and r.arg[1] == "global"]
+    cols = [r for r in outputs if _stride(index, r) == 1]
+    if not cols:
+        return None
+    col = cols[0]
+    if _stride(a_idx, col) == 1 and _stride(b_idx, col) == 0:  # the loads the other way round
+        a_idx, b_idx = b_idx, a_idx
+    if _stride(b_idx, col) != 1 or _stride(a_idx, col) != 0 or not _stride(b_idx, k) or not _stride(a_idx, k):
+        return None
+    rows = [r for r in outputs if r is not col and _stride(b_idx, r) == 0 and _stride(a_idx, r)]
+    return (rows[-1], col, k, b_idx) if rows else None
+
+
+def gemm_opts(ast: UOp, renderer: object, threads: int) -> list[Opt]:
+    """A register tile for a matrix product: ``rows`` output rows times ``vectors`` vectors of columns, each an
+    accumulator in a vector register, so each loaded vector of B feeds ``rows`` FMAs and each broadcast of A
+    ``vectors``; the largest tile the register file holds (with B's vectors and a broadcast) and the shape
+    divides. A long K is tiled so that one K block of B stays in L2 while every row of A passes over it; the
+    rows are split over threads (each thread keeps its own copy of the B block in its own L2)."""
+    found = _gemm_axes(ast)
+    if found is None:
+        return []
+    row, col, k, _ = found
+    dtype = ast.src[0].src[1].dtype
+    bits = getattr(renderer, "vector_bits", 128)
+    lanes = min(bits // (8 * dtype.itemsize), MAX_LANES)
+    registers = getattr(renderer, "vector_registers", 16)
+    m, n, kk = _size(row), _size(col), _size(k)
+    if lanes < 2 or min(m, n, kk) < 1 or 2 * m * n * kk < GEMM_MIN_FLOPS:
+        return []
+    tile = next(((r, v) for r, v in GEMM_TILES if r * v + v + 1 <= registers and m % r == 0 and n % (v * lanes) == 0),
+                None)
+    if tile is None:
+        return []
+    rows, vectors = tile
+    axes = kernel_axes(ast)
+    number = {r: i for i, r in enumerate(axes)}
+    opts = [Opt(OptOps.UPCAST, number[col], lanes), *([Opt(OptOps.UNROLL, number[col], vectors)] if vectors > 1 else []),
+            Opt(OptOps.UNROLL, number[row], rows)]
+    l2 = getattr(getattr(renderer, "cache_sizes", None), "l2", 1 << 20)
+    block_k = max((d for d in range(MIN_TILE_K, kk) if kk % d == 0 and d * n * dtype.itemsize * TILE_K_SHARE <= l2),
+                   default=0)
+    if block_k:
+        opts.append(Opt(OptOps.TILE, number[k], block_k))
+    if threads > 1 and getattr(renderer, "has_threads", False):
+        left = m // rows
+        n_threads = min(threads, left)
+        if block_k and left % n_threads:  # with a K tile, each thread takes whole rows of tiles
+            n_threads = 1
+        opts += [Opt(OptOps.THREAD, number[row], n_threads)] if n_threads > 1 else []
+    return opts
+
+
 def thread_opt(ast: UOp, opts: list[Opt], threads: int, work: int) -> list[Opt]:
     """Split the outermost output loop left after ``opts`` over up to ``threads`` threads (each thread gets a
     contiguous chunk), when there is ``MIN_WORK_PER_THREAD`` of ``work`` for each."""
@@ -108,6 +181,8 @@ def thread_opt(ast: UOp, opts: list[Opt], threads: int, work: int) -> list[Opt]:
 def heuristic_opts(ast: UOp, renderer: object, threads: int = 1, work: int = 0) -> list[Opt]:
     """The default optimization list for ``ast`` on ``renderer`` (see the module docstring)."""
     linear = getattr(renderer, "linear", True)  # a renderer that takes the REDUCE form vectorizes by itself
+    if linear and (gemm := gemm_opts(ast, renderer, threads)):
+        return gemm
     opts = vector_opts(ast, getattr(renderer, "simd_widths", None) or {}) if linear else []
     lanes = max((o.amount for o in opts if o.op is OptOps.UPCAST), default=1)
     if lanes > MAX_LANES or prod(o.amount for o in opts if o.op is OptOps.UNROLL) > MAX_UNROLL:

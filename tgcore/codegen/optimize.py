@@ -169,10 +169,10 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: object) -> tuple[UOp, int]:
             unrolled.append(lane)
     if any(splits.values()):
         ast = ast.simplify()
+    for tile in tiles:  # before unrolling: one store
+        ast = _tile_reduce(ast, tile)
     for lane in unrolled:
         ast = unroll(ast, lane)
-    for tile in tiles:
-        ast = _tile_reduce(ast, tile)
     for r, k in blocks:
         ast, inner = split_blocks(ast, {r: k})
         if inner:
