@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from tgcore.codegen.accumulate import add_accumulators_and_ends
 from tgcore.codegen.heuristic import heuristic_opts
-from tgcore.codegen.linearize import linearize
+from tgcore.codegen.linearize import drop_buffer_afters, linearize
 from tgcore.codegen.optimize import Opt, apply_opts
 from tgcore.codegen.opts import emulate_floats, estimate_cost, kernel_name
 from tgcore.codegen.transcendental import decompose_transcendentals
@@ -90,6 +90,6 @@ def get_program(ast: UOp, renderer: object, threads: int = 1, opts: list[Opt] | 
     if legalize is not None:
         from tgcore.uop.rewrite import graph_rewrite
         ast = graph_rewrite(ast, legalize, ctx=renderer, name="legalize")
-    uops = linearize(add_accumulators_and_ends(ast), getattr(renderer, "placement_priority", None))
+    uops = drop_buffer_afters(linearize(add_accumulators_and_ends(ast), getattr(renderer, "placement_priority", None)))
     src = renderer.render(name, uops)  # type: ignore[attr-defined]
     return ProgramSpec(name, src, variables, n_threads, ops, mem, buf_slots, tuple(uops))

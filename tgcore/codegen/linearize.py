@@ -138,3 +138,21 @@ def linearize(sink: UOp, placement_priority: Callable[[UOp], int] | None = None)
 
 _STRUCTURAL = frozenset({Ops.RANGE, Ops.END, Ops.SINK})
 _RANK = {Ops.END: 1, Ops.RANGE: 2, Ops.SINK: 3}
+
+
+def drop_buffer_afters(uops: list[UOp]) -> list[UOp]:
+    """The linear list without ``AFTER``s of a buffer argument: they only order a load after the work it follows
+    (the read of a tiled reduction's earlier partial sums), which the list's order now says; each node that
+    used one uses the buffer instead, so renderers see buffers only as ``PARAM``s."""
+    if not any(u.op is Ops.AFTER and u.src[0].op is Ops.PARAM for u in uops):
+        return uops
+    new: dict[UOp, UOp] = {}
+    out = []
+    for u in uops:
+        if u.op is Ops.AFTER and u.src[0].op is Ops.PARAM:
+            new[u] = new.get(u.src[0], u.src[0])
+            continue
+        src = tuple(new.get(s, s) for s in u.src)
+        new[u] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg, u.tag)
+        out.append(new[u])
+    return out

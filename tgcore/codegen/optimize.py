@@ -95,6 +95,8 @@ def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: object) -> None
     if upcasts and upcasts[0].amount > MAX_LANES:
         raise OptError(f"{upcasts[0]}: at most {MAX_LANES} lanes")
     tiles = [o for o in opts if o.op is OptOps.TILE]
+    if len(tiles) > 1:
+        raise OptError(f"{tiles[1]}: one TILE per kernel")
     if tiles and not _tileable(ast):
         raise OptError(f"{tiles[0]}: TILE needs one store of a float sum that is stored as it is")
     registers = getattr(renderer, "vector_registers", DEFAULT_VECTOR_REGISTERS)
@@ -123,16 +125,27 @@ def _split(ast: UOp, r: UOp, amount: int, inner_arg: tuple, outer_arg: tuple) ->
     return ast, outer, inner
 
 
-def _tile_reduce(ast: UOp, tile: UOp) -> UOp:
-    """The reduction's ``tile`` loop leaves it: the store adds each tile's partial sum to what the output holds
-    (nothing before the first tile: a gated load reads 0)."""
-    store = ast.src[0]
-    red = store.src[1]
-    rest = tuple(r for r in red.src[1:] if r is not tile)
-    partial = UOp(Ops.REDUCE, red.dtype, (red.src[0], *rest), red.arg)
-    index = store.src[0]
-    earlier = UOp(Ops.INDEX, index.dtype, (*index.src[:2], tile.ne(0))).load()
-    return ast.replace(src=(index.store(earlier + partial),))
+def _untile_reduce(ast: UOp, tile: UOp) -> UOp:
+    """The reduction's ``tile`` loop leaves it: the store then sits inside the tile loop (``_add_earlier_tiles``
+    makes each store add its partial sum to the earlier tiles')."""
+    new: dict[UOp, UOp] = {}
+    for n in ast.toposort:
+        src = tuple(new[s] for s in n.src)
+        if n.op is Ops.REDUCE:
+            src = tuple(s for s in src if s is not tile)
+        new[n] = n if src == n.src else n.replace(src=src)
+    return new[ast]
+
+
+def _add_earlier_tiles(ast: UOp, tile: UOp) -> UOp:
+    """Each store adds what the output holds from the earlier tiles (a gated load: nothing before the first). The
+    load comes AFTER the value it is added to, so the reduction loop's registers hold accumulators, not old
+    outputs."""
+    def add(store: UOp) -> UOp:
+        index, value = store.src
+        earlier_at = UOp(Ops.INDEX, index.dtype, (index.src[0].after(value), index.src[1], tile.ne(0)))
+        return index.store(UOp(Ops.LOAD, value.dtype, (earlier_at,)) + value)
+    return ast.replace(src=tuple(add(s) if s.op is Ops.STORE else s for s in ast.src))
 
 
 def apply_opts(ast: UOp, opts: list[Opt], renderer: object) -> tuple[UOp, int]:
@@ -169,8 +182,8 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: object) -> tuple[UOp, int]:
             unrolled.append(lane)
     if any(splits.values()):
         ast = ast.simplify()
-    for tile in tiles:  # before unrolling: one store
-        ast = _tile_reduce(ast, tile)
+    for tile in tiles:
+        ast = _untile_reduce(ast, tile)
     for lane in unrolled:
         ast = unroll(ast, lane)
     for r, k in blocks:
@@ -179,6 +192,8 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: object) -> tuple[UOp, int]:
             ast = factor_blocks(ast, inner)
     if vector is not None:
         ast = _Expander([vector]).expand(ast)
+    for tile in tiles:  # on the final stores (vectors, unrolled copies)
+        ast = _add_earlier_tiles(ast, tile)
     return _thread(ast, thread, current, bool(tiles))
 
 

@@ -79,6 +79,8 @@ class X86Renderer(ISARenderer[Selector]):
     # AVX2: 8 lanes of 32-bit types, 4 of 64-bit ones (wider vectors are split into ymm pieces)
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
                    dtypes.uint64: 4}
+    vector_bits = 256        # ymm (no EVEX encodings yet)
+    vector_registers = 16    # ymm0-15
     spec = X86_SPEC
 
     def __init__(self, abi: Abi = HOST) -> None:
@@ -87,6 +89,8 @@ class X86Renderer(ISARenderer[Selector]):
         self.program = X86Program
         self.abi = abi
         self.callee_saved = tuple(GPR[n] for n in abi.callee_saved)
+        from tgcore.runtime.cpufeatures import cpu_features
+        self.cache_sizes = cpu_features().caches
 
     isel = ISEL
     target = TARGET
