@@ -90,7 +90,7 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int]) -> list[Opt]:
 
 
 GEMM_MIN_FLOPS = 1 << 21        # smaller products stay on the plain vector path (the tile's set-up costs more)
-GEMM_TILES = ((6, 4), (8, 3), (4, 4), (12, 2), (8, 2), (6, 2), (4, 3), (4, 2), (2, 2))  # (rows, vectors): best first
+MAX_TILE_ROWS = 12
 TILE_K_SHARE = 4                # one K block of B fills at most this fraction of L2 (the rest: A, C, the other thread)
 MIN_TILE_K = 32                 # shorter K blocks cost more in partial sums than they save in cache misses
 
@@ -139,27 +139,29 @@ def gemm_opts(ast: UOp, renderer: object, threads: int) -> list[Opt]:
     m, n, kk = _size(row), _size(col), _size(k)
     if lanes < 2 or min(m, n, kk) < 1 or 2 * m * n * kk < GEMM_MIN_FLOPS:
         return []
-    tile = next(((r, v) for r, v in GEMM_TILES if r * v + v + 1 <= registers and m % r == 0 and n % (v * lanes) == 0),
-                None)
-    if tile is None:
+    tiles = [(r, v) for r in range(1, min(m, MAX_TILE_ROWS) + 1) for v in range(1, registers)
+             if r * v + v + 1 <= registers and n % (v * lanes) == 0 and r * v >= 4]
+    if not tiles:
         return []
-    rows, vectors = tile
+
+    def speed(tile: tuple[int, int]) -> float:
+        """FMAs per load (each step loads v vectors of B and broadcasts r elements of A for r*v FMAs), less the
+        share of padded rows computed for nothing."""
+        r, v = tile
+        return r * v / (r + v) * m / (-(-m // r) * r)
+    rows, vectors = max(tiles, key=lambda t: (speed(t), t[0] * t[1]))
     axes = kernel_axes(ast)
     number = {r: i for i, r in enumerate(axes)}
-    opts = [Opt(OptOps.UPCAST, number[col], lanes), *([Opt(OptOps.UNROLL, number[col], vectors)] if vectors > 1 else []),
-            Opt(OptOps.UNROLL, number[row], rows)]
     l2 = getattr(getattr(renderer, "cache_sizes", None), "l2", 1 << 20)
     block_k = max((d for d in range(MIN_TILE_K, kk) if kk % d == 0 and d * n * dtype.itemsize * TILE_K_SHARE <= l2),
-                   default=0)
-    if block_k:
-        opts.append(Opt(OptOps.TILE, number[k], block_k))
-    if threads > 1 and getattr(renderer, "has_threads", False):
-        left = m // rows
-        n_threads = min(threads, left)
-        if block_k and left % n_threads:  # with a K tile, each thread takes whole rows of tiles
-            n_threads = 1
-        opts += [Opt(OptOps.THREAD, number[row], n_threads)] if n_threads > 1 else []
-    return opts
+                  default=0)
+    n_threads = min(threads, -(-m // rows)) if getattr(renderer, "has_threads", False) else 1
+    # with a K tile each thread takes whole row tiles: rows are padded to a multiple of every thread's tiles
+    multiple = rows * n_threads if block_k else rows
+    return [Opt(OptOps.UPCAST, number[col], lanes), *([Opt(OptOps.UNROLL, number[col], vectors)] if vectors > 1 else []),
+            *([Opt(OptOps.PAD, number[row], multiple)] if m % multiple else []), Opt(OptOps.UNROLL, number[row], rows),
+            *([Opt(OptOps.TILE, number[k], block_k)] if block_k else []),
+            *([Opt(OptOps.THREAD, number[row], n_threads)] if n_threads > 1 else [])]
 
 
 def thread_opt(ast: UOp, opts: list[Opt], threads: int, work: int) -> list[Opt]:

@@ -18,6 +18,9 @@ loop, of size ``n``) in two:
 - ``BLOCK``: a reduced axis that a quantization format divides into blocks of ``amount``: the loop becomes
   block and in-block loops, and factors constant over a block (its scales) multiply the block's partial
   sum instead of every element (``upcast.split_blocks``, ``upcast.factor_blocks``).
+- ``PAD``: an output axis of ``n`` iterations runs ``n`` rounded up to a multiple of ``amount``; the extra
+  iterations read the last real one's inputs (a clamped index: no gate inside the loops) and store nothing
+  (gated stores). It must come before any other opt of its axis: a tile that does not divide the axis.
 - ``THREAD``: an output axis split over ``amount`` threads: the whole remaining loop chunked by thread, or,
   when the kernel has a ``TILE``, its outer ``amount`` iterations (so the tile loop can run inside).
 
@@ -41,6 +44,7 @@ class OptOps(Enum):
     TILE = auto()
     BLOCK = auto()
     THREAD = auto()
+    PAD = auto()
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,11 @@ def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: object) -> None
             if kind != "global":
                 raise OptError(f"{o}: only output axes run on threads")
             continue
+        if o.op is OptOps.PAD:
+            if kind != "global" or n != _size(axes[o.axis]):
+                raise OptError(f"{o}: PAD applies to an output axis, before any other opt of it")
+            left[o.axis] = -(-n // o.amount) * o.amount
+            continue
         if o.op in (OptOps.TILE, OptOps.BLOCK) and kind != "reduce":
             raise OptError(f"{o}: {o.op.name} applies to reduced axes only")
         if n % o.amount:
@@ -125,6 +134,21 @@ def _split(ast: UOp, r: UOp, amount: int, inner_arg: tuple, outer_arg: tuple) ->
     return ast, outer, inner
 
 
+def _pad(ast: UOp, r: UOp, amount: int) -> tuple[UOp, UOp]:
+    """``r`` (size n) replaced by a loop of n rounded up to a multiple of ``amount``: uses of it read
+    ``min(r', n - 1)`` and the stores are gated on ``r' < n``. Returns the kernel and the new loop."""
+    n = _size(r)
+    padded = UOp.range(-(-n // amount) * amount, *r.arg, dtype=r.dtype)
+    valid = padded < n
+    ast = _split_ranges(ast, {r: valid.where(padded, n - 1)}, {})
+
+    def gated(store: UOp) -> UOp:
+        index = store.src[0]
+        gate = valid if len(index.src) < 3 else index.src[2] & valid
+        return UOp(Ops.INDEX, index.dtype, (*index.src[:2], gate)).store(store.src[1])
+    return ast.replace(src=tuple(gated(s) if s.op is Ops.STORE else s for s in ast.src)), padded
+
+
 def _untile_reduce(ast: UOp, tile: UOp) -> UOp:
     """The reduction's ``tile`` loop leaves it: the store then sits inside the tile loop (``_add_earlier_tiles``
     makes each store add its partial sum to the earlier tiles')."""
@@ -143,7 +167,8 @@ def _add_earlier_tiles(ast: UOp, tile: UOp) -> UOp:
     outputs."""
     def add(store: UOp) -> UOp:
         index, value = store.src
-        earlier_at = UOp(Ops.INDEX, index.dtype, (index.src[0].after(value), index.src[1], tile.ne(0)))
+        gate = tile.ne(0) if len(index.src) < 3 else index.src[2] & tile.ne(0)
+        earlier_at = UOp(Ops.INDEX, index.dtype, (index.src[0].after(value), index.src[1], gate))
         return index.store(UOp(Ops.LOAD, value.dtype, (earlier_at,)) + value)
     return ast.replace(src=tuple(add(s) if s.op is Ops.STORE else s for s in ast.src))
 
@@ -166,6 +191,11 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: object) -> tuple[UOp, int]:
             continue
         if o.op is OptOps.BLOCK:
             blocks.append((r, o.amount))
+            continue
+        if o.op is OptOps.PAD:
+            if _size(r) % o.amount:
+                ast, current[o.axis] = _pad(ast, r, o.amount)
+                splits[o.axis] += 1
             continue
         nth = (splits[o.axis],) if splits[o.axis] else ()  # a second split of an axis names its loops apart
         splits[o.axis] += 1
