@@ -14,7 +14,7 @@ Out: a list of ``Opt`` records for ``tgcore.codegen.optimize.apply_opts``.
 """
 from __future__ import annotations
 
-from tgcore.codegen.optimize import Opt, OptOps, kernel_axes
+from tgcore.codegen.optimize import Opt, OptOps, kernel_axes, tileable
 from tgcore.codegen.upcast import MAX_LANES, MAX_UNROLL, REDUCE_ROWS, _size, _stride, block_divisors
 from tgcore.dtype import DType
 from tgcore.helpers import prod
@@ -101,8 +101,11 @@ def _gemm_axes(ast: UOp) -> tuple[UOp, UOp, UOp, UOp] | None:
     if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE:
         return None
     store = ast.src[0]
-    red = store.src[1]
-    if red.op is not Ops.REDUCE or red.arg is not Ops.ADD or len(red.src) != 2 or red.src[0].op is not Ops.MUL:
+    reduces = [u for u in store.src[1].toposort if u.op is Ops.REDUCE]  # the sum, maybe under an epilogue (bias, relu)
+    if len(reduces) != 1:
+        return None
+    red = reduces[0]
+    if red.arg is not Ops.ADD or len(red.src) != 2 or red.src[0].op is not Ops.MUL:
         return None
     a, b = red.src[0].src
     if a.op is not Ops.LOAD or b.op is not Ops.LOAD:
@@ -154,7 +157,7 @@ def gemm_opts(ast: UOp, renderer: object, threads: int) -> list[Opt]:
     number = {r: i for i, r in enumerate(axes)}
     l2 = getattr(getattr(renderer, "cache_sizes", None), "l2", 1 << 20)
     block_k = max((d for d in range(MIN_TILE_K, kk) if kk % d == 0 and d * n * dtype.itemsize * TILE_K_SHARE <= l2),
-                  default=0)
+                  default=0) if tileable(ast) else 0
     n_threads = min(threads, -(-m // rows)) if getattr(renderer, "has_threads", False) else 1
     # with a K tile each thread takes whole row tiles: rows are padded to a multiple of every thread's tiles
     multiple = rows * n_threads if block_k else rows

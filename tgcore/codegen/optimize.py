@@ -106,7 +106,7 @@ def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: object) -> None
     tiles = [o for o in opts if o.op is OptOps.TILE]
     if len(tiles) > 1:
         raise OptError(f"{tiles[1]}: one TILE per kernel")
-    if tiles and not _tileable(ast):
+    if tiles and not tileable(ast):
         raise OptError(f"{tiles[0]}: TILE needs one store of a float sum that is stored as it is")
     registers = getattr(renderer, "vector_registers", DEFAULT_VECTOR_REGISTERS)
     copies = prod(o.amount for o in opts if o.op is OptOps.UNROLL)
@@ -114,7 +114,7 @@ def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: object) -> None
         raise OptError(f"{[str(o) for o in opts]}: {copies} accumulators do not fit in {registers} vector registers")
 
 
-def _tileable(ast: UOp) -> bool:
+def tileable(ast: UOp) -> bool:
     """One store whose value is one ADD reduction in its own dtype (the partial sums are kept in the output)."""
     stores = [s for s in ast.src if s.op is Ops.STORE]
     if len(stores) != 1 or len(ast.src) != 1:

@@ -1,0 +1,104 @@
+"""Matrix products through the default policy's register tiles (``heuristic.gemm_opts``): odd, degenerate and
+large shapes against numpy (integer-valued inputs, so exact), batched and with an epilogue, gradients against
+torch, on every device in ``TG_TEST_DEVICES``; and what the policy chooses for a renderer's register file."""
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from tgcore.codegen import simplify_kernel
+from tgcore.codegen.heuristic import gemm_opts
+from tgcore.codegen.optimize import Opt, OptError, OptOps, apply_opts
+from tgcore.runtime.cpufeatures import CacheSizes
+from tgcore.schedule.kernelize import create_schedule
+from tgcore.tensor import Tensor
+
+DEVICES = [d for d in os.environ.get("TG_TEST_DEVICES", "CPU,PYTHON").split(",") if d]
+
+# (M, N, K): ones, primes, one off a power of two, and shapes large enough for the register tiles and K tiles
+SHAPES = [(1, 1, 1), (1, 64, 64), (7, 13, 5), (64, 64, 1), (127, 129, 131), (129, 128, 127), (96, 256, 300),
+          (1000, 64, 96), (13, 784, 512), (37, 48, 2048), (256, 256, 256)]
+
+
+def ints(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.integers(-3, 4, shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_matmul_is_exact(device, m, n, k):
+    rng = np.random.default_rng(m * 7 + n * 3 + k)
+    a, b = ints(rng, m, k), ints(rng, k, n)
+    np.testing.assert_array_equal((Tensor(a, device=device) @ Tensor(b, device=device)).numpy(), a @ b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_batched_matmul_with_epilogue(device):
+    rng = np.random.default_rng(1)
+    a, b, bias = ints(rng, 3, 70, 96), ints(rng, 3, 96, 64), ints(rng, 64)
+    out = (Tensor(a, device=device) @ Tensor(b, device=device) + Tensor(bias, device=device)).relu().numpy()
+    np.testing.assert_array_equal(out, np.maximum(a @ b + bias, 0))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_matmul_gradients_match_torch(device):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((67, 130)).astype(np.float32), rng.standard_normal((130, 96)).astype(np.float32)
+    x, w = Tensor(a, device=device, requires_grad=True), Tensor(b, device=device, requires_grad=True)
+    (x @ w).relu().sum().backward()
+    xt, wt = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    (xt @ wt).relu().sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(w.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def _matmul_ast(m: int, n: int, k: int, bias: bool = False):
+    t = Tensor.empty(m, k, device="CPU") @ Tensor.empty(k, n, device="CPU")
+    items = create_schedule([(t + Tensor.empty(n, device="CPU") if bias else t).uop], "CPU")[0]
+    return simplify_kernel(items[-1].ast)
+
+
+def _renderer(bits: int, registers: int) -> SimpleNamespace:
+    return SimpleNamespace(vector_bits=bits, vector_registers=registers, has_threads=True, simd_widths={},
+                           cache_sizes=CacheSizes(48 << 10, 2 << 20))
+
+
+@pytest.mark.parametrize("bits,registers", [(512, 32), (256, 16)])
+def test_policy_tile_fits_the_register_file(bits, registers):
+    opts = gemm_opts(_matmul_ast(1024, 1024, 1024), _renderer(bits, registers), threads=2)
+    by_op = {o.op: [x for x in opts if x.op is o.op] for o in opts}
+    lanes = by_op[OptOps.UPCAST][0].amount
+    assert lanes == bits // 32
+    rows = [o.amount for o in by_op[OptOps.UNROLL] if o.axis == 0][0]
+    vectors = [o.amount for o in by_op[OptOps.UNROLL] if o.axis == 1][0]
+    assert rows * vectors + vectors + 1 <= registers  # accumulators, B's vectors and a broadcast of A
+    assert by_op[OptOps.TILE][0].axis == 2 and 1024 % by_op[OptOps.TILE][0].amount == 0
+    assert by_op[OptOps.THREAD] == [Opt(OptOps.THREAD, 0, 2)]
+
+
+def test_policy_pads_rows_for_a_tile_that_does_not_divide_them():
+    opts = gemm_opts(_matmul_ast(1000, 1024, 512), _renderer(512, 32), threads=2)
+    pad = [o for o in opts if o.op is OptOps.PAD]
+    rows = [o.amount for o in opts if o.op is OptOps.UNROLL and o.axis == 0][0]
+    if 1000 % rows:
+        assert pad and pad[0].amount % rows == 0
+
+
+def test_policy_does_not_tile_k_under_an_epilogue():
+    """The partial sums of K tiles live in the output, so a sum stored with a bias added is summed in one pass."""
+    opts = gemm_opts(_matmul_ast(256, 256, 2048, bias=True), _renderer(512, 32), threads=1)
+    assert opts and not any(o.op is OptOps.TILE for o in opts)
+
+
+def test_too_many_accumulators_is_an_error():
+    ast = _matmul_ast(256, 256, 256)
+    with pytest.raises(OptError, match="accumulators"):
+        apply_opts(ast, [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UNROLL, 1, 4), Opt(OptOps.UNROLL, 0, 8)],
+                   _renderer(256, 16))
+
+
+def test_pad_after_a_split_is_an_error():
+    with pytest.raises(OptError, match="PAD"):
+        apply_opts(_matmul_ast(60, 64, 64), [Opt(OptOps.UNROLL, 0, 4), Opt(OptOps.PAD, 0, 8)], _renderer(256, 16))
