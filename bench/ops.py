@@ -1,19 +1,29 @@
-"""tgcore (CPU) next to numpy on a few core ops, in one run. Prints figures and ratios; asserts nothing.
+"""tgcore (CPU) next to numpy and torch on a few core ops, in one run. Prints figures and ratios; asserts nothing.
 
-    python bench/ops.py [--device CPU] [--repeat 5]
+    python bench/ops.py [--device CPU] [--repeat 5] [--quick]
 
-Ratios are tgcore/numpy throughput (higher is better), medians of --repeat runs.
+Ratios are tgcore/peer throughput (higher is better), medians of --repeat runs. The peer of the matrix products
+is numpy (its BLAS on the same number of threads as tgcore's CPU device), of the convolutions torch (same threads;
+skipped when torch is not installed). With ``--device CPU:X86`` (or any device other than CPU) the compute-bound
+rows also print the ratio to the CPU device's default (C) renderer. ``--quick`` skips the 2048^3 product.
 """
 from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
 import time
 
-import numpy as np
+from tgcore.helpers import cpu_count
 
-from tgcore.tensor import Tensor
+THREADS = cpu_count()
+os.environ.setdefault("OPENBLAS_NUM_THREADS", str(THREADS))  # numpy's BLAS on tgcore's threads (before numpy loads)
+
+import numpy as np  # noqa: E402
+
+import tgcore.nn.functional as F  # noqa: E402
+from tgcore.tensor import Tensor  # noqa: E402
 
 
 def median_time(fn, repeat: int) -> float:
@@ -27,19 +37,77 @@ def median_time(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
+def compute_rows(dev: str, rep: int, quick: bool) -> list[tuple[str, float, float, str, float | None]]:
+    """(name, tgcore GFLOPS, peer GFLOPS, peer name, tgcore GFLOPS on CPU's default renderer or None)."""
+    rng = np.random.default_rng(1)
+    rows: list[tuple[str, float, float, str, float | None]] = []
+
+    def tg_rate(flops: float, make, device: str) -> float:
+        run = make(device)  # inputs made and copied to the device here, not in the timed calls
+        return flops / median_time(lambda: run().realize(), rep) / 1e9
+
+    def add(name: str, flops: float, make, peer: str, peer_fn) -> None:
+        tg = tg_rate(flops, make, dev)
+        ref = flops / median_time(peer_fn, rep) / 1e9
+        rows.append((name, tg, ref, peer, tg_rate(flops, make, "CPU") if dev != "CPU" else None))
+
+    shapes = [(1024, 1024, 1024), *([] if quick else [(2048, 2048, 2048)]), (1000, 1000, 1000)]
+    def product(a_np: np.ndarray, b_np: np.ndarray):
+        def make(d: str):
+            a, b = Tensor(a_np, device=d).realize(), Tensor(b_np, device=d).realize()
+            return lambda: a @ b
+        return make
+
+    for m, n, k in shapes:
+        a_np, b_np = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+        add(f"matmul {m}x{n}x{k}", 2 * m * n * k, product(a_np, b_np), "numpy", lambda a_np=a_np, b_np=b_np: a_np @ b_np)
+    a_np, b_np = rng.standard_normal((16, 256, 256), dtype=np.float32), rng.standard_normal((16, 256, 256), dtype=np.float32)
+    add("batched 16x256^3", 2 * 16 * 256**3, product(a_np, b_np), "numpy", lambda: a_np @ b_np)
+    try:
+        import torch
+    except ImportError:
+        print("(torch is not installed: no convolution rows)")
+        return rows
+    torch.set_num_threads(THREADS)
+    x_np = rng.standard_normal((8, 64, 56, 56), dtype=np.float32)
+    w_np = rng.standard_normal((64, 64, 3, 3), dtype=np.float32) * 0.05
+    flops = 2 * 8 * 64 * 64 * 9 * 56 * 56
+    xt, wt = torch.tensor(x_np), torch.tensor(w_np)
+    def conv_forward(d: str):
+        x, w = Tensor(x_np, device=d).realize(), Tensor(w_np, device=d).realize()
+        return lambda: F.conv2d(x, w, padding=1)
+    add("conv2d 3x3 64ch 56^2 b8 fwd", flops, conv_forward, "torch",
+        lambda: torch.nn.functional.conv2d(xt, wt, padding=1))
+    xg, wg = xt.clone().requires_grad_(), wt.clone().requires_grad_()
+
+    def torch_backward() -> None:
+        xg.grad = wg.grad = None
+        torch.nn.functional.conv2d(xg, wg, padding=1).sum().backward()
+
+    def tg_backward(d: str):
+        x = Tensor(x_np, device=d, requires_grad=True).realize()
+        w = Tensor(w_np, device=d, requires_grad=True).realize()
+
+        def step() -> Tensor:
+            x.grad = w.grad = None
+            F.conv2d(x, w, padding=1).sum().backward()
+            return x.grad.realize(w.grad)
+        return step
+    add("conv2d same, fwd+bwd", 3 * flops, tg_backward, "torch", torch_backward)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--device", default="CPU")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="skip the 2048^3 matrix product")
     args = ap.parse_args()
     dev, rep = args.device, args.repeat
     rng = np.random.default_rng(0)
     n = 16 * 1024 * 1024
     a_np, b_np = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
     a, b = Tensor(a_np, device=dev), Tensor(b_np, device=dev)
-    m = 1024
-    x_np, y_np = rng.standard_normal((m, m), dtype=np.float32), rng.standard_normal((m, m), dtype=np.float32)
-    x, y = Tensor(x_np, device=dev), Tensor(y_np, device=dev)
     small = Tensor(rng.standard_normal(16, dtype=np.float32), device=dev)
 
     def overhead():
@@ -53,13 +121,17 @@ def main() -> None:
     rows.append(("add 16M f32", 3 * 4 * n / t_tg / 1e9, 3 * 4 * n / t_np / 1e9, "GB/s"))
     t_tg, t_np = median_time(lambda: a.sum().realize(), rep), median_time(lambda: a_np.sum(), rep)
     rows.append(("sum 16M f32", 4 * n / t_tg / 1e9, 4 * n / t_np / 1e9, "GB/s"))
-    t_tg, t_np = median_time(lambda: (x @ y).realize(), rep), median_time(lambda: x_np @ y_np, rep)
-    rows.append(("matmul 1024^3 f32", 2 * m**3 / t_tg / 1e9, 2 * m**3 / t_np / 1e9, "GFLOPS"))
     t_ov = median_time(overhead, max(rep, 20))
     print(f"{'benchmark':22s} {'tgcore':>10s} {'numpy':>10s} {'unit':>7s} {'ratio':>6s}")
     for name, tg, ref, unit in rows:
         print(f"{name:22s} {tg:10.2f} {ref:10.2f} {unit:>7s} {tg / ref:6.2f}")
     print(f"{'10-op overhead, 16 el':22s} {t_ov * 1e6:10.1f} {'':>10s} {'us':>7s}")
+    compute = compute_rows(dev, rep, args.quick)
+    vs_c = f" {dev + '/C':>8s}" if dev != "CPU" else ""
+    print(f"\n{'compute-bound (GFLOPS)':30s} {'tgcore':>8s} {'peer':>8s} {'':6s} {'ratio':>6s}{vs_c}   ({THREADS} threads)")
+    for name, tg, ref, peer, on_c in compute:
+        extra = f" {tg / on_c:8.2f}" if on_c else ""
+        print(f"{name:30s} {tg:8.1f} {ref:8.1f} {peer:6s} {tg / ref:6.2f}{extra}")
 
 
 if __name__ == "__main__":
