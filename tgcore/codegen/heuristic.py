@@ -142,17 +142,19 @@ def gemm_opts(ast: UOp, renderer: object, threads: int) -> list[Opt]:
     m, n, kk = _size(row), _size(col), _size(k)
     if lanes < 2 or min(m, n, kk) < 1 or 2 * m * n * kk < GEMM_MIN_FLOPS:
         return []
+    masked = getattr(renderer, "masked_vectors", False)  # columns can be padded: lane-gated loads and stores
     tiles = [(r, v) for r in range(1, min(m, MAX_TILE_ROWS) + 1) for v in range(1, registers)
-             if r * v + v + 1 <= registers and n % (v * lanes) == 0 and r * v >= 4]
+             if r * v + v + 1 <= registers and (masked or n % (v * lanes) == 0) and r * v >= 4 and v * lanes <= 2 * n]
     if not tiles:
         return []
 
     def speed(tile: tuple[int, int]) -> float:
         """FMAs per load (each step loads v vectors of B and broadcasts r elements of A for r*v FMAs), less the
-        share of padded rows computed for nothing."""
+        share of padded rows and columns computed for nothing."""
         r, v = tile
-        return r * v / (r + v) * m / (-(-m // r) * r)
+        return r * v / (r + v) * m / (-(-m // r) * r) * n / (-(-n // (v * lanes)) * v * lanes)
     rows, vectors = max(tiles, key=lambda t: (speed(t), t[0] * t[1]))
+    cols = vectors * lanes
     axes = kernel_axes(ast)
     number = {r: i for i, r in enumerate(axes)}
     l2 = getattr(getattr(renderer, "cache_sizes", None), "l2", 1 << 20)
@@ -161,7 +163,8 @@ def gemm_opts(ast: UOp, renderer: object, threads: int) -> list[Opt]:
     n_threads = min(threads, -(-m // rows)) if getattr(renderer, "has_threads", False) else 1
     # with a K tile each thread takes whole row tiles: rows are padded to a multiple of every thread's tiles
     multiple = rows * n_threads if block_k else rows
-    return [Opt(OptOps.UPCAST, number[col], lanes), *([Opt(OptOps.UNROLL, number[col], vectors)] if vectors > 1 else []),
+    return [*([Opt(OptOps.PAD, number[col], cols)] if n % cols else []),
+            Opt(OptOps.UPCAST, number[col], lanes), *([Opt(OptOps.UNROLL, number[col], vectors)] if vectors > 1 else []),
             *([Opt(OptOps.PAD, number[row], multiple)] if m % multiple else []), Opt(OptOps.UNROLL, number[row], rows),
             *([Opt(OptOps.TILE, number[k], block_k)] if block_k else []),
             *([Opt(OptOps.THREAD, number[row], n_threads)] if n_threads > 1 else [])]

@@ -134,19 +134,25 @@ def _split(ast: UOp, r: UOp, amount: int, inner_arg: tuple, outer_arg: tuple) ->
     return ast, outer, inner
 
 
-def _pad(ast: UOp, r: UOp, amount: int) -> tuple[UOp, UOp]:
-    """``r`` (size n) replaced by a loop of n rounded up to a multiple of ``amount``: uses of it read
-    ``min(r', n - 1)`` and the stores are gated on ``r' < n``. Returns the kernel and the new loop."""
+def _pad(ast: UOp, r: UOp, amount: int, gate_loads: bool) -> tuple[UOp, UOp]:
+    """``r`` (size n) replaced by a loop of n rounded up to a multiple of ``amount``; the stores are gated on
+    ``r' < n``. Loads read ``min(r', n - 1)`` (a clamped index: no gate inside the loops), or, with ``gate_loads``
+    (a vectorized axis: a clamped index is no vector), are gated on ``r' < n`` too. Returns the kernel and the
+    new loop."""
     n = _size(r)
     padded = UOp.range(-(-n // amount) * amount, *r.arg, dtype=r.dtype)
     valid = padded < n
-    ast = _split_ranges(ast, {r: valid.where(padded, n - 1)}, {})
+    ast = _split_ranges(ast, {r: padded if gate_loads else valid.where(padded, n - 1)}, {})
 
-    def gated(store: UOp) -> UOp:
-        index = store.src[0]
-        gate = valid if len(index.src) < 3 else index.src[2] & valid
-        return UOp(Ops.INDEX, index.dtype, (*index.src[:2], gate)).store(store.src[1])
-    return ast.replace(src=tuple(gated(s) if s.op is Ops.STORE else s for s in ast.src)), padded
+    def gated(index: UOp) -> UOp:
+        return UOp(Ops.INDEX, index.dtype, (*index.src[:2], valid if len(index.src) < 3 else index.src[2] & valid))
+    new: dict[UOp, UOp] = {}
+    for u in ast.toposort:
+        src = tuple(new[s] for s in u.src)
+        if u.op is Ops.STORE or (gate_loads and u.op is Ops.LOAD and padded in u.src[0].src[1].toposort):
+            src = (gated(src[0]), *src[1:])
+        new[u] = u if src == u.src else u.replace(src=src)
+    return new[ast], padded
 
 
 def _untile_reduce(ast: UOp, tile: UOp) -> UOp:
@@ -161,13 +167,20 @@ def _untile_reduce(ast: UOp, tile: UOp) -> UOp:
     return new[ast]
 
 
+def _and_gate(gate: UOp, extra: UOp) -> UOp:
+    """``gate & extra``, lane by lane when ``gate`` is a vector of lane gates."""
+    if gate.dtype.count == 1:
+        return gate & extra
+    return UOp(Ops.VECTORIZE, gate.dtype, tuple(g & extra for g in gate.src))
+
+
 def _add_earlier_tiles(ast: UOp, tile: UOp) -> UOp:
     """Each store adds what the output holds from the earlier tiles (a gated load: nothing before the first). The
     load comes AFTER the value it is added to, so the reduction loop's registers hold accumulators, not old
     outputs."""
     def add(store: UOp) -> UOp:
         index, value = store.src
-        gate = tile.ne(0) if len(index.src) < 3 else index.src[2] & tile.ne(0)
+        gate = tile.ne(0) if len(index.src) < 3 else _and_gate(index.src[2], tile.ne(0))
         earlier_at = UOp(Ops.INDEX, index.dtype, (index.src[0].after(value), index.src[1], gate))
         return index.store(UOp(Ops.LOAD, value.dtype, (earlier_at,)) + value)
     return ast.replace(src=tuple(add(s) if s.op is Ops.STORE else s for s in ast.src))
@@ -194,7 +207,8 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: object) -> tuple[UOp, int]:
             continue
         if o.op is OptOps.PAD:
             if _size(r) % o.amount:
-                ast, current[o.axis] = _pad(ast, r, o.amount)
+                lanes_here = any(x.op is OptOps.UPCAST and x.axis == o.axis for x in opts)
+                ast, current[o.axis] = _pad(ast, r, o.amount, lanes_here)
                 splits[o.axis] += 1
             continue
         nth = (splits[o.axis],) if splits[o.axis] else ()  # a second split of an axis names its loops apart
@@ -221,7 +235,7 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: object) -> tuple[UOp, int]:
         if inner:
             ast = factor_blocks(ast, inner)
     if vector is not None:
-        ast = _Expander([vector]).expand(ast)
+        ast = _Expander([vector], getattr(renderer, "masked_vectors", False)).expand(ast)
     for tile in tiles:  # on the final stores (vectors, unrolled copies)
         ast = _add_earlier_tiles(ast, tile)
     return _thread(ast, thread, current, bool(tiles))

@@ -62,8 +62,10 @@ def _split_ranges(ast: UOp, mapping: Mapping[UOp, UOp], parts: Mapping[UOp, tupl
 
 
 class _Expander:
-    def __init__(self, lanes: list[UOp]) -> None:
+    def __init__(self, lanes: list[UOp], masked: bool = False) -> None:
+        """``masked``: the renderer takes a vector access with one gate per lane (``Renderer.masked_vectors``)."""
         self.lanes = lanes
+        self.masked = masked
         self.count = prod(_size(r) for r in lanes)
         combos = list(itertools.product(*(range(_size(r)) for r in lanes)))  # last lane axis fastest
         self.lane_values = {r: [c[i] for c in combos] for i, r in enumerate(lanes)}
@@ -94,18 +96,28 @@ class _Expander:
     def runs(self, idx: list[UOp], gate: list[UOp | None]) -> list[tuple[int, int]]:
         """(first lane, length) of each run of consecutive addresses with one gate."""
         limit = _size(self.lanes[-1])
-        if self.steps.get(tuple(idx)) == 1 and all(g is gate[0] for g in gate):  # affine, step 1: one run
+        if self.steps.get(tuple(idx)) == 1 and (self.masked or all(g is gate[0] for g in gate)):  # affine, step 1
             return _power_of_two_pieces(0, self.count) if self.count <= limit else [
                 piece for start in range(0, self.count, limit) for piece in _power_of_two_pieces(start, limit)]
         out: list[tuple[int, int]] = []
         for i in range(self.count):
             if out:
                 start, n = out[-1]
-                if n < limit and gate[i] is gate[i - 1] and _difference(idx[i], idx[i - 1]) == 1:
+                if n < limit and (self.masked or gate[i] is gate[i - 1]) and _difference(idx[i], idx[i - 1]) == 1:
                     out[-1] = (start, n + 1)
                     continue
             out.append((i, 1))
         return [piece for start, n in out for piece in _power_of_two_pieces(start, n)]
+
+    @staticmethod
+    def piece_gate(gate: list[UOp | None], start: int, n: int) -> UOp | None:
+        """The gate of lanes ``start..start+n``: one for all of them, or a vector of one per lane."""
+        lanes = gate[start:start + n]
+        if all(g is lanes[0] for g in lanes):
+            return lanes[0]
+        if any(g is None for g in lanes):  # some lanes ungated: always true
+            lanes = [g if g is not None else UOp.const(dtypes.bool, True) for g in lanes]
+        return UOp(Ops.VECTORIZE, dtypes.bool.vec(n), tuple(lanes))  # type: ignore[arg-type]
 
     def load(self, load: UOp) -> UOp:
         index = load.src[0]
@@ -113,7 +125,7 @@ class _Expander:
         gate: list[UOp | None] = list(self.per_lane(index.src[2])) if len(index.src) > 2 else [None] * self.count
         lane_value: list[UOp] = []
         for start, n in self.runs(idx, gate):
-            g = gate[start]
+            g = self.piece_gate(gate, start, n)
             src = (buf, idx[start]) if g is None else (buf, idx[start], g)
             value = UOp(Ops.LOAD, load.dtype.vec(n) if n > 1 else load.dtype, (UOp(Ops.INDEX, index.dtype, src),))
             lane_value += [value.gep(k) for k in range(n)] if n > 1 else [value]
@@ -131,7 +143,7 @@ class _Expander:
         out = []
         for start, n in self.runs(idx, gate):
             part = value if n == self.count else value.gep(*range(start, start + n))
-            g = gate[start]
+            g = self.piece_gate(gate, start, n)
             src = (buf, idx[start]) if g is None else (buf, idx[start], g)
             out.append(UOp(Ops.INDEX, index.dtype, src).store(part))
         return out

@@ -28,6 +28,8 @@ class Renderer:
     simd_widths: dict[DType, int] = {}  # vector lanes per scalar dtype codegen may use
     emulated_floats: frozenset[DType] = frozenset()  # dtypes whose arithmetic codegen does in float32
     native_transcendentals: bool = False  # True: EXP2/LOG2/SIN reach render(); False: codegen decomposes them
+    masked_vectors: bool = False   # a vector load/store may be gated lane by lane (INDEX gate: a bool vector)
+    custom_kernels: bool = False   # render() also takes hand-written programs (tgcore.custom)
     # the machine the output runs on, for cost models (a CPU renderer sets them from tgcore.runtime.cpufeatures;
     # simd_widths, not these, says what vectors codegen emits)
     vector_bits: int = 128         # width of one vector register the compiled code may use

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from tgcore.dtype import AddrSpace, DType, PtrDType, dtypes
@@ -279,6 +280,7 @@ class CRenderer(Renderer):
     device = "CPU"
     name = "C"
     has_threads = True
+    masked_vectors = True  # lane-gated accesses: the whole vector when every lane is on, else lane by lane
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
                    dtypes.uint64: 4}
     emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})  # computed in float32, rounded per op
@@ -405,6 +407,7 @@ class CRenderer(Renderer):
     def render(self, name: str, kernel: list[UOp] | UOp) -> str:
         assert isinstance(kernel, list)
         names: dict[UOp, str] = {}
+        lane_gates: dict[UOp, list[str]] = {}  # bool vectors that gate accesses lane by lane: each lane's name
         params: list[tuple[int, str]] = []
         body: list[str] = []
         depth = 1
@@ -461,13 +464,15 @@ class CRenderer(Renderer):
                 ahead = prefetch.distance(u, loops_at[u])
                 if ahead is not None:
                     line(f"__builtin_prefetch(&{names[u.src[0].src[0]]}[{names[u.src[0].src[1]]}+{ahead}]);")
-                line(self._load(u, names, v := fresh("val")))
+                line(self._load(u, names, v := fresh("val"), lane_gates))
                 names[u] = v
             elif op is Ops.STORE:
-                line(self._store(u, names))
+                line(self._store(u, names, lane_gates))
             elif op is Ops.VCONST:
                 names[u] = self._vector(u, [c_const(x, u.dtype.scalar()) for x in u.arg])
             elif op in (Ops.VECTORIZE, Ops.GEP):
+                if op is Ops.VECTORIZE and u.dtype.scalar() is dtypes.bool:  # maybe a gate per lane of an access
+                    lane_gates[u] = [names[x] for x in u.src]
                 lanes = [names[x] for x in u.src] if op is Ops.VECTORIZE else [f"{names[u.src[0]]}[{i}]" for i in u.arg]
                 v = fresh("vec")
                 line(f"const {c_type(u.dtype)} {v} = {lanes[0] if u.dtype.count == 1 else self._vector(u, lanes)};")
@@ -506,8 +511,21 @@ class CRenderer(Renderer):
         ptr = index.src[0].dtype
         return getattr(ptr, "addrspace", AddrSpace.GLOBAL) is not AddrSpace.REG
 
-    def _load(self, u: UOp, names: dict[UOp, str], v: str) -> str:
+    @staticmethod
+    def _lanewise(index: UOp, names: dict[UOp, str], gates: list[str], lane: Callable[[int, str], str],
+                  whole: str) -> str:
+        """An access gated lane by lane: the whole vector when every gate is true (the usual case: only a loop's
+        last, padded iteration has false lanes), else each lane whose gate is true."""
+        ptr, idx = names[index.src[0]], names[index.src[1]]
+        lanes = " ".join(f"if ({g}) {lane(i, f'{ptr}[{idx}+{i}]')}" for i, g in enumerate(gates))
+        return f"if ({' & '.join(gates)}) {{ {whole} }} else {{ {lanes} }}"
+
+    def _load(self, u: UOp, names: dict[UOp, str], v: str, lane_gates: dict[UOp, list[str]]) -> str:
         index, t = u.src[0], c_type(u.dtype)
+        if len(index.src) > 2 and index.src[2] in lane_gates:
+            copy = f"__builtin_memcpy(&{v}, &{names[index]}, sizeof({v}));"
+            return f"{t} {v} = {c_const(0, u.dtype)}; " + self._lanewise(
+                index, names, lane_gates[index.src[2]], lambda i, at: f"{v}[{i}] = {at};", copy)
         gate = names[index.src[2]] if len(index.src) > 2 else None
         if u.dtype.count > 1 and self._in_memory(index):
             copy = f"__builtin_memcpy(&{v}, &{names[index]}, sizeof({v}));"
@@ -518,8 +536,13 @@ class CRenderer(Renderer):
             return f"const {t} {v} = {names[index]};"
         return f"const {t} {v} = {gate} ? {names[index]} : {c_const(0, u.dtype)};"  # read nothing when gated off
 
-    def _store(self, u: UOp, names: dict[UOp, str]) -> str:
+    def _store(self, u: UOp, names: dict[UOp, str], lane_gates: dict[UOp, list[str]]) -> str:
         index, value = u.src[0], u.src[1]
+        if len(index.src) > 2 and index.src[2] in lane_gates:
+            copy = (f"{c_type(value.dtype)} tg_t = {names[value]}; "
+                    f"__builtin_memcpy(&{names[index]}, &tg_t, sizeof(tg_t));")
+            return self._lanewise(index, names, lane_gates[index.src[2]],
+                                  lambda i, at: f"{at} = {names[value]}[{i}];", copy)
         if value.dtype.count > 1 and self._in_memory(index):
             text = (f"{{ {c_type(value.dtype)} tg_t = {names[value]}; "
                     f"__builtin_memcpy(&{names[index]}, &tg_t, sizeof(tg_t)); }}")
