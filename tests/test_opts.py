@@ -1,0 +1,199 @@
+"""Explicit optimization lists (``tgcore.codegen.optimize``): every legal list computes what numpy computes, every
+illegal one raises ``OptError`` naming the opt and the reason.
+
+Kernels run end to end with one list for their compute kernel (``engine.realize.compile_runner(..., opts=)``), on
+every device in ``TG_TEST_DEVICES`` (default CPU, PYTHON, and CPU:X86 when the tg-x86 plugin runs here). Inputs are
+small integers in float32, so GEMMs and sums are exact whatever the order of the additions: results must equal
+numpy's bit for bit. The output buffer is filled with NaN before the kernel runs, so an output the kernel forgets
+to write shows.
+
+Hypothesis draws shapes (1, primes, powers of two and their neighbours) and lists that fit them: each opt divides
+what earlier opts left of its axis. TG_OPT_EXAMPLES=<n> sets the number of examples per property (default 12).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tgcore.codegen import simplify_kernel
+from tgcore.codegen.optimize import Opt, OptError, OptOps, apply_opts, kernel_axes
+from tgcore.codegen.upcast import MAX_LANES
+from tgcore.engine.realize import Runner, compile_runner, run_schedule
+from tgcore.helpers import Context
+from tgcore.runtime.registry import open_device
+from tgcore.schedule.kernelize import ScheduleItem, create_schedule
+from tgcore.tensor import Tensor
+
+UPCAST, UNROLL, TILE, BLOCK, THREAD = OptOps.UPCAST, OptOps.UNROLL, OptOps.TILE, OptOps.BLOCK, OptOps.THREAD
+
+
+def _x86_reason() -> str | None:
+    try:
+        from tg_x86.cpu import unavailable_reason
+    except ImportError as e:
+        return f"tg-x86 is not importable ({e})"
+    return unavailable_reason()
+
+
+def _devices() -> list[str]:
+    listed = os.environ.get("TG_TEST_DEVICES")
+    if listed:
+        return [d for d in listed.split(",") if d]
+    return ["CPU", "PYTHON"] + (["CPU:X86"] if _x86_reason() is None else [])
+
+
+DEVICES = _devices()
+EXAMPLES = int(os.environ.get("TG_OPT_EXAMPLES", "12"))
+FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                       HealthCheck.function_scoped_fixture])
+SIZES = [1, 2, 3, 7, 16, 64, 127, 128, 129, 13, 31, 12, 24]  # shrinks toward the front
+SMALL_SIZES = [1, 2, 3, 7, 16, 5, 12, 32]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _spec_on():
+    old = os.environ.get("TG_SPEC")
+    os.environ["TG_SPEC"] = "1"
+    yield
+    if old is None:
+        os.environ.pop("TG_SPEC", None)
+    else:
+        os.environ["TG_SPEC"] = old
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> str:
+    return request.param
+
+
+# ------------------------------------------------------------------------------------------------ running a list
+
+def compute_kernel(t: Tensor, device: str) -> tuple[list[ScheduleItem], ScheduleItem]:
+    """The schedule of ``t`` on ``device``: the kernels before the last one, and the last (the compute kernel)."""
+    items, _ = create_schedule([t.uop], device)
+    *before, last = items
+    assert last.kind != "copy"
+    return before, last
+
+
+def axes_of(t: Tensor, device: str) -> list[tuple[str, int]]:
+    """(kind, size) of each axis an ``Opt`` can name in ``t``'s compute kernel ("global" or "reduce")."""
+    _, last = compute_kernel(t, device)
+    return [(r.arg[1], r.src[0].arg) for r in kernel_axes(simplify_kernel(last.ast))]
+
+
+def run_with_opts(t: Tensor, opts: list[Opt], device: str) -> np.ndarray:
+    """``t`` computed on ``device`` with ``opts`` for its compute kernel (the default policy for any kernel
+    before it), as a numpy array."""
+    before, last = compute_kernel(t, device)
+    run_schedule(before)
+    runner: Runner = compile_runner(last.device, last.ast, opts)
+    out = last.bufs[0]  # outputs come first
+    out.copyin(np.full(out.size, np.nan, out.dtype.np))
+    handles = [last.bufs[i].ensure_allocated().handle for i in runner.spec.buf_slots]
+    runner.program(*handles, vals=tuple(last.var_vals[v] for v in runner.spec.vars), threads=runner.spec.threads)
+    return out.numpy().reshape(t.shape)
+
+
+def small_ints(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    return rng.integers(-3, 4, shape).astype(np.float32)
+
+
+def linear(device: str) -> bool:
+    """Whether ``device``'s renderer takes UPCAST and TILE: it gets loops in the order codegen lists them and
+    vectors; a renderer that takes the REDUCE form (PYTHON) interprets scalar loops in its own order."""
+    return bool(open_device(device).renderer.linear)
+
+
+# ------------------------------------------------------------------------------------------------ legal lists
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@st.composite
+def legal_opts(draw: st.DrawFn, axes: list[tuple[str, int]], *, vector: bool, tile: bool,
+               registers: int) -> list[Opt]:
+    """A list ``apply_opts`` must accept for a kernel with ``axes``: each opt divides what is left of its axis;
+    one UPCAST (2..16 lanes); UNROLL copies (at most ``registers``, the accumulator limit) times lanes at most 64,
+    so programs stay small; TILE (when ``tile``) on reduced axes; THREAD last, on an output axis."""
+    left = [n for _, n in axes]
+    reduced = any(kind == "reduce" for kind, _ in axes)
+    opts: list[Opt] = []
+    lanes = copies = 1
+    tiled = False
+    for _ in range(draw(st.integers(0, 4))):
+        choices = []
+        for i, (kind, _) in enumerate(axes):
+            if vector and lanes == 1:
+                choices += [Opt(UPCAST, i, k) for k in (2, 4, 8, 16) if left[i] % k == 0 and k * copies <= 64]
+            cap = min(registers if reduced else 64, 64 // lanes) // copies
+            choices += [Opt(UNROLL, i, k) for k in _divisors(left[i]) if k <= min(cap, 8)]
+            if tile and kind == "reduce":
+                choices += [Opt(TILE, i, k) for k in _divisors(left[i])]
+        if not choices:
+            break
+        o = draw(st.sampled_from(choices))
+        opts.append(o)
+        if o.op is UPCAST:
+            lanes = o.amount
+        if o.op is UNROLL:
+            copies *= o.amount
+        tiled = tiled or o.op is TILE
+        left[o.axis] = o.amount if o.op is TILE else left[o.axis] // o.amount
+    outputs = [i for i, (kind, _) in enumerate(axes) if kind == "global" and left[i] > 1]
+    if outputs and draw(st.booleans()):
+        i = draw(st.sampled_from(outputs))
+        amounts = [k for k in (2, 3, 4) if not tiled or left[i] % k == 0]
+        if amounts:
+            opts.append(Opt(THREAD, i, draw(st.sampled_from(amounts))))
+    return opts
+
+
+def check_list(data: st.DataObject, t: Tensor, ref: np.ndarray, device: str, *, tile: bool = True,
+               exact: bool = True) -> None:
+    renderer = open_device(device).renderer
+    axes = axes_of(t, device)
+    opts = data.draw(legal_opts(axes, vector=linear(device), tile=tile and linear(device),
+                                registers=renderer.vector_registers), label="opts")
+    got = run_with_opts(t, opts, device)
+    if exact:
+        np.testing.assert_array_equal(got, ref, err_msg=f"{device} {axes} {[str(o) for o in opts]}")
+    else:
+        np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=f"{device} {axes} {[str(o) for o in opts]}")
+
+
+
+# ------------------------------------------------------------------------------------------------ lists that once went wrong
+
+def gemm_case(m: int, n: int, k: int, device: str) -> tuple[Tensor, np.ndarray]:
+    rng = np.random.default_rng(m * 10007 + n * 101 + k)
+    a, b = small_ints(rng, (m, k)), small_ints(rng, (k, n))
+    return Tensor(a, device=device) @ Tensor(b, device=device), a @ b
+
+
+@pytest.mark.parametrize("shape, opts", [
+    ((1, 1, 2), [Opt(UNROLL, 0, 1)]),                                       # the only axis is the reduced one
+    ((8, 8, 16), [Opt(UNROLL, 2, 4)]),
+    ((8, 8, 16), [Opt(UNROLL, 2, 16)]),                                     # the whole reduction: no loop left
+    ((8, 8, 16), [Opt(UNROLL, 2, 2), Opt(UNROLL, 2, 4), Opt(UNROLL, 0, 2)]),
+], ids=str)
+def test_unrolling_a_reduced_axis_keeps_an_accumulator_per_copy(device, shape, opts):
+    """UNROLL of a reduced axis used to substitute the copy number into the REDUCE's ranges (LinearizeError)."""
+    t, ref = gemm_case(*shape, device)
+    np.testing.assert_array_equal(run_with_opts(t, opts, device), ref)
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if d != "PYTHON"])
+def test_reduced_axis_unroll_with_upcast(device):
+    t, ref = gemm_case(8, 8, 16, device)
+    for opts in ([Opt(UPCAST, 2, 4), Opt(UNROLL, 2, 4)], [Opt(UNROLL, 2, 4), Opt(UPCAST, 1, 4)]):
+        np.testing.assert_array_equal(run_with_opts(t, opts, device), ref)
