@@ -197,3 +197,19 @@ def test_reduced_axis_unroll_with_upcast(device):
     t, ref = gemm_case(8, 8, 16, device)
     for opts in ([Opt(UPCAST, 2, 4), Opt(UNROLL, 2, 4)], [Opt(UNROLL, 2, 4), Opt(UPCAST, 1, 4)]):
         np.testing.assert_array_equal(run_with_opts(t, opts, device), ref)
+
+
+@pytest.mark.parametrize("opts", [
+    [Opt(UNROLL, 0, 2), Opt(TILE, 2, 4)],                    # a GEMM's register tile: rows unrolled, K tiled
+    [Opt(UNROLL, 0, 4), Opt(UNROLL, 1, 2), Opt(TILE, 2, 8), Opt(UPCAST, 1, 4)],
+    [Opt(TILE, 2, 4), Opt(UNROLL, 2, 4)],                    # the tile's whole inner loop unrolled
+    [Opt(TILE, 2, 8), Opt(TILE, 2, 4)],                      # tiles of tiles
+    [Opt(TILE, 2, 8), Opt(TILE, 2, 2), Opt(UNROLL, 0, 4), Opt(UPCAST, 1, 8), Opt(THREAD, 0, 2)],
+], ids=lambda opts: " ".join(map(str, opts)))
+def test_tile_with_unrolled_copies_and_more_tiles(device, opts):
+    """TILE after an output UNROLL used to keep only the first copy's store (NaN rows); two TILEs raised
+    ValueError("no identity for reduce None")."""
+    if not linear(device):
+        pytest.skip(f"{device} takes the REDUCE form: no TILE")
+    t, ref = gemm_case(8, 8, 16, device)
+    np.testing.assert_array_equal(run_with_opts(t, opts, device), ref)

@@ -123,15 +123,18 @@ def _split(ast: UOp, r: UOp, amount: int, inner_arg: tuple, outer_arg: tuple) ->
     return ast, outer, inner
 
 
-def _tile_reduce(ast: UOp, tile: UOp) -> UOp:
-    """The reduction's ``tile`` loop leaves it: the store adds each tile's partial sum to what the output holds
-    (nothing before the first tile: a gated load reads 0)."""
+def _tile_reduce(ast: UOp, tiles: list[UOp]) -> UOp:
+    """The reduction's ``tiles`` loops leave it: the store adds each tile's partial sum to what the output holds
+    (nothing before the first tile: a gated load reads 0). Before any unroll: the kernel has its one store."""
     store = ast.src[0]
     red = store.src[1]
-    rest = tuple(r for r in red.src[1:] if r is not tile)
-    partial = UOp(Ops.REDUCE, red.dtype, (red.src[0], *rest), red.arg)
+    rest = tuple(r for r in red.src[1:] if r not in tiles)
+    partial = UOp(Ops.REDUCE, red.dtype, (red.src[0], *rest), red.arg) if rest else red.src[0]
+    later = tiles[0].ne(0)
+    for t in tiles[1:]:
+        later = later | t.ne(0)
     index = store.src[0]
-    earlier = UOp(Ops.INDEX, index.dtype, (*index.src[:2], tile.ne(0))).load()
+    earlier = UOp(Ops.INDEX, index.dtype, (*index.src[:2], later)).load()
     return ast.replace(src=(index.store(earlier + partial),))
 
 
@@ -169,10 +172,10 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: object) -> tuple[UOp, int]:
             unrolled.append(lane)
     if any(splits.values()):
         ast = ast.simplify()
+    if tiles:  # (before the unrolls copy the store)
+        ast = _tile_reduce(ast, tiles)
     for lane in unrolled:
         ast = unroll(ast, lane)
-    for tile in tiles:
-        ast = _tile_reduce(ast, tile)
     for r, k in blocks:
         ast, inner = split_blocks(ast, {r: k})
         if inner:
