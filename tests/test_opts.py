@@ -213,3 +213,17 @@ def test_tile_with_unrolled_copies_and_more_tiles(device, opts):
         pytest.skip(f"{device} takes the REDUCE form: no TILE")
     t, ref = gemm_case(8, 8, 16, device)
     np.testing.assert_array_equal(run_with_opts(t, opts, device), ref)
+
+
+@pytest.mark.parametrize("opts", [[Opt(TILE, 2, 4)], [Opt(UNROLL, 0, 2), Opt(TILE, 2, 8)], [Opt(UPCAST, 1, 4)]],
+                         ids=lambda opts: " ".join(map(str, opts)))
+def test_a_renderer_of_the_reduce_form_rejects_upcast_and_tile(opts):
+    """PYTHON interprets scalar loops in its own order: TILE used to give wrong sums (every tile read the output
+    before any wrote it), UPCAST a KernelError when the program ran."""
+    from tgcore.renderer.python import PythonRenderer
+    t, _ = gemm_case(8, 8, 16, "PYTHON")
+    _, last = compute_kernel(t, "PYTHON")
+    with pytest.raises(OptError, match=rf"{re.escape(str(opts[-1]))}: PythonRenderer takes the kernel in REDUCE form"):
+        apply_opts(simplify_kernel(last.ast), opts, PythonRenderer())
+    with pytest.raises(OptError):
+        run_with_opts(t, opts, "PYTHON")

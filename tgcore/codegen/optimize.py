@@ -94,6 +94,10 @@ def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: object) -> None
         left[o.axis] = o.amount if o.op is OptOps.TILE else n // o.amount
     if upcasts and upcasts[0].amount > MAX_LANES:
         raise OptError(f"{upcasts[0]}: at most {MAX_LANES} lanes")
+    ordered = [o for o in opts if o.op in (OptOps.UPCAST, OptOps.TILE)]
+    if ordered and not getattr(renderer, "linear", True):
+        raise OptError(f"{ordered[0]}: {type(renderer).__name__} takes the kernel in REDUCE form (linear = False) and "
+                       "runs scalar loops in its own order: no vectors (UPCAST), no loop that must run first (TILE)")
     tiles = [o for o in opts if o.op is OptOps.TILE]
     if tiles and not _tileable(ast):
         raise OptError(f"{tiles[0]}: TILE needs one store of a float sum that is stored as it is")
