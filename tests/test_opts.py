@@ -30,6 +30,7 @@ from tgcore.helpers import Context
 from tgcore.runtime.registry import open_device
 from tgcore.schedule.kernelize import ScheduleItem, create_schedule
 from tgcore.tensor import Tensor
+from tgcore.uop import Ops
 
 UPCAST, UNROLL, TILE, BLOCK, THREAD = OptOps.UPCAST, OptOps.UNROLL, OptOps.TILE, OptOps.BLOCK, OptOps.THREAD
 
@@ -74,7 +75,7 @@ def device(request) -> str:
     return request.param
 
 
-# ------------------------------------------------------------------------------------------------ running a list
+# ------------------------------------------------------------------------------ running a list
 
 def compute_kernel(t: Tensor, device: str) -> tuple[list[ScheduleItem], ScheduleItem]:
     """The schedule of ``t`` on ``device``: the kernels before the last one, and the last (the compute kernel)."""
@@ -113,7 +114,7 @@ def linear(device: str) -> bool:
     return bool(open_device(device).renderer.linear)
 
 
-# ------------------------------------------------------------------------------------------------ legal lists
+# ------------------------------------------------------------------------------ legal lists
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
@@ -131,17 +132,18 @@ def legal_opts(draw: st.DrawFn, axes: list[tuple[str, int]], *, vector: bool, ti
     lanes = copies = 1
     tiled = False
     for _ in range(draw(st.integers(0, 4))):
-        choices = []
+        choices: dict[OptOps, list[Opt]] = {UPCAST: [], UNROLL: [], TILE: []}
         for i, (kind, _) in enumerate(axes):
             if vector and lanes == 1:
-                choices += [Opt(UPCAST, i, k) for k in (2, 4, 8, 16) if left[i] % k == 0 and k * copies <= 64]
-            cap = min(registers if reduced else 64, 64 // lanes) // copies
-            choices += [Opt(UNROLL, i, k) for k in _divisors(left[i]) if k <= min(cap, 8)]
+                choices[UPCAST] += [Opt(UPCAST, i, k) for k in (2, 4, 8, 16) if left[i] % k == 0 and k * copies <= 64]
+            cap = min(registers if reduced else 64, 64 // lanes, 8 * copies) // copies
+            choices[UNROLL] += [Opt(UNROLL, i, k) for k in _divisors(left[i]) if 1 < k <= cap]
             if tile and kind == "reduce":
-                choices += [Opt(TILE, i, k) for k in _divisors(left[i])]
-        if not choices:
+                choices[TILE] += [Opt(TILE, i, k) for k in _divisors(left[i])]
+        kinds = [op for op, c in choices.items() if c]
+        if not kinds:
             break
-        o = draw(st.sampled_from(choices))
+        o = draw(st.sampled_from(choices[draw(st.sampled_from(kinds))]))
         opts.append(o)
         if o.op is UPCAST:
             lanes = o.amount
@@ -172,7 +174,7 @@ def check_list(data: st.DataObject, t: Tensor, ref: np.ndarray, device: str, *, 
 
 
 
-# ------------------------------------------------------------------------------------------------ lists that once went wrong
+# ------------------------------------------------------------------------------ lists that once went wrong
 
 def gemm_case(m: int, n: int, k: int, device: str) -> tuple[Tensor, np.ndarray]:
     rng = np.random.default_rng(m * 10007 + n * 101 + k)
@@ -227,3 +229,90 @@ def test_a_renderer_of_the_reduce_form_rejects_upcast_and_tile(opts):
         apply_opts(simplify_kernel(last.ast), opts, PythonRenderer())
     with pytest.raises(OptError):
         run_with_opts(t, opts, "PYTHON")
+
+
+# ------------------------------------------------------------------------------ legal lists agree with numpy
+
+@FUZZ
+@given(data=st.data(), m=st.sampled_from(SIZES), n=st.sampled_from(SIZES), k=st.sampled_from(SIZES))
+def test_gemm_with_any_legal_list_matches_numpy(device, data, m, n, k):
+    rng = np.random.default_rng(m * 10007 + n * 101 + k)
+    a, b = small_ints(rng, (m, k)), small_ints(rng, (k, n))
+    check_list(data, Tensor(a, device=device) @ Tensor(b, device=device), a @ b, device)
+
+
+@FUZZ
+@given(data=st.data(), batch=st.sampled_from([1, 2, 3, 4]), m=st.sampled_from(SMALL_SIZES),
+       n=st.sampled_from(SMALL_SIZES), k=st.sampled_from(SMALL_SIZES))
+def test_batched_matmul_with_any_legal_list_matches_numpy(device, data, batch, m, n, k):
+    rng = np.random.default_rng(batch * 1000003 + m * 10007 + n * 101 + k)
+    a, b = small_ints(rng, (batch, m, k)), small_ints(rng, (batch, k, n))
+    check_list(data, Tensor(a, device=device) @ Tensor(b, device=device), a @ b, device)
+
+
+@FUZZ
+@given(data=st.data(), rows=st.sampled_from(SIZES), cols=st.sampled_from(SIZES), axis=st.sampled_from([0, 1]))
+def test_reduction_with_an_epilogue_with_any_legal_list_matches_numpy(device, data, rows, cols, axis):
+    """sqrt(sum(x*x) + 1) along either axis: the store's value is not the sum, so no TILE."""
+    x = small_ints(np.random.default_rng(rows * 101 + cols), (rows, cols))
+    t = ((Tensor(x, device=device) * Tensor(x, device=device)).sum(axis) + 1).sqrt()
+    check_list(data, t, np.sqrt((x * x).sum(axis) + np.float32(1)), device, tile=False, exact=False)
+
+
+# ------------------------------------------------------------------------------ BLOCK
+
+def block_matvec(rows: int, blocks: int, k: int, device: str) -> tuple[Tensor, np.ndarray]:
+    """out[n] = sum_j x[j] * (a[n, j // k] * y[n, j] + b[n, j // k]): a dequantize-and-dot of ``blocks`` blocks of
+    ``k`` with a scale and an offset per block (see tests/test_codegen_blocks.py)."""
+    rng = np.random.default_rng(rows * blocks + k)
+    y, x = small_ints(rng, (rows, blocks * k)), small_ints(rng, (blocks * k,))
+    a, b = small_ints(rng, (rows, blocks)), small_ints(rng, (rows, blocks))
+
+    def per_block(v: np.ndarray) -> Tensor:
+        return Tensor(v, device=device).reshape(rows, blocks, 1).expand(rows, blocks, k).reshape(rows, blocks * k)
+    t = ((per_block(a) * Tensor(y, device=device) + per_block(b)) * Tensor(x, device=device)).sum(-1)
+    return t, ((np.repeat(a, k, 1) * y + np.repeat(b, k, 1)) * x).sum(-1)
+
+
+def block_lists(rows: int, k: int) -> tuple[list[list[Opt]], list[list[Opt]]]:
+    """Lists without and with BLOCK for the matvec (axis 0: rows, then the reduction; no rows axis when rows = 1)."""
+    r = 1 if rows > 1 else 0
+    unroll_rows = [Opt(UNROLL, 0, rows)] if rows > 1 else []
+    plain = [[], [Opt(UPCAST, r, 8)], [*unroll_rows, Opt(UPCAST, r, 8)], [Opt(UNROLL, r, 2)], [Opt(TILE, r, 2 * k)]]
+    blocked = [
+        [Opt(BLOCK, r, k)],
+        [Opt(UPCAST, r, 8), Opt(BLOCK, r, k // 8)],                         # the default policy's form
+        [*unroll_rows, Opt(UPCAST, r, 8), Opt(BLOCK, r, k // 8)],
+        [Opt(UNROLL, r, 2), Opt(BLOCK, r, k // 2)],
+        [Opt(TILE, r, 2 * k), Opt(BLOCK, r, k)],
+        [Opt(UPCAST, r, 4), Opt(BLOCK, r, k // 8)],                         # half blocks: no scale moves out
+        [Opt(BLOCK, r, 2 * k)],                                             # pairs of blocks: likewise
+    ]
+    return plain, blocked
+
+
+BLOCK_SHAPES = [(4, 6, 32), (13, 4, 16), (1, 2, 8)]
+
+
+@pytest.mark.parametrize("rows, blocks, k", BLOCK_SHAPES)
+def test_lists_with_block_give_the_numbers_of_lists_without(device, rows, blocks, k):
+    t, ref = block_matvec(rows, blocks, k, device)
+    plain, blocked = block_lists(rows, k)
+    for opts in plain + blocked:
+        if not linear(device) and any(o.op in (UPCAST, TILE) for o in opts):
+            continue
+        np.testing.assert_array_equal(run_with_opts(t, opts, device), ref, err_msg=" ".join(map(str, opts)))
+
+
+@pytest.mark.parametrize("rows, blocks, k", BLOCK_SHAPES)
+def test_block_is_applied_not_dropped(rows, blocks, k):
+    """Each BLOCK list makes a block loop and an in-block loop."""
+    renderer = open_device("CPU").renderer
+    t, _ = block_matvec(rows, blocks, k, "CPU")
+    _, last = compute_kernel(t, "CPU")
+    ast = simplify_kernel(last.ast)
+    for opts in block_lists(rows, k)[1]:
+        optimized, _ = apply_opts(ast, opts, renderer)
+        kinds = {u.arg[-1] for u in optimized.toposort if u.op is Ops.RANGE}
+        assert {"block", "in block"} <= kinds, (opts, kinds)
+
