@@ -316,3 +316,14 @@ def test_block_is_applied_not_dropped(rows, blocks, k):
         kinds = {u.arg[-1] for u in optimized.toposort if u.op is Ops.RANGE}
         assert {"block", "in block"} <= kinds, (opts, kinds)
 
+
+@pytest.mark.parametrize("opts", [[Opt(BLOCK, 1, 32), Opt(UPCAST, 1, 2)], [Opt(BLOCK, 1, 32), Opt(UNROLL, 1, 3)],
+                                  [Opt(BLOCK, 1, 16), Opt(BLOCK, 1, 2)], [Opt(BLOCK, 1, 32), Opt(TILE, 1, 2)]],
+                         ids=lambda opts: " ".join(map(str, opts)))
+def test_an_opt_after_block_on_its_axis_is_rejected(opts):
+    """apply_opts splits blocks last, on the loop left when the BLOCK came: a later split of the axis used to make
+    it drop the BLOCK without a word."""
+    t, _ = block_matvec(4, 6, 32, "CPU")
+    _, last = compute_kernel(t, "CPU")
+    with pytest.raises(OptError, match=rf"^{re.escape(str(opts[1]))}: BLOCK\(1,\d+\) already divides axis 1"):
+        apply_opts(simplify_kernel(last.ast), opts, open_device("CPU").renderer)

@@ -76,9 +76,13 @@ def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: object) -> None
     upcasts = [o for o in opts if o.op is OptOps.UPCAST]
     if len(upcasts) > 1:
         raise OptError(f"{upcasts[1]}: one axis per kernel can be vectorized, {upcasts[0]} is already")
+    blocked: dict[int, Opt] = {}  # apply_opts splits blocks after every other opt: a BLOCK ends its axis's list
     for o in opts:
         if not 0 <= o.axis < len(axes):
             raise OptError(f"{o}: the kernel has {len(axes)} axes")
+        if o.axis in blocked:
+            raise OptError(f"{o}: {blocked[o.axis]} already divides axis {o.axis} into blocks; "
+                           "BLOCK comes after the other opts of its axis")
         kind, n = _kind(axes[o.axis]), left[o.axis]
         if o.amount < 1 or n < 1:
             raise OptError(f"{o}: amount must be positive and the axis of constant size")
@@ -92,6 +96,8 @@ def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: object) -> None
             raise OptError(f"{o}: {o.amount} does not divide the {n} iterations left of axis {o.axis} "
                            "(pad the axis or choose a divisor)")
         left[o.axis] = o.amount if o.op is OptOps.TILE else n // o.amount
+        if o.op is OptOps.BLOCK:
+            blocked[o.axis] = o
     if upcasts and upcasts[0].amount > MAX_LANES:
         raise OptError(f"{upcasts[0]}: at most {MAX_LANES} lanes")
     ordered = [o for o in opts if o.op in (OptOps.UPCAST, OptOps.TILE)]
