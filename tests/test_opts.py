@@ -327,3 +327,91 @@ def test_an_opt_after_block_on_its_axis_is_rejected(opts):
     _, last = compute_kernel(t, "CPU")
     with pytest.raises(OptError, match=rf"^{re.escape(str(opts[1]))}: BLOCK\(1,\d+\) already divides axis 1"):
         apply_opts(simplify_kernel(last.ast), opts, open_device("CPU").renderer)
+
+
+# ------------------------------------------------------------------------------ lists that do not fit
+
+def gemm_ast(m: int, n: int, k: int, device: str = "CPU", dtype: type = np.float32) -> object:
+    """The simplified compute kernel of an (m, k) @ (k, n) product: axes 0 (m), 1 (n), 2 (k, reduced)."""
+    a, b = np.ones((m, k), dtype), np.ones((k, n), dtype)
+    _, last = compute_kernel(Tensor(a, device=device) @ Tensor(b, device=device), device)
+    return simplify_kernel(last.ast)
+
+
+@pytest.mark.parametrize("opts, message", [
+    ([Opt(UPCAST, 0, 5)], r"UPCAST\(0,5\): 5 does not divide the 12 iterations left of axis 0"),
+    ([Opt(UNROLL, 1, 3)], r"UNROLL\(1,3\): 3 does not divide the 16 iterations left of axis 1"),
+    ([Opt(TILE, 2, 3)], r"TILE\(2,3\): 3 does not divide the 20 iterations left of axis 2"),
+    ([Opt(BLOCK, 2, 8)], r"BLOCK\(2,8\): 8 does not divide the 20 iterations"),
+    ([Opt(UNROLL, 1, 4), Opt(UPCAST, 1, 8)], r"UPCAST\(1,8\): 8 does not divide the 4 iterations left of axis 1"),
+    ([Opt(TILE, 2, 10), Opt(UNROLL, 2, 4)], r"UNROLL\(2,4\): 4 does not divide the 10 iterations"),  # in the tile
+    ([Opt(UPCAST, 0, 4), Opt(UPCAST, 1, 4)], r"UPCAST\(1,4\): one axis per kernel can be vectorized, UPCAST\(0,4\)"),
+    ([Opt(UPCAST, 2, 2), Opt(UPCAST, 2, 2)], r"UPCAST\(2,2\): one axis per kernel can be vectorized"),
+    ([Opt(TILE, 0, 4)], r"TILE\(0,4\): TILE applies to reduced axes only"),
+    ([Opt(BLOCK, 1, 4)], r"BLOCK\(1,4\): BLOCK applies to reduced axes only"),
+    ([Opt(THREAD, 2, 2)], r"THREAD\(2,2\): only output axes run on threads"),
+    ([Opt(UPCAST, 3, 2)], r"UPCAST\(3,2\): the kernel has 3 axes"),
+    ([Opt(UNROLL, -1, 2)], r"UNROLL\(-1,2\): the kernel has 3 axes"),
+    ([Opt(UNROLL, 0, 0)], r"UNROLL\(0,0\): amount must be positive"),
+    ([Opt(TILE, 2, 4), Opt(THREAD, 0, 5)], r"THREAD\(0,5\): with a TILE the 12 iterations of axis 0 must divide"),
+], ids=lambda x: " ".join(map(str, x)) if isinstance(x, list) else "")
+def test_a_list_that_does_not_fit_raises_opt_error(opts, message):
+    with pytest.raises(OptError, match=f"^{message}"):
+        apply_opts(gemm_ast(12, 16, 20), opts, open_device("CPU").renderer)
+
+
+def test_upcast_above_max_lanes_raises():
+    lanes = 2 * MAX_LANES
+    with pytest.raises(OptError, match=rf"^UPCAST\(1,{lanes}\): at most {MAX_LANES} lanes"):
+        apply_opts(gemm_ast(4, lanes, 8), [Opt(UPCAST, 1, lanes)], open_device("CPU").renderer)
+    apply_opts(gemm_ast(4, lanes, 8), [Opt(UPCAST, 1, MAX_LANES)], open_device("CPU").renderer)
+
+
+def test_more_accumulators_than_vector_registers_raise(device):
+    """UNROLL copies of a reduction each keep an accumulator: their product may not pass the renderer's
+    ``vector_registers``; exactly that many is fine."""
+    registers = open_device(device).renderer.vector_registers
+    ast = gemm_ast(registers, 4, 8, device)
+    with pytest.raises(OptError, match=rf"{2 * registers} accumulators do not fit in {registers} vector registers"):
+        apply_opts(ast, [Opt(UNROLL, 0, registers), Opt(UNROLL, 1, 2)], open_device(device).renderer)
+    with pytest.raises(OptError, match=rf"{2 * registers} accumulators do not fit"):
+        apply_opts(ast, [Opt(UNROLL, 0, registers // 2), Opt(UNROLL, 2, 4)], open_device(device).renderer)
+    apply_opts(ast, [Opt(UNROLL, 0, registers // 2), Opt(UNROLL, 1, 2)], open_device(device).renderer)
+
+
+@pytest.mark.parametrize("what", ["epilogue", "int", "max"])
+def test_tile_needs_a_float_sum_stored_as_it_is(what):
+    x = np.ones((8, 16), np.float32)
+    if what == "epilogue":
+        t = (Tensor(x) @ Tensor(x.T)) + 1
+    elif what == "int":
+        t = Tensor(x.astype(np.int32)) @ Tensor(x.T.astype(np.int32))
+    else:
+        t = Tensor(x).max(-1)
+    _, last = compute_kernel(t, "CPU")
+    reduced = len(kernel_axes(simplify_kernel(last.ast))) - 1
+    with pytest.raises(OptError, match=rf"^TILE\({reduced},4\): TILE needs one store of a float sum"):
+        apply_opts(simplify_kernel(last.ast), [Opt(TILE, reduced, 4)], open_device("CPU").renderer)
+
+
+# ------------------------------------------------------------------------------ DEBUG=3
+
+def test_debug_3_prints_the_explicit_list(device):
+    t, ref = gemm_case(8, 16, 12, device)
+    opts = [Opt(UNROLL, 0, 2), *([Opt(UPCAST, 1, 8), Opt(TILE, 2, 4)] if linear(device) else []), Opt(THREAD, 0, 2)]
+    with Context(DEBUG=3), contextlib.redirect_stdout(io.StringIO()) as out:
+        np.testing.assert_array_equal(run_with_opts(t, opts, device), ref)
+    assert re.search(rf"^\w+: opts \[{re.escape(', '.join(map(str, opts)))}\]$", out.getvalue(), re.M), out.getvalue()
+
+
+def test_debug_3_prints_the_default_list_and_it_applies(device):
+    t, ref = gemm_case(24, 40, 33, device)  # a shape no other test compiles: the default list is chosen here
+    with Context(DEBUG=3), contextlib.redirect_stdout(io.StringIO()) as out:
+        np.testing.assert_array_equal(t.numpy(), ref)
+    lists = re.findall(r"^\w+: opts \[(.*)\]$", out.getvalue(), re.M)
+    assert len(lists) == 1, out.getvalue()
+    printed = [m.groups() for m in re.finditer(r"(\w+)\((-?\d+),(\d+)\)", lists[0])]
+    opts = [Opt(OptOps[op], int(axis), int(amount)) for op, axis, amount in printed]
+    assert ", ".join(map(str, opts)) == lists[0]
+    t2, _ = gemm_case(24, 40, 33, device)
+    np.testing.assert_array_equal(run_with_opts(t2, opts, device), ref)
