@@ -354,6 +354,7 @@ def gemm_ast(m: int, n: int, k: int, device: str = "CPU", dtype: type = np.float
     ([Opt(UNROLL, -1, 2)], r"UNROLL\(-1,2\): the kernel has 3 axes"),
     ([Opt(UNROLL, 0, 0)], r"UNROLL\(0,0\): amount must be positive"),
     ([Opt(TILE, 2, 4), Opt(THREAD, 0, 5)], r"THREAD\(0,5\): with a TILE the 12 iterations of axis 0 must divide"),
+    ([Opt(THREAD, 0, 2), Opt(THREAD, 1, 2)], r"THREAD\(1,2\): one axis per kernel runs on threads, THREAD\(0,2\)"),
 ], ids=lambda x: " ".join(map(str, x)) if isinstance(x, list) else "")
 def test_a_list_that_does_not_fit_raises_opt_error(opts, message):
     with pytest.raises(OptError, match=f"^{message}"):

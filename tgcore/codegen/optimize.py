@@ -76,6 +76,9 @@ def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: object) -> None
     upcasts = [o for o in opts if o.op is OptOps.UPCAST]
     if len(upcasts) > 1:
         raise OptError(f"{upcasts[1]}: one axis per kernel can be vectorized, {upcasts[0]} is already")
+    threads = [o for o in opts if o.op is OptOps.THREAD]
+    if len(threads) > 1:
+        raise OptError(f"{threads[1]}: one axis per kernel runs on threads, {threads[0]} is already")
     blocked: dict[int, Opt] = {}  # apply_opts splits blocks after every other opt: a BLOCK ends its axis's list
     for o in opts:
         if not 0 <= o.axis < len(axes):
