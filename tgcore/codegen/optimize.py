@@ -80,9 +80,16 @@ def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: object) -> None
     upcasts = [o for o in opts if o.op is OptOps.UPCAST]
     if len(upcasts) > 1:
         raise OptError(f"{upcasts[1]}: one axis per kernel can be vectorized, {upcasts[0]} is already")
+    threads = [o for o in opts if o.op is OptOps.THREAD]
+    if len(threads) > 1:
+        raise OptError(f"{threads[1]}: one axis per kernel runs on threads, {threads[0]} is already")
+    blocked: dict[int, Opt] = {}  # apply_opts splits blocks after every other opt: a BLOCK ends its axis's list
     for o in opts:
         if not 0 <= o.axis < len(axes):
             raise OptError(f"{o}: the kernel has {len(axes)} axes")
+        if o.axis in blocked:
+            raise OptError(f"{o}: {blocked[o.axis]} already divides axis {o.axis} into blocks; "
+                           "BLOCK comes after the other opts of its axis")
         kind, n = _kind(axes[o.axis]), left[o.axis]
         if o.amount < 1 or n < 1:
             raise OptError(f"{o}: amount must be positive and the axis of constant size")
@@ -101,11 +108,15 @@ def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: object) -> None
             raise OptError(f"{o}: {o.amount} does not divide the {n} iterations left of axis {o.axis} "
                            "(pad the axis or choose a divisor)")
         left[o.axis] = o.amount if o.op is OptOps.TILE else n // o.amount
+        if o.op is OptOps.BLOCK:
+            blocked[o.axis] = o
     if upcasts and upcasts[0].amount > MAX_LANES:
         raise OptError(f"{upcasts[0]}: at most {MAX_LANES} lanes")
+    ordered = [o for o in opts if o.op in (OptOps.UPCAST, OptOps.TILE)]
+    if ordered and not getattr(renderer, "linear", True):
+        raise OptError(f"{ordered[0]}: {type(renderer).__name__} takes the kernel in REDUCE form (linear = False) and "
+                       "runs scalar loops in its own order: no vectors (UPCAST), no loop that must run first (TILE)")
     tiles = [o for o in opts if o.op is OptOps.TILE]
-    if len(tiles) > 1:
-        raise OptError(f"{tiles[1]}: one TILE per kernel")
     if tiles and not tileable(ast):
         raise OptError(f"{tiles[0]}: TILE needs one store of a float sum that is stored as it is")
     registers = getattr(renderer, "vector_registers", DEFAULT_VECTOR_REGISTERS)
@@ -174,13 +185,17 @@ def _and_gate(gate: UOp, extra: UOp) -> UOp:
     return UOp(Ops.VECTORIZE, gate.dtype, tuple(g & extra for g in gate.src))
 
 
-def _add_earlier_tiles(ast: UOp, tile: UOp) -> UOp:
+def _add_earlier_tiles(ast: UOp, tiles: list[UOp]) -> UOp:
     """Each store adds what the output holds from the earlier tiles (a gated load: nothing before the first). The
     load comes AFTER the value it is added to, so the reduction loop's registers hold accumulators, not old
     outputs."""
+    later = tiles[0].ne(0)
+    for t in tiles[1:]:
+        later = later | t.ne(0)
+
     def add(store: UOp) -> UOp:
         index, value = store.src
-        gate = tile.ne(0) if len(index.src) < 3 else _and_gate(index.src[2], tile.ne(0))
+        gate = later if len(index.src) < 3 else _and_gate(index.src[2], later)
         earlier_at = UOp(Ops.INDEX, index.dtype, (index.src[0].after(value), index.src[1], gate))
         return index.store(UOp(Ops.LOAD, value.dtype, (earlier_at,)) + value)
     return ast.replace(src=tuple(add(s) if s.op is Ops.STORE else s for s in ast.src))
@@ -236,8 +251,8 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: object) -> tuple[UOp, int]:
             ast = factor_blocks(ast, inner)
     if vector is not None:
         ast = _Expander([vector], getattr(renderer, "masked_vectors", False)).expand(ast)
-    for tile in tiles:  # on the final stores (vectors, unrolled copies)
-        ast = _add_earlier_tiles(ast, tile)
+    if tiles:  # on the final stores (vectors, unrolled copies)
+        ast = _add_earlier_tiles(ast, tiles)
     return _thread(ast, thread, current, bool(tiles))
 
 

@@ -287,6 +287,27 @@ def _power_of_two_pieces(start: int, n: int) -> list[tuple[int, int]]:
 
 
 def unroll(ast: UOp, lane: UOp) -> UOp:
-    """One copy of the kernel's stores per value of ``lane`` (work shared by the copies stays shared)."""
+    """One copy of the kernel's stores per value of ``lane`` (work shared by the copies stays shared); for a
+    reduced ``lane``, one copy of each reduction over it (``_unroll_reduce``)."""
+    if any(u.op is Ops.REDUCE and lane in u.src[1:] for u in ast.toposort):
+        return _unroll_reduce(ast, lane)
     copies = [ast.substitute({lane: UOp.const(lane.dtype, i)}).simplify() for i in range(_size(lane))]
     return UOp.sink(*dict.fromkeys(s for c in copies for s in c.src))
+
+
+def _unroll_reduce(ast: UOp, lane: UOp) -> UOp:
+    """Each reduction over ``lane`` as one reduction per value of ``lane`` over the other ranges (a copy of the loop
+    body and an accumulator each), combined after the loop."""
+    new: dict[UOp, UOp] = {}
+    for n in ast.toposort:
+        src = tuple(new[s] for s in n.src)
+        m = n if src == n.src else n.replace(src=src)
+        if m.op is Ops.REDUCE and lane in m.src[1:]:
+            rest = tuple(r for r in m.src[1:] if r is not lane)
+            copies = [m.src[0].substitute({lane: UOp.const(lane.dtype, i)}) for i in range(_size(lane))]
+            parts = [UOp(Ops.REDUCE, m.dtype, (c, *rest), m.arg) if rest else c for c in copies]
+            m = parts[0]
+            for p in parts[1:]:
+                m = m.alu(n.arg, p)
+        new[n] = m
+    return new[ast].simplify()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tgcore.codegen import ProgramSpec, get_program
+from tgcore.codegen.optimize import Opt
 from tgcore.engine.stats import update_stats
 from tgcore.helpers import DEBUG
 from tgcore.runtime.buffer import Buffer
@@ -54,6 +55,7 @@ _lock = threading.Lock()
 
 
 def get_runner(device: str, ast: UOp) -> Runner:
+    """The program for ``ast`` on ``device`` with the default optimizations, compiled once per process."""
     key = (device, ast)
     runner = _runners.get(key)
     if runner is not None:
@@ -61,22 +63,28 @@ def get_runner(device: str, ast: UOp) -> Runner:
     with _lock:
         if key in _runners:
             return _runners[key]
-        dev = open_device(device)
-        spec = get_program(ast, dev.renderer, getattr(dev, "threads", 1))
-        if DEBUG >= 4:
-            print(spec.src if isinstance(spec.src, str) else f"<{len(spec.src)} bytes>")
-        if DEBUG >= 5:
-            for i, u in enumerate(spec.uops):
-                print(f"{i:4d} {u.op.name:12s} {u.dtype!r:24s} {[spec.uops.index(s) for s in u.src if s in spec.uops]}"
-                      f" {u.arg!r}")
-        lib = dev.compiler.compile_cached(spec.src) if isinstance(spec.src, str) else dev.compiler.compile(spec.src)
-        CompileCounter.count += 1
-        loader = getattr(dev.renderer, "program", None) or dev.program  # an ISA renderer may load its own code
-        program = loader(spec.name, lib)
-        if spec.global_size is not None:  # a hand-written kernel: bind its launch dimensions once
-            program = functools.partial(program, global_size=spec.global_size, local_size=spec.local_size)
-        _runners[key] = runner = Runner(spec, program, device)
+        _runners[key] = runner = compile_runner(device, ast)
         return runner
+
+
+def compile_runner(device: str, ast: UOp, opts: list[Opt] | None = None) -> Runner:
+    """Compile ``ast`` for ``device`` now, not cached in memory; ``opts``: an explicit optimization list (default:
+    the heuristic's), e.g. from a search or a test. Raises ``OptError`` for a list that does not fit the kernel."""
+    dev = open_device(device)
+    spec = get_program(ast, dev.renderer, getattr(dev, "threads", 1), opts)
+    if DEBUG >= 4:
+        print(spec.src if isinstance(spec.src, str) else f"<{len(spec.src)} bytes>")
+    if DEBUG >= 5:
+        for i, u in enumerate(spec.uops):
+            print(f"{i:4d} {u.op.name:12s} {u.dtype!r:24s} {[spec.uops.index(s) for s in u.src if s in spec.uops]}"
+                  f" {u.arg!r}")
+    lib = dev.compiler.compile_cached(spec.src) if isinstance(spec.src, str) else dev.compiler.compile(spec.src)
+    CompileCounter.count += 1
+    loader = getattr(dev.renderer, "program", None) or dev.program  # an ISA renderer may load its own code
+    program = loader(spec.name, lib)
+    if spec.global_size is not None:  # a hand-written kernel: bind its launch dimensions once
+        program = functools.partial(program, global_size=spec.global_size, local_size=spec.local_size)
+    return Runner(spec, program, device)
 
 
 def _copy(dest: Buffer, src: Buffer) -> None:
