@@ -102,3 +102,29 @@ def test_too_many_accumulators_is_an_error():
 def test_pad_after_a_split_is_an_error():
     with pytest.raises(OptError, match="PAD"):
         apply_opts(_matmul_ast(60, 64, 64), [Opt(OptOps.UNROLL, 0, 4), Opt(OptOps.PAD, 0, 8)], _renderer(256, 16))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("nd,kernel,padding,dilation,groups", [
+    (2, (3, 3), 1, 1, 1), (2, (3, 5), (0, 2), 1, 1), (2, (3, 3), 2, 2, 1), (2, (3, 3), 1, 1, 2),
+    (1, (5,), 2, 1, 1)])
+def test_convolution_over_flat_positions_matches_torch(device, nd, kernel, padding, dilation, groups, monkeypatch):
+    """Stride-1 convolutions computed over the flattened padded input (``F._conv_flat``), forward and gradients."""
+    torch = pytest.importorskip("torch")
+    import tgcore.nn.functional as F
+    monkeypatch.setattr(F, "FLAT_CONV_MIN_FLOPS", 0)
+    rng = np.random.default_rng(nd * 10 + groups)
+    spatial = {1: (23,), 2: (9, 11)}[nd]
+    x_np = rng.standard_normal((2, 4) + spatial).astype(np.float32)
+    w_np = rng.standard_normal((6, 4 // groups) + kernel).astype(np.float32)
+    conv = {1: F.conv1d, 2: F.conv2d}[nd]
+    tconv = {1: torch.nn.functional.conv1d, 2: torch.nn.functional.conv2d}[nd]
+    x, w = Tensor(x_np, device=device, requires_grad=True), Tensor(w_np, device=device, requires_grad=True)
+    out = conv(x, w, padding=padding, dilation=dilation, groups=groups)
+    xt, wt = torch.tensor(x_np, requires_grad=True), torch.tensor(w_np, requires_grad=True)
+    ref = tconv(xt, wt, padding=padding, dilation=dilation, groups=groups)
+    (out * out).sum().backward()  # (before reading ``out``: backward through a realized tensor is not supported)
+    (ref * ref).sum().backward()
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(w.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=1e-3)

@@ -95,9 +95,10 @@ TILE_K_SHARE = 4                # one K block of B fills at most this fraction o
 MIN_TILE_K = 32                 # shorter K blocks cost more in partial sums than they save in cache misses
 
 
-def _gemm_axes(ast: UOp) -> tuple[UOp, UOp, UOp, UOp] | None:
-    """(rows, columns, reduce, B's index) when ``ast`` stores one sum of products ``A[.., k] * B[k, ..]`` in a
-    contiguous column axis that B runs along with stride 1 and A does not (a matmul, batched or not)."""
+def _gemm_axes(ast: UOp) -> tuple[UOp, UOp, tuple[UOp, ...], UOp] | None:
+    """(rows, columns, reduced ranges, B's index) when ``ast`` stores one sum of products ``A[.., k] * B[k, ..]`` in
+    a contiguous column axis that B runs along with stride 1 and A does not, over rows that A runs along and B does
+    not (a matmul, batched or not; a convolution over output channels and flattened positions)."""
     if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE:
         return None
     store = ast.src[0]
@@ -105,12 +106,12 @@ def _gemm_axes(ast: UOp) -> tuple[UOp, UOp, UOp, UOp] | None:
     if len(reduces) != 1:
         return None
     red = reduces[0]
-    if red.arg is not Ops.ADD or len(red.src) != 2 or red.src[0].op is not Ops.MUL:
+    if red.arg is not Ops.ADD or red.src[0].op is not Ops.MUL:
         return None
     a, b = red.src[0].src
     if a.op is not Ops.LOAD or b.op is not Ops.LOAD:
         return None
-    k, index = red.src[1], store.src[0].src[1]
+    ks, index = red.src[1:], store.src[0].src[1]
     a_idx, b_idx = a.src[0].src[1], b.src[0].src[1]
     outputs = [r for r in index.toposort if r.op is Ops.RANGE and r.arg[1] == "global"]
     cols = [r for r in outputs if _stride(index, r) == 1]
@@ -119,10 +120,10 @@ def _gemm_axes(ast: UOp) -> tuple[UOp, UOp, UOp, UOp] | None:
     col = cols[0]
     if _stride(a_idx, col) == 1 and _stride(b_idx, col) == 0:  # the loads the other way round
         a_idx, b_idx = b_idx, a_idx
-    if _stride(b_idx, col) != 1 or _stride(a_idx, col) != 0 or not _stride(b_idx, k) or not _stride(a_idx, k):
+    if _stride(b_idx, col) != 1 or _stride(a_idx, col) != 0:
         return None
     rows = [r for r in outputs if r is not col and _stride(b_idx, r) == 0 and _stride(a_idx, r)]
-    return (rows[-1], col, k, b_idx) if rows else None
+    return (rows[-1], col, ks, b_idx) if rows else None
 
 
 def gemm_opts(ast: UOp, renderer: object, threads: int) -> list[Opt]:
@@ -134,12 +135,12 @@ def gemm_opts(ast: UOp, renderer: object, threads: int) -> list[Opt]:
     found = _gemm_axes(ast)
     if found is None:
         return []
-    row, col, k, _ = found
+    row, col, ks, _ = found
     dtype = ast.src[0].src[1].dtype
     bits = getattr(renderer, "vector_bits", 128)
     lanes = min(bits // (8 * dtype.itemsize), MAX_LANES)
     registers = getattr(renderer, "vector_registers", 16)
-    m, n, kk = _size(row), _size(col), _size(k)
+    m, n, kk = _size(row), _size(col), prod(_size(k) for k in ks)
     if lanes < 2 or min(m, n, kk) < 1 or 2 * m * n * kk < GEMM_MIN_FLOPS:
         return []
     masked = getattr(renderer, "masked_vectors", False)  # columns can be padded: lane-gated loads and stores
@@ -159,14 +160,14 @@ def gemm_opts(ast: UOp, renderer: object, threads: int) -> list[Opt]:
     number = {r: i for i, r in enumerate(axes)}
     l2 = getattr(getattr(renderer, "cache_sizes", None), "l2", 1 << 20)
     block_k = max((d for d in range(MIN_TILE_K, kk) if kk % d == 0 and d * n * dtype.itemsize * TILE_K_SHARE <= l2),
-                  default=0) if tileable(ast) else 0
+                  default=0) if tileable(ast) and len(ks) == 1 else 0
     n_threads = min(threads, -(-m // rows)) if getattr(renderer, "has_threads", False) else 1
     # with a K tile each thread takes whole row tiles: rows are padded to a multiple of every thread's tiles
     multiple = rows * n_threads if block_k else rows
     return [*([Opt(OptOps.PAD, number[col], cols)] if n % cols else []),
             Opt(OptOps.UPCAST, number[col], lanes), *([Opt(OptOps.UNROLL, number[col], vectors)] if vectors > 1 else []),
             *([Opt(OptOps.PAD, number[row], multiple)] if m % multiple else []), Opt(OptOps.UNROLL, number[row], rows),
-            *([Opt(OptOps.TILE, number[k], block_k)] if block_k else []),
+            *([Opt(OptOps.TILE, number[ks[0]], block_k)] if block_k else []),
             *([Opt(OptOps.THREAD, number[row], n_threads)] if n_threads > 1 else [])]
 
 
