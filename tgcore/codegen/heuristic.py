@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from tgcore.codegen.optimize import Opt, OptOps, kernel_axes, tileable
 from tgcore.codegen.upcast import MAX_LANES, MAX_UNROLL, REDUCE_ROWS, _size, _stride, block_divisors
-from tgcore.dtype import DType
+from tgcore.dtype import DType, dtypes
 from tgcore.helpers import prod
 from tgcore.uop import Ops, UOp
 
@@ -57,7 +57,9 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int]) -> list[Opt]:
     reduces = [u for u in ast.toposort if u.op is Ops.REDUCE]
     mains = _main_inputs(ast)
     contiguous = [r for r in ranges if _stride(index, r) == 1]
-    along_output = bool(contiguous) and all(_stride(m, contiguous[0]) in (0, 1) for m in mains)
+    # the output axis is the one to vectorize when the inputs run along it too, and it has the lanes for a vector
+    along_output = (bool(contiguous) and all(_stride(m, contiguous[0]) in (0, 1) for m in mains)
+                    and (not reduces or width < 2 or _size(contiguous[0]) % width == 0))
     if reduces and mains and not along_output and len(reduces) == 1:
         reduce_ranges = [r for r in reduces[0].src[1:] if any(_stride(m, r) == 1 for m in mains)]
         rows = [r for r in ranges if _size(r) % REDUCE_ROWS == 0]
@@ -171,6 +173,49 @@ def gemm_opts(ast: UOp, renderer: object, threads: int) -> list[Opt]:
             *([Opt(OptOps.THREAD, number[row], n_threads)] if n_threads > 1 else [])]
 
 
+def nt_gemm_opts(ast: UOp, renderer: object, threads: int, work: int) -> list[Opt]:
+    """A register tile for a product of two matrices that both run along the reduced axis (``x @ W.T``, a weight
+    gradient): the reduced axis in vectors, ``rows x cols`` accumulators (one vector each, summed across lanes
+    after the loop), so each step loads ``rows + cols`` vectors for ``rows * cols`` FMAs."""
+    if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE:
+        return []
+    store = ast.src[0]
+    reduces = [u for u in store.src[1].toposort if u.op is Ops.REDUCE]
+    if len(reduces) != 1 or reduces[0].arg is not Ops.ADD or reduces[0].src[0].op is not Ops.MUL:
+        return []
+    red = reduces[0]
+    a, b = red.src[0].src
+    if a.op is not Ops.LOAD or b.op is not Ops.LOAD or not dtypes.is_float(red.dtype) or a.dtype != red.dtype:
+        return []
+    a_idx, b_idx = a.src[0].src[1], b.src[0].src[1]
+    k = next((r for r in red.src[1:] if _stride(a_idx, r) == 1 and _stride(b_idx, r) == 1), None)
+    outputs = [r for r in store.src[0].src[1].toposort if r.op is Ops.RANGE and r.arg[1] == "global"]
+    rows = [r for r in outputs if _stride(a_idx, r) and _stride(b_idx, r) == 0]
+    cols = [r for r in outputs if _stride(b_idx, r) and _stride(a_idx, r) == 0]
+    lanes = min(getattr(renderer, "vector_bits", 128) // (8 * red.dtype.itemsize), MAX_LANES)
+    if k is None or not rows or not cols or lanes < 2 or _size(k) % lanes or work < GEMM_MIN_FLOPS // 2:
+        return []
+    row, col = max(rows, key=_size), max(cols, key=_size)
+    m, n = _size(row), _size(col)
+    registers = getattr(renderer, "vector_registers", 16)
+    tiles = [(r, c) for r in range(1, min(m, MAX_TILE_ROWS) + 1) for c in range(1, min(n, MAX_TILE_ROWS) + 1)
+             if r * c + r + c <= registers and r * c >= 4]
+    if not tiles:
+        return []
+
+    def speed(tile: tuple[int, int]) -> float:  # FMAs per load, less the padded share
+        r, c = tile
+        return r * c / (r + c) * m / (-(-m // r) * r) * n / (-(-n // c) * c)
+    tr, tc = max(tiles, key=lambda t: (speed(t), t[0] * t[1]))
+    number = {r: i for i, r in enumerate(kernel_axes(ast))}
+    opts = [*([Opt(OptOps.PAD, number[row], tr)] if m % tr else []), Opt(OptOps.UNROLL, number[row], tr),
+            *([Opt(OptOps.PAD, number[col], tc)] if n % tc else []), Opt(OptOps.UNROLL, number[col], tc),
+            Opt(OptOps.UPCAST, number[k], lanes)]
+    if getattr(renderer, "has_threads", False):
+        opts += thread_opt(ast, opts, threads, work)
+    return opts
+
+
 def thread_opt(ast: UOp, opts: list[Opt], threads: int, work: int) -> list[Opt]:
     """Split the outermost output loop left after ``opts`` over up to ``threads`` threads (each thread gets a
     contiguous chunk), when there is ``MIN_WORK_PER_THREAD`` of ``work`` for each."""
@@ -180,7 +225,11 @@ def thread_opt(ast: UOp, opts: list[Opt], threads: int, work: int) -> list[Opt]:
     for i, r in enumerate(axes):
         if r.arg[1] != "global":
             continue
-        left = _size(r) // prod(o.amount for o in opts if o.axis == i and o.op in (OptOps.UPCAST, OptOps.UNROLL))
+        size = _size(r)
+        for o in opts:
+            if o.axis == i and o.op is OptOps.PAD:
+                size = -(-size // o.amount) * o.amount
+        left = size // prod(o.amount for o in opts if o.axis == i and o.op in (OptOps.UPCAST, OptOps.UNROLL))
         if left > 1:
             n = min(threads, left, max(1, work // MIN_WORK_PER_THREAD))
             return [Opt(OptOps.THREAD, i, n)] if n > 1 else []
@@ -190,7 +239,7 @@ def thread_opt(ast: UOp, opts: list[Opt], threads: int, work: int) -> list[Opt]:
 def heuristic_opts(ast: UOp, renderer: object, threads: int = 1, work: int = 0) -> list[Opt]:
     """The default optimization list for ``ast`` on ``renderer`` (see the module docstring)."""
     linear = getattr(renderer, "linear", True)  # a renderer that takes the REDUCE form vectorizes by itself
-    if linear and (gemm := gemm_opts(ast, renderer, threads)):
+    if linear and (gemm := gemm_opts(ast, renderer, threads) or nt_gemm_opts(ast, renderer, threads, work)):
         return gemm
     opts = vector_opts(ast, getattr(renderer, "simd_widths", None) or {}) if linear else []
     lanes = max((o.amount for o in opts if o.op is OptOps.UPCAST), default=1)
