@@ -6,7 +6,9 @@ Out: the output buffers filled in; ``GlobalCounters`` and the ``DEBUG=2`` line p
 
 Compiled programs are cached in memory by (device, kernel AST): kernels are hash-consed
 UOps, so the same computation on different buffers reuses its program. Compilers keep
-their own on-disk cache across processes.
+their own on-disk cache across processes. A kernel's optimizations come from
+``engine.beam``'s policy: a stored BEAM winner, a search when ``BEAM`` is set, else the
+heuristic.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tgcore.codegen import ProgramSpec, get_program
+from tgcore.engine.beam import beam_policy
 from tgcore.engine.stats import update_stats
 from tgcore.helpers import DEBUG
 from tgcore.runtime.buffer import Buffer
@@ -62,21 +65,31 @@ def get_runner(device: str, ast: UOp) -> Runner:
         if key in _runners:
             return _runners[key]
         dev = open_device(device)
-        spec = get_program(ast, dev.renderer, getattr(dev, "threads", 1))
+        # the policy: a BEAM winner stored for this kernel, a search when BEAM is set, else the heuristic
+        spec = get_program(ast, dev.renderer, getattr(dev, "threads", 1), policy=beam_policy(dev))
         if DEBUG >= 4:
             print(spec.src if isinstance(spec.src, str) else f"<{len(spec.src)} bytes>")
         if DEBUG >= 5:
             for i, u in enumerate(spec.uops):
                 print(f"{i:4d} {u.op.name:12s} {u.dtype!r:24s} {[spec.uops.index(s) for s in u.src if s in spec.uops]}"
                       f" {u.arg!r}")
-        lib = dev.compiler.compile_cached(spec.src) if isinstance(spec.src, str) else dev.compiler.compile(spec.src)
-        CompileCounter.count += 1
-        loader = getattr(dev.renderer, "program", None) or dev.program  # an ISA renderer may load its own code
-        program = loader(spec.name, lib)
-        if spec.global_size is not None:  # a hand-written kernel: bind its launch dimensions once
-            program = functools.partial(program, global_size=spec.global_size, local_size=spec.local_size)
-        _runners[key] = runner = Runner(spec, program, device)
+        _runners[key] = runner = Runner(spec, build_program(dev, spec), device)
         return runner
+
+
+def build_program(dev: Any, spec: ProgramSpec, disk_cache: bool = True) -> Any:
+    """``spec`` compiled by the device's compiler (text through its disk cache unless ``disk_cache`` is false) and
+    loaded: a callable ``program(*handles, vals=, threads=, wait=)``."""
+    if isinstance(spec.src, str) and disk_cache:
+        lib = dev.compiler.compile_cached(spec.src)
+    else:
+        lib = dev.compiler.compile(spec.src)
+    CompileCounter.count += 1
+    loader = getattr(dev.renderer, "program", None) or dev.program  # an ISA renderer may load its own code
+    program = loader(spec.name, lib)
+    if spec.global_size is not None:  # a hand-written kernel: bind its launch dimensions once
+        program = functools.partial(program, global_size=spec.global_size, local_size=spec.local_size)
+    return program
 
 
 def _copy(dest: Buffer, src: Buffer) -> None:
