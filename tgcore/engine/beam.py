@@ -272,7 +272,6 @@ def search(dev: Any, kernel: Kernel, renderer: object, threads: int, budget: int
     if len(lists) <= 1:  # nothing to compare: the one list there is
         return SearchResult(lists[0] if lists else [], None, None, 0, len(lists), time.perf_counter() - start)
     scratch = _scratch_buffers(dev, kernel)
-    handles = [b.ensure_allocated().handle for b in scratch]
     maxes = {u.arg[0]: u.arg[2] for u in kernel.ast.toposort if u.op is Ops.DEFINE_VAR}
     vals = tuple(maxes[v] for v in kernel.vars)
     progress = _Progress(kernel.name, len(lists), start)
@@ -282,7 +281,7 @@ def search(dev: Any, kernel: Kernel, renderer: object, threads: int, budget: int
     for i, opts in enumerate(lists):
         cap = FIRST_CAP if best is None else max(TIME_CAP, TIME_CAP_FACTOR * best[0])
         try:
-            t = time_candidate(dev, kernel, renderer, opts, handles, vals, cap)
+            t = time_candidate(dev, kernel, renderer, opts, scratch, vals, cap)
         except CandidateTimeout as e:
             note = f"stopped at candidate {i + 1}: {e}"
             break
@@ -298,7 +297,6 @@ def search(dev: Any, kernel: Kernel, renderer: object, threads: int, budget: int
                 best = (t, opts)
         finally:
             progress.update(i + 1, best)
-    del scratch  # (a candidate still running at its cap keeps its own references)
     if best is None:
         progress.done(None)
         return None
@@ -308,9 +306,9 @@ def search(dev: Any, kernel: Kernel, renderer: object, threads: int, budget: int
     return result
 
 
-def time_candidate(dev: Any, kernel: Kernel, renderer: object, opts: list[Opt], handles: list[Any],
+def time_candidate(dev: Any, kernel: Kernel, renderer: object, opts: list[Opt], buffers: list[Any],
                    vals: tuple[int, ...], cap: float) -> float:
-    """Lower, compile and run ``opts`` on ``handles``: the fastest of ``RUNS`` runs (up to ``MAX_RUNS`` while they
+    """Lower, compile and run ``opts`` on ``buffers``: the fastest of ``RUNS`` runs (up to ``MAX_RUNS`` while they
     total less than ``MIN_TIMED``; fewer once they total more than ``cap``), in seconds. Raises CandidateTimeout when a
     run is still going at ``cap``."""
     from tgcore.engine.realize import build_program  # (realize imports this module)
@@ -320,7 +318,8 @@ def time_candidate(dev: Any, kernel: Kernel, renderer: object, opts: list[Opt], 
     times: list[float] = []
     errors: list[BaseException] = []
 
-    def run() -> None:
+    def run() -> None:  # (holds ``buffers``: a run still going after the cap writes to live memory)
+        handles = [b.ensure_allocated().handle for b in buffers]
         try:
             for i in range(MAX_RUNS):
                 begin = time.perf_counter()
