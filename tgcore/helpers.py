@@ -130,6 +130,7 @@ def Context(**overrides: Any) -> Iterator[None]:
 
 
 DEBUG = ContextVar("DEBUG", 0)
+BEAM = ContextVar("BEAM", 0)  # >0: time up to BEAM optimization lists per new kernel, keep the fastest (engine/beam.py)
 
 
 # ---- numbers and sequences ----

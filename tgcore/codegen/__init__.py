@@ -9,9 +9,13 @@ Passes, in order: simplify index math (symbolic) -> emulate narrow floats in flo
 the renderer asks -> optimizations (a list of ``Opt`` records from a policy, applied by
 ``optimize.apply_opts``: vectorize, unroll, tile, split across threads) -> reductions into
 accumulators and loops closed with END -> linearize -> render.
+
+``get_program`` is ``prepare_kernel`` (up to the point where optimizations are chosen: a ``Kernel``), a policy
+(``OptPolicy``: the heuristic by default; the engine passes the BEAM cache and search) and ``lower_kernel``.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tgcore.codegen.accumulate import add_accumulators_and_ends
@@ -64,11 +68,29 @@ def custom_program_spec(ast: UOp, renderer: object) -> ProgramSpec:
                        tuple(range(launch.n_args)), (), launch.global_size, launch.local_size)
 
 
-def get_program(ast: UOp, renderer: object, threads: int = 1, opts: list[Opt] | None = None) -> ProgramSpec:
-    """Lower one kernel for ``renderer``; ``threads`` is the most core_ids the device offers. ``opts``: the
-    optimizations to apply (default: the heuristic's choice; ``DEBUG=3`` prints the list of each kernel)."""
-    if is_custom_program(ast):
-        return custom_program_spec(ast, renderer)
+@dataclass(frozen=True)
+class Kernel:
+    """A kernel ready for optimizations: simplified, its buffers numbered 0..n-1, transcendentals decomposed and
+    narrow floats emulated as the renderer asks. ``ast`` is what ``Opt`` axes and policies refer to."""
+    ast: UOp
+    name: str
+    vars: tuple[str, ...]        # DEFINE_VAR names, in argument order
+    ops: int                     # estimated arithmetic operations
+    mem: int                     # estimated bytes moved
+    buf_slots: tuple[int, ...]   # which of the schedule's buffers the kernel takes, in argument order
+
+    @property
+    def work(self) -> int:
+        """What the heuristic weighs threads against: operations, or bytes / 4 when that is larger."""
+        return max(self.ops, self.mem // 4)
+
+
+# A policy chooses the optimizations of a prepared kernel: (kernel, renderer, threads) -> opts.
+OptPolicy = Callable[[Kernel, object, int], list[Opt]]
+
+
+def prepare_kernel(ast: UOp, renderer: object) -> Kernel:
+    """The kernel from the scheduler, up to the point where optimizations are chosen (see ``Kernel``)."""
     ast, buf_slots = compact_params(simplify_kernel(ast))
     if not getattr(renderer, "native_transcendentals", False):
         ast = decompose_transcendentals(ast)
@@ -78,11 +100,20 @@ def get_program(ast: UOp, renderer: object, threads: int = 1, opts: list[Opt] | 
     emulated: frozenset = getattr(renderer, "emulated_floats", frozenset())
     if emulated:
         ast = emulate_floats(ast, emulated)
-    if opts is None:
-        opts = heuristic_opts(ast, renderer, threads, max(ops, mem // 4))
+    return Kernel(ast, name, variables, ops, mem, buf_slots)
+
+
+def default_policy(kernel: Kernel, renderer: object, threads: int) -> list[Opt]:
+    """The heuristic's list (``tgcore.codegen.heuristic``): what a kernel gets when nothing else decides."""
+    return heuristic_opts(kernel.ast, renderer, threads, kernel.work)
+
+
+def lower_kernel(kernel: Kernel, renderer: object, opts: list[Opt]) -> ProgramSpec:
+    """``kernel`` with ``opts`` applied, linearized and rendered (``OptError`` for a list that does not fit)."""
     if DEBUG >= 3:
-        print(f"{name}: opts [{', '.join(map(str, opts))}]")
-    ast, n_threads = apply_opts(ast, opts, renderer)
+        print(f"{kernel.name}: opts [{', '.join(map(str, opts))}]")
+    ast, n_threads = apply_opts(kernel.ast, opts, renderer)
+    name, variables, ops, mem, buf_slots = kernel.name, kernel.vars, kernel.ops, kernel.mem, kernel.buf_slots
     if not getattr(renderer, "linear", True):
         return ProgramSpec(name, renderer.render(name, ast), variables, n_threads, ops, mem,  # type: ignore[attr-defined]
                            buf_slots)
@@ -93,3 +124,16 @@ def get_program(ast: UOp, renderer: object, threads: int = 1, opts: list[Opt] | 
     uops = drop_buffer_afters(linearize(add_accumulators_and_ends(ast), getattr(renderer, "placement_priority", None)))
     src = renderer.render(name, uops)  # type: ignore[attr-defined]
     return ProgramSpec(name, src, variables, n_threads, ops, mem, buf_slots, tuple(uops))
+
+
+def get_program(ast: UOp, renderer: object, threads: int = 1, opts: list[Opt] | None = None,
+                policy: OptPolicy | None = None) -> ProgramSpec:
+    """Lower one kernel for ``renderer``; ``threads`` is the most core_ids the device offers. ``opts``: the
+    optimizations to apply; without them ``policy`` chooses (default: the heuristic; ``tgcore.engine.beam`` passes
+    the BEAM cache and search). ``DEBUG=3`` prints the list of each kernel."""
+    if is_custom_program(ast):
+        return custom_program_spec(ast, renderer)
+    kernel = prepare_kernel(ast, renderer)
+    if opts is None:
+        opts = (policy or default_policy)(kernel, renderer, threads)
+    return lower_kernel(kernel, renderer, opts)

@@ -14,6 +14,8 @@ Out: a list of ``Opt`` records for ``tgcore.codegen.optimize.apply_opts``.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tgcore.codegen.optimize import Opt, OptOps, kernel_axes, tileable
 from tgcore.codegen.upcast import MAX_LANES, MAX_UNROLL, REDUCE_ROWS, _size, _stride, block_divisors
 from tgcore.dtype import DType, dtypes
@@ -128,49 +130,95 @@ def _gemm_axes(ast: UOp) -> tuple[UOp, UOp, tuple[UOp, ...], UOp] | None:
     return (rows[-1], col, ks, b_idx) if rows else None
 
 
+@dataclass(frozen=True)
+class GemmShape:
+    """A matrix product's facts the register tile is chosen from: the axes (numbers into ``kernel_axes``), their
+    sizes, and the renderer's vectors, registers and L2."""
+    row: int
+    col: int
+    k: int              # the reduced axis a K tile splits (the first, when there are several)
+    m: int
+    n: int
+    kk: int             # iterations of all reduced axes together
+    lanes: int          # elements of the output dtype per vector register
+    registers: int      # vector registers
+    masked: bool        # columns can be padded: lane-gated loads and stores
+    itemsize: int
+    l2: int
+    tileable: bool      # the K loop can be tiled (partial sums kept in the output)
+    threads: int        # threads the rows can be split over (1 without renderer threads)
+
+
+def gemm_shape(ast: UOp, renderer: object, threads: int, min_flops: int = GEMM_MIN_FLOPS) -> GemmShape | None:
+    """The facts of ``ast`` as a matrix product, or None when it is not one, its vectors hold fewer than 2 lanes or
+    it has fewer than ``min_flops`` operations."""
+    found = _gemm_axes(ast)
+    if found is None:
+        return None
+    row, col, ks, _ = found
+    dtype = ast.src[0].src[1].dtype
+    bits = getattr(renderer, "vector_bits", 128)
+    lanes = min(bits // (8 * dtype.itemsize), MAX_LANES)
+    m, n, kk = _size(row), _size(col), prod(_size(k) for k in ks)
+    if lanes < 2 or min(m, n, kk) < 1 or 2 * m * n * kk < min_flops:
+        return None
+    number = {r: i for i, r in enumerate(kernel_axes(ast))}
+    l2 = getattr(getattr(renderer, "cache_sizes", None), "l2", 1 << 20)
+    return GemmShape(number[row], number[col], number[ks[0]], m, n, kk, lanes, getattr(renderer, "vector_registers", 16),
+                     getattr(renderer, "masked_vectors", False), dtype.itemsize, l2, tileable(ast) and len(ks) == 1,
+                     threads if getattr(renderer, "has_threads", False) else 1)
+
+
+def gemm_tiles(g: GemmShape) -> list[tuple[int, int]]:
+    """Every (rows, vectors) register tile the register file holds with B's vectors and a broadcast, and the
+    columns allow (divided, or padded on a renderer with lane-gated vectors)."""
+    return [(r, v) for r in range(1, min(g.m, MAX_TILE_ROWS) + 1) for v in range(1, g.registers)
+            if r * v + v + 1 <= g.registers and (g.masked or g.n % (v * g.lanes) == 0) and r * v >= 4
+            and v * g.lanes <= 2 * g.n]
+
+
+def gemm_speed(g: GemmShape, tile: tuple[int, int]) -> float:
+    """FMAs per load (each step loads v vectors of B and broadcasts r elements of A for r*v FMAs), less the share of
+    padded rows and columns computed for nothing."""
+    r, v = tile
+    return r * v / (r + v) * g.m / (-(-g.m // r) * r) * g.n / (-(-g.n // (v * g.lanes)) * v * g.lanes)
+
+
+def gemm_k_blocks(g: GemmShape) -> list[int]:
+    """K block sizes (divisors of K, at least ``MIN_TILE_K``) whose block of B fits its share of L2, shortest first."""
+    if not g.tileable:
+        return []
+    return [d for d in range(MIN_TILE_K, g.kk) if g.kk % d == 0 and d * g.n * g.itemsize * TILE_K_SHARE <= g.l2]
+
+
+def gemm_list(g: GemmShape, rows: int, vectors: int, block_k: int, n_threads: int,
+              pad_rows_per_thread: bool = False) -> list[Opt]:
+    """The opts of one register tile: columns padded to whole tiles when needed, vectorized and unrolled by
+    ``vectors``, rows padded and unrolled by ``rows``, K tiled by ``block_k`` (0: not), rows over ``n_threads``. With
+    a K tile (or ``pad_rows_per_thread``) rows are padded to a multiple of every thread's tiles."""
+    cols = vectors * g.lanes
+    multiple = rows * n_threads if block_k or pad_rows_per_thread else rows
+    return [*([Opt(OptOps.PAD, g.col, cols)] if g.n % cols else []),
+            Opt(OptOps.UPCAST, g.col, g.lanes), *([Opt(OptOps.UNROLL, g.col, vectors)] if vectors > 1 else []),
+            *([Opt(OptOps.PAD, g.row, multiple)] if g.m % multiple else []), Opt(OptOps.UNROLL, g.row, rows),
+            *([Opt(OptOps.TILE, g.k, block_k)] if block_k else []),
+            *([Opt(OptOps.THREAD, g.row, n_threads)] if n_threads > 1 else [])]
+
+
 def gemm_opts(ast: UOp, renderer: object, threads: int) -> list[Opt]:
     """A register tile for a matrix product: ``rows`` output rows times ``vectors`` vectors of columns, each an
     accumulator in a vector register, so each loaded vector of B feeds ``rows`` FMAs and each broadcast of A
     ``vectors``; the largest tile the register file holds (with B's vectors and a broadcast) and the shape
     divides. A long K is tiled so that one K block of B stays in L2 while every row of A passes over it; the
     rows are split over threads (each thread keeps its own copy of the B block in its own L2)."""
-    found = _gemm_axes(ast)
-    if found is None:
+    g = gemm_shape(ast, renderer, threads)
+    tiles = gemm_tiles(g) if g is not None else []
+    if g is None or not tiles:
         return []
-    row, col, ks, _ = found
-    dtype = ast.src[0].src[1].dtype
-    bits = getattr(renderer, "vector_bits", 128)
-    lanes = min(bits // (8 * dtype.itemsize), MAX_LANES)
-    registers = getattr(renderer, "vector_registers", 16)
-    m, n, kk = _size(row), _size(col), prod(_size(k) for k in ks)
-    if lanes < 2 or min(m, n, kk) < 1 or 2 * m * n * kk < GEMM_MIN_FLOPS:
-        return []
-    masked = getattr(renderer, "masked_vectors", False)  # columns can be padded: lane-gated loads and stores
-    tiles = [(r, v) for r in range(1, min(m, MAX_TILE_ROWS) + 1) for v in range(1, registers)
-             if r * v + v + 1 <= registers and (masked or n % (v * lanes) == 0) and r * v >= 4 and v * lanes <= 2 * n]
-    if not tiles:
-        return []
-
-    def speed(tile: tuple[int, int]) -> float:
-        """FMAs per load (each step loads v vectors of B and broadcasts r elements of A for r*v FMAs), less the
-        share of padded rows and columns computed for nothing."""
-        r, v = tile
-        return r * v / (r + v) * m / (-(-m // r) * r) * n / (-(-n // (v * lanes)) * v * lanes)
-    rows, vectors = max(tiles, key=lambda t: (speed(t), t[0] * t[1]))
-    cols = vectors * lanes
-    axes = kernel_axes(ast)
-    number = {r: i for i, r in enumerate(axes)}
-    l2 = getattr(getattr(renderer, "cache_sizes", None), "l2", 1 << 20)
-    block_k = max((d for d in range(MIN_TILE_K, kk) if kk % d == 0 and d * n * dtype.itemsize * TILE_K_SHARE <= l2),
-                  default=0) if tileable(ast) and len(ks) == 1 else 0
-    n_threads = min(threads, -(-m // rows)) if getattr(renderer, "has_threads", False) else 1
+    rows, vectors = max(tiles, key=lambda t: (gemm_speed(g, t), t[0] * t[1]))
+    block_k = max(gemm_k_blocks(g), default=0)
     # with a K tile each thread takes whole row tiles: rows are padded to a multiple of every thread's tiles
-    multiple = rows * n_threads if block_k else rows
-    return [*([Opt(OptOps.PAD, number[col], cols)] if n % cols else []),
-            Opt(OptOps.UPCAST, number[col], lanes), *([Opt(OptOps.UNROLL, number[col], vectors)] if vectors > 1 else []),
-            *([Opt(OptOps.PAD, number[row], multiple)] if m % multiple else []), Opt(OptOps.UNROLL, number[row], rows),
-            *([Opt(OptOps.TILE, number[ks[0]], block_k)] if block_k else []),
-            *([Opt(OptOps.THREAD, number[row], n_threads)] if n_threads > 1 else [])]
+    return gemm_list(g, rows, vectors, block_k, min(g.threads, -(-g.m // rows)))
 
 
 def nt_gemm_opts(ast: UOp, renderer: object, threads: int, work: int) -> list[Opt]:

@@ -6,7 +6,9 @@ Out: the output buffers filled in; ``GlobalCounters`` and the ``DEBUG=2`` line p
 
 Compiled programs are cached in memory by (device, kernel AST): kernels are hash-consed
 UOps, so the same computation on different buffers reuses its program. Compilers keep
-their own on-disk cache across processes.
+their own on-disk cache across processes. A kernel's optimizations come from
+``engine.beam``'s policy: a stored BEAM winner, a search when ``BEAM`` is set, else the
+heuristic.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import Any
 
 from tgcore.codegen import ProgramSpec, get_program
 from tgcore.codegen.optimize import Opt
+from tgcore.engine.beam import beam_policy
 from tgcore.engine.stats import update_stats
 from tgcore.helpers import DEBUG
 from tgcore.runtime.buffer import Buffer
@@ -68,23 +71,35 @@ def get_runner(device: str, ast: UOp) -> Runner:
 
 
 def compile_runner(device: str, ast: UOp, opts: list[Opt] | None = None) -> Runner:
-    """Compile ``ast`` for ``device`` now, not cached in memory; ``opts``: an explicit optimization list (default:
-    the heuristic's), e.g. from a search or a test. Raises ``OptError`` for a list that does not fit the kernel."""
+    """Compile ``ast`` for ``device`` now, not cached in memory. ``opts``: an explicit optimization list (e.g. from a
+    test); by default the policy: a BEAM winner stored for this kernel, a search when BEAM is set, else the
+    heuristic. Raises ``OptError`` for a list that does not fit the kernel."""
     dev = open_device(device)
-    spec = get_program(ast, dev.renderer, getattr(dev, "threads", 1), opts)
+    threads = getattr(dev, "threads", 1)
+    spec = get_program(ast, dev.renderer, threads, opts) if opts is not None else \
+        get_program(ast, dev.renderer, threads, policy=beam_policy(dev))
     if DEBUG >= 4:
         print(spec.src if isinstance(spec.src, str) else f"<{len(spec.src)} bytes>")
     if DEBUG >= 5:
         for i, u in enumerate(spec.uops):
             print(f"{i:4d} {u.op.name:12s} {u.dtype!r:24s} {[spec.uops.index(s) for s in u.src if s in spec.uops]}"
                   f" {u.arg!r}")
-    lib = dev.compiler.compile_cached(spec.src) if isinstance(spec.src, str) else dev.compiler.compile(spec.src)
+    return Runner(spec, build_program(dev, spec), device)
+
+
+def build_program(dev: Any, spec: ProgramSpec, disk_cache: bool = True) -> Any:
+    """``spec`` compiled by the device's compiler (text through its disk cache unless ``disk_cache`` is false) and
+    loaded: a callable ``program(*handles, vals=, threads=, wait=)``."""
+    if isinstance(spec.src, str) and disk_cache:
+        lib = dev.compiler.compile_cached(spec.src)
+    else:
+        lib = dev.compiler.compile(spec.src)
     CompileCounter.count += 1
     loader = getattr(dev.renderer, "program", None) or dev.program  # an ISA renderer may load its own code
     program = loader(spec.name, lib)
     if spec.global_size is not None:  # a hand-written kernel: bind its launch dimensions once
         program = functools.partial(program, global_size=spec.global_size, local_size=spec.local_size)
-    return Runner(spec, program, device)
+    return program
 
 
 def _copy(dest: Buffer, src: Buffer) -> None:
