@@ -37,7 +37,7 @@ def _main_inputs(ast: UOp) -> list[UOp]:
     return list(dict.fromkeys(u.src[0].src[1] for u in loads if size(u) == biggest))
 
 
-def vector_opts(ast: UOp, simd_widths: dict[DType, int]) -> list[Opt]:
+def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -> list[Opt]:
     """UPCAST and UNROLL records (see the module docstring) for ``ast``'s loops.
 
     In a reduction along its main input, with an output axis to unroll by ``REDUCE_ROWS`` (sharing the loads;
@@ -82,7 +82,14 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int]) -> list[Opt]:
             cols = [r for r in ranges if r is not rows[0] and _size(r) % 2 == 0]
             return [Opt(OptOps.UNROLL, number[rows[0]], REDUCE_ROWS),
                     *(Opt(OptOps.UNROLL, number[c], 2) for c in cols[:1]), vector, *block]
-    if not (contiguous and width > 1 and _size(contiguous[0]) % width == 0):
+    if not (contiguous and width > 1):
+        return []
+    size = _size(contiguous[0])
+    if size % width:
+        # elementwise rows that whole vectors do not fill (a padded copy): padded, their last vector gated lane by
+        # lane, on a renderer that has such accesses
+        if masked and not reduces and size >= 2 * width:
+            return [Opt(OptOps.PAD, number[contiguous[0]], width), Opt(OptOps.UPCAST, number[contiguous[0]], width)]
         return []
     chosen = [Opt(OptOps.UPCAST, number[contiguous[0]], width)]
     if reduces:
@@ -289,7 +296,8 @@ def heuristic_opts(ast: UOp, renderer: object, threads: int = 1, work: int = 0) 
     linear = getattr(renderer, "linear", True)  # a renderer that takes the REDUCE form vectorizes by itself
     if linear and (gemm := gemm_opts(ast, renderer, threads) or nt_gemm_opts(ast, renderer, threads, work)):
         return gemm
-    opts = vector_opts(ast, getattr(renderer, "simd_widths", None) or {}) if linear else []
+    opts = vector_opts(ast, getattr(renderer, "simd_widths", None) or {}, getattr(renderer, "masked_vectors", False)) \
+        if linear else []
     lanes = max((o.amount for o in opts if o.op is OptOps.UPCAST), default=1)
     if lanes > MAX_LANES or prod(o.amount for o in opts if o.op is OptOps.UNROLL) > MAX_UNROLL:
         opts = []
