@@ -60,8 +60,10 @@ def compute_rows(dev: str, rep: int, quick: bool) -> list[tuple[str, float, floa
 
     for m, n, k in shapes:
         a_np, b_np = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
-        add(f"matmul {m}x{n}x{k}", 2 * m * n * k, product(a_np, b_np), "numpy", lambda a_np=a_np, b_np=b_np: a_np @ b_np)
-    a_np, b_np = rng.standard_normal((16, 256, 256), dtype=np.float32), rng.standard_normal((16, 256, 256), dtype=np.float32)
+        add(f"matmul {m}x{n}x{k}", 2 * m * n * k, product(a_np, b_np), "numpy",
+            lambda a_np=a_np, b_np=b_np: a_np @ b_np)
+    a_np = rng.standard_normal((16, 256, 256), dtype=np.float32)
+    b_np = rng.standard_normal((16, 256, 256), dtype=np.float32)
     add("batched 16x256^3", 2 * 16 * 256**3, product(a_np, b_np), "numpy", lambda: a_np @ b_np)
     try:
         import torch
@@ -128,7 +130,8 @@ def main() -> None:
     print(f"{'10-op overhead, 16 el':22s} {t_ov * 1e6:10.1f} {'':>10s} {'us':>7s}")
     compute = compute_rows(dev, rep, args.quick)
     vs_c = f" {dev + '/C':>8s}" if dev != "CPU" else ""
-    print(f"\n{'compute-bound (GFLOPS)':30s} {'tgcore':>8s} {'peer':>8s} {'':6s} {'ratio':>6s}{vs_c}   ({THREADS} threads)")
+    print(f"\n{'compute-bound (GFLOPS)':30s} {'tgcore':>8s} {'peer':>8s} {'':6s} {'ratio':>6s}{vs_c}"
+          f"   ({THREADS} threads)")
     for name, tg, ref, peer, on_c in compute:
         extra = f" {tg / on_c:8.2f}" if on_c else ""
         print(f"{name:30s} {tg:8.1f} {ref:8.1f} {peer:6s} {tg / ref:6.2f}{extra}")

@@ -171,7 +171,8 @@ def gemm_shape(ast: UOp, renderer: object, threads: int, min_flops: int = GEMM_M
         return None
     number = {r: i for i, r in enumerate(kernel_axes(ast))}
     l2 = getattr(getattr(renderer, "cache_sizes", None), "l2", 1 << 20)
-    return GemmShape(number[row], number[col], number[ks[0]], m, n, kk, lanes, getattr(renderer, "vector_registers", 16),
+    registers = getattr(renderer, "vector_registers", 16)
+    return GemmShape(number[row], number[col], number[ks[0]], m, n, kk, lanes, registers,
                      getattr(renderer, "masked_vectors", False), dtype.itemsize, l2, tileable(ast) and len(ks) == 1,
                      threads if getattr(renderer, "has_threads", False) else 1)
 

@@ -246,9 +246,9 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: object) -> tuple[UOp, int]:
     for lane in unrolled:
         ast = unroll(ast, lane)
     for r, k in blocks:
-        ast, inner = split_blocks(ast, {r: k})
-        if inner:
-            ast = factor_blocks(ast, inner)
+        ast, in_block = split_blocks(ast, {r: k})
+        if in_block:
+            ast = factor_blocks(ast, in_block)
     if vector is not None:
         ast = _Expander([vector], getattr(renderer, "masked_vectors", False)).expand(ast)
     if tiles:  # on the final stores (vectors, unrolled copies)

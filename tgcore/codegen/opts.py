@@ -10,6 +10,7 @@ from tgcore.dtype import DType, dtypes
 from tgcore.helpers import prod
 from tgcore.uop import GroupOp, Ops, UOp
 
+
 def _range_size(r: UOp) -> int:
     end = r.src[0]
     return int(end.arg if end.op is Ops.CONST else end.vmax)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 
-from tgcore.dtype import DType, dtypes
+from tgcore.dtype import dtypes
 from tgcore.helpers import prod
 from tgcore.uop import Ops, UOp
 
