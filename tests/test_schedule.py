@@ -59,6 +59,19 @@ def test_work_shared_between_outputs_is_done_once():
     np.testing.assert_array_equal(b.numpy(), np.arange(24).reshape(4, 6).sum(1) * 2)
 
 
+def test_a_reduction_read_through_shared_elementwise_work_is_done_once():
+    """logits = x @ w + b read by two outputs (a classifier's loss gradient and its softmax statistics): the matmul
+    gets a kernel of its own, whichever output is scheduled first, instead of a copy inside the first one."""
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((4, 7), (7, 5), (5,)))
+    logits = Tensor(x) @ Tensor(w) + Tensor(b)
+    e, m = logits.exp(), logits.max(1)
+    assert kernels(e, m) == ["reduce", "elementwise", "reduce"]  # the matmul, exp(. + b), max(. + b)
+    Tensor.realize(e, m)
+    np.testing.assert_allclose(e.numpy(), np.exp(x @ w + b), rtol=1e-5)
+    np.testing.assert_allclose(m.numpy(), (x @ w + b).max(1), rtol=1e-5)
+
+
 def test_realized_values_are_reused():
     x = Tensor(np.arange(8, dtype=np.float32))
     y = (x * 3).realize()

@@ -12,8 +12,9 @@ Movement ops never copy: walking from a kernel's output towards its inputs, each
 op rewrites the tuple of index expressions (reshape regroups, permute reorders, expand pins
 to 0, shrink offsets, flip mirrors, pad offsets and adds a validity gate). Fusion policy:
 elementwise work is recomputed wherever it is used; a reduction fuses into its consumer
-only when it is reached without broadcasting and has a single consumer, otherwise it gets
-a kernel (and a buffer) of its own. ``CONTIGUOUS`` and ``COPY`` always end a kernel.
+only when it is reached without broadcasting, has a single consumer and every use of its
+value is inside that one kernel (not also read, through shared elementwise work, by another
+kernel), otherwise it gets a kernel (and a buffer) of its own. ``CONTIGUOUS`` and ``COPY`` always end a kernel.
 """
 from __future__ import annotations
 
@@ -184,6 +185,7 @@ class Kernelizer:
         self.items: list[ScheduleItem] = []
         self.done: dict[UOp, UOp] = {}  # lazy node -> BUFFER uop computed in this schedule
         self._expand_cost: dict[UOp, int] = {}
+        self._read_only_by: dict[tuple[UOp, UOp | None], bool] = {}
         self.var_vals: dict[str, int] = {}
         self.custom: dict[UOp, list[UOp]] = {}  # CUSTOM_KERNEL -> its buffers, once scheduled
         self.views: dict[UOp, tuple[UOp, int, int]] = {}  # view BUFFER -> (base BUFFER, size, offset in bytes)
@@ -217,6 +219,29 @@ class Kernelizer:
             if users[0].op is not Ops.RESHAPE:
                 return True
             node = users[0]
+
+    def read_only_by(self, node: UOp, root: UOp | None) -> bool:
+        """Whether every use of ``node``'s value is inside the kernel rooted at ``root``: each path of users
+        from ``node`` reaches ``root`` (or a node an earlier kernel already computed) before another
+        reduction, a kernel boundary or an output. A reduction fused into a kernel whose elementwise work
+        other kernels also read (logits + bias feeding both the loss and its gradient) would be computed
+        again in each of them."""
+        key = (node, root)
+        known = self._read_only_by.get(key)
+        if known is not None:
+            return known
+        ok, stack, seen = True, [node], {node}
+        while stack and ok:
+            for user in self.consumers.get(stack.pop(), []):
+                if user is root or user in seen or user in self.done or self.cached(user) is not None:
+                    continue
+                if user.op in (Ops.SINK, Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN, Ops.CUSTOM_KERNEL):
+                    ok = False
+                    break
+                seen.add(user)
+                stack.append(user)
+        self._read_only_by[key] = ok
+        return ok
 
     def cached(self, node: UOp) -> UOp | None:
         """The buffer an earlier realize left ``node``'s value in, if it is on the device ``node`` computes on
@@ -423,7 +448,8 @@ class _KernelBuilder:
         if op in (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP, Ops.PAD):
             return self._movement(node, idx, gate, direct)
         if op is Ops.REDUCE_AXIS:
-            if (direct and owner.used_once(node)) or (node is self.root and idx is self.root_idx):
+            if (direct and owner.used_once(node) and owner.read_only_by(node, self.root)) or (
+                    node is self.root and idx is self.root_idx):
                 return self._reduce(node, idx, gate)
             return self.load(owner.realize(node), idx, shape_of(node), gate)
         if op is Ops.DETACH:
