@@ -49,6 +49,19 @@ def test_reduce_consumed_by_broadcast_gets_its_own_kernel():
     assert kernels(out) == ["reduce", "elementwise"]
 
 
+def test_cheap_elementwise_input_read_many_times_by_a_matmul_gets_a_kernel():
+    """relu(h + b) (3 ALU ops) read by every one of 128 output columns is computed once, not 128 times; the same
+    work read by 8 output columns stays fused into the matmul."""
+    rng = np.random.default_rng(0)
+    h, b = rng.standard_normal((4, 16)).astype(np.float32), rng.standard_normal(16).astype(np.float32)
+    act = (Tensor(h) + Tensor(b)).relu()
+    for cols, kinds in ((128, ["elementwise", "reduce"]), (8, ["reduce"])):
+        w = rng.standard_normal((16, cols)).astype(np.float32)
+        out = act @ Tensor(w)
+        assert kernels(out) == kinds
+        np.testing.assert_allclose(out.numpy(), np.maximum(h + b, 0) @ w, rtol=1e-5, atol=1e-5)
+
+
 def test_work_shared_between_outputs_is_done_once():
     x = Tensor(np.arange(24, dtype=np.float32).reshape(4, 6))
     s = x.sum(1)
@@ -103,7 +116,7 @@ def test_null_device_runs_schedules_without_memory():
     x = Tensor.empty(1024, 1024, device="NULL")
     before = GlobalCounters.kernel_count
     ((x + 1) @ x).realize()
-    assert GlobalCounters.kernel_count - before == 1
+    assert GlobalCounters.kernel_count - before == 2  # x + 1 (read 1024 times by the matmul: a kernel), the matmul
     assert GlobalCounters.mem_used == base
 
 

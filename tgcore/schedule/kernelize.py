@@ -35,8 +35,8 @@ from tgcore.schedule.split import split_large_reductions
 from tgcore.uop import GroupOp, Ops, UOp
 
 INT32_LIMIT = 2**31 - 1
-EXPENSIVE_OPS = 12   # ALU ops below an expand from which recomputing per copy costs more than a kernel
-MIN_BROADCAST = 64   # ... when the expand makes at least this many copies
+MIN_BROADCAST = 64    # copies an expand makes of an elementwise input from which it may get a kernel of its own ...
+RECOMPUTE_WORK = 192  # ... when its ALU ops times the copies reach this (3 ops, an activation's gradient, x 64)
 
 # lazy tensor node -> the flat BUFFER uop holding its value, for nodes already computed
 realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
@@ -184,7 +184,7 @@ class Kernelizer:
         self.index_dtype = dtypes.int64 if huge else dtypes.int32
         self.items: list[ScheduleItem] = []
         self.done: dict[UOp, UOp] = {}  # lazy node -> BUFFER uop computed in this schedule
-        self._expand_cost: dict[UOp, int] = {}
+        self._expand_cost: dict[UOp, int] = {}  # ALU ops of an elementwise input (counted up to a cap)
         self._read_only_by: dict[tuple[UOp, UOp | None], bool] = {}
         self.var_vals: dict[str, int] = {}
         self.custom: dict[UOp, list[UOp]] = {}  # CUSTOM_KERNEL -> its buffers, once scheduled
@@ -192,23 +192,25 @@ class Kernelizer:
 
     def worth_realizing_before_expand(self, node: UOp, factor: int) -> bool:
         """Whether ``node`` should get a kernel of its own rather than be recomputed for every copy an
-        expand makes of it: when it does real work (a dozen ALU ops or more: an activation, a dequantization)
-        and is broadcast many times over (as a matmul broadcasts each input over the other's rows; per-block
-        scales broadcast over a quantization block of 32 stay fused)."""
+        expand makes of it: when it does real work (ALU ops) and is broadcast many times over, as a matmul
+        broadcasts each input over the other's rows: an activation (relu(x + b): 2 ops) or its gradient
+        (3 ops) read 512 times costs more recomputed than one pass over it, and a dequantization or a silu
+        (a dozen ops) even at 64 copies. Per-block scales broadcast over a quantization block of 32 stay
+        fused."""
         if factor < MIN_BROADCAST or node.op is Ops.BUFFER or self.cached(node) is not None or node in self.done:
             return False
-        cached = self._expand_cost.get(node)
-        if cached is None:
+        ops = self._expand_cost.get(node)
+        if ops is None:  # counted up to the most that can matter (enough at MIN_BROADCAST copies)
             ops, stack, seen = 0, [node], set()
-            while stack and ops < EXPENSIVE_OPS:
+            while stack and ops * MIN_BROADCAST < RECOMPUTE_WORK:
                 n = stack.pop()
                 if n in seen or n.op in (Ops.BUFFER, Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.COPY):
                     continue
                 seen.add(n)
                 ops += n.op in GroupOp.ALU
                 stack.extend(n.src)
-            cached = self._expand_cost[node] = ops
-        return cached >= EXPENSIVE_OPS
+            self._expand_cost[node] = ops
+        return ops * factor >= RECOMPUTE_WORK
 
     def used_once(self, node: UOp) -> bool:
         """Whether ``node`` (looking through reshapes of it) has a single user in this schedule."""
