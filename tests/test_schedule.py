@@ -37,6 +37,17 @@ def test_reshape_of_contiguous_buffer_makes_no_kernel():
     assert kernels(a.reshape(3, 4).contiguous()) == []
 
 
+def test_a_reshape_or_slice_of_a_contiguous_result_is_a_view_of_its_buffer():
+    a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+    assert kernels((a * 2).contiguous().reshape(2, 6)) == ["elementwise"]
+    assert kernels((a * 2).contiguous().contiguous()) == ["elementwise"]
+    row = (a * 2).contiguous().shrink(((1, 2), None))
+    assert kernels(row) == ["elementwise"]
+    np.testing.assert_array_equal(row.numpy(), [[8, 10, 12, 14]])
+    np.testing.assert_array_equal((a * 2).contiguous().reshape(2, 6).numpy(), np.arange(12).reshape(2, 6) * 2)
+    assert kernels((a * 2).contiguous().permute(1, 0)) == ["elementwise", "elementwise"]  # a transposed copy
+
+
 def test_contiguous_of_a_permuted_view_copies():
     a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
     assert kernels(a.permute(1, 0).contiguous()) == ["elementwise"]

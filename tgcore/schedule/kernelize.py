@@ -292,6 +292,8 @@ class Kernelizer:
         chain = node
         while chain.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.EXPAND, Ops.FLIP, Ops.PAD):
             chain = chain.src[0]
+        if chain.op is Ops.CONTIGUOUS:  # a kernel anyway: a view of its buffer may do
+            chain = self.realize(chain)
         chain = self.cached(chain) or self.done.get(chain, chain)
         if chain.op is not Ops.BUFFER or chain is node or chain not in buffers:
             return None
