@@ -11,10 +11,11 @@ Both libraries use the same number of CPU threads (tgcore's CPU_COUNT and torch.
 cores this process may use). Times are medians over the timed steps (robust to a busy machine); the final losses
 are printed too, as a sanity check.
 
-The breakdown: a few jitted steps run with kernel timing on (`KernelTimes.record`; the native graph reads the
-clock between kernels); each kernel's median over those steps, summed by kernel name, sorted by time. "other" is
-the step's median wall time minus the kernels' sum: argument setup, the call into the pool, Python. With
---torch-ops, torch's own per-op table (torch.profiler) of one step follows, for comparison.
+The breakdown: jitted steps run again, every other one with kernel timing on (`KernelTimes.record`; the native
+graph reads the clock between kernels); each kernel's median over the timed steps, summed by kernel name, sorted
+by time. "other" is the untimed steps' median wall time minus the timed steps' median kernel sum: Python (the
+replay's argument setup, the output tensors) and the call into the pool. With --torch-ops, torch's own per-op
+table (torch.profiler) of its step follows, for comparison.
 """
 from __future__ import annotations
 
@@ -116,27 +117,31 @@ def time_tgcore(model: Model, jitted: bool, batches: list[tuple[np.ndarray, np.n
 
 
 def breakdown(fn: Any, inputs: list[tuple[Tensor, Tensor]], steps: int) -> None:
-    """Print the per-kernel table of a jitted step (medians over ``steps`` timed replays)."""
-    runs, walls = [], []
+    """Print the per-kernel table of a jitted step: each kernel's median over ``steps`` timed replays, and the
+    step's time outside its kernels (the median untimed step, from steps run in turn with the timed ones, minus
+    the median kernel sum: timing a replay adds Python work per kernel, so a timed step's wall time would not do)."""
+    runs, walls, sums = [], [], []
     for i in range(steps):
+        t0 = time.perf_counter()
+        fn(*inputs[i % len(inputs)])
+        walls.append(time.perf_counter() - t0)
         with KernelTimes.record() as times:
-            t0 = time.perf_counter()
             fn(*inputs[i % len(inputs)])
-            walls.append(time.perf_counter() - t0)
         runs.append(times)
+        sums.append(sum(k.seconds for k in times))
     names = [(k.name, k.kind) for k in runs[0]]
     per_kernel = [statistics.median(run[j].seconds for run in runs) for j in range(len(names))]
     by_name: dict[tuple[str, str], list[float]] = {}
     for key, seconds in zip(names, per_kernel, strict=True):
         by_name.setdefault(key, []).append(seconds)
-    wall, kernels = statistics.median(walls), sum(per_kernel)
-    print(f"  one jitted step, timed ({steps} steps, medians): {wall * 1e3:.2f} ms wall, {len(names)} kernels "
-          f"{kernels * 1e3:.2f} ms, other {(wall - kernels) * 1e3:.2f} ms")
+    wall, kernels = statistics.median(walls), statistics.median(sums)
+    print(f"  one jitted step: {wall * 1e3:.2f} ms, of which {len(names)} kernels {kernels * 1e3:.2f} ms "
+          f"(timed in the native graph; medians of {steps} steps)")
     print(f"  {'kernel':32s} {'kind':11s} {'calls':>5s} {'total':>9s} {'share':>6s}")
     for (name, kind), ts in sorted(by_name.items(), key=lambda kv: -sum(kv[1])):
         print(f"  {name:32s} {kind:11s} {len(ts):5d} {sum(ts) * 1e6:7.1f}us {sum(ts) / wall:6.1%}")
-    print(f"  {'other (wall - kernels)':32s} {'':11s} {'':5s} {(wall - kernels) * 1e6:7.1f}us "
-          f"{(wall - kernels) / wall:6.1%}")
+    print(f"  {'other (step - kernels)':32s} {'':11s} {'':5s} {(wall - kernels) * 1e6:7.1f}us "
+          f"{(wall - kernels) / wall:6.1%}  (Python, the call into the pool)")
 
 
 def torch_step(model: Model):  # noqa: ANN201
