@@ -48,6 +48,22 @@ def test_a_reshape_or_slice_of_a_contiguous_result_is_a_view_of_its_buffer():
     assert kernels((a * 2).contiguous().permute(1, 0)) == ["elementwise", "elementwise"]  # a transposed copy
 
 
+def test_a_value_realized_for_a_matmul_is_read_by_its_other_users():
+    """relu(h + b) gets a kernel of its own before a wide matmul (which reads it through a reshape); the column
+    sums read that buffer too, instead of computing relu(h + b) again from h."""
+    rng = np.random.default_rng(0)
+    h, b, w = (rng.standard_normal(s).astype(np.float32) for s in ((4, 16), (16,), (16, 128)))
+    th = Tensor(h)
+    act = (th + Tensor(b)).relu()
+    out, sums = act @ Tensor(w), act.sum(0)
+    items, _ = create_schedule([out.uop, sums.uop], out.device)
+    assert [si.kind for si in items] == ["elementwise", "reduce", "reduce"]
+    assert sum(any(buf is th.uop.src[0] for buf in si.buf_uops) for si in items) == 1  # only relu's kernel reads h
+    Tensor.realize(out, sums)
+    np.testing.assert_allclose(out.numpy(), np.maximum(h + b, 0) @ w, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(sums.numpy(), np.maximum(h + b, 0).sum(0), rtol=1e-5, atol=1e-5)
+
+
 def test_contiguous_of_a_permuted_view_copies():
     a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
     assert kernels(a.permute(1, 0).contiguous()) == ["elementwise"]

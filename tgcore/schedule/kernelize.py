@@ -289,10 +289,13 @@ class Kernelizer:
         Lowers the movement ops with symbolic indices and checks that the buffer index is the
         row-major index of ``node`` plus a constant offset, with no gate.
         """
-        chain = node
+        chain, reshapes_only = node, True
         while chain.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.EXPAND, Ops.FLIP, Ops.PAD):
+            reshapes_only = reshapes_only and chain.op is Ops.RESHAPE
             chain = chain.src[0]
-        if chain.op is Ops.CONTIGUOUS:  # a kernel anyway: a view of its buffer may do
+        # a contiguous() is a kernel anyway, and a reshape is its source's elements in order: the source's own
+        # buffer may do (and other kernels that read the source find it)
+        if chain.op is Ops.CONTIGUOUS or (reshapes_only and chain is not node and chain.op is not Ops.BUFFER):
             chain = self.realize(chain)
         chain = self.cached(chain) or self.done.get(chain, chain)
         if chain.op is not Ops.BUFFER or chain is node or chain not in buffers:
