@@ -35,8 +35,9 @@ from tgcore.schedule.split import split_large_reductions
 from tgcore.uop import GroupOp, Ops, UOp
 
 INT32_LIMIT = 2**31 - 1
-MIN_BROADCAST = 64    # copies an expand makes of an elementwise input from which it may get a kernel of its own ...
-RECOMPUTE_WORK = 192  # ... when its ALU ops times the copies reach this (3 ops, an activation's gradient, x 64)
+MIN_BROADCAST = 64   # copies an expand makes of an elementwise input from which it may get a kernel of its own ...
+EXPENSIVE_OPS = 12   # ... when it has this many ALU ops (a silu, a dequantization) ...
+READ_WORK = 5        # ... or reads a buffer and its ALU ops plus the buffers it reads reach this (relu(x + b))
 
 # lazy tensor node -> the flat BUFFER uop holding its value, for nodes already computed
 realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
@@ -184,7 +185,7 @@ class Kernelizer:
         self.index_dtype = dtypes.int64 if huge else dtypes.int32
         self.items: list[ScheduleItem] = []
         self.done: dict[UOp, UOp] = {}  # lazy node -> BUFFER uop computed in this schedule
-        self._expand_cost: dict[UOp, int] = {}  # ALU ops of an elementwise input (counted up to a cap)
+        self._expand_cost: dict[UOp, bool] = {}  # whether an elementwise input is worth a kernel before an expand
         self._read_only_by: dict[tuple[UOp, UOp | None], bool] = {}
         self.var_vals: dict[str, int] = {}
         self.custom: dict[UOp, list[UOp]] = {}  # CUSTOM_KERNEL -> its buffers, once scheduled
@@ -192,25 +193,29 @@ class Kernelizer:
 
     def worth_realizing_before_expand(self, node: UOp, factor: int) -> bool:
         """Whether ``node`` should get a kernel of its own rather than be recomputed for every copy an
-        expand makes of it: when it does real work (ALU ops) and is broadcast many times over, as a matmul
-        broadcasts each input over the other's rows: an activation (relu(x + b): 2 ops) or its gradient
-        (3 ops) read 512 times costs more recomputed than one pass over it, and a dequantization or a silu
-        (a dozen ops) even at 64 copies. Per-block scales broadcast over a quantization block of 32 stay
-        fused."""
+        expand makes of it: when it is broadcast many times over, as a matmul broadcasts each input over the
+        other's rows, and each copy would redo real work: a dozen ALU ops (an activation like silu, a
+        dequantization), or fewer on buffers it reads (relu(x + b) on a matmul's output: 3 ops, 2 buffers; relu's
+        gradient: 3 ops, 3 buffers), where one load of the result replaces several. Per-block scales (an op or
+        two on one buffer, broadcast over a quantization block) and tables of constants stay fused."""
         if factor < MIN_BROADCAST or node.op is Ops.BUFFER or self.cached(node) is not None or node in self.done:
             return False
-        ops = self._expand_cost.get(node)
-        if ops is None:  # counted up to the most that can matter (enough at MIN_BROADCAST copies)
-            ops, stack, seen = 0, [node], set()
-            while stack and ops * MIN_BROADCAST < RECOMPUTE_WORK:
+        worth = self._expand_cost.get(node)
+        if worth is None:
+            ops, reads, stack, seen = 0, 0, [node], set()
+            while stack and ops < EXPENSIVE_OPS and not (reads and ops + reads >= READ_WORK):
                 n = stack.pop()
-                if n in seen or n.op in (Ops.BUFFER, Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.COPY):
+                if n in seen:
                     continue
                 seen.add(n)
+                if n.op in (Ops.BUFFER, Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.COPY) or n in self.done or \
+                        self.cached(n) is not None:
+                    reads += 1  # a load where it is fused
+                    continue
                 ops += n.op in GroupOp.ALU
                 stack.extend(n.src)
-            self._expand_cost[node] = ops
-        return ops * factor >= RECOMPUTE_WORK
+            worth = self._expand_cost[node] = ops >= EXPENSIVE_OPS or (reads > 0 and ops + reads >= READ_WORK)
+        return worth
 
     def used_once(self, node: UOp) -> bool:
         """Whether ``node`` (looking through reshapes of it) has a single user in this schedule."""
