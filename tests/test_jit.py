@@ -9,7 +9,7 @@ import pytest
 import tgcore
 from tgcore.engine.jit import JitError
 from tgcore.engine.realize import CompileCounter
-from tgcore.engine.stats import GlobalCounters
+from tgcore.engine.stats import GlobalCounters, KernelTimes
 from tgcore.runtime.buffer import Buffer
 from tgcore.runtime.cpu import native_pool
 from tgcore.tensor import Tensor
@@ -47,6 +47,29 @@ def test_replay_matches_plain_calls_and_compiles_nothing():
             assert CompileCounter.count == before_compiles
             assert GlobalCounters.kernel_count - before_kernels >= 10  # the kernels really ran
     assert len(f.captures) == 1
+
+
+def test_a_timed_replay_reports_each_kernel_of_the_plain_call():
+    """Under KernelTimes.record a replay reports the kernels a plain call runs, in order, with their times, and
+    still counts them and computes the same result."""
+    rng = np.random.default_rng(2)
+    w, x = rng.standard_normal((16, 16)).astype(np.float32), rng.standard_normal((8, 16)).astype(np.float32)
+    tw = Tensor(w)
+    with KernelTimes.record() as plain:
+        model(Tensor(x), tw).realize()
+    f = tgcore.jit(model)
+    for _ in range(2):
+        f(Tensor(x), tw)
+    before = GlobalCounters.kernel_count
+    with KernelTimes.record() as replayed:
+        out = f(Tensor(x), tw).numpy()
+    np.testing.assert_allclose(out, reference(x, w), rtol=1e-5, atol=1e-6)
+    assert [k.name for k in replayed] == [k.name for k in plain] and len(plain) >= 10
+    assert GlobalCounters.kernel_count - before == len(replayed)
+    assert all(k.seconds >= 0 for k in replayed)
+    with KernelTimes.record() as untimed_after:
+        pass
+    assert untimed_after == []
 
 
 def test_new_shapes_capture_again_and_never_replay_the_wrong_kernels():

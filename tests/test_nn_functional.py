@@ -74,6 +74,7 @@ CONV2D = {
     "groups": ((2, 4, 6, 6), (6, 2, 3, 3), {"groups": 2, "stride": (1, 2), "padding": 1}),
     "depthwise_same": ((1, 3, 5, 5), (3, 1, 3, 3), {"groups": 3, "padding": "same"}),
     "1x1_stride3": ((2, 3, 7, 7), (2, 3, 1, 1), {"stride": 3}),
+    "patches": ((2, 3, 8, 7), (4, 3, 2, 2), {"stride": (2, 3)}),  # windows that do not overlap
 }
 
 
@@ -129,6 +130,7 @@ MAXPOOL = {
     "k3_s2_p1": (3, {"stride": 2, "padding": 1}),
     "dilation": ((2, 3), {"stride": 1, "dilation": (2, 1)}),
     "ceil": (3, {"stride": 2, "ceil_mode": True}),
+    "k2_s3": (2, {"stride": 3}),  # gaps between windows; along 8 the last row of 3 is cut by the end
 }
 
 
@@ -146,6 +148,7 @@ AVGPOOL = {
     "ceil": (3, {"stride": 2, "ceil_mode": True, "padding": 1}),
     "ceil_exclude_pad": (2, {"stride": 2, "ceil_mode": True, "padding": 1, "count_include_pad": False}),
     "divisor": (2, {"divisor_override": 3}),
+    "k2_s3_p1_exclude_pad": (2, {"stride": 3, "padding": 1, "count_include_pad": False}),
 }
 
 

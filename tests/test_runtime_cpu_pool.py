@@ -107,5 +107,25 @@ def test_native_graph_runs_kernels_in_order_with_changed_arguments():
     np.testing.assert_array_equal(b, [7, 0, 0])
 
 
+@pytest.mark.skipif(not cpu._pool_supported(), reason="the native pool is for Linux x86-64/AArch64")
+def test_native_graph_times_each_kernel():
+    """A kernel that sleeps 3 ms reads at least 3 ms; the kernels' times add up to no more than the call's."""
+    src = ("#include <unistd.h>\n"
+           "void nap(int* restrict acc, int us, int core_id) { if (core_id == 0) usleep(us); acc[core_id] += 1; }\n")
+    prg = CPUProgram("nap", ClangCompiler().compile(src))
+    a = np.zeros(2, np.int32)
+    graph = cpu.NativeGraph.build([(prg, (a.ctypes.data, 0), 1), (prg, (a.ctypes.data, 3000), 2),
+                                   (prg, (a.ctypes.data, 0), 2)])
+    assert graph is not None
+    assert graph.run() is None
+    start = time.perf_counter()
+    times = graph.run(timed=True)
+    wall = time.perf_counter() - start
+    assert times is not None and len(times) == 3
+    assert times[1] >= 3e-3 and all(t >= 0 for t in times)
+    assert sum(times) <= wall
+    np.testing.assert_array_equal(a, [6, 4])
+
+
 def test_native_graph_declines_programs_it_cannot_call():
     assert cpu.NativeGraph.build([(object(), (), 2)]) is None

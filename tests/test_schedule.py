@@ -37,6 +37,33 @@ def test_reshape_of_contiguous_buffer_makes_no_kernel():
     assert kernels(a.reshape(3, 4).contiguous()) == []
 
 
+def test_a_reshape_or_slice_of_a_contiguous_result_is_a_view_of_its_buffer():
+    a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+    assert kernels((a * 2).contiguous().reshape(2, 6)) == ["elementwise"]
+    assert kernels((a * 2).contiguous().contiguous()) == ["elementwise"]
+    row = (a * 2).contiguous().shrink(((1, 2), None))
+    assert kernels(row) == ["elementwise"]
+    np.testing.assert_array_equal(row.numpy(), [[8, 10, 12, 14]])
+    np.testing.assert_array_equal((a * 2).contiguous().reshape(2, 6).numpy(), np.arange(12).reshape(2, 6) * 2)
+    assert kernels((a * 2).contiguous().permute(1, 0)) == ["elementwise", "elementwise"]  # a transposed copy
+
+
+def test_a_value_realized_for_a_matmul_is_read_by_its_other_users():
+    """relu(h + b) gets a kernel of its own before a wide matmul (which reads it through a reshape); the column
+    sums read that buffer too, instead of computing relu(h + b) again from h."""
+    rng = np.random.default_rng(0)
+    h, b, w = (rng.standard_normal(s).astype(np.float32) for s in ((4, 16), (16,), (16, 128)))
+    th = Tensor(h)
+    act = (th + Tensor(b)).relu()
+    out, sums = act @ Tensor(w), act.sum(0)
+    items, _ = create_schedule([out.uop, sums.uop], out.device)
+    assert [si.kind for si in items] == ["elementwise", "reduce", "reduce"]
+    assert sum(any(buf is th.uop.src[0] for buf in si.buf_uops) for si in items) == 1  # only relu's kernel reads h
+    Tensor.realize(out, sums)
+    np.testing.assert_allclose(out.numpy(), np.maximum(h + b, 0) @ w, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(sums.numpy(), np.maximum(h + b, 0).sum(0), rtol=1e-5, atol=1e-5)
+
+
 def test_contiguous_of_a_permuted_view_copies():
     a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
     assert kernels(a.permute(1, 0).contiguous()) == ["elementwise"]
@@ -49,6 +76,22 @@ def test_reduce_consumed_by_broadcast_gets_its_own_kernel():
     assert kernels(out) == ["reduce", "elementwise"]
 
 
+def test_cheap_elementwise_input_read_many_times_by_a_matmul_gets_a_kernel():
+    """relu(h + b) (3 ALU ops on 2 buffers) read by every one of 128 output columns is computed once, not 128
+    times; the same work read by 8 output columns stays fused into the matmul, and so does h + 1 (one op on one
+    buffer: a load of the result would save nothing)."""
+    rng = np.random.default_rng(0)
+    h, b = rng.standard_normal((4, 16)).astype(np.float32), rng.standard_normal(16).astype(np.float32)
+    act = (Tensor(h) + Tensor(b)).relu()
+    for cols, kinds in ((128, ["elementwise", "reduce"]), (8, ["reduce"])):
+        w = rng.standard_normal((16, cols)).astype(np.float32)
+        out = act @ Tensor(w)
+        assert kernels(out) == kinds
+        np.testing.assert_allclose(out.numpy(), np.maximum(h + b, 0) @ w, rtol=1e-5, atol=1e-5)
+    w = rng.standard_normal((16, 128)).astype(np.float32)
+    assert kernels((Tensor(h) + 1) @ Tensor(w)) == ["reduce"]
+
+
 def test_work_shared_between_outputs_is_done_once():
     x = Tensor(np.arange(24, dtype=np.float32).reshape(4, 6))
     s = x.sum(1)
@@ -57,6 +100,19 @@ def test_work_shared_between_outputs_is_done_once():
     Tensor.realize(a, b)
     np.testing.assert_array_equal(a.numpy(), np.arange(24).reshape(4, 6).sum(1) + 1)
     np.testing.assert_array_equal(b.numpy(), np.arange(24).reshape(4, 6).sum(1) * 2)
+
+
+def test_a_reduction_read_through_shared_elementwise_work_is_done_once():
+    """logits = x @ w + b read by two outputs (a classifier's loss gradient and its softmax statistics): the matmul
+    gets a kernel of its own, whichever output is scheduled first, instead of a copy inside the first one."""
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((4, 7), (7, 5), (5,)))
+    logits = Tensor(x) @ Tensor(w) + Tensor(b)
+    e, m = logits.exp(), logits.max(1)
+    assert kernels(e, m) == ["reduce", "elementwise", "reduce"]  # the matmul, exp(. + b), max(. + b)
+    Tensor.realize(e, m)
+    np.testing.assert_allclose(e.numpy(), np.exp(x @ w + b), rtol=1e-5)
+    np.testing.assert_allclose(m.numpy(), (x @ w + b).max(1), rtol=1e-5)
 
 
 def test_realized_values_are_reused():

@@ -53,7 +53,10 @@ def _reduce_grad(node: UOp, g: Any) -> Grads:
     if op is Ops.MAX:  # spread evenly over every position that attains the maximum
         hit = (src == g._new(node).expand(src.shape)).cast(g.dtype)
         count = hit.sum(axes, keepdim=True, dtype=g.dtype).expand(src.shape)
-        return ((expanded * hit / count).uop,)
+        # computed once into a buffer (like torch's max-pool backward): a compare and a division per element
+        # that every reader would repeat, and a pool's readers are the weight and bias gradients of the layer
+        # before it, which read each element once per output channel and tap
+        return ((expanded * hit / count).contiguous().uop,)
     if op is Ops.MUL:
         out = g._new(node).expand(src.shape)
         return ((expanded * out / src).uop,)

@@ -11,7 +11,9 @@ Out: a callable with the same signature. The first call with a given input signa
 
 A replay runs a plan made at capture time (each kernel's argument handles fixed; only the
 input buffers and variable values change per call). When every kernel is a C kernel on the
-CPU device, the whole plan is one call into the native thread pool (``NativeGraph``).
+CPU device, the whole plan is one call into the native thread pool (``NativeGraph``). With
+``DEBUG=2`` or inside ``KernelTimes.record()`` that call also reads the clock between kernels,
+and each kernel's time goes to ``update_stats`` (otherwise nothing is timed).
 
 Replayed outputs live in buffers the capture owns: a later call overwrites them, so copy an
 output (``.numpy()`` or ``.contiguous().realize()``) if you need it beyond the next call.
@@ -22,13 +24,14 @@ signatures are kept (least recently used ones are dropped).
 from __future__ import annotations
 
 import functools
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tgcore.engine import realize as engine
-from tgcore.engine.stats import GlobalCounters, update_stats
+from tgcore.engine.stats import GlobalCounters, KernelTimes, update_stats
 from tgcore.runtime.buffer import Buffer
 from tgcore.schedule import kernelize
 from tgcore.uop import Ops, UOp
@@ -194,22 +197,27 @@ class Jit:
                 buf = views[key] = (inp if same else inp.view(old.size, old.dtype, offset)).ensure_allocated()
             return buf
 
-        debug = engine.DEBUG >= 2
-        if capture.graph is not None and not debug:  # one native call for every kernel
+        timed = KernelTimes.wanted()  # DEBUG=2 or a recording: each kernel's time goes to update_stats
+        if capture.graph is not None:  # one native call for every kernel
             graph = capture.graph
             for (n, offset, old), places in capture.graph_inputs.items():
                 graph.set_all(places, bound(n, offset, old).handle)
             for name, places in capture.graph_vars.items():
                 graph.set_all(places, variables[name])
-            graph.run()
-        for step in capture.plan if capture.graph is None or debug else ():
+            times = graph.run(timed)
+            for step, elapsed in zip(capture.plan, times or (), strict=False):
+                update_stats(step.name, step.device, step.kind, num_bufs=step.num_bufs, ops=step.ops, mem=step.mem,
+                             time_s=elapsed)
+        for step in capture.plan if capture.graph is None else ():
             if step.copy is not None:
                 dest, src = step.copy
                 for slot, n, offset, old in step.inputs:
                     dest, src = (bound(n, offset, old), src) if slot == 0 else (dest, bound(n, offset, old))
+                start = time.perf_counter() if timed else 0.0
                 dest.ensure_allocated().copy_from(src)
-                if debug:
-                    update_stats("copy (jit)", step.device, "copy", num_bufs=2, mem=dest.nbytes)
+                if timed:
+                    update_stats("copy (jit)", step.device, "copy", num_bufs=2, mem=dest.nbytes,
+                                 time_s=time.perf_counter() - start)
                 continue
             args: Sequence[Any] = step.args
             if step.inputs:
@@ -218,11 +226,11 @@ class Jit:
                     filled[arg] = bound(n, offset, old).handle
                 args = filled
             vals = tuple(variables[v] for v in step.vars)
-            elapsed = step.program(*args, vals=vals, threads=step.threads, wait=debug)
-            if debug:
+            elapsed = step.program(*args, vals=vals, threads=step.threads, wait=timed)
+            if timed:
                 update_stats(step.name, step.device, step.kind, num_bufs=step.num_bufs, ops=step.ops, mem=step.mem,
                              time_s=elapsed)
-        if not debug:  # the counters of every step at once (no line to print per kernel)
+        if not timed:  # the counters of every step at once (no line to print per kernel)
             GlobalCounters.kernel_count += len(capture.plan)
             GlobalCounters.global_ops += capture.ops
             GlobalCounters.global_mem += capture.mem

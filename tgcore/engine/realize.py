@@ -22,7 +22,7 @@ from typing import Any
 from tgcore.codegen import ProgramSpec, get_program
 from tgcore.codegen.optimize import Opt
 from tgcore.engine.beam import beam_policy
-from tgcore.engine.stats import update_stats
+from tgcore.engine.stats import KernelTimes, update_stats
 from tgcore.helpers import DEBUG
 from tgcore.runtime.buffer import Buffer
 from tgcore.runtime.registry import open_device
@@ -122,7 +122,7 @@ def run_schedule(items: list[ScheduleItem]) -> None:
         runner = get_runner(si.device, si.ast)
         handles = [si.bufs[i].ensure_allocated().handle for i in runner.spec.buf_slots]
         vals = tuple(si.var_vals[v] for v in runner.spec.vars)
-        timed = DEBUG >= 2
+        timed = KernelTimes.wanted()
         elapsed = runner.program(*handles, vals=vals, threads=runner.spec.threads, wait=timed)
         update_stats(runner.spec.name, si.device, si.kind, num_bufs=len(si.bufs), ops=runner.spec.ops,
                      mem=runner.spec.mem, time_s=elapsed)

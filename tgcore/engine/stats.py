@@ -10,9 +10,16 @@ on stdout like (wrapped here; one line when printed, the name in colour)
 Fields: device, kernel number (GlobalCounters.kernel_count after this kernel), kernel
 name coloured by kind, number of buffers, memory in use, this kernel's time / total
 time so far, GFLOPS and GB/s of this kernel.
+
+`KernelTimes.record()` collects a `KernelTime` per kernel run without printing (a bench's
+per-kernel table); while none is active, kernels (and JIT replays) are not timed.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from tgcore.helpers import DEBUG, ansilen, colored
 
@@ -36,6 +43,40 @@ class GlobalCounters:
         cls.global_ops = 0
         cls.global_mem = 0
         cls.time_sum_s = 0.0
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """One timed kernel run."""
+    name: str
+    device: str
+    kind: str
+    seconds: float
+    ops: int
+    mem: int
+
+
+class KernelTimes:
+    """The active recordings of kernel times (innermost last). ``with KernelTimes.record() as times:`` times
+    every kernel run inside the block (a JIT replay included: its kernels are timed between them in the native
+    graph) and appends a `KernelTime` per run to ``times``."""
+
+    active: list[list[KernelTime]] = []
+
+    @classmethod
+    @contextlib.contextmanager
+    def record(cls) -> Iterator[list[KernelTime]]:
+        into: list[KernelTime] = []
+        cls.active.append(into)
+        try:
+            yield into
+        finally:
+            cls.active.pop()
+
+    @classmethod
+    def wanted(cls) -> bool:
+        """Whether kernels should be timed now (a recording is active, or DEBUG >= 2 prints the times)."""
+        return bool(cls.active) or DEBUG >= 2
 
 
 # kernel kind -> colour of its name in the DEBUG=2 line
@@ -89,6 +130,8 @@ def update_stats(
     GlobalCounters.global_mem += mem
     if time_s is not None:
         GlobalCounters.time_sum_s += time_s
+        for into in KernelTimes.active:
+            into.append(KernelTime(name, device, kind, time_s, ops, mem))
     if DEBUG >= 2:
         print(format_kernel_line(
             name, device, kind, num_bufs=num_bufs, kernel_number=GlobalCounters.kernel_count,

@@ -344,12 +344,42 @@ def _pool_args(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, pa
     return pads, k, s, d
 
 
+def _blocks(x: Tensor, k: tuple[int, ...], s: tuple[int, ...]) -> tuple[Tensor, tuple[int, ...]]:
+    """Windows that do not overlap (stride >= kernel, no dilation) over the last ``len(k)`` axes, as a reshape:
+    ``(..., L1, ..., Ln) -> (..., O1, K1, ..., On, Kn)`` and the K axes. Unlike ``windows`` no permute and no
+    copies of a row: a reduction over the K axes reads the input in its own order, and its gradient is a
+    reshape and a pad (``windows``' sums the copies, a reduction kernel per axis)."""
+    nd = len(k)
+    lead = x.ndim - nd
+    keep: list[tuple[int, int] | None] = [None] * lead
+    outs = [(n - kk) // ss + 1 for n, kk, ss in zip(x.shape[lead:], k, s, strict=True)]
+    # each axis as rows of s, the first k of each row: pad when the last row runs past the end (only its
+    # first k, inside the input, are read), else cut the tail no window reaches
+    if any(ss * o > n for n, ss, o in zip(x.shape[lead:], s, outs, strict=True)):
+        x = x.pad(keep + [(0, max(0, ss * o - n)) for n, ss, o in zip(x.shape[lead:], s, outs, strict=True)])
+    if any(ss * o < n for n, ss, o in zip(x.shape[lead:], s, outs, strict=True)):
+        x = x.shrink(keep + [(0, ss * o) for ss, o in zip(s, outs, strict=True)])
+    x = x.reshape(x.shape[:lead] + tuple(d for ss, o in zip(s, outs, strict=True) for d in (o, ss)))
+    if any(ss != kk for ss, kk in zip(s, k, strict=True)):
+        x = x.shrink(keep + [r for kk in k for r in (None, (0, kk))])
+    return x, tuple(lead + 2 * i + 1 for i in range(nd))
+
+
+def _pool_windows(x: Tensor, k: tuple[int, ...], s: tuple[int, ...],
+                  d: tuple[int, ...]) -> tuple[Tensor, tuple[int, ...]]:
+    """The windows a pooling reduces over the last ``len(k)`` axes of ``x``, and the axes to reduce."""
+    if all(dd == 1 and ss >= kk for kk, ss, dd in zip(k, s, d, strict=True)):  # the default: stride = kernel
+        return _blocks(x, k, s)
+    win = windows(x, k, s, d)
+    return win, tuple(range(win.ndim - len(k), win.ndim))
+
+
 def _max_pool(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, padding: IntOrTuple,
               dilation: IntOrTuple, ceil_mode: bool, nd: int, name: str) -> Tensor:
     pads, k, s, d = _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode, nd, name)
     fill = -math.inf if dtypes.is_float(x.dtype) else int(x.dtype.min)
-    win = windows(_pad_last(x, pads, fill), k, s, d)
-    return win.max(tuple(range(win.ndim - nd, win.ndim)))
+    win, axes = _pool_windows(_pad_last(x, pads, fill), k, s, d)
+    return win.max(axes)
 
 
 def max_pool1d(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
@@ -369,8 +399,8 @@ def _avg_pool(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, pad
               count_include_pad: bool, divisor_override: int | None, nd: int, name: str) -> Tensor:
     pads, k, s, ones = _pool_args(x, kernel_size, stride, padding, 1, ceil_mode, nd, name)
     lead = x.ndim - nd
-    total = windows(_pad_last(x, pads), k, s, ones)
-    summed = total.sum(tuple(range(total.ndim - nd, total.ndim)))
+    total, axes = _pool_windows(_pad_last(x, pads), k, s, ones)
+    summed = total.sum(axes)
     if divisor_override is not None:
         return summed / divisor_override
     # divisor per window: positions inside the input (and the explicit padding if count_include_pad), never the
@@ -381,7 +411,8 @@ def _avg_pool(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, pad
         inside = inside.pad([(0, after - before) for before, after in pads])
     else:
         inside = Tensor.ones(*sp, device=x.device).pad(pads)
-    count = windows(inside, k, s, ones).sum(tuple(range(nd, 2 * nd)))
+    inside_windows, inside_axes = _pool_windows(inside, k, s, ones)
+    count = inside_windows.sum(inside_axes)
     return (summed / count.cast(summed.dtype)).cast(summed.dtype)
 
 

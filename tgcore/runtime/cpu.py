@@ -125,6 +125,7 @@ _POOL_SOURCE = """\
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <time.h>
 typedef intptr_t W;
 static pthread_mutex_t run_mu = PTHREAD_MUTEX_INITIALIZER, mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER, done_cv = PTHREAD_COND_INITIALIZER;
@@ -217,18 +218,24 @@ int tg_pool_run(void *f, W *args, int nargs, int threads) {
   pthread_mutex_unlock(&run_mu);
   return err;
 }
-/* a whole sequence of kernels in one call; the workers keep spinning between its split kernels */
+static inline int64_t now_ns(void) {
+  struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+/* a whole sequence of kernels in one call; the workers keep spinning between its split kernels. With `stamps`
+   (n + 1 slots, else NULL) it records the clock before the first kernel and after each one */
 typedef struct { void *fn; W *args; int nargs, threads; } tg_step;
-int tg_pool_graph(tg_step *steps, int n) {
+int tg_pool_graph(tg_step *steps, int n, int64_t *stamps) {
   int most = 1;
   for (int i = 0; i < n; i++) most = steps[i].threads > most ? steps[i].threads : most;
   pthread_mutex_lock(&run_mu);
   int err = ensure_workers(most);
   if (!err) {
     __atomic_store_n(&hot, 1, __ATOMIC_RELEASE);
+    if (stamps) stamps[0] = now_ns();
     for (int i = 0; i < n; i++) {
       if (steps[i].threads <= 1) call(steps[i].fn, steps[i].args, steps[i].nargs, 0);
       else split(steps[i].fn, steps[i].args, steps[i].nargs, steps[i].threads);
+      if (stamps) stamps[i + 1] = now_ns();
     }
     __atomic_store_n(&hot, 0, __ATOMIC_RELEASE);
   }
@@ -279,7 +286,7 @@ def native_pool() -> Any:
                 lib.tg_pool_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
                 lib.tg_pool_forget.restype = None
                 lib.tg_pool_graph.restype = ctypes.c_int
-                lib.tg_pool_graph.argtypes = [ctypes.c_void_p, ctypes.c_int]
+                lib.tg_pool_graph.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
                 global _native_graph_fn
                 _native_graph_fn = lib.tg_pool_graph
                 if hasattr(os, "register_at_fork"):
@@ -331,10 +338,16 @@ class NativeGraph:
         for step, arg in places:
             words[step][arg] = word
 
-    def run(self) -> None:
-        err = _native_graph_fn(self.steps, self.count)
+    def run(self, timed: bool = False) -> list[float] | None:
+        """Run every kernel in order. With ``timed``, return each kernel's seconds (clock read in C between
+        kernels, so the figures carry no Python or ctypes cost), else None."""
+        stamps = (ctypes.c_int64 * (self.count + 1))() if timed else None
+        err = _native_graph_fn(self.steps, self.count, stamps)
         if err:
             raise OSError(err, f"could not start kernel threads: {os.strerror(err)}")
+        if stamps is None:
+            return None
+        return [(stamps[i + 1] - stamps[i]) * 1e-9 for i in range(self.count)]
 
 
 def _as_word(arg: Any) -> int:

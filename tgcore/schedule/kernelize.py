@@ -12,8 +12,9 @@ Movement ops never copy: walking from a kernel's output towards its inputs, each
 op rewrites the tuple of index expressions (reshape regroups, permute reorders, expand pins
 to 0, shrink offsets, flip mirrors, pad offsets and adds a validity gate). Fusion policy:
 elementwise work is recomputed wherever it is used; a reduction fuses into its consumer
-only when it is reached without broadcasting and has a single consumer, otherwise it gets
-a kernel (and a buffer) of its own. ``CONTIGUOUS`` and ``COPY`` always end a kernel.
+only when it is reached without broadcasting, has a single consumer and every use of its
+value is inside that one kernel (not also read, through shared elementwise work, by another
+kernel), otherwise it gets a kernel (and a buffer) of its own. ``CONTIGUOUS`` and ``COPY`` always end a kernel.
 """
 from __future__ import annotations
 
@@ -34,8 +35,9 @@ from tgcore.schedule.split import split_large_reductions
 from tgcore.uop import GroupOp, Ops, UOp
 
 INT32_LIMIT = 2**31 - 1
-EXPENSIVE_OPS = 12   # ALU ops below an expand from which recomputing per copy costs more than a kernel
-MIN_BROADCAST = 64   # ... when the expand makes at least this many copies
+MIN_BROADCAST = 64   # copies an expand makes of an elementwise input from which it may get a kernel of its own ...
+EXPENSIVE_OPS = 12   # ... when it has this many ALU ops (a silu, a dequantization) ...
+READ_WORK = 5        # ... or reads a buffer and its ALU ops plus the buffers it reads reach this (relu(x + b))
 
 # lazy tensor node -> the flat BUFFER uop holding its value, for nodes already computed
 realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
@@ -183,30 +185,37 @@ class Kernelizer:
         self.index_dtype = dtypes.int64 if huge else dtypes.int32
         self.items: list[ScheduleItem] = []
         self.done: dict[UOp, UOp] = {}  # lazy node -> BUFFER uop computed in this schedule
-        self._expand_cost: dict[UOp, int] = {}
+        self._expand_cost: dict[UOp, bool] = {}  # whether an elementwise input is worth a kernel before an expand
+        self._read_only_by: dict[tuple[UOp, UOp | None], bool] = {}
         self.var_vals: dict[str, int] = {}
         self.custom: dict[UOp, list[UOp]] = {}  # CUSTOM_KERNEL -> its buffers, once scheduled
         self.views: dict[UOp, tuple[UOp, int, int]] = {}  # view BUFFER -> (base BUFFER, size, offset in bytes)
 
     def worth_realizing_before_expand(self, node: UOp, factor: int) -> bool:
         """Whether ``node`` should get a kernel of its own rather than be recomputed for every copy an
-        expand makes of it: when it does real work (a dozen ALU ops or more: an activation, a dequantization)
-        and is broadcast many times over (as a matmul broadcasts each input over the other's rows; per-block
-        scales broadcast over a quantization block of 32 stay fused)."""
+        expand makes of it: when it is broadcast many times over, as a matmul broadcasts each input over the
+        other's rows, and each copy would redo real work: a dozen ALU ops (an activation like silu, a
+        dequantization), or fewer on buffers it reads (relu(x + b) on a matmul's output: 3 ops, 2 buffers; relu's
+        gradient: 3 ops, 3 buffers), where one load of the result replaces several. Per-block scales (an op or
+        two on one buffer, broadcast over a quantization block) and tables of constants stay fused."""
         if factor < MIN_BROADCAST or node.op is Ops.BUFFER or self.cached(node) is not None or node in self.done:
             return False
-        cached = self._expand_cost.get(node)
-        if cached is None:
-            ops, stack, seen = 0, [node], set()
-            while stack and ops < EXPENSIVE_OPS:
+        worth = self._expand_cost.get(node)
+        if worth is None:
+            ops, reads, stack, seen = 0, 0, [node], set()
+            while stack and ops < EXPENSIVE_OPS and not (reads and ops + reads >= READ_WORK):
                 n = stack.pop()
-                if n in seen or n.op in (Ops.BUFFER, Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.COPY):
+                if n in seen:
                     continue
                 seen.add(n)
+                if n.op in (Ops.BUFFER, Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.COPY) or n in self.done or \
+                        self.cached(n) is not None:
+                    reads += 1  # a load where it is fused
+                    continue
                 ops += n.op in GroupOp.ALU
                 stack.extend(n.src)
-            cached = self._expand_cost[node] = ops
-        return cached >= EXPENSIVE_OPS
+            worth = self._expand_cost[node] = ops >= EXPENSIVE_OPS or (reads > 0 and ops + reads >= READ_WORK)
+        return worth
 
     def used_once(self, node: UOp) -> bool:
         """Whether ``node`` (looking through reshapes of it) has a single user in this schedule."""
@@ -217,6 +226,29 @@ class Kernelizer:
             if users[0].op is not Ops.RESHAPE:
                 return True
             node = users[0]
+
+    def read_only_by(self, node: UOp, root: UOp | None) -> bool:
+        """Whether every use of ``node``'s value is inside the kernel rooted at ``root``: each path of users
+        from ``node`` reaches ``root`` (or a node an earlier kernel already computed) before another
+        reduction, a kernel boundary or an output. A reduction fused into a kernel whose elementwise work
+        other kernels also read (logits + bias feeding both the loss and its gradient) would be computed
+        again in each of them."""
+        key = (node, root)
+        known = self._read_only_by.get(key)
+        if known is not None:
+            return known
+        ok, stack, seen = True, [node], {node}
+        while stack and ok:
+            for user in self.consumers.get(stack.pop(), []):
+                if user is root or user in seen or user in self.done or self.cached(user) is not None:
+                    continue
+                if user.op in (Ops.SINK, Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN, Ops.CUSTOM_KERNEL):
+                    ok = False
+                    break
+                seen.add(user)
+                stack.append(user)
+        self._read_only_by[key] = ok
+        return ok
 
     def cached(self, node: UOp) -> UOp | None:
         """The buffer an earlier realize left ``node``'s value in, if it is on the device ``node`` computes on
@@ -262,9 +294,14 @@ class Kernelizer:
         Lowers the movement ops with symbolic indices and checks that the buffer index is the
         row-major index of ``node`` plus a constant offset, with no gate.
         """
-        chain = node
+        chain, reshapes_only = node, True
         while chain.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.EXPAND, Ops.FLIP, Ops.PAD):
+            reshapes_only = reshapes_only and chain.op is Ops.RESHAPE
             chain = chain.src[0]
+        # a contiguous() is a kernel anyway, and a reshape is its source's elements in order: the source's own
+        # buffer may do (and other kernels that read the source find it)
+        if chain.op is Ops.CONTIGUOUS or (reshapes_only and chain is not node and chain.op is not Ops.BUFFER):
+            chain = self.realize(chain)
         chain = self.cached(chain) or self.done.get(chain, chain)
         if chain.op is not Ops.BUFFER or chain is node or chain not in buffers:
             return None
@@ -423,7 +460,8 @@ class _KernelBuilder:
         if op in (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP, Ops.PAD):
             return self._movement(node, idx, gate, direct)
         if op is Ops.REDUCE_AXIS:
-            if (direct and owner.used_once(node)) or (node is self.root and idx is self.root_idx):
+            if (direct and owner.used_once(node) and owner.read_only_by(node, self.root)) or (
+                    node is self.root and idx is self.root_idx):
                 return self._reduce(node, idx, gate)
             return self.load(owner.realize(node), idx, shape_of(node), gate)
         if op is Ops.DETACH:
