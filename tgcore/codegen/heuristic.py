@@ -185,11 +185,16 @@ def gemm_tiles(g: GemmShape) -> list[tuple[int, int]]:
             and v * g.lanes <= 2 * g.n]
 
 
+PARTIAL_TILE_COST = 4  # a column tile with padded lanes reads them lane by lane: it costs about this many full tiles
+
+
 def gemm_speed(g: GemmShape, tile: tuple[int, int]) -> float:
     """FMAs per load (each step loads v vectors of B and broadcasts r elements of A for r*v FMAs), less the share of
-    padded rows and columns computed for nothing."""
+    padded rows computed for nothing and the cost of a last column tile whose padded lanes are gated."""
     r, v = tile
-    return r * v / (r + v) * g.m / (-(-g.m // r) * r) * g.n / (-(-g.n // (v * g.lanes)) * v * g.lanes)
+    col_tiles = -(-g.n // (v * g.lanes))
+    partial = PARTIAL_TILE_COST - 1 if g.n % (v * g.lanes) else 0
+    return r * v / (r + v) * g.m / (-(-g.m // r) * r) * col_tiles / (col_tiles + partial)
 
 
 def gemm_k_blocks(g: GemmShape) -> list[int]:
@@ -224,9 +229,13 @@ def gemm_opts(ast: UOp, renderer: object, threads: int) -> list[Opt]:
     if g is None or not tiles:
         return []
     rows, vectors = max(tiles, key=lambda t: (gemm_speed(g, t), t[0] * t[1]))
-    block_k = max(gemm_k_blocks(g), default=0)
-    # with a K tile each thread takes whole row tiles: rows are padded to a multiple of every thread's tiles
-    return gemm_list(g, rows, vectors, block_k, min(g.threads, -(-g.m // rows)))
+    fits = g.kk * g.n * g.itemsize * TILE_K_SHARE <= g.l2  # all of B stays in L2: no K tiles needed
+    block_k = 0 if fits else max(gemm_k_blocks(g), default=0)
+    if block_k:  # each thread takes whole row tiles: rows are padded to a multiple of every thread's tiles
+        return gemm_list(g, rows, vectors, block_k, min(g.threads, -(-g.m // rows)))
+    # else the outermost output loop left (a batch, else the row tiles) is chunked over the threads
+    opts = gemm_list(g, rows, vectors, 0, 1)
+    return opts + thread_opt(ast, opts, g.threads, 2 * g.m * g.n * g.kk)
 
 
 def nt_gemm_opts(ast: UOp, renderer: object, threads: int, work: int) -> list[Opt]:
