@@ -59,15 +59,7 @@ SIZES = [1, 2, 3, 7, 16, 64, 127, 128, 129, 13, 31, 12, 24]  # shrinks toward th
 SMALL_SIZES = [1, 2, 3, 7, 16, 5, 12, 32]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _spec_on():
-    old = os.environ.get("TG_SPEC")
-    os.environ["TG_SPEC"] = "1"
-    yield
-    if old is None:
-        os.environ.pop("TG_SPEC", None)
-    else:
-        os.environ["TG_SPEC"] = old
+pytestmark = pytest.mark.usefixtures("spec_on")  # every rewrite checks its spec
 
 
 @pytest.fixture(params=DEVICES)

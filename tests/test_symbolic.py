@@ -4,7 +4,6 @@ checked against numpy in the same dtype, and the sint helpers."""
 from __future__ import annotations
 
 import math
-import os
 
 import ml_dtypes
 import numpy as np
@@ -14,16 +13,7 @@ from tgcore.dtype import dtypes
 from tgcore.uop import Ops, UOp, resolve, smax, smin, ssimplify, sym_infer
 from tgcore.uop.symbolic import difference
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _spec_on():
-    old = os.environ.get("TG_SPEC")
-    os.environ["TG_SPEC"] = "1"
-    yield
-    if old is None:
-        os.environ.pop("TG_SPEC", None)
-    else:
-        os.environ["TG_SPEC"] = old
+pytestmark = pytest.mark.usefixtures("spec_on")  # every rewrite checks its spec
 
 
 a = UOp.variable("a", 0, 10)

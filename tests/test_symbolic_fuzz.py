@@ -26,15 +26,7 @@ FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None,
 FUZZ_HALF = settings(FUZZ, max_examples=max(1, EXAMPLES // 2))  # properties of one rule or helper
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _spec_on():
-    old = os.environ.get("TG_SPEC")
-    os.environ["TG_SPEC"] = "1"
-    yield
-    if old is None:
-        os.environ.pop("TG_SPEC", None)
-    else:
-        os.environ["TG_SPEC"] = old
+pytestmark = pytest.mark.usefixtures("spec_on")  # every rewrite checks its spec
 
 
 # ------------------------------------------------------------------------------------------------ reference

@@ -211,6 +211,22 @@ def cpu_count() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+def write_atomically(path: pathlib.Path, data: bytes) -> None:
+    """``data`` into ``path`` through a temp file renamed into place (a reader sees the old file or the new one,
+    never half of one); the folder is made if missing. Raises OSError; the temp file never stays behind."""
+    import tempfile
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def cache_dir() -> pathlib.Path:
     """Where tgcore keeps caches: env TG_CACHE_DIR, else the user cache dir + "/tgcore".
 

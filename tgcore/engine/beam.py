@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pathlib
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -43,7 +41,7 @@ from tgcore.codegen import Kernel, OptPolicy, default_policy, lower_kernel
 from tgcore.codegen.optimize import Opt, apply_opts
 from tgcore.codegen.search import candidates, kernel_fingerprint, opts_from_data, opts_to_data
 from tgcore.dtype import dtypes
-from tgcore.helpers import BEAM, DEBUG, cache_dir
+from tgcore.helpers import BEAM, DEBUG, cache_dir, write_atomically
 from tgcore.runtime.cpufeatures import IsaLevelError, chosen_isa_level, cpu_features
 from tgcore.uop import Ops
 
@@ -163,7 +161,7 @@ class WinnerCache:
                 "budget": winner.budget, "meta": {**key.parts, **meta}}
         entry = {**body, "checksum": _checksum(body)}
         try:
-            _write_atomically(path, json.dumps(entry, indent=1, sort_keys=True).encode())
+            write_atomically(path, json.dumps(entry, indent=1, sort_keys=True).encode())
         except OSError as e:
             warnings.warn(f"BEAM: could not store the winner in {path} ({e}); it holds for this process only",
                           stacklevel=2)
@@ -218,22 +216,6 @@ def _parse_winner(raw: bytes, digest: str, kernel: Kernel, renderer: object) -> 
     except ValueError as e:  # an unknown op, or (OptError) a list that no longer fits the kernel
         raise _Unusable(f"holds a stale opts list ({e})") from None
     return Winner(tuple(opts), entry["budget"])
-
-
-def _write_atomically(path: pathlib.Path, data: bytes) -> None:
-    """``data`` into ``path`` through a temp file renamed into place: a reader sees the old file or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 # ---- the search ----

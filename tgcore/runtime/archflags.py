@@ -27,7 +27,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 
-from tgcore.helpers import cache_dir
+from tgcore.helpers import cache_dir, write_atomically
 from tgcore.runtime.cpufeatures import ISA_LEVELS, X86_64, CPUFeatures, IsaLevel, chosen_isa_level, cpu_features
 
 TUNE = ("-mtune=native",)
@@ -188,19 +188,7 @@ def _write_verdict(path: pathlib.Path, key: str, target: CTarget) -> None:
     """Store a verdict atomically (temp file + rename); give up quietly on OS errors."""
     assert target.level is not None
     text = json.dumps({"key": key, "level": target.level.name, "flags": list(target.flags)})
-    tmp_name = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp_name, path)
-        tmp_name = None
+        write_atomically(path, text.encode())
     except OSError:
         pass
-    finally:
-        if tmp_name is not None:
-            try:
-                os.unlink(tmp_name)
-            except OSError:
-                pass

@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import tempfile
 
-from tgcore.helpers import cache_dir
+from tgcore.helpers import cache_dir, write_atomically
 from tgcore.runtime.archflags import CTarget, binary_identity, c_target
 
 CACHE_MAGIC = b"TGCC\x01"
@@ -93,22 +93,10 @@ def _read_entry(path: pathlib.Path) -> bytes | None:
 def _write_entry(path: pathlib.Path, payload: bytes) -> None:
     """Write a cache entry atomically (temp file + rename); give up quietly on OS errors."""
     header = CACHE_MAGIC + len(payload).to_bytes(8, "little") + hashlib.sha256(payload).digest()
-    tmp_name = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
-        with os.fdopen(fd, "wb") as f:
-            f.write(header + payload)
-        os.replace(tmp_name, path)
-        tmp_name = None
+        write_atomically(path, header + payload)
     except OSError:
         pass
-    finally:
-        if tmp_name is not None:
-            try:
-                os.unlink(tmp_name)
-            except OSError:
-                pass
 
 
 def find_c_compiler() -> str:
