@@ -515,10 +515,11 @@ class CRenderer(Renderer):
     def _lanewise(index: UOp, names: dict[UOp, str], gates: list[str], lane: Callable[[int, str], str],
                   whole: str) -> str:
         """An access gated lane by lane: the whole vector when every gate is true (the usual case: only a loop's
-        last, padded iteration has false lanes), else each lane whose gate is true."""
+        last, padded iteration has false lanes), nothing when none is (a vector wholly in the padding), else each
+        lane whose gate is true."""
         ptr, idx = names[index.src[0]], names[index.src[1]]
         lanes = " ".join(f"if ({g}) {lane(i, f'{ptr}[{idx}+{i}]')}" for i, g in enumerate(gates))
-        return f"if ({' & '.join(gates)}) {{ {whole} }} else {{ {lanes} }}"
+        return f"if ({' & '.join(gates)}) {{ {whole} }} else if ({' | '.join(gates)}) {{ {lanes} }}"
 
     def _load(self, u: UOp, names: dict[UOp, str], v: str, lane_gates: dict[UOp, list[str]]) -> str:
         index, t = u.src[0], c_type(u.dtype)
