@@ -272,19 +272,24 @@ def test_flags_per_level():
                               "-mprefer-vector-width=512")
     assert X86_64.c_flags == ()
     for level in ISA_LEVELS:
-        assert not [f for f in level.c_flags if "amx" in f or "march" in f]
+        assert not [f for f in level.c_flags + tuple(f for _, f in level.extensions) if "amx" in f or "march" in f]
+    everything = frozenset(name for level in ISA_LEVELS for name, _ in level.extensions)
+    assert AVX512.c_flags_for(frozenset()) == AVX512.c_flags  # an extension only with its feature
+    assert AVX512.c_flags_for(frozenset({"avx512_vnni"})) == AVX512.c_flags + ("-mavx512vnni",)
+    assert len(AVX512.c_flags_for(everything)) == len(AVX512.c_flags) + len(AVX512.extensions)
 
 
 @on_x86_64
 def test_compiler_flags_follow_tg_isa(monkeypatch):
     cc = compiler()
     level = chosen_isa_level()
+    level_flags = level.c_flags_for(cpu_features().features)
     target = ClangCompiler().target()
-    assert target.level is level and target.flags[:len(level.c_flags)] == level.c_flags
-    assert set(target.flags) - set(level.c_flags) <= set(archflags.TUNE)
+    assert target.level is level and target.flags[:len(level_flags)] == level_flags
+    assert set(target.flags) - set(level_flags) <= set(archflags.TUNE)
     flags = ClangCompiler().flags
     assert "-march=native" not in flags and [f for f in flags if f.startswith("-mavx")] == [
-        f for f in level.c_flags if f.startswith("-mavx")]
+        f for f in level_flags if f.startswith("-mavx")]
     if level is AVX512:
         identity = ClangCompiler(cc).cache_identity()
         monkeypatch.setenv("TG_ISA", "avx2")
@@ -363,7 +368,7 @@ def test_a_level_whose_program_traps_falls_back_with_a_warning(monkeypatch):
 
 
 def test_a_program_that_cannot_start_leaves_the_level_unchecked(monkeypatch):
-    def no_exec(cc, level):
+    def no_exec(cc, level, features=frozenset()):
         raise PermissionError("noexec")
     monkeypatch.setattr(archflags, "_check", no_exec)
     assert verify("cc", AVX512) == (CTarget(AVX512, AVX512.c_flags), False)

@@ -31,7 +31,7 @@ from tgcore.helpers import cache_dir, write_atomically
 from tgcore.runtime.cpufeatures import ISA_LEVELS, X86_64, CPUFeatures, IsaLevel, chosen_isa_level, cpu_features
 
 TUNE = ("-mtune=native",)
-VERDICT_VERSION = 1    # bump when the check program or the flags of a level change
+VERDICT_VERSION = 2    # bump when the check program or the flags of a level change
 
 
 @dataclass(frozen=True)
@@ -75,24 +75,24 @@ def verified_target(cc: str, cpu: CPUFeatures, level: IsaLevel, compiler_identit
     identity = compiler_identity or binary_identity(cc)
     key = hashlib.sha256(f"{VERDICT_VERSION}\0{cpu.identity}\0{identity}\0{level.name}".encode()).hexdigest()
     path = cache_dir() / "isa" / f"{key[:40]}.json"
-    cached = _read_verdict(path, key, level)
+    cached = _read_verdict(path, key, level, cpu.features)
     if cached is not None:
         return cached
-    target, checked = verify(cc, level)
+    target, checked = verify(cc, level, cpu.features)
     if checked:
         _write_verdict(path, key, target)
     return target
 
 
-def verify(cc: str, level: IsaLevel) -> tuple[CTarget, bool]:
+def verify(cc: str, level: IsaLevel, features: frozenset[str] = frozenset()) -> tuple[CTarget, bool]:
     """Build and run the check program at ``level``, then each narrower level until one works (warning on each
     failure). Also says whether the answer was checked (False: no program could run here; ``level`` unchecked)."""
     candidates = list(reversed(ISA_LEVELS[:ISA_LEVELS.index(level) + 1]))
     for i, candidate in enumerate(candidates):
         try:
-            flags, problem = _check(cc, candidate)
+            flags, problem = _check(cc, candidate, features)
         except OSError:                 # the built program could not be started at all: nothing to learn
-            return CTarget(level, level.c_flags), False
+            return CTarget(level, level.c_flags_for(features)), False
         if problem is None:
             return CTarget(candidate, flags), True
         if i + 1 < len(candidates):
@@ -101,19 +101,20 @@ def verify(cc: str, level: IsaLevel) -> tuple[CTarget, bool]:
     return CTarget(X86_64, ()), False   # not even baseline code builds: the compiler's own errors will say why
 
 
-def _check(cc: str, level: IsaLevel) -> tuple[tuple[str, ...], str | None]:
+def _check(cc: str, level: IsaLevel, features: frozenset[str] = frozenset()) -> tuple[tuple[str, ...], str | None]:
     """(flags used, None if the check program built with them ran and printed the right answer, else what failed).
     -mtune=native is dropped when the compiler refuses it. OSError when the program cannot be started."""
     vector_bytes = level.vector_bits // 8
     with tempfile.TemporaryDirectory(prefix="tgcore-isa-") as tmp:
         exe = str(pathlib.Path(tmp) / ("check.exe" if sys.platform == "win32" else "check"))
         problem = None
-        for flags in (level.c_flags + TUNE, level.c_flags):
+        level_flags = level.c_flags_for(features)
+        for flags in (level_flags + TUNE, level_flags):
             problem = _build(cc, [*flags, "-O2"], check_source(vector_bytes), exe)
             if problem is None:
                 break
         if problem is not None:
-            return level.c_flags, problem
+            return level_flags, problem
         try:
             run = subprocess.run([exe], capture_output=True, timeout=60)
         except subprocess.TimeoutExpired:
@@ -170,14 +171,16 @@ def expected_output(vector_bytes: int) -> str:
     return f"{fsum:.1f} {bsum} {qsum}"
 
 
-def _read_verdict(path: pathlib.Path, key: str, level: IsaLevel) -> CTarget | None:
+def _read_verdict(path: pathlib.Path, key: str, level: IsaLevel,
+                  features: frozenset[str] = frozenset()) -> CTarget | None:
     """The stored verdict, or None when missing, unreadable, or not a verdict for ``key`` at or below ``level``."""
     try:
         data = json.loads(path.read_text())
         allowed = {candidate.name: candidate for candidate in ISA_LEVELS[:ISA_LEVELS.index(level) + 1]}
         stored = allowed[data["level"]]
         flags = tuple(data["flags"])
-        if data["key"] != key or flags not in (stored.c_flags, stored.c_flags + TUNE):
+        stored_flags = stored.c_flags_for(features)
+        if data["key"] != key or flags not in (stored_flags, stored_flags + TUNE):
             return None
         return CTarget(stored, flags)
     except (OSError, ValueError, KeyError, TypeError):
