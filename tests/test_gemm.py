@@ -2,7 +2,6 @@
 large shapes against numpy (integer-valued inputs, so exact), batched and with an epilogue, gradients against
 torch, on every device in ``TG_TEST_DEVICES``; and what the policy chooses for a renderer's register file."""
 import os
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from tgcore.codegen import simplify_kernel
 from tgcore.codegen.heuristic import gemm_opts
 from tgcore.codegen.optimize import Opt, OptError, OptOps, apply_opts
+from tgcore.renderer import Renderer
 from tgcore.runtime.cpufeatures import CacheSizes
 from tgcore.schedule.kernelize import create_schedule
 from tgcore.tensor import Tensor
@@ -60,9 +60,16 @@ def _matmul_ast(m: int, n: int, k: int, bias: bool = False):
     return simplify_kernel(items[-1].ast)
 
 
-def _renderer(bits: int, registers: int) -> SimpleNamespace:
-    return SimpleNamespace(vector_bits=bits, vector_registers=registers, has_threads=True, simd_widths={},
-                           cache_sizes=CacheSizes(48 << 10, 2 << 20))
+class _Machine(Renderer):
+    """A renderer as codegen sees it: vectors, registers, caches and threads (it renders nothing here)."""
+    has_threads = True
+    masked_vectors = True
+
+
+def _renderer(bits: int, registers: int) -> Renderer:
+    r = _Machine()
+    r.vector_bits, r.vector_registers, r.cache_sizes = bits, registers, CacheSizes(48 << 10, 2 << 20)
+    return r
 
 
 @pytest.mark.parametrize("bits,registers", [(512, 32), (256, 16)])
@@ -79,11 +86,12 @@ def test_policy_tile_fits_the_register_file(bits, registers):
 
 
 def test_policy_pads_rows_for_a_tile_that_does_not_divide_them():
-    opts = gemm_opts(_matmul_ast(1000, 1024, 512), _renderer(512, 32), threads=2)
-    pad = [o for o in opts if o.op is OptOps.PAD]
-    rows = [o.amount for o in opts if o.op is OptOps.UNROLL and o.axis == 0][0]
-    if 1000 % rows:
-        assert pad and pad[0].amount % rows == 0
+    """1000 rows in tiles of 6 on two threads: padded to 1008 (whole tiles per thread, the K loop tiled); 1000
+    columns in tiles of 4 zmm: padded to 1024, the last tile gated lane by lane."""
+    opts = gemm_opts(_matmul_ast(1000, 1000, 1024), _renderer(512, 32), threads=2)
+    assert Opt(OptOps.PAD, 0, 12) in opts and Opt(OptOps.UNROLL, 0, 6) in opts
+    assert Opt(OptOps.PAD, 1, 64) in opts and Opt(OptOps.UNROLL, 1, 4) in opts
+    assert opts.index(Opt(OptOps.PAD, 0, 12)) < opts.index(Opt(OptOps.UNROLL, 0, 6))
 
 
 def test_policy_does_not_tile_k_under_an_epilogue():
@@ -119,10 +127,11 @@ def test_convolution_over_flat_positions_matches_torch(device, nd, kernel, paddi
     w_np = rng.standard_normal((6, 4 // groups) + kernel).astype(np.float32)
     conv = {1: F.conv1d, 2: F.conv2d}[nd]
     tconv = {1: torch.nn.functional.conv1d, 2: torch.nn.functional.conv2d}[nd]
+    b_np = rng.standard_normal(6).astype(np.float32)
     x, w = Tensor(x_np, device=device, requires_grad=True), Tensor(w_np, device=device, requires_grad=True)
-    out = conv(x, w, padding=padding, dilation=dilation, groups=groups)
+    out = conv(x, w, Tensor(b_np, device=device), padding=padding, dilation=dilation, groups=groups)
     xt, wt = torch.tensor(x_np, requires_grad=True), torch.tensor(w_np, requires_grad=True)
-    ref = tconv(xt, wt, padding=padding, dilation=dilation, groups=groups)
+    ref = tconv(xt, wt, torch.tensor(b_np), padding=padding, dilation=dilation, groups=groups)
     (out * out).sum().backward()  # (before reading ``out``: backward through a realized tensor is not supported)
     (ref * ref).sum().backward()
     np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-4)

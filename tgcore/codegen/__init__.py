@@ -26,6 +26,7 @@ from tgcore.codegen.opts import emulate_floats, estimate_cost, kernel_name
 from tgcore.codegen.transcendental import decompose_transcendentals
 from tgcore.custom import KernelLaunch, is_custom_program
 from tgcore.helpers import DEBUG
+from tgcore.renderer import Renderer
 from tgcore.uop import Ops, UOp
 
 
@@ -59,9 +60,9 @@ def compact_params(ast: UOp) -> tuple[UOp, tuple[int, ...]]:
     return ast.substitute({params[s]: params[s].replace(arg=i) for i, s in enumerate(slots)}), tuple(slots)
 
 
-def custom_program_spec(ast: UOp, renderer: object) -> ProgramSpec:
+def custom_program_spec(ast: UOp, renderer: Renderer) -> ProgramSpec:
     """A hand-written kernel goes to the renderer as written: no codegen pass touches machine instructions."""
-    if not getattr(renderer, "custom_kernels", False):
+    if not renderer.custom_kernels:
         raise NotImplementedError(f"{renderer} cannot run hand-written kernels (custom_kernel)")
     launch: KernelLaunch = ast.arg
     return ProgramSpec(launch.name, renderer.render(launch.name, ast), (), 1, launch.ops, launch.mem,  # type: ignore[attr-defined]
@@ -86,47 +87,47 @@ class Kernel:
 
 
 # A policy chooses the optimizations of a prepared kernel: (kernel, renderer, threads) -> opts.
-OptPolicy = Callable[[Kernel, object, int], list[Opt]]
+OptPolicy = Callable[[Kernel, Renderer, int], list[Opt]]
 
 
-def prepare_kernel(ast: UOp, renderer: object) -> Kernel:
+def prepare_kernel(ast: UOp, renderer: Renderer) -> Kernel:
     """The kernel from the scheduler, up to the point where optimizations are chosen (see ``Kernel``)."""
     ast, buf_slots = compact_params(simplify_kernel(ast))
-    if not getattr(renderer, "native_transcendentals", False):
+    if not renderer.native_transcendentals:
         ast = decompose_transcendentals(ast)
     name = kernel_name(ast)
     ops, mem = estimate_cost(ast)
     variables = tuple(sorted({u.arg[0] for u in ast.toposort if u.op is Ops.DEFINE_VAR}))
-    emulated: frozenset = getattr(renderer, "emulated_floats", frozenset())
+    emulated = renderer.emulated_floats
     if emulated:
         ast = emulate_floats(ast, emulated)
     return Kernel(ast, name, variables, ops, mem, buf_slots)
 
 
-def default_policy(kernel: Kernel, renderer: object, threads: int) -> list[Opt]:
+def default_policy(kernel: Kernel, renderer: Renderer, threads: int) -> list[Opt]:
     """The heuristic's list (``tgcore.codegen.heuristic``): what a kernel gets when nothing else decides."""
     return heuristic_opts(kernel.ast, renderer, threads, kernel.work)
 
 
-def lower_kernel(kernel: Kernel, renderer: object, opts: list[Opt]) -> ProgramSpec:
+def lower_kernel(kernel: Kernel, renderer: Renderer, opts: list[Opt]) -> ProgramSpec:
     """``kernel`` with ``opts`` applied, linearized and rendered (``OptError`` for a list that does not fit)."""
     if DEBUG >= 3:
         print(f"{kernel.name}: opts [{', '.join(map(str, opts))}]")
     ast, n_threads = apply_opts(kernel.ast, opts, renderer)
     name, variables, ops, mem, buf_slots = kernel.name, kernel.vars, kernel.ops, kernel.mem, kernel.buf_slots
-    if not getattr(renderer, "linear", True):
+    if not renderer.linear:
         return ProgramSpec(name, renderer.render(name, ast), variables, n_threads, ops, mem,  # type: ignore[attr-defined]
                            buf_slots)
-    legalize = getattr(renderer, "legalize", None)
+    legalize = renderer.legalize
     if legalize is not None:
         from tgcore.uop.rewrite import graph_rewrite
         ast = graph_rewrite(ast, legalize, ctx=renderer, name="legalize")
-    uops = drop_buffer_afters(linearize(add_accumulators_and_ends(ast), getattr(renderer, "placement_priority", None)))
+    uops = drop_buffer_afters(linearize(add_accumulators_and_ends(ast), renderer.placement_priority))
     src = renderer.render(name, uops)  # type: ignore[attr-defined]
     return ProgramSpec(name, src, variables, n_threads, ops, mem, buf_slots, tuple(uops))
 
 
-def get_program(ast: UOp, renderer: object, threads: int = 1, opts: list[Opt] | None = None,
+def get_program(ast: UOp, renderer: Renderer, threads: int = 1, opts: list[Opt] | None = None,
                 policy: OptPolicy | None = None) -> ProgramSpec:
     """Lower one kernel for ``renderer``; ``threads`` is the most core_ids the device offers. ``opts``: the
     optimizations to apply; without them ``policy`` chooses (default: the heuristic; ``tgcore.engine.beam`` passes

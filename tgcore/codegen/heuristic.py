@@ -17,12 +17,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tgcore.codegen.optimize import Opt, OptOps, kernel_axes, tileable
-from tgcore.codegen.upcast import MAX_LANES, MAX_UNROLL, REDUCE_ROWS, _size, _stride, block_divisors
+from tgcore.codegen.upcast import MAX_LANES, _size, _stride, block_divisors
 from tgcore.dtype import DType, dtypes
-from tgcore.helpers import prod
+from tgcore.helpers import ceildiv, dedup, prod, round_up
+from tgcore.renderer import Renderer
 from tgcore.uop import Ops, UOp
 
 MIN_WORK_PER_THREAD = 1 << 15  # loop iterations below which a thread costs more than it saves
+MAX_UNROLL = 8   # copies made by unrolling on the plain vector path
+REDUCE_ROWS = 4  # output rows computed together by a vectorized reduction (each load of the shared input reused)
 
 
 def _main_inputs(ast: UOp) -> list[UOp]:
@@ -34,7 +37,7 @@ def _main_inputs(ast: UOp) -> list[UOp]:
     def size(u: UOp) -> int:
         return getattr(u.src[0].src[0].dtype, "size", 0) * u.dtype.itemsize
     biggest = max(size(u) for u in loads)
-    return list(dict.fromkeys(u.src[0].src[1] for u in loads if size(u) == biggest))
+    return dedup(u.src[0].src[1] for u in loads if size(u) == biggest)
 
 
 def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -> list[Opt]:
@@ -106,25 +109,32 @@ TILE_K_SHARE = 4                # one K block of B fills at most this fraction o
 MIN_TILE_K = 32                 # shorter K blocks cost more in partial sums than they save in cache misses
 
 
-def _gemm_axes(ast: UOp) -> tuple[UOp, UOp, tuple[UOp, ...], UOp] | None:
-    """(rows, columns, reduced ranges, B's index) when ``ast`` stores one sum of products ``A[.., k] * B[k, ..]`` in
-    a contiguous column axis that B runs along with stride 1 and A does not, over rows that A runs along and B does
-    not (a matmul, batched or not; a convolution over output channels and flattened positions)."""
+def _product(ast: UOp) -> tuple[UOp, UOp, UOp, UOp, list[UOp]] | None:
+    """(the store's index, the reduction, A's index, B's index, the output ranges) when ``ast`` stores one ADD
+    reduction of a product of two loads, maybe under an epilogue (bias, relu)."""
     if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE:
         return None
     store = ast.src[0]
-    reduces = [u for u in store.src[1].toposort if u.op is Ops.REDUCE]  # the sum, maybe under an epilogue (bias, relu)
-    if len(reduces) != 1:
+    reduces = [u for u in store.src[1].toposort if u.op is Ops.REDUCE]
+    if len(reduces) != 1 or reduces[0].arg is not Ops.ADD or reduces[0].src[0].op is not Ops.MUL:
         return None
     red = reduces[0]
-    if red.arg is not Ops.ADD or red.src[0].op is not Ops.MUL:
-        return None
     a, b = red.src[0].src
     if a.op is not Ops.LOAD or b.op is not Ops.LOAD:
         return None
-    ks, index = red.src[1:], store.src[0].src[1]
-    a_idx, b_idx = a.src[0].src[1], b.src[0].src[1]
+    index = store.src[0].src[1]
     outputs = [r for r in index.toposort if r.op is Ops.RANGE and r.arg[1] == "global"]
+    return index, red, a.src[0].src[1], b.src[0].src[1], outputs
+
+
+def _gemm_axes(ast: UOp) -> tuple[UOp, UOp, tuple[UOp, ...]] | None:
+    """(rows, columns, reduced ranges) when ``ast`` stores one sum of products ``A[.., k] * B[k, ..]`` in a
+    contiguous column axis that B runs along with stride 1 and A does not, over rows that A runs along and B does
+    not (a matmul, batched or not; a convolution over output channels and flattened positions)."""
+    found = _product(ast)
+    if found is None:
+        return None
+    index, red, a_idx, b_idx, outputs = found
     cols = [r for r in outputs if _stride(index, r) == 1]
     if not cols:
         return None
@@ -134,7 +144,17 @@ def _gemm_axes(ast: UOp) -> tuple[UOp, UOp, tuple[UOp, ...], UOp] | None:
     if _stride(b_idx, col) != 1 or _stride(a_idx, col) != 0:
         return None
     rows = [r for r in outputs if r is not col and _stride(b_idx, r) == 0 and _stride(a_idx, r)]
-    return (rows[-1], col, ks, b_idx) if rows else None
+    return (rows[-1], col, red.src[1:]) if rows else None
+
+
+def _lanes(renderer: Renderer, dtype: DType) -> int:
+    """Elements of ``dtype`` in one of the renderer's vector registers."""
+    return min(renderer.vector_bits // (8 * dtype.itemsize), MAX_LANES)
+
+
+def _filled(size: int, tile: int) -> float:
+    """The share of ``size`` rounded up to whole tiles that is real work."""
+    return size / round_up(size, tile)
 
 
 @dataclass(frozen=True)
@@ -156,25 +176,22 @@ class GemmShape:
     threads: int        # threads the rows can be split over (1 without renderer threads)
 
 
-def gemm_shape(ast: UOp, renderer: object, threads: int, min_flops: int = GEMM_MIN_FLOPS) -> GemmShape | None:
+def gemm_shape(ast: UOp, renderer: Renderer, threads: int, min_flops: int = GEMM_MIN_FLOPS) -> GemmShape | None:
     """The facts of ``ast`` as a matrix product, or None when it is not one, its vectors hold fewer than 2 lanes or
-    it has fewer than ``min_flops`` operations."""
+    it has fewer than ``min_flops`` operations. ``threads``: what the renderer can use (1 without threads)."""
     found = _gemm_axes(ast)
     if found is None:
         return None
-    row, col, ks, _ = found
+    row, col, ks = found
     dtype = ast.src[0].src[1].dtype
-    bits = getattr(renderer, "vector_bits", 128)
-    lanes = min(bits // (8 * dtype.itemsize), MAX_LANES)
+    lanes = _lanes(renderer, dtype)
     m, n, kk = _size(row), _size(col), prod(_size(k) for k in ks)
     if lanes < 2 or min(m, n, kk) < 1 or 2 * m * n * kk < min_flops:
         return None
     number = {r: i for i, r in enumerate(kernel_axes(ast))}
-    l2 = getattr(getattr(renderer, "cache_sizes", None), "l2", 1 << 20)
-    registers = getattr(renderer, "vector_registers", 16)
-    return GemmShape(number[row], number[col], number[ks[0]], m, n, kk, lanes, registers,
-                     getattr(renderer, "masked_vectors", False), dtype.itemsize, l2, tileable(ast) and len(ks) == 1,
-                     threads if getattr(renderer, "has_threads", False) else 1)
+    return GemmShape(number[row], number[col], number[ks[0]], m, n, kk, lanes, renderer.vector_registers,
+                     renderer.masked_vectors, dtype.itemsize, renderer.cache_sizes.l2, tileable(ast) and len(ks) == 1,
+                     threads)
 
 
 def gemm_tiles(g: GemmShape) -> list[tuple[int, int]]:
@@ -193,9 +210,9 @@ def gemm_speed(g: GemmShape, tile: tuple[int, int]) -> float:
     """FMAs per load (each step loads v vectors of B and broadcasts r elements of A for r*v FMAs), less the share of
     padded rows computed for nothing and the cost of a last column tile whose padded lanes are gated."""
     r, v = tile
-    col_tiles = -(-g.n // (v * g.lanes))
+    col_tiles = ceildiv(g.n, v * g.lanes)
     partial = PARTIAL_TILE_COST - 1 if g.n % (v * g.lanes) else 0
-    return r * v / (r + v) * g.m / (-(-g.m // r) * r) * col_tiles / (col_tiles + partial)
+    return r * v / (r + v) * _filled(g.m, r) * col_tiles / (col_tiles + partial)
 
 
 def gemm_k_blocks(g: GemmShape) -> list[int]:
@@ -203,6 +220,18 @@ def gemm_k_blocks(g: GemmShape) -> list[int]:
     if not g.tileable:
         return []
     return [d for d in range(MIN_TILE_K, g.kk) if g.kk % d == 0 and d * g.n * g.itemsize * TILE_K_SHARE <= g.l2]
+
+
+def gemm_block_k(g: GemmShape) -> int:
+    """The K tile of the default choice: none when all of B fits its share of L2, else the longest K block."""
+    if g.kk * g.n * g.itemsize * TILE_K_SHARE <= g.l2:
+        return 0
+    return max(gemm_k_blocks(g), default=0)
+
+
+def gemm_tile(g: GemmShape) -> tuple[int, int] | None:
+    """The default choice of (rows, vectors): the best scored, the larger on a tie."""
+    return max(gemm_tiles(g), key=lambda t: (gemm_speed(g, t), t[0] * t[1]), default=None)
 
 
 def gemm_list(g: GemmShape, rows: int, vectors: int, block_k: int, n_threads: int,
@@ -219,67 +248,56 @@ def gemm_list(g: GemmShape, rows: int, vectors: int, block_k: int, n_threads: in
             *([Opt(OptOps.THREAD, g.row, n_threads)] if n_threads > 1 else [])]
 
 
-def gemm_opts(ast: UOp, renderer: object, threads: int) -> list[Opt]:
+def gemm_opts(ast: UOp, renderer: Renderer, threads: int) -> list[Opt]:
     """A register tile for a matrix product: ``rows`` output rows times ``vectors`` vectors of columns, each an
     accumulator in a vector register, so each loaded vector of B feeds ``rows`` FMAs and each broadcast of A
     ``vectors``; the largest tile the register file holds (with B's vectors and a broadcast) and the shape
     divides. A long K is tiled so that one K block of B stays in L2 while every row of A passes over it; the
     rows are split over threads (each thread keeps its own copy of the B block in its own L2)."""
     g = gemm_shape(ast, renderer, threads)
-    tiles = gemm_tiles(g) if g is not None else []
-    if g is None or not tiles:
+    tile = gemm_tile(g) if g is not None else None
+    if g is None or tile is None:
         return []
-    rows, vectors = max(tiles, key=lambda t: (gemm_speed(g, t), t[0] * t[1]))
-    fits = g.kk * g.n * g.itemsize * TILE_K_SHARE <= g.l2  # all of B stays in L2: no K tiles needed
-    block_k = 0 if fits else max(gemm_k_blocks(g), default=0)
+    rows, vectors = tile
+    block_k = gemm_block_k(g)
     if block_k:  # each thread takes whole row tiles: rows are padded to a multiple of every thread's tiles
-        return gemm_list(g, rows, vectors, block_k, min(g.threads, -(-g.m // rows)))
+        return gemm_list(g, rows, vectors, block_k, min(g.threads, ceildiv(g.m, rows)))
     # else the outermost output loop left (a batch, else the row tiles) is chunked over the threads
     opts = gemm_list(g, rows, vectors, 0, 1)
     return opts + thread_opt(ast, opts, g.threads, 2 * g.m * g.n * g.kk)
 
 
-def nt_gemm_opts(ast: UOp, renderer: object, threads: int, work: int) -> list[Opt]:
+def nt_gemm_opts(ast: UOp, renderer: Renderer, threads: int, work: int) -> list[Opt]:
     """A register tile for a product of two matrices that both run along the reduced axis (``x @ W.T``, a weight
     gradient): the reduced axis in vectors, ``rows x cols`` accumulators (one vector each, summed across lanes
     after the loop), so each step loads ``rows + cols`` vectors for ``rows * cols`` FMAs."""
-    if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE:
+    found = _product(ast)
+    if found is None:
         return []
-    store = ast.src[0]
-    reduces = [u for u in store.src[1].toposort if u.op is Ops.REDUCE]
-    if len(reduces) != 1 or reduces[0].arg is not Ops.ADD or reduces[0].src[0].op is not Ops.MUL:
+    _, red, a_idx, b_idx, outputs = found
+    if not dtypes.is_float(red.dtype) or red.src[0].src[0].dtype != red.dtype:
         return []
-    red = reduces[0]
-    a, b = red.src[0].src
-    if a.op is not Ops.LOAD or b.op is not Ops.LOAD or not dtypes.is_float(red.dtype) or a.dtype != red.dtype:
-        return []
-    a_idx, b_idx = a.src[0].src[1], b.src[0].src[1]
     k = next((r for r in red.src[1:] if _stride(a_idx, r) == 1 and _stride(b_idx, r) == 1), None)
-    outputs = [r for r in store.src[0].src[1].toposort if r.op is Ops.RANGE and r.arg[1] == "global"]
     rows = [r for r in outputs if _stride(a_idx, r) and _stride(b_idx, r) == 0]
     cols = [r for r in outputs if _stride(b_idx, r) and _stride(a_idx, r) == 0]
-    lanes = min(getattr(renderer, "vector_bits", 128) // (8 * red.dtype.itemsize), MAX_LANES)
+    lanes = _lanes(renderer, red.dtype)
     if k is None or not rows or not cols or lanes < 2 or _size(k) % lanes or work < GEMM_MIN_FLOPS // 2:
         return []
     row, col = max(rows, key=_size), max(cols, key=_size)
     m, n = _size(row), _size(col)
-    registers = getattr(renderer, "vector_registers", 16)
+    registers = renderer.vector_registers
     tiles = [(r, c) for r in range(1, min(m, MAX_TILE_ROWS) + 1) for c in range(1, min(n, MAX_TILE_ROWS) + 1)
              if r * c + r + c <= registers and r * c >= 4]
     if not tiles:
         return []
-
-    def speed(tile: tuple[int, int]) -> float:  # FMAs per load, less the padded share
-        r, c = tile
-        return r * c / (r + c) * m / (-(-m // r) * r) * n / (-(-n // c) * c)
-    tr, tc = max(tiles, key=lambda t: (speed(t), t[0] * t[1]))
+    # FMAs per load, less the padded share
+    tr, tc = max(tiles, key=lambda t: (t[0] * t[1] / (t[0] + t[1]) * _filled(m, t[0]) * _filled(n, t[1]),
+                                       t[0] * t[1]))
     number = {r: i for i, r in enumerate(kernel_axes(ast))}
     opts = [*([Opt(OptOps.PAD, number[row], tr)] if m % tr else []), Opt(OptOps.UNROLL, number[row], tr),
             *([Opt(OptOps.PAD, number[col], tc)] if n % tc else []), Opt(OptOps.UNROLL, number[col], tc),
             Opt(OptOps.UPCAST, number[k], lanes)]
-    if getattr(renderer, "has_threads", False):
-        opts += thread_opt(ast, opts, threads, work)
-    return opts
+    return opts + thread_opt(ast, opts, threads, work)
 
 
 def thread_opt(ast: UOp, opts: list[Opt], threads: int, work: int) -> list[Opt]:
@@ -294,7 +312,7 @@ def thread_opt(ast: UOp, opts: list[Opt], threads: int, work: int) -> list[Opt]:
         size = _size(r)
         for o in opts:
             if o.axis == i and o.op is OptOps.PAD:
-                size = -(-size // o.amount) * o.amount
+                size = round_up(size, o.amount)
         left = size // prod(o.amount for o in opts if o.axis == i and o.op in (OptOps.UPCAST, OptOps.UNROLL))
         if left > 1:
             n = min(threads, left, max(1, work // MIN_WORK_PER_THREAD))
@@ -302,17 +320,12 @@ def thread_opt(ast: UOp, opts: list[Opt], threads: int, work: int) -> list[Opt]:
     return []
 
 
-def heuristic_opts(ast: UOp, renderer: object, threads: int = 1, work: int = 0) -> list[Opt]:
+def heuristic_opts(ast: UOp, renderer: Renderer, threads: int = 1, work: int = 0) -> list[Opt]:
     """The default optimization list for ``ast`` on ``renderer`` (see the module docstring)."""
-    linear = getattr(renderer, "linear", True)  # a renderer that takes the REDUCE form vectorizes by itself
-    if linear and (gemm := gemm_opts(ast, renderer, threads) or nt_gemm_opts(ast, renderer, threads, work)):
+    threads = threads if renderer.has_threads else 1
+    if not renderer.linear:  # a renderer that takes the REDUCE form vectorizes by itself
+        return thread_opt(ast, [], threads, work)
+    if gemm := gemm_opts(ast, renderer, threads) or nt_gemm_opts(ast, renderer, threads, work):
         return gemm
-    opts = vector_opts(ast, getattr(renderer, "simd_widths", None) or {}, getattr(renderer, "masked_vectors", False)) \
-        if linear else []
-    lanes = max((o.amount for o in opts if o.op is OptOps.UPCAST), default=1)
-    if lanes > MAX_LANES or prod(o.amount for o in opts if o.op is OptOps.UNROLL) > MAX_UNROLL:
-        opts = []
-    if getattr(renderer, "has_threads", False):
-        opts += thread_opt(ast, opts, threads, work)
-    return opts
-
+    opts = vector_opts(ast, renderer.simd_widths, renderer.masked_vectors)
+    return opts + thread_opt(ast, opts, threads, work)

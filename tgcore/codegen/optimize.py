@@ -34,7 +34,8 @@ from enum import Enum, auto
 
 from tgcore.codegen.upcast import MAX_LANES, _Expander, _size, _split_ranges, factor_blocks, split_blocks, unroll
 from tgcore.dtype import dtypes
-from tgcore.helpers import prod
+from tgcore.helpers import prod, round_up
+from tgcore.renderer import Renderer
 from tgcore.uop import Ops, UOp
 
 
@@ -61,9 +62,6 @@ class OptError(ValueError):
     """An optimization list that does not fit the kernel or the renderer."""
 
 
-DEFAULT_VECTOR_REGISTERS = 16  # a renderer that does not say: AVX2's ymm0-15
-
-
 def _kind(r: UOp) -> str:
     return r.arg[1] if isinstance(r.arg, tuple) and len(r.arg) > 1 else ""
 
@@ -74,7 +72,7 @@ def kernel_axes(ast: UOp) -> list[UOp]:
     return sorted(ranges, key=lambda r: (_kind(r) != "global", r.arg[0]))
 
 
-def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: object) -> None:
+def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: Renderer) -> None:
     """Raise OptError for a list that cannot be applied: every opt must divide what is left of its axis."""
     left = {i: _size(r) for i, r in enumerate(axes)}
     upcasts = [o for o in opts if o.op is OptOps.UPCAST]
@@ -100,7 +98,7 @@ def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: object) -> None
         if o.op is OptOps.PAD:
             if kind != "global" or n != _size(axes[o.axis]):
                 raise OptError(f"{o}: PAD applies to an output axis, before any other opt of it")
-            left[o.axis] = -(-n // o.amount) * o.amount
+            left[o.axis] = round_up(n, o.amount)
             continue
         if o.op in (OptOps.TILE, OptOps.BLOCK) and kind != "reduce":
             raise OptError(f"{o}: {o.op.name} applies to reduced axes only")
@@ -113,13 +111,13 @@ def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: object) -> None
     if upcasts and upcasts[0].amount > MAX_LANES:
         raise OptError(f"{upcasts[0]}: at most {MAX_LANES} lanes")
     ordered = [o for o in opts if o.op in (OptOps.UPCAST, OptOps.TILE)]
-    if ordered and not getattr(renderer, "linear", True):
+    if ordered and not renderer.linear:
         raise OptError(f"{ordered[0]}: {type(renderer).__name__} takes the kernel in REDUCE form (linear = False) and "
                        "runs scalar loops in its own order: no vectors (UPCAST), no loop that must run first (TILE)")
     tiles = [o for o in opts if o.op is OptOps.TILE]
     if tiles and not tileable(ast):
         raise OptError(f"{tiles[0]}: TILE needs one store of a float sum that is stored as it is")
-    registers = getattr(renderer, "vector_registers", DEFAULT_VECTOR_REGISTERS)
+    registers = renderer.vector_registers
     copies = prod(o.amount for o in opts if o.op is OptOps.UNROLL)
     if any(u.op is Ops.REDUCE for u in ast.toposort) and copies > registers:
         raise OptError(f"{[str(o) for o in opts]}: {copies} accumulators do not fit in {registers} vector registers")
@@ -151,7 +149,7 @@ def _pad(ast: UOp, r: UOp, amount: int, gate_loads: bool) -> tuple[UOp, UOp]:
     (a vectorized axis: a clamped index is no vector), are gated on ``r' < n`` too. Returns the kernel and the
     new loop."""
     n = _size(r)
-    padded = UOp.range(-(-n // amount) * amount, *r.arg, dtype=r.dtype)
+    padded = UOp.range(round_up(n, amount), *r.arg, dtype=r.dtype)
     valid = padded < n
     ast = _split_ranges(ast, {r: padded if gate_loads else valid.where(padded, n - 1)}, {})
 
@@ -164,18 +162,6 @@ def _pad(ast: UOp, r: UOp, amount: int, gate_loads: bool) -> tuple[UOp, UOp]:
             src = (gated(src[0]), *src[1:])
         new[u] = u if src == u.src else u.replace(src=src)
     return new[ast], padded
-
-
-def _untile_reduce(ast: UOp, tile: UOp) -> UOp:
-    """The reduction's ``tile`` loop leaves it: the store then sits inside the tile loop (``_add_earlier_tiles``
-    makes each store add its partial sum to the earlier tiles')."""
-    new: dict[UOp, UOp] = {}
-    for n in ast.toposort:
-        src = tuple(new[s] for s in n.src)
-        if n.op is Ops.REDUCE:
-            src = tuple(s for s in src if s is not tile)
-        new[n] = n if src == n.src else n.replace(src=src)
-    return new[ast]
 
 
 def _and_gate(gate: UOp, extra: UOp) -> UOp:
@@ -201,7 +187,7 @@ def _add_earlier_tiles(ast: UOp, tiles: list[UOp]) -> UOp:
     return ast.replace(src=tuple(add(s) if s.op is Ops.STORE else s for s in ast.src))
 
 
-def apply_opts(ast: UOp, opts: list[Opt], renderer: object) -> tuple[UOp, int]:
+def apply_opts(ast: UOp, opts: list[Opt], renderer: Renderer) -> tuple[UOp, int]:
     """The kernel with ``opts`` applied, and the number of threads it runs on (see the module docstring)."""
     axes = kernel_axes(ast)
     _check(ast, axes, opts, renderer)
@@ -241,16 +227,15 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: object) -> tuple[UOp, int]:
             unrolled.append(lane)
     if any(splits.values()):
         ast = ast.simplify()
-    for tile in tiles:
-        ast = _untile_reduce(ast, tile)
+    if tiles:  # the tile loops leave the reductions (the stores sit inside them; _add_earlier_tiles adds them up)
+        ast = _split_ranges(ast, {}, {t: () for t in tiles})
     for lane in unrolled:
         ast = unroll(ast, lane)
-    for r, k in blocks:
-        ast, in_block = split_blocks(ast, {r: k})
-        if in_block:
-            ast = factor_blocks(ast, in_block)
+    if blocks:
+        ast, in_block = split_blocks(ast, dict(blocks))
+        ast = factor_blocks(ast, in_block)
     if vector is not None:
-        ast = _Expander([vector], getattr(renderer, "masked_vectors", False)).expand(ast)
+        ast = _Expander([vector], renderer.masked_vectors).expand(ast)
     if tiles:  # on the final stores (vectors, unrolled copies)
         ast = _add_earlier_tiles(ast, tiles)
     return _thread(ast, thread, current, bool(tiles))

@@ -28,7 +28,9 @@ from enum import Enum
 from typing import Any
 
 from tgcore.codegen.heuristic import (
+    MAX_UNROLL,
     GemmShape,
+    gemm_block_k,
     gemm_k_blocks,
     gemm_list,
     gemm_shape,
@@ -39,8 +41,10 @@ from tgcore.codegen.heuristic import (
     vector_opts,
 )
 from tgcore.codegen.optimize import Opt, OptError, OptOps, apply_opts, kernel_axes
-from tgcore.codegen.upcast import MAX_LANES, MAX_UNROLL, _size, _stride
+from tgcore.codegen.upcast import _size, _stride
 from tgcore.dtype import DType
+from tgcore.helpers import ceildiv, dedup, prod
+from tgcore.renderer import Renderer
 from tgcore.uop import Ops, UOp
 
 GEMM_TILES = 6           # register tiles tried, best scored first
@@ -50,10 +54,11 @@ UNROLL_CHOICES = (2, 4, 8)
 
 # ---- candidates ----
 
-def candidates(ast: UOp, renderer: object, threads: int, work: int, limit: int) -> list[list[Opt]]:
+def candidates(ast: UOp, renderer: Renderer, threads: int, work: int, limit: int) -> list[list[Opt]]:
     """Up to ``limit`` distinct lists ``apply_opts`` accepts for ``ast``: the heuristic's, the empty one, then the
     variations (see the module docstring)."""
     heuristic = heuristic_opts(ast, renderer, threads, work)
+    threads = threads if renderer.has_threads else 1
     found: list[list[Opt]] = []
     seen: set[tuple[Opt, ...]] = set()
     for opts in itertools.chain([heuristic, []], _variations(ast, renderer, threads, work, heuristic)):
@@ -67,7 +72,7 @@ def candidates(ast: UOp, renderer: object, threads: int, work: int, limit: int) 
     return found
 
 
-def fits(ast: UOp, opts: list[Opt], renderer: object) -> bool:
+def fits(ast: UOp, opts: list[Opt], renderer: Renderer) -> bool:
     """Whether ``apply_opts`` accepts ``opts`` for ``ast``."""
     try:
         apply_opts(ast, opts, renderer)
@@ -82,13 +87,12 @@ def _turns(*choices: Iterable[list[Opt]]) -> Iterator[list[Opt]]:
         yield from (opts for opts in row if opts is not None)
 
 
-def _variations(ast: UOp, renderer: object, threads: int, work: int, heuristic: list[Opt]) -> Iterator[list[Opt]]:
-    linear = getattr(renderer, "linear", True)  # a renderer that takes the REDUCE form vectorizes by itself
+def _variations(ast: UOp, renderer: Renderer, threads: int, work: int, heuristic: list[Opt]) -> Iterator[list[Opt]]:
+    linear = renderer.linear  # a renderer that takes the REDUCE form vectorizes by itself
     g = gemm_shape(ast, renderer, threads, min_flops=0) if linear else None
     if g is not None:
         yield from _gemm_variations(g)
-    simd: dict[DType, int] = getattr(renderer, "simd_widths", None) or {}
-    plain = vector_opts(ast, simd) if linear else []
+    plain = vector_opts(ast, renderer.simd_widths) if linear else []
     yield from _vector_variations(ast, renderer, threads, work, plain if g is not None else _core(heuristic))
 
 
@@ -103,24 +107,26 @@ def _gemm_variations(g: GemmShape) -> Iterator[list[Opt]]:
     if not tiles:
         return
     blocks = gemm_k_blocks(g)
-    k_choices = list(dict.fromkeys([max(blocks, default=0), 0, *blocks[len(blocks) // 2:][::-1][:2]]))
+    k_choices = dedup([gemm_block_k(g), max(blocks, default=0), 0, *blocks[len(blocks) // 2:][::-1][:2]])
 
     def thread_choices(rows: int) -> list[int]:
-        return list(dict.fromkeys([min(g.threads, -(-g.m // rows)), 1]))
+        return dedup([min(g.threads, ceildiv(g.m, rows)), 1])
     (rows, vectors), block_k = tiles[0], k_choices[0]
     n_threads = thread_choices(rows)[0]
     yield from _turns(
-        (gemm_list(g, r, v, block_k, min(g.threads, -(-g.m // r))) for r, v in tiles[1:]),
+        (gemm_list(g, r, v, block_k, min(g.threads, ceildiv(g.m, r))) for r, v in tiles[1:]),
         (gemm_list(g, rows, vectors, k, n_threads) for k in k_choices[1:]),
         (gemm_list(g, rows, vectors, block_k, t) for t in thread_choices(rows)[1:]),
         [gemm_list(g, rows, vectors, block_k, n_threads, pad_rows_per_thread=True)],
     )
-    for (r, v), k, pad in itertools.product(tiles, k_choices, (False, True)):
+    for (r, v), k in itertools.product(tiles, k_choices):
         for t in thread_choices(r):
-            yield gemm_list(g, r, v, k, t, pad_rows_per_thread=pad)
+            yield gemm_list(g, r, v, k, t)
+            if not k and t > 1:  # (with a K tile rows are padded per thread anyway)
+                yield gemm_list(g, r, v, k, t, pad_rows_per_thread=True)
 
 
-def _vector_variations(ast: UOp, renderer: object, threads: int, work: int, base: list[Opt]) -> Iterator[list[Opt]]:
+def _vector_variations(ast: UOp, renderer: Renderer, threads: int, work: int, base: list[Opt]) -> Iterator[list[Opt]]:
     """UPCAST and UNROLL amounts around ``base`` (a list without THREAD), each with and without threads."""
     axes = kernel_axes(ast)
     sizes = [_size(r) for r in axes]
@@ -134,7 +140,7 @@ def _vector_variations(ast: UOp, renderer: object, threads: int, work: int, base
     lanes = [replaced(upcast, Opt(OptOps.UPCAST, upcast.axis, n)) for n in LANE_CHOICES
              if n != upcast.amount and sizes[upcast.axis] % n == 0] if upcast is not None else []
     others = [i for i in _contiguous_axes(ast, axes) if upcast is None or i != upcast.axis]
-    moved = [[Opt(OptOps.UPCAST, i, n)] for i in others for n in (8, 4, 16) if n <= MAX_LANES and sizes[i] % n == 0]
+    moved = [[Opt(OptOps.UPCAST, i, n)] for i in others for n in (8, 4, 16) if sizes[i] % n == 0]
     amounts = [replaced(u, Opt(OptOps.UNROLL, u.axis, n) if n else None) for u in unrolls
                for n in (*UNROLL_CHOICES, 0) if n != u.amount]
     taken = {o.axis for o in base}
@@ -144,19 +150,14 @@ def _vector_variations(ast: UOp, renderer: object, threads: int, work: int, base
         yield from _with_and_without_threads(ast, renderer, threads, work, opts)
 
 
-def _with_and_without_threads(ast: UOp, renderer: object, threads: int, work: int, opts: list[Opt]) -> list[list[Opt]]:
-    if not getattr(renderer, "has_threads", False):
-        return [opts]
+def _with_and_without_threads(ast: UOp, renderer: Renderer, threads: int, work: int,
+                              opts: list[Opt]) -> list[list[Opt]]:
     thread = thread_opt(ast, opts, threads, work)
     return [opts + thread, opts] if thread else [opts]
 
 
 def _copies(opts: list[Opt]) -> int:
-    n = 1
-    for o in opts:
-        if o.op is OptOps.UNROLL:
-            n *= o.amount
-    return n
+    return prod(o.amount for o in opts if o.op is OptOps.UNROLL)
 
 
 def _contiguous_axes(ast: UOp, axes: list[UOp]) -> list[int]:

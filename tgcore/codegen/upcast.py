@@ -1,10 +1,10 @@
-"""Upcasting: compute several neighbouring outputs per loop iteration, as vectors.
+"""The loop mechanics that ``optimize.apply_opts`` composes: splitting ranges, unrolling, lanes as vectors, blocks.
 
-In:  a kernel SINK in REDUCE form (simplified), and the renderer's SIMD widths.
-Out: the same kernel where chosen output loops are split into an outer loop and a lane
-     axis, and every value that depends on a lane axis is a vector of all lanes: loads of
-     consecutive addresses become one vector load, stores likewise, reductions keep vector
-     accumulators.
+In:  a kernel SINK in REDUCE form (simplified) and the ranges an optimization list chose.
+Out: ``_split_ranges`` (a range as an index expression over new loops, reductions over the new loops),
+     ``unroll`` (one copy of the stores per value of a range), ``_Expander`` (every value that depends on a
+     lane range becomes a vector of all lanes: loads of consecutive addresses one vector load, stores likewise,
+     reductions vector accumulators), ``split_blocks`` / ``factor_blocks`` (quantization blocks).
 
 How lanes are expanded: a lane axis is a RANGE with arg ``(axis, "upcast")``. For every
 load and store, the scalar index is evaluated once per lane (the lane ranges substituted
@@ -12,9 +12,9 @@ by constants, then simplified); runs of consecutive indices become vector access
 lanes are gathered with GEP/VECTORIZE. Everything else becomes the vector form of itself,
 with scalar operands broadcast.
 
-A vectorized reduction over a range the kernel divides into quantization blocks is split into
-block and in-block loops (``split_blocks``), and factors constant over a block leave the block's
-sum (``factor_blocks``): the scales multiply a block's partial sum, not every element.
+A reduction over a range the kernel divides into quantization blocks is split into block and
+in-block loops (``split_blocks``), and factors constant over a block leave the block's sum
+(``factor_blocks``): the scales multiply a block's partial sum, not every element.
 """
 from __future__ import annotations
 
@@ -26,8 +26,6 @@ from tgcore.helpers import prod
 from tgcore.uop import Ops, UOp
 
 MAX_LANES = 32   # lanes of the vectorized axis
-MAX_UNROLL = 8   # copies made by unrolling the other chosen axes
-REDUCE_ROWS = 4  # output rows computed together by a vectorized reduction (each load of the shared input reused)
 
 
 def _size(r: UOp) -> int:
@@ -203,8 +201,6 @@ def split_blocks(ast: UOp, sizes: Mapping[UOp, int]) -> tuple[UOp, dict[UOp, UOp
         block = UOp.range(size // k, *r.arg, "block", dtype=r.dtype)
         inner = UOp.range(k, *r.arg, "in block", dtype=r.dtype)
         mapping[r], parts[r] = block * k + inner, (block, inner)
-    if not mapping:
-        return ast, {}
     return _split_ranges(ast, mapping, parts).simplify(), dict(parts.values())
 
 

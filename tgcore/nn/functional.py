@@ -20,6 +20,7 @@ import math
 from collections.abc import Sequence
 
 from tgcore.dtype import DType, dtypes, least_upper_dtype, least_upper_float
+from tgcore.helpers import ceildiv
 from tgcore.tensor import Tensor
 
 IntOrTuple = int | Sequence[int]
@@ -183,16 +184,14 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntOrTuple, pa
     x = _pad_last(x, pads)
     if _flat_windows_pay(x, cout, kernel, st, dl):
         out = _conv_flat(x, weight, groups, kernel, dl)
-        if bias is not None:
-            out = out + bias.cast(dt).reshape((1, cout) + (1,) * nd)
-        return out.squeeze(0) if unbatched else out
-    win = windows(x, kernel, st, dl)  # (N, Cin, O..., K...)
-    out_sp = win.shape[2:2 + nd]
-    # (N, G, 1, Cin/G, O..., K...) * (1, G, Cout/G, Cin/G, 1..., K...) summed over Cin/G and the taps
-    win = win.reshape((n, groups, 1, cin_g) + out_sp + kernel)
-    w = weight.reshape((1, groups, cout // groups, cin_g) + (1,) * nd + kernel)
-    axes = (3,) + tuple(range(4 + nd, 4 + 2 * nd))
-    out = (win * w).sum(axes).reshape((n, cout) + out_sp)
+    else:
+        win = windows(x, kernel, st, dl)  # (N, Cin, O..., K...)
+        out_sp = win.shape[2:2 + nd]
+        # (N, G, 1, Cin/G, O..., K...) * (1, G, Cout/G, Cin/G, 1..., K...) summed over Cin/G and the taps
+        win = win.reshape((n, groups, 1, cin_g) + out_sp + kernel)
+        w = weight.reshape((1, groups, cout // groups, cin_g) + (1,) * nd + kernel)
+        axes = (3,) + tuple(range(4 + nd, 4 + 2 * nd))
+        out = (win * w).sum(axes).reshape((n, cout) + out_sp)
     if bias is not None:
         out = out + bias.cast(dt).reshape((1, cout) + (1,) * nd)
     return out.squeeze(0) if unbatched else out
@@ -201,14 +200,18 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntOrTuple, pa
 FLAT_CONV_MIN_FLOPS = 1 << 26  # smaller convolutions keep the plain windows: one kernel fewer, no padded copy
 
 
+def _conv_out(padded: Sequence[int], kernel: Sequence[int], dilation: Sequence[int]) -> tuple[int, ...]:
+    """Output extents of a stride-1 convolution of an input padded to ``padded``."""
+    return tuple(p - d * (k - 1) for p, k, d in zip(padded, kernel, dilation, strict=True))
+
+
 def _flat_windows_pay(x: Tensor, cout: int, kernel: tuple[int, ...], stride: tuple[int, ...],
                       dilation: tuple[int, ...]) -> bool:
     """Whether ``_conv_flat`` is worth its padded copy: stride 1, and enough multiply-adds."""
-    nd = len(kernel)
-    out = [p - d * (k - 1) for p, k, d in zip(x.shape[2:], kernel, dilation, strict=True)]
+    out = _conv_out(x.shape[2:], kernel, dilation)
     if any(s != 1 for s in stride) or min(out) < 1:
         return False
-    return 2 * x.shape[0] * x.shape[1] * cout * math.prod(kernel) * math.prod(out) >= FLAT_CONV_MIN_FLOPS and nd >= 1
+    return 2 * x.shape[0] * x.shape[1] * cout * math.prod(kernel) * math.prod(out) >= FLAT_CONV_MIN_FLOPS
 
 
 def _conv_flat(x: Tensor, weight: Tensor, groups: int, kernel: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
@@ -221,17 +224,17 @@ def _conv_flat(x: Tensor, weight: Tensor, groups: int, kernel: tuple[int, ...], 
     n, cin = x.shape[:2]
     cout, cin_g = weight.shape[:2]
     padded = x.shape[2:]
-    out_sp = tuple(p - d * (k - 1) for p, k, d in zip(padded, kernel, dilation, strict=True))
+    out_sp = _conv_out(padded, kernel, dilation)
     strides = [math.prod(padded[i + 1:]) for i in range(nd)]
     positions = out_sp[0] * strides[0]  # output positions on the padded grid: O1 x P2 x ... x Pn
     reach = sum((k - 1) * d * s for k, d, s in zip(kernel, dilation, strides, strict=True))
-    slack_rows = -(-(positions + reach - math.prod(padded)) // strides[0])  # read by the cut-off positions
+    slack_rows = ceildiv(positions + reach - math.prod(padded), strides[0])  # read by the cut-off positions
     x = x.pad([None, None, (0, slack_rows)] + [None] * (nd - 1)) if slack_rows > 0 else x
     flat = x.contiguous().reshape((n, cin, math.prod(x.shape[2:])))
     win = flat
     for k, d, s in zip(kernel, dilation, strides, strict=True):  # taps of each axis: (..., L) -> (..., L', k)
         win = _window_last(win, k, 1, d * s)
-        win = win.permute(tuple(range(win.ndim - 2)) + (win.ndim - 1, win.ndim - 2))  # the positions last again
+        win = win.transpose(-1, -2)  # the positions last again
     win = win.shrink([None] * (win.ndim - 1) + [(0, positions)])  # (N, Cin, K1..Kn, positions)
     win = win.reshape((n, groups, 1, cin_g) + kernel + (positions,))
     w = weight.reshape((1, groups, cout // groups, cin_g) + kernel + (1,))
