@@ -42,6 +42,7 @@ from tgcore.codegen.optimize import Opt, apply_opts
 from tgcore.codegen.search import candidates, kernel_fingerprint, opts_from_data, opts_to_data
 from tgcore.dtype import dtypes
 from tgcore.helpers import BEAM, DEBUG, cache_dir, write_atomically
+from tgcore.renderer import Renderer
 from tgcore.runtime.cpufeatures import IsaLevelError, chosen_isa_level, cpu_features
 from tgcore.uop import Ops
 
@@ -66,14 +67,16 @@ class BeamStats:
 
 def beam_policy(dev: Any) -> OptPolicy:
     """The policy for kernels compiled for ``dev``: see the module docstring."""
-    def policy(kernel: Kernel, renderer: object, threads: int) -> list[Opt]:
+    def policy(kernel: Kernel, renderer: Renderer, threads: int) -> list[Opt]:
         return choose_opts(dev, kernel, renderer, threads)
     return policy
 
 
-def choose_opts(dev: Any, kernel: Kernel, renderer: object, threads: int) -> list[Opt]:
+def choose_opts(dev: Any, kernel: Kernel, renderer: Renderer, threads: int) -> list[Opt]:
     """A stored winner, else (with BEAM) a search's, else the heuristic's list."""
     budget = int(BEAM.value)
+    if budget <= 0 and winners.empty():  # nothing was ever stored here: no key to make, no file to look for
+        return default_policy(kernel, renderer, threads)
     key = cache_key(dev.name, kernel, renderer, threads)
     if key is not None:
         winner = winners.lookup(key, kernel, renderer)
@@ -98,7 +101,7 @@ class CacheKey:
     parts: dict[str, Any]   # what went into the digest (less the fingerprint): stored with the entry, for people
 
 
-def cache_key(device: str, kernel: Kernel, renderer: object, threads: int) -> CacheKey | None:
+def cache_key(device: str, kernel: Kernel, renderer: Renderer, threads: int) -> CacheKey | None:
     """The key of ``kernel`` on ``device`` and ``renderer`` here (None: the kernel has no stable fingerprint)."""
     fingerprint = kernel_fingerprint(kernel.ast)
     if fingerprint is None:
@@ -116,11 +119,11 @@ def cache_key(device: str, kernel: Kernel, renderer: object, threads: int) -> Ca
     return CacheKey(hashlib.sha256(text.encode()).hexdigest(), parts)
 
 
-def renderer_identity(renderer: object) -> str:
+def renderer_identity(renderer: Renderer) -> str:
     """The renderer's class and name, and the facts codegen reads that can differ between instances."""
     cls = type(renderer)
-    facts = [f"{name}={getattr(renderer, name, None)!r}" for name in ("vector_bits", "vector_registers")]
-    return f"{cls.__module__}.{cls.__qualname__}|{getattr(renderer, 'device', '')}:{getattr(renderer, 'name', '')}|" \
+    facts = [f"vector_bits={renderer.vector_bits!r}", f"vector_registers={renderer.vector_registers!r}"]
+    return f"{cls.__module__}.{cls.__qualname__}|{renderer.device}:{renderer.name}|" \
            + " ".join(facts)
 
 
@@ -135,23 +138,35 @@ class WinnerCache:
     held (a missing or rejected file is memoized as None, so it is read and warned about once)."""
 
     def __init__(self) -> None:
-        self._memo: dict[tuple[pathlib.Path, str], Winner | None] = {}
+        self._memo: dict[pathlib.Path, Winner | None] = {}  # (the path names the key's digest)
         self._lock = threading.Lock()
+        self._folders: dict[pathlib.Path, bool] = {}  # winners folder -> whether it exists (asked once each)
 
     @staticmethod
-    def path(digest: str) -> pathlib.Path:
-        return cache_dir() / "beam" / digest[:2] / f"{digest}.json"
+    def folder() -> pathlib.Path:
+        return cache_dir() / "beam"
 
-    def lookup(self, key: CacheKey, kernel: Kernel, renderer: object) -> Winner | None:
+    @classmethod
+    def path(cls, digest: str) -> pathlib.Path:
+        return cls.folder() / digest[:2] / f"{digest}.json"
+
+    def empty(self) -> bool:
+        """No winner was ever stored under this cache directory (its folder is looked for once per process)."""
+        folder = self.folder()
+        with self._lock:
+            if folder not in self._folders:
+                self._folders[folder] = folder.is_dir()
+            return not self._folders[folder]
+
+    def lookup(self, key: CacheKey, kernel: Kernel, renderer: Renderer) -> Winner | None:
         """The stored winner for ``key``, checked against ``kernel``; None when there is none or it is unusable."""
         path = self.path(key.digest)
-        memo_key = (path, key.digest)
         with self._lock:
-            if memo_key in self._memo:
-                return self._memo[memo_key]
+            if path in self._memo:
+                return self._memo[path]
         winner = _read_winner(path, key.digest, kernel, renderer)
         with self._lock:
-            self._memo[memo_key] = winner
+            self._memo[path] = winner
         return winner
 
     def store(self, key: CacheKey, winner: Winner, meta: dict[str, Any]) -> None:
@@ -166,12 +181,14 @@ class WinnerCache:
             warnings.warn(f"BEAM: could not store the winner in {path} ({e}); it holds for this process only",
                           stacklevel=2)
         with self._lock:
-            self._memo[(path, key.digest)] = winner
+            self._memo[path] = winner
+            self._folders[self.folder()] = True  # (known to this process even if the file could not be written)
 
     def forget(self) -> None:
         """Drop the memo (the files stay): the next lookups read the disk again."""
         with self._lock:
             self._memo.clear()
+            self._folders.clear()
 
 
 winners = WinnerCache()
@@ -185,7 +202,7 @@ class _Unusable(Exception):
     """Why a cache entry cannot be used."""
 
 
-def _read_winner(path: pathlib.Path, digest: str, kernel: Kernel, renderer: object) -> Winner | None:
+def _read_winner(path: pathlib.Path, digest: str, kernel: Kernel, renderer: Renderer) -> Winner | None:
     """The winner in ``path``, None when there is no file; an unusable file is warned about (naming it) and None."""
     try:
         return _parse_winner(path.read_bytes(), digest, kernel, renderer)
@@ -198,7 +215,7 @@ def _read_winner(path: pathlib.Path, digest: str, kernel: Kernel, renderer: obje
         return None
 
 
-def _parse_winner(raw: bytes, digest: str, kernel: Kernel, renderer: object) -> Winner:
+def _parse_winner(raw: bytes, digest: str, kernel: Kernel, renderer: Renderer) -> Winner:
     try:
         entry = json.loads(raw)
     except ValueError as e:
@@ -240,7 +257,7 @@ class CandidateTimeout(RuntimeError):
     """A candidate was still running at its time cap."""
 
 
-def search(dev: Any, kernel: Kernel, renderer: object, threads: int, budget: int) -> SearchResult | None:
+def search(dev: Any, kernel: Kernel, renderer: Renderer, threads: int, budget: int) -> SearchResult | None:
     """Time up to ``budget`` candidate lists of ``kernel`` on ``dev``; the fastest, or None when the kernel cannot be
     searched (its addresses depend on loaded data, so scratch inputs could send it out of bounds) or no candidate
     ran."""
@@ -288,7 +305,7 @@ def search(dev: Any, kernel: Kernel, renderer: object, threads: int, budget: int
     return result
 
 
-def time_candidate(dev: Any, kernel: Kernel, renderer: object, opts: list[Opt], buffers: list[Any],
+def time_candidate(dev: Any, kernel: Kernel, renderer: Renderer, opts: list[Opt], buffers: list[Any],
                    vals: tuple[int, ...], cap: float) -> float:
     """Lower, compile and run ``opts`` on ``buffers``: the fastest of ``RUNS`` runs (up to ``MAX_RUNS`` while they
     total less than ``MIN_TIMED``; fewer once they total more than ``cap``), in seconds. Raises CandidateTimeout when a
