@@ -88,9 +88,7 @@ class CPUFeatures:
     @property
     def isa_level(self) -> IsaLevel | None:
         """The widest level this CPU and OS support (None off x86-64)."""
-        if not self.is_x86_64:
-            return None
-        return [level for level in ISA_LEVELS if level.required <= self.features][-1]
+        return choose_isa_level(self.features) if self.is_x86_64 else None
 
     @property
     def identity(self) -> str:
