@@ -119,13 +119,13 @@ def test_code_is_read_execute_only():
         ExecutableCode(bytes([0xC3])).function(None, offset=1)
 
 
-def test_cpuid_agrees_with_proc_cpuinfo():
-    """Two independent sources: the core's CPUID stub and the kernel's flags line."""
-    from tgcore.runtime.cpufeatures import probe_cpuid, probe_cpuinfo
+def test_the_plugin_sees_the_features_proc_cpuinfo_lists():
+    """What the plugin requires, as it sees it, against the kernel's flags line (the core's own CPUID stub is
+    checked against /proc/cpuinfo in the core's tests)."""
+    from tgcore.runtime.cpufeatures import probe_cpuinfo
     from_cpuinfo = probe_cpuinfo().features
     if not from_cpuinfo:
         pytest.skip("no /proc/cpuinfo flags")
-    assert probe_cpuid().features == from_cpuinfo
     assert set(cpu.REQUIRED) & cpu.features() == set(cpu.REQUIRED) & from_cpuinfo
 
 
