@@ -1,4 +1,5 @@
-"""The ``tg`` command: ``tg plugins``, ``tg devices``, ``tg serve APP``, and plugin subcommands.
+"""The ``tg`` command: ``tg plugins``, ``tg devices``, ``tg serve APP``, ``tg profile``/``tg viz`` (``tgcore.viz``),
+and plugin subcommands.
 
 Kept light: it imports the plugin host (pluggy) and nothing numeric or server-side until a
 command needs it.
@@ -119,6 +120,8 @@ def build_parser(host: PluginHost) -> argparse.ArgumentParser:
     serve.add_argument("app", nargs="?", help="app name; tg serve with no name lists them")
     serve.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the app")
     serve.set_defaults(func=cmd_serve)
+    from tgcore.viz import add_commands as add_profile_commands
+    add_profile_commands(sub)
     host.add_commands(sub)
     return parser
 

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tgcore.engine import profile
 from tgcore.engine import realize as engine
 from tgcore.engine.stats import GlobalCounters, KernelTimes, update_stats
 from tgcore.runtime.buffer import Buffer
@@ -161,13 +162,27 @@ class Jit:
         capture = self.captures.get(key)
         if capture is not None:
             self.captures.move_to_end(key)
-            return self._replay(capture, tensors, bufs, variables)
+            if profile.ACTIVE is None:
+                return self._replay(capture, tensors, bufs, variables)
+            return self._profiled("jit_replay", tensors, lambda: self._replay(capture, tensors, bufs, variables))
         if key not in self.seen:  # first call: run normally, realizing the outputs (compiles everything)
             self.seen.add(key)
             out = self.fn(*args, **kwargs)
             _realize_all(out)
             return out
-        return self._capture(key, bufs, args, kwargs)
+        if profile.ACTIVE is None:
+            return self._capture(key, bufs, args, kwargs)
+        return self._profiled("jit_capture", tensors, lambda: self._capture(key, bufs, args, kwargs))
+
+    def _profiled(self, kind: str, tensors: list[Any], call: Callable[[], Any]) -> Any:
+        """``call()`` recorded as one ``kind`` span of the active profile (its kernels are recorded by the engine)."""
+        assert profile.ACTIVE is not None
+        started = profile.ACTIVE.now_ns()
+        out = call()
+        if profile.ACTIVE is not None:
+            name = getattr(self.fn, "__qualname__", repr(self.fn))
+            profile.ACTIVE.span(kind, name, str(tensors[0].device) if tensors else "-", started)
+        return out
 
     def _capture(self, key: tuple, inputs: list[Buffer], args: tuple, kwargs: dict) -> Any:
         recorded: list[tuple[Any, list[Buffer], str, str]] = []
@@ -207,7 +222,7 @@ class Jit:
             times = graph.run(timed)
             for step, elapsed in zip(capture.plan, times or (), strict=False):
                 update_stats(step.name, step.device, step.kind, num_bufs=step.num_bufs, ops=step.ops, mem=step.mem,
-                             time_s=elapsed)
+                             time_s=elapsed, threads=step.threads, jit=True)
         for step in capture.plan if capture.graph is None else ():
             if step.copy is not None:
                 dest, src = step.copy
@@ -217,7 +232,7 @@ class Jit:
                 dest.ensure_allocated().copy_from(src)
                 if timed:
                     update_stats("copy (jit)", step.device, "copy", num_bufs=2, mem=dest.nbytes,
-                                 time_s=time.perf_counter() - start)
+                                 time_s=time.perf_counter() - start, jit=True)
                 continue
             args: Sequence[Any] = step.args
             if step.inputs:
@@ -226,10 +241,13 @@ class Jit:
                     filled[arg] = bound(n, offset, old).handle
                 args = filled
             vals = tuple(variables[v] for v in step.vars)
+            probe = profile.ACTIVE.counters_before(engine.open_device(step.device)) \
+                if profile.ACTIVE is not None else None
             elapsed = step.program(*args, vals=vals, threads=step.threads, wait=timed)
             if timed:
                 update_stats(step.name, step.device, step.kind, num_bufs=step.num_bufs, ops=step.ops, mem=step.mem,
-                             time_s=elapsed)
+                             time_s=elapsed, threads=step.threads, jit=True,
+                             counters=profile.Profiler.counters_after(probe))
         if not timed:  # the counters of every step at once (no line to print per kernel)
             GlobalCounters.kernel_count += len(capture.plan)
             GlobalCounters.global_ops += capture.ops

@@ -21,6 +21,7 @@ from typing import Any
 
 from tgcore.codegen import ProgramSpec, get_program
 from tgcore.codegen.optimize import Opt
+from tgcore.engine import profile
 from tgcore.engine.beam import beam_policy
 from tgcore.engine.stats import KernelTimes, update_stats
 from tgcore.helpers import DEBUG
@@ -66,7 +67,10 @@ def get_runner(device: str, ast: UOp) -> Runner:
     with _lock:
         if key in _runners:
             return _runners[key]
+        started = profile.ACTIVE.now_ns() if profile.ACTIVE is not None else 0
         _runners[key] = runner = compile_runner(device, ast)
+        if profile.ACTIVE is not None:
+            profile.ACTIVE.span("compile", runner.spec.name, device, started)
         return runner
 
 
@@ -123,6 +127,8 @@ def run_schedule(items: list[ScheduleItem]) -> None:
         handles = [si.bufs[i].ensure_allocated().handle for i in runner.spec.buf_slots]
         vals = tuple(si.var_vals[v] for v in runner.spec.vars)
         timed = KernelTimes.wanted()
+        probe = profile.ACTIVE.counters_before(open_device(si.device)) if profile.ACTIVE is not None else None
         elapsed = runner.program(*handles, vals=vals, threads=runner.spec.threads, wait=timed)
         update_stats(runner.spec.name, si.device, si.kind, num_bufs=len(si.bufs), ops=runner.spec.ops,
-                     mem=runner.spec.mem, time_s=elapsed)
+                     mem=runner.spec.mem, time_s=elapsed, threads=runner.spec.threads,
+                     counters=profile.Profiler.counters_after(probe))

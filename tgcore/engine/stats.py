@@ -21,6 +21,7 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from tgcore.engine import profile
 from tgcore.helpers import DEBUG, ansilen, colored
 
 
@@ -75,8 +76,9 @@ class KernelTimes:
 
     @classmethod
     def wanted(cls) -> bool:
-        """Whether kernels should be timed now (a recording is active, or DEBUG >= 2 prints the times)."""
-        return bool(cls.active) or DEBUG >= 2
+        """Whether kernels should be timed now (a recording or a profile is active, or DEBUG >= 2 prints the
+        times)."""
+        return bool(cls.active) or profile.ACTIVE is not None or DEBUG >= 2
 
 
 # kernel kind -> colour of its name in the DEBUG=2 line
@@ -116,14 +118,17 @@ def format_kernel_line(
 
 def update_stats(
     name: str, device: str, kind: str = "elementwise", *, num_bufs: int = 0, ops: int = 0, mem: int = 0,
-    time_s: float | None = None,
+    time_s: float | None = None, threads: int = 1, counters: dict[str, int] | None = None, jit: bool = False,
+    start_ns: int | None = None,
 ) -> None:
-    """Count one kernel run; print its line when DEBUG >= 2.
+    """Count one kernel run; print its line when DEBUG >= 2; hand it to the profile when one is recording.
 
     name: kernel name; device: device name ("CPU"); kind: "elementwise", "reduce", "copy" or
     "custom" (other kinds print uncoloured-white); num_bufs: buffers the kernel touches;
     ops / mem: estimated operations and bytes moved; time_s: measured seconds (None if the
-    kernel was not timed: then no time, GFLOPS or GB/s are printed).
+    kernel was not timed: then no time, GFLOPS or GB/s are printed). For the profile: threads the kernel ran
+    on, the device's counters over the run, whether a JIT replayed it, and when it started (default: it
+    ended now).
     """
     GlobalCounters.kernel_count += 1
     GlobalCounters.global_ops += ops
@@ -132,9 +137,15 @@ def update_stats(
         GlobalCounters.time_sum_s += time_s
         for into in KernelTimes.active:
             into.append(KernelTime(name, device, kind, time_s, ops, mem))
+        if profile.ACTIVE is not None:
+            profile.ACTIVE.kernel(name, device, kind, time_s, ops=ops, mem=mem, threads=threads, counters=counters,
+                                  jit=jit, start_ns=start_ns)
     if DEBUG >= 2:
         print(format_kernel_line(
             name, device, kind, num_bufs=num_bufs, kernel_number=GlobalCounters.kernel_count,
             mem_used=GlobalCounters.mem_used, time_s=time_s, total_time_s=GlobalCounters.time_sum_s,
             ops=ops, mem=mem,
         ))
+
+
+profile.start_from_environment()

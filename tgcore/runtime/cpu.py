@@ -422,3 +422,8 @@ class CPUDevice(Device):
     def __init__(self, name: str = "CPU", variant: str | None = None):
         super().__init__(name, variant, allocator=CPUAllocator(), program=CPUProgram)
         self.threads = cpu_count()
+
+    def profile_counters(self) -> Any:
+        """Linux perf counters over this process's threads (the kernel pool's workers included)."""
+        from tgcore.runtime.perfcounters import ThreadCounters
+        return ThreadCounters()

@@ -40,6 +40,11 @@ class Device:
             return None
         return getattr(self.renderer, "compiler", None)
 
+    def profile_counters(self) -> Any:
+        """The counters a profile reads around each kernel run here: an object with ``read() -> {name: count}``
+        and ``refused: {name: why}``; None (the default) when the device has none."""
+        return None
+
     def synchronize(self) -> None:
         """Wait for all queued work on this device. Synchronous devices do nothing."""
 
