@@ -4,7 +4,8 @@ In:  profile files written by ``engine.profile`` (see its docstring for the form
 Out: text on stdout: ``tg viz list`` (what a profile holds, or the profiles there are), ``tg viz profile`` (a row per
      kernel: count, total and mean time, share, GFLOPS, GB/s and the share of this machine's peak), ``tg viz pmc``
      (counters per kernel as GitHub markdown), ``tg viz diff A B`` (kernel by kernel), ``tg viz export --format
-     chrome`` (Chrome/Perfetto trace JSON: one track per device and kind of event).
+     chrome`` (Chrome/Perfetto trace JSON: one track per device and kind of event), ``tg viz serve`` (a local page
+     over a rewrite trace from ``VIZ=1``: ``tgcore.vizserver``).
 
 A profile argument left out means the newest under ``<cache_dir()>/profiles``. Unknown kernel or counter names fail
 with the closest known ones. The machine's peak (a memory-stream and an FMA probe with numpy) is measured once per
@@ -369,6 +370,36 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from tgcore.vizserver import TraceError, load_trace, make_server
+    if args.trace is not None:
+        path = pathlib.Path(args.trace)
+    else:
+        found = sorted((cache_dir() / "viz").glob("*.json"), key=lambda p: p.stat().st_mtime)
+        if not found:
+            raise VizError(f"no rewrite traces under {cache_dir() / 'viz'}: record one with VIZ=1 python script.py")
+        path = found[-1]
+    try:
+        trace = load_trace(path)
+    except TraceError as e:
+        raise VizError(str(e)) from None
+    profile = load_profile(args.profile) if args.profile else None
+    try:
+        server = make_server(trace, profile, args.port)
+    except OSError as e:
+        raise VizError(f"cannot listen on 127.0.0.1:{args.port} ({e.strerror or e}); choose another with --port") \
+            from None
+    print(f"tg viz: {path} ({len(trace['kernels'])} kernels) on http://127.0.0.1:{server.server_port}/ "
+          "(Ctrl-C stops)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
 def _guarded(fn: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
@@ -412,3 +443,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=["chrome"], default="chrome")
     p.add_argument("--out", help="output file (default: next to the profile, .trace.json)")
     p.set_defaults(func=_guarded(cmd_export))
+    p = vsub.add_parser("serve", help="a local page: kernels, passes, graphs, rules, code, the timeline")
+    p.add_argument("trace", nargs="?", help="rewrite trace from VIZ=1 (default: the newest)")
+    p.add_argument("--profile", help="a profile whose timeline to show")
+    p.add_argument("--port", type=int, default=8001, help="port on 127.0.0.1 (default 8001)")
+    p.set_defaults(func=_guarded(cmd_serve))

@@ -27,7 +27,7 @@ from tgcore.codegen.transcendental import decompose_transcendentals
 from tgcore.custom import KernelLaunch, is_custom_program
 from tgcore.helpers import DEBUG
 from tgcore.renderer import Renderer
-from tgcore.uop import Ops, UOp
+from tgcore.uop import Ops, UOp, trace
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,7 @@ def lower_kernel(kernel: Kernel, renderer: Renderer, opts: list[Opt]) -> Program
     if DEBUG >= 3:
         print(f"{kernel.name}: opts [{', '.join(map(str, opts))}]")
     ast, n_threads = apply_opts(kernel.ast, opts, renderer)
+    trace.record_step(f"apply opts [{', '.join(map(str, opts))}]", kernel.ast, ast)
     name, variables, ops, mem, buf_slots = kernel.name, kernel.vars, kernel.ops, kernel.mem, kernel.buf_slots
     if not renderer.linear:
         return ProgramSpec(name, renderer.render(name, ast), variables, n_threads, ops, mem,  # type: ignore[attr-defined]
@@ -122,7 +123,9 @@ def lower_kernel(kernel: Kernel, renderer: Renderer, opts: list[Opt]) -> Program
     if legalize is not None:
         from tgcore.uop.rewrite import graph_rewrite
         ast = graph_rewrite(ast, legalize, ctx=renderer, name="legalize")
-    uops = drop_buffer_afters(linearize(add_accumulators_and_ends(ast), renderer.placement_priority))
+    with_ends = add_accumulators_and_ends(ast)
+    trace.record_step("add accumulators and ends", ast, with_ends)
+    uops = drop_buffer_afters(linearize(with_ends, renderer.placement_priority))
     src = renderer.render(name, uops)  # type: ignore[attr-defined]
     return ProgramSpec(name, src, variables, n_threads, ops, mem, buf_slots, tuple(uops))
 
@@ -134,7 +137,13 @@ def get_program(ast: UOp, renderer: Renderer, threads: int = 1, opts: list[Opt] 
     the BEAM cache and search). ``DEBUG=3`` prints the list of each kernel."""
     if is_custom_program(ast):
         return custom_program_spec(ast, renderer)
-    kernel = prepare_kernel(ast, renderer)
-    if opts is None:
-        opts = (policy or default_policy)(kernel, renderer, threads)
-    return lower_kernel(kernel, renderer, opts)
+    with trace.kernel_trace("kernel", renderer) as traced:  # VIZ=1: the passes below are recorded
+        kernel = prepare_kernel(ast, renderer)
+        if traced is not None:
+            traced.name = kernel.name
+        if opts is None:
+            opts = (policy or default_policy)(kernel, renderer, threads)
+        spec = lower_kernel(kernel, renderer, opts)
+        if traced is not None:
+            trace.record_code(*renderer.listing(spec.src))
+    return spec

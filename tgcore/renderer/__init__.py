@@ -43,6 +43,13 @@ class Renderer:
     def render(self, name: str, kernel: list[UOp] | UOp) -> str | bytes:
         raise NotImplementedError
 
+    def listing(self, output: str | bytes) -> tuple[str, str]:
+        """``render``'s output as text for people (``tg viz serve``) and its language ("c", "asm" or "text");
+        by default the text as it is, or the bytes in hex."""
+        if isinstance(output, str):
+            return output, "text"
+        return "\n".join(f"{i:06x}  {output[i:i + 16].hex(' ')}" for i in range(0, len(output), 16)), "text"
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.device}:{self.name}>"
 

@@ -404,6 +404,9 @@ class CRenderer(Renderer):
         return f"(({c_type(u.dtype)}){{{', '.join(lanes)}}})"
 
     # ---- the function ----
+    def listing(self, output: str | bytes) -> tuple[str, str]:
+        return (output if isinstance(output, str) else output.decode(errors="replace")), "c"
+
     def render(self, name: str, kernel: list[UOp] | UOp) -> str:
         assert isinstance(kernel, list)
         names: dict[UOp, str] = {}

@@ -10,7 +10,8 @@ sources visited ("bottom" is the SINK end of the graph, where printing starts); 
 then visited again. Both walks use an explicit stack, so deep graphs are fine.
 
 A rule whose result leads back to a node still being rewritten is a cycle: it raises
-`RewriteCycleError` naming the rules involved. `TG_REWRITE_LOG=1` prints every rule that fires.
+`RewriteCycleError` naming the rules involved. `TG_REWRITE_LOG=1` prints every rule that fires; with `VIZ=1`
+each pass run while a kernel is lowered is recorded with the rules that fired (`tgcore.uop.trace`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections import deque
 from typing import Any
 
 from tgcore.helpers import cyclic_gc_paused
+from tgcore.uop import trace
 from tgcore.uop.pattern import PatternMatcher
 from tgcore.uop.uop import UOp
 
@@ -40,9 +42,11 @@ def _log_enabled() -> bool:
 class GraphRewriter:
     """One rewrite session: a memo of finished nodes shared by every `run`; `count` = rules fired."""
 
-    def __init__(self, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str):
+    def __init__(self, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str, count_rules: bool = False):
         self.pm, self.ctx, self.bottom_up, self.name = pm, ctx, bottom_up, name
-        self.log = _log_enabled()
+        self.print_rules = _log_enabled()
+        self.rules: dict[str, int] | None = {} if count_rules else None  # rule -> times it fired (VIZ)
+        self.log = self.print_rules or count_rules  # find out which rule fired (the slower path)
         self.fired: deque[tuple[UOp, UOp]] = deque(maxlen=8)  # the latest firings, for cycle reports
         self.count = 0
         self.done: dict[UOp, UOp] = {}  # node -> its final rewrite
@@ -57,7 +61,11 @@ class GraphRewriter:
             if traced is None:
                 return None
             rule, r = traced
-            print(f"[{self.name}] {rule.where()}: {u.render()} -> {r.render()}", file=sys.stderr)
+            if self.print_rules:
+                print(f"[{self.name}] {rule.where()}: {u.render()} -> {r.render()}", file=sys.stderr)
+            if self.rules is not None:
+                where = rule.where()
+                self.rules[where] = self.rules.get(where, 0) + 1
         else:
             r = self.pm.rewrite(u, self.ctx)
             if r is None:
@@ -165,8 +173,12 @@ def _short(u: UOp, limit: int = 120) -> str:
 def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False,
                   name: str | None = None) -> UOp:
     """Rewrite `root` with `pm` to a fixed point (see the module docstring for the order)."""
+    traced = trace.recording()
     with cyclic_gc_paused():   # its repeated full scans of a growing graph made rewrites about 2x slower
-        out = GraphRewriter(pm, ctx, bottom_up, name or "graph_rewrite").run(root)
+        rewriter = GraphRewriter(pm, ctx, bottom_up, name or "graph_rewrite", count_rules=traced)
+        out = rewriter.run(root)
+    if traced:
+        trace.record_pass(rewriter.name, root, out, rewriter.rules or {})
     if _spec_enabled():
         from tgcore.uop.spec import type_verify
         type_verify(out, name=f"after graph_rewrite({name or 'graph_rewrite'})")

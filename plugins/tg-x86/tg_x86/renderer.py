@@ -95,6 +95,16 @@ class X86Renderer(ISARenderer[Selector]):
     isel = ISEL
     target = TARGET
 
+    def listing(self, output: str | bytes) -> tuple[str, str]:
+        """The machine code disassembled by capstone (the hex bytes without it)."""
+        if isinstance(output, str):
+            return output, "text"
+        try:
+            from tg_x86.listing import disassemble
+            return "\n".join(f"{off:6x}  {text}" for off, _, text in disassemble(output)), "asm"
+        except ImportError:
+            return super().listing(output)
+
     def context(self, uops: list[UOp]) -> Selector:
         # always selected reading pointers and variables where used; choose_plan derives the holding program
         ctx = Selector(uops, remat_args=True)
