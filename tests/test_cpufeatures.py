@@ -6,7 +6,6 @@ assembly shows the flags select the level's vector width.
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import platform
 import subprocess
@@ -85,13 +84,19 @@ def test_stub_bytes_decode_to_the_intended_instructions(stub, convention):
 
 
 @on_linux
-def test_stub_pages_are_read_execute_only():
-    with cpufeatures.executable(bytes([0xC3])) as addr:
-        ctypes.CFUNCTYPE(None)(addr)()   # ret
+def test_stub_pages_are_read_execute_only_and_released():
+    from tgcore.runtime.executable import ExecutableCode
+
+    def mapped_at(addr: int) -> list[str]:
         with open("/proc/self/maps") as f:
             spans = [line.split()[:2] for line in f]
-        (perms,) = [p for span, p in spans if int(span.split("-")[0], 16) <= addr < int(span.split("-")[1], 16)]
-        assert perms.startswith("r-x")
+        return [p for span, p in spans if int(span.split("-")[0], 16) <= addr < int(span.split("-")[1], 16)]
+    code = ExecutableCode(bytes([0xC3]))
+    code.function(None)()   # ret
+    (perms,) = mapped_at(code.address)
+    assert perms.startswith("r-x")
+    code.close()
+    assert not any(p.startswith("r-x") for p in mapped_at(code.address))
 
 
 # ---- what CPUID reports ----

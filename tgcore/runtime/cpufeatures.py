@@ -14,16 +14,13 @@ Cache sizes: CPUID leaf 4 (AMD: 0x8000001D), else /sys/devices/system/cpu/cpu0/c
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
-import mmap
 import os
 import platform
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from tgcore.helpers import getenv
 
@@ -249,57 +246,6 @@ def _cpuid_caches(cpuid: Cpuid, vendor: str) -> CacheSizes | None:
     return CacheSizes(sizes[1], sizes[2], sizes.get(3, 0), "cpuid")
 
 
-# ---- executable memory for the stubs ----
-
-_PROT_READ, _PROT_WRITE, _PROT_EXEC = 1, 2, 4
-_MEM_COMMIT, _MEM_RESERVE, _MEM_RELEASE = 0x1000, 0x2000, 0x8000
-_PAGE_READWRITE, _PAGE_EXECUTE_READ = 0x04, 0x20
-
-
-@contextlib.contextmanager
-def executable(code: bytes) -> Iterator[int]:
-    """The address of a copy of ``code`` in fresh pages that are read+execute (written while read+write, never
-    writable and executable at once); the pages are released on exit. Raises OSError when the OS refuses."""
-    size = -(-len(code) // mmap.PAGESIZE) * mmap.PAGESIZE
-    if sys.platform == "win32":
-        k32: Any = ctypes.WinDLL("kernel32", use_last_error=True)
-        k32.VirtualAlloc.restype = ctypes.c_void_p
-        k32.VirtualAlloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32, ctypes.c_uint32]
-        k32.VirtualProtect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32,
-                                       ctypes.POINTER(ctypes.c_uint32)]
-        k32.VirtualFree.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32]
-        k32.FlushInstructionCache.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-        k32.GetCurrentProcess.restype = ctypes.c_void_p
-        addr = k32.VirtualAlloc(None, size, _MEM_COMMIT | _MEM_RESERVE, _PAGE_READWRITE)
-        if not addr:
-            raise OSError(ctypes.get_last_error(), "VirtualAlloc failed")
-        try:
-            ctypes.memmove(addr, code, len(code))
-            old = ctypes.c_uint32(0)
-            if not k32.VirtualProtect(addr, size, _PAGE_EXECUTE_READ, ctypes.byref(old)):
-                raise OSError(ctypes.get_last_error(), "VirtualProtect failed")
-            k32.FlushInstructionCache(k32.GetCurrentProcess(), addr, size)
-            yield int(addr)
-        finally:
-            k32.VirtualFree(addr, 0, _MEM_RELEASE)
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    addr = libc.mmap(None, size, _PROT_READ | _PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
-    if addr is None or addr == ctypes.c_void_p(-1).value:
-        raise OSError(ctypes.get_errno(), "mmap failed")
-    try:
-        ctypes.memmove(addr, code, len(code))
-        if libc.mprotect(addr, size, _PROT_READ | _PROT_EXEC) != 0:
-            raise OSError(ctypes.get_errno(), "mprotect(read+execute) failed")
-        yield int(addr)
-    finally:
-        libc.munmap(addr, size)
-
-
 # ---- the probes ----
 
 _X86_64_NAMES = frozenset({"x86_64", "amd64", "x64"})
@@ -315,9 +261,11 @@ def _arch() -> str:
 def probe_cpuid() -> CPUFeatures:
     """The record from CPUID and XGETBV, run through the stubs (x86-64 only; raises OSError when they cannot run)."""
     code = CPUID_CODE[HOST_CONVENTION] + XGETBV_CODE[HOST_CONVENTION]
-    with executable(code) as addr:
-        cpuid_fn = ctypes.CFUNCTYPE(None, ctypes.c_uint32, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32))(addr)
-        xgetbv_fn = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_uint32)(addr + len(CPUID_CODE[HOST_CONVENTION]))
+    from tgcore.runtime.executable import ExecutableCode
+    stubs = ExecutableCode(code)
+    try:
+        cpuid_fn = stubs.function(None, ctypes.c_uint32, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32))
+        xgetbv_fn = stubs.function(ctypes.c_uint64, ctypes.c_uint32, offset=len(CPUID_CODE[HOST_CONVENTION]))
         out = (ctypes.c_uint32 * 4)()
         leaves: dict[tuple[int, int], tuple[int, int, int, int]] = {}
 
@@ -331,6 +279,8 @@ def probe_cpuid() -> CPUFeatures:
         vendor = _vendor(cpuid)
         return CPUFeatures(_arch(), decode_features(cpuid, xcr0), vendor, _brand(cpuid),
                            _cpuid_caches(cpuid, vendor) or sysfs_caches(), "cpuid")
+    finally:
+        stubs.close()
 
 
 def probe_cpuinfo(path: str = "/proc/cpuinfo") -> CPUFeatures:
