@@ -149,6 +149,10 @@ def test_the_key_names_cpu_renderer_isa_and_version(monkeypatch):
         with monkeypatch.context() as m:
             m.setenv("TG_ISA", "avx2")
             assert digest() != key.digest
+    if renderer.compiler is not None and renderer.compiler.cache_identity() is not None:
+        with monkeypatch.context() as m:  # e.g. another gcc, or flags lowered by the ISA check
+            m.setattr(type(renderer.compiler), "cache_identity", lambda self: "another compiler")
+            assert digest() != key.digest
     assert digest() == key.digest
 
 

@@ -18,8 +18,9 @@ Out: the kernel's opts list. ``beam_policy(dev)`` is the ``OptPolicy`` that ``re
 
 Cache: ``<cache_dir()>/beam/<key[:2]>/<key>.json``. The key is the sha256 of the kernel's fingerprint
 (``codegen.search.kernel_fingerprint``: ops, dtypes, args and source positions of the prepared kernel), the
-device, the renderer (class, name and the vector facts codegen reads), the CPU's identity, the chosen ISA level,
-the threads and the tgcore version. An entry is JSON ``{format, key, opts, meta, checksum}`` (``checksum``: sha256
+device, the renderer (class, name and the vector facts codegen reads), its compiler's identity (for C: the
+compiler binary and the flags it was verified to build with), the CPU's identity, the chosen ISA level, the threads
+and the tgcore version. An entry is JSON ``{format, key, opts, meta, checksum}`` (``checksum``: sha256
 of the rest), written to a temp file and renamed into place. An entry that does not parse, fails its checksum,
 belongs to another key, names an unknown op or no longer applies to the kernel is ignored with a warning naming
 the file; the heuristic is used (a BEAM search replaces the entry).
@@ -46,7 +47,7 @@ from tgcore.renderer import Renderer
 from tgcore.runtime.cpufeatures import IsaLevelError, chosen_isa_level, cpu_features
 from tgcore.uop import Ops
 
-ENTRY_FORMAT = 1            # bump when the entry layout or the key's parts change
+ENTRY_FORMAT = 2            # bump when the entry layout or the key's parts change
 RUNS = 3                    # runs per candidate; its time is the fastest ...
 MAX_RUNS = 20               # ... and more, up to this many, while they add up to less than
 MIN_TIMED = 2e-3            # this many seconds (a kernel of microseconds needs more runs to show its speed)
@@ -113,7 +114,8 @@ def cache_key(device: str, kernel: Kernel, renderer: Renderer, threads: int) -> 
         isa = f"invalid ({e})"
     parts = {
         "kernel": kernel.name, "device": device, "renderer": renderer_identity(renderer),
-        "cpu": cpu_features().identity, "isa": isa, "threads": threads, "version": tgcore.__version__,
+        "compiler": compiler_identity(renderer), "cpu": cpu_features().identity, "isa": isa, "threads": threads,
+        "version": tgcore.__version__,
     }
     text = json.dumps({"format": ENTRY_FORMAT, **parts, "fingerprint": fingerprint}, sort_keys=True)
     return CacheKey(hashlib.sha256(text.encode()).hexdigest(), parts)
@@ -125,6 +127,19 @@ def renderer_identity(renderer: Renderer) -> str:
     facts = [f"vector_bits={renderer.vector_bits!r}", f"vector_registers={renderer.vector_registers!r}"]
     return f"{cls.__module__}.{cls.__qualname__}|{renderer.device}:{renderer.name}|" \
            + " ".join(facts)
+
+
+def compiler_identity(renderer: Renderer) -> str:
+    """What the renderer's compiler says it is (its disk-cache identity: for C the binary and the flags actually
+    used, which the ISA verification may have lowered), or its class when it has none."""
+    compiler = renderer.compiler
+    if compiler is None:
+        return "none"
+    try:
+        identity = compiler.cache_identity()
+    except Exception as e:  # noqa: BLE001 (a missing compiler fails later, where it is used; the key only differs)
+        return f"{type(compiler).__qualname__} (unavailable: {e})"
+    return identity if identity is not None else type(compiler).__qualname__
 
 
 @dataclass(frozen=True)
