@@ -30,33 +30,25 @@ import bisect
 import functools
 import operator
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from itertools import chain, compress, repeat
 from operator import not_
 from typing import Any
 
+from tg_x86.facts import FOLDABLE_LOADS, NO_CODE_OPS, analyze, define_reg, is_reg_index
 from tg_x86.isa import Cond, Flag, Op
-from tg_x86.machine import ALLOC_GPR, RAX, RCX, RDX, Frame, Slot, Spec, VMem, label_inst
-from tg_x86.operands import Label
-from tg_x86.vsel import (
-    _OP,
-    BARRIER_TABLE,
+from tg_x86.lanes import (
     DIV_OPS,
-    EMITTED,
-    HRED_ISEL,
-    OP_CODE,
     SHIFT_OPS,
-    VECTOR_ISEL,
-    VectorSelection,
     by_dtype,
     is_vector,
-    line_table,
     memo,
-    min_or_max,
-    op_table,
 )
+from tg_x86.machine import ALLOC_GPR, RAX, RCX, RDX, Frame, Slot, Spec, VMem, label_inst
+from tg_x86.operands import Label
+from tg_x86.vsel import EMITTED, HRED_ISEL, VECTOR_ISEL, VectorSelection, min_or_max
 from tgcore.codegen.regalloc import LoopEnd, LoopStart, MInst, VReg
-from tgcore.dtype import AddrSpace, DType, PtrDType, dtypes
+from tgcore.dtype import DType, dtypes
 from tgcore.renderer.isa import ISelContext, line_rewrite
 from tgcore.uop import Ops, PatternMatcher, UOp, UPat
 
@@ -73,16 +65,11 @@ FOLD_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX})
 # __getattr__ hook (a Python-level call, ~0.1 us: five times a global read), and these run for most lines
 CONST, AFTER, PARAM = Ops.CONST, Ops.AFTER, Ops.PARAM
 ARG_OPS = frozenset({Ops.PARAM, Ops.DEFINE_VAR})                        # read from the argument slots
-NO_CODE_OPS = frozenset({Ops.CONST, Ops.SINK, Ops.GROUP, Ops.NOOP, Ops.INDEX})  # selected where used, or nothing
-CODE_OPS = frozenset(Ops) - NO_CODE_OPS - {Ops.VCONST}   # the lines selection visits (selected_lines)
-CODE_TABLE = op_table(CODE_OPS)
-RANGE_CODE = OP_CODE[Ops.RANGE]
 ADD_MUL = frozenset({Ops.ADD, Ops.MUL})
 INT_RMW_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL})
 FLOAT_ARITH = {Ops.ADD: "VADD", Ops.SUB: "VSUB", Ops.MUL: "VMUL", Ops.FDIV: "VDIV"}
 INT_BINARY = {Ops.ADD: Op.ADD, Ops.SUB: Op.SUB, Ops.MUL: Op.IMUL, Ops.AND: Op.AND, Ops.OR: Op.OR, Ops.XOR: Op.XOR}
 BOOL_BINARY = {**INT_BINARY, Ops.ADD: Op.OR, Ops.MUL: Op.AND}   # on 0/1: + is or, * is and
-FOLDABLE_LOADS = frozenset({dtypes.float32, dtypes.float64})   # float loads an ALU op can read from memory
 NARROW_FLOATS = frozenset({dtypes.float16, dtypes.bfloat16})   # held as float32
 
 
@@ -176,19 +163,10 @@ class Selector(ISelContext, VectorSelection):
 
     def __init__(self, uops: list[UOp], remat_args: bool = False, isel: PatternMatcher | None = None) -> None:
         super().__init__(uops, ISEL if isel is None else isel)
-        self.pos = dict(zip(uops, range(len(uops)), strict=True))
-        self.codes = codes = bytes(map(OP_CODE.__getitem__, map(_OP, uops)))   # each line's op (see OP_CODE)
-        self.barriers = codes.translate(BARRIER_TABLE)
-        # buffer k is argument k; a buffer no UOp reads still takes its place, so the variables and
-        # core_id follow the highest buffer number
-        params = self.lines(Ops.PARAM)
-        nbufs = max([u.arg + 1 for u in params], default=0)
-        variables = self.lines(Ops.DEFINE_VAR)
-        names = {u.arg[0] for u in variables}
-        nparams, nvars, nranges = len(params), len(variables), codes.count(RANGE_CODE)
-        self.nparams = nparams  # PARAM lines
-        # gprs values hold for long (choose_plan): pointers and variables, a loop's counter and limit
-        self.pressure = nparams + nvars + 2 * nranges
+        self.facts = facts = analyze(uops, self.users)
+        # gprs values hold for long (choose_plan): pointers and variables, a loop's counter and limit (and the dummy
+        # slots' addresses hold_dummies holds)
+        self.pressure = facts.pressure
         self.frame = Frame()
         self.loops: list[tuple[VReg, Any, Label, Label, int]] = []
         self.const_slots: dict[bytes, int] = {}
@@ -205,65 +183,16 @@ class Selector(ISelContext, VectorSelection):
         self.reload_at: list[int] = []                # with remat_args: program position of each reload
         self.region = 0               # counts labels: values made in one region are reused only there
         self.lane_offset = 0   # elements added to every address (lane j of a lane-by-lane vector access)
-        self._acc_stores: dict[UOp, list[int]] | None = None
         # flags: (x, y, position) of the last cmp x, y (vucomis x, y); see compare and flags_live
         self.flags: tuple[UOp, UOp, int] | None = None
         self.flags_scanned, self.flags_barrier = 0, -1
         self.flag_reads: dict[int, int] = {}   # with TG_SPEC=1: renderer.flag_sources before allocation
-        self.var_arg = {n: nbufs + i for i, n in enumerate(sorted(names))}
-        self.core_arg = nbufs + len(names)
-        self.frame.nargs = self.core_arg + 1
-        self.plan_vectors()
-        self.plan_fma()
-        self.plan_addresses()
+        self.const_pieces: dict[tuple[UOp, int], VMem] = {}   # (vector constant, piece) -> its frame slot
+        self.lane_cache: dict[tuple, Any] | None = {}   # lanes and halves extracted (None: inside a branch)
+        self.frame.nargs = facts.core_arg + 1
         self.hold_dummies()
-        if isel is None and not self.hred_roots:  # no horizontal reduction: its rule would only fall through
+        if isel is None and not facts.hred_roots:  # no horizontal reduction: its rule would only fall through
             self.isel = LINE_ISEL
-
-    def plan_fma(self) -> None:
-        """Decide which float ``a*b + c`` become one FMA (contraction, as C compilers do by default: one rounding
-        instead of two): an ADD of float32/float64 (a scalar, or a vector held in pieces) one of whose sources is a
-        MUL of its dtype read only by this ADD, once (``fuses``); when both are, the second. The MUL emits nothing,
-        the ADD the FMA (``fma_order``). Found from the MULs: most ADDs are index math. Runs after
-        ``plan_vectors``: the root of a horizontal reduction is not a multiply to fuse."""
-        self.fma_adds: dict[UOp, tuple[UOp, UOp]] = {}   # ADD -> (addend, MUL)
-        self.fma_muls: set[UOp] = set()
-        for mul in self.lines(Ops.MUL):
-            if not fma_dtype(mul.dtype):
-                continue
-            users = self.users.get(mul)
-            if not users or not self.fuses(mul, users[0]):  # fuses: the ADD is its only user
-                continue
-            u = users[0]
-            if u.src[1] is mul:
-                c = u.src[0]
-            elif self.fuses(u.src[1], u):
-                continue   # u fuses its second source
-            else:
-                c = u.src[1]
-            self.fma_adds[u] = (c, mul)
-            self.fma_muls.add(mul)
-
-    def plan_addresses(self) -> None:
-        """Find the index sums ``x + c`` that only addresses read: ``mem`` folds each into its address (the index
-        register x, c scaled into the displacement), so selecting one at its line would make a lea nothing reads.
-        The test is ``mem``'s (x never negative, one lane), asked of every user, with a narrower constant so that
-        the displacement always fits; where ``mem`` still asks for the sum, ``reg`` makes it there."""
-        self.in_address: set[UOp] = set()
-        for u in self.lines(Ops.ADD):
-            c = u.src[1]
-            if c.op is not CONST or u.src[0].dtype.count != 1 or not -(1 << 27) < c.arg < (1 << 27):
-                continue   # (the displacement: c times an element size, with room for a lane offset)
-            users = self.users.get(u)
-            if users and all(x.op is Ops.INDEX and x.src[1] is u for x in users) and u.src[0].vmin >= 0:
-                self.in_address.add(u)
-
-    def fuses(self, mul: UOp, add: UOp) -> bool:
-        """Can ``add`` (of a float dtype) and its source ``mul`` be one FMA? A MUL of its dtype that only it reads,
-        once, with no store or loop boundary in between (a load folded into the MUL is read at the ADD), and not
-        the root of a horizontal reduction."""
-        return (mul.op is Ops.MUL and add.op is Ops.ADD and mul.dtype is add.dtype and self.users.get(mul) == [add]
-                and mul not in self.hred_roots and self.no_barrier(mul, add))
 
     def fma_order(self, a: UOp, b: UOp, c: UOp, mul: UOp, at: UOp,
                   in_memory: Callable[[UOp], bool]) -> tuple[str, UOp, UOp, UOp]:
@@ -278,7 +207,7 @@ class Selector(ISelContext, VectorSelection):
         def free(x: UOp, user: UOp) -> bool:
             """May the FMA overwrite x's register with no copy first? A source in memory is loaded into a fresh
             one; a register must die here and be no other operand."""
-            return in_memory(x) or (self.dies_at(x, user, at) and sum(s is x for s in (a, b, c)) == 1)
+            return in_memory(x) or (self.facts.dies_at(x, user, at) and sum(s is x for s in (a, b, c)) == 1)
         if in_memory(b):
             return ("231", c, a, b) if free(c, at) or not free(a, mul) else ("132", a, c, b)
         if in_memory(c):
@@ -291,28 +220,7 @@ class Selector(ISelContext, VectorSelection):
             return "213", b, a, c
         return "231", c, a, b
 
-    def dies_at(self, x: UOp, user: UOp, at: UOp) -> bool:
-        """Is the instruction selected at line ``at`` the last to read x's value? Its last user is ``user`` (selected
-        at ``at``) and no loop starts in between (a value made before a loop and read inside it lives on)."""
-        users, i = self.users.get(x), self.pos.get(x)
-        if not users or i is None:
-            return False
-        return users[-1] is user and self.codes.find(RANGE_CODE, i + 1, self.pos[at]) < 0
-
     # ---- helpers ----
-    def positions(self, ops: Ops | frozenset[Ops]) -> list[int]:
-        """The positions of the lines of ``ops`` (one op or a set of them), in order."""
-        return list(compress(range(len(self.uops)), self.codes.translate(line_table(ops))))
-
-    def selected_lines(self) -> Iterable[UOp]:
-        """The lines the rules run on: not constants and addresses (selected where they are used), nor lines
-        that make no code (their rules would only return EMITTED). Filtered in C: a quarter of the lines."""
-        return compress(self.uops, self.codes.translate(CODE_TABLE))
-
-    def lines(self, ops: Ops | frozenset[Ops]) -> list[UOp]:
-        """The lines of ``ops`` (one op or a set of them), in order. Picked in C (most lines are none of them)."""
-        return list(compress(self.uops, self.codes.translate(line_table(ops))))
-
     def newv(self, dt: DType) -> VReg:
         return self.new("vec" if is_vec(dt) else "gpr")
 
@@ -374,7 +282,7 @@ class Selector(ISelContext, VectorSelection):
             return v
         if u.op is CONST:
             return self.materialize(u)
-        if u in self.in_address:   # only addresses read it (plan_addresses), yet one needs it: made here, for here
+        if u in self.facts.in_address:   # only addresses read it (plan_addresses), yet one needs it: made here
             return self.int_binary(u, Op.ADD)
         if self.remat_args and u.op in ARG_OPS:
             key = (u, self.region)   # reloaded once per straight-line region (a label starts a new one)
@@ -417,7 +325,7 @@ class Selector(ISelContext, VectorSelection):
         if u.op is not Ops.LOAD or u.dtype not in FOLDABLE_LOADS or len(u.src) != 1:
             return False
         idx = u.src[0]
-        if len(idx.src) != 2 or self.is_reg_index(idx):
+        if len(idx.src) != 2 or is_reg_index(idx):
             return False
         users = self.users.get(u, [])
         if len(users) != 1:
@@ -428,7 +336,7 @@ class Selector(ISelContext, VectorSelection):
         if user.src[1] is not u and not (user.op in ADD_MUL and user.src[0] is u and
                                           user.src[1].op is not Ops.CONST and user.src[1].op is not Ops.LOAD):
             return False
-        return self.no_barrier(u, user)
+        return self.facts.no_barrier(u, user)
 
     @staticmethod
     def operand_layout(i: int, o: Any, bits: int) -> tuple:
@@ -564,7 +472,7 @@ class Selector(ISelContext, VectorSelection):
     # ---- the program ----
     def select(self) -> tuple[list[Any], Frame]:
         """Run the rules over the lines (what ``ISARenderer.select`` does)."""
-        line_rewrite(self.selected_lines(), self.isel, self, self.prog, strict=True)
+        line_rewrite(self.facts.selected_lines(), self.isel, self, self.prog, strict=True)
         return self.prog, self.frame
 
     def args_held(self) -> list[Any]:
@@ -619,7 +527,7 @@ class Selector(ISelContext, VectorSelection):
     def arg_load(self, d: VReg, u: UOp) -> MInst:
         if u.op is PARAM:
             return MInst(Op.MOV, [d], [frame_mem((64, "arg", u.arg))], Spec((("d", 0, 64), ("u", 0, None))))
-        slot = self.var_arg[u.arg[0]]
+        slot = self.facts.var_arg[u.arg[0]]
         return MInst(Op.MOV, [d], [frame_mem((32, "arg", slot))], Spec((("d", 0, 32), ("u", 0, None))))
 
     # ---- loops ----
@@ -633,7 +541,7 @@ class Selector(ISelContext, VectorSelection):
         if len(arg) > 2 and arg[1] == "thread":
             n = int(arg[2])
             core = self.new("gpr")
-            self.emit(Op.MOV, [core], [frame_mem((32, "arg", self.core_arg))], (("d", 0, 32), ("u", 0, None)))
+            self.emit(Op.MOV, [core], [frame_mem((32, "arg", self.facts.core_arg))], (("d", 0, 32), ("u", 0, None)))
             if end.op is Ops.CONST:
                 chunk: Any = (self.int_value(end) + n - 1) // n
                 self.emit(Op.IMUL3, [i], [core], (("d", 0, bits), ("u", 0, bits), ("i", chunk)))
@@ -680,9 +588,6 @@ class Selector(ISelContext, VectorSelection):
         self.label(exit_)
 
     # ---- memory ----
-    def is_reg_index(self, idx: UOp) -> bool:
-        return in_registers(idx.src[0].dtype)
-
     def mem(self, idx: UOp, bits: int) -> VMem:
         """The element ``idx`` points at (``lane_offset`` elements further: lane j of a lane-by-lane vector)."""
         buf, i = idx.src[0], idx.src[1]
@@ -704,7 +609,7 @@ class Selector(ISelContext, VectorSelection):
 
     def load(self, u: UOp) -> None:
         idx = u.src[0]
-        if self.is_reg_index(idx):
+        if is_reg_index(idx):
             acc = self.val[idx.src[0]]
             if self.alias_ok(u):
                 self.val[u] = acc
@@ -713,7 +618,7 @@ class Selector(ISelContext, VectorSelection):
                 self.copy(d, acc)
                 self.val[u] = d
             return
-        if u in self.bcast_loads:   # read by the broadcast that uses it
+        if u in self.facts.bcast_loads:   # read by the broadcast that uses it
             return
         if self.foldable(u):
             self.folded.add(u)
@@ -797,7 +702,7 @@ class Selector(ISelContext, VectorSelection):
         """While few gprs are held throughout (``pressure``), the address of each dummy slot the gated accesses use
         is held in a register set at the start (an lea, before any line; dropped if no access reads it); else
         each cmov reads it from a frame slot (``dummy_address``)."""
-        indexes = self.lines(Ops.INDEX)
+        indexes = self.facts.lines(Ops.INDEX)
         if max(map(len, map(_SOURCES, indexes)), default=0) < 3:   # no gate (most kernels)
             return
         for idx in indexes:
@@ -861,30 +766,13 @@ class Selector(ISelContext, VectorSelection):
 
     def alias_ok(self, u: UOp) -> bool:
         """A LOAD of an accumulator may be the accumulator itself if every use comes before the next STORE."""
-        acc = self.define_reg(u.src[0])
-        here = self.pos[u]
-        stores = self.acc_stores().get(acc, [])
+        acc = define_reg(u.src[0])
+        here = self.facts.pos[u]
+        stores = self.facts.acc_stores.get(acc, [])
         i = bisect.bisect_right(stores, here)
         nxt = stores[i] if i < len(stores) else len(self.uops)
         users = self.users.get(u)
-        return not users or self.pos[users[-1]] <= nxt   # users come in line order: the last is the latest
-
-    def acc_stores(self) -> dict[UOp, list[int]]:
-        """For each accumulator, the positions of the STOREs to it, in order (found once)."""
-        if self._acc_stores is None:
-            self._acc_stores = {}
-            for i in self.positions(Ops.STORE):
-                s = self.uops[i]
-                if self.is_reg_index(s.src[0]):
-                    self._acc_stores.setdefault(self.define_reg(s.src[0]), []).append(i)
-        return self._acc_stores
-
-    @staticmethod
-    def define_reg(idx: UOp) -> UOp:
-        p = idx.src[0]
-        while p.op is AFTER:
-            p = p.src[0]
-        return p
+        return not users or self.facts.pos[users[-1]] <= nxt   # users come in line order: the last is the latest
 
     def load_into(self, d: VReg, idx: UOp, dt: DType, at: VMem | None = None) -> None:
         """Load ``idx``'s element into ``d`` (from ``at`` instead when given: a gated load, see ``gated_mem``)."""
@@ -912,8 +800,8 @@ class Selector(ISelContext, VectorSelection):
 
     def store(self, u: UOp) -> None:
         idx, value = u.src[0], u.src[1]
-        if self.is_reg_index(idx):
-            acc = self.val[self.define_reg(idx)]
+        if is_reg_index(idx):
+            acc = self.val[define_reg(idx)]
             if value.op is Ops.CONST:
                 self.materialize(value, into=acc)
             else:
@@ -1173,7 +1061,7 @@ class Selector(ISelContext, VectorSelection):
 
     def float_fma(self, u: UOp) -> VReg:
         """A fused ADD (``plan_fma``): its MUL's a*b + the other source, one FMA."""
-        c, mul = self.fma_adds[u]
+        c, mul = self.facts.fma_adds[u]
         a, b = mul.src
         return self.fma(u.dtype, a, b, c, mul, u)
 
@@ -1419,7 +1307,7 @@ def cast_rule(convert: Callable[[Selector, VReg, DType, DType], VReg]) -> Callab
 def binary_rule(table: dict[Ops, Op]) -> Callable[[Selector, UOp], tuple]:
     """A two-operand integer rule with the instruction ``table[op]``."""
     def rule(ctx: Selector, x: UOp) -> tuple:
-        if x not in ctx.in_address:   # (else the addresses reading it compute it: see plan_addresses)
+        if x not in ctx.facts.in_address:   # (else the addresses reading it compute it: see plan_addresses)
             ctx.val[x] = ctx.int_binary(x, table[x.op])
         return EMITTED
     return rule
@@ -1467,9 +1355,9 @@ def sel_where_minmax(ctx: Selector, x: UOp, c: UOp, a: UOp, b: UOp) -> tuple | N
 
 def sel_fused(ctx: Selector, x: UOp) -> tuple | None:
     """A float MUL or ADD ``plan_fma`` fused: the MUL emits nothing, the ADD one FMA."""
-    if x in ctx.fma_muls:
+    if x in ctx.facts.fma_muls:
         return EMITTED
-    if x not in ctx.fma_adds:
+    if x not in ctx.facts.fma_adds:
         return None
     ctx.val[x] = ctx.float_fma(x)
     return EMITTED
@@ -1551,9 +1439,3 @@ def select_both(uops: list[UOp]) -> tuple[list[Any], list[Any], Frame]:
     sel = Selector(uops, remat_args=True)
     remat, frame = sel.select()
     return sel.args_held(), remat, frame
-
-
-# a dtype whose a*b + c may fuse into one FMA: float32/float64 scalars and vectors
-fma_dtype = by_dtype(lambda dt: dt.scalar() in FOLDABLE_LOADS and not isinstance(dt, PtrDType))
-# a pointer into DEFINE_REG storage (accumulators held in registers)
-in_registers = by_dtype(lambda dt: getattr(dt, "addrspace", AddrSpace.GLOBAL) is AddrSpace.REG)

@@ -122,7 +122,7 @@ class X86Renderer(ISARenderer[Selector]):
         held_regs = regalloc.instruction_registers(held)
         plan = self.plan(held, ctx, held_regs)
         fills = plan.spill_code("gpr")  # gpr fills and spill stores
-        params = ctx.nparams
+        params = ctx.facts.nparams
         if fills > params:  # else reading pointers where used cannot cost fewer gpr loads and stores
             # the two programs share most instructions: their registers are looked at once
             known = dict(zip(map(id, held), held_regs, strict=True))  # ``held`` lives on: its ids stay valid

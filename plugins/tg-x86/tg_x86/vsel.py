@@ -24,288 +24,60 @@ vector path and branch to the scalar rules only when a lane is out of range (the
 """
 from __future__ import annotations
 
-import operator
-import struct
 from collections.abc import Callable
 from typing import Any
 
+from tg_x86.facts import KernelFacts, define_reg, is_reg_index
 from tg_x86.isa import Cond, Op
+from tg_x86.lanes import (
+    _DTYPE,
+    BROADCASTABLE,
+    CMP_EQ_OQ,
+    CMP_LT_OS,
+    CMP_NEQ_UQ,
+    CMP_UNORD_Q,
+    COMMUTATIVE,
+    DIV_OPS,
+    HRED,
+    HRED_OPS,
+    SHIFT_OPS,
+    TRUNC_IMM,
+    VALU,
+    VCMP_OPS,
+    VECTOR_DTYPES,
+    VFOLD_OPS,
+    const_lanes,
+    esize,
+    is_vector,
+    kind,
+    lane_by_lane,
+    lane_bytes,
+    lanes_per_piece,
+    native,
+    pbits,
+    piece_bits,
+    piece_lanes,
+    scalar_of,
+    shuffle_plan,
+    uniform,
+    vector_layout,
+)
 from tg_x86.machine import VMem
 from tg_x86.operands import Label
 from tgcore.codegen.regalloc import VReg
-from tgcore.dtype import DType, PtrDType, dtypes
+from tgcore.dtype import DType, dtypes
 from tgcore.uop import GroupOp, Ops, PatternMatcher, UOp, UPat
-
-CMP_EQ_OQ, CMP_LT_OS, CMP_NEQ_UQ, CMP_UNORD_Q = 0, 1, 4, 3
-TRUNC_IMM = 0xB
-# sets, not tuples: membership is a hash lookup (ops and dtypes hash by identity; a tuple compares each with ==)
-VCMP_OPS = frozenset({Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE})
-VFOLD_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR})
-COMMUTATIVE = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR})
-VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64,
-                           dtypes.bool})
-BROADCASTABLE = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64})
-BARRIER_OPS = frozenset({Ops.STORE, Ops.RANGE, Ops.END})   # no load is folded into a user across these
-HRED_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.MAX})          # ops of horizontal reductions
-CONST_OPS = frozenset({Ops.CONST, Ops.VCONST})
-SHIFT_OPS = frozenset({Ops.SHL, Ops.SHR})
-DIV_OPS = frozenset({Ops.IDIV, Ops.MOD})
-# the ops the per-line helpers test, as module names: on Python 3.11 reading ``Ops.CONST`` goes through EnumType's
-# __getattr__ hook (a Python-level call, ~0.1 us: five times a global read)
-CONST, VCONST, VECTORIZE, GEP = Ops.CONST, Ops.VCONST, Ops.VECTORIZE, Ops.GEP
-
-# (op, kind) -> instruction; kind is "f32", "f64", "i32", "i64" or "bool" (see ``kind``)
-VALU: dict[tuple[Ops, str], Op] = {
-    (Ops.ADD, "f32"): Op.VADDPS, (Ops.SUB, "f32"): Op.VSUBPS, (Ops.MUL, "f32"): Op.VMULPS, (Ops.FDIV, "f32"): Op.VDIVPS,
-    (Ops.ADD, "f64"): Op.VADDPD, (Ops.SUB, "f64"): Op.VSUBPD, (Ops.MUL, "f64"): Op.VMULPD, (Ops.FDIV, "f64"): Op.VDIVPD,
-    (Ops.ADD, "i32"): Op.VPADDD, (Ops.SUB, "i32"): Op.VPSUBD, (Ops.MUL, "i32"): Op.VPMULLD,
-    (Ops.AND, "i32"): Op.VPAND, (Ops.OR, "i32"): Op.VPOR, (Ops.XOR, "i32"): Op.VPXOR,
-    (Ops.ADD, "i64"): Op.VPADDQ, (Ops.SUB, "i64"): Op.VPSUBQ,
-    (Ops.AND, "i64"): Op.VPAND, (Ops.OR, "i64"): Op.VPOR, (Ops.XOR, "i64"): Op.VPXOR,
-    (Ops.ADD, "bool"): Op.VPOR, (Ops.MUL, "bool"): Op.VPAND, (Ops.MAX, "bool"): Op.VPOR,
-    (Ops.AND, "bool"): Op.VPAND, (Ops.OR, "bool"): Op.VPOR, (Ops.XOR, "bool"): Op.VPXOR,
-}
-
-
-# horizontal reductions with a vector form: (op, kind) -> instruction combining two registers
-HRED: dict[tuple[Ops, str], Op] = {
-    (Ops.ADD, "f32"): Op.VADDPS, (Ops.ADD, "f64"): Op.VADDPD, (Ops.ADD, "i32"): Op.VPADDD, (Ops.ADD, "i64"): Op.VPADDQ,
-    (Ops.MUL, "f32"): Op.VMULPS, (Ops.MUL, "f64"): Op.VMULPD, (Ops.MUL, "i32"): Op.VPMULLD,
-    (Ops.MAX, "f32"): Op.VMAXPS, (Ops.MAX, "f64"): Op.VMAXPD, (Ops.MAX, "i32"): Op.VPMAXSD,
-}
-
-
-class _Memo(dict):
-    """``fn``'s answer for each key, computed once. Callers use the bound ``__getitem__``: a lookup in C, no Python
-    frame, on all but the first call."""
-
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def __missing__(self, key: Any) -> Any:
-        found = self[key] = self.fn(key)
-        return found
-
-
-def memo(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``fn`` of one hashable argument, memoized (a ``_Memo``)."""
-    return _Memo(fn).__getitem__
-
-
-# a fact of dtypes (interned, so the answers hold for every kernel and the memo stays small)
-by_dtype = memo
-
-
-def _kind(dt: DType) -> str:
-    """The instruction family of a scalar dtype's lanes."""
-    if dt is dtypes.bool:
-        return "bool"
-    if dtypes.is_float(dt):
-        return "f64" if dt.itemsize == 8 else "f32"
-    return "i64" if dt.itemsize == 8 else "i32"
-
-
-def _esize(dt: DType) -> int:
-    """Bytes of one lane in a register (bool lanes are 32-bit)."""
-    return 8 if dt.itemsize == 8 else 4
-
-
-def lanes_per_piece(dt: DType) -> int:
-    return 32 // esize(dt)
-
-
-def _native(dt: DType) -> bool:
-    """Lanes of this dtype live in ymm pieces; other vectors are held lane by lane as scalars."""
-    return dt.scalar() in VECTOR_DTYPES
-
-
-def _is_vector(dt: DType) -> bool:
-    return dt.count > 1 and not isinstance(dt, PtrDType)
-
-
-def _lane_by_lane(dt: DType) -> bool:
-    """A vector held lane by lane as scalars (not native)."""
-    return _is_vector(dt) and not _native(dt)
-
-
-def _piece_lanes(dt: DType) -> tuple[int, ...]:
-    """Lanes in each piece of a vector dtype (one lane per "piece" for lane-by-lane dtypes)."""
-    if not native(dt):
-        return (1,) * dt.count
-    n, per = dt.count, lanes_per_piece(dt.scalar())
-    return tuple(min(per, n - i) for i in range(0, n, per))
-
-
-def pbits(n: int, sdt: DType) -> int:
-    """Register width of a piece of ``n`` lanes."""
-    return 256 if n * esize(sdt) > 16 else 128
-
-
-def _piece_bits(dt: DType) -> tuple[int, ...]:
-    """Register width of each piece of a native vector dtype."""
-    sdt = dt.scalar()
-    return tuple(pbits(n, sdt) for n in piece_lanes(dt))
-
-
-kind, esize, native, is_vector, lane_by_lane, piece_lanes, piece_bits, scalar_of = map(
-    by_dtype, (_kind, _esize, _native, _is_vector, _lane_by_lane, _piece_lanes, _piece_bits, DType.scalar))
-
-
-@memo
-def vector_layout(key: tuple[int, tuple[type, ...]]) -> tuple:
-    """The layout of ``d = op(x0, x1, ...)`` on registers of one width, a VMem source a memory operand: key (bits,
-    the sources' types). Made once per key."""
-    bits, types = key
-    return (("d", 0, bits), *(("u", i, None if t is VMem else bits) for i, t in enumerate(types)))
-
-
-def lane_bytes(value: Any, sdt: DType) -> bytes:
-    if sdt is dtypes.float64:
-        return struct.pack("<d", float(value))
-    if sdt is dtypes.float32:
-        return struct.pack("<f", float(value))
-    v = int(bool(value)) if sdt is dtypes.bool else int(value)
-    if esize(sdt) == 8:
-        return (v & ((1 << 64) - 1)).to_bytes(8, "little")
-    return (v & 0xFFFFFFFF).to_bytes(4, "little")
-
-
-# a kernel's ops as bytes, one per line (``OP_CODE``): lines of an op are found with bytes.find and translate, in C.
-# (A list of Ops searched with list.index, count or ``in`` compares them through the slow comparison slot of a class
-# defining __lt__, and a list.index that misses formats the op's repr: a quarter of selection's time.)
-OP_CODE = {op: i for i, op in enumerate(Ops)}
-assert len(OP_CODE) <= 256, "an op code is one byte"
-
-
-def op_table(ops: frozenset[Ops]) -> bytes:
-    """A ``bytes.translate`` table: the code of each of ``ops`` to 1, every other to 0."""
-    return bytes(op in ops for op in Ops).ljust(256, b"\0")
-
-
-# the table of one op or a set of them (what ``Selector.lines`` picks)
-line_table = memo(lambda ops: op_table(ops if isinstance(ops, frozenset) else frozenset({ops})))
-
-
-BARRIER_TABLE = op_table(BARRIER_OPS)
-
-_DTYPE = operator.attrgetter("dtype")
-_OP = operator.attrgetter("op")
-_VECTOR, _LANE = operator.itemgetter(0), operator.itemgetter(1)   # of a (vector, lane) leaf of a reduction tree
-
-
-def is_vconst(u: UOp) -> bool:
-    return u.op in CONST_OPS or (u.op is VECTORIZE and set(map(_OP, u.src)) == {CONST})
-
-
-def is_vzero(u: UOp) -> bool:
-    """A constant vector of +0 in every lane (what vxorps makes)."""
-    return all(v == 0 and not (isinstance(v, float) and str(v)[0] == "-") for v in VectorSelection.const_lanes(u))
 
 
 class VectorSelection:
     """Mixed into ``isel.Selector``: what the vector rules (``VECTOR_ISEL``) call."""
-    # provided by Selector (with lines, emit, new, copy, mem, reg, materialize, load_into, select_line, jump, ...)
-    uops: list[UOp]
-    pos: dict[UOp, int]
-    barriers: bytes   # 1 at each line of BARRIER_OPS, else 0
+    # provided by Selector (with emit, new, copy, mem, reg, materialize, load_into, select_line, jump, ...)
+    facts: KernelFacts   # the kernel's analysis (``facts.analyze``): never changed
     users: dict[UOp, list[UOp]]
     val: dict[UOp, Any]
     folded: set[UOp]
     loops: list
-    is_vconst: Callable[[UOp], bool]   # (plan_vectors) a CONST, VCONST or VECTORIZE of CONSTs (read from memory)
-    is_vzero: Callable[[UOp], bool]    # (plan_vectors) a constant vector of +0 in every lane (what vxorps makes)
-    fma_adds: dict[UOp, tuple[UOp, UOp]]   # (plan_fma) ADD -> (addend, MUL) selected as one FMA
-    fma_muls: set[UOp]                     # (plan_fma) their MULs, which emit nothing
     fma_order: Callable[..., tuple[str, UOp, UOp, UOp]]
-
-    def plan_vectors(self) -> None:
-        """Decide fusions before selecting: loads folded into broadcasts, compares into blends, shuffles, horizontal
-        reductions (FMAs: ``isel.Selector.plan_fma``)."""
-        # facts of this kernel's UOps, memoized per kernel
-        self.is_vconst = memo(is_vconst)
-        self.is_vzero = memo(is_vzero)
-        self.const_pieces: dict[tuple[UOp, int], VMem] = {}
-        self.bcast_loads: set[UOp] = set()
-        self.lane_cache: dict[tuple, Any] | None = {}
-        self.vfused_cmps: set[UOp] = set()
-        # each kind of line is found by ``lines`` (in C): most lines are none of these
-        self.lane_geps = [u for u in self.lines(Ops.GEP) if len(u.arg) == 1]   # the leaves of horizontal reductions
-        for u in self.lines(Ops.VECTORIZE):
-            if is_vector(u.dtype) and len(set(u.src)) == 1:   # every lane the same UOp
-                s = u.src[0]
-                if (s.op is Ops.LOAD and s.dtype in BROADCASTABLE and len(s.src) == 1 and len(s.src[0].src) == 2
-                        and not self.is_reg_index(s.src[0]) and set(self.users.get(s, ())) == {u}
-                        and self.no_barrier(s, u)):
-                    self.bcast_loads.add(s)
-        for u in self.lines(VCMP_OPS):
-            if not is_vector(u.dtype):
-                continue
-            users, compared = self.users.get(u, []), u.src[0].dtype
-            lane_size = esize(scalar_of(compared))
-            if users and native(compared) and all(x.op is Ops.WHERE and native(x.dtype) and x.src[0] is u
-                                                  and x.src[1] is not u and x.src[2] is not u
-                                                  and esize(scalar_of(x.dtype)) == lane_size for x in users):
-                self.vfused_cmps.add(u)
-        self.plan_shuffles()
-        self.plan_horizontal()
-
-    def plan_shuffles(self) -> None:
-        """VECTORIZEs of single lanes of vectors that one vshufps/vshufpd per piece builds (``shuffle_plan``); the
-        lane GEPs only they read extract nothing."""
-        self.shuffles: dict[UOp, list[tuple]] = {}
-        self.shuffled_lanes: set[UOp] = set()
-        if not self.lane_geps:
-            return
-        gep = Ops.GEP
-        for u in self.lines(Ops.VECTORIZE):
-            if is_vector(u.dtype) and all(s.op is gep and len(s.arg) == 1 for s in u.src):
-                plan = self.shuffle_plan(u.dtype, [(s.src[0], s.arg[0]) for s in u.src])
-                if plan is not None:
-                    self.shuffles[u] = plan
-        for u in self.shuffles:
-            self.shuffled_lanes.update(g for g in u.src if all(x in self.shuffles for x in self.users[g]))
-
-    @staticmethod
-    def shuffle_plan(dt: DType, picks: list[tuple[UOp, int]]) -> list[tuple] | None:
-        """How to build a vector of ``dt`` whose lane j is lane k of vector v (``picks[j] = (v, k)``) with one
-        vshufps (32-bit lanes) or vshufpd (64-bit) per piece, or None. Per piece: (op, (v, piece) of the first
-        source, of the second, immediate). vshufps takes result lanes 0-1 of each 128-bit half from the first
-        source and 2-3 from the second, each any lane of the same half, one 2-bit selector per lane shared by
-        both halves; vshufpd takes even lanes from the first source and odd ones from the second, each lane of
-        the same half, one bit per lane."""
-        sdt = dt.scalar()
-        if sdt not in BROADCASTABLE:
-            return None
-        per, half = lanes_per_piece(sdt), 16 // esize(sdt)
-        wide = esize(sdt) == 8
-        out, start = [], 0
-        for n in piece_lanes(dt):
-            if n != per and n != half:
-                return None
-            srcs: list[Any] = [None, None]
-            imm = 0
-            for j, (v, k) in enumerate(picks[start:start + n]):
-                vdt = v.dtype
-                if not is_vector(vdt) or vdt.scalar() is not sdt:
-                    return None
-                p, kk = divmod(k, per)
-                if piece_lanes(vdt)[p] != n or kk // half != j // half:
-                    return None  # another register width, or a lane of the other 128-bit half
-                role, sel = (j % 2, kk % 2) if wide else ((j % 4) // 2, kk % 4)
-                if srcs[role] is None:
-                    srcs[role] = (v, p)
-                elif srcs[role] != (v, p):
-                    return None
-                shift = j if wide else 2 * (j % 4)
-                if not wide and j >= 4:
-                    if (imm >> shift) & 3 != sel:
-                        return None  # the upper half's selector is the lower half's
-                else:
-                    imm |= sel << shift
-            out.append((Op.VSHUFPD if wide else Op.VSHUFPS, srcs[0], srcs[1], imm))
-            start += n
-        return out
 
     def shuffle(self, plan: list[tuple], dt: DType) -> tuple[VReg, ...]:
         """The pieces ``shuffle_plan`` planned: one vshufps/vshufpd each."""
@@ -316,62 +88,8 @@ class VectorSelection:
             out.append(d)
         return tuple(out)
 
-    def plan_horizontal(self) -> None:
-        """Find upcast's horizontal reductions: a tree of one scalar op whose leaves are every lane of one
-        vector, each once (interior nodes used only by their parent). The tree is reduced with vector ops
-        instead: the pieces combined, then halves folded onto each other. (For float ADD this sums in
-        another order than the tree; a reduction's order is not part of its meaning.)"""
-        self.hred_roots: dict[UOp, UOp] = {}
-        self.hred_skip: set[UOp] = set()
-        # a tree's top is found by climbing from its leaves through nodes each read by its parent only (each
-        # node climbed once): most lines of its ops are index math or vector arithmetic, never looked at
-        climbed: set[UOp] = set()
-        for leaf in self.lane_geps:
-            users = self.users.get(leaf)
-            if users is None or len(users) != 1 or users[0].op not in HRED_OPS:
-                continue
-            node = users[0]
-            while node not in climbed:
-                climbed.add(node)
-                up = self.users.get(node)
-                if up is None or len(up) != 1 or up[0].op is not node.op or up[0].dtype is not node.dtype:
-                    self.plan_reduction(node)
-                    break
-                node = up[0]
-
-    def plan_reduction(self, u: UOp) -> None:
-        """Reduce ``u``'s tree as a horizontal reduction if it is one (see ``plan_horizontal``)."""
-        a, b = u.src   # a tree's nodes are lane GEPs and nodes of its op
-        if a.op is not u.op and a.op is not Ops.GEP or b.op is not u.op and b.op is not Ops.GEP:
-            return
-        if is_vector(u.dtype) or not native(u.dtype):
-            return
-        if (u.op, kind(u.dtype)) not in HRED or any(x.op is u.op and x.dtype is u.dtype for x in self.users[u]):
-            return
-        nodes: list[UOp] = []
-        leaves: list[tuple[UOp, int]] = []
-        if not (self.tree(a, u, nodes, leaves) and self.tree(b, u, nodes, leaves)):
-            return
-        v = leaves[0][0]
-        if v.dtype.count >= 4 and set(map(_VECTOR, leaves)) == {v} and sorted(map(_LANE, leaves)) == list(
-                range(v.dtype.count)):
-            self.hred_roots[u] = v
-            self.hred_skip.update(nodes)
-
-    def tree(self, x: UOp, parent: UOp, nodes: list[UOp], leaves: list[tuple[UOp, int]]) -> bool:
-        if self.users.get(x) != [parent] or x.dtype is not parent.dtype:
-            return False
-        nodes.append(x)
-        if x.op is GEP and len(x.arg) == 1:
-            leaves.append((x.src[0], x.arg[0]))
-            return True
-        if x.op is not parent.op:
-            return False
-        a, b = x.src   # ADD, MUL and MAX read two values
-        return self.tree(a, x, nodes, leaves) and self.tree(b, x, nodes, leaves)
-
     def hreduce(self, u: UOp) -> Any:
-        v, op, sdt = self.hred_roots[u], u.op, u.dtype
+        v, op, sdt = self.facts.hred_roots[u], u.op, u.dtype
         k = kind(sdt)
 
         def combine(a: VReg, b: VReg, bits: int) -> VReg:
@@ -412,12 +130,6 @@ class VectorSelection:
         self.emit(Op.VMOVQ if wide else Op.VMOVD, [d], [acc], (("d", 0, 64 if wide else 32), ("u", 0, 128)))
         return d
 
-    def no_barrier(self, x: UOp, user: UOp) -> bool:
-        """No store or loop boundary (``BARRIER_OPS``) between line x and a later line ``user``: x's value may be
-        read (from memory) at the user."""
-        pos = self.pos
-        return self.barriers.find(1, pos[x] + 1, pos[user]) < 0
-
     # ---- emission helpers ----
     def vnew(self) -> VReg:
         return self.new("vec")
@@ -447,24 +159,6 @@ class VectorSelection:
         self.copy(d, x)
         return d
 
-    # ---- constants ----
-    @staticmethod
-    def uniform(u: UOp) -> Any:
-        """The value of every lane of a constant vector that has one (else None)."""
-        if u.op is CONST:
-            return u.arg
-        if u.op is VECTORIZE and len(set(u.src)) == 1:   # one CONST in every lane
-            return u.src[0].arg
-        return None
-
-    @staticmethod
-    def const_lanes(u: UOp) -> list:
-        if u.op is CONST:
-            return [u.arg] * u.dtype.count
-        if u.op is VCONST:
-            return list(u.arg)
-        return [s.arg for s in u.src]
-
     def const_piece(self, u: UOp, p: int) -> VMem:
         hit = self.const_pieces.get((u, p))
         if hit is None:
@@ -474,11 +168,11 @@ class VectorSelection:
     def _const_piece(self, u: UOp, p: int) -> VMem:
         sdt = scalar_of(u.dtype)
         per = lanes_per_piece(sdt)
-        value = self.uniform(u)
+        value = uniform(u)
         if value is not None:
             n = min(per, u.dtype.count - p * per)
             return self.const_mem(lane_bytes(value, sdt) * n, pbits(n, sdt))
-        lanes = self.const_lanes(u)[p * per:(p + 1) * per]
+        lanes = const_lanes(u)[p * per:(p + 1) * per]
         data = b"".join(lane_bytes(v, sdt) for v in lanes)
         return self.const_mem(data, pbits(len(lanes), sdt))
 
@@ -497,16 +191,16 @@ class VectorSelection:
                 return into
             return held[p]
         sdt = scalar_of(u.dtype)
-        const = self.is_vconst(u)
-        if not const and u not in self.folded and u not in self.bcast_loads:
+        const = self.facts.is_vconst(u)
+        if not const and u not in self.folded and u not in self.facts.bcast_loads:
             raise KeyError(f"x86: no value for {u.op.name} {u.dtype}")
         if not native(sdt):   # a constant held lane by lane
-            return self.materialize(UOp.const(sdt, self.const_lanes(u)[p]), into)
+            return self.materialize(UOp.const(sdt, const_lanes(u)[p]), into)
         bits = piece_bits(u.dtype)[p]
         d = into or self.vnew()
         if not const:
             self.load_piece(d, u, p)
-        elif self.is_vzero(u):
+        elif self.facts.is_vzero(u):
             self.emit(Op.VXORPS, [d], [], (("d", 0, bits), ("d", 0, bits), ("d", 0, bits)))
         else:
             self.vemit(Op.VMOVUPS, d, [self.const_piece(u, p)], bits)
@@ -517,7 +211,7 @@ class VectorSelection:
         held = self.val.get(u)   # constants and folded loads have no value
         if held is not None:
             return held[p]
-        if self.is_vconst(u):
+        if self.facts.is_vconst(u):
             return self.const_piece(u, p)
         if u in self.folded:
             return self.piece_mem(u, p)
@@ -540,9 +234,9 @@ class VectorSelection:
     def extract(self, u: UOp, j: int) -> Any:
         """Lane ``j`` of vector ``u`` as a scalar value (the scalar rules' representation)."""
         sdt = scalar_of(u.dtype)
-        if self.is_vconst(u):
-            return self.materialize(UOp.const(sdt, self.const_lanes(u)[j]))
-        if u.op is Ops.VECTORIZE and u.src[j] not in self.bcast_loads:
+        if self.facts.is_vconst(u):
+            return self.materialize(UOp.const(sdt, const_lanes(u)[j]))
+        if u.op is Ops.VECTORIZE and u.src[j] not in self.facts.bcast_loads:
             return self.reg(u.src[j])
         if not native(sdt):
             return self.val[u][j]
@@ -659,7 +353,7 @@ class VectorSelection:
             self.val[u] = tuple(self.newv(base.scalar()) for _ in range(base.count))
 
     def vcompare(self, u: UOp) -> None:
-        if u not in self.vfused_cmps:
+        if u not in self.facts.vfused_cmps:
             self.vcompare_bool(u)
 
     def vbitcast(self, u: UOp) -> None:
@@ -673,7 +367,7 @@ class VectorSelection:
     def gep(self, u: UOp) -> None:
         v, lanes = u.src[0], u.arg
         if len(lanes) == 1:
-            if u not in self.shuffled_lanes:  # else only shuffled VECTORIZEs read it: nothing to extract
+            if u not in self.facts.shuffled_lanes:  # else only shuffled VECTORIZEs read it: nothing to extract
                 self.val[u] = self.extract(v, lanes[0])
             return
         sdt = scalar_of(v.dtype)
@@ -686,21 +380,21 @@ class VectorSelection:
         elif tuple(lanes) == tuple(range(start, start + n)) and n * esize(sdt) == 16 and start % n == 0:
             self.val[u] = (self.vcopy(self.slice128(v, start)),)
         else:
-            plan = self.shuffle_plan(u.dtype, [(v, j) for j in lanes])
+            plan = shuffle_plan(u.dtype, [(v, j) for j in lanes])
             if plan is not None:
                 self.val[u] = self.shuffle(plan, u.dtype)
             else:
                 self.val[u] = self.pack(sdt, [self.extract(v, j) for j in lanes])
 
     def vectorize(self, u: UOp) -> None:
-        if self.is_vconst(u):
+        if self.facts.is_vconst(u):
             return
         if not native(u.dtype):
             self.val[u] = tuple(self.reg(x) for x in u.src)
             return
         sdt = scalar_of(u.dtype)
         s = u.src[0]
-        if all(x is s for x in u.src) and s in self.bcast_loads:
+        if all(x is s for x in u.src) and s in self.facts.bcast_loads:
             counts = piece_lanes(u.dtype)
             bits = pbits(counts[0], sdt)
             d = self.vnew()
@@ -715,7 +409,7 @@ class VectorSelection:
                 self.emit(bop, [d], [m], (("d", 0, bits), ("u", 0, None)))
             self.val[u] = (d,) * len(counts)
             return
-        plan = self.shuffles.get(u)
+        plan = self.facts.shuffles.get(u)
         if plan is not None:
             self.val[u] = self.shuffle(plan, u.dtype)
             return
@@ -735,16 +429,16 @@ class VectorSelection:
                 or (user.op is Ops.MAX and not dtypes.is_float(sdt)):
             return False
         if user.src[1] is not u and not (user.op in COMMUTATIVE and user.src[0] is u
-                                          and not self.is_vconst(user.src[1]) and user.src[1].op is not Ops.LOAD):
+                                          and not self.facts.is_vconst(user.src[1]) and user.src[1].op is not Ops.LOAD):
             return False
         if user.src[0] is user.src[1]:
             return False
-        return self.no_barrier(u, user)
+        return self.facts.no_barrier(u, user)
 
     def load_piece(self, d: VReg, u: UOp, p: int, where: VMem | None = None) -> None:
         """Load piece ``p`` of vector load ``u`` into ``d`` (from ``where`` and on when given: a gated load)."""
         idx, sdt = u.src[0], scalar_of(u.dtype)
-        if u in self.bcast_loads:  # a broadcast source asked for as a register: the scalar load
+        if u in self.facts.bcast_loads:  # a broadcast source asked for as a register: the scalar load
             self.load_into(d, idx, sdt)
             return
         n = piece_lanes(u.dtype)[p]
@@ -775,7 +469,7 @@ class VectorSelection:
 
     def vload(self, u: UOp) -> None:
         idx = u.src[0]
-        if self.is_reg_index(idx):
+        if is_reg_index(idx):
             acc = self.val[idx.src[0]]
             self.val[u] = acc if self.alias_ok(u) else tuple(self.vcopy(r) for r in acc)
             return
@@ -814,8 +508,8 @@ class VectorSelection:
 
     def vstore(self, u: UOp) -> None:
         idx, value = u.src[0], u.src[1]
-        if self.is_reg_index(idx):
-            acc = self.val[self.define_reg(idx)]
+        if is_reg_index(idx):
+            acc = self.val[define_reg(idx)]
             for p, r in enumerate(acc):
                 self.vpiece(value, p, into=r)
             return
@@ -872,9 +566,9 @@ class VectorSelection:
         if not is_vector(s.dtype):
             return s
         sdt = scalar_of(s.dtype)
-        if self.is_vconst(s):
-            return UOp.const(sdt, self.const_lanes(s)[j])
-        if s.op is Ops.VECTORIZE and s.src[j] not in self.bcast_loads:
+        if self.facts.is_vconst(s):
+            return UOp.const(sdt, const_lanes(s)[j])
+        if s.op is Ops.VECTORIZE and s.src[j] not in self.facts.bcast_loads:
             return s.src[j]
         g = UOp(Ops.GEP, sdt, (s,), (j,))
         self.val[g] = self.extract(s, j)
@@ -905,7 +599,7 @@ class VectorSelection:
 
     def vin_memory(self, x: UOp) -> bool:
         """Is a vector read as a memory operand (a constant's frame slots, a folded load)? Neither has a value."""
-        return x not in self.val and (self.is_vconst(x) or x in self.folded)
+        return x not in self.val and (self.facts.is_vconst(x) or x in self.folded)
 
     def binary(self, xop: Op, u: UOp, a: UOp, b: UOp) -> None:
         """``d = a xop b`` piece by piece (per_piece written out: the most common vector op)."""
@@ -920,14 +614,14 @@ class VectorSelection:
         self.val[u] = tuple(out)
 
     def valu(self, u: UOp) -> None:
-        if u in self.fma_muls:   # its FMA is selected at the ADD
+        if u in self.facts.fma_muls:   # its FMA is selected at the ADD
             return
         op, sdt = u.op, scalar_of(u.dtype)
         k = kind(sdt)
         if not native(u.dtype) or any(map(lane_by_lane, map(_DTYPE, u.src))):
             self.scalarize(u)
             return
-        fused = self.fma_adds.get(u)
+        fused = self.facts.fma_adds.get(u)
         if fused is not None:
             c, mul = fused
             a, b = mul.src
@@ -1000,7 +694,7 @@ class VectorSelection:
         INT_MIN/-1 wraps by itself (vcvttpd2dq gives 0x80000000), lanes dividing by 0 are masked to 0."""
         a, b = u.src
         sdt = scalar_of(u.dtype)
-        lanes = self.const_lanes(b) if self.is_vconst(b) else None
+        lanes = const_lanes(b) if self.facts.is_vconst(b) else None
         d0 = int(lanes[0]) if lanes is not None and all(x == lanes[0] for x in lanes) else None
         if dtypes.is_unsigned(sdt):
             if d0 is None or d0 <= 0 or d0 & (d0 - 1):
@@ -1058,7 +752,7 @@ class VectorSelection:
         else:
             self.scalarize(u)
             return
-        lanes = self.const_lanes(n) if self.is_vconst(n) else None
+        lanes = const_lanes(n) if self.facts.is_vconst(n) else None
         if lanes is not None and all(x == lanes[0] for x in lanes) and 0 <= int(lanes[0]) < sdt.itemsize * 8:
             amount = int(lanes[0])
             self.per_piece(u, lambda d, p, bits: self.emit(imm_op, [d], [self.vpiece(a, p)],
@@ -1158,7 +852,7 @@ class VectorSelection:
             self.scalarize(u)
             return
         blend = Op.VBLENDVPD if esize(sdt) == 8 else Op.VBLENDVPS
-        if c in self.vfused_cmps:
+        if c in self.facts.vfused_cmps:
             res = self.compare_masks(c)
             assert res is not None
             masks, inverted = res
@@ -1277,9 +971,9 @@ EMITTED = ()  # a rule's result: the UOp became the instructions the rule emitte
 def sel_horizontal(ctx: Any, x: UOp) -> tuple | None:
     """A node of a horizontal reduction tree (``plan_horizontal``): the root reduces the whole vector,
     the other nodes and the lane extractions emit nothing."""
-    if x in ctx.hred_skip:
+    if x in ctx.facts.hred_skip:
         return EMITTED
-    if x in ctx.hred_roots:
+    if x in ctx.facts.hred_roots:
         ctx.val[x] = ctx.hreduce(x)
         return EMITTED
     return None
