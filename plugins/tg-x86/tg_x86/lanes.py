@@ -1,17 +1,19 @@
-"""Facts of vector dtypes and constants for selection: how a vector is held in ymm pieces, instruction families
-per lane type, constants' lanes and bytes, and the one-byte op codes selection finds lines with.
+"""Facts of dtypes and constants for selection: how scalars are held (gprs, xmm lanes, canonical integers) and
+vectors (ymm pieces), instruction families per lane type, constants' lanes and bytes, and the one-byte op codes
+selection finds lines with.
 
 In:  dtypes and UOps. Out: pure functions (memoized per dtype: dtypes are interned) and tables; no state of a kernel.
 """
 from __future__ import annotations
 
+import functools
 import operator
 import struct
 from collections.abc import Callable
 from typing import Any
 
-from tg_x86.isa import Op
-from tg_x86.machine import VMem
+from tg_x86.isa import Cond, Flag, Op
+from tg_x86.machine import ALLOC_GPR, Slot, VMem
 from tgcore.dtype import DType, PtrDType, dtypes
 from tgcore.uop import Ops, UOp
 
@@ -237,3 +239,110 @@ def shuffle_plan(dt: DType, picks: list[tuple[UOp, int]]) -> list[tuple] | None:
         out.append((Op.VSHUFPD if wide else Op.VSHUFPS, srcs[0], srcs[1], imm))
         start += n
     return out
+
+
+# ---- scalars: how values are held, instruction names, constant bytes ----
+F16_ROUND = 0       # vcvtps2ph immediate: round to nearest even
+TRUNC_IMM = 0xB     # vroundss immediate: toward zero, no precision exception
+CMP_EQ_OQ, CMP_LT_OS, CMP_NEQ_UQ, CMP_UNORD_Q = 0, 1, 4, 3
+# sets, not tuples: membership is a hash lookup (ops and dtypes hash by identity; a tuple compares each with ==)
+CMP_OPS = frozenset({Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE})
+_SOURCES = operator.attrgetter("src")
+HELD_GPRS = len(ALLOC_GPR)   # gprs a kernel may hold throughout (choose_plan holds the arguments up to these)
+GATED_SHARE = 64    # bytes from a gated access's address that later ones under its gate may reach through it
+FOLD_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX})
+# the ops the per-line helpers test, as module names: on Python 3.11 reading ``Ops.CONST`` goes through EnumType's
+# __getattr__ hook (a Python-level call, ~0.1 us: five times a global read), and these run for most lines
+CONST, AFTER, PARAM = Ops.CONST, Ops.AFTER, Ops.PARAM
+ARG_OPS = frozenset({Ops.PARAM, Ops.DEFINE_VAR})                        # read from the argument slots
+ADD_MUL = frozenset({Ops.ADD, Ops.MUL})
+INT_RMW_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL})
+FLOAT_ARITH = {Ops.ADD: "VADD", Ops.SUB: "VSUB", Ops.MUL: "VMUL", Ops.FDIV: "VDIV"}
+INT_BINARY = {Ops.ADD: Op.ADD, Ops.SUB: Op.SUB, Ops.MUL: Op.IMUL, Ops.AND: Op.AND, Ops.OR: Op.OR, Ops.XOR: Op.XOR}
+BOOL_BINARY = {**INT_BINARY, Ops.ADD: Op.OR, Ops.MUL: Op.AND}   # on 0/1: + is or, * is and
+NARROW_FLOATS = frozenset({dtypes.float16, dtypes.bfloat16})   # held as float32
+
+
+# what ends the flags a compare set: instructions writing them, labels (another path may jump there)
+FLAG_BARRIERS = frozenset({*(o for o in Op if o.flags & Flag.WRITES_FLAGS), "label"})
+# (comparison, unsigned, operands swapped) -> the condition of "cmp x, y" that holds when the comparison does
+INT_CONDS = {(Ops.CMPLT, False, False): Cond.L, (Ops.CMPLT, True, False): Cond.B,
+             (Ops.CMPLT, False, True): Cond.G, (Ops.CMPLT, True, True): Cond.A,
+             **{(op, u, s): c for op, c in ((Ops.CMPEQ, Cond.E), (Ops.CMPNE, Cond.NE))
+                for u in (False, True) for s in (False, True)}}
+
+
+def int_cond(op: Ops, dt: DType, swapped: bool) -> Cond:
+    """The condition of comparison ``op`` of two ``dt`` values after ``cmp a, b`` (``cmp b, a`` if swapped)."""
+    return INT_CONDS[(op, dtypes.is_unsigned(dt) or dt is dtypes.bool, swapped)]
+
+
+def at_address(m: VMem) -> Callable[[UOp, int], VMem]:
+    """A stand-in for ``Selector.mem`` giving ``m`` whatever the index (the address of a gated access)."""
+    return lambda _idx, bits: m.sized(bits)
+
+
+class SelectionError(NotImplementedError):
+    """A UOp (or dtype) the x86 renderer has no rule for."""
+
+
+is_vec = by_dtype(dtypes.is_float)  # is a value of this dtype held in an xmm register (a float)?
+
+
+
+
+def _gbits(dt: DType) -> int:
+    """Width of the gpr operations on an integer dtype (narrow types work in 32 bits)."""
+    return 64 if dt.itemsize == 8 else 32
+
+
+gbits = by_dtype(_gbits)
+
+
+def canon_const(u: UOp) -> int:
+    """An integer constant as its canonical register value."""
+    return canon_value(u.dtype, u.arg)
+
+
+@functools.lru_cache(maxsize=1 << 12)   # constants recur across kernels; a UOp key would keep them alive
+def canon_value(dt: DType, value: Any) -> int:
+    """An integer value of ``dt`` as its canonical register value."""
+    if dt is dtypes.bool:
+        return int(bool(value))
+    v = int(value)
+    bits = dt.itemsize * 8
+    v &= (1 << bits) - 1
+    if not dtypes.is_unsigned(dt) and v >= 1 << (bits - 1):
+        v -= 1 << bits
+    return v
+
+
+def f32_bits(value: float, dt: DType) -> bytes:
+    """The float32 bytes of ``value`` rounded to ``dt`` (the in-register form of f32/f16/bf16)."""
+    import numpy as np
+    if dt is dtypes.float16:
+        value = float(np.float16(value))
+    elif dt is dtypes.bfloat16:
+        u = struct.unpack("<I", struct.pack("<f", value))[0]
+        if (u & 0x7FFFFFFF) > 0x7F800000:
+            u |= 0x400000
+        else:
+            u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFFFFFF
+        return struct.pack("<I", u & 0xFFFF0000)
+    return struct.pack("<f", float(np.float32(value)))
+
+
+@memo
+def frame_mem(key: tuple[int, str, int]) -> VMem:
+    """The memory operand (bits, slot kind, slot number) of a frame slot: one per process (a VMem is never changed
+    once made, so instructions share it)."""
+    bits, kind, k = key
+    return VMem(bits, slot=Slot(kind, k))
+
+
+def fsuffix(dt: DType) -> str:
+    return "SD" if dt is dtypes.float64 else "SS"
+
+
+def fop(name: str, dt: DType) -> Op:
+    return Op[name + fsuffix(dt)]

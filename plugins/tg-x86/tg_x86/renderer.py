@@ -29,7 +29,8 @@ from typing import Any
 from tg_x86 import assembler, listing, machine  # modules: each stage is looked up when it runs (benches wrap them)
 from tg_x86.abi import HOST, Abi
 from tg_x86.isa import Flag, Op
-from tg_x86.isel import FLAG_BARRIERS, HELD_GPRS, ISEL, Selector, canon_value
+from tg_x86.isel import ISEL, Selector
+from tg_x86.lanes import FLAG_BARRIERS, HELD_GPRS, canon_value
 from tg_x86.machine import GPR, TARGET
 from tgcore.codegen import regalloc
 from tgcore.codegen.regalloc import MInst, RegisterPlan
