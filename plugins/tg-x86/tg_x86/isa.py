@@ -360,8 +360,9 @@ class Inst:
     op: Op
     operands: tuple[Operand, ...] = field(default=())
     cond: Cond | None = None
-    if TYPE_CHECKING:
-        label: Label | None  # set by __init__
+    if TYPE_CHECKING:  # set by __init__, not a field (a read-only property to mypy: an annotation is a field)
+        @property
+        def label(self) -> Label | None: ...
 
     def __init__(self, op: Op, *operands: Operand | int, cond: Cond | None = None) -> None:
         ops: list[Operand] = []

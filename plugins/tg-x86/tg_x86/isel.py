@@ -73,7 +73,7 @@ from tg_x86.scalar import (
     where_minmax,
 )
 from tg_x86.values import int_binary, reg
-from tg_x86.vsel import EMITTED, HRED_ISEL, VECTOR_ISEL, min_or_max
+from tg_x86.vsel import EMITTED, HRED_ISEL, VECTOR_ISEL, accumulator_dtype, min_or_max
 from tgcore.codegen.regalloc import MInst, VReg
 from tgcore.dtype import DType, dtypes
 from tgcore.renderer.isa import line_rewrite
@@ -190,7 +190,7 @@ def sel_argument(ctx: Selector, x: UOp) -> tuple:
 def sel_define_reg(ctx: Selector, x: UOp) -> VReg:
     if getattr(x.dtype, "size", 1) not in (1, -1):
         raise SelectionError(f"x86: accumulator {x.dtype} (only scalar 1-element registers)")
-    return ctx.newv(x.dtype.base)  # type: ignore[attr-defined]
+    return ctx.newv(accumulator_dtype(x))
 
 
 def sel_after(ctx: Selector, x: UOp) -> tuple:

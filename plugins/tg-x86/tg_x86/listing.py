@@ -55,8 +55,10 @@ def format_operand(o: Operand) -> str:
 
 def format_inst(inst: Inst) -> str:
     mnemonic, operands = inst.mnemonic, list(inst.operands)
-    if inst.op in _VCMP and operands and isinstance(operands[-1], Imm) and 0 <= operands[-1].value < 32:
-        mnemonic = f"vcmp{CMP_PREDICATES[operands.pop().value]}{_VCMP[inst.op]}"
+    last = operands[-1] if operands else None
+    if inst.op in _VCMP and isinstance(last, Imm) and 0 <= last.value < 32:
+        operands.pop()
+        mnemonic = f"vcmp{CMP_PREDICATES[last.value]}{_VCMP[inst.op]}"
     if inst.op is Op.LEA:  # lea's memory operand is an address computation: capstone prints no size
         operands = [o.sized(None) if isinstance(o, Mem) else o for o in operands]
     text = ", ".join(map(format_operand, operands))

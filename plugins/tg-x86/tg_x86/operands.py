@@ -48,8 +48,9 @@ class Reg:
     kind: RegKind
     num: int
     bits: int
-    if TYPE_CHECKING:
-        shape: int  # set by __post_init__ (not a field)
+    if TYPE_CHECKING:  # set by __post_init__, not fields (read-only properties to mypy: an annotation is a field)
+        @property
+        def shape(self) -> int: ...
 
     def __post_init__(self) -> None:
         # what the encoder's form choice depends on (register class, size, is it cl), read for every instruction
@@ -91,9 +92,11 @@ class Mem:
     index: Reg | None = None
     scale: int = 1
     disp: int = 0
-    if TYPE_CHECKING:
-        shape: int  # set by __post_init__ (not a field): what the encoder's form choice reads
-        address: tuple[int, int, bytes]  # set by __post_init__ (not a field): ``address(...)``, for the encoder
+    if TYPE_CHECKING:  # set by __post_init__, not fields (read-only properties to mypy: an annotation is a field)
+        @property
+        def shape(self) -> int: ...   # what the encoder's form choice reads
+        @property
+        def address(self) -> tuple[int, int, bytes]: ...   # ``address(...)``, for the encoder
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", shape_id(("mem", self.bits)))
@@ -171,8 +174,9 @@ _MEM_SHAPES = {bits: shape_id(("mem", bits)) for bits in (None, *PTR_NAMES)}
 class Imm:
     """An immediate value; the encoder checks it fits the form's immediate width."""
     value: int
-    if TYPE_CHECKING:
-        shape: int  # set by __post_init__ (not a field): which immediate ranges hold the value
+    if TYPE_CHECKING:  # set by __post_init__, not a field (a read-only property to mypy: an annotation is a field)
+        @property
+        def shape(self) -> int: ...   # which immediate ranges hold the value
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", shape_id(imm_shape(self.value)))
@@ -291,8 +295,9 @@ def ymmword(base: Reg | None = None, index: Reg | None = None, scale: int = 1, d
 
 
 _GPRS: dict[tuple[int, int], Reg] = {(n, b): Reg("gpr", n, b) for b in GPR_NAMES for n in range(16)}
-_VECS: dict[tuple[str, int], Reg] = {(k, n): Reg(k, n, VEC_BITS[k]) for k, n in itertools.product(("xmm", "ymm"),
-                                                                                                range(16))}  # type: ignore[arg-type]
+_VEC_KINDS: tuple[RegKind, ...] = ("xmm", "ymm")
+_VECS: dict[tuple[str, int], Reg] = {(k, n): Reg(k, n, VEC_BITS[k])
+                                     for k, n in itertools.product(_VEC_KINDS, range(16))}
 REGS: dict[str, Reg] = {r.name: r for r in itertools.chain(_GPRS.values(), _VECS.values())}
 GPRS64: tuple[Reg, ...] = tuple(gpr(n) for n in range(16))
 GPR_VIEWS: dict[int, tuple[Reg, ...]] = {bits: tuple(gpr(n, bits) for n in range(16)) for bits in GPR_NAMES}

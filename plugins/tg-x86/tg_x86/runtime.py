@@ -132,7 +132,8 @@ class ExecutableCode:
         if not 0 <= offset < len(self.code):
             raise ValueError(f"offset {offset} is outside the {len(self.code)} bytes of code")
         fn = ctypes.CFUNCTYPE(restype, *argtypes)(self.address + offset)
-        fn._tg_code = self  # the pointer must not outlive the mapping
+        fn._tg_code = self  # type: ignore[attr-defined]  # the pointer must not outlive the mapping (ctypes' stubs
+        # declare no attributes)
         return fn
 
     def close(self) -> None:

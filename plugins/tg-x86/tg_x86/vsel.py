@@ -68,7 +68,7 @@ from tg_x86.operands import Label
 from tg_x86.scalar import fma_order
 from tg_x86.values import materialize, mem, reg
 from tgcore.codegen.regalloc import VReg
-from tgcore.dtype import DType, dtypes
+from tgcore.dtype import DType, PtrDType, dtypes
 from tgcore.uop import GroupOp, Ops, PatternMatcher, UOp, UPat
 
 
@@ -301,7 +301,7 @@ def broadcast_reg(ctx: Emitter, sdt: DType, r: Any, count: int) -> tuple[VReg, .
 
 # ---- the vector rule of each op (see VECTOR_ISEL) ----
 def vdefine_reg(ctx: Emitter, u: UOp) -> None:
-    base = u.dtype.base
+    base = accumulator_dtype(u)
     if native(base):
         ctx.val[u] = tuple(ctx.vnew() for _ in piece_lanes(base))
     else:
@@ -436,14 +436,14 @@ def vload(ctx: Emitter, u: UOp) -> None:
         ctx.val[u] = acc if alias_ok(ctx, u) else tuple(ctx.vcopy(r) for r in acc)
         return
     if not native(u.dtype):
-        out = []
+        lanes = []
         for j in range(u.dtype.count):
             su = UOp(Ops.LOAD, scalar_of(u.dtype), (idx, *(lane_uop(ctx, s, j) for s in u.src[1:])))
             ctx.lane_offset = j
             ctx.select_line(su)
             ctx.lane_offset = 0
-            out.append(ctx.val[su])
-        ctx.val[u] = tuple(out)
+            lanes.append(ctx.val[su])
+        ctx.val[u] = tuple(lanes)
         return
     if vfoldable(ctx, u):
         ctx.folded.add(u)
@@ -792,7 +792,9 @@ def vcompare_bool(ctx: Emitter, c: UOp) -> None:
     if not native(c.src[0].dtype) or not native(c.src[1].dtype):
         scalarize(ctx, c)
         return
-    masks, inverted = compare_masks(ctx, c)
+    res = compare_masks(ctx, c)
+    assert res is not None   # (both sources native)
+    masks, inverted = res
     src = c.src[0].dtype
     if esize(src.scalar()) == 8:
         masks = narrow_masks(ctx, masks, piece_lanes(src))
@@ -1009,6 +1011,13 @@ def sel_vminmax(ctx: Any, x: UOp, c: UOp, a: UOp, b: UOp) -> tuple | None:
     return EMITTED
 
 
+def accumulator_dtype(u: UOp) -> DType:
+    """What a DEFINE_REG holds (its dtype is a pointer into registers)."""
+    dt = u.dtype
+    assert isinstance(dt, PtrDType), f"x86: DEFINE_REG of {dt}"
+    return dt.base
+
+
 def _always(x: UOp) -> bool:
     return True
 
@@ -1022,7 +1031,7 @@ VECTOR_ISEL = PatternMatcher([
     (UPat(Ops.GEP, name="x"), vector_rule(gep, _always)),
     (UPat(Ops.VCONST), lambda: EMITTED),
     # accumulators and stores by the dtype they hold
-    (UPat(Ops.DEFINE_REG, name="x"), vector_rule(vdefine_reg, lambda x: x.dtype.base.count > 1)),
+    (UPat(Ops.DEFINE_REG, name="x"), vector_rule(vdefine_reg, lambda x: accumulator_dtype(x).count > 1)),
     (UPat(Ops.STORE, name="x"), vector_rule(vstore, lambda x: is_vector(x.src[1].dtype))),
     # broadcasts (from memory when the load has no other use), lane packing
     (UPat(Ops.VECTORIZE, name="x"), vector_rule(vectorize)),
