@@ -141,9 +141,10 @@ class Selector(Emitter):
 
 
 # ---- the rules ----
-# Each rule takes the isel context (a ``Selector``) and the UOp, emits its instructions into ``ctx.prog``
-# through the selector's helpers, records the UOp's value in ``ctx.val`` and returns EMITTED; None
-# falls through to the next rule of the op. Vector UOps are taken first by ``vsel.VECTOR_ISEL``.
+# Each rule takes the isel context (a ``Selector``: the emitter) and the UOp, emits its instructions into
+# ``ctx.prog`` through the selection functions (values, flags, memory, scalar, casts), records the UOp's value in
+# ``ctx.val`` and returns EMITTED; None falls through to the next rule of the op. Vector UOps are taken first by
+# ``vsel.VECTOR_ISEL``.
 
 def value_rule(method: Callable[[Selector, UOp], Any]) -> Callable[[Selector, UOp], tuple]:
     """A rule whose UOp's value is what ``method(ctx, x)`` returns."""

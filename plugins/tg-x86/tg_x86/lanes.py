@@ -164,7 +164,7 @@ def op_table(ops: frozenset[Ops]) -> bytes:
     return bytes(op in ops for op in Ops).ljust(256, b"\0")
 
 
-# the table of one op or a set of them (what ``Selector.lines`` picks)
+# the table of one op or a set of them (what ``facts.KernelLines.lines`` picks)
 line_table = memo(lambda ops: op_table(ops if isinstance(ops, frozenset) else frozenset({ops})))
 
 
@@ -278,7 +278,7 @@ def int_cond(op: Ops, dt: DType, swapped: bool) -> Cond:
 
 
 def at_address(m: VMem) -> Callable[[UOp, int], VMem]:
-    """A stand-in for ``Selector.mem`` giving ``m`` whatever the index (the address of a gated access)."""
+    """A stand-in for ``values.mem`` giving ``m`` whatever the index (the address of a gated access)."""
     return lambda _idx, bits: m.sized(bits)
 
 

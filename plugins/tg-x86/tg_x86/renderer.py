@@ -160,7 +160,7 @@ class X86Renderer(ISARenderer[Selector]):
 def flag_sources(program: list[Any]) -> dict[int, int]:
     """Which instruction's flags each flag reader (cmov, setcc, jcc) reads: the id of its ``Spec`` -> the id of the
     last flag writer's before it in straight-line code (-1: a label or loop boundary comes first). Selection shares
-    one compare among several readers (``Selector.compare``); nothing after it may write the flags in between."""
+    one compare among several readers (``flags.compare``); nothing after it may write the flags in between."""
     out: dict[int, int] = {}
     last = -1
     for ins in program:

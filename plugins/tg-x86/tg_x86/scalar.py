@@ -72,15 +72,23 @@ def fma_order(ctx: Emitter, a: UOp, b: UOp, c: UOp, mul: UOp, at: UOp,
 
 
 # ---- loops ----
+def thread_split(u: UOp) -> int | None:
+    """How many cores RANGE ``u`` is split over when it is a thread range, else None. (The one place the plugin reads
+    a RANGE's arg: ``(axis, kind, size)`` for thread ranges.)"""
+    arg = u.arg if isinstance(u.arg, tuple) else (u.arg,)
+    return int(arg[2]) if len(arg) > 2 and arg[1] == "thread" else None
+
+
 def open_loop(ctx: Emitter, u: UOp) -> None:
+    """A loop's counter from 0 (a thread range: from this core's chunk) to its limit, guarded when the limit may be
+    0 or less."""
     end = u.src[0]
     bits = gbits(u.dtype)
     i = ctx.new("gpr")
     top, exit_ = Label(f"loop{len(ctx.loops)}"), Label(f"exit{len(ctx.loops)}")
-    arg = u.arg if isinstance(u.arg, tuple) else (u.arg,)
     guard = True
-    if len(arg) > 2 and arg[1] == "thread":
-        n = int(arg[2])
+    n = thread_split(u)
+    if n is not None:
         core = ctx.new("gpr")
         ctx.emit(Op.MOV, [core], [frame_mem((32, "arg", ctx.facts.core_arg))], (("d", 0, 32), ("u", 0, None)))
         if end.op is Ops.CONST:
@@ -131,7 +139,7 @@ def close_loop(ctx: Emitter) -> None:
     ctx.label(exit_)
 
 
-# ---- integer ALU (one method per rule of SCALAR_ISEL) ----
+# ---- integer ALU (one function per rule of SCALAR_ISEL) ----
 def int_max(ctx: Emitter, u: UOp) -> VReg:
     dt = u.dtype
     bits = gbits(dt)
@@ -288,7 +296,7 @@ def where_minmax(ctx: Emitter, u: UOp, name: str) -> VReg:
     return d
 
 
-# ---- float ALU (one method per rule of SCALAR_ISEL) ----
+# ---- float ALU (one function per rule of SCALAR_ISEL) ----
 def float_arith(ctx: Emitter, u: UOp) -> VReg:
     """``d = a op b`` (vaddss ...): b may be a constant's frame slot or a folded load."""
     op, dt = u.op, u.dtype

@@ -90,7 +90,6 @@ def float_operand(ctx: Emitter, u: UOp) -> Any:
     return reg(ctx, u)
 
 
-# ---- memory ----
 def mem(ctx: Emitter, idx: UOp, bits: int) -> VMem:
     """The element ``idx`` points at (``lane_offset`` elements further: lane j of a lane-by-lane vector)."""
     buf, i = idx.src[0], idx.src[1]

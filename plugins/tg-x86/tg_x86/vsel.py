@@ -4,7 +4,9 @@ In:  vector UOps of a linear kernel (``dtype.count > 1``): VECTORIZE, GEP, VCONS
      vector LOAD/STORE from a scalar pointer INDEX (consecutive elements), ALU ops, casts,
      comparisons and WHERE, vector accumulators (DEFINE_REG with a vector base).
 Out: machine instructions appended by the ``emitter.Emitter`` the functions take; a vector value's
-     entry in ``Emitter.val`` is a tuple of pieces (virtual vec registers).
+     entry in ``Emitter.val`` is a tuple of pieces (virtual vec registers). This module holds the rules
+     (``VECTOR_ISEL``, ``HRED_ISEL``) and the arithmetic, compare, WHERE, cast and shuffle functions; pieces,
+     lanes and scalarization are ``vpieces``, loads and stores ``vmemory``.
 
 Legalization (wide vectors): a vector of n lanes is held as pieces of at most 8 lanes (32-bit
 types and bool) or 4 lanes (64-bit types), one ymm register each (an xmm when the piece fits in
@@ -15,7 +17,7 @@ Constants (vector CONST, VCONST, VECTORIZE of CONSTs) are never held in register
 frame slots read as memory operands, or loaded at the use that needs a register. Scalar loads
 feeding only a broadcast are folded into it (``vbroadcastss ymm, [mem]``); single-use vector
 loads fold into the memory operand of their ALU user; ``a*b + c`` on float vectors is one FMA where
-``isel.Selector.plan_fma`` fused it (an accumulator update ``acc + a*b`` is a ``vfmadd231`` into the
+``facts.plan_fma`` fused it (an accumulator update ``acc + a*b`` is a ``vfmadd231`` into the
 accumulator).
 
 Anything without a vector rule here is scalarized lane by lane (lanes extracted, the scalar
@@ -29,12 +31,9 @@ from functools import partial
 from typing import Any
 
 from tg_x86.emitter import Emitter
-from tg_x86.facts import define_reg, is_reg_index
-from tg_x86.flags import gate_off
 from tg_x86.isa import Cond, Op
 from tg_x86.lanes import (
     _DTYPE,
-    BROADCASTABLE,
     CMP_EQ_OQ,
     CMP_LT_OS,
     CMP_NEQ_UQ,
@@ -48,7 +47,6 @@ from tg_x86.lanes import (
     VALU,
     VCMP_OPS,
     VECTOR_DTYPES,
-    VFOLD_OPS,
     const_lanes,
     esize,
     is_vector,
@@ -63,10 +61,22 @@ from tg_x86.lanes import (
     shuffle_plan,
 )
 from tg_x86.machine import VMem
-from tg_x86.memory import alias_ok, gated_mem, load_into
 from tg_x86.operands import Label
 from tg_x86.scalar import fma_order
-from tg_x86.values import materialize, mem, reg
+from tg_x86.values import mem, reg
+from tg_x86.vmemory import vload, vstore
+from tg_x86.vpieces import (
+    extract,
+    pack,
+    per_piece,
+    pieces,
+    scalar_lanes,
+    scalarize,
+    slice128,
+    vin_memory,
+    voperand,
+    vpiece,
+)
 from tgcore.codegen.regalloc import VReg
 from tgcore.dtype import DType, PtrDType, dtypes
 from tgcore.uop import GroupOp, Ops, PatternMatcher, UOp, UPat
@@ -123,180 +133,6 @@ def hreduce(ctx: Emitter, u: UOp) -> Any:
     wide = esize(sdt) == 8
     ctx.emit(Op.VMOVQ if wide else Op.VMOVD, [d], [acc], (("d", 0, 64 if wide else 32), ("u", 0, 128)))
     return d
-
-
-# ---- operands ----
-def vpiece(ctx: Emitter, u: UOp, p: int, into: VReg | None = None) -> VReg:
-    """Piece ``p`` of vector ``u`` in a register (constants and folded loads are loaded here)."""
-    held = ctx.val.get(u)   # most pieces are values selected before (constants and folded loads have none)
-    if held is not None:
-        if into is not None:
-            ctx.copy(into, held[p])
-            return into
-        return held[p]
-    sdt = scalar_of(u.dtype)
-    const = ctx.facts.is_vconst(u)
-    if not const and u not in ctx.folded and u not in ctx.facts.bcast_loads:
-        raise KeyError(f"x86: no value for {u.op.name} {u.dtype}")
-    if not native(sdt):   # a constant held lane by lane
-        return materialize(ctx, UOp.const(sdt, const_lanes(u)[p]), into)
-    bits = piece_bits(u.dtype)[p]
-    d = into or ctx.vnew()
-    if not const:
-        load_piece(ctx, d, u, p)
-    elif ctx.facts.is_vzero(u):
-        ctx.emit(Op.VXORPS, [d], [], (("d", 0, bits), ("d", 0, bits), ("d", 0, bits)))
-    else:
-        ctx.vemit(Op.VMOVUPS, d, [ctx.const_piece(u, p)], bits)
-    return d
-
-
-def voperand(ctx: Emitter, u: UOp, p: int) -> Any:
-    """Piece ``p`` as a register or, for constants and folded loads, a memory operand."""
-    held = ctx.val.get(u)   # constants and folded loads have no value
-    if held is not None:
-        return held[p]
-    if ctx.facts.is_vconst(u):
-        return ctx.const_piece(u, p)
-    if u in ctx.folded:
-        return piece_mem(ctx, u, p)
-    raise KeyError(f"x86: no value for {u.op.name} {u.dtype}")
-
-
-def pieces(ctx: Emitter, u: UOp) -> tuple[VReg, ...]:
-    return tuple(vpiece(ctx, u, p) for p in range(len(piece_lanes(u.dtype))))
-
-
-def piece_mem(ctx: Emitter, u: UOp, p: int) -> VMem:
-    """Piece ``p`` of vector load ``u`` as a memory operand."""
-    sdt = scalar_of(u.dtype)
-    m: VMem = mem(ctx, u.src[0], pbits(piece_lanes(u.dtype)[p], sdt))
-    return VMem(m.bits, m.base, m.index, m.scale, m.disp + p * lanes_per_piece(sdt) * sdt.itemsize, m.slot)
-
-
-# ---- lanes ----
-def lane_key(ctx: Emitter, *key: Any) -> tuple:
-    top = ctx.loops[-1][2] if ctx.loops else None
-    return (*key, top)
-
-
-def extract(ctx: Emitter, u: UOp, j: int) -> Any:
-    """Lane ``j`` of vector ``u`` as a scalar value (the scalar rules' representation)."""
-    sdt = scalar_of(u.dtype)
-    if ctx.facts.is_vconst(u):
-        return materialize(ctx, UOp.const(sdt, const_lanes(u)[j]))
-    if u.op is Ops.VECTORIZE and u.src[j] not in ctx.facts.bcast_loads:
-        return reg(ctx, u.src[j])
-    if not native(sdt):
-        return ctx.val[u][j]
-    key = lane_key(ctx, u, j)
-    if ctx.lane_cache is not None and key in ctx.lane_cache:
-        return ctx.lane_cache[key]
-    per = lanes_per_piece(sdt)
-    p, k = divmod(j, per)
-    half_lanes = 16 // esize(sdt)
-    h, kk = divmod(k, half_lanes)
-    x = half(ctx, u, p, h)
-    if dtypes.is_float(sdt):
-        if kk == 0:
-            d = ctx.vcopy(x)
-        else:
-            d = ctx.vnew()
-            if sdt is dtypes.float64:
-                ctx.emit(Op.VMOVHLPS, [d], [x, x], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128)))
-            else:
-                ctx.emit(Op.VPERMILPS, [d], [x], (("d", 0, 128), ("u", 0, 128), ("i", kk)))
-    else:
-        d = ctx.new("gpr")
-        gb = 64 if esize(sdt) == 8 else 32
-        if kk == 0:
-            ctx.emit(Op.VMOVQ if gb == 64 else Op.VMOVD, [d], [x], (("d", 0, gb), ("u", 0, 128)))
-        else:
-            ctx.emit(Op.VPEXTRQ if gb == 64 else Op.VPEXTRD, [d], [x],
-                      (("d", 0, gb), ("u", 0, 128), ("i", kk)))
-    if ctx.lane_cache is not None:
-        ctx.lane_cache[key] = d
-    return d
-
-
-def half(ctx: Emitter, u: UOp, p: int, h: int) -> VReg:
-    """The 128-bit half ``h`` of piece ``p`` of ``u`` (half 0 is the piece register itself)."""
-    key = lane_key(ctx, u, p, "half", h)
-    if ctx.lane_cache is not None and key in ctx.lane_cache:
-        return ctx.lane_cache[key]
-    x = vpiece(ctx, u, p)
-    if h:
-        x = ctx.upper(x)
-    if ctx.lane_cache is not None:
-        ctx.lane_cache[key] = x
-    return x
-
-
-def slice128(ctx: Emitter, u: UOp, start: int) -> VReg:
-    """An xmm holding lanes ``start..`` of ``u`` (``start`` on a 128-bit boundary)."""
-    sdt = scalar_of(u.dtype)
-    p, k = divmod(start, lanes_per_piece(sdt))
-    return half(ctx, u, p, k // (16 // esize(sdt)))
-
-
-def pack(ctx: Emitter, sdt: DType, regs: list) -> tuple[VReg, ...]:
-    """Scalar values (the scalar rules' representation) -> pieces."""
-    if not native(sdt):
-        return tuple(regs)
-    if all(r is regs[0] for r in regs):
-        return broadcast_reg(ctx, sdt, regs[0], len(regs))
-    per, half = lanes_per_piece(sdt), 16 // esize(sdt)
-    out = []
-    for start in range(0, len(regs), per):
-        chunk = regs[start:start + per]
-        xs = [pack128(ctx, sdt, chunk[i:i + half]) for i in range(0, len(chunk), half)]
-        out.append(xs[0] if len(xs) == 1 else ctx.join(xs[0], xs[1]))
-    return tuple(out)
-
-
-def pack128(ctx: Emitter, sdt: DType, regs: list) -> VReg:
-    d = ctx.vnew()
-    if dtypes.is_float(sdt):
-        if sdt is dtypes.float64:
-            if len(regs) == 1:
-                ctx.copy(d, regs[0])
-            else:
-                ctx.emit(Op.VMOVLHPS, [d], regs, (("d", 0, 128), ("u", 0, 128), ("u", 1, 128)))
-            return d
-        ctx.copy(d, regs[0])
-        for k, r in enumerate(regs[1:], 1):
-            t = ctx.vnew()
-            ctx.emit(Op.VINSERTPS, [t], [d, r], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128), ("i", k << 4)))
-            d = t
-        return d
-    gb = 64 if esize(sdt) == 8 else 32
-    ctx.emit(Op.VMOVQ if gb == 64 else Op.VMOVD, [d], [regs[0]], (("d", 0, 128), ("u", 0, gb)))
-    for k, r in enumerate(regs[1:], 1):
-        t = ctx.vnew()
-        ctx.emit(Op.VPINSRQ if gb == 64 else Op.VPINSRD, [t], [d, r],
-                  (("d", 0, 128), ("u", 0, 128), ("u", 1, gb), ("i", k)))
-        d = t
-    return d
-
-
-def broadcast_reg(ctx: Emitter, sdt: DType, r: Any, count: int) -> tuple[VReg, ...]:
-    """Every lane the scalar value ``r``: one register shared by all pieces."""
-    counts = piece_lanes(sdt.vec(count))
-    bits = pbits(counts[0], sdt)
-    d = ctx.vnew()
-    if sdt is dtypes.float32:
-        ctx.emit(Op.VBROADCASTSS, [d], [r], (("d", 0, bits), ("u", 0, 128)))
-    elif sdt is dtypes.float64:
-        if bits == 256:
-            ctx.emit(Op.VBROADCASTSD, [d], [r], (("d", 0, 256), ("u", 0, 128)))
-        else:
-            ctx.emit(Op.VMOVLHPS, [d], [r, r], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128)))
-    else:
-        t = ctx.vnew()
-        wide = esize(sdt) == 8
-        ctx.emit(Op.VMOVQ if wide else Op.VMOVD, [t], [r], (("d", 0, 128), ("u", 0, 64 if wide else 32)))
-        ctx.emit(Op.VPBROADCASTQ if wide else Op.VPBROADCASTD, [d], [t], (("d", 0, bits), ("u", 0, 128)))
-    return (d,) * len(counts)
 
 
 # ---- the vector rule of each op (see VECTOR_ISEL) ----
@@ -373,202 +209,6 @@ def vectorize(ctx: Emitter, u: UOp) -> None:
         ctx.val[u] = shuffle(ctx, plan, u.dtype)
         return
     ctx.val[u] = pack(ctx, sdt, [reg(ctx, x) for x in u.src])
-
-
-# ---- memory ----
-def vfoldable(ctx: Emitter, u: UOp) -> bool:
-    """A vector load whose only user reads it as operand 2 (a memory operand) of one instruction."""
-    sdt = scalar_of(u.dtype)
-    if sdt not in BROADCASTABLE or len(u.src) != 1 or len(u.src[0].src) != 2 or u.dtype.count * esize(sdt) < 16:
-        return False
-    users = ctx.users.get(u, [])
-    if len(users) != 1:
-        return False
-    user = users[0]
-    if user.dtype is not u.dtype or user.op not in VFOLD_OPS or (user.op is Ops.MUL and kind(sdt) == "i64") \
-            or (user.op is Ops.MAX and not dtypes.is_float(sdt)):
-        return False
-    if user.src[1] is not u and not (user.op in COMMUTATIVE and user.src[0] is u
-                                      and not ctx.facts.is_vconst(user.src[1]) and user.src[1].op is not Ops.LOAD):
-        return False
-    if user.src[0] is user.src[1]:
-        return False
-    return ctx.facts.no_barrier(u, user)
-
-
-def load_piece(ctx: Emitter, d: VReg, u: UOp, p: int, where: VMem | None = None) -> None:
-    """Load piece ``p`` of vector load ``u`` into ``d`` (from ``where`` and on when given: a gated load)."""
-    idx, sdt = u.src[0], scalar_of(u.dtype)
-    if u in ctx.facts.bcast_loads:  # a broadcast source asked for as a register: the scalar load
-        load_into(ctx, d, idx, sdt)
-        return
-    n = piece_lanes(u.dtype)[p]
-    per = lanes_per_piece(sdt)
-    m: VMem = mem(ctx, idx, 8) if where is None else where
-    disp = m.disp + p * per * sdt.itemsize
-
-    def at(bits: int | None, extra: int = 0) -> VMem:
-        return VMem(bits, m.base, m.index, m.scale, disp + extra, m.slot)
-    if sdt is dtypes.bool:
-        if n in (4, 8):
-            ctx.emit(Op.VPMOVZXBD, [d], [at(n * 8)], (("d", 0, 256 if n == 8 else 128), ("u", 0, None)))
-            return
-        regs = []
-        for k in range(n):
-            t = ctx.new("gpr")
-            ctx.emit(Op.MOVZX, [t], [at(8, k)], (("d", 0, 32), ("u", 0, None)))
-            regs.append(t)
-        ctx.copy(d, pack128(ctx, sdt, regs))
-        return
-    nbytes = n * sdt.itemsize
-    if nbytes >= 16:
-        ctx.emit(Op.VMOVUPS, [d], [at(nbytes * 8)], (("d", 0, nbytes * 8), ("u", 0, None)))
-    elif nbytes == 8:
-        ctx.emit(Op.VMOVSD, [d], [at(64)], (("d", 0, 128), ("u", 0, None)))
-    else:
-        ctx.emit(Op.VMOVSS, [d], [at(32)], (("d", 0, 128), ("u", 0, None)))
-
-
-def vload(ctx: Emitter, u: UOp) -> None:
-    idx = u.src[0]
-    if is_reg_index(idx):
-        acc = ctx.val[idx.src[0]]
-        ctx.val[u] = acc if alias_ok(ctx, u) else tuple(ctx.vcopy(r) for r in acc)
-        return
-    if not native(u.dtype):
-        lanes = []
-        for j in range(u.dtype.count):
-            su = UOp(Ops.LOAD, scalar_of(u.dtype), (idx, *(lane_uop(ctx, s, j) for s in u.src[1:])))
-            ctx.lane_offset = j
-            ctx.select_line(su)
-            ctx.lane_offset = 0
-            lanes.append(ctx.val[su])
-        ctx.val[u] = tuple(lanes)
-        return
-    if vfoldable(ctx, u):
-        ctx.folded.add(u)
-        return
-    counts = piece_lanes(u.dtype)
-    gate = idx.src[2] if len(idx.src) > 2 else None
-    out = tuple(ctx.vnew() for _ in counts)
-    if gate is None:
-        for p, d in enumerate(out):
-            load_piece(ctx, d, u, p)
-    elif len(u.src) == 1:  # every piece through the gated address: the buffer's elements or the zero slot
-        m = gated_mem(ctx, gate, idx, u.dtype.itemsize, store=False)
-        for p, d in enumerate(out):
-            load_piece(ctx, d, u, p, m)
-    else:  # an alternative value (hand-written programs only): kept by jumping over the loads
-        for p, d in enumerate(out):
-            vpiece(ctx, u.src[1], p, into=d)
-        skip = Label("gated")
-        ctx.jump(skip, gate_off(ctx, gate))
-        for p, d in enumerate(out):
-            load_piece(ctx, d, u, p)
-        ctx.label(skip)
-    ctx.val[u] = out
-
-
-def vstore(ctx: Emitter, u: UOp) -> None:
-    idx, value = u.src[0], u.src[1]
-    if is_reg_index(idx):
-        acc = ctx.val[define_reg(idx)]
-        for p, r in enumerate(acc):
-            vpiece(ctx, value, p, into=r)
-        return
-    if not native(value.dtype):
-        for j in range(value.dtype.count):
-            ctx.lane_offset = j
-            ctx.select_line(UOp(Ops.STORE, dtypes.void, (idx, lane_uop(ctx, value, j))))
-            ctx.lane_offset = 0
-        return
-    gate = idx.src[2] if len(idx.src) > 2 else None
-    regs = pieces(ctx, value)
-    sdt = scalar_of(value.dtype)
-    per = lanes_per_piece(sdt)
-    if gate is None:
-        m: VMem = mem(ctx, idx, 8)
-    else:   # every piece through the gated address: the buffer's elements or the sink
-        m = gated_mem(ctx, gate, idx, value.dtype.itemsize, store=True)
-    for p, (r, n) in enumerate(zip(regs, piece_lanes(value.dtype), strict=True)):
-        disp = m.disp + p * per * sdt.itemsize
-
-        def at(bits: int | None, extra: int = 0, disp: int = disp) -> VMem:
-            return VMem(bits, m.base, m.index, m.scale, disp + extra, m.slot)
-        if sdt is dtypes.bool:
-            if n in (4, 8):
-                hi = ctx.upper(r) if n == 8 else r
-                w, b = ctx.vnew(), ctx.vnew()
-                ctx.vemit(Op.VPACKUSDW, w, [r, hi], 128)
-                ctx.vemit(Op.VPACKUSWB, b, [w, w], 128)
-                ctx.emit(Op.VMOVQ if n == 8 else Op.VMOVD, [], [at(n * 8), b], (("u", 0, None), ("u", 1, 128)))
-            else:
-                for k in range(n):
-                    t = extract_piece_lane(ctx, r, sdt, k)
-                    ctx.emit(Op.MOV, [], [at(8, k), t], (("u", 0, None), ("u", 1, 8)))
-            continue
-        nbytes = n * sdt.itemsize
-        if nbytes >= 16:
-            ctx.emit(Op.VMOVUPS, [], [at(nbytes * 8), r], (("u", 0, None), ("u", 1, nbytes * 8)))
-        elif nbytes == 8:
-            ctx.emit(Op.VMOVSD, [], [at(64), r], (("u", 0, None), ("u", 1, 128)))
-        else:
-            ctx.emit(Op.VMOVSS, [], [at(32), r], (("u", 0, None), ("u", 1, 128)))
-
-
-def extract_piece_lane(ctx: Emitter, r: VReg, sdt: DType, k: int) -> VReg:
-    """Lane k (< 4) of a 32-bit integer piece register into a gpr."""
-    d = ctx.new("gpr")
-    if k == 0:
-        ctx.emit(Op.VMOVD, [d], [r], (("d", 0, 32), ("u", 0, 128)))
-    else:
-        ctx.emit(Op.VPEXTRD, [d], [r], (("d", 0, 32), ("u", 0, 128), ("i", k)))
-    return d
-
-
-# ---- scalarization ----
-def lane_uop(ctx: Emitter, s: UOp, j: int) -> UOp:
-    if not is_vector(s.dtype):
-        return s
-    sdt = scalar_of(s.dtype)
-    if ctx.facts.is_vconst(s):
-        return UOp.const(sdt, const_lanes(s)[j])
-    if s.op is Ops.VECTORIZE and s.src[j] not in ctx.facts.bcast_loads:
-        return s.src[j]
-    g = UOp(Ops.GEP, sdt, (s,), (j,))
-    ctx.val[g] = extract(ctx, s, j)
-    return g
-
-
-def scalar_lanes(ctx: Emitter, u: UOp) -> list:
-    out = []
-    sdt = scalar_of(u.dtype)
-    for j in range(u.dtype.count):
-        su = UOp(u.op, sdt, tuple(lane_uop(ctx, s, j) for s in u.src), u.arg)
-        ctx.select_line(su)
-        out.append(ctx.val[su])
-    return out
-
-
-def scalarize(ctx: Emitter, u: UOp) -> None:
-    """No vector rule: the scalar rules lane by lane, then packed."""
-    ctx.val[u] = pack(ctx, scalar_of(u.dtype), scalar_lanes(ctx, u))
-
-
-# ---- ALU ----
-def per_piece(ctx: Emitter, u: UOp, fn: Any) -> None:
-    """u's value: ``fn(d, p, bits)`` writes each piece p into a new register d of ``bits``."""
-    out = []
-    for p, bits in enumerate(piece_bits(u.dtype)):
-        d = ctx.new("vec")
-        fn(d, p, bits)
-        out.append(d)
-    ctx.val[u] = tuple(out)
-
-
-def vin_memory(ctx: Emitter, x: UOp) -> bool:
-    """Is a vector read as a memory operand (a constant's frame slots, a folded load)? Neither has a value."""
-    return x not in ctx.val and (ctx.facts.is_vconst(x) or x in ctx.folded)
 
 
 def binary(ctx: Emitter, xop: Op, u: UOp, a: UOp, b: UOp) -> None:
