@@ -57,7 +57,6 @@ class Emitter(ISelContext):
         self.frame = Frame()
         self.loops: list[tuple[VReg, Any, Label, Label, int]] = []
         self.const_slots: dict[bytes, int] = {}
-        self.folded: set[UOp] = set()
         self.remat_args = remat_args  # buffer pointers and variables loaded from their argument slot where used
         self.remat_cache: dict[tuple[UOp, int], VReg] = {}
         self.tested: tuple[UOp, int] | None = None           # (gate, position) of the last test of a bool gate

@@ -3,8 +3,9 @@
 In:  a kernel's linear UOps and each line's users (``ISelContext.users``).
 Out: ``analyze`` -> a frozen ``KernelFacts``: where each line stands and its op as one byte (lines of an op are found
      in C), the argument layout, and the fusions decided before any instruction is emitted: loads folded into
-     broadcasts, vector compares into blends, shuffles, horizontal reductions, ``a*b + c`` as one FMA, index sums
-     only addresses read. Selection reads these facts and never changes them; its state is the emitter's.
+     broadcasts and into their ALU user, compares only flags (or masks) read, vector compares into blends,
+     shuffles, horizontal reductions, ``a*b + c`` as one FMA, index sums only addresses read. Selection reads
+     these facts and never changes them; its state is the emitter's.
 
 Each fact is found from the lines of the ops it concerns (``lines``: picked in C from the op codes), most lines
 being none of them.
@@ -20,15 +21,21 @@ from tg_x86.lanes import (
     _LANE,
     _OP,
     _VECTOR,
+    ADD_MUL,
     BARRIER_TABLE,
     BROADCASTABLE,
+    CMP_OPS,
+    COMMUTATIVE,
+    FOLD_OPS,
     HRED,
     HRED_OPS,
     OP_CODE,
     VCMP_OPS,
+    VFOLD_OPS,
     by_dtype,
     esize,
     is_vconst,
+    is_vec,
     is_vector,
     is_vzero,
     kind,
@@ -39,7 +46,7 @@ from tg_x86.lanes import (
     scalar_of,
     shuffle_plan,
 )
-from tgcore.dtype import AddrSpace, PtrDType, dtypes
+from tgcore.dtype import AddrSpace, DType, PtrDType, dtypes
 from tgcore.uop import Ops, UOp
 
 # the ops the per-line helpers test, as module names: on Python 3.11 reading ``Ops.CONST`` goes through EnumType's
@@ -126,6 +133,8 @@ class KernelFacts(KernelLines):
     fma_adds: Mapping[UOp, tuple[UOp, UOp]]   # ADD -> (addend, MUL) selected as one FMA
     fma_muls: frozenset[UOp]           # their MULs, which emit nothing
     in_address: frozenset[UOp]         # index sums x + c only addresses read (folded into them)
+    folded: frozenset[UOp]             # loads their one ALU user reads from memory (no register)
+    flag_compares: frozenset[UOp]      # compares whose users all read their flags or mask (no bool made)
     acc_stores: Mapping[UOp, list[int]]   # accumulator -> the positions of the STOREs to it
 
     def fuses(self, mul: UOp, add: UOp) -> bool:
@@ -148,15 +157,17 @@ def analyze(uops: list[UOp], users: Mapping[UOp, list[UOp]]) -> KernelFacts:
     lane_geps = [u for u in k.lines(GEP) if len(u.arg) == 1]
     shuffles = plan_shuffles(k, lane_geps)
     hred_roots, hred_skip = plan_horizontal(k, lane_geps)
+    bcast_loads = plan_broadcast_loads(k)
     fma_adds = plan_fma(k, hred_roots)
     return KernelFacts(
         k.uops, k.users, k.pos, k.codes, k.barriers, nparams=nparams, pressure=nparams + nvars + 2 * nranges,
         var_arg={n: nbufs + i for i, n in enumerate(sorted(names))}, core_arg=nbufs + len(names),
-        is_vconst=vconst, is_vzero=vzero, bcast_loads=plan_broadcast_loads(k), vfused_cmps=plan_vector_compares(k),
+        is_vconst=vconst, is_vzero=vzero, bcast_loads=bcast_loads, vfused_cmps=plan_vector_compares(k),
         lane_geps=lane_geps, shuffles=shuffles,
         shuffled_lanes=frozenset(g for u in shuffles for g in u.src if all(x in shuffles for x in users[g])),
         hred_roots=hred_roots, hred_skip=hred_skip, fma_adds=fma_adds,
         fma_muls=frozenset(mul for _, mul in fma_adds.values()), in_address=plan_addresses(k),
+        folded=plan_folded_loads(k, bcast_loads, vconst), flag_compares=plan_flag_compares(k),
         acc_stores=accumulator_stores(k))
 
 
@@ -317,3 +328,91 @@ def accumulator_stores(k: KernelLines) -> dict[UOp, list[int]]:
         if is_reg_index(s.src[0]):
             out.setdefault(define_reg(s.src[0]), []).append(i)
     return out
+
+
+def plan_folded_loads(k: KernelLines, bcast_loads: frozenset[UOp], vconst: Callable[[UOp], bool]) -> frozenset[UOp]:
+    """The loads their only user reads from memory: a float32/64 scalar (``foldable``) or a vector of a
+    broadcastable type (``vfoldable``), not from an accumulator, not read by a broadcast."""
+    out = set()
+    for u in k.lines(Ops.LOAD):
+        if is_reg_index(u.src[0]):
+            continue
+        if is_vector(u.dtype):
+            if native(u.dtype) and vfoldable(k, vconst, u):
+                out.add(u)
+        elif u not in bcast_loads and foldable(k, u):
+            out.add(u)
+    return frozenset(out)
+
+
+def foldable(k: KernelLines, u: UOp) -> bool:
+    """A float32/64 load from memory whose only user is a float op that can read it from memory,
+    with no store, loop boundary or gate in between: the user reads memory instead of a register."""
+    if u.op is not Ops.LOAD or u.dtype not in FOLDABLE_LOADS or len(u.src) != 1:
+        return False
+    idx = u.src[0]
+    if len(idx.src) != 2 or is_reg_index(idx):
+        return False
+    users = k.users.get(u, [])
+    if len(users) != 1:
+        return False
+    user = users[0]
+    if user.dtype.count != 1 or user.dtype is not u.dtype or user.op not in FOLD_OPS:
+        return False
+    if user.src[1] is not u and not (user.op in ADD_MUL and user.src[0] is u and
+                                      user.src[1].op is not Ops.CONST and user.src[1].op is not Ops.LOAD):
+        return False
+    return k.no_barrier(u, user)
+
+
+def vfoldable(k: KernelLines, vconst: Callable[[UOp], bool], u: UOp) -> bool:
+    """A vector load whose only user reads it as operand 2 (a memory operand) of one instruction."""
+    sdt = scalar_of(u.dtype)
+    if sdt not in BROADCASTABLE or len(u.src) != 1 or len(u.src[0].src) != 2 or u.dtype.count * esize(sdt) < 16:
+        return False
+    users = k.users.get(u, [])
+    if len(users) != 1:
+        return False
+    user = users[0]
+    if user.dtype is not u.dtype or user.op not in VFOLD_OPS or (user.op is Ops.MUL and kind(sdt) == "i64") \
+            or (user.op is Ops.MAX and not dtypes.is_float(sdt)):
+        return False
+    if user.src[1] is not u and not (user.op in COMMUTATIVE and user.src[0] is u
+                                      and not vconst(user.src[1]) and user.src[1].op is not Ops.LOAD):
+        return False
+    if user.src[0] is user.src[1]:
+        return False
+    return k.no_barrier(u, user)
+
+
+def plan_flag_compares(k: KernelLines) -> frozenset[UOp]:
+    """The comparisons whose only users read their flags (or mask) instead of a bool: WHEREs, and gates of loads
+    and stores that pick their address on them. No bool is made; each user asks ``flags.compare``, which shares one
+    cmp among them while the flags hold."""
+    out = set()
+    for c in k.lines(CMP_OPS):
+        users = k.users.get(c, [])
+        if users and all(reads_flags(x, c) for x in users):
+            out.add(c)
+    return frozenset(out)
+
+
+def reads_flags(x: UOp, c: UOp) -> bool:
+    """Does line ``x`` read comparison ``c`` as flags (a WHERE choosing on it, a gate picking an address on it)?"""
+    if x.op is Ops.WHERE:
+        return x.src[0] is c and x.src[1] is not c and x.src[2] is not c and where_fuses(x.dtype, c)
+    return x.op is Ops.INDEX and len(x.src) > 2 and x.src[2] is c and c not in x.src[:2] and gate_fuses(c)
+
+
+def gate_fuses(c: UOp) -> bool:
+    """Can a gate pick its address on comparison ``c``'s flags with one cmov (not float ==/!=: ZF and PF)?"""
+    return c.op in CMP_OPS and c.dtype.count == 1 and (c.op is Ops.CMPLT or not is_vec(c.src[0].dtype))
+
+
+def where_fuses(dt: DType, c: UOp) -> bool:
+    """Can a WHERE of ``dt`` use comparison ``c`` directly (flags for gprs, a vcmp mask for floats)?"""
+    if c.op not in CMP_OPS:
+        return False
+    if not is_vec(dt):
+        return True
+    return is_vec(c.src[0].dtype) and (c.src[0].dtype is dtypes.float64) == (dt is dtypes.float64)

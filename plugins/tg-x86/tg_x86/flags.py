@@ -6,12 +6,13 @@ In:  the emitter and a comparison (or a gate). Out: a cmp/vucomis when the flags
 from __future__ import annotations
 
 from tg_x86.emitter import Emitter, operand_layout
+from tg_x86.facts import gate_fuses
 from tg_x86.isa import Cond, Op
-from tg_x86.lanes import CMP_OPS, gbits, int_cond, is_vec
+from tg_x86.lanes import gbits, int_cond, is_vec
 from tg_x86.machine import VMem
 from tg_x86.values import float_operand, int_operand, int_value, reg
 from tgcore.codegen.regalloc import VReg
-from tgcore.dtype import DType, dtypes
+from tgcore.dtype import dtypes
 from tgcore.uop import Ops, UOp
 
 
@@ -78,32 +79,12 @@ def shared_flags(ctx: Emitter, u: UOp) -> tuple | None:
     return ("c", int_cond(u.op, a.dtype, x is not a))
 
 
-def fusable_compare(ctx: Emitter, c: UOp) -> bool:
-    """A comparison whose only users read its flags (or mask) instead of a bool: WHEREs, and gates of
-    loads and stores that pick their address on them. No bool is made; each user asks ``compare``, which shares
-    one cmp among them while the flags hold."""
-    users = ctx.users.get(c, [])
-    return bool(users) and all(reads_flags(ctx, x, c) for x in users)
 
 
-def reads_flags(ctx: Emitter, x: UOp, c: UOp) -> bool:
-    if x.op is Ops.WHERE:
-        return x.src[0] is c and x.src[1] is not c and x.src[2] is not c and where_fuses(x.dtype, c)
-    return x.op is Ops.INDEX and len(x.src) > 2 and x.src[2] is c and c not in x.src[:2] and gate_fuses(c)
 
 
-def gate_fuses(c: UOp) -> bool:
-    """Can a gate pick its address on comparison ``c``'s flags with one cmov (not float ==/!=: ZF and PF)?"""
-    return c.op in CMP_OPS and c.dtype.count == 1 and (c.op is Ops.CMPLT or not is_vec(c.src[0].dtype))
 
 
-def where_fuses(dt: DType, c: UOp) -> bool:
-    """Can a WHERE of ``dt`` use comparison ``c`` directly (flags for gprs, a vcmp mask for floats)?"""
-    if c.op not in CMP_OPS:
-        return False
-    if not is_vec(dt):
-        return True
-    return is_vec(c.src[0].dtype) and (c.src[0].dtype is dtypes.float64) == (dt is dtypes.float64)
 
 
 def near_flags(ctx: Emitter, gate: UOp) -> Cond | None:

@@ -36,7 +36,7 @@ from typing import Any
 from tg_x86.casts import bitcast, float_to_float, float_to_int, int_to_float, int_to_int
 from tg_x86.emitter import Emitter
 from tg_x86.facts import NO_CODE_OPS
-from tg_x86.flags import compare, flags_to_bool, fusable_compare
+from tg_x86.flags import compare, flags_to_bool
 from tg_x86.isa import Op
 from tg_x86.lanes import (
     ADD_MUL,
@@ -207,7 +207,7 @@ def sel_end(ctx: Selector, x: UOp) -> None:
 
 
 def sel_compare(ctx: Selector, x: UOp) -> tuple:
-    if not fusable_compare(ctx, x):  # else its WHEREs and gates read the flags (see compare): no bool
+    if x not in ctx.facts.flag_compares:  # else its WHEREs and gates read the flags (see compare): no bool
         ctx.val[x] = flags_to_bool(ctx, compare(ctx, x))
     return EMITTED
 

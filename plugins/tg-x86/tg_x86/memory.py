@@ -11,14 +11,12 @@ from collections.abc import Callable
 from functools import partial
 
 from tg_x86.emitter import Emitter
-from tg_x86.facts import FOLDABLE_LOADS, define_reg, is_reg_index
+from tg_x86.facts import define_reg, is_reg_index
 from tg_x86.flags import gate_off
 from tg_x86.isa import Op
 from tg_x86.lanes import (
     _SOURCES,
-    ADD_MUL,
     F16_ROUND,
-    FOLD_OPS,
     GATED_SHARE,
     HELD_GPRS,
     NARROW_FLOATS,
@@ -34,26 +32,6 @@ from tgcore.dtype import DType, dtypes
 from tgcore.uop import Ops, UOp
 
 
-def foldable(ctx: Emitter, u: UOp) -> bool:
-    """A float32/64 load from memory whose only user is a float op that can read it from memory,
-    with no store, loop boundary or gate in between: the user reads memory instead of a register."""
-    if u.op is not Ops.LOAD or u.dtype not in FOLDABLE_LOADS or len(u.src) != 1:
-        return False
-    idx = u.src[0]
-    if len(idx.src) != 2 or is_reg_index(idx):
-        return False
-    users = ctx.users.get(u, [])
-    if len(users) != 1:
-        return False
-    user = users[0]
-    if user.dtype.count != 1 or user.dtype is not u.dtype or user.op not in FOLD_OPS:
-        return False
-    if user.src[1] is not u and not (user.op in ADD_MUL and user.src[0] is u and
-                                      user.src[1].op is not Ops.CONST and user.src[1].op is not Ops.LOAD):
-        return False
-    return ctx.facts.no_barrier(u, user)
-
-
 def load(ctx: Emitter, u: UOp) -> None:
     idx = u.src[0]
     if is_reg_index(idx):
@@ -67,8 +45,7 @@ def load(ctx: Emitter, u: UOp) -> None:
         return
     if u in ctx.facts.bcast_loads:   # read by the broadcast that uses it
         return
-    if foldable(ctx, u):
-        ctx.folded.add(u)
+    if u in ctx.facts.folded:   # its one user reads it from memory
         return
     dt = u.dtype
     d = ctx.newv(dt)

@@ -13,7 +13,8 @@ from functools import partial
 from typing import Any
 
 from tg_x86.emitter import Emitter, operand_layout
-from tg_x86.flags import compare, where_fuses
+from tg_x86.facts import where_fuses
+from tg_x86.flags import compare
 from tg_x86.isa import Cond, Op
 from tg_x86.lanes import (
     ADD_MUL,
@@ -302,7 +303,7 @@ def float_arith(ctx: Emitter, u: UOp) -> VReg:
     op, dt = u.op, u.dtype
     d = ctx.new("vec")
     a, b = u.src
-    if (a.op is Ops.CONST or a in ctx.folded) and b.op is not Ops.CONST and op in ADD_MUL:
+    if (a.op is Ops.CONST or a in ctx.facts.folded) and b.op is not Ops.CONST and op in ADD_MUL:
         a, b = b, a
     ctx.vop3(fop(FLOAT_ARITH[op], dt), d, reg(ctx, a), float_operand(ctx, b))
     return d

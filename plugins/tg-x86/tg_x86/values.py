@@ -72,7 +72,7 @@ def int_operand(ctx: Emitter, u: UOp, bits: int) -> Any:
 
 def in_memory(ctx: Emitter, u: UOp) -> bool:
     """Is a float scalar read as a memory operand (a constant's frame slot, a folded load)?"""
-    return u.op is Ops.CONST or u in ctx.folded
+    return u.op is Ops.CONST or u in ctx.facts.folded
 
 
 def float_reg(ctx: Emitter, u: UOp) -> VReg:
@@ -85,7 +85,7 @@ def float_operand(ctx: Emitter, u: UOp) -> Any:
     """A constant's frame slot or a folded load (memory operands), else a register."""
     if u.op is Ops.CONST:
         return ctx.fconst(u.arg, u.dtype)
-    if u in ctx.folded:
+    if u in ctx.facts.folded:
         return mem(ctx, u.src[0], 64 if u.dtype is dtypes.float64 else 32)
     return reg(ctx, u)
 

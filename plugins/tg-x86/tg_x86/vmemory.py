@@ -12,11 +12,6 @@ from tg_x86.facts import define_reg, is_reg_index
 from tg_x86.flags import gate_off
 from tg_x86.isa import Op
 from tg_x86.lanes import (
-    BROADCASTABLE,
-    COMMUTATIVE,
-    VFOLD_OPS,
-    esize,
-    kind,
     lanes_per_piece,
     native,
     piece_lanes,
@@ -37,28 +32,6 @@ from tgcore.dtype import DType, dtypes
 from tgcore.uop import Ops, UOp
 
 
-def vfoldable(ctx: Emitter, u: UOp) -> bool:
-    """A vector load whose only user reads it as operand 2 (a memory operand) of one instruction."""
-    sdt = scalar_of(u.dtype)
-    if sdt not in BROADCASTABLE or len(u.src) != 1 or len(u.src[0].src) != 2 or u.dtype.count * esize(sdt) < 16:
-        return False
-    users = ctx.users.get(u, [])
-    if len(users) != 1:
-        return False
-    user = users[0]
-    if user.dtype is not u.dtype or user.op not in VFOLD_OPS or (user.op is Ops.MUL and kind(sdt) == "i64") \
-            or (user.op is Ops.MAX and not dtypes.is_float(sdt)):
-        return False
-    if user.src[1] is not u and not (user.op in COMMUTATIVE and user.src[0] is u
-                                      and not ctx.facts.is_vconst(user.src[1]) and user.src[1].op is not Ops.LOAD):
-        return False
-    if user.src[0] is user.src[1]:
-        return False
-    return ctx.facts.no_barrier(u, user)
-
-
-
-
 def vload(ctx: Emitter, u: UOp) -> None:
     idx = u.src[0]
     if is_reg_index(idx):
@@ -75,8 +48,7 @@ def vload(ctx: Emitter, u: UOp) -> None:
             lanes.append(ctx.val[su])
         ctx.val[u] = tuple(lanes)
         return
-    if vfoldable(ctx, u):
-        ctx.folded.add(u)
+    if u in ctx.facts.folded:   # its one user reads it from memory
         return
     counts = piece_lanes(u.dtype)
     gate = idx.src[2] if len(idx.src) > 2 else None

@@ -41,7 +41,7 @@ def vpiece(ctx: Emitter, u: UOp, p: int, into: VReg | None = None) -> VReg:
         return held[p]
     sdt = scalar_of(u.dtype)
     const = ctx.facts.is_vconst(u)
-    if not const and u not in ctx.folded and u not in ctx.facts.bcast_loads:
+    if not const and u not in ctx.facts.folded and u not in ctx.facts.bcast_loads:
         raise KeyError(f"x86: no value for {u.op.name} {u.dtype}")
     if not native(sdt):   # a constant held lane by lane
         return materialize(ctx, UOp.const(sdt, const_lanes(u)[p]), into)
@@ -63,7 +63,7 @@ def voperand(ctx: Emitter, u: UOp, p: int) -> Any:
         return held[p]
     if ctx.facts.is_vconst(u):
         return ctx.const_piece(u, p)
-    if u in ctx.folded:
+    if u in ctx.facts.folded:
         return piece_mem(ctx, u, p)
     raise KeyError(f"x86: no value for {u.op.name} {u.dtype}")
 
@@ -243,7 +243,7 @@ def per_piece(ctx: Emitter, u: UOp, fn: Any) -> None:
 
 def vin_memory(ctx: Emitter, x: UOp) -> bool:
     """Is a vector read as a memory operand (a constant's frame slots, a folded load)? Neither has a value."""
-    return x not in ctx.val and (ctx.facts.is_vconst(x) or x in ctx.folded)
+    return x not in ctx.val and (ctx.facts.is_vconst(x) or x in ctx.facts.folded)
 
 
 def load_piece(ctx: Emitter, d: VReg, u: UOp, p: int, where: VMem | None = None) -> None:
