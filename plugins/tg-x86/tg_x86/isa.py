@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from tg_x86.operands import Imm, Label, Mem, Operand, Reg
+from tg_x86.operands import Bcst, Imm, Label, Masked, Mem, Operand, Reg
 
 if TYPE_CHECKING:
     from tg_x86.forms import Form
@@ -112,6 +112,7 @@ class Op(enum.Enum):
     VMOVDQU = ("vmovdqu", _G.MOVE)
     VMOVD = ("vmovd", _G.MOVE)
     VMOVQ = ("vmovq", _G.MOVE)
+    KMOVW = ("kmovw", _G.MOVE)   # AVX-512 opmask registers
     # casts
     VPMOVZXBW = ("vpmovzxbw", _G.CAST)
     VPMOVZXBD = ("vpmovzxbd", _G.CAST)
@@ -235,6 +236,7 @@ class Op(enum.Enum):
     VPANDN = ("vpandn", _G.VEC_INT_ALU)
     VPOR = ("vpor", _G.VEC_INT_ALU, _CO)
     VPXOR = ("vpxor", _G.VEC_INT_ALU, _CO)
+    VPXORD = ("vpxord", _G.VEC_INT_ALU, _CO)   # AVX-512F (vpxor has no EVEX form)
     VPMAXSD = ("vpmaxsd", _G.VEC_INT_ALU, _CO)
     VPMINSD = ("vpminsd", _G.VEC_INT_ALU, _CO)
     VPMAXUD = ("vpmaxud", _G.VEC_INT_ALU, _CO)
@@ -402,6 +404,11 @@ class Inst:
         """Registers named by the operands, including memory base and index."""
         out: list[Reg] = []
         for o in self.operands:
+            if isinstance(o, Masked):
+                out.append(o.mask)
+                o = o.target
+            elif isinstance(o, Bcst):
+                o = o.mem
             if isinstance(o, Reg):
                 out.append(o)
             elif isinstance(o, Mem):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tg_x86.isa import Inst, Op
-from tg_x86.operands import PTR_NAMES, Imm, Label, Mem, Operand, Reg
+from tg_x86.operands import PTR_NAMES, Bcst, Imm, Label, Masked, Mem, Operand, Reg
 
 # vcmp predicates 0..31, as the pseudo-op infix (SDM table "Comparison Predicate for VCMPPS")
 CMP_PREDICATES = ("eq", "lt", "le", "unord", "neq", "nlt", "nle", "ord",
@@ -39,6 +39,10 @@ def format_operand(o: Operand) -> str:
         return format_number(o.value)
     if isinstance(o, Label):
         return repr(o)
+    if isinstance(o, Masked):   # as capstone prints them: "zmm1 {k1} {z}", "zmmword ptr [rax] {k1}"
+        return f"{format_operand(o.target)} {{{o.mask.name}}}" + (" {z}" if o.zero else "")
+    if isinstance(o, Bcst):     # "dword ptr [rax]{1to16}"
+        return f"{format_operand(o.mem)}{{1to{o.count}}}"
     terms = []
     if o.base is not None:
         terms.append(o.base.name)
