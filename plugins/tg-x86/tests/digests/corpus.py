@@ -31,6 +31,7 @@ from tgcore.dtype import dtypes
 from tgcore.runtime.cpufeatures import CacheSizes
 from tgcore.schedule.kernelize import create_schedule
 from tgcore.tensor import Tensor
+from tgcore.uop import UOp
 
 DIGEST_FILE = Path(__file__).with_name("machine_code.json")
 THREADS = 2          # the core_ids a kernel may split over (the heuristic's thread split)
@@ -148,6 +149,7 @@ WORKLOADS: dict[str, Callable[[], Tensor | list[Tensor]]] = {
     "pad-shrink": lambda: f32(30, 30).pad(((1, 2), (3, 0)))[2:, :20] * 2,
     "flip-permute": lambda: f32(4, 5, 6).flip(1).permute(2, 0, 1).contiguous(),
     "q4-dequant-matvec": _q4_dequant_matvec,
+    "symbolic-variable": lambda: f32(64) * Tensor(UOp.variable("start_pos", 0, 4095).bind(3)).float() + 1.0,
 }
 
 
