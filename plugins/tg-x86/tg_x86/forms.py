@@ -81,7 +81,7 @@ def _samples() -> dict[int, Operand]:
     samples: list[Operand] = [*REGS.values(), *(ptr(bits) for bits in (None, *PTR_NAMES)), Label()]
     samples += map(imm, sorted(imms))
     k1 = kreg(1)
-    samples += [Masked(r, k1, z) for r in REGS.values() if r.kind in ("xmm", "ymm", "zmm") for z in (False, True)]
+    samples += [Masked(r, k1, z) for r in REGS.values() if r.kind != "gpr" for z in (False, True)]
     samples += [Masked(ptr(bits), k1) for bits in (128, 256, 512)]
     samples += [Bcst(ptr(bits), vec // bits) for bits in (32, 64) for vec in (128, 256, 512)]
     return {o.shape: o for o in samples}
@@ -269,6 +269,19 @@ def _evex_rows() -> list[str]:
     rows += ["VBROADCASTSS | zmm{k}{z}, xmm/m32 | EVEX.512.66.0F38.W0 18 /r | RM",
              "VBROADCASTSD | zmm{k}{z}, xmm/m64 | EVEX.512.66.0F38.W1 19 /r | RM",
              "VPXORD | zmm{k}{z}, zmm, zmm/m512/m32bcst | EVEX.512.66.0F.W0 EF /r | RVM",
+             "VPANDD | zmm{k}{z}, zmm, zmm/m512/m32bcst | EVEX.512.66.0F.W0 DB /r | RVM",
+             "VPORD | zmm{k}{z}, zmm, zmm/m512/m32bcst | EVEX.512.66.0F.W0 EB /r | RVM",
+             "VPADDD | zmm{k}{z}, zmm, zmm/m512/m32bcst | EVEX.512.66.0F.W0 FE /r | RVM",
+             "VPSUBD | zmm{k}{z}, zmm, zmm/m512/m32bcst | EVEX.512.66.0F.W0 FA /r | RVM",
+             "VPMULLD | zmm{k}{z}, zmm, zmm/m512/m32bcst | EVEX.512.66.0F38.W0 40 /r | RVM",
+             # compares into an opmask (itself maskable), and blends by one (WHERE, NaN-propagating max, remainders)
+             "VCMPPS | k{k}, zmm, zmm/m512/m32bcst, imm8 | EVEX.512.0F.W0 C2 /r ib | RVMI",
+             "VCMPPD | k{k}, zmm, zmm/m512/m64bcst, imm8 | EVEX.512.66.0F.W1 C2 /r ib | RVMI",
+             "VBLENDMPS | zmm{k}{z}, zmm, zmm/m512/m32bcst | EVEX.512.66.0F38.W0 65 /r | RVM",
+             "VBLENDMPD | zmm{k}{z}, zmm, zmm/m512/m64bcst | EVEX.512.66.0F38.W1 65 /r | RVM",
+             # the 256-bit halves of a zmm (horizontal reductions)
+             "VEXTRACTF32X8 | ymm/m256, zmm, imm8 | EVEX.512.66.0F3A.W0 1B /r ib | MRI",
+             "VINSERTF32X8 | zmm{k}{z}, zmm, ymm/m256, imm8 | EVEX.512.66.0F3A.W0 1A /r ib | RVMI",
              # opmask registers (VEX-encoded): a remainder's mask from a gpr
              "KMOVW | k, r32 | VEX.L0.0F.W0 92 /r | RM", "KMOVW | r32, k | VEX.L0.0F.W0 93 /r | RM",
              "KMOVW | k, k/m16 | VEX.L0.0F.W0 90 /r | RM", "KMOVW | m16, k | VEX.L0.0F.W0 91 /r | MR"]

@@ -163,6 +163,8 @@ class Op(enum.Enum):
     CMOVCC = ("cmov{cc}", _G.CMOV, _TA | _RF)
     # blends (the mask register is encoded in the immediate's high nibble)
     VBLENDVPS = ("vblendvps", _G.BLEND)
+    VBLENDMPS = ("vblendmps", _G.BLEND)   # AVX-512: picks by an opmask
+    VBLENDMPD = ("vblendmpd", _G.BLEND)
     VBLENDVPD = ("vblendvpd", _G.BLEND)
     VPBLENDVB = ("vpblendvb", _G.BLEND)
     # jumps
@@ -190,6 +192,8 @@ class Op(enum.Enum):
     VPBROADCASTQ = ("vpbroadcastq", _G.SHUFFLE)
     VEXTRACTF128 = ("vextractf128", _G.SHUFFLE)
     VINSERTF128 = ("vinsertf128", _G.SHUFFLE)
+    VEXTRACTF32X8 = ("vextractf32x8", _G.SHUFFLE)   # AVX-512DQ: the 256-bit halves of a zmm
+    VINSERTF32X8 = ("vinsertf32x8", _G.SHUFFLE)
     VEXTRACTI128 = ("vextracti128", _G.SHUFFLE)
     VINSERTI128 = ("vinserti128", _G.SHUFFLE)
     VPERMILPS = ("vpermilps", _G.SHUFFLE)
@@ -233,8 +237,10 @@ class Op(enum.Enum):
     VPMULLW = ("vpmullw", _G.VEC_INT_ALU, _CO)
     VPMULLD = ("vpmulld", _G.VEC_INT_ALU, _CO)
     VPAND = ("vpand", _G.VEC_INT_ALU, _CO)
+    VPANDD = ("vpandd", _G.VEC_INT_ALU, _CO)   # AVX-512F (vpand/vpor have no EVEX form)
     VPANDN = ("vpandn", _G.VEC_INT_ALU)
     VPOR = ("vpor", _G.VEC_INT_ALU, _CO)
+    VPORD = ("vpord", _G.VEC_INT_ALU, _CO)
     VPXOR = ("vpxor", _G.VEC_INT_ALU, _CO)
     VPXORD = ("vpxord", _G.VEC_INT_ALU, _CO)   # AVX-512F (vpxor has no EVEX form)
     VPMAXSD = ("vpmaxsd", _G.VEC_INT_ALU, _CO)
