@@ -13,7 +13,7 @@ import pytest
 from tg_x86 import Inst, Op, asm, assembler, byte, encode, machine, operands, qword, reg, select_form
 from tg_x86.encoder import compile_form, encode_all
 from tg_x86.forms import FORMS
-from tg_x86.operands import GPRS64, IMM_RANGES, REGS, Imm, Label, Mem, xmm, ymm
+from tg_x86.operands import GPRS64, IMM_RANGES, REGS, Bcst, Imm, Label, Masked, Mem, kreg, xmm, ymm, zmm
 from tg_x86.renderer import X86Renderer
 from tg_x86_testutil import decode_one, decoder, same_listing
 
@@ -111,8 +111,12 @@ def test_forms_accept_by_shape_what_they_accept():
     rng = np.random.default_rng(0)
     values = {v + d for lo, hi in IMM_RANGES for v in (lo, hi) for d in (-2, -1, 0, 1, 2)}
     values |= {int(v) for v in rng.integers(-(1 << 62), 1 << 62, 200)} | {1 << 70, -(1 << 70)}
-    samples = [*REGS.values(), *(Mem(bits, GPRS64[3]) for bits in (None, 8, 16, 32, 64, 128, 256)), Label(),
+    samples = [*REGS.values(), *(Mem(bits, GPRS64[3]) for bits in (None, 8, 16, 32, 64, 128, 256, 512)), Label(),
                *map(Imm, values)]
+    # AVX-512: registers and stores under an opmask, embedded broadcasts of every element size and length
+    samples += [Masked(o, kreg(k), z) for o in (zmm(0), zmm(31), ymm(3), xmm(9)) for k in (1, 7) for z in (False, True)]
+    samples += [Masked(Mem(bits, GPRS64[3]), kreg(2)) for bits in (32, 256, 512)]
+    samples += [Bcst(Mem(bits, GPRS64[3]), vec // bits) for bits in (32, 64) for vec in (128, 256, 512)]
     for t in {t for forms in FORMS.values() for form in forms for t in form.operands}:
         for o in samples:
             assert (o.shape in t.shapes) == t.accepts(o), (t.text, o)

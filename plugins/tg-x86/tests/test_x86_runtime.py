@@ -8,7 +8,7 @@ import platform
 import numpy as np
 import pytest
 from tg_x86 import Cond, ExecutableCode, Inst, Label, Op, assemble, cpu, dword, reg, unavailable_reason
-from tg_x86.operands import xmm, xmmword, ymm, ymmword
+from tg_x86.operands import Bcst, Masked, kreg, xmm, xmmword, ymm, ymmword, zmm, zmmword
 
 r = reg
 pytestmark = pytest.mark.skipif(not cpu.is_x86_64(), reason="not an x86-64 machine")
@@ -135,3 +135,46 @@ def test_unavailable_reason():
     assert cpu.reason(CPUFeatures("aarch64")) == "not an x86-64 machine (aarch64)"
     assert cpu.reason(CPUFeatures("x86_64", frozenset({"avx", "fma"}))) == "the CPU lacks AVX2, F16C"
     assert cpu.reason(CPUFeatures("x86_64", frozenset(cpu.REQUIRED) | {"avx512f"})) is None
+
+
+needs_avx512 = pytest.mark.skipif("avx512f" not in cpu.features(), reason="no AVX-512F (CPU or OS)")
+
+
+@needs_avx512
+def test_avx512_masked_fma_with_broadcast():
+    """void f(float *y, const float *x, const float *a, int n): y[i] += a[0] * x[i] for i < n <= 16, one zmm: the
+    remainder mask from kmovw, a zeroing masked load, an FMA with an embedded broadcast of a[0], a merging masked
+    store (the lanes past n untouched). Checked against numpy (one rounding: numpy's float64 product rounded)."""
+    prog = [Inst(Op.MOV, r("eax"), 1), Inst(Op.SHL, r("eax"), r("cl")), Inst(Op.DEC, r("eax")),   # (1 << n) - 1
+            Inst(Op.KMOVW, kreg(1), r("eax")),
+            Inst(Op.VMOVUPS, Masked(zmm(17), kreg(1), zero=True), zmmword(r("rsi"))),
+            Inst(Op.VMOVUPS, Masked(zmm(30), kreg(1), zero=True), zmmword(r("rdi"))),
+            Inst(Op.VFMADD231PS, zmm(30), zmm(17), Bcst(dword(r("rdx")), 16)),
+            Inst(Op.VMOVUPS, Masked(zmmword(r("rdi")), kreg(1)), zmm(30)),
+            Inst(Op.VZEROUPPER), Inst(Op.RET)]
+    f = _fn(prog, None, *[ctypes.POINTER(ctypes.c_float)] * 3, ctypes.c_int32)
+    rng = np.random.default_rng(3)
+    for n in (16, 13, 1, 0):
+        x, a = rng.standard_normal(16).astype(np.float32), rng.standard_normal(1).astype(np.float32)
+        y = rng.standard_normal(16).astype(np.float32)
+        want = y.copy()
+        want[:n] = (y[:n].astype(np.float64) + a[0].astype(np.float64) * x[:n].astype(np.float64)).astype(np.float32)
+        f(_floats(y), _floats(x), _floats(a), n)
+        np.testing.assert_array_equal(y, want)
+
+
+@needs_avx512
+def test_avx512_sum_of_products_compressed_displacements():
+    """float dot(const float *x, const float *y): 64 floats as four zmm products at displacements 0, 64, 128 and 192
+    (disp8*N: one byte each), added and reduced: against numpy within float32 rounding."""
+    prog = [Inst(Op.VPXORD, zmm(0), zmm(0), zmm(0))]
+    for k in range(4):
+        prog += [Inst(Op.VMOVUPS, zmm(16 + k), zmmword(r("rdi"), disp=64 * k)),
+                 Inst(Op.VFMADD231PS, zmm(0), zmm(16 + k), zmmword(r("rsi"), disp=64 * k))]
+    prog += [Inst(Op.VMOVUPS, zmmword(r("rdx")), zmm(0)), Inst(Op.VZEROUPPER), Inst(Op.RET)]
+    f = _fn(prog, None, *[ctypes.POINTER(ctypes.c_float)] * 3)
+    rng = np.random.default_rng(4)
+    x, y, out = (rng.standard_normal(64).astype(np.float32), rng.standard_normal(64).astype(np.float32),
+                 np.zeros(16, np.float32))
+    f(_floats(x), _floats(y), _floats(out))
+    np.testing.assert_allclose(out, (x.astype(np.float64) * y).reshape(4, 16).sum(0), rtol=1e-5, atol=1e-5)

@@ -4,8 +4,9 @@ In: an ``Inst`` (op, operands, condition) and optionally the ``Form`` to use and
 jump, its displacement. Out: the instruction's bytes.
 
 The layout is: legacy prefixes (66/F2/F3), REX or VEX (VEX2 ``C5`` when the map is 0F,
-W is 0 and neither X nor B is needed, else VEX3 ``C4``), opcode, ModRM, SIB,
-displacement, immediates. A memory operand's ModRM, SIB and displacement come from
+W is 0 and neither X nor B is needed, else VEX3 ``C4``) or EVEX (``62`` and three payload bytes: register
+extensions to 32 zmm registers, the opmask and zeroing, vector length, embedded broadcast), opcode, ModRM, SIB,
+displacement (EVEX: disp8*N, see ``forms``), immediates. A memory operand's ModRM, SIB and displacement come from
 ``Mem.address`` (``operands.address``, which follows the SDM's special cases), worked out
 when the operand is made.
 """
@@ -16,7 +17,7 @@ from collections.abc import Callable
 
 from tg_x86.forms import FORMS, Form
 from tg_x86.isa import Cond, Inst, Op
-from tg_x86.operands import Imm, Label, Mem, Operand, Reg
+from tg_x86.operands import Bcst, Imm, Label, Masked, Mem, Operand, Reg, address
 
 
 class EncodeError(ValueError):
@@ -107,6 +108,8 @@ def compile_form(form: Form) -> FormEncoder:
     prefixes = enc.prefixes
     rex_w = 8 if enc.rex_w else 0
     rel_size = enc.rel
+    if enc.evex is not None:
+        return _compile_evex(form)
     v = enc.vex
     vex_tail = (v.l << 2 | v.pp) if v is not None else 0
     vex2 = v is not None and v.map == 1 and v.w == 0
@@ -241,6 +244,53 @@ def compile_form(form: Form) -> FormEncoder:
     return encode_form
 
 
+def _compile_evex(form: Form) -> FormEncoder:
+    """An encoder of an EVEX form: ``62``, P0 = R X B R' 0 0 m m (R, X, B, R' inverted), P1 = W vvvv 1 p p (vvvv
+    inverted), P2 = z L'L b V' a a a (V' inverted), opcode, ModRM, SIB, displacement, immediates. R' and V' are the
+    fifth bits of the ModRM.reg and vvvv registers, X the fifth of an rm register (for memory: the index's
+    fourth); ``aaa`` is the opmask of a ``Masked`` first operand and z its zeroing, b an embedded broadcast. A
+    memory displacement is compressed by N, the memory operand's (or the broadcast element's) size."""
+    enc, letters = form.encoding, form.op_en
+    ev = enc.evex
+    assert ev is not None and enc.modrm is not None and not (enc.plus_r or enc.plus_cc or enc.rel or enc.is4)
+    at_reg, at_rm, at_vvvv = map(letters.find, "RMV")
+    imms = tuple(zip([i for i, c in enumerate(letters) if c == "I"], enc.imms, strict=True))
+    digit = max(enc.modrm, 0)  # the ModRM.reg field holds a register (R) or an opcode extension (/digit)
+    opcode = enc.opcode
+    p1_fixed = ev.w << 7 | 1 << 2 | ev.pp
+    p2_length = ev.l << 5
+
+    def encode_evex(ops: tuple[Operand, ...], cond: Cond | None, rel: int) -> bytes:
+        aaa = zero = 0
+        first = ops[0]
+        if type(first) is Masked:   # the destination (or the store) under an opmask
+            aaa, zero = first.mask.num, first.zero
+            ops = (first.target, *ops[1:])
+        reg_num = ops[at_reg].num if at_reg >= 0 else digit  # type: ignore[union-attr]
+        v = ops[at_vvvv].num if at_vvvv >= 0 else 0  # type: ignore[union-attr]
+        rm = ops[at_rm]
+        broadcast = type(rm) is Bcst
+        if broadcast:
+            rm = rm.mem  # type: ignore[union-attr]
+        if type(rm) is Mem:
+            xb, modrm, rest = address(rm.base.num if rm.base is not None else None,
+                                      rm.index.num if rm.index is not None else None, rm.scale, rm.disp,
+                                      (rm.bits or 8) // 8)
+            x, b = xb >> 1, xb & 1
+            modrm |= (reg_num & 7) << 3
+        else:
+            rm_num = rm.num  # type: ignore[union-attr]
+            x, b, modrm, rest = rm_num >> 4 & 1, rm_num >> 3 & 1, 0xC0 | (reg_num & 7) << 3 | rm_num & 7, b""
+        p0 = (~reg_num >> 3 & 1) << 7 | (x ^ 1) << 6 | (b ^ 1) << 5 | (~reg_num >> 4 & 1) << 4 | ev.map
+        p1 = p1_fixed | (~v & 0xF) << 3
+        p2 = zero << 7 | p2_length | broadcast << 4 | (~v >> 4 & 1) << 3 | aaa
+        out = bytes((0x62, p0, p1, p2)) + opcode + bytes((modrm,)) + rest
+        for i, size in imms:
+            out += (ops[i].value & _MASKS[size]).to_bytes(size, "little")  # type: ignore[union-attr]
+        return out
+    return encode_evex
+
+
 _REG_KIND = operator.attrgetter("reg")
 _MASKS = {1: 0xFF, 2: 0xFFFF, 4: 0xFFFFFFFF, 8: (1 << 64) - 1}
 
@@ -251,6 +301,10 @@ def _describe(operands: tuple[Operand, ...]) -> str:
             return f"{o.name} ({o.kind}{o.bits if o.kind == 'gpr' else ''})"
         if isinstance(o, Mem):
             return f"m{o.bits or ''}"
+        if isinstance(o, Masked):
+            return f"{one(o.target)} {{{o.mask.name}}}{' {z}' if o.zero else ''}"
+        if isinstance(o, Bcst):
+            return f"m{o.mem.bits} broadcast to {o.count}"
         if isinstance(o, Imm):
             return f"imm {o.value}"
         return f"label {o!r}" if isinstance(o, Label) else repr(o)

@@ -8,7 +8,14 @@ first), each with its operand types (``OpType``) and parsed opcode (``Encoding``
 Opcode column (SDM notation): legacy prefixes ``66``/``F2``/``F3``, ``REX.W``, opcode bytes,
 ``+r`` (register in the low 3 bits), ``+cc`` (condition code added), ``/r`` or ``/0``..``/7``
 (ModRM), ``ib iw id io`` (immediates), ``cb cd`` (jump displacements), ``/is4`` (register
-in imm8[7:4]); VEX forms start with ``VEX.{128,256,LIG}.{66,F2,F3}.{0F,0F38,0F3A}.{W0,W1,WIG}``.
+in imm8[7:4]); VEX forms start with ``VEX.{128,256,LIG}.{66,F2,F3}.{0F,0F38,0F3A}.{W0,W1,WIG}``, AVX-512
+forms with ``EVEX.512...`` the same way (only 512-bit EVEX forms so far: the xmm/ymm forms are the VEX ones).
+
+AVX-512 operand types: ``zmm`` (zmm0-31), ``k`` (opmask k0-7), ``zmm{k}{z}`` (a zmm destination that may be
+``Masked``, merging or zeroing), ``m512{k}`` (a store that may be masked, merging), ``m32bcst``/``m64bcst`` (an
+embedded broadcast ``Bcst`` filling the form's vector). An EVEX memory operand's disp8 counts units of N bytes
+(disp8*N): N is the memory operand's size (the SDM's tuple types Full, Full Mem and Tuple1 Scalar of the forms
+here), or the element's for a broadcast.
 
 Op/En column, one letter per operand: R ModRM.reg, M ModRM.rm, V VEX.vvvv, I immediate,
 O opcode+r, L is4 register, D jump displacement, C implied (not encoded, e.g. cl).
@@ -25,7 +32,7 @@ import re
 from dataclasses import dataclass, field
 
 from tg_x86.isa import Op
-from tg_x86.operands import IMM_RANGES, PTR_NAMES, REGS, Imm, Label, Mem, Operand, Reg, imm, ptr
+from tg_x86.operands import IMM_RANGES, PTR_NAMES, REGS, Bcst, Imm, Label, Masked, Mem, Operand, Reg, imm, kreg, ptr
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,8 @@ class OpType:
     imm_bits: int = 0                    # bits of the immediate field
     fixed: str | None = None             # an implied register, by name
     rel: int = 0                         # bits of a jump displacement (matches labels)
+    masked: str = ""                     # AVX-512: "k" may be Masked (merging), "kz" (merging or zeroing)
+    bcst: tuple[int, int] | None = None  # AVX-512: an accepted broadcast (element bits, lanes)
     # the shapes of the operands it accepts (``accepts`` tried on an operand of each shape), set by __post_init__
     shapes: frozenset[int] = field(init=False, repr=False, compare=False)
 
@@ -49,6 +58,10 @@ class OpType:
         return self.mem is not None
 
     def accepts(self, o: Operand) -> bool:
+        if isinstance(o, Masked):
+            return bool(self.masked) and (not o.zero or self.masked == "kz") and self.accepts(o.target)
+        if isinstance(o, Bcst):
+            return self.bcst == (o.mem.bits, o.count)
         if isinstance(o, Reg):
             if self.fixed is not None:
                 return o.name == self.fixed
@@ -67,6 +80,10 @@ def _samples() -> dict[int, Operand]:
     imms = {v for lo, hi in IMM_RANGES for v in (lo - 1, lo, hi, hi + 1)}
     samples: list[Operand] = [*REGS.values(), *(ptr(bits) for bits in (None, *PTR_NAMES)), Label()]
     samples += map(imm, sorted(imms))
+    k1 = kreg(1)
+    samples += [Masked(r, k1, z) for r in REGS.values() if r.kind != "gpr" for z in (False, True)]
+    samples += [Masked(ptr(bits), k1) for bits in (128, 256, 512)]
+    samples += [Bcst(ptr(bits), vec // bits) for bits in (32, 64) for vec in (128, 256, 512)]
     return {o.shape: o for o in samples}
 
 
@@ -98,16 +115,27 @@ def parse_type(text: str) -> OpType:
         return OpType(text, reg=("gpr", int(m[1])), mem=int(m[1]))
     reg: tuple[str, int] | None = None
     mem = None
-    for alt in text.split("/"):
+    bcst = None
+    masked = "kz" if text.endswith("{k}{z}") else "k" if text.endswith("{k}") else ""
+    for alt in text.removesuffix("{z}").removesuffix("{k}").split("/"):
         if m := re.fullmatch(r"r(\d+)", alt):
             reg = ("gpr", int(m[1]))
-        elif alt in ("xmm", "ymm"):
-            reg = (alt, 128 if alt == "xmm" else 256)
+        elif alt in VEC_TYPES:
+            reg = (alt, VEC_TYPES[alt])
+        elif alt == "k":
+            reg = ("k", 64)
         elif m := re.fullmatch(r"m(\d+)", alt):
             mem = int(m[1])
+        elif m := re.fullmatch(r"m(32|64)bcst", alt):
+            if reg is None:
+                raise ValueError(f"a broadcast needs the vector it fills: {text!r}")
+            bcst = (int(m[1]), reg[1] // int(m[1]))
         else:
             raise ValueError(f"bad operand type {text!r}")
-    return OpType(text, reg=reg, mem=mem)
+    return OpType(text, reg=reg, mem=mem, masked=masked, bcst=bcst)
+
+
+VEC_TYPES = {"xmm": 128, "ymm": 256, "zmm": 512}
 
 
 @dataclass(frozen=True)
@@ -122,7 +150,8 @@ class Vex:
 class Encoding:
     prefixes: bytes            # legacy (mandatory) prefixes, emitted before REX
     rex_w: bool
-    vex: Vex | None
+    vex: Vex | None            # a VEX form (``l``: VEX.L)
+    evex: Vex | None           # an EVEX form (``l``: EVEX.L'L, 2 for 512 bits)
     opcode: bytes
     plus_r: bool               # low 3 bits of the last opcode byte hold a register
     plus_cc: bool              # the condition code is added to the last opcode byte
@@ -133,6 +162,7 @@ class Encoding:
 
 
 _PP = {"": 0, "66": 1, "F3": 2, "F2": 3}
+_LENGTHS = {"256": 1, "512": 2}   # VEX.L / EVEX.L'L; 128, LIG and L0 are 0
 _MAP = {"0F": 1, "0F38": 2, "0F3A": 3}
 _IMM_BYTES = {"ib": 1, "iw": 2, "id": 4, "io": 8}
 
@@ -141,18 +171,22 @@ def parse_encoding(text: str) -> Encoding:
     tokens = text.split()
     prefixes, opcode, imms = bytearray(), bytearray(), []
     rex_w = plus_r = plus_cc = is4 = False
-    vex, modrm, rel = None, None, 0
+    vex, evex, modrm, rel = None, None, None, 0
     for tok in tokens:
-        if tok.startswith("VEX."):
+        if tok.startswith(("VEX.", "EVEX.")):
             fields = tok.split(".")[1:]
             length = fields.pop(0)
             w = fields.pop() if fields[-1].startswith("W") else "WIG"
             mapname = fields.pop()
             pp = fields[0] if fields else ""
-            vex = Vex(1 if length == "256" else 0, _PP[pp], _MAP[mapname], 1 if w == "W1" else 0)
+            prefix = Vex(_LENGTHS.get(length, 0), _PP[pp], _MAP[mapname], 1 if w == "W1" else 0)
+            if tok.startswith("EVEX."):
+                evex = prefix
+            else:
+                vex = prefix
         elif tok == "REX.W":
             rex_w = True
-        elif tok in ("66", "F2", "F3") and not opcode and vex is None:
+        elif tok in ("66", "F2", "F3") and not opcode and vex is None and evex is None:
             prefixes.append(int(tok, 16))
         elif tok == "/r":
             modrm = -1
@@ -169,7 +203,8 @@ def parse_encoding(text: str) -> Encoding:
             plus_r, plus_cc = m[2] == "+r", m[2] == "+cc"
         else:
             raise ValueError(f"bad opcode token {tok!r} in {text!r}")
-    return Encoding(bytes(prefixes), rex_w, vex, bytes(opcode), plus_r, plus_cc, modrm, tuple(imms), rel, is4)
+    return Encoding(bytes(prefixes), rex_w, vex, evex, bytes(opcode), plus_r, plus_cc, modrm, tuple(imms), rel,
+                    is4)
 
 
 @dataclass(frozen=True)
@@ -218,6 +253,41 @@ _PSHIFT_IMM = {"VPSLLW": "71 /6", "VPSLLD": "72 /6", "VPSLLQ": "73 /6", "VPSRLW"
 _FLOGIC = {"VANDPS": "54", "VANDNPS": "55", "VORPS": "56", "VXORPS": "57", "VUNPCKLPS": "14", "VUNPCKHPS": "15"}
 
 
+def _evex_rows() -> list[str]:
+    """AVX-512 (EVEX, 512-bit) forms of what GEMM, conv and elementwise kernels need: masked (merging or zeroing)
+    destinations, loads and stores; arithmetic and FMA with a memory operand or an embedded broadcast."""
+    rows = []
+    for op, opc in _FARITH.items():
+        rows += [f"{op}PS | zmm{{k}}{{z}}, zmm, zmm/m512/m32bcst | EVEX.512.0F.W0 {opc} /r | RVM",
+                 f"{op}PD | zmm{{k}}{{z}}, zmm, zmm/m512/m64bcst | EVEX.512.66.0F.W1 {opc} /r | RVM"]
+    for order, base in (("132", 0x98), ("213", 0xA8), ("231", 0xB8)):
+        rows += [f"VFMADD{order}PS | zmm{{k}}{{z}}, zmm, zmm/m512/m32bcst | EVEX.512.66.0F38.W0 {base:02X} /r | RVM",
+                 f"VFMADD{order}PD | zmm{{k}}{{z}}, zmm, zmm/m512/m64bcst | EVEX.512.66.0F38.W1 {base:02X} /r | RVM"]
+    for op, pp, w in (("VMOVUPS", "", "W0"), ("VMOVUPD", "66.", "W1")):
+        rows += [f"{op} | zmm{{k}}{{z}}, zmm/m512 | EVEX.512.{pp}0F.{w} 10 /r | RM",
+                 f"{op} | m512{{k}}, zmm | EVEX.512.{pp}0F.{w} 11 /r | MR"]
+    rows += ["VBROADCASTSS | zmm{k}{z}, xmm/m32 | EVEX.512.66.0F38.W0 18 /r | RM",
+             "VBROADCASTSD | zmm{k}{z}, xmm/m64 | EVEX.512.66.0F38.W1 19 /r | RM",
+             "VPXORD | zmm{k}{z}, zmm, zmm/m512/m32bcst | EVEX.512.66.0F.W0 EF /r | RVM",
+             "VPANDD | zmm{k}{z}, zmm, zmm/m512/m32bcst | EVEX.512.66.0F.W0 DB /r | RVM",
+             "VPORD | zmm{k}{z}, zmm, zmm/m512/m32bcst | EVEX.512.66.0F.W0 EB /r | RVM",
+             "VPADDD | zmm{k}{z}, zmm, zmm/m512/m32bcst | EVEX.512.66.0F.W0 FE /r | RVM",
+             "VPSUBD | zmm{k}{z}, zmm, zmm/m512/m32bcst | EVEX.512.66.0F.W0 FA /r | RVM",
+             "VPMULLD | zmm{k}{z}, zmm, zmm/m512/m32bcst | EVEX.512.66.0F38.W0 40 /r | RVM",
+             # compares into an opmask (itself maskable), and blends by one (WHERE, NaN-propagating max, remainders)
+             "VCMPPS | k{k}, zmm, zmm/m512/m32bcst, imm8 | EVEX.512.0F.W0 C2 /r ib | RVMI",
+             "VCMPPD | k{k}, zmm, zmm/m512/m64bcst, imm8 | EVEX.512.66.0F.W1 C2 /r ib | RVMI",
+             "VBLENDMPS | zmm{k}{z}, zmm, zmm/m512/m32bcst | EVEX.512.66.0F38.W0 65 /r | RVM",
+             "VBLENDMPD | zmm{k}{z}, zmm, zmm/m512/m64bcst | EVEX.512.66.0F38.W1 65 /r | RVM",
+             # the 256-bit halves of a zmm (horizontal reductions)
+             "VEXTRACTF32X8 | ymm/m256, zmm, imm8 | EVEX.512.66.0F3A.W0 1B /r ib | MRI",
+             "VINSERTF32X8 | zmm{k}{z}, zmm, ymm/m256, imm8 | EVEX.512.66.0F3A.W0 1A /r ib | RVMI",
+             # opmask registers (VEX-encoded): a remainder's mask from a gpr
+             "KMOVW | k, r32 | VEX.L0.0F.W0 92 /r | RM", "KMOVW | r32, k | VEX.L0.0F.W0 93 /r | RM",
+             "KMOVW | k, k/m16 | VEX.L0.0F.W0 90 /r | RM", "KMOVW | m16, k | VEX.L0.0F.W0 91 /r | MR"]
+    return rows
+
+
 def _generated_rows() -> list[str]:
     rows = []
     for op, (base, digit) in _ALU.items():
@@ -256,6 +326,7 @@ def _generated_rows() -> list[str]:
         store = {"10": "11", "28": "29", "6F": "7F"}[opc]
         rows += [f"{op} | X, X/M | VEX.L.{mnem_pp}0F.WIG {opc} /r | RM",
                  f"{op} | M, X | VEX.L.{mnem_pp}0F.WIG {store} /r | MR"]
+    rows += _evex_rows()   # after the VEX forms: a form is picked by its operands' shapes, zmm only here
     return rows
 
 
@@ -428,7 +499,7 @@ def _check(form: Form) -> None:
              bool(e.rel) == ("D" in letters),
              e.is4 == ("L" in letters),
              len(e.imms) == letters.count("I"),
-             e.vex is not None or "V" not in letters]     # vvvv only exists in VEX
+             e.vex is not None or e.evex is not None or "V" not in letters]     # vvvv only exists in (E)VEX
     if not all(agree):
         raise ValueError(f"opcode and Op/En columns disagree in {form.text!r}")
 

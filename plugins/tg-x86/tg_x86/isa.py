@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from tg_x86.operands import Imm, Label, Mem, Operand, Reg
+from tg_x86.operands import Bcst, Imm, Label, Masked, Mem, Operand, Reg
 
 if TYPE_CHECKING:
     from tg_x86.forms import Form
@@ -112,6 +112,7 @@ class Op(enum.Enum):
     VMOVDQU = ("vmovdqu", _G.MOVE)
     VMOVD = ("vmovd", _G.MOVE)
     VMOVQ = ("vmovq", _G.MOVE)
+    KMOVW = ("kmovw", _G.MOVE)   # AVX-512 opmask registers
     # casts
     VPMOVZXBW = ("vpmovzxbw", _G.CAST)
     VPMOVZXBD = ("vpmovzxbd", _G.CAST)
@@ -162,6 +163,8 @@ class Op(enum.Enum):
     CMOVCC = ("cmov{cc}", _G.CMOV, _TA | _RF)
     # blends (the mask register is encoded in the immediate's high nibble)
     VBLENDVPS = ("vblendvps", _G.BLEND)
+    VBLENDMPS = ("vblendmps", _G.BLEND)   # AVX-512: picks by an opmask
+    VBLENDMPD = ("vblendmpd", _G.BLEND)
     VBLENDVPD = ("vblendvpd", _G.BLEND)
     VPBLENDVB = ("vpblendvb", _G.BLEND)
     # jumps
@@ -189,6 +192,8 @@ class Op(enum.Enum):
     VPBROADCASTQ = ("vpbroadcastq", _G.SHUFFLE)
     VEXTRACTF128 = ("vextractf128", _G.SHUFFLE)
     VINSERTF128 = ("vinsertf128", _G.SHUFFLE)
+    VEXTRACTF32X8 = ("vextractf32x8", _G.SHUFFLE)   # AVX-512DQ: the 256-bit halves of a zmm
+    VINSERTF32X8 = ("vinsertf32x8", _G.SHUFFLE)
     VEXTRACTI128 = ("vextracti128", _G.SHUFFLE)
     VINSERTI128 = ("vinserti128", _G.SHUFFLE)
     VPERMILPS = ("vpermilps", _G.SHUFFLE)
@@ -232,9 +237,12 @@ class Op(enum.Enum):
     VPMULLW = ("vpmullw", _G.VEC_INT_ALU, _CO)
     VPMULLD = ("vpmulld", _G.VEC_INT_ALU, _CO)
     VPAND = ("vpand", _G.VEC_INT_ALU, _CO)
+    VPANDD = ("vpandd", _G.VEC_INT_ALU, _CO)   # AVX-512F (vpand/vpor have no EVEX form)
     VPANDN = ("vpandn", _G.VEC_INT_ALU)
     VPOR = ("vpor", _G.VEC_INT_ALU, _CO)
+    VPORD = ("vpord", _G.VEC_INT_ALU, _CO)
     VPXOR = ("vpxor", _G.VEC_INT_ALU, _CO)
+    VPXORD = ("vpxord", _G.VEC_INT_ALU, _CO)   # AVX-512F (vpxor has no EVEX form)
     VPMAXSD = ("vpmaxsd", _G.VEC_INT_ALU, _CO)
     VPMINSD = ("vpminsd", _G.VEC_INT_ALU, _CO)
     VPMAXUD = ("vpmaxud", _G.VEC_INT_ALU, _CO)
@@ -360,8 +368,9 @@ class Inst:
     op: Op
     operands: tuple[Operand, ...] = field(default=())
     cond: Cond | None = None
-    if TYPE_CHECKING:
-        label: Label | None  # set by __init__
+    if TYPE_CHECKING:  # set by __init__, not a field (a read-only property to mypy: an annotation is a field)
+        @property
+        def label(self) -> Label | None: ...
 
     def __init__(self, op: Op, *operands: Operand | int, cond: Cond | None = None) -> None:
         ops: list[Operand] = []
@@ -401,6 +410,11 @@ class Inst:
         """Registers named by the operands, including memory base and index."""
         out: list[Reg] = []
         for o in self.operands:
+            if isinstance(o, Masked):
+                out.append(o.mask)
+                o = o.target
+            elif isinstance(o, Bcst):
+                o = o.mem
             if isinstance(o, Reg):
                 out.append(o)
             elif isinstance(o, Mem):

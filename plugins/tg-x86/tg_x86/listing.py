@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tg_x86.isa import Inst, Op
-from tg_x86.operands import PTR_NAMES, Imm, Label, Mem, Operand, Reg
+from tg_x86.operands import PTR_NAMES, Bcst, Imm, Label, Masked, Mem, Operand, Reg
 
 # vcmp predicates 0..31, as the pseudo-op infix (SDM table "Comparison Predicate for VCMPPS")
 CMP_PREDICATES = ("eq", "lt", "le", "unord", "neq", "nlt", "nle", "ord",
@@ -39,6 +39,10 @@ def format_operand(o: Operand) -> str:
         return format_number(o.value)
     if isinstance(o, Label):
         return repr(o)
+    if isinstance(o, Masked):   # as capstone prints them: "zmm1 {k1} {z}", "zmmword ptr [rax] {k1}"
+        return f"{format_operand(o.target)} {{{o.mask.name}}}" + (" {z}" if o.zero else "")
+    if isinstance(o, Bcst):     # "dword ptr [rax]{1to16}"
+        return f"{format_operand(o.mem)}{{1to{o.count}}}"
     terms = []
     if o.base is not None:
         terms.append(o.base.name)
@@ -55,8 +59,10 @@ def format_operand(o: Operand) -> str:
 
 def format_inst(inst: Inst) -> str:
     mnemonic, operands = inst.mnemonic, list(inst.operands)
-    if inst.op in _VCMP and operands and isinstance(operands[-1], Imm) and 0 <= operands[-1].value < 32:
-        mnemonic = f"vcmp{CMP_PREDICATES[operands.pop().value]}{_VCMP[inst.op]}"
+    last = operands[-1] if operands else None
+    if inst.op in _VCMP and isinstance(last, Imm) and 0 <= last.value < 32:
+        operands.pop()
+        mnemonic = f"vcmp{CMP_PREDICATES[last.value]}{_VCMP[inst.op]}"
     if inst.op is Op.LEA:  # lea's memory operand is an address computation: capstone prints no size
         operands = [o.sized(None) if isinstance(o, Mem) else o for o in operands]
     text = ", ".join(map(format_operand, operands))

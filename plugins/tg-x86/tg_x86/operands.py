@@ -1,9 +1,10 @@
 """Operands of x86-64 instructions: registers, memory references, immediates and labels.
 
-In: register names (``"eax"``, ``"r12b"``, ``"xmm9"``, ``"ymm15"``) or numbers and sizes.
-Out: small frozen values the encoder and the listing read: ``Reg`` (kind, number 0-15, size
-in bits), ``Mem`` (``[base + index*scale + disp]`` with an access size, and how ModRM/SIB
-encode that address), ``Imm`` and ``Label``.
+In: register names (``"eax"``, ``"r12b"``, ``"xmm9"``, ``"ymm15"``, ``"zmm31"``, ``"k1"``) or numbers and sizes.
+Out: small frozen values the encoder and the listing read: ``Reg`` (kind, number 0-15, 0-31 for zmm, 0-7 for the
+opmask registers k, size in bits), ``Mem`` (``[base + index*scale + disp]`` with an access size, and how ModRM/SIB
+encode that address), ``Imm`` and ``Label``; for AVX-512 (EVEX) forms, ``Masked`` (a destination or store under
+an opmask, merging or zeroing) and ``Bcst`` (one memory element broadcast to every lane).
 
 Every register is also a module attribute (``operands.eax``, ``operands.xmm3``) and is
 found by name with ``reg("r9d")``; ``gpr(num, bits)``, ``xmm(num)``, ``ymm(num)`` build
@@ -15,7 +16,7 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-RegKind = Literal["gpr", "xmm", "ymm"]
+RegKind = Literal["gpr", "xmm", "ymm", "zmm", "k"]
 
 # Every operand carries a shape: the facts an encoding form's choice depends on (register class and size and
 # whether it is cl; memory size; which immediate ranges hold the value; a label), as a small int so that the
@@ -37,19 +38,22 @@ GPR_NAMES: dict[int, tuple[str, ...]] = {
     16: ("ax", "cx", "dx", "bx", "sp", "bp", "si", "di", *(f"r{i}w" for i in range(8, 16))),
     8: ("al", "cl", "dl", "bl", "spl", "bpl", "sil", "dil", *(f"r{i}b" for i in range(8, 16))),
 }
-VEC_BITS: dict[str, int] = {"xmm": 128, "ymm": 256}
+VEC_BITS: dict[str, int] = {"xmm": 128, "ymm": 256, "zmm": 512}
 # access sizes of memory operands, as Intel syntax names them
-PTR_NAMES: dict[int, str] = {8: "byte", 16: "word", 32: "dword", 64: "qword", 128: "xmmword", 256: "ymmword"}
+PTR_NAMES: dict[int, str] = {8: "byte", 16: "word", 32: "dword", 64: "qword", 128: "xmmword", 256: "ymmword",
+                             512: "zmmword"}
 
 
 @dataclass(frozen=True)
 class Reg:
-    """A register: ``kind`` is "gpr", "xmm" or "ymm", ``num`` 0-15, ``bits`` its width."""
+    """A register: ``kind`` is "gpr", "xmm", "ymm", "zmm" or "k" (an AVX-512 opmask), ``num`` 0-15 (zmm: 0-31, k:
+    0-7), ``bits`` its width."""
     kind: RegKind
     num: int
     bits: int
-    if TYPE_CHECKING:
-        shape: int  # set by __post_init__ (not a field)
+    if TYPE_CHECKING:  # set by __post_init__, not fields (read-only properties to mypy: an annotation is a field)
+        @property
+        def shape(self) -> int: ...
 
     def __post_init__(self) -> None:
         # what the encoder's form choice depends on (register class, size, is it cl), read for every instruction
@@ -91,9 +95,11 @@ class Mem:
     index: Reg | None = None
     scale: int = 1
     disp: int = 0
-    if TYPE_CHECKING:
-        shape: int  # set by __post_init__ (not a field): what the encoder's form choice reads
-        address: tuple[int, int, bytes]  # set by __post_init__ (not a field): ``address(...)``, for the encoder
+    if TYPE_CHECKING:  # set by __post_init__, not fields (read-only properties to mypy: an annotation is a field)
+        @property
+        def shape(self) -> int: ...   # what the encoder's form choice reads
+        @property
+        def address(self) -> tuple[int, int, bytes]: ...   # ``address(...)``, for the encoder
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", shape_id(("mem", self.bits)))
@@ -140,11 +146,12 @@ class Mem:
         return format_operand(self)
 
 
-def address(base: int | None, index: int | None, scale: int, disp: int) -> tuple[int, int, bytes]:
+def address(base: int | None, index: int | None, scale: int, disp: int, n: int = 1) -> tuple[int, int, bytes]:
     """How ``[base + index*scale + disp]`` (register numbers) is encoded: (REX.X << 1 | REX.B, the ModRM byte
     with reg 0, the SIB and displacement bytes). The SDM's special cases: rsp/r12 as base need a SIB byte,
     rbp/r13 as base need a displacement (disp8 0), no base is SIB base 101 with disp32, and SIB index 100
-    means "no index" (so rsp can never be an index)."""
+    means "no index" (so rsp can never be an index). ``n``: EVEX's compressed displacement (disp8*N): a disp8
+    counts units of n bytes, so a displacement takes one byte when it is a multiple of n within 127 units."""
     if index is not None:
         xb, sib = (index >> 3) << 1, _SCALE_BITS[scale] << 6 | (index & 7) << 3
     else:
@@ -156,8 +163,8 @@ def address(base: int | None, index: int | None, scale: int, disp: int) -> tuple
     with_sib = index is not None or low == 0b100  # rsp/r12 as base need a SIB byte
     if disp == 0 and low != 0b101:  # rbp/r13 as base need a displacement
         return (xb, 0b100, bytes((sib | low,))) if with_sib else (xb, low, b"")
-    if -128 <= disp <= 127:
-        disp8 = disp & 0xFF
+    if -128 <= disp <= 127 if n == 1 else disp % n == 0 and -128 <= disp // n <= 127:
+        disp8 = (disp if n == 1 else disp // n) & 0xFF
         return (xb, 0x44, bytes((sib | low, disp8))) if with_sib else (xb, 0x40 | low, bytes((disp8,)))
     disp32 = (disp & 0xFFFFFFFF).to_bytes(4, "little")
     return (xb, 0x84, bytes((sib | low,)) + disp32) if with_sib else (xb, 0x80 | low, disp32)
@@ -171,8 +178,9 @@ _MEM_SHAPES = {bits: shape_id(("mem", bits)) for bits in (None, *PTR_NAMES)}
 class Imm:
     """An immediate value; the encoder checks it fits the form's immediate width."""
     value: int
-    if TYPE_CHECKING:
-        shape: int  # set by __post_init__ (not a field): which immediate ranges hold the value
+    if TYPE_CHECKING:  # set by __post_init__, not a field (a read-only property to mypy: an annotation is a field)
+        @property
+        def shape(self) -> int: ...   # which immediate ranges hold the value
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", shape_id(imm_shape(self.value)))
@@ -191,7 +199,44 @@ class Label:
         return self.name or f"L{id(self) & 0xffff:04x}"
 
 
-Operand = Reg | Mem | Imm | Label
+@dataclass(frozen=True)
+class Masked:
+    """An AVX-512 destination or store under an opmask: ``zmm1 {k1}`` keeps the lanes k1 leaves out (merging),
+    ``zmm1 {k1} {z}`` zeroes them; a store (``target`` memory) only merges. k0 means "no mask" in the encoding,
+    so the mask is k1-k7 (an unmasked operand is the register or memory itself)."""
+    target: Reg | Mem
+    mask: Reg
+    zero: bool = False
+    if TYPE_CHECKING:  # set by __post_init__, not a field (a read-only property to mypy: an annotation is a field)
+        @property
+        def shape(self) -> int: ...
+
+    def __post_init__(self) -> None:
+        if self.mask.kind != "k" or self.mask.num == 0:
+            raise ValueError(f"an opmask is k1-k7, got {self.mask.name}")
+        if self.zero and isinstance(self.target, Mem):
+            raise ValueError("a masked store merges: {z} needs a register destination")
+        object.__setattr__(self, "shape", shape_id(("masked", self.target.shape, self.zero)))
+
+
+@dataclass(frozen=True)
+class Bcst:
+    """An EVEX embedded broadcast: the element at ``mem`` (32 or 64 bits) read into each of ``count`` lanes
+    (``dword ptr [rax]{1to16}``)."""
+    mem: Mem
+    count: int
+    if TYPE_CHECKING:  # set by __post_init__, not a field (a read-only property to mypy: an annotation is a field)
+        @property
+        def shape(self) -> int: ...
+
+    def __post_init__(self) -> None:
+        if self.mem.bits not in (32, 64) or self.count * self.mem.bits not in (128, 256, 512):
+            raise ValueError(f"a broadcast is of a 32- or 64-bit element to a vector, got {self.mem.bits} x "
+                             f"{self.count}")
+        object.__setattr__(self, "shape", shape_id(("bcst", self.mem.bits, self.count)))
+
+
+Operand = Reg | Mem | Imm | Label | Masked | Bcst
 
 # the immediate ranges of instruction forms (simm8 imm8 imm16 simm32 imm32 imm64, see forms.IMM_TYPES)
 IMM_RANGES: tuple[tuple[int, int], ...] = ((-(1 << 7), (1 << 7) - 1), (-(1 << 7), (1 << 8) - 1),
@@ -290,10 +335,26 @@ def ymmword(base: Reg | None = None, index: Reg | None = None, scale: int = 1, d
     return Mem(256, base, index, scale, disp)
 
 
+def zmmword(base: Reg | None = None, index: Reg | None = None, scale: int = 1, disp: int = 0) -> Mem:
+    return Mem(512, base, index, scale, disp)
+
+
+def zmm(num: int) -> Reg:
+    return _ZMMS[num]
+
+
+def kreg(num: int) -> Reg:
+    """Opmask register k0-k7."""
+    return _KREGS[num]
+
+
 _GPRS: dict[tuple[int, int], Reg] = {(n, b): Reg("gpr", n, b) for b in GPR_NAMES for n in range(16)}
-_VECS: dict[tuple[str, int], Reg] = {(k, n): Reg(k, n, VEC_BITS[k]) for k, n in itertools.product(("xmm", "ymm"),
-                                                                                                range(16))}  # type: ignore[arg-type]
-REGS: dict[str, Reg] = {r.name: r for r in itertools.chain(_GPRS.values(), _VECS.values())}
+_VEC_KINDS: tuple[RegKind, ...] = ("xmm", "ymm")
+_VECS: dict[tuple[str, int], Reg] = {(k, n): Reg(k, n, VEC_BITS[k])
+                                     for k, n in itertools.product(_VEC_KINDS, range(16))}
+_ZMMS: tuple[Reg, ...] = tuple(Reg("zmm", n, 512) for n in range(32))   # EVEX only
+_KREGS: tuple[Reg, ...] = tuple(Reg("k", n, 64) for n in range(8))
+REGS: dict[str, Reg] = {r.name: r for r in itertools.chain(_GPRS.values(), _VECS.values(), _ZMMS, _KREGS)}
 GPRS64: tuple[Reg, ...] = tuple(gpr(n) for n in range(16))
 GPR_VIEWS: dict[int, tuple[Reg, ...]] = {bits: tuple(gpr(n, bits) for n in range(16)) for bits in GPR_NAMES}
 XMMS: tuple[Reg, ...] = tuple(xmm(n) for n in range(16))

@@ -29,7 +29,8 @@ from typing import Any
 from tg_x86 import assembler, listing, machine  # modules: each stage is looked up when it runs (benches wrap them)
 from tg_x86.abi import HOST, Abi
 from tg_x86.isa import Flag, Op
-from tg_x86.isel import FLAG_BARRIERS, HELD_GPRS, ISEL, Selector, canon_value
+from tg_x86.isel import ISEL, Selector
+from tg_x86.lanes import FLAG_BARRIERS, HELD_GPRS, canon_value
 from tg_x86.machine import GPR, TARGET
 from tgcore.codegen import regalloc
 from tgcore.codegen.regalloc import MInst, RegisterPlan
@@ -132,7 +133,7 @@ class X86Renderer(ISARenderer[Selector]):
         held_regs = regalloc.instruction_registers(held)
         plan = self.plan(held, ctx, held_regs)
         fills = plan.spill_code("gpr")  # gpr fills and spill stores
-        params = ctx.nparams
+        params = ctx.facts.nparams
         if fills > params:  # else reading pointers where used cannot cost fewer gpr loads and stores
             # the two programs share most instructions: their registers are looked at once
             known = dict(zip(map(id, held), held_regs, strict=True))  # ``held`` lives on: its ids stay valid
@@ -169,7 +170,7 @@ class X86Renderer(ISARenderer[Selector]):
 def flag_sources(program: list[Any]) -> dict[int, int]:
     """Which instruction's flags each flag reader (cmov, setcc, jcc) reads: the id of its ``Spec`` -> the id of the
     last flag writer's before it in straight-line code (-1: a label or loop boundary comes first). Selection shares
-    one compare among several readers (``Selector.compare``); nothing after it may write the flags in between."""
+    one compare among several readers (``flags.compare``); nothing after it may write the flags in between."""
     out: dict[int, int] = {}
     last = -1
     for ins in program:

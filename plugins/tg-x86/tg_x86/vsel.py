@@ -3,8 +3,10 @@
 In:  vector UOps of a linear kernel (``dtype.count > 1``): VECTORIZE, GEP, VCONST and vector CONST,
      vector LOAD/STORE from a scalar pointer INDEX (consecutive elements), ALU ops, casts,
      comparisons and WHERE, vector accumulators (DEFINE_REG with a vector base).
-Out: machine instructions appended by the ``Selector`` this class is mixed into; a vector value's
-     entry in ``Selector.val`` is a tuple of pieces (virtual vec registers).
+Out: machine instructions appended by the ``emitter.Emitter`` the functions take; a vector value's
+     entry in ``Emitter.val`` is a tuple of pieces (virtual vec registers). This module holds the rules
+     (``VECTOR_ISEL``, ``HRED_ISEL``) and the arithmetic, compare, WHERE, cast and shuffle functions; pieces,
+     lanes and scalarization are ``vpieces``, loads and stores ``vmemory``.
 
 Legalization (wide vectors): a vector of n lanes is held as pieces of at most 8 lanes (32-bit
 types and bool) or 4 lanes (64-bit types), one ymm register each (an xmm when the piece fits in
@@ -15,7 +17,7 @@ Constants (vector CONST, VCONST, VECTORIZE of CONSTs) are never held in register
 frame slots read as memory operands, or loaded at the use that needs a register. Scalar loads
 feeding only a broadcast are folded into it (``vbroadcastss ymm, [mem]``); single-use vector
 loads fold into the memory operand of their ALU user; ``a*b + c`` on float vectors is one FMA where
-``isel.Selector.plan_fma`` fused it (an accumulator update ``acc + a*b`` is a ``vfmadd231`` into the
+``facts.plan_fma`` fused it (an accumulator update ``acc + a*b`` is a ``vfmadd231`` into the
 accumulator).
 
 Anything without a vector rule here is scalarized lane by lane (lanes extracted, the scalar
@@ -24,1250 +26,569 @@ vector path and branch to the scalar rules only when a lane is out of range (the
 """
 from __future__ import annotations
 
-import operator
-import struct
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
+from tg_x86.emitter import Emitter
 from tg_x86.isa import Cond, Op
+from tg_x86.lanes import (
+    _DTYPE,
+    CMP_EQ_OQ,
+    CMP_LT_OS,
+    CMP_NEQ_UQ,
+    CMP_UNORD_Q,
+    COMMUTATIVE,
+    DIV_OPS,
+    HRED,
+    HRED_OPS,
+    SHIFT_OPS,
+    TRUNC_IMM,
+    VALU,
+    VCMP_OPS,
+    VECTOR_DTYPES,
+    const_lanes,
+    esize,
+    is_vector,
+    kind,
+    lane_by_lane,
+    lanes_per_piece,
+    native,
+    pbits,
+    piece_bits,
+    piece_lanes,
+    scalar_of,
+    shuffle_plan,
+)
 from tg_x86.machine import VMem
 from tg_x86.operands import Label
+from tg_x86.scalar import fma_order
+from tg_x86.values import mem, reg
+from tg_x86.vmemory import vload, vstore
+from tg_x86.vpieces import (
+    extract,
+    pack,
+    per_piece,
+    pieces,
+    scalar_lanes,
+    scalarize,
+    slice128,
+    vin_memory,
+    voperand,
+    vpiece,
+)
 from tgcore.codegen.regalloc import VReg
 from tgcore.dtype import DType, PtrDType, dtypes
 from tgcore.uop import GroupOp, Ops, PatternMatcher, UOp, UPat
 
-CMP_EQ_OQ, CMP_LT_OS, CMP_NEQ_UQ, CMP_UNORD_Q = 0, 1, 4, 3
-TRUNC_IMM = 0xB
-# sets, not tuples: membership is a hash lookup (ops and dtypes hash by identity; a tuple compares each with ==)
-VCMP_OPS = frozenset({Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE})
-VFOLD_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR})
-COMMUTATIVE = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR})
-VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64,
-                           dtypes.bool})
-BROADCASTABLE = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64})
-BARRIER_OPS = frozenset({Ops.STORE, Ops.RANGE, Ops.END})   # no load is folded into a user across these
-HRED_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.MAX})          # ops of horizontal reductions
-CONST_OPS = frozenset({Ops.CONST, Ops.VCONST})
-SHIFT_OPS = frozenset({Ops.SHL, Ops.SHR})
-DIV_OPS = frozenset({Ops.IDIV, Ops.MOD})
-# the ops the per-line helpers test, as module names: on Python 3.11 reading ``Ops.CONST`` goes through EnumType's
-# __getattr__ hook (a Python-level call, ~0.1 us: five times a global read)
-CONST, VCONST, VECTORIZE, GEP = Ops.CONST, Ops.VCONST, Ops.VECTORIZE, Ops.GEP
 
-# (op, kind) -> instruction; kind is "f32", "f64", "i32", "i64" or "bool" (see ``kind``)
-VALU: dict[tuple[Ops, str], Op] = {
-    (Ops.ADD, "f32"): Op.VADDPS, (Ops.SUB, "f32"): Op.VSUBPS, (Ops.MUL, "f32"): Op.VMULPS, (Ops.FDIV, "f32"): Op.VDIVPS,
-    (Ops.ADD, "f64"): Op.VADDPD, (Ops.SUB, "f64"): Op.VSUBPD, (Ops.MUL, "f64"): Op.VMULPD, (Ops.FDIV, "f64"): Op.VDIVPD,
-    (Ops.ADD, "i32"): Op.VPADDD, (Ops.SUB, "i32"): Op.VPSUBD, (Ops.MUL, "i32"): Op.VPMULLD,
-    (Ops.AND, "i32"): Op.VPAND, (Ops.OR, "i32"): Op.VPOR, (Ops.XOR, "i32"): Op.VPXOR,
-    (Ops.ADD, "i64"): Op.VPADDQ, (Ops.SUB, "i64"): Op.VPSUBQ,
-    (Ops.AND, "i64"): Op.VPAND, (Ops.OR, "i64"): Op.VPOR, (Ops.XOR, "i64"): Op.VPXOR,
-    (Ops.ADD, "bool"): Op.VPOR, (Ops.MUL, "bool"): Op.VPAND, (Ops.MAX, "bool"): Op.VPOR,
-    (Ops.AND, "bool"): Op.VPAND, (Ops.OR, "bool"): Op.VPOR, (Ops.XOR, "bool"): Op.VPXOR,
-}
+def shuffle(ctx: Emitter, plan: list[tuple], dt: DType) -> tuple[VReg, ...]:
+    """The pieces ``shuffle_plan`` planned: one vshufps/vshufpd each."""
+    out = []
+    for (op, (a, pa), (b, pb), imm), n in zip(plan, piece_lanes(dt), strict=True):
+        d = ctx.vnew()
+        ctx.vemit(op, d, [vpiece(ctx, a, pa), voperand(ctx, b, pb)], pbits(n, dt.scalar()), (("i", imm),))
+        out.append(d)
+    return tuple(out)
 
 
-# horizontal reductions with a vector form: (op, kind) -> instruction combining two registers
-HRED: dict[tuple[Ops, str], Op] = {
-    (Ops.ADD, "f32"): Op.VADDPS, (Ops.ADD, "f64"): Op.VADDPD, (Ops.ADD, "i32"): Op.VPADDD, (Ops.ADD, "i64"): Op.VPADDQ,
-    (Ops.MUL, "f32"): Op.VMULPS, (Ops.MUL, "f64"): Op.VMULPD, (Ops.MUL, "i32"): Op.VPMULLD,
-    (Ops.MAX, "f32"): Op.VMAXPS, (Ops.MAX, "f64"): Op.VMAXPD, (Ops.MAX, "i32"): Op.VPMAXSD,
-}
+def hreduce(ctx: Emitter, u: UOp) -> Any:
+    v, op, sdt = ctx.facts.hred_roots[u], u.op, u.dtype
+    k = kind(sdt)
 
-
-class _Memo(dict):
-    """``fn``'s answer for each key, computed once. Callers use the bound ``__getitem__``: a lookup in C, no Python
-    frame, on all but the first call."""
-
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def __missing__(self, key: Any) -> Any:
-        found = self[key] = self.fn(key)
-        return found
-
-
-def memo(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``fn`` of one hashable argument, memoized (a ``_Memo``)."""
-    return _Memo(fn).__getitem__
-
-
-# a fact of dtypes (interned, so the answers hold for every kernel and the memo stays small)
-by_dtype = memo
-
-
-def _kind(dt: DType) -> str:
-    """The instruction family of a scalar dtype's lanes."""
-    if dt is dtypes.bool:
-        return "bool"
-    if dtypes.is_float(dt):
-        return "f64" if dt.itemsize == 8 else "f32"
-    return "i64" if dt.itemsize == 8 else "i32"
-
-
-def _esize(dt: DType) -> int:
-    """Bytes of one lane in a register (bool lanes are 32-bit)."""
-    return 8 if dt.itemsize == 8 else 4
-
-
-def lanes_per_piece(dt: DType) -> int:
-    return 32 // esize(dt)
-
-
-def _native(dt: DType) -> bool:
-    """Lanes of this dtype live in ymm pieces; other vectors are held lane by lane as scalars."""
-    return dt.scalar() in VECTOR_DTYPES
-
-
-def _is_vector(dt: DType) -> bool:
-    return dt.count > 1 and not isinstance(dt, PtrDType)
-
-
-def _lane_by_lane(dt: DType) -> bool:
-    """A vector held lane by lane as scalars (not native)."""
-    return _is_vector(dt) and not _native(dt)
-
-
-def _piece_lanes(dt: DType) -> tuple[int, ...]:
-    """Lanes in each piece of a vector dtype (one lane per "piece" for lane-by-lane dtypes)."""
-    if not native(dt):
-        return (1,) * dt.count
-    n, per = dt.count, lanes_per_piece(dt.scalar())
-    return tuple(min(per, n - i) for i in range(0, n, per))
-
-
-def pbits(n: int, sdt: DType) -> int:
-    """Register width of a piece of ``n`` lanes."""
-    return 256 if n * esize(sdt) > 16 else 128
-
-
-def _piece_bits(dt: DType) -> tuple[int, ...]:
-    """Register width of each piece of a native vector dtype."""
-    sdt = dt.scalar()
-    return tuple(pbits(n, sdt) for n in piece_lanes(dt))
-
-
-kind, esize, native, is_vector, lane_by_lane, piece_lanes, piece_bits, scalar_of = map(
-    by_dtype, (_kind, _esize, _native, _is_vector, _lane_by_lane, _piece_lanes, _piece_bits, DType.scalar))
-
-
-@memo
-def vector_layout(key: tuple[int, tuple[type, ...]]) -> tuple:
-    """The layout of ``d = op(x0, x1, ...)`` on registers of one width, a VMem source a memory operand: key (bits,
-    the sources' types). Made once per key."""
-    bits, types = key
-    return (("d", 0, bits), *(("u", i, None if t is VMem else bits) for i, t in enumerate(types)))
-
-
-def lane_bytes(value: Any, sdt: DType) -> bytes:
-    if sdt is dtypes.float64:
-        return struct.pack("<d", float(value))
-    if sdt is dtypes.float32:
-        return struct.pack("<f", float(value))
-    v = int(bool(value)) if sdt is dtypes.bool else int(value)
-    if esize(sdt) == 8:
-        return (v & ((1 << 64) - 1)).to_bytes(8, "little")
-    return (v & 0xFFFFFFFF).to_bytes(4, "little")
-
-
-# a kernel's ops as bytes, one per line (``OP_CODE``): lines of an op are found with bytes.find and translate, in C.
-# (A list of Ops searched with list.index, count or ``in`` compares them through the slow comparison slot of a class
-# defining __lt__, and a list.index that misses formats the op's repr: a quarter of selection's time.)
-OP_CODE = {op: i for i, op in enumerate(Ops)}
-assert len(OP_CODE) <= 256, "an op code is one byte"
-
-
-def op_table(ops: frozenset[Ops]) -> bytes:
-    """A ``bytes.translate`` table: the code of each of ``ops`` to 1, every other to 0."""
-    return bytes(op in ops for op in Ops).ljust(256, b"\0")
-
-
-# the table of one op or a set of them (what ``Selector.lines`` picks)
-line_table = memo(lambda ops: op_table(ops if isinstance(ops, frozenset) else frozenset({ops})))
-
-
-BARRIER_TABLE = op_table(BARRIER_OPS)
-
-_DTYPE = operator.attrgetter("dtype")
-_OP = operator.attrgetter("op")
-_VECTOR, _LANE = operator.itemgetter(0), operator.itemgetter(1)   # of a (vector, lane) leaf of a reduction tree
-
-
-def is_vconst(u: UOp) -> bool:
-    return u.op in CONST_OPS or (u.op is VECTORIZE and set(map(_OP, u.src)) == {CONST})
-
-
-def is_vzero(u: UOp) -> bool:
-    """A constant vector of +0 in every lane (what vxorps makes)."""
-    return all(v == 0 and not (isinstance(v, float) and str(v)[0] == "-") for v in VectorSelection.const_lanes(u))
-
-
-class VectorSelection:
-    """Mixed into ``isel.Selector``: what the vector rules (``VECTOR_ISEL``) call."""
-    # provided by Selector (with lines, emit, new, copy, mem, reg, materialize, load_into, select_line, jump, ...)
-    uops: list[UOp]
-    pos: dict[UOp, int]
-    barriers: bytes   # 1 at each line of BARRIER_OPS, else 0
-    users: dict[UOp, list[UOp]]
-    val: dict[UOp, Any]
-    folded: set[UOp]
-    loops: list
-    is_vconst: Callable[[UOp], bool]   # (plan_vectors) a CONST, VCONST or VECTORIZE of CONSTs (read from memory)
-    is_vzero: Callable[[UOp], bool]    # (plan_vectors) a constant vector of +0 in every lane (what vxorps makes)
-    fma_adds: dict[UOp, tuple[UOp, UOp]]   # (plan_fma) ADD -> (addend, MUL) selected as one FMA
-    fma_muls: set[UOp]                     # (plan_fma) their MULs, which emit nothing
-    fma_order: Callable[..., tuple[str, UOp, UOp, UOp]]
-
-    def plan_vectors(self) -> None:
-        """Decide fusions before selecting: loads folded into broadcasts, compares into blends, shuffles, horizontal
-        reductions (FMAs: ``isel.Selector.plan_fma``)."""
-        # facts of this kernel's UOps, memoized per kernel
-        self.is_vconst = memo(is_vconst)
-        self.is_vzero = memo(is_vzero)
-        self.const_pieces: dict[tuple[UOp, int], VMem] = {}
-        self.bcast_loads: set[UOp] = set()
-        self.lane_cache: dict[tuple, Any] | None = {}
-        self.vfused_cmps: set[UOp] = set()
-        # each kind of line is found by ``lines`` (in C): most lines are none of these
-        self.lane_geps = [u for u in self.lines(Ops.GEP) if len(u.arg) == 1]   # the leaves of horizontal reductions
-        for u in self.lines(Ops.VECTORIZE):
-            if is_vector(u.dtype) and len(set(u.src)) == 1:   # every lane the same UOp
-                s = u.src[0]
-                if (s.op is Ops.LOAD and s.dtype in BROADCASTABLE and len(s.src) == 1 and len(s.src[0].src) == 2
-                        and not self.is_reg_index(s.src[0]) and set(self.users.get(s, ())) == {u}
-                        and self.no_barrier(s, u)):
-                    self.bcast_loads.add(s)
-        for u in self.lines(VCMP_OPS):
-            if not is_vector(u.dtype):
-                continue
-            users, compared = self.users.get(u, []), u.src[0].dtype
-            lane_size = esize(scalar_of(compared))
-            if users and native(compared) and all(x.op is Ops.WHERE and native(x.dtype) and x.src[0] is u
-                                                  and x.src[1] is not u and x.src[2] is not u
-                                                  and esize(scalar_of(x.dtype)) == lane_size for x in users):
-                self.vfused_cmps.add(u)
-        self.plan_shuffles()
-        self.plan_horizontal()
-
-    def plan_shuffles(self) -> None:
-        """VECTORIZEs of single lanes of vectors that one vshufps/vshufpd per piece builds (``shuffle_plan``); the
-        lane GEPs only they read extract nothing."""
-        self.shuffles: dict[UOp, list[tuple]] = {}
-        self.shuffled_lanes: set[UOp] = set()
-        if not self.lane_geps:
-            return
-        gep = Ops.GEP
-        for u in self.lines(Ops.VECTORIZE):
-            if is_vector(u.dtype) and all(s.op is gep and len(s.arg) == 1 for s in u.src):
-                plan = self.shuffle_plan(u.dtype, [(s.src[0], s.arg[0]) for s in u.src])
-                if plan is not None:
-                    self.shuffles[u] = plan
-        for u in self.shuffles:
-            self.shuffled_lanes.update(g for g in u.src if all(x in self.shuffles for x in self.users[g]))
-
-    @staticmethod
-    def shuffle_plan(dt: DType, picks: list[tuple[UOp, int]]) -> list[tuple] | None:
-        """How to build a vector of ``dt`` whose lane j is lane k of vector v (``picks[j] = (v, k)``) with one
-        vshufps (32-bit lanes) or vshufpd (64-bit) per piece, or None. Per piece: (op, (v, piece) of the first
-        source, of the second, immediate). vshufps takes result lanes 0-1 of each 128-bit half from the first
-        source and 2-3 from the second, each any lane of the same half, one 2-bit selector per lane shared by
-        both halves; vshufpd takes even lanes from the first source and odd ones from the second, each lane of
-        the same half, one bit per lane."""
-        sdt = dt.scalar()
-        if sdt not in BROADCASTABLE:
-            return None
-        per, half = lanes_per_piece(sdt), 16 // esize(sdt)
-        wide = esize(sdt) == 8
-        out, start = [], 0
-        for n in piece_lanes(dt):
-            if n != per and n != half:
-                return None
-            srcs: list[Any] = [None, None]
-            imm = 0
-            for j, (v, k) in enumerate(picks[start:start + n]):
-                vdt = v.dtype
-                if not is_vector(vdt) or vdt.scalar() is not sdt:
-                    return None
-                p, kk = divmod(k, per)
-                if piece_lanes(vdt)[p] != n or kk // half != j // half:
-                    return None  # another register width, or a lane of the other 128-bit half
-                role, sel = (j % 2, kk % 2) if wide else ((j % 4) // 2, kk % 4)
-                if srcs[role] is None:
-                    srcs[role] = (v, p)
-                elif srcs[role] != (v, p):
-                    return None
-                shift = j if wide else 2 * (j % 4)
-                if not wide and j >= 4:
-                    if (imm >> shift) & 3 != sel:
-                        return None  # the upper half's selector is the lower half's
-                else:
-                    imm |= sel << shift
-            out.append((Op.VSHUFPD if wide else Op.VSHUFPS, srcs[0], srcs[1], imm))
-            start += n
-        return out
-
-    def shuffle(self, plan: list[tuple], dt: DType) -> tuple[VReg, ...]:
-        """The pieces ``shuffle_plan`` planned: one vshufps/vshufpd each."""
-        out = []
-        for (op, (a, pa), (b, pb), imm), n in zip(plan, piece_lanes(dt), strict=True):
-            d = self.vnew()
-            self.vemit(op, d, [self.vpiece(a, pa), self.voperand(b, pb)], pbits(n, dt.scalar()), (("i", imm),))
-            out.append(d)
-        return tuple(out)
-
-    def plan_horizontal(self) -> None:
-        """Find upcast's horizontal reductions: a tree of one scalar op whose leaves are every lane of one
-        vector, each once (interior nodes used only by their parent). The tree is reduced with vector ops
-        instead: the pieces combined, then halves folded onto each other. (For float ADD this sums in
-        another order than the tree; a reduction's order is not part of its meaning.)"""
-        self.hred_roots: dict[UOp, UOp] = {}
-        self.hred_skip: set[UOp] = set()
-        # a tree's top is found by climbing from its leaves through nodes each read by its parent only (each
-        # node climbed once): most lines of its ops are index math or vector arithmetic, never looked at
-        climbed: set[UOp] = set()
-        for leaf in self.lane_geps:
-            users = self.users.get(leaf)
-            if users is None or len(users) != 1 or users[0].op not in HRED_OPS:
-                continue
-            node = users[0]
-            while node not in climbed:
-                climbed.add(node)
-                up = self.users.get(node)
-                if up is None or len(up) != 1 or up[0].op is not node.op or up[0].dtype is not node.dtype:
-                    self.plan_reduction(node)
-                    break
-                node = up[0]
-
-    def plan_reduction(self, u: UOp) -> None:
-        """Reduce ``u``'s tree as a horizontal reduction if it is one (see ``plan_horizontal``)."""
-        a, b = u.src   # a tree's nodes are lane GEPs and nodes of its op
-        if a.op is not u.op and a.op is not Ops.GEP or b.op is not u.op and b.op is not Ops.GEP:
-            return
-        if is_vector(u.dtype) or not native(u.dtype):
-            return
-        if (u.op, kind(u.dtype)) not in HRED or any(x.op is u.op and x.dtype is u.dtype for x in self.users[u]):
-            return
-        nodes: list[UOp] = []
-        leaves: list[tuple[UOp, int]] = []
-        if not (self.tree(a, u, nodes, leaves) and self.tree(b, u, nodes, leaves)):
-            return
-        v = leaves[0][0]
-        if v.dtype.count >= 4 and set(map(_VECTOR, leaves)) == {v} and sorted(map(_LANE, leaves)) == list(
-                range(v.dtype.count)):
-            self.hred_roots[u] = v
-            self.hred_skip.update(nodes)
-
-    def tree(self, x: UOp, parent: UOp, nodes: list[UOp], leaves: list[tuple[UOp, int]]) -> bool:
-        if self.users.get(x) != [parent] or x.dtype is not parent.dtype:
-            return False
-        nodes.append(x)
-        if x.op is GEP and len(x.arg) == 1:
-            leaves.append((x.src[0], x.arg[0]))
-            return True
-        if x.op is not parent.op:
-            return False
-        a, b = x.src   # ADD, MUL and MAX read two values
-        return self.tree(a, x, nodes, leaves) and self.tree(b, x, nodes, leaves)
-
-    def hreduce(self, u: UOp) -> Any:
-        v, op, sdt = self.hred_roots[u], u.op, u.dtype
-        k = kind(sdt)
-
-        def combine(a: VReg, b: VReg, bits: int) -> VReg:
-            d = self.vnew()
-            if op is Ops.MAX and k in ("f32", "f64"):
-                pd = k == "f64"
-                t, m = self.vnew(), self.vnew()
-                self.vemit(Op.VMAXPD if pd else Op.VMAXPS, t, [a, b], bits)
-                self.vemit(Op.VCMPPD if pd else Op.VCMPPS, m, [a, a], bits, (("i", CMP_UNORD_Q),))
-                self.vemit(Op.VBLENDVPD if pd else Op.VBLENDVPS, d, [t, a, m], bits)
-            else:
-                xop = HRED[(op, k)]
-                if xop is Op.VPMAXSD and dtypes.is_unsigned(sdt):
-                    xop = Op.VPMAXUD
-                self.vemit(xop, d, [a, b], bits)
-            return d
-        counts = piece_lanes(v.dtype)
-        bits = pbits(counts[0], sdt)
-        acc = self.vpiece(v, 0)
-        for p in range(1, len(counts)):
-            acc = combine(acc, self.vpiece(v, p), bits)
-        if bits == 256:
-            acc = combine(acc, self.upper(acc), 128)
-        if esize(sdt) == 4:
-            t = self.vnew()
-            self.emit(Op.VMOVHLPS, [t], [acc, acc], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128)))
-            acc = combine(acc, t, 128)
-            t = self.vnew()
-            self.emit(Op.VPERMILPS, [t], [acc], (("d", 0, 128), ("u", 0, 128), ("i", 1)))
+    def combine(a: VReg, b: VReg, bits: int) -> VReg:
+        d = ctx.vnew()
+        if op is Ops.MAX and k in ("f32", "f64"):
+            pd = k == "f64"
+            t, m = ctx.vnew(), ctx.vnew()
+            ctx.vemit(Op.VMAXPD if pd else Op.VMAXPS, t, [a, b], bits)
+            ctx.vemit(Op.VCMPPD if pd else Op.VCMPPS, m, [a, a], bits, (("i", CMP_UNORD_Q),))
+            ctx.vemit(Op.VBLENDVPD if pd else Op.VBLENDVPS, d, [t, a, m], bits)
         else:
-            t = self.vnew()
-            self.emit(Op.VMOVHLPS, [t], [acc, acc], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128)))
+            xop = HRED[(op, k)]
+            if xop is Op.VPMAXSD and dtypes.is_unsigned(sdt):
+                xop = Op.VPMAXUD
+            ctx.vemit(xop, d, [a, b], bits)
+        return d
+    counts = piece_lanes(v.dtype)
+    bits = pbits(counts[0], sdt)
+    acc = vpiece(ctx, v, 0)
+    for p in range(1, len(counts)):
+        acc = combine(acc, vpiece(ctx, v, p), bits)
+    if bits == 256:
+        acc = combine(acc, ctx.upper(acc), 128)
+    if esize(sdt) == 4:
+        t = ctx.vnew()
+        ctx.emit(Op.VMOVHLPS, [t], [acc, acc], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128)))
         acc = combine(acc, t, 128)
-        if k in ("f32", "f64"):
-            return acc
-        d = self.new("gpr")
-        wide = esize(sdt) == 8
-        self.emit(Op.VMOVQ if wide else Op.VMOVD, [d], [acc], (("d", 0, 64 if wide else 32), ("u", 0, 128)))
-        return d
+        t = ctx.vnew()
+        ctx.emit(Op.VPERMILPS, [t], [acc], (("d", 0, 128), ("u", 0, 128), ("i", 1)))
+    else:
+        t = ctx.vnew()
+        ctx.emit(Op.VMOVHLPS, [t], [acc, acc], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128)))
+    acc = combine(acc, t, 128)
+    if k in ("f32", "f64"):
+        return acc
+    d = ctx.new("gpr")
+    wide = esize(sdt) == 8
+    ctx.emit(Op.VMOVQ if wide else Op.VMOVD, [d], [acc], (("d", 0, 64 if wide else 32), ("u", 0, 128)))
+    return d
 
-    def no_barrier(self, x: UOp, user: UOp) -> bool:
-        """No store or loop boundary (``BARRIER_OPS``) between line x and a later line ``user``: x's value may be
-        read (from memory) at the user."""
-        pos = self.pos
-        return self.barriers.find(1, pos[x] + 1, pos[user]) < 0
 
-    # ---- emission helpers ----
-    def vnew(self) -> VReg:
-        return self.new("vec")
+# ---- the vector rule of each op (see VECTOR_ISEL) ----
+def vdefine_reg(ctx: Emitter, u: UOp) -> None:
+    base = accumulator_dtype(u)
+    if native(base):
+        ctx.val[u] = tuple(ctx.vnew() for _ in piece_lanes(base))
+    else:
+        ctx.val[u] = tuple(ctx.newv(base.scalar()) for _ in range(base.count))
 
-    def vemit(self, op: Op, d: Any, uses: list, bits: int, extra: tuple = ()) -> None:
-        """``d = op(uses...)``, every register at ``bits``; a VMem use becomes a memory operand."""
-        self.emit(op, [d], uses, vector_layout((bits, tuple(map(type, uses)))) + extra)
 
-    def zero(self, bits: int) -> VReg:
-        d = self.vnew()
-        self.emit(Op.VXORPS, [d], [], (("d", 0, bits), ("d", 0, bits), ("d", 0, bits)))
-        return d
+def vcompare(ctx: Emitter, u: UOp) -> None:
+    if u not in ctx.facts.vfused_cmps:
+        vcompare_bool(ctx, u)
 
-    def upper(self, x: VReg) -> VReg:
-        """The high 128 bits of a ymm register, as an xmm."""
-        d = self.vnew()
-        self.emit(Op.VEXTRACTF128, [d], [x], (("d", 0, 128), ("u", 0, 256), ("i", 1)))
-        return d
 
-    def join(self, lo: VReg, hi: VReg) -> VReg:
-        d = self.vnew()
-        self.emit(Op.VINSERTF128, [d], [lo, hi], (("d", 0, 256), ("u", 0, 256), ("u", 1, 128), ("i", 1)))
-        return d
+def vbitcast(ctx: Emitter, u: UOp) -> None:
+    src = u.src[0]
+    s, t = scalar_of(src.dtype), scalar_of(u.dtype)
+    if native(s) and native(t) and s.itemsize == t.itemsize and s is not dtypes.bool:
+        ctx.val[u] = tuple(ctx.vcopy(r) for r in pieces(ctx, src))
+    else:
+        scalarize(ctx, u)
 
-    def vcopy(self, x: VReg) -> VReg:
-        d = self.new(x.cls)
-        self.copy(d, x)
-        return d
 
-    # ---- constants ----
-    @staticmethod
-    def uniform(u: UOp) -> Any:
-        """The value of every lane of a constant vector that has one (else None)."""
-        if u.op is CONST:
-            return u.arg
-        if u.op is VECTORIZE and len(set(u.src)) == 1:   # one CONST in every lane
-            return u.src[0].arg
-        return None
-
-    @staticmethod
-    def const_lanes(u: UOp) -> list:
-        if u.op is CONST:
-            return [u.arg] * u.dtype.count
-        if u.op is VCONST:
-            return list(u.arg)
-        return [s.arg for s in u.src]
-
-    def const_piece(self, u: UOp, p: int) -> VMem:
-        hit = self.const_pieces.get((u, p))
-        if hit is None:
-            hit = self.const_pieces[(u, p)] = self._const_piece(u, p)
-        return hit
-
-    def _const_piece(self, u: UOp, p: int) -> VMem:
-        sdt = scalar_of(u.dtype)
-        per = lanes_per_piece(sdt)
-        value = self.uniform(u)
-        if value is not None:
-            n = min(per, u.dtype.count - p * per)
-            return self.const_mem(lane_bytes(value, sdt) * n, pbits(n, sdt))
-        lanes = self.const_lanes(u)[p * per:(p + 1) * per]
-        data = b"".join(lane_bytes(v, sdt) for v in lanes)
-        return self.const_mem(data, pbits(len(lanes), sdt))
-
-    def splat(self, value: Any, sdt: DType, bits: int) -> VMem:
-        """A constant with every lane ``value``, as a memory operand of ``bits``."""
-        n = bits // 8 // esize(sdt)
-        return self.const_mem(lane_bytes(value, sdt) * n, bits)
-
-    # ---- operands ----
-    def vpiece(self, u: UOp, p: int, into: VReg | None = None) -> VReg:
-        """Piece ``p`` of vector ``u`` in a register (constants and folded loads are loaded here)."""
-        held = self.val.get(u)   # most pieces are values selected before (constants and folded loads have none)
-        if held is not None:
-            if into is not None:
-                self.copy(into, held[p])
-                return into
-            return held[p]
-        sdt = scalar_of(u.dtype)
-        const = self.is_vconst(u)
-        if not const and u not in self.folded and u not in self.bcast_loads:
-            raise KeyError(f"x86: no value for {u.op.name} {u.dtype}")
-        if not native(sdt):   # a constant held lane by lane
-            return self.materialize(UOp.const(sdt, self.const_lanes(u)[p]), into)
-        bits = piece_bits(u.dtype)[p]
-        d = into or self.vnew()
-        if not const:
-            self.load_piece(d, u, p)
-        elif self.is_vzero(u):
-            self.emit(Op.VXORPS, [d], [], (("d", 0, bits), ("d", 0, bits), ("d", 0, bits)))
-        else:
-            self.vemit(Op.VMOVUPS, d, [self.const_piece(u, p)], bits)
-        return d
-
-    def voperand(self, u: UOp, p: int) -> Any:
-        """Piece ``p`` as a register or, for constants and folded loads, a memory operand."""
-        held = self.val.get(u)   # constants and folded loads have no value
-        if held is not None:
-            return held[p]
-        if self.is_vconst(u):
-            return self.const_piece(u, p)
-        if u in self.folded:
-            return self.piece_mem(u, p)
-        raise KeyError(f"x86: no value for {u.op.name} {u.dtype}")
-
-    def pieces(self, u: UOp) -> tuple[VReg, ...]:
-        return tuple(self.vpiece(u, p) for p in range(len(piece_lanes(u.dtype))))
-
-    def piece_mem(self, u: UOp, p: int) -> VMem:
-        """Piece ``p`` of vector load ``u`` as a memory operand."""
-        sdt = scalar_of(u.dtype)
-        m: VMem = self.mem(u.src[0], pbits(piece_lanes(u.dtype)[p], sdt))
-        return VMem(m.bits, m.base, m.index, m.scale, m.disp + p * lanes_per_piece(sdt) * sdt.itemsize, m.slot)
-
-    # ---- lanes ----
-    def lane_key(self, *key: Any) -> tuple:
-        top = self.loops[-1][2] if self.loops else None
-        return (*key, top)
-
-    def extract(self, u: UOp, j: int) -> Any:
-        """Lane ``j`` of vector ``u`` as a scalar value (the scalar rules' representation)."""
-        sdt = scalar_of(u.dtype)
-        if self.is_vconst(u):
-            return self.materialize(UOp.const(sdt, self.const_lanes(u)[j]))
-        if u.op is Ops.VECTORIZE and u.src[j] not in self.bcast_loads:
-            return self.reg(u.src[j])
-        if not native(sdt):
-            return self.val[u][j]
-        key = self.lane_key(u, j)
-        if self.lane_cache is not None and key in self.lane_cache:
-            return self.lane_cache[key]
-        per = lanes_per_piece(sdt)
-        p, k = divmod(j, per)
-        half_lanes = 16 // esize(sdt)
-        h, kk = divmod(k, half_lanes)
-        x = self.half(u, p, h)
-        if dtypes.is_float(sdt):
-            if kk == 0:
-                d = self.vcopy(x)
-            else:
-                d = self.vnew()
-                if sdt is dtypes.float64:
-                    self.emit(Op.VMOVHLPS, [d], [x, x], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128)))
-                else:
-                    self.emit(Op.VPERMILPS, [d], [x], (("d", 0, 128), ("u", 0, 128), ("i", kk)))
-        else:
-            d = self.new("gpr")
-            gb = 64 if esize(sdt) == 8 else 32
-            if kk == 0:
-                self.emit(Op.VMOVQ if gb == 64 else Op.VMOVD, [d], [x], (("d", 0, gb), ("u", 0, 128)))
-            else:
-                self.emit(Op.VPEXTRQ if gb == 64 else Op.VPEXTRD, [d], [x],
-                          (("d", 0, gb), ("u", 0, 128), ("i", kk)))
-        if self.lane_cache is not None:
-            self.lane_cache[key] = d
-        return d
-
-    def half(self, u: UOp, p: int, h: int) -> VReg:
-        """The 128-bit half ``h`` of piece ``p`` of ``u`` (half 0 is the piece register itself)."""
-        key = self.lane_key(u, p, "half", h)
-        if self.lane_cache is not None and key in self.lane_cache:
-            return self.lane_cache[key]
-        x = self.vpiece(u, p)
-        if h:
-            x = self.upper(x)
-        if self.lane_cache is not None:
-            self.lane_cache[key] = x
-        return x
-
-    def slice128(self, u: UOp, start: int) -> VReg:
-        """An xmm holding lanes ``start..`` of ``u`` (``start`` on a 128-bit boundary)."""
-        sdt = scalar_of(u.dtype)
-        p, k = divmod(start, lanes_per_piece(sdt))
-        return self.half(u, p, k // (16 // esize(sdt)))
-
-    def pack(self, sdt: DType, regs: list) -> tuple[VReg, ...]:
-        """Scalar values (the scalar rules' representation) -> pieces."""
-        if not native(sdt):
-            return tuple(regs)
-        if all(r is regs[0] for r in regs):
-            return self.broadcast_reg(sdt, regs[0], len(regs))
-        per, half = lanes_per_piece(sdt), 16 // esize(sdt)
-        out = []
-        for start in range(0, len(regs), per):
-            chunk = regs[start:start + per]
-            xs = [self.pack128(sdt, chunk[i:i + half]) for i in range(0, len(chunk), half)]
-            out.append(xs[0] if len(xs) == 1 else self.join(xs[0], xs[1]))
-        return tuple(out)
-
-    def pack128(self, sdt: DType, regs: list) -> VReg:
-        d = self.vnew()
-        if dtypes.is_float(sdt):
-            if sdt is dtypes.float64:
-                if len(regs) == 1:
-                    self.copy(d, regs[0])
-                else:
-                    self.emit(Op.VMOVLHPS, [d], regs, (("d", 0, 128), ("u", 0, 128), ("u", 1, 128)))
-                return d
-            self.copy(d, regs[0])
-            for k, r in enumerate(regs[1:], 1):
-                t = self.vnew()
-                self.emit(Op.VINSERTPS, [t], [d, r], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128), ("i", k << 4)))
-                d = t
-            return d
-        gb = 64 if esize(sdt) == 8 else 32
-        self.emit(Op.VMOVQ if gb == 64 else Op.VMOVD, [d], [regs[0]], (("d", 0, 128), ("u", 0, gb)))
-        for k, r in enumerate(regs[1:], 1):
-            t = self.vnew()
-            self.emit(Op.VPINSRQ if gb == 64 else Op.VPINSRD, [t], [d, r],
-                      (("d", 0, 128), ("u", 0, 128), ("u", 1, gb), ("i", k)))
-            d = t
-        return d
-
-    def broadcast_reg(self, sdt: DType, r: Any, count: int) -> tuple[VReg, ...]:
-        """Every lane the scalar value ``r``: one register shared by all pieces."""
-        counts = piece_lanes(sdt.vec(count))
-        bits = pbits(counts[0], sdt)
-        d = self.vnew()
-        if sdt is dtypes.float32:
-            self.emit(Op.VBROADCASTSS, [d], [r], (("d", 0, bits), ("u", 0, 128)))
-        elif sdt is dtypes.float64:
-            if bits == 256:
-                self.emit(Op.VBROADCASTSD, [d], [r], (("d", 0, 256), ("u", 0, 128)))
-            else:
-                self.emit(Op.VMOVLHPS, [d], [r, r], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128)))
-        else:
-            t = self.vnew()
-            wide = esize(sdt) == 8
-            self.emit(Op.VMOVQ if wide else Op.VMOVD, [t], [r], (("d", 0, 128), ("u", 0, 64 if wide else 32)))
-            self.emit(Op.VPBROADCASTQ if wide else Op.VPBROADCASTD, [d], [t], (("d", 0, bits), ("u", 0, 128)))
-        return (d,) * len(counts)
-
-    # ---- the vector rule of each op (see VECTOR_ISEL) ----
-    def vdefine_reg(self, u: UOp) -> None:
-        base = u.dtype.base
-        if native(base):
-            self.val[u] = tuple(self.vnew() for _ in piece_lanes(base))
-        else:
-            self.val[u] = tuple(self.newv(base.scalar()) for _ in range(base.count))
-
-    def vcompare(self, u: UOp) -> None:
-        if u not in self.vfused_cmps:
-            self.vcompare_bool(u)
-
-    def vbitcast(self, u: UOp) -> None:
-        src = u.src[0]
-        s, t = scalar_of(src.dtype), scalar_of(u.dtype)
-        if native(s) and native(t) and s.itemsize == t.itemsize and s is not dtypes.bool:
-            self.val[u] = tuple(self.vcopy(r) for r in self.pieces(src))
-        else:
-            self.scalarize(u)
-
-    def gep(self, u: UOp) -> None:
-        v, lanes = u.src[0], u.arg
-        if len(lanes) == 1:
-            if u not in self.shuffled_lanes:  # else only shuffled VECTORIZEs read it: nothing to extract
-                self.val[u] = self.extract(v, lanes[0])
-            return
-        sdt = scalar_of(v.dtype)
-        per = lanes_per_piece(sdt)
-        start, n = lanes[0], len(lanes)
-        if not native(sdt):
-            self.val[u] = tuple(self.extract(v, j) for j in lanes)
-        elif tuple(lanes) == tuple(range(start, start + n)) and start % per == 0 and n == per:
-            self.val[u] = (self.vcopy(self.vpiece(v, start // per)),)
-        elif tuple(lanes) == tuple(range(start, start + n)) and n * esize(sdt) == 16 and start % n == 0:
-            self.val[u] = (self.vcopy(self.slice128(v, start)),)
-        else:
-            plan = self.shuffle_plan(u.dtype, [(v, j) for j in lanes])
-            if plan is not None:
-                self.val[u] = self.shuffle(plan, u.dtype)
-            else:
-                self.val[u] = self.pack(sdt, [self.extract(v, j) for j in lanes])
-
-    def vectorize(self, u: UOp) -> None:
-        if self.is_vconst(u):
-            return
-        if not native(u.dtype):
-            self.val[u] = tuple(self.reg(x) for x in u.src)
-            return
-        sdt = scalar_of(u.dtype)
-        s = u.src[0]
-        if all(x is s for x in u.src) and s in self.bcast_loads:
-            counts = piece_lanes(u.dtype)
-            bits = pbits(counts[0], sdt)
-            d = self.vnew()
-            m = self.mem(s.src[0], esize(sdt) * 8)
-            if sdt is dtypes.float64 and bits == 128:
-                t = self.vnew()
-                self.emit(Op.VMOVSD, [t], [m], (("d", 0, 128), ("u", 0, None)))
-                self.emit(Op.VMOVLHPS, [d], [t, t], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128)))
-            else:
-                bop = {dtypes.float32: Op.VBROADCASTSS, dtypes.float64: Op.VBROADCASTSD}.get(
-                    sdt, Op.VPBROADCASTQ if esize(sdt) == 8 else Op.VPBROADCASTD)
-                self.emit(bop, [d], [m], (("d", 0, bits), ("u", 0, None)))
-            self.val[u] = (d,) * len(counts)
-            return
-        plan = self.shuffles.get(u)
+def gep(ctx: Emitter, u: UOp) -> None:
+    v, lanes = u.src[0], u.arg
+    if len(lanes) == 1:
+        if u not in ctx.facts.shuffled_lanes:  # else only shuffled VECTORIZEs read it: nothing to extract
+            ctx.val[u] = extract(ctx, v, lanes[0])
+        return
+    sdt = scalar_of(v.dtype)
+    per = lanes_per_piece(sdt)
+    start, n = lanes[0], len(lanes)
+    if not native(sdt):
+        ctx.val[u] = tuple(extract(ctx, v, j) for j in lanes)
+    elif tuple(lanes) == tuple(range(start, start + n)) and start % per == 0 and n == per:
+        ctx.val[u] = (ctx.vcopy(vpiece(ctx, v, start // per)),)
+    elif tuple(lanes) == tuple(range(start, start + n)) and n * esize(sdt) == 16 and start % n == 0:
+        ctx.val[u] = (ctx.vcopy(slice128(ctx, v, start)),)
+    else:
+        plan = shuffle_plan(u.dtype, [(v, j) for j in lanes])
         if plan is not None:
-            self.val[u] = self.shuffle(plan, u.dtype)
-            return
-        self.val[u] = self.pack(sdt, [self.reg(x) for x in u.src])
-
-    # ---- memory ----
-    def vfoldable(self, u: UOp) -> bool:
-        """A vector load whose only user reads it as operand 2 (a memory operand) of one instruction."""
-        sdt = scalar_of(u.dtype)
-        if sdt not in BROADCASTABLE or len(u.src) != 1 or len(u.src[0].src) != 2 or u.dtype.count * esize(sdt) < 16:
-            return False
-        users = self.users.get(u, [])
-        if len(users) != 1:
-            return False
-        user = users[0]
-        if user.dtype is not u.dtype or user.op not in VFOLD_OPS or (user.op is Ops.MUL and kind(sdt) == "i64") \
-                or (user.op is Ops.MAX and not dtypes.is_float(sdt)):
-            return False
-        if user.src[1] is not u and not (user.op in COMMUTATIVE and user.src[0] is u
-                                          and not self.is_vconst(user.src[1]) and user.src[1].op is not Ops.LOAD):
-            return False
-        if user.src[0] is user.src[1]:
-            return False
-        return self.no_barrier(u, user)
-
-    def load_piece(self, d: VReg, u: UOp, p: int, where: VMem | None = None) -> None:
-        """Load piece ``p`` of vector load ``u`` into ``d`` (from ``where`` and on when given: a gated load)."""
-        idx, sdt = u.src[0], scalar_of(u.dtype)
-        if u in self.bcast_loads:  # a broadcast source asked for as a register: the scalar load
-            self.load_into(d, idx, sdt)
-            return
-        n = piece_lanes(u.dtype)[p]
-        per = lanes_per_piece(sdt)
-        m: VMem = self.mem(idx, 8) if where is None else where
-        disp = m.disp + p * per * sdt.itemsize
-
-        def at(bits: int | None, extra: int = 0) -> VMem:
-            return VMem(bits, m.base, m.index, m.scale, disp + extra, m.slot)
-        if sdt is dtypes.bool:
-            if n in (4, 8):
-                self.emit(Op.VPMOVZXBD, [d], [at(n * 8)], (("d", 0, 256 if n == 8 else 128), ("u", 0, None)))
-                return
-            regs = []
-            for k in range(n):
-                t = self.new("gpr")
-                self.emit(Op.MOVZX, [t], [at(8, k)], (("d", 0, 32), ("u", 0, None)))
-                regs.append(t)
-            self.copy(d, self.pack128(sdt, regs))
-            return
-        nbytes = n * sdt.itemsize
-        if nbytes >= 16:
-            self.emit(Op.VMOVUPS, [d], [at(nbytes * 8)], (("d", 0, nbytes * 8), ("u", 0, None)))
-        elif nbytes == 8:
-            self.emit(Op.VMOVSD, [d], [at(64)], (("d", 0, 128), ("u", 0, None)))
+            ctx.val[u] = shuffle(ctx, plan, u.dtype)
         else:
-            self.emit(Op.VMOVSS, [d], [at(32)], (("d", 0, 128), ("u", 0, None)))
+            ctx.val[u] = pack(ctx, sdt, [extract(ctx, v, j) for j in lanes])
 
-    def vload(self, u: UOp) -> None:
-        idx = u.src[0]
-        if self.is_reg_index(idx):
-            acc = self.val[idx.src[0]]
-            self.val[u] = acc if self.alias_ok(u) else tuple(self.vcopy(r) for r in acc)
-            return
-        if not native(u.dtype):
-            out = []
-            for j in range(u.dtype.count):
-                su = UOp(Ops.LOAD, scalar_of(u.dtype), (idx, *(self.lane_uop(s, j) for s in u.src[1:])))
-                self.lane_offset = j
-                self.select_line(su)
-                self.lane_offset = 0
-                out.append(self.val[su])
-            self.val[u] = tuple(out)
-            return
-        if self.vfoldable(u):
-            self.folded.add(u)
-            return
+
+def vectorize(ctx: Emitter, u: UOp) -> None:
+    if ctx.facts.is_vconst(u):
+        return
+    if not native(u.dtype):
+        ctx.val[u] = tuple(reg(ctx, x) for x in u.src)
+        return
+    sdt = scalar_of(u.dtype)
+    s = u.src[0]
+    if all(x is s for x in u.src) and s in ctx.facts.bcast_loads:
         counts = piece_lanes(u.dtype)
-        gate = idx.src[2] if len(idx.src) > 2 else None
-        out = tuple(self.vnew() for _ in counts)
-        if gate is None:
-            for p, d in enumerate(out):
-                self.load_piece(d, u, p)
-        elif len(u.src) == 1:  # every piece through the gated address: the buffer's elements or the zero slot
-            m = self.gated_mem(gate, idx, u.dtype.itemsize, store=False)
-            for p, d in enumerate(out):
-                self.load_piece(d, u, p, m)
-        else:  # an alternative value (hand-written programs only): kept by jumping over the loads
-            for p, d in enumerate(out):
-                self.vpiece(u.src[1], p, into=d)
-            skip = Label("gated")
-            self.jump(skip, self.gate_off(gate))
-            for p, d in enumerate(out):
-                self.load_piece(d, u, p)
-            self.label(skip)
-        self.val[u] = out
-
-    def vstore(self, u: UOp) -> None:
-        idx, value = u.src[0], u.src[1]
-        if self.is_reg_index(idx):
-            acc = self.val[self.define_reg(idx)]
-            for p, r in enumerate(acc):
-                self.vpiece(value, p, into=r)
-            return
-        if not native(value.dtype):
-            for j in range(value.dtype.count):
-                self.lane_offset = j
-                self.select_line(UOp(Ops.STORE, dtypes.void, (idx, self.lane_uop(value, j))))
-                self.lane_offset = 0
-            return
-        gate = idx.src[2] if len(idx.src) > 2 else None
-        regs = self.pieces(value)
-        sdt = scalar_of(value.dtype)
-        per = lanes_per_piece(sdt)
-        if gate is None:
-            m: VMem = self.mem(idx, 8)
-        else:   # every piece through the gated address: the buffer's elements or the sink
-            m = self.gated_mem(gate, idx, value.dtype.itemsize, store=True)
-        for p, (r, n) in enumerate(zip(regs, piece_lanes(value.dtype), strict=True)):
-            disp = m.disp + p * per * sdt.itemsize
-
-            def at(bits: int | None, extra: int = 0, disp: int = disp) -> VMem:
-                return VMem(bits, m.base, m.index, m.scale, disp + extra, m.slot)
-            if sdt is dtypes.bool:
-                if n in (4, 8):
-                    hi = self.upper(r) if n == 8 else r
-                    w, b = self.vnew(), self.vnew()
-                    self.vemit(Op.VPACKUSDW, w, [r, hi], 128)
-                    self.vemit(Op.VPACKUSWB, b, [w, w], 128)
-                    self.emit(Op.VMOVQ if n == 8 else Op.VMOVD, [], [at(n * 8), b], (("u", 0, None), ("u", 1, 128)))
-                else:
-                    for k in range(n):
-                        t = self.extract_piece_lane(r, sdt, k)
-                        self.emit(Op.MOV, [], [at(8, k), t], (("u", 0, None), ("u", 1, 8)))
-                continue
-            nbytes = n * sdt.itemsize
-            if nbytes >= 16:
-                self.emit(Op.VMOVUPS, [], [at(nbytes * 8), r], (("u", 0, None), ("u", 1, nbytes * 8)))
-            elif nbytes == 8:
-                self.emit(Op.VMOVSD, [], [at(64), r], (("u", 0, None), ("u", 1, 128)))
-            else:
-                self.emit(Op.VMOVSS, [], [at(32), r], (("u", 0, None), ("u", 1, 128)))
-
-    def extract_piece_lane(self, r: VReg, sdt: DType, k: int) -> VReg:
-        """Lane k (< 4) of a 32-bit integer piece register into a gpr."""
-        d = self.new("gpr")
-        if k == 0:
-            self.emit(Op.VMOVD, [d], [r], (("d", 0, 32), ("u", 0, 128)))
+        bits = pbits(counts[0], sdt)
+        d = ctx.vnew()
+        m = mem(ctx, s.src[0], esize(sdt) * 8)
+        if sdt is dtypes.float64 and bits == 128:
+            t = ctx.vnew()
+            ctx.emit(Op.VMOVSD, [t], [m], (("d", 0, 128), ("u", 0, None)))
+            ctx.emit(Op.VMOVLHPS, [d], [t, t], (("d", 0, 128), ("u", 0, 128), ("u", 1, 128)))
         else:
-            self.emit(Op.VPEXTRD, [d], [r], (("d", 0, 32), ("u", 0, 128), ("i", k)))
-        return d
+            bop = {dtypes.float32: Op.VBROADCASTSS, dtypes.float64: Op.VBROADCASTSD}.get(
+                sdt, Op.VPBROADCASTQ if esize(sdt) == 8 else Op.VPBROADCASTD)
+            ctx.emit(bop, [d], [m], (("d", 0, bits), ("u", 0, None)))
+        ctx.val[u] = (d,) * len(counts)
+        return
+    plan = ctx.facts.shuffles.get(u)
+    if plan is not None:
+        ctx.val[u] = shuffle(ctx, plan, u.dtype)
+        return
+    ctx.val[u] = pack(ctx, sdt, [reg(ctx, x) for x in u.src])
 
-    # ---- scalarization ----
-    def lane_uop(self, s: UOp, j: int) -> UOp:
-        if not is_vector(s.dtype):
-            return s
-        sdt = scalar_of(s.dtype)
-        if self.is_vconst(s):
-            return UOp.const(sdt, self.const_lanes(s)[j])
-        if s.op is Ops.VECTORIZE and s.src[j] not in self.bcast_loads:
-            return s.src[j]
-        g = UOp(Ops.GEP, sdt, (s,), (j,))
-        self.val[g] = self.extract(s, j)
-        return g
 
-    def scalar_lanes(self, u: UOp) -> list:
-        out = []
-        sdt = scalar_of(u.dtype)
-        for j in range(u.dtype.count):
-            su = UOp(u.op, sdt, tuple(self.lane_uop(s, j) for s in u.src), u.arg)
-            self.select_line(su)
-            out.append(self.val[su])
-        return out
+def binary(ctx: Emitter, xop: Op, u: UOp, a: UOp, b: UOp) -> None:
+    """``d = a xop b`` piece by piece (per_piece written out: the most common vector op)."""
+    in_memory = partial(vin_memory, ctx)
+    if u.op in COMMUTATIVE and in_memory(a) and not in_memory(b):
+        a, b = b, a
+    out = []
+    for p, bits in enumerate(piece_bits(u.dtype)):
+        d = ctx.new("vec")
+        ctx.vemit(xop, d, [vpiece(ctx, a, p), voperand(ctx, b, p)], bits)
+        out.append(d)
+    ctx.val[u] = tuple(out)
 
-    def scalarize(self, u: UOp) -> None:
-        """No vector rule: the scalar rules lane by lane, then packed."""
-        self.val[u] = self.pack(scalar_of(u.dtype), self.scalar_lanes(u))
 
-    # ---- ALU ----
-    def per_piece(self, u: UOp, fn: Any) -> None:
-        """u's value: ``fn(d, p, bits)`` writes each piece p into a new register d of ``bits``."""
-        out = []
-        for p, bits in enumerate(piece_bits(u.dtype)):
-            d = self.new("vec")
-            fn(d, p, bits)
-            out.append(d)
-        self.val[u] = tuple(out)
-
-    def vin_memory(self, x: UOp) -> bool:
-        """Is a vector read as a memory operand (a constant's frame slots, a folded load)? Neither has a value."""
-        return x not in self.val and (self.is_vconst(x) or x in self.folded)
-
-    def binary(self, xop: Op, u: UOp, a: UOp, b: UOp) -> None:
-        """``d = a xop b`` piece by piece (per_piece written out: the most common vector op)."""
-        in_memory = self.vin_memory
-        if u.op in COMMUTATIVE and in_memory(a) and not in_memory(b):
-            a, b = b, a
-        out = []
-        for p, bits in enumerate(piece_bits(u.dtype)):
-            d = self.new("vec")
-            self.vemit(xop, d, [self.vpiece(a, p), self.voperand(b, p)], bits)
-            out.append(d)
-        self.val[u] = tuple(out)
-
-    def valu(self, u: UOp) -> None:
-        if u in self.fma_muls:   # its FMA is selected at the ADD
-            return
-        op, sdt = u.op, scalar_of(u.dtype)
-        k = kind(sdt)
-        if not native(u.dtype) or any(map(lane_by_lane, map(_DTYPE, u.src))):
-            self.scalarize(u)
-            return
-        fused = self.fma_adds.get(u)
-        if fused is not None:
-            c, mul = fused
-            a, b = mul.src
-            self.vfma(u, a, b, c, mul)
-            return
-        xop = VALU.get((op, k))
-        if xop is not None:
-            self.binary(xop, u, *u.src)
-            return
-        fl = k in ("f32", "f64")
-        pd = k == "f64"
-        if fl and op is Ops.MAX:  # (a != a || a > b) ? a : b
-            a, b = u.src
-
-            def vmax(d: VReg, p: int, bits: int) -> None:
-                ra, t, m = self.vpiece(a, p), self.vnew(), self.vnew()
-                self.vemit(Op.VMAXPD if pd else Op.VMAXPS, t, [ra, self.voperand(b, p)], bits)
-                self.vemit(Op.VCMPPD if pd else Op.VCMPPS, m, [ra, ra], bits, (("i", CMP_UNORD_Q),))
-                self.vemit(Op.VBLENDVPD if pd else Op.VBLENDVPS, d, [t, ra, m], bits)
-            self.per_piece(u, vmax)
-        elif fl and op is Ops.NEG:
-            sign = -0.0
-            self.per_piece(u, lambda d, p, bits: self.vemit(Op.VXORPS, d, [self.vpiece(u.src[0], p),
-                                                                         self.splat(sign, sdt, bits)], bits))
-        elif fl and op is Ops.SQRT:
-            self.per_piece(u, lambda d, p, bits: self.vemit(Op.VSQRTPD if pd else Op.VSQRTPS, d,
-                                                            [self.voperand(u.src[0], p)], bits))
-        elif fl and op is Ops.RECIPROCAL:
-            def recip(d: VReg, p: int, bits: int) -> None:
-                one = self.vnew()
-                self.vemit(Op.VMOVUPS, one, [self.splat(1.0, sdt, bits)], bits)
-                self.vemit(Op.VDIVPD if pd else Op.VDIVPS, d, [one, self.voperand(u.src[0], p)], bits)
-            self.per_piece(u, recip)
-        elif fl and op is Ops.TRUNC:
-            self.per_piece(u, lambda d, p, bits: self.vemit(Op.VROUNDPD if pd else Op.VROUNDPS, d,
-                                                            [self.voperand(u.src[0], p)], bits, (("i", TRUNC_IMM),)))
-        elif fl and op is Ops.MULACC:
-            a, b, c = u.src
-            self.vfma(u, a, b, c, u)
-        elif k == "i32" and op is Ops.MAX:
-            self.binary(Op.VPMAXUD if dtypes.is_unsigned(sdt) else Op.VPMAXSD, u, *u.src)
-        elif k in ("i32", "i64") and op is Ops.NEG:
-            sub = Op.VPSUBQ if k == "i64" else Op.VPSUBD
-            self.per_piece(u, lambda d, p, bits: self.vemit(sub, d, [self.zero(bits), self.voperand(u.src[0], p)],
-                                                            bits))
-        elif k == "bool" and op is Ops.NEG:
-            self.per_piece(u, lambda d, p, bits: self.vemit(Op.VPXOR, d, [self.vpiece(u.src[0], p),
-                                                                        self.splat(1, dtypes.int32, bits)], bits))
-        elif k in ("i32", "i64") and op in SHIFT_OPS:
-            self.vshift(u)
-        elif k == "i32" and op in DIV_OPS:
-            self.vdivide(u)
-        else:
-            self.scalarize(u)
-
-    def vfma(self, u: UOp, a: UOp, b: UOp, c: UOp, mul: UOp) -> None:
-        """a*b + c rounded once, piece by piece: one vfmadd{132,213,231}p[sd] of the form ``fma_order`` picks."""
-        form, x, y, z = self.fma_order(a, b, c, mul, u, self.vin_memory)
-        fma = Op["VFMADD" + form + ("PD" if esize(scalar_of(u.dtype)) == 8 else "PS")]
-
-        def emit_fma(d: VReg, p: int, bits: int) -> None:
-            rz = self.voperand(z, p)
-            self.emit(fma, [d], [self.vpiece(x, p), self.vpiece(y, p), rz],
-                      (("d", 0, bits), ("u", 1, bits), ("u", 2, None if isinstance(rz, VMem) else bits)), two=True)
-        self.per_piece(u, emit_fma)
-
-    def vdivide(self, u: UOp) -> None:
-        """int32 division and remainder. Unsigned by a power of two: a shift or a mask. Signed: through
-        float64, which is exact here (operands below 2**31: a quotient never rounds across an integer);
-        INT_MIN/-1 wraps by itself (vcvttpd2dq gives 0x80000000), lanes dividing by 0 are masked to 0."""
+def valu(ctx: Emitter, u: UOp) -> None:
+    if u in ctx.facts.fma_muls:   # its FMA is selected at the ADD
+        return
+    op, sdt = u.op, scalar_of(u.dtype)
+    k = kind(sdt)
+    if not native(u.dtype) or any(map(lane_by_lane, map(_DTYPE, u.src))):
+        scalarize(ctx, u)
+        return
+    fused = ctx.facts.fma_adds.get(u)
+    if fused is not None:
+        c, mul = fused
+        a, b = mul.src
+        vfma(ctx, u, a, b, c, mul)
+        return
+    xop = VALU.get((op, k))
+    if xop is not None:
+        binary(ctx, xop, u, *u.src)
+        return
+    fl = k in ("f32", "f64")
+    pd = k == "f64"
+    if fl and op is Ops.MAX:  # (a != a || a > b) ? a : b
         a, b = u.src
-        sdt = scalar_of(u.dtype)
-        lanes = self.const_lanes(b) if self.is_vconst(b) else None
-        d0 = int(lanes[0]) if lanes is not None and all(x == lanes[0] for x in lanes) else None
-        if dtypes.is_unsigned(sdt):
-            if d0 is None or d0 <= 0 or d0 & (d0 - 1):
-                self.scalarize(u)
-            elif u.op is Ops.IDIV:
-                k = d0.bit_length() - 1
-                self.per_piece(u, lambda d, p, bits: self.emit(Op.VPSRLD, [d], [self.vpiece(a, p)],
-                                                               (("d", 0, bits), ("u", 0, bits), ("i", k))))
-            else:
-                self.per_piece(u, lambda d, p, bits: self.vemit(Op.VPAND, d, [self.vpiece(a, p),
-                                                                            self.splat(d0 - 1, sdt, bits)], bits))
-            return
-        maybe_zero = d0 is None or d0 == 0
 
-        def div(d: VReg, p: int, bits: int) -> None:
-            n = piece_lanes(u.dtype)[p]
-            ra, rb = self.vpiece(a, p), self.vpiece(b, p)
-            halves = []
-            for h in range(2 if bits == 256 else 1):
-                xa = self.upper(ra) if h else ra
-                xb = self.upper(rb) if h else rb
-                fa, fb, fq, q = self.vnew(), self.vnew(), self.vnew(), self.vnew()
-                wide = 256 if n > 2 else 128
-                self.emit(Op.VCVTDQ2PD, [fa], [xa], (("d", 0, wide), ("u", 0, 128)))
-                self.emit(Op.VCVTDQ2PD, [fb], [xb], (("d", 0, wide), ("u", 0, 128)))
-                self.vemit(Op.VDIVPD, fq, [fa, fb], wide)
-                self.emit(Op.VCVTTPD2DQ, [q], [fq], (("d", 0, 128), ("u", 0, wide)))
-                halves.append(q)
-            q = halves[0] if len(halves) == 1 else self.join(*halves)
-            if u.op is Ops.MOD:
-                t, r = self.vnew(), self.vnew()
-                self.vemit(Op.VPMULLD, t, [q, rb], bits)
-                self.vemit(Op.VPSUBD, r, [ra, t], bits)
-                q = r
-            if maybe_zero:
-                z = self.vnew()
-                self.vemit(Op.VPCMPEQD, z, [rb, self.zero(bits)], bits)
-                self.vemit(Op.VPANDN, d, [z, q], bits)
-            else:
-                self.copy(d, q)
-        self.per_piece(u, div)
+        def vmax(d: VReg, p: int, bits: int) -> None:
+            ra, t, m = vpiece(ctx, a, p), ctx.vnew(), ctx.vnew()
+            ctx.vemit(Op.VMAXPD if pd else Op.VMAXPS, t, [ra, voperand(ctx, b, p)], bits)
+            ctx.vemit(Op.VCMPPD if pd else Op.VCMPPS, m, [ra, ra], bits, (("i", CMP_UNORD_Q),))
+            ctx.vemit(Op.VBLENDVPD if pd else Op.VBLENDVPS, d, [t, ra, m], bits)
+        per_piece(ctx, u, vmax)
+    elif fl and op is Ops.NEG:
+        sign = -0.0
+        per_piece(ctx, u, lambda d, p, bits: ctx.vemit(Op.VXORPS, d, [vpiece(ctx, u.src[0], p),
+                                                                     ctx.splat(sign, sdt, bits)], bits))
+    elif fl and op is Ops.SQRT:
+        per_piece(ctx, u, lambda d, p, bits: ctx.vemit(Op.VSQRTPD if pd else Op.VSQRTPS, d,
+                                                        [voperand(ctx, u.src[0], p)], bits))
+    elif fl and op is Ops.RECIPROCAL:
+        def recip(d: VReg, p: int, bits: int) -> None:
+            one = ctx.vnew()
+            ctx.vemit(Op.VMOVUPS, one, [ctx.splat(1.0, sdt, bits)], bits)
+            ctx.vemit(Op.VDIVPD if pd else Op.VDIVPS, d, [one, voperand(ctx, u.src[0], p)], bits)
+        per_piece(ctx, u, recip)
+    elif fl and op is Ops.TRUNC:
+        per_piece(ctx, u, lambda d, p, bits: ctx.vemit(Op.VROUNDPD if pd else Op.VROUNDPS, d,
+                                                        [voperand(ctx, u.src[0], p)], bits, (("i", TRUNC_IMM),)))
+    elif fl and op is Ops.MULACC:
+        a, b, c = u.src
+        vfma(ctx, u, a, b, c, u)
+    elif k == "i32" and op is Ops.MAX:
+        binary(ctx, Op.VPMAXUD if dtypes.is_unsigned(sdt) else Op.VPMAXSD, u, *u.src)
+    elif k in ("i32", "i64") and op is Ops.NEG:
+        sub = Op.VPSUBQ if k == "i64" else Op.VPSUBD
+        per_piece(ctx, u, lambda d, p, bits: ctx.vemit(sub, d, [ctx.zero(bits), voperand(ctx, u.src[0], p)],
+                                                        bits))
+    elif k == "bool" and op is Ops.NEG:
+        per_piece(ctx, u, lambda d, p, bits: ctx.vemit(Op.VPXOR, d, [vpiece(ctx, u.src[0], p),
+                                                                    ctx.splat(1, dtypes.int32, bits)], bits))
+    elif k in ("i32", "i64") and op in SHIFT_OPS:
+        vshift(ctx, u)
+    elif k == "i32" and op in DIV_OPS:
+        vdivide(ctx, u)
+    else:
+        scalarize(ctx, u)
 
-    def vshift(self, u: UOp) -> None:
-        """Shift amounts outside 0..width-1 give 0 or the sign: exactly what vpsllv/vpsrlv/vpsrav do."""
-        sdt = scalar_of(u.dtype)
-        a, n = u.src
-        wide = esize(sdt) == 8
-        signed = not dtypes.is_unsigned(sdt)
-        if u.op is Ops.SHL:
-            imm_op, var_op = (Op.VPSLLQ, Op.VPSLLVQ) if wide else (Op.VPSLLD, Op.VPSLLVD)
-        elif not signed:
-            imm_op, var_op = (Op.VPSRLQ, Op.VPSRLVQ) if wide else (Op.VPSRLD, Op.VPSRLVD)
-        elif not wide:
-            imm_op, var_op = Op.VPSRAD, Op.VPSRAVD
+
+def vfma(ctx: Emitter, u: UOp, a: UOp, b: UOp, c: UOp, mul: UOp) -> None:
+    """a*b + c rounded once, piece by piece: one vfmadd{132,213,231}p[sd] of the form ``fma_order`` picks."""
+    form, x, y, z = fma_order(ctx, a, b, c, mul, u, partial(vin_memory, ctx))
+    fma = Op["VFMADD" + form + ("PD" if esize(scalar_of(u.dtype)) == 8 else "PS")]
+
+    def emit_fma(d: VReg, p: int, bits: int) -> None:
+        rz = voperand(ctx, z, p)
+        ctx.emit(fma, [d], [vpiece(ctx, x, p), vpiece(ctx, y, p), rz],
+                  (("d", 0, bits), ("u", 1, bits), ("u", 2, None if isinstance(rz, VMem) else bits)), two=True)
+    per_piece(ctx, u, emit_fma)
+
+
+def vdivide(ctx: Emitter, u: UOp) -> None:
+    """int32 division and remainder. Unsigned by a power of two: a shift or a mask. Signed: through
+    float64, which is exact here (operands below 2**31: a quotient never rounds across an integer);
+    INT_MIN/-1 wraps by itself (vcvttpd2dq gives 0x80000000), lanes dividing by 0 are masked to 0."""
+    a, b = u.src
+    sdt = scalar_of(u.dtype)
+    lanes = const_lanes(b) if ctx.facts.is_vconst(b) else None
+    d0 = int(lanes[0]) if lanes is not None and all(x == lanes[0] for x in lanes) else None
+    if dtypes.is_unsigned(sdt):
+        if d0 is None or d0 <= 0 or d0 & (d0 - 1):
+            scalarize(ctx, u)
+        elif u.op is Ops.IDIV:
+            k = d0.bit_length() - 1
+            per_piece(ctx, u, lambda d, p, bits: ctx.emit(Op.VPSRLD, [d], [vpiece(ctx, a, p)],
+                                                           (("d", 0, bits), ("u", 0, bits), ("i", k))))
         else:
-            self.scalarize(u)
-            return
-        lanes = self.const_lanes(n) if self.is_vconst(n) else None
-        if lanes is not None and all(x == lanes[0] for x in lanes) and 0 <= int(lanes[0]) < sdt.itemsize * 8:
-            amount = int(lanes[0])
-            self.per_piece(u, lambda d, p, bits: self.emit(imm_op, [d], [self.vpiece(a, p)],
-                                                           (("d", 0, bits), ("u", 0, bits), ("i", amount))))
-        elif scalar_of(n.dtype) is sdt or esize(scalar_of(n.dtype)) == esize(sdt):
-            self.per_piece(u, lambda d, p, bits: self.vemit(var_op, d, [self.vpiece(a, p), self.voperand(n, p)], bits))
-        else:
-            self.scalarize(u)
+            per_piece(ctx, u, lambda d, p, bits: ctx.vemit(Op.VPAND, d, [vpiece(ctx, a, p),
+                                                                        ctx.splat(d0 - 1, sdt, bits)], bits))
+        return
+    maybe_zero = d0 is None or d0 == 0
 
-    # ---- comparisons and WHERE ----
-    def compare_masks(self, c: UOp) -> tuple[list[VReg], bool] | None:
-        """All-ones lanes where comparison ``c`` holds, per piece of its sources; and whether the masks
-        are inverted (hold where ``c`` is false). None when there is no vector compare for the dtype."""
-        a, b = c.src
-        sdt = scalar_of(a.dtype)
-        k = kind(sdt)
-        out: list[VReg] = []
-        counts = piece_lanes(a.dtype)
-        if k in ("f32", "f64"):
-            pred = {Ops.CMPLT: CMP_LT_OS, Ops.CMPEQ: CMP_EQ_OQ, Ops.CMPNE: CMP_NEQ_UQ}[c.op]
-            for p, n in enumerate(counts):
-                m = self.vnew()
-                self.vemit(Op.VCMPPD if k == "f64" else Op.VCMPPS, m, [self.vpiece(a, p), self.voperand(b, p)],
-                           pbits(n, sdt), (("i", pred),))
-                out.append(m)
-            return out, False
-        wide = k == "i64"
-        eq, gt = (Op.VPCMPEQQ, Op.VPCMPGTQ) if wide else (Op.VPCMPEQD, Op.VPCMPGTD)
+    def div(d: VReg, p: int, bits: int) -> None:
+        n = piece_lanes(u.dtype)[p]
+        ra, rb = vpiece(ctx, a, p), vpiece(ctx, b, p)
+        halves = []
+        for h in range(2 if bits == 256 else 1):
+            xa = ctx.upper(ra) if h else ra
+            xb = ctx.upper(rb) if h else rb
+            fa, fb, fq, q = ctx.vnew(), ctx.vnew(), ctx.vnew(), ctx.vnew()
+            wide = 256 if n > 2 else 128
+            ctx.emit(Op.VCVTDQ2PD, [fa], [xa], (("d", 0, wide), ("u", 0, 128)))
+            ctx.emit(Op.VCVTDQ2PD, [fb], [xb], (("d", 0, wide), ("u", 0, 128)))
+            ctx.vemit(Op.VDIVPD, fq, [fa, fb], wide)
+            ctx.emit(Op.VCVTTPD2DQ, [q], [fq], (("d", 0, 128), ("u", 0, wide)))
+            halves.append(q)
+        q = halves[0] if len(halves) == 1 else ctx.join(*halves)
+        if u.op is Ops.MOD:
+            t, r = ctx.vnew(), ctx.vnew()
+            ctx.vemit(Op.VPMULLD, t, [q, rb], bits)
+            ctx.vemit(Op.VPSUBD, r, [ra, t], bits)
+            q = r
+        if maybe_zero:
+            z = ctx.vnew()
+            ctx.vemit(Op.VPCMPEQD, z, [rb, ctx.zero(bits)], bits)
+            ctx.vemit(Op.VPANDN, d, [z, q], bits)
+        else:
+            ctx.copy(d, q)
+    per_piece(ctx, u, div)
+
+
+def vshift(ctx: Emitter, u: UOp) -> None:
+    """Shift amounts outside 0..width-1 give 0 or the sign: exactly what vpsllv/vpsrlv/vpsrav do."""
+    sdt = scalar_of(u.dtype)
+    a, n = u.src
+    wide = esize(sdt) == 8
+    signed = not dtypes.is_unsigned(sdt)
+    if u.op is Ops.SHL:
+        imm_op, var_op = (Op.VPSLLQ, Op.VPSLLVQ) if wide else (Op.VPSLLD, Op.VPSLLVD)
+    elif not signed:
+        imm_op, var_op = (Op.VPSRLQ, Op.VPSRLVQ) if wide else (Op.VPSRLD, Op.VPSRLVD)
+    elif not wide:
+        imm_op, var_op = Op.VPSRAD, Op.VPSRAVD
+    else:
+        scalarize(ctx, u)
+        return
+    lanes = const_lanes(n) if ctx.facts.is_vconst(n) else None
+    if lanes is not None and all(x == lanes[0] for x in lanes) and 0 <= int(lanes[0]) < sdt.itemsize * 8:
+        amount = int(lanes[0])
+        per_piece(ctx, u, lambda d, p, bits: ctx.emit(imm_op, [d], [vpiece(ctx, a, p)],
+                                                       (("d", 0, bits), ("u", 0, bits), ("i", amount))))
+    elif scalar_of(n.dtype) is sdt or esize(scalar_of(n.dtype)) == esize(sdt):
+        per_piece(ctx, u, lambda d, p, bits: ctx.vemit(var_op, d, [vpiece(ctx, a, p), voperand(ctx, n, p)], bits))
+    else:
+        scalarize(ctx, u)
+
+
+# ---- comparisons and WHERE ----
+def compare_masks(ctx: Emitter, c: UOp) -> tuple[list[VReg], bool] | None:
+    """All-ones lanes where comparison ``c`` holds, per piece of its sources; and whether the masks
+    are inverted (hold where ``c`` is false). None when there is no vector compare for the dtype."""
+    a, b = c.src
+    sdt = scalar_of(a.dtype)
+    k = kind(sdt)
+    out: list[VReg] = []
+    counts = piece_lanes(a.dtype)
+    if k in ("f32", "f64"):
+        pred = {Ops.CMPLT: CMP_LT_OS, Ops.CMPEQ: CMP_EQ_OQ, Ops.CMPNE: CMP_NEQ_UQ}[c.op]
         for p, n in enumerate(counts):
-            bits = pbits(n, sdt)
-            m = self.vnew()
-            if c.op is Ops.CMPEQ or c.op is Ops.CMPNE:
-                self.vemit(eq, m, [self.vpiece(a, p), self.voperand(b, p)], bits)
-            elif dtypes.is_unsigned(sdt):
-                sign = self.splat(1 << (esize(sdt) * 8 - 1), sdt, bits)
-                fa, fb = self.vnew(), self.vnew()
-                self.vemit(Op.VPXOR, fa, [self.vpiece(a, p), sign], bits)
-                self.vemit(Op.VPXOR, fb, [self.vpiece(b, p), sign], bits)
-                self.vemit(gt, m, [fb, fa], bits)
-            else:
-                self.vemit(gt, m, [self.vpiece(b, p), self.voperand(a, p)], bits)
+            m = ctx.vnew()
+            ctx.vemit(Op.VCMPPD if k == "f64" else Op.VCMPPS, m, [vpiece(ctx, a, p), voperand(ctx, b, p)],
+                       pbits(n, sdt), (("i", pred),))
             out.append(m)
-        return out, c.op is Ops.CMPNE
+        return out, False
+    wide = k == "i64"
+    eq, gt = (Op.VPCMPEQQ, Op.VPCMPGTQ) if wide else (Op.VPCMPEQD, Op.VPCMPGTD)
+    for p, n in enumerate(counts):
+        bits = pbits(n, sdt)
+        m = ctx.vnew()
+        if c.op is Ops.CMPEQ or c.op is Ops.CMPNE:
+            ctx.vemit(eq, m, [vpiece(ctx, a, p), voperand(ctx, b, p)], bits)
+        elif dtypes.is_unsigned(sdt):
+            sign = ctx.splat(1 << (esize(sdt) * 8 - 1), sdt, bits)
+            fa, fb = ctx.vnew(), ctx.vnew()
+            ctx.vemit(Op.VPXOR, fa, [vpiece(ctx, a, p), sign], bits)
+            ctx.vemit(Op.VPXOR, fb, [vpiece(ctx, b, p), sign], bits)
+            ctx.vemit(gt, m, [fb, fa], bits)
+        else:
+            ctx.vemit(gt, m, [vpiece(ctx, b, p), voperand(ctx, a, p)], bits)
+        out.append(m)
+    return out, c.op is Ops.CMPNE
 
-    def narrow_masks(self, masks: list[VReg], counts: tuple[int, ...]) -> list[VReg]:
-        """64-bit lane masks (4 per piece) -> 32-bit lane masks (8 per piece)."""
-        halves = []
-        for m, n in zip(masks, counts, strict=True):
-            if n > 2:
-                d = self.vnew()
-                self.vemit(Op.VSHUFPS, d, [m, self.upper(m)], 128, (("i", 0x88),))
-            else:
-                d = self.vnew()
-                self.vemit(Op.VSHUFPS, d, [m, m], 128, (("i", 0x88),))
-            halves.append(d)
-        return [halves[i] if i + 1 >= len(halves) else self.join(halves[i], halves[i + 1])
-                for i in range(0, len(halves), 2)]
 
-    def vcompare_bool(self, c: UOp) -> None:
-        if not native(c.src[0].dtype) or not native(c.src[1].dtype):
-            self.scalarize(c)
-            return
-        masks, inverted = self.compare_masks(c)
-        src = c.src[0].dtype
-        if esize(src.scalar()) == 8:
-            masks = self.narrow_masks(masks, piece_lanes(src))
-        out = []
-        for m, n in zip(masks, piece_lanes(c.dtype), strict=True):
-            bits = pbits(n, dtypes.int32)
-            d = self.vnew()
-            if inverted:  # mask + 1: 0 where equal, 1 elsewhere
-                self.vemit(Op.VPADDD, d, [m, self.splat(1, dtypes.int32, bits)], bits)
-            else:
-                self.emit(Op.VPSRLD, [d], [m], (("d", 0, bits), ("u", 0, bits), ("i", 31)))
-            out.append(d)
-        self.val[c] = tuple(out)
+def narrow_masks(ctx: Emitter, masks: list[VReg], counts: tuple[int, ...]) -> list[VReg]:
+    """64-bit lane masks (4 per piece) -> 32-bit lane masks (8 per piece)."""
+    halves = []
+    for m, n in zip(masks, counts, strict=True):
+        if n > 2:
+            d = ctx.vnew()
+            ctx.vemit(Op.VSHUFPS, d, [m, ctx.upper(m)], 128, (("i", 0x88),))
+        else:
+            d = ctx.vnew()
+            ctx.vemit(Op.VSHUFPS, d, [m, m], 128, (("i", 0x88),))
+        halves.append(d)
+    return [halves[i] if i + 1 >= len(halves) else ctx.join(halves[i], halves[i + 1])
+            for i in range(0, len(halves), 2)]
 
-    def bool_mask(self, c: UOp, p: int, sdt: DType) -> VReg:
-        """A blend mask (sign bit per lane) for piece ``p`` of a WHERE of ``sdt`` from bool vector ``c``."""
-        if esize(sdt) == 4:
-            n = piece_lanes(c.dtype)[p]
-            d = self.vnew()
-            b = pbits(n, dtypes.int32)
-            self.emit(Op.VPSLLD, [d], [self.vpiece(c, p)], (("d", 0, b), ("u", 0, b), ("i", 31)))
-            return d
-        x = self.slice128(c, p * 4)
-        t, d = self.vnew(), self.vnew()
-        self.emit(Op.VPSLLD, [t], [x], (("d", 0, 128), ("u", 0, 128), ("i", 31)))
-        lanes = min(4, c.dtype.count - 4 * p)
-        self.emit(Op.VPMOVSXDQ, [d], [t], (("d", 0, 256 if lanes > 2 else 128), ("u", 0, 128)))
+
+def vcompare_bool(ctx: Emitter, c: UOp) -> None:
+    if not native(c.src[0].dtype) or not native(c.src[1].dtype):
+        scalarize(ctx, c)
+        return
+    res = compare_masks(ctx, c)
+    assert res is not None   # (both sources native)
+    masks, inverted = res
+    src = c.src[0].dtype
+    if esize(src.scalar()) == 8:
+        masks = narrow_masks(ctx, masks, piece_lanes(src))
+    out = []
+    for m, n in zip(masks, piece_lanes(c.dtype), strict=True):
+        bits = pbits(n, dtypes.int32)
+        d = ctx.vnew()
+        if inverted:  # mask + 1: 0 where equal, 1 elsewhere
+            ctx.vemit(Op.VPADDD, d, [m, ctx.splat(1, dtypes.int32, bits)], bits)
+        else:
+            ctx.emit(Op.VPSRLD, [d], [m], (("d", 0, bits), ("u", 0, bits), ("i", 31)))
+        out.append(d)
+    ctx.val[c] = tuple(out)
+
+
+def bool_mask(ctx: Emitter, c: UOp, p: int, sdt: DType) -> VReg:
+    """A blend mask (sign bit per lane) for piece ``p`` of a WHERE of ``sdt`` from bool vector ``c``."""
+    if esize(sdt) == 4:
+        n = piece_lanes(c.dtype)[p]
+        d = ctx.vnew()
+        b = pbits(n, dtypes.int32)
+        ctx.emit(Op.VPSLLD, [d], [vpiece(ctx, c, p)], (("d", 0, b), ("u", 0, b), ("i", 31)))
         return d
+    x = slice128(ctx, c, p * 4)
+    t, d = ctx.vnew(), ctx.vnew()
+    ctx.emit(Op.VPSLLD, [t], [x], (("d", 0, 128), ("u", 0, 128), ("i", 31)))
+    lanes = min(4, c.dtype.count - 4 * p)
+    ctx.emit(Op.VPMOVSXDQ, [d], [t], (("d", 0, 256 if lanes > 2 else 128), ("u", 0, 128)))
+    return d
 
-    def vwhere(self, u: UOp) -> None:
-        c, x, y = u.src
-        sdt = scalar_of(u.dtype)
-        if not (native(u.dtype) and native(c.dtype) and native(x.dtype) and native(y.dtype)):
-            self.scalarize(u)
-            return
-        blend = Op.VBLENDVPD if esize(sdt) == 8 else Op.VBLENDVPS
-        if c in self.vfused_cmps:
-            res = self.compare_masks(c)
-            assert res is not None
-            masks, inverted = res
+
+def vwhere(ctx: Emitter, u: UOp) -> None:
+    c, x, y = u.src
+    sdt = scalar_of(u.dtype)
+    if not (native(u.dtype) and native(c.dtype) and native(x.dtype) and native(y.dtype)):
+        scalarize(ctx, u)
+        return
+    blend = Op.VBLENDVPD if esize(sdt) == 8 else Op.VBLENDVPS
+    if c in ctx.facts.vfused_cmps:
+        res = compare_masks(ctx, c)
+        assert res is not None
+        masks, inverted = res
+    else:
+        masks, inverted = [bool_mask(ctx, c, p, sdt) for p in range(len(piece_lanes(u.dtype)))], False
+    if inverted:
+        x, y = y, x
+    per_piece(ctx, u, lambda d, p, bits: ctx.vemit(blend, d, [vpiece(ctx, y, p), voperand(ctx, x, p), masks[p]],
+                                                     bits))
+
+
+def vwhere_minmax(ctx: Emitter, u: UOp, name: str) -> None:
+    """``(p<q).where(a, b)`` with a, b the compared values: vminps/vmaxps (``isel.min_or_max``)."""
+    _, a, b = u.src
+    xop = Op[name + ("PD" if esize(scalar_of(u.dtype)) == 8 else "PS")]
+    per_piece(ctx, u, lambda d, p, bits: ctx.vemit(xop, d, [vpiece(ctx, a, p), voperand(ctx, b, p)], bits))
+
+
+# ---- casts ----
+def vcast(ctx: Emitter, u: UOp) -> None:
+    src = u.src[0]
+    s, t = scalar_of(src.dtype), scalar_of(u.dtype)
+    ks, kt = kind(s), kind(t)
+    if not (native(s) and native(t)):
+        scalarize(ctx, u)
+    elif s is t or (ks == kt and ks in ("i32", "i64")) or (ks == "bool" and kt == "i32"):
+        ctx.val[u] = tuple(ctx.vcopy(r) for r in pieces(ctx, src))
+    elif t is dtypes.bool:
+        vto_bool(ctx, u)
+    elif ks in ("i32", "bool") and kt == "f32" and (s is not dtypes.uint32):
+        per_piece(ctx, u, lambda d, p, bits: ctx.vemit(Op.VCVTDQ2PS, d, [vpiece(ctx, src, p)], bits))
+    elif ks in ("i32", "bool") and kt == "f64" and s is not dtypes.uint32:
+        widen(ctx, u, Op.VCVTDQ2PD)
+    elif ks == "f32" and kt == "f64":
+        widen(ctx, u, Op.VCVTPS2PD)
+    elif ks in ("i32", "bool") and kt == "i64":
+        widen(ctx, u, Op.VPMOVSXDQ if s is dtypes.int32 else Op.VPMOVZXDQ)
+    elif ks == "f64" and kt == "f32":
+        narrow(ctx, u, lambda d, r, bits: ctx.emit(Op.VCVTPD2PS, [d], [r],
+                                                    (("d", 0, 128), ("u", 0, bits))))
+    elif ks == "i64" and kt == "i32":
+        def low_dwords(d: VReg, r: VReg, bits: int) -> None:
+            hi = ctx.upper(r) if bits == 256 else r
+            ctx.vemit(Op.VSHUFPS, d, [r, hi], 128, (("i", 0x88),))
+        narrow(ctx, u, low_dwords)
+    elif ks in ("f32", "f64") and kt == "i32":
+        float_to_i32(ctx, u)
+    else:
+        scalarize(ctx, u)
+
+
+def widen(ctx: Emitter, u: UOp, op: Op) -> None:
+    """32-bit lanes -> 64-bit lanes: output piece p reads the 128 bits at lane 4p."""
+    src = u.src[0]
+    per_piece(ctx, u, lambda d, p, bits: ctx.emit(op, [d], [slice128(ctx, src, 4 * p)],
+                                                   (("d", 0, bits), ("u", 0, 128))))
+
+
+def narrow(ctx: Emitter, u: UOp, fn: Any) -> None:
+    """64-bit lanes -> 32-bit lanes: each source piece gives an xmm, two of them make a piece."""
+    src = u.src[0]
+    s = scalar_of(src.dtype)
+    halves = []
+    for p, n in enumerate(piece_lanes(src.dtype)):
+        d = ctx.vnew()
+        fn(d, vpiece(ctx, src, p), pbits(n, s))
+        halves.append(d)
+    ctx.val[u] = tuple(halves[i] if i + 1 >= len(halves) else ctx.join(halves[i], halves[i + 1])
+                        for i in range(0, len(halves), 2))
+
+
+def vto_bool(ctx: Emitter, u: UOp) -> None:
+    src = u.src[0]
+    s = scalar_of(src.dtype)
+    k = kind(s)
+    if k == "bool":
+        ctx.val[u] = tuple(ctx.vcopy(r) for r in pieces(ctx, src))
+        return
+    ne = UOp(Ops.CMPNE, u.dtype, (src, UOp.const(src.dtype, 0)))
+    vcompare_bool(ctx, ne)
+    ctx.val[u] = ctx.val[ne]
+
+
+def float_to_i32(ctx: Emitter, u: UOp) -> None:
+    """vcvtt*2dq truncates; lanes out of int32 range (and NaN) give 0x80000000: when any lane does,
+    the whole vector is redone lane by lane with the scalar rules (which wrap like C)."""
+    src = u.src[0]
+    s = scalar_of(src.dtype)
+    if s is dtypes.float64:
+        narrow(ctx, u, lambda d, r, bits: ctx.emit(Op.VCVTTPD2DQ, [d], [r], (("d", 0, 128), ("u", 0, bits))))
+    else:
+        per_piece(ctx, u, lambda d, p, bits: ctx.vemit(Op.VCVTTPS2DQ, d, [vpiece(ctx, src, p)], bits))
+    out = ctx.val[u]
+    counts = piece_lanes(u.dtype)
+    any_bad = None
+    for r, n in zip(out, counts, strict=True):
+        bits = pbits(n, dtypes.int32)
+        m = ctx.vnew()
+        ctx.vemit(Op.VPCMPEQD, m, [r, ctx.splat(-(1 << 31), dtypes.int32, bits)], bits)
+        if any_bad is None:
+            any_bad = m
         else:
-            masks, inverted = [self.bool_mask(c, p, sdt) for p in range(len(piece_lanes(u.dtype)))], False
-        if inverted:
-            x, y = y, x
-        self.per_piece(u, lambda d, p, bits: self.vemit(blend, d, [self.vpiece(y, p), self.voperand(x, p), masks[p]],
-                                                         bits))
-
-    def vwhere_minmax(self, u: UOp, name: str) -> None:
-        """``(p<q).where(a, b)`` with a, b the compared values: vminps/vmaxps (``isel.min_or_max``)."""
-        _, a, b = u.src
-        xop = Op[name + ("PD" if esize(scalar_of(u.dtype)) == 8 else "PS")]
-        self.per_piece(u, lambda d, p, bits: self.vemit(xop, d, [self.vpiece(a, p), self.voperand(b, p)], bits))
-
-    # ---- casts ----
-    def vcast(self, u: UOp) -> None:
-        src = u.src[0]
-        s, t = scalar_of(src.dtype), scalar_of(u.dtype)
-        ks, kt = kind(s), kind(t)
-        if not (native(s) and native(t)):
-            self.scalarize(u)
-        elif s is t or (ks == kt and ks in ("i32", "i64")) or (ks == "bool" and kt == "i32"):
-            self.val[u] = tuple(self.vcopy(r) for r in self.pieces(src))
-        elif t is dtypes.bool:
-            self.vto_bool(u)
-        elif ks in ("i32", "bool") and kt == "f32" and (s is not dtypes.uint32):
-            self.per_piece(u, lambda d, p, bits: self.vemit(Op.VCVTDQ2PS, d, [self.vpiece(src, p)], bits))
-        elif ks in ("i32", "bool") and kt == "f64" and s is not dtypes.uint32:
-            self.widen(u, Op.VCVTDQ2PD)
-        elif ks == "f32" and kt == "f64":
-            self.widen(u, Op.VCVTPS2PD)
-        elif ks in ("i32", "bool") and kt == "i64":
-            self.widen(u, Op.VPMOVSXDQ if s is dtypes.int32 else Op.VPMOVZXDQ)
-        elif ks == "f64" and kt == "f32":
-            self.narrow(u, lambda d, r, bits: self.emit(Op.VCVTPD2PS, [d], [r],
-                                                        (("d", 0, 128), ("u", 0, bits))))
-        elif ks == "i64" and kt == "i32":
-            def low_dwords(d: VReg, r: VReg, bits: int) -> None:
-                hi = self.upper(r) if bits == 256 else r
-                self.vemit(Op.VSHUFPS, d, [r, hi], 128, (("i", 0x88),))
-            self.narrow(u, low_dwords)
-        elif ks in ("f32", "f64") and kt == "i32":
-            self.float_to_i32(u)
-        else:
-            self.scalarize(u)
-
-    def widen(self, u: UOp, op: Op) -> None:
-        """32-bit lanes -> 64-bit lanes: output piece p reads the 128 bits at lane 4p."""
-        src = u.src[0]
-        self.per_piece(u, lambda d, p, bits: self.emit(op, [d], [self.slice128(src, 4 * p)],
-                                                       (("d", 0, bits), ("u", 0, 128))))
-
-    def narrow(self, u: UOp, fn: Any) -> None:
-        """64-bit lanes -> 32-bit lanes: each source piece gives an xmm, two of them make a piece."""
-        src = u.src[0]
-        s = scalar_of(src.dtype)
-        halves = []
-        for p, n in enumerate(piece_lanes(src.dtype)):
-            d = self.vnew()
-            fn(d, self.vpiece(src, p), pbits(n, s))
-            halves.append(d)
-        self.val[u] = tuple(halves[i] if i + 1 >= len(halves) else self.join(halves[i], halves[i + 1])
-                            for i in range(0, len(halves), 2))
-
-    def vto_bool(self, u: UOp) -> None:
-        src = u.src[0]
-        s = scalar_of(src.dtype)
-        k = kind(s)
-        if k == "bool":
-            self.val[u] = tuple(self.vcopy(r) for r in self.pieces(src))
-            return
-        ne = UOp(Ops.CMPNE, u.dtype, (src, UOp.const(src.dtype, 0)))
-        self.vcompare_bool(ne)
-        self.val[u] = self.val[ne]
-
-    def float_to_i32(self, u: UOp) -> None:
-        """vcvtt*2dq truncates; lanes out of int32 range (and NaN) give 0x80000000: when any lane does,
-        the whole vector is redone lane by lane with the scalar rules (which wrap like C)."""
-        src = u.src[0]
-        s = scalar_of(src.dtype)
-        if s is dtypes.float64:
-            self.narrow(u, lambda d, r, bits: self.emit(Op.VCVTTPD2DQ, [d], [r], (("d", 0, 128), ("u", 0, bits))))
-        else:
-            self.per_piece(u, lambda d, p, bits: self.vemit(Op.VCVTTPS2DQ, d, [self.vpiece(src, p)], bits))
-        out = self.val[u]
-        counts = piece_lanes(u.dtype)
-        any_bad = None
-        for r, n in zip(out, counts, strict=True):
-            bits = pbits(n, dtypes.int32)
-            m = self.vnew()
-            self.vemit(Op.VPCMPEQD, m, [r, self.splat(-(1 << 31), dtypes.int32, bits)], bits)
-            if any_bad is None:
-                any_bad = m
-            else:
-                o = self.vnew()
-                self.vemit(Op.VPOR, o, [any_bad, m], bits)
-                any_bad = o
-        done = Label("f2i_ok")
-        b = pbits(counts[0], dtypes.int32)
-        self.emit(Op.VPTEST, [], [any_bad, any_bad], (("u", 0, b), ("u", 1, b)))
-        self.jump(done, Cond.E)
-        saved, self.lane_cache = self.lane_cache, None   # values made inside the branch do not outlive it
-        packed = self.pack(scalar_of(u.dtype), self.scalar_lanes(u))
-        self.lane_cache = saved
-        for r, x in zip(out, packed, strict=True):
-            self.copy(r, x)
-        self.label(done)
+            o = ctx.vnew()
+            ctx.vemit(Op.VPOR, o, [any_bad, m], bits)
+            any_bad = o
+    done = Label("f2i_ok")
+    b = pbits(counts[0], dtypes.int32)
+    ctx.emit(Op.VPTEST, [], [any_bad, any_bad], (("u", 0, b), ("u", 1, b)))
+    ctx.jump(done, Cond.E)
+    saved, ctx.lane_cache = ctx.lane_cache, None   # values made inside the branch do not outlive it
+    packed = pack(ctx, scalar_of(u.dtype), scalar_lanes(ctx, u))
+    ctx.lane_cache = saved
+    for r, x in zip(out, packed, strict=True):
+        ctx.copy(r, x)
+    ctx.label(done)
 
 
 # ---- the rules (see ``isel`` for the rule convention) ----
@@ -1277,10 +598,10 @@ EMITTED = ()  # a rule's result: the UOp became the instructions the rule emitte
 def sel_horizontal(ctx: Any, x: UOp) -> tuple | None:
     """A node of a horizontal reduction tree (``plan_horizontal``): the root reduces the whole vector,
     the other nodes and the lane extractions emit nothing."""
-    if x in ctx.hred_skip:
+    if x in ctx.facts.hred_skip:
         return EMITTED
-    if x in ctx.hred_roots:
-        ctx.val[x] = ctx.hreduce(x)
+    if x in ctx.facts.hred_roots:
+        ctx.val[x] = hreduce(ctx, x)
         return EMITTED
     return None
 
@@ -1326,8 +647,15 @@ def sel_vminmax(ctx: Any, x: UOp, c: UOp, a: UOp, b: UOp) -> tuple | None:
     name = min_or_max(c, a, b)
     if name is None:
         return None
-    ctx.vwhere_minmax(x, name)
+    vwhere_minmax(ctx, x, name)
     return EMITTED
+
+
+def accumulator_dtype(u: UOp) -> DType:
+    """What a DEFINE_REG holds (its dtype is a pointer into registers)."""
+    dt = u.dtype
+    assert isinstance(dt, PtrDType), f"x86: DEFINE_REG of {dt}"
+    return dt.base
 
 
 def _always(x: UOp) -> bool:
@@ -1340,20 +668,20 @@ HRED_ISEL = PatternMatcher([(UPat((*HRED_OPS, Ops.GEP), VECTOR_DTYPES, name="x")
 
 VECTOR_ISEL = PatternMatcher([
     # lanes of a vector (a one-lane GEP has a scalar dtype); VCONST is read from frame slots where used
-    (UPat(Ops.GEP, name="x"), vector_rule(VectorSelection.gep, _always)),
+    (UPat(Ops.GEP, name="x"), vector_rule(gep, _always)),
     (UPat(Ops.VCONST), lambda: EMITTED),
     # accumulators and stores by the dtype they hold
-    (UPat(Ops.DEFINE_REG, name="x"), vector_rule(VectorSelection.vdefine_reg, lambda x: x.dtype.base.count > 1)),
-    (UPat(Ops.STORE, name="x"), vector_rule(VectorSelection.vstore, lambda x: is_vector(x.src[1].dtype))),
+    (UPat(Ops.DEFINE_REG, name="x"), vector_rule(vdefine_reg, lambda x: accumulator_dtype(x).count > 1)),
+    (UPat(Ops.STORE, name="x"), vector_rule(vstore, lambda x: is_vector(x.src[1].dtype))),
     # broadcasts (from memory when the load has no other use), lane packing
-    (UPat(Ops.VECTORIZE, name="x"), vector_rule(VectorSelection.vectorize)),
-    (UPat(Ops.LOAD, name="x"), vector_rule(VectorSelection.vload)),
+    (UPat(Ops.VECTORIZE, name="x"), vector_rule(vectorize)),
+    (UPat(Ops.LOAD, name="x"), vector_rule(vload)),
     # compare + WHERE: a mask and a blend, no bool when WHEREs are the only users
-    (UPat(VCMP_OPS, name="x"), vector_rule(VectorSelection.vcompare)),
+    (UPat(VCMP_OPS, name="x"), vector_rule(vcompare)),
     (UPat(Ops.WHERE, src=(UPat(Ops.CMPLT, name="c"), UPat.var("a"), UPat.var("b")), name="x"), sel_vminmax),
-    (UPat(Ops.WHERE, name="x"), vector_rule(VectorSelection.vwhere)),
-    (UPat(Ops.CAST, name="x"), vector_rule(VectorSelection.vcast)),
-    (UPat(Ops.BITCAST, name="x"), vector_rule(VectorSelection.vbitcast)),
+    (UPat(Ops.WHERE, name="x"), vector_rule(vwhere)),
+    (UPat(Ops.CAST, name="x"), vector_rule(vcast)),
+    (UPat(Ops.BITCAST, name="x"), vector_rule(vbitcast)),
     # arithmetic piece by piece (FMA into accumulators, folded loads), else lane by lane
-    (UPat(GroupOp.ALU - VCMP_OPS - {Ops.WHERE}, name="x"), vector_rule(VectorSelection.valu)),
+    (UPat(GroupOp.ALU - VCMP_OPS - {Ops.WHERE}, name="x"), vector_rule(valu)),
 ])
