@@ -58,7 +58,7 @@ from tg_x86.vsel import (
 from tgcore.codegen.regalloc import LoopEnd, LoopStart, MInst, VReg
 from tgcore.dtype import AddrSpace, DType, PtrDType, dtypes
 from tgcore.renderer.isa import ISelContext, line_rewrite
-from tgcore.uop import Ops, PatternMatcher, UOp, UPat
+from tgcore.uop import Ops, PatternMatcher, RangeKind, UOp, UPat
 
 F16_ROUND = 0       # vcvtps2ph immediate: round to nearest even
 TRUNC_IMM = 0xB     # vroundss immediate: toward zero, no precision exception
@@ -628,10 +628,9 @@ class Selector(ISelContext, VectorSelection):
         bits = gbits(u.dtype)
         i = self.new("gpr")
         top, exit_ = Label(f"loop{len(self.loops)}"), Label(f"exit{len(self.loops)}")
-        arg = u.arg if isinstance(u.arg, tuple) else (u.arg,)
         guard = True
-        if len(arg) > 2 and arg[1] == "thread":
-            n = int(arg[2])
+        if u.arg.kind is RangeKind.THREAD:
+            n = u.arg.threads
             core = self.new("gpr")
             self.emit(Op.MOV, [core], [frame_mem((32, "arg", self.core_arg))], (("d", 0, 32), ("u", 0, None)))
             if end.op is Ops.CONST:
