@@ -71,7 +71,7 @@ class AxisArg:
         return "_".join(str(w) for w in words)
 
     def __repr__(self) -> str:  # deterministic and short: only the fields that are not their default
-        extra = [f"parts=({''.join(f'{p.name},' for p in self.parts)})"] if self.parts else []
+        extra = [f"parts={'+'.join(p.name for p in self.parts)}"] if self.parts else []
         extra += [f"{name}={v}" for name, v in (("split", self.split), ("threads", self.threads)) if v]
         extra += [f"lanes_of={self.lanes_of.name}"] if self.lanes_of is not None else []
         return f"AxisArg({', '.join([str(self.axis), self.kind.name, *extra])})"
