@@ -329,7 +329,8 @@ class Kernel:
                 raise KernelError(f"PYTHON device: kernel {name!r} has a loop whose arg is {n.arg!r}, not an AxisArg")
         closed = {r for n in order if n.op is Ops.REDUCE for r in n.src[1:]}
         ranges = [n for n in order if n.op is Ops.RANGE]
-        outer = sorted((r for r in ranges if r not in closed), key=lambda r: r.arg.nesting_key())  # threads first
+        # each group in loop nesting order: threads, then outputs by axis; the reductions by axis
+        outer = sorted((r for r in ranges if r not in closed), key=lambda r: r.arg.nesting_key())
         inner = sorted((r for r in ranges if r in closed), key=lambda r: r.arg.nesting_key())
         self.ranges = outer + inner
         self.axis = {r: i for i, r in enumerate(self.ranges)}
