@@ -15,7 +15,7 @@ import gc
 import random
 import time
 
-from tgcore.uop import PatternMatcher, UOp, symbolic
+from tgcore.uop import AxisArg, PatternMatcher, RangeKind, UOp, symbolic
 from tgcore.uop.rewrite import GraphRewriter
 
 
@@ -26,7 +26,7 @@ def index_expressions(count: int, seed: int) -> list[UOp]:
         lsize = rng.choice([2, 4, 8, 16])
         g = UOp.special(rng.choice([16, 32, 64, 128, 256]), "gidx0")
         lid = UOp.special(lsize, "lidx0")
-        r = UOp.range(rng.choice([2, 3, 4, 8, 16]), 0)
+        r = UOp.range(rng.choice([2, 3, 4, 8, 16]), AxisArg(0, RangeKind.GLOBAL))
         v = UOp.variable("start_pos", 0, rng.choice([63, 127, 1023]))
         stride = rng.choice([1, 2, 3, 4, 8, 12, 16, 24, 32])
         k, m = rng.choice([1, 2, 3, 4, 5, 8, 16]), rng.choice([2, 3, 4, 8, 16, 32, 64])

@@ -30,7 +30,7 @@ from tgcore.helpers import Context
 from tgcore.runtime.registry import open_device
 from tgcore.schedule.kernelize import ScheduleItem, create_schedule
 from tgcore.tensor import Tensor
-from tgcore.uop import Ops
+from tgcore.uop import Ops, RangeKind, SplitPart
 
 UPCAST, UNROLL, TILE, BLOCK, THREAD = OptOps.UPCAST, OptOps.UNROLL, OptOps.TILE, OptOps.BLOCK, OptOps.THREAD
 
@@ -77,10 +77,10 @@ def compute_kernel(t: Tensor, device: str) -> tuple[list[ScheduleItem], Schedule
     return before, last
 
 
-def axes_of(t: Tensor, device: str) -> list[tuple[str, int]]:
-    """(kind, size) of each axis an ``Opt`` can name in ``t``'s compute kernel ("global" or "reduce")."""
+def axes_of(t: Tensor, device: str) -> list[tuple[RangeKind, int]]:
+    """(kind, size) of each axis an ``Opt`` can name in ``t``'s compute kernel (GLOBAL or REDUCE)."""
     _, last = compute_kernel(t, device)
-    return [(r.arg[1], r.src[0].arg) for r in kernel_axes(simplify_kernel(last.ast))]
+    return [(r.arg.kind, r.src[0].arg) for r in kernel_axes(simplify_kernel(last.ast))]
 
 
 def run_with_opts(t: Tensor, opts: list[Opt], device: str) -> np.ndarray:
@@ -113,14 +113,14 @@ def _divisors(n: int) -> list[int]:
 
 
 @st.composite
-def legal_opts(draw: st.DrawFn, axes: list[tuple[str, int]], *, vector: bool, tile: bool,
+def legal_opts(draw: st.DrawFn, axes: list[tuple[RangeKind, int]], *, vector: bool, tile: bool,
                registers: int) -> list[Opt]:
     """A list ``apply_opts`` must accept for a kernel with ``axes``: each opt divides what is left of its axis;
     one UPCAST (2..16 lanes); UNROLL copies (at most ``registers``, the accumulator limit) times lanes at most 64,
     so programs stay small; TILE (when ``tile``) and BLOCK (the last opt of its axis) on reduced axes; THREAD
     last, on an output axis."""
     left = [n for _, n in axes]
-    reduced = any(kind == "reduce" for kind, _ in axes)
+    reduced = any(kind is RangeKind.REDUCE for kind, _ in axes)
     opts: list[Opt] = []
     lanes = copies = 1
     tiled = False
@@ -134,7 +134,7 @@ def legal_opts(draw: st.DrawFn, axes: list[tuple[str, int]], *, vector: bool, ti
                 choices[UPCAST] += [Opt(UPCAST, i, k) for k in (2, 4, 8, 16) if left[i] % k == 0 and k * copies <= 64]
             cap = min(registers if reduced else 64, 64 // lanes, 8 * copies) // copies
             choices[UNROLL] += [Opt(UNROLL, i, k) for k in _divisors(left[i]) if 1 < k <= cap]
-            if kind == "reduce":
+            if kind is RangeKind.REDUCE:
                 choices[TILE] += [Opt(TILE, i, k) for k in _divisors(left[i])] if tile else []
                 choices[BLOCK] += [Opt(BLOCK, i, k) for k in _divisors(left[i]) if k > 1]
         kinds = [op for op, c in choices.items() if c]
@@ -150,7 +150,7 @@ def legal_opts(draw: st.DrawFn, axes: list[tuple[str, int]], *, vector: bool, ti
             blocked.add(o.axis)
         tiled = tiled or o.op is TILE
         left[o.axis] = o.amount if o.op is TILE else left[o.axis] // o.amount
-    outputs = [i for i, (kind, _) in enumerate(axes) if kind == "global" and left[i] > 1]
+    outputs = [i for i, (kind, _) in enumerate(axes) if kind is RangeKind.GLOBAL and left[i] > 1]
     if outputs and draw(st.booleans()):
         i = draw(st.sampled_from(outputs))
         amounts = [k for k in (2, 3, 4) if not tiled or left[i] % k == 0]
@@ -312,8 +312,8 @@ def test_block_is_applied_not_dropped(rows, blocks, k):
     ast = simplify_kernel(last.ast)
     for opts in block_lists(rows, k)[1]:
         optimized, _ = apply_opts(ast, opts, renderer)
-        kinds = {u.arg[-1] for u in optimized.toposort if u.op is Ops.RANGE}
-        assert {"block", "in block"} <= kinds, (opts, kinds)
+        parts = {u.arg.parts[-1] for u in optimized.toposort if u.op is Ops.RANGE and u.arg.parts}
+        assert {SplitPart.BLOCK, SplitPart.IN_BLOCK} <= parts, (opts, parts)
 
 
 @pytest.mark.parametrize("opts", [[Opt(BLOCK, 1, 32), Opt(UPCAST, 1, 2)], [Opt(BLOCK, 1, 32), Opt(UNROLL, 1, 3)],

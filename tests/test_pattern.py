@@ -7,7 +7,7 @@ import random
 import pytest
 
 from tgcore.dtype import dtypes
-from tgcore.uop import Ops, PatternMatcher, UOp, UPat, symbolic
+from tgcore.uop import AxisArg, Ops, PatternMatcher, RangeKind, UOp, UPat, symbolic
 
 x_ = UOp.variable("x", 0, 10)
 y_ = UOp.variable("y", 0, 10)
@@ -122,7 +122,7 @@ def test_rules_are_compiled_to_python():
 
 
 def _random_int_graph(rng: random.Random, depth: int) -> UOp:
-    vs = [UOp.variable("a", 0, 7), UOp.variable("b", -4, 4), UOp.range(16, 0)]
+    vs = [UOp.variable("a", 0, 7), UOp.variable("b", -4, 4), UOp.range(16, AxisArg(0, RangeKind.GLOBAL))]
     if depth == 0 or rng.random() < 0.2:
         return rng.choice(vs) if rng.random() < 0.6 else UOp.const(dtypes.int32, rng.randint(-8, 8))
     a, b = _random_int_graph(rng, depth - 1), _random_int_graph(rng, depth - 1)

@@ -15,7 +15,7 @@ from tgcore.renderer.python import PythonCompiler, PythonRenderer
 from tgcore.runtime import python as pyrt
 from tgcore.runtime.buffer import Buffer
 from tgcore.runtime.python import KernelError, PythonDevice, PythonProgram
-from tgcore.uop import Ops, UOp
+from tgcore.uop import AxisArg, Ops, RangeKind, UOp
 
 DEV = PythonDevice()
 RENDERER = PythonRenderer()
@@ -33,6 +33,14 @@ _ML_DTYPES = {"bfloat16": ml_dtypes.bfloat16, "fp8e4m3": ml_dtypes.float8_e4m3fn
 
 def np_dtype(dt: DType) -> np.dtype:
     return np.dtype(_ML_DTYPES[dt.name]) if dt.name in _ML_DTYPES else dt.np
+
+
+def out_axis(axis: int) -> AxisArg:
+    return AxisArg(axis, RangeKind.GLOBAL)
+
+
+def reduced_axis(axis: int) -> AxisArg:
+    return AxisArg(axis, RangeKind.REDUCE)
 
 
 def param(slot: int, dt: DType, n: int) -> UOp:
@@ -54,7 +62,7 @@ def run(sink: UOp, outs: list[tuple[DType, int]], ins: list[tuple[DType, np.ndar
 def elementwise(fn, ins: list[tuple[DType, np.ndarray]], out_dtype: DType) -> np.ndarray:
     """out[i] = fn(in0[i], in1[i], ...) over one global range."""
     n = ins[0][1].size
-    r = UOp.range(n, 0, "global")
+    r = UOp.range(n, out_axis(0))
     loads = [param(k + 1, dt, n).index(r).load() for k, (dt, _) in enumerate(ins)]
     sink = UOp.sink(param(0, out_dtype, n).index(r).store(fn(*loads)))
     return run(sink, [(out_dtype, n)], ins)[0]
@@ -106,7 +114,7 @@ def c_mod(a: int, b: int) -> int:
 def test_renderer_and_compiler_contract():
     assert (RENDERER.device, RENDERER.name, RENDERER.linear, RENDERER.has_threads) == ("PYTHON", "PY", False, False)
     assert isinstance(RENDERER.compiler, PythonCompiler) and RENDERER.compiler.cache_key is None
-    r = UOp.range(4, 0, "global")
+    r = UOp.range(4, out_axis(0))
     sink = UOp.sink(param(0, dtypes.int32, 4).index(r).store(r))
     lib = RENDERER.compiler.compile_cached(RENDERER.render("k", sink))
     assert isinstance(lib, bytes) and pickle.loads(lib) is sink
@@ -115,7 +123,7 @@ def test_renderer_and_compiler_contract():
 
 
 def test_program_returns_time_only_when_waited_on():
-    r = UOp.range(4, 0, "global")
+    r = UOp.range(4, out_axis(0))
     sink = UOp.sink(param(0, dtypes.int32, 4).index(r).store(r * 3))
     prg = PythonProgram("k", RENDERER.render("k", sink))
     out = Buffer(DEV, 4, dtypes.int32)
@@ -133,7 +141,7 @@ def test_device_registry_opens_python_device():
 
 
 def test_wrong_argument_counts_raise():
-    r = UOp.range(4, 0, "global")
+    r = UOp.range(4, out_axis(0))
     v = UOp.variable("v", 0, 9)
     prg = PythonProgram("k", RENDERER.render("k", UOp.sink(param(0, dtypes.int32, 4).index(r).store(r + v))))
     out = Buffer(DEV, 4, dtypes.int32)
@@ -367,7 +375,7 @@ def test_bitcasts():
 def test_gated_load_pads_without_reading_out_of_bounds():
     n, pad = 10, 3
     a = np.arange(1, n + 1, dtype=np.float32)
-    r = UOp.range(n + 2 * pad, 0, "global")
+    r = UOp.range(n + 2 * pad, out_axis(0))
     j = r - pad
     valid = (j >= 0) & (j < n)
     load = param(1, dtypes.float32, n).index(j, valid).load()
@@ -383,7 +391,7 @@ def test_gated_load_pads_without_reading_out_of_bounds():
 def test_gated_load_alternative_value_and_gated_store():
     n = 8
     a = np.arange(n, dtype=np.int32) * 10
-    r = UOp.range(n, 0, "global")
+    r = UOp.range(n, out_axis(0))
     gate = r < 5
     alt = UOp.const(dtypes.int32, -1)
     load = UOp(Ops.LOAD, dtypes.int32, (param(1, dtypes.int32, n).index(r + 100, r >= 100), alt))
@@ -396,14 +404,14 @@ def test_gated_load_alternative_value_and_gated_store():
 
 
 def test_out_of_bounds_access_raises():
-    r = UOp.range(8, 0, "global")
+    r = UOp.range(8, out_axis(0))
     sink = UOp.sink(param(0, dtypes.int32, 8).index(r).store(param(1, dtypes.int32, 4).index(r).load()))
     with pytest.raises(IndexError, match="outside its 4 elements"):
         run(sink, [(dtypes.int32, 8)], [(dtypes.int32, np.arange(4, dtype=np.int32))])
 
 
 def test_thread_ranges_are_output_ranges():
-    t, r = UOp.range(4, 0, "thread", 4), UOp.range(8, 1, "global")
+    t, r = UOp.range(4, AxisArg(0, RangeKind.THREAD, threads=4)), UOp.range(8, out_axis(1))
     sink = UOp.sink(param(0, dtypes.int32, 32).index(t * 8 + r).store(t * 100 + r))
     got = run(sink, [(dtypes.int32, 32)], [])[0]
     np.testing.assert_array_equal(got, (np.arange(4)[:, None] * 100 + np.arange(8)).reshape(-1))
@@ -411,7 +419,7 @@ def test_thread_ranges_are_output_ranges():
 
 def test_several_stores_and_dtype_storage():
     n = 16
-    r = UOp.range(n, 0, "global")
+    r = UOp.range(n, out_axis(0))
     x = param(2, dtypes.float32, n).index(r).load()
     sink = UOp.sink(param(0, dtypes.bfloat16, n).index(r).store(x.cast(dtypes.bfloat16)),
                     param(1, dtypes.int16, n).index(r).store(x.cast(dtypes.int16)))
@@ -426,7 +434,7 @@ def test_several_stores_and_dtype_storage():
 def reduce_rows(op: Ops, dt: DType, m: np.ndarray) -> np.ndarray:
     """out[i] = REDUCE_k m[i, k]."""
     rows, cols = m.shape
-    i, k = UOp.range(rows, 0, "global"), UOp.range(cols, 0, "reduce")
+    i, k = UOp.range(rows, out_axis(0)), UOp.range(cols, reduced_axis(0))
     value = param(1, dt, m.size).index(i * cols + k).load().reduce(k, op=op)
     return run(UOp.sink(param(0, dt, rows).index(i).store(value)), [(dt, rows)], [(dt, m.reshape(-1))])[0]
 
@@ -457,14 +465,14 @@ def test_reduce_narrow_floats():
 
 def test_reduce_two_axes_and_to_a_scalar():
     a = RNG.integers(-100, 100, (6, 5, 7)).astype(np.int32)
-    i, k1, k2 = UOp.range(6, 0, "global"), UOp.range(5, 0, "reduce"), UOp.range(7, 1, "reduce")
+    i, k1, k2 = UOp.range(6, out_axis(0)), UOp.range(5, reduced_axis(0)), UOp.range(7, reduced_axis(1))
     src = param(1, dtypes.int32, a.size)
     value = src.index(i * 35 + k1 * 7 + k2).load().reduce(k1, k2, op=Ops.ADD)
     got = run(UOp.sink(param(0, dtypes.int32, 6).index(i).store(value)), [(dtypes.int32, 6)],
               [(dtypes.int32, a.reshape(-1))])[0]
     np.testing.assert_array_equal(got, a.sum((1, 2)))
     # a max over everything, stored at index 0 of a one-element buffer; nested reductions
-    k = UOp.range(a.size, 2, "reduce")
+    k = UOp.range(a.size, reduced_axis(2))
     total = src.index(k).load().reduce(k, op=Ops.MAX)
     zero = UOp.const(dtypes.int32, 0)
     got = run(UOp.sink(param(0, dtypes.int32, 1).index(zero).store(total)), [(dtypes.int32, 1)],
@@ -478,11 +486,11 @@ def test_reduce_two_axes_and_to_a_scalar():
 
 
 def test_reduce_counts_values_that_ignore_the_range_and_empty_ranges():
-    k = UOp.range(37, 0, "reduce")
+    k = UOp.range(37, reduced_axis(0))
     count = UOp.const(dtypes.int32, 1).reduce(k, op=Ops.ADD)
     zero = UOp.const(dtypes.int32, 0)
     assert run(UOp.sink(param(0, dtypes.int32, 1).index(zero).store(count)), [(dtypes.int32, 1)], [])[0][0] == 37
-    empty = UOp.range(0, 1, "reduce")
+    empty = UOp.range(0, reduced_axis(1))
     sinks = {Ops.ADD: 0.0, Ops.MUL: 1.0, Ops.MAX: -np.inf}
     for op, want in sinks.items():
         value = UOp.const(dtypes.float32, 5.0).reduce(empty, op=op)
@@ -491,7 +499,7 @@ def test_reduce_counts_values_that_ignore_the_range_and_empty_ranges():
 
 
 def matmul_kernel(m: int, k: int, n: int, dt: DType = dtypes.float32) -> UOp:
-    i, j, r = UOp.range(m, 0, "global"), UOp.range(n, 1, "global"), UOp.range(k, 0, "reduce")
+    i, j, r = UOp.range(m, out_axis(0)), UOp.range(n, out_axis(1)), UOp.range(k, reduced_axis(0))
     a = param(1, dt, m * k).index(i * k + r).load()
     b = param(2, dt, k * n).index(r * n + j).load()
     return UOp.sink(param(0, dt, m * n).index(i * n + j).store((a * b).reduce(r, op=Ops.ADD)))
@@ -521,7 +529,7 @@ def test_chunked_evaluation_matches(monkeypatch):
 def test_large_elementwise_kernel():
     n = 1 << 20
     a, b = RNG.standard_normal(n).astype(np.float32), RNG.standard_normal(n).astype(np.float32)
-    r = UOp.range(n, 0, "global")
+    r = UOp.range(n, out_axis(0))
     x, y = param(1, dtypes.float32, n).index(r).load(), param(2, dtypes.float32, n).index(r).load()
     sink = UOp.sink(param(0, dtypes.float32, n).index(r).store((x * y + x).maximum(y) * 0.5))
     prg = DEV.program("big", RENDERER.render("big", sink))
@@ -534,7 +542,7 @@ def test_large_elementwise_kernel():
 
 def test_define_var_values_in_name_order():
     n = 12
-    r = UOp.range(n, 0, "global")
+    r = UOp.range(n, out_axis(0))
     scale, shift = UOp.variable("scale", 0, 100), UOp.variable("a_shift", -50, 50)
     sink = UOp.sink(param(0, dtypes.int32, n).index(r).store(param(1, dtypes.int32, n).index(r).load() * scale
                                                              + shift))
@@ -545,7 +553,7 @@ def test_define_var_values_in_name_order():
 
 def test_define_var_as_a_loop_bound():
     count = UOp.variable("count", 1, 16)
-    r = UOp.range(count, 0, "global")
+    r = UOp.range(count, out_axis(0))
     sink = UOp.sink(param(0, dtypes.int32, 16).index(r).store(r * r))
     got = run(sink, [(dtypes.int32, 16)], [], vals=(5,))[0]
     np.testing.assert_array_equal(got, [0, 1, 4, 9, 16] + [0] * 11)

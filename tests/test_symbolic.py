@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tgcore.dtype import dtypes
-from tgcore.uop import Ops, UOp, resolve, smax, smin, ssimplify, sym_infer
+from tgcore.uop import AxisArg, Ops, RangeKind, UOp, resolve, smax, smin, ssimplify, sym_infer
 from tgcore.uop.symbolic import difference
 
 pytestmark = pytest.mark.usefixtures("spec_on")  # every rewrite checks its spec
@@ -131,10 +131,10 @@ def test_difference_of_normal_forms(spec, monkeypatch):
 
 
 def test_codegen_style_index():
-    g, l, r = UOp.special(32, "gidx0"), UOp.special(4, "lidx0"), UOp.range(8, 0)
+    g, l, r = UOp.special(32, "gidx0"), UOp.special(4, "lidx0"), UOp.range(8, AxisArg(0, RangeKind.GLOBAL))
     e = ((g * 4 + l) * 16 + r) // 8 % 4
     assert simp(e) == "((lidx0%2)*2)"
-    assert simp(((g * 4 + l) * 16 + r) % 8) == "r0"
+    assert simp(((g * 4 + l) * 16 + r) % 8) == "r0_global"
 
 
 def test_negative_dividends_keep_c_semantics():
@@ -164,7 +164,8 @@ def test_comparisons(expr, want):
     (lambda: n // (b - 4), -8, 8), (lambda: a.maximum(n), 0, 10), (lambda: a.minimum(n), -8, 8),
     (lambda: (a < 5).where(a, n), -8, 10), (lambda: b.cast(dtypes.int8), 0, 3), (lambda: a & 6, 0, 6),
     (lambda: b | 8, 8, 15), (lambda: (a + 5) % 8, 0, 7), (lambda: (b + 4) % 8, 4, 7),
-    (lambda: UOp.range(16, 0) * 2, 0, 30), (lambda: UOp.variable("big", 0, 2**31 - 1) + 1, -2**31, 2**31 - 1),
+    (lambda: UOp.range(16, AxisArg(0, RangeKind.GLOBAL)) * 2, 0, 30),
+    (lambda: UOp.variable("big", 0, 2**31 - 1) + 1, -2**31, 2**31 - 1),
 ])
 def test_range_analysis(expr, lo, hi):
     e = expr()

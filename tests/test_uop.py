@@ -10,7 +10,7 @@ import weakref
 import pytest
 
 from tgcore.dtype import dtypes
-from tgcore.uop import GroupOp, Ops, UOp, consumer_map
+from tgcore.uop import AxisArg, GroupOp, Ops, RangeKind, UOp, consumer_map
 
 
 def test_hash_consing_gives_the_same_object():
@@ -116,14 +116,14 @@ def test_toposort_backward_slice_and_consumers():
 
 
 def test_ranges_open_and_closed():
-    r0 = UOp.range(4, 0)
-    r1 = UOp.range(8, 1)
+    r0 = UOp.range(4, AxisArg(0, RangeKind.GLOBAL))
+    r1 = UOp.range(8, AxisArg(1, RangeKind.GLOBAL))
     idx = r0 * 8 + r1
     assert set(idx.ranges) == {r0, r1}
     red = idx.reduce(r1)
     assert set(red.ranges) == {r0}
     assert set(red.end(r0).ranges) == set()
-    inner = UOp.range(r0 + 1, 2)  # a range whose end depends on an outer one
+    inner = UOp.range(r0 + 1, AxisArg(2, RangeKind.GLOBAL))  # a range whose end depends on an outer one
     assert set(inner.ranges) == {r0, inner}
     assert r0.vmin == 0 and r0.vmax == 3
 

@@ -21,7 +21,7 @@ from tgcore.codegen.upcast import MAX_LANES, _size, _stride, block_divisors
 from tgcore.dtype import DType, dtypes
 from tgcore.helpers import ceildiv, dedup, prod, round_up
 from tgcore.renderer import Renderer
-from tgcore.uop import Ops, UOp
+from tgcore.uop import Ops, RangeKind, UOp
 
 MIN_WORK_PER_THREAD = 1 << 15  # loop iterations below which a thread costs more than it saves
 MAX_UNROLL = 8   # copies made by unrolling on the plain vector path
@@ -58,7 +58,7 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -
     store = stores[0]
     width = simd_widths.get(store.src[1].dtype, 0)
     index = store.src[0].src[1]
-    ranges = [r for r in index.toposort if r.op is Ops.RANGE and r in number and r.arg[1] == "global"]
+    ranges = [r for r in index.toposort if r.op is Ops.RANGE and r in number and r.arg.kind is RangeKind.GLOBAL]
     reduces = [u for u in ast.toposort if u.op is Ops.REDUCE]
     mains = _main_inputs(ast)
     contiguous = [r for r in ranges if _stride(index, r) == 1]
@@ -123,7 +123,7 @@ def _product(ast: UOp) -> tuple[UOp, UOp, UOp, UOp, list[UOp]] | None:
     if a.op is not Ops.LOAD or b.op is not Ops.LOAD:
         return None
     index = store.src[0].src[1]
-    outputs = [r for r in index.toposort if r.op is Ops.RANGE and r.arg[1] == "global"]
+    outputs = [r for r in index.toposort if r.op is Ops.RANGE and r.arg.kind is RangeKind.GLOBAL]
     return index, red, a.src[0].src[1], b.src[0].src[1], outputs
 
 
@@ -307,7 +307,7 @@ def thread_opt(ast: UOp, opts: list[Opt], threads: int, work: int) -> list[Opt]:
         return []
     axes = kernel_axes(ast)
     for i, r in enumerate(axes):
-        if r.arg[1] != "global":
+        if r.arg.kind is not RangeKind.GLOBAL:
             continue
         size = _size(r)
         for o in opts:

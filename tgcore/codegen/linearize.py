@@ -25,11 +25,9 @@ class LinearizeError(RuntimeError):
 
 
 def range_sort_key(r: UOp) -> tuple:
-    """Nesting order of ranges: threads, reduction tiles (their partial sums go to memory), output axes (by axis),
-    then the rest by creation."""
-    arg = r.arg if isinstance(r.arg, tuple) else (r.arg,)
-    kind_rank = {"thread": 0, "tile": 1, "global": 2, "reduce": 3}.get(arg[1] if len(arg) > 1 else "", 4)
-    return (kind_rank, arg[0] if arg and isinstance(arg[0], int) else 0, str(arg))
+    """Nesting order of ranges (``AxisArg.nesting_key``): threads, reduction tiles (their partial sums go to
+    memory), output axes, reductions, each by axis."""
+    return r.arg.nesting_key()
 
 
 def loop_parents(sink: UOp) -> dict[UOp, UOp | None]:

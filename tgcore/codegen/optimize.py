@@ -29,14 +29,14 @@ A list that cannot be applied raises ``OptError`` naming the opt and the reason.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum, auto
 
 from tgcore.codegen.upcast import MAX_LANES, _Expander, _size, _split_ranges, factor_blocks, split_blocks, unroll
 from tgcore.dtype import dtypes
 from tgcore.helpers import prod, round_up
 from tgcore.renderer import Renderer
-from tgcore.uop import Ops, UOp
+from tgcore.uop import AxisArg, Ops, RangeKind, SplitPart, UOp
 
 
 class OptOps(Enum):
@@ -62,14 +62,10 @@ class OptError(ValueError):
     """An optimization list that does not fit the kernel or the renderer."""
 
 
-def _kind(r: UOp) -> str:
-    return r.arg[1] if isinstance(r.arg, tuple) and len(r.arg) > 1 else ""
-
-
 def kernel_axes(ast: UOp) -> list[UOp]:
     """The loops an ``Opt`` can name: output ranges by axis, then reduce ranges by number."""
-    ranges = [u for u in ast.toposort if u.op is Ops.RANGE and _kind(u) in ("global", "reduce")]
-    return sorted(ranges, key=lambda r: (_kind(r) != "global", r.arg[0]))
+    ranges = [u for u in ast.toposort if u.op is Ops.RANGE and u.arg.kind in (RangeKind.GLOBAL, RangeKind.REDUCE)]
+    return sorted(ranges, key=lambda r: (r.arg.kind is not RangeKind.GLOBAL, r.arg.axis))
 
 
 def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: Renderer) -> None:
@@ -88,19 +84,19 @@ def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: Renderer) -> No
         if o.axis in blocked:
             raise OptError(f"{o}: {blocked[o.axis]} already divides axis {o.axis} into blocks; "
                            "BLOCK comes after the other opts of its axis")
-        kind, n = _kind(axes[o.axis]), left[o.axis]
+        kind, n = axes[o.axis].arg.kind, left[o.axis]
         if o.amount < 1 or n < 1:
             raise OptError(f"{o}: amount must be positive and the axis of constant size")
         if o.op is OptOps.THREAD:
-            if kind != "global":
+            if kind is not RangeKind.GLOBAL:
                 raise OptError(f"{o}: only output axes run on threads")
             continue
         if o.op is OptOps.PAD:
-            if kind != "global" or n != _size(axes[o.axis]):
+            if kind is not RangeKind.GLOBAL or n != _size(axes[o.axis]):
                 raise OptError(f"{o}: PAD applies to an output axis, before any other opt of it")
             left[o.axis] = round_up(n, o.amount)
             continue
-        if o.op in (OptOps.TILE, OptOps.BLOCK) and kind != "reduce":
+        if o.op in (OptOps.TILE, OptOps.BLOCK) and kind is not RangeKind.REDUCE:
             raise OptError(f"{o}: {o.op.name} applies to reduced axes only")
         if n % o.amount:
             raise OptError(f"{o}: {o.amount} does not divide the {n} iterations left of axis {o.axis} "
@@ -132,12 +128,12 @@ def tileable(ast: UOp) -> bool:
     return value.op is Ops.REDUCE and value.arg is Ops.ADD and dtypes.is_float(value.dtype)
 
 
-def _split(ast: UOp, r: UOp, amount: int, inner_arg: tuple, outer_arg: tuple) -> tuple[UOp, UOp | None, UOp]:
+def _split(ast: UOp, r: UOp, amount: int, inner_arg: AxisArg, outer_arg: AxisArg) -> tuple[UOp, UOp | None, UOp]:
     """``r`` (size n) as ``outer*amount + inner``; returns the kernel, the outer range (None if n == amount) and the
     inner one. A reduction over ``r`` reduces over both."""
     n = _size(r)
-    outer = UOp.range(n // amount, *outer_arg, dtype=r.dtype) if n != amount else None
-    inner = UOp.range(amount, *inner_arg, dtype=r.dtype)
+    outer = UOp.range(n // amount, outer_arg, dtype=r.dtype) if n != amount else None
+    inner = UOp.range(amount, inner_arg, dtype=r.dtype)
     parts = tuple(x for x in (outer, inner) if x is not None)
     ast = _split_ranges(ast, {r: outer * amount + inner if outer is not None else inner}, {r: parts})
     return ast, outer, inner
@@ -149,7 +145,7 @@ def _pad(ast: UOp, r: UOp, amount: int, gate_loads: bool) -> tuple[UOp, UOp]:
     (a vectorized axis: a clamped index is no vector), are gated on ``r' < n`` too. Returns the kernel and the
     new loop."""
     n = _size(r)
-    padded = UOp.range(round_up(n, amount), *r.arg, dtype=r.dtype)
+    padded = UOp.range(round_up(n, amount), r.arg, dtype=r.dtype)
     valid = padded < n
     ast = _split_ranges(ast, {r: padded if gate_loads else valid.where(padded, n - 1)}, {})
 
@@ -212,14 +208,17 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: Renderer) -> tuple[UOp, int]
                 ast, current[o.axis] = _pad(ast, r, o.amount, lanes_here)
                 splits[o.axis] += 1
             continue
-        nth = (splits[o.axis],) if splits[o.axis] else ()  # a second split of an axis names its loops apart
+        nth = splits[o.axis]  # a second split of an axis names its loops apart
         splits[o.axis] += 1
+        axis = r.arg.axis
         if o.op is OptOps.TILE:
-            ast, outer, inner = _split(ast, r, o.amount, (*r.arg, "in tile", *nth), (r.arg[0], "tile", *nth))
+            in_tile = replace(r.arg, parts=(*r.arg.parts, SplitPart.IN_TILE), split=nth)
+            ast, outer, inner = _split(ast, r, o.amount, in_tile, AxisArg(axis, RangeKind.TILE, split=nth))
             tiles += [outer] if outer is not None else []
             current[o.axis] = inner
             continue
-        ast, outer, lane = _split(ast, r, o.amount, (r.arg[0], "upcast", r.arg[1], *nth), r.arg)
+        lanes = AxisArg(axis, RangeKind.UPCAST, split=nth, lanes_of=r.arg.kind)
+        ast, outer, lane = _split(ast, r, o.amount, lanes, r.arg)
         current[o.axis] = outer if outer is not None else lane
         if o.op is OptOps.UPCAST:
             vector = lane
@@ -247,12 +246,13 @@ def _thread(ast: UOp, o: Opt | None, current: dict[int, UOp], tiled: bool) -> tu
     r = current[o.axis]
     if r not in ast.toposort:
         return ast, 1
+    thread_arg = AxisArg(r.arg.axis, RangeKind.THREAD, threads=o.amount)
     if not tiled:  # the whole loop, chunked by thread
-        return ast.substitute({r: r.replace(arg=(r.arg[0], "thread", o.amount))}), o.amount
+        return ast.substitute({r: r.replace(arg=thread_arg)}), o.amount
     n = _size(r)
     if n % o.amount:
         raise OptError(f"{o}: with a TILE the {n} iterations of axis {o.axis} must divide among the threads")
     per = n // o.amount
-    core = UOp.range(o.amount, r.arg[0], "thread", o.amount, dtype=r.dtype)
-    rest = UOp.range(per, *r.arg, dtype=r.dtype)
+    core = UOp.range(o.amount, thread_arg, dtype=r.dtype)
+    rest = UOp.range(per, r.arg, dtype=r.dtype)
     return ast.substitute({r: core * per + rest}).simplify(), o.amount

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tgcore.dtype import DType, dtypes
 from tgcore.helpers import prod
-from tgcore.uop import GroupOp, Ops, UOp
+from tgcore.uop import GroupOp, Ops, RangeKind, UOp
 
 
 def _range_size(r: UOp) -> int:
@@ -44,8 +44,8 @@ def emulate_floats(ast: UOp, emulated: frozenset[DType]) -> UOp:
 def kernel_name(ast: UOp) -> str:
     """``E_<output dims>`` for elementwise kernels, ``r_<output dims>_<reduce dims>`` with reductions."""
     ranges = loop_ranges(ast)
-    out = [str(_range_size(r)) for r in ranges if isinstance(r.arg, tuple) and r.arg[1] in ("global", "thread")]
-    red = [str(_range_size(r)) for r in ranges if isinstance(r.arg, tuple) and r.arg[1] == "reduce"]
+    out = [str(_range_size(r)) for r in ranges if r.arg.kind in (RangeKind.GLOBAL, RangeKind.THREAD)]
+    red = [str(_range_size(r)) for r in ranges if r.arg.kind is RangeKind.REDUCE]
     prefix = "r" if red else "E"
     return "_".join([prefix, *(out or ["1"]), *red])
 

@@ -45,7 +45,7 @@ from tgcore.codegen.upcast import _size, _stride
 from tgcore.dtype import DType
 from tgcore.helpers import ceildiv, dedup, prod
 from tgcore.renderer import Renderer
-from tgcore.uop import Ops, UOp
+from tgcore.uop import AxisArg, Ops, UOp
 
 GEMM_TILES = 6           # register tiles tried, best scored first
 LANE_CHOICES = (2, 4, 8, 16, 32)
@@ -192,7 +192,7 @@ def _stable(x: Any) -> str | None:
         return x.hex()
     if isinstance(x, Enum):
         return f"{type(x).__name__}.{x.name}"
-    if isinstance(x, DType):
+    if isinstance(x, DType | AxisArg):  # (their repr spells every field, no address)
         return repr(x)
     if isinstance(x, tuple | list):
         parts = [_stable(a) for a in x]

@@ -6,7 +6,7 @@ Out: ``_split_ranges`` (a range as an index expression over new loops, reduction
      lane range becomes a vector of all lanes: loads of consecutive addresses one vector load, stores likewise,
      reductions vector accumulators), ``split_blocks`` / ``factor_blocks`` (quantization blocks).
 
-How lanes are expanded: a lane axis is a RANGE with arg ``(axis, "upcast")``. For every
+How lanes are expanded: a lane axis is a RANGE of kind ``RangeKind.UPCAST``. For every
 load and store, the scalar index is evaluated once per lane (the lane ranges substituted
 by constants, then simplified); runs of consecutive indices become vector accesses, other
 lanes are gathered with GEP/VECTORIZE. Everything else becomes the vector form of itself,
@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
+from dataclasses import replace
 
 from tgcore.dtype import dtypes
 from tgcore.helpers import prod
-from tgcore.uop import Ops, UOp
+from tgcore.uop import Ops, SplitPart, UOp
 
 MAX_LANES = 32   # lanes of the vectorized axis
 
@@ -198,8 +199,8 @@ def split_blocks(ast: UOp, sizes: Mapping[UOp, int]) -> tuple[UOp, dict[UOp, UOp
     parts: dict[UOp, tuple[UOp, UOp]] = {}
     for r, k in sizes.items():
         size = _size(r)
-        block = UOp.range(size // k, *r.arg, "block", dtype=r.dtype)
-        inner = UOp.range(k, *r.arg, "in block", dtype=r.dtype)
+        block = UOp.range(size // k, replace(r.arg, parts=(*r.arg.parts, SplitPart.BLOCK)), dtype=r.dtype)
+        inner = UOp.range(k, replace(r.arg, parts=(*r.arg.parts, SplitPart.IN_BLOCK)), dtype=r.dtype)
         mapping[r], parts[r] = block * k + inner, (block, inner)
     return _split_ranges(ast, mapping, parts).simplify(), dict(parts.values())
 

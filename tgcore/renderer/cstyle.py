@@ -21,7 +21,7 @@ from typing import Any
 from tgcore.dtype import AddrSpace, DType, PtrDType, dtypes
 from tgcore.renderer import Renderer
 from tgcore.runtime.cpufeatures import chosen_isa_level, cpu_features
-from tgcore.uop import Ops, UOp
+from tgcore.uop import Ops, RangeKind, UOp
 from tgcore.uop.pattern import PatternMatcher, UPat
 
 C_TYPES: dict[DType, str] = {
@@ -251,11 +251,11 @@ class _Prefetcher:
         index = load.src[0]
         if self.buf is None or index.src[0] is not self.buf or len(index.src) != 2 or not loops:
             return None
-        kinds = [r.arg[1] if isinstance(r.arg, tuple) and len(r.arg) > 1 else None for r in loops]
-        outer = next((r for r, k in zip(loops, kinds, strict=True) if k in ("global", "thread")), None)
+        kinds = [r.arg.kind for r in loops]
+        outer = next((r for r, k in zip(loops, kinds, strict=True) if k in (RangeKind.GLOBAL, RangeKind.THREAD)), None)
         inner = loops[-1]
         trips = inner.src[0].arg if inner.src[0].op is Ops.CONST else 0
-        if outer is None or "reduce" not in kinds[loops.index(outer):] or 0 < trips <= UNROLL_TRIPS:
+        if outer is None or RangeKind.REDUCE not in kinds[loops.index(outer):] or 0 < trips <= UNROLL_TRIPS:
             return None
         used = index.src[1].ranges  # (a loop still open here can not be closed inside the index)
         if not all(r in used for r in loops):  # data reused across a loop (a matmul's) is cached
@@ -441,8 +441,8 @@ class CRenderer(Renderer):
                 r = fresh("ridx")
                 names[u] = r
                 end = names[u.src[0]]
-                if isinstance(u.arg, tuple) and len(u.arg) > 2 and u.arg[1] == "thread":
-                    chunk = f"(({end}+{u.arg[2] - 1})/{u.arg[2]})"
+                if u.arg.kind is RangeKind.THREAD:
+                    chunk = f"(({end}+{u.arg.threads - 1})/{u.arg.threads})"
                     line(f"int {r}_end = (core_id+1)*{chunk} < {end} ? (core_id+1)*{chunk} : {end};")
                     line(f"for (int {r} = core_id*{chunk}; {r} < {r}_end; {r}++) {{")
                 else:

@@ -56,7 +56,7 @@ import numpy as np
 from tgcore.dtype import DType, PtrDType, dtypes
 from tgcore.runtime.cpu import CPUAllocator
 from tgcore.runtime.device import Device
-from tgcore.uop import Ops, UOp
+from tgcore.uop import AxisArg, Ops, UOp
 
 __all__ = ["PythonDevice", "PythonProgram", "CHUNK_ELEMENTS"]
 
@@ -281,14 +281,6 @@ def reduce(op: Ops, dt: DType, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarr
 
 # ------------------------------------------------------------------------------------------ the interpreter
 
-def _range_key(r: UOp) -> tuple[int, int, str]:
-    """Output ranges in axis order (thread ranges before global ones), the others after."""
-    arg = r.arg if isinstance(r.arg, tuple) else (r.arg,)
-    kind = arg[1] if len(arg) > 1 else ""
-    rank = {"thread": 0, "global": 1}.get(kind, 2)
-    return (rank, arg[0] if arg and isinstance(arg[0], int) else 0, str(arg))
-
-
 class _Index:
     """An evaluated INDEX: which buffer, the element index array, and the gate array (or None)."""
 
@@ -333,10 +325,13 @@ class Kernel:
                     n.dtype.count > 1 and not isinstance(n.dtype, PtrDType)):
                 raise KernelError(f"PYTHON device: kernel {name!r} has a {n.op} node ({n.dtype!r}); "
                                   "it interprets the scalar REDUCE form only (renderer linear = False)")
+            if n.op is Ops.RANGE and not isinstance(n.arg, AxisArg):
+                raise KernelError(f"PYTHON device: kernel {name!r} has a loop whose arg is {n.arg!r}, not an AxisArg")
         closed = {r for n in order if n.op is Ops.REDUCE for r in n.src[1:]}
         ranges = [n for n in order if n.op is Ops.RANGE]
-        outer = sorted((r for r in ranges if r not in closed), key=_range_key)
-        inner = sorted((r for r in ranges if r in closed), key=_range_key)
+        # each group in loop nesting order: threads, then outputs by axis; the reductions by axis
+        outer = sorted((r for r in ranges if r not in closed), key=lambda r: r.arg.nesting_key())
+        inner = sorted((r for r in ranges if r in closed), key=lambda r: r.arg.nesting_key())
         self.ranges = outer + inner
         self.axis = {r: i for i, r in enumerate(self.ranges)}
         self.ndim = len(self.ranges)

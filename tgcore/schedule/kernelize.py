@@ -5,7 +5,7 @@ In:  tensor-level UOps to realize (BUFFER, CONST, movement ops, ALU, REDUCE_AXIS
 Out: ``ScheduleItem``s in dependency order. Each kernel's AST is
      ``SINK(STORE(INDEX(PARAM 0, out_index), value))`` where the value reads inputs with
      ``LOAD(INDEX(PARAM k, index[, gate]))``, loops are ``RANGE`` uops (one per output axis,
-     arg ``(axis, "global")``; one per reduced axis, arg ``(n, "reduce")``) and reductions are
+     arg ``AxisArg(axis, GLOBAL)``; one per reduced axis, arg ``AxisArg(n, REDUCE)``) and reductions are
      ``REDUCE(value, *ranges)``.
 
 Movement ops never copy: walking from a kernel's output towards its inputs, each movement
@@ -32,7 +32,7 @@ from tgcore.helpers import prod
 from tgcore.runtime.buffer import Buffer
 from tgcore.schedule.shape import shape_of
 from tgcore.schedule.split import split_large_reductions
-from tgcore.uop import GroupOp, Ops, UOp
+from tgcore.uop import AxisArg, GroupOp, Ops, RangeKind, UOp
 
 INT32_LIMIT = 2**31 - 1
 MIN_BROADCAST = 64   # copies an expand makes of an elementwise input from which it may get a kernel of its own ...
@@ -109,6 +109,12 @@ def _strides(shape: tuple[int, ...]) -> list[int]:
         out.append(acc)
         acc *= s
     return out[::-1]
+
+
+def output_index(shape: tuple[int, ...], idt: DType) -> tuple[UOp, ...]:
+    """One output loop per axis of ``shape`` (a constant 0 for an axis of size 1): a kernel's store index."""
+    return tuple(UOp.range(s, AxisArg(i, RangeKind.GLOBAL), dtype=idt) if s != 1 else UOp.const(idt, 0)
+                 for i, s in enumerate(shape))
 
 
 def linear_index(idx: tuple[UOp, ...], shape: tuple[int, ...], idt: DType) -> UOp:
@@ -309,8 +315,7 @@ class Kernelizer:
         if prod(shape) == 0:
             return None
         builder = _KernelBuilder(self, dtypes.int64 if chain.arg > INT32_LIMIT else dtypes.int32)
-        idx = tuple(UOp.range(s, i, "global", dtype=builder.idt) if s != 1 else UOp.const(builder.idt, 0)
-                    for i, s in enumerate(shape))
+        idx = output_index(shape, builder.idt)
         value = builder.lower(node, idx, None, direct=True)
         if value.op is not Ops.LOAD or len(value.src[0].src) != 2:
             return None
@@ -334,8 +339,7 @@ class Kernelizer:
         kernel = _KernelBuilder(self, self.index_dtype)
         out = new_buffer_uop(device, prod(shape), dtype)
         kernel.param(out)
-        ranges = tuple(UOp.range(s, i, "global", dtype=kernel.idt) if s != 1 else UOp.const(kernel.idt, 0)
-                       for i, s in enumerate(shape))
+        ranges = output_index(shape, kernel.idt)
         kernel.root, kernel.root_idx = node, ranges  # the kernel's own reduction always fuses
         value = kernel.lower(node.src[0] if node.op is Ops.CONTIGUOUS else node, ranges, None, direct=True)
         store = kernel.params[0].index(linear_index(ranges, shape, kernel.idt)).store(value)
@@ -375,8 +379,7 @@ class Kernelizer:
         device = buffer_device(base)
         kernel = _KernelBuilder(self, dtypes.int64 if base.arg > INT32_LIMIT else dtypes.int32)
         param = kernel.param(base)
-        ranges = tuple(UOp.range(s, i, "global", dtype=kernel.idt) if s != 1 else UOp.const(kernel.idt, 0)
-                       for i, s in enumerate(shape))
+        ranges = output_index(shape, kernel.idt)
         where = kernel.lower(target, ranges, None, direct=True)
         if where.op is not Ops.LOAD or len(where.src[0].src) != 2 or where.src[0].src[0] is not param:
             raise ValueError("assign target must be a view of a buffer made by reshape/shrink/permute/flip")
@@ -524,7 +527,7 @@ class _KernelBuilder:
             if in_shape[a] == 1:
                 new_idx[a] = UOp.const(self.idt, 0)
                 continue
-            r = UOp.range(in_shape[a], self.reduce_count, "reduce", dtype=self.idt)
+            r = UOp.range(in_shape[a], AxisArg(self.reduce_count, RangeKind.REDUCE), dtype=self.idt)
             self.reduce_count += 1
             new_idx[a] = r
             ranges.append(r)

@@ -83,7 +83,8 @@ class Ops(enum.Enum):
     STORE = enum.auto()  # src = (INDEX, value)
 
     # -- control flow --
-    RANGE = enum.auto()  # a loop counter 0 .. end-1; src = (end,), arg = free-form axis description
+    RANGE = enum.auto()  # a loop counter 0 .. end-1; src = (end,), arg = AxisArg (uop/axis.py);
+    #                      a tensor-level arange has src = (), arg = ("arange", n)
     END = enum.auto()  # closes loops; src = (body, *RANGE)
     IF = enum.auto()  # src = (cond, ...)
     ENDIF = enum.auto()  # src = (IF,)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tgcore.uop.axis import AxisArg
 from tgcore.uop.ops import Ops
 
 if TYPE_CHECKING:
@@ -38,7 +39,9 @@ def _leaf(u: UOp) -> str | None:
     if u.op is Ops.DEFINE_VAR:
         return str(u.arg[0])
     if u.op is Ops.RANGE:
-        return "r" + "_".join(str(a) for a in u.arg) if u.arg else "r"
+        if isinstance(u.arg, AxisArg):
+            return f"r{u.arg}"  # e.g. r0_global, r1_reduce_in tile_1
+        return "r" + "_".join(str(a) for a in u.arg) if u.arg else "r"  # a tensor-level arange: rarange_8
     if u.op is Ops.SPECIAL:
         return str(u.arg)
     return None

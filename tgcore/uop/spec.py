@@ -17,6 +17,7 @@ import os
 from collections.abc import Iterable
 
 from tgcore.dtype import dtypes
+from tgcore.uop.axis import AxisArg
 from tgcore.uop.bounds import dtype_bounds
 from tgcore.uop.ops import GroupOp, Ops
 from tgcore.uop.pattern import PatternMatcher, UPat
@@ -49,6 +50,10 @@ def _var_ok(x: UOp) -> bool:
     arg = x.arg
     return (not x.src and dtypes.is_int(x.dtype) and isinstance(arg, tuple) and len(arg) == 3
             and isinstance(arg[0], str) and isinstance(arg[1], int) and isinstance(arg[2], int) and arg[1] <= arg[2])
+
+
+def _counter_ok(x: UOp) -> bool:
+    return len(x.src) == 1 and dtypes.is_int(x.dtype) and x.src[0].dtype is x.dtype
 
 
 def _same_dtype(x: UOp, n: int) -> bool:
@@ -89,9 +94,9 @@ spec_alu = PatternMatcher([
     # BIND: a variable and a constant of its dtype within its range
     (UPat(Ops.BIND, name="x", src=(UPat(Ops.DEFINE_VAR, name="v"), UPat(Ops.CONST, name="c"))),
      lambda x, v, c: x.dtype is v.dtype is c.dtype and v.arg[1] <= c.arg <= v.arg[2]),
-    # RANGE / SPECIAL: one integer end of the node's dtype
-    (UPat((Ops.RANGE, Ops.SPECIAL), name="x"),
-     lambda x: len(x.src) == 1 and dtypes.is_int(x.dtype) and x.src[0].dtype is x.dtype),
+    # RANGE / SPECIAL: one integer end of the node's dtype; a loop's arg says which axis and kind (uop/axis.py)
+    (UPat(Ops.RANGE, name="x"), lambda x: _counter_ok(x) and isinstance(x.arg, AxisArg)),
+    (UPat(Ops.SPECIAL, name="x"), _counter_ok),
     # unary ALU: one source of the same dtype
     (UPat(GroupOp.Unary, name="x"), lambda x: _same_dtype(x, 1)),
     # comparisons: bool result, operands of one dtype

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from tgcore.dtype import DType, dtypes, truncate
+from tgcore.uop.axis import AxisArg
 from tgcore.uop.ops import GroupOp, Ops
 
 # ------------------------------------------------------------------------------------------------ interning
@@ -318,8 +319,8 @@ class UOp(metaclass=_UOpMeta):
         return self.arg[0]
 
     @staticmethod
-    def range(end: sint, *arg: Any, dtype: DType = dtypes.int32) -> UOp:
-        """A loop counter 0 .. end-1; `arg` is a free-form description (axis id, kind, ...)."""
+    def range(end: sint, arg: AxisArg, dtype: DType = dtypes.int32) -> UOp:
+        """A loop counter 0 .. end-1; `arg` says which axis it walks and what kind of loop it is."""
         return UOp(Ops.RANGE, dtype, (_as_uop(end, dtype),), arg)
 
     @staticmethod

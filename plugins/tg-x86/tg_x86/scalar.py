@@ -42,7 +42,7 @@ from tg_x86.values import (
 )
 from tgcore.codegen.regalloc import LoopEnd, LoopStart, VReg
 from tgcore.dtype import DType, dtypes
-from tgcore.uop import Ops, UOp
+from tgcore.uop import Ops, RangeKind, UOp
 
 
 def fma_order(ctx: Emitter, a: UOp, b: UOp, c: UOp, mul: UOp, at: UOp,
@@ -75,9 +75,8 @@ def fma_order(ctx: Emitter, a: UOp, b: UOp, c: UOp, mul: UOp, at: UOp,
 # ---- loops ----
 def thread_split(u: UOp) -> int | None:
     """How many cores RANGE ``u`` is split over when it is a thread range, else None. (The one place the plugin reads
-    a RANGE's arg: ``(axis, kind, size)`` for thread ranges.)"""
-    arg = u.arg if isinstance(u.arg, tuple) else (u.arg,)
-    return int(arg[2]) if len(arg) > 2 and arg[1] == "thread" else None
+    a RANGE's arg, a ``tgcore.uop.AxisArg``.)"""
+    return u.arg.threads if u.arg.kind is RangeKind.THREAD else None
 
 
 def open_loop(ctx: Emitter, u: UOp) -> None:
