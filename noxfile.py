@@ -41,8 +41,9 @@ def _test_config(plugin: str, key: str) -> list[str]:
 
 def _local_dependencies(plugin: str) -> list[str]:
     """Editable installs of the plugins from this repository that ``plugin`` depends on (they are not on PyPI)."""
+    lockstep = _pyproject(plugin)["tool"]["hatch"]["metadata"]["hooks"]["custom"]  # see hatch_lockstep.py
     names = {re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0].strip().lower() for d in
-             _pyproject(plugin)["project"].get("dependencies", [])} | set(_test_config(plugin, "plugins"))
+             lockstep.get("dependencies", [])} | set(_test_config(plugin, "plugins"))
     return [arg for p in PLUGINS if p.lower() in names and p != plugin for arg in ("-e", f"plugins/{p}")]
 
 

@@ -92,9 +92,9 @@ def test_tg_devices(site):
 def test_tg_serve_unknown_app(site):
     r = tg(site, "serve", "nope")
     assert r.returncode == 2
-    assert "unknown app 'nope'" in r.stderr and "pip install tg-llm" in r.stderr
+    assert "unknown app 'nope'" in r.stderr and "pip install -e plugins/tg-llm" in r.stderr
     r = tg(site, "serve", "llm")
-    assert r.returncode == 2 and "llm is provided by the tg-llm plugin: pip install tg-llm" in r.stderr
+    assert r.returncode == 2 and "llm is provided by the tg-llm plugin: pip install -e plugins/tg-llm" in r.stderr
 
 
 def test_tg_alone_prints_help_and_version(site):
@@ -129,7 +129,7 @@ def test_tg_demo_runs_on_cpu_and_python(site):
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("(ok)") == 2
     r = tg(site, "demo", "AMD")
-    assert r.returncode == 1 and "pip install tg-amd" in r.stdout
+    assert r.returncode == 1 and "pip install -e plugins/tg-amd" in r.stdout
 
 
 def test_readme_usage_example_runs():

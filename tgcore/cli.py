@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 import tgcore
-from tgcore.plugins.known import install_hint, provider_of
+from tgcore.plugins.known import install_hint
 from tgcore.plugins.manager import PluginError, PluginHost, get_host
 from tgcore.plugins.registry import unavailable_reason
 
@@ -29,6 +29,8 @@ def cmd_plugins(args: argparse.Namespace, host: PluginHost) -> int:
              p.status + (" (builtin)" if p.builtin else ""))
             for p in host.plugins.values()]
     print(format_table(("plugin", "distribution", "version", "hooks", "status"), rows))
+    if host.core_problem:
+        print(f"\ntg: {host.core_problem}", file=sys.stderr)
     return 0
 
 
@@ -67,7 +69,7 @@ def cmd_serve(args: argparse.Namespace, host: PluginHost) -> int:
             lines.append(hint)
         for known in ("llm",):
             if known not in apps and known != args.app:
-                lines.append(f"  {known}: pip install {provider_of('app', known)}")
+                lines.append(f"  {install_hint('app', known)}")
         print("\n".join(lines), file=sys.stderr)
         return 2
     return int(apps[args.app].run(list(args.args)) or 0)
