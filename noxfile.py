@@ -1,4 +1,4 @@
-"""Test sessions: one per package, plus lint, typecheck and wheels.
+"""Test sessions: one per package, plus lint, typecheck and wheels (the wheelhouse in dist/).
 
 `nox` runs the default sessions (what CI runs); `nox -s full` runs the long fuzzing and
 exhaustive matrices. Plugin sessions are found from the folders under plugins/.
@@ -96,11 +96,18 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def wheels(session: nox.Session) -> None:
-    """Build every distribution, install the wheels (not editable) and check all plugins load."""
-    dist = Path(session.create_tmp()) / "dist"
-    for folder in [ROOT, *(ROOT / "plugins" / p for p in PLUGINS)]:
-        session.run("pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), str(folder))
-    session.install(*map(str, sorted(dist.glob("*.whl"))))
+    """The wheelhouse: every distribution of ours and the wheels of all their dependencies in dist/, so
+    ``pip install --no-index --find-links dist tgcore tg-x86`` installs with no index at all (the one form
+    that can never pick the unrelated ``tgcore`` on PyPI). Then installs them from there alone and checks
+    that all plugins load. The wheels fit the Python and platform this runs on."""
+    dist = ROOT / "dist"
+    ours = ["tgcore", *PLUGINS]
+    for stale in dist.glob("*.whl"):  # our wheels of another version would shadow or confuse the new ones
+        if stale.name.split("-")[0].replace("_", "-").lower() in ours:
+            stale.unlink()
+    folders = [str(ROOT), *(str(ROOT / "plugins" / p) for p in PLUGINS)]
+    session.run("pip", "wheel", "--quiet", "-w", str(dist), *folders)
+    session.install("--no-index", "--find-links", str(dist), *ours)
     with session.chdir(session.create_tmp()):  # import the installed wheels, not the work tree
         out = session.run("tg", "plugins", env={"TG_STRICT_PLUGINS": "1"}, silent=True)
     assert isinstance(out, str)
@@ -112,6 +119,7 @@ def wheels(session: nox.Session) -> None:
     bad = [row for row in rows if " ok" not in row]
     if missing or bad:
         session.error(f"plugins missing: {sorted(missing)}; not ok: {bad}")
+    session.log(f"wheelhouse: {dist} ({len(list(dist.glob('*.whl')))} wheels)")
 
 
 @nox.session

@@ -193,7 +193,8 @@ def test_resolve_picks_renderer_and_variants():
 
 def test_unknown_device_lists_devices_and_the_pip_package():
     host = make_host([plugin_ep("toy", tg_register_devices=register_toy)])
-    with pytest.raises(DeviceError, match=r"unknown device 'AMD'; available devices: TOY.*pip install -e plugins/tg-amd"):
+    with pytest.raises(DeviceError,
+                       match=r"unknown device 'AMD'; available devices: TOY.*pip install -e plugins/tg-amd"):
         resolve("AMD:EMU", host)
     with pytest.raises(DeviceError, match=r"unknown variant 'X86'.*pip install -e plugins/tg-x86"):
         resolve("CPU:X86", PluginHost(entry_points=[], env={}).load())

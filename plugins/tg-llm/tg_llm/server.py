@@ -106,8 +106,9 @@ def run(argv: list[str]) -> int:
         from tg_llm.server_app import asgi, create_app
         from tg_llm.server_engine import Engine
     except ImportError as e:
-        print(f"tg serve llm: {e.name or e} is not installed; pip install 'tg-llm' brings fastapi and uvicorn",
-              file=sys.stderr)
+        from tgcore.plugins.known import IN_A_CLONE, install_command
+        print(f"tg serve llm: {e.name or e} is not installed; {install_command('tg-llm')} {IN_A_CLONE} "
+              "brings fastapi and uvicorn", file=sys.stderr)
         return 2
     setup_logging(args.log_level)
 
