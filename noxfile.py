@@ -123,6 +123,15 @@ def wheels(session: nox.Session) -> None:
 
 
 @nox.session
+def readme(session: nox.Session) -> None:
+    """The README's first screen followed in a fresh venv from a clone of this repository (its committed
+    HEAD): the install command, tg plugins / devices / llm models, and a served answer to its curl and
+    openai examples (tests/readme)."""
+    session.install("pytest")
+    session.run("pytest", "tests/readme", *_pytest_args(session), env={"TG_README_TEST": "1"})
+
+
+@nox.session
 def full(session: nox.Session) -> None:
     """Long runs: more fuzz examples and exhaustive matrices. Not part of the default set."""
     editable = [arg for p in PLUGINS for arg in ("-e", f"plugins/{p}[test]")]
