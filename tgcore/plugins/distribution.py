@@ -27,19 +27,32 @@ def _installed(name: str) -> Any:
         return None
 
 
+def _headers(dist: Any) -> dict[str, list[str]]:
+    """The core metadata fields of ``dist`` (read by hand: the email parser behind ``.metadata`` costs ~0.1 s
+    on every ``tg`` start, most of it parsing the long description that follows the headers)."""
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    fields: dict[str, list[str]] = {}
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, sep, value = line.partition(": ")
+        if sep and not line[0].isspace():
+            fields.setdefault(key, []).append(value.strip())
+    return fields
+
+
 def foreign_core(find: Callable[[str], Any] | None = None) -> str | None:
     """Why the installed ``tgcore`` is not ours, or None when it is ours or none is installed.
 
-    ``find(name)`` returns a distribution (with ``.metadata``) or None (default: the installed one).
+    ``find(name)`` returns a distribution (an ``importlib_metadata.Distribution``) or None (default: the
+    installed one).
     """
     dist = (find or _installed)("tgcore")
     if dist is None:
         return None
-    metadata = dist.metadata
-    if MARKER in (metadata.get_all("Classifier") or []):
+    fields = _headers(dist)
+    if MARKER in fields.get("Classifier", []):
         return None
-    summary = (metadata.get("Summary") or "no summary").strip()
+    version, summary = fields.get("Version", ["?"])[0], fields.get("Summary", ["no summary"])[0]
     where = f" at {dist.locate_file('')}" if hasattr(dist, "locate_file") else ""
-    return (f"the installed 'tgcore' is not this project's: tgcore {metadata.get('Version', '?')} ({summary!r}){where} "
+    return (f"the installed 'tgcore' is not this project's: tgcore {version} ({summary!r}){where} "
             f"lacks our classifier {MARKER!r} (an unrelated tgcore is on PyPI). Fix: pip uninstall tgcore, "
             f"then {install_command('tgcore')} {IN_A_CLONE}")
