@@ -134,7 +134,7 @@ def test_first_screen_from_a_fresh_clone(shell):
         except subprocess.TimeoutExpired:
             server.kill()
             raise
-    assert status == 0, tail(log)
+    assert status in (0, 130) and "Application shutdown complete" in tail(log), tail(log)  # 130: by Ctrl-C
     cache = shell.run("tg cache info")
     assert re.search(r"^compile\s+[1-9]", cache, re.M), cache  # the first request's kernels were kept
 
