@@ -82,8 +82,10 @@ CACHE_PARTS = {
     "beam": "BEAM search winners, one JSON file per kernel",
     "isa": "the vector ISA verdict of this machine",
     "so": "shared objects, when the temp dir is mounted noexec",
-    "profiles": "PROFILE=1 recordings",
-    "peak.json": "this machine's measured peak speeds",
+    "profiles": "PROFILE=1 / tg profile recordings (tg viz reads them)",
+    "viz": "VIZ=1 rewrite traces (tg viz serve)",
+    "peak.json": "this machine's measured peak speeds (tg viz)",
+    "llama.cpp": "tg-llm's bench: llama.cpp tools built for comparison",
     "llm": "tg-llm: --model paths used before (tg llm models)",
 }
 
