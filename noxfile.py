@@ -15,7 +15,7 @@ import nox
 ROOT = Path(__file__).parent
 PLUGINS = sorted(p.name for p in (ROOT / "plugins").glob("*") if (p / "pyproject.toml").exists())
 
-nox.options.sessions = ["lint", "typecheck", "core", "plugin", "wheels"]
+nox.options.sessions = ["lint", "typecheck", "core", "plugin", "wheels", "readme"]
 nox.options.reuse_existing_virtualenvs = False
 nox.options.error_on_missing_interpreters = True
 
