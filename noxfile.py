@@ -82,7 +82,7 @@ else:
 @nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff")
-    session.run("ruff", "check", "tgcore", "tests", "bench", "plugins", "noxfile.py")
+    session.run("ruff", "check", "tgcore", "tests", "bench", "plugins", "noxfile.py", "hatch_lockstep.py")
 
 
 TYPED_PLUGINS = ["tg-x86"]  # plugins mypy checks (clean today); the others join as they are cleaned
