@@ -1,4 +1,4 @@
-"""Test sessions: one per package, plus lint, typecheck and wheels.
+"""Test sessions: one per package, plus lint, typecheck and wheels (the wheelhouse in dist/).
 
 `nox` runs the default sessions (what CI runs); `nox -s full` runs the long fuzzing and
 exhaustive matrices. Plugin sessions are found from the folders under plugins/.
@@ -15,7 +15,7 @@ import nox
 ROOT = Path(__file__).parent
 PLUGINS = sorted(p.name for p in (ROOT / "plugins").glob("*") if (p / "pyproject.toml").exists())
 
-nox.options.sessions = ["lint", "typecheck", "core", "plugin", "wheels"]
+nox.options.sessions = ["lint", "typecheck", "core", "plugin", "wheels", "readme"]
 nox.options.reuse_existing_virtualenvs = False
 nox.options.error_on_missing_interpreters = True
 
@@ -41,8 +41,9 @@ def _test_config(plugin: str, key: str) -> list[str]:
 
 def _local_dependencies(plugin: str) -> list[str]:
     """Editable installs of the plugins from this repository that ``plugin`` depends on (they are not on PyPI)."""
+    lockstep = _pyproject(plugin)["tool"]["hatch"]["metadata"]["hooks"]["custom"]  # see hatch_lockstep.py
     names = {re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0].strip().lower() for d in
-             _pyproject(plugin)["project"].get("dependencies", [])} | set(_test_config(plugin, "plugins"))
+             lockstep.get("dependencies", [])} | set(_test_config(plugin, "plugins"))
     return [arg for p in PLUGINS if p.lower() in names and p != plugin for arg in ("-e", f"plugins/{p}")]
 
 
@@ -81,7 +82,7 @@ else:
 @nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff")
-    session.run("ruff", "check", "tgcore", "tests", "bench", "plugins", "noxfile.py")
+    session.run("ruff", "check", "tgcore", "tests", "bench", "plugins", "noxfile.py", "hatch_lockstep.py")
 
 
 TYPED_PLUGINS = ["tg-x86"]  # plugins mypy checks (clean today); the others join as they are cleaned
@@ -95,11 +96,18 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def wheels(session: nox.Session) -> None:
-    """Build every distribution, install the wheels (not editable) and check all plugins load."""
-    dist = Path(session.create_tmp()) / "dist"
-    for folder in [ROOT, *(ROOT / "plugins" / p for p in PLUGINS)]:
-        session.run("pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), str(folder))
-    session.install(*map(str, sorted(dist.glob("*.whl"))))
+    """The wheelhouse: every distribution of ours and the wheels of all their dependencies in dist/, so
+    ``pip install --no-index --find-links dist tgcore tg-x86`` installs with no index at all (the one form
+    that can never pick the unrelated ``tgcore`` on PyPI). Then installs them from there alone and checks
+    that all plugins load. The wheels fit the Python and platform this runs on."""
+    dist = ROOT / "dist"
+    ours = ["tgcore", *PLUGINS]
+    for stale in dist.glob("*.whl"):  # our wheels of another version would shadow or confuse the new ones
+        if stale.name.split("-")[0].replace("_", "-").lower() in ours:
+            stale.unlink()
+    folders = [str(ROOT), *(str(ROOT / "plugins" / p) for p in PLUGINS)]
+    session.run("pip", "wheel", "--quiet", "-w", str(dist), *folders)
+    session.install("--no-index", "--find-links", str(dist), *ours)
     with session.chdir(session.create_tmp()):  # import the installed wheels, not the work tree
         out = session.run("tg", "plugins", env={"TG_STRICT_PLUGINS": "1"}, silent=True)
     assert isinstance(out, str)
@@ -111,6 +119,16 @@ def wheels(session: nox.Session) -> None:
     bad = [row for row in rows if " ok" not in row]
     if missing or bad:
         session.error(f"plugins missing: {sorted(missing)}; not ok: {bad}")
+    session.log(f"wheelhouse: {dist} ({len(list(dist.glob('*.whl')))} wheels)")
+
+
+@nox.session
+def readme(session: nox.Session) -> None:
+    """The README's first screen followed in a fresh venv from a clone of this repository (its committed
+    HEAD): the install command, tg plugins / devices / llm models, and a served answer to its curl and
+    openai examples (tests/readme)."""
+    session.install("pytest")
+    session.run("pytest", "tests/readme", *_pytest_args(session), env={"TG_README_TEST": "1"})
 
 
 @nox.session

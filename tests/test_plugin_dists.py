@@ -92,9 +92,9 @@ def test_tg_devices(site):
 def test_tg_serve_unknown_app(site):
     r = tg(site, "serve", "nope")
     assert r.returncode == 2
-    assert "unknown app 'nope'" in r.stderr and "pip install tg-llm" in r.stderr
+    assert "unknown app 'nope'" in r.stderr and "pip install -e plugins/tg-llm" in r.stderr
     r = tg(site, "serve", "llm")
-    assert r.returncode == 2 and "llm is provided by the tg-llm plugin: pip install tg-llm" in r.stderr
+    assert r.returncode == 2 and "llm is provided by the tg-llm plugin: pip install -e plugins/tg-llm" in r.stderr
 
 
 def test_tg_alone_prints_help_and_version(site):
@@ -129,7 +129,7 @@ def test_tg_demo_runs_on_cpu_and_python(site):
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("(ok)") == 2
     r = tg(site, "demo", "AMD")
-    assert r.returncode == 1 and "pip install tg-amd" in r.stdout
+    assert r.returncode == 1 and "pip install -e plugins/tg-amd" in r.stdout
 
 
 def test_readme_usage_example_runs():
@@ -140,3 +140,23 @@ def test_readme_usage_example_runs():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["(128,", "10)", "(8,)", "(8,)", "(8,)"]
+
+
+def test_tg_cache_info_and_clear(site, tmp_path):
+    cache = tmp_path / "cache"
+    (cache / "compile" / "ab").mkdir(parents=True)
+    (cache / "compile" / "ab" / "kernel").write_bytes(b"x" * 3000)
+    (cache / "isa").mkdir()
+    (cache / "isa" / "verdict.json").write_text("{}")
+    env = {"TG_CACHE_DIR": str(cache)}
+    r = tg(site, "cache", "info", env=env)
+    assert r.returncode == 0, r.stderr
+    assert f"cache directory: {cache}" in r.stdout
+    assert plugin_rows(r.stdout.split("\n", 1)[1])["compile"].split()[1:3] == ["1", "0.0"]
+    (cache / "mine.txt").write_text("not the cache's")  # a folder that is not only ours: left alone
+    r = tg(site, "cache", "clear", env=env)
+    assert r.returncode == 1 and "mine.txt" in r.stderr and (cache / "compile" / "ab" / "kernel").exists()
+    (cache / "mine.txt").unlink()
+    r = tg(site, "cache", "clear", env=env)
+    assert r.returncode == 0, r.stderr
+    assert cache.is_dir() and not list(cache.iterdir())

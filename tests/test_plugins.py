@@ -193,9 +193,10 @@ def test_resolve_picks_renderer_and_variants():
 
 def test_unknown_device_lists_devices_and_the_pip_package():
     host = make_host([plugin_ep("toy", tg_register_devices=register_toy)])
-    with pytest.raises(DeviceError, match=r"unknown device 'AMD'; available devices: TOY.*pip install tg-amd"):
+    with pytest.raises(DeviceError,
+                       match=r"unknown device 'AMD'; available devices: TOY.*pip install -e plugins/tg-amd"):
         resolve("AMD:EMU", host)
-    with pytest.raises(DeviceError, match=r"unknown variant 'X86'.*pip install tg-x86"):
+    with pytest.raises(DeviceError, match=r"unknown variant 'X86'.*pip install -e plugins/tg-x86"):
         resolve("CPU:X86", PluginHost(entry_points=[], env={}).load())
 
 
@@ -240,7 +241,7 @@ def test_load_picks_loader_by_magic_then_suffix(tmp_path, monkeypatch):
     (tmp_path / "c.gguf").write_bytes(b"GGUF")
     assert loading.load(tmp_path / "a.thing", x=1) == ("magic", {"x": 1})
     assert loading.load(tmp_path / "b.THING") == ("suffix", {})
-    with pytest.raises(loading.NoLoaderError, match="pip install tg-gguf"):
+    with pytest.raises(loading.NoLoaderError, match="pip install -e plugins/tg-gguf"):
         loading.load(tmp_path / "c.gguf")
     with pytest.raises(FileNotFoundError):
         loading.load(tmp_path / "missing.thing")
@@ -259,5 +260,44 @@ def test_transports_register_and_resolve(monkeypatch):
     assert transports.transport("loop", timeout=3) == ("connected", {"timeout": 3})
     with pytest.raises(transports.TransportError, match="unavailable here: no NIC"):
         transports.transport("gone")
-    with pytest.raises(transports.TransportError, match="pip install tg-mlx-rdma"):
+    with pytest.raises(transports.TransportError, match="pip install -e plugins/tg-mlx-rdma"):
         transports.transport("mpi")
+
+
+def _dist_info(folder, version: str, summary: str, classifiers=()):
+    """A real (importlib_metadata) distribution named tgcore, from a dist-info folder written here."""
+    import importlib_metadata
+    info = folder / f"tgcore-{version}.dist-info"
+    info.mkdir()
+    lines = ["Metadata-Version: 2.1", "Name: tgcore", f"Version: {version}", f"Summary: {summary}",
+             *(f"Classifier: {c}" for c in classifiers)]
+    (info / "METADATA").write_text("\n".join(lines) + "\n")
+    return importlib_metadata.PathDistribution(info)
+
+
+def test_foreign_core_distribution_is_named(tmp_path):
+    from tgcore.plugins.distribution import MARKER, foreign_core
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    theirs = _dist_info(tmp_path / "a", "1.0.98", "TGCoreSDK | A fluent DSL framework for Telegram")
+    ours = _dist_info(tmp_path / "b", tgcore.__version__, "A small tensor compiler", [MARKER])
+    message = foreign_core(lambda name: theirs)
+    assert message is not None
+    assert "tgcore 1.0.98 ('TGCoreSDK | A fluent DSL framework for Telegram')" in message
+    assert "pip uninstall tgcore" in message and "pip install -e ." in message
+    assert foreign_core(lambda name: ours) is None
+    assert foreign_core(lambda name: None) is None  # run from a source tree: nothing installed to check
+
+
+def test_plugins_fail_on_a_foreign_core_distribution(tmp_path, monkeypatch):
+    from tgcore.plugins import distribution
+    theirs = _dist_info(tmp_path, "1.0.98", "TGCoreSDK | A fluent DSL framework for Telegram")
+    monkeypatch.setattr(distribution, "_installed", lambda name: theirs if name == "tgcore" else None)
+    called = []
+    ep = plugin_ep("x", tg_register_devices=lambda register: called.append(1))
+    host = make_host([ep], builtins=[("core", module_plugin("core"))])
+    assert host.plugins["core"].ok and not ep.loaded and not called  # the plugin is not even imported
+    assert host.plugins["x"].failed and "tgcore 1.0.98 ('TGCoreSDK" in host.plugins["x"].status
+    assert host.core_problem is not None and "1.0.98" in host.core_problem
+    with pytest.raises(PluginError, match=r"plugin 'x' \(tg-x 1.0\) failed to load: .*tgcore 1.0.98"):
+        make_host([plugin_ep("x")], env={"TG_STRICT_PLUGINS": "1"})

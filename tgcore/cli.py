@@ -1,5 +1,5 @@
-"""The ``tg`` command: ``tg plugins``, ``tg devices``, ``tg serve APP``, ``tg profile``/``tg viz`` (``tgcore.viz``),
-and plugin subcommands.
+"""The ``tg`` command: ``tg plugins``, ``tg devices``, ``tg cache``, ``tg serve APP``, ``tg profile``/``tg viz``
+(``tgcore.viz``), and plugin subcommands.
 
 Kept light: it imports the plugin host (pluggy) and nothing numeric or server-side until a
 command needs it.
@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import tgcore
-from tgcore.plugins.known import install_hint, provider_of
+from tgcore.plugins.known import install_hint
 from tgcore.plugins.manager import PluginError, PluginHost, get_host
 from tgcore.plugins.registry import unavailable_reason
 
@@ -29,6 +30,8 @@ def cmd_plugins(args: argparse.Namespace, host: PluginHost) -> int:
              p.status + (" (builtin)" if p.builtin else ""))
             for p in host.plugins.values()]
     print(format_table(("plugin", "distribution", "version", "hooks", "status"), rows))
+    if host.core_problem:
+        print(f"\ntg: {host.core_problem}", file=sys.stderr)
     return 0
 
 
@@ -67,10 +70,62 @@ def cmd_serve(args: argparse.Namespace, host: PluginHost) -> int:
             lines.append(hint)
         for known in ("llm",):
             if known not in apps and known != args.app:
-                lines.append(f"  {known}: pip install {provider_of('app', known)}")
+                lines.append(f"  {install_hint('app', known)}")
         print("\n".join(lines), file=sys.stderr)
         return 2
     return int(apps[args.app].run(list(args.args)) or 0)
+
+
+# What tgcore and its plugins keep in the cache directory; ``tg cache clear`` removes only these names.
+CACHE_PARTS = {
+    "compile": "compiled kernels (machine code), by source digest",
+    "beam": "BEAM search winners, one JSON file per kernel",
+    "isa": "the vector ISA verdict of this machine",
+    "so": "shared objects, when the temp dir is mounted noexec",
+    "profiles": "PROFILE=1 / tg profile recordings (tg viz reads them)",
+    "viz": "VIZ=1 rewrite traces (tg viz serve)",
+    "peak.json": "this machine's measured peak speeds (tg viz)",
+    "llama.cpp": "tg-llm's bench: llama.cpp tools built for comparison",
+    "llm": "tg-llm: --model paths used before (tg llm models)",
+}
+
+
+def _size(path: Path) -> tuple[int, int]:
+    """(files, bytes) under ``path``."""
+    if path.is_file():
+        return 1, path.stat().st_size
+    files = [p for p in path.rglob("*") if p.is_file()]
+    return len(files), sum(p.stat().st_size for p in files)
+
+
+def cmd_cache(args: argparse.Namespace, host: PluginHost) -> int:
+    """``tg cache info``: what the cache directory holds; ``tg cache clear``: remove it (nothing else)."""
+    import shutil
+
+    from tgcore.helpers import cache_dir
+    folder = cache_dir()
+    entries = sorted(folder.iterdir()) if folder.is_dir() else []
+    if args.action == "info":
+        print(f"cache directory: {folder} (TG_CACHE_DIR, default ~/.cache/tgcore; "
+              f"~/Library/Caches/tgcore on macOS)")
+        rows = []
+        for entry in entries:
+            files, size = _size(entry)
+            rows.append((entry.name, str(files), f"{size / 1e6:.1f} MB", CACHE_PARTS.get(entry.name, "not tgcore's")))
+        print(format_table(("entry", "files", "size", "holds"), rows) if rows else "(empty)")
+        return 0
+    foreign = [e.name for e in entries if e.name not in CACHE_PARTS]
+    if foreign:
+        print(f"tg cache clear: {folder} also holds {', '.join(foreign)}, which tgcore did not write; "
+              "not clearing (is TG_CACHE_DIR right?)", file=sys.stderr)
+        return 1
+    for entry in entries:
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    print(f"cleared {folder} ({', '.join(e.name for e in entries) or 'it was empty'})")
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace, host: PluginHost) -> int:
@@ -116,6 +171,9 @@ def build_parser(host: PluginHost) -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run a small tensor program and check it against numpy")
     demo.add_argument("devices", nargs="*", help="devices to run on (default CPU), e.g. CPU PYTHON")
     demo.set_defaults(func=cmd_demo)
+    cache = sub.add_parser("cache", help="show (info) or remove (clear) compiled kernels and other cached results")
+    cache.add_argument("action", choices=("info", "clear"))
+    cache.set_defaults(func=cmd_cache)
     serve = sub.add_parser("serve", help="run an app a plugin provides (e.g. tg serve llm)")
     serve.add_argument("app", nargs="?", help="app name; tg serve with no name lists them")
     serve.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the app")
@@ -139,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        if args.func in (cmd_plugins, cmd_devices, cmd_serve, cmd_demo):
+        if args.func in (cmd_plugins, cmd_devices, cmd_serve, cmd_demo, cmd_cache):
             return args.func(args, host)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

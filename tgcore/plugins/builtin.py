@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tgcore.plugins.hookspecs import hookimpl
+from tgcore.plugins.known import install_command
 
 
 def lazy(target: str) -> Callable[..., Any]:
@@ -28,7 +29,7 @@ def c_compiler_missing() -> str | None:
     """Probe for the C renderer: None when a C compiler is on PATH (or $CC), else why not."""
     cc = os.environ.get("CC", "cc")
     if shutil.which(cc.split()[0]) is None:
-        return f"no C compiler found ({cc}); install gcc or clang, or pip install tg-x86"
+        return f"no C compiler found ({cc}); install gcc or clang, or the tg-x86 plugin: {install_command('tg-x86')}"
     return None
 
 

@@ -6,6 +6,8 @@ every entry point of the group ``tgcore`` (filtered by ``TG_PLUGINS`` and
 Any failure of a plugin (import error, missing module, exception inside a hook, an
 unsupported hookspec version, a name clash) is recorded on its ``PluginInfo`` and that plugin
 is skipped; with ``TG_STRICT_PLUGINS=1`` the first failure raises ``PluginError`` instead.
+When the installed ``tgcore`` distribution is not ours (an unrelated one is on PyPI), every entry
+point fails with a message naming it (``tgcore.plugins.distribution``).
 
 The rest of tgcore reaches plugins only through ``get_host()``; tests build their own
 ``PluginHost`` so no state leaks between them.
@@ -21,6 +23,7 @@ from typing import Any
 import pluggy
 
 from tgcore.plugins import hookspecs
+from tgcore.plugins.distribution import foreign_core
 from tgcore.plugins.registry import Registry
 
 REGISTRATION_HOOKS = {
@@ -92,6 +95,7 @@ class PluginHost:
         self.registry = Registry()
         self.plugins: dict[str, PluginInfo] = {}
         self.loaded = False
+        self.core_problem: str | None = None  # why the installed tgcore is not ours, when it is not
 
     @property
     def strict(self) -> bool:
@@ -111,6 +115,7 @@ class PluginHost:
         for name, module in builtins:
             self.add_plugin(module, name, "tgcore", tgcore.__version__, builtin=True)
         eps = _default_entry_points() if self._entry_points is None else self._entry_points
+        self.core_problem = foreign_core()
         for ep in eps:
             self._load_entry_point(ep)
         return self
@@ -125,6 +130,9 @@ class PluginHost:
             info.status = "disabled: in TG_DISABLE_PLUGINS"
         if not info.status == "ok":
             self.plugins[ep.name] = info
+            return
+        if self.core_problem is not None:
+            self._fail(info, PluginError(self.core_problem))
             return
         try:
             module = ep.load()

