@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tgcore.engine import realize as engine
+from tgcore.engine.assign import run_all_pending
 from tgcore.engine.stats import GlobalCounters, KernelTimes, update_stats
 from tgcore.runtime.buffer import Buffer
-from tgcore.schedule import kernelize
+from tgcore.schedule.state import REALIZATION
 from tgcore.uop import Ops, UOp
 
 
@@ -90,7 +91,9 @@ def _flatten(obj: Any) -> list[Any]:
 
 def _buffer_of(t: Any) -> Buffer:
     u = t.uop.src[0] if t.uop.op is Ops.RESHAPE else t.uop
-    return kernelize.buffers[u]
+    buf = REALIZATION.buffer(u)
+    assert buf is not None  # (the caller realized t into a buffer)
+    return buf
 
 
 def _layout(bufs: list[Buffer]) -> tuple[tuple[int, int] | None, ...]:
@@ -152,6 +155,8 @@ class Jit:
     # ---- calls ----
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         tensors, variables = self._inputs(args, kwargs)
+        if REALIZATION.pending:  # writes assigned before this call run now, not as part of a capture
+            run_all_pending()
         for t in tensors:  # inputs must sit contiguously in a buffer (or a view at an offset into one)
             if not (t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER):
                 t.uop = t.contiguous().realize().uop
@@ -166,14 +171,21 @@ class Jit:
             self.seen.add(key)
             out = self.fn(*args, **kwargs)
             _realize_all(out)
+            run_all_pending()  # (writes the function assigned but nothing read)
             return out
         return self._capture(key, bufs, args, kwargs)
 
     def _capture(self, key: tuple, inputs: list[Buffer], args: tuple, kwargs: dict) -> Any:
         recorded: list[tuple[Any, list[Buffer], str, str]] = []
-        with engine.capturing(recorded), kernelize.no_realized_cache():
+        preserved_before = set(REALIZATION.preserved_buffers)
+        with engine.capturing(recorded), REALIZATION.no_cache():
             out = self.fn(*args, **kwargs)
             _realize_all(out)
+            run_all_pending()
+        copies = set(REALIZATION.preserved_buffers) - preserved_before
+        if copies and any(b.base in copies for _, bufs, _, _ in recorded for b in bufs):
+            raise JitError("the function reads a value from before an assign after the assign ran; a replay would "
+                           "read it from a copy made once: read it before the write runs (realize it first)")
         steps = [_Step(runner, list(bufs), kind, device) for runner, bufs, kind, device in recorded]
         capture = _Capture(_map_tensors(out, lambda t: t.uop), _plan(steps, inputs))
         self.captures[key] = capture
