@@ -236,7 +236,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
             if si.kind == "custom":  # a hand-written kernel may have written any of its buffers
                 for b in si.bufs:
                     REALIZATION.invalidate(b)
-        reads = [b for si in items for b in si.bufs]
+        reads = list({b.base: None for si in items for b in si.bufs})
         leaves = leaf_uops()
         for t in todo:
             lazy = t.uop

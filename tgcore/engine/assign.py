@@ -19,9 +19,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from tgcore.engine.realize import run_schedule
-from tgcore.schedule.kernelize import create_schedule
+from tgcore.runtime.buffer import Buffer
+from tgcore.schedule.kernelize import ScheduleItem, create_schedule
 from tgcore.schedule.state import REALIZATION, PendingWrite, base_buffer_uop
 from tgcore.uop import Ops, UOp
+
+_COPY_AST = UOp(Ops.NOOP)  # (a copy item's ast is not read)
 
 
 def defer(tensor: Any, target: UOp, value: UOp) -> None:
@@ -67,9 +70,14 @@ def _run_write(new: UOp) -> None:
         REALIZATION.invalidate(buffer)  # (cached values living in this memory would hold the old uop too)
     old = old_ref()
     if old is not None:  # something besides the write still reads the old values: keep a copy for it
-        REALIZATION.preserve(old)
+        REALIZATION.preserve(old, _recorded_copy)
     del old
     run_schedule(items)
+
+
+def _recorded_copy(dest: Buffer, src: Buffer) -> None:
+    """A copy run as a schedule item, so a JIT capture replays it before the write."""
+    run_schedule([ScheduleItem(_COPY_AST, [dest, src], dest.device, "copy")])
 
 
 def _old_uop(write: PendingWrite) -> UOp:

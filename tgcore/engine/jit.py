@@ -17,6 +17,12 @@ and each kernel's time goes to ``update_stats`` (otherwise nothing is timed).
 
 Replayed outputs live in buffers the capture owns: a later call overwrites them, so copy an
 output (``.numpy()`` or ``.contiguous().realize()``) if you need it beyond the next call.
+Assigns (``Tensor.assign``, an optimizer step): writes assigned before a call run before it, never
+inside the capture; writes the function assigns run inside it, even those nothing it returns reads,
+and a replay redoes them in place (with the copy of old values a lazy reader inside the function
+needed). A replay runs no Python: a lazy tensor built before the call from memory the function
+writes sees the new values afterwards (a plain call keeps the old ones for it), so realize such a
+tensor before the call.
 A function must not read tensor values (``.numpy()``, ``.item()``) while it is captured: what
 it computes must depend on its inputs only through kernels. Up to ``max_captures`` input
 signatures are kept (least recently used ones are dropped).
@@ -160,7 +166,6 @@ class Jit:
         for t in tensors:  # inputs must sit contiguously in a buffer (or a view at an offset into one)
             if not (t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER):
                 t.uop = t.contiguous().realize().uop
-            t.realize()
         bufs = [_buffer_of(t) for t in tensors]
         key = self._key(tensors, bufs, variables)
         capture = self.captures.get(key)
@@ -177,15 +182,10 @@ class Jit:
 
     def _capture(self, key: tuple, inputs: list[Buffer], args: tuple, kwargs: dict) -> Any:
         recorded: list[tuple[Any, list[Buffer], str, str]] = []
-        preserved_before = set(REALIZATION.preserved_buffers)
         with engine.capturing(recorded), REALIZATION.no_cache():
             out = self.fn(*args, **kwargs)
             _realize_all(out)
             run_all_pending()
-        copies = set(REALIZATION.preserved_buffers) - preserved_before
-        if copies and any(b.base in copies for _, bufs, _, _ in recorded for b in bufs):
-            raise JitError("the function reads a value from before an assign after the assign ran; a replay would "
-                           "read it from a copy made once: read it before the write runs (realize it first)")
         steps = [_Step(runner, list(bufs), kind, device) for runner, bufs, kind, device in recorded]
         capture = _Capture(_map_tensors(out, lambda t: t.uop), _plan(steps, inputs))
         self.captures[key] = capture

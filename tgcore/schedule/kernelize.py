@@ -15,6 +15,9 @@ elementwise work is recomputed wherever it is used; a reduction fuses into its c
 only when it is reached without broadcasting, has a single consumer and every use of its
 value is inside that one kernel (not also read, through shared elementwise work, by another
 kernel), otherwise it gets a kernel (and a buffer) of its own. ``CONTIGUOUS`` and ``COPY`` always end a kernel.
+
+The runtime Buffer behind each BUFFER uop, and the values earlier realizes computed, are read from
+``tgcore.schedule.state.REALIZATION`` (their one owner); scheduling writes nothing there but new buffers.
 """
 from __future__ import annotations
 

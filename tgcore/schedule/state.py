@@ -69,7 +69,6 @@ class RealizationState:
         self._cache_enabled = [True]
         self.drops = 0      # cached values dropped because memory they depend on was written
         self.preserved = 0  # old contents copied aside for lazy readers of a value an assign replaced
-        self.preserved_buffers: weakref.WeakSet[Buffer] = weakref.WeakSet()  # (the JIT checks it reads none)
 
     # ---- buffers ----
     def buffer(self, u: UOp) -> Buffer | None:
@@ -122,9 +121,9 @@ class RealizationState:
         return self._realized.get(node)
 
     def remember(self, node: UOp, buf_uop: UOp, reads: Iterable[Buffer]) -> None:
-        """``node``'s value is in ``buf_uop``, computed from the memory of ``reads`` (runtime Buffers)."""
+        """``node``'s value is in ``buf_uop``, computed from the memory of ``reads`` (base Buffers)."""
         self._realized[node] = buf_uop
-        for b in {b.base: None for b in (*reads, self._buffers[buf_uop])}:
+        for b in (*reads, self._buffers[buf_uop].base):
             deps = self._dependents.get(b)
             if deps is None:
                 deps = self._dependents[b] = weakref.WeakSet()
@@ -229,17 +228,20 @@ class RealizationState:
             found.extend(n for n in o.toposort if n.op is Ops.BUFFER and n in self.pending)
         return list(dict.fromkeys(found))
 
-    def preserve(self, old: UOp) -> bool:
-        """Before memory is written: if the BUFFER uop ``old`` still names the old contents for someone, copy
-        them to memory of its own (lazily allocated) and put that behind ``old``. Returns whether it copied."""
+    def preserve(self, old: UOp, copy: Callable[[Buffer, Buffer], None] | None = None) -> bool:
+        """Before memory is written: put a copy of the contents the BUFFER uop ``old`` names behind it (made with
+        ``copy(dest, src)``, by default a plain copy), so its readers keep the old values. Returns whether it
+        copied (nothing to copy when the memory was never allocated)."""
         buf = self._buffers.get(old)
         if buf is None or not buf.is_allocated():
             return False
-        copy = Buffer(buf.device, buf.size, buf.dtype).ensure_allocated()
-        copy.copy_from(buf)
-        self._buffers[old] = copy
+        dest = Buffer(buf.device, buf.size, buf.dtype)
+        if copy is None:
+            dest.ensure_allocated().copy_from(buf)
+        else:
+            copy(dest, buf)
+        self._buffers[old] = dest
         self.preserved += 1
-        self.preserved_buffers.add(copy)
         return True
 
 
