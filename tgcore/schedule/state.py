@@ -203,6 +203,9 @@ class RealizationState:
             known = held.get(id(tensor))
             if known is not None and known() is tensor:
                 return
+            if len(held) >= 16:  # (a buffer a cached value keeps alive gets a new holder per realize that hits it)
+                for key in [k for k, r in held.items() if r() is None]:
+                    del held[key]
         held[id(tensor)] = weakref.ref(tensor)
 
     def move_holders(self, old: UOp, new: UOp, also: Any = None) -> None:
