@@ -206,7 +206,11 @@ def output_bytes(out: Tensor, shape: tuple[int, ...], dt: DType) -> tuple[memory
         raise ValueError(f"out is {out.dtype.name}{list(out.shape)}, but the recv is for {dt.name}{list(shape)}")
     if prod(shape) == 0:
         return memoryview(bytearray(0)), lambda: None
-    buf = _realization().prepare_write(out).ensure_allocated()
+    try:
+        buf = _realization().prepare_write(out).ensure_allocated()
+    except ValueError:
+        raise ValueError("out must own a contiguous buffer (Tensor.empty(...) or a realized tensor), "
+                         "not a view or a lazy expression") from None
     if buf.allocator.can_zero_copy:
         return buf.as_buffer(), lambda: None
     staging = memoryview(bytearray(buf.nbytes))
