@@ -36,10 +36,14 @@ def test_assign_is_lazy_and_runs_when_read(device):
     w = Tensor(np.arange(4, dtype=np.float32), device=device)
     GlobalCounters.reset()
     w.assign(w + 1)
-    w.assign(w * 3)  # reads the first write's result: that write runs first
     assert GlobalCounters.kernel_count == 0
+    w.assign(w * 3)  # reads the first write's result: that write runs now
+    assert GlobalCounters.kernel_count == 1
     np.testing.assert_array_equal(w.numpy(), (np.arange(4) + 1) * 3)
     assert GlobalCounters.kernel_count == 2
+    for _ in range(3000):  # (a long chain of writes nothing reads stays one write long)
+        w.assign(w + 1)
+    np.testing.assert_array_equal(w.numpy(), (np.arange(4) + 1) * 3 + 3000)
 
 
 @pytest.mark.parametrize("order", ["old_first", "new_first"])

@@ -163,3 +163,19 @@ def test_backward_through_realized_intermediates_matches_torch():
     ((yt.exp() * xt).sum() + yt.sum()).backward()
     np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-6)
     assert y.grad is None  # (not a leaf, as in torch)
+
+
+def test_graphs_kept_for_backward_through_realized_tensors_free_their_buffers():
+    import gc
+
+    from tgcore.engine.stats import GlobalCounters
+    x = Tensor(np.ones(1000, np.float32), requires_grad=True)
+    gc.collect()
+    base = GlobalCounters.mem_used
+    for _ in range(3):
+        y = (x * 2).realize()
+        (y.exp() * x).realize().sum().backward()
+        x.grad = None
+    del y
+    gc.collect()
+    assert GlobalCounters.mem_used == base

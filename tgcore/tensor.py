@@ -241,12 +241,12 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
         for t in todo:
             lazy = t.uop
             buf = result[lazy]
-            if not is_constant(lazy):  # (constants are cheap to recompute and their nodes are shared)
-                REALIZATION.remember(lazy, buf, reads)
             if leaves and any(n in leaves for n in lazy.toposort):
                 t._graph = lazy  # reading a value must not cut the graph backward() walks
-                if not t.requires_grad:
-                    remember_graph(buf, lazy)  # (nor the graph of a tensor computed from it)
+                if not t.requires_grad:  # (nor the graph of a tensor computed from it; not cached: the
+                    remember_graph(buf, lazy)  # cache maps the graph to buf, this buf to the graph)
+            elif not is_constant(lazy):  # (constants are cheap to recompute and their nodes are shared)
+                REALIZATION.remember(lazy, buf, reads)
             t.uop = UOp(Ops.RESHAPE, buf.dtype, (buf,), t.shape)
             if t.requires_grad:
                 mark_leaf(t)

@@ -6,8 +6,9 @@ Out: the written memory updated in place (views of it and captured JIT kernels s
 
 How: the assign gives the written memory a new BUFFER uop (``REALIZATION.new_version``); the
 tensor, and every tensor realized into that memory, move to it, and the write waits in
-``REALIZATION.pending`` under it. A realize that reads a pending uop first runs its write (and,
-before that, the writes that write reads). Just before the write runs, the old BUFFER uop is
+``REALIZATION.pending`` under it. A realize that reads a pending uop first runs its write; an assign
+that reads one (a second write into the same memory, Adam's parameter update reading its new
+moments) runs it at once, so pending writes never wait on each other. Just before the write runs, the old BUFFER uop is
 looked at: when nothing but the write itself holds it, nobody can read the old values and the
 write goes in place at no cost; otherwise the old contents are copied aside for their readers
 (``REALIZATION.preserve``).
@@ -30,6 +31,7 @@ _COPY_AST = UOp(Ops.NOOP)  # (a copy item's ast is not read)
 def defer(tensor: Any, target: UOp, value: UOp) -> None:
     """Record ``target = value`` (``target``: a view of a BUFFER) and move ``tensor`` and the holders of that
     buffer to the value after the write."""
+    run_pending([target, value])  # (writes this one reads run now: chains of pending writes stay one long)
     old = base_buffer_uop(target)
     if old is None:
         raise ValueError("assign target must be a view of a buffer made by reshape/shrink/permute/flip")
