@@ -184,3 +184,25 @@ def test_symbolic_position_write_compiles_once():
     np.testing.assert_array_equal(cache.numpy(), np.repeat(np.arange(1, 7, dtype=np.float32)[:, None], 2, 1))
     with pytest.raises(ValueError, match="constant size"):
         cache.shrink(((pos.bind(1), pos.bind(1) * 2), None))
+
+
+def test_a_write_started_outside_the_scheduler_finishes_before_its_readers(device):
+    """REALIZATION.prepare_write with finish= (a transport's non-blocking receive): reads of the tensor wait for
+    the write, lazy tensors built before it keep the old values."""
+    t = Tensor(np.zeros(4, np.float32), device=device)
+    old = t + 1
+    finished: list[bool] = []
+
+    def finish() -> None:  # the data lands when waited for
+        buf.copyin(np.arange(4, dtype=np.float32).data)
+        finished.append(True)
+
+    buf = REALIZATION.prepare_write(t, finish=finish)
+    after = t * 2  # built after: reads the received values
+    assert not finished
+    np.testing.assert_array_equal(after.numpy(), np.arange(4) * 2)
+    assert finished == [True]
+    np.testing.assert_array_equal(old.numpy(), np.ones(4))
+    np.testing.assert_array_equal(t.numpy(), np.arange(4))
+    with pytest.raises(ValueError, match="contiguous buffer"):
+        REALIZATION.prepare_write(t[1:3])
