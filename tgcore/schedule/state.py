@@ -8,9 +8,10 @@ Out: the runtime ``Buffer`` behind a BUFFER uop, the buffer an earlier realize l
 How:
 - ``buffer(u)`` / ``bind(u, buf)``: BUFFER uop -> runtime Buffer (weak in the uop: a graph nobody
   holds frees its memory).
-- The realized cache maps a lazy node to the BUFFER uop holding its value, and remembers which
-  memory the value was computed from (and lives in). A write into some memory drops exactly the
-  entries that depend on it (``invalidate``; ``drops`` counts them), not the whole cache.
+- The realized cache maps a lazy node to the BUFFER uop holding its value, with the versions of
+  the memory the value lives in and was computed from. Every write into memory bumps its
+  version (``invalidate``), so exactly the entries that depend on it go stale: a lookup drops
+  them (``drops`` counts them); the rest of the cache stays.
 - A lazy ``assign`` gives the written tensor a new BUFFER uop over the same memory (a new version
   of its name) and records the write as pending under that uop; it runs when something reads the
   new uop. Graphs built before the assign keep the old uop: if any of them is still alive when the
@@ -44,6 +45,9 @@ def base_buffer_uop(u: UOp) -> UOp | None:
     return u if u.op is Ops.BUFFER else None
 
 
+_Reads = tuple[tuple["weakref.ref[Buffer]", int], ...]  # buffers a cached value was computed from, with versions
+
+
 @dataclass
 class PendingWrite:
     """A write not yet finished: an assign (store ``value`` into ``target``, a view of the old BUFFER uop, on
@@ -59,10 +63,10 @@ class RealizationState:
 
     def __init__(self) -> None:
         self._buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
-        self._realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()  # lazy node -> BUFFER
-        # base Buffer -> the lazy nodes whose cached value was computed from it or lives in it
-        self._dependents: weakref.WeakKeyDictionary[Buffer, weakref.WeakSet[UOp]] = weakref.WeakKeyDictionary()
-        self._versions: weakref.WeakKeyDictionary[Buffer, int] = weakref.WeakKeyDictionary()
+        # lazy node -> the BUFFER uop holding its value (weakly: the cache keeps no memory alive), the version of
+        # the memory it lives in, and the base Buffers it was computed from (weakly) with their versions then
+        self._realized: weakref.WeakKeyDictionary[UOp, tuple[weakref.ref[UOp], int, _Reads]] = \
+            weakref.WeakKeyDictionary()
         self.pending: dict[UOp, PendingWrite] = {}  # new BUFFER uop -> the write that makes its value
         self._holders: weakref.WeakKeyDictionary[UOp, dict[int, weakref.ref[Any]]] = weakref.WeakKeyDictionary()
         self._unique = itertools.count()
@@ -98,8 +102,8 @@ class RealizationState:
         return self.new_buffer(old.src[1].arg, old.arg, old.dtype, self._buffers[old])
 
     def version(self, buf: Buffer) -> int:
-        """How many times the memory under ``buf`` was written since it was made."""
-        return self._versions.get(buf.base, 0)
+        """How many times the memory under ``buf`` was written (through a write this state was told of)."""
+        return buf.base.version
 
     # ---- the realized cache ----
     @contextlib.contextmanager
@@ -115,34 +119,34 @@ class RealizationState:
         return self._cache_enabled[-1]
 
     def cached(self, node: UOp) -> UOp | None:
-        """The BUFFER uop an earlier realize left ``node``'s value in, if still valid (and caching is on)."""
+        """The BUFFER uop an earlier realize left ``node``'s value in, if still valid (and caching is on). An entry
+        whose memory, or memory it was computed from, was written since is dropped (counted in ``drops``)."""
         if not self._cache_enabled[-1]:
             return None
-        return self._realized.get(node)
+        entry = self._realized.get(node)
+        if entry is None:
+            return None
+        ref, version, reads = entry
+        buf_uop = ref()
+        buf = self._buffers.get(buf_uop) if buf_uop is not None else None
+        if buf is None:  # (its memory is gone: nothing to reuse)
+            del self._realized[node]
+            return None
+        if buf.base.version != version or _stale(reads):
+            del self._realized[node]
+            self.drops += 1
+            return None
+        return buf_uop
 
     def remember(self, node: UOp, buf_uop: UOp, reads: Iterable[Buffer]) -> None:
         """``node``'s value is in ``buf_uop``, computed from the memory of ``reads`` (base Buffers)."""
-        self._realized[node] = buf_uop
-        for b in (*reads, self._buffers[buf_uop].base):
-            deps = self._dependents.get(b)
-            if deps is None:
-                deps = self._dependents[b] = weakref.WeakSet()
-            deps.add(node)
+        self._realized[node] = (weakref.ref(buf_uop), self._buffers[buf_uop].base.version,
+                                tuple((weakref.ref(b), b.version) for b in reads))
 
-    def invalidate(self, buf: Buffer) -> int:
-        """``buf``'s memory was written: bump its version and drop the cached values that depend on it (computed
-        from it or living in it). Returns how many were dropped."""
-        base = buf.base
-        self._versions[base] = self._versions.get(base, 0) + 1
-        deps = self._dependents.pop(base, None)
-        if not deps:
-            return 0
-        dropped = 0
-        for node in list(deps):
-            if self._realized.pop(node, None) is not None:
-                dropped += 1
-        self.drops += dropped
-        return dropped
+    def invalidate(self, buf: Buffer) -> None:
+        """``buf``'s memory was written: bump its version, so the cached values that depend on it (computed from it
+        or living in it) are dropped when next looked up; no other entry is."""
+        buf.base.version += 1
 
     # ---- tensors (the API for plugins: tensors are duck-typed, this module does not import Tensor) ----
     def buffer_of(self, tensor: Any) -> Buffer | None:
@@ -246,6 +250,15 @@ class RealizationState:
         self._buffers[old] = dest
         self.preserved += 1
         return True
+
+
+def _stale(reads: _Reads) -> bool:
+    """Whether any still-existing buffer of ``reads`` was written since its version was taken."""
+    for ref, version in reads:
+        b = ref()
+        if b is not None and b.version != version:
+            return True
+    return False
 
 
 REALIZATION = RealizationState()
