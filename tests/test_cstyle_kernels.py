@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 from tgcore.engine import realize as engine
-from tgcore.schedule import kernelize
+from tgcore.schedule.state import REALIZATION
 from tgcore.tensor import Tensor
 
 
 def run(t: Tensor) -> tuple[np.ndarray, list[str]]:
     """``t``'s values and the C source of every kernel that computed them (compiled afresh, not from a cache)."""
     recorded: list = []
-    with engine.capturing(recorded), kernelize.no_realized_cache():
+    with engine.capturing(recorded), REALIZATION.no_cache():
         out = t.numpy()
     return out, [r.spec.src for r, *_ in recorded if r is not None and isinstance(r.spec.src, str)]
 

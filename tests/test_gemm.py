@@ -132,7 +132,7 @@ def test_convolution_over_flat_positions_matches_torch(device, nd, kernel, paddi
     out = conv(x, w, Tensor(b_np, device=device), padding=padding, dilation=dilation, groups=groups)
     xt, wt = torch.tensor(x_np, requires_grad=True), torch.tensor(w_np, requires_grad=True)
     ref = tconv(xt, wt, torch.tensor(b_np), padding=padding, dilation=dilation, groups=groups)
-    (out * out).sum().backward()  # (before reading ``out``: backward through a realized tensor is not supported)
+    (out * out).sum().backward()
     (ref * ref).sum().backward()
     np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-3)

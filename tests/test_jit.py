@@ -218,3 +218,54 @@ def test_a_capture_keeps_the_buffers_its_kernels_use(device):
     assert handles and all(any(h is a for h in live) for a in handles)
     others = [Tensor(np.full(256, 7, np.float32), device=device).realize() for _ in range(4)]
     assert f(x).item() == 768 and others[0].numpy()[0] == 7
+
+
+# ---------------------------------------------------------------- lazy assign inside and around a capture
+
+def test_a_function_reading_a_value_before_and_after_assigning_it():
+    """The old value is read after the write ran (one realize reads both): the copy kept for it is part of the
+    capture, so replays read the values from before each call's write, as the plain calls do."""
+    from tgcore.schedule.state import REALIZATION
+    w = Tensor(np.zeros(4, np.float32))
+
+    @tgcore.jit
+    def step(g: Tensor) -> Tensor:
+        old = w * 1
+        w.assign(w + g)
+        return old + w * 10
+
+    ref_w = np.zeros(4, np.float32)
+    copies = REALIZATION.preserved
+    for i in range(6):
+        g = np.arange(4, dtype=np.float32) + i
+        out = step(Tensor(g)).numpy()
+        np.testing.assert_allclose(out, ref_w + (ref_w + g) * 10)
+        ref_w = ref_w + g
+    np.testing.assert_array_equal(w.numpy(), ref_w)
+    assert REALIZATION.preserved - copies == 2  # the plain call and the capture; replays copy in a kernel
+
+
+def test_a_write_nothing_reads_is_still_captured():
+    w = Tensor(np.zeros(3, np.float32))
+
+    @tgcore.jit
+    def step(g: Tensor) -> Tensor:
+        w.assign(w - g)
+        return g * 2
+
+    for i in range(5):
+        np.testing.assert_array_equal(step(Tensor(np.full(3, i, np.float32))).numpy(), np.full(3, 2.0 * i))
+    np.testing.assert_array_equal(w.numpy(), np.full(3, -10.0))
+
+
+def test_an_assign_before_a_call_is_not_captured():
+    scale = Tensor(np.ones(1, np.float32))
+
+    @tgcore.jit
+    def f(x: Tensor) -> Tensor:
+        return x * scale
+
+    x = np.arange(3, dtype=np.float32)
+    for i in range(5):
+        scale.assign(Tensor(np.full(1, i + 1, np.float32)))  # pending until the call reads it
+        np.testing.assert_array_equal(f(Tensor(x)).numpy(), x * (i + 1))

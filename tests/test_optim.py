@@ -77,7 +77,7 @@ def test_adam_on_python_device():
 
 def test_updates_are_in_place_and_lr_is_a_tensor():
     w = Tensor(np.ones(3, np.float32))
-    alias = w.reshape(3, 1)  # a view of the same buffer
+    alias = w.reshape(3, 1).realize()  # a realized view shares the buffer (a lazy one keeps the old values)
     opt = nn.SGD([w], lr=0.5)
     assert w.requires_grad  # the optimizer asks for gradients
     (w * Tensor(np.array([1.0, 2.0, 3.0], np.float32))).sum().backward()
@@ -128,3 +128,33 @@ def test_bad_arguments():
     frozen = Tensor(np.zeros(2, np.float32)).requires_grad_(False)
     trained = Tensor(np.zeros(2, np.float32))
     assert nn.SGD([frozen, trained, trained], lr=0.1).params == [trained]  # frozen skipped, duplicates once
+
+
+def test_lazy_tensors_built_before_a_step_keep_the_old_parameters():
+    w0, c = data((3,), 4), data((3,), 5)
+    w = Tensor(w0, requires_grad=True)
+    wr = torch.tensor(w0, requires_grad=True)
+    opt, ref = nn.SGD([w], lr=0.5, momentum=0.9), torch.optim.SGD([wr], lr=0.5, momentum=0.9)
+    before = w * 2  # lazy: built from the parameter before the step
+    loss = (w * Tensor(c)).sin().sum()
+    loss.backward()
+    opt.step(loss)
+    (wr * torch.tensor(c)).sin().sum().backward()
+    ref.step()
+    np.testing.assert_allclose(w.numpy(), wr.detach().numpy(), rtol=1e-6)
+    np.testing.assert_array_equal(before.numpy(), w0 * 2)  # torch would have computed it before the step
+
+
+def test_a_step_copies_nothing_aside_when_nothing_reads_the_old_parameters():
+    from tgcore.schedule.state import REALIZATION
+    w0, b0, x = data((5, 3), 1), data((3,), 2), data((4, 5), 3, -2, 2)
+    w, b, xt = Tensor(w0), Tensor(b0), Tensor(x)
+    opt = nn.Adam([w, b], lr=0.05)
+    copies = REALIZATION.preserved
+    for _ in range(3):
+        opt.zero_grad()
+        loss = loss_tg(w, b, xt)
+        loss.backward()
+        opt.step(loss)
+        loss.item()
+    assert REALIZATION.preserved == copies and not REALIZATION.pending

@@ -21,6 +21,7 @@ _LAZY = {
     "jit": "tgcore.engine.jit:jit",
     "UOp": "tgcore.uop:UOp",
     "transport": "tgcore.transports:transport",
+    "realization": "tgcore.schedule.state:REALIZATION",
 }
 
 __all__ = ["HOOKSPEC_VERSION", "hookimpl", "hookspec", "__version__", *_LAZY]

@@ -26,9 +26,10 @@ from tgcore.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to
 from tgcore.helpers import prod
 from tgcore.runtime.registry import canonical
 from tgcore.schedule.cache import is_constant
-from tgcore.schedule.kernelize import buffers, create_schedule, new_buffer_uop, realized
+from tgcore.schedule.kernelize import create_schedule, new_buffer_uop
 from tgcore.schedule.shape import shape_of
-from tgcore.tensor_autograd import AutogradMixin, leaf_uops, mark_leaf
+from tgcore.schedule.state import REALIZATION
+from tgcore.tensor_autograd import AutogradMixin, leaf_uops, mark_leaf, remember_graph
 from tgcore.tensor_index import IndexMixin
 from tgcore.tensor_math import MathMixin
 from tgcore.tensor_random import RandomMixin
@@ -117,6 +118,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
         if dt is None:
             dt = dtypes.from_numpy(data.dtype)
         self.uop = self._from_numpy(data, dt)
+        REALIZATION.hold(self)
 
     def _from_numpy(self, arr: np.ndarray, dt: DType) -> UOp:
         shape = tuple(arr.shape)  # ascontiguousarray turns 0-d arrays into 1-d ones
@@ -126,7 +128,8 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
             arr = np.ascontiguousarray(dtypes.float_to_bits(np.asarray(arr, dtype=np.float32), dt))
         buf = new_buffer_uop(self.device, arr.size, dt)
         if arr.size:
-            buffers[buf].ensure_allocated().copyin(memoryview(arr.reshape(-1)).cast("B"))  # type: ignore[arg-type]
+            data = memoryview(arr.reshape(-1)).cast("B")  # type: ignore[arg-type]
+            REALIZATION.buffer(buf).ensure_allocated().copyin(data)  # type: ignore[union-attr]
         return UOp(Ops.RESHAPE, dt, (buf,), shape)
 
     # ---------------------------------------------------------------- properties
@@ -182,7 +185,9 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         dev = canonical(device)
         buf = new_buffer_uop(dev, prod(shp), dt)
-        return Tensor(UOp(Ops.RESHAPE, dt, (buf,), shp), device=dev)
+        t = Tensor(UOp(Ops.RESHAPE, dt, (buf,), shp), device=dev)
+        REALIZATION.hold(t)
+        return t
 
     @staticmethod
     def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype: DType | str | None = None,
@@ -213,31 +218,45 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
     def realize(self, *others: Tensor) -> Tensor:
         """Compute this tensor (and ``others``) now; work shared between them is done once."""
         from tgcore.engine.realize import run_schedule
+        if REALIZATION.pending:  # assigns whose new values these tensors read run first
+            from tgcore.engine.assign import run_pending
+            run_pending([t.uop for t in (self, *others)])
         todo = [t for t in (self, *others) if t.uop.op is not Ops.BUFFER and not _is_realized(t.uop)]
+        if len(todo) <= len(others):  # tensors already in a buffer share its memory from now on: they see writes
+            computing = {id(t) for t in todo}
+            for t in (self, *others):
+                if id(t) not in computing:
+                    REALIZATION.hold(t)
         if not todo:
             return self
         outs = list(dict.fromkeys(t.uop for t in todo))
         items, result = create_schedule(outs, self.device)
         run_schedule(items)
-        if any(si.kind == "custom" for si in items):
-            realized.clear()  # a hand-written kernel may have written buffers that cached values came from
+        for si in items:
+            if si.kind == "custom":  # a hand-written kernel may have written any of its buffers
+                for b in si.bufs:
+                    REALIZATION.invalidate(b)
+        reads = list({b.base: None for si in items for b in si.bufs})
         leaves = leaf_uops()
         for t in todo:
             lazy = t.uop
             buf = result[lazy]
-            if not is_constant(lazy):  # (constants are cheap to recompute and their nodes are shared)
-                realized[lazy] = buf
             if leaves and any(n in leaves for n in lazy.toposort):
                 t._graph = lazy  # reading a value must not cut the graph backward() walks
+                if not t.requires_grad:  # (nor the graph of a tensor computed from it; not cached: the
+                    remember_graph(buf, lazy)  # cache maps the graph to buf, this buf to the graph)
+            elif not is_constant(lazy):  # (constants are cheap to recompute and their nodes are shared)
+                REALIZATION.remember(lazy, buf, reads)
             t.uop = UOp(Ops.RESHAPE, buf.dtype, (buf,), t.shape)
             if t.requires_grad:
                 mark_leaf(t)
+            REALIZATION.hold(t)
         return self
 
     def _buffer(self):  # noqa: ANN202
         self.realize()
         base = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop
-        return buffers[base]
+        return REALIZATION.buffer(base)
 
     def numpy(self) -> np.ndarray:
         """A new numpy array with the tensor's values (bfloat16/fp8 come back as float32)."""
@@ -273,12 +292,13 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
         return t
 
     def assign(self, value: Any) -> Tensor:
-        """Write ``value`` into this tensor's memory, now (optimizer steps, caches). Returns self.
+        """Write ``value`` into this tensor's memory (optimizer steps, caches). Returns self.
 
         ``value`` is broadcast and cast to this tensor's shape and dtype. A realized tensor (or a
-        reshape/shrink/permute/flip view of one) is updated in place, so views of the same buffer
-        and captured JIT kernels see the new values; a lazy tensor simply takes the new value.
-        Lazy tensors that read the old values must be realized before the assign.
+        reshape/shrink/permute/flip view of one) is updated in place: the tensors realized into that
+        memory and captured JIT kernels see the new values. The write is lazy: it runs when something
+        reads the new values (or at ``realize()``), and lazy tensors built before the assign keep the
+        values they were built from. A lazy tensor simply takes the new value.
         """
         v = value if isinstance(value, Tensor) else self._const(value, self.dtype)
         if v.device != self.device:
@@ -289,14 +309,13 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
         base = self.uop
         while base.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP):
             base = base.src[0]
-        if base.op is not Ops.BUFFER or base not in buffers or not buffers[base].is_allocated():
+        buf = REALIZATION.buffer(base) if base.op is Ops.BUFFER else None
+        if buf is None or not buf.is_allocated():
             self.uop = v.uop  # nothing materialized to write into
             return self
-        from tgcore.engine.realize import run_schedule
+        from tgcore.engine.assign import defer
         target = self.uop.replace(tag=None) if self.uop.tag is not None else self.uop
-        items, _ = create_schedule([UOp(Ops.ASSIGN, self.dtype, (target, v.uop))], self.device)
-        run_schedule(items)
-        realized.clear()  # values computed from the old contents must not be reused
+        defer(self, target, v.uop)
         if self.requires_grad:
             mark_leaf(self)  # a new version of the leaf: graphs built from now on refer to it
         return self
@@ -790,4 +809,5 @@ def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
 
 def _is_realized(u: UOp) -> bool:
     base = u.src[0] if u.op is Ops.RESHAPE else u
-    return base.op is Ops.BUFFER and base in buffers and buffers[base].is_allocated()
+    buf = REALIZATION.buffer(base) if base.op is Ops.BUFFER else None
+    return buf is not None and buf.is_allocated()

@@ -26,6 +26,44 @@ def leaf_uops() -> set[UOp]:
     return {t.uop for t in list(_wanting_grad.values()) if t.requires_grad}
 
 
+# BUFFER uop of a realized tensor -> the lazy graph that computed it (when that graph reads a leaf), so that
+# backward() through a tensor computed from a realized one reaches the leaves as torch's does
+_computed_by: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+
+
+def remember_graph(buf: UOp, graph: UOp) -> None:
+    """``buf`` holds the value of ``graph`` (a realize just computed it)."""
+    _computed_by[buf] = graph
+
+
+def forget_graph(t: Any) -> None:
+    """Drop ``t``'s graph (it holds the values of every leaf it read: an assign then copies them aside)."""
+    t._graph = None
+    base = t.uop.src[0] if t.uop.op is Ops.RESHAPE else t.uop
+    _computed_by.pop(base, None)
+
+
+def _through_realized(root: UOp, leaves: set[UOp]) -> UOp:
+    """``root`` with each realized buffer it reads replaced by the graph that computed it, until none is left
+    (never inside a leaf: a tensor that wants a gradient is where the graph ends)."""
+    while _computed_by:
+        found: dict[UOp, UOp] = {}
+        stack, seen = [root], set()
+        while stack:
+            n = stack.pop()
+            if n in seen or n in leaves:
+                continue
+            seen.add(n)
+            graph = _computed_by.get(n) if n.op is Ops.BUFFER else None
+            if graph is not None:
+                found[n] = UOp(Ops.RESHAPE, graph.dtype, (graph,), (n.arg,))
+            stack.extend(n.src)
+        if not found:
+            break
+        root = root.substitute({**found, **{leaf: leaf for leaf in leaves}})
+    return root
+
+
 def mark_leaf(t: Any) -> None:
     """Give a leaf's node a tag of its own, so graphs keep it as a distinct node (reshapes are not folded
     through it) and backward() can find exactly the uses of this tensor."""
@@ -67,9 +105,11 @@ class AutogradMixin:
             gradient = Tensor.full(t.shape, 1.0, dtype=t.dtype, device=t.device)
         elif not isinstance(gradient, Tensor) or gradient.shape != t.shape:
             raise ValueError(f"gradient must be a Tensor of shape {t.shape}")
+        wanting = [x for x in list(_wanting_grad.values()) if x.requires_grad]
         root = t._graph if t._graph is not None else t.uop  # (a realized loss keeps its graph)
+        root = _through_realized(root, {x.uop for x in wanting})
         nodes = root.toposort
-        leaves = [x for x in list(_wanting_grad.values()) if x.requires_grad and x.uop in nodes]
+        leaves = [x for x in wanting if x.uop in nodes]
         if not leaves:
             raise RuntimeError("backward(): nothing this tensor depends on has requires_grad=True")
         grads = compute_gradients(root, gradient.cast(t.dtype).uop, [x.uop for x in leaves], t.device)

@@ -17,6 +17,12 @@ and each kernel's time goes to ``update_stats`` (otherwise nothing is timed).
 
 Replayed outputs live in buffers the capture owns: a later call overwrites them, so copy an
 output (``.numpy()`` or ``.contiguous().realize()``) if you need it beyond the next call.
+Assigns (``Tensor.assign``, an optimizer step): writes assigned before a call run before it, never
+inside the capture; writes the function assigns run inside it, even those nothing it returns reads,
+and a replay redoes them in place (with the copy of old values a lazy reader inside the function
+needed). A replay runs no Python: a lazy tensor built before the call from memory the function
+writes sees the new values afterwards (a plain call keeps the old ones for it), so realize such a
+tensor before the call.
 A function must not read tensor values (``.numpy()``, ``.item()``) while it is captured: what
 it computes must depend on its inputs only through kernels. Up to ``max_captures`` input
 signatures are kept (least recently used ones are dropped).
@@ -32,9 +38,10 @@ from typing import Any
 
 from tgcore.engine import profile
 from tgcore.engine import realize as engine
+from tgcore.engine.assign import run_all_pending
 from tgcore.engine.stats import GlobalCounters, KernelTimes, update_stats
 from tgcore.runtime.buffer import Buffer
-from tgcore.schedule import kernelize
+from tgcore.schedule.state import REALIZATION
 from tgcore.uop import Ops, UOp
 
 
@@ -91,7 +98,9 @@ def _flatten(obj: Any) -> list[Any]:
 
 def _buffer_of(t: Any) -> Buffer:
     u = t.uop.src[0] if t.uop.op is Ops.RESHAPE else t.uop
-    return kernelize.buffers[u]
+    buf = REALIZATION.buffer(u)
+    assert buf is not None  # (the caller realized t into a buffer)
+    return buf
 
 
 def _layout(bufs: list[Buffer]) -> tuple[tuple[int, int] | None, ...]:
@@ -153,10 +162,11 @@ class Jit:
     # ---- calls ----
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         tensors, variables = self._inputs(args, kwargs)
+        if REALIZATION.pending:  # writes assigned before this call run now, not as part of a capture
+            run_all_pending()
         for t in tensors:  # inputs must sit contiguously in a buffer (or a view at an offset into one)
             if not (t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER):
                 t.uop = t.contiguous().realize().uop
-            t.realize()
         bufs = [_buffer_of(t) for t in tensors]
         key = self._key(tensors, bufs, variables)
         capture = self.captures.get(key)
@@ -169,6 +179,7 @@ class Jit:
             self.seen.add(key)
             out = self.fn(*args, **kwargs)
             _realize_all(out)
+            run_all_pending()  # (writes the function assigned but nothing read)
             return out
         if profile.ACTIVE is None:
             return self._capture(key, bufs, args, kwargs)
@@ -186,9 +197,10 @@ class Jit:
 
     def _capture(self, key: tuple, inputs: list[Buffer], args: tuple, kwargs: dict) -> Any:
         recorded: list[tuple[Any, list[Buffer], str, str]] = []
-        with engine.capturing(recorded), kernelize.no_realized_cache():
+        with engine.capturing(recorded), REALIZATION.no_cache():
             out = self.fn(*args, **kwargs)
             _realize_all(out)
+            run_all_pending()
         steps = [_Step(runner, list(bufs), kind, device) for runner, bufs, kind, device in recorded]
         capture = _Capture(_map_tensors(out, lambda t: t.uop), _plan(steps, inputs))
         self.captures[key] = capture

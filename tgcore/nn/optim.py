@@ -6,10 +6,13 @@ Out: ``step()`` writes the new values into the parameters' own buffers with ``Te
      anything holding a parameter (a model, a ``tgcore.jit`` capture of a whole train step) sees them.
 
 A step first realizes every gradient together (plus any tensors passed to ``step``, typically the loss,
-whose forward pass is shared with the gradients), then updates each parameter and its state with one
-elementwise kernel per tensor. The learning rate and all step-dependent quantities (Adam's bias
-corrections) live in device buffers, not Python numbers, so a jitted train step replays correctly and
-``opt.lr.assign(new_lr)`` changes the rate of later steps, jitted or not.
+whose forward pass is shared with the gradients), then assigns each parameter and its state their new
+values and realizes the parameters, which runs those writes: one elementwise kernel per tensor. The
+realized gradients and the tensors passed to ``step`` drop their autograd graphs (as torch frees a
+graph after backward): those graphs read the old parameters, which would otherwise be copied aside.
+The learning rate and all step-dependent quantities (Adam's bias corrections) live in device buffers, not
+Python numbers, so a jitted train step replays correctly and ``opt.lr.assign(new_lr)`` changes the rate of
+later steps, jitted or not.
 
 The arithmetic follows the published algorithms in the order torch computes them, so results agree
 with torch to float32 rounding.
@@ -20,6 +23,7 @@ from collections.abc import Iterable
 
 from tgcore.dtype import dtypes
 from tgcore.tensor import Tensor
+from tgcore.tensor_autograd import forget_graph
 
 __all__ = ["SGD", "Adam", "AdamW", "Optimizer"]
 
@@ -70,10 +74,14 @@ class Optimizer:
         pending = [p.grad for p in todo] + list(also_realize)
         if pending:
             pending[0].realize(*pending[1:])
+            for t in pending:
+                forget_graph(t)
         self._before_step()
         for i, p in enumerate(self.params):
             if p.grad is not None:
                 self._update(i, p, p.grad.cast(p.dtype))
+        if todo:  # runs the assigns (each parameter's update reads its state's new value: those run first)
+            todo[0].realize(*todo[1:])
 
     def _before_step(self) -> None:
         """Update state shared by all parameters (step counters)."""

@@ -37,7 +37,7 @@ from tgcore.helpers import prod
 from tgcore.runtime.buffer import Buffer
 from tgcore.runtime.disk import DiskDevice
 from tgcore.runtime.registry import canonical
-from tgcore.schedule.kernelize import buffers, new_buffer_uop
+from tgcore.schedule.state import REALIZATION
 from tgcore.tensor import Tensor
 from tgcore.uop import Ops, UOp
 
@@ -265,8 +265,7 @@ def safe_load(path: PathLike, device: str | None = None) -> dict[str, Tensor]:
         if numel == 0:  # nothing to read
             out[e.name] = Tensor.empty(e.shape, dtype=e.dtype, device=target or disk_name)
             continue
-        buf = new_buffer_uop(disk_name, numel, e.dtype)
-        buffers[buf] = base.view(numel, e.dtype, header.data_start + e.begin)
+        buf = REALIZATION.new_buffer(disk_name, numel, e.dtype, base.view(numel, e.dtype, header.data_start + e.begin))
         on_disk = Tensor(UOp(Ops.RESHAPE, e.dtype, (buf,), e.shape), device=disk_name)
         out[e.name] = on_disk if target is None else on_disk.to(target)
     return out

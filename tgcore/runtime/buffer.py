@@ -7,7 +7,8 @@ memoryviews where the device allows it, numpy arrays.
 
 A view (`buf.view(...)` or `Buffer(..., base=b, offset=k)`) shares its base's memory.
 The base counts its allocated views: deallocating a base while views are allocated only
-marks it; the memory goes back to the allocator when the last view is released.
+marks it; the memory goes back to the allocator when the last view is released. A base's
+``version`` counts the writes into its memory (values computed from it are stale once it moves).
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ class Buffer:
             raise ValueError("offset is only meaningful for a view: pass base= as well")
         self._base = base
         self.offset = offset
+        self.version = 0  # (on a base) bumped by every write into its memory: tgcore.schedule.state.invalidate
         if preallocate:
             self.allocate()
 

@@ -23,16 +23,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from tgcore.schedule.kernelize import (
-    ScheduleItem,
-    buffer_device,
-    buffers,
-    kernelize,
-    new_buffer_uop,
-    new_view_uop,
-    realized_buffer,
-)
+from tgcore.schedule.kernelize import ScheduleItem, buffer_device, kernelize, new_buffer_uop, uop_buffer
 from tgcore.schedule.shape import shape_of
+from tgcore.schedule.state import REALIZATION
 from tgcore.uop import Ops, UOp
 
 MAX_ENTRIES = 512
@@ -84,10 +77,10 @@ class _Walk:
                 index[n] = len(parts)
                 parts.append(n)
                 continue
-            buf = n if n.op is Ops.BUFFER else realized_buffer(n)
+            buf = n if n.op is Ops.BUFFER else REALIZATION.cached(n)
             if buf is not None:
                 # (a node computed earlier on another device is rescheduled by the kernelizer: not a leaf here)
-                if buf not in buffers or buffer_device(buf).startswith("DISK") or \
+                if REALIZATION.buffer(buf) is None or buffer_device(buf).startswith("DISK") or \
                         (buf is not n and buffer_device(buf) != default_device):
                     self.ok = False
                     return
@@ -142,7 +135,7 @@ def _real(u: UOp, t: _Template, env: dict[UOp, UOp]) -> UOp:
     if r is None:
         if u in t.views:
             base, size, offset = t.views[u]
-            r = new_view_uop(_real(base, t, env), size, offset)
+            r = REALIZATION.new_view(_real(base, t, env), size, offset)
         else:
             r = new_buffer_uop(buffer_device(u), u.arg, u.dtype)
         env[u] = r
@@ -154,7 +147,7 @@ def _instantiate(t: _Template, leaves: list[UOp]) -> tuple[list[ScheduleItem], l
     items = []
     for ast, buf_uops, device, kind, var_vals in t.items:
         real_uops = tuple(_real(u, t, env) for u in buf_uops)
-        items.append(ScheduleItem(ast, [buffers[u] for u in real_uops], device, kind, dict(var_vals), real_uops))
+        items.append(ScheduleItem(ast, [uop_buffer(u) for u in real_uops], device, kind, dict(var_vals), real_uops))
     return items, [_real(r, t, env) for r in t.results]
 
 

@@ -15,13 +15,14 @@ elementwise work is recomputed wherever it is used; a reduction fuses into its c
 only when it is reached without broadcasting, has a single consumer and every use of its
 value is inside that one kernel (not also read, through shared elementwise work, by another
 kernel), otherwise it gets a kernel (and a buffer) of its own. ``CONTIGUOUS`` and ``COPY`` always end a kernel.
+
+The runtime Buffer behind each BUFFER uop, and the values earlier realizes computed, are read from
+``tgcore.schedule.state.REALIZATION`` (their one owner); scheduling writes nothing there but new buffers.
 """
 from __future__ import annotations
 
 import contextlib
-import itertools
 import sys
-import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ from tgcore.helpers import prod
 from tgcore.runtime.buffer import Buffer
 from tgcore.schedule.shape import shape_of
 from tgcore.schedule.split import split_large_reductions
+from tgcore.schedule.state import REALIZATION
 from tgcore.uop import AxisArg, GroupOp, Ops, RangeKind, UOp
 
 INT32_LIMIT = 2**31 - 1
@@ -39,43 +41,18 @@ MIN_BROADCAST = 64   # copies an expand makes of an elementwise input from which
 EXPENSIVE_OPS = 12   # ... when it has this many ALU ops (a silu, a dequantization) ...
 READ_WORK = 5        # ... or reads a buffer and its ALU ops plus the buffers it reads reach this (relu(x + b))
 
-# lazy tensor node -> the flat BUFFER uop holding its value, for nodes already computed
-realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
-# BUFFER uop -> the runtime Buffer behind it
-buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
-
-_unique = itertools.count()
-_cache_enabled = [True]
-
-
-@contextlib.contextmanager
-def no_realized_cache() -> Iterator[None]:
-    """Recompute lazy nodes even when an earlier realize computed them (the JIT's capture needs every kernel)."""
-    _cache_enabled.append(False)
-    try:
-        yield
-    finally:
-        _cache_enabled.pop()
-
-
-def realized_buffer(node: UOp) -> UOp | None:
-    """The BUFFER holding ``node``'s value from an earlier realize, if it is still around (and caching is on)."""
-    return realized.get(node) if _cache_enabled[-1] else None
-
 
 def new_buffer_uop(device: str, size: int, dtype: DType) -> UOp:
     """A fresh BUFFER uop (distinct from every other) with a lazily allocated Buffer behind it."""
-    u = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(_unique)),
-                                UOp(Ops.DEVICE, dtypes.void, (), device)), size)
-    buffers[u] = Buffer(device, size, dtype)
-    return u
+    return REALIZATION.new_buffer(device, size, dtype)
 
 
-def new_view_uop(base: UOp, size: int, offset_bytes: int) -> UOp:
-    """A fresh BUFFER uop for ``size`` elements of ``base``'s buffer starting ``offset_bytes`` in."""
-    u = UOp(Ops.BUFFER, base.dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(_unique)), base.src[1]), size)
-    buffers[u] = buffers[base].view(size, base.dtype, offset_bytes)
-    return u
+def uop_buffer(u: UOp) -> Buffer:
+    """The runtime Buffer behind a BUFFER uop the schedule uses."""
+    buf = REALIZATION.buffer(u)
+    if buf is None:
+        raise RuntimeError(f"no buffer behind {u!r}")
+    return buf
 
 
 def buffer_device(u: UOp) -> str:
@@ -259,7 +236,7 @@ class Kernelizer:
     def cached(self, node: UOp) -> UOp | None:
         """The buffer an earlier realize left ``node``'s value in, if it is on the device ``node`` computes on
         (a graph of constants has no device of its own: the same node may be realized on several)."""
-        buf = realized_buffer(node)
+        buf = REALIZATION.cached(node)
         if buf is None or buffer_device(buf) != (self.device.get(node) or self.default_device):
             return None
         return buf
@@ -309,7 +286,7 @@ class Kernelizer:
         if chain.op is Ops.CONTIGUOUS or (reshapes_only and chain is not node and chain.op is not Ops.BUFFER):
             chain = self.realize(chain)
         chain = self.cached(chain) or self.done.get(chain, chain)
-        if chain.op is not Ops.BUFFER or chain is node or chain not in buffers:
+        if chain.op is not Ops.BUFFER or chain is node or REALIZATION.buffer(chain) is None:
             return None
         shape = shape_of(node)
         if prod(shape) == 0:
@@ -322,14 +299,14 @@ class Kernelizer:
         offset = (value.src[0].src[1] - linear_index(idx, shape, builder.idt)).simplify()
         if offset.op is not Ops.CONST:
             return None
-        view = new_view_uop(chain, prod(shape), offset.arg * chain.dtype.itemsize)
+        view = REALIZATION.new_view(chain, prod(shape), offset.arg * chain.dtype.itemsize)
         self.views[view] = (chain, prod(shape), offset.arg * chain.dtype.itemsize)
         return view
 
     def _copy_kernel(self, node: UOp) -> UOp:
         src_buf = self.realize(node.src[0])
         out = new_buffer_uop(node.src[1].arg, src_buf.arg, src_buf.dtype)
-        self.items.append(ScheduleItem(node, [buffers[out], buffers[src_buf]], node.src[1].arg, "copy"))
+        self.items.append(ScheduleItem(node, [uop_buffer(out), uop_buffer(src_buf)], node.src[1].arg, "copy"))
         self.done[node] = out
         return out
 
@@ -345,7 +322,7 @@ class Kernelizer:
         store = kernel.params[0].index(linear_index(ranges, shape, kernel.idt)).store(value)
         ast = UOp.sink(store)
         kind = "reduce" if any(n.op is Ops.REDUCE for n in ast.toposort) else "elementwise"
-        self.items.append(ScheduleItem(ast, [buffers[b] for b in kernel.param_bufs], device, kind,
+        self.items.append(ScheduleItem(ast, [uop_buffer(b) for b in kernel.param_bufs], device, kind,
                                        dict(kernel.var_vals), tuple(kernel.param_bufs)))
         self.done[node] = out
         return out
@@ -362,7 +339,7 @@ class Kernelizer:
             raise ValueError(f"a custom kernel's buffers must be on one device, got {sorted(devices)}")
         params = [UOp(Ops.PARAM, b.dtype.ptr(b.arg), (), i) for i, b in enumerate(bufs)]
         program = build_program(kernel.arg, params)
-        self.items.append(ScheduleItem(program, [buffers[b] for b in bufs], devices.pop(), "custom"))
+        self.items.append(ScheduleItem(program, [uop_buffer(b) for b in bufs], devices.pop(), "custom"))
         self.custom[kernel] = bufs
         return bufs
 
@@ -395,7 +372,7 @@ class Kernelizer:
             result = kernel.load(staged, ranges, shape, None)
         ast = UOp.sink(index.store(result))
         kind = "reduce" if any(n.op is Ops.REDUCE for n in ast.toposort) else "elementwise"
-        self.items.append(ScheduleItem(ast, [buffers[b] for b in kernel.param_bufs], device, kind,
+        self.items.append(ScheduleItem(ast, [uop_buffer(b) for b in kernel.param_bufs], device, kind,
                                        dict(kernel.var_vals)))
         self.done[node] = base
         return base
@@ -569,7 +546,7 @@ def create_schedule(outs: list[UOp], default_device: str) -> tuple[list[Schedule
 
     A graph whose structure was scheduled before reuses that schedule (``tgcore.schedule.cache``)."""
     from tgcore.schedule.cache import cached_schedule
-    if _cache_enabled[-1]:
+    if REALIZATION.cache_enabled():
         cached = cached_schedule(outs, default_device)
         if cached is not None:
             return cached

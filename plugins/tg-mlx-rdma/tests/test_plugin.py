@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 from tg_mlx_rdma import plugin
-from tg_mlx_rdma.transport import empty_tensor, tensor_bytes
+from tg_mlx_rdma.transport import empty_tensor, output_bytes, tensor_bytes
 
 from tgcore import Tensor
 from tgcore.dtype import dtypes
@@ -79,3 +79,22 @@ def test_views_and_lazy_tensors_are_made_contiguous() -> None:
     mv, keep = tensor_bytes((Tensor(base).T + 1)[1:3])
     assert np.array_equal(np.frombuffer(mv, dtype=np.int32).reshape(keep.shape), (base.T + 1)[1:3])
     assert tensor_bytes(Tensor(np.zeros((0, 4), np.float32)))[0].nbytes == 0
+
+
+def test_receiving_into_a_tensor_is_a_write_like_assign() -> None:
+    """recv(out=...) lands in out's own memory: out and tensors realized into it see the new values, lazy tensors
+    built from out before keep the old ones, and a pending assign into out runs before the bytes land."""
+    import tgcore
+    out = Tensor(np.zeros(4, np.float32))
+    alias = out.reshape(2, 2).realize()  # shares the memory
+    version = tgcore.realization.version(out._buffer())
+    out.assign(out + 1)  # pending
+    before = out * 10  # reads the assigned values (1.0), built before the receive
+    dest, commit = output_bytes(out, (4,), dtypes.float32)
+    np.frombuffer(dest, dtype=np.float32)[:] = np.arange(4, dtype=np.float32) + 5
+    commit()
+    assert out.tolist() == [5.0, 6.0, 7.0, 8.0] and alias.tolist() == [[5.0, 6.0], [7.0, 8.0]]
+    assert before.tolist() == [10.0] * 4
+    assert tgcore.realization.version(out._buffer()) == version + 2  # the assign, then the receive
+    with pytest.raises(ValueError, match="out must own a contiguous buffer"):
+        output_bytes(out[1:3], (2,), dtypes.float32)

@@ -142,24 +142,19 @@ def header_nbytes(h: np.ndarray) -> int:
 
 # ---------------------------------------------------------------------------------------------- tensor memory
 
-_CORE: dict[str, Any] = {}  # core objects _buffer_of needs, imported once (an import per message costs ~2 us)
+_STATE: list[Any] = []  # tgcore.realization, looked up once (a lookup per message costs ~2 us)
 
 
-def _buffer_of(t: Tensor, numel: int | None = None) -> Any:
-    """The runtime Buffer holding a realized, contiguous tensor, or None. ``numel``: the tensor's element
-    count when the caller knows it (working it out from the graph costs ~20 us, a per-message cost)."""
-    if not _CORE:
-        from tgcore.schedule.kernelize import buffers
-        from tgcore.uop import Ops
-        _CORE.update(buffers=buffers, RESHAPE=Ops.RESHAPE, BUFFER=Ops.BUFFER)
-    u = t.uop
-    base = u.src[0] if u.op is _CORE["RESHAPE"] else u
-    if base.op is not _CORE["BUFFER"]:
-        return None
-    buf = _CORE["buffers"].get(base)
-    if buf is None:
-        return None
-    return buf if buf.size == (t.numel() if numel is None else numel) and buf.dtype == t.dtype else None
+def _realization() -> Any:
+    if not _STATE:
+        import tgcore
+        _STATE.append(tgcore.realization)
+    return _STATE[0]
+
+
+def _buffer_of(t: Tensor) -> Any:
+    """The runtime Buffer holding a realized, contiguous tensor (realized first), or None for a view."""
+    return _realization().buffer_of(t)
 
 
 def tensor_bytes(t: Tensor) -> tuple[memoryview, Tensor]:
@@ -170,13 +165,9 @@ def tensor_bytes(t: Tensor) -> tuple[memoryview, Tensor]:
     from tgcore.tensor import Tensor
     if not isinstance(t, Tensor):
         raise TypeError(f"expected a tgcore Tensor, got {type(t).__name__}")
-    numel = t.numel()
-    if numel == 0:
+    if t.numel() == 0:
         return memoryview(b""), t
-    buf = _buffer_of(t, numel)
-    if buf is None or not buf.is_allocated():  # not computed yet (an allocated buffer skips realize's checks)
-        t.realize()
-        buf = _buffer_of(t, numel)
+    buf = _buffer_of(t)
     if buf is None:  # a view of a larger buffer: materialize it contiguously
         t = t.contiguous().realize()
         buf = _buffer_of(t)
@@ -190,10 +181,10 @@ def empty_tensor(shape: tuple[int, ...], dt: DType,
     """A new tensor, a writable memoryview to fill it through, and ``commit()`` to call once it is filled."""
     from tgcore.tensor import Tensor
     t = Tensor.empty(shape, dtype=dt, device=device)
-    numel = prod(shape)
-    buf = _buffer_of(t, numel)
-    if buf is None or buf.nbytes == 0:
+    if prod(shape) == 0:
         return t, memoryview(bytearray(0)), lambda: None
+    buf = _buffer_of(t)
+    assert buf is not None  # (a new tensor owns its buffer)
     buf.ensure_allocated()
     if buf.allocator.can_zero_copy:
         return t, buf.as_buffer(), lambda: None
@@ -205,32 +196,25 @@ def output_bytes(out: Tensor, shape: tuple[int, ...], dt: DType) -> tuple[memory
     """A writable memoryview of ``out``'s own buffer and ``commit()`` to call once it is filled (``recv(out=...)``).
 
     ``out`` must have ``shape`` and ``dt`` and own a contiguous buffer (``Tensor.empty(...)`` or a realized
-    tensor, not a view or a lazy expression). Like ``Tensor.assign``, filling it forgets values cached from
-    its old contents; lazy tensors that read the old values must be realized first.
+    tensor, not a view or a lazy expression). Like ``Tensor.assign``, lazy tensors built from ``out`` before
+    keep its old values, and values cached from its old contents are forgotten.
     """
     from tgcore.tensor import Tensor
     if not isinstance(out, Tensor):
         raise TypeError(f"out must be a tgcore Tensor, got {type(out).__name__}")
     if tuple(out.shape) != shape or out.dtype != dt:
         raise ValueError(f"out is {out.dtype.name}{list(out.shape)}, but the recv is for {dt.name}{list(shape)}")
-    numel = prod(shape)
-    buf = _buffer_of(out, numel)
-    if buf is None:
-        raise ValueError("out must own a contiguous buffer (Tensor.empty(...) or a realized tensor), "
-                         "not a view or a lazy expression")
-    if buf.nbytes == 0:
+    if prod(shape) == 0:
         return memoryview(bytearray(0)), lambda: None
-    buf.ensure_allocated()
-    from tgcore.schedule.kernelize import realized
-
+    try:
+        buf = _realization().prepare_write(out).ensure_allocated()
+    except ValueError:
+        raise ValueError("out must own a contiguous buffer (Tensor.empty(...) or a realized tensor), "
+                         "not a view or a lazy expression") from None
     if buf.allocator.can_zero_copy:
-        return buf.as_buffer(), realized.clear
+        return buf.as_buffer(), lambda: None
     staging = memoryview(bytearray(buf.nbytes))
-
-    def commit() -> None:
-        buf.copyin(staging)
-        realized.clear()
-    return staging, commit
+    return staging, lambda: buf.copyin(staging) and None
 
 
 def recv_target(shape: tuple[int, ...], dt: DType, device: str | None,

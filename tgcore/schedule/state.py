@@ -1,0 +1,264 @@
+"""Realization state: which memory holds which value, owned by one object (``REALIZATION``).
+
+In:  BUFFER uops made by the scheduler and the front end, results of realizes, writes into memory
+     (``Tensor.assign``, custom kernels, a transport receiving into a tensor).
+Out: the runtime ``Buffer`` behind a BUFFER uop, the buffer an earlier realize left a lazy node's
+     value in, the writes still to run, and a version per buffer that every write bumps.
+
+How:
+- ``buffer(u)`` / ``bind(u, buf)``: BUFFER uop -> runtime Buffer (weak in the uop: a graph nobody
+  holds frees its memory).
+- The realized cache maps a lazy node to the BUFFER uop holding its value, with the versions of
+  the memory the value lives in and was computed from. Every write into memory bumps its
+  version (``invalidate``), so exactly the entries that depend on it go stale: a lookup drops
+  them (``drops`` counts them); the rest of the cache stays.
+- A lazy ``assign`` gives the written tensor a new BUFFER uop over the same memory (a new version
+  of its name) and records the write as pending under that uop; it runs when something reads the
+  new uop. Graphs built before the assign keep the old uop: if any of them is still alive when the
+  write runs, the old contents are first copied to memory of their own (``preserve``), so they keep
+  reading the values they were built from.
+- Holders: the tensors realized into a buffer (``hold``). They follow a write into it (an assign
+  through a view of the buffer, as a KV cache does, moves them all to the new version).
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from tgcore.dtype import DType, dtypes
+from tgcore.helpers import prod
+from tgcore.runtime.buffer import Buffer
+from tgcore.schedule.shape import shape_of
+from tgcore.uop import Ops, UOp
+
+MOVEMENT = (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP, Ops.EXPAND, Ops.PAD)
+
+
+def base_buffer_uop(u: UOp) -> UOp | None:
+    """The BUFFER uop under a chain of movement ops, or None when ``u`` computes something."""
+    while u.op in MOVEMENT:
+        u = u.src[0]
+    return u if u.op is Ops.BUFFER else None
+
+
+_Reads = tuple[tuple["weakref.ref[Buffer]", int], ...]  # buffers a cached value was computed from, with versions
+
+
+@dataclass
+class PendingWrite:
+    """A write not yet finished: an assign (store ``value`` into ``target``, a view of the old BUFFER uop, on
+    ``device``), or one started outside the scheduler that ``finish()`` waits for (``prepare_write``)."""
+    target: UOp | None = None
+    value: UOp | None = None
+    device: str = ""
+    finish: Callable[[], None] | None = None
+
+
+class RealizationState:
+    """The one owner of realization state. Use the module's ``REALIZATION`` instance."""
+
+    def __init__(self) -> None:
+        self._buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+        # lazy node -> the BUFFER uop holding its value (weakly: the cache keeps no memory alive), the version of
+        # the memory it lives in, and the base Buffers it was computed from (weakly) with their versions then
+        self._realized: weakref.WeakKeyDictionary[UOp, tuple[weakref.ref[UOp], int, _Reads]] = \
+            weakref.WeakKeyDictionary()
+        self.pending: dict[UOp, PendingWrite] = {}  # new BUFFER uop -> the write that makes its value
+        self._holders: weakref.WeakKeyDictionary[UOp, dict[int, weakref.ref[Any]]] = weakref.WeakKeyDictionary()
+        self._unique = itertools.count()
+        self._cache_enabled = [True]
+        self.drops = 0      # cached values dropped because memory they depend on was written
+        self.preserved = 0  # old contents copied aside for lazy readers of a value an assign replaced
+
+    # ---- buffers ----
+    def buffer(self, u: UOp) -> Buffer | None:
+        """The runtime Buffer behind a BUFFER uop, or None."""
+        return self._buffers.get(u)
+
+    def bind(self, u: UOp, buf: Buffer) -> None:
+        """Put ``buf`` behind the BUFFER uop ``u`` (e.g. a view of a file a loader mapped)."""
+        if u.op is not Ops.BUFFER:
+            raise ValueError(f"bind needs a BUFFER uop, got {u.op.name}")
+        self._buffers[u] = buf
+
+    def new_buffer(self, device: str, size: int, dtype: DType, buf: Buffer | None = None) -> UOp:
+        """A fresh BUFFER uop (distinct from every other) with ``buf`` (default: a new lazily allocated Buffer)."""
+        u = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(self._unique)),
+                                    UOp(Ops.DEVICE, dtypes.void, (), device)), size)
+        self._buffers[u] = Buffer(device, size, dtype) if buf is None else buf
+        return u
+
+    def new_view(self, base: UOp, size: int, offset_bytes: int) -> UOp:
+        """A fresh BUFFER uop for ``size`` elements of ``base``'s buffer starting ``offset_bytes`` in."""
+        return self.new_buffer(base.src[1].arg, size, base.dtype,
+                               self._buffers[base].view(size, base.dtype, offset_bytes))
+
+    def new_version(self, old: UOp) -> UOp:
+        """A new BUFFER uop naming the same memory as ``old`` (the value after a write into it)."""
+        return self.new_buffer(old.src[1].arg, old.arg, old.dtype, self._buffers[old])
+
+    def version(self, buf: Buffer) -> int:
+        """How many times the memory under ``buf`` was written (through a write this state was told of)."""
+        return buf.base.version
+
+    # ---- the realized cache ----
+    @contextlib.contextmanager
+    def no_cache(self) -> Iterator[None]:
+        """Recompute lazy nodes even when an earlier realize computed them (the JIT's capture needs every kernel)."""
+        self._cache_enabled.append(False)
+        try:
+            yield
+        finally:
+            self._cache_enabled.pop()
+
+    def cache_enabled(self) -> bool:
+        return self._cache_enabled[-1]
+
+    def cached(self, node: UOp) -> UOp | None:
+        """The BUFFER uop an earlier realize left ``node``'s value in, if still valid (and caching is on). An entry
+        whose memory, or memory it was computed from, was written since is dropped (counted in ``drops``)."""
+        if not self._cache_enabled[-1]:
+            return None
+        entry = self._realized.get(node)
+        if entry is None:
+            return None
+        ref, version, reads = entry
+        buf_uop = ref()
+        buf = self._buffers.get(buf_uop) if buf_uop is not None else None
+        if buf is None:  # (its memory is gone: nothing to reuse)
+            del self._realized[node]
+            return None
+        if buf.base.version != version or _stale(reads):
+            del self._realized[node]
+            self.drops += 1
+            return None
+        return buf_uop
+
+    def remember(self, node: UOp, buf_uop: UOp, reads: Iterable[Buffer]) -> None:
+        """``node``'s value is in ``buf_uop``, computed from the memory of ``reads`` (base Buffers)."""
+        self._realized[node] = (weakref.ref(buf_uop), self._buffers[buf_uop].base.version,
+                                tuple((weakref.ref(b), b.version) for b in reads))
+
+    def invalidate(self, buf: Buffer) -> None:
+        """``buf``'s memory was written: bump its version, so the cached values that depend on it (computed from it
+        or living in it) are dropped when next looked up; no other entry is."""
+        buf.base.version += 1
+
+    # ---- tensors (the API for plugins: tensors are duck-typed, this module does not import Tensor) ----
+    def buffer_of(self, tensor: Any) -> Buffer | None:
+        """The Buffer holding ``tensor``'s elements, realizing it (and running writes into it) first; None when
+        the tensor is a view that is not a whole buffer of its own (``.contiguous()`` it)."""
+        u = tensor.uop
+        base = u.src[0] if u.op is Ops.RESHAPE else u
+        buf = self._buffers.get(base) if base.op is Ops.BUFFER else None
+        if buf is None or base in self.pending:
+            tensor.realize()
+            u = tensor.uop
+            base = u.src[0] if u.op is Ops.RESHAPE else u
+            buf = self._buffers.get(base) if base.op is Ops.BUFFER else None
+        if buf is None or buf.size != prod(shape_of(u)) or buf.dtype != u.dtype:
+            return None
+        return buf
+
+    def prepare_write(self, tensor: Any, finish: Callable[[], None] | None = None) -> Buffer:
+        """Get ``tensor``'s own buffer ready to be written outside the scheduler (a transport receiving into it).
+
+        Like ``Tensor.assign``: the tensor and every tensor realized into that memory move to a new version of it,
+        lazy tensors built before keep the old values (copied aside if any is alive), cached values that depend on
+        the memory are dropped and its version is bumped. ``finish``: for a write that is still under way when
+        this returns (a non-blocking receive), what waits for it; any realize that reads the tensor calls it
+        first. Raises ValueError when the tensor does not own a contiguous buffer."""
+        u = tensor.uop
+        old = u.src[0] if u.op is Ops.RESHAPE else u
+        buf = self._buffers.get(old) if old.op is Ops.BUFFER else None
+        if buf is None or buf.size != prod(shape_of(u)) or buf.dtype != u.dtype:
+            raise ValueError("the tensor written into must own a contiguous buffer (Tensor.empty(...) or a "
+                             "realized tensor), not a view or a lazy expression")
+        if old in self.pending:  # (an earlier write into it finishes first)
+            tensor.realize()
+            old = tensor.uop.src[0] if tensor.uop.op is Ops.RESHAPE else tensor.uop
+        new = self.new_version(old)
+        self.move_holders(old, new, also=tensor)
+        self.invalidate(buf)
+        old_ref = weakref.ref(old)
+        del old, u
+        still_read = old_ref()
+        if still_read is not None:
+            self.preserve(still_read)
+        del still_read
+        if finish is not None:
+            self.pending[new] = PendingWrite(finish=finish)
+        return buf
+
+    # ---- holders ----
+    def hold(self, tensor: Any) -> None:
+        """``tensor`` is realized into its BUFFER (its uop is movement ops over one): it follows writes into it."""
+        base = base_buffer_uop(tensor.uop)
+        if base is None:
+            return
+        held = self._holders.get(base)
+        if held is None:
+            held = self._holders[base] = {}
+        else:
+            known = held.get(id(tensor))
+            if known is not None and known() is tensor:
+                return
+            if len(held) >= 16:  # (a buffer a cached value keeps alive gets a new holder per realize that hits it)
+                for key in [k for k, r in held.items() if r() is None]:
+                    del held[key]
+        held[id(tensor)] = weakref.ref(tensor)
+
+    def move_holders(self, old: UOp, new: UOp, also: Any = None) -> None:
+        """Point every holder of ``old`` (and ``also``) at ``new`` instead: they see the write that makes it."""
+        held = self._holders.pop(old, {})
+        moved = [t for r in held.values() if (t := r()) is not None and base_buffer_uop(t.uop) is old]
+        if also is not None and all(t is not also for t in moved):
+            moved.append(also)
+        for t in moved:
+            t.uop = t.uop.substitute({old: new})
+            self.hold(t)
+
+    # ---- pending writes ----
+    def defer_write(self, new: UOp, write: PendingWrite) -> None:
+        self.pending[new] = write
+
+    def pending_reads(self, outs: Iterable[UOp]) -> list[UOp]:
+        """The BUFFER uops with a pending write that the graphs of ``outs`` read, in the order to run them."""
+        if not self.pending:
+            return []
+        found: list[UOp] = []
+        for o in outs:
+            found.extend(n for n in o.toposort if n.op is Ops.BUFFER and n in self.pending)
+        return list(dict.fromkeys(found))
+
+    def preserve(self, old: UOp, copy: Callable[[Buffer, Buffer], None] | None = None) -> bool:
+        """Before memory is written: put a copy of the contents the BUFFER uop ``old`` names behind it (made with
+        ``copy(dest, src)``, by default a plain copy), so its readers keep the old values. Returns whether it
+        copied (nothing to copy when the memory was never allocated)."""
+        buf = self._buffers.get(old)
+        if buf is None or not buf.is_allocated():
+            return False
+        dest = Buffer(buf.device, buf.size, buf.dtype)
+        if copy is None:
+            dest.ensure_allocated().copy_from(buf)
+        else:
+            copy(dest, buf)
+        self._buffers[old] = dest
+        self.preserved += 1
+        return True
+
+
+def _stale(reads: _Reads) -> bool:
+    """Whether any still-existing buffer of ``reads`` was written since its version was taken."""
+    for ref, version in reads:
+        b = ref()
+        if b is not None and b.version != version:
+            return True
+    return False
+
+
+REALIZATION = RealizationState()
