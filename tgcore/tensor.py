@@ -193,7 +193,9 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
             raise ValueError("arange step must not be zero")
         n = max(0, math.ceil((stop - start) / step))
         is_float = any(isinstance(v, float) for v in (start, stop, step))
-        dt = to_dtype(dtype) if dtype is not None else (dtypes.default_float if is_float else dtypes.default_int)
+        fits_int32 = all(-2**31 <= v < 2**31 for v in (start, start + step * max(n - 1, 0)))
+        dt = to_dtype(dtype) if dtype is not None else (dtypes.default_float if is_float else
+                                                        dtypes.default_int if fits_int32 else dtypes.int64)
         idx = Tensor(_arange_uop(n), device=device)
         out = idx.cast(dt) if dt is not dtypes.int32 else idx
         if step != 1:
@@ -426,6 +428,8 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
         if dim is None:
             return self.reshape(tuple(s for s in self.shape if s != 1))
         d = _axis(dim, self.ndim)
+        if self.ndim == 0:  # (dim 0 or -1 names the tensor itself, like torch)
+            return self
         return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
 
     def unsqueeze(self, dim: int) -> Tensor:
@@ -714,6 +718,8 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
     def cumsum(self, axis: builtins.int = 0) -> Tensor:
         """Running sum along ``axis`` (a masked sum over a window: O(n^2) work along that axis)."""
         ax = _axis(axis, self.ndim)
+        if self.ndim == 0:  # (a 0-d tensor is its own running sum)
+            return self.cast(self._sum_dtype())
         n = self.shape[ax]
         x = self.transpose(ax, -1) if ax != self.ndim - 1 else self
         rows = Tensor.arange(n, device=self.device).reshape(n, 1)

@@ -32,6 +32,17 @@ def mark_leaf(t: Any) -> None:
     t.uop = t.uop.replace(tag=("leaf", next(_leaf_ids)))
 
 
+def with_gradient(out: Any, inputs: tuple[Any, ...], rule: Any) -> Any:
+    """``out`` with its gradient given by ``rule(g, out, *inputs)`` (one gradient or None per input) instead of
+    the one its own graph gives: for composed formulas whose chain rule breaks at edge points (0 * inf where
+    the true derivative is finite or infinite). ``rule`` must be a module-level function (it is part of the
+    node, so the schedule cache sees one rule per formula).
+
+    The node is a DETACH of ``out`` (no gradient flows through out's own graph; the scheduler computes
+    ``src[0]`` only) with the inputs as extra sources and the rule as its argument."""
+    return out._new(UOp(Ops.DETACH, out.dtype, (out.uop, *(x.uop for x in inputs)), rule))
+
+
 class AutogradMixin:
     __slots__ = ()
     requires_grad: bool | None  # (the storage is Tensor's: these only declare the types)

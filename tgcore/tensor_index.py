@@ -497,8 +497,7 @@ class IndexMixin:
         offset = 0
         for t in tensors:
             n = t.shape[d]
-            if n == 0:
-                continue
+            # (empty parts stay in the graph: their gradient is zeros of their shape, like torch's)
             part = t.cast(dt).pad(_axis_op(t, d, (offset, total - offset - n)))
             out = part if out is None else out + part
             offset += n

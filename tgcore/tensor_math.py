@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from tgcore.codegen import transcendental as tr
 from tgcore.dtype import DType, dtypes, least_upper_dtype, least_upper_float
+from tgcore.errors import TensorValueError
+from tgcore.tensor_autograd import with_gradient
 from tgcore.uop import Ops, UOp
 
 if TYPE_CHECKING:
@@ -100,11 +102,11 @@ class MathMixin:
 
     def exp(self) -> Tensor:
         """e**x: exact reduction by ln2, then EXP2 of the small remainder (accurate for every x)."""
-        return self._lift(tr.exp)
+        return with_gradient(self._lift(tr.exp), (self._float(),), _exp_grad)
 
     def log(self) -> Tensor:
         """ln(x) from the same reduction as log2, with ln2 split so e*ln2 carries no rounding."""
-        return self._lift(tr.log)
+        return with_gradient(self._lift(tr.log), (self._float(),), _log_grad)
 
     def expm1(self) -> Tensor:
         """exp(x) - 1, accurate near 0 (u = exp(x): (u - 1) * x / log(u) cancels the rounding of u)."""
@@ -155,18 +157,19 @@ class MathMixin:
     def tanh(self) -> Tensor:
         """tanh(|x|) = -m / (m + 2) with m = expm1(-2|x|): no cancellation near 0, no overflow."""
         def f(x: Tensor) -> Tensor:
-            m = (x.abs() * -2).expm1()
+            m = ((x < 0).where(x, -x) * 2).expm1()  # (-|x| with slope -1 at 0, so tanh'(0) is 1; abs'(0) is 0)
             t = -m / (m + 2)
             return (x < 0).where(-t, t)
         return self._in_f32(f)
 
     def relu(self) -> Tensor:
+        """max(x, 0); the gradient at 0 is 0 (like torch)."""
         t = self._t()
-        return (t < 0).where(0, t)
+        return (t < 0).where(0, (t == 0).where(t.detach(), t))
 
     def leaky_relu(self, negative_slope: float = 0.01) -> Tensor:
         t = self._t()
-        return (t < 0).where(t * negative_slope, t)
+        return (t > 0).where(t, t * negative_slope)  # (the gradient at 0 is the slope, like torch)
 
     def elu(self, alpha: float = 1.0) -> Tensor:
         def f(x: Tensor) -> Tensor:
@@ -221,8 +224,7 @@ class MathMixin:
         t = self._t()
         if dtypes.is_unsigned(t.dtype) or t.dtype is dtypes.bool:
             return t
-        out = (t < 0).where(-t, t)
-        return out + 0.0 if dtypes.is_float(t.dtype) else out  # -0.0 -> +0.0
+        return (t < 0).where(-t, (t == 0).where(0, t))  # (-0.0 -> +0.0; the gradient at 0 is 0, like torch)
 
     def sign(self) -> Tensor:
         """-1, 0 or 1 (nan stays nan, zeros keep their sign); bool stays bool."""
@@ -310,19 +312,22 @@ class MathMixin:
         if dtypes.is_int(t.dtype) or t.dtype is dtypes.bool:
             if isinstance(y, int):
                 if y < 0:
-                    raise ValueError("integers to negative integer powers are not allowed; cast to float first")
+                    raise TensorValueError("integers to negative integer powers are not allowed; cast to float "
+                                           "first")
                 return _int_pow_scalar(t if t.dtype is not dtypes.bool else t.cast(dtypes.default_int), y)
             t = t._float()
-        if y == 0:
-            return t.ones_like()
+        if y == 0:  # 1 everywhere (nan and inf included), with zero gradients
+            return with_gradient(t.ones_like(), (t,), _zero_grad)
         if y == 1:
             return t
         if y == 2:
             return t * t
         if y == -1:
             return t.reciprocal()
-        if y == 0.5:
-            return (t == -math.inf).where(math.inf, t.sqrt() + 0.0)
+        if y == 0.5:  # (like torch: sqrt, so -inf gives nan and -0.0 stays -0.0)
+            return t.sqrt()
+        if y == -0.5:
+            return with_gradient(t.rsqrt(), (t, t._const(y, t.dtype)), _pow_grad)
         return t._pow_tensor(t._const(y, t.dtype))
 
     def _pow_tensor(self, e: Tensor) -> Tensor:
@@ -343,7 +348,7 @@ class MathMixin:
         out = (neg & y_int.logical_not() & (x != -math.inf)).where(math.nan, out)
         out = ((ax == 1) & (y.abs() == math.inf)).where(1.0, out)
         out = ((y == 0) | (x == 1)).where(1.0, out)
-        return out.cast(dt)
+        return with_gradient(out.cast(dt), (b, e), _pow_grad)
 
     # ---------------------------------------------------------------- bitwise and logical
     def bitwise_and(self, x: Any) -> Tensor:
@@ -382,6 +387,32 @@ class MathMixin:
 
     def logical_xor(self, x: Any) -> Tensor:
         return self._t().cast(dtypes.bool) ^ _as_bool(x)
+
+
+# ---------------------------------------------------------------- gradient rules (see with_gradient)
+# A zero upstream gradient gives exactly zero (not 0 * inf = nan): formulas that pick a branch with where()
+# pass zeros into the branch not taken, which must not poison the gradient.
+def _times(g: Tensor, d: Tensor) -> Tensor:
+    return (g == 0).where(0.0, g * d.cast(g.dtype))
+
+
+def _exp_grad(g: Tensor, out: Tensor, x: Tensor) -> tuple[Tensor]:
+    return (_times(g, out),)  # (inf at inf: the formula's own graph gives 0 there)
+
+
+def _log_grad(g: Tensor, out: Tensor, x: Tensor) -> tuple[Tensor]:
+    return (_times(g, x.reciprocal()),)  # (also below 0, like torch: the formula's graph gives nan there)
+
+
+def _zero_grad(g: Tensor, out: Tensor, x: Tensor) -> tuple[Tensor]:
+    return (g.zeros_like(),)
+
+
+def _pow_grad(g: Tensor, out: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """torch's rules: d/dx = y * x**(y-1) (0 where y == 0), d/dy = x**y * log(x) (0 where x == 0 and y >= 0)."""
+    dx = (y == 0).where(0.0, y * x.pow(y - 1))
+    dy = ((x == 0) & (y >= 0)).where(0.0, out * x.log())
+    return _times(g, dx), _times(g, dy)
 
 
 def _as_bool(x: Any) -> Any:

@@ -51,7 +51,7 @@ class ReduceMixin:
         n = _count(x.shape, _axes(axis, x.ndim))
         dev = x - x.mean(axis, keepdim=True)
         ss = (dev * dev).sum(axis, keepdim)
-        return ss / (n - correction) if n - correction > 0 else ss * math.nan
+        return ss / max(n - correction, 0)  # (like torch: inf, or nan for 0/0, when correction >= n)
 
     def std(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False, correction: int | float = 1) -> Tensor:
         return self.var(axis, keepdim, correction).sqrt()
@@ -97,6 +97,8 @@ class ReduceMixin:
         n = self.shape[ax] if self.ndim else 1
         if n == 0:
             raise ValueError(f"{name} of an empty axis (axis {axis} of shape {self.shape})")
+        if not is_max and dtypes.is_int(self.dtype) and not dtypes.is_unsigned(self.dtype):
+            return (~self)._arg_extreme(True, axis, keepdim)  # ~x = -x - 1 reverses the order and never overflows
         hit = self == (self.max(ax, keepdim=True) if is_max else self.min(ax, keepdim=True))
         # a hit at index i scores n - i, so the largest score is the first hit
         score = Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - ax - 1))
