@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from tgcore.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
+from tgcore.errors import TensorValueError
 from tgcore.helpers import prod
 from tgcore.runtime.registry import canonical
 from tgcore.schedule.cache import is_constant
@@ -31,6 +32,7 @@ from tgcore.schedule.shape import shape_of
 from tgcore.tensor_autograd import AutogradMixin, leaf_uops, mark_leaf
 from tgcore.tensor_index import IndexMixin
 from tgcore.tensor_math import MathMixin
+from tgcore.tensor_nn import NNMixin
 from tgcore.tensor_random import RandomMixin
 from tgcore.tensor_reduce import ReduceMixin
 from tgcore.uop import Ops, UOp
@@ -69,7 +71,7 @@ def _arange_uop(n: int) -> UOp:
     return UOp(Ops.RANGE, dtypes.int32, (), ("arange", n))
 
 
-class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
+class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNMixin):
     """A lazily evaluated n-dimensional array on a device."""
 
     __slots__ = ("uop", "device", "requires_grad", "grad", "_graph", "__weakref__")
@@ -306,6 +308,10 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
     def contiguous(self) -> Tensor:
         return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
+    def clone(self) -> Tensor:
+        """A copy in memory of its own (assigning into it leaves this tensor alone); gradients flow through."""
+        return self.contiguous()
+
     @staticmethod
     def custom_kernel(*tensors: Tensor, fxn: Any, grad_fxn: Any = None) -> list[Tensor]:
         """Run a hand-written kernel on ``tensors``; returns each tensor as it is after the kernel ran.
@@ -329,6 +335,10 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
 
     # ---------------------------------------------------------------- movement
     def reshape(self, *shape: Any) -> Tensor:
+        """A view with ``shape``; one entry may be -1 (inferred), None keeps that axis's size."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        shape = tuple(self.shape[i] if s is None and i < self.ndim else s for i, s in enumerate(shape))
         new = list(_shape_args(shape)) if shape else []
         if new.count(-1) > 1:
             raise ValueError("reshape: only one dimension can be -1")
@@ -382,8 +392,23 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
             return me
         return me._new(UOp(Ops.EXPAND, self.dtype, (me.uop,), _check_shape(out)))
 
-    def pad(self, padding: Sequence[tuple[int, int] | None], value: Scalar = 0) -> Tensor:
-        """Pad each axis by (before, after); negative amounts remove elements."""
+    def pad(self, padding: Sequence[Any], value: Scalar | str = 0, mode: str = "constant") -> Tensor:
+        """Pad each axis by (before, after); negative amounts remove elements.
+
+        ``padding`` is one (before, after) pair (or None) per axis, or a flat torch-style tuple of ints that pads
+        the last axes, last axis first: ``(left, right, top, bottom)``. ``mode`` is "constant" (``value``),
+        "reflect", "replicate" or "circular" (see ``pad_nd``); ``x.pad(p, "reflect")`` names the mode as well.
+        """
+        if isinstance(value, str):
+            mode, value = value, 0
+        if padding and all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in padding):
+            if len(padding) % 2 or len(padding) // 2 > self.ndim:
+                raise TensorValueError(f"a flat padding needs an even number of ints, at most 2 per axis, got "
+                                       f"{tuple(padding)} for {self.ndim} axes")
+            pairs = [(int(padding[i]), int(padding[i + 1])) for i in range(0, len(padding), 2)]
+            padding = [None] * (self.ndim - len(pairs)) + pairs[::-1]
+        if mode != "constant":
+            return self.pad_nd(padding, mode=mode)
         if len(padding) != self.ndim:
             raise ValueError(f"pad needs one (before, after) per axis: got {len(padding)} for {self.ndim} axes")
         pads = tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
@@ -436,9 +461,15 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
         d = _axis(dim, self.ndim + 1)
         return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
 
-    def flatten(self, start_dim: int = 0) -> Tensor:
-        s = _axis(start_dim, self.ndim) if self.ndim else 0
-        return self.reshape(self.shape[:s] + (prod(self.shape[s:]),))
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """Axes ``start_dim`` to ``end_dim`` (inclusive) merged into one; a 0-d tensor becomes 1-d."""
+        if self.ndim == 0:
+            _axis(start_dim, 0), _axis(end_dim, 0)
+            return self.reshape(1)
+        s, e = _axis(start_dim, self.ndim), _axis(end_dim, self.ndim)
+        if s > e:
+            raise TensorValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+        return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
 
     # ---------------------------------------------------------------- elementwise
     def _const(self, value: Scalar, dtype: DType) -> Tensor:

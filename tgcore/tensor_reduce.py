@@ -115,13 +115,39 @@ class ReduceMixin:
             return out
         return out.reshape(tuple(s for i, s in enumerate(x.shape) if i not in _axes(axis, x.ndim)))
 
-    def cummax(self: Tensor, axis: int = 0) -> Tensor:
-        """Running maximum along ``axis`` (the values only)."""
-        return self._cumulative(axis, True)
+    def cummax(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+        """Running maximum along ``axis``: (values, indices), like torch (an index is the latest position holding
+        the running value; after a nan, the latest nan)."""
+        return self._cumulative_with_indices(axis, True)
 
-    def cummin(self: Tensor, axis: int = 0) -> Tensor:
-        """Running minimum along ``axis`` (the values only)."""
-        return self._cumulative(axis, False)
+    def cummin(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+        """Running minimum along ``axis``: (values, indices), like torch (see cummax)."""
+        return self._cumulative_with_indices(axis, False)
+
+    def _cumulative_with_indices(self: Tensor, axis: int, is_max: builtins.bool) -> tuple[Tensor, Tensor]:
+        """(values, indices); the values are gathered at the indices, so the gradient goes where torch sends it
+        (the one position each value came from, not split between ties)."""
+        idx = self._cumulative_indices(self._cumulative(axis, is_max).detach(), axis)
+        if self.ndim == 0:
+            return self, idx
+        return self.gather(axis, idx), idx
+
+    def _cumulative_indices(self: Tensor, values: Tensor, axis: int) -> Tensor:
+        """For each position i, the latest j <= i where this tensor holds values[i] (int64)."""
+        from tgcore.tensor import Tensor
+        if self.ndim == 0:
+            _axes(axis, 0)
+            return Tensor(0, device=self.device, dtype=dtypes.int64)
+        ax = _axes(axis, self.ndim)[0]
+        n = self.shape[ax]
+        x = self.transpose(ax, -1) if ax != self.ndim - 1 else self
+        v = values.transpose(ax, -1) if ax != self.ndim - 1 else values
+        rows = Tensor.arange(n, device=self.device).reshape(n, 1)
+        cols = Tensor.arange(n, device=self.device).reshape(1, n)
+        xj, vi = x.unsqueeze(-2), v.unsqueeze(-1)  # [..., i, j]
+        same = (xj == vi) | (xj.isnan() & vi.isnan())
+        out = ((cols <= rows) & same).where(cols, -1).max(-1).cast(dtypes.int64)
+        return out.transpose(ax, -1) if ax != self.ndim - 1 else out
 
     def _cumulative(self: Tensor, axis: int, is_max: builtins.bool) -> Tensor:
         from tgcore.tensor import Tensor

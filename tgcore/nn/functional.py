@@ -18,19 +18,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from tgcore.dtype import DType, dtypes, least_upper_dtype, least_upper_float
 from tgcore.helpers import ceildiv
 from tgcore.tensor import Tensor
+from tgcore.tensor_autograd import with_gradient
 
 IntOrTuple = int | Sequence[int]
 Pads = list[tuple[int, int] | None]  # (before, after) per axis, None for axes left alone
 NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16)
 
-__all__ = ["avg_pool1d", "avg_pool2d", "batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits",
-           "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "cross_entropy", "dropout", "embedding",
-           "l1_loss", "layer_norm", "linear", "log_softmax", "matmul", "max_pool1d", "max_pool2d", "mse_loss",
-           "nll_loss", "rms_norm", "scaled_dot_product_attention", "softmax", "windows"]
+__all__ = ["avg_pool1d", "avg_pool2d", "avg_pool3d", "batch_norm", "binary_cross_entropy",
+           "binary_cross_entropy_with_logits", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+           "conv_transpose3d", "cross_entropy", "dropout", "embedding", "l1_loss", "layer_norm", "linear",
+           "log_softmax", "matmul", "max_pool1d", "max_pool2d", "max_pool3d", "max_unpool2d", "mse_loss", "nll_loss",
+           "normalize", "rms_norm", "scaled_dot_product_attention", "softmax", "windows"]
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -156,6 +159,15 @@ def _conv_padding(padding: IntOrTuple | str, nd: int, kernel: tuple[int, ...], d
             totals = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
             return [(t // 2, t - t // 2) for t in totals]
         raise ValueError(f"padding must be an int, a tuple, 'valid' or 'same', got {padding!r}")
+    return _pad_pairs(padding, nd)
+
+
+def _pad_pairs(padding: IntOrTuple, nd: int) -> list[tuple[int, int]]:
+    """(before, after) per spatial axis from an int, one int per axis, or a flat torch-style ``F.pad`` tuple of
+    2*nd ints that starts with the last axis: ``(left, right, top, bottom)`` for 2-d."""
+    if not isinstance(padding, int) and len(padding) == 2 * nd and nd > 1:
+        flat = [int(p) for p in padding]
+        return [(flat[2 * i], flat[2 * i + 1]) for i in reversed(range(nd))]
     return [(p, p) for p in _tuple(padding, nd, "padding")]
 
 
@@ -256,6 +268,12 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrT
     return _conv(x, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
 
 
+def conv3d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1,
+           padding: IntOrTuple | str = 0, dilation: IntOrTuple = 1, groups: int = 1) -> Tensor:
+    """3-d convolution (cross-correlation) of (N, C, D, H, W) with a (Cout, C/groups, KD, KH, KW) weight."""
+    return _conv(x, weight, bias, stride, padding, dilation, groups, 3, "conv3d")
+
+
 def _conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntOrTuple, padding: IntOrTuple,
                     output_padding: IntOrTuple, groups: int, dilation: IntOrTuple, nd: int, name: str) -> Tensor:
     """The adjoint of a strided convolution: spread the input out by the stride (zeros between elements), pad by
@@ -309,6 +327,13 @@ def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stri
                      dilation: IntOrTuple = 1) -> Tensor:
     """Transposed 2-d convolution with a (Cin, Cout/groups, KH, KW) weight (torch's argument order)."""
     return _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation, 2, "conv_transpose2d")
+
+
+def conv_transpose3d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1,
+                     padding: IntOrTuple = 0, output_padding: IntOrTuple = 0, groups: int = 1,
+                     dilation: IntOrTuple = 1) -> Tensor:
+    """Transposed 3-d convolution with a (Cin, Cout/groups, KD, KH, KW) weight (torch's argument order)."""
+    return _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation, 3, "conv_transpose3d")
 
 
 # ------------------------------------------------------------------------------------------ pooling
@@ -378,31 +403,92 @@ def _pool_windows(x: Tensor, k: tuple[int, ...], s: tuple[int, ...],
 
 
 def _max_pool(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, padding: IntOrTuple,
-              dilation: IntOrTuple, ceil_mode: bool, nd: int, name: str) -> Tensor:
+              dilation: IntOrTuple, ceil_mode: bool, nd: int, name: str,
+              return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     pads, k, s, d = _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode, nd, name)
     fill = -math.inf if dtypes.is_float(x.dtype) else int(x.dtype.min)
     win, axes = _pool_windows(_pad_last(x, pads, fill), k, s, d)
-    return win.max(axes)
+    if not return_indices:
+        return win.max(axes)
+    # the flat spatial index of each input position, windowed the same way (padding: -1, never picked)
+    spatial = x.shape[x.ndim - nd:]
+    where = Tensor.arange(math.prod(spatial), device=x.device).reshape(spatial)
+    where_win, _ = _pool_windows(_pad_last(where, pads, -1), k, s, d)
+    flat = _taps_last(win, axes)
+    cand = _taps_last(where_win, tuple(a - (x.ndim - nd) for a in axes))
+    first = flat.argmax(-1, keepdim=True)  # the first maximum of each window (torch's choice)
+    picked = (first == Tensor.arange(flat.shape[-1], device=x.device)).where(cand, 0)
+    return flat.max(-1), picked.sum(-1, dtype=dtypes.int64)
+
+
+def _taps_last(win: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """Windows with their tap axes ``axes`` moved last and merged into one."""
+    rest = [i for i in range(win.ndim) if i not in axes]
+    return win.permute(rest + list(axes)).reshape(tuple(win.shape[i] for i in rest) + (-1,))
+
+
+def max_unpool2d(x: Tensor, indices: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None,
+                 padding: IntOrTuple = 0, output_size: Sequence[int] | None = None) -> Tensor:
+    """The inverse of ``max_pool2d(..., return_indices=True)``: each value put back at its flat spatial index
+    in an output of zeros (of ``output_size``, by default the size the pool came from)."""
+    return _max_unpool(x, indices, kernel_size, stride, padding, output_size, 2)
+
+
+def _max_unpool(x: Tensor, indices: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None,
+                padding: IntOrTuple, output_size: Sequence[int] | None, nd: int) -> Tensor:
+    if indices.shape != x.shape:
+        raise ValueError(f"max_unpool: indices of shape {indices.shape} do not match the input {x.shape}")
+    k = _tuple(kernel_size, nd, "kernel_size")
+    st = k if stride is None else _tuple(stride, nd, "stride")
+    p = _tuple(padding, nd, "padding")
+    lead, sp = x.shape[:x.ndim - nd], x.shape[x.ndim - nd:]
+    if output_size is None:
+        out_sp = tuple((n - 1) * ss - 2 * pp + kk for n, ss, pp, kk in zip(sp, st, p, k, strict=True))
+    else:
+        out_sp = tuple(output_size)[-nd:]
+    n_out = math.prod(out_sp)
+    vals, at = x.reshape(lead + (math.prod(sp),)), indices.reshape(lead + (math.prod(sp),))
+    hit = at.unsqueeze(-1) == Tensor.arange(n_out, device=x.device)  # (..., S, n_out)
+    # overlapping windows may put the same element at one index twice: keep one copy (max), not their sum
+    fill = -math.inf if dtypes.is_float(x.dtype) else int(x.dtype.min)
+    picked = hit.where(vals.unsqueeze(-1), fill).max(-2)
+    out = with_gradient(hit.any(-2).where(picked, 0), (vals, at), _unpool_grad)
+    return out.reshape(lead + out_sp)
+
+
+def _unpool_grad(g: Tensor, out: Tensor, vals: Tensor, at: Tensor) -> tuple[Tensor, None]:
+    """Each input gets the gradient of the position it went to (a repeated index: each copy gets it, like torch)."""
+    return g.gather(-1, at), None
 
 
 def max_pool1d(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
                dilation: IntOrTuple = 1, ceil_mode: bool = False) -> Tensor:
     """Maximum over sliding windows of (N, C, L); padding counts as -inf."""
-    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 1, "max_pool1d")
+    out = _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 1, "max_pool1d")
+    assert isinstance(out, Tensor)
+    return out
 
 
 def max_pool2d(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
-               dilation: IntOrTuple = 1, ceil_mode: bool = False) -> Tensor:
+               dilation: IntOrTuple = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
     """Maximum over sliding windows of (N, C, H, W); padding counts as -inf. The gradient of a window whose
-    maximum is tied is split evenly between the tied positions (torch gives it all to one)."""
-    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 2, "max_pool2d")
+    maximum is tied is split evenly between the tied positions (torch gives it all to one). With
+    ``return_indices`` also each maximum's flat index in H*W (int64; the first maximum of a window)."""
+    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 2, "max_pool2d", return_indices)
+
+
+def max_pool3d(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
+               dilation: IntOrTuple = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
+    """Maximum over sliding windows of (N, C, D, H, W) (see max_pool2d)."""
+    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 3, "max_pool3d", return_indices)
 
 
 def _avg_pool(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, padding: IntOrTuple, ceil_mode: bool,
-              count_include_pad: bool, divisor_override: int | None, nd: int, name: str) -> Tensor:
-    pads, k, s, ones = _pool_args(x, kernel_size, stride, padding, 1, ceil_mode, nd, name)
+              count_include_pad: bool, divisor_override: int | None, nd: int, name: str,
+              dilation: IntOrTuple = 1) -> Tensor:
+    pads, k, s, d = _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode, nd, name)
     lead = x.ndim - nd
-    total, axes = _pool_windows(_pad_last(x, pads), k, s, ones)
+    total, axes = _pool_windows(_pad_last(x, pads), k, s, d)
     summed = total.sum(axes)
     if divisor_override is not None:
         return summed / divisor_override
@@ -414,7 +500,7 @@ def _avg_pool(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, pad
         inside = inside.pad([(0, after - before) for before, after in pads])
     else:
         inside = Tensor.ones(*sp, device=x.device).pad(pads)
-    inside_windows, inside_axes = _pool_windows(inside, k, s, ones)
+    inside_windows, inside_axes = _pool_windows(inside, k, s, d)
     count = inside_windows.sum(inside_axes)
     return (summed / count.cast(summed.dtype)).cast(summed.dtype)
 
@@ -426,10 +512,19 @@ def avg_pool1d(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = N
 
 
 def avg_pool2d(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
-               ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
-    """Mean over sliding windows of (N, C, H, W); ``count_include_pad`` counts the zero padding in the divisor."""
+               ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: int | None = None,
+               dilation: IntOrTuple = 1) -> Tensor:
+    """Mean over sliding windows of (N, C, H, W); ``count_include_pad`` counts the zero padding in the divisor.
+    ``dilation`` (not in torch) spreads the window's taps apart like a convolution's."""
     return _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2,
-                     "avg_pool2d")
+                     "avg_pool2d", dilation)
+
+
+def avg_pool3d(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
+    """Mean over sliding windows of (N, C, D, H, W)."""
+    return _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3,
+                     "avg_pool3d")
 
 
 # ------------------------------------------------------------------------------------------ softmax
@@ -451,6 +546,13 @@ def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
 
 
 # ------------------------------------------------------------------------------------------ normalization
+
+def normalize(x: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    """x / max(||x||_p, eps) along ``dim``."""
+    ax = x.abs()
+    norm = (ax * ax).sum(dim, keepdim=True).sqrt() if p == 2 else (ax ** p).sum(dim, keepdim=True) ** (1 / p)
+    return x / norm.maximum(eps)
+
 
 def _norm_axes(x: Tensor, normalized_shape: IntOrTuple) -> tuple[int, ...]:
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
