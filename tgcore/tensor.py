@@ -31,10 +31,12 @@ from tgcore.schedule.kernelize import buffers, create_schedule, new_buffer_uop, 
 from tgcore.schedule.shape import shape_of
 from tgcore.tensor_autograd import AutogradMixin, leaf_uops, mark_leaf
 from tgcore.tensor_index import IndexMixin
+from tgcore.tensor_layout import LayoutMixin
 from tgcore.tensor_math import MathMixin
 from tgcore.tensor_nn import NNMixin
 from tgcore.tensor_random import RandomMixin
 from tgcore.tensor_reduce import ReduceMixin
+from tgcore.tensor_select import SelectMixin
 from tgcore.uop import Ops, UOp
 
 Scalar = bool | int | float
@@ -71,7 +73,7 @@ def _arange_uop(n: int) -> UOp:
     return UOp(Ops.RANGE, dtypes.int32, (), ("arange", n))
 
 
-class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNMixin):
+class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNMixin, LayoutMixin, SelectMixin):
     """A lazily evaluated n-dimensional array on a device."""
 
     __slots__ = ("uop", "device", "requires_grad", "grad", "_graph", "__weakref__")

@@ -117,7 +117,7 @@ def _plan(shape: tuple[int, ...], index: Any) -> _Plan:
     # masks first: a k-dimensional bool mask stands for k integer arrays (its nonzero positions)
     expanded: list[Any] = []
     for it in items:
-        if isinstance(it, (list, np.ndarray, Tensor)):
+        if isinstance(it, (list, tuple, np.ndarray, Tensor)):  # (a tuple inside the index is a list, as in torch)
             it = _as_index_array(it)
             is_bool = it.dtype is dtypes.bool if isinstance(it, Tensor) else it.dtype == np.bool_
             if is_bool:
@@ -144,7 +144,6 @@ def _plan(shape: tuple[int, ...], index: Any) -> _Plan:
         raise IndexError(f"too many indices for a tensor with {len(shape)} dimensions: {used} were indexed")
     at = next((i for i, it in enumerate(expanded) if it is Ellipsis), len(expanded))  # no "in": Tensor == is lazy
     expanded[at:at + 1] = [slice(None)] * (len(shape) - used)  # unindexed axes: the ellipsis, else at the end
-    has_adv = any(isinstance(it, (tuple, np.ndarray, Tensor)) for it in expanded)
 
     takes: list[_Take] = []
     view_axes: list[int | None] = []
@@ -171,10 +170,7 @@ def _plan(shape: tuple[int, ...], index: Any) -> _Plan:
             if not -size <= i < size:
                 raise IndexError(f"index {i} is out of range for axis {ax} with size {size}")
             takes.append(_Take(i % size, 1, 1))
-            if has_adv:  # numpy: ints next to arrays are 0-d arrays (they count for placing the result axes)
-                adv[len(view_axes)] = np.zeros((), np.int64)
-            else:
-                drop.add(len(view_axes))
+            drop.add(len(view_axes))  # (torch: an int is basic indexing even next to arrays, unlike numpy)
         elif isinstance(it, slice):
             r = range(*it.indices(size))
             takes.append(_Take(r[0], len(r), r.step) if len(r) else _Take(0, 0, 1))
@@ -337,6 +333,17 @@ def _setitem_advanced(view: Tensor, plan: _Plan, value: Tensor) -> Tensor:
     return new.permute([back.index(i) for i in range(view.ndim)])
 
 
+def _drop_ints(view: Tensor, plan: _Plan) -> tuple[Tensor, _Plan]:
+    """The view without the axes ints indexed, and the plan's advanced axes renumbered to match: torch places the
+    advanced result axes after the ints are gone (``x[:, 0, :, [1, 2]]`` keeps them in place; numpy moves them
+    first)."""
+    if not plan.drop:
+        return view, plan
+    kept = [a for a in range(view.ndim) if a not in plan.drop]
+    adv = {kept.index(a): idx for a, idx in plan.adv.items()}
+    return view.reshape(tuple(view.shape[a] for a in kept)), _Plan(plan.takes, plan.view_axes, set(), adv)
+
+
 # ------------------------------------------------------------------------------------------ the mixin
 
 class IndexMixin:
@@ -347,7 +354,7 @@ class IndexMixin:
         plan = _plan(self.shape, index)
         view = _basic_view(self, plan)
         if plan.adv:
-            return _getitem_advanced(view, plan)
+            return _getitem_advanced(*_drop_ints(view, plan))
         return view.reshape(tuple(s for i, s in enumerate(view.shape) if i not in plan.drop))
 
     def __setitem__(self: Tensor, index: Any, value: Any) -> None:
@@ -373,7 +380,7 @@ class IndexMixin:
             raise ValueError(f"cannot assign a value of shape {val.shape} to an index of shape {target}")
         val = val.reshape((1,) * (len(target) - val.ndim) + val.shape)  # same rank, not yet broadcast
         if plan.adv:
-            new_view = _setitem_advanced(view, plan, val)
+            new_view = _setitem_advanced(*_drop_ints(view, plan), val).reshape(view.shape)
         else:
             new_view = val._broadcast_to(target).reshape(view.shape)
         ones = Tensor.full(view.shape, True, dtype=dtypes.bool, device=self.device)

@@ -132,3 +132,8 @@ class NNMixin:
                    padding: IntOrTuple = 0, ceil_mode: bool = False, count_include_pad: bool = True,
                    divisor_override: int | None = None) -> Tensor:
         return _F().avg_pool3d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+    # ---------------------------------------------------------------- resampling
+    def interpolate(self: Tensor, size: IntOrTuple | None = None, scale_factor: float | Sequence[float] | None = None,
+                    mode: str = "nearest", align_corners: bool | None = None) -> Tensor:
+        return _F().interpolate(self, size, scale_factor, mode, align_corners)

@@ -31,9 +31,9 @@ NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16)
 
 __all__ = ["avg_pool1d", "avg_pool2d", "avg_pool3d", "batch_norm", "binary_cross_entropy",
            "binary_cross_entropy_with_logits", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
-           "conv_transpose3d", "cross_entropy", "dropout", "embedding", "l1_loss", "layer_norm", "linear",
-           "log_softmax", "matmul", "max_pool1d", "max_pool2d", "max_pool3d", "max_unpool2d", "mse_loss", "nll_loss",
-           "normalize", "rms_norm", "scaled_dot_product_attention", "softmax", "windows"]
+           "conv_transpose3d", "cross_entropy", "dropout", "embedding", "interpolate", "l1_loss", "layer_norm",
+           "linear", "log_softmax", "matmul", "max_pool1d", "max_pool2d", "max_pool3d", "max_unpool2d", "mse_loss",
+           "nll_loss", "normalize", "rms_norm", "scaled_dot_product_attention", "softmax", "windows"]
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -525,6 +525,66 @@ def avg_pool3d(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = N
     """Mean over sliding windows of (N, C, D, H, W)."""
     return _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3,
                      "avg_pool3d")
+
+
+# ------------------------------------------------------------------------------------------ resampling
+
+INTERPOLATE_MODES = {"nearest": None, "linear": 1, "bilinear": 2, "trilinear": 3}
+
+
+def interpolate(x: Tensor, size: IntOrTuple | None = None, scale_factor: float | Sequence[float] | None = None,
+                mode: str = "nearest", align_corners: bool | None = None) -> Tensor:
+    """Resize the spatial axes of (N, C, *spatial) to ``size`` (or by ``scale_factor``), like torch: "nearest" picks
+    floor(i * scale), the linear modes blend the two neighbours of each output position's source coordinate
+    (pixel centres aligned, or the corners with ``align_corners``). One axis at a time: gathers and a blend,
+    with the positions and weights computed here (they depend on the sizes only)."""
+    if mode not in INTERPOLATE_MODES:
+        raise ValueError(f"interpolate: mode must be one of {sorted(INTERPOLATE_MODES)}, got {mode!r}")
+    nd = x.ndim - 2
+    want = INTERPOLATE_MODES[mode]
+    if nd < 1 or (want is not None and want != nd):
+        raise ValueError(f"interpolate: mode {mode!r} needs a {(want or 1) + 2}-d input, got shape {x.shape}")
+    if align_corners is not None and mode == "nearest":
+        raise ValueError("align_corners option can only be set with the interpolating modes: linear | bilinear | "
+                         "trilinear")
+    if (size is None) == (scale_factor is None):
+        raise ValueError("interpolate: give exactly one of size and scale_factor")
+    spatial = x.shape[2:]
+    if size is not None:
+        out = _tuple(size, nd, "size")
+        scales = [n / m if m else 0.0 for n, m in zip(spatial, out, strict=True)]
+    else:
+        assert scale_factor is not None
+        sf = [float(scale_factor)] * nd if isinstance(scale_factor, (int, float)) else [float(f) for f in scale_factor]
+        out = tuple(math.floor(n * f) for n, f in zip(spatial, sf, strict=True))
+        scales = [1 / f for f in sf]
+    for i, (n, m, scale) in enumerate(zip(spatial, out, scales, strict=True)):
+        x = _resample_axis(x, 2 + i, n, m, scale, mode == "nearest", bool(align_corners))
+    return x
+
+
+def _resample_axis(x: Tensor, ax: int, n: int, m: int, scale: float, nearest: bool, corners: bool) -> Tensor:
+    import numpy as np
+    pick: list[object] = [slice(None)] * x.ndim
+    dst = np.arange(m, dtype=np.float64)
+    if nearest:
+        pick[ax] = np.minimum(np.floor(dst * scale).astype(np.int64), n - 1)
+        return x[tuple(pick)]
+    if corners:
+        src = dst * ((n - 1) / (m - 1)) if m > 1 else np.zeros(m)
+    else:
+        src = np.maximum((dst + 0.5) * scale - 0.5, 0.0)
+    lo = np.minimum(np.floor(src).astype(np.int64), n - 1)
+    hi = np.minimum(lo + 1, n - 1)
+    frac = (src - lo).astype(np.float32)
+    shape = [1] * x.ndim
+    shape[ax] = m
+    w = Tensor(frac.reshape(shape), device=x.device).cast(least_upper_float(x.dtype))
+    pick[ax] = lo
+    below = x[tuple(pick)]
+    pick[ax] = hi
+    above = x[tuple(pick)]
+    return below * (1 - w) + above * w
 
 
 # ------------------------------------------------------------------------------------------ softmax
