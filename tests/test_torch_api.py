@@ -357,3 +357,45 @@ def test_bad_arguments_raise_like_torch(device):
     with pytest.raises(TensorValueError):
         Tensor.ones(2, 3, device=device).pad((1, 2, 3))
     assert dtypes.int64 is Tensor.ones(1, 1, 2, 2, device=device).max_pool2d(2, return_indices=True)[1].dtype
+
+
+# ------------------------------------------------------------------------------------------ exception types
+
+BAD_CALLS = {  # name: (tgcore call, torch call); shapes that do not fit raise RuntimeError in torch
+    "broadcast": (lambda d: Tensor.ones(2, 3, device=d) + Tensor.ones(4, device=d),
+                  lambda: torch.ones(2, 3) + torch.ones(4)),
+    "reshape": (lambda d: Tensor.ones(2, 3, device=d).reshape(4, 2), lambda: torch.ones(2, 3).reshape(4, 2)),
+    "reshape_two_minus_one": (lambda d: Tensor.ones(2, 3, device=d).reshape(-1, -1),
+                              lambda: torch.ones(2, 3).reshape(-1, -1)),
+    "expand": (lambda d: Tensor.ones(2, 3, device=d).expand(4, 3), lambda: torch.ones(2, 3).expand(4, 3)),
+    "permute": (lambda d: Tensor.ones(2, 3, device=d).permute(0, 0), lambda: torch.ones(2, 3).permute(0, 0)),
+    "matmul": (lambda d: Tensor.ones(2, 3, device=d) @ Tensor.ones(2, 3, device=d),
+               lambda: torch.ones(2, 3) @ torch.ones(2, 3)),
+    "matmul_0d": (lambda d: Tensor(1.0, device=d) @ Tensor.ones(2, device=d),
+                  lambda: torch.tensor(1.0) @ torch.ones(2)),
+    "cat": (lambda d: Tensor.cat([Tensor.ones(2, 3, device=d), Tensor.ones(2, 4, device=d)]),
+            lambda: torch.cat([torch.ones(2, 3), torch.ones(2, 4)])),
+    "stack": (lambda d: Tensor.stack([Tensor.ones(2, device=d), Tensor.ones(3, device=d)]),
+              lambda: torch.stack([torch.ones(2), torch.ones(3)])),
+    "item": (lambda d: Tensor.ones(2, device=d).item(), lambda: torch.ones(2).item()),
+    "bool": (lambda d: bool(Tensor.ones(2, device=d)), lambda: bool(torch.ones(2))),
+    "split": (lambda d: Tensor.ones(5, device=d).split([2, 2]), lambda: torch.ones(5).split([2, 2])),
+    "chunk": (lambda d: Tensor.ones(3, device=d).chunk(0), lambda: torch.ones(3).chunk(0)),
+    "repeat": (lambda d: Tensor.ones(2, 3, device=d).repeat(2), lambda: torch.ones(2, 3).repeat(2)),
+    "negative_shape": (lambda d: Tensor.zeros(-1, device=d), lambda: torch.zeros(-1)),
+    "arange_step_0": (lambda d: Tensor.arange(0, 5, 0, device=d), lambda: torch.arange(0, 5, 0)),
+    "conv_channels": (lambda d: Tensor.ones(1, 2, 5, 5, device=d).conv2d(Tensor.ones(3, 4, 3, 3, device=d)),
+                      lambda: TF.conv2d(torch.ones(1, 2, 5, 5), torch.ones(3, 4, 3, 3))),
+    "linear": (lambda d: Tensor.ones(2, 3, device=d).linear(Tensor.ones(4, 5, device=d)),
+               lambda: TF.linear(torch.ones(2, 3), torch.ones(4, 5))),
+    "transpose_dim": (lambda d: Tensor.ones(2, device=d).transpose(0, 3), lambda: torch.ones(2).transpose(0, 3)),
+    "softmax_dim": (lambda d: Tensor.ones(2, device=d).softmax(2), lambda: torch.ones(2).softmax(2)),
+    "backward_non_scalar": (lambda d: (Tensor.ones(2, device=d).requires_grad_() * 2).backward(),
+                            lambda: (torch.ones(2, requires_grad=True) * 2).backward()),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_CALLS))
+def test_bad_calls_raise_torchs_exception_type(name):
+    tg_call, torch_call = BAD_CALLS[name]
+    raises_like_torch(lambda: tg_call(DEVICES[0]), torch_call)

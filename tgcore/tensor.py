@@ -58,7 +58,7 @@ def _shape_args(args: tuple[Any, ...]) -> tuple[int, ...]:
 
 def _check_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
     if any(s < 0 for s in shape):
-        raise ValueError(f"negative dimension in shape {shape}")
+        raise TensorValueError(f"negative dimension in shape {shape}")
     return shape
 
 
@@ -194,7 +194,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         if stop is None:
             start, stop = 0, start
         if step == 0:
-            raise ValueError("arange step must not be zero")
+            raise TensorValueError("arange step must not be zero")
         n = max(0, math.ceil((stop - start) / step))
         is_float = any(isinstance(v, float) for v in (start, stop, step))
         fits_int32 = all(-2**31 <= v < 2**31 for v in (start, start + step * max(n - 1, 0)))
@@ -265,7 +265,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
 
     def item(self) -> Scalar:
         if self.numel() != 1:
-            raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+            raise TensorValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
         return self.numpy().reshape(()).item()
 
     def to(self, device: str) -> Tensor:
@@ -288,10 +288,10 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         """
         v = value if isinstance(value, Tensor) else self._const(value, self.dtype)
         if v.device != self.device:
-            raise ValueError(f"assign from {v.device} to {self.device}: move the value with .to() first")
+            raise TensorValueError(f"assign from {v.device} to {self.device}: move the value with .to() first")
         v = v.cast(self.dtype)._broadcast_to(_broadcast_shape(self.shape, v.shape))
         if v.shape != self.shape:
-            raise ValueError(f"assign of shape {v.shape} into a tensor of shape {self.shape}")
+            raise TensorValueError(f"assign of shape {v.shape} into a tensor of shape {self.shape}")
         base = self.uop
         while base.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP):
             base = base.src[0]
@@ -343,15 +343,15 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         shape = tuple(self.shape[i] if s is None and i < self.ndim else s for i, s in enumerate(shape))
         new = list(_shape_args(shape)) if shape else []
         if new.count(-1) > 1:
-            raise ValueError("reshape: only one dimension can be -1")
+            raise TensorValueError("reshape: only one dimension can be -1")
         if -1 in new:
             known = prod(s for s in new if s != -1)
             if known == 0 or self.numel() % known:
-                raise ValueError(f"cannot reshape {self.shape} into {tuple(new)}")
+                raise TensorValueError(f"cannot reshape {self.shape} into {tuple(new)}")
             new[new.index(-1)] = self.numel() // known
         shp = _check_shape(tuple(new))
         if prod(shp) != self.numel():
-            raise ValueError(f"cannot reshape {self.shape} ({self.numel()} elements) into {shp} ({prod(shp)})")
+            raise TensorValueError(f"cannot reshape {self.shape} ({self.numel()} elements) into {shp} ({prod(shp)})")
         if shp == self.shape:
             return self
         folds = self.uop.op is Ops.RESHAPE and self.uop.tag is None  # fold reshape of reshape (not of a leaf)
@@ -366,7 +366,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
     def permute(self, *order: Any) -> Tensor:
         o = tuple(_axis(a, self.ndim) for a in _shape_args(order)) if self.ndim else ()
         if sorted(o) != list(range(self.ndim)):
-            raise ValueError(f"permute order {order} is not a permutation of {self.ndim} axes")
+            raise TensorValueError(f"permute order {order} is not a permutation of {self.ndim} axes")
         if o == tuple(range(self.ndim)):
             return self
         return self._new(UOp(Ops.PERMUTE, self.dtype, (self.uop,), o))
@@ -384,12 +384,12 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
     def expand(self, *shape: Any) -> Tensor:
         new = _shape_args(shape)
         if len(new) < self.ndim:
-            raise ValueError(f"expand to {new}: fewer dimensions than the tensor's {self.shape}")
+            raise TensorValueError(f"expand to {new}: fewer dimensions than the tensor's {self.shape}")
         me = self.reshape((1,) * (len(new) - self.ndim) + self.shape) if len(new) > self.ndim else self
         out = tuple(m if n == -1 else n for m, n in zip(me.shape, new, strict=True))
         for m, n in zip(me.shape, out, strict=True):
             if m != n and m != 1:
-                raise ValueError(f"cannot expand {self.shape} to {new}: only size-1 dimensions expand")
+                raise TensorValueError(f"cannot expand {self.shape} to {new}: only size-1 dimensions expand")
         if out == me.shape:
             return me
         return me._new(UOp(Ops.EXPAND, self.dtype, (me.uop,), _check_shape(out)))
@@ -412,12 +412,12 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         if mode != "constant":
             return self.pad_nd(padding, mode=mode)
         if len(padding) != self.ndim:
-            raise ValueError(f"pad needs one (before, after) per axis: got {len(padding)} for {self.ndim} axes")
+            raise TensorValueError(f"pad needs one (before, after) per axis: got {len(padding)} for {self.ndim} axes")
         pads = tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
         # negative padding is a shrink
         shrink = tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pads, self.shape, strict=True))
         if any(lo > hi for lo, hi in shrink):
-            raise ValueError(f"padding {padding} removes more than the tensor's shape {self.shape}")
+            raise TensorValueError(f"padding {padding} removes more than the tensor's shape {self.shape}")
         me = self.shrink(shrink)
         pos = tuple((max(b, 0), max(a, 0)) for b, a in pads)
         if all(p == (0, 0) for p in pos):
@@ -494,7 +494,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
     def _broadcast_pair(self, other: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
         if isinstance(other, Tensor):
             if other.device != self.device:
-                raise ValueError(f"tensors on different devices: {self.device} and {other.device}; use .to()")
+                raise TensorValueError(f"tensors on different devices: {self.device} and {other.device}; use .to()")
             dt = least_upper_dtype(self.dtype, other.dtype)
             a, b = self.cast(dt), other.cast(dt)
             shape = _broadcast_shape(a.shape, b.shape)
@@ -643,7 +643,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
 
     def __bool__(self) -> bool:
         if self.numel() != 1:
-            raise ValueError("the truth value of a tensor with more than one element is ambiguous")
+            raise TensorValueError("the truth value of a tensor with more than one element is ambiguous")
         return bool(self.item())
 
     def logical_not(self) -> Tensor:
@@ -680,8 +680,8 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
     def bitcast(self, dtype: DType | str) -> Tensor:
         dt = to_dtype(dtype)
         if dt.itemsize != self.dtype.itemsize:
-            raise ValueError(f"bitcast {self.dtype!r} -> {dt!r}: item sizes differ ({self.dtype.itemsize} vs "
-                             f"{dt.itemsize})")
+            raise TensorValueError(f"bitcast {self.dtype!r} -> {dt!r}: item sizes differ ({self.dtype.itemsize} vs "
+                                   f"{dt.itemsize})")
         return self if dt is self.dtype else self._new(UOp(Ops.BITCAST, dt, (self.uop,)))
 
     def float(self) -> Tensor:
@@ -771,15 +771,15 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
     def matmul(self, other: Tensor) -> Tensor:
         a, b = self, other
         if a.ndim == 0 or b.ndim == 0:
-            raise ValueError("matmul needs tensors with at least one dimension")
+            raise TensorValueError("matmul needs tensors with at least one dimension")
         a1, b1 = a.ndim == 1, b.ndim == 1
         if a1:
             a = a.reshape(1, -1)
         if b1:
             b = b.reshape(-1, 1)
         if a.shape[-1] != b.shape[-2]:
-            raise ValueError(f"matmul shapes {self.shape} and {other.shape} do not line up "
-                             f"({a.shape[-1]} != {b.shape[-2]})")
+            raise TensorValueError(f"matmul shapes {self.shape} and {other.shape} do not line up "
+                                   f"({a.shape[-1]} != {b.shape[-2]})")
         dt = least_upper_dtype(a.dtype, b.dtype)
         a, b = a.cast(dt), b.cast(dt)
         # (..., M, K) x (..., K, N) -> (..., M, 1, K) * (..., 1, N, K), summed over K
@@ -822,7 +822,7 @@ def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     out = []
     for x, y in zip(pa, pb, strict=True):
         if x != y and 1 not in (x, y):
-            raise ValueError(f"shapes {a} and {b} cannot be broadcast together")
+            raise TensorValueError(f"shapes {a} and {b} cannot be broadcast together")
         out.append(y if x == 1 else x)
     return tuple(out)
 

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tgcore.dtype import DType, dtypes, least_upper_dtype, least_upper_float
+from tgcore.errors import TensorValueError
 from tgcore.helpers import ceildiv
 from tgcore.tensor import Tensor
 from tgcore.tensor_autograd import with_gradient
@@ -44,7 +45,7 @@ def _tuple(v: IntOrTuple, n: int, what: str) -> tuple[int, ...]:
         return (v,) * n
     out = tuple(int(x) for x in v)
     if len(out) != n:
-        raise ValueError(f"{what} needs {n} values (one per spatial axis), got {tuple(v)}")
+        raise TensorValueError(f"{what} needs {n} values (one per spatial axis), got {tuple(v)}")
     return out
 
 
@@ -69,13 +70,13 @@ def _reduce_out(loss: Tensor, reduction: str, denominator: Tensor | None = None)
         return loss.sum()
     if reduction == "mean":
         return loss.sum() / denominator if denominator is not None else loss.mean()
-    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    raise TensorValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
 def _check_spatial(x: Tensor, nd: int, what: str) -> None:
     if x.ndim not in (nd + 1, nd + 2):
-        raise ValueError(f"{what} needs an (N, C, {nd} spatial axes) input, or (C, {nd} spatial axes) without the "
-                         f"batch, got shape {x.shape}")
+        raise TensorValueError(f"{what} needs an (N, C, {nd} spatial axes) input, or (C, {nd} spatial axes) without "
+                               f"the batch, got shape {x.shape}")
 
 
 # ------------------------------------------------------------------------------------------ windows
@@ -117,8 +118,8 @@ def windows(x: Tensor, kernel: Sequence[int], stride: Sequence[int], dilation: S
         a = lead + i
         n = x.ndim
         if x.shape[a] < dilation[i] * (kernel[i] - 1) + 1:
-            raise ValueError(f"window of {kernel[i]} taps (dilation {dilation[i]}) does not fit an axis of "
-                             f"{x.shape[a]} (after padding)")
+            raise TensorValueError(f"window of {kernel[i]} taps (dilation {dilation[i]}) does not fit an axis of "
+                                   f"{x.shape[a]} (after padding)")
         order = [j for j in range(n) if j != a] + [a]
         w = _window_last(x.permute(order), kernel[i], stride[i], dilation[i])  # (rest..., o, k)
         back = list(range(n - 1))
@@ -138,8 +139,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``x @ weight.T + bias`` with ``weight`` of shape (out_features, in_features); sums in float32 for narrow
     floats."""
     if weight.ndim != 2 or x.ndim == 0 or x.shape[-1] != weight.shape[1]:
-        raise ValueError(f"linear: input {x.shape} does not match weight {weight.shape} (expected (..., "
-                         f"{weight.shape[-1] if weight.ndim else '?'}) and a 2-d weight)")
+        raise TensorValueError(f"linear: input {x.shape} does not match weight {weight.shape} (expected (..., "
+                               f"{weight.shape[-1] if weight.ndim else '?'}) and a 2-d weight)")
     dt = least_upper_dtype(x.dtype, weight.dtype)
     out = (x.cast(dt).unsqueeze(-2) * weight.cast(dt)).sum(-1)
     return out + bias if bias is not None else out
@@ -155,10 +156,10 @@ def _conv_padding(padding: IntOrTuple | str, nd: int, kernel: tuple[int, ...], d
             return [(0, 0)] * nd
         if padding == "same":
             if any(s != 1 for s in stride):
-                raise ValueError("padding='same' needs stride 1")
+                raise TensorValueError("padding='same' needs stride 1")
             totals = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
             return [(t // 2, t - t // 2) for t in totals]
-        raise ValueError(f"padding must be an int, a tuple, 'valid' or 'same', got {padding!r}")
+        raise TensorValueError(f"padding must be an int, a tuple, 'valid' or 'same', got {padding!r}")
     return _pad_pairs(padding, nd)
 
 
@@ -178,17 +179,17 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntOrTuple, pa
     if unbatched:
         x = x.unsqueeze(0)
     if weight.ndim != nd + 2:
-        raise ValueError(f"{name}: weight must have {nd + 2} dimensions (out, in/groups, kernel...), got "
-                         f"{weight.shape}")
+        raise TensorValueError(f"{name}: weight must have {nd + 2} dimensions (out, in/groups, kernel...), got "
+                               f"{weight.shape}")
     n, cin = x.shape[:2]
     cout, cin_g = weight.shape[:2]
     kernel = weight.shape[2:]
     if groups < 1 or cin % groups or cout % groups:
-        raise ValueError(f"{name}: groups={groups} must divide the input channels ({cin}) and the output "
-                         f"channels ({cout})")
+        raise TensorValueError(f"{name}: groups={groups} must divide the input channels ({cin}) and the output "
+                               f"channels ({cout})")
     if cin_g * groups != cin:
-        raise ValueError(f"{name}: input has {cin} channels but the weight expects {cin_g * groups} "
-                         f"({cin_g} per group x {groups} groups)")
+        raise TensorValueError(f"{name}: input has {cin} channels but the weight expects {cin_g * groups} "
+                               f"({cin_g} per group x {groups} groups)")
     st, dl = _tuple(stride, nd, "stride"), _tuple(dilation, nd, "dilation")
     pads = _conv_padding(padding, nd, kernel, dl, st)
     dt = least_upper_dtype(x.dtype, weight.dtype)
@@ -283,19 +284,20 @@ def _conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntO
     if unbatched:
         x = x.unsqueeze(0)
     if weight.ndim != nd + 2:
-        raise ValueError(f"{name}: weight must have {nd + 2} dimensions (in, out/groups, kernel...), got "
-                         f"{weight.shape}")
+        raise TensorValueError(f"{name}: weight must have {nd + 2} dimensions (in, out/groups, kernel...), got "
+                               f"{weight.shape}")
     cin, cout_g = weight.shape[:2]
     kernel = weight.shape[2:]
     if groups < 1 or cin % groups:
-        raise ValueError(f"{name}: groups={groups} must divide the weight's input channels ({cin})")
+        raise TensorValueError(f"{name}: groups={groups} must divide the weight's input channels ({cin})")
     if x.shape[1] != cin:
-        raise ValueError(f"{name}: input has {x.shape[1]} channels but the weight expects {cin}")
+        raise TensorValueError(f"{name}: input has {x.shape[1]} channels but the weight expects {cin}")
     st, dl = _tuple(stride, nd, "stride"), _tuple(dilation, nd, "dilation")
     pd, op = _tuple(padding, nd, "padding"), _tuple(output_padding, nd, "output_padding")
     for o, s, d in zip(op, st, dl, strict=True):
         if o >= max(s, d):
-            raise ValueError(f"{name}: output_padding {op} must be smaller than the stride {st} or the dilation {dl}")
+            raise TensorValueError(f"{name}: output_padding {op} must be smaller than the stride {st} or the "
+                                   f"dilation {dl}")
     # insert s-1 zeros between neighbours on each spatial axis (views: unsqueeze, pad, reshape, shrink)
     for i, s in enumerate(st):
         if s == 1:
@@ -344,7 +346,7 @@ def _pool_geometry(length: int, k: int, s: int, p: int, d: int, ceil_mode: bool)
     span = d * (k - 1) + 1
     total = length + 2 * p
     if total < span:
-        raise ValueError(f"pooling window of {k} (dilation {d}) is larger than the padded input ({total})")
+        raise TensorValueError(f"pooling window of {k} (dilation {d}) is larger than the padded input ({total})")
     if not ceil_mode:
         return (total - span) // s + 1, 0
     o = -(-(total - span) // s) + 1
@@ -364,7 +366,7 @@ def _pool_args(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, pa
     p, d = _tuple(padding, nd, "padding"), _tuple(dilation, nd, "dilation")
     for ki, pi in zip(k, p, strict=True):
         if pi > ki // 2:
-            raise ValueError(f"{name}: padding {p} must be at most half the kernel size {k}")
+            raise TensorValueError(f"{name}: padding {p} must be at most half the kernel size {k}")
     pads = []
     for i in range(nd):
         _, extra = _pool_geometry(x.shape[x.ndim - nd + i], k[i], s[i], p[i], d[i], ceil_mode)
@@ -437,7 +439,7 @@ def max_unpool2d(x: Tensor, indices: Tensor, kernel_size: IntOrTuple, stride: In
 def _max_unpool(x: Tensor, indices: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None,
                 padding: IntOrTuple, output_size: Sequence[int] | None, nd: int) -> Tensor:
     if indices.shape != x.shape:
-        raise ValueError(f"max_unpool: indices of shape {indices.shape} do not match the input {x.shape}")
+        raise TensorValueError(f"max_unpool: indices of shape {indices.shape} do not match the input {x.shape}")
     k = _tuple(kernel_size, nd, "kernel_size")
     st = k if stride is None else _tuple(stride, nd, "stride")
     p = _tuple(padding, nd, "padding")
@@ -539,16 +541,16 @@ def interpolate(x: Tensor, size: IntOrTuple | None = None, scale_factor: float |
     (pixel centres aligned, or the corners with ``align_corners``). One axis at a time: gathers and a blend,
     with the positions and weights computed here (they depend on the sizes only)."""
     if mode not in INTERPOLATE_MODES:
-        raise ValueError(f"interpolate: mode must be one of {sorted(INTERPOLATE_MODES)}, got {mode!r}")
+        raise TensorValueError(f"interpolate: mode must be one of {sorted(INTERPOLATE_MODES)}, got {mode!r}")
     nd = x.ndim - 2
     want = INTERPOLATE_MODES[mode]
     if nd < 1 or (want is not None and want != nd):
-        raise ValueError(f"interpolate: mode {mode!r} needs a {(want or 1) + 2}-d input, got shape {x.shape}")
+        raise TensorValueError(f"interpolate: mode {mode!r} needs a {(want or 1) + 2}-d input, got shape {x.shape}")
     if align_corners is not None and mode == "nearest":
-        raise ValueError("align_corners option can only be set with the interpolating modes: linear | bilinear | "
-                         "trilinear")
+        raise TensorValueError("align_corners option can only be set with the interpolating modes: linear | bilinear | "
+                               "trilinear")
     if (size is None) == (scale_factor is None):
-        raise ValueError("interpolate: give exactly one of size and scale_factor")
+        raise TensorValueError("interpolate: give exactly one of size and scale_factor")
     spatial = x.shape[2:]
     if size is not None:
         out = _tuple(size, nd, "size")
@@ -617,7 +619,7 @@ def normalize(x: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Te
 def _norm_axes(x: Tensor, normalized_shape: IntOrTuple) -> tuple[int, ...]:
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if tuple(x.shape[x.ndim - len(shape):]) != shape or len(shape) > x.ndim:
-        raise ValueError(f"normalized_shape {shape} does not match the last axes of the input {x.shape}")
+        raise TensorValueError(f"normalized_shape {shape} does not match the last axes of the input {x.shape}")
     return tuple(range(x.ndim - len(shape), x.ndim))
 
 
@@ -665,7 +667,7 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
     ``running = (1 - momentum) * running + momentum * batch``, with the unbiased batch variance (like torch).
     """
     if x.ndim < 2:
-        raise ValueError(f"batch_norm needs an (N, C, ...) input, got shape {x.shape}")
+        raise TensorValueError(f"batch_norm needs an (N, C, ...) input, got shape {x.shape}")
     c = x.shape[1]
     bshape = (1, c) + (1,) * (x.ndim - 2)
     dt = least_upper_float(x.dtype)
@@ -674,7 +676,7 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
         axes = (0,) + tuple(range(2, x.ndim))
         count = x.numel() // max(c, 1)
         if count <= 1:
-            raise ValueError(f"batch_norm in training mode needs more than one value per channel, got {x.shape}")
+            raise TensorValueError(f"batch_norm in training mode needs more than one value per channel, got {x.shape}")
         mean = xf.mean(axes, keepdim=True)
         centered = xf - mean
         var = (centered * centered).mean(axes, keepdim=True)
@@ -685,7 +687,7 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
             running_var.assign(running_var * (1 - momentum) + unbiased * momentum)
     else:
         if running_mean is None or running_var is None:
-            raise ValueError("batch_norm in eval mode needs running_mean and running_var (or training=True)")
+            raise TensorValueError("batch_norm in eval mode needs running_mean and running_var (or training=True)")
         mean = running_mean.cast(xf.dtype).reshape(bshape)
         var = running_var.cast(xf.dtype).reshape(bshape)
         centered = xf - mean
@@ -711,7 +713,7 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     the device, so jitted train steps draw a new mask on every call.
     """
     if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+        raise TensorValueError(f"dropout probability must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return x
     if p == 1.0:
@@ -742,7 +744,7 @@ def cross_entropy(x: Tensor, target: Tensor, weight: Tensor | None = None, ignor
     """Softmax cross entropy of logits (N, C, ...) (or (C,)) against class indices (N, ...) or class
     probabilities (same shape as the logits), with torch's ``weight``, ``ignore_index`` and ``label_smoothing``."""
     if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+        raise TensorValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
     cls = 0 if x.ndim == 1 else 1
     logp = log_softmax(x, cls)
     return _class_loss(logp, target, weight, ignore_index, reduction, label_smoothing, "cross_entropy")
@@ -756,8 +758,8 @@ def _class_loss(logp: Tensor, target: Tensor, weight: Tensor | None, ignore_inde
     w = weight.cast(logp.dtype).reshape(wshape) if weight is not None else None
     if dtypes.is_float(target.dtype):  # class probabilities
         if target.shape != logp.shape:
-            raise ValueError(f"{name}: probability targets must have the input's shape {logp.shape}, got "
-                             f"{target.shape}")
+            raise TensorValueError(f"{name}: probability targets must have the input's shape {logp.shape}, got "
+                                   f"{target.shape}")
         probs = target.cast(logp.dtype)
         if smoothing:
             probs = probs * (1 - smoothing) + smoothing / c
@@ -768,8 +770,8 @@ def _class_loss(logp: Tensor, target: Tensor, weight: Tensor | None, ignore_inde
                         f"{target.dtype!r}")
     expect = logp.shape[:cls] + logp.shape[cls + 1:]
     if target.shape != expect:
-        raise ValueError(f"{name}: target shape {target.shape} does not match the input {logp.shape} "
-                         f"(expected {expect})")
+        raise TensorValueError(f"{name}: target shape {target.shape} does not match the input {logp.shape} "
+                               f"(expected {expect})")
     classes = Tensor.arange(c, device=logp.device).reshape(wshape)
     onehot = target.unsqueeze(cls) == classes  # (N, C, ...)
     valid = target != ignore_index
@@ -786,7 +788,7 @@ def _class_loss(logp: Tensor, target: Tensor, weight: Tensor | None, ignore_inde
 def binary_cross_entropy(p: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean") -> Tensor:
     """-(y log p + (1 - y) log(1 - p)) with each log clamped at -100 (like torch)."""
     if p.shape != target.shape:
-        raise ValueError(f"binary_cross_entropy: input {p.shape} and target {target.shape} differ in shape")
+        raise TensorValueError(f"binary_cross_entropy: input {p.shape} and target {target.shape} differ in shape")
     y = target.cast(p.dtype)
     loss = -(y * p.log().maximum(-100.0) + (1 - y) * (1 - p).log().maximum(-100.0))
     if weight is not None:
@@ -798,8 +800,8 @@ def binary_cross_entropy_with_logits(x: Tensor, target: Tensor, weight: Tensor |
                                      reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
     """Sigmoid + binary cross entropy in one stable formula: (1 - y) x + (1 + (pw - 1) y) softplus(-x)."""
     if x.shape != target.shape:
-        raise ValueError(f"binary_cross_entropy_with_logits: input {x.shape} and target {target.shape} differ "
-                         "in shape")
+        raise TensorValueError(f"binary_cross_entropy_with_logits: input {x.shape} and target {target.shape} differ "
+                               "in shape")
     y = target.cast(x.dtype)
     softplus_neg = _log1p_small((-x.abs()).exp()) + (-x).maximum(0)  # log(1 + exp(-x)) without overflow
     scale = 1 + (pos_weight - 1) * y if pos_weight is not None else None
@@ -836,14 +838,14 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Ten
     (a divisor of q's): each is shared by a group of consecutive query heads.
     """
     if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
-        raise ValueError("scaled_dot_product_attention needs (..., L, E) tensors")
+        raise TensorValueError("scaled_dot_product_attention needs (..., L, E) tensors")
     if is_causal and attn_mask is not None:
-        raise ValueError("scaled_dot_product_attention: pass attn_mask or is_causal, not both")
+        raise TensorValueError("scaled_dot_product_attention: pass attn_mask or is_causal, not both")
     if enable_gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
         hq, hk = q.shape[-3], k.shape[-3]
         if hk == 0 or hq % hk or v.shape[-3] != hk:
-            raise ValueError(f"enable_gqa: query heads ({hq}) must be a multiple of the key/value heads ({hk}, "
-                             f"{v.shape[-3]})")
+            raise TensorValueError(f"enable_gqa: query heads ({hq}) must be a multiple of the key/value heads ({hk}, "
+                                   f"{v.shape[-3]})")
         k, v = k.repeat_interleave(hq // hk, -3), v.repeat_interleave(hq // hk, -3)
     length, src = q.shape[-2], k.shape[-2]
     sc = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
