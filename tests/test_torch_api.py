@@ -396,6 +396,6 @@ BAD_CALLS = {  # name: (tgcore call, torch call); shapes that do not fit raise R
 
 
 @pytest.mark.parametrize("name", list(BAD_CALLS))
-def test_bad_calls_raise_torchs_exception_type(name):
+def test_bad_calls_raise_torchs_exception_type(device, name):
     tg_call, torch_call = BAD_CALLS[name]
-    raises_like_torch(lambda: tg_call(DEVICES[0]), torch_call)
+    raises_like_torch(lambda: tg_call(device), torch_call)
