@@ -26,11 +26,11 @@ Methods
   accuracy of r, enough because the float32 closest to a multiple of pi/2 below 1e5 is 2**-27.8 away.
   sin(r) = r + r*z*S(z), cos(r) = 1 - z/2 + z*z*C(z) (with the rounding of 1 - z/2 recovered), picked and
   negated by the quadrant k mod 4 (computed in float). |x| < 2**-12 returns x (keeps -0.0, subnormals).
-  float32 beyond that range (Payne-Hanek): x times 2/pi in 24-bit chunks is exact in float64 (24 x 24 bits),
-  each product is taken mod 4 exactly and the nine are summed with TwoSum, which gives y = x*2/pi mod 4 to
-  ~2**-100; k = nearest integer to y, r = (y - k)*pi/2 as two float32s. Both reductions are computed and one
-  is selected (straight-line code): float32 sin/cos cost ~4x what Cody-Waite alone did (4M elements: CPU
-  46 -> 219 ms, CPU:X86 50 -> 177 ms, on the shared 2-core machine).
+  float32 beyond that range (Payne-Hanek): |x| times 2/pi in 29-bit chunks is exact in float64 (24 + 29 bits),
+  each product is taken mod 4 exactly and the eight are summed with TwoSum, which gives y = |x|*2/pi mod 4 to
+  ~2**-100; k = nearest integer to y, r = (y - k)*pi/2 as two float32s (negated for x < 0). Both reductions
+  are computed and one is selected (straight-line code): float32 sin/cos cost ~2-2.5x what Cody-Waite alone
+  did (4M elements: CPU 46 -> 120 ms, CPU:X86 50 -> 97 ms, on the shared 2-core machine).
 - exp(x): n = nearest integer to x/ln2, r = x - n*ln2 (ln2 in two pieces, the first with few bits so
   n*piece is exact), exp(x) = exp2(r*log2(e)) * 2**n: no error amplification for large |x|.
 
@@ -219,17 +219,18 @@ _K_LIMIT = {dtypes.float32: 2.0**16, dtypes.float64: 2.0**20}
 _CODY_WAITE_LIMIT_F32 = 2**16 * math.pi / 2
 
 
-def _two_over_pi_chunks(n: int = 9) -> tuple[float, ...]:
-    """2/pi as n 24-bit chunks c_i * 2**(-24 i): a float32 times a chunk is exact in float64 (48 bits)."""
-    v = 2 / _pi_fraction(24 * n + 64)
+def _two_over_pi_chunks(n: int = 8, bits: int = 29) -> tuple[float, ...]:
+    """2/pi as n chunks of ``bits`` bits, c_i * 2**(-bits i): a float32 (24 bits) times a chunk is exact in
+    float64 (53 bits)."""
+    v = 2 / _pi_fraction(bits * n + 64)
     chunks = []
     for i in range(1, n + 1):
-        c = math.floor(v * 2 ** (24 * i)) % (1 << 24)
-        chunks.append(float(Fraction(c, 1 << (24 * i))))
+        c = math.floor(v * 2 ** (bits * i)) % (1 << bits)
+        chunks.append(float(Fraction(c, 1 << (bits * i))))
     return tuple(chunks)
 
 
-# 216 bits of 2/pi: for the largest float32 (2**128), bits down to 2**-212 still reach 2**-84 of x * 2/pi mod 4
+# 232 bits of 2/pi: for the largest float32 (2**128), bits down to 2**-212 still reach 2**-84 of x * 2/pi mod 4
 TWO_OVER_PI_F32_CHUNKS = _two_over_pi_chunks()
 
 
@@ -404,22 +405,26 @@ def _reduce_half_pi(x: UOp, fmt: _Format, detach: Callable[[UOp], UOp]) -> tuple
 
 
 def _reduce_payne_hanek_f32(x: UOp, detach: Callable[[UOp], UOp]) -> tuple[UOp, UOp, UOp]:
-    """(hi, lo, k) as ``_reduce_half_pi`` gives them, for any float32 x: y = x * 2/pi mod 4 from the exact float64
-    products of x with 24-bit chunks of 2/pi, each taken mod 4 exactly and summed with TwoSum; k = nearest integer
-    to y, r = (y - k) * pi/2 split into two float32s."""
-    xd = x.cast(dtypes.float64)
-    hi, lo = _c(xd, 0.0), _c(xd, 0.0)
-    for chunk in TWO_OVER_PI_F32_CHUNKS:
-        t = xd * chunk  # exact
-        q = _trunc(t * 0.25)
-        q = (t * 0.25 < q).where(q - 1.0, q)  # floor
-        hi, err = _two_sum(hi, t - q * 4.0)  # t mod 4, exact
-        lo = lo + err
-    k = detach(_trunc(hi + 0.5))  # hi >= 0
+    """(hi, lo, k) as ``_reduce_half_pi`` gives them, for any float32 x: y = |x| * 2/pi mod 4 from the exact
+    float64 products of |x| with 29-bit chunks of 2/pi, each taken mod 4 exactly and summed with TwoSum; k =
+    nearest integer to y, r = (y - k) * pi/2 split into two float32s; both negated for x < 0."""
+    neg = x < 0.0
+    ax = neg.where(-x, x).cast(dtypes.float64)
+    hi, lo = _c(ax, 0.0), _c(ax, 0.0)
+    for i, chunk in enumerate(TWO_OVER_PI_F32_CHUNKS):
+        t = ax * chunk  # exact, >= 0
+        m = t - _trunc(t * 0.25) * 4.0  # t mod 4, exact
+        if i == 0:
+            hi = m
+        else:
+            hi, err = _two_sum(hi, m)
+            lo = lo + err
+    k = detach(_trunc(hi + 0.5))
     r = ((hi - k) + lo) * (math.pi / 2)
     r_hi = r.cast(dtypes.float32)
     r_lo = (r - r_hi.cast(dtypes.float64)).cast(dtypes.float32)
-    return r_hi, r_lo, k.cast(dtypes.float32)
+    kf = k.cast(dtypes.float32)
+    return neg.where(-r_hi, r_hi), neg.where(-r_lo, r_lo), neg.where(-kf, kf)
 
 
 def _reduce(x: UOp, fmt: _Format, detach: Callable[[UOp], UOp]) -> tuple[UOp, UOp, UOp]:
