@@ -72,13 +72,14 @@ class NNMixin:
         """Cross entropy of logits with the classes on the last axis against integer targets of the other axes."""
         c = self.shape[-1] if self.ndim else 0
         return _functional().cross_entropy(self.reshape(-1, c), target.reshape(-1), None, ignore_index, reduction,
-                                  label_smoothing).reshape(target.shape if reduction == "none" else ())
+                                           label_smoothing).reshape(target.shape if reduction == "none" else ())
 
     # ---------------------------------------------------------------- attention, linear, normalization
     def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                                      dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
                                      enable_gqa: bool = False) -> Tensor:
-        return _functional().scaled_dot_product_attention(self, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        return _functional().scaled_dot_product_attention(self, key, value, attn_mask, dropout_p, is_causal, scale,
+                                                          enable_gqa)
 
     def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         return _functional().linear(self, weight, bias)
@@ -125,13 +126,14 @@ class NNMixin:
     def avg_pool2d(self: Tensor, kernel_size: IntOrTuple = (2, 2), stride: IntOrTuple | None = None,
                    padding: IntOrTuple = 0, ceil_mode: bool = False, count_include_pad: bool = True,
                    divisor_override: int | None = None, dilation: IntOrTuple = 1) -> Tensor:
-        return _functional().avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
-                               dilation)
+        return _functional().avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                        divisor_override, dilation)
 
     def avg_pool3d(self: Tensor, kernel_size: IntOrTuple = (2, 2, 2), stride: IntOrTuple | None = None,
                    padding: IntOrTuple = 0, ceil_mode: bool = False, count_include_pad: bool = True,
                    divisor_override: int | None = None) -> Tensor:
-        return _functional().avg_pool3d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+        return _functional().avg_pool3d(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                        divisor_override)
 
     # ---------------------------------------------------------------- resampling
     def interpolate(self: Tensor, size: IntOrTuple | None = None, scale_factor: float | Sequence[float] | None = None,
