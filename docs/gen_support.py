@@ -4,7 +4,9 @@ The op suite (tests/test_tensor_ops.py, tests/test_tensor_math.py, ...) is param
 device and dtype; this script runs it once per device and turns the outcome of every
 (test, op, dtype) case into a table. Nothing is hand-written: the table is what passed.
 
-    python docs/gen_support.py [--devices CPU,PYTHON] [--out docs/support.md]
+    python docs/gen_support.py [--devices CPU,PYTHON,CPU:X86] [--out docs/support.md]
+
+(CPU:X86 needs the tg-x86 plugin; expected failures, xfail, count as failed.)
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = ["tests/test_tensor_ops.py", "tests/test_tensor_math.py", "tests/test_tensor_reduce.py",
-         "tests/test_autograd.py"]
+         "tests/test_autograd.py", "tests/test_torch_edge_cases.py", "tests/test_torch_api.py",
+         "tests/test_torch_layout_select.py"]
 DTYPE = re.compile(r"dtypes\.(\w+)")
 
 
@@ -28,7 +31,7 @@ def run_suite(device: str) -> dict[tuple[str, str], dict[str, bool]]:
     """(test, case) -> dtype -> passed, for one device."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.xml"
-        env = dict(os.environ, TG_TEST_DEVICES=device)
+        env = dict(os.environ, TG_TEST_DEVICES=device, DEV=device)
         files = [f for f in SUITE if (ROOT / f).exists()]
         subprocess.run([sys.executable, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider",
                         f"--junitxml={report}"], cwd=ROOT, env=env, capture_output=True, check=False)
@@ -41,10 +44,11 @@ def run_suite(device: str) -> dict[tuple[str, str], dict[str, bool]]:
         dtypes = DTYPE.findall(params)
         rest = DTYPE.sub("", params).replace(device, "").strip("-")
         rest = re.sub(r"-+", "-", rest).strip("-")
-        skipped = case.find("skipped") is not None
-        if skipped:
+        skipped = case.find("skipped")
+        expected_failure = skipped is not None and skipped.get("type") == "pytest.xfail"
+        if skipped is not None and not expected_failure:
             continue
-        passed = case.find("failure") is None and case.find("error") is None
+        passed = case.find("failure") is None and case.find("error") is None and not expected_failure
         key = (test.removeprefix("test_"), rest)
         for dt in dtypes or ["-"]:
             results[key][dt] = results[key].get(dt, True) and passed
@@ -74,7 +78,7 @@ def render(per_device: dict[str, dict[tuple[str, str], dict[str, bool]]]) -> str
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--devices", default="CPU,PYTHON")
+    ap.add_argument("--devices", default="CPU,PYTHON,CPU:X86")
     ap.add_argument("--out", default=str(ROOT / "docs" / "support.md"))
     args = ap.parse_args()
     per_device = {d: run_suite(d) for d in args.devices.split(",") if d}

@@ -71,6 +71,10 @@ ULP_CASES = {
     "cos_small": ("cos", np.cos, lambda: dense(1e-30, 10, N, 12, log=True, signed=True)),
     "tan": ("tan", np.tan, lambda: dense(-1e5, 1e5, N, 13)),
     "tan_small": ("tan", np.tan, lambda: dense(1e-30, 10, N, 14, log=True, signed=True)),
+    # beyond Cody-Waite's exact range (2**16 * pi/2): the Payne-Hanek reduction
+    "sin_large": ("sin", np.sin, lambda: dense(1e5, 3.4e38, N // 4, 15, log=True, signed=True)),
+    "cos_large": ("cos", np.cos, lambda: dense(1e5, 3.4e38, N // 4, 16, log=True, signed=True)),
+    "tan_large": ("tan", np.tan, lambda: dense(1e5, 3.4e38, N // 4, 17, log=True, signed=True)),
 }
 
 

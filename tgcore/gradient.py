@@ -57,9 +57,14 @@ def _reduce_grad(node: UOp, g: Any) -> Grads:
         # that every reader would repeat, and a pool's readers are the weight and bias gradients of the layer
         # before it, which read each element once per output channel and tap
         return ((expanded * hit / count).contiguous().uop,)
-    if op is Ops.MUL:
+    if op is Ops.MUL:  # the product of the others: out / x where x != 0; at a single zero, the product without it
         out = g._new(node).expand(src.shape)
-        return ((expanded * out / src).uop,)
+        zero = src == 0
+        zeros = zero.sum(axes, keepdim=True, dtype=dtypes.int32).expand(src.shape)
+        others = zero.where(1, src).prod(axes, keepdim=True, dtype=src.dtype).expand(src.shape)
+        safe = zero.where(1, src)
+        each = (zeros == 0).where(out / safe, (zero & (zeros == 1)).where(others, 0))
+        return ((expanded * each).uop,)
     raise NotImplementedError(f"no gradient for a {op} reduction")
 
 
@@ -79,6 +84,16 @@ def _movement_grad(node: UOp, g: Any) -> Grads:
     if op is Ops.FLIP:
         return (g.flip(tuple(i for i, f in enumerate(arg) if f)).uop,)
     raise AssertionError(op)
+
+
+def _detach_grad(node: UOp, g: Any) -> Grads:
+    """A plain DETACH stops the gradient; one with extra sources has a rule for them (`with_gradient`)."""
+    if len(node.src) == 1:
+        return (None,)
+    inputs = [g._new(s) for s in node.src[1:]]
+    grads = node.arg(g, g._new(node.src[0]), *inputs)
+    return (None, *(x.uop if x is not None and dtypes.is_float(s.dtype) else None
+                    for x, s in zip(grads, node.src[1:], strict=True)))
 
 
 def _custom_kernel_grad(node: UOp, g: Any) -> Grads:
@@ -119,11 +134,12 @@ GRADIENT_RULES: dict[Ops, Callable[[UOp, Any], Grads]] = {
     Ops.COPY: lambda n, g: (g.uop, None),  # the gradient stays on the output's device (cross-device: not yet)
     Ops.REDUCE_AXIS: _reduce_grad,
     Ops.AFTER: _custom_kernel_grad,
+    Ops.DETACH: _detach_grad,
     **{op: _movement_grad for op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP)},
 }
 
 NO_GRADIENT = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.IDIV, Ops.MOD,
-               Ops.BITCAST, Ops.DETACH, Ops.BUFFER, Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR, Ops.BIND}
+               Ops.BITCAST, Ops.BUFFER, Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR, Ops.BIND}
 
 
 def compute_gradients(root: UOp, root_grad: UOp, targets: list[UOp], device: str) -> dict[UOp, UOp]:
@@ -134,7 +150,8 @@ def compute_gradients(root: UOp, root_grad: UOp, targets: list[UOp], device: str
     # only walk nodes that lead to a target
     leads: dict[UOp, bool] = {}
     for n in nodes:
-        leads[n] = n in wanted or (n.op not in NO_GRADIENT and any(leads[s] for s in n.src))
+        through = n.src[1:] if n.op is Ops.DETACH else n.src  # (a DETACH's own value passes no gradient)
+        leads[n] = n in wanted or (n.op not in NO_GRADIENT and any(leads[s] for s in through))
     grads: dict[UOp, UOp] = {root: root_grad}
     for n in reversed(list(nodes)):
         g = grads.get(n)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from tgcore.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
+from tgcore.errors import TensorValueError
 from tgcore.helpers import prod
 from tgcore.runtime.registry import canonical
 from tgcore.schedule.cache import is_constant
@@ -31,9 +32,12 @@ from tgcore.schedule.shape import shape_of
 from tgcore.schedule.state import REALIZATION
 from tgcore.tensor_autograd import AutogradMixin, leaf_uops, mark_leaf, remember_graph
 from tgcore.tensor_index import IndexMixin
+from tgcore.tensor_layout import LayoutMixin
 from tgcore.tensor_math import MathMixin
+from tgcore.tensor_nn import NNMixin
 from tgcore.tensor_random import RandomMixin
 from tgcore.tensor_reduce import ReduceMixin
+from tgcore.tensor_select import SelectMixin
 from tgcore.uop import Ops, UOp
 
 Scalar = bool | int | float
@@ -55,7 +59,7 @@ def _shape_args(args: tuple[Any, ...]) -> tuple[int, ...]:
 
 def _check_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
     if any(s < 0 for s in shape):
-        raise ValueError(f"negative dimension in shape {shape}")
+        raise TensorValueError(f"negative dimension in shape {shape}")
     return shape
 
 
@@ -70,7 +74,7 @@ def _arange_uop(n: int) -> UOp:
     return UOp(Ops.RANGE, dtypes.int32, (), ("arange", n))
 
 
-class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
+class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNMixin, LayoutMixin, SelectMixin):
     """A lazily evaluated n-dimensional array on a device."""
 
     __slots__ = ("uop", "device", "requires_grad", "grad", "_graph", "__weakref__")
@@ -195,10 +199,12 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
         if stop is None:
             start, stop = 0, start
         if step == 0:
-            raise ValueError("arange step must not be zero")
+            raise TensorValueError("arange step must not be zero")
         n = max(0, math.ceil((stop - start) / step))
         is_float = any(isinstance(v, float) for v in (start, stop, step))
-        dt = to_dtype(dtype) if dtype is not None else (dtypes.default_float if is_float else dtypes.default_int)
+        fits_int32 = all(-2**31 <= v < 2**31 for v in (start, start + step * max(n - 1, 0)))
+        dt = to_dtype(dtype) if dtype is not None else (dtypes.default_float if is_float else
+                                                        dtypes.default_int if fits_int32 else dtypes.int64)
         idx = Tensor(_arange_uop(n), device=device)
         out = idx.cast(dt) if dt is not dtypes.int32 else idx
         if step != 1:
@@ -278,7 +284,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
 
     def item(self) -> Scalar:
         if self.numel() != 1:
-            raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+            raise TensorValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
         return self.numpy().reshape(()).item()
 
     def to(self, device: str) -> Tensor:
@@ -302,10 +308,10 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
         """
         v = value if isinstance(value, Tensor) else self._const(value, self.dtype)
         if v.device != self.device:
-            raise ValueError(f"assign from {v.device} to {self.device}: move the value with .to() first")
+            raise TensorValueError(f"assign from {v.device} to {self.device}: move the value with .to() first")
         v = v.cast(self.dtype)._broadcast_to(_broadcast_shape(self.shape, v.shape))
         if v.shape != self.shape:
-            raise ValueError(f"assign of shape {v.shape} into a tensor of shape {self.shape}")
+            raise TensorValueError(f"assign of shape {v.shape} into a tensor of shape {self.shape}")
         base = self.uop
         while base.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP):
             base = base.src[0]
@@ -322,6 +328,10 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
 
     def contiguous(self) -> Tensor:
         return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+
+    def clone(self) -> Tensor:
+        """A copy in memory of its own (assigning into it leaves this tensor alone); gradients flow through."""
+        return self.contiguous()
 
     @staticmethod
     def custom_kernel(*tensors: Tensor, fxn: Any, grad_fxn: Any = None) -> list[Tensor]:
@@ -346,17 +356,21 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
 
     # ---------------------------------------------------------------- movement
     def reshape(self, *shape: Any) -> Tensor:
+        """A view with ``shape``; one entry may be -1 (inferred), None keeps that axis's size."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        shape = tuple(self.shape[i] if s is None and i < self.ndim else s for i, s in enumerate(shape))
         new = list(_shape_args(shape)) if shape else []
         if new.count(-1) > 1:
-            raise ValueError("reshape: only one dimension can be -1")
+            raise TensorValueError("reshape: only one dimension can be -1")
         if -1 in new:
             known = prod(s for s in new if s != -1)
             if known == 0 or self.numel() % known:
-                raise ValueError(f"cannot reshape {self.shape} into {tuple(new)}")
+                raise TensorValueError(f"cannot reshape {self.shape} into {tuple(new)}")
             new[new.index(-1)] = self.numel() // known
         shp = _check_shape(tuple(new))
         if prod(shp) != self.numel():
-            raise ValueError(f"cannot reshape {self.shape} ({self.numel()} elements) into {shp} ({prod(shp)})")
+            raise TensorValueError(f"cannot reshape {self.shape} ({self.numel()} elements) into {shp} ({prod(shp)})")
         if shp == self.shape:
             return self
         folds = self.uop.op is Ops.RESHAPE and self.uop.tag is None  # fold reshape of reshape (not of a leaf)
@@ -371,7 +385,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
     def permute(self, *order: Any) -> Tensor:
         o = tuple(_axis(a, self.ndim) for a in _shape_args(order)) if self.ndim else ()
         if sorted(o) != list(range(self.ndim)):
-            raise ValueError(f"permute order {order} is not a permutation of {self.ndim} axes")
+            raise TensorValueError(f"permute order {order} is not a permutation of {self.ndim} axes")
         if o == tuple(range(self.ndim)):
             return self
         return self._new(UOp(Ops.PERMUTE, self.dtype, (self.uop,), o))
@@ -389,25 +403,40 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
     def expand(self, *shape: Any) -> Tensor:
         new = _shape_args(shape)
         if len(new) < self.ndim:
-            raise ValueError(f"expand to {new}: fewer dimensions than the tensor's {self.shape}")
+            raise TensorValueError(f"expand to {new}: fewer dimensions than the tensor's {self.shape}")
         me = self.reshape((1,) * (len(new) - self.ndim) + self.shape) if len(new) > self.ndim else self
         out = tuple(m if n == -1 else n for m, n in zip(me.shape, new, strict=True))
         for m, n in zip(me.shape, out, strict=True):
             if m != n and m != 1:
-                raise ValueError(f"cannot expand {self.shape} to {new}: only size-1 dimensions expand")
+                raise TensorValueError(f"cannot expand {self.shape} to {new}: only size-1 dimensions expand")
         if out == me.shape:
             return me
         return me._new(UOp(Ops.EXPAND, self.dtype, (me.uop,), _check_shape(out)))
 
-    def pad(self, padding: Sequence[tuple[int, int] | None], value: Scalar = 0) -> Tensor:
-        """Pad each axis by (before, after); negative amounts remove elements."""
+    def pad(self, padding: Sequence[Any], value: Scalar | str = 0, mode: str = "constant") -> Tensor:
+        """Pad each axis by (before, after); negative amounts remove elements.
+
+        ``padding`` is one (before, after) pair (or None) per axis, or a flat torch-style tuple of ints that pads
+        the last axes, last axis first: ``(left, right, top, bottom)``. ``mode`` is "constant" (``value``),
+        "reflect", "replicate" or "circular" (see ``pad_nd``); ``x.pad(p, "reflect")`` names the mode as well.
+        """
+        if isinstance(value, str):
+            mode, value = value, 0
+        if padding and all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in padding):
+            if len(padding) % 2 or len(padding) // 2 > self.ndim:
+                raise TensorValueError(f"a flat padding needs an even number of ints, at most 2 per axis, got "
+                                       f"{tuple(padding)} for {self.ndim} axes")
+            pairs = [(int(padding[i]), int(padding[i + 1])) for i in range(0, len(padding), 2)]
+            padding = [None] * (self.ndim - len(pairs)) + pairs[::-1]
+        if mode != "constant":
+            return self.pad_nd(padding, mode=mode)
         if len(padding) != self.ndim:
-            raise ValueError(f"pad needs one (before, after) per axis: got {len(padding)} for {self.ndim} axes")
+            raise TensorValueError(f"pad needs one (before, after) per axis: got {len(padding)} for {self.ndim} axes")
         pads = tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
         # negative padding is a shrink
         shrink = tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pads, self.shape, strict=True))
         if any(lo > hi for lo, hi in shrink):
-            raise ValueError(f"padding {padding} removes more than the tensor's shape {self.shape}")
+            raise TensorValueError(f"padding {padding} removes more than the tensor's shape {self.shape}")
         me = self.shrink(shrink)
         pos = tuple((max(b, 0), max(a, 0)) for b, a in pads)
         if all(p == (0, 0) for p in pos):
@@ -445,15 +474,23 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
         if dim is None:
             return self.reshape(tuple(s for s in self.shape if s != 1))
         d = _axis(dim, self.ndim)
+        if self.ndim == 0:  # (dim 0 or -1 names the tensor itself, like torch)
+            return self
         return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
 
     def unsqueeze(self, dim: int) -> Tensor:
         d = _axis(dim, self.ndim + 1)
         return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
 
-    def flatten(self, start_dim: int = 0) -> Tensor:
-        s = _axis(start_dim, self.ndim) if self.ndim else 0
-        return self.reshape(self.shape[:s] + (prod(self.shape[s:]),))
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """Axes ``start_dim`` to ``end_dim`` (inclusive) merged into one; a 0-d tensor becomes 1-d."""
+        if self.ndim == 0:
+            _axis(start_dim, 0), _axis(end_dim, 0)
+            return self.reshape(1)
+        s, e = _axis(start_dim, self.ndim), _axis(end_dim, self.ndim)
+        if s > e:
+            raise TensorValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+        return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
 
     # ---------------------------------------------------------------- elementwise
     def _const(self, value: Scalar, dtype: DType) -> Tensor:
@@ -476,7 +513,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
     def _broadcast_pair(self, other: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
         if isinstance(other, Tensor):
             if other.device != self.device:
-                raise ValueError(f"tensors on different devices: {self.device} and {other.device}; use .to()")
+                raise TensorValueError(f"tensors on different devices: {self.device} and {other.device}; use .to()")
             dt = least_upper_dtype(self.dtype, other.dtype)
             a, b = self.cast(dt), other.cast(dt)
             shape = _broadcast_shape(a.shape, b.shape)
@@ -625,7 +662,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
 
     def __bool__(self) -> bool:
         if self.numel() != 1:
-            raise ValueError("the truth value of a tensor with more than one element is ambiguous")
+            raise TensorValueError("the truth value of a tensor with more than one element is ambiguous")
         return bool(self.item())
 
     def logical_not(self) -> Tensor:
@@ -662,8 +699,8 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
     def bitcast(self, dtype: DType | str) -> Tensor:
         dt = to_dtype(dtype)
         if dt.itemsize != self.dtype.itemsize:
-            raise ValueError(f"bitcast {self.dtype!r} -> {dt!r}: item sizes differ ({self.dtype.itemsize} vs "
-                             f"{dt.itemsize})")
+            raise TensorValueError(f"bitcast {self.dtype!r} -> {dt!r}: item sizes differ ({self.dtype.itemsize} vs "
+                                   f"{dt.itemsize})")
         return self if dt is self.dtype else self._new(UOp(Ops.BITCAST, dt, (self.uop,)))
 
     def float(self) -> Tensor:
@@ -733,6 +770,8 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
     def cumsum(self, axis: builtins.int = 0) -> Tensor:
         """Running sum along ``axis`` (a masked sum over a window: O(n^2) work along that axis)."""
         ax = _axis(axis, self.ndim)
+        if self.ndim == 0:  # (a 0-d tensor is its own running sum)
+            return self.cast(self._sum_dtype())
         n = self.shape[ax]
         x = self.transpose(ax, -1) if ax != self.ndim - 1 else self
         rows = Tensor.arange(n, device=self.device).reshape(n, 1)
@@ -751,15 +790,15 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin):
     def matmul(self, other: Tensor) -> Tensor:
         a, b = self, other
         if a.ndim == 0 or b.ndim == 0:
-            raise ValueError("matmul needs tensors with at least one dimension")
+            raise TensorValueError("matmul needs tensors with at least one dimension")
         a1, b1 = a.ndim == 1, b.ndim == 1
         if a1:
             a = a.reshape(1, -1)
         if b1:
             b = b.reshape(-1, 1)
         if a.shape[-1] != b.shape[-2]:
-            raise ValueError(f"matmul shapes {self.shape} and {other.shape} do not line up "
-                             f"({a.shape[-1]} != {b.shape[-2]})")
+            raise TensorValueError(f"matmul shapes {self.shape} and {other.shape} do not line up "
+                                   f"({a.shape[-1]} != {b.shape[-2]})")
         dt = least_upper_dtype(a.dtype, b.dtype)
         a, b = a.cast(dt), b.cast(dt)
         # (..., M, K) x (..., K, N) -> (..., M, 1, K) * (..., 1, N, K), summed over K
@@ -802,7 +841,7 @@ def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     out = []
     for x, y in zip(pa, pb, strict=True):
         if x != y and 1 not in (x, y):
-            raise ValueError(f"shapes {a} and {b} cannot be broadcast together")
+            raise TensorValueError(f"shapes {a} and {b} cannot be broadcast together")
         out.append(y if x == 1 else x)
     return tuple(out)
 

@@ -11,6 +11,7 @@ import itertools
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from tgcore.errors import TensorValueError
 from tgcore.uop import Ops, UOp
 
 if TYPE_CHECKING:
@@ -70,6 +71,30 @@ def mark_leaf(t: Any) -> None:
     t.uop = t.uop.replace(tag=("leaf", next(_leaf_ids)))
 
 
+def with_gradient(out: Any, inputs: tuple[Any, ...], rule: Any) -> Any:
+    """``out`` with its gradient given by ``rule(g, out, *inputs)`` (one gradient or None per input) instead of
+    the one its own graph gives: for composed formulas whose chain rule breaks at edge points (0 * inf where
+    the true derivative is finite or infinite). ``rule`` must be a module-level function (it is part of the
+    node, so the schedule cache sees one rule per formula).
+
+    The node is a DETACH of ``out`` (no gradient flows through out's own graph; the scheduler computes
+    ``src[0]`` only) with the inputs as extra sources and the rule as its argument."""
+    return out._new(UOp(Ops.DETACH, out.dtype, (out.uop, *(x.uop for x in inputs)), rule))
+
+
+def _seed(t: Any, gradient: Any) -> Any:
+    """The gradient flowing into ``t``: ones for a one-element tensor, else the given tensor of t's shape."""
+    from tgcore.tensor import Tensor
+    if gradient is None:
+        if t.numel() != 1:
+            raise TensorValueError(f"the gradient of a tensor with shape {t.shape} needs a gradient argument "
+                                   "(only one-element tensors have an implicit one)")
+        return Tensor.full(t.shape, 1.0, dtype=t.dtype, device=t.device)
+    if not isinstance(gradient, Tensor) or gradient.shape != t.shape:
+        raise TensorValueError(f"gradient must be a Tensor of shape {t.shape}")
+    return gradient.cast(t.dtype)
+
+
 class AutogradMixin:
     __slots__ = ()
     requires_grad: bool | None  # (the storage is Tensor's: these only declare the types)
@@ -91,6 +116,25 @@ class AutogradMixin:
         t: Tensor = self  # type: ignore[assignment]
         return t._new(UOp(Ops.DETACH, t.dtype, (t.uop,)))
 
+    def gradient(self, *targets: Any, gradient: Any = None) -> list[Any]:
+        """d(self)/d(target) for each of ``targets``, as new lazy tensors; ``.grad`` is left alone (like
+        ``torch.autograd.grad``). ``self`` must be a scalar unless ``gradient`` (a tensor of its shape) is given.
+        RuntimeError when a target is not used to compute this tensor."""
+        from tgcore.gradient import compute_gradients
+        t: Tensor = self  # type: ignore[assignment]
+        seed = _seed(t, gradient)
+        root = t._graph if t._graph is not None else t.uop
+        root = _through_realized(root, {x.uop for x in targets})  # (as backward: into realized intermediates)
+        grads = compute_gradients(root, seed.uop, [x.uop for x in targets], t.device)
+        out = []
+        for x in targets:
+            g = grads.get(x.uop)
+            if g is None:
+                raise RuntimeError(f"gradient(): a target of shape {x.shape} is not used to compute this tensor "
+                                   "(targets are found by identity: give them requires_grad before using them)")
+            out.append(x._new(g))
+        return out
+
     def backward(self, gradient: Any = None) -> Any:
         """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires a gradient.
 
@@ -99,12 +143,7 @@ class AutogradMixin:
         from tgcore.gradient import compute_gradients
         from tgcore.tensor import Tensor
         t: Tensor = self  # type: ignore[assignment]
-        if gradient is None:
-            if t.numel() != 1:
-                raise ValueError(f"backward() of a tensor with shape {t.shape} needs a gradient argument")
-            gradient = Tensor.full(t.shape, 1.0, dtype=t.dtype, device=t.device)
-        elif not isinstance(gradient, Tensor) or gradient.shape != t.shape:
-            raise ValueError(f"gradient must be a Tensor of shape {t.shape}")
+        gradient = _seed(t, gradient)
         wanting = [x for x in list(_wanting_grad.values()) if x.requires_grad]
         root = t._graph if t._graph is not None else t.uop  # (a realized loss keeps its graph)
         root = _through_realized(root, {x.uop for x in wanting})

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from tgcore.dtype import dtypes, least_upper_dtype
+from tgcore.errors import TensorValueError
 from tgcore.helpers import prod
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ def _plan(shape: tuple[int, ...], index: Any) -> _Plan:
     # masks first: a k-dimensional bool mask stands for k integer arrays (its nonzero positions)
     expanded: list[Any] = []
     for it in items:
-        if isinstance(it, (list, np.ndarray, Tensor)):
+        if isinstance(it, (list, tuple, np.ndarray, Tensor)):  # (a tuple inside the index is a list, as in torch)
             it = _as_index_array(it)
             is_bool = it.dtype is dtypes.bool if isinstance(it, Tensor) else it.dtype == np.bool_
             if is_bool:
@@ -144,7 +145,6 @@ def _plan(shape: tuple[int, ...], index: Any) -> _Plan:
         raise IndexError(f"too many indices for a tensor with {len(shape)} dimensions: {used} were indexed")
     at = next((i for i, it in enumerate(expanded) if it is Ellipsis), len(expanded))  # no "in": Tensor == is lazy
     expanded[at:at + 1] = [slice(None)] * (len(shape) - used)  # unindexed axes: the ellipsis, else at the end
-    has_adv = any(isinstance(it, (tuple, np.ndarray, Tensor)) for it in expanded)
 
     takes: list[_Take] = []
     view_axes: list[int | None] = []
@@ -171,10 +171,7 @@ def _plan(shape: tuple[int, ...], index: Any) -> _Plan:
             if not -size <= i < size:
                 raise IndexError(f"index {i} is out of range for axis {ax} with size {size}")
             takes.append(_Take(i % size, 1, 1))
-            if has_adv:  # numpy: ints next to arrays are 0-d arrays (they count for placing the result axes)
-                adv[len(view_axes)] = np.zeros((), np.int64)
-            else:
-                drop.add(len(view_axes))
+            drop.add(len(view_axes))  # (torch: an int is basic indexing even next to arrays, unlike numpy)
         elif isinstance(it, slice):
             r = range(*it.indices(size))
             takes.append(_Take(r[0], len(r), r.step) if len(r) else _Take(0, 0, 1))
@@ -337,6 +334,17 @@ def _setitem_advanced(view: Tensor, plan: _Plan, value: Tensor) -> Tensor:
     return new.permute([back.index(i) for i in range(view.ndim)])
 
 
+def _drop_ints(view: Tensor, plan: _Plan) -> tuple[Tensor, _Plan]:
+    """The view without the axes ints indexed, and the plan's advanced axes renumbered to match: torch places the
+    advanced result axes after the ints are gone (``x[:, 0, :, [1, 2]]`` keeps them in place; numpy moves them
+    first)."""
+    if not plan.drop:
+        return view, plan
+    kept = [a for a in range(view.ndim) if a not in plan.drop]
+    adv = {kept.index(a): idx for a, idx in plan.adv.items()}
+    return view.reshape(tuple(view.shape[a] for a in kept)), _Plan(plan.takes, plan.view_axes, set(), adv)
+
+
 # ------------------------------------------------------------------------------------------ the mixin
 
 class IndexMixin:
@@ -347,7 +355,7 @@ class IndexMixin:
         plan = _plan(self.shape, index)
         view = _basic_view(self, plan)
         if plan.adv:
-            return _getitem_advanced(view, plan)
+            return _getitem_advanced(*_drop_ints(view, plan))
         return view.reshape(tuple(s for i, s in enumerate(view.shape) if i not in plan.drop))
 
     def __setitem__(self: Tensor, index: Any, value: Any) -> None:
@@ -357,7 +365,7 @@ class IndexMixin:
         view = _basic_view(self, plan)
         if isinstance(value, Tensor):
             if value.device != self.device:
-                raise ValueError(f"cannot assign a tensor on {value.device} into one on {self.device}; use .to()")
+                raise TensorValueError(f"cannot assign a tensor on {value.device} into one on {self.device}; use .to()")
             val = value.cast(self.dtype)
         else:
             val = Tensor(np.asarray(value), device=self.device, dtype=self.dtype) if isinstance(value, (list, tuple,
@@ -370,10 +378,10 @@ class IndexMixin:
         except ValueError:
             fits = False
         if not fits:
-            raise ValueError(f"cannot assign a value of shape {val.shape} to an index of shape {target}")
+            raise TensorValueError(f"cannot assign a value of shape {val.shape} to an index of shape {target}")
         val = val.reshape((1,) * (len(target) - val.ndim) + val.shape)  # same rank, not yet broadcast
         if plan.adv:
-            new_view = _setitem_advanced(view, plan, val)
+            new_view = _setitem_advanced(*_drop_ints(view, plan), val).reshape(view.shape)
         else:
             new_view = val._broadcast_to(target).reshape(view.shape)
         ones = Tensor.full(view.shape, True, dtype=dtypes.bool, device=self.device)
@@ -399,7 +407,7 @@ class IndexMixin:
         on repeats; ``reduce="add"`` / ``"multiply"`` combine every write with the old value instead."""
         from tgcore.tensor import Tensor
         if reduce not in (None, "add", "multiply"):
-            raise ValueError(f"scatter reduce must be None, 'add' or 'multiply', got {reduce!r}")
+            raise TensorValueError(f"scatter reduce must be None, 'add' or 'multiply', got {reduce!r}")
         d = _axis(dim, self.ndim)
         idx = _index_tensor(index, self.device)
         region = _region(self, idx, d, "scatter")
@@ -408,7 +416,7 @@ class IndexMixin:
         idx = (idx < 0).where(idx + size, idx)
         if isinstance(src, Tensor):
             if any(s < i for s, i in zip(src.shape, idx.shape, strict=True)) or src.ndim != idx.ndim:
-                raise ValueError(f"scatter src of shape {src.shape} is smaller than the index {idx.shape}")
+                raise TensorValueError(f"scatter src of shape {src.shape} is smaller than the index {idx.shape}")
             s = src.cast(self.dtype).shrink([(0, n) for n in idx.shape])
         else:
             s = Tensor.full(idx.shape, src, dtype=self.dtype, device=self.device)
@@ -457,9 +465,9 @@ class IndexMixin:
         """Tile the tensor ``repeats[i]`` times along axis i (numpy.tile / torch.repeat); a view, no copy."""
         reps = _ints(repeats, "repeat counts")
         if len(reps) < self.ndim:
-            raise ValueError(f"repeat needs at least one count per axis: got {len(reps)} for {self.ndim} axes")
+            raise TensorValueError(f"repeat needs at least one count per axis: got {len(reps)} for {self.ndim} axes")
         if any(r < 0 for r in reps):
-            raise ValueError(f"repeat counts must not be negative, got {reps}")
+            raise TensorValueError(f"repeat counts must not be negative, got {reps}")
         base = (1,) * (len(reps) - self.ndim) + self.shape
         x = self.reshape(tuple(v for s in base for v in (1, s)))
         x = x.expand(tuple(v for r, s in zip(reps, base, strict=True) for v in (r, s)))
@@ -480,25 +488,24 @@ class IndexMixin:
         """Join tensors along ``dim`` (``a.cat(b, c)`` or ``Tensor.cat([a, b, c])``); dtypes promote."""
         tensors = _tensor_list(self, others)
         if not tensors:
-            raise ValueError("cat needs at least one tensor")
+            raise TensorValueError("cat needs at least one tensor")
         first = tensors[0]
         if first.ndim == 0:
-            raise ValueError("cat needs tensors with at least one dimension; use stack for 0-d tensors")
+            raise TensorValueError("cat needs tensors with at least one dimension; use stack for 0-d tensors")
         d = _axis(dim, first.ndim)
         for t in tensors[1:]:
             if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape, strict=True))
                                            if i != d):
-                raise ValueError(f"cat along axis {d}: shapes {first.shape} and {t.shape} differ off that axis")
+                raise TensorValueError(f"cat along axis {d}: shapes {first.shape} and {t.shape} differ off that axis")
             if t.device != first.device:
-                raise ValueError(f"cat of tensors on different devices: {first.device} and {t.device}")
+                raise TensorValueError(f"cat of tensors on different devices: {first.device} and {t.device}")
         dt = least_upper_dtype(*(t.dtype for t in tensors))
         total = sum(t.shape[d] for t in tensors)
         out: Tensor | None = None
         offset = 0
         for t in tensors:
             n = t.shape[d]
-            if n == 0:
-                continue
+            # (empty parts stay in the graph: their gradient is zeros of their shape, like torch's)
             part = t.cast(dt).pad(_axis_op(t, d, (offset, total - offset - n)))
             out = part if out is None else out + part
             offset += n
@@ -509,10 +516,10 @@ class IndexMixin:
         from tgcore.tensor import Tensor
         tensors = _tensor_list(self, others)
         if not tensors:
-            raise ValueError("stack needs at least one tensor")
+            raise TensorValueError("stack needs at least one tensor")
         for t in tensors[1:]:
             if t.shape != tensors[0].shape:
-                raise ValueError(f"stack needs tensors of one shape, got {tensors[0].shape} and {t.shape}")
+                raise TensorValueError(f"stack needs tensors of one shape, got {tensors[0].shape} and {t.shape}")
         d = _axis(dim, tensors[0].ndim + 1)
         return Tensor.cat([t.unsqueeze(d) for t in tensors], dim=d)
 
@@ -522,12 +529,12 @@ class IndexMixin:
         n = self.shape[d]
         if isinstance(sizes, (int, np.integer)):
             if sizes <= 0:
-                raise ValueError(f"split size must be positive, got {sizes}")
+                raise TensorValueError(f"split size must be positive, got {sizes}")
             parts = [int(sizes)] * (n // sizes) + ([n % sizes] if n % sizes else []) or [0]
         else:
             parts = list(_ints(tuple(sizes), "split sizes"))
             if sum(parts) != n or any(p < 0 for p in parts):
-                raise ValueError(f"split sizes {parts} do not add up to the axis size {n}")
+                raise TensorValueError(f"split sizes {parts} do not add up to the axis size {n}")
         out, start = [], 0
         for p in parts:
             out.append(self.shrink(_axis_op(self, d, (start, start + p))))
@@ -537,7 +544,7 @@ class IndexMixin:
     def chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
         """Up to ``chunks`` pieces of ceil(size / chunks) along ``dim`` (torch.chunk)."""
         if not isinstance(chunks, (int, np.integer)) or chunks <= 0:
-            raise ValueError(f"chunk count must be a positive int, got {chunks!r}")
+            raise TensorValueError(f"chunk count must be a positive int, got {chunks!r}")
         n = self.shape[_axis(dim, self.ndim)]
         return self.split(max(1, -(-n // int(chunks))), dim)
 
@@ -548,14 +555,14 @@ class IndexMixin:
         edge, numpy's "reflect"), "replicate" (repeat the edge, numpy's "edge") or "circular" (wrap around,
         numpy's "wrap"). Negative amounts remove elements first."""
         if len(padding) != self.ndim:
-            raise ValueError(f"pad needs one (before, after) pair per axis: got {len(padding)} pairs for a tensor "
-                             f"with {self.ndim} axes")
+            raise TensorValueError(f"pad needs one (before, after) pair per axis: got {len(padding)} pairs for a "
+                                   f"tensor with {self.ndim} axes")
         if mode == "constant":
             return self.pad(padding, value)
         if mode not in ("reflect", "replicate", "circular"):
-            raise ValueError(f"pad mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
+            raise TensorValueError(f"pad mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
         if value != 0:
-            raise ValueError(f"pad value is only used by mode='constant', not {mode!r}")
+            raise TensorValueError(f"pad value is only used by mode='constant', not {mode!r}")
         pads = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
         x = self.pad([(min(b, 0), min(a, 0)) for b, a in pads])  # the removals
         for d, (b, a) in enumerate(pads):
@@ -571,8 +578,8 @@ def _pad_axis(x: Tensor, d: int, before: int, after: int, mode: str) -> Tensor:
     s = x.shape[d]
     limit = {"reflect": s - 1, "replicate": None, "circular": s}[mode]
     if s == 0 or (limit is not None and max(before, after) > limit):
-        raise ValueError(f"pad mode {mode!r} on axis {d} of size {s} allows at most {limit} per side, "
-                         f"got ({before}, {after})")
+        raise TensorValueError(f"pad mode {mode!r} on axis {d} of size {s} allows at most {limit} per side, "
+                               f"got ({before}, {after})")
 
     def part(lo: int, hi: int) -> Tensor:
         return x.shrink(_axis_op(x, d, (lo, hi)))
@@ -611,8 +618,8 @@ def _index_tensor(index: Any, device: str) -> Tensor:
 def _region(x: Tensor, idx: Tensor, d: int, what: str) -> Tensor:
     """``x`` shrunk to ``idx``'s extent on every axis but ``d``."""
     if idx.ndim != x.ndim:
-        raise ValueError(f"{what} index needs {x.ndim} dimensions like the tensor, got {idx.ndim}")
+        raise TensorValueError(f"{what} index needs {x.ndim} dimensions like the tensor, got {idx.ndim}")
     for i, (a, b) in enumerate(zip(idx.shape, x.shape, strict=True)):
         if i != d and a > b:
-            raise ValueError(f"{what} index of shape {idx.shape} is larger than the tensor {x.shape} on axis {i}")
+            raise TensorValueError(f"{what} index of shape {idx.shape} is larger than the tensor {x.shape} on axis {i}")
     return x.shrink([None if i == d else (0, n) for i, n in enumerate(idx.shape)])

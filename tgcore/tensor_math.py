@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from tgcore.codegen import transcendental as tr
 from tgcore.dtype import DType, dtypes, least_upper_dtype, least_upper_float
+from tgcore.errors import TensorValueError
+from tgcore.tensor_autograd import with_gradient
 from tgcore.uop import Ops, UOp
 
 if TYPE_CHECKING:
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 
 LN2 = math.log(2)
 NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16)
+SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 
 # erf(x) = x * P(x*x) for |x| <= 1; erfc(x) * exp(x*x) = Q(v), v = (1/x - 7/12) * 12/5, for 1 < x < 6.
 # Fitted like the tables of tgcore.codegen.transcendental (weighted least squares on Chebyshev nodes +
@@ -100,11 +103,11 @@ class MathMixin:
 
     def exp(self) -> Tensor:
         """e**x: exact reduction by ln2, then EXP2 of the small remainder (accurate for every x)."""
-        return self._lift(tr.exp)
+        return with_gradient(self._lift(tr.exp), (self._float(),), _exp_grad)
 
     def log(self) -> Tensor:
         """ln(x) from the same reduction as log2, with ln2 split so e*ln2 carries no rounding."""
-        return self._lift(tr.log)
+        return with_gradient(self._lift(tr.log), (self._float(),), _log_grad)
 
     def expm1(self) -> Tensor:
         """exp(x) - 1, accurate near 0 (u = exp(x): (u - 1) * x / log(u) cancels the rounding of u)."""
@@ -155,18 +158,19 @@ class MathMixin:
     def tanh(self) -> Tensor:
         """tanh(|x|) = -m / (m + 2) with m = expm1(-2|x|): no cancellation near 0, no overflow."""
         def f(x: Tensor) -> Tensor:
-            m = (x.abs() * -2).expm1()
+            m = ((x < 0).where(x, -x) * 2).expm1()  # (-|x| with slope -1 at 0, so tanh'(0) is 1; abs'(0) is 0)
             t = -m / (m + 2)
             return (x < 0).where(-t, t)
         return self._in_f32(f)
 
     def relu(self) -> Tensor:
+        """max(x, 0); the gradient at 0 is 0 (like torch)."""
         t = self._t()
-        return (t < 0).where(0, t)
+        return (t < 0).where(0, (t == 0).where(t.detach(), t))
 
     def leaky_relu(self, negative_slope: float = 0.01) -> Tensor:
         t = self._t()
-        return (t < 0).where(t * negative_slope, t)
+        return (t > 0).where(t, t * negative_slope)  # (the gradient at 0 is the slope, like torch)
 
     def elu(self, alpha: float = 1.0) -> Tensor:
         def f(x: Tensor) -> Tensor:
@@ -216,13 +220,182 @@ class MathMixin:
             return (ax <= 1).where(small, big)
         return self._in_f32(f)
 
+    # ---------------------------------------------------------------- named arithmetic (torch names)
+    def add(self, other: Any, alpha: Any = 1) -> Tensor:
+        return self._t() + (other * alpha if alpha != 1 else other)
+
+    def sub(self, other: Any, alpha: Any = 1) -> Tensor:
+        return self._t() - (other * alpha if alpha != 1 else other)
+
+    def mul(self, other: Any) -> Tensor:
+        return self._t() * other
+
+    def div(self, other: Any, rounding_mode: str | None = None) -> Tensor:
+        """``/``; ``rounding_mode="trunc"`` rounds toward zero, ``"floor"`` down (``//``); ints stay ints then."""
+        t = self._t()
+        if rounding_mode is None:
+            return t / other
+        if rounding_mode == "floor":
+            return t // other
+        if rounding_mode != "trunc":
+            raise TensorValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                             f"{rounding_mode!r}")
+        a, b = t._broadcast_pair(other)
+        if dtypes.is_float(a.dtype):
+            return (a / b).trunc()
+        return a._new(a.uop.alu(Ops.IDIV, b.uop))  # (C division truncates)
+
+    def neg(self) -> Tensor:
+        return -self._t()
+
+    def mod(self, other: Any) -> Tensor:
+        """Python's ``%``: the remainder has the divisor's sign (torch.remainder)."""
+        return self._t() % other
+
+    remainder = mod
+
+    def fmod(self, other: Any) -> Tensor:
+        """C's fmod: the remainder has the dividend's sign."""
+        a, b = self._t()._broadcast_pair(other)
+        if dtypes.is_float(a.dtype):
+            return a - (a / b).trunc() * b
+        return a._new(a.uop.alu(Ops.MOD, b.uop))  # (C remainder)
+
+    def copysign(self, other: Any) -> Tensor:
+        """|self| with the sign of ``other`` (-0.0 counts as negative); always a float."""
+        a, b = self._float()._broadcast_pair(other)
+        a, b = a.cast(least_upper_float(a.dtype)), b.cast(least_upper_float(a.dtype))
+        negative = (b < 0) | ((b == 0) & (1 / b < 0))
+        mag = a.abs()
+        return negative.where(-mag, mag)
+
+    def lerp(self, end: Any, weight: Any) -> Tensor:
+        """self + weight * (end - self), computed from the nearer end (like torch, exact at weight 0 and 1)."""
+        t = self._t()
+        diff = end - t
+        w = weight if hasattr(weight, "uop") else t._const(weight, t.dtype)
+        return (w.abs() < 0.5).where(t + w * diff, end - diff * (1 - w))
+
+    def logaddexp(self, other: Any) -> Tensor:
+        """log(exp(a) + exp(b)) = max + log1p(exp(-|a - b|)), exact where both are the same infinity."""
+        a, b = self._float()._broadcast_pair(other)
+        m = a.maximum(b)
+        d = a - b
+        same_inf = (a == b) & (m.abs() == math.inf)
+        safe = same_inf.where(0.0, d)
+        out = m + (-safe.abs()).exp().log1p()
+        return same_inf.where(a, out)
+
+    def isclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+        """|a - b| <= atol + rtol * |b| (and equal values, infinities included); nan only with ``equal_nan``."""
+        a, b = self._t()._broadcast_pair(other)
+        close = (a == b) | ((a - b).abs() <= atol + rtol * b.abs()) & a.isfinite() & b.isfinite()
+        return close | (a.isnan() & b.isnan()) if equal_nan else close
+
+    # ---------------------------------------------------------------- inverse trigonometry, hyperbolic (torch names)
+    # Computed in float64 for float32 and narrower (one rounding at the end), with the derivative as the gradient
+    # rule (the formulas' own graphs break at their branch points).
+    def _wide(self, fn: Callable[[Tensor], Tensor], rule: Callable[..., tuple[Tensor]]) -> Tensor:
+        x = self._float()
+        work = dtypes.float64 if x.dtype.itemsize < 8 else x.dtype
+        return with_gradient(fn(x.cast(work)).cast(x.dtype), (x,), rule)
+
+    def atan(self) -> Tensor:
+        """atan by argument reduction: 1/x above 1, then two half-angle steps to |x| <= tan(pi/16), then a series."""
+        def f(x: Tensor) -> Tensor:
+            ax = (x < 0).where(-x, x)
+            big = ax > 1
+            r = big.where(1 / ax, ax)
+            for _ in range(2):  # atan(r) = 2 atan(r / (1 + sqrt(1 + r^2)))
+                r = r / (1 + (1 + r * r).sqrt())
+            z = r * r
+            series = r * _horner(z, tuple((-1) ** k / (2 * k + 1) for k in range(13)))
+            a = series * 4
+            a = big.where(math.pi / 2 - a, a)
+            return (x < 0).where(-a, a)
+        return self._wide(f, _atan_grad)
+
+    def asin(self) -> Tensor:
+        return self._wide(lambda x: (x / ((1 - x) * (1 + x)).sqrt()).atan(), _asin_grad)
+
+    def acos(self) -> Tensor:
+        """pi/2 - asin(x), written as 2 atan(sqrt((1 - x) / (1 + x))) so it stays accurate near 1."""
+        return self._wide(lambda x: (((1 - x) / (1 + x)).sqrt()).atan() * 2, _acos_grad)
+
+    def sinh(self) -> Tensor:
+        return self._wide(lambda x: (x.expm1() - (-x).expm1()) * 0.5, _sinh_grad)
+
+    def cosh(self) -> Tensor:
+        return self._wide(lambda x: (x.exp() + (-x).exp()) * 0.5, _cosh_grad)
+
+    def asinh(self) -> Tensor:
+        """sign(x) log1p(|x| + x^2 / (1 + sqrt(1 + x^2))), no cancellation near 0; log(2|x|) where x^2 overflows."""
+        def f(x: Tensor) -> Tensor:
+            ax = (x < 0).where(-x, x)
+            huge = ax > 1e150
+            s = huge.where(1.0, ax)
+            a = huge.where((ax * 2).log(), (s + s * s / (1 + (1 + s * s).sqrt())).log1p())
+            return (x < 0).where(-a, a)
+        return self._wide(f, _asinh_grad)
+
+    def acosh(self) -> Tensor:
+        """log1p((x - 1) + sqrt((x - 1)(x + 1))), accurate near 1; log(2x) where x^2 overflows; nan below 1."""
+        def f(x: Tensor) -> Tensor:
+            huge = x > 1e150
+            s = huge.where(2.0, x)
+            a = huge.where((x * 2).log(), ((s - 1) + ((s - 1) * (s + 1)).sqrt()).log1p())
+            return (x < 1).where(math.nan, a)
+        return self._wide(f, _acosh_grad)
+
+    def atanh(self) -> Tensor:
+        """0.5 log1p(2x / (1 - x)); +-inf at +-1, nan beyond."""
+        return self._wide(lambda x: (x * 2 / (1 - x)).log1p() * 0.5, _atanh_grad)
+
+    def log10(self) -> Tensor:
+        return self._in_f32(lambda x: x.log2() * math.log10(2))
+
+    arcsin, arccos, arctan, arcsinh, arccosh, arctanh = asin, acos, atan, asinh, acosh, atanh
+
+    # ---------------------------------------------------------------- more activations (torch's definitions)
+    def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+        """x limited to [min_val, max_val] (nan stays nan); the gradient is 0 at and beyond the bounds (like torch)."""
+        t = self._t()
+        inside = ((t > min_val) & (t < max_val)) | t.isnan()
+        return inside.where(t, (t > min_val).where(max_val, min_val))
+
+    def relu6(self) -> Tensor:
+        return self.hardtanh(0.0, 6.0)
+
+    def hardsigmoid(self) -> Tensor:
+        """relu6(x + 3) / 6."""
+        return (self._float() + 3).hardtanh(0.0, 6.0) / 6
+
+    def hardswish(self) -> Tensor:
+        """x * relu6(x + 3) / 6 (gradient x/3 + 1/2 inside (-3, 3), 0 at -3 and 1 at 3, like torch)."""
+        x = self._float()
+        return x * (x + 3).hardtanh(0.0, 6.0) / 6  # (-inf gives nan, as torch's)
+
+    def selu(self) -> Tensor:
+        return self.elu(SELU_ALPHA) * SELU_SCALE
+
+    def celu(self, alpha: float = 1.0) -> Tensor:
+        """x for x > 0, alpha * (exp(x / alpha) - 1) otherwise."""
+        return self._in_f32(lambda x: (x > 0).where(x, (x / alpha).expm1() * alpha))
+
+    def softsign(self) -> Tensor:
+        x = self._float()
+        return x / (1 + x.abs())
+
+    def logsigmoid(self) -> Tensor:
+        """log(sigmoid(x)) = -softplus(-x), without overflow."""
+        return -((-self._float()).softplus())
+
     # ---------------------------------------------------------------- sign, abs, rounding
     def abs(self) -> Tensor:
         t = self._t()
         if dtypes.is_unsigned(t.dtype) or t.dtype is dtypes.bool:
             return t
-        out = (t < 0).where(-t, t)
-        return out + 0.0 if dtypes.is_float(t.dtype) else out  # -0.0 -> +0.0
+        return (t < 0).where(-t, (t == 0).where(0, t))  # (-0.0 -> +0.0; the gradient at 0 is 0, like torch)
 
     def sign(self) -> Tensor:
         """-1, 0 or 1 (nan stays nan, zeros keep their sign); bool stays bool."""
@@ -263,9 +436,13 @@ class MathMixin:
         t = self._t()
         return t != t if dtypes.is_float(t.dtype) else t.full_like(False, dtypes.bool)
 
-    def isinf(self) -> Tensor:
+    def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
         t = self._t()
-        return (t.abs() == math.inf) if dtypes.is_float(t.dtype) else t.full_like(False, dtypes.bool)
+        if not dtypes.is_float(t.dtype) or not (detect_positive or detect_negative):
+            return t.full_like(False, dtypes.bool)
+        if detect_positive and detect_negative:
+            return t.abs() == math.inf
+        return t == (math.inf if detect_positive else -math.inf)
 
     def isfinite(self) -> Tensor:
         t = self._t()
@@ -310,19 +487,22 @@ class MathMixin:
         if dtypes.is_int(t.dtype) or t.dtype is dtypes.bool:
             if isinstance(y, int):
                 if y < 0:
-                    raise ValueError("integers to negative integer powers are not allowed; cast to float first")
+                    raise TensorValueError("integers to negative integer powers are not allowed; cast to float "
+                                           "first")
                 return _int_pow_scalar(t if t.dtype is not dtypes.bool else t.cast(dtypes.default_int), y)
             t = t._float()
-        if y == 0:
-            return t.ones_like()
+        if y == 0:  # 1 everywhere (nan and inf included), with zero gradients
+            return with_gradient(t.ones_like(), (t,), _zero_grad)
         if y == 1:
             return t
         if y == 2:
             return t * t
         if y == -1:
             return t.reciprocal()
-        if y == 0.5:
-            return (t == -math.inf).where(math.inf, t.sqrt() + 0.0)
+        if y == 0.5:  # (like torch: sqrt, so -inf gives nan and -0.0 stays -0.0)
+            return t.sqrt()
+        if y == -0.5:
+            return with_gradient(t.rsqrt(), (t, t._const(y, t.dtype)), _pow_grad)
         return t._pow_tensor(t._const(y, t.dtype))
 
     def _pow_tensor(self, e: Tensor) -> Tensor:
@@ -343,7 +523,7 @@ class MathMixin:
         out = (neg & y_int.logical_not() & (x != -math.inf)).where(math.nan, out)
         out = ((ax == 1) & (y.abs() == math.inf)).where(1.0, out)
         out = ((y == 0) | (x == 1)).where(1.0, out)
-        return out.cast(dt)
+        return with_gradient(out.cast(dt), (b, e), _pow_grad)
 
     # ---------------------------------------------------------------- bitwise and logical
     def bitwise_and(self, x: Any) -> Tensor:
@@ -382,6 +562,64 @@ class MathMixin:
 
     def logical_xor(self, x: Any) -> Tensor:
         return self._t().cast(dtypes.bool) ^ _as_bool(x)
+
+
+# ---------------------------------------------------------------- gradient rules (see with_gradient)
+# A zero upstream gradient gives exactly zero (not 0 * inf = nan): formulas that pick a branch with where()
+# pass zeros into the branch not taken, which must not poison the gradient.
+def _times(g: Tensor, d: Tensor) -> Tensor:
+    return (g == 0).where(0.0, g * d.cast(g.dtype))
+
+
+def _exp_grad(g: Tensor, out: Tensor, x: Tensor) -> tuple[Tensor]:
+    return (_times(g, out),)  # (inf at inf: the formula's own graph gives 0 there)
+
+
+def _log_grad(g: Tensor, out: Tensor, x: Tensor) -> tuple[Tensor]:
+    return (_times(g, x.reciprocal()),)  # (also below 0, like torch: the formula's graph gives nan there)
+
+
+def _zero_grad(g: Tensor, out: Tensor, x: Tensor) -> tuple[Tensor]:
+    return (g.zeros_like(),)
+
+
+def _pow_grad(g: Tensor, out: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """torch's rules: d/dx = y * x**(y-1) (0 where y == 0), d/dy = x**y * log(x) (0 where x == 0 and y >= 0)."""
+    dx = (y == 0).where(0.0, y * x.pow(y - 1))
+    dy = ((x == 0) & (y >= 0)).where(0.0, out * x.log())
+    return _times(g, dx), _times(g, dy)
+
+
+def _atan_grad(g: Tensor, out: Tensor, x: Tensor) -> tuple[Tensor]:
+    return (g / (1 + x * x),)
+
+
+def _asin_grad(g: Tensor, out: Tensor, x: Tensor) -> tuple[Tensor]:
+    return (g * ((1 - x) * (1 + x)).rsqrt(),)
+
+
+def _acos_grad(g: Tensor, out: Tensor, x: Tensor) -> tuple[Tensor]:
+    return (-g * ((1 - x) * (1 + x)).rsqrt(),)
+
+
+def _sinh_grad(g: Tensor, out: Tensor, x: Tensor) -> tuple[Tensor]:
+    return (_times(g, x.cosh()),)
+
+
+def _cosh_grad(g: Tensor, out: Tensor, x: Tensor) -> tuple[Tensor]:
+    return (_times(g, x.sinh()),)
+
+
+def _asinh_grad(g: Tensor, out: Tensor, x: Tensor) -> tuple[Tensor]:
+    return (g * (x * x + 1).rsqrt(),)
+
+
+def _acosh_grad(g: Tensor, out: Tensor, x: Tensor) -> tuple[Tensor]:
+    return (g * ((x - 1) * (x + 1)).rsqrt(),)
+
+
+def _atanh_grad(g: Tensor, out: Tensor, x: Tensor) -> tuple[Tensor]:
+    return (g / ((1 - x) * (1 + x)),)
 
 
 def _as_bool(x: Any) -> Any:

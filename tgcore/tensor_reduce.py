@@ -51,7 +51,7 @@ class ReduceMixin:
         n = _count(x.shape, _axes(axis, x.ndim))
         dev = x - x.mean(axis, keepdim=True)
         ss = (dev * dev).sum(axis, keepdim)
-        return ss / (n - correction) if n - correction > 0 else ss * math.nan
+        return ss / max(n - correction, 0)  # (like torch: inf, or nan for 0/0, when correction >= n)
 
     def std(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False, correction: int | float = 1) -> Tensor:
         return self.var(axis, keepdim, correction).sqrt()
@@ -97,6 +97,8 @@ class ReduceMixin:
         n = self.shape[ax] if self.ndim else 1
         if n == 0:
             raise ValueError(f"{name} of an empty axis (axis {axis} of shape {self.shape})")
+        if not is_max and dtypes.is_int(self.dtype) and not dtypes.is_unsigned(self.dtype):
+            return (~self)._arg_extreme(True, axis, keepdim)  # ~x = -x - 1 reverses the order and never overflows
         hit = self == (self.max(ax, keepdim=True) if is_max else self.min(ax, keepdim=True))
         # a hit at index i scores n - i, so the largest score is the first hit
         score = Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - ax - 1))
@@ -113,13 +115,39 @@ class ReduceMixin:
             return out
         return out.reshape(tuple(s for i, s in enumerate(x.shape) if i not in _axes(axis, x.ndim)))
 
-    def cummax(self: Tensor, axis: int = 0) -> Tensor:
-        """Running maximum along ``axis`` (the values only)."""
-        return self._cumulative(axis, True)
+    def cummax(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+        """Running maximum along ``axis``: (values, indices), like torch (an index is the latest position holding
+        the running value; after a nan, the latest nan)."""
+        return self._cumulative_with_indices(axis, True)
 
-    def cummin(self: Tensor, axis: int = 0) -> Tensor:
-        """Running minimum along ``axis`` (the values only)."""
-        return self._cumulative(axis, False)
+    def cummin(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+        """Running minimum along ``axis``: (values, indices), like torch (see cummax)."""
+        return self._cumulative_with_indices(axis, False)
+
+    def _cumulative_with_indices(self: Tensor, axis: int, is_max: builtins.bool) -> tuple[Tensor, Tensor]:
+        """(values, indices); the values are gathered at the indices, so the gradient goes where torch sends it
+        (the one position each value came from, not split between ties)."""
+        idx = self._cumulative_indices(self._cumulative(axis, is_max).detach(), axis)
+        if self.ndim == 0:
+            return self, idx
+        return self.gather(axis, idx), idx
+
+    def _cumulative_indices(self: Tensor, values: Tensor, axis: int) -> Tensor:
+        """For each position i, the latest j <= i where this tensor holds values[i] (int64)."""
+        from tgcore.tensor import Tensor
+        if self.ndim == 0:
+            _axes(axis, 0)
+            return Tensor(0, device=self.device, dtype=dtypes.int64)
+        ax = _axes(axis, self.ndim)[0]
+        n = self.shape[ax]
+        x = self.transpose(ax, -1) if ax != self.ndim - 1 else self
+        v = values.transpose(ax, -1) if ax != self.ndim - 1 else values
+        rows = Tensor.arange(n, device=self.device).reshape(n, 1)
+        cols = Tensor.arange(n, device=self.device).reshape(1, n)
+        xj, vi = x.unsqueeze(-2), v.unsqueeze(-1)  # [..., i, j]
+        same = (xj == vi) | (xj.isnan() & vi.isnan())
+        out = ((cols <= rows) & same).where(cols, -1).max(-1).cast(dtypes.int64)
+        return out.transpose(ax, -1) if ax != self.ndim - 1 else out
 
     def _cumulative(self: Tensor, axis: int, is_max: builtins.bool) -> Tensor:
         from tgcore.tensor import Tensor

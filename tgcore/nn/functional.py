@@ -18,19 +18,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from tgcore.dtype import DType, dtypes, least_upper_dtype, least_upper_float
+from tgcore.errors import TensorValueError
 from tgcore.helpers import ceildiv
 from tgcore.tensor import Tensor
+from tgcore.tensor_autograd import with_gradient
 
 IntOrTuple = int | Sequence[int]
 Pads = list[tuple[int, int] | None]  # (before, after) per axis, None for axes left alone
 NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16)
 
-__all__ = ["avg_pool1d", "avg_pool2d", "batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits",
-           "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "cross_entropy", "dropout", "embedding",
-           "l1_loss", "layer_norm", "linear", "log_softmax", "matmul", "max_pool1d", "max_pool2d", "mse_loss",
-           "nll_loss", "rms_norm", "scaled_dot_product_attention", "softmax", "windows"]
+__all__ = ["avg_pool1d", "avg_pool2d", "avg_pool3d", "batch_norm", "binary_cross_entropy",
+           "binary_cross_entropy_with_logits", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+           "conv_transpose3d", "cross_entropy", "dropout", "embedding", "interpolate", "l1_loss", "layer_norm",
+           "linear", "log_softmax", "matmul", "max_pool1d", "max_pool2d", "max_pool3d", "max_unpool2d", "mse_loss",
+           "nll_loss", "normalize", "rms_norm", "scaled_dot_product_attention", "softmax", "windows"]
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -41,7 +45,7 @@ def _tuple(v: IntOrTuple, n: int, what: str) -> tuple[int, ...]:
         return (v,) * n
     out = tuple(int(x) for x in v)
     if len(out) != n:
-        raise ValueError(f"{what} needs {n} values (one per spatial axis), got {tuple(v)}")
+        raise TensorValueError(f"{what} needs {n} values (one per spatial axis), got {tuple(v)}")
     return out
 
 
@@ -66,13 +70,13 @@ def _reduce_out(loss: Tensor, reduction: str, denominator: Tensor | None = None)
         return loss.sum()
     if reduction == "mean":
         return loss.sum() / denominator if denominator is not None else loss.mean()
-    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    raise TensorValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
 def _check_spatial(x: Tensor, nd: int, what: str) -> None:
     if x.ndim not in (nd + 1, nd + 2):
-        raise ValueError(f"{what} needs an (N, C, {nd} spatial axes) input, or (C, {nd} spatial axes) without the "
-                         f"batch, got shape {x.shape}")
+        raise TensorValueError(f"{what} needs an (N, C, {nd} spatial axes) input, or (C, {nd} spatial axes) without "
+                               f"the batch, got shape {x.shape}")
 
 
 # ------------------------------------------------------------------------------------------ windows
@@ -114,8 +118,8 @@ def windows(x: Tensor, kernel: Sequence[int], stride: Sequence[int], dilation: S
         a = lead + i
         n = x.ndim
         if x.shape[a] < dilation[i] * (kernel[i] - 1) + 1:
-            raise ValueError(f"window of {kernel[i]} taps (dilation {dilation[i]}) does not fit an axis of "
-                             f"{x.shape[a]} (after padding)")
+            raise TensorValueError(f"window of {kernel[i]} taps (dilation {dilation[i]}) does not fit an axis of "
+                                   f"{x.shape[a]} (after padding)")
         order = [j for j in range(n) if j != a] + [a]
         w = _window_last(x.permute(order), kernel[i], stride[i], dilation[i])  # (rest..., o, k)
         back = list(range(n - 1))
@@ -135,8 +139,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``x @ weight.T + bias`` with ``weight`` of shape (out_features, in_features); sums in float32 for narrow
     floats."""
     if weight.ndim != 2 or x.ndim == 0 or x.shape[-1] != weight.shape[1]:
-        raise ValueError(f"linear: input {x.shape} does not match weight {weight.shape} (expected (..., "
-                         f"{weight.shape[-1] if weight.ndim else '?'}) and a 2-d weight)")
+        raise TensorValueError(f"linear: input {x.shape} does not match weight {weight.shape} (expected (..., "
+                               f"{weight.shape[-1] if weight.ndim else '?'}) and a 2-d weight)")
     dt = least_upper_dtype(x.dtype, weight.dtype)
     out = (x.cast(dt).unsqueeze(-2) * weight.cast(dt)).sum(-1)
     return out + bias if bias is not None else out
@@ -152,10 +156,19 @@ def _conv_padding(padding: IntOrTuple | str, nd: int, kernel: tuple[int, ...], d
             return [(0, 0)] * nd
         if padding == "same":
             if any(s != 1 for s in stride):
-                raise ValueError("padding='same' needs stride 1")
+                raise TensorValueError("padding='same' needs stride 1")
             totals = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
             return [(t // 2, t - t // 2) for t in totals]
-        raise ValueError(f"padding must be an int, a tuple, 'valid' or 'same', got {padding!r}")
+        raise TensorValueError(f"padding must be an int, a tuple, 'valid' or 'same', got {padding!r}")
+    return _pad_pairs(padding, nd)
+
+
+def _pad_pairs(padding: IntOrTuple, nd: int) -> list[tuple[int, int]]:
+    """(before, after) per spatial axis from an int, one int per axis, or a flat torch-style ``F.pad`` tuple of
+    2*nd ints that starts with the last axis: ``(left, right, top, bottom)`` for 2-d."""
+    if not isinstance(padding, int) and len(padding) == 2 * nd and nd > 1:
+        flat = [int(p) for p in padding]
+        return [(flat[2 * i], flat[2 * i + 1]) for i in reversed(range(nd))]
     return [(p, p) for p in _tuple(padding, nd, "padding")]
 
 
@@ -166,17 +179,17 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntOrTuple, pa
     if unbatched:
         x = x.unsqueeze(0)
     if weight.ndim != nd + 2:
-        raise ValueError(f"{name}: weight must have {nd + 2} dimensions (out, in/groups, kernel...), got "
-                         f"{weight.shape}")
+        raise TensorValueError(f"{name}: weight must have {nd + 2} dimensions (out, in/groups, kernel...), got "
+                               f"{weight.shape}")
     n, cin = x.shape[:2]
     cout, cin_g = weight.shape[:2]
     kernel = weight.shape[2:]
     if groups < 1 or cin % groups or cout % groups:
-        raise ValueError(f"{name}: groups={groups} must divide the input channels ({cin}) and the output "
-                         f"channels ({cout})")
+        raise TensorValueError(f"{name}: groups={groups} must divide the input channels ({cin}) and the output "
+                               f"channels ({cout})")
     if cin_g * groups != cin:
-        raise ValueError(f"{name}: input has {cin} channels but the weight expects {cin_g * groups} "
-                         f"({cin_g} per group x {groups} groups)")
+        raise TensorValueError(f"{name}: input has {cin} channels but the weight expects {cin_g * groups} "
+                               f"({cin_g} per group x {groups} groups)")
     st, dl = _tuple(stride, nd, "stride"), _tuple(dilation, nd, "dilation")
     pads = _conv_padding(padding, nd, kernel, dl, st)
     dt = least_upper_dtype(x.dtype, weight.dtype)
@@ -256,6 +269,12 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrT
     return _conv(x, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
 
 
+def conv3d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1,
+           padding: IntOrTuple | str = 0, dilation: IntOrTuple = 1, groups: int = 1) -> Tensor:
+    """3-d convolution (cross-correlation) of (N, C, D, H, W) with a (Cout, C/groups, KD, KH, KW) weight."""
+    return _conv(x, weight, bias, stride, padding, dilation, groups, 3, "conv3d")
+
+
 def _conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntOrTuple, padding: IntOrTuple,
                     output_padding: IntOrTuple, groups: int, dilation: IntOrTuple, nd: int, name: str) -> Tensor:
     """The adjoint of a strided convolution: spread the input out by the stride (zeros between elements), pad by
@@ -265,19 +284,20 @@ def _conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntO
     if unbatched:
         x = x.unsqueeze(0)
     if weight.ndim != nd + 2:
-        raise ValueError(f"{name}: weight must have {nd + 2} dimensions (in, out/groups, kernel...), got "
-                         f"{weight.shape}")
+        raise TensorValueError(f"{name}: weight must have {nd + 2} dimensions (in, out/groups, kernel...), got "
+                               f"{weight.shape}")
     cin, cout_g = weight.shape[:2]
     kernel = weight.shape[2:]
     if groups < 1 or cin % groups:
-        raise ValueError(f"{name}: groups={groups} must divide the weight's input channels ({cin})")
+        raise TensorValueError(f"{name}: groups={groups} must divide the weight's input channels ({cin})")
     if x.shape[1] != cin:
-        raise ValueError(f"{name}: input has {x.shape[1]} channels but the weight expects {cin}")
+        raise TensorValueError(f"{name}: input has {x.shape[1]} channels but the weight expects {cin}")
     st, dl = _tuple(stride, nd, "stride"), _tuple(dilation, nd, "dilation")
     pd, op = _tuple(padding, nd, "padding"), _tuple(output_padding, nd, "output_padding")
     for o, s, d in zip(op, st, dl, strict=True):
         if o >= max(s, d):
-            raise ValueError(f"{name}: output_padding {op} must be smaller than the stride {st} or the dilation {dl}")
+            raise TensorValueError(f"{name}: output_padding {op} must be smaller than the stride {st} or the "
+                                   f"dilation {dl}")
     # insert s-1 zeros between neighbours on each spatial axis (views: unsqueeze, pad, reshape, shrink)
     for i, s in enumerate(st):
         if s == 1:
@@ -311,6 +331,13 @@ def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stri
     return _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation, 2, "conv_transpose2d")
 
 
+def conv_transpose3d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1,
+                     padding: IntOrTuple = 0, output_padding: IntOrTuple = 0, groups: int = 1,
+                     dilation: IntOrTuple = 1) -> Tensor:
+    """Transposed 3-d convolution with a (Cin, Cout/groups, KD, KH, KW) weight (torch's argument order)."""
+    return _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation, 3, "conv_transpose3d")
+
+
 # ------------------------------------------------------------------------------------------ pooling
 
 def _pool_geometry(length: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> tuple[int, int]:
@@ -319,7 +346,7 @@ def _pool_geometry(length: int, k: int, s: int, p: int, d: int, ceil_mode: bool)
     span = d * (k - 1) + 1
     total = length + 2 * p
     if total < span:
-        raise ValueError(f"pooling window of {k} (dilation {d}) is larger than the padded input ({total})")
+        raise TensorValueError(f"pooling window of {k} (dilation {d}) is larger than the padded input ({total})")
     if not ceil_mode:
         return (total - span) // s + 1, 0
     o = -(-(total - span) // s) + 1
@@ -339,7 +366,7 @@ def _pool_args(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, pa
     p, d = _tuple(padding, nd, "padding"), _tuple(dilation, nd, "dilation")
     for ki, pi in zip(k, p, strict=True):
         if pi > ki // 2:
-            raise ValueError(f"{name}: padding {p} must be at most half the kernel size {k}")
+            raise TensorValueError(f"{name}: padding {p} must be at most half the kernel size {k}")
     pads = []
     for i in range(nd):
         _, extra = _pool_geometry(x.shape[x.ndim - nd + i], k[i], s[i], p[i], d[i], ceil_mode)
@@ -378,31 +405,92 @@ def _pool_windows(x: Tensor, k: tuple[int, ...], s: tuple[int, ...],
 
 
 def _max_pool(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, padding: IntOrTuple,
-              dilation: IntOrTuple, ceil_mode: bool, nd: int, name: str) -> Tensor:
+              dilation: IntOrTuple, ceil_mode: bool, nd: int, name: str,
+              return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     pads, k, s, d = _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode, nd, name)
     fill = -math.inf if dtypes.is_float(x.dtype) else int(x.dtype.min)
     win, axes = _pool_windows(_pad_last(x, pads, fill), k, s, d)
-    return win.max(axes)
+    if not return_indices:
+        return win.max(axes)
+    # the flat spatial index of each input position, windowed the same way (padding: -1, never picked)
+    spatial = x.shape[x.ndim - nd:]
+    where = Tensor.arange(math.prod(spatial), device=x.device).reshape(spatial)
+    where_win, _ = _pool_windows(_pad_last(where, pads, -1), k, s, d)
+    flat = _taps_last(win, axes)
+    cand = _taps_last(where_win, tuple(a - (x.ndim - nd) for a in axes))
+    first = flat.argmax(-1, keepdim=True)  # the first maximum of each window (torch's choice)
+    picked = (first == Tensor.arange(flat.shape[-1], device=x.device)).where(cand, 0)
+    return flat.max(-1), picked.sum(-1, dtype=dtypes.int64)
+
+
+def _taps_last(win: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """Windows with their tap axes ``axes`` moved last and merged into one."""
+    rest = [i for i in range(win.ndim) if i not in axes]
+    return win.permute(rest + list(axes)).reshape(tuple(win.shape[i] for i in rest) + (-1,))
+
+
+def max_unpool2d(x: Tensor, indices: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None,
+                 padding: IntOrTuple = 0, output_size: Sequence[int] | None = None) -> Tensor:
+    """The inverse of ``max_pool2d(..., return_indices=True)``: each value put back at its flat spatial index
+    in an output of zeros (of ``output_size``, by default the size the pool came from)."""
+    return _max_unpool(x, indices, kernel_size, stride, padding, output_size, 2)
+
+
+def _max_unpool(x: Tensor, indices: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None,
+                padding: IntOrTuple, output_size: Sequence[int] | None, nd: int) -> Tensor:
+    if indices.shape != x.shape:
+        raise TensorValueError(f"max_unpool: indices of shape {indices.shape} do not match the input {x.shape}")
+    k = _tuple(kernel_size, nd, "kernel_size")
+    st = k if stride is None else _tuple(stride, nd, "stride")
+    p = _tuple(padding, nd, "padding")
+    lead, sp = x.shape[:x.ndim - nd], x.shape[x.ndim - nd:]
+    if output_size is None:
+        out_sp = tuple((n - 1) * ss - 2 * pp + kk for n, ss, pp, kk in zip(sp, st, p, k, strict=True))
+    else:
+        out_sp = tuple(output_size)[-nd:]
+    n_out = math.prod(out_sp)
+    vals, at = x.reshape(lead + (math.prod(sp),)), indices.reshape(lead + (math.prod(sp),))
+    hit = at.unsqueeze(-1) == Tensor.arange(n_out, device=x.device)  # (..., S, n_out)
+    # overlapping windows may put the same element at one index twice: keep one copy (max), not their sum
+    fill = -math.inf if dtypes.is_float(x.dtype) else int(x.dtype.min)
+    picked = hit.where(vals.unsqueeze(-1), fill).max(-2)
+    out = with_gradient(hit.any(-2).where(picked, 0), (vals, at), _unpool_grad)
+    return out.reshape(lead + out_sp)
+
+
+def _unpool_grad(g: Tensor, out: Tensor, vals: Tensor, at: Tensor) -> tuple[Tensor, None]:
+    """Each input gets the gradient of the position it went to (a repeated index: each copy gets it, like torch)."""
+    return g.gather(-1, at), None
 
 
 def max_pool1d(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
                dilation: IntOrTuple = 1, ceil_mode: bool = False) -> Tensor:
     """Maximum over sliding windows of (N, C, L); padding counts as -inf."""
-    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 1, "max_pool1d")
+    out = _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 1, "max_pool1d")
+    assert isinstance(out, Tensor)
+    return out
 
 
 def max_pool2d(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
-               dilation: IntOrTuple = 1, ceil_mode: bool = False) -> Tensor:
+               dilation: IntOrTuple = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
     """Maximum over sliding windows of (N, C, H, W); padding counts as -inf. The gradient of a window whose
-    maximum is tied is split evenly between the tied positions (torch gives it all to one)."""
-    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 2, "max_pool2d")
+    maximum is tied is split evenly between the tied positions (torch gives it all to one). With
+    ``return_indices`` also each maximum's flat index in H*W (int64; the first maximum of a window)."""
+    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 2, "max_pool2d", return_indices)
+
+
+def max_pool3d(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
+               dilation: IntOrTuple = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
+    """Maximum over sliding windows of (N, C, D, H, W) (see max_pool2d)."""
+    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 3, "max_pool3d", return_indices)
 
 
 def _avg_pool(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, padding: IntOrTuple, ceil_mode: bool,
-              count_include_pad: bool, divisor_override: int | None, nd: int, name: str) -> Tensor:
-    pads, k, s, ones = _pool_args(x, kernel_size, stride, padding, 1, ceil_mode, nd, name)
+              count_include_pad: bool, divisor_override: int | None, nd: int, name: str,
+              dilation: IntOrTuple = 1) -> Tensor:
+    pads, k, s, d = _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode, nd, name)
     lead = x.ndim - nd
-    total, axes = _pool_windows(_pad_last(x, pads), k, s, ones)
+    total, axes = _pool_windows(_pad_last(x, pads), k, s, d)
     summed = total.sum(axes)
     if divisor_override is not None:
         return summed / divisor_override
@@ -414,7 +502,7 @@ def _avg_pool(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, pad
         inside = inside.pad([(0, after - before) for before, after in pads])
     else:
         inside = Tensor.ones(*sp, device=x.device).pad(pads)
-    inside_windows, inside_axes = _pool_windows(inside, k, s, ones)
+    inside_windows, inside_axes = _pool_windows(inside, k, s, d)
     count = inside_windows.sum(inside_axes)
     return (summed / count.cast(summed.dtype)).cast(summed.dtype)
 
@@ -426,10 +514,79 @@ def avg_pool1d(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = N
 
 
 def avg_pool2d(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
-               ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
-    """Mean over sliding windows of (N, C, H, W); ``count_include_pad`` counts the zero padding in the divisor."""
+               ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: int | None = None,
+               dilation: IntOrTuple = 1) -> Tensor:
+    """Mean over sliding windows of (N, C, H, W); ``count_include_pad`` counts the zero padding in the divisor.
+    ``dilation`` (not in torch) spreads the window's taps apart like a convolution's."""
     return _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2,
-                     "avg_pool2d")
+                     "avg_pool2d", dilation)
+
+
+def avg_pool3d(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
+    """Mean over sliding windows of (N, C, D, H, W)."""
+    return _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3,
+                     "avg_pool3d")
+
+
+# ------------------------------------------------------------------------------------------ resampling
+
+INTERPOLATE_MODES = {"nearest": None, "linear": 1, "bilinear": 2, "trilinear": 3}
+
+
+def interpolate(x: Tensor, size: IntOrTuple | None = None, scale_factor: float | Sequence[float] | None = None,
+                mode: str = "nearest", align_corners: bool | None = None) -> Tensor:
+    """Resize the spatial axes of (N, C, *spatial) to ``size`` (or by ``scale_factor``), like torch: "nearest" picks
+    floor(i * scale), the linear modes blend the two neighbours of each output position's source coordinate
+    (pixel centres aligned, or the corners with ``align_corners``). One axis at a time: gathers and a blend,
+    with the positions and weights computed here (they depend on the sizes only)."""
+    if mode not in INTERPOLATE_MODES:
+        raise TensorValueError(f"interpolate: mode must be one of {sorted(INTERPOLATE_MODES)}, got {mode!r}")
+    nd = x.ndim - 2
+    want = INTERPOLATE_MODES[mode]
+    if nd < 1 or (want is not None and want != nd):
+        raise TensorValueError(f"interpolate: mode {mode!r} needs a {(want or 1) + 2}-d input, got shape {x.shape}")
+    if align_corners is not None and mode == "nearest":
+        raise TensorValueError("align_corners option can only be set with the interpolating modes: linear | bilinear | "
+                               "trilinear")
+    if (size is None) == (scale_factor is None):
+        raise TensorValueError("interpolate: give exactly one of size and scale_factor")
+    spatial = x.shape[2:]
+    if size is not None:
+        out = _tuple(size, nd, "size")
+        scales = [n / m if m else 0.0 for n, m in zip(spatial, out, strict=True)]
+    else:
+        assert scale_factor is not None
+        sf = [float(scale_factor)] * nd if isinstance(scale_factor, (int, float)) else [float(f) for f in scale_factor]
+        out = tuple(math.floor(n * f) for n, f in zip(spatial, sf, strict=True))
+        scales = [1 / f for f in sf]
+    for i, (n, m, scale) in enumerate(zip(spatial, out, scales, strict=True)):
+        x = _resample_axis(x, 2 + i, n, m, scale, mode == "nearest", bool(align_corners))
+    return x
+
+
+def _resample_axis(x: Tensor, ax: int, n: int, m: int, scale: float, nearest: bool, corners: bool) -> Tensor:
+    import numpy as np
+    pick: list[object] = [slice(None)] * x.ndim
+    dst = np.arange(m, dtype=np.float64)
+    if nearest:
+        pick[ax] = np.minimum(np.floor(dst * scale).astype(np.int64), n - 1)
+        return x[tuple(pick)]
+    if corners:
+        src = dst * ((n - 1) / (m - 1)) if m > 1 else np.zeros(m)
+    else:
+        src = np.maximum((dst + 0.5) * scale - 0.5, 0.0)
+    lo = np.minimum(np.floor(src).astype(np.int64), n - 1)
+    hi = np.minimum(lo + 1, n - 1)
+    frac = (src - lo).astype(np.float32)
+    shape = [1] * x.ndim
+    shape[ax] = m
+    w = Tensor(frac.reshape(shape), device=x.device).cast(least_upper_float(x.dtype))
+    pick[ax] = lo
+    below = x[tuple(pick)]
+    pick[ax] = hi
+    above = x[tuple(pick)]
+    return below * (1 - w) + above * w
 
 
 # ------------------------------------------------------------------------------------------ softmax
@@ -452,10 +609,17 @@ def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
 
 # ------------------------------------------------------------------------------------------ normalization
 
+def normalize(x: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    """x / max(||x||_p, eps) along ``dim``."""
+    ax = x.abs()
+    norm = (ax * ax).sum(dim, keepdim=True).sqrt() if p == 2 else (ax ** p).sum(dim, keepdim=True) ** (1 / p)
+    return x / norm.maximum(eps)
+
+
 def _norm_axes(x: Tensor, normalized_shape: IntOrTuple) -> tuple[int, ...]:
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if tuple(x.shape[x.ndim - len(shape):]) != shape or len(shape) > x.ndim:
-        raise ValueError(f"normalized_shape {shape} does not match the last axes of the input {x.shape}")
+        raise TensorValueError(f"normalized_shape {shape} does not match the last axes of the input {x.shape}")
     return tuple(range(x.ndim - len(shape), x.ndim))
 
 
@@ -503,7 +667,7 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
     ``running = (1 - momentum) * running + momentum * batch``, with the unbiased batch variance (like torch).
     """
     if x.ndim < 2:
-        raise ValueError(f"batch_norm needs an (N, C, ...) input, got shape {x.shape}")
+        raise TensorValueError(f"batch_norm needs an (N, C, ...) input, got shape {x.shape}")
     c = x.shape[1]
     bshape = (1, c) + (1,) * (x.ndim - 2)
     dt = least_upper_float(x.dtype)
@@ -512,7 +676,7 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
         axes = (0,) + tuple(range(2, x.ndim))
         count = x.numel() // max(c, 1)
         if count <= 1:
-            raise ValueError(f"batch_norm in training mode needs more than one value per channel, got {x.shape}")
+            raise TensorValueError(f"batch_norm in training mode needs more than one value per channel, got {x.shape}")
         mean = xf.mean(axes, keepdim=True)
         centered = xf - mean
         var = (centered * centered).mean(axes, keepdim=True)
@@ -523,7 +687,7 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
             running_var.assign(running_var * (1 - momentum) + unbiased * momentum)
     else:
         if running_mean is None or running_var is None:
-            raise ValueError("batch_norm in eval mode needs running_mean and running_var (or training=True)")
+            raise TensorValueError("batch_norm in eval mode needs running_mean and running_var (or training=True)")
         mean = running_mean.cast(xf.dtype).reshape(bshape)
         var = running_var.cast(xf.dtype).reshape(bshape)
         centered = xf - mean
@@ -549,7 +713,7 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     the device, so jitted train steps draw a new mask on every call.
     """
     if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+        raise TensorValueError(f"dropout probability must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return x
     if p == 1.0:
@@ -580,7 +744,7 @@ def cross_entropy(x: Tensor, target: Tensor, weight: Tensor | None = None, ignor
     """Softmax cross entropy of logits (N, C, ...) (or (C,)) against class indices (N, ...) or class
     probabilities (same shape as the logits), with torch's ``weight``, ``ignore_index`` and ``label_smoothing``."""
     if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+        raise TensorValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
     cls = 0 if x.ndim == 1 else 1
     logp = log_softmax(x, cls)
     return _class_loss(logp, target, weight, ignore_index, reduction, label_smoothing, "cross_entropy")
@@ -594,8 +758,8 @@ def _class_loss(logp: Tensor, target: Tensor, weight: Tensor | None, ignore_inde
     w = weight.cast(logp.dtype).reshape(wshape) if weight is not None else None
     if dtypes.is_float(target.dtype):  # class probabilities
         if target.shape != logp.shape:
-            raise ValueError(f"{name}: probability targets must have the input's shape {logp.shape}, got "
-                             f"{target.shape}")
+            raise TensorValueError(f"{name}: probability targets must have the input's shape {logp.shape}, got "
+                                   f"{target.shape}")
         probs = target.cast(logp.dtype)
         if smoothing:
             probs = probs * (1 - smoothing) + smoothing / c
@@ -606,8 +770,8 @@ def _class_loss(logp: Tensor, target: Tensor, weight: Tensor | None, ignore_inde
                         f"{target.dtype!r}")
     expect = logp.shape[:cls] + logp.shape[cls + 1:]
     if target.shape != expect:
-        raise ValueError(f"{name}: target shape {target.shape} does not match the input {logp.shape} "
-                         f"(expected {expect})")
+        raise TensorValueError(f"{name}: target shape {target.shape} does not match the input {logp.shape} "
+                               f"(expected {expect})")
     classes = Tensor.arange(c, device=logp.device).reshape(wshape)
     onehot = target.unsqueeze(cls) == classes  # (N, C, ...)
     valid = target != ignore_index
@@ -624,7 +788,7 @@ def _class_loss(logp: Tensor, target: Tensor, weight: Tensor | None, ignore_inde
 def binary_cross_entropy(p: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean") -> Tensor:
     """-(y log p + (1 - y) log(1 - p)) with each log clamped at -100 (like torch)."""
     if p.shape != target.shape:
-        raise ValueError(f"binary_cross_entropy: input {p.shape} and target {target.shape} differ in shape")
+        raise TensorValueError(f"binary_cross_entropy: input {p.shape} and target {target.shape} differ in shape")
     y = target.cast(p.dtype)
     loss = -(y * p.log().maximum(-100.0) + (1 - y) * (1 - p).log().maximum(-100.0))
     if weight is not None:
@@ -636,8 +800,8 @@ def binary_cross_entropy_with_logits(x: Tensor, target: Tensor, weight: Tensor |
                                      reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
     """Sigmoid + binary cross entropy in one stable formula: (1 - y) x + (1 + (pw - 1) y) softplus(-x)."""
     if x.shape != target.shape:
-        raise ValueError(f"binary_cross_entropy_with_logits: input {x.shape} and target {target.shape} differ "
-                         "in shape")
+        raise TensorValueError(f"binary_cross_entropy_with_logits: input {x.shape} and target {target.shape} differ "
+                               "in shape")
     y = target.cast(x.dtype)
     softplus_neg = _log1p_small((-x.abs()).exp()) + (-x).maximum(0)  # log(1 + exp(-x)) without overflow
     scale = 1 + (pos_weight - 1) * y if pos_weight is not None else None
@@ -674,14 +838,14 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Ten
     (a divisor of q's): each is shared by a group of consecutive query heads.
     """
     if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
-        raise ValueError("scaled_dot_product_attention needs (..., L, E) tensors")
+        raise TensorValueError("scaled_dot_product_attention needs (..., L, E) tensors")
     if is_causal and attn_mask is not None:
-        raise ValueError("scaled_dot_product_attention: pass attn_mask or is_causal, not both")
+        raise TensorValueError("scaled_dot_product_attention: pass attn_mask or is_causal, not both")
     if enable_gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
         hq, hk = q.shape[-3], k.shape[-3]
         if hk == 0 or hq % hk or v.shape[-3] != hk:
-            raise ValueError(f"enable_gqa: query heads ({hq}) must be a multiple of the key/value heads ({hk}, "
-                             f"{v.shape[-3]})")
+            raise TensorValueError(f"enable_gqa: query heads ({hq}) must be a multiple of the key/value heads ({hk}, "
+                                   f"{v.shape[-3]})")
         k, v = k.repeat_interleave(hq // hk, -3), v.repeat_interleave(hq // hk, -3)
     length, src = q.shape[-2], k.shape[-2]
     sc = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])

@@ -160,7 +160,8 @@ class Kernelizer:
         huge = False
         for n in sink.toposort:
             self.consumers[n] = []
-            for s in dict.fromkeys(n.src):
+            # (a DETACH computes only its first source; the others are its gradient rule's inputs, not uses)
+            for s in dict.fromkeys(n.src[:1] if n.op is Ops.DETACH else n.src):
                 self.consumers[s].append(n)
             self.device[n] = _node_device(n, [self.device[s] for s in n.src])
             if not huge and n.op is not Ops.SINK:
