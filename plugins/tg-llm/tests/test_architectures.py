@@ -247,7 +247,7 @@ def load(spec: TinySpec, tmp_path: Path) -> Any:
     return Model.from_gguf(path, device="CPU")
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "falcon", "gemma2"])
+@pytest.mark.parametrize("arch", ["gpt2", "falcon", "gemma"])
 def test_unsupported_architecture_is_named(arch: str, tmp_path: Path):
     from tg_llm.model import UnsupportedArchitectureError
     with pytest.raises(UnsupportedArchitectureError, match=f"architecture '{arch}' is not supported.*llama"):
