@@ -590,12 +590,14 @@ class Model:
         kind.slot_pos[positions % kind.cache_len] = np.where(positions < start + n, positions, -1)
         return start % kind.cache_len
 
-    def _mask(self, kind: _Kind, start: int, n: int, window: int) -> Any:
-        """Additive (n, window) mask over the first ``window`` slots: 0 where the slot holds a key the query
-        at ``start + i`` attends to (an earlier or equal position, inside the sliding window), -inf elsewhere."""
+    def _mask(self, kind: _Kind, start: int, n: int, rows: int, window: int) -> Any:
+        """Additive (rows, window) mask over the first ``window`` slots: 0 where the slot holds a key the query
+        at ``start + i`` attends to (an earlier or equal position, inside the sliding window), -inf elsewhere.
+        Padding rows (``i >= n``) attend like the last real query: a row with no key at all would give NaNs,
+        which the next layer would write into the cache (a masked slot still multiplies a weight of 0)."""
         from tgcore.tensor import Tensor
         key = kind.slot_pos[:window][None, :]
-        query = np.arange(start, start + n)[:, None]
+        query = np.minimum(np.arange(start, start + rows), start + n - 1)[:, None]
         allowed = (key >= 0) & (key <= query)
         if kind.window:
             allowed &= query - key < kind.window
@@ -620,7 +622,7 @@ class Model:
             cos, sin = self._rotary(kind, pos, 1)
             # attend over a power-of-two window of the cache that covers the slots in use, not the whole
             # cache: one capture per window size (a compile each time the context crosses a power of two)
-            mask = self._mask(kind, pos, 1, self._window(kind, pos))
+            mask = self._mask(kind, pos, 1, 1, self._window(kind, pos))
             inputs.append((cos, sin, mask, UOp.variable(kind.variable, 0, kind.cache_len - 1).bind(slot)))
         return self._decode_step(x, inputs).numpy()
 
@@ -647,7 +649,7 @@ class Model:
         for kind in self.kinds:
             slot = self._write(kind, start, n, padded)
             cos, sin = self._rotary(kind, start, padded)
-            mask = self._mask(kind, start, padded, self._window(kind, start + padded - 1))
+            mask = self._mask(kind, start, n, padded, self._window(kind, start + padded - 1))
             if slot + padded <= kind.cache_len:
                 writes = [(UOp.variable(kind.variable, 0, kind.cache_len - padded).bind(slot), 0, padded)]
             else:  # the ring wraps around inside this call: two writes
