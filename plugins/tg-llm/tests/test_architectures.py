@@ -1,10 +1,12 @@
-"""tg_llm.model on tiny random GGUF files of each llama-family architecture, against a numpy reference.
+"""tg_llm.model on tiny random GGUF files of each supported architecture, against a numpy reference.
 
 The files come from ``tiny_gguf`` (gguf-py's writer): ``llama`` with a separate ``output.weight`` and
 Llama 3 rope scaling (``rope_freqs.weight``), ``llama`` Q8_0 with linear rope scaling and tied output,
 ``qwen2`` with q/k/v biases and partial rotary dims, ``qwen3`` with per-head q/k RMSNorms and a head
-size that is not dim/heads, ``mistral`` Q4_0 with sliding-window metadata, and ``qwen2`` with mixed
-weight types (Q4_0, Q8_0 attn_v/ffn_down, one F16 attn_k, F16 embedding, F32 output).
+size that is not dim/heads, ``mistral`` Q4_0 with sliding-window metadata, ``qwen2`` with mixed
+weight types (Q4_0, Q8_0 attn_v/ffn_down, one F16 attn_k, F16 embedding, F32 output), ``gemma2`` with
+soft-caps and a sliding window of 5 (layers 0 and 2 slide), ``gemma3`` with five sliding layers of six, q/k
+norms and linear scaling of the global layers' rope, and ``phi3`` with fused tensors and LongRoPE.
 
 The reference is a float64 numpy forward pass written from the Hugging Face model definitions
 (rotate-half rotary embeddings on Hugging Face-ordered q/k rows, repeat_kv GQA, SwiGLU, RMSNorm, the
@@ -24,7 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 from test_model import require_gguf
-from tiny_gguf import PERMUTED_QK_ARCHS, Llama3Rope, TinySpec, unpermute_qk, write_tiny_gguf
+from tiny_gguf import GEMMA_ARCHS, PERMUTED_QK_ARCHS, Llama3Rope, LongRope, TinySpec, unpermute_qk, write_tiny_gguf
 
 PROMPT = "the quick brown fox jumps over the lazy dog and the fish swim"
 N_PROMPT = 12
@@ -41,6 +43,12 @@ VARIANTS: dict[str, TinySpec] = {
     "qwen2-mixedquant": TinySpec("qwen2", qkv_bias=True, tied=False, quant="Q4_0", seed=5, quant_overrides=(
         ("attn_v.weight", "Q8_0"), ("ffn_down.weight", "Q8_0"), ("blk.1.attn_k.weight", "F16"),
         ("token_embd.weight", "F16"), ("output.weight", "F32"))),
+    "gemma2-softcap-sliding": TinySpec("gemma2", n_layers=3, head_dim=32, sliding_window=5, softcaps=(8.0, 4.0),
+                                       eps=1e-6, seed=6),
+    "gemma3-sliding-linearrope": TinySpec("gemma3", n_layers=6, head_dim=32, sliding_window=5, rope_base=1e6,
+                                          linear_rope=8.0, eps=1e-6, quant="Q8_0", seed=7),
+    "phi3-longrope": TinySpec("phi3", n_kv_heads=4, tied=False, long_rope=LongRope(original_context=8),
+                              context=128, seed=8),
 }
 
 
@@ -50,11 +58,13 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
 
 
-def inverse_frequencies(spec: TinySpec) -> np.ndarray:
-    """Hugging Face's rotary inverse frequencies, with its ``linear`` or ``llama3`` scaling rule."""
+def inverse_frequencies(spec: TinySpec, sliding: bool = False, n_positions: int = 0) -> np.ndarray:
+    """Hugging Face's rotary inverse frequencies, with its ``linear``, ``llama3`` or ``longrope`` rule; Gemma 3's
+    sliding layers use base 10000 and no scaling. ``n_positions``: the sequence length (LongRoPE's choice)."""
     d = spec.rotary_dims
-    inv = 1.0 / spec.rope_base ** (np.arange(0, d, 2, dtype=np.float64) / d)
-    if spec.linear_rope is not None:
+    base = 10000.0 if sliding and spec.arch == "gemma3" else spec.rope_base
+    inv = 1.0 / base ** (np.arange(0, d, 2, dtype=np.float64) / d)
+    if spec.linear_rope is not None and not (sliding and spec.arch == "gemma3"):
         inv = inv / spec.linear_rope
     if spec.llama3_rope is not None:
         cfg = spec.llama3_rope
@@ -64,70 +74,123 @@ def inverse_frequencies(spec: TinySpec) -> np.ndarray:
         smoothed = (1 - smooth) * inv / cfg.factor + smooth * inv
         low, high = cfg.original_context / cfg.low_freq_factor, cfg.original_context / cfg.high_freq_factor
         inv = np.where(wavelen < high, inv, np.where(wavelen > low, inv / cfg.factor, smoothed))
+    if spec.long_rope is not None:  # the long factors once the sequence is longer than the original context
+        long, short = spec.long_rope.factors(d // 2)
+        inv = inv / (long if n_positions > spec.long_rope.original_context else short)
     return inv
 
 
-def rotate_half_rope(x: np.ndarray, positions: np.ndarray, spec: TinySpec) -> np.ndarray:
+def rope_attention_factor(spec: TinySpec) -> float:
+    """LongRoPE's cos/sin scale: sqrt(1 + ln(context / original) / ln(original))."""
+    if spec.long_rope is None:
+        return 1.0
+    original = spec.long_rope.original_context
+    return math.sqrt(1 + math.log(spec.context / original) / math.log(original))
+
+
+def rotate_half_rope(x: np.ndarray, positions: np.ndarray, spec: TinySpec, sliding: bool = False) -> np.ndarray:
     """Hugging Face rotary embedding on the first rotary_dims dims of x (T, heads, head_dim)."""
     d = spec.rotary_dims
-    angles = positions[:, None] * inverse_frequencies(spec)[None, :]
-    cos = np.concatenate([np.cos(angles)] * 2, -1)[:, None, :]
-    sin = np.concatenate([np.sin(angles)] * 2, -1)[:, None, :]
+    angles = positions[:, None] * inverse_frequencies(spec, sliding, len(positions))[None, :]
+    scale = rope_attention_factor(spec)
+    cos = np.concatenate([np.cos(angles)] * 2, -1)[:, None, :] * scale
+    sin = np.concatenate([np.sin(angles)] * 2, -1)[:, None, :] * scale
     rot, rest = x[..., :d], x[..., d:]
     rotated = np.concatenate([-rot[..., d // 2:], rot[..., :d // 2]], -1)
     return np.concatenate([rot * cos + rotated * sin, rest], -1)
 
 
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
 class Reference:
-    """A float64 numpy forward pass of ``spec`` with the weights stored in the GGUF file at ``path``."""
+    """A float64 numpy forward pass of ``spec`` with the weights stored in the GGUF file at ``path``, written
+    from the Hugging Face model classes: Gemma's RMSNorm ``* (1 + w)`` (w = the stored weight - 1, undoing the
+    converter), its embedding scale, post-norms, GELU-tanh, soft-caps and sliding layers
+    (``(i + 1) % pattern != 0``), Phi-3's fused q/k/v and gate/up split in Hugging Face's order."""
 
     def __init__(self, spec: TinySpec, path: Path) -> None:
         gguf = require_gguf()
         self.spec = spec
+        self.gemma = spec.arch in GEMMA_ARCHS
         self.w: dict[str, np.ndarray] = {}
         for t in gguf.GGUFReader(path).tensors:
             w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64)
             if spec.arch in PERMUTED_QK_ARCHS and t.name.endswith(("attn_q.weight", "attn_k.weight")):
                 w = unpermute_qk(w, spec.n_heads if "attn_q" in t.name else spec.n_kv_heads)
+            if self.gemma and t.name.endswith("norm.weight"):
+                w = w - 1.0  # Hugging Face's Gemma norm weight
             self.w[t.name] = w
+
+    def norm(self, x: np.ndarray, name: str) -> np.ndarray:
+        w = self.w[name]
+        return rms_norm(x, 1.0 + w if self.gemma else w, self.spec.eps)
+
+    def sliding(self, i: int) -> bool:
+        pattern = {"gemma2": 2, "gemma3": 6}.get(self.spec.arch)
+        return self.spec.sliding_window is not None and pattern is not None and (i + 1) % pattern != 0
 
     def _attention(self, i: int, h: np.ndarray, positions: np.ndarray) -> np.ndarray:
         s, w, t = self.spec, self.w, h.shape[0]
         p = f"blk.{i}."
-
-        def project(name: str, heads: int) -> np.ndarray:
-            out = h @ w[p + name + ".weight"].T
-            if p + name + ".bias" in w:
-                out = out + w[p + name + ".bias"]
-            return out.reshape(t, heads, s.head_dim)
-
-        q, k, v = project("attn_q", s.n_heads), project("attn_k", s.n_kv_heads), project("attn_v", s.n_kv_heads)
-        if s.qk_norm:
-            q = rms_norm(q, w[p + "attn_q_norm.weight"], s.eps)
-            k = rms_norm(k, w[p + "attn_k_norm.weight"], s.eps)
-        q, k = rotate_half_rope(q, positions, s), rotate_half_rope(k, positions, s)
+        q_rows, kv_rows = s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim
+        if s.arch == "phi3":
+            qkv = h @ w[p + "attn_qkv.weight"].T
+            q, k, v = qkv[:, :q_rows], qkv[:, q_rows:q_rows + kv_rows], qkv[:, q_rows + kv_rows:]
+        else:
+            def project(name: str) -> np.ndarray:
+                out = h @ w[p + name + ".weight"].T
+                return out + w[p + name + ".bias"] if p + name + ".bias" in w else out
+            q, k, v = project("attn_q"), project("attn_k"), project("attn_v")
+        q, k, v = (a.reshape(t, -1, s.head_dim) for a in (q, k, v))
+        if p + "attn_q_norm.weight" in w:
+            q, k = self.norm(q, p + "attn_q_norm.weight"), self.norm(k, p + "attn_k_norm.weight")
+        sliding = self.sliding(i)
+        q, k = rotate_half_rope(q, positions, s, sliding), rotate_half_rope(k, positions, s, sliding)
         group = s.n_heads // s.n_kv_heads  # query head j reads key/value head j // group
         k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
         scores = np.einsum("qhd,khd->hqk", q, k) / math.sqrt(s.head_dim)
-        scores = np.where(np.tril(np.ones((t, t), dtype=bool))[None], scores, -np.inf)
+        if s.softcaps is not None:
+            scores = s.softcaps[0] * np.tanh(scores / s.softcaps[0])
+        allowed = np.tril(np.ones((t, t), dtype=bool))
+        if sliding:
+            assert s.sliding_window is not None
+            allowed &= ~np.tril(allowed, -s.sliding_window)
+        scores = np.where(allowed[None], scores, -np.inf)
         probs = np.exp(scores - scores.max(-1, keepdims=True))
         probs /= probs.sum(-1, keepdims=True)
         attn = np.einsum("hqk,khd->qhd", probs, v).reshape(t, s.n_heads * s.head_dim)
         return attn @ w[p + "attn_output.weight"].T
 
+    def _ffn(self, i: int, h: np.ndarray) -> np.ndarray:
+        s, w = self.spec, self.w
+        p = f"blk.{i}."
+        if s.arch == "phi3":
+            gate_up = h @ w[p + "ffn_up.weight"].T
+            gate, up = gate_up[:, :s.ffn_dim], gate_up[:, s.ffn_dim:]
+        else:
+            gate, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
+        act = gelu_tanh(gate) if self.gemma else gate / (1 + np.exp(-gate))
+        return (act * up) @ w[p + "ffn_down.weight"].T
+
     def forward(self, tokens: list[int]) -> np.ndarray:
         """Logits (float64) of every position of ``tokens``, starting at position 0."""
         s, w = self.spec, self.w
         x = w["token_embd.weight"][tokens]
+        if self.gemma:
+            x = x * math.sqrt(s.dim)
         positions = np.arange(len(tokens), dtype=np.float64)
         for i in range(s.n_layers):
             p = f"blk.{i}."
-            x = x + self._attention(i, rms_norm(x, w[p + "attn_norm.weight"], s.eps), positions)
-            h = rms_norm(x, w[p + "ffn_norm.weight"], s.eps)
-            gate, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
-            x = x + (gate / (1 + np.exp(-gate)) * up) @ w[p + "ffn_down.weight"].T
-        out = w.get("output.weight", w["token_embd.weight"])
-        return rms_norm(x, w["output_norm.weight"], s.eps) @ out.T
+            out = self._attention(i, self.norm(x, p + "attn_norm.weight"), positions)
+            x = x + (self.norm(out, p + "post_attention_norm.weight") if self.gemma else out)
+            out = self._ffn(i, self.norm(x, p + "ffn_norm.weight"))
+            x = x + (self.norm(out, p + "post_ffw_norm.weight") if self.gemma else out)
+        logits = self.norm(x, "output_norm.weight") @ w.get("output.weight", w["token_embd.weight"]).T
+        if s.softcaps is not None:
+            logits = s.softcaps[1] * np.tanh(logits / s.softcaps[1])
+        return logits
 
     def greedy(self, prompt: list[int], n: int) -> list[int]:
         tokens = list(prompt)
@@ -178,7 +241,9 @@ def test_reference_reads_back_the_written_weights(built: Built):
     atol = {"F32": 0.0, "F16": 4e-3, "Q8_0": 0.02, "Q4_0": 0.3}
     for name, hf in built.hf_weights.items():
         kind = built.spec.quant_of(name) if hf.ndim == 2 else "F32"
-        np.testing.assert_allclose(built.reference.w[name], hf, atol=atol[kind], rtol=0, err_msg=name)
+        folded = built.spec.arch in GEMMA_ARCHS and name.endswith("norm.weight")  # w + 1 - 1 rounds in float32
+        np.testing.assert_allclose(built.reference.w[name], hf, atol=1e-7 if folded else atol[kind], rtol=0,
+                                   err_msg=name)
 
 
 def test_config_follows_metadata(built: Built):
@@ -212,7 +277,8 @@ def test_decode_steps_match_reference(built: Built):
     assert diff < TOLERANCE, f"max abs diff {diff}"
 
 
-@pytest.mark.parametrize("built", ["llama-untied-llama3rope", "qwen3-qknorm-headdim32"], indirect=True)
+@pytest.mark.parametrize("built", ["llama-untied-llama3rope", "qwen3-qknorm-headdim32", "gemma3-sliding-linearrope"],
+                         indirect=True)
 def test_long_sequence_across_decode_windows(built: Built):
     """Prefill at position 0, a second prefill at position 12 (a prompt extending the cache), then decode
     one token at a time up to position 80: decode attention windows of 32, 64 and 128 positions, and rotary
