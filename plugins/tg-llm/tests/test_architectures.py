@@ -350,3 +350,66 @@ def test_unsupported_rope_scaling_is_named(tmp_path: Path):
     from tg_llm.model import ModelError
     with pytest.raises(ModelError, match="rope scaling 'yarn' is not supported"):
         load(TinySpec("llama", rope_scaling_type="yarn"), tmp_path)
+
+
+@pytest.mark.parametrize("spec, tensor", [
+    (TinySpec("gemma3", sliding_window=5).without("blk.1.post_ffw_norm.weight"), "blk.1.post_ffw_norm.weight"),
+    (TinySpec("gemma3", sliding_window=5).without("blk.0.attn_q_norm.weight"), "blk.0.attn_q_norm.weight"),
+    (TinySpec("gemma2").without("blk.1.post_attention_norm.weight"), "blk.1.post_attention_norm.weight"),
+    (TinySpec("phi3", n_kv_heads=4).without("blk.0.attn_qkv.weight"), "blk.0.attn_qkv.weight"),
+])
+def test_missing_architecture_tensor_is_named(spec: TinySpec, tensor: str, tmp_path: Path):
+    from tg_llm.model import ModelError
+    with pytest.raises(ModelError, match=f"no tensor '{tensor}'"):
+        load(spec, tmp_path)
+
+
+@pytest.mark.parametrize("spec, tensor", [
+    (TinySpec("phi3", n_kv_heads=4).with_wrong_shape("blk.0.ffn_up.weight", (96, 64)), "blk.0.ffn_up.weight"),
+    (TinySpec("phi3", n_kv_heads=4).with_wrong_shape("blk.1.attn_qkv.weight", (64, 64)), "blk.1.attn_qkv.weight"),
+    (TinySpec("gemma2").with_wrong_shape("blk.0.post_ffw_norm.weight", (32,)), "blk.0.post_ffw_norm.weight"),
+    (TinySpec("phi3", n_kv_heads=4, long_rope=LongRope()).with_wrong_shape("rope_factors_long.weight", (4,)),
+     "rope_factors_long.weight"),
+])
+def test_architecture_tensor_shape_is_named(spec: TinySpec, tensor: str, tmp_path: Path):
+    from tg_llm.model import ModelError
+    with pytest.raises(ModelError, match=f"tensor '{tensor}' has shape"):
+        load(spec, tmp_path)
+
+
+@pytest.mark.parametrize("spec, message", [
+    (TinySpec("llama", n_heads=4, n_kv_heads=3, head_dim=16), r"4 query heads \(llama.attention.head_count\) "
+                                                              r"are not a multiple of 3.*head_count_kv"),
+    (TinySpec("gemma3", n_heads=4, n_kv_heads=0), r"'gemma3.attention.head_count_kv' = 0 must be >= 1"),
+    (TinySpec("llama", rope_dims=7), r"llama.rope.dimension_count 7 must be even"),
+    (TinySpec("llama", rope_scaling_type="frobnicate"), r"rope scaling 'frobnicate' is not supported "
+                                                         r"\(llama.rope.scaling.type"),
+])
+def test_inconsistent_metadata_is_named(spec: TinySpec, message: str, tmp_path: Path):
+    from tg_llm.model import ModelError
+    with pytest.raises(ModelError, match=message):
+        load(spec, tmp_path)
+
+
+def test_heads_not_dividing_the_width_are_named():
+    from tg_llm.model import ModelError, config_from_metadata
+    md = {"general.architecture": "qwen2", "qwen2.attention.head_count": 8, "qwen2.embedding_length": 60,
+          "qwen2.block_count": 1, "qwen2.feed_forward_length": 96}
+    with pytest.raises(ModelError, match="qwen2.embedding_length 60 is not a multiple of "
+                                         "qwen2.attention.head_count 8"):
+        config_from_metadata(md, [])
+    md["qwen2.attention.key_length"] = 8  # a head size of its own: the width need not divide
+    assert config_from_metadata(md, []).head_dim == 8
+
+
+def test_sliding_window_pattern_of_the_wrong_length_is_named():
+    from tg_llm.model import ModelError, config_from_metadata
+    md = {"general.architecture": "gemma3", "gemma3.attention.head_count": 4, "gemma3.embedding_length": 64,
+          "gemma3.block_count": 3, "gemma3.feed_forward_length": 96, "gemma3.attention.sliding_window": 4,
+          "gemma3.attention.sliding_window_pattern": [True, False]}
+    with pytest.raises(ModelError, match="'gemma3.attention.sliding_window_pattern' has 2 entries for 3 layers"):
+        config_from_metadata(md, [])
+    md["gemma3.attention.sliding_window_pattern"] = [True, True, False]
+    assert config_from_metadata(md, []).sliding_layers == (True, True, False)
+    md["gemma3.attention.sliding_window_pattern"] = 2
+    assert config_from_metadata(md, []).sliding_layers == (True, False, True)
