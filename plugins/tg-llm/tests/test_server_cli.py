@@ -212,3 +212,15 @@ def test_inconsistent_file_fails_at_load_without_traceback(tmp_path: Path) -> No
                           str(free_port())], capture_output=True, text=True, timeout=120)
     assert out.returncode != 0, out.stderr
     assert "llama.attention.head_count_kv" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_unknown_chat_template_exits_2(tmp_path: Path) -> None:
+    """``--chat-template`` is checked before the model loads: a name that is no file and no built-in exits 2."""
+    model = tmp_path / "any.gguf"
+    model.write_bytes(b"GGUF")
+    for command in (["serve", "llm"], ["llm", "chat"]):
+        out = subprocess.run([sys.executable, "-m", "tgcore.cli", *command, "--model", str(model),
+                              "--chat-template", "nope"], capture_output=True, text=True, timeout=120,
+                             stdin=subprocess.DEVNULL)
+        assert out.returncode == 2, (command, out.stderr)
+        assert "'nope' is neither a file nor a built-in" in out.stderr and "Traceback" not in out.stderr

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pytest
 from llm_testutil import require, require_gguf
-from tiny_gguf import Llama3Rope, LongRope, TinySpec, write_tiny_gguf
+from tiny_gguf import GEMMA_ARCHS, Llama3Rope, LongRope, TinySpec, write_tiny_gguf
 
 TOLERANCE = 1e-5  # max abs logit difference, relative to the largest logit (when that is > 1)
 VOCAB = 300
@@ -163,12 +163,16 @@ def test_prefill_and_decode_match_transformers(built: Built):
 
 
 def test_token_ids_match_auto_tokenizer(built: Built):
+    """Byte-level BPE (``gpt2``) files, and Gemma's SentencePiece vocabulary (byte fallback, BOS added once,
+    turn markers as user-defined tokens): the same ids as ``AutoTokenizer`` on the same file."""
     from tg_llm.tokenizer import Tokenizer
     _, transformers = transformers_modules()
     hf = transformers.AutoTokenizer.from_pretrained(str(built.folder), gguf_file="model.gguf")
     ours = Tokenizer.from_gguf(built.folder / "model.gguf")
-    for text in ("the quick brown fox jumps over the lazy dog", " two  spaces\nand a newline!", "héllo wörld 123"):
-        assert ours.encode(text) == hf.encode(text), text
+    special = "<start_of_turn>user\nhi<end_of_turn>\n" if built.spec.arch in GEMMA_ARCHS else "hi<|endoftext|>"
+    for text in ("the quick brown fox jumps over the lazy dog", " two  spaces\nand a newline!", "héllo wörld 123",
+                 special):
+        assert ours.encode(text, parse_special=True) == hf.encode(text), text
 
 
 @pytest.mark.parametrize("built", ["gemma3-q4_k_m-sliding"], indirect=True)

@@ -145,6 +145,41 @@ def learn_merges(text: str, count: int) -> list[str]:
     return merges
 
 
+GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]
+SPM_SPACE = "\u2581"
+
+
+def spm_vocabulary(size: int) -> tuple[list[str], list[float], list[int]]:
+    """Tokens, scores and types of a ``size``-token SentencePiece vocabulary laid out like Gemma's: <pad>, <eos>,
+    <bos>, <unk>, the turn markers, the 256 byte-fallback tokens <0xNN>, then pieces (``\u2581`` for a space)
+    scored by the order their BPE merges were learned, the single characters of the training text last."""
+    chars = sorted(set(TRAINING_TEXT.replace(" ", SPM_SPACE)))
+    specials = len(GEMMA_SPECIALS) + 256
+    words = [SPM_SPACE + w for w in TRAINING_TEXT.split(" ")]
+    pieces: list[str] = []
+    split = [list(w) for w in words]
+    while len(pieces) < size - specials - len(chars):
+        pairs = Counter((a, b) for w in split for a, b in zip(w, w[1:], strict=False))
+        if not pairs:
+            break
+        (a, b), _ = min(pairs.items(), key=lambda kv: (-kv[1], kv[0]))
+        if a + b not in pieces:
+            pieces.append(a + b)
+        for w in split:
+            i = 0
+            while i < len(w) - 1:
+                if w[i] == a and w[i + 1] == b:
+                    w[i:i + 2] = [a + b]
+                i += 1
+    normal = [p for p in pieces if p not in chars] + chars
+    tokens = GEMMA_SPECIALS + [f"<0x{b:02X}>" for b in range(256)] + normal
+    if len(tokens) != size:
+        raise ValueError(f"the training text gives {len(tokens)} SentencePiece tokens, not {size}")
+    scores = [0.0] * specials + [-float(i) for i in range(len(normal))]
+    types = [3, 3, 3, 2, 4, 4] + [6] * 256 + [1] * len(normal)  # CONTROL, UNKNOWN, USER_DEFINED, BYTE, NORMAL
+    return tokens, scores, types
+
+
 def vocabulary(size: int) -> tuple[list[str], list[str], list[int]]:
     """Tokens, merges and token types of a ``size``-token byte-level BPE vocabulary (EOS last)."""
     merges = learn_merges(TRAINING_TEXT, size - 256 - 1)
@@ -293,6 +328,22 @@ def write_metadata(writer: object, spec: TinySpec, vocab: int) -> None:
         scale = spec.context / spec.long_rope.original_context
         writer.add_rope_scaling_orig_ctx_len(spec.long_rope.original_context)
         writer.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(spec.long_rope.original_context)))
+    if spec.arch in GEMMA_ARCHS:  # SentencePiece, as Gemma's converter writes it
+        tokens, scores, types = spm_vocabulary(vocab)
+        writer.add_tokenizer_model("llama")
+        writer.add_tokenizer_pre("default")
+        writer.add_token_list(tokens)
+        writer.add_token_scores(scores)
+        writer.add_token_types(types)
+        writer.add_bos_token_id(2)
+        writer.add_eos_token_id(1)
+        writer.add_unk_token_id(3)
+        writer.add_pad_token_id(0)
+        writer.add_eot_token_id(5)
+        writer.add_add_bos_token(True)
+        writer.add_add_eos_token(False)
+        writer.add_add_space_prefix(False)
+        return
     tokens, merges, types = vocabulary(vocab)
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("gpt-2")
