@@ -4,7 +4,7 @@
                                                  [--gen-tokens 24] [--device CPU:X86]
 
 The files are written with the tests' ``tiny_gguf`` at SmolLM2-135M's shape (dim 576, 30 layers, 9/3 heads
-of 64, ffn 1536; the same quant type for every file, Q4_0 with Q8_0 ``attn_v``) and a 300-token vocabulary,
+of 64, ffn 1536; Q4_0 for every matrix of every file) and a 300-token vocabulary,
 so the figures compare the layers' work, not the output projection. Gemma 3 slides 25 of its 30 layers over
 a 512-position window (its ring buffer is 768 slots). The runs alternate between architectures (a shared
 machine's load then affects each alike); each row shows the range over the runs and the kernels compiled
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 def spec_for(arch: str):  # noqa: ANN201 - a TinySpec (the tests' module is imported late)
     from tiny_gguf import TinySpec
     shape = {"n_layers": 30, "dim": 576, "n_heads": 9, "n_kv_heads": 3, "head_dim": 64, "ffn_dim": 1536,
-             "context": 4096, "quant": "Q4_0", "quant_overrides": (("attn_v.weight", "Q8_0"),)}
+             "context": 4096, "quant": "Q4_0"}
     extra = {"gemma3": {"sliding_window": 512, "rope_base": 1e6, "eps": 1e-6},
              "gemma2": {"sliding_window": 512, "softcaps": (50.0, 30.0), "eps": 1e-6},
              "qwen3": {"qk_norm": True}, "qwen2": {"qkv_bias": True}}.get(arch, {})

@@ -650,6 +650,7 @@ class Model:
             slot = self._write(kind, start, n, padded)
             cos, sin = self._rotary(kind, start, padded)
             mask = self._mask(kind, start, n, padded, self._window(kind, start + padded - 1))
+            writes: list[tuple[Any, int, int]]  # (first slot: an int or a bound variable, first row, rows)
             if slot + padded <= kind.cache_len:
                 writes = [(UOp.variable(kind.variable, 0, kind.cache_len - padded).bind(slot), 0, padded)]
             else:  # the ring wraps around inside this call: two writes
