@@ -4,7 +4,8 @@
                                                  [--gen-tokens 24] [--device CPU:X86]
 
 The files are written with the tests' ``tiny_gguf`` at SmolLM2-135M's shape (dim 576, 30 layers, 9/3 heads
-of 64, ffn 1536; Q4_0 for every matrix of every file) and a 300-token vocabulary,
+of 64, ffn 1536; Q4_0 for every matrix of every file, ``--attn-v`` another type for attn_v) and a 300-token
+vocabulary,
 so the figures compare the layers' work, not the output projection. Gemma 3 slides 25 of its 30 layers over
 a 512-position window (its ring buffer is 768 slots). The runs alternate between architectures (a shared
 machine's load then affects each alike); each row shows the range over the runs and the kernels compiled
@@ -20,10 +21,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
-def spec_for(arch: str):  # noqa: ANN201 - a TinySpec (the tests' module is imported late)
+def spec_for(arch: str, attn_v: str | None = None):  # noqa: ANN201 - a TinySpec (imported late)
     from tiny_gguf import TinySpec
     shape = {"n_layers": 30, "dim": 576, "n_heads": 9, "n_kv_heads": 3, "head_dim": 64, "ffn_dim": 1536,
-             "context": 4096, "quant": "Q4_0"}
+             "context": 4096, "quant": "Q4_0", "quant_overrides": (("attn_v.weight", attn_v),) if attn_v else ()}
     extra = {"gemma3": {"sliding_window": 512, "rope_base": 1e6, "eps": 1e-6},
              "gemma2": {"sliding_window": 512, "softcaps": (50.0, 30.0), "eps": 1e-6},
              "qwen3": {"qk_norm": True}, "qwen2": {"qkv_bias": True}}.get(arch, {})
@@ -39,6 +40,7 @@ def main() -> int:
     ap.add_argument("--prompt-tokens", type=int, default=32)
     ap.add_argument("--gen-tokens", type=int, default=24)
     ap.add_argument("--device", default=None)
+    ap.add_argument("--attn-v", default=None, help="another type for attn_v (as Q4_K_M files keep it), e.g. Q8_0")
     args = ap.parse_args()
     archs = [a for a in args.archs.split(",") if a]
     results: dict[str, list[dict]] = {a: [] for a in archs}
@@ -46,7 +48,7 @@ def main() -> int:
         paths = {}
         for arch in archs:
             paths[arch] = Path(tmp) / f"{arch}.gguf"
-            write_tiny_gguf(spec_for(arch), paths[arch])
+            write_tiny_gguf(spec_for(arch, args.attn_v), paths[arch])
         for _ in range(args.runs):
             for arch in archs:
                 results[arch].append(run_bench(paths[arch], args.device, args.prompt_tokens, args.gen_tokens))

@@ -1,21 +1,26 @@
-"""Decoder-only transformers of the llama family, read from a GGUF file, with a preallocated KV cache.
+"""Decoder-only transformers read from a GGUF file, with a preallocated KV cache.
 
-In:  a GGUF file whose ``general.architecture`` is ``llama``, ``mistral``, ``qwen2`` or ``qwen3``.
+In:  a GGUF file whose ``general.architecture`` is one of ``architectures.SUPPORTED_ARCHITECTURES``
+     (``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``gemma2``, ``gemma3``, ``phi3``).
 Out: ``Model.forward(tokens, start_pos)`` -> float32 logits (numpy, one row per token).
 
 What the model computes (per layer, pre-norm):
 
-    h   = x + Wo · attention(rope(Wq · rmsnorm(x)), rope(Wk · rmsnorm(x)), Wv · rmsnorm(x))
-    out = h + Wdown · (silu(Wgate · rmsnorm(h)) * (Wup · rmsnorm(h)))
+    h   = x + post(Wo · attention(rope(Wq · rmsnorm(x)), rope(Wk · rmsnorm(x)), Wv · rmsnorm(x)))
+    out = h + post(Wdown · (act(Wgate · rmsnorm(h)) * (Wup · rmsnorm(h))))
 
-with grouped-query attention (``n_kv_heads`` key/value heads shared by groups of query heads), the
-q/k/v biases of ``qwen2`` and the per-head q/k RMSNorms of ``qwen3``; the logits are
-``output.weight · rmsnorm(x)`` (``token_embd.weight`` when the file has no ``output.weight``).
+with grouped-query attention (``n_kv_heads`` key/value heads shared by groups of query heads); the logits
+are ``output.weight · rmsnorm(x)`` (``token_embd.weight`` when the file has no ``output.weight``). What
+varies by architecture is data in its ``Architecture`` record (``architectures.py``): q/k/v biases,
+per-head q/k RMSNorms, ``post`` (an RMSNorm, Gemma; else nothing), ``act`` (SiLU or GELU-tanh), the
+embedding scale, soft-caps of the attention scores and of the logits, sliding-window layers with their own
+rope base, fused q/k/v and gate/up tensors, LongRoPE factors.
 
 Weights stay quantized on the device: each is tg-gguf's lazy dequantization of the raw bytes, which
 fuses into the matmul that consumes it. Wq, Wk and Wv are stacked into one matrix at load time (their raw
 bytes concatenated: quantized rows are whole blocks), so a layer runs one matrix-vector product for the
-three (and one for Wgate and Wup); the keys' rotation is computed by the kernel that writes them into the
+three (and one for Wgate and Wup); where the file mixes types among them (Q4_K_M keeps Wv in Q6_K) each run
+of one type is its own matrix and product. The keys' rotation is computed by the kernel that writes them into the
 cache. The token embedding is looked up on the host (the rows of the quantized table for the given ids are
 dequantized with numpy), so the device never holds a float copy of the vocabulary table.
 
@@ -29,7 +34,9 @@ holds Hugging Face row ``h*d + s*d/2 + j``), so the rotation pairs are adjacent 
 are applied; YaRN is not supported (a clear error).
 
 KV cache: per layer, keys and values of shape (n_kv_heads, max_context, head_dim) in float32, allocated
-once for ``max_context = min(model context, max_context)`` positions. A call writes its tokens' keys
+once for ``max_context = min(model context, max_context)`` positions; a sliding-window layer keeps a ring
+of ``window + PREFILL_CHUNK`` slots instead (slot = position mod its length), and every mask is computed
+from the position each slot holds. A call writes its tokens' keys
 and values at ``start_pos ..`` with ``Tensor.assign`` into a shrink at a bound variable ``start_pos``,
 so the kernels do not depend on the position. Token embeddings, rotary cos/sin rows and the additive
 attention mask are computed on the host and passed in as tensors.
@@ -270,6 +277,14 @@ def linear(x: Any, w: Any, b: Any = None) -> Any:
     return out if b is None else out + b
 
 
+def linear_parts(x: Any, ws: list[Any], b: Any = None) -> Any:
+    """x @ (the row-wise concatenation of the weights ``ws``).T (+ b): one product per weight, outputs side by
+    side (weights of different quantization types cannot share one dequantizing matmul)."""
+    from tgcore.tensor import Tensor
+    out = x @ ws[0].T if len(ws) == 1 else Tensor.cat(*[x @ w.T for w in ws], dim=-1)
+    return out if b is None else out + b
+
+
 def rope(x: Any, cos: Any, sin: Any, rope_dims: int, interleaved: bool) -> Any:
     """Rotate the first ``rope_dims`` dims of each head of x (T, heads, head_dim); cos/sin are (T, rope_dims/2)."""
     from tgcore.tensor import Tensor
@@ -308,14 +323,14 @@ def rope_frequencies(rope_dims: int, base: float, scale: float = 1.0,
 class _Layer:
     kind: int  # index into Model.kinds: which cache length, window, rotation and inputs this layer uses
     attn_norm: Any
-    wqkv: Any  # Wq, Wk and Wv stacked (rows q, then k, then v): one matrix-vector product for the three
+    wqkv: list[Any]  # Wq, Wk and Wv stacked (rows q, then k, then v): one product for the three (per weight type)
     wo: Any
     bqkv: Any  # their biases stacked the same way (qwen2), or None
     q_norm: Any
     k_norm: Any
     post_attn_norm: Any  # of the attention output before the residual add (Gemma), or None
     ffn_norm: Any
-    w_gate_up: Any  # Wgate and Wup stacked (rows gate, then up): one matrix-vector product for the two
+    w_gate_up: list[Any]  # Wgate and Wup stacked (rows gate, then up): one product for the two (per weight type)
     w_down: Any
     post_ffn_norm: Any  # of the FFN output before the residual add (Gemma), or None
     cache_k: Any
@@ -417,25 +432,32 @@ class Model:
         self.vocab_size = self.embedding.vocab
         self.kinds = self._kinds(get)
 
-        def stacked(names: list[str]) -> Any:
-            """The weights ``names`` (same type and columns) as one matrix: their raw bytes concatenated on
-            the host (a quantized row is whole blocks, so rows stack byte for byte), dequantized lazily."""
+        def stacked(names: list[str]) -> list[Any]:
+            """The weights ``names`` (same columns) as few matrices as possible: each run of neighbours of one
+            type becomes one matrix, their raw bytes concatenated on the host (a quantized row is whole blocks,
+            so rows stack byte for byte), dequantized lazily. A Q4_K_M file's Q6_K attn_v makes two runs."""
             from tg_gguf.dequant import dequantize
             nonlocal done
             missing = [n for n in names if n not in gf.tensor_info]
             if missing:
                 raise ModelError(f"{cfg.architecture} model file has no tensor {missing[0]!r}")
-            infos = [gf.tensor_info[n] for n in names]
-            if len({i.type for i in infos}) > 1 or len({tuple(i.shape[1:]) for i in infos}) > 1:
-                parts = [get(n) for n in names]  # mixed types: stack the dequantized weights instead
-                return Tensor.cat(*parts, dim=0)
-            raw = np.concatenate([np.frombuffer(gf.tensor_bytes(n), dtype=np.uint8) for n in names])
-            rows = sum(int(i.shape[0]) for i in infos)
-            done += len(names)
-            if progress is not None:
-                progress(done, total)
-            return dequantize(Tensor(raw, device=device).realize(), infos[0].type, (rows, *infos[0].shape[1:]),
-                              name="+".join(names))
+            runs: list[list[str]] = []
+            for n in names:
+                if runs and gf.tensor_info[n].type == gf.tensor_info[runs[-1][0]].type:
+                    runs[-1].append(n)
+                else:
+                    runs.append([n])
+            matrices = []
+            for run in runs:
+                infos = [gf.tensor_info[n] for n in run]
+                raw = np.concatenate([np.frombuffer(gf.tensor_bytes(n), dtype=np.uint8) for n in run])
+                rows = sum(int(i.shape[0]) for i in infos)
+                done += len(run)
+                if progress is not None:
+                    progress(done, total)
+                matrices.append(dequantize(Tensor(raw, device=device).realize(), infos[0].type,
+                                           (rows, *infos[0].shape[1:]), name="+".join(run)))
+            return matrices
 
         self.layers: list[_Layer] = []
         for i in range(cfg.n_layers):
@@ -699,7 +721,7 @@ class Model:
             return rms_norm(v, weight, cfg.norm_eps).contiguous()
 
         h = normed(x, layer.attn_norm)
-        qkv = linear(h, w(layer.wqkv), layer.bqkv).contiguous().realize()  # (T, (nh + 2 nkv) * hd)
+        qkv = linear_parts(h, [w(m) for m in layer.wqkv], layer.bqkv).contiguous().realize()  # (T, (nh+2nkv)*hd)
         q = qkv.shrink((None, (0, nh * hd))).reshape(t, nh, hd)
         k = qkv.shrink((None, (nh * hd, (nh + nkv) * hd))).reshape(t, nkv, hd)
         v = qkv.shrink((None, ((nh + nkv) * hd, (nh + 2 * nkv) * hd))).reshape(t, nkv, hd)
@@ -734,7 +756,7 @@ class Model:
         x = (x + out).contiguous().realize()  # (else the FFN kernels recompute it)
         h = normed(x, layer.ffn_norm)
         ffn = cfg.ffn_dim
-        gate_up = linear(h, w(layer.w_gate_up)).contiguous()  # (T, 2 ffn): one product for both halves
+        gate_up = linear_parts(h, [w(m) for m in layer.w_gate_up]).contiguous()  # (T, 2 ffn): both halves
         gate, up = gate_up.shrink((None, (0, ffn))), gate_up.shrink((None, (ffn, 2 * ffn)))
         act = gate.silu() if cfg.arch.activation == "silu" else gate.gelu(approximate="tanh")
         up = (act * up).contiguous()  # (as above: the activation once)
