@@ -413,3 +413,18 @@ def test_sliding_window_pattern_of_the_wrong_length_is_named():
     assert config_from_metadata(md, []).sliding_layers == (True, True, False)
     md["gemma3.attention.sliding_window_pattern"] = 2
     assert config_from_metadata(md, []).sliding_layers == (True, False, True)
+
+
+@pytest.mark.parametrize("kind, step", [("Q4_K", 1 / 15), ("Q6_K", 1 / 31)])
+def test_quantizers_round_trip_through_gguf_py(kind: str, step: float):
+    """The tests' Q4_K/Q6_K writer (tests/kquants.py): gguf-py decodes its bytes to the input within half a
+    quantization step of each sub-block (plus the 6-/8-bit rounding of the sub-block scales)."""
+    gguf = require_gguf()
+    from kquants import QUANTIZERS
+    x = np.random.default_rng(3).standard_normal((4, 512)).astype(np.float32)
+    x[1] *= 1e-3  # small values, and a row of zeros
+    x[2] = 0.0
+    got = gguf.quants.dequantize(QUANTIZERS[kind](x), gguf.GGMLQuantizationType[kind])
+    span = np.abs(x).max(-1, keepdims=True) * (2 if kind == "Q4_K" else 1)
+    assert got.shape == x.shape
+    assert np.all(np.abs(got - x) <= 0.75 * step * span + 1e-12)
