@@ -281,7 +281,8 @@ def linear_parts(x: Any, ws: list[Any], b: Any = None) -> Any:
     """x @ (the row-wise concatenation of the weights ``ws``).T (+ b): one product per weight, outputs side by
     side (weights of different quantization types cannot share one dequantizing matmul)."""
     from tgcore.tensor import Tensor
-    out = x @ ws[0].T if len(ws) == 1 else Tensor.cat(*[x @ w.T for w in ws], dim=-1)
+    # each product a buffer of its own: a cat of two lazy reductions fuses into one kernel that redoes the work
+    out = x @ ws[0].T if len(ws) == 1 else Tensor.cat(*[(x @ w.T).contiguous() for w in ws], dim=-1)
     return out if b is None else out + b
 
 
