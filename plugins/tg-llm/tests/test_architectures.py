@@ -428,3 +428,17 @@ def test_quantizers_round_trip_through_gguf_py(kind: str, step: float):
     span = np.abs(x).max(-1, keepdims=True) * (2 if kind == "Q4_K" else 1)
     assert got.shape == x.shape
     assert np.all(np.abs(got - x) <= 0.75 * step * span + 1e-12)
+
+
+@pytest.mark.parametrize("arch, layers, dim, heads, head_dim, query_dim", [
+    ("gemma3", 62, 5376, 32, 128, 168),   # Gemma 3 27B: queries scale by 1/sqrt(dim / heads)
+    ("gemma3", 34, 2560, 8, 256, 256),    # Gemma 3 4B: 1/sqrt(head_dim)
+    ("gemma2", 46, 4608, 32, 128, 144),   # Gemma 2 27B
+    ("llama", 62, 5376, 32, 128, 128),
+])
+def test_query_scale_follows_llama_cpp(arch: str, layers: int, dim: int, heads: int, head_dim: int, query_dim: int):
+    from tg_llm.model import config_from_metadata
+    md = {"general.architecture": arch, f"{arch}.attention.head_count": heads, f"{arch}.embedding_length": dim,
+          f"{arch}.block_count": layers, f"{arch}.feed_forward_length": 4 * dim,
+          f"{arch}.attention.key_length": head_dim, f"{arch}.attention.value_length": head_dim}
+    assert config_from_metadata(md, []).attention_scale == pytest.approx(query_dim ** -0.5)
