@@ -146,7 +146,7 @@ def _positive(key: str, value: int) -> int:
 def sliding_layers(arch: Architecture, md: dict[str, Any], n_layers: int) -> tuple[tuple[bool, ...], int]:
     """Which layers use a sliding window, and the window (0 when none does)."""
     key = f"{arch.name}.attention.sliding_window"
-    window = int(_meta(md, key, arch.swa_window) or 0) if arch.swa_pattern else 0
+    window = _int(md, key, arch.swa_window or 0) if arch.swa_pattern else 0
     if window <= 0:
         return (False,) * n_layers, 0
     pattern_key = f"{arch.name}.attention.sliding_window_pattern"
