@@ -32,7 +32,10 @@ HFWeights = dict[str, np.ndarray]
 
 TRAINING_TEXT = ("the quick brown fox jumps over the lazy dog while the other dogs sleep in the warm sun "
                  "and the fox runs over the hill to the river where the fish swim")
+# digits and contractions, so that pre-tokenizers that split them differently give different ids
+BPE_EXTRA_TEXT = "it's 2024 and 1234567 dogs don't sleep it's 2024 1234567"
 EOS_TEXT = "<|endoftext|>"
+BPE_PRE = {"llama": "llama-bpe", "qwen2": "qwen2", "qwen3": "qwen2"}  # tokenizer.ggml.pre as the converter writes
 PERMUTED_QK_ARCHS = ("llama", "mistral")  # files whose q/k rows llama.cpp's converter permutes
 
 
@@ -182,7 +185,7 @@ def spm_vocabulary(size: int) -> tuple[list[str], list[float], list[int]]:
 
 def vocabulary(size: int) -> tuple[list[str], list[str], list[int]]:
     """Tokens, merges and token types of a ``size``-token byte-level BPE vocabulary (EOS last)."""
-    merges = learn_merges(TRAINING_TEXT, size - 256 - 1)
+    merges = learn_merges(TRAINING_TEXT + " " + BPE_EXTRA_TEXT, size - 256 - 1)
     tokens = byte_symbols() + [m.replace(" ", "") for m in merges] + [EOS_TEXT]
     if len(tokens) != size:
         raise ValueError(f"the training text gives only {len(tokens)} tokens, not {size}")
@@ -346,7 +349,7 @@ def write_metadata(writer: object, spec: TinySpec, vocab: int) -> None:
         return
     tokens, merges, types = vocabulary(vocab)
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("gpt-2")
+    writer.add_tokenizer_pre(BPE_PRE.get(spec.arch, "gpt-2"))
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(merges)
