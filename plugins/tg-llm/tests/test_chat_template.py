@@ -133,3 +133,77 @@ def test_sandbox_is_immutable():
     assert messages == [{"role": "user", "content": "x"}]
     # private attributes print as nothing instead of leaking
     assert render_chat("{{ ''.__class__ }}", []) == ""
+
+
+# ---- built-in templates, --chat-template, BOS once, end-of-turn ids (Gemma's SentencePiece file) ----
+
+GEMMA_EXPECTED = ("<bos><start_of_turn>user\nBe brief.\n\nHi! What's 2+2?<end_of_turn>\n"
+                  "<start_of_turn>model\n4.<end_of_turn>\n<start_of_turn>user\nAnd you?<end_of_turn>\n"
+                  "<start_of_turn>model\n")
+
+
+def gemma_tokenizer(tmp_path):
+    from llm_testutil import require_gguf
+    from tiny_gguf import TinySpec, write_tiny_gguf
+    require_gguf()
+    path = tmp_path / "gemma3.gguf"
+    write_tiny_gguf(TinySpec("gemma3", sliding_window=4, head_dim=32), path)
+    return Tokenizer.from_gguf(path), path
+
+
+def test_builtin_gemma_template_hand_derived():
+    from tg_llm.chat_template import chat_template_source
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi! What's 2+2?"},
+                {"role": "assistant", "content": "4."}, {"role": "user", "content": " And you? "}]
+    got = render_chat(chat_template_source("gemma"), messages, add_generation_prompt=True, bos_token="<bos>")
+    assert got == GEMMA_EXPECTED
+
+
+def test_builtin_llama3_and_phi3_templates_hand_derived():
+    from tg_llm.chat_template import chat_template_source
+    messages = [{"role": "user", "content": "Hi"}]
+    assert render_chat(chat_template_source("llama3"), messages, add_generation_prompt=True,
+                       bos_token="<|begin_of_text|>") == ("<|begin_of_text|><|start_header_id|>user<|end_header_id|>"
+                                                          "\n\nHi<|eot_id|><|start_header_id|>assistant"
+                                                          "<|end_header_id|>\n\n")
+    assert render_chat(chat_template_source("phi3"), messages, add_generation_prompt=True) == \
+        "<|user|>\nHi<|end|>\n<|assistant|>\n"
+
+
+def test_chat_template_option_reads_files_and_names_the_builtins(tmp_path):
+    from tg_llm.chat_template import BUILTIN_TEMPLATES, chat_template_source
+    file = tmp_path / "t.jinja"
+    file.write_text("{% for m in messages %}[{{ m['content'] }}]{% endfor %}", encoding="utf-8")
+    assert render_chat(chat_template_source(str(file)), [{"role": "user", "content": "x"}]) == "[x]"
+    with pytest.raises(ChatTemplateError, match="'nope' is neither a file nor a built-in.*gemma"):
+        chat_template_source("nope")
+    file.write_text("{% for %}", encoding="utf-8")
+    with pytest.raises(ChatTemplateError, match="does not compile"):
+        chat_template_source(str(file))
+    assert set(BUILTIN_TEMPLATES) == {"chatml", "gemma", "llama3", "phi3"}
+
+
+def test_bos_added_exactly_once(tmp_path):
+    """Gemma's vocabulary says add_bos_token: a template that writes BOS and one that does not give one BOS."""
+    from tg_llm.chat_template import chat_template_source
+    tok, _ = gemma_tokenizer(tmp_path)
+    messages = [{"role": "user", "content": "hi"}]
+    tok.chat_template = chat_template_source("gemma")  # writes {{ bos_token }}
+    with_bos = tok.encode_chat(messages)
+    tok.chat_template = chat_template_source("phi3")  # does not
+    without = tok.encode_chat(messages)
+    for ids in (with_bos, without):
+        assert ids[0] == tok.bos_id and ids.count(tok.bos_id) == 1
+    assert with_bos[1] == tok.token_to_id["<start_of_turn>"]
+
+
+def test_end_of_turn_ids_come_from_metadata(tmp_path):
+    """tokenizer.ggml.eot_token_id (and EOS) end a turn; a token's text alone does not when the file names them."""
+    tok, _ = gemma_tokenizer(tmp_path)
+    assert tok.eot_ids == {tok.token_to_id["<end_of_turn>"], tok.eos_id}
+    renamed = Tokenizer(["<unk>", "<s>", "</s>", "<|im_end|>", "<turn_end>", "a"], model="llama",
+                        token_types=[2, 3, 3, 3, 3, 1], bos_id=1, eos_id=2, eot_ids=[4])
+    assert renamed.eot_ids == {2, 4}  # <|im_end|> is not named by the metadata
+    fallback = Tokenizer(["<unk>", "<s>", "</s>", "<|im_end|>", "a"], model="llama", token_types=[2, 3, 3, 3, 1],
+                         bos_id=1, eos_id=2)
+    assert fallback.eot_ids == {2, 3}  # no eot/eom ids in the metadata: the known end-of-turn texts

@@ -165,3 +165,62 @@ def test_timeout(keyed_server: Any) -> None:
     while time.monotonic() < deadline and httpx.get(keyed_server.url("/health")).json()["queue"]:
         time.sleep(0.2)
     assert httpx.get(keyed_server.url("/health")).json()["queue"] == 0
+
+
+# ---- a synthetic Gemma 3 file ----
+
+def test_serves_a_gemma3_file(tmp_path: Path) -> None:
+    """``tg serve llm --model <gemma3 file>``: greedy completions equal the numpy reference's, token for token,
+    with a prompt longer than the sliding window."""
+    import httpx
+    from llm_testutil import require_gguf
+    from test_architectures import Reference
+    from tg_llm.tokenizer import Tokenizer
+    from tiny_gguf import TinySpec, write_tiny_gguf
+    require_server_deps()
+    require_gguf()
+    spec = TinySpec("gemma3", n_layers=6, head_dim=32, sliding_window=4, rope_base=1e6, eps=1e-6, seed=30)
+    path = tmp_path / "tiny-gemma3.gguf"
+    write_tiny_gguf(spec, path)
+    prompt = "the quick brown fox jumps over the lazy dog"
+    ids = Tokenizer.from_gguf(path).encode(prompt)
+    assert len(ids) > spec.sliding_window
+    expected = Reference(spec, path).greedy(ids, 4)
+    server = LiveServer(["--model", str(path), "--max-context", "64"])
+    try:
+        server.wait_ready()
+        body = {"model": "tiny-gemma3", "prompt": prompt, "max_tokens": 4, "temperature": 0, "logprobs": 1}
+        r = httpx.post(server.url("/v1/completions"), json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        choice = r.json()["choices"][0]
+        assert choice["text"] == Tokenizer.from_gguf(path).decode(expected)
+    finally:
+        assert server.stop() == 0
+
+
+def test_inconsistent_file_fails_at_load_without_traceback(tmp_path: Path) -> None:
+    """A file whose metadata cannot describe a model: ``tg serve llm`` logs the error naming the key and exits
+    non-zero, with no traceback."""
+    from llm_testutil import require_gguf
+    from test_server_helpers import free_port
+    from tiny_gguf import TinySpec, write_tiny_gguf
+    require_server_deps()
+    require_gguf()
+    path = tmp_path / "bad.gguf"
+    write_tiny_gguf(TinySpec("llama", n_heads=4, n_kv_heads=3), path)
+    out = subprocess.run([sys.executable, "-m", "tgcore.cli", "serve", "llm", "--model", str(path), "--port",
+                          str(free_port())], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0, out.stderr
+    assert "llama.attention.head_count_kv" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_unknown_chat_template_exits_2(tmp_path: Path) -> None:
+    """``--chat-template`` is checked before the model loads: a name that is no file and no built-in exits 2."""
+    model = tmp_path / "any.gguf"
+    model.write_bytes(b"GGUF")
+    for command in (["serve", "llm"], ["llm", "chat"]):
+        out = subprocess.run([sys.executable, "-m", "tgcore.cli", *command, "--model", str(model),
+                              "--chat-template", "nope"], capture_output=True, text=True, timeout=120,
+                             stdin=subprocess.DEVNULL)
+        assert out.returncode == 2, (command, out.stderr)
+        assert "'nope' is neither a file nor a built-in" in out.stderr and "Traceback" not in out.stderr

@@ -31,6 +31,49 @@ CHATML = (
 )
 
 
+# Built-in templates for ``--chat-template NAME`` (the turn formats of these model families)
+GEMMA = (
+    "{{ bos_token }}{% set ns = namespace(system='') %}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{% set ns.system = message['content'] + '\n\n' %}"
+    "{% else %}"
+    "{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' else 'user') + '\n' + ns.system"
+    " + message['content'] | trim + '<end_of_turn>\n' }}{% set ns.system = '' %}"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
+LLAMA3 = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim"
+    " + '<|eot_id|>' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
+PHI3 = (
+    "{% for message in messages %}{{ '<|' + message['role'] + '|>\n' + message['content'] + '<|end|>\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
+)
+BUILTIN_TEMPLATES = {"chatml": CHATML, "gemma": GEMMA, "llama3": LLAMA3, "phi3": PHI3}
+
+
+def chat_template_source(name_or_path: str) -> str:
+    """The template ``--chat-template`` names: a built-in (``chatml``, ``gemma``, ``llama3``, ``phi3``) or a
+    file holding a Jinja template. It is compiled here, so a bad one fails before the model loads."""
+    from pathlib import Path
+    if name_or_path in BUILTIN_TEMPLATES:
+        source = BUILTIN_TEMPLATES[name_or_path]
+    else:
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise ChatTemplateError(f"chat template {name_or_path!r} is neither a file nor a built-in "
+                                    f"({', '.join(BUILTIN_TEMPLATES)})")
+        try:
+            source = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ChatTemplateError(f"chat template file {name_or_path!r} cannot be read: {e}") from e
+    ChatTemplate(source)
+    return source
+
+
 class ChatTemplateError(ValueError):
     """A chat template that does not compile or fails while rendering."""
 

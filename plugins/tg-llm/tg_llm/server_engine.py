@@ -123,8 +123,10 @@ class Engine:
     """The model, its tokenizer and the worker that runs jobs in arrival order."""
 
     def __init__(self, path: str | os.PathLike[str], device: str | None = None, max_context: int = 4096,
-                 max_queue: int = 64, on_failure: Callable[[BaseException], None] | None = None) -> None:
+                 max_queue: int = 64, on_failure: Callable[[BaseException], None] | None = None,
+                 chat_template: str | None = None) -> None:
         self.path = Path(path)
+        self.chat_template = chat_template  # overrides the file's (None: the file's own, else ChatML)
         self.device = device
         self.max_context_asked = max_context
         self.max_queue = max_queue
@@ -159,6 +161,8 @@ class Engine:
         try:
             log.info("loading %s", self.path)
             self.tokenizer = Tokenizer.from_gguf(self.path)
+            if self.chat_template is not None:
+                self.tokenizer.chat_template = self.chat_template
             self.model = Model.from_gguf(self.path, device=self.device, max_context=self.max_context_asked,
                                          progress=ProgressBar(f"loading {self.path.name}"))
             self.generator = Generator(self.model, self.tokenizer)

@@ -98,7 +98,8 @@ class Tokenizer:
 
         special_kinds = (TokenType.CONTROL, TokenType.USER_DEFINED, TokenType.UNKNOWN)
         ends = {t for t in eot_ids if 0 <= t < n}
-        ends |= {i for i, text in enumerate(self.id_to_token) if text in EOT_TEXTS and types[i] in special_kinds}
+        if not ends:  # no end-of-turn ids in the metadata: the special tokens common chat formats end turns with
+            ends = {i for i, text in enumerate(self.id_to_token) if text in EOT_TEXTS and types[i] in special_kinds}
         if eos_id is not None:
             ends.add(eos_id)
         self.eot_ids: frozenset[int] = frozenset(ends)
@@ -271,6 +272,16 @@ class Tokenizer:
         kwargs.setdefault("bos_token", self.id_to_token[self.bos_id] if self.bos_id is not None else "")
         kwargs.setdefault("eos_token", self.id_to_token[self.eos_id] if self.eos_id is not None else "")
         return render_chat(self.chat_template, messages, add_generation_prompt=add_generation_prompt, **kwargs)
+
+    def encode_chat(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
+                    **kwargs: Any) -> list[int]:
+        """Token ids of ``messages`` rendered with the chat template, special tokens parsed, BOS exactly once:
+        the template's own when it writes one, else added when ``add_bos_token`` says so."""
+        ids = self.encode(self.apply_chat_template(messages, add_generation_prompt, **kwargs), add_special=False,
+                          parse_special=True)
+        if self.add_bos and self.bos_id is not None and (not ids or ids[0] != self.bos_id):
+            ids = [self.bos_id, *ids]
+        return ids
 
     def __repr__(self) -> str:
         pre = f", pre={self.pre!r}" if self.pre else ""
