@@ -81,7 +81,7 @@ class X86Renderer(ISARenderer[Selector]):
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
                    dtypes.uint64: 4}
     vector_bits = 256        # ymm (no EVEX encodings yet)
-    vector_registers = 16    # ymm0-15
+    vector_registers = len(machine.ALLOC_VEC)  # ymm0-12 (13-15: scratch for fills; more accumulators would spill)
     spec = X86_SPEC
 
     def __init__(self, abi: Abi = HOST) -> None:
