@@ -138,6 +138,22 @@ TARGET = AllocTarget(
     copy=_copy, spill=_spill, fill=_fill,
     slot_size=lambda cls: 8 if cls == "gpr" else VEC_SLOT,
 )
+FIXED_TEMPS = frozenset((RAX, RCX, RDX))
+# a kernel whose selection named none of the fixed temps (no division, shift by a variable, ...) may allocate them
+# too: 12 gprs instead of 9 (a register-tiled matmul otherwise reloads its row offsets from the stack every step).
+# Last in the list, so kernels that need no more than 9 keep their registers
+TARGET_ALL_GPRS = AllocTarget(
+    registers={"gpr": [*ALLOC_GPR, RAX, RCX, RDX], "vec": ALLOC_VEC},
+    scratch=TARGET.scratch, two_address=TARGET.two_address, copy=_copy, spill=_spill, fill=_fill,
+    slot_size=TARGET.slot_size,
+)
+
+
+def target_for(regs: list[tuple[list, list]]) -> AllocTarget:
+    """``TARGET_ALL_GPRS`` when no instruction reads or writes rax, rcx or rdx (``regs``: each instruction's
+    registers, as ``instruction_registers`` gives them), else ``TARGET``."""
+    named = FIXED_TEMPS.intersection
+    return TARGET if any(named(d) or named(u) for d, u in regs) else TARGET_ALL_GPRS
 
 
 @dataclass
@@ -400,8 +416,9 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     its ``Inst``s: each instruction's bytes are looked up by its operands' keys (registers through the plan's
     assignment) and encoded the first time only (copies and instructions with spill code through
     ``plan.rewrite_one``); only jumps to labels become ``Inst``s, for ``assembler.resolve_jumps``."""
-    # spill code is looked up by what it depends on, for the scratch registers and spill builders of TARGET
-    assert plan.target is TARGET, "encode_plan encodes plans made for machine.TARGET"
+    # spill code is looked up by what it depends on, for the scratch registers and spill builders of TARGET (which
+    # TARGET_ALL_GPRS shares)
+    assert plan.target in (TARGET, TARGET_ALL_GPRS), "encode_plan encodes plans made for machine's targets"
     # the assignment (as plan.assignment() gives it) and each virtual register's operand key, made in C
     by_vreg = plan.by_vreg
     vregs = list(by_vreg)

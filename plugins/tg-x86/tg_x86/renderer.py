@@ -116,7 +116,8 @@ class X86Renderer(ISARenderer[Selector]):
         """``machine.cleanup`` (the pre_regalloc stage), then the linear scan's plan, handed the registers the
         cleanup found. ``regs``: ``instruction_registers(program)`` when the caller has them."""
         program, regs = machine.cleanup(program, regs)
-        return regalloc.plan_registers(program, self.target, regs)
+        target = machine.target_for(regs) if self.target is TARGET else self.target
+        return regalloc.plan_registers(program, target, regs)
 
     def choose_plan(self, ctx: Selector) -> RegisterPlan:
         """Few allocatable gprs (9): with many buffers and loops, read pointers and variables from their argument
