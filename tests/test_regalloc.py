@@ -122,6 +122,29 @@ def test_value_live_into_a_loop_survives_its_back_edge():
     assert direct["out"][-1] == 4 * (5 + 2)
 
 
+def test_values_the_inner_loop_reads_keep_their_registers():
+    """More values live across an inner loop than registers: the ones only the outer loop reads are spilled, not
+    the ones the inner loop reads every step (though those, live across the outer loop, end last): the inner loop
+    has no fill or spill store."""
+    ids = itertools.count()
+    v = lambda: VReg(next(ids), "gpr")  # noqa: E731
+    used, acc, outer = v(), v(), v()
+    later = [v(), v()]  # made in the outer loop, read after the inner one
+    cnt = v()
+    prog: list = [MInst("li", [used], [], 5), MInst("li", [acc], [], 0), MInst("li", [outer], [], 2), LoopStart("O"),
+                  *(MInst("li", [x], [], 10 + i) for i, x in enumerate(later)), MInst("li", [cnt], [], 3),
+                  LoopStart("I"), MInst("add", [acc], [acc, used]), MInst("dec", [cnt], [cnt]),
+                  MInst("jnz", [], [cnt], "I"), LoopEnd("I"),
+                  *(MInst("add", [acc], [acc, x]) for x in later), MInst("dec", [outer], [outer]),
+                  MInst("jnz", [], [outer], "O"), LoopEnd("O"), MInst("out", [], [acc])]
+    direct, allocated, code, _ = both(prog)
+    assert direct == allocated == {"out": [2 * (3 * 5 + 10 + 11)]}
+    inner = code[next(i for i, ins in enumerate(code) if getattr(ins, "label", None) == "I"):]
+    inner = inner[:next(i for i, ins in enumerate(inner) if isinstance(ins, LoopEnd))]
+    assert any(ins.op in ("load", "store") for ins in code if isinstance(ins, MInst)), "nothing spilled: no test"
+    assert not [ins for ins in inner if isinstance(ins, MInst) and ins.op in ("load", "store")]
+
+
 def test_two_address_coalesces_when_the_source_dies():
     ids = itertools.count()
     a, b, c = (VReg(next(ids), "gpr") for _ in range(3))

@@ -303,14 +303,44 @@ def plan_registers(program: list[Any], target: AllocTarget,
     by_vreg, physical = _intervals(regs)
     _extend_over_loops(program, by_vreg)
     intervals = sorted(by_vreg.values(), key=_START_END)
-    frame, spilled = _linear_scan(intervals, by_vreg, _copy_sources(program), target)
+    frame, spilled = _linear_scan(intervals, by_vreg, _copy_sources(program), target,
+                                  lambda: _loop_heat(program, regs))
     return RegisterPlan(program, regs, by_vreg, frame, target, physical, spilled)
 
 
+def _loop_heat(program: list[Any], regs: list[tuple[list[Any], list[Any]]]) -> dict[VReg, tuple[int, int]]:
+    """Each virtual register's (deepest loop nesting at which it is mentioned, mentions at that depth): what a
+    spill of it costs, roughly, since a spilled register is filled or stored at every mention."""
+    heat: dict[VReg, tuple[int, int]] = {}
+    depth = 0
+    for ins, (read, written) in zip(program, regs, strict=True):
+        kind = type(ins)
+        if kind is LoopStart:
+            depth += 1
+        elif kind is LoopEnd:
+            depth -= 1
+        for r in read + written:
+            if type(r) is VReg:
+                d, n = heat.get(r, (-1, 0))
+                if depth > d:
+                    heat[r] = (depth, 1)
+                elif depth == d:
+                    heat[r] = (d, n + 1)
+    return heat
+
+
 def _linear_scan(intervals: list[Interval], by_vreg: dict[VReg, Interval], copy_source: dict[VReg, VReg],
-                 target: AllocTarget) -> tuple[int, list[Interval]]:
+                 target: AllocTarget, loop_heat: Callable[[], dict[VReg, tuple[int, int]]] | None = None
+                 ) -> tuple[int, list[Interval]]:
     """Give each interval (in start order) a register or a stack slot: (stack bytes for the slots, the intervals
-    spilled)."""
+    spilled). When a register must be freed, the interval spilled is the one mentioned in the shallowest loops
+    (``loop_heat``, worked out at the first spill), fewest times at that depth, then the one ending last: in a loop
+    nest, values only the outer loops read go to the stack before those the innermost loop reads every step."""
+    heat: dict[VReg, tuple[int, int]] | None = None
+
+    def spill_order(a: Interval) -> tuple[int, int, int]:
+        d, n = heat.get(a.vreg, (0, 0)) if heat is not None else (0, 0)
+        return -d, -n, a.end
     # intervals holding a register, in the order they got it: the free pool of the register's class (it goes back there)
     active: dict[Interval, list[Register]] = {}
     free = {cls: list(regs) for cls, regs in target.registers.items()}
@@ -377,7 +407,9 @@ def _linear_scan(intervals: list[Interval], by_vreg: dict[VReg, Interval], copy_
             victim = max(holders, key=_END)
         else:
             candidates = [a for a in active if a.vreg.cls == cls and a.vreg.allowed is None] + [iv]
-            victim = max(candidates, key=_END)
+            if heat is None and loop_heat is not None:
+                heat = loop_heat()
+            victim = max(candidates, key=spill_order)
         if victim is iv:
             take_slot(iv)
             continue

@@ -250,8 +250,13 @@ def compile_stages() -> None:
             finally:
                 spent[label] = spent.get(label, 0.0) + time.process_time() - start
         setattr(module, name, wrapper)
-    stages = [(tgcore.codegen, n, n) for n in ("simplify_kernel", "decompose_transcendentals", "estimate_cost",
-                                                 "upcast", "split_threads", "add_accumulators_and_ends", "linearize")]
+    # the core passes get_program calls through tgcore.codegen's globals (the policy: the heuristic's choice)
+    core = ("simplify_kernel", "decompose_transcendentals", "estimate_cost", "default_policy", "apply_opts",
+            "add_accumulators_and_ends", "linearize")
+    missing = [n for n in core if not hasattr(tgcore.codegen, n)]
+    if missing:
+        raise SystemExit(f"--stages: tgcore.codegen no longer has {', '.join(missing)}; update the stage list")
+    stages = [(tgcore.codegen, n, n) for n in core]
     # selection: module functions (isel.select/select_both) or the ISARenderer stage (select, and the Selector
     # deriving the program that holds pointers in registers), whichever this version of the plugin has
     selection = [(tg_x86.isel, "select"), (tg_x86.isel, "select_both"), (X86Renderer, "select"),

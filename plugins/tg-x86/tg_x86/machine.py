@@ -10,11 +10,13 @@ Out: ``finish()``: register allocation (``tgcore.codegen.regalloc.allocate``), a
      Windows x64 also saves xmm6-xmm15 and homes its register arguments in the caller's home
      area), ``Inst``s and ``Label``s ready for ``assemble``.
 
-Register roles (fixed for every kernel, whatever the ABI):
-    gpr allocatable  rsi rdi r8 rbx rbp r12 r13 r14 r15   (callee-saved ones cost a push or a save)
+Register roles (whatever the ABI; ``TARGETS``):
+    gpr allocatable  rsi rdi r8 rbx rbp r12 r13 r14 r15   (callee-saved ones cost a push or a save),
+                     and rax rcx rdx in a kernel that does not name them
     gpr fixed temps  rax rcx rdx   used inside one selection sequence (idiv, shifts by cl)
     gpr scratch      r9 r10 r11    fills of spilled values (a store reads at most three)
-    vec allocatable  xmm0-xmm12, vec scratch xmm13-xmm15; rsp is never allocated.
+    vec allocatable  xmm0-xmm15 when no vector spills, else xmm0-xmm12 and scratch xmm13-xmm15;
+                     rsp is never allocated.
 """
 from __future__ import annotations
 
@@ -138,6 +140,32 @@ TARGET = AllocTarget(
     copy=_copy, spill=_spill, fill=_fill,
     slot_size=lambda cls: 8 if cls == "gpr" else VEC_SLOT,
 )
+FIXED_TEMPS = frozenset((RAX, RCX, RDX))
+ALL_VEC = [VEC[i] for i in range(16)]
+
+
+def _target(gprs: list[Register], vecs: list[Register]) -> AllocTarget:
+    return AllocTarget(registers={"gpr": gprs, "vec": vecs}, scratch=TARGET.scratch, two_address=TARGET.two_address,
+                       copy=_copy, spill=_spill, fill=_fill, slot_size=TARGET.slot_size)
+
+
+# A kernel whose selection named none of the fixed temps (no division, shift by a variable, ...) may allocate them
+# too: 12 gprs instead of 9 (a register-tiled matmul otherwise reloads its row offsets from the stack every step);
+# last in the list, so kernels that need no more than 9 keep their registers. And a kernel whose vectors all fit
+# in 16 registers needs no vector scratch (only fills of spilled vectors use it): the renderer plans with all 16
+# first and with 13 + 3 scratch when that spills a vector (``vector_targets``)
+TARGETS = {(all_gprs, all_vecs): TARGET if not (all_gprs or all_vecs) else
+           _target([*ALLOC_GPR, RAX, RCX, RDX] if all_gprs else ALLOC_GPR, ALL_VEC if all_vecs else ALLOC_VEC)
+           for all_gprs in (False, True) for all_vecs in (False, True)}
+
+
+def vector_targets(regs: list[tuple[list, list]]) -> tuple[AllocTarget, AllocTarget]:
+    """(the target to plan with first: all 16 vector registers allocatable; the one to plan with when that spills a
+    vector: 13 + 3 scratch), both with 12 gprs when no instruction reads or writes rax, rcx or rdx (``regs``: each
+    instruction's registers, as ``instruction_registers`` gives them), else 9."""
+    named = FIXED_TEMPS.intersection
+    all_gprs = not any(named(d) or named(u) for d, u in regs)
+    return TARGETS[(all_gprs, True)], TARGETS[(all_gprs, False)]
 
 
 @dataclass
@@ -400,8 +428,9 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     its ``Inst``s: each instruction's bytes are looked up by its operands' keys (registers through the plan's
     assignment) and encoded the first time only (copies and instructions with spill code through
     ``plan.rewrite_one``); only jumps to labels become ``Inst``s, for ``assembler.resolve_jumps``."""
-    # spill code is looked up by what it depends on, for the scratch registers and spill builders of TARGET
-    assert plan.target is TARGET, "encode_plan encodes plans made for machine.TARGET"
+    # spill code is looked up by what it depends on, for the scratch registers and spill builders of TARGET (which
+    # every target of TARGETS shares)
+    assert plan.target in TARGETS.values(), "encode_plan encodes plans made for machine.TARGETS"
     # the assignment (as plan.assignment() gives it) and each virtual register's operand key, made in C
     by_vreg = plan.by_vreg
     vregs = list(by_vreg)
@@ -417,7 +446,9 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     used, vecs = set(map(_GPR_NUM.get, names)), set(map(_VEC_NUM.get, names))
     used.discard(None)
     vecs.discard(None)
-    lay = _frame_layout(frame, plan.frame, used, _with_scratch(vecs, any(v.cls == "vec" for v in spilled)))  # type: ignore[arg-type]
+    # as finish() infers it from the registers named (a vector scratch register named: maybe vectors spilled)
+    scratch = any(v.cls == "vec" for v in spilled) or not vecs.isdisjoint(_SCRATCH_VEC_NUMS)
+    lay = _frame_layout(frame, plan.frame, used, _with_scratch(vecs, scratch))  # type: ignore[arg-type]
     if len(_ENCODED) >= _ENCODED_LIMIT:  # bounded (a long-lived process compiles many kernels, and the ones it
         _ENCODED.clear()                 # compiles now are the ones worth keeping); checked once per kernel
         _OPERAND_PLANS.clear()

@@ -13,7 +13,7 @@ Out: ``render`` returns the machine code of ``void name(<buffer pointers...>, <i
     choose_plan    pointers and variables held in registers, or read from their argument slots where
                    used when that spills fewer gprs (both programs come from one selection; the second
                    plan reuses the registers the first found in the instructions they share)
-    regalloc       the core's linear scan on ``machine.TARGET``, handed the registers of each instruction
+    regalloc       the core's linear scan on one of ``machine.TARGETS``, handed the registers of each instruction
                    the cleanup found (``instruction_registers``)
     late_regalloc  with TG_SPEC=1: each flag reader still reads the flags it read before (``check_flags_kept``)
     post_regalloc  ``machine.finish`` (prologue/epilogue for the renderer's ABI, ``abi.py``; ``Inst``s)
@@ -81,7 +81,8 @@ class X86Renderer(ISARenderer[Selector]):
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
                    dtypes.uint64: 4}
     vector_bits = 256        # ymm (no EVEX encodings yet)
-    vector_registers = 16    # ymm0-15
+    # ymm0-15 while no vector spills (else 13: ymm13-15 become scratch for the fills)
+    vector_registers = len(machine.ALL_VEC)
     spec = X86_SPEC
 
     def __init__(self, abi: Abi = HOST) -> None:
@@ -116,7 +117,13 @@ class X86Renderer(ISARenderer[Selector]):
         """``machine.cleanup`` (the pre_regalloc stage), then the linear scan's plan, handed the registers the
         cleanup found. ``regs``: ``instruction_registers(program)`` when the caller has them."""
         program, regs = machine.cleanup(program, regs)
-        return regalloc.plan_registers(program, self.target, regs)
+        if self.target is not TARGET:
+            return regalloc.plan_registers(program, self.target, regs)
+        wide, narrow = machine.vector_targets(regs)
+        plan = regalloc.plan_registers(program, wide, regs)
+        if any(iv.vreg.cls == "vec" for iv in plan.spilled):  # their fills need the scratch registers
+            plan = regalloc.plan_registers(program, narrow, regs)
+        return plan
 
     def choose_plan(self, ctx: Selector) -> RegisterPlan:
         """Few allocatable gprs (9): with many buffers and loops, read pointers and variables from their argument
