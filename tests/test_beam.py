@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import hashlib
 import json
+import os
 
 import numpy as np
 import pytest
@@ -146,8 +147,8 @@ def test_the_key_names_cpu_renderer_isa_and_version(monkeypatch):
         m.setattr(tgcore, "__version__", tgcore.__version__ + ".post1")
         assert digest() != key.digest
     if cpu_features().isa_level is AVX512:
-        with monkeypatch.context() as m:
-            m.setenv("TG_ISA", "avx2")
+        with monkeypatch.context() as m:  # the other level than the one the key was made with
+            m.setenv("TG_ISA", "avx512" if os.environ.get("TG_ISA") == "avx2" else "avx2")
             assert digest() != key.digest
     if renderer.compiler is not None and renderer.compiler.cache_identity() is not None:
         with monkeypatch.context() as m:  # e.g. another gcc, or flags lowered by the ISA check
