@@ -14,7 +14,7 @@ import shutil
 import subprocess
 
 from tg_amd.arch import get_arch
-from tg_amd.isa import OpInfo, mnemonics
+from tg_amd.isa import OpInfo, mnemonics, two_offsets
 
 LLVM_MC_NAMES = ("llvm-mc-19", "/usr/lib/llvm-19/bin/llvm-mc")
 
@@ -78,9 +78,9 @@ class Gen:
         lo = r.randrange(0, top + 1, align)
         return f"s{lo}" if count == 1 else f"s[{lo}:{lo + count - 1}]"
 
-    def vgpr(self, count: int, kind: str = "v") -> str:
+    def vgpr(self, count: int, kind: str = "v", top: int = 256) -> str:
         align = 2 if count > 1 and not self.arch.rdna else 1
-        lo = self.rng.randrange(0, 256 - count + 1, align)
+        lo = self.rng.randrange(0, top - count + 1, align)
         return f"{kind}{lo}" if count == 1 else f"{kind}[{lo}:{lo + count - 1}]"
 
     def const(self, info: OpInfo, slot: int, literal: bool) -> str:
@@ -140,8 +140,19 @@ def _salu(g: Gen, info: OpInfo) -> str:
                 continue
             text = g.src(info, slot, literal=not any(o.startswith("0x") for o in ops), vgpr=False)
             ops.append(text)
+        elif role == "k":
+            ops.append(hex(r.randint(0x10000, 0xFFFFFFFF)))
         elif role == "simm16":
-            if info.fmt == "SOPK":
+            if info.name.startswith(("s_getreg", "s_setreg")):
+                ops.append(r.choice([str(r.randint(0, 0xFFFF)), f"hwreg({r.randint(1, 7)})",
+                                     f"hwreg(HW_REG_MODE, {r.randint(0, 31)}, 1)", "hwreg(HW_REG_STATUS)"]))
+            elif info.name in ("s_sendmsg", "s_sendmsghalt"):
+                ops.append(r.choice([str(r.randint(0, 15)), "sendmsg(MSG_INTERRUPT)", "sendmsg(MSG_GS_ALLOC_REQ)"]))
+            elif info.name == "s_delay_alu":
+                ops.append(r.choice(["instid0(VALU_DEP_1)", "instid0(VALU_DEP_2) | instskip(NEXT) | "
+                                     "instid1(SALU_CYCLE_1)", "instid0(TRANS32_DEP_3) | instskip(SKIP_2)",
+                                     str(r.randint(0, 0x7FF))]))
+            elif info.fmt == "SOPK":
                 ops.append(str(r.randint(0, 0xFFFF)) if "_u32" in info.name else str(r.randint(-32768, 32767)))
             elif info.name == "s_barrier_wait":
                 ops.append(r.choice(["-1", "0xffff", "0"]))
@@ -158,23 +169,26 @@ def _salu(g: Gen, info: OpInfo) -> str:
 
 def _smem(g: Gen, info: OpInfo) -> str:
     r = g.rng
-    if not info.sig:
-        return info.name
-    count = info.count(0)
-    lo = r.randrange(0, g.arch.max_sgpr - count + 1, 1 if count == 1 else 2 if count == 2 else 4)
-    ops = [f"s{lo}" if count == 1 else f"s[{lo}:{lo + count - 1}]"]
-    base = 2 if info.sig[1] == "sbase" else 4
-    lo = r.randrange(0, g.arch.max_sgpr - base + 1, 2 if base == 2 else 4)
-    ops.append(f"s[{lo}:{lo + base - 1}]")
-    roll = r.random()
-    top = 0xFFFFF if g.arch.gen != 12 else 0x7FFFFF
-    if roll < 0.5:
-        ops.append(hex(r.choice([0, 4, 16, 0x100, r.randint(0, top)])))
-        return f"{info.name} {', '.join(ops)}"
-    sreg = f"s{r.randrange(g.arch.max_sgpr)}"
-    ops.append(sreg)
-    text = f"{info.name} {', '.join(ops)}"
-    if roll < 0.75 and info.sig[1] == "sbase":
+    ops = []
+    offset_mod = False
+    for role in info.sig:
+        if role == "sdata":
+            count = info.count(0)
+            lo = r.randrange(0, g.arch.max_sgpr - count + 1, 1 if count == 1 else 2 if count == 2 else 4)
+            ops.append(f"s{lo}" if count == 1 else f"s[{lo}:{lo + count - 1}]")
+        elif role in ("sbase", "sbuf"):
+            base = 2 if role == "sbase" else 4
+            lo = r.randrange(0, g.arch.max_sgpr - base + 1, 2 if base == 2 else 4)
+            ops.append(f"s[{lo}:{lo + base - 1}]")
+        elif role == "soff":
+            top = 0xFFFFF if g.arch.gen != 12 else 0x7FFFFF
+            if r.random() < 0.5:
+                ops.append(hex(r.choice([0, 4, 16, 0x100, r.randint(0, top)])))
+            else:
+                ops.append(f"s{r.randrange(g.arch.max_sgpr)}")
+                offset_mod = r.random() < 0.5 and "sbase" in info.sig
+    text = f"{info.name} {', '.join(ops)}".strip()
+    if offset_mod:
         text += f" offset:{hex(r.randint(1, 0xFFFF))}"
     return text
 
@@ -189,11 +203,15 @@ def _valu(g: Gen, info: OpInfo, force: str | None) -> str:
     used_literal = [False]
     scalar_used = [False]
 
-    reads_mask = not arch.rdna and ("mask" in info.sig or info.sig[-1:] == ("vcc",))
+    reads_mask = (not arch.rdna and ("mask" in info.sig or info.sig[-1:] == ("vcc",))) or \
+        info.name.startswith("v_div_fmas")  # reads all of VCC
+    # 16-bit operands of a 32-bit-only encoding reach v0..v127 only
+    top = 128 if (info.e64 is None or force == "e32") and info.fmt in ("VOP1", "VOP2", "VOPC") and \
+        16 in (info.width(0), info.width(1)) else 256
 
     def src(slot: int, vgpr: bool = True) -> str:
         if reads_mask:  # CDNA's constant bus holds only the mask: other sources are VGPRs or inline
-            return g.vgpr(info.count(slot)) if r.random() < 0.7 else str(r.randint(-16, 64))
+            return g.vgpr(info.count(slot), top=top) if r.random() < 0.7 else str(r.randint(-16, 64))
         if not arch.rdna and scalar_used[0]:  # CDNA: one SGPR per instruction
             return g.vgpr(info.count(slot)) if r.random() < 0.7 else str(r.randint(-16, 64))
         allow = lit_ok and not used_literal[0]
@@ -208,14 +226,14 @@ def _valu(g: Gen, info: OpInfo, force: str | None) -> str:
     sig = info.sig
     for i, role in enumerate(sig):
         if role == "vdst":
-            ops.append(g.vgpr(info.count(0)))
+            ops.append(g.vgpr(info.count(0), top=top))
         elif role == "adst":
             ops.append(g.vgpr(info.count(0), "a"))
         elif role == "asrc0":
             ops.append(g.vgpr(info.count(1), "a"))
         elif role == "vsrc0":
             ops.append(g.vgpr(info.count(1)))
-        elif role in ("ssrc0", "ssrc1"):
+        elif role in ("ssrc0", "ssrc1", "ssrc2"):
             ops.append(g.sgpr(1) if r.random() < 0.5 else str(r.randint(0, 31)))
         elif role == "sdst":
             if info.fmt in ("VOP2", "VOP3SD"):
@@ -223,11 +241,11 @@ def _valu(g: Gen, info: OpInfo, force: str | None) -> str:
             else:
                 ops.append(f"s{r.randrange(arch.max_sgpr)}")
         elif role == "src0":
-            ops.append(src(1))
+            ops.append(src(1) if top == 256 or r.random() < 0.5 else g.vgpr(info.count(1), top=top))
         elif role in ("src1", "src2"):
             ops.append(src(int(role[-1]) + 1))
         elif role == "vsrc1":
-            ops.append(src(2) if e64 else g.vgpr(info.count(2)))
+            ops.append(src(2) if e64 else g.vgpr(info.count(2), top=top))
         elif role == "vcc":
             if info.fmt == "VOPC" and e64:
                 ops.append(_mask(g))
@@ -240,10 +258,11 @@ def _valu(g: Gen, info: OpInfo, force: str | None) -> str:
         elif role == "mask":
             ops.append(_mask(g))
         elif role == "k":
-            ops.append(hex(r.randint(0x41, 0xFFFFFFFF)))
+            ops.append(hex(r.randint(0x41, 0xFFFF if info.width(0) == 16 else 0xFFFFFFFF)))
     suffix = f"_{force}" if force and info.fmt in ("VOP1", "VOP2", "VOPC") else ""
     text = f"{info.name}{suffix} {', '.join(ops)}".strip()
-    if e64 and info.is_float(1) and "nomods" not in info.flags and info.fmt != "VOPC" and "sdst" not in sig:
+    if (e64 and info.is_float(1) and not {"nomods", "noclamp"} & info.flags and info.fmt != "VOPC"
+            and "sdst" not in sig):
         if r.random() < 0.2:
             text += " clamp"
     return text
@@ -265,7 +284,8 @@ def _vop3p(g: Gen, info: OpInfo) -> str:
             slot = int(role[-1]) + 1
             nsrc += 1
             if "wmma" in info.flags:
-                ops.append(g.vgpr(info.count(slot)) if slot < 3 or r.random() < 0.8 else "1.0")
+                ops.append(g.vgpr(info.count(slot)) if slot < 3 or r.random() < 0.8 or "swmmac" in info.name
+                           else "1.0")
             elif r.random() < 0.7:
                 ops.append(g.vgpr(info.count(slot)))
             else:
@@ -295,7 +315,9 @@ def _ds(g: Gen, info: OpInfo) -> str:
         slot = 0 if role == "vdst" else 3
         ops.append(g.vgpr(1 if role == "addr" else info.count(slot)))
     text = f"{info.name} {', '.join(ops)}"
-    if "2addr" in info.name or "read2" in info.name or "write2" in info.name:
+    if not ops:
+        return info.name
+    if two_offsets(info.name):
         text += f" offset0:{r.randint(0, 255)} offset1:{r.randint(0, 255)}"
     elif r.random() < 0.6:
         text += f" offset:{r.randint(1, 65535)}"
@@ -319,6 +341,8 @@ def _global(g: Gen, info: OpInfo) -> str:
         else:
             ops.append(g.vgpr(info.count(0 if role == "vdst" else 3)))
     text = f"{info.name} {', '.join(ops)}"
+    if not ops:
+        return info.name
     if arch.gen == 12:
         lo, hi = -(1 << 23), (1 << 23) - 1
     elif glob:

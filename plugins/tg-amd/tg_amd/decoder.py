@@ -11,9 +11,10 @@ from typing import Any
 from tg_amd.arch import Arch, AsmError, get_arch
 from tg_amd.encoder import OMOD, _e64_sig
 from tg_amd.inst import Inst
-from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode
+from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, two_offsets
 from tg_amd.layouts import LAYOUTS, Layout, match
 from tg_amd.operands import FILES, INV_2PI, LITERAL, OFF, SPECIALS, Mod, Reg
+from tg_amd.symbols import delay_sym, hwreg_sym, msg_sym
 
 FLOAT_CODES = {240: 0.5, 241: -0.5, 242: 1.0, 243: -1.0, 244: 2.0, 245: -2.0, 246: 4.0, 247: -4.0, 248: INV_2PI}
 OMOD_NAMES = {v: k for k, v in OMOD.items()}
@@ -88,7 +89,7 @@ def _vop_operands(d: _Decoder, sig: tuple[str, ...], layout: Layout) -> list[Any
             neg = f.get("neg", 0) >> k & 1 if layout.name in ("VOP3", "VOP3SD") else 0
             ab = f.get("abs", 0) >> k & 1
             out.append(Mod(op, bool(neg), bool(ab)) if neg or ab else op)
-        elif role in ("ssrc0", "ssrc1"):
+        elif role in ("ssrc0", "ssrc1", "ssrc2"):
             k = int(role[-1])
             out.append(d.scalar(f[f"src{k}"], info.count(k + 1)))
         elif role in ("vsrc0", "asrc0"):
@@ -117,33 +118,43 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
             elif role in ("ssrc0", "ssrc1"):
                 ops.append(d.scalar(f[role], info.count(SRC_INDEX[role])))
             elif role == "simm16":
-                signed = (lay == "SOPK" and "_u32" not in name) or name == "s_barrier_wait"
-                ops.append(_sext(f["simm16"], 16) if signed else f["simm16"])
+                imm = f["simm16"]
+                if "reg" in name and lay == "SOPK" and name.startswith(("s_getreg", "s_setreg")):
+                    ops.append(hwreg_sym(imm, arch))
+                elif name in ("s_sendmsg", "s_sendmsghalt"):
+                    ops.append(msg_sym(imm, arch))
+                elif name == "s_delay_alu":
+                    ops.append(delay_sym(imm))
+                else:
+                    signed = (lay == "SOPK" and "_u32" not in name) or name == "s_barrier_wait"
+                    ops.append(_sext(imm, 16) if signed else imm)
+            elif role == "k":
+                ops.append(literal)
             elif role == "label":
                 ops.append(_sext(f["simm16"], 16))
             elif role == "waitcnt":
                 ops.append(f["simm16"])
-    elif lay == "SMEM" and not sig:
-        pass
     elif lay == "SMEM":
         bits = {11: 21, 12: 24, 9: 21}[arch.gen]
-        ops.append(d.scalar(f["sdata"], info.count(0)))
-        ops.append(d.scalar(f["sbase"] << 1, 2 if sig[1] == "sbase" else 4))
-        if arch.gen == 9:
-            if f["imm"] and not f["soe"]:
+        for role in sig:
+            if role == "sdata":
+                ops.append(d.scalar(f["sdata"], info.count(0)))
+            elif role in ("sbase", "sbuf"):
+                ops.append(d.scalar(f["sbase"] << 1, 2 if role == "sbase" else 4))
+            elif role == "soff" and arch.gen == 9:
+                if f["imm"] and not f["soe"]:
+                    ops.append(_sext(f["offset"], bits))
+                elif not f["imm"]:
+                    ops.append(d.scalar(f["offset"], 1))
+                else:
+                    ops.append(d.scalar(f["soffset"], 1))
+                    mods["offset"] = _sext(f["offset"], bits)
+            elif role == "soff" and f["soffset"] == arch.null:
                 ops.append(_sext(f["offset"], bits))
-            elif not f["imm"]:
-                ops.append(d.scalar(f["offset"], 1))
-            else:
+            elif role == "soff":
                 ops.append(d.scalar(f["soffset"], 1))
-                mods["offset"] = _sext(f["offset"], bits)
-        elif f["soffset"] == arch.null:
-            ops.append(_sext(f["offset"], bits))
-        else:
-            ops.append(d.scalar(f["soffset"], 1))
-            if f["offset"]:
-                mods["offset"] = _sext(f["offset"], bits)
-        ops = ops[: len(sig)] if sig else []
+                if f["offset"]:
+                    mods["offset"] = _sext(f["offset"], bits)
         for flag in ("glc", "dlc"):
             if f.get(flag):
                 mods[flag] = True
@@ -160,12 +171,19 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                 mods["op_sel"] = tuple(bits)
     elif lay == "VOP3P":
         ops = _vop_operands(d, sig, layout)
+        mix = "mix" in info.flags
         nsrc = sum(r.startswith(("src", "asrc")) for r in sig)
         op_sel = [f["op_sel"] >> k & 1 for k in range(3)]
         op_sel_hi = [f["op_sel_hi"] & 1, f["op_sel_hi"] >> 1 & 1, f["op_sel_hi2"]]
-        for key, bits, default in (("op_sel", op_sel, 0), ("op_sel_hi", op_sel_hi, 1),
-                                   ("neg_lo", [f["neg"] >> k & 1 for k in range(3)], 0),
-                                   ("neg_hi", [f["neg_hi"] >> k & 1 for k in range(3)], 0)):
+        negs = [("neg_lo", [f["neg"] >> k & 1 for k in range(3)], 0),
+                ("neg_hi", [f["neg_hi"] >> k & 1 for k in range(3)], 0)]
+        if mix:  # fma_mix: neg_lo/neg_hi are the -x / |x| of each source
+            for k in range(nsrc):
+                n, a = f["neg"] >> k & 1, f["neg_hi"] >> k & 1
+                if n or a:
+                    ops[k + 1] = Mod(ops[k + 1], bool(n), bool(a))
+            negs = []
+        for key, bits, default in (("op_sel", op_sel, 0), ("op_sel_hi", op_sel_hi, 0 if mix else 1), *negs):
             if any(b != default for b in bits[:nsrc]):
                 mods[key] = tuple(bits[:nsrc])
         if f.get("clamp"):
@@ -184,7 +202,7 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
         for role in sig:
             slot = 0 if role == "vdst" else SRC_INDEX.get(role, 1)
             ops.append(Reg("v" if role == "addr" else kind, f[role], 1 if role == "addr" else info.count(slot)))
-        if "2addr" in name or "read2" in name or "write2" in name:
+        if two_offsets(name):
             for key in ("offset0", "offset1"):
                 if f[key]:
                     mods[key] = f[key]

@@ -12,13 +12,19 @@ from typing import Any
 
 from tg_amd.arch import Arch, AsmError, get_arch
 from tg_amd.inst import Inst
-from tg_amd.isa import SRC_INDEX, OpInfo, lookup, vopd_info
+from tg_amd.isa import SRC_INDEX, OpInfo, lookup, two_offsets, vopd_info
 from tg_amd.layouts import LAYOUTS, Layout
 from tg_amd.operands import OFF, SPECIALS, Label, Mod, Reg, constant_code, operand_text, scalar_code
+from tg_amd.symbols import Sym
+from tg_amd.symbols import value as symbol_value
 
 OMOD = {"mul:2": 1, "mul:4": 2, "div:2": 3}
 SRC_FIELDS = ("src0", "src1", "src2")
 SHIFT64 = ("v_lshlrev_b64", "v_lshrrev_b64", "v_ashrrev_i64")  # constant bus limit 1 even on RDNA
+
+
+PACKED = ("v_pk_", "v_dot")  # 16-bit pairs in one 32-bit operand: any VGPR, 32-bit integer literals
+UNSIGNED_SIMM16 = ("s_getreg", "s_setreg")  # hwreg immediates: 0..0xffff only
 
 
 class NoFit(Exception):
@@ -79,7 +85,7 @@ class _Encoder:
         if not isinstance(op, Reg) or op.kind in ("v", "a"):
             self.fail(f"expected a scalar register, got {operand_text(op)}", what)
         if op.kind in SPECIALS:
-            if SPECIALS[op.kind][0] != count:
+            if SPECIALS[op.kind][0] != count and op.kind != "null":  # null stands for any width
                 self.fail(f"needs {count} SGPR{'s' if count > 1 else ''}, got {op.kind} ({op.count})", what)
         else:
             self.check_count(op, count, what)
@@ -109,8 +115,10 @@ class _Encoder:
             return self.sreg(op, count, what), neg, ab
         if isinstance(op, bool) or not isinstance(op, int | float):
             self.fail(f"expected a register or constant, got {operand_text(op)}", what)
-        code, lit = constant_code(op, self.info.width(slot), self.info.is_float(slot), self.inst.name, what,
-                                  self.arch)
+        width = self.info.width(slot)
+        if width == 16 and isinstance(op, int) and self.info.name.startswith(PACKED):
+            width = 32  # an integer literal fills the whole packed pair
+        code, lit = constant_code(op, width, self.info.is_float(slot), self.inst.name, what, self.arch)
         if lit is not None:
             if not literal:
                 self.fail("a literal constant is not allowed here (only inline constants)", what)
@@ -188,7 +196,16 @@ def _salu(enc: _Encoder) -> bytes:
                 enc.fail("modifiers are not allowed on scalar operands", what)
             enc.fields[role] = code
         elif role == "simm16":
-            enc.fields["simm16"] = _signed(op, 16, what, enc, unsigned_ok=True)
+            if isinstance(op, Sym):
+                op = symbol_value(op, enc.arch)
+            if info.name.startswith(UNSIGNED_SIMM16):
+                enc.fields["simm16"] = _unsigned(op, 16, what, enc)
+            else:
+                enc.fields["simm16"] = _signed(op, 16, what, enc, unsigned_ok=True)
+        elif role == "k":
+            if not isinstance(op, int | float) or isinstance(op, bool):
+                enc.fail("expected a 32-bit constant", what)
+            enc.set_literal(_const_value(op), what)
         elif role == "label":
             if isinstance(op, Label):
                 if enc.labels is None or op.name not in enc.labels:
@@ -262,7 +279,7 @@ def _vop32(enc: _Encoder) -> bytes:
         what = enc.what(i, role)
         slot = 0 if role in ("vdst", "adst") else SRC_INDEX.get(role, 1)
         if (enc.arch.rdna and info.width(slot) == 16 and isinstance(op, Reg) and op.kind == "v"
-                and op.index >= 128):
+                and op.index >= 128 and not info.name.startswith(PACKED)):
             raise NoFit  # 16-bit operands of the 32-bit encodings reach v0..v127 only
         if role == "vdst":
             f["vdst"] = enc.vreg(op, info.count(0), what).index
@@ -285,10 +302,12 @@ def _vop32(enc: _Encoder) -> bytes:
         elif role == "k":
             if isinstance(op, Reg | Mod):
                 enc.fail("expected a literal constant", what)
-            code, lit = constant_code(op, 32, info.is_float(1), info.name, what, enc.arch)
+            bits = 16 if info.width(0) == 16 else 32
+            code, lit = constant_code(op, bits, info.is_float(1), info.name, what, enc.arch)
             enc.set_literal(lit if lit is not None else _const_value(op), what)
     implicit = ("vcc",) if info.sig and info.sig[-1] == "vcc" else ()  # carry-in / cndmask select
-    _constant_bus(enc, [(f.get("src0"), info.count(1))], implicit)
+    literal = [(255, 1)] if enc.literal is not None else []  # fmamk/fmaak's K is a constant-bus read
+    _constant_bus(enc, [(f.get("src0"), info.count(1)), *literal], implicit)
     return enc.emit(enc.layout(info.fmt))
 
 
@@ -296,9 +315,13 @@ def _constant_bus(enc: _Encoder, codes: list[tuple[int | None, int]], implicit: 
     """At most 1 (CDNA) or 2 (RDNA) scalar values per VALU instruction: SGPRs, implicit VCC, the literal.
 
     ``codes``: (source code, register count); vcc_lo and vcc are different reads."""
-    reads = {(c, n if c != 255 else 1) for c, n in codes if c is not None and (c < 128 or c in (253, 255))}
-    if implicit:
+    free = enc.arch.null  # null reads nothing
+    reads = {(c, n if c != 255 else 1) for c, n in codes
+             if c is not None and c != free and (c < 128 or c in (253, 255))}
+    if "vcc" in implicit:
         reads.add((106, _mask_count(enc)))
+    if "vcc!" in implicit:  # v_div_fmas reads all of VCC (even in wave32): an explicit vcc_lo is another read
+        reads.add((106, 2))
     limit = 2 if enc.arch.rdna and enc.info.name not in SHIFT64 else 1
     if len(reads) > limit:
         enc.fail(f"reads {len(reads)} scalar values (SGPRs, VCC, literal); the constant bus allows {limit}")
@@ -349,7 +372,7 @@ def _vop3(enc: _Encoder, sig: tuple[str, ...], op: int) -> bytes:
             neg |= n << k
             ab |= a << k
             nsrc = max(nsrc, k + 1)
-        elif role in ("ssrc0", "ssrc1"):
+        elif role in ("ssrc0", "ssrc1", "ssrc2"):
             k = int(role[-1])
             f[f"src{k}"] = enc.src(o, k + 1, what, vgpr=False, literal=enc.arch.vop3_literal)[0]
             nsrc = max(nsrc, k + 1)
@@ -363,7 +386,8 @@ def _vop3(enc: _Encoder, sig: tuple[str, ...], op: int) -> bytes:
         f["vdst"] = 126
     lane_ops = ("v_readlane_b32", "v_writelane_b32")
     if info.name not in lane_ops:
-        _constant_bus(enc, [(f.get(k), info.count(i + 1)) for i, k in enumerate(SRC_FIELDS)])
+        implicit = ("vcc!",) if info.name.startswith("v_div_fmas") else ()  # reads VCC
+        _constant_bus(enc, [(f.get(k), info.count(i + 1)) for i, k in enumerate(SRC_FIELDS)], implicit)
     elif info.name == "v_writelane_b32" and not enc.arch.rdna:  # lane select in M0 is free on CDNA
         _constant_bus(enc, [(f.get("src0"), 1), (f.get("src1") if f.get("src1") != enc.arch.m0 else None, 1)])
     if neg:
@@ -373,6 +397,8 @@ def _vop3(enc: _Encoder, sig: tuple[str, ...], op: int) -> bytes:
             enc.fail("abs is not valid with a scalar carry-out", "abs")
         f["abs"] = ab
     if mods.get("clamp"):
+        if "noclamp" in info.flags:
+            enc.fail("clamp is not valid here", "clamp")
         f["clamp"] = 1
     if "omod" in mods:
         if mods["omod"] not in OMOD:
@@ -418,6 +444,8 @@ def _vop3p(enc: _Encoder) -> bytes:
     info, f = enc.info, enc.fields
     _no_mods(enc, ("op_sel", "op_sel_hi", "neg_lo", "neg_hi", "clamp"))
     f["op"] = info.op
+    mix = "mix" in info.flags
+    mix_neg = [0, 0]
     nsrc = sum(r.startswith(("src", "asrc")) for r in info.sig)
     for i, (role, o) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
         what = enc.what(i, role)
@@ -428,13 +456,19 @@ def _vop3p(enc: _Encoder) -> bytes:
         elif role == "asrc0":
             f["src0"] = 256 + enc.vreg(o, info.count(1), what, ("a",)).index
         elif role in SRC_FIELDS:
-            if isinstance(o, Mod):
+            if isinstance(o, Mod) and not mix:
                 enc.fail("packed math takes neg_lo/neg_hi, not -x or |x|", what)
-            f[role] = enc.src(o, SRC_FIELDS.index(role) + 1, what, literal=enc.arch.vop3_literal)[0]
+            code, neg, ab = enc.src(o, SRC_FIELDS.index(role) + 1, what, literal=enc.arch.vop3_literal)
+            f[role] = code
+            k = SRC_FIELDS.index(role)
+            mix_neg[0] |= neg << k  # fma_mix: -x and |x| live in the neg_lo and neg_hi bits
+            mix_neg[1] |= ab << k
     op_sel = _bits(enc, "op_sel", nsrc, 0)
-    op_sel_hi = _bits(enc, "op_sel_hi", nsrc, 1)
-    neg_lo = _bits(enc, "neg_lo", nsrc, 0)
-    neg_hi = _bits(enc, "neg_hi", nsrc, 0)
+    op_sel_hi = _bits(enc, "op_sel_hi", nsrc, 0 if mix else 1)
+    if mix and ("neg_lo" in enc.inst.mods or "neg_hi" in enc.inst.mods):
+        enc.fail("fma_mix takes -x and |x|, not neg_lo/neg_hi", "neg_lo")
+    neg_lo = [mix_neg[0] >> k & 1 for k in range(3)] if mix else _bits(enc, "neg_lo", nsrc, 0)
+    neg_hi = [mix_neg[1] >> k & 1 for k in range(3)] if mix else _bits(enc, "neg_hi", nsrc, 0)
     f["op_sel"] = op_sel[0] | op_sel[1] << 1 | op_sel[2] << 2
     f["op_sel_hi"] = op_sel_hi[0] | op_sel_hi[1] << 1
     f["op_sel_hi2"] = op_sel_hi[2]
@@ -463,7 +497,8 @@ def _mai(enc: _Encoder) -> bytes:
     if isinstance(c, Reg):
         enc.vreg(c, info.count(3), enc.what(3, "msrc2"), (dst.kind,))
         same = c.index == dst.index and c.count == dst.count
-        if not same and c.index < dst.index + dst.count and dst.index < c.index + c.count:
+        overlap = c.index < dst.index + dst.count and dst.index < c.index + c.count
+        if not same and overlap and dst.count > 4:  # LLVM allows a partial overlap up to 128-bit D
             enc.fail("C must be D itself or not overlap D", enc.what(3, "msrc2"))
         f["src2"] = 256 + c.index
     else:
@@ -546,7 +581,7 @@ def _vopd_banks(name: str, got: dict[str, int]) -> tuple[int | None, int | None,
 
 def _ds(enc: _Encoder) -> bytes:
     info, f, mods, arch = enc.info, enc.fields, enc.inst.mods, enc.arch
-    two = "2addr" in info.name or "read2" in info.name or "write2" in info.name
+    two = two_offsets(info.name)
     allowed = ("offset0", "offset1") if two else ("offset",)
     _no_mods(enc, allowed + (("gds",) if arch.gen != 12 else ()))
     f["op"] = info.op
@@ -600,6 +635,8 @@ def _flat(enc: _Encoder) -> bytes:
             f[names.get(role, role)] = r.index
     if not glob:
         f["saddr"] = 0 if arch.gen == 9 else 0x7C
+    elif "saddr" not in info.sig:  # global_inv, global_wb, ...: no address at all
+        f["saddr"] = 0x7F if arch.gen == 9 else 0x7C
     if "a" in acc:
         if len(acc) > 1:
             enc.fail("data and destination must all be VGPRs or all AGPRs")

@@ -13,6 +13,7 @@ from typing import Any
 from tg_amd.arch import AsmError
 from tg_amd.inst import Inst
 from tg_amd.operands import FLOAT_TEXT, INLINE_FLOATS, INV_2PI, NAMED, OFF, Label, Mod, Reg, operand_text
+from tg_amd.symbols import Sym
 
 FLAGS = ("clamp", "glc", "slc", "dlc", "gds", "sc0", "sc1", "nt")
 INT_MODS = ("offset", "offset0", "offset1", "cbsz", "abid", "blgp")
@@ -77,9 +78,32 @@ def parse_operand(tok: str) -> Any:
         if low.startswith(fn + "(") and low.endswith(")"):
             inner = parse_operand(t[len(fn) + 1:-1])
             return abs(inner) if fn == "abs" else -inner
+    for kind in ("hwreg", "sendmsg"):
+        if low.startswith(kind + "(") and low.endswith(")"):
+            args = [a.strip() for a in t[len(kind) + 1:-1].split(",")]
+            return Sym(kind, tuple(_sym_arg(a) for a in args))
     if IDENT_RE.match(t):
         return Label(t)
     raise AsmError(f"cannot parse operand {t!r}")
+
+
+def _sym_arg(text: str) -> int | str:
+    if NUM_RE.match(text.lower()):
+        return int(text, 0)
+    if not IDENT_RE.match(text):
+        raise AsmError(f"cannot parse {text!r} in a symbolic operand")
+    return text.upper()
+
+
+DELAY_RE = re.compile(r"(instid0|instskip|instid1)\(\s*(\w+)\s*\)")
+
+
+def _parse_delay(rest: str) -> Sym:
+    """``instid0(VALU_DEP_1) | instskip(NEXT) | instid1(SALU_CYCLE_1)``."""
+    pairs = tuple((f, v.upper()) for f, v in DELAY_RE.findall(rest))
+    if DELAY_RE.sub("", rest).replace("|", "").strip() or not pairs:
+        raise AsmError(f"cannot parse s_delay_alu operand {rest!r}", "s_delay_alu")
+    return Sym("delay", pairs)
 
 
 def _parse_mod(tok: str, mods: dict[str, Any]) -> bool:
@@ -120,6 +144,9 @@ def parse_inst(text: str) -> Inst:
         if name.endswith(suffix):
             name, enc = name[: -len(suffix)], suffix[1:]
     rest = rest.strip()
+    if name == "s_delay_alu" and "(" in rest:
+        return Inst(name, (_parse_delay(rest),), {}, enc)
+    rest = re.sub(r"\(([^)]*)\)", lambda m: "(" + re.sub(r"\s+", "", m.group(1)) + ")", rest)
     if WAITCNT_RE.search(rest):
         counts = {k: int(v) for k, v in WAITCNT_RE.findall(rest)}
         leftover = WAITCNT_RE.sub("", rest).replace("&", "").replace(",", "").strip()
@@ -153,6 +180,8 @@ def value_text(op: Any) -> str:
         return str(op) if -16 <= op <= 64 else hex(op) if op >= 0 else "-" + hex(-op)
     if isinstance(op, dict):
         return " ".join(f"{k}({v})" for k, v in op.items())
+    if isinstance(op, Sym):
+        return str(op)
     if isinstance(op, Mod) and not isinstance(op.value, Reg):
         inner = value_text(op.value)
         inner = f"|{inner}|" if op.abs else inner

@@ -1,0 +1,92 @@
+"""Every mnemonic LLVM knows for gfx1100, gfx1200, gfx1201 and gfx942 is known to tg-amd.
+
+The listing (``tg_amd/tables/llvm19_<arch>.txt``, one row per opcode, written by
+``tests/llvm_opcodes.py`` from llvm-mc-19's disassembler) is the reference. Each listed mnemonic
+must be encodable (``isa.lookup`` finds it), or refused with a stated reason from a short, explicit
+list of what tg-amd does not do yet (the README's "Still refused"). With llvm-mc at hand the stored
+listing is checked against llvm-mc itself: every stored word still disassembles to the stored text
+(and under ``TG_FULL=1`` the whole opcode space is enumerated again and must give the same listing).
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import tg_amd
+from llvm_opcodes import disassemble, enumerate_opcodes, table_path
+from tg_amd.isa import UNSUPPORTED, lookup
+from tg_amd.llvm_table import KNOWN_GAPS
+from tg_amd_cases import llvm_mc
+
+ARCHS = ("gfx1100", "gfx1200", "gfx1201", "gfx942")
+# encoding families tg-amd does not encode yet (every mnemonic in them is refused with this reason)
+FAMILIES_NOT_YET = {"MUBUF", "MTBUF", "MIMG", "SCRATCH", "VBUFFER", "VIMAGE", "VSAMPLE", "VINTERP", "LDSDIR"}
+
+
+def _rows(arch: str) -> list[tuple[str, int, str, str]]:
+    rows = []
+    for line in table_path(arch).read_text().splitlines():
+        if line and not line.startswith("#"):
+            family, op, word, text = line.split("\t")
+            rows.append((family, int(op, 0), word, text))
+    return rows
+
+
+def _mnemonic(family: str, text: str) -> str:
+    if family == "VOPD_X":
+        text = text.split("::")[0]
+    elif family == "VOPD_Y":
+        text = text.split("::")[1]
+    return text.split()[0].removesuffix("_e32").removesuffix("_e64")
+
+
+@pytest.fixture(scope="module")
+def have_llvm() -> None:
+    if llvm_mc() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("llvm-mc-19 not found; CI must install Debian's llvm-19")
+        pytest.skip("llvm-mc-19 not installed (apt-get install llvm-19)")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_llvm_mnemonic_is_known(arch: str) -> None:
+    rows = _rows(arch)
+    assert len(rows) > 1000
+    unknown, vague = [], []
+    for family, _, _, text in rows:
+        name = _mnemonic(family, text)
+        if family.startswith("VOPD"):
+            if tg_amd.isa.vopd_info(tg_amd.get_arch(arch), name, family[-1]) is None:
+                unknown.append(f"{family} {name}")
+            continue
+        try:
+            lookup(arch, name)
+        except tg_amd.AsmError as e:
+            reason = UNSUPPORTED.get(tg_amd.get_arch(arch).gen, {}).get(name)
+            if reason is None:
+                unknown.append(f"{family} {name}: {e}")
+            elif not (family in FAMILIES_NOT_YET or reason in KNOWN_GAPS):
+                vague.append(f"{family} {name}: {reason}")
+            else:
+                assert reason in str(e)
+    assert not unknown, f"{len(unknown)} listed mnemonics unknown to tg-amd: {unknown[:20]}"
+    assert not vague, f"{len(vague)} refused for a reason not in the known list: {vague[:20]}"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_listing_matches_llvm_mc(have_llvm: None, arch: str) -> None:
+    rows = _rows(arch)
+    words = [tuple(int.from_bytes(bytes.fromhex(w[i:i + 8]), "little") for i in range(0, len(w), 8))
+             for _, _, w, _ in rows]
+    texts = disassemble(words, arch)
+    wrong = [f"{f} {op:#x} {w}: stored {t!r}, llvm-mc {got!r}" for (f, op, w, t), got in zip(rows, texts, strict=True)
+             if not isinstance(got, str) or " ".join(got.split()) != t]
+    assert not wrong, "\n".join(wrong[:20])
+
+
+@pytest.mark.skipif(not os.environ.get("TG_FULL"), reason="enumerates every opcode of every family (nox -s full)")
+@pytest.mark.parametrize("arch", ARCHS)
+def test_listing_is_complete(have_llvm: None, arch: str) -> None:
+    stored = [(f, op, t) for f, op, _, t in _rows(arch)]
+    fresh = [(f, op, t) for f, op, t, _ in enumerate_opcodes(arch)]
+    assert fresh == stored
