@@ -6,7 +6,9 @@ with each immediate prints ``sendmsg(MSG_<name>[, <op>[, stream]])``).
 
     python plugins/tg-amd/tests/llvm_symbols.py      # rewrites tg_amd/tables/llvm19_symbols.txt
 
-Rows: ``arch  hwreg|msg|msgop  name  value``; ``msgop`` values are the operation's bits shifted in
+On gfx12 also the cache-policy names (``th:TH_LOAD_NT``, ``scope:SCOPE_SYS``) of loads, stores and
+atomics. Rows: ``arch  kind  name  value``, kind one of hwreg, msg, msgop, th_load, th_store,
+th_atomic, scope; ``msgop`` values are the operation's bits shifted in
 place, next to the message they belong to (``name`` is ``MSG_X,OP_Y``).
 """
 from __future__ import annotations
@@ -42,6 +44,20 @@ def symbols(arch: str) -> list[tuple[str, str, int]]:
             rows.append(("msg", msg, v))
         elif not op.isdigit():
             rows.append(("msgop", f"{msg},{op}", v))
+    if arch in ("gfx1200", "gfx1201"):  # cache policy names of loads, stores and atomics (global_*_b32 v1, v[2:3])
+        for kind, op in (("th_load", 0x14), ("th_store", 0x1A), ("th_atomic", 0x35)):
+            words = [(0xEE000000 | op << 14 | 0x7C, 1 | 1 << 23 | th << 20 | scope << 18, 2)
+                     for th in range(8) for scope in range(4)]
+            for (th, scope), text in zip([(t, c) for t in range(8) for c in range(4)], disassemble(words, arch),
+                                         strict=True):
+                if not isinstance(text, str):
+                    continue
+                m = re.search(r"th:(TH_\w+)", text)
+                if m and scope == 0 and "_0x" not in m.group(1):  # TH_ATOMIC_0x4: a value without a name
+                    rows.append((kind, m.group(1), th))
+                m = re.search(r"scope:(SCOPE_\w+)", text)
+                if m and th == 0 and kind == "th_load":
+                    rows.append(("scope", m.group(1), scope))
     seen: set[tuple[str, str]] = set()
     unique = []
     for kind, name, value in rows:  # the first (lowest) value of a name is its encoding

@@ -401,6 +401,57 @@ def _vopd(g: Gen, x: OpInfo, y: OpInfo) -> str:
     return f"{tx} :: {ty}"
 
 
+def _policy(g: Gen, info: OpInfo) -> str:
+    """gfx12 ``th:``/``scope:`` names (sometimes)."""
+    from tg_amd.symbols import DEFAULT_POLICY, _names
+    r = g.rng
+    kind = "th_atomic" if "_atomic_" in info.name else "th_store" if "_store_" in info.name else "th_load"
+    text = ""
+    if r.random() < 0.3:
+        text += " th:" + r.choice(sorted({**DEFAULT_POLICY[kind], **_names(g.arch.name)[kind]}))
+    if r.random() < 0.3:
+        text += " scope:" + r.choice(sorted({**DEFAULT_POLICY["scope"], **_names(g.arch.name)["scope"]}))
+    return text
+
+
+def _buffer(g: Gen, info: OpInfo) -> str:
+    r = g.rng
+    arch = g.arch
+    if not info.sig:
+        return info.name
+    load = "_load_" in info.name and "_lds_" not in info.name
+    tfe = load and arch.gen != 9 and r.random() < 0.15
+    addr = r.choice(["", "offen", "idxen", "idxen offen"])
+    naddr = len(addr.split())
+    ops = []
+    for role in info.sig:
+        if role == "vdata":
+            ops.append(g.vgpr(info.count(3) + int(tfe)))
+        elif role == "vaddr":
+            ops.append(g.vgpr(naddr) if naddr else "off")
+        elif role == "srsrc":
+            lo = r.randrange(0, arch.max_sgpr - 3, 4)
+            ops.append(f"s[{lo}:{lo + 3}]")
+        elif role == "soffset":
+            choices = [f"s{r.randrange(arch.max_sgpr)}", "m0"]
+            choices.append("null" if arch.gen == 12 else str(r.randint(0, 64)))
+            ops.append(r.choice(choices))
+    text = f"{info.name} {', '.join(ops)}"
+    if addr:
+        text += " " + addr
+    if r.random() < 0.5:
+        text += f" offset:{r.randint(1, 0x7FFFFF if arch.gen == 12 else 4095)}"
+    flags = {11: ["glc", "slc", "dlc"], 9: ["sc0", "sc1", "nt"], 12: []}[arch.gen]
+    for flag in flags:
+        if r.random() < 0.2:
+            text += f" {flag}"
+    if arch.gen == 12:
+        text += _policy(g, info)
+    if tfe:
+        text += " tfe"
+    return text
+
+
 def case_for(g: Gen, info: OpInfo) -> str:
     fmt = info.fmt
     if fmt in ("SOP1", "SOP2", "SOPC", "SOPK", "SOPP"):
@@ -419,7 +470,9 @@ def case_for(g: Gen, info: OpInfo) -> str:
     if fmt == "DS":
         return _ds(g, info)
     if fmt in ("GLOBAL", "FLAT"):
-        return _global(g, info)
+        return _global(g, info) + (_policy(g, info) if g.arch.gen == 12 else "")
+    if fmt == "MUBUF":
+        return _buffer(g, info)
     raise ValueError(fmt)
 
 

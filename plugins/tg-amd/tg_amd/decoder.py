@@ -14,7 +14,7 @@ from tg_amd.inst import Inst
 from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, two_offsets
 from tg_amd.layouts import LAYOUTS, Layout, match
 from tg_amd.operands import FILES, INV_2PI, LITERAL, OFF, SPECIALS, Mod, Reg
-from tg_amd.symbols import delay_sym, hwreg_sym, msg_sym
+from tg_amd.symbols import delay_sym, hwreg_sym, msg_sym, policy_name
 
 FLOAT_CODES = {240: 0.5, 241: -0.5, 242: 1.0, 243: -1.0, 244: 2.0, 245: -2.0, 246: 4.0, 247: -4.0, 248: INV_2PI}
 OMOD_NAMES = {v: k for k, v in OMOD.items()}
@@ -63,7 +63,7 @@ def _has_literal(layout: Layout, info: OpInfo, fields: dict[str, int], sig: tupl
         return True
     names = ("src0", "src1", "src2", "ssrc0", "ssrc1", "srcx0", "srcy0")
     used = [n for n in names if n in layout.fields]
-    if layout.name in ("SOPK", "SOPP", "SMEM", "DS", "FLAT"):
+    if layout.name in ("SOPK", "SOPP", "SMEM", "DS", "FLAT", "MUBUF", "VBUFFER"):
         return False
     return any(fields.get(n) == LITERAL for n in used)
 
@@ -230,6 +230,31 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
         for flag in ("glc", "slc", "dlc", "sc0", "sc1", "nt"):
             if f.get(flag):
                 mods[flag] = True
+    elif lay in ("MUBUF", "VBUFFER"):
+        kind = "a" if f.get("acc") else "v"
+        naddr = f["offen"] + f["idxen"]
+        for role in sig:
+            if role == "vdata":
+                ops.append(Reg(kind, f["vdata"], info.count(3) + f.get("tfe", 0)))
+            elif role == "vaddr":
+                ops.append(Reg("v", f["vaddr"], naddr) if naddr else OFF)
+            elif role == "srsrc":
+                ops.append(Reg("s", f["srsrc"] if arch.gen == 12 else f["srsrc"] << 2, 4))
+            elif role == "soffset":
+                ops.append(d.scalar(f["soffset"], 1))
+        for flag in ("idxen", "offen"):
+            if f[flag]:
+                mods[flag] = True
+        if f["offset"]:
+            mods["offset"] = f["offset"]
+        for flag in ("glc", "slc", "dlc", "sc0", "sc1", "nt", "tfe", "lds"):
+            if f.get(flag):
+                mods[flag] = True
+    if arch.gen == 12 and lay in ("FLAT", "VBUFFER"):
+        kind = "th_atomic" if "_atomic_" in name else "th_store" if "_store_" in name else "th_load"
+        for key, table in (("th", kind), ("scope", "scope")):
+            if f.get(key):
+                mods[key] = policy_name(table, f[key], arch, f["scope"]) or f[key]
     return Inst(name, tuple(ops), mods, enc)
 
 
@@ -251,6 +276,8 @@ def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
         key = layout.name
         if layout.name == "FLAT":
             key = {2: "GLOBAL", 0: "FLAT"}.get(f["seg"], "?")
+        if layout.name == "VBUFFER":
+            key = "MUBUF"
         info = by_opcode(arch, key, f["op"])
         if info is None:
             continue

@@ -15,7 +15,7 @@ from tg_amd.inst import Inst
 from tg_amd.isa import SRC_INDEX, OpInfo, lookup, two_offsets, vopd_info
 from tg_amd.layouts import LAYOUTS, Layout
 from tg_amd.operands import OFF, SPECIALS, Label, Mod, Reg, constant_code, operand_text, scalar_code
-from tg_amd.symbols import Sym
+from tg_amd.symbols import Sym, policy_value
 from tg_amd.symbols import value as symbol_value
 
 OMOD = {"mul:2": 1, "mul:4": 2, "div:2": 3}
@@ -611,7 +611,7 @@ def _ds(enc: _Encoder) -> bytes:
 
 def _flat(enc: _Encoder) -> bytes:
     info, f, mods, arch = enc.info, enc.fields, enc.inst.mods, enc.arch
-    flags = {11: ("glc", "slc", "dlc"), 9: ("sc0", "sc1", "nt"), 12: ()}[arch.gen]
+    flags = {11: ("glc", "slc", "dlc"), 9: ("sc0", "sc1", "nt"), 12: ("th", "scope")}[arch.gen]
     _no_mods(enc, ("offset",) + flags)
     glob = info.fmt == "GLOBAL"
     names = {"vaddr": "vaddr", "vdata": "vdata"} if arch.gen == 12 else {"vaddr": "addr", "vdata": "data"}
@@ -650,14 +650,78 @@ def _flat(enc: _Encoder) -> bytes:
     else:
         f["offset"] = _unsigned(off, 12, "offset", enc)
     for flag in flags:
-        if mods.get(flag):
+        if mods.get(flag) is True:
             f[flag] = 1
+    if arch.gen == 12:
+        _policy(enc)
     return enc.emit(enc.layout("FLAT"))
+
+
+def _policy(enc: _Encoder) -> None:
+    """gfx12 cache policy: ``th:TH_LOAD_NT`` (names per loads, stores and atomics) and ``scope:SCOPE_SYS``."""
+    mods, name = enc.inst.mods, enc.info.name
+    kind = "th_atomic" if "_atomic_" in name else "th_store" if "_store_" in name else "th_load"
+    for key, table in (("th", kind), ("scope", "scope")):
+        if key in mods:
+            value = mods[key]
+            enc.fields[key] = (policy_value(table, value, enc.arch) if isinstance(value, str)
+                               else _unsigned(value, 3 if key == "th" else 2, key, enc))
+    # th 3 at system scope is BYPASS (loads, stores) and needs that name; BYPASS needs system scope
+    bypass = str(mods.get("th", "")).endswith("_BYPASS")
+    th3_system = enc.fields.get("th") == 3 and enc.fields.get("scope") == 3
+    if bypass != th3_system:
+        enc.fail("scope and th combination is not valid", "th")
+
+
+def _buffer(enc: _Encoder) -> bytes:
+    """buffer_* (MUBUF; VBUFFER on gfx12): vdata, vaddr (off, or VGPRs for idxen/offen), srsrc, soffset."""
+    info, f, mods, arch = enc.info, enc.fields, enc.inst.mods, enc.arch
+    flags = {11: ("glc", "slc", "dlc", "tfe"), 9: ("sc0", "sc1", "nt", "lds"), 12: ("tfe", "th", "scope")}[arch.gen]
+    _no_mods(enc, ("offset", "offen", "idxen") + flags)
+    f["op"] = info.op
+    kinds = ("v", "a") if arch.gen == 9 else ("v",)
+    naddr = int(bool(mods.get("offen"))) + int(bool(mods.get("idxen")))
+    for i, (role, o) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
+        what = enc.what(i, role)
+        if role == "vdata":
+            r = enc.vreg(o, info.count(3) + int(bool(mods.get("tfe"))), what, kinds)
+            f["vdata"] = r.index
+            if r.kind == "a":
+                f["acc"] = 1
+        elif role == "vaddr":
+            if naddr == 0:
+                if o is not OFF:
+                    enc.fail("the address is off without offen/idxen", what)
+            else:
+                f["vaddr"] = enc.vreg(o, naddr, what).index
+        elif role == "srsrc":
+            code = enc.sreg(o, 4, what)
+            f["srsrc"] = code if arch.gen == 12 else code >> 2
+        elif role == "soffset":
+            if isinstance(o, Reg):
+                f["soffset"] = enc.sreg(o, 1, what)
+            elif arch.gen == 12:
+                enc.fail("soffset is an SGPR, m0 or null", what)
+            else:
+                code, lit = constant_code(o, 32, False, info.name, what, arch)
+                if lit is not None:
+                    enc.fail("soffset takes an SGPR or an inline constant", what)
+                f["soffset"] = code
+    if "soffset" not in info.sig:
+        f["soffset"] = arch.null if arch.gen == 12 else 0
+    for flag in ("offen", "idxen") + flags:
+        if mods.get(flag) is True:
+            f[flag] = 1
+    f["offset"] = _unsigned(mods.get("offset", 0), 23 if arch.gen == 12 else 12, "offset", enc)
+    if arch.gen == 12:
+        f["format"] = 1  # buffer_* (untyped): LLVM's default format field
+        _policy(enc)
+    return enc.emit(enc.layout("MUBUF"))
 
 
 FORMAT_ENCODERS = {"SOP1": _salu, "SOP2": _salu, "SOPC": _salu, "SOPK": _salu, "SOPP": _salu, "SMEM": _smem,
                    "VOP1": _valu, "VOP2": _valu, "VOPC": _valu, "VOP3": _valu, "VOP3SD": _valu,
-                   "VOP3P": _vop3p, "MAI": _mai, "DS": _ds, "GLOBAL": _flat, "FLAT": _flat}
+                   "VOP3P": _vop3p, "MAI": _mai, "DS": _ds, "GLOBAL": _flat, "FLAT": _flat, "MUBUF": _buffer}
 
 
 def encode(inst: Inst, arch: str | Arch, pc: int = 0, labels: dict[str, int] | None = None) -> bytes:
@@ -671,7 +735,7 @@ def encode(inst: Inst, arch: str | Arch, pc: int = 0, labels: dict[str, int] | N
     info = lookup(arch, inst.name)
     enc = _Encoder(inst, arch, info, pc, labels)
     if info.fmt in ("VOP3", "VOP3SD", "VOP3P", "MAI", "SOP1", "SOP2", "SOPC", "SOPK", "SOPP", "SMEM", "DS",
-                    "GLOBAL", "FLAT") and inst.enc is not None:
+                    "GLOBAL", "FLAT", "MUBUF") and inst.enc is not None:
         enc.fail(f"has only one encoding; drop the _{inst.enc} suffix")
     enc.fields["op"] = info.op
     return FORMAT_ENCODERS[info.fmt](enc)

@@ -69,6 +69,9 @@ RDNA = {
     "FLAT": _layout("FLAT", 64, "110111", {"op": (18, 7), "seg": (16, 2), "slc": (15, 1), "glc": (14, 1),
                                            "dlc": (13, 1), "offset": (0, 13), "addr": (32, 8), "data": (40, 8),
                                            "saddr": (48, 7), "sve": (55, 1), "vdst": (56, 8)}),
+    "MUBUF": _layout("MUBUF", 64, "111000", {"op": (18, 8), "glc": (14, 1), "dlc": (13, 1), "slc": (12, 1),
+                                             "offset": (0, 12), "vaddr": (32, 8), "vdata": (40, 8), "srsrc": (48, 5),
+                                             "tfe": (53, 1), "offen": (54, 1), "idxen": (55, 1), "soffset": (56, 8)}),
 }
 RDNA4 = {
     **RDNA,
@@ -78,7 +81,12 @@ RDNA4 = {
                                        "addr": (32, 8), "data0": (40, 8), "data1": (48, 8), "vdst": (56, 8)}),
     # VFLAT / VGLOBAL / VSCRATCH share one 96-bit layout; seg picks the address space
     "FLAT": _layout("FLAT", 96, "111011", {"seg": (24, 2), "op": (14, 8), "saddr": (0, 7), "vdst": (32, 8),
-                                           "vdata": (55, 8), "vaddr": (64, 8), "offset": (72, 24)}),
+                                           "scope": (50, 2), "th": (52, 3), "vdata": (55, 8), "vaddr": (64, 8),
+                                           "offset": (72, 24)}),
+    "MUBUF": _layout("VBUFFER", 96, "110001", {"op": (14, 8), "tfe": (22, 1), "soffset": (0, 7), "vdata": (32, 8),
+                                               "srsrc": (41, 9), "scope": (50, 2), "th": (52, 3), "format": (55, 7),
+                                               "offen": (62, 1), "idxen": (63, 1), "vaddr": (64, 8),
+                                               "offset": (72, 24)}),
 }
 CDNA = {
     **SALU, **VALU,
@@ -98,6 +106,10 @@ CDNA = {
     "DS": _layout("DS", 64, "110110", {"acc": (25, 1), "op": (17, 8), "gds": (16, 1), "offset1": (8, 8),
                                        "offset0": (0, 8), "addr": (32, 8), "data0": (40, 8), "data1": (48, 8),
                                        "vdst": (56, 8)}),
+    "MUBUF": _layout("MUBUF", 64, "111000", {"op": (18, 7), "nt": (17, 1), "lds": (16, 1), "sc1": (15, 1),
+                                             "sc0": (14, 1), "idxen": (13, 1), "offen": (12, 1), "offset": (0, 12),
+                                             "vaddr": (32, 8), "vdata": (40, 8), "srsrc": (48, 5), "acc": (55, 1),
+                                             "soffset": (56, 8)}),
     "FLAT": _layout("FLAT", 64, "110111", {"sc1": (25, 1), "op": (18, 7), "nt": (17, 1), "sc0": (16, 1),
                                            "seg": (14, 2), "offset": (0, 13), "addr": (32, 8), "data": (40, 8),
                                            "saddr": (48, 7), "acc": (55, 1), "vdst": (56, 8)}),

@@ -36,13 +36,38 @@ class Sym:
 
 @cache
 def _names(arch: str) -> dict[str, dict[str, int]]:
-    table: dict[str, dict[str, int]] = {"hwreg": {}, "msg": {}, "msgop": {}}
+    table: dict[str, dict[str, int]] = {"hwreg": {}, "msg": {}, "msgop": {}, "th_load": {}, "th_store": {},
+                                        "th_atomic": {}, "scope": {}}
     for line in (Path(__file__).parent / "tables" / "llvm19_symbols.txt").read_text().splitlines():
         if line and not line.startswith("#"):
             a, kind, name, value = line.split("\t")
             if a == arch:
                 table[kind][name] = int(value, 0)
     return table
+
+
+# the defaults llvm-mc never prints
+DEFAULT_POLICY = {"th_load": {"TH_LOAD_RT": 0, "TH_LOAD_BYPASS": 3},
+                  "th_store": {"TH_STORE_RT": 0, "TH_STORE_BYPASS": 3},
+                  "th_atomic": {"TH_ATOMIC_RT": 0}, "scope": {"SCOPE_CU": 0}}
+
+
+def policy_value(kind: str, name: str, arch: Arch) -> int:
+    """``th:``/``scope:`` of a gfx12 memory instruction: ``kind`` is th_load, th_store, th_atomic or scope."""
+    names = {**DEFAULT_POLICY[kind], **_names(arch.name).get(kind, {})}
+    if name not in names:
+        raise AsmError(f"unknown {kind.split('_')[0]} value {name} (known: {', '.join(names)})", None,
+                       kind.split("_")[0], arch.name)
+    return names[name]
+
+
+def policy_name(kind: str, value: int, arch: Arch, scope: int = 0) -> str | None:
+    if value == 0:
+        return None
+    if value == 3 and scope == 3 and kind in ("th_load", "th_store"):
+        return f"TH_{kind[3:].upper()}_BYPASS"
+    names = _names(arch.name).get(kind, {})
+    return next((n for n, v in names.items() if v == value), None)
 
 
 def _number(x: object, what: str, lo: int, hi: int, arch: Arch) -> int:

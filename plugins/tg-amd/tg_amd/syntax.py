@@ -15,11 +15,13 @@ from tg_amd.inst import Inst
 from tg_amd.operands import FLOAT_TEXT, INLINE_FLOATS, INV_2PI, NAMED, OFF, Label, Mod, Reg, operand_text
 from tg_amd.symbols import Sym
 
-FLAGS = ("clamp", "glc", "slc", "dlc", "gds", "sc0", "sc1", "nt")
+FLAGS = ("clamp", "glc", "slc", "dlc", "gds", "sc0", "sc1", "nt", "offen", "idxen", "tfe", "lds")
+NAME_MODS = ("th", "scope")  # th:TH_LOAD_NT scope:SCOPE_SYS
 INT_MODS = ("offset", "offset0", "offset1", "cbsz", "abid", "blgp")
 LIST_MODS = ("op_sel", "op_sel_hi", "neg_lo", "neg_hi")
-MOD_ORDER = ("offset", "offset0", "offset1", "op_sel", "op_sel_hi", "neg_lo", "neg_hi", "cbsz", "abid", "blgp",
-             "clamp", "omod", "glc", "slc", "dlc", "sc0", "sc1", "nt", "gds")
+MOD_ORDER = ("idxen", "offen", "offset", "offset0", "offset1", "op_sel", "op_sel_hi", "neg_lo", "neg_hi", "cbsz",
+             "abid", "blgp", "clamp", "omod", "glc", "slc", "dlc", "sc0", "sc1", "nt", "th", "scope", "lds", "tfe",
+             "gds")
 REG_RE = re.compile(r"^(s|v|a|ttmp)(?:(\d+)|\[(\d+)(?::(\d+))?\])$")
 NUM_RE = re.compile(r"^-?(0x[0-9a-fA-F]+|\d+)$")
 FLOAT_RE = re.compile(r"^-?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][-+]?\d+)$")
@@ -119,6 +121,10 @@ def _parse_mod(tok: str, mods: dict[str, Any]) -> bool:
     key, _, value = low.partition(":")
     if key in INT_MODS:
         mods[key] = int(value, 0) if not value.startswith("-") else -int(value[1:], 0)
+        return True
+    if key in NAME_MODS:
+        raw = tok.partition(":")[2]
+        mods[key] = int(raw, 0) if NUM_RE.match(raw) else raw.upper()
         return True
     if key in LIST_MODS:
         if not (value.startswith("[") and value.endswith("]")):
