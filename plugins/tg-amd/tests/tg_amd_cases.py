@@ -328,14 +328,17 @@ def _global(g: Gen, info: OpInfo) -> str:
     r = g.rng
     arch = g.arch
     glob = info.fmt == "GLOBAL"
-    saddr = (r.choice(["off", "sgpr"]) if glob else None)
+    scratch = info.fmt == "SCRATCH"
+    saddr = (r.choice(["off", "sgpr"]) if glob or scratch else None)
     if saddr == "sgpr":
         lo = r.randrange(0, arch.max_sgpr - 1, 2)
-        saddr = f"s[{lo}:{lo + 1}]"
+        saddr = f"s{lo}" if scratch else f"s[{lo}:{lo + 1}]"
     ops = []
     for role in info.sig:
         if role == "saddr":
             ops.append(saddr)
+        elif role == "vaddr" and scratch:  # at most one of the two addresses may be off... or both
+            ops.append(g.vgpr(1) if saddr == "off" or r.random() < 0.5 else "off")
         elif role == "vaddr":
             ops.append(g.vgpr(1 if saddr not in (None, "off") else 2))
         else:
@@ -345,7 +348,7 @@ def _global(g: Gen, info: OpInfo) -> str:
         return info.name
     if arch.gen == 12:
         lo, hi = -(1 << 23), (1 << 23) - 1
-    elif glob:
+    elif glob or scratch:
         lo, hi = -4096, 4095
     else:
         lo, hi = 0, 4095
@@ -469,7 +472,7 @@ def case_for(g: Gen, info: OpInfo) -> str:
         return _mai(g, info)
     if fmt == "DS":
         return _ds(g, info)
-    if fmt in ("GLOBAL", "FLAT"):
+    if fmt in ("GLOBAL", "FLAT", "SCRATCH"):
         return _global(g, info) + (_policy(g, info) if g.arch.gen == 12 else "")
     if fmt == "MUBUF":
         return _buffer(g, info)

@@ -212,19 +212,22 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
             mods["gds"] = True
     elif lay == "FLAT":
         glob = info.fmt == "GLOBAL"
+        scratch = info.fmt == "SCRATCH"
         names = {"vaddr": "vaddr", "vdata": "vdata"} if arch.gen == 12 else {"vaddr": "addr", "vdata": "data"}
         off_code = 0x7F if arch.gen == 9 else 0x7C
         kind = "a" if f.get("acc") else "v"
         for role in sig:
             if role == "saddr":
-                ops.append(OFF if f["saddr"] == off_code else d.scalar(f["saddr"], 2))
+                ops.append(OFF if f["saddr"] == off_code else d.scalar(f["saddr"], 1 if scratch else 2))
+            elif role == "vaddr" and scratch:
+                ops.append(Reg("v", f[names["vaddr"]], 1) if f["sve"] else OFF)
             elif role == "vaddr":
                 count = 1 if glob and f["saddr"] != off_code else 2
                 ops.append(Reg("v", f[names["vaddr"]], count))
             else:
                 ops.append(Reg(kind, f[names.get(role, role)], info.count(0 if role == "vdst" else 3)))
         off = f["offset"]
-        off = _sext(off, 24) if arch.gen == 12 else _sext(off, 13) if glob else off
+        off = _sext(off, 24) if arch.gen == 12 else _sext(off, 13) if glob or scratch else off
         if off:
             mods["offset"] = off
         for flag in ("glc", "slc", "dlc", "sc0", "sc1", "nt"):
@@ -275,7 +278,7 @@ def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
             return _decode_vopd(data, arch, offset, layout, f)
         key = layout.name
         if layout.name == "FLAT":
-            key = {2: "GLOBAL", 0: "FLAT"}.get(f["seg"], "?")
+            key = {2: "GLOBAL", 1: "SCRATCH", 0: "FLAT"}[f["seg"]]
         if layout.name == "VBUFFER":
             key = "MUBUF"
         info = by_opcode(arch, key, f["op"])

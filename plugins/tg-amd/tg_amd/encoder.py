@@ -614,8 +614,10 @@ def _flat(enc: _Encoder) -> bytes:
     flags = {11: ("glc", "slc", "dlc"), 9: ("sc0", "sc1", "nt"), 12: ("th", "scope")}[arch.gen]
     _no_mods(enc, ("offset",) + flags)
     glob = info.fmt == "GLOBAL"
+    scratch = info.fmt == "SCRATCH"
     names = {"vaddr": "vaddr", "vdata": "vdata"} if arch.gen == 12 else {"vaddr": "addr", "vdata": "data"}
     ops = _operands(enc, info.sig)
+    off_code = 0x7F if arch.gen == 9 else 0x7C
     saddr = ops[info.sig.index("saddr")] if "saddr" in info.sig else None
     kinds = ("v", "a") if arch.gen == 9 else ("v",)
     acc = set()
@@ -623,9 +625,13 @@ def _flat(enc: _Encoder) -> bytes:
         what = enc.what(i, role)
         if role == "saddr":
             if o is OFF:
-                f["saddr"] = 0x7F if arch.gen == 9 else 0x7C
+                f["saddr"] = off_code
             else:
-                f["saddr"] = enc.sreg(o, 2, what)
+                f["saddr"] = enc.sreg(o, 1 if scratch else 2, what)
+        elif role == "vaddr" and scratch:  # off, or one VGPR (then SVE is set)
+            if o is not OFF:
+                f[names["vaddr"]] = enc.vreg(o, 1, what).index
+                f["sve"] = 1
         elif role == "vaddr":
             count = 1 if glob and saddr is not OFF else 2
             f[names["vaddr"]] = enc.vreg(o, count, what).index
@@ -633,19 +639,19 @@ def _flat(enc: _Encoder) -> bytes:
             r = enc.vreg(o, info.count(0 if role == "vdst" else 3), what, kinds)
             acc.add(r.kind)
             f[names.get(role, role)] = r.index
-    if not glob:
+    if not glob and not scratch:
         f["saddr"] = 0 if arch.gen == 9 else 0x7C
     elif "saddr" not in info.sig:  # global_inv, global_wb, ...: no address at all
-        f["saddr"] = 0x7F if arch.gen == 9 else 0x7C
+        f["saddr"] = off_code
     if "a" in acc:
         if len(acc) > 1:
             enc.fail("data and destination must all be VGPRs or all AGPRs")
         f["acc"] = 1
-    f["seg"] = 2 if glob else 0
+    f["seg"] = 2 if glob else 1 if scratch else 0
     off = mods.get("offset", 0)
     if arch.gen == 12:
         f["offset"] = _signed(off, 24, "offset", enc)
-    elif glob:
+    elif glob or scratch:
         f["offset"] = _signed(off, 13, "offset", enc)
     else:
         f["offset"] = _unsigned(off, 12, "offset", enc)
@@ -721,7 +727,8 @@ def _buffer(enc: _Encoder) -> bytes:
 
 FORMAT_ENCODERS = {"SOP1": _salu, "SOP2": _salu, "SOPC": _salu, "SOPK": _salu, "SOPP": _salu, "SMEM": _smem,
                    "VOP1": _valu, "VOP2": _valu, "VOPC": _valu, "VOP3": _valu, "VOP3SD": _valu,
-                   "VOP3P": _vop3p, "MAI": _mai, "DS": _ds, "GLOBAL": _flat, "FLAT": _flat, "MUBUF": _buffer}
+                   "VOP3P": _vop3p, "MAI": _mai, "DS": _ds, "GLOBAL": _flat, "FLAT": _flat, "SCRATCH": _flat,
+                   "MUBUF": _buffer}
 
 
 def encode(inst: Inst, arch: str | Arch, pc: int = 0, labels: dict[str, int] | None = None) -> bytes:
@@ -735,7 +742,7 @@ def encode(inst: Inst, arch: str | Arch, pc: int = 0, labels: dict[str, int] | N
     info = lookup(arch, inst.name)
     enc = _Encoder(inst, arch, info, pc, labels)
     if info.fmt in ("VOP3", "VOP3SD", "VOP3P", "MAI", "SOP1", "SOP2", "SOPC", "SOPK", "SOPP", "SMEM", "DS",
-                    "GLOBAL", "FLAT", "MUBUF") and inst.enc is not None:
+                    "GLOBAL", "FLAT", "SCRATCH", "MUBUF") and inst.enc is not None:
         enc.fail(f"has only one encoding; drop the _{inst.enc} suffix")
     enc.fields["op"] = info.op
     return FORMAT_ENCODERS[info.fmt](enc)

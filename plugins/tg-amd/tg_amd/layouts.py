@@ -81,7 +81,8 @@ RDNA4 = {
                                        "addr": (32, 8), "data0": (40, 8), "data1": (48, 8), "vdst": (56, 8)}),
     # VFLAT / VGLOBAL / VSCRATCH share one 96-bit layout; seg picks the address space
     "FLAT": _layout("FLAT", 96, "111011", {"seg": (24, 2), "op": (14, 8), "saddr": (0, 7), "vdst": (32, 8),
-                                           "scope": (50, 2), "th": (52, 3), "vdata": (55, 8), "vaddr": (64, 8),
+                                           "sve": (49, 1), "scope": (50, 2), "th": (52, 3), "vdata": (55, 8),
+                                           "vaddr": (64, 8),
                                            "offset": (72, 24)}),
     "MUBUF": _layout("VBUFFER", 96, "110001", {"op": (14, 8), "tfe": (22, 1), "soffset": (0, 7), "vdata": (32, 8),
                                                "srsrc": (41, 9), "scope": (50, 2), "th": (52, 3), "format": (55, 7),
@@ -111,7 +112,8 @@ CDNA = {
                                              "vaddr": (32, 8), "vdata": (40, 8), "srsrc": (48, 5), "acc": (55, 1),
                                              "soffset": (56, 8)}),
     "FLAT": _layout("FLAT", 64, "110111", {"sc1": (25, 1), "op": (18, 7), "nt": (17, 1), "sc0": (16, 1),
-                                           "seg": (14, 2), "offset": (0, 13), "addr": (32, 8), "data": (40, 8),
+                                           "seg": (14, 2), "sve": (13, 1), "offset": (0, 13), "addr": (32, 8),
+                                           "data": (40, 8),
                                            "saddr": (48, 7), "acc": (55, 1), "vdst": (56, 8)}),
 }
 LAYOUTS: dict[int, dict[str, Layout]] = {11: RDNA, 12: RDNA4, 9: CDNA}

@@ -22,7 +22,7 @@ MOD_RE = re.compile(r"^[a-z_0-9]+:")  # offset:16, wait_exp:0, ...
 REG_RE = re.compile(r"^(s|v|a|ttmp)(?:(\d+)|\[(\d+):(\d+)\])$")
 # families tg-amd encodes; the others are listed as unsupported
 ENCODED = {"SOP1", "SOP2", "SOPC", "SOPK", "SOPP", "SMEM", "VOP1", "VOP2", "VOPC", "VOP3", "VOP3P", "DS",
-           "FLAT", "GLOBAL", "MUBUF", "VBUFFER"}
+           "FLAT", "GLOBAL", "MUBUF", "VBUFFER", "SCRATCH"}
 TBUFFER = "tbuffer_* (typed buffer formats) are not supported yet"
 
 
@@ -166,6 +166,8 @@ def derive(gen: int, row: Row) -> Derived | str:
         return NOT_DERIVED[name]
     if row.family in ("MUBUF", "VBUFFER"):
         return _buffer(name, row, rest)
+    if row.family == "SCRATCH":
+        return _scratch(name, row, rest)
     if name.startswith("v_smfmac"):
         return SPARSE_MFMA
     if "_prefetch_" in name:
@@ -258,6 +260,17 @@ def _buffer(name: str, row: Row, rest: str) -> Derived | str:
     if reg is None or len(tokens) != 4:
         return f"cannot read the operands of {row.text!r}"
     return Derived(name, "MUBUF", row.op, ("vdata", "vaddr", "srsrc", "soffset"), (1, 1, 1, reg[2]))
+
+
+def _scratch(name: str, row: Row, rest: str) -> Derived | str:
+    """``scratch_*``: loads vdst, vaddr, saddr; stores vaddr, vdata, saddr (addresses: off or one register)."""
+    regs = [r for r in map(_reg, _operand_tokens(rest.strip())) if r is not None]
+    count = regs[0][2] if regs else 1
+    if "_lds_" in name:
+        return Derived(name, "SCRATCH", row.op, ("vaddr", "saddr"), (1, 1, 1, 1))
+    if "_store_" in name:
+        return Derived(name, "SCRATCH", row.op, ("vaddr", "vdata", "saddr"), (1, 1, 1, count))
+    return Derived(name, "SCRATCH", row.op, ("vdst", "vaddr", "saddr"), (count, 1, 1, 1))
 
 
 def _takes_imm(name: str) -> bool:
