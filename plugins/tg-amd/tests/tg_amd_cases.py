@@ -13,7 +13,7 @@ import re
 import shutil
 import subprocess
 
-from tg_amd.arch import get_arch
+from tg_amd.arch import Arch, get_arch
 from tg_amd.isa import OpInfo, mnemonics, two_offsets
 
 LLVM_MC_NAMES = ("llvm-mc-19", "/usr/lib/llvm-19/bin/llvm-mc")
@@ -455,6 +455,56 @@ def _buffer(g: Gen, info: OpInfo) -> str:
     return text
 
 
+def _dpp_ctrl(g: Gen) -> str:
+    r = g.rng
+    choices = [f"quad_perm:[{','.join(str(r.randint(0, 3)) for _ in range(4))}]", f"row_shl:{r.randint(1, 15)}",
+               f"row_shr:{r.randint(1, 15)}", f"row_ror:{r.randint(1, 15)}", "row_mirror", "row_half_mirror"]
+    if g.arch.rdna:
+        choices += [f"row_share:{r.randint(0, 15)}", f"row_xmask:{r.randint(0, 15)}"]
+    else:
+        choices += ["row_bcast:15", "row_bcast:31", "wave_shl:1", "wave_ror:1", "wave_shr:1", "wave_rol:1"]
+    text = r.choice(choices)
+    if r.random() < 0.3:
+        text += f" row_mask:{hex(r.randint(0, 15))} bank_mask:{hex(r.randint(0, 15))}"
+    if r.random() < 0.2:
+        text += " bound_ctrl:1"
+    if g.arch.rdna and r.random() < 0.2:
+        text += " fi:1"
+    if g.arch.rdna and r.random() < 0.25:
+        text = f"dpp8:[{','.join(str(r.randint(0, 7)) for _ in range(8))}]" + (" fi:1" if r.random() < 0.3 else "")
+    return text
+
+
+def _dpp_case(g: Gen, info: OpInfo) -> str:
+    """A VOP1/VOP2/VOPC instruction with DPP: VGPR sources, float ones sometimes negated or absolute."""
+    r = g.rng
+    top = 128 if 16 in (info.width(0), info.width(1)) else 256
+    ops = []
+    dpp8 = _dpp_ctrl(g)
+    for role in info.sig:
+        if role == "vdst":
+            ops.append(g.vgpr(1, top=top))
+        elif role in ("src0", "vsrc1", "src1", "src2"):
+            text = g.vgpr(1, top=top)
+            slot = {"src0": 1, "vsrc1": 2, "src1": 2, "src2": 3}[role]
+            if info.is_float(slot) and not dpp8.startswith("dpp8") and r.random() < 0.3 and \
+                    "nomods" not in info.flags:
+                text = r.choice([f"-{text}", f"|{text}|"])
+            ops.append(text)
+        elif role == "vcc":
+            ops.append("vcc_lo" if g.arch.wave == 32 else "vcc")
+    return f"{info.name} {', '.join(ops)} {dpp8}"
+
+
+def _dpp_ok(info: OpInfo, arch: Arch) -> bool:
+    """Instructions llvm-mc reads with DPP (its listing), with operands the DPP generator writes."""
+    from tg_amd.llvm_table import dpp_forms
+    vop3 = info.fmt == "VOP3"
+    return ((vop3, "dpp16") in dpp_forms(arch.gen).get(info.name, ()) and all(info.count(k) == 1 for k in range(4))
+            and set(info.sig) <= {"vdst", "src0", "vsrc1", "src1", "src2", "vcc"} and "src0" in info.sig
+            and not info.name.startswith(("v_cmpx", "v_permlane")))
+
+
 def case_for(g: Gen, info: OpInfo) -> str:
     fmt = info.fmt
     if fmt in ("SOP1", "SOP2", "SOPC", "SOPK", "SOPP"):
@@ -462,9 +512,13 @@ def case_for(g: Gen, info: OpInfo) -> str:
     if fmt == "SMEM":
         return _smem(g, info)
     if fmt in ("VOP1", "VOP2", "VOPC"):
+        if _dpp_ok(info, g.arch) and g.rng.random() < 0.2:
+            return _dpp_case(g, info)
         force = g.rng.choice([None, "e32", "e64"]) if info.e64 is not None else None
         return _valu(g, info, force)
     if fmt in ("VOP3", "VOP3SD"):
+        if _dpp_ok(info, g.arch) and g.rng.random() < 0.15:
+            return _dpp_case(g, info)
         return _valu(g, info, None)
     if fmt == "VOP3P":
         return _vop3p(g, info)

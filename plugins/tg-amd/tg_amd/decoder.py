@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tg_amd import dpp
 from tg_amd.arch import Arch, AsmError, get_arch
 from tg_amd.encoder import OMOD, _e64_sig
 from tg_amd.inst import Inst
@@ -299,6 +300,15 @@ def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
             layout = LAYOUTS[arch.gen]["MAI"]
             f = layout.unpack(word)
         literal = None
+        markers = (dpp.DPP16, dpp.DPP8, dpp.DPP8_FI) if arch.rdna else (dpp.DPP16,)
+        if layout.name in ("VOP1", "VOP2", "VOPC", "VOP3", "VOP3SD") and f.get("src0") in markers:
+            if offset + size + 4 > len(data):
+                raise AsmError(f"truncated DPP dword at byte {offset + size}", info.name, None, arch.name)
+            word = int.from_bytes(data[offset + size:offset + size + 4], "little")
+            inst = _decode_dpp(arch, layout, info, f, enc, sig, word)
+            return inst, size + 4
+        if not arch.rdna and layout.name in ("VOP1", "VOP2", "VOPC") and f.get("src0") == 0xF9:
+            raise AsmError("SDWA is not supported yet", info.name, None, arch.name)
         if _has_literal(layout, info, f, sig):
             if offset + size + 4 > len(data):
                 raise AsmError(f"truncated literal at byte {offset + size}", info.name, None, arch.name)
@@ -306,6 +316,26 @@ def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
             size += 4
         return _decode_fields(arch, layout, info, f, literal, enc, sig), size
     raise AsmError(f"unknown instruction encoding 0x{dword0:08x} at byte {offset}", None, None, arch.name)
+
+
+def _decode_dpp(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], enc: str | None,
+                sig: tuple[str, ...], word: int) -> Inst:
+    """A VALU instruction whose src0 is a DPP marker: src0 and the DPP modifiers come from ``word``."""
+    src0, negabs, mods = dpp.decode(f["src0"], word, arch)
+    inst = _decode_fields(arch, layout, info, {**f, "src0": 256 + src0}, None, enc, sig)
+    ops = list(inst.operands)
+    if layout.name in ("VOP1", "VOP2", "VOPC"):  # neg/abs of src0 and src1 live in the DPP dword
+        for k, role in ((0, "src0"), (1, "vsrc1")):
+            bits = negabs >> (2 * k) & 3
+            if bits and role in sig:
+                i = sig.index(role)
+                ops[i] = Mod(ops[i], bool(bits & 1), bool(bits & 2))
+        inst.enc = None if info.fmt == "VOPC" else "dpp"
+    else:
+        inst.enc = "e64_dpp"
+    inst.operands = tuple(ops)
+    inst.mods.update(mods)
+    return inst
 
 
 def _decode_vopd(data: bytes, arch: Arch, offset: int, layout: Layout, f: dict[str, int]) -> tuple[Inst, int]:

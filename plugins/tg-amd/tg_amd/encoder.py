@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from tg_amd import dpp
 from tg_amd.arch import Arch, AsmError, get_arch
 from tg_amd.inst import Inst
 from tg_amd.isa import SRC_INDEX, OpInfo, lookup, two_offsets, vopd_info
 from tg_amd.layouts import LAYOUTS, Layout
+from tg_amd.llvm_table import dpp_forms
 from tg_amd.operands import OFF, SPECIALS, Label, Mod, Reg, constant_code, operand_text, scalar_code
 from tg_amd.symbols import Sym, policy_value
 from tg_amd.symbols import value as symbol_value
@@ -49,6 +51,8 @@ class _Encoder:
         self.inst, self.arch, self.info, self.pc, self.labels = inst, arch, info, pc, labels
         self.fields: dict[str, int] = {}
         self.literal: int | None = None
+        self.extra: int | None = None  # the DPP dword
+        self.layout_name = info.fmt  # the encoding being built (VOP3 for a promoted VOP1/VOP2/VOPC)
 
     # ---- errors and operand checks
     def fail(self, message: str, what: str | None = None) -> None:
@@ -134,6 +138,8 @@ class _Encoder:
         out = word.to_bytes(layout.bits // 8, "little")
         if self.literal is not None:
             out += self.literal.to_bytes(4, "little")
+        if self.extra is not None:
+            out += self.extra.to_bytes(4, "little")
         return out
 
     def layout(self, name: str) -> Layout:
@@ -273,9 +279,13 @@ def _vcc(enc: _Encoder, op: Any, what: str) -> None:
 def _vop32(enc: _Encoder) -> bytes:
     """VOP1 / VOP2 / VOPC in their 32-bit encoding (raises NoFit when VOP3 is needed)."""
     info, f = enc.info, enc.fields
-    if enc.inst.mods:
+    use_dpp = dpp.has_dpp(enc.inst.mods) or enc.inst.enc == "dpp"
+    if any(m not in dpp.KEYS for m in enc.inst.mods):
         raise NoFit
+    negabs = 0
     for i, (role, op) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
+        if use_dpp and role in ("src0", "vsrc1") and isinstance(op, Mod | Reg):
+            op, negabs = _dpp_source(enc, op, role, negabs, enc.what(i, role))
         what = enc.what(i, role)
         slot = 0 if role in ("vdst", "adst") else SRC_INDEX.get(role, 1)
         if (enc.arch.rdna and info.width(slot) == 16 and isinstance(op, Reg) and op.kind == "v"
@@ -308,7 +318,41 @@ def _vop32(enc: _Encoder) -> bytes:
     implicit = ("vcc",) if info.sig and info.sig[-1] == "vcc" else ()  # carry-in / cndmask select
     literal = [(255, 1)] if enc.literal is not None else []  # fmamk/fmaak's K is a constant-bus read
     _constant_bus(enc, [(f.get("src0"), info.count(1)), *literal], implicit)
+    if use_dpp:
+        _apply_dpp(enc, negabs)
     return enc.emit(enc.layout(info.fmt))
+
+
+def _dpp_source(enc: _Encoder, op: Any, role: str, negabs: int, what: str) -> tuple[Reg, int]:
+    """A DPP source: a VGPR, its neg/abs going into the DPP dword (bits neg0 abs0 neg1 abs1)."""
+    shift = 0 if role == "src0" else 2
+    if isinstance(op, Mod):
+        if not enc.info.is_float(1 if role == "src0" else 2):
+            enc.fail("neg/abs modifiers need a float operand", what)
+        negabs |= (int(op.neg) | int(op.abs) << 1) << shift
+        op = op.value
+    if not (isinstance(op, Reg) and op.kind == "v"):
+        enc.fail("DPP sources are VGPRs", what)
+    return op, negabs
+
+
+def _apply_dpp(enc: _Encoder, negabs: int) -> None:
+    """Moves src0 into the DPP dword and puts the DPP marker in its place."""
+    if enc.literal is not None:
+        enc.fail("DPP takes no literal constant")
+    src0 = enc.fields.get("src0", 0)
+    if src0 < 256:
+        enc.fail("DPP needs a VGPR as the first source", "src0")
+    kind = "dpp8" if "dpp8" in enc.inst.mods else "dpp16"
+    vop3 = enc.layout_name in ("VOP3", "VOP3SD")
+    if (vop3, kind) not in dpp_forms(enc.arch.gen).get(enc.info.name, ()):
+        enc.fail(f"has no {kind.upper()} form{' in its VOP3 encoding' if vop3 else ''} on this arch")
+    try:
+        code, word = dpp.encode(enc.inst.mods, src0 - 256, negabs, enc.arch)
+    except AsmError as e:
+        raise AsmError(str(e).split(" (")[0], enc.inst.name, e.operand, enc.arch.name) from None
+    enc.fields["src0"] = code
+    enc.extra = word
 
 
 def _constant_bus(enc: _Encoder, codes: list[tuple[int | None, int]], implicit: tuple[str, ...] = ()) -> None:
@@ -352,7 +396,11 @@ def _e64_sig(info: OpInfo, arch: Arch) -> tuple[str, ...]:
 def _vop3(enc: _Encoder, sig: tuple[str, ...], op: int) -> bytes:
     info, f, mods = enc.info, enc.fields, enc.inst.mods
     layout = enc.layout("VOP3SD" if "sdst" in sig and "vdst" in sig else "VOP3")
-    _no_mods(enc, ("clamp", "omod", "op_sel"))
+    enc.layout_name = layout.name
+    use_dpp = dpp.has_dpp(mods) or enc.inst.enc == "e64_dpp"
+    if use_dpp and not enc.arch.rdna:
+        enc.fail("VOP3 with DPP exists on RDNA only")
+    _no_mods(enc, ("clamp", "omod", "op_sel") + (dpp.KEYS if use_dpp else ()))
     f["op"] = op
     neg = ab = 0
     nsrc = 0
@@ -409,6 +457,8 @@ def _vop3(enc: _Encoder, sig: tuple[str, ...], op: int) -> bytes:
         if len(bits) != nsrc + 1 or "op_sel" not in layout.fields:
             enc.fail(f"op_sel takes {nsrc + 1} bits", "op_sel")
         f["op_sel"] = sum(b << k for k, b in enumerate(bits[:-1])) | bits[-1] << 3
+    if use_dpp:
+        _apply_dpp(enc, 0)  # VOP3 keeps neg/abs in its own fields
     return enc.emit(layout)
 
 
@@ -416,17 +466,17 @@ def _valu(enc: _Encoder) -> bytes:
     info = enc.info
     if info.fmt in ("VOP3", "VOP3SD"):
         return _vop3(enc, info.sig, info.op)
-    if enc.inst.enc != "e64":
+    if enc.inst.enc not in ("e64", "e64_dpp"):
         try:
             return _vop32(enc)
         except NoFit:
-            if enc.inst.enc == "e32" or info.e64 is None:
+            if enc.inst.enc in ("e32", "dpp") or info.e64 is None:
                 enc.fail("operands do not fit the 32-bit encoding" +
                          ("" if info.e64 is None else "; use the _e64 form"))
     if info.e64 is None:
         enc.fail("has no 64-bit (VOP3) encoding")
     enc.fields.clear()
-    enc.literal = None
+    enc.literal = enc.extra = None
     return _vop3(enc, _e64_sig(info, enc.arch), info.e64)
 
 
@@ -742,7 +792,7 @@ def encode(inst: Inst, arch: str | Arch, pc: int = 0, labels: dict[str, int] | N
     info = lookup(arch, inst.name)
     enc = _Encoder(inst, arch, info, pc, labels)
     if info.fmt in ("VOP3", "VOP3SD", "VOP3P", "MAI", "SOP1", "SOP2", "SOPC", "SOPK", "SOPP", "SMEM", "DS",
-                    "GLOBAL", "FLAT", "SCRATCH", "MUBUF") and inst.enc is not None:
+                    "GLOBAL", "FLAT", "SCRATCH", "MUBUF") and inst.enc not in (None, "e64_dpp"):
         enc.fail(f"has only one encoding; drop the _{inst.enc} suffix")
     enc.fields["op"] = info.op
     return FORMAT_ENCODERS[info.fmt](enc)

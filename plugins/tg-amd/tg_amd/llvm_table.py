@@ -83,6 +83,18 @@ def listing(gen: int) -> tuple[Row, ...]:
     return tuple(rows)
 
 
+@cache
+def dpp_forms(gen: int) -> dict[str, frozenset[tuple[bool, str]]]:
+    """mnemonic -> its DPP forms as (VOP3?, "dpp16" | "dpp8"), as llvm-mc reads them (``llvm19_dpp.txt``)."""
+    forms: dict[str, set[tuple[bool, str]]] = {}
+    for line in (TABLES / "llvm19_dpp.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            arch, family, kind, name = line.split("\t")
+            if arch == GEN_ARCH[gen]:
+                forms.setdefault(name, set()).add((family == "VOP3", kind))
+    return {name: frozenset(v) for name, v in forms.items()}
+
+
 def _fields(gen: int, family: str) -> list[tuple[str, int, int, str]]:
     """(role, low bit, width, kind) of the operand fields: kind ``s`` SGPR code, ``v`` VGPR number,
     ``src`` 9-bit source code (>= 256: VGPR), ``sbase`` SGPR pair / 2."""

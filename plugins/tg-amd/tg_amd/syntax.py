@@ -15,13 +15,19 @@ from tg_amd.inst import Inst
 from tg_amd.operands import FLOAT_TEXT, INLINE_FLOATS, INV_2PI, NAMED, OFF, Label, Mod, Reg, operand_text
 from tg_amd.symbols import Sym
 
-FLAGS = ("clamp", "glc", "slc", "dlc", "gds", "sc0", "sc1", "nt", "offen", "idxen", "tfe", "lds")
+FLAGS = ("clamp", "glc", "slc", "dlc", "gds", "sc0", "sc1", "nt", "offen", "idxen", "tfe", "lds", "row_mirror",
+         "row_half_mirror")
 NAME_MODS = ("th", "scope")  # th:TH_LOAD_NT scope:SCOPE_SYS
-INT_MODS = ("offset", "offset0", "offset1", "cbsz", "abid", "blgp")
-LIST_MODS = ("op_sel", "op_sel_hi", "neg_lo", "neg_hi")
+INT_MODS = ("offset", "offset0", "offset1", "cbsz", "abid", "blgp", "row_shl", "row_shr", "row_ror", "wave_shl",
+            "wave_rol", "wave_shr", "wave_ror", "row_bcast", "row_share", "row_xmask", "row_mask", "bank_mask",
+            "bound_ctrl", "fi")
+LIST_MODS = ("op_sel", "op_sel_hi", "neg_lo", "neg_hi", "quad_perm", "dpp8")
+HEX_MODS = ("row_mask", "bank_mask")
 MOD_ORDER = ("idxen", "offen", "offset", "offset0", "offset1", "op_sel", "op_sel_hi", "neg_lo", "neg_hi", "cbsz",
              "abid", "blgp", "clamp", "omod", "glc", "slc", "dlc", "sc0", "sc1", "nt", "th", "scope", "lds", "tfe",
-             "gds")
+             "gds", "quad_perm", "row_shl", "row_shr", "row_ror", "wave_shl", "wave_rol", "wave_shr", "wave_ror",
+             "row_mirror", "row_half_mirror", "row_bcast", "row_share", "row_xmask", "dpp8", "row_mask", "bank_mask",
+             "bound_ctrl", "fi")
 REG_RE = re.compile(r"^(s|v|a|ttmp)(?:(\d+)|\[(\d+)(?::(\d+))?\])$")
 NUM_RE = re.compile(r"^-?(0x[0-9a-fA-F]+|\d+)$")
 FLOAT_RE = re.compile(r"^-?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][-+]?\d+)$")
@@ -146,9 +152,10 @@ def parse_inst(text: str) -> Inst:
     name, _, rest = text.partition(" ")
     name = name.lower()
     enc = None
-    for suffix in ("_e32", "_e64"):
+    for suffix in ("_e64_dpp", "_dpp", "_e32", "_e64"):
         if name.endswith(suffix):
             name, enc = name[: -len(suffix)], suffix[1:]
+            break
     rest = rest.strip()
     if name == "s_delay_alu" and "(" in rest:
         return Inst(name, (_parse_delay(rest),), {}, enc)
@@ -202,6 +209,8 @@ def _mod_text(key: str, value: Any) -> str:
         return str(value)
     if key in LIST_MODS:
         return f"{key}:[{','.join(str(int(b)) for b in value)}]"
+    if key in HEX_MODS:
+        return f"{key}:{value:#x}"
     return f"{key}:{value}"
 
 
