@@ -62,7 +62,9 @@ def test_every_opcode_matches_llvm_mc(have_llvm: None, arch: str, seed: int) -> 
 def test_disassembly_reassembles_with_llvm_mc(have_llvm: None, arch: str) -> None:
     lines = cases(arch, 3, PER_OP)
     ref = llvm_encode(lines, arch)
-    codes = [tg_amd.assemble(line, arch) for line, want in zip(lines, ref, strict=True) if isinstance(want, bytes)]
+    # llvm-mc leaves the label of s_cbranch_cdbg* to a relocation: those are checked by their bytes above only
+    codes = [tg_amd.assemble(line, arch) for line, want in zip(lines, ref, strict=True)
+             if isinstance(want, bytes) and not line.startswith("s_cbranch_cdbg")]
     listings = [tg_amd.disassemble(code, arch).strip() for code in codes]
     plain = [text if ":\n" not in text else "s_nop 0" for text in listings]
     again = llvm_encode(plain, arch)

@@ -343,6 +343,9 @@ def _global(g: Gen, info: OpInfo) -> str:
             ops.append(g.vgpr(1 if saddr not in (None, "off") else 2))
         else:
             ops.append(g.vgpr(info.count(0 if role == "vdst" else 3)))
+    returning = "atomic" in info.flags and info.sig[:1] == ("vaddr",) and r.random() < 0.3
+    if returning:  # glc / sc0 / th:TH_ATOMIC_RETURN, the old value into a leading vdst
+        ops.insert(0, g.vgpr(info.count(3) // 2 if "cmpswap" in info.name else info.count(3)))
     text = f"{info.name} {', '.join(ops)}"
     if not ops:
         return info.name
@@ -360,6 +363,8 @@ def _global(g: Gen, info: OpInfo) -> str:
     for flag in flags if "atomic" not in info.flags else []:
         if r.random() < 0.2:
             text += f" {flag}"
+    if returning:
+        text += {11: " glc", 9: " sc0", 12: " th:TH_ATOMIC_RETURN"}[arch.gen]
     return text
 
 
@@ -527,7 +532,8 @@ def case_for(g: Gen, info: OpInfo) -> str:
     if fmt == "DS":
         return _ds(g, info)
     if fmt in ("GLOBAL", "FLAT", "SCRATCH"):
-        return _global(g, info) + (_policy(g, info) if g.arch.gen == 12 else "")
+        text = _global(g, info)
+        return text + (_policy(g, info) if g.arch.gen == 12 and "th:" not in text else "")
     if fmt == "MUBUF":
         return _buffer(g, info)
     raise ValueError(fmt)

@@ -10,7 +10,7 @@ from typing import Any
 
 from tg_amd import dpp
 from tg_amd.arch import Arch, AsmError, get_arch
-from tg_amd.encoder import OMOD, _e64_sig
+from tg_amd.encoder import OMOD, _e64_sig, returns
 from tg_amd.inst import Inst
 from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, two_offsets
 from tg_amd.layouts import LAYOUTS, Layout, match
@@ -227,6 +227,10 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                 ops.append(Reg("v", f[names["vaddr"]], count))
             else:
                 ops.append(Reg(kind, f[names.get(role, role)], info.count(0 if role == "vdst" else 3)))
+        bit = f.get("th", 0) if arch.gen == 12 else f.get("glc" if arch.gen == 11 else "sc0", 0)
+        if returns(info, bit, arch) and "vdst" not in sig:  # a returning atomic names its destination first
+            count = info.count(3) // 2 if "cmpswap" in name else info.count(3)
+            ops.insert(0, Reg(kind, f["vdst"], count))
         off = f["offset"]
         off = _sext(off, 24) if arch.gen == 12 else _sext(off, 13) if glob or scratch else off
         if off:

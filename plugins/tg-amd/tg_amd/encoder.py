@@ -659,6 +659,22 @@ def _ds(enc: _Encoder) -> bytes:
     return enc.emit(enc.layout("DS"))
 
 
+RETURN_FLAG = {11: "glc", 9: "sc0", 12: "th:TH_ATOMIC_RETURN"}
+
+
+def returns(info: OpInfo, bit: int, arch: Arch) -> bool:
+    """Whether an atomic returns the old value: glc (gfx11), sc0 (gfx942), an odd th (gfx12)."""
+    return "atomic" in info.flags and bool(bit & 1)
+
+
+def _return_bit(enc: _Encoder) -> int:
+    mods, arch = enc.inst.mods, enc.arch
+    if arch.gen == 12:
+        th = mods.get("th", 0)
+        return policy_value("th_atomic", th, arch) if isinstance(th, str) else int(th)
+    return int(bool(mods.get(RETURN_FLAG[arch.gen])))
+
+
 def _flat(enc: _Encoder) -> bytes:
     info, f, mods, arch = enc.info, enc.fields, enc.inst.mods, enc.arch
     flags = {11: ("glc", "slc", "dlc"), 9: ("sc0", "sc1", "nt"), 12: ("th", "scope")}[arch.gen]
@@ -666,6 +682,13 @@ def _flat(enc: _Encoder) -> bytes:
     glob = info.fmt == "GLOBAL"
     scratch = info.fmt == "SCRATCH"
     names = {"vaddr": "vaddr", "vdata": "vdata"} if arch.gen == 12 else {"vaddr": "addr", "vdata": "data"}
+    if "atomic" in info.flags and len(enc.inst.operands) == len(info.sig) + 1:  # the returning form
+        if not returns(info, _return_bit(enc), arch):
+            enc.fail(f"instruction must use {RETURN_FLAG[arch.gen]}")
+        count = info.count(3) // 2 if "cmpswap" in info.name else info.count(3)
+        kinds = ("v", "a") if arch.gen == 9 else ("v",)
+        f["vdst"] = enc.vreg(enc.inst.operands[0], count, enc.what(0, "vdst"), kinds).index
+        enc.inst = Inst(enc.inst.name, enc.inst.operands[1:], enc.inst.mods, enc.inst.enc)
     ops = _operands(enc, info.sig)
     off_code = 0x7F if arch.gen == 9 else 0x7C
     saddr = ops[info.sig.index("saddr")] if "saddr" in info.sig else None

@@ -173,8 +173,14 @@ def parse_inst(text: str) -> Inst:
             if not piece:
                 raise AsmError(f"empty operand in {text!r}", name)
             for tok in piece.split():
+                before = len(mods)
+                key = tok.lower().partition(":")[0]
+                if key in mods:
+                    raise AsmError(f"modifier {key} given twice", name)
                 if not _parse_mod(tok, mods):
                     operands.append(parse_operand(tok))
+                elif len(mods) == before:
+                    raise AsmError(f"modifier {tok} given twice", name)
     return Inst(name, tuple(operands), mods, enc)
 
 
