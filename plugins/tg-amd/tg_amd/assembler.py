@@ -110,7 +110,8 @@ def disassemble(data: bytes, arch: str | Arch) -> str:
     targets: dict[int, str] = {}
     for pos, inst in insts:
         if inst.name.startswith(BRANCH_PREFIXES) and inst.operands and isinstance(inst.operands[0], int):
-            target = pos + 4 + 4 * inst.operands[0]
+            offset = inst.operands[0] & 0xFFFF
+            target = pos + 4 + 4 * (offset - (offset >> 15 << 16))  # signed dwords
             if target in starts:
                 targets[target] = f"L_{target:x}"
                 inst.operands = (Label(targets[target]),)

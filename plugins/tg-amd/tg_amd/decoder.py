@@ -14,7 +14,8 @@ from tg_amd.encoder import OMOD, _e64_sig, returns
 from tg_amd.inst import Inst
 from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, two_offsets
 from tg_amd.layouts import LAYOUTS, Layout, match
-from tg_amd.operands import FILES, INV_2PI, LITERAL, OFF, SPECIALS, Mod, Reg
+from tg_amd.llvm_table import hex_immediates
+from tg_amd.operands import FILES, INV_2PI, LITERAL, OFF, SPECIALS, Dec, Hex, Mod, Reg
 from tg_amd.symbols import delay_sym, hwreg_sym, msg_sym, policy_name
 
 FLOAT_CODES = {240: 0.5, 241: -0.5, 242: 1.0, 243: -1.0, 244: 2.0, 245: -2.0, 246: 4.0, 247: -4.0, 248: INV_2PI}
@@ -106,6 +107,24 @@ def _vop_operands(d: _Decoder, sig: tuple[str, ...], layout: Layout) -> list[Any
     return out
 
 
+def _waitcnt_counters(imm: int, arch: Arch) -> Any:
+    """``s_waitcnt``'s immediate as llvm-mc prints it: the counters below their maximum (all three if none
+    is), or the number when it has bits no counter owns."""
+    from tg_amd.encoder import WAITCNT_FIELDS, waitcnt_value
+    counters = {}
+    for name, (lo, width) in WAITCNT_FIELDS[arch.rdna].items():
+        value = imm >> lo & ((1 << width) - 1)
+        if name == "vmcnt" and not arch.rdna:
+            value |= (imm >> 14 & 3) << 4
+        counters[name] = value
+    if waitcnt_value(counters, arch) != imm:
+        return imm
+    limits = {"vmcnt": 63, "expcnt": 7, "lgkmcnt": 63 if arch.rdna else 15}
+    shown = {k: v for k, v in counters.items() if v != limits[k]}
+    order = ("vmcnt", "expcnt", "lgkmcnt")
+    return {k: (shown or counters)[k] for k in order if k in (shown or counters)}
+
+
 def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], literal: int | None,
                    enc: str | None, sig: tuple[str, ...]) -> Inst:
     d = _Decoder(arch, info, f, literal)
@@ -126,15 +145,17 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                     ops.append(msg_sym(imm, arch))
                 elif name == "s_delay_alu":
                     ops.append(delay_sym(imm))
+                elif name in hex_immediates(arch.gen):
+                    ops.append(Hex(imm))
                 else:
-                    signed = (lay == "SOPK" and "_u32" not in name) or name == "s_barrier_wait"
+                    signed = lay == "SOPK" and "_u32" not in name
                     ops.append(_sext(imm, 16) if signed else imm)
             elif role == "k":
                 ops.append(literal)
             elif role == "label":
-                ops.append(_sext(f["simm16"], 16))
+                ops.append(Dec(f["simm16"]))
             elif role == "waitcnt":
-                ops.append(f["simm16"])
+                ops.append(_waitcnt_counters(f["simm16"], arch))
     elif lay == "SMEM":
         bits = {11: 21, 12: 24, 9: 21}[arch.gen]
         for role in sig:
@@ -144,18 +165,19 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                 ops.append(d.scalar(f["sbase"] << 1, 2 if role == "sbase" else 4))
             elif role == "soff" and arch.gen == 9:
                 if f["imm"] and not f["soe"]:
-                    ops.append(_sext(f["offset"], bits))
+                    ops.append(Hex(_sext(f["offset"], bits)))
                 elif not f["imm"]:
                     ops.append(d.scalar(f["offset"], 1))
                 else:
                     ops.append(d.scalar(f["soffset"], 1))
-                    mods["offset"] = _sext(f["offset"], bits)
-            elif role == "soff" and f["soffset"] == arch.null:
-                ops.append(_sext(f["offset"], bits))
+                    mods["offset"] = Hex(_sext(f["offset"], bits))
+            elif role == "soff" and f["soffset"] == arch.null:  # gfx11 prints a zero offset as null
+                off = _sext(f["offset"], bits)
+                ops.append(Reg("null") if off == 0 and arch.gen == 11 else Hex(off))
             elif role == "soff":
                 ops.append(d.scalar(f["soffset"], 1))
-                if f["offset"]:
-                    mods["offset"] = _sext(f["offset"], bits)
+                if f["offset"] or arch.gen == 12:  # gfx12 prints offset:0x0 too
+                    mods["offset"] = Hex(_sext(f["offset"], bits))
         for flag in ("glc", "dlc"):
             if f.get(flag):
                 mods[flag] = True
@@ -299,7 +321,7 @@ def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
                 layout = LAYOUTS[arch.gen]["VOP3SD"]
                 f = layout.unpack(word)
         elif layout.name in ("VOP1", "VOP2", "VOPC"):
-            enc = "e32"
+            enc = "e32" if info.e64 is not None and sig else None  # named only when there are two (not v_nop)
         if layout.name == "VOP3P" and info.fmt == "MAI":
             layout = LAYOUTS[arch.gen]["MAI"]
             f = layout.unpack(word)

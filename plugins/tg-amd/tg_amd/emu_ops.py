@@ -494,7 +494,8 @@ def _sopk(inst: Inst, ctx: Context) -> Op:
 # ------------------------------------------------------------------------------------------ program flow
 
 def _branch(inst: Inst, ctx: Context) -> Op:
-    target_pos = ctx.pos + 4 + 4 * inst.operands[0]
+    offset = inst.operands[0] & 0xFFFF
+    target_pos = ctx.pos + 4 + 4 * (offset - (offset >> 15 << 16))  # signed dwords (printed 0..65535)
     if target_pos not in ctx.index_of:
         raise ctx.fail(inst, f"branch target byte {target_pos} is not the start of an instruction")
     target = ctx.index_of[target_pos]
@@ -549,7 +550,10 @@ def _sopp(inst: Inst, ctx: Context) -> Op:
         return _barrier_wait
     if name == "s_waitcnt":   # RDNA3: vmcnt [15:10], lgkmcnt [9:4]
         value = inst.operands[0]
-        vm, lgkm = value >> 10 & 0x3F, value >> 4 & 0x3F
+        if isinstance(value, dict):  # the decoder gives the counters a wait names
+            vm, lgkm = value.get("vmcnt", 0x3F), value.get("lgkmcnt", 0x3F)
+        else:
+            vm, lgkm = value >> 10 & 0x3F, value >> 4 & 0x3F
 
         def waitcnt(w: Wave) -> None:
             w.wait("vm", vm)

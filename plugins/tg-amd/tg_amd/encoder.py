@@ -161,28 +161,36 @@ def _no_mods(enc: _Encoder, allowed: tuple[str, ...] = ()) -> None:
 
 # ---------------------------------------------------------------- scalar ALU
 
+# s_waitcnt counters: (low bit, width); RDNA vmcnt [15:10], lgkmcnt [9:4], expcnt [2:0];
+# CDNA vmcnt [3:0] (+ [15:14]), expcnt [6:4], lgkmcnt [11:8]
+WAITCNT_FIELDS = {True: {"vmcnt": (10, 6), "lgkmcnt": (4, 6), "expcnt": (0, 3)},
+                  False: {"vmcnt": (0, 4), "expcnt": (4, 3), "lgkmcnt": (8, 4)}}
+
+
+def waitcnt_value(counters: dict[str, int], arch: Arch) -> int:
+    """The immediate of ``s_waitcnt`` with ``counters`` (the others at their maximum: no wait)."""
+    value = 0xFFF7 if arch.rdna else 0xCF7F
+    for name, count in counters.items():
+        lo, width = WAITCNT_FIELDS[arch.rdna][name]
+        value &= ~(((1 << width) - 1) << lo)
+        value |= (count & ((1 << width) - 1)) << lo
+        if name == "vmcnt" and not arch.rdna:
+            value = (value & ~0xC000) | ((count >> 4) << 14)
+    return value
+
+
 def _waitcnt(enc: _Encoder, op: Any, what: str) -> int:
     if isinstance(op, int):
         return _unsigned(op, 16, what, enc)
     if not isinstance(op, dict):
         enc.fail(f"expected vmcnt(n) expcnt(n) lgkmcnt(n), got {op!r}", what)
-    if enc.arch.rdna:   # vmcnt [15:10], lgkmcnt [9:4], expcnt [2:0]
-        spec = {"vmcnt": (10, 6), "lgkmcnt": (4, 6), "expcnt": (0, 3)}
-        value = 0xFC00 | 0x3F0 | 0x7
-    else:               # vmcnt [3:0]+[15:14], expcnt [6:4], lgkmcnt [11:8]
-        spec = {"vmcnt": (0, 4), "expcnt": (4, 3), "lgkmcnt": (8, 4)}
-        value = 0xC000 | 0xF | 0x70 | 0xF00
     for name, count in op.items():
-        if name not in spec:
+        if name not in WAITCNT_FIELDS[enc.arch.rdna]:
             enc.fail(f"unknown counter {name}", what)
-        lo, width = spec[name]
+        width = WAITCNT_FIELDS[enc.arch.rdna][name][1]
         limit = 63 if name == "vmcnt" and not enc.arch.rdna else (1 << width) - 1
         _unsigned(count, (limit + 1).bit_length() - 1, f"{what} {name}", enc)
-        value &= ~(((1 << width) - 1) << lo)
-        value |= (count & ((1 << width) - 1)) << lo
-        if name == "vmcnt" and not enc.arch.rdna:
-            value = (value & ~0xC000) | ((count >> 4) << 14)
-    return value
+    return waitcnt_value(op, enc.arch)
 
 
 def _salu(enc: _Encoder) -> bytes:
@@ -220,7 +228,7 @@ def _salu(enc: _Encoder) -> bytes:
                 if delta % 4:
                     enc.fail(f"branch target {op.name} is not dword aligned", what)
                 op = delta // 4
-            enc.fields["simm16"] = _signed(op, 16, what, enc)
+            enc.fields["simm16"] = _signed(op, 16, what, enc, unsigned_ok=True)  # llvm-mc prints 0..65535
         elif role == "waitcnt":
             enc.fields["simm16"] = _waitcnt(enc, op, what)
     return enc.emit(enc.layout(info.fmt))

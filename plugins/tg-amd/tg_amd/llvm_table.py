@@ -95,6 +95,13 @@ def dpp_forms(gen: int) -> dict[str, frozenset[tuple[bool, str]]]:
     return {name: frozenset(v) for name, v in forms.items()}
 
 
+@cache
+def hex_immediates(gen: int) -> frozenset[str]:
+    """SOPP/SOPK mnemonics whose immediate llvm-mc prints in hex (``s_clause 0x3`` but ``s_nop 3``)."""
+    return frozenset(r.name for r in listing(gen)
+                     if r.family in ("SOPP", "SOPK") and r.text.split()[-1].startswith("0x"))
+
+
 def _fields(gen: int, family: str) -> list[tuple[str, int, int, str]]:
     """(role, low bit, width, kind) of the operand fields: kind ``s`` SGPR code, ``v`` VGPR number,
     ``src`` 9-bit source code (>= 256: VGPR), ``sbase`` SGPR pair / 2."""
@@ -242,7 +249,7 @@ def derive(gen: int, row: Row) -> Derived | str:
         elif row.family in ("SOPK", "SOPP", "SMEM") or tok.startswith(("hwreg(", "sendmsg(")):
             if row.family == "SMEM":
                 sig.append("soff")
-            elif name.startswith(("s_branch", "s_cbranch", "s_call")):
+            elif name.startswith(("s_branch", "s_cbranch", "s_call", "s_subvector_loop")):
                 sig.append("label")
             elif name == "s_waitcnt":
                 sig.append("waitcnt")

@@ -77,6 +77,14 @@ class Label:
     name: str
 
 
+class Hex(int):
+    """An immediate llvm-mc prints in hex (``s_clause 0x6``, SMEM offsets)."""
+
+
+class Dec(int):
+    """An immediate llvm-mc prints in decimal however large (branch offsets: ``s_branch 65442``)."""
+
+
 class _Off:
     def __repr__(self) -> str:
         return "off"

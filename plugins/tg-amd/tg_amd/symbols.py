@@ -137,6 +137,8 @@ def msg_sym(imm: int, arch: Arch) -> Sym | int:
     for name, v in names["msg"].items():
         if v == imm:
             return Sym("sendmsg", (name,))
+    if imm <= (0xFF if arch.rdna else 0xF):  # an unnamed message: its number
+        return Sym("sendmsg", (imm, 0, 0))
     return imm
 
 
@@ -147,6 +149,6 @@ def delay_sym(imm: int) -> Sym | int:
         name = next((n for n, c in codes.items() if c == code), None)
         if name is None or imm >> 11:
             return imm
-        if code or field == "instid0":
+        if code:
             args.append((field, name))
-    return Sym("delay", tuple(args))
+    return Sym("delay", tuple(args) or (("instid0", "NO_DEP"),))

@@ -12,7 +12,7 @@ from typing import Any
 
 from tg_amd.arch import AsmError
 from tg_amd.inst import Inst
-from tg_amd.operands import FLOAT_TEXT, INLINE_FLOATS, INV_2PI, NAMED, OFF, Label, Mod, Reg, operand_text
+from tg_amd.operands import FLOAT_TEXT, INLINE_FLOATS, INV_2PI, NAMED, OFF, Dec, Hex, Label, Mod, Reg, operand_text
 from tg_amd.symbols import Sym
 
 FLAGS = ("clamp", "glc", "slc", "dlc", "gds", "sc0", "sc1", "nt", "offen", "idxen", "tfe", "lds", "row_mirror",
@@ -24,7 +24,7 @@ INT_MODS = ("offset", "offset0", "offset1", "cbsz", "abid", "blgp", "row_shl", "
 LIST_MODS = ("op_sel", "op_sel_hi", "neg_lo", "neg_hi", "quad_perm", "dpp8")
 HEX_MODS = ("row_mask", "bank_mask")
 MOD_ORDER = ("idxen", "offen", "offset", "offset0", "offset1", "op_sel", "op_sel_hi", "neg_lo", "neg_hi", "cbsz",
-             "abid", "blgp", "clamp", "omod", "glc", "slc", "dlc", "sc0", "sc1", "nt", "th", "scope", "lds", "tfe",
+             "abid", "blgp", "clamp", "omod", "glc", "slc", "dlc", "sc0", "nt", "sc1", "th", "scope", "lds", "tfe",
              "gds", "quad_perm", "row_shl", "row_shr", "row_ror", "wave_shl", "wave_rol", "wave_shr", "wave_ror",
              "row_mirror", "row_half_mirror", "row_bcast", "row_share", "row_xmask", "dpp8", "row_mask", "bank_mask",
              "bound_ctrl", "fi")
@@ -195,6 +195,10 @@ def value_text(op: Any) -> str:
         if abs(op - INV_2PI) < 1e-8:
             return FLOAT_TEXT[248]
         return repr(op)
+    if isinstance(op, Hex):
+        return hex(op) if op >= 0 else "-" + hex(-op)
+    if isinstance(op, Dec):
+        return str(int(op))
     if isinstance(op, int):
         return str(op) if -16 <= op <= 64 else hex(op) if op >= 0 else "-" + hex(-op)
     if isinstance(op, dict):
@@ -215,7 +219,7 @@ def _mod_text(key: str, value: Any) -> str:
         return str(value)
     if key in LIST_MODS:
         return f"{key}:[{','.join(str(int(b)) for b in value)}]"
-    if key in HEX_MODS:
+    if key in HEX_MODS or isinstance(value, Hex):
         return f"{key}:{value:#x}"
     return f"{key}:{value}"
 
