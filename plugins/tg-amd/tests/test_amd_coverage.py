@@ -90,3 +90,26 @@ def test_listing_is_complete(have_llvm: None, arch: str) -> None:
     stored = [(f, op, t) for f, op, _, t in _rows(arch)]
     fresh = [(f, op, t) for f, op, t, _ in enumerate_opcodes(arch)]
     assert fresh == stored
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_aliases_match_llvm_mc(have_llvm: None, arch: str) -> None:
+    """The older names llvm-mc accepts (buffer_load_dword on gfx1100, s_add_u32 on gfx1200) give its bytes."""
+    from llvm_aliases import _texts, aliases
+    from tg_amd_cases import llvm_encode
+    texts = {name: text for other in ARCHS for name, text in _texts(other).items()}
+    rows = aliases(arch)
+    assert (len(rows) > 200) == (arch != "gfx942")
+    lines = [texts[alias] for alias, _ in rows]
+    unsupported = UNSUPPORTED.get(tg_amd.get_arch(arch).gen, {})
+    wrong = []
+    for (_, name), line, want in zip(rows, lines, llvm_encode(lines, arch), strict=True):
+        try:
+            got: bytes | str = tg_amd.assemble(line, arch)
+        except tg_amd.AsmError as e:
+            got = str(e)
+            if name in unsupported or "depctr_" in line:  # refused for a listed reason / depctr names
+                continue
+        if isinstance(want, bytes) and got != want:
+            wrong.append(f"{line}: ours {got if isinstance(got, str) else got.hex(' ')}, llvm-mc {want.hex(' ')}")
+    assert not wrong, f"{len(wrong)} of {len(lines)}:\n" + "\n".join(wrong[:20])

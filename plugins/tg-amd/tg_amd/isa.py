@@ -245,6 +245,9 @@ def lookup(arch: str | Arch, name: str) -> OpInfo:
     """The instruction ``name`` on ``arch``; an ``AsmError`` naming the archs that have it if absent."""
     arch = get_arch(arch)
     info = _isa(arch.gen)[0].get(name)
+    if info is None and name in aliases(arch.name):  # an older name llvm-mc accepts (buffer_load_dword)
+        name = aliases(arch.name)[name]
+        info = _isa(arch.gen)[0].get(name)
     if info is None and name in UNSUPPORTED.get(arch.gen, {}):
         raise AsmError(f"not supported by tg-amd yet: {UNSUPPORTED[arch.gen][name]}", name, None, arch.name)
     if info is None or info.fmt.startswith("VOPD"):
@@ -252,6 +255,19 @@ def lookup(arch: str | Arch, name: str) -> OpInfo:
         hint = f"; it exists on {', '.join(others)}" if others else ""
         raise AsmError(f"no such instruction on this arch{hint}", name, None, arch.name)
     return info
+
+
+@cache
+def aliases(arch: str) -> dict[str, str]:
+    """Other names llvm-mc accepts on ``arch`` -> the mnemonic (listed by ``tests/llvm_aliases.py``)."""
+    from tg_amd.llvm_table import TABLES
+    out = {}
+    for line in (TABLES / "llvm19_aliases.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            a, alias, name = line.split("\t")
+            if a == arch:
+                out[alias] = name
+    return out
 
 
 def by_opcode(arch: Arch, fmt: str, op: int) -> OpInfo | None:
