@@ -439,3 +439,95 @@ def test_shift_add_sets_scc_on_carry(arch):
             "s_lshl1_add_u32 s6, s2, s2\ns_cselect_b32 s7, 1, 0", arch, s={1: 0x40000001, 2: 5})[0]
     assert (w.s[3], w.s[4], w.s[5]) == (((0x40000001 << 2) + 5) & M32, 1, ((0x40000001 << 4) + 5) & M32)
     assert (w.s[6], w.s[7]) == (15, 0)
+
+
+# -------------------------------------------------------------------------------- DPP lane movement
+
+def _dpp_expected(ctrl: str, a: np.ndarray, old: np.ndarray, exec_mask: int = M32) -> np.ndarray:
+    """v_mov_b32 v0, v1 <ctrl> per the ISA's lane tables, written out lane by lane."""
+    out = old.copy()
+    parts = dict(p.split(":", 1) if ":" in p else (p, "1") for p in ctrl.split())
+    bound = parts.get("bound_ctrl") == "1"
+    row_mask, bank_mask = int(parts.get("row_mask", "0xf"), 0), int(parts.get("bank_mask", "0xf"), 0)
+    for lane in range(32):
+        if not exec_mask >> lane & 1:
+            continue
+        base, pos = lane - lane % 16, lane % 16
+        if "quad_perm" in parts:
+            src = lane - lane % 4 + [int(x) for x in parts["quad_perm"].strip("[]").split(",")][lane % 4]
+        elif "row_shl" in parts:
+            src = base + pos + int(parts["row_shl"]) if pos + int(parts["row_shl"]) < 16 else None
+        elif "row_shr" in parts:
+            src = base + pos - int(parts["row_shr"]) if pos - int(parts["row_shr"]) >= 0 else None
+        elif "row_ror" in parts:
+            src = base + (pos - int(parts["row_ror"])) % 16
+        elif "row_mirror" in parts:
+            src = base + 15 - pos
+        elif "row_half_mirror" in parts:
+            src = lane - lane % 8 + 7 - lane % 8
+        elif "row_share" in parts:
+            src = base + int(parts["row_share"])
+        elif "row_xmask" in parts:
+            src = base + (pos ^ int(parts["row_xmask"]))
+        else:
+            src = lane - lane % 8 + [int(x) for x in parts["dpp8"].strip("[]").split(",")][lane % 8]
+        if "dpp8" not in parts and not (row_mask >> (lane // 16) & 1 and bank_mask >> (pos // 4) & 1):
+            continue
+        if src is None or not exec_mask >> src & 1:
+            if bound or "dpp8" in parts:
+                out[lane] = 0
+            continue
+        out[lane] = a[src]
+    return out
+
+
+DPP_CTRLS = ["quad_perm:[1,0,3,2]", "quad_perm:[3,3,0,1]", "row_shl:1", "row_shr:3", "row_shr:3 bound_ctrl:1",
+             "row_ror:5", "row_mirror", "row_half_mirror", "row_share:7", "row_xmask:9",
+             "row_shl:2 row_mask:0x1 bank_mask:0x5", "dpp8:[7,6,5,4,3,2,1,0]", "dpp8:[1,1,0,0,3,3,2,2]"]
+
+
+@pytest.mark.parametrize("arch", RDNA)
+@pytest.mark.parametrize("ctrl", DPP_CTRLS)
+@pytest.mark.parametrize("exec_mask", [M32, 0xF0F0FF7F])
+def test_dpp_moves_lanes(arch: str, ctrl: str, exec_mask: int) -> None:
+    a, old = rand_u32(), rand_u32()
+    (w,) = run(f"v_mov_b32 v0, v1 {ctrl}", arch, v={0: old, 1: a}, exec_mask=exec_mask)
+    assert w.v[0].tolist() == _dpp_expected(ctrl, a, old, exec_mask).tolist()
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_dpp_add_with_modifiers(arch: str) -> None:
+    a = RNG.standard_normal(32).astype(np.float32)
+    b = RNG.standard_normal(32).astype(np.float32)
+    (w,) = run("v_add_f32 v0, -v1, |v2| row_xmask:1", arch, v={1: a.view(np.uint32), 2: b.view(np.uint32)})
+    moved = a[np.arange(32) ^ 1]
+    assert w.v[0].view(np.float32).tolist() == (-moved + np.abs(b)).tolist()
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_dpp_row_reduction_kernel_sums_exactly(arch: str) -> None:
+    """A whole kernel in assembly: each row of 16 lanes adds its values with row_shr 1/2/4/8 (the classic
+    scan); lane 15 of each row then holds the row's sum, which lane 31's row adds to (v_readlane)."""
+    wait = load_wait(arch)
+    src = f"""
+    s_load_b128 s[4:7], s[0:1], 0x0
+    {km_wait(arch)}
+    v_lshlrev_b32 v1, 2, v0
+    global_load_b32 v2, v1, s[6:7]
+    {wait}
+    v_add_f32 v2, v2, v2 row_shr:1 bound_ctrl:1
+    v_add_f32 v2, v2, v2 row_shr:2 bound_ctrl:1
+    v_add_f32 v2, v2, v2 row_shr:4 bound_ctrl:1
+    v_add_f32 v2, v2, v2 row_shr:8 bound_ctrl:1
+    v_readlane_b32 s8, v2, 15
+    v_readlane_b32 s9, v2, 31
+    v_mov_b32 v3, s8
+    v_add_f32 v3, s9, v3
+    v_mov_b32 v4, 0
+    global_store_b32 v4, v3, s[4:5]
+    s_endpgm
+    """
+    x = RNG.integers(-1000, 1000, 32).astype(np.float32)
+    out = np.zeros(1, dtype=np.float32)
+    run_kernel(tg_amd.assemble(src, arch), arch, [out, x], global_size=(1, 1, 1), local_size=(32, 1, 1))
+    assert out[0] == x.sum()

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from tg_amd import dpp
 from tg_amd.emu_mem import ds_op, global_op, smem_op
 from tg_amd.emu_operands import (
     BLOCK,
@@ -44,8 +45,9 @@ from tg_amd.emu_operands import (
     vread,
     vreg,
 )
-from tg_amd.emu_state import EXEC, FULL, VCC, Wave, lanes, mask_of
+from tg_amd.emu_state import EXEC, FULL, VCC, EmulatorError, Wave, lanes, mask_of
 from tg_amd.inst import Inst
+from tg_amd.operands import Mod
 
 __all__ = ["BLOCK", "END", "Context", "compile_inst"]
 
@@ -170,13 +172,68 @@ def _cndmask_compute(inst: Inst, ctx: Context) -> tuple[list[int], Callable[[Wav
     return [dst], lambda w: [np.where(lanes(mask(w)), r1(w), r0(w))]
 
 
-def _no_vop3_mods(inst: Inst, ctx: Context) -> None:
+def _no_vop3_mods(inst: Inst, ctx: Context, allow_dpp: bool = False) -> None:
     for key in inst.mods:
-        raise ctx.fail(inst, f"modifier {key} is not supported by the emulator")
+        if not (allow_dpp and key in dpp.KEYS):
+            raise ctx.fail(inst, f"modifier {key} is not supported by the emulator")
+
+
+LANE = np.arange(32)
+
+
+def dpp_lanes(mods: dict[str, Any]) -> tuple[Any, Any]:
+    """(source lane of each lane, whether that source lies inside the row) for a DPP control (wave32:
+    two rows of 16 lanes; DPP8 picks within groups of 8)."""
+    row, pos = LANE & ~15, LANE & 15
+    if "dpp8" in mods:
+        return (LANE & ~7) | np.array(mods["dpp8"])[LANE & 7], np.ones(32, dtype=bool)
+    if "quad_perm" in mods:
+        return (LANE & ~3) | np.array(mods["quad_perm"])[LANE & 3], np.ones(32, dtype=bool)
+    if "row_shl" in mods:
+        src = pos + mods["row_shl"]
+        return row + (src & 15), src < 16
+    if "row_shr" in mods:
+        src = pos - mods["row_shr"]
+        return row + (src & 15), src >= 0
+    if "row_ror" in mods:
+        return row + ((pos - mods["row_ror"]) & 15), np.ones(32, dtype=bool)
+    if "row_mirror" in mods:
+        return row + 15 - pos, np.ones(32, dtype=bool)
+    if "row_half_mirror" in mods:
+        return (LANE & ~7) + 7 - (LANE & 7), np.ones(32, dtype=bool)
+    if "row_share" in mods:
+        return row + mods["row_share"], np.ones(32, dtype=bool)
+    if "row_xmask" in mods:
+        return row + (pos ^ mods["row_xmask"]), np.ones(32, dtype=bool)
+    raise EmulatorError(f"DPP control {sorted(mods)} is not supported by the emulator")
+
+
+def _dpp_move(inst: Inst, read: Callable[[Wave], Any]) -> Callable[[Wave], tuple[Any, Any]]:
+    """src0 after DPP lane movement, and the lanes the instruction writes. A source lane outside its row
+    or inactive (without fi) reads 0 with bound_ctrl:1 and disables its lane otherwise (DPP8: reads 0);
+    row_mask/bank_mask disable whole rows / banks of 4 lanes."""
+    mods = inst.mods
+    src, inside = dpp_lanes(mods)
+    dpp8 = "dpp8" in mods
+    bound_zero = bool(mods.get("bound_ctrl")) or dpp8
+    fetch_inactive = bool(mods.get("fi"))
+    row_mask, bank_mask = mods.get("row_mask", 15), mods.get("bank_mask", 15)
+    enabled = np.ones(32, dtype=bool) if dpp8 else \
+        ((row_mask >> (LANE >> 4) & 1) & (bank_mask >> ((LANE >> 2) & 3) & 1)).astype(bool)
+
+    def move(w: Wave) -> tuple[Any, Any]:
+        value = np.broadcast_to(read(w), (32,))[src]
+        valid = inside & (lanes(w.s[EXEC])[src] | fetch_inactive)
+        if bound_zero:
+            return np.where(valid, value, np.zeros_like(value)), enabled
+        return value, enabled & valid
+    return move
 
 
 def _valu(inst: Inst, ctx: Context) -> Op:
-    _no_vop3_mods(inst, ctx)
+    _no_vop3_mods(inst, ctx, allow_dpp=True)
+    if dpp.has_dpp(inst.mods):
+        return _valu_dpp(inst, ctx)
     regs, compute = (_cndmask_compute if inst.name == "v_cndmask_b32" else _valu_compute)(inst, ctx)
     if len(regs) == 1:
         (d,) = regs
@@ -189,6 +246,33 @@ def _valu(inst: Inst, ctx: Context) -> Op:
         for reg, value in zip(regs, compute(w), strict=True):
             w.vwrite(reg, value)
     return op
+
+
+def _valu_dpp(inst: Inst, ctx: Context) -> Op:
+    """A table VALU instruction whose src0 moves across lanes first (DPP16 / DPP8)."""
+    if inst.name not in VALU or VALU[inst.name][0] == u64:
+        return unsupported(inst, ctx, "DPP on this instruction")
+    dkind, skinds, fn = VALU[inst.name]
+    dst = vreg(inst.operands[0], inst, ctx)
+    kinds = [dkind if k == "acc" else k for k in skinds]
+    srcs = list(inst.operands[1:]) + ([inst.operands[0]] if skinds[-1:] == ("acc",) else [])
+    readers = [vread(op, k) for op, k in zip(srcs, kinds, strict=True)]
+    raw = _vread_raw(srcs[0], kinds[0])
+    move = _dpp_move(inst, raw)
+    mod0 = srcs[0] if isinstance(srcs[0], Mod) else None
+
+    def op(w: Wave) -> None:
+        moved, enabled = move(w)
+        if mod0 is not None:
+            moved = -np.abs(moved) if mod0.abs and mod0.neg else np.abs(moved) if mod0.abs else -moved
+        result = to_bits(dkind, fn(moved, *[r(w) for r in readers[1:]]))
+        w.vwrite(dst, np.where(enabled, result, w.v[dst]))
+    return op
+
+
+def _vread_raw(op: Any, kind: str) -> Callable[[Wave], Any]:
+    """The register behind a DPP source, without its neg/abs (applied after the lane movement)."""
+    return vread(op.value if isinstance(op, Mod) else op, kind)
 
 
 def _vopd(inst: Inst, ctx: Context) -> Op:
@@ -581,7 +665,16 @@ def _sopp(inst: Inst, ctx: Context) -> Op:
 
 SOPP_NAMES = NOPS | {"s_endpgm", "s_code_end", "s_barrier", "s_barrier_wait", "s_waitcnt", "s_wait_loadcnt",
                      "s_wait_dscnt", "s_wait_kmcnt", "s_wait_loadcnt_dscnt", "s_wait_storecnt_dscnt"}
-SPECIAL_VALU = {"v_readfirstlane_b32": _readfirstlane}
+def _readlane(inst: Inst, ctx: Context) -> Op:
+    """v_readlane_b32 sdst, vsrc, lane: one lane's value (lane number modulo 32), whatever EXEC says."""
+    write, src, lane = swriter(inst.operands[0]), vread(inst.operands[1], u32), sread(inst.operands[2])
+
+    def op(w: Wave) -> None:
+        write(w, int(np.broadcast_to(src(w), (32,))[lane(w) & 31]))
+    return op
+
+
+SPECIAL_VALU = {"v_readfirstlane_b32": _readfirstlane, "v_readlane_b32": _readlane}
 
 
 def compile_inst(inst: Inst, ctx: Context) -> Op:
