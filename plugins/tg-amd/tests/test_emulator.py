@@ -531,3 +531,59 @@ def test_dpp_row_reduction_kernel_sums_exactly(arch: str) -> None:
     out = np.zeros(1, dtype=np.float32)
     run_kernel(tg_amd.assemble(src, arch), arch, [out, x], global_size=(1, 1, 1), local_size=(32, 1, 1))
     assert out[0] == x.sum()
+
+
+# -------------------------------------------------------------------------------- scalar float (RDNA4)
+
+def _f32_bits(x) -> int:
+    return int(np.float32(x).view(np.uint32))
+
+
+def _f16_bits(x) -> int:
+    return int(np.float16(x).view(np.uint16))
+
+
+SFLOAT_CASES = {  # text, reference on numpy scalars a=s1, b=s2, c=s0 (f32 or f16)
+    "s_add_f32 s0, s1, s2": lambda a, b, c: np.float32(a) + np.float32(b),
+    "s_sub_f32 s0, s1, s2": lambda a, b, c: np.float32(a) - np.float32(b),
+    "s_mul_f32 s0, s1, s2": lambda a, b, c: np.float32(a) * np.float32(b),
+    "s_min_num_f32 s0, s1, s2": lambda a, b, c: np.fmin(np.float32(a), np.float32(b)),
+    "s_max_num_f32 s0, s1, s2": lambda a, b, c: np.fmax(np.float32(a), np.float32(b)),
+    "s_fmac_f32 s0, s1, s2": lambda a, b, c: np.float32(np.float64(a) * np.float64(b) + np.float64(c)),
+    "s_floor_f32 s0, s1": lambda a, b, c: np.floor(np.float32(a)),
+    "s_ceil_f32 s0, s1": lambda a, b, c: np.ceil(np.float32(a)),
+    "s_trunc_f32 s0, s1": lambda a, b, c: np.trunc(np.float32(a)),
+    "s_rndne_f32 s0, s1": lambda a, b, c: np.rint(np.float32(a)),
+    "s_add_f16 s0, s1, s2": lambda a, b, c: np.float16(a) + np.float16(b),
+    "s_mul_f16 s0, s1, s2": lambda a, b, c: np.float16(a) * np.float16(b),
+    "s_rndne_f16 s0, s1": lambda a, b, c: np.rint(np.float16(a)),
+}
+
+
+@pytest.mark.parametrize("text", list(SFLOAT_CASES))
+def test_scalar_float_ops(text: str) -> None:
+    half = text.split()[0].endswith("f16")
+    bits, ftype = (_f16_bits, np.float16) if half else (_f32_bits, np.float32)
+    for a, b, c in [(1.5, -2.25, 0.5), (3.7, 1e-3, -8.0), (-0.5, 2.5, 1.0), (np.inf, 1.0, 0.0), (np.nan, 1.0, 2.0)]:
+        (w,) = run(text, "gfx1200", s={1: bits(a), 2: bits(b), 0: bits(c)})
+        want = ftype(SFLOAT_CASES[text](ftype(a), ftype(b), ftype(c)))
+        got = np.uint16(w.s[0]).view(np.float16) if half else np.uint32(w.s[0]).view(np.float32)
+        assert (np.isnan(got) and np.isnan(want)) or got == want, (text, a, b, c, got, want)
+
+
+@pytest.mark.parametrize("cond,fn", [("lt", np.less), ("ge", np.greater_equal), ("eq", np.equal),
+                                     ("u", lambda a, b: np.isnan(a) | np.isnan(b)),
+                                     ("nlt", lambda a, b: ~np.less(a, b)), ("lg", lambda a, b: (a < b) | (a > b))])
+def test_scalar_float_compares(cond: str, fn) -> None:
+    for a, b in [(1.0, 2.0), (2.0, 1.0), (1.0, 1.0), (np.nan, 1.0)]:
+        (w,) = run(f"s_cmp_{cond}_f32 s1, s2", "gfx1200", s={1: _f32_bits(a), 2: _f32_bits(b)})
+        assert w.scc == int(bool(fn(np.float32(a), np.float32(b)))), (cond, a, b)
+
+
+def test_scalar_float_conversions() -> None:
+    (w,) = run("s_cvt_f32_i32 s0, s1\ns_cvt_i32_f32 s3, s2\ns_cvt_u32_f32 s4, s2\ns_cvt_f16_f32 s5, s2\n"
+               "s_cvt_f32_f16 s6, s7", "gfx1200",
+               s={1: (-7) & M32, 2: _f32_bits(-3.75), 7: _f16_bits(0.375)})
+    assert np.uint32(w.s[0]).view(np.float32) == np.float32(-7)
+    assert w.s[3] == (-3) & M32 and w.s[4] == 0
+    assert w.s[5] == _f16_bits(-3.75) and np.uint32(w.s[6]).view(np.float32) == np.float32(0.375)

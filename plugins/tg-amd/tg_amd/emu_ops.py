@@ -47,7 +47,7 @@ from tg_amd.emu_operands import (
 )
 from tg_amd.emu_state import EXEC, FULL, VCC, EmulatorError, Wave, lanes, mask_of
 from tg_amd.inst import Inst
-from tg_amd.operands import Mod
+from tg_amd.operands import Mod, Reg, float_bits
 
 __all__ = ["BLOCK", "END", "Context", "compile_inst"]
 
@@ -677,6 +677,102 @@ def _readlane(inst: Inst, ctx: Context) -> Op:
 SPECIAL_VALU = {"v_readfirstlane_b32": _readfirstlane, "v_readlane_b32": _readlane}
 
 
+# ---- scalar float (RDNA4): f32 / f16 values in SGPR bits, numpy's IEEE arithmetic (FMA rounded once)
+
+def _sfloat_reader(op: Any, half: bool) -> Callable[[Wave], Any]:
+    """A scalar float source as a numpy float32/float16 (f16: the low half of the SGPR)."""
+    if half and not isinstance(op, Reg):
+        bits = float_bits(op, 16) if isinstance(op, float) else op & 0xFFFF
+        value = np.uint16(bits).view(np.float16)
+        return lambda w: value
+    raw = sread(op)
+    if half:
+        return lambda w: np.uint16(raw(w) & 0xFFFF).view(np.float16)
+    return lambda w: np.uint32(raw(w)).view(np.float32)
+
+
+def _fbits(x: Any, half: bool) -> int:
+    return int(np.float16(x).view(np.uint16)) if half else int(np.float32(x).view(np.uint32))
+
+
+SFLOAT: dict[str, Callable[..., Any]] = {
+    "add": lambda a, b: _f64(a) + _f64(b), "sub": lambda a, b: _f64(a) - _f64(b),
+    "mul": lambda a, b: _f64(a) * _f64(b), "min_num": np.fmin, "max_num": np.fmax,
+    "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rndne": np.rint,
+}
+SFLOAT_RE = re.compile(r"^s_(add|sub|mul|min_num|max_num|floor|ceil|trunc|rndne|fmac|fmaak|fmamk)_f(16|32)$")
+SCVT = {  # name -> (source kind, result kind, fn)
+    "s_cvt_f32_i32": ("i32", "f32", lambda a: np.float32(a)), "s_cvt_f32_u32": ("u32", "f32", lambda a: np.float32(a)),
+    "s_cvt_i32_f32": ("f32", "i32", lambda a: int(_cvt_f_to_int(a, -2147483648.0, 2147483647.0, np.int32))),
+    "s_cvt_u32_f32": ("f32", "u32", lambda a: int(_cvt_f_to_int(a, 0.0, 4294967295.0, np.uint32))),
+    "s_cvt_f16_f32": ("f32", "f16", lambda a: np.float16(a)), "s_cvt_f32_f16": ("f16", "f32", lambda a: np.float32(a)),
+    "s_cvt_hi_f32_f16": ("f16hi", "f32", lambda a: np.float32(a)),
+}
+
+
+def _sfloat(inst: Inst, ctx: Context) -> Op:
+    """s_add_f32, s_fmac_f16, s_floor_f32, ...: the result's bits to the SGPR (f16: zero-extended)."""
+    m = SFLOAT_RE.match(inst.name)
+    assert m is not None
+    kind, half = m.group(1), m.group(2) == "16"
+    write = swriter(inst.operands[0])
+    srcs = [_sfloat_reader(op, half) for op in inst.operands[1:]]
+    if kind == "fmac":  # d = a * b + d
+        srcs.append(_sfloat_reader(inst.operands[0], half))
+    dtype = np.float16 if half else np.float32
+    if kind in ("fmac", "fmaak", "fmamk"):
+        order = (0, 2, 1) if kind == "fmamk" else (0, 1, 2)  # fmamk: a * K + b (K in the middle)
+
+        def fma(w: Wave) -> None:
+            x = [srcs[i](w) for i in order]
+            write(w, _fbits(dtype(_f64(x[0]) * _f64(x[1]) + _f64(x[2])), half))
+        return fma
+    fn = SFLOAT[kind]
+
+    def op(w: Wave) -> None:
+        write(w, _fbits(dtype(fn(*[r(w) for r in srcs])), half))
+    return op
+
+
+def _scvt(inst: Inst, ctx: Context) -> Op:
+    src_kind, dst_kind, fn = SCVT[inst.name]
+    write, raw = swriter(inst.operands[0]), sread(inst.operands[1])
+    if isinstance(inst.operands[1], float) and src_kind == "f16":
+        raw = sread(float_bits(inst.operands[1], 16))
+
+    def read(w: Wave) -> Any:
+        x = raw(w)
+        return {"i32": _sext(x, 32), "u32": x, "f32": np.uint32(x).view(np.float32),
+                "f16": np.uint16(x & 0xFFFF).view(np.float16), "f16hi": np.uint16(x >> 16).view(np.float16)}[src_kind]
+
+    def op(w: Wave) -> None:
+        y = fn(read(w))
+        write(w, y & M32 if dst_kind in ("i32", "u32") else _fbits(y, dst_kind == "f16"))
+    return op
+
+
+SFCMP: dict[str, Callable[[Any, Any], bool]] = {
+    "lt": lambda a, b: a < b, "eq": lambda a, b: a == b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
+    "lg": lambda a, b: a < b or a > b, "ge": lambda a, b: a >= b, "o": lambda a, b: not (np.isnan(a) or np.isnan(b)),
+    "u": lambda a, b: bool(np.isnan(a) or np.isnan(b)), "nge": lambda a, b: not a >= b,
+    "nlg": lambda a, b: not (a < b or a > b),
+    "ngt": lambda a, b: not a > b, "nle": lambda a, b: not a <= b, "neq": lambda a, b: not a == b,
+    "nlt": lambda a, b: not a < b,
+}
+
+
+def _sfcmp(inst: Inst, ctx: Context) -> Op:
+    m = re.match(r"^s_cmp_([a-z]+)_f(16|32)$", inst.name)
+    if not m or m.group(1) not in SFCMP:
+        return unsupported(inst, ctx)
+    cond, half = SFCMP[m.group(1)], m.group(2) == "16"
+    a, b = _sfloat_reader(inst.operands[0], half), _sfloat_reader(inst.operands[1], half)
+
+    def op(w: Wave) -> None:
+        w.scc = int(bool(cond(a(w), b(w))))
+    return op
+
+
 def compile_inst(inst: Inst, ctx: Context) -> Op:
     """The closure that executes ``inst`` (see the module docstring)."""
     name = inst.name
@@ -694,6 +790,12 @@ def compile_inst(inst: Inst, ctx: Context) -> Op:
         return _wmma(inst, ctx)
     if name in SOP2:
         return _salu2(inst, ctx)
+    if SFLOAT_RE.match(name):
+        return _sfloat(inst, ctx)
+    if name in SCVT:
+        return _scvt(inst, ctx)
+    if re.match(r"^s_cmp_[a-z]+_f(16|32)$", name):
+        return _sfcmp(inst, ctx)
     if name.startswith("s_cmp_"):
         return _scmp(inst, ctx)
     if name.startswith(("s_movk", "s_cmovk", "s_addk", "s_mulk", "s_cmpk")):
