@@ -587,3 +587,61 @@ def test_scalar_float_conversions() -> None:
     assert np.uint32(w.s[0]).view(np.float32) == np.float32(-7)
     assert w.s[3] == (-3) & M32 and w.s[4] == 0
     assert w.s[5] == _f16_bits(-3.75) and np.uint32(w.s[6]).view(np.float32) == np.float32(0.375)
+
+
+# -------------------------------------------------------------------------------- buffer loads and stores
+
+def _descriptor_setup(arch: str, buffer_pair: str, records: int, stride: int = 0) -> str:
+    """s[8:11] = a descriptor over the buffer whose address is in ``buffer_pair`` (s[6:7] or s[4:5])."""
+    lo, hi = buffer_pair[2:-1].split(":")
+    return f"""
+    s_mov_b32 s8, s{lo}
+    s_and_b32 s9, s{hi}, 0xffff
+    s_or_b32 s9, s9, {stride << 16:#x}
+    s_mov_b32 s10, {records:#x}
+    s_mov_b32 s11, 0
+    """
+
+
+@pytest.mark.parametrize("arch", RDNA)
+@pytest.mark.parametrize("records", [0, 6, 82, 128, 4096])
+def test_buffer_load_bounds(arch: str, records: int) -> None:
+    """Lane i loads dword i + 3 (offen, offset:12); lanes whose 4 bytes end past num_records read 0."""
+    soff = "null" if arch == "gfx1200" else "0"
+    src = f"""
+    s_load_b128 s[4:7], s[0:1], 0x0
+    {km_wait(arch)}
+    {_descriptor_setup(arch, "s[6:7]", records)}
+    v_lshlrev_b32 v1, 2, v0
+    buffer_load_b32 v2, v1, s[8:11], {soff} offen offset:12
+    {load_wait(arch)}
+    global_store_b32 v1, v2, s[4:5]
+    s_endpgm
+    """
+    x = RNG.integers(1, 1 << 30, 64).astype(np.uint32)
+    out = np.full(32, 7, dtype=np.uint32)
+    run_kernel(tg_amd.assemble(src, arch), arch, [out, x], global_size=(1, 1, 1), local_size=(32, 1, 1))
+    lane = np.arange(32)
+    want = np.where(lane * 4 + 12 + 4 <= records, x[lane + 3], 0)
+    assert out.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_buffer_store_drops_out_of_range_and_idxen_strides(arch: str) -> None:
+    """idxen with a 8-byte stride: lane i writes i + 100 at byte 8 * i + 4 of ``out``; indices >= 10 are out
+    of range and write nothing."""
+    soff = "null" if arch == "gfx1200" else "0"
+    src = f"""
+    s_load_b128 s[4:7], s[0:1], 0x0
+    {km_wait(arch)}
+    {_descriptor_setup(arch, "s[4:5]", 10, stride=8)}
+    v_add_nc_u32 v2, 0x64, v0
+    buffer_store_b32 v2, v0, s[8:11], {soff} idxen offset:4
+    s_endpgm
+    """
+    out = np.zeros(64, dtype=np.uint32)
+    run_kernel(tg_amd.assemble(src, arch), arch, [out, np.zeros(1, np.uint32)], global_size=(1, 1, 1),
+               local_size=(32, 1, 1))
+    want = np.zeros(64, dtype=np.uint32)
+    want[2 * np.arange(10) + 1] = np.arange(10) + 100
+    assert out.tolist() == want.tolist()

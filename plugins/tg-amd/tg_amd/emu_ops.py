@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from tg_amd import dpp
-from tg_amd.emu_mem import ds_op, global_op, smem_op
+from tg_amd.emu_mem import buffer_op, ds_op, global_op, smem_op
 from tg_amd.emu_operands import (
     BLOCK,
     END,
@@ -804,6 +804,8 @@ def compile_inst(inst: Inst, ctx: Context) -> Op:
         return _sopp(inst, ctx)
     if name.startswith("global_"):
         return global_op(inst, ctx)
+    if name.startswith("buffer_"):
+        return buffer_op(inst, ctx)
     if name.startswith("ds_"):
         return ds_op(inst, ctx)
     if name.startswith("s_load_"):
