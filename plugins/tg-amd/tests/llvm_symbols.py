@@ -7,9 +7,9 @@ with each immediate prints ``sendmsg(MSG_<name>[, <op>[, stream]])``).
     python plugins/tg-amd/tests/llvm_symbols.py      # rewrites tg_amd/tables/llvm19_symbols.txt
 
 On gfx12 also the cache-policy names (``th:TH_LOAD_NT``, ``scope:SCOPE_SYS``) of loads, stores and
-atomics. Rows: ``arch  kind  name  value``, kind one of hwreg, msg, msgop, th_load, th_store,
-th_atomic, scope; ``msgop`` values are the operation's bits shifted in
-place, next to the message they belong to (``name`` is ``MSG_X,OP_Y``).
+atomics, and the tbuffer format names (``format:[BUF_FMT_32_FLOAT]``). Rows: ``arch  kind  name  value``,
+kind one of hwreg, msg, msgop, th_load, th_store, th_atomic, scope, format; ``msgop`` values are the
+operation's bits shifted in place, next to the message they belong to (``name`` is ``MSG_X,OP_Y``).
 """
 from __future__ import annotations
 
@@ -58,6 +58,15 @@ def symbols(arch: str) -> list[tuple[str, str, int]]:
                 m = re.search(r"scope:(SCOPE_\w+)", text)
                 if m and th == 0 and kind == "th_load":
                     rows.append(("scope", m.group(1), scope))
+    # tbuffer formats: tbuffer_load_format_x v1, off, s[4:7], 0 with each value of the 7-bit format field
+    if arch in ("gfx1200", "gfx1201"):
+        words = [(0xC4000000 | 0x80 << 14 | 124, 1 | 1 << 10 | fmt << 23, 0) for fmt in range(128)]
+    else:
+        words = [(0xE8000000 | fmt << 19, 1 << 8 | 1 << 16 | 0x80 << 24) for fmt in range(128)]
+    for fmt, text in zip(range(128), disassemble(words, arch), strict=True):
+        m = re.search(r"format:\[([^\]]*)\]", text) if isinstance(text, str) else None
+        if m:
+            rows.append(("format", m.group(1).replace(" ", ""), fmt))
     seen: set[tuple[str, str]] = set()
     unique = []
     for kind, name, value in rows:  # the first (lowest) value of a name is its encoding

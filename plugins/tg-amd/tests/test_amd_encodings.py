@@ -40,6 +40,11 @@ REFERENCE = [
     ("gfx1200", "global_load_b32 v1, v[2:3], off th:TH_LOAD_NT scope:SCOPE_SE", "7c 00 05 ee 01 00 14 00 02 00 00 00"),
     ("gfx1200", "scratch_load_b32 v1, v2, s3 offset:-16", "03 00 05 ed 01 00 02 00 02 f0 ff ff"),
     ("gfx1100", "global_atomic_add_u32 v1, v[2:3], v3, off glc", "00 40 d6 dc 02 03 7c 01"),
+    ("gfx1100", "tbuffer_store_format_xy v[1:2], v2, s[4:7], s3 format:77 idxen", "00 80 6a ea 02 01 81 03"),
+    ("gfx1200", "tbuffer_load_format_x v1, off, s[4:7], null format:[BUF_FMT_32_FLOAT]",
+     "7c 00 20 c4 01 08 00 0b 00 00 00 00"),
+    ("gfx942", "tbuffer_load_format_x v1, off, s[4:7], 0 format:[BUF_DATA_FORMAT_32,BUF_NUM_FORMAT_FLOAT]",
+     "00 00 a0 eb 00 01 01 80"),
 ]
 DATA = pathlib.Path(__file__).parent / "data"
 ARCHS = ("gfx1100", "gfx1200", "gfx942")
@@ -124,14 +129,14 @@ def test_dsl_builds_the_symbolic_and_dpp_forms() -> None:
     ("global_load_b32 v1, v[2:3], off th:TH_LOAD_BYPASS", "gfx1200", "scope and th combination"),
     ("global_atomic_add_u32 v1, v[2:3], v3, off", "gfx1100", "must use glc"),
     ("buffer_load_b32 v1, v2, s[4:7], 0", "gfx1100", "off without offen/idxen"),
-    ("tbuffer_load_format_x v0, off, s[0:3], 0", "gfx1100", "not supported by tg-amd yet"),
+    ("v_interp_p10_f32 v0, v1, v2, v3", "gfx1100", "not supported by tg-amd yet"),
     ("v_add_f32 v0, v1, v2 row_shl:1 row_shl:2", "gfx1100", "given twice"),
 ])
 def test_refusals_say_why(text: str, arch: str, message: str) -> None:
-    """Each is refused with its reason, and (where llvm-mc is at hand) llvm-mc refuses it too (the tbuffer
-    line excepted: tg-amd does not encode tbuffer_* yet)."""
+    """Each is refused with its reason, and (where llvm-mc is at hand) llvm-mc refuses it too (the v_interp
+    line excepted: tg-amd does not encode VINTERP yet)."""
     with pytest.raises(tg_amd.AsmError, match=message):
         tg_amd.assemble(text, arch)
     from tg_amd_cases import llvm_encode, llvm_mc
-    if llvm_mc() is not None and not text.startswith("tbuffer"):
+    if llvm_mc() is not None and not text.startswith("v_interp"):
         assert isinstance(llvm_encode([text], arch)[0], str)

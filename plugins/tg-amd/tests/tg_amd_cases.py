@@ -428,7 +428,7 @@ def _buffer(g: Gen, info: OpInfo) -> str:
     if not info.sig:
         return info.name
     load = "_load_" in info.name and "_lds_" not in info.name
-    tfe = load and arch.gen != 9 and r.random() < 0.15
+    tfe = load and arch.gen != 9 and r.random() < 0.15 and not info.name.startswith("tbuffer")
     addr = r.choice(["", "offen", "idxen", "idxen offen"])
     naddr = len(addr.split())
     ops = []
@@ -445,6 +445,10 @@ def _buffer(g: Gen, info: OpInfo) -> str:
             choices.append("null" if arch.gen == 12 else str(r.randint(0, 64)))
             ops.append(r.choice(choices))
     text = f"{info.name} {', '.join(ops)}"
+    if info.name.startswith("tbuffer") and r.random() < 0.7:
+        from tg_amd.symbols import _names
+        names = sorted(_names(arch.name)["format"])
+        text += f" format:{r.randint(1, 127)}" if r.random() < 0.4 else f" format:[{r.choice(names)}]"
     if addr:
         text += " " + addr
     if r.random() < 0.5:
@@ -534,7 +538,7 @@ def case_for(g: Gen, info: OpInfo) -> str:
     if fmt in ("GLOBAL", "FLAT", "SCRATCH"):
         text = _global(g, info)
         return text + (_policy(g, info) if g.arch.gen == 12 and "th:" not in text else "")
-    if fmt == "MUBUF":
+    if fmt in ("MUBUF", "MTBUF"):
         return _buffer(g, info)
     raise ValueError(fmt)
 

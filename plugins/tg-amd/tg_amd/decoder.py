@@ -16,7 +16,7 @@ from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, two_offsets
 from tg_amd.layouts import LAYOUTS, Layout, match
 from tg_amd.llvm_table import hex_immediates
 from tg_amd.operands import FILES, INV_2PI, LITERAL, OFF, SPECIALS, Dec, Hex, Mod, Reg
-from tg_amd.symbols import delay_sym, hwreg_sym, msg_sym, policy_name
+from tg_amd.symbols import delay_sym, format_name, hwreg_sym, msg_sym, policy_name
 
 FLOAT_CODES = {240: 0.5, 241: -0.5, 242: 1.0, 243: -1.0, 244: 2.0, 245: -2.0, 246: 4.0, 247: -4.0, 248: INV_2PI}
 OMOD_NAMES = {v: k for k, v in OMOD.items()}
@@ -65,7 +65,7 @@ def _has_literal(layout: Layout, info: OpInfo, fields: dict[str, int], sig: tupl
         return True
     names = ("src0", "src1", "src2", "ssrc0", "ssrc1", "srcx0", "srcy0")
     used = [n for n in names if n in layout.fields]
-    if layout.name in ("SOPK", "SOPP", "SMEM", "DS", "FLAT", "MUBUF", "VBUFFER"):
+    if layout.name in ("SOPK", "SOPP", "SMEM", "DS", "FLAT", "MUBUF", "VBUFFER", "MTBUF"):
         return False
     return any(fields.get(n) == LITERAL for n in used)
 
@@ -260,8 +260,10 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
         for flag in ("glc", "slc", "dlc", "sc0", "sc1", "nt"):
             if f.get(flag):
                 mods[flag] = True
-    elif lay in ("MUBUF", "VBUFFER"):
+    elif lay in ("MUBUF", "VBUFFER", "MTBUF"):
         kind = "a" if f.get("acc") else "v"
+        if name.startswith("tbuffer") and f["format"] != 1:
+            mods["format"] = format_name(f["format"], arch)
         naddr = f["offen"] + f["idxen"]
         for role in sig:
             if role == "vdata":

@@ -17,7 +17,7 @@ from tg_amd.isa import SRC_INDEX, OpInfo, lookup, two_offsets, vopd_info
 from tg_amd.layouts import LAYOUTS, Layout
 from tg_amd.llvm_table import dpp_forms
 from tg_amd.operands import OFF, SPECIALS, Label, Mod, Reg, constant_code, operand_text, scalar_code
-from tg_amd.symbols import Sym, policy_value
+from tg_amd.symbols import Sym, format_value, policy_value
 from tg_amd.symbols import value as symbol_value
 
 OMOD = {"mul:2": 1, "mul:4": 2, "div:2": 3}
@@ -764,7 +764,10 @@ def _buffer(enc: _Encoder) -> bytes:
     """buffer_* (MUBUF; VBUFFER on gfx12): vdata, vaddr (off, or VGPRs for idxen/offen), srsrc, soffset."""
     info, f, mods, arch = enc.info, enc.fields, enc.inst.mods, enc.arch
     flags = {11: ("glc", "slc", "dlc", "tfe"), 9: ("sc0", "sc1", "nt", "lds"), 12: ("tfe", "th", "scope")}[arch.gen]
-    _no_mods(enc, ("offset", "offen", "idxen") + flags)
+    typed = info.name.startswith("tbuffer")
+    if typed:
+        flags = tuple(x for x in flags if x != "tfe")  # llvm-mc takes no tfe on tbuffer_*
+    _no_mods(enc, ("offset", "offen", "idxen") + flags + (("format",) if typed else ()))
     f["op"] = info.op
     kinds = ("v", "a") if arch.gen == 9 else ("v",)
     naddr = int(bool(mods.get("offen"))) + int(bool(mods.get("idxen")))
@@ -800,16 +803,20 @@ def _buffer(enc: _Encoder) -> bytes:
         if mods.get(flag) is True:
             f[flag] = 1
     f["offset"] = _unsigned(mods.get("offset", 0), 23 if arch.gen == 12 else 12, "offset", enc)
+    if typed or arch.gen == 12:  # untyped buffer_* on gfx12 carry LLVM's default format too
+        try:
+            f["format"] = format_value(mods.get("format", 1), arch)
+        except AsmError as e:
+            enc.fail(str(e).split(" (")[0], "format")
     if arch.gen == 12:
-        f["format"] = 1  # buffer_* (untyped): LLVM's default format field
         _policy(enc)
-    return enc.emit(enc.layout("MUBUF"))
+    return enc.emit(enc.layout("MTBUF" if info.fmt == "MTBUF" else "MUBUF"))
 
 
 FORMAT_ENCODERS = {"SOP1": _salu, "SOP2": _salu, "SOPC": _salu, "SOPK": _salu, "SOPP": _salu, "SMEM": _smem,
                    "VOP1": _valu, "VOP2": _valu, "VOPC": _valu, "VOP3": _valu, "VOP3SD": _valu,
                    "VOP3P": _vop3p, "MAI": _mai, "DS": _ds, "GLOBAL": _flat, "FLAT": _flat, "SCRATCH": _flat,
-                   "MUBUF": _buffer}
+                   "MUBUF": _buffer, "MTBUF": _buffer}
 
 
 def encode(inst: Inst, arch: str | Arch, pc: int = 0, labels: dict[str, int] | None = None) -> bytes:
@@ -823,7 +830,7 @@ def encode(inst: Inst, arch: str | Arch, pc: int = 0, labels: dict[str, int] | N
     info = lookup(arch, inst.name)
     enc = _Encoder(inst, arch, info, pc, labels)
     if info.fmt in ("VOP3", "VOP3SD", "VOP3P", "MAI", "SOP1", "SOP2", "SOPC", "SOPK", "SOPP", "SMEM", "DS",
-                    "GLOBAL", "FLAT", "SCRATCH", "MUBUF") and inst.enc not in (None, "e64_dpp"):
+                    "GLOBAL", "FLAT", "SCRATCH", "MUBUF", "MTBUF") and inst.enc not in (None, "e64_dpp"):
         enc.fail(f"has only one encoding; drop the _{inst.enc} suffix")
     enc.fields["op"] = info.op
     return FORMAT_ENCODERS[info.fmt](enc)

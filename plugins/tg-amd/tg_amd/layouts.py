@@ -72,6 +72,10 @@ RDNA = {
     "MUBUF": _layout("MUBUF", 64, "111000", {"op": (18, 8), "glc": (14, 1), "dlc": (13, 1), "slc": (12, 1),
                                              "offset": (0, 12), "vaddr": (32, 8), "vdata": (40, 8), "srsrc": (48, 5),
                                              "tfe": (53, 1), "offen": (54, 1), "idxen": (55, 1), "soffset": (56, 8)}),
+    "MTBUF": _layout("MTBUF", 64, "111010", {"format": (19, 7), "op": (15, 4), "glc": (14, 1), "dlc": (13, 1),
+                                             "slc": (12, 1), "offset": (0, 12), "vaddr": (32, 8), "vdata": (40, 8),
+                                             "srsrc": (48, 5), "tfe": (53, 1), "offen": (54, 1), "idxen": (55, 1),
+                                             "soffset": (56, 8)}),
 }
 RDNA4 = {
     **RDNA,
@@ -110,6 +114,10 @@ CDNA = {
     "MUBUF": _layout("MUBUF", 64, "111000", {"op": (18, 7), "nt": (17, 1), "lds": (16, 1), "sc1": (15, 1),
                                              "sc0": (14, 1), "idxen": (13, 1), "offen": (12, 1), "offset": (0, 12),
                                              "vaddr": (32, 8), "vdata": (40, 8), "srsrc": (48, 5), "acc": (55, 1),
+                                             "soffset": (56, 8)}),
+    "MTBUF": _layout("MTBUF", 64, "111010", {"format": (19, 7), "op": (15, 4), "sc0": (14, 1), "idxen": (13, 1),
+                                             "offen": (12, 1), "offset": (0, 12), "vaddr": (32, 8), "vdata": (40, 8),
+                                             "srsrc": (48, 5), "sc1": (53, 1), "nt": (54, 1), "acc": (55, 1),
                                              "soffset": (56, 8)}),
     "FLAT": _layout("FLAT", 64, "110111", {"sc1": (25, 1), "op": (18, 7), "nt": (17, 1), "sc0": (16, 1),
                                            "seg": (14, 2), "sve": (13, 1), "offset": (0, 13), "addr": (32, 8),

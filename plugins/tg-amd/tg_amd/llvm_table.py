@@ -22,8 +22,7 @@ MOD_RE = re.compile(r"^[a-z_0-9]+:")  # offset:16, wait_exp:0, ...
 REG_RE = re.compile(r"^(s|v|a|ttmp)(?:(\d+)|\[(\d+):(\d+)\])$")
 # families tg-amd encodes; the others are listed as unsupported
 ENCODED = {"SOP1", "SOP2", "SOPC", "SOPK", "SOPP", "SMEM", "VOP1", "VOP2", "VOPC", "VOP3", "VOP3P", "DS",
-           "FLAT", "GLOBAL", "MUBUF", "VBUFFER", "SCRATCH"}
-TBUFFER = "tbuffer_* (typed buffer formats) are not supported yet"
+           "FLAT", "GLOBAL", "MUBUF", "VBUFFER", "SCRATCH", "MTBUF"}
 
 
 # mnemonics whose operands the listing cannot tell (or tg-amd does not model yet), with why
@@ -49,7 +48,7 @@ NOT_DERIVED = {
 SPARSE_MFMA = "sparse MFMA (index operand) is not modelled"
 PREFETCH = "s_prefetch_* operands (offset, null, immediate length) are not modelled"
 TRUE16 = "true16 register halves (v8.l, v8.h) are not modelled"
-KNOWN_GAPS = frozenset({*NOT_DERIVED.values(), SPARSE_MFMA, TRUE16, PREFETCH, TBUFFER})
+KNOWN_GAPS = frozenset({*NOT_DERIVED.values(), SPARSE_MFMA, TRUE16, PREFETCH})
 # operand types (dst,src0,src1,src2) the mnemonic does not spell
 TYPES = {
     "v_sat_pk_u8_i16": "b16,b32", "v_trig_preop_f64": "f64,f64,u32", "v_cvt_pk_u8_f32": "b32,f32,u32,u32",
@@ -183,7 +182,7 @@ def derive(gen: int, row: Row) -> Derived | str:
     name = name.removesuffix("_e32").removesuffix("_e64")
     if name in NOT_DERIVED:
         return NOT_DERIVED[name]
-    if row.family in ("MUBUF", "VBUFFER"):
+    if row.family in ("MUBUF", "VBUFFER", "MTBUF"):
         return _buffer(name, row, rest)
     if row.family == "SCRATCH":
         return _scratch(name, row, rest)
@@ -268,17 +267,16 @@ def derive(gen: int, row: Row) -> Derived | str:
 
 def _buffer(name: str, row: Row, rest: str) -> Derived | str:
     """``buffer_*``: vdata (count as printed), vaddr (off or VGPRs, by offen/idxen), srsrc, soffset."""
-    if name.startswith("tbuffer"):
-        return TBUFFER
+    family = "MTBUF" if row.family == "MTBUF" else "MUBUF"  # gfx12's tbuffer_* are VBUFFER opcodes
     tokens = _operand_tokens(rest.strip())
     if not tokens:
-        return Derived(name, "MUBUF", row.op, (), (1, 1, 1, 1))
+        return Derived(name, family, row.op, (), (1, 1, 1, 1))
     if len(tokens) == 3:  # buffer_load_lds_*: no data register
-        return Derived(name, "MUBUF", row.op, ("vaddr", "srsrc", "soffset"), (1, 1, 1, 1))
+        return Derived(name, family, row.op, ("vaddr", "srsrc", "soffset"), (1, 1, 1, 1))
     reg = _reg(tokens[0])
     if reg is None or len(tokens) != 4:
         return f"cannot read the operands of {row.text!r}"
-    return Derived(name, "MUBUF", row.op, ("vdata", "vaddr", "srsrc", "soffset"), (1, 1, 1, reg[2]))
+    return Derived(name, family, row.op, ("vdata", "vaddr", "srsrc", "soffset"), (1, 1, 1, reg[2]))
 
 
 def _scratch(name: str, row: Row, rest: str) -> Derived | str:

@@ -37,7 +37,7 @@ class Sym:
 @cache
 def _names(arch: str) -> dict[str, dict[str, int]]:
     table: dict[str, dict[str, int]] = {"hwreg": {}, "msg": {}, "msgop": {}, "th_load": {}, "th_store": {},
-                                        "th_atomic": {}, "scope": {}}
+                                        "th_atomic": {}, "scope": {}, "format": {}}
     for line in (Path(__file__).parent / "tables" / "llvm19_symbols.txt").read_text().splitlines():
         if line and not line.startswith("#"):
             a, kind, name, value = line.split("\t")
@@ -50,6 +50,25 @@ def _names(arch: str) -> dict[str, dict[str, int]]:
 DEFAULT_POLICY = {"th_load": {"TH_LOAD_RT": 0, "TH_LOAD_BYPASS": 3},
                   "th_store": {"TH_STORE_RT": 0, "TH_STORE_BYPASS": 3},
                   "th_atomic": {"TH_ATOMIC_RT": 0}, "scope": {"SCOPE_CU": 0}}
+
+
+DEFAULT_FORMAT = {True: "BUF_FMT_8_UNORM", False: "BUF_DATA_FORMAT_8,BUF_NUM_FORMAT_UNORM"}  # value 1
+
+
+def format_value(fmt: str | int, arch: Arch) -> int:
+    """``format:[BUF_FMT_32_FLOAT]`` (gfx11/12), ``format:[BUF_DATA_FORMAT_32,BUF_NUM_FORMAT_FLOAT]`` (gfx9), or
+    ``format:N``: the 7-bit format field of tbuffer_*."""
+    if isinstance(fmt, int):
+        return _number(fmt, "format", 0, 127, arch)
+    names = {DEFAULT_FORMAT[arch.rdna]: 1, **_names(arch.name).get("format", {})}
+    if fmt not in names:
+        raise AsmError(f"unknown buffer format {fmt}", None, "format", arch.name)
+    return names[fmt]
+
+
+def format_name(value: int, arch: Arch) -> str | int:
+    names = _names(arch.name).get("format", {})
+    return next((n for n, v in names.items() if v == value), value)
 
 
 def policy_value(kind: str, name: str, arch: Arch) -> int:

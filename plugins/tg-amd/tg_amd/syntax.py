@@ -23,9 +23,9 @@ INT_MODS = ("offset", "offset0", "offset1", "cbsz", "abid", "blgp", "row_shl", "
             "bound_ctrl", "fi")
 LIST_MODS = ("op_sel", "op_sel_hi", "neg_lo", "neg_hi", "quad_perm", "dpp8")
 HEX_MODS = ("row_mask", "bank_mask")
-MOD_ORDER = ("idxen", "offen", "offset", "offset0", "offset1", "op_sel", "op_sel_hi", "neg_lo", "neg_hi", "cbsz",
-             "abid", "blgp", "clamp", "omod", "glc", "slc", "dlc", "sc0", "nt", "sc1", "th", "scope", "lds", "tfe",
-             "gds", "quad_perm", "row_shl", "row_shr", "row_ror", "wave_shl", "wave_rol", "wave_shr", "wave_ror",
+MOD_ORDER = ("format", "idxen", "offen", "offset", "offset0", "offset1", "op_sel", "op_sel_hi", "neg_lo", "neg_hi",
+             "cbsz", "abid", "blgp", "clamp", "omod", "glc", "slc", "dlc", "sc0", "nt", "sc1", "th", "scope", "lds",
+             "tfe", "gds", "quad_perm", "row_shl", "row_shr", "row_ror", "wave_shl", "wave_rol", "wave_shr", "wave_ror",
              "row_mirror", "row_half_mirror", "row_bcast", "row_share", "row_xmask", "dpp8", "row_mask", "bank_mask",
              "bound_ctrl", "fi")
 REG_RE = re.compile(r"^(s|v|a|ttmp)(?:(\d+)|\[(\d+)(?::(\d+))?\])$")
@@ -128,6 +128,10 @@ def _parse_mod(tok: str, mods: dict[str, Any]) -> bool:
     if key in INT_MODS:
         mods[key] = int(value, 0) if not value.startswith("-") else -int(value[1:], 0)
         return True
+    if key == "format":  # format:[BUF_FMT_32_FLOAT] or format:22
+        raw = tok.partition(":")[2]
+        mods[key] = raw.strip("[]").upper() if raw.startswith("[") else int(raw, 0)
+        return True
     if key in NAME_MODS:
         raw = tok.partition(":")[2]
         mods[key] = int(raw, 0) if NUM_RE.match(raw) else raw.upper()
@@ -219,6 +223,8 @@ def _mod_text(key: str, value: Any) -> str:
         return str(value)
     if key in LIST_MODS:
         return f"{key}:[{','.join(str(int(b)) for b in value)}]"
+    if key == "format" and isinstance(value, str):
+        return f"format:[{value}]"
     if key in HEX_MODS or isinstance(value, Hex):
         return f"{key}:{value:#x}"
     return f"{key}:{value}"
