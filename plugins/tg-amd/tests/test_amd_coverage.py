@@ -20,7 +20,7 @@ from tg_amd_cases import llvm_mc
 
 ARCHS = ("gfx1100", "gfx1200", "gfx1201", "gfx942")
 # encoding families tg-amd does not encode yet (every mnemonic in them is refused with this reason)
-FAMILIES_NOT_YET = {"MIMG", "VIMAGE", "VSAMPLE", "VINTERP", "LDSDIR"}
+FAMILIES_NOT_YET = {"MIMG", "VIMAGE", "VSAMPLE"}
 
 
 def _rows(arch: str) -> list[tuple[str, int, str, str]]:

@@ -129,14 +129,13 @@ def test_dsl_builds_the_symbolic_and_dpp_forms() -> None:
     ("global_load_b32 v1, v[2:3], off th:TH_LOAD_BYPASS", "gfx1200", "scope and th combination"),
     ("global_atomic_add_u32 v1, v[2:3], v3, off", "gfx1100", "must use glc"),
     ("buffer_load_b32 v1, v2, s[4:7], 0", "gfx1100", "off without offen/idxen"),
-    ("v_interp_p10_f32 v0, v1, v2, v3", "gfx1100", "not supported by tg-amd yet"),
+    ("image_load v0, v0, s[0:7]", "gfx1100", "not supported by tg-amd yet"),
     ("v_add_f32 v0, v1, v2 row_shl:1 row_shl:2", "gfx1100", "given twice"),
 ])
 def test_refusals_say_why(text: str, arch: str, message: str) -> None:
-    """Each is refused with its reason, and (where llvm-mc is at hand) llvm-mc refuses it too (the v_interp
-    line excepted: tg-amd does not encode VINTERP yet)."""
+    """Each is refused with its reason, and (where llvm-mc is at hand) llvm-mc refuses it too."""
     with pytest.raises(tg_amd.AsmError, match=message):
         tg_amd.assemble(text, arch)
     from tg_amd_cases import llvm_encode, llvm_mc
-    if llvm_mc() is not None and not text.startswith("v_interp"):
+    if llvm_mc() is not None:
         assert isinstance(llvm_encode([text], arch)[0], str)

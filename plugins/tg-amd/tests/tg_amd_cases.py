@@ -514,6 +514,25 @@ def _dpp_ok(info: OpInfo, arch: Arch) -> bool:
             and not info.name.startswith(("v_cmpx", "v_permlane")))
 
 
+def _vinterp(g: Gen, info: OpInfo) -> str:
+    r = g.rng
+    ops = [g.vgpr(1)] + [(r.choice(["-", ""]) + g.vgpr(1)) for _ in range(3)]
+    text = f"{info.name} {', '.join(ops)}"
+    if r.random() < 0.3:
+        text += " clamp"  # llvm-mc wants clamp before op_sel here
+    if "f16" in info.name and r.random() < 0.3:
+        text += f" op_sel:[{','.join(str(r.randint(0, 1)) for _ in range(4))}]"
+    return text + f" wait_exp:{r.randint(0, 7)}"
+
+
+def _ldsdir(g: Gen, info: OpInfo) -> str:
+    r = g.rng
+    ops = [g.vgpr(1)] + ([f"attr{r.randint(0, 32)}.{r.choice('xyzw')}"] if "attr" in info.sig else [])
+    waits = f" wait_va_vdst:{r.randint(0, 15)} wait_vm_vsrc:{r.randint(0, 1)}" if g.arch.gen == 12 else \
+        f" wait_vdst:{r.randint(0, 15)}"
+    return f"{info.name} {', '.join(ops)}{waits}"
+
+
 def case_for(g: Gen, info: OpInfo) -> str:
     fmt = info.fmt
     if fmt in ("SOP1", "SOP2", "SOPC", "SOPK", "SOPP"):
@@ -540,6 +559,10 @@ def case_for(g: Gen, info: OpInfo) -> str:
         return text + (_policy(g, info) if g.arch.gen == 12 and "th:" not in text else "")
     if fmt in ("MUBUF", "MTBUF"):
         return _buffer(g, info)
+    if fmt == "VINTERP":
+        return _vinterp(g, info)
+    if fmt == "LDSDIR":
+        return _ldsdir(g, info)
     raise ValueError(fmt)
 
 

@@ -15,7 +15,7 @@ from tg_amd.inst import Inst
 from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, two_offsets
 from tg_amd.layouts import LAYOUTS, Layout, match
 from tg_amd.llvm_table import hex_immediates
-from tg_amd.operands import FILES, INV_2PI, LITERAL, OFF, SPECIALS, Dec, Hex, Mod, Reg
+from tg_amd.operands import FILES, INV_2PI, LITERAL, OFF, SPECIALS, Attr, Dec, Hex, Mod, Reg
 from tg_amd.symbols import delay_sym, format_name, hwreg_sym, msg_sym, policy_name
 
 FLOAT_CODES = {240: 0.5, 241: -0.5, 242: 1.0, 243: -1.0, 244: 2.0, 245: -2.0, 246: 4.0, 247: -4.0, 248: INV_2PI}
@@ -65,7 +65,7 @@ def _has_literal(layout: Layout, info: OpInfo, fields: dict[str, int], sig: tupl
         return True
     names = ("src0", "src1", "src2", "ssrc0", "ssrc1", "srcx0", "srcy0")
     used = [n for n in names if n in layout.fields]
-    if layout.name in ("SOPK", "SOPP", "SMEM", "DS", "FLAT", "MUBUF", "VBUFFER", "MTBUF"):
+    if layout.name in ("SOPK", "SOPP", "SMEM", "DS", "FLAT", "MUBUF", "VBUFFER", "MTBUF", "VINTERP", "LDSDIR"):
         return False
     return any(fields.get(n) == LITERAL for n in used)
 
@@ -282,6 +282,24 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
         for flag in ("glc", "slc", "dlc", "sc0", "sc1", "nt", "tfe", "lds"):
             if f.get(flag):
                 mods[flag] = True
+    elif lay == "VINTERP":
+        for k, role in enumerate(sig[1:]):
+            reg = Reg("v", f[role] - 256)
+            ops.append(Mod(reg, True) if f["neg"] >> k & 1 else reg)
+        ops.insert(0, Reg("v", f["vdst"]))
+        if f["op_sel"]:
+            mods["op_sel"] = tuple(f["op_sel"] >> k & 1 for k in range(4))
+        if f["clamp"]:
+            mods["clamp"] = True
+        mods["wait_exp"] = f["wait_exp"]  # llvm-mc always prints it
+    elif lay == "LDSDIR":
+        ops.append(Reg("v", f["vdst"]))
+        if "attr" in sig:
+            ops.append(Attr(f["attr"], f["chan"]))
+        if arch.gen == 12:
+            mods.update(wait_va_vdst=f["wait_vdst"], wait_vm_vsrc=f["wait_vm_vsrc"])
+        else:
+            mods["wait_vdst"] = f["wait_vdst"]
     if arch.gen == 12 and lay in ("FLAT", "VBUFFER"):
         kind = "th_atomic" if "_atomic_" in name else "th_store" if "_store_" in name else "th_load"
         for key, table in (("th", kind), ("scope", "scope")):

@@ -16,7 +16,7 @@ from tg_amd.inst import Inst
 from tg_amd.isa import SRC_INDEX, OpInfo, lookup, two_offsets, vopd_info
 from tg_amd.layouts import LAYOUTS, Layout
 from tg_amd.llvm_table import dpp_forms
-from tg_amd.operands import OFF, SPECIALS, Label, Mod, Reg, constant_code, operand_text, scalar_code
+from tg_amd.operands import OFF, SPECIALS, Attr, Label, Mod, Reg, constant_code, operand_text, scalar_code
 from tg_amd.symbols import Sym, format_value, policy_value
 from tg_amd.symbols import value as symbol_value
 
@@ -813,10 +813,60 @@ def _buffer(enc: _Encoder) -> bytes:
     return enc.emit(enc.layout("MTBUF" if info.fmt == "MTBUF" else "MUBUF"))
 
 
+def _vinterp(enc: _Encoder) -> bytes:
+    """v_interp_*: VGPR sources (neg only), clamp, op_sel (f16 forms), wait_exp:0..7."""
+    info, f, mods = enc.info, enc.fields, enc.inst.mods
+    _no_mods(enc, ("clamp", "op_sel", "wait_exp"))
+    neg = 0
+    for i, (role, o) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
+        what = enc.what(i, role)
+        if role == "vdst":
+            f["vdst"] = enc.vreg(o, 1, what).index
+            continue
+        k = int(role[-1])
+        if isinstance(o, Mod):
+            if o.abs:
+                enc.fail("v_interp sources take neg, not abs", what)
+            neg |= int(o.neg) << k
+            o = o.value
+        f[role] = 256 + enc.vreg(o, 1, what).index
+    f["neg"] = neg
+    f["wait_exp"] = _unsigned(mods.get("wait_exp", 0), 3, "wait_exp", enc)
+    if mods.get("clamp"):
+        f["clamp"] = 1
+    if "op_sel" in mods:
+        bits = list(mods["op_sel"])
+        if len(bits) != 4 or "f16" not in info.name:
+            enc.fail("op_sel takes 4 bits, on the f16 forms only", "op_sel")
+        f["op_sel"] = sum(b << k for k, b in enumerate(bits))
+    return enc.emit(enc.layout("VINTERP"))
+
+
+def _ldsdir(enc: _Encoder) -> bytes:
+    """lds_param_load / lds_direct_load (ds_* on gfx12): vdst, attrN.c, wait counters."""
+    info, f, mods, arch = enc.info, enc.fields, enc.inst.mods, enc.arch
+    waits = ("wait_va_vdst", "wait_vm_vsrc") if arch.gen == 12 else ("wait_vdst",)
+    _no_mods(enc, waits)
+    for i, (role, o) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
+        what = enc.what(i, role)
+        if role == "vdst":
+            f["vdst"] = enc.vreg(o, 1, what).index
+        elif not isinstance(o, Attr):
+            enc.fail("expected an attribute channel attr0.x .. attr32.w", what)
+        elif o.index > 32:  # llvm-mc's limit
+            enc.fail("out of bounds interpolation attribute number (attr0 .. attr32)", what)
+        else:
+            f["attr"], f["chan"] = o.index, o.chan
+    f["wait_vdst"] = _unsigned(mods.get(waits[0], 0), 4, waits[0], enc)
+    if arch.gen == 12:
+        f["wait_vm_vsrc"] = _unsigned(mods.get("wait_vm_vsrc", 0), 1, "wait_vm_vsrc", enc)
+    return enc.emit(enc.layout("LDSDIR"))
+
+
 FORMAT_ENCODERS = {"SOP1": _salu, "SOP2": _salu, "SOPC": _salu, "SOPK": _salu, "SOPP": _salu, "SMEM": _smem,
                    "VOP1": _valu, "VOP2": _valu, "VOPC": _valu, "VOP3": _valu, "VOP3SD": _valu,
                    "VOP3P": _vop3p, "MAI": _mai, "DS": _ds, "GLOBAL": _flat, "FLAT": _flat, "SCRATCH": _flat,
-                   "MUBUF": _buffer, "MTBUF": _buffer}
+                   "MUBUF": _buffer, "MTBUF": _buffer, "VINTERP": _vinterp, "LDSDIR": _ldsdir}
 
 
 def encode(inst: Inst, arch: str | Arch, pc: int = 0, labels: dict[str, int] | None = None) -> bytes:
@@ -830,7 +880,8 @@ def encode(inst: Inst, arch: str | Arch, pc: int = 0, labels: dict[str, int] | N
     info = lookup(arch, inst.name)
     enc = _Encoder(inst, arch, info, pc, labels)
     if info.fmt in ("VOP3", "VOP3SD", "VOP3P", "MAI", "SOP1", "SOP2", "SOPC", "SOPK", "SOPP", "SMEM", "DS",
-                    "GLOBAL", "FLAT", "SCRATCH", "MUBUF", "MTBUF") and inst.enc not in (None, "e64_dpp"):
+                    "GLOBAL", "FLAT", "SCRATCH", "MUBUF", "MTBUF", "VINTERP", "LDSDIR") and \
+            inst.enc not in (None, "e64_dpp"):
         enc.fail(f"has only one encoding; drop the _{inst.enc} suffix")
     enc.fields["op"] = info.op
     return FORMAT_ENCODERS[info.fmt](enc)

@@ -77,6 +77,16 @@ class Label:
     name: str
 
 
+@dataclass(frozen=True)
+class Attr:
+    """An interpolation attribute channel: ``attr3.z`` (``lds_param_load``, ``ds_param_load``)."""
+    index: int
+    chan: int
+
+    def __str__(self) -> str:
+        return f"attr{self.index}.{'xyzw'[self.chan]}"
+
+
 class Hex(int):
     """An immediate llvm-mc prints in hex (``s_clause 0x6``, SMEM offsets)."""
 
@@ -135,6 +145,8 @@ def operand_text(op: object) -> str:
         return "-" + inner if op.neg else inner
     if isinstance(op, Label):
         return op.name
+    if isinstance(op, Attr):
+        return str(op)
     if op is OFF:
         return "off"
     return str(op)

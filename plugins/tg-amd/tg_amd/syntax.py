@@ -12,7 +12,20 @@ from typing import Any
 
 from tg_amd.arch import AsmError
 from tg_amd.inst import Inst
-from tg_amd.operands import FLOAT_TEXT, INLINE_FLOATS, INV_2PI, NAMED, OFF, Dec, Hex, Label, Mod, Reg, operand_text
+from tg_amd.operands import (
+    FLOAT_TEXT,
+    INLINE_FLOATS,
+    INV_2PI,
+    NAMED,
+    OFF,
+    Attr,
+    Dec,
+    Hex,
+    Label,
+    Mod,
+    Reg,
+    operand_text,
+)
 from tg_amd.symbols import Sym
 
 FLAGS = ("clamp", "glc", "slc", "dlc", "gds", "sc0", "sc1", "nt", "offen", "idxen", "tfe", "lds", "row_mirror",
@@ -20,18 +33,19 @@ FLAGS = ("clamp", "glc", "slc", "dlc", "gds", "sc0", "sc1", "nt", "offen", "idxe
 NAME_MODS = ("th", "scope")  # th:TH_LOAD_NT scope:SCOPE_SYS
 INT_MODS = ("offset", "offset0", "offset1", "cbsz", "abid", "blgp", "row_shl", "row_shr", "row_ror", "wave_shl",
             "wave_rol", "wave_shr", "wave_ror", "row_bcast", "row_share", "row_xmask", "row_mask", "bank_mask",
-            "bound_ctrl", "fi")
+            "bound_ctrl", "fi", "wait_exp", "wait_vdst", "wait_va_vdst", "wait_vm_vsrc")
 LIST_MODS = ("op_sel", "op_sel_hi", "neg_lo", "neg_hi", "quad_perm", "dpp8")
 HEX_MODS = ("row_mask", "bank_mask")
 MOD_ORDER = ("format", "idxen", "offen", "offset", "offset0", "offset1", "op_sel", "op_sel_hi", "neg_lo", "neg_hi",
              "cbsz", "abid", "blgp", "clamp", "omod", "glc", "slc", "dlc", "sc0", "nt", "sc1", "th", "scope", "lds",
              "tfe", "gds", "quad_perm", "row_shl", "row_shr", "row_ror", "wave_shl", "wave_rol", "wave_shr", "wave_ror",
              "row_mirror", "row_half_mirror", "row_bcast", "row_share", "row_xmask", "dpp8", "row_mask", "bank_mask",
-             "bound_ctrl", "fi")
+             "bound_ctrl", "fi", "wait_exp", "wait_vdst", "wait_va_vdst", "wait_vm_vsrc")
 REG_RE = re.compile(r"^(s|v|a|ttmp)(?:(\d+)|\[(\d+)(?::(\d+))?\])$")
 NUM_RE = re.compile(r"^-?(0x[0-9a-fA-F]+|\d+)$")
 FLOAT_RE = re.compile(r"^-?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][-+]?\d+)$")
 WAITCNT_RE = re.compile(r"(vmcnt|expcnt|lgkmcnt)\((\d+)\)")
+ATTR_RE = re.compile(r"^attr(\d+)\.([xyzw])$")
 IDENT_RE = re.compile(r"^[A-Za-z_.$][\w.$]*$")
 
 
@@ -69,6 +83,9 @@ def parse_operand(tok: str) -> Any:
         return Reg(kind, lo_i, hi_i - lo_i + 1)
     if low in NAMED:
         return NAMED[low]
+    m = ATTR_RE.match(low)
+    if m:
+        return Attr(int(m.group(1)), "xyzw".index(m.group(2)))
     if NUM_RE.match(low):
         neg = low.startswith("-")
         value = int(low.lstrip("-"), 0)
@@ -236,7 +253,10 @@ def format_inst(inst: Inst) -> str:
     parts = [name]
     if inst.operands:
         parts.append(", ".join(value_text(o) for o in inst.operands))
-    for key in MOD_ORDER:
+    order = MOD_ORDER
+    if "wait_exp" in inst.mods:  # v_interp_*: llvm-mc reads clamp before op_sel there
+        order = ("clamp", *(k for k in MOD_ORDER if k != "clamp"))
+    for key in order:
         if key in inst.mods and inst.mods[key] is not False:
             parts.append(_mod_text(key, inst.mods[key]))
     text = " ".join(parts)
