@@ -1,4 +1,4 @@
-"""Which instructions have a DPP form, as llvm-mc-19's disassembler reads them.
+"""Which instructions have a DPP (and, on gfx942, an SDWA) form, as llvm-mc-19's disassembler reads them.
 
 For every VOP1/VOP2/VOPC row of ``tables/llvm19_<arch>.txt`` (and every VOP3 row on RDNA) the
 listed word gets the DPP16 marker (src0 = 0xFA) and a DPP dword (quad_perm identity, src0 v16)
@@ -7,7 +7,8 @@ that instruction with DPP has that form.
 
     python plugins/tg-amd/tests/llvm_dpp.py      # rewrites tg_amd/tables/llvm19_dpp.txt
 
-Rows: ``arch  family  dpp16|dpp8  mnemonic``.
+and on gfx942 the SDWA marker (0xF9, every selector DWORD). Rows: ``arch  family  kind  mnemonic``,
+kind dpp16, dpp8, sdwa or sdwa_src (SDWA selecting the source only: no dst_sel/dst_unused).
 """
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ def dpp_forms(arch: str) -> list[tuple[str, str, str]]:
             tried.append((family, "dpp16", name, (base | 0xFA, DPP16_WORD)))
             if rdna:
                 tried.append((family, "dpp8", name, (base | 0xE9, DPP8_WORD)))
+            else:  # SDWA: src0 v16, every selector DWORD, dst_unused UNUSED_PRESERVE (VOPC: VCC)
+                word = {"VOPC": 0x06060010, "VOP1": 0x00061610}.get(family, 0x06061610)
+                tried.append((family, "sdwa", name, (base | 0xF9, word)))
         elif family == "VOP3" and rdna and len(word) == 2:
             tried.append((family, "dpp16", name, (word[0], (word[1] & ~0x1FF) | 0xFA, DPP16_WORD)))
             tried.append((family, "dpp8", name, (word[0], (word[1] & ~0x1FF) | 0xE9, DPP8_WORD)))
@@ -49,9 +53,11 @@ def dpp_forms(arch: str) -> list[tuple[str, str, str]]:
         if not isinstance(text, str):
             continue
         got = text.split()[0]
-        marker = "dpp8:" if kind == "dpp8" else "quad_perm:"
-        if marker in text and got.removesuffix("_dpp").removesuffix("_e64") == name.removesuffix("_e32").removesuffix(
-                "_e64"):
+        marker = {"dpp8": "dpp8:", "dpp16": "quad_perm:", "sdwa": "src0_sel:"}[kind]
+        base_name = got.removesuffix("_dpp").removesuffix("_sdwa").removesuffix("_e64")
+        if marker in text and base_name == name.removesuffix("_e32").removesuffix("_e64"):
+            if kind == "sdwa" and family != "VOPC" and "dst_sel:" not in text:
+                kind = "sdwa_src"  # SDWA on the source only (v_cvt_f32_fp8, ...): no dst_sel/dst_unused
             out.append((family, kind, name.removesuffix("_e32").removesuffix("_e64")))
     return out
 

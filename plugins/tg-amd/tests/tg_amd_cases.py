@@ -533,6 +533,44 @@ def _ldsdir(g: Gen, info: OpInfo) -> str:
     return f"{info.name} {', '.join(ops)}{waits}"
 
 
+SELS = ("BYTE_0", "BYTE_1", "BYTE_2", "BYTE_3", "WORD_0", "WORD_1", "DWORD")
+
+
+def _sdwa_case(g: Gen, info: OpInfo) -> str:
+    """gfx942 SDWA: selectors, sext on integer sources, neg/abs on float ones, an SGPR or constant src0."""
+    from tg_amd.llvm_table import dpp_forms
+    r = g.rng
+    ops = []
+    for role in info.sig:
+        if role == "vdst":
+            ops.append(g.vgpr(1))
+        elif role == "vcc":
+            ops.append("vcc" if ops or r.random() < 0.5 else g.sgpr(2))
+        elif role in ("src0", "vsrc1"):
+            slot = 1 if role == "src0" else 2
+            text = g.vgpr(1) if role == "vsrc1" or r.random() < 0.7 else r.choice([g.sgpr(1), str(r.randint(0, 64))])
+            if info.is_float(slot) and r.random() < 0.3 and not text.isdigit():
+                text = r.choice([f"-{text}", f"|{text}|"])
+            elif not info.is_float(slot) and r.random() < 0.2 and text.startswith("v") and \
+                    (False, "sdwa") in dpp_forms(g.arch.gen).get(info.name, ()):
+                text = f"sext({text})"
+            ops.append(text)
+    text = f"{info.name}_sdwa {', '.join(ops)}"
+    if info.fmt != "VOPC" and (False, "sdwa") in dpp_forms(g.arch.gen).get(info.name, ()):
+        text += f" dst_sel:{r.choice(SELS)} dst_unused:{r.choice(['UNUSED_PAD', 'UNUSED_SEXT', 'UNUSED_PRESERVE'])}"
+    text += f" src0_sel:{r.choice(SELS)}"
+    if "vsrc1" in info.sig:
+        text += f" src1_sel:{r.choice(SELS)}"
+    return text
+
+
+def _sdwa_ok(info: OpInfo, arch: Arch) -> bool:
+    from tg_amd.llvm_table import dpp_forms
+    forms = dpp_forms(arch.gen).get(info.name, ())
+    return (((False, "sdwa") in forms or (False, "sdwa_src") in forms) and all(info.count(k) == 1 for k in range(4))
+            and set(info.sig) <= {"vdst", "src0", "vsrc1", "vcc"} and "src0" in info.sig)
+
+
 def case_for(g: Gen, info: OpInfo) -> str:
     fmt = info.fmt
     if fmt in ("SOP1", "SOP2", "SOPC", "SOPK", "SOPP"):
@@ -542,6 +580,8 @@ def case_for(g: Gen, info: OpInfo) -> str:
     if fmt in ("VOP1", "VOP2", "VOPC"):
         if _dpp_ok(info, g.arch) and g.rng.random() < 0.2:
             return _dpp_case(g, info)
+        if _sdwa_ok(info, g.arch) and g.rng.random() < 0.25:
+            return _sdwa_case(g, info)
         force = g.rng.choice([None, "e32", "e64"]) if info.e64 is not None else None
         return _valu(g, info, force)
     if fmt in ("VOP3", "VOP3SD"):

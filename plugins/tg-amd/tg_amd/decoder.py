@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from tg_amd import dpp
+from tg_amd import dpp, sdwa
 from tg_amd.arch import Arch, AsmError, get_arch
 from tg_amd.encoder import OMOD, _e64_sig, returns
 from tg_amd.inst import Inst
 from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, two_offsets
 from tg_amd.layouts import LAYOUTS, Layout, match
-from tg_amd.llvm_table import hex_immediates
-from tg_amd.operands import FILES, INV_2PI, LITERAL, OFF, SPECIALS, Attr, Dec, Hex, Mod, Reg
+from tg_amd.llvm_table import dpp_forms, hex_immediates
+from tg_amd.operands import FILES, INV_2PI, LITERAL, OFF, SPECIALS, Attr, Dec, Hex, Mod, Reg, Sext
 from tg_amd.symbols import delay_sym, format_name, hwreg_sym, msg_sym, policy_name
 
 FLOAT_CODES = {240: 0.5, 241: -0.5, 242: 1.0, 243: -1.0, 244: 2.0, 245: -2.0, 246: 4.0, 247: -4.0, 248: INV_2PI}
@@ -353,8 +353,11 @@ def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
             word = int.from_bytes(data[offset + size:offset + size + 4], "little")
             inst = _decode_dpp(arch, layout, info, f, enc, sig, word)
             return inst, size + 4
-        if not arch.rdna and layout.name in ("VOP1", "VOP2", "VOPC") and f.get("src0") == 0xF9:
-            raise AsmError("SDWA is not supported yet", info.name, None, arch.name)
+        if not arch.rdna and layout.name in ("VOP1", "VOP2", "VOPC") and f.get("src0") == sdwa.MARKER:
+            if offset + size + 4 > len(data):
+                raise AsmError(f"truncated SDWA dword at byte {offset + size}", info.name, None, arch.name)
+            word = int.from_bytes(data[offset + size:offset + size + 4], "little")
+            return _decode_sdwa(arch, layout, info, f, sig, word), size + 4
         if _has_literal(layout, info, f, sig):
             if offset + size + 4 > len(data):
                 raise AsmError(f"truncated literal at byte {offset + size}", info.name, None, arch.name)
@@ -380,6 +383,31 @@ def _decode_dpp(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], enc
     else:
         inst.enc = "e64_dpp"
     inst.operands = tuple(ops)
+    inst.mods.update(mods)
+    return inst
+
+
+def _decode_sdwa(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], sig: tuple[str, ...],
+                 word: int) -> Inst:
+    """A gfx9 VOP1/VOP2/VOPC whose src0 is the SDWA marker: sources, selectors and modifiers from ``word``."""
+    nsrc = sum(r in ("src0", "vsrc1") for r in sig)
+    srcs, sdst, mods = sdwa.decode(word, info.fmt == "VOPC", nsrc)
+    inst = _decode_fields(arch, layout, info, {**f, "src0": 256}, None, None, sig)
+    d = _Decoder(arch, info, f, None)
+    ops = list(inst.operands)
+    for (_code, neg, ab, sext, scalar), role in zip(srcs, ("src0", "vsrc1"), strict=False):
+        i = sig.index(role)
+        raw = (word & 0xFF) if role == "src0" else f["vsrc1"]
+        op: Any = d.scalar(raw, 1) if scalar else Reg("v", raw)
+        if neg or ab:
+            op = Mod(op, bool(neg), bool(ab))
+        ops[i] = Sext(op) if sext else op
+    if info.fmt == "VOPC" and sdst is not None:
+        ops[0] = d.scalar(sdst, 2)
+    if (False, "sdwa_src") in dpp_forms(arch.gen).get(info.name, ()):  # llvm-mc prints no dst selectors here
+        mods.pop("dst_sel", None)
+        mods.pop("dst_unused", None)
+    inst.operands, inst.enc = tuple(ops), "sdwa"
     inst.mods.update(mods)
     return inst
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from tg_amd import dpp
+from tg_amd import dpp, sdwa
 from tg_amd.arch import Arch, AsmError, get_arch
 from tg_amd.inst import Inst
 from tg_amd.isa import SRC_INDEX, OpInfo, lookup, two_offsets, vopd_info
 from tg_amd.layouts import LAYOUTS, Layout
 from tg_amd.llvm_table import dpp_forms
-from tg_amd.operands import OFF, SPECIALS, Attr, Label, Mod, Reg, constant_code, operand_text, scalar_code
+from tg_amd.operands import OFF, SPECIALS, Attr, Label, Mod, Reg, Sext, constant_code, operand_text, scalar_code
 from tg_amd.symbols import Sym, format_value, policy_value
 from tg_amd.symbols import value as symbol_value
 
@@ -284,9 +284,63 @@ def _vcc(enc: _Encoder, op: Any, what: str) -> None:
         raise NoFit
 
 
+def _vop_sdwa(enc: _Encoder) -> bytes:
+    """VOP1 / VOP2 / VOPC with SDWA (gfx9): sources may be VGPRs, SGPRs or inline constants, with
+    neg/abs (float) or sext (integer); VOPC may write an SGPR pair instead of VCC."""
+    info, f, mods, arch = enc.info, enc.fields, enc.inst.mods, enc.arch
+    forms = dpp_forms(arch.gen).get(info.name, ())
+    src_only = (False, "sdwa_src") in forms  # v_cvt_f32_fp8 and the like: selects its source only
+    if (False, "sdwa") not in forms and not src_only:
+        enc.fail("has no SDWA form on this arch")
+    allowed = ("src0_sel", "src1_sel") if src_only or info.fmt == "VOPC" else sdwa.KEYS
+    _no_mods(enc, allowed + (("clamp", "omod") if info.fmt != "VOPC" else ()))
+    srcs: list[tuple[int, int, int, int, bool]] = []
+    sdst = None
+    for i, (role, op) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
+        what = enc.what(i, role)
+        if role == "vdst":
+            f["vdst"] = enc.vreg(op, info.count(0), what).index
+        elif role == "vcc" and info.fmt == "VOPC" and i == 0:
+            if not (isinstance(op, Reg) and op.kind == "vcc"):
+                sdst = enc.sreg(op, 2, what)
+        elif role == "vcc":
+            _vcc(enc, op, what)
+        elif role in ("src0", "vsrc1"):
+            neg = ab = sext = 0
+            if isinstance(op, Sext):
+                if src_only:
+                    enc.fail("sext is not valid here", what)
+                op, sext = op.value, 1
+            if isinstance(op, Mod):
+                if not info.is_float(1 if role == "src0" else 2):
+                    enc.fail("neg/abs modifiers need a float operand", what)
+                op, neg, ab = op.value, int(op.neg), int(op.abs)
+            if isinstance(op, Reg) and op.kind == "v":
+                code, scalar = enc.vreg(op, 1, what).index, False
+            else:
+                code, scalar = enc.src(op, 1, what, vgpr=False, literal=False)[0], True
+            if role == "vsrc1":
+                f["vsrc1"] = code
+            srcs.append((code, neg, ab, sext, scalar))
+        else:
+            enc.fail(f"operand role {role} is not supported with SDWA", what)
+    implicit_vcc = int(info.fmt == "VOP2" and info.sig[-1:] == ("vcc",))  # carry-in / cndmask select
+    if sum(s[4] and s[0] < 128 for s in srcs) + implicit_vcc > 1:
+        enc.fail("reads 2 scalar values (SGPRs, VCC); the constant bus allows 1")
+    f["src0"] = sdwa.MARKER
+    try:
+        enc.extra = sdwa.encode({"dst_unused": "UNUSED_PAD", **mods} if src_only else mods, srcs,
+                                info.fmt == "VOPC", sdst, arch)
+    except AsmError as e:
+        enc.fail(str(e).split(" (")[0], e.operand)
+    return enc.emit(enc.layout(info.fmt))
+
+
 def _vop32(enc: _Encoder) -> bytes:
     """VOP1 / VOP2 / VOPC in their 32-bit encoding (raises NoFit when VOP3 is needed)."""
     info, f = enc.info, enc.fields
+    if not enc.arch.rdna and (sdwa.has_sdwa(enc.inst.mods) or enc.inst.enc == "sdwa"):
+        return _vop_sdwa(enc)
     use_dpp = dpp.has_dpp(enc.inst.mods) or enc.inst.enc == "dpp"
     if any(m not in dpp.KEYS for m in enc.inst.mods):
         raise NoFit
@@ -478,7 +532,7 @@ def _valu(enc: _Encoder) -> bytes:
         try:
             return _vop32(enc)
         except NoFit:
-            if enc.inst.enc in ("e32", "dpp") or info.e64 is None:
+            if enc.inst.enc in ("e32", "dpp", "sdwa") or info.e64 is None:
                 enc.fail("operands do not fit the 32-bit encoding" +
                          ("" if info.e64 is None else "; use the _e64 form"))
     if info.e64 is None:

@@ -78,6 +78,15 @@ class Label:
 
 
 @dataclass(frozen=True)
+class Sext:
+    """An SDWA source sign-extended from its selected byte or word: ``sext(v1)``."""
+    value: Reg | int
+
+    def __str__(self) -> str:
+        return f"sext({operand_text(self.value)})"
+
+
+@dataclass(frozen=True)
 class Attr:
     """An interpolation attribute channel: ``attr3.z`` (``lds_param_load``, ``ds_param_load``)."""
     index: int
@@ -145,7 +154,7 @@ def operand_text(op: object) -> str:
         return "-" + inner if op.neg else inner
     if isinstance(op, Label):
         return op.name
-    if isinstance(op, Attr):
+    if isinstance(op, Attr | Sext):
         return str(op)
     if op is OFF:
         return "off"

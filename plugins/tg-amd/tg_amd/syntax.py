@@ -24,13 +24,14 @@ from tg_amd.operands import (
     Label,
     Mod,
     Reg,
+    Sext,
     operand_text,
 )
 from tg_amd.symbols import Sym
 
 FLAGS = ("clamp", "glc", "slc", "dlc", "gds", "sc0", "sc1", "nt", "offen", "idxen", "tfe", "lds", "row_mirror",
          "row_half_mirror")
-NAME_MODS = ("th", "scope")  # th:TH_LOAD_NT scope:SCOPE_SYS
+NAME_MODS = ("th", "scope", "dst_sel", "dst_unused", "src0_sel", "src1_sel")  # th:TH_LOAD_NT, dst_sel:WORD_1
 INT_MODS = ("offset", "offset0", "offset1", "cbsz", "abid", "blgp", "row_shl", "row_shr", "row_ror", "wave_shl",
             "wave_rol", "wave_shr", "wave_ror", "row_bcast", "row_share", "row_xmask", "row_mask", "bank_mask",
             "bound_ctrl", "fi", "wait_exp", "wait_vdst", "wait_va_vdst", "wait_vm_vsrc")
@@ -40,7 +41,8 @@ MOD_ORDER = ("format", "idxen", "offen", "offset", "offset0", "offset1", "op_sel
              "cbsz", "abid", "blgp", "clamp", "omod", "glc", "slc", "dlc", "sc0", "nt", "sc1", "th", "scope", "lds",
              "tfe", "gds", "quad_perm", "row_shl", "row_shr", "row_ror", "wave_shl", "wave_rol", "wave_shr", "wave_ror",
              "row_mirror", "row_half_mirror", "row_bcast", "row_share", "row_xmask", "dpp8", "row_mask", "bank_mask",
-             "bound_ctrl", "fi", "wait_exp", "wait_vdst", "wait_va_vdst", "wait_vm_vsrc")
+             "bound_ctrl", "fi", "wait_exp", "wait_vdst", "wait_va_vdst", "wait_vm_vsrc", "dst_sel", "dst_unused",
+             "src0_sel", "src1_sel")
 REG_RE = re.compile(r"^(s|v|a|ttmp)(?:(\d+)|\[(\d+)(?::(\d+))?\])$")
 NUM_RE = re.compile(r"^-?(0x[0-9a-fA-F]+|\d+)$")
 FLOAT_RE = re.compile(r"^-?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][-+]?\d+)$")
@@ -99,6 +101,8 @@ def parse_operand(tok: str) -> Any:
         raise AsmError(f"cannot negate {t}")
     if low.startswith("|") and low.endswith("|") and len(low) > 2:
         return Mod(parse_operand(t[1:-1]), abs=True)
+    if low.startswith("sext(") and low.endswith(")"):
+        return Sext(parse_operand(t[5:-1]))
     for fn in ("abs", "neg"):
         if low.startswith(fn + "(") and low.endswith(")"):
             inner = parse_operand(t[len(fn) + 1:-1])
@@ -173,7 +177,7 @@ def parse_inst(text: str) -> Inst:
     name, _, rest = text.partition(" ")
     name = name.lower()
     enc = None
-    for suffix in ("_e64_dpp", "_dpp", "_e32", "_e64"):
+    for suffix in ("_e64_dpp", "_dpp", "_sdwa", "_e32", "_e64"):
         if name.endswith(suffix):
             name, enc = name[: -len(suffix)], suffix[1:]
             break
