@@ -113,3 +113,21 @@ def test_aliases_match_llvm_mc(have_llvm: None, arch: str) -> None:
         if isinstance(want, bytes) and got != want:
             wrong.append(f"{line}: ours {got if isinstance(got, str) else got.hex(' ')}, llvm-mc {want.hex(' ')}")
     assert not wrong, f"{len(wrong)} of {len(lines)}:\n" + "\n".join(wrong[:20])
+
+
+def test_derived_listings_are_current(have_llvm: None) -> None:
+    """The symbol names, DPP/SDWA forms and aliases committed under tg_amd/tables are what the scripts in
+    tests/ get from this llvm-mc now (they are quick: a few llvm-mc runs)."""
+    from llvm_aliases import aliases
+    from llvm_dpp import dpp_forms
+    from llvm_opcodes import TABLES
+    from llvm_symbols import symbols
+    stored = {name: set((TABLES / name).read_text().splitlines()[2:]) for name in
+              ("llvm19_symbols.txt", "llvm19_dpp.txt", "llvm19_aliases.txt")}
+    fresh = {
+        "llvm19_symbols.txt": {f"{a}\t{k}\t{n}\t{v:#x}" for a in ARCHS for k, n, v in symbols(a)},
+        "llvm19_dpp.txt": {f"{a}\t{f}\t{k}\t{n}" for a in ARCHS for f, k, n in dpp_forms(a)},
+        "llvm19_aliases.txt": {f"{a}\t{x}\t{n}" for a in ARCHS for x, n in aliases(a)},
+    }
+    for name in stored:
+        assert fresh[name] == stored[name], f"{name}: rerun tests/{name.replace('llvm19_', 'llvm_')[:-4]}.py"
