@@ -41,6 +41,14 @@ REFERENCE = [
     ("gfx1200", "scratch_load_b32 v1, v2, s3 offset:-16", "03 00 05 ed 01 00 02 00 02 f0 ff ff"),
     ("gfx1100", "global_atomic_add_u32 v1, v[2:3], v3, off glc", "00 40 d6 dc 02 03 7c 01"),
     ("gfx1100", "tbuffer_store_format_xy v[1:2], v2, s[4:7], s3 format:77 idxen", "00 80 6a ea 02 01 81 03"),
+    ("gfx1100", "v_add_f32_e32 v0, src_scc, v1", "fd 02 00 06"),
+    ("gfx1200", "s_mov_b64 s[0:1], src_shared_base", "eb 01 80 be"),
+    ("gfx942", "s_mov_b32 s0, src_execz", "fc 00 80 be"),
+    ("gfx942", "v_add_f32_sdwa v0, -v1, |v2| clamp dst_sel:DWORD src0_sel:BYTE_2 src1_sel:WORD_0",
+     "f9 04 00 02 01 36 12 24"),
+    ("gfx942", "v_cmp_lt_f32_sdwa s[4:5], v1, v2 src0_sel:WORD_1", "f9 04 82 7c 01 84 05 06"),
+    ("gfx1100", "lds_param_load v1, attr3.z wait_vdst:2", "01 0e 02 ce"),
+    ("gfx1100", "v_interp_p10_f32 v1, -v2, v3, v4 wait_exp:5", "01 05 00 cd 02 07 12 24"),
     ("gfx1200", "tbuffer_load_format_x v1, off, s[4:7], null format:[BUF_FMT_32_FLOAT]",
      "7c 00 20 c4 01 08 00 0b 00 00 00 00"),
     ("gfx942", "tbuffer_load_format_x v1, off, s[4:7], 0 format:[BUF_DATA_FORMAT_32,BUF_NUM_FORMAT_FLOAT]",
@@ -130,6 +138,8 @@ def test_dsl_builds_the_symbolic_and_dpp_forms() -> None:
     ("global_atomic_add_u32 v1, v[2:3], v3, off", "gfx1100", "must use glc"),
     ("buffer_load_b32 v1, v2, s[4:7], 0", "gfx1100", "off without offen/idxen"),
     ("image_load v0, v0, s[0:7]", "gfx1100", "not supported by tg-amd yet"),
+    ("s_mov_b32 s0, src_execz", "gfx1100", "does not exist"),
+    ("lds_param_load v1, attr40.x", "gfx1100", "out of bounds interpolation attribute"),
     ("v_add_f32 v0, v1, v2 row_shl:1 row_shl:2", "gfx1100", "given twice"),
 ])
 def test_refusals_say_why(text: str, arch: str, message: str) -> None:

@@ -16,7 +16,7 @@ from tg_amd.inst import Inst
 from tg_amd.isa import SRC_INDEX, OpInfo, lookup, two_offsets, vopd_info
 from tg_amd.layouts import LAYOUTS, Layout
 from tg_amd.llvm_table import dpp_forms
-from tg_amd.operands import OFF, SPECIALS, Attr, Label, Mod, Reg, Sext, constant_code, operand_text, scalar_code
+from tg_amd.operands import ANY_WIDTH, OFF, SPECIALS, Attr, Label, Mod, Reg, Sext, constant_code, operand_text, scalar_code
 from tg_amd.symbols import Sym, format_value, policy_value
 from tg_amd.symbols import value as symbol_value
 
@@ -89,7 +89,7 @@ class _Encoder:
         if not isinstance(op, Reg) or op.kind in ("v", "a"):
             self.fail(f"expected a scalar register, got {operand_text(op)}", what)
         if op.kind in SPECIALS:
-            if SPECIALS[op.kind][0] != count and op.kind != "null":  # null stands for any width
+            if SPECIALS[op.kind][0] != count and op.kind not in ANY_WIDTH:  # null, src_shared_base, ...
                 self.fail(f"needs {count} SGPR{'s' if count > 1 else ''}, got {op.kind} ({op.count})", what)
         else:
             self.check_count(op, count, what)
