@@ -16,7 +16,19 @@ from tg_amd.inst import Inst
 from tg_amd.isa import SRC_INDEX, OpInfo, lookup, two_offsets, vopd_info
 from tg_amd.layouts import LAYOUTS, Layout
 from tg_amd.llvm_table import dpp_forms
-from tg_amd.operands import ANY_WIDTH, OFF, SPECIALS, Attr, Label, Mod, Reg, Sext, constant_code, operand_text, scalar_code
+from tg_amd.operands import (
+    ANY_WIDTH,
+    OFF,
+    SPECIALS,
+    Attr,
+    Label,
+    Mod,
+    Reg,
+    Sext,
+    constant_code,
+    operand_text,
+    scalar_code,
+)
 from tg_amd.symbols import Sym, format_value, policy_value
 from tg_amd.symbols import value as symbol_value
 
