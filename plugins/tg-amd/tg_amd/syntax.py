@@ -7,6 +7,7 @@ llvm-mc reads it. Label definitions, comments and whole programs are ``tg_amd.as
 """
 from __future__ import annotations
 
+import ast
 import re
 from typing import Any
 
@@ -98,6 +99,8 @@ def parse_operand(tok: str) -> Any:
         inner = parse_operand(t[1:])
         if isinstance(inner, Reg | Mod):
             return -inner
+        if isinstance(inner, int) and not isinstance(inner, bool):  # -(4)
+            return -inner
         raise AsmError(f"cannot negate {t}")
     if low.startswith("|") and low.endswith("|") and len(low) > 2:
         return Mod(parse_operand(t[1:-1]), abs=True)
@@ -113,7 +116,41 @@ def parse_operand(tok: str) -> Any:
             return Sym(kind, tuple(_sym_arg(a) for a in args))
     if IDENT_RE.match(t):
         return Label(t)
+    if EXPR_RE.match(low):
+        return integer_expression(low)
     raise AsmError(f"cannot parse operand {t!r}")
+
+
+EXPR_RE = re.compile(r"^[-+~(]*(0x[0-9a-fA-F]+|\d+)([-+*/%&|^~<>()]+(0x[0-9a-fA-F]+|\d+)?\)*)*$")
+BINARY = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+          ast.Div: lambda a, b: int(a / b), ast.Mod: lambda a, b: a - b * int(a / b),
+          ast.LShift: lambda a, b: a << b, ast.RShift: lambda a, b: a >> b,
+          ast.BitAnd: lambda a, b: a & b, ast.BitOr: lambda a, b: a | b, ast.BitXor: lambda a, b: a ^ b}
+UNARY = {ast.USub: lambda a: -a, ast.UAdd: lambda a: a, ast.Invert: lambda a: ~a}
+
+
+def integer_expression(text: str) -> int:
+    """An absolute expression of integers (``(1<<4)|3``, ``0x100*4``, ``-(4)``), as llvm-mc evaluates it
+    (64-bit, division truncating)."""
+    def value(node: ast.AST) -> int:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in BINARY:
+            a, b = value(node.left), value(node.right)
+            if isinstance(node.op, ast.Div | ast.Mod) and b == 0:
+                raise AsmError(f"division by zero in {text!r}")
+            result = BINARY[type(node.op)](a, b)
+        elif isinstance(node, ast.UnaryOp) and type(node.op) in UNARY:
+            result = UNARY[type(node.op)](value(node.operand))
+        else:
+            raise AsmError(f"not an integer expression: {text!r}")
+        result &= (1 << 64) - 1
+        return result - (1 << 64) if result >> 63 else result
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        raise AsmError(f"cannot parse expression {text!r}") from None
+    return value(tree.body)
 
 
 def _sym_arg(text: str) -> int | str:
@@ -147,7 +184,8 @@ def _parse_mod(tok: str, mods: dict[str, Any]) -> bool:
         return False
     key, _, value = low.partition(":")
     if key in INT_MODS:
-        mods[key] = int(value, 0) if not value.startswith("-") else -int(value[1:], 0)
+        mods[key] = int(value, 0) if NUM_RE.match(value) and not value.startswith("-") else \
+            -int(value[1:], 0) if NUM_RE.match(value) else integer_expression(value)
         return True
     if key == "format":  # format:[BUF_FMT_32_FLOAT] or format:22
         raw = tok.partition(":")[2]
@@ -197,6 +235,7 @@ def parse_inst(text: str) -> Inst:
         for piece in _split_top(rest, ","):
             if not piece:
                 raise AsmError(f"empty operand in {text!r}", name)
+            piece = re.sub(r"\s*([-+*/%&^~<>()])\s*(?=[-+~(\d])", r"\1", piece)  # 1 + 2 -> 1+2
             for tok in piece.split():
                 before = len(mods)
                 key = tok.lower().partition(":")[0]
