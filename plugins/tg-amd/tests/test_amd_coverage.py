@@ -108,7 +108,7 @@ def test_aliases_match_llvm_mc(have_llvm: None, arch: str) -> None:
             got: bytes | str = tg_amd.assemble(line, arch)
         except tg_amd.AsmError as e:
             got = str(e)
-            if name in unsupported or "depctr_" in line:  # refused for a listed reason / depctr names
+            if name in unsupported:  # refused for a listed reason
                 continue
         if isinstance(want, bytes) and got != want:
             wrong.append(f"{line}: ours {got if isinstance(got, str) else got.hex(' ')}, llvm-mc {want.hex(' ')}")

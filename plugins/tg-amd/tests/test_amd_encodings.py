@@ -42,6 +42,8 @@ REFERENCE = [
     ("gfx1100", "global_atomic_add_u32 v1, v[2:3], v3, off glc", "00 40 d6 dc 02 03 7c 01"),
     ("gfx1100", "tbuffer_store_format_xy v[1:2], v2, s[4:7], s3 format:77 idxen", "00 80 6a ea 02 01 81 03"),
     ("gfx1100", "v_add_f32_e32 v0, src_scc, v1", "fd 02 00 06"),
+    ("gfx1200", "s_wait_alu depctr_va_vdst(0) depctr_sa_sdst(0)", "9e 0f 88 bf"),
+    ("gfx1100", "s_waitcnt_depctr depctr_vm_vsrc(0)", "83 ff 88 bf"),
     ("gfx1100", "s_mov_b32 s0, (1<<4)|3", "93 00 80 be"),   # integer expressions, as llvm-mc evaluates them
     ("gfx1100", "s_mov_b32 s0, 0x100*4", "ff 00 80 be 00 04 00 00"),
     ("gfx1100", "v_add_f32 v0, 2-3, v1", "c1 02 00 06"),

@@ -21,6 +21,13 @@ DELAY_SKIPS = {"SAME": 0, "NEXT": 1, "SKIP_1": 2, "SKIP_2": 3, "SKIP_3": 4, "SKI
 DELAY_FIELDS = {"instid0": (0, DELAY_IDS), "instskip": (4, DELAY_SKIPS), "instid1": (7, DELAY_IDS)}
 
 
+# s_waitcnt_depctr / s_wait_alu counters: name -> (low bit, width); unnamed counters stay at DEPCTR_BASE
+# (their maximum; bits 5 and 6 clear). Positions read off llvm-mc's encodings of depctr_<name>(0).
+DEPCTR = {"depctr_sa_sdst": (0, 1), "depctr_va_vcc": (1, 1), "depctr_vm_vsrc": (2, 3), "depctr_hold_cnt": (7, 1),
+          "depctr_va_ssrc": (8, 1), "depctr_va_sdst": (9, 3), "depctr_va_vdst": (12, 4)}
+DEPCTR_BASE = 0xFF9F
+
+
 @dataclass(frozen=True)
 class Sym:
     """``kind`` is ``hwreg``, ``sendmsg`` or ``delay``; ``args`` the names/numbers inside the parentheses
@@ -31,6 +38,8 @@ class Sym:
     def __str__(self) -> str:
         if self.kind == "delay":
             return " | ".join(f"{field}({name})" for field, name in self.args)
+        if self.kind == "depctr":
+            return " ".join(f"{field}({n})" for field, n in self.args)
         return f"{self.kind}({', '.join(str(a) for a in self.args)})"
 
 
@@ -137,6 +146,17 @@ def value(sym: Sym, arch: Arch) -> int:
             if name not in codes:
                 raise AsmError(f"unknown {field} value {name}", None, "delay", arch.name)
             out |= codes[name] << shift
+        return out
+    if sym.kind == "depctr":
+        if not arch.rdna:
+            raise AsmError("depctr counters exist on RDNA only", None, "depctr", arch.name)
+        out = DEPCTR_BASE
+        for field, n in sym.args:
+            if field not in DEPCTR:
+                raise AsmError(f"unknown counter {field} (known: {', '.join(DEPCTR)})", None, "depctr", arch.name)
+            lo, width = DEPCTR[field]
+            n = _number(n, field, 0, (1 << width) - 1, arch)
+            out = out & ~(((1 << width) - 1) << lo) | n << lo
         return out
     raise AsmError(f"unknown symbolic operand {sym.kind}", None, None, arch.name)
 

@@ -172,6 +172,17 @@ def _parse_delay(rest: str) -> Sym:
     return Sym("delay", pairs)
 
 
+DEPCTR_RE = re.compile(r"(depctr_\w+)\(\s*(\w+)\s*\)")
+
+
+def _parse_depctr(rest: str) -> Sym:
+    """``depctr_va_vdst(0) depctr_sa_sdst(0)`` (s_waitcnt_depctr, s_wait_alu)."""
+    pairs = tuple((f, int(v, 0)) for f, v in DEPCTR_RE.findall(rest))
+    if DEPCTR_RE.sub("", rest).replace("&", "").replace(",", "").strip() or not pairs:
+        raise AsmError(f"cannot parse depctr operand {rest!r}")
+    return Sym("depctr", pairs)
+
+
 def _parse_mod(tok: str, mods: dict[str, Any]) -> bool:
     low = tok.lower()
     if low in FLAGS:
@@ -222,6 +233,8 @@ def parse_inst(text: str) -> Inst:
     rest = rest.strip()
     if name == "s_delay_alu" and "(" in rest:
         return Inst(name, (_parse_delay(rest),), {}, enc)
+    if name in ("s_waitcnt_depctr", "s_wait_alu") and "depctr_" in rest:
+        return Inst(name, (_parse_depctr(rest),), {}, enc)
     rest = re.sub(r"\(([^)]*)\)", lambda m: "(" + re.sub(r"\s+", "", m.group(1)) + ")", rest)
     if WAITCNT_RE.search(rest):
         counts = {k: int(v) for k, v in WAITCNT_RE.findall(rest)}
