@@ -43,6 +43,10 @@ REFERENCE = [
     ("gfx1100", "tbuffer_store_format_xy v[1:2], v2, s[4:7], s3 format:77 idxen", "00 80 6a ea 02 01 81 03"),
     ("gfx1100", "v_add_f32_e32 v0, src_scc, v1", "fd 02 00 06"),
     ("gfx1200", "s_wait_alu depctr_va_vdst(0) depctr_sa_sdst(0)", "9e 0f 88 bf"),
+    ("gfx1100", "exp mrt3 v0, off, v2, off done", "35 08 00 f8 00 00 02 00"),
+    ("gfx1100", "exp pos0 v1, v2, v3, v4 done row_en", "cf 28 00 f8 01 02 03 04"),
+    ("gfx1100", "exp dual_src_blend1 v1, v2, v3, v4", "6f 01 00 f8 01 02 03 04"),
+    ("gfx1200", "export mrt0 v0, v1, v2, v3 done", "0f 08 00 f8 00 01 02 03"),
     ("gfx1100", "s_waitcnt_depctr depctr_vm_vsrc(0)", "83 ff 88 bf"),
     ("gfx1100", "s_mov_b32 s0, (1<<4)|3", "93 00 80 be"),   # integer expressions, as llvm-mc evaluates them
     ("gfx1100", "s_mov_b32 s0, 0x100*4", "ff 00 80 be 00 04 00 00"),
@@ -145,6 +149,7 @@ def test_dsl_builds_the_symbolic_and_dpp_forms() -> None:
     ("global_atomic_add_u32 v1, v[2:3], v3, off", "gfx1100", "must use glc"),
     ("buffer_load_b32 v1, v2, s[4:7], 0", "gfx1100", "off without offen/idxen"),
     ("image_load v0, v0, s[0:7]", "gfx1100", "not supported by tg-amd yet"),
+    ("exp null off, off, off, off", "gfx1100", "unknown export target"),
     ("s_mov_b32 s0, src_execz", "gfx1100", "does not exist"),
     ("lds_param_load v1, attr40.x", "gfx1100", "out of bounds interpolation attribute"),
     ("v_add_f32 v0, v1, v2 row_shl:1 row_shl:2", "gfx1100", "given twice"),

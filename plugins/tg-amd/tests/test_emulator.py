@@ -645,3 +645,10 @@ def test_buffer_store_drops_out_of_range_and_idxen_strides(arch: str) -> None:
     want = np.zeros(64, dtype=np.uint32)
     want[2 * np.arange(10) + 1] = np.arange(10) + 100
     assert out.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_sopk_immediates_sign_extend(arch: str) -> None:
+    """The disassembler prints SOPK immediates unsigned, as llvm-mc does; the instructions still sign-extend."""
+    (w,) = run("s_movk_i32 s0, -5\ns_movk_i32 s1, 0x8000\ns_mulk_i32 s1, -1", arch)
+    assert (w.s[0], w.s[1]) == ((-5) & M32, 0x8000)

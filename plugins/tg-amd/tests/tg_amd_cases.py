@@ -571,6 +571,14 @@ def _sdwa_ok(info: OpInfo, arch: Arch) -> bool:
             and set(info.sig) <= {"vdst", "src0", "vsrc1", "vcc"} and "src0" in info.sig)
 
 
+def _exp_case(g: Gen, info: OpInfo) -> str:
+    r = g.rng
+    target = r.choice(["mrt0", "mrt7", "mrtz", "pos0", "pos3", "prim", "dual_src_blend0"])
+    srcs = [g.vgpr(1) if r.random() < 0.7 else "off" for _ in range(4)]
+    return f"{info.name} {target} {', '.join(srcs)}" + (" done" if r.random() < 0.5 else "") + \
+        (" row_en" if r.random() < 0.3 else "")
+
+
 def case_for(g: Gen, info: OpInfo) -> str:
     fmt = info.fmt
     if fmt in ("SOP1", "SOP2", "SOPC", "SOPK", "SOPP"):
@@ -601,6 +609,8 @@ def case_for(g: Gen, info: OpInfo) -> str:
         return _buffer(g, info)
     if fmt == "VINTERP":
         return _vinterp(g, info)
+    if fmt == "EXP":
+        return _exp_case(g, info)
     if fmt == "LDSDIR":
         return _ldsdir(g, info)
     raise ValueError(fmt)

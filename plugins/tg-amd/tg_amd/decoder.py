@@ -15,7 +15,7 @@ from tg_amd.inst import Inst
 from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, two_offsets
 from tg_amd.layouts import LAYOUTS, Layout, match
 from tg_amd.llvm_table import dpp_forms, hex_immediates
-from tg_amd.operands import FILES, INV_2PI, LITERAL, OFF, SPECIALS, Attr, Dec, Hex, Mod, Reg, Sext
+from tg_amd.operands import FILES, INV_2PI, LITERAL, OFF, SPECIALS, Attr, Dec, Hex, Label, Mod, Reg, Sext
 from tg_amd.symbols import delay_sym, format_name, hwreg_sym, msg_sym, policy_name
 
 FLOAT_CODES = {240: 0.5, 241: -0.5, 242: 1.0, 243: -1.0, 244: 2.0, 245: -2.0, 246: 4.0, 247: -4.0, 248: INV_2PI}
@@ -65,7 +65,7 @@ def _has_literal(layout: Layout, info: OpInfo, fields: dict[str, int], sig: tupl
         return True
     names = ("src0", "src1", "src2", "ssrc0", "ssrc1", "srcx0", "srcy0")
     used = [n for n in names if n in layout.fields]
-    if layout.name in ("SOPK", "SOPP", "SMEM", "DS", "FLAT", "MUBUF", "VBUFFER", "MTBUF", "VINTERP", "LDSDIR"):
+    if layout.name in ("SOPK", "SOPP", "SMEM", "DS", "FLAT", "MUBUF", "VBUFFER", "MTBUF", "VINTERP", "LDSDIR", "EXP"):
         return False
     return any(fields.get(n) == LITERAL for n in used)
 
@@ -147,9 +147,8 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                     ops.append(delay_sym(imm))
                 elif name in hex_immediates(arch.gen):
                     ops.append(Hex(imm))
-                else:
-                    signed = lay == "SOPK" and "_u32" not in name
-                    ops.append(_sext(imm, 16) if signed else imm)
+                else:  # llvm-mc prints the 16 bits unsigned (SOPK's sign extension is the instruction's business)
+                    ops.append(imm)
             elif role == "k":
                 ops.append(literal)
             elif role == "label":
@@ -292,6 +291,14 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
         if f["clamp"]:
             mods["clamp"] = True
         mods["wait_exp"] = f["wait_exp"]  # llvm-mc always prints it
+    elif lay == "EXP":
+        from tg_amd.encoder import EXP_TARGETS
+        name_of = {v: k for k, v in EXP_TARGETS.items()}
+        ops.append(Label(name_of.get(f["target"], f"target{f['target']}")))
+        ops += [Reg("v", f[f"vsrc{k}"]) if f["en"] >> k & 1 else OFF for k in range(4)]
+        for flag in ("done", "row_en"):
+            if f[flag]:
+                mods[flag] = True
     elif lay == "LDSDIR":
         ops.append(Reg("v", f["vdst"]))
         if "attr" in sig:
@@ -328,7 +335,7 @@ def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
             key = {2: "GLOBAL", 1: "SCRATCH", 0: "FLAT"}[f["seg"]]
         if layout.name == "VBUFFER":
             key = "MUBUF"
-        info = by_opcode(arch, key, f["op"])
+        info = by_opcode(arch, key, f.get("op", 0))  # EXP has no opcode field
         if info is None:
             continue
         sig = info.sig

@@ -553,6 +553,8 @@ def _salu1(inst: Inst, ctx: Context) -> Op:
 
 def _sopk(inst: Inst, ctx: Context) -> Op:
     name = inst.name
+    if not name.endswith("_u32"):  # the decoder gives the 16 bits as printed; these instructions sign-extend
+        inst = Inst(name, (inst.operands[0], _sext(int(inst.operands[1]) & 0xFFFF, 16)), inst.mods, inst.enc)
     if name.startswith("s_cmpk_"):
         return _scmp(inst, ctx)
     code_dst = inst.operands[0]

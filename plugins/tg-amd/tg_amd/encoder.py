@@ -929,10 +929,38 @@ def _ldsdir(enc: _Encoder) -> bytes:
     return enc.emit(enc.layout("LDSDIR"))
 
 
+# export targets (RDNA): mrt0..7, mrtz, pos0..4, prim, dual_src_blend0/1
+EXP_TARGETS = {**{f"mrt{i}": i for i in range(8)}, "mrtz": 8, **{f"pos{i}": 12 + i for i in range(5)}, "prim": 20,
+               "dual_src_blend0": 21, "dual_src_blend1": 22}
+
+
+def _exp(enc: _Encoder) -> bytes:
+    """exp / export <target> v0, v1, off, v3 [done] [row_en]: ``off`` leaves a channel disabled."""
+    info, f, mods = enc.info, enc.fields, enc.inst.mods
+    _no_mods(enc, ("done", "row_en"))
+    f.pop("op", None)  # one instruction: no opcode field
+    ops = _operands(enc, info.sig)
+    target = ops[0].name if isinstance(ops[0], Label) else None
+    if target not in EXP_TARGETS:
+        enc.fail(f"unknown export target (known: {', '.join(EXP_TARGETS)})", enc.what(0, "target"))
+    f["target"] = EXP_TARGETS[target]
+    en = 0
+    for k, o in enumerate(ops[1:]):
+        if o is not OFF:
+            f[f"vsrc{k}"] = enc.vreg(o, 1, enc.what(k + 1, f"vsrc{k}")).index
+            en |= 1 << k
+    f["en"] = en
+    for flag in ("done", "row_en"):
+        if mods.get(flag):
+            f[flag] = 1
+    return enc.emit(enc.layout("EXP"))
+
+
 FORMAT_ENCODERS = {"SOP1": _salu, "SOP2": _salu, "SOPC": _salu, "SOPK": _salu, "SOPP": _salu, "SMEM": _smem,
                    "VOP1": _valu, "VOP2": _valu, "VOPC": _valu, "VOP3": _valu, "VOP3SD": _valu,
                    "VOP3P": _vop3p, "MAI": _mai, "DS": _ds, "GLOBAL": _flat, "FLAT": _flat, "SCRATCH": _flat,
-                   "MUBUF": _buffer, "MTBUF": _buffer, "VINTERP": _vinterp, "LDSDIR": _ldsdir}
+                   "MUBUF": _buffer, "MTBUF": _buffer, "VINTERP": _vinterp, "LDSDIR": _ldsdir,
+                   "EXP": _exp}
 
 
 def encode(inst: Inst, arch: str | Arch, pc: int = 0, labels: dict[str, int] | None = None) -> bytes:
@@ -946,7 +974,7 @@ def encode(inst: Inst, arch: str | Arch, pc: int = 0, labels: dict[str, int] | N
     info = lookup(arch, inst.name)
     enc = _Encoder(inst, arch, info, pc, labels)
     if info.fmt in ("VOP3", "VOP3SD", "VOP3P", "MAI", "SOP1", "SOP2", "SOPC", "SOPK", "SOPP", "SMEM", "DS",
-                    "GLOBAL", "FLAT", "SCRATCH", "MUBUF", "MTBUF", "VINTERP", "LDSDIR") and \
+                    "GLOBAL", "FLAT", "SCRATCH", "MUBUF", "MTBUF", "VINTERP", "LDSDIR", "EXP") and \
             inst.enc not in (None, "e64_dpp"):
         enc.fail(f"has only one encoding; drop the _{inst.enc} suffix")
     enc.fields["op"] = info.op

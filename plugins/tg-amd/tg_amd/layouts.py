@@ -76,6 +76,8 @@ RDNA = {
                                              "slc": (12, 1), "offset": (0, 12), "vaddr": (32, 8), "vdata": (40, 8),
                                              "srsrc": (48, 5), "tfe": (53, 1), "offen": (54, 1), "idxen": (55, 1),
                                              "soffset": (56, 8)}),
+    "EXP": _layout("EXP", 64, "111110", {"en": (0, 4), "target": (4, 6), "done": (11, 1), "row_en": (13, 1),
+                                         "vsrc0": (32, 8), "vsrc1": (40, 8), "vsrc2": (48, 8), "vsrc3": (56, 8)}),
     "VINTERP": _layout("VINTERP", 64, "11001101", {"vdst": (0, 8), "wait_exp": (8, 3), "op_sel": (11, 4),
                                                    "clamp": (15, 1), "op": (16, 7), **VSRC3, "neg": (61, 3)}),
     "LDSDIR": _layout("LDSDIR", 32, "11001110", {"vdst": (0, 8), "chan": (8, 2), "attr": (10, 6),

@@ -31,7 +31,8 @@ from tg_amd.operands import (
 from tg_amd.symbols import Sym
 
 FLAGS = ("clamp", "glc", "slc", "dlc", "gds", "sc0", "sc1", "nt", "offen", "idxen", "tfe", "lds", "row_mirror",
-         "row_half_mirror")
+         "row_half_mirror", "done", "row_en")
+EXP_FLAGS = ("done", "row_en")  # modifiers of exp/export only
 NAME_MODS = ("th", "scope", "dst_sel", "dst_unused", "src0_sel", "src1_sel")  # th:TH_LOAD_NT, dst_sel:WORD_1
 INT_MODS = ("offset", "offset0", "offset1", "cbsz", "abid", "blgp", "row_shl", "row_shr", "row_ror", "wave_shl",
             "wave_rol", "wave_shr", "wave_ror", "row_bcast", "row_share", "row_xmask", "row_mask", "bank_mask",
@@ -43,7 +44,7 @@ MOD_ORDER = ("format", "idxen", "offen", "offset", "offset0", "offset1", "op_sel
              "tfe", "gds", "quad_perm", "row_shl", "row_shr", "row_ror", "wave_shl", "wave_rol", "wave_shr", "wave_ror",
              "row_mirror", "row_half_mirror", "row_bcast", "row_share", "row_xmask", "dpp8", "row_mask", "bank_mask",
              "bound_ctrl", "fi", "wait_exp", "wait_vdst", "wait_va_vdst", "wait_vm_vsrc", "dst_sel", "dst_unused",
-             "src0_sel", "src1_sel")
+             "src0_sel", "src1_sel", "done", "row_en")
 REG_RE = re.compile(r"^(s|v|a|ttmp)(?:(\d+)|\[(\d+)(?::(\d+))?\])$")
 NUM_RE = re.compile(r"^-?(0x[0-9a-fA-F]+|\d+)$")
 FLOAT_RE = re.compile(r"^-?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][-+]?\d+)$")
@@ -254,7 +255,9 @@ def parse_inst(text: str) -> Inst:
                 key = tok.lower().partition(":")[0]
                 if key in mods:
                     raise AsmError(f"modifier {key} given twice", name)
-                if not _parse_mod(tok, mods):
+                if key in EXP_FLAGS and name not in ("exp", "export"):  # a label called done
+                    operands.append(parse_operand(tok))
+                elif not _parse_mod(tok, mods):
                     operands.append(parse_operand(tok))
                 elif len(mods) == before:
                     raise AsmError(f"modifier {tok} given twice", name)
@@ -307,7 +310,9 @@ def format_inst(inst: Inst) -> str:
     """LLVM text of an instruction (``_e32``/``_e64`` suffix as given in ``inst.enc``)."""
     name = inst.name + (f"_{inst.enc}" if inst.enc else "")
     parts = [name]
-    if inst.operands:
+    if inst.name in ("exp", "export") and inst.operands:  # the target is not comma-separated: exp mrt0 v0, ...
+        parts.append(value_text(inst.operands[0]) + " " + ", ".join(value_text(o) for o in inst.operands[1:]))
+    elif inst.operands:
         parts.append(", ".join(value_text(o) for o in inst.operands))
     order = MOD_ORDER
     if "wait_exp" in inst.mods:  # v_interp_*: llvm-mc reads clamp before op_sel there
