@@ -129,7 +129,7 @@ def _salu(g: Gen, info: OpInfo) -> str:
     ops = []
     for role in info.sig:
         if role == "sdst":
-            ops.append(g.sgpr(info.count(0)))
+            ops.append("null" if info.name.startswith("s_waitcnt_") else g.sgpr(info.count(0)))
         elif role in ("ssrc0", "ssrc1"):
             slot = 1 if role == "ssrc0" else 2
             if info.name.startswith("s_barrier_signal"):

@@ -37,6 +37,7 @@ SRC_FIELDS = ("src0", "src1", "src2")
 SHIFT64 = ("v_lshlrev_b64", "v_lshrrev_b64", "v_ashrrev_i64")  # constant bus limit 1 even on RDNA
 
 
+NULL_SDST = ("s_waitcnt_vscnt", "s_waitcnt_vmcnt", "s_waitcnt_expcnt", "s_waitcnt_lgkmcnt")  # gfx11: null, n
 PACKED = ("v_pk_", "v_dot")  # 16-bit pairs in one 32-bit operand: any VGPR, 32-bit integer literals
 UNSIGNED_SIMM16 = ("s_getreg", "s_setreg")  # hwreg immediates: 0..0xffff only
 
@@ -211,6 +212,8 @@ def _salu(enc: _Encoder) -> bytes:
     for i, (role, op) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
         what = enc.what(i, role)
         if role == "sdst":
+            if info.name in NULL_SDST and op != Reg("null"):
+                enc.fail("src0 must be null", what)
             enc.fields["sdst"] = enc.sreg(op, info.count(0), what)
         elif role in ("ssrc0", "ssrc1"):
             if info.name.startswith("s_barrier_signal") and not (isinstance(op, int) or op == Reg("m0")):

@@ -29,10 +29,6 @@ ENCODED = {"SOP1", "SOP2", "SOPC", "SOPK", "SOPP", "SMEM", "VOP1", "VOP2", "VOPC
 NOT_DERIVED = {
     "s_sendmsg_rtn_b32": "its source is a sendmsg(...) immediate in an SGPR field",
     "s_sendmsg_rtn_b64": "its source is a sendmsg(...) immediate in an SGPR field",
-    "s_waitcnt_vscnt": "the SGPR operand must be null (not modelled)",
-    "s_waitcnt_vmcnt": "the SGPR operand must be null (not modelled)",
-    "s_waitcnt_expcnt": "the SGPR operand must be null (not modelled)",
-    "s_waitcnt_lgkmcnt": "the SGPR operand must be null (not modelled)",
     "s_atc_probe": "its first operand is an immediate in the SDATA field",
     "s_atc_probe_buffer": "its first operand is an immediate in the SDATA field",
     "s_get_barrier_state": "named-barrier operands are not modelled",
@@ -192,7 +188,7 @@ def derive(gen: int, row: Row) -> Derived | str:
         return Derived(name, "LDSDIR", row.op, ("vdst", "attr") if "attr" in rest else ("vdst",), (1, 1, 1, 1))
     if name.startswith("v_smfmac"):
         return SPARSE_MFMA
-    if "_prefetch_" in name:
+    if name.startswith(("s_prefetch_", "s_buffer_prefetch_")):
         return PREFETCH
     if re.search(r"\bv\d+\.[lh]\b", rest):
         return TRUE16
