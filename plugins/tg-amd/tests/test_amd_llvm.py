@@ -11,6 +11,7 @@ they fail (CI installs Debian's llvm-19).
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 import tg_amd
@@ -18,7 +19,8 @@ from tg_amd.isa import mnemonics
 from tg_amd_cases import cases, llvm_encode, llvm_mc, llvm_object_text
 
 ARCHS = ("gfx1100", "gfx1200", "gfx942")
-PER_OP = int(os.environ.get("TG_AMD_CASES_PER_OP", "3"))
+# random instances of every mnemonic per seed: 3 by default (about 6,000 lines per arch), 12 in nox -s full
+PER_OP = int(os.environ.get("TG_AMD_CASES_PER_OP", "12" if os.environ.get("TG_FULL") else "3"))
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +45,7 @@ def test_every_opcode_matches_llvm_mc(have_llvm: None, arch: str, seed: int) -> 
     ref = llvm_encode(lines, arch)
     accepted = [line for line, want in zip(lines, ref, strict=True) if isinstance(want, bytes)]
     assert len(accepted) > 0.9 * len(lines), "the case generator mostly produces valid instructions"
-    covered = {half.split()[0].removesuffix("_e32").removesuffix("_e64") for line in accepted
+    covered = {re.sub(r"_(e32|e64|dpp|e64_dpp|sdwa)$", "", half.split()[0]) for line in accepted
                for half in line.split("::")}
     missing = {i.name for i in mnemonics(arch)} - covered
     assert not missing, f"table entries never accepted by llvm-mc: {sorted(missing)[:20]}"
@@ -62,7 +64,9 @@ def test_every_opcode_matches_llvm_mc(have_llvm: None, arch: str, seed: int) -> 
 def test_disassembly_reassembles_with_llvm_mc(have_llvm: None, arch: str) -> None:
     lines = cases(arch, 3, PER_OP)
     ref = llvm_encode(lines, arch)
-    codes = [tg_amd.assemble(line, arch) for line, want in zip(lines, ref, strict=True) if isinstance(want, bytes)]
+    # llvm-mc leaves the label of s_cbranch_cdbg* to a relocation: those are checked by their bytes above only
+    codes = [tg_amd.assemble(line, arch) for line, want in zip(lines, ref, strict=True)
+             if isinstance(want, bytes) and not line.startswith("s_cbranch_cdbg")]
     listings = [tg_amd.disassemble(code, arch).strip() for code in codes]
     plain = [text if ":\n" not in text else "s_nop 0" for text in listings]
     again = llvm_encode(plain, arch)
@@ -88,3 +92,31 @@ def test_program_with_labels_matches_llvm_mc(have_llvm: None) -> None:
     """
     ours = tg_amd.assemble(text, "gfx1200")
     assert ours == llvm_object_text(text, "gfx1200")
+
+
+# llvm-mc prints these with names tg-amd does not model (depctr_*(n), gpr_idx(...), swizzle(...)); compared by
+# bytes only
+TEXT_EXEMPT = ("s_waitcnt_depctr", "s_wait_alu", "s_set_gpr_idx_mode", "s_set_gpr_idx_on", "ds_swizzle")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_disassembly_text_matches_llvm_mc(have_llvm: None, arch: str) -> None:
+    """Our disassembly of llvm-mc's bytes reads as llvm-mc's own disassembly of them (commas and spaces aside)."""
+    from llvm_opcodes import disassemble
+    # llvm-mc 19 cannot read back its gfx12 s_cmp_*_f16 encodings (it loses its place in the stream)
+    lines = [line for line in cases(arch, 4, 1) if not (line.startswith("s_cmp_") and "_f16 " in line)]
+    codes = [c for c in llvm_encode(lines, arch) if isinstance(c, bytes)]
+    words = [tuple(int.from_bytes(c[i:i + 4], "little") for i in range(0, len(c), 4)) for c in codes]
+    theirs = disassemble(words, arch)
+    norm = lambda t: " ".join(t.replace(",", " ").split())  # noqa: E731
+    compared, wrong = 0, []
+    for code, text in zip(codes, theirs, strict=True):
+        ours = tg_amd.disassemble(code, arch).strip()
+        if not isinstance(text, str) or text.startswith(TEXT_EXEMPT) or "\n" in ours or "invalid" in text.lower():
+            continue  # a branch to itself gets a label; fields llvm-mc calls invalid
+        compared += 1
+        if norm(ours) != norm(text) and not (text.endswith("_e32" + text.split("_e32", 1)[-1]) and
+                                             norm(ours) == norm(text.replace("_e32", "", 1))):
+            wrong.append(f"ours {ours!r}, llvm-mc {text!r}")
+    assert compared > 0.9 * len(codes)
+    assert not wrong, f"{len(wrong)} of {compared} differ:\n" + "\n".join(wrong[:25])

@@ -570,3 +570,75 @@ def test_damaged_code_objects_raise_value_error(data: st.DataObject) -> None:
         tg_amd.read_code_object(bytes(damaged))
     except ValueError:
         pass
+
+
+# ---------------------------------------------------------------------- a whole kernel in LLVM syntax
+def kernel_source(arch: str) -> str:
+    """A loop adding 1.0 to out[i] n times, with labels and branches, and its .amdhsa_kernel block."""
+    rdna = arch != "gfx942"
+    wait_km = "s_wait_kmcnt 0" if arch.startswith("gfx12") else "s_waitcnt lgkmcnt(0)"
+    wait_vm = "s_wait_loadcnt 0" if arch.startswith("gfx12") else "s_waitcnt vmcnt(0)"
+    load = "s_load_b64 s[4:5], s[0:1], 0x0\n  s_load_b32 s6, s[0:1], 0x8" if rdna else \
+        "s_load_dwordx2 s[4:5], s[0:1], 0x0\n  s_load_dword s6, s[0:1], 0x8"
+    gload, gstore = ("global_load_b32", "global_store_b32") if rdna else ("global_load_dword", "global_store_dword")
+    vadd = "v_lshlrev_b32 v1, 2, v0"
+    block = [".amdhsa_group_segment_fixed_size 256", ".amdhsa_private_segment_fixed_size 0",
+             ".amdhsa_kernarg_size 16", ".amdhsa_user_sgpr_kernarg_segment_ptr 1", ".amdhsa_next_free_sgpr 8",
+             ".amdhsa_system_sgpr_workgroup_id_x 1", ".amdhsa_system_vgpr_workitem_id 0",
+             ".amdhsa_float_denorm_mode_32 3", ".amdhsa_float_denorm_mode_16_64 3"]
+    block += [".amdhsa_next_free_vgpr 8", ".amdhsa_accum_offset 8"] if not rdna else \
+        [".amdhsa_next_free_vgpr 8", ".amdhsa_wavefront_size32 1"]
+    return f""".amdhsa_code_object_version 5
+.text
+.globl k
+.p2align 8
+.type k,@function
+k:
+  {load}
+  {wait_km}
+  {vadd}
+  {gload} v2, v1, s[4:5]
+  {wait_vm}
+loop:
+  v_add_f32_e32 v2, 1.0, v2
+  s_add_u32 s6, s6, -1
+  s_cmp_lg_u32 s6, 0
+  s_cbranch_scc1 loop
+  {gstore} v1, v2, s[4:5]
+  s_endpgm
+.rodata
+.p2align 6
+.amdhsa_kernel k
+  {chr(10).join('  ' + b for b in block)}
+.end_amdhsa_kernel
+"""
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_whole_kernel_in_llvm_syntax_matches_llvm_mc(arch: str) -> None:
+    """The same source through tg_amd.kernel_object and llvm-mc: equal .text, equal descriptor; llvm-readelf
+    reads ours (header, symbols, note)."""
+    src = kernel_source(arch)
+    data = tg_amd.kernel_object(src, arch)
+    info = tg_amd.read_code_object(data)["kernels"]["k"]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "ref.o")
+        proc = subprocess.run([tool("llvm-mc"), "-triple=amdgcn-amd-amdhsa", f"-mcpu={arch}", "-filetype=obj",
+                               "-o", out], input=src, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        with open(out, "rb") as f:
+            ref = elf.read_elf(f.read())
+        text = readelf(written(data, tmp))
+    assert info["code"] == ref.sections[".text"].data
+    ours, theirs = info["descriptor"], decode_descriptor(relocatable_descriptor(ref, "k"), tg_amd.get_arch(arch).family)
+    ours.pop("kernel_code_entry_byte_offset")
+    theirs.pop("kernel_code_entry_byte_offset")
+    assert {k: (ours[k], theirs[k]) for k in theirs if ours[k] != theirs[k]} == {}
+    assert "k.kd" in text and "AMDGPU" in text
+
+
+def test_kernel_source_errors_are_clear() -> None:
+    with pytest.raises(tg_amd.AsmError, match="no .amdhsa_kernel block"):
+        tg_amd.kernel_object("k:\n  s_endpgm\n", "gfx1200")
+    with pytest.raises(tg_amd.AsmError, match="not supported"):
+        tg_amd.kernel_object("k:\n  s_endpgm\n.amdhsa_kernel k\n  .amdhsa_ieee_mode 0\n.end_amdhsa_kernel\n", "gfx1200")

@@ -439,3 +439,216 @@ def test_shift_add_sets_scc_on_carry(arch):
             "s_lshl1_add_u32 s6, s2, s2\ns_cselect_b32 s7, 1, 0", arch, s={1: 0x40000001, 2: 5})[0]
     assert (w.s[3], w.s[4], w.s[5]) == (((0x40000001 << 2) + 5) & M32, 1, ((0x40000001 << 4) + 5) & M32)
     assert (w.s[6], w.s[7]) == (15, 0)
+
+
+# -------------------------------------------------------------------------------- DPP lane movement
+
+def _dpp_expected(ctrl: str, a: np.ndarray, old: np.ndarray, exec_mask: int = M32) -> np.ndarray:
+    """v_mov_b32 v0, v1 <ctrl> per the ISA's lane tables, written out lane by lane."""
+    out = old.copy()
+    parts = dict(p.split(":", 1) if ":" in p else (p, "1") for p in ctrl.split())
+    bound = parts.get("bound_ctrl") == "1"
+    row_mask, bank_mask = int(parts.get("row_mask", "0xf"), 0), int(parts.get("bank_mask", "0xf"), 0)
+    for lane in range(32):
+        if not exec_mask >> lane & 1:
+            continue
+        base, pos = lane - lane % 16, lane % 16
+        if "quad_perm" in parts:
+            src = lane - lane % 4 + [int(x) for x in parts["quad_perm"].strip("[]").split(",")][lane % 4]
+        elif "row_shl" in parts:
+            src = base + pos + int(parts["row_shl"]) if pos + int(parts["row_shl"]) < 16 else None
+        elif "row_shr" in parts:
+            src = base + pos - int(parts["row_shr"]) if pos - int(parts["row_shr"]) >= 0 else None
+        elif "row_ror" in parts:
+            src = base + (pos - int(parts["row_ror"])) % 16
+        elif "row_mirror" in parts:
+            src = base + 15 - pos
+        elif "row_half_mirror" in parts:
+            src = lane - lane % 8 + 7 - lane % 8
+        elif "row_share" in parts:
+            src = base + int(parts["row_share"])
+        elif "row_xmask" in parts:
+            src = base + (pos ^ int(parts["row_xmask"]))
+        else:
+            src = lane - lane % 8 + [int(x) for x in parts["dpp8"].strip("[]").split(",")][lane % 8]
+        if "dpp8" not in parts and not (row_mask >> (lane // 16) & 1 and bank_mask >> (pos // 4) & 1):
+            continue
+        if src is None or not exec_mask >> src & 1:
+            if bound or "dpp8" in parts:
+                out[lane] = 0
+            continue
+        out[lane] = a[src]
+    return out
+
+
+DPP_CTRLS = ["quad_perm:[1,0,3,2]", "quad_perm:[3,3,0,1]", "row_shl:1", "row_shr:3", "row_shr:3 bound_ctrl:1",
+             "row_ror:5", "row_mirror", "row_half_mirror", "row_share:7", "row_xmask:9",
+             "row_shl:2 row_mask:0x1 bank_mask:0x5", "dpp8:[7,6,5,4,3,2,1,0]", "dpp8:[1,1,0,0,3,3,2,2]"]
+
+
+@pytest.mark.parametrize("arch", RDNA)
+@pytest.mark.parametrize("ctrl", DPP_CTRLS)
+@pytest.mark.parametrize("exec_mask", [M32, 0xF0F0FF7F])
+def test_dpp_moves_lanes(arch: str, ctrl: str, exec_mask: int) -> None:
+    a, old = rand_u32(), rand_u32()
+    (w,) = run(f"v_mov_b32 v0, v1 {ctrl}", arch, v={0: old, 1: a}, exec_mask=exec_mask)
+    assert w.v[0].tolist() == _dpp_expected(ctrl, a, old, exec_mask).tolist()
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_dpp_add_with_modifiers(arch: str) -> None:
+    a = RNG.standard_normal(32).astype(np.float32)
+    b = RNG.standard_normal(32).astype(np.float32)
+    (w,) = run("v_add_f32 v0, -v1, |v2| row_xmask:1", arch, v={1: a.view(np.uint32), 2: b.view(np.uint32)})
+    moved = a[np.arange(32) ^ 1]
+    assert w.v[0].view(np.float32).tolist() == (-moved + np.abs(b)).tolist()
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_dpp_row_reduction_kernel_sums_exactly(arch: str) -> None:
+    """A whole kernel in assembly: each row of 16 lanes adds its values with row_shr 1/2/4/8 (the classic
+    scan); lane 15 of each row then holds the row's sum, which lane 31's row adds to (v_readlane)."""
+    wait = load_wait(arch)
+    src = f"""
+    s_load_b128 s[4:7], s[0:1], 0x0
+    {km_wait(arch)}
+    v_lshlrev_b32 v1, 2, v0
+    global_load_b32 v2, v1, s[6:7]
+    {wait}
+    v_add_f32 v2, v2, v2 row_shr:1 bound_ctrl:1
+    v_add_f32 v2, v2, v2 row_shr:2 bound_ctrl:1
+    v_add_f32 v2, v2, v2 row_shr:4 bound_ctrl:1
+    v_add_f32 v2, v2, v2 row_shr:8 bound_ctrl:1
+    v_readlane_b32 s8, v2, 15
+    v_readlane_b32 s9, v2, 31
+    v_mov_b32 v3, s8
+    v_add_f32 v3, s9, v3
+    v_mov_b32 v4, 0
+    global_store_b32 v4, v3, s[4:5]
+    s_endpgm
+    """
+    x = RNG.integers(-1000, 1000, 32).astype(np.float32)
+    out = np.zeros(1, dtype=np.float32)
+    run_kernel(tg_amd.assemble(src, arch), arch, [out, x], global_size=(1, 1, 1), local_size=(32, 1, 1))
+    assert out[0] == x.sum()
+
+
+# -------------------------------------------------------------------------------- scalar float (RDNA4)
+
+def _f32_bits(x) -> int:
+    return int(np.float32(x).view(np.uint32))
+
+
+def _f16_bits(x) -> int:
+    return int(np.float16(x).view(np.uint16))
+
+
+SFLOAT_CASES = {  # text, reference on numpy scalars a=s1, b=s2, c=s0 (f32 or f16)
+    "s_add_f32 s0, s1, s2": lambda a, b, c: np.float32(a) + np.float32(b),
+    "s_sub_f32 s0, s1, s2": lambda a, b, c: np.float32(a) - np.float32(b),
+    "s_mul_f32 s0, s1, s2": lambda a, b, c: np.float32(a) * np.float32(b),
+    "s_min_num_f32 s0, s1, s2": lambda a, b, c: np.fmin(np.float32(a), np.float32(b)),
+    "s_max_num_f32 s0, s1, s2": lambda a, b, c: np.fmax(np.float32(a), np.float32(b)),
+    "s_fmac_f32 s0, s1, s2": lambda a, b, c: np.float32(np.float64(a) * np.float64(b) + np.float64(c)),
+    "s_floor_f32 s0, s1": lambda a, b, c: np.floor(np.float32(a)),
+    "s_ceil_f32 s0, s1": lambda a, b, c: np.ceil(np.float32(a)),
+    "s_trunc_f32 s0, s1": lambda a, b, c: np.trunc(np.float32(a)),
+    "s_rndne_f32 s0, s1": lambda a, b, c: np.rint(np.float32(a)),
+    "s_add_f16 s0, s1, s2": lambda a, b, c: np.float16(a) + np.float16(b),
+    "s_mul_f16 s0, s1, s2": lambda a, b, c: np.float16(a) * np.float16(b),
+    "s_rndne_f16 s0, s1": lambda a, b, c: np.rint(np.float16(a)),
+}
+
+
+@pytest.mark.parametrize("text", list(SFLOAT_CASES))
+def test_scalar_float_ops(text: str) -> None:
+    half = text.split()[0].endswith("f16")
+    bits, ftype = (_f16_bits, np.float16) if half else (_f32_bits, np.float32)
+    for a, b, c in [(1.5, -2.25, 0.5), (3.7, 1e-3, -8.0), (-0.5, 2.5, 1.0), (np.inf, 1.0, 0.0), (np.nan, 1.0, 2.0)]:
+        (w,) = run(text, "gfx1200", s={1: bits(a), 2: bits(b), 0: bits(c)})
+        want = ftype(SFLOAT_CASES[text](ftype(a), ftype(b), ftype(c)))
+        got = np.uint16(w.s[0]).view(np.float16) if half else np.uint32(w.s[0]).view(np.float32)
+        assert (np.isnan(got) and np.isnan(want)) or got == want, (text, a, b, c, got, want)
+
+
+@pytest.mark.parametrize("cond,fn", [("lt", np.less), ("ge", np.greater_equal), ("eq", np.equal),
+                                     ("u", lambda a, b: np.isnan(a) | np.isnan(b)),
+                                     ("nlt", lambda a, b: ~np.less(a, b)), ("lg", lambda a, b: (a < b) | (a > b))])
+def test_scalar_float_compares(cond: str, fn) -> None:
+    for a, b in [(1.0, 2.0), (2.0, 1.0), (1.0, 1.0), (np.nan, 1.0)]:
+        (w,) = run(f"s_cmp_{cond}_f32 s1, s2", "gfx1200", s={1: _f32_bits(a), 2: _f32_bits(b)})
+        assert w.scc == int(bool(fn(np.float32(a), np.float32(b)))), (cond, a, b)
+
+
+def test_scalar_float_conversions() -> None:
+    (w,) = run("s_cvt_f32_i32 s0, s1\ns_cvt_i32_f32 s3, s2\ns_cvt_u32_f32 s4, s2\ns_cvt_f16_f32 s5, s2\n"
+               "s_cvt_f32_f16 s6, s7", "gfx1200",
+               s={1: (-7) & M32, 2: _f32_bits(-3.75), 7: _f16_bits(0.375)})
+    assert np.uint32(w.s[0]).view(np.float32) == np.float32(-7)
+    assert w.s[3] == (-3) & M32 and w.s[4] == 0
+    assert w.s[5] == _f16_bits(-3.75) and np.uint32(w.s[6]).view(np.float32) == np.float32(0.375)
+
+
+# -------------------------------------------------------------------------------- buffer loads and stores
+
+def _descriptor_setup(arch: str, buffer_pair: str, records: int, stride: int = 0) -> str:
+    """s[8:11] = a descriptor over the buffer whose address is in ``buffer_pair`` (s[6:7] or s[4:5])."""
+    lo, hi = buffer_pair[2:-1].split(":")
+    return f"""
+    s_mov_b32 s8, s{lo}
+    s_and_b32 s9, s{hi}, 0xffff
+    s_or_b32 s9, s9, {stride << 16:#x}
+    s_mov_b32 s10, {records:#x}
+    s_mov_b32 s11, 0
+    """
+
+
+@pytest.mark.parametrize("arch", RDNA)
+@pytest.mark.parametrize("records", [0, 6, 82, 128, 4096])
+def test_buffer_load_bounds(arch: str, records: int) -> None:
+    """Lane i loads dword i + 3 (offen, offset:12); lanes whose 4 bytes end past num_records read 0."""
+    soff = "null" if arch == "gfx1200" else "0"
+    src = f"""
+    s_load_b128 s[4:7], s[0:1], 0x0
+    {km_wait(arch)}
+    {_descriptor_setup(arch, "s[6:7]", records)}
+    v_lshlrev_b32 v1, 2, v0
+    buffer_load_b32 v2, v1, s[8:11], {soff} offen offset:12
+    {load_wait(arch)}
+    global_store_b32 v1, v2, s[4:5]
+    s_endpgm
+    """
+    x = RNG.integers(1, 1 << 30, 64).astype(np.uint32)
+    out = np.full(32, 7, dtype=np.uint32)
+    run_kernel(tg_amd.assemble(src, arch), arch, [out, x], global_size=(1, 1, 1), local_size=(32, 1, 1))
+    lane = np.arange(32)
+    want = np.where(lane * 4 + 12 + 4 <= records, x[lane + 3], 0)
+    assert out.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_buffer_store_drops_out_of_range_and_idxen_strides(arch: str) -> None:
+    """idxen with a 8-byte stride: lane i writes i + 100 at byte 8 * i + 4 of ``out``; indices >= 10 are out
+    of range and write nothing."""
+    soff = "null" if arch == "gfx1200" else "0"
+    src = f"""
+    s_load_b128 s[4:7], s[0:1], 0x0
+    {km_wait(arch)}
+    {_descriptor_setup(arch, "s[4:5]", 10, stride=8)}
+    v_add_nc_u32 v2, 0x64, v0
+    buffer_store_b32 v2, v0, s[8:11], {soff} idxen offset:4
+    s_endpgm
+    """
+    out = np.zeros(64, dtype=np.uint32)
+    run_kernel(tg_amd.assemble(src, arch), arch, [out, np.zeros(1, np.uint32)], global_size=(1, 1, 1),
+               local_size=(32, 1, 1))
+    want = np.zeros(64, dtype=np.uint32)
+    want[2 * np.arange(10) + 1] = np.arange(10) + 100
+    assert out.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("arch", RDNA)
+def test_sopk_immediates_sign_extend(arch: str) -> None:
+    """The disassembler prints SOPK immediates unsigned, as llvm-mc does; the instructions still sign-extend."""
+    (w,) = run("s_movk_i32 s0, -5\ns_movk_i32 s1, 0x8000\ns_mulk_i32 s1, -1", arch)
+    assert (w.s[0], w.s[1]) == ((-5) & M32, 0x8000)

@@ -13,8 +13,8 @@ import re
 import shutil
 import subprocess
 
-from tg_amd.arch import get_arch
-from tg_amd.isa import OpInfo, mnemonics
+from tg_amd.arch import Arch, get_arch
+from tg_amd.isa import OpInfo, mnemonics, two_offsets
 
 LLVM_MC_NAMES = ("llvm-mc-19", "/usr/lib/llvm-19/bin/llvm-mc")
 
@@ -78,9 +78,9 @@ class Gen:
         lo = r.randrange(0, top + 1, align)
         return f"s{lo}" if count == 1 else f"s[{lo}:{lo + count - 1}]"
 
-    def vgpr(self, count: int, kind: str = "v") -> str:
+    def vgpr(self, count: int, kind: str = "v", top: int = 256) -> str:
         align = 2 if count > 1 and not self.arch.rdna else 1
-        lo = self.rng.randrange(0, 256 - count + 1, align)
+        lo = self.rng.randrange(0, top - count + 1, align)
         return f"{kind}{lo}" if count == 1 else f"{kind}[{lo}:{lo + count - 1}]"
 
     def const(self, info: OpInfo, slot: int, literal: bool) -> str:
@@ -129,7 +129,7 @@ def _salu(g: Gen, info: OpInfo) -> str:
     ops = []
     for role in info.sig:
         if role == "sdst":
-            ops.append(g.sgpr(info.count(0)))
+            ops.append("null" if info.name.startswith("s_waitcnt_") else g.sgpr(info.count(0)))
         elif role in ("ssrc0", "ssrc1"):
             slot = 1 if role == "ssrc0" else 2
             if info.name.startswith("s_barrier_signal"):
@@ -140,8 +140,19 @@ def _salu(g: Gen, info: OpInfo) -> str:
                 continue
             text = g.src(info, slot, literal=not any(o.startswith("0x") for o in ops), vgpr=False)
             ops.append(text)
+        elif role == "k":
+            ops.append(hex(r.randint(0x10000, 0xFFFFFFFF)))
         elif role == "simm16":
-            if info.fmt == "SOPK":
+            if info.name.startswith(("s_getreg", "s_setreg")):
+                ops.append(r.choice([str(r.randint(0, 0xFFFF)), f"hwreg({r.randint(1, 7)})",
+                                     f"hwreg(HW_REG_MODE, {r.randint(0, 31)}, 1)", "hwreg(HW_REG_STATUS)"]))
+            elif info.name in ("s_sendmsg", "s_sendmsghalt"):
+                ops.append(r.choice([str(r.randint(0, 15)), "sendmsg(MSG_INTERRUPT)", "sendmsg(MSG_GS_ALLOC_REQ)"]))
+            elif info.name == "s_delay_alu":
+                ops.append(r.choice(["instid0(VALU_DEP_1)", "instid0(VALU_DEP_2) | instskip(NEXT) | "
+                                     "instid1(SALU_CYCLE_1)", "instid0(TRANS32_DEP_3) | instskip(SKIP_2)",
+                                     str(r.randint(0, 0x7FF))]))
+            elif info.fmt == "SOPK":
                 ops.append(str(r.randint(0, 0xFFFF)) if "_u32" in info.name else str(r.randint(-32768, 32767)))
             elif info.name == "s_barrier_wait":
                 ops.append(r.choice(["-1", "0xffff", "0"]))
@@ -158,23 +169,26 @@ def _salu(g: Gen, info: OpInfo) -> str:
 
 def _smem(g: Gen, info: OpInfo) -> str:
     r = g.rng
-    if not info.sig:
-        return info.name
-    count = info.count(0)
-    lo = r.randrange(0, g.arch.max_sgpr - count + 1, 1 if count == 1 else 2 if count == 2 else 4)
-    ops = [f"s{lo}" if count == 1 else f"s[{lo}:{lo + count - 1}]"]
-    base = 2 if info.sig[1] == "sbase" else 4
-    lo = r.randrange(0, g.arch.max_sgpr - base + 1, 2 if base == 2 else 4)
-    ops.append(f"s[{lo}:{lo + base - 1}]")
-    roll = r.random()
-    top = 0xFFFFF if g.arch.gen != 12 else 0x7FFFFF
-    if roll < 0.5:
-        ops.append(hex(r.choice([0, 4, 16, 0x100, r.randint(0, top)])))
-        return f"{info.name} {', '.join(ops)}"
-    sreg = f"s{r.randrange(g.arch.max_sgpr)}"
-    ops.append(sreg)
-    text = f"{info.name} {', '.join(ops)}"
-    if roll < 0.75 and info.sig[1] == "sbase":
+    ops = []
+    offset_mod = False
+    for role in info.sig:
+        if role == "sdata":
+            count = info.count(0)
+            lo = r.randrange(0, g.arch.max_sgpr - count + 1, 1 if count == 1 else 2 if count == 2 else 4)
+            ops.append(f"s{lo}" if count == 1 else f"s[{lo}:{lo + count - 1}]")
+        elif role in ("sbase", "sbuf"):
+            base = 2 if role == "sbase" else 4
+            lo = r.randrange(0, g.arch.max_sgpr - base + 1, 2 if base == 2 else 4)
+            ops.append(f"s[{lo}:{lo + base - 1}]")
+        elif role == "soff":
+            top = 0xFFFFF if g.arch.gen != 12 else 0x7FFFFF
+            if r.random() < 0.5:
+                ops.append(hex(r.choice([0, 4, 16, 0x100, r.randint(0, top)])))
+            else:
+                ops.append(f"s{r.randrange(g.arch.max_sgpr)}")
+                offset_mod = r.random() < 0.5 and "sbase" in info.sig
+    text = f"{info.name} {', '.join(ops)}".strip()
+    if offset_mod:
         text += f" offset:{hex(r.randint(1, 0xFFFF))}"
     return text
 
@@ -189,11 +203,15 @@ def _valu(g: Gen, info: OpInfo, force: str | None) -> str:
     used_literal = [False]
     scalar_used = [False]
 
-    reads_mask = not arch.rdna and ("mask" in info.sig or info.sig[-1:] == ("vcc",))
+    reads_mask = (not arch.rdna and ("mask" in info.sig or info.sig[-1:] == ("vcc",))) or \
+        info.name.startswith("v_div_fmas")  # reads all of VCC
+    # 16-bit operands of a 32-bit-only encoding reach v0..v127 only
+    top = 128 if (info.e64 is None or force == "e32") and info.fmt in ("VOP1", "VOP2", "VOPC") and \
+        16 in (info.width(0), info.width(1)) else 256
 
     def src(slot: int, vgpr: bool = True) -> str:
         if reads_mask:  # CDNA's constant bus holds only the mask: other sources are VGPRs or inline
-            return g.vgpr(info.count(slot)) if r.random() < 0.7 else str(r.randint(-16, 64))
+            return g.vgpr(info.count(slot), top=top) if r.random() < 0.7 else str(r.randint(-16, 64))
         if not arch.rdna and scalar_used[0]:  # CDNA: one SGPR per instruction
             return g.vgpr(info.count(slot)) if r.random() < 0.7 else str(r.randint(-16, 64))
         allow = lit_ok and not used_literal[0]
@@ -208,14 +226,14 @@ def _valu(g: Gen, info: OpInfo, force: str | None) -> str:
     sig = info.sig
     for i, role in enumerate(sig):
         if role == "vdst":
-            ops.append(g.vgpr(info.count(0)))
+            ops.append(g.vgpr(info.count(0), top=top))
         elif role == "adst":
             ops.append(g.vgpr(info.count(0), "a"))
         elif role == "asrc0":
             ops.append(g.vgpr(info.count(1), "a"))
         elif role == "vsrc0":
             ops.append(g.vgpr(info.count(1)))
-        elif role in ("ssrc0", "ssrc1"):
+        elif role in ("ssrc0", "ssrc1", "ssrc2"):
             ops.append(g.sgpr(1) if r.random() < 0.5 else str(r.randint(0, 31)))
         elif role == "sdst":
             if info.fmt in ("VOP2", "VOP3SD"):
@@ -223,11 +241,11 @@ def _valu(g: Gen, info: OpInfo, force: str | None) -> str:
             else:
                 ops.append(f"s{r.randrange(arch.max_sgpr)}")
         elif role == "src0":
-            ops.append(src(1))
+            ops.append(src(1) if top == 256 or r.random() < 0.5 else g.vgpr(info.count(1), top=top))
         elif role in ("src1", "src2"):
             ops.append(src(int(role[-1]) + 1))
         elif role == "vsrc1":
-            ops.append(src(2) if e64 else g.vgpr(info.count(2)))
+            ops.append(src(2) if e64 else g.vgpr(info.count(2), top=top))
         elif role == "vcc":
             if info.fmt == "VOPC" and e64:
                 ops.append(_mask(g))
@@ -240,10 +258,11 @@ def _valu(g: Gen, info: OpInfo, force: str | None) -> str:
         elif role == "mask":
             ops.append(_mask(g))
         elif role == "k":
-            ops.append(hex(r.randint(0x41, 0xFFFFFFFF)))
+            ops.append(hex(r.randint(0x41, 0xFFFF if info.width(0) == 16 else 0xFFFFFFFF)))
     suffix = f"_{force}" if force and info.fmt in ("VOP1", "VOP2", "VOPC") else ""
     text = f"{info.name}{suffix} {', '.join(ops)}".strip()
-    if e64 and info.is_float(1) and "nomods" not in info.flags and info.fmt != "VOPC" and "sdst" not in sig:
+    if (e64 and info.is_float(1) and not {"nomods", "noclamp"} & info.flags and info.fmt != "VOPC"
+            and "sdst" not in sig):
         if r.random() < 0.2:
             text += " clamp"
     return text
@@ -265,7 +284,8 @@ def _vop3p(g: Gen, info: OpInfo) -> str:
             slot = int(role[-1]) + 1
             nsrc += 1
             if "wmma" in info.flags:
-                ops.append(g.vgpr(info.count(slot)) if slot < 3 or r.random() < 0.8 else "1.0")
+                ops.append(g.vgpr(info.count(slot)) if slot < 3 or r.random() < 0.8 or "swmmac" in info.name
+                           else "1.0")
             elif r.random() < 0.7:
                 ops.append(g.vgpr(info.count(slot)))
             else:
@@ -295,7 +315,9 @@ def _ds(g: Gen, info: OpInfo) -> str:
         slot = 0 if role == "vdst" else 3
         ops.append(g.vgpr(1 if role == "addr" else info.count(slot)))
     text = f"{info.name} {', '.join(ops)}"
-    if "2addr" in info.name or "read2" in info.name or "write2" in info.name:
+    if not ops:
+        return info.name
+    if two_offsets(info.name):
         text += f" offset0:{r.randint(0, 255)} offset1:{r.randint(0, 255)}"
     elif r.random() < 0.6:
         text += f" offset:{r.randint(1, 65535)}"
@@ -306,22 +328,30 @@ def _global(g: Gen, info: OpInfo) -> str:
     r = g.rng
     arch = g.arch
     glob = info.fmt == "GLOBAL"
-    saddr = (r.choice(["off", "sgpr"]) if glob else None)
+    scratch = info.fmt == "SCRATCH"
+    saddr = (r.choice(["off", "sgpr"]) if glob or scratch else None)
     if saddr == "sgpr":
         lo = r.randrange(0, arch.max_sgpr - 1, 2)
-        saddr = f"s[{lo}:{lo + 1}]"
+        saddr = f"s{lo}" if scratch else f"s[{lo}:{lo + 1}]"
     ops = []
     for role in info.sig:
         if role == "saddr":
             ops.append(saddr)
+        elif role == "vaddr" and scratch:  # at most one of the two addresses may be off... or both
+            ops.append(g.vgpr(1) if saddr == "off" or r.random() < 0.5 else "off")
         elif role == "vaddr":
             ops.append(g.vgpr(1 if saddr not in (None, "off") else 2))
         else:
             ops.append(g.vgpr(info.count(0 if role == "vdst" else 3)))
+    returning = "atomic" in info.flags and info.sig[:1] == ("vaddr",) and r.random() < 0.3
+    if returning:  # glc / sc0 / th:TH_ATOMIC_RETURN, the old value into a leading vdst
+        ops.insert(0, g.vgpr(info.count(3) // 2 if "cmpswap" in info.name else info.count(3)))
     text = f"{info.name} {', '.join(ops)}"
+    if not ops:
+        return info.name
     if arch.gen == 12:
         lo, hi = -(1 << 23), (1 << 23) - 1
-    elif glob:
+    elif glob or scratch:
         lo, hi = -4096, 4095
     else:
         lo, hi = 0, 4095
@@ -333,6 +363,8 @@ def _global(g: Gen, info: OpInfo) -> str:
     for flag in flags if "atomic" not in info.flags else []:
         if r.random() < 0.2:
             text += f" {flag}"
+    if returning:
+        text += {11: " glc", 9: " sc0", 12: " th:TH_ATOMIC_RETURN"}[arch.gen]
     return text
 
 
@@ -377,6 +409,176 @@ def _vopd(g: Gen, x: OpInfo, y: OpInfo) -> str:
     return f"{tx} :: {ty}"
 
 
+def _policy(g: Gen, info: OpInfo) -> str:
+    """gfx12 ``th:``/``scope:`` names (sometimes)."""
+    from tg_amd.symbols import DEFAULT_POLICY, _names
+    r = g.rng
+    kind = "th_atomic" if "_atomic_" in info.name else "th_store" if "_store_" in info.name else "th_load"
+    text = ""
+    if r.random() < 0.3:
+        text += " th:" + r.choice(sorted({**DEFAULT_POLICY[kind], **_names(g.arch.name)[kind]}))
+    if r.random() < 0.3:
+        text += " scope:" + r.choice(sorted({**DEFAULT_POLICY["scope"], **_names(g.arch.name)["scope"]}))
+    return text
+
+
+def _buffer(g: Gen, info: OpInfo) -> str:
+    r = g.rng
+    arch = g.arch
+    if not info.sig:
+        return info.name
+    load = "_load_" in info.name and "_lds_" not in info.name
+    tfe = load and arch.gen != 9 and r.random() < 0.15 and not info.name.startswith("tbuffer")
+    addr = r.choice(["", "offen", "idxen", "idxen offen"])
+    naddr = len(addr.split())
+    ops = []
+    for role in info.sig:
+        if role == "vdata":
+            ops.append(g.vgpr(info.count(3) + int(tfe)))
+        elif role == "vaddr":
+            ops.append(g.vgpr(naddr) if naddr else "off")
+        elif role == "srsrc":
+            lo = r.randrange(0, arch.max_sgpr - 3, 4)
+            ops.append(f"s[{lo}:{lo + 3}]")
+        elif role == "soffset":
+            choices = [f"s{r.randrange(arch.max_sgpr)}", "m0"]
+            choices.append("null" if arch.gen == 12 else str(r.randint(0, 64)))
+            ops.append(r.choice(choices))
+    text = f"{info.name} {', '.join(ops)}"
+    if info.name.startswith("tbuffer") and r.random() < 0.7:
+        from tg_amd.symbols import _names
+        names = sorted(_names(arch.name)["format"])
+        text += f" format:{r.randint(1, 127)}" if r.random() < 0.4 else f" format:[{r.choice(names)}]"
+    if addr:
+        text += " " + addr
+    if r.random() < 0.5:
+        text += f" offset:{r.randint(1, 0x7FFFFF if arch.gen == 12 else 4095)}"
+    flags = {11: ["glc", "slc", "dlc"], 9: ["sc0", "sc1", "nt"], 12: []}[arch.gen]
+    for flag in flags:
+        if r.random() < 0.2:
+            text += f" {flag}"
+    if arch.gen == 12:
+        text += _policy(g, info)
+    if tfe:
+        text += " tfe"
+    return text
+
+
+def _dpp_ctrl(g: Gen) -> str:
+    r = g.rng
+    choices = [f"quad_perm:[{','.join(str(r.randint(0, 3)) for _ in range(4))}]", f"row_shl:{r.randint(1, 15)}",
+               f"row_shr:{r.randint(1, 15)}", f"row_ror:{r.randint(1, 15)}", "row_mirror", "row_half_mirror"]
+    if g.arch.rdna:
+        choices += [f"row_share:{r.randint(0, 15)}", f"row_xmask:{r.randint(0, 15)}"]
+    else:
+        choices += ["row_bcast:15", "row_bcast:31", "wave_shl:1", "wave_ror:1", "wave_shr:1", "wave_rol:1"]
+    text = r.choice(choices)
+    if r.random() < 0.3:
+        text += f" row_mask:{hex(r.randint(0, 15))} bank_mask:{hex(r.randint(0, 15))}"
+    if r.random() < 0.2:
+        text += " bound_ctrl:1"
+    if g.arch.rdna and r.random() < 0.2:
+        text += " fi:1"
+    if g.arch.rdna and r.random() < 0.25:
+        text = f"dpp8:[{','.join(str(r.randint(0, 7)) for _ in range(8))}]" + (" fi:1" if r.random() < 0.3 else "")
+    return text
+
+
+def _dpp_case(g: Gen, info: OpInfo) -> str:
+    """A VOP1/VOP2/VOPC instruction with DPP: VGPR sources, float ones sometimes negated or absolute."""
+    r = g.rng
+    top = 128 if 16 in (info.width(0), info.width(1)) else 256
+    ops = []
+    dpp8 = _dpp_ctrl(g)
+    for role in info.sig:
+        if role == "vdst":
+            ops.append(g.vgpr(1, top=top))
+        elif role in ("src0", "vsrc1", "src1", "src2"):
+            text = g.vgpr(1, top=top)
+            slot = {"src0": 1, "vsrc1": 2, "src1": 2, "src2": 3}[role]
+            if info.is_float(slot) and not dpp8.startswith("dpp8") and r.random() < 0.3 and \
+                    "nomods" not in info.flags:
+                text = r.choice([f"-{text}", f"|{text}|"])
+            ops.append(text)
+        elif role == "vcc":
+            ops.append("vcc_lo" if g.arch.wave == 32 else "vcc")
+    return f"{info.name} {', '.join(ops)} {dpp8}"
+
+
+def _dpp_ok(info: OpInfo, arch: Arch) -> bool:
+    """Instructions llvm-mc reads with DPP (its listing), with operands the DPP generator writes."""
+    from tg_amd.llvm_table import dpp_forms
+    vop3 = info.fmt == "VOP3"
+    return ((vop3, "dpp16") in dpp_forms(arch.gen).get(info.name, ()) and all(info.count(k) == 1 for k in range(4))
+            and set(info.sig) <= {"vdst", "src0", "vsrc1", "src1", "src2", "vcc"} and "src0" in info.sig
+            and not info.name.startswith(("v_cmpx", "v_permlane")))
+
+
+def _vinterp(g: Gen, info: OpInfo) -> str:
+    r = g.rng
+    ops = [g.vgpr(1)] + [(r.choice(["-", ""]) + g.vgpr(1)) for _ in range(3)]
+    text = f"{info.name} {', '.join(ops)}"
+    if r.random() < 0.3:
+        text += " clamp"  # llvm-mc wants clamp before op_sel here
+    if "f16" in info.name and r.random() < 0.3:
+        text += f" op_sel:[{','.join(str(r.randint(0, 1)) for _ in range(4))}]"
+    return text + f" wait_exp:{r.randint(0, 7)}"
+
+
+def _ldsdir(g: Gen, info: OpInfo) -> str:
+    r = g.rng
+    ops = [g.vgpr(1)] + ([f"attr{r.randint(0, 32)}.{r.choice('xyzw')}"] if "attr" in info.sig else [])
+    waits = f" wait_va_vdst:{r.randint(0, 15)} wait_vm_vsrc:{r.randint(0, 1)}" if g.arch.gen == 12 else \
+        f" wait_vdst:{r.randint(0, 15)}"
+    return f"{info.name} {', '.join(ops)}{waits}"
+
+
+SELS = ("BYTE_0", "BYTE_1", "BYTE_2", "BYTE_3", "WORD_0", "WORD_1", "DWORD")
+
+
+def _sdwa_case(g: Gen, info: OpInfo) -> str:
+    """gfx942 SDWA: selectors, sext on integer sources, neg/abs on float ones, an SGPR or constant src0."""
+    from tg_amd.llvm_table import dpp_forms
+    r = g.rng
+    ops = []
+    for role in info.sig:
+        if role == "vdst":
+            ops.append(g.vgpr(1))
+        elif role == "vcc":
+            ops.append("vcc" if ops or r.random() < 0.5 else g.sgpr(2))
+        elif role in ("src0", "vsrc1"):
+            slot = 1 if role == "src0" else 2
+            text = g.vgpr(1) if role == "vsrc1" or r.random() < 0.7 else r.choice([g.sgpr(1), str(r.randint(0, 64))])
+            if info.is_float(slot) and r.random() < 0.3 and not text.isdigit():
+                text = r.choice([f"-{text}", f"|{text}|"])
+            elif not info.is_float(slot) and r.random() < 0.2 and text.startswith("v") and \
+                    (False, "sdwa") in dpp_forms(g.arch.gen).get(info.name, ()):
+                text = f"sext({text})"
+            ops.append(text)
+    text = f"{info.name}_sdwa {', '.join(ops)}"
+    if info.fmt != "VOPC" and (False, "sdwa") in dpp_forms(g.arch.gen).get(info.name, ()):
+        text += f" dst_sel:{r.choice(SELS)} dst_unused:{r.choice(['UNUSED_PAD', 'UNUSED_SEXT', 'UNUSED_PRESERVE'])}"
+    text += f" src0_sel:{r.choice(SELS)}"
+    if "vsrc1" in info.sig:
+        text += f" src1_sel:{r.choice(SELS)}"
+    return text
+
+
+def _sdwa_ok(info: OpInfo, arch: Arch) -> bool:
+    from tg_amd.llvm_table import dpp_forms
+    forms = dpp_forms(arch.gen).get(info.name, ())
+    return (((False, "sdwa") in forms or (False, "sdwa_src") in forms) and all(info.count(k) == 1 for k in range(4))
+            and set(info.sig) <= {"vdst", "src0", "vsrc1", "vcc"} and "src0" in info.sig)
+
+
+def _exp_case(g: Gen, info: OpInfo) -> str:
+    r = g.rng
+    target = r.choice(["mrt0", "mrt7", "mrtz", "pos0", "pos3", "prim", "dual_src_blend0"])
+    srcs = [g.vgpr(1) if r.random() < 0.7 else "off" for _ in range(4)]
+    return f"{info.name} {target} {', '.join(srcs)}" + (" done" if r.random() < 0.5 else "") + \
+        (" row_en" if r.random() < 0.3 else "")
+
+
 def case_for(g: Gen, info: OpInfo) -> str:
     fmt = info.fmt
     if fmt in ("SOP1", "SOP2", "SOPC", "SOPK", "SOPP"):
@@ -384,9 +586,15 @@ def case_for(g: Gen, info: OpInfo) -> str:
     if fmt == "SMEM":
         return _smem(g, info)
     if fmt in ("VOP1", "VOP2", "VOPC"):
+        if _dpp_ok(info, g.arch) and g.rng.random() < 0.2:
+            return _dpp_case(g, info)
+        if _sdwa_ok(info, g.arch) and g.rng.random() < 0.25:
+            return _sdwa_case(g, info)
         force = g.rng.choice([None, "e32", "e64"]) if info.e64 is not None else None
         return _valu(g, info, force)
     if fmt in ("VOP3", "VOP3SD"):
+        if _dpp_ok(info, g.arch) and g.rng.random() < 0.15:
+            return _dpp_case(g, info)
         return _valu(g, info, None)
     if fmt == "VOP3P":
         return _vop3p(g, info)
@@ -394,8 +602,17 @@ def case_for(g: Gen, info: OpInfo) -> str:
         return _mai(g, info)
     if fmt == "DS":
         return _ds(g, info)
-    if fmt in ("GLOBAL", "FLAT"):
-        return _global(g, info)
+    if fmt in ("GLOBAL", "FLAT", "SCRATCH"):
+        text = _global(g, info)
+        return text + (_policy(g, info) if g.arch.gen == 12 and "th:" not in text else "")
+    if fmt in ("MUBUF", "MTBUF"):
+        return _buffer(g, info)
+    if fmt == "VINTERP":
+        return _vinterp(g, info)
+    if fmt == "EXP":
+        return _exp_case(g, info)
+    if fmt == "LDSDIR":
+        return _ldsdir(g, info)
     raise ValueError(fmt)
 
 

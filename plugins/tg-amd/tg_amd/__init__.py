@@ -21,6 +21,7 @@ byte (the tests check). Modules:
     device      the AMD:EMU device (plugin.py registers it)
     gemm        asm_gemm(a, b): the WMMA GEMM from Tensor code, with backward
     codeobj     AMDHSA code objects (ELF, kernel descriptor, metadata note); elf, msgpack
+    kernel_text a whole kernel in LLVM syntax (code + .amdhsa_kernel block) -> code object
 
 Names below load their module on first use, so ``import tg_amd`` stays cheap.
 """
@@ -41,6 +42,7 @@ _EXPORTS = {
     "codeobj": ("code_object", "read_code_object", "KernArg", "register_usage"),
     "emulator": ("run_kernel", "EmulatorError"),
     "gemm": ("asm_gemm",),
+    "kernel_text": ("kernel_object",),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_WHERE)

@@ -15,7 +15,7 @@ from tg_amd.arch import Arch, AsmError, get_arch
 from tg_amd.decoder import decode
 from tg_amd.encoder import encode
 from tg_amd.inst import Inst
-from tg_amd.operands import Label
+from tg_amd.operands import Dec, Label
 from tg_amd.syntax import format_inst, parse_inst
 
 LABEL_RE = re.compile(r"^\s*([A-Za-z_.$][\w.$]*):(?!:)\s*(.*)$")
@@ -109,8 +109,9 @@ def disassemble(data: bytes, arch: str | Arch) -> str:
     starts = {pos for pos, _ in insts} | {len(data)}
     targets: dict[int, str] = {}
     for pos, inst in insts:
-        if inst.name.startswith(BRANCH_PREFIXES) and inst.operands and isinstance(inst.operands[0], int):
-            target = pos + 4 + 4 * inst.operands[0]
+        if inst.name.startswith(BRANCH_PREFIXES) and len(inst.operands) == 1 and isinstance(inst.operands[0], Dec):
+            offset = inst.operands[0] & 0xFFFF
+            target = pos + 4 + 4 * (offset - (offset >> 15 << 16))  # signed dwords
             if target in starts:
                 targets[target] = f"L_{target:x}"
                 inst.operands = (Label(targets[target]),)

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from tg_amd import dpp, sdwa
 from tg_amd.arch import Arch, AsmError, get_arch
-from tg_amd.encoder import OMOD, _e64_sig
+from tg_amd.encoder import OMOD, _e64_sig, returns
 from tg_amd.inst import Inst
-from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode
+from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, two_offsets
 from tg_amd.layouts import LAYOUTS, Layout, match
-from tg_amd.operands import FILES, INV_2PI, LITERAL, OFF, SPECIALS, Mod, Reg
+from tg_amd.llvm_table import dpp_forms, hex_immediates
+from tg_amd.operands import FILES, INV_2PI, LITERAL, OFF, SPECIALS, Attr, Dec, Hex, Label, Mod, Reg, Sext
+from tg_amd.symbols import delay_sym, format_name, hwreg_sym, msg_sym, policy_name
 
 FLOAT_CODES = {240: 0.5, 241: -0.5, 242: 1.0, 243: -1.0, 244: 2.0, 245: -2.0, 246: 4.0, 247: -4.0, 248: INV_2PI}
 OMOD_NAMES = {v: k for k, v in OMOD.items()}
@@ -62,7 +65,7 @@ def _has_literal(layout: Layout, info: OpInfo, fields: dict[str, int], sig: tupl
         return True
     names = ("src0", "src1", "src2", "ssrc0", "ssrc1", "srcx0", "srcy0")
     used = [n for n in names if n in layout.fields]
-    if layout.name in ("SOPK", "SOPP", "SMEM", "DS", "FLAT"):
+    if layout.name in ("SOPK", "SOPP", "SMEM", "DS", "FLAT", "MUBUF", "VBUFFER", "MTBUF", "VINTERP", "LDSDIR", "EXP"):
         return False
     return any(fields.get(n) == LITERAL for n in used)
 
@@ -88,7 +91,7 @@ def _vop_operands(d: _Decoder, sig: tuple[str, ...], layout: Layout) -> list[Any
             neg = f.get("neg", 0) >> k & 1 if layout.name in ("VOP3", "VOP3SD") else 0
             ab = f.get("abs", 0) >> k & 1
             out.append(Mod(op, bool(neg), bool(ab)) if neg or ab else op)
-        elif role in ("ssrc0", "ssrc1"):
+        elif role in ("ssrc0", "ssrc1", "ssrc2"):
             k = int(role[-1])
             out.append(d.scalar(f[f"src{k}"], info.count(k + 1)))
         elif role in ("vsrc0", "asrc0"):
@@ -104,6 +107,24 @@ def _vop_operands(d: _Decoder, sig: tuple[str, ...], layout: Layout) -> list[Any
     return out
 
 
+def _waitcnt_counters(imm: int, arch: Arch) -> Any:
+    """``s_waitcnt``'s immediate as llvm-mc prints it: the counters below their maximum (all three if none
+    is), or the number when it has bits no counter owns."""
+    from tg_amd.encoder import WAITCNT_FIELDS, waitcnt_value
+    counters = {}
+    for name, (lo, width) in WAITCNT_FIELDS[arch.rdna].items():
+        value = imm >> lo & ((1 << width) - 1)
+        if name == "vmcnt" and not arch.rdna:
+            value |= (imm >> 14 & 3) << 4
+        counters[name] = value
+    if waitcnt_value(counters, arch) != imm:
+        return imm
+    limits = {"vmcnt": 63, "expcnt": 7, "lgkmcnt": 63 if arch.rdna else 15}
+    shown = {k: v for k, v in counters.items() if v != limits[k]}
+    order = ("vmcnt", "expcnt", "lgkmcnt")
+    return {k: (shown or counters)[k] for k in order if k in (shown or counters)}
+
+
 def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], literal: int | None,
                    enc: str | None, sig: tuple[str, ...]) -> Inst:
     d = _Decoder(arch, info, f, literal)
@@ -117,33 +138,45 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
             elif role in ("ssrc0", "ssrc1"):
                 ops.append(d.scalar(f[role], info.count(SRC_INDEX[role])))
             elif role == "simm16":
-                signed = (lay == "SOPK" and "_u32" not in name) or name == "s_barrier_wait"
-                ops.append(_sext(f["simm16"], 16) if signed else f["simm16"])
+                imm = f["simm16"]
+                if "reg" in name and lay == "SOPK" and name.startswith(("s_getreg", "s_setreg")):
+                    ops.append(hwreg_sym(imm, arch))
+                elif name in ("s_sendmsg", "s_sendmsghalt"):
+                    ops.append(msg_sym(imm, arch))
+                elif name == "s_delay_alu":
+                    ops.append(delay_sym(imm))
+                elif name in hex_immediates(arch.gen):
+                    ops.append(Hex(imm))
+                else:  # llvm-mc prints the 16 bits unsigned (SOPK's sign extension is the instruction's business)
+                    ops.append(imm)
+            elif role == "k":
+                ops.append(literal)
             elif role == "label":
-                ops.append(_sext(f["simm16"], 16))
+                ops.append(Dec(f["simm16"]))
             elif role == "waitcnt":
-                ops.append(f["simm16"])
-    elif lay == "SMEM" and not sig:
-        pass
+                ops.append(_waitcnt_counters(f["simm16"], arch))
     elif lay == "SMEM":
         bits = {11: 21, 12: 24, 9: 21}[arch.gen]
-        ops.append(d.scalar(f["sdata"], info.count(0)))
-        ops.append(d.scalar(f["sbase"] << 1, 2 if sig[1] == "sbase" else 4))
-        if arch.gen == 9:
-            if f["imm"] and not f["soe"]:
-                ops.append(_sext(f["offset"], bits))
-            elif not f["imm"]:
-                ops.append(d.scalar(f["offset"], 1))
-            else:
+        for role in sig:
+            if role == "sdata":
+                ops.append(d.scalar(f["sdata"], info.count(0)))
+            elif role in ("sbase", "sbuf"):
+                ops.append(d.scalar(f["sbase"] << 1, 2 if role == "sbase" else 4))
+            elif role == "soff" and arch.gen == 9:
+                if f["imm"] and not f["soe"]:
+                    ops.append(Hex(_sext(f["offset"], bits)))
+                elif not f["imm"]:
+                    ops.append(d.scalar(f["offset"], 1))
+                else:
+                    ops.append(d.scalar(f["soffset"], 1))
+                    mods["offset"] = Hex(_sext(f["offset"], bits))
+            elif role == "soff" and f["soffset"] == arch.null:  # gfx11 prints a zero offset as null
+                off = _sext(f["offset"], bits)
+                ops.append(Reg("null") if off == 0 and arch.gen == 11 else Hex(off))
+            elif role == "soff":
                 ops.append(d.scalar(f["soffset"], 1))
-                mods["offset"] = _sext(f["offset"], bits)
-        elif f["soffset"] == arch.null:
-            ops.append(_sext(f["offset"], bits))
-        else:
-            ops.append(d.scalar(f["soffset"], 1))
-            if f["offset"]:
-                mods["offset"] = _sext(f["offset"], bits)
-        ops = ops[: len(sig)] if sig else []
+                if f["offset"] or arch.gen == 12:  # gfx12 prints offset:0x0 too
+                    mods["offset"] = Hex(_sext(f["offset"], bits))
         for flag in ("glc", "dlc"):
             if f.get(flag):
                 mods[flag] = True
@@ -160,12 +193,19 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                 mods["op_sel"] = tuple(bits)
     elif lay == "VOP3P":
         ops = _vop_operands(d, sig, layout)
+        mix = "mix" in info.flags
         nsrc = sum(r.startswith(("src", "asrc")) for r in sig)
         op_sel = [f["op_sel"] >> k & 1 for k in range(3)]
         op_sel_hi = [f["op_sel_hi"] & 1, f["op_sel_hi"] >> 1 & 1, f["op_sel_hi2"]]
-        for key, bits, default in (("op_sel", op_sel, 0), ("op_sel_hi", op_sel_hi, 1),
-                                   ("neg_lo", [f["neg"] >> k & 1 for k in range(3)], 0),
-                                   ("neg_hi", [f["neg_hi"] >> k & 1 for k in range(3)], 0)):
+        negs = [("neg_lo", [f["neg"] >> k & 1 for k in range(3)], 0),
+                ("neg_hi", [f["neg_hi"] >> k & 1 for k in range(3)], 0)]
+        if mix:  # fma_mix: neg_lo/neg_hi are the -x / |x| of each source
+            for k in range(nsrc):
+                n, a = f["neg"] >> k & 1, f["neg_hi"] >> k & 1
+                if n or a:
+                    ops[k + 1] = Mod(ops[k + 1], bool(n), bool(a))
+            negs = []
+        for key, bits, default in (("op_sel", op_sel, 0), ("op_sel_hi", op_sel_hi, 0 if mix else 1), *negs):
             if any(b != default for b in bits[:nsrc]):
                 mods[key] = tuple(bits[:nsrc])
         if f.get("clamp"):
@@ -184,7 +224,7 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
         for role in sig:
             slot = 0 if role == "vdst" else SRC_INDEX.get(role, 1)
             ops.append(Reg("v" if role == "addr" else kind, f[role], 1 if role == "addr" else info.count(slot)))
-        if "2addr" in name or "read2" in name or "write2" in name:
+        if two_offsets(name):
             for key in ("offset0", "offset1"):
                 if f[key]:
                     mods[key] = f[key]
@@ -194,24 +234,84 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
             mods["gds"] = True
     elif lay == "FLAT":
         glob = info.fmt == "GLOBAL"
+        scratch = info.fmt == "SCRATCH"
         names = {"vaddr": "vaddr", "vdata": "vdata"} if arch.gen == 12 else {"vaddr": "addr", "vdata": "data"}
         off_code = 0x7F if arch.gen == 9 else 0x7C
         kind = "a" if f.get("acc") else "v"
         for role in sig:
             if role == "saddr":
-                ops.append(OFF if f["saddr"] == off_code else d.scalar(f["saddr"], 2))
+                ops.append(OFF if f["saddr"] == off_code else d.scalar(f["saddr"], 1 if scratch else 2))
+            elif role == "vaddr" and scratch:
+                ops.append(Reg("v", f[names["vaddr"]], 1) if f["sve"] else OFF)
             elif role == "vaddr":
                 count = 1 if glob and f["saddr"] != off_code else 2
                 ops.append(Reg("v", f[names["vaddr"]], count))
             else:
                 ops.append(Reg(kind, f[names.get(role, role)], info.count(0 if role == "vdst" else 3)))
+        bit = f.get("th", 0) if arch.gen == 12 else f.get("glc" if arch.gen == 11 else "sc0", 0)
+        if returns(info, bit, arch) and "vdst" not in sig:  # a returning atomic names its destination first
+            count = info.count(3) // 2 if "cmpswap" in name else info.count(3)
+            ops.insert(0, Reg(kind, f["vdst"], count))
         off = f["offset"]
-        off = _sext(off, 24) if arch.gen == 12 else _sext(off, 13) if glob else off
+        off = _sext(off, 24) if arch.gen == 12 else _sext(off, 13) if glob or scratch else off
         if off:
             mods["offset"] = off
         for flag in ("glc", "slc", "dlc", "sc0", "sc1", "nt"):
             if f.get(flag):
                 mods[flag] = True
+    elif lay in ("MUBUF", "VBUFFER", "MTBUF"):
+        kind = "a" if f.get("acc") else "v"
+        if name.startswith("tbuffer") and f["format"] != 1:
+            mods["format"] = format_name(f["format"], arch)
+        naddr = f["offen"] + f["idxen"]
+        for role in sig:
+            if role == "vdata":
+                ops.append(Reg(kind, f["vdata"], info.count(3) + f.get("tfe", 0)))
+            elif role == "vaddr":
+                ops.append(Reg("v", f["vaddr"], naddr) if naddr else OFF)
+            elif role == "srsrc":
+                ops.append(Reg("s", f["srsrc"] if arch.gen == 12 else f["srsrc"] << 2, 4))
+            elif role == "soffset":
+                ops.append(d.scalar(f["soffset"], 1))
+        for flag in ("idxen", "offen"):
+            if f[flag]:
+                mods[flag] = True
+        if f["offset"]:
+            mods["offset"] = f["offset"]
+        for flag in ("glc", "slc", "dlc", "sc0", "sc1", "nt", "tfe", "lds"):
+            if f.get(flag):
+                mods[flag] = True
+    elif lay == "VINTERP":
+        for k, role in enumerate(sig[1:]):
+            reg = Reg("v", f[role] - 256)
+            ops.append(Mod(reg, True) if f["neg"] >> k & 1 else reg)
+        ops.insert(0, Reg("v", f["vdst"]))
+        if f["op_sel"]:
+            mods["op_sel"] = tuple(f["op_sel"] >> k & 1 for k in range(4))
+        if f["clamp"]:
+            mods["clamp"] = True
+        mods["wait_exp"] = f["wait_exp"]  # llvm-mc always prints it
+    elif lay == "EXP":
+        from tg_amd.encoder import EXP_TARGETS
+        name_of = {v: k for k, v in EXP_TARGETS.items()}
+        ops.append(Label(name_of.get(f["target"], f"target{f['target']}")))
+        ops += [Reg("v", f[f"vsrc{k}"]) if f["en"] >> k & 1 else OFF for k in range(4)]
+        for flag in ("done", "row_en"):
+            if f[flag]:
+                mods[flag] = True
+    elif lay == "LDSDIR":
+        ops.append(Reg("v", f["vdst"]))
+        if "attr" in sig:
+            ops.append(Attr(f["attr"], f["chan"]))
+        if arch.gen == 12:
+            mods.update(wait_va_vdst=f["wait_vdst"], wait_vm_vsrc=f["wait_vm_vsrc"])
+        else:
+            mods["wait_vdst"] = f["wait_vdst"]
+    if arch.gen == 12 and lay in ("FLAT", "VBUFFER"):
+        kind = "th_atomic" if "_atomic_" in name else "th_store" if "_store_" in name else "th_load"
+        for key, table in (("th", kind), ("scope", "scope")):
+            if f.get(key):
+                mods[key] = policy_name(table, f[key], arch, f["scope"]) or f[key]
     return Inst(name, tuple(ops), mods, enc)
 
 
@@ -232,8 +332,10 @@ def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
             return _decode_vopd(data, arch, offset, layout, f)
         key = layout.name
         if layout.name == "FLAT":
-            key = {2: "GLOBAL", 0: "FLAT"}.get(f["seg"], "?")
-        info = by_opcode(arch, key, f["op"])
+            key = {2: "GLOBAL", 1: "SCRATCH", 0: "FLAT"}[f["seg"]]
+        if layout.name == "VBUFFER":
+            key = "MUBUF"
+        info = by_opcode(arch, key, f.get("op", 0))  # EXP has no opcode field
         if info is None:
             continue
         sig = info.sig
@@ -246,11 +348,23 @@ def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
                 layout = LAYOUTS[arch.gen]["VOP3SD"]
                 f = layout.unpack(word)
         elif layout.name in ("VOP1", "VOP2", "VOPC"):
-            enc = "e32"
+            enc = "e32" if info.e64 is not None and sig else None  # named only when there are two (not v_nop)
         if layout.name == "VOP3P" and info.fmt == "MAI":
             layout = LAYOUTS[arch.gen]["MAI"]
             f = layout.unpack(word)
         literal = None
+        markers = (dpp.DPP16, dpp.DPP8, dpp.DPP8_FI) if arch.rdna else (dpp.DPP16,)
+        if layout.name in ("VOP1", "VOP2", "VOPC", "VOP3", "VOP3SD") and f.get("src0") in markers:
+            if offset + size + 4 > len(data):
+                raise AsmError(f"truncated DPP dword at byte {offset + size}", info.name, None, arch.name)
+            word = int.from_bytes(data[offset + size:offset + size + 4], "little")
+            inst = _decode_dpp(arch, layout, info, f, enc, sig, word)
+            return inst, size + 4
+        if not arch.rdna and layout.name in ("VOP1", "VOP2", "VOPC") and f.get("src0") == sdwa.MARKER:
+            if offset + size + 4 > len(data):
+                raise AsmError(f"truncated SDWA dword at byte {offset + size}", info.name, None, arch.name)
+            word = int.from_bytes(data[offset + size:offset + size + 4], "little")
+            return _decode_sdwa(arch, layout, info, f, sig, word), size + 4
         if _has_literal(layout, info, f, sig):
             if offset + size + 4 > len(data):
                 raise AsmError(f"truncated literal at byte {offset + size}", info.name, None, arch.name)
@@ -258,6 +372,51 @@ def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
             size += 4
         return _decode_fields(arch, layout, info, f, literal, enc, sig), size
     raise AsmError(f"unknown instruction encoding 0x{dword0:08x} at byte {offset}", None, None, arch.name)
+
+
+def _decode_dpp(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], enc: str | None,
+                sig: tuple[str, ...], word: int) -> Inst:
+    """A VALU instruction whose src0 is a DPP marker: src0 and the DPP modifiers come from ``word``."""
+    src0, negabs, mods = dpp.decode(f["src0"], word, arch)
+    inst = _decode_fields(arch, layout, info, {**f, "src0": 256 + src0}, None, enc, sig)
+    ops = list(inst.operands)
+    if layout.name in ("VOP1", "VOP2", "VOPC"):  # neg/abs of src0 and src1 live in the DPP dword
+        for k, role in ((0, "src0"), (1, "vsrc1")):
+            bits = negabs >> (2 * k) & 3
+            if bits and role in sig:
+                i = sig.index(role)
+                ops[i] = Mod(ops[i], bool(bits & 1), bool(bits & 2))
+        inst.enc = None if info.fmt == "VOPC" else "dpp"
+    else:
+        inst.enc = "e64_dpp"
+    inst.operands = tuple(ops)
+    inst.mods.update(mods)
+    return inst
+
+
+def _decode_sdwa(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], sig: tuple[str, ...],
+                 word: int) -> Inst:
+    """A gfx9 VOP1/VOP2/VOPC whose src0 is the SDWA marker: sources, selectors and modifiers from ``word``."""
+    nsrc = sum(r in ("src0", "vsrc1") for r in sig)
+    srcs, sdst, mods = sdwa.decode(word, info.fmt == "VOPC", nsrc)
+    inst = _decode_fields(arch, layout, info, {**f, "src0": 256}, None, None, sig)
+    d = _Decoder(arch, info, f, None)
+    ops = list(inst.operands)
+    for (_code, neg, ab, sext, scalar), role in zip(srcs, ("src0", "vsrc1"), strict=False):
+        i = sig.index(role)
+        raw = (word & 0xFF) if role == "src0" else f["vsrc1"]
+        op: Any = d.scalar(raw, 1) if scalar else Reg("v", raw)
+        if neg or ab:
+            op = Mod(op, bool(neg), bool(ab))
+        ops[i] = Sext(op) if sext else op
+    if info.fmt == "VOPC" and sdst is not None:
+        ops[0] = d.scalar(sdst, 2)
+    if (False, "sdwa_src") in dpp_forms(arch.gen).get(info.name, ()):  # llvm-mc prints no dst selectors here
+        mods.pop("dst_sel", None)
+        mods.pop("dst_unused", None)
+    inst.operands, inst.enc = tuple(ops), "sdwa"
+    inst.mods.update(mods)
+    return inst
 
 
 def _decode_vopd(data: bytes, arch: Arch, offset: int, layout: Layout, f: dict[str, int]) -> tuple[Inst, int]:

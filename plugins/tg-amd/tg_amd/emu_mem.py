@@ -120,6 +120,63 @@ def global_op(inst: Inst, ctx: Context) -> Op:
     return do_store
 
 
+def buffer_op(inst: Inst, ctx: Context) -> Op:
+    """buffer_load/store_{b32..b128, u8, i8, u16, i16, b8, b16}: the address from a 128-bit descriptor in
+    four SGPRs (base [47:0], stride [61:48], num_records [95:64]) + soffset + idxen * index * stride +
+    offen * vaddr + offset. Range check (soffset not included): with a stride, index < num_records; without,
+    the whole access inside num_records bytes. Out of range: loads give 0, stores are dropped. Swizzled
+    descriptors and the format conversions of buffer_*_format_* are not modelled."""
+    try:
+        load, nbytes, signed, d16 = _mem_shape(inst.name.replace("buffer_", "global_", 1))
+    except KeyError:
+        return unsupported(inst, ctx)
+    for key in inst.mods:
+        if key not in ("offset", "offen", "idxen", "glc", "slc", "dlc", "th", "scope"):
+            raise ctx.fail(inst, f"modifier {key} is not supported by the emulator")
+    data_reg = vreg(inst.operands[0], inst, ctx)
+    vaddr_op, rsrc_op, soffset_op = inst.operands[1], inst.operands[2], inst.operands[3]
+    idxen, offen, offset = bool(inst.mods.get("idxen")), bool(inst.mods.get("offen")), inst.mods.get("offset", 0)
+    vaddr = vreg(vaddr_op, inst, ctx) if vaddr_op is not OFF else 0
+    rsrc = scalar_code(rsrc_op)
+    soffset = sread(soffset_op)
+    what = f"{inst.name} at byte {ctx.pos}"
+    memory, dwords = ctx.memory, max(1, nbytes // 4)
+
+    def addresses(w: Wave, cols: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(address, in range) of the lanes ``cols``."""
+        d0, d1, records = w.s[rsrc], w.s[rsrc + 1], w.s[rsrc + 2]
+        base, stride = d0 | (d1 & 0xFFFF) << 32, d1 >> 16 & 0x3FFF
+        index = w.v[vaddr, cols].astype(np.int64) if idxen else np.zeros(len(cols), np.int64)
+        voff = w.v[vaddr + int(idxen), cols].astype(np.int64) if offen else np.zeros_like(index)
+        off = voff + offset
+        inside = index < records if stride else off + nbytes <= records
+        addr = np.int64(base + soffset(w)) + index * stride + off
+        return addr.astype(np.uint64), inside
+
+    if load:
+        counter = ctx.load_counter
+
+        def do_load(w: Wave) -> None:
+            act = _active(w)
+            cols = ALL_LANES if act is None else act
+            addrs, inside = addresses(w, cols)
+            data = np.zeros((len(addrs), nbytes), dtype=np.uint8)
+            if inside.any():
+                data[inside] = memory.read(addrs[inside], nbytes, what)
+            values = _bytes_to_regs(data, nbytes, signed)  # read now, land at the wait
+            w.queues[counter].append(lambda: _write_loaded(w, data_reg, act, values, d16))
+        return do_load
+
+    def do_store(w: Wave) -> None:
+        act = _active(w)
+        cols = ALL_LANES if act is None else act
+        addrs, inside = addresses(w, cols)
+        if inside.any():
+            data = _regs_to_bytes(w.v[data_reg:data_reg + dwords, cols], nbytes, d16 == "hi")
+            memory.write(addrs[inside], data[inside], what)
+    return do_store
+
+
 def ds_op(inst: Inst, ctx: Context) -> Op:
     try:
         load, nbytes, signed, d16 = _mem_shape(inst.name)

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from tg_amd.emu_mem import ds_op, global_op, smem_op
+from tg_amd import dpp
+from tg_amd.emu_mem import buffer_op, ds_op, global_op, smem_op
 from tg_amd.emu_operands import (
     BLOCK,
     END,
@@ -44,8 +45,9 @@ from tg_amd.emu_operands import (
     vread,
     vreg,
 )
-from tg_amd.emu_state import EXEC, FULL, VCC, Wave, lanes, mask_of
+from tg_amd.emu_state import EXEC, FULL, VCC, EmulatorError, Wave, lanes, mask_of
 from tg_amd.inst import Inst
+from tg_amd.operands import Mod, Reg, float_bits
 
 __all__ = ["BLOCK", "END", "Context", "compile_inst"]
 
@@ -170,13 +172,68 @@ def _cndmask_compute(inst: Inst, ctx: Context) -> tuple[list[int], Callable[[Wav
     return [dst], lambda w: [np.where(lanes(mask(w)), r1(w), r0(w))]
 
 
-def _no_vop3_mods(inst: Inst, ctx: Context) -> None:
+def _no_vop3_mods(inst: Inst, ctx: Context, allow_dpp: bool = False) -> None:
     for key in inst.mods:
-        raise ctx.fail(inst, f"modifier {key} is not supported by the emulator")
+        if not (allow_dpp and key in dpp.KEYS):
+            raise ctx.fail(inst, f"modifier {key} is not supported by the emulator")
+
+
+LANE = np.arange(32)
+
+
+def dpp_lanes(mods: dict[str, Any]) -> tuple[Any, Any]:
+    """(source lane of each lane, whether that source lies inside the row) for a DPP control (wave32:
+    two rows of 16 lanes; DPP8 picks within groups of 8)."""
+    row, pos = LANE & ~15, LANE & 15
+    if "dpp8" in mods:
+        return (LANE & ~7) | np.array(mods["dpp8"])[LANE & 7], np.ones(32, dtype=bool)
+    if "quad_perm" in mods:
+        return (LANE & ~3) | np.array(mods["quad_perm"])[LANE & 3], np.ones(32, dtype=bool)
+    if "row_shl" in mods:
+        src = pos + mods["row_shl"]
+        return row + (src & 15), src < 16
+    if "row_shr" in mods:
+        src = pos - mods["row_shr"]
+        return row + (src & 15), src >= 0
+    if "row_ror" in mods:
+        return row + ((pos - mods["row_ror"]) & 15), np.ones(32, dtype=bool)
+    if "row_mirror" in mods:
+        return row + 15 - pos, np.ones(32, dtype=bool)
+    if "row_half_mirror" in mods:
+        return (LANE & ~7) + 7 - (LANE & 7), np.ones(32, dtype=bool)
+    if "row_share" in mods:
+        return row + mods["row_share"], np.ones(32, dtype=bool)
+    if "row_xmask" in mods:
+        return row + (pos ^ mods["row_xmask"]), np.ones(32, dtype=bool)
+    raise EmulatorError(f"DPP control {sorted(mods)} is not supported by the emulator")
+
+
+def _dpp_move(inst: Inst, read: Callable[[Wave], Any]) -> Callable[[Wave], tuple[Any, Any]]:
+    """src0 after DPP lane movement, and the lanes the instruction writes. A source lane outside its row
+    or inactive (without fi) reads 0 with bound_ctrl:1 and disables its lane otherwise (DPP8: reads 0);
+    row_mask/bank_mask disable whole rows / banks of 4 lanes."""
+    mods = inst.mods
+    src, inside = dpp_lanes(mods)
+    dpp8 = "dpp8" in mods
+    bound_zero = bool(mods.get("bound_ctrl")) or dpp8
+    fetch_inactive = bool(mods.get("fi"))
+    row_mask, bank_mask = mods.get("row_mask", 15), mods.get("bank_mask", 15)
+    enabled = np.ones(32, dtype=bool) if dpp8 else \
+        ((row_mask >> (LANE >> 4) & 1) & (bank_mask >> ((LANE >> 2) & 3) & 1)).astype(bool)
+
+    def move(w: Wave) -> tuple[Any, Any]:
+        value = np.broadcast_to(read(w), (32,))[src]
+        valid = inside & (lanes(w.s[EXEC])[src] | fetch_inactive)
+        if bound_zero:
+            return np.where(valid, value, np.zeros_like(value)), enabled
+        return value, enabled & valid
+    return move
 
 
 def _valu(inst: Inst, ctx: Context) -> Op:
-    _no_vop3_mods(inst, ctx)
+    _no_vop3_mods(inst, ctx, allow_dpp=True)
+    if dpp.has_dpp(inst.mods):
+        return _valu_dpp(inst, ctx)
     regs, compute = (_cndmask_compute if inst.name == "v_cndmask_b32" else _valu_compute)(inst, ctx)
     if len(regs) == 1:
         (d,) = regs
@@ -189,6 +246,33 @@ def _valu(inst: Inst, ctx: Context) -> Op:
         for reg, value in zip(regs, compute(w), strict=True):
             w.vwrite(reg, value)
     return op
+
+
+def _valu_dpp(inst: Inst, ctx: Context) -> Op:
+    """A table VALU instruction whose src0 moves across lanes first (DPP16 / DPP8)."""
+    if inst.name not in VALU or VALU[inst.name][0] == u64:
+        return unsupported(inst, ctx, "DPP on this instruction")
+    dkind, skinds, fn = VALU[inst.name]
+    dst = vreg(inst.operands[0], inst, ctx)
+    kinds = [dkind if k == "acc" else k for k in skinds]
+    srcs = list(inst.operands[1:]) + ([inst.operands[0]] if skinds[-1:] == ("acc",) else [])
+    readers = [vread(op, k) for op, k in zip(srcs, kinds, strict=True)]
+    raw = _vread_raw(srcs[0], kinds[0])
+    move = _dpp_move(inst, raw)
+    mod0 = srcs[0] if isinstance(srcs[0], Mod) else None
+
+    def op(w: Wave) -> None:
+        moved, enabled = move(w)
+        if mod0 is not None:
+            moved = -np.abs(moved) if mod0.abs and mod0.neg else np.abs(moved) if mod0.abs else -moved
+        result = to_bits(dkind, fn(moved, *[r(w) for r in readers[1:]]))
+        w.vwrite(dst, np.where(enabled, result, w.v[dst]))
+    return op
+
+
+def _vread_raw(op: Any, kind: str) -> Callable[[Wave], Any]:
+    """The register behind a DPP source, without its neg/abs (applied after the lane movement)."""
+    return vread(op.value if isinstance(op, Mod) else op, kind)
 
 
 def _vopd(inst: Inst, ctx: Context) -> Op:
@@ -469,6 +553,8 @@ def _salu1(inst: Inst, ctx: Context) -> Op:
 
 def _sopk(inst: Inst, ctx: Context) -> Op:
     name = inst.name
+    if not name.endswith("_u32"):  # the decoder gives the 16 bits as printed; these instructions sign-extend
+        inst = Inst(name, (inst.operands[0], _sext(int(inst.operands[1]) & 0xFFFF, 16)), inst.mods, inst.enc)
     if name.startswith("s_cmpk_"):
         return _scmp(inst, ctx)
     code_dst = inst.operands[0]
@@ -494,7 +580,8 @@ def _sopk(inst: Inst, ctx: Context) -> Op:
 # ------------------------------------------------------------------------------------------ program flow
 
 def _branch(inst: Inst, ctx: Context) -> Op:
-    target_pos = ctx.pos + 4 + 4 * inst.operands[0]
+    offset = inst.operands[0] & 0xFFFF
+    target_pos = ctx.pos + 4 + 4 * (offset - (offset >> 15 << 16))  # signed dwords (printed 0..65535)
     if target_pos not in ctx.index_of:
         raise ctx.fail(inst, f"branch target byte {target_pos} is not the start of an instruction")
     target = ctx.index_of[target_pos]
@@ -549,7 +636,10 @@ def _sopp(inst: Inst, ctx: Context) -> Op:
         return _barrier_wait
     if name == "s_waitcnt":   # RDNA3: vmcnt [15:10], lgkmcnt [9:4]
         value = inst.operands[0]
-        vm, lgkm = value >> 10 & 0x3F, value >> 4 & 0x3F
+        if isinstance(value, dict):  # the decoder gives the counters a wait names
+            vm, lgkm = value.get("vmcnt", 0x3F), value.get("lgkmcnt", 0x3F)
+        else:
+            vm, lgkm = value >> 10 & 0x3F, value >> 4 & 0x3F
 
         def waitcnt(w: Wave) -> None:
             w.wait("vm", vm)
@@ -577,7 +667,112 @@ def _sopp(inst: Inst, ctx: Context) -> Op:
 
 SOPP_NAMES = NOPS | {"s_endpgm", "s_code_end", "s_barrier", "s_barrier_wait", "s_waitcnt", "s_wait_loadcnt",
                      "s_wait_dscnt", "s_wait_kmcnt", "s_wait_loadcnt_dscnt", "s_wait_storecnt_dscnt"}
-SPECIAL_VALU = {"v_readfirstlane_b32": _readfirstlane}
+def _readlane(inst: Inst, ctx: Context) -> Op:
+    """v_readlane_b32 sdst, vsrc, lane: one lane's value (lane number modulo 32), whatever EXEC says."""
+    write, src, lane = swriter(inst.operands[0]), vread(inst.operands[1], u32), sread(inst.operands[2])
+
+    def op(w: Wave) -> None:
+        write(w, int(np.broadcast_to(src(w), (32,))[lane(w) & 31]))
+    return op
+
+
+SPECIAL_VALU = {"v_readfirstlane_b32": _readfirstlane, "v_readlane_b32": _readlane}
+
+
+# ---- scalar float (RDNA4): f32 / f16 values in SGPR bits, numpy's IEEE arithmetic (FMA rounded once)
+
+def _sfloat_reader(op: Any, half: bool) -> Callable[[Wave], Any]:
+    """A scalar float source as a numpy float32/float16 (f16: the low half of the SGPR)."""
+    if half and not isinstance(op, Reg):
+        bits = float_bits(op, 16) if isinstance(op, float) else op & 0xFFFF
+        value = np.uint16(bits).view(np.float16)
+        return lambda w: value
+    raw = sread(op)
+    if half:
+        return lambda w: np.uint16(raw(w) & 0xFFFF).view(np.float16)
+    return lambda w: np.uint32(raw(w)).view(np.float32)
+
+
+def _fbits(x: Any, half: bool) -> int:
+    return int(np.float16(x).view(np.uint16)) if half else int(np.float32(x).view(np.uint32))
+
+
+SFLOAT: dict[str, Callable[..., Any]] = {
+    "add": lambda a, b: _f64(a) + _f64(b), "sub": lambda a, b: _f64(a) - _f64(b),
+    "mul": lambda a, b: _f64(a) * _f64(b), "min_num": np.fmin, "max_num": np.fmax,
+    "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rndne": np.rint,
+}
+SFLOAT_RE = re.compile(r"^s_(add|sub|mul|min_num|max_num|floor|ceil|trunc|rndne|fmac|fmaak|fmamk)_f(16|32)$")
+SCVT = {  # name -> (source kind, result kind, fn)
+    "s_cvt_f32_i32": ("i32", "f32", lambda a: np.float32(a)), "s_cvt_f32_u32": ("u32", "f32", lambda a: np.float32(a)),
+    "s_cvt_i32_f32": ("f32", "i32", lambda a: int(_cvt_f_to_int(a, -2147483648.0, 2147483647.0, np.int32))),
+    "s_cvt_u32_f32": ("f32", "u32", lambda a: int(_cvt_f_to_int(a, 0.0, 4294967295.0, np.uint32))),
+    "s_cvt_f16_f32": ("f32", "f16", lambda a: np.float16(a)), "s_cvt_f32_f16": ("f16", "f32", lambda a: np.float32(a)),
+    "s_cvt_hi_f32_f16": ("f16hi", "f32", lambda a: np.float32(a)),
+}
+
+
+def _sfloat(inst: Inst, ctx: Context) -> Op:
+    """s_add_f32, s_fmac_f16, s_floor_f32, ...: the result's bits to the SGPR (f16: zero-extended)."""
+    m = SFLOAT_RE.match(inst.name)
+    assert m is not None
+    kind, half = m.group(1), m.group(2) == "16"
+    write = swriter(inst.operands[0])
+    srcs = [_sfloat_reader(op, half) for op in inst.operands[1:]]
+    if kind == "fmac":  # d = a * b + d
+        srcs.append(_sfloat_reader(inst.operands[0], half))
+    dtype = np.float16 if half else np.float32
+    if kind in ("fmac", "fmaak", "fmamk"):
+        order = (0, 2, 1) if kind == "fmamk" else (0, 1, 2)  # fmamk: a * K + b (K in the middle)
+
+        def fma(w: Wave) -> None:
+            x = [srcs[i](w) for i in order]
+            write(w, _fbits(dtype(_f64(x[0]) * _f64(x[1]) + _f64(x[2])), half))
+        return fma
+    fn = SFLOAT[kind]
+
+    def op(w: Wave) -> None:
+        write(w, _fbits(dtype(fn(*[r(w) for r in srcs])), half))
+    return op
+
+
+def _scvt(inst: Inst, ctx: Context) -> Op:
+    src_kind, dst_kind, fn = SCVT[inst.name]
+    write, raw = swriter(inst.operands[0]), sread(inst.operands[1])
+    if isinstance(inst.operands[1], float) and src_kind == "f16":
+        raw = sread(float_bits(inst.operands[1], 16))
+
+    def read(w: Wave) -> Any:
+        x = raw(w)
+        return {"i32": _sext(x, 32), "u32": x, "f32": np.uint32(x).view(np.float32),
+                "f16": np.uint16(x & 0xFFFF).view(np.float16), "f16hi": np.uint16(x >> 16).view(np.float16)}[src_kind]
+
+    def op(w: Wave) -> None:
+        y = fn(read(w))
+        write(w, y & M32 if dst_kind in ("i32", "u32") else _fbits(y, dst_kind == "f16"))
+    return op
+
+
+SFCMP: dict[str, Callable[[Any, Any], bool]] = {
+    "lt": lambda a, b: a < b, "eq": lambda a, b: a == b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
+    "lg": lambda a, b: a < b or a > b, "ge": lambda a, b: a >= b, "o": lambda a, b: not (np.isnan(a) or np.isnan(b)),
+    "u": lambda a, b: bool(np.isnan(a) or np.isnan(b)), "nge": lambda a, b: not a >= b,
+    "nlg": lambda a, b: not (a < b or a > b),
+    "ngt": lambda a, b: not a > b, "nle": lambda a, b: not a <= b, "neq": lambda a, b: not a == b,
+    "nlt": lambda a, b: not a < b,
+}
+
+
+def _sfcmp(inst: Inst, ctx: Context) -> Op:
+    m = re.match(r"^s_cmp_([a-z]+)_f(16|32)$", inst.name)
+    if not m or m.group(1) not in SFCMP:
+        return unsupported(inst, ctx)
+    cond, half = SFCMP[m.group(1)], m.group(2) == "16"
+    a, b = _sfloat_reader(inst.operands[0], half), _sfloat_reader(inst.operands[1], half)
+
+    def op(w: Wave) -> None:
+        w.scc = int(bool(cond(a(w), b(w))))
+    return op
 
 
 def compile_inst(inst: Inst, ctx: Context) -> Op:
@@ -597,6 +792,12 @@ def compile_inst(inst: Inst, ctx: Context) -> Op:
         return _wmma(inst, ctx)
     if name in SOP2:
         return _salu2(inst, ctx)
+    if SFLOAT_RE.match(name):
+        return _sfloat(inst, ctx)
+    if name in SCVT:
+        return _scvt(inst, ctx)
+    if re.match(r"^s_cmp_[a-z]+_f(16|32)$", name):
+        return _sfcmp(inst, ctx)
     if name.startswith("s_cmp_"):
         return _scmp(inst, ctx)
     if name.startswith(("s_movk", "s_cmovk", "s_addk", "s_mulk", "s_cmpk")):
@@ -605,6 +806,8 @@ def compile_inst(inst: Inst, ctx: Context) -> Op:
         return _sopp(inst, ctx)
     if name.startswith("global_"):
         return global_op(inst, ctx)
+    if name.startswith("buffer_"):
+        return buffer_op(inst, ctx)
     if name.startswith("ds_"):
         return ds_op(inst, ctx)
     if name.startswith("s_load_"):

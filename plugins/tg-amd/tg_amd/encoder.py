@@ -10,15 +10,36 @@ from __future__ import annotations
 
 from typing import Any
 
+from tg_amd import dpp, sdwa
 from tg_amd.arch import Arch, AsmError, get_arch
 from tg_amd.inst import Inst
-from tg_amd.isa import SRC_INDEX, OpInfo, lookup, vopd_info
+from tg_amd.isa import SRC_INDEX, OpInfo, lookup, two_offsets, vopd_info
 from tg_amd.layouts import LAYOUTS, Layout
-from tg_amd.operands import OFF, SPECIALS, Label, Mod, Reg, constant_code, operand_text, scalar_code
+from tg_amd.llvm_table import dpp_forms
+from tg_amd.operands import (
+    ANY_WIDTH,
+    OFF,
+    SPECIALS,
+    Attr,
+    Label,
+    Mod,
+    Reg,
+    Sext,
+    constant_code,
+    operand_text,
+    scalar_code,
+)
+from tg_amd.symbols import Sym, format_value, policy_value
+from tg_amd.symbols import value as symbol_value
 
 OMOD = {"mul:2": 1, "mul:4": 2, "div:2": 3}
 SRC_FIELDS = ("src0", "src1", "src2")
 SHIFT64 = ("v_lshlrev_b64", "v_lshrrev_b64", "v_ashrrev_i64")  # constant bus limit 1 even on RDNA
+
+
+NULL_SDST = ("s_waitcnt_vscnt", "s_waitcnt_vmcnt", "s_waitcnt_expcnt", "s_waitcnt_lgkmcnt")  # gfx11: null, n
+PACKED = ("v_pk_", "v_dot")  # 16-bit pairs in one 32-bit operand: any VGPR, 32-bit integer literals
+UNSIGNED_SIMM16 = ("s_getreg", "s_setreg")  # hwreg immediates: 0..0xffff only
 
 
 class NoFit(Exception):
@@ -43,6 +64,8 @@ class _Encoder:
         self.inst, self.arch, self.info, self.pc, self.labels = inst, arch, info, pc, labels
         self.fields: dict[str, int] = {}
         self.literal: int | None = None
+        self.extra: int | None = None  # the DPP dword
+        self.layout_name = info.fmt  # the encoding being built (VOP3 for a promoted VOP1/VOP2/VOPC)
 
     # ---- errors and operand checks
     def fail(self, message: str, what: str | None = None) -> None:
@@ -79,7 +102,7 @@ class _Encoder:
         if not isinstance(op, Reg) or op.kind in ("v", "a"):
             self.fail(f"expected a scalar register, got {operand_text(op)}", what)
         if op.kind in SPECIALS:
-            if SPECIALS[op.kind][0] != count:
+            if SPECIALS[op.kind][0] != count and op.kind not in ANY_WIDTH:  # null, src_shared_base, ...
                 self.fail(f"needs {count} SGPR{'s' if count > 1 else ''}, got {op.kind} ({op.count})", what)
         else:
             self.check_count(op, count, what)
@@ -109,8 +132,10 @@ class _Encoder:
             return self.sreg(op, count, what), neg, ab
         if isinstance(op, bool) or not isinstance(op, int | float):
             self.fail(f"expected a register or constant, got {operand_text(op)}", what)
-        code, lit = constant_code(op, self.info.width(slot), self.info.is_float(slot), self.inst.name, what,
-                                  self.arch)
+        width = self.info.width(slot)
+        if width == 16 and isinstance(op, int) and self.info.name.startswith(PACKED):
+            width = 32  # an integer literal fills the whole packed pair
+        code, lit = constant_code(op, width, self.info.is_float(slot), self.inst.name, what, self.arch)
         if lit is not None:
             if not literal:
                 self.fail("a literal constant is not allowed here (only inline constants)", what)
@@ -126,6 +151,8 @@ class _Encoder:
         out = word.to_bytes(layout.bits // 8, "little")
         if self.literal is not None:
             out += self.literal.to_bytes(4, "little")
+        if self.extra is not None:
+            out += self.extra.to_bytes(4, "little")
         return out
 
     def layout(self, name: str) -> Layout:
@@ -147,28 +174,36 @@ def _no_mods(enc: _Encoder, allowed: tuple[str, ...] = ()) -> None:
 
 # ---------------------------------------------------------------- scalar ALU
 
+# s_waitcnt counters: (low bit, width); RDNA vmcnt [15:10], lgkmcnt [9:4], expcnt [2:0];
+# CDNA vmcnt [3:0] (+ [15:14]), expcnt [6:4], lgkmcnt [11:8]
+WAITCNT_FIELDS = {True: {"vmcnt": (10, 6), "lgkmcnt": (4, 6), "expcnt": (0, 3)},
+                  False: {"vmcnt": (0, 4), "expcnt": (4, 3), "lgkmcnt": (8, 4)}}
+
+
+def waitcnt_value(counters: dict[str, int], arch: Arch) -> int:
+    """The immediate of ``s_waitcnt`` with ``counters`` (the others at their maximum: no wait)."""
+    value = 0xFFF7 if arch.rdna else 0xCF7F
+    for name, count in counters.items():
+        lo, width = WAITCNT_FIELDS[arch.rdna][name]
+        value &= ~(((1 << width) - 1) << lo)
+        value |= (count & ((1 << width) - 1)) << lo
+        if name == "vmcnt" and not arch.rdna:
+            value = (value & ~0xC000) | ((count >> 4) << 14)
+    return value
+
+
 def _waitcnt(enc: _Encoder, op: Any, what: str) -> int:
     if isinstance(op, int):
         return _unsigned(op, 16, what, enc)
     if not isinstance(op, dict):
         enc.fail(f"expected vmcnt(n) expcnt(n) lgkmcnt(n), got {op!r}", what)
-    if enc.arch.rdna:   # vmcnt [15:10], lgkmcnt [9:4], expcnt [2:0]
-        spec = {"vmcnt": (10, 6), "lgkmcnt": (4, 6), "expcnt": (0, 3)}
-        value = 0xFC00 | 0x3F0 | 0x7
-    else:               # vmcnt [3:0]+[15:14], expcnt [6:4], lgkmcnt [11:8]
-        spec = {"vmcnt": (0, 4), "expcnt": (4, 3), "lgkmcnt": (8, 4)}
-        value = 0xC000 | 0xF | 0x70 | 0xF00
     for name, count in op.items():
-        if name not in spec:
+        if name not in WAITCNT_FIELDS[enc.arch.rdna]:
             enc.fail(f"unknown counter {name}", what)
-        lo, width = spec[name]
+        width = WAITCNT_FIELDS[enc.arch.rdna][name][1]
         limit = 63 if name == "vmcnt" and not enc.arch.rdna else (1 << width) - 1
         _unsigned(count, (limit + 1).bit_length() - 1, f"{what} {name}", enc)
-        value &= ~(((1 << width) - 1) << lo)
-        value |= (count & ((1 << width) - 1)) << lo
-        if name == "vmcnt" and not enc.arch.rdna:
-            value = (value & ~0xC000) | ((count >> 4) << 14)
-    return value
+    return waitcnt_value(op, enc.arch)
 
 
 def _salu(enc: _Encoder) -> bytes:
@@ -177,6 +212,8 @@ def _salu(enc: _Encoder) -> bytes:
     for i, (role, op) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
         what = enc.what(i, role)
         if role == "sdst":
+            if info.name in NULL_SDST and op != Reg("null"):
+                enc.fail("src0 must be null", what)
             enc.fields["sdst"] = enc.sreg(op, info.count(0), what)
         elif role in ("ssrc0", "ssrc1"):
             if info.name.startswith("s_barrier_signal") and not (isinstance(op, int) or op == Reg("m0")):
@@ -188,7 +225,16 @@ def _salu(enc: _Encoder) -> bytes:
                 enc.fail("modifiers are not allowed on scalar operands", what)
             enc.fields[role] = code
         elif role == "simm16":
-            enc.fields["simm16"] = _signed(op, 16, what, enc, unsigned_ok=True)
+            if isinstance(op, Sym):
+                op = symbol_value(op, enc.arch)
+            if info.name.startswith(UNSIGNED_SIMM16):
+                enc.fields["simm16"] = _unsigned(op, 16, what, enc)
+            else:
+                enc.fields["simm16"] = _signed(op, 16, what, enc, unsigned_ok=True)
+        elif role == "k":
+            if not isinstance(op, int | float) or isinstance(op, bool):
+                enc.fail("expected a 32-bit constant", what)
+            enc.set_literal(_const_value(op), what)
         elif role == "label":
             if isinstance(op, Label):
                 if enc.labels is None or op.name not in enc.labels:
@@ -197,7 +243,7 @@ def _salu(enc: _Encoder) -> bytes:
                 if delta % 4:
                     enc.fail(f"branch target {op.name} is not dword aligned", what)
                 op = delta // 4
-            enc.fields["simm16"] = _signed(op, 16, what, enc)
+            enc.fields["simm16"] = _signed(op, 16, what, enc, unsigned_ok=True)  # llvm-mc prints 0..65535
         elif role == "waitcnt":
             enc.fields["simm16"] = _waitcnt(enc, op, what)
     return enc.emit(enc.layout(info.fmt))
@@ -253,16 +299,74 @@ def _vcc(enc: _Encoder, op: Any, what: str) -> None:
         raise NoFit
 
 
+def _vop_sdwa(enc: _Encoder) -> bytes:
+    """VOP1 / VOP2 / VOPC with SDWA (gfx9): sources may be VGPRs, SGPRs or inline constants, with
+    neg/abs (float) or sext (integer); VOPC may write an SGPR pair instead of VCC."""
+    info, f, mods, arch = enc.info, enc.fields, enc.inst.mods, enc.arch
+    forms = dpp_forms(arch.gen).get(info.name, ())
+    src_only = (False, "sdwa_src") in forms  # v_cvt_f32_fp8 and the like: selects its source only
+    if (False, "sdwa") not in forms and not src_only:
+        enc.fail("has no SDWA form on this arch")
+    allowed = ("src0_sel", "src1_sel") if src_only or info.fmt == "VOPC" else sdwa.KEYS
+    _no_mods(enc, allowed + (("clamp", "omod") if info.fmt != "VOPC" else ()))
+    srcs: list[tuple[int, int, int, int, bool]] = []
+    sdst = None
+    for i, (role, op) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
+        what = enc.what(i, role)
+        if role == "vdst":
+            f["vdst"] = enc.vreg(op, info.count(0), what).index
+        elif role == "vcc" and info.fmt == "VOPC" and i == 0:
+            if not (isinstance(op, Reg) and op.kind == "vcc"):
+                sdst = enc.sreg(op, 2, what)
+        elif role == "vcc":
+            _vcc(enc, op, what)
+        elif role in ("src0", "vsrc1"):
+            neg = ab = sext = 0
+            if isinstance(op, Sext):
+                if src_only:
+                    enc.fail("sext is not valid here", what)
+                op, sext = op.value, 1
+            if isinstance(op, Mod):
+                if not info.is_float(1 if role == "src0" else 2):
+                    enc.fail("neg/abs modifiers need a float operand", what)
+                op, neg, ab = op.value, int(op.neg), int(op.abs)
+            if isinstance(op, Reg) and op.kind == "v":
+                code, scalar = enc.vreg(op, 1, what).index, False
+            else:
+                code, scalar = enc.src(op, 1, what, vgpr=False, literal=False)[0], True
+            if role == "vsrc1":
+                f["vsrc1"] = code
+            srcs.append((code, neg, ab, sext, scalar))
+        else:
+            enc.fail(f"operand role {role} is not supported with SDWA", what)
+    implicit_vcc = int(info.fmt == "VOP2" and info.sig[-1:] == ("vcc",))  # carry-in / cndmask select
+    if sum(s[4] and s[0] < 128 for s in srcs) + implicit_vcc > 1:
+        enc.fail("reads 2 scalar values (SGPRs, VCC); the constant bus allows 1")
+    f["src0"] = sdwa.MARKER
+    try:
+        enc.extra = sdwa.encode({"dst_unused": "UNUSED_PAD", **mods} if src_only else mods, srcs,
+                                info.fmt == "VOPC", sdst, arch)
+    except AsmError as e:
+        enc.fail(str(e).split(" (")[0], e.operand)
+    return enc.emit(enc.layout(info.fmt))
+
+
 def _vop32(enc: _Encoder) -> bytes:
     """VOP1 / VOP2 / VOPC in their 32-bit encoding (raises NoFit when VOP3 is needed)."""
     info, f = enc.info, enc.fields
-    if enc.inst.mods:
+    if not enc.arch.rdna and (sdwa.has_sdwa(enc.inst.mods) or enc.inst.enc == "sdwa"):
+        return _vop_sdwa(enc)
+    use_dpp = dpp.has_dpp(enc.inst.mods) or enc.inst.enc == "dpp"
+    if any(m not in dpp.KEYS for m in enc.inst.mods):
         raise NoFit
+    negabs = 0
     for i, (role, op) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
+        if use_dpp and role in ("src0", "vsrc1") and isinstance(op, Mod | Reg):
+            op, negabs = _dpp_source(enc, op, role, negabs, enc.what(i, role))
         what = enc.what(i, role)
         slot = 0 if role in ("vdst", "adst") else SRC_INDEX.get(role, 1)
         if (enc.arch.rdna and info.width(slot) == 16 and isinstance(op, Reg) and op.kind == "v"
-                and op.index >= 128):
+                and op.index >= 128 and not info.name.startswith(PACKED)):
             raise NoFit  # 16-bit operands of the 32-bit encodings reach v0..v127 only
         if role == "vdst":
             f["vdst"] = enc.vreg(op, info.count(0), what).index
@@ -285,20 +389,60 @@ def _vop32(enc: _Encoder) -> bytes:
         elif role == "k":
             if isinstance(op, Reg | Mod):
                 enc.fail("expected a literal constant", what)
-            code, lit = constant_code(op, 32, info.is_float(1), info.name, what, enc.arch)
+            bits = 16 if info.width(0) == 16 else 32
+            code, lit = constant_code(op, bits, info.is_float(1), info.name, what, enc.arch)
             enc.set_literal(lit if lit is not None else _const_value(op), what)
     implicit = ("vcc",) if info.sig and info.sig[-1] == "vcc" else ()  # carry-in / cndmask select
-    _constant_bus(enc, [(f.get("src0"), info.count(1))], implicit)
+    literal = [(255, 1)] if enc.literal is not None else []  # fmamk/fmaak's K is a constant-bus read
+    _constant_bus(enc, [(f.get("src0"), info.count(1)), *literal], implicit)
+    if use_dpp:
+        _apply_dpp(enc, negabs)
     return enc.emit(enc.layout(info.fmt))
+
+
+def _dpp_source(enc: _Encoder, op: Any, role: str, negabs: int, what: str) -> tuple[Reg, int]:
+    """A DPP source: a VGPR, its neg/abs going into the DPP dword (bits neg0 abs0 neg1 abs1)."""
+    shift = 0 if role == "src0" else 2
+    if isinstance(op, Mod):
+        if not enc.info.is_float(1 if role == "src0" else 2):
+            enc.fail("neg/abs modifiers need a float operand", what)
+        negabs |= (int(op.neg) | int(op.abs) << 1) << shift
+        op = op.value
+    if not (isinstance(op, Reg) and op.kind == "v"):
+        enc.fail("DPP sources are VGPRs", what)
+    return op, negabs
+
+
+def _apply_dpp(enc: _Encoder, negabs: int) -> None:
+    """Moves src0 into the DPP dword and puts the DPP marker in its place."""
+    if enc.literal is not None:
+        enc.fail("DPP takes no literal constant")
+    src0 = enc.fields.get("src0", 0)
+    if src0 < 256:
+        enc.fail("DPP needs a VGPR as the first source", "src0")
+    kind = "dpp8" if "dpp8" in enc.inst.mods else "dpp16"
+    vop3 = enc.layout_name in ("VOP3", "VOP3SD")
+    if (vop3, kind) not in dpp_forms(enc.arch.gen).get(enc.info.name, ()):
+        enc.fail(f"has no {kind.upper()} form{' in its VOP3 encoding' if vop3 else ''} on this arch")
+    try:
+        code, word = dpp.encode(enc.inst.mods, src0 - 256, negabs, enc.arch)
+    except AsmError as e:
+        raise AsmError(str(e).split(" (")[0], enc.inst.name, e.operand, enc.arch.name) from None
+    enc.fields["src0"] = code
+    enc.extra = word
 
 
 def _constant_bus(enc: _Encoder, codes: list[tuple[int | None, int]], implicit: tuple[str, ...] = ()) -> None:
     """At most 1 (CDNA) or 2 (RDNA) scalar values per VALU instruction: SGPRs, implicit VCC, the literal.
 
     ``codes``: (source code, register count); vcc_lo and vcc are different reads."""
-    reads = {(c, n if c != 255 else 1) for c, n in codes if c is not None and (c < 128 or c in (253, 255))}
-    if implicit:
+    free = enc.arch.null  # null reads nothing
+    reads = {(c, n if c != 255 else 1) for c, n in codes
+             if c is not None and c != free and (c < 128 or c in (253, 255))}
+    if "vcc" in implicit:
         reads.add((106, _mask_count(enc)))
+    if "vcc!" in implicit:  # v_div_fmas reads all of VCC (even in wave32): an explicit vcc_lo is another read
+        reads.add((106, 2))
     limit = 2 if enc.arch.rdna and enc.info.name not in SHIFT64 else 1
     if len(reads) > limit:
         enc.fail(f"reads {len(reads)} scalar values (SGPRs, VCC, literal); the constant bus allows {limit}")
@@ -329,7 +473,11 @@ def _e64_sig(info: OpInfo, arch: Arch) -> tuple[str, ...]:
 def _vop3(enc: _Encoder, sig: tuple[str, ...], op: int) -> bytes:
     info, f, mods = enc.info, enc.fields, enc.inst.mods
     layout = enc.layout("VOP3SD" if "sdst" in sig and "vdst" in sig else "VOP3")
-    _no_mods(enc, ("clamp", "omod", "op_sel"))
+    enc.layout_name = layout.name
+    use_dpp = dpp.has_dpp(mods) or enc.inst.enc == "e64_dpp"
+    if use_dpp and not enc.arch.rdna:
+        enc.fail("VOP3 with DPP exists on RDNA only")
+    _no_mods(enc, ("clamp", "omod", "op_sel") + (dpp.KEYS if use_dpp else ()))
     f["op"] = op
     neg = ab = 0
     nsrc = 0
@@ -349,7 +497,7 @@ def _vop3(enc: _Encoder, sig: tuple[str, ...], op: int) -> bytes:
             neg |= n << k
             ab |= a << k
             nsrc = max(nsrc, k + 1)
-        elif role in ("ssrc0", "ssrc1"):
+        elif role in ("ssrc0", "ssrc1", "ssrc2"):
             k = int(role[-1])
             f[f"src{k}"] = enc.src(o, k + 1, what, vgpr=False, literal=enc.arch.vop3_literal)[0]
             nsrc = max(nsrc, k + 1)
@@ -363,7 +511,8 @@ def _vop3(enc: _Encoder, sig: tuple[str, ...], op: int) -> bytes:
         f["vdst"] = 126
     lane_ops = ("v_readlane_b32", "v_writelane_b32")
     if info.name not in lane_ops:
-        _constant_bus(enc, [(f.get(k), info.count(i + 1)) for i, k in enumerate(SRC_FIELDS)])
+        implicit = ("vcc!",) if info.name.startswith("v_div_fmas") else ()  # reads VCC
+        _constant_bus(enc, [(f.get(k), info.count(i + 1)) for i, k in enumerate(SRC_FIELDS)], implicit)
     elif info.name == "v_writelane_b32" and not enc.arch.rdna:  # lane select in M0 is free on CDNA
         _constant_bus(enc, [(f.get("src0"), 1), (f.get("src1") if f.get("src1") != enc.arch.m0 else None, 1)])
     if neg:
@@ -373,6 +522,8 @@ def _vop3(enc: _Encoder, sig: tuple[str, ...], op: int) -> bytes:
             enc.fail("abs is not valid with a scalar carry-out", "abs")
         f["abs"] = ab
     if mods.get("clamp"):
+        if "noclamp" in info.flags:
+            enc.fail("clamp is not valid here", "clamp")
         f["clamp"] = 1
     if "omod" in mods:
         if mods["omod"] not in OMOD:
@@ -383,6 +534,8 @@ def _vop3(enc: _Encoder, sig: tuple[str, ...], op: int) -> bytes:
         if len(bits) != nsrc + 1 or "op_sel" not in layout.fields:
             enc.fail(f"op_sel takes {nsrc + 1} bits", "op_sel")
         f["op_sel"] = sum(b << k for k, b in enumerate(bits[:-1])) | bits[-1] << 3
+    if use_dpp:
+        _apply_dpp(enc, 0)  # VOP3 keeps neg/abs in its own fields
     return enc.emit(layout)
 
 
@@ -390,17 +543,17 @@ def _valu(enc: _Encoder) -> bytes:
     info = enc.info
     if info.fmt in ("VOP3", "VOP3SD"):
         return _vop3(enc, info.sig, info.op)
-    if enc.inst.enc != "e64":
+    if enc.inst.enc not in ("e64", "e64_dpp"):
         try:
             return _vop32(enc)
         except NoFit:
-            if enc.inst.enc == "e32" or info.e64 is None:
+            if enc.inst.enc in ("e32", "dpp", "sdwa") or info.e64 is None:
                 enc.fail("operands do not fit the 32-bit encoding" +
                          ("" if info.e64 is None else "; use the _e64 form"))
     if info.e64 is None:
         enc.fail("has no 64-bit (VOP3) encoding")
     enc.fields.clear()
-    enc.literal = None
+    enc.literal = enc.extra = None
     return _vop3(enc, _e64_sig(info, enc.arch), info.e64)
 
 
@@ -418,6 +571,8 @@ def _vop3p(enc: _Encoder) -> bytes:
     info, f = enc.info, enc.fields
     _no_mods(enc, ("op_sel", "op_sel_hi", "neg_lo", "neg_hi", "clamp"))
     f["op"] = info.op
+    mix = "mix" in info.flags
+    mix_neg = [0, 0]
     nsrc = sum(r.startswith(("src", "asrc")) for r in info.sig)
     for i, (role, o) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
         what = enc.what(i, role)
@@ -428,13 +583,19 @@ def _vop3p(enc: _Encoder) -> bytes:
         elif role == "asrc0":
             f["src0"] = 256 + enc.vreg(o, info.count(1), what, ("a",)).index
         elif role in SRC_FIELDS:
-            if isinstance(o, Mod):
+            if isinstance(o, Mod) and not mix:
                 enc.fail("packed math takes neg_lo/neg_hi, not -x or |x|", what)
-            f[role] = enc.src(o, SRC_FIELDS.index(role) + 1, what, literal=enc.arch.vop3_literal)[0]
+            code, neg, ab = enc.src(o, SRC_FIELDS.index(role) + 1, what, literal=enc.arch.vop3_literal)
+            f[role] = code
+            k = SRC_FIELDS.index(role)
+            mix_neg[0] |= neg << k  # fma_mix: -x and |x| live in the neg_lo and neg_hi bits
+            mix_neg[1] |= ab << k
     op_sel = _bits(enc, "op_sel", nsrc, 0)
-    op_sel_hi = _bits(enc, "op_sel_hi", nsrc, 1)
-    neg_lo = _bits(enc, "neg_lo", nsrc, 0)
-    neg_hi = _bits(enc, "neg_hi", nsrc, 0)
+    op_sel_hi = _bits(enc, "op_sel_hi", nsrc, 0 if mix else 1)
+    if mix and ("neg_lo" in enc.inst.mods or "neg_hi" in enc.inst.mods):
+        enc.fail("fma_mix takes -x and |x|, not neg_lo/neg_hi", "neg_lo")
+    neg_lo = [mix_neg[0] >> k & 1 for k in range(3)] if mix else _bits(enc, "neg_lo", nsrc, 0)
+    neg_hi = [mix_neg[1] >> k & 1 for k in range(3)] if mix else _bits(enc, "neg_hi", nsrc, 0)
     f["op_sel"] = op_sel[0] | op_sel[1] << 1 | op_sel[2] << 2
     f["op_sel_hi"] = op_sel_hi[0] | op_sel_hi[1] << 1
     f["op_sel_hi2"] = op_sel_hi[2]
@@ -463,7 +624,8 @@ def _mai(enc: _Encoder) -> bytes:
     if isinstance(c, Reg):
         enc.vreg(c, info.count(3), enc.what(3, "msrc2"), (dst.kind,))
         same = c.index == dst.index and c.count == dst.count
-        if not same and c.index < dst.index + dst.count and dst.index < c.index + c.count:
+        overlap = c.index < dst.index + dst.count and dst.index < c.index + c.count
+        if not same and overlap and dst.count > 4:  # LLVM allows a partial overlap up to 128-bit D
             enc.fail("C must be D itself or not overlap D", enc.what(3, "msrc2"))
         f["src2"] = 256 + c.index
     else:
@@ -546,7 +708,7 @@ def _vopd_banks(name: str, got: dict[str, int]) -> tuple[int | None, int | None,
 
 def _ds(enc: _Encoder) -> bytes:
     info, f, mods, arch = enc.info, enc.fields, enc.inst.mods, enc.arch
-    two = "2addr" in info.name or "read2" in info.name or "write2" in info.name
+    two = two_offsets(info.name)
     allowed = ("offset0", "offset1") if two else ("offset",)
     _no_mods(enc, allowed + (("gds",) if arch.gen != 12 else ()))
     f["op"] = info.op
@@ -574,13 +736,38 @@ def _ds(enc: _Encoder) -> bytes:
     return enc.emit(enc.layout("DS"))
 
 
+RETURN_FLAG = {11: "glc", 9: "sc0", 12: "th:TH_ATOMIC_RETURN"}
+
+
+def returns(info: OpInfo, bit: int, arch: Arch) -> bool:
+    """Whether an atomic returns the old value: glc (gfx11), sc0 (gfx942), an odd th (gfx12)."""
+    return "atomic" in info.flags and bool(bit & 1)
+
+
+def _return_bit(enc: _Encoder) -> int:
+    mods, arch = enc.inst.mods, enc.arch
+    if arch.gen == 12:
+        th = mods.get("th", 0)
+        return policy_value("th_atomic", th, arch) if isinstance(th, str) else int(th)
+    return int(bool(mods.get(RETURN_FLAG[arch.gen])))
+
+
 def _flat(enc: _Encoder) -> bytes:
     info, f, mods, arch = enc.info, enc.fields, enc.inst.mods, enc.arch
-    flags = {11: ("glc", "slc", "dlc"), 9: ("sc0", "sc1", "nt"), 12: ()}[arch.gen]
+    flags = {11: ("glc", "slc", "dlc"), 9: ("sc0", "sc1", "nt"), 12: ("th", "scope")}[arch.gen]
     _no_mods(enc, ("offset",) + flags)
     glob = info.fmt == "GLOBAL"
+    scratch = info.fmt == "SCRATCH"
     names = {"vaddr": "vaddr", "vdata": "vdata"} if arch.gen == 12 else {"vaddr": "addr", "vdata": "data"}
+    if "atomic" in info.flags and len(enc.inst.operands) == len(info.sig) + 1:  # the returning form
+        if not returns(info, _return_bit(enc), arch):
+            enc.fail(f"instruction must use {RETURN_FLAG[arch.gen]}")
+        count = info.count(3) // 2 if "cmpswap" in info.name else info.count(3)
+        kinds = ("v", "a") if arch.gen == 9 else ("v",)
+        f["vdst"] = enc.vreg(enc.inst.operands[0], count, enc.what(0, "vdst"), kinds).index
+        enc.inst = Inst(enc.inst.name, enc.inst.operands[1:], enc.inst.mods, enc.inst.enc)
     ops = _operands(enc, info.sig)
+    off_code = 0x7F if arch.gen == 9 else 0x7C
     saddr = ops[info.sig.index("saddr")] if "saddr" in info.sig else None
     kinds = ("v", "a") if arch.gen == 9 else ("v",)
     acc = set()
@@ -588,9 +775,13 @@ def _flat(enc: _Encoder) -> bytes:
         what = enc.what(i, role)
         if role == "saddr":
             if o is OFF:
-                f["saddr"] = 0x7F if arch.gen == 9 else 0x7C
+                f["saddr"] = off_code
             else:
-                f["saddr"] = enc.sreg(o, 2, what)
+                f["saddr"] = enc.sreg(o, 1 if scratch else 2, what)
+        elif role == "vaddr" and scratch:  # off, or one VGPR (then SVE is set)
+            if o is not OFF:
+                f[names["vaddr"]] = enc.vreg(o, 1, what).index
+                f["sve"] = 1
         elif role == "vaddr":
             count = 1 if glob and saddr is not OFF else 2
             f[names["vaddr"]] = enc.vreg(o, count, what).index
@@ -598,29 +789,181 @@ def _flat(enc: _Encoder) -> bytes:
             r = enc.vreg(o, info.count(0 if role == "vdst" else 3), what, kinds)
             acc.add(r.kind)
             f[names.get(role, role)] = r.index
-    if not glob:
+    if not glob and not scratch:
         f["saddr"] = 0 if arch.gen == 9 else 0x7C
+    elif "saddr" not in info.sig:  # global_inv, global_wb, ...: no address at all
+        f["saddr"] = off_code
     if "a" in acc:
         if len(acc) > 1:
             enc.fail("data and destination must all be VGPRs or all AGPRs")
         f["acc"] = 1
-    f["seg"] = 2 if glob else 0
+    f["seg"] = 2 if glob else 1 if scratch else 0
     off = mods.get("offset", 0)
     if arch.gen == 12:
         f["offset"] = _signed(off, 24, "offset", enc)
-    elif glob:
+    elif glob or scratch:
         f["offset"] = _signed(off, 13, "offset", enc)
     else:
         f["offset"] = _unsigned(off, 12, "offset", enc)
     for flag in flags:
+        if mods.get(flag) is True:
+            f[flag] = 1
+    if arch.gen == 12:
+        _policy(enc)
+    return enc.emit(enc.layout("FLAT"))
+
+
+def _policy(enc: _Encoder) -> None:
+    """gfx12 cache policy: ``th:TH_LOAD_NT`` (names per loads, stores and atomics) and ``scope:SCOPE_SYS``."""
+    mods, name = enc.inst.mods, enc.info.name
+    kind = "th_atomic" if "_atomic_" in name else "th_store" if "_store_" in name else "th_load"
+    for key, table in (("th", kind), ("scope", "scope")):
+        if key in mods:
+            value = mods[key]
+            enc.fields[key] = (policy_value(table, value, enc.arch) if isinstance(value, str)
+                               else _unsigned(value, 3 if key == "th" else 2, key, enc))
+    # th 3 at system scope is BYPASS (loads, stores) and needs that name; BYPASS needs system scope
+    bypass = str(mods.get("th", "")).endswith("_BYPASS")
+    th3_system = enc.fields.get("th") == 3 and enc.fields.get("scope") == 3
+    if bypass != th3_system:
+        enc.fail("scope and th combination is not valid", "th")
+
+
+def _buffer(enc: _Encoder) -> bytes:
+    """buffer_* (MUBUF; VBUFFER on gfx12): vdata, vaddr (off, or VGPRs for idxen/offen), srsrc, soffset."""
+    info, f, mods, arch = enc.info, enc.fields, enc.inst.mods, enc.arch
+    flags = {11: ("glc", "slc", "dlc", "tfe"), 9: ("sc0", "sc1", "nt", "lds"), 12: ("tfe", "th", "scope")}[arch.gen]
+    typed = info.name.startswith("tbuffer")
+    if typed:
+        flags = tuple(x for x in flags if x != "tfe")  # llvm-mc takes no tfe on tbuffer_*
+    _no_mods(enc, ("offset", "offen", "idxen") + flags + (("format",) if typed else ()))
+    f["op"] = info.op
+    kinds = ("v", "a") if arch.gen == 9 else ("v",)
+    naddr = int(bool(mods.get("offen"))) + int(bool(mods.get("idxen")))
+    for i, (role, o) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
+        what = enc.what(i, role)
+        if role == "vdata":
+            r = enc.vreg(o, info.count(3) + int(bool(mods.get("tfe"))), what, kinds)
+            f["vdata"] = r.index
+            if r.kind == "a":
+                f["acc"] = 1
+        elif role == "vaddr":
+            if naddr == 0:
+                if o is not OFF:
+                    enc.fail("the address is off without offen/idxen", what)
+            else:
+                f["vaddr"] = enc.vreg(o, naddr, what).index
+        elif role == "srsrc":
+            code = enc.sreg(o, 4, what)
+            f["srsrc"] = code if arch.gen == 12 else code >> 2
+        elif role == "soffset":
+            if isinstance(o, Reg):
+                f["soffset"] = enc.sreg(o, 1, what)
+            elif arch.gen == 12:
+                enc.fail("soffset is an SGPR, m0 or null", what)
+            else:
+                code, lit = constant_code(o, 32, False, info.name, what, arch)
+                if lit is not None:
+                    enc.fail("soffset takes an SGPR or an inline constant", what)
+                f["soffset"] = code
+    if "soffset" not in info.sig:
+        f["soffset"] = arch.null if arch.gen == 12 else 0
+    for flag in ("offen", "idxen") + flags:
+        if mods.get(flag) is True:
+            f[flag] = 1
+    f["offset"] = _unsigned(mods.get("offset", 0), 23 if arch.gen == 12 else 12, "offset", enc)
+    if typed or arch.gen == 12:  # untyped buffer_* on gfx12 carry LLVM's default format too
+        try:
+            f["format"] = format_value(mods.get("format", 1), arch)
+        except AsmError as e:
+            enc.fail(str(e).split(" (")[0], "format")
+    if arch.gen == 12:
+        _policy(enc)
+    return enc.emit(enc.layout("MTBUF" if info.fmt == "MTBUF" else "MUBUF"))
+
+
+def _vinterp(enc: _Encoder) -> bytes:
+    """v_interp_*: VGPR sources (neg only), clamp, op_sel (f16 forms), wait_exp:0..7."""
+    info, f, mods = enc.info, enc.fields, enc.inst.mods
+    _no_mods(enc, ("clamp", "op_sel", "wait_exp"))
+    neg = 0
+    for i, (role, o) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
+        what = enc.what(i, role)
+        if role == "vdst":
+            f["vdst"] = enc.vreg(o, 1, what).index
+            continue
+        k = int(role[-1])
+        if isinstance(o, Mod):
+            if o.abs:
+                enc.fail("v_interp sources take neg, not abs", what)
+            neg |= int(o.neg) << k
+            o = o.value
+        f[role] = 256 + enc.vreg(o, 1, what).index
+    f["neg"] = neg
+    f["wait_exp"] = _unsigned(mods.get("wait_exp", 0), 3, "wait_exp", enc)
+    if mods.get("clamp"):
+        f["clamp"] = 1
+    if "op_sel" in mods:
+        bits = list(mods["op_sel"])
+        if len(bits) != 4 or "f16" not in info.name:
+            enc.fail("op_sel takes 4 bits, on the f16 forms only", "op_sel")
+        f["op_sel"] = sum(b << k for k, b in enumerate(bits))
+    return enc.emit(enc.layout("VINTERP"))
+
+
+def _ldsdir(enc: _Encoder) -> bytes:
+    """lds_param_load / lds_direct_load (ds_* on gfx12): vdst, attrN.c, wait counters."""
+    info, f, mods, arch = enc.info, enc.fields, enc.inst.mods, enc.arch
+    waits = ("wait_va_vdst", "wait_vm_vsrc") if arch.gen == 12 else ("wait_vdst",)
+    _no_mods(enc, waits)
+    for i, (role, o) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
+        what = enc.what(i, role)
+        if role == "vdst":
+            f["vdst"] = enc.vreg(o, 1, what).index
+        elif not isinstance(o, Attr):
+            enc.fail("expected an attribute channel attr0.x .. attr32.w", what)
+        elif o.index > 32:  # llvm-mc's limit
+            enc.fail("out of bounds interpolation attribute number (attr0 .. attr32)", what)
+        else:
+            f["attr"], f["chan"] = o.index, o.chan
+    f["wait_vdst"] = _unsigned(mods.get(waits[0], 0), 4, waits[0], enc)
+    if arch.gen == 12:
+        f["wait_vm_vsrc"] = _unsigned(mods.get("wait_vm_vsrc", 0), 1, "wait_vm_vsrc", enc)
+    return enc.emit(enc.layout("LDSDIR"))
+
+
+# export targets (RDNA): mrt0..7, mrtz, pos0..4, prim, dual_src_blend0/1
+EXP_TARGETS = {**{f"mrt{i}": i for i in range(8)}, "mrtz": 8, **{f"pos{i}": 12 + i for i in range(5)}, "prim": 20,
+               "dual_src_blend0": 21, "dual_src_blend1": 22}
+
+
+def _exp(enc: _Encoder) -> bytes:
+    """exp / export <target> v0, v1, off, v3 [done] [row_en]: ``off`` leaves a channel disabled."""
+    info, f, mods = enc.info, enc.fields, enc.inst.mods
+    _no_mods(enc, ("done", "row_en"))
+    f.pop("op", None)  # one instruction: no opcode field
+    ops = _operands(enc, info.sig)
+    target = ops[0].name if isinstance(ops[0], Label) else None
+    if target not in EXP_TARGETS:
+        enc.fail(f"unknown export target (known: {', '.join(EXP_TARGETS)})", enc.what(0, "target"))
+    f["target"] = EXP_TARGETS[target]
+    en = 0
+    for k, o in enumerate(ops[1:]):
+        if o is not OFF:
+            f[f"vsrc{k}"] = enc.vreg(o, 1, enc.what(k + 1, f"vsrc{k}")).index
+            en |= 1 << k
+    f["en"] = en
+    for flag in ("done", "row_en"):
         if mods.get(flag):
             f[flag] = 1
-    return enc.emit(enc.layout("FLAT"))
+    return enc.emit(enc.layout("EXP"))
 
 
 FORMAT_ENCODERS = {"SOP1": _salu, "SOP2": _salu, "SOPC": _salu, "SOPK": _salu, "SOPP": _salu, "SMEM": _smem,
                    "VOP1": _valu, "VOP2": _valu, "VOPC": _valu, "VOP3": _valu, "VOP3SD": _valu,
-                   "VOP3P": _vop3p, "MAI": _mai, "DS": _ds, "GLOBAL": _flat, "FLAT": _flat}
+                   "VOP3P": _vop3p, "MAI": _mai, "DS": _ds, "GLOBAL": _flat, "FLAT": _flat, "SCRATCH": _flat,
+                   "MUBUF": _buffer, "MTBUF": _buffer, "VINTERP": _vinterp, "LDSDIR": _ldsdir,
+                   "EXP": _exp}
 
 
 def encode(inst: Inst, arch: str | Arch, pc: int = 0, labels: dict[str, int] | None = None) -> bytes:
@@ -634,7 +977,8 @@ def encode(inst: Inst, arch: str | Arch, pc: int = 0, labels: dict[str, int] | N
     info = lookup(arch, inst.name)
     enc = _Encoder(inst, arch, info, pc, labels)
     if info.fmt in ("VOP3", "VOP3SD", "VOP3P", "MAI", "SOP1", "SOP2", "SOPC", "SOPK", "SOPP", "SMEM", "DS",
-                    "GLOBAL", "FLAT") and inst.enc is not None:
+                    "GLOBAL", "FLAT", "SCRATCH", "MUBUF", "MTBUF", "VINTERP", "LDSDIR", "EXP") and \
+            inst.enc not in (None, "e64_dpp"):
         enc.fail(f"has only one encoding; drop the _{inst.enc} suffix")
     enc.fields["op"] = info.op
     return FORMAT_ENCODERS[info.fmt](enc)

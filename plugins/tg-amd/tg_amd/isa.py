@@ -27,7 +27,7 @@ DEFAULT_SIG = {
 }
 DST_ROLES = {"sdst", "sdata", "vdst", "adst", "mdst"}
 SRC_INDEX = {"ssrc0": 1, "src0": 1, "vsrc0": 1, "asrc0": 1, "msrc0": 1, "ssrc1": 2, "src1": 2, "vsrc1": 2,
-             "msrc1": 2, "src2": 3, "msrc2": 3, "data0": 3, "data1": 3, "vdata": 3}
+             "msrc1": 2, "src2": 3, "ssrc2": 3, "msrc2": 3, "data0": 3, "data1": 3, "vdata": 3}
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def parse_table(fmt: str, text: str, gen: int) -> list[OpInfo]:
         if fmt in ("VOP1", "VOP2", "VOPC") and keys.get("e64") != "no":
             base = {"VOPC": 0, "VOP2": 256, "VOP1": 384 if gen >= 11 else 320}[fmt]
             e64 = int(keys["e64"], 0) if "e64" in keys else base + op
-        flags = frozenset(k for k in ("wmma", "atomic", "nomods", "regsrc") if keys.get(k))
+        flags = frozenset(k for k in ("wmma", "atomic", "nomods", "regsrc", "mix") if keys.get(k))
         rows.append(OpInfo(name, fmt, op, tuple(r for r in sig.split(",") if r), _types(name, keys.get("t")),
                            regs, e64, flags))
     return rows
@@ -141,7 +141,95 @@ def _isa(gen: int) -> tuple[dict[str, OpInfo], dict[tuple[str, int], OpInfo]]:
             by_op[(key, info.op)] = info
             if info.e64 is not None:
                 by_op[("VOP3", info.e64)] = info
+    _add_llvm_rows(gen, by_name, by_op)
     return by_name, by_op
+
+
+# operand types whose width a register count overrides: b32 read as 2 registers is b64
+def _fit_type(t: str, count: int) -> str:
+    m = re.match(r"^(b|f|i|u|bf|iu)(\d+)$", t)
+    prefix = m.group(1) if m else "b"
+    bits = int(m.group(2)) if m else 32
+    if count > 1 and bits != 32 * count:
+        return f"{prefix}{32 * count}"
+    if count == 1 and bits > 32:
+        return f"{prefix}32"
+    return t
+
+
+def _add_llvm_rows(gen: int, by_name: dict[str, OpInfo], by_op: dict[tuple[str, int], OpInfo]) -> None:
+    """Rows for the mnemonics LLVM lists that the hand-written tables lack (``tg_amd.llvm_table``)."""
+    from tg_amd.llvm_table import Derived, derive, listing
+    rows = listing(gen)
+    e64 = {r.name.removesuffix("_e64"): r.op for r in rows if r.family == "VOP3" and r.name.endswith("_e64")}
+    vop32 = {r.name.removesuffix("_e32") for r in rows if r.family in ("VOP1", "VOP2", "VOPC")}
+    for row in rows:
+        base = row.name.removesuffix("_e32").removesuffix("_e64")
+        if base in by_name or row.family.startswith("VOPD") or (row.name.endswith("_e64") and base in vop32):
+            continue
+        d = derive(gen, row)
+        if not isinstance(d, Derived):
+            UNSUPPORTED.setdefault(gen, {})[base] = d
+            continue
+        fmt = d.family
+        if fmt in ("MUBUF", "MTBUF"):
+            types = ("b32", "b32", "b32", f"b{32 * d.regs[3]}")
+        if fmt == "VOP3" and "sdst" in d.sig and "vdst" in d.sig:
+            fmt = "VOP3SD"
+        if fmt == "VOP3P" and gen == 9 and base.startswith(("v_mfma", "v_smfmac")):
+            fmt = "MAI"
+        if fmt not in ("MUBUF", "MTBUF"):
+            types = tuple(_fit_type(t, n) for t, n in zip(_llvm_types(base), d.regs, strict=True))
+        sig = d.sig if fmt != "MAI" else ("mdst", "msrc0", "msrc1", "msrc2")
+        info = OpInfo(base, fmt, d.op, sig, (types[0], types[1], types[2], types[3]), d.regs,
+                      e64.get(base) if fmt in ("VOP1", "VOP2", "VOPC") else None,
+                      _llvm_flags(base))
+        key = {"VOP3SD": "VOP3", "MAI": "VOP3P"}.get(fmt, fmt)
+        if (key, info.op) in by_op:
+            continue
+        by_name[base] = info
+        by_op[(key, info.op)] = info
+        if info.e64 is not None:
+            by_op.setdefault(("VOP3", info.e64), info)
+
+
+def _llvm_types(name: str) -> tuple[str, str, str, str]:
+    """Operand types of a listed mnemonic: spelled in its name, with the exceptions LLVM's operand
+    classes make (packed and dot sources are 32-bit words, fp8/bf8 and class masks are integers)."""
+    from tg_amd.llvm_table import TYPES
+    types = list(_types(name, TYPES.get(name)))
+    if name in TYPES:
+        return (types[0], types[1], types[2], types[3])
+    types = [re.sub(r"^(bf|f)8$", "b32", t) for t in types]
+    if "_class_" in name:
+        types[2] = "u16" if name.endswith("f16") else "u32"
+    if name.startswith(("v_cvt_f32_fp8", "v_cvt_f32_bf8", "v_cvt_pk_f32_fp8", "v_cvt_pk_f32_bf8")):
+        types[1:] = ["b32"] * 3  # the source is fp8/bf8 bytes
+    return (types[0], types[1], types[2], types[3])
+
+
+def _llvm_flags(name: str) -> frozenset[str]:
+    flags = set()
+    if "_atomic_" in name:
+        flags.add("atomic")
+    if name.startswith(("v_wmma", "v_swmmac")):
+        flags.add("wmma")
+    if any(w in name for w in ("fp8", "bf8", "_iu4", "_iu8", "_i4", "_u4", "_i8")) and name.startswith("v_dot"):
+        flags.add("nomods")
+    if name.startswith(("v_fma_mix", "v_mad_mix")):
+        flags.add("mix")
+    if name.startswith(("v_cvt_pk_fp8", "v_cvt_pk_bf8", "v_cvt_sr_fp8", "v_cvt_sr_bf8", "v_dot2_f16_f16",
+                        "v_dot2_bf16_bf16")):
+        flags.add("noclamp")
+    return frozenset(flags)
+
+
+UNSUPPORTED: dict[int, dict[str, str]] = {}  # gen -> mnemonic -> why tg-amd cannot encode it yet
+
+
+def two_offsets(name: str) -> bool:
+    """DS instructions with two 8-bit offsets (``offset0:``/``offset1:``) instead of one 16-bit offset."""
+    return any(w in name for w in ("2addr", "read2", "write2", "xchg2"))
 
 
 def vopd_info(arch: Arch, name: str, half: str) -> OpInfo | None:
@@ -157,11 +245,29 @@ def lookup(arch: str | Arch, name: str) -> OpInfo:
     """The instruction ``name`` on ``arch``; an ``AsmError`` naming the archs that have it if absent."""
     arch = get_arch(arch)
     info = _isa(arch.gen)[0].get(name)
+    if info is None and name in aliases(arch.name):  # an older name llvm-mc accepts (buffer_load_dword)
+        name = aliases(arch.name)[name]
+        info = _isa(arch.gen)[0].get(name)
+    if info is None and name in UNSUPPORTED.get(arch.gen, {}):
+        raise AsmError(f"not supported by tg-amd yet: {UNSUPPORTED[arch.gen][name]}", name, None, arch.name)
     if info is None or info.fmt.startswith("VOPD"):
         others = [a for a, spec in ARCHS.items() if name in _isa(spec.gen)[0] and spec.gen != arch.gen]
         hint = f"; it exists on {', '.join(others)}" if others else ""
         raise AsmError(f"no such instruction on this arch{hint}", name, None, arch.name)
     return info
+
+
+@cache
+def aliases(arch: str) -> dict[str, str]:
+    """Other names llvm-mc accepts on ``arch`` -> the mnemonic (listed by ``tests/llvm_aliases.py``)."""
+    from tg_amd.llvm_table import TABLES
+    out = {}
+    for line in (TABLES / "llvm19_aliases.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            a, alias, name = line.split("\t")
+            if a == arch:
+                out[alias] = name
+    return out
 
 
 def by_opcode(arch: Arch, fmt: str, op: int) -> OpInfo | None:

@@ -69,6 +69,19 @@ RDNA = {
     "FLAT": _layout("FLAT", 64, "110111", {"op": (18, 7), "seg": (16, 2), "slc": (15, 1), "glc": (14, 1),
                                            "dlc": (13, 1), "offset": (0, 13), "addr": (32, 8), "data": (40, 8),
                                            "saddr": (48, 7), "sve": (55, 1), "vdst": (56, 8)}),
+    "MUBUF": _layout("MUBUF", 64, "111000", {"op": (18, 8), "glc": (14, 1), "dlc": (13, 1), "slc": (12, 1),
+                                             "offset": (0, 12), "vaddr": (32, 8), "vdata": (40, 8), "srsrc": (48, 5),
+                                             "tfe": (53, 1), "offen": (54, 1), "idxen": (55, 1), "soffset": (56, 8)}),
+    "MTBUF": _layout("MTBUF", 64, "111010", {"format": (19, 7), "op": (15, 4), "glc": (14, 1), "dlc": (13, 1),
+                                             "slc": (12, 1), "offset": (0, 12), "vaddr": (32, 8), "vdata": (40, 8),
+                                             "srsrc": (48, 5), "tfe": (53, 1), "offen": (54, 1), "idxen": (55, 1),
+                                             "soffset": (56, 8)}),
+    "EXP": _layout("EXP", 64, "111110", {"en": (0, 4), "target": (4, 6), "done": (11, 1), "row_en": (13, 1),
+                                         "vsrc0": (32, 8), "vsrc1": (40, 8), "vsrc2": (48, 8), "vsrc3": (56, 8)}),
+    "VINTERP": _layout("VINTERP", 64, "11001101", {"vdst": (0, 8), "wait_exp": (8, 3), "op_sel": (11, 4),
+                                                   "clamp": (15, 1), "op": (16, 7), **VSRC3, "neg": (61, 3)}),
+    "LDSDIR": _layout("LDSDIR", 32, "11001110", {"vdst": (0, 8), "chan": (8, 2), "attr": (10, 6),
+                                                 "wait_vdst": (16, 4), "op": (20, 2), "wait_vm_vsrc": (23, 1)}),
 }
 RDNA4 = {
     **RDNA,
@@ -78,7 +91,13 @@ RDNA4 = {
                                        "addr": (32, 8), "data0": (40, 8), "data1": (48, 8), "vdst": (56, 8)}),
     # VFLAT / VGLOBAL / VSCRATCH share one 96-bit layout; seg picks the address space
     "FLAT": _layout("FLAT", 96, "111011", {"seg": (24, 2), "op": (14, 8), "saddr": (0, 7), "vdst": (32, 8),
-                                           "vdata": (55, 8), "vaddr": (64, 8), "offset": (72, 24)}),
+                                           "sve": (49, 1), "scope": (50, 2), "th": (52, 3), "vdata": (55, 8),
+                                           "vaddr": (64, 8),
+                                           "offset": (72, 24)}),
+    "MUBUF": _layout("VBUFFER", 96, "110001", {"op": (14, 8), "tfe": (22, 1), "soffset": (0, 7), "vdata": (32, 8),
+                                               "srsrc": (41, 9), "scope": (50, 2), "th": (52, 3), "format": (55, 7),
+                                               "offen": (62, 1), "idxen": (63, 1), "vaddr": (64, 8),
+                                               "offset": (72, 24)}),
 }
 CDNA = {
     **SALU, **VALU,
@@ -98,8 +117,17 @@ CDNA = {
     "DS": _layout("DS", 64, "110110", {"acc": (25, 1), "op": (17, 8), "gds": (16, 1), "offset1": (8, 8),
                                        "offset0": (0, 8), "addr": (32, 8), "data0": (40, 8), "data1": (48, 8),
                                        "vdst": (56, 8)}),
+    "MUBUF": _layout("MUBUF", 64, "111000", {"op": (18, 7), "nt": (17, 1), "lds": (16, 1), "sc1": (15, 1),
+                                             "sc0": (14, 1), "idxen": (13, 1), "offen": (12, 1), "offset": (0, 12),
+                                             "vaddr": (32, 8), "vdata": (40, 8), "srsrc": (48, 5), "acc": (55, 1),
+                                             "soffset": (56, 8)}),
+    "MTBUF": _layout("MTBUF", 64, "111010", {"format": (19, 7), "op": (15, 4), "sc0": (14, 1), "idxen": (13, 1),
+                                             "offen": (12, 1), "offset": (0, 12), "vaddr": (32, 8), "vdata": (40, 8),
+                                             "srsrc": (48, 5), "sc1": (53, 1), "nt": (54, 1), "acc": (55, 1),
+                                             "soffset": (56, 8)}),
     "FLAT": _layout("FLAT", 64, "110111", {"sc1": (25, 1), "op": (18, 7), "nt": (17, 1), "sc0": (16, 1),
-                                           "seg": (14, 2), "offset": (0, 13), "addr": (32, 8), "data": (40, 8),
+                                           "seg": (14, 2), "sve": (13, 1), "offset": (0, 13), "addr": (32, 8),
+                                           "data": (40, 8),
                                            "saddr": (48, 7), "acc": (55, 1), "vdst": (56, 8)}),
 }
 LAYOUTS: dict[int, dict[str, Layout]] = {11: RDNA, 12: RDNA4, 9: CDNA}

@@ -19,9 +19,14 @@ FILES = ("s", "v", "a", "ttmp")
 SPECIALS: dict[str, tuple[int, int | None, int | None]] = {
     "vcc": (2, 106, 106), "vcc_lo": (1, 106, 106), "vcc_hi": (1, 107, 107),
     "exec": (2, 126, 126), "exec_lo": (1, 126, 126), "exec_hi": (1, 127, 127),
-    "m0": (1, 125, 124), "null": (1, 124, None), "scc": (1, 253, 253),
+    "m0": (1, 125, 124), "null": (1, 124, None), "src_scc": (1, 253, 253), "scc": (1, 253, 253),
+    "src_vccz": (1, None, 251), "src_execz": (1, None, 252), "src_shared_base": (1, 235, 235),
+    "src_shared_limit": (1, 236, 236), "src_private_base": (1, 237, 237), "src_private_limit": (1, 238, 238),
+    "src_pops_exiting_wave_id": (1, None, 239),
     "flat_scratch": (2, None, 102), "flat_scratch_lo": (1, None, 102), "flat_scratch_hi": (1, None, 103),
 }
+# named operands that stand for a 32- or 64-bit value alike (s_mov_b64 s[0:1], src_shared_base)
+ANY_WIDTH = {"null", "src_shared_base", "src_shared_limit", "src_private_base", "src_private_limit"}
 # inline float constants: value -> source code (the same code means f16, f32 or f64 by operand type)
 INLINE_FLOATS = {0.5: 240, -0.5: 241, 1.0: 242, -1.0: 243, 2.0: 244, -2.0: 245, 4.0: 246, -4.0: 247}
 INV_2PI = 0.15915494309189535  # 1/(2*pi): code 248
@@ -77,6 +82,33 @@ class Label:
     name: str
 
 
+@dataclass(frozen=True)
+class Sext:
+    """An SDWA source sign-extended from its selected byte or word: ``sext(v1)``."""
+    value: Reg | int
+
+    def __str__(self) -> str:
+        return f"sext({operand_text(self.value)})"
+
+
+@dataclass(frozen=True)
+class Attr:
+    """An interpolation attribute channel: ``attr3.z`` (``lds_param_load``, ``ds_param_load``)."""
+    index: int
+    chan: int
+
+    def __str__(self) -> str:
+        return f"attr{self.index}.{'xyzw'[self.chan]}"
+
+
+class Hex(int):
+    """An immediate llvm-mc prints in hex (``s_clause 0x6``, SMEM offsets)."""
+
+
+class Dec(int):
+    """An immediate llvm-mc prints in decimal however large (branch offsets: ``s_branch 65442``)."""
+
+
 class _Off:
     def __repr__(self) -> str:
         return "off"
@@ -127,6 +159,8 @@ def operand_text(op: object) -> str:
         return "-" + inner if op.neg else inner
     if isinstance(op, Label):
         return op.name
+    if isinstance(op, Attr | Sext):
+        return str(op)
     if op is OFF:
         return "off"
     return str(op)

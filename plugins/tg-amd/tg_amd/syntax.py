@@ -7,22 +7,49 @@ llvm-mc reads it. Label definitions, comments and whole programs are ``tg_amd.as
 """
 from __future__ import annotations
 
+import ast
 import re
 from typing import Any
 
 from tg_amd.arch import AsmError
 from tg_amd.inst import Inst
-from tg_amd.operands import FLOAT_TEXT, INLINE_FLOATS, INV_2PI, NAMED, OFF, Label, Mod, Reg, operand_text
+from tg_amd.operands import (
+    FLOAT_TEXT,
+    INLINE_FLOATS,
+    INV_2PI,
+    NAMED,
+    OFF,
+    Attr,
+    Dec,
+    Hex,
+    Label,
+    Mod,
+    Reg,
+    Sext,
+    operand_text,
+)
+from tg_amd.symbols import Sym
 
-FLAGS = ("clamp", "glc", "slc", "dlc", "gds", "sc0", "sc1", "nt")
-INT_MODS = ("offset", "offset0", "offset1", "cbsz", "abid", "blgp")
-LIST_MODS = ("op_sel", "op_sel_hi", "neg_lo", "neg_hi")
-MOD_ORDER = ("offset", "offset0", "offset1", "op_sel", "op_sel_hi", "neg_lo", "neg_hi", "cbsz", "abid", "blgp",
-             "clamp", "omod", "glc", "slc", "dlc", "sc0", "sc1", "nt", "gds")
+FLAGS = ("clamp", "glc", "slc", "dlc", "gds", "sc0", "sc1", "nt", "offen", "idxen", "tfe", "lds", "row_mirror",
+         "row_half_mirror", "done", "row_en")
+EXP_FLAGS = ("done", "row_en")  # modifiers of exp/export only
+NAME_MODS = ("th", "scope", "dst_sel", "dst_unused", "src0_sel", "src1_sel")  # th:TH_LOAD_NT, dst_sel:WORD_1
+INT_MODS = ("offset", "offset0", "offset1", "cbsz", "abid", "blgp", "row_shl", "row_shr", "row_ror", "wave_shl",
+            "wave_rol", "wave_shr", "wave_ror", "row_bcast", "row_share", "row_xmask", "row_mask", "bank_mask",
+            "bound_ctrl", "fi", "wait_exp", "wait_vdst", "wait_va_vdst", "wait_vm_vsrc")
+LIST_MODS = ("op_sel", "op_sel_hi", "neg_lo", "neg_hi", "quad_perm", "dpp8")
+HEX_MODS = ("row_mask", "bank_mask")
+MOD_ORDER = ("format", "idxen", "offen", "offset", "offset0", "offset1", "op_sel", "op_sel_hi", "neg_lo", "neg_hi",
+             "cbsz", "abid", "blgp", "clamp", "omod", "glc", "slc", "dlc", "sc0", "nt", "sc1", "th", "scope", "lds",
+             "tfe", "gds", "quad_perm", "row_shl", "row_shr", "row_ror", "wave_shl", "wave_rol", "wave_shr", "wave_ror",
+             "row_mirror", "row_half_mirror", "row_bcast", "row_share", "row_xmask", "dpp8", "row_mask", "bank_mask",
+             "bound_ctrl", "fi", "wait_exp", "wait_vdst", "wait_va_vdst", "wait_vm_vsrc", "dst_sel", "dst_unused",
+             "src0_sel", "src1_sel", "done", "row_en")
 REG_RE = re.compile(r"^(s|v|a|ttmp)(?:(\d+)|\[(\d+)(?::(\d+))?\])$")
 NUM_RE = re.compile(r"^-?(0x[0-9a-fA-F]+|\d+)$")
 FLOAT_RE = re.compile(r"^-?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][-+]?\d+)$")
 WAITCNT_RE = re.compile(r"(vmcnt|expcnt|lgkmcnt)\((\d+)\)")
+ATTR_RE = re.compile(r"^attr(\d+)\.([xyzw])$")
 IDENT_RE = re.compile(r"^[A-Za-z_.$][\w.$]*$")
 
 
@@ -60,6 +87,9 @@ def parse_operand(tok: str) -> Any:
         return Reg(kind, lo_i, hi_i - lo_i + 1)
     if low in NAMED:
         return NAMED[low]
+    m = ATTR_RE.match(low)
+    if m:
+        return Attr(int(m.group(1)), "xyzw".index(m.group(2)))
     if NUM_RE.match(low):
         neg = low.startswith("-")
         value = int(low.lstrip("-"), 0)
@@ -70,16 +100,88 @@ def parse_operand(tok: str) -> Any:
         inner = parse_operand(t[1:])
         if isinstance(inner, Reg | Mod):
             return -inner
+        if isinstance(inner, int) and not isinstance(inner, bool):  # -(4)
+            return -inner
         raise AsmError(f"cannot negate {t}")
     if low.startswith("|") and low.endswith("|") and len(low) > 2:
         return Mod(parse_operand(t[1:-1]), abs=True)
+    if low.startswith("sext(") and low.endswith(")"):
+        return Sext(parse_operand(t[5:-1]))
     for fn in ("abs", "neg"):
         if low.startswith(fn + "(") and low.endswith(")"):
             inner = parse_operand(t[len(fn) + 1:-1])
             return abs(inner) if fn == "abs" else -inner
+    for kind in ("hwreg", "sendmsg"):
+        if low.startswith(kind + "(") and low.endswith(")"):
+            args = [a.strip() for a in t[len(kind) + 1:-1].split(",")]
+            return Sym(kind, tuple(_sym_arg(a) for a in args))
     if IDENT_RE.match(t):
         return Label(t)
+    if EXPR_RE.match(low):
+        return integer_expression(low)
     raise AsmError(f"cannot parse operand {t!r}")
+
+
+EXPR_RE = re.compile(r"^[-+~(]*(0x[0-9a-fA-F]+|\d+)([-+*/%&|^~<>()]+(0x[0-9a-fA-F]+|\d+)?\)*)*$")
+BINARY = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+          ast.Div: lambda a, b: int(a / b), ast.Mod: lambda a, b: a - b * int(a / b),
+          ast.LShift: lambda a, b: a << b, ast.RShift: lambda a, b: a >> b,
+          ast.BitAnd: lambda a, b: a & b, ast.BitOr: lambda a, b: a | b, ast.BitXor: lambda a, b: a ^ b}
+UNARY = {ast.USub: lambda a: -a, ast.UAdd: lambda a: a, ast.Invert: lambda a: ~a}
+
+
+def integer_expression(text: str) -> int:
+    """An absolute expression of integers (``(1<<4)|3``, ``0x100*4``, ``-(4)``), as llvm-mc evaluates it
+    (64-bit, division truncating)."""
+    def value(node: ast.AST) -> int:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in BINARY:
+            a, b = value(node.left), value(node.right)
+            if isinstance(node.op, ast.Div | ast.Mod) and b == 0:
+                raise AsmError(f"division by zero in {text!r}")
+            result = BINARY[type(node.op)](a, b)
+        elif isinstance(node, ast.UnaryOp) and type(node.op) in UNARY:
+            result = UNARY[type(node.op)](value(node.operand))
+        else:
+            raise AsmError(f"not an integer expression: {text!r}")
+        result &= (1 << 64) - 1
+        return result - (1 << 64) if result >> 63 else result
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        raise AsmError(f"cannot parse expression {text!r}") from None
+    return value(tree.body)
+
+
+def _sym_arg(text: str) -> int | str:
+    if NUM_RE.match(text.lower()):
+        return int(text, 0)
+    if not IDENT_RE.match(text):
+        raise AsmError(f"cannot parse {text!r} in a symbolic operand")
+    return text.upper()
+
+
+DELAY_RE = re.compile(r"(instid0|instskip|instid1)\(\s*(\w+)\s*\)")
+
+
+def _parse_delay(rest: str) -> Sym:
+    """``instid0(VALU_DEP_1) | instskip(NEXT) | instid1(SALU_CYCLE_1)``."""
+    pairs = tuple((f, v.upper()) for f, v in DELAY_RE.findall(rest))
+    if DELAY_RE.sub("", rest).replace("|", "").strip() or not pairs:
+        raise AsmError(f"cannot parse s_delay_alu operand {rest!r}", "s_delay_alu")
+    return Sym("delay", pairs)
+
+
+DEPCTR_RE = re.compile(r"(depctr_\w+)\(\s*(\w+)\s*\)")
+
+
+def _parse_depctr(rest: str) -> Sym:
+    """``depctr_va_vdst(0) depctr_sa_sdst(0)`` (s_waitcnt_depctr, s_wait_alu)."""
+    pairs = tuple((f, int(v, 0)) for f, v in DEPCTR_RE.findall(rest))
+    if DEPCTR_RE.sub("", rest).replace("&", "").replace(",", "").strip() or not pairs:
+        raise AsmError(f"cannot parse depctr operand {rest!r}")
+    return Sym("depctr", pairs)
 
 
 def _parse_mod(tok: str, mods: dict[str, Any]) -> bool:
@@ -94,7 +196,16 @@ def _parse_mod(tok: str, mods: dict[str, Any]) -> bool:
         return False
     key, _, value = low.partition(":")
     if key in INT_MODS:
-        mods[key] = int(value, 0) if not value.startswith("-") else -int(value[1:], 0)
+        mods[key] = int(value, 0) if NUM_RE.match(value) and not value.startswith("-") else \
+            -int(value[1:], 0) if NUM_RE.match(value) else integer_expression(value)
+        return True
+    if key == "format":  # format:[BUF_FMT_32_FLOAT] or format:22
+        raw = tok.partition(":")[2]
+        mods[key] = raw.strip("[]").upper() if raw.startswith("[") else int(raw, 0)
+        return True
+    if key in NAME_MODS:
+        raw = tok.partition(":")[2]
+        mods[key] = int(raw, 0) if NUM_RE.match(raw) else raw.upper()
         return True
     if key in LIST_MODS:
         if not (value.startswith("[") and value.endswith("]")):
@@ -116,10 +227,16 @@ def parse_inst(text: str) -> Inst:
     name, _, rest = text.partition(" ")
     name = name.lower()
     enc = None
-    for suffix in ("_e32", "_e64"):
+    for suffix in ("_e64_dpp", "_dpp", "_sdwa", "_e32", "_e64"):
         if name.endswith(suffix):
             name, enc = name[: -len(suffix)], suffix[1:]
+            break
     rest = rest.strip()
+    if name == "s_delay_alu" and "(" in rest:
+        return Inst(name, (_parse_delay(rest),), {}, enc)
+    if name in ("s_waitcnt_depctr", "s_wait_alu") and "depctr_" in rest:
+        return Inst(name, (_parse_depctr(rest),), {}, enc)
+    rest = re.sub(r"\(([^)]*)\)", lambda m: "(" + re.sub(r"\s+", "", m.group(1)) + ")", rest)
     if WAITCNT_RE.search(rest):
         counts = {k: int(v) for k, v in WAITCNT_RE.findall(rest)}
         leftover = WAITCNT_RE.sub("", rest).replace("&", "").replace(",", "").strip()
@@ -132,9 +249,18 @@ def parse_inst(text: str) -> Inst:
         for piece in _split_top(rest, ","):
             if not piece:
                 raise AsmError(f"empty operand in {text!r}", name)
+            piece = re.sub(r"\s*([-+*/%&^~<>()])\s*(?=[-+~(\d])", r"\1", piece)  # 1 + 2 -> 1+2
             for tok in piece.split():
-                if not _parse_mod(tok, mods):
+                before = len(mods)
+                key = tok.lower().partition(":")[0]
+                if key in mods:
+                    raise AsmError(f"modifier {key} given twice", name)
+                if key in EXP_FLAGS and name not in ("exp", "export"):  # a label called done
                     operands.append(parse_operand(tok))
+                elif not _parse_mod(tok, mods):
+                    operands.append(parse_operand(tok))
+                elif len(mods) == before:
+                    raise AsmError(f"modifier {tok} given twice", name)
     return Inst(name, tuple(operands), mods, enc)
 
 
@@ -149,10 +275,16 @@ def value_text(op: Any) -> str:
         if abs(op - INV_2PI) < 1e-8:
             return FLOAT_TEXT[248]
         return repr(op)
+    if isinstance(op, Hex):
+        return hex(op) if op >= 0 else "-" + hex(-op)
+    if isinstance(op, Dec):
+        return str(int(op))
     if isinstance(op, int):
         return str(op) if -16 <= op <= 64 else hex(op) if op >= 0 else "-" + hex(-op)
     if isinstance(op, dict):
         return " ".join(f"{k}({v})" for k, v in op.items())
+    if isinstance(op, Sym):
+        return str(op)
     if isinstance(op, Mod) and not isinstance(op.value, Reg):
         inner = value_text(op.value)
         inner = f"|{inner}|" if op.abs else inner
@@ -167,6 +299,10 @@ def _mod_text(key: str, value: Any) -> str:
         return str(value)
     if key in LIST_MODS:
         return f"{key}:[{','.join(str(int(b)) for b in value)}]"
+    if key == "format" and isinstance(value, str):
+        return f"format:[{value}]"
+    if key in HEX_MODS or isinstance(value, Hex):
+        return f"{key}:{value:#x}"
     return f"{key}:{value}"
 
 
@@ -174,9 +310,14 @@ def format_inst(inst: Inst) -> str:
     """LLVM text of an instruction (``_e32``/``_e64`` suffix as given in ``inst.enc``)."""
     name = inst.name + (f"_{inst.enc}" if inst.enc else "")
     parts = [name]
-    if inst.operands:
+    if inst.name in ("exp", "export") and inst.operands:  # the target is not comma-separated: exp mrt0 v0, ...
+        parts.append(value_text(inst.operands[0]) + " " + ", ".join(value_text(o) for o in inst.operands[1:]))
+    elif inst.operands:
         parts.append(", ".join(value_text(o) for o in inst.operands))
-    for key in MOD_ORDER:
+    order = MOD_ORDER
+    if "wait_exp" in inst.mods:  # v_interp_*: llvm-mc reads clamp before op_sel there
+        order = ("clamp", *(k for k in MOD_ORDER if k != "clamp"))
+    for key in order:
         if key in inst.mods and inst.mods[key] is not False:
             parts.append(_mod_text(key, inst.mods[key]))
     text = " ".join(parts)

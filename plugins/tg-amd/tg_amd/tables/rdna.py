@@ -626,6 +626,12 @@ flat_store_b64 0x1b
 flat_store_b128 0x1d
 """
 
+# export: no opcode field; named exp on RDNA3, export on RDNA4
+EXP = """
+exp 0 sig=target,vsrc0,vsrc1,vsrc2,vsrc3 @11
+export 0 sig=target,vsrc0,vsrc1,vsrc2,vsrc3 @12
+"""
+
 TABLES = {"SOP1": SOP1, "SOP2": SOP2, "SOPC": SOPC, "SOPK": SOPK, "SOPP": SOPP, "SMEM": SMEM, "VOP1": VOP1,
           "VOP2": VOP2, "VOPC": VOPC, "VOP3": VOP3, "VOP3SD": VOP3SD, "VOP3P": VOP3P, "DS": DS,
-          "GLOBAL": GLOBAL, "FLAT": FLAT}
+          "GLOBAL": GLOBAL, "FLAT": FLAT, "EXP": EXP}

@@ -1,0 +1,193 @@
+"""Symbolic immediates: ``hwreg(...)``, ``sendmsg(...)`` and ``s_delay_alu``'s ``instid0(...) | ...``.
+
+In: a ``Sym`` (what the text or the DSL wrote) and an arch. Out: the 16-bit immediate -- ``value`` --
+and, the other way, the ``Sym`` llvm-objdump prints for an immediate -- ``hwreg_sym``, ``msg_sym``,
+``delay_sym``. Register and message names per arch come from ``tables/llvm19_symbols.txt``
+(listed by llvm-mc-19's disassembler, ``tests/llvm_symbols.py``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from tg_amd.arch import Arch, AsmError
+
+DELAY_IDS = {"NO_DEP": 0, "VALU_DEP_1": 1, "VALU_DEP_2": 2, "VALU_DEP_3": 3, "VALU_DEP_4": 4, "TRANS32_DEP_1": 5,
+             "TRANS32_DEP_2": 6, "TRANS32_DEP_3": 7, "FMA_ACCUM_CYCLE_1": 8, "SALU_CYCLE_1": 9, "SALU_CYCLE_2": 10,
+             "SALU_CYCLE_3": 11}
+DELAY_SKIPS = {"SAME": 0, "NEXT": 1, "SKIP_1": 2, "SKIP_2": 3, "SKIP_3": 4, "SKIP_4": 5}
+# s_delay_alu: instid0 bits [3:0], instskip [6:4], instid1 [10:7]
+DELAY_FIELDS = {"instid0": (0, DELAY_IDS), "instskip": (4, DELAY_SKIPS), "instid1": (7, DELAY_IDS)}
+
+
+# s_waitcnt_depctr / s_wait_alu counters: name -> (low bit, width); unnamed counters stay at DEPCTR_BASE
+# (their maximum; bits 5 and 6 clear). Positions read off llvm-mc's encodings of depctr_<name>(0).
+DEPCTR = {"depctr_sa_sdst": (0, 1), "depctr_va_vcc": (1, 1), "depctr_vm_vsrc": (2, 3), "depctr_hold_cnt": (7, 1),
+          "depctr_va_ssrc": (8, 1), "depctr_va_sdst": (9, 3), "depctr_va_vdst": (12, 4)}
+DEPCTR_BASE = 0xFF9F
+
+
+@dataclass(frozen=True)
+class Sym:
+    """``kind`` is ``hwreg``, ``sendmsg`` or ``delay``; ``args`` the names/numbers inside the parentheses
+    (for ``delay``: ``(field, name)`` pairs)."""
+    kind: str
+    args: tuple
+
+    def __str__(self) -> str:
+        if self.kind == "delay":
+            return " | ".join(f"{field}({name})" for field, name in self.args)
+        if self.kind == "depctr":
+            return " ".join(f"{field}({n})" for field, n in self.args)
+        return f"{self.kind}({', '.join(str(a) for a in self.args)})"
+
+
+@cache
+def _names(arch: str) -> dict[str, dict[str, int]]:
+    table: dict[str, dict[str, int]] = {"hwreg": {}, "msg": {}, "msgop": {}, "th_load": {}, "th_store": {},
+                                        "th_atomic": {}, "scope": {}, "format": {}}
+    for line in (Path(__file__).parent / "tables" / "llvm19_symbols.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            a, kind, name, value = line.split("\t")
+            if a == arch:
+                table[kind][name] = int(value, 0)
+    return table
+
+
+# the defaults llvm-mc never prints
+DEFAULT_POLICY = {"th_load": {"TH_LOAD_RT": 0, "TH_LOAD_BYPASS": 3},
+                  "th_store": {"TH_STORE_RT": 0, "TH_STORE_BYPASS": 3},
+                  "th_atomic": {"TH_ATOMIC_RT": 0}, "scope": {"SCOPE_CU": 0}}
+
+
+DEFAULT_FORMAT = {True: "BUF_FMT_8_UNORM", False: "BUF_DATA_FORMAT_8,BUF_NUM_FORMAT_UNORM"}  # value 1
+
+
+def format_value(fmt: str | int, arch: Arch) -> int:
+    """``format:[BUF_FMT_32_FLOAT]`` (gfx11/12), ``format:[BUF_DATA_FORMAT_32,BUF_NUM_FORMAT_FLOAT]`` (gfx9), or
+    ``format:N``: the 7-bit format field of tbuffer_*."""
+    if isinstance(fmt, int):
+        return _number(fmt, "format", 0, 127, arch)
+    names = {DEFAULT_FORMAT[arch.rdna]: 1, **_names(arch.name).get("format", {})}
+    if fmt not in names:
+        raise AsmError(f"unknown buffer format {fmt}", None, "format", arch.name)
+    return names[fmt]
+
+
+def format_name(value: int, arch: Arch) -> str | int:
+    names = _names(arch.name).get("format", {})
+    return next((n for n, v in names.items() if v == value), value)
+
+
+def policy_value(kind: str, name: str, arch: Arch) -> int:
+    """``th:``/``scope:`` of a gfx12 memory instruction: ``kind`` is th_load, th_store, th_atomic or scope."""
+    names = {**DEFAULT_POLICY[kind], **_names(arch.name).get(kind, {})}
+    if name not in names:
+        raise AsmError(f"unknown {kind.split('_')[0]} value {name} (known: {', '.join(names)})", None,
+                       kind.split("_")[0], arch.name)
+    return names[name]
+
+
+def policy_name(kind: str, value: int, arch: Arch, scope: int = 0) -> str | None:
+    if value == 0:
+        return None
+    if value == 3 and scope == 3 and kind in ("th_load", "th_store"):
+        return f"TH_{kind[3:].upper()}_BYPASS"
+    names = _names(arch.name).get(kind, {})
+    return next((n for n, v in names.items() if v == value), None)
+
+
+def _number(x: object, what: str, lo: int, hi: int, arch: Arch) -> int:
+    if not isinstance(x, int) or not lo <= x <= hi:
+        raise AsmError(f"{what} must be in {lo}..{hi}, got {x!r}", None, what, arch.name)
+    return x
+
+
+def value(sym: Sym, arch: Arch) -> int:
+    """The immediate a symbolic operand stands for on ``arch``."""
+    names = _names(arch.name)
+    if sym.kind == "hwreg":
+        rid, *rest = sym.args
+        if isinstance(rid, str):
+            if rid not in names["hwreg"]:
+                raise AsmError(f"unknown hardware register {rid}", None, "hwreg", arch.name)
+            rid = names["hwreg"][rid]
+        rid = _number(rid, "hwreg id", 0, 63, arch)
+        if rest and len(rest) != 2:
+            raise AsmError("hwreg takes (register) or (register, offset, size)", None, "hwreg", arch.name)
+        offset = _number(rest[0], "hwreg offset", 0, 31, arch) if rest else 0
+        size = _number(rest[1], "hwreg size", 1, 32, arch) if rest else 32
+        return rid | offset << 6 | (size - 1) << 11
+    if sym.kind == "sendmsg":
+        msg, *rest = sym.args
+        if len(rest) > 2:
+            raise AsmError("sendmsg takes (message[, operation[, stream]])", None, "sendmsg", arch.name)
+        op = rest[0] if rest else 0
+        stream = _number(rest[1], "sendmsg stream", 0, 3, arch) if len(rest) > 1 else 0
+        if isinstance(op, str):
+            key = f"{msg},{op}"
+            if key not in names["msgop"]:
+                raise AsmError(f"unknown operation {op} of {msg}", None, "sendmsg", arch.name)
+            return names["msgop"][key] | stream << 8
+        if isinstance(msg, str):
+            ids = {**names["msg"], **{k.split(",")[0]: v & 0xF for k, v in names["msgop"].items()}}
+            if msg not in ids:
+                raise AsmError(f"unknown message {msg}", None, "sendmsg", arch.name)
+            msg = ids[msg]
+        msg = _number(msg, "sendmsg message", 0, 255 if arch.rdna else 15, arch)
+        return msg | _number(op, "sendmsg operation", 0, 7, arch) << 4 | stream << 8
+    if sym.kind == "delay":
+        out = 0
+        for field, name in sym.args:
+            if field not in DELAY_FIELDS:
+                raise AsmError(f"unknown s_delay_alu field {field}", None, "delay", arch.name)
+            shift, codes = DELAY_FIELDS[field]
+            if name not in codes:
+                raise AsmError(f"unknown {field} value {name}", None, "delay", arch.name)
+            out |= codes[name] << shift
+        return out
+    if sym.kind == "depctr":
+        if not arch.rdna:
+            raise AsmError("depctr counters exist on RDNA only", None, "depctr", arch.name)
+        out = DEPCTR_BASE
+        for field, n in sym.args:
+            if field not in DEPCTR:
+                raise AsmError(f"unknown counter {field} (known: {', '.join(DEPCTR)})", None, "depctr", arch.name)
+            lo, width = DEPCTR[field]
+            n = _number(n, field, 0, (1 << width) - 1, arch)
+            out = out & ~(((1 << width) - 1) << lo) | n << lo
+        return out
+    raise AsmError(f"unknown symbolic operand {sym.kind}", None, None, arch.name)
+
+
+def hwreg_sym(imm: int, arch: Arch) -> Sym:
+    rid, offset, size = imm & 63, imm >> 6 & 31, (imm >> 11 & 31) + 1
+    name: str | int = next((n for n, v in _names(arch.name)["hwreg"].items() if v == rid), rid)
+    return Sym("hwreg", (name,) if offset == 0 and size == 32 else (name, offset, size))
+
+
+def msg_sym(imm: int, arch: Arch) -> Sym | int:
+    names = _names(arch.name)
+    for key, v in names["msgop"].items():
+        if v == imm & 0xFF and not imm >> 10:
+            msg, op = key.split(",")
+            return Sym("sendmsg", (msg, op) if not imm >> 8 & 3 else (msg, op, imm >> 8 & 3))
+    for name, v in names["msg"].items():
+        if v == imm:
+            return Sym("sendmsg", (name,))
+    if imm <= (0xFF if arch.rdna else 0xF):  # an unnamed message: its number
+        return Sym("sendmsg", (imm, 0, 0))
+    return imm
+
+
+def delay_sym(imm: int) -> Sym | int:
+    args = []
+    for field, (shift, codes) in DELAY_FIELDS.items():
+        code = imm >> shift & (15 if field != "instskip" else 7)
+        name = next((n for n, c in codes.items() if c == code), None)
+        if name is None or imm >> 11:
+            return imm
+        if code:
+            args.append((field, name))
+    return Sym("delay", tuple(args) or (("instid0", "NO_DEP"),))
