@@ -95,6 +95,27 @@ class EmuRenderer(PythonRenderer):
         return super().render(name, kernel)
 
 
+class EmuCounterTotals:
+    """The emulator's exact counts over every kernel it ran in this process, as a profile reads counters
+    (``read()``: name -> count so far; nothing is refused). See ``tg_amd.emu_counters``."""
+
+    totals: dict[str, int] = {}
+    refused: dict[str, str] = {}
+
+    def read(self) -> dict[str, int]:
+        return dict(EmuCounterTotals.totals)
+
+
+def record_run(stats: Any) -> None:
+    """Add one launch's ``RunStats`` to the totals a profile reads."""
+    totals = EmuCounterTotals.totals
+    figures = {"instructions": stats.instructions, "lds-bank-conflicts": stats.lds_bank_conflicts,
+               "waits": stats.waits, "waits-that-waited": stats.waits_that_waited,
+               **{"instructions-" + name.lower().replace(" ", "-"): n for name, n in stats.by_class.items()}}
+    for name, n in figures.items():
+        totals[name] = totals.get(name, 0) + int(n)
+
+
 class EmuProgram:
     """``EmuProgram(name, lib)``: an interpreted kernel (a pickled SINK), or a code object for the emulator."""
 
@@ -117,6 +138,7 @@ class EmuProgram:
             raise ValueError(f"AMD:EMU kernel {self.name!r} needs global_size and local_size")
         start = time.perf_counter()
         self.last_stats = self.machine.run(list(bufs), tuple(global_size), tuple(local_size), self.launch)
+        record_run(self.last_stats)
         return time.perf_counter() - start if wait else None
 
     def __repr__(self) -> str:
@@ -135,6 +157,10 @@ class AmdEmuDevice(Device):
         self.arch = os.environ.get("AMD_ARCH", "gfx1200")
         if self.arch not in EMU_ARCHS:
             raise DeviceError(f"AMD_ARCH={self.arch!r}: the emulator runs {', '.join(EMU_ARCHS)}")
+
+    def profile_counters(self) -> EmuCounterTotals:
+        """The emulator's exact counts (instructions by class, LDS bank conflicts, waits) for ``PROFILE=1``."""
+        return EmuCounterTotals()
 
 
 def hardware_renderer() -> Any:

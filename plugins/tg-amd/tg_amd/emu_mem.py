@@ -197,6 +197,7 @@ def ds_op(inst: Inst, ctx: Context) -> Op:
     word_span = np.arange(dwords)
     what = f"{inst.name} at byte {ctx.pos}"
     counter = ctx.ds_counter
+    counts = ctx.counts
     # fast paths: whole aligned dwords through a uint32 view of LDS, aligned 16-bit through a uint16 view
     unit = 4 if nbytes % 4 == 0 else 2 if nbytes == 2 else 1
     if any(off % unit for off in offsets):
@@ -211,6 +212,9 @@ def ds_op(inst: Inst, ctx: Context) -> Op:
             lo, hi = int(base.min()) + min(offsets), int(base.max()) + max(offsets)
             lds_check(w.group.lds_bytes, lo, hi, nbytes, what)
         step = unit if unit == 1 or not (base & (unit - 1)).any() else 1
+        if counts is not None:
+            for off in offsets:
+                counts.lds(base + off, cols, nbytes)
         if load:
             stores: list[Any] = []
         elif step == 4:

@@ -28,10 +28,12 @@ NP = {u32: np.uint32, i32: np.int32, f32: np.float32, f16: np.float16, u64: np.u
 
 
 class Context:
-    """Where an instruction sits: arch family, byte position, branch targets, memory counter names."""
+    """Where an instruction sits: arch family, byte position, branch targets, memory counter names, and the
+    counts its op adds to."""
 
-    def __init__(self, arch: Any, pos: int, index_of: dict[int, int], memory: Any):
+    def __init__(self, arch: Any, pos: int, index_of: dict[int, int], memory: Any, counts: Any = None):
         self.arch, self.gen, self.pos, self.index_of, self.memory = arch, arch.gen, pos, index_of, memory
+        self.counts = counts  # the launch's EmuCounts (tg_amd.emu_counters): LDS bank conflicts, waits
         rdna4 = self.gen == 12
         self.load_counter = "load" if rdna4 else "vm"
         self.ds_counter = "ds" if rdna4 else "lgkm"

@@ -641,9 +641,12 @@ def _sopp(inst: Inst, ctx: Context) -> Op:
         else:
             vm, lgkm = value >> 10 & 0x3F, value >> 4 & 0x3F
 
+        counts = ctx.counts
+
         def waitcnt(w: Wave) -> None:
-            w.wait("vm", vm)
-            w.wait("lgkm", lgkm)
+            completed = w.wait("vm", vm) + w.wait("lgkm", lgkm)
+            if counts is not None:
+                counts.wait(completed)
         return waitcnt
     counters = {"s_wait_loadcnt": ("load",), "s_wait_dscnt": ("ds",), "s_wait_kmcnt": ("km",),
                 "s_wait_loadcnt_dscnt": ("load", "ds"), "s_wait_storecnt_dscnt": ("ds",)}
@@ -653,13 +656,19 @@ def _sopp(inst: Inst, ctx: Context) -> Op:
             load, ds = value >> 8 & 0x3F, value & 0x3F
 
             def wait2(w: Wave) -> None:
-                w.wait("load", load)
-                w.wait("ds", ds)
+                completed = w.wait("load", load) + w.wait("ds", ds)
+                if ctx.counts is not None:
+                    ctx.counts.wait(completed)
             return wait2
         (counter,) = counters[name]
         if name == "s_wait_storecnt_dscnt":
             value &= 0x3F
-        return lambda w: w.wait(counter, value)
+
+        def wait1(w: Wave) -> None:
+            completed = w.wait(counter, value)
+            if ctx.counts is not None:
+                ctx.counts.wait(completed)
+        return wait1
     return unsupported(inst, ctx)
 
 

@@ -67,11 +67,15 @@ class Wave:
     def exec(self) -> int:
         return self.s[EXEC]
 
-    def wait(self, counter: str, allowed: int) -> None:
-        """Complete the oldest operations on ``counter`` until at most ``allowed`` are in flight."""
+    def wait(self, counter: str, allowed: int) -> int:
+        """Complete the oldest operations on ``counter`` until at most ``allowed`` are in flight; how many it
+        completed (a wait that completed some had to wait)."""
         queue = self.queues[counter]
+        completed = 0
         while len(queue) > allowed:
             queue.popleft()()
+            completed += 1
+        return completed
 
     def drain(self) -> None:
         for counter in self.queues:

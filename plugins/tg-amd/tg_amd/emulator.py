@@ -35,6 +35,7 @@ import numpy as np
 
 from tg_amd.arch import Arch, AsmError, get_arch
 from tg_amd.assembler import decode_all
+from tg_amd.emu_counters import LDS_MODELS, EmuCounts, instruction_classes
 from tg_amd.emu_ops import BLOCK, END, Context, compile_inst
 from tg_amd.emu_state import EXEC, FULL, TTMP, WAVE, EmulatorError, GlobalMemory, Wave, Workgroup
 from tg_amd.inst import Inst
@@ -64,6 +65,13 @@ class RunStats:
     workgroups: int = 0
     seconds: float = 0.0       # wall clock
     cpu_seconds: float = 0.0   # this process's CPU time (steadier on a shared machine)
+    # exact counts (tg_amd.emu_counters): instructions by class, LDS accesses and their bank conflicts under the
+    # stated model, wait instructions executed and how many of them had operations to complete first
+    by_class: Counter[str] = field(default_factory=Counter)
+    lds_accesses: int = 0
+    lds_bank_conflicts: int = 0
+    waits: int = 0
+    waits_that_waited: int = 0
 
 
 class _MemoryBox:
@@ -97,8 +105,10 @@ class Program:
         self.names = [inst.name + (f" :: {inst.dual.name}" if inst.dual else "") for inst in self.insts]
         index_of = {pos: i for i, pos in enumerate(self.positions)}
         self.memory = _MemoryBox()
-        self.lock = threading.Lock()   # one launch at a time: the compiled ops share the memory box
-        self.ops = [self._compile(inst, Context(self.arch, pos, index_of, self.memory)) for pos, inst in decoded]
+        self.counts = EmuCounts(LDS_MODELS[self.arch.family])
+        self.lock = threading.Lock()   # one launch at a time: the compiled ops share the memory box and counts
+        self.ops = [self._compile(inst, Context(self.arch, pos, index_of, self.memory, self.counts))
+                    for pos, inst in decoded]
 
     @staticmethod
     def _compile(inst: Inst, ctx: Context) -> Any:
@@ -134,6 +144,7 @@ class Program:
         kernarg = np.array([memory.address(i) for i in range(len(buffers))] or [0], dtype="<u8")
         kernarg_addr = memory.add(kernarg)
         self.memory.memory = memory
+        self.counts.reset()
         stats = RunStats()
         hits = [0] * len(self.ops)
         start, cpu_start = time.perf_counter(), time.process_time()
@@ -154,6 +165,10 @@ class Program:
             if n:
                 stats.by_name[self.names[i]] += n
         stats.instructions = sum(hits)
+        stats.by_class = instruction_classes(stats.by_name)
+        counts = self.counts
+        stats.lds_accesses, stats.lds_bank_conflicts = counts.lds_accesses, counts.lds_bank_conflicts
+        stats.waits, stats.waits_that_waited = counts.waits, counts.waits_that_waited
         return stats
 
     def run_wave(self, vgprs: dict[int, Any] | None = None, sgprs: dict[int, int] | None = None,
