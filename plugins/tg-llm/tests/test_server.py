@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import pytest
-from test_server_helpers import MODEL_ID, require, shared_server, smollm2_path
+from test_server_helpers import MODEL_ID, MODEL_NAME, require, shared_server, smollm2_path
 
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 PROMPT = "The capital of France is"
@@ -71,8 +71,13 @@ def test_health_models_and_page(server: Any, client: Any) -> None:
     health = httpx.get(server.url("/health"))
     assert health.status_code == 200 and health.json()["status"] == "ok"
     models = client.models.list()
-    assert [m.id for m in models.data] == [MODEL_ID]
-    assert client.models.retrieve(MODEL_ID).id == MODEL_ID
+    assert [m.id for m in models.data] == [MODEL_NAME]
+    assert client.models.retrieve(MODEL_ID).id == MODEL_NAME  # the file stem is an alias
+    assert client.models.retrieve(MODEL_NAME).id == MODEL_NAME
+    # the file has no general.sampling.* keys: llama.cpp's server's defaults
+    from tg_llm.sampling import SERVER_DEFAULTS
+    card = models.data[0].model_dump()
+    assert card["sampling"] == SERVER_DEFAULTS and card["aliases"] == [MODEL_ID]
     page = httpx.get(server.url("/"))
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "/v1/chat/completions" in page.text
@@ -81,14 +86,14 @@ def test_health_models_and_page(server: Any, client: Any) -> None:
 def test_load_progress_and_time_logged(server: Any) -> None:
     log = server.log()
     assert "100% (" in log  # the progress bar reached the end
-    assert f"loaded {MODEL_ID}" in log and " s" in log.split(f"loaded {MODEL_ID}")[1].splitlines()[0]
+    assert f"loaded {MODEL_NAME}" in log and " s" in log.split(f"loaded {MODEL_NAME}")[1].splitlines()[0]
 
 
 # ---- chat ----
 
 def test_chat_non_streaming(greedy_chat: Any, tokenizer: Any) -> None:
     r = greedy_chat
-    assert r.object == "chat.completion" and r.model == MODEL_ID
+    assert r.object == "chat.completion" and r.model == MODEL_NAME
     choice = r.choices[0]
     assert choice.message.role == "assistant" and isinstance(choice.message.content, str)
     assert choice.finish_reason in ("stop", "length")
@@ -131,6 +136,17 @@ def test_chat_sse_framing(server: Any) -> None:
     assert last["choices"][0]["finish_reason"] in ("stop", "length") and "usage" not in last
 
 
+def test_model_may_be_omitted_and_llama_cpp_spellings(server: Any, greedy_chat: Any) -> None:
+    """One model is served, so ``model`` may be left out (as llama.cpp's server allows); ``repeat_penalty`` and
+    ``repeat_last_n`` are accepted as llama.cpp spells them (1.0 is no penalty: the greedy reply is unchanged)."""
+    import httpx
+    body = {"messages": CHAT, "temperature": 0, "max_tokens": 6, "repeat_penalty": 1.0, "repeat_last_n": 8}
+    r = httpx.post(server.url("/v1/chat/completions"), json=body, timeout=300)
+    assert r.status_code == 200, r.text
+    assert r.json()["model"] == MODEL_NAME
+    assert r.json()["choices"][0]["message"]["content"] == greedy_chat.choices[0].message.content
+
+
 def test_seed_reproducible_with_n(client: Any) -> None:
     def run() -> list[str]:
         r = client.chat.completions.create(model=MODEL_ID, messages=CHAT, temperature=1.0, max_tokens=4, seed=1234,
@@ -160,7 +176,7 @@ def test_stop_strings(client: Any, greedy_completion: Any) -> None:
 
 def test_completions_non_streaming_and_streaming(client: Any, greedy_completion: Any, tokenizer: Any) -> None:
     r = greedy_completion
-    assert r.object == "text_completion" and r.model == MODEL_ID
+    assert r.object == "text_completion" and r.model == MODEL_NAME
     assert r.usage.prompt_tokens == len(tokenizer.encode(PROMPT))
     assert r.usage.completion_tokens == 8 and r.usage.total_tokens == r.usage.prompt_tokens + 8
     stream = client.completions.create(model=MODEL_ID, prompt=PROMPT, temperature=0, max_tokens=8, stream=True,
@@ -218,6 +234,9 @@ ERROR_CASES = [
     ("top_logprobs 21", "/v1/chat/completions", _chat(logprobs=True, top_logprobs=21), 400, "invalid_value",
      "top_logprobs"),
     ("unknown model", "/v1/chat/completions", _chat(model="gpt-4o"), 404, "model_not_found", "model"),
+    ("two repetition penalties", "/v1/chat/completions", _chat(repetition_penalty=1.1, repeat_penalty=1.2), 400,
+     None, "repeat_penalty"),
+    ("repeat_last_n -2", "/v1/chat/completions", _chat(repeat_last_n=-2), 400, "invalid_value", "repeat_last_n"),
     ("tools", "/v1/chat/completions", _chat(tools=[{"type": "function", "function": {"name": "f"}}]), 400,
      "unsupported_parameter", "tools"),
     ("json mode", "/v1/chat/completions", _chat(response_format={"type": "json_object"}), 400,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_server_helpers import MODEL_ID, LiveServer, require, require_server_deps, smollm2_path
+from test_server_helpers import MODEL_ID, MODEL_NAME, LiveServer, require, require_server_deps, smollm2_path
 
 CHAT = [{"role": "user", "content": "Tell me a long story about a dragon."}]
 
@@ -77,7 +77,7 @@ def test_health_503_while_loading_then_200() -> None:
             assert r.status_code == 503 and r.json()["status"] == "loading"
             r = await http.post("/v1/chat/completions", json={"model": MODEL_ID, "messages": CHAT})
             assert r.status_code == 503 and r.json()["error"]["code"] == "model_loading"
-            assert (await http.get("/v1/models")).json()["data"][0]["id"] == MODEL_ID
+            assert (await http.get("/v1/models")).json()["data"][0]["id"] == MODEL_NAME
             # validation needs no model: a bad request is a 400 even while loading
             r = await http.post("/v1/chat/completions", json={"model": MODEL_ID, "messages": "hi"})
             assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
@@ -142,7 +142,7 @@ def test_api_key(keyed_server: Any) -> None:
     with pytest.raises(openai.AuthenticationError):
         wrong.models.list()
     right = openai.OpenAI(base_url=url("/v1"), api_key=KEY, max_retries=0)
-    assert right.models.list().data[0].id == MODEL_ID
+    assert right.models.list().data[0].id == MODEL_NAME
 
 
 def test_timeout(keyed_server: Any) -> None:

@@ -95,6 +95,7 @@ def chat(args: argparse.Namespace) -> int:
     from tg_llm.generate import Generator
     from tg_llm.model import ContextLengthError
     template = chat_template_option(args.chat_template)
+    sampling = chat_sampling(args)
     model, tokenizer = load(model_path(args.model), args.device, args.max_context)
     if template is not None:
         tokenizer.chat_template = template
@@ -116,8 +117,7 @@ def chat(args: argparse.Namespace) -> int:
         ids = tokenizer.encode_chat(messages, add_generation_prompt=True)
         reply: list[str] = []
         try:
-            for event in gen.generate(ids, max_tokens=args.max_tokens, temperature=args.temperature,
-                                      top_p=args.top_p, top_k=args.top_k, seed=args.seed):
+            for event in gen.generate(ids, max_tokens=args.max_tokens, seed=args.seed, **sampling):
                 reply.append(event.text)
                 sys.stdout.write(event.text)
                 sys.stdout.flush()
@@ -135,6 +135,19 @@ def chat(args: argparse.Namespace) -> int:
             print(f"[prefill {t.prefill_tokens} tok {_rate(t.prefill_tokens, t.prefill_s)}, decode "
                   f"{t.decode_tokens} tok {_rate(t.decode_tokens, t.decode_s)}]", file=sys.stderr)
         messages.append({"role": "assistant", "content": "".join(reply)})
+
+
+def chat_sampling(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampling settings of ``tg llm chat``: as ``tg serve llm``'s defaults (llama.cpp's server's, then the
+    file's ``general.sampling.*``), then the flags."""
+    from tg_llm.models import header_metadata
+    from tg_llm.sampling import sampling_defaults
+    flags = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
+             "repetition_penalty": args.repeat_penalty, "repeat_last_n": args.repeat_last_n}
+    try:
+        return sampling_defaults(header_metadata(model_path(args.model)), flags)
+    except ValueError as e:
+        raise CliError(str(e)) from e
 
 
 def _rate(n: int, seconds: float) -> str:
@@ -246,9 +259,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--system", help="system prompt")
     p.add_argument("--chat-template", metavar="FILE_OR_NAME", help=CHAT_TEMPLATE_HELP)
     p.add_argument("--max-tokens", type=int, default=512, help="most tokens per reply")
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--temperature", type=float, default=None, help="(default: as tg serve llm: the file's "
+                                                                   "general.sampling.temp, else 0.8)")
+    p.add_argument("--top-k", type=int, default=None, help="(default 40)")
+    p.add_argument("--top-p", type=float, default=None, help="(default 0.95)")
+    p.add_argument("--min-p", type=float, default=None, help="(default 0.05)")
+    p.add_argument("--repeat-penalty", type=float, default=None, help="(default 1: off)")
+    p.add_argument("--repeat-last-n", type=int, default=None, help="(default 64)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("-v", "--verbose", action="store_true", help="print tokens/s after each reply")
     p.set_defaults(func=_guard(chat))

@@ -75,6 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="limit on one request, queue wait included (default 600)")
     p.add_argument("--max-queue", type=int, default=64, metavar="N",
                    help="requests waiting or running before new ones get 429 (default 64)")
+    g = p.add_argument_group("sampling defaults", "what a request gets for the fields it leaves out (default: "
+                             "the model file's general.sampling.* values, else llama.cpp's server's)")
+    g.add_argument("--temperature", type=float, default=None, help="default temperature (0.8)")
+    g.add_argument("--top-k", type=int, default=None, help="default top_k (40; 0 turns it off)")
+    g.add_argument("--top-p", type=float, default=None, help="default top_p (0.95; 1 turns it off)")
+    g.add_argument("--min-p", type=float, default=None, help="default min_p (0.05; 0 turns it off)")
+    g.add_argument("--repeat-penalty", type=float, default=None, help="default repetition penalty (1: off)")
+    g.add_argument("--repeat-last-n", type=int, default=None,
+                   help="tokens the penalties look back over (64; -1: all, 0: none)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -109,6 +118,13 @@ def run(argv: list[str]) -> int:
     if args.timeout <= 0:
         print("tg serve llm: --timeout must be positive", file=sys.stderr)
         return 2
+    sampling = sampling_flags(args)
+    try:
+        from tg_llm.sampling import SamplingParams
+        SamplingParams(**{k: v for k, v in sampling.items() if v is not None})
+    except ValueError as e:
+        print(f"tg serve llm: {e}", file=sys.stderr)
+        return 2
     template = None
     if args.chat_template is not None:
         from tg_llm.chat_template import ChatTemplateError, chat_template_source
@@ -138,7 +154,7 @@ def run(argv: list[str]) -> int:
             server.should_exit = True
 
     engine = Engine(path, device=args.device, max_context=args.max_context, max_queue=args.max_queue,
-                    on_failure=on_failure, chat_template=template)
+                    on_failure=on_failure, chat_template=template, sampling=sampling)
     app = create_app(engine, api_key=args.api_key, timeout=args.timeout)
     config = uvicorn.Config(asgi(app), host=args.host, port=args.port, access_log=False, log_config=None,
                             log_level=args.log_level, timeout_graceful_shutdown=int(args.timeout) + 5,
@@ -154,6 +170,12 @@ def run(argv: list[str]) -> int:
         return 1
     log.info("stopped")
     return 0
+
+
+def sampling_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampling flags by ``SamplingParams`` field name (None: not given)."""
+    return {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
+            "repetition_penalty": args.repeat_penalty, "repeat_last_n": args.repeat_last_n}
 
 
 @contextlib.contextmanager

@@ -314,13 +314,14 @@ class _API:
     def model_card(self) -> dict[str, Any]:
         e = self.engine
         card: dict[str, Any] = {"id": e.model_id, "object": "model", "created": e.created, "owned_by": "tgcore",
-                                "ready": e.state == "ready"}
+                                "aliases": e.aliases, "ready": e.state == "ready", "sampling": e.sampling}
         if e.state == "ready":
             card["max_context"] = e.max_context
         return card
 
-    def check_model(self, name: str) -> None:
-        if name != self.engine.model_id:
+    def check_model(self, name: str | None) -> None:
+        """Any of the served model's names, or none at all (one model is served); else a 404."""
+        if name is not None and name != self.engine.model_id and name not in self.engine.aliases:
             raise APIError(404, f"The model '{name}' does not exist. This server serves '{self.engine.model_id}'.",
                            "invalid_request_error", "model", "model_not_found")
 
@@ -364,16 +365,21 @@ class _API:
                                "invalid_request_error",
                                "messages" if isinstance(req, ChatCompletionRequest) else "prompt",
                                "context_length_exceeded")
+            sampling = self.sampling_for(req)
             for j in range(req.n):
                 choices.append(Choice(
                     prompt_ids=list(ids), max_tokens=limit, stop=stop_list(req.stop),
-                    seed=None if req.seed is None else req.seed + j,
-                    temperature=1.0 if req.temperature is None else req.temperature,
-                    top_p=1.0 if req.top_p is None else req.top_p, top_k=req.top_k or 0, min_p=req.min_p or 0.0,
-                    repetition_penalty=req.repetition_penalty or 1.0,
+                    seed=None if req.seed is None else req.seed + j, **sampling,
                     frequency_penalty=req.frequency_penalty or 0.0, presence_penalty=req.presence_penalty or 0.0,
                     logprobs=logprobs, top_logprobs=top_logprobs, prompt_logprobs=echo and logprobs))
         return choices
+
+    def sampling_for(self, req: CommonRequest) -> dict[str, Any]:
+        """The request's sampling fields, the server's defaults (``engine.sampling``) for those it leaves out."""
+        given = {"temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p,
+                 "repetition_penalty": req.repetition_penalty if req.repetition_penalty is not None
+                 else req.repeat_penalty, "repeat_last_n": req.repeat_last_n}
+        return {k: v if v is not None else self.engine.sampling[k] for k, v in given.items()}
 
     def submit(self, choices: list[Choice]) -> Job:
         job = Job(choices, asyncio.get_running_loop(), time.monotonic() + self.timeout)

@@ -43,6 +43,7 @@ class Choice:
     top_k: int = 0
     min_p: float = 0.0
     repetition_penalty: float = 1.0
+    repeat_last_n: int = -1
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     logprobs: bool = False         # report each generated token's log-probability
@@ -124,14 +125,20 @@ class Engine:
 
     def __init__(self, path: str | os.PathLike[str], device: str | None = None, max_context: int = 4096,
                  max_queue: int = 64, on_failure: Callable[[BaseException], None] | None = None,
-                 chat_template: str | None = None) -> None:
+                 chat_template: str | None = None, sampling: dict[str, float | int | None] | None = None) -> None:
+        from tg_llm.models import header_metadata
+        from tg_llm.sampling import sampling_defaults
         self.path = Path(path)
         self.chat_template = chat_template  # overrides the file's (None: the file's own, else ChatML)
         self.device = device
         self.max_context_asked = max_context
         self.max_queue = max_queue
         self.on_failure = on_failure
-        self.model_id = model_id_for(self.path)
+        metadata = header_metadata(self.path)
+        self.aliases = [model_id_for(self.path)]  # names a request's ``model`` may also use
+        self.model_id = _display_name(metadata) or self.aliases[0]
+        # what a request gets for the sampling fields it leaves out (flags over the file over llama.cpp's)
+        self.sampling = sampling_defaults(metadata, sampling)
         self.created = int(self.path.stat().st_mtime) if self.path.exists() else 0
         self.state: Literal["loading", "ready", "failed"] = "loading"
         self.error: BaseException | None = None
@@ -255,9 +262,9 @@ class Engine:
     def _generate(self, c: Choice) -> Any:
         return self.generator.generate(
             c.prompt_ids, c.max_tokens, temperature=c.temperature, top_p=c.top_p, top_k=c.top_k, min_p=c.min_p,
-            repetition_penalty=c.repetition_penalty, frequency_penalty=c.frequency_penalty,
-            presence_penalty=c.presence_penalty, logprobs=c.top_logprobs if c.logprobs else 0,
-            stop=c.stop, seed=c.seed)
+            repetition_penalty=c.repetition_penalty, repeat_last_n=c.repeat_last_n,
+            frequency_penalty=c.frequency_penalty, presence_penalty=c.presence_penalty,
+            logprobs=c.top_logprobs if c.logprobs else 0, stop=c.stop, seed=c.seed)
 
     def prompt_logprobs(self, c: Choice) -> list[tuple[int, float | None, list[tuple[int, float]]]]:
         """Each prompt token with its log-probability given the tokens before it (None for the first) and
@@ -280,6 +287,11 @@ class Engine:
 
 class _Cancelled(Exception):
     """The job's client went away."""
+
+
+def _display_name(metadata: dict[str, Any]) -> str | None:
+    name = metadata.get("general.name")
+    return " ".join(name.split()) if isinstance(name, str) and name.strip() else None
 
 
 def model_id_for(path: Path) -> str:
