@@ -138,13 +138,16 @@ def test_chat_sse_framing(server: Any) -> None:
 
 def test_model_may_be_omitted_and_llama_cpp_spellings(server: Any, greedy_chat: Any) -> None:
     """One model is served, so ``model`` may be left out (as llama.cpp's server allows); ``repeat_penalty`` and
-    ``repeat_last_n`` are accepted as llama.cpp spells them (1.0 is no penalty: the greedy reply is unchanged)."""
+    ``repeat_last_n`` are accepted as llama.cpp spells them (1.0 is no penalty: the greedy reply is unchanged).
+    The body is JSON with no ``Content-Type`` (raw bytes), then with curl -d's form type."""
     import httpx
-    body = {"messages": CHAT, "temperature": 0, "max_tokens": 6, "repeat_penalty": 1.0, "repeat_last_n": 8}
-    r = httpx.post(server.url("/v1/chat/completions"), json=body, timeout=300)
-    assert r.status_code == 200, r.text
-    assert r.json()["model"] == MODEL_NAME
-    assert r.json()["choices"][0]["message"]["content"] == greedy_chat.choices[0].message.content
+    body = json.dumps({"messages": CHAT, "temperature": 0, "max_tokens": 6, "repeat_penalty": 1.0,
+                       "repeat_last_n": 8}).encode()
+    for headers in ({}, {"content-type": "application/x-www-form-urlencoded"}):
+        r = httpx.post(server.url("/v1/chat/completions"), content=body, headers=headers, timeout=300)
+        assert r.status_code == 200, r.text
+        assert r.json()["model"] == MODEL_NAME
+        assert r.json()["choices"][0]["message"]["content"] == greedy_chat.choices[0].message.content
 
 
 def test_seed_reproducible_with_n(client: Any) -> None:

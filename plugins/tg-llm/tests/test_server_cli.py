@@ -55,6 +55,35 @@ def test_missing_model_file_exits_2(tmp_path: Path) -> None:
     assert r.returncode == 2 and "does not exist" in r.stderr
 
 
+def serve(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tgcore.cli", "serve", "llm", *argv], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_busy_port_is_one_line_exit_2() -> None:
+    """Nothing is loaded or logged as serving before the port is bound; the error names the port and --port."""
+    import socket
+    for host, warned in (("127.0.0.1", False), ("0.0.0.0", True)):  # noqa: S104 - the warning is the point
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+            busy.bind((host, 0))
+            busy.listen()
+            port = busy.getsockname()[1]
+            r = serve("--host", host, "--port", str(port))
+        lines = r.stderr.splitlines()
+        assert r.returncode == 2 and r.stdout == "", r.stderr
+        assert f"port {port}" in lines[-1] and "--port" in lines[-1] and "serving" not in r.stderr
+        assert len(lines) == 1 + warned, r.stderr
+        if warned:  # not loopback, no key
+            assert "0.0.0.0 without --api-key" in lines[0]
+
+
+def test_bad_port_and_directory_model_are_one_line(tmp_path: Path) -> None:
+    for argv, words in ((["--port", "99999"], "--port must be in 0..65535"),
+                        (["--model", str(tmp_path)], "is a directory")):
+        r = serve(*argv)
+        assert r.returncode == 2 and words in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+
+
 # ---- loading (in-process: the app before, during and after a real load) ----
 
 def _asgi_client(app: Any) -> Any:

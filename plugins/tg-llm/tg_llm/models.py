@@ -116,6 +116,8 @@ def resolve(arg: str) -> Path:
     if matches:
         raise ModelNotFound(f"model name {arg!r} is ambiguous: " + ", ".join(str(m.path) for m in matches)
                             + "; pass the path")
+    if path.is_dir():
+        raise ModelNotFound(f"{arg!r} is a directory; --model takes a GGUF file (or a name `tg llm models` lists)")
     raise ModelNotFound(f"model file {arg!r} does not exist, and `tg llm models` lists no model of that name")
 
 

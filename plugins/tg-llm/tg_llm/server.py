@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib.util
+import ipaddress
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -112,6 +115,9 @@ def run(argv: list[str]) -> int:
         except ModelNotFound as e:
             print(f"tg serve llm: {e}", file=sys.stderr)
             return 2
+    if not 0 <= args.port <= 65535:
+        print(f"tg serve llm: --port must be in 0..65535 (0 picks a free one), got {args.port}", file=sys.stderr)
+        return 2
     if args.max_context < 1:
         print("tg serve llm: --max-context must be at least 1", file=sys.stderr)
         return 2
@@ -144,6 +150,15 @@ def run(argv: list[str]) -> int:
               "brings fastapi and uvicorn", file=sys.stderr)
         return 2
     setup_logging(args.log_level)
+    if args.api_key is None and not is_loopback(args.host):
+        log.warning("listening on %s without --api-key: anyone who can reach this address can use the model",
+                    args.host)
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as e:
+        print(f"tg serve llm: {bind_error(args.host, args.port, e)}", file=sys.stderr)
+        return 2
+    port = sock.getsockname()[1]
 
     failed: list[BaseException] = []
     server: uvicorn.Server | None = None
@@ -162,10 +177,10 @@ def run(argv: list[str]) -> int:
     server = uvicorn.Server(config)
     _uvicorn_logs_to_stderr(args.log_level)
     log.info("serving %s on http://%s:%d (chat page at /, API at /v1, key %s)", engine.model_id,
-             _url_host(args.host), args.port, "required" if args.api_key else "not required")
+             _url_host(args.host), port, "required" if args.api_key else "not required")
     engine.start_loading()
-    with _sigterm_stops(server):
-        server.run()
+    with _sigterm_stops(server), sock:
+        server.run(sockets=[sock])
     if failed:
         return 1
     log.info("stopped")
@@ -199,6 +214,43 @@ def _sigterm_stops(server: Any) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` (uvicorn listens on it): binding first means a busy port is
+    reported before anything else happens, and the log names the real port when ``--port 0`` picked one."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                          flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        if os.name != "nt":  # a restarted server may rebind while old connections linger in TIME_WAIT
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.set_inheritable(True)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def bind_error(host: str, port: int, error: OSError) -> str:
+    """One line saying why ``host``:``port`` could not be bound and what to do."""
+    if error.errno == errno.EADDRINUSE:
+        return f"port {port} on {host} is already in use; choose another with --port (0 picks a free one)"
+    if error.errno == errno.EACCES:
+        return f"no permission to listen on port {port}; choose one above 1023 with --port"
+    if isinstance(error, socket.gaierror) or error.errno == errno.EADDRNOTAVAIL:
+        return f"cannot listen on --host {host}: {error.strerror or error}"
+    return f"cannot listen on {host}:{port}: {error.strerror or error}"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _url_host(host: str) -> str:

@@ -12,9 +12,9 @@ an error event) and its generation stops.
 Every error is OpenAI's ``{"error": {"message", "type", "param", "code"}}``: 400 for bad parameters,
 malformed JSON, wrong types (FastAPI's 422 is turned into this) and ``context_length_exceeded``;
 401 for a missing or wrong API key; 404 for an unknown model or route; 429 when the queue is full;
-503 while the model loads; 504 on timeout. Two pure-ASGI middlewares wrap the app: the API-key check
-on ``/v1/*`` and one access-log line per request (after its response has been sent, with the token
-counts when it generated).
+503 while the model loads; 504 on timeout. Pure-ASGI middlewares wrap the app: the API-key check
+on ``/v1/*``, one access-log line per request (after its response has been sent, with the token
+counts when it generated), and reading every ``POST /v1/*`` body as JSON whatever its ``Content-Type``.
 """
 from __future__ import annotations
 
@@ -131,6 +131,21 @@ class APIKeyCheck:
         await self.app(scope, receive, send)
 
 
+class JSONBodies:
+    """``POST /v1/*`` bodies are JSON whatever the ``Content-Type`` says: ``curl -d '{...}'`` sends
+    ``application/x-www-form-urlencoded`` and some clients send no header at all. A body that is not JSON
+    still gets the usual 400 ``invalid_json``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path", "").startswith("/v1/"):
+            headers = [(k, v) for k, v in scope.get("headers", []) if k != b"content-type"]
+            scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        await self.app(scope, receive, send)
+
+
 # ---- the app ----
 
 def create_app(engine: Engine, api_key: str | None = None, timeout: float = 600.0) -> FastAPI:
@@ -197,7 +212,7 @@ def create_app(engine: Engine, api_key: str | None = None, timeout: float = 600.
     async def completions(body: CompletionRequest, request: Request) -> Response:
         return await api.complete(body, request)
 
-    with_key = APIKeyCheck(app, api_key)
+    with_key = APIKeyCheck(JSONBodies(app), api_key)
     outer = AccessLog(with_key)
     app.state.asgi = outer
     return app
