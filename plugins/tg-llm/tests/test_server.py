@@ -383,23 +383,34 @@ def test_access_log(server: Any) -> None:
 
 # ---- last: SIGTERM ends the shared server ----
 
-def test_sigterm_finishes_open_stream(server: Any) -> None:
+def test_sigterm_ends_open_stream_with_a_final_chunk(server: Any) -> None:
+    """SIGTERM with a stream running (the shared server's --shutdown-timeout is 0): the stream ends at its next
+    token with finish_reason server_shutdown and [DONE]; a second signal (SIGINT) changes nothing; exit 0 and
+    no traceback in the log."""
+    import signal
+
     import httpx
-    body = {"model": MODEL_ID, "messages": CHAT, "max_tokens": 4, "temperature": 0, "stream": True,
-            "stop": ["\x00"]}
+    body = {"model": MODEL_ID, "messages": [{"role": "user", "content": "Tell me a long story about a dragon."}],
+            "max_tokens": 80, "temperature": 0, "stream": True, "stop": ["\x00"]}
     lines = []
     with httpx.stream("POST", server.url("/v1/chat/completions"), json=body, timeout=300) as r:
+        assert r.status_code == 200, r.read()
         it = r.iter_lines()
         for line in it:
             if line:
                 lines.append(line)
-                break  # the role chunk: the stream is open
+                if json.loads(line[6:])["choices"][0]["delta"].get("content"):
+                    break  # generating
         server.terminate()
+        server.proc.send_signal(signal.SIGINT)
         lines += [line for line in it if line]
     assert lines[-1] == "data: [DONE]"
     chunks = [json.loads(line[6:]) for line in lines[:-1]]
     assert not any("error" in c for c in chunks)
-    assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
+    assert chunks[-1]["choices"][0]["finish_reason"] == "server_shutdown"
+    assert sum(1 for c in chunks if c["choices"][0]["delta"].get("content")) < 80
     assert server.proc.wait(60) == 0
+    log = server.log()
+    assert "Traceback" not in log and "CancelledError" not in log, log[-3000:]
     with pytest.raises(httpx.ConnectError):
         httpx.get(server.url("/health"), timeout=5)

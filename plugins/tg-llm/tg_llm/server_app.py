@@ -12,9 +12,10 @@ an error event) and its generation stops.
 Every error is OpenAI's ``{"error": {"message", "type", "param", "code"}}``: 400 for bad parameters,
 malformed JSON, wrong types (FastAPI's 422 is turned into this) and ``context_length_exceeded``;
 401 for a missing or wrong API key; 404 for an unknown model or route; 429 when the queue is full;
-503 while the model loads; 504 on timeout. Pure-ASGI middlewares wrap the app: the API-key check
-on ``/v1/*``, one access-log line per request (after its response has been sent, with the token
-counts when it generated), and reading every ``POST /v1/*`` body as JSON whatever its ``Content-Type``.
+503 while the model loads or once the server is shutting down; 504 on timeout. Pure-ASGI middlewares
+wrap the app: the API-key check on ``/v1/*``, one access-log line per request (after its response has
+been sent, with the token counts when it generated), and reading every ``POST /v1/*`` body as JSON
+whatever its ``Content-Type``.
 """
 from __future__ import annotations
 
@@ -188,6 +189,8 @@ def create_app(engine: Engine, api_key: str | None = None, timeout: float = 600.
 
     @app.get("/health")
     async def health() -> JSONResponse:
+        if engine.stop_at is not None:
+            return JSONResponse({"status": "stopping", "model": engine.model_id}, status_code=503)
         if engine.state == "ready":
             return JSONResponse({"status": "ok", "model": engine.model_id, "queue": engine.pending})
         if engine.state == "failed":
@@ -342,6 +345,9 @@ class _API:
 
     def ready(self) -> Engine:
         e = self.engine
+        if e.stop_at is not None:
+            raise APIError(503, "The server is shutting down; it takes no new requests.", "server_error", None,
+                           "server_shutting_down")
         if e.state == "loading":
             raise APIError(503, "The model is still loading; retry shortly (GET /health says when it is ready).",
                            "server_error", None, "model_loading", {"Retry-After": "2"})

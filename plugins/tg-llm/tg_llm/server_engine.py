@@ -11,6 +11,10 @@ A single worker thread takes jobs first-in first-out and runs their choices one 
 requests never interleave on the model (the KV cache belongs to one generation at a time). A job whose
 client went away (``job.cancel()``) is skipped if it is still queued, and its generation stops at the
 next token if it is running; past its deadline a job stops the same way and reports a timeout.
+
+Shutdown: ``engine.drain(seconds)`` lets the jobs already accepted run for at most ``seconds`` more;
+past that, each choice still generating (or not started) ends at its next token with a last event
+whose ``finish_reason`` is ``SHUTDOWN_FINISH``.
 """
 from __future__ import annotations
 
@@ -63,6 +67,7 @@ class Output:
 
 
 END = Output("end")
+SHUTDOWN_FINISH = "server_shutdown"  # the finish_reason of a choice the server's shutdown ended
 
 
 class JobTimeout(Exception):
@@ -151,6 +156,7 @@ class Engine:
         self._lock = threading.Lock()
         self._worker: threading.Thread | None = None
         self.running: Job | None = None
+        self.stop_at: float | None = None  # time.monotonic() past which generations end (shutdown)
 
     # ---- loading ----
 
@@ -207,6 +213,15 @@ class Engine:
         self._queue.put(job)
         return True
 
+    def drain(self, seconds: float) -> None:
+        """Shutdown: jobs already accepted may generate for ``seconds`` more (a second call can shorten it)."""
+        at = time.monotonic() + max(seconds, 0.0)
+        self.stop_at = at if self.stop_at is None else min(self.stop_at, at)
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_at is not None and time.monotonic() >= self.stop_at
+
     def stop(self) -> None:
         """Stop the worker after the jobs already queued."""
         self._queue.put(None)
@@ -228,6 +243,7 @@ class Engine:
                 job.emit(END)
 
     def _run(self, job: Job) -> None:
+        index = 0
         try:
             for index, choice in enumerate(job.choices):
                 if choice.prompt_logprobs:
@@ -235,6 +251,7 @@ class Engine:
                     self._check(job)
                 if choice.max_tokens == 0:
                     continue
+                self._check(job)
                 events = self._generate(choice)
                 try:
                     for event in events:
@@ -248,6 +265,9 @@ class Engine:
                         close()
         except _Cancelled:
             return
+        except _Stopping:
+            for i in range(index, len(job.choices)):  # this choice and those not started
+                job.emit(Output("event", i, _shutdown_event(job.choices[i])))
         except BaseException as e:  # noqa: BLE001 - reported to the request, the worker keeps serving
             if not isinstance(e, JobTimeout | ValueError):
                 log.exception("generation failed")
@@ -258,6 +278,8 @@ class Engine:
             raise _Cancelled
         if time.monotonic() > job.deadline:
             raise JobTimeout("the request ran past the server's time limit")
+        if self.stopping:
+            raise _Stopping
 
     def _generate(self, c: Choice) -> Any:
         return self.generator.generate(
@@ -287,6 +309,16 @@ class Engine:
 
 class _Cancelled(Exception):
     """The job's client went away."""
+
+
+class _Stopping(Exception):
+    """The server is shutting down and the time it gave running jobs is up."""
+
+
+def _shutdown_event(choice: Choice) -> Any:
+    """The last event of a choice the shutdown ended (no token: the text already sent is all there is)."""
+    from tg_llm.generate import Event
+    return Event(None, "", finish_reason=SHUTDOWN_FINISH, prompt_tokens=len(choice.prompt_ids))
 
 
 def _display_name(metadata: dict[str, Any]) -> str | None:
