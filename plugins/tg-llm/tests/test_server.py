@@ -9,6 +9,7 @@ shared server while a stream is open.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -379,6 +380,31 @@ def test_access_log(server: Any) -> None:
     assert '"POST /v1/chat/completions HTTP/1.1" 200' in log
     assert '"POST /v1/chat/completions HTTP/1.1" 400' in log
     assert "prompt=" in log and "completion=" in log
+    # time to first token and the decode rate (from the first token to the last) of a generating request
+    line = next(ln for ln in log.splitlines()
+                if '"POST /v1/chat/completions HTTP/1.1" 200' in ln and "finish=length" in ln)
+    assert re.search(r" ttft=\d+\.\d{3}s decode=\d+\.\dtok/s ", line), line
+
+
+def test_metrics(server: Any) -> None:
+    """GET /metrics, read with prometheus-client's own text parser: the requests the tests above made."""
+    import httpx
+    parser = require("prometheus_client.parser", "pip install prometheus-client")
+    r = httpx.get(server.url("/metrics"))
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in parser.text_string_to_metric_families(r.text) for s in family.samples}
+
+    def value(name: str, **labels: str) -> float:
+        return samples[(name, tuple(sorted(labels.items())))]
+    assert value("tg_llm_requests_total", path="/v1/chat/completions", status="200") >= 5
+    assert value("tg_llm_requests_total", path="/v1/chat/completions", status="400") >= 5
+    assert value("tg_llm_completion_tokens_total") >= 20 and value("tg_llm_prompt_tokens_total") >= 20
+    assert value("tg_llm_decode_tokens_total") > 0 and value("tg_llm_decode_seconds_total") > 0
+    assert value("tg_llm_decode_tokens_per_second") > 0 and value("tg_llm_prefill_tokens_per_second") > 0
+    count = value("tg_llm_time_to_first_token_seconds_count")
+    assert count >= 5 and value("tg_llm_time_to_first_token_seconds_bucket", le="+Inf") == count
+    assert value("tg_llm_queue_depth") == 0 and value("tg_llm_active_slots") == 0
 
 
 # ---- last: SIGTERM ends the shared server ----

@@ -178,6 +178,9 @@ def test_api_key(keyed_server: Any) -> None:
         wrong.models.list()
     right = openai.OpenAI(base_url=url("/v1"), api_key=KEY, max_retries=0)
     assert right.models.list().data[0].id == MODEL_NAME
+    assert httpx.get(url("/metrics")).status_code == 401  # the metrics are behind the key too
+    r = httpx.get(url("/metrics"), headers={"Authorization": f"Bearer {KEY}"})
+    assert r.status_code == 200 and "tg_llm_requests_total" in r.text
 
 
 def test_timeout(keyed_server: Any) -> None:

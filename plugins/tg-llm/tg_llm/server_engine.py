@@ -84,6 +84,22 @@ class Job:
         self.outputs: asyncio.Queue[Output] = asyncio.Queue()
         self.cancelled = threading.Event()
         self.started = threading.Event()
+        # figures the worker fills in (time.monotonic() values, seconds, token counts)
+        self.submitted = time.monotonic()
+        self.first_token_at: float | None = None
+        self.prefill_tokens = 0
+        self.prefill_s = 0.0
+        self.decode_tokens = 0  # tokens after each choice's first: the decode rate's numerator
+        self.decode_s = 0.0
+
+    @property
+    def ttft(self) -> float | None:
+        """Seconds from submission (queue wait included) to the first generated token."""
+        return None if self.first_token_at is None else self.first_token_at - self.submitted
+
+    @property
+    def decode_tokens_per_second(self) -> float | None:
+        return self.decode_tokens / self.decode_s if self.decode_s > 0 and self.decode_tokens else None
 
     def cancel(self) -> None:
         """Stop this job: skipped while queued, stopped at the next token while running."""
@@ -253,8 +269,12 @@ class Engine:
                     continue
                 self._check(job)
                 events = self._generate(choice)
+                clock = _ChoiceClock(time.monotonic())
                 try:
                     for event in events:
+                        clock.tick(event)
+                        if job.first_token_at is None:
+                            job.first_token_at = clock.first
                         job.emit(Output("event", index, event))
                         if getattr(event, "finish_reason", None) is not None:
                             break
@@ -263,6 +283,7 @@ class Engine:
                     close = getattr(events, "close", None)
                     if close is not None:
                         close()
+                    clock.add_to(job)
         except _Cancelled:
             return
         except _Stopping:
@@ -305,6 +326,33 @@ class Engine:
                 top = [(int(t), float(row[t])) for t in best]
             out.append((ids[pos], float(row[ids[pos]]), top))
         return out
+
+
+class _ChoiceClock:
+    """When one choice's tokens came: prefill is the wait for the first, decode the time from it to the last."""
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.first: float | None = None
+        self.last = start
+        self.tokens = 0
+        self.prefilled = 0
+
+    def tick(self, event: Any) -> None:
+        now = time.monotonic()
+        if self.first is None:
+            self.first = now
+            self.prefilled = int(getattr(event, "prompt_tokens", 0)) - int(getattr(event, "cached_tokens", 0))
+        self.last = now
+        self.tokens += 1
+
+    def add_to(self, job: Job) -> None:
+        if self.first is None:
+            return
+        job.prefill_tokens += self.prefilled
+        job.prefill_s += self.first - self.start
+        job.decode_tokens += self.tokens - 1
+        job.decode_s += self.last - self.first
 
 
 class _Cancelled(Exception):
