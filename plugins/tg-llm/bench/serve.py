@@ -19,16 +19,20 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def prompt_ids(n: int, seed: int, vocab: int = 49152) -> list[int]:
@@ -116,8 +120,6 @@ def main() -> int:
         r = run_bench(path, None, args.prompt_tokens, args.gen_tokens, args.max_context)
         print(f"tg llm bench decode: {r['decode_tok_s']:.1f} tok/s ({args.prompt_tokens}-token prompt, "
               f"{args.gen_tokens} tokens)")
-        sys.path.insert(0, str(HERE.parent / "tests"))
-        from test_server_helpers import free_port
         port = free_port()
         proc = subprocess.Popen([sys.executable, "-m", "tgcore.cli", "serve", "llm", "--model", str(path), "--port",
                                  str(port), "--max-context", str(args.max_context), "--log-level", "warning"],
