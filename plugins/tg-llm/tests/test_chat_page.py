@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from llm_testutil import missing, require
-from test_server_helpers import MODEL_ID, shared_server
+from test_server_helpers import MODEL_NAME, shared_server
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -73,7 +73,7 @@ def test_chat_page_streams_stops_and_reports_speed(browser: Any) -> None:
     server = shared_server()
     d = browser
     d.get(server.url("/"))
-    wait_for(lambda: d.find_element(By.ID, "model-name").text == MODEL_ID, 60, "the model name")
+    wait_for(lambda: d.find_element(By.ID, "model-name").text == MODEL_NAME, 60, "the model name")
     wait_for(lambda: d.find_element(By.ID, "send").is_enabled(), 30, "the send button")
 
     # phone width: nothing overflows sideways, the controls are on screen

@@ -190,3 +190,62 @@ def test_stop_checker_stop_tokens():
     c2 = StopChecker(stop_ids=[2])
     assert c2.feed_token(5, "abc") == ("abc", False)
     assert c2.flush() == ""
+
+
+# ---- penalty window and the defaults a server request gets ----
+
+def test_repeat_last_n_window():
+    """Penalties look at the last repeat_last_n tokens of the history (-1: all of it, 0: none)."""
+    logits = np.array([2.0, 1.9, 0.0])
+    history = [0, 2]  # token 0 is the older one
+
+    def greedy(last_n: int) -> int:
+        p = SamplingParams(temperature=0, repetition_penalty=2.0, repeat_last_n=last_n)
+        return Sampler(0).sample(logits, p, history).token
+    assert greedy(-1) == 1 and greedy(2) == 1  # token 0 penalised: 2.0 / 2 < 1.9
+    assert greedy(1) == 0 and greedy(0) == 0   # only token 2 (or nothing) penalised
+    with pytest.raises(ValueError, match="repeat_last_n"):
+        SamplingParams(repeat_last_n=-2)
+
+
+def write_header_only_gguf(path, kv: dict) -> None:
+    """A GGUF file of metadata only, written by gguf-py (the reference writer)."""
+    from llm_testutil import require_gguf
+    gguf = require_gguf()
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for key, value in kv.items():
+        if isinstance(value, str):
+            writer.add_string(key, value)
+        elif isinstance(value, int):
+            writer.add_int32(key, value)
+        else:
+            writer.add_float32(key, value)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def test_sampling_defaults_llama_cpp_then_file_then_flags(tmp_path):
+    from tg_llm.models import header_metadata
+    from tg_llm.sampling import SERVER_DEFAULTS, sampling_defaults
+    assert SERVER_DEFAULTS == {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05,
+                               "repetition_penalty": 1.0, "repeat_last_n": 64}
+    assert sampling_defaults({}) == SERVER_DEFAULTS
+    path = tmp_path / "sampled.gguf"
+    write_header_only_gguf(path, {"general.name": "Sampled  Model", "general.sampling.temp": 0.5,
+                                  "general.sampling.top_k": 20, "general.sampling.penalty_repeat": 1.25,
+                                  "general.sampling.penalty_last_n": 32,
+                                  "general.sampling.min_p": -1.0})  # invalid: ignored
+    md = header_metadata(path)
+    got = sampling_defaults(md, {"top_k": 5, "top_p": None})
+    assert got == {"temperature": 0.5, "top_k": 5, "top_p": 0.95, "min_p": 0.05,
+                   "repetition_penalty": pytest.approx(1.25), "repeat_last_n": 32}
+    with pytest.raises(ValueError, match="top_p"):
+        sampling_defaults(md, {"top_p": 1.5})
+    # the server shows general.name (spaces collapsed) and accepts the file stem too
+    from tg_llm.server_engine import Engine
+    engine = Engine(path, sampling={"temperature": 0.0})
+    assert engine.model_id == "Sampled Model" and engine.aliases == ["sampled"]
+    assert engine.sampling["temperature"] == 0.0 and engine.sampling["top_k"] == 20
+    assert Engine(tmp_path / "missing.gguf").model_id == "missing"

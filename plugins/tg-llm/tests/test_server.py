@@ -9,13 +9,14 @@ shared server while a stream is open.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
 from typing import Any
 
 import pytest
-from test_server_helpers import MODEL_ID, require, shared_server, smollm2_path
+from test_server_helpers import MODEL_ID, MODEL_NAME, require, shared_server, smollm2_path
 
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 PROMPT = "The capital of France is"
@@ -71,8 +72,13 @@ def test_health_models_and_page(server: Any, client: Any) -> None:
     health = httpx.get(server.url("/health"))
     assert health.status_code == 200 and health.json()["status"] == "ok"
     models = client.models.list()
-    assert [m.id for m in models.data] == [MODEL_ID]
-    assert client.models.retrieve(MODEL_ID).id == MODEL_ID
+    assert [m.id for m in models.data] == [MODEL_NAME]
+    assert client.models.retrieve(MODEL_ID).id == MODEL_NAME  # the file stem is an alias
+    assert client.models.retrieve(MODEL_NAME).id == MODEL_NAME
+    # the file has no general.sampling.* keys: llama.cpp's server's defaults
+    from tg_llm.sampling import SERVER_DEFAULTS
+    card = models.data[0].model_dump()
+    assert card["sampling"] == SERVER_DEFAULTS and card["aliases"] == [MODEL_ID]
     page = httpx.get(server.url("/"))
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "/v1/chat/completions" in page.text
@@ -81,14 +87,14 @@ def test_health_models_and_page(server: Any, client: Any) -> None:
 def test_load_progress_and_time_logged(server: Any) -> None:
     log = server.log()
     assert "100% (" in log  # the progress bar reached the end
-    assert f"loaded {MODEL_ID}" in log and " s" in log.split(f"loaded {MODEL_ID}")[1].splitlines()[0]
+    assert f"loaded {MODEL_NAME}" in log and " s" in log.split(f"loaded {MODEL_NAME}")[1].splitlines()[0]
 
 
 # ---- chat ----
 
 def test_chat_non_streaming(greedy_chat: Any, tokenizer: Any) -> None:
     r = greedy_chat
-    assert r.object == "chat.completion" and r.model == MODEL_ID
+    assert r.object == "chat.completion" and r.model == MODEL_NAME
     choice = r.choices[0]
     assert choice.message.role == "assistant" and isinstance(choice.message.content, str)
     assert choice.finish_reason in ("stop", "length")
@@ -131,6 +137,20 @@ def test_chat_sse_framing(server: Any) -> None:
     assert last["choices"][0]["finish_reason"] in ("stop", "length") and "usage" not in last
 
 
+def test_model_may_be_omitted_and_llama_cpp_spellings(server: Any, greedy_chat: Any) -> None:
+    """One model is served, so ``model`` may be left out (as llama.cpp's server allows); ``repeat_penalty`` and
+    ``repeat_last_n`` are accepted as llama.cpp spells them (1.0 is no penalty: the greedy reply is unchanged).
+    The body is JSON with no ``Content-Type`` (raw bytes), then with curl -d's form type."""
+    import httpx
+    body = json.dumps({"messages": CHAT, "temperature": 0, "max_tokens": 6, "repeat_penalty": 1.0,
+                       "repeat_last_n": 8}).encode()
+    for headers in ({}, {"content-type": "application/x-www-form-urlencoded"}):
+        r = httpx.post(server.url("/v1/chat/completions"), content=body, headers=headers, timeout=300)
+        assert r.status_code == 200, r.text
+        assert r.json()["model"] == MODEL_NAME
+        assert r.json()["choices"][0]["message"]["content"] == greedy_chat.choices[0].message.content
+
+
 def test_seed_reproducible_with_n(client: Any) -> None:
     def run() -> list[str]:
         r = client.chat.completions.create(model=MODEL_ID, messages=CHAT, temperature=1.0, max_tokens=4, seed=1234,
@@ -160,7 +180,7 @@ def test_stop_strings(client: Any, greedy_completion: Any) -> None:
 
 def test_completions_non_streaming_and_streaming(client: Any, greedy_completion: Any, tokenizer: Any) -> None:
     r = greedy_completion
-    assert r.object == "text_completion" and r.model == MODEL_ID
+    assert r.object == "text_completion" and r.model == MODEL_NAME
     assert r.usage.prompt_tokens == len(tokenizer.encode(PROMPT))
     assert r.usage.completion_tokens == 8 and r.usage.total_tokens == r.usage.prompt_tokens + 8
     stream = client.completions.create(model=MODEL_ID, prompt=PROMPT, temperature=0, max_tokens=8, stream=True,
@@ -218,6 +238,9 @@ ERROR_CASES = [
     ("top_logprobs 21", "/v1/chat/completions", _chat(logprobs=True, top_logprobs=21), 400, "invalid_value",
      "top_logprobs"),
     ("unknown model", "/v1/chat/completions", _chat(model="gpt-4o"), 404, "model_not_found", "model"),
+    ("two repetition penalties", "/v1/chat/completions", _chat(repetition_penalty=1.1, repeat_penalty=1.2), 400,
+     None, "repeat_penalty"),
+    ("repeat_last_n -2", "/v1/chat/completions", _chat(repeat_last_n=-2), 400, "invalid_value", "repeat_last_n"),
     ("tools", "/v1/chat/completions", _chat(tools=[{"type": "function", "function": {"name": "f"}}]), 400,
      "unsupported_parameter", "tools"),
     ("json mode", "/v1/chat/completions", _chat(response_format={"type": "json_object"}), 400,
@@ -357,27 +380,63 @@ def test_access_log(server: Any) -> None:
     assert '"POST /v1/chat/completions HTTP/1.1" 200' in log
     assert '"POST /v1/chat/completions HTTP/1.1" 400' in log
     assert "prompt=" in log and "completion=" in log
+    # time to first token and the decode rate (from the first token to the last) of a generating request
+    line = next(ln for ln in log.splitlines()
+                if '"POST /v1/chat/completions HTTP/1.1" 200' in ln and "finish=length" in ln)
+    assert re.search(r" ttft=\d+\.\d{3}s decode=\d+\.\dtok/s ", line), line
+
+
+def test_metrics(server: Any) -> None:
+    """GET /metrics, read with prometheus-client's own text parser: the requests the tests above made."""
+    import httpx
+    parser = require("prometheus_client.parser", "pip install prometheus-client")
+    r = httpx.get(server.url("/metrics"))
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in parser.text_string_to_metric_families(r.text) for s in family.samples}
+
+    def value(name: str, **labels: str) -> float:
+        return samples[(name, tuple(sorted(labels.items())))]
+    assert value("tg_llm_requests_total", path="/v1/chat/completions", status="200") >= 5
+    assert value("tg_llm_requests_total", path="/v1/chat/completions", status="400") >= 5
+    assert value("tg_llm_completion_tokens_total") >= 20 and value("tg_llm_prompt_tokens_total") >= 20
+    assert value("tg_llm_decode_tokens_total") > 0 and value("tg_llm_decode_seconds_total") > 0
+    assert value("tg_llm_decode_tokens_per_second") > 0 and value("tg_llm_prefill_tokens_per_second") > 0
+    count = value("tg_llm_time_to_first_token_seconds_count")
+    assert count >= 5 and value("tg_llm_time_to_first_token_seconds_bucket", le="+Inf") == count
+    assert value("tg_llm_queue_depth") == 0 and value("tg_llm_active_slots") == 0
 
 
 # ---- last: SIGTERM ends the shared server ----
 
-def test_sigterm_finishes_open_stream(server: Any) -> None:
+def test_sigterm_ends_open_stream_with_a_final_chunk(server: Any) -> None:
+    """SIGTERM with a stream running (the shared server's --shutdown-timeout is 0): the stream ends at its next
+    token with finish_reason server_shutdown and [DONE]; a second signal (SIGINT) changes nothing; exit 0 and
+    no traceback in the log."""
+    import signal
+
     import httpx
-    body = {"model": MODEL_ID, "messages": CHAT, "max_tokens": 4, "temperature": 0, "stream": True,
-            "stop": ["\x00"]}
+    body = {"model": MODEL_ID, "messages": [{"role": "user", "content": "Tell me a long story about a dragon."}],
+            "max_tokens": 80, "temperature": 0, "stream": True, "stop": ["\x00"]}
     lines = []
     with httpx.stream("POST", server.url("/v1/chat/completions"), json=body, timeout=300) as r:
+        assert r.status_code == 200, r.read()
         it = r.iter_lines()
         for line in it:
             if line:
                 lines.append(line)
-                break  # the role chunk: the stream is open
+                if json.loads(line[6:])["choices"][0]["delta"].get("content"):
+                    break  # generating
         server.terminate()
+        server.proc.send_signal(signal.SIGINT)
         lines += [line for line in it if line]
     assert lines[-1] == "data: [DONE]"
     chunks = [json.loads(line[6:]) for line in lines[:-1]]
     assert not any("error" in c for c in chunks)
-    assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
+    assert chunks[-1]["choices"][0]["finish_reason"] == "server_shutdown"
+    assert sum(1 for c in chunks if c["choices"][0]["delta"].get("content")) < 80
     assert server.proc.wait(60) == 0
+    log = server.log()
+    assert "Traceback" not in log and "CancelledError" not in log, log[-3000:]
     with pytest.raises(httpx.ConnectError):
         httpx.get(server.url("/health"), timeout=5)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_server_helpers import MODEL_ID, LiveServer, require, require_server_deps, smollm2_path
+from test_server_helpers import MODEL_ID, MODEL_NAME, LiveServer, require, require_server_deps, smollm2_path
 
 CHAT = [{"role": "user", "content": "Tell me a long story about a dragon."}]
 
@@ -27,6 +27,7 @@ def test_binds_loopback_by_default() -> None:
     from tg_llm.server import build_parser
     args = build_parser().parse_args([])
     assert args.host == "127.0.0.1" and args.port == 8000 and args.model is None and args.api_key is None
+    assert args.shutdown_timeout == 5.0
 
 
 def test_plugin_registers_the_app() -> None:
@@ -55,6 +56,35 @@ def test_missing_model_file_exits_2(tmp_path: Path) -> None:
     assert r.returncode == 2 and "does not exist" in r.stderr
 
 
+def serve(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tgcore.cli", "serve", "llm", *argv], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_busy_port_is_one_line_exit_2() -> None:
+    """Nothing is loaded or logged as serving before the port is bound; the error names the port and --port."""
+    import socket
+    for host, warned in (("127.0.0.1", False), ("0.0.0.0", True)):  # noqa: S104 - the warning is the point
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+            busy.bind((host, 0))
+            busy.listen()
+            port = busy.getsockname()[1]
+            r = serve("--host", host, "--port", str(port))
+        lines = r.stderr.splitlines()
+        assert r.returncode == 2 and r.stdout == "", r.stderr
+        assert f"port {port}" in lines[-1] and "--port" in lines[-1] and "serving" not in r.stderr
+        assert len(lines) == 1 + warned, r.stderr
+        if warned:  # not loopback, no key
+            assert "0.0.0.0 without --api-key" in lines[0]
+
+
+def test_bad_port_and_directory_model_are_one_line(tmp_path: Path) -> None:
+    for argv, words in ((["--port", "99999"], "--port must be in 0..65535"),
+                        (["--model", str(tmp_path)], "is a directory")):
+        r = serve(*argv)
+        assert r.returncode == 2 and words in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+
+
 # ---- loading (in-process: the app before, during and after a real load) ----
 
 def _asgi_client(app: Any) -> Any:
@@ -77,7 +107,7 @@ def test_health_503_while_loading_then_200() -> None:
             assert r.status_code == 503 and r.json()["status"] == "loading"
             r = await http.post("/v1/chat/completions", json={"model": MODEL_ID, "messages": CHAT})
             assert r.status_code == 503 and r.json()["error"]["code"] == "model_loading"
-            assert (await http.get("/v1/models")).json()["data"][0]["id"] == MODEL_ID
+            assert (await http.get("/v1/models")).json()["data"][0]["id"] == MODEL_NAME
             # validation needs no model: a bad request is a 400 even while loading
             r = await http.post("/v1/chat/completions", json={"model": MODEL_ID, "messages": "hi"})
             assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
@@ -85,6 +115,11 @@ def test_health_503_while_loading_then_200() -> None:
             await asyncio.get_running_loop().run_in_executor(None, thread.join, 120)
             r = await http.get("/health")
             assert r.status_code == 200 and r.json()["status"] == "ok", r.text
+            engine.drain(60)  # what SIGTERM does: new requests get 503
+            r = await http.get("/health")
+            assert r.status_code == 503 and r.json()["status"] == "stopping"
+            r = await http.post("/v1/chat/completions", json={"messages": CHAT})
+            assert r.status_code == 503 and r.json()["error"]["code"] == "server_shutting_down"
 
     try:
         asyncio.run(check())
@@ -142,7 +177,10 @@ def test_api_key(keyed_server: Any) -> None:
     with pytest.raises(openai.AuthenticationError):
         wrong.models.list()
     right = openai.OpenAI(base_url=url("/v1"), api_key=KEY, max_retries=0)
-    assert right.models.list().data[0].id == MODEL_ID
+    assert right.models.list().data[0].id == MODEL_NAME
+    assert httpx.get(url("/metrics")).status_code == 401  # the metrics are behind the key too
+    r = httpx.get(url("/metrics"), headers={"Authorization": f"Bearer {KEY}"})
+    assert r.status_code == 200 and "tg_llm_requests_total" in r.text
 
 
 def test_timeout(keyed_server: Any) -> None:

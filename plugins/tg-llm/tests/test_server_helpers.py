@@ -22,8 +22,10 @@ from pathlib import Path
 import pytest
 from llm_testutil import require, smollm2_path
 
-MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
-SHARED_ARGS = ["--max-context", "128"]  # a small KV cache: decode attends over all of it
+MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"  # the file stem: accepted as the model's name
+MODEL_NAME = "Smollm2 135M 8k Lc100K Mix1 Ep2"  # the file's general.name: the id the server shows
+# a small KV cache (decode attends over all of it); on SIGTERM, running streams end at their next token
+SHARED_ARGS = ["--max-context", "128", "--shutdown-timeout", "0"]
 READY_TIMEOUT = 120.0  # seconds for the server to load the model and answer /health 200
 
 

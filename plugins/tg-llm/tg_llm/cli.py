@@ -67,8 +67,9 @@ def load(path: Path, device: str | None, max_context: int, quiet: bool = False) 
     from tg_llm.tokenizer import Tokenizer, TokenizerError
     try:
         tokenizer = Tokenizer.from_gguf(path)
+        show = not quiet and sys.stderr.isatty()  # a redrawn line is noise in a log or a pipe
         model = Model.from_gguf(path, device=device, max_context=max_context,
-                                progress=None if quiet else _progress(sys.stderr))
+                                progress=_progress(sys.stderr) if show else None)
     except (ModelError, TokenizerError) as e:
         raise CliError(f"{path}: {e}") from e
     return model, tokenizer
@@ -93,8 +94,8 @@ def chat_template_option(value: str | None) -> str | None:
 
 def chat(args: argparse.Namespace) -> int:
     from tg_llm.generate import Generator
-    from tg_llm.model import ContextLengthError
     template = chat_template_option(args.chat_template)
+    sampling = chat_sampling(args)
     model, tokenizer = load(model_path(args.model), args.device, args.max_context)
     if template is not None:
         tokenizer.chat_template = template
@@ -103,38 +104,58 @@ def chat(args: argparse.Namespace) -> int:
     if args.system:
         messages.append({"role": "system", "content": args.system})
     print(f"{model.config.name or model.config.architecture} on {model.device} "
-          f"(context {model.config.max_context}). Ctrl-D or Ctrl-C to quit.", file=sys.stderr)
+          f"(context {model.config.max_context}). Ctrl-C stops a reply; Ctrl-D or Ctrl-C at the prompt quits.",
+          file=sys.stderr)
+    try:
+        _chat_loop(args, gen, sampling, messages)
+    except (EOFError, KeyboardInterrupt):  # end of input, or Ctrl-C anywhere but inside a reply
+        print(file=sys.stderr)
+    return 0
+
+
+def _chat_loop(args: argparse.Namespace, gen: Any, sampling: dict[str, Any], messages: list[dict[str, str]]) -> None:
+    from tg_llm.model import ContextLengthError
+    model, tokenizer = gen.model, gen.tokenizer
+    interactive = sys.stdin.isatty()
     while True:
-        try:
-            line = input("> ")
-        except (EOFError, KeyboardInterrupt):
-            print(file=sys.stderr)
-            return 0
+        line = input("> " if interactive else "")  # piped input: stdout carries only the replies
         if not line.strip():
             continue
         messages.append({"role": "user", "content": line})
         ids = tokenizer.encode_chat(messages, add_generation_prompt=True)
         reply: list[str] = []
         try:
-            for event in gen.generate(ids, max_tokens=args.max_tokens, temperature=args.temperature,
-                                      top_p=args.top_p, top_k=args.top_k, seed=args.seed):
+            for event in gen.generate(ids, max_tokens=args.max_tokens, seed=args.seed, **sampling):
                 reply.append(event.text)
                 sys.stdout.write(event.text)
                 sys.stdout.flush()
         except ContextLengthError as e:
             print(f"\n[{e}; starting a new conversation]", file=sys.stderr)
-            messages = messages[:1] if args.system else []
+            del messages[1 if args.system else 0:]
             model.reset()
             continue
-        except KeyboardInterrupt:
-            print(file=sys.stderr)
-            return 0
+        except KeyboardInterrupt:  # stops this reply; the next Ctrl-C (at the prompt) quits
+            print("\n[stopped]", file=sys.stderr)
         print()
+        sys.stdout.flush()
         if args.verbose:
             t = gen.timings
             print(f"[prefill {t.prefill_tokens} tok {_rate(t.prefill_tokens, t.prefill_s)}, decode "
                   f"{t.decode_tokens} tok {_rate(t.decode_tokens, t.decode_s)}]", file=sys.stderr)
         messages.append({"role": "assistant", "content": "".join(reply)})
+
+
+def chat_sampling(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampling settings of ``tg llm chat``: as ``tg serve llm``'s defaults (llama.cpp's server's, then the
+    file's ``general.sampling.*``), then the flags."""
+    from tg_llm.models import header_metadata
+    from tg_llm.sampling import sampling_defaults
+    flags = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
+             "repetition_penalty": args.repeat_penalty, "repeat_last_n": args.repeat_last_n}
+    try:
+        return sampling_defaults(header_metadata(model_path(args.model)), flags)
+    except ValueError as e:
+        raise CliError(str(e)) from e
 
 
 def _rate(n: int, seconds: float) -> str:
@@ -223,6 +244,9 @@ def _guard(fn: Any) -> Any:
         except CliError as e:
             print(f"tg llm: {e}", file=sys.stderr)
             return 2
+        except KeyboardInterrupt:  # e.g. while the model loads: no traceback
+            print(file=sys.stderr)
+            return 130
         except (OSError, ValueError) as e:
             print(f"tg llm: {type(e).__name__}: {e}", file=sys.stderr)
             return 1
@@ -241,14 +265,19 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         p.add_argument("--device", default=os.environ.get("DEV"), help="device, e.g. CPU or CPU:X86 (default: DEV)")
         p.add_argument("--max-context", type=int, default=4096, help="KV cache positions (capped by the model's)")
 
-    p = sub.add_parser("chat", help="chat in the terminal (Ctrl-D or Ctrl-C to quit)")
+    p = sub.add_parser("chat", help="chat in the terminal (Ctrl-C stops a reply; Ctrl-D or Ctrl-C at the prompt "
+                                    "quits); lines piped in are questions, stdout gets only the replies")
     common(p)
     p.add_argument("--system", help="system prompt")
     p.add_argument("--chat-template", metavar="FILE_OR_NAME", help=CHAT_TEMPLATE_HELP)
     p.add_argument("--max-tokens", type=int, default=512, help="most tokens per reply")
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--temperature", type=float, default=None, help="(default: as tg serve llm: the file's "
+                                                                   "general.sampling.temp, else 0.8)")
+    p.add_argument("--top-k", type=int, default=None, help="(default 40)")
+    p.add_argument("--top-p", type=float, default=None, help="(default 0.95)")
+    p.add_argument("--min-p", type=float, default=None, help="(default 0.05)")
+    p.add_argument("--repeat-penalty", type=float, default=None, help="(default 1: off)")
+    p.add_argument("--repeat-last-n", type=int, default=None, help="(default 64)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("-v", "--verbose", action="store_true", help="print tokens/s after each reply")
     p.set_defaults(func=_guard(chat))

@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SUFFIX = ".gguf"
 
@@ -115,6 +116,8 @@ def resolve(arg: str) -> Path:
     if matches:
         raise ModelNotFound(f"model name {arg!r} is ambiguous: " + ", ".join(str(m.path) for m in matches)
                             + "; pass the path")
+    if path.is_dir():
+        raise ModelNotFound(f"{arg!r} is a directory; --model takes a GGUF file (or a name `tg llm models` lists)")
     raise ModelNotFound(f"model file {arg!r} does not exist, and `tg llm models` lists no model of that name")
 
 
@@ -137,3 +140,13 @@ def describe(path: Path) -> Description:
             return Description(size, arch, tuple(row[0] for row in quant_mix(gf)))
     except (GGUFError, OSError) as e:
         return Description(size, "-", (), " ".join(str(e).split()) or type(e).__name__)
+
+
+def header_metadata(path: Path) -> dict[str, Any]:
+    """The GGUF file's metadata (header only); empty when it cannot be read (loading it says why)."""
+    from tg_gguf.reader import GGUFError, load
+    try:
+        with load(path) as gf:
+            return dict(gf.metadata)
+    except (GGUFError, OSError, ValueError):
+        return {}

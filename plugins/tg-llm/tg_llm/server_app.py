@@ -1,6 +1,7 @@
 """The OpenAI-compatible HTTP API (FastAPI) over an ``Engine``.
 
-Routes: ``GET /`` (the chat page), ``GET /health`` (503 while loading, 200 when ready),
+Routes: ``GET /`` (the chat page), ``GET /health`` (503 while loading, 200 when ready), ``GET /metrics``
+(Prometheus text format: ``tg_llm.server_metrics``),
 ``GET /v1/models`` (and ``/v1/models/{id}``), ``POST /v1/chat/completions``, ``POST /v1/completions``.
 
 A request is validated (``tg_llm.server_protocol``), tokenized, checked against the context, and put in
@@ -12,9 +13,10 @@ an error event) and its generation stops.
 Every error is OpenAI's ``{"error": {"message", "type", "param", "code"}}``: 400 for bad parameters,
 malformed JSON, wrong types (FastAPI's 422 is turned into this) and ``context_length_exceeded``;
 401 for a missing or wrong API key; 404 for an unknown model or route; 429 when the queue is full;
-503 while the model loads; 504 on timeout. Two pure-ASGI middlewares wrap the app: the API-key check
-on ``/v1/*`` and one access-log line per request (after its response has been sent, with the token
-counts when it generated).
+503 while the model loads or once the server is shutting down; 504 on timeout. Pure-ASGI middlewares
+wrap the app: the API-key check on ``/v1/*``, one access-log line per request (after its response has
+been sent, with the token counts when it generated), and reading every ``POST /v1/*`` body as JSON
+whatever its ``Content-Type``.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -54,6 +56,9 @@ from tg_llm.server_protocol import (
     usage,
 )
 
+if TYPE_CHECKING:
+    from tg_llm.server_metrics import Metrics
+
 log = logging.getLogger("tg_llm.server")
 access_log = logging.getLogger("tg_llm.server.access")
 
@@ -68,10 +73,13 @@ def error_response(err: APIError) -> JSONResponse:
 
 class AccessLog:
     """One line per request once its response is complete: client, request line, status, bytes, seconds,
-    and the token counts a generating endpoint left in ``request.state.usage``."""
+    and what a generating endpoint left in ``request.state.usage``: prompt and completion tokens, time to
+    first token (queue wait included) and the decode rate (from the first token to the last: not diluted
+    by the queue or the prefill). Each request is also counted in ``metrics``."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics | None = None) -> None:
         self.app = app
+        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -98,23 +106,31 @@ class AccessLog:
             extra = ""
             info = scope.get("state", {}).get("usage")
             if info:
-                extra = (f" prompt={info['prompt_tokens']} completion={info['completion_tokens']}"
-                         + (f" tok/s={info['tokens_per_second']:.1f}" if info.get("tokens_per_second") else ""))
+                extra = f" prompt={info['prompt_tokens']} completion={info['completion_tokens']}"
+                if info.get("ttft") is not None:
+                    extra += f" ttft={info['ttft']:.3f}s"
+                if info.get("decode_tok_s") is not None:
+                    extra += f" decode={info['decode_tok_s']:.1f}tok/s"
                 if info.get("finish"):
                     extra += f" finish={info['finish']}"
+            if self.metrics is not None:
+                self.metrics.request(scope.get("path", ""), status or 499)
             access_log.info('%s "%s %s HTTP/%s" %d %d %.3fs%s', who, scope.get("method", "-"), target,
                             scope.get("http_version", "1.1"), status or 499, sent, time.perf_counter() - start, extra)
 
 
+PROTECTED = ("/v1", "/metrics")
+
+
 class APIKeyCheck:
-    """With an API key set, ``/v1/*`` needs ``Authorization: Bearer <key>`` (401 otherwise)."""
+    """With an API key set, ``/v1/*`` and ``/metrics`` need ``Authorization: Bearer <key>`` (401 otherwise)."""
 
     def __init__(self, app: ASGIApp, api_key: str | None) -> None:
         self.app = app
         self.api_key = api_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.api_key and scope["type"] == "http" and scope.get("path", "").startswith("/v1"):
+        if self.api_key and scope["type"] == "http" and scope.get("path", "").startswith(PROTECTED):
             headers = dict(scope.get("headers", []))
             given = headers.get(b"authorization", b"").decode("latin-1")
             scheme, _, token = given.partition(" ")
@@ -131,6 +147,21 @@ class APIKeyCheck:
         await self.app(scope, receive, send)
 
 
+class JSONBodies:
+    """``POST /v1/*`` bodies are JSON whatever the ``Content-Type`` says: ``curl -d '{...}'`` sends
+    ``application/x-www-form-urlencoded`` and some clients send no header at all. A body that is not JSON
+    still gets the usual 400 ``invalid_json``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path", "").startswith("/v1/"):
+            headers = [(k, v) for k, v in scope.get("headers", []) if k != b"content-type"]
+            scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        await self.app(scope, receive, send)
+
+
 # ---- the app ----
 
 def create_app(engine: Engine, api_key: str | None = None, timeout: float = 600.0) -> FastAPI:
@@ -141,7 +172,8 @@ def create_app(engine: Engine, api_key: str | None = None, timeout: float = 600.
         engine.stop()  # after uvicorn's graceful shutdown: the open streams have finished
 
     app = FastAPI(title="tg serve llm", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
-    api = _API(engine, timeout)
+    metrics = _metrics(engine)
+    api = _API(engine, timeout, metrics)
 
     @app.exception_handler(APIError)
     async def on_api_error(request: Request, exc: APIError) -> JSONResponse:
@@ -173,12 +205,21 @@ def create_app(engine: Engine, api_key: str | None = None, timeout: float = 600.
 
     @app.get("/health")
     async def health() -> JSONResponse:
+        if engine.stop_at is not None:
+            return JSONResponse({"status": "stopping", "model": engine.model_id}, status_code=503)
         if engine.state == "ready":
             return JSONResponse({"status": "ok", "model": engine.model_id, "queue": engine.pending})
         if engine.state == "failed":
             return JSONResponse({"status": "failed", "error": str(engine.error)}, status_code=503)
         return JSONResponse({"status": "loading", "model": engine.model_id}, status_code=503,
                             headers={"Retry-After": "1"})
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        if metrics is None:
+            raise APIError(404, "/metrics needs the prometheus-client package (pip install prometheus-client)",
+                           code="unknown_url")
+        return Response(metrics.render(), media_type=metrics.content_type)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -197,10 +238,21 @@ def create_app(engine: Engine, api_key: str | None = None, timeout: float = 600.
     async def completions(body: CompletionRequest, request: Request) -> Response:
         return await api.complete(body, request)
 
-    with_key = APIKeyCheck(app, api_key)
-    outer = AccessLog(with_key)
+    with_key = APIKeyCheck(JSONBodies(app), api_key)
+    outer = AccessLog(with_key, metrics)
     app.state.asgi = outer
     return app
+
+
+def _metrics(engine: Engine) -> Metrics | None:
+    """The app's metrics (None when prometheus-client is missing: it is a dependency, but the rest of the
+    server does not need it)."""
+    try:
+        from tg_llm.server_metrics import Metrics
+    except ImportError:
+        log.warning("prometheus-client is not installed: /metrics is off")
+        return None
+    return Metrics(engine)
 
 
 def asgi(app: FastAPI) -> ASGIApp:
@@ -305,27 +357,32 @@ class _ChoiceState:
 
 
 class _API:
-    def __init__(self, engine: Engine, timeout: float) -> None:
+    def __init__(self, engine: Engine, timeout: float, metrics: Metrics | None = None) -> None:
         self.engine = engine
         self.timeout = timeout
+        self.metrics = metrics
 
     # ---- shared ----
 
     def model_card(self) -> dict[str, Any]:
         e = self.engine
         card: dict[str, Any] = {"id": e.model_id, "object": "model", "created": e.created, "owned_by": "tgcore",
-                                "ready": e.state == "ready"}
+                                "aliases": e.aliases, "ready": e.state == "ready", "sampling": e.sampling}
         if e.state == "ready":
             card["max_context"] = e.max_context
         return card
 
-    def check_model(self, name: str) -> None:
-        if name != self.engine.model_id:
+    def check_model(self, name: str | None) -> None:
+        """Any of the served model's names, or none at all (one model is served); else a 404."""
+        if name is not None and name != self.engine.model_id and name not in self.engine.aliases:
             raise APIError(404, f"The model '{name}' does not exist. This server serves '{self.engine.model_id}'.",
                            "invalid_request_error", "model", "model_not_found")
 
     def ready(self) -> Engine:
         e = self.engine
+        if e.stop_at is not None:
+            raise APIError(503, "The server is shutting down; it takes no new requests.", "server_error", None,
+                           "server_shutting_down")
         if e.state == "loading":
             raise APIError(503, "The model is still loading; retry shortly (GET /health says when it is ready).",
                            "server_error", None, "model_loading", {"Retry-After": "2"})
@@ -364,16 +421,21 @@ class _API:
                                "invalid_request_error",
                                "messages" if isinstance(req, ChatCompletionRequest) else "prompt",
                                "context_length_exceeded")
+            sampling = self.sampling_for(req)
             for j in range(req.n):
                 choices.append(Choice(
                     prompt_ids=list(ids), max_tokens=limit, stop=stop_list(req.stop),
-                    seed=None if req.seed is None else req.seed + j,
-                    temperature=1.0 if req.temperature is None else req.temperature,
-                    top_p=1.0 if req.top_p is None else req.top_p, top_k=req.top_k or 0, min_p=req.min_p or 0.0,
-                    repetition_penalty=req.repetition_penalty or 1.0,
+                    seed=None if req.seed is None else req.seed + j, **sampling,
                     frequency_penalty=req.frequency_penalty or 0.0, presence_penalty=req.presence_penalty or 0.0,
                     logprobs=logprobs, top_logprobs=top_logprobs, prompt_logprobs=echo and logprobs))
         return choices
+
+    def sampling_for(self, req: CommonRequest) -> dict[str, Any]:
+        """The request's sampling fields, the server's defaults (``engine.sampling``) for those it leaves out."""
+        given = {"temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p,
+                 "repetition_penalty": req.repetition_penalty if req.repetition_penalty is not None
+                 else req.repeat_penalty, "repeat_last_n": req.repeat_last_n}
+        return {k: v if v is not None else self.engine.sampling[k] for k, v in given.items()}
 
     def submit(self, choices: list[Choice]) -> Job:
         job = Job(choices, asyncio.get_running_loop(), time.monotonic() + self.timeout)
@@ -430,11 +492,14 @@ class _API:
             job.cancel()
         return states, prompt_lps
 
-    def record_usage(self, request: Request, prompt_tokens: int, completion_tokens: int, seconds: float,
+    def record_usage(self, request: Request, job: Job, prompt_tokens: int, completion_tokens: int,
                      finish: str | None) -> dict[str, int]:
+        """The usage object; also what the access log line and the metrics say about this request."""
         u = usage(prompt_tokens, completion_tokens)
-        request.state.usage = {**u, "tokens_per_second": completion_tokens / seconds if seconds > 0 else 0.0,
+        request.state.usage = {**u, "ttft": job.ttft, "decode_tok_s": job.decode_tokens_per_second,
                                "finish": finish}
+        if self.metrics is not None:
+            self.metrics.generation(job, prompt_tokens, completion_tokens)
         return u
 
     # ---- chat ----
@@ -457,10 +522,9 @@ class _API:
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return _sse(self.chat_stream(job, request, req, rid, created, len(ids), include_usage))
-        start = time.perf_counter()
         states, _ = await self.collect(job, request, len(choices))
         completion = sum(s.completion_tokens for s in states)
-        u = self.record_usage(request, len(ids), completion, time.perf_counter() - start, states[0].finish_reason)
+        u = self.record_usage(request, job, len(ids), completion, states[0].finish_reason)
         return JSONResponse({
             "id": rid, "object": "chat.completion", "created": created, "model": engine.model_id,
             "system_fingerprint": _fingerprint(),
@@ -481,13 +545,11 @@ class _API:
         """What every stream shares around its own chunks: the usage chunk when asked for, an API error as an
         SSE error event, the job cancelled however the stream ends (a client that goes away frees its slot),
         and the closing ``[DONE]``."""
-        start = time.perf_counter()
         try:
             async for line in chunks:
                 yield line
             completion = sum(s.completion_tokens for s in states)
-            u = self.record_usage(request, prompt_tokens, completion, time.perf_counter() - start,
-                                  states[0].finish_reason)
+            u = self.record_usage(request, job, prompt_tokens, completion, states[0].finish_reason)
             if include_usage:
                 yield _data({**base, "choices": [], "usage": u})
         except APIError as err:
@@ -567,11 +629,9 @@ class _API:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return _sse(self.completion_stream(job, request, req, rid, created, prompt_tokens, echo_texts,
                                                include_usage))
-        start = time.perf_counter()
         states, prompt_lps = await self.collect(job, request, len(choices))
         completion = sum(s.completion_tokens for s in states)
-        u = self.record_usage(request, prompt_tokens, completion, time.perf_counter() - start,
-                              states[0].finish_reason)
+        u = self.record_usage(request, job, prompt_tokens, completion, states[0].finish_reason)
         out = []
         for i, s in enumerate(states):
             lp = None

@@ -11,6 +11,10 @@ A single worker thread takes jobs first-in first-out and runs their choices one 
 requests never interleave on the model (the KV cache belongs to one generation at a time). A job whose
 client went away (``job.cancel()``) is skipped if it is still queued, and its generation stops at the
 next token if it is running; past its deadline a job stops the same way and reports a timeout.
+
+Shutdown: ``engine.drain(seconds)`` lets the jobs already accepted run for at most ``seconds`` more;
+past that, each choice still generating (or not started) ends at its next token with a last event
+whose ``finish_reason`` is ``SHUTDOWN_FINISH``.
 """
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ class Choice:
     top_k: int = 0
     min_p: float = 0.0
     repetition_penalty: float = 1.0
+    repeat_last_n: int = -1
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     logprobs: bool = False         # report each generated token's log-probability
@@ -62,6 +67,7 @@ class Output:
 
 
 END = Output("end")
+SHUTDOWN_FINISH = "server_shutdown"  # the finish_reason of a choice the server's shutdown ended
 
 
 class JobTimeout(Exception):
@@ -78,6 +84,22 @@ class Job:
         self.outputs: asyncio.Queue[Output] = asyncio.Queue()
         self.cancelled = threading.Event()
         self.started = threading.Event()
+        # figures the worker fills in (time.monotonic() values, seconds, token counts)
+        self.submitted = time.monotonic()
+        self.first_token_at: float | None = None
+        self.prefill_tokens = 0
+        self.prefill_s = 0.0
+        self.decode_tokens = 0  # tokens after each choice's first: the decode rate's numerator
+        self.decode_s = 0.0
+
+    @property
+    def ttft(self) -> float | None:
+        """Seconds from submission (queue wait included) to the first generated token."""
+        return None if self.first_token_at is None else self.first_token_at - self.submitted
+
+    @property
+    def decode_tokens_per_second(self) -> float | None:
+        return self.decode_tokens / self.decode_s if self.decode_s > 0 and self.decode_tokens else None
 
     def cancel(self) -> None:
         """Stop this job: skipped while queued, stopped at the next token while running."""
@@ -124,14 +146,20 @@ class Engine:
 
     def __init__(self, path: str | os.PathLike[str], device: str | None = None, max_context: int = 4096,
                  max_queue: int = 64, on_failure: Callable[[BaseException], None] | None = None,
-                 chat_template: str | None = None) -> None:
+                 chat_template: str | None = None, sampling: dict[str, float | int | None] | None = None) -> None:
+        from tg_llm.models import header_metadata
+        from tg_llm.sampling import sampling_defaults
         self.path = Path(path)
         self.chat_template = chat_template  # overrides the file's (None: the file's own, else ChatML)
         self.device = device
         self.max_context_asked = max_context
         self.max_queue = max_queue
         self.on_failure = on_failure
-        self.model_id = model_id_for(self.path)
+        metadata = header_metadata(self.path)
+        self.aliases = [model_id_for(self.path)]  # names a request's ``model`` may also use
+        self.model_id = _display_name(metadata) or self.aliases[0]
+        # what a request gets for the sampling fields it leaves out (flags over the file over llama.cpp's)
+        self.sampling = sampling_defaults(metadata, sampling)
         self.created = int(self.path.stat().st_mtime) if self.path.exists() else 0
         self.state: Literal["loading", "ready", "failed"] = "loading"
         self.error: BaseException | None = None
@@ -144,6 +172,7 @@ class Engine:
         self._lock = threading.Lock()
         self._worker: threading.Thread | None = None
         self.running: Job | None = None
+        self.stop_at: float | None = None  # time.monotonic() past which generations end (shutdown)
 
     # ---- loading ----
 
@@ -200,6 +229,15 @@ class Engine:
         self._queue.put(job)
         return True
 
+    def drain(self, seconds: float) -> None:
+        """Shutdown: jobs already accepted may generate for ``seconds`` more (a second call can shorten it)."""
+        at = time.monotonic() + max(seconds, 0.0)
+        self.stop_at = at if self.stop_at is None else min(self.stop_at, at)
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_at is not None and time.monotonic() >= self.stop_at
+
     def stop(self) -> None:
         """Stop the worker after the jobs already queued."""
         self._queue.put(None)
@@ -221,6 +259,7 @@ class Engine:
                 job.emit(END)
 
     def _run(self, job: Job) -> None:
+        index = 0
         try:
             for index, choice in enumerate(job.choices):
                 if choice.prompt_logprobs:
@@ -228,9 +267,14 @@ class Engine:
                     self._check(job)
                 if choice.max_tokens == 0:
                     continue
+                self._check(job)
                 events = self._generate(choice)
+                clock = _ChoiceClock(time.monotonic())
                 try:
                     for event in events:
+                        clock.tick(event)
+                        if job.first_token_at is None:
+                            job.first_token_at = clock.first
                         job.emit(Output("event", index, event))
                         if getattr(event, "finish_reason", None) is not None:
                             break
@@ -239,8 +283,12 @@ class Engine:
                     close = getattr(events, "close", None)
                     if close is not None:
                         close()
+                    clock.add_to(job)
         except _Cancelled:
             return
+        except _Stopping:
+            for i in range(index, len(job.choices)):  # this choice and those not started
+                job.emit(Output("event", i, _shutdown_event(job.choices[i])))
         except BaseException as e:  # noqa: BLE001 - reported to the request, the worker keeps serving
             if not isinstance(e, JobTimeout | ValueError):
                 log.exception("generation failed")
@@ -251,13 +299,15 @@ class Engine:
             raise _Cancelled
         if time.monotonic() > job.deadline:
             raise JobTimeout("the request ran past the server's time limit")
+        if self.stopping:
+            raise _Stopping
 
     def _generate(self, c: Choice) -> Any:
         return self.generator.generate(
             c.prompt_ids, c.max_tokens, temperature=c.temperature, top_p=c.top_p, top_k=c.top_k, min_p=c.min_p,
-            repetition_penalty=c.repetition_penalty, frequency_penalty=c.frequency_penalty,
-            presence_penalty=c.presence_penalty, logprobs=c.top_logprobs if c.logprobs else 0,
-            stop=c.stop, seed=c.seed)
+            repetition_penalty=c.repetition_penalty, repeat_last_n=c.repeat_last_n,
+            frequency_penalty=c.frequency_penalty, presence_penalty=c.presence_penalty,
+            logprobs=c.top_logprobs if c.logprobs else 0, stop=c.stop, seed=c.seed)
 
     def prompt_logprobs(self, c: Choice) -> list[tuple[int, float | None, list[tuple[int, float]]]]:
         """Each prompt token with its log-probability given the tokens before it (None for the first) and
@@ -278,8 +328,50 @@ class Engine:
         return out
 
 
+class _ChoiceClock:
+    """When one choice's tokens came: prefill is the wait for the first, decode the time from it to the last."""
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.first: float | None = None
+        self.last = start
+        self.tokens = 0
+        self.prefilled = 0
+
+    def tick(self, event: Any) -> None:
+        now = time.monotonic()
+        if self.first is None:
+            self.first = now
+            self.prefilled = int(getattr(event, "prompt_tokens", 0)) - int(getattr(event, "cached_tokens", 0))
+        self.last = now
+        self.tokens += 1
+
+    def add_to(self, job: Job) -> None:
+        if self.first is None:
+            return
+        job.prefill_tokens += self.prefilled
+        job.prefill_s += self.first - self.start
+        job.decode_tokens += self.tokens - 1
+        job.decode_s += self.last - self.first
+
+
 class _Cancelled(Exception):
     """The job's client went away."""
+
+
+class _Stopping(Exception):
+    """The server is shutting down and the time it gave running jobs is up."""
+
+
+def _shutdown_event(choice: Choice) -> Any:
+    """The last event of a choice the shutdown ended (no token: the text already sent is all there is)."""
+    from tg_llm.generate import Event
+    return Event(None, "", finish_reason=SHUTDOWN_FINISH, prompt_tokens=len(choice.prompt_ids))
+
+
+def _display_name(metadata: dict[str, Any]) -> str | None:
+    name = metadata.get("general.name")
+    return " ".join(name.split()) if isinstance(name, str) and name.strip() else None
 
 
 def model_id_for(path: Path) -> str:

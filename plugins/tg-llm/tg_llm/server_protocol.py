@@ -81,8 +81,9 @@ Stop = str | Annotated[list[str], Field(max_length=MAX_STOP)] | None
 
 
 class CommonRequest(_Strict):
-    """Fields both endpoints share (OpenAI's, plus top_k / min_p / repetition_penalty as llama.cpp and vLLM have)."""
-    model: str
+    """Fields both endpoints share (OpenAI's, plus top_k / min_p / repetition_penalty as llama.cpp and vLLM have,
+    and llama.cpp's spellings repeat_penalty / repeat_last_n). ``model`` may be left out: one model is served."""
+    model: str | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     max_tokens: Annotated[int, Field(ge=0)] | None = None
@@ -92,6 +93,8 @@ class CommonRequest(_Strict):
     top_k: Annotated[int, Field(ge=0)] | None = None
     min_p: Annotated[float, Field(ge=0, le=1)] | None = None
     repetition_penalty: Annotated[float, Field(gt=0)] | None = None
+    repeat_penalty: Annotated[float, Field(gt=0)] | None = None
+    repeat_last_n: Annotated[int, Field(ge=-1)] | None = None
     frequency_penalty: Penalty | None = None
     presence_penalty: Penalty | None = None
     stop: Stop = None
@@ -136,6 +139,9 @@ def check_common(req: CommonRequest) -> None:
     stops = [req.stop] if isinstance(req.stop, str) else (req.stop or [])
     if any(s == "" for s in stops):
         raise invalid("stop strings must not be empty", "stop")
+    if req.repetition_penalty is not None and req.repeat_penalty is not None \
+            and req.repetition_penalty != req.repeat_penalty:
+        raise invalid("repetition_penalty and repeat_penalty are the same setting; send one", "repeat_penalty")
 
 
 def check_chat(req: ChatCompletionRequest) -> None:

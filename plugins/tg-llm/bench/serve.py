@@ -1,0 +1,154 @@
+"""Serving figures of ``tg serve llm`` (or any OpenAI-compatible server) with the openai client. Prints only.
+
+    python plugins/tg-llm/bench/serve.py [--model FILE.gguf] [--streams 1,4,8] [--prompt-tokens 128]
+                                         [--gen-tokens 64] [--long-prompt-tokens 2000] [--url http://HOST:PORT]
+
+Without ``--url`` it first runs ``tg llm bench``'s decode with the same lengths (the single-stream
+reference), then starts ``tg serve llm`` on a free loopback port and measures:
+
+- one stream and N concurrent streams (completions with random token-id prompts, greedy): aggregate
+  completion tokens per second of wall time, and each stream's decode rate (first token to last);
+- the time to first token of a short request sent while a ``--long-prompt-tokens`` prompt prefills;
+- with 4 streams running, how long SIGTERM takes to end the server, and its exit status.
+
+With ``--url`` (e.g. llama.cpp's ``llama-server --parallel N``, for a side-by-side) the same requests go
+to that server and the SIGTERM step is left out. One run each: figures on a shared machine vary.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def prompt_ids(n: int, seed: int, vocab: int = 49152) -> list[int]:
+    return [int(t) for t in np.random.default_rng(seed).integers(100, vocab - 1, n)]
+
+
+def one_stream(client: Any, model: str, prompt: list[int], gen_tokens: int) -> dict[str, float]:
+    """Stream one completion; times of the request, its first and last token, and the token count."""
+    start = time.perf_counter()
+    first = last = None
+    tokens = 0
+    stream = client.completions.create(model=model, prompt=prompt, max_tokens=gen_tokens, temperature=0,
+                                       stream=True, stream_options={"include_usage": True})
+    for chunk in stream:
+        if chunk.usage is not None:
+            tokens = chunk.usage.completion_tokens
+        if chunk.choices and chunk.choices[0].text:
+            last = time.perf_counter()
+            first = first or last
+    first = first or time.perf_counter()
+    last = last or first
+    return {"start": start, "first": first, "last": last, "tokens": tokens}
+
+
+def concurrent(client: Any, model: str, n: int, prompt_tokens: int, gen_tokens: int) -> dict[str, float]:
+    results: list[dict[str, float]] = [{} for _ in range(n)]
+
+    def run(i: int) -> None:
+        results[i] = one_stream(client, model, prompt_ids(prompt_tokens, 100 + i), gen_tokens)
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    tokens = sum(r["tokens"] for r in results)
+    decode = [(r["tokens"] - 1) / (r["last"] - r["first"]) for r in results if r["last"] > r["first"]]
+    return {"aggregate_tok_s": tokens / wall, "mean_stream_decode_tok_s": float(np.mean(decode)) if decode else 0.0,
+            "tokens": tokens, "wall_s": wall}
+
+
+def ttft_behind_long_prompt(client: Any, model: str, long_tokens: int) -> float:
+    """TTFT of a 16-token request sent 0.2 s after a ``long_tokens`` prompt (the prefill running)."""
+    long = threading.Thread(target=one_stream, args=(client, model, prompt_ids(long_tokens, 7), 4))
+    long.start()
+    time.sleep(0.2)
+    r = one_stream(client, model, prompt_ids(16, 8), 4)
+    long.join()
+    return r["first"] - r["start"]
+
+
+def sigterm_seconds(proc: subprocess.Popen, client: Any, model: str, gen_tokens: int) -> tuple[float, int]:
+    threads = [threading.Thread(target=lambda i=i: one_stream(client, model, prompt_ids(128, 200 + i), gen_tokens))
+               for i in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(2.0)
+    t0 = time.perf_counter()
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(120)
+    seconds = time.perf_counter() - t0
+    for t in threads:
+        t.join(30)
+    return seconds, code
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=None)
+    p.add_argument("--url", default=None, help="an OpenAI-compatible server already running (no SIGTERM step)")
+    p.add_argument("--streams", default="1,4,8")
+    p.add_argument("--prompt-tokens", type=int, default=128)
+    p.add_argument("--gen-tokens", type=int, default=64)
+    p.add_argument("--long-prompt-tokens", type=int, default=2000)
+    p.add_argument("--max-context", type=int, default=4096)
+    args = p.parse_args()
+    import httpx
+    import openai
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    proc = None
+    if args.url is None:
+        from tg_llm.cli import model_path, run_bench
+        path = model_path(args.model)
+        r = run_bench(path, None, args.prompt_tokens, args.gen_tokens, args.max_context)
+        print(f"tg llm bench decode: {r['decode_tok_s']:.1f} tok/s ({args.prompt_tokens}-token prompt, "
+              f"{args.gen_tokens} tokens)")
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "tgcore.cli", "serve", "llm", "--model", str(path), "--port",
+                                 str(port), "--max-context", str(args.max_context), "--log-level", "warning"],
+                                stdin=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/health", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+    else:
+        url = args.url.rstrip("/")
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
+    model = client.models.list().data[0].id
+    one_stream(client, model, prompt_ids(args.prompt_tokens, 1), 4)  # warm-up (compiles)
+    for n in (int(s) for s in args.streams.split(",")):
+        r = concurrent(client, model, n, args.prompt_tokens, args.gen_tokens)
+        print(f"{n} stream(s): aggregate {r['aggregate_tok_s']:.1f} tok/s, per stream decode "
+              f"{r['mean_stream_decode_tok_s']:.1f} tok/s ({r['tokens']} tokens in {r['wall_s']:.1f} s)")
+    print(f"TTFT of a short request behind a {args.long_prompt_tokens}-token prefill: "
+          f"{ttft_behind_long_prompt(client, model, args.long_prompt_tokens):.2f} s")
+    if proc is not None:
+        seconds, code = sigterm_seconds(proc, client, model, 256)
+        print(f"SIGTERM with 4 streams running: exit {code} after {seconds:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""``GET /metrics``: the server's figures in Prometheus' text format (via ``prometheus-client``).
+
+Each app has its own registry (several apps in one process, as in the tests, never share counters):
+
+- ``tg_llm_requests_total{path, status}``: HTTP requests answered;
+- ``tg_llm_prompt_tokens_total``, ``tg_llm_completion_tokens_total``: tokens in and out of generations;
+- ``tg_llm_queue_depth``: requests waiting; ``tg_llm_active_slots``: requests generating (0 or 1 today);
+- ``tg_llm_prefill_tokens_total`` / ``_seconds_total`` and ``tg_llm_decode_tokens_total`` /
+  ``_seconds_total`` (their ratio is the rate over any window), and ``tg_llm_prefill_tokens_per_second``
+  / ``tg_llm_decode_tokens_per_second``: the rates of the last request that generated;
+- ``tg_llm_time_to_first_token_seconds``: a histogram, queue wait included (what a client waits).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, float("inf"))
+KNOWN_PATHS = ("/", "/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions")
+
+
+class Metrics:
+    """The counters, gauges and histogram of one server; ``render()`` is the ``/metrics`` body."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self, engine: Any) -> None:
+        self.registry = r = CollectorRegistry()
+        self.requests = Counter("tg_llm_requests", "HTTP requests answered", ["path", "status"], registry=r)
+        self.prompt_tokens = Counter("tg_llm_prompt_tokens", "prompt tokens of generations", registry=r)
+        self.completion_tokens = Counter("tg_llm_completion_tokens", "tokens generated", registry=r)
+        self.prefill_tokens = Counter("tg_llm_prefill_tokens", "prompt tokens run through the model (not cached)",
+                                      registry=r)
+        self.prefill_seconds = Counter("tg_llm_prefill_seconds", "seconds spent prefilling", registry=r)
+        self.decode_tokens = Counter("tg_llm_decode_tokens", "tokens decoded after each choice's first",
+                                     registry=r)
+        self.decode_seconds = Counter("tg_llm_decode_seconds", "seconds from each choice's first token to its last",
+                                      registry=r)
+        self.prefill_rate = Gauge("tg_llm_prefill_tokens_per_second", "prefill rate of the last generation",
+                                  registry=r)
+        self.decode_rate = Gauge("tg_llm_decode_tokens_per_second", "decode rate of the last generation",
+                                 registry=r)
+        self.ttft = Histogram("tg_llm_time_to_first_token_seconds", "seconds from a request's arrival to its first "
+                              "token (queue wait included)", buckets=TTFT_BUCKETS, registry=r)
+        queue = Gauge("tg_llm_queue_depth", "requests waiting for the model", registry=r)
+        queue.set_function(lambda: max(engine.pending - (engine.running is not None), 0))
+        active = Gauge("tg_llm_active_slots", "requests generating", registry=r)
+        active.set_function(lambda: float(engine.running is not None))
+
+    def request(self, path: str, status: int) -> None:
+        """One answered request (paths outside the routes are counted as ``other``: labels stay few)."""
+        self.requests.labels(path if path in KNOWN_PATHS else "other", str(status)).inc()
+
+    def generation(self, job: Any, prompt_tokens: int, completion_tokens: int) -> None:
+        """A finished request that generated (its ``Job`` carries the timings the engine measured)."""
+        self.prompt_tokens.inc(prompt_tokens)
+        self.completion_tokens.inc(completion_tokens)
+        self.prefill_tokens.inc(job.prefill_tokens)
+        self.prefill_seconds.inc(job.prefill_s)
+        self.decode_tokens.inc(job.decode_tokens)
+        self.decode_seconds.inc(job.decode_s)
+        if job.prefill_s > 0 and job.prefill_tokens:
+            self.prefill_rate.set(job.prefill_tokens / job.prefill_s)
+        if job.decode_tokens_per_second is not None:
+            self.decode_rate.set(job.decode_tokens_per_second)
+        if job.ttft is not None:
+            self.ttft.observe(job.ttft)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
