@@ -7,13 +7,15 @@ Out: a ``Transport`` whose calls post non-blocking MPI requests and poll them ag
      of a hang.
 
 All traffic runs on a private duplicate of the communicator, so user mpi4py traffic on the
-same ranks never matches ours. ``send`` posts the data (tag ``TAG_DATA``, in chunks of at most
-``CHUNK`` bytes: MPI counts are C ints; at least one, possibly empty, message) and a 16-word
-header (``transport.make_header``, tag ``TAG_HEADER``). ``recv`` posts the header receive,
-probes for the first data message and receives it straight into the result tensor when its
-size is the one asked for (else into scratch memory), then checks the header: the check is off
-the data's path, and a sender that sent more bytes than asked for never meets a too-short
-receive (Open MPI 4.1 overruns the buffer of a truncated receive). After a timeout or an MPI
+same ranks never matches ours. ``send`` of up to ``SMALL`` bytes posts one message, the 16-word
+header (``transport.make_header``) followed by the data (tag ``TAG_SMALL``; the receiver copies
+the data out: cheaper than a second message while it stays within MPI's eager limit). Larger
+sends post the data (tag ``TAG_DATA``, in chunks of at most ``CHUNK`` bytes: MPI counts are C
+ints) and then the header (tag ``TAG_HEADER``). ``recv`` probes for the first message from the
+sender; for a large one it posts the header receive and receives the data straight into the
+result tensor when its size is the one asked for (else into scratch memory), then checks the
+header: the check is off the data's path, and a sender that sent more bytes than asked for never
+meets a too-short receive (Open MPI 4.1 overruns the buffer of a truncated receive). After a timeout or an MPI
 error the transport is failed (later calls raise ``TransportClosed``); if it is still failed
 when the interpreter exits it calls ``MPI_Abort`` so the other ranks do not wait forever in
 ``MPI_Finalize``.
@@ -47,6 +49,7 @@ from tg_mlx_rdma.transport import (
     check_header,
     describe_header,
     header_nbytes,
+    header_of,
     make_header,
     recv_target,
     tensor_bytes,
@@ -62,6 +65,11 @@ What = str | Callable[[], str]  # what a wait is for, for error messages (a call
 
 TAG_HEADER = 0x7401
 TAG_DATA = 0x7402
+TAG_SMALL = 0x7403  # header and data in one message
+HEADER_BYTES = 8 * HEADER_WORDS
+# messages up to this many data bytes go as one TAG_SMALL message: header and data within 4 KiB, the eager limit
+# of Open MPI's shared memory transport (a larger message waits for the receiver: two eager ones are faster)
+SMALL = 4096 - HEADER_BYTES
 CHUNK = 1 << 30  # bytes per point-to-point message; elements per reduce step
 FAST_POLLS = 512  # polls before the first clock read
 SPIN_SECONDS = 0.05  # poll flat out this long (MPI progresses only inside our Test calls) ...
@@ -107,6 +115,8 @@ class MPITransport(Transport):
         self._probers: dict[int, list[Handle]] = {}  # src -> receives that have not probed their data yet
         self._collectives: list[Handle] = []  # collectives that have not posted their data stage yet
         self._pool = RecvPool()
+        self._status = MPI.Status()  # (recv's fast path)
+        self._recv_specs: dict[Any, tuple[tuple[int, ...], DType]] = {}  # recv's checked arguments
         atexit.register(self._at_exit)
 
     # ---------------------------------------------------------------- state
@@ -202,19 +212,40 @@ class MPITransport(Transport):
         return lambda: testall(reqs)
 
     def send(self, tensor: Tensor, dst: int) -> None:
-        self.isend(tensor, dst).wait()
+        self._live()
+        self._check_peer(dst, "dst")
+        data, keep = tensor_bytes(tensor)
+        header = header_of(keep.shape, keep.dtype)  # (the fast paths of isend: no handle)
+        if data.nbytes > SMALL:
+            if data.nbytes > CHUNK:
+                self.isend(keep, dst).wait()
+                return
+            mpi, comm = self._mpi, self._comm
+            reqs = [comm.Isend([data, mpi.BYTE], dst, TAG_DATA), comm.Isend([header, mpi.INT64_T], dst, TAG_HEADER)]
+            self._wait(reqs, lambda: f"send of {describe_header(header)} to rank {dst}", dst)
+            return
+        packed = bytearray(HEADER_BYTES + data.nbytes)
+        packed[:HEADER_BYTES] = header.data.cast("B")
+        packed[HEADER_BYTES:] = data
+        self._wait([self._comm.Isend([packed, self._mpi.BYTE], dst, TAG_SMALL)],
+                   lambda: f"send of {describe_header(header)} to rank {dst}", dst)
 
     def isend(self, tensor: Tensor, dst: int) -> Handle:
         self._live()
         self._check_peer(dst, "dst")
         data, keep = tensor_bytes(tensor)
-        header = make_header(as_shape(keep.shape), keep.dtype)
+        header = header_of(keep.shape, keep.dtype)
         mpi, comm = self._mpi, self._comm
-        # the data first: the receiver probes for it and checks the header only afterwards; at least one data
-        # message (an empty one for an empty tensor), since the receiver waits for one
-        reqs = [comm.Isend([data[start:start + CHUNK], mpi.BYTE], dst, TAG_DATA)
-                for start in range(0, max(data.nbytes, 1), CHUNK)]
-        reqs.append(comm.Isend([header, mpi.INT64_T], dst, TAG_HEADER))
+        if data.nbytes <= SMALL:  # one message, header and data: a copy is cheaper than a second message
+            packed = bytearray(HEADER_BYTES + data.nbytes)
+            packed[:HEADER_BYTES] = header.data.cast("B")
+            packed[HEADER_BYTES:] = data
+            reqs = [comm.Isend([packed, mpi.BYTE], dst, TAG_SMALL)]
+        else:
+            # the data first: the receiver probes for it and checks the header only afterwards
+            reqs = [comm.Isend([data[start:start + CHUNK], mpi.BYTE], dst, TAG_DATA)
+                    for start in range(0, data.nbytes, CHUNK)]
+            reqs.append(comm.Isend([header, mpi.INT64_T], dst, TAG_HEADER))
 
         def steps() -> Steps:
             yield self._requests(reqs)
@@ -224,11 +255,51 @@ class MPITransport(Transport):
 
     def recv(self, shape: int | Sequence[int], dtype: Any, src: int, device: str | None = None,
              out: Tensor | None = None) -> Tensor:
-        result: Tensor = self.irecv(shape, dtype, src, device, out, blocking=True).wait()
-        return result
+        # The fast path (no handle) for a small message when no other receive from src is under way; the
+        # first message is probed here and handed on to irecv's stages if it is not a small one.
+        key = (shape, dtype, src, device)
+        spec = self._recv_specs.get(key) if isinstance(shape, int | tuple) and isinstance(dtype, str) else None
+        if out is not None or spec is None or self._probers.get(src):
+            result: Tensor = self.irecv(shape, dtype, src, device, out, blocking=True).wait()
+            if spec is None and out is None and len(self._recv_specs) < 256 and isinstance(dtype, str):
+                self._recv_specs[key] = (as_shape(shape), as_dtype(dtype))  # (valid: the call went through)
+            return result
+        self._live()
+        dims, dt = spec
+        mpi, status, improbe = self._mpi, self._status, self._comm.Improbe
+        found: list[Any] = [None]
+
+        def probed() -> bool:
+            found[0] = improbe(src, mpi.ANY_TAG, status)
+            return found[0] is not None
+        self._until(probed, lambda: f"recv of {dt.name}{list(dims)} from rank {src}", src, [])
+        count, nbytes = status.Get_count(mpi.BYTE), header_of(dims, dt)[3]
+        if status.Get_tag() == TAG_DATA and count == nbytes:  # header after the data, as irecv's stages do
+            got = np.empty(HEADER_WORDS, dtype=np.int64)
+            t, mv, commit = self._pool.take(dims, dt, device)
+            reqs = [self._comm.Irecv([got, mpi.INT64_T], src, TAG_HEADER), found[0].Irecv([mv, mpi.BYTE])]
+            self._wait(reqs, lambda: f"recv of {dt.name}{list(dims)} from rank {src}", src)
+            try:
+                check_header(got, header_of(dims, dt), src, self.rank)
+            except PeerMismatch:
+                if int(got[0]) == MAGIC:  # (a message over CHUNK bytes whose first chunk had our size)
+                    self._drain(header_nbytes(got) - count, src, "recv")
+                raise
+            return _committed(commit, t)
+        if status.Get_tag() != TAG_SMALL:
+            result = self.irecv(dims, dt, src, device, blocking=True, found=(found[0], status)).wait()
+            self._status = mpi.Status()  # (the handle's stages read that status)
+            return result
+        packed = bytearray(max(count, HEADER_BYTES))
+        self._wait([found[0].Irecv([packed, count, mpi.BYTE])], lambda: f"recv from rank {src}", src)
+        want = header_of(dims, dt)
+        check_header(np.frombuffer(packed, np.int64, HEADER_WORDS), want, src, self.rank)
+        t, mv, commit = self._pool.take(dims, dt, device)
+        mv[:] = memoryview(packed)[HEADER_BYTES:]
+        return _committed(commit, t)
 
     def irecv(self, shape: int | Sequence[int], dtype: Any, src: int, device: str | None = None,
-              out: Tensor | None = None, blocking: bool = False) -> Handle:
+              out: Tensor | None = None, blocking: bool = False, found: tuple[Any, Any] | None = None) -> Handle:
         self._live()
         self._check_peer(src, "src")
         dims, dt = as_shape(shape), as_dtype(dtype)
@@ -237,8 +308,6 @@ class MPITransport(Transport):
         t, mv, commit = recv_target(dims, dt, device, out, self._pool,
                                     None if blocking else (lambda: cell[0]._settle()))
         mpi, comm = self._mpi, self._comm
-        got = np.empty(HEADER_WORDS, dtype=np.int64)
-        header_req = comm.Irecv([got, mpi.INT64_T], src, TAG_HEADER)
         probers = self._probers.setdefault(src, [])
 
         def what() -> str:
@@ -248,21 +317,31 @@ class MPITransport(Transport):
         # on a truncated receive), and the data moves without waiting for the header to be checked first.
         # Receives from one rank probe in the order they were made (waiting on a later one first moves the
         # earlier ones on), so they match the sends in order.
-        status, improbe = mpi.Status(), comm.Improbe
-        found: list[Any] = [None]
+        status, improbe = mpi.Status() if found is None else found[1], comm.Improbe
+        message: list[Any] = [None if found is None else found[0]]
 
         def probed() -> bool:
             if not _first_in_line(probers, handle):  # (an earlier receive from src probes first)
                 return False
-            found[0] = improbe(src, TAG_DATA, status)
-            return found[0] is not None
+            message[0] = improbe(src, mpi.ANY_TAG, status)
+            return message[0] is not None
 
         def steps() -> Steps:
-            yield probed
-            first, count = min(mv.nbytes, CHUNK), status.Get_count(mpi.BYTE)
-            landing = mv[:first] if count == first else memoryview(bytearray(max(count, 0)))
+            if message[0] is None:
+                yield probed
+            count = status.Get_count(mpi.BYTE)
             try:  # (the next receive from src probes once this one has matched all its messages)
-                yield self._requests([header_req, found[0].Irecv([landing, mpi.BYTE])])
+                if status.Get_tag() == TAG_SMALL:
+                    packed = bytearray(max(count, HEADER_BYTES))
+                    yield self._requests([message[0].Irecv([packed, count, mpi.BYTE])])
+                    check_header(np.frombuffer(packed, np.int64, HEADER_WORDS), want, src, self.rank)
+                    mv[:] = memoryview(packed)[HEADER_BYTES:]
+                    return _committed(commit, t)
+                got = np.empty(HEADER_WORDS, dtype=np.int64)
+                header_req = comm.Irecv([got, mpi.INT64_T], src, TAG_HEADER)
+                first = min(mv.nbytes, CHUNK)
+                landing = mv[:first] if count == first else memoryview(bytearray(max(count, 0)))
+                yield self._requests([header_req, message[0].Irecv([landing, mpi.BYTE])])
                 try:
                     check_header(got, want, src, self.rank)
                 except PeerMismatch:
@@ -276,8 +355,7 @@ class MPITransport(Transport):
                     self._recv_bytes(mv[first:], src, what)
             finally:
                 probers.remove(handle)
-            commit()
-            return t
+            return _committed(commit, t)
         handle = Handle(self, steps(), what, src)
         probers.append(handle)
         cell.append(handle)
@@ -417,6 +495,11 @@ def _first_in_line(line: list[Handle], handle: Handle) -> bool:
         if line and line[0] is head:
             line.pop(0)
     return True
+
+
+def _committed(commit: Callable[[], None], t: Tensor) -> Tensor:
+    commit()
+    return t
 
 
 def _nothing() -> None:

@@ -119,6 +119,12 @@ def make_header(shape: tuple[int, ...], dt: DType) -> np.ndarray:
     return h
 
 
+def header_of(shape: Any, dt: DType) -> np.ndarray:
+    """``make_header`` for a shape that may be any sequence of ints, checked (``as_shape``) on a cache miss."""
+    h = _HEADER_CACHE.get((shape, dt)) if type(shape) is tuple else None
+    return h if h is not None else make_header(as_shape(shape), dt)
+
+
 def describe_header(h: np.ndarray) -> str:
     """``float32[2, 3]`` for a header."""
     code, ndim = int(h[1]), int(h[4])
