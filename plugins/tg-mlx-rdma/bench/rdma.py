@@ -145,16 +145,17 @@ def pingpong(tr, comm, mpi, nbytes: int, repeat: int) -> None:  # noqa: ANN001
 
 def mlx5_wqe_rate(tr5, comm, count: int) -> None:  # noqa: ANN001
     """Rank 0 posts ``count`` 8-byte SENDs to rank 1 on the model; prints WQEs/s (rank 0's wall time)."""
+    from tg_mlx_rdma.mlx5_transport import SLOTS
     peer = tr5.peers[1 - tr5.rank]
-    qp, cq, depth = peer.qp, peer.cq, 8
+    qp, cq, depth = peer.qp, peer.send_cq, 8
     comm.Barrier()
-    if tr5.rank == 1:
-        for i in range(qp.rq_size):
+    if tr5.rank == 1:  # (the transport keeps SLOTS receives posted: the rest of the queue is filled here)
+        for i in range(qp.rq_size - SLOTS):
             qp.post_recv(peer.recv_mr, 8 * i, 8)
         posted, got = qp.rq_size, 0
         comm.Barrier()
         while got < count:
-            for _ in cq.wait(1, timeout=120):
+            for _ in peer.recv_cq.wait(1, timeout=120):
                 got += 1
                 if posted < count:
                     qp.post_recv(peer.recv_mr, 8 * (posted % qp.rq_size), 8)
@@ -233,8 +234,8 @@ def main() -> int:
     tr.close()
     if args.wqes and tr.world_size == 2:
         tr5 = tgcore.transport("mlx5", model=True, exchange="mpi", timeout=120)
-        mlx5_wqe_rate(tr5, MPI.COMM_WORLD, args.wqes)
         mlx5_bandwidth(tr5, MPI.COMM_WORLD, 16, 3)
+        mlx5_wqe_rate(tr5, MPI.COMM_WORLD, args.wqes)  # (last: it uses the QP directly, past the transport)
         tr5.close()
     return 0
 
