@@ -270,11 +270,11 @@ class RecvPool:
         entries = self._free.get(key)
         if entries is not None:
             for entry in entries:
-                # references: the entry tuple, the loop variable, getrefcount's argument (+ the tensor's own uop
-                # field for the uop, the RESHAPE's src tuple for the buffer uop)
+                # references: the entry tuple, the local, getrefcount's argument (_ALONE), + the tensor's uop
+                # field for the uop, + the RESHAPE's src tuple for the buffer uop
                 t, u, base = entry[0], entry[1], entry[2]
-                if (t.uop is u and sys.getrefcount(t) == 3 and sys.getrefcount(u) == 4
-                        and sys.getrefcount(base) == 4):
+                if (t.uop is u and sys.getrefcount(t) == _ALONE and sys.getrefcount(u) == _ALONE + 1
+                        and sys.getrefcount(base) == _ALONE + 1):
                     self.hits += 1
                     _realization().invalidate(entry[3])
                     del t, u, base
@@ -293,6 +293,17 @@ class RecvPool:
     def clear(self) -> None:
         self._free.clear()
         self._bytes = 0
+
+
+def _alone() -> int:
+    """What ``sys.getrefcount`` says in ``RecvPool.take`` of an object only a pool entry refers to (measured the
+    same way, so an interpreter that counts differently never makes a referenced tensor look free)."""
+    entry = (object(),)
+    x = entry[0]
+    return sys.getrefcount(x)
+
+
+_ALONE = _alone()
 
 
 def _no_commit() -> None:
