@@ -1,13 +1,17 @@
 """Send/recv bandwidth of the ``mpi`` transport next to raw mpi4py, in one run; the mlx5 driver's rate on the
 device model. Prints, asserts nothing.
 
-    mpirun -np 2 [--allow-run-as-root] python plugins/tg-mlx-rdma/bench/rdma.py [--sizes 1,4,16,64,256] [--repeat 9]
+    mpirun -np 2 [--allow-run-as-root] python plugins/tg-mlx-rdma/bench/rdma.py [--small 4,16,64,256,1024]
+        [--sizes 1,4,16,64,256] [--repeat 9]
 
-Rank 0 sends float32 tensors of each size (MiB) to rank 1, ``--repeat`` timed rounds after a warm-up:
+Small messages (``--small``, KiB) first: a ping-pong between ranks 0 and 1 (``pingpong``: latency, and
+bandwidth at 1 MiB), the same three kinds as below. Then rank 0 sends float32 tensors of each size (MiB)
+to rank 1, ``--repeat`` timed rounds after a warm-up:
 
-- ``tg``: ``transport.send(tensor, 1)`` / ``transport.recv(shape, dtype, 0)``: the header message, the
-  deadline polling loop, a new result tensor per recv (its buffer comes back from the allocator's cache, so
-  the memory is reused as in the raw case; making and dropping the tensor object is part of the tg cost);
+- ``tg``: ``transport.send(tensor, 1)`` / ``transport.recv(shape, dtype, 0)``: the header, the deadline
+  polling loop, a result tensor per recv (up to 4 MiB from the transport's pool of receive tensors, as soon
+  as the previous one is dropped; larger ones are new tensors whose buffer comes back from the allocator's
+  cache);
 - ``tg out=``: the same, but ``recv(..., out=tensor)`` into one tensor every round: the same buffer reuse
   policy as the raw case;
 - ``mpi4py``: ``comm.Send(array)`` / ``comm.Recv(array)`` into a preallocated numpy array.
@@ -91,18 +95,67 @@ def measure(tr, comm, mpi, mib: int, repeat: int) -> None:  # noqa: ANN001
               flush=True)
 
 
+def pingpong(tr, comm, mpi, nbytes: int, repeat: int) -> None:  # noqa: ANN001
+    """Small messages: rank 0 and 1 bounce a float32 tensor of ``nbytes`` back and forth, ``iters`` round trips
+    per timed run, ``repeat`` runs per kind (interleaved). Prints the one-way time (half a round trip) per kind,
+    tg / mpi4py time ratios (latency: target <= 2 at 4 KiB) and mpi4py / tg (bandwidth: target >= 0.9 at
+    1 MiB) of the median runs, and the range of the per-run ratios."""
+    import tgcore
+    n = nbytes // 4
+    iters = max(20, min(1000, (32 << 20) // nbytes))
+    values = np.arange(n, dtype=np.float32) + tr.rank
+    src = tgcore.Tensor(values).realize()
+    out = tgcore.Tensor(np.zeros(n, dtype=np.float32)).realize()
+    raw_in = np.empty(n, dtype=np.float32)
+    peer = 1 - tr.rank
+
+    def run(kind: str) -> None:
+        for _ in range(iters):
+            for turn in (0, 1):
+                if tr.rank == turn:
+                    if kind == "raw":
+                        comm.Send([values, mpi.FLOAT], peer)
+                    else:
+                        tr.send(src, peer)
+                elif kind == "raw":
+                    comm.Recv([raw_in, mpi.FLOAT], peer)
+                elif kind == "tg":
+                    tr.recv((n,), "float32", peer)  # dropped at once: the pool hands it out again
+                else:
+                    tr.recv((n,), "float32", peer, out=out)
+    times: dict[str, list[float]] = {k: [] for k in KINDS}
+    for i in range(repeat + 1):
+        for kind in KINDS[i % len(KINDS):] + KINDS[:i % len(KINDS)]:
+            comm.Barrier()
+            start = time.perf_counter()
+            run(kind)
+            if i:
+                times[kind].append((time.perf_counter() - start) / iters / 2)
+    if tr.rank == 0:
+        ok = bool(np.array_equal(out.numpy(), values + 1)) and bool(np.array_equal(raw_in, values + 1))
+        med = {k: statistics.median(times[k]) for k in KINDS}
+        lat = " ".join(f"{med[k] * 1e6:>7.1f}" for k in KINDS)
+        bw = " ".join(f"{nbytes / med[k] / 1e9:>6.2f}" for k in KINDS)
+        per_run = {k: [t / r for t, r in zip(times[k], times["raw"], strict=True)] for k in ("tg", "tg_out")}
+        ratio = "  ".join(f"{med[k] / med['raw']:>5.2f} ({min(per_run[k]):.2f}-{max(per_run[k]):.2f})"
+                          for k in ("tg", "tg_out"))
+        size = f"{nbytes >> 10}K" if nbytes < 1 << 20 else f"{nbytes >> 20}M"
+        print(f"{size:>5} {lat}  {bw}  {ratio}{'' if ok else '  (WRONG DATA)'}", flush=True)
+
+
 def mlx5_wqe_rate(tr5, comm, count: int) -> None:  # noqa: ANN001
     """Rank 0 posts ``count`` 8-byte SENDs to rank 1 on the model; prints WQEs/s (rank 0's wall time)."""
+    from tg_mlx_rdma.mlx5_transport import SLOTS
     peer = tr5.peers[1 - tr5.rank]
-    qp, cq, depth = peer.qp, peer.cq, 8
+    qp, cq, depth = peer.qp, peer.send_cq, 8
     comm.Barrier()
-    if tr5.rank == 1:
-        for i in range(qp.rq_size):
+    if tr5.rank == 1:  # (the transport keeps SLOTS receives posted: the rest of the queue is filled here)
+        for i in range(qp.rq_size - SLOTS):
             qp.post_recv(peer.recv_mr, 8 * i, 8)
         posted, got = qp.rq_size, 0
         comm.Barrier()
         while got < count:
-            for _ in cq.wait(1, timeout=120):
+            for _ in peer.recv_cq.wait(1, timeout=120):
                 got += 1
                 if posted < count:
                     qp.post_recv(peer.recv_mr, 8 * (posted % qp.rq_size), 8)
@@ -145,7 +198,8 @@ def mlx5_bandwidth(tr5, comm, mib: int, repeat: int) -> None:  # noqa: ANN001
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="1,4,16,64,256", help="message sizes in MiB, comma separated")
+    ap.add_argument("--small", default="4,16,64,256,1024", help="ping-pong message sizes in KiB, comma separated")
+    ap.add_argument("--sizes", default="1,4,16,64,256", help="one-way message sizes in MiB, comma separated")
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--wqes", type=int, default=5000, help="WQEs for the mlx5 model rate (0: skip the mlx5 part)")
     args = ap.parse_args()
@@ -158,8 +212,19 @@ def main() -> int:
     if tr.world_size < 2:
         print("run me under mpirun with 2 ranks: mpirun -np 2 python plugins/tg-mlx-rdma/bench/rdma.py")
         return 0
+    library = MPI.Get_library_version().split(",")[0]
+    small = [int(x) << 10 for x in args.small.split(",") if x]
+    if small and tr.rank == 0:
+        print(f"ping-pong float32, ranks 0 <-> 1, {tr.world_size} ranks, MPI: {library}; "
+              "one-way time = half a round trip")
+        print(f"{'':>5} {'us per message':^23}  {'GB/s':^20}  {'tg / mpi4py time (range)':^34}")
+        print(f"{'size':>5} {'tg':>7} {'tg out=':>7} {'mpi4py':>7}  {'tg':>6} {'out=':>6} {'mpi4py':>6}"
+              f"  {'tg':^16}  {'tg out=':^16}")
+    for nbytes in small:
+        if tr.rank < 2:
+            pingpong(tr, MPI.COMM_WORLD, MPI, nbytes, args.repeat)
+        MPI.COMM_WORLD.Barrier()
     if tr.rank == 0:
-        library = MPI.Get_library_version().split(",")[0]
         print(f"send/recv float32, rank 0 -> rank 1, {tr.world_size} ranks, MPI: {library}")
         print(f"{'':>5} {'GB/s':^23}  {'tg / mpi4py':^17}  {'tg out= / mpi4py':^17}")
         print(f"{'MiB':>5} {'tg':>7} {'tg out=':>7} {'mpi4py':>7}  {'ratio':>5} {'round':>5} {'best':>5}"
@@ -169,8 +234,8 @@ def main() -> int:
     tr.close()
     if args.wqes and tr.world_size == 2:
         tr5 = tgcore.transport("mlx5", model=True, exchange="mpi", timeout=120)
-        mlx5_wqe_rate(tr5, MPI.COMM_WORLD, args.wqes)
         mlx5_bandwidth(tr5, MPI.COMM_WORLD, 16, 3)
+        mlx5_wqe_rate(tr5, MPI.COMM_WORLD, args.wqes)  # (last: it uses the QP directly, past the transport)
         tr5.close()
     return 0
 

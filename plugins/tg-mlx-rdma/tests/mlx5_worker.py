@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from mpi_worker import mismatch, suite
+from mpi_worker import mismatch, nonblocking, suite
 
 import tgcore
 
@@ -30,6 +30,8 @@ def main() -> int:
         suite(tr, "--big" in sys.argv)
     elif scenario == "mismatch":
         mismatch(tr)
+    elif scenario == "nonblocking":
+        nonblocking(tr)
     elif scenario == "die":  # rank 1 is killed while rank 0 sends it 8 MiB
         import signal
 

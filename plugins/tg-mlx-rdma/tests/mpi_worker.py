@@ -217,6 +217,119 @@ def chunks(tr) -> None:
     tr.barrier()
 
 
+def expect_error(kind: type, words: tuple[str, ...], fn) -> str:  # noqa: ANN001
+    try:
+        fn()
+    except kind as e:
+        msg = str(e)
+        assert all(w in msg for w in words), msg
+        return msg
+    raise AssertionError(f"expected {kind.__name__} with {words}")
+
+
+def nonblocking(tr) -> None:
+    """isend/irecv/iallreduce handles and broadcast, every result against numpy; handles waited out of order."""
+    me, world = tr.rank, tr.world_size
+    peer = me ^ 1
+    paired = peer < world
+    # 1. both ranks of a pair isend and irecv at once (blocking sends would deadlock for large messages), waited
+    #    receive first; sizes around the pool's limit and over it
+    for seed, (dtype, n) in enumerate([("float32", 1), ("int64", 1001), ("bfloat16", ONE_MIB // 2),
+                                       ("uint8", 5 * ONE_MIB), ("float16", 0)]):
+        if not paired:
+            break
+        hs = tr.isend(to_tensor(data(me, dtype, n, seed), dtype), peer)
+        hr = tr.irecv((n,), dtype, peer)
+        check(to_numpy(hr.wait()), data(peer, dtype, n, seed), f"irecv {dtype}[{n}]")
+        assert hs.wait() is None
+    # 2. several receives from one rank, waited in reverse order: they match the sends in the order made
+    shapes = [((3, 4), "float32"), ((7,), "int32"), ((2, 2, 2), "float64"), ((1000,), "float32")]
+    if paired and me % 2 == 0:
+        sends = [tr.isend(Tensor(np.full(shape, i + 1, dtype)), peer) for i, (shape, dtype) in enumerate(shapes)]
+        for h in sends[::-1]:
+            h.wait()
+    elif paired:
+        recvs = [tr.irecv(shape, dtype, peer) for shape, dtype in shapes]
+        for i in reversed(range(len(recvs))):
+            shape, dtype = shapes[i]
+            check(recvs[i].wait().numpy(), np.full(shape, i + 1, dtype), f"out-of-order irecv {i}")
+    # 3. irecv(out=t): a realize reading t waits for the data without wait() being called
+    if paired:
+        n = 4099
+        out = Tensor.empty(n, dtype="float32")
+        h_out = tr.irecv((n,), "float32", peer, out=out)
+        tr.send(Tensor(data(me, "float32", n, 42)), peer) if me % 2 == 0 else None
+        check((out + 1).numpy(), data(peer, "float32", n, 42) + 1, "a read of irecv(out=) before wait")
+        if me % 2 == 1:
+            tr.send(Tensor(data(me, "float32", n, 42)), peer)
+        assert h_out.wait() is out
+        check(out.numpy(), data(peer, "float32", n, 42), "irecv(out=) after wait")
+        msg = expect_error(RuntimeError, ("already waited",), h_out.wait)
+        print(f"rank {me} expected error: {msg}")
+    # 4. received tensors the user keeps (or built lazy graphs from) are never reused by the pool
+    if paired:
+        n, rounds = 1024, 6
+        kept, lazies = [], []
+        for i in range(rounds):
+            if me % 2 == 0:
+                tr.send(Tensor(np.full(n, i, np.float32)), peer)
+            else:
+                t = tr.recv((n,), "float32", peer)
+                if i % 2:
+                    kept.append((i, t))
+                else:
+                    lazies.append((i, t * 2))
+                del t
+        for i, t in kept:
+            check(t.numpy(), np.full(n, i, np.float32), f"kept received tensor {i}")
+        for i, t in lazies:
+            check(t.numpy(), np.full(n, 2 * i, np.float32), f"lazy graph of received tensor {i}")
+    # 5. several iallreduces under way, waited in reverse order; in place (out= the input)
+    plan = [("float32", "sum", 1001), ("int32", "max", 7), ("float16", "prod", 33), ("bool", "min", 64),
+            ("int64", "sum", ONE_MIB // 8)]
+    hs = [(dtype, op, n, tr.iallreduce(to_tensor(data(me, dtype, n, 50 + i), dtype), op))
+          for i, (dtype, op, n) in enumerate(plan)]
+    for i in reversed(range(len(hs))):
+        dtype, op, n, h = hs[i]
+        want = reference([data(r, dtype, n, 50 + i) for r in range(world)], op, dtype)
+        check(to_numpy(h.wait()), want, f"iallreduce {op} {dtype}[{n}]")
+    g = Tensor(data(me, "float32", 4096, 60)).realize()
+    h = tr.iallreduce(g, "sum", out=g)
+    doubled = g * 2  # read after the write was registered: waits for it
+    want = reference([data(r, "float32", 4096, 60) for r in range(world)], "sum", "float32")
+    check(doubled.numpy(), want * 2, "a read of iallreduce(out=) before wait")
+    assert h.wait() is g
+    check(g.numpy(), want, "in-place iallreduce")
+    # 6. broadcast from the first and the last rank, into a new tensor and into out=
+    for root in (0, world - 1):
+        x = to_tensor(data(me, "bfloat16", 3000, root), "bfloat16")
+        got = tr.broadcast(x, root)
+        check(to_numpy(got), data(root, "bfloat16", 3000, root), f"broadcast from rank {root}")
+        dest = Tensor.empty(5, 3, dtype="int32")
+        got = tr.broadcast(Tensor(np.arange(15, dtype=np.int32).reshape(5, 3) * (me + 1)), root, out=dest)
+        assert (got is dest) == (me != root)
+        check(got.numpy(), np.arange(15, dtype=np.int32).reshape(5, 3) * (root + 1), f"broadcast(out=) from {root}")
+    # 7. errors: mismatched shapes/dtypes in collectives and receives raise on wait, everywhere; a bad root
+    h = tr.iallreduce(Tensor(np.ones(3 + me, np.float32)))
+    msg = expect_error(PeerMismatch, ("float32[3]", "float32[4]"), h.wait)
+    print(f"rank {me} expected error: {msg}")
+    msg = expect_error(PeerMismatch, ("broadcast", "int32[2]" if me else "float32[2]"),
+                       lambda: tr.broadcast(Tensor(np.ones(2, np.float32 if me == 0 else np.int32)), 0))
+    print(f"rank {me} expected error: {msg}")
+    expect_error(ValueError, ("root=",), lambda: tr.broadcast(Tensor(np.ones(2, np.float32)), world))
+    if paired:
+        if me % 2 == 0:
+            tr.isend(Tensor(np.ones(4, np.int32)), peer).wait()
+        else:
+            h = tr.irecv(4, "float32", peer)
+            msg = expect_error(PeerMismatch, ("recv expected float32[4]", "sent int32[4]"), h.wait)
+            print(f"rank {me} expected error: {msg}")
+            expect_error(RuntimeError, ("already waited",), h.wait)
+    check(tr.allreduce(Tensor(np.full(2, me, np.int64))).numpy(), np.full(2, sum(range(world)), np.int64),
+          "an allreduce after the errors")
+    tr.barrier()
+
+
 def die(tr, how: str) -> None:
     """Rank 1 goes away; rank 0 waits for a message from it."""
     if tr.rank == 1:
@@ -227,9 +340,12 @@ def die(tr, how: str) -> None:
             os._exit(3)
         else:  # hang: alive, but never sends
             time.sleep(3600)
-    if tr.rank == 0:
+    if tr.rank != 1:
         try:
-            tr.recv((4,), "float32", 1)
+            if os.environ.get("TG_TEST_COLLECTIVE"):  # rank 0 (and any other) waits in a collective
+                tr.iallreduce(Tensor(np.ones(4, np.float32))).wait()
+            elif tr.rank == 0:
+                tr.irecv((4,), "float32", 1).wait()
         except CommTimeout as e:
             assert "rank 1" in str(e), str(e)
             raise
@@ -244,6 +360,8 @@ def main() -> int:
         suite(tr, "--big" in sys.argv)
     elif scenario == "mismatch":
         mismatch(tr)
+    elif scenario == "nonblocking":
+        nonblocking(tr)
     elif scenario == "chunks":
         chunks(tr)
     elif scenario.startswith("die-"):

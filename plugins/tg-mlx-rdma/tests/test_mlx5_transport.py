@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 from conftest import HERE, run_job
-from test_mpi import ok
+from test_mpi import NONBLOCKING_ERRORS, ok
 from tg_mlx_rdma import CommTimeout
 
 import tgcore
@@ -74,6 +74,15 @@ def test_mismatches_raise_and_the_stream_stays_in_step() -> None:
     assert "but rank 0 sent int32[4]" in proc.stdout
 
 
+def test_nonblocking_calls_and_broadcast_on_the_model() -> None:
+    """The MPI tests' non-blocking scenario (isend/irecv both ways, out-of-order waits, irecv/iallreduce into
+    tensors, broadcast, errors) through the mlx5 transport on the device model."""
+    proc = tcp_job(2, "nonblocking")
+    ok(proc, 2)
+    for text in NONBLOCKING_ERRORS:
+        assert text in proc.stdout, proc.stdout
+
+
 def test_dead_peer_is_a_clear_error() -> None:
     """Rank 1 is killed: rank 0's send fails (its requests are never answered) naming rank 1, not a hang."""
     proc = tcp_job(2, "die", timeout=60, env={"TG_TEST_TIMEOUT": "10"})
@@ -83,6 +92,7 @@ def test_dead_peer_is_a_clear_error() -> None:
 
 def test_four_ranks_exchanging_over_mpi(need_mpi: None) -> None:
     ok(run_job(4, [str(WORKER), "suite", "--mpi"], timeout=240, oversubscribe=True), 4)
+    ok(run_job(4, [str(WORKER), "nonblocking", "--mpi"], timeout=240, oversubscribe=True), 4)
 
 
 def test_real_hardware_path_says_there_is_no_nic() -> None:

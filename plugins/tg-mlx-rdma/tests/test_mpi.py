@@ -46,6 +46,25 @@ def test_messages_of_several_chunks(need_mpi: None) -> None:
     assert proc.stdout.count("expected error") == 2, proc.stdout
 
 
+NONBLOCKING_ERRORS = ["allreduce needs the same shape, dtype and op on every rank, got rank 0: float32[3] sum; "
+                      "rank 1: float32[4] sum",
+                      "broadcast needs the same shape, dtype and root on every rank, got rank 0: float32[2] root 0; "
+                      "rank 1: int32[2] root 0",
+                      "recv expected float32[4] from rank 0, but rank 0 sent int32[4]",
+                      "was already waited for; wait() returns its result once"]
+
+
+@pytest.mark.parametrize("np_", [2, 4])
+def test_nonblocking_calls_and_broadcast(need_mpi: None, np_: int) -> None:
+    """isend/irecv both ways at once, receives and allreduces waited in reverse order, irecv/iallreduce into
+    tensors that a realize waits for, broadcast from the first and last rank, pooled receive tensors never
+    reused while referenced; mismatches raise on every rank and waiting twice is refused."""
+    proc = run_job(np_, [str(WORKER), "nonblocking"], timeout=120, oversubscribe=np_ > 2)
+    ok(proc, np_)
+    for text in NONBLOCKING_ERRORS:
+        assert text in proc.stdout, proc.stdout
+
+
 @pytest.mark.parametrize("how", ["kill", "exit", "hang"])
 def test_dead_or_stuck_peer_ends_the_job(need_mpi: None, how: str) -> None:
     """Rank 1 is killed, exits, or hangs while rank 0 waits for it: the job ends non-zero, naming rank 1."""
@@ -61,6 +80,18 @@ def test_dead_or_stuck_peer_ends_the_job(need_mpi: None, how: str) -> None:
     else:  # Open MPI notices the dead process and ends the job, naming it ("process rank 1 ... exited on
         # signal 9", or for a non-zero exit the process name [[job,1],1], whose last number is the rank)
         assert re.search(r"rank 1\b|\[\[\d+,\d+\],1\]", out), out
+
+
+def test_stuck_peer_in_a_nonblocking_collective_ends_the_job(need_mpi: None) -> None:
+    """Rank 1 hangs while rank 0 waits on an iallreduce handle: CommTimeout after the transport timeout, then the
+    exit aborts the whole job."""
+    start = time.monotonic()
+    proc = run_job(2, [str(WORKER), "die-hang"], timeout=60, env={"TG_TEST_TIMEOUT": "5", "TG_TEST_COLLECTIVE": "1"})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert time.monotonic() - start < 45
+    assert "CommTimeout" in out and "allreduce (sum) of float32[4] did not complete within 5 s" in out, out
+    assert "aborts the MPI job" in out, out
 
 
 def test_without_mpirun_is_a_world_of_one(need_mpi: None) -> None:

@@ -33,15 +33,17 @@ from tg_mlx_rdma.transport import (
     REDUCE_OPS,
     CommError,
     CommTimeout,
+    Handle,
     PeerFailed,
     PeerMismatch,
+    RecvPool,
+    Steps,
     Transport,
     TransportClosed,
     as_dtype,
     as_shape,
     check_header,
     describe_header,
-    empty_tensor,
     header_nbytes,
     make_header,
     recv_target,
@@ -121,16 +123,28 @@ def _mpi_exchange(mine: dict) -> tuple[int, int, list[dict]]:
 # ------------------------------------------------------------------------------------------ the transport
 
 class _Peer:
-    """The QP to one other rank, its CQ and its registered send/receive slots."""
+    """The QP to one other rank, its CQs, its registered send/receive slots and the order of its messages.
+
+    Each direction is a byte stream of SENDs: the k-th SEND uses send slot ``k % SLOTS``; receives stay posted
+    in every receive slot, so the k-th arriving SEND lands in slot ``k % SLOTS`` and waits there until a recv
+    consumes it (then the slot's receive is posted again). A call takes its place in ``send_line`` /
+    ``recv_line`` (a ticket per message) when it is made, and moves that message when its ticket is first:
+    messages keep the order of the calls, whatever order their handles are waited in."""
 
     def __init__(self, dev: Any, pd: int, rank: int, chunk: int) -> None:
         self.rank = rank
-        self.cq = dev.create_cq(6)
-        self.qp = dev.create_qp(pd, self.cq, self.cq, 5, 5)
+        self.send_cq = dev.create_cq(6)
+        self.recv_cq = dev.create_cq(6)
+        self.qp = dev.create_qp(pd, self.send_cq, self.recv_cq, 5, 5)
         self.send_mr = dev.reg_mr(pd, dev.alloc(SLOTS * chunk), remote_write=False)
         self.recv_mr = dev.reg_mr(pd, dev.alloc(SLOTS * chunk))
         self.send_view = self.send_mr.buf.view
         self.recv_view = self.recv_mr.buf.view
+        self.sent = self.send_done = 0  # SENDs posted, completed
+        self.consumed = 0  # arrived SENDs copied out of their slot
+        self.arrived: list[Any] = []  # receive completions not consumed yet
+        self.send_line: list[object] = []
+        self.recv_line: list[object] = []
 
 
 class Mlx5Transport(Transport):
@@ -151,6 +165,8 @@ class Mlx5Transport(Transport):
         self.timeout = float(timeout)
         self._failure: str | None = None
         self._closed = False
+        self._active: list[Handle] = []  # calls under way (every wait moves them all on)
+        self._pool = RecvPool()
         if exchange == "tcp":
             if rank is None or world_size is None:
                 raise ValueError("the mlx5 transport needs rank= and world_size= (and rendezvous='host:port' when "
@@ -196,12 +212,17 @@ class Mlx5Transport(Transport):
         for r, peer in self.peers.items():
             theirs = table[r]
             peer.qp.connect(QpInfo(theirs["qpn"][str(rank)], bytes.fromhex(theirs["gid"])))
-        for peer in self.peers.values():  # every rank connected its QPs before anyone sends
-            peer.qp.post_recv(peer.recv_mr, 0, 1)
-        for peer in self.peers.values():
-            peer.qp.post_send("SEND", peer.send_mr, 0, 1)
-        for peer in self.peers.values():
-            self._wait(peer, 2, "connecting")
+        for peer in self.peers.values():  # receives stay posted in every slot from now on
+            for slot in range(SLOTS):
+                peer.qp.post_recv(peer.recv_mr, slot * self.chunk, self.chunk)
+        tickets = self._tickets([(r, d) for r in sorted(self.peers) for d in ("send", "recv")])
+
+        def handshake() -> Steps:  # a byte each way on every QP: the peers' QPs are connected too
+            for i, r in enumerate(sorted(self.peers)):
+                yield from self._send_msg(self.peers[r], tickets[2 * i], memoryview(b"H"))
+            for i, r in enumerate(sorted(self.peers)):
+                yield from self._recv_msg(self.peers[r], tickets[2 * i + 1], None, 1, "connecting")
+        self._handle(handshake(), "connecting", None).wait()
 
     # ---------------------------------------------------------------- state
     def _live(self) -> None:
@@ -210,159 +231,315 @@ class Mlx5Transport(Transport):
         if self._closed:
             raise TransportClosed(f"rank {self.rank}: the mlx5 transport is closed")
 
-    def _wait(self, peer: _Peer, count: int, what: str) -> list[Any]:
-        from tg_mlx_rdma.mlx5.device import CompletionError
-        try:
-            return peer.cq.wait(count, timeout=self.timeout)
-        except TimeoutError:
-            err: CommError = CommTimeout(f"rank {self.rank}: {what} did not complete within {self.timeout:g} s: "
-                                         f"rank {peer.rank} did not answer", peer.rank)
-        except CompletionError as e:
-            err = PeerFailed(f"rank {self.rank}: {what} failed with rank {peer.rank}: {e}", peer.rank)
+    def _fail(self, err: CommError) -> CommError:
         self._failure = str(err)
-        raise err
+        return err
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        self._pool.clear()
         self.dev.close()
 
-    # ---------------------------------------------------------------- point to point
-    def _send_bytes(self, peer: _Peer, data: memoryview, what: str) -> None:
-        """``data`` as SENDs of at most self.chunk bytes, through the two send slots."""
-        inflight = 0
-        for i, start in enumerate(range(0, max(data.nbytes, 1), self.chunk)):
-            if inflight == SLOTS:
-                self._wait(peer, 1, what)
-                inflight -= 1
+    # ---------------------------------------------------------------- progress
+    def _poll(self, peer: _Peer, cq: Any) -> list[Any]:
+        from tg_mlx_rdma.mlx5.device import CompletionError
+        try:
+            return cq.poll()  # type: ignore[no-any-return]
+        except CompletionError as e:
+            raise self._fail(PeerFailed(f"rank {self.rank}: a transfer with rank {peer.rank} failed: {e}",
+                                        peer.rank)) from e
+
+    def _send_slot_free(self, peer: _Peer) -> bool:
+        peer.send_done += len(self._poll(peer, peer.send_cq))
+        return peer.sent - peer.send_done < SLOTS
+
+    def _arrival(self, peer: _Peer) -> bool:
+        if not peer.arrived:
+            peer.arrived.extend(self._poll(peer, peer.recv_cq))
+        return bool(peer.arrived)
+
+    def _block(self, handle: Handle) -> None:
+        """Move every call under way on (a peer's progress may wait on ours) until ``handle`` finished."""
+        deadline = time.monotonic() + self.timeout
+        idle = 0
+        while True:
+            for h in list(self._active):
+                if h is not handle and h.done():
+                    self._active.remove(h)
+            if handle.done():
+                if handle in self._active:
+                    self._active.remove(handle)
+                return
+            idle += 1
+            time.sleep(0 if idle < 1000 else 0.0001)  # the device model runs in threads of this process
+            if idle % 256 == 0 and time.monotonic() > deadline:
+                blame = (f"rank {handle.peer} did not answer" if handle.peer is not None else
+                         "not every rank answered (one is dead, stuck, or in a different call)")
+                raise self._fail(CommTimeout(f"rank {self.rank}: {handle.what} did not complete within "
+                                             f"{self.timeout:g} s: {blame}", handle.peer))
+
+    def _handle(self, steps: Steps, what: str | Any, peer: int | None) -> Handle:
+        handle = Handle(self, steps, what, peer)
+        self._active.append(handle)
+        handle.done()  # starts at once what can start
+        return handle
+
+    def _put(self, peer: _Peer, data: memoryview) -> Steps:
+        """Stages: ``data`` as SENDs of at most ``chunk`` bytes (at least one), each through a free send slot."""
+        for start in range(0, max(data.nbytes, 1), self.chunk):
+            yield lambda: self._send_slot_free(peer)
             n = min(self.chunk, data.nbytes - start)
-            slot = (i % SLOTS) * self.chunk
+            slot = (peer.sent % SLOTS) * self.chunk
             peer.send_view[slot:slot + n] = data[start:start + n]
             peer.qp.post_send("SEND", peer.send_mr, slot, n)
-            inflight += 1
-        if inflight:
-            self._wait(peer, inflight, what)
+            peer.sent += 1
 
-    def _recv_bytes(self, peer: _Peer, out: memoryview | None, nbytes: int, what: str) -> None:
-        """Receive ``nbytes`` (at least one SEND) into ``out`` (None: discard)."""
-        chunks = max(-(-nbytes // self.chunk), 1)
-        posted = 0
-        for _ in range(min(SLOTS, chunks)):
-            peer.qp.post_recv(peer.recv_mr, (posted % SLOTS) * self.chunk, self.chunk)
-            posted += 1
-        for i in range(chunks):
-            (c,) = self._wait(peer, 1, what)
-            slot = (i % SLOTS) * self.chunk
-            start = i * self.chunk
+    def _take(self, peer: _Peer, out: memoryview | None, nbytes: int, what: str) -> Steps:
+        """Stages: receive ``nbytes`` (at least one SEND) into ``out`` (None: discard)."""
+        for start in range(0, max(nbytes, 1), self.chunk):
+            yield lambda: self._arrival(peer)
+            c = peer.arrived.pop(0)
+            slot = (peer.consumed % SLOTS) * self.chunk
             want = min(self.chunk, nbytes - start)
             if c.byte_count != want:
                 raise self._mismatch(f"rank {self.rank}: {what}: rank {peer.rank} sent a chunk of {c.byte_count} "
                                      f"bytes where {want} were due", peer.rank)
             if out is not None and want:
                 out[start:start + want] = peer.recv_view[slot:slot + want]
-            if posted < chunks:
-                peer.qp.post_recv(peer.recv_mr, slot, self.chunk)
-                posted += 1
+            peer.consumed += 1
+            peer.qp.post_recv(peer.recv_mr, slot, self.chunk)
+
+    def _send_msg(self, peer: _Peer, ticket: object, *parts: memoryview) -> Steps:
+        """Stages: wait for ``ticket``'s turn, send ``parts`` (each a run of SENDs), wait until they completed."""
+        yield lambda: peer.send_line[0] is ticket
+        try:
+            for part in parts:
+                yield from self._put(peer, part)
+        finally:
+            peer.send_line.remove(ticket)
+        last = peer.sent
+        yield lambda: self._send_slot_free(peer) and peer.send_done >= last
+
+    def _recv_msg(self, peer: _Peer, ticket: object, out: memoryview | None, nbytes: int, what: str) -> Steps:
+        yield lambda: peer.recv_line[0] is ticket
+        try:
+            yield from self._take(peer, out, nbytes, what)
+        finally:
+            peer.recv_line.remove(ticket)
 
     def _mismatch(self, message: str, peer: int) -> CommError:
         self._failure = message  # the byte stream is out of step: nothing later can be trusted
         return PeerMismatch(message, peer)
 
+    # ---------------------------------------------------------------- point to point
     def send(self, tensor: Tensor, dst: int) -> None:
+        self.isend(tensor, dst).wait()
+
+    def isend(self, tensor: Tensor, dst: int) -> Handle:
         self._live()
         self._check_peer(dst, "dst")
         data, keep = tensor_bytes(tensor)
         header = make_header(as_shape(keep.shape), keep.dtype)
         what = f"send of {describe_header(header)} to rank {dst}"
-        peer = self.peers[dst]
-        self._send_bytes(peer, memoryview(header.tobytes()), what)
-        if data.nbytes:
-            self._send_bytes(peer, data, what)
-        del keep
+        peer, ticket = self.peers[dst], object()
+        peer.send_line.append(ticket)
+        parts = (memoryview(header.tobytes()), data) if data.nbytes else (memoryview(header.tobytes()),)
+
+        def steps() -> Steps:
+            yield from self._send_msg(peer, ticket, *parts)
+            kept.clear()
+        kept = [keep]
+        return self._handle(steps(), what, dst)
 
     def recv(self, shape: int | Sequence[int], dtype: Any, src: int, device: str | None = None,
              out: Tensor | None = None) -> Tensor:
+        result: Tensor = self.irecv(shape, dtype, src, device, out, blocking=True).wait()
+        return result
+
+    def irecv(self, shape: int | Sequence[int], dtype: Any, src: int, device: str | None = None,
+              out: Tensor | None = None, blocking: bool = False) -> Handle:
         self._live()
         self._check_peer(src, "src")
         dims, dt = as_shape(shape), as_dtype(dtype)
         want = make_header(dims, dt)
-        t, mv, commit = recv_target(dims, dt, device, out)
+        cell: list[Handle] = []
+        t, mv, commit = recv_target(dims, dt, device, out, self._pool,
+                                    None if blocking else (lambda: cell[0]._settle()))
         what = f"recv of {describe_header(want)} from rank {src}"
-        peer = self.peers[src]
-        got = np.zeros(HEADER_WORDS, dtype=np.int64)
-        self._recv_bytes(peer, memoryview(got).cast("B"), HEADER_BYTES, what)
-        try:
-            check_header(got, want, src, self.rank)
-        except PeerMismatch:
-            if header_nbytes(got):
-                self._recv_bytes(peer, None, header_nbytes(got), what + " (discarding the mismatched data)")
-            raise
-        if mv.nbytes:
-            self._recv_bytes(peer, mv, mv.nbytes, what)
-        commit()
-        return t
+        peer, ticket = self.peers[src], object()
+        peer.recv_line.append(ticket)
+
+        def steps() -> Steps:
+            yield lambda: peer.recv_line[0] is ticket
+            try:
+                got = np.zeros(HEADER_WORDS, dtype=np.int64)
+                yield from self._take(peer, memoryview(got).cast("B"), HEADER_BYTES, what)
+                try:
+                    check_header(got, want, src, self.rank)
+                except PeerMismatch:
+                    if header_nbytes(got):
+                        yield from self._take(peer, None, header_nbytes(got), f"{what} (discarding its data)")
+                    raise
+                if mv.nbytes:
+                    yield from self._take(peer, mv, mv.nbytes, what)
+            finally:
+                peer.recv_line.remove(ticket)
+            commit()
+            return t
+        cell.append(self._handle(steps(), what, src))
+        return cell[0]
 
     # ---------------------------------------------------------------- collectives (through rank 0)
+    def _tickets(self, plan: list[tuple[int, str]]) -> list[object]:
+        """Take places in the peers' lines now, in call order: ``plan`` is (peer rank, "send" | "recv") per message."""
+        tickets = []
+        for r, direction in plan:
+            ticket = object()
+            (self.peers[r].send_line if direction == "send" else self.peers[r].recv_line).append(ticket)
+            tickets.append(ticket)
+        return tickets
+
+    def _check_call(self, call: np.ndarray, tickets: list[object], what: str) -> Steps:
+        """Stages: every rank sends ``call`` to rank 0, which answers all with every rank's call (``verdict``);
+        returns the verdict (element 0: whether all agree). Uses ``tickets[:2]`` off rank 0, ``2 * peers`` on it."""
+        if self.rank == 0:
+            calls = [call]
+            for i, r in enumerate(sorted(self.peers)):
+                theirs = np.zeros_like(call)
+                yield from self._recv_msg(self.peers[r], tickets[i], memoryview(theirs).cast("B"), theirs.nbytes, what)
+                calls.append(theirs)
+            agree = all((c == call).all() for c in calls)
+            verdict = np.array([int(agree)] + [int(x) for c in calls for x in c], dtype=np.int64)
+            for i, r in enumerate(sorted(self.peers)):
+                yield from self._send_msg(self.peers[r], tickets[len(self.peers) + i], memoryview(verdict.tobytes()))
+        else:
+            yield from self._send_msg(self.peers[0], tickets[0], memoryview(call.tobytes()))
+            verdict = np.zeros(1 + self.world_size * call.size, dtype=np.int64)
+            yield from self._recv_msg(self.peers[0], tickets[1], memoryview(verdict).cast("B"), verdict.nbytes, what)
+        return verdict
+
+    def _check_plan(self) -> list[tuple[int, str]]:
+        if self.rank == 0:
+            return [(r, "recv") for r in sorted(self.peers)] + [(r, "send") for r in sorted(self.peers)]
+        return [(0, "send"), (0, "recv")] if self.world_size > 1 else []
+
+    def _disagreement(self, verdict: np.ndarray, size: int, call: str, label: Any) -> PeerMismatch:
+        rows = verdict[1:].reshape(self.world_size, size)
+        calls_text = "; ".join(f"rank {r}: {describe_header(row[:-1])} {label(row[-1])}" for r, row in enumerate(rows))
+        what = "op" if call == "allreduce" else "root"
+        return PeerMismatch(f"rank {self.rank}: {call} needs the same shape, dtype and {what} on every rank, "
+                            f"got {calls_text}")
+
     def barrier(self) -> None:
         self._live()
-        token = memoryview(b"B")
-        if self.rank == 0:
-            for r, peer in self.peers.items():
-                self._recv_bytes(peer, None, 1, f"barrier (waiting for rank {r})")
-            for r, peer in self.peers.items():
-                self._send_bytes(peer, token, f"barrier (releasing rank {r})")
-        else:
-            self._send_bytes(self.peers[0], token, "barrier")
-            self._recv_bytes(self.peers[0], None, 1, "barrier")
+        plan = self._check_plan()
+        tickets = self._tickets(plan)
+        call = np.zeros(1, dtype=np.int64)
+        self._handle(self._check_call(call, tickets, "barrier"), "barrier", None).wait()
 
     def allreduce(self, tensor: Tensor, op: str = "sum") -> Tensor:
+        result: Tensor = self.iallreduce(tensor, op).wait()
+        return result
+
+    def iallreduce(self, tensor: Tensor, op: str = "sum", out: Tensor | None = None) -> Handle:
         self._live()
         self._check_op(op)
         data, keep = tensor_bytes(tensor)
         shape, dt = as_shape(keep.shape), keep.dtype
         call = np.concatenate([make_header(shape, dt), np.array([REDUCE_OPS.index(op)], dtype=np.int64)])
         what = f"allreduce ({op}) of {describe_header(call[:-1])}"
-        acc = bytearray(data)
-        if self.rank == 0:
-            calls = [call]
-            for r in sorted(self.peers):
-                theirs = np.zeros_like(call)
-                self._recv_bytes(self.peers[r], memoryview(theirs).cast("B"), theirs.nbytes, what)
-                calls.append(theirs)
-            agree = all((c == call).all() for c in calls)
-            verdict = np.array([int(agree)] + [int(x) for c in calls for x in c], dtype=np.int64)
-            for r in sorted(self.peers):
-                self._send_bytes(self.peers[r], memoryview(verdict.tobytes()), what)
-        else:
-            self._send_bytes(self.peers[0], memoryview(call.tobytes()), what)
-            verdict = np.zeros(1 + self.world_size * call.size, dtype=np.int64)
-            self._recv_bytes(self.peers[0], memoryview(verdict).cast("B"), verdict.nbytes, what)
-        if not verdict[0]:
-            rows = verdict[1:].reshape(self.world_size, call.size)
-            calls_text = "; ".join(f"rank {r}: {describe_header(row[:-1])} {REDUCE_OPS[int(row[-1])]}"
-                                   for r, row in enumerate(rows))
-            raise PeerMismatch(f"rank {self.rank}: allreduce needs the same shape, dtype and op on every rank, "
-                               f"got {calls_text}")
+        cell: list[Handle] = []
+        target, mv, commit = recv_target(shape, dt, tensor.device if out is None else None, out, self._pool,
+                                         None if out is None else (lambda: cell[0]._settle()))
+        acc = bytearray(data) if self.rank == 0 else None  # (copied now: out may be the input)
+        plan = self._check_plan()
         if data.nbytes:
-            if self.rank == 0:
-                from tg_mlx_rdma.mpi import _numpy_combiner
-                combine = _numpy_combiner(dt, op)
-                theirs = bytearray(len(acc))
-                for r in sorted(self.peers):
-                    self._recv_bytes(self.peers[r], memoryview(theirs), len(theirs), what)
-                    combine(theirs, acc, None)
-                for r in sorted(self.peers):
-                    self._send_bytes(self.peers[r], memoryview(acc), what)
-            else:
-                self._send_bytes(self.peers[0], data, what)
-                self._recv_bytes(self.peers[0], memoryview(acc), len(acc), what)
-        out, mv, commit = empty_tensor(shape, dt, tensor.device)
-        if mv.nbytes:
-            mv[:] = acc
-        commit()
-        del keep
-        return out
+            plan += plan  # the data the same way as the call: to rank 0, and back
+        tickets = self._tickets(plan)
+        n_check = len(plan) // 2 if data.nbytes else len(plan)
+
+        def steps() -> Steps:
+            try:
+                verdict = yield from self._check_call(call, tickets, what)
+                if not verdict[0]:
+                    raise self._disagreement(verdict, call.size, "allreduce", lambda a: REDUCE_OPS[int(a)])
+                if data.nbytes:
+                    rest = tickets[n_check:]
+                    if self.rank == 0:
+                        assert acc is not None
+                        from tg_mlx_rdma.mpi import _numpy_combiner
+                        combine = _numpy_combiner(dt, op)
+                        theirs = bytearray(len(acc))
+                        for i, r in enumerate(sorted(self.peers)):
+                            yield from self._recv_msg(self.peers[r], rest[i], memoryview(theirs), len(theirs), what)
+                            combine(theirs, acc, None)
+                        mv[:] = acc
+                        for i, r in enumerate(sorted(self.peers)):
+                            yield from self._send_msg(self.peers[r], rest[len(self.peers) + i], mv)
+                    else:
+                        yield from self._send_msg(self.peers[0], rest[0], data)
+                        yield from self._recv_msg(self.peers[0], rest[1], mv, mv.nbytes, what)
+                elif acc is not None and mv.nbytes:
+                    mv[:] = acc
+            finally:
+                self._drop_tickets(plan, tickets)
+            commit()
+            kept.clear()
+            return target
+        kept = [keep]
+        cell.append(self._handle(steps(), what, None))
+        return cell[0]
+
+    def _drop_tickets(self, plan: list[tuple[int, str]], tickets: list[object]) -> None:
+        """Take the places a failed call did not use out of the lines (used ones left already)."""
+        for (r, direction), ticket in zip(plan, tickets, strict=True):
+            line = self.peers[r].send_line if direction == "send" else self.peers[r].recv_line
+            if ticket in line:
+                line.remove(ticket)
+
+    def broadcast(self, tensor: Tensor, root: int = 0, out: Tensor | None = None) -> Tensor:
+        self._live()
+        if not isinstance(root, int) or not 0 <= root < self.world_size:
+            raise ValueError(f"root={root!r} is not a rank of this group (ranks 0..{self.world_size - 1})")
+        from tgcore.tensor import Tensor as TensorType
+        if not isinstance(tensor, TensorType):
+            raise TypeError(f"expected a tgcore Tensor, got {type(tensor).__name__}")
+        shape, dt = as_shape(tensor.shape), tensor.dtype
+        call = np.concatenate([make_header(shape, dt), np.array([root], dtype=np.int64)])
+        what = f"broadcast of {describe_header(call[:-1])} from rank {root}"
+        if self.rank == root:
+            mv, keep = tensor_bytes(tensor)
+            target, commit = tensor, None
+        else:
+            target, mv, commit = recv_target(shape, dt, tensor.device if out is None else None, out)
+        plan = self._check_plan()
+        n_check = len(plan)
+        if self.rank == root:
+            plan += [(r, "send") for r in sorted(self.peers)]
+        else:
+            plan.append((root, "recv"))
+        tickets = self._tickets(plan)
+
+        def steps() -> Steps:
+            try:
+                verdict = yield from self._check_call(call, tickets, what)
+                if not verdict[0]:
+                    raise self._disagreement(verdict, call.size, "broadcast", lambda a: f"root {int(a)}")
+                rest = tickets[n_check:]
+                if self.rank == root:
+                    for i, r in enumerate(sorted(self.peers)):
+                        yield from self._send_msg(self.peers[r], rest[i], mv)
+                else:
+                    yield from self._recv_msg(self.peers[root], rest[0], mv, mv.nbytes, what)
+            finally:
+                self._drop_tickets(plan, tickets)
+            if commit is not None:
+                commit()
+            return target
+        result: Tensor = self._handle(steps(), what, None).wait()
+        return result
 
 
 def model_fabric_dir() -> Path:

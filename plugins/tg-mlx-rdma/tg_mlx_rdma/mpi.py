@@ -7,13 +7,15 @@ Out: a ``Transport`` whose calls post non-blocking MPI requests and poll them ag
      of a hang.
 
 All traffic runs on a private duplicate of the communicator, so user mpi4py traffic on the
-same ranks never matches ours. ``send`` posts the data (tag ``TAG_DATA``, in chunks of at most
-``CHUNK`` bytes: MPI counts are C ints; at least one, possibly empty, message) and a 16-word
-header (``transport.make_header``, tag ``TAG_HEADER``). ``recv`` posts the header receive,
-probes for the first data message and receives it straight into the result tensor when its
-size is the one asked for (else into scratch memory), then checks the header: the check is off
-the data's path, and a sender that sent more bytes than asked for never meets a too-short
-receive (Open MPI 4.1 overruns the buffer of a truncated receive). After a timeout or an MPI
+same ranks never matches ours. ``send`` of up to ``SMALL`` bytes posts one message, the 16-word
+header (``transport.make_header``) followed by the data (tag ``TAG_SMALL``; the receiver copies
+the data out: cheaper than a second message while it stays within MPI's eager limit). Larger
+sends post the data (tag ``TAG_DATA``, in chunks of at most ``CHUNK`` bytes: MPI counts are C
+ints) and then the header (tag ``TAG_HEADER``). ``recv`` probes for the first message from the
+sender; for a large one it posts the header receive and receives the data straight into the
+result tensor when its size is the one asked for (else into scratch memory), then checks the
+header: the check is off the data's path, and a sender that sent more bytes than asked for never
+meets a too-short receive (Open MPI 4.1 overruns the buffer of a truncated receive). After a timeout or an MPI
 error the transport is failed (later calls raise ``TransportClosed``); if it is still failed
 when the interpreter exits it calls ``MPI_Abort`` so the other ranks do not wait forever in
 ``MPI_Finalize``.
@@ -35,16 +37,19 @@ from tg_mlx_rdma.transport import (
     REDUCE_OPS,
     CommError,
     CommTimeout,
+    Handle,
     PeerFailed,
     PeerMismatch,
+    RecvPool,
+    Steps,
     Transport,
     TransportClosed,
     as_dtype,
     as_shape,
     check_header,
     describe_header,
-    empty_tensor,
     header_nbytes,
+    header_of,
     make_header,
     recv_target,
     tensor_bytes,
@@ -60,6 +65,11 @@ What = str | Callable[[], str]  # what a wait is for, for error messages (a call
 
 TAG_HEADER = 0x7401
 TAG_DATA = 0x7402
+TAG_SMALL = 0x7403  # header and data in one message
+HEADER_BYTES = 8 * HEADER_WORDS
+# messages up to this many data bytes go as one TAG_SMALL message: header and data within 4 KiB, the eager limit
+# of Open MPI's shared memory transport (a larger message waits for the receiver: two eager ones are faster)
+SMALL = 4096 - HEADER_BYTES
 CHUNK = 1 << 30  # bytes per point-to-point message; elements per reduce step
 FAST_POLLS = 512  # polls before the first clock read
 SPIN_SECONDS = 0.05  # poll flat out this long (MPI progresses only inside our Test calls) ...
@@ -100,7 +110,13 @@ class MPITransport(Transport):
         self.rank, self.world_size = base.Get_rank(), base.Get_size()
         base.Set_errhandler(MPI.ERRORS_RETURN)  # errors raise MPI.Exception instead of aborting
         self._comm, req = base.Idup()
-        self._wait([req], "connecting (duplicating the communicator)", None)
+        self._coll, req2 = base.Idup()  # the data stages of collectives (see _agree)
+        self._wait([req, req2], "connecting (duplicating the communicator)", None)
+        self._probers: dict[int, list[Handle]] = {}  # src -> receives that have not probed their data yet
+        self._collectives: list[Handle] = []  # collectives that have not posted their data stage yet
+        self._pool = RecvPool()
+        self._status = MPI.Status()  # (recv's fast path)
+        self._recv_specs: dict[Any, tuple[tuple[int, ...], DType]] = {}  # recv's checked arguments
         atexit.register(self._at_exit)
 
     # ---------------------------------------------------------------- state
@@ -134,7 +150,9 @@ class MPITransport(Transport):
             op.Free()
             datatype.Free()
         self._user_ops.clear()
+        self._pool.clear()
         self._comm.Free()
+        self._coll.Free()
 
     # ---------------------------------------------------------------- waiting
     def _wait(self, reqs: list[Any], what: What, peer: int | None) -> None:
@@ -185,59 +203,163 @@ class MPITransport(Transport):
                                      f"{blame}", peer))
 
     # ---------------------------------------------------------------- point to point
+    def _block(self, handle: Handle) -> None:
+        self._until(handle._advance, lambda: handle.what, handle.peer, [])
+
+    def _requests(self, reqs: list[Any]) -> Callable[[], bool]:
+        """A stage test: all of ``reqs`` completed."""
+        testall = self._mpi.Request.Testall
+        return lambda: testall(reqs)
+
     def send(self, tensor: Tensor, dst: int) -> None:
         self._live()
         self._check_peer(dst, "dst")
         data, keep = tensor_bytes(tensor)
-        header = make_header(as_shape(keep.shape), keep.dtype)
+        header = header_of(keep.shape, keep.dtype)  # (the fast paths of isend: no handle)
+        if data.nbytes > SMALL:
+            if data.nbytes > CHUNK:
+                self.isend(keep, dst).wait()
+                return
+            mpi, comm = self._mpi, self._comm
+            reqs = [comm.Isend([data, mpi.BYTE], dst, TAG_DATA), comm.Isend([header, mpi.INT64_T], dst, TAG_HEADER)]
+            self._wait(reqs, lambda: f"send of {describe_header(header)} to rank {dst}", dst)
+            return
+        packed = bytearray(HEADER_BYTES + data.nbytes)
+        packed[:HEADER_BYTES] = header.data.cast("B")
+        packed[HEADER_BYTES:] = data
+        self._wait([self._comm.Isend([packed, self._mpi.BYTE], dst, TAG_SMALL)],
+                   lambda: f"send of {describe_header(header)} to rank {dst}", dst)
+
+    def isend(self, tensor: Tensor, dst: int) -> Handle:
+        self._live()
+        self._check_peer(dst, "dst")
+        data, keep = tensor_bytes(tensor)
+        header = header_of(keep.shape, keep.dtype)
         mpi, comm = self._mpi, self._comm
-        # the data first: the receiver probes for it and checks the header only afterwards; at least one data
-        # message (an empty one for an empty tensor), since the receiver waits for one
-        reqs = [comm.Isend([data[start:start + CHUNK], mpi.BYTE], dst, TAG_DATA)
-                for start in range(0, max(data.nbytes, 1), CHUNK)]
-        reqs.append(comm.Isend([header, mpi.INT64_T], dst, TAG_HEADER))
-        self._wait(reqs, lambda: f"send of {describe_header(header)} to rank {dst}", dst)
-        del keep  # the data may be freed only now
+        if data.nbytes <= SMALL:  # one message, header and data: a copy is cheaper than a second message
+            packed = bytearray(HEADER_BYTES + data.nbytes)
+            packed[:HEADER_BYTES] = header.data.cast("B")
+            packed[HEADER_BYTES:] = data
+            reqs = [comm.Isend([packed, mpi.BYTE], dst, TAG_SMALL)]
+        else:
+            # the data first: the receiver probes for it and checks the header only afterwards
+            reqs = [comm.Isend([data[start:start + CHUNK], mpi.BYTE], dst, TAG_DATA)
+                    for start in range(0, data.nbytes, CHUNK)]
+            reqs.append(comm.Isend([header, mpi.INT64_T], dst, TAG_HEADER))
+
+        def steps() -> Steps:
+            yield self._requests(reqs)
+            kept.clear()  # the data may be freed only now
+        kept = [keep]
+        return Handle(self, steps(), lambda: f"send of {describe_header(header)} to rank {dst}", dst)
 
     def recv(self, shape: int | Sequence[int], dtype: Any, src: int, device: str | None = None,
              out: Tensor | None = None) -> Tensor:
+        # The fast path (no handle) for a small message when no other receive from src is under way; the
+        # first message is probed here and handed on to irecv's stages if it is not a small one.
+        key = (shape, dtype, src, device)
+        spec = self._recv_specs.get(key) if isinstance(shape, int | tuple) and isinstance(dtype, str) else None
+        if out is not None or spec is None or self._probers.get(src):
+            result: Tensor = self.irecv(shape, dtype, src, device, out, blocking=True).wait()
+            if spec is None and out is None and len(self._recv_specs) < 256 and isinstance(dtype, str):
+                self._recv_specs[key] = (as_shape(shape), as_dtype(dtype))  # (valid: the call went through)
+            return result
+        self._live()
+        dims, dt = spec
+        mpi, status, improbe = self._mpi, self._status, self._comm.Improbe
+        found: list[Any] = [None]
+
+        def probed() -> bool:
+            found[0] = improbe(src, mpi.ANY_TAG, status)
+            return found[0] is not None
+        self._until(probed, lambda: f"recv of {dt.name}{list(dims)} from rank {src}", src, [])
+        count, nbytes = status.Get_count(mpi.BYTE), header_of(dims, dt)[3]
+        if status.Get_tag() == TAG_DATA and count == nbytes:  # header after the data, as irecv's stages do
+            got = np.empty(HEADER_WORDS, dtype=np.int64)
+            t, mv, commit = self._pool.take(dims, dt, device)
+            reqs = [self._comm.Irecv([got, mpi.INT64_T], src, TAG_HEADER), found[0].Irecv([mv, mpi.BYTE])]
+            self._wait(reqs, lambda: f"recv of {dt.name}{list(dims)} from rank {src}", src)
+            try:
+                check_header(got, header_of(dims, dt), src, self.rank)
+            except PeerMismatch:
+                if int(got[0]) == MAGIC:  # (a message over CHUNK bytes whose first chunk had our size)
+                    self._drain(header_nbytes(got) - count, src, "recv")
+                raise
+            return _committed(commit, t)
+        if status.Get_tag() != TAG_SMALL:
+            result = self.irecv(dims, dt, src, device, blocking=True, found=(found[0], status)).wait()
+            self._status = mpi.Status()  # (the handle's stages read that status)
+            return result
+        packed = bytearray(max(count, HEADER_BYTES))
+        self._wait([found[0].Irecv([packed, count, mpi.BYTE])], lambda: f"recv from rank {src}", src)
+        want = header_of(dims, dt)
+        check_header(np.frombuffer(packed, np.int64, HEADER_WORDS), want, src, self.rank)
+        t, mv, commit = self._pool.take(dims, dt, device)
+        mv[:] = memoryview(packed)[HEADER_BYTES:]
+        return _committed(commit, t)
+
+    def irecv(self, shape: int | Sequence[int], dtype: Any, src: int, device: str | None = None,
+              out: Tensor | None = None, blocking: bool = False, found: tuple[Any, Any] | None = None) -> Handle:
         self._live()
         self._check_peer(src, "src")
         dims, dt = as_shape(shape), as_dtype(dtype)
         want = make_header(dims, dt)
-        t, mv, commit = recv_target(dims, dt, device, out)
+        cell: list[Handle] = []
+        t, mv, commit = recv_target(dims, dt, device, out, self._pool,
+                                    None if blocking else (lambda: cell[0]._settle()))
         mpi, comm = self._mpi, self._comm
-        got = np.empty(HEADER_WORDS, dtype=np.int64)
-        header_req = comm.Irecv([got, mpi.INT64_T], src, TAG_HEADER)
+        probers = self._probers.setdefault(src, [])
 
         def what() -> str:
             return f"recv of {describe_header(want)} from rank {src}"
         # The first data message is matched by probing, not by a posted receive: its size comes with it, so
         # a sender that sent more bytes than asked for never overruns the buffer (Open MPI 4.1 corrupts memory
         # on a truncated receive), and the data moves without waiting for the header to be checked first.
-        status, improbe = mpi.Status(), comm.Improbe
-        found: list[Any] = [None]
+        # Receives from one rank probe in the order they were made (waiting on a later one first moves the
+        # earlier ones on), so they match the sends in order.
+        status, improbe = mpi.Status() if found is None else found[1], comm.Improbe
+        message: list[Any] = [None if found is None else found[0]]
 
         def probed() -> bool:
-            found[0] = improbe(src, TAG_DATA, status)
-            return found[0] is not None
-        self._until(probed, what, src, [header_req])
-        first, count = min(mv.nbytes, CHUNK), status.Get_count(mpi.BYTE)
-        landing = mv[:first] if count == first else memoryview(bytearray(max(count, 0)))
-        self._wait([header_req, found[0].Irecv([landing, mpi.BYTE])], what, src)
-        try:
-            check_header(got, want, src, self.rank)
-        except PeerMismatch:
-            if int(got[0]) == MAGIC:  # the sender's further chunks (messages over CHUNK bytes): keep in step
-                self._drain(header_nbytes(got) - max(count, 0), src, what)
-            raise
-        if count != first:  # same header, other size: cannot happen between two copies of this code
-            raise PeerMismatch(f"rank {self.rank}: {what()}: the first data message has {count} bytes, not {first}",
-                               src)
-        if mv.nbytes > first:
-            self._recv_bytes(mv[first:], src, what)
-        commit()
-        return t
+            if not _first_in_line(probers, handle):  # (an earlier receive from src probes first)
+                return False
+            message[0] = improbe(src, mpi.ANY_TAG, status)
+            return message[0] is not None
+
+        def steps() -> Steps:
+            if message[0] is None:
+                yield probed
+            count = status.Get_count(mpi.BYTE)
+            try:  # (the next receive from src probes once this one has matched all its messages)
+                if status.Get_tag() == TAG_SMALL:
+                    packed = bytearray(max(count, HEADER_BYTES))
+                    yield self._requests([message[0].Irecv([packed, count, mpi.BYTE])])
+                    check_header(np.frombuffer(packed, np.int64, HEADER_WORDS), want, src, self.rank)
+                    mv[:] = memoryview(packed)[HEADER_BYTES:]
+                    return _committed(commit, t)
+                got = np.empty(HEADER_WORDS, dtype=np.int64)
+                header_req = comm.Irecv([got, mpi.INT64_T], src, TAG_HEADER)
+                first = min(mv.nbytes, CHUNK)
+                landing = mv[:first] if count == first else memoryview(bytearray(max(count, 0)))
+                yield self._requests([header_req, message[0].Irecv([landing, mpi.BYTE])])
+                try:
+                    check_header(got, want, src, self.rank)
+                except PeerMismatch:
+                    if int(got[0]) == MAGIC:  # the sender's further chunks (messages over CHUNK bytes): keep in step
+                        self._drain(header_nbytes(got) - max(count, 0), src, what)
+                    raise
+                if count != first:  # same header, other size: cannot happen between two copies of this code
+                    raise PeerMismatch(f"rank {self.rank}: {what()}: the first data message has {count} bytes, "
+                                       f"not {first}", src)
+                if mv.nbytes > first:  # a message over CHUNK bytes: the rest, once the header said it is ours
+                    self._recv_bytes(mv[first:], src, what)
+            finally:
+                probers.remove(handle)
+            return _committed(commit, t)
+        handle = Handle(self, steps(), what, src)
+        probers.append(handle)
+        cell.append(handle)
+        return handle
 
     def _recv_bytes(self, mv: memoryview, src: int, what: What) -> None:
         mpi, comm = self._mpi, self._comm
@@ -251,38 +373,104 @@ class MPITransport(Transport):
                              lambda: _text(what) + " (discarding the mismatched data)")
 
     # ---------------------------------------------------------------- collectives
+    # Collectives run in two stages: every rank's call is checked against the others' (a small allgather on
+    # the private communicator, posted at once), then the data moves (on a second communicator). MPI matches
+    # collectives by the order they are posted, so the data stages are posted strictly in the order the calls
+    # were made (``self._collectives``), whichever handle is waited first.
     def barrier(self) -> None:
         self._live()
         self._wait([self._comm.Ibarrier()], "barrier", None)
 
     def allreduce(self, tensor: Tensor, op: str = "sum") -> Tensor:
+        result: Tensor = self.iallreduce(tensor, op).wait()
+        return result
+
+    def iallreduce(self, tensor: Tensor, op: str = "sum", out: Tensor | None = None) -> Handle:
         self._live()
         self._check_op(op)
         data, keep = tensor_bytes(tensor)
         shape, dt = as_shape(keep.shape), keep.dtype
-        self._agree(make_header(shape, dt), op)
-        out, mv, commit = empty_tensor(shape, dt, tensor.device)
-        if data.nbytes:
-            datatype, mpi_op = self._reduce_types(dt, op)
-            step = CHUNK * dt.itemsize
-            for s in range(0, data.nbytes, step):
-                req = self._comm.Iallreduce([data[s:s + step], datatype], [mv[s:s + step], datatype], mpi_op)
-                self._wait([req], f"allreduce ({op}) of {dt.name}{list(shape)}", None)
-        commit()
-        del keep
-        return out
+        header = make_header(shape, dt)
+        cell: list[Handle] = []
+        mpi = self._mpi
+        in_place = out is not None and out is keep  # allreduce(g, out=g): MPI's in-place form
+        device = tensor.device if out is None else None
+        target, mv, commit = recv_target(shape, dt, device, out, self._pool,
+                                         None if out is None else (lambda: cell[0]._settle()))
 
-    def _agree(self, header: np.ndarray, op: str) -> None:
-        """Check that every rank passes the same shape, dtype and op (one small allgather)."""
-        mine = np.concatenate([header, np.array([REDUCE_OPS.index(op)], dtype=np.int64)])
+        def steps() -> Steps:
+            yield from self._agree(header, REDUCE_OPS.index(op), "allreduce", lambda: cell[0])
+            if data.nbytes:
+                datatype, mpi_op = self._reduce_types(dt, op)
+                step = CHUNK * dt.itemsize
+                reqs = [self._coll.Iallreduce(mpi.IN_PLACE if in_place else [data[s:s + step], datatype],
+                                              [mv[s:s + step], datatype], mpi_op)
+                        for s in range(0, data.nbytes, step)]
+                self._collectives.pop(0)
+                yield self._requests(reqs)
+            else:
+                self._collectives.pop(0)
+            commit()
+            return target
+        return self._collective(steps(), f"allreduce ({op}) of {dt.name}{list(shape)}", cell)
+
+    def broadcast(self, tensor: Tensor, root: int = 0, out: Tensor | None = None) -> Tensor:
+        self._live()
+        if not isinstance(root, int) or not 0 <= root < self.world_size:
+            raise ValueError(f"root={root!r} is not a rank of this group (ranks 0..{self.world_size - 1})")
+        from tgcore.tensor import Tensor as TensorType
+        if not isinstance(tensor, TensorType):
+            raise TypeError(f"expected a tgcore Tensor, got {type(tensor).__name__}")
+        shape, dt = as_shape(tensor.shape), tensor.dtype
+        header = make_header(shape, dt)
+        cell: list[Handle] = []
+        kept: list[Tensor] = []
+        if self.rank == root:
+            mv, keep = tensor_bytes(tensor)
+            target, commit = tensor, _nothing
+            kept = [keep]  # (alive until the data is sent)
+        else:
+            target, mv, commit = recv_target(shape, dt, tensor.device if out is None else None, out)
+
+        def steps() -> Steps:
+            yield from self._agree(header, root, "broadcast", lambda: cell[0])
+            reqs = [self._coll.Ibcast([mv[s:s + CHUNK], self._mpi.BYTE], root) for s in range(0, mv.nbytes, CHUNK)]
+            self._collectives.pop(0)
+            yield self._requests(reqs)
+            commit()
+            kept.clear()
+            return target
+        result: Tensor = self._collective(steps(), f"broadcast of {describe_header(header)} from rank {root}",
+                                          cell).wait()
+        return result
+
+    def _collective(self, steps: Steps, what: str, cell: list[Handle]) -> Handle:
+        handle = Handle(self, steps, what, None)
+        cell.append(handle)
+        self._collectives.append(handle)
+        try:
+            handle._advance()  # posts the check at once, in call order
+        except CommError:
+            pass  # (wait raises it)
+        return handle
+
+    def _agree(self, header: np.ndarray, arg: int, call: str, me: Callable[[], Handle]) -> Steps:
+        """Stages checking that every rank passes the same shape, dtype and ``arg`` (the op; the root) to this
+        ``call``, then waiting for this call's turn to post its data stage."""
+        mine = np.concatenate([header, np.array([arg], dtype=np.int64)])
         everyone = np.zeros((self.world_size, mine.size), dtype=np.int64)
         req = self._comm.Iallgather([mine, self._mpi.INT64_T], [everyone, self._mpi.INT64_T])
-        self._wait([req], f"allreduce ({op}) of {describe_header(header)}", None)
-        if (everyone == mine).all():
-            return
-        calls = "; ".join(f"rank {r}: {describe_header(row[:-1])} {REDUCE_OPS[int(row[-1])]}"
-                          for r, row in enumerate(everyone))
-        raise PeerMismatch(f"rank {self.rank}: allreduce needs the same shape, dtype and op on every rank, got {calls}")
+        yield self._requests([req])
+        if not (everyone == mine).all():
+            self._collectives.remove(me())
+            label = (lambda a: REDUCE_OPS[int(a)]) if call == "allreduce" else (lambda a: f"root {int(a)}")
+            calls = "; ".join(f"rank {r}: {describe_header(row[:-1])} {label(row[-1])}"
+                              for r, row in enumerate(everyone))
+            raise PeerMismatch(f"rank {self.rank}: {call} needs the same shape, dtype and "
+                               f"{'op' if call == 'allreduce' else 'root'} on every rank, got {calls}")
+        queue = self._collectives
+
+        yield lambda: _first_in_line(queue, me())  # (an earlier collective posts its data first)
 
     def _reduce_types(self, dt: DType, op: str) -> tuple[Any, Any]:
         """The MPI datatype and op that reduce ``dt`` with ``op``."""
@@ -295,6 +483,27 @@ class MPITransport(Transport):
             datatype = mpi.BYTE.Create_contiguous(dt.itemsize).Commit()
             self._user_ops[key] = (datatype, mpi.Op.Create(_numpy_combiner(dt, op), commute=True))
         return self._user_ops[key]
+
+
+def _first_in_line(line: list[Handle], handle: Handle) -> bool:
+    """Whether ``handle`` is first in ``line``, moving the ones before it on (they leave the line themselves
+    at the right stage; one that failed before that is taken out)."""
+    while line[0] is not handle:
+        head = line[0]
+        if not head.done():
+            return False
+        if line and line[0] is head:
+            line.pop(0)
+    return True
+
+
+def _committed(commit: Callable[[], None], t: Tensor) -> Tensor:
+    commit()
+    return t
+
+
+def _nothing() -> None:
+    pass
 
 
 def _text(what: What) -> str:

@@ -2,8 +2,9 @@
 
 In:  tensors on any device; a process group a backend connected (``rank``, ``world_size``).
 Out: ``send(tensor, dst)``, ``recv(shape, dtype, src) -> Tensor``, ``allreduce(tensor, op)``,
-     ``barrier()``, ``close()``; failures as ``CommError`` subclasses naming the peer, never a hang:
-     every wait has a deadline (``timeout`` seconds, per call).
+     ``broadcast(tensor, root)``, ``barrier()``, ``close()``; non-blocking ``isend``/``irecv``/``iallreduce``
+     returning a ``Handle`` (``wait()`` gives the result, once); failures as ``CommError`` subclasses naming
+     the peer, never a hang: every wait has a deadline (``timeout`` seconds, per call).
 
 Zero copy: a realized, contiguous tensor on a device whose allocator can hand out its memory
 (CPU, DISK) is given to the backend as a memoryview of the device buffer itself; ``recv`` and
@@ -16,7 +17,8 @@ Wire header (what a ``send`` puts in front of the data, so ``recv`` can check it
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tgcore.helpers import prod
@@ -27,8 +29,8 @@ if TYPE_CHECKING:
     from tgcore.dtype import DType
     from tgcore.tensor import Tensor
 
-__all__ = ["CommError", "CommTimeout", "PeerFailed", "PeerMismatch", "TransportClosed", "Transport",
-           "REDUCE_OPS", "WIRE_DTYPES", "DEFAULT_TIMEOUT"]
+__all__ = ["CommError", "CommTimeout", "PeerFailed", "PeerMismatch", "TransportClosed", "Transport", "Handle",
+           "RecvPool", "REDUCE_OPS", "WIRE_DTYPES", "DEFAULT_TIMEOUT"]
 
 DEFAULT_TIMEOUT = 60.0  # seconds a single call may wait for its peers
 REDUCE_OPS = ("sum", "max", "min", "prod")
@@ -117,6 +119,12 @@ def make_header(shape: tuple[int, ...], dt: DType) -> np.ndarray:
     return h
 
 
+def header_of(shape: Any, dt: DType) -> np.ndarray:
+    """``make_header`` for a shape that may be any sequence of ints, checked (``as_shape``) on a cache miss."""
+    h = _HEADER_CACHE.get((shape, dt)) if type(shape) is tuple else None
+    return h if h is not None else make_header(as_shape(shape), dt)
+
+
 def describe_header(h: np.ndarray) -> str:
     """``float32[2, 3]`` for a header."""
     code, ndim = int(h[1]), int(h[4])
@@ -187,17 +195,19 @@ def empty_tensor(shape: tuple[int, ...], dt: DType,
     assert buf is not None  # (a new tensor owns its buffer)
     buf.ensure_allocated()
     if buf.allocator.can_zero_copy:
-        return t, buf.as_buffer(), lambda: None
+        return t, buf.as_buffer(), _no_commit
     staging = memoryview(bytearray(buf.nbytes))
     return t, staging, lambda: buf.copyin(staging) and None
 
 
-def output_bytes(out: Tensor, shape: tuple[int, ...], dt: DType) -> tuple[memoryview, Callable[[], None]]:
+def output_bytes(out: Tensor, shape: tuple[int, ...], dt: DType,
+                 finish: Callable[[], None] | None = None) -> tuple[memoryview, Callable[[], None]]:
     """A writable memoryview of ``out``'s own buffer and ``commit()`` to call once it is filled (``recv(out=...)``).
 
     ``out`` must have ``shape`` and ``dt`` and own a contiguous buffer (``Tensor.empty(...)`` or a realized
     tensor, not a view or a lazy expression). Like ``Tensor.assign``, lazy tensors built from ``out`` before
-    keep its old values, and values cached from its old contents are forgotten.
+    keep its old values, and values cached from its old contents are forgotten. ``finish``: for a write still
+    under way when this returns, what waits for it (a realize reading ``out`` calls it first).
     """
     from tgcore.tensor import Tensor
     if not isinstance(out, Tensor):
@@ -207,7 +217,7 @@ def output_bytes(out: Tensor, shape: tuple[int, ...], dt: DType) -> tuple[memory
     if prod(shape) == 0:
         return memoryview(bytearray(0)), lambda: None
     try:
-        buf = _realization().prepare_write(out).ensure_allocated()
+        buf = _realization().prepare_write(out, finish=finish).ensure_allocated()
     except ValueError:
         raise ValueError("out must own a contiguous buffer (Tensor.empty(...) or a realized tensor), "
                          "not a view or a lazy expression") from None
@@ -217,16 +227,155 @@ def output_bytes(out: Tensor, shape: tuple[int, ...], dt: DType) -> tuple[memory
     return staging, lambda: buf.copyin(staging) and None
 
 
-def recv_target(shape: tuple[int, ...], dt: DType, device: str | None,
-                out: Tensor | None) -> tuple[Tensor, memoryview, Callable[[], None]]:
-    """Where a ``recv`` lands: a new tensor on ``device`` (``empty_tensor``) or ``out``'s own memory
-    (``output_bytes``); checked before anything is received, so a bad ``out`` consumes no message."""
+def recv_target(shape: tuple[int, ...], dt: DType, device: str | None, out: Tensor | None,
+                pool: RecvPool | None = None, finish: Callable[[], None] | None = None,
+                ) -> tuple[Tensor, memoryview, Callable[[], None]]:
+    """Where a ``recv`` lands: a new (or pooled) tensor on ``device`` or ``out``'s own memory (``output_bytes``,
+    with ``finish``); checked before anything is received, so a bad ``out`` consumes no message."""
     if out is None:
-        return empty_tensor(shape, dt, device)
+        return pool.take(shape, dt, device) if pool is not None else empty_tensor(shape, dt, device)
     if device is not None:
         raise ValueError("recv takes device= or out=, not both (the result lives on out's device)")
-    mv, commit = output_bytes(out, shape, dt)
+    mv, commit = output_bytes(out, shape, dt, finish)
     return out, mv, commit
+
+
+class RecvPool:
+    """Result tensors for ``recv``/``allreduce`` without ``out=``, reused once their user has dropped them.
+
+    Making a tensor per message (``Tensor.empty``, allocating, freeing) costs ~50 us, ten times a small MPI
+    message. The pool keeps up to ``PER_KEY`` tensors per (shape, dtype, device) it made, up to ``MAX_BYTES`` in
+    all, and hands one out again when nothing but the pool refers to it or to its uops (no user reference, no
+    lazy graph built from it, no handle still writing it): then nobody can see its old values, so it is written
+    in place (its buffer's version is bumped, as for any write). Messages over ``MAX_MESSAGE`` bytes are not
+    pooled (their fixed cost is small next to the copy)."""
+
+    PER_KEY = 4
+    MAX_BYTES = 64 << 20
+    MAX_MESSAGE = 4 << 20
+
+    def __init__(self) -> None:
+        # key -> [(tensor, its uop, its buffer uop, buffer, writable view)]
+        self._free: dict[tuple[tuple[int, ...], DType, str | None], list[tuple[Any, Any, Any, Any, memoryview]]] = {}
+        self._bytes = 0
+        self.hits = self.misses = 0
+
+    def take(self, shape: tuple[int, ...], dt: DType, device: str | None) -> tuple[Tensor, memoryview,
+                                                                                     Callable[[], None]]:
+        """A tensor of ``shape``/``dt`` on ``device``, a writable view of its memory and ``commit()``."""
+        nbytes = prod(shape) * dt.itemsize
+        if nbytes == 0 or nbytes > self.MAX_MESSAGE:
+            return empty_tensor(shape, dt, device)
+        key = (shape, dt, device)
+        entries = self._free.get(key)
+        if entries is not None:
+            for entry in entries:
+                # references: the entry tuple, the local, getrefcount's argument (_ALONE), + the tensor's uop
+                # field for the uop, + the RESHAPE's src tuple for the buffer uop
+                t, u, base = entry[0], entry[1], entry[2]
+                if (t.uop is u and sys.getrefcount(t) == _ALONE and sys.getrefcount(u) == _ALONE + 1
+                        and sys.getrefcount(base) == _ALONE + 1):
+                    self.hits += 1
+                    _realization().invalidate(entry[3])
+                    del t, u, base
+                    return entry[0], entry[4], _no_commit
+            del t, u, base
+        self.misses += 1
+        t, mv, commit = empty_tensor(shape, dt, device)
+        if commit is _no_commit and self._bytes + nbytes <= self.MAX_BYTES:
+            entries = self._free.setdefault(key, [])
+            if len(entries) < self.PER_KEY:
+                u = t.uop
+                entries.append((t, u, u.src[0], _buffer_of(t), mv))
+                self._bytes += nbytes
+        return t, mv, commit
+
+    def clear(self) -> None:
+        self._free.clear()
+        self._bytes = 0
+
+
+def _alone() -> int:
+    """What ``sys.getrefcount`` says in ``RecvPool.take`` of an object only a pool entry refers to (measured the
+    same way, so an interpreter that counts differently never makes a referenced tensor look free)."""
+    entry = (object(),)
+    x = entry[0]
+    return sys.getrefcount(x)
+
+
+_ALONE = _alone()
+
+
+def _no_commit() -> None:
+    """(the data was written straight into the tensor's memory: nothing to copy in)"""
+
+
+Steps = Generator[Callable[[], bool], None, Any]  # a non-blocking call: yields "is this stage done?" tests
+
+
+class Handle:
+    """A non-blocking call under way (``isend``, ``irecv``, ``iallreduce``). ``wait()`` blocks until it is done
+    (at most the transport's ``timeout`` seconds) and returns its result: the tensor for ``irecv`` and
+    ``iallreduce``, None for ``isend``. ``done()`` makes progress without blocking and says whether it finished.
+    Handles may be waited in any order; each exactly once (a second ``wait`` raises ``RuntimeError``). Errors of
+    the call (``PeerMismatch``, ``CommTimeout``, ...) are raised by ``wait``."""
+
+    def __init__(self, transport: Transport, steps: Steps, what: str | Callable[[], str], peer: int | None) -> None:
+        self._transport, self._steps, self._what, self.peer = transport, steps, what, peer
+        self._test: Callable[[], bool] | None = _ready
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._waited = False
+
+    def _advance(self) -> bool:
+        """Go through as many stages as are ready, without blocking; True once the call finished (or failed)."""
+        while self._test is not None:
+            try:
+                if not self._test():
+                    return False
+                self._test = self._steps.send(None)
+            except StopIteration as stop:
+                self._test, self._result = None, stop.value
+            except BaseException as e:
+                self._test, self._error = None, e
+                raise
+        return True
+
+    def done(self) -> bool:
+        """Progress the call; True once ``wait`` would return (or raise) at once."""
+        try:
+            return self._advance()
+        except BaseException:
+            return True  # (wait raises it)
+
+    def _settle(self) -> None:
+        """Block until the call finished; raise its error. Safe to call again (a pending write's ``finish``)."""
+        if self._test is not None:
+            self._transport._block(self)
+        if self._error is not None:
+            raise self._error
+
+    def wait(self) -> Any:
+        """Block until the call is done and return its result (raises its error). Only once per handle."""
+        if self._waited:
+            raise RuntimeError(f"rank {self._transport.rank}: this handle ({self.what}) was already waited for; "
+                               "wait() returns its result once")
+        self._waited = True
+        self._settle()
+        result, self._result = self._result, None
+        return result
+
+    @property
+    def what(self) -> str:
+        return self._what if isinstance(self._what, str) else self._what()
+
+    def __repr__(self) -> str:
+        state = "waited" if self._waited else "done" if self._test is None else "pending"
+        return f"<Handle {self.what}: {state}>"
+
+
+def _ready() -> bool:
+    return True
 
 
 # ---------------------------------------------------------------------------------------------- the API
@@ -261,12 +410,42 @@ class Transport(abc.ABC):
         bool tensors: sum/max are logical or, prod/min logical and; integers wrap like numpy."""
 
     @abc.abstractmethod
+    def broadcast(self, tensor: Tensor, root: int = 0, out: Tensor | None = None) -> Tensor:
+        """Rank ``root``'s ``tensor`` on every rank: ``root`` returns ``tensor``; the others return a new tensor
+        on their ``tensor``'s device (or ``out``, written like ``recv(out=)``) with root's values. Every rank
+        passes a tensor of the same shape and dtype (its values are not read off root); else ``PeerMismatch``
+        on every rank."""
+
+    @abc.abstractmethod
+    def isend(self, tensor: Tensor, dst: int) -> Handle:
+        """``send`` without waiting: returns a ``Handle`` at once; ``tensor``'s memory is read until ``wait()``
+        (which returns None). Two ranks may ``isend`` to each other and then ``irecv``."""
+
+    @abc.abstractmethod
+    def irecv(self, shape: int | Sequence[int], dtype: Any, src: int, device: str | None = None,
+              out: Tensor | None = None) -> Handle:
+        """``recv`` without waiting: ``wait()`` returns the tensor. With ``out``, ``out`` is written when the data
+        arrives: a realize that reads ``out`` waits for it first (``tgcore.realization.prepare_write``). Receives
+        from one rank match its sends in the order the ``irecv`` calls were made, whatever order they are
+        waited in."""
+
+    @abc.abstractmethod
+    def iallreduce(self, tensor: Tensor, op: str = "sum", out: Tensor | None = None) -> Handle:
+        """``allreduce`` without waiting: ``wait()`` returns the result (a new tensor, or ``out`` written like
+        ``irecv(out=)``). ``tensor`` is read until then. Every rank must start its collectives (``iallreduce``,
+        ``allreduce``, ``broadcast``, ``barrier``) in the same order."""
+
+    @abc.abstractmethod
     def barrier(self) -> None:
         """Return once every rank has called ``barrier``."""
 
     @abc.abstractmethod
     def close(self) -> None:
         """Release the group. Further calls raise ``TransportClosed``. Safe to call twice."""
+
+    def _block(self, handle: Handle) -> None:
+        """Progress ``handle`` until it finished (``CommTimeout`` after ``timeout`` s)."""
+        raise NotImplementedError
 
     def __enter__(self) -> Transport:
         return self
