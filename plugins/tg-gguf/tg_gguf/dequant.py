@@ -169,6 +169,13 @@ def _where(cond: Tensor, a: Tensor | float | int, b: Tensor | float | int, dtype
     return cond.where(a_t, b_t)
 
 
+def _wide(packed: Tensor) -> Tensor:
+    """Packed bytes widened to int32 before their bit fields are shifted out: a vectorized kernel widens 8 loaded
+    bytes in one instruction and shifts and masks whole 32-bit lanes (x86 has no shifts of byte lanes: a byte
+    vector shifted by a per-lane amount is taken apart lane by lane)."""
+    return packed.cast("int32")
+
+
 def nibbles(qs: Tensor) -> Tensor:
     """``(..., m)`` bytes -> ``(..., 2 * m)`` 4-bit values (int32): all low nibbles, then all high nibbles.
 
@@ -176,7 +183,7 @@ def nibbles(qs: Tensor) -> Tensor:
     in one instruction and shifts and masks whole 32-bit lanes, which every SIMD unit has (byte lanes
     have no shifts on x86)."""
     shape = qs.shape
-    return spread(qs.cast("int32"), len(shape) - 1, 2, 4).reshape(*shape[:-1], 2 * shape[-1])
+    return spread(_wide(qs), len(shape) - 1, 2, 4).reshape(*shape[:-1], 2 * shape[-1])
 
 
 def _f32(x: Tensor) -> Tensor:
@@ -212,7 +219,7 @@ def _q4_1(b: Blocks) -> Tensor:
 
 def _fifth_bits(qh: Tensor) -> Tensor:
     """A u32 column -> 32 bits per block, bit j as 0/16 for element j."""
-    return (spread(qh, 1, 32, 1).reshape(qh.shape[0], 32) << 4).cast("uint8")
+    return (spread(qh, 1, 32, 1).reshape(qh.shape[0], 32) << 4).cast("int32")
 
 
 def _q5_0(b: Blocks) -> Tensor:
@@ -235,7 +242,7 @@ def _q2_k(b: Blocks) -> Tensor:
     dl = (b.f16("d") * _f32(sc & 0x0F)).reshape(n, 16, 1)
     ml = (b.f16("dmin") * _f32(sc >> 4)).reshape(n, 16, 1)
     # each 32 bytes of qs hold 128 elements: 4 two-bit planes (shift-major)
-    q = spread(b.bytes("qs").reshape(n, 2, 32), 2, 4, 2).reshape(n, 16, 16)
+    q = spread(_wide(b.bytes("qs")).reshape(n, 2, 32), 2, 4, 2).reshape(n, 16, 16)
     return (dl * _f32(q) - ml).reshape(n, QK_K)
 
 
@@ -247,9 +254,9 @@ def _q3_k(b: Blocks) -> Tensor:
     high = spread(raw.shrink(((0, n), (8, 12))), 1, 4, 2).reshape(n, 16)
     scales = _f32((low | (high << 4)).cast("int32") - 32)
     dl = (b.f16("d") * scales).reshape(n, 16, 1)
-    ql = spread(b.bytes("qs").reshape(n, 2, 32), 2, 4, 2).reshape(n, 16, 16)
-    hbit = spread(b.bytes("hmask").reshape(n, 1, 32), 2, 8, 1).reshape(n, 16, 16)
-    q = ql.cast("int32") - ((hbit ^ 1).cast("int32") << 2)  # a clear mask bit subtracts 4
+    ql = spread(_wide(b.bytes("qs")).reshape(n, 2, 32), 2, 4, 2).reshape(n, 16, 16)
+    hbit = spread(_wide(b.bytes("hmask")).reshape(n, 1, 32), 2, 8, 1).reshape(n, 16, 16)
+    q = ql - ((hbit ^ 1) << 2)  # a clear mask bit subtracts 4
     return (dl * _f32(q)).reshape(n, QK_K)
 
 
@@ -285,17 +292,17 @@ def _q4_k(b: Blocks) -> Tensor:
 def _q5_k(b: Blocks) -> Tensor:
     n = b.n
     q = nibbles(b.bytes("qs").reshape(n, 4, 32)).reshape(n, 8, 32)
-    high = spread(b.bytes("qh"), 1, 8, 1)  # bit i of qh[l]: 5th bit of element l of sub-block i
+    high = spread(_wide(b.bytes("qh")), 1, 8, 1)  # bit i of qh[l]: 5th bit of element l of sub-block i
     return _k_apply(b, q | (high << 4))
 
 
 def _q6_k(b: Blocks) -> Tensor:
     n = b.n
     # per 128-element half: 64 bytes of ql (quarters 0,1 low nibbles of bytes 0..31, 32..63; 2,3 high)
-    ql = b.bytes("ql").reshape(n, 2, 2, 32)  # (half, byte half, l)
+    ql = _wide(b.bytes("ql")).reshape(n, 2, 2, 32)  # (half, byte half, l)
     low = spread(ql, 2, 2, 4)  # (half, nibble, byte half, l): quarter = 2 * nibble + byte half
-    qh = spread(b.bytes("qh").reshape(n, 2, 32), 2, 4, 2)  # (half, quarter, l)
-    q = (low.reshape(n, 2, 4, 32) | (qh << 4)).cast("int32") - 32
+    qh = spread(_wide(b.bytes("qh")).reshape(n, 2, 32), 2, 4, 2)  # (half, quarter, l)
+    q = (low.reshape(n, 2, 4, 32) | (qh << 4)) - 32
     scale = (b.f16("d") * _f32(b.bytes("scales").bitcast("int8"))).reshape(n, 16, 1)
     return (scale * _f32(q.reshape(n, 16, 16))).reshape(n, QK_K)
 
@@ -344,7 +351,7 @@ def _tq1_0(b: Blocks) -> Tensor:
 
 def _tq2_0(b: Blocks) -> Tensor:
     n = b.n
-    q = spread(b.bytes("qs").reshape(n, 2, 32), 2, 4, 2).reshape(n, QK_K).cast("int32") - 1
+    q = spread(_wide(b.bytes("qs")).reshape(n, 2, 32), 2, 4, 2).reshape(n, QK_K) - 1
     return b.f16("d") * _f32(q)
 
 
