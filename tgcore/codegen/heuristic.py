@@ -9,7 +9,7 @@ Out: a list of ``Opt`` records for ``tgcore.codegen.optimize.apply_opts``.
 - Matrix products large enough to be compute bound get a register tile (``gemm_opts``): rows unrolled,
   several vectors of columns, and the reduction tiled so one block of the right-hand matrix stays in cache.
 - Reductions along their input's contiguous axis (a matrix-vector product, dequantize-and-dot): the reduced
-  axis becomes vector lanes, summed across lanes at the end; quantization blocks get ``BLOCK``.
+  axis becomes vector lanes, summed across lanes at the end; the finest quantization blocks get ``BLOCK``.
 - The outermost output loop left is split over threads when the kernel has enough work for them.
 """
 from __future__ import annotations
@@ -76,8 +76,10 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -
         if lanes:
             red = reduce_ranges[0]
             vector = Opt(OptOps.UPCAST, number[red], lanes)
+            # the finest block: a format with scales at two levels (K-quants: a super-block's d, a sub-block's
+            # scale) then has both out of the per-element work, not just the coarser one
             blocks = [k // lanes for k in block_divisors(ast, red) if k % lanes == 0 and k // lanes > 1]
-            block = [Opt(OptOps.BLOCK, number[red], max(blocks))] if blocks else []
+            block = [Opt(OptOps.BLOCK, number[red], min(blocks))] if blocks else []
             if not rows:
                 return [vector, *block]
             # a second output axis (a matrix product: rows of both inputs) by 2: each loaded vector of either

@@ -5,12 +5,15 @@
 1. Dequantization throughput per type: GB/s of quantized input turned into float32, tg-gguf's tensor-op
    dequantization (one kernel, raw bytes already on the device) vs ``gguf.quants.dequantize`` (numpy's
    own conversion for the plain types gguf-py does not handle: F64, I8..I64).
-2. A 4096x4096 quantized GEMV (``w @ x``) for Q4_0, Q4_K, Q6_K, Q8_0: tg-gguf (one kernel reading the
-   quantized bytes) vs numpy (gguf-py dequantization, then a float32 matvec), and vs numpy's matvec
-   alone on an already dequantized weight (the float32 roofline numpy reaches).
+2. A 4096x4096 quantized GEMV (``w @ x``) per type (``--gemv-types``): tg-gguf (one kernel reading the
+   quantized bytes) as ms, GB/s of weight bytes and % of the streaming bandwidth measured next to it (a plain
+   float32 row sum over a buffer of the same byte size and row count: what the machine streams in this run);
+   vs numpy (gguf-py dequantization, then a float32 matvec), and vs numpy's matvec alone on an already
+   dequantized weight (the float32 roofline numpy reaches).
 
-Ratios are tg-gguf / reference throughput (higher is better), medians of --repeat runs. Kernels are
-compiled in a warm-up run that is not timed.
+Ratios are tg-gguf / reference throughput (higher is better): medians of --repeat runs for the
+dequantization, the best of --repeat runs for the GEMV and its streaming reference (on a shared machine the
+fastest run is the least disturbed one). Kernels are compiled in a warm-up run that is not timed.
 """
 from __future__ import annotations
 
@@ -35,10 +38,19 @@ from tg_gguf_testutil import random_blocks, reference_dequantize  # noqa: E402
 
 from tgcore.tensor import Tensor  # noqa: E402
 
-GEMV_TYPES = (GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0)
+GEMV_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS",
+              "TQ1_0", "TQ2_0", "MXFP4", "F16", "BF16")
 
 
 def median_time(fn: Callable[[], object], repeat: int) -> float:
+    return statistics.median(run_times(fn, repeat))
+
+
+def best_time(fn: Callable[[], object], repeat: int) -> float:
+    return min(run_times(fn, repeat))
+
+
+def run_times(fn: Callable[[], object], repeat: int) -> list[float]:
     fn()  # warm up: compile, allocate
     times = []
     for _ in range(repeat):
@@ -46,7 +58,7 @@ def median_time(fn: Callable[[], object], repeat: int) -> float:
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times
 
 
 def dequantize_row(gtype: GGMLType, elements: int, device: str, repeat: int) -> None:
@@ -60,18 +72,27 @@ def dequantize_row(gtype: GGMLType, elements: int, device: str, repeat: int) -> 
     print(f"{gtype.name:8s} {raw_np.size / 1e6:7.2f} {gb / t_tg:9.3f} {gb / t_ref:9.3f} {t_ref / t_tg:6.2f}x")
 
 
+def stream_time(nbytes: int, rows: int, device: str, repeat: int) -> float:
+    """Seconds to sum a float32 buffer of ``nbytes`` as ``rows`` row sums (split over threads like a GEMV's rows)."""
+    cols = nbytes // 4 // rows
+    buf = Tensor(np.ones((rows, cols), np.float32), device=device).realize()
+    return best_time(lambda: buf.sum(axis=1).realize(), repeat)
+
+
 def gemv_row(gtype: GGMLType, n: int, device: str, repeat: int) -> None:
     block, _ = BLOCK_LAYOUT[gtype]
     raw_np = random_blocks(gtype, n * n // block, small=True)
+    t_stream = stream_time(raw_np.size, n, device, repeat)
     x_np = np.random.default_rng(0).standard_normal(n).astype(np.float32)
     w = dequantize(Tensor(raw_np, device=device).realize(), gtype, (n, n))
     w_np = reference_dequantize(gtype, raw_np, (n, n))
     # a fresh x each run, so nothing is reused from the last one
-    t_tg = median_time(lambda: (w @ Tensor(x_np, device=device)).realize(), repeat)
-    t_np = median_time(lambda: reference_dequantize(gtype, raw_np, (n, n)) @ x_np, repeat)
-    t_mv = median_time(lambda: w_np @ x_np, repeat)
-    print(f"{gtype.name:8s} {t_tg * 1e3:9.2f} {t_np * 1e3:10.2f} {t_np / t_tg:6.2f}x {t_mv * 1e3:11.2f} "
-          f"{t_mv / t_tg:6.2f}x")
+    t_tg = best_time(lambda: (w @ Tensor(x_np, device=device)).realize(), repeat)
+    t_np = best_time(lambda: reference_dequantize(gtype, raw_np, (n, n)) @ x_np, repeat)
+    t_mv = best_time(lambda: w_np @ x_np, repeat)
+    gb = raw_np.size / 1e9
+    print(f"{gtype.name:8s} {t_tg * 1e3:9.2f} {gb / t_tg:7.2f} {gb / t_stream:8.2f} {100 * t_stream / t_tg:7.0f}% "
+          f"{t_np * 1e3:10.2f} {t_np / t_tg:6.2f}x {t_mv * 1e3:11.2f} {t_mv / t_tg:6.2f}x", flush=True)
 
 
 def main() -> None:
@@ -81,17 +102,22 @@ def main() -> None:
     ap.add_argument("--elements", type=int, default=4 * 1024 * 1024)
     ap.add_argument("--gemv-size", type=int, default=4096)
     ap.add_argument("--types", default="", help="comma-separated type names (default: all supported)")
+    ap.add_argument("--gemv-types", default=",".join(GEMV_TYPES), help="comma-separated type names for the GEMV")
+    ap.add_argument("--no-dequant", action="store_true", help="only the GEMV table")
     args = ap.parse_args()
     types = [GGMLType[t] for t in args.types.split(",")] if args.types else sorted(DEQUANTIZERS, key=int)
-    print(f"dequantization to float32, {args.elements} elements, {args.device} (GB/s of quantized input)")
-    print(f"{'type':8s} {'MB in':>7s} {'tg-gguf':>9s} {'gguf-py':>9s} {'ratio':>7s}")
-    for gtype in types:
-        dequantize_row(gtype, args.elements, args.device, args.repeat)
+    if not args.no_dequant:
+        print(f"dequantization to float32, {args.elements} elements, {args.device} (GB/s of quantized input)")
+        print(f"{'type':8s} {'MB in':>7s} {'tg-gguf':>9s} {'gguf-py':>9s} {'ratio':>7s}")
+        for gtype in types:
+            dequantize_row(gtype, args.elements, args.device, args.repeat)
     n = args.gemv_size
-    print(f"\nquantized GEMV w @ x, w {n}x{n}, {args.device} (ms; ratio = numpy time / tg-gguf time)")
-    print(f"{'type':8s} {'tg-gguf':>9s} {'np deq+mv':>10s} {'ratio':>7s} {'np mv only':>11s} {'ratio':>7s}")
-    for gtype in GEMV_TYPES:
-        gemv_row(gtype, n, args.device, args.repeat)
+    print(f"\nquantized GEMV w @ x, w {n}x{n}, {args.device} (ms; GB/s of weight bytes; stream: GB/s of a float32 "
+          "row sum of the same bytes; ratio = numpy time / tg-gguf time)")
+    print(f"{'type':8s} {'tg-gguf':>9s} {'GB/s':>7s} {'stream':>8s} {'%stream':>8s} {'np deq+mv':>10s} {'ratio':>7s} "
+          f"{'np mv only':>11s} {'ratio':>7s}")
+    for name in args.gemv_types.split(","):
+        gemv_row(GGMLType[name], n, args.device, args.repeat)
 
 if __name__ == "__main__":
     main()

@@ -15,7 +15,7 @@ How a type is decoded:
   new axis and shifting each copy by an amount computed from that axis' index (``arange``), so no
   concatenation or gather is needed.
 - Small lookup tables (IQ4_NL's 16 values, MXFP4's e2m1 values, powers of 3) are balanced
-  ``where`` trees on the bits of the index.
+  trees of integer selects on the bits of the index.
 
 Arithmetic is done in float32 in the order gguf-py / ggml define, so results are bit-exact.
 """
@@ -139,34 +139,45 @@ def spread(x: Tensor, axis: int, count: int, bits: int, step: int | None = None)
     return out & ((1 << bits) - 1)
 
 
-def lookup(index: Tensor, values: Sequence[float | int], dtype: str = "float32") -> Tensor:
-    """``values[index]`` for a small table, as a balanced tree of ``where`` on the bits of ``index``."""
+def lookup(index: Tensor, values: Sequence[int], dtype: str = "float32") -> Tensor:
+    """``values[index]`` for a small table of integers (each below 2**24 in size), as a balanced tree of selects on
+    the bits of ``index``.
+
+    Each select is float arithmetic, ``lo + on * (hi - lo)`` with ``on`` 1.0 or 0.0 from one bit of the index (an
+    AND and a conversion): it vectorizes on any SIMD unit and is exact for such integers. A ``where`` on vector
+    lanes is rendered lane by lane, and an integer mask needs a shift that symbolic turns into a division: either
+    made an IQ4_NL GEMV 50-100x slower."""
     if len(values) < 2:
         raise ValueError("lookup needs a table of at least 2 values")
-    level: list[Tensor | float | int] = list(values)
+    if not all(isinstance(v, int) and abs(v) < 1 << 24 for v in values):
+        raise ValueError(f"lookup takes a table of integers below 2**24 in size, got {list(values)!r}")
+    wide = index.cast("int32")
+    level: list[Tensor | int] = list(values)
     bit = 0
     while len(level) > 1:
         if len(level) % 2:
             level.append(level[-1])
-        is_set = (index & (1 << bit)) != 0
-        nxt: list[Tensor | float | int] = []
+        on = (wide & (1 << bit)).cast("float32") * (1.0 / (1 << bit))  # 1.0 where the bit is set, else 0.0
+        nxt: list[Tensor | int] = []
         for lo, hi in zip(level[0::2], level[1::2], strict=True):
-            if not isinstance(lo, (int, float)) or not isinstance(hi, (int, float)) or lo != hi:
-                nxt.append(_where(is_set, hi, lo, dtype))
+            if isinstance(lo, int) and isinstance(hi, int):
+                nxt.append(lo if lo == hi else on * float(hi - lo) + float(lo))
             else:
-                nxt.append(lo)
+                lo_f = lo if not isinstance(lo, int) else float(lo)
+                hi_f = hi if not isinstance(hi, int) else float(hi)
+                nxt.append(on * (hi_f - lo_f) + lo_f)
         level = nxt
         bit += 1
     (only,) = level
-    assert not isinstance(only, (int, float))  # a table of 2+ equal values is not worth a tree
-    return only
+    assert not isinstance(only, int)  # a table of 2+ equal values is not worth a tree
+    return only.cast(dtype)
 
 
-def _where(cond: Tensor, a: Tensor | float | int, b: Tensor | float | int, dtype: str) -> Tensor:
-    from tgcore.tensor import Tensor
-    a_t = a if isinstance(a, Tensor) else Tensor(a, device=cond.device, dtype=dtype)
-    b_t = b if isinstance(b, Tensor) else Tensor(b, device=cond.device, dtype=dtype)
-    return cond.where(a_t, b_t)
+def _wide(packed: Tensor) -> Tensor:
+    """Packed bytes widened to int32 before their bit fields are shifted out: a vectorized kernel widens 8 loaded
+    bytes in one instruction and shifts and masks whole 32-bit lanes (x86 has no shifts of byte lanes: a byte
+    vector shifted by a per-lane amount is taken apart lane by lane)."""
+    return packed.cast("int32")
 
 
 def nibbles(qs: Tensor) -> Tensor:
@@ -176,7 +187,7 @@ def nibbles(qs: Tensor) -> Tensor:
     in one instruction and shifts and masks whole 32-bit lanes, which every SIMD unit has (byte lanes
     have no shifts on x86)."""
     shape = qs.shape
-    return spread(qs.cast("int32"), len(shape) - 1, 2, 4).reshape(*shape[:-1], 2 * shape[-1])
+    return spread(_wide(qs), len(shape) - 1, 2, 4).reshape(*shape[:-1], 2 * shape[-1])
 
 
 def _f32(x: Tensor) -> Tensor:
@@ -212,7 +223,7 @@ def _q4_1(b: Blocks) -> Tensor:
 
 def _fifth_bits(qh: Tensor) -> Tensor:
     """A u32 column -> 32 bits per block, bit j as 0/16 for element j."""
-    return (spread(qh, 1, 32, 1).reshape(qh.shape[0], 32) << 4).cast("uint8")
+    return (spread(qh, 1, 32, 1).reshape(qh.shape[0], 32) << 4).cast("int32")
 
 
 def _q5_0(b: Blocks) -> Tensor:
@@ -235,7 +246,7 @@ def _q2_k(b: Blocks) -> Tensor:
     dl = (b.f16("d") * _f32(sc & 0x0F)).reshape(n, 16, 1)
     ml = (b.f16("dmin") * _f32(sc >> 4)).reshape(n, 16, 1)
     # each 32 bytes of qs hold 128 elements: 4 two-bit planes (shift-major)
-    q = spread(b.bytes("qs").reshape(n, 2, 32), 2, 4, 2).reshape(n, 16, 16)
+    q = spread(_wide(b.bytes("qs")).reshape(n, 2, 32), 2, 4, 2).reshape(n, 16, 16)
     return (dl * _f32(q) - ml).reshape(n, QK_K)
 
 
@@ -247,9 +258,9 @@ def _q3_k(b: Blocks) -> Tensor:
     high = spread(raw.shrink(((0, n), (8, 12))), 1, 4, 2).reshape(n, 16)
     scales = _f32((low | (high << 4)).cast("int32") - 32)
     dl = (b.f16("d") * scales).reshape(n, 16, 1)
-    ql = spread(b.bytes("qs").reshape(n, 2, 32), 2, 4, 2).reshape(n, 16, 16)
-    hbit = spread(b.bytes("hmask").reshape(n, 1, 32), 2, 8, 1).reshape(n, 16, 16)
-    q = ql.cast("int32") - ((hbit ^ 1).cast("int32") << 2)  # a clear mask bit subtracts 4
+    ql = spread(_wide(b.bytes("qs")).reshape(n, 2, 32), 2, 4, 2).reshape(n, 16, 16)
+    hbit = spread(_wide(b.bytes("hmask")).reshape(n, 1, 32), 2, 8, 1).reshape(n, 16, 16)
+    q = ql - ((hbit ^ 1) << 2)  # a clear mask bit subtracts 4
     return (dl * _f32(q)).reshape(n, QK_K)
 
 
@@ -285,17 +296,17 @@ def _q4_k(b: Blocks) -> Tensor:
 def _q5_k(b: Blocks) -> Tensor:
     n = b.n
     q = nibbles(b.bytes("qs").reshape(n, 4, 32)).reshape(n, 8, 32)
-    high = spread(b.bytes("qh"), 1, 8, 1)  # bit i of qh[l]: 5th bit of element l of sub-block i
+    high = spread(_wide(b.bytes("qh")), 1, 8, 1)  # bit i of qh[l]: 5th bit of element l of sub-block i
     return _k_apply(b, q | (high << 4))
 
 
 def _q6_k(b: Blocks) -> Tensor:
     n = b.n
     # per 128-element half: 64 bytes of ql (quarters 0,1 low nibbles of bytes 0..31, 32..63; 2,3 high)
-    ql = b.bytes("ql").reshape(n, 2, 2, 32)  # (half, byte half, l)
+    ql = _wide(b.bytes("ql")).reshape(n, 2, 2, 32)  # (half, byte half, l)
     low = spread(ql, 2, 2, 4)  # (half, nibble, byte half, l): quarter = 2 * nibble + byte half
-    qh = spread(b.bytes("qh").reshape(n, 2, 32), 2, 4, 2)  # (half, quarter, l)
-    q = (low.reshape(n, 2, 4, 32) | (qh << 4)).cast("int32") - 32
+    qh = spread(_wide(b.bytes("qh")).reshape(n, 2, 32), 2, 4, 2)  # (half, quarter, l)
+    q = (low.reshape(n, 2, 4, 32) | (qh << 4)) - 32
     scale = (b.f16("d") * _f32(b.bytes("scales").bitcast("int8"))).reshape(n, 16, 1)
     return (scale * _f32(q.reshape(n, 16, 16))).reshape(n, QK_K)
 
@@ -327,6 +338,18 @@ def _ternary(digits: Tensor) -> Tensor:
     return ((digits.cast("uint16") * 3) >> 8).cast("int32") - 1
 
 
+def _powers_of_3(count: int, device: str) -> Tensor:
+    """``3**k`` (uint8) at index ``k`` of a ``(1, count, 1)`` tensor: a chain of ``where`` on an iota. (``lookup``'s
+    float selects on this index made the scheduler split the GEMV in several kernels; a concatenation of the
+    ``count`` products was 6x slower.)"""
+    from tgcore.tensor import Tensor
+    k = iota((1, count, 1), 1, device)
+    powers = Tensor(1, dtype="uint8", device=device)
+    for i in range(1, count):
+        powers = (k == i).where(Tensor(3 ** i, dtype="uint8", device=device), powers)
+    return powers
+
+
 def _tq1_0(b: Blocks) -> Tensor:
     n = b.n
     qs, qh = b.bytes("qs"), b.bytes("qh")
@@ -334,8 +357,8 @@ def _tq1_0(b: Blocks) -> Tensor:
     def trits(x: Tensor, count: int) -> Tensor:
         # x * 3**k (mod 256) for k < count, k-major: the k-th trit of every byte, in byte order
         width = x.shape[1]
-        powers = lookup(iota((1, count, 1), 1, b.device), [3 ** k for k in range(count)], "uint8")
-        return (x.reshape(n, 1, width).expand(n, count, width) * powers).reshape(n, count * width)
+        copies = x.reshape(n, 1, width).expand(n, count, width)
+        return (copies * _powers_of_3(count, b.device)).reshape(n, count * width)
 
     parts = [trits(qs.shrink(((0, n), (0, 32))), 5), trits(qs.shrink(((0, n), (32, 48))), 5), trits(qh, 4)]
     q = _ternary(_cat(parts, 1))
@@ -344,7 +367,7 @@ def _tq1_0(b: Blocks) -> Tensor:
 
 def _tq2_0(b: Blocks) -> Tensor:
     n = b.n
-    q = spread(b.bytes("qs").reshape(n, 2, 32), 2, 4, 2).reshape(n, QK_K).cast("int32") - 1
+    q = spread(_wide(b.bytes("qs")).reshape(n, 2, 32), 2, 4, 2).reshape(n, QK_K) - 1
     return b.f16("d") * _f32(q)
 
 
