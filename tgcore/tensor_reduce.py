@@ -98,6 +98,8 @@ class ReduceMixin:
         if n == 0:
             raise ValueError(f"{name} of an empty axis (axis {axis} of shape {self.shape})")
         hit = self == (self.max(ax, keepdim=True) if is_max else self.min(ax, keepdim=True))
+        if dtypes.is_float(self.dtype):  # max and min propagate NaN: the first NaN is the answer
+            hit = hit | (self != self)
         # a hit at index i scores n - i, so the largest score is the first hit
         score = Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - ax - 1))
         best = hit.where(score, 0).max(ax, keepdim)

@@ -66,6 +66,19 @@ def c_type(dt: DType) -> str:
     return C_TYPES[dt]
 
 
+MASK_LANE = {1: "signed char", 2: "short", 4: "int", 8: "long long"}
+
+
+def _vector_select(dt: DType, cond: str, a: str, b: str) -> str:
+    """cond ? a : b per lane, as a bitwise blend under a 0/-1 mask. (Lane-by-lane ``c[i] ? a[i] : b[i]`` lists
+    miscompile: gcc 12's SLP vectorizer at -O2 with AVX-512 (issue 26: exp().cumsum(0) on (2, 2, 8) zeros).)"""
+    size = dt.scalar().itemsize * dt.count
+    return (f"({{ typedef {MASK_LANE[dt.scalar().itemsize]} tg_mask __attribute__((vector_size({size}))); "
+            f"union {{ {c_type(dt)} v; tg_mask m; }} tg_a, tg_b; "
+            f"tg_mask tg_s = -__builtin_convertvector({cond}, tg_mask); "
+            f"tg_a.v = {a}; tg_b.v = {b}; tg_a.m = (tg_a.m & tg_s) | (tg_b.m & ~tg_s); tg_a.v; }})")
+
+
 def vector_typedef(dt: DType) -> str:
     lane = "signed char" if dt.scalar() is dtypes.bool else c_type(dt.scalar())
     return f"typedef {lane} {c_type(dt)} __attribute__((vector_size({dt.scalar().itemsize * dt.count})));"
@@ -315,6 +328,8 @@ class CRenderer(Renderer):
             u.op in (Ops.SHL, Ops.SHR) and _shift_in_range(u))
         if native and dt.scalar() is not dtypes.bool and not overflow and all(s.dtype == dt for s in u.src):
             return f"(-{a[0]})" if u.op is Ops.NEG else f"({a[0]}{BINARY_INFIX[u.op]}{a[1]})"
+        if u.op is Ops.WHERE and u.src[0].dtype.count == dt.count:
+            return _vector_select(dt, *a)
         lanes = [self._scalar_alu(u.op, dt.scalar(), sdt.scalar(), [f"{x}[{i}]" for x in a], const_div, overflow)
                  for i in range(dt.count)]
         return f"(({c_type(dt)}){{{', '.join(lanes)}}})"

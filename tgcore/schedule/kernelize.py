@@ -333,6 +333,9 @@ class Kernelizer:
         device = self.device.get(node) or self.default_device
         kernel = _KernelBuilder(self, self.index_dtype)
         out = new_buffer_uop(device, prod(shape), dtype)
+        if prod(shape) == 0:  # no element to compute: no kernel (its loads could only read outside empty inputs)
+            self.done[node] = out
+            return out
         kernel.param(out)
         ranges = tuple(UOp.range(s, i, "global", dtype=kernel.idt) if s != 1 else UOp.const(kernel.idt, 0)
                        for i, s in enumerate(shape))
