@@ -9,8 +9,8 @@ UOps, so the same computation on different buffers reuses its program. The cache
 ``MAX_RUNNERS`` most recently used programs (a CPU program holds a loaded library, ~5 memory
 mappings, until it is dropped), so a process that keeps meeting new kernels stays bounded;
 a dropped kernel met again is rebuilt from the compiler's on-disk cache (which also serves
-later processes). A kernel's optimizations come from ``engine.beam``'s policy: a stored BEAM winner, a search when ``BEAM`` is set, else the
-heuristic.
+later processes). A kernel's optimizations come from ``engine.beam``'s policy: a stored BEAM
+winner, a search when ``BEAM`` is set, else the heuristic.
 """
 from __future__ import annotations
 
