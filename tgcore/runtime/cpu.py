@@ -24,6 +24,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -87,6 +88,7 @@ def thread_pool() -> ThreadPoolExecutor:
     return _pool
 
 
+_dlclose: Callable[[int], None] | None
 try:
     from _ctypes import dlclose as _dlclose  # POSIX
 except ImportError:  # Windows: libraries stay loaded
