@@ -75,7 +75,7 @@ def _vector_select(dt: DType, cond: str, a: str, b: str) -> str:
     size = dt.scalar().itemsize * dt.count
     return (f"({{ typedef {MASK_LANE[dt.scalar().itemsize]} tg_mask __attribute__((vector_size({size}))); "
             f"union {{ {c_type(dt)} v; tg_mask m; }} tg_a, tg_b; "
-            f"tg_mask tg_s = -__builtin_convertvector({cond}, tg_mask); "
+            f"tg_mask tg_s = (tg_mask)(__builtin_convertvector({cond}, tg_mask) != 0); "
             f"tg_a.v = {a}; tg_b.v = {b}; tg_a.m = (tg_a.m & tg_s) | (tg_b.m & ~tg_s); tg_a.v; }})")
 
 
