@@ -442,7 +442,8 @@ def ref_matmul(a: Ref, b: Ref) -> Ref:
             perr = perr + np.where(rounded, ulp(prods, acc), 0.0)
         det = a.det and b.det and not rounded.any()
         s = float_sum(Ref(prods, acc, None if det else perr), -1, False, acc)
-        out = s.arr.astype(NP[dt])
+        with np.errstate(over="ignore"):
+            out = s.arr.astype(NP[dt])
         res = Ref(out, dt, None if s.det else s.err + (ulp(out, dt) if dt != acc else 0))
         if a.arr.ndim == 1:
             res = Ref(res.arr[..., 0, :], dt, None if res.det else res.err[..., 0, :])
