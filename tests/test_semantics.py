@@ -188,6 +188,16 @@ def test_signed_overflow_wraps(device):
     np.testing.assert_array_equal((t - 5 < t).numpy(), (ty - 5 < ty).numpy())
 
 
+def test_max_reduction_of_a_quotient(device):
+    """gcc 12 -O2 -fwrapv -msse4.1 miscompiled this char max-reduction (fuzzer seed 1382): the C backend wraps
+    signed arithmetic by rendering it unsigned, not with -fwrapv."""
+    import torch
+    a = np.array([5, -5, 108, 7], np.int8).reshape(1, 1, 4)
+    q, tq = Tensor(a, device=device) // Tensor(a, device=device), torch.tensor(a) // torch.tensor(a)
+    assert q.min().item() == tq.min().item()
+    assert q.argmin().item() == tq.argmin().item()
+
+
 # ------------------------------------------------------------------------------------------------ float16 reductions
 
 def test_float16_sums_accumulate_in_float32_and_round_once(device):

@@ -154,9 +154,7 @@ class ClangCompiler(Compiler):
     def flags(self) -> list[str]:
         """The command-line flags of every compile (part of the cache identity)."""
         if self._flags is None:
-            # -fwrapv: signed + - * wrap around, as the semantics (runtime/python.py) say, instead of C's undefined
-            # behaviour, which gcc uses to fold e.g. (-x) < 0 into x > 0 (wrong for INT_MIN)
-            self._flags = ["-O2", *self.target().flags, "-shared", "-fPIC", "-fno-math-errno", "-fwrapv"]
+            self._flags = ["-O2", *self.target().flags, "-shared", "-fPIC", "-fno-math-errno"]
         return self._flags
 
     def cache_identity(self) -> str:

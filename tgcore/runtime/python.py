@@ -29,8 +29,8 @@ Semantics (the meaning every backend is checked against):
   `-x` of a bool is `logical_not`). At the Tensor level (like torch) `//`, `%`, `<<` and `>>` of two bools and
   `&`, `|`, `^`, `<<`, `>>` of floats are TypeErrors; a bool with a Python int promotes to int32 (the default
   int), with a float to float32.
-- Compiled backends implement exactly this: the C renderer wraps signed + - * (the compiler runs with -fwrapv)
-  and guards // and % against 0 and INT_MIN / -1.
+- Compiled backends implement exactly this: the C renderer does signed + - * and negation that may overflow in
+  unsigned arithmetic (C leaves signed overflow undefined) and guards // and % against 0 and INT_MIN / -1.
 - Floats: float64 ops run in float64. For float32, + - * / sqrt reciprocal neg trunc max run in
   float32 (IEEE correctly rounded). Every other float op (and every op on float16, bfloat16, fp8) is
   computed in float64 and rounded once to the result dtype, which is what `tgcore.uop.alu` (constant
