@@ -51,7 +51,8 @@ def int_range(dt: str) -> tuple[int, int]:
 
 def promote(a: str, b: str) -> str:
     """Type promotion of two tensors (torch's for these dtypes): bool < ints < floats; a signed and an unsigned
-    int meet in the smallest signed type holding both; any float beats any int."""
+    int meet in the smallest signed type holding both; any float beats any int. uint64 (from sums of unsigned
+    ints; torch has no such promotion) follows tgcore's lattice: with a signed int or a float16 it gives float32."""
     if a == b:
         return a
     if a == "bool" or b == "bool":
@@ -59,9 +60,11 @@ def promote(a: str, b: str) -> str:
     if is_float(a) or is_float(b):
         if is_float(a) and is_float(b):
             return max(a, b, key=FLOAT_ORDER.index)
+        if "uint64" in (a, b):
+            return "float32"  # tgcore's lattice: uint64 promotes to float32 only (torch has no uint64 promotion)
         return a if is_float(a) else b
     if "uint64" in (a, b) and (a.startswith("int") or b.startswith("int")):
-        return "float32"  # tgcore's lattice: no int holds both (torch has no uint64 promotion)
+        return "float32"  # tgcore's lattice: no int holds both
     sa, sb = a.startswith("int"), b.startswith("int")
     if sa == sb:
         return max(a, b, key=bits)
