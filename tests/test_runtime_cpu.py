@@ -225,10 +225,11 @@ def test_live_kernel_libraries_stay_bounded(monkeypatch):
     monkeypatch.setattr(realize, "_runners", {})
     gc.collect()
     before = _kernel_mappings()
-    x = Tensor(np.arange(8, dtype=np.float32), device="CPU").realize()
-    for i in range(24):  # a new constant, a new kernel
-        np.testing.assert_array_equal((x * float(i) + 1).numpy(), np.arange(8, dtype=np.float32) * i + 1)
+    for n in range(2, 26):  # a new shape, a new kernel
+        a = np.arange(n, dtype=np.float32)
+        np.testing.assert_array_equal((Tensor(a, device="CPU") * 3 + 1).numpy(), a * 3 + 1)
     gc.collect()
     assert len(realize._runners) == 4
     assert _kernel_mappings() - before <= 4 * 8  # 4 libraries of ~5 segments each (24 loaded: ~120)
-    np.testing.assert_array_equal((x * 2.0 + 1).numpy(), np.arange(8) * 2.0 + 1)  # dropped, built again: runs
+    a = np.arange(2, dtype=np.float32)
+    np.testing.assert_array_equal((Tensor(a, device="CPU") * 3 + 1).numpy(), a * 3 + 1)  # dropped, built again
