@@ -255,3 +255,27 @@ def test_float16_comparison_with_a_broadcast_operand(request, device):
     want = (torch.tensor(a) > torch.tensor(b)).reshape(-1).int().argmax().item()
     assert (Tensor(a, device=dev) > Tensor(b, device=dev)).argmax().item() == want
     np.testing.assert_array_equal((Tensor(a, device=dev) > Tensor(b, device=dev)).numpy(), a > b)
+
+
+def test_float16_round_trip_rounds(device):
+    """float32 -> float16 -> float32 rounds to float16 (gcc 12 with -mavx512fp16 dropped the round trip)."""
+    import torch
+    x = np.array([15.0, -21.0, 0.0999755859375, -16.0, 3.75], np.float16).reshape(1, 5)
+    v1 = (-Tensor(x, device=device)).cumsum(1)
+    v5 = v1.cast("float32")
+    v5.realize(v1)
+    want = (-torch.tensor(x)).cumsum(1)
+    np.testing.assert_array_equal(v1.numpy(), want.numpy())
+    np.testing.assert_array_equal(v5.numpy(), want.float().numpy())
+    a = np.array([5.9000244, 1.0001, -3.14159], np.float32)
+    got = Tensor(a, device=device).half().float().numpy()
+    np.testing.assert_array_equal(got, a.astype(np.float16).astype(np.float32))
+
+
+def test_float16_compare_and_select_compiles(device):
+    """gcc 12 with -mavx512fp16 emitted masked vmovsh, which the assembler rejected, for this kernel."""
+    a, b = np.zeros((8, 5, 2), np.float16), np.zeros((8, 1, 2), np.float16)
+    a[0, 0, 0], b[1, 0, 1] = -1, 2
+    x, y = Tensor(a, device=device), Tensor(b, device=device)
+    np.testing.assert_array_equal((x < y).where(y, 0.0).numpy(), np.where(a < b, b, np.float16(0)))
+    np.testing.assert_array_equal((x >= y).where(y, 0.0).numpy(), np.where(a >= b, b, np.float16(0)))
