@@ -176,6 +176,16 @@ def test_cumsum_after_a_transcendental(device, fn, shape):
     np.testing.assert_allclose(getattr(Tensor(x, device=device), fn)().cumsum(0).numpy(), want, rtol=1e-6)
 
 
+def test_where_with_a_broadcast_condition(device):
+    """A loop-invariant condition broadcast into a vector select: gcc 12 crashed (internal compiler error in reload)
+    on the mask built with __builtin_convertvector (fuzzer seed 16506)."""
+    a = np.array([9, 0, 7, 114, 3, 36, 3, 6, 6, 1, 7, 3, 215, 1, 3, 135], np.uint8).reshape(2, 8)
+    for c in (-4, 0):
+        cond = Tensor(np.array(c, np.int32), device=device)
+        np.testing.assert_array_equal(cond.where(Tensor(a, device=device), cond).numpy(),
+                                      np.where(c != 0, a.astype(np.int32), np.int32(c)))
+
+
 def test_signed_overflow_wraps(device):
     """+ - * and negation wrap around (two's complement), also where C would call them undefined."""
     import torch

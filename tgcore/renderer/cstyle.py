@@ -73,9 +73,9 @@ def _vector_select(dt: DType, cond: str, a: str, b: str) -> str:
     """cond ? a : b per lane, as a bitwise blend under a 0/-1 mask. (Lane-by-lane ``c[i] ? a[i] : b[i]`` lists
     miscompile: gcc 12's SLP vectorizer at -O2 with AVX-512 (issue 26: exp().cumsum(0) on (2, 2, 8) zeros).)"""
     size = dt.scalar().itemsize * dt.count
+    lanes = ", ".join(f"-({MASK_LANE[dt.scalar().itemsize]})({cond}[{i}]!=0)" for i in range(dt.count))
     return (f"({{ typedef {MASK_LANE[dt.scalar().itemsize]} tg_mask __attribute__((vector_size({size}))); "
-            f"union {{ {c_type(dt)} v; tg_mask m; }} tg_a, tg_b; "
-            f"tg_mask tg_s = (tg_mask)(__builtin_convertvector({cond}, tg_mask) != 0); "
+            f"union {{ {c_type(dt)} v; tg_mask m; }} tg_a, tg_b; tg_mask tg_s = {{{lanes}}}; "
             f"tg_a.v = {a}; tg_b.v = {b}; tg_a.m = (tg_a.m & tg_s) | (tg_b.m & ~tg_s); tg_a.v; }})")
 
 
