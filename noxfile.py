@@ -139,5 +139,10 @@ def full(session: nox.Session) -> None:
     no_deps = [pkg for p in PLUGINS for pkg in _test_config(p, "no-deps")]
     if no_deps:
         session.install("--no-deps", *no_deps)
-    env = {"TG_FUZZ_EXAMPLES": os.environ.get("TG_FUZZ_EXAMPLES", "200000"), "TG_FULL": "1"}
+    env = {"TG_FUZZ_EXAMPLES": os.environ.get("TG_FUZZ_EXAMPLES", "200000"), "TG_FULL": "1",
+           "TG_FUZZ_PROGRAMS": os.environ.get("TG_FUZZ_PROGRAMS", "20000")}  # tests/test_program_fuzz.py, per device
     session.run("pytest", "tests", *[f"plugins/{p}/tests" for p in PLUGINS], *_pytest_args(session), env=env)
+    for p in PLUGINS:  # the random programs also on the devices plugins add
+        for device in _test_config(p, "core-devices"):
+            session.run("pytest", "tests/test_program_fuzz.py", *_pytest_args(session),
+                        env={**env, "DEV": device, "TG_TEST_DEVICES": device})

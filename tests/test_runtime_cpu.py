@@ -207,3 +207,29 @@ def test_cpu_device_basics(monkeypatch):
 def test_loading_garbage_is_a_clear_error():
     with pytest.raises(OSError, match="could not load the shared object for kernel 'k'"):
         CPUProgram("k", b"this is not an ELF file")
+
+
+def _kernel_mappings() -> int:
+    with open("/proc/self/maps") as f:
+        return sum(1 for line in f if "/tgcore-" in line)
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/maps"), reason="needs /proc/self/maps (Linux)")
+def test_live_kernel_libraries_stay_bounded(monkeypatch):
+    """Meeting new kernels keeps at most MAX_RUNNERS programs, and a dropped CPU program unloads its library."""
+    import gc
+
+    from tgcore.engine import realize
+    from tgcore.tensor import Tensor
+    monkeypatch.setattr(realize, "MAX_RUNNERS", 4)
+    monkeypatch.setattr(realize, "_runners", {})
+    gc.collect()
+    before = _kernel_mappings()
+    for n in range(2, 26):  # a new shape, a new kernel
+        a = np.arange(n, dtype=np.float32)
+        np.testing.assert_array_equal((Tensor(a, device="CPU") * 3 + 1).numpy(), a * 3 + 1)
+    gc.collect()
+    assert len(realize._runners) == 4
+    assert _kernel_mappings() - before <= 4 * 8  # 4 libraries of ~5 segments each (24 loaded: ~120)
+    a = np.arange(2, dtype=np.float32)
+    np.testing.assert_array_equal((Tensor(a, device="CPU") * 3 + 1).numpy(), a * 3 + 1)  # dropped, built again

@@ -134,3 +134,32 @@ def test_constants_realized_leave_no_buffer_behind():
         assert Tensor.ones(16, 16).contiguous().sum().item() == 256
         assert Tensor.full((8,), 3.0).tolist() == [3.0] * 8
     assert GlobalCounters.mem_used == base
+
+
+DEVICES = [d for d in __import__("os").environ.get("TG_TEST_DEVICES", "CPU,PYTHON").split(",") if d]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_scalar_that_varies_between_calls_is_a_kernel_input(device):
+    """x * lr with a new lr each step: the first value is folded into the kernel, the second lifts the scalar into
+    a one-element input buffer, and every later value reuses that kernel."""
+    from tgcore.engine.realize import CompileCounter
+    base = np.arange(8, dtype=np.float32)
+    x = Tensor(base, device=device).realize()
+    start = CompileCounter.count
+    for step in range(12):
+        lr = 0.1 * (step + 1)
+        np.testing.assert_array_equal((x * lr).numpy(), base * np.float32(lr))
+        np.testing.assert_array_equal((x.cast("int32") // (step - 5)).numpy(),  # int scalars too, 0 included
+                                      np.where(step == 5, 0, base.astype(np.int32) // (step - 5 or 1)))
+    assert CompileCounter.count - start <= 4 + 2  # two per structure (the cast may get its own kernel)
+    assert CacheStats.hits >= 2 * 12 - 6
+
+
+def test_a_scalar_that_does_not_vary_stays_folded():
+    x = Tensor(np.arange(4, dtype=np.float32)).realize()
+    for _ in range(3):
+        assert (x * 1.0 + 0.5).tolist() == [0.5, 1.5, 2.5, 3.5]
+    assert (CacheStats.misses, CacheStats.hits) == (1, 2)
+    template = next(iter(cache._templates.values()))
+    assert not template.lifted and template.baked

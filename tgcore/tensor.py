@@ -69,6 +69,20 @@ def _axis(axis: int, ndim: int) -> int:
     return axis % max(ndim, 1)
 
 
+# operators defined on integers only (no float operands) and those with no bool meaning either (like torch)
+_INT_OPERATORS = {Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>", Ops.IDIV: "//",
+                  Ops.MOD: "%"}
+_NOT_ON_BOOL = (Ops.SHL, Ops.SHR, Ops.IDIV, Ops.MOD)
+
+
+def _check_operands(op: Ops, dtype: DType) -> None:
+    """A clear TypeError for an operator the (promoted) operand dtype has no meaning for."""
+    if op in _NOT_ON_BOOL and dtype is dtypes.bool:
+        raise TypeError(f"{_INT_OPERATORS[op]} is not defined on bool tensors; cast one operand to an int dtype")
+    if op in (Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR) and dtypes.is_float(dtype):
+        raise TypeError(f"{_INT_OPERATORS[op]} needs integer or bool tensors, got {dtype!r}")
+
+
 def _arange_uop(n: int) -> UOp:
     """0, 1, ..., n-1 as a tensor-level node (the index of its single axis)."""
     return UOp(Ops.RANGE, dtypes.int32, (), ("arange", n))
@@ -235,6 +249,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
                     REALIZATION.hold(t)
         if not todo:
             return self
+        todo = list({id(t): t for t in todo}.values())  # t.realize(t): each tensor once
         outs = list(dict.fromkeys(t.uop for t in todo))
         items, result = create_schedule(outs, self.device)
         run_schedule(items)
@@ -540,6 +555,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         a, b = self._broadcast_pair(other, reverse)
         if a is NotImplemented:
             return NotImplemented
+        _check_operands(op, a.dtype)
         return a._new(a.uop.alu(op, b.uop))
 
     def __add__(self, x: Any) -> Tensor:
@@ -585,6 +601,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         return a._floordiv(b)
 
     def _floordiv(self, b: Tensor) -> Tensor:
+        _check_operands(Ops.IDIV, self.dtype)
         if dtypes.is_float(self.dtype):
             return (self / b).floor()
         q = self._new(self.uop.alu(Ops.IDIV, b.uop))
@@ -603,6 +620,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         return a._mod(b)
 
     def _mod(self, b: Tensor) -> Tensor:
+        _check_operands(Ops.MOD, self.dtype)
         if dtypes.is_float(self.dtype):
             return self - (self / b).floor() * b
         r = self._new(self.uop.alu(Ops.MOD, b.uop))
@@ -618,10 +636,16 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         return self._binop(Ops.CMPLT, x, True)
 
     def __le__(self, x: Any) -> Tensor:
-        return (self > x).logical_not()
+        a, b = self._broadcast_pair(x)
+        if dtypes.is_float(a.dtype):  # NaN compares false, so "not greater" is not "less or equal"
+            return (a < b) | (a == b)
+        return (a > b).logical_not()
 
     def __ge__(self, x: Any) -> Tensor:
-        return (self < x).logical_not()
+        a, b = self._broadcast_pair(x)
+        if dtypes.is_float(a.dtype):
+            return (a > b) | (a == b)
+        return (a < b).logical_not()
 
     def __eq__(self, x: Any) -> Tensor:  # type: ignore[override]
         return self._binop(Ops.CMPEQ, x)
@@ -744,9 +768,11 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
 
     def _accumulation_dtypes(self, dtype: DType | str | None) -> tuple[DType, DType]:
         """(dtype to accumulate a sum or product in, dtype of the result): ints and bools widen to int64
-        (uint64 for unsigned), narrow floats accumulate in float32 and round back; an explicit dtype wins."""
+        (uint64 for unsigned), narrow floats accumulate in float32 and round back once, also when asked for by
+        ``dtype`` (like torch, and the same on every device)."""
         if dtype is not None:
-            return to_dtype(dtype), to_dtype(dtype)
+            dt = to_dtype(dtype)
+            return (dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dt), dt
         if dtypes.is_int(self.dtype) or self.dtype is dtypes.bool:
             wide = dtypes.uint64 if dtypes.is_unsigned(self.dtype) else dtypes.int64
             return wide, wide
@@ -760,6 +786,8 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
             return self.logical_not().max(axis, keepdim).logical_not()
         if dtypes.is_unsigned(self.dtype):
             return (int(self.dtype.max) - (int(self.dtype.max) - self).max(axis, keepdim))
+        if dtypes.is_int(self.dtype):  # ~x = -x - 1 reverses the order without overflowing at the type's minimum
+            return ~((~self).max(axis, keepdim))
         return -((-self).max(axis, keepdim))
 
     def mean(self, axis: Axis = None, keepdim: builtins.bool = False) -> Tensor:

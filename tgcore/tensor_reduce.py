@@ -100,6 +100,8 @@ class ReduceMixin:
         if not is_max and dtypes.is_int(self.dtype) and not dtypes.is_unsigned(self.dtype):
             return (~self)._arg_extreme(True, axis, keepdim)  # ~x = -x - 1 reverses the order and never overflows
         hit = self == (self.max(ax, keepdim=True) if is_max else self.min(ax, keepdim=True))
+        if dtypes.is_float(self.dtype):  # max and min propagate NaN: the first NaN is the answer
+            hit = hit | (self != self)
         # a hit at index i scores n - i, so the largest score is the first hit
         score = Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - ax - 1))
         best = hit.where(score, 0).max(ax, keepdim)

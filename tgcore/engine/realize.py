@@ -5,10 +5,12 @@ Out: the output buffers filled in; ``GlobalCounters`` and the ``DEBUG=2`` line p
      updated through ``update_stats``.
 
 Compiled programs are cached in memory by (device, kernel AST): kernels are hash-consed
-UOps, so the same computation on different buffers reuses its program. Compilers keep
-their own on-disk cache across processes. A kernel's optimizations come from
-``engine.beam``'s policy: a stored BEAM winner, a search when ``BEAM`` is set, else the
-heuristic.
+UOps, so the same computation on different buffers reuses its program. The cache keeps the
+``MAX_RUNNERS`` most recently used programs (a CPU program holds a loaded library, ~5 memory
+mappings, until it is dropped), so a process that keeps meeting new kernels stays bounded;
+a dropped kernel met again is rebuilt from the compiler's on-disk cache (which also serves
+later processes). A kernel's optimizations come from ``engine.beam``'s policy: a stored BEAM
+winner, a search when ``BEAM`` is set, else the heuristic.
 """
 from __future__ import annotations
 
@@ -43,7 +45,8 @@ class CompileCounter:
     count = 0
 
 
-_runners: dict[tuple[str, UOp], Runner] = {}
+MAX_RUNNERS = 1024  # compiled programs kept in memory (least recently used ones are dropped first)
+_runners: dict[tuple[str, UOp], Runner] = {}  # in use order: the most recently used last
 _captures: list[list[tuple[Runner | None, list[Buffer], str, str]]] = []
 
 
@@ -61,8 +64,9 @@ _lock = threading.Lock()
 def get_runner(device: str, ast: UOp) -> Runner:
     """The program for ``ast`` on ``device`` with the default optimizations, compiled once per process."""
     key = (device, ast)
-    runner = _runners.get(key)
+    runner = _runners.pop(key, None)
     if runner is not None:
+        _runners[key] = runner  # now the most recently used
         return runner
     with _lock:
         if key in _runners:
@@ -71,6 +75,8 @@ def get_runner(device: str, ast: UOp) -> Runner:
         _runners[key] = runner = compile_runner(device, ast)
         if profile.ACTIVE is not None:
             profile.ACTIVE.span("compile", runner.spec.name, device, started)
+        while len(_runners) > MAX_RUNNERS:
+            del _runners[next(iter(_runners))]
         return runner
 
 

@@ -66,6 +66,19 @@ def c_type(dt: DType) -> str:
     return C_TYPES[dt]
 
 
+MASK_LANE = {1: "signed char", 2: "short", 4: "int", 8: "long long"}
+
+
+def _vector_select(dt: DType, cond: str, a: str, b: str) -> str:
+    """cond ? a : b per lane, as a bitwise blend under a 0/-1 mask. (Lane-by-lane ``c[i] ? a[i] : b[i]`` lists
+    miscompile: gcc 12's SLP vectorizer at -O2 with AVX-512 (issue 26: exp().cumsum(0) on (2, 2, 8) zeros).)"""
+    size = dt.scalar().itemsize * dt.count
+    lanes = ", ".join(f"-({MASK_LANE[dt.scalar().itemsize]})({cond}[{i}]!=0)" for i in range(dt.count))
+    return (f"({{ typedef {MASK_LANE[dt.scalar().itemsize]} tg_mask __attribute__((vector_size({size}))); "
+            f"union {{ {c_type(dt)} v; tg_mask m; }} tg_a, tg_b; tg_mask tg_s = {{{lanes}}}; "
+            f"tg_a.v = {a}; tg_b.v = {b}; tg_a.m = (tg_a.m & tg_s) | (tg_b.m & ~tg_s); tg_a.v; }})")
+
+
 def vector_typedef(dt: DType) -> str:
     lane = "signed char" if dt.scalar() is dtypes.bool else c_type(dt.scalar())
     return f"typedef {lane} {c_type(dt)} __attribute__((vector_size({dt.scalar().itemsize * dt.count})));"
@@ -100,6 +113,37 @@ def c_const(value: Any, dt: DType) -> str:
 def _unsigned_work_type(dt: DType) -> str:
     """An unsigned type at least as wide as int, so arithmetic on it wraps instead of overflowing."""
     return "unsigned long long" if dt.itemsize == 8 else "unsigned int"
+
+
+UNSIGNED_LANE = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
+
+
+def _may_wrap(u: UOp) -> bool:
+    """Whether an int + - * or negation can leave its dtype's range. C leaves signed overflow undefined (gcc uses
+    that, e.g. to fold (-x) < 0 into x > 0); the semantics wrap, so such an op is rendered in unsigned arithmetic.
+    (Index arithmetic, whose bounds are known, keeps plain C.)"""
+    dt = u.dtype.scalar()
+    if not dtypes.is_int(dt) or u.op not in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG):
+        return False
+    lo, hi = [x.vmin for x in u.src], [x.vmax for x in u.src]
+    if u.op is Ops.NEG:
+        corners = [-lo[0], -hi[0]]
+    elif u.op is Ops.ADD:
+        corners = [lo[0] + lo[1], hi[0] + hi[1]]
+    elif u.op is Ops.SUB:
+        corners = [lo[0] - hi[1], hi[0] - lo[1]]
+    else:
+        corners = [x * y for x in (lo[0], hi[0]) for y in (lo[1], hi[1])]
+    return min(corners) < dt.min or max(corners) > dt.max
+
+
+def _wrapping_vector_op(op: Ops, dt: DType, a: list[str]) -> str:
+    """A vector + - * or negation in unsigned lanes of the same width (they wrap), as ``dt`` again."""
+    size = dt.scalar().itemsize * dt.count
+    unsigned = [f"(tg_u){x}" for x in a]
+    expr = f"-{unsigned[0]}" if op is Ops.NEG else f"{unsigned[0]}{BINARY_INFIX[op]}{unsigned[1]}"
+    return (f"({{ typedef {UNSIGNED_LANE[dt.scalar().itemsize]} tg_u __attribute__((vector_size({size}))); "
+            f"({c_type(dt)})({expr}); }})")
 
 
 def _shift(op: Ops, dt: DType, x: str, n: str) -> str:
@@ -308,13 +352,17 @@ class CRenderer(Renderer):
         dt, sdt = u.dtype, (u.src[0].dtype if u.src else u.dtype)
         divisor = u.src[1] if u.op in (Ops.IDIV, Ops.MOD) else None
         const_div = divisor.arg if divisor is not None and divisor.op is Ops.CONST else None
-        overflow = dtypes.is_int(dt.scalar()) and not (dt.scalar().min <= u.vmin and u.vmax <= dt.scalar().max)
+        overflow = _may_wrap(u)
         if dt.count == 1:
             return self._scalar_alu(u.op, dt, sdt, a, const_div, overflow)
         native = u.op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.AND, Ops.OR, Ops.XOR, Ops.NEG) or (
             u.op in (Ops.SHL, Ops.SHR) and _shift_in_range(u))
-        if native and dt.scalar() is not dtypes.bool and not overflow and all(s.dtype == dt for s in u.src):
+        if native and dt.scalar() is not dtypes.bool and all(s.dtype == dt for s in u.src):
+            if overflow:
+                return _wrapping_vector_op(u.op, dt, a)
             return f"(-{a[0]})" if u.op is Ops.NEG else f"({a[0]}{BINARY_INFIX[u.op]}{a[1]})"
+        if u.op is Ops.WHERE and u.src[0].dtype.count == dt.count:
+            return _vector_select(dt, *a)
         lanes = [self._scalar_alu(u.op, dt.scalar(), sdt.scalar(), [f"{x}[{i}]" for x in a], const_div, overflow)
                  for i in range(dt.count)]
         return f"(({c_type(dt)}){{{', '.join(lanes)}}})"

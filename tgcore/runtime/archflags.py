@@ -31,7 +31,7 @@ from tgcore.helpers import cache_dir, write_atomically
 from tgcore.runtime.cpufeatures import ISA_LEVELS, X86_64, CPUFeatures, IsaLevel, chosen_isa_level, cpu_features
 
 TUNE = ("-mtune=native",)
-VERDICT_VERSION = 2    # bump when the check program or the flags of a level change
+VERDICT_VERSION = 3    # bump when the check program or the flags of a level change
 
 
 @dataclass(frozen=True)

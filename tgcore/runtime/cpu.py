@@ -24,6 +24,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -85,6 +86,13 @@ def thread_pool() -> ThreadPoolExecutor:
             if _pool is None:
                 _pool = ThreadPoolExecutor(max_workers=cpu_count(), thread_name_prefix="tgcore-cpu")
     return _pool
+
+
+_dlclose: Callable[[int], None] | None
+try:
+    from _ctypes import dlclose as _dlclose  # POSIX
+except ImportError:  # Windows: libraries stay loaded
+    _dlclose = None
 
 
 def _load_shared_object(name: str, lib: bytes) -> ctypes.CDLL:
@@ -311,7 +319,8 @@ class NativeGraph:
     int32 value) before a ``run()``. Build with ``NativeGraph.build``, which returns None when the native
     pool is not available or a program is not a ``CPUProgram``."""
 
-    def __init__(self, calls: list[tuple[int, list[int], int]]) -> None:
+    def __init__(self, calls: list[tuple[int, list[int], int]], programs: tuple[Any, ...] = ()) -> None:
+        self.programs = programs  # the kernels' code must stay loaded while the graph holds their addresses
         self.words = [(ctypes.c_ssize_t * max(1, len(w)))(*w) for _, w, _ in calls]
         self.steps = (_GraphStep * max(1, len(calls)))()
         for step, (fn, w, threads), words in zip(self.steps, calls, self.words, strict=False):
@@ -327,7 +336,7 @@ class NativeGraph:
                    for p, a, t in calls):
             return None
         return NativeGraph([(ctypes.cast(p.fxn, ctypes.c_void_p).value or 0, [_as_word(x) for x in a], t)
-                            for p, a, t in calls])
+                            for p, a, t in calls], tuple(p for p, _, _ in calls))
 
     def set(self, step: int, arg: int, value: Any) -> None:
         self.words[step][arg] = _as_word(value)
@@ -401,6 +410,14 @@ class CPUProgram:
         # No argtypes: ctypes passes arrays as pointers and ints as C int (= int32 here),
         # which is ~1µs faster per call than converting through declared argtypes.
         self.fxn.restype = None
+
+    def __del__(self) -> None:
+        """Unload the library (its memory mappings) once nothing can call the kernel: whatever keeps the function
+        (a runner cache, a JIT capture, a NativeGraph) keeps this program."""
+        lib = self.__dict__.get("lib")
+        if lib is not None and _dlclose is not None:
+            self.__dict__.pop("fxn", None)
+            _dlclose(lib._handle)
 
     def __call__(self, *bufs: Any, vals: tuple[int, ...] = (), threads: int = 1, wait: bool = False) -> float | None:
         if _INT in map(type, bufs):  # raw addresses: as C int they would be truncated

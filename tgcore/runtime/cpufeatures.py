@@ -54,7 +54,9 @@ AVX512 = IsaLevel("avx512", AVX2.required | {"avx512f", "avx512bw", "avx512dq", 
                   (("avx512cd", "-mavx512cd"), ("avx512ifma", "-mavx512ifma"), ("avx512vbmi", "-mavx512vbmi"),
                    ("avx512_vbmi2", "-mavx512vbmi2"), ("avx512_vnni", "-mavx512vnni"),
                    ("avx512_bitalg", "-mavx512bitalg"), ("avx512_vpopcntdq", "-mavx512vpopcntdq"),
-                   ("avx512_bf16", "-mavx512bf16"), ("avx512_fp16", "-mavx512fp16")))
+                   ("avx512_bf16", "-mavx512bf16")))
+# (not -mavx512fp16: with it gcc 12 drops the rounding of (float)(_Float16)x, and emits masked vmovsh that binutils
+# 2.40 rejects, for float16 compare-and-select kernels; C kernels compute float16 math in float anyway)
 ISA_LEVELS = (X86_64, AVX2, AVX512)
 FORCEABLE_LEVELS = {level.name: level for level in (AVX2, AVX512)}  # what TG_ISA accepts
 

@@ -19,8 +19,18 @@ Semantics (the meaning every backend is checked against):
   Where C is undefined we choose: x IDIV 0 = 0 and x MOD 0 = 0; INT_MIN IDIV -1 = INT_MIN (wraps),
   INT_MIN MOD -1 = 0. SHR is arithmetic for signed, logical for unsigned. A shift by a negative amount
   or by the bit width or more gives what shifting one bit at a time would: SHL -> 0, SHR -> 0 or -1
-  (the sign, for signed values).
-- Comparisons give bool. MAX propagates NaN (numpy `maximum`). Casts to bool are `!= 0`.
+  (the sign, for signed values). The Tensor's `//` and `%` round toward minus infinity (Python, torch), built
+  from IDIV and MOD, so x // 0 = 0 and x % 0 = 0 there too; range analysis keeps a divisor that may be 0.
+- Comparisons give bool and follow IEEE: with a NaN operand CMPLT and CMPEQ are false and CMPNE is true (the
+  Tensor's `<=` and `>=` on floats are `a < b | a == b`, so they are false too). MAX propagates NaN (numpy
+  `maximum`); so do the Tensor's `min`, `minimum` and `clip`, and `argmax`/`argmin` return the index of the first
+  NaN when there is one, else of the first extreme. Casts to bool are `!= 0` (NaN -> True).
+- bool: ADD is OR, MUL is AND, AND/OR/XOR are logical, MAX is OR; no other op is defined on bool (the Tensor's
+  `-x` of a bool is `logical_not`). At the Tensor level (like torch) `//`, `%`, `<<` and `>>` of two bools and
+  `&`, `|`, `^`, `<<`, `>>` of floats are TypeErrors; a bool with a Python int promotes to int32 (the default
+  int), with a float to float32.
+- Compiled backends implement exactly this: the C renderer does signed + - * and negation that may overflow in
+  unsigned arithmetic (C leaves signed overflow undefined) and guards // and % against 0 and INT_MIN / -1.
 - Floats: float64 ops run in float64. For float32, + - * / sqrt reciprocal neg trunc max run in
   float32 (IEEE correctly rounded). Every other float op (and every op on float16, bfloat16, fp8) is
   computed in float64 and rounded once to the result dtype, which is what `tgcore.uop.alu` (constant
@@ -36,7 +46,11 @@ Semantics (the meaning every backend is checked against):
 - Reductions: ADD/MUL/MAX over the node's dtype (ints wrap, so sums are exact). float16, bfloat16 and
   fp8 ADD/MUL reductions accumulate in float32 and round the result once; float32 sums use numpy's
   pairwise summation (within float tolerance of a sequential sum). A reduction over an empty range
-  gives the identity (0, 1, or the dtype's minimum).
+  gives the identity (0, 1, or the dtype's minimum). The Tensor's sums, `cumsum`, `mean` and `matmul` of
+  float16/bfloat16 (also with an explicit `dtype=float16`) cast to float32 first and round the result once, so
+  every backend accumulates in float32 (like torch); ints and bools sum in int64 (uint64 for unsigned ints).
+  The Tensor's `min` of signed ints is `~max(~x)` (exact at the type's minimum): over an empty range it gives
+  the dtype's maximum.
 
 bfloat16 values are held as float32 arrays (exactly) and stored as uint16 bit patterns; fp8 likewise
 (uint8). Vector dtypes and the linear/accumulator form are not supported.

@@ -14,6 +14,13 @@ placeholders become the real buffers, every buffer the schedule made becomes a f
 view of an input becomes the same view of the real input. Kernel ASTs do not depend on which
 buffers they run on, so the compiled programs are shared as well.
 
+Scalars that vary between calls: a constant (a Python scalar in an expression, possibly reshaped
+and expanded) is part of the key by its position, not its value. A template first bakes each value
+into its kernels (constant folding sees it); when the same structure comes back with a different
+value at some position, the template is rebuilt with that position *lifted*: the kernels load it
+from a one-element buffer that each call fills with its own value. So ``x * lr`` with a changing
+``lr``, or a step number, compiles at most two kernels, not one per value.
+
 Only plain compute graphs are cached. COPY, ASSIGN and custom kernels have effects beyond their
 result, DISK buffers are files; graphs with those are scheduled afresh every time.
 """
@@ -22,6 +29,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from tgcore.schedule.kernelize import ScheduleItem, buffer_device, kernelize, new_buffer_uop, uop_buffer
 from tgcore.schedule.shape import shape_of
@@ -35,6 +44,8 @@ UNCACHEABLE = frozenset({Ops.COPY, Ops.ASSIGN, Ops.CUSTOM_KERNEL, Ops.AFTER})
 @dataclass
 class _Template:
     placeholders: list[UOp]                        # one placeholder BUFFER per distinct leaf buffer
+    baked: dict[int, str]                          # scalar position -> repr of the value folded into the kernels
+    lifted: dict[int, UOp]                         # scalar position -> its placeholder one-element BUFFER
     items: list[tuple[UOp, tuple[UOp, ...], str, str, dict[str, int]]]  # (ast, buffer uops, device, kind, vars)
     views: dict[UOp, tuple[UOp, int, int]]          # view uop -> (base uop, size, offset in bytes)
     results: list[UOp]                              # each out's BUFFER uop in the template
@@ -56,12 +67,22 @@ def is_constant(n: UOp) -> bool:
     return n.op is Ops.CONST
 
 
+def _scalar_chain(n: UOp) -> tuple[UOp, tuple[tuple[Ops, Any], ...]]:
+    """A constant node's CONST and the reshapes/expands above it (innermost first)."""
+    chain = []
+    while n.op is not Ops.CONST:
+        chain.append((n.op, n.arg))
+        n = n.src[0]
+    return n, tuple(reversed(chain))
+
+
 class _Walk:
-    """The structural key of a graph, and its leaf buffers in order of first appearance."""
+    """The structural key of a graph, its leaf buffers in order of first appearance and its scalar constants."""
 
     def __init__(self, outs: list[UOp], default_device: str) -> None:
         self.parts: list[Any] = []
         self.leaves: list[UOp] = []          # distinct leaf BUFFER uops
+        self.scalars: list[UOp] = []         # the CONST of each scalar position
         self.ok = True
         parts, index, leaf_index = self.parts, {}, {}  # type: ignore[var-annotated]
         stack: list[tuple[UOp, bool]] = [(o, False) for o in reversed(outs)]
@@ -73,9 +94,14 @@ class _Walk:
                 index[n] = len(parts)
                 parts.append((n.op, n.dtype, n.arg, tuple([index[s] for s in n.src])))
                 continue
-            if is_constant(n):  # hash-consed and holds no buffer: the node itself is its key
+            if is_constant(n):  # holds no buffer: its position, dtype and shape are its key, not its value
+                const, chain = _scalar_chain(n)
                 index[n] = len(parts)
-                parts.append(n)
+                if const.dtype.np is None or const.dtype.count != 1:  # (no one-element buffer for it: by value)
+                    parts.append(n)
+                    continue
+                parts.append(("scalar", len(self.scalars), const.dtype, chain))
+                self.scalars.append(const)
                 continue
             buf = n if n.op is Ops.BUFFER else REALIZATION.cached(n)
             if buf is not None:
@@ -101,13 +127,21 @@ class _Walk:
         self.outs = tuple(index[o] for o in outs)
 
 
-def _placeholder_graph(parts: list[Any], outs: tuple[int, ...]) -> tuple[list[UOp], list[UOp]]:
-    """The graph the key describes, over fresh placeholder buffers: (its outs, the placeholders)."""
+def _placeholder_graph(parts: list[Any], outs: tuple[int, ...], scalars: list[UOp], lifted: dict[int, UOp],
+                       ) -> tuple[list[UOp], list[UOp]]:
+    """The graph the key describes, over fresh placeholder buffers (and the scalars' values, or for lifted
+    positions their placeholder buffers): (its outs, the placeholders)."""
     nodes: list[UOp] = []
     placeholders: dict[int, UOp] = {}
     for part in parts:
         if isinstance(part, UOp):
             nodes.append(part)
+        elif part[0] == "scalar":
+            _, k, dtype, chain = part
+            node = UOp(Ops.RESHAPE, dtype, (lifted[k],), ()) if k in lifted else scalars[k]
+            for op, arg in chain:
+                node = UOp(op, dtype, (node,), arg)
+            nodes.append(node)
         elif part[0] == "leaf":
             _, leaf, is_buffer, shape, dtype, size, device = part
             if leaf not in placeholders:
@@ -120,13 +154,26 @@ def _placeholder_graph(parts: list[Any], outs: tuple[int, ...]) -> tuple[list[UO
     return [nodes[i] for i in outs], [placeholders[i] for i in range(len(placeholders))]
 
 
-def _make_template(walk: _Walk, default_device: str) -> _Template:
-    outs, placeholders = _placeholder_graph(walk.parts, walk.outs)
+def _make_template(walk: _Walk, default_device: str, lift: set[int]) -> _Template:
+    lifted = {k: new_buffer_uop(default_device, 1, walk.scalars[k].dtype) for k in sorted(lift)}
+    outs, placeholders = _placeholder_graph(walk.parts, walk.outs, walk.scalars, lifted)
     k, result = kernelize(outs, default_device)
     items = [(si.ast, si.buf_uops, si.device, si.kind, si.var_vals) for si in k.items]
     if any(len(bu) != len(si.bufs) for (_, bu, *_), si in zip(items, k.items, strict=True)):
         raise AssertionError("a cacheable schedule has kernels without buffer uops")
-    return _Template(placeholders, items, dict(k.views), [result[o] for o in outs])
+    baked = {i: repr(c.arg) for i, c in enumerate(walk.scalars) if i not in lift}  # (repr: -0.0 and nan exact)
+    return _Template(placeholders, baked, lifted, items, dict(k.views), [result[o] for o in outs])
+
+
+def _scalar_buffer(const: UOp, device: str) -> UOp:
+    """A one-element buffer holding ``const``'s value, for a lifted scalar position."""
+    u = new_buffer_uop(device, 1, const.dtype)
+    assert const.dtype.np is not None
+    value = np.array([const.arg], dtype=const.dtype.np)
+    buf = REALIZATION.buffer(u)
+    assert buf is not None
+    buf.ensure_allocated().copyin(memoryview(value).cast("B"))  # type: ignore[arg-type]
+    return u
 
 
 def _real(u: UOp, t: _Template, env: dict[UOp, UOp]) -> UOp:
@@ -142,8 +189,10 @@ def _real(u: UOp, t: _Template, env: dict[UOp, UOp]) -> UOp:
     return r
 
 
-def _instantiate(t: _Template, leaves: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
+def _instantiate(t: _Template, leaves: list[UOp], scalars: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
     env: dict[UOp, UOp] = dict(zip(t.placeholders, leaves, strict=True))
+    for k, placeholder in t.lifted.items():
+        env[placeholder] = _scalar_buffer(scalars[k], buffer_device(placeholder))
     items = []
     for ast, buf_uops, device, kind, var_vals in t.items:
         real_uops = tuple(_real(u, t, env) for u in buf_uops)
@@ -157,15 +206,18 @@ def cached_schedule(outs: list[UOp], default_device: str) -> tuple[list[Schedule
         return None
     key: Any = (default_device, walk.outs, tuple(walk.parts))
     template = _templates.get(key)
-    if template is None:
+    changed = set() if template is None else \
+        {k for k, value in template.baked.items() if repr(walk.scalars[k].arg) != value}
+    if template is None or changed:
         CacheStats.misses += 1
-        template = _templates[key] = _make_template(walk, default_device)
+        lift = changed | set(template.lifted) if template is not None else set()  # a value that varied stays lifted
+        template = _templates[key] = _make_template(walk, default_device, lift)
         if len(_templates) > MAX_ENTRIES:
             _templates.popitem(last=False)
     else:
         CacheStats.hits += 1
         _templates.move_to_end(key)
-    items, results = _instantiate(template, walk.leaves)
+    items, results = _instantiate(template, walk.leaves, walk.scalars)
     return items, dict(zip(outs, results, strict=True))
 
 

@@ -316,6 +316,9 @@ class Kernelizer:
         device = self.device.get(node) or self.default_device
         kernel = _KernelBuilder(self, self.index_dtype)
         out = new_buffer_uop(device, prod(shape), dtype)
+        if prod(shape) == 0:  # no element to compute: no kernel (its loads could only read outside empty inputs)
+            self.done[node] = out
+            return out
         kernel.param(out)
         ranges = output_index(shape, kernel.idt)
         kernel.root, kernel.root_idx = node, ranges  # the kernel's own reduction always fuses

@@ -42,13 +42,14 @@ def _fit(dt: DType, lo: Any, hi: Any) -> Bounds:
 
 
 def _div_bounds(a: Bounds, b: Bounds) -> list[int]:
-    """Corner values of trunc(x / y) over x in a, y in b with y != 0 (extremes are at corners)."""
+    """Corner values of trunc(x / y) over x in a, y in b (extremes are at corners); x / 0 is 0."""
+    zero = [0] if b[0] <= 0 <= b[1] else []
     parts = []
     if b[0] <= -1:
         parts.append((b[0], min(b[1], -1)))
     if b[1] >= 1:
         parts.append((max(b[0], 1), b[1]))
-    return [c_div(x, y) for lo, hi in parts for x in a for y in (lo, hi)]
+    return zero + [c_div(x, y) for lo, hi in parts for x in a for y in (lo, hi)]
 
 
 def _mod_bounds(a: Bounds, b: Bounds) -> Bounds | None:

@@ -352,6 +352,11 @@ def not_lt(x: UOp, y: UOp) -> UOp | None:
 
 # ------------------------------------------------------------------------------------------------ rule tables
 
+def _negatable(c: UOp) -> bool:
+    """A negative constant whose negation its dtype holds (every one but the type's minimum)."""
+    return c.arg < 0 and -c.arg <= dtype_bounds(c.dtype)[1]
+
+
 def _swap_const(x: UOp) -> UOp:
     """Put a constant operand of a commutative op on the right: c + y -> y + c."""
     return x.replace(src=(x.src[1], x.src[0]))
@@ -452,9 +457,9 @@ symbolic = (symbolic_simple + PatternMatcher([
     (UPat(Ops.ADD, INTS, name="x"), merge_terms),
     # max(x, y) -> x when x >= y always
     (UPat(Ops.MAX, INTS, src=(x, y)), lambda x, y: x if x.vmin >= y.vmax else (y if y.vmin >= x.vmax else None)),
-    # x // -c -> -(x // c); x % -c -> x % c (truncating division)
-    (UPat(Ops.IDIV, INTS, src=(x, c1)), lambda x, c1: (x // -c1.arg) * -1 if c1.arg < 0 else None),
-    (UPat(Ops.MOD, INTS, src=(x, c1)), lambda x, c1: x % -c1.arg if c1.arg < 0 else None),
+    # x // -c -> -(x // c); x % -c -> x % c (truncating division; not for c = the type's minimum: -c wraps)
+    (UPat(Ops.IDIV, INTS, src=(x, c1)), lambda x, c1: (x // -c1.arg) * -1 if _negatable(c1) else None),
+    (UPat(Ops.MOD, INTS, src=(x, c1)), lambda x, c1: x % -c1.arg if _negatable(c1) else None),
     # x % d -> x when |x| < d
     (UPat(Ops.MOD, INTS, src=(x, c1)), mod_small),
     # (x // a) // b -> x // (a*b)
