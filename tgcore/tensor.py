@@ -73,6 +73,7 @@ def _axis(axis: int, ndim: int) -> int:
 _INT_OPERATORS = {Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>", Ops.IDIV: "//",
                   Ops.MOD: "%"}
 _NOT_ON_BOOL = (Ops.SHL, Ops.SHR, Ops.IDIV, Ops.MOD)
+_CHECKED_OPERATORS = frozenset(_INT_OPERATORS)
 
 
 def _check_operands(op: Ops, dtype: DType) -> None:
@@ -555,7 +556,8 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         a, b = self._broadcast_pair(other, reverse)
         if a is NotImplemented:
             return NotImplemented
-        _check_operands(op, a.dtype)
+        if op in _CHECKED_OPERATORS:
+            _check_operands(op, a.dtype)
         return a._new(a.uop.alu(op, b.uop))
 
     def __add__(self, x: Any) -> Tensor:

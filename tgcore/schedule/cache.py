@@ -45,6 +45,7 @@ UNCACHEABLE = frozenset({Ops.COPY, Ops.ASSIGN, Ops.CUSTOM_KERNEL, Ops.AFTER})
 class _Template:
     placeholders: list[UOp]                        # one placeholder BUFFER per distinct leaf buffer
     baked: dict[int, str]                          # scalar position -> repr of the value folded into the kernels
+    baked_consts: dict[int, UOp]                   # scalar position -> the CONST folded in
     lifted: dict[int, UOp]                         # scalar position -> its placeholder one-element BUFFER
     items: list[tuple[UOp, tuple[UOp, ...], str, str, dict[str, int]]]  # (ast, buffer uops, device, kind, vars)
     views: dict[UOp, tuple[UOp, int, int]]          # view uop -> (base uop, size, offset in bytes)
@@ -67,13 +68,13 @@ def is_constant(n: UOp) -> bool:
     return n.op is Ops.CONST
 
 
-def _scalar_chain(n: UOp) -> tuple[UOp, tuple[tuple[Ops, Any], ...]]:
-    """A constant node's CONST and the reshapes/expands above it (innermost first)."""
+def _scalar_chain(n: UOp) -> tuple[UOp, tuple[tuple[Ops, Any], ...]] | None:
+    """A constant node's CONST and the reshapes/expands above it (innermost first); None for any other node."""
     chain = []
-    while n.op is not Ops.CONST:
+    while n.op is Ops.RESHAPE or n.op is Ops.EXPAND:
         chain.append((n.op, n.arg))
         n = n.src[0]
-    return n, tuple(reversed(chain))
+    return (n, tuple(reversed(chain))) if n.op is Ops.CONST else None
 
 
 class _Walk:
@@ -94,8 +95,9 @@ class _Walk:
                 index[n] = len(parts)
                 parts.append((n.op, n.dtype, n.arg, tuple([index[s] for s in n.src])))
                 continue
-            if is_constant(n):  # holds no buffer: its position, dtype and shape are its key, not its value
-                const, chain = _scalar_chain(n)
+            scalar = _scalar_chain(n)
+            if scalar is not None:  # holds no buffer: its position, dtype and shape are its key, not its value
+                const, chain = scalar
                 index[n] = len(parts)
                 if const.dtype.np is None or const.dtype.count != 1:  # (no one-element buffer for it: by value)
                     parts.append(n)
@@ -162,7 +164,8 @@ def _make_template(walk: _Walk, default_device: str, lift: set[int]) -> _Templat
     if any(len(bu) != len(si.bufs) for (_, bu, *_), si in zip(items, k.items, strict=True)):
         raise AssertionError("a cacheable schedule has kernels without buffer uops")
     baked = {i: repr(c.arg) for i, c in enumerate(walk.scalars) if i not in lift}  # (repr: -0.0 and nan exact)
-    return _Template(placeholders, baked, lifted, items, dict(k.views), [result[o] for o in outs])
+    consts = {i: c for i, c in enumerate(walk.scalars) if i not in lift}
+    return _Template(placeholders, baked, consts, lifted, items, dict(k.views), [result[o] for o in outs])
 
 
 def _scalar_buffer(const: UOp, device: str) -> UOp:
@@ -206,8 +209,10 @@ def cached_schedule(outs: list[UOp], default_device: str) -> tuple[list[Schedule
         return None
     key: Any = (default_device, walk.outs, tuple(walk.parts))
     template = _templates.get(key)
+    # (CONSTs are hash-consed: the same UOp is the same value, and only a new one needs its value compared)
     changed = set() if template is None else \
-        {k for k, value in template.baked.items() if repr(walk.scalars[k].arg) != value}
+        {k for k, value in template.baked.items()
+         if walk.scalars[k] is not template.baked_consts[k] and repr(walk.scalars[k].arg) != value}
     if template is None or changed:
         CacheStats.misses += 1
         lift = changed | set(template.lifted) if template is not None else set()  # a value that varied stays lifted
