@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -21,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tgcore.testing import missing, require
+from tgcore.testing import headless_chromium, wait_for
 from tgcore.uop import trace
 from tgcore.viz import load_profile
 from tgcore.vizserver import PAGE, TraceError, load_trace, serve_in_thread
@@ -87,7 +84,7 @@ def test_nothing_is_traced_outside_a_kernel_or_when_off() -> None:
 
 def test_bad_trace_files(tmp_path: Any) -> None:
     (tmp_path / "bad.json").write_text("[1, 2")
-    with pytest.raises(TraceError, match="not a readable trace"):
+    with pytest.raises(TraceError, match="not a readable rewrite trace"):
         load_trace(tmp_path / "bad.json")
     (tmp_path / "profile.json").write_text(json.dumps({"format": "tgcore-profile", "version": 1}))
     with pytest.raises(TraceError, match="not a tgcore rewrite trace"):
@@ -114,38 +111,10 @@ def test_server_answers_and_rejects(recorded: tuple[dict, dict]) -> None:
         server.shutdown()
 
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    webdriver = require("selenium.webdriver", "pip install selenium")
-    for path, package in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
-        if shutil.which(path) is None:
-            missing(f"{path} (apt-get install -y {package})")
-    from selenium.webdriver.chrome.service import Service
-    folder = tempfile.mkdtemp(prefix="tg-viz-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-dev-shm-usage",
-                 "--disable-background-networking", f"--user-data-dir={folder}"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    try:
+    with headless_chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def wait_for(condition: Any, what: str, timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def test_page_in_chromium(recorded: tuple[dict, dict], browser: Any) -> None:

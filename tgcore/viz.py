@@ -49,18 +49,25 @@ def find_profile(path: str | None) -> pathlib.Path:
     return found[-1]
 
 
-def load_profile(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_document(path: str | os.PathLike[str], fmt: str, version: int, what: str, error: type[Exception] = VizError,
+                  hint: str = "") -> dict[str, Any]:
+    """A JSON file of format ``fmt`` and ``version`` (a profile, a rewrite trace); ``error`` with a one-line
+    reason for a missing, unreadable or foreign file."""
     try:
         data = json.loads(pathlib.Path(path).read_text())
     except FileNotFoundError:
-        raise VizError(f"{path}: no such profile") from None
+        raise error(f"{path}: no such {what}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise VizError(f"{path}: not a readable profile ({e})") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise VizError(f"{path}: not a tgcore profile (no \"format\": \"{FORMAT}\")")
-    if data.get("version") != VERSION:
-        raise VizError(f"{path}: profile version {data.get('version')}, this tgcore reads version {VERSION}")
+        raise error(f"{path}: not a readable {what} ({e})") from None
+    if not isinstance(data, dict) or data.get("format") != fmt:
+        raise error(f"{path}: not a tgcore {what}" + (f" ({hint})" if hint else f" (no \"format\": \"{fmt}\")"))
+    if data.get("version") != version:
+        raise error(f"{path}: {what} version {data.get('version')}, this tgcore reads version {version}")
     return data
+
+
+def load_profile(path: str | os.PathLike[str]) -> dict[str, Any]:
+    return load_document(path, FORMAT, VERSION, "profile")
 
 
 @dataclass

@@ -25,17 +25,8 @@ class TraceError(Exception):
 
 
 def load_trace(path: str | pathlib.Path) -> dict[str, Any]:
-    try:
-        data = json.loads(pathlib.Path(path).read_text())
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such trace") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise TraceError(f"{path}: not a readable trace ({e})") from None
-    if not isinstance(data, dict) or data.get("format") != TRACE_FORMAT:
-        raise TraceError(f"{path}: not a tgcore rewrite trace (record one with VIZ=1)")
-    if data.get("version") != TRACE_VERSION:
-        raise TraceError(f"{path}: trace version {data.get('version')}, this tgcore reads version {TRACE_VERSION}")
-    return data
+    from tgcore.viz import load_document
+    return load_document(path, TRACE_FORMAT, TRACE_VERSION, "rewrite trace", TraceError, "record one with VIZ=1")
 
 
 def make_server(trace: dict[str, Any], profile: dict[str, Any] | None, port: int = DEFAULT_PORT

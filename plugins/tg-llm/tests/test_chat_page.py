@@ -5,53 +5,26 @@ phone-width screen. Missing Chromium, ChromeDriver or selenium: skipped locally,
 """
 from __future__ import annotations
 
-import shutil
-import tempfile
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from llm_testutil import missing, require
 from test_server_helpers import MODEL_NAME, shared_server
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage"]
+from tgcore.testing import headless_chromium
+from tgcore.testing import wait_for as _wait_for
+
 PHONE = {"width": 390, "height": 844, "pixelRatio": 3.0}  # a phone-width screen (CSS pixels)
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    webdriver = require("selenium.webdriver", "pip install selenium")
-    for path, package in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
-        if shutil.which(path) is None:
-            missing(f"{path} (apt-get install -y {package})")
-    from selenium.webdriver.chrome.service import Service
-    profile = tempfile.mkdtemp(prefix="tg-chat-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in [*CHROME_FLAGS, f"--user-data-dir={profile}"]:
-        options.add_argument(flag)
-    options.add_experimental_option("mobileEmulation", {"deviceMetrics": PHONE})
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    try:
+    with headless_chromium(mobile=PHONE) as driver:
         yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def wait_for(condition: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+    return _wait_for(condition, what, timeout)
 
 
 def last_reply(driver: Any) -> Any:

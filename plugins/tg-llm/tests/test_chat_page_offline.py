@@ -10,18 +10,15 @@ from __future__ import annotations
 import http.server
 import json
 import re
-import shutil
-import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from importlib import resources
 from typing import Any
 
 import pytest
-from llm_testutil import missing, require
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+from tgcore.testing import headless_chromium, wait_for
+
 PAGE = resources.files("tg_llm").joinpath("static", "chat.html").read_text(encoding="utf-8")
 
 # The fake server: its behaviour comes from localStorage["fake"] (set by a test, kept across reloads); each
@@ -94,34 +91,9 @@ def page_url() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def driver() -> Iterator[Any]:
-    webdriver = require("selenium.webdriver", "pip install selenium")
-    for path, package in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
-        if shutil.which(path) is None:
-            missing(f"{path} (apt-get install -y {package})")
-    from selenium.webdriver.chrome.service import Service
-    profile = tempfile.mkdtemp(prefix="tg-chat-offline-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-dev-shm-usage",
-                 "--disable-background-networking", f"--user-data-dir={profile}", "--window-size=1200,900"):
-        options.add_argument(flag)
-    d = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    d.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": FAKE_FETCH})
-    try:
+    with headless_chromium("--window-size=1200,900") as d:
+        d.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": FAKE_FETCH})
         yield d
-    finally:
-        d.quit()
-        shutil.rmtree(profile, ignore_errors=True)
-
-
-def wait_for(condition: Any, what: str, timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def open_page(d: Any, url: str, **fake: Any) -> None:
