@@ -3,29 +3,23 @@ on every device in TG_TEST_DEVICES, with odd shapes, 0-d and empty tensors where
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as TF
-from torch_ref import arrays, compare, raises_like_torch
+from torch_ref import DEVICES, arrays, compare, is_tg, raises_like_torch
 
 from tgcore.dtype import dtypes
 from tgcore.errors import TensorValueError
 from tgcore.tensor import Tensor
 
-DEVICES = [d for d in os.environ.get("TG_TEST_DEVICES", "CPU,PYTHON").split(",") if d]
 F = np.float32
 
 
 @pytest.fixture(params=DEVICES)
 def device(request) -> str:
     return request.param
-
-
-def _is_tg(x) -> bool:
-    return isinstance(x, Tensor)
 
 
 # ------------------------------------------------------------------------------------------ math and activations
@@ -79,7 +73,7 @@ BINARY = {
     "mul": (lambda a, b: a.mul(b), None), "div": (lambda a, b: a.div(b), None),
     "div_trunc": (lambda a, b: a.div(b, rounding_mode="trunc"), None),
     "div_floor": (lambda a, b: a.div(b, rounding_mode="floor"), None),
-    "fmod": (lambda a, b: a.fmod(b), None), "mod": (lambda a, b: a.mod(b) if _is_tg(a) else a.remainder(b), None),
+    "fmod": (lambda a, b: a.fmod(b), None), "mod": (lambda a, b: a.mod(b) if is_tg(a) else a.remainder(b), None),
     "copysign": (lambda a, b: a.copysign(b), None), "logaddexp": (lambda a, b: a.logaddexp(b), None),
     "lerp": (lambda a, b: a.lerp(b, 0.3), None), "lerp_t": (lambda a, b: a.lerp(b, b.sigmoid()), None),
 }
@@ -132,13 +126,13 @@ def test_pad_torch_style(device, pad, mode):
     if mode != "constant" and (any(p < 0 for p in pad) or len(pad) == 6):
         pytest.skip("torch allows negative amounts only in constant mode, and 3 padded axes only from 4-d up")
     kw = {"value": 1.5} if mode == "constant" else {}
-    compare(lambda t: t.pad(pad, mode=mode, **kw) if _is_tg(t) else TF.pad(t, pad, mode=mode, **kw), None, x,
+    compare(lambda t: t.pad(pad, mode=mode, **kw) if is_tg(t) else TF.pad(t, pad, mode=mode, **kw), None, x,
             device=device)
 
 
 def test_pad_mode_as_second_argument(device):
     x = arrays((3, 4), seed=5)[0]
-    compare(lambda t: t.pad((1, 2), "reflect") if _is_tg(t) else TF.pad(t[None], (1, 2), "reflect")[0], None, x,
+    compare(lambda t: t.pad((1, 2), "reflect") if is_tg(t) else TF.pad(t[None], (1, 2), "reflect")[0], None, x,
             device=device)
 
 
@@ -163,7 +157,7 @@ def test_reshape_with_none_and_minus_one(device):
 @pytest.mark.parametrize("pos,neg", [(True, True), (True, False), (False, True), (False, False)])
 def test_isinf_arguments(device, pos, neg):
     x = np.array(SPECIAL, F)
-    compare(lambda t: t.isinf(detect_positive=pos, detect_negative=neg) if _is_tg(t) else
+    compare(lambda t: t.isinf(detect_positive=pos, detect_negative=neg) if is_tg(t) else
             ((t == math.inf) & pos) | ((t == -math.inf) & neg), None, x, device=device, grad=False)
 
 
@@ -227,11 +221,11 @@ def test_softmax_0d_and_empty(device):
 def test_cross_entropy_method(device, smoothing, reduction):
     x = arrays((4, 5, 3), seed=11)[0]
     y = np.array([[0, 4, 2], [1, 1, -100], [3, 0, 4], [2, 2, 2]], np.int64)
-    compare(lambda t, tt: t.cross_entropy(tt, reduction=reduction, label_smoothing=smoothing) if _is_tg(t) else
+    compare(lambda t, tt: t.cross_entropy(tt, reduction=reduction, label_smoothing=smoothing) if is_tg(t) else
             TF.cross_entropy(t, tt, reduction=reduction, label_smoothing=smoothing), None, x, y, device=device,
             check_dtype=False, rtol=1e-5, atol=1e-6)
     p = np.random.default_rng(12).dirichlet(np.ones(5), (4, 3)).transpose(0, 2, 1).astype(F)
-    compare(lambda t, tt: t.cross_entropy(tt, reduction=reduction, label_smoothing=smoothing) if _is_tg(t) else
+    compare(lambda t, tt: t.cross_entropy(tt, reduction=reduction, label_smoothing=smoothing) if is_tg(t) else
             TF.cross_entropy(t, tt, reduction=reduction, label_smoothing=smoothing), None, x, p, device=device,
             rtol=1e-5, atol=1e-6)
 
@@ -239,9 +233,9 @@ def test_cross_entropy_method(device, smoothing, reduction):
 def test_nll_and_sparse_categorical(device):
     x = arrays((6, 4), seed=13)[0]
     y = np.array([0, 3, 1, -1, 2, 3], np.int64)
-    compare(lambda t, tt: t.log_softmax(-1).nll_loss(tt, ignore_index=-1) if _is_tg(t) else
+    compare(lambda t, tt: t.log_softmax(-1).nll_loss(tt, ignore_index=-1) if is_tg(t) else
             TF.nll_loss(t.log_softmax(-1), tt, ignore_index=-1), None, x, y, device=device, check_dtype=False)
-    compare(lambda t, tt: t.sparse_categorical_crossentropy(tt, label_smoothing=0.1) if _is_tg(t) else
+    compare(lambda t, tt: t.sparse_categorical_crossentropy(tt, label_smoothing=0.1) if is_tg(t) else
             TF.cross_entropy(t, tt, ignore_index=-1, label_smoothing=0.1), None, x, y, device=device,
             check_dtype=False)
 
@@ -249,12 +243,12 @@ def test_nll_and_sparse_categorical(device):
 @pytest.mark.parametrize("reduction", ["mean", "none"])
 def test_binary_crossentropy_methods(device, reduction):
     p, y, pw = arrays((3, 4), (3, 4), (4,), seed=14, lo=0.01, hi=0.99)
-    compare(lambda a, b: a.binary_crossentropy(b, reduction=reduction) if _is_tg(a) else
+    compare(lambda a, b: a.binary_crossentropy(b, reduction=reduction) if is_tg(a) else
             TF.binary_cross_entropy(a, b, reduction=reduction), None, p, y, device=device, rtol=1e-5, atol=1e-6)
     x = arrays((3, 4), seed=15, lo=-30, hi=30)[0]
     pos = pw * 3
     compare(lambda a, b: a.binary_crossentropy_logits(b, reduction=reduction, pos_weight=Tensor(pos, device=device))
-            if _is_tg(a) else TF.binary_cross_entropy_with_logits(a, b, reduction=reduction,
+            if is_tg(a) else TF.binary_cross_entropy_with_logits(a, b, reduction=reduction,
                                                                   pos_weight=torch.tensor(pos)), None, x, y,
             device=device, rtol=1e-5, atol=1e-5)
 
@@ -267,10 +261,10 @@ def test_scaled_dot_product_attention_method(device, mask):
 
     def fn(a, b, c):
         arr = m if mask == "bool" else m.astype(F)
-        as_mask = Tensor(arr, device=device) if _is_tg(a) else torch.tensor(arr)
+        as_mask = Tensor(arr, device=device) if is_tg(a) else torch.tensor(arr)
         extra = {"none": {}, "causal": {"is_causal": True}, "bool": {"attn_mask": as_mask},
                  "float": {"attn_mask": as_mask}}[mask]
-        return a.scaled_dot_product_attention(b, c, **extra) if _is_tg(a) else TF.scaled_dot_product_attention(
+        return a.scaled_dot_product_attention(b, c, **extra) if is_tg(a) else TF.scaled_dot_product_attention(
             a, b, c, **extra)
     compare(fn, None, q, k, v, device=device, rtol=1e-5, atol=1e-6)
 
@@ -288,7 +282,7 @@ def test_scaled_dot_product_attention_dropout_keeps_shape_and_scale(device):
 def test_conv_method_picks_rank_from_weight(device, nd):
     x, w, b = arrays((2, 4) + (5,) * nd, (6, 2) + (3,) * nd, (6,), seed=18)
     tfn = [TF.conv1d, TF.conv2d, TF.conv3d][nd - 1]
-    compare(lambda a, ww, bb: a.conv2d(ww, bb, stride=2, padding=1, groups=2) if _is_tg(a) else
+    compare(lambda a, ww, bb: a.conv2d(ww, bb, stride=2, padding=1, groups=2) if is_tg(a) else
             tfn(a, ww, bb, stride=2, padding=1, groups=2), None, x, w, b, device=device, rtol=1e-4, atol=1e-5)
 
 
@@ -296,14 +290,14 @@ def test_conv_method_picks_rank_from_weight(device, nd):
 def test_conv_transpose_method(device, nd):
     x, w = arrays((1, 4) + (3,) * nd, (4, 3) + (2,) * nd, seed=19)
     tfn = [TF.conv_transpose1d, TF.conv_transpose2d, TF.conv_transpose3d][nd - 1]
-    compare(lambda a, ww: a.conv_transpose2d(ww, stride=2, padding=1, output_padding=1) if _is_tg(a) else
+    compare(lambda a, ww: a.conv_transpose2d(ww, stride=2, padding=1, output_padding=1) if is_tg(a) else
             tfn(a, ww, stride=2, padding=1, output_padding=1), None, x, w, device=device, rtol=1e-4, atol=1e-5)
 
 
 def test_conv_flat_torch_style_padding(device):
     x, w = arrays((1, 2, 5, 6), (3, 2, 3, 3), seed=20)
     # (left, right, top, bottom) = (2, 0, 1, 1): torch needs an explicit F.pad for asymmetric padding
-    compare(lambda a, ww: a.conv2d(ww, padding=(2, 0, 1, 1)) if _is_tg(a) else TF.conv2d(TF.pad(a, (2, 0, 1, 1)), ww),
+    compare(lambda a, ww: a.conv2d(ww, padding=(2, 0, 1, 1)) if is_tg(a) else TF.conv2d(TF.pad(a, (2, 0, 1, 1)), ww),
             None, x, w, device=device, rtol=1e-4, atol=1e-5)
 
 
@@ -311,13 +305,13 @@ def test_conv_flat_torch_style_padding(device):
                                   dict(kernel_size=(2, 3), stride=1, dilation=2), dict(kernel_size=3, ceil_mode=True)])
 def test_max_pool2d_with_indices_and_unpool(device, args):
     x = np.random.default_rng(21).integers(-4, 4, (2, 3, 7, 8)).astype(F)  # ties: the first maximum wins
-    compare(lambda a: tuple(a.max_pool2d(**args, return_indices=True)) if _is_tg(a) else
+    compare(lambda a: tuple(a.max_pool2d(**args, return_indices=True)) if is_tg(a) else
             TF.max_pool2d(a, **args, return_indices=True), None, x, device=device, grad=False)
     if args.get("dilation", 1) == 1 and not args.get("ceil_mode"):
         un = {k: v for k, v in args.items() if k in ("kernel_size", "stride", "padding")}
 
         def roundtrip(a):
-            if _is_tg(a):
+            if is_tg(a):
                 v, i = a.max_pool2d(**args, return_indices=True)
                 return v.max_unpool2d(i, **un, output_size=(7, 8))
             v, i = TF.max_pool2d(a, **args, return_indices=True)
@@ -327,16 +321,16 @@ def test_max_pool2d_with_indices_and_unpool(device, args):
 
 def test_pool_3d_methods(device):
     x = arrays((1, 2, 5, 6, 4), seed=23)[0]
-    compare(lambda a: a.max_pool3d(2) if _is_tg(a) else TF.max_pool3d(a, 2), None, x, device=device)
-    compare(lambda a: a.avg_pool3d(3, 2, 1) if _is_tg(a) else TF.avg_pool3d(a, 3, 2, 1), None, x, device=device)
-    compare(lambda a: tuple(a.max_pool3d((2, 3, 2), return_indices=True)) if _is_tg(a) else
+    compare(lambda a: a.max_pool3d(2) if is_tg(a) else TF.max_pool3d(a, 2), None, x, device=device)
+    compare(lambda a: a.avg_pool3d(3, 2, 1) if is_tg(a) else TF.avg_pool3d(a, 3, 2, 1), None, x, device=device)
+    compare(lambda a: tuple(a.max_pool3d((2, 3, 2), return_indices=True)) if is_tg(a) else
             TF.max_pool3d(a, (2, 3, 2), return_indices=True), None, x, device=device, grad=False)
 
 
 def test_avg_pool2d_dilation_is_a_dilated_mean(device):
     x = arrays((2, 3, 9, 8), seed=24)[0]
     ones = np.full((3, 1, 2, 3), 1 / 6, F)
-    compare(lambda a: a.avg_pool2d((2, 3), stride=2, dilation=2) if _is_tg(a) else
+    compare(lambda a: a.avg_pool2d((2, 3), stride=2, dilation=2) if is_tg(a) else
             TF.conv2d(a, torch.tensor(ones), stride=2, dilation=2, groups=3), None, x, device=device, rtol=1e-5,
             atol=1e-6)
 
@@ -345,7 +339,7 @@ def test_normalize_linear_dropout_methods(device):
     x, w, b = arrays((3, 5), (4, 5), (4,), seed=25)
     compare(lambda a: a.normalize(dim=1), lambda a: TF.normalize(a, dim=1), x, device=device)
     compare(lambda a: a.normalize(p=1.0, dim=0), lambda a: TF.normalize(a, p=1.0, dim=0), x, device=device)
-    compare(lambda a, ww, bb: a.linear(ww, bb) if _is_tg(a) else TF.linear(a, ww, bb), None, x, w, b, device=device)
+    compare(lambda a, ww, bb: a.linear(ww, bb) if is_tg(a) else TF.linear(a, ww, bb), None, x, w, b, device=device)
     assert Tensor.ones(4, device=device).dropout(0.5, training=False).numpy().tolist() == [1.0] * 4
 
 

@@ -4,17 +4,15 @@ on every device in TG_TEST_DEVICES."""
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as TF
-from torch_ref import arrays, compare, raises_like_torch
+from torch_ref import DEVICES, arrays, compare, is_tg, library, raises_like_torch
 
 from tgcore.tensor import Tensor
 
-DEVICES = [d for d in os.environ.get("TG_TEST_DEVICES", "CPU,PYTHON").split(",") if d]
 F = np.float32
 
 
@@ -22,13 +20,6 @@ F = np.float32
 def device(request) -> str:
     return request.param
 
-
-def _is_tg(x) -> bool:
-    return isinstance(x, Tensor)
-
-
-def _lib(x):
-    return Tensor if _is_tg(x) else torch
 
 
 # ------------------------------------------------------------------------------------------ layout
@@ -61,8 +52,8 @@ def test_roll(device, shifts, dims):
 @pytest.mark.parametrize("indexing", ["ij", "xy"])
 def test_meshgrid(device, indexing):
     a, b, c = arrays((3,), (4,), (2,), seed=5)
-    compare(lambda x, y, z: tuple(_lib(x).meshgrid(x, y, z, indexing=indexing)), None, a, b, c, device=device)
-    compare(lambda x, y: tuple(_lib(x).meshgrid(x, y, indexing=indexing)), None, a, b, device=device)
+    compare(lambda x, y, z: tuple(library(x).meshgrid(x, y, z, indexing=indexing)), None, a, b, c, device=device)
+    compare(lambda x, y: tuple(library(x).meshgrid(x, y, indexing=indexing)), None, a, b, device=device)
 
 
 @pytest.mark.parametrize("args", [(0, 3, 2), (1, 2, 1), (-1, 4, 3), (1, 0, 1), (2, 5, 5)])
@@ -78,12 +69,12 @@ def test_unfold(device, args):
 ])
 def test_einsum(device, formula, shapes):
     ins = arrays(*shapes, seed=7)
-    compare(lambda *t: _lib(t[0]).einsum(formula, *t), None, *ins, device=device, rtol=1e-5, atol=1e-5)
+    compare(lambda *t: library(t[0]).einsum(formula, *t), None, *ins, device=device, rtol=1e-5, atol=1e-5)
 
 
 def test_einsum_ints_and_errors(device):
     a = np.arange(6, dtype=np.int32).reshape(2, 3)
-    compare(lambda t: _lib(t).einsum("ij->j", t), None, a, device=device, grad=False, check_dtype=False)
+    compare(lambda t: library(t).einsum("ij->j", t), None, a, device=device, grad=False, check_dtype=False)
     ones = Tensor.ones(2, 3, device=device), Tensor.ones(4, 2, device=device)
     raises_like_torch(lambda: Tensor.einsum("ij,jk", *ones), lambda: torch.einsum("ij,jk", torch.ones(2, 3),
                                                                                   torch.ones(4, 2)))
@@ -97,9 +88,9 @@ def test_sort_argsort_with_ties_and_nan(device, descending, dim):
     x = np.random.default_rng(8).integers(-3, 3, (5, 7)).astype(F)
     x[1, 2] = x[3, 4] = math.nan
     x[0, 0] = -math.inf
-    compare(lambda t: tuple(t.sort(dim, descending)) if _is_tg(t) else t.sort(dim=dim, descending=descending,
+    compare(lambda t: tuple(t.sort(dim, descending)) if is_tg(t) else t.sort(dim=dim, descending=descending,
                                                                               stable=True), None, x, device=device)
-    compare(lambda t: t.argsort(dim, descending) if _is_tg(t) else t.sort(dim=dim, descending=descending,
+    compare(lambda t: t.argsort(dim, descending) if is_tg(t) else t.sort(dim=dim, descending=descending,
                                                                           stable=True)[1], None, x, device=device,
             grad=False)
 
@@ -128,7 +119,7 @@ def test_nonzero_masked_select(device):
     compare(lambda t: tuple(t.nonzero(as_tuple=True)), None, x, device=device, grad=False)
     compare(lambda t: t.nonzero(), None, np.zeros((2, 0), F), device=device, grad=False)
     mask = np.array([True, False, True])
-    compare(lambda t: t.masked_select(Tensor(mask, device=device) if _is_tg(t) else torch.tensor(mask)), None, x,
+    compare(lambda t: t.masked_select(Tensor(mask, device=device) if is_tg(t) else torch.tensor(mask)), None, x,
             device=device)
 
 
@@ -137,7 +128,7 @@ def test_nonzero_masked_select(device):
 def test_scatter_reduce(device, reduce, include_self):
     x, src = arrays((3, 5), (3, 4), seed=10)
     idx = np.array([[0, 2, 2, 4], [1, 1, 1, 1], [3, 0, 3, 0]], np.int64)
-    compare(lambda t, s: t.scatter_reduce(1, Tensor(idx, device=device) if _is_tg(t) else torch.tensor(idx), s,
+    compare(lambda t, s: t.scatter_reduce(1, Tensor(idx, device=device) if is_tg(t) else torch.tensor(idx), s,
                                           reduce, include_self=include_self), None, x, src, device=device,
             grad=reduce in ("sum", "mean", "prod"), rtol=1e-5, atol=1e-6)
 
@@ -147,7 +138,7 @@ def test_scatter_reduce_ints(device):
     src = np.array([[5, -1, 2], [4, 4, 9]], np.int32)
     idx = np.array([[0, 0, 2], [1, 1, 1]], np.int64)
     for reduce in ("sum", "amax", "amin", "prod"):
-        compare(lambda t, s, r=reduce: t.scatter_reduce(1, Tensor(idx, device=device) if _is_tg(t) else
+        compare(lambda t, s, r=reduce: t.scatter_reduce(1, Tensor(idx, device=device) if is_tg(t) else
                                                          torch.tensor(idx), s, r), None, x, src, device=device,
                 grad=False)
 
@@ -181,7 +172,7 @@ def test_logcumsumexp(device, dim):
                                 dict(scale_factor=(2.5, 0.5), mode="bilinear")])
 def test_interpolate_2d(device, kw):
     x = arrays((2, 3, 5, 7), seed=13)[0]
-    compare(lambda t: t.interpolate(**kw) if _is_tg(t) else TF.interpolate(t, **kw), None, x, device=device,
+    compare(lambda t: t.interpolate(**kw) if is_tg(t) else TF.interpolate(t, **kw), None, x, device=device,
             rtol=1e-5, atol=1e-5)
 
 
@@ -189,7 +180,7 @@ def test_interpolate_2d(device, kw):
 def test_interpolate_1d_3d(device, mode, shape):
     x = arrays(shape, seed=14)[0]
     size = tuple(2 * s + 1 for s in shape[2:])
-    compare(lambda t: t.interpolate(size=size, mode=mode) if _is_tg(t) else TF.interpolate(t, size=size, mode=mode),
+    compare(lambda t: t.interpolate(size=size, mode=mode) if is_tg(t) else TF.interpolate(t, size=size, mode=mode),
             None, x, device=device, rtol=1e-5, atol=1e-5)
 
 
@@ -209,7 +200,7 @@ def test_advanced_indexing_like_torch(device, index):
     value = arrays(tuple(torch.tensor(x)[index].shape), seed=16)[0]
 
     def setitem(t, v):
-        t = t.clone() if _is_tg(t) else t.clone()
+        t = t.clone() if is_tg(t) else t.clone()
         t[index] = v
         return t
     compare(setitem, None, x, value, device=device)
@@ -218,5 +209,5 @@ def test_advanced_indexing_like_torch(device, index):
 def test_advanced_indexing_with_tensor_and_slices(device):
     x = arrays((4, 5, 6), seed=17)[0]
     i = np.array([[0, 3], [2, 2]])
-    compare(lambda t: t[1:, Tensor(i, device=device) if _is_tg(t) else torch.tensor(i), ::2], None, x, device=device)
-    compare(lambda t: t[Tensor(i, device=device) if _is_tg(t) else torch.tensor(i), 1, [0, 5]], None, x, device=device)
+    compare(lambda t: t[1:, Tensor(i, device=device) if is_tg(t) else torch.tensor(i), ::2], None, x, device=device)
+    compare(lambda t: t[Tensor(i, device=device) if is_tg(t) else torch.tensor(i), 1, [0, 5]], None, x, device=device)

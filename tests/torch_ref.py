@@ -6,6 +6,7 @@ random weighting of every float output through both and checks each float input'
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -101,3 +102,15 @@ def arrays(*shapes: Sequence[int], seed: int = 0, dtype: Any = np.float32, lo: f
            hi: float = 2.0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [rng.uniform(lo, hi, s).astype(dtype) for s in shapes]
+
+
+DEVICES = [d for d in os.environ.get("TG_TEST_DEVICES", "CPU,PYTHON").split(",") if d]
+
+
+def is_tg(x: Any) -> bool:
+    return isinstance(x, Tensor)
+
+
+def library(x: Any) -> Any:
+    """``Tensor`` for a tgcore tensor, else ``torch``: one test body written for both (``library(x).stack(...)``)."""
+    return Tensor if isinstance(x, Tensor) else torch
