@@ -42,6 +42,7 @@ from tg_mlx_rdma.transport import (
     TransportClosed,
     as_dtype,
     as_shape,
+    broadcast_args,
     check_header,
     describe_header,
     header_nbytes,
@@ -501,12 +502,7 @@ class Mlx5Transport(Transport):
 
     def broadcast(self, tensor: Tensor, root: int = 0, out: Tensor | None = None) -> Tensor:
         self._live()
-        if not isinstance(root, int) or not 0 <= root < self.world_size:
-            raise ValueError(f"root={root!r} is not a rank of this group (ranks 0..{self.world_size - 1})")
-        from tgcore.tensor import Tensor as TensorType
-        if not isinstance(tensor, TensorType):
-            raise TypeError(f"expected a tgcore Tensor, got {type(tensor).__name__}")
-        shape, dt = as_shape(tensor.shape), tensor.dtype
+        shape, dt = broadcast_args(tensor, root, self.world_size)
         call = np.concatenate([make_header(shape, dt), np.array([root], dtype=np.int64)])
         what = f"broadcast of {describe_header(call[:-1])} from rank {root}"
         if self.rank == root:

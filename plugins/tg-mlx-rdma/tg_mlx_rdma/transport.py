@@ -100,6 +100,16 @@ def as_shape(shape: int | Sequence[int]) -> tuple[int, ...]:
 _HEADER_CACHE: dict[tuple[tuple[int, ...], DType], np.ndarray] = {}  # recent headers (read-only arrays)
 
 
+def broadcast_args(tensor: Any, root: Any, world_size: int) -> tuple[tuple[int, ...], DType]:
+    """The shape and dtype of a broadcast's tensor, after checking ``root`` is a rank and ``tensor`` a Tensor."""
+    if not isinstance(root, int) or not 0 <= root < world_size:
+        raise ValueError(f"root={root!r} is not a rank of this group (ranks 0..{world_size - 1})")
+    from tgcore.tensor import Tensor as TensorType
+    if not isinstance(tensor, TensorType):
+        raise TypeError(f"expected a tgcore Tensor, got {type(tensor).__name__}")
+    return as_shape(tensor.shape), tensor.dtype
+
+
 def make_header(shape: tuple[int, ...], dt: DType) -> np.ndarray:
     """The wire header of a ``dt`` tensor of ``shape``: a read-only int64 array (recent ones are cached)."""
     key = (shape, dt)
