@@ -19,7 +19,7 @@ import pathlib
 import re
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -272,3 +272,16 @@ def cyclic_gc_paused() -> Iterator[None]:
             _GCPause.active -= 1
             if _GCPause.active == 0 and _GCPause.was_enabled:
                 gc.enable()
+
+
+def save_recording(what: str, save: Callable[[str | None], str], out_var: str, show: str) -> None:
+    """Write a recording (a profile, a rewrite trace) at exit: ``save(path)`` to ``$out_var`` if set (else its default
+    place); one line on stderr saying where (``show``: the command that reads it), or why it could not be written.
+    ``TG_PROFILE_QUIET`` silences the success line (``tg profile`` prints its own)."""
+    try:
+        where = save(os.environ.get(out_var) or None)
+    except OSError as e:
+        print(f"tgcore: could not write the {what}: {e}", file=sys.stderr)
+        return
+    if not os.environ.get("TG_PROFILE_QUIET"):
+        print(f"tgcore: {what} written to {where} ({show} {where})", file=sys.stderr)

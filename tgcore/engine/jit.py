@@ -259,7 +259,7 @@ class Jit:
             if timed:
                 update_stats(step.name, step.device, step.kind, num_bufs=step.num_bufs, ops=step.ops, mem=step.mem,
                              time_s=elapsed, threads=step.threads, jit=True,
-                             counters=profile.Profiler.counters_after(probe))
+                             counters=profile.Profiler.counters_after(probe) if probe is not None else None)
         if not timed:  # the counters of every step at once (no line to print per kernel)
             GlobalCounters.kernel_count += len(capture.plan)
             GlobalCounters.global_ops += capture.ops

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import tgcore
-from tgcore.helpers import cache_dir, getenv, write_atomically
+from tgcore.helpers import cache_dir, getenv, save_recording, write_atomically
 
 FORMAT, VERSION = "tgcore-profile", 1
 
@@ -177,15 +177,8 @@ def stop() -> Profiler | None:
 
 def _save_at_exit() -> None:
     profiler = stop()
-    if profiler is None:
-        return
-    try:
-        where = profiler.save(os.environ.get("TG_PROFILE_OUT") or None)
-    except OSError as e:
-        print(f"tgcore: could not write the profile: {e}", file=sys.stderr)
-        return
-    if not os.environ.get("TG_PROFILE_QUIET"):
-        print(f"tgcore: profile written to {where} (tg viz profile {where})", file=sys.stderr)
+    if profiler is not None:
+        save_recording("profile", profiler.save, "TG_PROFILE_OUT", "tg viz profile")
 
 
 def start_from_environment() -> None:

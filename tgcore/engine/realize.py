@@ -137,4 +137,4 @@ def run_schedule(items: list[ScheduleItem]) -> None:
         elapsed = runner.program(*handles, vals=vals, threads=runner.spec.threads, wait=timed)
         update_stats(runner.spec.name, si.device, si.kind, num_bufs=len(si.bufs), ops=runner.spec.ops,
                      mem=runner.spec.mem, time_s=elapsed, threads=runner.spec.threads,
-                     counters=profile.Profiler.counters_after(probe))
+                     counters=profile.Profiler.counters_after(probe) if probe is not None else None)

@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from tgcore.helpers import cache_dir, getenv, write_atomically
+from tgcore.helpers import cache_dir, getenv, save_recording, write_atomically
 from tgcore.uop.uop import UOp
 
 FORMAT, VERSION = "tgcore-viz", 1
@@ -137,15 +137,8 @@ def record_code(code: str, language: str) -> None:
 def _save_at_exit() -> None:
     global ACTIVE
     tracer, ACTIVE = ACTIVE, None
-    if tracer is None or not tracer.kernels:
-        return
-    try:
-        where = tracer.save(os.environ.get("TG_VIZ_OUT") or None)
-    except OSError as e:
-        print(f"tgcore: could not write the rewrite trace: {e}", file=sys.stderr)
-        return
-    if not os.environ.get("TG_PROFILE_QUIET"):
-        print(f"tgcore: rewrite trace written to {where} (tg viz serve {where})", file=sys.stderr)
+    if tracer is not None and tracer.kernels:
+        save_recording("rewrite trace", tracer.save, "TG_VIZ_OUT", "tg viz serve")
 
 
 def start() -> Tracer:
