@@ -97,12 +97,32 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -
             return [Opt(OptOps.PAD, number[contiguous[0]], width), Opt(OptOps.UPCAST, number[contiguous[0]], width)]
         return []
     chosen = [Opt(OptOps.UPCAST, number[contiguous[0]], width)]
+    if not reduces and not along_output:
+        chosen = [*gather_unroll(ast, mains, ranges, contiguous[0], number), *chosen]
     if reduces:
         others = [r for r in ranges if r is not contiguous[0] and _size(r) % 4 == 0 and _size(r) >= 8]
         if others:
             row = max(others, key=lambda r: _stride(index, r) or 0)
             chosen.insert(0, Opt(OptOps.UNROLL, number[row], 8 if _size(row) % 8 == 0 and _size(row) >= 64 else 4))
     return chosen
+
+
+MAX_GATHER_UNROLL = 32  # copies of a transposed dequantization's loop body (one 32-element quantization block)
+
+
+def gather_unroll(ast: UOp, mains: list[UOp], ranges: list[UOp], lanes: UOp, number: dict[UOp, int]) -> list[Opt]:
+    """An UNROLL for an elementwise kernel whose vector lanes gather from packed bytes that run along another output
+    axis (a quantized weight dequantized into its transpose): that axis unrolled by the largest quantization block
+    it is divided into (at most ``MAX_GATHER_UNROLL``), so a block's scales and the bytes shared by neighbouring
+    elements are loaded once per block for every copy instead of once per element."""
+    packed = [u for u in ast.toposort if u.op is Ops.LOAD and u.src[0].src[1] in mains and u.dtype.itemsize == 1]
+    if not packed:
+        return []
+    for r in ranges:
+        blocks = [k for k in block_divisors(ast, r) if k <= MAX_GATHER_UNROLL and _size(r) % k == 0]
+        if r is not lanes and blocks:
+            return [Opt(OptOps.UNROLL, number[r], max(blocks))]
+    return []
 
 
 GEMM_MIN_FLOPS = 1 << 21        # smaller products stay on the plain vector path (the tile's set-up costs more)

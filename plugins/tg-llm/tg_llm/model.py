@@ -716,7 +716,7 @@ class Model:
         window = mask.shape[-1]
 
         def w(weight: Any) -> Any:
-            return weight.contiguous() if dense else weight
+            return weight.T.contiguous().T if dense else weight
 
         def normed(v: Any, weight: Any) -> Any:  # a buffer of its own, else each group of output rows recomputes it
             return rms_norm(v, weight, cfg.norm_eps).contiguous()
