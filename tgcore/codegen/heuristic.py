@@ -90,15 +90,15 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -
     if not (contiguous and width > 1):
         return []
     size = _size(contiguous[0])
+    gather = gather_unroll(ast, mains, ranges, contiguous[0], number) if not reduces and not along_output else []
     if size % width:
         # elementwise rows that whole vectors do not fill (a padded copy): padded, their last vector gated lane by
         # lane, on a renderer that has such accesses
         if masked and not reduces and size >= 2 * width:
-            return [Opt(OptOps.PAD, number[contiguous[0]], width), Opt(OptOps.UPCAST, number[contiguous[0]], width)]
-        return []
-    chosen = [Opt(OptOps.UPCAST, number[contiguous[0]], width)]
-    if not reduces and not along_output:
-        chosen = [*gather_unroll(ast, mains, ranges, contiguous[0], number), *chosen]
+            return [*gather, Opt(OptOps.PAD, number[contiguous[0]], width),
+                    Opt(OptOps.UPCAST, number[contiguous[0]], width)]
+        return gather
+    chosen = [*gather, Opt(OptOps.UPCAST, number[contiguous[0]], width)]
     if reduces:
         others = [r for r in ranges if r is not contiguous[0] and _size(r) % 4 == 0 and _size(r) >= 8]
         if others:
