@@ -76,10 +76,12 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -
         if lanes:
             red = reduce_ranges[0]
             vector = Opt(OptOps.UPCAST, number[red], lanes)
-            # the finest block: a format with scales at two levels (K-quants: a super-block's d, a sub-block's
-            # scale) then has both out of the per-element work, not just the coarser one
+            # the finest block takes a sub-block's scale out of the per-element work; a format with scales at two
+            # levels (K-quants: a super-block's d and dmin) nests the coarsest around it, so d leaves the sum
+            # over sub-blocks too
             blocks = [k // lanes for k in block_divisors(ast, red) if k % lanes == 0 and k // lanes > 1]
-            block = [Opt(OptOps.BLOCK, number[red], min(blocks))] if blocks else []
+            nested = sorted({max(blocks), min(blocks)}, reverse=True) if blocks else []
+            block = [Opt(OptOps.BLOCK, number[red], k) for k in nested if nested[0] % k == 0]
             if not rows:
                 return [vector, *block]
             # a second output axis (a matrix product: rows of both inputs) by 2: each loaded vector of either
