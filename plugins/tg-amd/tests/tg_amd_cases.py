@@ -579,6 +579,79 @@ def _exp_case(g: Gen, info: OpInfo) -> str:
         (" row_en" if r.random() < 0.3 else "")
 
 
+IMAGE_TH = {"th_load": ["TH_LOAD_NT", "TH_LOAD_HT", "TH_LOAD_RT_NT"], "th_store": ["TH_STORE_NT", "TH_STORE_HT"],
+            "th_atomic": ["TH_ATOMIC_RETURN", "TH_ATOMIC_NT", "TH_ATOMIC_NT_RETURN"]}
+
+
+def _image_vaddr(g: Gen, info: OpInfo, words: int) -> str:
+    """An address of ``words`` VGPRs: a range or (gfx11, 2..5 words) a list; gfx12: always a list (the last of its
+    4 or 5 fields holding the rest as a range)."""
+    from tg_amd.image import NSA_FIELDS, _sizes
+    r = g.rng
+    if words == 1:
+        return g.vgpr(1)
+    if g.arch.gen == 11 and (words > 5 or r.random() < 0.5):
+        if 5 <= words <= 7 and max(_sizes(info.name)) >= 8 and r.random() < 0.3:
+            words = 8  # the oversized form llvm-mc still takes
+        return g.vgpr(words)
+    fields = NSA_FIELDS[info.fmt]
+    singles = words if words <= fields else fields - 1
+    regs = [g.vgpr(1) for _ in range(singles)]
+    if words > fields:
+        regs.append(g.vgpr(words - singles))
+    return "[" + ", ".join(regs) + "]"
+
+
+def _image(g: Gen, info: OpInfo) -> str:
+    """image_*: dmask, dim, a16/d16/tfe/lwe, cache policy; data and address counts as LLVM computes them."""
+    from tg_amd.image import BVH, DIMS, _sizes, address_words, bvh_groups, data_count, is_store, shape
+    r, gen = g.rng, g.arch.gen
+    rsrc = r.choice(["ttmp[8:15]", *(f"s[{lo}:{lo + 7}]" for lo in (0, 4, 8, 40, 96))])
+    if info.name in BVH:
+        a16 = r.random() < 0.4
+        groups = bvh_groups(info.name, a16)
+        if gen == 11 and r.random() < 0.5:
+            vaddr = g.vgpr(sum(groups))
+        else:
+            vaddr = "[" + ", ".join(g.vgpr(n) for n in groups) + "]"
+        srsrc = r.choice(["s[4:7]", "s[100:103]", "ttmp[4:7]"])
+        return f"{info.name} {g.vgpr(4)}, {vaddr}, {srsrc}" + (" a16" if a16 else "")
+    s = shape(info.name)
+    dims = [6, 7] if s.msaa else list(range(6)) if s.sampler else list(range(8))
+    a16 = r.random() < 0.3
+    dim = r.choice(dims)
+    if address_words(s, dim, a16) not in _sizes(info.name):
+        dim, a16 = 0, False
+    if s.atomic:
+        dmask = r.choice([3, 15]) if "cmpswap" in info.name else r.choice([1, 3])
+    elif s.gather:
+        dmask = r.choice([1, 2, 4, 8])
+    else:
+        dmask = r.randint(1, 15)
+    d16 = s.d16 and r.random() < 0.3
+    tfe = r.random() < 0.2 and (not s.atomic or (dmask == 1 and "cmpswap" not in info.name))
+    tfe = tfe and not (s.gather and d16)  # llvm has no 3-VGPR gather
+    # vdata below v252: llvm-mc's disassembler first reads 4 data VGPRs and refuses ones past v255
+    ops = [g.vgpr(data_count(s, dmask, d16, tfe), top=252), _image_vaddr(g, info, address_words(s, dim, a16)), rsrc]
+    if s.sampler:
+        ops.append(r.choice(["ttmp[4:7]", *(f"s[{lo}:{lo + 3}]" for lo in (0, 8, 20, 100))]))
+    mods = [f"dmask:{dmask:#x}", f"dim:SQ_RSRC_IMG_{DIMS[dim][0]}" if r.random() < 0.8 else f"dim:{DIMS[dim][0]}"]
+    sampled = gen == 11 or info.fmt == "VSAMPLE"
+    if sampled and r.random() < 0.2:
+        mods.append("unorm")
+    if gen == 11:
+        mods += [f for f in ("glc", "slc", "dlc") if r.random() < 0.2]
+    else:
+        kind = "th_store" if is_store(info.name) else s.policy
+        if r.random() < 0.4:
+            mods.append(f"th:{r.choice(IMAGE_TH[kind])}")
+        if r.random() < 0.3:
+            mods.append(f"scope:{r.choice(['SCOPE_SE', 'SCOPE_DEV', 'SCOPE_SYS'])}")
+    mods += ["r128"] * (r.random() < 0.15) + ["a16"] * a16 + ["tfe"] * tfe
+    mods += ["lwe"] * (sampled and r.random() < 0.15) + ["d16"] * d16
+    return f"{info.name} {', '.join(ops)} {' '.join(mods)}"
+
+
 def case_for(g: Gen, info: OpInfo) -> str:
     fmt = info.fmt
     if fmt in ("SOP1", "SOP2", "SOPC", "SOPK", "SOPP"):
@@ -613,6 +686,8 @@ def case_for(g: Gen, info: OpInfo) -> str:
         return _exp_case(g, info)
     if fmt == "LDSDIR":
         return _ldsdir(g, info)
+    if fmt in ("MIMG", "VIMAGE", "VSAMPLE"):
+        return _image(g, info)
     raise ValueError(fmt)
 
 

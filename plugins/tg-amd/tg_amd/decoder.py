@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tg_amd import dpp, sdwa
+from tg_amd import dpp, image, sdwa
 from tg_amd.arch import Arch, AsmError, get_arch
 from tg_amd.encoder import OMOD, _e64_sig, returns
 from tg_amd.inst import Inst
@@ -16,7 +16,7 @@ from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, two_offsets
 from tg_amd.layouts import LAYOUTS, Layout, match
 from tg_amd.llvm_table import dpp_forms, hex_immediates
 from tg_amd.operands import FILES, INV_2PI, LITERAL, OFF, SPECIALS, Attr, Dec, Hex, Label, Mod, Reg, Sext
-from tg_amd.symbols import delay_sym, format_name, hwreg_sym, msg_sym, policy_name
+from tg_amd.symbols import Sym, delay_sym, format_name, hwreg_sym, msg_sym, policy_name
 
 FLOAT_CODES = {240: 0.5, 241: -0.5, 242: 1.0, 243: -1.0, 244: 2.0, 245: -2.0, 246: 4.0, 247: -4.0, 248: INV_2PI}
 OMOD_NAMES = {v: k for k, v in OMOD.items()}
@@ -145,6 +145,8 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                     ops.append(msg_sym(imm, arch))
                 elif name == "s_delay_alu":
                     ops.append(delay_sym(imm))
+                elif name == "s_version":
+                    ops.append(Sym("version", (imm,)))
                 elif name in hex_immediates(arch.gen):
                     ops.append(Hex(imm))
                 else:  # llvm-mc prints the 16 bits unsigned (SOPK's sign extension is the instruction's business)
@@ -338,6 +340,8 @@ def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
         info = by_opcode(arch, key, f.get("op", 0))  # EXP has no opcode field
         if info is None:
             continue
+        if layout.name in image.FAMILIES:
+            return image.decode(data, arch, offset, layout, info, f)
         sig = info.sig
         if layout.name == "VOP3SD":
             continue  # VOP3 and VOP3SD share encoding bits; the opcode's table decides below

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tg_amd import dpp, sdwa
+from tg_amd import dpp, image, sdwa
 from tg_amd.arch import Arch, AsmError, get_arch
 from tg_amd.inst import Inst
 from tg_amd.isa import SRC_INDEX, OpInfo, lookup, two_offsets, vopd_info
@@ -963,7 +963,7 @@ FORMAT_ENCODERS = {"SOP1": _salu, "SOP2": _salu, "SOPC": _salu, "SOPK": _salu, "
                    "VOP1": _valu, "VOP2": _valu, "VOPC": _valu, "VOP3": _valu, "VOP3SD": _valu,
                    "VOP3P": _vop3p, "MAI": _mai, "DS": _ds, "GLOBAL": _flat, "FLAT": _flat, "SCRATCH": _flat,
                    "MUBUF": _buffer, "MTBUF": _buffer, "VINTERP": _vinterp, "LDSDIR": _ldsdir,
-                   "EXP": _exp}
+                   "EXP": _exp, "MIMG": image.encode, "VIMAGE": image.encode, "VSAMPLE": image.encode}
 
 
 def encode(inst: Inst, arch: str | Arch, pc: int = 0, labels: dict[str, int] | None = None) -> bytes:
@@ -977,7 +977,7 @@ def encode(inst: Inst, arch: str | Arch, pc: int = 0, labels: dict[str, int] | N
     info = lookup(arch, inst.name)
     enc = _Encoder(inst, arch, info, pc, labels)
     if info.fmt in ("VOP3", "VOP3SD", "VOP3P", "MAI", "SOP1", "SOP2", "SOPC", "SOPK", "SOPP", "SMEM", "DS",
-                    "GLOBAL", "FLAT", "SCRATCH", "MUBUF", "MTBUF", "VINTERP", "LDSDIR", "EXP") and \
+                    "GLOBAL", "FLAT", "SCRATCH", "MUBUF", "MTBUF", "VINTERP", "LDSDIR", "EXP", *image.FAMILIES) and \
             inst.enc not in (None, "e64_dpp"):
         enc.fail(f"has only one encoding; drop the _{inst.enc} suffix")
     enc.fields["op"] = info.op

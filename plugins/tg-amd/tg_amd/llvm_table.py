@@ -22,7 +22,7 @@ MOD_RE = re.compile(r"^[a-z_0-9]+:")  # offset:16, wait_exp:0, ...
 REG_RE = re.compile(r"^(s|v|a|ttmp)(?:(\d+)|\[(\d+):(\d+)\])$")
 # families tg-amd encodes; the others are listed as unsupported
 ENCODED = {"SOP1", "SOP2", "SOPC", "SOPK", "SOPP", "SMEM", "VOP1", "VOP2", "VOPC", "VOP3", "VOP3P", "DS",
-           "FLAT", "GLOBAL", "MUBUF", "VBUFFER", "SCRATCH", "MTBUF", "VINTERP", "LDSDIR"}
+           "FLAT", "GLOBAL", "MUBUF", "VBUFFER", "SCRATCH", "MTBUF", "VINTERP", "LDSDIR", "MIMG", "VIMAGE", "VSAMPLE"}
 
 
 # mnemonics whose operands the listing cannot tell (or tg-amd does not model yet), with why
@@ -182,6 +182,10 @@ def derive(gen: int, row: Row) -> Derived | str:
         return _buffer(name, row, rest)
     if row.family == "SCRATCH":
         return _scratch(name, row, rest)
+    if row.family in ("MIMG", "VIMAGE", "VSAMPLE"):  # counts follow dmask, dim and a16 (tg_amd.image)
+        sampler = len(_operand_tokens(rest.strip())) == 4
+        return Derived(name, row.family, row.op, ("vdata", "vaddr", "srsrc") + (("ssamp",) if sampler else ()),
+                       (1, 1, 1, 1))
     if row.family == "VINTERP":
         return Derived(name, "VINTERP", row.op, ("vdst", "src0", "src1", "src2"), (1, 1, 1, 1))
     if row.family == "LDSDIR":

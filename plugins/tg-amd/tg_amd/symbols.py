@@ -28,6 +28,31 @@ DEPCTR = {"depctr_sa_sdst": (0, 1), "depctr_va_vcc": (1, 1), "depctr_vm_vsrc": (
 DEPCTR_BASE = 0xFF9F
 
 
+# s_version: the version in bits [7:0] (named ones as llvm-objdump names them), wave-size and MDP flag bits
+UC_VERSIONS = {"UC_VERSION_GFX7": 0, "UC_VERSION_GFX10": 4, "UC_VERSION_GFX11": 6, "UC_VERSION_GFX12": 9}
+UC_FLAGS = {"UC_VERSION_W64_BIT": 0x2000, "UC_VERSION_W32_BIT": 0x4000, "UC_VERSION_MDP_BIT": 0x8000}
+
+
+def version_text(imm: int) -> str:
+    """``s_version``'s immediate as llvm-objdump prints it: ``(123|UC_VERSION_W64_BIT)|UC_VERSION_MDP_BIT``,
+    or hex when bits outside the version and flags are set."""
+    if imm & 0x1F00:
+        return hex(imm)
+    names = {v: k for k, v in UC_VERSIONS.items()}
+    text = names.get(imm & 0xFF, str(imm & 0xFF))
+    flags = [name for name, bit in UC_FLAGS.items() if imm & bit]
+    for k, name in enumerate(flags):
+        text = f"({text}|{name})" if k < len(flags) - 1 else f"{text}|{name}"
+    return text
+
+
+def version_names(text: str) -> str:
+    """``UC_VERSION_*`` names in ``text`` replaced by their values (so integer expressions can read them)."""
+    for name, value in sorted({**UC_VERSIONS, **UC_FLAGS}.items(), key=lambda kv: -len(kv[0])):
+        text = text.replace(name, str(value)).replace(name.lower(), str(value))
+    return text
+
+
 @dataclass(frozen=True)
 class Sym:
     """``kind`` is ``hwreg``, ``sendmsg`` or ``delay``; ``args`` the names/numbers inside the parentheses
@@ -36,6 +61,8 @@ class Sym:
     args: tuple
 
     def __str__(self) -> str:
+        if self.kind == "version":
+            return version_text(self.args[0])
         if self.kind == "delay":
             return " | ".join(f"{field}({name})" for field, name in self.args)
         if self.kind == "depctr":
@@ -107,6 +134,8 @@ def _number(x: object, what: str, lo: int, hi: int, arch: Arch) -> int:
 def value(sym: Sym, arch: Arch) -> int:
     """The immediate a symbolic operand stands for on ``arch``."""
     names = _names(arch.name)
+    if sym.kind == "version":
+        return int(sym.args[0])
     if sym.kind == "hwreg":
         rid, *rest = sym.args
         if isinstance(rid, str):
