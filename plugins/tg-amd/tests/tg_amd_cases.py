@@ -132,7 +132,8 @@ def _salu(g: Gen, info: OpInfo) -> str:
             ops.append("null" if info.name.startswith("s_waitcnt_") else g.sgpr(info.count(0)))
         elif role in ("ssrc0", "ssrc1"):
             slot = 1 if role == "ssrc0" else 2
-            if info.name.startswith("s_barrier_signal"):
+            if info.name.startswith(("s_barrier_signal", "s_barrier_init", "s_barrier_join", "s_wakeup_barrier",
+                                     "s_get_barrier_state")):
                 ops.append(r.choice(["-1", "m0", str(r.randint(0, 15))]))
                 continue
             if info.sig == ("ssrc0",) or "regsrc" in info.flags:
@@ -160,6 +161,9 @@ def _salu(g: Gen, info: OpInfo) -> str:
                 ops.append(str(r.randint(0, 15)))
         elif role == "label":
             ops.append(str(r.randint(-200, 200)))
+        elif role == "msg":
+            ops.append(r.choice(["sendmsg(MSG_RTN_GET_DOORBELL)", "sendmsg(MSG_RTN_GET_REALTIME)",
+                                 f"sendmsg({r.randint(0, 255)})", str(r.randint(0x80, 0x8A))]))
         elif role == "waitcnt":
             parts = [f"vmcnt({r.randint(0, 63)})", f"expcnt({r.randint(0, 7)})",
                      f"lgkmcnt({r.randint(0, 63 if g.arch.rdna else 15)})"]
@@ -180,6 +184,14 @@ def _smem(g: Gen, info: OpInfo) -> str:
             base = 2 if role == "sbase" else 4
             lo = r.randrange(0, g.arch.max_sgpr - base + 1, 2 if base == 2 else 4)
             ops.append(f"s[{lo}:{lo + base - 1}]")
+        elif role == "probe":
+            ops.append(str(r.randint(0, 127)))
+        elif role == "plen":
+            ops.append(str(r.randint(0, 31)))
+        elif role == "ioffset":
+            ops.append(hex(r.randint(-0x800000, 0x7FFFFF)) if r.random() < 0.3 else hex(r.randint(0, 0xFFFF)))
+        elif role == "soffset":
+            ops.append(r.choice(["null", "m0", f"s{r.randrange(g.arch.max_sgpr)}"]))
         elif role == "soff":
             top = 0xFFFFF if g.arch.gen != 12 else 0x7FFFFF
             if r.random() < 0.5:
@@ -231,8 +243,8 @@ def _valu(g: Gen, info: OpInfo, force: str | None) -> str:
             ops.append(g.vgpr(info.count(0), "a"))
         elif role == "asrc0":
             ops.append(g.vgpr(info.count(1), "a"))
-        elif role == "vsrc0":
-            ops.append(g.vgpr(info.count(1)))
+        elif role in ("vsrc0", "vsrc2") or (role == "vsrc1" and info.fmt == "VOP3"):  # VGPR-only sources
+            ops.append(g.vgpr(info.count(int(role[-1]) + 1)))
         elif role in ("ssrc0", "ssrc1", "ssrc2"):
             ops.append(g.sgpr(1) if r.random() < 0.5 else str(r.randint(0, 31)))
         elif role == "sdst":
@@ -265,6 +277,8 @@ def _valu(g: Gen, info: OpInfo, force: str | None) -> str:
             and "sdst" not in sig):
         if r.random() < 0.2:
             text += " clamp"
+    if info.fmt == "VOP3" and info.name.startswith(("v_permlane16_", "v_permlanex16_")) and r.random() < 0.5:
+        text += f" op_sel:[{r.randint(0, 1)},{r.randint(0, 1)}]"  # fi, bound_ctrl
     return text
 
 
@@ -313,7 +327,8 @@ def _ds(g: Gen, info: OpInfo) -> str:
     ops = []
     for role in info.sig:
         slot = 0 if role == "vdst" else 3
-        ops.append(g.vgpr(1 if role == "addr" else info.count(slot)))
+        count = 4 if role == "data1" and info.name == "ds_bvh_stack_rtn_b32" else info.count(slot)
+        ops.append(g.vgpr(1 if role == "addr" else count))
     text = f"{info.name} {', '.join(ops)}"
     if not ops:
         return info.name

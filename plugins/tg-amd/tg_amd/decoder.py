@@ -10,9 +10,9 @@ from typing import Any
 
 from tg_amd import dpp, image, sdwa
 from tg_amd.arch import Arch, AsmError, get_arch
-from tg_amd.encoder import OMOD, _e64_sig, returns
+from tg_amd.encoder import OMOD, PERMLANE_OP_SEL, _e64_sig, returns
 from tg_amd.inst import Inst
-from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, two_offsets
+from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, ds_count, two_offsets
 from tg_amd.layouts import LAYOUTS, Layout, match
 from tg_amd.llvm_table import dpp_forms, hex_immediates
 from tg_amd.operands import FILES, INV_2PI, LITERAL, OFF, SPECIALS, Attr, Dec, Hex, Label, Mod, Reg, Sext
@@ -96,6 +96,10 @@ def _vop_operands(d: _Decoder, sig: tuple[str, ...], layout: Layout) -> list[Any
             out.append(d.scalar(f[f"src{k}"], info.count(k + 1)))
         elif role in ("vsrc0", "asrc0"):
             out.append(Reg("a" if role == "asrc0" else "v", f["src0"] - 256, info.count(1)))
+        elif role == "vsrc1" and "vsrc1" not in f:  # a VGPR-only source of a VOP3
+            out.append(Reg("v", f["src1"] - 256, info.count(2)))
+        elif role == "vsrc2":
+            out.append(Reg("v", f["src2"] - 256, info.count(3)))
         elif role == "vsrc1":
             out.append(Reg("v", f["vsrc1"], info.count(2)))
         elif role == "vcc":
@@ -157,11 +161,21 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                 ops.append(Dec(f["simm16"]))
             elif role == "waitcnt":
                 ops.append(_waitcnt_counters(f["simm16"], arch))
+            elif role == "msg":
+                ops.append(msg_sym(f["ssrc0"], arch))
     elif lay == "SMEM":
         bits = {11: 21, 12: 24, 9: 21}[arch.gen]
         for role in sig:
             if role == "sdata":
                 ops.append(d.scalar(f["sdata"], info.count(0)))
+            elif role == "probe":
+                ops.append(f["sdata"] & (0x1F if arch.gen == 12 else 0x7F))
+            elif role == "plen":
+                ops.append(f["sdata"] & 0x1F)
+            elif role == "ioffset":
+                ops.append(Hex(_sext(f["offset"], bits)))
+            elif role == "soffset":
+                ops.append(d.scalar(f["soffset"], 1))
             elif role in ("sbase", "sbuf"):
                 ops.append(d.scalar(f["sbase"] << 1, 2 if role == "sbase" else 4))
             elif role == "soff" and arch.gen == 9:
@@ -189,7 +203,9 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                 mods["clamp"] = True
             if f.get("omod"):
                 mods["omod"] = OMOD_NAMES[f["omod"]]
-            if f.get("op_sel"):
+            if f.get("op_sel") and name.startswith(PERMLANE_OP_SEL):
+                mods["op_sel"] = (f["op_sel"] & 1, f["op_sel"] >> 1 & 1)
+            elif f.get("op_sel"):
                 nsrc = sum(r in ("src0", "src1", "src2", "mask") for r in sig)
                 bits = [f["op_sel"] >> k & 1 for k in range(nsrc)] + [f["op_sel"] >> 3 & 1]
                 mods["op_sel"] = tuple(bits)
@@ -224,8 +240,7 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
     elif lay == "DS":
         kind = "a" if f.get("acc") else "v"
         for role in sig:
-            slot = 0 if role == "vdst" else SRC_INDEX.get(role, 1)
-            ops.append(Reg("v" if role == "addr" else kind, f[role], 1 if role == "addr" else info.count(slot)))
+            ops.append(Reg("v" if role == "addr" else kind, f[role], ds_count(info, role)))
         if two_offsets(name):
             for key in ("offset0", "offset1"):
                 if f[key]:

@@ -13,7 +13,7 @@ from typing import Any
 from tg_amd import dpp, image, sdwa
 from tg_amd.arch import Arch, AsmError, get_arch
 from tg_amd.inst import Inst
-from tg_amd.isa import SRC_INDEX, OpInfo, lookup, two_offsets, vopd_info
+from tg_amd.isa import SRC_INDEX, OpInfo, ds_count, lookup, two_offsets, vopd_info
 from tg_amd.layouts import LAYOUTS, Layout
 from tg_amd.llvm_table import dpp_forms
 from tg_amd.operands import (
@@ -37,6 +37,8 @@ SRC_FIELDS = ("src0", "src1", "src2")
 SHIFT64 = ("v_lshlrev_b64", "v_lshrrev_b64", "v_ashrrev_i64")  # constant bus limit 1 even on RDNA
 
 
+BARRIER_ID = ("s_barrier_signal", "s_barrier_init", "s_barrier_join", "s_wakeup_barrier", "s_get_barrier_state")
+PERMLANE_OP_SEL = ("v_permlane16_", "v_permlanex16_")  # op_sel:[fi, bound_ctrl]: two bits
 NULL_SDST = ("s_waitcnt_vscnt", "s_waitcnt_vmcnt", "s_waitcnt_expcnt", "s_waitcnt_lgkmcnt")  # gfx11: null, n
 PACKED = ("v_pk_", "v_dot")  # 16-bit pairs in one 32-bit operand: any VGPR, 32-bit integer literals
 UNSIGNED_SIMM16 = ("s_getreg", "s_setreg")  # hwreg immediates: 0..0xffff only
@@ -216,7 +218,7 @@ def _salu(enc: _Encoder) -> bytes:
                 enc.fail("src0 must be null", what)
             enc.fields["sdst"] = enc.sreg(op, info.count(0), what)
         elif role in ("ssrc0", "ssrc1"):
-            if info.name.startswith("s_barrier_signal") and not (isinstance(op, int) or op == Reg("m0")):
+            if info.name.startswith(BARRIER_ID) and not (isinstance(op, int) or op == Reg("m0")):
                 enc.fail("barrier id must be an inline constant or m0", what)
             if "regsrc" in info.flags and not isinstance(op, Reg):
                 enc.fail("expected an SGPR", what)
@@ -246,6 +248,8 @@ def _salu(enc: _Encoder) -> bytes:
             enc.fields["simm16"] = _signed(op, 16, what, enc, unsigned_ok=True)  # llvm-mc prints 0..65535
         elif role == "waitcnt":
             enc.fields["simm16"] = _waitcnt(enc, op, what)
+        elif role == "msg":  # s_sendmsg_rtn_*: the message id sits in the SSRC0 field
+            enc.fields["ssrc0"] = _unsigned(symbol_value(op, enc.arch) if isinstance(op, Sym) else op, 8, what, enc)
     return enc.emit(enc.layout(info.fmt))
 
 
@@ -253,13 +257,22 @@ def _salu(enc: _Encoder) -> bytes:
 
 def _smem(enc: _Encoder) -> bytes:
     info, arch, f = enc.info, enc.arch, enc.fields
-    _no_mods(enc, ("offset", "glc", "dlc") if arch.gen == 11 else ("offset", "glc"))
+    prefetch = "plen" in info.sig
+    _no_mods(enc, () if prefetch else ("offset", "glc", "dlc") if arch.gen == 11 else ("offset", "glc"))
     ops = _operands(enc, info.sig)
     offset_bits = {11: 21, 12: 24, 9: 21}[arch.gen]
     for i, (role, op) in enumerate(zip(info.sig, ops, strict=True)):
         what = enc.what(i, role)
         if role == "sdata":
             f["sdata"] = enc.sreg(op, info.count(0), what)
+        elif role == "probe":  # s_atc_probe: 7 bits (gfx12: 5), the rest dropped as llvm-mc drops them
+            f["sdata"] = _unsigned(op, 16, what, enc) & (0x1F if arch.gen == 12 else 0x7F)
+        elif role == "plen":  # s_prefetch_*: 5 bits, likewise
+            f["sdata"] = _unsigned(op, 16, what, enc) & 0x1F
+        elif role == "ioffset":
+            f["offset"] = _signed(op, offset_bits, what, enc)
+        elif role == "soffset":
+            f["soffset"] = enc.sreg(op, 1, what)
         elif role in ("sbase", "sbuf"):
             f["sbase"] = enc.sreg(op, 2 if role == "sbase" else 4, what) >> 1
         elif role == "soff":
@@ -501,9 +514,10 @@ def _vop3(enc: _Encoder, sig: tuple[str, ...], op: int) -> bytes:
             k = int(role[-1])
             f[f"src{k}"] = enc.src(o, k + 1, what, vgpr=False, literal=enc.arch.vop3_literal)[0]
             nsrc = max(nsrc, k + 1)
-        elif role == "vsrc0":
-            f["src0"] = 256 + enc.vreg(o, info.count(1), what).index
-            nsrc = max(nsrc, 1)
+        elif role in ("vsrc0", "vsrc1", "vsrc2"):  # VGPR-only sources
+            k = int(role[-1])
+            f[f"src{k}"] = 256 + enc.vreg(o, info.count(k + 1), what).index
+            nsrc = max(nsrc, k + 1)
         elif role == "mask":
             f["src2"] = enc.sreg(o, _mask_count(enc), what)
             nsrc = 3
@@ -529,7 +543,12 @@ def _vop3(enc: _Encoder, sig: tuple[str, ...], op: int) -> bytes:
         if mods["omod"] not in OMOD:
             enc.fail(f"output modifier {mods['omod']!r} (mul:2, mul:4, div:2)", "omod")
         f["omod"] = OMOD[mods["omod"]]
-    if "op_sel" in mods:
+    if "op_sel" in mods and info.name.startswith(PERMLANE_OP_SEL):
+        bits = list(mods["op_sel"])
+        if len(bits) != 2:
+            enc.fail("op_sel takes 2 bits here (fi, bound_ctrl)", "op_sel")
+        f["op_sel"] = bits[0] | bits[1] << 1
+    elif "op_sel" in mods:
         bits = list(mods["op_sel"])
         if len(bits) != nsrc + 1 or "op_sel" not in layout.fields:
             enc.fail(f"op_sel takes {nsrc + 1} bits", "op_sel")
@@ -716,8 +735,7 @@ def _ds(enc: _Encoder) -> bytes:
     acc = set()
     for i, (role, o) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
         what = enc.what(i, role)
-        slot = 0 if role == "vdst" else SRC_INDEX.get(role, 1)
-        r = enc.vreg(o, 1 if role == "addr" else info.count(slot), what, ("v",) if role == "addr" else kinds)
+        r = enc.vreg(o, ds_count(info, role), what, ("v",) if role == "addr" else kinds)
         if role != "addr":
             acc.add(r.kind)
         f[role] = r.index

@@ -26,6 +26,7 @@ DEFAULT_SIG = {
     "MAI": "mdst,msrc0,msrc1,msrc2", "VOPD_X": "vdst,src0,vsrc1", "VOPD_Y": "vdst,src0,vsrc1",
 }
 DST_ROLES = {"sdst", "sdata", "vdst", "adst", "mdst"}
+DS_DATA1 = {"ds_bvh_stack_rtn_b32": 4}  # DS instructions whose data1 is wider than data0 (VGPRs)
 SRC_INDEX = {"ssrc0": 1, "src0": 1, "vsrc0": 1, "asrc0": 1, "msrc0": 1, "ssrc1": 2, "src1": 2, "vsrc1": 2,
              "msrc1": 2, "src2": 3, "ssrc2": 3, "msrc2": 3, "data0": 3, "data1": 3, "vdata": 3}
 
@@ -227,6 +228,15 @@ def _llvm_flags(name: str) -> frozenset[str]:
 
 
 UNSUPPORTED: dict[int, dict[str, str]] = {}  # gen -> mnemonic -> why tg-amd cannot encode it yet
+
+
+def ds_count(info: OpInfo, role: str) -> int:
+    """VGPRs of a DS operand: the address one, data and destination as the types say (data1 may be wider)."""
+    if role == "addr":
+        return 1
+    if role == "data1" and info.name in DS_DATA1:
+        return DS_DATA1[info.name]
+    return info.count(0 if role == "vdst" else SRC_INDEX.get(role, 1))
 
 
 def two_offsets(name: str) -> bool:
