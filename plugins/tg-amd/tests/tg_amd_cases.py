@@ -161,6 +161,9 @@ def _salu(g: Gen, info: OpInfo) -> str:
                 ops.append(str(r.randint(0, 15)))
         elif role == "label":
             ops.append(str(r.randint(-200, 200)))
+        elif role == "gpridx":
+            modes = r.sample(["SRC0", "SRC1", "SRC2", "DST"], r.randint(0, 4))
+            ops.append(r.choice([f"gpr_idx({','.join(modes)})", str(r.randint(0, 15))]))
         elif role == "msg":
             ops.append(r.choice(["sendmsg(MSG_RTN_GET_DOORBELL)", "sendmsg(MSG_RTN_GET_REALTIME)",
                                  f"sendmsg({r.randint(0, 255)})", str(r.randint(0x80, 0x8A))]))
@@ -212,8 +215,8 @@ def _valu(g: Gen, info: OpInfo, force: str | None) -> str:
     e64 = force == "e64" or info.fmt in ("VOP3", "VOP3SD")
     lit_ok = (not e64) or arch.vop3_literal
     ops: list[str] = []
-    used_literal = [False]
-    scalar_used = [False]
+    used_literal = ["k" in info.sig]  # fmaak/fmamk: the constant is the one literal
+    scalar_used = ["k" in info.sig and not arch.rdna]  # and on CDNA the one constant-bus read
 
     reads_mask = (not arch.rdna and ("mask" in info.sig or info.sig[-1:] == ("vcc",))) or \
         info.name.startswith("v_div_fmas")  # reads all of VCC
@@ -316,6 +319,10 @@ def _mai(g: Gen, info: OpInfo) -> str:
     r = g.rng
     dk = r.choice("va")
     dst = g.vgpr(info.count(0), dk)
+    if "vidx" in info.sig:  # sparse: D accumulates; the index VGPR; cbsz/abid select the index bits
+        ops = [dst, g.vgpr(info.count(1), r.choice("va")), g.vgpr(info.count(2), r.choice("va")), g.vgpr(1)]
+        mods = [f"cbsz:{r.randint(1, 7)}"] * (r.random() < 0.3) + [f"abid:{r.randint(1, 15)}"] * (r.random() < 0.4)
+        return f"{info.name} {', '.join(ops)} {' '.join(mods)}".strip()
     roll = r.random()
     src2 = dst if roll < 0.5 else "0" if roll < 0.6 else g.vgpr(info.count(3), dk)
     ops = [dst, g.vgpr(info.count(1), r.choice("va")), g.vgpr(info.count(2), r.choice("va")), src2]

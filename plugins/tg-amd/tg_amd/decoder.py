@@ -16,7 +16,7 @@ from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, ds_count, two_offsets
 from tg_amd.layouts import LAYOUTS, Layout, match
 from tg_amd.llvm_table import dpp_forms, hex_immediates
 from tg_amd.operands import FILES, INV_2PI, LITERAL, OFF, SPECIALS, Attr, Dec, Hex, Label, Mod, Reg, Sext
-from tg_amd.symbols import Sym, delay_sym, format_name, hwreg_sym, msg_sym, policy_name
+from tg_amd.symbols import Sym, delay_sym, format_name, gpr_idx_sym, hwreg_sym, msg_sym, policy_name
 
 FLOAT_CODES = {240: 0.5, 241: -0.5, 242: 1.0, 243: -1.0, 244: 2.0, 245: -2.0, 246: 4.0, 247: -4.0, 248: INV_2PI}
 OMOD_NAMES = {v: k for k, v in OMOD.items()}
@@ -141,6 +141,8 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                 ops.append(d.scalar(f["sdst"], info.count(0)))
             elif role in ("ssrc0", "ssrc1"):
                 ops.append(d.scalar(f[role], info.count(SRC_INDEX[role])))
+            elif role == "gpridx":
+                ops.append(gpr_idx_sym(f["ssrc1"]))
             elif role == "simm16":
                 imm = f["simm16"]
                 if "reg" in name and lay == "SOPK" and name.startswith(("s_getreg", "s_setreg")):
@@ -149,6 +151,8 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                     ops.append(msg_sym(imm, arch))
                 elif name == "s_delay_alu":
                     ops.append(delay_sym(imm))
+                elif name == "s_set_gpr_idx_mode":
+                    ops.append(gpr_idx_sym(imm))
                 elif name == "s_version":
                     ops.append(Sym("version", (imm,)))
                 elif name in hex_immediates(arch.gen):
@@ -233,7 +237,7 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
         ops = [Reg(dk, f["vdst"], info.count(0)),
                Reg("a" if f["acc"] & 1 else "v", f["src0"] - 256, info.count(1)),
                Reg("a" if f["acc"] & 2 else "v", f["src1"] - 256, info.count(2)),
-               d.src(f["src2"], info.count(3), dk)]
+               d.src(f["src2"], 1, "v") if "vidx" in sig else d.src(f["src2"], info.count(3), dk)]
         for key in ("cbsz", "abid", "blgp"):
             if f[key]:
                 mods[key] = f[key]

@@ -213,7 +213,12 @@ def _salu(enc: _Encoder) -> bytes:
     _no_mods(enc)
     for i, (role, op) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
         what = enc.what(i, role)
-        if role == "sdst":
+        if role == "gpridx":  # s_set_gpr_idx_on's mode: gpr_idx(SRC0,DST) or 0..15
+            code = symbol_value(op, enc.arch) if isinstance(op, Sym) else op
+            if not isinstance(code, int) or not 0 <= code <= 15:
+                enc.fail("invalid immediate: only 4-bit values are legal", what)
+            enc.fields["ssrc1"] = code
+        elif role == "sdst":
             if info.name in NULL_SDST and op != Reg("null"):
                 enc.fail("src0 must be null", what)
             enc.fields["sdst"] = enc.sreg(op, info.count(0), what)
@@ -627,8 +632,11 @@ def _vop3p(enc: _Encoder) -> bytes:
 
 
 def _mai(enc: _Encoder) -> bytes:
+    """MFMA: D, A, B (VGPRs or AGPRs), C (D's file, or an inline constant); sparse MFMA (v_smfmac_*)
+    accumulates into D and reads the sparsity index VGPR in C's place."""
     info, f, mods = enc.info, enc.fields, enc.inst.mods
-    _no_mods(enc, ("cbsz", "abid", "blgp"))
+    sparse = "vidx" in info.sig
+    _no_mods(enc, ("cbsz", "abid") if sparse else ("cbsz", "abid", "blgp"))
     f["op"] = info.op
     ops = _operands(enc, info.sig)
     dst = enc.vreg(ops[0], info.count(0), enc.what(0, "mdst"), ("v", "a"))
@@ -640,7 +648,9 @@ def _mai(enc: _Encoder) -> bytes:
         f[f"src{k - 1}"] = 256 + r.index
         acc |= int(r.kind == "a") << (k - 1)
     c = ops[3]
-    if isinstance(c, Reg):
+    if sparse:
+        f["src2"] = 256 + enc.vreg(c, 1, enc.what(3, "vidx")).index
+    elif isinstance(c, Reg):
         enc.vreg(c, info.count(3), enc.what(3, "msrc2"), (dst.kind,))
         same = c.index == dst.index and c.count == dst.count
         overlap = c.index < dst.index + dst.count and dst.index < c.index + c.count

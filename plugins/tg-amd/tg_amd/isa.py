@@ -183,7 +183,7 @@ def _add_llvm_rows(gen: int, by_name: dict[str, OpInfo], by_op: dict[tuple[str, 
             fmt = "MAI"
         if fmt not in ("MUBUF", "MTBUF", "MIMG", "VIMAGE", "VSAMPLE"):
             types = tuple(_fit_type(t, n) for t, n in zip(_llvm_types(base), d.regs, strict=True))
-        sig = d.sig if fmt != "MAI" else ("mdst", "msrc0", "msrc1", "msrc2")
+        sig = d.sig if fmt != "MAI" or "vidx" in d.sig else ("mdst", "msrc0", "msrc1", "msrc2")
         info = OpInfo(base, fmt, d.op, sig, (types[0], types[1], types[2], types[3]), d.regs,
                       e64.get(base) if fmt in ("VOP1", "VOP2", "VOPC") else None,
                       _llvm_flags(base))

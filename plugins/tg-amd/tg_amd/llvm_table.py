@@ -26,9 +26,7 @@ ENCODED = {"SOP1", "SOP2", "SOPC", "SOPK", "SOPP", "SMEM", "VOP1", "VOP2", "VOPC
 
 
 # mnemonics whose operands the listing cannot tell (or tg-amd does not model yet), with why
-NOT_DERIVED = {
-    "s_set_gpr_idx_on": "its second operand is a mode mask (gpr_idx(...)), not modelled",
-}
+NOT_DERIVED: dict[str, str] = {}
 # mnemonics whose operands the listing's fields do not tell apart: their roles and register counts
 SHAPES = {
     "s_atc_probe": (("probe", "sbase", "soff"), (1, 1, 1, 1)),  # a 7-bit immediate in the SDATA field
@@ -45,10 +43,10 @@ SHAPES = {
     "v_permlane16_var_b32": (("vdst", "vsrc0", "vsrc1"), (1, 1, 1, 1)),
     "v_permlanex16_var_b32": (("vdst", "vsrc0", "vsrc1"), (1, 1, 1, 1)),
     "ds_bvh_stack_rtn_b32": (("vdst", "addr", "data0", "data1"), (1, 1, 1, 1)),  # data1: 4 VGPRs (isa.DS_DATA1)
+    "s_set_gpr_idx_on": (("ssrc0", "gpridx"), (1, 1, 1, 1)),  # gpr_idx(SRC0,DST): a 4-bit mode in SSRC1
 }
-SPARSE_MFMA = "sparse MFMA (index operand) is not modelled"
 TRUE16 = "true16 register halves (v8.l, v8.h) are not modelled"
-KNOWN_GAPS = frozenset({*NOT_DERIVED.values(), SPARSE_MFMA, TRUE16})
+KNOWN_GAPS = frozenset({*NOT_DERIVED.values(), TRUE16})
 # operand types (dst,src0,src1,src2) the mnemonic does not spell
 TYPES = {
     "v_sat_pk_u8_i16": "b16,b32", "v_trig_preop_f64": "f64,f64,u32", "v_cvt_pk_u8_f32": "b32,f32,u32,u32",
@@ -197,8 +195,10 @@ def derive(gen: int, row: Row) -> Derived | str:
         return Derived(name, "VINTERP", row.op, ("vdst", "src0", "src1", "src2"), (1, 1, 1, 1))
     if row.family == "LDSDIR":
         return Derived(name, "LDSDIR", row.op, ("vdst", "attr") if "attr" in rest else ("vdst",), (1, 1, 1, 1))
-    if name.startswith("v_smfmac"):
-        return SPARSE_MFMA
+    if name.startswith("v_smfmac"):  # D (accumulated), A, B as printed; the index VGPR in C's field
+        regs = [r for r in map(_reg, _operand_tokens(rest.strip())) if r is not None]
+        return Derived(name, row.family, row.op, ("mdst", "msrc0", "msrc1", "vidx"),
+                       (regs[0][2], regs[1][2], regs[2][2], 1))
     if re.search(r"\bv\d+\.[lh]\b", rest):
         return TRUE16
     tokens = _operand_tokens(rest.strip())

@@ -12,6 +12,7 @@ from functools import cache
 from pathlib import Path
 
 from tg_amd.arch import Arch, AsmError
+from tg_amd.operands import Hex
 
 DELAY_IDS = {"NO_DEP": 0, "VALU_DEP_1": 1, "VALU_DEP_2": 2, "VALU_DEP_3": 3, "VALU_DEP_4": 4, "TRANS32_DEP_1": 5,
              "TRANS32_DEP_2": 6, "TRANS32_DEP_3": 7, "FMA_ACCUM_CYCLE_1": 8, "SALU_CYCLE_1": 9, "SALU_CYCLE_2": 10,
@@ -53,6 +54,16 @@ def version_names(text: str) -> str:
     return text
 
 
+GPR_IDX = {"SRC0": 1, "SRC1": 2, "SRC2": 4, "DST": 8}  # s_set_gpr_idx_on / _mode: which operands are indexed
+
+
+def gpr_idx_sym(imm: int) -> Sym | Hex:
+    """``gpr_idx(SRC0,DST)`` for a 4-bit mode, as llvm-objdump prints it (other values in hex)."""
+    if imm > 15:
+        return Hex(imm)
+    return Sym("gpr_idx", tuple(name for name, bit in GPR_IDX.items() if imm & bit))
+
+
 @dataclass(frozen=True)
 class Sym:
     """``kind`` is ``hwreg``, ``sendmsg`` or ``delay``; ``args`` the names/numbers inside the parentheses
@@ -63,6 +74,8 @@ class Sym:
     def __str__(self) -> str:
         if self.kind == "version":
             return version_text(self.args[0])
+        if self.kind == "gpr_idx":
+            return f"gpr_idx({','.join(self.args)})"
         if self.kind == "delay":
             return " | ".join(f"{field}({name})" for field, name in self.args)
         if self.kind == "depctr":
@@ -136,6 +149,14 @@ def value(sym: Sym, arch: Arch) -> int:
     names = _names(arch.name)
     if sym.kind == "version":
         return int(sym.args[0])
+    if sym.kind == "gpr_idx":
+        bits = 0
+        for name in sym.args:
+            if name not in GPR_IDX or bits & GPR_IDX[name]:
+                raise AsmError(f"{'duplicate' if name in GPR_IDX else 'unknown'} VGPR index mode {name} "
+                               f"(known: {', '.join(GPR_IDX)})", None, "gpr_idx", arch.name)
+            bits |= GPR_IDX[name]
+        return bits
     if sym.kind == "hwreg":
         rid, *rest = sym.args
         if isinstance(rid, str):

@@ -115,6 +115,8 @@ def parse_operand(tok: str) -> Any:
         if low.startswith(fn + "(") and low.endswith(")"):
             inner = parse_operand(t[len(fn) + 1:-1])
             return abs(inner) if fn == "abs" else -inner
+    if low.startswith("gpr_idx(") and low.endswith(")"):
+        return Sym("gpr_idx", tuple(a.strip().upper() for a in t[8:-1].split(",") if a.strip()))
     for kind in ("hwreg", "sendmsg"):
         if low.startswith(kind + "(") and low.endswith(")"):
             args = [a.strip() for a in t[len(kind) + 1:-1].split(",")]
