@@ -674,8 +674,21 @@ def _image(g: Gen, info: OpInfo) -> str:
     return f"{info.name} {', '.join(ops)} {' '.join(mods)}"
 
 
+def _true16_case(g: Gen, info: OpInfo) -> str:
+    """v_mov_b16: VGPR halves of v0..v127, SGPRs, inline and 16-bit literal constants; DPP16/DPP8 sometimes."""
+    r = g.rng
+    half = lambda: f"v{r.randrange(128)}.{r.choice('lh')}"  # noqa: E731
+    if r.random() < 0.25:
+        return f"{info.name} {half()}, {half()} {_dpp_ctrl(g)}"
+    # no float constants: llvm-objdump prints an inline 0.5 as 0x3800, which llvm-mc reads as a literal
+    src = r.choice([half(), half(), g.sgpr(1), str(r.randint(-16, 64)), hex(r.randint(65, 0xFFFF))])
+    return f"{info.name}{r.choice(['', '_e32'])} {half()}, {src}"
+
+
 def case_for(g: Gen, info: OpInfo) -> str:
     fmt = info.fmt
+    if info.name == "v_mov_b16":
+        return _true16_case(g, info)
     if fmt in ("SOP1", "SOP2", "SOPC", "SOPK", "SOPP"):
         return _salu(g, info)
     if fmt == "SMEM":

@@ -10,7 +10,7 @@ from typing import Any
 
 from tg_amd import dpp, image, sdwa
 from tg_amd.arch import Arch, AsmError, get_arch
-from tg_amd.encoder import OMOD, PERMLANE_OP_SEL, _e64_sig, returns
+from tg_amd.encoder import OMOD, PERMLANE_OP_SEL, TRUE16, _e64_sig, returns
 from tg_amd.inst import Inst
 from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, ds_count, two_offsets
 from tg_amd.layouts import LAYOUTS, Layout, match
@@ -382,7 +382,7 @@ def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
                 raise AsmError(f"truncated DPP dword at byte {offset + size}", info.name, None, arch.name)
             word = int.from_bytes(data[offset + size:offset + size + 4], "little")
             inst = _decode_dpp(arch, layout, info, f, enc, sig, word)
-            return inst, size + 4
+            return (_true16(inst) if info.name in TRUE16 else inst), size + 4
         if not arch.rdna and layout.name in ("VOP1", "VOP2", "VOPC") and f.get("src0") == sdwa.MARKER:
             if offset + size + 4 > len(data):
                 raise AsmError(f"truncated SDWA dword at byte {offset + size}", info.name, None, arch.name)
@@ -393,8 +393,27 @@ def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
                 raise AsmError(f"truncated literal at byte {offset + size}", info.name, None, arch.name)
             literal = int.from_bytes(data[offset + size:offset + size + 4], "little")
             size += 4
-        return _decode_fields(arch, layout, info, f, literal, enc, sig), size
+        inst = _decode_fields(arch, layout, info, f, literal, enc, sig)
+        return (_true16(inst) if info.name in TRUE16 else inst), size
     raise AsmError(f"unknown instruction encoding 0x{dword0:08x} at byte {offset}", None, None, arch.name)
+
+
+def _true16(inst: Inst) -> Inst:
+    """v_mov_b16's VGPR numbers back to halves (128 and up: the high half); inline floats as their f16 bits."""
+    f16 = {0.5: 0x3800, -0.5: 0xB800, 1.0: 0x3C00, -1.0: 0xBC00, 2.0: 0x4000, -2.0: 0xC000, 4.0: 0x4400,
+           -4.0: 0xC400, INV_2PI: 0x3118}
+    ops: list[Any] = []
+    for op in inst.operands:
+        if isinstance(op, Reg) and op.kind == "v":
+            op = Reg("v", op.index & 127, 1, "h" if op.index >= 128 else "l")
+        elif isinstance(op, float):
+            op = Hex(f16[op])
+        elif isinstance(op, int) and not -16 <= op <= 64:
+            op = Hex(op & 0xFFFF)
+        ops.append(op)
+    inst.operands = tuple(ops)
+    inst.enc = inst.enc or "e32"  # llvm-objdump names the encoding (v_mov_b16_e32)
+    return inst
 
 
 def _decode_dpp(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], enc: str | None,

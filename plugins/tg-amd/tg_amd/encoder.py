@@ -18,6 +18,7 @@ from tg_amd.layouts import LAYOUTS, Layout
 from tg_amd.llvm_table import dpp_forms
 from tg_amd.operands import (
     ANY_WIDTH,
+    INLINE_FLOATS,
     OFF,
     SPECIALS,
     Attr,
@@ -39,6 +40,7 @@ SHIFT64 = ("v_lshlrev_b64", "v_lshrrev_b64", "v_ashrrev_i64")  # constant bus li
 
 BARRIER_ID = ("s_barrier_signal", "s_barrier_init", "s_barrier_join", "s_wakeup_barrier", "s_get_barrier_state")
 PERMLANE_OP_SEL = ("v_permlane16_", "v_permlanex16_")  # op_sel:[fi, bound_ctrl]: two bits
+TRUE16 = ("v_mov_b16",)  # instructions whose VGPR operands are 16-bit halves (v8.l, v8.h): v0..v127 only
 NULL_SDST = ("s_waitcnt_vscnt", "s_waitcnt_vmcnt", "s_waitcnt_expcnt", "s_waitcnt_lgkmcnt")  # gfx11: null, n
 PACKED = ("v_pk_", "v_dot")  # 16-bit pairs in one 32-bit operand: any VGPR, 32-bit integer literals
 UNSIGNED_SIMM16 = ("s_getreg", "s_setreg")  # hwreg immediates: 0..0xffff only
@@ -91,6 +93,8 @@ class _Encoder:
             self.fail(f"register tuple {operand_text(reg)} must start at an even register", what)
 
     def vreg(self, op: Any, count: int, what: str, kinds: tuple[str, ...] = ("v",)) -> Reg:
+        if isinstance(op, Reg) and op.half:
+            self.fail(f"register halves ({operand_text(op)}) are operands of {', '.join(TRUE16)} only", what)
         if not isinstance(op, Reg) or op.kind not in kinds:
             self.fail(f"expected {' or '.join({'v': 'a VGPR', 'a': 'an AGPR'}[k] for k in kinds)}, "
                       f"got {operand_text(op)}", what)
@@ -369,9 +373,31 @@ def _vop_sdwa(enc: _Encoder) -> bytes:
     return enc.emit(enc.layout(info.fmt))
 
 
+def _true16_operands(enc: _Encoder) -> None:
+    """v8.l / v8.h -> the VGPR number the encodings hold (index + 128 for the high half); halves required,
+    no neg/abs, float constants only inline."""
+    ops = []
+    for i, (role, op) in enumerate(zip(enc.info.sig, _operands(enc, enc.info.sig), strict=True)):
+        what = enc.what(i, role)
+        if isinstance(op, Mod) or (isinstance(op, float) and op not in INLINE_FLOATS):
+            enc.fail("not a valid operand (no neg/abs; floats only as inline constants)", what)
+        if isinstance(op, Reg) and op.kind == "v":
+            if not op.half:
+                enc.fail("invalid operand for instruction (a 16-bit VGPR half: v8.l or v8.h)", what)
+            if op.index >= 128:
+                enc.fail("operands are not valid for this GPU or mode (halves of v0..v127 only)", what)
+            op = Reg("v", op.index + 128 * (op.half == "h"))
+        elif role == "vdst":
+            enc.fail("invalid operand for instruction (a 16-bit VGPR half: v8.l or v8.h)", what)
+        ops.append(op)
+    enc.inst = Inst(enc.inst.name, tuple(ops), enc.inst.mods, enc.inst.enc)
+
+
 def _vop32(enc: _Encoder) -> bytes:
     """VOP1 / VOP2 / VOPC in their 32-bit encoding (raises NoFit when VOP3 is needed)."""
     info, f = enc.info, enc.fields
+    if info.name in TRUE16:
+        _true16_operands(enc)
     if not enc.arch.rdna and (sdwa.has_sdwa(enc.inst.mods) or enc.inst.enc == "sdwa"):
         return _vop_sdwa(enc)
     use_dpp = dpp.has_dpp(enc.inst.mods) or enc.inst.enc == "dpp"
@@ -384,7 +410,7 @@ def _vop32(enc: _Encoder) -> bytes:
         what = enc.what(i, role)
         slot = 0 if role in ("vdst", "adst") else SRC_INDEX.get(role, 1)
         if (enc.arch.rdna and info.width(slot) == 16 and isinstance(op, Reg) and op.kind == "v"
-                and op.index >= 128 and not info.name.startswith(PACKED)):
+                and op.index >= 128 and not info.name.startswith(PACKED) and info.name not in TRUE16):
             raise NoFit  # 16-bit operands of the 32-bit encodings reach v0..v127 only
         if role == "vdst":
             f["vdst"] = enc.vreg(op, info.count(0), what).index

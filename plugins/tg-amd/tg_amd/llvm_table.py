@@ -45,8 +45,7 @@ SHAPES = {
     "ds_bvh_stack_rtn_b32": (("vdst", "addr", "data0", "data1"), (1, 1, 1, 1)),  # data1: 4 VGPRs (isa.DS_DATA1)
     "s_set_gpr_idx_on": (("ssrc0", "gpridx"), (1, 1, 1, 1)),  # gpr_idx(SRC0,DST): a 4-bit mode in SSRC1
 }
-TRUE16 = "true16 register halves (v8.l, v8.h) are not modelled"
-KNOWN_GAPS = frozenset({*NOT_DERIVED.values(), TRUE16})
+KNOWN_GAPS = frozenset(NOT_DERIVED.values())
 # operand types (dst,src0,src1,src2) the mnemonic does not spell
 TYPES = {
     "v_sat_pk_u8_i16": "b16,b32", "v_trig_preop_f64": "f64,f64,u32", "v_cvt_pk_u8_f32": "b32,f32,u32,u32",
@@ -199,8 +198,8 @@ def derive(gen: int, row: Row) -> Derived | str:
         regs = [r for r in map(_reg, _operand_tokens(rest.strip())) if r is not None]
         return Derived(name, row.family, row.op, ("mdst", "msrc0", "msrc1", "vidx"),
                        (regs[0][2], regs[1][2], regs[2][2], 1))
-    if re.search(r"\bv\d+\.[lh]\b", rest):
-        return TRUE16
+    if re.search(r"\bv\d+\.[lh]\b", rest):  # true16 halves (v_mov_b16): tg_amd.encoder.TRUE16
+        return Derived(name, row.family, row.op, ("vdst", "src0"), (1, 1, 1, 1))
     tokens = _operand_tokens(rest.strip())
     fields = _fields(gen, row.family)
     values = {}

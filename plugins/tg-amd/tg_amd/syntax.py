@@ -48,6 +48,7 @@ MOD_ORDER = ("format", "idxen", "offen", "offset", "offset0", "offset1", "op_sel
              "bound_ctrl", "fi", "wait_exp", "wait_vdst", "wait_va_vdst", "wait_vm_vsrc", "dst_sel", "dst_unused",
              "src0_sel", "src1_sel", "done", "row_en")
 REG_RE = re.compile(r"^(s|v|a|ttmp)(?:(\d+)|\[(\d+)(?::(\d+))?\])$")
+HALF_RE = re.compile(r"^v(\d+)\.([lh])$")  # true16: v8.l, v8.h
 NUM_RE = re.compile(r"^-?(0x[0-9a-fA-F]+|\d+)$")
 FLOAT_RE = re.compile(r"^-?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][-+]?\d+)$")
 WAITCNT_RE = re.compile(r"(vmcnt|expcnt|lgkmcnt)\((\d+)\)")
@@ -79,6 +80,9 @@ def parse_operand(tok: str) -> Any:
         return tuple(parse_operand(x) for x in _split_top(t[1:-1], ","))
     if low == "off":
         return OFF
+    m = HALF_RE.match(low)
+    if m:
+        return Reg("v", int(m.group(1)), 1, m.group(2))
     m = REG_RE.match(low)
     if m:
         kind, single, lo, hi = m.groups()
