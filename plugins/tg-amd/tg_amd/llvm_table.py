@@ -25,8 +25,6 @@ ENCODED = {"SOP1", "SOP2", "SOPC", "SOPK", "SOPP", "SMEM", "VOP1", "VOP2", "VOPC
            "FLAT", "GLOBAL", "MUBUF", "VBUFFER", "SCRATCH", "MTBUF", "VINTERP", "LDSDIR", "MIMG", "VIMAGE", "VSAMPLE"}
 
 
-# mnemonics whose operands the listing cannot tell (or tg-amd does not model yet), with why
-NOT_DERIVED: dict[str, str] = {}
 # mnemonics whose operands the listing's fields do not tell apart: their roles and register counts
 SHAPES = {
     "s_atc_probe": (("probe", "sbase", "soff"), (1, 1, 1, 1)),  # a 7-bit immediate in the SDATA field
@@ -45,7 +43,6 @@ SHAPES = {
     "ds_bvh_stack_rtn_b32": (("vdst", "addr", "data0", "data1"), (1, 1, 1, 1)),  # data1: 4 VGPRs (isa.DS_DATA1)
     "s_set_gpr_idx_on": (("ssrc0", "gpridx"), (1, 1, 1, 1)),  # gpr_idx(SRC0,DST): a 4-bit mode in SSRC1
 }
-KNOWN_GAPS = frozenset(NOT_DERIVED.values())
 # operand types (dst,src0,src1,src2) the mnemonic does not spell
 TYPES = {
     "v_sat_pk_u8_i16": "b16,b32", "v_trig_preop_f64": "f64,f64,u32", "v_cvt_pk_u8_f32": "b32,f32,u32,u32",
@@ -177,8 +174,6 @@ def derive(gen: int, row: Row) -> Derived | str:
         return f"{row.family} instructions are not supported yet"
     name, _, rest = row.text.partition(" ")
     name = name.removesuffix("_e32").removesuffix("_e64")
-    if name in NOT_DERIVED:
-        return NOT_DERIVED[name]
     if name in SHAPES:
         sig, regs = SHAPES[name]
         return Derived(name, row.family, row.op, sig, regs)
