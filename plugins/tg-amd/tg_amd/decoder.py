@@ -10,7 +10,8 @@ from typing import Any
 
 from tg_amd import dpp, image, sdwa
 from tg_amd.arch import Arch, AsmError, get_arch
-from tg_amd.encoder import OMOD, PERMLANE_OP_SEL, TRUE16, _e64_sig, returns
+from tg_amd.encode_mem import returns
+from tg_amd.encoder import OMOD, PERMLANE_OP_SEL, TRUE16, _e64_sig
 from tg_amd.inst import Inst
 from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, ds_count, two_offsets
 from tg_amd.layouts import LAYOUTS, Layout, match
@@ -313,7 +314,7 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
             mods["clamp"] = True
         mods["wait_exp"] = f["wait_exp"]  # llvm-mc always prints it
     elif lay == "EXP":
-        from tg_amd.encoder import EXP_TARGETS
+        from tg_amd.encode_mem import EXP_TARGETS
         name_of = {v: k for k, v in EXP_TARGETS.items()}
         ops.append(Label(name_of.get(f["target"], f"target{f['target']}")))
         ops += [Reg("v", f[f"vsrc{k}"]) if f["en"] >> k & 1 else OFF for k in range(4)]

@@ -16,12 +16,12 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from tg_amd.arch import Arch, AsmError
+from tg_amd.encoding import _Encoder, _no_mods, _operands, _unsigned
 from tg_amd.inst import Inst
 from tg_amd.operands import Reg
 from tg_amd.symbols import policy_name, policy_value
 
 if TYPE_CHECKING:
-    from tg_amd.encoder import _Encoder
     from tg_amd.isa import OpInfo
     from tg_amd.layouts import Layout
 
@@ -186,7 +186,6 @@ def _addresses(enc: _Encoder, op: Any, expected: int) -> list[int]:
 
 def encode(enc: _Encoder) -> bytes:
     """image_* (MIMG on gfx11, VIMAGE / VSAMPLE on gfx12)."""
-    from tg_amd.encoder import _no_mods, _operands, _unsigned
     info, f, mods, arch = enc.info, enc.fields, enc.inst.mods, enc.arch
     if info.name in BVH:
         return _encode_bvh(enc)
@@ -248,7 +247,6 @@ def _descriptor(enc: _Encoder, op: Any, count: int, what: str) -> int:
 
 def _encode_bvh(enc: _Encoder) -> bytes:
     """image_bvh*_intersect_ray: only a16 is written; dmask 0xf, r128 (and unorm on gfx11) are implied."""
-    from tg_amd.encoder import _no_mods, _operands
     info, f, arch = enc.info, enc.fields, enc.arch
     _no_mods(enc, ("a16",))
     vdata, vaddr, rsrc = _operands(enc, info.sig)

@@ -26,7 +26,7 @@ ENCODED = {"SOP1", "SOP2", "SOPC", "SOPK", "SOPP", "SMEM", "VOP1", "VOP2", "VOPC
 
 
 # mnemonics whose operands the listing's fields do not tell apart: their roles and register counts
-SHAPES = {
+SHAPES: dict[str, tuple[tuple[str, ...], tuple[int, int, int, int]]] = {
     "s_atc_probe": (("probe", "sbase", "soff"), (1, 1, 1, 1)),  # a 7-bit immediate in the SDATA field
     "s_atc_probe_buffer": (("probe", "sbuf", "soff"), (1, 1, 1, 1)),
     "s_sendmsg_rtn_b32": (("sdst", "msg"), (1, 1, 1, 1)),  # the message id in the SSRC0 field
@@ -175,8 +175,7 @@ def derive(gen: int, row: Row) -> Derived | str:
     name, _, rest = row.text.partition(" ")
     name = name.removesuffix("_e32").removesuffix("_e64")
     if name in SHAPES:
-        sig, regs = SHAPES[name]
-        return Derived(name, row.family, row.op, sig, regs)
+        return Derived(name, row.family, row.op, *SHAPES[name])
     if row.family in ("MUBUF", "VBUFFER", "MTBUF"):
         return _buffer(name, row, rest)
     if row.family == "SCRATCH":
@@ -190,9 +189,9 @@ def derive(gen: int, row: Row) -> Derived | str:
     if row.family == "LDSDIR":
         return Derived(name, "LDSDIR", row.op, ("vdst", "attr") if "attr" in rest else ("vdst",), (1, 1, 1, 1))
     if name.startswith("v_smfmac"):  # D (accumulated), A, B as printed; the index VGPR in C's field
-        regs = [r for r in map(_reg, _operand_tokens(rest.strip())) if r is not None]
+        printed = [r for r in map(_reg, _operand_tokens(rest.strip())) if r is not None]
         return Derived(name, row.family, row.op, ("mdst", "msrc0", "msrc1", "vidx"),
-                       (regs[0][2], regs[1][2], regs[2][2], 1))
+                       (printed[0][2], printed[1][2], printed[2][2], 1))
     if re.search(r"\bv\d+\.[lh]\b", rest):  # true16 halves (v_mov_b16): tg_amd.encoder.TRUE16
         return Derived(name, row.family, row.op, ("vdst", "src0"), (1, 1, 1, 1))
     tokens = _operand_tokens(rest.strip())
