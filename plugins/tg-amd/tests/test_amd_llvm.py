@@ -94,9 +94,9 @@ def test_program_with_labels_matches_llvm_mc(have_llvm: None) -> None:
     assert ours == llvm_object_text(text, "gfx1200")
 
 
-# llvm-mc prints these with names tg-amd does not model (depctr_*(n), swizzle(...)); compared by
+# llvm-mc prints these with names tg-amd does not model (swizzle(...)); compared by
 # bytes only
-TEXT_EXEMPT = ("s_waitcnt_depctr", "s_wait_alu", "ds_swizzle")
+TEXT_EXEMPT = ("ds_swizzle",)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -17,7 +17,7 @@ from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, ds_count, two_offsets
 from tg_amd.layouts import LAYOUTS, Layout, match
 from tg_amd.llvm_table import dpp_forms, hex_immediates
 from tg_amd.operands import FILES, INV_2PI, LITERAL, OFF, SPECIALS, Attr, Dec, Hex, Label, Mod, Reg, Sext
-from tg_amd.symbols import Sym, delay_sym, format_name, gpr_idx_sym, hwreg_sym, msg_sym, policy_name
+from tg_amd.symbols import Sym, delay_sym, depctr_sym, format_name, gpr_idx_sym, hwreg_sym, msg_sym, policy_name
 
 FLOAT_CODES = {240: 0.5, 241: -0.5, 242: 1.0, 243: -1.0, 244: 2.0, 245: -2.0, 246: 4.0, 247: -4.0, 248: INV_2PI}
 OMOD_NAMES = {v: k for k, v in OMOD.items()}
@@ -152,6 +152,8 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                     ops.append(msg_sym(imm, arch))
                 elif name == "s_delay_alu":
                     ops.append(delay_sym(imm))
+                elif name in ("s_waitcnt_depctr", "s_wait_alu"):
+                    ops.append(depctr_sym(imm))
                 elif name == "s_set_gpr_idx_mode":
                     ops.append(gpr_idx_sym(imm))
                 elif name == "s_version":

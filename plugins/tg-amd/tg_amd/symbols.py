@@ -231,6 +231,21 @@ def msg_sym(imm: int, arch: Arch) -> Sym | int:
     return imm
 
 
+DEPCTR_ORDER = ("depctr_hold_cnt", "depctr_sa_sdst", "depctr_va_vdst", "depctr_va_sdst", "depctr_va_ssrc",
+                "depctr_va_vcc", "depctr_vm_vsrc")  # the order llvm-objdump prints them in
+
+
+def depctr_sym(imm: int) -> Sym | Hex:
+    """``s_waitcnt_depctr`` / ``s_wait_alu``'s immediate as llvm-objdump prints it: the counters below their
+    maximum (all of them if none is), or hex when a bit no counter owns differs from its default."""
+    owned = sum(((1 << w) - 1) << lo for lo, w in DEPCTR.values())
+    if imm & ~owned & 0xFFFF != DEPCTR_BASE & ~owned & 0xFFFF:
+        return Hex(imm)
+    values = {name: imm >> DEPCTR[name][0] & ((1 << DEPCTR[name][1]) - 1) for name in DEPCTR_ORDER}
+    waiting = [(n, v) for n, v in values.items() if v != (1 << DEPCTR[n][1]) - 1]
+    return Sym("depctr", tuple(waiting or values.items()))
+
+
 def delay_sym(imm: int) -> Sym | int:
     args = []
     for field, (shift, codes) in DELAY_FIELDS.items():
