@@ -217,6 +217,7 @@ def _valu(g: Gen, info: OpInfo, force: str | None) -> str:
     ops: list[str] = []
     used_literal = ["k" in info.sig]  # fmaak/fmamk: the constant is the one literal
     scalar_used = ["k" in info.sig and not arch.rdna]  # and on CDNA the one constant-bus read
+    scalar_reads = [int("k" in info.sig)]
 
     reads_mask = (not arch.rdna and ("mask" in info.sig or info.sig[-1:] == ("vcc",))) or \
         info.name.startswith("v_div_fmas")  # reads all of VCC
@@ -229,6 +230,8 @@ def _valu(g: Gen, info: OpInfo, force: str | None) -> str:
             return g.vgpr(info.count(slot), top=top) if r.random() < 0.7 else str(r.randint(-16, 64))
         if not arch.rdna and scalar_used[0]:  # CDNA: one SGPR per instruction
             return g.vgpr(info.count(slot)) if r.random() < 0.7 else str(r.randint(-16, 64))
+        if arch.rdna and scalar_reads[0] >= 2:  # RDNA: two scalar values (SGPRs, literal) per instruction
+            return g.vgpr(info.count(slot), top=top) if r.random() < 0.7 else str(r.randint(-16, 64))
         allow = lit_ok and not used_literal[0]
         mods = e64 and "nomods" not in info.flags and info.fmt != "VOP3SD"
         text = g.src(info, slot, allow, vgpr=vgpr, mods=mods)
@@ -236,6 +239,7 @@ def _valu(g: Gen, info: OpInfo, force: str | None) -> str:
             used_literal[0] = True
         if text.lstrip("-|").startswith(("s", "ttmp", "vcc", "exec", "m0", "0x", "3.5")):
             scalar_used[0] = True
+            scalar_reads[0] += 1
         return text
 
     sig = info.sig
@@ -341,6 +345,12 @@ def _ds(g: Gen, info: OpInfo) -> str:
         return info.name
     if two_offsets(info.name):
         text += f" offset0:{r.randint(0, 255)} offset1:{r.randint(0, 255)}"
+    elif info.name == "ds_swizzle_b32":  # as llvm-objdump prints them (a raw mask may not read back the same)
+        n = 1 << r.randint(1, 5)
+        text += " offset:" + r.choice([
+            f"swizzle(QUAD_PERM,{','.join(str(r.randint(0, 3)) for _ in range(4))})",
+            f'swizzle(BITMASK_PERM,"{"".join(r.choice("01pi") for _ in range(5))}")',
+            f"swizzle(BROADCAST,{n},{r.randrange(n)})", f"swizzle(SWAP,{n // 2})", f"swizzle(REVERSE,{n})"])
     elif r.random() < 0.6:
         text += f" offset:{r.randint(1, 65535)}"
     return text

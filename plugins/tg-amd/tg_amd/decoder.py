@@ -17,7 +17,17 @@ from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, ds_count, two_offsets
 from tg_amd.layouts import LAYOUTS, Layout, match
 from tg_amd.llvm_table import dpp_forms, hex_immediates
 from tg_amd.operands import FILES, INV_2PI, LITERAL, OFF, SPECIALS, Attr, Dec, Hex, Label, Mod, Reg, Sext
-from tg_amd.symbols import Sym, delay_sym, depctr_sym, format_name, gpr_idx_sym, hwreg_sym, msg_sym, policy_name
+from tg_amd.symbols import (
+    Sym,
+    delay_sym,
+    depctr_sym,
+    format_name,
+    gpr_idx_sym,
+    hwreg_sym,
+    msg_sym,
+    policy_name,
+    swizzle_sym,
+)
 
 FLOAT_CODES = {240: 0.5, 241: -0.5, 242: 1.0, 243: -1.0, 244: 2.0, 245: -2.0, 246: 4.0, 247: -4.0, 248: INV_2PI}
 OMOD_NAMES = {v: k for k, v in OMOD.items()}
@@ -253,7 +263,8 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                 if f[key]:
                     mods[key] = f[key]
         elif f["offset0"] | f["offset1"] << 8:
-            mods["offset"] = f["offset0"] | f["offset1"] << 8
+            offset = f["offset0"] | f["offset1"] << 8
+            mods["offset"] = swizzle_sym(offset) if name == "ds_swizzle_b32" else offset
         if f.get("gds"):
             mods["gds"] = True
     elif lay == "FLAT":

@@ -11,7 +11,8 @@ from tg_amd.encoding import _Encoder, _no_mods, _operands, _signed, _unsigned
 from tg_amd.inst import Inst
 from tg_amd.isa import OpInfo, ds_count, two_offsets
 from tg_amd.operands import OFF, Attr, Label, Mod, Reg, constant_code
-from tg_amd.symbols import format_value, policy_value
+from tg_amd.symbols import Sym, format_value, policy_value
+from tg_amd.symbols import value as symbol_value
 
 
 def _ds(enc: _Encoder) -> bytes:
@@ -36,7 +37,8 @@ def _ds(enc: _Encoder) -> bytes:
         f["offset0"] = _unsigned(mods.get("offset0", 0), 8, "offset0", enc)
         f["offset1"] = _unsigned(mods.get("offset1", 0), 8, "offset1", enc)
     else:
-        off = _unsigned(mods.get("offset", 0), 16, "offset", enc)
+        off = mods.get("offset", 0)
+        off = _unsigned(symbol_value(off, arch) if isinstance(off, Sym) else off, 16, "offset", enc)
         f["offset0"], f["offset1"] = off & 0xFF, off >> 8
     if mods.get("gds"):
         f["gds"] = 1

@@ -74,8 +74,8 @@ class Sym:
     def __str__(self) -> str:
         if self.kind == "version":
             return version_text(self.args[0])
-        if self.kind == "gpr_idx":
-            return f"gpr_idx({','.join(self.args)})"
+        if self.kind in ("gpr_idx", "swizzle"):
+            return f"{self.kind}({','.join(str(a) for a in self.args)})"
         if self.kind == "delay":
             return " | ".join(f"{field}({name})" for field, name in self.args)
         if self.kind == "depctr":
@@ -149,6 +149,8 @@ def value(sym: Sym, arch: Arch) -> int:
     names = _names(arch.name)
     if sym.kind == "version":
         return int(sym.args[0])
+    if sym.kind == "swizzle":
+        return swizzle_value(sym.args, arch)
     if sym.kind == "gpr_idx":
         bits = 0
         for name in sym.args:
@@ -244,6 +246,62 @@ def depctr_sym(imm: int) -> Sym | Hex:
     values = {name: imm >> DEPCTR[name][0] & ((1 << DEPCTR[name][1]) - 1) for name in DEPCTR_ORDER}
     waiting = [(n, v) for n, v in values.items() if v != (1 << DEPCTR[n][1]) - 1]
     return Sym("depctr", tuple(waiting or values.items()))
+
+
+# ds_swizzle_b32 offset:swizzle(...): QUAD_PERM mode is 0x80 in bits [15:8] and four 2-bit lane selects;
+# otherwise (bit 15 clear) the new lane is ((lane & and) | or) ^ xor, masks in bits [4:0], [9:5], [14:10]
+def swizzle_value(args: tuple, arch: Arch) -> int:
+    """The offset of ``swizzle(QUAD_PERM,0,1,2,3)``, ``swizzle(BITMASK_PERM,"01pip")``, ``swizzle(BROADCAST,8,1)``,
+    ``swizzle(SWAP,4)`` or ``swizzle(REVERSE,8)``."""
+    def fail(why: str) -> AsmError:
+        return AsmError(why, None, "swizzle", arch.name)
+    mode, *rest = args
+    if mode == "QUAD_PERM":
+        if len(rest) != 4 or not all(isinstance(x, int) and 0 <= x <= 3 for x in rest):
+            raise fail("QUAD_PERM takes four lane ids in [0, 3]")
+        return 0x8000 | sum(x << 2 * k for k, x in enumerate(rest))
+    if mode == "BITMASK_PERM":
+        pattern = str(rest[0]).strip('"') if len(rest) == 1 else ""
+        if len(pattern) != 5 or set(pattern) - set("01pi"):
+            raise fail('BITMASK_PERM takes a 5-character mask of 0, 1, p, i ("01pip")')
+        masks = [0, 0, 0]
+        for k, ch in enumerate(reversed(pattern)):
+            bits = {"0": (0, 0, 0), "1": (0, 1, 0), "p": (1, 0, 0), "i": (1, 0, 1)}[ch]
+            for m in range(3):
+                masks[m] |= bits[m] << k
+        return masks[0] | masks[1] << 5 | masks[2] << 10
+    sizes = {"BROADCAST": (2, 2), "SWAP": (1, 1), "REVERSE": (1, 2)}  # operands, smallest group
+    if mode not in sizes or len(rest) != sizes[mode][0] or not all(isinstance(x, int) for x in rest):
+        raise fail("expected QUAD_PERM, BITMASK_PERM, BROADCAST, SWAP or REVERSE and their operands")
+    n = rest[0]
+    if not (sizes[mode][1] <= n <= (16 if mode == "SWAP" else 32) and n & (n - 1) == 0):
+        raise fail(f"{'group' if mode != 'SWAP' else 'swap'} size must be a power of two")
+    if mode == "BROADCAST":
+        if not 0 <= rest[1] < n:
+            raise fail("lane id must be in the interval [0,group size - 1]")
+        return (0x20 - n) | rest[1] << 5
+    return 0x1F | (n if mode == "SWAP" else n - 1) << 10
+
+
+def swizzle_sym(imm: int) -> Sym | int:
+    """The ``swizzle(...)`` llvm-objdump prints for a ds_swizzle_b32 offset (the number when it has none)."""
+    if imm >> 8 == 0x80:
+        return Sym("swizzle", ("QUAD_PERM", *(imm >> 2 * k & 3 for k in range(4))))
+    if imm >> 15:
+        return imm
+    and_, or_, xor = imm & 0x1F, imm >> 5 & 0x1F, imm >> 10 & 0x1F
+    if and_ == 0x1F and or_ == 0 and xor and xor & (xor - 1) == 0:
+        return Sym("swizzle", ("SWAP", xor))
+    if and_ == 0x1F and or_ == 0 and xor and (xor + 1) & xor == 0:
+        return Sym("swizzle", ("REVERSE", xor + 1))
+    group = 0x20 - and_
+    if group > 1 and group & (group - 1) == 0 and or_ < group and xor == 0:
+        return Sym("swizzle", ("BROADCAST", group, or_))
+    chars = ""
+    for k in range(4, -1, -1):
+        a, o, x = and_ >> k & 1, or_ >> k & 1, xor >> k & 1
+        chars += ("i" if x else "p") if a and not o else str(o ^ x)
+    return Sym("swizzle", ("BITMASK_PERM", f'"{chars}"'))
 
 
 def delay_sym(imm: int) -> Sym | int:

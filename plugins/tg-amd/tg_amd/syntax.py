@@ -205,6 +205,11 @@ def _parse_mod(tok: str, mods: dict[str, Any]) -> bool:
     if ":" not in low or low.startswith(("s[", "v[", "a[", "ttmp[")):
         return False
     key, _, value = low.partition(":")
+    if key == "offset" and value.startswith("swizzle(") and value.endswith(")"):  # ds_swizzle_b32
+        args = _split_top(tok.partition(":")[2][8:-1], ",")
+        mods[key] = Sym("swizzle", tuple(int(a, 0) if NUM_RE.match(a) else a.upper() if '"' not in a else a
+                                         for a in args))
+        return True
     if key in INT_MODS:
         mods[key] = int(value, 0) if NUM_RE.match(value) and not value.startswith("-") else \
             -int(value[1:], 0) if NUM_RE.match(value) else integer_expression(value)
