@@ -202,9 +202,7 @@ def _vinterp(enc: _Encoder) -> bytes:
             f["vdst"] = enc.vreg(o, 1, what).index
             continue
         k = int(role[-1])
-        if isinstance(o, Mod):
-            if o.abs:
-                enc.fail("v_interp sources take neg, not abs", what)
+        if isinstance(o, Mod):  # llvm-mc takes |v| here and drops the abs (the encoding has no abs bits)
             neg |= int(o.neg) << k
             o = o.value
         f[role] = 256 + enc.vreg(o, 1, what).index

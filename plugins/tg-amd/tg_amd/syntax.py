@@ -292,6 +292,10 @@ def parse_inst(text: str) -> Inst:
                     raise AsmError(f"modifier {tok} given twice", name)
     if name.startswith("image_"):
         image.check_order(name, mods)
+    keys = list(mods)
+    if name.startswith("v_interp_") and "clamp" in mods and "op_sel" in mods and \
+            keys.index("op_sel") < keys.index("clamp"):
+        raise AsmError("invalid operand for instruction (clamp comes before op_sel here)", name, "clamp")
     return Inst(name, tuple(operands), mods, enc)
 
 
