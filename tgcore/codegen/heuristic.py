@@ -9,7 +9,10 @@ Out: a list of ``Opt`` records for ``tgcore.codegen.optimize.apply_opts``.
 - Matrix products large enough to be compute bound get a register tile (``gemm_opts``): rows unrolled,
   several vectors of columns, and the reduction tiled so one block of the right-hand matrix stays in cache.
 - Reductions along their input's contiguous axis (a matrix-vector product, dequantize-and-dot): the reduced
-  axis becomes vector lanes, summed across lanes at the end; the finest quantization blocks get ``BLOCK``.
+  axis becomes vector lanes, summed across lanes at the end; the finest quantization blocks get ``BLOCK``,
+  nested in the coarsest when a format has two levels of scales (K-quants).
+- Elementwise kernels whose lanes gather packed bytes (a quantized weight dequantized into its transpose):
+  the axis the bytes run along is unrolled by its quantization block (``gather_unroll``).
 - The outermost output loop left is split over threads when the kernel has enough work for them.
 """
 from __future__ import annotations
