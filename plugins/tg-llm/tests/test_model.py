@@ -237,18 +237,21 @@ def test_unsupported_architecture_is_named(tmp_path):
 
 def test_kv_cache_writes_are_lazy_assigns():
     """The cache is written with lazy assigns: the model's cache tensors see every write, while a lazy tensor
-    built from a cache before a call keeps the contents it was built from (only that cache is copied aside)."""
+    built from a cache before a plain (not replayed) call keeps the contents it was built from (only that cache
+    is copied aside). A fresh model: the session's shared one has replayed prefills of these shapes, and a
+    replay writes in place (as jitted decode steps do)."""
+    from tg_llm.model import Model
+
     import tgcore
     ids = prompt_ids(20)
     ref = reference().forward(ids[:16])
-    model = smollm2_model()
-    model.reset()
+    model = Model.from_gguf(smollm2_path(), device="CPU", max_context=MAX_CONTEXT)
     first = model.forward(ids[:12], 0)
     cache = model.layers[0].cache_k
     old = cache.numpy()
     before = cache.shrink((None, (0, 16), None))  # a lazy view of rows 0..15 as they are now
     copies = tgcore.realization.preserved
-    second = model.forward(ids[12:16], 12)  # (eager prefill: writes rows 12..15 of every layer's cache)
+    second = model.forward(ids[12:16], 12)  # (a first, plain prefill: writes rows 12..15 of every cache)
     np.testing.assert_array_equal(before.numpy(), old[:, :16])
     new = cache.numpy()
     np.testing.assert_array_equal(new[:, :12], old[:, :12])

@@ -51,10 +51,11 @@ attention mask are computed on the host and passed in as tensors.
   power-of-two window of the cache that covers the prompt, so prompts of many lengths share a few
   compiled kernel sets. Jitted like decode (one capture per padded length and window; the capture's
   scratch buffers are shared between layers, so it keeps about one layer's intermediates), except when
-  the cache ring wraps inside the call (constant slots: run eagerly). From ``DENSE_MIN_TOKENS`` rows on,
-  each weight is dequantized into a temporary float buffer holding its transpose and multiplied as a
-  plain GEMM (the register-tiled one, B contiguous along the output columns): the fused dequantizing
-  matmul decodes the weight once per row.
+  the cache ring wraps inside the call (constant slots: run eagerly). As with decode, a replayed call
+  writes the cache in place: a lazy view of a cache built before it sees the new values (realize it
+  first). From ``DENSE_MIN_TOKENS`` rows on, each weight is dequantized into a temporary float buffer
+  holding its transpose and multiplied as a plain GEMM (the register-tiled one, B contiguous along the
+  output columns): the fused dequantizing matmul decodes the weight once per row.
 """
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ PREFILL_CHUNK = 256    # a longer prompt is prefilled in chunks of this many tok
 # fused vs dense: 4 rows 24 vs 86-102, 16 rows 87-91 vs 102-126, 32 rows 171-182 vs 160)
 DENSE_MIN_TOKENS = 32
 DECODE_WINDOWS = 16    # decode captures kept: one per power-of-two attention window (per layer kind)
-PREFILL_CAPTURES = 4   # prefill captures kept per kind of result: one per padded token count and attention window
+PREFILL_CAPTURES = 2   # prefill captures kept per kind of result (each keeps a layer of scratch: weights, activations)
 ROPE_SCALING_TYPES = ("none", "linear")  # {arch}.rope.scaling.type values this module applies
 
 
