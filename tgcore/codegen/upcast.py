@@ -96,6 +96,7 @@ class _Expander:
         self.steps: dict[tuple[UOp, ...], int] = {}  # per-lane indices -> their constant step (affine ones)
         self.evaluated: dict[UOp, list[UOp]] = {}  # expr -> per_lane(expr): unrolled copies share gates and indices
         self.dependent: dict[UOp, bool] = {}  # expr -> whether it depends on a lane
+        self.minus_lane: dict[int, UOp] = {}
 
     def per_lane(self, expr: UOp) -> list[UOp]:
         """``expr`` evaluated for each lane, each distinct ``expr`` once (the unrolled copies of a tile share their
@@ -138,7 +139,9 @@ class _Expander:
         step = _stride(expr, lane)
         if step is None:
             return None
-        base = (expr - lane * step).simplify()
+        if (minus := self.minus_lane.get(step)) is None:  # -(lane*step), simplified once per step
+            minus = self.minus_lane[step] = (-(lane * step)).simplify()
+        base = UOp(Ops.ADD, expr.dtype, (expr, minus)).simplify()  # expr - lane*step
         if self.depends_on_lanes(base):
             return None
         if base.op is Ops.CONST:
