@@ -96,14 +96,15 @@ class _Expander:
         self.steps: dict[tuple[UOp, ...], int] = {}  # per-lane indices -> their constant step (affine ones)
         self.evaluated: dict[UOp, list[UOp]] = {}  # expr -> per_lane(expr): unrolled copies share gates and indices
         self.dependent: dict[UOp, bool] = {}  # expr -> whether it depends on a lane
-        self.minus_lane: dict[int, UOp] = {}
+        self.minus_lane: dict[int, UOp] = {}  # step -> -(lane*step) simplified (an affine index drops it)
 
     def per_lane(self, expr: UOp) -> list[UOp]:
         """``expr`` evaluated for each lane, each distinct ``expr`` once (the unrolled copies of a tile share their
         gates and many indices). An affine index (a constant step per lane, the usual case) is simplified once and
         offset per lane; an op on lane-dependent values (a gate ``index < n``, a clamp) takes its sources' lanes and
-        simplifies only itself per lane. Both give what simplifying ``expr`` with the lane substituted gives (checked
-        under ``TG_SPEC=1``), without simplifying the whole expression once per lane."""
+        simplifies only itself per lane. Both give the values of ``expr`` with the lane substituted, simplified
+        (maybe with terms in another order; ``TG_SPEC=1`` checks the second way against the substitution), without
+        simplifying the whole expression once per lane."""
         if (known := self.evaluated.get(expr)) is None:
             known = self.evaluated[expr] = self._per_lane(expr)
         return known
