@@ -153,9 +153,10 @@ def _conv_backward_asts(x: Tensor, w: Tensor, padding: int) -> dict[str, object]
 def test_policy_tiles_every_product_of_a_small_convolution():
     """The products of a small convolution (the convnet of bench/train.py: 8 -> 16 channels, 13x13 images) get a
     register tile: the forward pass one of vectors over each image's columns (its batch's rows count towards the
-    work), the weight gradient (whose factor is the fused relu and pooling gradient) and the input gradient, with
-    no axis to vectorize, one of scalar accumulators (two output axes unrolled). Before, all three ran one scalar
-    accumulator per output."""
+    work), the input gradient too (its output holds the windows: the columns it vectorizes are not contiguous
+    there, its stores are scattered), the weight gradient (whose factor is the fused relu and pooling gradient),
+    with no axis to vectorize, one of scalar accumulators (two output axes unrolled). Before, all three ran one
+    scalar accumulator per output."""
     from tgcore.codegen import default_policy, prepare_kernel
     x = Tensor.empty(32, 8, 13, 13, device="CPU").requires_grad_()
     w = Tensor.empty(16, 8, 3, 3, device="CPU").requires_grad_()
@@ -167,12 +168,12 @@ def test_policy_tiles_every_product_of_a_small_convolution():
         return default_policy(prepare_kernel(kernels[name], renderer), renderer, 2)  # type: ignore[arg-type]
     forward, weight_grad, input_grad = (policy(n) for n in ("r_32_16_11_11_8_3_3", "r_16_8_3_3_32_11_11",
                                                             "r_32_8_11_11_3_3_16"))
-    assert [o.op for o in forward if o.op is OptOps.UPCAST] == [OptOps.UPCAST]
-    assert any(o.op is OptOps.UNROLL for o in forward)
-    for opts in (weight_grad, input_grad):
-        unrolled = {o.axis for o in opts if o.op is OptOps.UNROLL}
-        assert len(unrolled) == 2 and not any(o.op is OptOps.UPCAST for o in opts), opts
-        assert prod(o.amount for o in opts if o.op is OptOps.UNROLL) <= renderer.vector_registers
+    for opts in (forward, input_grad):
+        assert [o.op for o in opts if o.op is OptOps.UPCAST] == [OptOps.UPCAST], opts
+        assert any(o.op is OptOps.UNROLL for o in opts), opts
+    unrolled = {o.axis for o in weight_grad if o.op is OptOps.UNROLL}
+    assert len(unrolled) == 2 and not any(o.op is OptOps.UPCAST for o in weight_grad), weight_grad
+    assert prod(o.amount for o in weight_grad if o.op is OptOps.UNROLL) <= renderer.vector_registers
 
 
 @pytest.mark.parametrize("device", DEVICES)

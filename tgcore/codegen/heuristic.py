@@ -150,15 +150,23 @@ def _gemm_axes(ast: UOp) -> tuple[UOp, UOp, tuple[UOp, ...]] | None:
     if found is None:
         return None
     index, red, a_idx, b_idx, outputs = found
-    cols = [r for r in outputs if _stride(index, r) == 1]
+
+    def along(r: UOp) -> bool:  # one factor runs along r in vectors, the other is the same along it
+        return {_stride(a_idx, r), _stride(b_idx, r)} == {0, 1}
+    # the contiguous output axis, unless another one the loads run along is more than twice as long (then the
+    # stores are scattered, once per tile after the reduction): a convolution's input gradient, whose windows lie
+    # across the output, runs along the image's columns, not the kernel's three
+    cols = sorted((r for r in outputs if along(r)), key=_size)
     if not cols:
         return None
-    col = cols[0]
-    if _stride(a_idx, col) == 1 and _stride(b_idx, col) == 0:  # the loads the other way round
+    contiguous = [r for r in cols if _stride(index, r) == 1]
+    scattered = not contiguous or 2 * _size(contiguous[0]) < _size(cols[-1])
+    col = cols[-1] if scattered else contiguous[0]
+    if _stride(a_idx, col) == 1:  # the loads the other way round
         a_idx, b_idx = b_idx, a_idx
-    if _stride(b_idx, col) != 1 or _stride(a_idx, col) != 0:
-        return None
     rows = [r for r in outputs if r is not col and _stride(b_idx, r) == 0 and _stride(a_idx, r)]
+    if scattered:  # the longest row axis (the innermost of equals)
+        rows = sorted(rows, key=_size)
     return (rows[-1], col, red.src[1:]) if rows else None
 
 
