@@ -10,6 +10,8 @@ Out: a list of ``Opt`` records for ``tgcore.codegen.optimize.apply_opts``.
   several vectors of columns, and the reduction tiled so one block of the right-hand matrix stays in cache.
 - Reductions along their input's contiguous axis (a matrix-vector product, dequantize-and-dot): the reduced
   axis becomes vector lanes, summed across lanes at the end; the finest quantization blocks get ``BLOCK``.
+- Products with nothing to vectorize (a small convolution's weight gradient): a tile of scalar accumulators,
+  two output axes unrolled (``nt_gemm_opts`` with ``scalar``).
 - The outermost output loop left is split over threads when the kernel has enough work for them.
 """
 from __future__ import annotations
@@ -296,7 +298,8 @@ def gemm_opts(ast: UOp, renderer: Renderer, threads: int) -> list[Opt]:
 def nt_gemm_opts(ast: UOp, renderer: Renderer, threads: int, work: int, scalar: bool = False) -> list[Opt]:
     """A register tile for a product of two matrices that both run along the reduced axis (``x @ W.T``, a weight
     gradient): the reduced axis in vectors, ``rows x cols`` accumulators (one vector each, summed across lanes
-    after the loop), so each step loads ``rows + cols`` vectors for ``rows * cols`` FMAs."""
+    after the loop), so each step loads ``rows + cols`` vectors for ``rows * cols`` FMAs. With ``scalar``, when no
+    reduced axis both run along in whole vectors, the same tile of scalar accumulators."""
     found = _product(ast)
     if found is None:
         return []
