@@ -870,9 +870,14 @@ def _ready_calls(tensors: Sequence[Tensor], items: list[Any], result: dict[UOp, 
                              f"tensor {i} ({t.shape}) is a view: pass t.contiguous()")
         last = -1 if buf_uop is None else \
             max((k for k, si in enumerate(items) if any(b.base is buf.base for b in si.bufs)), default=-1)
-        call = HostCall(f"on_ready {i}", lambda bufs, i=i: on_ready(i, bufs[0]))
-        after.setdefault(last, []).append((call, [buf]))
+        after.setdefault(last, []).append((HostCall(f"on_ready {i}", _call_with_index(on_ready, i)), [buf]))
     return after
+
+
+def _call_with_index(on_ready: Callable[[int, Buffer], None], i: int) -> Callable[[list[Buffer]], None]:
+    def call(bufs: list[Buffer]) -> None:
+        on_ready(i, bufs[0])
+    return call
 
 
 def _sint(x: Any) -> Any:

@@ -1,0 +1,82 @@
+"""Data-parallel training under mpirun: N ranks on a global batch equal one process on it (numpy reference), all
+ranks hold identical parameters, BatchNorm statistics stay per rank, checkpoints come from rank 0 only, and a dead
+or stuck rank ends the job with an error. The sampler's sharding is checked without MPI."""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import HERE, run_job
+from test_mpi import ok
+from tg_mlx_rdma.data_parallel import ShardSampler, shard_sizes
+
+DP_WORKER = str(HERE / "dp_worker.py")
+
+
+@pytest.mark.parametrize("np_", [2, 4])
+def test_n_ranks_train_like_one_process_on_the_global_batch(need_mpi: None, np_: int) -> None:
+    """Even and uneven shards, gradient accumulation over two micro-batches, and a jitted step: after every step each
+    rank's parameters equal numpy's SGD on the whole global batch, and all ranks' bytes are identical."""
+    ok(run_job(np_, [DP_WORKER, "train"], timeout=240, oversubscribe=np_ > 2), np_)
+
+
+def test_batchnorm_statistics_stay_per_rank(need_mpi: None) -> None:
+    ok(run_job(2, [DP_WORKER, "batchnorm"], timeout=120), 2)
+
+
+def test_checkpoint_is_written_by_rank_0_only(need_mpi: None, tmp_path: Path) -> None:
+    ok(run_job(2, [DP_WORKER, "checkpoint"], timeout=120, env={"TG_TEST_DIR": str(tmp_path)}), 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt0.safetensors"]
+
+
+@pytest.mark.parametrize("how", ["kill", "hang"])
+def test_a_dead_or_stuck_rank_ends_the_job(need_mpi: None, how: str) -> None:
+    """Rank 1 is killed, or hangs, in the third step while rank 0 is in reduce_gradients: the job ends non-zero; a
+    hang within the transport timeout (5 s here) after which rank 0 aborts the job."""
+    start = time.monotonic()
+    proc = run_job(2, [DP_WORKER, f"fault-{how}"], timeout=120, env={"TG_TEST_TIMEOUT": "5"})
+    elapsed = time.monotonic() - start
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert elapsed < 90, f"took {elapsed:.0f} s"
+    if how == "hang":
+        assert "CommTimeout" in out and "did not complete within 5 s" in out, out
+        assert "aborts the MPI job" in out, out
+    else:
+        assert re.search(r"rank 1\b", out), out
+
+
+@pytest.mark.parametrize(("batch", "world"), [(8, 2), (10, 4), (7, 2), (4, 4), (13, 3)])
+def test_shards_cover_each_global_batch_once(batch: int, world: int) -> None:
+    n = batch * 3 + batch // 2
+    for shuffle in (False, True):
+        for drop_last in (True, False):
+            per_rank = [list(ShardSampler(n, batch, r, world, shuffle=shuffle, seed=4, drop_last=drop_last))
+                        for r in range(world)]
+            order = np.random.default_rng([4, 0]).permutation(n) if shuffle else np.arange(n)
+            full, rest = divmod(n, batch)
+            spans = [(k * batch, batch) for k in range(full)]
+            if not drop_last and rest >= world:
+                spans.append((full * batch, rest))
+            assert all(len(p) == len(spans) for p in per_rank)
+            for k, (start, size) in enumerate(spans):
+                got = np.concatenate([per_rank[r][k] for r in range(world)])
+                np.testing.assert_array_equal(got, order[start:start + size])  # rank order, nothing twice or lost
+                sizes = [len(per_rank[r][k]) for r in range(world)]
+                assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+
+
+def test_shard_sizes_and_bad_arguments() -> None:
+    assert shard_sizes(10, 4) == [3, 3, 2, 2]
+    assert shard_sizes(8, 2) == [4, 4]
+    with pytest.raises(ValueError, match="smaller than the 4 ranks"):
+        ShardSampler(100, 3, 0, 4)
+    with pytest.raises(ValueError, match="rank 4 is not a rank"):
+        ShardSampler(100, 8, 4, 4)
+    epochs = ShardSampler(40, 8, 0, 2, seed=1)
+    first = np.concatenate(list(epochs))
+    epochs.set_epoch(1)
+    assert not np.array_equal(first, np.concatenate(list(epochs)))
