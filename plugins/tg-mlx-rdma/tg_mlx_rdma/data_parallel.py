@@ -22,6 +22,7 @@ mean loss over the global batch, as one process on the whole batch would.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -69,6 +70,7 @@ class DataParallel:
             if p.requires_grad is None:
                 p.requires_grad_(True)
         self.buckets = _make_buckets(self.params, bucket_bytes)
+        self.comm_seconds = 0.0  # time spent in reduce_gradients' transport calls (starting, progressing, waiting)
         for t in get_state_dict(model).values():  # rank 0's state everywhere (each tensor written in place)
             t.realize()
             transport.broadcast(t, root=0, out=t)
@@ -105,7 +107,7 @@ class DataParallel:
             raise ValueError(f"count must be the number of samples (an int >= 0), got {count!r}")
         flats = []
         for k, bucket in enumerate(self.buckets):
-            parts = [_grad_of(self.params[i]).flatten() for i in bucket.members]
+            parts = [_grad_of(self.params[i]).contiguous().flatten() for i in bucket.members]
             if k == 0:
                 parts.append(Tensor.full((1,), 1, dtype=bucket.dtype, device=self.params[0].device))
             flat = Tensor.cat(*parts) if len(parts) > 1 else parts[0]
@@ -141,6 +143,13 @@ class _Round:
         nb = len(self.dp.buckets)
         if i >= nb:  # (a tensor of also_realize)
             return
+        started = time.perf_counter()
+        try:
+            self._ready(i, buf, nb)
+        finally:
+            self.dp.comm_seconds += time.perf_counter() - started
+
+    def _ready(self, i: int, buf: Buffer, nb: int) -> None:
         self.ready_bufs[i] = buf
         while len(self.started) in self.ready_bufs:  # the next bucket in order is ready: start it
             self.started.append(self._start(self.ready_bufs.pop(len(self.started))))
