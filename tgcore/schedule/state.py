@@ -160,7 +160,7 @@ class RealizationState:
             u = tensor.uop
             base = u.src[0] if u.op is Ops.RESHAPE else u
             buf = self._buffers.get(base) if base.op is Ops.BUFFER else None
-        if buf is None or buf.size != prod(shape_of(u)) or buf.dtype != u.dtype:
+        if buf is None or buf.size != _numel(u) or buf.dtype != u.dtype:
             return None
         return buf
 
@@ -175,7 +175,7 @@ class RealizationState:
         u = tensor.uop
         old = u.src[0] if u.op is Ops.RESHAPE else u
         buf = self._buffers.get(old) if old.op is Ops.BUFFER else None
-        if buf is None or buf.size != prod(shape_of(u)) or buf.dtype != u.dtype:
+        if buf is None or buf.size != _numel(u) or buf.dtype != u.dtype:
             raise ValueError("the tensor written into must own a contiguous buffer (Tensor.empty(...) or a "
                              "realized tensor), not a view or a lazy expression")
         if old in self.pending:  # (an earlier write into it finishes first)
@@ -219,7 +219,11 @@ class RealizationState:
         if also is not None and all(t is not also for t in moved):
             moved.append(also)
         for t in moved:
-            t.uop = t.uop.substitute({old: new})
+            u = t.uop
+            if u.op is Ops.RESHAPE and u.src[0] is old:  # (the common case, without a graph walk)
+                t.uop = UOp(Ops.RESHAPE, u.dtype, (new,), u.arg)
+            else:
+                t.uop = u.substitute({old: new})
             self.hold(t)
 
     # ---- pending writes ----
@@ -250,6 +254,11 @@ class RealizationState:
         self._buffers[old] = dest
         self.preserved += 1
         return True
+
+
+def _numel(u: UOp) -> int:
+    """Elements of a tensor-level uop; a reshaped buffer's from its arg (a new uop's shape is not cached yet)."""
+    return prod(u.arg) if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER else prod(shape_of(u))
 
 
 def _stale(reads: _Reads) -> bool:

@@ -173,13 +173,19 @@ def fault(tr, how: str) -> None:  # noqa: ANN001
 
 def main() -> int:
     scenario = sys.argv[1]
-    tr = tgcore.transport("mpi", timeout=float(os.environ.get("TG_TEST_TIMEOUT", "60")))
+    timeout = float(os.environ.get("TG_TEST_TIMEOUT", "60"))
+    if os.environ.get("TG_TEST_TRANSPORT") == "mlx5":  # the mlx5 driver on the device model, set up over MPI
+        tr = tgcore.transport("mlx5", model=True, exchange="mpi", timeout=timeout)
+    else:
+        tr = tgcore.transport("mpi", timeout=timeout)
     n = tr.world_size
     if scenario == "train":
         train(tr, batch=4 * n, steps=4, micro=1, jit=False)       # even shards
         train(tr, batch=4 * n + 3, steps=3, micro=1, jit=False)   # uneven shards (the first 3 ranks get one more)
         train(tr, batch=4 * n + 1, steps=3, micro=2, jit=False)   # gradient accumulation, uneven
         train(tr, batch=4 * n + 3, steps=5, micro=1, jit=True)    # a jitted step: plain, capture, 3 replays
+    elif scenario == "train-jit":
+        train(tr, batch=4 * n + 1, steps=3, micro=1, jit=True)
     elif scenario == "batchnorm":
         batchnorm(tr)
     elif scenario == "checkpoint":

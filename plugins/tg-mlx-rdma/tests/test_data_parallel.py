@@ -23,6 +23,12 @@ def test_n_ranks_train_like_one_process_on_the_global_batch(need_mpi: None, np_:
     ok(run_job(np_, [DP_WORKER, "train"], timeout=240, oversubscribe=np_ > 2), np_)
 
 
+def test_over_the_mlx5_transport_on_the_device_model(need_mpi: None) -> None:
+    """The same wrapper over ``tgcore.transport("mlx5", model=True)`` (set up over MPI): a jitted step on uneven
+    shards equals numpy on the whole batch (verified against the device model, not hardware)."""
+    ok(run_job(2, [DP_WORKER, "train-jit"], timeout=180, env={"TG_TEST_TRANSPORT": "mlx5"}), 2)
+
+
 def test_batchnorm_statistics_stay_per_rank(need_mpi: None) -> None:
     ok(run_job(2, [DP_WORKER, "batchnorm"], timeout=120), 2)
 
