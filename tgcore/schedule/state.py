@@ -221,7 +221,7 @@ class RealizationState:
         for t in moved:
             u = t.uop
             if u.op is Ops.RESHAPE and u.src[0] is old:  # (the common case, without a graph walk)
-                t.uop = UOp(Ops.RESHAPE, u.dtype, (new,), u.arg)
+                t.uop = u.replace(src=(new,))  # (keeps its tag: a leaf's marks it for backward)
             else:
                 t.uop = u.substitute({old: new})
             self.hold(t)
