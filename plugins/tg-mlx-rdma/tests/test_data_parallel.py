@@ -38,19 +38,23 @@ def test_checkpoint_is_written_by_rank_0_only(need_mpi: None, tmp_path: Path) ->
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt0.safetensors"]
 
 
-@pytest.mark.parametrize("how", ["kill", "hang"])
+@pytest.mark.parametrize("how", ["kill", "hang", "raise"])
 def test_a_dead_or_stuck_rank_ends_the_job(need_mpi: None, how: str) -> None:
-    """Rank 1 is killed, or hangs, in the third step while rank 0 is in reduce_gradients: the job ends non-zero; a
-    hang within the transport timeout (5 s here) after which rank 0 aborts the job."""
+    """Rank 1 is killed, hangs, or raises an exception (run as ``python -m mpi4py``, which aborts on one) in the
+    third step while rank 0 is in reduce_gradients: the job ends non-zero; a hang within the transport timeout
+    (60 s by default, 5 s here) after which rank 0 aborts the job, a raise well before it."""
     start = time.monotonic()
-    proc = run_job(2, [DP_WORKER, f"fault-{how}"], timeout=120, env={"TG_TEST_TIMEOUT": "5"})
+    argv = ["-m", "mpi4py", DP_WORKER] if how == "raise" else [DP_WORKER]
+    proc = run_job(2, [*argv, f"fault-{how}"], timeout=120, env={"TG_TEST_TIMEOUT": "5" if how == "hang" else "60"})
     elapsed = time.monotonic() - start
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
-    assert elapsed < 90, f"took {elapsed:.0f} s"
+    assert elapsed < 50, f"took {elapsed:.0f} s"
     if how == "hang":
         assert "CommTimeout" in out and "did not complete within 5 s" in out, out
         assert "aborts the MPI job" in out, out
+    elif how == "raise":
+        assert "ValueError: a bug on rank 1" in out and "MPI_ABORT" in out, out
     else:
         assert re.search(r"rank 1\b", out), out
 

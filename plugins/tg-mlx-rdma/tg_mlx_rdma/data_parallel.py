@@ -146,6 +146,10 @@ class _Round:
         started = time.perf_counter()
         try:
             self._ready(i, buf, nb)
+        except BaseException:
+            self.ready_bufs.clear()  # (the next round starts afresh; after a CommTimeout the transport is failed)
+            self.started = []
+            raise
         finally:
             self.dp.comm_seconds += time.perf_counter() - started
 
