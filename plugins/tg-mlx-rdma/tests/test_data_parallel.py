@@ -90,3 +90,25 @@ def test_shard_sizes_and_bad_arguments() -> None:
     first = np.concatenate(list(epochs))
     epochs.set_epoch(1)
     assert not np.array_equal(first, np.concatenate(list(epochs)))
+
+
+class _WorldOfOne:
+    """Just enough of a transport for DataParallel's argument checks (no communication happens in them)."""
+    rank, world_size = 0, 1
+
+    def broadcast(self, tensor, root=0, out=None):  # noqa: ANN001, ANN201
+        return tensor
+
+
+def test_bad_arguments_are_refused_with_the_fix() -> None:
+    from tg_mlx_rdma.data_parallel import DataParallel
+
+    from tgcore import Tensor
+    from tgcore.nn import Linear
+    with pytest.raises(ValueError, match="bucket_bytes must be > 0"):
+        DataParallel(Linear(2, 2), _WorldOfOne(), bucket_bytes=0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no float parameters"):
+        DataParallel({"steps": Tensor(np.zeros(3, np.int32))}, _WorldOfOne())  # type: ignore[arg-type]
+    dp = DataParallel(Linear(2, 2), _WorldOfOne())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"count must be the number of samples .* got 0"):
+        dp.reduce_gradients(count=0)

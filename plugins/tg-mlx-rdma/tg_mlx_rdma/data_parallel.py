@@ -103,8 +103,9 @@ class DataParallel:
         the loss) is computed in the same pass, sharing the forward work. Call it on every rank, once per step,
         before ``optimizer.step()``; inside ``tgcore.jit`` too."""
         from tgcore.tensor import Tensor
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise ValueError(f"count must be the number of samples (an int >= 0), got {count!r}")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"count must be the number of samples this rank's gradient is the mean over (an int "
+                             f">= 1), got {count!r}")
         flats = []
         for k, bucket in enumerate(self.buckets):
             parts = [_grad_of(self.params[i]).contiguous().flatten() for i in bucket.members]
@@ -170,12 +171,10 @@ class _Round:
 
     def _finish(self) -> None:
         started, self.started = self.started, []
-        try:
-            for _, h in started:
-                h.wait()
-        finally:
-            for t, _ in started:
-                t.realize()  # (drops the finished write's record)
+        for _, h in started:
+            h.wait()  # (a failure leaves the transport failed: nothing more to clean up)
+        for t, _ in started:
+            t.realize()  # (drops the finished write's record)
 
 
 def _grad_of(p: Tensor) -> Tensor:
