@@ -10,7 +10,9 @@ UOps, so the same computation on different buffers reuses its program. The cache
 mappings, until it is dropped), so a process that keeps meeting new kernels stays bounded;
 a dropped kernel met again is rebuilt from the compiler's on-disk cache (which also serves
 later processes). A kernel's optimizations come from ``engine.beam``'s policy: a stored BEAM
-winner, a search when ``BEAM`` is set, else the heuristic.
+winner, a search when ``BEAM`` is set, else the heuristic. Host calls (``HostCall``: Python a caller wants run
+right after a given kernel, e.g. a transport starting to send the buffer it wrote) run between the items and
+are recorded for the JIT like kernels.
 """
 from __future__ import annotations
 
@@ -47,6 +49,8 @@ class CompileCounter:
 
 MAX_RUNNERS = 1024  # compiled programs kept in memory (least recently used ones are dropped first)
 _runners: dict[tuple[str, UOp], Runner] = {}  # in use order: the most recently used last
+
+
 @dataclass
 class HostCall:
     """Python run between kernels, ``fn(bufs)`` (a transport starting to send a buffer a kernel just finished).
