@@ -185,7 +185,7 @@ def main() -> int:
         train(tr, batch=4 * n, steps=4, micro=1, jit=False)       # even shards
         train(tr, batch=4 * n + 3, steps=3, micro=1, jit=False)   # uneven shards (the first 3 ranks get one more)
         train(tr, batch=4 * n + 1, steps=3, micro=2, jit=False)   # gradient accumulation, uneven
-        train(tr, batch=4 * n + 3, steps=5, micro=1, jit=True)    # a jitted step: plain, capture, 3 replays
+        train(tr, batch=4 * n + 3, steps=5, micro=2, jit=True)    # jitted, accumulating: plain, capture, 3 replays
     elif scenario == "train-jit":
         train(tr, batch=4 * n + 1, steps=3, micro=1, jit=True)
     elif scenario == "batchnorm":

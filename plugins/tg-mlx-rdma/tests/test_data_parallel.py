@@ -18,7 +18,7 @@ DP_WORKER = str(HERE / "dp_worker.py")
 
 @pytest.mark.parametrize("np_", [2, 4])
 def test_n_ranks_train_like_one_process_on_the_global_batch(need_mpi: None, np_: int) -> None:
-    """Even and uneven shards, gradient accumulation over two micro-batches, and a jitted step: after every step each
+    """Even and uneven shards, gradient accumulation over two micro-batches, eager and jitted: after every step each
     rank's parameters equal numpy's SGD on the whole global batch, and all ranks' bytes are identical."""
     ok(run_job(np_, [DP_WORKER, "train"], timeout=240, oversubscribe=np_ > 2), np_)
 
