@@ -70,6 +70,7 @@ class RealizationState:
         self.pending: dict[UOp, PendingWrite] = {}  # new BUFFER uop -> the write that makes its value
         self._holders: weakref.WeakKeyDictionary[UOp, dict[int, weakref.ref[Any]]] = weakref.WeakKeyDictionary()
         self._unique = itertools.count()
+        self._device_uops: dict[str, UOp] = {}
         self._cache_enabled = [True]
         self.drops = 0      # cached values dropped because memory they depend on was written
         self.preserved = 0  # old contents copied aside for lazy readers of a value an assign replaced
@@ -87,8 +88,10 @@ class RealizationState:
 
     def new_buffer(self, device: str, size: int, dtype: DType, buf: Buffer | None = None) -> UOp:
         """A fresh BUFFER uop (distinct from every other) with ``buf`` (default: a new lazily allocated Buffer)."""
-        u = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(self._unique)),
-                                    UOp(Ops.DEVICE, dtypes.void, (), device)), size)
+        dev = self._device_uops.get(device)
+        if dev is None:  # (the same hash-consed node every time: looked up once per device name)
+            dev = self._device_uops[device] = UOp(Ops.DEVICE, dtypes.void, (), device)
+        u = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(self._unique)), dev), size)
         self._buffers[u] = Buffer(device, size, dtype) if buf is None else buf
         return u
 
