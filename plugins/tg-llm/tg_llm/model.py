@@ -570,6 +570,11 @@ class Model:
         """Like ``forward`` but only the last token's logits (shape (vocab,)): a prefill skips the rest."""
         return self._run(tokens, start_pos, "last", self._check_seq(seq))[-1]
 
+    def prefill(self, tokens: Sequence[int], start_pos: int, seq: int = 0) -> None:
+        """Run ``tokens`` at ``start_pos ..`` of sequence ``seq`` into its cache, computing no logits (a chunk of a
+        long prompt that is not its last)."""
+        self._run(tokens, start_pos, "none", self._check_seq(seq))
+
     def _check_room(self, start_pos: int, n: int, seq: int) -> None:
         cfg, held = self.config, len(self._tokens[seq])
         if not 0 <= start_pos <= held:
@@ -607,11 +612,12 @@ class Model:
         for c in range(0, n, PREFILL_CHUNK):
             chunk = tokens[c:c + PREFILL_CHUNK]
             last_chunk = c + PREFILL_CHUNK >= n
-            part = self._prefill(chunk, start_pos + c, want if last_chunk else ("all" if want == "all" else None), seq)
+            wanted = want if last_chunk or want == "all" else "none"
+            part = self._prefill(chunk, start_pos + c, None if wanted == "none" else wanted, seq)
             if part is not None:
                 rows.append(part)
             self._tokens[seq] = self._tokens[seq] + chunk
-        return np.concatenate(rows)
+        return np.concatenate(rows) if rows else np.zeros((0, self.vocab_size), np.float32)
 
     def decode(self, steps: Sequence[tuple[int, int, int]]) -> np.ndarray:
         """One token for each of several sequences in one batched forward: ``steps`` holds (sequence, token,
@@ -691,7 +697,24 @@ class Model:
         """Slots attention reads: the smallest power of two (at least 32) covering slots 0..last, at most all."""
         return min(kind.cache_len, max(32, 1 << last.bit_length()))
 
-    def _decode(self, steps: list[tuple[int, int, int]]) -> np.ndarray:
+    def decode_shapes(self) -> list[tuple[int, int]]:
+        """Every (rows, position) whose decode step is a capture of its own: one per row count and attention window,
+        smallest windows first (the position is the window's last)."""
+        rows = sorted({self.batch_rows(s) for s in range(self.sequences)})
+        windows = sorted({self._window(self.kinds[0], p) for p in range(self.config.max_context)})
+        return [(r, w - 1) for w in windows for r in rows]
+
+    def warm_up(self, shapes: Sequence[tuple[int, int]]) -> None:
+        """Capture the batched decode step for each (rows, position) of ``decode_shapes``, so decoding with it
+        compiles nothing later. Every row runs idle (writes only positions its sequence has not reached); a
+        model with sliding-window layers forgets its cached tokens (their rings would be overwritten)."""
+        for rows, pos in shapes:
+            for _ in range(2):  # the first call compiles, the second captures
+                self._decode([], rows=rows, idle_pos=pos)
+        if any(kind.ring for kind in self.kinds):
+            self.reset()
+
+    def _decode(self, steps: list[tuple[int, int, int]], rows: int = 0, idle_pos: int | None = None) -> np.ndarray:
         """One token per (sequence, token, position) through the jitted batched step (after two warm-ups of a
         step size every call replays it). Row r of the step is sequence r: the rows 0 .. ``batch_rows`` - 1 run
         whether or not their sequence decodes now; an idle row writes a key its sequence has not reached yet
@@ -703,7 +726,7 @@ class Model:
             buckets = max(1, self.sequences.bit_length() + 1)
             self._decode_step = tgcore.jit(self._decode_graph, max_captures=DECODE_WINDOWS * buckets)
         by_seq = {seq: (token, pos) for seq, token, pos in steps}
-        rows = self.batch_rows(max(by_seq))
+        rows = max(rows, self.batch_rows(max(by_seq, default=0)))
         tokens, positions, idle = [], [], []
         for r in range(rows):
             if r in by_seq:
@@ -711,7 +734,7 @@ class Model:
             else:  # an idle row: the next position its sequence has not reached (the last, when the cache is full)
                 if len(self._tokens[r]) >= self.config.max_context:
                     self._truncate(r, self.config.max_context - 1)
-                token, pos = 0, len(self._tokens[r])
+                token, pos = 0, len(self._tokens[r]) if idle_pos is None else max(idle_pos, len(self._tokens[r]))
                 idle.append(r)
             tokens.append(token)
             positions.append(pos)
@@ -737,7 +760,7 @@ class Model:
         logits = self._decode_step(x, inputs).numpy()
         for seq, token, _ in steps:
             self._tokens[seq] = self._tokens[seq] + [token]
-        return np.stack([logits[seq] for seq, _, _ in steps])
+        return np.stack([logits[seq] for seq, _, _ in steps]) if steps else logits[:0]
 
     def _decode_graph(self, x: Any, inputs: list[tuple[Any, Any, Any, Any]]) -> Any:
         rows = x.shape[0]
