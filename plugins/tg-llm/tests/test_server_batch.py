@@ -2,8 +2,8 @@
 
 The server runs 4 slots (``--parallel 4``) and prefills prompts in chunks of 16 tokens, so a 200-token prompt
 takes 13 scheduler turns. Checked:
-- batch invariance: greedy and seeded completions sent 8 at once (4 run, 4 wait for a slot) each equal the
-  same request sent alone;
+- batch invariance: greedy and seeded completions sent 8 at once (4 run, 4 wait for a slot and join the
+  batch as others finish) each equal the same request sent alone;
 - cancelling one stream of a running batch: the others finish unchanged, the slot is freed;
 - chunked prefill: a short request sent while a long prompt is prefilling gets its first token first;
 - SIGTERM with 4 streams running: each ends with ``server_shutdown``, exit 0, no traceback.
@@ -24,7 +24,7 @@ from test_server_helpers import MODEL_ID, LiveServer, require, require_server_de
 ARGS = ["--max-context", "256", "--parallel", "4", "--prefill-chunk", "16", "--shutdown-timeout", "0"]
 PROMPTS = ["The capital of France is", "Once upon a time, in a small village,", "def fibonacci(n):",
            "The three primary colors are"]
-GEN = 10
+GEN = 8
 
 
 @pytest.fixture(scope="module")
@@ -73,10 +73,8 @@ def concurrently(fn: Any, args: list[Any]) -> list[Any]:
 def test_batch_invariance_greedy_and_seeded(server: Any) -> None:
     alone = [complete(server, **dict(r)) for r in requests()]
     assert len(set(alone)) == len(alone)  # the requests really differ
-    together = concurrently(lambda r: complete(server, **dict(r)), requests())
-    assert together == alone
-    again = concurrently(lambda r: complete(server, **dict(r)), requests()[::-1])  # other slots, other batches
-    assert again == alone[::-1]
+    together = concurrently(lambda r: complete(server, **dict(r)), requests()[::-1])  # 4 run, 4 wait for a slot
+    assert together == alone[::-1]
 
 
 def stream_text(server: Any, prompt: str, max_tokens: int, stop_after: int | None = None) -> tuple[str, str | None]:

@@ -379,6 +379,7 @@ class _Scheduler:
         self.sweep()
         self.admit()
         self.prefill_one_chunk()
+        self.sweep()  # a chunk can take a while: what was cancelled or stopped meanwhile does not decode
         self.decode_step()
 
     def sweep(self) -> None:
