@@ -17,6 +17,9 @@ Register roles (whatever the ABI; ``TARGETS``):
     gpr scratch      r9 r10 r11    fills of spilled values (a store reads at most three)
     vec allocatable  xmm0-xmm15 when no vector spills, else xmm0-xmm12 and scratch xmm13-xmm15;
                      rsp is never allocated.
+    zmm allocatable  (a kernel selected at the AVX-512 level, ``wide.zmm_program``) zmm16-31 first, then zmm0-15
+                     when no vector spills, else zmm0-12 and scratch zmm13-15; copies, spills and fills move
+                     whole zmm registers (EVEX); values some instruction names as an xmm or ymm stay in zmm0-15.
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ from typing import Any, NamedTuple
 from tg_x86 import assembler, encoder, operands
 from tg_x86.abi import HOST, Abi
 from tg_x86.isa import Cond, Inst, Op
-from tg_x86.operands import GPR_VIEWS, GPRS64, XMMS, YMMS, Label, Mem, Operand, Reg, address, gpr, imm, xmm, ymm
+from tg_x86.operands import GPR_VIEWS, GPRS64, XMMS, YMMS, ZMMS, Label, Mem, Operand, Reg, address, gpr, imm, xmm, ymm
 from tgcore.codegen.regalloc import AllocTarget, MInst, Register, RegisterPlan, VReg, allocate, instruction_registers
 
 GPR = {name: Register(name, i, "gpr") for i, name in enumerate(
@@ -45,8 +48,11 @@ SCRATCH_GPR = [GPR[n] for n in ("r9", "r10", "r11")]
 ALLOC_VEC = [VEC[i] for i in range(13)]
 SCRATCH_VEC = [VEC[i] for i in (13, 14, 15)]
 VEC_SLOT = 32  # bytes of a vector spill slot (a whole ymm)
+ZMM = {i: Register(f"zmm{i}", i, "zmm") for i in range(32)}
+LOW_ZMM = tuple(ZMM[i] for i in range(16))   # what a value named as an xmm or ymm may use (VEX encodes no more)
+ZMM_SLOT = 64
 _GPR_NUM = {r.name: r.index for r in GPR.values()}
-_VEC_NUM = {r.name: r.index for r in VEC.values()}
+_VEC_NUM = {r.name: r.index for r in (*VEC.values(), *ZMM.values())}
 
 
 class Slot(NamedTuple):  # a tuple: the key of its offset in a frame's ``slot_disp``, hashed in C
@@ -104,6 +110,8 @@ def label_inst(label: Label) -> MInst:
 def _reg(r: Register, bits: int) -> Reg:
     if r.cls == "gpr":
         return gpr(r.index, bits)
+    if bits == 512:
+        return ZMMS[r.index]
     return ymm(r.index) if bits == 256 else xmm(r.index)
 
 
@@ -111,11 +119,15 @@ def _reg(r: Register, bits: int) -> Reg:
 # ``[rsp + offset]``; the encoder of spill code (``_move_code``) looks their bytes up by the same keys as any other
 # instruction's, so these tables say what both ways encode
 _COPY_MOVE = {"gpr": (Op.MOV, 64, (("d", 0, 64), ("u", 0, 64))),
-              "vec": (Op.VMOVAPS, 256, (("d", 0, 256), ("u", 0, 256)))}
+              "vec": (Op.VMOVAPS, 256, (("d", 0, 256), ("u", 0, 256))),
+              "zmm": (Op.VMOVUPS, 512, (("d", 0, 512), ("u", 0, 512)))}
 _FILL_MOVE = {"gpr": (Op.MOV, 64, (("d", 0, 64), ("u", 0, None))),
-              "vec": (Op.VMOVUPS, 256, (("d", 0, 256), ("u", 0, None)))}
+              "vec": (Op.VMOVUPS, 256, (("d", 0, 256), ("u", 0, None))),
+              "zmm": (Op.VMOVUPS, 512, (("d", 0, 512), ("u", 0, None)))}
 _SPILL_MOVE = {"gpr": (Op.MOV, 64, (("u", 0, None), ("u", 1, 64))),
-               "vec": (Op.VMOVUPS, 256, (("u", 0, None), ("u", 1, 256)))}
+               "vec": (Op.VMOVUPS, 256, (("u", 0, None), ("u", 1, 256))),
+               "zmm": (Op.VMOVUPS, 512, (("u", 0, None), ("u", 1, 512)))}
+_SLOT_SIZE = {"gpr": 8, "vec": VEC_SLOT, "zmm": ZMM_SLOT}
 
 
 def _copy(dst: Register, src: Register) -> MInst:
@@ -140,6 +152,7 @@ TARGET = AllocTarget(
     copy=_copy, spill=_spill, fill=_fill,
     slot_size=lambda cls: 8 if cls == "gpr" else VEC_SLOT,
 )
+_ZMM_SCRATCH = [ZMM[i] for i in (13, 14, 15)]
 FIXED_TEMPS = frozenset((RAX, RCX, RDX))
 ALL_VEC = [VEC[i] for i in range(16)]
 
@@ -159,13 +172,28 @@ TARGETS = {(all_gprs, all_vecs): TARGET if not (all_gprs or all_vecs) else
            for all_gprs in (False, True) for all_vecs in (False, True)}
 
 
-def vector_targets(regs: list[tuple[list, list]]) -> tuple[AllocTarget, AllocTarget]:
+def _zmm_target(gprs: list[Register], zmms: list[Register]) -> AllocTarget:
+    return AllocTarget(registers={"gpr": gprs, "zmm": zmms}, scratch={"gpr": SCRATCH_GPR, "zmm": _ZMM_SCRATCH},
+                       two_address=TARGET.two_address, copy=_copy, spill=_spill, fill=_fill,
+                       slot_size=_SLOT_SIZE.__getitem__)
+
+
+# the targets of a kernel selected at the AVX-512 level (``wide.zmm_program``), as ``TARGETS``: zmm16-31 come first,
+# so the values pinned to zmm0-15 (named as an xmm or ymm somewhere) find them free
+_HIGH_ZMM = [ZMM[i] for i in range(16, 32)]
+ZMM_TARGETS = {(all_gprs, all_vecs): _zmm_target([*ALLOC_GPR, RAX, RCX, RDX] if all_gprs else ALLOC_GPR,
+                                                 _HIGH_ZMM + [ZMM[i] for i in range(16 if all_vecs else 13)])
+               for all_gprs in (False, True) for all_vecs in (False, True)}
+
+
+def vector_targets(regs: list[tuple[list, list]], zmm: bool = False) -> tuple[AllocTarget, AllocTarget]:
     """(the target to plan with first: all 16 vector registers allocatable; the one to plan with when that spills a
     vector: 13 + 3 scratch), both with 12 gprs when no instruction reads or writes rax, rcx or rdx (``regs``: each
     instruction's registers, as ``instruction_registers`` gives them), else 9."""
     named = FIXED_TEMPS.intersection
     all_gprs = not any(named(d) or named(u) for d, u in regs)
-    return TARGETS[(all_gprs, True)], TARGETS[(all_gprs, False)]
+    targets = ZMM_TARGETS if zmm else TARGETS
+    return targets[(all_gprs, True)], targets[(all_gprs, False)]
 
 
 @dataclass
@@ -384,6 +412,9 @@ def _with_scratch(vecs: set[int], vectors_spilled: bool) -> set[int]:
 # a register operand by (register class, layout bits): the view of each register number
 _VIEWS = {("gpr", bits): views for bits, views in GPR_VIEWS.items()}
 _VIEWS.update({("vec", bits): YMMS if bits == 256 else XMMS for bits in (8, 16, 32, 64, 128, 256)})
+# a zmm-class register at a narrower width: registers 0-15 only (``wide.zmm_program`` pins the others)
+_VIEWS.update({("zmm", bits): ZMMS if bits == 512 else _VIEWS[("vec", bits)] + (None,) * 16
+               for bits in (8, 16, 32, 64, 128, 256, 512)})
 
 
 def _lower(allocated: list, slot_disp: dict[tuple[str, int], int], out: list) -> None:
@@ -430,7 +461,8 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     ``plan.rewrite_one``); only jumps to labels become ``Inst``s, for ``assembler.resolve_jumps``."""
     # spill code is looked up by what it depends on, for the scratch registers and spill builders of TARGET (which
     # every target of TARGETS shares)
-    assert plan.target in TARGETS.values(), "encode_plan encodes plans made for machine.TARGETS"
+    assert plan.target in TARGETS.values() or plan.target in ZMM_TARGETS.values(), \
+        "encode_plan encodes plans made for machine.TARGETS or ZMM_TARGETS"
     # the assignment (as plan.assignment() gives it) and each virtual register's operand key, made in C
     by_vreg = plan.by_vreg
     vregs = list(by_vreg)
@@ -447,7 +479,7 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     used.discard(None)
     vecs.discard(None)
     # as finish() infers it from the registers named (a vector scratch register named: maybe vectors spilled)
-    scratch = any(v.cls == "vec" for v in spilled) or not vecs.isdisjoint(_SCRATCH_VEC_NUMS)
+    scratch = any(v.cls != "gpr" for v in spilled) or not vecs.isdisjoint(_SCRATCH_VEC_NUMS)
     lay = _frame_layout(frame, plan.frame, used, _with_scratch(vecs, scratch))  # type: ignore[arg-type]
     if len(_ENCODED) >= _ENCODED_LIMIT:  # bounded (a long-lived process compiles many kernels, and the ones it
         _ENCODED.clear()                 # compiles now are the ones worth keeping); checked once per kernel
@@ -588,7 +620,7 @@ def _encode_rewritten(plan: RegisterPlan, i: int, reg_of: dict, slot_disp: dict[
     if ins.op == "copy":
         dst, src = code_of[ins.defs[0]], code_of[ins.uses[0]]
         if dst != src:  # a copy to its own register vanishes
-            op, _, layout = _COPY_MOVE["vec" if dst >= 16 else "gpr"]
+            op, _, layout = _COPY_MOVE["zmm" if dst >= 32 else "vec" if dst >= 16 else "gpr"]
             parts.append(_code_of_key((op, None, False, layout, 1, dst, src), ins))
     else:
         operands_ = ins.defs + ins.uses
@@ -646,11 +678,11 @@ def _code_of_key(key: tuple, what: Any) -> bytes:
     return code if code is not None else _encode_new(key, what)
 
 
-# An operand's key is what its encoding depends on: a register's code (its number, plus 16 for a vector register;
-# the layout gives the size), a memory operand's (bits, base key, index key, scale, disp); a spilled virtual
+# An operand's key is what its encoding depends on: a register's code (its number, plus 16 for a vector register,
+# 32 for a zmm-class one; the layout gives the size), a memory operand's (bits, base key, index key, scale, disp); a spilled virtual
 # register's is (its slot, class, allowed registers): what its fills and spill stores depend on
-_CODE_BY_NAME: dict[Any, int] = {r.name: r.index + (16 if r.cls == "vec" else 0)
-                                 for r in (*GPR.values(), *VEC.values())}
+_CODE_BY_NAME: dict[Any, int] = {r.name: r.index + {"gpr": 0, "vec": 16, "zmm": 32}[r.cls]
+                                 for r in (*GPR.values(), *VEC.values(), *ZMM.values())}
 # the bytes of each instruction by its key (op, cond, two-address, layout, number of defs, operand keys; a copy's:
 # "copy", operand keys), with its spill code: instructions repeat within a kernel and from kernel to kernel
 _ENCODED: dict[tuple, bytes] = {}
@@ -698,6 +730,8 @@ def _encode_new(key: tuple, ins: MInst) -> bytes:
     if two_address and key[5] != key[5 + ndefs]:
         raise AssertionError(f"two-address violated in {ins}")
     args = tuple(ops)
+    if None in args:
+        raise encoder.EncodeError(f"x86: {op.name} names a register at a width it has no view at: {ins}")
     found = encoder._form_cache.get((op, None, *map(_SHAPE, args)))
     if found is None:  # the first instruction of this shape: choose its form
         found = encoder.select_by_shape(op, args, cond, None)
@@ -730,7 +764,8 @@ def _operand_plan(layout: tuple, ndefs: int) -> tuple[tuple[int, Any], ...]:
 _OPERAND_PLANS: dict[tuple[tuple, int], tuple[tuple[int, Any], ...]] = {}
 # the register of each operand key (code: see ``_CODE_BY_NAME``) at each layout size (None: no gpr that wide)
 _REGS_BY_CODE: dict[int, tuple[Reg | None, ...]] = {
-    bits: (*_VIEWS.get(("gpr", bits), (None,) * 16), *_VIEWS[("vec", bits)]) for bits in (8, 16, 32, 64, 128, 256)}
+    bits: (*_VIEWS.get(("gpr", bits), (None,) * 16), *_VIEWS.get(("vec", bits), (None,) * 16), *_VIEWS[("zmm", bits)])
+    for bits in (8, 16, 32, 64, 128, 256, 512)}
 
 
 _SHAPE = operator.attrgetter("shape")
@@ -760,6 +795,8 @@ def _retarget(program: list, regs: list[tuple[list, list]], reads: dict, writes:
         t, acc = ins.uses[0], ins.defs[0]
         if type(t) is not VReg or type(acc) is not VReg or reads[t] + writes[t] != 2 or t.cls != acc.cls:
             continue
+        if t.allowed is not None and acc.allowed is None and t.cls == "zmm":
+            continue  # t is named as an xmm or ymm (zmm0-15 only): its op may not write acc, which may be zmm16-31
         j = _def_to_retarget(program, regs, i, t, acc)
         if j is None:
             continue

@@ -12,9 +12,9 @@ from tg_x86.facts import define_reg, is_reg_index
 from tg_x86.flags import gate_off
 from tg_x86.isa import Op
 from tg_x86.lanes import (
-    lanes_per_piece,
     native,
     piece_lanes,
+    piece_step,
     scalar_of,
 )
 from tg_x86.machine import VMem
@@ -87,7 +87,7 @@ def vstore(ctx: Emitter, u: UOp) -> None:
     gate = idx.src[2] if len(idx.src) > 2 else None
     regs = pieces(ctx, value)
     sdt = scalar_of(value.dtype)
-    per = lanes_per_piece(sdt)
+    per = piece_step(value.dtype)
     if gate is None:
         m: VMem = mem(ctx, idx, 8)
     else:   # every piece through the gated address: the buffer's elements or the sink
