@@ -101,6 +101,7 @@ class X86Renderer(ISARenderer[Selector]):
         if level is AVX512:
             self.wide = True
             self.vector_bits, self.vector_registers = level.vector_bits, level.vector_registers
+            self.masked_vectors = True   # padded tails: opmasks on zmm pieces, vmaskmovps on 32-bit ymm ones
 
     isel = ISEL
     target = TARGET
