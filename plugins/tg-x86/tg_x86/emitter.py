@@ -76,6 +76,7 @@ class Emitter(ISelContext):
         self.const_pieces: dict[tuple[UOp, int], VMem] = {}   # (vector constant, piece) -> its frame slot
         self.lane_cache: dict[tuple, Any] | None = {}   # lanes and halves extracted (None: inside a branch)
         self.zmm_used = False   # a line made or read a vector held in zmm pieces (``wide.sel_wide``)
+        self.opmasks: dict[tuple[UOp, int], VReg] = {}   # (bool vector gate, zmm piece) -> its opmask
         self.frame.nargs = facts.core_arg + 1
 
     # ---- helpers ----

@@ -156,7 +156,11 @@ def _masked_width(dt: DType) -> bool:
 
 
 def opmask(ctx: Emitter, gate: UOp, p: int) -> VReg:
-    """An opmask of lanes 16p..16p+15 of bool vector ``gate`` (made once per loop body)."""
+    """An opmask of lanes 16p..16p+15 of bool vector ``gate`` (made where the gate is made when it gates a zmm access
+    there, ``wide.sel_wide``; else once per loop body)."""
+    made = ctx.opmasks.get((gate, p))
+    if made is not None:
+        return made
     key = lane_key(ctx, gate, "opmask", p)
     cache = ctx.lane_cache
     if cache is not None and key in cache:

@@ -16,10 +16,12 @@ from typing import Any
 
 from tg_x86.emitter import Emitter
 from tg_x86.isa import Op
-from tg_x86.lanes import is_wide, set_wide_level, wide_level
+from tg_x86.lanes import ZMM_LANES, is_wide, set_wide_level, wide_level
 from tg_x86.machine import LOW_ZMM
+from tg_x86.vmemory import opmask
 from tg_x86.vpieces import lane_key
 from tgcore.codegen.regalloc import MInst, VReg
+from tgcore.dtype import dtypes
 from tgcore.renderer.isa import line_rewrite
 from tgcore.uop import Ops, PatternMatcher, UOp, UPat
 
@@ -106,6 +108,14 @@ def narrowed(ctx: Emitter, x: UOp, rules: PatternMatcher) -> None:
         ctx.val[x] = joined(ctx, ctx.val[x])
 
 
+def gates_zmm_access(ctx: Emitter, gate: UOp) -> bool:
+    """Is bool vector ``gate`` the gate of a load or store of zmm pieces (whose opmasks are made from it)?"""
+    return any(i.op is Ops.INDEX and len(i.src) > 2 and i.src[2] is gate and
+               any(_DTYPE_WIDE(a.dtype if a.op is Ops.LOAD else a.src[1].dtype) for a in ctx.users.get(i, ())
+                   if a.op in (Ops.LOAD, Ops.STORE))
+               for i in ctx.users.get(gate, ()))
+
+
 def wide_rules(rules: PatternMatcher) -> PatternMatcher:
     """The rule table of a kernel at the AVX-512 level: every line through ``sel_wide`` over ``rules``."""
     def sel_wide(ctx: Any, x: UOp) -> tuple:
@@ -117,6 +127,10 @@ def wide_rules(rules: PatternMatcher) -> PatternMatcher:
                 line_rewrite((x,), rules, ctx, ctx.prog, strict=True)
         else:
             line_rewrite((x,), rules, ctx, ctx.prog, strict=True)
+            if wide_level() and x.dtype.count % ZMM_LANES == 0 and x.dtype.scalar() is dtypes.bool and x in ctx.val \
+                    and gates_zmm_access(ctx, x):
+                for p in range(x.dtype.count // ZMM_LANES):   # made here, where the gate is: not in the loop using it
+                    ctx.opmasks[(x, p)] = opmask(ctx, x, p)
         return ()
     return PatternMatcher([(UPat(name="x"), sel_wide)])
 
