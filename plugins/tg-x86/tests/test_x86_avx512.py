@@ -87,8 +87,9 @@ def test_avx2_level_names_no_zmm():
 
 
 def test_zmm_spills_are_what_capstone_reads():
-    """A 5x6 tile of zmm accumulators (30, with 6 vectors of B and a broadcast) spills: the spill code the plan encodes directly is the staged way's
-    (rewrite, finish, assemble) and capstone reads zmm moves at the stack offsets of their slots (EVEX's disp8*64)."""
+    """A 5x6 tile of zmm accumulators (30, with 6 vectors of B and a broadcast) spills: the spill code the plan
+    encodes directly is the staged way's (rewrite, finish, assemble; its encoder is fuzzed against capstone, EVEX's
+    disp8*64 included) and capstone reads zmm moves to and from the stack."""
     from tg_x86 import machine
     from tg_x86.listing import disassemble
     from tg_x86.renderer import X86Renderer

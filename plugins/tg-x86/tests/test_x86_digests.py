@@ -1,5 +1,6 @@
 """The machine code of a named corpus of kernels (``digests/corpus.py``) is the code whose digests are committed in
-``digests/machine_code.json`` (AVX2; ``machine_code_avx512.json`` at the AVX-512 level): a refactoring of selection, allocation or encoding keeps every byte.
+``digests/machine_code.json`` (AVX2; ``machine_code_avx512.json`` at the AVX-512 level):
+a refactoring of selection, allocation or encoding keeps every byte.
 
 The reference here is the code as it was when the digests were written (its correctness is what the rest of the
 suite, the core suite on CPU:X86 and the capstone fuzzing check); this test says only *that* bytes changed and
@@ -33,7 +34,8 @@ def test_machine_code_unchanged(isa):
     changed = sorted(k for k in stored.keys() & found.keys() if stored[k] != found[k])
     gone, new = sorted(stored.keys() - found.keys()), sorted(found.keys() - stored.keys())
     if changed or gone or new:
-        lines = [f"machine code differs from digests/{DIGEST_FILES[isa].name} on {len(changed)} of {len(stored)} kernels"]
+        lines = [f"machine code differs from digests/{DIGEST_FILES[isa].name} on {len(changed)} of {len(stored)} "
+                 "kernels"]
         lines += [f"  changed: {k}" for k in changed]
         lines += [f"  no longer made: {k}" for k in gone] + [f"  new: {k}" for k in new]
         lines.append(f"if the change is intended, regenerate the digests ({REGENERATE}) and name it in the commit")

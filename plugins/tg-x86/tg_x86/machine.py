@@ -437,7 +437,7 @@ def _with_scratch(vecs: set[int], vectors_spilled: bool) -> set[int]:
 
 
 # a register operand by (register class, layout bits): the view of each register number
-_VIEWS = {("gpr", bits): views for bits, views in GPR_VIEWS.items()}
+_VIEWS: dict[tuple[str, int], tuple[Any, ...]] = {("gpr", bits): views for bits, views in GPR_VIEWS.items()}
 _VIEWS.update({("vec", bits): YMMS if bits == 256 else XMMS for bits in (8, 16, 32, 64, 128, 256)})
 # a zmm-class register at a narrower width: registers 0-15 only (``wide.zmm_program`` pins the others)
 _VIEWS.update({("zmm", bits): ZMMS if bits == 512 else _VIEWS[("vec", bits)] + (None,) * 16
@@ -480,7 +480,7 @@ def _lower(allocated: list, slot_disp: dict[tuple[str, int], int], out: list) ->
                 o = (ins.uses if kind == "uk" else ins.defs)[item[1]]
                 if type(o) is VMem:
                     base, index = o.base, o.index
-                    target: Operand = make_mem(o.bits, GPRS64[base.index] if base is not None else None,
+                    target: Reg | Mem = make_mem(o.bits, GPRS64[base.index] if base is not None else None,
                                                GPRS64[index.index] if index is not None else None,
                                                o.scale if index is not None else 1, o.disp)
                 else:
@@ -717,8 +717,9 @@ def _code_of_key(key: tuple, what: Any) -> bytes:
 
 
 # An operand's key is what its encoding depends on: a register's code (its number, plus 16 for a vector register,
-# 32 for a zmm-class one; the layout gives the size), a memory operand's (bits, base key, index key, scale, disp); a spilled virtual
-# register's is (its slot, class, allowed registers): what its fills and spill stores depend on
+# 32 for a zmm-class one, 64 for an opmask; the layout gives the size), a memory operand's (bits, base key, index key,
+# scale, disp); a spilled virtual register's is (its slot, class, allowed registers): what its fills and spill stores
+# depend on
 _CODE_BY_NAME: dict[Any, int] = {r.name: r.index + {"gpr": 0, "vec": 16, "zmm": 32, "k": 64}[r.cls]
                                  for r in (*GPR.values(), *VEC.values(), *ZMM.values(), *KREG.values())}
 # the bytes of each instruction by its key (op, cond, two-address, layout, number of defs, operand keys; a copy's:
@@ -788,7 +789,7 @@ def _operand_plan(layout: tuple, ndefs: int) -> tuple[tuple, ...]:
     ``operands.MEMS``; an immediate is fixed by the layout, so it is read from a table of one entry, looked up by the
     key's number of defs (fixed by the plan too). Made once per layout, as layouts repeat far more than
     instructions do."""
-    plan: list[tuple[int, Any]] = []
+    plan: list[tuple] = []
     for item in layout:
         kind = item[0]
         if kind == "i":

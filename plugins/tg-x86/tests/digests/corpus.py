@@ -8,9 +8,9 @@ Out: ``digests(isa=...)`` -> {"workload/k name": sha256 hex of the kernel's mach
 
 The machine code must not depend on the machine that makes it, so everything the X86 renderer and the
 optimization heuristic read from the host is pinned here: the ABI (System V), the cache sizes the heuristic
-tiles for (``CacheSizes()``'s defaults), the threads a kernel may split over (``THREADS``) and the ISA level
-(``ISAS``: the renderer is told the level, so it reads no CPU feature; each level has its own digests). A change to the renderer that
-changes the code on purpose regenerates the file (see ``test_x86_digests.py``).
+tiles for (``CacheSizes()``'s defaults), the threads a kernel may split over (``THREADS``) and the ISA
+level (``ISAS``: the renderer is told the level, so it reads no CPU feature; each level has its own digests).
+A change to the renderer that changes the code on purpose regenerates the files (see ``test_x86_digests.py``).
 
 The workloads: the kernels of ``plugins/tg-x86/bench/x86.py`` and ``bench/ops.py`` (smaller shapes where the
 shape does not pick another code path; the GEMM and conv shapes of the benches kept, their tiling depends on
