@@ -29,10 +29,10 @@ from typing import Any
 from tg_x86 import assembler, listing, machine  # modules: each stage is looked up when it runs (benches wrap them)
 from tg_x86.abi import HOST, Abi
 from tg_x86.isa import Flag, Op
-from tg_x86.isel import ISEL, LINE_ISEL, Selector
+from tg_x86.isel import ISEL, Selector
 from tg_x86.lanes import FLAG_BARRIERS, HELD_GPRS, canon_value, set_wide_level
 from tg_x86.machine import GPR, TARGET
-from tg_x86.wide import wide_rules, zmm_program
+from tg_x86.wide import select_wide, zmm_program
 from tgcore.codegen import regalloc
 from tgcore.codegen.regalloc import MInst, RegisterPlan
 from tgcore.dtype import dtypes
@@ -52,7 +52,6 @@ class X86Compiler(Compiler):
         return bytes(src)
 
 
-WIDE_ISEL = {True: wide_rules(ISEL), False: wide_rules(LINE_ISEL)}  # by: does the kernel reduce horizontally?
 FLAG_READERS = frozenset(o for o in Op if o.flags & Flag.READS_FLAGS)
 FLAG_WRITERS = FLAG_BARRIERS - {"label"}
 
@@ -120,8 +119,6 @@ class X86Renderer(ISARenderer[Selector]):
         # always selected reading pointers and variables where used; choose_plan derives the holding program
         ctx = Selector(uops, remat_args=True)
         ctx.frame.abi = self.abi
-        if self.wide:
-            ctx.isel = WIDE_ISEL[ctx.isel is ISEL]
         return ctx
 
     def select(self, uops: list[UOp]) -> Selector:
@@ -131,7 +128,8 @@ class X86Renderer(ISARenderer[Selector]):
             return super().select(uops)
         set_wide_level(True)
         try:
-            ctx = super().select(uops)
+            ctx = self.context(uops)
+            select_wide(ctx)
         finally:
             set_wide_level(False)
         if ctx.zmm_used:  # else the kernel is AVX2 code (ymm pieces only) and keeps the vec class

@@ -2,7 +2,7 @@
 
 In:  the emitter of a kernel selected at the AVX-512 level (``lanes.set_wide_level(True)``: ``lanes.is_wide`` dtypes
      are zmm pieces) and its lines; after selection, its program.
-Out: ``sel_wide``, the one rule of a kernel selected at that level. The lines with zmm forms (``zmm_native``: loads,
+Out: ``select_wide``, the selection of a kernel at that level. The lines with zmm forms (``zmm_native``: loads,
      stores, accumulators, broadcasts, add/sub/mul/div and FMA) go to the ordinary rules, which make zmm pieces.
      Any other line touching a zmm-held vector is selected by the AVX2 rules on ymm halves (``narrowed``): the zmm
      values it reads are split (vextractf32x8), its result is joined (vinsertf32x8).
@@ -16,14 +16,14 @@ from typing import Any
 
 from tg_x86.emitter import Emitter
 from tg_x86.isa import Op
-from tg_x86.lanes import ZMM_LANES, is_wide, set_wide_level, wide_level
+from tg_x86.lanes import ZMM_LANES, is_wide, set_wide_level
 from tg_x86.machine import LOW_ZMM
 from tg_x86.vmemory import opmask
 from tg_x86.vpieces import lane_key
 from tgcore.codegen.regalloc import MInst, VReg
 from tgcore.dtype import dtypes
 from tgcore.renderer.isa import line_rewrite
-from tgcore.uop import Ops, PatternMatcher, UOp, UPat
+from tgcore.uop import Ops, PatternMatcher, UOp
 
 # ops whose vector rules work on zmm pieces as they are (the instructions they emit have EVEX zmm forms)
 ZMM_OPS = frozenset({Ops.LOAD, Ops.STORE, Ops.DEFINE_REG, Ops.AFTER, Ops.INDEX, Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV,
@@ -116,23 +116,38 @@ def gates_zmm_access(ctx: Emitter, gate: UOp) -> bool:
                for i in ctx.users.get(gate, ()))
 
 
-def wide_rules(rules: PatternMatcher) -> PatternMatcher:
-    """The rule table of a kernel at the AVX-512 level: every line through ``sel_wide`` over ``rules``."""
-    def sel_wide(ctx: Any, x: UOp) -> tuple:
-        if wide_level() and touches_wide(ctx, x):
+def is_zmm_gate(ctx: Emitter, x: UOp) -> bool:
+    """Is line ``x`` a bool vector gating zmm accesses (its opmasks are made right after it)?"""
+    dt = x.dtype
+    return dt.count % ZMM_LANES == 0 and dt.scalar() is dtypes.bool and gates_zmm_access(ctx, x)
+
+
+def select_wide(ctx: Emitter) -> None:
+    """Select the kernel's lines at the AVX-512 level (``lanes.set_wide_level(True)`` is the caller's): runs of lines
+    touching no zmm-held vector by the rules as they are, each other line as ``zmm_native`` says (on zmm pieces, or
+    ``narrowed``); the opmasks of a zmm access's bool gate are made right after the gate."""
+    rules = ctx.isel
+    run: list[UOp] = []
+    for x in ctx.selected_lines():
+        wide = touches_wide(ctx, x)
+        gate = not wide and is_zmm_gate(ctx, x)
+        if not (wide or gate):
+            run.append(x)
+            continue
+        if run:
+            line_rewrite(run, rules, ctx, ctx.prog, strict=True)
+            run = []
+        if wide:
             ctx.zmm_used = True
             if not zmm_native(ctx, x):
                 narrowed(ctx, x, rules)
-            else:
-                line_rewrite((x,), rules, ctx, ctx.prog, strict=True)
-        else:
-            line_rewrite((x,), rules, ctx, ctx.prog, strict=True)
-            if wide_level() and x.dtype.count % ZMM_LANES == 0 and x.dtype.scalar() is dtypes.bool and x in ctx.val \
-                    and gates_zmm_access(ctx, x):
-                for p in range(x.dtype.count // ZMM_LANES):   # made here, where the gate is: not in the loop using it
-                    ctx.opmasks[(x, p)] = opmask(ctx, x, p)
-        return ()
-    return PatternMatcher([(UPat(name="x"), sel_wide)])
+                continue
+        line_rewrite((x,), rules, ctx, ctx.prog, strict=True)
+        if gate and x in ctx.val:
+            for p in range(x.dtype.count // ZMM_LANES):   # made here, where the gate is: not in the loop using it
+                ctx.opmasks[(x, p)] = opmask(ctx, x, p)
+    if run:
+        line_rewrite(run, rules, ctx, ctx.prog, strict=True)
 
 
 def zmm_program(program: list[Any]) -> list[Any]:
