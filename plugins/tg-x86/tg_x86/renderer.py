@@ -23,6 +23,7 @@ Out: ``render`` returns the machine code of ``void name(<buffer pointers...>, <i
 from __future__ import annotations
 
 import ctypes
+import threading
 import time
 from typing import Any
 
@@ -52,6 +53,7 @@ class X86Compiler(Compiler):
         return bytes(src)
 
 
+_LAYOUT_LOCK = threading.Lock()   # held while a kernel is selected (``lanes.set_wide_level`` switches a global)
 FLAG_READERS = frozenset(o for o in Op if o.flags & Flag.READS_FLAGS)
 FLAG_WRITERS = FLAG_BARRIERS - {"label"}
 
@@ -124,14 +126,15 @@ class X86Renderer(ISARenderer[Selector]):
     def select(self, uops: list[UOp]) -> Selector:
         """Selection at the renderer's level: at AVX-512, float32 vectors of 16k lanes in zmm pieces, then (when
         there were any) every vector register in the zmm class (``wide.zmm_program``)."""
-        if not self.wide:
-            return super().select(uops)
-        set_wide_level(True)
-        try:
-            ctx = self.context(uops)
-            select_wide(ctx)
-        finally:
-            set_wide_level(False)
+        with _LAYOUT_LOCK:  # the layout level is process-wide state: one kernel is selected at a time
+            if not self.wide:
+                return super().select(uops)
+            set_wide_level(True)
+            try:
+                ctx = self.context(uops)
+                select_wide(ctx)
+            finally:
+                set_wide_level(False)
         if ctx.zmm_used:  # else the kernel is AVX2 code (ymm pieces only) and keeps the vec class
             zmm_program(ctx.prog)
         return ctx
