@@ -50,10 +50,15 @@ def vload(ctx: Emitter, u: UOp) -> None:
         lanes = []
         for j in range(u.dtype.count):
             su = UOp(Ops.LOAD, scalar_of(u.dtype), (lane_index(ctx, idx, j), *(lane_uop(ctx, s, j) for s in u.src[1:])))
+            # UOps are interned: su may be a line of the kernel too (a scalar load of lane 0's address under lane j's
+            # gate), whose value must stay its own
+            before = ctx.val.get(su)
             ctx.lane_offset = j
             ctx.select_line(su)
             ctx.lane_offset = 0
             lanes.append(ctx.val[su])
+            if before is not None:
+                ctx.val[su] = before
         ctx.val[u] = tuple(lanes) if not native(u.dtype) else pack(ctx, scalar_of(u.dtype), lanes)
         return
     if u in ctx.facts.folded:   # its one user reads it from memory
