@@ -20,7 +20,6 @@ from tg_amd.inst import Inst
 from tg_amd.isa import SRC_INDEX, OpInfo, lookup, vopd_info
 from tg_amd.llvm_table import dpp_forms
 from tg_amd.operands import (
-    INLINE_FLOATS,
     Label,
     Mod,
     Reg,
@@ -238,12 +237,12 @@ def _vop_sdwa(enc: _Encoder) -> bytes:
 
 def _true16_operands(enc: _Encoder) -> None:
     """v8.l / v8.h -> the VGPR number the encodings hold (index + 128 for the high half); halves required,
-    no neg/abs, float constants only inline."""
+    no neg/abs."""
     ops = []
     for i, (role, op) in enumerate(zip(enc.info.sig, _operands(enc, enc.info.sig), strict=True)):
         what = enc.what(i, role)
-        if isinstance(op, Mod) or (isinstance(op, float) and op not in INLINE_FLOATS):
-            enc.fail("not a valid operand (no neg/abs; floats only as inline constants)", what)
+        if isinstance(op, Mod):
+            enc.fail("not a valid operand (no neg/abs)", what)
         if isinstance(op, Reg) and op.kind == "v":
             if not op.half:
                 enc.fail("invalid operand for instruction (a 16-bit VGPR half: v8.l or v8.h)", what)
@@ -268,7 +267,7 @@ def _vop32(enc: _Encoder) -> bytes:
         raise NoFit
     negabs = 0
     for i, (role, op) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
-        if use_dpp and role in ("src0", "vsrc1") and isinstance(op, Mod | Reg):
+        if use_dpp and role in ("src0", "vsrc1") and isinstance(op, Mod | Reg | Sext):
             op, negabs = _dpp_source(enc, op, role, negabs, enc.what(i, role))
         what = enc.what(i, role)
         slot = 0 if role in ("vdst", "adst") else SRC_INDEX.get(role, 1)
@@ -303,6 +302,8 @@ def _vop32(enc: _Encoder) -> bytes:
     literal = [(255, 1)] if enc.literal is not None else []  # fmamk/fmaak's K is a constant-bus read
     _constant_bus(enc, [(f.get("src0"), info.count(1)), *literal], implicit)
     if use_dpp:
+        if negabs and "dpp8" in enc.inst.mods:
+            raise NoFit  # DPP8's dword has no neg/abs bits; llvm-mc takes the VOP3 form
         _apply_dpp(enc, negabs)
     return enc.emit(enc.layout(info.fmt))
 
@@ -310,8 +311,15 @@ def _vop32(enc: _Encoder) -> bytes:
 def _dpp_source(enc: _Encoder, op: Any, role: str, negabs: int, what: str) -> tuple[Reg, int]:
     """A DPP source: a VGPR, its neg/abs going into the DPP dword (bits neg0 abs0 neg1 abs1)."""
     shift = 0 if role == "src0" else 2
-    if isinstance(op, Mod):
-        if not enc.info.is_float(1 if role == "src0" else 2):
+    slot = 1 if role == "src0" else 2
+    exponent = enc.info.exponent_mods(slot, enc.arch.rdna)
+    if isinstance(op, Sext):
+        if not exponent:
+            enc.fail("sext is valid on SDWA sources and v_ldexp's exponent only", what)
+        negabs |= 1 << shift
+        op = op.value
+    elif isinstance(op, Mod):
+        if not (enc.info.is_float(slot) or exponent == "negabs"):
             enc.fail("neg/abs modifiers need a float operand", what)
         negabs |= (int(op.neg) | int(op.abs) << 1) << shift
         op = op.value

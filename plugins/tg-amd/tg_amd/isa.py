@@ -52,6 +52,14 @@ class OpInfo:
     def is_float(self, slot: int) -> bool:
         return self.types[slot].startswith(("f", "bf"))
 
+    def exponent_mods(self, slot: int, rdna: bool) -> str | None:
+        """How llvm-mc reads modifiers on ``v_ldexp_*``'s integer exponent (source slot 2): ``"sext"``
+        (``sext(x)``, its neg bit) on every target, ``"negabs"`` (also -x and |x|) for RDNA's v_ldexp_f16;
+        None for every other operand."""
+        if slot != 2 or not self.name.startswith("v_ldexp_"):
+            return None
+        return "negabs" if rdna and self.name == "v_ldexp_f16" else "sext"
+
     def count(self, slot: int) -> int:
         """Registers the operand in ``slot`` (0 dst, 1..3 sources/data) spans."""
         if self.regs is not None and slot < len(self.regs):

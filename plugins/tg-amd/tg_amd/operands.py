@@ -203,6 +203,17 @@ def float_bits(value: float, bits: int) -> int:
     return struct.unpack("<I", struct.pack("<f", value))[0]
 
 
+def float_fits(value: float, bits: int) -> bool:
+    """llvm-mc's test for a float constant on a 16- or 32-bit operand: rounded to that float format it
+    may lose precision, but not overflow nor underflow (turn inexactly into a subnormal or zero)."""
+    fmt, smallest_normal = ("<e", 2.0 ** -14) if bits == 16 else ("<f", 2.0 ** -126)
+    try:
+        rounded = struct.unpack(fmt, struct.pack(fmt, value))[0]
+    except OverflowError:
+        return False
+    return rounded == value or not abs(rounded) < smallest_normal
+
+
 def constant_code(value: int | float, bits: int, is_float: bool, inst: str, what: str,
                   arch: Arch) -> tuple[int, int | None]:
     """Source code of a constant: an inline constant ``(code, None)`` or a literal ``(255, dword)``.
@@ -214,6 +225,11 @@ def constant_code(value: int | float, bits: int, is_float: bool, inst: str, what
             return INLINE_FLOATS[value], None
         if math.isclose(value, INV_2PI, rel_tol=1e-7):
             return 248, None
+        if bits in (16, 32) and not float_fits(value, bits):
+            raise AsmError(f"invalid operand for instruction ({value} overflows or underflows f{bits})",
+                           inst, what, arch.name)
+        if not is_float and bits in (16, 32):  # llvm-mc: an integer operand takes the float's f32 bits
+            return LITERAL, float_bits(value, 32)
         if value == int(value) and not is_float:
             return constant_code(int(value), bits, is_float, inst, what, arch)
         raw = float_bits(value, 32 if bits == 64 and not is_float else bits)

@@ -326,6 +326,8 @@ def value_text(op: Any) -> str:
         inner = value_text(op.value)
         inner = f"|{inner}|" if op.abs else inner
         return "-" + inner if op.neg else inner
+    if isinstance(op, Sext) and not isinstance(op.value, Reg):
+        return f"sext({value_text(op.value)})"
     return operand_text(op)
 
 
