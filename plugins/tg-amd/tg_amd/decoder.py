@@ -227,8 +227,8 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                 mods["op_sel"] = (f["op_sel"] & 1, f["op_sel"] >> 1 & 1)
             elif f.get("op_sel"):
                 nsrc = sum(r in ("src0", "src1", "src2", "mask") for r in sig)
-                bits = [f["op_sel"] >> k & 1 for k in range(nsrc)] + [f["op_sel"] >> 3 & 1]
-                mods["op_sel"] = tuple(bits)
+                sel = [f["op_sel"] >> k & 1 for k in range(nsrc)] + [f["op_sel"] >> 3 & 1]
+                mods["op_sel"] = tuple(sel)
     elif lay == "VOP3P":
         ops = _vop_operands(d, sig, layout)
         mix = "mix" in info.flags
@@ -243,9 +243,9 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                 if n or a:
                     ops[k + 1] = Mod(ops[k + 1], bool(n), bool(a))
             negs = []
-        for key, bits, default in (("op_sel", op_sel, 0), ("op_sel_hi", op_sel_hi, 0 if mix else 1), *negs):
-            if any(b != default for b in bits[:nsrc]):
-                mods[key] = tuple(bits[:nsrc])
+        for key, flags, default in (("op_sel", op_sel, 0), ("op_sel_hi", op_sel_hi, 0 if mix else 1), *negs):
+            if any(b != default for b in flags[:nsrc]):
+                mods[key] = tuple(flags[:nsrc])
         if f.get("clamp"):
             mods["clamp"] = True
     elif lay == "MAI":
@@ -513,9 +513,10 @@ def _decode_vopd(data: bytes, arch: Arch, offset: int, layout: Layout, f: dict[s
     size = layout.bits // 8
     halves = []
     literal = None
-    infos = [by_opcode(arch, "VOPD_X", f["opx"]), by_opcode(arch, "VOPD_Y", f["opy"])]
-    if infos[0] is None or infos[1] is None:
+    x, y = by_opcode(arch, "VOPD_X", f["opx"]), by_opcode(arch, "VOPD_Y", f["opy"])
+    if x is None or y is None:
         raise AsmError(f"unknown VOPD opcodes {f['opx']}/{f['opy']} at byte {offset}", None, None, arch.name)
+    infos = [x, y]
     needs = any("k" in i.sig for i in infos) or f["srcx0"] == LITERAL or f["srcy0"] == LITERAL
     if needs:
         literal = int.from_bytes(data[offset + size:offset + size + 4], "little")

@@ -712,7 +712,7 @@ SFLOAT: dict[str, Callable[..., Any]] = {
     "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rndne": np.rint,
 }
 SFLOAT_RE = re.compile(r"^s_(add|sub|mul|min_num|max_num|floor|ceil|trunc|rndne|fmac|fmaak|fmamk)_f(16|32)$")
-SCVT = {  # name -> (source kind, result kind, fn)
+SCVT: dict[str, tuple[str, str, Callable[[Any], Any]]] = {  # name -> (source kind, result kind, fn)
     "s_cvt_f32_i32": ("i32", "f32", lambda a: np.float32(a)), "s_cvt_f32_u32": ("u32", "f32", lambda a: np.float32(a)),
     "s_cvt_i32_f32": ("f32", "i32", lambda a: int(_cvt_f_to_int(a, -2147483648.0, 2147483647.0, np.int32))),
     "s_cvt_u32_f32": ("f32", "u32", lambda a: int(_cvt_f_to_int(a, 0.0, 4294967295.0, np.uint32))),

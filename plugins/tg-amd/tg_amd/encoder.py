@@ -158,13 +158,13 @@ def _smem(enc: _Encoder) -> bytes:
                     f["soffset"] = arch.null or 0
                 continue
             code = enc.sreg(op, 1, what)
-            if arch.gen == 9 and extra is None:
-                f["offset"] = code
-            elif arch.gen == 9:
-                f.update(imm=1, soe=1, soffset=code, offset=_signed(extra, offset_bits, "offset", enc))
-            else:
+            if arch.gen != 9:
                 f["soffset"] = code
                 f["offset"] = _signed(extra or 0, offset_bits, "offset", enc)
+            elif extra is None:
+                f["offset"] = code
+            else:
+                f.update(imm=1, soe=1, soffset=code, offset=_signed(extra, offset_bits, "offset", enc))
     for flag in ("glc", "dlc"):
         if enc.inst.mods.get(flag):
             f[flag] = 1
@@ -213,7 +213,7 @@ def _vop_sdwa(enc: _Encoder) -> bytes:
             if isinstance(op, Mod):
                 if not info.is_float(1 if role == "src0" else 2):
                     enc.fail("neg/abs modifiers need a float operand", what)
-                op, neg, ab = op.value, int(op.neg), int(op.abs)
+                neg, ab, op = int(op.neg), int(op.abs), op.value
             if isinstance(op, Reg) and op.kind == "v":
                 code, scalar = enc.vreg(op, 1, what).index, False
             else:

@@ -8,7 +8,7 @@ and the arch.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 from tg_amd.arch import Arch, AsmError
 from tg_amd.inst import Inst
@@ -46,7 +46,7 @@ class _Encoder:
         self.layout_name = info.fmt  # the encoding being built (VOP3 for a promoted VOP1/VOP2/VOPC)
 
     # ---- errors and operand checks
-    def fail(self, message: str, what: str | None = None) -> None:
+    def fail(self, message: str, what: str | None = None) -> NoReturn:
         raise AsmError(message, self.inst.name, what, self.arch.name)
 
     def what(self, i: int, role: str) -> str:

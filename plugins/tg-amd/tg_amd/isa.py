@@ -181,16 +181,17 @@ def _add_llvm_rows(gen: int, by_name: dict[str, OpInfo], by_op: dict[tuple[str, 
             UNSUPPORTED.setdefault(gen, {})[base] = d
             continue
         fmt = d.family
+        types: tuple[str, ...]
         if fmt in ("MUBUF", "MTBUF"):
             types = ("b32", "b32", "b32", f"b{32 * d.regs[3]}")
         elif fmt in ("MIMG", "VIMAGE", "VSAMPLE"):
             types = ("b32", "b32", "b32", "b32")
+        else:
+            types = tuple(_fit_type(t, n) for t, n in zip(_llvm_types(base), d.regs, strict=True))
         if fmt == "VOP3" and "sdst" in d.sig and "vdst" in d.sig:
             fmt = "VOP3SD"
         if fmt == "VOP3P" and gen == 9 and base.startswith(("v_mfma", "v_smfmac")):
             fmt = "MAI"
-        if fmt not in ("MUBUF", "MTBUF", "MIMG", "VIMAGE", "VSAMPLE"):
-            types = tuple(_fit_type(t, n) for t, n in zip(_llvm_types(base), d.regs, strict=True))
         sig = d.sig if fmt != "MAI" or "vidx" in d.sig else ("mdst", "msrc0", "msrc1", "msrc2")
         info = OpInfo(base, fmt, d.op, sig, (types[0], types[1], types[2], types[3]), d.regs,
                       e64.get(base) if fmt in ("VOP1", "VOP2", "VOPC") else None,

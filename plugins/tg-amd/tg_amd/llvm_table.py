@@ -197,16 +197,16 @@ def derive(gen: int, row: Row) -> Derived | str:
     tokens = _operand_tokens(rest.strip())
     fields = _fields(gen, row.family)
     values = {}
-    for role, lo, width, kind in fields:
+    for field, lo, width, kind in fields:
         raw = row.word >> lo & ((1 << width) - 1)
         if kind == "src":
-            values[role] = ("v", raw - 256) if raw >= 256 else _sgpr_index(raw)
+            values[field] = ("v", raw - 256) if raw >= 256 else _sgpr_index(raw)
         elif kind == "v":
-            values[role] = ("v", raw)
+            values[field] = ("v", raw)
         elif kind == "sbase":
-            values[role] = _sgpr_index(raw << 1)
+            values[field] = _sgpr_index(raw << 1)
         else:
-            values[role] = _sgpr_index(raw)
+            values[field] = _sgpr_index(raw)
     sig: list[str] = []
     regs = [1, 1, 1, 1]
     used: set[str] = set()

@@ -85,8 +85,9 @@ class Label:
 
 @dataclass(frozen=True)
 class Sext:
-    """An SDWA source sign-extended from its selected byte or word: ``sext(v1)``."""
-    value: Reg | int
+    """An SDWA source sign-extended from its selected byte or word, or v_ldexp's exponent with its neg bit
+    set: ``sext(v1)``."""
+    value: Reg | int | float
 
     def __str__(self) -> str:
         return f"sext({operand_text(self.value)})"
