@@ -5,7 +5,8 @@
   -x / |x| (RDNA VOP3 v_ldexp_f16) or ``sext(x)`` (neg) and nothing (abs) elsewhere.
 - Float constants on integer operands: not inline, they are written as their f32 bits (also on 16-bit
   operands, v_mov_b16 included), if rounding to the operand's float width neither overflows nor
-  underflows; llvm-objdump prints a 16-bit integer operand's constants as the 16 bits it reads.
+  underflows; llvm-objdump prints a 16-bit integer operand's constants as the 16 bits it reads. On
+  64-bit integer operands only inline floats are taken. fmamk/fmaak's K is a literal of the op's width.
 
 Lines llvm-mc refuses must be refused by us too (same list, so the refusal rules are pinned as well).
 """
@@ -93,6 +94,13 @@ v_pk_add_u16 v1, 3.5, v2
 v_pk_add_f16 v1, 3.5, v2
 v_add_f16 v1, 1e-5, v2
 v_add_f16 v1, 65519.0, v2
+v_fmamk_f16 v1, v2, -0.5, v3
+v_fmaak_f16 v1, s2, v3, 1.0
+v_cmp_ne_i64_e32 vcc_lo, 5.0, v[2:3]
+v_cmp_ne_i64_e32 vcc_lo, 1.0, v[2:3]
+v_lshlrev_b64 v[0:1], v2, 2.0e4
+s_mov_b64 s[0:1], 3.5
+s_mov_b64 s[0:1], -4.0
 """
 
 FLOATS_GFX942 = """
@@ -102,6 +110,9 @@ v_add_u16_e64 v1, 1.0, v2
 v_add_u16_sdwa v1, 1.0, v2 dst_sel:DWORD src0_sel:DWORD src1_sel:DWORD
 v_lshlrev_b16 v1, 0.5, v2
 v_add_u32 v1, 5.0, v2
+v_madmk_f16 v1, v2, -0.5, v3
+v_mad_u64_u32 v[2:3], vcc, v1, v6, 5.0
+v_cmp_ge_u64_e32 vcc, 0.5, v[2:3]
 """
 
 FORMS = {

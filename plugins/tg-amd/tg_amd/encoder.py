@@ -297,7 +297,7 @@ def _vop32(enc: _Encoder) -> bytes:
                 enc.fail("expected a literal constant", what)
             bits = 16 if info.width(0) == 16 else 32
             code, lit = constant_code(op, bits, info.is_float(1), info.name, what, enc.arch)
-            enc.set_literal(lit if lit is not None else _const_value(op), what)
+            enc.set_literal(lit if lit is not None else _const_value(op, bits), what)
     implicit = ("vcc",) if info.sig and info.sig[-1] == "vcc" else ()  # carry-in / cndmask select
     literal = [(255, 1)] if enc.literal is not None else []  # fmamk/fmaak's K is a constant-bus read
     _constant_bus(enc, [(f.get("src0"), info.count(1)), *literal], implicit)
@@ -363,9 +363,10 @@ def _constant_bus(enc: _Encoder, codes: list[tuple[int | None, int]], implicit: 
         enc.fail(f"reads {len(reads)} scalar values (SGPRs, VCC, literal); the constant bus allows {limit}")
 
 
-def _const_value(op: int | float) -> int:
+def _const_value(op: int | float, bits: int = 32) -> int:
+    """The literal dword of a constant (a float as its ``bits``-wide float bits)."""
     from tg_amd.operands import float_bits
-    return float_bits(op, 32) if isinstance(op, float) else op & 0xFFFFFFFF
+    return float_bits(op, bits) if isinstance(op, float) else op & 0xFFFFFFFF
 
 
 def _e64_sig(info: OpInfo, arch: Arch) -> tuple[str, ...]:

@@ -231,10 +231,11 @@ def constant_code(value: int | float, bits: int, is_float: bool, inst: str, what
                            inst, what, arch.name)
         if not is_float and bits in (16, 32):  # llvm-mc: an integer operand takes the float's f32 bits
             return LITERAL, float_bits(value, 32)
-        if value == int(value) and not is_float:
-            return constant_code(int(value), bits, is_float, inst, what, arch)
-        raw = float_bits(value, 32 if bits == 64 and not is_float else bits)
-        if bits == 64 and is_float:
+        if not is_float:  # llvm-mc has no literal form of a float for a 64-bit integer
+            raise AsmError("invalid operand for instruction (a float constant on a 64-bit integer operand "
+                           "must be inline)", inst, what, arch.name)
+        raw = float_bits(value, bits)
+        if bits == 64:
             if raw & 0xFFFFFFFF:
                 raise AsmError(f"literal {value} has low 32 bits set: f64 literals hold only the high dword",
                                inst, what, arch.name)
