@@ -6,7 +6,8 @@
 - Float constants on integer operands: not inline, they are written as their f32 bits (also on 16-bit
   operands, v_mov_b16 included), if rounding to the operand's float width neither overflows nor
   underflows; llvm-objdump prints a 16-bit integer operand's constants as the 16 bits it reads. On
-  64-bit integer operands only inline floats are taken. fmamk/fmaak's K is a literal of the op's width.
+  64-bit integer operands only inline floats are taken. fmamk/fmaak's K is a literal of the op's width;
+  a bf16 operand's literal holds its bf16 bits.
 
 Lines llvm-mc refuses must be refused by us too (same list, so the refusal rules are pinned as well).
 """
@@ -101,6 +102,10 @@ v_cmp_ne_i64_e32 vcc_lo, 1.0, v[2:3]
 v_lshlrev_b64 v[0:1], v2, 2.0e4
 s_mov_b64 s[0:1], 3.5
 s_mov_b64 s[0:1], -4.0
+v_dot2_bf16_bf16 v1, v2, v3, 0.1
+v_dot2_f32_bf16 v1, 3.5, v3, v4
+v_dot2_f32_bf16 v1, 3.38e38, v3, v4
+v_dot2_bf16_bf16 v1, v2, v3, 1e39
 """
 
 FLOATS_GFX942 = """

@@ -120,7 +120,8 @@ class _Encoder:
             width = 32  # an integer literal fills the whole packed pair
         # llvm-mc writes v_ldexp_f16's i16 exponent constants as f16, like its float source
         as_float = self.info.is_float(slot) or self.info.name == "v_ldexp_f16"
-        code, lit = constant_code(op, width, as_float, self.inst.name, what, self.arch)
+        code, lit = constant_code(op, width, as_float, self.inst.name, what, self.arch,
+                                  bf16=self.info.types[slot] == "bf16")
         if lit is not None:
             if not literal:
                 self.fail("a literal constant is not allowed here (only inline constants)", what)

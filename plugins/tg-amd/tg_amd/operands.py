@@ -215,17 +215,30 @@ def float_fits(value: float, bits: int) -> bool:
     return rounded == value or not abs(rounded) < smallest_normal
 
 
+def bf16_bits(value: float) -> int:
+    """bfloat16 bits of a float: its f32 bits rounded to the upper half (to nearest, ties to even)."""
+    x = float_bits(value, 32)
+    return (x + 0x7FFF + (x >> 16 & 1)) >> 16
+
+
 def constant_code(value: int | float, bits: int, is_float: bool, inst: str, what: str,
-                  arch: Arch) -> tuple[int, int | None]:
+                  arch: Arch, bf16: bool = False) -> tuple[int, int | None]:
     """Source code of a constant: an inline constant ``(code, None)`` or a literal ``(255, dword)``.
 
-    ``bits`` is the operand width (16, 32, 64); ``is_float`` whether the operand is a float.
+    ``bits`` is the operand width (16, 32, 64); ``is_float`` whether the operand is a float, ``bf16``
+    whether it is a bfloat16 (a literal then holds its bf16 bits).
     """
     if isinstance(value, float):
         if value in INLINE_FLOATS:
             return INLINE_FLOATS[value], None
         if math.isclose(value, INV_2PI, rel_tol=1e-7):
             return 248, None
+        if bf16:
+            raw = bf16_bits(value) if float_fits(value, 32) else 0x7F80
+            if raw & 0x7F80 == 0x7F80:
+                raise AsmError(f"invalid operand for instruction ({value} overflows or underflows bf16)",
+                               inst, what, arch.name)
+            return LITERAL, raw
         if bits in (16, 32) and not float_fits(value, bits):
             raise AsmError(f"invalid operand for instruction ({value} overflows or underflows f{bits})",
                            inst, what, arch.name)
