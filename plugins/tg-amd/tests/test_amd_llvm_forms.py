@@ -7,7 +7,8 @@
   operands, v_mov_b16 included), if rounding to the operand's float width neither overflows nor
   underflows; llvm-objdump prints a 16-bit integer operand's constants as the 16 bits it reads. On
   64-bit integer operands only inline floats are taken. fmamk/fmaak's K is a literal of the op's width;
-  a bf16 operand's literal holds its bf16 bits.
+  a bf16 operand's literal holds its bf16 bits. Operand widths as LLVM's classes have them (v_sad_u16
+  all 32-bit, v_mad_u32_u16's accumulator and v_cmp*_class_f16's mask 32-bit).
 
 Lines llvm-mc refuses must be refused by us too (same list, so the refusal rules are pinned as well).
 """
@@ -106,6 +107,13 @@ v_dot2_bf16_bf16 v1, v2, v3, 0.1
 v_dot2_f32_bf16 v1, 3.5, v3, v4
 v_dot2_f32_bf16 v1, 3.38e38, v3, v4
 v_dot2_bf16_bf16 v1, v2, v3, 1e39
+v_sad_u16 v1, 0x12345, v2, v3
+v_sad_u16 v1, 1.0, v2, v3
+v_sad_u16 v1, v2, v3, 3.5
+v_cmp_class_f16_e64 vcc_lo, v1, 3.5
+v_cmpx_class_f16_e64 v1, 0x12345
+v_cmp_class_f16 vcc_lo, v1, v200
+v_cmpx_class_f16 v1, v100
 """
 
 FLOATS_GFX942 = """
@@ -118,6 +126,9 @@ v_add_u32 v1, 5.0, v2
 v_madmk_f16 v1, v2, -0.5, v3
 v_mad_u64_u32 v[2:3], vcc, v1, v6, 5.0
 v_cmp_ge_u64_e32 vcc, 0.5, v[2:3]
+v_sad_u16 v1, 1.0, v2, v3
+v_mad_u32_u16 v1, v2, v3, 1.0
+v_cmp_class_f16_e64 vcc, v1, 1.0
 """
 
 FORMS = {

@@ -271,7 +271,9 @@ def _vop32(enc: _Encoder) -> bytes:
             op, negabs = _dpp_source(enc, op, role, negabs, enc.what(i, role))
         what = enc.what(i, role)
         slot = 0 if role in ("vdst", "adst") else SRC_INDEX.get(role, 1)
-        if (enc.arch.rdna and info.width(slot) == 16 and isinstance(op, Reg) and op.kind == "v"
+        # (the 32-bit class mask of v_cmp*_class_f16 is a 16-bit VGPR operand there too)
+        vgpr16 = info.width(slot) == 16 or (slot == 2 and info.name.endswith("_class_f16"))
+        if (enc.arch.rdna and vgpr16 and isinstance(op, Reg) and op.kind == "v"
                 and op.index >= 128 and not info.name.startswith(PACKED) and info.name not in TRUE16):
             raise NoFit  # 16-bit operands of the 32-bit encodings reach v0..v127 only
         if role == "vdst":

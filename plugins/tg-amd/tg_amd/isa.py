@@ -214,7 +214,7 @@ def _llvm_types(name: str) -> tuple[str, str, str, str]:
         return (types[0], types[1], types[2], types[3])
     types = [re.sub(r"^(bf|f)8$", "b32", t) for t in types]
     if "_class_" in name:
-        types[2] = "u16" if name.endswith("f16") else "u32"
+        types[2] = "u32"  # the class mask, also of the f16 forms
     if name.startswith(("v_cvt_f32_fp8", "v_cvt_f32_bf8", "v_cvt_pk_f32_fp8", "v_cvt_pk_f32_bf8")):
         types[1:] = ["b32"] * 3  # the source is fp8/bf8 bytes
     return (types[0], types[1], types[2], types[3])

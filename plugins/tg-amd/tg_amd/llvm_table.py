@@ -48,6 +48,8 @@ TYPES = {
     "v_sat_pk_u8_i16": "b16,b32", "v_trig_preop_f64": "f64,f64,u32", "v_cvt_pk_u8_f32": "b32,f32,u32,u32",
     "v_cvt_pkaccum_u8_f32": "b32,f32,u32", "v_cvt_pk_fp8_f32": "b32,f32,f32", "v_cvt_pk_bf8_f32": "b32,f32,f32",
     "v_cvt_sr_fp8_f32": "b32,f32,u32", "v_cvt_sr_bf8_f32": "b32,f32,u32",
+    # LLVM's operand classes: v_sad_u16 is all 32-bit; v_mad_u32_u16 accumulates a u32
+    "v_sad_u16": "u32,u32,u32,u32", "v_mad_u32_u16": "u32,u16,u16,u32",
 }
 # VOP1 instructions whose source must be a VGPR
 VGPR_SOURCE = ("v_movrel", "v_swap", "v_permlane64", "v_swaprel", "v_permlane16_b32", "v_permlanex16_b32")
