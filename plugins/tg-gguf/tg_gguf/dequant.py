@@ -49,6 +49,15 @@ FIELDS: dict[GGMLType, dict[str, tuple[int, int]]] = {
     GGMLType.TQ1_0: {"qs": (0, 48), "qh": (48, 4), "d": (52, 2)},
     GGMLType.TQ2_0: {"qs": (0, QK_K // 4), "d": (64, 2)},
     GGMLType.MXFP4: {"e": (0, 1), "qs": (1, 16)},
+    GGMLType.IQ2_XXS: {"d": (0, 2), "qs": (2, QK_K // 4)},
+    GGMLType.IQ2_XS: {"d": (0, 2), "qs": (2, QK_K // 4), "scales": (66, QK_K // 32)},
+    GGMLType.IQ2_S: {"d": (0, 2), "qs": (2, QK_K // 8), "signs": (34, QK_K // 8), "qh": (66, QK_K // 32),
+                     "scales": (74, QK_K // 32)},
+    GGMLType.IQ3_XXS: {"d": (0, 2), "qs": (2, QK_K // 4), "aux": (66, QK_K // 8)},
+    GGMLType.IQ3_S: {"d": (0, 2), "qs": (2, QK_K // 4), "qh": (66, QK_K // 32), "signs": (74, QK_K // 8),
+                     "scales": (106, QK_K // 64)},
+    GGMLType.IQ1_S: {"d": (0, 2), "qs": (2, QK_K // 8), "qh": (34, QK_K // 16)},
+    GGMLType.IQ1_M: {"qs": (0, QK_K // 8), "qh": (32, QK_K // 16), "scales": (48, QK_K // 32)},
 }
 
 # the 16 values a 4-bit IQ4_NL / IQ4_XS index selects (ggml's kvalues_iq4nl)
