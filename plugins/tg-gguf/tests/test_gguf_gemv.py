@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tg_gguf
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
-from tg_gguf.dequant import DEQUANTIZERS, GRID_TYPES
+from tg_gguf.dequant import DEQUANTIZERS
 from tg_gguf_testutil import assert_bits_equal, gguf_with_tensor, random_blocks, reference_dequantize
 
 from tgcore.engine.stats import GlobalCounters
@@ -45,9 +45,8 @@ def assert_one_kernel_reading_raw_weight(out: Tensor, raw_nbytes: int, weight_el
     assert all(s < weight_elements for s in sizes)  # ... and nothing else of the weight's size
 
 
-@pytest.mark.parametrize("gtype", sorted(set(DEQUANTIZERS) - set(GRID_TYPES), key=int), ids=lambda t: t.name)
+@pytest.mark.parametrize("gtype", sorted(DEQUANTIZERS, key=int), ids=lambda t: t.name)
 def test_gemv_matches_numpy(gtype):
-    """Every type at full size but the grid types (tests/test_gguf_grid_gemv.py: their gather is slow today)."""
     shape = weight_shape(gtype)
     gf, raw = open_weight(gtype, shape)
     ref_w = reference_dequantize(gtype, raw, shape)

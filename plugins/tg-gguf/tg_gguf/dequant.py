@@ -16,10 +16,10 @@ How a type is decoded:
   concatenation or gather is needed.
 - Small lookup tables (IQ4_NL's 16 values, MXFP4's e2m1 values, powers of 3) are balanced
   trees of integer selects on the bits of the index.
-- The grids of the i-quants (256 to 2048 entries, ``tg_gguf.iq_grids``) are a gather from a constant
-  tensor of packed codes (a one-hot sum, as ``Tensor.__getitem__`` does): it is correct everywhere but
-  costs O(grid size) per 8 values and ends up in a kernel of its own. Fast grid types need an indexed
-  load in the tensor ops (none exists yet).
+- The grids of the i-quants (256 to 2048 entries, ``tg_gguf.iq_grids``) are an indexed load
+  (``Tensor.take``) from a constant tensor of packed codes. (A one-hot gather, as ``Tensor.__getitem__``
+  does, costs O(grid size) per 8 values and took a kernel of its own: 10x slower; ``lookup``'s select
+  tree fused but was slower still.)
 
 Arithmetic is done in float32 in the order gguf-py / ggml define, so results are bit-exact.
 """
@@ -393,10 +393,10 @@ def _tq2_0(b: Blocks) -> Tensor:
 # are spread out and mapped to values. Signs: 8 bits per 8 values, or a 7-bit index whose 8th bit is the parity.
 
 def _grid_codes(index: Tensor, table: str) -> Tensor:
-    """The packed grid codes (int32) of ``index`` into grid ``table``: a gather from a constant tensor."""
+    """The packed grid codes (int32) of ``index`` into grid ``table``: an indexed load from a constant tensor."""
     from tgcore.tensor import Tensor
     codes = Tensor(np.array(getattr(iq_grids, f"{table}_CODES"), dtype=np.int32), device=index.device)
-    return codes[index.cast("int32")]
+    return codes.take(index.cast("int32"))
 
 
 def _grid_values(index: Tensor, table: str) -> Tensor:
@@ -421,10 +421,11 @@ def _byte_signs(signs: Tensor) -> Tensor:
 
 def _ksigns(index: Tensor) -> Tensor:
     """7-bit sign indices ``(...)`` -> ``(..., 8)`` +-1.0: the 7 bits, then their parity (ggml's ksigns)."""
-    parity = index ^ (index >> 4)
+    bits = index.cast("uint32")  # unsigned: a shift by a constant stays a shift (signed ones become divisions)
+    parity = bits ^ (bits >> 4)
     parity = parity ^ (parity >> 2)
     parity = (parity ^ (parity >> 1)) & 1
-    return _sign_of_bits(spread(index | (parity << 7), index.ndim, 8, 1))
+    return _sign_of_bits(spread((bits | (parity << 7)).cast("int32"), index.ndim, 8, 1))
 
 
 def _half_scale(d: Tensor, nibble: Tensor, step: float) -> Tensor:
@@ -572,7 +573,7 @@ DEQUANTIZERS: dict[GGMLType, Callable[[Blocks], Tensor]] = {
 }
 
 
-# the types that gather from a grid (their GEMV is a gather kernel, then the product)
+# the types that read a grid (tg_gguf.iq_grids)
 GRID_TYPES = (GGMLType.IQ1_S, GGMLType.IQ1_M, GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ2_S, GGMLType.IQ3_XXS,
               GGMLType.IQ3_S)
 
