@@ -47,3 +47,9 @@ def test_take_refuses_non_integer_indices():
         Tensor(np.zeros(4, np.float32)).take(Tensor(np.zeros(2, np.float32)))
     with pytest.raises(TypeError, match="integer index tensor"):
         Tensor(np.zeros(4, np.float32)).take(np.zeros(2, np.int32))
+
+
+def test_take_has_no_gradient():
+    table = Tensor(np.arange(4, dtype=np.float32), requires_grad=True)
+    with pytest.raises(NotImplementedError, match="gradient"):
+        table.take(Tensor(np.array([1, 2], np.int32))).sum().backward()
