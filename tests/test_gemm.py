@@ -10,6 +10,7 @@ from tgcore.codegen import simplify_kernel
 from tgcore.codegen.heuristic import gemm_opts
 from tgcore.codegen.optimize import Opt, OptError, OptOps, apply_opts
 from tgcore.helpers import prod
+from tgcore.dtype import dtypes
 from tgcore.renderer import Renderer
 from tgcore.runtime.cpufeatures import CacheSizes
 from tgcore.schedule.kernelize import create_schedule
@@ -196,3 +197,19 @@ def test_convolution_gradients_through_relu_and_pooling_match_torch(device, batc
     np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(w.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=2e-3)
     np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
+def _sum_rows_ast(rows: int, n: int):
+    t = Tensor.empty(rows, n, device="CPU").sum(-1)
+    return simplify_kernel(create_schedule([t.uop], "CPU")[0][-1].ast)
+
+
+@pytest.mark.parametrize("n", [576, 4096])
+def test_short_reduction_lanes_do_not_depend_on_the_row_count(n):
+    """A row's sum runs in the same lanes (so the same order) for 1, 2, 4 or 8 rows: batched LLM decode relies on
+    it (before, one row summed in 32 lanes and four rows in 8)."""
+    from tgcore.codegen.heuristic import vector_opts
+    widths = {dtypes.float32: 8}
+
+    def lanes(rows: int, size: int) -> int:
+        opts = vector_opts(_sum_rows_ast(rows, size), widths)
+        return next(o.amount for o in opts if o.op is OptOps.UPCAST)
+    assert {lanes(r, n) for r in (1, 2, 4, 8)} == {8}

@@ -12,6 +12,7 @@ import os
 import numpy as np
 import pytest
 
+from tgcore.runtime.registry import open_device
 from tgcore.tensor import Tensor
 
 DEVICES = [d for d in os.environ.get("TG_TEST_DEVICES", "CPU,PYTHON").split(",") if d]
@@ -228,7 +229,8 @@ def test_float16_cumsum_is_rounded_once_for_every_use(device):
 
 @pytest.mark.parametrize("shape", [(4,), (12,), (8,), (4, 8), (2, 4)])
 def test_cat_int64_and_float32(request, device, shape):
-    if shape in ((4,), (12,)):
+    # (an X86 renderer taking lane-gated vectors, its AVX-512 level, vectorizes these shapes another way)
+    if shape in ((4,), (12,)) and not open_device(device).renderer.masked_vectors:
         xfail_on_x86(request, device, "tg_x86 isel: SelectionError 'no value for GEP dtypes.int64'")
     a, b = np.arange(np.prod(shape), dtype=np.int64).reshape(shape), np.ones(shape, np.float32)
     for x, y in ((a, b), (b, a)):
@@ -256,8 +258,7 @@ def test_float_to_int_casts_out_of_range_wrap(request, device, src, dt):
     np.testing.assert_array_equal(Tensor(x, device=dev).cast(np.dtype(dt).name).numpy(), wrapped(x, dt))
 
 
-def test_float16_comparison_with_a_broadcast_operand(request, device):
-    xfail_on_x86(request, device, "tg_x86 vsel: a float16 broadcast is built from the wrong registers")
+def test_float16_comparison_with_a_broadcast_operand(device):
     dev = device
     import torch
     a = np.array([1, 2, 3, 4], np.float16)

@@ -28,6 +28,7 @@ from tgcore.uop import Ops, RangeKind, UOp
 MIN_WORK_PER_THREAD = 1 << 15  # loop iterations below which a thread costs more than it saves
 MAX_UNROLL = 8   # copies made by unrolling on the plain vector path
 REDUCE_ROWS = 4  # output rows computed together by a vectorized reduction (each load of the shared input reused)
+WIDE_REDUCE_MIN = 1 << 16  # a reduction alone this long is summed in several vectors at once (else in one)
 
 
 def _main_inputs(ast: UOp) -> list[UOp]:
@@ -71,8 +72,11 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -
         reduce_ranges = [r for r in reduces[0].src[1:] if any(_stride(m, r) == 1 for m in mains)]
         rows = [r for r in ranges if _size(r) % REDUCE_ROWS == 0]
         # with rows to interleave, one native vector per row (the rows are the independent accumulators);
-        # alone, a wide vector (several native ones, so the adds do not wait on each other)
-        acc_width = simd_widths.get(reduces[0].dtype.scalar(), 0) if rows else 0
+        # alone, a wide vector (several native ones, so the adds do not wait on each other) when the reduction
+        # is long enough for that to matter. A shorter one gets one native vector either way, so its sums run
+        # in the same order whatever the row count (an LLM's batched decode gives each row what it gets alone)
+        narrow = rows or not reduce_ranges or _size(reduce_ranges[0]) < WIDE_REDUCE_MIN
+        acc_width = simd_widths.get(reduces[0].dtype.scalar(), 0) if narrow else 0
         widths = (acc_width,) if acc_width > 1 else (32, 16, 8)
         lanes = next((w for w in widths if reduce_ranges and _size(reduce_ranges[0]) % w == 0), 0)
         if lanes:
