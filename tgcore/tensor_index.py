@@ -388,6 +388,20 @@ class IndexMixin:
         written = _unbasic(ones, plan, self.shape)
         self.uop = written.where(_unbasic(new_view, plan, self.shape), self).uop
 
+    def take(self: Tensor, index: Tensor) -> Tensor:
+        """``self.flatten()[index]`` as an indexed load (torch.take): one read per output, fused into the consumer's
+        kernel (``gather`` and ``[]`` cost O(output x axis)). ``index`` is an integer tensor; an entry out of range
+        reads 0. No gradient flows through it (for constant tables: dequantization grids)."""
+        from tgcore.tensor import Tensor
+        from tgcore.uop.ops import Ops
+        from tgcore.uop.uop import UOp
+        if not isinstance(index, Tensor) or not dtypes.is_int(index.dtype) or index.dtype is dtypes.bool:
+            raise TypeError(f"take needs an integer index tensor, got {getattr(index, 'dtype', type(index))!r}")
+        if index.device != self.device:
+            raise ValueError(f"take: index on {index.device}, table on {self.device}")
+        table = self.reshape(-1)
+        return table._new(UOp(Ops.INDEX, self.dtype, (table.uop, index.uop)))
+
     def gather(self: Tensor, dim: int, index: Any) -> Tensor:
         """``out[..., i, ...] = self[..., index[..., i, ...], ...]`` along ``dim``; ``index`` has self's ndim and is
         no larger on the other axes (torch.gather; negative indices count from the end)."""
