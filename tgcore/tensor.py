@@ -568,6 +568,16 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
             return NotImplemented
         return (b, a) if reverse else (a, b)
 
+    def _binop(self, op: Ops, x: Any, reverse: bool = False) -> Tensor:
+        """What ElementwiseMixin._binop does, in one frame: every operator goes through here."""
+        pair = self._operands(x, reverse, op)
+        if pair is NotImplemented:
+            return NotImplemented
+        a, b = pair
+        if op in _CHECKED_OPERATORS:
+            _check_operands(op, a.dtype)
+        return a._new(a.uop.alu(op, b.uop))
+
     def _broadcast_pair(self, other: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
         pair = self._operands(other, reverse)
         return (NotImplemented, NotImplemented) if pair is NotImplemented else pair  # type: ignore[return-value]
