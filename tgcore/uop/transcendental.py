@@ -29,13 +29,20 @@ Methods
   ~2**-100; k = nearest integer to y, r = (y - k)*pi/2 as two float32s (negated for x < 0). Both reductions
   are computed and one is selected (straight-line code): float32 sin/cos cost ~2-2.5x what Cody-Waite alone
   did (4M elements: CPU 46 -> 120 ms, CPU:X86 50 -> 97 ms, on the shared 2-core machine).
+  float64 beyond 2**20 * pi/2 (Payne-Hanek without a wider type): |x| in one of 11 bins by exponent is scaled
+  by 2**(-96 b) (exact; the bits of 2/pi it skips only contribute multiples of 4), split into two 27-bit halves
+  by masking, and multiplied by eleven 24-bit chunks of 2/pi picked for the bin (all products exact), each
+  product taken mod 4 exactly and summed with TwoSum into hi + a two-float lo (~2**-112 absolute, so even the
+  float64 closest to a multiple of pi/2, 6381956970095103 * 2**797 at 2**-60.9 from it, comes out correctly
+  rounded); r = (y - k) * pi/2 with pi/2 in 26-bit pieces against a 27-bit split of y - k. It is computed for
+  every element and selected: float64 sin/cos cost ~6x what Cody-Waite alone did (2M elements, CPU: 29 ->
+  179 ms, loaded machine).
 - exp(x): n = nearest integer to x/ln2, r = x - n*ln2 (ln2 in two pieces, the first with few bits so
   n*piece is exact), exp(x) = exp2(r*log2(e)) * 2**n: no error amplification for large |x|.
 
-Accurate ranges (float32, measured against numpy in tests/test_tensor_math.py, see there for the ulp
-figures): exp2/log2/exp everywhere (incl. subnormal inputs and results, inf, nan); float32 sin/cos/tan
-everywhere; float64 sin/cos/tan for |x| <= 1.6e6 (= 2**20 * pi/2). Beyond that float64 range k*piece is no
-longer exact (values stay finite and in [-1, 1] for sin and cos; float64 would need its own Payne-Hanek).
+Accurate ranges (measured against numpy in tests/test_tensor_math.py, see there for the ulp figures):
+exp2/log2/exp everywhere (incl. subnormal inputs and results, inf, nan); float32 and float64 sin/cos/tan
+everywhere (Cody-Waite up to 2**16 * pi/2 for float32, 2**20 * pi/2 for float64, Payne-Hanek beyond).
 
 Coefficients: fitted by ``fit_coefficients()`` below (needs mpmath): weighted least squares on 400
 Chebyshev nodes of the reduced interval, refined toward minimax by Lawson's reweighting, weights chosen so
@@ -217,9 +224,9 @@ _FORMATS = {dtypes.float32: _F32, dtypes.float64: _F64}
 
 # |x| up to which the Cody-Waite reduction is exact: k*piece is exact while |k| < 2**16 (float32), 2**20 (float64).
 # float32 beyond it takes the Payne-Hanek reduction (exact for every float32); float64 stays approximate there.
-SIN_ACCURATE_LIMIT = {dtypes.float32: math.inf, dtypes.float64: 2**20 * math.pi / 2}
-_K_LIMIT = {dtypes.float32: 2.0**16, dtypes.float64: 2.0**20}
-_CODY_WAITE_LIMIT_F32 = 2**16 * math.pi / 2
+# Beyond it both take a Payne-Hanek reduction, exact for every float32 and every float64.
+SIN_ACCURATE_LIMIT = {dtypes.float32: math.inf, dtypes.float64: math.inf}
+_CODY_WAITE_LIMIT = {dtypes.float32: 2**16 * math.pi / 2, dtypes.float64: 2**20 * math.pi / 2}
 
 
 def _two_over_pi_chunks(n: int = 8, bits: int = 29) -> tuple[float, ...]:
@@ -235,6 +242,26 @@ def _two_over_pi_chunks(n: int = 8, bits: int = 29) -> tuple[float, ...]:
 
 # 232 bits of 2/pi: for the largest float32 (2**128), bits down to 2**-212 still reach 2**-84 of x * 2/pi mod 4
 TWO_OVER_PI_F32_CHUNKS = _two_over_pi_chunks()
+
+
+# float64 Payne-Hanek: 2/pi = sum C_n 2**(-24(n+1)) with 24-bit integer chunks C_n. |x| is scaled by 2**(-96 b)
+# for its bin b (|x| >= 2**(54 + 96 b)), which drops only terms that are multiples of 4; the 11 chunks from 4b on
+# then reach 2**-113 of |x| * 2/pi mod 4. A chunk times either 27-bit half of the scaled |x| is exact.
+_PH64_BINS, _PH64_CHUNKS, _PH64_BIN_CHUNKS = 11, 11, 4
+
+
+def _two_over_pi_f64_table() -> tuple[tuple[float, ...], ...]:
+    """[j][b]: chunk 4b + j of 2/pi, scaled by 2**(-24(j+1)) (relative to the bin's scaling of |x|)."""
+    count = _PH64_BIN_CHUNKS * (_PH64_BINS - 1) + _PH64_CHUNKS
+    v = 2 / _pi_fraction(24 * count + 96)
+    chunks = [math.floor(v * 2 ** (24 * (n + 1))) % (1 << 24) for n in range(count)]
+    return tuple(tuple(float(Fraction(chunks[_PH64_BIN_CHUNKS * b + j], 1 << (24 * (j + 1))))
+                       for b in range(_PH64_BINS)) for j in range(_PH64_CHUNKS))
+
+
+TWO_OVER_PI_F64_TABLE = _two_over_pi_f64_table()
+_PIO2_PIECES_F64 = (lambda p: (float(_truncate_bits(p, -25)), float(_truncate_bits(p, -51) - _truncate_bits(p, -25)),
+                               float(p - _truncate_bits(p, -51))))(_pi_fraction(400) / 2)
 
 
 # ------------------------------------------------------------------------------------------------ small helpers
@@ -433,14 +460,67 @@ def _reduce_payne_hanek_f32(x: V) -> tuple[V, V, V]:
     return neg.where(-r_hi, r_hi), neg.where(-r_lo, r_lo), neg.where(-kf, kf)
 
 
+def _split27(v: V) -> tuple[V, V]:
+    """(top 27 significant bits of v, the rest) by masking the low 26 mantissa bits: exact, no multiplication."""
+    bits = v.bitcast(dtypes.int64)
+    top = (bits & bits.const_like(-(1 << 26))).bitcast(dtypes.float64)
+    return top, _sub(v, top)
+
+
+def _mod4(t: V) -> V:
+    """t mod 4 for an exact t >= 0 (every step is exact)."""
+    return _sub(t, (t * 0.25).trunc() * 4.0)
+
+
+def _reduce_payne_hanek_f64(x: V) -> tuple[V, V, V]:
+    """(hi, lo, k) as ``_reduce_half_pi`` gives them, for any float64 x: y = |x| * 2/pi mod 4 from exact products
+    of the two halves of the binned |x| with 24-bit chunks of 2/pi (each taken mod 4 exactly), summed with TwoSum
+    into hi and a two-float lo (the adversarial x within 2**-61 of a multiple of pi/2 keep full precision); k =
+    nearest integer to y; r = (y - k) * pi/2 with pi/2 in three pieces; both negated for x < 0."""
+    neg = x < 0.0
+    ax = neg.where(-x, x)
+    in_bin = [_c(ax, 2.0 ** (54 + 96 * b)) < ax for b in range(1, _PH64_BINS)]  # (ax >= 2**(54+96b), for finite ax)
+
+    def by_bin(values: tuple[float, ...]) -> V:
+        out = _c(ax, values[0])
+        for b in range(1, _PH64_BINS):
+            out = in_bin[b - 1].where(_c(ax, values[b]), out)
+        return out
+
+    scaled = ax * by_bin(tuple(2.0 ** (-96 * b) for b in range(_PH64_BINS)))  # exact
+    halves = _split27(scaled)
+    hi = lo = lo2 = _c(ax, 0.0)
+    first = True
+    for j in range(_PH64_CHUNKS):
+        chunk = by_bin(TWO_OVER_PI_F64_TABLE[j])
+        for half in halves:
+            m = half * chunk  # exact; below 2**(151 - 24j) (the scaled |x| is below 2**151)
+            if 151 - 24 * j >= 2:
+                m = _mod4(m)
+            if first:
+                hi, first = m, False
+                continue
+            hi, err = _two_sum(hi, m)
+            lo, err2 = _two_sum(lo, err)
+            lo2 = lo2 + err2
+    k = (hi + 0.5).trunc()._cut_gradient()
+    f, e = _two_sum(_sub(hi, k), lo)  # (hi - k is exact)
+    f_lo = e + lo2
+    f1, f2 = _split27(f)
+    p0, p1, p2 = _PIO2_PIECES_F64  # (26, 26 and 53 bits: f1*p0, f2*p0, f1*p1 and f2*p1 are exact)
+    r, e1 = _two_sum(f1 * p0, f2 * p0)
+    r, e2 = _two_sum(r, f1 * p1)
+    r_lo = (e1 + e2) + (f2 * p1 + (f * p2 + f_lo * (p0 + p1)))
+    r_hi, r_lo = _two_sum(r, r_lo)
+    return neg.where(-r_hi, r_hi), neg.where(-r_lo, r_lo), neg.where(-k, k)
+
+
 def _reduce(x: V, fmt: _Format) -> tuple[V, V, V]:
-    """Cody-Waite where it is exact; for float32 beyond it, Payne-Hanek."""
+    """Cody-Waite where it is exact; beyond it, Payne-Hanek."""
     hi, lo, k = _reduce_half_pi(x, fmt)
-    if fmt.dt is not dtypes.float32:
-        return hi, lo, k
-    big = _c(x, _CODY_WAITE_LIMIT_F32) < _abs(x)
+    big = _c(x, _CODY_WAITE_LIMIT[fmt.dt]) < _abs(x)
     x_big = big.where(x, _c(x, 0.0))  # (each branch sees only inputs it is meant for)
-    ph_hi, ph_lo, ph_k = _reduce_payne_hanek_f32(x_big)
+    ph_hi, ph_lo, ph_k = (_reduce_payne_hanek_f32 if fmt.dt is dtypes.float32 else _reduce_payne_hanek_f64)(x_big)
     return big.where(ph_hi, hi), big.where(ph_lo, lo), big.where(ph_k, k)
 
 
