@@ -35,7 +35,7 @@ NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16)
 SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 
 # erf(x) = x * P(x*x) for |x| <= 1; erfc(x) * exp(x*x) = Q(v), v = (1/x - 7/12) * 12/5, for 1 < x < 6.
-# Fitted like the tables of tgcore.codegen.transcendental (weighted least squares on Chebyshev nodes +
+# Fitted like the tables of tgcore.uop.transcendental (weighted least squares on Chebyshev nodes +
 # Lawson reweighting, mpmath): max relative error 4.6e-16 (P), 8.4e-13 (Q).
 ERF_P = (1.1283791670955121, -0.3761263890317468, 0.11283791670589631, -0.026866170587674168,
          0.005223977161750244, -0.0008548305156955388, 0.00012054688394824906, -1.4913391947058105e-05,
