@@ -356,7 +356,7 @@ class _Probe:
     uop: UOp
 
 
-_CALIBRATING = -1
+_CALIBRATING, _NEVER = -1, -2  # (_outside_refs never answers a negative count)
 
 
 def _calibrate_outside_refs() -> int:
@@ -377,7 +377,7 @@ def _calibrate_outside_refs() -> int:
         probe.rename_for_overwrite(buf)
         seen += probe._measured
     if len(seen) != 2 or seen[0] is None or seen[0] != seen[1]:
-        raise AssertionError(f"reference counts of the realization state are not stable here ({seen})")
+        return _NEVER  # (counts that do not hold still: every name gets a new version, as if always read)
     return seen[0]
 
 
