@@ -303,3 +303,25 @@ def test_lazy_tensors_built_before_a_replay_keep_their_values():
         step(Tensor(np.ones(4, np.float32)), acc)
     assert REALIZATION.preserved == copies
     np.testing.assert_array_equal(w.numpy(), ref_w + 3)
+
+
+def test_a_replayed_cache_write_leaves_earlier_lazy_reads_alone():
+    """KV-cache style: each call writes one row at a bound position through a view of the cache. A lazy read of
+    the cache taken before a replay sees the rows as they were; the cache itself sees every write."""
+    pos_var = UOp.variable("pos", 0, 7)
+    cache = Tensor(np.zeros((8, 2), np.float32))
+
+    @tgcore.jit
+    def step(x: Tensor, pos: UOp) -> Tensor:
+        cache.shrink(((pos, pos + 1), None)).assign(x.reshape(1, 2))
+        return cache.sum(0)
+
+    ref = np.zeros((8, 2), np.float32)
+    for p in range(8):
+        snapshot = cache * 1  # lazy
+        row = np.full(2, p + 1, np.float32)
+        total = step(Tensor(row), pos_var.bind(p)).numpy()
+        np.testing.assert_array_equal(snapshot.numpy(), ref)
+        ref[p] = row
+        np.testing.assert_array_equal(total, ref.sum(0))
+        np.testing.assert_array_equal(cache.numpy(), ref)
