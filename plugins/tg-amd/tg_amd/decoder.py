@@ -8,15 +8,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from tg_amd import dpp, sdwa
+from tg_amd import dpp, image, sdwa
 from tg_amd.arch import Arch, AsmError, get_arch
-from tg_amd.encoder import OMOD, _e64_sig, returns
+from tg_amd.encode_mem import returns
+from tg_amd.encoder import OMOD, PERMLANE_OP_SEL, TRUE16, _e64_sig
 from tg_amd.inst import Inst
-from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, two_offsets
+from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, ds_count, two_offsets
 from tg_amd.layouts import LAYOUTS, Layout, match
 from tg_amd.llvm_table import dpp_forms, hex_immediates
 from tg_amd.operands import FILES, INV_2PI, LITERAL, OFF, SPECIALS, Attr, Dec, Hex, Label, Mod, Reg, Sext
-from tg_amd.symbols import delay_sym, format_name, hwreg_sym, msg_sym, policy_name
+from tg_amd.symbols import (
+    Sym,
+    delay_sym,
+    depctr_sym,
+    format_name,
+    gpr_idx_sym,
+    hwreg_sym,
+    msg_sym,
+    policy_name,
+    swizzle_sym,
+)
 
 FLOAT_CODES = {240: 0.5, 241: -0.5, 242: 1.0, 243: -1.0, 244: 2.0, 245: -2.0, 246: 4.0, 247: -4.0, 248: INV_2PI}
 OMOD_NAMES = {v: k for k, v in OMOD.items()}
@@ -96,6 +107,10 @@ def _vop_operands(d: _Decoder, sig: tuple[str, ...], layout: Layout) -> list[Any
             out.append(d.scalar(f[f"src{k}"], info.count(k + 1)))
         elif role in ("vsrc0", "asrc0"):
             out.append(Reg("a" if role == "asrc0" else "v", f["src0"] - 256, info.count(1)))
+        elif role == "vsrc1" and "vsrc1" not in f:  # a VGPR-only source of a VOP3
+            out.append(Reg("v", f["src1"] - 256, info.count(2)))
+        elif role == "vsrc2":
+            out.append(Reg("v", f["src2"] - 256, info.count(3)))
         elif role == "vsrc1":
             out.append(Reg("v", f["vsrc1"], info.count(2)))
         elif role == "vcc":
@@ -137,6 +152,8 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                 ops.append(d.scalar(f["sdst"], info.count(0)))
             elif role in ("ssrc0", "ssrc1"):
                 ops.append(d.scalar(f[role], info.count(SRC_INDEX[role])))
+            elif role == "gpridx":
+                ops.append(gpr_idx_sym(f["ssrc1"]))
             elif role == "simm16":
                 imm = f["simm16"]
                 if "reg" in name and lay == "SOPK" and name.startswith(("s_getreg", "s_setreg")):
@@ -145,6 +162,12 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                     ops.append(msg_sym(imm, arch))
                 elif name == "s_delay_alu":
                     ops.append(delay_sym(imm))
+                elif name in ("s_waitcnt_depctr", "s_wait_alu"):
+                    ops.append(depctr_sym(imm))
+                elif name == "s_set_gpr_idx_mode":
+                    ops.append(gpr_idx_sym(imm))
+                elif name == "s_version":
+                    ops.append(Sym("version", (imm,)))
                 elif name in hex_immediates(arch.gen):
                     ops.append(Hex(imm))
                 else:  # llvm-mc prints the 16 bits unsigned (SOPK's sign extension is the instruction's business)
@@ -155,11 +178,21 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                 ops.append(Dec(f["simm16"]))
             elif role == "waitcnt":
                 ops.append(_waitcnt_counters(f["simm16"], arch))
+            elif role == "msg":
+                ops.append(msg_sym(f["ssrc0"], arch))
     elif lay == "SMEM":
         bits = {11: 21, 12: 24, 9: 21}[arch.gen]
         for role in sig:
             if role == "sdata":
                 ops.append(d.scalar(f["sdata"], info.count(0)))
+            elif role == "probe":
+                ops.append(f["sdata"] & (0x1F if arch.gen == 12 else 0x7F))
+            elif role == "plen":
+                ops.append(f["sdata"] & 0x1F)
+            elif role == "ioffset":
+                ops.append(Hex(_sext(f["offset"], bits)))
+            elif role == "soffset":
+                ops.append(d.scalar(f["soffset"], 1))
             elif role in ("sbase", "sbuf"):
                 ops.append(d.scalar(f["sbase"] << 1, 2 if role == "sbase" else 4))
             elif role == "soff" and arch.gen == 9:
@@ -187,7 +220,9 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                 mods["clamp"] = True
             if f.get("omod"):
                 mods["omod"] = OMOD_NAMES[f["omod"]]
-            if f.get("op_sel"):
+            if f.get("op_sel") and name.startswith(PERMLANE_OP_SEL):
+                mods["op_sel"] = (f["op_sel"] & 1, f["op_sel"] >> 1 & 1)
+            elif f.get("op_sel"):
                 nsrc = sum(r in ("src0", "src1", "src2", "mask") for r in sig)
                 bits = [f["op_sel"] >> k & 1 for k in range(nsrc)] + [f["op_sel"] >> 3 & 1]
                 mods["op_sel"] = tuple(bits)
@@ -215,21 +250,21 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
         ops = [Reg(dk, f["vdst"], info.count(0)),
                Reg("a" if f["acc"] & 1 else "v", f["src0"] - 256, info.count(1)),
                Reg("a" if f["acc"] & 2 else "v", f["src1"] - 256, info.count(2)),
-               d.src(f["src2"], info.count(3), dk)]
+               d.src(f["src2"], 1, "v") if "vidx" in sig else d.src(f["src2"], info.count(3), dk)]
         for key in ("cbsz", "abid", "blgp"):
             if f[key]:
                 mods[key] = f[key]
     elif lay == "DS":
         kind = "a" if f.get("acc") else "v"
         for role in sig:
-            slot = 0 if role == "vdst" else SRC_INDEX.get(role, 1)
-            ops.append(Reg("v" if role == "addr" else kind, f[role], 1 if role == "addr" else info.count(slot)))
+            ops.append(Reg("v" if role == "addr" else kind, f[role], ds_count(info, role)))
         if two_offsets(name):
             for key in ("offset0", "offset1"):
                 if f[key]:
                     mods[key] = f[key]
         elif f["offset0"] | f["offset1"] << 8:
-            mods["offset"] = f["offset0"] | f["offset1"] << 8
+            offset = f["offset0"] | f["offset1"] << 8
+            mods["offset"] = swizzle_sym(offset) if name == "ds_swizzle_b32" else offset
         if f.get("gds"):
             mods["gds"] = True
     elif lay == "FLAT":
@@ -292,7 +327,7 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
             mods["clamp"] = True
         mods["wait_exp"] = f["wait_exp"]  # llvm-mc always prints it
     elif lay == "EXP":
-        from tg_amd.encoder import EXP_TARGETS
+        from tg_amd.encode_mem import EXP_TARGETS
         name_of = {v: k for k, v in EXP_TARGETS.items()}
         ops.append(Label(name_of.get(f["target"], f"target{f['target']}")))
         ops += [Reg("v", f[f"vsrc{k}"]) if f["en"] >> k & 1 else OFF for k in range(4)]
@@ -338,6 +373,8 @@ def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
         info = by_opcode(arch, key, f.get("op", 0))  # EXP has no opcode field
         if info is None:
             continue
+        if layout.name in image.FAMILIES:
+            return image.decode(data, arch, offset, layout, info, f)
         sig = info.sig
         if layout.name == "VOP3SD":
             continue  # VOP3 and VOP3SD share encoding bits; the opcode's table decides below
@@ -359,7 +396,7 @@ def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
                 raise AsmError(f"truncated DPP dword at byte {offset + size}", info.name, None, arch.name)
             word = int.from_bytes(data[offset + size:offset + size + 4], "little")
             inst = _decode_dpp(arch, layout, info, f, enc, sig, word)
-            return inst, size + 4
+            return (_true16(inst) if info.name in TRUE16 else inst), size + 4
         if not arch.rdna and layout.name in ("VOP1", "VOP2", "VOPC") and f.get("src0") == sdwa.MARKER:
             if offset + size + 4 > len(data):
                 raise AsmError(f"truncated SDWA dword at byte {offset + size}", info.name, None, arch.name)
@@ -370,8 +407,27 @@ def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
                 raise AsmError(f"truncated literal at byte {offset + size}", info.name, None, arch.name)
             literal = int.from_bytes(data[offset + size:offset + size + 4], "little")
             size += 4
-        return _decode_fields(arch, layout, info, f, literal, enc, sig), size
+        inst = _decode_fields(arch, layout, info, f, literal, enc, sig)
+        return (_true16(inst) if info.name in TRUE16 else inst), size
     raise AsmError(f"unknown instruction encoding 0x{dword0:08x} at byte {offset}", None, None, arch.name)
+
+
+def _true16(inst: Inst) -> Inst:
+    """v_mov_b16's VGPR numbers back to halves (128 and up: the high half); inline floats as their f16 bits."""
+    f16 = {0.5: 0x3800, -0.5: 0xB800, 1.0: 0x3C00, -1.0: 0xBC00, 2.0: 0x4000, -2.0: 0xC000, 4.0: 0x4400,
+           -4.0: 0xC400, INV_2PI: 0x3118}
+    ops: list[Any] = []
+    for op in inst.operands:
+        if isinstance(op, Reg) and op.kind == "v":
+            op = Reg("v", op.index & 127, 1, "h" if op.index >= 128 else "l")
+        elif isinstance(op, float):
+            op = Hex(f16[op])
+        elif isinstance(op, int) and not -16 <= op <= 64:
+            op = Hex(op & 0xFFFF)
+        ops.append(op)
+    inst.operands = tuple(ops)
+    inst.enc = inst.enc or "e32"  # llvm-objdump names the encoding (v_mov_b16_e32)
+    return inst
 
 
 def _decode_dpp(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], enc: str | None,

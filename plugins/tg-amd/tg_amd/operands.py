@@ -48,6 +48,7 @@ class Reg:
     kind: str
     index: int = 0
     count: int = 1
+    half: str = ""  # true16: "l" or "h", the low or high 16 bits of one VGPR (v8.l)
 
     def __neg__(self) -> Mod:
         return Mod(self, neg=True)
@@ -149,6 +150,8 @@ def operand_text(op: object) -> str:
     if isinstance(op, Reg):
         if op.special:
             return op.kind
+        if op.half:
+            return f"{op.kind}{op.index}.{op.half}"
         if op.count == 1:
             return f"{op.kind}{op.index}"
         return f"{op.kind}[{op.index}:{op.index + op.count - 1}]"
