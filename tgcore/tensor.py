@@ -533,8 +533,6 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         return self._new(u)
 
     # the shared operator surface (tgcore.uop.mixins): how a Tensor applies an op, makes constants, pairs operands
-    _checked_operators = _CHECKED_OPERATORS
-
     def alu(self, op: Ops, *src: Tensor) -> Tensor:
         """``op`` on this tensor and ``src`` (same shape and dtype already)."""
         if len(src) == 1:  # (binary ops: on every operator's path, so without building a list)
@@ -543,9 +541,6 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
 
     def const_like(self, value: Scalar) -> Tensor:
         return self._const(value, self.dtype)
-
-    def _check_operator(self, op: Ops) -> None:
-        _check_operands(op, self.dtype)
 
     def _cut_gradient(self) -> Tensor:
         return self.detach()

@@ -5,7 +5,8 @@ In:  a class that provides the small abstract surface below: ``dtype``, ``alu(op
      of the same kind whose shapes and dtypes already match), ``const_like(value)`` (a constant with this
      dtype, and this shape where there is one), ``cast``, ``bitcast``, ``_operands(x, reverse)`` (this value and
      another operand made to match, or ``NotImplemented``) and ``_cut_gradient()`` (how the math formulas mark
-     their piecewise-constant parts).
+     their piecewise-constant parts). ``_binop`` (pair, check, apply) has a generic definition here; Tensor
+     fuses it into one frame, as every operator goes through it.
 Out: the operators both UOp and Tensor mean the same way (``+``, ``*``, ``<``, ``>``, ``&``, ``|``, ``^``,
      ``<<``, ``>>``, ``eq``, ``ne``, ``maximum``, ``logical_not``), the float unary ops and the formulas of
      `tgcore.uop.transcendental` as methods.
