@@ -32,7 +32,7 @@ Methods
   float64 beyond 2**20 * pi/2 (Payne-Hanek without a wider type): |x| in one of 11 bins by exponent is scaled
   by 2**(-96 b) (exact; the bits of 2/pi it skips only contribute multiples of 4), split into two 27-bit halves
   by masking, and multiplied by eleven 24-bit chunks of 2/pi picked for the bin (all products exact), each
-  product taken mod 4 exactly and summed with TwoSum into hi + a two-float lo (~2**-112 absolute, so even the
+  product taken mod 4 exactly, cut in three at fixed bits and summed exactly per piece (~2**-112, so even the
   float64 closest to a multiple of pi/2, 6381956970095103 * 2**797 at 2**-60.9 from it, comes out correctly
   rounded); r = (y - k) * pi/2 with pi/2 in 26-bit pieces against a 27-bit split of y - k. It is computed for
   every element and selected: float64 sin/cos cost ~6x what Cody-Waite alone did (2M elements, CPU: 29 ->
@@ -474,8 +474,8 @@ def _mod4(t: V) -> V:
 
 def _reduce_payne_hanek_f64(x: V) -> tuple[V, V, V]:
     """(hi, lo, k) as ``_reduce_half_pi`` gives them, for any float64 x: y = |x| * 2/pi mod 4 from exact products
-    of the two halves of the binned |x| with 24-bit chunks of 2/pi (each taken mod 4 exactly), summed with TwoSum
-    into hi and a two-float lo (the adversarial x within 2**-61 of a multiple of pi/2 keep full precision); k =
+    of the two halves of the binned |x| with 24-bit chunks of 2/pi (each taken mod 4 exactly), summed exactly in
+    three pieces (the adversarial x within 2**-61 of a multiple of pi/2 keep full precision); k =
     nearest integer to y; r = (y - k) * pi/2 with pi/2 in three pieces; both negated for x < 0."""
     neg = x < 0.0
     ax = neg.where(-x, x)
@@ -489,23 +489,23 @@ def _reduce_payne_hanek_f64(x: V) -> tuple[V, V, V]:
 
     scaled = ax * by_bin(tuple(2.0 ** (-96 * b) for b in range(_PH64_BINS)))  # exact
     halves = _split27(scaled)
-    hi = lo = lo2 = _c(ax, 0.0)
-    first = True
+    # Each term is cut at 2**-45 and at 2**-94 (adding and subtracting 1.5 * 2**(52 - bit) rounds to a multiple
+    # of 2**-bit, exactly) and the pieces are summed in three floats: 22 terms below 4 that are multiples of 2**-45
+    # fit in 53 bits, and so do the middle pieces (below 2**-46, multiples of 2**-94); the last ones are tiny.
+    coarse = mid = fine = _c(ax, 0.0)
     for j in range(_PH64_CHUNKS):
         chunk = by_bin(TWO_OVER_PI_F64_TABLE[j])
         for half in halves:
             m = half * chunk  # exact; below 2**(151 - 24j) (the scaled |x| is below 2**151)
             if 151 - 24 * j >= 2:
                 m = _mod4(m)
-            if first:
-                hi, first = m, False
-                continue
-            hi, err = _two_sum(hi, m)
-            lo, err2 = _two_sum(lo, err)
-            lo2 = lo2 + err2
-    k = (hi + 0.5).trunc()._cut_gradient()
-    f, e = _two_sum(_sub(hi, k), lo)  # (hi - k is exact)
-    f_lo = e + lo2
+            top = _sub(m + 1.5 * 2.0**7, 1.5 * 2.0**7)
+            rest = _sub(m, top)
+            middle = _sub(rest + 1.5 * 2.0**-42, 1.5 * 2.0**-42)
+            coarse, mid, fine = coarse + top, mid + middle, fine + _sub(rest, middle)
+    k = (coarse + 0.5).trunc()._cut_gradient()
+    f, e = _two_sum(_sub(coarse, k), mid)  # (coarse - k is exact)
+    f_lo = e + fine
     f1, f2 = _split27(f)
     p0, p1, p2 = _PIO2_PIECES_F64  # (26, 26 and 53 bits: f1*p0, f2*p0, f1*p1 and f2*p1 are exact)
     r, e1 = _two_sum(f1 * p0, f2 * p0)
