@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import builtins
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,6 +40,10 @@ from tgcore.tensor_reduce import ReduceMixin
 from tgcore.tensor_select import SelectMixin
 from tgcore.uop import Ops, UOp
 from tgcore.uop.mixins import ElementwiseMixin, broadcast_shape, scalar_dtype
+
+if TYPE_CHECKING:
+    from tgcore.engine.realize import HostCalls
+    from tgcore.runtime.buffer import Buffer
 
 Scalar = bool | int | float
 ShapeArg = int | Sequence[int]
@@ -238,8 +242,12 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         return self.full_like(1, dtype)
 
     # ---------------------------------------------------------------- realization
-    def realize(self, *others: Tensor) -> Tensor:
-        """Compute this tensor (and ``others``) now; work shared between them is done once."""
+    def realize(self, *others: Tensor, on_ready: Callable[[int, Buffer], None] | None = None) -> Tensor:
+        """Compute this tensor (and ``others``) now; work shared between them is done once.
+
+        ``on_ready(i, buffer)``: called for the i-th of (self, *others) as soon as the kernel that finishes its
+        value has run, before the rest of the work (e.g. to start sending a gradient while the backward pass
+        goes on); a JIT capture replays these calls in their places. ``buffer`` holds the value contiguously."""
         from tgcore.engine.realize import run_schedule
         if REALIZATION.pending:  # assigns whose new values these tensors read run first
             from tgcore.engine.assign import run_pending
@@ -250,12 +258,12 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
             for t in (self, *others):
                 if id(t) not in computing:
                     REALIZATION.hold(t)
-        if not todo:
+        if not todo and on_ready is None:
             return self
         todo = list({id(t): t for t in todo}.values())  # t.realize(t): each tensor once
         outs = list(dict.fromkeys(t.uop for t in todo))
-        items, result = create_schedule(outs, self.device)
-        run_schedule(items)
+        items, result = create_schedule(outs, self.device) if outs else ([], {})
+        run_schedule(items, _ready_calls((self, *others), items, result, on_ready) if on_ready else None)
         for si in items:
             if si.kind == "custom":  # a hand-written kernel may have written any of its buffers
                 for b in si.bufs:
@@ -720,6 +728,30 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
 
     def long(self) -> Tensor:
         return self.cast(dtypes.int64)
+
+
+def _ready_calls(tensors: Sequence[Tensor], items: list[Any], result: dict[UOp, UOp],
+                 on_ready: Callable[[int, Buffer], None]) -> HostCalls:
+    """For ``Tensor.realize(on_ready=)``: each tensor's ``on_ready`` call, placed after the last schedule item that
+    touches its buffer (before every item when this realize does not compute it)."""
+    from tgcore.engine.realize import HostCall
+    after: HostCalls = {}
+    for i, t in enumerate(tensors):
+        buf_uop = result.get(t.uop)
+        buf = REALIZATION.buffer(buf_uop) if buf_uop is not None else REALIZATION.buffer_of(t)
+        if buf is None:
+            raise ValueError(f"realize(on_ready=...) needs tensors it computes or that own a contiguous buffer; "
+                             f"tensor {i} ({t.shape}) is a view: pass t.contiguous()")
+        last = -1 if buf_uop is None else \
+            max((k for k, si in enumerate(items) if any(b.base is buf.base for b in si.bufs)), default=-1)
+        after.setdefault(last, []).append((HostCall(f"on_ready {i}", _call_with_index(on_ready, i)), [buf]))
+    return after
+
+
+def _call_with_index(on_ready: Callable[[int, Buffer], None], i: int) -> Callable[[list[Buffer]], None]:
+    def call(bufs: list[Buffer]) -> None:
+        on_ready(i, bufs[0])
+    return call
 
 
 def _sint(x: Any) -> Any:

@@ -24,6 +24,9 @@ needed). Like a plain call, a replay leaves lazy tensors built before it from me
 writes (the tensors it assigns into) with the values they were built against: before the kernels run, that
 memory gets a new version, which the tensors realized into it move to, and the old contents are copied aside
 only if a lazy tensor still reads them.
+Host calls (``Tensor.realize(on_ready=...)``: Python a data-parallel wrapper runs between kernels to start
+an allreduce) are replayed in their places among the kernels, with this call's buffers; a capture that has
+any runs kernel by kernel (no native graph).
 A function must not read tensor values (``.numpy()``, ``.item()``) while it is captured: what
 it computes must depend on its inputs only through kernels. Up to ``max_captures`` input
 signatures are kept (least recently used ones are dropped).
@@ -52,7 +55,7 @@ class JitError(RuntimeError):
 
 @dataclass
 class _Step:
-    runner: engine.Runner | None   # None for a copy
+    runner: engine.Runner | engine.HostCall | None   # None for a copy
     bufs: list[Buffer]
     kind: str
     device: str
@@ -74,13 +77,17 @@ class _Capture:
     written: list[Buffer] = field(default_factory=list)
     written_inputs: list[int] = field(default_factory=list)
 
+    kernels: int = 0                         # kernels and copies (host calls are not counted)
+
     def __post_init__(self) -> None:
+        self.kernels = sum(p.kind != "host" for p in self.plan)
         self.ops = sum(p.ops for p in self.plan)
         self.mem = sum(p.mem for p in self.plan)
         for p in self.plan:
             for v in p.vars:
                 self.needs.setdefault(v, p.name)
-        if any(p.copy is not None for p in self.plan) or any(p.device.split(":")[0] != "CPU" for p in self.plan):
+        if any(p.copy is not None or p.kind == "host" for p in self.plan) or \
+                any(p.device.split(":")[0] != "CPU" for p in self.plan):
             return
         from tgcore.runtime.cpu import NativeGraph
         self.graph = NativeGraph.build([(p.program, tuple(0 if a is None else a for a in p.args) + (0,) * len(p.vars),
@@ -200,7 +207,7 @@ class Jit:
         return out
 
     def _capture(self, key: tuple, inputs: list[Buffer], args: tuple, kwargs: dict) -> Any:
-        recorded: list[tuple[Any, list[Buffer], str, str]] = []
+        recorded: list[engine.Recorded] = []
         with engine.capturing(recorded), REALIZATION.no_cache(), REALIZATION.recording_writes() as written:
             out = self.fn(*args, **kwargs)
             _realize_all(out)
@@ -248,6 +255,12 @@ class Jit:
                 update_stats(step.name, step.device, step.kind, num_bufs=step.num_bufs, ops=step.ops, mem=step.mem,
                              time_s=elapsed, threads=step.threads, jit=True)
         for step in capture.plan if capture.graph is None else ():
+            if step.kind == "host":  # Python between kernels (Tensor.realize(on_ready=...)), on this call's inputs
+                bufs = list(step.bufs)
+                for slot, n, offset, old in step.inputs:
+                    bufs[slot] = bound(n, offset, old)
+                step.program(bufs)
+                continue
             if step.copy is not None:
                 dest, src = step.copy
                 for slot, n, offset, old in step.inputs:
@@ -273,7 +286,7 @@ class Jit:
                              time_s=elapsed, threads=step.threads, jit=True,
                              counters=profile.Profiler.counters_after(probe) if probe is not None else None)
         if not timed:  # the counters of every step at once (no line to print per kernel)
-            GlobalCounters.kernel_count += len(capture.plan)
+            GlobalCounters.kernel_count += capture.kernels
             GlobalCounters.global_ops += capture.ops
             GlobalCounters.global_mem += capture.mem
         device = tensors[0].device if tensors else None
@@ -286,7 +299,7 @@ class _PlannedStep:
     name: str
     device: str
     kind: str
-    program: Any
+    program: Any                                    # the kernel; for a host step its function of the buffers
     args: tuple[Any, ...]                           # buffer handles in argument order
     inputs: list[tuple[int, int, int, Buffer]]      # (argument, input number, byte offset, captured buffer)
     vars: tuple[str, ...]
@@ -303,6 +316,11 @@ def _plan(steps: list[_Step], inputs: list[Buffer]) -> list[_PlannedStep]:
     plan = []
     for step in steps:
         slots = {slot: place for slot, b in enumerate(step.bufs) if (place := _input_place(b, inputs)) is not None}
+        if isinstance(step.runner, engine.HostCall):
+            planned_inputs = [(slot, n, offset, step.bufs[slot]) for slot, (n, offset) in slots.items()]
+            plan.append(_PlannedStep(step.runner.name, step.device, "host", step.runner.fn, (), planned_inputs, (), 1,
+                                     len(step.bufs), 0, 0, bufs=step.bufs))
+            continue
         if step.runner is None:
             planned_inputs = [(slot, n, offset, step.bufs[slot]) for slot, (n, offset) in slots.items()]
             plan.append(_PlannedStep("copy", step.device, "copy", None, (), planned_inputs, (), 1, 2, 0,

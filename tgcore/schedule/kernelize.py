@@ -12,7 +12,7 @@ Movement ops never copy: walking from a kernel's output towards its inputs, each
 op rewrites the tuple of index expressions (reshape regroups, permute reorders, expand pins
 to 0, shrink offsets, flip mirrors, pad offsets and adds a validity gate). Fusion policy:
 elementwise work is recomputed wherever it is used; a reduction fuses into its consumer
-only when it is reached without broadcasting, has a single consumer and every use of its
+only when it is reached without broadcasting or padding, has a single consumer and every use of its
 value is inside that one kernel (not also read, through shared elementwise work, by another
 kernel), otherwise it gets a kernel (and a buffer) of its own. ``CONTIGUOUS`` and ``COPY`` always end a kernel.
 
@@ -494,7 +494,9 @@ class _KernelBuilder:
             shifted.append(j)
         if valid is None:
             return self.lower(src, tuple(shifted), gate, direct)
-        inner = self.lower(src, tuple(shifted), _and(gate, valid), direct)
+        # a reduction under a padding gets a kernel of its own: fused, its loop would run at every output, padding
+        # included (a concatenation of two products would compute both at every output of it)
+        inner = self.lower(src, tuple(shifted), _and(gate, valid), direct=False)
         return valid.where(inner, UOp.const(node.dtype, 0))
 
     def _reduce(self, node: UOp, idx: tuple[UOp, ...], gate: UOp | None) -> UOp:

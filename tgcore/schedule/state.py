@@ -76,6 +76,7 @@ class RealizationState:
         self.pending: dict[UOp, PendingWrite] = {}  # new BUFFER uop -> the write that makes its value
         self._holders: weakref.WeakKeyDictionary[UOp, dict[int, weakref.ref[Any]]] = weakref.WeakKeyDictionary()
         self._unique = itertools.count()
+        self._device_uops: dict[str, UOp] = {}
         self._cache_enabled = [True]
         self.drops = 0      # cached values dropped because memory they depend on was written
         self.preserved = 0  # old contents copied aside for lazy readers of a value an assign replaced
@@ -98,8 +99,10 @@ class RealizationState:
 
     def new_buffer(self, device: str, size: int, dtype: DType, buf: Buffer | None = None) -> UOp:
         """A fresh BUFFER uop (distinct from every other) with ``buf`` (default: a new lazily allocated Buffer)."""
-        u = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(self._unique)),
-                                    UOp(Ops.DEVICE, dtypes.void, (), device)), size)
+        dev = self._device_uops.get(device)
+        if dev is None:  # (the same hash-consed node every time: looked up once per device name)
+            dev = self._device_uops[device] = UOp(Ops.DEVICE, dtypes.void, (), device)
+        u = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(self._unique)), dev), size)
         if buf is None:
             buf = Buffer(device, size, dtype)
         else:  # a new name of memory that exists: a replay that writes it must find this name too
@@ -189,7 +192,7 @@ class RealizationState:
             u = tensor.uop
             base = u.src[0] if u.op is Ops.RESHAPE else u
             buf = self._buffers.get(base) if base.op is Ops.BUFFER else None
-        if buf is None or buf.size != prod(shape_of(u)) or buf.dtype != u.dtype:
+        if buf is None or buf.size != _numel(u) or buf.dtype != u.dtype:
             return None
         return buf
 
@@ -204,7 +207,7 @@ class RealizationState:
         u = tensor.uop
         old = u.src[0] if u.op is Ops.RESHAPE else u
         buf = self._buffers.get(old) if old.op is Ops.BUFFER else None
-        if buf is None or buf.size != prod(shape_of(u)) or buf.dtype != u.dtype:
+        if buf is None or buf.size != _numel(u) or buf.dtype != u.dtype:
             raise ValueError("the tensor written into must own a contiguous buffer (Tensor.empty(...) or a "
                              "realized tensor), not a view or a lazy expression")
         if old in self.pending:  # (an earlier write into it finishes first)
@@ -248,7 +251,11 @@ class RealizationState:
         if also is not None and all(t is not also for t in moved):
             moved.append(also)
         for t in moved:
-            t.uop = t.uop.substitute({old: new})
+            u = t.uop
+            if u.op is Ops.RESHAPE and u.src[0] is old:  # (the common case, without a graph walk)
+                t.uop = u.replace(src=(new,))  # (keeps its tag: a leaf's marks it for backward)
+            else:
+                t.uop = u.substitute({old: new})
             self.hold(t)
 
     # ---- pending writes ----
@@ -379,6 +386,11 @@ def _calibrate_outside_refs() -> int:
     if len(seen) != 2 or seen[0] is None or seen[0] != seen[1]:
         return _NEVER  # (counts that do not hold still: every name gets a new version, as if always read)
     return seen[0]
+
+
+def _numel(u: UOp) -> int:
+    """Elements of a tensor-level uop; a reshaped buffer's from its arg (a new uop's shape is not cached yet)."""
+    return prod(u.arg) if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER else prod(shape_of(u))
 
 
 def _stale(reads: _Reads) -> bool:
