@@ -389,10 +389,9 @@ class IndexMixin:
         """``self.flatten()[index]`` as an indexed load (torch.take): one read per output, fused into the consumer's
         kernel (``gather`` and ``[]`` cost O(output x axis)). ``index`` is an integer tensor; an entry out of range
         reads 0. No gradient flows through it (for constant tables: dequantization grids)."""
-        from tgcore.tensor import Tensor
         from tgcore.uop.ops import Ops
         from tgcore.uop.uop import UOp
-        if not isinstance(index, Tensor) or not dtypes.is_int(index.dtype) or index.dtype is dtypes.bool:
+        if not isinstance(index, type(self)) or not dtypes.is_int(index.dtype) or index.dtype is dtypes.bool:
             raise TypeError(f"take needs an integer index tensor, got {getattr(index, 'dtype', type(index))!r}")
         if index.device != self.device:
             raise ValueError(f"take: index on {index.device}, table on {self.device}")
