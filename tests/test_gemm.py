@@ -9,8 +9,8 @@ import pytest
 from tgcore.codegen import simplify_kernel
 from tgcore.codegen.heuristic import gemm_opts
 from tgcore.codegen.optimize import Opt, OptError, OptOps, apply_opts
-from tgcore.helpers import prod
 from tgcore.dtype import dtypes
+from tgcore.helpers import prod
 from tgcore.renderer import Renderer
 from tgcore.runtime.cpufeatures import CacheSizes
 from tgcore.schedule.kernelize import create_schedule

@@ -149,7 +149,9 @@ def _operand_index(u: UOp) -> UOp | None:
     if u.op is Ops.LOAD:
         return u.src[0].src[1]
     loads = [n for n in u.toposort if n.op is Ops.LOAD]
-    if not loads:
+    if not loads or any(n.dtype != u.dtype for n in loads):
+        # a decoded weight (packed integers, half scales) stays on the per-row vector path: its reduction order
+        # is then the same for any row count, which batched LLM decode relies on (batch invariance)
         return None
     main = max((n.src[0].src[1] for n in loads), key=lambda idx: len(idx.ranges))
     return main if set(u.ranges) <= set(main.ranges) else None

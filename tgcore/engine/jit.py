@@ -24,9 +24,10 @@ after a replay.
 Assigns (``Tensor.assign``, an optimizer step): writes assigned before a call run before it, never
 inside the capture; writes the function assigns run inside it, even those nothing it returns reads,
 and a replay redoes them in place (with the copy of old values a lazy reader inside the function
-needed). A replay runs no Python: a lazy tensor built before the call from memory the function
-writes sees the new values afterwards (a plain call keeps the old ones for it), so realize such a
-tensor before the call.
+needed). Like a plain call, a replay leaves lazy tensors built before it from memory the function
+writes (the tensors it assigns into) with the values they were built against: before the kernels run, that
+memory gets a new version, which the tensors realized into it move to, and the old contents are copied aside
+only if a lazy tensor still reads them.
 Host calls (``Tensor.realize(on_ready=...)``: Python a data-parallel wrapper runs between kernels to start
 an allreduce) are replayed in their places among the kernels, with this call's buffers; a capture that has
 any runs kernel by kernel (no native graph).
@@ -76,6 +77,9 @@ class _Capture:
     graph_inputs: dict[tuple[int, int, Buffer], list[tuple[int, int]]] = field(default_factory=dict)
     graph_vars: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     needs: dict[str, str] = field(default_factory=dict)  # variable name -> the first kernel that reads it
+    # memory the function writes that outlives a call (tensors it assigns into): fixed buffers, and input numbers
+    written: list[Buffer] = field(default_factory=list)
+    written_inputs: list[int] = field(default_factory=list)
 
     kernels: int = 0                         # kernels and copies (host calls are not counted)
 
@@ -208,17 +212,25 @@ class Jit:
 
     def _capture(self, key: tuple, inputs: list[Buffer], args: tuple, kwargs: dict) -> Any:
         recorded = _Recording()
-        with engine.capturing(recorded), REALIZATION.no_cache():
+        with engine.capturing(recorded), REALIZATION.no_cache(), REALIZATION.recording_writes() as written:
             out = self.fn(*args, **kwargs)
             _realize_all(out)
             run_all_pending()
         steps = [_Step(runner, list(bufs), kind, device) for runner, bufs, kind, device in recorded]
         outputs = _map_tensors(out, lambda t: t.uop)
         kept = {b.base for b in map(REALIZATION.buffer, _output_buffers(outputs)) if b is not None}
-        # a host call may still read its buffers after the next kernels ran (a transport sending one)
+        # a host call may still read its buffers after the next kernels ran (a transport sending one); what the
+        # function assigns to is state
         kept |= {b.base for s in steps if isinstance(s.runner, engine.HostCall) for b in s.bufs}
+        kept |= {b.base for b in written}
         steps = _share_scratch(steps, recorded.fresh - kept)
         capture = _Capture(outputs, _plan(steps, inputs))
+        for b in dict.fromkeys(written):  # (base buffers)
+            places = [n for n, inp in enumerate(inputs) if inp.base is b]
+            if places:
+                capture.written_inputs.extend(places)
+            else:
+                capture.written.append(b)
         self.captures[key] = capture
         if len(self.captures) > self.max_captures:
             self.captures.popitem(last=False)
@@ -240,6 +252,8 @@ class Jit:
                 buf = views[key] = (inp if same else inp.view(old.size, old.dtype, offset)).ensure_allocated()
             return buf
 
+        if capture.written or capture.written_inputs:
+            _protect_lazy_readers(capture, inputs)
         timed = KernelTimes.wanted()  # DEBUG=2 or a recording: each kernel's time goes to update_stats
         if capture.graph is not None:  # one native call for every kernel
             graph = capture.graph
@@ -385,6 +399,27 @@ def _plan(steps: list[_Step], inputs: list[Buffer]) -> list[_PlannedStep]:
         plan.append(_PlannedStep(spec.name, step.device, step.kind, step.runner.program, tuple(args), planned_inputs,
                                  spec.vars, spec.threads, len(step.bufs), spec.ops, spec.mem, bufs=step.bufs))
     return plan
+
+
+def _protect_lazy_readers(capture: _Capture, inputs: list[Buffer]) -> None:
+    """Before a replay writes memory that outlives the call: as an assign in a plain call does, the tensors
+    realized into that memory move to a new version of it, and lazy tensors built before the call from the old
+    version keep its values (copied aside only when one is alive)."""
+    renamed = []
+    for b in capture.written:
+        renamed += REALIZATION.rename_for_overwrite(b)
+    for n in capture.written_inputs:
+        renamed += REALIZATION.rename_for_overwrite(inputs[n])
+    mapping: dict[UOp, UOp] = {}
+    for ref, new in renamed:
+        old = ref()
+        if old is not None:
+            mapping[old] = new
+        del old
+    if mapping:  # the outputs the capture returns follow the memory they name
+        capture.outputs = _map_tensors(capture.outputs, lambda u: u.substitute(mapping), uops=True)
+    mapping.clear()  # (the old names must not be held here when keep_old_values looks for their readers)
+    REALIZATION.keep_old_values(renamed)
 
 
 def _realize_all(out: Any) -> None:

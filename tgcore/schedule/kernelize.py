@@ -450,6 +450,12 @@ class _KernelBuilder:
             return self.load(owner.realize(node), idx, shape_of(node), gate)
         if op is Ops.DETACH:
             return self.lower(node.src[0], idx, gate, direct)
+        if op is Ops.INDEX:  # Tensor.take: the table read at the index's value (a data-dependent load)
+            at = self.lower(node.src[1], idx, gate, direct)
+            at = at if at.dtype is self.idt else at.cast(self.idt)
+            size = shape_of(node.src[0])[0]
+            inside = (at >= 0) & (at < size)  # out of range reads 0, never outside the table
+            return self.lower(node.src[0], (at,), inside if gate is None else gate & inside, False)
         # ALU, CAST, BITCAST: same index for every source
         src = tuple([self.lower(s, idx, gate, direct) for s in node.src])  # (a list: no C frame per level)
         return node.replace(src=src)

@@ -12,6 +12,7 @@ from tg_amd import dpp, image, sdwa
 from tg_amd.arch import Arch, AsmError, get_arch
 from tg_amd.encode_mem import returns
 from tg_amd.encoder import OMOD, PERMLANE_OP_SEL, TRUE16, _e64_sig
+from tg_amd.encoding import PACKED
 from tg_amd.inst import Inst
 from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, ds_count, two_offsets
 from tg_amd.layouts import LAYOUTS, Layout, match
@@ -99,6 +100,8 @@ def _vop_operands(d: _Decoder, sig: tuple[str, ...], layout: Layout) -> list[Any
         elif role in ("src0", "src1", "src2"):
             k = int(role[-1])
             op = d.src(f[role], info.count(k + 1))
+            if _b16_source(info, k + 1) and layout.name in ("VOP1", "VOP2", "VOPC", "VOP3", "VOP3SD"):
+                op = _b16_constant(op)
             neg = f.get("neg", 0) >> k & 1 if layout.name in ("VOP3", "VOP3SD") else 0
             ab = f.get("abs", 0) >> k & 1
             out.append(Mod(op, bool(neg), bool(ab)) if neg or ab else op)
@@ -224,8 +227,8 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                 mods["op_sel"] = (f["op_sel"] & 1, f["op_sel"] >> 1 & 1)
             elif f.get("op_sel"):
                 nsrc = sum(r in ("src0", "src1", "src2", "mask") for r in sig)
-                bits = [f["op_sel"] >> k & 1 for k in range(nsrc)] + [f["op_sel"] >> 3 & 1]
-                mods["op_sel"] = tuple(bits)
+                sel = [f["op_sel"] >> k & 1 for k in range(nsrc)] + [f["op_sel"] >> 3 & 1]
+                mods["op_sel"] = tuple(sel)
     elif lay == "VOP3P":
         ops = _vop_operands(d, sig, layout)
         mix = "mix" in info.flags
@@ -240,9 +243,9 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                 if n or a:
                     ops[k + 1] = Mod(ops[k + 1], bool(n), bool(a))
             negs = []
-        for key, bits, default in (("op_sel", op_sel, 0), ("op_sel_hi", op_sel_hi, 0 if mix else 1), *negs):
-            if any(b != default for b in bits[:nsrc]):
-                mods[key] = tuple(bits[:nsrc])
+        for key, flags, default in (("op_sel", op_sel, 0), ("op_sel_hi", op_sel_hi, 0 if mix else 1), *negs):
+            if any(b != default for b in flags[:nsrc]):
+                mods[key] = tuple(flags[:nsrc])
         if f.get("clamp"):
             mods["clamp"] = True
     elif lay == "MAI":
@@ -396,7 +399,7 @@ def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
                 raise AsmError(f"truncated DPP dword at byte {offset + size}", info.name, None, arch.name)
             word = int.from_bytes(data[offset + size:offset + size + 4], "little")
             inst = _decode_dpp(arch, layout, info, f, enc, sig, word)
-            return (_true16(inst) if info.name in TRUE16 else inst), size + 4
+            return _exponent_text(_true16(inst) if info.name in TRUE16 else inst, info, arch), size + 4
         if not arch.rdna and layout.name in ("VOP1", "VOP2", "VOPC") and f.get("src0") == sdwa.MARKER:
             if offset + size + 4 > len(data):
                 raise AsmError(f"truncated SDWA dword at byte {offset + size}", info.name, None, arch.name)
@@ -408,25 +411,54 @@ def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
             literal = int.from_bytes(data[offset + size:offset + size + 4], "little")
             size += 4
         inst = _decode_fields(arch, layout, info, f, literal, enc, sig)
-        return (_true16(inst) if info.name in TRUE16 else inst), size
+        return _exponent_text(_true16(inst) if info.name in TRUE16 else inst, info, arch), size
     raise AsmError(f"unknown instruction encoding 0x{dword0:08x} at byte {offset}", None, None, arch.name)
 
 
+F16_BITS = {0.5: 0x3800, -0.5: 0xB800, 1.0: 0x3C00, -1.0: 0xBC00, 2.0: 0x4000, -2.0: 0xC000, 4.0: 0x4400,
+            -4.0: 0xC400, INV_2PI: 0x3118}
+
+
+def _b16_constant(op: Any) -> Any:
+    """A constant of a 16-bit integer VALU source as llvm-objdump prints it: inline floats as their f16 bits,
+    literals as their low 16 bits (what the operand reads)."""
+    if isinstance(op, float):
+        return Hex(F16_BITS[op])
+    if isinstance(op, int) and not -16 <= op <= 64:
+        return Hex(op & 0xFFFF)
+    return op
+
+
+def _b16_source(info: OpInfo, slot: int) -> bool:
+    """Whether source ``slot`` is a 16-bit integer VALU operand (not packed, not v_ldexp_f16's exponent)."""
+    return (info.width(slot) == 16 and not info.is_float(slot) and not info.name.startswith(PACKED)
+            and info.name != "v_ldexp_f16")
+
+
 def _true16(inst: Inst) -> Inst:
-    """v_mov_b16's VGPR numbers back to halves (128 and up: the high half); inline floats as their f16 bits."""
-    f16 = {0.5: 0x3800, -0.5: 0xB800, 1.0: 0x3C00, -1.0: 0xBC00, 2.0: 0x4000, -2.0: 0xC000, 4.0: 0x4400,
-           -4.0: 0xC400, INV_2PI: 0x3118}
+    """v_mov_b16's VGPR numbers back to halves (128 and up: the high half); constants as ``_b16_constant``."""
     ops: list[Any] = []
     for op in inst.operands:
         if isinstance(op, Reg) and op.kind == "v":
             op = Reg("v", op.index & 127, 1, "h" if op.index >= 128 else "l")
-        elif isinstance(op, float):
-            op = Hex(f16[op])
-        elif isinstance(op, int) and not -16 <= op <= 64:
-            op = Hex(op & 0xFFFF)
+        else:
+            op = _b16_constant(op)
         ops.append(op)
     inst.operands = tuple(ops)
     inst.enc = inst.enc or "e32"  # llvm-objdump names the encoding (v_mov_b16_e32)
+    return inst
+
+
+def _exponent_text(inst: Inst, info: OpInfo, arch: Arch) -> Inst:
+    """v_ldexp_*'s exponent as llvm-objdump prints its modifier bits: -x / |x| in RDNA's VOP3 v_ldexp_f16,
+    elsewhere ``sext(x)`` for the neg bit and nothing for abs."""
+    if info.exponent_mods(2, arch.rdna) is None or len(inst.operands) < 3:
+        return inst
+    op = inst.operands[2]
+    vop3 = inst.enc in ("e64", "e64_dpp") or info.fmt == "VOP3"
+    if isinstance(op, Mod) and not (vop3 and info.exponent_mods(2, arch.rdna) == "negabs"):
+        op = Sext(op.value) if op.neg else op.value
+        inst.operands = (*inst.operands[:2], op, *inst.operands[3:])
     return inst
 
 
@@ -462,6 +494,8 @@ def _decode_sdwa(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], si
         i = sig.index(role)
         raw = (word & 0xFF) if role == "src0" else f["vsrc1"]
         op: Any = d.scalar(raw, 1) if scalar else Reg("v", raw)
+        if _b16_source(info, 1 if role == "src0" else 2):
+            op = _b16_constant(op)
         if neg or ab:
             op = Mod(op, bool(neg), bool(ab))
         ops[i] = Sext(op) if sext else op
@@ -479,9 +513,10 @@ def _decode_vopd(data: bytes, arch: Arch, offset: int, layout: Layout, f: dict[s
     size = layout.bits // 8
     halves = []
     literal = None
-    infos = [by_opcode(arch, "VOPD_X", f["opx"]), by_opcode(arch, "VOPD_Y", f["opy"])]
-    if infos[0] is None or infos[1] is None:
+    x, y = by_opcode(arch, "VOPD_X", f["opx"]), by_opcode(arch, "VOPD_Y", f["opy"])
+    if x is None or y is None:
         raise AsmError(f"unknown VOPD opcodes {f['opx']}/{f['opy']} at byte {offset}", None, None, arch.name)
+    infos = [x, y]
     needs = any("k" in i.sig for i in infos) or f["srcx0"] == LITERAL or f["srcy0"] == LITERAL
     if needs:
         literal = int.from_bytes(data[offset + size:offset + size + 4], "little")

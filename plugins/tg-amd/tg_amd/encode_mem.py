@@ -176,7 +176,7 @@ def _buffer(enc: _Encoder) -> bytes:
                     enc.fail("soffset takes an SGPR or an inline constant", what)
                 f["soffset"] = code
     if "soffset" not in info.sig:
-        f["soffset"] = arch.null if arch.gen == 12 else 0
+        f["soffset"] = (arch.null or 0) if arch.gen == 12 else 0  # gfx12: NULL
     for flag in ("offen", "idxen") + flags:
         if mods.get(flag) is True:
             f[flag] = 1

@@ -20,7 +20,6 @@ from tg_amd.inst import Inst
 from tg_amd.isa import SRC_INDEX, OpInfo, lookup, vopd_info
 from tg_amd.llvm_table import dpp_forms
 from tg_amd.operands import (
-    INLINE_FLOATS,
     Label,
     Mod,
     Reg,
@@ -159,13 +158,13 @@ def _smem(enc: _Encoder) -> bytes:
                     f["soffset"] = arch.null or 0
                 continue
             code = enc.sreg(op, 1, what)
-            if arch.gen == 9 and extra is None:
-                f["offset"] = code
-            elif arch.gen == 9:
-                f.update(imm=1, soe=1, soffset=code, offset=_signed(extra, offset_bits, "offset", enc))
-            else:
+            if arch.gen != 9:
                 f["soffset"] = code
                 f["offset"] = _signed(extra or 0, offset_bits, "offset", enc)
+            elif extra is None:
+                f["offset"] = code
+            else:
+                f.update(imm=1, soe=1, soffset=code, offset=_signed(extra, offset_bits, "offset", enc))
     for flag in ("glc", "dlc"):
         if enc.inst.mods.get(flag):
             f[flag] = 1
@@ -214,7 +213,7 @@ def _vop_sdwa(enc: _Encoder) -> bytes:
             if isinstance(op, Mod):
                 if not info.is_float(1 if role == "src0" else 2):
                     enc.fail("neg/abs modifiers need a float operand", what)
-                op, neg, ab = op.value, int(op.neg), int(op.abs)
+                neg, ab, op = int(op.neg), int(op.abs), op.value
             if isinstance(op, Reg) and op.kind == "v":
                 code, scalar = enc.vreg(op, 1, what).index, False
             else:
@@ -238,12 +237,12 @@ def _vop_sdwa(enc: _Encoder) -> bytes:
 
 def _true16_operands(enc: _Encoder) -> None:
     """v8.l / v8.h -> the VGPR number the encodings hold (index + 128 for the high half); halves required,
-    no neg/abs, float constants only inline."""
+    no neg/abs."""
     ops = []
     for i, (role, op) in enumerate(zip(enc.info.sig, _operands(enc, enc.info.sig), strict=True)):
         what = enc.what(i, role)
-        if isinstance(op, Mod) or (isinstance(op, float) and op not in INLINE_FLOATS):
-            enc.fail("not a valid operand (no neg/abs; floats only as inline constants)", what)
+        if isinstance(op, Mod):
+            enc.fail("not a valid operand (no neg/abs)", what)
         if isinstance(op, Reg) and op.kind == "v":
             if not op.half:
                 enc.fail("invalid operand for instruction (a 16-bit VGPR half: v8.l or v8.h)", what)
@@ -268,11 +267,13 @@ def _vop32(enc: _Encoder) -> bytes:
         raise NoFit
     negabs = 0
     for i, (role, op) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
-        if use_dpp and role in ("src0", "vsrc1") and isinstance(op, Mod | Reg):
+        if use_dpp and role in ("src0", "vsrc1") and isinstance(op, Mod | Reg | Sext):
             op, negabs = _dpp_source(enc, op, role, negabs, enc.what(i, role))
         what = enc.what(i, role)
         slot = 0 if role in ("vdst", "adst") else SRC_INDEX.get(role, 1)
-        if (enc.arch.rdna and info.width(slot) == 16 and isinstance(op, Reg) and op.kind == "v"
+        # (the 32-bit class mask of v_cmp*_class_f16 is a 16-bit VGPR operand there too)
+        vgpr16 = info.width(slot) == 16 or (slot == 2 and info.name.endswith("_class_f16"))
+        if (enc.arch.rdna and vgpr16 and isinstance(op, Reg) and op.kind == "v"
                 and op.index >= 128 and not info.name.startswith(PACKED) and info.name not in TRUE16):
             raise NoFit  # 16-bit operands of the 32-bit encodings reach v0..v127 only
         if role == "vdst":
@@ -298,11 +299,13 @@ def _vop32(enc: _Encoder) -> bytes:
                 enc.fail("expected a literal constant", what)
             bits = 16 if info.width(0) == 16 else 32
             code, lit = constant_code(op, bits, info.is_float(1), info.name, what, enc.arch)
-            enc.set_literal(lit if lit is not None else _const_value(op), what)
+            enc.set_literal(lit if lit is not None else _const_value(op, bits), what)
     implicit = ("vcc",) if info.sig and info.sig[-1] == "vcc" else ()  # carry-in / cndmask select
     literal = [(255, 1)] if enc.literal is not None else []  # fmamk/fmaak's K is a constant-bus read
     _constant_bus(enc, [(f.get("src0"), info.count(1)), *literal], implicit)
     if use_dpp:
+        if negabs and "dpp8" in enc.inst.mods:
+            raise NoFit  # DPP8's dword has no neg/abs bits; llvm-mc takes the VOP3 form
         _apply_dpp(enc, negabs)
     return enc.emit(enc.layout(info.fmt))
 
@@ -310,8 +313,15 @@ def _vop32(enc: _Encoder) -> bytes:
 def _dpp_source(enc: _Encoder, op: Any, role: str, negabs: int, what: str) -> tuple[Reg, int]:
     """A DPP source: a VGPR, its neg/abs going into the DPP dword (bits neg0 abs0 neg1 abs1)."""
     shift = 0 if role == "src0" else 2
-    if isinstance(op, Mod):
-        if not enc.info.is_float(1 if role == "src0" else 2):
+    slot = 1 if role == "src0" else 2
+    exponent = enc.info.exponent_mods(slot, enc.arch.rdna)
+    if isinstance(op, Sext):
+        if not exponent:
+            enc.fail("sext is valid on SDWA sources and v_ldexp's exponent only", what)
+        negabs |= 1 << shift
+        op = op.value
+    elif isinstance(op, Mod):
+        if not (enc.info.is_float(slot) or exponent == "negabs"):
             enc.fail("neg/abs modifiers need a float operand", what)
         negabs |= (int(op.neg) | int(op.abs) << 1) << shift
         op = op.value
@@ -355,9 +365,10 @@ def _constant_bus(enc: _Encoder, codes: list[tuple[int | None, int]], implicit: 
         enc.fail(f"reads {len(reads)} scalar values (SGPRs, VCC, literal); the constant bus allows {limit}")
 
 
-def _const_value(op: int | float) -> int:
+def _const_value(op: int | float, bits: int = 32) -> int:
+    """The literal dword of a constant (a float as its ``bits``-wide float bits)."""
     from tg_amd.operands import float_bits
-    return float_bits(op, 32) if isinstance(op, float) else op & 0xFFFFFFFF
+    return float_bits(op, bits) if isinstance(op, float) else op & 0xFFFFFFFF
 
 
 def _e64_sig(info: OpInfo, arch: Arch) -> tuple[str, ...]:

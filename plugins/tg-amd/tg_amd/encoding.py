@@ -8,13 +8,13 @@ and the arch.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 from tg_amd.arch import Arch, AsmError
 from tg_amd.inst import Inst
 from tg_amd.isa import OpInfo
 from tg_amd.layouts import LAYOUTS, Layout
-from tg_amd.operands import ANY_WIDTH, SPECIALS, Mod, Reg, constant_code, operand_text, scalar_code
+from tg_amd.operands import ANY_WIDTH, SPECIALS, Mod, Reg, Sext, constant_code, operand_text, scalar_code
 
 PACKED = ("v_pk_", "v_dot")  # 16-bit pairs in one 32-bit operand: any VGPR, 32-bit integer literals
 TRUE16 = ("v_mov_b16",)  # instructions whose VGPR operands are 16-bit halves (v8.l, v8.h): v0..v127 only
@@ -46,7 +46,7 @@ class _Encoder:
         self.layout_name = info.fmt  # the encoding being built (VOP3 for a promoted VOP1/VOP2/VOPC)
 
     # ---- errors and operand checks
-    def fail(self, message: str, what: str | None = None) -> None:
+    def fail(self, message: str, what: str | None = None) -> NoReturn:
         raise AsmError(message, self.inst.name, what, self.arch.name)
 
     def what(self, i: int, role: str) -> str:
@@ -98,8 +98,11 @@ class _Encoder:
             literal: bool = True) -> tuple[int, bool, bool]:
         """Source code (8 or 9 bits), neg, abs of a source operand in ``slot``."""
         neg = ab = False
-        if isinstance(op, Mod):
-            if not self.info.is_float(slot):
+        exponent = self.info.exponent_mods(slot, self.arch.rdna)
+        if isinstance(op, Sext) and exponent:
+            op, neg = op.value, True
+        elif isinstance(op, Mod):
+            if not (self.info.is_float(slot) or exponent == "negabs"):
                 self.fail("neg/abs modifiers need a float operand", what)
             op, neg, ab = op.value, op.neg, op.abs
         count = self.info.count(slot)
@@ -115,7 +118,10 @@ class _Encoder:
         width = self.info.width(slot)
         if width == 16 and isinstance(op, int) and self.info.name.startswith(PACKED):
             width = 32  # an integer literal fills the whole packed pair
-        code, lit = constant_code(op, width, self.info.is_float(slot), self.inst.name, what, self.arch)
+        # llvm-mc writes v_ldexp_f16's i16 exponent constants as f16, like its float source
+        as_float = self.info.is_float(slot) or self.info.name == "v_ldexp_f16"
+        code, lit = constant_code(op, width, as_float, self.inst.name, what, self.arch,
+                                  bf16=self.info.types[slot] == "bf16")
         if lit is not None:
             if not literal:
                 self.fail("a literal constant is not allowed here (only inline constants)", what)

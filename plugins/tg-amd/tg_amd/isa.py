@@ -52,6 +52,14 @@ class OpInfo:
     def is_float(self, slot: int) -> bool:
         return self.types[slot].startswith(("f", "bf"))
 
+    def exponent_mods(self, slot: int, rdna: bool) -> str | None:
+        """How llvm-mc reads modifiers on ``v_ldexp_*``'s integer exponent (source slot 2): ``"sext"``
+        (``sext(x)``, its neg bit) on every target, ``"negabs"`` (also -x and |x|) for RDNA's v_ldexp_f16;
+        None for every other operand."""
+        if slot != 2 or not self.name.startswith("v_ldexp_"):
+            return None
+        return "negabs" if rdna and self.name == "v_ldexp_f16" else "sext"
+
     def count(self, slot: int) -> int:
         """Registers the operand in ``slot`` (0 dst, 1..3 sources/data) spans."""
         if self.regs is not None and slot < len(self.regs):
@@ -173,16 +181,17 @@ def _add_llvm_rows(gen: int, by_name: dict[str, OpInfo], by_op: dict[tuple[str, 
             UNSUPPORTED.setdefault(gen, {})[base] = d
             continue
         fmt = d.family
+        types: tuple[str, ...]
         if fmt in ("MUBUF", "MTBUF"):
             types = ("b32", "b32", "b32", f"b{32 * d.regs[3]}")
         elif fmt in ("MIMG", "VIMAGE", "VSAMPLE"):
             types = ("b32", "b32", "b32", "b32")
+        else:
+            types = tuple(_fit_type(t, n) for t, n in zip(_llvm_types(base), d.regs, strict=True))
         if fmt == "VOP3" and "sdst" in d.sig and "vdst" in d.sig:
             fmt = "VOP3SD"
         if fmt == "VOP3P" and gen == 9 and base.startswith(("v_mfma", "v_smfmac")):
             fmt = "MAI"
-        if fmt not in ("MUBUF", "MTBUF", "MIMG", "VIMAGE", "VSAMPLE"):
-            types = tuple(_fit_type(t, n) for t, n in zip(_llvm_types(base), d.regs, strict=True))
         sig = d.sig if fmt != "MAI" or "vidx" in d.sig else ("mdst", "msrc0", "msrc1", "msrc2")
         info = OpInfo(base, fmt, d.op, sig, (types[0], types[1], types[2], types[3]), d.regs,
                       e64.get(base) if fmt in ("VOP1", "VOP2", "VOPC") else None,
@@ -205,7 +214,7 @@ def _llvm_types(name: str) -> tuple[str, str, str, str]:
         return (types[0], types[1], types[2], types[3])
     types = [re.sub(r"^(bf|f)8$", "b32", t) for t in types]
     if "_class_" in name:
-        types[2] = "u16" if name.endswith("f16") else "u32"
+        types[2] = "u32"  # the class mask, also of the f16 forms
     if name.startswith(("v_cvt_f32_fp8", "v_cvt_f32_bf8", "v_cvt_pk_f32_fp8", "v_cvt_pk_f32_bf8")):
         types[1:] = ["b32"] * 3  # the source is fp8/bf8 bytes
     return (types[0], types[1], types[2], types[3])

@@ -48,6 +48,8 @@ TYPES = {
     "v_sat_pk_u8_i16": "b16,b32", "v_trig_preop_f64": "f64,f64,u32", "v_cvt_pk_u8_f32": "b32,f32,u32,u32",
     "v_cvt_pkaccum_u8_f32": "b32,f32,u32", "v_cvt_pk_fp8_f32": "b32,f32,f32", "v_cvt_pk_bf8_f32": "b32,f32,f32",
     "v_cvt_sr_fp8_f32": "b32,f32,u32", "v_cvt_sr_bf8_f32": "b32,f32,u32",
+    # LLVM's operand classes: v_sad_u16 is all 32-bit; v_mad_u32_u16 accumulates a u32
+    "v_sad_u16": "u32,u32,u32,u32", "v_mad_u32_u16": "u32,u16,u16,u32",
 }
 # VOP1 instructions whose source must be a VGPR
 VGPR_SOURCE = ("v_movrel", "v_swap", "v_permlane64", "v_swaprel", "v_permlane16_b32", "v_permlanex16_b32")
@@ -197,16 +199,16 @@ def derive(gen: int, row: Row) -> Derived | str:
     tokens = _operand_tokens(rest.strip())
     fields = _fields(gen, row.family)
     values = {}
-    for role, lo, width, kind in fields:
+    for field, lo, width, kind in fields:
         raw = row.word >> lo & ((1 << width) - 1)
         if kind == "src":
-            values[role] = ("v", raw - 256) if raw >= 256 else _sgpr_index(raw)
+            values[field] = ("v", raw - 256) if raw >= 256 else _sgpr_index(raw)
         elif kind == "v":
-            values[role] = ("v", raw)
+            values[field] = ("v", raw)
         elif kind == "sbase":
-            values[role] = _sgpr_index(raw << 1)
+            values[field] = _sgpr_index(raw << 1)
         else:
-            values[role] = _sgpr_index(raw)
+            values[field] = _sgpr_index(raw)
     sig: list[str] = []
     regs = [1, 1, 1, 1]
     used: set[str] = set()

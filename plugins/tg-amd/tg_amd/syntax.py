@@ -57,7 +57,9 @@ IDENT_RE = re.compile(r"^[A-Za-z_.$][\w.$]*$")
 
 
 def _split_top(text: str, sep: str) -> list[str]:
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch in "[(":
             depth += 1
@@ -326,6 +328,8 @@ def value_text(op: Any) -> str:
         inner = value_text(op.value)
         inner = f"|{inner}|" if op.abs else inner
         return "-" + inner if op.neg else inner
+    if isinstance(op, Sext) and not isinstance(op.value, Reg):
+        return f"sext({value_text(op.value)})"
     return operand_text(op)
 
 
@@ -351,7 +355,7 @@ def format_inst(inst: Inst) -> str:
         parts.append(value_text(inst.operands[0]) + " " + ", ".join(value_text(o) for o in inst.operands[1:]))
     elif inst.operands:
         parts.append(", ".join(value_text(o) for o in inst.operands))
-    order = MOD_ORDER
+    order: tuple[str, ...] = MOD_ORDER
     if "wait_exp" in inst.mods:  # v_interp_*: llvm-mc reads clamp before op_sel there
         order = ("clamp", *(k for k in MOD_ORDER if k != "clamp"))
     for key in order:

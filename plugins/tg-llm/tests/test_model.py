@@ -237,9 +237,8 @@ def test_unsupported_architecture_is_named(tmp_path):
 
 def test_kv_cache_writes_are_lazy_assigns():
     """The cache is written with lazy assigns: the model's cache tensors see every write, while a lazy tensor
-    built from a cache before a plain (not replayed) call keeps the contents it was built from (only that cache
-    is copied aside). A fresh model: the session's shared one has replayed prefills of these shapes, and a
-    replay writes in place (as jitted decode steps do)."""
+    built from a cache before a call keeps the contents it was built from (only that cache is copied aside). A
+    fresh model: the first, plain prefill of this shape (the session's shared model replays it)."""
     from tg_llm.model import Model
 
     import tgcore

@@ -51,11 +51,10 @@ attention mask are computed on the host and passed in as tensors.
   power-of-two window of the cache that covers the prompt, so prompts of many lengths share a few
   compiled kernel sets. Jitted like decode (one capture per padded length and window; the capture's
   scratch buffers are shared between layers, so it keeps about one layer's intermediates), except when
-  the cache ring wraps inside the call (constant slots: run eagerly). As with decode, a replayed call
-  writes the cache in place: a lazy view of a cache built before it sees the new values (realize it
-  first). From ``DENSE_MIN_TOKENS`` rows on, each weight is dequantized into a temporary float buffer
-  holding its transpose and multiplied as a plain GEMM (the register-tiled one, B contiguous along the
-  output columns): the fused dequantizing matmul decodes the weight once per row.
+  the cache ring wraps inside the call (constant slots: run eagerly). From ``DENSE_MIN_TOKENS`` rows on,
+  each weight is dequantized into a temporary float buffer holding its transpose and multiplied as a
+  plain GEMM (the register-tiled one, B contiguous along the output columns): the fused dequantizing
+  matmul decodes the weight once per row.
 """
 from __future__ import annotations
 
