@@ -9,7 +9,10 @@ Out: a list of ``Opt`` records for ``tgcore.codegen.optimize.apply_opts``.
 - Matrix products large enough to be compute bound get a register tile (``gemm_opts``): rows unrolled,
   several vectors of columns, and the reduction tiled so one block of the right-hand matrix stays in cache.
 - Reductions along their input's contiguous axis (a matrix-vector product, dequantize-and-dot): the reduced
-  axis becomes vector lanes, summed across lanes at the end; the finest quantization blocks get ``BLOCK``.
+  axis becomes vector lanes, summed across lanes at the end; the finest quantization blocks get ``BLOCK``,
+  nested in the coarsest when a format has two levels of scales (K-quants).
+- Elementwise kernels whose lanes gather packed bytes (a quantized weight dequantized into its transpose):
+  the axis the bytes run along is unrolled by its quantization block (``gather_unroll``).
 - Products with nothing to vectorize (a small convolution's weight gradient): a tile of scalar accumulators,
   two output axes unrolled (``nt_gemm_opts`` with ``scalar``).
 - The outermost output loop left is split over threads when the kernel has enough work for them.
@@ -82,10 +85,12 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -
         if lanes:
             red = reduce_ranges[0]
             vector = Opt(OptOps.UPCAST, number[red], lanes)
-            # the finest block: a format with scales at two levels (K-quants: a super-block's d, a sub-block's
-            # scale) then has both out of the per-element work, not just the coarser one
+            # the finest block takes a sub-block's scale out of the per-element work; a format with scales at two
+            # levels (K-quants: a super-block's d and dmin) nests the coarsest around it, so d leaves the sum
+            # over sub-blocks too
             blocks = [k // lanes for k in block_divisors(ast, red) if k % lanes == 0 and k // lanes > 1]
-            block = [Opt(OptOps.BLOCK, number[red], min(blocks))] if blocks else []
+            nested = sorted({max(blocks), min(blocks)}, reverse=True) if blocks else []
+            block = [Opt(OptOps.BLOCK, number[red], k) for k in nested if nested[0] % k == 0]
             if not rows:
                 return [vector, *block]
             # a second output axis (a matrix product: rows of both inputs) by 2: each loaded vector of either
@@ -96,19 +101,39 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -
     if not (contiguous and width > 1):
         return []
     size = _size(contiguous[0])
+    gather = gather_unroll(ast, mains, ranges, contiguous[0], number) if not reduces and not along_output else []
     if size % width:
         # elementwise rows that whole vectors do not fill (a padded copy): padded, their last vector gated lane by
         # lane, on a renderer that has such accesses
         if masked and not reduces and size >= 2 * width:
-            return [Opt(OptOps.PAD, number[contiguous[0]], width), Opt(OptOps.UPCAST, number[contiguous[0]], width)]
-        return []
-    chosen = [Opt(OptOps.UPCAST, number[contiguous[0]], width)]
+            return [*gather, Opt(OptOps.PAD, number[contiguous[0]], width),
+                    Opt(OptOps.UPCAST, number[contiguous[0]], width)]
+        return gather
+    chosen = [*gather, Opt(OptOps.UPCAST, number[contiguous[0]], width)]
     if reduces:
         others = [r for r in ranges if r is not contiguous[0] and _size(r) % 4 == 0 and _size(r) >= 8]
         if others:
             row = max(others, key=lambda r: _stride(index, r) or 0)
             chosen.insert(0, Opt(OptOps.UNROLL, number[row], 8 if _size(row) % 8 == 0 and _size(row) >= 64 else 4))
     return chosen
+
+
+MAX_GATHER_UNROLL = 32  # copies of a transposed dequantization's loop body (one 32-element quantization block)
+
+
+def gather_unroll(ast: UOp, mains: list[UOp], ranges: list[UOp], lanes: UOp, number: dict[UOp, int]) -> list[Opt]:
+    """An UNROLL for an elementwise kernel whose vector lanes gather from packed bytes that run along another output
+    axis (a quantized weight dequantized into its transpose): that axis unrolled by the largest quantization block
+    it is divided into (at most ``MAX_GATHER_UNROLL``), so a block's scales and the bytes shared by neighbouring
+    elements are loaded once per block for every copy instead of once per element."""
+    packed = [u for u in ast.toposort if u.op is Ops.LOAD and u.src[0].src[1] in mains and u.dtype.itemsize == 1]
+    if not packed:
+        return []
+    for r in ranges:
+        blocks = [k for k in block_divisors(ast, r) if k <= MAX_GATHER_UNROLL and _size(r) % k == 0]
+        if r is not lanes and blocks:
+            return [Opt(OptOps.UNROLL, number[r], max(blocks))]
+    return []
 
 
 GEMM_MIN_FLOPS = 1 << 21        # smaller products stay on the plain vector path (the tile's set-up costs more)

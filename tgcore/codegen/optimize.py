@@ -17,7 +17,10 @@ loop, of size ``n``) in two:
   a GEMM's K blocks, so one block of B stays in cache while every row of A passes over it.
 - ``BLOCK``: a reduced axis that a quantization format divides into blocks of ``amount``: the loop becomes
   block and in-block loops, and factors constant over a block (its scales) multiply the block's partial
-  sum instead of every element (``upcast.split_blocks``, ``upcast.factor_blocks``).
+  sum instead of every element (``upcast.split_blocks``, ``upcast.factor_blocks``). A second BLOCK of the
+  same axis, of an amount that divides the first's, splits the in-block loop again (a K-quant's 256-element
+  super-block with its ``d`` and 32-element sub-blocks with their scales): each factor then leaves the
+  innermost sum it is constant over.
 - ``PAD``: an output axis of ``n`` iterations runs ``n`` rounded up to a multiple of ``amount``; the extra
   iterations read the last real one's inputs (a clamped index: no gate inside the loops) and store nothing
   (gated stores). It must come before any other opt of its axis: a tile that does not divide the axis.
@@ -77,13 +80,20 @@ def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: Renderer) -> No
     threads = [o for o in opts if o.op is OptOps.THREAD]
     if len(threads) > 1:
         raise OptError(f"{threads[1]}: one axis per kernel runs on threads, {threads[0]} is already")
-    blocked: dict[int, Opt] = {}  # apply_opts splits blocks after every other opt: a BLOCK ends its axis's list
+    blocked: dict[int, Opt] = {}  # apply_opts splits blocks after every other opt: BLOCKs end their axis's list
     for o in opts:
         if not 0 <= o.axis < len(axes):
             raise OptError(f"{o}: the kernel has {len(axes)} axes")
         if o.axis in blocked:
-            raise OptError(f"{o}: {blocked[o.axis]} already divides axis {o.axis} into blocks; "
-                           "BLOCK comes after the other opts of its axis")
+            outer = blocked[o.axis]
+            if o.op is not OptOps.BLOCK:
+                raise OptError(f"{o}: {outer} already divides axis {o.axis} into blocks; "
+                               "BLOCK comes after the other opts of its axis")
+            if not 1 < o.amount < outer.amount or outer.amount % o.amount:
+                raise OptError(f"{o}: a BLOCK inside {outer} must divide its {outer.amount} iterations into smaller "
+                               "blocks")
+            blocked[o.axis] = o
+            continue
         kind, n = axes[o.axis].arg.kind, left[o.axis]
         if o.amount < 1 or n < 1:
             raise OptError(f"{o}: amount must be positive and the axis of constant size")
@@ -191,7 +201,7 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: Renderer) -> tuple[UOp, int]
     splits = {i: 0 for i in current}
     unrolled: list[UOp] = []
     vector: UOp | None = None
-    blocks: list[tuple[UOp, int]] = []
+    blocks: dict[UOp, list[int]] = {}  # a reduced loop -> its block sizes, outermost first
     tiles: list[UOp] = []
     thread: Opt | None = None
     for o in opts:
@@ -200,7 +210,7 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: Renderer) -> tuple[UOp, int]
             thread = o
             continue
         if o.op is OptOps.BLOCK:
-            blocks.append((r, o.amount))
+            blocks.setdefault(r, []).append(o.amount)
             continue
         if o.op is OptOps.PAD:
             if _size(r) % o.amount:
@@ -231,13 +241,35 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: Renderer) -> tuple[UOp, int]
     for lane in unrolled:
         ast = unroll(ast, lane)
     if blocks:
-        ast, in_block = split_blocks(ast, dict(blocks))
-        ast = factor_blocks(ast, in_block)
+        ast = _split_and_factor_blocks(ast, blocks)
     if vector is not None:
         ast = _Expander([vector], renderer.masked_vectors).expand(ast)
     if tiles:  # on the final stores (vectors, unrolled copies)
         ast = _add_earlier_tiles(ast, tiles)
     return _thread(ast, thread, current, bool(tiles))
+
+
+def _split_and_factor_blocks(ast: UOp, blocks: dict[UOp, list[int]]) -> UOp:
+    """Each reduced loop split into its blocks (a nested block splits the in-block loop of the one before), then
+    the factors constant over a block moved out of its sum, innermost blocks first: a sub-block's scale leaves
+    the per-element sum, then a super-block's ``d`` leaves the sum over its sub-blocks."""
+    levels: list[dict[UOp, UOp]] = []  # per nesting level: block loop -> in-block loop (or the next level's blocks)
+    loops = {r: r for r in blocks}     # the loop of each axis that the next level splits
+    for depth in range(max(len(amounts) for amounts in blocks.values())):
+        level: dict[UOp, UOp] = {}
+        for r, amounts in blocks.items():
+            if depth < len(amounts):
+                ast, in_block = split_blocks(ast, {loops[r]: amounts[depth]})
+                ((block, inner),) = in_block.items()
+                if depth:  # the loop split here was the in-block loop of the level before: its blocks now
+                    outer = next(b for b, i in levels[-1].items() if i is loops[r])
+                    levels[-1][outer] = block
+                level[block] = inner
+                loops[r] = inner
+        levels.append(level)
+    for level in reversed(levels):
+        ast = factor_blocks(ast, level)
+    return ast
 
 
 def _thread(ast: UOp, o: Opt | None, current: dict[int, UOp], tiled: bool) -> tuple[UOp, int]:

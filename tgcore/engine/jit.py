@@ -17,6 +17,10 @@ and each kernel's time goes to ``update_stats`` (otherwise nothing is timed).
 
 Replayed outputs live in buffers the capture owns: a later call overwrites them, so copy an
 output (``.numpy()`` or ``.contiguous().realize()``) if you need it beyond the next call.
+Buffers the captured kernels allocate and the function does not return are scratch: intermediates
+whose lives do not overlap share memory in replays (``_share_scratch``; not those a host call is given),
+so a function that keeps a tensor it computed (other than by returning it) must not rely on its contents
+after a replay.
 Assigns (``Tensor.assign``, an optimizer step): writes assigned before a call run before it, never
 inside the capture; writes the function assigns run inside it, even those nothing it returns reads,
 and a replay redoes them in place (with the copy of old values a lazy reader inside the function
@@ -207,13 +211,20 @@ class Jit:
         return out
 
     def _capture(self, key: tuple, inputs: list[Buffer], args: tuple, kwargs: dict) -> Any:
-        recorded: list[engine.Recorded] = []
+        recorded = _Recording()
         with engine.capturing(recorded), REALIZATION.no_cache(), REALIZATION.recording_writes() as written:
             out = self.fn(*args, **kwargs)
             _realize_all(out)
             run_all_pending()
         steps = [_Step(runner, list(bufs), kind, device) for runner, bufs, kind, device in recorded]
-        capture = _Capture(_map_tensors(out, lambda t: t.uop), _plan(steps, inputs))
+        outputs = _map_tensors(out, lambda t: t.uop)
+        kept = {b.base for b in map(REALIZATION.buffer, _output_buffers(outputs)) if b is not None}
+        # a host call may still read its buffers after the next kernels ran (a transport sending one); what the
+        # function assigns to is state
+        kept |= {b.base for s in steps if isinstance(s.runner, engine.HostCall) for b in s.bufs}
+        kept |= {b.base for b in written}
+        steps = _share_scratch(steps, recorded.fresh - kept)
+        capture = _Capture(outputs, _plan(steps, inputs))
         for b in dict.fromkeys(written):  # (base buffers)
             places = [n for n, inp in enumerate(inputs) if inp.base is b]
             if places:
@@ -309,6 +320,55 @@ class _PlannedStep:
     mem: int
     copy: tuple[Buffer, Buffer] | None = None       # (dest, src) for a copy step
     bufs: list[Buffer] = field(default_factory=list)  # the captured buffers: they own the memory args points to
+
+
+class _Recording(list):
+    """The kernels a capture runs, as ``engine.capturing`` records them (before each runs), and ``fresh``: the base
+    buffers a recorded kernel was the first to use (unallocated until then), which only the capture's kernels fill."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fresh: set[Buffer] = set()
+
+    def append(self, item: engine.Recorded) -> None:
+        self.fresh.update(b.base for b in item[1] if not b.base.is_allocated() and b.base not in self.fresh)
+        super().append(item)
+
+
+def _output_buffers(outputs: Any) -> list[UOp]:
+    """Every BUFFER uop a capture's outputs (uops) read."""
+    return [n for u in _flatten(outputs) if isinstance(u, UOp) for n in u.toposort if n.op is Ops.BUFFER]
+
+
+def _share_scratch(steps: list[_Step], scratch: set[Buffer]) -> list[_Step]:
+    """``steps`` with the ``scratch`` buffers (base buffers the capture allocated, that no output is in) sharing
+    memory: each scratch buffer lives from the first to the last step that uses it, and one that starts after
+    another ended takes over its memory when the byte sizes match. A decoder's layers then share one layer's
+    scratch instead of keeping every intermediate of every layer."""
+    last = {b: i for i, s in enumerate(steps) for b in (x.base for x in s.bufs) if b in scratch}
+    free: dict[tuple[str, int, Any], list[Buffer]] = {}
+    given: dict[Buffer, Buffer] = {}
+    views: dict[int, Buffer] = {}
+
+    def mapped(b: Buffer) -> Buffer:
+        base = b.base
+        if base not in scratch:
+            return b
+        if base not in given:
+            pool = free.get((base.device, base.nbytes, base.options))
+            given[base] = pool.pop() if pool else Buffer(base.device, base.size, base.dtype, options=base.options)
+        if b is base:
+            return given[base]
+        if id(b) not in views:
+            views[id(b)] = Buffer(b.device, b.size, b.dtype, options=b.options, base=given[base], offset=b.offset)
+        return views[id(b)]
+
+    out = []
+    for i, s in enumerate(steps):
+        out.append(_Step(s.runner, [mapped(b) for b in s.bufs], s.kind, s.device))
+        for base in {b.base for b in s.bufs if last.get(b.base) == i}:
+            free.setdefault((base.device, base.nbytes, base.options), []).append(given[base])
+    return out
 
 
 def _plan(steps: list[_Step], inputs: list[Buffer]) -> list[_PlannedStep]:

@@ -27,3 +27,27 @@ def test_small_gemv_matches_numpy(gtype, rows, blocks):
     out = (gf.tensors_as(device="CPU")["w"] @ Tensor(x, device="CPU")).numpy()
     ref = ref_w @ x
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(np.abs(ref).max(), 1e-6))
+
+
+@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("rows", [13, 24])
+def test_dequantized_transpose_is_bit_exact(gtype, rows):
+    """A weight dequantized into its transpose (what a prefill's dense GEMM reads): the kernel's lanes run across
+    rows and the heuristic unrolls it by the quantization block; the values are gguf-py's, bit for bit, at an
+    odd row count."""
+    from tg_gguf_testutil import assert_bits_equal
+
+    from tgcore.codegen import default_policy, prepare_kernel
+    from tgcore.codegen.optimize import OptOps
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    block = BLOCK_LAYOUT[gtype][0]
+    shape = (rows, 2 * block)
+    raw = random_blocks(gtype, 2 * rows, seed=rows)
+    gf = tg_gguf.from_bytes(gguf_with_tensor("w", shape, gtype, raw.tobytes()))
+    t = gf.tensors_as(device="CPU")["w"].T.contiguous()
+    (item,) = [si for si in create_schedule([t.uop], "CPU")[0] if si.kind != "copy"]
+    renderer = open_device("CPU").renderer
+    opts = default_policy(prepare_kernel(item.ast, renderer), renderer, 1)
+    assert any(o.op is OptOps.UNROLL and o.amount in (16, 32) for o in opts), opts
+    assert_bits_equal(t.numpy(), reference_dequantize(gtype, raw, shape).T)

@@ -322,9 +322,11 @@ def _q6_k(b: Blocks) -> Tensor:
     ql = _wide(b.bytes("ql")).reshape(n, 2, 2, 32)  # (half, byte half, l)
     low = spread(ql, 2, 2, 4)  # (half, nibble, byte half, l): quarter = 2 * nibble + byte half
     qh = spread(_wide(b.bytes("qh")).reshape(n, 2, 32), 2, 4, 2)  # (half, quarter, l)
-    q = (low.reshape(n, 2, 4, 32) | (qh << 4)) - 32
+    # the offset after the (exact) conversion: a GEMV then sums it with the other rows' (scale * -32 * sum x)
+    # instead of subtracting it from every element
+    q = _f32((low.reshape(n, 2, 4, 32) | (qh << 4)).reshape(n, 16, 16)) - 32.0
     scale = (b.f16("d") * _f32(b.bytes("scales").bitcast("int8"))).reshape(n, 16, 1)
-    return (scale * _f32(q.reshape(n, 16, 16))).reshape(n, QK_K)
+    return (scale * q).reshape(n, QK_K)
 
 
 def _iq4_nl(b: Blocks) -> Tensor:
@@ -350,8 +352,9 @@ def _mxfp4(b: Blocks) -> Tensor:
 
 
 def _ternary(digits: Tensor) -> Tensor:
-    """TQ1_0: a byte holding base-3 digits scaled to 0..255 -> the trit at the top: 0, 1, 2 -> -1, 0, 1."""
-    return ((digits.cast("uint16") * 3) >> 8).cast("int32") - 1
+    """TQ1_0: a byte holding base-3 digits scaled to 0..255 -> the trit at the top: 0, 1, 2 (the caller subtracts
+    1 after converting to float, where a GEMV factors it out)."""
+    return ((digits.cast("uint16") * 3) >> 8).cast("int32")
 
 
 def _powers_of_3(count: int, device: str) -> Tensor:
@@ -378,13 +381,13 @@ def _tq1_0(b: Blocks) -> Tensor:
 
     parts = [trits(qs.shrink(((0, n), (0, 32))), 5), trits(qs.shrink(((0, n), (32, 48))), 5), trits(qh, 4)]
     q = _ternary(_cat(parts, 1))
-    return b.f16("d") * _f32(q)
+    return b.f16("d") * (_f32(q) - 1.0)
 
 
 def _tq2_0(b: Blocks) -> Tensor:
     n = b.n
-    q = spread(_wide(b.bytes("qs")).reshape(n, 2, 32), 2, 4, 2).reshape(n, QK_K) - 1
-    return b.f16("d") * _f32(q)
+    q = spread(_wide(b.bytes("qs")).reshape(n, 2, 32), 2, 4, 2).reshape(n, QK_K)
+    return b.f16("d") * (_f32(q) - 1.0)
 
 
 # ---------------------------------------------------------------------------------------- grid types (i-quants)

@@ -172,6 +172,27 @@ def test_prefill_then_decode_matches_whole_prompt():
     np.testing.assert_array_equal(got.argmax(-1), ref.argmax(-1))
 
 
+def test_repeated_prefills_replay_and_match_reference():
+    """Prefills of the same padded length are jitted: the first call compiles, the second captures, the third
+    replays (compiling nothing) at a different start with new tokens, and each matches the reference."""
+    from tgcore.engine.realize import CompileCounter
+    ids = prompt_ids(26)
+    ref = reference().forward(ids)
+    model = smollm2_model()
+    for round in range(3):
+        model.reset()
+        before = CompileCounter.count
+        first = model.forward(ids[:18], 0)  # padded to 32 rows: the dense GEMMs
+        second = model.forward(ids[18:22], 18)  # 4 rows: the fused dequantizing matmuls
+        last = model.forward_last(ids[22:26], 22)
+        if round == 2:
+            assert CompileCounter.count == before
+        got = np.concatenate([first, second, last[None]])
+        want = np.concatenate([ref[:22], ref[25:26]])
+        assert np.abs(got - want).max() < 1e-2
+        np.testing.assert_array_equal(got.argmax(-1), want.argmax(-1))
+
+
 def test_decode_after_warm_up_compiles_nothing():
     from tgcore.engine.realize import CompileCounter
     ids = prompt_ids(20)
@@ -216,18 +237,20 @@ def test_unsupported_architecture_is_named(tmp_path):
 
 def test_kv_cache_writes_are_lazy_assigns():
     """The cache is written with lazy assigns: the model's cache tensors see every write, while a lazy tensor
-    built from a cache before a call keeps the contents it was built from (only that cache is copied aside)."""
+    built from a cache before a call keeps the contents it was built from (only that cache is copied aside). A
+    fresh model: the first, plain prefill of this shape (the session's shared model replays it)."""
+    from tg_llm.model import Model
+
     import tgcore
     ids = prompt_ids(20)
     ref = reference().forward(ids[:16])
-    model = smollm2_model()
-    model.reset()
+    model = Model.from_gguf(smollm2_path(), device="CPU", max_context=MAX_CONTEXT)
     first = model.forward(ids[:12], 0)
     cache = model.layers[0].cache_k
     old = cache.numpy()
     before = cache.shrink((None, None, (0, 16), None))  # a lazy view of rows 0..15 as they are now
     copies = tgcore.realization.preserved
-    second = model.forward(ids[12:16], 12)  # (eager prefill: writes rows 12..15 of every layer's cache)
+    second = model.forward(ids[12:16], 12)  # (a first, plain prefill: writes rows 12..15 of every cache)
     np.testing.assert_array_equal(before.numpy(), old[:, :, :16])
     new = cache.numpy()
     np.testing.assert_array_equal(new[:, :, :12], old[:, :, :12])

@@ -182,8 +182,9 @@ def run_bench(path: Path, device: str | None = None, prompt_tokens: int = 128, g
     rng = np.random.default_rng(0)
     prompt = [int(t) for t in rng.integers(100, model.vocab_size - 1, prompt_tokens)]
     c0 = CompileCounter.count
-    model.reset()
-    logits = model.forward_last(prompt, 0)  # warm-up prefill (compiles)
+    for _ in range(2):  # prefill warm-up: the first call compiles, the second is captured
+        model.reset()
+        logits = model.forward_last(prompt, 0)
     token = int(np.argmax(logits))
     for i in range(2):  # decode warm-up: the first step compiles, the second is captured
         token = int(np.argmax(model.forward_last([token], prompt_tokens + i)))

@@ -46,15 +46,19 @@ attention mask are computed on the host and passed in as tensors.
   32 positions) that covers positions 0..pos, with the mask ``key position <= pos``: one capture per
   window size, so a new compile only when the context crosses a power of two, and a step reads cache in
   proportion to its position rather than to max_context.
-- Prefill (several tokens): run eagerly (a capture would keep every intermediate buffer alive); the
-  token count is padded to a power of two (the padding rows write cache positions that later tokens
-  overwrite and that the mask hides until then) and attention reads a power-of-two window of the cache
-  that covers the prompt, so prompts of many lengths share a few compiled kernel sets. From
-  ``DENSE_MIN_TOKENS`` rows on, each weight is dequantized into a temporary float buffer and multiplied
-  as a plain GEMM: the fused dequantizing matmul decodes the weight once per row.
+- Prefill (several tokens): the token count is padded to a power of two (the padding rows write cache
+  positions that later tokens overwrite and that the mask hides until then) and attention reads a
+  power-of-two window of the cache that covers the prompt, so prompts of many lengths share a few
+  compiled kernel sets. Jitted like decode (one capture per padded length and window; the capture's
+  scratch buffers are shared between layers, so it keeps about one layer's intermediates), except when
+  the cache ring wraps inside the call (constant slots: run eagerly). From ``DENSE_MIN_TOKENS`` rows on,
+  each weight is dequantized into a temporary float buffer holding its transpose and multiplied as a
+  plain GEMM (the register-tiled one, B contiguous along the output columns): the fused dequantizing
+  matmul decodes the weight once per row.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -66,8 +70,11 @@ import numpy as np
 from tg_llm.architectures import ARCHITECTURES, SUPPORTED_ARCHITECTURES, Architecture
 
 PREFILL_CHUNK = 256    # a longer prompt is prefilled in chunks of this many tokens (bounds the scratch memory)
-DENSE_MIN_TOKENS = 4   # from this many rows on, a weight is dequantized once and multiplied as floats
+# from this many rows on, a weight is dequantized once and multiplied as floats (CPU ms per SmolLM2 Q4_1 prefill,
+# fused vs dense: 4 rows 24 vs 86-102, 16 rows 87-91 vs 102-126, 32 rows 171-182 vs 160)
+DENSE_MIN_TOKENS = 32
 DECODE_WINDOWS = 16    # decode captures kept: one per power-of-two attention window (per layer kind)
+PREFILL_CAPTURES = 2   # prefill captures kept per kind of result (each keeps a layer of scratch: weights, activations)
 ROPE_SCALING_TYPES = ("none", "linear")  # {arch}.rope.scaling.type values this module applies
 
 
@@ -492,6 +499,7 @@ class Model:
             tensors.raw("token_embd.weight")
         self._tokens: list[list[int]] = [[] for _ in range(sequences)]  # per sequence: the tokens its cache holds
         self._decode_step: Any = None
+        self._prefill_steps: dict[str | None, Any] = {}  # what a prefill returns -> its jitted graph
 
     def _kinds(self, get: Callable[..., Any]) -> list[_Kind]:
         """The full-attention kind (always first) and, when some layers slide, the sliding kind."""
@@ -770,9 +778,9 @@ class Model:
         return self._logits(x, dense=False)
 
     def _prefill(self, tokens: list[int], start: int, want: str | None, seq: int) -> np.ndarray | None:
-        """Several tokens of sequence ``seq`` at once, run eagerly (not captured: a capture would keep every
-        intermediate buffer). The token count is padded to a power of two and attention reads a power-of-two
-        window of the cache, so prompts of many lengths and positions share a few compiled kernel sets."""
+        """Several tokens of sequence ``seq`` at once. The token count is padded to a power of two and attention
+        reads a power-of-two window of the cache, so prompts of many lengths and positions share a few compiled
+        kernel sets (and jit captures, see the module docstring)."""
         from tgcore.tensor import Tensor
         from tgcore.uop import UOp
         s = self.config.max_context
@@ -796,17 +804,39 @@ class Model:
                 first = kind.cache_len - slot
                 writes = [(seq_var, slot, 0, first), (seq_var, 0, first, padded - first)]
             inputs.append((cos, sin, mask, writes))
-        dense = padded >= DENSE_MIN_TOKENS
+        pick = None
+        if want == "last":  # a (1, padded) row that picks the last real token's hidden state
+            row = np.zeros((1, padded), np.float32)
+            row[0, n - 1] = 1.0
+            pick = Tensor(row, device=self.device)
+        if all(not isinstance(first_slot, int) for *_, writes in inputs for _, first_slot, _, _ in writes):
+            # every slot is a bound variable: a replay fits any start; jitted like decode (its scratch buffers
+            # shared between layers), after a first call that compiles and a second that captures
+            step = self._prefill_steps.get(want)
+            if step is None:
+                import tgcore
+                step = self._prefill_steps[want] = tgcore.jit(functools.partial(self._prefill_graph, want=want),
+                                                              max_captures=PREFILL_CAPTURES)
+        else:  # the ring wraps inside this call: the cache writes take constant slots, run eagerly
+            step = functools.partial(self._prefill_graph, want=want)
+        out = step(x, inputs, pick, seq_var)
+        if want is None:
+            return None
+        return out.numpy() if want == "last" else out.numpy()[:n]
+
+    def _prefill_graph(self, x: Any, inputs: list[tuple[Any, Any, Any, list[tuple[Any, Any, int, int]]]], pick: Any,
+                       seq_var: Any, want: str | None) -> Any:
+        """The prefill's layers on x (padded tokens of the sequence ``seq_var``, dim), then the logits ``want``
+        asks for: the row ``pick`` selects ("last"), every row ("all"), or none (the last hidden state)."""
+        dense = x.shape[0] >= DENSE_MIN_TOKENS
         for layer in self.layers:
             cos, sin, mask, writes = inputs[layer.kind]
             x = self._layer(layer, x, cos, sin, mask, writes, (seq_var, seq_var + 1), dense)
         if want is None:
-            return None
+            return x
         if want == "last":
-            pick = np.zeros((1, padded), np.float32)
-            pick[0, n - 1] = 1.0
-            return self._logits(Tensor(pick, device=self.device) @ x, dense=False).numpy()
-        return self._logits(x, dense).numpy()[:n]
+            return self._logits(pick @ x, dense=False)
+        return self._logits(x, dense)
 
     # ---- the network ----
 
@@ -824,17 +854,17 @@ class Model:
         (sequence, first slot, first token, token count) per contiguous run of slots) and attends over the
         first ``window`` cache slots of the sequences ``seqs`` (first, end: an int or a bound variable) with
         ``mask`` (T, window). One sequence: the T rows are its consecutive tokens; B sequences: T = B, row b is
-        the one token of sequence first + b. ``dense``: dequantize each weight into a float buffer first and
-        run a plain GEMM (faster for many rows than the fused dequantizing matmul, which decodes the weight
-        once per row; not batch-invariant)."""
+        the one token of sequence first + b. ``dense``: dequantize each weight into a float buffer first (its
+        transpose, so ``x @ W.T`` reads B along the output columns) and run a plain GEMM (faster for many rows
+        than the fused dequantizing matmul, which decodes the weight once per row; not batch-invariant)."""
         cfg = self.config
         t = x.shape[0]
         hd, nh, nkv = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
         group = nh // nkv
         window = mask.shape[-1]
 
-        def w(weight: Any) -> Any:
-            return weight.contiguous() if dense else weight
+        def w(weight: Any) -> Any:  # (out, in), dense: a view of an (in, out) buffer
+            return weight.T.contiguous().T if dense else weight
 
         def normed(v: Any, weight: Any) -> Any:  # a buffer of its own, else each group of output rows recomputes it
             return rms_norm(v, weight, cfg.norm_eps).contiguous()
