@@ -22,6 +22,7 @@ from tg_x86.memory import alias_ok, gated_mem
 from tg_x86.operands import Label
 from tg_x86.values import mem
 from tg_x86.vpieces import (
+    lane_line,
     lane_uop,
     load_piece,
     pieces,
@@ -41,7 +42,7 @@ def vload(ctx: Emitter, u: UOp) -> None:
     if not native(u.dtype):
         lanes = []
         for j in range(u.dtype.count):
-            su = UOp(Ops.LOAD, scalar_of(u.dtype), (idx, *(lane_uop(ctx, s, j) for s in u.src[1:])))
+            su = lane_line(Ops.LOAD, scalar_of(u.dtype), (idx, *(lane_uop(ctx, s, j) for s in u.src[1:])), None, j)
             ctx.lane_offset = j
             ctx.select_line(su)
             ctx.lane_offset = 0
@@ -81,7 +82,7 @@ def vstore(ctx: Emitter, u: UOp) -> None:
     if not native(value.dtype):
         for j in range(value.dtype.count):
             ctx.lane_offset = j
-            ctx.select_line(UOp(Ops.STORE, dtypes.void, (idx, lane_uop(ctx, value, j))))
+            ctx.select_line(lane_line(Ops.STORE, dtypes.void, (idx, lane_uop(ctx, value, j)), None, j))
             ctx.lane_offset = 0
         return
     gate = idx.src[2] if len(idx.src) > 2 else None
