@@ -146,6 +146,17 @@ def test_division_by_a_value_that_may_be_zero(device):
     np.testing.assert_array_equal((5 // u).numpy(), [0, 0])
 
 
+@pytest.mark.parametrize("d", [-128, 128, 3, -4])
+def test_remainder_by_zero_then_divided(device, d):
+    """(x % 0) is 0 before it is divided again (the simplifier once made (x % 0) % d into x % d: fuzzer seed 24004)."""
+    a = np.array([6, -2**31, 2**31 - 2, 1, -7], np.int32)
+    t = Tensor(a, device=device)
+    zero = (t > t).int()   # 0 everywhere, known to the simplifier
+    np.testing.assert_array_equal((t % zero).numpy(), np.zeros(5, np.int32))
+    np.testing.assert_array_equal((t % zero // d).numpy(), np.zeros(5, np.int32))
+    np.testing.assert_array_equal((t % zero % d).numpy(), np.zeros(5, np.int32))
+
+
 @pytest.mark.parametrize("dt", [np.int8, np.int16, np.int32])
 def test_floordiv_and_mod_by_the_type_minimum(device, dt):
     import torch
@@ -225,6 +236,17 @@ def test_cat_int64_and_float32(device, shape):
     for x, y in ((a, b), (b, a)):
         got = Tensor(x, device=device).cat(Tensor(y, device=device)).numpy()
         np.testing.assert_array_equal(got, np.concatenate([x, y]).astype(np.float32))
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16, np.int8])
+def test_sigmoid_underflows_like_torch(device, dt):
+    """sigmoid is 1 / (1 + exp(-x)) in float32, like torch: 0 where exp(-x) overflows float32 (x < -88.7), not the
+    subnormal float64 gives (the fuzzer's reference once expected that: seeds 20047, 20112, 22354)."""
+    import torch
+    a = np.array([-128, -99, -91, -89, -88, -87, -80, -20, 0, 20, 100], dt)
+    got = Tensor(a, device=device).sigmoid().numpy()
+    want = torch.tensor(a).float().sigmoid().numpy().astype(got.dtype)   # float16 rounds once
+    np.testing.assert_allclose(got, want, rtol=1e-6 if dt is not np.float16 else 1e-3, atol=0)
 
 
 # ---------------------------------------------------------------------------------------- once wrong on CPU:X86 only
