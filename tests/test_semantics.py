@@ -213,6 +213,23 @@ def test_max_reduction_of_a_quotient(device):
 
 # ------------------------------------------------------------------------------------------------ float16 reductions
 
+@pytest.mark.parametrize("n", [1, 2, 8, 16, 33])
+def test_a_sum_of_negative_zeros_is_positive_zero(device, n):
+    """A float sum starts from +0.0 (numpy, torch) also where no accumulator is left: over size-1 axes (fuzzer seed
+    44595: 1 // x.sum(1) was -inf) and fully unrolled or vectorized sums (8 and 16 lanes gave -0.0 on CPU, CPU:X86)."""
+    import torch
+    a = np.full((3, n), -0.0, np.float32)
+    t, tt = Tensor(a, device=device), torch.tensor(a)
+    ones = np.ones((3, 2), np.float32)
+    for got, want in ((t.sum(1), tt.sum(1)), (t.sum(), tt.sum()), (t.mean(1), tt.mean(1)), (t.cumsum(1), tt.cumsum(1)),
+                      (t.half().sum(1), tt.half().sum(1)), (t.half().cumsum(1), tt.half().cumsum(1)),
+                      (t.T @ Tensor(ones, device=device), None)):   # torch's matmul keeps -0.0 for some shapes
+        assert not np.signbit(got.numpy()).any()
+        if want is not None:
+            assert not np.signbit(want.float().numpy()).any()
+    np.testing.assert_array_equal((1 // t.sum(1)).numpy(), np.full(3, np.inf, np.float32))
+
+
 def test_float16_sums_accumulate_in_float32_and_round_once(device):
     import torch
     x = np.full(3000, 1.0, np.float16)
