@@ -123,6 +123,14 @@ def main() -> None:
     rows.append(("add 16M f32", 3 * 4 * n / t_tg / 1e9, 3 * 4 * n / t_np / 1e9, "GB/s"))
     t_tg, t_np = median_time(lambda: a.sum().realize(), rep), median_time(lambda: a_np.sum(), rep)
     rows.append(("sum 16M f32", 4 * n / t_tg / 1e9, 4 * n / t_np / 1e9, "GB/s"))
+    m = 4 * 1024 * 1024  # transcendentals: elements per second, next to numpy's libm
+    for np_dt in (np.float32, np.float64):
+        x_np = rng.uniform(-100.0, 100.0, m).astype(np_dt)
+        x = Tensor(x_np, device=dev).realize()
+        for fn in ("sin", "cos"):
+            t_tg = median_time(lambda fn=fn, x=x: getattr(x, fn)().realize(), rep)
+            t_np = median_time(lambda fn=fn, x_np=x_np: getattr(np, fn)(x_np), rep)
+            rows.append((f"{fn} 4M {np.dtype(np_dt).name}", m / t_tg / 1e6, m / t_np / 1e6, "Melem/s"))
     t_ov = median_time(overhead, max(rep, 20))
     print(f"{'benchmark':22s} {'tgcore':>10s} {'numpy':>10s} {'unit':>7s} {'ratio':>6s}")
     for name, tg, ref, unit in rows:

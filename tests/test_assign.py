@@ -206,3 +206,16 @@ def test_a_write_started_outside_the_scheduler_finishes_before_its_readers(devic
     np.testing.assert_array_equal(t.numpy(), np.arange(4))
     with pytest.raises(ValueError, match="contiguous buffer"):
         REALIZATION.prepare_write(t[1:3])
+
+
+def test_a_parameter_written_outside_the_scheduler_still_gets_its_gradient():
+    """prepare_write (a transport broadcasting into a parameter) moves the tensor to a new version of its memory;
+    it stays the leaf backward() looks for (its node keeps the leaf's tag)."""
+    from tgcore.nn import Linear
+    layer = Linear(3, 2)
+    layer.weight.requires_grad_(True)
+    tgcore.realization.prepare_write(layer.weight)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    layer(Tensor(x)).sum().backward()
+    assert layer.weight.grad is not None
+    np.testing.assert_allclose(layer.weight.grad.numpy(), np.ones((2, 1), np.float32) * x.sum(0))

@@ -9,6 +9,8 @@ import pytest
 from tgcore.codegen import simplify_kernel
 from tgcore.codegen.heuristic import gemm_opts
 from tgcore.codegen.optimize import Opt, OptError, OptOps, apply_opts
+from tgcore.dtype import dtypes
+from tgcore.helpers import prod
 from tgcore.renderer import Renderer
 from tgcore.runtime.cpufeatures import CacheSizes
 from tgcore.schedule.kernelize import create_schedule
@@ -137,3 +139,77 @@ def test_convolution_over_flat_positions_matches_torch(device, nd, kernel, paddi
     np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(w.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def _conv_backward_asts(x: Tensor, w: Tensor, padding: int) -> dict[str, object]:
+    """The kernels of a conv -> relu -> max-pool -> sum pass and its gradients, by kernel name."""
+    import tgcore.nn.functional as F
+    from tgcore.codegen.opts import kernel_name
+    out = F.max_pool2d(F.conv2d(x, w, padding=padding).relu(), 2)
+    out.sum().backward()
+    asts = [simplify_kernel(si.ast) for si in create_schedule([out.uop, x.grad.uop, w.grad.uop], "CPU")[0]]
+    return {kernel_name(a): a for a in asts}
+
+
+def test_policy_tiles_every_product_of_a_small_convolution():
+    """The products of a small convolution (the convnet of bench/train.py: 8 -> 16 channels, 13x13 images) get a
+    register tile: the forward pass one of vectors over each image's columns (its batch's rows count towards the
+    work), the input gradient too (its output holds the windows: the columns it vectorizes are not contiguous
+    there, its stores are scattered), the weight gradient (whose factor is the fused relu and pooling gradient),
+    with no axis to vectorize, one of scalar accumulators (two output axes unrolled). Before, all three ran one
+    scalar accumulator per output."""
+    from tgcore.codegen import default_policy, prepare_kernel
+    x = Tensor.empty(32, 8, 13, 13, device="CPU").requires_grad_()
+    w = Tensor.empty(16, 8, 3, 3, device="CPU").requires_grad_()
+    kernels = _conv_backward_asts(x, w, padding=0)
+    renderer = _renderer(512, 32)
+
+    def policy(name: str) -> list[Opt]:
+        assert name in kernels, f"no kernel {name} among {sorted(kernels)}"
+        return default_policy(prepare_kernel(kernels[name], renderer), renderer, 2)  # type: ignore[arg-type]
+    forward, weight_grad, input_grad = (policy(n) for n in ("r_32_16_11_11_8_3_3", "r_16_8_3_3_32_11_11",
+                                                            "r_32_8_11_11_3_3_16"))
+    for opts in (forward, input_grad):
+        assert [o.op for o in opts if o.op is OptOps.UPCAST] == [OptOps.UPCAST], opts
+        assert any(o.op is OptOps.UNROLL for o in opts), opts
+    unrolled = {o.axis for o in weight_grad if o.op is OptOps.UNROLL}
+    assert len(unrolled) == 2 and not any(o.op is OptOps.UPCAST for o in weight_grad), weight_grad
+    assert prod(o.amount for o in weight_grad if o.op is OptOps.UNROLL) <= renderer.vector_registers
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("batch,cin,cout,size,padding", [(32, 8, 16, 13, 0), (3, 5, 7, 11, 1), (2, 1, 8, 28, 0)])
+def test_convolution_gradients_through_relu_and_pooling_match_torch(device, batch, cin, cout, size, padding):
+    """Forward, weight and input gradients of conv -> relu -> max-pool, the convnet's layers (their kernels get the
+    register tiles of the test above; odd channel counts and sizes pad them), against torch."""
+    torch = pytest.importorskip("torch")
+    import tgcore.nn.functional as F
+    rng = np.random.default_rng(batch * 100 + cin * 10 + cout)
+    x_np = rng.standard_normal((batch, cin, size, size)).astype(np.float32)
+    w_np = (rng.standard_normal((cout, cin, 3, 3)) * 0.3).astype(np.float32)
+    g_np = rng.standard_normal((batch, cout, (size + 2 * padding - 2) // 2, (size + 2 * padding - 2) // 2))
+    x, w = Tensor(x_np, device=device, requires_grad=True), Tensor(w_np, device=device, requires_grad=True)
+    out = F.max_pool2d(F.conv2d(x, w, padding=padding).relu(), 2)
+    (out * Tensor(g_np.astype(np.float32), device=device)).sum().backward()
+    xt, wt = torch.tensor(x_np, requires_grad=True), torch.tensor(w_np, requires_grad=True)
+    ref = torch.nn.functional.max_pool2d(torch.nn.functional.conv2d(xt, wt, padding=padding).relu(), 2)
+    (ref * torch.tensor(g_np.astype(np.float32))).sum().backward()
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(w.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=2e-3)
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
+def _sum_rows_ast(rows: int, n: int):
+    t = Tensor.empty(rows, n, device="CPU").sum(-1)
+    return simplify_kernel(create_schedule([t.uop], "CPU")[0][-1].ast)
+
+
+@pytest.mark.parametrize("n", [576, 4096])
+def test_short_reduction_lanes_do_not_depend_on_the_row_count(n):
+    """A row's sum runs in the same lanes (so the same order) for 1, 2, 4 or 8 rows: batched LLM decode relies on
+    it (before, one row summed in 32 lanes and four rows in 8)."""
+    from tgcore.codegen.heuristic import vector_opts
+    widths = {dtypes.float32: 8}
+
+    def lanes(rows: int, size: int) -> int:
+        opts = vector_opts(_sum_rows_ast(rows, size), widths)
+        return next(o.amount for o in opts if o.op is OptOps.UPCAST)
+    assert {lanes(r, n) for r in (1, 2, 4, 8)} == {8}

@@ -415,3 +415,30 @@ def test_debug_3_prints_the_default_list_and_it_applies(device):
     assert ", ".join(map(str, opts)) == lists[0]
     t2, _ = gemm_case(24, 40, 33, device)
     np.testing.assert_array_equal(run_with_opts(t2, opts, device), ref)
+
+
+@settings(max_examples=80, deadline=None)
+@given(step=st.integers(1, 70), bound=st.integers(-20, 400), lanes=st.sampled_from([4, 8, 16]),
+       size=st.integers(1, 9), divisor=st.integers(2, 9))
+def test_lanes_of_gates_clamps_and_divisions_are_their_values(step, bound, lanes, size, divisor):
+    """``_Expander.per_lane`` (the per-lane forms of a vectorized kernel's indices and gates: an affine index offset per
+    lane, other ops rebuilt from their sources' lanes) against Python arithmetic at every value of the loop: a padded
+    tile's gate ``r*step + lane < bound``, a clamp and a division of that index."""
+    from tgcore.codegen.upcast import _Expander
+    from tgcore.uop import AxisArg, UOp
+    from tgcore.uop.sint import eval_at
+    r = UOp.range(size, AxisArg(0, RangeKind.GLOBAL))
+    lane = UOp.range(lanes, AxisArg(0, RangeKind.UPCAST, split=1, lanes_of=RangeKind.GLOBAL))
+    index = r * step + lane
+    exprs = {"gate": (index < bound).simplify(), "clamp": (index < bound).where(index, bound - 1).simplify(),
+             "division": (index // divisor).simplify(), "affine": index.simplify()}
+    expected = {"gate": lambda x: x < bound, "clamp": lambda x: x if x < bound else bound - 1,
+                "division": lambda x: x // divisor, "affine": lambda x: x}
+    expander = _Expander([lane])
+    for name, expr in exprs.items():
+        per_lane = expander.per_lane(expr)
+        assert len(per_lane) == lanes
+        for o, e in enumerate(per_lane):
+            assert lane not in e.toposort, (name, e.render())
+            for v in range(size):
+                assert eval_at(e, {r: v}) == expected[name](v * step + o), (name, o, v, e.render())

@@ -188,6 +188,19 @@ def test_pinned_registers():
         allocate(clash, TARGET)
 
 
+def test_values_pinned_to_a_set_spill_each_other():
+    """More values live at once than the registers they are pinned to (a set, with a scratch register in it): the
+    allocator spills some of them and the program computes the same."""
+    ids = itertools.count()
+    low = (REGS[0], REGS[1], REGS[4])   # two allocatable registers and a scratch one
+    vs = [VReg(next(ids), "gpr", allowed=low) for _ in range(4)]
+    prog: list = [MInst("li", [v], [], i + 1) for i, v in enumerate(vs)]
+    prog += [MInst("out", [], [v]) for v in vs]
+    direct, allocated, code, frame = both(prog)
+    assert direct == allocated == {"out": [1, 2, 3, 4]}
+    assert frame > 0 and all(r in low for i in code for r in (*i.defs, *i.uses) if isinstance(r, Register))
+
+
 class Mem:
     """A memory operand: its registers are read (``regs``), also when it is a destination."""
     def __init__(self, *regs):

@@ -279,3 +279,18 @@ def test_threads_allocating_at_once_keep_mem_used_exact(cpu):
         w.join()
     assert GlobalCounters.mem_used == before
     assert sum(len(handles) for handles in cpu.allocator.cache.values()) <= 4 * 5  # freed buffers were reused
+
+
+def test_views_alive_counts_every_view_until_it_is_garbage():
+    import gc
+    base = Buffer("CPU", 16, dtypes.float32)
+    a = base.view(4, dtypes.float32)            # never allocated
+    b = a.view(2, dtypes.float32, offset=4)     # a view of a view counts on the root
+    assert base.views_alive == 2 and a.views_alive == 0
+    b.ensure_allocated()
+    del a
+    gc.collect()
+    assert base.views_alive == 1
+    del b
+    gc.collect()
+    assert base.views_alive == 0

@@ -76,6 +76,17 @@ def test_reduce_consumed_by_broadcast_gets_its_own_kernel():
     assert kernels(out) == ["reduce", "elementwise"]
 
 
+def test_a_concatenation_of_products_computes_each_product_once():
+    """cat(x @ A.T, x @ B.T): each product in a kernel of its own (a matrix product the policy tiles), the
+    concatenation a copy; fused into it, both reductions would run at every output of the concatenation."""
+    rng = np.random.default_rng(3)
+    x_np, a_np, b_np = (rng.integers(-3, 4, s).astype(np.float32) for s in ((9, 20), (12, 20), (7, 20)))
+    x, a, b = Tensor(x_np), Tensor(a_np), Tensor(b_np)
+    out = Tensor.cat(x @ a.T, x @ b.T, dim=1)
+    assert sorted(kernels(out)) == ["elementwise", "reduce", "reduce"]
+    np.testing.assert_array_equal(out.numpy(), np.concatenate([x_np @ a_np.T, x_np @ b_np.T], axis=1))
+
+
 def test_cheap_elementwise_input_read_many_times_by_a_matmul_gets_a_kernel():
     """relu(h + b) (3 ALU ops on 2 buffers) read by every one of 128 output columns is computed once, not 128
     times; the same work read by 8 output columns stays fused into the matmul, and so does h + 1 (one op on one

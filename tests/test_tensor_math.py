@@ -131,6 +131,32 @@ def test_float64_transcendentals(device, method):
     np.testing.assert_allclose(got, ref, rtol=4e-16 if method != "tan" else 1e-15, atol=1e-300)
 
 
+@pytest.mark.parametrize("method", ["sin", "cos", "tan"])
+def test_float64_trig_over_the_whole_range(device, method):
+    """Beyond 2**20 * pi/2 float64 takes the Payne-Hanek reduction: numpy's values up to the largest float64, at
+    every power of two, and at the rounded multiples of pi/2."""
+    rng = np.random.default_rng(21)
+    mag = np.exp(rng.uniform(np.log(1.6e6), np.log(1.79e308), 6000))
+    k = np.exp(rng.uniform(np.log(1e6), np.log(1e15), 500)).round()
+    near = np.concatenate([k * (np.pi / 2), np.nextafter(k * (np.pi / 2), np.inf)])  # (within 0.25 of k*pi/2)
+    powers = 2.0 ** np.arange(21, 1024)
+    x = np.concatenate([mag, -mag, near, -near, powers, np.nextafter(powers, 0), [1.79e308, -1.79e308,
+                                                                                  np.inf, -np.inf, np.nan]])
+    with np.errstate(all="ignore"):
+        ref = getattr(np, method)(x)
+    got = getattr(Tensor(x, device=device, dtype=dtypes.float64), method)().numpy()
+    np.testing.assert_allclose(got, ref, rtol=4e-16 if method != "tan" else 1e-15, atol=0)
+
+
+def test_float64_trig_at_the_hardest_argument(device):
+    """6381956970095103 * 2**797 is the float64 closest to a multiple of pi/2 (2**-60.9 from it). The reference
+    values are mpmath's at 2000 bits (numpy's cos is 8 ulp off here)."""
+    x = np.array([6381956970095103 * 2.0**797, -6381956970095103 * 2.0**797])
+    t = Tensor(x, device=device, dtype=dtypes.float64)
+    np.testing.assert_array_equal(t.cos().numpy(), [-4.687165924254628e-19] * 2)
+    np.testing.assert_array_equal(t.sin().numpy(), np.sin(x))  # (+-1 rounded)
+
+
 # ---------------------------------------------------------------- narrow floats and int promotion
 
 def np_dtype(dt: DType):

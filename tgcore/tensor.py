@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import builtins
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,6 +39,11 @@ from tgcore.tensor_random import RandomMixin
 from tgcore.tensor_reduce import ReduceMixin
 from tgcore.tensor_select import SelectMixin
 from tgcore.uop import Ops, UOp
+from tgcore.uop.mixins import ElementwiseMixin, broadcast_shape, scalar_dtype
+
+if TYPE_CHECKING:
+    from tgcore.engine.realize import HostCalls
+    from tgcore.runtime.buffer import Buffer
 
 Scalar = bool | int | float
 ShapeArg = int | Sequence[int]
@@ -89,7 +94,8 @@ def _arange_uop(n: int) -> UOp:
     return UOp(Ops.RANGE, dtypes.int32, (), ("arange", n))
 
 
-class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNMixin, LayoutMixin, SelectMixin):
+class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNMixin, LayoutMixin, SelectMixin,
+             ElementwiseMixin):
     """A lazily evaluated n-dimensional array on a device."""
 
     __slots__ = ("uop", "device", "requires_grad", "grad", "_graph", "__weakref__")
@@ -236,8 +242,12 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         return self.full_like(1, dtype)
 
     # ---------------------------------------------------------------- realization
-    def realize(self, *others: Tensor) -> Tensor:
-        """Compute this tensor (and ``others``) now; work shared between them is done once."""
+    def realize(self, *others: Tensor, on_ready: Callable[[int, Buffer], None] | None = None) -> Tensor:
+        """Compute this tensor (and ``others``) now; work shared between them is done once.
+
+        ``on_ready(i, buffer)``: called for the i-th of (self, *others) as soon as the kernel that finishes its
+        value has run, before the rest of the work (e.g. to start sending a gradient while the backward pass
+        goes on); a JIT capture replays these calls in their places. ``buffer`` holds the value contiguously."""
         from tgcore.engine.realize import run_schedule
         if REALIZATION.pending:  # assigns whose new values these tensors read run first
             from tgcore.engine.assign import run_pending
@@ -248,12 +258,12 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
             for t in (self, *others):
                 if id(t) not in computing:
                     REALIZATION.hold(t)
-        if not todo:
+        if not todo and on_ready is None:
             return self
         todo = list({id(t): t for t in todo}.values())  # t.realize(t): each tensor once
         outs = list(dict.fromkeys(t.uop for t in todo))
-        items, result = create_schedule(outs, self.device)
-        run_schedule(items)
+        items, result = create_schedule(outs, self.device) if outs else ([], {})
+        run_schedule(items, _ready_calls((self, *others), items, result, on_ready) if on_ready else None)
         for si in items:
             if si.kind == "custom":  # a hand-written kernel may have written any of its buffers
                 for b in si.bufs:
@@ -274,6 +284,10 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
                 mark_leaf(t)
             REALIZATION.hold(t)
         return self
+
+    def _is_realized(self) -> builtins.bool:
+        """Whether this tensor's values are in an allocated buffer already (reading them runs nothing)."""
+        return _is_realized(self.uop)
 
     def _buffer(self):  # noqa: ANN202
         self.realize()
@@ -325,7 +339,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         v = value if isinstance(value, Tensor) else self._const(value, self.dtype)
         if v.device != self.device:
             raise TensorValueError(f"assign from {v.device} to {self.device}: move the value with .to() first")
-        v = v.cast(self.dtype)._broadcast_to(_broadcast_shape(self.shape, v.shape))
+        v = v.cast(self.dtype)._broadcast_to(broadcast_shape(self.shape, v.shape))
         if v.shape != self.shape:
             raise TensorValueError(f"assign of shape {v.shape} into a tensor of shape {self.shape}")
         base = self.uop
@@ -526,45 +540,55 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
             _const_uops[key] = u
         return self._new(u)
 
-    def _broadcast_pair(self, other: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
+    # the shared operator surface (tgcore.uop.mixins): how a Tensor applies an op, makes constants, pairs operands
+    def alu(self, op: Ops, *src: Tensor) -> Tensor:
+        """``op`` on this tensor and ``src`` (same shape and dtype already)."""
+        if len(src) == 1:  # (binary ops: on every operator's path, so without building a list)
+            return self._new(self.uop.alu(op, src[0].uop))
+        return self._new(self.uop.alu(op, *[s.uop for s in src]))
+
+    def const_like(self, value: Scalar) -> Tensor:
+        return self._const(value, self.dtype)
+
+    def _cut_gradient(self) -> Tensor:
+        return self.detach()
+
+    def _operands(self, other: Any, reverse: bool = False, op: Ops | None = None) -> tuple[Tensor, Tensor]:
+        """(self, other) promoted to one dtype and broadcast to one shape (swapped with ``reverse``)."""
         if isinstance(other, Tensor):
             if other.device != self.device:
                 raise TensorValueError(f"tensors on different devices: {self.device} and {other.device}; use .to()")
             dt = least_upper_dtype(self.dtype, other.dtype)
             a, b = self.cast(dt), other.cast(dt)
-            shape = _broadcast_shape(a.shape, b.shape)
+            shape = broadcast_shape(a.shape, b.shape)
             a, b = a._broadcast_to(shape), b._broadcast_to(shape)
         elif isinstance(other, (bool, int, float, np.generic)):
             value = other.item() if isinstance(other, np.generic) else other
-            dt = self.dtype
-            if isinstance(value, float) and not dtypes.is_float(dt):
-                dt = dtypes.default_float
-            elif isinstance(value, int) and not isinstance(value, bool) and dt is dtypes.bool:
-                dt = dtypes.default_int
+            dt = scalar_dtype(self.dtype, value)
             a = self.cast(dt)
             b = a._const(value, dt)  # already a's shape
         else:
-            return NotImplemented, NotImplemented  # type: ignore[return-value]
+            return NotImplemented
         return (b, a) if reverse else (a, b)
+
+    def _binop(self, op: Ops, x: Any, reverse: bool = False) -> Tensor:
+        """What ElementwiseMixin._binop does, in one frame: every operator goes through here."""
+        pair = self._operands(x, reverse, op)
+        if pair is NotImplemented:
+            return NotImplemented
+        a, b = pair
+        if op in _CHECKED_OPERATORS:
+            _check_operands(op, a.dtype)
+        return a._new(a.uop.alu(op, b.uop))
+
+    def _broadcast_pair(self, other: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
+        pair = self._operands(other, reverse)
+        return (NotImplemented, NotImplemented) if pair is NotImplemented else pair  # type: ignore[return-value]
 
     def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
         if self.shape == shape:
             return self
         return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
-
-    def _binop(self, op: Ops, other: Any, reverse: bool = False) -> Tensor:
-        a, b = self._broadcast_pair(other, reverse)
-        if a is NotImplemented:
-            return NotImplemented
-        if op in _CHECKED_OPERATORS:
-            _check_operands(op, a.dtype)
-        return a._new(a.uop.alu(op, b.uop))
-
-    def __add__(self, x: Any) -> Tensor:
-        return self._binop(Ops.ADD, x)
-
-    def __radd__(self, x: Any) -> Tensor:
-        return self._binop(Ops.ADD, x, True)
 
     def __sub__(self, x: Any) -> Tensor:
         a, b = self._broadcast_pair(x)
@@ -573,12 +597,6 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
     def __rsub__(self, x: Any) -> Tensor:
         a, b = self._broadcast_pair(x, True)
         return a + (-b)
-
-    def __mul__(self, x: Any) -> Tensor:
-        return self._binop(Ops.MUL, x)
-
-    def __rmul__(self, x: Any) -> Tensor:
-        return self._binop(Ops.MUL, x, True)
 
     def __truediv__(self, x: Any) -> Tensor:
         a, b = self._broadcast_pair(x)
@@ -631,12 +649,6 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         adjust = (r != 0) & ((r < 0) != (b < 0))
         return adjust.where(r + b, r)
 
-    def __lt__(self, x: Any) -> Tensor:
-        return self._binop(Ops.CMPLT, x)
-
-    def __gt__(self, x: Any) -> Tensor:
-        return self._binop(Ops.CMPLT, x, True)
-
     def __le__(self, x: Any) -> Tensor:
         a, b = self._broadcast_pair(x)
         if dtypes.is_float(a.dtype):  # NaN compares false, so "not greater" is not "less or equal"
@@ -655,24 +667,6 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
     def __ne__(self, x: Any) -> Tensor:  # type: ignore[override]
         return self._binop(Ops.CMPNE, x)
 
-    def __and__(self, x: Any) -> Tensor:
-        return self._binop(Ops.AND, x)
-
-    def __or__(self, x: Any) -> Tensor:
-        return self._binop(Ops.OR, x)
-
-    def __xor__(self, x: Any) -> Tensor:
-        return self._binop(Ops.XOR, x)
-
-    def __rand__(self, x: Any) -> Tensor:
-        return self._binop(Ops.AND, x, True)
-
-    def __ror__(self, x: Any) -> Tensor:
-        return self._binop(Ops.OR, x, True)
-
-    def __rxor__(self, x: Any) -> Tensor:
-        return self._binop(Ops.XOR, x, True)
-
     def __invert__(self) -> Tensor:
         if self.dtype is dtypes.bool:
             return self.logical_not()
@@ -680,22 +674,10 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
             raise TypeError(f"~ needs an integer or bool tensor, got {self.dtype!r}")
         return self ^ -1 if not dtypes.is_unsigned(self.dtype) else self ^ int(self.dtype.max)
 
-    def __lshift__(self, x: Any) -> Tensor:
-        return self._binop(Ops.SHL, x)
-
-    def __rshift__(self, x: Any) -> Tensor:
-        return self._binop(Ops.SHR, x)
-
     def __bool__(self) -> bool:
         if self.numel() != 1:
             raise TensorValueError("the truth value of a tensor with more than one element is ambiguous")
         return bool(self.item())
-
-    def logical_not(self) -> Tensor:
-        return self.cast(dtypes.bool)._binop(Ops.CMPNE, True)
-
-    def maximum(self, x: Any) -> Tensor:
-        return self._binop(Ops.MAX, x)
 
     def minimum(self, x: Any) -> Tensor:
         """Elementwise min; a NaN in either input gives NaN (like numpy.minimum)."""
@@ -714,7 +696,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         else:
             dt = least_upper_dtype(dtypes.from_py(x), dtypes.from_py(y))
             x_t, y_t = Tensor(x, self.device, dt), Tensor(y, self.device, dt)
-        shape = _broadcast_shape(_broadcast_shape(cond.shape, x_t.shape), y_t.shape)
+        shape = broadcast_shape(broadcast_shape(cond.shape, x_t.shape), y_t.shape)
         c, a, b = cond._broadcast_to(shape), x_t._broadcast_to(shape), y_t._broadcast_to(shape)
         return a._new(c.uop.alu(Ops.WHERE, a.uop, b.uop))
 
@@ -747,105 +729,29 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
     def long(self) -> Tensor:
         return self.cast(dtypes.int64)
 
-    # ---------------------------------------------------------------- reductions
-    def _reduce(self, op: Ops, axis: Axis, keepdim: builtins.bool) -> Tensor:
-        axes = tuple(range(self.ndim)) if axis is None else \
-            tuple(sorted({_axis(a, self.ndim) for a in ((axis,) if isinstance(axis, int) else axis)}))
-        if self.ndim == 0:
-            return self
-        out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
-        if not axes:
-            red = self
-        else:
-            red = self._new(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
-        if keepdim:
-            return red
-        return red.reshape(tuple(s for i, s in enumerate(out_shape) if i not in axes))
 
-    def sum(self, axis: Axis = None, keepdim: builtins.bool = False,
-            dtype: DType | str | None = None) -> Tensor:
-        """Sum; ints and bools accumulate as int64 (uint64 for unsigned), narrow floats in float32."""
-        acc_dt, out_dt = self._accumulation_dtypes(dtype)
-        return self.cast(acc_dt)._reduce(Ops.ADD, axis, keepdim).cast(out_dt)
+def _ready_calls(tensors: Sequence[Tensor], items: list[Any], result: dict[UOp, UOp],
+                 on_ready: Callable[[int, Buffer], None]) -> HostCalls:
+    """For ``Tensor.realize(on_ready=)``: each tensor's ``on_ready`` call, placed after the last schedule item that
+    touches its buffer (before every item when this realize does not compute it)."""
+    from tgcore.engine.realize import HostCall
+    after: HostCalls = {}
+    for i, t in enumerate(tensors):
+        buf_uop = result.get(t.uop)
+        buf = REALIZATION.buffer(buf_uop) if buf_uop is not None else REALIZATION.buffer_of(t)
+        if buf is None:
+            raise ValueError(f"realize(on_ready=...) needs tensors it computes or that own a contiguous buffer; "
+                             f"tensor {i} ({t.shape}) is a view: pass t.contiguous()")
+        last = -1 if buf_uop is None else \
+            max((k for k, si in enumerate(items) if any(b.base is buf.base for b in si.bufs)), default=-1)
+        after.setdefault(last, []).append((HostCall(f"on_ready {i}", _call_with_index(on_ready, i)), [buf]))
+    return after
 
-    def _accumulation_dtypes(self, dtype: DType | str | None) -> tuple[DType, DType]:
-        """(dtype to accumulate a sum or product in, dtype of the result): ints and bools widen to int64
-        (uint64 for unsigned), narrow floats accumulate in float32 and round back once, also when asked for by
-        ``dtype`` (like torch, and the same on every device)."""
-        if dtype is not None:
-            dt = to_dtype(dtype)
-            return (dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dt), dt
-        if dtypes.is_int(self.dtype) or self.dtype is dtypes.bool:
-            wide = dtypes.uint64 if dtypes.is_unsigned(self.dtype) else dtypes.int64
-            return wide, wide
-        return (dtypes.float32 if self.dtype in (dtypes.float16, dtypes.bfloat16) else self.dtype), self.dtype
 
-    def max(self, axis: Axis = None, keepdim: builtins.bool = False) -> Tensor:
-        return self._reduce(Ops.MAX, axis, keepdim)
-
-    def min(self, axis: Axis = None, keepdim: builtins.bool = False) -> Tensor:
-        if self.dtype is dtypes.bool:
-            return self.logical_not().max(axis, keepdim).logical_not()
-        if dtypes.is_unsigned(self.dtype):
-            return (int(self.dtype.max) - (int(self.dtype.max) - self).max(axis, keepdim))
-        if dtypes.is_int(self.dtype):  # ~x = -x - 1 reverses the order without overflowing at the type's minimum
-            return ~((~self).max(axis, keepdim))
-        return -((-self).max(axis, keepdim))
-
-    def mean(self, axis: Axis = None, keepdim: builtins.bool = False) -> Tensor:
-        out = self.cast(least_upper_float(self.dtype)).sum(axis, keepdim)
-        n = prod(self.shape) // max(1, prod(out.shape)) if self.numel() else 0
-        return out / n if n else out * math.nan
-
-    def cumsum(self, axis: builtins.int = 0) -> Tensor:
-        """Running sum along ``axis`` (a masked sum over a window: O(n^2) work along that axis)."""
-        ax = _axis(axis, self.ndim)
-        if self.ndim == 0:  # (a 0-d tensor is its own running sum)
-            return self.cast(self._sum_dtype())
-        n = self.shape[ax]
-        x = self.transpose(ax, -1) if ax != self.ndim - 1 else self
-        rows = Tensor.arange(n, device=self.device).reshape(n, 1)
-        cols = Tensor.arange(n, device=self.device).reshape(1, n)
-        mask = cols <= rows  # [i, j]: j contributes to position i
-        window = x.unsqueeze(-2).expand(x.shape[:-1] + (n, n))
-        out = mask.where(window, 0).sum(-1, dtype=self._sum_dtype())
-        return out.transpose(ax, -1) if ax != self.ndim - 1 else out
-
-    def _sum_dtype(self) -> DType:
-        if dtypes.is_int(self.dtype) or self.dtype is dtypes.bool:
-            return dtypes.uint64 if dtypes.is_unsigned(self.dtype) else dtypes.int64
-        return self.dtype
-
-    # ---------------------------------------------------------------- matmul
-    def matmul(self, other: Tensor) -> Tensor:
-        a, b = self, other
-        if a.ndim == 0 or b.ndim == 0:
-            raise TensorValueError("matmul needs tensors with at least one dimension")
-        a1, b1 = a.ndim == 1, b.ndim == 1
-        if a1:
-            a = a.reshape(1, -1)
-        if b1:
-            b = b.reshape(-1, 1)
-        if a.shape[-1] != b.shape[-2]:
-            raise TensorValueError(f"matmul shapes {self.shape} and {other.shape} do not line up "
-                                   f"({a.shape[-1]} != {b.shape[-2]})")
-        dt = least_upper_dtype(a.dtype, b.dtype)
-        a, b = a.cast(dt), b.cast(dt)
-        # (..., M, K) x (..., K, N) -> (..., M, 1, K) * (..., 1, N, K), summed over K
-        acc = dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dt  # like torch: wide products and sum
-        prod_ = a.cast(acc).unsqueeze(-2) * b.cast(acc).transpose(-1, -2).unsqueeze(-3)
-        out = prod_.sum(-1, dtype=acc).cast(dt)
-        if a1:
-            out = out.squeeze(-2)
-        if b1:
-            out = out.squeeze(-1)
-        return out
-
-    def __matmul__(self, other: Tensor) -> Tensor:
-        return self.matmul(other)
-
-    def dot(self, other: Tensor) -> Tensor:
-        return self.matmul(other)
+def _call_with_index(on_ready: Callable[[int, Buffer], None], i: int) -> Callable[[list[Buffer]], None]:
+    def call(bufs: list[Buffer]) -> None:
+        on_ready(i, bufs[0])
+    return call
 
 
 def _sint(x: Any) -> Any:
@@ -863,17 +769,6 @@ _const_uops: dict[tuple, UOp] = {}
 
 def _vmax(x: Any) -> Any:
     return x.vmax if isinstance(x, UOp) else x
-
-
-def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-    n = max(len(a), len(b))
-    pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
-    out = []
-    for x, y in zip(pa, pb, strict=True):
-        if x != y and 1 not in (x, y):
-            raise TensorValueError(f"shapes {a} and {b} cannot be broadcast together")
-        out.append(y if x == 1 else x)
-    return tuple(out)
 
 
 def _is_realized(u: UOp) -> bool:

@@ -84,13 +84,13 @@ def with_gradient(out: Any, inputs: tuple[Any, ...], rule: Any) -> Any:
 
 def _seed(t: Any, gradient: Any) -> Any:
     """The gradient flowing into ``t``: ones for a one-element tensor, else the given tensor of t's shape."""
-    from tgcore.tensor import Tensor
+    tensor_type = type(t)
     if gradient is None:
         if t.numel() != 1:
             raise TensorValueError(f"the gradient of a tensor with shape {t.shape} needs a gradient argument "
                                    "(only one-element tensors have an implicit one)")
-        return Tensor.full(t.shape, 1.0, dtype=t.dtype, device=t.device)
-    if not isinstance(gradient, Tensor) or gradient.shape != t.shape:
+        return tensor_type.full(t.shape, 1.0, dtype=t.dtype, device=t.device)
+    if not isinstance(gradient, tensor_type) or gradient.shape != t.shape:
         raise TensorValueError(f"gradient must be a Tensor of shape {t.shape}")
     return gradient.cast(t.dtype)
 
@@ -141,8 +141,8 @@ class AutogradMixin:
         ``self`` must be a scalar unless ``gradient`` (a tensor of self's shape) is given.
         """
         from tgcore.gradient import compute_gradients
-        from tgcore.tensor import Tensor
         t: Tensor = self  # type: ignore[assignment]
+        tensor_type = type(t)
         gradient = _seed(t, gradient)
         wanting = [x for x in list(_wanting_grad.values()) if x.requires_grad]
         root = t._graph if t._graph is not None else t.uop  # (a realized loss keeps its graph)
@@ -156,6 +156,6 @@ class AutogradMixin:
             g = grads.get(leaf.uop)
             if g is None:
                 continue
-            g_t = Tensor(g, device=leaf.device)
+            g_t = tensor_type(g, device=leaf.device)
             leaf.grad = g_t if leaf.grad is None else leaf.grad + g_t
         return self

@@ -34,6 +34,7 @@ import numpy as np
 from tgcore.dtype import dtypes, least_upper_dtype
 from tgcore.errors import TensorValueError
 from tgcore.helpers import prod
+from tgcore.uop.mixins import broadcast_shape
 
 if TYPE_CHECKING:
     from tgcore.tensor import Tensor
@@ -99,10 +100,9 @@ class _Plan:
     adv: dict[int, Any]
 
 
-def _as_index_array(idx: Any) -> Any:
+def _as_index_array(idx: Any, tensor_type: type[Tensor]) -> Any:
     """Lists and numpy arrays -> numpy arrays; Tensors stay."""
-    from tgcore.tensor import Tensor
-    if isinstance(idx, Tensor):
+    if isinstance(idx, tensor_type):
         return idx
     arr = np.asarray(idx)
     if arr.size == 0 and arr.dtype.kind not in "biu":
@@ -112,20 +112,19 @@ def _as_index_array(idx: Any) -> Any:
     return arr
 
 
-def _plan(shape: tuple[int, ...], index: Any) -> _Plan:
-    from tgcore.tensor import Tensor
+def _plan(tensor_type: type[Tensor], shape: tuple[int, ...], index: Any) -> _Plan:
     items = list(index) if isinstance(index, tuple) else [index]
     # masks first: a k-dimensional bool mask stands for k integer arrays (its nonzero positions)
     expanded: list[Any] = []
     for it in items:
-        if isinstance(it, (list, tuple, np.ndarray, Tensor)):  # (a tuple inside the index is a list, as in torch)
-            it = _as_index_array(it)
-            is_bool = it.dtype is dtypes.bool if isinstance(it, Tensor) else it.dtype == np.bool_
+        if isinstance(it, (list, tuple, np.ndarray, tensor_type)):  # (a tuple inside the index is a list, as in torch)
+            it = _as_index_array(it, tensor_type)
+            is_bool = it.dtype is dtypes.bool if isinstance(it, tensor_type) else it.dtype == np.bool_
             if is_bool:
-                mask = it.numpy() if isinstance(it, Tensor) else it
+                mask = it.numpy() if isinstance(it, tensor_type) else it
                 expanded.append(("mask", mask))
                 continue
-            if isinstance(it, Tensor) and not dtypes.is_int(it.dtype):
+            if isinstance(it, tensor_type) and not dtypes.is_int(it.dtype):
                 raise IndexError(f"tensors used as indices must be integer or bool, got {it.dtype!r}")
         elif it is not None and it is not Ellipsis and not isinstance(it, (slice, int, np.integer)):
             raise TypeError(f"unsupported index {it!r}: use ints, slices, None, ..., integer or bool arrays/tensors")
@@ -185,9 +184,8 @@ def _plan(shape: tuple[int, ...], index: Any) -> _Plan:
 
 def _check_bounds(idx: Any, axis: int, size: int) -> None:
     """IndexError for out-of-range entries of a numpy index or a realized index tensor (lazy ones are not read)."""
-    from tgcore.tensor import Tensor, _is_realized
-    if isinstance(idx, Tensor):
-        if not _is_realized(idx.uop):
+    if hasattr(idx, "_is_realized"):  # a tensor
+        if not idx._is_realized():
             return
         idx = idx.numpy()
     bad = (idx < -size) | (idx >= size)
@@ -259,15 +257,16 @@ class _Advanced:
 
 
 def _advanced(view: Tensor, plan: _Plan) -> _Advanced:
-    from tgcore.tensor import Tensor, _broadcast_shape
+    tensor_type = type(view)
     axes = sorted(plan.adv)
     kept = [a for a in range(view.ndim) if a not in plan.adv]
     idx = [plan.adv[a] for a in axes]
-    idx = [i if isinstance(i, Tensor) else Tensor(i.astype(np.int32 if i.size == 0 or abs(i).max() < 2**31 else
-                                                           np.int64), device=view.device) for i in idx]
+    idx = [i if isinstance(i, tensor_type) else
+           tensor_type(i.astype(np.int32 if i.size == 0 or abs(i).max() < 2**31 else np.int64), device=view.device)
+           for i in idx]
     bshape: tuple[int, ...] = ()
     for i in idx:
-        bshape = _broadcast_shape(bshape, i.shape)
+        bshape = broadcast_shape(bshape, i.shape)
     sizes = [view.shape[a] for a in axes]
     linear: Tensor | None = None
     stride = 1
@@ -297,13 +296,12 @@ def _select(x: Tensor, onehot: Tensor, axis: int) -> Tensor:
 
 
 def _getitem_advanced(view: Tensor, plan: _Plan) -> Tensor:
-    from tgcore.tensor import Tensor
     a = _advanced(view, plan)
     x = _flatten_indexed(view, a)
     kept_shape = x.shape[:-1]
     nb = len(a.bshape)
     xr = x.reshape(kept_shape + (1,) * nb + (a.n,))
-    positions = Tensor.arange(a.n, device=view.device)
+    positions = view.arange(a.n, device=view.device)
     onehot = a.linear.reshape((1,) * len(kept_shape) + a.bshape + (1,)) == positions
     out = _select(xr, onehot, -1)
     return out.permute(a.out_order(len(kept_shape)))
@@ -311,7 +309,6 @@ def _getitem_advanced(view: Tensor, plan: _Plan) -> Tensor:
 
 def _setitem_advanced(view: Tensor, plan: _Plan, value: Tensor) -> Tensor:
     """``view`` with the positions its advanced index selects replaced by ``value`` (the last write wins)."""
-    from tgcore.tensor import Tensor
     a = _advanced(view, plan)
     x = _flatten_indexed(view, a)
     kept_shape = x.shape[:-1]
@@ -323,8 +320,8 @@ def _setitem_advanced(view: Tensor, plan: _Plan, value: Tensor) -> Tensor:
     m = prod(a.bshape)
     v = v.reshape(v.shape[:nk] + (1, m))
     lin = a.linear.reshape(1, m)
-    pos = Tensor.arange(a.n, device=view.device).reshape(a.n, 1)
-    writer = Tensor.arange(m, device=view.device).reshape(1, m)
+    pos = view.arange(a.n, device=view.device).reshape(a.n, 1)
+    writer = view.arange(m, device=view.device).reshape(1, m)
     last = (lin == pos).where(writer, -1).max(-1)  # (n,): the last write to each position, -1 for none
     # (kept..., n), computed before broadcasting over the kept axes the value does not vary along
     val = _select(v, writer == last.reshape(a.n, 1), -1)
@@ -352,7 +349,7 @@ class IndexMixin:
 
     # ---------------------------------------------------------------- indexing
     def __getitem__(self: Tensor, index: Any) -> Tensor:
-        plan = _plan(self.shape, index)
+        plan = _plan(type(self), self.shape, index)
         view = _basic_view(self, plan)
         if plan.adv:
             return _getitem_advanced(*_drop_ints(view, plan))
@@ -360,21 +357,21 @@ class IndexMixin:
 
     def __setitem__(self: Tensor, index: Any, value: Any) -> None:
         """Assign into the indexed positions; functional underneath: ``self.uop`` becomes the updated tensor."""
-        from tgcore.tensor import Tensor, _broadcast_shape
-        plan = _plan(self.shape, index)
+        tensor_type = type(self)
+        plan = _plan(tensor_type, self.shape, index)
         view = _basic_view(self, plan)
-        if isinstance(value, Tensor):
+        if isinstance(value, tensor_type):
             if value.device != self.device:
                 raise TensorValueError(f"cannot assign a tensor on {value.device} into one on {self.device}; use .to()")
             val = value.cast(self.dtype)
         else:
-            val = Tensor(np.asarray(value), device=self.device, dtype=self.dtype) if isinstance(value, (list, tuple,
-                         np.ndarray)) else Tensor(value, device=self.device, dtype=self.dtype)
+            data = np.asarray(value) if isinstance(value, (list, tuple, np.ndarray)) else value
+            val = tensor_type(data, device=self.device, dtype=self.dtype)
         target = self[index].shape
         while val.ndim > len(target) and val.shape[0] == 1:  # numpy drops leading size-1 axes of the value
             val = val.reshape(val.shape[1:])
         try:
-            fits = val.ndim <= len(target) and _broadcast_shape(val.shape, target) == target
+            fits = val.ndim <= len(target) and broadcast_shape(val.shape, target) == target
         except ValueError:
             fits = False
         if not fits:
@@ -384,51 +381,63 @@ class IndexMixin:
             new_view = _setitem_advanced(*_drop_ints(view, plan), val).reshape(view.shape)
         else:
             new_view = val._broadcast_to(target).reshape(view.shape)
-        ones = Tensor.full(view.shape, True, dtype=dtypes.bool, device=self.device)
+        ones = tensor_type.full(view.shape, True, dtype=dtypes.bool, device=self.device)
         written = _unbasic(ones, plan, self.shape)
         self.uop = written.where(_unbasic(new_view, plan, self.shape), self).uop
+
+    def take(self: Tensor, index: Tensor) -> Tensor:
+        """``self.flatten()[index]`` as an indexed load (torch.take): one read per output, fused into the consumer's
+        kernel (``gather`` and ``[]`` cost O(output x axis)). ``index`` is an integer tensor; an entry out of range
+        reads 0. No gradient flows through it (for constant tables: dequantization grids)."""
+        from tgcore.uop.ops import Ops
+        from tgcore.uop.uop import UOp
+        if not isinstance(index, type(self)) or not dtypes.is_int(index.dtype) or index.dtype is dtypes.bool:
+            raise TypeError(f"take needs an integer index tensor, got {getattr(index, 'dtype', type(index))!r}")
+        if index.device != self.device:
+            raise ValueError(f"take: index on {index.device}, table on {self.device}")
+        table = self.reshape(-1)
+        return table._new(UOp(Ops.INDEX, self.dtype, (table.uop, index.uop)))
 
     def gather(self: Tensor, dim: int, index: Any) -> Tensor:
         """``out[..., i, ...] = self[..., index[..., i, ...], ...]`` along ``dim``; ``index`` has self's ndim and is
         no larger on the other axes (torch.gather; negative indices count from the end)."""
-        from tgcore.tensor import Tensor
         d = _axis(dim, self.ndim)
-        idx = _index_tensor(index, self.device)
+        idx = _index_tensor(self, index)
         region = _region(self, idx, d, "gather")
         size = self.shape[d]
-        _check_bounds(index if not isinstance(index, Tensor) else idx, d, size)
+        _check_bounds(idx if index is idx else index, d, size)
         idx = (idx < 0).where(idx + size, idx)
         x_t, i_t = region.transpose(d, -1), idx.transpose(d, -1)
-        onehot = i_t.unsqueeze(-1) == Tensor.arange(size, device=self.device)  # (..., K, S)
+        onehot = i_t.unsqueeze(-1) == self.arange(size, device=self.device)  # (..., K, S)
         return _select(x_t.unsqueeze(-2), onehot, -1).transpose(d, -1)
 
     def scatter(self: Tensor, dim: int, index: Any, src: Any, reduce: str | None = None) -> Tensor:
         """``out[..., index[..., i, ...], ...] = src[..., i, ...]`` along ``dim`` (torch.scatter): the last write wins
         on repeats; ``reduce="add"`` / ``"multiply"`` combine every write with the old value instead."""
-        from tgcore.tensor import Tensor
+        tensor_type = type(self)
         if reduce not in (None, "add", "multiply"):
             raise TensorValueError(f"scatter reduce must be None, 'add' or 'multiply', got {reduce!r}")
         d = _axis(dim, self.ndim)
-        idx = _index_tensor(index, self.device)
+        idx = _index_tensor(self, index)
         region = _region(self, idx, d, "scatter")
         size = self.shape[d]
-        _check_bounds(index if not isinstance(index, Tensor) else idx, d, size)
+        _check_bounds(idx if index is idx else index, d, size)
         idx = (idx < 0).where(idx + size, idx)
-        if isinstance(src, Tensor):
+        if isinstance(src, tensor_type):
             if any(s < i for s, i in zip(src.shape, idx.shape, strict=True)) or src.ndim != idx.ndim:
                 raise TensorValueError(f"scatter src of shape {src.shape} is smaller than the index {idx.shape}")
             s = src.cast(self.dtype).shrink([(0, n) for n in idx.shape])
         else:
-            s = Tensor.full(idx.shape, src, dtype=self.dtype, device=self.device)
+            s = tensor_type.full(idx.shape, src, dtype=self.dtype, device=self.device)
         x_t, i_t, s_t = region.transpose(d, -1), idx.transpose(d, -1), s.transpose(d, -1)
         k = i_t.shape[-1]
-        onehot = i_t.unsqueeze(-1) == Tensor.arange(size, device=self.device)  # (..., K, S)
+        onehot = i_t.unsqueeze(-1) == tensor_type.arange(size, device=self.device)  # (..., K, S)
         if reduce == "add":
             new = x_t + onehot.where(s_t.unsqueeze(-1), 0).sum(-2, dtype=self.dtype)
         elif reduce == "multiply":
             new = x_t * onehot.where(s_t.unsqueeze(-1), 1).prod(-2, dtype=self.dtype)
         else:
-            writer = Tensor.arange(k, device=self.device).reshape(k, 1)
+            writer = tensor_type.arange(k, device=self.device).reshape(k, 1)
             last = onehot.where(writer, -1).max(-2, keepdim=True)  # (..., 1, S)
             new = (last >= 0).where(_select(s_t.unsqueeze(-1), writer == last, -2).unsqueeze(-2), x_t.unsqueeze(-2))
             new = new.squeeze(-2)
@@ -436,24 +445,23 @@ class IndexMixin:
         if new.shape == self.shape:
             return new
         pads = [(0, full - part) for full, part in zip(self.shape, new.shape, strict=True)]
-        inside = Tensor.full(new.shape, True, dtype=dtypes.bool, device=self.device).pad(pads)
+        inside = tensor_type.full(new.shape, True, dtype=dtypes.bool, device=self.device).pad(pads)
         return inside.where(new.pad(pads), self)
 
     def masked_fill(self: Tensor, mask: Tensor, value: Any) -> Tensor:
         """``value`` where ``mask`` is true, else this tensor (keeps this tensor's dtype)."""
-        from tgcore.tensor import Tensor
-        v = value.cast(self.dtype) if isinstance(value, Tensor) else Tensor(value, device=self.device,
+        tensor_type = type(self)
+        v = value.cast(self.dtype) if isinstance(value, tensor_type) else tensor_type(value, device=self.device,
                                                                              dtype=self.dtype)
         return mask.cast(dtypes.bool).where(v, self)
 
     def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
         """A new last axis of ``num_classes`` with a 1 at each element's value (int32); -1 reads max + 1."""
-        from tgcore.tensor import Tensor
         if not dtypes.is_int(self.dtype) or self.dtype is dtypes.bool:
             raise TypeError(f"one_hot needs an integer tensor, got {self.dtype!r}")
         if num_classes == -1:
             num_classes = int(self.max().item()) + 1 if self.numel() else 0
-        return (self.unsqueeze(-1) == Tensor.arange(num_classes, device=self.device)).cast(dtypes.default_int)
+        return (self.unsqueeze(-1) == self.arange(num_classes, device=self.device)).cast(dtypes.default_int)
 
     # ---------------------------------------------------------------- shape
     def unflatten(self: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
@@ -513,7 +521,6 @@ class IndexMixin:
 
     def stack(self: Tensor | Sequence[Tensor], *others: Tensor, dim: int = 0) -> Tensor:
         """Join tensors of one shape along a new axis ``dim``."""
-        from tgcore.tensor import Tensor
         tensors = _tensor_list(self, others)
         if not tensors:
             raise TensorValueError("stack needs at least one tensor")
@@ -521,7 +528,7 @@ class IndexMixin:
             if t.shape != tensors[0].shape:
                 raise TensorValueError(f"stack needs tensors of one shape, got {tensors[0].shape} and {t.shape}")
         d = _axis(dim, tensors[0].ndim + 1)
-        return Tensor.cat([t.unsqueeze(d) for t in tensors], dim=d)
+        return type(tensors[0]).cat([t.unsqueeze(d) for t in tensors], dim=d)
 
     def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         """Pieces of ``sizes`` along ``dim`` (an int: pieces of that size, the last may be smaller); views."""
@@ -574,7 +581,6 @@ class IndexMixin:
 
 
 def _pad_axis(x: Tensor, d: int, before: int, after: int, mode: str) -> Tensor:
-    from tgcore.tensor import Tensor
     s = x.shape[d]
     limit = {"reflect": s - 1, "replicate": None, "circular": s}[mode]
     if s == 0 or (limit is not None and max(before, after) > limit):
@@ -593,7 +599,7 @@ def _pad_axis(x: Tensor, d: int, before: int, after: int, mode: str) -> Tensor:
         left, right = grow(part(0, 1), before), grow(part(s - 1, s), after)
     else:
         left, right = part(s - before, s), part(0, after)
-    return Tensor.cat([left, x, right], dim=d)
+    return left.cat(x, right, dim=d)
 
 
 def _tensor_list(first: Tensor | Sequence[Tensor], others: tuple[Tensor, ...]) -> list[Tensor]:
@@ -603,16 +609,18 @@ def _tensor_list(first: Tensor | Sequence[Tensor], others: tuple[Tensor, ...]) -
     return [cast("Tensor", first), *others]
 
 
-def _index_tensor(index: Any, device: str) -> Tensor:
-    from tgcore.tensor import Tensor
-    if isinstance(index, Tensor):
+def _index_tensor(like: Tensor, index: Any) -> Tensor:
+    """``index`` (a tensor, list or array of ints) as an integer tensor on ``like``'s device."""
+    tensor_type = type(like)
+    if isinstance(index, tensor_type):
         if not dtypes.is_int(index.dtype) or index.dtype is dtypes.bool:
             raise TypeError(f"index tensors must be integer, got {index.dtype!r}")
         return index
-    arr = _as_index_array(index)
+    arr = _as_index_array(index, tensor_type)
     if arr.dtype == np.bool_:
         raise TypeError("index arrays must be integer, got bool")
-    return Tensor(arr.astype(np.int32 if arr.size == 0 or abs(arr).max() < 2**31 else np.int64), device=device)
+    wide = not (arr.size == 0 or abs(arr).max() < 2**31)
+    return tensor_type(arr.astype(np.int64 if wide else np.int32), device=like.device)
 
 
 def _region(x: Tensor, idx: Tensor, d: int, what: str) -> Tensor:

@@ -33,11 +33,10 @@ class LayoutMixin:
 
     # ---------------------------------------------------------------- triangles
     def _triangle(self: Tensor, diagonal: int, upper: builtins.bool) -> Tensor:
-        from tgcore.tensor import Tensor
         if self.ndim < 2:
             raise TensorValueError(f"{'triu' if upper else 'tril'}: input tensor must have at least 2 dimensions")
         n, m = self.shape[-2:]
-        offset = Tensor.arange(m, device=self.device).reshape(1, m) - Tensor.arange(n, device=self.device).reshape(n, 1)
+        offset = self.arange(m, device=self.device).reshape(1, m) - self.arange(n, device=self.device).reshape(n, 1)
         keep = offset >= diagonal if upper else offset <= diagonal
         return keep.where(self, 0)
 
@@ -83,7 +82,7 @@ class LayoutMixin:
     # ---------------------------------------------------------------- roll, meshgrid, unfold
     def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
         """Elements shifted along ``dims`` (wrapping around); without dims, along the flattened tensor."""
-        from tgcore.tensor import Tensor
+        tensor_type = type(self)
         if dims is None:
             if not isinstance(shifts, int):
                 raise TensorValueError("roll: without dims, shifts must be one int")
@@ -101,7 +100,7 @@ class LayoutMixin:
             k = s % n
             first = x.shrink([None] * ax + [(n - k, n)] + [None] * (x.ndim - ax - 1))
             rest = x.shrink([None] * ax + [(0, n - k)] + [None] * (x.ndim - ax - 1))
-            x = Tensor.cat([first, rest], dim=ax)
+            x = tensor_type.cat([first, rest], dim=ax)
         return x
 
     @staticmethod

@@ -8,12 +8,12 @@ Out: lazy tensors. Float functions promote int and bool inputs to the default fl
      rounding once.
 
 `exp2`, `log2`, `sin`, `sqrt` and `reciprocal` are single ops (EXP2, LOG2, SIN, ...) that codegen
-decomposes into basic ALU ops for renderers without native ones (`tgcore.codegen.transcendental`).
-`exp`, `log`, `cos` and `tan` are built here from the same formulas, which need a more careful reduction than
-a composition would give (``exp(x) = exp2(x * log2(e))`` is ~40 ulp off at x = 88; ``cos(x) =
-sin(x + pi/2)`` is far off near the zeros of cos for large x): the formula's scalar graph is lifted to
-tensors node by node, with its piecewise-constant parts (nearest integers, quadrants) detached so
-gradients only flow through the smooth parts.
+decomposes into basic ALU ops for renderers without native ones; they, `trunc`, `cos` and `tan` come from the
+operator surface Tensor shares with UOp (`tgcore.uop.mixins`). `exp`, `log`, `cos` and `tan` are the formulas
+of `tgcore.uop.transcendental` applied to tensors directly, which need a more careful reduction than a
+composition would give (``exp(x) = exp2(x * log2(e))`` is ~40 ulp off at x = 88; ``cos(x) = sin(x + pi/2)`` is
+far off near the zeros of cos for large x); their piecewise-constant parts (nearest integers, quadrants) are
+detached so gradients only flow through the smooth parts.
 """
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tgcore.codegen import transcendental as tr
 from tgcore.dtype import DType, dtypes, least_upper_dtype, least_upper_float
 from tgcore.errors import TensorValueError
 from tgcore.tensor_autograd import with_gradient
-from tgcore.uop import Ops, UOp
+from tgcore.uop import Ops
+from tgcore.uop import transcendental as tr
 
 if TYPE_CHECKING:
     from tgcore.tensor import Tensor
@@ -35,7 +35,7 @@ NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16)
 SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 
 # erf(x) = x * P(x*x) for |x| <= 1; erfc(x) * exp(x*x) = Q(v), v = (1/x - 7/12) * 12/5, for 1 < x < 6.
-# Fitted like the tables of tgcore.codegen.transcendental (weighted least squares on Chebyshev nodes +
+# Fitted like the tables of tgcore.uop.transcendental (weighted least squares on Chebyshev nodes +
 # Lawson reweighting, mpmath): max relative error 4.6e-16 (P), 8.4e-13 (Q).
 ERF_P = (1.1283791670955121, -0.3761263890317468, 0.11283791670589631, -0.026866170587674168,
          0.005223977161750244, -0.0008548305156955388, 0.00012054688394824906, -1.4913391947058105e-05,
@@ -47,10 +47,6 @@ ERFC_Q = (0.28972211632324724, 0.16536269001415402, -0.030831050477261816, 0.002
           3.103097388984751e-08)
 
 
-def _detach(u: UOp) -> UOp:
-    return UOp(Ops.DETACH, u.dtype, (u,))
-
-
 class MathMixin:
     __slots__ = ()
 
@@ -58,14 +54,12 @@ class MathMixin:
     def _t(self) -> Tensor:
         return self  # type: ignore[return-value]
 
-    def _float(self) -> Tensor:
+    def _as_float(self) -> Tensor:
         """This tensor in the float dtype float functions compute in (ints and bool -> default float)."""
         t = self._t()
         return t.cast(least_upper_float(t.dtype))
 
-    def _float_unary(self, op: Ops) -> Tensor:
-        x = self._float()
-        return x._new(x.uop.alu(op))
+    _float = _as_float
 
     def _in_f32(self, fn: Callable[[Tensor], Tensor]) -> Tensor:
         """``fn`` of this tensor as a float; float16 / bfloat16 are computed in float32 and rounded once."""
@@ -74,40 +68,22 @@ class MathMixin:
             return fn(x.cast(dtypes.float32)).cast(x.dtype)
         return fn(x)
 
-    def _lift(self, formula: Callable[..., UOp]) -> Tensor:
-        """Apply a scalar UOp formula (of `tgcore.codegen.transcendental`) elementwise to this float tensor."""
-        x = self._float()
-        placeholder = UOp(Ops.NOOP, x.dtype, (), "tensor_math.x")
-        out = formula(placeholder, detach=_detach)
-        lifted: dict[UOp, UOp] = {}
-        for n in out.toposort:
-            if n is placeholder:
-                lifted[n] = x.uop
-            elif n.op is Ops.CONST:  # constants broadcast to the tensor's shape
-                lifted[n] = x._const(n.arg, n.dtype).uop
-            else:
-                lifted[n] = UOp(n.op, n.dtype, tuple(lifted[s] for s in n.src), n.arg)
-        return x._new(lifted[out])
-
     def _check_int(self, what: str) -> None:
         dt = self._t().dtype
         if not (dtypes.is_int(dt) or dt is dtypes.bool):
             raise TypeError(f"{what} needs integer or bool tensors, got {dt!r}")
 
     # ---------------------------------------------------------------- exponentials and logs
-    def exp2(self) -> Tensor:
-        return self._float_unary(Ops.EXP2)
-
-    def log2(self) -> Tensor:
-        return self._float_unary(Ops.LOG2)
-
+    # exp2, log2, sqrt, reciprocal, sin, cos and tan come from the shared surface (tgcore.uop.mixins)
     def exp(self) -> Tensor:
         """e**x: exact reduction by ln2, then EXP2 of the small remainder (accurate for every x)."""
-        return with_gradient(self._lift(tr.exp), (self._float(),), _exp_grad)
+        x = self._float()
+        return with_gradient(tr.exp(x), (x,), _exp_grad)
 
     def log(self) -> Tensor:
         """ln(x) from the same reduction as log2, with ln2 split so e*ln2 carries no rounding."""
-        return with_gradient(self._lift(tr.log), (self._float(),), _log_grad)
+        x = self._float()
+        return with_gradient(tr.log(x), (x,), _log_grad)
 
     def expm1(self) -> Tensor:
         """exp(x) - 1, accurate near 0 (u = exp(x): (u - 1) * x / log(u) cancels the rounding of u)."""
@@ -132,24 +108,8 @@ class MathMixin:
             return (w == 1).where(x, (w == math.inf).where(w, accurate))
         return self._in_f32(f)
 
-    def sqrt(self) -> Tensor:
-        return self._float_unary(Ops.SQRT)
-
     def rsqrt(self) -> Tensor:
-        return self.sqrt().reciprocal()
-
-    def reciprocal(self) -> Tensor:
-        return self._float_unary(Ops.RECIPROCAL)
-
-    # ---------------------------------------------------------------- trigonometry
-    def sin(self) -> Tensor:
-        return self._float_unary(Ops.SIN)
-
-    def cos(self) -> Tensor:
-        return self._lift(tr.cos)
-
-    def tan(self) -> Tensor:
-        return self._lift(tr.tan)
+        return self._t().sqrt().reciprocal()
 
     # ---------------------------------------------------------------- activations
     def sigmoid(self) -> Tensor:
@@ -406,10 +366,6 @@ class MathMixin:
         return (t > 0).where(t.ones_like(), (t < 0).where(t.full_like(-1) if not dtypes.is_unsigned(t.dtype)
                                                           else zero, zero))
 
-    def trunc(self) -> Tensor:
-        t = self._t()
-        return t if not dtypes.is_float(t.dtype) else t._new(t.uop.alu(Ops.TRUNC))
-
     def floor(self) -> Tensor:
         t = self._t()
         tr_ = t.trunc()
@@ -555,13 +511,13 @@ class MathMixin:
     bitwise_right_shift = rshift
 
     def logical_and(self, x: Any) -> Tensor:
-        return self._t().cast(dtypes.bool) & _as_bool(x)
+        return self._t().cast(dtypes.bool) & _as_bool(x, type(self._t()))
 
     def logical_or(self, x: Any) -> Tensor:
-        return self._t().cast(dtypes.bool) | _as_bool(x)
+        return self._t().cast(dtypes.bool) | _as_bool(x, type(self._t()))
 
     def logical_xor(self, x: Any) -> Tensor:
-        return self._t().cast(dtypes.bool) ^ _as_bool(x)
+        return self._t().cast(dtypes.bool) ^ _as_bool(x, type(self._t()))
 
 
 # ---------------------------------------------------------------- gradient rules (see with_gradient)
@@ -622,9 +578,8 @@ def _atanh_grad(g: Tensor, out: Tensor, x: Tensor) -> tuple[Tensor]:
     return (g / ((1 - x) * (1 + x)),)
 
 
-def _as_bool(x: Any) -> Any:
-    from tgcore.tensor import Tensor
-    return x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x)
+def _as_bool(x: Any, tensor_type: type[Tensor]) -> Any:
+    return x.cast(dtypes.bool) if isinstance(x, tensor_type) else bool(x)
 
 
 def _horner(x: Tensor, coeffs: tuple[float, ...]) -> Tensor:

@@ -46,14 +46,13 @@ class _State:
     counters: dict[str, Tensor] = {}
 
 
-def _next_call(device: str | None) -> Tensor:
+def _next_call(tensor_type: type[Tensor], device: str | None) -> Tensor:
     """This call's counter value (a realized 1-element uint32 tensor) on ``device``; advances the counter."""
     from tgcore.runtime.registry import canonical
-    from tgcore.tensor import Tensor
     dev = canonical(device)
     counter = _State.counters.get(dev)
     if counter is None:
-        counter = _State.counters[dev] = Tensor(np.zeros(1, np.uint32), device=dev)
+        counter = _State.counters[dev] = tensor_type(np.zeros(1, np.uint32), device=dev)
     call = counter.contiguous().realize() if counter.uop.op is not Ops.RESHAPE else (counter * 1).realize()
     counter.assign(counter + 1)
     return call
@@ -88,14 +87,13 @@ def threefry2x32(x0: Tensor, x1: Tensor, key: tuple[int, int]) -> tuple[Tensor, 
     return x0, x1
 
 
-def _random_bits(shape: tuple[int, ...], device: str | None) -> tuple[Tensor, Tensor]:
+def _random_bits(tensor_type: type[Tensor], shape: tuple[int, ...], device: str | None) -> tuple[Tensor, Tensor]:
     """Two uint32 words per element of ``shape``, fresh for this call (the counter advances)."""
-    from tgcore.tensor import Tensor
     n = prod(shape)
     if n >= 2**31:
         raise ValueError(f"random tensors are limited to 2**31 - 1 elements, {shape} has {n}")
-    call = _next_call(device)
-    index = Tensor.arange(n, device=device).cast(dtypes.uint32)
+    call = _next_call(tensor_type, device)
+    index = tensor_type.arange(n, device=device).cast(dtypes.uint32)
     x0, x1 = threefry2x32(index, call.reshape(()).expand(()) if n == 0 else call.reshape((1,)).expand((n,)),
                           (_State.seed & _MASK32, (_State.seed >> 32) & _MASK32))
     return x0.reshape(shape), x1.reshape(shape)
@@ -131,29 +129,28 @@ class RandomMixin:
             counter.assign(0)
 
     # ------------------------------------------------------------------ uniform and normal
-    @staticmethod
-    def rand(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    @classmethod
+    def rand(cls: type[Tensor], *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """Uniform floats in [0, 1)."""
         shp = _shape(shape)
         dt = _float_dtype(dtype)
-        w0, w1 = _random_bits(shp, device)
+        w0, w1 = _random_bits(cls, shp, device)
         return _unit(w0, w1, dt)
 
-    @staticmethod
-    def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, dtype: DType | str | None = None,
+    @classmethod
+    def uniform(cls: type[Tensor], *shape: Any, low: float = 0.0, high: float = 1.0, dtype: DType | str | None = None,
                 device: str | None = None) -> Tensor:
         """Uniform floats in [low, high)."""
-        from tgcore.tensor import Tensor
         dt = _float_dtype(dtype)
-        u = Tensor.rand(*shape, dtype=dtypes.float64 if dt is dtypes.float64 else dtypes.float32, device=device)
+        u = cls.rand(*shape, dtype=dtypes.float64 if dt is dtypes.float64 else dtypes.float32, device=device)
         return (u * (high - low) + low).cast(dt)
 
-    @staticmethod
-    def randn(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    @classmethod
+    def randn(cls: type[Tensor], *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """Standard normal floats (Box-Muller on the two random words of each element)."""
         shp = _shape(shape)
         dt = _float_dtype(dtype)
-        w0, w1 = _random_bits(shp, device)
+        w0, w1 = _random_bits(cls, shp, device)
         work = dtypes.float64 if dt is dtypes.float64 else dtypes.float32
         u1 = ((w0 >> 8) + 1).cast(work) * 2.0 ** -24  # in (0, 1]: log is finite
         u2 = (w1 >> 8).cast(work) * 2.0 ** -24
@@ -161,16 +158,15 @@ class RandomMixin:
         z = (u1.log() * -2.0).sqrt() * (u2 * (2 * math.pi)).sin()
         return z.cast(dt)
 
-    @staticmethod
-    def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, dtype: DType | str | None = None,
+    @classmethod
+    def normal(cls: type[Tensor], *shape: Any, mean: float = 0.0, std: float = 1.0, dtype: DType | str | None = None,
                device: str | None = None) -> Tensor:
-        from tgcore.tensor import Tensor
         dt = _float_dtype(dtype)
-        z = Tensor.randn(*shape, dtype=dtypes.float64 if dt is dtypes.float64 else dtypes.float32, device=device)
+        z = cls.randn(*shape, dtype=dtypes.float64 if dt is dtypes.float64 else dtypes.float32, device=device)
         return (z * std + mean).cast(dt)
 
-    @staticmethod
-    def randint(*shape: Any, low: int = 0, high: int = 10, dtype: DType | str = dtypes.int32,
+    @classmethod
+    def randint(cls: type[Tensor], *shape: Any, low: int = 0, high: int = 10, dtype: DType | str = dtypes.int32,
                 device: str | None = None) -> Tensor:
         """Uniform integers in [low, high)."""
         for name, v in (("low", low), ("high", high)):
@@ -184,7 +180,7 @@ class RandomMixin:
         if low < dt.min or high - 1 > dt.max:
             raise ValueError(f"randint range [{low}, {high}) does not fit {dt!r}")
         shp = _shape(shape)
-        w0, w1 = _random_bits(shp, device)
+        w0, w1 = _random_bits(cls, shp, device)
         span = high - low
         if span <= 2**32:  # modulo bias is at most span / 2**32
             r = (w0 % span if span < 2**32 else w0).cast(dtypes.int64)
@@ -193,67 +189,64 @@ class RandomMixin:
             r = (wide % span).cast(dtypes.int64)
         return (r + low).cast(dt)
 
-    @staticmethod
-    def scaled_uniform(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    @classmethod
+    def scaled_uniform(cls: type[Tensor], *shape: Any, dtype: DType | str | None = None,
+                       device: str | None = None) -> Tensor:
         """Uniform in [-1, 1) scaled by 1/sqrt(number of elements)."""
-        from tgcore.tensor import Tensor
         shp = _shape(shape)
         scale = prod(shp) ** -0.5 if prod(shp) else 1.0
-        return Tensor.uniform(shp, low=-scale, high=scale, dtype=dtype, device=device)
+        return cls.uniform(shp, low=-scale, high=scale, dtype=dtype, device=device)
 
     # ------------------------------------------------------------------ initialisers
-    @staticmethod
-    def glorot_uniform(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    @classmethod
+    def glorot_uniform(cls: type[Tensor], *shape: Any, dtype: DType | str | None = None,
+                       device: str | None = None) -> Tensor:
         """Uniform in ±sqrt(6 / (fan_in + fan_out)) (Glorot and Bengio, 2010)."""
-        from tgcore.tensor import Tensor
         shp = _shape(shape)
         fan_in, fan_out = _fans(shp)
         bound = math.sqrt(6.0 / (fan_in + fan_out)) if fan_in + fan_out else 0.0
-        return Tensor.uniform(shp, low=-bound, high=bound, dtype=dtype, device=device)
+        return cls.uniform(shp, low=-bound, high=bound, dtype=dtype, device=device)
 
-    @staticmethod
-    def kaiming_uniform(*shape: Any, a: float = 0.01, dtype: DType | str | None = None,
+    @classmethod
+    def kaiming_uniform(cls: type[Tensor], *shape: Any, a: float = 0.01, dtype: DType | str | None = None,
                         device: str | None = None) -> Tensor:
         """Uniform in ±sqrt(6 / ((1 + a^2) fan_in)) (He et al., 2015; ``a`` is the leaky-ReLU slope)."""
-        from tgcore.tensor import Tensor
         shp = _shape(shape)
         fan_in = _fans(shp)[0]
         bound = math.sqrt(6.0 / ((1 + a * a) * fan_in)) if fan_in else 0.0
-        return Tensor.uniform(shp, low=-bound, high=bound, dtype=dtype, device=device)
+        return cls.uniform(shp, low=-bound, high=bound, dtype=dtype, device=device)
 
-    @staticmethod
-    def kaiming_normal(*shape: Any, a: float = 0.01, dtype: DType | str | None = None,
+    @classmethod
+    def kaiming_normal(cls: type[Tensor], *shape: Any, a: float = 0.01, dtype: DType | str | None = None,
                        device: str | None = None) -> Tensor:
         """Normal with std sqrt(2 / ((1 + a^2) fan_in))."""
-        from tgcore.tensor import Tensor
         shp = _shape(shape)
         fan_in = _fans(shp)[0]
         std = math.sqrt(2.0 / ((1 + a * a) * fan_in)) if fan_in else 0.0
-        return Tensor.normal(shp, mean=0.0, std=std, dtype=dtype, device=device)
+        return cls.normal(shp, mean=0.0, std=std, dtype=dtype, device=device)
 
     # ------------------------------------------------------------------ deterministic creation
-    @staticmethod
-    def eye(n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    @classmethod
+    def eye(cls: type[Tensor], n: int, m: int | None = None, dtype: DType | str | None = None,
+            device: str | None = None) -> Tensor:
         """``n`` x ``m`` identity (ones on the main diagonal)."""
-        from tgcore.tensor import Tensor
         m = n if m is None else m
         _shape((n, m))
-        rows = Tensor.arange(n, device=device).reshape(n, 1)
-        cols = Tensor.arange(m, device=device).reshape(1, m)
+        rows = cls.arange(n, device=device).reshape(n, 1)
+        cols = cls.arange(m, device=device).reshape(1, m)
         return (rows == cols).cast(dtype or dtypes.default_float)
 
-    @staticmethod
-    def linspace(start: float, stop: float, steps: int, dtype: DType | str | None = None,
+    @classmethod
+    def linspace(cls: type[Tensor], start: float, stop: float, steps: int, dtype: DType | str | None = None,
                  device: str | None = None) -> Tensor:
         """``steps`` evenly spaced values from ``start`` to ``stop``, both included."""
-        from tgcore.tensor import Tensor
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
             raise ValueError(f"linspace steps must be a non-negative int, got {steps!r}")
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         work = dtypes.float64 if dt is dtypes.float64 else dtypes.float32
         if steps <= 1:
-            return Tensor.full((steps,), start, dtype=work, device=device).cast(dt)
-        i = Tensor.arange(steps, device=device)
+            return cls.full((steps,), start, dtype=work, device=device).cast(dt)
+        i = cls.arange(steps, device=device)
         delta = (stop - start) / (steps - 1)
         vals = i.cast(work) * delta + start
         # the last value is exactly ``stop`` (as numpy does), whatever the rounding of start + (n-1) * delta
@@ -261,27 +254,22 @@ class RandomMixin:
 
     # ------------------------------------------------------------------ *_like
     def rand_like(self: Tensor, dtype: DType | str | None = None) -> Tensor:
-        from tgcore.tensor import Tensor
-        return Tensor.rand(self.shape, dtype=dtype or _like_float(self.dtype), device=self.device)
+        return type(self).rand(self.shape, dtype=dtype or _like_float(self.dtype), device=self.device)
 
     def randn_like(self: Tensor, dtype: DType | str | None = None) -> Tensor:
-        from tgcore.tensor import Tensor
-        return Tensor.randn(self.shape, dtype=dtype or _like_float(self.dtype), device=self.device)
+        return type(self).randn(self.shape, dtype=dtype or _like_float(self.dtype), device=self.device)
 
     def uniform_like(self: Tensor, low: float = 0.0, high: float = 1.0, dtype: DType | str | None = None) -> Tensor:
-        from tgcore.tensor import Tensor
-        return Tensor.uniform(self.shape, low=low, high=high, dtype=dtype or _like_float(self.dtype),
+        return type(self).uniform(self.shape, low=low, high=high, dtype=dtype or _like_float(self.dtype),
                               device=self.device)
 
     def randint_like(self: Tensor, low: int = 0, high: int = 10, dtype: DType | str | None = None) -> Tensor:
-        from tgcore.tensor import Tensor
         dt = dtype or (self.dtype if dtypes.is_int(self.dtype) and self.dtype is not dtypes.bool
                        else dtypes.default_int)
-        return Tensor.randint(self.shape, low=low, high=high, dtype=dt, device=self.device)
+        return type(self).randint(self.shape, low=low, high=high, dtype=dt, device=self.device)
 
     def empty_like(self: Tensor, dtype: DType | str | None = None) -> Tensor:
-        from tgcore.tensor import Tensor
-        return Tensor.empty(self.shape, dtype=dtype or self.dtype, device=self.device)
+        return type(self).empty(self.shape, dtype=dtype or self.dtype, device=self.device)
 
 
 def _like_float(dt: DType) -> DType:

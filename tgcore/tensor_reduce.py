@@ -1,4 +1,5 @@
-"""Reductions built on Tensor's sum/max/min/mean: var, std, prod, argmax/argmin, any/all, logsumexp, cummax/cummin.
+"""Reductions and matmul: sum/max/min/mean/cumsum (one REDUCE_AXIS each), and built on them var, std, prod,
+argmax/argmin, any/all, logsumexp, cummax/cummin.
 
 A mixin of `tgcore.tensor.Tensor`: methods here build on Tensor's core ops only.
 
@@ -15,9 +16,10 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tgcore.dtype import DType, dtypes, least_upper_float
+from tgcore.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
+from tgcore.errors import TensorValueError
 from tgcore.helpers import prod
-from tgcore.uop import Ops
+from tgcore.uop import Ops, UOp
 
 if TYPE_CHECKING:
     from tgcore.tensor import Tensor
@@ -38,6 +40,12 @@ def _axes(axis: Axis, ndim: int) -> tuple[int, ...]:
     return tuple(sorted(out)) if ndim else ()
 
 
+def _axis(axis: int, ndim: int) -> int:
+    if not -max(ndim, 1) <= axis < max(ndim, 1):
+        raise IndexError(f"axis {axis} is out of range for a tensor with {ndim} dimensions")
+    return axis % max(ndim, 1)
+
+
 def _count(shape: tuple[int, ...], axes: tuple[int, ...]) -> int:
     return prod(shape[a] for a in axes)
 
@@ -45,6 +53,107 @@ def _count(shape: tuple[int, ...], axes: tuple[int, ...]) -> int:
 class ReduceMixin:
     __slots__ = ()
 
+    # ---------------------------------------------------------------- the core reductions
+    def _reduce(self: Tensor, op: Ops, axis: Axis, keepdim: builtins.bool) -> Tensor:
+        axes = tuple(range(self.ndim)) if axis is None else \
+            tuple(sorted({_axis(a, self.ndim) for a in ((axis,) if isinstance(axis, int) else axis)}))
+        if self.ndim == 0:
+            return self
+        out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
+        if not axes:
+            red = self
+        else:
+            red = self._new(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
+        if keepdim:
+            return red
+        return red.reshape(tuple(s for i, s in enumerate(out_shape) if i not in axes))
+
+    def sum(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False,
+            dtype: DType | str | None = None) -> Tensor:
+        """Sum; ints and bools accumulate as int64 (uint64 for unsigned), narrow floats in float32."""
+        acc_dt, out_dt = self._accumulation_dtypes(dtype)
+        return self.cast(acc_dt)._reduce(Ops.ADD, axis, keepdim).cast(out_dt)
+
+    def _accumulation_dtypes(self: Tensor, dtype: DType | str | None) -> tuple[DType, DType]:
+        """(dtype to accumulate a sum or product in, dtype of the result): ints and bools widen to int64
+        (uint64 for unsigned), narrow floats accumulate in float32 and round back once, also when asked for by
+        ``dtype`` (like torch, and the same on every device)."""
+        if dtype is not None:
+            dt = to_dtype(dtype)
+            return (dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dt), dt
+        if dtypes.is_int(self.dtype) or self.dtype is dtypes.bool:
+            wide = dtypes.uint64 if dtypes.is_unsigned(self.dtype) else dtypes.int64
+            return wide, wide
+        return (dtypes.float32 if self.dtype in (dtypes.float16, dtypes.bfloat16) else self.dtype), self.dtype
+
+    def max(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False) -> Tensor:
+        return self._reduce(Ops.MAX, axis, keepdim)
+
+    def min(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False) -> Tensor:
+        if self.dtype is dtypes.bool:
+            return self.logical_not().max(axis, keepdim).logical_not()
+        if dtypes.is_unsigned(self.dtype):
+            return (int(self.dtype.max) - (int(self.dtype.max) - self).max(axis, keepdim))
+        if dtypes.is_int(self.dtype):  # ~x = -x - 1 reverses the order without overflowing at the type's minimum
+            return ~((~self).max(axis, keepdim))
+        return -((-self).max(axis, keepdim))
+
+    def mean(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False) -> Tensor:
+        out = self.cast(least_upper_float(self.dtype)).sum(axis, keepdim)
+        n = prod(self.shape) // max(1, prod(out.shape)) if self.numel() else 0
+        return out / n if n else out * math.nan
+
+    def cumsum(self: Tensor, axis: builtins.int = 0) -> Tensor:
+        """Running sum along ``axis`` (a masked sum over a window: O(n^2) work along that axis)."""
+        ax = _axis(axis, self.ndim)
+        if self.ndim == 0:  # (a 0-d tensor is its own running sum)
+            return self.cast(self._sum_dtype())
+        n = self.shape[ax]
+        x = self.transpose(ax, -1) if ax != self.ndim - 1 else self
+        rows = self.arange(n, device=self.device).reshape(n, 1)
+        cols = self.arange(n, device=self.device).reshape(1, n)
+        mask = cols <= rows  # [i, j]: j contributes to position i
+        window = x.unsqueeze(-2).expand(x.shape[:-1] + (n, n))
+        out = mask.where(window, 0).sum(-1, dtype=self._sum_dtype())
+        return out.transpose(ax, -1) if ax != self.ndim - 1 else out
+
+    def _sum_dtype(self: Tensor) -> DType:
+        if dtypes.is_int(self.dtype) or self.dtype is dtypes.bool:
+            return dtypes.uint64 if dtypes.is_unsigned(self.dtype) else dtypes.int64
+        return self.dtype
+
+    # ---------------------------------------------------------------- matmul
+    def matmul(self: Tensor, other: Tensor) -> Tensor:
+        a, b = self, other
+        if a.ndim == 0 or b.ndim == 0:
+            raise TensorValueError("matmul needs tensors with at least one dimension")
+        a1, b1 = a.ndim == 1, b.ndim == 1
+        if a1:
+            a = a.reshape(1, -1)
+        if b1:
+            b = b.reshape(-1, 1)
+        if a.shape[-1] != b.shape[-2]:
+            raise TensorValueError(f"matmul shapes {self.shape} and {other.shape} do not line up "
+                                   f"({a.shape[-1]} != {b.shape[-2]})")
+        dt = least_upper_dtype(a.dtype, b.dtype)
+        a, b = a.cast(dt), b.cast(dt)
+        # (..., M, K) x (..., K, N) -> (..., M, 1, K) * (..., 1, N, K), summed over K
+        acc = dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dt  # like torch: wide products and sum
+        prod_ = a.cast(acc).unsqueeze(-2) * b.cast(acc).transpose(-1, -2).unsqueeze(-3)
+        out = prod_.sum(-1, dtype=acc).cast(dt)
+        if a1:
+            out = out.squeeze(-2)
+        if b1:
+            out = out.squeeze(-1)
+        return out
+
+    def __matmul__(self: Tensor, other: Tensor) -> Tensor:
+        return self.matmul(other)
+
+    def dot(self: Tensor, other: Tensor) -> Tensor:
+        return self.matmul(other)
+
+    # ---------------------------------------------------------------- built on them
     def var(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False, correction: int | float = 1) -> Tensor:
         """Variance: sum of squared deviations from the mean over (count - correction), like numpy's ``ddof``."""
         x = self.cast(least_upper_float(self.dtype))
@@ -88,7 +197,7 @@ class ReduceMixin:
         return self._arg_extreme(False, axis, keepdim)
 
     def _arg_extreme(self: Tensor, is_max: builtins.bool, axis: int | None, keepdim: builtins.bool) -> Tensor:
-        from tgcore.tensor import Tensor
+        tensor_type = type(self)
         name = "argmax" if is_max else "argmin"
         if axis is None:
             out = self.reshape(-1)._arg_extreme(is_max, 0, False)
@@ -103,7 +212,7 @@ class ReduceMixin:
         if dtypes.is_float(self.dtype):  # max and min propagate NaN: the first NaN is the answer
             hit = hit | (self != self)
         # a hit at index i scores n - i, so the largest score is the first hit
-        score = Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - ax - 1))
+        score = tensor_type.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - ax - 1))
         best = hit.where(score, 0).max(ax, keepdim)
         return (n - best).cast(dtypes.default_int)
 
@@ -136,30 +245,30 @@ class ReduceMixin:
 
     def _cumulative_indices(self: Tensor, values: Tensor, axis: int) -> Tensor:
         """For each position i, the latest j <= i where this tensor holds values[i] (int64)."""
-        from tgcore.tensor import Tensor
+        tensor_type = type(self)
         if self.ndim == 0:
             _axes(axis, 0)
-            return Tensor(0, device=self.device, dtype=dtypes.int64)
+            return tensor_type(0, device=self.device, dtype=dtypes.int64)
         ax = _axes(axis, self.ndim)[0]
         n = self.shape[ax]
         x = self.transpose(ax, -1) if ax != self.ndim - 1 else self
         v = values.transpose(ax, -1) if ax != self.ndim - 1 else values
-        rows = Tensor.arange(n, device=self.device).reshape(n, 1)
-        cols = Tensor.arange(n, device=self.device).reshape(1, n)
+        rows = tensor_type.arange(n, device=self.device).reshape(n, 1)
+        cols = tensor_type.arange(n, device=self.device).reshape(1, n)
         xj, vi = x.unsqueeze(-2), v.unsqueeze(-1)  # [..., i, j]
         same = (xj == vi) | (xj.isnan() & vi.isnan())
         out = ((cols <= rows) & same).where(cols, -1).max(-1).cast(dtypes.int64)
         return out.transpose(ax, -1) if ax != self.ndim - 1 else out
 
     def _cumulative(self: Tensor, axis: int, is_max: builtins.bool) -> Tensor:
-        from tgcore.tensor import Tensor
+        tensor_type = type(self)
         if self.ndim == 0:
             return self
         ax = _axes(axis, self.ndim)[0]
         n = self.shape[ax]
         x = self.transpose(ax, -1) if ax != self.ndim - 1 else self
-        rows = Tensor.arange(n, device=self.device).reshape(n, 1)
-        cols = Tensor.arange(n, device=self.device).reshape(1, n)
+        rows = tensor_type.arange(n, device=self.device).reshape(n, 1)
+        cols = tensor_type.arange(n, device=self.device).reshape(1, n)
         window = x.unsqueeze(-2).expand(x.shape[:-1] + (n, n))
         # [i, j]: j <= i takes part in position i; the others are replaced by the last element of the window
         # (x[i] itself), which never changes the extreme and works for every dtype, nan and inf included

@@ -25,6 +25,7 @@ import numpy as np
 
 from tgcore.dtype import dtypes, least_upper_float
 from tgcore.errors import TensorValueError
+from tgcore.uop.mixins import broadcast_shape
 
 if TYPE_CHECKING:
     from tgcore.tensor import Tensor
@@ -46,10 +47,9 @@ def _last(x: Tensor, ax: int) -> Tensor:
 
 def _window(x: Tensor, fill: Any) -> Tensor:
     """(..., n) -> (..., n, n): row i holds x[..., j] for j <= i and ``fill`` after."""
-    from tgcore.tensor import Tensor
     n = x.shape[-1]
-    rows = Tensor.arange(n, device=x.device).reshape(n, 1)
-    cols = Tensor.arange(n, device=x.device).reshape(1, n)
+    rows = x.arange(n, device=x.device).reshape(n, 1)
+    cols = x.arange(n, device=x.device).reshape(1, n)
     return (cols <= rows).where(x.unsqueeze(-2).expand(x.shape[:-1] + (n, n)), fill)
 
 
@@ -59,10 +59,10 @@ class SelectMixin:
     # ---------------------------------------------------------------- sorting
     def sort(self: Tensor, dim: int = -1, descending: builtins.bool = False) -> tuple[Tensor, Tensor]:
         """(values, indices) sorted along ``dim``; equal values keep their order, nan sorts as the largest."""
-        from tgcore.tensor import Tensor
+        tensor_type = type(self)
         if self.ndim == 0:
             _axis(dim, 0)
-            return self, Tensor(0, device=self.device, dtype=dtypes.int64)
+            return self, tensor_type(0, device=self.device, dtype=dtypes.int64)
         ax = _axis(dim, self.ndim)
         x = _last(self, ax)
         n = x.shape[-1]
@@ -74,7 +74,7 @@ class SelectMixin:
             same = (xj == xi) | (nan_i & nan_j)
         else:
             before, same = (xj > xi) if descending else (xj < xi), xj == xi
-        pos = Tensor.arange(n, device=self.device)
+        pos = tensor_type.arange(n, device=self.device)
         earlier = pos.reshape(1, n) < pos.reshape(n, 1)  # [i, j]: j comes before i
         rank = (before | (same & earlier)).sum(-1, dtype=dtypes.int32)  # (..., n): where element i goes
         to = rank.unsqueeze(-1) == pos  # [..., i, k]: element i goes to place k
@@ -102,19 +102,19 @@ class SelectMixin:
     # ---------------------------------------------------------------- data-dependent sizes
     def nonzero(self: Tensor, as_tuple: builtins.bool = False) -> Any:
         """Indices of the nonzero elements, (count, ndim) int64 in row-major order (realizes this tensor)."""
-        from tgcore.tensor import Tensor
+        tensor_type = type(self)
         where = np.nonzero(self.cast(dtypes.bool).numpy().reshape(self.shape if self.ndim else (1,)))
         if as_tuple:
-            return tuple(Tensor(w.astype(np.int64), device=self.device) for w in where)
-        return Tensor(np.stack(where, axis=-1).astype(np.int64).reshape(-1, self.ndim), device=self.device)
+            return tuple(tensor_type(w.astype(np.int64), device=self.device) for w in where)
+        return tensor_type(np.stack(where, axis=-1).astype(np.int64).reshape(-1, self.ndim), device=self.device)
 
     def masked_select(self: Tensor, mask: Any) -> Tensor:
         """The elements where ``mask`` (broadcast with this tensor) is true, flattened (realizes the mask)."""
-        from tgcore.tensor import Tensor, _broadcast_shape
-        m = mask if isinstance(mask, Tensor) else Tensor(np.asarray(mask, dtype=bool), device=self.device)
+        tensor_type = type(self)
+        m = mask if isinstance(mask, tensor_type) else tensor_type(np.asarray(mask, dtype=bool), device=self.device)
         if m.dtype is not dtypes.bool:
             raise TypeError(f"masked_select: expected a bool mask, got {m.dtype!r}")
-        shape = _broadcast_shape(self.shape, m.shape)
+        shape = broadcast_shape(self.shape, m.shape)
         x = self._broadcast_to(shape).reshape(-1)
         return x[m._broadcast_to(shape).reshape(-1).numpy()]
 
@@ -123,21 +123,21 @@ class SelectMixin:
                        include_self: builtins.bool = True) -> Tensor:
         """Combine ``src[..., i, ...]`` into ``out[..., index[..., i, ...], ...]`` along ``dim`` with ``reduce``
         ("sum", "prod", "mean", "amax", "amin"); ``include_self`` counts the existing value as one of them."""
-        from tgcore.tensor import Tensor
+        tensor_type = type(self)
         from tgcore.tensor_index import _check_bounds, _index_tensor, _region
         if reduce not in SCATTER_REDUCTIONS:
             raise TensorValueError(f"reduce argument must be one of {SCATTER_REDUCTIONS}, got {reduce!r}")
         d = _axis(dim, self.ndim)
-        idx = _index_tensor(index, self.device)
+        idx = _index_tensor(self, index)
         region = _region(self, idx, d, "scatter_reduce")
         size = self.shape[d] if self.ndim else 1
-        _check_bounds(index if not isinstance(index, Tensor) else idx, d, size)
+        _check_bounds(idx if index is idx else index, d, size)
         if src.ndim != idx.ndim or any(s < i for s, i in zip(src.shape, idx.shape, strict=True)):
             raise TensorValueError(f"scatter_reduce: src of shape {src.shape} is smaller than the index {idx.shape}")
         s = src.cast(self.dtype).shrink([(0, n) for n in idx.shape]) if idx.ndim else src.cast(self.dtype)
         idx = (idx < 0).where(idx + size, idx)
         x_t, i_t, s_t = _last(region, d), _last(idx, d), _last(s, d)
-        onehot = i_t.unsqueeze(-1) == Tensor.arange(size, device=self.device)  # (..., K, S)
+        onehot = i_t.unsqueeze(-1) == tensor_type.arange(size, device=self.device)  # (..., K, S)
         sv = s_t.unsqueeze(-1)
         hits = onehot.sum(-2, dtype=dtypes.int32)  # (..., S)
         if reduce in ("sum", "mean"):
@@ -166,7 +166,7 @@ class SelectMixin:
         if new.shape == self.shape:
             return new
         pads = [(0, full - part) for full, part in zip(self.shape, new.shape, strict=True)]
-        inside = Tensor.full(new.shape, True, dtype=dtypes.bool, device=self.device).pad(pads)
+        inside = tensor_type.full(new.shape, True, dtype=dtypes.bool, device=self.device).pad(pads)
         return inside.where(new.pad(pads), self)
 
     # ---------------------------------------------------------------- running products and log-sum-exps

@@ -10,6 +10,8 @@ Out: a list of ``Opt`` records for ``tgcore.codegen.optimize.apply_opts``.
   several vectors of columns, and the reduction tiled so one block of the right-hand matrix stays in cache.
 - Reductions along their input's contiguous axis (a matrix-vector product, dequantize-and-dot): the reduced
   axis becomes vector lanes, summed across lanes at the end; the finest quantization blocks get ``BLOCK``.
+- Products with nothing to vectorize (a small convolution's weight gradient): a tile of scalar accumulators,
+  two output axes unrolled (``nt_gemm_opts`` with ``scalar``).
 - The outermost output loop left is split over threads when the kernel has enough work for them.
 """
 from __future__ import annotations
@@ -26,6 +28,7 @@ from tgcore.uop import Ops, RangeKind, UOp
 MIN_WORK_PER_THREAD = 1 << 15  # loop iterations below which a thread costs more than it saves
 MAX_UNROLL = 8   # copies made by unrolling on the plain vector path
 REDUCE_ROWS = 4  # output rows computed together by a vectorized reduction (each load of the shared input reused)
+WIDE_REDUCE_MIN = 1 << 16  # a reduction alone this long is summed in several vectors at once (else in one)
 
 
 def _main_inputs(ast: UOp) -> list[UOp]:
@@ -69,8 +72,11 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -
         reduce_ranges = [r for r in reduces[0].src[1:] if any(_stride(m, r) == 1 for m in mains)]
         rows = [r for r in ranges if _size(r) % REDUCE_ROWS == 0]
         # with rows to interleave, one native vector per row (the rows are the independent accumulators);
-        # alone, a wide vector (several native ones, so the adds do not wait on each other)
-        acc_width = simd_widths.get(reduces[0].dtype.scalar(), 0) if rows else 0
+        # alone, a wide vector (several native ones, so the adds do not wait on each other) when the reduction
+        # is long enough for that to matter. A shorter one gets one native vector either way, so its sums run
+        # in the same order whatever the row count (an LLM's batched decode gives each row what it gets alone)
+        narrow = rows or not reduce_ranges or _size(reduce_ranges[0]) < WIDE_REDUCE_MIN
+        acc_width = simd_widths.get(reduces[0].dtype.scalar(), 0) if narrow else 0
         widths = (acc_width,) if acc_width > 1 else (32, 16, 8)
         lanes = next((w for w in widths if reduce_ranges and _size(reduce_ranges[0]) % w == 0), 0)
         if lanes:
@@ -111,9 +117,24 @@ TILE_K_SHARE = 4                # one K block of B fills at most this fraction o
 MIN_TILE_K = 32                 # shorter K blocks cost more in partial sums than they save in cache misses
 
 
+def _operand_index(u: UOp) -> UOp | None:
+    """The index that says how a factor of a product moves along each loop: a load's, or for a value computed from
+    loads (a gradient through a fused relu mask) the index of the load that depends on the most loops, when no other
+    part of the value depends on a loop that one does not."""
+    if u.op is Ops.LOAD:
+        return u.src[0].src[1]
+    loads = [n for n in u.toposort if n.op is Ops.LOAD]
+    if not loads or any(n.dtype != u.dtype for n in loads):
+        # a decoded weight (packed integers, half scales) stays on the per-row vector path: its reduction order
+        # is then the same for any row count, which batched LLM decode relies on (batch invariance)
+        return None
+    main = max((n.src[0].src[1] for n in loads), key=lambda idx: len(idx.ranges))
+    return main if set(u.ranges) <= set(main.ranges) else None
+
+
 def _product(ast: UOp) -> tuple[UOp, UOp, UOp, UOp, list[UOp]] | None:
     """(the store's index, the reduction, A's index, B's index, the output ranges) when ``ast`` stores one ADD
-    reduction of a product of two loads, maybe under an epilogue (bias, relu)."""
+    reduction of a product of two loaded values (``_operand_index``), maybe under an epilogue (bias, relu)."""
     if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE:
         return None
     store = ast.src[0]
@@ -121,12 +142,12 @@ def _product(ast: UOp) -> tuple[UOp, UOp, UOp, UOp, list[UOp]] | None:
     if len(reduces) != 1 or reduces[0].arg is not Ops.ADD or reduces[0].src[0].op is not Ops.MUL:
         return None
     red = reduces[0]
-    a, b = red.src[0].src
-    if a.op is not Ops.LOAD or b.op is not Ops.LOAD:
+    a_idx, b_idx = (_operand_index(u) for u in red.src[0].src)
+    if a_idx is None or b_idx is None:
         return None
     index = store.src[0].src[1]
     outputs = [r for r in index.toposort if r.op is Ops.RANGE and r.arg.kind is RangeKind.GLOBAL]
-    return index, red, a.src[0].src[1], b.src[0].src[1], outputs
+    return index, red, a_idx, b_idx, outputs
 
 
 def _gemm_axes(ast: UOp) -> tuple[UOp, UOp, tuple[UOp, ...]] | None:
@@ -137,15 +158,23 @@ def _gemm_axes(ast: UOp) -> tuple[UOp, UOp, tuple[UOp, ...]] | None:
     if found is None:
         return None
     index, red, a_idx, b_idx, outputs = found
-    cols = [r for r in outputs if _stride(index, r) == 1]
+
+    def along(r: UOp) -> bool:  # one factor runs along r in vectors, the other is the same along it
+        return {_stride(a_idx, r), _stride(b_idx, r)} == {0, 1}
+    # the contiguous output axis, unless another one the loads run along is more than twice as long (then the
+    # stores are scattered, once per tile after the reduction): a convolution's input gradient, whose windows lie
+    # across the output, runs along the image's columns, not the kernel's three
+    cols = sorted((r for r in outputs if along(r)), key=_size)
     if not cols:
         return None
-    col = cols[0]
-    if _stride(a_idx, col) == 1 and _stride(b_idx, col) == 0:  # the loads the other way round
+    contiguous = [r for r in cols if _stride(index, r) == 1]
+    scattered = not contiguous or 2 * _size(contiguous[0]) < _size(cols[-1])
+    col = cols[-1] if scattered else contiguous[0]
+    if _stride(a_idx, col) == 1:  # the loads the other way round
         a_idx, b_idx = b_idx, a_idx
-    if _stride(b_idx, col) != 1 or _stride(a_idx, col) != 0:
-        return None
     rows = [r for r in outputs if r is not col and _stride(b_idx, r) == 0 and _stride(a_idx, r)]
+    if scattered:  # the longest row axis (the innermost of equals)
+        rows = sorted(rows, key=_size)
     return (rows[-1], col, red.src[1:]) if rows else None
 
 
@@ -176,6 +205,7 @@ class GemmShape:
     l2: int
     tileable: bool      # the K loop can be tiled (partial sums kept in the output)
     threads: int        # threads the rows can be split over (1 without renderer threads)
+    flops: int          # of the whole kernel (every output axis, a batch's too)
 
 
 def gemm_shape(ast: UOp, renderer: Renderer, threads: int, min_flops: int = GEMM_MIN_FLOPS) -> GemmShape | None:
@@ -188,12 +218,14 @@ def gemm_shape(ast: UOp, renderer: Renderer, threads: int, min_flops: int = GEMM
     dtype = ast.src[0].src[1].dtype
     lanes = _lanes(renderer, dtype)
     m, n, kk = _size(row), _size(col), prod(_size(k) for k in ks)
-    if lanes < 2 or min(m, n, kk) < 1 or 2 * m * n * kk < min_flops:
+    axes = kernel_axes(ast)
+    outputs = prod(_size(r) for r in axes if r.arg.kind is RangeKind.GLOBAL)
+    if lanes < 2 or min(m, n, kk) < 1 or 2 * outputs * kk < min_flops:  # (a batch's axes count too)
         return None
-    number = {r: i for i, r in enumerate(kernel_axes(ast))}
+    number = {r: i for i, r in enumerate(axes)}
     return GemmShape(number[row], number[col], number[ks[0]], m, n, kk, lanes, renderer.vector_registers,
                      renderer.masked_vectors, dtype.itemsize, renderer.cache_sizes.l2, tileable(ast) and len(ks) == 1,
-                     threads)
+                     threads, 2 * outputs * kk)
 
 
 def gemm_tiles(g: GemmShape) -> list[tuple[int, int]]:
@@ -266,13 +298,14 @@ def gemm_opts(ast: UOp, renderer: Renderer, threads: int) -> list[Opt]:
         return gemm_list(g, rows, vectors, block_k, min(g.threads, ceildiv(g.m, rows)))
     # else the outermost output loop left (a batch, else the row tiles) is chunked over the threads
     opts = gemm_list(g, rows, vectors, 0, 1)
-    return opts + thread_opt(ast, opts, g.threads, 2 * g.m * g.n * g.kk)
+    return opts + thread_opt(ast, opts, g.threads, g.flops)
 
 
-def nt_gemm_opts(ast: UOp, renderer: Renderer, threads: int, work: int) -> list[Opt]:
+def nt_gemm_opts(ast: UOp, renderer: Renderer, threads: int, work: int, scalar: bool = False) -> list[Opt]:
     """A register tile for a product of two matrices that both run along the reduced axis (``x @ W.T``, a weight
     gradient): the reduced axis in vectors, ``rows x cols`` accumulators (one vector each, summed across lanes
-    after the loop), so each step loads ``rows + cols`` vectors for ``rows * cols`` FMAs."""
+    after the loop), so each step loads ``rows + cols`` vectors for ``rows * cols`` FMAs. With ``scalar``, when no
+    reduced axis both run along in whole vectors, the same tile of scalar accumulators."""
     found = _product(ast)
     if found is None:
         return []
@@ -283,8 +316,12 @@ def nt_gemm_opts(ast: UOp, renderer: Renderer, threads: int, work: int) -> list[
     rows = [r for r in outputs if _stride(a_idx, r) and _stride(b_idx, r) == 0]
     cols = [r for r in outputs if _stride(b_idx, r) and _stride(a_idx, r) == 0]
     lanes = _lanes(renderer, red.dtype)
-    if k is None or not rows or not cols or lanes < 2 or _size(k) % lanes or work < GEMM_MIN_FLOPS // 2:
+    if not rows or not cols or work < GEMM_MIN_FLOPS // 2:
         return []
+    if k is None or lanes < 2 or _size(k) % lanes:
+        if not scalar:
+            return []
+        lanes, k = 1, None
     row, col = max(rows, key=_size), max(cols, key=_size)
     m, n = _size(row), _size(col)
     registers = renderer.vector_registers
@@ -298,7 +335,7 @@ def nt_gemm_opts(ast: UOp, renderer: Renderer, threads: int, work: int) -> list[
     number = {r: i for i, r in enumerate(kernel_axes(ast))}
     opts = [*([Opt(OptOps.PAD, number[row], tr)] if m % tr else []), Opt(OptOps.UNROLL, number[row], tr),
             *([Opt(OptOps.PAD, number[col], tc)] if n % tc else []), Opt(OptOps.UNROLL, number[col], tc),
-            Opt(OptOps.UPCAST, number[k], lanes)]
+            *([Opt(OptOps.UPCAST, number[k], lanes)] if k is not None else [])]
     return opts + thread_opt(ast, opts, threads, work)
 
 
@@ -330,4 +367,11 @@ def heuristic_opts(ast: UOp, renderer: Renderer, threads: int = 1, work: int = 0
     if gemm := gemm_opts(ast, renderer, threads) or nt_gemm_opts(ast, renderer, threads, work):
         return gemm
     opts = vector_opts(ast, renderer.simd_widths, renderer.masked_vectors)
+    if not opts:
+        # nothing to vectorize (a convolution's weight or input gradient: no reduced axis both factors run along in
+        # whole vectors, no contiguous output axis they run along): the register tile of nt_gemm_opts with scalar
+        # accumulators, so each loaded element still feeds a row or a column of them
+        opts = nt_gemm_opts(ast, renderer, threads, work, scalar=True)
+        if opts:
+            return opts
     return opts + thread_opt(ast, opts, threads, work)

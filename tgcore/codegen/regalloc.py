@@ -402,6 +402,8 @@ def _linear_scan(intervals: list[Interval], by_vreg: dict[VReg, Interval], copy_
                 continue
         if allowed is not None:  # pinned: evict whoever holds an allowed register
             holders = [a for a in active if a.reg in allowed and a.vreg.allowed is None]
+            if not holders and len(allowed) > 1:  # pinned to a set: others pinned to it can be spilled as well
+                holders = [a for a in active if a.reg in allowed and a.vreg.allowed == allowed]
             if not holders:
                 raise AllocationError(f"{vreg} needs one of {allowed}, all held by pinned values")
             victim = max(holders, key=_END)

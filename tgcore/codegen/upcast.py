@@ -19,12 +19,16 @@ in-block loops (``split_blocks``), and factors constant over a block leave the b
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Mapping
 from dataclasses import replace
 
 from tgcore.dtype import dtypes
 from tgcore.helpers import prod
-from tgcore.uop import Ops, SplitPart, UOp
+from tgcore.uop import GroupOp, Ops, SplitPart, UOp
+from tgcore.uop.rewrite import _spec_enabled
+from tgcore.uop.sint import eval_at
+from tgcore.uop.symbolic import plus_const
 
 MAX_LANES = 32   # lanes of the vectorized axis
 
@@ -43,6 +47,26 @@ def _difference(a: UOp, b: UOp) -> int | None:
     """``a - b`` if that is a constant."""
     from tgcore.uop.symbolic import difference  # read off the terms when it can, else (a - b).simplify()
     return difference(a, b)
+
+
+def _agree(a: UOp, b: UOp, points: int = 16) -> bool:
+    """Whether ``a`` and ``b`` (equal up to the order of terms, say) have the same value at the corners of their
+    ranges and variables and at random points between (``TG_SPEC=1`` checks of fast paths); identity when they
+    read something else (a load)."""
+    if a is b:
+        return True
+    leaves = sorted({u for e in (a, b) for u in e.toposort if u.op in (Ops.RANGE, Ops.DEFINE_VAR)},
+                    key=lambda u: u.render())
+    rng = random.Random(0)
+    for i in range(points):
+        values = {u: int(u.vmin if i == 0 else u.vmax if i == 1 else rng.randint(int(u.vmin), int(u.vmax)))
+                  for u in leaves}
+        try:
+            if eval_at(a, values) != eval_at(b, values):
+                return False
+        except ValueError:
+            return False
+    return True
 
 
 def _split_ranges(ast: UOp, mapping: Mapping[UOp, UOp], parts: Mapping[UOp, tuple[UOp, ...]]) -> UOp:
@@ -70,20 +94,66 @@ class _Expander:
         self.lane_values = {r: [c[i] for c in combos] for i, r in enumerate(lanes)}
         self.lane_set = set(lanes)
         self.steps: dict[tuple[UOp, ...], int] = {}  # per-lane indices -> their constant step (affine ones)
+        self.evaluated: dict[UOp, list[UOp]] = {}  # expr -> per_lane(expr): unrolled copies share gates and indices
+        self.dependent: dict[UOp, bool] = {}  # expr -> whether it depends on a lane
+        self.minus_lane: dict[int, UOp] = {}  # step -> -(lane*step) simplified (an affine index drops it)
 
     def per_lane(self, expr: UOp) -> list[UOp]:
-        """``expr`` evaluated for each lane. An affine index (a constant step per lane, the usual case) is
-        simplified once and offset per lane, instead of simplified once per lane."""
-        if not (set(expr.toposort) & self.lane_set):
+        """``expr`` evaluated for each lane, each distinct ``expr`` once (the unrolled copies of a tile share their
+        gates and many indices). An affine index (a constant step per lane, the usual case) is simplified once and
+        offset per lane; an op on lane-dependent values (a gate ``index < n``, a clamp) takes its sources' lanes and
+        simplifies only itself per lane. Both give the values of ``expr`` with the lane substituted, simplified
+        (maybe with terms in another order; ``TG_SPEC=1`` checks the second way against the substitution), without
+        simplifying the whole expression once per lane."""
+        if (known := self.evaluated.get(expr)) is None:
+            known = self.evaluated[expr] = self._per_lane(expr)
+        return known
+
+    def depends_on_lanes(self, expr: UOp) -> bool:
+        if (known := self.dependent.get(expr)) is None:
+            known = self.dependent[expr] = expr in self.lane_set or any(self.depends_on_lanes(s) for s in expr.src)
+        return known
+
+    def _per_lane(self, expr: UOp) -> list[UOp]:
+        if not self.depends_on_lanes(expr):
             return [expr] * self.count
-        if len(self.lanes) == 1 and dtypes.is_int(expr.dtype):
-            lane = self.lanes[0]
-            step = _stride(expr, lane)
-            base = (expr - lane * step).simplify() if step is not None and lane.dtype == expr.dtype else None
-            if step is not None and base is not None and lane not in base.toposort:  # affine: base + step*lane
-                out = [base if o == 0 else (base + o * step).simplify() for o in self.lane_values[lane]]
-                self.steps[tuple(out)] = step
-                return out
+        if expr in self.lane_set:
+            return [UOp.const(expr.dtype, v) for v in self.lane_values[expr]]
+        if (affine := self._affine(expr)) is not None:
+            return affine
+        if expr.op not in GroupOp.ALU:
+            return self._substituted(expr)
+        srcs = [self.per_lane(s) for s in expr.src]
+        out = [UOp(expr.op, expr.dtype, tuple(s[i] for s in srcs), expr.arg, expr.tag).simplify()
+               for i in range(self.count)]
+        if _spec_enabled() and not all(map(_agree, out, slow := self._substituted(expr))):
+            raise AssertionError(f"lanes of {expr.render()}: {[u.render() for u in out]}, "
+                                 f"substituted {[u.render() for u in slow]}")
+        return out
+
+    def _affine(self, expr: UOp) -> list[UOp] | None:
+        """The lanes of an int ``expr = base + step*lane`` (one lane axis, a constant ``step``): ``base`` simplified
+        once, each lane's constant folded into it."""
+        lane = self.lanes[0]
+        if len(self.lanes) > 1 or not dtypes.is_int(expr.dtype) or lane.dtype != expr.dtype:
+            return None
+        step = _stride(expr, lane)
+        if step is None:
+            return None
+        if (minus := self.minus_lane.get(step)) is None:  # -(lane*step), simplified once per step
+            minus = self.minus_lane[step] = (-(lane * step)).simplify()
+        base = UOp(Ops.ADD, expr.dtype, (expr, minus)).simplify()  # expr - lane*step
+        if self.depends_on_lanes(base):
+            return None
+        if base.op is Ops.CONST:
+            out = [base.const_like(base.arg + o * step) for o in self.lane_values[lane]]
+        else:
+            out = [base if o == 0 else plus_const(base, o * step) for o in self.lane_values[lane]]
+        self.steps[tuple(out)] = step
+        return out
+
+    def _substituted(self, expr: UOp) -> list[UOp]:
+        """``expr`` with each lane's values substituted, simplified: once per lane."""
         return [expr.substitute({r: UOp.const(r.dtype, self.lane_values[r][i]) for r in self.lanes}).simplify()
                 for i in range(self.count)]
 

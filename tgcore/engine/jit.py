@@ -20,9 +20,13 @@ output (``.numpy()`` or ``.contiguous().realize()``) if you need it beyond the n
 Assigns (``Tensor.assign``, an optimizer step): writes assigned before a call run before it, never
 inside the capture; writes the function assigns run inside it, even those nothing it returns reads,
 and a replay redoes them in place (with the copy of old values a lazy reader inside the function
-needed). A replay runs no Python: a lazy tensor built before the call from memory the function
-writes sees the new values afterwards (a plain call keeps the old ones for it), so realize such a
-tensor before the call.
+needed). Like a plain call, a replay leaves lazy tensors built before it from memory the function
+writes (the tensors it assigns into) with the values they were built against: before the kernels run, that
+memory gets a new version, which the tensors realized into it move to, and the old contents are copied aside
+only if a lazy tensor still reads them.
+Host calls (``Tensor.realize(on_ready=...)``: Python a data-parallel wrapper runs between kernels to start
+an allreduce) are replayed in their places among the kernels, with this call's buffers; a capture that has
+any runs kernel by kernel (no native graph).
 A function must not read tensor values (``.numpy()``, ``.item()``) while it is captured: what
 it computes must depend on its inputs only through kernels. Up to ``max_captures`` input
 signatures are kept (least recently used ones are dropped).
@@ -51,7 +55,7 @@ class JitError(RuntimeError):
 
 @dataclass
 class _Step:
-    runner: engine.Runner | None   # None for a copy
+    runner: engine.Runner | engine.HostCall | None   # None for a copy
     bufs: list[Buffer]
     kind: str
     device: str
@@ -69,14 +73,21 @@ class _Capture:
     graph_inputs: dict[tuple[int, int, Buffer], list[tuple[int, int]]] = field(default_factory=dict)
     graph_vars: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     needs: dict[str, str] = field(default_factory=dict)  # variable name -> the first kernel that reads it
+    # memory the function writes that outlives a call (tensors it assigns into): fixed buffers, and input numbers
+    written: list[Buffer] = field(default_factory=list)
+    written_inputs: list[int] = field(default_factory=list)
+
+    kernels: int = 0                         # kernels and copies (host calls are not counted)
 
     def __post_init__(self) -> None:
+        self.kernels = sum(p.kind != "host" for p in self.plan)
         self.ops = sum(p.ops for p in self.plan)
         self.mem = sum(p.mem for p in self.plan)
         for p in self.plan:
             for v in p.vars:
                 self.needs.setdefault(v, p.name)
-        if any(p.copy is not None for p in self.plan) or any(p.device.split(":")[0] != "CPU" for p in self.plan):
+        if any(p.copy is not None or p.kind == "host" for p in self.plan) or \
+                any(p.device.split(":")[0] != "CPU" for p in self.plan):
             return
         from tgcore.runtime.cpu import NativeGraph
         self.graph = NativeGraph.build([(p.program, tuple(0 if a is None else a for a in p.args) + (0,) * len(p.vars),
@@ -196,13 +207,19 @@ class Jit:
         return out
 
     def _capture(self, key: tuple, inputs: list[Buffer], args: tuple, kwargs: dict) -> Any:
-        recorded: list[tuple[Any, list[Buffer], str, str]] = []
-        with engine.capturing(recorded), REALIZATION.no_cache():
+        recorded: list[engine.Recorded] = []
+        with engine.capturing(recorded), REALIZATION.no_cache(), REALIZATION.recording_writes() as written:
             out = self.fn(*args, **kwargs)
             _realize_all(out)
             run_all_pending()
         steps = [_Step(runner, list(bufs), kind, device) for runner, bufs, kind, device in recorded]
         capture = _Capture(_map_tensors(out, lambda t: t.uop), _plan(steps, inputs))
+        for b in dict.fromkeys(written):  # (base buffers)
+            places = [n for n, inp in enumerate(inputs) if inp.base is b]
+            if places:
+                capture.written_inputs.extend(places)
+            else:
+                capture.written.append(b)
         self.captures[key] = capture
         if len(self.captures) > self.max_captures:
             self.captures.popitem(last=False)
@@ -224,6 +241,8 @@ class Jit:
                 buf = views[key] = (inp if same else inp.view(old.size, old.dtype, offset)).ensure_allocated()
             return buf
 
+        if capture.written or capture.written_inputs:
+            _protect_lazy_readers(capture, inputs)
         timed = KernelTimes.wanted()  # DEBUG=2 or a recording: each kernel's time goes to update_stats
         if capture.graph is not None:  # one native call for every kernel
             graph = capture.graph
@@ -236,6 +255,12 @@ class Jit:
                 update_stats(step.name, step.device, step.kind, num_bufs=step.num_bufs, ops=step.ops, mem=step.mem,
                              time_s=elapsed, threads=step.threads, jit=True)
         for step in capture.plan if capture.graph is None else ():
+            if step.kind == "host":  # Python between kernels (Tensor.realize(on_ready=...)), on this call's inputs
+                bufs = list(step.bufs)
+                for slot, n, offset, old in step.inputs:
+                    bufs[slot] = bound(n, offset, old)
+                step.program(bufs)
+                continue
             if step.copy is not None:
                 dest, src = step.copy
                 for slot, n, offset, old in step.inputs:
@@ -261,7 +286,7 @@ class Jit:
                              time_s=elapsed, threads=step.threads, jit=True,
                              counters=profile.Profiler.counters_after(probe) if probe is not None else None)
         if not timed:  # the counters of every step at once (no line to print per kernel)
-            GlobalCounters.kernel_count += len(capture.plan)
+            GlobalCounters.kernel_count += capture.kernels
             GlobalCounters.global_ops += capture.ops
             GlobalCounters.global_mem += capture.mem
         device = tensors[0].device if tensors else None
@@ -274,7 +299,7 @@ class _PlannedStep:
     name: str
     device: str
     kind: str
-    program: Any
+    program: Any                                    # the kernel; for a host step its function of the buffers
     args: tuple[Any, ...]                           # buffer handles in argument order
     inputs: list[tuple[int, int, int, Buffer]]      # (argument, input number, byte offset, captured buffer)
     vars: tuple[str, ...]
@@ -291,6 +316,11 @@ def _plan(steps: list[_Step], inputs: list[Buffer]) -> list[_PlannedStep]:
     plan = []
     for step in steps:
         slots = {slot: place for slot, b in enumerate(step.bufs) if (place := _input_place(b, inputs)) is not None}
+        if isinstance(step.runner, engine.HostCall):
+            planned_inputs = [(slot, n, offset, step.bufs[slot]) for slot, (n, offset) in slots.items()]
+            plan.append(_PlannedStep(step.runner.name, step.device, "host", step.runner.fn, (), planned_inputs, (), 1,
+                                     len(step.bufs), 0, 0, bufs=step.bufs))
+            continue
         if step.runner is None:
             planned_inputs = [(slot, n, offset, step.bufs[slot]) for slot, (n, offset) in slots.items()]
             plan.append(_PlannedStep("copy", step.device, "copy", None, (), planned_inputs, (), 1, 2, 0,
@@ -309,6 +339,27 @@ def _plan(steps: list[_Step], inputs: list[Buffer]) -> list[_PlannedStep]:
         plan.append(_PlannedStep(spec.name, step.device, step.kind, step.runner.program, tuple(args), planned_inputs,
                                  spec.vars, spec.threads, len(step.bufs), spec.ops, spec.mem, bufs=step.bufs))
     return plan
+
+
+def _protect_lazy_readers(capture: _Capture, inputs: list[Buffer]) -> None:
+    """Before a replay writes memory that outlives the call: as an assign in a plain call does, the tensors
+    realized into that memory move to a new version of it, and lazy tensors built before the call from the old
+    version keep its values (copied aside only when one is alive)."""
+    renamed = []
+    for b in capture.written:
+        renamed += REALIZATION.rename_for_overwrite(b)
+    for n in capture.written_inputs:
+        renamed += REALIZATION.rename_for_overwrite(inputs[n])
+    mapping: dict[UOp, UOp] = {}
+    for ref, new in renamed:
+        old = ref()
+        if old is not None:
+            mapping[old] = new
+        del old
+    if mapping:  # the outputs the capture returns follow the memory they name
+        capture.outputs = _map_tensors(capture.outputs, lambda u: u.substitute(mapping), uops=True)
+    mapping.clear()  # (the old names must not be held here when keep_old_values looks for their readers)
+    REALIZATION.keep_old_values(renamed)
 
 
 def _realize_all(out: Any) -> None:

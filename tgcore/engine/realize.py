@@ -10,14 +10,16 @@ UOps, so the same computation on different buffers reuses its program. The cache
 mappings, until it is dropped), so a process that keeps meeting new kernels stays bounded;
 a dropped kernel met again is rebuilt from the compiler's on-disk cache (which also serves
 later processes). A kernel's optimizations come from ``engine.beam``'s policy: a stored BEAM
-winner, a search when ``BEAM`` is set, else the heuristic.
+winner, a search when ``BEAM`` is set, else the heuristic. Host calls (``HostCall``: Python a caller wants run
+right after a given kernel, e.g. a transport starting to send the buffer it wrote) run between the items and
+are recorded for the JIT like kernels.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,12 +49,24 @@ class CompileCounter:
 
 MAX_RUNNERS = 1024  # compiled programs kept in memory (least recently used ones are dropped first)
 _runners: dict[tuple[str, UOp], Runner] = {}  # in use order: the most recently used last
-_captures: list[list[tuple[Runner | None, list[Buffer], str, str]]] = []
+
+
+@dataclass
+class HostCall:
+    """Python run between kernels, ``fn(bufs)`` (a transport starting to send a buffer a kernel just finished).
+    A JIT capture records it in its place among the kernels, and every replay calls it again there."""
+    name: str
+    fn: Callable[[list[Buffer]], None]
+
+
+Recorded = tuple[Runner | HostCall | None, list[Buffer], str, str]  # (runner, buffers, kind, device); None: a copy
+_captures: list[list[Recorded]] = []
 
 
 @contextlib.contextmanager
-def capturing(into: list[tuple[Runner | None, list[Buffer], str, str]]) -> Iterator[None]:
-    """Record every kernel run (runner, buffers, kind, device) into ``into`` while active (the JIT)."""
+def capturing(into: list[Recorded]) -> Iterator[None]:
+    """Record every kernel, copy and host call run (runner, buffers, kind, device) into ``into`` while active
+    (the JIT)."""
     _captures.append(into)
     try:
         yield
@@ -117,24 +131,44 @@ def _copy(dest: Buffer, src: Buffer) -> None:
     dest.copy_from(src)
 
 
-def run_schedule(items: list[ScheduleItem]) -> None:
-    for si in items:
-        if _captures:
-            runner = None if si.kind == "copy" else get_runner(si.device, si.ast)
-            _captures[-1].append((runner, list(si.bufs), si.kind, si.device))
-        if si.kind == "copy":
-            _copy(si.bufs[0], si.bufs[1])
-            update_stats(f"copy {si.bufs[0].nbytes}B {si.bufs[1].device} -> {si.bufs[0].device}", si.device, "copy",
-                         num_bufs=2, mem=si.bufs[0].nbytes)
-            continue
-        if DEBUG >= 3:
-            print(si.ast)
-        runner = get_runner(si.device, si.ast)
-        handles = [si.bufs[i].ensure_allocated().handle for i in runner.spec.buf_slots]
-        vals = tuple(si.var_vals[v] for v in runner.spec.vars)
-        timed = KernelTimes.wanted()
-        probe = profile.ACTIVE.counters_before(open_device(si.device)) if profile.ACTIVE is not None else None
-        elapsed = runner.program(*handles, vals=vals, threads=runner.spec.threads, wait=timed)
-        update_stats(runner.spec.name, si.device, si.kind, num_bufs=len(si.bufs), ops=runner.spec.ops,
-                     mem=runner.spec.mem, time_s=elapsed, threads=runner.spec.threads,
-                     counters=profile.Profiler.counters_after(probe) if probe is not None else None)
+def run_host(call: HostCall, bufs: list[Buffer], device: str) -> None:
+    """Call ``call.fn(bufs)`` now, recorded like a kernel when a JIT capture is active."""
+    if _captures:
+        _captures[-1].append((call, list(bufs), "host", device))
+    call.fn(list(bufs))
+
+
+HostCalls = dict[int, list[tuple[HostCall, list[Buffer]]]]  # item index -> host calls to run right after it
+
+
+def run_schedule(items: list[ScheduleItem], after: HostCalls | None = None) -> None:
+    """Run ``items`` in order; ``after[k]``: host calls to run once item ``k`` ran (``after[-1]``: before any)."""
+    for call, bufs in after.get(-1, ()) if after else ():
+        run_host(call, bufs, items[0].device if items else bufs[0].device)
+    for k, si in enumerate(items):
+        _run_item(si)
+        for call, bufs in after.get(k, ()) if after else ():
+            run_host(call, bufs, si.device)
+
+
+def _run_item(si: ScheduleItem) -> None:
+    """Run one kernel or copy (recorded when a JIT capture is active)."""
+    if _captures:
+        runner = None if si.kind == "copy" else get_runner(si.device, si.ast)
+        _captures[-1].append((runner, list(si.bufs), si.kind, si.device))
+    if si.kind == "copy":
+        _copy(si.bufs[0], si.bufs[1])
+        update_stats(f"copy {si.bufs[0].nbytes}B {si.bufs[1].device} -> {si.bufs[0].device}", si.device, "copy",
+                     num_bufs=2, mem=si.bufs[0].nbytes)
+        return
+    if DEBUG >= 3:
+        print(si.ast)
+    runner = get_runner(si.device, si.ast)
+    handles = [si.bufs[i].ensure_allocated().handle for i in runner.spec.buf_slots]
+    vals = tuple(si.var_vals[v] for v in runner.spec.vars)
+    timed = KernelTimes.wanted()
+    probe = profile.ACTIVE.counters_before(open_device(si.device)) if profile.ACTIVE is not None else None
+    elapsed = runner.program(*handles, vals=vals, threads=runner.spec.threads, wait=timed)
+    update_stats(runner.spec.name, si.device, si.kind, num_bufs=len(si.bufs), ops=runner.spec.ops,
+                 mem=runner.spec.mem, time_s=elapsed, threads=runner.spec.threads,
+                 counters=profile.Profiler.counters_after(probe) if probe is not None else None)

@@ -65,6 +65,7 @@ class Buffer:
         self.options = options
         self._handle: Any = None
         self._view_count = 0  # allocated views of this base
+        self._views_alive = 0  # views of this base not yet garbage (allocated or not)
         self._free_pending = False  # base deallocated while views were alive
         if base is not None:
             if base._base is not None:  # a view of a view is a view of the root
@@ -84,6 +85,8 @@ class Buffer:
         elif offset != 0:
             raise ValueError("offset is only meaningful for a view: pass base= as well")
         self._base = base
+        if base is not None:
+            base._views_alive += 1
         self.offset = offset
         self.version = 0  # (on a base) bumped by every write into its memory: tgcore.schedule.state.invalidate
         if preallocate:
@@ -162,10 +165,17 @@ class Buffer:
         try:
             if self._handle is not None:
                 self.deallocate()
+            if self._base is not None:
+                self._base._views_alive -= 1
         except Exception:
             pass  # never raise from a finalizer (e.g. at interpreter exit)
 
     # ---- views ----
+
+    @property
+    def views_alive(self) -> int:
+        """(On a base) how many views of its memory exist, allocated or not (a view counts until it is garbage)."""
+        return self._views_alive
 
     def view(self, size: int, dtype: Any, offset: int = 0) -> Buffer:
         """A Buffer of `size` x `dtype` starting `offset` bytes into this one, sharing memory."""

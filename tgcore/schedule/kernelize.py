@@ -12,7 +12,7 @@ Movement ops never copy: walking from a kernel's output towards its inputs, each
 op rewrites the tuple of index expressions (reshape regroups, permute reorders, expand pins
 to 0, shrink offsets, flip mirrors, pad offsets and adds a validity gate). Fusion policy:
 elementwise work is recomputed wherever it is used; a reduction fuses into its consumer
-only when it is reached without broadcasting, has a single consumer and every use of its
+only when it is reached without broadcasting or padding, has a single consumer and every use of its
 value is inside that one kernel (not also read, through shared elementwise work, by another
 kernel), otherwise it gets a kernel (and a buffer) of its own. ``CONTIGUOUS`` and ``COPY`` always end a kernel.
 
@@ -450,6 +450,12 @@ class _KernelBuilder:
             return self.load(owner.realize(node), idx, shape_of(node), gate)
         if op is Ops.DETACH:
             return self.lower(node.src[0], idx, gate, direct)
+        if op is Ops.INDEX:  # Tensor.take: the table read at the index's value (a data-dependent load)
+            at = self.lower(node.src[1], idx, gate, direct)
+            at = at if at.dtype is self.idt else at.cast(self.idt)
+            size = shape_of(node.src[0])[0]
+            inside = (at >= 0) & (at < size)  # out of range reads 0, never outside the table
+            return self.lower(node.src[0], (at,), inside if gate is None else gate & inside, False)
         # ALU, CAST, BITCAST: same index for every source
         src = tuple([self.lower(s, idx, gate, direct) for s in node.src])  # (a list: no C frame per level)
         return node.replace(src=src)
@@ -494,7 +500,9 @@ class _KernelBuilder:
             shifted.append(j)
         if valid is None:
             return self.lower(src, tuple(shifted), gate, direct)
-        inner = self.lower(src, tuple(shifted), _and(gate, valid), direct)
+        # a reduction under a padding gets a kernel of its own: fused, its loop would run at every output, padding
+        # included (a concatenation of two products would compute both at every output of it)
+        inner = self.lower(src, tuple(shifted), _and(gate, valid), direct=False)
         return valid.where(inner, UOp.const(node.dtype, 0))
 
     def _reduce(self, node: UOp, idx: tuple[UOp, ...], gate: UOp | None) -> UOp:

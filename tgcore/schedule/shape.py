@@ -50,6 +50,8 @@ def _node_shape(u: UOp) -> Shape:
         return u.src[1 + u.arg].__dict__["_shape"]
     if op is Ops.CUSTOM_KERNEL:
         return ()
+    if op is Ops.INDEX:  # tensor-level gather: src = (1-D table, index tensor), the index's shape
+        return u.src[1].__dict__["_shape"]
     return src
 
 

@@ -19,11 +19,17 @@ How:
   reading the values they were built from.
 - Holders: the tensors realized into a buffer (``hold``). They follow a write into it (an assign
   through a view of the buffer, as a KV cache does, moves them all to the new version).
+- Writes no assign describes (a JIT replay redoing the writes it captured, ``rename_for_overwrite``): the
+  memory's names are looked up (kept per written memory), and a name some lazy graph still reads gets a new
+  version for its holders and its old contents copied aside, as an assign does. Whether anything but the
+  holders reads a name is told by reference counts (conservatively; calibrated once), so the common case costs
+  no new name.
 """
 from __future__ import annotations
 
 import contextlib
 import itertools
+import sys
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -70,9 +76,15 @@ class RealizationState:
         self.pending: dict[UOp, PendingWrite] = {}  # new BUFFER uop -> the write that makes its value
         self._holders: weakref.WeakKeyDictionary[UOp, dict[int, weakref.ref[Any]]] = weakref.WeakKeyDictionary()
         self._unique = itertools.count()
+        self._device_uops: dict[str, UOp] = {}
         self._cache_enabled = [True]
         self.drops = 0      # cached values dropped because memory they depend on was written
         self.preserved = 0  # old contents copied aside for lazy readers of a value an assign replaced
+        # memory (a base Buffer) -> its names (BUFFER uops over it or a view of it), for memory a JIT replay writes
+        self._watched: weakref.WeakKeyDictionary[Buffer, list[weakref.ref[UOp]]] = weakref.WeakKeyDictionary()
+        self._write_logs: list[list[Buffer]] = []  # open recordings of the memory written (recording_writes)
+        self._baseline_refs: int | None = None  # see rename_for_overwrite
+        self._measured: list[int | None] = []  # (calibration only)
 
     # ---- buffers ----
     def buffer(self, u: UOp) -> Buffer | None:
@@ -87,9 +99,17 @@ class RealizationState:
 
     def new_buffer(self, device: str, size: int, dtype: DType, buf: Buffer | None = None) -> UOp:
         """A fresh BUFFER uop (distinct from every other) with ``buf`` (default: a new lazily allocated Buffer)."""
-        u = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(self._unique)),
-                                    UOp(Ops.DEVICE, dtypes.void, (), device)), size)
-        self._buffers[u] = Buffer(device, size, dtype) if buf is None else buf
+        dev = self._device_uops.get(device)
+        if dev is None:  # (the same hash-consed node every time: looked up once per device name)
+            dev = self._device_uops[device] = UOp(Ops.DEVICE, dtypes.void, (), device)
+        u = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(self._unique)), dev), size)
+        if buf is None:
+            buf = Buffer(device, size, dtype)
+        else:  # a new name of memory that exists: a replay that writes it must find this name too
+            names = self._watched.get(buf.base)
+            if names is not None:
+                names.append(weakref.ref(u))
+        self._buffers[u] = buf
         return u
 
     def new_view(self, base: UOp, size: int, offset_bytes: int) -> UOp:
@@ -147,6 +167,18 @@ class RealizationState:
         """``buf``'s memory was written: bump its version, so the cached values that depend on it (computed from it
         or living in it) are dropped when next looked up; no other entry is."""
         buf.base.version += 1
+        for log in self._write_logs:
+            log.append(buf.base)
+
+    @contextlib.contextmanager
+    def recording_writes(self) -> Iterator[list[Buffer]]:
+        """While active, the base Buffers of the memory every write goes to (a JIT capture: what its replays write)."""
+        log: list[Buffer] = []
+        self._write_logs.append(log)
+        try:
+            yield log
+        finally:
+            self._write_logs.remove(log)
 
     # ---- tensors (the API for plugins: tensors are duck-typed, this module does not import Tensor) ----
     def buffer_of(self, tensor: Any) -> Buffer | None:
@@ -160,7 +192,7 @@ class RealizationState:
             u = tensor.uop
             base = u.src[0] if u.op is Ops.RESHAPE else u
             buf = self._buffers.get(base) if base.op is Ops.BUFFER else None
-        if buf is None or buf.size != prod(shape_of(u)) or buf.dtype != u.dtype:
+        if buf is None or buf.size != _numel(u) or buf.dtype != u.dtype:
             return None
         return buf
 
@@ -175,7 +207,7 @@ class RealizationState:
         u = tensor.uop
         old = u.src[0] if u.op is Ops.RESHAPE else u
         buf = self._buffers.get(old) if old.op is Ops.BUFFER else None
-        if buf is None or buf.size != prod(shape_of(u)) or buf.dtype != u.dtype:
+        if buf is None or buf.size != _numel(u) or buf.dtype != u.dtype:
             raise ValueError("the tensor written into must own a contiguous buffer (Tensor.empty(...) or a "
                              "realized tensor), not a view or a lazy expression")
         if old in self.pending:  # (an earlier write into it finishes first)
@@ -219,7 +251,11 @@ class RealizationState:
         if also is not None and all(t is not also for t in moved):
             moved.append(also)
         for t in moved:
-            t.uop = t.uop.substitute({old: new})
+            u = t.uop
+            if u.op is Ops.RESHAPE and u.src[0] is old:  # (the common case, without a graph walk)
+                t.uop = u.replace(src=(new,))  # (keeps its tag: a leaf's marks it for backward)
+            else:
+                t.uop = u.substitute({old: new})
             self.hold(t)
 
     # ---- pending writes ----
@@ -248,8 +284,113 @@ class RealizationState:
         else:
             copy(dest, buf)
         self._buffers[old] = dest
+        names = self._watched.get(buf.base)
+        if names is not None:  # (it names the copy now)
+            names[:] = [r for r in names if r() is not old]
         self.preserved += 1
         return True
+
+    # ---- writes kernels make that no assign describes (a JIT replay) ----
+    def rename_for_overwrite(self, buf: Buffer) -> list[tuple[weakref.ref[UOp], UOp]]:
+        """``buf``'s memory is about to be written by kernels that no assign describes (a JIT replay redoing the
+        writes it captured): every name (BUFFER uop) of the memory gets a new version that its holders move to,
+        and the memory's version is bumped. Returns (old name, weakly; new name) pairs: the caller replaces the old
+        names in what it keeps, then calls ``keep_old_values``."""
+        base = buf.base
+        names = self._watched.get(base)
+        if names is None:  # (once per memory: later names are added as they are made)
+            names = self._watched[base] = [weakref.ref(u) for u, b in list(self._buffers.items()) if b.base is base]
+        live = [r() for r in names]
+        if None in live:
+            names[:] = [r for r in names if r() is not None]
+        if self._baseline_refs is None:
+            self._baseline_refs = _calibrate_outside_refs()
+        renamed = []
+        for old in live:
+            if old is None:
+                continue
+            # read by its holders only (the common case, and cheap to tell): they just see the write in place
+            extra = self._outside_refs(old)
+            if self._baseline_refs == _CALIBRATING:
+                self._measured.append(extra)
+            elif extra is not None and extra == self._baseline_refs:
+                continue
+            new = self.new_version(old)
+            self.move_holders(old, new)
+            renamed.append((weakref.ref(old), new))
+        old = None
+        self.invalidate(buf)
+        return renamed
+
+    def _outside_refs(self, name: UOp) -> int | None:
+        """Strong references to ``name`` and to its holders' nodes that the holders do not explain, plus the
+        constant share of the caller's own (see ``_calibrate_outside_refs``); None when a holder's node is not one
+        op right over ``name``. A lazy graph, an alias tensor or a cache that reads the name adds at least one, so
+        equal to the constant means only the holders read it."""
+        views: dict[UOp, int] = {}
+        held = self._holders.get(name)
+        for ref in list(held.values()) if held else ():
+            t = ref()
+            if t is not None:
+                u = t.uop
+                if u.src != (name,):
+                    return None
+                views[u] = views.get(u, 0) + 1
+            t = u = None
+        extra = sys.getrefcount(name) - len(views)
+        for view, n in views.items():
+            cached = view.__dict__.get("_slice_cache")  # (a toposort cached on the view holds the name too)
+            extra += sys.getrefcount(view) - n - (1 if cached is not None and name in cached else 0)
+            extra -= _VIEW_REFS
+        return extra
+
+    def keep_old_values(self, renamed: list[tuple[weakref.ref[UOp], UOp]]) -> None:
+        """After ``rename_for_overwrite``: an old name still alive is read by a lazy graph built before the write,
+        so its contents are copied aside for it (as an assign does)."""
+        for ref, _ in renamed:
+            old = ref()
+            if old is not None:
+                self.preserve(old)
+            del old
+
+
+_VIEW_REFS = 3  # references the loop in _outside_refs itself holds to each view (dict key, loop name, argument)
+
+
+class _Probe:
+    """A stand-in holder for ``_calibrate_outside_refs``."""
+    __slots__ = ("uop", "__weakref__")
+    uop: UOp
+
+
+_CALIBRATING, _NEVER = -1, -2  # (_outside_refs never answers a negative count)
+
+
+def _calibrate_outside_refs() -> int:
+    """What ``_outside_refs`` answers inside ``rename_for_overwrite`` for a name read by its holders only: the
+    interpreter's own share of the count, measured once by running it on a name made for this (with one holder,
+    then two holders sharing a node: both must agree)."""
+    seen = []
+    for n_holders in (1, 2):
+        probe = RealizationState()
+        probe._baseline_refs = _CALIBRATING
+        name = probe.new_buffer("NULL", 1, dtypes.float32)
+        buf = probe._buffers[name]
+        holders = [_Probe() for _ in range(n_holders)]
+        for h in holders:
+            h.uop = UOp(Ops.RESHAPE, dtypes.float32, (name,), (1,))
+            probe.hold(h)
+        del name, h
+        probe.rename_for_overwrite(buf)
+        seen += probe._measured
+    if len(seen) != 2 or seen[0] is None or seen[0] != seen[1]:
+        return _NEVER  # (counts that do not hold still: every name gets a new version, as if always read)
+    return seen[0]
+
+
+def _numel(u: UOp) -> int:
+    """Elements of a tensor-level uop; a reshaped buffer's from its arg (a new uop's shape is not cached yet)."""
+    return prod(u.arg) if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER else prod(shape_of(u))
 
 
 def _stale(reads: _Reads) -> bool:

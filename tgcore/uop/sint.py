@@ -82,6 +82,16 @@ def sym_infer(expr: sint, var_vals: Mapping[str, int] | Mapping[UOp, int]) -> An
     return vals[expr]
 
 
+def eval_at(expr: UOp, values: Mapping[UOp, Any]) -> Any:
+    """The value of ``expr`` with the nodes in ``values`` (ranges, variables) set to them (``ValueError`` when it
+    reads anything else that is not a constant, a load for example)."""
+    vals: dict[UOp, Any] = dict(values)
+    for u in expr.toposort:
+        if u not in vals:
+            vals[u] = _eval_node(u, vals, {})
+    return vals[expr]
+
+
 def _eval_node(u: UOp, vals: dict[UOp, Any], by_name: dict[str, int]) -> Any:
     if u.op is Ops.CONST:
         return u.arg

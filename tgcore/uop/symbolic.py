@@ -496,29 +496,49 @@ def simplify_sum(u: UOp) -> UOp | None:
     if x.op is Ops.CONST or normal not in x.__dict__:
         return None
     if t.op is Ops.CONST:
-        if x.op is Ops.ADD and x.src[1].op is Ops.CONST:
-            x, t = x.src[0], x.src[0].const_like(x.src[1].arg + t.arg)
-        out = x if t.arg == 0 else UOp(Ops.ADD, u.dtype, (x, t))
-    else:
-        if normal not in t.__dict__:
-            from tgcore.uop.rewrite import graph_rewrite
-            t = graph_rewrite(t, symbolic, name="simplify")
-        base = t.src[0] if t.op is Ops.MUL and t.src[1].op is Ops.CONST else t
-        bases = _term_bases(x)
-        if t.op in (Ops.ADD, Ops.CONST) or base.op in (Ops.ADD, Ops.CONST) or base not in bases:
-            return None
-        if _divmod_partner(base, bases) is not None:
-            return None  # with the merged coefficient a div/mod pair may recombine: the rules decide
-        split = _split_sum(x)
-        if split is None:
-            return None
-        terms, const = split
-        merged: dict[UOp, int] = {}
-        for b, c in (*terms, (base, t.src[1].arg if base is not t else 1)):
-            merged[b] = merged.get(b, 0) + c
-        out = _build_sum(u.dtype, list(merged.items()), const)
+        return plus_const(x, t.arg)
+    if normal not in t.__dict__:
+        from tgcore.uop.rewrite import graph_rewrite
+        t = graph_rewrite(t, symbolic, name="simplify")
+    base = t.src[0] if t.op is Ops.MUL and t.src[1].op is Ops.CONST else t
+    bases = _term_bases(x)
+    if t.op in (Ops.ADD, Ops.CONST) or base.op in (Ops.ADD, Ops.CONST) or base not in bases:
+        return None
+    if _divmod_partner(base, bases) is not None:
+        return None  # with the merged coefficient a div/mod pair may recombine: the rules decide
+    split = _split_sum(x)
+    if split is None:
+        return None
+    terms, const = split
+    merged: dict[UOp, int] = {}
+    for b, c in (*terms, (base, t.src[1].arg if base is not t else 1)):
+        merged[b] = merged.get(b, 0) + c
+    out = _build_sum(u.dtype, list(merged.items()), const)
     out.__dict__[normal] = True
     return out
+
+
+def plus_const(x: UOp, c: int) -> UOp:
+    """The normal form of ``x + c`` for an int normal form ``x`` that is not a constant (``simplify_sum``'s first
+    case, without building ``x + c`` first): the constant folds into ``x``'s constant term."""
+    if x.op is Ops.ADD and x.src[1].op is Ops.CONST:
+        x, t = x.src[0], x.src[0].const_like(x.src[1].arg + c)
+    else:
+        t = x.const_like(c)
+    out = x if t.arg == 0 else UOp(Ops.ADD, x.dtype, (x, t))
+    out.__dict__[symbolic.fixed_point_key] = True  # type: ignore[index]
+    return out
+
+
+def settled_by_range(u: UOp) -> UOp | None:
+    """The constant an int or bool op folds to when its sources are normal forms, not all constants, and range
+    analysis pins it to one value (a lane's gate ``i + 15 < 255``): what the rules give, since ``fold_by_range``
+    is the first of them that can fire at such a node. None for other nodes."""
+    normal = symbolic.fixed_point_key
+    if u.op not in RANGE_FOLDABLE or u.dtype not in INTS_BOOL or normal is None or \
+            all(s.op is Ops.CONST for s in u.src) or not all(normal in s.__dict__ for s in u.src):
+        return None
+    return fold_by_range(u)
 
 
 def stride(expr: UOp, r: UOp) -> int | None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tgcore.dtype import DType, dtypes, truncate
 from tgcore.uop.axis import AxisArg
+from tgcore.uop.mixins import ElementwiseMixin
 from tgcore.uop.ops import GroupOp, Ops
 
 # ------------------------------------------------------------------------------------------------ interning
@@ -121,7 +122,7 @@ def _ranges_of(u: UOp) -> dict[UOp, None]:
 ConstType = bool | int | float
 
 
-class UOp(metaclass=_UOpMeta):
+class UOp(ElementwiseMixin, metaclass=_UOpMeta):
     """An immutable IR node. Construct with `UOp(op, dtype, src, arg, tag)`; equal fields give the same object."""
 
     # The five fields are slots because every pass reads them very often: CPython 3.11 reads a slot in ~7 ns,
@@ -254,12 +255,16 @@ class UOp(metaclass=_UOpMeta):
     def simplify(self) -> UOp:
         """Constant folding, identities and index-math folding (see `symbolic.py`)."""
         from tgcore.uop.rewrite import _spec_enabled, graph_rewrite
-        from tgcore.uop.symbolic import simplify_sum, symbolic
+        from tgcore.uop.symbolic import settled_by_range, simplify_sum, symbolic
+        if symbolic.fixed_point_key in self.__dict__:  # a normal form already (marked by an earlier rewrite)
+            return self
         fast = simplify_sum(self)
+        if fast is None:
+            fast = settled_by_range(self)
         if fast is None:
             return graph_rewrite(self, symbolic, name="simplify")
         if _spec_enabled() and fast is not (slow := graph_rewrite(self, symbolic, name="simplify")):
-            raise AssertionError(f"simplify_sum({self.render()}) gave {fast.render()}, the rules {slow.render()}")
+            raise AssertionError(f"simplify({self.render()}) fast path gave {fast.render()}, the rules {slow.render()}")
         return fast
 
     def render(self) -> str:
@@ -392,18 +397,13 @@ class UOp(metaclass=_UOpMeta):
             raise TypeError(f"cannot use {type(x).__name__} as an operand of {what}")
         return self.const_like(x)
 
-    def _binary(self, op: Ops, x: Any, reverse: bool = False) -> UOp:
+    def _operands(self, x: Any, reverse: bool = False, op: Ops | None = None) -> tuple[UOp, UOp]:
+        """UOps are typed exactly: the other operand must have this dtype (a Python scalar becomes a constant)."""
         other = self._operand(x, op)
-        return other.alu(op, self) if reverse else self.alu(op, other)
+        return (other, self) if reverse else (self, other)
 
     def _is_int(self) -> bool:
         return dtypes.is_int(self.dtype.scalar())
-
-    def __add__(self, x: Any) -> UOp:
-        return self._binary(Ops.ADD, x)
-
-    def __radd__(self, x: Any) -> UOp:
-        return self._binary(Ops.ADD, x, True)
 
     def __neg__(self) -> UOp:
         if self.dtype.scalar() is dtypes.bool:
@@ -417,12 +417,6 @@ class UOp(metaclass=_UOpMeta):
     def __rsub__(self, x: Any) -> UOp:
         return self._operand(x, "SUB") - self
 
-    def __mul__(self, x: Any) -> UOp:
-        return self._binary(Ops.MUL, x)
-
-    def __rmul__(self, x: Any) -> UOp:
-        return self._binary(Ops.MUL, x, True)
-
     def _need_int(self, what: str) -> None:
         if not self._is_int():
             raise TypeError(f"{what} needs an integer UOp, got {self.dtype!r}")
@@ -430,83 +424,43 @@ class UOp(metaclass=_UOpMeta):
     def __floordiv__(self, x: Any) -> UOp:
         """Integer division truncating toward zero (C semantics, not Python's floor)."""
         self._need_int("//")
-        return self._binary(Ops.IDIV, x)
+        return self._binop(Ops.IDIV, x)
 
     def __rfloordiv__(self, x: Any) -> UOp:
         self._need_int("//")
-        return self._binary(Ops.IDIV, x, True)
+        return self._binop(Ops.IDIV, x, True)
 
     def __mod__(self, x: Any) -> UOp:
         """Integer remainder with the sign of the dividend (C semantics, not Python's)."""
         self._need_int("%")
-        return self._binary(Ops.MOD, x)
+        return self._binop(Ops.MOD, x)
 
     def __rmod__(self, x: Any) -> UOp:
         self._need_int("%")
-        return self._binary(Ops.MOD, x, True)
+        return self._binop(Ops.MOD, x, True)
 
     def __truediv__(self, x: Any) -> UOp:
         if not dtypes.is_float(self.dtype.scalar()):
             raise TypeError(f"/ needs a float UOp, got {self.dtype!r}; use // for C integer division")
-        return self._binary(Ops.FDIV, x)
+        return self._binop(Ops.FDIV, x)
 
     def __rtruediv__(self, x: Any) -> UOp:
         return self._operand(x, "FDIV") / self
 
-    def __lt__(self, x: Any) -> UOp:  # type: ignore[override]
-        return self._binary(Ops.CMPLT, x)
-
-    def __gt__(self, x: Any) -> UOp:  # type: ignore[override]
-        return self._binary(Ops.CMPLT, x, True)
-
     def __le__(self, x: Any) -> UOp:  # type: ignore[override]
-        return self._binary(Ops.CMPLT, x, True).logical_not()
+        return self._binop(Ops.CMPLT, x, True).logical_not()
 
     def __ge__(self, x: Any) -> UOp:  # type: ignore[override]
-        return self._binary(Ops.CMPLT, x).logical_not()
-
-    def ne(self, x: Any) -> UOp:
-        return self._binary(Ops.CMPNE, x)
-
-    def eq(self, x: Any) -> UOp:
-        return self._binary(Ops.CMPEQ, x)
-
-    def __and__(self, x: Any) -> UOp:
-        return self._binary(Ops.AND, x)
-
-    def __rand__(self, x: Any) -> UOp:
-        return self._binary(Ops.AND, x, True)
-
-    def __or__(self, x: Any) -> UOp:
-        return self._binary(Ops.OR, x)
-
-    def __ror__(self, x: Any) -> UOp:
-        return self._binary(Ops.OR, x, True)
-
-    def __xor__(self, x: Any) -> UOp:
-        return self._binary(Ops.XOR, x)
-
-    def __rxor__(self, x: Any) -> UOp:
-        return self._binary(Ops.XOR, x, True)
-
-    def __lshift__(self, x: Any) -> UOp:
-        return self._binary(Ops.SHL, x)
+        return self._binop(Ops.CMPLT, x).logical_not()
 
     def __rlshift__(self, x: Any) -> UOp:
-        return self._binary(Ops.SHL, x, True)
-
-    def __rshift__(self, x: Any) -> UOp:
-        return self._binary(Ops.SHR, x)
+        return self._binop(Ops.SHL, x, True)
 
     def __rrshift__(self, x: Any) -> UOp:
-        return self._binary(Ops.SHR, x, True)
+        return self._binop(Ops.SHR, x, True)
 
     def __invert__(self) -> UOp:
         return self.logical_not() if self.dtype.scalar() is dtypes.bool else self ^ -1
-
-    def logical_not(self) -> UOp:
-        """not x for a bool (as x != True)."""
-        return self.ne(True)
 
     def where(self, a: Any, b: Any) -> UOp:
         """`a` where this bool is true, else `b`."""
@@ -517,9 +471,6 @@ class UOp(metaclass=_UOpMeta):
         dt = dtypes.from_py(a)  # two Python scalars: the dtype of the first (bool, default int or float)
         return self.alu(Ops.WHERE, UOp.const(dt, a), UOp.const(dt, b))
 
-    def maximum(self, x: Any) -> UOp:
-        return self._binary(Ops.MAX, x)
-
     def minimum(self, x: Any) -> UOp:
         """min(a, b) as -max(-a, -b), which keeps range analysis exact."""
         return -((-self).maximum(-self._operand(x, "min")))
@@ -529,22 +480,6 @@ class UOp(metaclass=_UOpMeta):
 
     def bitcast(self, dtype: DType) -> UOp:
         return self if dtype is self.dtype else UOp(Ops.BITCAST, dtype, (self,))
-
-    # exp2/log2/... for float graphs
-    def exp2(self) -> UOp:
-        return self.alu(Ops.EXP2)
-
-    def log2(self) -> UOp:
-        return self.alu(Ops.LOG2)
-
-    def sqrt(self) -> UOp:
-        return self.alu(Ops.SQRT)
-
-    def sin(self) -> UOp:
-        return self.alu(Ops.SIN)
-
-    def reciprocal(self) -> UOp:
-        return self.alu(Ops.RECIPROCAL)
 
 
 # ------------------------------------------------------------------------------------------------ helpers

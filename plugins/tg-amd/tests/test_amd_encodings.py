@@ -64,6 +64,27 @@ REFERENCE = [
      "7c 00 20 c4 01 08 00 0b 00 00 00 00"),
     ("gfx942", "tbuffer_load_format_x v1, off, s[4:7], 0 format:[BUF_DATA_FORMAT_32,BUF_NUM_FORMAT_FLOAT]",
      "00 00 a0 eb 00 01 01 80"),
+    # image instructions and the operand shapes of issue 25's last refusals (bytes from llvm-mc-19)
+    ("gfx1100", "image_load v0, [v1, v5], s[4:11] dmask:0x1 dim:SQ_RSRC_IMG_2D", "05 01 00 f0 01 00 01 00 05 00 00 00"),
+    ("gfx1100", "image_sample v[0:3], v1, s[4:11], s[100:103] dmask:0xf dim:SQ_RSRC_IMG_2D a16",
+     "04 0f 6d f0 01 00 01 64"),
+    ("gfx1100", "image_sample_c_d_o v0, v[1:8], s[4:11], s[100:103] dmask:0x1 dim:SQ_RSRC_IMG_1D",
+     "00 01 ac f0 01 00 01 64"),
+    ("gfx1100", "image_atomic_cmpswap v[0:1], v1, s[4:11] dmask:0x3 dim:SQ_RSRC_IMG_1D glc", "00 43 2c f0 01 00 01 00"),
+    ("gfx1100", "image_bvh_intersect_ray v[4:7], [v9, v10, v[11:13], v[14:16], v[17:19]], s[4:7]",
+     "81 8f 64 f0 09 04 01 00 0a 0b 0e 11"),
+    ("gfx1200", "image_sample_c_d_o v0, [v1, v2, v3, v[4:5]], s[4:11], s[100:103] dmask:0x1 dim:SQ_RSRC_IMG_1D",
+     "00 c0 4a e4 00 08 00 32 01 02 03 04"),
+    ("gfx1200", "image_store v[0:3], v1, s[4:11] dmask:0xf dim:SQ_RSRC_IMG_1D th:TH_STORE_NT",
+     "00 80 c1 d3 00 08 10 00 01 00 00 00"),
+    ("gfx1200", "image_sample v[0:1], v1, s[4:11], s[100:103] dmask:0x1 dim:SQ_RSRC_IMG_1D unorm th:TH_LOAD_HT "
+     "scope:SCOPE_SE r128 a16 tfe lwe d16", "78 e0 46 e4 00 09 24 32 01 00 00 00"),
+    ("gfx1200", "s_prefetch_data s[16:17], 0x10, m0, 31", "c8 c7 04 f4 10 00 00 fa"),
+    ("gfx1200", "s_get_barrier_state s8, m0", "7d 50 88 be"),
+    ("gfx1100", "s_sendmsg_rtn_b32 s8, sendmsg(MSG_RTN_GET_DOORBELL)", "80 4c 88 be"),
+    ("gfx1100", "v_mov_b16_e32 v8.h, v16.l", "10 39 10 7f"),
+    ("gfx942", "v_smfmac_f32_16x16x32_f16 a[8:11], v[16:17], a[24:27], v32 cbsz:3 abid:15", "08 fb e2 d3 10 31 82 14"),
+    ("gfx942", "s_set_gpr_idx_on s16, gpr_idx(SRC0,DST)", "10 09 11 bf"),
 ]
 DATA = pathlib.Path(__file__).parent / "data"
 ARCHS = ("gfx1100", "gfx1200", "gfx942")
@@ -139,6 +160,15 @@ def test_dsl_builds_the_symbolic_and_dpp_forms() -> None:
                            "gfx1200").hex(" ") == "91 04 87 bf 7c 00 05 ee 01 00 14 00 02 00 00 00"
 
 
+def test_dsl_builds_image_instructions() -> None:
+    """Address lists are Python lists; dmask/dim/a16/... are keywords (same bytes as the text form)."""
+    from tg_amd.dsl import image_load, image_sample, s, v
+    assert tg_amd.assemble([image_load(v[0], [v[1], v[5]], s[4:11], dmask=1, dim="SQ_RSRC_IMG_2D")],
+                           "gfx1100").hex(" ") == "05 01 00 f0 01 00 01 00 05 00 00 00"
+    assert tg_amd.assemble([image_sample(v[0:3], v[1], s[4:11], s[100:103], dmask=15, dim="2D", a16=True)],
+                           "gfx1100").hex(" ") == "04 0f 6d f0 01 00 01 64"
+
+
 @pytest.mark.parametrize("text,arch,message", [
     ("s_getreg_b32 s8, hwreg(HW_REG_NOPE)", "gfx1100", "unknown hardware register"),
     ("s_sendmsg sendmsg(MSG_NOPE)", "gfx1200", "unknown message"),
@@ -148,7 +178,20 @@ def test_dsl_builds_the_symbolic_and_dpp_forms() -> None:
     ("global_load_b32 v1, v[2:3], off th:TH_LOAD_BYPASS", "gfx1200", "scope and th combination"),
     ("global_atomic_add_u32 v1, v[2:3], v3, off", "gfx1100", "must use glc"),
     ("buffer_load_b32 v1, v2, s[4:7], 0", "gfx1100", "off without offen/idxen"),
-    ("image_load v0, v0, s[0:7]", "gfx1100", "not supported by tg-amd yet"),
+    ("image_load v0, v0, s[0:7]", "gfx1100", "dim: is required"),
+    ("image_load v[0:1], v1, s[4:11] dmask:0x1 dim:SQ_RSRC_IMG_1D", "gfx1100", "image data size does not match"),
+    ("image_sample v0, v[1:2], s[4:11], s[0:3] dmask:0x1 dim:SQ_RSRC_IMG_1D", "gfx1100",
+     "image address size does not match dim and a16"),
+    ("image_sample_c_d_o v0, v[1:12], s[4:11], s[0:3] dmask:0x1 dim:SQ_RSRC_IMG_3D", "gfx1100", "invalid operand"),
+    ("image_gather4 v[0:3], v1, s[4:11], s[0:3] dmask:0x3 dim:SQ_RSRC_IMG_1D", "gfx1100", "only one bit must be set"),
+    ("image_atomic_add v0, v1, s[4:11] dmask:0x2 dim:SQ_RSRC_IMG_1D", "gfx1100", "invalid atomic image dmask"),
+    ("image_msaa_load v[0:3], v[1:2], s[4:11] dmask:0x1 dim:SQ_RSRC_IMG_2D", "gfx1100", "must be MSAA type"),
+    ("image_load v0, v1, s[4:11] dim:SQ_RSRC_IMG_1D dmask:0x1", "gfx1100", "invalid operand"),
+    ("image_load v0, v[1:2], s[4:11] dmask:0x1 dim:SQ_RSRC_IMG_2D", "gfx1200", "operands are not valid"),
+    ("image_load v0, v1, s[4:11] dmask:0x1 dim:SQ_RSRC_IMG_1D unorm", "gfx1200", "unorm"),
+    ("image_load v0, v1, s[4:11] dmask:0x1 dim:SQ_RSRC_IMG_1D th:3", "gfx1200", "expected an identifier"),
+    ("image_sample v0, [v1, v2, v3, v4, v5], s[4:11], s[0:3] dmask:0x1 dim:SQ_RSRC_IMG_1D", "gfx1200",
+     "at most 4 addresses"),
     ("exp null off, off, off, off", "gfx1100", "unknown export target"),
     ("s_mov_b32 s0, src_execz", "gfx1100", "does not exist"),
     ("lds_param_load v1, attr40.x", "gfx1100", "out of bounds interpolation attribute"),

@@ -132,7 +132,8 @@ def _salu(g: Gen, info: OpInfo) -> str:
             ops.append("null" if info.name.startswith("s_waitcnt_") else g.sgpr(info.count(0)))
         elif role in ("ssrc0", "ssrc1"):
             slot = 1 if role == "ssrc0" else 2
-            if info.name.startswith("s_barrier_signal"):
+            if info.name.startswith(("s_barrier_signal", "s_barrier_init", "s_barrier_join", "s_wakeup_barrier",
+                                     "s_get_barrier_state")):
                 ops.append(r.choice(["-1", "m0", str(r.randint(0, 15))]))
                 continue
             if info.sig == ("ssrc0",) or "regsrc" in info.flags:
@@ -160,6 +161,12 @@ def _salu(g: Gen, info: OpInfo) -> str:
                 ops.append(str(r.randint(0, 15)))
         elif role == "label":
             ops.append(str(r.randint(-200, 200)))
+        elif role == "gpridx":
+            modes = r.sample(["SRC0", "SRC1", "SRC2", "DST"], r.randint(0, 4))
+            ops.append(r.choice([f"gpr_idx({','.join(modes)})", str(r.randint(0, 15))]))
+        elif role == "msg":
+            ops.append(r.choice(["sendmsg(MSG_RTN_GET_DOORBELL)", "sendmsg(MSG_RTN_GET_REALTIME)",
+                                 f"sendmsg({r.randint(0, 255)})", str(r.randint(0x80, 0x8A))]))
         elif role == "waitcnt":
             parts = [f"vmcnt({r.randint(0, 63)})", f"expcnt({r.randint(0, 7)})",
                      f"lgkmcnt({r.randint(0, 63 if g.arch.rdna else 15)})"]
@@ -180,6 +187,14 @@ def _smem(g: Gen, info: OpInfo) -> str:
             base = 2 if role == "sbase" else 4
             lo = r.randrange(0, g.arch.max_sgpr - base + 1, 2 if base == 2 else 4)
             ops.append(f"s[{lo}:{lo + base - 1}]")
+        elif role == "probe":
+            ops.append(str(r.randint(0, 127)))
+        elif role == "plen":
+            ops.append(str(r.randint(0, 31)))
+        elif role == "ioffset":
+            ops.append(hex(r.randint(-0x800000, 0x7FFFFF)) if r.random() < 0.3 else hex(r.randint(0, 0xFFFF)))
+        elif role == "soffset":
+            ops.append(r.choice(["null", "m0", f"s{r.randrange(g.arch.max_sgpr)}"]))
         elif role == "soff":
             top = 0xFFFFF if g.arch.gen != 12 else 0x7FFFFF
             if r.random() < 0.5:
@@ -200,8 +215,9 @@ def _valu(g: Gen, info: OpInfo, force: str | None) -> str:
     e64 = force == "e64" or info.fmt in ("VOP3", "VOP3SD")
     lit_ok = (not e64) or arch.vop3_literal
     ops: list[str] = []
-    used_literal = [False]
-    scalar_used = [False]
+    used_literal = ["k" in info.sig]  # fmaak/fmamk: the constant is the one literal
+    scalar_used = ["k" in info.sig and not arch.rdna]  # and on CDNA the one constant-bus read
+    scalar_reads = [int("k" in info.sig)]
 
     reads_mask = (not arch.rdna and ("mask" in info.sig or info.sig[-1:] == ("vcc",))) or \
         info.name.startswith("v_div_fmas")  # reads all of VCC
@@ -214,6 +230,8 @@ def _valu(g: Gen, info: OpInfo, force: str | None) -> str:
             return g.vgpr(info.count(slot), top=top) if r.random() < 0.7 else str(r.randint(-16, 64))
         if not arch.rdna and scalar_used[0]:  # CDNA: one SGPR per instruction
             return g.vgpr(info.count(slot)) if r.random() < 0.7 else str(r.randint(-16, 64))
+        if arch.rdna and scalar_reads[0] >= 2:  # RDNA: two scalar values (SGPRs, literal) per instruction
+            return g.vgpr(info.count(slot), top=top) if r.random() < 0.7 else str(r.randint(-16, 64))
         allow = lit_ok and not used_literal[0]
         mods = e64 and "nomods" not in info.flags and info.fmt != "VOP3SD"
         text = g.src(info, slot, allow, vgpr=vgpr, mods=mods)
@@ -221,6 +239,7 @@ def _valu(g: Gen, info: OpInfo, force: str | None) -> str:
             used_literal[0] = True
         if text.lstrip("-|").startswith(("s", "ttmp", "vcc", "exec", "m0", "0x", "3.5")):
             scalar_used[0] = True
+            scalar_reads[0] += 1
         return text
 
     sig = info.sig
@@ -231,8 +250,8 @@ def _valu(g: Gen, info: OpInfo, force: str | None) -> str:
             ops.append(g.vgpr(info.count(0), "a"))
         elif role == "asrc0":
             ops.append(g.vgpr(info.count(1), "a"))
-        elif role == "vsrc0":
-            ops.append(g.vgpr(info.count(1)))
+        elif role in ("vsrc0", "vsrc2") or (role == "vsrc1" and info.fmt == "VOP3"):  # VGPR-only sources
+            ops.append(g.vgpr(info.count(int(role[-1]) + 1)))
         elif role in ("ssrc0", "ssrc1", "ssrc2"):
             ops.append(g.sgpr(1) if r.random() < 0.5 else str(r.randint(0, 31)))
         elif role == "sdst":
@@ -265,6 +284,8 @@ def _valu(g: Gen, info: OpInfo, force: str | None) -> str:
             and "sdst" not in sig):
         if r.random() < 0.2:
             text += " clamp"
+    if info.fmt == "VOP3" and info.name.startswith(("v_permlane16_", "v_permlanex16_")) and r.random() < 0.5:
+        text += f" op_sel:[{r.randint(0, 1)},{r.randint(0, 1)}]"  # fi, bound_ctrl
     return text
 
 
@@ -302,6 +323,10 @@ def _mai(g: Gen, info: OpInfo) -> str:
     r = g.rng
     dk = r.choice("va")
     dst = g.vgpr(info.count(0), dk)
+    if "vidx" in info.sig:  # sparse: D accumulates; the index VGPR; cbsz/abid select the index bits
+        ops = [dst, g.vgpr(info.count(1), r.choice("va")), g.vgpr(info.count(2), r.choice("va")), g.vgpr(1)]
+        mods = [f"cbsz:{r.randint(1, 7)}"] * (r.random() < 0.3) + [f"abid:{r.randint(1, 15)}"] * (r.random() < 0.4)
+        return f"{info.name} {', '.join(ops)} {' '.join(mods)}".strip()
     roll = r.random()
     src2 = dst if roll < 0.5 else "0" if roll < 0.6 else g.vgpr(info.count(3), dk)
     ops = [dst, g.vgpr(info.count(1), r.choice("va")), g.vgpr(info.count(2), r.choice("va")), src2]
@@ -313,12 +338,19 @@ def _ds(g: Gen, info: OpInfo) -> str:
     ops = []
     for role in info.sig:
         slot = 0 if role == "vdst" else 3
-        ops.append(g.vgpr(1 if role == "addr" else info.count(slot)))
+        count = 4 if role == "data1" and info.name == "ds_bvh_stack_rtn_b32" else info.count(slot)
+        ops.append(g.vgpr(1 if role == "addr" else count))
     text = f"{info.name} {', '.join(ops)}"
     if not ops:
         return info.name
     if two_offsets(info.name):
         text += f" offset0:{r.randint(0, 255)} offset1:{r.randint(0, 255)}"
+    elif info.name == "ds_swizzle_b32":  # as llvm-objdump prints them (a raw mask may not read back the same)
+        n = 1 << r.randint(1, 5)
+        text += " offset:" + r.choice([
+            f"swizzle(QUAD_PERM,{','.join(str(r.randint(0, 3)) for _ in range(4))})",
+            f'swizzle(BITMASK_PERM,"{"".join(r.choice("01pi") for _ in range(5))}")',
+            f"swizzle(BROADCAST,{n},{r.randrange(n)})", f"swizzle(SWAP,{n // 2})", f"swizzle(REVERSE,{n})"])
     elif r.random() < 0.6:
         text += f" offset:{r.randint(1, 65535)}"
     return text
@@ -579,8 +611,94 @@ def _exp_case(g: Gen, info: OpInfo) -> str:
         (" row_en" if r.random() < 0.3 else "")
 
 
+IMAGE_TH = {"th_load": ["TH_LOAD_NT", "TH_LOAD_HT", "TH_LOAD_RT_NT"], "th_store": ["TH_STORE_NT", "TH_STORE_HT"],
+            "th_atomic": ["TH_ATOMIC_RETURN", "TH_ATOMIC_NT", "TH_ATOMIC_NT_RETURN"]}
+
+
+def _image_vaddr(g: Gen, info: OpInfo, words: int) -> str:
+    """An address of ``words`` VGPRs: a range or (gfx11, 2..5 words) a list; gfx12: always a list (the last of its
+    4 or 5 fields holding the rest as a range)."""
+    from tg_amd.image import NSA_FIELDS, _sizes
+    r = g.rng
+    if words == 1:
+        return g.vgpr(1)
+    if g.arch.gen == 11 and (words > 5 or r.random() < 0.5):
+        if 5 <= words <= 7 and max(_sizes(info.name)) >= 8 and r.random() < 0.3:
+            words = 8  # the oversized form llvm-mc still takes
+        return g.vgpr(words)
+    fields = NSA_FIELDS[info.fmt]
+    singles = words if words <= fields else fields - 1
+    regs = [g.vgpr(1) for _ in range(singles)]
+    if words > fields:
+        regs.append(g.vgpr(words - singles))
+    return "[" + ", ".join(regs) + "]"
+
+
+def _image(g: Gen, info: OpInfo) -> str:
+    """image_*: dmask, dim, a16/d16/tfe/lwe, cache policy; data and address counts as LLVM computes them."""
+    from tg_amd.image import BVH, DIMS, _sizes, address_words, bvh_groups, data_count, is_store, shape
+    r, gen = g.rng, g.arch.gen
+    rsrc = r.choice(["ttmp[8:15]", *(f"s[{lo}:{lo + 7}]" for lo in (0, 4, 8, 40, 96))])
+    if info.name in BVH:
+        a16 = r.random() < 0.4
+        groups = bvh_groups(info.name, a16)
+        if gen == 11 and r.random() < 0.5:
+            vaddr = g.vgpr(sum(groups))
+        else:
+            vaddr = "[" + ", ".join(g.vgpr(n) for n in groups) + "]"
+        srsrc = r.choice(["s[4:7]", "s[100:103]", "ttmp[4:7]"])
+        return f"{info.name} {g.vgpr(4)}, {vaddr}, {srsrc}" + (" a16" if a16 else "")
+    s = shape(info.name)
+    dims = [6, 7] if s.msaa else list(range(6)) if s.sampler else list(range(8))
+    a16 = r.random() < 0.3
+    dim = r.choice(dims)
+    if address_words(s, dim, a16) not in _sizes(info.name):
+        dim, a16 = 0, False
+    if s.atomic:
+        dmask = r.choice([3, 15]) if "cmpswap" in info.name else r.choice([1, 3])
+    elif s.gather:
+        dmask = r.choice([1, 2, 4, 8])
+    else:
+        dmask = r.randint(1, 15)
+    d16 = s.d16 and r.random() < 0.3
+    tfe = r.random() < 0.2 and (not s.atomic or (dmask == 1 and "cmpswap" not in info.name))
+    tfe = tfe and not (s.gather and d16)  # llvm has no 3-VGPR gather
+    # vdata below v252: llvm-mc's disassembler first reads 4 data VGPRs and refuses ones past v255
+    ops = [g.vgpr(data_count(s, dmask, d16, tfe), top=252), _image_vaddr(g, info, address_words(s, dim, a16)), rsrc]
+    if s.sampler:
+        ops.append(r.choice(["ttmp[4:7]", *(f"s[{lo}:{lo + 3}]" for lo in (0, 8, 20, 100))]))
+    mods = [f"dmask:{dmask:#x}", f"dim:SQ_RSRC_IMG_{DIMS[dim][0]}" if r.random() < 0.8 else f"dim:{DIMS[dim][0]}"]
+    sampled = gen == 11 or info.fmt == "VSAMPLE"
+    if sampled and r.random() < 0.2:
+        mods.append("unorm")
+    if gen == 11:
+        mods += [f for f in ("glc", "slc", "dlc") if r.random() < 0.2]
+    else:
+        kind = "th_store" if is_store(info.name) else s.policy
+        if r.random() < 0.4:
+            mods.append(f"th:{r.choice(IMAGE_TH[kind])}")
+        if r.random() < 0.3:
+            mods.append(f"scope:{r.choice(['SCOPE_SE', 'SCOPE_DEV', 'SCOPE_SYS'])}")
+    mods += ["r128"] * (r.random() < 0.15) + ["a16"] * a16 + ["tfe"] * tfe
+    mods += ["lwe"] * (sampled and r.random() < 0.15) + ["d16"] * d16
+    return f"{info.name} {', '.join(ops)} {' '.join(mods)}"
+
+
+def _true16_case(g: Gen, info: OpInfo) -> str:
+    """v_mov_b16: VGPR halves of v0..v127, SGPRs, inline and 16-bit literal constants; DPP16/DPP8 sometimes."""
+    r = g.rng
+    half = lambda: f"v{r.randrange(128)}.{r.choice('lh')}"  # noqa: E731
+    if r.random() < 0.25:
+        return f"{info.name} {half()}, {half()} {_dpp_ctrl(g)}"
+    # no float constants: llvm-objdump prints an inline 0.5 as 0x3800, which llvm-mc reads as a literal
+    src = r.choice([half(), half(), g.sgpr(1), str(r.randint(-16, 64)), hex(r.randint(65, 0xFFFF))])
+    return f"{info.name}{r.choice(['', '_e32'])} {half()}, {src}"
+
+
 def case_for(g: Gen, info: OpInfo) -> str:
     fmt = info.fmt
+    if info.name == "v_mov_b16":
+        return _true16_case(g, info)
     if fmt in ("SOP1", "SOP2", "SOPC", "SOPK", "SOPP"):
         return _salu(g, info)
     if fmt == "SMEM":
@@ -613,6 +731,8 @@ def case_for(g: Gen, info: OpInfo) -> str:
         return _exp_case(g, info)
     if fmt == "LDSDIR":
         return _ldsdir(g, info)
+    if fmt in ("MIMG", "VIMAGE", "VSAMPLE"):
+        return _image(g, info)
     raise ValueError(fmt)
 
 

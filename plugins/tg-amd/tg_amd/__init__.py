@@ -16,7 +16,7 @@ byte (the tests check). Modules:
     assembler   programs: labels, branches, disassembly listings
     dsl         Python builders named like the mnemonics
     emulator    runs RDNA3/RDNA4 machine code (emu_state: registers and memory; emu_operands, emu_ops,
-                emu_mem: what instructions do)
+                emu_salu, emu_mem: what instructions do)
     kernels/    hand-written kernels (gemm: WMMA GEMMs for gfx1200 and gfx1100)
     device      the AMD:EMU device (plugin.py registers it)
     gemm        asm_gemm(a, b): the WMMA GEMM from Tensor code, with backward

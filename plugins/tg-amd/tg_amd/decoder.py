@@ -8,15 +8,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from tg_amd import dpp, sdwa
+from tg_amd import dpp, image, sdwa
 from tg_amd.arch import Arch, AsmError, get_arch
-from tg_amd.encoder import OMOD, _e64_sig, returns
+from tg_amd.encode_mem import returns
+from tg_amd.encoder import OMOD, PERMLANE_OP_SEL, TRUE16, _e64_sig
+from tg_amd.encoding import PACKED
 from tg_amd.inst import Inst
-from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, two_offsets
+from tg_amd.isa import SRC_INDEX, OpInfo, by_opcode, ds_count, two_offsets
 from tg_amd.layouts import LAYOUTS, Layout, match
 from tg_amd.llvm_table import dpp_forms, hex_immediates
 from tg_amd.operands import FILES, INV_2PI, LITERAL, OFF, SPECIALS, Attr, Dec, Hex, Label, Mod, Reg, Sext
-from tg_amd.symbols import delay_sym, format_name, hwreg_sym, msg_sym, policy_name
+from tg_amd.symbols import (
+    Sym,
+    delay_sym,
+    depctr_sym,
+    format_name,
+    gpr_idx_sym,
+    hwreg_sym,
+    msg_sym,
+    policy_name,
+    swizzle_sym,
+)
 
 FLOAT_CODES = {240: 0.5, 241: -0.5, 242: 1.0, 243: -1.0, 244: 2.0, 245: -2.0, 246: 4.0, 247: -4.0, 248: INV_2PI}
 OMOD_NAMES = {v: k for k, v in OMOD.items()}
@@ -88,6 +100,8 @@ def _vop_operands(d: _Decoder, sig: tuple[str, ...], layout: Layout) -> list[Any
         elif role in ("src0", "src1", "src2"):
             k = int(role[-1])
             op = d.src(f[role], info.count(k + 1))
+            if _b16_source(info, k + 1) and layout.name in ("VOP1", "VOP2", "VOPC", "VOP3", "VOP3SD"):
+                op = _b16_constant(op)
             neg = f.get("neg", 0) >> k & 1 if layout.name in ("VOP3", "VOP3SD") else 0
             ab = f.get("abs", 0) >> k & 1
             out.append(Mod(op, bool(neg), bool(ab)) if neg or ab else op)
@@ -96,6 +110,10 @@ def _vop_operands(d: _Decoder, sig: tuple[str, ...], layout: Layout) -> list[Any
             out.append(d.scalar(f[f"src{k}"], info.count(k + 1)))
         elif role in ("vsrc0", "asrc0"):
             out.append(Reg("a" if role == "asrc0" else "v", f["src0"] - 256, info.count(1)))
+        elif role == "vsrc1" and "vsrc1" not in f:  # a VGPR-only source of a VOP3
+            out.append(Reg("v", f["src1"] - 256, info.count(2)))
+        elif role == "vsrc2":
+            out.append(Reg("v", f["src2"] - 256, info.count(3)))
         elif role == "vsrc1":
             out.append(Reg("v", f["vsrc1"], info.count(2)))
         elif role == "vcc":
@@ -137,6 +155,8 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                 ops.append(d.scalar(f["sdst"], info.count(0)))
             elif role in ("ssrc0", "ssrc1"):
                 ops.append(d.scalar(f[role], info.count(SRC_INDEX[role])))
+            elif role == "gpridx":
+                ops.append(gpr_idx_sym(f["ssrc1"]))
             elif role == "simm16":
                 imm = f["simm16"]
                 if "reg" in name and lay == "SOPK" and name.startswith(("s_getreg", "s_setreg")):
@@ -145,6 +165,12 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                     ops.append(msg_sym(imm, arch))
                 elif name == "s_delay_alu":
                     ops.append(delay_sym(imm))
+                elif name in ("s_waitcnt_depctr", "s_wait_alu"):
+                    ops.append(depctr_sym(imm))
+                elif name == "s_set_gpr_idx_mode":
+                    ops.append(gpr_idx_sym(imm))
+                elif name == "s_version":
+                    ops.append(Sym("version", (imm,)))
                 elif name in hex_immediates(arch.gen):
                     ops.append(Hex(imm))
                 else:  # llvm-mc prints the 16 bits unsigned (SOPK's sign extension is the instruction's business)
@@ -155,11 +181,21 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                 ops.append(Dec(f["simm16"]))
             elif role == "waitcnt":
                 ops.append(_waitcnt_counters(f["simm16"], arch))
+            elif role == "msg":
+                ops.append(msg_sym(f["ssrc0"], arch))
     elif lay == "SMEM":
         bits = {11: 21, 12: 24, 9: 21}[arch.gen]
         for role in sig:
             if role == "sdata":
                 ops.append(d.scalar(f["sdata"], info.count(0)))
+            elif role == "probe":
+                ops.append(f["sdata"] & (0x1F if arch.gen == 12 else 0x7F))
+            elif role == "plen":
+                ops.append(f["sdata"] & 0x1F)
+            elif role == "ioffset":
+                ops.append(Hex(_sext(f["offset"], bits)))
+            elif role == "soffset":
+                ops.append(d.scalar(f["soffset"], 1))
             elif role in ("sbase", "sbuf"):
                 ops.append(d.scalar(f["sbase"] << 1, 2 if role == "sbase" else 4))
             elif role == "soff" and arch.gen == 9:
@@ -187,10 +223,12 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                 mods["clamp"] = True
             if f.get("omod"):
                 mods["omod"] = OMOD_NAMES[f["omod"]]
-            if f.get("op_sel"):
+            if f.get("op_sel") and name.startswith(PERMLANE_OP_SEL):
+                mods["op_sel"] = (f["op_sel"] & 1, f["op_sel"] >> 1 & 1)
+            elif f.get("op_sel"):
                 nsrc = sum(r in ("src0", "src1", "src2", "mask") for r in sig)
-                bits = [f["op_sel"] >> k & 1 for k in range(nsrc)] + [f["op_sel"] >> 3 & 1]
-                mods["op_sel"] = tuple(bits)
+                sel = [f["op_sel"] >> k & 1 for k in range(nsrc)] + [f["op_sel"] >> 3 & 1]
+                mods["op_sel"] = tuple(sel)
     elif lay == "VOP3P":
         ops = _vop_operands(d, sig, layout)
         mix = "mix" in info.flags
@@ -205,9 +243,9 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
                 if n or a:
                     ops[k + 1] = Mod(ops[k + 1], bool(n), bool(a))
             negs = []
-        for key, bits, default in (("op_sel", op_sel, 0), ("op_sel_hi", op_sel_hi, 0 if mix else 1), *negs):
-            if any(b != default for b in bits[:nsrc]):
-                mods[key] = tuple(bits[:nsrc])
+        for key, flags, default in (("op_sel", op_sel, 0), ("op_sel_hi", op_sel_hi, 0 if mix else 1), *negs):
+            if any(b != default for b in flags[:nsrc]):
+                mods[key] = tuple(flags[:nsrc])
         if f.get("clamp"):
             mods["clamp"] = True
     elif lay == "MAI":
@@ -215,21 +253,21 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
         ops = [Reg(dk, f["vdst"], info.count(0)),
                Reg("a" if f["acc"] & 1 else "v", f["src0"] - 256, info.count(1)),
                Reg("a" if f["acc"] & 2 else "v", f["src1"] - 256, info.count(2)),
-               d.src(f["src2"], info.count(3), dk)]
+               d.src(f["src2"], 1, "v") if "vidx" in sig else d.src(f["src2"], info.count(3), dk)]
         for key in ("cbsz", "abid", "blgp"):
             if f[key]:
                 mods[key] = f[key]
     elif lay == "DS":
         kind = "a" if f.get("acc") else "v"
         for role in sig:
-            slot = 0 if role == "vdst" else SRC_INDEX.get(role, 1)
-            ops.append(Reg("v" if role == "addr" else kind, f[role], 1 if role == "addr" else info.count(slot)))
+            ops.append(Reg("v" if role == "addr" else kind, f[role], ds_count(info, role)))
         if two_offsets(name):
             for key in ("offset0", "offset1"):
                 if f[key]:
                     mods[key] = f[key]
         elif f["offset0"] | f["offset1"] << 8:
-            mods["offset"] = f["offset0"] | f["offset1"] << 8
+            offset = f["offset0"] | f["offset1"] << 8
+            mods["offset"] = swizzle_sym(offset) if name == "ds_swizzle_b32" else offset
         if f.get("gds"):
             mods["gds"] = True
     elif lay == "FLAT":
@@ -292,7 +330,7 @@ def _decode_fields(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], 
             mods["clamp"] = True
         mods["wait_exp"] = f["wait_exp"]  # llvm-mc always prints it
     elif lay == "EXP":
-        from tg_amd.encoder import EXP_TARGETS
+        from tg_amd.encode_mem import EXP_TARGETS
         name_of = {v: k for k, v in EXP_TARGETS.items()}
         ops.append(Label(name_of.get(f["target"], f"target{f['target']}")))
         ops += [Reg("v", f[f"vsrc{k}"]) if f["en"] >> k & 1 else OFF for k in range(4)]
@@ -338,6 +376,8 @@ def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
         info = by_opcode(arch, key, f.get("op", 0))  # EXP has no opcode field
         if info is None:
             continue
+        if layout.name in image.FAMILIES:
+            return image.decode(data, arch, offset, layout, info, f)
         sig = info.sig
         if layout.name == "VOP3SD":
             continue  # VOP3 and VOP3SD share encoding bits; the opcode's table decides below
@@ -359,7 +399,7 @@ def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
                 raise AsmError(f"truncated DPP dword at byte {offset + size}", info.name, None, arch.name)
             word = int.from_bytes(data[offset + size:offset + size + 4], "little")
             inst = _decode_dpp(arch, layout, info, f, enc, sig, word)
-            return inst, size + 4
+            return _exponent_text(_true16(inst) if info.name in TRUE16 else inst, info, arch), size + 4
         if not arch.rdna and layout.name in ("VOP1", "VOP2", "VOPC") and f.get("src0") == sdwa.MARKER:
             if offset + size + 4 > len(data):
                 raise AsmError(f"truncated SDWA dword at byte {offset + size}", info.name, None, arch.name)
@@ -370,8 +410,56 @@ def decode(data: bytes, arch: str | Arch, offset: int = 0) -> tuple[Inst, int]:
                 raise AsmError(f"truncated literal at byte {offset + size}", info.name, None, arch.name)
             literal = int.from_bytes(data[offset + size:offset + size + 4], "little")
             size += 4
-        return _decode_fields(arch, layout, info, f, literal, enc, sig), size
+        inst = _decode_fields(arch, layout, info, f, literal, enc, sig)
+        return _exponent_text(_true16(inst) if info.name in TRUE16 else inst, info, arch), size
     raise AsmError(f"unknown instruction encoding 0x{dword0:08x} at byte {offset}", None, None, arch.name)
+
+
+F16_BITS = {0.5: 0x3800, -0.5: 0xB800, 1.0: 0x3C00, -1.0: 0xBC00, 2.0: 0x4000, -2.0: 0xC000, 4.0: 0x4400,
+            -4.0: 0xC400, INV_2PI: 0x3118}
+
+
+def _b16_constant(op: Any) -> Any:
+    """A constant of a 16-bit integer VALU source as llvm-objdump prints it: inline floats as their f16 bits,
+    literals as their low 16 bits (what the operand reads)."""
+    if isinstance(op, float):
+        return Hex(F16_BITS[op])
+    if isinstance(op, int) and not -16 <= op <= 64:
+        return Hex(op & 0xFFFF)
+    return op
+
+
+def _b16_source(info: OpInfo, slot: int) -> bool:
+    """Whether source ``slot`` is a 16-bit integer VALU operand (not packed, not v_ldexp_f16's exponent)."""
+    return (info.width(slot) == 16 and not info.is_float(slot) and not info.name.startswith(PACKED)
+            and info.name != "v_ldexp_f16")
+
+
+def _true16(inst: Inst) -> Inst:
+    """v_mov_b16's VGPR numbers back to halves (128 and up: the high half); constants as ``_b16_constant``."""
+    ops: list[Any] = []
+    for op in inst.operands:
+        if isinstance(op, Reg) and op.kind == "v":
+            op = Reg("v", op.index & 127, 1, "h" if op.index >= 128 else "l")
+        else:
+            op = _b16_constant(op)
+        ops.append(op)
+    inst.operands = tuple(ops)
+    inst.enc = inst.enc or "e32"  # llvm-objdump names the encoding (v_mov_b16_e32)
+    return inst
+
+
+def _exponent_text(inst: Inst, info: OpInfo, arch: Arch) -> Inst:
+    """v_ldexp_*'s exponent as llvm-objdump prints its modifier bits: -x / |x| in RDNA's VOP3 v_ldexp_f16,
+    elsewhere ``sext(x)`` for the neg bit and nothing for abs."""
+    if info.exponent_mods(2, arch.rdna) is None or len(inst.operands) < 3:
+        return inst
+    op = inst.operands[2]
+    vop3 = inst.enc in ("e64", "e64_dpp") or info.fmt == "VOP3"
+    if isinstance(op, Mod) and not (vop3 and info.exponent_mods(2, arch.rdna) == "negabs"):
+        op = Sext(op.value) if op.neg else op.value
+        inst.operands = (*inst.operands[:2], op, *inst.operands[3:])
+    return inst
 
 
 def _decode_dpp(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], enc: str | None,
@@ -406,6 +494,8 @@ def _decode_sdwa(arch: Arch, layout: Layout, info: OpInfo, f: dict[str, int], si
         i = sig.index(role)
         raw = (word & 0xFF) if role == "src0" else f["vsrc1"]
         op: Any = d.scalar(raw, 1) if scalar else Reg("v", raw)
+        if _b16_source(info, 1 if role == "src0" else 2):
+            op = _b16_constant(op)
         if neg or ab:
             op = Mod(op, bool(neg), bool(ab))
         ops[i] = Sext(op) if sext else op
@@ -423,9 +513,10 @@ def _decode_vopd(data: bytes, arch: Arch, offset: int, layout: Layout, f: dict[s
     size = layout.bits // 8
     halves = []
     literal = None
-    infos = [by_opcode(arch, "VOPD_X", f["opx"]), by_opcode(arch, "VOPD_Y", f["opy"])]
-    if infos[0] is None or infos[1] is None:
+    x, y = by_opcode(arch, "VOPD_X", f["opx"]), by_opcode(arch, "VOPD_Y", f["opy"])
+    if x is None or y is None:
         raise AsmError(f"unknown VOPD opcodes {f['opx']}/{f['opy']} at byte {offset}", None, None, arch.name)
+    infos = [x, y]
     needs = any("k" in i.sig for i in infos) or f["srcx0"] == LITERAL or f["srcy0"] == LITERAL
     if needs:
         literal = int.from_bytes(data[offset + size:offset + size + 4], "little")

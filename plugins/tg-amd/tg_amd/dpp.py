@@ -10,7 +10,7 @@ CDNA ISA guides and llvm-mc's encodings.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 from tg_amd.arch import Arch, AsmError
 
@@ -37,7 +37,7 @@ def has_dpp(mods: dict[str, Any]) -> bool:
     return any(k in mods for k in KEYS)
 
 
-def _fail(message: str, arch: Arch, what: str = "dpp") -> None:
+def _fail(message: str, arch: Arch, what: str = "dpp") -> NoReturn:
     raise AsmError(message, None, what, arch.name)
 
 

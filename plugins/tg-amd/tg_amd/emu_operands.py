@@ -134,6 +134,17 @@ def _vread_plain(op: Any, kind: str) -> Callable[[Wave], Any]:
     return lambda w: value
 
 
+def as_f64(x: Any) -> Any:
+    """Values as float64 (exact for f16/f32/i32/u32): arithmetic in it is rounded once to the result type."""
+    return np.asarray(x, dtype=np.float64)
+
+
+def cvt_f_to_int(x: Any, lo: float, hi: float, dtype: Any) -> Any:
+    """Float -> int as the ISA converts: truncate, NaN -> 0, saturate at the type's range."""
+    t = np.trunc(np.nan_to_num(as_f64(x), nan=0.0, posinf=hi, neginf=lo))
+    return np.clip(t, lo, hi).astype(dtype)
+
+
 def to_bits(kind: str, x: Any) -> Any:
     """Lane values of ``kind`` -> uint32 register bits (f16: the low half, high half zero)."""
     if kind == f32:

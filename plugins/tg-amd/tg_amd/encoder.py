@@ -4,32 +4,29 @@ In: an ``Inst`` (mnemonic, operands in LLVM order, modifiers) and an arch; for b
 instruction's byte address and the label addresses. Out: the instruction's bytes (little
 endian dwords, a trailing 32-bit literal when one is needed). Every operand is checked
 (register file, register count and alignment, immediate range); failures raise ``AsmError``
-naming the instruction, the operand and the arch.
+naming the instruction, the operand and the arch. This module holds the scalar and vector ALU
+formats; ``tg_amd.encoding`` the per-instruction state they share, ``tg_amd.encode_mem`` the memory,
+interpolation and export formats, ``tg_amd.image`` the image formats.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from tg_amd import dpp, sdwa
+from tg_amd import dpp, image, sdwa
+from tg_amd import encode_mem as mem
 from tg_amd.arch import Arch, AsmError, get_arch
+from tg_amd.encoding import PACKED, TRUE16, NoFit, _Encoder, _no_mods, _operands, _signed, _unsigned
 from tg_amd.inst import Inst
-from tg_amd.isa import SRC_INDEX, OpInfo, lookup, two_offsets, vopd_info
-from tg_amd.layouts import LAYOUTS, Layout
+from tg_amd.isa import SRC_INDEX, OpInfo, lookup, vopd_info
 from tg_amd.llvm_table import dpp_forms
 from tg_amd.operands import (
-    ANY_WIDTH,
-    OFF,
-    SPECIALS,
-    Attr,
     Label,
     Mod,
     Reg,
     Sext,
     constant_code,
-    operand_text,
-    scalar_code,
 )
-from tg_amd.symbols import Sym, format_value, policy_value
+from tg_amd.symbols import Sym
 from tg_amd.symbols import value as symbol_value
 
 OMOD = {"mul:2": 1, "mul:4": 2, "div:2": 3}
@@ -37,139 +34,10 @@ SRC_FIELDS = ("src0", "src1", "src2")
 SHIFT64 = ("v_lshlrev_b64", "v_lshrrev_b64", "v_ashrrev_i64")  # constant bus limit 1 even on RDNA
 
 
+BARRIER_ID = ("s_barrier_signal", "s_barrier_init", "s_barrier_join", "s_wakeup_barrier", "s_get_barrier_state")
+PERMLANE_OP_SEL = ("v_permlane16_", "v_permlanex16_")  # op_sel:[fi, bound_ctrl]: two bits
 NULL_SDST = ("s_waitcnt_vscnt", "s_waitcnt_vmcnt", "s_waitcnt_expcnt", "s_waitcnt_lgkmcnt")  # gfx11: null, n
-PACKED = ("v_pk_", "v_dot")  # 16-bit pairs in one 32-bit operand: any VGPR, 32-bit integer literals
 UNSIGNED_SIMM16 = ("s_getreg", "s_setreg")  # hwreg immediates: 0..0xffff only
-
-
-class NoFit(Exception):
-    """The 32-bit VOP encoding cannot hold these operands; the caller falls back to VOP3."""
-
-
-def _signed(value: int, bits: int, what: str, enc: _Encoder, unsigned_ok: bool = False) -> int:
-    lo, hi = -(1 << (bits - 1)), (1 << bits) - 1 if unsigned_ok else (1 << (bits - 1)) - 1
-    if not isinstance(value, int) or not lo <= value <= hi:
-        enc.fail(f"{value!r} out of range [{lo}, {hi}]", what)
-    return value & ((1 << bits) - 1)
-
-
-def _unsigned(value: Any, bits: int, what: str, enc: _Encoder) -> int:
-    if not isinstance(value, int) or not 0 <= value < 1 << bits:
-        enc.fail(f"{value!r} out of range [0, {(1 << bits) - 1}]", what)
-    return value
-
-
-class _Encoder:
-    def __init__(self, inst: Inst, arch: Arch, info: OpInfo, pc: int, labels: dict[str, int] | None):
-        self.inst, self.arch, self.info, self.pc, self.labels = inst, arch, info, pc, labels
-        self.fields: dict[str, int] = {}
-        self.literal: int | None = None
-        self.extra: int | None = None  # the DPP dword
-        self.layout_name = info.fmt  # the encoding being built (VOP3 for a promoted VOP1/VOP2/VOPC)
-
-    # ---- errors and operand checks
-    def fail(self, message: str, what: str | None = None) -> None:
-        raise AsmError(message, self.inst.name, what, self.arch.name)
-
-    def what(self, i: int, role: str) -> str:
-        return f"{i} ({role})"
-
-    def check_count(self, reg: Reg, count: int, what: str) -> None:
-        if reg.count != count:
-            unit = {"v": "VGPR", "a": "AGPR"}.get(reg.kind, "SGPR")
-            self.fail(f"needs {count} {unit}{'s' if count > 1 else ''}, got {operand_text(reg)} ({reg.count})",
-                      what)
-
-    def check_align(self, reg: Reg, what: str) -> None:
-        if reg.kind in ("s", "ttmp") and reg.count >= 2:
-            align = 2 if reg.count == 2 else 4
-            if reg.index % align:
-                self.fail(f"register tuple {operand_text(reg)} must start at a multiple of {align}", what)
-        if reg.kind in ("v", "a") and reg.count >= 2 and not self.arch.rdna and reg.index % 2:
-            self.fail(f"register tuple {operand_text(reg)} must start at an even register", what)
-
-    def vreg(self, op: Any, count: int, what: str, kinds: tuple[str, ...] = ("v",)) -> Reg:
-        if not isinstance(op, Reg) or op.kind not in kinds:
-            self.fail(f"expected {' or '.join({'v': 'a VGPR', 'a': 'an AGPR'}[k] for k in kinds)}, "
-                      f"got {operand_text(op)}", what)
-        self.check_count(op, count, what)
-        if op.index + op.count > 256:
-            self.fail(f"{operand_text(op)} out of range ({op.kind}0..{op.kind}255)", what)
-        self.check_align(op, what)
-        return op
-
-    def sreg(self, op: Any, count: int, what: str) -> int:
-        if not isinstance(op, Reg) or op.kind in ("v", "a"):
-            self.fail(f"expected a scalar register, got {operand_text(op)}", what)
-        if op.kind in SPECIALS:
-            if SPECIALS[op.kind][0] != count and op.kind not in ANY_WIDTH:  # null, src_shared_base, ...
-                self.fail(f"needs {count} SGPR{'s' if count > 1 else ''}, got {op.kind} ({op.count})", what)
-        else:
-            self.check_count(op, count, what)
-            self.check_align(op, what)
-        return scalar_code(op, self.arch, what, self.inst.name)
-
-    def set_literal(self, value: int, what: str) -> None:
-        if self.literal is not None and self.literal != value:
-            self.fail("only one 32-bit literal per instruction", what)
-        self.literal = value
-
-    def src(self, op: Any, slot: int, what: str, vgpr: bool = True, agpr: bool = False,
-            literal: bool = True) -> tuple[int, bool, bool]:
-        """Source code (8 or 9 bits), neg, abs of a source operand in ``slot``."""
-        neg = ab = False
-        if isinstance(op, Mod):
-            if not self.info.is_float(slot):
-                self.fail("neg/abs modifiers need a float operand", what)
-            op, neg, ab = op.value, op.neg, op.abs
-        count = self.info.count(slot)
-        if isinstance(op, Reg):
-            if op.kind in ("v", "a"):
-                if not (vgpr if op.kind == "v" else agpr):
-                    self.fail(f"{operand_text(op)} is not allowed here", what)
-                self.vreg(op, count, what, (op.kind,))
-                return 256 + op.index, neg, ab
-            return self.sreg(op, count, what), neg, ab
-        if isinstance(op, bool) or not isinstance(op, int | float):
-            self.fail(f"expected a register or constant, got {operand_text(op)}", what)
-        width = self.info.width(slot)
-        if width == 16 and isinstance(op, int) and self.info.name.startswith(PACKED):
-            width = 32  # an integer literal fills the whole packed pair
-        code, lit = constant_code(op, width, self.info.is_float(slot), self.inst.name, what, self.arch)
-        if lit is not None:
-            if not literal:
-                self.fail("a literal constant is not allowed here (only inline constants)", what)
-            self.set_literal(lit, what)
-        return code, neg, ab
-
-    # ---- output
-    def emit(self, layout: Layout) -> bytes:
-        try:
-            word = layout.pack(self.fields)
-        except ValueError as e:
-            self.fail(str(e))
-        out = word.to_bytes(layout.bits // 8, "little")
-        if self.literal is not None:
-            out += self.literal.to_bytes(4, "little")
-        if self.extra is not None:
-            out += self.extra.to_bytes(4, "little")
-        return out
-
-    def layout(self, name: str) -> Layout:
-        return LAYOUTS[self.arch.gen][name]
-
-
-def _operands(enc: _Encoder, sig: tuple[str, ...]) -> tuple[Any, ...]:
-    ops = enc.inst.operands
-    if len(ops) != len(sig):
-        enc.fail(f"takes {len(sig)} operands ({', '.join(sig) or 'none'}), got {len(ops)}")
-    return ops
-
-
-def _no_mods(enc: _Encoder, allowed: tuple[str, ...] = ()) -> None:
-    extra = [m for m in enc.inst.mods if m not in allowed]
-    if extra:
-        enc.fail(f"modifier {extra[0]} is not valid here", extra[0])
 
 
 # ---------------------------------------------------------------- scalar ALU
@@ -211,12 +79,17 @@ def _salu(enc: _Encoder) -> bytes:
     _no_mods(enc)
     for i, (role, op) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
         what = enc.what(i, role)
-        if role == "sdst":
+        if role == "gpridx":  # s_set_gpr_idx_on's mode: gpr_idx(SRC0,DST) or 0..15
+            code = symbol_value(op, enc.arch) if isinstance(op, Sym) else op
+            if not isinstance(code, int) or not 0 <= code <= 15:
+                enc.fail("invalid immediate: only 4-bit values are legal", what)
+            enc.fields["ssrc1"] = code
+        elif role == "sdst":
             if info.name in NULL_SDST and op != Reg("null"):
                 enc.fail("src0 must be null", what)
             enc.fields["sdst"] = enc.sreg(op, info.count(0), what)
         elif role in ("ssrc0", "ssrc1"):
-            if info.name.startswith("s_barrier_signal") and not (isinstance(op, int) or op == Reg("m0")):
+            if info.name.startswith(BARRIER_ID) and not (isinstance(op, int) or op == Reg("m0")):
                 enc.fail("barrier id must be an inline constant or m0", what)
             if "regsrc" in info.flags and not isinstance(op, Reg):
                 enc.fail("expected an SGPR", what)
@@ -246,6 +119,8 @@ def _salu(enc: _Encoder) -> bytes:
             enc.fields["simm16"] = _signed(op, 16, what, enc, unsigned_ok=True)  # llvm-mc prints 0..65535
         elif role == "waitcnt":
             enc.fields["simm16"] = _waitcnt(enc, op, what)
+        elif role == "msg":  # s_sendmsg_rtn_*: the message id sits in the SSRC0 field
+            enc.fields["ssrc0"] = _unsigned(symbol_value(op, enc.arch) if isinstance(op, Sym) else op, 8, what, enc)
     return enc.emit(enc.layout(info.fmt))
 
 
@@ -253,13 +128,22 @@ def _salu(enc: _Encoder) -> bytes:
 
 def _smem(enc: _Encoder) -> bytes:
     info, arch, f = enc.info, enc.arch, enc.fields
-    _no_mods(enc, ("offset", "glc", "dlc") if arch.gen == 11 else ("offset", "glc"))
+    prefetch = "plen" in info.sig
+    _no_mods(enc, () if prefetch else ("offset", "glc", "dlc") if arch.gen == 11 else ("offset", "glc"))
     ops = _operands(enc, info.sig)
     offset_bits = {11: 21, 12: 24, 9: 21}[arch.gen]
     for i, (role, op) in enumerate(zip(info.sig, ops, strict=True)):
         what = enc.what(i, role)
         if role == "sdata":
             f["sdata"] = enc.sreg(op, info.count(0), what)
+        elif role == "probe":  # s_atc_probe: 7 bits (gfx12: 5), the rest dropped as llvm-mc drops them
+            f["sdata"] = _unsigned(op, 16, what, enc) & (0x1F if arch.gen == 12 else 0x7F)
+        elif role == "plen":  # s_prefetch_*: 5 bits, likewise
+            f["sdata"] = _unsigned(op, 16, what, enc) & 0x1F
+        elif role == "ioffset":
+            f["offset"] = _signed(op, offset_bits, what, enc)
+        elif role == "soffset":
+            f["soffset"] = enc.sreg(op, 1, what)
         elif role in ("sbase", "sbuf"):
             f["sbase"] = enc.sreg(op, 2 if role == "sbase" else 4, what) >> 1
         elif role == "soff":
@@ -274,13 +158,13 @@ def _smem(enc: _Encoder) -> bytes:
                     f["soffset"] = arch.null or 0
                 continue
             code = enc.sreg(op, 1, what)
-            if arch.gen == 9 and extra is None:
-                f["offset"] = code
-            elif arch.gen == 9:
-                f.update(imm=1, soe=1, soffset=code, offset=_signed(extra, offset_bits, "offset", enc))
-            else:
+            if arch.gen != 9:
                 f["soffset"] = code
                 f["offset"] = _signed(extra or 0, offset_bits, "offset", enc)
+            elif extra is None:
+                f["offset"] = code
+            else:
+                f.update(imm=1, soe=1, soffset=code, offset=_signed(extra, offset_bits, "offset", enc))
     for flag in ("glc", "dlc"):
         if enc.inst.mods.get(flag):
             f[flag] = 1
@@ -329,7 +213,7 @@ def _vop_sdwa(enc: _Encoder) -> bytes:
             if isinstance(op, Mod):
                 if not info.is_float(1 if role == "src0" else 2):
                     enc.fail("neg/abs modifiers need a float operand", what)
-                op, neg, ab = op.value, int(op.neg), int(op.abs)
+                neg, ab, op = int(op.neg), int(op.abs), op.value
             if isinstance(op, Reg) and op.kind == "v":
                 code, scalar = enc.vreg(op, 1, what).index, False
             else:
@@ -351,9 +235,31 @@ def _vop_sdwa(enc: _Encoder) -> bytes:
     return enc.emit(enc.layout(info.fmt))
 
 
+def _true16_operands(enc: _Encoder) -> None:
+    """v8.l / v8.h -> the VGPR number the encodings hold (index + 128 for the high half); halves required,
+    no neg/abs."""
+    ops = []
+    for i, (role, op) in enumerate(zip(enc.info.sig, _operands(enc, enc.info.sig), strict=True)):
+        what = enc.what(i, role)
+        if isinstance(op, Mod):
+            enc.fail("not a valid operand (no neg/abs)", what)
+        if isinstance(op, Reg) and op.kind == "v":
+            if not op.half:
+                enc.fail("invalid operand for instruction (a 16-bit VGPR half: v8.l or v8.h)", what)
+            if op.index >= 128:
+                enc.fail("operands are not valid for this GPU or mode (halves of v0..v127 only)", what)
+            op = Reg("v", op.index + 128 * (op.half == "h"))
+        elif role == "vdst":
+            enc.fail("invalid operand for instruction (a 16-bit VGPR half: v8.l or v8.h)", what)
+        ops.append(op)
+    enc.inst = Inst(enc.inst.name, tuple(ops), enc.inst.mods, enc.inst.enc)
+
+
 def _vop32(enc: _Encoder) -> bytes:
     """VOP1 / VOP2 / VOPC in their 32-bit encoding (raises NoFit when VOP3 is needed)."""
     info, f = enc.info, enc.fields
+    if info.name in TRUE16:
+        _true16_operands(enc)
     if not enc.arch.rdna and (sdwa.has_sdwa(enc.inst.mods) or enc.inst.enc == "sdwa"):
         return _vop_sdwa(enc)
     use_dpp = dpp.has_dpp(enc.inst.mods) or enc.inst.enc == "dpp"
@@ -361,12 +267,14 @@ def _vop32(enc: _Encoder) -> bytes:
         raise NoFit
     negabs = 0
     for i, (role, op) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
-        if use_dpp and role in ("src0", "vsrc1") and isinstance(op, Mod | Reg):
+        if use_dpp and role in ("src0", "vsrc1") and isinstance(op, Mod | Reg | Sext):
             op, negabs = _dpp_source(enc, op, role, negabs, enc.what(i, role))
         what = enc.what(i, role)
         slot = 0 if role in ("vdst", "adst") else SRC_INDEX.get(role, 1)
-        if (enc.arch.rdna and info.width(slot) == 16 and isinstance(op, Reg) and op.kind == "v"
-                and op.index >= 128 and not info.name.startswith(PACKED)):
+        # (the 32-bit class mask of v_cmp*_class_f16 is a 16-bit VGPR operand there too)
+        vgpr16 = info.width(slot) == 16 or (slot == 2 and info.name.endswith("_class_f16"))
+        if (enc.arch.rdna and vgpr16 and isinstance(op, Reg) and op.kind == "v"
+                and op.index >= 128 and not info.name.startswith(PACKED) and info.name not in TRUE16):
             raise NoFit  # 16-bit operands of the 32-bit encodings reach v0..v127 only
         if role == "vdst":
             f["vdst"] = enc.vreg(op, info.count(0), what).index
@@ -391,11 +299,13 @@ def _vop32(enc: _Encoder) -> bytes:
                 enc.fail("expected a literal constant", what)
             bits = 16 if info.width(0) == 16 else 32
             code, lit = constant_code(op, bits, info.is_float(1), info.name, what, enc.arch)
-            enc.set_literal(lit if lit is not None else _const_value(op), what)
+            enc.set_literal(lit if lit is not None else _const_value(op, bits), what)
     implicit = ("vcc",) if info.sig and info.sig[-1] == "vcc" else ()  # carry-in / cndmask select
     literal = [(255, 1)] if enc.literal is not None else []  # fmamk/fmaak's K is a constant-bus read
     _constant_bus(enc, [(f.get("src0"), info.count(1)), *literal], implicit)
     if use_dpp:
+        if negabs and "dpp8" in enc.inst.mods:
+            raise NoFit  # DPP8's dword has no neg/abs bits; llvm-mc takes the VOP3 form
         _apply_dpp(enc, negabs)
     return enc.emit(enc.layout(info.fmt))
 
@@ -403,8 +313,15 @@ def _vop32(enc: _Encoder) -> bytes:
 def _dpp_source(enc: _Encoder, op: Any, role: str, negabs: int, what: str) -> tuple[Reg, int]:
     """A DPP source: a VGPR, its neg/abs going into the DPP dword (bits neg0 abs0 neg1 abs1)."""
     shift = 0 if role == "src0" else 2
-    if isinstance(op, Mod):
-        if not enc.info.is_float(1 if role == "src0" else 2):
+    slot = 1 if role == "src0" else 2
+    exponent = enc.info.exponent_mods(slot, enc.arch.rdna)
+    if isinstance(op, Sext):
+        if not exponent:
+            enc.fail("sext is valid on SDWA sources and v_ldexp's exponent only", what)
+        negabs |= 1 << shift
+        op = op.value
+    elif isinstance(op, Mod):
+        if not (enc.info.is_float(slot) or exponent == "negabs"):
             enc.fail("neg/abs modifiers need a float operand", what)
         negabs |= (int(op.neg) | int(op.abs) << 1) << shift
         op = op.value
@@ -448,9 +365,10 @@ def _constant_bus(enc: _Encoder, codes: list[tuple[int | None, int]], implicit: 
         enc.fail(f"reads {len(reads)} scalar values (SGPRs, VCC, literal); the constant bus allows {limit}")
 
 
-def _const_value(op: int | float) -> int:
+def _const_value(op: int | float, bits: int = 32) -> int:
+    """The literal dword of a constant (a float as its ``bits``-wide float bits)."""
     from tg_amd.operands import float_bits
-    return float_bits(op, 32) if isinstance(op, float) else op & 0xFFFFFFFF
+    return float_bits(op, bits) if isinstance(op, float) else op & 0xFFFFFFFF
 
 
 def _e64_sig(info: OpInfo, arch: Arch) -> tuple[str, ...]:
@@ -501,9 +419,10 @@ def _vop3(enc: _Encoder, sig: tuple[str, ...], op: int) -> bytes:
             k = int(role[-1])
             f[f"src{k}"] = enc.src(o, k + 1, what, vgpr=False, literal=enc.arch.vop3_literal)[0]
             nsrc = max(nsrc, k + 1)
-        elif role == "vsrc0":
-            f["src0"] = 256 + enc.vreg(o, info.count(1), what).index
-            nsrc = max(nsrc, 1)
+        elif role in ("vsrc0", "vsrc1", "vsrc2"):  # VGPR-only sources
+            k = int(role[-1])
+            f[f"src{k}"] = 256 + enc.vreg(o, info.count(k + 1), what).index
+            nsrc = max(nsrc, k + 1)
         elif role == "mask":
             f["src2"] = enc.sreg(o, _mask_count(enc), what)
             nsrc = 3
@@ -529,7 +448,12 @@ def _vop3(enc: _Encoder, sig: tuple[str, ...], op: int) -> bytes:
         if mods["omod"] not in OMOD:
             enc.fail(f"output modifier {mods['omod']!r} (mul:2, mul:4, div:2)", "omod")
         f["omod"] = OMOD[mods["omod"]]
-    if "op_sel" in mods:
+    if "op_sel" in mods and info.name.startswith(PERMLANE_OP_SEL):
+        bits = list(mods["op_sel"])
+        if len(bits) != 2:
+            enc.fail("op_sel takes 2 bits here (fi, bound_ctrl)", "op_sel")
+        f["op_sel"] = bits[0] | bits[1] << 1
+    elif "op_sel" in mods:
         bits = list(mods["op_sel"])
         if len(bits) != nsrc + 1 or "op_sel" not in layout.fields:
             enc.fail(f"op_sel takes {nsrc + 1} bits", "op_sel")
@@ -608,8 +532,11 @@ def _vop3p(enc: _Encoder) -> bytes:
 
 
 def _mai(enc: _Encoder) -> bytes:
+    """MFMA: D, A, B (VGPRs or AGPRs), C (D's file, or an inline constant); sparse MFMA (v_smfmac_*)
+    accumulates into D and reads the sparsity index VGPR in C's place."""
     info, f, mods = enc.info, enc.fields, enc.inst.mods
-    _no_mods(enc, ("cbsz", "abid", "blgp"))
+    sparse = "vidx" in info.sig
+    _no_mods(enc, ("cbsz", "abid") if sparse else ("cbsz", "abid", "blgp"))
     f["op"] = info.op
     ops = _operands(enc, info.sig)
     dst = enc.vreg(ops[0], info.count(0), enc.what(0, "mdst"), ("v", "a"))
@@ -621,7 +548,9 @@ def _mai(enc: _Encoder) -> bytes:
         f[f"src{k - 1}"] = 256 + r.index
         acc |= int(r.kind == "a") << (k - 1)
     c = ops[3]
-    if isinstance(c, Reg):
+    if sparse:
+        f["src2"] = 256 + enc.vreg(c, 1, enc.what(3, "vidx")).index
+    elif isinstance(c, Reg):
         enc.vreg(c, info.count(3), enc.what(3, "msrc2"), (dst.kind,))
         same = c.index == dst.index and c.count == dst.count
         overlap = c.index < dst.index + dst.count and dst.index < c.index + c.count
@@ -704,266 +633,12 @@ def _vopd_banks(name: str, got: dict[str, int]) -> tuple[int | None, int | None,
     return src0, src1, src2
 
 
-# ---------------------------------------------------------------- memory
-
-def _ds(enc: _Encoder) -> bytes:
-    info, f, mods, arch = enc.info, enc.fields, enc.inst.mods, enc.arch
-    two = two_offsets(info.name)
-    allowed = ("offset0", "offset1") if two else ("offset",)
-    _no_mods(enc, allowed + (("gds",) if arch.gen != 12 else ()))
-    f["op"] = info.op
-    kinds = ("v", "a") if arch.gen == 9 else ("v",)
-    acc = set()
-    for i, (role, o) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
-        what = enc.what(i, role)
-        slot = 0 if role == "vdst" else SRC_INDEX.get(role, 1)
-        r = enc.vreg(o, 1 if role == "addr" else info.count(slot), what, ("v",) if role == "addr" else kinds)
-        if role != "addr":
-            acc.add(r.kind)
-        f[role] = r.index
-    if len(acc) > 1:
-        enc.fail("data and destination must all be VGPRs or all AGPRs")
-    if "a" in acc:
-        f["acc"] = 1
-    if two:
-        f["offset0"] = _unsigned(mods.get("offset0", 0), 8, "offset0", enc)
-        f["offset1"] = _unsigned(mods.get("offset1", 0), 8, "offset1", enc)
-    else:
-        off = _unsigned(mods.get("offset", 0), 16, "offset", enc)
-        f["offset0"], f["offset1"] = off & 0xFF, off >> 8
-    if mods.get("gds"):
-        f["gds"] = 1
-    return enc.emit(enc.layout("DS"))
-
-
-RETURN_FLAG = {11: "glc", 9: "sc0", 12: "th:TH_ATOMIC_RETURN"}
-
-
-def returns(info: OpInfo, bit: int, arch: Arch) -> bool:
-    """Whether an atomic returns the old value: glc (gfx11), sc0 (gfx942), an odd th (gfx12)."""
-    return "atomic" in info.flags and bool(bit & 1)
-
-
-def _return_bit(enc: _Encoder) -> int:
-    mods, arch = enc.inst.mods, enc.arch
-    if arch.gen == 12:
-        th = mods.get("th", 0)
-        return policy_value("th_atomic", th, arch) if isinstance(th, str) else int(th)
-    return int(bool(mods.get(RETURN_FLAG[arch.gen])))
-
-
-def _flat(enc: _Encoder) -> bytes:
-    info, f, mods, arch = enc.info, enc.fields, enc.inst.mods, enc.arch
-    flags = {11: ("glc", "slc", "dlc"), 9: ("sc0", "sc1", "nt"), 12: ("th", "scope")}[arch.gen]
-    _no_mods(enc, ("offset",) + flags)
-    glob = info.fmt == "GLOBAL"
-    scratch = info.fmt == "SCRATCH"
-    names = {"vaddr": "vaddr", "vdata": "vdata"} if arch.gen == 12 else {"vaddr": "addr", "vdata": "data"}
-    if "atomic" in info.flags and len(enc.inst.operands) == len(info.sig) + 1:  # the returning form
-        if not returns(info, _return_bit(enc), arch):
-            enc.fail(f"instruction must use {RETURN_FLAG[arch.gen]}")
-        count = info.count(3) // 2 if "cmpswap" in info.name else info.count(3)
-        kinds = ("v", "a") if arch.gen == 9 else ("v",)
-        f["vdst"] = enc.vreg(enc.inst.operands[0], count, enc.what(0, "vdst"), kinds).index
-        enc.inst = Inst(enc.inst.name, enc.inst.operands[1:], enc.inst.mods, enc.inst.enc)
-    ops = _operands(enc, info.sig)
-    off_code = 0x7F if arch.gen == 9 else 0x7C
-    saddr = ops[info.sig.index("saddr")] if "saddr" in info.sig else None
-    kinds = ("v", "a") if arch.gen == 9 else ("v",)
-    acc = set()
-    for i, (role, o) in enumerate(zip(info.sig, ops, strict=True)):
-        what = enc.what(i, role)
-        if role == "saddr":
-            if o is OFF:
-                f["saddr"] = off_code
-            else:
-                f["saddr"] = enc.sreg(o, 1 if scratch else 2, what)
-        elif role == "vaddr" and scratch:  # off, or one VGPR (then SVE is set)
-            if o is not OFF:
-                f[names["vaddr"]] = enc.vreg(o, 1, what).index
-                f["sve"] = 1
-        elif role == "vaddr":
-            count = 1 if glob and saddr is not OFF else 2
-            f[names["vaddr"]] = enc.vreg(o, count, what).index
-        else:
-            r = enc.vreg(o, info.count(0 if role == "vdst" else 3), what, kinds)
-            acc.add(r.kind)
-            f[names.get(role, role)] = r.index
-    if not glob and not scratch:
-        f["saddr"] = 0 if arch.gen == 9 else 0x7C
-    elif "saddr" not in info.sig:  # global_inv, global_wb, ...: no address at all
-        f["saddr"] = off_code
-    if "a" in acc:
-        if len(acc) > 1:
-            enc.fail("data and destination must all be VGPRs or all AGPRs")
-        f["acc"] = 1
-    f["seg"] = 2 if glob else 1 if scratch else 0
-    off = mods.get("offset", 0)
-    if arch.gen == 12:
-        f["offset"] = _signed(off, 24, "offset", enc)
-    elif glob or scratch:
-        f["offset"] = _signed(off, 13, "offset", enc)
-    else:
-        f["offset"] = _unsigned(off, 12, "offset", enc)
-    for flag in flags:
-        if mods.get(flag) is True:
-            f[flag] = 1
-    if arch.gen == 12:
-        _policy(enc)
-    return enc.emit(enc.layout("FLAT"))
-
-
-def _policy(enc: _Encoder) -> None:
-    """gfx12 cache policy: ``th:TH_LOAD_NT`` (names per loads, stores and atomics) and ``scope:SCOPE_SYS``."""
-    mods, name = enc.inst.mods, enc.info.name
-    kind = "th_atomic" if "_atomic_" in name else "th_store" if "_store_" in name else "th_load"
-    for key, table in (("th", kind), ("scope", "scope")):
-        if key in mods:
-            value = mods[key]
-            enc.fields[key] = (policy_value(table, value, enc.arch) if isinstance(value, str)
-                               else _unsigned(value, 3 if key == "th" else 2, key, enc))
-    # th 3 at system scope is BYPASS (loads, stores) and needs that name; BYPASS needs system scope
-    bypass = str(mods.get("th", "")).endswith("_BYPASS")
-    th3_system = enc.fields.get("th") == 3 and enc.fields.get("scope") == 3
-    if bypass != th3_system:
-        enc.fail("scope and th combination is not valid", "th")
-
-
-def _buffer(enc: _Encoder) -> bytes:
-    """buffer_* (MUBUF; VBUFFER on gfx12): vdata, vaddr (off, or VGPRs for idxen/offen), srsrc, soffset."""
-    info, f, mods, arch = enc.info, enc.fields, enc.inst.mods, enc.arch
-    flags = {11: ("glc", "slc", "dlc", "tfe"), 9: ("sc0", "sc1", "nt", "lds"), 12: ("tfe", "th", "scope")}[arch.gen]
-    typed = info.name.startswith("tbuffer")
-    if typed:
-        flags = tuple(x for x in flags if x != "tfe")  # llvm-mc takes no tfe on tbuffer_*
-    _no_mods(enc, ("offset", "offen", "idxen") + flags + (("format",) if typed else ()))
-    f["op"] = info.op
-    kinds = ("v", "a") if arch.gen == 9 else ("v",)
-    naddr = int(bool(mods.get("offen"))) + int(bool(mods.get("idxen")))
-    for i, (role, o) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
-        what = enc.what(i, role)
-        if role == "vdata":
-            r = enc.vreg(o, info.count(3) + int(bool(mods.get("tfe"))), what, kinds)
-            f["vdata"] = r.index
-            if r.kind == "a":
-                f["acc"] = 1
-        elif role == "vaddr":
-            if naddr == 0:
-                if o is not OFF:
-                    enc.fail("the address is off without offen/idxen", what)
-            else:
-                f["vaddr"] = enc.vreg(o, naddr, what).index
-        elif role == "srsrc":
-            code = enc.sreg(o, 4, what)
-            f["srsrc"] = code if arch.gen == 12 else code >> 2
-        elif role == "soffset":
-            if isinstance(o, Reg):
-                f["soffset"] = enc.sreg(o, 1, what)
-            elif arch.gen == 12:
-                enc.fail("soffset is an SGPR, m0 or null", what)
-            else:
-                code, lit = constant_code(o, 32, False, info.name, what, arch)
-                if lit is not None:
-                    enc.fail("soffset takes an SGPR or an inline constant", what)
-                f["soffset"] = code
-    if "soffset" not in info.sig:
-        f["soffset"] = arch.null if arch.gen == 12 else 0
-    for flag in ("offen", "idxen") + flags:
-        if mods.get(flag) is True:
-            f[flag] = 1
-    f["offset"] = _unsigned(mods.get("offset", 0), 23 if arch.gen == 12 else 12, "offset", enc)
-    if typed or arch.gen == 12:  # untyped buffer_* on gfx12 carry LLVM's default format too
-        try:
-            f["format"] = format_value(mods.get("format", 1), arch)
-        except AsmError as e:
-            enc.fail(str(e).split(" (")[0], "format")
-    if arch.gen == 12:
-        _policy(enc)
-    return enc.emit(enc.layout("MTBUF" if info.fmt == "MTBUF" else "MUBUF"))
-
-
-def _vinterp(enc: _Encoder) -> bytes:
-    """v_interp_*: VGPR sources (neg only), clamp, op_sel (f16 forms), wait_exp:0..7."""
-    info, f, mods = enc.info, enc.fields, enc.inst.mods
-    _no_mods(enc, ("clamp", "op_sel", "wait_exp"))
-    neg = 0
-    for i, (role, o) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
-        what = enc.what(i, role)
-        if role == "vdst":
-            f["vdst"] = enc.vreg(o, 1, what).index
-            continue
-        k = int(role[-1])
-        if isinstance(o, Mod):
-            if o.abs:
-                enc.fail("v_interp sources take neg, not abs", what)
-            neg |= int(o.neg) << k
-            o = o.value
-        f[role] = 256 + enc.vreg(o, 1, what).index
-    f["neg"] = neg
-    f["wait_exp"] = _unsigned(mods.get("wait_exp", 0), 3, "wait_exp", enc)
-    if mods.get("clamp"):
-        f["clamp"] = 1
-    if "op_sel" in mods:
-        bits = list(mods["op_sel"])
-        if len(bits) != 4 or "f16" not in info.name:
-            enc.fail("op_sel takes 4 bits, on the f16 forms only", "op_sel")
-        f["op_sel"] = sum(b << k for k, b in enumerate(bits))
-    return enc.emit(enc.layout("VINTERP"))
-
-
-def _ldsdir(enc: _Encoder) -> bytes:
-    """lds_param_load / lds_direct_load (ds_* on gfx12): vdst, attrN.c, wait counters."""
-    info, f, mods, arch = enc.info, enc.fields, enc.inst.mods, enc.arch
-    waits = ("wait_va_vdst", "wait_vm_vsrc") if arch.gen == 12 else ("wait_vdst",)
-    _no_mods(enc, waits)
-    for i, (role, o) in enumerate(zip(info.sig, _operands(enc, info.sig), strict=True)):
-        what = enc.what(i, role)
-        if role == "vdst":
-            f["vdst"] = enc.vreg(o, 1, what).index
-        elif not isinstance(o, Attr):
-            enc.fail("expected an attribute channel attr0.x .. attr32.w", what)
-        elif o.index > 32:  # llvm-mc's limit
-            enc.fail("out of bounds interpolation attribute number (attr0 .. attr32)", what)
-        else:
-            f["attr"], f["chan"] = o.index, o.chan
-    f["wait_vdst"] = _unsigned(mods.get(waits[0], 0), 4, waits[0], enc)
-    if arch.gen == 12:
-        f["wait_vm_vsrc"] = _unsigned(mods.get("wait_vm_vsrc", 0), 1, "wait_vm_vsrc", enc)
-    return enc.emit(enc.layout("LDSDIR"))
-
-
-# export targets (RDNA): mrt0..7, mrtz, pos0..4, prim, dual_src_blend0/1
-EXP_TARGETS = {**{f"mrt{i}": i for i in range(8)}, "mrtz": 8, **{f"pos{i}": 12 + i for i in range(5)}, "prim": 20,
-               "dual_src_blend0": 21, "dual_src_blend1": 22}
-
-
-def _exp(enc: _Encoder) -> bytes:
-    """exp / export <target> v0, v1, off, v3 [done] [row_en]: ``off`` leaves a channel disabled."""
-    info, f, mods = enc.info, enc.fields, enc.inst.mods
-    _no_mods(enc, ("done", "row_en"))
-    f.pop("op", None)  # one instruction: no opcode field
-    ops = _operands(enc, info.sig)
-    target = ops[0].name if isinstance(ops[0], Label) else None
-    if target not in EXP_TARGETS:
-        enc.fail(f"unknown export target (known: {', '.join(EXP_TARGETS)})", enc.what(0, "target"))
-    f["target"] = EXP_TARGETS[target]
-    en = 0
-    for k, o in enumerate(ops[1:]):
-        if o is not OFF:
-            f[f"vsrc{k}"] = enc.vreg(o, 1, enc.what(k + 1, f"vsrc{k}")).index
-            en |= 1 << k
-    f["en"] = en
-    for flag in ("done", "row_en"):
-        if mods.get(flag):
-            f[flag] = 1
-    return enc.emit(enc.layout("EXP"))
-
-
 FORMAT_ENCODERS = {"SOP1": _salu, "SOP2": _salu, "SOPC": _salu, "SOPK": _salu, "SOPP": _salu, "SMEM": _smem,
                    "VOP1": _valu, "VOP2": _valu, "VOPC": _valu, "VOP3": _valu, "VOP3SD": _valu,
-                   "VOP3P": _vop3p, "MAI": _mai, "DS": _ds, "GLOBAL": _flat, "FLAT": _flat, "SCRATCH": _flat,
-                   "MUBUF": _buffer, "MTBUF": _buffer, "VINTERP": _vinterp, "LDSDIR": _ldsdir,
-                   "EXP": _exp}
+                   "VOP3P": _vop3p, "MAI": _mai, "DS": mem._ds, "GLOBAL": mem._flat, "FLAT": mem._flat,
+                   "SCRATCH": mem._flat, "MUBUF": mem._buffer, "MTBUF": mem._buffer, "VINTERP": mem._vinterp,
+                   "LDSDIR": mem._ldsdir,
+                   "EXP": mem._exp, "MIMG": image.encode, "VIMAGE": image.encode, "VSAMPLE": image.encode}
 
 
 def encode(inst: Inst, arch: str | Arch, pc: int = 0, labels: dict[str, int] | None = None) -> bytes:
@@ -977,7 +652,7 @@ def encode(inst: Inst, arch: str | Arch, pc: int = 0, labels: dict[str, int] | N
     info = lookup(arch, inst.name)
     enc = _Encoder(inst, arch, info, pc, labels)
     if info.fmt in ("VOP3", "VOP3SD", "VOP3P", "MAI", "SOP1", "SOP2", "SOPC", "SOPK", "SOPP", "SMEM", "DS",
-                    "GLOBAL", "FLAT", "SCRATCH", "MUBUF", "MTBUF", "VINTERP", "LDSDIR", "EXP") and \
+                    "GLOBAL", "FLAT", "SCRATCH", "MUBUF", "MTBUF", "VINTERP", "LDSDIR", "EXP", *image.FAMILIES) and \
             inst.enc not in (None, "e64_dpp"):
         enc.fail(f"has only one encoding; drop the _{inst.enc} suffix")
     enc.fields["op"] = info.op

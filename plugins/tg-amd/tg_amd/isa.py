@@ -26,6 +26,7 @@ DEFAULT_SIG = {
     "MAI": "mdst,msrc0,msrc1,msrc2", "VOPD_X": "vdst,src0,vsrc1", "VOPD_Y": "vdst,src0,vsrc1",
 }
 DST_ROLES = {"sdst", "sdata", "vdst", "adst", "mdst"}
+DS_DATA1 = {"ds_bvh_stack_rtn_b32": 4}  # DS instructions whose data1 is wider than data0 (VGPRs)
 SRC_INDEX = {"ssrc0": 1, "src0": 1, "vsrc0": 1, "asrc0": 1, "msrc0": 1, "ssrc1": 2, "src1": 2, "vsrc1": 2,
              "msrc1": 2, "src2": 3, "ssrc2": 3, "msrc2": 3, "data0": 3, "data1": 3, "vdata": 3}
 
@@ -50,6 +51,14 @@ class OpInfo:
 
     def is_float(self, slot: int) -> bool:
         return self.types[slot].startswith(("f", "bf"))
+
+    def exponent_mods(self, slot: int, rdna: bool) -> str | None:
+        """How llvm-mc reads modifiers on ``v_ldexp_*``'s integer exponent (source slot 2): ``"sext"``
+        (``sext(x)``, its neg bit) on every target, ``"negabs"`` (also -x and |x|) for RDNA's v_ldexp_f16;
+        None for every other operand."""
+        if slot != 2 or not self.name.startswith("v_ldexp_"):
+            return None
+        return "negabs" if rdna and self.name == "v_ldexp_f16" else "sext"
 
     def count(self, slot: int) -> int:
         """Registers the operand in ``slot`` (0 dst, 1..3 sources/data) spans."""
@@ -172,15 +181,18 @@ def _add_llvm_rows(gen: int, by_name: dict[str, OpInfo], by_op: dict[tuple[str, 
             UNSUPPORTED.setdefault(gen, {})[base] = d
             continue
         fmt = d.family
+        types: tuple[str, ...]
         if fmt in ("MUBUF", "MTBUF"):
             types = ("b32", "b32", "b32", f"b{32 * d.regs[3]}")
+        elif fmt in ("MIMG", "VIMAGE", "VSAMPLE"):
+            types = ("b32", "b32", "b32", "b32")
+        else:
+            types = tuple(_fit_type(t, n) for t, n in zip(_llvm_types(base), d.regs, strict=True))
         if fmt == "VOP3" and "sdst" in d.sig and "vdst" in d.sig:
             fmt = "VOP3SD"
         if fmt == "VOP3P" and gen == 9 and base.startswith(("v_mfma", "v_smfmac")):
             fmt = "MAI"
-        if fmt not in ("MUBUF", "MTBUF"):
-            types = tuple(_fit_type(t, n) for t, n in zip(_llvm_types(base), d.regs, strict=True))
-        sig = d.sig if fmt != "MAI" else ("mdst", "msrc0", "msrc1", "msrc2")
+        sig = d.sig if fmt != "MAI" or "vidx" in d.sig else ("mdst", "msrc0", "msrc1", "msrc2")
         info = OpInfo(base, fmt, d.op, sig, (types[0], types[1], types[2], types[3]), d.regs,
                       e64.get(base) if fmt in ("VOP1", "VOP2", "VOPC") else None,
                       _llvm_flags(base))
@@ -202,7 +214,7 @@ def _llvm_types(name: str) -> tuple[str, str, str, str]:
         return (types[0], types[1], types[2], types[3])
     types = [re.sub(r"^(bf|f)8$", "b32", t) for t in types]
     if "_class_" in name:
-        types[2] = "u16" if name.endswith("f16") else "u32"
+        types[2] = "u32"  # the class mask, also of the f16 forms
     if name.startswith(("v_cvt_f32_fp8", "v_cvt_f32_bf8", "v_cvt_pk_f32_fp8", "v_cvt_pk_f32_bf8")):
         types[1:] = ["b32"] * 3  # the source is fp8/bf8 bytes
     return (types[0], types[1], types[2], types[3])
@@ -225,6 +237,15 @@ def _llvm_flags(name: str) -> frozenset[str]:
 
 
 UNSUPPORTED: dict[int, dict[str, str]] = {}  # gen -> mnemonic -> why tg-amd cannot encode it yet
+
+
+def ds_count(info: OpInfo, role: str) -> int:
+    """VGPRs of a DS operand: the address one, data and destination as the types say (data1 may be wider)."""
+    if role == "addr":
+        return 1
+    if role == "data1" and info.name in DS_DATA1:
+        return DS_DATA1[info.name]
+    return info.count(0 if role == "vdst" else SRC_INDEX.get(role, 1))
 
 
 def two_offsets(name: str) -> bool:

@@ -82,9 +82,24 @@ RDNA = {
                                                    "clamp": (15, 1), "op": (16, 7), **VSRC3, "neg": (61, 3)}),
     "LDSDIR": _layout("LDSDIR", 32, "11001110", {"vdst": (0, 8), "chan": (8, 2), "attr": (10, 6),
                                                  "wait_vdst": (16, 4), "op": (20, 2), "wait_vm_vsrc": (23, 1)}),
+    # image_*: a second dword of NSA addresses (vaddr1..4, a byte each) follows when nsa is set
+    "MIMG": _layout("MIMG", 64, "111100", {"nsa": (0, 1), "dim": (2, 3), "unorm": (7, 1), "dmask": (8, 4),
+                                           "slc": (12, 1), "dlc": (13, 1), "glc": (14, 1), "r128": (15, 1),
+                                           "a16": (16, 1), "d16": (17, 1), "op": (18, 8), "vaddr": (32, 8),
+                                           "vdata": (40, 8), "srsrc": (48, 5), "tfe": (53, 1), "lwe": (54, 1),
+                                           "ssamp": (58, 5)}),
 }
+IMAGE_ADDRESSES = {"vaddr0": (64, 8), "vaddr1": (72, 8), "vaddr2": (80, 8), "vaddr3": (88, 8)}
 RDNA4 = {
-    **RDNA,
+    **{name: lay for name, lay in RDNA.items() if name != "MIMG"},
+    "VIMAGE": _layout("VIMAGE", 96, "110100", {"dim": (0, 3), "r128": (4, 1), "d16": (5, 1), "a16": (6, 1),
+                                               "op": (14, 8), "dmask": (22, 4), "vdata": (32, 8), "srsrc": (41, 9),
+                                               "scope": (50, 2), "th": (52, 3), "tfe": (55, 1), "vaddr4": (56, 8),
+                                               **IMAGE_ADDRESSES}),
+    "VSAMPLE": _layout("VSAMPLE", 96, "111001", {"dim": (0, 3), "tfe": (3, 1), "r128": (4, 1), "d16": (5, 1),
+                                                 "a16": (6, 1), "unorm": (13, 1), "op": (14, 8), "dmask": (22, 4),
+                                                 "vdata": (32, 8), "lwe": (40, 1), "srsrc": (41, 9), "scope": (50, 2),
+                                                 "th": (52, 3), "ssamp": (55, 9), **IMAGE_ADDRESSES}),
     "SMEM": _layout("SMEM", 64, "111101", {"op": (13, 8), "sdata": (6, 7), "sbase": (0, 6),
                                            "offset": (32, 24), "soffset": (57, 7)}),
     "DS": _layout("DS", 64, "110110", {"op": (18, 8), "offset1": (8, 8), "offset0": (0, 8),

@@ -22,34 +22,34 @@ MOD_RE = re.compile(r"^[a-z_0-9]+:")  # offset:16, wait_exp:0, ...
 REG_RE = re.compile(r"^(s|v|a|ttmp)(?:(\d+)|\[(\d+):(\d+)\])$")
 # families tg-amd encodes; the others are listed as unsupported
 ENCODED = {"SOP1", "SOP2", "SOPC", "SOPK", "SOPP", "SMEM", "VOP1", "VOP2", "VOPC", "VOP3", "VOP3P", "DS",
-           "FLAT", "GLOBAL", "MUBUF", "VBUFFER", "SCRATCH", "MTBUF", "VINTERP", "LDSDIR"}
+           "FLAT", "GLOBAL", "MUBUF", "VBUFFER", "SCRATCH", "MTBUF", "VINTERP", "LDSDIR", "MIMG", "VIMAGE", "VSAMPLE"}
 
 
-# mnemonics whose operands the listing cannot tell (or tg-amd does not model yet), with why
-NOT_DERIVED = {
-    "s_sendmsg_rtn_b32": "its source is a sendmsg(...) immediate in an SGPR field",
-    "s_sendmsg_rtn_b64": "its source is a sendmsg(...) immediate in an SGPR field",
-    "s_atc_probe": "its first operand is an immediate in the SDATA field",
-    "s_atc_probe_buffer": "its first operand is an immediate in the SDATA field",
-    "s_get_barrier_state": "named-barrier operands are not modelled",
-    "s_barrier_init": "named-barrier operands are not modelled",
-    "s_barrier_join": "named-barrier operands are not modelled",
-    "s_wakeup_barrier": "named-barrier operands are not modelled",
-    "v_mqsad_u32_u8": "its 128-bit accumulator takes VGPRs only (not modelled)",
-    "ds_bvh_stack_rtn_b32": "its operand shapes are not modelled",
-    "v_permlane16_var_b32": "VGPR-only sources of a VOP3 are not modelled",
-    "s_set_gpr_idx_on": "its second operand is a mode mask (gpr_idx(...)), not modelled",
-    "v_permlanex16_var_b32": "VGPR-only sources of a VOP3 are not modelled",
+# mnemonics whose operands the listing's fields do not tell apart: their roles and register counts
+SHAPES: dict[str, tuple[tuple[str, ...], tuple[int, int, int, int]]] = {
+    "s_atc_probe": (("probe", "sbase", "soff"), (1, 1, 1, 1)),  # a 7-bit immediate in the SDATA field
+    "s_atc_probe_buffer": (("probe", "sbuf", "soff"), (1, 1, 1, 1)),
+    "s_sendmsg_rtn_b32": (("sdst", "msg"), (1, 1, 1, 1)),  # the message id in the SSRC0 field
+    "s_sendmsg_rtn_b64": (("sdst", "msg"), (2, 1, 1, 1)),
+    # gfx12 prefetch: address, 24-bit offset, SGPR/m0/null offset, length (SDATA field)
+    "s_prefetch_data": (("sbase", "ioffset", "soffset", "plen"), (1, 1, 1, 1)),
+    "s_prefetch_inst": (("sbase", "ioffset", "soffset", "plen"), (1, 1, 1, 1)),
+    "s_buffer_prefetch_data": (("sbuf", "ioffset", "soffset", "plen"), (1, 1, 1, 1)),
+    "s_prefetch_data_pc_rel": (("ioffset", "soffset", "plen"), (1, 1, 1, 1)),
+    "s_prefetch_inst_pc_rel": (("ioffset", "soffset", "plen"), (1, 1, 1, 1)),
+    "v_mqsad_u32_u8": (("vdst", "src0", "src1", "vsrc2"), (4, 2, 1, 4)),  # VGPR-only 128-bit accumulator
+    "v_permlane16_var_b32": (("vdst", "vsrc0", "vsrc1"), (1, 1, 1, 1)),
+    "v_permlanex16_var_b32": (("vdst", "vsrc0", "vsrc1"), (1, 1, 1, 1)),
+    "ds_bvh_stack_rtn_b32": (("vdst", "addr", "data0", "data1"), (1, 1, 1, 1)),  # data1: 4 VGPRs (isa.DS_DATA1)
+    "s_set_gpr_idx_on": (("ssrc0", "gpridx"), (1, 1, 1, 1)),  # gpr_idx(SRC0,DST): a 4-bit mode in SSRC1
 }
-SPARSE_MFMA = "sparse MFMA (index operand) is not modelled"
-PREFETCH = "s_prefetch_* operands (offset, null, immediate length) are not modelled"
-TRUE16 = "true16 register halves (v8.l, v8.h) are not modelled"
-KNOWN_GAPS = frozenset({*NOT_DERIVED.values(), SPARSE_MFMA, TRUE16, PREFETCH})
 # operand types (dst,src0,src1,src2) the mnemonic does not spell
 TYPES = {
     "v_sat_pk_u8_i16": "b16,b32", "v_trig_preop_f64": "f64,f64,u32", "v_cvt_pk_u8_f32": "b32,f32,u32,u32",
     "v_cvt_pkaccum_u8_f32": "b32,f32,u32", "v_cvt_pk_fp8_f32": "b32,f32,f32", "v_cvt_pk_bf8_f32": "b32,f32,f32",
     "v_cvt_sr_fp8_f32": "b32,f32,u32", "v_cvt_sr_bf8_f32": "b32,f32,u32",
+    # LLVM's operand classes: v_sad_u16 is all 32-bit; v_mad_u32_u16 accumulates a u32
+    "v_sad_u16": "u32,u32,u32,u32", "v_mad_u32_u16": "u32,u16,u16,u32",
 }
 # VOP1 instructions whose source must be a VGPR
 VGPR_SOURCE = ("v_movrel", "v_swap", "v_permlane64", "v_swaprel", "v_permlane16_b32", "v_permlanex16_b32")
@@ -176,35 +176,39 @@ def derive(gen: int, row: Row) -> Derived | str:
         return f"{row.family} instructions are not supported yet"
     name, _, rest = row.text.partition(" ")
     name = name.removesuffix("_e32").removesuffix("_e64")
-    if name in NOT_DERIVED:
-        return NOT_DERIVED[name]
+    if name in SHAPES:
+        return Derived(name, row.family, row.op, *SHAPES[name])
     if row.family in ("MUBUF", "VBUFFER", "MTBUF"):
         return _buffer(name, row, rest)
     if row.family == "SCRATCH":
         return _scratch(name, row, rest)
+    if row.family in ("MIMG", "VIMAGE", "VSAMPLE"):  # counts follow dmask, dim and a16 (tg_amd.image)
+        sampler = len(_operand_tokens(rest.strip())) == 4
+        return Derived(name, row.family, row.op, ("vdata", "vaddr", "srsrc") + (("ssamp",) if sampler else ()),
+                       (1, 1, 1, 1))
     if row.family == "VINTERP":
         return Derived(name, "VINTERP", row.op, ("vdst", "src0", "src1", "src2"), (1, 1, 1, 1))
     if row.family == "LDSDIR":
         return Derived(name, "LDSDIR", row.op, ("vdst", "attr") if "attr" in rest else ("vdst",), (1, 1, 1, 1))
-    if name.startswith("v_smfmac"):
-        return SPARSE_MFMA
-    if name.startswith(("s_prefetch_", "s_buffer_prefetch_")):
-        return PREFETCH
-    if re.search(r"\bv\d+\.[lh]\b", rest):
-        return TRUE16
+    if name.startswith("v_smfmac"):  # D (accumulated), A, B as printed; the index VGPR in C's field
+        printed = [r for r in map(_reg, _operand_tokens(rest.strip())) if r is not None]
+        return Derived(name, row.family, row.op, ("mdst", "msrc0", "msrc1", "vidx"),
+                       (printed[0][2], printed[1][2], printed[2][2], 1))
+    if re.search(r"\bv\d+\.[lh]\b", rest):  # true16 halves (v_mov_b16): tg_amd.encoder.TRUE16
+        return Derived(name, row.family, row.op, ("vdst", "src0"), (1, 1, 1, 1))
     tokens = _operand_tokens(rest.strip())
     fields = _fields(gen, row.family)
     values = {}
-    for role, lo, width, kind in fields:
+    for field, lo, width, kind in fields:
         raw = row.word >> lo & ((1 << width) - 1)
         if kind == "src":
-            values[role] = ("v", raw - 256) if raw >= 256 else _sgpr_index(raw)
+            values[field] = ("v", raw - 256) if raw >= 256 else _sgpr_index(raw)
         elif kind == "v":
-            values[role] = ("v", raw)
+            values[field] = ("v", raw)
         elif kind == "sbase":
-            values[role] = _sgpr_index(raw << 1)
+            values[field] = _sgpr_index(raw << 1)
         else:
-            values[role] = _sgpr_index(raw)
+            values[field] = _sgpr_index(raw)
     sig: list[str] = []
     regs = [1, 1, 1, 1]
     used: set[str] = set()

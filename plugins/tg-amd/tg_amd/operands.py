@@ -48,6 +48,7 @@ class Reg:
     kind: str
     index: int = 0
     count: int = 1
+    half: str = ""  # true16: "l" or "h", the low or high 16 bits of one VGPR (v8.l)
 
     def __neg__(self) -> Mod:
         return Mod(self, neg=True)
@@ -84,8 +85,9 @@ class Label:
 
 @dataclass(frozen=True)
 class Sext:
-    """An SDWA source sign-extended from its selected byte or word: ``sext(v1)``."""
-    value: Reg | int
+    """An SDWA source sign-extended from its selected byte or word, or v_ldexp's exponent with its neg bit
+    set: ``sext(v1)``."""
+    value: Reg | int | float
 
     def __str__(self) -> str:
         return f"sext({operand_text(self.value)})"
@@ -149,6 +151,8 @@ def operand_text(op: object) -> str:
     if isinstance(op, Reg):
         if op.special:
             return op.kind
+        if op.half:
+            return f"{op.kind}{op.index}.{op.half}"
         if op.count == 1:
             return f"{op.kind}{op.index}"
         return f"{op.kind}[{op.index}:{op.index + op.count - 1}]"
@@ -200,21 +204,51 @@ def float_bits(value: float, bits: int) -> int:
     return struct.unpack("<I", struct.pack("<f", value))[0]
 
 
+def float_fits(value: float, bits: int) -> bool:
+    """llvm-mc's test for a float constant on a 16- or 32-bit operand: rounded to that float format it
+    may lose precision, but not overflow nor underflow (turn inexactly into a subnormal or zero)."""
+    fmt, smallest_normal = ("<e", 2.0 ** -14) if bits == 16 else ("<f", 2.0 ** -126)
+    try:
+        rounded = struct.unpack(fmt, struct.pack(fmt, value))[0]
+    except OverflowError:
+        return False
+    return rounded == value or not abs(rounded) < smallest_normal
+
+
+def bf16_bits(value: float) -> int:
+    """bfloat16 bits of a float: its f32 bits rounded to the upper half (to nearest, ties to even)."""
+    x = float_bits(value, 32)
+    return (x + 0x7FFF + (x >> 16 & 1)) >> 16
+
+
 def constant_code(value: int | float, bits: int, is_float: bool, inst: str, what: str,
-                  arch: Arch) -> tuple[int, int | None]:
+                  arch: Arch, bf16: bool = False) -> tuple[int, int | None]:
     """Source code of a constant: an inline constant ``(code, None)`` or a literal ``(255, dword)``.
 
-    ``bits`` is the operand width (16, 32, 64); ``is_float`` whether the operand is a float.
+    ``bits`` is the operand width (16, 32, 64); ``is_float`` whether the operand is a float, ``bf16``
+    whether it is a bfloat16 (a literal then holds its bf16 bits).
     """
     if isinstance(value, float):
         if value in INLINE_FLOATS:
             return INLINE_FLOATS[value], None
         if math.isclose(value, INV_2PI, rel_tol=1e-7):
             return 248, None
-        if value == int(value) and not is_float:
-            return constant_code(int(value), bits, is_float, inst, what, arch)
-        raw = float_bits(value, 32 if bits == 64 and not is_float else bits)
-        if bits == 64 and is_float:
+        if bf16:
+            raw = bf16_bits(value) if float_fits(value, 32) else 0x7F80
+            if raw & 0x7F80 == 0x7F80:
+                raise AsmError(f"invalid operand for instruction ({value} overflows or underflows bf16)",
+                               inst, what, arch.name)
+            return LITERAL, raw
+        if bits in (16, 32) and not float_fits(value, bits):
+            raise AsmError(f"invalid operand for instruction ({value} overflows or underflows f{bits})",
+                           inst, what, arch.name)
+        if not is_float and bits in (16, 32):  # llvm-mc: an integer operand takes the float's f32 bits
+            return LITERAL, float_bits(value, 32)
+        if not is_float:  # llvm-mc has no literal form of a float for a 64-bit integer
+            raise AsmError("invalid operand for instruction (a float constant on a 64-bit integer operand "
+                           "must be inline)", inst, what, arch.name)
+        raw = float_bits(value, bits)
+        if bits == 64:
             if raw & 0xFFFFFFFF:
                 raise AsmError(f"literal {value} has low 32 bits set: f64 literals hold only the high dword",
                                inst, what, arch.name)

@@ -12,6 +12,7 @@ from functools import cache
 from pathlib import Path
 
 from tg_amd.arch import Arch, AsmError
+from tg_amd.operands import Hex
 
 DELAY_IDS = {"NO_DEP": 0, "VALU_DEP_1": 1, "VALU_DEP_2": 2, "VALU_DEP_3": 3, "VALU_DEP_4": 4, "TRANS32_DEP_1": 5,
              "TRANS32_DEP_2": 6, "TRANS32_DEP_3": 7, "FMA_ACCUM_CYCLE_1": 8, "SALU_CYCLE_1": 9, "SALU_CYCLE_2": 10,
@@ -28,6 +29,41 @@ DEPCTR = {"depctr_sa_sdst": (0, 1), "depctr_va_vcc": (1, 1), "depctr_vm_vsrc": (
 DEPCTR_BASE = 0xFF9F
 
 
+# s_version: the version in bits [7:0] (named ones as llvm-objdump names them), wave-size and MDP flag bits
+UC_VERSIONS = {"UC_VERSION_GFX7": 0, "UC_VERSION_GFX10": 4, "UC_VERSION_GFX11": 6, "UC_VERSION_GFX12": 9}
+UC_FLAGS = {"UC_VERSION_W64_BIT": 0x2000, "UC_VERSION_W32_BIT": 0x4000, "UC_VERSION_MDP_BIT": 0x8000}
+
+
+def version_text(imm: int) -> str:
+    """``s_version``'s immediate as llvm-objdump prints it: ``(123|UC_VERSION_W64_BIT)|UC_VERSION_MDP_BIT``,
+    or hex when bits outside the version and flags are set."""
+    if imm & 0x1F00:
+        return hex(imm)
+    names = {v: k for k, v in UC_VERSIONS.items()}
+    text = names.get(imm & 0xFF, str(imm & 0xFF))
+    flags = [name for name, bit in UC_FLAGS.items() if imm & bit]
+    for k, name in enumerate(flags):
+        text = f"({text}|{name})" if k < len(flags) - 1 else f"{text}|{name}"
+    return text
+
+
+def version_names(text: str) -> str:
+    """``UC_VERSION_*`` names in ``text`` replaced by their values (so integer expressions can read them)."""
+    for name, value in sorted({**UC_VERSIONS, **UC_FLAGS}.items(), key=lambda kv: -len(kv[0])):
+        text = text.replace(name, str(value)).replace(name.lower(), str(value))
+    return text
+
+
+GPR_IDX = {"SRC0": 1, "SRC1": 2, "SRC2": 4, "DST": 8}  # s_set_gpr_idx_on / _mode: which operands are indexed
+
+
+def gpr_idx_sym(imm: int) -> Sym | Hex:
+    """``gpr_idx(SRC0,DST)`` for a 4-bit mode, as llvm-objdump prints it (other values in hex)."""
+    if imm > 15:
+        return Hex(imm)
+    return Sym("gpr_idx", tuple(name for name, bit in GPR_IDX.items() if imm & bit))
+
+
 @dataclass(frozen=True)
 class Sym:
     """``kind`` is ``hwreg``, ``sendmsg`` or ``delay``; ``args`` the names/numbers inside the parentheses
@@ -36,6 +72,10 @@ class Sym:
     args: tuple
 
     def __str__(self) -> str:
+        if self.kind == "version":
+            return version_text(self.args[0])
+        if self.kind in ("gpr_idx", "swizzle"):
+            return f"{self.kind}({','.join(str(a) for a in self.args)})"
         if self.kind == "delay":
             return " | ".join(f"{field}({name})" for field, name in self.args)
         if self.kind == "depctr":
@@ -107,6 +147,18 @@ def _number(x: object, what: str, lo: int, hi: int, arch: Arch) -> int:
 def value(sym: Sym, arch: Arch) -> int:
     """The immediate a symbolic operand stands for on ``arch``."""
     names = _names(arch.name)
+    if sym.kind == "version":
+        return int(sym.args[0])
+    if sym.kind == "swizzle":
+        return swizzle_value(sym.args, arch)
+    if sym.kind == "gpr_idx":
+        bits = 0
+        for name in sym.args:
+            if name not in GPR_IDX or bits & GPR_IDX[name]:
+                raise AsmError(f"{'duplicate' if name in GPR_IDX else 'unknown'} VGPR index mode {name} "
+                               f"(known: {', '.join(GPR_IDX)})", None, "gpr_idx", arch.name)
+            bits |= GPR_IDX[name]
+        return bits
     if sym.kind == "hwreg":
         rid, *rest = sym.args
         if isinstance(rid, str):
@@ -179,6 +231,77 @@ def msg_sym(imm: int, arch: Arch) -> Sym | int:
     if imm <= (0xFF if arch.rdna else 0xF):  # an unnamed message: its number
         return Sym("sendmsg", (imm, 0, 0))
     return imm
+
+
+DEPCTR_ORDER = ("depctr_hold_cnt", "depctr_sa_sdst", "depctr_va_vdst", "depctr_va_sdst", "depctr_va_ssrc",
+                "depctr_va_vcc", "depctr_vm_vsrc")  # the order llvm-objdump prints them in
+
+
+def depctr_sym(imm: int) -> Sym | Hex:
+    """``s_waitcnt_depctr`` / ``s_wait_alu``'s immediate as llvm-objdump prints it: the counters below their
+    maximum (all of them if none is), or hex when a bit no counter owns differs from its default."""
+    owned = sum(((1 << w) - 1) << lo for lo, w in DEPCTR.values())
+    if imm & ~owned & 0xFFFF != DEPCTR_BASE & ~owned & 0xFFFF:
+        return Hex(imm)
+    values = {name: imm >> DEPCTR[name][0] & ((1 << DEPCTR[name][1]) - 1) for name in DEPCTR_ORDER}
+    waiting = [(n, v) for n, v in values.items() if v != (1 << DEPCTR[n][1]) - 1]
+    return Sym("depctr", tuple(waiting or values.items()))
+
+
+# ds_swizzle_b32 offset:swizzle(...): QUAD_PERM mode is 0x80 in bits [15:8] and four 2-bit lane selects;
+# otherwise (bit 15 clear) the new lane is ((lane & and) | or) ^ xor, masks in bits [4:0], [9:5], [14:10]
+def swizzle_value(args: tuple, arch: Arch) -> int:
+    """The offset of ``swizzle(QUAD_PERM,0,1,2,3)``, ``swizzle(BITMASK_PERM,"01pip")``, ``swizzle(BROADCAST,8,1)``,
+    ``swizzle(SWAP,4)`` or ``swizzle(REVERSE,8)``."""
+    def fail(why: str) -> AsmError:
+        return AsmError(why, None, "swizzle", arch.name)
+    mode, *rest = args
+    if mode == "QUAD_PERM":
+        if len(rest) != 4 or not all(isinstance(x, int) and 0 <= x <= 3 for x in rest):
+            raise fail("QUAD_PERM takes four lane ids in [0, 3]")
+        return 0x8000 | sum(x << 2 * k for k, x in enumerate(rest))
+    if mode == "BITMASK_PERM":
+        pattern = str(rest[0]).strip('"') if len(rest) == 1 else ""
+        if len(pattern) != 5 or set(pattern) - set("01pi"):
+            raise fail('BITMASK_PERM takes a 5-character mask of 0, 1, p, i ("01pip")')
+        masks = [0, 0, 0]
+        for k, ch in enumerate(reversed(pattern)):
+            bits = {"0": (0, 0, 0), "1": (0, 1, 0), "p": (1, 0, 0), "i": (1, 0, 1)}[ch]
+            for m in range(3):
+                masks[m] |= bits[m] << k
+        return masks[0] | masks[1] << 5 | masks[2] << 10
+    sizes = {"BROADCAST": (2, 2), "SWAP": (1, 1), "REVERSE": (1, 2)}  # operands, smallest group
+    if mode not in sizes or len(rest) != sizes[mode][0] or not all(isinstance(x, int) for x in rest):
+        raise fail("expected QUAD_PERM, BITMASK_PERM, BROADCAST, SWAP or REVERSE and their operands")
+    n = rest[0]
+    if not (sizes[mode][1] <= n <= (16 if mode == "SWAP" else 32) and n & (n - 1) == 0):
+        raise fail(f"{'group' if mode != 'SWAP' else 'swap'} size must be a power of two")
+    if mode == "BROADCAST":
+        if not 0 <= rest[1] < n:
+            raise fail("lane id must be in the interval [0,group size - 1]")
+        return (0x20 - n) | rest[1] << 5
+    return 0x1F | (n if mode == "SWAP" else n - 1) << 10
+
+
+def swizzle_sym(imm: int) -> Sym | int:
+    """The ``swizzle(...)`` llvm-objdump prints for a ds_swizzle_b32 offset (the number when it has none)."""
+    if imm >> 8 == 0x80:
+        return Sym("swizzle", ("QUAD_PERM", *(imm >> 2 * k & 3 for k in range(4))))
+    if imm >> 15:
+        return imm
+    and_, or_, xor = imm & 0x1F, imm >> 5 & 0x1F, imm >> 10 & 0x1F
+    if and_ == 0x1F and or_ == 0 and xor and xor & (xor - 1) == 0:
+        return Sym("swizzle", ("SWAP", xor))
+    if and_ == 0x1F and or_ == 0 and xor and (xor + 1) & xor == 0:
+        return Sym("swizzle", ("REVERSE", xor + 1))
+    group = 0x20 - and_
+    if group > 1 and group & (group - 1) == 0 and or_ < group and xor == 0:
+        return Sym("swizzle", ("BROADCAST", group, or_))
+    chars = ""
+    for k in range(4, -1, -1):
+        a, o, x = and_ >> k & 1, or_ >> k & 1, xor >> k & 1
+        chars += ("i" if x else "p") if a and not o else str(o ^ x)
+    return Sym("swizzle", ("BITMASK_PERM", f'"{chars}"'))
 
 
 def delay_sym(imm: int) -> Sym | int:

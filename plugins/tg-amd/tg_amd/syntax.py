@@ -11,6 +11,7 @@ import ast
 import re
 from typing import Any
 
+from tg_amd import image
 from tg_amd.arch import AsmError
 from tg_amd.inst import Inst
 from tg_amd.operands import (
@@ -28,24 +29,26 @@ from tg_amd.operands import (
     Sext,
     operand_text,
 )
-from tg_amd.symbols import Sym
+from tg_amd.symbols import Sym, version_names
 
 FLAGS = ("clamp", "glc", "slc", "dlc", "gds", "sc0", "sc1", "nt", "offen", "idxen", "tfe", "lds", "row_mirror",
          "row_half_mirror", "done", "row_en")
 EXP_FLAGS = ("done", "row_en")  # modifiers of exp/export only
-NAME_MODS = ("th", "scope", "dst_sel", "dst_unused", "src0_sel", "src1_sel")  # th:TH_LOAD_NT, dst_sel:WORD_1
+NAME_MODS = ("th", "scope", "dim", "dst_sel", "dst_unused", "src0_sel", "src1_sel")  # th:TH_LOAD_NT, dst_sel:WORD_1
 INT_MODS = ("offset", "offset0", "offset1", "cbsz", "abid", "blgp", "row_shl", "row_shr", "row_ror", "wave_shl",
             "wave_rol", "wave_shr", "wave_ror", "row_bcast", "row_share", "row_xmask", "row_mask", "bank_mask",
-            "bound_ctrl", "fi", "wait_exp", "wait_vdst", "wait_va_vdst", "wait_vm_vsrc")
+            "bound_ctrl", "fi", "wait_exp", "wait_vdst", "wait_va_vdst", "wait_vm_vsrc", "dmask")
 LIST_MODS = ("op_sel", "op_sel_hi", "neg_lo", "neg_hi", "quad_perm", "dpp8")
-HEX_MODS = ("row_mask", "bank_mask")
+HEX_MODS = ("row_mask", "bank_mask", "dmask")
 MOD_ORDER = ("format", "idxen", "offen", "offset", "offset0", "offset1", "op_sel", "op_sel_hi", "neg_lo", "neg_hi",
-             "cbsz", "abid", "blgp", "clamp", "omod", "glc", "slc", "dlc", "sc0", "nt", "sc1", "th", "scope", "lds",
-             "tfe", "gds", "quad_perm", "row_shl", "row_shr", "row_ror", "wave_shl", "wave_rol", "wave_shr", "wave_ror",
+             "cbsz", "abid", "blgp", "clamp", "omod", "dmask", "dim", "unorm", "glc", "slc", "dlc", "sc0", "nt", "sc1",
+             "th", "scope", "r128", "a16", "lds", "tfe", "lwe", "d16", "gds", "quad_perm", "row_shl", "row_shr",
+             "row_ror", "wave_shl", "wave_rol", "wave_shr", "wave_ror",
              "row_mirror", "row_half_mirror", "row_bcast", "row_share", "row_xmask", "dpp8", "row_mask", "bank_mask",
              "bound_ctrl", "fi", "wait_exp", "wait_vdst", "wait_va_vdst", "wait_vm_vsrc", "dst_sel", "dst_unused",
              "src0_sel", "src1_sel", "done", "row_en")
 REG_RE = re.compile(r"^(s|v|a|ttmp)(?:(\d+)|\[(\d+)(?::(\d+))?\])$")
+HALF_RE = re.compile(r"^v(\d+)\.([lh])$")  # true16: v8.l, v8.h
 NUM_RE = re.compile(r"^-?(0x[0-9a-fA-F]+|\d+)$")
 FLOAT_RE = re.compile(r"^-?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][-+]?\d+)$")
 WAITCNT_RE = re.compile(r"(vmcnt|expcnt|lgkmcnt)\((\d+)\)")
@@ -54,7 +57,9 @@ IDENT_RE = re.compile(r"^[A-Za-z_.$][\w.$]*$")
 
 
 def _split_top(text: str, sep: str) -> list[str]:
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch in "[(":
             depth += 1
@@ -73,8 +78,13 @@ def parse_operand(tok: str) -> Any:
     """One operand: register, ``off``, integer, float, ``-x``/``|x|``/``abs(x)``/``neg(x)``, or label."""
     t = tok.strip()
     low = t.lower()
+    if t.startswith("[") and t.endswith("]"):  # an image address list: [v1, v5, v[7:8]]
+        return tuple(parse_operand(x) for x in _split_top(t[1:-1], ","))
     if low == "off":
         return OFF
+    m = HALF_RE.match(low)
+    if m:
+        return Reg("v", int(m.group(1)), 1, m.group(2))
     m = REG_RE.match(low)
     if m:
         kind, single, lo, hi = m.groups()
@@ -111,6 +121,8 @@ def parse_operand(tok: str) -> Any:
         if low.startswith(fn + "(") and low.endswith(")"):
             inner = parse_operand(t[len(fn) + 1:-1])
             return abs(inner) if fn == "abs" else -inner
+    if low.startswith("gpr_idx(") and low.endswith(")"):
+        return Sym("gpr_idx", tuple(a.strip().upper() for a in t[8:-1].split(",") if a.strip()))
     for kind in ("hwreg", "sendmsg"):
         if low.startswith(kind + "(") and low.endswith(")"):
             args = [a.strip() for a in t[len(kind) + 1:-1].split(",")]
@@ -195,6 +207,11 @@ def _parse_mod(tok: str, mods: dict[str, Any]) -> bool:
     if ":" not in low or low.startswith(("s[", "v[", "a[", "ttmp[")):
         return False
     key, _, value = low.partition(":")
+    if key == "offset" and value.startswith("swizzle(") and value.endswith(")"):  # ds_swizzle_b32
+        args = _split_top(tok.partition(":")[2][8:-1], ",")
+        mods[key] = Sym("swizzle", tuple(int(a, 0) if NUM_RE.match(a) else a.upper() if '"' not in a else a
+                                         for a in args))
+        return True
     if key in INT_MODS:
         mods[key] = int(value, 0) if NUM_RE.match(value) and not value.startswith("-") else \
             -int(value[1:], 0) if NUM_RE.match(value) else integer_expression(value)
@@ -215,6 +232,16 @@ def _parse_mod(tok: str, mods: dict[str, Any]) -> bool:
     return False
 
 
+def _squeeze_brackets(text: str) -> str:
+    """Whitespace inside brackets removed (``[v1, v[2:3]]`` -> ``[v1,v[2:3]]``, ``op_sel:[0, 1]``)."""
+    out, depth = [], 0
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if not (depth > 0 and ch.isspace()):
+            out.append(ch)
+    return "".join(out)
+
+
 def parse_inst(text: str) -> Inst:
     """One instruction in LLVM syntax (no label, no comment) -> ``Inst``."""
     text = text.strip()
@@ -223,7 +250,7 @@ def parse_inst(text: str) -> Inst:
         x = parse_inst(x_text)
         x.dual = parse_inst(y_text)
         return x
-    text = re.sub(r"\[([^\]]*)\]", lambda m: "[" + re.sub(r"\s+", "", m.group(1)) + "]", text)
+    text = _squeeze_brackets(text)
     name, _, rest = text.partition(" ")
     name = name.lower()
     enc = None
@@ -232,6 +259,8 @@ def parse_inst(text: str) -> Inst:
             name, enc = name[: -len(suffix)], suffix[1:]
             break
     rest = rest.strip()
+    if name == "s_version":
+        rest = version_names(rest)
     if name == "s_delay_alu" and "(" in rest:
         return Inst(name, (_parse_delay(rest),), {}, enc)
     if name in ("s_waitcnt_depctr", "s_wait_alu") and "depctr_" in rest:
@@ -257,10 +286,18 @@ def parse_inst(text: str) -> Inst:
                     raise AsmError(f"modifier {key} given twice", name)
                 if key in EXP_FLAGS and name not in ("exp", "export"):  # a label called done
                     operands.append(parse_operand(tok))
+                elif key in image.FLAGS and name.startswith("image_"):
+                    mods[key] = True
                 elif not _parse_mod(tok, mods):
                     operands.append(parse_operand(tok))
                 elif len(mods) == before:
                     raise AsmError(f"modifier {tok} given twice", name)
+    if name.startswith("image_"):
+        image.check_order(name, mods)
+    keys = list(mods)
+    if name.startswith("v_interp_") and "clamp" in mods and "op_sel" in mods and \
+            keys.index("op_sel") < keys.index("clamp"):
+        raise AsmError("invalid operand for instruction (clamp comes before op_sel here)", name, "clamp")
     return Inst(name, tuple(operands), mods, enc)
 
 
@@ -285,15 +322,19 @@ def value_text(op: Any) -> str:
         return " ".join(f"{k}({v})" for k, v in op.items())
     if isinstance(op, Sym):
         return str(op)
+    if isinstance(op, tuple):  # image address list
+        return "[" + ", ".join(value_text(o) for o in op) + "]"
     if isinstance(op, Mod) and not isinstance(op.value, Reg):
         inner = value_text(op.value)
         inner = f"|{inner}|" if op.abs else inner
         return "-" + inner if op.neg else inner
+    if isinstance(op, Sext) and not isinstance(op.value, Reg):
+        return f"sext({value_text(op.value)})"
     return operand_text(op)
 
 
 def _mod_text(key: str, value: Any) -> str:
-    if key in FLAGS:
+    if key in FLAGS or key in image.FLAGS:
         return key
     if key == "omod":
         return str(value)
@@ -314,7 +355,7 @@ def format_inst(inst: Inst) -> str:
         parts.append(value_text(inst.operands[0]) + " " + ", ".join(value_text(o) for o in inst.operands[1:]))
     elif inst.operands:
         parts.append(", ".join(value_text(o) for o in inst.operands))
-    order = MOD_ORDER
+    order: tuple[str, ...] = MOD_ORDER
     if "wait_exp" in inst.mods:  # v_interp_*: llvm-mc reads clamp before op_sel there
         order = ("clamp", *(k for k in MOD_ORDER if k != "clamp"))
     for key in order:

@@ -39,7 +39,8 @@ from tg_gguf_testutil import random_blocks, reference_dequantize  # noqa: E402
 from tgcore.tensor import Tensor  # noqa: E402
 
 GEMV_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS",
-              "TQ1_0", "TQ2_0", "MXFP4", "F16", "BF16")
+              "TQ1_0", "TQ2_0", "MXFP4", "F16", "BF16",
+              "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S")  # the grid types last (slow today)
 
 
 def median_time(fn: Callable[[], object], repeat: int) -> float:

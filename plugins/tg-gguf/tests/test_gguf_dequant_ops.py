@@ -13,7 +13,8 @@ from tgcore.tensor import Tensor
 
 TYPES = sorted(DEQUANTIZERS, key=int)
 REQUIRED = {"F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
-            "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "MXFP4", "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0"}
+            "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "MXFP4", "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0",
+            "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S"}
 
 
 def shape_for(gtype: GGMLType) -> tuple[int, ...]:
@@ -88,8 +89,8 @@ def test_lookup_refuses_tables_it_cannot_select_exactly():
 
 def test_unsupported_and_unknown_types_name_type_and_tensor():
     raw = Tensor(np.zeros(66, np.uint8))
-    with pytest.raises(UnsupportedTypeError, match=r"'blk\.0\.w'.*IQ2_XXS \(type 16\)"):
-        dequantize(raw, GGMLType.IQ2_XXS, (256,), name="blk.0.w")
+    with pytest.raises(UnsupportedTypeError, match=r"'blk\.0\.w'.*NVFP4 \(type 40\)"):
+        dequantize(raw, GGMLType.NVFP4, (256,), name="blk.0.w")
     with pytest.raises(UnsupportedTypeError, match=r"'x'.*unknown ggml type id 99"):
         dequantize(raw, 99, (256,), name="x")
     with pytest.raises(NotImplementedError, match="Q8_K"):  # UnsupportedTypeError is a NotImplementedError

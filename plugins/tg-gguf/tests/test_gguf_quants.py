@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import tg_gguf
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
-from tg_gguf.quants import DEQUANTIZERS, dequantize_numpy
-from tg_gguf_testutil import require_gguf, smollm2_reader
+from tg_gguf.quants import DEQUANTIZERS, dequantize_numpy, grid, ksigns
+from tg_gguf_testutil import random_blocks, require_gguf, smollm2_reader
 
 TYPES = sorted(DEQUANTIZERS, key=int)
 
@@ -51,6 +51,34 @@ def test_quantized_weights_match_gguf_py(gtype):
     assert np.allclose(ours, x, atol=0.2 * np.abs(x).max())
 
 
+IQ_TYPES = [GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ2_S, GGMLType.IQ3_XXS, GGMLType.IQ3_S, GGMLType.IQ1_S,
+            GGMLType.IQ1_M]
+
+
+@pytest.mark.parametrize("gtype", IQ_TYPES, ids=lambda t: t.name)
+def test_grid_types_with_sane_scales_match_gguf_py(gtype):
+    """The grid types at an odd row count, with finite f16 scales (gguf-py cannot quantize them: random blocks)."""
+    shape = (7, 3 * 256)
+    raw = random_blocks(gtype, 21, seed=3, small=True)
+    ours = dequantize_numpy(gtype, raw.tobytes(), shape)
+    assert np.isfinite(ours).all() and np.count_nonzero(ours) > shape[0] * shape[1] // 2
+    assert_bits_equal(ours, reference(gtype, raw, shape))
+
+
+@pytest.mark.parametrize("name", ["IQ2XXS", "IQ2XS", "IQ2S", "IQ3XXS", "IQ3S", "IQ1S"])
+def test_grids_are_gguf_py_grids(name):
+    gguf = require_gguf()
+    cls = getattr(gguf.quants, {"IQ2XXS": "IQ2_XXS", "IQ2XS": "IQ2_XS", "IQ2S": "IQ2_S", "IQ3XXS": "IQ3_XXS",
+                                "IQ3S": "IQ3_S", "IQ1S": "IQ1_S"}[name])
+    cls.init_grid()
+    assert np.array_equal(grid(name), cls.grid.reshape(cls.grid_shape))
+
+
+def test_ksigns_are_gguf_py_ksigns():
+    gguf = require_gguf()
+    assert ksigns(np.arange(128, dtype=np.uint8)).tobytes() == gguf.quants.IQ2_XXS.ksigns
+
+
 def test_smollm2_tensors_match_gguf_py():
     gguf = require_gguf()
     path, reader = smollm2_reader()
@@ -72,6 +100,6 @@ def test_wrong_size_and_unsupported_type():
         dequantize_numpy(GGMLType.Q4_0, bytes(35), (2, 32))
     with pytest.raises(ValueError, match="not a multiple of the Q8_0 block size 32"):
         dequantize_numpy(GGMLType.Q8_0, bytes(34), (1, 31))
-    with pytest.raises(NotImplementedError, match="IQ2_XXS"):
-        dequantize_numpy(GGMLType.IQ2_XXS, bytes(66), (256,))
+    with pytest.raises(NotImplementedError, match="Q8_K"):
+        dequantize_numpy(GGMLType.Q8_K, bytes(292), (256,))
     assert tg_gguf.dequantize_numpy is dequantize_numpy

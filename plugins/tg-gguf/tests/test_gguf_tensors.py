@@ -25,13 +25,14 @@ def mixed_file() -> tuple[bytes, dict[str, tuple[GGMLType, tuple[int, ...], np.n
     """A GGUF file with tensors of several types and shapes (numpy order), and their raw bytes."""
     specs = {"tok.weight": (GGMLType.Q4_K, (3, 512)), "a.weight": (GGMLType.Q8_0, (2, 4, 64)),
              "b.bias": (GGMLType.F32, (48,)), "c.weight": (GGMLType.Q5_0, (5, 96)),
-             "n.weight": (GGMLType.BF16, (7,)), "iq.weight": (GGMLType.IQ2_XXS, (256,))}
+             "n.weight": (GGMLType.BF16, (7,)), "iq.weight": (GGMLType.IQ3_S, (3, 256)),
+             "fp4.weight": (GGMLType.NVFP4, (256,))}
     b = Builder()
     b.add("general.architecture", V.STRING, "test")
     out = {}
     for i, (name, (gtype, shape)) in enumerate(specs.items()):
         n_blocks = int(np.prod(shape)) // BLOCK_LAYOUT[gtype][0]
-        raw = random_blocks(gtype, n_blocks, seed=10 + i) if gtype != GGMLType.IQ2_XXS else \
+        raw = random_blocks(gtype, n_blocks, seed=10 + i) if gtype != GGMLType.NVFP4 else \
             np.zeros(n_blocks * BLOCK_LAYOUT[gtype][1], np.uint8)
         b.tensor(name, tuple(reversed(shape)), int(gtype), raw.tobytes())
         out[name] = (gtype, shape, raw)
@@ -41,7 +42,7 @@ def mixed_file() -> tuple[bytes, dict[str, tuple[GGMLType, tuple[int, ...], np.n
 def check_all(gf: tg_gguf.GGUFFile, expected: dict, device: str = "CPU") -> None:
     tensors = gf.tensors_as(device=device)
     for name, (gtype, shape, raw) in expected.items():
-        if gtype == GGMLType.IQ2_XXS:
+        if gtype == GGMLType.NVFP4:
             continue
         t = tensors[name]
         assert t.shape == shape and t.dtype.name == "float32" and t.device == device
@@ -108,8 +109,8 @@ def test_float16_option():
 def test_errors_name_the_tensor():
     data, _ = mixed_file()
     gf = tg_gguf.from_bytes(data)
-    with pytest.raises(UnsupportedTypeError, match=r"'iq\.weight'.*IQ2_XXS"):
-        gf.tensors["iq.weight"]
+    with pytest.raises(UnsupportedTypeError, match=r"'fp4\.weight'.*NVFP4"):
+        gf.tensors["fp4.weight"]
     with pytest.raises(KeyError, match="nope"):
         gf.tensors["nope"]
     gf.close()

@@ -267,6 +267,10 @@ def random_blocks(gtype: GGMLType, n_blocks: int, seed: int = 0, small: bool = F
             raw[:, start:start + 2] = finite_f16_bits(rng, n_blocks, small).view(np.uint8).reshape(n_blocks, 2)
     if small and gtype == GGMLType.MXFP4:  # e8m0 exponents near 2**0
         raw[:, 0] = rng.integers(120, 128, n_blocks)
+    if gtype == GGMLType.IQ1_M:  # its f16 scale is the top nibbles of the 4 u16 at bytes 48..55
+        d = finite_f16_bits(rng, n_blocks, small).astype(np.uint16)
+        for k in range(4):
+            raw[:, 49 + 2 * k] = (raw[:, 49 + 2 * k] & 0x0F) | (((d >> (4 * k)) & 0x0F) << 4).astype(np.uint8)
     return raw.reshape(-1)
 
 

@@ -16,6 +16,10 @@ How a type is decoded:
   concatenation or gather is needed.
 - Small lookup tables (IQ4_NL's 16 values, MXFP4's e2m1 values, powers of 3) are balanced
   trees of integer selects on the bits of the index.
+- The grids of the i-quants (256 to 2048 entries, ``tg_gguf.iq_grids``) are an indexed load
+  (``Tensor.take``) from a constant tensor of packed codes. (A one-hot gather, as ``Tensor.__getitem__``
+  does, costs O(grid size) per 8 values and took a kernel of its own: 10x slower; ``lookup``'s select
+  tree fused but was slower still.)
 
 Arithmetic is done in float32 in the order gguf-py / ggml define, so results are bit-exact.
 """
@@ -24,6 +28,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from tg_gguf import iq_grids
 from tg_gguf.constants import BLOCK_LAYOUT, QK_K, GGMLType
 
 if TYPE_CHECKING:
@@ -49,6 +56,15 @@ FIELDS: dict[GGMLType, dict[str, tuple[int, int]]] = {
     GGMLType.TQ1_0: {"qs": (0, 48), "qh": (48, 4), "d": (52, 2)},
     GGMLType.TQ2_0: {"qs": (0, QK_K // 4), "d": (64, 2)},
     GGMLType.MXFP4: {"e": (0, 1), "qs": (1, 16)},
+    GGMLType.IQ2_XXS: {"d": (0, 2), "qs": (2, QK_K // 4)},
+    GGMLType.IQ2_XS: {"d": (0, 2), "qs": (2, QK_K // 4), "scales": (66, QK_K // 32)},
+    GGMLType.IQ2_S: {"d": (0, 2), "qs": (2, QK_K // 8), "signs": (34, QK_K // 8), "qh": (66, QK_K // 32),
+                     "scales": (74, QK_K // 32)},
+    GGMLType.IQ3_XXS: {"d": (0, 2), "qs": (2, QK_K // 4), "aux": (66, QK_K // 8)},
+    GGMLType.IQ3_S: {"d": (0, 2), "qs": (2, QK_K // 4), "qh": (66, QK_K // 32), "signs": (74, QK_K // 8),
+                     "scales": (106, QK_K // 64)},
+    GGMLType.IQ1_S: {"d": (0, 2), "qs": (2, QK_K // 8), "qh": (34, QK_K // 16)},
+    GGMLType.IQ1_M: {"qs": (0, QK_K // 8), "qh": (32, QK_K // 16), "scales": (48, QK_K // 32)},
 }
 
 # the 16 values a 4-bit IQ4_NL / IQ4_XS index selects (ggml's kvalues_iq4nl)
@@ -371,6 +387,154 @@ def _tq2_0(b: Blocks) -> Tensor:
     return b.f16("d") * _f32(q)
 
 
+# ---------------------------------------------------------------------------------------- grid types (i-quants)
+# A grid type picks 8 (IQ3: 4) values at once with one index into a constant grid (tg_gguf.iq_grids): the
+# grid entry is a packed code (2 or 3 bits per value), gathered from a small constant tensor, then its fields
+# are spread out and mapped to values. Signs: 8 bits per 8 values, or a 7-bit index whose 8th bit is the parity.
+
+def _grid_codes(index: Tensor, table: str) -> Tensor:
+    """The packed grid codes (int32) of ``index`` into grid ``table``: an indexed load from a constant tensor."""
+    from tgcore.tensor import Tensor
+    codes = Tensor(np.array(getattr(iq_grids, f"{table}_CODES"), dtype=np.int32), device=index.device)
+    return codes.take(index.cast("int32"))
+
+
+def _grid_values(index: Tensor, table: str) -> Tensor:
+    """``index`` ``(..., k)`` -> the grid values ``(..., k, 8 or 4)`` (float32)."""
+    values = getattr(iq_grids, f"{table}_VALUES")
+    bits = getattr(iq_grids, f"{table}_BITS")
+    fields = spread(_grid_codes(index, table), index.ndim, 8 if len(values) < 4 else 4, bits)
+    if values == (-1, 0, 1):
+        return _f32(fields) - 1.0
+    return lookup(fields, values)
+
+
+def _sign_of_bits(bits: Tensor) -> Tensor:
+    """0/1 sign bits -> 1.0 / -1.0."""
+    return 1.0 - 2.0 * _f32(bits)
+
+
+def _byte_signs(signs: Tensor) -> Tensor:
+    """``(n, m)`` sign bytes -> ``(n, m, 8)`` +-1.0, bit j of byte i for element 8i + j."""
+    return _sign_of_bits(spread(_wide(signs), 2, 8, 1))
+
+
+def _ksigns(index: Tensor) -> Tensor:
+    """7-bit sign indices ``(...)`` -> ``(..., 8)`` +-1.0: the 7 bits, then their parity (ggml's ksigns)."""
+    bits = index.cast("uint32")  # unsigned: a shift by a constant stays a shift (signed ones become divisions)
+    parity = bits ^ (bits >> 4)
+    parity = parity ^ (parity >> 2)
+    parity = (parity ^ (parity >> 1)) & 1
+    return _sign_of_bits(spread((bits | (parity << 7)).cast("int32"), index.ndim, 8, 1))
+
+
+def _half_scale(d: Tensor, nibble: Tensor, step: float) -> Tensor:
+    """``d * (0.5 + s) * step`` (IQ2, IQ3_XXS), in gguf-py's order."""
+    return d * (_f32(nibble) + 0.5) * step
+
+
+def _nibble_pairs(b: Tensor) -> Tensor:
+    """``(n, m)`` bytes -> ``(n, 2 * m)`` nibbles, low then high of each byte (int32)."""
+    n, m = b.shape
+    return spread(_wide(b), 2, 2, 4).reshape(n, 2 * m)
+
+
+def _iq2_xxs(b: Blocks) -> Tensor:
+    n = b.n
+    pairs = b.bytes("qs").reshape(n, 8, 8)  # per 32 elements: 4 grid bytes, then a u32 of signs and scale
+    index = pairs.shrink(((0, n), (0, 8), (0, 4)))
+    aux = le_uint(pairs.shrink(((0, n), (0, 8), (4, 8))).reshape(n, 32), 4).bitcast("int32")  # (n, 8)
+    return _xxs(b, index, aux, "IQ2XXS", 0.25)
+
+
+def _iq3_xxs(b: Blocks) -> Tensor:
+    n = b.n
+    index = b.bytes("qs").reshape(n, 8, 8)
+    aux = le_uint(b.bytes("aux"), 4).bitcast("int32")  # (n, 8); the scale's top bit is the sign: masked below
+    return _xxs(b, index, aux, "IQ3XXS", 0.5)
+
+
+def _xxs(b: Blocks, index: Tensor, aux: Tensor, table: str, step: float) -> Tensor:
+    """IQ2_XXS / IQ3_XXS: per 32 elements grid indices ``index`` and a u32 of 4 sign indices and a 4-bit scale."""
+    n = b.n
+    scale = (aux >> 28) & 15
+    db = _half_scale(b.f16("d"), scale, step).reshape(n, 8, 1, 1)
+    sign_index = spread(aux, 2, 4, 7)  # (n, 8, 4)
+    values = _grid_values(index, table).reshape(n, 8, 4, 8)
+    return (db * values * _ksigns(sign_index)).reshape(n, QK_K)
+
+
+def _iq2_xs(b: Blocks) -> Tensor:
+    n = b.n
+    qs = le_uint(b.bytes("qs"), 2).cast("int32")  # (n, 32): 9-bit grid index, 7-bit sign index
+    db = _half_scale(b.f16("d"), _nibble_pairs(b.bytes("scales")), 0.25).reshape(n, 16, 1, 1)
+    values = _grid_values(qs & 511, "IQ2XS").reshape(n, 16, 2, 8)
+    signs = _ksigns(qs >> 9).reshape(n, 16, 2, 8)
+    return (db * values * signs).reshape(n, QK_K)
+
+
+def _iq2_s(b: Blocks) -> Tensor:
+    n = b.n
+    high = spread(_wide(b.bytes("qh")), 2, 4, 2)  # (n, 8, 4): 2 more index bits per 8 values
+    index = _wide(b.bytes("qs")).reshape(n, 8, 4) | (high << 8)
+    db = _half_scale(b.f16("d"), _nibble_pairs(b.bytes("scales")), 0.25).reshape(n, 16, 1, 1)
+    values = _grid_values(index, "IQ2S").reshape(n, 16, 2, 8)
+    signs = _byte_signs(b.bytes("signs")).reshape(n, 16, 2, 8)
+    return (db * values * signs).reshape(n, QK_K)
+
+
+def _iq3_s(b: Blocks) -> Tensor:
+    n = b.n
+    high = spread(_wide(b.bytes("qh")), 2, 8, 1).reshape(n, 64)
+    index = _wide(b.bytes("qs")) | (high << 8)
+    db = (b.f16("d") * _f32(_nibble_pairs(b.bytes("scales")) * 2 + 1)).reshape(n, 8, 1)
+    values = _grid_values(index, "IQ3S").reshape(n, 8, 32)
+    signs = _byte_signs(b.bytes("signs")).reshape(n, 8, 32)
+    return (db * values * signs).reshape(n, QK_K)
+
+
+IQ1_DELTA = 0.125
+
+
+def _iq1(dl: Tensor, index: Tensor, negative: Tensor, groups_per_scale: int) -> Tensor:
+    """``dl * (grid + delta)``: ``dl`` one per scale, ``index`` and ``negative`` (0/1) one per 8 values (any shape
+    ``(n, ...)`` in element order)."""
+    n = index.shape[0]
+    scales = 32 // groups_per_scale
+    delta = (_f32(negative) * (-2.0 * IQ1_DELTA) + IQ1_DELTA).reshape(n, scales, groups_per_scale, 1)
+    values = _grid_values(index, "IQ1S").reshape(n, scales, groups_per_scale, 8)
+    return (dl.reshape(n, scales, 1, 1) * (values + delta)).reshape(n, QK_K)
+
+
+def _iq1_s(b: Blocks) -> Tensor:
+    n = b.n
+    qh = le_uint(b.bytes("qh"), 2).cast("int32")  # (n, 8): 4 x 3 index bits, a 3-bit scale, the delta's sign
+    index = _wide(b.bytes("qs")) | (spread(qh, 2, 4, 3).reshape(n, 32) << 8)
+    dl = b.f16("d") * _f32(((qh >> 12) & 7) * 2 + 1)
+    negative = ((qh >> 15) & 1).reshape(n, 8, 1).expand(n, 8, 4).reshape(n, 32)
+    return _iq1(dl, index, negative, 4)
+
+
+def _iq1_m(b: Blocks) -> Tensor:
+    n = b.n
+    sc = le_uint(b.bytes("scales"), 2).cast("int32")  # (n, 4) u16: 4 three-bit scales each; top nibbles: the f16 d
+    d_bits = _or_columns(((sc >> 12) & 15) << (iota((1, 4), 1, b.device, "int32") * 4))  # nibble k: bits 4k..
+    d = d_bits.cast("uint16").bitcast("float16").cast("float32")
+    dl = d * _f32(spread(sc, 2, 4, 3).reshape(n, 16) * 2 + 1)
+    nib = spread(_wide(b.bytes("qh")), 2, 2, 4)  # (n, 16, 2): 3 index bits and the delta's sign per 8 values
+    index = _wide(b.bytes("qs")).reshape(n, 16, 2) | ((nib & 7) << 8)
+    return _iq1(dl, index, nib >> 3, 2)
+
+
+def _or_columns(x: Tensor) -> Tensor:
+    """``(n, k)`` -> ``(n, 1)``: the OR of the k columns."""
+    n, k = x.shape
+    out = x.shrink(((0, n), (0, 1)))
+    for i in range(1, k):
+        out = out | x.shrink(((0, n), (i, i + 1)))
+    return out
+
+
 def _plain(gtype: GGMLType) -> Callable[[Blocks], Tensor]:
     target = PLAIN[gtype]
 
@@ -399,7 +563,19 @@ DEQUANTIZERS: dict[GGMLType, Callable[[Blocks], Tensor]] = {
     GGMLType.TQ1_0: _tq1_0,
     GGMLType.TQ2_0: _tq2_0,
     GGMLType.MXFP4: _mxfp4,
+    GGMLType.IQ2_XXS: _iq2_xxs,
+    GGMLType.IQ2_XS: _iq2_xs,
+    GGMLType.IQ2_S: _iq2_s,
+    GGMLType.IQ3_XXS: _iq3_xxs,
+    GGMLType.IQ3_S: _iq3_s,
+    GGMLType.IQ1_S: _iq1_s,
+    GGMLType.IQ1_M: _iq1_m,
 }
+
+
+# the types that read a grid (tg_gguf.iq_grids)
+GRID_TYPES = (GGMLType.IQ1_S, GGMLType.IQ1_M, GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ2_S, GGMLType.IQ3_XXS,
+              GGMLType.IQ3_S)
 
 
 class UnsupportedTypeError(NotImplementedError):

@@ -22,13 +22,31 @@ K-quants use 256-element super-blocks of 8 (Q4_K, Q5_K: 32 elements) or 16 (Q6_K
 - Q5_K: as Q4_K plus ``qh: u8[32]`` before qs; bit i of qh[l] is the 5th bit of element l of sub-block i.
 - Q6_K: ``ql: u8[128], qh: u8[64], scales: i8[16], d: f16``; 6-bit values (4 from ql, 2 from qh)
   minus 32; element = ``(d * scale) * q``; each 128-element half uses 64 bytes of ql and 32 of qh.
+
+I-quants (grid types) pick 4 or 8 values at once from a constant grid (``tg_gguf.iq_grids``) with one index;
+signs come as 8 bits per 8 values (IQ2_S, IQ3_S) or as a 7-bit index into ``ksigns`` (8 bits whose 8th makes
+the count of set bits even). Scales are 4 (3 for IQ1) bits per 16 or 32 elements:
+
+- IQ2_XXS: ``d: f16, qs: u32[64]`` as 8 pairs per 32 elements: 4 grid bytes, then 4 seven-bit sign indices
+  and a 4-bit scale ``s`` (top bits); element = ``d * (0.5 + s) * 0.25 * grid * sign``.
+- IQ2_XS: ``d: f16, qs: u16[32]`` (9-bit grid index, 7-bit sign index), ``scales: u8[8]`` (a nibble per 16).
+- IQ2_S: ``d: f16, qs: u8[32], signs: u8[32], qh: u8[8]`` (2 more index bits per 8), ``scales: u8[8]``.
+- IQ3_XXS: ``d: f16, qs: u8[64]`` (an index per 4 values), ``u32[8]`` signs and scale as IQ2_XXS; ``* 0.5``.
+- IQ3_S: ``d: f16, qs: u8[64], qh: u8[8]`` (9th index bit), ``signs: u8[32], scales: u8[4]``;
+  element = ``d * (1 + 2 * s) * grid * sign``.
+- IQ1_S: ``d: f16, qs: u8[32], qh: u16[8]``: per 32 elements 4 x 3 more index bits, a 3-bit scale and a
+  delta sign (bit 15); element = ``d * (2 * s + 1) * (grid + delta)``, ``delta = -+0.125``.
+- IQ1_M: ``qs: u8[32], qh: u8[16]`` (a nibble per 8: 3 index bits and the delta sign), ``scales: u16[4]``
+  holding 16 three-bit scales and, in their top nibbles, the f16 ``d``.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import cache
 
 import numpy as np
 
+from tg_gguf import iq_grids
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
 
 F32 = np.float32
@@ -131,6 +149,136 @@ def _q6_k(b: np.ndarray) -> np.ndarray:
     return (scale * q.reshape(-1, 2, 4, 2, 16).astype(F32)).reshape(-1, 256)
 
 
+@cache
+def grid(name: str) -> np.ndarray:
+    """The grid ``name`` of ``tg_gguf.iq_grids`` (e.g. ``"IQ2XXS"``) as a float32 ``(entries, values)`` array."""
+    values = np.array(getattr(iq_grids, f"{name}_VALUES"), dtype=F32)
+    bits = getattr(iq_grids, f"{name}_BITS")
+    codes = np.array(getattr(iq_grids, f"{name}_CODES"), dtype=np.uint32)
+    width = 8 if len(values) < 4 else 4
+    shifts = np.arange(width, dtype=np.uint32) * bits
+    return values[(codes[:, None] >> shifts) & ((1 << bits) - 1)]
+
+
+def ksigns(index: np.ndarray) -> np.ndarray:
+    """The sign byte of a 7-bit sign index: the index plus an 8th bit that makes the count of set bits even."""
+    parity = np.zeros_like(index)
+    for k in range(7):
+        parity ^= (index >> k) & 1
+    return index | (parity << 7)
+
+
+def _sign_bits(signs: np.ndarray, n: int) -> np.ndarray:
+    """Sign bytes -> +-1.0 per bit (bit j of byte i for element 8i + j), ``(n, 8 * bytes)``."""
+    bits = (signs.reshape(n, -1, 1) >> np.arange(8, dtype=signs.dtype)) & 1
+    return np.where(bits == 0, F32(1), F32(-1)).reshape(n, -1)
+
+
+def _half_scales(d: np.ndarray, nibbles: np.ndarray, step: float) -> np.ndarray:
+    """``d * (0.5 + s) * step`` for 4-bit scales ``s`` (IQ2, IQ3_XXS)."""
+    return d * (F32(0.5) + nibbles.astype(F32)) * F32(step)
+
+
+def _u32s(b: np.ndarray, start: int, count: int) -> np.ndarray:
+    return b[:, start:start + 4 * count].copy().view("<u4")
+
+
+def _xxs(d: np.ndarray, idx: np.ndarray, aux: np.ndarray, table: str, step: float) -> np.ndarray:
+    """IQ2_XXS / IQ3_XXS: grid indices ``idx`` and, per 32 elements, a u32 ``aux`` of 4 sign indices and a scale."""
+    n = idx.shape[0]
+    db = _half_scales(d, aux >> 28, step)  # (n, 8)
+    sign_idx = (aux[:, :, None] >> np.array([0, 7, 14, 21], dtype=np.uint32)) & 0x7F
+    signs = _sign_bits(ksigns(sign_idx).astype(np.uint8), n).reshape(n, 8, 32)
+    values = grid(table)[idx].reshape(n, 8, 32)
+    return (db[:, :, None] * values * signs).reshape(n, 256)
+
+
+def _iq2_xxs(b: np.ndarray) -> np.ndarray:
+    pairs = b[:, 2:66].reshape(-1, 8, 8)  # per 32 elements: 4 grid bytes, then the u32 of signs and scale
+    aux = pairs[:, :, 4:].copy().view("<u4").reshape(-1, 8)
+    return _xxs(_f16(b, 0), pairs[:, :, :4].reshape(-1, 32), aux, "IQ2XXS", 0.25)
+
+
+def _iq3_xxs(b: np.ndarray) -> np.ndarray:
+    return _xxs(_f16(b, 0), b[:, 2:66], _u32s(b, 66, 8), "IQ3XXS", 0.5)
+
+
+def _nibble_scales(scales: np.ndarray) -> np.ndarray:
+    """Bytes of two 4-bit scales each -> the scales, low nibble first."""
+    return np.stack([scales & 0x0F, scales >> 4], axis=2).reshape(scales.shape[0], -1)
+
+
+def _iq2_xs(b: np.ndarray) -> np.ndarray:
+    n = b.shape[0]
+    d = _f16(b, 0)
+    qs = b[:, 2:66].copy().view("<u2")  # (n, 32)
+    db = _half_scales(d, _nibble_scales(b[:, 66:74]), 0.25)  # (n, 16): one per 16 elements
+    signs = _sign_bits(ksigns(qs >> 9).astype(np.uint8), n)
+    values = grid("IQ2XS")[qs & 511].reshape(n, 256)
+    return (np.repeat(db, 16, axis=1) * values * signs).reshape(n, 256)
+
+
+def _high_bits(qh: np.ndarray, bits: int) -> np.ndarray:
+    """Bytes holding ``8 // bits`` fields of ``bits`` bits each -> the fields, lowest first (uint16)."""
+    n = qh.shape[0]
+    shifts = np.arange(0, 8, bits, dtype=np.uint8)
+    return ((qh[:, :, None] >> shifts) & ((1 << bits) - 1)).astype(np.uint16).reshape(n, -1)
+
+
+def _iq2_s(b: np.ndarray) -> np.ndarray:
+    n = b.shape[0]
+    d = _f16(b, 0)
+    idx = b[:, 2:34].astype(np.uint16) | (_high_bits(b[:, 66:74], 2) << 8)  # (n, 32)
+    db = _half_scales(d, _nibble_scales(b[:, 74:82]), 0.25)
+    signs = _sign_bits(b[:, 34:66], n)
+    values = grid("IQ2S")[idx].reshape(n, 256)
+    return (np.repeat(db, 16, axis=1) * values * signs).reshape(n, 256)
+
+
+def _iq3_s(b: np.ndarray) -> np.ndarray:
+    n = b.shape[0]
+    d = _f16(b, 0)
+    idx = b[:, 2:66].astype(np.uint16) | (_high_bits(b[:, 66:74], 1) << 8)  # (n, 64)
+    db = d * (1 + 2 * _nibble_scales(b[:, 106:110])).astype(F32)  # (n, 8): one per 32 elements
+    signs = _sign_bits(b[:, 74:106], n)
+    values = grid("IQ3S")[idx].reshape(n, 256)
+    return (np.repeat(db, 32, axis=1) * values * signs).reshape(n, 256)
+
+
+IQ1_DELTA = F32(0.125)
+
+
+def _iq1(dl: np.ndarray, idx: np.ndarray, negative: np.ndarray, per_scale: int) -> np.ndarray:
+    """``dl * (grid + delta)``: ``dl`` one per ``per_scale`` elements, ``idx``/``negative`` one per 8."""
+    n = idx.shape[0]
+    delta = np.where(negative, -IQ1_DELTA, IQ1_DELTA)
+    values = grid("IQ1S")[idx] + delta[:, :, None]
+    return (np.repeat(dl, per_scale, axis=1) * values.reshape(n, 256)).reshape(n, 256)
+
+
+def _iq1_s(b: np.ndarray) -> np.ndarray:
+    d = _f16(b, 0)
+    qh = b[:, 34:50].copy().view("<u2")  # (n, 8): one per 32 elements
+    high = (qh[:, :, None] >> np.array([0, 3, 6, 9], dtype=np.uint16)) & 7
+    idx = b[:, 2:34].astype(np.uint16) | (high.reshape(-1, 32) << 8)
+    dl = d * (2 * ((qh >> 12) & 7) + 1).astype(F32)
+    negative = np.repeat((qh & 0x8000) != 0, 4, axis=1)
+    return _iq1(dl, idx, negative, 32)
+
+
+def _iq1_m(b: np.ndarray) -> np.ndarray:
+    n = b.shape[0]
+    sc = b[:, 48:56].copy().view("<u2")  # (n, 4)
+    top = sc >> 12
+    d_bits = top[:, 0] | (top[:, 1] << 4) | (top[:, 2] << 8) | (top[:, 3] << 12)
+    d = d_bits.astype("<u2").view("<f2").astype(F32).reshape(n, 1)
+    scales = ((sc[:, :, None] >> np.array([0, 3, 6, 9], dtype=np.uint16)) & 7).reshape(n, 16)
+    dl = d * (2 * scales + 1).astype(F32)  # one per 16 elements
+    nib = _high_bits(b[:, 32:48], 4)  # (n, 32): one per 8 elements
+    idx = b[:, 0:32].astype(np.uint16) | ((nib & 7) << 8)
+    return _iq1(dl, idx, (nib & 8) != 0, 16)
+
+
 def _f32(b: np.ndarray) -> np.ndarray:
     return b.copy().view("<f4").astype(F32)
 
@@ -156,6 +304,13 @@ DEQUANTIZERS: dict[GGMLType, Callable[[np.ndarray], np.ndarray]] = {
     GGMLType.Q4_K: _q4_k,
     GGMLType.Q5_K: _q5_k,
     GGMLType.Q6_K: _q6_k,
+    GGMLType.IQ2_XXS: _iq2_xxs,
+    GGMLType.IQ2_XS: _iq2_xs,
+    GGMLType.IQ2_S: _iq2_s,
+    GGMLType.IQ3_XXS: _iq3_xxs,
+    GGMLType.IQ3_S: _iq3_s,
+    GGMLType.IQ1_S: _iq1_s,
+    GGMLType.IQ1_M: _iq1_m,
 }
 
 

@@ -1,10 +1,12 @@
 """Serving figures of ``tg serve llm`` (or any OpenAI-compatible server) with the openai client. Prints only.
 
     python plugins/tg-llm/bench/serve.py [--model FILE.gguf] [--streams 1,4,8] [--prompt-tokens 128]
-                                         [--gen-tokens 64] [--long-prompt-tokens 2000] [--url http://HOST:PORT]
+                                         [--gen-tokens 64] [--long-prompt-tokens 2000] [--parallel 8]
+                                         [--url http://HOST:PORT]
 
 Without ``--url`` it first runs ``tg llm bench``'s decode with the same lengths (the single-stream
-reference), then starts ``tg serve llm`` on a free loopback port and measures:
+reference), then starts ``tg serve llm --parallel 8`` on a free loopback port, warms it up with one round
+of the most streams, and measures:
 
 - one stream and N concurrent streams (completions with random token-id prompts, greedy): aggregate
   completion tokens per second of wall time, and each stream's decode rate (first token to last);
@@ -109,6 +111,7 @@ def main() -> int:
     p.add_argument("--gen-tokens", type=int, default=64)
     p.add_argument("--long-prompt-tokens", type=int, default=2000)
     p.add_argument("--max-context", type=int, default=4096)
+    p.add_argument("--parallel", type=int, default=8, help="tg serve llm --parallel (slots decoded together)")
     args = p.parse_args()
     import httpx
     import openai
@@ -122,7 +125,8 @@ def main() -> int:
               f"{args.gen_tokens} tokens)")
         port = free_port()
         proc = subprocess.Popen([sys.executable, "-m", "tgcore.cli", "serve", "llm", "--model", str(path), "--port",
-                                 str(port), "--max-context", str(args.max_context), "--log-level", "warning"],
+                                 str(port), "--max-context", str(args.max_context), "--parallel", str(args.parallel),
+                                 "--log-level", "warning"],
                                 stdin=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 300
@@ -137,8 +141,10 @@ def main() -> int:
         url = args.url.rstrip("/")
     client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
     model = client.models.list().data[0].id
-    one_stream(client, model, prompt_ids(args.prompt_tokens, 1), 4)  # warm-up (compiles)
-    for n in (int(s) for s in args.streams.split(",")):
+    streams = [int(s) for s in args.streams.split(",")]
+    # warm-up (compiles, captures each batch size's step): the most streams, short generations
+    concurrent(client, model, max(streams), args.prompt_tokens, 8)
+    for n in streams:
         r = concurrent(client, model, n, args.prompt_tokens, args.gen_tokens)
         print(f"{n} stream(s): aggregate {r['aggregate_tok_s']:.1f} tok/s, per stream decode "
               f"{r['mean_stream_decode_tok_s']:.1f} tok/s ({r['tokens']} tokens in {r['wall_s']:.1f} s)")

@@ -225,13 +225,13 @@ def test_kv_cache_writes_are_lazy_assigns():
     first = model.forward(ids[:12], 0)
     cache = model.layers[0].cache_k
     old = cache.numpy()
-    before = cache.shrink((None, (0, 16), None))  # a lazy view of rows 0..15 as they are now
+    before = cache.shrink((None, None, (0, 16), None))  # a lazy view of rows 0..15 as they are now
     copies = tgcore.realization.preserved
     second = model.forward(ids[12:16], 12)  # (eager prefill: writes rows 12..15 of every layer's cache)
-    np.testing.assert_array_equal(before.numpy(), old[:, :16])
+    np.testing.assert_array_equal(before.numpy(), old[:, :, :16])
     new = cache.numpy()
-    np.testing.assert_array_equal(new[:, :12], old[:, :12])
-    assert not np.array_equal(new[:, 12:16], old[:, 12:16])
+    np.testing.assert_array_equal(new[:, :, :12], old[:, :, :12])
+    assert not np.array_equal(new[:, :, 12:16], old[:, :, 12:16])
     assert tgcore.realization.preserved - copies == 1
     got = np.concatenate([first, second])
     assert np.abs(got - ref).max() < 1e-2

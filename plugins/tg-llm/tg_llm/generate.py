@@ -106,7 +106,7 @@ class Generator:
 
     def _run(self, prompt: list[int], max_tokens: int, params: SamplingParams, stop: Sequence[str] | str | None,
              seed: int | None, stop_ids: Any) -> Iterator[Event]:
-        model, tok = self.model, self.tokenizer
+        model = self.model
         cached = min(common_prefix(model.cached_tokens, prompt), len(prompt) - 1)
         if cached == 0:
             model.reset()
@@ -114,32 +114,53 @@ class Generator:
         t0 = time.perf_counter()
         logits = model.forward_last(prompt[cached:], cached)
         timings.prefill_s = time.perf_counter() - t0
-
-        sampler = Sampler(seed)
-        decoder = tok.stream_decoder()
-        checker = StopChecker(stop, stop_ids)
-        generated: list[int] = []
-        pos = len(prompt)
-        limit = model.config.max_context
+        stream = TokenStream(self.tokenizer, len(prompt), cached, max_tokens, params, stop, seed, stop_ids,
+                             model.config.max_context)
         t0 = time.perf_counter()
         while True:
-            sample = sampler.sample(logits, params, generated)
-            generated.append(sample.token)
-            text, stopped = checker.feed_token(sample.token, decoder.add(sample.token))
-            finish = None
-            if stopped:
-                finish = "stop"
-            elif len(generated) >= max_tokens or pos >= limit:  # no room to run this token
-                finish = "length"
-            if finish == "length":
-                text += checker.feed(decoder.flush()).text + checker.flush()
-            top = [(tok.decode([t]), lp) for t, lp in sample.top]
-            event = Event(sample.token, text, sample.logprob, top, finish, len(prompt), len(generated), cached)
-            if finish is not None:
-                timings.decode_tokens = len(generated) - 1
+            event = stream.step(logits)
+            if event.finish_reason is not None:
+                timings.decode_tokens = len(stream.generated) - 1
                 timings.decode_s = time.perf_counter() - t0
                 yield event
                 return
             yield event
-            logits = model.forward_last([sample.token], pos)
-            pos += 1
+            logits = model.forward_last([event.token_id], stream.pos - 1)
+
+
+class TokenStream:
+    """One generation's state after its prompt: each ``step(logits)`` samples a token (``Sampler``), decodes its
+    text (only complete UTF-8 characters), passes it through a ``StopChecker`` (stop strings are held back until
+    they cannot match) and returns its ``Event``. ``pos`` is the position the next sampled token will take; after a
+    step without a finish reason, the caller runs that token at ``pos - 1`` for the next logits."""
+
+    def __init__(self, tokenizer: Any, prompt_tokens: int, cached: int, max_tokens: int, params: SamplingParams,
+                 stop: Sequence[str] | str | None, seed: int | None, stop_ids: Any, limit: int) -> None:
+        self.tokenizer = tokenizer
+        self.prompt_tokens = prompt_tokens
+        self.cached = cached
+        self.max_tokens = max_tokens
+        self.params = params
+        self.limit = limit
+        self.sampler = Sampler(seed)
+        self.decoder = tokenizer.stream_decoder()
+        self.checker = StopChecker(stop, stop_ids)
+        self.generated: list[int] = []
+        self.pos = prompt_tokens
+
+    def step(self, logits: Any) -> Event:
+        tok, checker = self.tokenizer, self.checker
+        sample = self.sampler.sample(logits, self.params, self.generated)
+        self.generated.append(sample.token)
+        text, stopped = checker.feed_token(sample.token, self.decoder.add(sample.token))
+        finish = None
+        if stopped:
+            finish = "stop"
+        elif len(self.generated) >= self.max_tokens or self.pos >= self.limit:  # no room to run this token
+            finish = "length"
+        if finish == "length":
+            text += checker.feed(self.decoder.flush()).text + checker.flush()
+        top = [(tok.decode([t]), lp) for t, lp in sample.top]
+        self.pos += 1
+        return Event(sample.token, text, sample.logprob, top, finish, self.prompt_tokens, len(self.generated),
+                     self.cached)

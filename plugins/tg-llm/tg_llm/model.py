@@ -397,11 +397,14 @@ class Model:
     """
 
     def __init__(self, gf: Any, config: ModelConfig, device: str,
-                 progress: Callable[[int, int], None] | None = None) -> None:
+                 progress: Callable[[int, int], None] | None = None, sequences: int = 1) -> None:
         from tgcore.tensor import Tensor
+        if sequences < 1:
+            raise ValueError(f"sequences must be >= 1, got {sequences}")
         self.gf = gf
         self.config = config
         self.device = device
+        self.sequences = sequences
         cfg, arch = config, config.arch
         tensors = gf.tensors_as(device=device)
         names = [n for n in gf.tensor_info if n.startswith(("blk.", "output", "rope_"))]
@@ -467,7 +470,7 @@ class Model:
             if any(b is not None for b in biases) and any(b is None for b in biases):
                 raise ModelError(f"layer {i} has biases for some of q/k/v only")
             kind = int(cfg.sliding_layers[i]) if self.kinds[-1].ring else 0
-            cache_shape = (cfg.n_kv_heads, self.kinds[kind].cache_len, cfg.head_dim)
+            cache_shape = (sequences, cfg.n_kv_heads, self.kinds[kind].cache_len, cfg.head_dim)
             self.layers.append(_Layer(
                 kind=kind,
                 attn_norm=get(p + "attn_norm.weight", small=True),
@@ -487,7 +490,7 @@ class Model:
         if self.output is None:
             self.output = tensors["token_embd.weight"]
             tensors.raw("token_embd.weight")
-        self.cached_tokens: list[int] = []
+        self._tokens: list[list[int]] = [[] for _ in range(sequences)]  # per sequence: the tokens its cache holds
         self._decode_step: Any = None
 
     def _kinds(self, get: Callable[..., Any]) -> list[_Kind]:
@@ -504,28 +507,29 @@ class Model:
             cos_scale = cfg.rope_attn_factor
         s = cfg.max_context
         kinds = [_Kind(s, 0, rope_frequencies(cfg.rope_dims, cfg.rope_base, cfg.rope_scale, factors), cos_scale,
-                       "start_pos", np.full(s, -1, np.int64))]
+                       "start_pos", np.full((self.sequences, s), -1, np.int64))]
         if any(cfg.sliding_layers):
             ring = min(s, cfg.sliding_window + PREFILL_CHUNK)
             kinds.append(_Kind(ring, cfg.sliding_window, rope_frequencies(cfg.rope_dims, cfg.swa_rope_base,
                                                                           cfg.swa_rope_scale), cos_scale,
-                               "ring_pos", np.full(ring, -1, np.int64)))
+                               "ring_pos", np.full((self.sequences, ring), -1, np.int64)))
         return kinds
 
     # ---- construction ----
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str], device: str | None = None, max_context: int = 4096,
-                  progress: Callable[[int, int], None] | None = None) -> Model:
-        """Load the model in GGUF file ``path`` onto ``device`` (default: ``DEV``), with a KV cache of
-        ``min(model context, max_context)`` positions. ``progress(done, total)`` is called per weight loaded."""
+                  progress: Callable[[int, int], None] | None = None, sequences: int = 1) -> Model:
+        """Load the model in GGUF file ``path`` onto ``device`` (default: ``DEV``), with ``sequences`` KV caches
+        of ``min(model context, max_context)`` positions each. ``progress(done, total)`` is called per weight
+        loaded."""
         import tg_gguf
 
         from tgcore.runtime.registry import canonical
         gf = tg_gguf.load(path)
         try:
             config = config_from_metadata(dict(gf.metadata), list(gf.tensor_info), max_context)
-            return cls(gf, config, canonical(device), progress)
+            return cls(gf, config, canonical(device), progress, sequences)
         except BaseException:
             gf.close()
             raise
@@ -536,129 +540,239 @@ class Model:
 
     # ---- running ----
 
-    def reset(self) -> None:
-        """Forget the cached tokens (the cache memory is kept and overwritten by later calls)."""
-        self.cached_tokens = []
-        for kind in self.kinds:
-            kind.slot_pos[:] = -1
+    @property
+    def cached_tokens(self) -> list[int]:
+        """The tokens whose keys and values sequence 0's cache holds."""
+        return self._tokens[0]
 
-    def forward(self, tokens: Sequence[int], start_pos: int) -> np.ndarray:
-        """Logits (float32, shape (len(tokens), vocab)) of ``tokens`` placed at ``start_pos``, ``start_pos+1``, ..."""
-        return self._run(tokens, start_pos, want="all")
+    def tokens_of(self, seq: int) -> list[int]:
+        """The tokens whose keys and values sequence ``seq``'s cache holds (a copy)."""
+        return list(self._tokens[self._check_seq(seq)])
 
-    def forward_last(self, tokens: Sequence[int], start_pos: int) -> np.ndarray:
+    def _check_seq(self, seq: int) -> int:
+        if not 0 <= seq < self.sequences:
+            raise ValueError(f"sequence {seq} does not exist (the model has {self.sequences}: 0..{self.sequences - 1})")
+        return seq
+
+    def reset(self, seq: int | None = None) -> None:
+        """Forget the cached tokens of sequence ``seq`` (None: of all); the memory is kept and overwritten later."""
+        for s in range(self.sequences) if seq is None else [self._check_seq(seq)]:
+            self._tokens[s] = []
+            for kind in self.kinds:
+                kind.slot_pos[s, :] = -1
+
+    def forward(self, tokens: Sequence[int], start_pos: int, seq: int = 0) -> np.ndarray:
+        """Logits (float32, shape (len(tokens), vocab)) of ``tokens`` placed at ``start_pos``, ``start_pos+1``, ...
+        of sequence ``seq``."""
+        return self._run(tokens, start_pos, "all", self._check_seq(seq))
+
+    def forward_last(self, tokens: Sequence[int], start_pos: int, seq: int = 0) -> np.ndarray:
         """Like ``forward`` but only the last token's logits (shape (vocab,)): a prefill skips the rest."""
-        return self._run(tokens, start_pos, want="last")[-1]
+        return self._run(tokens, start_pos, "last", self._check_seq(seq))[-1]
 
-    def _run(self, tokens: Sequence[int], start_pos: int, want: str) -> np.ndarray:
-        cfg = self.config
-        tokens = [int(t) for t in tokens]
-        n = len(tokens)
-        if n == 0:
-            raise ValueError("forward needs at least one token")
-        if not 0 <= start_pos <= len(self.cached_tokens):
-            raise ValueError(f"start_pos {start_pos} leaves a gap: the cache holds {len(self.cached_tokens)} "
-                             f"positions (use 0..{len(self.cached_tokens)})")
+    def prefill(self, tokens: Sequence[int], start_pos: int, seq: int = 0) -> None:
+        """Run ``tokens`` at ``start_pos ..`` of sequence ``seq`` into its cache, computing no logits (a chunk of a
+        long prompt that is not its last)."""
+        self._run(tokens, start_pos, "none", self._check_seq(seq))
+
+    def _check_room(self, start_pos: int, n: int, seq: int) -> None:
+        cfg, held = self.config, len(self._tokens[seq])
+        if not 0 <= start_pos <= held:
+            raise ValueError(f"start_pos {start_pos} leaves a gap: the cache holds {held} "
+                             f"positions (use 0..{held})")
         if start_pos + n > cfg.max_context:
             raise ContextLengthError(
                 f"{start_pos + n} tokens do not fit in the context of {cfg.max_context} positions "
                 f"(model context {cfg.context_length}, max_context {cfg.max_context})")
-        if not self._window_cached(start_pos):
+
+    def _truncate(self, seq: int, start_pos: int) -> None:
+        """Past ``start_pos`` sequence ``seq``'s cache is rewritten now."""
+        self._tokens[seq] = self._tokens[seq][:start_pos]
+        for kind in self.kinds:
+            row = kind.slot_pos[seq]
+            row[row >= start_pos] = -1
+
+    def _run(self, tokens: Sequence[int], start_pos: int, want: str, seq: int) -> np.ndarray:
+        tokens = [int(t) for t in tokens]
+        n = len(tokens)
+        if n == 0:
+            raise ValueError("forward needs at least one token")
+        self._check_room(start_pos, n, seq)
+        if not self._window_cached(start_pos, seq):
             # a sliding layer's ring has already overwritten keys the window at start_pos needs: run the
             # cached prefix again (its hidden states depend on every earlier token, so from position 0)
-            prefix = self.cached_tokens[:start_pos]
-            self.reset()
-            out = self._run(prefix + tokens, 0, want)
+            prefix = self._tokens[seq][:start_pos]
+            self.reset(seq)
+            out = self._run(prefix + tokens, 0, want, seq)
             return out if want == "last" else out[start_pos:]
-        self.cached_tokens = self.cached_tokens[:start_pos]  # past start_pos the cache is rewritten now
-        for kind in self.kinds:
-            kind.slot_pos[kind.slot_pos >= start_pos] = -1
+        self._truncate(seq, start_pos)
         if n == 1:
-            logits = self._decode(tokens[0], start_pos)
-        else:
-            rows = []
-            for c in range(0, n, PREFILL_CHUNK):
-                chunk = tokens[c:c + PREFILL_CHUNK]
-                last_chunk = c + PREFILL_CHUNK >= n
-                part = self._prefill(chunk, start_pos + c, want if last_chunk else ("all" if want == "all" else None))
-                if part is not None:
-                    rows.append(part)
-                self.cached_tokens = self.cached_tokens + chunk
-            logits = np.concatenate(rows)
-            return logits
-        self.cached_tokens = self.cached_tokens + tokens
-        return logits
+            return self._decode([(seq, tokens[0], start_pos)])
+        rows = []
+        for c in range(0, n, PREFILL_CHUNK):
+            chunk = tokens[c:c + PREFILL_CHUNK]
+            last_chunk = c + PREFILL_CHUNK >= n
+            wanted = want if last_chunk or want == "all" else "none"
+            part = self._prefill(chunk, start_pos + c, None if wanted == "none" else wanted, seq)
+            if part is not None:
+                rows.append(part)
+            self._tokens[seq] = self._tokens[seq] + chunk
+        return np.concatenate(rows) if rows else np.zeros((0, self.vocab_size), np.float32)
 
-    def _window_cached(self, start: int) -> bool:
-        """Whether every sliding kind still holds the keys of the window before position ``start``."""
+    def decode(self, steps: Sequence[tuple[int, int, int]]) -> np.ndarray:
+        """One token for each of several sequences in one batched forward: ``steps`` holds (sequence, token,
+        position) triples, each position at most what its sequence's cache holds. Returns their logits
+        (float32, shape (len(steps), vocab)) in that order.
+
+        Each row computes exactly what it would alone (batch-invariant): the weights multiply each row with
+        the fused dequantizing matmul, whose per-row reduction order does not depend on the row count, and
+        attention is per row over its own sequence's cache."""
+        steps = [(self._check_seq(int(s)), int(t), int(p)) for s, t, p in steps]
+        if not steps:
+            return np.zeros((0, self.vocab_size), np.float32)
+        if len({s for s, _, _ in steps}) != len(steps):
+            raise ValueError("decode: a sequence appears twice in one step")
+        direct, rerun = [], []
+        for step in steps:
+            seq, _, pos = step
+            self._check_room(pos, 1, seq)
+            (direct if self._window_cached(pos, seq) else rerun).append(step)
+        out = {}
+        for seq, token, pos in rerun:  # rare: a rewind past a sliding ring; recomputed alone
+            out[seq] = self._run([token], pos, "last", seq)[-1]
+        if direct:
+            for seq, _, pos in direct:
+                self._truncate(seq, pos)
+            for (seq, _, _), row in zip(direct, self._decode(direct), strict=True):
+                out[seq] = row
+        return np.stack([out[s] for s, _, _ in steps])
+
+    def batch_rows(self, highest_seq: int) -> int:
+        """Rows a batched decode step runs to reach sequence ``highest_seq``: a power of two (at most
+        ``sequences``), so a few captured step sizes serve every batch."""
+        return min(self.sequences, 1 << highest_seq.bit_length())
+
+    def _window_cached(self, start: int, seq: int) -> bool:
+        """Whether every sliding kind still holds sequence ``seq``'s keys of the window before ``start``."""
         for kind in self.kinds:
             if kind.ring:
                 needed = np.arange(max(0, start - kind.window + 1), start)
-                if not np.array_equal(kind.slot_pos[needed % kind.cache_len], needed):
+                if not np.array_equal(kind.slot_pos[seq][needed % kind.cache_len], needed):
                     return False
         return True
 
     # ---- inputs computed on the host ----
 
-    def _rotary(self, kind: _Kind, start: int, n: int) -> tuple[Any, Any]:
+    def _rotary(self, kind: _Kind, positions: np.ndarray) -> tuple[Any, Any]:
         from tgcore.tensor import Tensor
-        angles = np.arange(start, start + n, dtype=np.float64)[:, None] * kind.freqs[None, :]
+        angles = positions.astype(np.float64)[:, None] * kind.freqs[None, :]
         return (Tensor((np.cos(angles) * kind.cos_scale).astype(np.float32), device=self.device),
                 Tensor((np.sin(angles) * kind.cos_scale).astype(np.float32), device=self.device))
 
-    def _write(self, kind: _Kind, start: int, n: int, padded: int) -> int:
-        """Record that positions start .. start+padded-1 go into their slots (the padding rows past ``n`` hold
-        nothing a query may read); the first slot written."""
+    def _write(self, kind: _Kind, seq: int, start: int, n: int, padded: int) -> int:
+        """Record that positions start .. start+padded-1 of sequence ``seq`` go into their slots (the padding rows
+        past ``n`` hold nothing a query may read); the first slot written."""
         positions = np.arange(start, start + padded)
-        kind.slot_pos[positions % kind.cache_len] = np.where(positions < start + n, positions, -1)
+        kind.slot_pos[seq, positions % kind.cache_len] = np.where(positions < start + n, positions, -1)
         return start % kind.cache_len
 
-    def _mask(self, kind: _Kind, start: int, n: int, rows: int, window: int) -> Any:
-        """Additive (rows, window) mask over the first ``window`` slots: 0 where the slot holds a key the query
-        at ``start + i`` attends to (an earlier or equal position, inside the sliding window), -inf elsewhere.
-        Padding rows (``i >= n``) attend like the last real query: a row with no key at all would give NaNs,
-        which the next layer would write into the cache (a masked slot still multiplies a weight of 0)."""
-        from tgcore.tensor import Tensor
-        key = kind.slot_pos[:window][None, :]
+    def _mask_rows(self, kind: _Kind, seq: int, start: int, n: int, rows: int, window: int) -> np.ndarray:
+        """Additive (rows, window) mask over the first ``window`` slots of sequence ``seq``: 0 where the slot holds
+        a key the query at ``start + i`` attends to (an earlier or equal position, inside the sliding window),
+        -inf elsewhere. Padding rows (``i >= n``) attend like the last real query: a row with no key at all would
+        give NaNs, which the next layer would write into the cache (a masked slot still multiplies a weight of 0)."""
+        key = kind.slot_pos[seq, :window][None, :]
         query = np.minimum(np.arange(start, start + rows), start + n - 1)[:, None]
         allowed = (key >= 0) & (key <= query)
         if kind.window:
             allowed &= query - key < kind.window
-        return Tensor(np.where(allowed, 0.0, -np.inf).astype(np.float32), device=self.device)
+        return np.where(allowed, 0.0, -np.inf).astype(np.float32)
+
+    def _mask(self, kind: _Kind, seq: int, start: int, n: int, rows: int, window: int) -> Any:
+        from tgcore.tensor import Tensor
+        return Tensor(self._mask_rows(kind, seq, start, n, rows, window), device=self.device)
 
     @staticmethod
     def _window(kind: _Kind, last: int) -> int:
         """Slots attention reads: the smallest power of two (at least 32) covering slots 0..last, at most all."""
         return min(kind.cache_len, max(32, 1 << last.bit_length()))
 
-    def _decode(self, token: int, pos: int) -> np.ndarray:
-        """One token through the jitted decode step (every call after two warm-ups replays it)."""
+    def decode_shapes(self) -> list[tuple[int, int]]:
+        """Every (rows, position) whose decode step is a capture of its own: one per row count and attention window,
+        smallest windows first (the position is the window's last)."""
+        rows = sorted({self.batch_rows(s) for s in range(self.sequences)})
+        windows = sorted({self._window(self.kinds[0], p) for p in range(self.config.max_context)})
+        return [(r, w - 1) for w in windows for r in rows]
+
+    def warm_up(self, shapes: Sequence[tuple[int, int]]) -> None:
+        """Capture the batched decode step for each (rows, position) of ``decode_shapes``, so decoding with it
+        compiles nothing later. Every row runs idle (writes only positions its sequence has not reached); a
+        model with sliding-window layers forgets its cached tokens (their rings would be overwritten)."""
+        for rows, pos in shapes:
+            for _ in range(2):  # the first call compiles, the second captures
+                self._decode([], rows=rows, idle_pos=pos)
+        if any(kind.ring for kind in self.kinds):
+            self.reset()
+
+    def _decode(self, steps: list[tuple[int, int, int]], rows: int = 0, idle_pos: int | None = None) -> np.ndarray:
+        """One token per (sequence, token, position) through the jitted batched step (after two warm-ups of a
+        step size every call replays it). Row r of the step is sequence r: the rows 0 .. ``batch_rows`` - 1 run
+        whether or not their sequence decodes now; an idle row writes a key its sequence has not reached yet
+        (later overwritten, masked until then) and attends only to it."""
         from tgcore.tensor import Tensor
         from tgcore.uop import UOp
         if self._decode_step is None:
             import tgcore
-            self._decode_step = tgcore.jit(self._decode_graph, max_captures=DECODE_WINDOWS)
-        x = Tensor(self.embedding([token]), device=self.device)
+            buckets = max(1, self.sequences.bit_length() + 1)
+            self._decode_step = tgcore.jit(self._decode_graph, max_captures=DECODE_WINDOWS * buckets)
+        by_seq = {seq: (token, pos) for seq, token, pos in steps}
+        rows = max(rows, self.batch_rows(max(by_seq, default=0)))
+        tokens, positions, idle = [], [], []
+        for r in range(rows):
+            if r in by_seq:
+                token, pos = by_seq[r]
+            else:  # an idle row: the next position its sequence has not reached (the last, when the cache is full)
+                if len(self._tokens[r]) >= self.config.max_context:
+                    self._truncate(r, self.config.max_context - 1)
+                token, pos = 0, len(self._tokens[r]) if idle_pos is None else max(idle_pos, len(self._tokens[r]))
+                idle.append(r)
+            tokens.append(token)
+            positions.append(pos)
+        x = Tensor(self.embedding(tokens), device=self.device)
+        pos_array = np.asarray(positions, np.int64)
         inputs = []
         for kind in self.kinds:
-            slot = self._write(kind, pos, 1, 1)
-            cos, sin = self._rotary(kind, pos, 1)
             # attend over a power-of-two window of the cache that covers the slots in use, not the whole
-            # cache: one capture per window size (a compile each time the context crosses a power of two)
-            mask = self._mask(kind, pos, 1, 1, self._window(kind, pos))
-            inputs.append((cos, sin, mask, UOp.variable(kind.variable, 0, kind.cache_len - 1).bind(slot)))
-        return self._decode_step(x, inputs).numpy()
+            # cache: one capture per window size and row count
+            window = self._window(kind, int(pos_array.max()))
+            writes, masks = [], []
+            for r, pos in enumerate(positions):
+                slot = self._write(kind, r, pos, 0 if r in idle else 1, 1)
+                if r in idle:
+                    mask = np.full((1, window), -np.inf, np.float32)
+                    mask[0, slot] = 0.0  # only its own (finite) key: no NaN in this row
+                else:
+                    mask = self._mask_rows(kind, r, pos, 1, 1, window)
+                masks.append(mask)
+                writes.append((r, UOp.variable(f"{kind.variable}{r}", 0, kind.cache_len - 1).bind(slot), r, 1))
+            cos, sin = self._rotary(kind, pos_array)
+            inputs.append((cos, sin, Tensor(np.concatenate(masks), device=self.device), writes))
+        logits = self._decode_step(x, inputs).numpy()
+        for seq, token, _ in steps:
+            self._tokens[seq] = self._tokens[seq] + [token]
+        return np.stack([logits[seq] for seq, _, _ in steps]) if steps else logits[:0]
 
     def _decode_graph(self, x: Any, inputs: list[tuple[Any, Any, Any, Any]]) -> Any:
+        rows = x.shape[0]
         for layer in self.layers:
-            cos, sin, mask, slot = inputs[layer.kind]
-            x = self._layer(layer, x, cos, sin, mask, [(slot, 0, 1)], dense=False)
+            cos, sin, mask, writes = inputs[layer.kind]
+            x = self._layer(layer, x, cos, sin, mask, writes, (0, rows), dense=False)
         return self._logits(x, dense=False)
 
-    def _prefill(self, tokens: list[int], start: int, want: str | None) -> np.ndarray | None:
-        """Several tokens at once, run eagerly (not captured: a capture would keep every intermediate
-        buffer). The token count is padded to a power of two and attention reads a power-of-two window
-        of the cache, so prompts of many lengths and positions share a few compiled kernel sets."""
+    def _prefill(self, tokens: list[int], start: int, want: str | None, seq: int) -> np.ndarray | None:
+        """Several tokens of sequence ``seq`` at once, run eagerly (not captured: a capture would keep every
+        intermediate buffer). The token count is padded to a power of two and attention reads a power-of-two
+        window of the cache, so prompts of many lengths and positions share a few compiled kernel sets."""
         from tgcore.tensor import Tensor
         from tgcore.uop import UOp
         s = self.config.max_context
@@ -668,22 +782,24 @@ class Model:
             padded = n
         ids = tokens + [tokens[-1]] * (padded - n)  # padding rows: computed, written past the end, never read
         x = Tensor(self.embedding(ids), device=self.device)
+        # one variable names the sequence, so every sequence's prefill runs the same kernels
+        seq_var = UOp.variable("sequence", 0, self.sequences - 1).bind(seq) if self.sequences > 1 else 0
         inputs = []
         for kind in self.kinds:
-            slot = self._write(kind, start, n, padded)
-            cos, sin = self._rotary(kind, start, padded)
-            mask = self._mask(kind, start, n, padded, self._window(kind, start + padded - 1))
-            writes: list[tuple[Any, int, int]]  # (first slot: an int or a bound variable, first row, rows)
+            slot = self._write(kind, seq, start, n, padded)
+            cos, sin = self._rotary(kind, np.arange(start, start + padded))
+            mask = self._mask(kind, seq, start, n, padded, self._window(kind, start + padded - 1))
+            writes: list[tuple[Any, Any, int, int]]  # (sequence, first slot: an int or a bound variable, row, rows)
             if slot + padded <= kind.cache_len:
-                writes = [(UOp.variable(kind.variable, 0, kind.cache_len - padded).bind(slot), 0, padded)]
+                writes = [(seq_var, UOp.variable(kind.variable, 0, kind.cache_len - padded).bind(slot), 0, padded)]
             else:  # the ring wraps around inside this call: two writes
                 first = kind.cache_len - slot
-                writes = [(slot, 0, first), (0, first, padded - first)]
+                writes = [(seq_var, slot, 0, first), (seq_var, 0, first, padded - first)]
             inputs.append((cos, sin, mask, writes))
         dense = padded >= DENSE_MIN_TOKENS
         for layer in self.layers:
             cos, sin, mask, writes = inputs[layer.kind]
-            x = self._layer(layer, x, cos, sin, mask, writes, dense)
+            x = self._layer(layer, x, cos, sin, mask, writes, (seq_var, seq_var + 1), dense)
         if want is None:
             return None
         if want == "last":
@@ -702,13 +818,15 @@ class Model:
             logits = softcap(logits, cfg.final_softcap)
         return logits.contiguous()
 
-    def _layer(self, layer: _Layer, x: Any, cos: Any, sin: Any, mask: Any, writes: list[tuple[Any, int, int]],
-               dense: bool) -> Any:
+    def _layer(self, layer: _Layer, x: Any, cos: Any, sin: Any, mask: Any, writes: list[tuple[Any, Any, int, int]],
+               seqs: tuple[Any, Any], dense: bool) -> Any:
         """One transformer block on x (T, dim): writes the block's keys/values into its cache (``writes``:
-        (first slot, first token, token count) per contiguous run of slots) and attends over the first
-        ``window`` cache slots with ``mask`` (T, window). ``dense``: dequantize each weight into a float
-        buffer first and run a plain GEMM (faster for many rows than the fused dequantizing matmul, which
-        decodes the weight once per row)."""
+        (sequence, first slot, first token, token count) per contiguous run of slots) and attends over the
+        first ``window`` cache slots of the sequences ``seqs`` (first, end: an int or a bound variable) with
+        ``mask`` (T, window). One sequence: the T rows are its consecutive tokens; B sequences: T = B, row b is
+        the one token of sequence first + b. ``dense``: dequantize each weight into a float buffer first and
+        run a plain GEMM (faster for many rows than the fused dequantizing matmul, which decodes the weight
+        once per row; not batch-invariant)."""
         cfg = self.config
         t = x.shape[0]
         hd, nh, nkv = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
@@ -731,26 +849,27 @@ class Model:
             k = rms_norm(k, layer.k_norm, cfg.norm_eps)
         q = rope(q, cos, sin, cfg.rope_dims, cfg.rope_interleaved).contiguous().realize()
         k = rope(k, cos, sin, cfg.rope_dims, cfg.rope_interleaved)  # computed by the cache write
-        for first_slot, first, count in writes:
-            rows = (None, (first_slot, first_slot + count), None)
+        for seq, first_slot, first, count in writes:
+            rows = ((seq, seq + 1), None, (first_slot, first_slot + count), None)
             keys_in, values_in = (k, v) if count == t else (k.shrink(((first, first + count), None, None)),
                                                                v.shrink(((first, first + count), None, None)))
-            layer.cache_k.shrink(rows).assign(keys_in.permute(1, 0, 2))
-            layer.cache_v.shrink(rows).assign(values_in.permute(1, 0, 2))
-        keys, values = layer.cache_k, layer.cache_v
-        if window < keys.shape[1]:
-            keys = keys.shrink((None, (0, window), None))
-            values = values.shrink((None, (0, window), None))
-        qg = q.reshape(t, nkv, group, hd).permute(1, 2, 0, 3)  # (kv heads, group, T, hd)
-        # (kv heads, group, T, window); a buffer of its own, else the softmax's last kernel recomputes q.k
-        scores = (qg @ keys.reshape(nkv, 1, window, hd).transpose(-1, -2)) * cfg.attention_scale
+            layer.cache_k.shrink(rows).assign(keys_in.permute(1, 0, 2).reshape(1, nkv, count, hd))
+            layer.cache_v.shrink(rows).assign(values_in.permute(1, 0, 2).reshape(1, nkv, count, hd))
+        keys = layer.cache_k.shrink((seqs, None, (0, window), None))  # (B, kv heads, window, hd)
+        values = layer.cache_v.shrink((seqs, None, (0, window), None))
+        b = keys.shape[0]
+        tq = t // b  # queries per sequence
+        qg = q.reshape(b, tq, nkv, group, hd).permute(0, 2, 3, 1, 4)  # (B, kv heads, group, Tq, hd)
+        # (B, kv heads, group, Tq, window); a buffer of its own, else the softmax's last kernel recomputes q.k
+        scores = (qg @ keys.reshape(b, nkv, 1, window, hd).transpose(-1, -2)) * cfg.attention_scale
         if cfg.attn_softcap:
             scores = softcap(scores, cfg.attn_softcap)
         scores = scores.contiguous()
         # a buffer of its own, else the next matmul recomputes exp per output
-        weights = softmax(scores + mask.reshape(1, 1, t, window)).contiguous()
+        weights = softmax(scores + mask.reshape(b, 1, 1, tq, window)).contiguous()
         # a (T, heads * head_dim) buffer: Wo's reduction then runs over one axis (whole quantization blocks)
-        attn = (weights @ values.reshape(nkv, 1, window, hd)).permute(2, 0, 1, 3).reshape(t, nh * hd).contiguous()
+        attn = (weights @ values.reshape(b, nkv, 1, window, hd)).permute(0, 3, 1, 2, 4).reshape(t, nh * hd)
+        attn = attn.contiguous()
         out = linear(attn, w(layer.wo))
         if layer.post_attn_norm is not None:
             out = rms_norm(out.contiguous(), layer.post_attn_norm, cfg.norm_eps)

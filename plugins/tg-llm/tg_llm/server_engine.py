@@ -1,16 +1,27 @@
-"""One model, one generation at a time: loading in the background and a fair FIFO queue of requests.
+"""One model, up to ``parallel`` generations at once: loading in the background, a FIFO queue of requests and a
+scheduler that decodes every running generation in one batched forward per step.
 
-In:  ``Engine(path, device, max_context)``; ``engine.start_loading()`` loads the model and tokenizer on a
-     thread (a progress bar on stderr, the load time logged) while the server already answers /health.
+In:  ``Engine(path, device, max_context, parallel=4)``; ``engine.start_loading()`` loads the model (one KV cache
+     per slot) and tokenizer on a thread (a progress bar on stderr, the load time logged) and warms the decode
+     step up for every batch size, while the server already answers /health ("loading" until then).
      ``engine.submit(job)`` puts a ``Job`` (one or more ``Choice``s: prompt ids + sampling settings) in
      the queue.
-Out: each job's ``Output`` items, delivered to the job's asyncio queue in order: prompt log-probabilities
-     (echo), the generator's events per choice, an error, and always a final ``END``.
+Out: each job's ``Output`` items, delivered to the job's asyncio queue in order per choice: prompt
+     log-probabilities (echo), the generator's events per choice, an error, and always a final ``END``.
 
-A single worker thread takes jobs first-in first-out and runs their choices one after another, so
-requests never interleave on the model (the KV cache belongs to one generation at a time). A job whose
-client went away (``job.cancel()``) is skipped if it is still queued, and its generation stops at the
-next token if it is running; past its deadline a job stops the same way and reports a timeout.
+One worker thread owns the model. Each choice of a job is a sequence in a slot of its own (its own KV cache,
+position, sampler and seed, stop strings); choices wait first-in first-out for a free slot. Each turn of the
+worker's loop it
+1. takes the jobs that arrived and drops the sequences of cancelled, timed-out or (at shutdown) stopped jobs;
+2. gives free slots to waiting choices (the free slot whose cache shares the longest prefix with the prompt:
+   the prefix cache works per slot, in whole chunks);
+3. prefills one chunk (at most ``prefill_chunk`` tokens) of the prefilling sequence with the fewest prompt tokens
+   left, so a long prompt is prefilled across many turns and a short one is not stuck behind it; a sequence's
+   last chunk gives its first token;
+4. runs one batched decode step (``Model.decode``) for every sequence that has a token to run, and samples the
+   next token of each; finished ones free their slot at once.
+A sequence's tokens do not depend on what else runs (``Model.decode`` is batch-invariant) nor on what its slot
+cached before (a prompt is always prefilled in the same chunks).
 
 Shutdown: ``engine.drain(seconds)`` lets the jobs already accepted run for at most ``seconds`` more;
 past that, each choice still generating (or not started) ends at its next token with a last event
@@ -141,19 +152,29 @@ class ProgressBar:
         self.stream.flush()
 
 
+PREFILL_CHUNK = 128   # prompt tokens prefilled per scheduler turn (a short request waits for at most one chunk)
+IDLE_POLL_S = 0.5     # how often an idle worker looks at the queue when nothing arrives
+_NOTHING = object()
+
+
 class Engine:
-    """The model, its tokenizer and the worker that runs jobs in arrival order."""
+    """The model, its tokenizer and the worker that schedules jobs onto ``parallel`` slots."""
 
     def __init__(self, path: str | os.PathLike[str], device: str | None = None, max_context: int = 4096,
                  max_queue: int = 64, on_failure: Callable[[BaseException], None] | None = None,
-                 chat_template: str | None = None, sampling: dict[str, float | int | None] | None = None) -> None:
+                 chat_template: str | None = None, sampling: dict[str, float | int | None] | None = None,
+                 parallel: int = 4, prefill_chunk: int = PREFILL_CHUNK) -> None:
         from tg_llm.models import header_metadata
         from tg_llm.sampling import sampling_defaults
+        if parallel < 1:
+            raise ValueError(f"parallel must be >= 1, got {parallel}")
         self.path = Path(path)
         self.chat_template = chat_template  # overrides the file's (None: the file's own, else ChatML)
         self.device = device
         self.max_context_asked = max_context
         self.max_queue = max_queue
+        self.parallel = parallel
+        self.prefill_chunk = prefill_chunk
         self.on_failure = on_failure
         metadata = header_metadata(self.path)
         self.aliases = [model_id_for(self.path)]  # names a request's ``model`` may also use
@@ -165,14 +186,17 @@ class Engine:
         self.error: BaseException | None = None
         self.model: Any = None
         self.tokenizer: Any = None
-        self.generator: Any = None
+        self.stop_ids: set[int] = set()
         self.load_seconds = 0.0
+        self.warm_up_seconds = 0.0
         self._queue: queue.Queue[Job | None] = queue.Queue()
         self._pending = 0  # jobs queued or running
         self._lock = threading.Lock()
         self._worker: threading.Thread | None = None
-        self.running: Job | None = None
+        self.running_jobs = 0  # jobs with a choice in a slot
+        self.active_slots = 0  # slots generating
         self.stop_at: float | None = None  # time.monotonic() past which generations end (shutdown)
+        self._warm_later: list[tuple[int, int]] = []  # decode shapes to capture while idle
 
     # ---- loading ----
 
@@ -193,8 +217,15 @@ class Engine:
             if self.chat_template is not None:
                 self.tokenizer.chat_template = self.chat_template
             self.model = Model.from_gguf(self.path, device=self.device, max_context=self.max_context_asked,
-                                         progress=ProgressBar(f"loading {self.path.name}"))
-            self.generator = Generator(self.model, self.tokenizer)
+                                         progress=ProgressBar(f"loading {self.path.name}"), sequences=self.parallel)
+            self.stop_ids = Generator(self.model, self.tokenizer).stop_ids()
+            # the step of every batch size at the smallest attention window now; the longer windows while idle
+            shapes = self.model.decode_shapes()
+            first = min(pos for _, pos in shapes)
+            warm = time.perf_counter()
+            self.model.warm_up([s for s in shapes if s[1] == first])
+            self.warm_up_seconds = time.perf_counter() - warm
+            self._warm_later = [s for s in shapes if s[1] != first]
         except BaseException as e:  # noqa: BLE001 - any failure is reported and ends the server
             self.state, self.error = "failed", e
             log.error("failed to load %s: %s: %s", self.path, type(e).__name__, e)
@@ -203,9 +234,9 @@ class Engine:
             return
         self.load_seconds = time.perf_counter() - start
         cfg = self.model.config
-        log.info("loaded %s (%s, %d layers, vocab %d, context %d of %d) on %s in %.1f s", self.model_id,
-                 cfg.architecture, cfg.n_layers, cfg.vocab_size, cfg.max_context, cfg.context_length,
-                 getattr(self.model, "device", self.device), self.load_seconds)
+        log.info("loaded %s (%s, %d layers, vocab %d, context %d of %d, %d slots) on %s in %.1f s (warm-up %.1f s)",
+                 self.model_id, cfg.architecture, cfg.n_layers, cfg.vocab_size, cfg.max_context, cfg.context_length,
+                 self.parallel, getattr(self.model, "device", self.device), self.load_seconds, self.warm_up_seconds)
         self._worker = threading.Thread(target=self._work, name="tg-llm-worker", daemon=True)
         self._worker.start()
         self.state = "ready"
@@ -242,82 +273,51 @@ class Engine:
         """Stop the worker after the jobs already queued."""
         self._queue.put(None)
 
+    # ---- the scheduler ----
+
     def _work(self) -> None:
+        sched = _Scheduler(self)
         while True:
-            job = self._queue.get()
-            if job is None:
-                return
-            self.running = job
-            try:
-                if not job.cancelled.is_set():
-                    job.started.set()
-                    self._run(job)
-            finally:
-                self.running = None
-                with self._lock:
-                    self._pending -= 1
-                job.emit(END)
-
-    def _run(self, job: Job) -> None:
-        index = 0
-        try:
-            for index, choice in enumerate(job.choices):
-                if choice.prompt_logprobs:
-                    job.emit(Output("prompt_logprobs", index, self.prompt_logprobs(choice)))
-                    self._check(job)
-                if choice.max_tokens == 0:
-                    continue
-                self._check(job)
-                events = self._generate(choice)
-                clock = _ChoiceClock(time.monotonic())
+            idle = not sched.busy()
+            if idle and self._warm_later and self.stop_at is None:
+                self.model.warm_up([self._warm_later.pop(0)])  # one longer attention window's step while idle
+            try:  # wait for work only when there is nothing to run
+                item = self._queue.get(timeout=IDLE_POLL_S if not self._warm_later else 0) if idle \
+                    else self._queue.get_nowait()
+            except queue.Empty:
+                item = _NOTHING
+            while item is not _NOTHING:
+                if item is None:
+                    sched.closing = True
+                else:
+                    sched.accept(item)
                 try:
-                    for event in events:
-                        clock.tick(event)
-                        if job.first_token_at is None:
-                            job.first_token_at = clock.first
-                        job.emit(Output("event", index, event))
-                        if getattr(event, "finish_reason", None) is not None:
-                            break
-                        self._check(job)
-                finally:
-                    close = getattr(events, "close", None)
-                    if close is not None:
-                        close()
-                    clock.add_to(job)
-        except _Cancelled:
-            return
-        except _Stopping:
-            for i in range(index, len(job.choices)):  # this choice and those not started
-                job.emit(Output("event", i, _shutdown_event(job.choices[i])))
-        except BaseException as e:  # noqa: BLE001 - reported to the request, the worker keeps serving
-            if not isinstance(e, JobTimeout | ValueError):
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    item = _NOTHING
+            if sched.closing and not sched.busy():
+                return
+            try:
+                sched.turn()
+            except BaseException as e:  # noqa: BLE001 - reported to every running job, the worker keeps serving
                 log.exception("generation failed")
-            job.emit(Output("error", 0, e))
+                sched.fail_all(e)
 
-    def _check(self, job: Job) -> None:
-        if job.cancelled.is_set():
-            raise _Cancelled
-        if time.monotonic() > job.deadline:
-            raise JobTimeout("the request ran past the server's time limit")
-        if self.stopping:
-            raise _Stopping
+    def _job_done(self, job: Job) -> None:
+        with self._lock:
+            self._pending -= 1
+        job.emit(END)
 
-    def _generate(self, c: Choice) -> Any:
-        return self.generator.generate(
-            c.prompt_ids, c.max_tokens, temperature=c.temperature, top_p=c.top_p, top_k=c.top_k, min_p=c.min_p,
-            repetition_penalty=c.repetition_penalty, repeat_last_n=c.repeat_last_n,
-            frequency_penalty=c.frequency_penalty, presence_penalty=c.presence_penalty,
-            logprobs=c.top_logprobs if c.logprobs else 0, stop=c.stop, seed=c.seed)
-
-    def prompt_logprobs(self, c: Choice) -> list[tuple[int, float | None, list[tuple[int, float]]]]:
+    def prompt_logprobs(self, c: Choice, seq: int = 0) -> list[tuple[int, float | None, list[tuple[int, float]]]]:
         """Each prompt token with its log-probability given the tokens before it (None for the first) and
-        the ``top_logprobs`` most likely tokens at its position, from one forward pass over the prompt."""
+        the ``top_logprobs`` most likely tokens at its position, from one forward pass over the prompt in
+        slot ``seq``."""
         from tg_llm.sampling import log_softmax
         ids = c.prompt_ids
         out: list[tuple[int, float | None, list[tuple[int, float]]]] = [(ids[0], None, [])]
         if len(ids) < 2:
             return out
-        logits = np.asarray(self.model.forward(ids[:-1], 0))
+        logits = np.asarray(self.model.forward(ids[:-1], 0, seq=seq))
         for pos in range(1, len(ids)):
             row = log_softmax(logits[pos - 1])
             top: list[tuple[int, float]] = []
@@ -326,6 +326,211 @@ class Engine:
                 top = [(int(t), float(row[t])) for t in best]
             out.append((ids[pos], float(row[ids[pos]]), top))
         return out
+
+
+@dataclass
+class _Sequence:
+    """One choice of a job in a slot: its prompt, how much of it the slot's cache holds, its token stream."""
+    job: Job
+    index: int
+    choice: Choice
+    slot: int
+    done: int                     # prompt tokens in the slot's cache
+    cached: int                   # of which came from the prefix cache
+    clock: _ChoiceClock
+    stream: Any = None            # the TokenStream once the prompt is prefilled
+    next_token: int | None = None  # the token to run at the next decode step
+
+    @property
+    def prefilling(self) -> bool:
+        return self.stream is None
+
+
+class _JobState:
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.left = len(job.choices)  # choices not finished
+        self.waiting = list(range(len(job.choices)))  # choices not in a slot yet
+        self.running = False
+
+
+class _Scheduler:
+    """The worker's state: jobs accepted, choices waiting for a slot, sequences in slots (see the module doc)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.model = engine.model
+        self.jobs: list[_JobState] = []  # in arrival order
+        self.slots: list[_Sequence | None] = [None] * engine.parallel
+        self.closing = False
+
+    def busy(self) -> bool:
+        return bool(self.jobs)
+
+    def accept(self, job: Job) -> None:
+        if job.cancelled.is_set():
+            self.engine._job_done(job)
+            return
+        self.jobs.append(_JobState(job))
+
+    # ---- one turn ----
+
+    def turn(self) -> None:
+        self.sweep()
+        self.admit()
+        self.prefill_one_chunk()
+        self.sweep()  # a chunk can take a while: what was cancelled or stopped meanwhile does not decode
+        self.decode_step()
+
+    def sweep(self) -> None:
+        """End the jobs that were cancelled, ran past their deadline, or that the shutdown stops."""
+        now = time.monotonic()
+        for state in list(self.jobs):
+            job = state.job
+            if job.cancelled.is_set():
+                self.end(state)
+            elif now > job.deadline:
+                job.emit(Output("error", 0, JobTimeout("the request ran past the server's time limit")))
+                self.end(state)
+            elif self.engine.stopping:
+                for i in self.unfinished(state):
+                    job.emit(Output("event", i, _shutdown_event(job.choices[i])))
+                self.end(state)
+
+    def unfinished(self, state: _JobState) -> list[int]:
+        running = [s.index for s in self.slots if s is not None and s.job is state.job]
+        return sorted(running + state.waiting)
+
+    def end(self, state: _JobState) -> None:
+        """Free the job's slots and deliver its end."""
+        for i, s in enumerate(self.slots):
+            if s is not None and s.job is state.job:
+                s.clock.add_to(s.job)
+                self.slots[i] = None
+        self.jobs.remove(state)
+        self.engine._job_done(state.job)
+        self.count()
+
+    def count(self) -> None:
+        self.engine.active_slots = sum(s is not None for s in self.slots)
+        self.engine.running_jobs = sum(1 for st in self.jobs if st.running)
+
+    def fail_all(self, error: BaseException) -> None:
+        for state in list(self.jobs):
+            if state.running:
+                state.job.emit(Output("error", 0, error))
+                self.end(state)
+        for seq in range(self.model.sequences):
+            self.model.reset(seq)
+
+    def admit(self) -> None:
+        """Waiting choices (first come first served) into free slots."""
+        for state in list(self.jobs):
+            while state.waiting and None in self.slots:
+                index = state.waiting.pop(0)
+                try:
+                    self.start(state, index)
+                except Exception as e:  # noqa: BLE001 - this job's error; the others go on
+                    if not isinstance(e, ValueError):
+                        log.exception("generation failed")
+                    state.job.emit(Output("error", 0, e))
+                    self.end(state)
+                    break
+            if None not in self.slots:
+                return
+
+    def start(self, state: _JobState, index: int) -> None:
+        from tg_llm.generate import common_prefix
+        from tg_llm.model import ContextLengthError
+        job, choice = state.job, state.job.choices[index]
+        prompt, limit = choice.prompt_ids, self.model.config.max_context
+        if not prompt:
+            raise ValueError("the prompt has no tokens")
+        if len(prompt) >= limit:
+            raise ContextLengthError(f"the prompt has {len(prompt)} tokens; the context holds {limit} "
+                                     f"(room is needed for at least one generated token)")
+        free = [i for i, s in enumerate(self.slots) if s is None]
+        # the free slot whose cache shares the longest prefix with the prompt (the lowest on a tie: fewer rows run)
+        shared = {i: common_prefix(self.model.tokens_of(i), prompt) for i in free}
+        slot = max(free, key=lambda i: (shared[i], -i))
+        job.started.set()
+        state.running = True
+        if choice.prompt_logprobs:
+            job.emit(Output("prompt_logprobs", index, self.engine.prompt_logprobs(choice, slot)))
+            shared[slot] = len(prompt) - 1
+        if choice.max_tokens == 0:
+            self.finished(state)
+            return
+        # the cached prefix is cut back to a whole number of chunks: the rest is then prefilled in the same chunks
+        # as from scratch, so a prompt's logits (and tokens) do not depend on what its slot held before
+        chunk = self.engine.prefill_chunk
+        cached = min(shared[slot], len(prompt) - 1) // chunk * chunk
+        self.slots[slot] = _Sequence(job, index, choice, slot, cached, cached, _ChoiceClock(time.monotonic()))
+        self.count()
+
+    def finished(self, state: _JobState) -> None:
+        state.left -= 1
+        if state.left == 0:
+            self.end(state)
+
+    def state_of(self, job: Job) -> _JobState:
+        return next(st for st in self.jobs if st.job is job)
+
+    def prefill_one_chunk(self) -> None:
+        """One chunk of the prefilling sequence with the fewest prompt tokens left; its last chunk samples its first
+        token."""
+        waiting = [s for s in self.slots if s is not None and s.prefilling]
+        if not waiting:
+            return
+        seq = min(waiting, key=lambda s: (len(s.choice.prompt_ids) - s.done, s.clock.start))
+        prompt = seq.choice.prompt_ids
+        end = min(len(prompt), seq.done + self.engine.prefill_chunk)
+        if end < len(prompt):
+            self.model.prefill(prompt[seq.done:end], seq.done, seq=seq.slot)
+            seq.done = end
+            return
+        logits = self.model.forward_last(prompt[seq.done:], seq.done, seq=seq.slot)
+        seq.done = len(prompt)
+        seq.stream = self.new_stream(seq)
+        self.deliver(seq, logits)
+
+    def new_stream(self, seq: _Sequence) -> Any:
+        from tg_llm.generate import TokenStream
+        from tg_llm.sampling import SamplingParams
+        c = seq.choice
+        params = SamplingParams(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k, min_p=c.min_p,
+                                repetition_penalty=c.repetition_penalty, repeat_last_n=c.repeat_last_n,
+                                frequency_penalty=c.frequency_penalty, presence_penalty=c.presence_penalty,
+                                logprobs=c.top_logprobs if c.logprobs else 0)
+        return TokenStream(self.engine.tokenizer, len(c.prompt_ids), seq.cached, c.max_tokens, params, c.stop,
+                           c.seed, self.engine.stop_ids, self.model.config.max_context)
+
+    def deliver(self, seq: _Sequence, logits: Any) -> None:
+        """Sample the sequence's next token from ``logits`` and send its event; free the slot when it finished."""
+        event = seq.stream.step(logits)
+        seq.clock.tick(event)
+        job = seq.job
+        if job.first_token_at is None:
+            job.first_token_at = seq.clock.first
+        job.emit(Output("event", seq.index, event))
+        if event.finish_reason is None:
+            seq.next_token = event.token_id
+            return
+        seq.clock.add_to(job)
+        self.slots[seq.slot] = None
+        self.count()
+        self.finished(self.state_of(job))
+
+    def decode_step(self) -> None:
+        """One batched forward for every sequence with a token to run."""
+        ready = [s for s in self.slots if s is not None and s.next_token is not None]
+        if not ready:
+            return
+        steps = [(s.slot, s.next_token, s.stream.pos - 1) for s in ready]
+        for s in ready:
+            s.next_token = None
+        for s, row in zip(ready, self.model.decode(steps), strict=True):
+            self.deliver(s, row)
 
 
 class _ChoiceClock:
@@ -337,6 +542,7 @@ class _ChoiceClock:
         self.last = start
         self.tokens = 0
         self.prefilled = 0
+        self.added = False
 
     def tick(self, event: Any) -> None:
         now = time.monotonic()
@@ -347,20 +553,13 @@ class _ChoiceClock:
         self.tokens += 1
 
     def add_to(self, job: Job) -> None:
-        if self.first is None:
+        if self.first is None or self.added:
             return
+        self.added = True
         job.prefill_tokens += self.prefilled
         job.prefill_s += self.first - self.start
         job.decode_tokens += self.tokens - 1
         job.decode_s += self.last - self.first
-
-
-class _Cancelled(Exception):
-    """The job's client went away."""
-
-
-class _Stopping(Exception):
-    """The server is shutting down and the time it gave running jobs is up."""
 
 
 def _shutdown_event(choice: Choice) -> Any:

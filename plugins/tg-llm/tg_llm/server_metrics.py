@@ -4,7 +4,7 @@ Each app has its own registry (several apps in one process, as in the tests, nev
 
 - ``tg_llm_requests_total{path, status}``: HTTP requests answered;
 - ``tg_llm_prompt_tokens_total``, ``tg_llm_completion_tokens_total``: tokens in and out of generations;
-- ``tg_llm_queue_depth``: requests waiting; ``tg_llm_active_slots``: requests generating (0 or 1 today);
+- ``tg_llm_queue_depth``: requests waiting; ``tg_llm_active_slots``: slots generating (up to ``--parallel``);
 - ``tg_llm_prefill_tokens_total`` / ``_seconds_total`` and ``tg_llm_decode_tokens_total`` /
   ``_seconds_total`` (their ratio is the rate over any window), and ``tg_llm_prefill_tokens_per_second``
   / ``tg_llm_decode_tokens_per_second``: the rates of the last request that generated;
@@ -44,9 +44,9 @@ class Metrics:
         self.ttft = Histogram("tg_llm_time_to_first_token_seconds", "seconds from a request's arrival to its first "
                               "token (queue wait included)", buckets=TTFT_BUCKETS, registry=r)
         queue = Gauge("tg_llm_queue_depth", "requests waiting for the model", registry=r)
-        queue.set_function(lambda: max(engine.pending - (engine.running is not None), 0))
-        active = Gauge("tg_llm_active_slots", "requests generating", registry=r)
-        active.set_function(lambda: float(engine.running is not None))
+        queue.set_function(lambda: max(engine.pending - engine.running_jobs, 0))
+        active = Gauge("tg_llm_active_slots", "KV cache slots generating", registry=r)
+        active.set_function(lambda: float(engine.active_slots))
 
     def request(self, path: str, status: int) -> None:
         """One answered request (paths outside the routes are counted as ``other``: labels stay few)."""

@@ -266,24 +266,37 @@ def nonblocking(tr) -> None:
         check(out.numpy(), data(peer, "float32", n, 42), "irecv(out=) after wait")
         msg = expect_error(RuntimeError, ("already waited",), h_out.wait)
         print(f"rank {me} expected error: {msg}")
-    # 4. received tensors the user keeps (or built lazy graphs from) are never reused by the pool
+    # 4. received tensors the user keeps (or built lazy graphs or realized slices from) are never reused by the
+    #    pool; dropped ones are
     if paired:
-        n, rounds = 1024, 6
-        kept, lazies = [], []
+        n, rounds = 1024, 9
+        kept, lazies, slices = [], [], []
         for i in range(rounds):
             if me % 2 == 0:
                 tr.send(Tensor(np.full(n, i, np.float32)), peer)
             else:
                 t = tr.recv((n,), "float32", peer)
-                if i % 2:
+                if i % 3 == 0:
                     kept.append((i, t))
-                else:
+                elif i % 3 == 1:
                     lazies.append((i, t * 2))
+                else:
+                    slices.append((i, t[2:5].realize()))  # (a view of the received memory)
                 del t
         for i, t in kept:
             check(t.numpy(), np.full(n, i, np.float32), f"kept received tensor {i}")
         for i, t in lazies:
             check(t.numpy(), np.full(n, 2 * i, np.float32), f"lazy graph of received tensor {i}")
+        for i, t in slices:
+            check(t.numpy(), np.full(3, i, np.float32), f"realized slice of received tensor {i}")
+        hits = tr._pool.hits
+        for i in range(4):
+            if me % 2 == 0:
+                tr.send(Tensor(np.full(n, i, np.float32)), peer)
+            else:
+                check(tr.recv((n,), "float32", peer).numpy(), np.full(n, i, np.float32), f"pooled receive {i}")
+        if me % 2:
+            assert tr._pool.hits >= hits + 3, (hits, tr._pool.hits)  # dropped results' memory is reused
     # 5. several iallreduces under way, waited in reverse order; in place (out= the input)
     plan = [("float32", "sum", 1001), ("int32", "max", 7), ("float16", "prod", 33), ("bool", "min", 64),
             ("int64", "sum", ONE_MIB // 8)]

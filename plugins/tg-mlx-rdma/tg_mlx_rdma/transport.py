@@ -17,7 +17,6 @@ Wire header (what a ``send`` puts in front of the data, so ``recv`` can check it
 from __future__ import annotations
 
 import abc
-import sys
 from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -251,22 +250,23 @@ def recv_target(shape: tuple[int, ...], dt: DType, device: str | None, out: Tens
 
 
 class RecvPool:
-    """Result tensors for ``recv``/``allreduce`` without ``out=``, reused once their user has dropped them.
+    """Result tensors for ``recv``/``allreduce`` without ``out=``, whose memory is reused once nothing uses it.
 
     Making a tensor per message (``Tensor.empty``, allocating, freeing) costs ~50 us, ten times a small MPI
-    message. The pool keeps up to ``PER_KEY`` tensors per (shape, dtype, device) it made, up to ``MAX_BYTES`` in
-    all, and hands one out again when nothing but the pool refers to it or to its uops (no user reference, no
-    lazy graph built from it, no handle still writing it): then nobody can see its old values, so it is written
-    in place (its buffer's version is bumped, as for any write). Messages over ``MAX_MESSAGE`` bytes are not
-    pooled (their fixed cost is small next to the copy)."""
+    message. The pool owns up to ``PER_KEY`` buffers per (shape, dtype, device), up to ``MAX_BYTES`` in all, and
+    never hands one out itself: each result is a tensor over a new *view* of a pooled buffer. Every tensor, lazy
+    graph or realized slice that reads that memory holds such a view (a slice realized from it is a view of the
+    same base), and a view counts itself on its base until it is garbage (``Buffer.views_alive``); so a buffer whose
+    count is zero is read by nobody and is written again (its version bumped, as for any write). Messages over
+    ``MAX_MESSAGE`` bytes are not pooled (their fixed cost is small next to the copy)."""
 
     PER_KEY = 4
     MAX_BYTES = 64 << 20
     MAX_MESSAGE = 4 << 20
 
     def __init__(self) -> None:
-        # key -> [(tensor, its uop, its buffer uop, buffer, writable view)]
-        self._free: dict[tuple[tuple[int, ...], DType, str | None], list[tuple[Any, Any, Any, Any, memoryview]]] = {}
+        # key -> [(pooled base Buffer, writable view of its memory)]
+        self._free: dict[tuple[tuple[int, ...], DType, str | None], list[tuple[Any, memoryview]]] = {}
         self._bytes = 0
         self.hits = self.misses = 0
 
@@ -279,41 +279,42 @@ class RecvPool:
         key = (shape, dt, device)
         entries = self._free.get(key)
         if entries is not None:
-            for entry in entries:
-                # references: the entry tuple, the local, getrefcount's argument (_ALONE), + the tensor's uop
-                # field for the uop, + the RESHAPE's src tuple for the buffer uop
-                t, u, base = entry[0], entry[1], entry[2]
-                if (t.uop is u and sys.getrefcount(t) == _ALONE and sys.getrefcount(u) == _ALONE + 1
-                        and sys.getrefcount(base) == _ALONE + 1):
+            for base, mv in entries:
+                if base.views_alive == 0:
                     self.hits += 1
-                    _realization().invalidate(entry[3])
-                    del t, u, base
-                    return entry[0], entry[4], _no_commit
-            del t, u, base
+                    _realization().invalidate(base)
+                    return _tensor_over(base, shape, dt), mv, _no_commit
         self.misses += 1
-        t, mv, commit = empty_tensor(shape, dt, device)
-        if commit is _no_commit and self._bytes + nbytes <= self.MAX_BYTES:
-            entries = self._free.setdefault(key, [])
-            if len(entries) < self.PER_KEY:
-                u = t.uop
-                entries.append((t, u, u.src[0], _buffer_of(t), mv))
-                self._bytes += nbytes
-        return t, mv, commit
+        if self._bytes + nbytes > self.MAX_BYTES or (entries is not None and len(entries) >= self.PER_KEY):
+            return empty_tensor(shape, dt, device)
+        from tgcore.runtime.buffer import Buffer
+        from tgcore.runtime.registry import canonical
+        base = Buffer(canonical(device), prod(shape), dt).ensure_allocated()
+        if not base.allocator.can_zero_copy:  # (a device without zero-copy access: nothing to gain)
+            return empty_tensor(shape, dt, device)
+        self._free.setdefault(key, []).append((base, base.as_buffer()))
+        self._bytes += nbytes
+        return _tensor_over(base, shape, dt), base.as_buffer(), _no_commit
 
     def clear(self) -> None:
         self._free.clear()
         self._bytes = 0
 
 
-def _alone() -> int:
-    """What ``sys.getrefcount`` says in ``RecvPool.take`` of an object only a pool entry refers to (measured the
-    same way, so an interpreter that counts differently never makes a referenced tensor look free)."""
-    entry = (object(),)
-    x = entry[0]
-    return sys.getrefcount(x)
+def _tensor_over(base: Any, shape: tuple[int, ...], dt: DType) -> Tensor:
+    """A new tensor of ``shape`` reading a new view of all of ``base`` (the view keeps ``base`` counted in use)."""
+    if not _TENSOR:
+        from tgcore.tensor import Tensor
+        from tgcore.uop import Ops, UOp
+        _TENSOR.extend((Tensor, Ops.RESHAPE, UOp))
+    tensor_type, reshape, uop = _TENSOR
+    u = _realization().new_buffer(base.device, base.size, dt, base.view(base.size, dt))
+    t = tensor_type(uop(reshape, dt, (u,), shape), device=base.device)
+    _realization().hold(t)  # (as Tensor.empty: it follows writes into its memory)
+    return t
 
 
-_ALONE = _alone()
+_TENSOR: list[Any] = []  # Tensor, Ops.RESHAPE, UOp: imported once (an import per message costs ~2 us)
 
 
 def _no_commit() -> None:

@@ -29,19 +29,21 @@ rng = np.random.default_rng(0)
 # ---------------------------------------------------------------- helpers
 
 def program(t: Tensor) -> tuple[str, list[UOp]]:
-    """(name, linear UOps) of the one kernel that computes ``t``, as codegen makes it for the X86 renderer."""
+    """(name, linear UOps) of the one kernel that computes ``t``, as codegen makes it for the X86 renderer (at the
+    AVX2 level, whatever TG_ISA says: the code shapes these tests assert are AVX2's; ``test_x86_avx512`` has the
+    other level's)."""
     from tg_x86.renderer import X86Renderer
 
     from tgcore.codegen import get_program
     from tgcore.schedule.kernelize import create_schedule
     items, _ = create_schedule([t.uop], t.device)
-    (spec,) = [get_program(si.ast, X86Renderer(), 1) for si in items if si.kind != "copy"]
+    (spec,) = [get_program(si.ast, X86Renderer(isa="avx2"), 1) for si in items if si.kind != "copy"]
     return spec.name, list(spec.uops)
 
 
 def render(name: str, uops: list[UOp]) -> bytes:
     from tg_x86.renderer import X86Renderer
-    return X86Renderer().render(name, uops)
+    return X86Renderer(isa="avx2").render(name, uops)
 
 
 def machine_code(t: Tensor) -> list[Decoded]:
@@ -92,7 +94,7 @@ def edit(uops: list[UOp], replace: dict[UOp, Callable[[UOp], UOp]], drop: frozen
 def run(name: str, uops: list[UOp], buffers: dict[int, np.ndarray]) -> bytes:
     """Render ``uops``, load the code and call it on ``buffers`` (by PARAM number); returns the code."""
     from tg_x86.renderer import X86Renderer
-    r = X86Renderer()
+    r = X86Renderer(isa="avx2")
     code = render(name, uops)
     prg = r.program(name, r.compiler.compile(code))
     prg(*[buffers[k].ctypes.data for k in range(len(buffers))])

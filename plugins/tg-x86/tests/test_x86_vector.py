@@ -17,14 +17,16 @@ X86 = "CPU:X86"
 rng = np.random.default_rng(0)
 
 
-def kernels(t: Tensor) -> list[list]:
-    from tg_x86.renderer import X86Renderer, lower
+def kernels(t: Tensor, isa: str = "avx2") -> list[list]:
+    """The allocated programs of ``t``'s kernels at ISA level ``isa`` (the shapes asserted here are AVX2's unless a
+    test asks for another level, whatever TG_ISA says)."""
+    from tg_x86.renderer import X86Renderer
 
     from tgcore.codegen import get_program
     from tgcore.schedule.kernelize import create_schedule
     items, _ = create_schedule([t.uop], t.device)
-    return [lower(s.name, list(s.uops)) for s in (get_program(si.ast, X86Renderer(), 1) for si in items
-                                                   if si.kind != "copy")]
+    r = X86Renderer(isa=isa)
+    return [r.lower(s.name, list(s.uops)) for s in (get_program(si.ast, r, 1) for si in items if si.kind != "copy")]
 
 
 def ops(insts: list) -> list[Op]:

@@ -25,8 +25,8 @@ from tg_x86.lanes import (
     frame_mem,
     is_vec,
     lane_bytes,
-    lanes_per_piece,
     pbits,
+    piece_step,
     scalar_of,
     uniform,
     vector_layout,
@@ -75,6 +75,8 @@ class Emitter(ISelContext):
         self.flag_reads: dict[int, int] = {}   # with TG_SPEC=1: renderer.flag_sources before allocation
         self.const_pieces: dict[tuple[UOp, int], VMem] = {}   # (vector constant, piece) -> its frame slot
         self.lane_cache: dict[tuple, Any] | None = {}   # lanes and halves extracted (None: inside a branch)
+        self.zmm_used = False   # a line made or read a vector held in zmm pieces (``wide.sel_wide``)
+        self.opmasks: dict[tuple[UOp, int], VReg] = {}   # (bool vector gate, zmm piece) -> its opmask
         self.frame.nargs = facts.core_arg + 1
 
     # ---- helpers ----
@@ -206,7 +208,7 @@ class Emitter(ISelContext):
 
     def _const_piece(self, u: UOp, p: int) -> VMem:
         sdt = scalar_of(u.dtype)
-        per = lanes_per_piece(sdt)
+        per = piece_step(u.dtype)
         value = uniform(u)
         if value is not None:
             n = min(per, u.dtype.count - p * per)

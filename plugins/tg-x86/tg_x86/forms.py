@@ -282,6 +282,8 @@ def _evex_rows() -> list[str]:
              # the 256-bit halves of a zmm (horizontal reductions)
              "VEXTRACTF32X8 | ymm/m256, zmm, imm8 | EVEX.512.66.0F3A.W0 1B /r ib | MRI",
              "VINSERTF32X8 | zmm{k}{z}, zmm, ymm/m256, imm8 | EVEX.512.66.0F3A.W0 1A /r ib | RVMI",
+             # an opmask from a vector: the lanes where a & b is not 0 (a remainder's lanes from its bool gate)
+             "VPTESTMD | k{k}, zmm, zmm/m512/m32bcst | EVEX.512.66.0F38.W0 27 /r | RVM",
              # opmask registers (VEX-encoded): a remainder's mask from a gpr
              "KMOVW | k, r32 | VEX.L0.0F.W0 92 /r | RM", "KMOVW | r32, k | VEX.L0.0F.W0 93 /r | RM",
              "KMOVW | k, k/m16 | VEX.L0.0F.W0 90 /r | RM", "KMOVW | m16, k | VEX.L0.0F.W0 91 /r | MR"]
@@ -444,6 +446,10 @@ VMOVHLPS | xmm, xmm, xmm | VEX.128.0F.WIG 12 /r | RVM
 VMOVLHPS | xmm, xmm, xmm | VEX.128.0F.WIG 16 /r | RVM
 VHADDPS | X, X, X/M | VEX.L.F2.0F.WIG 7C /r | RVM
 VPTEST | X, X/M | VEX.L.66.0F38.WIG 17 /r | RM
+VMASKMOVPS | X, X, M | VEX.L.66.0F38.W0 2C /r | RVM
+VMASKMOVPS | M, X, X | VEX.L.66.0F38.W0 2E /r | MVR
+VMASKMOVPD | X, X, M | VEX.L.66.0F38.W0 2D /r | RVM
+VMASKMOVPD | M, X, X | VEX.L.66.0F38.W0 2F /r | MVR
 # scalar integer ALU (add/or/and/sub/xor/cmp, not/neg/inc/dec/div/idiv and shifts are generated)
 IMUL | rv, r/mv | 0F AF /r | RM
 IMUL3 | rv, r/mv, simm8 | 6B /r ib | RMI

@@ -113,6 +113,8 @@ class Op(enum.Enum):
     VMOVD = ("vmovd", _G.MOVE)
     VMOVQ = ("vmovq", _G.MOVE)
     KMOVW = ("kmovw", _G.MOVE)   # AVX-512 opmask registers
+    VMASKMOVPS = ("vmaskmovps", _G.MOVE)   # loads and stores of the lanes whose mask sign bit is set
+    VMASKMOVPD = ("vmaskmovpd", _G.MOVE)
     # casts
     VPMOVZXBW = ("vpmovzxbw", _G.CAST)
     VPMOVZXBD = ("vpmovzxbd", _G.CAST)
@@ -263,6 +265,7 @@ class Op(enum.Enum):
     VPACKUSDW = ("vpackusdw", _G.VEC_INT_ALU)
     VPACKUSWB = ("vpackuswb", _G.VEC_INT_ALU)
     VPTEST = ("vptest", _G.COMPARE, _ND | _WF)
+    VPTESTMD = ("vptestmd", _G.COMPARE, _CO)   # AVX-512: an opmask of the dword lanes where a & b is not 0
     # float ALU, scalar and packed
     VADDSS = ("vaddss", _G.FLOAT_ALU, _CO)
     VADDSD = ("vaddsd", _G.FLOAT_ALU, _CO)

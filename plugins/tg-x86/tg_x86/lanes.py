@@ -93,7 +93,19 @@ def _esize(dt: DType) -> int:
 
 
 def lanes_per_piece(dt: DType) -> int:
+    """Lanes of ``dt`` in a ymm piece (AVX2 layout; ``piece_lanes`` gives a vector's pieces at the kernel's level)."""
     return 32 // esize(dt)
+
+
+# ---- the layout level: AVX2 (ymm pieces) or AVX-512 (float32 vectors of whole zmm pieces) ----
+ZMM_LANES = 16   # float32 lanes of a zmm piece
+_WIDE = [False]  # the level of the kernel being selected: float32 vectors of 16k lanes are zmm pieces
+
+
+def _wide(dt: DType) -> bool:
+    """Held as zmm pieces at the AVX-512 level: float32 vectors of a multiple of 16 lanes (anything else keeps the
+    AVX2 layout, so the ymm rules hold for it)."""
+    return dt.count % ZMM_LANES == 0 and dt.scalar() is dtypes.float32 and not isinstance(dt, PtrDType)
 
 
 def _native(dt: DType) -> bool:
@@ -114,13 +126,16 @@ def _piece_lanes(dt: DType) -> tuple[int, ...]:
     """Lanes in each piece of a vector dtype (one lane per "piece" for lane-by-lane dtypes)."""
     if not native(dt):
         return (1,) * dt.count
+    if _WIDE[0] and _wide(dt):
+        return (ZMM_LANES,) * (dt.count // ZMM_LANES)
     n, per = dt.count, lanes_per_piece(dt.scalar())
     return tuple(min(per, n - i) for i in range(0, n, per))
 
 
 def pbits(n: int, sdt: DType) -> int:
     """Register width of a piece of ``n`` lanes."""
-    return 256 if n * esize(sdt) > 16 else 128
+    size = n * esize(sdt)
+    return 128 if size <= 16 else 256 if size <= 32 else 512
 
 
 def _piece_bits(dt: DType) -> tuple[int, ...]:
@@ -131,6 +146,32 @@ def _piece_bits(dt: DType) -> tuple[int, ...]:
 
 kind, esize, native, is_vector, lane_by_lane, piece_lanes, piece_bits, scalar_of = map(
     by_dtype, (_kind, _esize, _native, _is_vector, _lane_by_lane, _piece_lanes, _piece_bits, DType.scalar))
+is_wide = by_dtype(_wide)
+# the memo tables whose answers depend on the level, and their entries at the other level
+_LEVEL_MEMOS: tuple[dict, ...] = (piece_lanes.__self__, piece_bits.__self__)  # type: ignore[attr-defined]
+_OTHER_LEVEL: list[list[dict]] = [[{} for _ in _LEVEL_MEMOS]]
+
+
+def wide_level() -> bool:
+    return _WIDE[0]
+
+
+def set_wide_level(wide: bool) -> None:
+    """Select the layout of the kernel about to be selected (``True``: AVX-512). The level's memo entries are
+    swapped in (kept for the other level), so both levels stay as fast as one."""
+    if wide == _WIDE[0]:
+        return
+    stash = _OTHER_LEVEL[0]
+    _OTHER_LEVEL[0] = [dict(m) for m in _LEVEL_MEMOS]
+    for m, kept in zip(_LEVEL_MEMOS, stash, strict=True):
+        m.clear()
+        m.update(kept)
+    _WIDE[0] = wide
+
+
+def piece_step(dt: DType) -> int:
+    """Lanes between the starts of consecutive pieces of a native vector dtype (every piece but the last is full)."""
+    return piece_lanes(dt)[0]
 
 
 @memo

@@ -17,6 +17,9 @@ Register roles (whatever the ABI; ``TARGETS``):
     gpr scratch      r9 r10 r11    fills of spilled values (a store reads at most three)
     vec allocatable  xmm0-xmm15 when no vector spills, else xmm0-xmm12 and scratch xmm13-xmm15;
                      rsp is never allocated.
+    zmm allocatable  (a kernel selected at the AVX-512 level, ``wide.zmm_program``) zmm16-31 first, then zmm0-15
+                     when no vector spills, else zmm0-12 and scratch zmm13-15; copies, spills and fills move
+                     whole zmm registers (EVEX); values some instruction names as an xmm or ymm stay in zmm0-15.
 """
 from __future__ import annotations
 
@@ -33,7 +36,24 @@ from typing import Any, NamedTuple
 from tg_x86 import assembler, encoder, operands
 from tg_x86.abi import HOST, Abi
 from tg_x86.isa import Cond, Inst, Op
-from tg_x86.operands import GPR_VIEWS, GPRS64, XMMS, YMMS, Label, Mem, Operand, Reg, address, gpr, imm, xmm, ymm
+from tg_x86.operands import (
+    GPR_VIEWS,
+    GPRS64,
+    KREGS,
+    XMMS,
+    YMMS,
+    ZMMS,
+    Label,
+    Masked,
+    Mem,
+    Operand,
+    Reg,
+    address,
+    gpr,
+    imm,
+    xmm,
+    ymm,
+)
 from tgcore.codegen.regalloc import AllocTarget, MInst, Register, RegisterPlan, VReg, allocate, instruction_registers
 
 GPR = {name: Register(name, i, "gpr") for i, name in enumerate(
@@ -45,8 +65,12 @@ SCRATCH_GPR = [GPR[n] for n in ("r9", "r10", "r11")]
 ALLOC_VEC = [VEC[i] for i in range(13)]
 SCRATCH_VEC = [VEC[i] for i in (13, 14, 15)]
 VEC_SLOT = 32  # bytes of a vector spill slot (a whole ymm)
+ZMM = {i: Register(f"zmm{i}", i, "zmm") for i in range(32)}
+LOW_ZMM = tuple(ZMM[i] for i in range(16))   # what a value named as an xmm or ymm may use (VEX encodes no more)
+ZMM_SLOT = 64
+KREG = {i: Register(f"k{i}", i, "k") for i in range(8)}   # opmasks (k0 masks nothing: never allocated)
 _GPR_NUM = {r.name: r.index for r in GPR.values()}
-_VEC_NUM = {r.name: r.index for r in VEC.values()}
+_VEC_NUM = {r.name: r.index for r in (*VEC.values(), *ZMM.values())}
 
 
 class Slot(NamedTuple):  # a tuple: the key of its offset in a frame's ``slot_disp``, hashed in C
@@ -85,7 +109,9 @@ class VMem:
 
 
 # layout items: ("d", i, bits) defs[i] as a register of ``bits``; ("u", i, bits) uses[i] (a register
-# at ``bits``, or a memory operand when bits is None); ("i", value) an immediate; ("l", label)
+# at ``bits``, or a memory operand when bits is None); ("i", value) an immediate; ("l", label); AVX-512 opmasks:
+# ("dk", i, bits, j, zero) defs[i] under the opmask uses[j] (zeroing or merging), ("uk", i, None, j) the memory
+# operand uses[i] under the opmask uses[j] (a masked store); an opmask register alone is a register of 64 bits
 @dataclass(slots=True)  # never changed once made (not frozen: one is built per instruction)
 class Spec:
     layout: tuple[tuple, ...]
@@ -104,6 +130,10 @@ def label_inst(label: Label) -> MInst:
 def _reg(r: Register, bits: int) -> Reg:
     if r.cls == "gpr":
         return gpr(r.index, bits)
+    if r.cls == "k":
+        return KREGS[r.index]
+    if bits == 512:
+        return ZMMS[r.index]
     return ymm(r.index) if bits == 256 else xmm(r.index)
 
 
@@ -111,11 +141,18 @@ def _reg(r: Register, bits: int) -> Reg:
 # ``[rsp + offset]``; the encoder of spill code (``_move_code``) looks their bytes up by the same keys as any other
 # instruction's, so these tables say what both ways encode
 _COPY_MOVE = {"gpr": (Op.MOV, 64, (("d", 0, 64), ("u", 0, 64))),
-              "vec": (Op.VMOVAPS, 256, (("d", 0, 256), ("u", 0, 256)))}
+              "vec": (Op.VMOVAPS, 256, (("d", 0, 256), ("u", 0, 256))),
+              "zmm": (Op.VMOVUPS, 512, (("d", 0, 512), ("u", 0, 512))),
+              "k": (Op.KMOVW, 16, (("d", 0, 64), ("u", 0, 64)))}
 _FILL_MOVE = {"gpr": (Op.MOV, 64, (("d", 0, 64), ("u", 0, None))),
-              "vec": (Op.VMOVUPS, 256, (("d", 0, 256), ("u", 0, None)))}
+              "vec": (Op.VMOVUPS, 256, (("d", 0, 256), ("u", 0, None))),
+              "zmm": (Op.VMOVUPS, 512, (("d", 0, 512), ("u", 0, None))),
+              "k": (Op.KMOVW, 16, (("d", 0, 64), ("u", 0, None)))}
 _SPILL_MOVE = {"gpr": (Op.MOV, 64, (("u", 0, None), ("u", 1, 64))),
-               "vec": (Op.VMOVUPS, 256, (("u", 0, None), ("u", 1, 256)))}
+               "vec": (Op.VMOVUPS, 256, (("u", 0, None), ("u", 1, 256))),
+               "zmm": (Op.VMOVUPS, 512, (("u", 0, None), ("u", 1, 512))),
+               "k": (Op.KMOVW, 16, (("u", 0, None), ("u", 1, 64)))}
+_SLOT_SIZE = {"gpr": 8, "vec": VEC_SLOT, "zmm": ZMM_SLOT, "k": 8}
 
 
 def _copy(dst: Register, src: Register) -> MInst:
@@ -140,6 +177,7 @@ TARGET = AllocTarget(
     copy=_copy, spill=_spill, fill=_fill,
     slot_size=lambda cls: 8 if cls == "gpr" else VEC_SLOT,
 )
+_ZMM_SCRATCH = [ZMM[i] for i in (13, 14, 15)]
 FIXED_TEMPS = frozenset((RAX, RCX, RDX))
 ALL_VEC = [VEC[i] for i in range(16)]
 
@@ -159,13 +197,29 @@ TARGETS = {(all_gprs, all_vecs): TARGET if not (all_gprs or all_vecs) else
            for all_gprs in (False, True) for all_vecs in (False, True)}
 
 
-def vector_targets(regs: list[tuple[list, list]]) -> tuple[AllocTarget, AllocTarget]:
+def _zmm_target(gprs: list[Register], zmms: list[Register]) -> AllocTarget:
+    return AllocTarget(registers={"gpr": gprs, "zmm": zmms, "k": [KREG[i] for i in range(1, 7)]},
+                       scratch={"gpr": SCRATCH_GPR, "zmm": _ZMM_SCRATCH, "k": [KREG[7]]},
+                       two_address=TARGET.two_address, copy=_copy, spill=_spill, fill=_fill,
+                       slot_size=_SLOT_SIZE.__getitem__)
+
+
+# the targets of a kernel selected at the AVX-512 level (``wide.zmm_program``), as ``TARGETS``: zmm16-31 come first,
+# so the values pinned to zmm0-15 (named as an xmm or ymm somewhere) find them free
+_HIGH_ZMM = [ZMM[i] for i in range(16, 32)]
+ZMM_TARGETS = {(all_gprs, all_vecs): _zmm_target([*ALLOC_GPR, RAX, RCX, RDX] if all_gprs else ALLOC_GPR,
+                                                 _HIGH_ZMM + [ZMM[i] for i in range(16 if all_vecs else 13)])
+               for all_gprs in (False, True) for all_vecs in (False, True)}
+
+
+def vector_targets(regs: list[tuple[list, list]], zmm: bool = False) -> tuple[AllocTarget, AllocTarget]:
     """(the target to plan with first: all 16 vector registers allocatable; the one to plan with when that spills a
     vector: 13 + 3 scratch), both with 12 gprs when no instruction reads or writes rax, rcx or rdx (``regs``: each
     instruction's registers, as ``instruction_registers`` gives them), else 9."""
     named = FIXED_TEMPS.intersection
     all_gprs = not any(named(d) or named(u) for d, u in regs)
-    return TARGETS[(all_gprs, True)], TARGETS[(all_gprs, False)]
+    targets = ZMM_TARGETS if zmm else TARGETS
+    return targets[(all_gprs, True)], targets[(all_gprs, False)]
 
 
 @dataclass
@@ -364,7 +418,8 @@ def _registers_named(allocated: list) -> tuple[set[int], set[int]]:
     for o in operands:
         t = type(o)
         if t is Register:
-            (gprs if o.cls == "gpr" else vecs).add(o.index)
+            if o.cls != "k":
+                (gprs if o.cls == "gpr" else vecs).add(o.index)
         elif t is VMem:
             if o.base is not None:
                 gprs.add(o.base.index)
@@ -382,8 +437,12 @@ def _with_scratch(vecs: set[int], vectors_spilled: bool) -> set[int]:
 
 
 # a register operand by (register class, layout bits): the view of each register number
-_VIEWS = {("gpr", bits): views for bits, views in GPR_VIEWS.items()}
+_VIEWS: dict[tuple[str, int], tuple[Any, ...]] = {("gpr", bits): views for bits, views in GPR_VIEWS.items()}
 _VIEWS.update({("vec", bits): YMMS if bits == 256 else XMMS for bits in (8, 16, 32, 64, 128, 256)})
+# a zmm-class register at a narrower width: registers 0-15 only (``wide.zmm_program`` pins the others)
+_VIEWS.update({("zmm", bits): ZMMS if bits == 512 else _VIEWS[("vec", bits)] + (None,) * 16
+               for bits in (8, 16, 32, 64, 128, 256, 512)})
+_VIEWS[("k", 64)] = KREGS
 
 
 def _lower(allocated: list, slot_disp: dict[tuple[str, int], int], out: list) -> None:
@@ -417,6 +476,16 @@ def _lower(allocated: list, slot_disp: dict[tuple[str, int], int], out: list) ->
                     ops.append(views[(o.cls, item[2])][o.index])
             elif kind == "i":
                 ops.append(make_imm(item[1]))
+            elif kind == "dk" or kind == "uk":  # under an opmask
+                o = (ins.uses if kind == "uk" else ins.defs)[item[1]]
+                if type(o) is VMem:
+                    base, index = o.base, o.index
+                    target: Reg | Mem = make_mem(o.bits, GPRS64[base.index] if base is not None else None,
+                                               GPRS64[index.index] if index is not None else None,
+                                               o.scale if index is not None else 1, o.disp)
+                else:
+                    target = views[(o.cls, item[2])][o.index]
+                ops.append(Masked(target, KREGS[ins.uses[item[3]].index], kind == "dk" and item[4]))
             else:
                 label = item[1]
                 ops.append(label)
@@ -430,7 +499,8 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     ``plan.rewrite_one``); only jumps to labels become ``Inst``s, for ``assembler.resolve_jumps``."""
     # spill code is looked up by what it depends on, for the scratch registers and spill builders of TARGET (which
     # every target of TARGETS shares)
-    assert plan.target in TARGETS.values(), "encode_plan encodes plans made for machine.TARGETS"
+    assert plan.target in TARGETS.values() or plan.target in ZMM_TARGETS.values(), \
+        "encode_plan encodes plans made for machine.TARGETS or ZMM_TARGETS"
     # the assignment (as plan.assignment() gives it) and each virtual register's operand key, made in C
     by_vreg = plan.by_vreg
     vregs = list(by_vreg)
@@ -447,7 +517,7 @@ def encode_plan(plan: RegisterPlan, frame: Frame) -> bytes:
     used.discard(None)
     vecs.discard(None)
     # as finish() infers it from the registers named (a vector scratch register named: maybe vectors spilled)
-    scratch = any(v.cls == "vec" for v in spilled) or not vecs.isdisjoint(_SCRATCH_VEC_NUMS)
+    scratch = any(v.cls != "gpr" for v in spilled) or not vecs.isdisjoint(_SCRATCH_VEC_NUMS)
     lay = _frame_layout(frame, plan.frame, used, _with_scratch(vecs, scratch))  # type: ignore[arg-type]
     if len(_ENCODED) >= _ENCODED_LIMIT:  # bounded (a long-lived process compiles many kernels, and the ones it
         _ENCODED.clear()                 # compiles now are the ones worth keeping); checked once per kernel
@@ -588,7 +658,7 @@ def _encode_rewritten(plan: RegisterPlan, i: int, reg_of: dict, slot_disp: dict[
     if ins.op == "copy":
         dst, src = code_of[ins.defs[0]], code_of[ins.uses[0]]
         if dst != src:  # a copy to its own register vanishes
-            op, _, layout = _COPY_MOVE["vec" if dst >= 16 else "gpr"]
+            op, _, layout = _COPY_MOVE["k" if dst >= 64 else "zmm" if dst >= 32 else "vec" if dst >= 16 else "gpr"]
             parts.append(_code_of_key((op, None, False, layout, 1, dst, src), ins))
     else:
         operands_ = ins.defs + ins.uses
@@ -612,7 +682,7 @@ def _move_code(loads: bool, reg: Register, off: int) -> bytes:
     head = (_FILL_HEADS if loads else _SPILL_HEADS).get(reg.name)
     if head is None:
         head = _move_head(loads, reg)
-    _, modrm, rest = _rsp_address(off)
+    _, modrm, rest = _rsp_address(off) if reg.cls != "zmm" else _rsp_address(off, ZMM_SLOT)
     return head[0] + bytes((head[1] | modrm,)) + rest
 
 
@@ -630,9 +700,9 @@ def _move_head(loads: bool, reg: Register) -> tuple[bytes, int]:
 
 
 @functools.lru_cache(maxsize=1024)  # spill slot offsets repeat from kernel to kernel
-def _rsp_address(off: int) -> tuple[int, int, bytes]:
-    """``operands.address`` of ``[rsp + off]``."""
-    return address(4, None, 1, off)
+def _rsp_address(off: int, n: int = 1) -> tuple[int, int, bytes]:
+    """``operands.address`` of ``[rsp + off]`` (``n``: an EVEX move's disp8 unit, the bytes of a zmm)."""
+    return address(4, None, 1, off, n)
 
 
 # the heads of fills and spill stores by register name (see ``_move_head``)
@@ -646,11 +716,12 @@ def _code_of_key(key: tuple, what: Any) -> bytes:
     return code if code is not None else _encode_new(key, what)
 
 
-# An operand's key is what its encoding depends on: a register's code (its number, plus 16 for a vector register;
-# the layout gives the size), a memory operand's (bits, base key, index key, scale, disp); a spilled virtual
-# register's is (its slot, class, allowed registers): what its fills and spill stores depend on
-_CODE_BY_NAME: dict[Any, int] = {r.name: r.index + (16 if r.cls == "vec" else 0)
-                                 for r in (*GPR.values(), *VEC.values())}
+# An operand's key is what its encoding depends on: a register's code (its number, plus 16 for a vector register,
+# 32 for a zmm-class one, 64 for an opmask; the layout gives the size), a memory operand's (bits, base key, index key,
+# scale, disp); a spilled virtual register's is (its slot, class, allowed registers): what its fills and spill stores
+# depend on
+_CODE_BY_NAME: dict[Any, int] = {r.name: r.index + {"gpr": 0, "vec": 16, "zmm": 32, "k": 64}[r.cls]
+                                 for r in (*GPR.values(), *VEC.values(), *ZMM.values(), *KREG.values())}
 # the bytes of each instruction by its key (op, cond, two-address, layout, number of defs, operand keys; a copy's:
 # "copy", operand keys), with its spill code: instructions repeat within a kernel and from kernel to kernel
 _ENCODED: dict[tuple, bytes] = {}
@@ -693,11 +764,16 @@ def _encode_new(key: tuple, ins: MInst) -> bytes:
     if plan is None:
         plan = _operand_plan(layout, ndefs)
     ops: list[Operand] = []
-    for at, table in plan:  # a loop: cheaper than maps for two or three operands
-        ops.append(table[key[at]])
+    for entry in plan:  # a loop: cheaper than maps for two or three operands
+        if len(entry) == 2:
+            ops.append(entry[1][key[entry[0]]])
+        else:  # under an opmask: (where, table, where the opmask's key is, zeroing)
+            ops.append(Masked(entry[1][key[entry[0]]], KREGS[key[entry[2]] - 64], entry[3]))
     if two_address and key[5] != key[5 + ndefs]:
         raise AssertionError(f"two-address violated in {ins}")
     args = tuple(ops)
+    if None in args:
+        raise encoder.EncodeError(f"x86: {op.name} names a register at a width it has no view at: {ins}")
     found = encoder._form_cache.get((op, None, *map(_SHAPE, args)))
     if found is None:  # the first instruction of this shape: choose its form
         found = encoder.select_by_shape(op, args, cond, None)
@@ -706,18 +782,22 @@ def _encode_new(key: tuple, ins: MInst) -> bytes:
     return code
 
 
-def _operand_plan(layout: tuple, ndefs: int) -> tuple[tuple[int, Any], ...]:
+def _operand_plan(layout: tuple, ndefs: int) -> tuple[tuple, ...]:
     """How ``_encode_new`` makes the operands of a ``layout`` from an instruction's key: for each operand, where in
     the key to look and the table giving the operand by what is there. A register operand's key is its code, and
     its table the views of every code at the layout's bits; a memory operand's key is looked up in
     ``operands.MEMS``; an immediate is fixed by the layout, so it is read from a table of one entry, looked up by the
     key's number of defs (fixed by the plan too). Made once per layout, as layouts repeat far more than
     instructions do."""
-    plan: list[tuple[int, Any]] = []
+    plan: list[tuple] = []
     for item in layout:
         kind = item[0]
         if kind == "i":
             plan.append((4, {ndefs: imm(item[1])}))
+        elif kind == "dk" or kind == "uk":
+            plan.append((5 + item[1] + (ndefs if kind == "uk" else 0),
+                         operands.MEMS if item[2] is None else _REGS_BY_CODE[item[2]], 5 + ndefs + item[3],
+                         kind == "dk" and item[4]))
         else:
             plan.append((5 + item[1] + (ndefs if kind == "u" else 0),
                          operands.MEMS if item[2] is None else _REGS_BY_CODE[item[2]]))
@@ -727,10 +807,12 @@ def _operand_plan(layout: tuple, ndefs: int) -> tuple[tuple[int, Any], ...]:
 
 # the operand plan of each (layout, number of defs), see ``_operand_plan``; as bounded as ``_ENCODED`` (cleared with
 # it when full: every layout here is one of an instruction there)
-_OPERAND_PLANS: dict[tuple[tuple, int], tuple[tuple[int, Any], ...]] = {}
+_OPERAND_PLANS: dict[tuple[tuple, int], tuple[tuple, ...]] = {}
 # the register of each operand key (code: see ``_CODE_BY_NAME``) at each layout size (None: no gpr that wide)
 _REGS_BY_CODE: dict[int, tuple[Reg | None, ...]] = {
-    bits: (*_VIEWS.get(("gpr", bits), (None,) * 16), *_VIEWS[("vec", bits)]) for bits in (8, 16, 32, 64, 128, 256)}
+    bits: (*_VIEWS.get(("gpr", bits), (None,) * 16), *_VIEWS.get(("vec", bits), (None,) * 16), *_VIEWS[("zmm", bits)],
+           *_VIEWS.get(("k", bits), (None,) * 8))
+    for bits in (8, 16, 32, 64, 128, 256, 512)}
 
 
 _SHAPE = operator.attrgetter("shape")
@@ -760,6 +842,8 @@ def _retarget(program: list, regs: list[tuple[list, list]], reads: dict, writes:
         t, acc = ins.uses[0], ins.defs[0]
         if type(t) is not VReg or type(acc) is not VReg or reads[t] + writes[t] != 2 or t.cls != acc.cls:
             continue
+        if t.allowed is not None and acc.allowed is None and t.cls == "zmm":
+            continue  # t is named as an xmm or ymm (zmm0-15 only): its op may not write acc, which may be zmm16-31
         j = _def_to_retarget(program, regs, i, t, acc)
         if j is None:
             continue

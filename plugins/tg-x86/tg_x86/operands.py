@@ -359,5 +359,7 @@ GPRS64: tuple[Reg, ...] = tuple(gpr(n) for n in range(16))
 GPR_VIEWS: dict[int, tuple[Reg, ...]] = {bits: tuple(gpr(n, bits) for n in range(16)) for bits in GPR_NAMES}
 XMMS: tuple[Reg, ...] = tuple(xmm(n) for n in range(16))
 YMMS: tuple[Reg, ...] = tuple(ymm(n) for n in range(16))
+ZMMS: tuple[Reg, ...] = _ZMMS
+KREGS: tuple[Reg, ...] = _KREGS
 
 globals().update(REGS)  # operands.rax, operands.xmm0, ... for hand-written code and tests

@@ -23,6 +23,7 @@ Out: ``render`` returns the machine code of ``void name(<buffer pointers...>, <i
 from __future__ import annotations
 
 import ctypes
+import threading
 import time
 from typing import Any
 
@@ -30,8 +31,9 @@ from tg_x86 import assembler, listing, machine  # modules: each stage is looked 
 from tg_x86.abi import HOST, Abi
 from tg_x86.isa import Flag, Op
 from tg_x86.isel import ISEL, Selector
-from tg_x86.lanes import FLAG_BARRIERS, HELD_GPRS, canon_value
+from tg_x86.lanes import FLAG_BARRIERS, HELD_GPRS, canon_value, set_wide_level
 from tg_x86.machine import GPR, TARGET
+from tg_x86.wide import select_wide, zmm_program
 from tgcore.codegen import regalloc
 from tgcore.codegen.regalloc import MInst, RegisterPlan
 from tgcore.dtype import dtypes
@@ -51,6 +53,7 @@ class X86Compiler(Compiler):
         return bytes(src)
 
 
+_LAYOUT_LOCK = threading.Lock()   # held while a kernel is selected (``lanes.set_wide_level`` switches a global)
 FLAG_READERS = frozenset(o for o in Op if o.flags & Flag.READS_FLAGS)
 FLAG_WRITERS = FLAG_BARRIERS - {"label"}
 
@@ -77,22 +80,29 @@ class X86Renderer(ISARenderer[Selector]):
     name = "X86"
     has_threads = True
     emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})
-    # AVX2: 8 lanes of 32-bit types, 4 of 64-bit ones (wider vectors are split into ymm pieces)
+    # elementwise vectors: 8 lanes of 32-bit types, 4 of 64-bit ones (wider vectors are split into ymm pieces)
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
                    dtypes.uint64: 4}
-    vector_bits = 256        # ymm (no EVEX encodings yet)
-    # ymm0-15 while no vector spills (else 13: ymm13-15 become scratch for the fills)
+    vector_bits = 256        # AVX2: ymm; at the AVX-512 level 512 (float32 vectors of 16k lanes in zmm pieces)
+    # ymm0-15 while no vector spills (else 13: ymm13-15 become scratch for the fills); AVX-512: zmm0-31
     vector_registers = len(machine.ALL_VEC)
+    wide = False             # selected at the AVX-512 level (``wide.py``)
     spec = X86_SPEC
 
-    def __init__(self, abi: Abi = HOST) -> None:
-        """``abi``: the calling convention of the kernels (the host's, the one ctypes calls them with)."""
+    def __init__(self, abi: Abi = HOST, isa: str | None = None) -> None:
+        """``abi``: the calling convention of the kernels (the host's, the one ctypes calls them with). ``isa``:
+        "avx2" or "avx512" (default: TG_ISA, else the widest level the CPU and OS support)."""
         self.compiler = X86Compiler()
         self.program = X86Program
         self.abi = abi
         self.callee_saved = tuple(GPR[n] for n in abi.callee_saved)
-        from tgcore.runtime.cpufeatures import cpu_features
+        from tgcore.runtime.cpufeatures import AVX512, FORCEABLE_LEVELS, chosen_isa_level, cpu_features
         self.cache_sizes = cpu_features().caches
+        level = FORCEABLE_LEVELS[isa] if isa is not None else chosen_isa_level()
+        if level is AVX512:
+            self.wide = True
+            self.vector_bits, self.vector_registers = level.vector_bits, level.vector_registers
+            self.masked_vectors = True   # padded tails: opmasks on zmm pieces, vmaskmovps on 32-bit ymm ones
 
     isel = ISEL
     target = TARGET
@@ -113,15 +123,31 @@ class X86Renderer(ISARenderer[Selector]):
         ctx.frame.abi = self.abi
         return ctx
 
+    def select(self, uops: list[UOp]) -> Selector:
+        """Selection at the renderer's level: at AVX-512, float32 vectors of 16k lanes in zmm pieces, then (when
+        there were any) every vector register in the zmm class (``wide.zmm_program``)."""
+        with _LAYOUT_LOCK:  # the layout level is process-wide state: one kernel is selected at a time
+            if not self.wide:
+                return super().select(uops)
+            set_wide_level(True)
+            try:
+                ctx = self.context(uops)
+                select_wide(ctx)
+            finally:
+                set_wide_level(False)
+        if ctx.zmm_used:  # else the kernel is AVX2 code (ymm pieces only) and keeps the vec class
+            zmm_program(ctx.prog)
+        return ctx
+
     def plan(self, program: list[Any], ctx: Selector, regs: list[tuple[list, list]] | None = None) -> RegisterPlan:
         """``machine.cleanup`` (the pre_regalloc stage), then the linear scan's plan, handed the registers the
         cleanup found. ``regs``: ``instruction_registers(program)`` when the caller has them."""
         program, regs = machine.cleanup(program, regs)
         if self.target is not TARGET:
             return regalloc.plan_registers(program, self.target, regs)
-        wide, narrow = machine.vector_targets(regs)
+        wide, narrow = machine.vector_targets(regs, ctx.zmm_used)
         plan = regalloc.plan_registers(program, wide, regs)
-        if any(iv.vreg.cls == "vec" for iv in plan.spilled):  # their fills need the scratch registers
+        if any(iv.vreg.cls != "gpr" for iv in plan.spilled):  # their fills need the scratch registers
             plan = regalloc.plan_registers(program, narrow, regs)
         return plan
 

@@ -12,9 +12,12 @@ from tg_x86.facts import define_reg, is_reg_index
 from tg_x86.flags import gate_off
 from tg_x86.isa import Op
 from tg_x86.lanes import (
-    lanes_per_piece,
+    esize,
+    is_vector,
+    is_wide,
     native,
     piece_lanes,
+    piece_step,
     scalar_of,
 )
 from tg_x86.machine import VMem
@@ -22,9 +25,11 @@ from tg_x86.memory import alias_ok, gated_mem
 from tg_x86.operands import Label
 from tg_x86.values import mem
 from tg_x86.vpieces import (
+    lane_key,
     lane_line,
     lane_uop,
     load_piece,
+    pack,
     pieces,
     vpiece,
 )
@@ -39,20 +44,23 @@ def vload(ctx: Emitter, u: UOp) -> None:
         acc = ctx.val[idx.src[0]]
         ctx.val[u] = acc if alias_ok(ctx, u) else tuple(ctx.vcopy(r) for r in acc)
         return
-    if not native(u.dtype):
+    gate = idx.src[2] if len(idx.src) > 2 else None
+    if gate is not None and is_vector(gate.dtype) and masked_load(ctx, u, gate):
+        return
+    if not native(u.dtype) or (gate is not None and is_vector(gate.dtype)):
         lanes = []
         for j in range(u.dtype.count):
-            su = lane_line(Ops.LOAD, scalar_of(u.dtype), (idx, *(lane_uop(ctx, s, j) for s in u.src[1:])), None, j)
+            su = lane_line(Ops.LOAD, scalar_of(u.dtype),
+                           (lane_index(ctx, idx, j), *(lane_uop(ctx, s, j) for s in u.src[1:])), None, j)
             ctx.lane_offset = j
             ctx.select_line(su)
             ctx.lane_offset = 0
             lanes.append(ctx.val[su])
-        ctx.val[u] = tuple(lanes)
+        ctx.val[u] = tuple(lanes) if not native(u.dtype) else pack(ctx, scalar_of(u.dtype), lanes)
         return
     if u in ctx.facts.folded:   # its one user reads it from memory
         return
     counts = piece_lanes(u.dtype)
-    gate = idx.src[2] if len(idx.src) > 2 else None
     out = tuple(ctx.vnew() for _ in counts)
     if gate is None:
         for p, d in enumerate(out):
@@ -79,16 +87,19 @@ def vstore(ctx: Emitter, u: UOp) -> None:
         for p, r in enumerate(acc):
             vpiece(ctx, value, p, into=r)
         return
-    if not native(value.dtype):
+    gate = idx.src[2] if len(idx.src) > 2 else None
+    if gate is not None and is_vector(gate.dtype) and masked_store(ctx, u, gate):
+        return
+    if not native(value.dtype) or (gate is not None and is_vector(gate.dtype)):
         for j in range(value.dtype.count):
             ctx.lane_offset = j
-            ctx.select_line(lane_line(Ops.STORE, dtypes.void, (idx, lane_uop(ctx, value, j)), None, j))
+            lane = (lane_index(ctx, idx, j), lane_uop(ctx, value, j))
+            ctx.select_line(lane_line(Ops.STORE, dtypes.void, lane, None, j))
             ctx.lane_offset = 0
         return
-    gate = idx.src[2] if len(idx.src) > 2 else None
     regs = pieces(ctx, value)
     sdt = scalar_of(value.dtype)
-    per = lanes_per_piece(sdt)
+    per = piece_step(value.dtype)
     if gate is None:
         m: VMem = mem(ctx, idx, 8)
     else:   # every piece through the gated address: the buffer's elements or the sink
@@ -127,3 +138,91 @@ def extract_piece_lane(ctx: Emitter, r: VReg, sdt: DType, k: int) -> VReg:
     else:
         ctx.emit(Op.VPEXTRD, [d], [r], (("d", 0, 32), ("u", 0, 128), ("i", k)))
     return d
+
+
+# ---- accesses with one gate per lane (``Renderer.masked_vectors``: padded tails) ----
+def lane_index(ctx: Emitter, idx: UOp, j: int) -> UOp:
+    """The INDEX of lane ``j`` of a lane-by-lane access through ``idx`` (``lane_offset`` adds j): the same, or under
+    the lane's own gate when the gate is a vector."""
+    if len(idx.src) < 3 or not is_vector(idx.src[2].dtype):
+        return idx
+    return UOp(Ops.INDEX, idx.dtype, (idx.src[0], idx.src[1], lane_uop(ctx, idx.src[2], j)))
+
+
+def _masked_width(dt: DType) -> bool:
+    """Does a lane-gated access of ``dt`` have a masked form: zmm pieces (opmask) or 32-bit lanes in pieces of 4 or 8
+    (vmaskmovps, whose mask the bool gate's pieces become)?"""
+    if is_wide(dt):
+        return True
+    sdt = scalar_of(dt)
+    return sdt is not dtypes.bool and esize(sdt) == 4 and all(n in (4, 8) for n in piece_lanes(dt))
+
+
+def opmask(ctx: Emitter, gate: UOp, p: int) -> VReg:
+    """An opmask of lanes 16p..16p+15 of bool vector ``gate`` (made where the gate is made when it gates a zmm access
+    there, ``wide.sel_wide``; else once per loop body)."""
+    made = ctx.opmasks.get((gate, p))
+    if made is not None:
+        return made
+    key = lane_key(ctx, gate, "opmask", p)
+    cache = ctx.lane_cache
+    if cache is not None and key in cache:
+        return cache[key]
+    z, k = ctx.vnew(), ctx.new("k")
+    ctx.emit(Op.VINSERTF32X8, [z], [vpiece(ctx, gate, 2 * p), vpiece(ctx, gate, 2 * p + 1)],
+             (("d", 0, 512), ("u", 0, 512), ("u", 1, 256), ("i", 1)))
+    ctx.emit(Op.VPTESTMD, [k], [z, z], (("d", 0, 64), ("u", 0, 512), ("u", 1, 512)))
+    if cache is not None:
+        cache[key] = k
+    return k
+
+
+def sign_mask(ctx: Emitter, gate: UOp, p: int, bits: int) -> VReg:
+    """Piece ``p`` of bool vector ``gate`` as a vmaskmovps mask (each lane's sign bit)."""
+    d = ctx.vnew()
+    ctx.emit(Op.VPSLLD, [d], [vpiece(ctx, gate, p)], (("d", 0, bits), ("u", 0, bits), ("i", 31)))
+    return d
+
+
+def masked_load(ctx: Emitter, u: UOp, gate: UOp) -> bool:
+    """A load whose lanes have gates of their own, with masked loads (lanes gated off read 0 and never touch memory);
+    False when the dtype has no masked form (then it goes lane by lane)."""
+    if not _masked_width(u.dtype) or len(u.src) > 1:
+        return False
+    m: VMem = mem(ctx, u.src[0], 8)
+    sdt = scalar_of(u.dtype)
+    step = piece_step(u.dtype) * sdt.itemsize
+    out = []
+    for p, n in enumerate(piece_lanes(u.dtype)):
+        d = ctx.vnew()
+        at = VMem(None, m.base, m.index, m.scale, m.disp + p * step, m.slot)
+        if is_wide(u.dtype):
+            ctx.emit(Op.VMOVUPS, [d], [at.sized(512), opmask(ctx, gate, p)], (("dk", 0, 512, 1, True), ("u", 0, None)))
+        else:
+            bits = n * 32
+            ctx.emit(Op.VMASKMOVPS, [d], [sign_mask(ctx, gate, p, bits), at.sized(bits)],
+                     (("d", 0, bits), ("u", 0, bits), ("u", 1, None)))
+        out.append(d)
+    ctx.val[u] = tuple(out)
+    return True
+
+
+def masked_store(ctx: Emitter, u: UOp, gate: UOp) -> bool:
+    """A store whose lanes have gates of their own, with masked stores (lanes gated off are not written); False when
+    the dtype has no masked form."""
+    idx, value = u.src[0], u.src[1]
+    if not _masked_width(value.dtype):
+        return False
+    m: VMem = mem(ctx, idx, 8)
+    sdt = scalar_of(value.dtype)
+    step = piece_step(value.dtype) * sdt.itemsize
+    for p, n in enumerate(piece_lanes(value.dtype)):
+        r = vpiece(ctx, value, p)
+        at = VMem(None, m.base, m.index, m.scale, m.disp + p * step, m.slot)
+        if is_wide(value.dtype):
+            ctx.emit(Op.VMOVUPS, [], [at.sized(512), opmask(ctx, gate, p), r], (("uk", 0, None, 1), ("u", 2, 512)))
+        else:
+            bits = n * 32
+            ctx.emit(Op.VMASKMOVPS, [], [at.sized(bits), sign_mask(ctx, gate, p, bits), r],
+                     (("u", 0, None), ("u", 1, bits), ("u", 2, bits)))
+    return True

@@ -21,6 +21,7 @@ from tg_x86.lanes import (
     pbits,
     piece_bits,
     piece_lanes,
+    piece_step,
     scalar_of,
 )
 from tg_x86.machine import VMem
@@ -50,7 +51,8 @@ def vpiece(ctx: Emitter, u: UOp, p: int, into: VReg | None = None) -> VReg:
     if not const:
         load_piece(ctx, d, u, p)
     elif ctx.facts.is_vzero(u):
-        ctx.emit(Op.VXORPS, [d], [], (("d", 0, bits), ("d", 0, bits), ("d", 0, bits)))
+        zero = Op.VXORPS if bits < 512 else Op.VPXORD   # (vxorps has no EVEX form here)
+        ctx.emit(zero, [d], [], (("d", 0, bits), ("d", 0, bits), ("d", 0, bits)))
     else:
         ctx.vemit(Op.VMOVUPS, d, [ctx.const_piece(u, p)], bits)
     return d
@@ -76,7 +78,7 @@ def piece_mem(ctx: Emitter, u: UOp, p: int) -> VMem:
     """Piece ``p`` of vector load ``u`` as a memory operand."""
     sdt = scalar_of(u.dtype)
     m: VMem = mem(ctx, u.src[0], pbits(piece_lanes(u.dtype)[p], sdt))
-    return VMem(m.bits, m.base, m.index, m.scale, m.disp + p * lanes_per_piece(sdt) * sdt.itemsize, m.slot)
+    return VMem(m.bits, m.base, m.index, m.scale, m.disp + p * piece_step(u.dtype) * sdt.itemsize, m.slot)
 
 
 def lane_key(ctx: Emitter, *key: Any) -> tuple:
@@ -269,7 +271,7 @@ def load_piece(ctx: Emitter, d: VReg, u: UOp, p: int, where: VMem | None = None)
         load_into(ctx, d, idx, sdt)
         return
     n = piece_lanes(u.dtype)[p]
-    per = lanes_per_piece(sdt)
+    per = piece_step(u.dtype)
     m: VMem = mem(ctx, idx, 8) if where is None else where
     disp = m.disp + p * per * sdt.itemsize
 

@@ -632,6 +632,20 @@ exp 0 sig=target,vsrc0,vsrc1,vsrc2,vsrc3 @11
 export 0 sig=target,vsrc0,vsrc1,vsrc2,vsrc3 @12
 """
 
+# image_* rows llvm-mc's opcode listing lacks (its generated words do not decode as these); the rest of the
+# image opcodes come from the listing (tg_amd.llvm_table) and their operand rules from tg_amd.image
+MIMG = """
+image_bvh_intersect_ray 0x19 sig=vdata,vaddr,srsrc @11
+image_bvh64_intersect_ray 0x1a sig=vdata,vaddr,srsrc @11
+"""
+VIMAGE = """
+image_bvh_intersect_ray 0x19 sig=vdata,vaddr,srsrc @12
+image_bvh64_intersect_ray 0x1a sig=vdata,vaddr,srsrc @12
+"""
+VSAMPLE = """
+image_msaa_load 0x18 sig=vdata,vaddr,srsrc @12
+"""
+
 TABLES = {"SOP1": SOP1, "SOP2": SOP2, "SOPC": SOPC, "SOPK": SOPK, "SOPP": SOPP, "SMEM": SMEM, "VOP1": VOP1,
           "VOP2": VOP2, "VOPC": VOPC, "VOP3": VOP3, "VOP3SD": VOP3SD, "VOP3P": VOP3P, "DS": DS,
-          "GLOBAL": GLOBAL, "FLAT": FLAT, "EXP": EXP}
+          "GLOBAL": GLOBAL, "FLAT": FLAT, "EXP": EXP, "MIMG": MIMG, "VIMAGE": VIMAGE, "VSAMPLE": VSAMPLE}

@@ -2,14 +2,15 @@
 
 In:  nothing but this file: the workloads below build lazy tensors (``Tensor.empty``: codegen reads shapes and
      dtypes only; nothing runs), the scheduler cuts them into kernels.
-Out: ``digests()`` -> {"workload/k name": sha256 hex of the kernel's machine code}; ``python corpus.py --write``
-     stores them in ``machine_code.json`` next to this file (what ``test_x86_digests.py`` compares against).
+Out: ``digests(isa=...)`` -> {"workload/k name": sha256 hex of the kernel's machine code} at ISA level ``isa``;
+     ``python corpus.py --write`` stores them for every level in ``DIGEST_FILES`` next to this file (what
+     ``test_x86_digests.py`` compares against): ``machine_code.json`` (AVX2), ``machine_code_avx512.json``.
 
 The machine code must not depend on the machine that makes it, so everything the X86 renderer and the
 optimization heuristic read from the host is pinned here: the ABI (System V), the cache sizes the heuristic
-tiles for (``CacheSizes()``'s defaults), the threads a kernel may split over (``THREADS``) and the ISA level
-(``ISA``: the renderer's vector width; it declares AVX2 and reads no CPU feature). A change to the renderer that
-changes the code on purpose regenerates the file (see ``test_x86_digests.py``).
+tiles for (``CacheSizes()``'s defaults), the threads a kernel may split over (``THREADS``) and the ISA
+level (``ISAS``: the renderer is told the level, so it reads no CPU feature; each level has its own digests).
+A change to the renderer that changes the code on purpose regenerates the files (see ``test_x86_digests.py``).
 
 The workloads: the kernels of ``plugins/tg-x86/bench/x86.py`` and ``bench/ops.py`` (smaller shapes where the
 shape does not pick another code path; the GEMM and conv shapes of the benches kept, their tiling depends on
@@ -33,20 +34,23 @@ from tgcore.schedule.kernelize import create_schedule
 from tgcore.tensor import Tensor
 from tgcore.uop import UOp
 
-DIGEST_FILE = Path(__file__).with_name("machine_code.json")
 THREADS = 2          # the core_ids a kernel may split over (the heuristic's thread split)
-ISA = "avx2"         # the X86 renderer's vector level (ymm); a new level gets its own digests
+# the X86 renderer's vector levels (ymm pieces; float32 vectors of 16k lanes in zmm), each with its digests
+DIGEST_FILES = {"avx2": Path(__file__).with_name("machine_code.json"),
+                "avx512": Path(__file__).with_name("machine_code_avx512.json")}
+ISAS = tuple(DIGEST_FILES)
+VECTOR_BITS = {"avx2": 256, "avx512": 512}
 DEV = "CPU"
 
 
-def renderer():  # noqa: ANN201 (the plugin's renderer; imported here so the module loads without it)
-    """The X86 renderer with every host-dependent input pinned (see the module doc)."""
+def renderer(isa: str = "avx2"):  # noqa: ANN201 (the plugin's renderer; imported here so the module loads without it)
+    """The X86 renderer at level ``isa`` with every host-dependent input pinned (see the module doc)."""
     from tg_x86.abi import SYSV
     from tg_x86.renderer import X86Renderer
-    r = X86Renderer(abi=SYSV)
+    r = X86Renderer(abi=SYSV, isa=isa)
     r.cache_sizes = CacheSizes()
-    if r.vector_bits != 256:
-        raise AssertionError(f"the corpus pins ISA={ISA}, the renderer declares {r.vector_bits}-bit vectors")
+    if r.vector_bits != VECTOR_BITS[isa]:
+        raise AssertionError(f"the corpus pins ISA={isa}, the renderer declares {r.vector_bits}-bit vectors")
     return r
 
 
@@ -158,9 +162,9 @@ def kernel_asts(outs: Tensor | list[Tensor]) -> list:
     return [si.ast for si in items if si.kind != "copy"]
 
 
-def digests(names: list[str] | None = None) -> dict[str, str]:
-    """{"workload/k name": sha256 of the machine code} for the named workloads (default: all)."""
-    r = renderer()
+def digests(names: list[str] | None = None, isa: str = "avx2") -> dict[str, str]:
+    """{"workload/k name": sha256 of the machine code} for the named workloads (default: all) at level ``isa``."""
+    r = renderer(isa)
     out: dict[str, str] = {}
     for name in names or list(WORKLOADS):
         for k, ast in enumerate(kernel_asts(WORKLOADS[name]())):
@@ -170,13 +174,14 @@ def digests(names: list[str] | None = None) -> dict[str, str]:
 
 
 def write() -> None:
-    found = digests()
-    DIGEST_FILE.write_text(json.dumps({"isa": ISA, "threads": THREADS, "kernels": found}, indent=1, sort_keys=True)
-                           + "\n")
-    print(f"wrote {len(found)} digests to {DIGEST_FILE}")
+    for isa, path in DIGEST_FILES.items():
+        found = digests(isa=isa)
+        path.write_text(json.dumps({"isa": isa, "threads": THREADS, "kernels": found}, indent=1, sort_keys=True)
+                        + "\n")
+        print(f"wrote {len(found)} digests to {path}")
 
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: python corpus.py --write   (regenerates machine_code.json from the renderer as it is now)")
+        sys.exit("usage: python corpus.py --write   (regenerates the digest files from the renderer as it is now)")
     write()

@@ -1,0 +1,38 @@
+"""The grid types (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) in a GGUF file: a weight times a vector
+at odd row counts on PYTHON, CPU and CPU:X86, against gguf-py's dequantization and a float64 product; the
+dequantized weight bit for bit against gguf-py.
+
+Their grid lookup is an indexed load from a constant tensor of packed codes (``Tensor.take``), so the product is
+one kernel reading the raw bytes and the grid, with no float copy of the weight."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tg_gguf
+from tg_gguf.constants import BLOCK_LAYOUT
+from tg_gguf.dequant import GRID_TYPES
+from tg_gguf_testutil import assert_bits_equal, gguf_with_tensor, random_blocks, reference_dequantize
+
+from tgcore.schedule.kernelize import create_schedule
+from tgcore.tensor import Tensor
+
+SHAPES = {"PYTHON": (5, 256), "CPU": (37, 512), "CPU:X86": (37, 512)}  # rows (odd), columns
+
+
+@pytest.mark.parametrize("device", ["PYTHON", "CPU", "CPU:X86"])
+@pytest.mark.parametrize("gtype", GRID_TYPES, ids=lambda t: t.name)
+def test_grid_gemv_matches_numpy(gtype, device):
+    shape = SHAPES[device]
+    raw = random_blocks(gtype, shape[0] * shape[1] // BLOCK_LAYOUT[gtype][0], seed=5, small=True)
+    gf = tg_gguf.from_bytes(gguf_with_tensor("w", shape, gtype, raw.tobytes()))
+    ref_w = reference_dequantize(gtype, raw, shape)
+    x = np.random.default_rng(7).standard_normal(shape[1]).astype(np.float32)
+    w = gf.tensors_as(device=device)["w"]
+    out = w @ Tensor(x, device=device)
+    items, _ = create_schedule([out.uop], out.device)
+    assert [si.kind for si in items] == ["reduce"]
+    assert raw.size in [b.nbytes for b in items[0].bufs]
+    assert all(b.nbytes not in (2 * w.numel(), 4 * w.numel()) for b in items[0].bufs)  # no float weight
+    ref = ref_w.astype(np.float64) @ x.astype(np.float64)
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    assert_bits_equal(w.numpy(), ref_w)

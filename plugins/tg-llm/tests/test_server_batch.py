@@ -1,0 +1,185 @@
+"""Continuous batching in ``tg serve llm`` (live, real SmolLM2, the official ``openai`` client).
+
+The server runs 4 slots (``--parallel 4``) and prefills prompts in chunks of 16 tokens, so a 200-token prompt
+takes 13 scheduler turns. Checked:
+- batch invariance: greedy and seeded completions sent 8 at once (4 run, 4 wait for a slot and join the
+  batch as others finish) each equal the same request sent alone;
+- cancelling one stream of a running batch: the others finish unchanged, the slot is freed;
+- chunked prefill: a short request sent while a long prompt is prefilling gets its first token first;
+- SIGTERM with 4 streams running: each ends with ``server_shutdown``, exit 0, no traceback.
+No wall-clock assertions: only orderings and equalities.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from test_server_helpers import MODEL_ID, LiveServer, require, require_server_deps, smollm2_path
+
+ARGS = ["--max-context", "256", "--parallel", "4", "--prefill-chunk", "16", "--shutdown-timeout", "0"]
+PROMPTS = ["The capital of France is", "Once upon a time, in a small village,", "def fibonacci(n):",
+           "The three primary colors are"]
+GEN = 8
+
+
+@pytest.fixture(scope="module")
+def server() -> Any:
+    require_server_deps()
+    smollm2_path()
+    s = LiveServer(ARGS)
+    s.wait_ready()
+    yield s
+    s.stop()
+
+
+def client(server: Any) -> Any:
+    openai = require("openai", "pip install openai")
+    return openai.OpenAI(base_url=server.url("/v1"), api_key="unused", max_retries=0, timeout=600)
+
+
+def complete(server: Any, prompt: str | list[int], **kw: Any) -> str:
+    r = client(server).completions.create(model=MODEL_ID, prompt=prompt, max_tokens=kw.pop("max_tokens", GEN),
+                                          stop=["\x00"], **kw)
+    return r.choices[0].text
+
+
+def requests() -> list[dict[str, Any]]:
+    """Greedy and seeded sampling (the server's default top-k/top-p/min-p) for each prompt."""
+    return ([{"prompt": p, "temperature": 0} for p in PROMPTS]
+            + [{"prompt": p, "temperature": 1.0, "seed": 100 + i} for i, p in enumerate(PROMPTS)])
+
+
+def concurrently(fn: Any, args: list[Any]) -> list[Any]:
+    out: list[Any] = [None] * len(args)
+
+    def run(i: int) -> None:
+        try:
+            out[i] = fn(args[i])
+        except Exception as e:  # noqa: BLE001 - reported by the caller's assertion
+            out[i] = e
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(args))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    return out
+
+
+def test_batch_invariance_greedy_and_seeded(server: Any) -> None:
+    alone = [complete(server, **dict(r)) for r in requests()]
+    assert len(set(alone)) == len(alone)  # the requests really differ
+    together = concurrently(lambda r: complete(server, **dict(r)), requests()[::-1])  # 4 run, 4 wait for a slot
+    assert together == alone[::-1]
+
+
+def stream_text(server: Any, prompt: str, max_tokens: int, stop_after: int | None = None) -> tuple[str, str | None]:
+    """Stream a greedy completion; with ``stop_after`` close the stream after that many text chunks."""
+    stream = client(server).completions.create(model=MODEL_ID, prompt=prompt, max_tokens=max_tokens,
+                                               temperature=0, stop=["\x00"], stream=True)
+    text, finish, chunks = "", None, 0
+    for chunk in stream:
+        if chunk.choices:
+            text += chunk.choices[0].text or ""
+            finish = chunk.choices[0].finish_reason or finish
+            chunks += bool(chunk.choices[0].text)
+            if stop_after is not None and chunks >= stop_after:
+                stream.close()
+                return text, "closed"
+    return text, finish
+
+
+def test_cancel_one_stream_of_a_batch(server: Any) -> None:
+    import httpx
+    n = 24
+    alone = [stream_text(server, p, n) for p in PROMPTS[:3]]
+    before = server.log().count("client went away")
+    jobs = [(PROMPTS[0], n, None), (PROMPTS[1], n, 2), (PROMPTS[2], n, None)]
+    got = concurrently(lambda j: stream_text(server, *j), jobs)
+    assert got[0] == alone[0] and got[2] == alone[2]
+    assert got[1][1] == "closed" and alone[1][0].startswith(got[1][0])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and server.log().count("client went away") == before:
+        time.sleep(0.1)
+    assert server.log().count("client went away") == before + 1
+    while time.monotonic() < deadline and httpx.get(server.url("/health")).json()["queue"]:
+        time.sleep(0.1)
+    assert httpx.get(server.url("/health")).json()["queue"] == 0
+
+
+def active_slots(server: Any) -> float:
+    import httpx
+    text = httpx.get(server.url("/metrics"), timeout=30).text
+    return float(next(ln.split()[-1] for ln in text.splitlines() if ln.startswith("tg_llm_active_slots ")))
+
+
+def test_short_request_overtakes_a_long_prefill(server: Any) -> None:
+    """A 200-token prompt prefills in 13 chunks; a short request sent once the long one holds a slot gets its first
+    token before the long one does, and both complete as they would alone."""
+    long_prompt = [int(t) for t in np.random.default_rng(3).integers(100, 40000, 200)]
+    firsts: dict[str, float] = {}
+    texts: dict[str, str] = {}
+
+    def run(name: str, prompt: Any) -> None:
+        stream = client(server).completions.create(model=MODEL_ID, prompt=prompt, max_tokens=4, temperature=0,
+                                                   stop=["\x00"], stream=True)
+        text = ""
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].text:
+                firsts.setdefault(name, time.monotonic())
+                text += chunk.choices[0].text
+        texts[name] = text
+
+    assert active_slots(server) == 0
+    long = threading.Thread(target=run, args=("long", long_prompt))
+    long.start()
+    deadline = time.monotonic() + 60
+    while active_slots(server) < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert "long" not in firsts  # still prefilling
+    run("short", PROMPTS[0])
+    long.join(600)
+    assert firsts["short"] < firsts["long"]
+    assert texts["short"] == complete(server, PROMPTS[0], max_tokens=4, temperature=0)
+    assert texts["long"] == complete(server, long_prompt, max_tokens=4, temperature=0)
+
+
+def test_sigterm_with_four_streams(server: Any) -> None:
+    """Last (ends the server): 4 streams running, SIGTERM: each ends with finish_reason server_shutdown and
+    [DONE], exit 0, no traceback."""
+    import httpx
+    started = threading.Barrier(5)
+
+    def run(prompt: str) -> list[str]:
+        body = {"model": MODEL_ID, "prompt": prompt, "max_tokens": 200, "temperature": 0, "stop": ["\x00"],
+                "stream": True}
+        lines = []
+        with httpx.stream("POST", server.url("/v1/completions"), json=body, timeout=300) as r:
+            it = r.iter_lines()
+            for line in it:
+                if line:
+                    lines.append(line)
+                    if json.loads(line[6:])["choices"][0].get("text"):
+                        break
+            started.wait(120)
+            lines += [line for line in it if line]
+        return lines
+
+    results: list[Any] = []
+    threads = [threading.Thread(target=lambda p=p: results.append(run(p))) for p in PROMPTS]
+    for t in threads:
+        t.start()
+    started.wait(300)  # all four are generating
+    server.proc.send_signal(signal.SIGTERM)
+    for t in threads:
+        t.join(120)
+    assert len(results) == 4
+    for lines in results:
+        assert lines[-1] == "data: [DONE]"
+        assert json.loads(lines[-2][6:])["choices"][0]["finish_reason"] == "server_shutdown"
+    assert server.proc.wait(60) == 0
+    assert "Traceback" not in server.log()

@@ -1,0 +1,149 @@
+"""The X86 renderer at the AVX-512 level: float32 vectors of 16k lanes in zmm pieces, 32 zmm registers, opmasks for
+padded tails.
+
+The code shapes are checked on the listing the renderer makes at ``isa="avx512"`` (no AVX-512 CPU needed); results
+against numpy and torch on the CPU:X86 device when its renderer runs at that level (the CPU has AVX-512 and TG_ISA
+does not ask for less). The machine code of zmm spills is checked against capstone's reading of it.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tg_x86.cpu import unavailable_reason
+from tg_x86.isa import Inst, Op
+from tg_x86.operands import Masked, Mem, Reg
+
+import tgcore.nn.functional as F
+from tgcore.codegen import get_program
+from tgcore.codegen.optimize import Opt, OptOps
+from tgcore.schedule.kernelize import create_schedule
+from tgcore.tensor import Tensor
+
+X86 = "CPU:X86"
+rng = np.random.default_rng(5)
+
+
+def _device_is_wide() -> bool:
+    if unavailable_reason() is not None:
+        return False
+    from tgcore.runtime.registry import open_device
+    return bool(getattr(open_device(X86).renderer, "wide", False))
+
+
+needs_wide = pytest.mark.skipif(not _device_is_wide(), reason="CPU:X86 does not run at the AVX-512 level here")
+
+
+def listings(t: Tensor, isa: str = "avx512") -> list[list]:
+    from tg_x86.renderer import X86Renderer
+    items, _ = create_schedule([t.uop], "CPU")
+    r = X86Renderer(isa=isa)
+    return [r.lower(s.name, list(s.uops)) for s in (get_program(si.ast, r, 1) for si in items if si.kind != "copy")]
+
+
+def innermost_loop(insts: list) -> list:
+    """The instructions of the last loop opened (between its label and its closing jump)."""
+    labels = [i for i, x in enumerate(insts) if not isinstance(x, Inst) and repr(x).startswith("loop")]
+    start = labels[-1]
+    end = next(i for i in range(start, len(insts)) if isinstance(insts[i], Inst) and insts[i].op is Op.JCC)
+    return insts[start + 1:end]
+
+
+def is_zmm(o: object) -> bool:
+    return isinstance(o, Reg) and o.kind == "zmm"
+
+
+def test_matmul_register_tile_is_zmm_fmas():
+    """The K loop of a 256^3 product: zmm FMAs into accumulators that stay in registers, B's vectors loaded as zmm,
+    A broadcast from memory into zmm; more accumulators than AVX2's 16 registers could hold."""
+    (insts,) = listings(Tensor.empty(256, 256) @ Tensor.empty(256, 256))
+    body = innermost_loop(insts)
+    fmas = [i for i in body if i.op is Op.VFMADD231PS]
+    assert len(fmas) > 16 and all(is_zmm(i.operands[0]) for i in fmas)
+    assert len({i.operands[0].num for i in fmas}) == len(fmas)          # one accumulator each
+    assert any(i.operands[0].num >= 16 for i in fmas)                   # zmm16-31 in use
+    bcasts = [i for i in body if i.op is Op.VBROADCASTSS]
+    assert bcasts and all(is_zmm(i.operands[0]) and isinstance(i.operands[1], Mem) for i in bcasts)
+    assert not [i for i in body if any(is_zmm(o) for o in i.operands) and any(
+        isinstance(o, Mem) and o.base is not None and o.base.num == 4 for o in i.operands)]   # no vector spills
+
+
+def test_padded_columns_load_and_store_under_opmasks():
+    """1000 columns are not a multiple of a 16-lane tile: the last vectors load and store under an opmask made
+    (vptestmd) before the K loop, not lane by lane."""
+    (listed,) = listings(Tensor.empty(64, 100) @ Tensor.empty(100, 1000))
+    insts = [i for i in listed if isinstance(i, Inst)]
+    masked_loads = [i for i in insts if i.op is Op.VMOVUPS and isinstance(i.operands[0], Masked)
+                    and is_zmm(i.operands[0].target) and i.operands[0].zero]
+    masked_stores = [i for i in insts if i.op is Op.VMOVUPS and isinstance(i.operands[0], Masked)
+                     and isinstance(i.operands[0].target, Mem)]
+    assert masked_loads and masked_stores
+    assert not [i for i in innermost_loop(listed) if i.op is Op.VPTESTMD]
+    assert not [i for i in insts if i.op is Op.VMOVSS]
+
+
+def test_avx2_level_names_no_zmm():
+    for insts in listings(Tensor.empty(256, 256) @ Tensor.empty(256, 256), isa="avx2"):
+        assert not [i for i in insts if isinstance(i, Inst) for o in i.operands if is_zmm(o)]
+
+
+def test_zmm_spills_are_what_capstone_reads():
+    """A 5x6 tile of zmm accumulators (30, with 6 vectors of B and a broadcast) spills: the spill code the plan
+    encodes directly is the staged way's (rewrite, finish, assemble; its encoder is fuzzed against capstone, EVEX's
+    disp8*64 included) and capstone reads zmm moves to and from the stack."""
+    from tg_x86 import machine
+    from tg_x86.listing import disassemble
+    from tg_x86.renderer import X86Renderer
+
+    from tgcore.renderer.isa import ISARenderer
+    t = Tensor.empty(80, 64) @ Tensor.empty(64, 96)
+    items, _ = create_schedule([t.uop], "CPU")
+    r = X86Renderer(isa="avx512")
+    opts = [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UNROLL, 1, 6), Opt(OptOps.UNROLL, 0, 5)]
+    captured: dict = {}
+
+    def emit(plan, ctx):  # noqa: ANN001, ANN202
+        captured["bytes"] = (machine.encode_plan(plan, ctx.frame), ISARenderer.emit(r, plan, ctx))
+        return captured["bytes"][0]
+    r.emit = emit  # type: ignore[method-assign]
+    get_program(items[-1].ast, r, 1, opts)
+    direct, staged = captured["bytes"]
+    assert direct == staged
+    text = [t for _, _, t in disassemble(direct)]
+    spills = [t for t in text if t.startswith("vmovups zmmword ptr [rsp")]
+    fills = [t for t in text if t.startswith("vmovups zmm") and "ptr [rsp" in t and not t.startswith("vmovups zmmw")]
+    assert spills and fills
+
+
+@needs_wide
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (7, 7, 7), (1, 129, 3), (127, 129, 131), (64, 1000, 20), (33, 100, 65)])
+def test_matmul_odd_shapes_exact(m, n, k):
+    a, b = rng.integers(-3, 4, (m, k)).astype(np.float32), rng.integers(-3, 4, (k, n)).astype(np.float32)
+    np.testing.assert_array_equal((Tensor(a, device=X86) @ Tensor(b, device=X86)).numpy(), a @ b)
+
+
+@needs_wide
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.float64, np.float16])
+@pytest.mark.parametrize("n", [1, 7, 17, 100, 1003])
+def test_padded_elementwise_tails(dtype, n):
+    """Sizes that are no multiple of the vector: the tail lanes are loaded and stored under masks (or lane by lane)
+    and nothing past the end is written."""
+    a = (rng.standard_normal(n) * 8).astype(dtype)
+    b = (rng.standard_normal(n) * 8).astype(dtype)
+    out = (Tensor(a, device=X86) * 2 + Tensor(b, device=X86)).numpy()
+    np.testing.assert_allclose(out, a * 2 + b, rtol=1e-3 if dtype is np.float16 else 1e-6)
+
+
+@needs_wide
+def test_conv2d_forward_and_backward_match_torch():
+    torch = pytest.importorskip("torch")
+    x_np = rng.standard_normal((2, 8, 13, 11)).astype(np.float32)
+    w_np = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    x, w = Tensor(x_np, device=X86, requires_grad=True), Tensor(w_np, device=X86, requires_grad=True)
+    out = F.conv2d(x, w, padding=1).relu()
+    out.sum().backward()
+    xt, wt = torch.tensor(x_np, requires_grad=True), torch.tensor(w_np, requires_grad=True)
+    ot = torch.nn.functional.conv2d(xt, wt, padding=1).relu()
+    ot.sum().backward()
+    np.testing.assert_allclose(out.numpy(), ot.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(w.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=1e-4)

@@ -1,0 +1,77 @@
+"""The operator surface UOp and Tensor share (tgcore.uop.mixins): one definition of each operator and formula.
+
+References: numpy (broadcasting, float64 math) and Python's ast (what the mixins import).
+"""
+from __future__ import annotations
+
+import ast
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tgcore
+from tgcore.dtype import dtypes
+from tgcore.tensor import Tensor
+from tgcore.uop import UOp
+from tgcore.uop.mixins import ElementwiseMixin, broadcast_shape
+
+SHARED = ("__add__", "__radd__", "__mul__", "__rmul__", "__lt__", "__gt__", "__and__", "__or__", "__xor__",
+          "__lshift__", "__rshift__", "eq", "ne", "maximum", "logical_not", "exp2", "log2", "sqrt", "sin", "trunc",
+          "reciprocal", "cos", "tan")
+
+
+@pytest.mark.parametrize("name", SHARED)
+def test_operators_are_defined_once(name: str) -> None:
+    assert getattr(UOp, name) is getattr(ElementwiseMixin, name)
+    assert getattr(Tensor, name) is getattr(ElementwiseMixin, name)
+
+
+@pytest.mark.parametrize("fn", ["cos", "tan", "exp", "log"])
+def test_formulas_on_uop_constants_match_numpy(fn: str) -> None:
+    """The formulas Tensor uses, applied to UOp constants, fold to numpy's float64 values (within 2 ulp)."""
+    for v in (0.1, 0.5, 1.0, 3.0, 10.0, 100.0, 1234.5):
+        got = getattr(UOp.const(dtypes.float64, v), fn)().simplify()
+        assert got.op.name == "CONST"
+        want = getattr(np, fn)(np.float64(v))
+        assert got.arg == want or abs(got.arg - want) <= 2 * np.spacing(abs(want)), (fn, v, got.arg, want)
+
+
+def test_tensor_and_uop_formulas_agree() -> None:
+    xs = np.array([0.1, 0.5, 1.0, 3.0, 10.0, 100.0, 1234.5])
+    for fn in ("cos", "tan", "exp", "log"):
+        t = getattr(Tensor(xs, device="PYTHON"), fn)().numpy()
+        u = [getattr(UOp.const(dtypes.float64, float(v)), fn)().simplify().arg for v in xs]
+        np.testing.assert_array_max_ulp(t, np.array(u), maxulp=2)
+
+
+def test_broadcast_shape_matches_numpy() -> None:
+    sizes = (0, 1, 2, 3)
+    shapes = [s for n in range(3) for s in itertools.product(sizes, repeat=n)]
+    for a, b in itertools.product(shapes, repeat=2):
+        try:
+            want = np.broadcast_shapes(a, b)
+        except ValueError:
+            with pytest.raises(ValueError):
+                broadcast_shape(a, b)
+            continue
+        assert broadcast_shape(a, b) == want
+
+
+def _runtime_imports_of_tensor(path: Path) -> list[int]:
+    """Lines importing tgcore.tensor outside ``if TYPE_CHECKING:`` blocks."""
+    tree = ast.parse(path.read_text())
+    type_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                 and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+                 for n in ast.walk(node)}
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "tgcore.tensor"
+            and id(n) not in type_only]
+
+
+def test_no_mixin_imports_tensor() -> None:
+    """Tensor's mixins and the shared surface build tensors through ``type(self)``, never by importing Tensor."""
+    root = Path(tgcore.__file__).parent
+    mixins = [*root.glob("tensor_*.py"), root / "uop" / "mixins.py", root / "uop" / "transcendental.py"]
+    found = {p.name: lines for p in mixins if (lines := _runtime_imports_of_tensor(p))}
+    assert found == {}
