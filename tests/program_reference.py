@@ -300,7 +300,14 @@ def ref_add_after_product(op: str, a: Ref, b: Ref | Any) -> Ref:
     return Ref(out.arr, out.dt, base + extra + ulp(out.arr, out.dt))
 
 
-UNARY_FLOAT = {"exp": np.exp, "exp2": np.exp2, "sigmoid": lambda x: 1 / (1 + np.exp(-x))}
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x)) the way torch computes it in float32: exp(-x) beyond float32's range is inf, so x below
+    about -88.7 gives 0 (float64 throughout would give a subnormal float32 there)."""
+    e = np.exp(-x)
+    return 1 / (1 + np.where(e > np.finfo(np.float32).max, np.inf, e))
+
+
+UNARY_FLOAT = {"exp": np.exp, "exp2": np.exp2, "sigmoid": sigmoid}
 DERIV_BOUND = {"exp": lambda x, e: np.abs(np.exp(x)) * np.expm1(e), "exp2": lambda x, e: np.exp2(x) * np.expm1(e),
                "sigmoid": lambda x, e: e / 4}
 

@@ -519,44 +519,25 @@ def shrink(prog: Program, device: str, budget: int = 80) -> Program:
 
 # ------------------------------------------------------------------------------------------------ the tests
 
-# Known CPU:X86-only bugs (issue 26) left to tg_x86/isel.py and vsel.py, each with an xfail(strict=True) regression
-# test in tests/test_semantics.py: `cat` of int64 and float32 (4 or 12 elements) fails with "no value for GEP"
-# (seeds 4711 and 8939 of 0..11,999 unfiltered, the only failures there), and out-of-range float -> int64/int32
-# casts give 0. (The float16 broadcast bug never showed in those 12,000 programs.) Until they are fixed, programs
-# that can meet them are not run on CPU:X86.
-def known_x86_issue(prog: Program) -> bool:
-    code = " ".join(s.code for s in prog.steps)
-    floats = any(is_float(dt) for dt in prog.input_dtypes) or "float" in code or "/" in code
-    int64 = "int64" in prog.input_dtypes or "int64" in code or ".sum(" in code or ".cumsum(" in code
-    big = any(is_float(dt) and not np.all(np.abs(a) < 2.0 ** 31) for a, dt in zip(prog.inputs, prog.input_dtypes,
-                                                                                  strict=True))
-    return (floats and int64 and ".cat(" in code) or \
-        (big and any(f".cast('{dt}')" in code for dt in ("int64", "int32")))
-
-
-def failures(device: str, seeds: range) -> tuple[list[tuple[int, str]], int]:
-    found, skipped = [], 0
+def failures(device: str, seeds: range) -> list[tuple[int, str]]:
+    found = []
     for seed in seeds:
-        prog = generate(seed)
-        if device.upper() == "CPU:X86" and known_x86_issue(prog):
-            skipped += 1
-            continue
-        why = check(prog, device)
+        why = check(generate(seed), device)
         if why is not None:
             found.append((seed, why))
-    return found, skipped
+    return found
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_random_programs_match_reference(device):
-    found, skipped = failures(device, range(SEED, SEED + PROGRAMS))
+    found = failures(device, range(SEED, SEED + PROGRAMS))
     if not found:
         return
     reports = []
     for seed, why in found[:3]:
         small = shrink(generate(seed), device)
         reports.append(f"--- seed {seed}: {why}\n--- shrunk ({check(small, device)}):\n{small.source(device)}\n")
-    pytest.fail(f"{len(found)} of {PROGRAMS - skipped} programs differ from the reference on {device} "
+    pytest.fail(f"{len(found)} of {PROGRAMS} programs differ from the reference on {device} "
                 f"(seeds {[s for s, _ in found[:20]]}).\n" + "\n".join(reports))
 
 

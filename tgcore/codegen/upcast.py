@@ -244,7 +244,7 @@ class _Expander:
                 # a reduction over the lanes: vector accumulator, then the lanes combined
                 value = self.widen(new[n.src[0]])
                 rest = tuple(r for r in n.src[1:] if r not in self.lane_set)
-                acc = UOp(Ops.REDUCE, value.dtype, (value, *rest), n.arg) if rest else value
+                acc = UOp(Ops.REDUCE, value.dtype, (value, *rest), n.arg) if rest else value.from_identity(n.arg)
                 lanes = [acc.gep(i) for i in range(self.count)]
                 while len(lanes) > 1:
                     lanes = [lanes[i].alu(n.arg, lanes[i + 1]) if i + 1 < len(lanes) else lanes[i]
@@ -373,7 +373,7 @@ def _unroll_reduce(ast: UOp, lane: UOp) -> UOp:
             rest = tuple(r for r in m.src[1:] if r is not lane)
             copies = [m.src[0].substitute({lane: UOp.const(lane.dtype, i)}) for i in range(_size(lane))]
             parts = [UOp(Ops.REDUCE, m.dtype, (c, *rest), m.arg) if rest else c for c in copies]
-            m = parts[0]
+            m = parts[0] if rest else parts[0].from_identity(n.arg)
             for p in parts[1:]:
                 m = m.alu(n.arg, p)
         new[n] = m

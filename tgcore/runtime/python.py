@@ -46,9 +46,11 @@ Semantics (the meaning every backend is checked against):
 - Reductions: ADD/MUL/MAX over the node's dtype (ints wrap, so sums are exact). float16, bfloat16 and
   fp8 ADD/MUL reductions accumulate in float32 and round the result once; float32 sums use numpy's
   pairwise summation (within float tolerance of a sequential sum). A reduction over an empty range
-  gives the identity (0, 1, or the dtype's minimum). The Tensor's sums, `cumsum`, `mean` and `matmul` of
-  float16/bfloat16 (also with an explicit `dtype=float16`) cast to float32 first and round the result once, so
-  every backend accumulates in float32 (like torch); ints and bools sum in int64 (uint64 for unsigned ints).
+  gives the identity (0, 1, or the dtype's minimum). A float sum starts from +0.0, however it is lowered (over
+  size-1 axes, unrolled, vectorized), so a sum of -0.0s is +0.0 (numpy's and torch's `sum`). The Tensor's
+  sums, `cumsum`, `mean` and `matmul` of float16/bfloat16 (also with an explicit `dtype=float16`) cast to
+  float32 first and round the result once, so every backend accumulates in float32 (like torch); ints and
+  bools sum in int64 (uint64 for unsigned ints).
   The Tensor's `min` of signed ints is `~max(~x)` (exact at the type's minimum): over an empty range it gives
   the dtype's maximum.
 

@@ -521,7 +521,7 @@ class _KernelBuilder:
             new_idx[a] = r
             ranges.append(r)
         value = self.lower(src, tuple(new_idx), gate, direct=False)
-        return value.reduce(*ranges, op=op) if ranges else value
+        return value.reduce(*ranges, op=op) if ranges else value.from_identity(op)
 
 
 def _identity(op: Ops, dtype: DType) -> Any:

@@ -464,9 +464,9 @@ symbolic = (symbolic_simple + PatternMatcher([
     (UPat(Ops.MOD, INTS, src=(x, c1)), mod_small),
     # (x // a) // b -> x // (a*b)
     (UPat(Ops.IDIV, INTS, src=(UPat(Ops.IDIV, src=(x, c1)), c2)), nested_div),
-    # (x % m) % d -> x % d when d divides m
+    # (x % m) % d -> x % d when d divides m (not m = 0: x % 0 is 0, not x)
     (UPat(Ops.MOD, INTS, src=(UPat(Ops.MOD, src=(x, c1)), c2)),
-     lambda x, c1, c2: x % c2.arg if c2.arg > 0 and c1.arg % c2.arg == 0 else None),
+     lambda x, c1, c2: x % c2.arg if c2.arg > 0 and c1.arg != 0 and c1.arg % c2.arg == 0 else None),
     # sum // d, sum % d: common factors, whole multiples, partial factors
     (UPat(Ops.IDIV, INTS, src=(x, c1)), lambda x, c1: fold_divmod(x, c1, Ops.IDIV)),
     (UPat(Ops.MOD, INTS, src=(x, c1)), lambda x, c1: fold_divmod(x, c1, Ops.MOD)),

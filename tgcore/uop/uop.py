@@ -361,6 +361,12 @@ class UOp(ElementwiseMixin, metaclass=_UOpMeta):
     def reduce(self, *ranges: UOp, op: Ops = Ops.ADD) -> UOp:
         return UOp(Ops.REDUCE, self.dtype, (self, *ranges), op)
 
+    def from_identity(self, op: Ops) -> UOp:
+        """``self``, a term a reduction with ``op`` combines with the others without an accumulator (over size-1
+        axes, or unrolled), as if the reduction started from ``op``'s identity: a float sum adds +0.0, so a sum of
+        -0.0s is +0.0 however it is lowered (as numpy and torch sum). Other reductions are unchanged."""
+        return self + 0.0 if op is Ops.ADD and dtypes.is_float(self.dtype) else self
+
     def gep(self, *lanes: int) -> UOp:
         return UOp(Ops.GEP, self.dtype.scalar().vec(len(lanes)), (self,), tuple(lanes))
 

@@ -1,8 +1,8 @@
 """Casts and bitcasts of scalars, by register file (the four CAST rules of ``isel.SCALAR_ISEL``).
 
-In:  the emitter, a source register and the two dtypes. Out: the converted value's register. Semantics are C's:
-     float->int truncates and wraps (NaN/inf give 0), narrow floats round to nearest even (float64 through
-     float32 rounded to odd, so it rounds once).
+In:  the emitter, a source register and the two dtypes. Out: the converted value's register. Semantics are
+     ``tgcore.runtime.python``'s: float->int truncates and wraps modulo 2**bits (NaN/inf give 0), narrow floats
+     round to nearest even (float64 through float32 rounded to odd, so it rounds once).
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 from tg_x86.emitter import Emitter
 from tg_x86.flags import flags_to_bool
 from tg_x86.isa import Cond, Op
-from tg_x86.lanes import F16_ROUND, NARROW_FLOATS, SelectionError, gbits, is_vec
+from tg_x86.lanes import F16_ROUND, FLOOR_IMM, NARROW_FLOATS, SelectionError, gbits, is_vec
 from tg_x86.machine import RAX, RCX, RDX, VMem
 from tg_x86.operands import Label
 from tg_x86.values import reg
@@ -82,22 +82,41 @@ def float_to_int(ctx: Emitter, x: VReg, sdt: DType, dst: DType) -> VReg:
         return flags_to_bool(ctx, ("ne",))
     cvt = Op.VCVTTSD2SI if f64 else Op.VCVTTSS2SI
     ctx.emit(cvt, [d], [x], (("d", 0, 64), ("u", 0, 128)))
-    if dst.itemsize == 8:  # 2**63 <= x < 2**64 (and NaN, inf): convert x - 2**63, flip the top bit
-        done = Label("f2i")
-        ctx.emit(Op.MOV, [RAX], [d], (("d", 0, 64), ("u", 0, 64)))
-        ctx.emit(Op.NEG, [RAX], [RAX], (("d", 0, 64),), two=True)
-        ctx.jump(done, Cond.NO)
-        t = ctx.new("vec")
-        ctx.vop3(Op.VSUBSD if f64 else Op.VSUBSS, t, x, ctx.fconst(2.0 ** 63, sdt if f64 else dtypes.float32))
-        ctx.emit(cvt, [d], [t], (("d", 0, 64), ("u", 0, 128)))
-        ctx.mov_imm(RAX, 1 << 63, 64)
-        ctx.alu2(Op.XOR, d, d, RAX, 64)
-        ctx.label(done)
-    elif dst.itemsize == 4:
+    if beyond_int64_matters(sdt, dst):
+        wrap_beyond_int64(ctx, d, x, f64)
+    if dst.itemsize == 4:
         ctx.emit(Op.MOV, [d], [d], (("d", 0, 32), ("u", 0, 32)))
-    else:
+    elif dst.itemsize < 4:
         ctx.canon(d, dst)
     return d
+
+
+def beyond_int64_matters(sdt: DType, dst: DType) -> bool:
+    """Whether values out of int64's range (where vcvtt* gives 0x8000000000000000) can have nonzero low bits in
+    ``dst``: such values are multiples of 2**11 (float64) or 2**40 (float32 and narrower), so a narrower result
+    is 0 anyway, as is the indefinite value's."""
+    return dst.itemsize * 8 > (11 if sdt is dtypes.float64 else 40)
+
+
+def wrap_beyond_int64(ctx: Emitter, d: VReg, x: VReg, f64: bool) -> None:
+    """``d = trunc(x) mod 2**64`` (NaN, inf -> 0) where vcvtt* gave the indefinite value 0x8000000000000000:
+    x is then an integer with |x| >= 2**63 (or NaN, inf), so z = x - 2**64 * floor(x / 2**64) - 2**63 is exact
+    and in [-2**63, 2**63), and cvtt(z) with the top bit flipped is x mod 2**64 (NaN: the indefinite, flipped, is 0)."""
+    done = Label("f2i")
+    ctx.emit(Op.CMP, [], [d], (("u", 0, 64), ("i", 1)))   # overflows only for 0x8000000000000000
+    ctx.jump(done, Cond.NO)
+    fdt = dtypes.float64 if f64 else dtypes.float32
+    mul, sub = (Op.VMULSD, Op.VSUBSD) if f64 else (Op.VMULSS, Op.VSUBSS)
+    q, k, k64, y, z = (ctx.new("vec") for _ in range(5))
+    ctx.vop3(mul, q, x, ctx.fconst(2.0 ** -64, fdt))
+    ctx.vop3(Op.VROUNDSD if f64 else Op.VROUNDSS, k, q, q, (("i", FLOOR_IMM),))
+    ctx.vop3(mul, k64, k, ctx.fconst(2.0 ** 64, fdt))
+    ctx.vop3(sub, y, x, k64)
+    ctx.vop3(sub, z, y, ctx.fconst(2.0 ** 63, fdt))
+    ctx.emit(Op.VCVTTSD2SI if f64 else Op.VCVTTSS2SI, [d], [z], (("d", 0, 64), ("u", 0, 128)))
+    ctx.mov_imm(RAX, 1 << 63, 64)
+    ctx.alu2(Op.XOR, d, d, RAX, 64)
+    ctx.label(done)
 
 
 def float_to_float(ctx: Emitter, x: VReg, sdt: DType, dst: DType) -> VReg:

@@ -285,6 +285,7 @@ def shuffle_plan(dt: DType, picks: list[tuple[UOp, int]]) -> list[tuple] | None:
 # ---- scalars: how values are held, instruction names, constant bytes ----
 F16_ROUND = 0       # vcvtps2ph immediate: round to nearest even
 TRUNC_IMM = 0xB     # vroundss immediate: toward zero, no precision exception
+FLOOR_IMM = 0x9     # vroundss immediate: toward minus infinity, no precision exception
 CMP_EQ_OQ, CMP_LT_OS, CMP_NEQ_UQ, CMP_UNORD_Q = 0, 1, 4, 3
 # sets, not tuples: membership is a hash lookup (ops and dtypes hash by identity; a tuple compares each with ==)
 CMP_OPS = frozenset({Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE})

@@ -26,6 +26,7 @@ from tg_x86.operands import Label
 from tg_x86.values import mem
 from tg_x86.vpieces import (
     lane_key,
+    lane_line,
     lane_uop,
     load_piece,
     pack,
@@ -49,16 +50,12 @@ def vload(ctx: Emitter, u: UOp) -> None:
     if not native(u.dtype) or (gate is not None and is_vector(gate.dtype)):
         lanes = []
         for j in range(u.dtype.count):
-            su = UOp(Ops.LOAD, scalar_of(u.dtype), (lane_index(ctx, idx, j), *(lane_uop(ctx, s, j) for s in u.src[1:])))
-            # UOps are interned: su may be a line of the kernel too (a scalar load of lane 0's address under lane j's
-            # gate), whose value must stay its own
-            before = ctx.val.get(su)
+            su = lane_line(Ops.LOAD, scalar_of(u.dtype),
+                           (lane_index(ctx, idx, j), *(lane_uop(ctx, s, j) for s in u.src[1:])), None, j)
             ctx.lane_offset = j
             ctx.select_line(su)
             ctx.lane_offset = 0
             lanes.append(ctx.val[su])
-            if before is not None:
-                ctx.val[su] = before
         ctx.val[u] = tuple(lanes) if not native(u.dtype) else pack(ctx, scalar_of(u.dtype), lanes)
         return
     if u in ctx.facts.folded:   # its one user reads it from memory
@@ -96,7 +93,8 @@ def vstore(ctx: Emitter, u: UOp) -> None:
     if not native(value.dtype) or (gate is not None and is_vector(gate.dtype)):
         for j in range(value.dtype.count):
             ctx.lane_offset = j
-            ctx.select_line(UOp(Ops.STORE, dtypes.void, (lane_index(ctx, idx, j), lane_uop(ctx, value, j))))
+            lane = (lane_index(ctx, idx, j), lane_uop(ctx, value, j))
+            ctx.select_line(lane_line(Ops.STORE, dtypes.void, lane, None, j))
             ctx.lane_offset = 0
         return
     regs = pieces(ctx, value)

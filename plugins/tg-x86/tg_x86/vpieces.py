@@ -91,8 +91,12 @@ def extract(ctx: Emitter, u: UOp, j: int) -> Any:
     sdt = scalar_of(u.dtype)
     if ctx.facts.is_vconst(u):
         return materialize(ctx, UOp.const(sdt, const_lanes(u)[j]))
-    if u.op is Ops.VECTORIZE and u.src[j] not in ctx.facts.bcast_loads:
-        return reg(ctx, u.src[j])
+    if u.op is Ops.VECTORIZE:
+        lane = u.src[j]
+        if lane in ctx.facts.shuffled_lanes:   # a lane of another vector that has no value of its own
+            return extract(ctx, lane.src[0], lane.arg[0])
+        if lane not in ctx.facts.bcast_loads:
+            return reg(ctx, lane)
     if not native(sdt):
         return ctx.val[u][j]
     key = lane_key(ctx, u, j)
@@ -205,15 +209,27 @@ def broadcast_reg(ctx: Emitter, sdt: DType, r: Any, count: int) -> tuple[VReg, .
     return (d,) * len(counts)
 
 
+def lane_line(op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any, j: int) -> UOp:
+    """Lane ``j`` of a vector line as a scalar line selected on its own (``select_line``). It is tagged, so it is
+    never the same UOp as a line of the kernel: it must not overwrite that line's value, nor take its facts
+    (a load folded into its user, a compare fused into a jump, ...), and lane j of a lane-by-lane load reads
+    another address than the kernel's scalar load of the same index."""
+    return UOp(op, dtype, src, arg, ("lane", j))
+
+
 def lane_uop(ctx: Emitter, s: UOp, j: int) -> UOp:
     if not is_vector(s.dtype):
         return s
     sdt = scalar_of(s.dtype)
     if ctx.facts.is_vconst(s):
         return UOp.const(sdt, const_lanes(s)[j])
-    if s.op is Ops.VECTORIZE and s.src[j] not in ctx.facts.bcast_loads:
-        return s.src[j]
-    g = UOp(Ops.GEP, sdt, (s,), (j,))
+    if s.op is Ops.VECTORIZE:
+        lane = s.src[j]
+        if lane in ctx.facts.shuffled_lanes:   # a lane of another vector that has no value of its own
+            return lane_uop(ctx, lane.src[0], lane.arg[0])
+        if lane not in ctx.facts.bcast_loads:
+            return lane
+    g = lane_line(Ops.GEP, sdt, (s,), (j,), j)
     ctx.val[g] = extract(ctx, s, j)
     return g
 
@@ -222,7 +238,7 @@ def scalar_lanes(ctx: Emitter, u: UOp) -> list:
     out = []
     sdt = scalar_of(u.dtype)
     for j in range(u.dtype.count):
-        su = UOp(u.op, sdt, tuple(lane_uop(ctx, s, j) for s in u.src), u.arg)
+        su = lane_line(u.op, sdt, tuple(lane_uop(ctx, s, j) for s in u.src), u.arg, j)
         ctx.select_line(su)
         out.append(ctx.val[su])
     return out
