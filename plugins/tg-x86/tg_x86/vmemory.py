@@ -187,7 +187,7 @@ def sign_mask(ctx: Emitter, gate: UOp, p: int, bits: int) -> VReg:
 def masked_mem(ctx: Emitter, idx: UOp) -> VMem:
     """Lane 0's element of a masked access through ``idx``. Lane 0 may be gated off, and then its index may be
     negative (a flipped or shifted view: one element before the buffer). An int32 index register is zero-extended
-    by x86 addressing, which would put the lanes that are on 16 GiB away; so an index that can be negative is
+    by x86 addressing, which would put the lanes that are on gigabytes away; so an index that can be negative is
     sign-extended first (the lanes gated off never touch memory, wherever they point)."""
     m: VMem = mem(ctx, idx, 8)
     i = idx.src[1]
