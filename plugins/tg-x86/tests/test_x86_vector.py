@@ -26,7 +26,8 @@ def kernels(t: Tensor, isa: str = "avx2", opts: list | None = None) -> list[list
     from tgcore.schedule.kernelize import create_schedule
     items, _ = create_schedule([t.uop], t.device)
     r = X86Renderer(isa=isa)
-    return [r.lower(s.name, list(s.uops)) for s in (get_program(si.ast, r, 1, opts=opts) for si in items if si.kind != "copy")]
+    programs = (get_program(si.ast, r, 1, opts=opts) for si in items if si.kind != "copy")
+    return [r.lower(s.name, list(s.uops)) for s in programs]
 
 
 def ops(insts: list) -> list[Op]:
