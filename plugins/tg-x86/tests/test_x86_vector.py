@@ -17,16 +17,17 @@ X86 = "CPU:X86"
 rng = np.random.default_rng(0)
 
 
-def kernels(t: Tensor, isa: str = "avx2") -> list[list]:
+def kernels(t: Tensor, isa: str = "avx2", opts: list | None = None) -> list[list]:
     """The allocated programs of ``t``'s kernels at ISA level ``isa`` (the shapes asserted here are AVX2's unless a
-    test asks for another level, whatever TG_ISA says)."""
+    test asks for another level, whatever TG_ISA says); ``opts``: an optimization list instead of the policy's."""
     from tg_x86.renderer import X86Renderer
 
     from tgcore.codegen import get_program
     from tgcore.schedule.kernelize import create_schedule
     items, _ = create_schedule([t.uop], t.device)
     r = X86Renderer(isa=isa)
-    return [r.lower(s.name, list(s.uops)) for s in (get_program(si.ast, r, 1) for si in items if si.kind != "copy")]
+    programs = (get_program(si.ast, r, 1, opts=opts) for si in items if si.kind != "copy")
+    return [r.lower(s.name, list(s.uops)) for s in programs]
 
 
 def ops(insts: list) -> list[Op]:
@@ -100,10 +101,12 @@ def test_matmul_inner_loop_broadcasts_from_memory_and_uses_fma():
 
 
 def test_wide_vector_accumulators_are_split_into_ymm_pieces():
-    """sum over 4096: 32-lane accumulators, four ymm adds per iteration reading 32-byte apart memory."""
+    """sum over 4096 with 32-lane accumulators (the heuristic gives a reduction this short one native vector, so
+    that its order does not depend on the row count): four ymm adds per iteration reading 32-byte apart memory."""
+    from tgcore.codegen.optimize import Opt, OptOps
     a = rng.standard_normal(1 << 12).astype(np.float32)
     t = Tensor(a, device=X86).sum()
-    first = kernels(t)[0]
+    first = kernels(t, opts=[Opt(OptOps.UPCAST, 0, 32)])[0]
     loops = [repr(i) for i in first if repr(i).startswith("loop")]
     body = loop_body(first, loops[-1])
     adds = with_op(body, Op.VADDPS)
