@@ -12,14 +12,17 @@ exactly, other floats within a propagated ulp bound. Steps whose result jumps wi
 
 ``TG_FUZZ_PROGRAMS`` programs per device (default 500; ``nox -s full`` runs 20,000), seeds ``TG_FUZZ_SEED`` ..
 ``TG_FUZZ_SEED + n - 1``. A failure is shrunk (fewer steps, then simpler inputs) and printed as a standalone
-script. Run one program: ``python tests/test_program_fuzz.py SEED [DEVICE]``.
+script. Each run goes in a child process, so a program that crashes the process is reported by its seed. Run one
+program: ``python tests/test_program_fuzz.py SEED [DEVICE]``.
 """
 # ruff: noqa: UP031  (step templates keep {0}-style slots for str.format, so their parameters go in with %)
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
+import subprocess
 import sys
 import traceback
 from dataclasses import dataclass, field, replace
@@ -519,13 +522,38 @@ def shrink(prog: Program, device: str, budget: int = 80) -> Program:
 
 # ------------------------------------------------------------------------------------------------ the tests
 
+BATCH_LINE = "fuzz-result "
+
+
 def failures(device: str, seeds: range) -> list[tuple[int, str]]:
-    found = []
-    for seed in seeds:
-        why = check(generate(seed), device)
-        if why is not None:
-            found.append((seed, why))
+    """(seed, what went wrong) for each failing program. The programs run in a child process (``--batch``), so one
+    that kills the process (a segfault in generated code) is reported by its seed and the run goes on after it."""
+    found: list[tuple[int, str]] = []
+    start = seeds.start
+    while start < seeds.stop:
+        cmd = [sys.executable, "-X", "faulthandler", os.path.abspath(__file__), "--batch",
+               str(start), str(seeds.stop), device]
+        child = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        done = start
+        for line in child.stdout.splitlines():
+            if not line.startswith(BATCH_LINE):  # e.g. DEBUG output
+                continue
+            seed, why = json.loads(line[len(BATCH_LINE):])
+            done = seed + 1
+            if why is not None:
+                found.append((seed, why))
+        if child.returncode == 0 and done == seeds.stop:
+            break
+        died = f"signal {-child.returncode}" if child.returncode < 0 else f"exit status {child.returncode}"
+        found.append((done, f"the process died ({died}) running this program; stderr ends:\n{child.stderr[-2000:]}"))
+        start = done + 1
     return found
+
+
+def run_batch(start: int, stop: int, device: str) -> None:
+    """The child side of `failures`: one line ``BATCH_LINE [seed, why]`` per program, flushed before the next starts."""
+    for seed in range(start, stop):
+        print(BATCH_LINE + json.dumps([seed, check(generate(seed), device)]), flush=True)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -535,6 +563,9 @@ def test_random_programs_match_reference(device):
         return
     reports = []
     for seed, why in found[:3]:
+        if why.startswith("the process died"):  # shrinking would run it in this process
+            reports.append(f"--- seed {seed}: {why}\n{generate(seed).source(device)}\n")
+            continue
         small = shrink(generate(seed), device)
         reports.append(f"--- seed {seed}: {why}\n--- shrunk ({check(small, device)}):\n{small.source(device)}\n")
     pytest.fail(f"{len(found)} of {PROGRAMS} programs differ from the reference on {device} "
@@ -554,7 +585,9 @@ def test_reference_catches_a_wrong_result():
     assert mismatch(wrong, out) is not None
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and sys.argv[1:2] == ["--batch"]:
+    run_batch(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+elif __name__ == "__main__":
     seed = int(sys.argv[1])
     dev = sys.argv[2] if len(sys.argv) > 2 else "PYTHON"
     p = generate(seed)

@@ -114,6 +114,70 @@ def test_zmm_spills_are_what_capstone_reads():
     assert spills and fills
 
 
+def _masked_accesses(insts: list) -> list[tuple[int, Mem]]:
+    """(position, memory operand) of the masked loads and stores: vmaskmovps, or a zmm move under an opmask."""
+    found = []
+    for k, i in enumerate(insts):
+        if not isinstance(i, Inst) or i.op not in (Op.VMASKMOVPS, Op.VMOVUPS):
+            continue
+        if i.op is Op.VMOVUPS and not isinstance(i.operands[0], Masked):
+            continue
+        found += [(k, o.target if isinstance(o, Masked) else o) for o in i.operands
+                  if isinstance(o, Mem) or (isinstance(o, Masked) and isinstance(o.target, Mem))]
+    return found
+
+
+def _writer(insts: list, before: int, reg: Reg) -> Inst:
+    """The last instruction before position ``before`` that writes gpr ``reg`` (its first operand)."""
+    return next(i for i in reversed(insts[:before]) if isinstance(i, Inst) and i.operands
+                and isinstance(i.operands[0], Reg) and i.operands[0].kind == "gpr" and i.operands[0].num == reg.num)
+
+
+@pytest.mark.parametrize("upcast", [8, 16])
+def test_masked_access_with_negative_lane0_index_sign_extends_it(upcast):
+    """Regression (#26, fuzz seed 33328): a front-padded then flipped view gates off lane 0 of a vector whose index
+    is ``11 - 3*i``-like, -1 on the last row. That int32 index, used in an address as it is, was zero-extended (16
+    GiB past the buffer) and the lanes that are on faulted; it must be sign-extended (movsxd) before the masked
+    vmaskmovps (8 lanes) or zmm opmask move (16 lanes)."""
+    from tg_x86.renderer import X86Renderer
+    t = Tensor.empty(9, 31).pad(((0, 0), (1, 0))).flip(0) * 3
+    items, _ = create_schedule([t.uop], "CPU")
+    r = X86Renderer(isa="avx512")
+    insts = r.lower("k", list(get_program(items[-1].ast, r, 1, [Opt(OptOps.UPCAST, 1, upcast)]).uops))
+    masked = [(k, m) for k, m in _masked_accesses(insts) if m.index is not None]
+    assert masked
+    for k, m in masked:
+        writer = _writer(insts, k, m.index)
+        assert writer.op is Op.MOVSXD and writer.operands[0].bits == 64, writer
+
+
+FLIPPED_PAD = """
+import numpy as np
+from tgcore.tensor import Tensor
+for rows, cols, dt in [(5, 7, "int32"), (9, 31, "float32"), (33, 63, "float32")]:
+    x = np.arange(rows * cols).astype(dt).reshape(rows, cols) + 1
+    got = (Tensor(x, device="CPU:X86").pad(((0, 0), (1, 0))).flip(0) * 3).numpy()
+    assert got.tolist() == (np.pad(x, ((0, 0), (1, 0)))[::-1] * 3).tolist(), (rows, cols, dt)
+x1 = Tensor(np.array([1, 7, -4, 1, 3], dtype=np.int64).reshape((1, 5, 1)), device="CPU:X86")
+x2 = np.array([1304, 1755, -1, -6, -5, -1758, -5, 1, 2, 4, 0, 0, -3, -1338, 0], np.int32).reshape((1, 5, 3))
+v = Tensor(x1.numpy(), device="CPU:X86").cat(Tensor(x2, device="CPU:X86").maximum(7), dim=2).clip(-2**63, 5)
+want = np.clip(np.concatenate([x1.numpy(), np.maximum(x2, 7).astype(np.int64)], 2), -2**63, 5)
+assert ((v @ v.transpose(-1, -2)).flip((2,)).numpy() == (want @ want.transpose(0, 2, 1))[:, :, ::-1]).all()
+print("ok")
+"""
+
+
+@needs_wide
+def test_flipped_front_pad_runs_in_bounds():
+    """The programs of the test above (and the fuzzer's seed 33328) run and match numpy; in a child process, since
+    the old code killed the process with a segfault."""
+    import subprocess
+    import sys
+    child = subprocess.run([sys.executable, "-c", FLIPPED_PAD], capture_output=True, text=True, timeout=300,
+                           check=False)
+    assert child.returncode == 0 and child.stdout.strip() == "ok", (child.returncode, child.stderr[-2000:])
+
+
 @needs_wide
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (7, 7, 7), (1, 129, 3), (127, 129, 131), (64, 1000, 20), (33, 100, 65)])
 def test_matmul_odd_shapes_exact(m, n, k):

@@ -184,12 +184,28 @@ def sign_mask(ctx: Emitter, gate: UOp, p: int, bits: int) -> VReg:
     return d
 
 
+def masked_mem(ctx: Emitter, idx: UOp) -> VMem:
+    """Lane 0's element of a masked access through ``idx``. Lane 0 may be gated off, and then its index may be
+    negative (a flipped or shifted view: one element before the buffer). An int32 index register is zero-extended
+    by x86 addressing, which would put the lanes that are on gigabytes away; so an index that can be negative is
+    sign-extended first (the lanes gated off never touch memory, wherever they point)."""
+    m: VMem = mem(ctx, idx, 8)
+    i = idx.src[1]
+    if m.index is None or i.dtype.itemsize == 8:
+        return m
+    if (i.src[0] if m.disp else i).vmin >= 0:  # mem folds a constant addend into disp only when the rest is >= 0
+        return m
+    wide = ctx.new("gpr")
+    ctx.emit(Op.MOVSXD, [wide], [m.index], (("d", 0, 64), ("u", 0, 32)))
+    return VMem(m.bits, m.base, wide, m.scale, m.disp, m.slot)
+
+
 def masked_load(ctx: Emitter, u: UOp, gate: UOp) -> bool:
     """A load whose lanes have gates of their own, with masked loads (lanes gated off read 0 and never touch memory);
     False when the dtype has no masked form (then it goes lane by lane)."""
     if not _masked_width(u.dtype) or len(u.src) > 1:
         return False
-    m: VMem = mem(ctx, u.src[0], 8)
+    m = masked_mem(ctx, u.src[0])
     sdt = scalar_of(u.dtype)
     step = piece_step(u.dtype) * sdt.itemsize
     out = []
@@ -213,7 +229,7 @@ def masked_store(ctx: Emitter, u: UOp, gate: UOp) -> bool:
     idx, value = u.src[0], u.src[1]
     if not _masked_width(value.dtype):
         return False
-    m: VMem = mem(ctx, idx, 8)
+    m = masked_mem(ctx, idx)
     sdt = scalar_of(value.dtype)
     step = piece_step(value.dtype) * sdt.itemsize
     for p, n in enumerate(piece_lanes(value.dtype)):
