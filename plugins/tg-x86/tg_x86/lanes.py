@@ -17,8 +17,6 @@ from tg_x86.machine import ALLOC_GPR, Slot, VMem
 from tgcore.dtype import DType, PtrDType, dtypes
 from tgcore.uop import Ops, UOp
 
-CMP_EQ_OQ, CMP_LT_OS, CMP_NEQ_UQ, CMP_UNORD_Q = 0, 1, 4, 3
-TRUNC_IMM = 0xB
 # sets, not tuples: membership is a hash lookup (ops and dtypes hash by identity; a tuple compares each with ==)
 VCMP_OPS = frozenset({Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE})
 VFOLD_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR})
