@@ -31,6 +31,21 @@ ENC_RE = re.compile(r"encoding: \[([^\]]*)\]")
 ERR_RE = re.compile(r"<stdin>:(\d+):\d+: error: (.*)")
 
 
+def assembly_mismatches(lines: list[str], ref: list[bytes | str], arch: str) -> list[str]:
+    """The lines tg-amd assembles differently from llvm-mc's ``ref`` (``llvm_encode``): other bytes, or accepted by
+    one side and refused by the other."""
+    import tg_amd
+    wrong = []
+    for line, want in zip(lines, ref, strict=True):
+        try:
+            got: bytes | str = tg_amd.assemble(line, arch)
+        except tg_amd.AsmError as e:
+            got = f"refused: {e}"
+        if isinstance(want, str) != isinstance(got, str) or (isinstance(want, bytes) and got != want):
+            wrong.append(f"{line}: ours {got!r}, llvm-mc {want!r}")
+    return wrong
+
+
 def llvm_encode(lines: list[str], arch: str) -> list[bytes | str]:
     """llvm-mc's bytes for each line, or its error message (one llvm-mc run for the batch)."""
     exe = llvm_mc()
