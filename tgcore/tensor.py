@@ -40,6 +40,7 @@ from tgcore.tensor_reduce import ReduceMixin
 from tgcore.tensor_select import SelectMixin
 from tgcore.uop import Ops, UOp
 from tgcore.uop.mixins import ElementwiseMixin, broadcast_shape, scalar_dtype
+from tgcore.uop.uop import add_reader
 
 if TYPE_CHECKING:
     from tgcore.engine.realize import HostCalls
@@ -117,6 +118,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
     def _set_data(self, data: Any, device: str | None, dt: DType | None) -> None:
         if isinstance(data, Tensor):
             self.uop, self.device = data.uop, data.device
+            add_reader(self.uop, self)  # (an alias of a realized tensor reads its memory: a JIT replay must know)
             if dt is not None and dt is not data.dtype:
                 self.uop = data.cast(dt).uop
             if device is not None and canonical(device) != self.device:
@@ -126,6 +128,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         self.device = canonical(device)
         if isinstance(data, UOp):
             self.uop = data
+            add_reader(data, self)
             return
         if isinstance(data, (bool, int, float, np.generic)) and not isinstance(data, np.ndarray):
             if isinstance(data, np.generic):
@@ -184,6 +187,8 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
     def _new(self, uop: UOp) -> Tensor:
         t = Tensor.__new__(Tensor)
         t.uop, t.device, t.requires_grad, t.grad, t._graph = uop, self.device, None, None, None
+        if uop.readers is not None:  # (the op gave a view of memory back: the tensor reads that memory)
+            add_reader(uop, t)
         return t
 
     # ---------------------------------------------------------------- creation
