@@ -38,8 +38,8 @@ from typing import Any
 from tgcore.dtype import DType, dtypes
 from tgcore.helpers import prod
 from tgcore.runtime.buffer import Buffer
-from tgcore.schedule.shape import shape_of
 from tgcore.uop import Ops, UOp
+from tgcore.uop.shape import shape_of
 from tgcore.uop.uop import watch_readers
 
 MOVEMENT = (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP, Ops.EXPAND, Ops.PAD)
