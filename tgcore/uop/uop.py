@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 from tgcore.dtype import DType, dtypes, truncate
 from tgcore.uop.axis import AxisArg
 from tgcore.uop.mixins import ElementwiseMixin
+from tgcore.uop.movement import MovementMixin
 from tgcore.uop.ops import GroupOp, Ops
+from tgcore.uop.shape import shape_of
 
 # ------------------------------------------------------------------------------------------------ interning
 
@@ -172,7 +174,7 @@ def _ranges_of(u: UOp) -> dict[UOp, None]:
 ConstType = bool | int | float
 
 
-class UOp(ElementwiseMixin, metaclass=_UOpMeta):
+class UOp(ElementwiseMixin, MovementMixin, metaclass=_UOpMeta):
     """An immutable IR node. Construct with `UOp(op, dtype, src, arg, tag)`; equal fields give the same object."""
 
     # The five fields are slots because every pass reads them very often: CPython 3.11 reads a slot in ~7 ns,
@@ -192,6 +194,19 @@ class UOp(ElementwiseMixin, metaclass=_UOpMeta):
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("UOp is immutable; use .replace(...)")
+
+    # -- the movement surface (MovementMixin): tensor-level nodes have shapes --
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of a tensor-level node (see `tgcore.uop.shape`; cached on the node)."""
+        return shape_of(self)
+
+    def _movement(self, op: Ops, arg: Any) -> UOp:
+        if op is Ops.RESHAPE and self.op is Ops.RESHAPE and self.tag is None:  # a reshape of a reshape is one
+            src = self.src[0]  # (not of a tagged node: a leaf's tag marks it for backward)
+            return src if shape_of(src) == arg else UOp(Ops.RESHAPE, self.dtype, (src,), arg)
+        return UOp(op, self.dtype, (self,), arg)
 
     def __reduce__(self) -> tuple:
         index = {n: i for i, n in enumerate(self.toposort)}
