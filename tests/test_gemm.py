@@ -119,10 +119,11 @@ def test_pad_after_a_split_is_an_error():
     (2, (3, 3), 1, 1, 1), (2, (3, 5), (0, 2), 1, 1), (2, (3, 3), 2, 2, 1), (2, (3, 3), 1, 1, 2),
     (1, (5,), 2, 1, 1)])
 def test_convolution_over_flat_positions_matches_torch(device, nd, kernel, padding, dilation, groups, monkeypatch):
-    """Stride-1 convolutions computed over the flattened padded input (``F._conv_flat``), forward and gradients."""
+    """Stride-1 convolutions computed over the flattened padded input (``conv._conv_flat``), forward and gradients."""
     torch = pytest.importorskip("torch")
     import tgcore.nn.functional as F
-    monkeypatch.setattr(F, "FLAT_CONV_MIN_FLOPS", 0)
+    from tgcore.nn.functional import conv as conv_module
+    monkeypatch.setattr(conv_module, "FLAT_CONV_MIN_FLOPS", 0)
     rng = np.random.default_rng(nd * 10 + groups)
     spatial = {1: (23,), 2: (9, 11)}[nd]
     x_np = rng.standard_normal((2, 4) + spatial).astype(np.float32)

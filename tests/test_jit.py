@@ -342,6 +342,31 @@ def test_lazy_tensors_built_before_a_replay_keep_their_values():
     np.testing.assert_array_equal(w.numpy(), ref_w + 3)
 
 
+def test_aliases_and_readers_made_after_quiet_replays_keep_their_values():
+    """Tensors naming the written memory without being realized into it (``Tensor(w)``, a view that folds back to
+    ``w``'s own node, a slice, ``detach``) are readers too; and a reader built after replays that had none (which
+    skip the check) is still found."""
+    w = Tensor(np.zeros(4, np.float32))
+
+    @tgcore.jit
+    def step(g: Tensor) -> Tensor:
+        w.assign(w + g)
+        return g * 1
+
+    makers = {"alias": lambda: Tensor(w), "folded": lambda: w.reshape(2, 2).reshape(4), "slice": lambda: w[::-1],
+              "detach": lambda: w.detach(), "lazy": lambda: w + 1}
+    ref = np.zeros(4, np.float32)
+    for i, name in enumerate(["lazy", "lazy", None, None, *[k for k in makers for _ in range(2)], None, "alias"]):
+        reader = makers[name]() if name is not None else None  # one kind per call, after quiet calls too
+        g = np.full(4, i + 1, np.float32)
+        step(Tensor(g))
+        if reader is not None:
+            want = {"slice": ref[::-1], "lazy": ref + 1}.get(name, ref)
+            np.testing.assert_array_equal(reader.numpy(), want, err_msg=f"call {i}: {name}")
+        ref = ref + g
+        np.testing.assert_array_equal(w.numpy(), ref)
+
+
 def test_a_replayed_cache_write_leaves_earlier_lazy_reads_alone():
     """KV-cache style: each call writes one row at a bound position through a view of the cache. A lazy read of
     the cache taken before a replay sees the rows as they were; the cache itself sees every write."""

@@ -16,6 +16,7 @@ from tgcore.dtype import dtypes
 from tgcore.tensor import Tensor
 from tgcore.uop import UOp
 from tgcore.uop.mixins import ElementwiseMixin, broadcast_shape
+from tgcore.uop.movement import MovementMixin
 
 SHARED = ("__add__", "__radd__", "__mul__", "__rmul__", "__lt__", "__gt__", "__and__", "__or__", "__xor__",
           "__lshift__", "__rshift__", "eq", "ne", "maximum", "logical_not", "exp2", "log2", "sqrt", "sin", "trunc",
@@ -26,6 +27,36 @@ SHARED = ("__add__", "__radd__", "__mul__", "__rmul__", "__lt__", "__gt__", "__a
 def test_operators_are_defined_once(name: str) -> None:
     assert getattr(UOp, name) is getattr(ElementwiseMixin, name)
     assert getattr(Tensor, name) is getattr(ElementwiseMixin, name)
+
+
+MOVEMENT = ("reshape", "view", "permute", "transpose", "T", "expand", "shrink", "flip", "squeeze", "unsqueeze",
+            "flatten", "_broadcast_to", "ndim", "numel")
+
+
+@pytest.mark.parametrize("name", MOVEMENT)
+def test_movement_ops_are_defined_once(name: str) -> None:
+    assert UOp.__dict__.get(name) is None and Tensor.__dict__.get(name) is None
+    assert getattr(UOp, name) is getattr(MovementMixin, name) is getattr(Tensor, name)
+
+
+def test_uop_and_tensor_movement_build_the_same_graph_and_match_numpy() -> None:
+    """The same chain of movement ops on a Tensor and on its UOp gives the same node, and numpy's values."""
+    a = np.arange(24, dtype=np.float32)
+    t = Tensor(a, device="PYTHON")
+    chains = [  # (the chain, numpy's)
+        (lambda x: x.reshape(2, -1, 4).permute(2, 0, 1).flip(1),
+         lambda n: n.reshape(2, 3, 4).transpose(2, 0, 1)[:, ::-1]),
+        (lambda x: x.reshape(4, 6).unsqueeze(1), lambda n: n.reshape(4, 1, 6)),
+        (lambda x: x.reshape(2, 3, 4).transpose(0, 2).reshape(None, 6), lambda n: n.reshape(2, 3, 4).swapaxes(0, 2)
+         .reshape(4, 6)),
+        (lambda x: x.reshape(1, 24).expand(3, 24).flatten(), lambda n: np.broadcast_to(n, (3, 24)).reshape(-1)),
+        (lambda x: x.reshape(4, 6).shrink(((1, 3), (2, 6))).T, lambda n: n.reshape(4, 6)[1:3, 2:].T),
+        (lambda x: x.reshape(24, 1).squeeze(), lambda n: n),
+    ]
+    for chain, reference in chains:
+        got, node = chain(t), chain(t.uop)
+        assert got.uop is node and node.shape == got.shape
+        np.testing.assert_array_equal(got.numpy(), reference(a))
 
 
 @pytest.mark.parametrize("fn", ["cos", "tan", "exp", "log"])
@@ -72,6 +103,7 @@ def _runtime_imports_of_tensor(path: Path) -> list[int]:
 def test_no_mixin_imports_tensor() -> None:
     """Tensor's mixins and the shared surface build tensors through ``type(self)``, never by importing Tensor."""
     root = Path(tgcore.__file__).parent
-    mixins = [*root.glob("tensor_*.py"), root / "uop" / "mixins.py", root / "uop" / "transcendental.py"]
+    mixins = [*root.glob("tensor_*.py"), root / "uop" / "mixins.py", root / "uop" / "movement.py",
+              root / "uop" / "transcendental.py"]
     found = {p.name: lines for p in mixins if (lines := _runtime_imports_of_tensor(p))}
     assert found == {}

@@ -88,11 +88,8 @@ def test_sort_argsort_with_ties_and_nan(device, descending, dim):
     x = np.random.default_rng(8).integers(-3, 3, (5, 7)).astype(F)
     x[1, 2] = x[3, 4] = math.nan
     x[0, 0] = -math.inf
-    compare(lambda t: tuple(t.sort(dim, descending)) if is_tg(t) else t.sort(dim=dim, descending=descending,
-                                                                              stable=True), None, x, device=device)
-    compare(lambda t: t.argsort(dim, descending) if is_tg(t) else t.sort(dim=dim, descending=descending,
-                                                                          stable=True)[1], None, x, device=device,
-            grad=False)
+    compare(lambda t: tuple(t.sort(dim=dim, descending=descending, stable=True)), None, x, device=device)
+    compare(lambda t: t.argsort(dim=dim, descending=descending, stable=True), None, x, device=device, grad=False)
 
 
 def test_sort_ints_0d_and_empty(device):

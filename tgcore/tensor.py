@@ -28,7 +28,6 @@ from tgcore.helpers import prod
 from tgcore.runtime.registry import canonical
 from tgcore.schedule.cache import is_constant
 from tgcore.schedule.kernelize import create_schedule, new_buffer_uop
-from tgcore.schedule.shape import shape_of
 from tgcore.schedule.state import REALIZATION
 from tgcore.tensor_autograd import AutogradMixin, leaf_uops, mark_leaf, remember_graph
 from tgcore.tensor_index import IndexMixin
@@ -40,6 +39,9 @@ from tgcore.tensor_reduce import ReduceMixin
 from tgcore.tensor_select import SelectMixin
 from tgcore.uop import Ops, UOp
 from tgcore.uop.mixins import ElementwiseMixin, broadcast_shape, scalar_dtype
+from tgcore.uop.movement import MovementMixin, check_shape, shape_args
+from tgcore.uop.shape import shape_of
+from tgcore.uop.uop import add_reader
 
 if TYPE_CHECKING:
     from tgcore.engine.realize import HostCalls
@@ -48,30 +50,6 @@ if TYPE_CHECKING:
 Scalar = bool | int | float
 ShapeArg = int | Sequence[int]
 Axis = int | Sequence[int] | None  # (Tensor has methods named int/bool/float: annotate with these aliases)
-
-
-def _shape_args(args: tuple[Any, ...]) -> tuple[int, ...]:
-    """Accept ``f(2, 3)`` and ``f((2, 3))`` alike."""
-    if len(args) == 1 and isinstance(args[0], (tuple, list)):
-        args = tuple(args[0])
-    out = []
-    for a in args:
-        if not isinstance(a, (int, np.integer)) or isinstance(a, bool):
-            raise TypeError(f"shape entries must be ints, got {a!r}")
-        out.append(int(a))
-    return tuple(out)
-
-
-def _check_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
-    if any(s < 0 for s in shape):
-        raise TensorValueError(f"negative dimension in shape {shape}")
-    return shape
-
-
-def _axis(axis: int, ndim: int) -> int:
-    if not -max(ndim, 1) <= axis < max(ndim, 1):
-        raise IndexError(f"axis {axis} is out of range for a tensor with {ndim} dimensions")
-    return axis % max(ndim, 1)
 
 
 # operators defined on integers only (no float operands) and those with no bool meaning either (like torch)
@@ -95,7 +73,7 @@ def _arange_uop(n: int) -> UOp:
 
 
 class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNMixin, LayoutMixin, SelectMixin,
-             ElementwiseMixin):
+             ElementwiseMixin, MovementMixin):
     """A lazily evaluated n-dimensional array on a device."""
 
     __slots__ = ("uop", "device", "requires_grad", "grad", "_graph", "__weakref__")
@@ -117,6 +95,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
     def _set_data(self, data: Any, device: str | None, dt: DType | None) -> None:
         if isinstance(data, Tensor):
             self.uop, self.device = data.uop, data.device
+            add_reader(self.uop, self)  # (an alias of a realized tensor reads its memory: a JIT replay must know)
             if dt is not None and dt is not data.dtype:
                 self.uop = data.cast(dt).uop
             if device is not None and canonical(device) != self.device:
@@ -126,6 +105,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         self.device = canonical(device)
         if isinstance(data, UOp):
             self.uop = data
+            add_reader(data, self)
             return
         if isinstance(data, (bool, int, float, np.generic)) and not isinstance(data, np.ndarray):
             if isinstance(data, np.generic):
@@ -166,13 +146,6 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
     def dtype(self) -> DType:
         return self.uop.dtype
 
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    def numel(self) -> int:
-        return prod(self.shape)
-
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
@@ -184,29 +157,31 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
     def _new(self, uop: UOp) -> Tensor:
         t = Tensor.__new__(Tensor)
         t.uop, t.device, t.requires_grad, t.grad, t._graph = uop, self.device, None, None, None
+        if uop.readers is not None:  # (the op gave a view of memory back: the tensor reads that memory)
+            add_reader(uop, t)
         return t
 
     # ---------------------------------------------------------------- creation
     @staticmethod
     def full(shape: ShapeArg, fill_value: Scalar, dtype: DType | str | None = None,
              device: str | None = None) -> Tensor:
-        shp = _check_shape(_shape_args((shape,)))
+        shp = check_shape(shape_args((shape,)))
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
         t = Tensor(UOp.const(dt, fill_value), device=device)
         return t.reshape((1,) * len(shp)).expand(shp) if shp else t
 
     @staticmethod
     def zeros(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
-        return Tensor.full(_shape_args(shape), 0.0, dtype or dtypes.default_float, device)
+        return Tensor.full(shape_args(shape), 0.0, dtype or dtypes.default_float, device)
 
     @staticmethod
     def ones(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
-        return Tensor.full(_shape_args(shape), 1.0, dtype or dtypes.default_float, device)
+        return Tensor.full(shape_args(shape), 1.0, dtype or dtypes.default_float, device)
 
     @staticmethod
     def empty(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """Uninitialised memory of ``shape``; read it only after writing it."""
-        shp = _check_shape(_shape_args(shape))
+        shp = check_shape(shape_args(shape))
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         dev = canonical(device)
         buf = new_buffer_uop(dev, prod(shp), dt)
@@ -384,64 +359,9 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         kernel = UOp(Ops.CUSTOM_KERNEL, dtypes.void, tuple(t.uop for t in tensors), CustomKernel(fxn, grad_fxn))
         return [t._new(UOp(Ops.AFTER, t.dtype, (kernel, *kernel.src), i)) for i, t in enumerate(tensors)]
 
-    # ---------------------------------------------------------------- movement
-    def reshape(self, *shape: Any) -> Tensor:
-        """A view with ``shape``; one entry may be -1 (inferred), None keeps that axis's size."""
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-            shape = tuple(shape[0])
-        shape = tuple(self.shape[i] if s is None and i < self.ndim else s for i, s in enumerate(shape))
-        new = list(_shape_args(shape)) if shape else []
-        if new.count(-1) > 1:
-            raise TensorValueError("reshape: only one dimension can be -1")
-        if -1 in new:
-            known = prod(s for s in new if s != -1)
-            if known == 0 or self.numel() % known:
-                raise TensorValueError(f"cannot reshape {self.shape} into {tuple(new)}")
-            new[new.index(-1)] = self.numel() // known
-        shp = _check_shape(tuple(new))
-        if prod(shp) != self.numel():
-            raise TensorValueError(f"cannot reshape {self.shape} ({self.numel()} elements) into {shp} ({prod(shp)})")
-        if shp == self.shape:
-            return self
-        folds = self.uop.op is Ops.RESHAPE and self.uop.tag is None  # fold reshape of reshape (not of a leaf)
-        src = self.uop.src[0] if folds else self.uop
-        if shape_of(src) == shp:
-            return self._new(src)
-        return self._new(UOp(Ops.RESHAPE, self.dtype, (src,), shp))
-
-    def view(self, *shape: Any) -> Tensor:
-        return self.reshape(*shape)
-
-    def permute(self, *order: Any) -> Tensor:
-        o = tuple(_axis(a, self.ndim) for a in _shape_args(order)) if self.ndim else ()
-        if sorted(o) != list(range(self.ndim)):
-            raise TensorValueError(f"permute order {order} is not a permutation of {self.ndim} axes")
-        if o == tuple(range(self.ndim)):
-            return self
-        return self._new(UOp(Ops.PERMUTE, self.dtype, (self.uop,), o))
-
-    def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
-        order = list(range(self.ndim))
-        a, b = _axis(dim0, self.ndim), _axis(dim1, self.ndim)
-        order[a], order[b] = order[b], order[a]
-        return self.permute(order)
-
-    @property
-    def T(self) -> Tensor:
-        return self.permute(tuple(reversed(range(self.ndim))))
-
-    def expand(self, *shape: Any) -> Tensor:
-        new = _shape_args(shape)
-        if len(new) < self.ndim:
-            raise TensorValueError(f"expand to {new}: fewer dimensions than the tensor's {self.shape}")
-        me = self.reshape((1,) * (len(new) - self.ndim) + self.shape) if len(new) > self.ndim else self
-        out = tuple(m if n == -1 else n for m, n in zip(me.shape, new, strict=True))
-        for m, n in zip(me.shape, out, strict=True):
-            if m != n and m != 1:
-                raise TensorValueError(f"cannot expand {self.shape} to {new}: only size-1 dimensions expand")
-        if out == me.shape:
-            return me
-        return me._new(UOp(Ops.EXPAND, self.dtype, (me.uop,), _check_shape(out)))
+    # ---------------------------------------------------------------- movement (the rest: MovementMixin)
+    def _movement(self, op: Ops, arg: Any) -> Tensor:
+        return self._new(self.uop._movement(op, arg))
 
     def pad(self, padding: Sequence[Any], value: Scalar | str = 0, mode: str = "constant") -> Tensor:
         """Pad each axis by (before, after); negative amounts remove elements.
@@ -476,51 +396,6 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
             return out
         mask = me.ones_like(dtypes.bool)._new(UOp(Ops.PAD, dtypes.bool, (me.ones_like(dtypes.bool).uop,), pos))
         return mask.where(out, value)
-
-    def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
-        if len(arg) != self.ndim:
-            raise ValueError(f"shrink needs one (start, end) per axis: got {len(arg)} for {self.ndim} axes")
-        bounds = tuple((0, s) if a is None else (_sint(a[0]), _sint(a[1]))
-                       for a, s in zip(arg, self.shape, strict=True))
-        for (lo, hi), s in zip(bounds, self.shape, strict=True):
-            if isinstance(lo, UOp) or isinstance(hi, UOp):  # symbolic start (e.g. a bound position): fixed size
-                size = (UOp.const(dtypes.int32, hi) if isinstance(hi, int) else hi) - lo
-                size = size.simplify()
-                if size.op is not Ops.CONST or _vmin(lo) < 0 or _vmax(hi) > s or size.arg < 0:
-                    raise ValueError(f"symbolic shrink {arg} needs a constant size within shape {self.shape}")
-            elif not 0 <= lo <= hi <= s:
-                raise ValueError(f"shrink {arg} is out of bounds for shape {self.shape}")
-        if all(b == (0, s) for b, s in zip(bounds, self.shape, strict=True)):
-            return self
-        return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), bounds))
-
-    def flip(self, *axis: Any) -> Tensor:
-        axes = {_axis(a, self.ndim) for a in _shape_args(axis)}
-        if not axes:
-            return self
-        return self._new(UOp(Ops.FLIP, self.dtype, (self.uop,), tuple(i in axes for i in range(self.ndim))))
-
-    def squeeze(self, dim: int | None = None) -> Tensor:
-        if dim is None:
-            return self.reshape(tuple(s for s in self.shape if s != 1))
-        d = _axis(dim, self.ndim)
-        if self.ndim == 0:  # (dim 0 or -1 names the tensor itself, like torch)
-            return self
-        return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
-
-    def unsqueeze(self, dim: int) -> Tensor:
-        d = _axis(dim, self.ndim + 1)
-        return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
-
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
-        """Axes ``start_dim`` to ``end_dim`` (inclusive) merged into one; a 0-d tensor becomes 1-d."""
-        if self.ndim == 0:
-            _axis(start_dim, 0), _axis(end_dim, 0)
-            return self.reshape(1)
-        s, e = _axis(start_dim, self.ndim), _axis(end_dim, self.ndim)
-        if s > e:
-            raise TensorValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
-        return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
 
     # ---------------------------------------------------------------- elementwise
     def _const(self, value: Scalar, dtype: DType) -> Tensor:
@@ -584,11 +459,6 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
     def _broadcast_pair(self, other: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
         pair = self._operands(other, reverse)
         return (NotImplemented, NotImplemented) if pair is NotImplemented else pair  # type: ignore[return-value]
-
-    def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
-        if self.shape == shape:
-            return self
-        return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
 
     def __sub__(self, x: Any) -> Tensor:
         a, b = self._broadcast_pair(x)
@@ -754,21 +624,8 @@ def _call_with_index(on_ready: Callable[[int, Buffer], None], i: int) -> Callabl
     return call
 
 
-def _sint(x: Any) -> Any:
-    """An int, or a symbolic int UOp (a bound variable or an expression of one)."""
-    return x if isinstance(x, UOp) else int(x)
-
-
-def _vmin(x: Any) -> Any:
-    return x.vmin if isinstance(x, UOp) else x
-
-
 # (dtype, shape, value) -> the constant broadcast to that shape; see Tensor._const
 _const_uops: dict[tuple, UOp] = {}
-
-
-def _vmax(x: Any) -> Any:
-    return x.vmax if isinstance(x, UOp) else x
 
 
 def _is_realized(u: UOp) -> bool:

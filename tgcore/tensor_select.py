@@ -57,8 +57,10 @@ class SelectMixin:
     __slots__ = ()
 
     # ---------------------------------------------------------------- sorting
-    def sort(self: Tensor, dim: int = -1, descending: builtins.bool = False) -> tuple[Tensor, Tensor]:
-        """(values, indices) sorted along ``dim``; equal values keep their order, nan sorts as the largest."""
+    def sort(self: Tensor, dim: int = -1, descending: builtins.bool = False, *,
+             stable: builtins.bool = False) -> tuple[Tensor, Tensor]:
+        """(values, indices) sorted along ``dim``; equal values keep their order, nan sorts as the largest.
+        The sort is always stable, so ``stable`` (torch's keyword) changes nothing."""
         tensor_type = type(self)
         if self.ndim == 0:
             _axis(dim, 0)
@@ -83,7 +85,8 @@ class SelectMixin:
         indices = to.where(pos.reshape(n, 1).cast(dtypes.int64), 0).sum(-2, dtype=dtypes.int64)
         return _last(values, ax), _last(indices, ax)
 
-    def argsort(self: Tensor, dim: int = -1, descending: builtins.bool = False) -> Tensor:
+    def argsort(self: Tensor, dim: int = -1, descending: builtins.bool = False, *,
+                stable: builtins.bool = False) -> Tensor:
         return self.sort(dim, descending)[1]
 
     def topk(self: Tensor, k: int, dim: int = -1, largest: builtins.bool = True,

@@ -51,6 +51,7 @@ from tgcore.engine.stats import GlobalCounters, KernelTimes, update_stats
 from tgcore.runtime.buffer import Buffer
 from tgcore.schedule.state import REALIZATION
 from tgcore.uop import Ops, UOp
+from tgcore.uop.uop import add_reader
 
 
 class JitError(RuntimeError):
@@ -182,6 +183,7 @@ class Jit:
         for t in tensors:  # inputs must sit contiguously in a buffer (or a view at an offset into one)
             if not (t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER):
                 t.uop = t.contiguous().realize().uop
+                add_reader(t.uop, t)
         bufs = [_buffer_of(t) for t in tensors]
         key = self._key(tensors, bufs, variables)
         capture = self.captures.get(key)

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 
 from tgcore.dtype import DType, dtypes
 from tgcore.nn import functional as F
+from tgcore.nn.functional.common import _tuple
+from tgcore.nn.functional.conv import _conv
 from tgcore.tensor import Tensor
 
 __all__ = ["BatchNorm", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "ConvTranspose2d", "Dropout", "Embedding",
@@ -65,7 +67,7 @@ class _ConvNd:
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"groups={groups} must divide in_channels ({in_channels}) and out_channels "
                              f"({out_channels})")
-        self.kernel_size = F._tuple(kernel_size, self.nd, "kernel_size")
+        self.kernel_size = _tuple(kernel_size, self.nd, "kernel_size")
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
         fan_in = in_channels // groups * math.prod(self.kernel_size)
         bound = 1 / math.sqrt(fan_in) if fan_in else 0.0
@@ -73,7 +75,7 @@ class _ConvNd:
         self.bias = _uniform((out_channels,), bound, dtype, device) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
-        return F._conv(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups, self.nd,
+        return _conv(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups, self.nd,
                        f"Conv{self.nd}d")
 
 
@@ -99,7 +101,7 @@ class ConvTranspose2d:
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"groups={groups} must divide in_channels ({in_channels}) and out_channels "
                              f"({out_channels})")
-        self.kernel_size = F._tuple(kernel_size, 2, "kernel_size")
+        self.kernel_size = _tuple(kernel_size, 2, "kernel_size")
         self.stride, self.padding, self.output_padding = stride, padding, output_padding
         self.groups, self.dilation = groups, dilation
         fan_in = out_channels // groups * math.prod(self.kernel_size)  # torch's fan_in for this weight layout

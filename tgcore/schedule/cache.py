@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 
 from tgcore.schedule.kernelize import ScheduleItem, buffer_device, kernelize, new_buffer_uop, uop_buffer
-from tgcore.schedule.shape import shape_of
 from tgcore.schedule.state import REALIZATION
 from tgcore.uop import Ops, UOp
+from tgcore.uop.shape import shape_of
 
 MAX_ENTRIES = 512
 UNCACHEABLE = frozenset({Ops.COPY, Ops.ASSIGN, Ops.CUSTOM_KERNEL, Ops.AFTER})

@@ -31,10 +31,10 @@ from tgcore.custom import build_program
 from tgcore.dtype import DType, dtypes
 from tgcore.helpers import prod
 from tgcore.runtime.buffer import Buffer
-from tgcore.schedule.shape import shape_of
 from tgcore.schedule.split import split_large_reductions
 from tgcore.schedule.state import REALIZATION
 from tgcore.uop import AxisArg, GroupOp, Ops, RangeKind, UOp
+from tgcore.uop.shape import shape_of
 
 INT32_LIMIT = 2**31 - 1
 MIN_BROADCAST = 64   # copies an expand makes of an elementwise input from which it may get a kernel of its own ...

@@ -9,8 +9,8 @@ Out: the same graph where a ``REDUCE_AXIS`` over R elements with a small output 
 from __future__ import annotations
 
 from tgcore.helpers import prod
-from tgcore.schedule.shape import shape_of
 from tgcore.uop import Ops, UOp
+from tgcore.uop.shape import shape_of
 
 MIN_REDUCE = 1 << 15   # reductions smaller than this run fine in one loop
 MAX_OUTPUT = 64        # outputs larger than this already have enough parallel work

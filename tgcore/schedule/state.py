@@ -22,14 +22,14 @@ How:
 - Writes no assign describes (a JIT replay redoing the writes it captured, ``rename_for_overwrite``): the
   memory's names are looked up (kept per written memory), and a name some lazy graph still reads gets a new
   version for its holders and its old contents copied aside, as an assign does. Whether anything but the
-  holders reads a name is told by reference counts (conservatively; calibrated once), so the common case costs
-  no new name.
+  holders reads a name is told by its readers: every name is watched from birth (``watch_readers``), so the
+  nodes built on it or on a view of it, and the tensors that are such a view (``Tensor`` adds them), are known;
+  a name whose only live readers are its holders costs no new name.
 """
 from __future__ import annotations
 
 import contextlib
 import itertools
-import sys
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -38,8 +38,9 @@ from typing import Any
 from tgcore.dtype import DType, dtypes
 from tgcore.helpers import prod
 from tgcore.runtime.buffer import Buffer
-from tgcore.schedule.shape import shape_of
 from tgcore.uop import Ops, UOp
+from tgcore.uop.shape import shape_of
+from tgcore.uop.uop import watch_readers
 
 MOVEMENT = (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP, Ops.EXPAND, Ops.PAD)
 
@@ -83,8 +84,6 @@ class RealizationState:
         # memory (a base Buffer) -> its names (BUFFER uops over it or a view of it), for memory a JIT replay writes
         self._watched: weakref.WeakKeyDictionary[Buffer, list[weakref.ref[UOp]]] = weakref.WeakKeyDictionary()
         self._write_logs: list[list[Buffer]] = []  # open recordings of the memory written (recording_writes)
-        self._baseline_refs: int | None = None  # see rename_for_overwrite
-        self._measured: list[int | None] = []  # (calibration only)
 
     # ---- buffers ----
     def buffer(self, u: UOp) -> Buffer | None:
@@ -103,6 +102,7 @@ class RealizationState:
         if dev is None:  # (the same hash-consed node every time: looked up once per device name)
             dev = self._device_uops[device] = UOp(Ops.DEVICE, dtypes.void, (), device)
         u = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(self._unique)), dev), size)
+        watch_readers(u)  # (before anything reads it: a replay asks whether anything but its holders does)
         if buf is None:
             buf = Buffer(device, size, dtype)
         else:  # a new name of memory that exists: a replay that writes it must find this name too
@@ -303,17 +303,16 @@ class RealizationState:
         live = [r() for r in names]
         if None in live:
             names[:] = [r for r in names if r() is not None]
-        if self._baseline_refs is None:
-            self._baseline_refs = _calibrate_outside_refs()
         renamed = []
         for old in live:
             if old is None:
                 continue
-            # read by its holders only (the common case, and cheap to tell): they just see the write in place
-            extra = self._outside_refs(old)
-            if self._baseline_refs == _CALIBRATING:
-                self._measured.append(extra)
-            elif extra is not None and extra == self._baseline_refs:
+            readers = old.readers
+            if readers is not None and readers.mark == readers.changes[0]:
+                continue  # (found read by its holders only, and nothing read it or a view of it since)
+            if not self._read_by_others(old):  # (the common case: the holders just see the write in place)
+                if readers is not None:
+                    readers.mark = readers.changes[0]
                 continue
             new = self.new_version(old)
             self.move_holders(old, new)
@@ -322,27 +321,29 @@ class RealizationState:
         self.invalidate(buf)
         return renamed
 
-    def _outside_refs(self, name: UOp) -> int | None:
-        """Strong references to ``name`` and to its holders' nodes that the holders do not explain, plus the
-        constant share of the caller's own (see ``_calibrate_outside_refs``); None when a holder's node is not one
-        op right over ``name``. A lazy graph, an alias tensor or a cache that reads the name adds at least one, so
-        equal to the constant means only the holders read it."""
-        views: dict[UOp, int] = {}
+    def _read_by_others(self, name: UOp) -> bool:
+        """Whether anything but the tensors realized into ``name`` (its holders) reads it: a live node built on it
+        or on a view of it (a lazy graph, a pending write), or a tensor that is such a view but no holder (an
+        alias). Conservatively True for a name that was not watched from birth, or a holder over several views."""
+        name_readers = name.readers
+        if name_readers is None:
+            return True
         held = self._holders.get(name)
-        for ref in list(held.values()) if held else ():
-            t = ref()
-            if t is not None:
-                u = t.uop
-                if u.src != (name,):
-                    return None
-                views[u] = views.get(u, 0) + 1
-            t = u = None
-        extra = sys.getrefcount(name) - len(views)
-        for view, n in views.items():
-            cached = view.__dict__.get("_slice_cache")  # (a toposort cached on the view holds the name too)
-            extra += sys.getrefcount(view) - n - (1 if cached is not None and name in cached else 0)
-            extra -= _VIEW_REFS
-        return extra
+        holders = [t for r in held.values() if (t := r()) is not None] if held else []
+        views = {t.uop for t in holders}
+        for v in views:
+            if v.src != (name,):
+                return True
+        for ref in name_readers:
+            x = ref()
+            if x is not None and x not in views and _reads_as_other(x, name, views, holders):
+                return True
+        for v in views:
+            for ref in v.readers or ():
+                x = ref()
+                if x is not None and _reads_as_other(x, name, views, holders):
+                    return True
+        return False
 
     def keep_old_values(self, renamed: list[tuple[weakref.ref[UOp], UOp]]) -> None:
         """After ``rename_for_overwrite``: an old name still alive is read by a lazy graph built before the write,
@@ -354,38 +355,12 @@ class RealizationState:
             del old
 
 
-_VIEW_REFS = 3  # references the loop in _outside_refs itself holds to each view (dict key, loop name, argument)
-
-
-class _Probe:
-    """A stand-in holder for ``_calibrate_outside_refs``."""
-    __slots__ = ("uop", "__weakref__")
-    uop: UOp
-
-
-_CALIBRATING, _NEVER = -1, -2  # (_outside_refs never answers a negative count)
-
-
-def _calibrate_outside_refs() -> int:
-    """What ``_outside_refs`` answers inside ``rename_for_overwrite`` for a name read by its holders only: the
-    interpreter's own share of the count, measured once by running it on a name made for this (with one holder,
-    then two holders sharing a node: both must agree)."""
-    seen = []
-    for n_holders in (1, 2):
-        probe = RealizationState()
-        probe._baseline_refs = _CALIBRATING
-        name = probe.new_buffer("NULL", 1, dtypes.float32)
-        buf = probe._buffers[name]
-        holders = [_Probe() for _ in range(n_holders)]
-        for h in holders:
-            h.uop = UOp(Ops.RESHAPE, dtypes.float32, (name,), (1,))
-            probe.hold(h)
-        del name, h
-        probe.rename_for_overwrite(buf)
-        seen += probe._measured
-    if len(seen) != 2 or seen[0] is None or seen[0] != seen[1]:
-        return _NEVER  # (counts that do not hold still: every name gets a new version, as if always read)
-    return seen[0]
+def _reads_as_other(x: Any, name: UOp, views: set[UOp], holders: list[Any]) -> bool:
+    """Whether the reader ``x`` of ``name`` (or of a holder's view of it) reads it other than as a holder: a node
+    built on it does; a tensor does while it still names it (is it, or one of the views) and is no holder."""
+    if isinstance(x, UOp):
+        return True
+    return (x.uop is name or x.uop in views) and all(t is not x for t in holders)
 
 
 def _numel(u: UOp) -> int:

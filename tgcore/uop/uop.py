@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 from tgcore.dtype import DType, dtypes, truncate
 from tgcore.uop.axis import AxisArg
 from tgcore.uop.mixins import ElementwiseMixin
+from tgcore.uop.movement import MovementMixin
 from tgcore.uop.ops import GroupOp, Ops
+from tgcore.uop.shape import shape_of
 
 # ------------------------------------------------------------------------------------------------ interning
 
@@ -70,10 +72,60 @@ class _UOpMeta(type):
         _set_src(u, src)
         _set_arg(u, arg)
         _set_tag(u, tag)
+        _set_readers(u, None)
         r = _Ref(u, _forget)
         r.key = key
         _interned[key] = r
+        for s in src:  # (a node built on a watched one is one of its readers)
+            if s.readers is not None:
+                _add_reader(s.readers, u)
         return u
+
+
+# ------------------------------------------------------------------------------------------------ readers
+
+class Readers(list):
+    """Weak references to the readers of a watched node (dead ones among them until pruned). ``changes`` is a
+    one-element list counting the readers added to this node and to its views (they share it), so a watcher
+    can tell that nothing new reads a node by comparing it with the count it saw (``mark``, its to set)."""
+
+    __slots__ = ("changes", "mark")
+
+    def __init__(self, changes: list[int]) -> None:
+        super().__init__()
+        self.changes = changes
+        self.mark = -1
+
+
+def watch_readers(node: UOp) -> None:
+    """From now on, keep (weakly) every node built with ``node`` as a source, and every object passed to
+    ``add_reader(node, x)``: ``node.readers`` lists them. A view of a watched node (a movement op over it)
+    is watched as well, so reads through views are found. Watch a node before anything reads it: nodes built on
+    it earlier are not found."""
+    if node.readers is None:
+        _set_readers(node, Readers([0]))
+
+
+def add_reader(node: UOp, reader: Any) -> None:
+    """Record ``reader`` (anything weakly referable, e.g. a tensor whose node is ``node``) as reading a watched
+    ``node``; nothing happens for a node nobody watches."""
+    readers = node.readers
+    if readers is not None:
+        readers.append(weakref.ref(reader))
+        readers.changes[0] += 1
+
+
+def _add_reader(readers: Readers, u: UOp) -> None:
+    n = len(readers)
+    if n >= 64 and not n & 63:  # (graphs built and dropped again: forget the dead ones)
+        readers[:] = [r for r in readers if r() is not None]
+    readers.append(weakref.ref(u))
+    readers.changes[0] += 1
+    if u.op in _VIEWS and u.readers is None:
+        _set_readers(u, Readers(readers.changes))
+
+
+_VIEWS = GroupOp.Movement
 
 
 def _rebuild_graph(nodes: list[tuple]) -> UOp:
@@ -122,18 +174,19 @@ def _ranges_of(u: UOp) -> dict[UOp, None]:
 ConstType = bool | int | float
 
 
-class UOp(ElementwiseMixin, metaclass=_UOpMeta):
+class UOp(ElementwiseMixin, MovementMixin, metaclass=_UOpMeta):
     """An immutable IR node. Construct with `UOp(op, dtype, src, arg, tag)`; equal fields give the same object."""
 
     # The five fields are slots because every pass reads them very often: CPython 3.11 reads a slot in ~7 ns,
     # but a field kept in a __dict__ that code fills directly (as caches must) in ~30 ns. Facts derived later
     # (toposort, ranges, bounds, normal-form marks, ...) stay in __dict__, where clear_derived_caches drops them.
-    __slots__ = ("op", "dtype", "src", "arg", "tag", "__dict__", "__weakref__")
+    __slots__ = ("op", "dtype", "src", "arg", "tag", "readers", "__dict__", "__weakref__")
     op: Ops
     dtype: DType
     src: tuple[UOp, ...]
     arg: Any
     tag: Any
+    readers: Readers | None  # not a field: what reads a watched node (see watch_readers), None for most nodes
 
     if TYPE_CHECKING:  # construction goes through _UOpMeta.__call__; this only tells type checkers the signature
         def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
@@ -141,6 +194,19 @@ class UOp(ElementwiseMixin, metaclass=_UOpMeta):
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("UOp is immutable; use .replace(...)")
+
+    # -- the movement surface (MovementMixin): tensor-level nodes have shapes --
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of a tensor-level node (see `tgcore.uop.shape`; cached on the node)."""
+        return shape_of(self)
+
+    def _movement(self, op: Ops, arg: Any) -> UOp:
+        if op is Ops.RESHAPE and self.op is Ops.RESHAPE and self.tag is None:  # a reshape of a reshape is one
+            src = self.src[0]  # (not of a tagged node: a leaf's tag marks it for backward)
+            return src if shape_of(src) == arg else UOp(Ops.RESHAPE, self.dtype, (src,), arg)
+        return UOp(op, self.dtype, (self,), arg)
 
     def __reduce__(self) -> tuple:
         index = {n: i for i, n in enumerate(self.toposort)}
@@ -522,5 +588,5 @@ def all_nodes(roots: Iterable[UOp]) -> dict[UOp, None]:
 
 
 # UOp.__setattr__ refuses every write, so _UOpMeta sets the fields once through the slot descriptors themselves.
-_set_op, _set_dtype, _set_src, _set_arg, _set_tag = (UOp.__dict__[f].__set__
-                                                     for f in ("op", "dtype", "src", "arg", "tag"))
+_set_op, _set_dtype, _set_src, _set_arg, _set_tag, _set_readers = (
+    UOp.__dict__[f].__set__ for f in ("op", "dtype", "src", "arg", "tag", "readers"))

@@ -1,0 +1,203 @@
+"""Convolutions (1-d to 3-d) and transposed convolutions, as broadcast multiplies over `windows` (or, for
+large stride-1 convolutions, over the flattened padded input)."""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from tgcore.dtype import least_upper_dtype
+from tgcore.errors import TensorValueError
+from tgcore.helpers import ceildiv
+from tgcore.nn.functional.common import IntOrTuple, _check_spatial, _pad_last, _tuple, _window_last, windows
+from tgcore.tensor import Tensor
+
+# ------------------------------------------------------------------------------------------ convolution
+
+def _conv_padding(padding: IntOrTuple | str, nd: int, kernel: tuple[int, ...], dilation: tuple[int, ...],
+                  stride: tuple[int, ...]) -> list[tuple[int, int]]:
+    """(before, after) per spatial axis; 'same' puts the extra element of an odd total after (like torch)."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return [(0, 0)] * nd
+        if padding == "same":
+            if any(s != 1 for s in stride):
+                raise TensorValueError("padding='same' needs stride 1")
+            totals = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
+            return [(t // 2, t - t // 2) for t in totals]
+        raise TensorValueError(f"padding must be an int, a tuple, 'valid' or 'same', got {padding!r}")
+    return _pad_pairs(padding, nd)
+
+
+def _pad_pairs(padding: IntOrTuple, nd: int) -> list[tuple[int, int]]:
+    """(before, after) per spatial axis from an int, one int per axis, or a flat torch-style ``F.pad`` tuple of
+    2*nd ints that starts with the last axis: ``(left, right, top, bottom)`` for 2-d."""
+    if not isinstance(padding, int) and len(padding) == 2 * nd and nd > 1:
+        flat = [int(p) for p in padding]
+        return [(flat[2 * i], flat[2 * i + 1]) for i in reversed(range(nd))]
+    return [(p, p) for p in _tuple(padding, nd, "padding")]
+
+
+def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntOrTuple, padding: IntOrTuple | str,
+          dilation: IntOrTuple, groups: int, nd: int, name: str) -> Tensor:
+    _check_spatial(x, nd, name)
+    unbatched = x.ndim == nd + 1
+    if unbatched:
+        x = x.unsqueeze(0)
+    if weight.ndim != nd + 2:
+        raise TensorValueError(f"{name}: weight must have {nd + 2} dimensions (out, in/groups, kernel...), got "
+                               f"{weight.shape}")
+    n, cin = x.shape[:2]
+    cout, cin_g = weight.shape[:2]
+    kernel = weight.shape[2:]
+    if groups < 1 or cin % groups or cout % groups:
+        raise TensorValueError(f"{name}: groups={groups} must divide the input channels ({cin}) and the output "
+                               f"channels ({cout})")
+    if cin_g * groups != cin:
+        raise TensorValueError(f"{name}: input has {cin} channels but the weight expects {cin_g * groups} "
+                               f"({cin_g} per group x {groups} groups)")
+    st, dl = _tuple(stride, nd, "stride"), _tuple(dilation, nd, "dilation")
+    pads = _conv_padding(padding, nd, kernel, dl, st)
+    dt = least_upper_dtype(x.dtype, weight.dtype)
+    x, weight = x.cast(dt), weight.cast(dt)
+    x = _pad_last(x, pads)
+    if _flat_windows_pay(x, cout, kernel, st, dl):
+        out = _conv_flat(x, weight, groups, kernel, dl)
+    else:
+        win = windows(x, kernel, st, dl)  # (N, Cin, O..., K...)
+        out_sp = win.shape[2:2 + nd]
+        # (N, G, 1, Cin/G, O..., K...) * (1, G, Cout/G, Cin/G, 1..., K...) summed over Cin/G and the taps
+        win = win.reshape((n, groups, 1, cin_g) + out_sp + kernel)
+        w = weight.reshape((1, groups, cout // groups, cin_g) + (1,) * nd + kernel)
+        axes = (3,) + tuple(range(4 + nd, 4 + 2 * nd))
+        out = (win * w).sum(axes).reshape((n, cout) + out_sp)
+    if bias is not None:
+        out = out + bias.cast(dt).reshape((1, cout) + (1,) * nd)
+    return out.squeeze(0) if unbatched else out
+
+
+FLAT_CONV_MIN_FLOPS = 1 << 26  # smaller convolutions keep the plain windows: one kernel fewer, no padded copy
+
+
+def _conv_out(padded: Sequence[int], kernel: Sequence[int], dilation: Sequence[int]) -> tuple[int, ...]:
+    """Output extents of a stride-1 convolution of an input padded to ``padded``."""
+    return tuple(p - d * (k - 1) for p, k, d in zip(padded, kernel, dilation, strict=True))
+
+
+def _flat_windows_pay(x: Tensor, cout: int, kernel: tuple[int, ...], stride: tuple[int, ...],
+                      dilation: tuple[int, ...]) -> bool:
+    """Whether ``_conv_flat`` is worth its padded copy: stride 1, and enough multiply-adds."""
+    out = _conv_out(x.shape[2:], kernel, dilation)
+    if any(s != 1 for s in stride) or min(out) < 1:
+        return False
+    return 2 * x.shape[0] * x.shape[1] * cout * math.prod(kernel) * math.prod(out) >= FLAT_CONV_MIN_FLOPS
+
+
+def _conv_flat(x: Tensor, weight: Tensor, groups: int, kernel: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
+    """A stride-1 convolution of the padded input ``x`` (N, Cin, P...) over its flattened positions: output position
+    ``p`` (row-major over (O1, P2, ..., Pn)) reads ``flat[p + sum_i k_i * d_i * S_i]`` (S_i: the padded row strides),
+    so every tap is the same contiguous run shifted, a matrix product's columns; the positions past each row's
+    valid outputs (the last ``d_i*(K_i-1)`` of axes 2..n) are computed and cut off. ``x`` is made contiguous once
+    (the padding), then windows of the flat axis are views."""
+    nd = len(kernel)
+    n, cin = x.shape[:2]
+    cout, cin_g = weight.shape[:2]
+    padded = x.shape[2:]
+    out_sp = _conv_out(padded, kernel, dilation)
+    strides = [math.prod(padded[i + 1:]) for i in range(nd)]
+    positions = out_sp[0] * strides[0]  # output positions on the padded grid: O1 x P2 x ... x Pn
+    reach = sum((k - 1) * d * s for k, d, s in zip(kernel, dilation, strides, strict=True))
+    slack_rows = ceildiv(positions + reach - math.prod(padded), strides[0])  # read by the cut-off positions
+    x = x.pad([None, None, (0, slack_rows)] + [None] * (nd - 1)) if slack_rows > 0 else x
+    flat = x.contiguous().reshape((n, cin, math.prod(x.shape[2:])))
+    win = flat
+    for k, d, s in zip(kernel, dilation, strides, strict=True):  # taps of each axis: (..., L) -> (..., L', k)
+        win = _window_last(win, k, 1, d * s)
+        win = win.transpose(-1, -2)  # the positions last again
+    win = win.shrink([None] * (win.ndim - 1) + [(0, positions)])  # (N, Cin, K1..Kn, positions)
+    win = win.reshape((n, groups, 1, cin_g) + kernel + (positions,))
+    w = weight.reshape((1, groups, cout // groups, cin_g) + kernel + (1,))
+    out = (win * w).sum(tuple(range(3, 4 + nd)))  # (N, G, Cout/G, positions)
+    # computed on the padded grid (its columns are the kernel's contiguous axis), then the valid part cut out
+    out = out.contiguous().reshape((n, cout, out_sp[0]) + tuple(padded[1:]))
+    return out.shrink([None, None, None] + [(0, o) for o in out_sp[1:]])
+
+
+def conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1,
+           padding: IntOrTuple | str = 0, dilation: IntOrTuple = 1, groups: int = 1) -> Tensor:
+    """1-d convolution (cross-correlation) of (N, C, L) with a (Cout, C/groups, K) weight."""
+    return _conv(x, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
+
+
+def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1,
+           padding: IntOrTuple | str = 0, dilation: IntOrTuple = 1, groups: int = 1) -> Tensor:
+    """2-d convolution (cross-correlation) of (N, C, H, W) with a (Cout, C/groups, KH, KW) weight."""
+    return _conv(x, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
+
+
+def conv3d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1,
+           padding: IntOrTuple | str = 0, dilation: IntOrTuple = 1, groups: int = 1) -> Tensor:
+    """3-d convolution (cross-correlation) of (N, C, D, H, W) with a (Cout, C/groups, KD, KH, KW) weight."""
+    return _conv(x, weight, bias, stride, padding, dilation, groups, 3, "conv3d")
+
+
+def _conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntOrTuple, padding: IntOrTuple,
+                    output_padding: IntOrTuple, groups: int, dilation: IntOrTuple, nd: int, name: str) -> Tensor:
+    """The adjoint of a strided convolution: spread the input out by the stride (zeros between elements), pad by
+    the kernel's reach less ``padding``, and convolve with the flipped kernel, in and out channels swapped."""
+    _check_spatial(x, nd, name)
+    unbatched = x.ndim == nd + 1
+    if unbatched:
+        x = x.unsqueeze(0)
+    if weight.ndim != nd + 2:
+        raise TensorValueError(f"{name}: weight must have {nd + 2} dimensions (in, out/groups, kernel...), got "
+                               f"{weight.shape}")
+    cin, cout_g = weight.shape[:2]
+    kernel = weight.shape[2:]
+    if groups < 1 or cin % groups:
+        raise TensorValueError(f"{name}: groups={groups} must divide the weight's input channels ({cin})")
+    if x.shape[1] != cin:
+        raise TensorValueError(f"{name}: input has {x.shape[1]} channels but the weight expects {cin}")
+    st, dl = _tuple(stride, nd, "stride"), _tuple(dilation, nd, "dilation")
+    pd, op = _tuple(padding, nd, "padding"), _tuple(output_padding, nd, "output_padding")
+    for o, s, d in zip(op, st, dl, strict=True):
+        if o >= max(s, d):
+            raise TensorValueError(f"{name}: output_padding {op} must be smaller than the stride {st} or the "
+                                   f"dilation {dl}")
+    # insert s-1 zeros between neighbours on each spatial axis (views: unsqueeze, pad, reshape, shrink)
+    for i, s in enumerate(st):
+        if s == 1:
+            continue
+        a = 2 + i
+        length = x.shape[a]
+        x = x.unsqueeze(a + 1).pad([None] * (a + 1) + [(0, s - 1)] + [None] * (x.ndim - a - 1))
+        x = x.reshape(x.shape[:a] + (length * s,) + x.shape[a + 2:])
+        x = x.shrink([None] * a + [(0, (length - 1) * s + 1)] + [None] * (x.ndim - a - 1))
+    pads = [(d * (k - 1) - p, d * (k - 1) - p + o) for k, d, p, o in zip(kernel, dl, pd, op, strict=True)]
+    x = _pad_last(x, pads)  # negative amounts crop
+    # (Cin, Cout/G, K...) -> (Cout, Cin/G, K...), flipped in space
+    cin_g = cin // groups
+    w = weight.reshape((groups, cin_g, cout_g) + kernel).transpose(1, 2).reshape((groups * cout_g, cin_g) + kernel)
+    w = w.flip(*range(2, 2 + nd))
+    out = _conv(x, w, bias, 1, 0, dl, groups, nd, name)
+    return out.squeeze(0) if unbatched else out
+
+
+def conv_transpose1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1,
+                     padding: IntOrTuple = 0, output_padding: IntOrTuple = 0, groups: int = 1,
+                     dilation: IntOrTuple = 1) -> Tensor:
+    """Transposed 1-d convolution with a (Cin, Cout/groups, K) weight (torch's argument order)."""
+    return _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation, 1, "conv_transpose1d")
+
+
+def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1,
+                     padding: IntOrTuple = 0, output_padding: IntOrTuple = 0, groups: int = 1,
+                     dilation: IntOrTuple = 1) -> Tensor:
+    """Transposed 2-d convolution with a (Cin, Cout/groups, KH, KW) weight (torch's argument order)."""
+    return _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation, 2, "conv_transpose2d")
+
+
+def conv_transpose3d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1,
+                     padding: IntOrTuple = 0, output_padding: IntOrTuple = 0, groups: int = 1,
+                     dilation: IntOrTuple = 1) -> Tensor:
+    """Transposed 3-d convolution with a (Cin, Cout/groups, KD, KH, KW) weight (torch's argument order)."""
+    return _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation, 3, "conv_transpose3d")
