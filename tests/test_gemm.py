@@ -251,3 +251,18 @@ def test_every_list_the_policy_chooses_between_is_exact(device, m, n, k, transpo
     want = a @ (b.T if transposed else b)
     for opts in lists:
         np.testing.assert_array_equal(_run_list(device, out, opts), want, err_msg=" ".join(map(str, opts)))
+
+
+@pytest.mark.parametrize("m,n,k,transposed", [s for s in POLICY_SHAPES if s[1] >= 16])
+def test_no_odd_shape_gets_a_scalar_kernel(m, n, k, transposed):
+    """Columns that whole vectors do not fill are padded (the last vector gated), not left scalar: one row times
+    a 1031x2053 matrix read each column down its 2053-element stride, 20x slower."""
+    from tgcore.codegen import prepare_kernel
+    from tgcore.codegen.heuristic import heuristic_opts
+    renderer = _renderer(512, 32)
+    renderer.simd_widths = {dtypes.float32: 8}
+    out = Tensor.empty(m, k, device="CPU") @ (Tensor.empty(n, k, device="CPU").T if transposed
+                                              else Tensor.empty(k, n, device="CPU"))
+    kernel = prepare_kernel(create_schedule([out.uop], "CPU")[0][-1].ast, renderer)
+    opts = heuristic_opts(kernel.ast, renderer, 2, kernel.work)
+    assert any(o.op is OptOps.UPCAST for o in opts), opts

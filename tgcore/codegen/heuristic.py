@@ -98,8 +98,8 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -
     mains = _main_inputs(ast)
     contiguous = [r for r in ranges if _stride(index, r) == 1]
     # the output axis is the one to vectorize when the inputs run along it too, and it has the lanes for a vector
-    along_output = (bool(contiguous) and all(_stride(m, contiguous[0]) in (0, 1) for m in mains)
-                    and (not reduces or width < 2 or _size(contiguous[0]) % width == 0))
+    runs_along = bool(contiguous) and all(_stride(m, contiguous[0]) in (0, 1) for m in mains)
+    along_output = runs_along and (not reduces or width < 2 or _size(contiguous[0]) % width == 0)
     if reduces and mains and not along_output and len(reduces) == 1:
         reduce_ranges = [r for r in reduces[0].src[1:] if any(_stride(m, r) == 1 for m in mains)]
         acc = reduces[0].dtype.scalar()
@@ -129,9 +129,9 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -
     size = _size(contiguous[0])
     gather = gather_unroll(ast, mains, ranges, contiguous[0], number) if not reduces and not along_output else []
     if size % width:
-        # elementwise rows that whole vectors do not fill (a padded copy): padded, their last vector gated lane by
-        # lane, on a renderer that has such accesses
-        if masked and not reduces and size >= 2 * width:
+        # rows that whole vectors do not fill (a padded copy; one row times a matrix of a prime width): padded,
+        # their last vector gated lane by lane, on a renderer that has such accesses
+        if masked and (not reduces or runs_along) and size >= 2 * width:
             return [*gather, Opt(OptOps.PAD, number[contiguous[0]], width),
                     Opt(OptOps.UPCAST, number[contiguous[0]], width)]
         return gather
