@@ -78,12 +78,12 @@ def reduction_order(ast: UOp, opts: list[Opt]) -> tuple[tuple[OptOps, int], ...]
 def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -> list[Opt]:
     """UPCAST and UNROLL records (see the module docstring) for ``ast``'s loops.
 
-    In a reduction along its main input, with an output axis to unroll by ``REDUCE_ROWS`` (sharing the loads;
-    the rows' accumulators are independent), the reduced axis is vectorized by the SIMD width of the
-    accumulator: one native vector (wider ones make C compilers split every operation, and inside a
-    quantization block an 8-lane slice sees one nibble shift, not a mix); a second output axis, if any (the
-    other input's rows in a matrix product), is unrolled by 2. Without one, by 32 lanes (16 or 8 when the axis
-    is shorter) so several native adds overlap.
+    In a reduction along its main input, the reduced axis is vectorized by ``reduce_lanes``: one native vector of
+    the accumulator (wider ones make C compilers split every operation, and inside a quantization block an 8-lane
+    slice sees one nibble shift, not a mix), or from ``WIDE_REDUCE_MIN`` on 32 lanes (16 or 8) so several native
+    adds overlap. With one native vector, an output axis is unrolled by ``REDUCE_ROWS`` (sharing the loads; the
+    rows' accumulators are independent) and a second one, if any (the other input's rows in a matrix product),
+    by 2.
     """
     stores = [s for s in ast.src if s.op is Ops.STORE]
     if len(stores) != 1 or not simd_widths:
