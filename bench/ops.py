@@ -2,10 +2,12 @@
 
     python bench/ops.py [--device CPU] [--repeat 5] [--quick]
 
-Ratios are tgcore/peer throughput (higher is better), medians of --repeat runs. The peer of the matrix products
-is numpy (its BLAS on the same number of threads as tgcore's CPU device), of the convolutions torch (same threads;
-skipped when torch is not installed). With ``--device CPU:X86`` (or any device other than CPU) the compute-bound
-rows also print the ratio to the CPU device's default (C) renderer. ``--quick`` skips the 2048^3 product.
+Ratios are tgcore/peer throughput (higher is better), medians of --repeat runs; the compute-bound rows time
+tgcore and its peer in turn, round by round, so both see the same load on a shared machine. The peer of the
+matrix products is numpy (its BLAS on the same number of threads as tgcore's CPU device), of the convolutions
+torch (same threads; skipped when torch is not installed). With ``--device CPU:X86`` (or any device other than
+CPU) the compute-bound rows also print the ratio to the CPU device's default (C) renderer. ``--quick`` skips the
+2048^3 product.
 """
 from __future__ import annotations
 
@@ -37,19 +39,32 @@ def median_time(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
+def interleaved_medians(fns: list, repeat: int) -> list[float]:
+    """The median time of each of ``fns``, timed in turn round by round: on a shared machine every function sees
+    about the same load, so a change of load during the run does not land on one side of a ratio."""
+    for fn in fns:
+        fn()  # warm up: compile, allocate
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, spent in zip(fns, times, strict=True):
+            gc.collect()
+            start = time.perf_counter()
+            fn()
+            spent.append(time.perf_counter() - start)
+    return [statistics.median(spent) for spent in times]
+
+
 def compute_rows(dev: str, rep: int, quick: bool) -> list[tuple[str, float, float, str, float | None]]:
     """(name, tgcore GFLOPS, peer GFLOPS, peer name, tgcore GFLOPS on CPU's default renderer or None)."""
     rng = np.random.default_rng(1)
     rows: list[tuple[str, float, float, str, float | None]] = []
 
-    def tg_rate(flops: float, make, device: str) -> float:
-        run = make(device)  # inputs made and copied to the device here, not in the timed calls
-        return flops / median_time(lambda: run().realize(), rep) / 1e9
-
     def add(name: str, flops: float, make, peer: str, peer_fn) -> None:
-        tg = tg_rate(flops, make, dev)
-        ref = flops / median_time(peer_fn, rep) / 1e9
-        rows.append((name, tg, ref, peer, tg_rate(flops, make, "CPU") if dev != "CPU" else None))
+        devices = [dev] if dev == "CPU" else [dev, "CPU"]
+        runs = [make(d) for d in devices]  # inputs made and copied to the device here, not in the timed calls
+        fns = [lambda run=run: run().realize() for run in runs] + [peer_fn]
+        rates = [flops / t / 1e9 for t in interleaved_medians(fns, rep)]
+        rows.append((name, rates[0], rates[-1], peer, rates[1] if dev != "CPU" else None))
 
     shapes = [(1024, 1024, 1024), *([] if quick else [(2048, 2048, 2048)]), (1000, 1000, 1000)]
     def product(a_np: np.ndarray, b_np: np.ndarray):

@@ -214,3 +214,56 @@ def test_short_reduction_lanes_do_not_depend_on_the_row_count(n):
         opts = vector_opts(_sum_rows_ast(rows, size), widths)
         return next(o.amount for o in opts if o.op is OptOps.UPCAST)
     assert {lanes(r, n) for r in (1, 2, 4, 8)} == {8}
+
+
+# odd shapes where the register tiles apply (rows or columns 1, 7 or prime, sizes one off a power of two, 1000),
+# x @ W and x @ W.T: the policy's own list and the lists it chooses between (other tiles, K blocks, threads, row
+# padding: the search's variations), each exact against numpy
+POLICY_SHAPES = [(7, 1000, 263, False), (127, 129, 131, False), (131, 7, 1021, False), (1000, 67, 61, False),
+                 (257, 263, 64, False), (129, 127, 256, True), (7, 1000, 263, True), (1, 2053, 1031, False)]
+LISTS_PER_SHAPE = 6
+
+
+def _run_list(device: str, out: Tensor, opts: list[Opt]) -> np.ndarray:
+    from tgcore.engine.realize import compile_runner, run_schedule
+    *before, last = create_schedule([out.uop], device)[0]
+    run_schedule(before)
+    runner = compile_runner(last.device, last.ast, opts)
+    out_buf = last.bufs[0]
+    out_buf.copyin(np.full(out_buf.size, np.nan, out_buf.dtype.np))  # every output must be written
+    handles = [last.bufs[i].ensure_allocated().handle for i in runner.spec.buf_slots]
+    runner.program(*handles, vals=tuple(last.var_vals[v] for v in runner.spec.vars), threads=runner.spec.threads)
+    return out_buf.numpy().reshape(out.shape)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("m,n,k,transposed", POLICY_SHAPES)
+def test_every_list_the_policy_chooses_between_is_exact(device, m, n, k, transposed):
+    from tgcore.codegen import prepare_kernel
+    from tgcore.codegen.search import candidates
+    from tgcore.runtime.registry import open_device
+    rng = np.random.default_rng(m + 3 * n + 7 * k)
+    a, b = ints(rng, m, k), ints(rng, n, k) if transposed else ints(rng, k, n)
+    ta, tb = Tensor(a, device=device).realize(), Tensor(b, device=device).realize()
+    out = ta @ (tb.T if transposed else tb)
+    renderer = open_device(device).renderer
+    kernel = prepare_kernel(create_schedule([out.uop], device)[0][-1].ast, renderer)
+    lists = candidates(kernel.ast, renderer, 2, kernel.work, LISTS_PER_SHAPE)
+    want = a @ (b.T if transposed else b)
+    for opts in lists:
+        np.testing.assert_array_equal(_run_list(device, out, opts), want, err_msg=" ".join(map(str, opts)))
+
+
+@pytest.mark.parametrize("m,n,k,transposed", [s for s in POLICY_SHAPES if s[1] >= 16])
+def test_no_odd_shape_gets_a_scalar_kernel(m, n, k, transposed):
+    """Columns that whole vectors do not fill are padded (the last vector gated), not left scalar: one row times
+    a 1031x2053 matrix read each column down its 2053-element stride, 20x slower."""
+    from tgcore.codegen import prepare_kernel
+    from tgcore.codegen.heuristic import heuristic_opts
+    renderer = _renderer(512, 32)
+    renderer.simd_widths = {dtypes.float32: 8}
+    out = Tensor.empty(m, k, device="CPU") @ (Tensor.empty(n, k, device="CPU").T if transposed
+                                              else Tensor.empty(k, n, device="CPU"))
+    kernel = prepare_kernel(create_schedule([out.uop], "CPU")[0][-1].ast, renderer)
+    opts = heuristic_opts(kernel.ast, renderer, 2, kernel.work)
+    assert any(o.op is OptOps.UPCAST for o in opts), opts

@@ -16,6 +16,17 @@ Out: a list of ``Opt`` records for ``tgcore.codegen.optimize.apply_opts``.
 - Products with nothing to vectorize (a small convolution's weight gradient): a tile of scalar accumulators,
   two output axes unrolled (``nt_gemm_opts`` with ``scalar``).
 - The outermost output loop left is split over threads when the kernel has enough work for them.
+
+Batch invariance (a stated property, tested over the policy): in a sum of products with at most ``INVARIANT_ROWS``
+rows on its shorter output side (and more than 4x as many on the other, so the weight, not the rows, is the input
+the kernel streams), each output element is summed in the same order whatever that number of rows, so
+an LLM decoding several sequences at once gets each one's logits bit for bit as it would alone. The order of one
+element's terms is what the list does to the reduced axes (``reduction_order``): the vector path and the ``x @ W.T``
+tile split them only by ``reduce_lanes``, which reads the reduction alone (its length, the accumulator's dtype, the
+renderer), the register tile's K blocks (whose partial sums add up in the output) wait for more rows, and a factor
+decoded from another dtype is no operand of a register tile (``_operand_index``: its quantization BLOCKs, which set
+the order too, live on the vector path). Outside the property: reductions the scheduler splits in two kernels by
+their output count (``schedule.split``: long ones with few outputs) and lists found by ``BEAM``.
 """
 from __future__ import annotations
 
@@ -31,7 +42,8 @@ from tgcore.uop import Ops, RangeKind, UOp
 MIN_WORK_PER_THREAD = 1 << 15  # loop iterations below which a thread costs more than it saves
 MAX_UNROLL = 8   # copies made by unrolling on the plain vector path
 REDUCE_ROWS = 4  # output rows computed together by a vectorized reduction (each load of the shared input reused)
-WIDE_REDUCE_MIN = 1 << 16  # a reduction alone this long is summed in several vectors at once (else in one)
+WIDE_REDUCE_MIN = 1 << 16  # a reduction this long is summed in several vectors at once (else in one)
+INVARIANT_ROWS = 8  # products with at most this many rows sum each element in one row's order (batch invariance)
 
 
 def _main_inputs(ast: UOp) -> list[UOp]:
@@ -46,15 +58,32 @@ def _main_inputs(ast: UOp) -> list[UOp]:
     return dedup(u.src[0].src[1] for u in loads if size(u) == biggest)
 
 
+def reduce_lanes(size: int, acc: DType, simd_widths: dict[DType, int]) -> int:
+    """The lanes a reduction of ``size`` iterations along its inputs' contiguous axis is summed in (0: none fit): one
+    native vector of the accumulator, or, from ``WIDE_REDUCE_MIN`` on (or without native vectors), 32, 16 or 8 lanes
+    so that several native adds overlap. Read from the reduction alone, never from the rows around it (batch
+    invariance: see the module docstring)."""
+    native = simd_widths.get(acc, 0)
+    widths = (native,) if native > 1 and size < WIDE_REDUCE_MIN else (32, 16, 8)
+    return next((w for w in widths if size % w == 0), 0)
+
+
+def reduction_order(ast: UOp, opts: list[Opt]) -> tuple[tuple[OptOps, int], ...]:
+    """What ``opts`` do to ``ast``'s reduced axes, in order: with the reduction itself, the order in which each output
+    element's terms are added up (lanes, copies, blocks, K tiles), whatever the list does to the output axes."""
+    axes = kernel_axes(ast)
+    return tuple((o.op, o.amount) for o in opts if axes[o.axis].arg.kind is RangeKind.REDUCE)
+
+
 def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -> list[Opt]:
     """UPCAST and UNROLL records (see the module docstring) for ``ast``'s loops.
 
-    In a reduction along its main input, with an output axis to unroll by ``REDUCE_ROWS`` (sharing the loads;
-    the rows' accumulators are independent), the reduced axis is vectorized by the SIMD width of the
-    accumulator: one native vector (wider ones make C compilers split every operation, and inside a
-    quantization block an 8-lane slice sees one nibble shift, not a mix); a second output axis, if any (the
-    other input's rows in a matrix product), is unrolled by 2. Without one, by 32 lanes (16 or 8 when the axis
-    is shorter) so several native adds overlap.
+    In a reduction along its main input, the reduced axis is vectorized by ``reduce_lanes``: one native vector of
+    the accumulator (wider ones make C compilers split every operation, and inside a quantization block an 8-lane
+    slice sees one nibble shift, not a mix), or from ``WIDE_REDUCE_MIN`` on 32 lanes (16 or 8) so several native
+    adds overlap. With one native vector, an output axis is unrolled by ``REDUCE_ROWS`` (sharing the loads; the
+    rows' accumulators are independent) and a second one, if any (the other input's rows in a matrix product),
+    by 2.
     """
     stores = [s for s in ast.src if s.op is Ops.STORE]
     if len(stores) != 1 or not simd_widths:
@@ -69,19 +98,16 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -
     mains = _main_inputs(ast)
     contiguous = [r for r in ranges if _stride(index, r) == 1]
     # the output axis is the one to vectorize when the inputs run along it too, and it has the lanes for a vector
-    along_output = (bool(contiguous) and all(_stride(m, contiguous[0]) in (0, 1) for m in mains)
-                    and (not reduces or width < 2 or _size(contiguous[0]) % width == 0))
+    runs_along = bool(contiguous) and all(_stride(m, contiguous[0]) in (0, 1) for m in mains)
+    along_output = runs_along and (not reduces or width < 2 or _size(contiguous[0]) % width == 0)
     if reduces and mains and not along_output and len(reduces) == 1:
         reduce_ranges = [r for r in reduces[0].src[1:] if any(_stride(m, r) == 1 for m in mains)]
-        rows = [r for r in ranges if _size(r) % REDUCE_ROWS == 0]
-        # with rows to interleave, one native vector per row (the rows are the independent accumulators);
-        # alone, a wide vector (several native ones, so the adds do not wait on each other) when the reduction
-        # is long enough for that to matter. A shorter one gets one native vector either way, so its sums run
-        # in the same order whatever the row count (an LLM's batched decode gives each row what it gets alone)
-        narrow = rows or not reduce_ranges or _size(reduce_ranges[0]) < WIDE_REDUCE_MIN
-        acc_width = simd_widths.get(reduces[0].dtype.scalar(), 0) if narrow else 0
-        widths = (acc_width,) if acc_width > 1 else (32, 16, 8)
-        lanes = next((w for w in widths if reduce_ranges and _size(reduce_ranges[0]) % w == 0), 0)
+        acc = reduces[0].dtype.scalar()
+        lanes = reduce_lanes(_size(reduce_ranges[0]), acc, simd_widths) if reduce_ranges else 0
+        # rows to interleave (the rows are the independent accumulators), unless the lanes are already several
+        # native vectors (a long reduction)
+        wide = lanes > simd_widths.get(acc, 0) > 1
+        rows = [r for r in ranges if _size(r) % REDUCE_ROWS == 0] if not wide else []
         if lanes:
             red = reduce_ranges[0]
             vector = Opt(OptOps.UPCAST, number[red], lanes)
@@ -103,9 +129,9 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -
     size = _size(contiguous[0])
     gather = gather_unroll(ast, mains, ranges, contiguous[0], number) if not reduces and not along_output else []
     if size % width:
-        # elementwise rows that whole vectors do not fill (a padded copy): padded, their last vector gated lane by
-        # lane, on a renderer that has such accesses
-        if masked and not reduces and size >= 2 * width:
+        # rows that whole vectors do not fill (a padded copy; one row times a matrix of a prime width): padded,
+        # their last vector gated lane by lane, on a renderer that has such accesses
+        if masked and (not reduces or runs_along) and size >= 2 * width:
             return [*gather, Opt(OptOps.PAD, number[contiguous[0]], width),
                     Opt(OptOps.UPCAST, number[contiguous[0]], width)]
         return gather
@@ -282,8 +308,10 @@ def gemm_k_blocks(g: GemmShape) -> list[int]:
 
 
 def gemm_block_k(g: GemmShape) -> int:
-    """The K tile of the default choice: none when all of B fits its share of L2, else the longest K block."""
-    if g.kk * g.n * g.itemsize * TILE_K_SHARE <= g.l2:
+    """The K tile of the default choice: none when all of B fits its share of L2 or the product has at most
+    ``INVARIANT_ROWS`` rows or columns (a K tile's partial sums add up in another order than one row's), else the
+    longest K block."""
+    if g.kk * g.n * g.itemsize * TILE_K_SHARE <= g.l2 or min(g.m, g.n) <= INVARIANT_ROWS:
         return 0
     return max(gemm_k_blocks(g), default=0)
 
@@ -340,15 +368,21 @@ def nt_gemm_opts(ast: UOp, renderer: Renderer, threads: int, work: int, scalar: 
     k = next((r for r in red.src[1:] if _stride(a_idx, r) == 1 and _stride(b_idx, r) == 1), None)
     rows = [r for r in outputs if _stride(a_idx, r) and _stride(b_idx, r) == 0]
     cols = [r for r in outputs if _stride(b_idx, r) and _stride(a_idx, r) == 0]
-    lanes = _lanes(renderer, red.dtype)
     if not rows or not cols or work < GEMM_MIN_FLOPS // 2:
         return []
+    row, col = max(rows, key=_size), max(cols, key=_size)
+    m, n = _size(row), _size(col)
+    lanes = _lanes(renderer, red.dtype)
+    if min(m, n) <= INVARIANT_ROWS and k is not None:
+        # few rows (batched decode): K in the lanes one row alone gets on the vector path; a long K's several
+        # vectors per accumulator are left to that path
+        lanes = reduce_lanes(_size(k), red.dtype, renderer.simd_widths)
+        if lanes > renderer.simd_widths.get(red.dtype, 0) > 1:
+            return []
     if k is None or lanes < 2 or _size(k) % lanes:
         if not scalar:
             return []
         lanes, k = 1, None
-    row, col = max(rows, key=_size), max(cols, key=_size)
-    m, n = _size(row), _size(col)
     registers = renderer.vector_registers
     tiles = [(r, c) for r in range(1, min(m, MAX_TILE_ROWS) + 1) for c in range(1, min(n, MAX_TILE_ROWS) + 1)
              if r * c + r + c <= registers and r * c >= 4]

@@ -152,7 +152,8 @@ def _split(ast: UOp, r: UOp, amount: int, inner_arg: AxisArg, outer_arg: AxisArg
 def _pad(ast: UOp, r: UOp, amount: int, gate_loads: bool) -> tuple[UOp, UOp]:
     """``r`` (size n) replaced by a loop of n rounded up to a multiple of ``amount``; the stores are gated on
     ``r' < n``. Loads read ``min(r', n - 1)`` (a clamped index: no gate inside the loops), or, with ``gate_loads``
-    (a vectorized axis: a clamped index is no vector), are gated on ``r' < n`` too. Returns the kernel and the
+    (a vectorized axis: a clamped index is no vector), are gated on ``r' < n`` too unless every padded iteration
+    reads inside the buffer. Returns the kernel and the
     new loop."""
     n = _size(r)
     padded = UOp.range(round_up(n, amount), r.arg, dtype=r.dtype)
@@ -161,10 +162,18 @@ def _pad(ast: UOp, r: UOp, amount: int, gate_loads: bool) -> tuple[UOp, UOp]:
 
     def gated(index: UOp) -> UOp:
         return UOp(Ops.INDEX, index.dtype, (*index.src[:2], valid if len(index.src) < 3 else index.src[2] & valid))
+
+    def past_the_end(load: UOp) -> bool:
+        """Whether a padded iteration may read outside the load's buffer. One that stays inside (a buffer with
+        rows padded to whole vectors) needs no gate: the padded lanes are computed and never stored."""
+        index = load.src[0]
+        size = getattr(index.src[0].dtype, "size", -1)
+        at = index.src[1]
+        return padded in at.toposort and (size < 0 or at.vmin < 0 or at.vmax >= size)
     new: dict[UOp, UOp] = {}
     for u in ast.toposort:
         src = tuple(new[s] for s in u.src)
-        if u.op is Ops.STORE or (gate_loads and u.op is Ops.LOAD and padded in u.src[0].src[1].toposort):
+        if u.op is Ops.STORE or (gate_loads and u.op is Ops.LOAD and past_the_end(u)):
             src = (gated(src[0]), *src[1:])
         new[u] = u if src == u.src else u.replace(src=src)
     return new[ast], padded

@@ -358,8 +358,10 @@ def unroll(ast: UOp, lane: UOp) -> UOp:
     reduced ``lane``, one copy of each reduction over it (``_unroll_reduce``)."""
     if any(u.op is Ops.REDUCE and lane in u.src[1:] for u in ast.toposort):
         return _unroll_reduce(ast, lane)
-    copies = [ast.substitute({lane: UOp.const(lane.dtype, i)}).simplify() for i in range(_size(lane))]
-    return UOp.sink(*dict.fromkeys(s for c in copies for s in c.src))
+    copies = [ast.substitute({lane: UOp.const(lane.dtype, i)}) for i in range(_size(lane))]
+    # simplified together: the work the copies share is walked once, not once per copy
+    stores = UOp.sink(*(s for c in copies for s in c.src)).simplify().src
+    return UOp.sink(*dict.fromkeys(stores))
 
 
 def _unroll_reduce(ast: UOp, lane: UOp) -> UOp:
