@@ -148,6 +148,36 @@ def test_short_request_overtakes_a_long_prefill(server: Any) -> None:
     assert texts["long"] == complete(server, long_prompt, max_tokens=4, temperature=0)
 
 
+def test_shutdown_deadline_ends_streams_while_the_worker_is_busy() -> None:
+    """At the shutdown deadline each unfinished choice gets its ``server_shutdown`` event and the job its end, even
+    when the worker is stuck inside a step: what the worker emits afterwards is dropped."""
+    import asyncio
+
+    from tg_llm.generate import Event
+    from tg_llm.server_engine import SHUTDOWN_FINISH, Choice, Job
+
+    async def run() -> list[Any]:
+        job = Job([Choice([1, 2], 4), Choice([3], 4)], asyncio.get_running_loop(), time.monotonic() + 60)
+        job.emit(_output("event", 0, Event(5, "a", finish_reason="length")))
+        job.emit(_output("event", 1, Event(6, "b")))
+        job.end_now()
+        job.emit(_output("event", 1, Event(7, "c")))  # the worker, late: dropped
+        await asyncio.sleep(0.05)
+        items = []
+        while not job.outputs.empty():
+            items.append(job.outputs.get_nowait())
+        return items
+
+    items = asyncio.run(run())
+    assert [(o.kind, o.index) for o in items] == [("event", 0), ("event", 1), ("event", 1), ("end", 0)]
+    assert [o.payload.finish_reason for o in items[:3]] == ["length", None, SHUTDOWN_FINISH]
+
+
+def _output(kind: str, index: int, payload: Any) -> Any:
+    from tg_llm.server_engine import Output
+    return Output(kind, index, payload)  # type: ignore[arg-type]
+
+
 def test_sigterm_with_four_streams(server: Any) -> None:
     """Last (ends the server): 4 streams running, SIGTERM: each ends with finish_reason server_shutdown and
     [DONE], exit 0, no traceback."""
