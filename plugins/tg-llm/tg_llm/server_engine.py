@@ -356,14 +356,19 @@ class Engine:
 
     def prompt_logprobs(self, c: Choice, seq: int = 0) -> list[tuple[int, float | None, list[tuple[int, float]]]]:
         """Each prompt token with its log-probability given the tokens before it (None for the first) and
-        the ``top_logprobs`` most likely tokens at its position, from one forward pass over the prompt in
-        slot ``seq``."""
+        the ``top_logprobs`` most likely tokens at its position, from a forward pass over the prompt in slot
+        ``seq``. The pass runs in the scheduler's chunks (``prefill_chunk`` tokens from position 0), so the keys
+        and values it leaves in the cache, which the generation then continues from, are bitwise those of a
+        request without prompt log-probabilities: its generated tokens and their log-probabilities are the same.
+        (The whole prompt runs in this one scheduler turn.)"""
         from tg_llm.sampling import log_softmax
         ids = c.prompt_ids
         out: list[tuple[int, float | None, list[tuple[int, float]]]] = [(ids[0], None, [])]
         if len(ids) < 2:
             return out
-        logits = np.asarray(self.model.forward(ids[:-1], 0, seq=seq))
+        chunk = self.prefill_chunk
+        logits = np.concatenate([np.asarray(self.model.forward(ids[at:min(at + chunk, len(ids) - 1)], at, seq=seq))
+                                 for at in range(0, len(ids) - 1, chunk)])
         for pos in range(1, len(ids)):
             row = log_softmax(logits[pos - 1])
             top: list[tuple[int, float]] = []
