@@ -2,7 +2,7 @@
 
     python plugins/tg-llm/bench/serve.py [--model FILE.gguf] [--streams 1,4,8] [--prompt-tokens 128]
                                          [--gen-tokens 64] [--long-prompt-tokens 2000] [--parallel 8]
-                                         [--url http://HOST:PORT]
+                                         [--url http://HOST:PORT] [--llama-server PATH]
 
 Without ``--url`` it first runs ``tg llm bench``'s decode with the same lengths (the single-stream
 reference), then starts ``tg serve llm --parallel 8`` on a free loopback port, warms it up with one round
@@ -13,8 +13,10 @@ of the most streams, and measures:
 - the time to first token of a short request sent while a ``--long-prompt-tokens`` prompt prefills;
 - with 4 streams running, how long SIGTERM takes to end the server, and its exit status.
 
-With ``--url`` (e.g. llama.cpp's ``llama-server --parallel N``, for a side-by-side) the same requests go
-to that server and the SIGTERM step is left out. One run each: figures on a shared machine vary.
+With ``--llama-server PATH`` (built by ``bench/build_llama_cpp.py``; a benchmark only) it then starts
+llama.cpp's server with the same ``--parallel`` (each slot ``--max-context`` positions), makes the same
+requests, and prints the ratios tg / llama-server. With ``--url`` the same requests go to a server already
+running and the SIGTERM step is left out. One run each: figures on a shared machine vary.
 """
 from __future__ import annotations
 
@@ -102,10 +104,44 @@ def sigterm_seconds(proc: subprocess.Popen, client: Any, model: str, gen_tokens:
     return seconds, code
 
 
+def wait_healthy(url: str, proc: subprocess.Popen, seconds: float = 300) -> None:
+    import httpx
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(url + "/health", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"the server at {url} did not become ready (exit status {proc.poll()})")
+
+
+def measure(url: str, args: argparse.Namespace, streams: list[int]) -> dict[str, float]:
+    """The figures of one server: aggregate tok/s per stream count and the TTFT behind a long prefill."""
+    import openai
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
+    model = client.models.list().data[0].id
+    # warm-up (compiles, captures each batch size's step): the most streams, short generations
+    concurrent(client, model, max(streams), args.prompt_tokens, 8)
+    out: dict[str, float] = {}
+    for n in streams:
+        r = concurrent(client, model, n, args.prompt_tokens, args.gen_tokens)
+        out[f"{n} streams"] = r["aggregate_tok_s"]
+        print(f"  {n} stream(s): aggregate {r['aggregate_tok_s']:.1f} tok/s, per stream decode "
+              f"{r['mean_stream_decode_tok_s']:.1f} tok/s ({r['tokens']} tokens in {r['wall_s']:.1f} s)", flush=True)
+    out["ttft"] = ttft_behind_long_prompt(client, model, args.long_prompt_tokens)
+    print(f"  TTFT of a short request behind a {args.long_prompt_tokens}-token prefill: {out['ttft']:.2f} s",
+          flush=True)
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None)
     p.add_argument("--url", default=None, help="an OpenAI-compatible server already running (no SIGTERM step)")
+    p.add_argument("--llama-server", default=None, metavar="PATH",
+                   help="also start this llama-server binary with the same --parallel and print both side by side")
     p.add_argument("--streams", default="1,4,8")
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--gen-tokens", type=int, default=64)
@@ -113,46 +149,51 @@ def main() -> int:
     p.add_argument("--max-context", type=int, default=4096)
     p.add_argument("--parallel", type=int, default=8, help="tg serve llm --parallel (slots decoded together)")
     args = p.parse_args()
-    import httpx
-    import openai
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    proc = None
-    if args.url is None:
-        from tg_llm.cli import model_path, run_bench
-        path = model_path(args.model)
-        r = run_bench(path, None, args.prompt_tokens, args.gen_tokens, args.max_context)
-        print(f"tg llm bench decode: {r['decode_tok_s']:.1f} tok/s ({args.prompt_tokens}-token prompt, "
-              f"{args.gen_tokens} tokens)")
-        port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "tgcore.cli", "serve", "llm", "--model", str(path), "--port",
-                                 str(port), "--max-context", str(args.max_context), "--parallel", str(args.parallel),
-                                 "--log-level", "warning"],
-                                stdin=subprocess.DEVNULL)
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/health", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-    else:
-        url = args.url.rstrip("/")
-    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
-    model = client.models.list().data[0].id
     streams = [int(s) for s in args.streams.split(",")]
-    # warm-up (compiles, captures each batch size's step): the most streams, short generations
-    concurrent(client, model, max(streams), args.prompt_tokens, 8)
-    for n in streams:
-        r = concurrent(client, model, n, args.prompt_tokens, args.gen_tokens)
-        print(f"{n} stream(s): aggregate {r['aggregate_tok_s']:.1f} tok/s, per stream decode "
-              f"{r['mean_stream_decode_tok_s']:.1f} tok/s ({r['tokens']} tokens in {r['wall_s']:.1f} s)")
-    print(f"TTFT of a short request behind a {args.long_prompt_tokens}-token prefill: "
-          f"{ttft_behind_long_prompt(client, model, args.long_prompt_tokens):.2f} s")
-    if proc is not None:
-        seconds, code = sigterm_seconds(proc, client, model, 256)
-        print(f"SIGTERM with 4 streams running: exit {code} after {seconds:.1f} s")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    if args.url is not None:
+        measure(args.url.rstrip("/"), args, streams)
+        return 0
+    from tg_llm.cli import model_path, run_bench
+    path = model_path(args.model)
+    r = run_bench(path, None, args.prompt_tokens, args.gen_tokens, args.max_context)
+    bench_decode = r["decode_tok_s"]
+    print(f"tg llm bench decode: {bench_decode:.1f} tok/s ({args.prompt_tokens}-token prompt, "
+          f"{args.gen_tokens} tokens)")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tgcore.cli", "serve", "llm", "--model", str(path), "--port",
+                             str(port), "--max-context", str(args.max_context), "--parallel", str(args.parallel),
+                             "--log-level", "warning"], stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    wait_healthy(url, proc)
+    print(f"tg serve llm --parallel {args.parallel}:")
+    tg = measure(url, args, streams)
+    if 1 in streams:
+        one = tg["1 streams"]
+        print(f"  one stream vs tg llm bench decode: {one / bench_decode:.2f}x; " + ", ".join(
+            f"{n} streams {tg[f'{n} streams'] / one:.2f}x one" for n in streams if n != 1))
+    import openai
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
+    seconds, code = sigterm_seconds(proc, client, client.models.list().data[0].id, 256)
+    print(f"  SIGTERM with 4 streams running: exit {code} after {seconds:.1f} s")
+    if args.llama_server:
+        port = free_port()
+        # llama-server splits its context between the slots: each gets max_context
+        llama = subprocess.Popen([args.llama_server, "-m", str(path), "--port", str(port), "--host", "127.0.0.1",
+                                  "--parallel", str(args.parallel), "-c", str(args.max_context * args.parallel),
+                                  "--log-disable"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            wait_healthy(url, llama)
+            print(f"llama-server --parallel {args.parallel}:")
+            ref = measure(url, args, streams)
+        finally:
+            llama.terminate()
+            llama.wait(30)
+        print(f"tg / llama-server (load average {os.getloadavg()[0]:.1f}): " + ", ".join(
+            [f"{n} streams {tg[f'{n} streams'] / ref[f'{n} streams']:.2f}x" for n in streams]
+            + [f"TTFT {tg['ttft']:.2f} s vs {ref['ttft']:.2f} s"]))
     return 0
 
 

@@ -85,6 +85,21 @@ def test_filters_compose_top_k_then_top_p():
     assert filter_mask(probs, top_k=3, top_p=0.7).tolist() == [True, True, False, False]
 
 
+def test_top_k_support_is_the_full_vocabulary_filter():
+    """The sampler filters only the top-k candidates (not the whole vocabulary's distribution): the tokens it can
+    draw are exactly those ``filter_mask`` keeps on the full softmax, across top-k, top-p and min-p settings."""
+    from tg_llm.sampling import _candidates
+    rng = np.random.default_rng(6)
+    for k, p, m in [(40, 0.95, 0.05), (5, 1.0, 0.0), (40, 0.5, 0.0), (200, 1.0, 0.3), (1, 0.9, 0.1)]:
+        logits = rng.normal(size=5000) * 3
+        for temperature in (0.5, 1.0, 1.7):
+            params = SamplingParams(temperature=temperature, top_k=k, top_p=p, min_p=m)
+            expected = np.flatnonzero(filter_mask(softmax(logits / temperature), k, p, m))
+            ids, weights = _candidates(logits / temperature, params)
+            assert ids.tolist() == expected.tolist()
+            assert np.allclose(weights / weights.sum(), softmax(logits[ids] / temperature))
+
+
 def test_repetition_penalty_llama_style():
     logits = np.array([2.0, -2.0, 1.0, 0.5])
     out = apply_penalties(logits, [0, 1, 1, 3], repetition_penalty=2.0)

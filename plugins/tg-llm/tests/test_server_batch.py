@@ -6,6 +6,7 @@ takes 13 scheduler turns. Checked:
   batch as others finish) each equal the same request sent alone;
 - cancelling one stream of a running batch: the others finish unchanged, the slot is freed;
 - chunked prefill: a short request sent while a long prompt is prefilling gets its first token first;
+- prompt log-probabilities (echo) prefill in the same chunks: the generation's log-probabilities are unchanged;
 - SIGTERM with 4 streams running: each ends with ``server_shutdown``, exit 0, no traceback.
 No wall-clock assertions: only orderings and equalities.
 """
@@ -146,6 +147,50 @@ def test_short_request_overtakes_a_long_prefill(server: Any) -> None:
     assert firsts["short"] < firsts["long"]
     assert texts["short"] == complete(server, PROMPTS[0], max_tokens=4, temperature=0)
     assert texts["long"] == complete(server, long_prompt, max_tokens=4, temperature=0)
+
+
+def test_prompt_logprobs_do_not_change_the_generation(server: Any) -> None:
+    """A request with prompt log-probabilities (echo) prefills in the scheduler's chunks too: its generated tokens'
+    log-probabilities are bitwise those of the same request without echo (a 40-token prompt: 3 chunks of 16)."""
+    prompt = [int(t) for t in np.random.default_rng(5).integers(100, 40000, 40)]
+
+    def generated_logprobs(echo: bool) -> list[float]:
+        r = client(server).completions.create(model=MODEL_ID, prompt=prompt, max_tokens=4, temperature=0,
+                                              stop=["\x00"], logprobs=1, echo=echo)
+        return r.choices[0].logprobs.token_logprobs[-4:]
+
+    plain = generated_logprobs(False)
+    assert generated_logprobs(True) == plain
+
+
+def test_shutdown_deadline_ends_streams_while_the_worker_is_busy() -> None:
+    """At the shutdown deadline each unfinished choice gets its ``server_shutdown`` event and the job its end, even
+    when the worker is stuck inside a step: what the worker emits afterwards is dropped."""
+    import asyncio
+
+    from tg_llm.generate import Event
+    from tg_llm.server_engine import SHUTDOWN_FINISH, Choice, Job
+
+    async def run() -> list[Any]:
+        job = Job([Choice([1, 2], 4), Choice([3], 4)], asyncio.get_running_loop(), time.monotonic() + 60)
+        job.emit(_output("event", 0, Event(5, "a", finish_reason="length")))
+        job.emit(_output("event", 1, Event(6, "b")))
+        job.end_now()
+        job.emit(_output("event", 1, Event(7, "c")))  # the worker, late: dropped
+        await asyncio.sleep(0.05)
+        items = []
+        while not job.outputs.empty():
+            items.append(job.outputs.get_nowait())
+        return items
+
+    items = asyncio.run(run())
+    assert [(o.kind, o.index) for o in items] == [("event", 0), ("event", 1), ("event", 1), ("end", 0)]
+    assert [o.payload.finish_reason for o in items[:3]] == ["length", None, SHUTDOWN_FINISH]
+
+
+def _output(kind: str, index: int, payload: Any) -> Any:
+    from tg_llm.server_engine import Output
+    return Output(kind, index, payload)  # type: ignore[arg-type]
 
 
 def test_sigterm_with_four_streams(server: Any) -> None:

@@ -28,6 +28,6 @@ def tg_register_apps(register: RegisterApp) -> None:
     """``tg serve llm`` (``tg_llm.server``); FastAPI, uvicorn and the model load only when it runs."""
     def run_server(argv: list[str]) -> int:
         from tg_llm.server import run
-        return run(argv)
+        return run(argv, exit_process=True)
 
     register("llm", run_server, "OpenAI-compatible server and chat page for a GGUF model (tg serve llm --help)")

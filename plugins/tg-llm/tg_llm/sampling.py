@@ -132,6 +132,21 @@ def _most_likely_first(probs: np.ndarray, mass: float) -> np.ndarray:
     return np.argsort(-probs, kind="stable")
 
 
+def _candidates(scaled: np.ndarray, p: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens top-k, top-p and min-p keep from the temperature-scaled logits ``scaled`` (ascending ids) and
+    their probabilities up to a common factor. With top-k on, only the k best (and ties) are exponentiated and
+    filtered: the filters and the draw depend on ratios of probabilities, not on the vocabulary's total."""
+    n = scaled.shape[0]
+    if p.top_k and p.top_k < n:
+        ids = np.flatnonzero(scaled >= np.partition(scaled, n - p.top_k)[n - p.top_k])
+    else:
+        ids = np.arange(n)
+    chosen = scaled[ids]
+    weights = np.exp(chosen - chosen.max())
+    keep = filter_mask(weights / weights.sum(), 0, p.top_p, p.min_p)
+    return ids[keep], weights[keep]
+
+
 def _window(history: Iterable[int], last_n: int) -> Iterable[int]:
     if last_n < 0:
         return history
@@ -185,27 +200,30 @@ class Sampler:
         raw = np.asarray(logits, dtype=np.float64)
         if raw.ndim != 1 or raw.shape[0] == 0:
             raise ValueError(f"expected one row of logits, got shape {raw.shape}")
-        if np.isnan(raw).any():
+        most = raw.max()
+        if np.isnan(most):  # (a NaN anywhere makes the maximum NaN)
             raise ValueError("logits contain NaN")
         penalised = apply_penalties(raw, _window(history, p.repeat_last_n), p.repetition_penalty,
                                     p.frequency_penalty, p.presence_penalty)
         if p.temperature == 0:
             token = int(np.argmax(penalised))
         else:
-            probs = np.exp(log_softmax(penalised / p.temperature))
-            keep = filter_mask(probs, p.top_k, p.top_p, p.min_p)
-            token = self._draw(np.flatnonzero(keep), probs)
-        logprobs = log_softmax(raw)
+            support, weights = _candidates(penalised / p.temperature, p)
+            token = self._draw(support, weights)
+        # the model's log-probabilities (log_softmax(raw)), computed for the chosen token and the top ones only
+        shifted = raw - most
+        log_total = np.log(np.sum(np.exp(shifted)))
         top: list[tuple[int, float]] = []
         if p.logprobs:
+            logprobs = shifted - log_total
             n = min(p.logprobs, logprobs.shape[0])
             best = np.argpartition(-logprobs, n - 1)[:n]
             best = best[np.argsort(-logprobs[best], kind="stable")]
             top = [(int(t), float(logprobs[t])) for t in best]
-        return Sample(token, float(logprobs[token]), top)
+        return Sample(token, float(shifted[token] - log_total), top)
 
-    def _draw(self, support: np.ndarray, probs: np.ndarray) -> int:
-        weights = probs[support]
+    def _draw(self, support: np.ndarray, weights: np.ndarray) -> int:
+        """One of ``support`` with probability proportional to its weight."""
         cumulative = np.cumsum(weights)
         u = self.rng.random() * cumulative[-1]
         i = int(np.searchsorted(cumulative, u, side="right"))

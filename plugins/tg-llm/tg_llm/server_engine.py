@@ -24,8 +24,10 @@ A sequence's tokens do not depend on what else runs (``Model.decode`` is batch-i
 cached before (a prompt is always prefilled in the same chunks).
 
 Shutdown: ``engine.drain(seconds)`` lets the jobs already accepted run for at most ``seconds`` more;
-past that, each choice still generating (or not started) ends at its next token with a last event
-whose ``finish_reason`` is ``SHUTDOWN_FINISH``.
+past that, each choice still generating (or not started) ends with a last event whose ``finish_reason`` is
+``SHUTDOWN_FINISH``: sent by a timer at the deadline (the worker may be inside a prefill chunk or decode step
+that takes a while on a loaded machine; what it emits for the job afterwards is dropped), and the worker
+frees the job's slots at its next turn.
 """
 from __future__ import annotations
 
@@ -95,6 +97,9 @@ class Job:
         self.outputs: asyncio.Queue[Output] = asyncio.Queue()
         self.cancelled = threading.Event()
         self.started = threading.Event()
+        self._emit_lock = threading.Lock()
+        self._finished: set[int] = set()  # choices whose last event was emitted
+        self._closed = False  # END emitted: later outputs are dropped
         # figures the worker fills in (time.monotonic() values, seconds, token counts)
         self.submitted = time.monotonic()
         self.first_token_at: float | None = None
@@ -117,7 +122,29 @@ class Job:
         self.cancelled.set()
 
     def emit(self, item: Output) -> None:
-        """Deliver an output to the request's coroutine (thread-safe; dropped if the loop is gone)."""
+        """Deliver an output to the request's coroutine (thread-safe; dropped after END, or if the loop is gone)."""
+        with self._emit_lock:
+            if self._closed:
+                return
+            if item.kind == "event" and getattr(item.payload, "finish_reason", None) is not None:
+                self._finished.add(item.index)
+            self._closed = item.kind == "end"
+            self._put(item)
+
+    def end_now(self) -> None:
+        """Shutdown past its deadline: each choice not finished gets its ``SHUTDOWN_FINISH`` event, then END,
+        at once, whatever the worker is running (its later outputs for this job are dropped)."""
+        with self._emit_lock:
+            if self._closed:
+                return
+            for i, choice in enumerate(self.choices):
+                if i not in self._finished:
+                    self._put(Output("event", i, _shutdown_event(choice)))
+            self._put(END)
+            self._closed = True
+        self.cancelled.set()
+
+    def _put(self, item: Output) -> None:
         try:
             self.loop.call_soon_threadsafe(self.outputs.put_nowait, item)
         except RuntimeError:  # the event loop closed (server shut down)
@@ -190,6 +217,8 @@ class Engine:
         self.warm_up_seconds = 0.0
         self._queue: queue.Queue[Job | None] = queue.Queue()
         self._pending = 0  # jobs queued or running
+        self._live: set[Job] = set()  # the same jobs (what a shutdown past its deadline ends)
+        self._stop_timer: threading.Timer | None = None
         self._lock = threading.Lock()
         self._worker: threading.Thread | None = None
         self.running_jobs = 0  # jobs with a choice in a slot
@@ -256,13 +285,29 @@ class Engine:
             if self._pending >= self.max_queue:
                 return False
             self._pending += 1
+            self._live.add(job)
         self._queue.put(job)
         return True
 
     def drain(self, seconds: float) -> None:
-        """Shutdown: jobs already accepted may generate for ``seconds`` more (a second call can shorten it)."""
+        """Shutdown: jobs already accepted may generate for ``seconds`` more (a second call can shorten it).
+        At the deadline the worker ends them at its next token; a timer ends their streams at the deadline
+        even when the worker is inside a long prefill chunk or decode step."""
         at = time.monotonic() + max(seconds, 0.0)
-        self.stop_at = at if self.stop_at is None else min(self.stop_at, at)
+        if self.stop_at is not None and self.stop_at <= at:
+            return
+        self.stop_at = at
+        if self._stop_timer is not None:
+            self._stop_timer.cancel()
+        self._stop_timer = threading.Timer(max(seconds, 0.0), self._end_live)
+        self._stop_timer.daemon = True
+        self._stop_timer.start()
+
+    def _end_live(self) -> None:
+        with self._lock:
+            live = list(self._live)
+        for job in live:
+            job.end_now()
 
     @property
     def stopping(self) -> bool:
@@ -304,18 +349,24 @@ class Engine:
     def _job_done(self, job: Job) -> None:
         with self._lock:
             self._pending -= 1
+            self._live.discard(job)
         job.emit(END)
 
     def prompt_logprobs(self, c: Choice, seq: int = 0) -> list[tuple[int, float | None, list[tuple[int, float]]]]:
         """Each prompt token with its log-probability given the tokens before it (None for the first) and
-        the ``top_logprobs`` most likely tokens at its position, from one forward pass over the prompt in
-        slot ``seq``."""
+        the ``top_logprobs`` most likely tokens at its position, from a forward pass over the prompt in slot
+        ``seq``. The pass runs in the scheduler's chunks (``prefill_chunk`` tokens from position 0), so the keys
+        and values it leaves in the cache, which the generation then continues from, are bitwise those of a
+        request without prompt log-probabilities: its generated tokens and their log-probabilities are the same.
+        (The whole prompt runs in this one scheduler turn.)"""
         from tg_llm.sampling import log_softmax
         ids = c.prompt_ids
         out: list[tuple[int, float | None, list[tuple[int, float]]]] = [(ids[0], None, [])]
         if len(ids) < 2:
             return out
-        logits = np.asarray(self.model.forward(ids[:-1], 0, seq=seq))
+        chunk = self.prefill_chunk
+        logits = np.concatenate([np.asarray(self.model.forward(ids[at:min(at + chunk, len(ids) - 1)], at, seq=seq))
+                                 for at in range(0, len(ids) - 1, chunk)])
         for pos in range(1, len(ids)):
             row = log_softmax(logits[pos - 1])
             top: list[tuple[int, float]] = []
