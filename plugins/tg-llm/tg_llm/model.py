@@ -63,7 +63,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -76,6 +76,9 @@ from tg_llm.model_config import (
     check_tensor_shapes,
     config_from_metadata,
 )
+
+if TYPE_CHECKING:
+    from tg_llm.pipeline import PipelineStage
 
 # the model's errors and config reader are part of this module's interface (callers catch them from here)
 __all__ = ["Model", "ModelConfig", "ModelError", "UnsupportedArchitectureError", "ContextLengthError",
@@ -168,7 +171,8 @@ class Model:
     """
 
     def __init__(self, gf: Any, config: ModelConfig, device: str,
-                 progress: Callable[[int, int], None] | None = None, sequences: int = 1) -> None:
+                 progress: Callable[[int, int], None] | None = None, sequences: int = 1,
+                 stage: PipelineStage | None = None) -> None:
         from tgcore.tensor import Tensor
         if sequences < 1:
             raise ValueError(f"sequences must be >= 1, got {sequences}")
@@ -176,9 +180,14 @@ class Model:
         self.config = config
         self.device = device
         self.sequences = sequences
+        self.stage = stage
         cfg, arch = config, config.arch
+        owned = range(cfg.n_layers) if stage is None else stage.layers
+        self.has_output = stage is None or stage.last  # the output norm and matrix: on the last stage only
         tensors = gf.tensors_as(device=device)
-        names = [n for n in gf.tensor_info if n.startswith(("blk.", "output", "rope_"))]
+        names = [n for n in gf.tensor_info if n.startswith("rope_")
+                 or (n.startswith("output") and self.has_output)
+                 or (n.startswith("blk.") and int(n.split(".")[1]) in owned)]
         total, done = len(names), 0
 
         def get(name: str, small: bool = False, required: bool = True) -> Any:
@@ -235,7 +244,7 @@ class Model:
             return matrices
 
         self.layers: list[_Layer] = []
-        for i in range(cfg.n_layers):
+        for i in owned:
             p = f"blk.{i}."
             biases = [get(p + f"attn_{x}.bias", True, False) for x in "qkv"]
             if any(b is not None for b in biases) and any(b is None for b in biases):
@@ -256,11 +265,13 @@ class Model:
                 post_ffn_norm=get(p + "post_ffw_norm.weight", True) if arch.post_norms else None,
                 cache_k=Tensor.zeros(*cache_shape, device=device).contiguous().realize(),
                 cache_v=Tensor.zeros(*cache_shape, device=device).contiguous().realize()))
-        self.output_norm = get("output_norm.weight", small=True)
-        self.output = get("output.weight", required=False)
-        if self.output is None:
-            self.output = tensors["token_embd.weight"]
-            tensors.raw("token_embd.weight")
+        self.output_norm = self.output = None
+        if self.has_output:
+            self.output_norm = get("output_norm.weight", small=True)
+            self.output = get("output.weight", required=False)
+            if self.output is None:
+                self.output = tensors["token_embd.weight"]
+                tensors.raw("token_embd.weight")
         self._tokens: list[list[int]] = [[] for _ in range(sequences)]  # per sequence: the tokens its cache holds
         self._decode_step: Any = None
         self._prefill_steps: dict[str | None, Any] = {}  # what a prefill returns -> its jitted graph
@@ -291,17 +302,18 @@ class Model:
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str], device: str | None = None, max_context: int = 4096,
-                  progress: Callable[[int, int], None] | None = None, sequences: int = 1) -> Model:
+                  progress: Callable[[int, int], None] | None = None, sequences: int = 1,
+                  stage: PipelineStage | None = None) -> Model:
         """Load the model in GGUF file ``path`` onto ``device`` (default: ``DEV``), with ``sequences`` KV caches
         of ``min(model context, max_context)`` positions each. ``progress(done, total)`` is called per weight
-        loaded."""
+        loaded. ``stage``: this process's part of a pipeline (``tg_llm.pipeline``): its layers only."""
         import tg_gguf
 
         from tgcore.runtime.registry import canonical
         gf = tg_gguf.load(path)
         try:
             config = config_from_metadata(dict(gf.metadata), list(gf.tensor_info), max_context)
-            return cls(gf, config, canonical(device), progress, sequences)
+            return cls(gf, config, canonical(device), progress, sequences, stage)
         except BaseException:
             gf.close()
             raise
@@ -510,7 +522,7 @@ class Model:
                 idle.append(r)
             tokens.append(token)
             positions.append(pos)
-        x = Tensor(self.embedding(tokens), device=self.device)
+        x = self._stage_input(tokens)
         pos_array = np.asarray(positions, np.int64)
         inputs = []
         for kind in self.kinds:
@@ -529,7 +541,8 @@ class Model:
                 writes.append((r, UOp.variable(f"{kind.variable}{r}", 0, kind.cache_len - 1).bind(slot), r, 1))
             cos, sin = self._rotary(kind, pos_array)
             inputs.append((cos, sin, Tensor(np.concatenate(masks), device=self.device), writes))
-        logits = self._decode_step(x, inputs).numpy()
+        logits = self._stage_output(self._decode_step(x, inputs), rows)
+        assert logits is not None
         for seq, token, _ in steps:
             self._tokens[seq] = self._tokens[seq] + [token]
         return np.stack([logits[seq] for seq, _, _ in steps]) if steps else logits[:0]
@@ -539,7 +552,7 @@ class Model:
         for layer in self.layers:
             cos, sin, mask, writes = inputs[layer.kind]
             x = self._layer(layer, x, cos, sin, mask, writes, (0, rows), dense=False)
-        return self._logits(x, dense=False)
+        return self._logits(x, dense=False) if self.has_output else x
 
     def _prefill(self, tokens: list[int], start: int, want: str | None, seq: int) -> np.ndarray | None:
         """Several tokens of sequence ``seq`` at once. The token count is padded to a power of two and attention
@@ -553,7 +566,7 @@ class Model:
         if start + padded > s:  # the padding's cache writes must stay inside the cache
             padded = n
         ids = tokens + [tokens[-1]] * (padded - n)  # padding rows: computed, written past the end, never read
-        x = Tensor(self.embedding(ids), device=self.device)
+        x = self._stage_input(ids)
         # one variable names the sequence, so every sequence's prefill runs the same kernels
         seq_var = UOp.variable("sequence", 0, self.sequences - 1).bind(seq) if self.sequences > 1 else 0
         inputs = []
@@ -583,10 +596,11 @@ class Model:
                                                               max_captures=PREFILL_CAPTURES)
         else:  # the ring wraps inside this call: the cache writes take constant slots, run eagerly
             step = functools.partial(self._prefill_graph, want=want)
-        out = step(x, inputs, pick, seq_var)
-        if want is None:
+        logit_rows = None if want is None else 1 if want == "last" else padded
+        out = self._stage_output(step(x, inputs, pick, seq_var), logit_rows)
+        if out is None:
             return None
-        return out.numpy() if want == "last" else out.numpy()[:n]
+        return out if want == "last" else out[:n]
 
     def _prefill_graph(self, x: Any, inputs: list[tuple[Any, Any, Any, list[tuple[Any, Any, int, int]]]], pick: Any,
                        seq_var: Any, want: str | None) -> Any:
@@ -596,11 +610,29 @@ class Model:
         for layer in self.layers:
             cos, sin, mask, writes = inputs[layer.kind]
             x = self._layer(layer, x, cos, sin, mask, writes, (seq_var, seq_var + 1), dense)
-        if want is None:
+        if want is None or not self.has_output:  # (a pipeline stage before the last passes x on)
             return x
         if want == "last":
             return self._logits(pick @ x, dense=False)
         return self._logits(x, dense)
+
+    # ---- a pipeline stage's ends ----
+
+    def _stage_input(self, ids: list[int]) -> Any:
+        """The hidden states the layers start from: the tokens' embeddings, or (a later pipeline stage) what the
+        previous stage sent."""
+        from tgcore.tensor import Tensor
+        if self.stage is None or self.stage.first:
+            return Tensor(self.embedding(ids), device=self.device)
+        return self.stage.receive_hidden(len(ids), self.config.dim, self.device)
+
+    def _stage_output(self, out: Any, logit_rows: int | None) -> np.ndarray | None:
+        """The logits (``logit_rows`` of them; None: none wanted) from what the layers returned: ``out`` itself in one
+        process; in a pipeline, the stage passes ``out`` on and the first stage gets the logits back (the others
+        get an empty (rows, 0) array)."""
+        if self.stage is None:
+            return None if logit_rows is None else out.numpy()
+        return self.stage.pass_on(out, logit_rows, self.vocab_size)
 
     # ---- the network ----
 
