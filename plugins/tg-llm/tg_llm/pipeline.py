@@ -70,6 +70,7 @@ class PipelineStage:
         self.timeout = timeout
         self.layers: range = range(0)
         self.lock = threading.RLock()
+        self.closed = threading.Event()  # rank 0 sent stop: nothing more goes out
         self.last_sent = time.monotonic()
         # seconds this rank waited for another one since ``clock_start`` (the rest of the time it worked)
         self.wait_s = 0.0
@@ -213,7 +214,6 @@ class PipelineModel:
         self._model = model
         self.stage = stage
         self.fatal = fatal or exit_on_failure
-        self._closed = threading.Event()
         self._heartbeat = threading.Thread(target=self._beat, name="tg-llm-pipeline-heartbeat", daemon=True)
         self._heartbeat.start()
 
@@ -249,9 +249,7 @@ class PipelineModel:
 
     def close(self) -> None:
         """Stop the other ranks' loops, leave the job and release the file."""
-        if not self._closed.is_set():
-            self._closed.set()
-            finish(self.stage)
+        finish(self.stage)
         self._model.close()
 
     # ---- checks made before anything goes out ----
@@ -275,7 +273,7 @@ class PipelineModel:
         """Send the command, then run the call on this rank's layers. A failure once the command is out is fatal:
         the other ranks are in the middle of it."""
         with self.stage.lock:
-            if self._closed.is_set():
+            if self.stage.closed.is_set():
                 raise PipelineError("the pipeline is closed")
             try:
                 self.stage.command(name, args)
@@ -286,11 +284,11 @@ class PipelineModel:
 
     def _beat(self) -> None:
         interval = self.stage.timeout / 4
-        while not self._closed.wait(min(interval, 1.0)):
+        while not self.stage.closed.wait(min(interval, 1.0)):
             if time.monotonic() - self.stage.last_sent < interval or not self.stage.lock.acquire(blocking=False):
                 continue
             try:
-                if not self._closed.is_set():
+                if not self.stage.closed.is_set():
                     self.stage.ping()
             except BaseException as e:  # noqa: BLE001 - reported by fatal
                 self.fatal(e)
@@ -302,11 +300,14 @@ class PipelineModel:
 def finish(stage: PipelineStage) -> None:
     """Rank 0, at the end (also when its own load failed): stop the other ranks and leave the job."""
     with stage.lock:
+        if stage.closed.is_set():
+            return
+        stage.closed.set()
         try:
             stage.stop()
             stage.transport.close()
         except Exception as e:  # noqa: BLE001 - the job cannot end cleanly
-            exit_on_failure(e)
+            exit_on_failure(e, stage.rank)
 
 
 def check_fits(path: Any, ranks: int) -> None:
@@ -336,20 +337,26 @@ def serve_stage(model: Any, stage: PipelineStage) -> None:
             raise PipelineError(f"rank {stage.rank}: unknown command {name!r} from rank 0")
 
 
-def exit_on_failure(error: BaseException) -> None:
+def exit_on_failure(error: BaseException, rank: int = 0) -> None:
     """The pipeline broke: say why and end this process non-zero (mpirun then ends the job on every rank)."""
-    print(f"tg llm: pipeline rank failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+    print(f"tg llm: pipeline rank {rank} failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
     sys.stdout.flush()
     os._exit(1)
 
 
 def run_stage(stage: PipelineStage, path: Any, device: str | None, max_context: int, sequences: int) -> int:
-    """The whole life of a rank after the first: load its layers, serve rank 0's commands; any error is fatal."""
+    """The whole life of a rank after the first: load its layers, serve rank 0's commands; any error is fatal.
+
+    SIGINT and SIGTERM (which mpirun passes to every rank) are ignored here and by the compilers this rank starts:
+    rank 0 decides when the job ends (a server drains its requests first) and then sends stop."""
+    import signal
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     try:
         model = load(stage, path, device, max_context, sequences=sequences)
         serve_stage(model, stage)
         model.close()
         stage.transport.close()
     except BaseException as e:  # noqa: BLE001 - reported, then the job ends
-        exit_on_failure(e)
+        exit_on_failure(e, stage.rank)
     return 0
