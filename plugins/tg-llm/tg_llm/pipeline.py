@@ -75,6 +75,7 @@ class PipelineStage:
         # seconds this rank waited for another one since ``clock_start`` (the rest of the time it worked)
         self.wait_s = 0.0
         self.clock_started = time.perf_counter()
+        self._sending: list[Any] = []  # handles of sends under way (their tensors stay alive until waited)
 
     @property
     def first(self) -> bool:
@@ -92,20 +93,40 @@ class PipelineStage:
     # ---- hidden states and logits (called by Model) ----
 
     def receive_hidden(self, rows: int, dim: int, device: str) -> Any:
+        self.flush()
         return self._recv((rows, dim), "float32", self.rank - 1, device)
 
-    def pass_on(self, out: Any, logit_rows: int | None, vocab: int) -> np.ndarray | None:
+    def flush(self) -> None:
+        """Wait for this rank's sends under way: before a step replays (it overwrites what they send) and before
+        the next command. Sends are non-blocking so that a rank never waits for a send while the rank it sends to
+        waits for it (rank 0 sends the next block while the last rank sends it the logits of the one before)."""
+        start = time.perf_counter()
+        while self._sending:
+            self._sending.pop(0).wait()
+        self.wait_s += time.perf_counter() - start
+
+    def pass_on(self, out: Any, logit_rows: int | None, vocab: int) -> Callable[[], np.ndarray | None]:
         """Send this stage's output on (the hidden states to the next rank; the last rank's logits to rank 0, when
-        some are wanted); on rank 0, receive the logits. Other ranks get an empty (rows, 0) array."""
+        some are wanted) and return what collects the logits: on rank 0, a receive started now and waited for
+        when called (so rank 0 can start the next block first); on the other ranks an empty (rows, 0) array."""
         if not self.last:
-            self.transport.send(out, self.rank + 1)
+            self._sending.append(self.transport.isend(out, self.rank + 1))
         elif logit_rows is not None:
-            self.transport.send(out, 0)
+            self._sending.append(self.transport.isend(out, 0))
         if logit_rows is None:
-            return None
-        if self.first:
-            return self._recv((logit_rows, vocab), "float32", self.ranks - 1, None).numpy()
-        return np.zeros((logit_rows, 0), np.float32)
+            return lambda: None
+        if not self.first:
+            empty = np.zeros((logit_rows, 0), np.float32)
+            return lambda: empty
+        handle = self.transport.irecv((logit_rows, vocab), "float32", self.ranks - 1)
+
+        def collect() -> np.ndarray:
+            start = time.perf_counter()
+            logits = handle.wait().numpy()
+            self.wait_s += time.perf_counter() - start
+            self.flush()
+            return logits
+        return collect
 
     def _recv(self, shape: tuple[int, ...], dtype: str, src: int, device: str | None) -> Any:
         start = time.perf_counter()
@@ -117,6 +138,7 @@ class PipelineStage:
 
     def command(self, name: str, args: Sequence[Any]) -> None:
         from tgcore.tensor import Tensor
+        self.flush()
         payload = np.frombuffer(json.dumps([name, list(args)]).encode(), np.uint8)
         for r in range(1, self.ranks):
             self.transport.send(Tensor(np.array([payload.size], np.int64)), r)
@@ -124,6 +146,7 @@ class PipelineStage:
         self.last_sent = time.monotonic()
 
     def next_command(self) -> tuple[str, list[Any]]:
+        self.flush()
         size = int(self._recv((1,), "int64", 0, None).numpy()[0])
         name, args = json.loads(self._recv((size,), "uint8", 0, None).numpy().tobytes())
         return name, args
@@ -237,7 +260,8 @@ class PipelineModel:
         for seq, token, pos in steps:
             self._check_ids([token])
             m._check_room(pos, 1, seq)
-        return self._call("decode", [list(s) for s in steps])
+        # one block of sequences per rank: while a rank runs a block, the one before it runs the next block
+        return self._call("decode", [list(s) for s in steps], self.stage.ranks)
 
     def reset(self, seq: int | None = None) -> None:
         if seq is not None:
