@@ -165,55 +165,128 @@ def _rate(n: int, seconds: float) -> str:
 # ---------------------------------------------------------------------------------------------- bench
 
 def run_bench(path: Path, device: str | None = None, prompt_tokens: int = 128, gen_tokens: int = 32,
-              max_context: int = 4096, quiet: bool = True) -> dict[str, Any]:
+              max_context: int = 4096, quiet: bool = True, sequences: int = 1, stage: Any = None) -> dict[str, Any]:
     """Prefill and decode speed of tg-llm on one device. Warm-up runs (which compile) are not timed.
 
-    Returns ``prefill_tok_s``, ``decode_tok_s``, ``compiles_warmup`` (kernels compiled by the warm-up
-    runs) and ``compiles_timed`` (during the timed runs: 0 when nothing recompiles), and the config.
+    ``sequences`` prompts are prefilled one after the other and then decoded together, one batched step per
+    token. ``stage``: rank 0 of a pipeline (``tg_llm.pipeline.connect``): the model's layers are split across
+    the job's ranks, and the result also holds ``idle_share`` (per rank: the share of the decode time it waited
+    for another rank).
+
+    Returns ``prefill_tok_s``, ``decode_tok_s`` (all sequences' tokens), the greedy ``tokens`` each sequence
+    generated, ``compiles_warmup`` (kernels compiled by the warm-up runs) and ``compiles_timed`` (during the timed
+    runs: 0 when nothing recompiles), and the config.
     """
     import numpy as np
 
     from tgcore.engine.realize import CompileCounter
-    model, _ = load(path, device, max_context, quiet=quiet)
+    if sequences < 1:
+        raise CliError(f"--parallel must be at least 1, got {sequences}")
+    model = load_model(path, device, max_context, quiet, sequences, stage)
     cfg = model.config
     if prompt_tokens + gen_tokens + 2 > cfg.max_context:
+        model.close()
         raise CliError(f"--prompt-tokens + --gen-tokens ({prompt_tokens} + {gen_tokens}) do not fit in the "
                        f"context of {cfg.max_context}")
     rng = np.random.default_rng(0)
-    prompt = [int(t) for t in rng.integers(100, model.vocab_size - 1, prompt_tokens)]
+    prompts = [[int(t) for t in rng.integers(100, model.vocab_size - 1, prompt_tokens)] for _ in range(sequences)]
+    seqs = range(sequences)
     c0 = CompileCounter.count
     for _ in range(2):  # prefill warm-up: the first call compiles, the second is captured
         model.reset()
-        logits = model.forward_last(prompt, 0)
-    token = int(np.argmax(logits))
+        logits = [model.forward_last(prompts[s], 0, seq=s) for s in seqs]
+    tokens = [int(np.argmax(row)) for row in logits]
     for i in range(2):  # decode warm-up: the first step compiles, the second is captured
-        token = int(np.argmax(model.forward_last([token], prompt_tokens + i)))
+        rows = model.decode([(s, tokens[s], prompt_tokens + i) for s in seqs])
+        tokens = [int(np.argmax(row)) for row in rows]
     c1 = CompileCounter.count
     model.reset()
     t0 = time.perf_counter()
-    logits = model.forward_last(prompt, 0)
+    logits = [model.forward_last(prompts[s], 0, seq=s) for s in seqs]
     prefill_s = time.perf_counter() - t0
-    token = int(np.argmax(logits))
+    generated = [[int(np.argmax(row))] for row in logits]
+    if stage is not None:
+        stage.restart_clocks()
     t0 = time.perf_counter()
     for i in range(gen_tokens):
-        token = int(np.argmax(model.forward_last([token], prompt_tokens + i)))
+        rows = model.decode([(s, generated[s][-1], prompt_tokens + i) for s in seqs])
+        for s in seqs:
+            generated[s].append(int(np.argmax(rows[s])))
     decode_s = time.perf_counter() - t0
     result = {"device": model.device, "model": cfg.name or path.name, "max_context": cfg.max_context,
-              "prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens,
-              "prefill_tok_s": prompt_tokens / prefill_s, "decode_tok_s": gen_tokens / decode_s,
+              "prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens, "sequences": sequences,
+              "prefill_tok_s": sequences * prompt_tokens / prefill_s,
+              "decode_tok_s": sequences * gen_tokens / decode_s, "tokens": generated,
               "compiles_warmup": c1 - c0, "compiles_timed": CompileCounter.count - c1}
+    if stage is not None:
+        result["idle_share"] = stage.idle_shares()
     model.close()
     return result
 
 
+def load_model(path: Path, device: str | None, max_context: int, quiet: bool, sequences: int, stage: Any) -> Any:
+    """The model alone (``load`` without the tokenizer): in one process, or rank 0's part of a pipeline."""
+    from tg_llm.model import Model, ModelError
+    show = not quiet and sys.stderr.isatty()
+    try:
+        if stage is None:
+            return Model.from_gguf(path, device=device, max_context=max_context, sequences=sequences,
+                                   progress=_progress(sys.stderr) if show else None)
+        from tg_llm.pipeline import load as load_stage
+        return load_stage(stage, path, device, max_context, _progress(sys.stderr) if show else None, sequences)
+    except ModelError as e:
+        raise CliError(f"{path}: {e}") from e
+
+
 def bench(args: argparse.Namespace) -> int:
-    r = run_bench(model_path(args.model), args.device, args.prompt_tokens, args.gen_tokens, args.max_context,
-                  quiet=False)
-    print(f"{r['model']} on {r['device']} (KV cache {r['max_context']} positions)")
-    print(f"prefill  {r['prompt_tokens']:5d} tokens  {r['prefill_tok_s']:9.2f} tok/s")
-    print(f"decode   {r['gen_tokens']:5d} tokens  {r['decode_tok_s']:9.2f} tok/s")
+    path = model_path(args.model)
+    stage = None
+    if args.pipeline is not None:
+        stage = connect_pipeline(path, args.pipeline, args.pipeline_timeout)
+        if not stage.first:
+            from tg_llm.pipeline import run_stage
+            return run_stage(stage, path, args.device, args.max_context, args.parallel)
+    try:
+        r = run_bench(path, args.device, args.prompt_tokens, args.gen_tokens, args.max_context, quiet=False,
+                      sequences=args.parallel, stage=stage)
+    except BaseException as e:
+        if stage is not None:  # the other ranks must not wait for rank 0 until they time out
+            from tg_llm.pipeline import exit_on_failure
+            exit_on_failure(e)
+        raise
+    where = f" across {args.pipeline} ranks" if stage is not None else ""
+    per = f" x {r['sequences']} sequences" if r["sequences"] > 1 else ""
+    print(f"{r['model']} on {r['device']}{where} (KV cache {r['max_context']} positions)")
+    print(f"prefill  {r['prompt_tokens']:5d} tokens{per}  {r['prefill_tok_s']:9.2f} tok/s")
+    print(f"decode   {r['gen_tokens']:5d} tokens{per}  {r['decode_tok_s']:9.2f} tok/s")
+    if stage is not None:
+        shares = ", ".join(f"rank {i} {share:.0%}" for i, share in enumerate(r["idle_share"]))
+        print(f"idle while decoding (waiting for another rank): {shares}")
     print(f"kernels compiled: {r['compiles_warmup']} in warm-up, {r['compiles_timed']} while timed")
+    if args.print_tokens:
+        for s, toks in enumerate(r["tokens"]):
+            print(f"tokens {s}: {' '.join(map(str, toks))}")
     return 0
+
+
+def connect_pipeline(path: Path, ranks: int, timeout: float) -> Any:
+    """This process's stage of an ``mpirun`` job of ``ranks`` ranks; setup problems become ``CliError``."""
+    from tg_llm.pipeline import PipelineError, check_fits, connect
+    from tgcore.transports import TransportError
+    try:
+        check_fits(path, ranks)
+        return connect(ranks, timeout)
+    except (PipelineError, TransportError) as e:
+        raise CliError(str(e)) from e
+
+
+def pipeline_options(p: argparse.ArgumentParser) -> None:
+    """``--pipeline R`` and ``--pipeline-timeout`` (shared with ``tg serve llm``)."""
+    p.add_argument("--pipeline", type=int, default=None, metavar="R",
+                   help="split the model's layers across the R ranks of `mpirun -np R` (rank 0 embeds, samples "
+                        "and reports; activations flow rank to rank)")
+    p.add_argument("--pipeline-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="how long a rank waits for another before the job ends with an error (default 60)")
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -287,6 +360,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     common(p)
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--gen-tokens", type=int, default=32)
+    p.add_argument("--parallel", type=int, default=1, metavar="N", help="sequences decoded together (default 1)")
+    pipeline_options(p)
+    p.add_argument("--print-tokens", action="store_true", help="print the greedy tokens each sequence generated")
     p.set_defaults(func=_guard(bench))
 
     p = sub.add_parser("models", help="list the GGUF models --model NAME accepts")

@@ -63,7 +63,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -76,6 +76,9 @@ from tg_llm.model_config import (
     check_tensor_shapes,
     config_from_metadata,
 )
+
+if TYPE_CHECKING:
+    from tg_llm.pipeline import PipelineStage
 
 # the model's errors and config reader are part of this module's interface (callers catch them from here)
 __all__ = ["Model", "ModelConfig", "ModelError", "UnsupportedArchitectureError", "ContextLengthError",
@@ -168,7 +171,8 @@ class Model:
     """
 
     def __init__(self, gf: Any, config: ModelConfig, device: str,
-                 progress: Callable[[int, int], None] | None = None, sequences: int = 1) -> None:
+                 progress: Callable[[int, int], None] | None = None, sequences: int = 1,
+                 stage: PipelineStage | None = None) -> None:
         from tgcore.tensor import Tensor
         if sequences < 1:
             raise ValueError(f"sequences must be >= 1, got {sequences}")
@@ -176,9 +180,14 @@ class Model:
         self.config = config
         self.device = device
         self.sequences = sequences
+        self.stage = stage
         cfg, arch = config, config.arch
+        owned = range(cfg.n_layers) if stage is None else stage.layers
+        self.has_output = stage is None or stage.last  # the output norm and matrix: on the last stage only
         tensors = gf.tensors_as(device=device)
-        names = [n for n in gf.tensor_info if n.startswith(("blk.", "output", "rope_"))]
+        names = [n for n in gf.tensor_info if n.startswith("rope_")
+                 or (n.startswith("output") and self.has_output)
+                 or (n.startswith("blk.") and int(n.split(".")[1]) in owned)]
         total, done = len(names), 0
 
         def get(name: str, small: bool = False, required: bool = True) -> Any:
@@ -235,7 +244,7 @@ class Model:
             return matrices
 
         self.layers: list[_Layer] = []
-        for i in range(cfg.n_layers):
+        for i in owned:
             p = f"blk.{i}."
             biases = [get(p + f"attn_{x}.bias", True, False) for x in "qkv"]
             if any(b is not None for b in biases) and any(b is None for b in biases):
@@ -256,11 +265,13 @@ class Model:
                 post_ffn_norm=get(p + "post_ffw_norm.weight", True) if arch.post_norms else None,
                 cache_k=Tensor.zeros(*cache_shape, device=device).contiguous().realize(),
                 cache_v=Tensor.zeros(*cache_shape, device=device).contiguous().realize()))
-        self.output_norm = get("output_norm.weight", small=True)
-        self.output = get("output.weight", required=False)
-        if self.output is None:
-            self.output = tensors["token_embd.weight"]
-            tensors.raw("token_embd.weight")
+        self.output_norm = self.output = None
+        if self.has_output:
+            self.output_norm = get("output_norm.weight", small=True)
+            self.output = get("output.weight", required=False)
+            if self.output is None:
+                self.output = tensors["token_embd.weight"]
+                tensors.raw("token_embd.weight")
         self._tokens: list[list[int]] = [[] for _ in range(sequences)]  # per sequence: the tokens its cache holds
         self._decode_step: Any = None
         self._prefill_steps: dict[str | None, Any] = {}  # what a prefill returns -> its jitted graph
@@ -291,17 +302,18 @@ class Model:
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str], device: str | None = None, max_context: int = 4096,
-                  progress: Callable[[int, int], None] | None = None, sequences: int = 1) -> Model:
+                  progress: Callable[[int, int], None] | None = None, sequences: int = 1,
+                  stage: PipelineStage | None = None) -> Model:
         """Load the model in GGUF file ``path`` onto ``device`` (default: ``DEV``), with ``sequences`` KV caches
         of ``min(model context, max_context)`` positions each. ``progress(done, total)`` is called per weight
-        loaded."""
+        loaded. ``stage``: this process's part of a pipeline (``tg_llm.pipeline``): its layers only."""
         import tg_gguf
 
         from tgcore.runtime.registry import canonical
         gf = tg_gguf.load(path)
         try:
             config = config_from_metadata(dict(gf.metadata), list(gf.tensor_info), max_context)
-            return cls(gf, config, canonical(device), progress, sequences)
+            return cls(gf, config, canonical(device), progress, sequences, stage)
         except BaseException:
             gf.close()
             raise
@@ -391,14 +403,18 @@ class Model:
             self._tokens[seq] = self._tokens[seq] + chunk
         return np.concatenate(rows) if rows else np.zeros((0, self.vocab_size), np.float32)
 
-    def decode(self, steps: Sequence[tuple[int, int, int]]) -> np.ndarray:
+    def decode(self, steps: Sequence[tuple[int, int, int]], blocks: int = 1) -> np.ndarray:
         """One token for each of several sequences in one batched forward: ``steps`` holds (sequence, token,
         position) triples, each position at most what its sequence's cache holds. Returns their logits
         (float32, shape (len(steps), vocab)) in that order.
 
         Each row computes exactly what it would alone (batch-invariant): the weights multiply each row with
         the fused dequantizing matmul, whose per-row reduction order does not depend on the row count, and
-        attention is per row over its own sequence's cache."""
+        attention is per row over its own sequence's cache.
+
+        ``blocks`` > 1 (a pipeline stage): the sequences are cut into that many contiguous blocks, each a forward
+        of its own, all started before any logits are collected, so a stage works on one block while the next
+        stage works on the one before."""
         steps = [(self._check_seq(int(s)), int(t), int(p)) for s, t, p in steps]
         if not steps:
             return np.zeros((0, self.vocab_size), np.float32)
@@ -416,9 +432,22 @@ class Model:
         if direct:
             for seq, _, pos in direct:
                 self._truncate(seq, pos)
-            for (seq, _, _), row in zip(direct, self._decode(direct), strict=True):
+            for (seq, _, _), row in zip(direct, self._decode_blocks(direct, blocks), strict=True):
                 out[seq] = row
         return np.stack([out[s] for s, _, _ in steps])
+
+    def _decode_blocks(self, steps: list[tuple[int, int, int]], blocks: int) -> np.ndarray:
+        """``_decode`` of each block of ``blocks`` contiguous sequences that has steps, all launched first."""
+        if blocks <= 1:
+            return self._decode(steps)
+        size = 1 << (-(-self.sequences // blocks) - 1).bit_length()  # a power of two
+        launched = []
+        for first in range(0, self.sequences, size):
+            block = [step for step in steps if first <= step[0] < first + size]
+            if block:
+                launched.append((block, self._decode_launch(block, min(size, self.sequences - first), None, first)))
+        rows = {seq: row for block, collect in launched for (seq, _, _), row in zip(block, collect(), strict=True)}
+        return np.stack([rows[seq] for seq, _, _ in steps])
 
     def batch_rows(self, highest_seq: int) -> int:
         """Rows a batched decode step runs to reach sequence ``highest_seq``: a power of two (at most
@@ -488,30 +517,40 @@ class Model:
             self.reset()
 
     def _decode(self, steps: list[tuple[int, int, int]], rows: int = 0, idle_pos: int | None = None) -> np.ndarray:
+        return self._decode_launch(steps, rows, idle_pos)()
+
+    def _decode_launch(self, steps: list[tuple[int, int, int]], rows: int = 0, idle_pos: int | None = None,
+                       first: int = 0) -> Callable[[], np.ndarray]:
         """One token per (sequence, token, position) through the jitted batched step (after two warm-ups of a
-        step size every call replays it). Row r of the step is sequence r: the rows 0 .. ``batch_rows`` - 1 run
-        whether or not their sequence decodes now; an idle row writes a key its sequence has not reached yet
-        (later overwritten, masked until then) and attends only to it."""
+        step size every call replays it); returns what collects the logits. Row r of the step is sequence
+        ``first`` + r: the rows 0 .. ``batch_rows`` - 1 run whether or not their sequence decodes now; an idle
+        row writes a key its sequence has not reached yet (later overwritten, masked until then) and attends
+        only to it. ``first`` > 0 (a block of a pipeline's decode) is a bound variable: one capture for every
+        block."""
         from tgcore.tensor import Tensor
         from tgcore.uop import UOp
         if self._decode_step is None:
             import tgcore
             buckets = max(1, self.sequences.bit_length() + 1)
-            self._decode_step = tgcore.jit(self._decode_graph, max_captures=DECODE_WINDOWS * buckets)
+            # (twice: the blocks after the first of a pipeline's decode are captures of their own)
+            self._decode_step = tgcore.jit(self._decode_graph, max_captures=2 * DECODE_WINDOWS * buckets)
         by_seq = {seq: (token, pos) for seq, token, pos in steps}
-        rows = max(rows, self.batch_rows(max(by_seq, default=0)))
+        rows = min(max(rows, self.batch_rows(max(by_seq, default=first) - first)), self.sequences - first)
+        first_seq = UOp.variable("first_sequence", 1, self.sequences - rows).bind(first) if first else 0
         tokens, positions, idle = [], [], []
         for r in range(rows):
-            if r in by_seq:
-                token, pos = by_seq[r]
+            seq = first + r
+            if seq in by_seq:
+                token, pos = by_seq[seq]
             else:  # an idle row: the next position its sequence has not reached (the last, when the cache is full)
-                if len(self._tokens[r]) >= self.config.max_context:
-                    self._truncate(r, self.config.max_context - 1)
-                token, pos = 0, len(self._tokens[r]) if idle_pos is None else max(idle_pos, len(self._tokens[r]))
+                if len(self._tokens[seq]) >= self.config.max_context:
+                    self._truncate(seq, self.config.max_context - 1)
+                held = len(self._tokens[seq])
+                token, pos = 0, held if idle_pos is None else max(idle_pos, held)
                 idle.append(r)
             tokens.append(token)
             positions.append(pos)
-        x = Tensor(self.embedding(tokens), device=self.device)
+        x = self._stage_input(tokens)
         pos_array = np.asarray(positions, np.int64)
         inputs = []
         for kind in self.kinds:
@@ -520,27 +559,33 @@ class Model:
             window = self._window(kind, int(pos_array.max()))
             writes, masks = [], []
             for r, pos in enumerate(positions):
-                slot = self._write(kind, r, pos, 0 if r in idle else 1, 1)
+                slot = self._write(kind, first + r, pos, 0 if r in idle else 1, 1)
                 if r in idle:
                     mask = np.full((1, window), -np.inf, np.float32)
                     mask[0, slot] = 0.0  # only its own (finite) key: no NaN in this row
                 else:
-                    mask = self._mask_rows(kind, r, pos, 1, 1, window)
+                    mask = self._mask_rows(kind, first + r, pos, 1, 1, window)
                 masks.append(mask)
-                writes.append((r, UOp.variable(f"{kind.variable}{r}", 0, kind.cache_len - 1).bind(slot), r, 1))
+                writes.append((first_seq + r, UOp.variable(f"{kind.variable}{r}", 0, kind.cache_len - 1).bind(slot),
+                               r, 1))
             cos, sin = self._rotary(kind, pos_array)
             inputs.append((cos, sin, Tensor(np.concatenate(masks), device=self.device), writes))
-        logits = self._decode_step(x, inputs).numpy()
+        collect = self._stage_output(self._decode_step(x, inputs, first_seq), rows)
         for seq, token, _ in steps:
             self._tokens[seq] = self._tokens[seq] + [token]
-        return np.stack([logits[seq] for seq, _, _ in steps]) if steps else logits[:0]
 
-    def _decode_graph(self, x: Any, inputs: list[tuple[Any, Any, Any, Any]]) -> Any:
+        def logits_of_steps() -> np.ndarray:
+            logits = collect()
+            assert logits is not None
+            return np.stack([logits[seq - first] for seq, _, _ in steps]) if steps else logits[:0]
+        return logits_of_steps
+
+    def _decode_graph(self, x: Any, inputs: list[tuple[Any, Any, Any, Any]], first_seq: Any) -> Any:
         rows = x.shape[0]
         for layer in self.layers:
             cos, sin, mask, writes = inputs[layer.kind]
-            x = self._layer(layer, x, cos, sin, mask, writes, (0, rows), dense=False)
-        return self._logits(x, dense=False)
+            x = self._layer(layer, x, cos, sin, mask, writes, (first_seq, first_seq + rows), dense=False)
+        return self._logits(x, dense=False) if self.has_output else x
 
     def _prefill(self, tokens: list[int], start: int, want: str | None, seq: int) -> np.ndarray | None:
         """Several tokens of sequence ``seq`` at once. The token count is padded to a power of two and attention
@@ -554,7 +599,7 @@ class Model:
         if start + padded > s:  # the padding's cache writes must stay inside the cache
             padded = n
         ids = tokens + [tokens[-1]] * (padded - n)  # padding rows: computed, written past the end, never read
-        x = Tensor(self.embedding(ids), device=self.device)
+        x = self._stage_input(ids)
         # one variable names the sequence, so every sequence's prefill runs the same kernels
         seq_var = UOp.variable("sequence", 0, self.sequences - 1).bind(seq) if self.sequences > 1 else 0
         inputs = []
@@ -584,10 +629,11 @@ class Model:
                                                               max_captures=PREFILL_CAPTURES)
         else:  # the ring wraps inside this call: the cache writes take constant slots, run eagerly
             step = functools.partial(self._prefill_graph, want=want)
-        out = step(x, inputs, pick, seq_var)
-        if want is None:
+        logit_rows = None if want is None else 1 if want == "last" else padded
+        out = self._stage_output(step(x, inputs, pick, seq_var), logit_rows)()
+        if out is None:
             return None
-        return out.numpy() if want == "last" else out.numpy()[:n]
+        return out if want == "last" else out[:n]
 
     def _prefill_graph(self, x: Any, inputs: list[tuple[Any, Any, Any, list[tuple[Any, Any, int, int]]]], pick: Any,
                        seq_var: Any, want: str | None) -> Any:
@@ -597,11 +643,33 @@ class Model:
         for layer in self.layers:
             cos, sin, mask, writes = inputs[layer.kind]
             x = self._layer(layer, x, cos, sin, mask, writes, (seq_var, seq_var + 1), dense)
-        if want is None:
+        if want is None or not self.has_output:  # (a pipeline stage before the last passes x on)
             return x
         if want == "last":
             return self._logits(pick @ x, dense=False)
         return self._logits(x, dense)
+
+    # ---- a pipeline stage's ends ----
+
+    def _stage_input(self, ids: list[int]) -> Any:
+        """The hidden states the layers start from: the tokens' embeddings, or (a later pipeline stage) what the
+        previous stage sent."""
+        from tgcore.tensor import Tensor
+        if self.stage is None or self.stage.first:
+            if self.stage is not None:
+                self.stage.flush()  # (the step about to replay overwrites what the last one sent)
+            return Tensor(self.embedding(ids), device=self.device)
+        return self.stage.receive_hidden(len(ids), self.config.dim, self.device)
+
+    def _stage_output(self, out: Any, logit_rows: int | None) -> Callable[[], np.ndarray | None]:
+        """What collects the logits (``logit_rows`` of them; None: none wanted) from what the layers returned:
+        ``out`` itself in one process; in a pipeline, the stage passes ``out`` on and the first stage receives the
+        logits back (the others get an empty (rows, 0) array). Collect before the next step replays: it
+        overwrites ``out``."""
+        if self.stage is None:
+            logits = None if logit_rows is None else out.numpy()
+            return lambda: logits
+        return self.stage.pass_on(out, logit_rows, self.vocab_size)
 
     # ---- the network ----
 

