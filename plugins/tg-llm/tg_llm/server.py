@@ -173,11 +173,14 @@ def run(argv: list[str], exit_process: bool = False) -> int:
             from tg_llm.pipeline import run_stage
             return run_stage(stage, path, args.device, args.max_context, args.parallel)
     try:
-        return _serve(args, path, sampling, template, stage)
+        code = _serve(args, path, sampling, template, stage)
     finally:
         if stage is not None:
             from tg_llm.pipeline import finish
             finish(stage)
+    if code == 0 and exit_process:
+        _exit_now(0)
+    return code
 
 
 def _serve(args: argparse.Namespace, path: Path, sampling: dict[str, Any], template: str | None, stage: Any) -> int:
@@ -231,8 +234,6 @@ def _serve(args: argparse.Namespace, path: Path, sampling: dict[str, Any], templ
     if failed:
         return 1
     log.info("stopped")
-    if exit_process:
-        _exit_now(0)
     return 0
 
 
