@@ -55,12 +55,19 @@ def _machine(bits: int, registers: int) -> Renderer:
     return r
 
 
-def _renderers() -> dict[str, Renderer]:
-    found = {"avx2-like": _machine(256, 16), "avx512-like": _machine(512, 32), "CPU": open_device("CPU").renderer}
+def _x86_available() -> bool:
     try:
+        from tg_x86.cpu import unavailable_reason
+    except ImportError:
+        return False
+    return unavailable_reason() is None
+
+
+def _renderers() -> dict[str, Renderer]:
+    """The model register files, the machine's C renderer and, where it runs, the x86 one."""
+    found = {"avx2-like": _machine(256, 16), "avx512-like": _machine(512, 32), "CPU": open_device("CPU").renderer}
+    if _x86_available():
         found["CPU:X86"] = open_device("CPU:X86").renderer
-    except Exception:  # noqa: BLE001 (no x86 backend on this machine: the model register files stand in)
-        pass
     return found
 
 

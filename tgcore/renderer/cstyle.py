@@ -563,21 +563,32 @@ class CRenderer(Renderer):
         return getattr(ptr, "addrspace", AddrSpace.GLOBAL) is not AddrSpace.REG
 
     @staticmethod
-    def _lanewise(index: UOp, names: dict[UOp, str], gates: list[str], lane: Callable[[int, str], str],
+    def _lanewise(index: UOp, names: dict[UOp, str], gates: list[str], piece: Callable[[int, int, str], str],
                   whole: str) -> str:
         """An access gated lane by lane: the whole vector when every gate is true (the usual case: only a loop's
         last, padded iteration has false lanes), nothing when none is (a vector wholly in the padding), else each
-        lane whose gate is true."""
+        run of neighbouring lanes with one gate as one piece (``piece(first lane, lanes, address)``: a padded row's
+        last vector copies its real lanes at once, not one by one)."""
         ptr, idx = names[index.src[0]], names[index.src[1]]
-        lanes = " ".join(f"if ({g}) {lane(i, f'{ptr}[{idx}+{i}]')}" for i, g in enumerate(gates))
-        return f"if ({' & '.join(gates)}) {{ {whole} }} else if ({' | '.join(gates)}) {{ {lanes} }}"
+        runs: list[list] = []  # [first lane, lanes, gate]
+        for i, g in enumerate(gates):
+            if runs and runs[-1][2] == g:
+                runs[-1][1] += 1
+            else:
+                runs.append([i, 1, g])
+        pieces = " ".join(f"if ({g}) {{ {piece(first, n, f'{ptr}[{idx}+{first}]')} }}" for first, n, g in runs)
+        return f"if ({' & '.join(gates)}) {{ {whole} }} else if ({' | '.join(gates)}) {{ {pieces} }}"
 
     def _load(self, u: UOp, names: dict[UOp, str], v: str, lane_gates: dict[UOp, list[str]]) -> str:
         index, t = u.src[0], c_type(u.dtype)
         if len(index.src) > 2 and index.src[2] in lane_gates:
             copy = f"__builtin_memcpy(&{v}, &{names[index]}, sizeof({v}));"
+            def load_piece(first: int, n: int, at: str) -> str:
+                if n == 1:
+                    return f"{v}[{first}] = {at};"
+                return f"__builtin_memcpy((char*)&{v} + {first}*sizeof({v}[0]), &{at}, {n}*sizeof({v}[0]));"
             return f"{t} {v} = {c_const(0, u.dtype)}; " + self._lanewise(
-                index, names, lane_gates[index.src[2]], lambda i, at: f"{v}[{i}] = {at};", copy)
+                index, names, lane_gates[index.src[2]], load_piece, copy)
         gate = names[index.src[2]] if len(index.src) > 2 else None
         if u.dtype.count > 1 and self._in_memory(index):
             copy = f"__builtin_memcpy(&{v}, &{names[index]}, sizeof({v}));"
@@ -593,8 +604,12 @@ class CRenderer(Renderer):
         if len(index.src) > 2 and index.src[2] in lane_gates:
             copy = (f"{c_type(value.dtype)} tg_t = {names[value]}; "
                     f"__builtin_memcpy(&{names[index]}, &tg_t, sizeof(tg_t));")
-            return self._lanewise(index, names, lane_gates[index.src[2]],
-                                  lambda i, at: f"{at} = {names[value]}[{i}];", copy)
+            def store_piece(first: int, n: int, at: str) -> str:
+                if n == 1:
+                    return f"{at} = {names[value]}[{first}];"
+                return (f"{c_type(value.dtype)} tg_t = {names[value]}; "
+                        f"__builtin_memcpy(&{at}, (char*)&tg_t + {first}*sizeof(tg_t[0]), {n}*sizeof(tg_t[0]));")
+            return self._lanewise(index, names, lane_gates[index.src[2]], store_piece, copy)
         if value.dtype.count > 1 and self._in_memory(index):
             text = (f"{{ {c_type(value.dtype)} tg_t = {names[value]}; "
                     f"__builtin_memcpy(&{names[index]}, &tg_t, sizeof(tg_t)); }}")
