@@ -269,7 +269,7 @@ class PipelineModel:
         self._call("reset", seq)
 
     def warm_up(self, shapes: Sequence[tuple[int, int]]) -> None:
-        self._call("warm_up", [[int(r), int(p)] for r, p in shapes])
+        self._call("warm_up", [[int(r), int(p)] for r, p in shapes], self.stage.ranks)
 
     def close(self) -> None:
         """Stop the other ranks' loops, leave the job and release the file."""
