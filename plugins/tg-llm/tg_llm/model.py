@@ -265,7 +265,8 @@ class Model:
                 post_ffn_norm=get(p + "post_ffw_norm.weight", True) if arch.post_norms else None,
                 cache_k=Tensor.zeros(*cache_shape, device=device).contiguous().realize(),
                 cache_v=Tensor.zeros(*cache_shape, device=device).contiguous().realize()))
-        self.output_norm = self.output = None
+        self.output_norm: Any = None
+        self.output: Any = None
         if self.has_output:
             self.output_norm = get("output_norm.weight", small=True)
             self.output = get("output.weight", required=False)
@@ -444,8 +445,8 @@ class Model:
             block = [step for step in steps if first <= step[0] < first + rows]
             if block:
                 launched.append((block, self._decode_launch(block, rows, None, first)))
-        rows = {seq: row for block, collect in launched for (seq, _, _), row in zip(block, collect(), strict=True)}
-        return np.stack([rows[seq] for seq, _, _ in steps])
+        by_seq = {seq: row for block, collect in launched for (seq, _, _), row in zip(block, collect(), strict=True)}
+        return np.stack([by_seq[seq] for seq, _, _ in steps])
 
     def batch_rows(self, highest_seq: int) -> int:
         """Rows a batched decode step runs to reach sequence ``highest_seq``: a power of two (at most
