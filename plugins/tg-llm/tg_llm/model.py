@@ -265,7 +265,8 @@ class Model:
                 post_ffn_norm=get(p + "post_ffw_norm.weight", True) if arch.post_norms else None,
                 cache_k=Tensor.zeros(*cache_shape, device=device).contiguous().realize(),
                 cache_v=Tensor.zeros(*cache_shape, device=device).contiguous().realize()))
-        self.output_norm = self.output = None
+        self.output_norm: Any = None
+        self.output: Any = None
         if self.has_output:
             self.output_norm = get("output_norm.weight", small=True)
             self.output = get("output.weight", required=False)
@@ -440,14 +441,13 @@ class Model:
         """``_decode`` of each block of ``blocks`` contiguous sequences that has steps, all launched first."""
         if blocks <= 1:
             return self._decode(steps)
-        size = 1 << (-(-self.sequences // blocks) - 1).bit_length()  # a power of two
         launched = []
-        for first in range(0, self.sequences, size):
-            block = [step for step in steps if first <= step[0] < first + size]
+        for first, rows in self._blocks(blocks):
+            block = [step for step in steps if first <= step[0] < first + rows]
             if block:
-                launched.append((block, self._decode_launch(block, min(size, self.sequences - first), None, first)))
-        rows = {seq: row for block, collect in launched for (seq, _, _), row in zip(block, collect(), strict=True)}
-        return np.stack([rows[seq] for seq, _, _ in steps])
+                launched.append((block, self._decode_launch(block, rows, None, first)))
+        by_seq = {seq: row for block, collect in launched for (seq, _, _), row in zip(block, collect(), strict=True)}
+        return np.stack([by_seq[seq] for seq, _, _ in steps])
 
     def batch_rows(self, highest_seq: int) -> int:
         """Rows a batched decode step runs to reach sequence ``highest_seq``: a power of two (at most
@@ -506,15 +506,25 @@ class Model:
         windows = sorted({self._window(self.kinds[0], p) for p in range(self.config.max_context)})
         return [(r, w - 1) for w in windows for r in rows]
 
-    def warm_up(self, shapes: Sequence[tuple[int, int]]) -> None:
+    def warm_up(self, shapes: Sequence[tuple[int, int]], blocks: int = 1) -> None:
         """Capture the batched decode step for each (rows, position) of ``decode_shapes``, so decoding with it
-        compiles nothing later. Every row runs idle (writes only positions its sequence has not reached); a
-        model with sliding-window layers forgets its cached tokens (their rings would be overwritten)."""
+        compiles nothing later (with ``blocks`` > 1, also the full blocks of ``decode(blocks=)`` after the first).
+        Every row runs idle (writes only positions its sequence has not reached); a model with sliding-window
+        layers forgets its cached tokens (their rings would be overwritten)."""
         for rows, pos in shapes:
             for _ in range(2):  # the first call compiles, the second captures
                 self._decode([], rows=rows, idle_pos=pos)
+        for pos in sorted({pos for _, pos in shapes}) if blocks > 1 else []:
+            for first, rows in self._blocks(blocks)[1:]:
+                for _ in range(2):
+                    self._decode_launch([], rows, pos, first)()
         if any(kind.ring for kind in self.kinds):
             self.reset()
+
+    def _blocks(self, blocks: int) -> list[tuple[int, int]]:
+        """(first sequence, rows) of each block of ``decode(blocks=)``: a power of two rows, the last maybe fewer."""
+        size = 1 << (-(-self.sequences // blocks) - 1).bit_length()
+        return [(first, min(size, self.sequences - first)) for first in range(0, self.sequences, size)]
 
     def _decode(self, steps: list[tuple[int, int, int]], rows: int = 0, idle_pos: int | None = None) -> np.ndarray:
         return self._decode_launch(steps, rows, idle_pos)()

@@ -13,6 +13,10 @@ is first sent by rank 0 to every other rank as a command, so all ranks keep the 
 cache slots, masks) and run the same call on their own layers: rank r receives the hidden states (rows, dim) from
 rank r-1, runs its layers (the same jitted steps as one process) and sends its output to rank r+1; the last rank
 sends the logits to rank 0. Each row's arithmetic is the single-process one, so greedy output is token-identical.
+Several sequences in flight: a decode step is cut into one block of sequences per rank (``Model.decode(blocks=R)``),
+all launched before rank 0 collects any logits, so rank r runs a block while rank r+1 runs the one before. Sends
+are non-blocking and waited before the next step replays (it overwrites what they send) or the next command:
+with blocking sends rank 0 (sending the next block) and the last rank (sending logits) would wait for each other.
 Errors a user can cause (a bad sequence, position or token id, a too-long prompt) are checked on rank 0 before
 the command goes out, so they reach the caller as in one process and the other ranks never see the call.
 
@@ -269,7 +273,7 @@ class PipelineModel:
         self._call("reset", seq)
 
     def warm_up(self, shapes: Sequence[tuple[int, int]]) -> None:
-        self._call("warm_up", [[int(r), int(p)] for r, p in shapes])
+        self._call("warm_up", [[int(r), int(p)] for r, p in shapes], self.stage.ranks)
 
     def close(self) -> None:
         """Stop the other ranks' loops, leave the job and release the file."""

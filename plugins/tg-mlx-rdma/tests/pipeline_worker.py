@@ -28,7 +28,7 @@ class FaultyStage:
     def __getattr__(self, name: str) -> object:
         return getattr(self.model, name)
 
-    def decode(self, steps: list[list[int]]) -> object:
+    def decode(self, steps: list[list[int]], blocks: int = 1) -> object:
         self.decodes += 1
         if self.decodes > DECODES_BEFORE_FAULT:
             print(f"rank 1: fault {self.fault}", flush=True)
@@ -36,7 +36,7 @@ class FaultyStage:
                 os.kill(os.getpid(), signal.SIGKILL)
             if self.fault == "hang":
                 time.sleep(1000)
-        return self.model.decode(steps)
+        return self.model.decode(steps, blocks)
 
 
 def main() -> None:
