@@ -13,6 +13,7 @@ from tg_x86.isa import Inst, Op
 from tgcore.codegen import get_program
 from tgcore.dtype import DType, dtypes
 from tgcore.runtime.cpufeatures import AVX512, cpu_features
+from tgcore.schedule import cache as schedule_cache
 from tgcore.schedule.kernelize import create_schedule
 from tgcore.tensor import Tensor
 from tgcore.uop import Ops
@@ -79,11 +80,21 @@ def _levels() -> list[str]:
     return ["avx2"] + (["avx512"] if AVX512.required <= cpu_features().features else [])
 
 
+@pytest.fixture(autouse=True)
+def _fresh_schedules():
+    """The schedule cache lifts a constant that changes between graphs of one structure into a buffer (so ``x // d``
+    for many d would divide by a loaded value): every graph here is scheduled afresh, and none is left behind."""
+    schedule_cache.clear()
+    yield
+    schedule_cache.clear()
+
+
 def _run(t: Tensor, x: np.ndarray, isa: str) -> tuple[np.ndarray, list]:
-    """Run ``t`` (one kernel reading ``x`` and possibly buffers already realized) rendered at ``isa``; also its
-    instructions when the divisor stayed a CONST in the kernel (else [])."""
+    """Run ``t`` (one kernel reading the one input ``x``, a constant divisor) rendered at ``isa``; also its
+    instructions."""
     from tg_x86.renderer import X86Renderer
     r = X86Renderer(isa=isa)
+    schedule_cache.clear()
     items, _ = create_schedule([t.uop], X86)
     (si,) = [si for si in items if si.kind != "copy"]
     spec = get_program(si.ast, r, 1)
@@ -91,12 +102,11 @@ def _run(t: Tensor, x: np.ndarray, isa: str) -> tuple[np.ndarray, list]:
     (store,) = [u for u in uops if u.op is Ops.STORE]
     out_param = next(n.arg for n in store.src[0].toposort if n.op is Ops.PARAM)
     out = np.zeros(len(x), t.dtype.np)
-    bufs = [out if k == out_param else b.numpy().copy() if b.is_allocated() else x for k, b in enumerate(si.bufs)]
+    assert len(si.bufs) == 2, si.bufs
+    bufs = [out if k == out_param else x for k in range(2)]
     prg = r.program(spec.name, r.compiler.compile(r.render(spec.name, uops)))
     prg(*[b.ctypes.data for b in bufs])
-    const_divisor = any(u.op in (Ops.IDIV, Ops.MOD) and (u.src[1].op in (Ops.CONST, Ops.VCONST) or (
-        u.src[1].op is Ops.VECTORIZE and all(s.op is Ops.CONST for s in u.src[1].src))) for u in uops)
-    return out, r.lower(spec.name, uops) if const_divisor else []
+    return out, r.lower(spec.name, uops)
 
 
 @pytest.mark.skipif(unavailable_reason() is not None, reason=f"X86 backend: {unavailable_reason()}")
@@ -125,7 +135,25 @@ def test_floor_division_by_a_constant_matches_numpy(dt):
     x = np.concatenate([[info.min, info.min + 1, info.max, -1 if info.min else 1, 0, 7, 8],
                         rng.integers(info.min, info.max, 57, dtype=dt.np)]).astype(dt.np)
     for d in (3, 7, 8, 1000) + ((-3, -8, -1) if info.min else ()):
+        schedule_cache.clear()
         t = Tensor(x, device=X86)
         with np.errstate(over="ignore"):
             np.testing.assert_array_equal((t // d).numpy(), np.floor_divide(x, np.array(d, dt.np)), err_msg=str(d))
             np.testing.assert_array_equal((t % d).numpy(), np.remainder(x, np.array(d, dt.np)), err_msg=str(d))
+
+
+@pytest.mark.skipif(unavailable_reason() is not None, reason=f"X86 backend: {unavailable_reason()}")
+@pytest.mark.parametrize("n", [13, 1000])
+def test_never_negative_dividends_divide_as_unsigned(n):
+    """Index arithmetic (a loop index is never negative): signed division by a positive constant takes the unsigned
+    sequence; a negative divisor still the signed one."""
+    from test_x86_vector import kernels
+    ref = np.arange(n, dtype=np.int64)
+    for d in (7, 2, 8, 3306, -7, -8):
+        schedule_cache.clear()
+        idx = Tensor.arange(n, dtype=dtypes.int32, device=X86)
+        q, r = idx.div(d, rounding_mode="trunc"), idx.fmod(d)
+        np.testing.assert_array_equal(q.numpy(), np.trunc(ref / d).astype(np.int32), err_msg=str(d))
+        np.testing.assert_array_equal(r.numpy(), np.fmod(ref, d).astype(np.int32), err_msg=str(d))
+        for t in (q, r):
+            assert not [i for k in kernels(t) for i in k if isinstance(i, Inst) and i.op in DIVIDING]

@@ -52,12 +52,18 @@ def const_divisor(u: UOp) -> int | None:
     return canon_const(b)
 
 
+def unsigned_division(u: UOp, d: int) -> bool:
+    """Can IDIV/MOD ``u`` by ``d`` divide as unsigned? Unsigned types, and signed ones when the divisor is
+    positive and the dividend never negative (a loop index, an offset): the same results, fewer instructions."""
+    return dtypes.is_unsigned(u.dtype.scalar()) or (d > 0 and u.src[0].vmin >= 0)
+
+
 def divide_by_const(ctx: Emitter, u: UOp, d: int) -> VReg:
     dt = u.dtype
     bits = gbits(dt)
     a = reg(ctx, u.src[0])
     out = ctx.new("gpr")
-    unsigned = dtypes.is_unsigned(dt)
+    unsigned = unsigned_division(u, d)
     ad = abs(d)
     if d == 0:
         ctx.mov_imm(out, 0, 32)

@@ -7,7 +7,7 @@ In:  the emitter, an IDIV/MOD of an int32/uint32 vector and the divisor. Out: it
 """
 from __future__ import annotations
 
-from tg_x86.divconst import signed_magic, unsigned_magic
+from tg_x86.divconst import signed_magic, unsigned_division, unsigned_magic
 from tg_x86.emitter import Emitter
 from tg_x86.isa import Op
 from tg_x86.vpieces import per_piece, vpiece
@@ -25,7 +25,7 @@ def _int32(value: int) -> int:
 
 def vdivide_by_const(ctx: Emitter, u: UOp, d: int) -> None:
     a = u.src[0]
-    unsigned = dtypes.is_unsigned(u.dtype.scalar())
+    unsigned = unsigned_division(u, d)
 
     def piece(out: VReg, p: int, bits: int) -> None:
         x = vpiece(ctx, a, p)
