@@ -43,6 +43,8 @@ from tg_x86.lanes import (
     memo,
     native,
     op_table,
+    piece_bits,
+    piece_lanes,
     scalar_of,
     shuffle_plan,
 )
@@ -134,6 +136,8 @@ class KernelFacts(KernelLines):
     fma_muls: frozenset[UOp]           # their MULs, which emit nothing
     in_address: frozenset[UOp]         # index sums x + c only addresses read (folded into them)
     folded: frozenset[UOp]             # loads their one ALU user reads from memory (no register)
+    widened: frozenset[UOp]            # int8/uint8 vector loads (and a BITCAST between) their one CAST to 32-bit
+    #                                    lanes reads from memory (vpmovsxbd/vpmovzxbd): no value of their own
     flag_compares: frozenset[UOp]      # compares whose users all read their flags or mask (no bool made)
     acc_stores: Mapping[UOp, list[int]]   # accumulator -> the positions of the STOREs to it
 
@@ -167,7 +171,8 @@ def analyze(uops: list[UOp], users: Mapping[UOp, list[UOp]]) -> KernelFacts:
         shuffled_lanes=frozenset(g for u in shuffles for g in u.src if all(x in shuffles for x in users[g])),
         hred_roots=hred_roots, hred_skip=hred_skip, fma_adds=fma_adds,
         fma_muls=frozenset(mul for _, mul in fma_adds.values()), in_address=plan_addresses(k),
-        folded=plan_folded_loads(k, bcast_loads, vconst), flag_compares=plan_flag_compares(k),
+        folded=plan_folded_loads(k, bcast_loads, vconst), widened=plan_widened_loads(k),
+        flag_compares=plan_flag_compares(k),
         acc_stores=accumulator_stores(k))
 
 
@@ -342,6 +347,32 @@ def plan_folded_loads(k: KernelLines, bcast_loads: frozenset[UOp], vconst: Calla
                 out.add(u)
         elif u not in bcast_loads and foldable(k, u):
             out.add(u)
+    return frozenset(out)
+
+
+BYTES = (dtypes.int8, dtypes.uint8)
+WIDE_LANES = (dtypes.int32, dtypes.uint32, dtypes.float32)
+
+
+def plan_widened_loads(k: KernelLines) -> frozenset[UOp]:
+    """Byte vector loads (the quantized weights of GEMVs) whose only user is a CAST to 32-bit lanes, possibly
+    through a BITCAST between int8 and uint8 read only there: the CAST reads the bytes from memory and widens them
+    (``vmemory.widening_cast``) instead of loading them lane by lane. Pieces of 4 or 8 lanes (xmm/ymm), no gate,
+    no store or loop boundary between the load and the CAST."""
+    out = set()
+    for u in k.lines(Ops.CAST):
+        if not is_vector(u.dtype) or scalar_of(u.dtype) not in WIDE_LANES:
+            continue
+        if not all(n in (4, 8) for n in piece_lanes(u.dtype)) or any(b > 256 for b in piece_bits(u.dtype)):
+            continue
+        chain, s = [], u.src[0]
+        if s.op is Ops.BITCAST and scalar_of(s.dtype) in BYTES and k.users.get(s, []) == [u]:
+            chain.append(s)
+            s = s.src[0]
+        if (s.op is Ops.LOAD and scalar_of(s.dtype) in BYTES and len(s.src) == 1 and len(s.src[0].src) == 2
+                and not is_reg_index(s.src[0]) and k.users.get(s, []) == [chain[0] if chain else u]
+                and k.no_barrier(s, u)):
+            out.update([s, *chain])
     return frozenset(out)
 
 

@@ -30,6 +30,7 @@ from tg_x86.vpieces import (
     lane_uop,
     load_piece,
     pack,
+    per_piece,
     pieces,
     vpiece,
 )
@@ -40,6 +41,8 @@ from tgcore.uop import Ops, UOp
 
 def vload(ctx: Emitter, u: UOp) -> None:
     idx = u.src[0]
+    if u in ctx.facts.widened:   # its CAST reads the bytes from memory (widening_cast)
+        return
     if is_reg_index(idx):
         acc = ctx.val[idx.src[0]]
         ctx.val[u] = acc if alias_ok(ctx, u) else tuple(ctx.vcopy(r) for r in acc)
@@ -242,3 +245,25 @@ def masked_store(ctx: Emitter, u: UOp, gate: UOp) -> bool:
             ctx.emit(Op.VMASKMOVPS, [], [at.sized(bits), sign_mask(ctx, gate, p, bits), r],
                      (("u", 0, None), ("u", 1, bits), ("u", 2, bits)))
     return True
+
+
+def widening_cast(ctx: Emitter, u: UOp) -> None:
+    """CAST of an int8/uint8 vector load (``facts.widened``) to 32-bit lanes: each piece's bytes widened from memory
+    by ``vpmovsxbd`` (int8: what the CAST reads after a BITCAST, if any) or ``vpmovzxbd``, then ``vcvtdq2ps`` for
+    float32."""
+    src = u.src[0]
+    load = src.src[0] if src.op is Ops.BITCAST else src
+    widen = Op.VPMOVSXBD if scalar_of(src.dtype) is dtypes.int8 else Op.VPMOVZXBD
+    m = mem(ctx, load.src[0], 8)
+    counts = piece_lanes(u.dtype)
+
+    def piece(d: VReg, p: int, bits: int) -> None:
+        n = counts[p]
+        at = VMem(n * 8, m.base, m.index, m.scale, m.disp + sum(counts[:p]), m.slot)
+        if scalar_of(u.dtype) is not dtypes.float32:
+            ctx.emit(widen, [d], [at], (("d", 0, bits), ("u", 0, None)))
+            return
+        i = ctx.vnew()
+        ctx.emit(widen, [i], [at], (("d", 0, bits), ("u", 0, None)))
+        ctx.vemit(Op.VCVTDQ2PS, d, [i], bits)
+    per_piece(ctx, u, piece)

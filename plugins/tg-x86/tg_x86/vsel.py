@@ -65,7 +65,7 @@ from tg_x86.operands import Label
 from tg_x86.scalar import fma_order
 from tg_x86.values import mem, reg
 from tg_x86.vdivconst import vdivide_by_const
-from tg_x86.vmemory import vload, vstore
+from tg_x86.vmemory import vload, vstore, widening_cast
 from tg_x86.vpieces import (
     extract,
     pack,
@@ -152,6 +152,8 @@ def vcompare(ctx: Emitter, u: UOp) -> None:
 
 def vbitcast(ctx: Emitter, u: UOp) -> None:
     src = u.src[0]
+    if u in ctx.facts.widened:   # between a byte load and its widening CAST: nothing to do
+        return
     s, t = scalar_of(src.dtype), scalar_of(u.dtype)
     if native(s) and native(t) and s.itemsize == t.itemsize and s is not dtypes.bool:
         ctx.val[u] = tuple(ctx.vcopy(r) for r in pieces(ctx, src))
@@ -486,6 +488,9 @@ def vwhere_minmax(ctx: Emitter, u: UOp, name: str) -> None:
 # ---- casts ----
 def vcast(ctx: Emitter, u: UOp) -> None:
     src = u.src[0]
+    if src in ctx.facts.widened:
+        widening_cast(ctx, u)
+        return
     s, t = scalar_of(src.dtype), scalar_of(u.dtype)
     ks, kt = kind(s), kind(t)
     if not (native(s) and native(t)):
