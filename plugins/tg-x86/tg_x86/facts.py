@@ -136,8 +136,9 @@ class KernelFacts(KernelLines):
     fma_muls: frozenset[UOp]           # their MULs, which emit nothing
     in_address: frozenset[UOp]         # index sums x + c only addresses read (folded into them)
     folded: frozenset[UOp]             # loads their one ALU user reads from memory (no register)
-    widened: frozenset[UOp]            # int8/uint8 vector loads (and a BITCAST between) their one CAST to 32-bit
-    #                                    lanes reads from memory (vpmovsxbd/vpmovzxbd): no value of their own
+    widened: frozenset[UOp]            # int8/uint8 (and a BITCAST between) and float16/bfloat16 vector loads
+    #                                    their one CAST to 32-bit lanes reads from memory: no value of their own
+    narrowed: frozenset[UOp]           # float32 -> float16/bfloat16 vector CASTs their one STORE converts (no value)
     flag_compares: frozenset[UOp]      # compares whose users all read their flags or mask (no bool made)
     acc_stores: Mapping[UOp, list[int]]   # accumulator -> the positions of the STOREs to it
 
@@ -172,6 +173,7 @@ def analyze(uops: list[UOp], users: Mapping[UOp, list[UOp]]) -> KernelFacts:
         hred_roots=hred_roots, hred_skip=hred_skip, fma_adds=fma_adds,
         fma_muls=frozenset(mul for _, mul in fma_adds.values()), in_address=plan_addresses(k),
         folded=plan_folded_loads(k, bcast_loads, vconst), widened=plan_widened_loads(k),
+        narrowed=plan_narrowed_stores(k),
         flag_compares=plan_flag_compares(k),
         acc_stores=accumulator_stores(k))
 
@@ -351,28 +353,53 @@ def plan_folded_loads(k: KernelLines, bcast_loads: frozenset[UOp], vconst: Calla
 
 
 BYTES = (dtypes.int8, dtypes.uint8)
+HALVES = (dtypes.float16, dtypes.bfloat16)
 WIDE_LANES = (dtypes.int32, dtypes.uint32, dtypes.float32)
 
 
+def _xmm_or_ymm_pieces(dt: DType) -> bool:
+    return all(n in (4, 8) for n in piece_lanes(dt)) and all(b <= 256 for b in piece_bits(dt))
+
+
 def plan_widened_loads(k: KernelLines) -> frozenset[UOp]:
-    """Byte vector loads (the quantized weights of GEMVs) whose only user is a CAST to 32-bit lanes, possibly
-    through a BITCAST between int8 and uint8 read only there: the CAST reads the bytes from memory and widens them
-    (``vmemory.widening_cast``) instead of loading them lane by lane. Pieces of 4 or 8 lanes (xmm/ymm), no gate,
-    no store or loop boundary between the load and the CAST."""
+    """Narrow vector loads whose only user is a CAST to 32-bit lanes: bytes (the quantized weights of GEMVs; through
+    a BITCAST between int8 and uint8 read only there) and float16/bfloat16 (to float32). The CAST reads them from
+    memory and widens them (``vmemory.widening_cast``) instead of loading them lane by lane. Pieces of 4 or 8 lanes
+    (xmm/ymm), no gate, no store or loop boundary between the load and the CAST."""
     out = set()
     for u in k.lines(Ops.CAST):
-        if not is_vector(u.dtype) or scalar_of(u.dtype) not in WIDE_LANES:
-            continue
-        if not all(n in (4, 8) for n in piece_lanes(u.dtype)) or any(b > 256 for b in piece_bits(u.dtype)):
+        if not is_vector(u.dtype) or scalar_of(u.dtype) not in WIDE_LANES or not _xmm_or_ymm_pieces(u.dtype):
             continue
         chain, s = [], u.src[0]
         if s.op is Ops.BITCAST and scalar_of(s.dtype) in BYTES and k.users.get(s, []) == [u]:
             chain.append(s)
             s = s.src[0]
-        if (s.op is Ops.LOAD and scalar_of(s.dtype) in BYTES and len(s.src) == 1 and len(s.src[0].src) == 2
-                and not is_reg_index(s.src[0]) and k.users.get(s, []) == [chain[0] if chain else u]
-                and k.no_barrier(s, u)):
+        sdt = scalar_of(s.dtype)
+        if not (sdt in BYTES or (sdt in HALVES and scalar_of(u.dtype) is dtypes.float32)):
+            continue
+        if (s.op is Ops.LOAD and len(s.src) == 1 and len(s.src[0].src) == 2 and not is_reg_index(s.src[0])
+                and k.users.get(s, []) == [chain[0] if chain else u] and k.no_barrier(s, u)):
             out.update([s, *chain])
+    return frozenset(out)
+
+
+def plan_narrowed_stores(k: KernelLines) -> frozenset[UOp]:
+    """float32 -> float16/bfloat16 vector CASTs whose only user is an ungated STORE of them to memory: the STORE
+    converts the float32 pieces and writes the halves (``vmemory.narrowing_store``). No line after the CAST reads its
+    source (so nothing overwrites that register before the STORE reads it)."""
+    out = set()
+    for u in k.lines(Ops.CAST):
+        src = u.src[0]
+        if not (is_vector(u.dtype) and scalar_of(u.dtype) in HALVES and scalar_of(src.dtype) is dtypes.float32
+                and _xmm_or_ymm_pieces(src.dtype)):
+            continue
+        users = k.users.get(u, [])
+        if len(users) != 1 or users[0].op is not Ops.STORE or users[0].src[1] is not u:
+            continue
+        idx = users[0].src[0]
+        if len(idx.src) != 2 or is_reg_index(idx) or any(k.pos[x] > k.pos[u] for x in k.users.get(src, [])):
+            continue
+        out.add(u)
     return frozenset(out)
 
 

@@ -81,8 +81,10 @@ class X86Renderer(ISARenderer[Selector]):
     has_threads = True
     emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})
     # elementwise vectors: 8 lanes of 32-bit types, 4 of 64-bit ones (wider vectors are split into ymm pieces)
+    # float16/bfloat16 vectors are loaded into and stored from float32 pieces (vmemory.widening_cast,
+    # narrowing_store); their math is float32's
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
-                   dtypes.uint64: 4}
+                   dtypes.uint64: 4, dtypes.float16: 8, dtypes.bfloat16: 8}
     vector_bits = 256        # AVX2: ymm; at the AVX-512 level 512 (float32 vectors of 16k lanes in zmm pieces)
     # ymm0-15 while no vector spills (else 13: ymm13-15 become scratch for the fills); AVX-512: zmm0-31
     vector_registers = len(machine.ALL_VEC)

@@ -491,6 +491,8 @@ def vcast(ctx: Emitter, u: UOp) -> None:
     if src in ctx.facts.widened:
         widening_cast(ctx, u)
         return
+    if u in ctx.facts.narrowed:   # its STORE converts the source (narrowing_store)
+        return
     s, t = scalar_of(src.dtype), scalar_of(u.dtype)
     ks, kt = kind(s), kind(t)
     if not (native(s) and native(t)):
