@@ -8,6 +8,7 @@ import pytest
 from test_x86_vector import kernels, with_op
 from tg_x86.cpu import unavailable_reason
 from tg_x86.isa import Op
+from tg_x86.listing import asm
 
 from tgcore.dtype import dtypes
 from tgcore.tensor import Tensor
@@ -54,3 +55,18 @@ def test_byte_vector_casts_to_every_32_bit_type(dt):
     for target in (dtypes.int32, dtypes.uint32, dtypes.float32):
         got = t.cast(target)
         np.testing.assert_array_equal(got.numpy(), raw.astype(target.np))
+
+
+@pytest.mark.parametrize("dt", [dtypes.uint16, dtypes.uint32, dtypes.uint64])
+def test_integer_assembled_from_bytes_is_one_load(dt):
+    """``b[i] | b[i+1] << 8 | ...`` (a quantized file's 16-bit scale read from its byte buffer) is one load of that
+    many bytes (the core's combine_byte_loads legalizer, then one mov/movzx)."""
+    n = dt.itemsize
+    raw = _bytes(1, 37 * n)
+    b = Tensor(raw, device=X86).reshape(37, n).cast(dt)
+    word = b[:, 0]
+    for k in range(1, n):
+        word = word | (b[:, k] << (8 * k))
+    (code,) = kernels(word)
+    assert "byte ptr" not in asm(code)
+    np.testing.assert_array_equal(word.numpy(), raw.view(dt.np))

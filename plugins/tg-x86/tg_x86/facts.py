@@ -139,6 +139,7 @@ class KernelFacts(KernelLines):
     widened: frozenset[UOp]            # int8/uint8 (and a BITCAST between) and float16/bfloat16 vector loads
     #                                    their one CAST to 32-bit lanes reads from memory: no value of their own
     narrowed: frozenset[UOp]           # float32 -> float16/bfloat16 vector CASTs their one STORE converts (no value)
+    assembled: frozenset[UOp]          # uint8 vector loads one scalar BITCAST reads as one wider load (no value)
     flag_compares: frozenset[UOp]      # compares whose users all read their flags or mask (no bool made)
     acc_stores: Mapping[UOp, list[int]]   # accumulator -> the positions of the STOREs to it
 
@@ -173,7 +174,7 @@ def analyze(uops: list[UOp], users: Mapping[UOp, list[UOp]]) -> KernelFacts:
         hred_roots=hred_roots, hred_skip=hred_skip, fma_adds=fma_adds,
         fma_muls=frozenset(mul for _, mul in fma_adds.values()), in_address=plan_addresses(k),
         folded=plan_folded_loads(k, bcast_loads, vconst), widened=plan_widened_loads(k),
-        narrowed=plan_narrowed_stores(k),
+        narrowed=plan_narrowed_stores(k), assembled=plan_assembled_loads(k),
         flag_compares=plan_flag_compares(k),
         acc_stores=accumulator_stores(k))
 
@@ -400,6 +401,21 @@ def plan_narrowed_stores(k: KernelLines) -> frozenset[UOp]:
         if len(idx.src) != 2 or is_reg_index(idx) or any(k.pos[x] > k.pos[u] for x in k.users.get(src, [])):
             continue
         out.add(u)
+    return frozenset(out)
+
+
+def plan_assembled_loads(k: KernelLines) -> frozenset[UOp]:
+    """uint8 vector loads of 2, 4 or 8 bytes whose only user is a BITCAST to one unsigned integer of that size (how
+    the legalizer ``combine_byte_loads`` reads a 16-bit scale out of a quantized byte buffer): the BITCAST loads the
+    integer (``casts.bitcast``). Ungated, no store or loop boundary between."""
+    out = set()
+    for u in k.lines(Ops.BITCAST):
+        s = u.src[0]
+        if (u.dtype.count == 1 and dtypes.is_unsigned(u.dtype) and s.op is Ops.LOAD and s.dtype.scalar() is dtypes.uint8
+                and s.dtype.count == u.dtype.itemsize and u.dtype.itemsize in (2, 4, 8) and len(s.src) == 1
+                and len(s.src[0].src) == 2 and not is_reg_index(s.src[0]) and k.users.get(s, []) == [u]
+                and k.no_barrier(s, u)):
+            out.add(s)
     return frozenset(out)
 
 

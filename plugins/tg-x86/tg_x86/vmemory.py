@@ -42,7 +42,7 @@ from tgcore.uop import Ops, UOp
 
 def vload(ctx: Emitter, u: UOp) -> None:
     idx = u.src[0]
-    if u in ctx.facts.widened:   # its CAST reads the bytes from memory (widening_cast)
+    if u in ctx.facts.widened or u in ctx.facts.assembled:   # its CAST/BITCAST reads the memory itself
         return
     if is_reg_index(idx):
         acc = ctx.val[idx.src[0]]
