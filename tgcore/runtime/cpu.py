@@ -317,7 +317,8 @@ class NativeGraph:
     """A fixed sequence of CPU kernels run by one call into the native pool (workers stay awake between the
     kernels split over cores). ``set(step, arg, value)`` changes one argument word (a buffer address or an
     int32 value) before a ``run()``. Build with ``NativeGraph.build``, which returns None when the native
-    pool is not available or a program is not a ``CPUProgram``."""
+    pool is not available or a program has no native entry ``fxn`` (a ctypes function following the CPU kernel
+    convention: ``CPUProgram``'s, or a plugin's machine code such as tg-x86's ``X86Program``)."""
 
     def __init__(self, calls: list[tuple[int, list[int], int]], programs: tuple[Any, ...] = ()) -> None:
         self.programs = programs  # the kernels' code must stay loaded while the graph holds their addresses
@@ -332,7 +333,7 @@ class NativeGraph:
         """``calls``: (program, argument words or handles, threads) per kernel, arguments before core_id."""
         if native_pool() is None or _native_graph_fn is None:
             return None
-        if not all(isinstance(p, CPUProgram) and len(a) <= POOL_MAX_ARGS and t <= POOL_MAX_THREADS
+        if not all(getattr(p, "fxn", None) is not None and len(a) <= POOL_MAX_ARGS and t <= POOL_MAX_THREADS
                    for p, a, t in calls):
             return None
         return NativeGraph([(ctypes.cast(p.fxn, ctypes.c_void_p).value or 0, [_as_word(x) for x in a], t)

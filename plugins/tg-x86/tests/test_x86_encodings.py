@@ -64,6 +64,11 @@ MORE = [
     (Inst(Op.SAR, r("eax"), r("cl")), "sar eax, cl", "D3 F8"),
     (Inst(Op.IDIV, r("rcx")), "idiv rcx", "48 F7 F9"),
     (Inst(Op.CQO), "cqo", "48 99"),
+    (Inst(Op.MUL, r("r9")), "mul r9", "49 F7 E1"),                                # rdx:rax = rax * r9
+    (Inst(Op.IMUL1, r("rcx")), "imul rcx", "48 F7 E9"),                           # signed, one operand
+    (Inst(Op.VPMULDQ, ymm(0), ymm(1), ymm(2)), "vpmuldq ymm0, ymm1, ymm2", "C4 E2 75 28 C2"),
+    (Inst(Op.VPMULUDQ, ymm(0), ymm(1), ymm(2)), "vpmuludq ymm0, ymm1, ymm2", "C5 F5 F4 C2"),
+    (Inst(Op.VPBLENDD, xmm(8), xmm(1), xmm(12), 0xA), "vpblendd xmm8, xmm1, xmm12, 0xa", "C4 43 71 02 C4 0A"),
     (Inst(Op.SETCC, r("dil"), cond=Cond.L), "setl dil", "40 0F 9C C7"),
     (Inst(Op.PUSH, r("r12")), "push r12", "41 54"),
     (Inst(Op.RET), "ret", "C3"),

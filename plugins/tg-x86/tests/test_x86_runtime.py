@@ -178,3 +178,31 @@ def test_avx512_sum_of_products_compressed_displacements():
                  np.zeros(16, np.float32))
     f(_floats(x), _floats(y), _floats(out))
     np.testing.assert_allclose(out, (x.astype(np.float64) * y).reshape(4, 16).sum(0), rtol=1e-5, atol=1e-5)
+
+
+@needs_avx2
+def test_a_jit_replay_runs_x86_kernels_in_one_native_call():
+    """X86Program has the native entry (``fxn``) a NativeGraph calls: a jitted step on CPU:X86 replays its kernels
+    in one call into the native pool (split over cores as planned), with the results of the kernel-by-kernel run."""
+    import tgcore
+    import tgcore.runtime.cpu as cpu_runtime
+    from tgcore.tensor import Tensor
+    if cpu_runtime.native_pool() is None:
+        pytest.skip("no native thread pool here")
+    built = []
+    build = cpu_runtime.NativeGraph.build
+
+    def spy(calls):
+        graph = build(calls)
+        built.append(([type(p).__name__ for p, _, _ in calls], graph))
+        return graph
+    cpu_runtime.NativeGraph.build = staticmethod(spy)
+    try:
+        x = np.arange(4096, dtype=np.float32)
+        step = tgcore.jit(lambda t: ((t * 2 + 1).relu() @ t.reshape(4096, 1)).sum())
+        for _ in range(4):
+            got = step(Tensor(x, device="CPU:X86").realize()).numpy()
+    finally:
+        cpu_runtime.NativeGraph.build = build
+    assert built and all(names and set(names) == {"X86Program"} and g is not None for names, g in built)
+    np.testing.assert_allclose(got, np.maximum(x * 2 + 1, 0) @ x, rtol=1e-5)

@@ -14,7 +14,7 @@ from tg_x86.isa import Cond, Op
 from tg_x86.lanes import F16_ROUND, FLOOR_IMM, NARROW_FLOATS, SelectionError, gbits, is_vec
 from tg_x86.machine import RAX, RCX, RDX, VMem
 from tg_x86.operands import Label
-from tg_x86.values import reg
+from tg_x86.values import mem, reg
 from tgcore.codegen.regalloc import VReg
 from tgcore.dtype import DType, dtypes
 from tgcore.uop import UOp
@@ -200,6 +200,8 @@ def f64_to_f32_odd(ctx: Emitter, x: VReg) -> VReg:
 
 # ---- bitcast ----
 def bitcast(ctx: Emitter, src: UOp, dst: DType) -> VReg:
+    if src in ctx.facts.assembled:   # bytes read as one integer: one load of that size
+        return assembled_load(ctx, src, dst)
     sdt = src.dtype
     x = reg(ctx, src)
     if sdt.itemsize != dst.itemsize or sdt.count != 1 or dst.count != 1:
@@ -224,6 +226,18 @@ def bitcast(ctx: Emitter, src: UOp, dst: DType) -> VReg:
     d = ctx.new("gpr")
     ctx.copy(d, x)
     ctx.canon(d, dst)
+    return d
+
+
+def assembled_load(ctx: Emitter, load: UOp, dst: DType) -> VReg:
+    """The 2, 4 or 8 bytes of uint8 vector ``load`` as one little-endian unsigned integer ``dst`` (zero-extended)."""
+    d = ctx.new("gpr")
+    bits = dst.itemsize * 8
+    m = mem(ctx, load.src[0], bits)
+    if bits == 16:
+        ctx.emit(Op.MOVZX, [d], [m], (("d", 0, 32), ("u", 0, None)))
+    else:
+        ctx.emit(Op.MOV, [d], [m], (("d", 0, bits), ("u", 0, None)))
     return d
 
 

@@ -43,6 +43,8 @@ from tg_x86.lanes import (
     memo,
     native,
     op_table,
+    piece_bits,
+    piece_lanes,
     scalar_of,
     shuffle_plan,
 )
@@ -134,6 +136,10 @@ class KernelFacts(KernelLines):
     fma_muls: frozenset[UOp]           # their MULs, which emit nothing
     in_address: frozenset[UOp]         # index sums x + c only addresses read (folded into them)
     folded: frozenset[UOp]             # loads their one ALU user reads from memory (no register)
+    widened: frozenset[UOp]            # int8/uint8 (and a BITCAST between) and float16/bfloat16 vector loads
+    #                                    their one CAST to 32-bit lanes reads from memory: no value of their own
+    narrowed: frozenset[UOp]           # float32 -> float16/bfloat16 vector CASTs their one STORE converts (no value)
+    assembled: frozenset[UOp]          # uint8 vector loads one scalar BITCAST reads as one wider load (no value)
     flag_compares: frozenset[UOp]      # compares whose users all read their flags or mask (no bool made)
     acc_stores: Mapping[UOp, list[int]]   # accumulator -> the positions of the STOREs to it
 
@@ -167,7 +173,9 @@ def analyze(uops: list[UOp], users: Mapping[UOp, list[UOp]]) -> KernelFacts:
         shuffled_lanes=frozenset(g for u in shuffles for g in u.src if all(x in shuffles for x in users[g])),
         hred_roots=hred_roots, hred_skip=hred_skip, fma_adds=fma_adds,
         fma_muls=frozenset(mul for _, mul in fma_adds.values()), in_address=plan_addresses(k),
-        folded=plan_folded_loads(k, bcast_loads, vconst), flag_compares=plan_flag_compares(k),
+        folded=plan_folded_loads(k, bcast_loads, vconst), widened=plan_widened_loads(k),
+        narrowed=plan_narrowed_stores(k), assembled=plan_assembled_loads(k),
+        flag_compares=plan_flag_compares(k),
         acc_stores=accumulator_stores(k))
 
 
@@ -342,6 +350,72 @@ def plan_folded_loads(k: KernelLines, bcast_loads: frozenset[UOp], vconst: Calla
                 out.add(u)
         elif u not in bcast_loads and foldable(k, u):
             out.add(u)
+    return frozenset(out)
+
+
+BYTES = (dtypes.int8, dtypes.uint8)
+HALVES = (dtypes.float16, dtypes.bfloat16)
+WIDE_LANES = (dtypes.int32, dtypes.uint32, dtypes.float32)
+
+
+def _xmm_or_ymm_pieces(dt: DType) -> bool:
+    return all(n in (4, 8) for n in piece_lanes(dt)) and all(b <= 256 for b in piece_bits(dt))
+
+
+def plan_widened_loads(k: KernelLines) -> frozenset[UOp]:
+    """Narrow vector loads whose only user is a CAST to 32-bit lanes: bytes (the quantized weights of GEMVs; through
+    a BITCAST between int8 and uint8 read only there) and float16/bfloat16 (to float32). The CAST reads them from
+    memory and widens them (``vmemory.widening_cast``) instead of loading them lane by lane. Pieces of 4 or 8 lanes
+    (xmm/ymm), no gate, no store or loop boundary between the load and the CAST."""
+    out = set()
+    for u in k.lines(Ops.CAST):
+        if not is_vector(u.dtype) or scalar_of(u.dtype) not in WIDE_LANES or not _xmm_or_ymm_pieces(u.dtype):
+            continue
+        chain, s = [], u.src[0]
+        if s.op is Ops.BITCAST and scalar_of(s.dtype) in BYTES and k.users.get(s, []) == [u]:
+            chain.append(s)
+            s = s.src[0]
+        sdt = scalar_of(s.dtype)
+        if not (sdt in BYTES or (sdt in HALVES and scalar_of(u.dtype) is dtypes.float32)):
+            continue
+        if (s.op is Ops.LOAD and len(s.src) == 1 and len(s.src[0].src) == 2 and not is_reg_index(s.src[0])
+                and k.users.get(s, []) == [chain[0] if chain else u] and k.no_barrier(s, u)):
+            out.update([s, *chain])
+    return frozenset(out)
+
+
+def plan_narrowed_stores(k: KernelLines) -> frozenset[UOp]:
+    """float32 -> float16/bfloat16 vector CASTs whose only user is an ungated STORE of them to memory: the STORE
+    converts the float32 pieces and writes the halves (``vmemory.narrowing_store``). No line after the CAST reads its
+    source (so nothing overwrites that register before the STORE reads it)."""
+    out = set()
+    for u in k.lines(Ops.CAST):
+        src = u.src[0]
+        if not (is_vector(u.dtype) and scalar_of(u.dtype) in HALVES and scalar_of(src.dtype) is dtypes.float32
+                and _xmm_or_ymm_pieces(src.dtype)):
+            continue
+        users = k.users.get(u, [])
+        if len(users) != 1 or users[0].op is not Ops.STORE or users[0].src[1] is not u:
+            continue
+        idx = users[0].src[0]
+        if len(idx.src) != 2 or is_reg_index(idx) or any(k.pos[x] > k.pos[u] for x in k.users.get(src, [])):
+            continue
+        out.add(u)
+    return frozenset(out)
+
+
+def plan_assembled_loads(k: KernelLines) -> frozenset[UOp]:
+    """uint8 vector loads of 2, 4 or 8 bytes whose only user is a BITCAST to one unsigned integer of that size (how
+    the legalizer ``combine_byte_loads`` reads a 16-bit scale out of a quantized byte buffer): the BITCAST loads the
+    integer (``casts.bitcast``). Ungated, no store or loop boundary between."""
+    out = set()
+    for u in k.lines(Ops.BITCAST):
+        s = u.src[0]
+        if (u.dtype.count == 1 and dtypes.is_unsigned(u.dtype) and s.op is Ops.LOAD and s.dtype.scalar() is dtypes.uint8
+                and s.dtype.count == u.dtype.itemsize and u.dtype.itemsize in (2, 4, 8) and len(s.src) == 1
+                and len(s.src[0].src) == 2 and not is_reg_index(s.src[0]) and k.users.get(s, []) == [u]
+                and k.no_barrier(s, u)):
+            out.add(s)
     return frozenset(out)
 
 

@@ -229,7 +229,7 @@ class Form:
 
 _ALU = {"ADD": (0x00, 0), "OR": (0x08, 1), "AND": (0x20, 4), "SUB": (0x28, 5), "XOR": (0x30, 6), "CMP": (0x38, 7)}
 _UNARY = {"NOT": ("F6", "F7", 2), "NEG": ("F6", "F7", 3), "INC": ("FE", "FF", 0), "DEC": ("FE", "FF", 1),
-          "DIV": ("F6", "F7", 6), "IDIV": ("F6", "F7", 7)}
+          "MUL": ("F6", "F7", 4), "IMUL1": ("F6", "F7", 5), "DIV": ("F6", "F7", 6), "IDIV": ("F6", "F7", 7)}
 _SHIFTS = {"SHL": 4, "SHR": 5, "SAR": 7}
 # vpmov{zx,sx}: suffix -> (opcode low nibble, source memory bits for the 128-bit form)
 _PMOV = {"BW": (0, 64), "BD": (1, 32), "BQ": (2, 16), "WD": (3, 64), "WQ": (4, 32), "DQ": (5, 64)}
@@ -238,7 +238,8 @@ _FARITH = {"VADD": "58", "VMUL": "59", "VSUB": "5C", "VMIN": "5D", "VDIV": "5E",
 # packed integer ops, VEX.L.66.<map>.<W> <opcode> /r, RVM
 _PINT = {"VPADDB": "0F.WIG FC", "VPADDW": "0F.WIG FD", "VPADDD": "0F.WIG FE", "VPADDQ": "0F.WIG D4",
          "VPSUBB": "0F.WIG F8", "VPSUBW": "0F.WIG F9", "VPSUBD": "0F.WIG FA", "VPSUBQ": "0F.WIG FB",
-         "VPMULLW": "0F.WIG D5", "VPMULLD": "0F38.WIG 40", "VPAND": "0F.WIG DB", "VPANDN": "0F.WIG DF",
+         "VPMULLW": "0F.WIG D5", "VPMULLD": "0F38.WIG 40", "VPMULDQ": "0F38.WIG 28", "VPMULUDQ": "0F.WIG F4",
+         "VPAND": "0F.WIG DB", "VPANDN": "0F.WIG DF",
          "VPOR": "0F.WIG EB", "VPXOR": "0F.WIG EF", "VPMAXSD": "0F38.WIG 3D", "VPMINSD": "0F38.WIG 39",
          "VPMAXUD": "0F38.WIG 3F", "VPMINUD": "0F38.WIG 3B",
          "VPCMPEQB": "0F.WIG 74", "VPCMPEQW": "0F.WIG 75", "VPCMPEQD": "0F.WIG 76", "VPCMPEQQ": "0F38.WIG 29",
@@ -409,6 +410,7 @@ CMOVCC | rv, r/mv | 0F 40+cc /r | RM
 VBLENDVPS | X, X, X/M, X | VEX.L.66.0F3A.W0 4A /r /is4 | RVML
 VBLENDVPD | X, X, X/M, X | VEX.L.66.0F3A.W0 4B /r /is4 | RVML
 VPBLENDVB | X, X, X/M, X | VEX.L.66.0F3A.W0 4C /r /is4 | RVML
+VPBLENDD | X, X, X/M, imm8 | VEX.L.66.0F3A.W0 02 /r ib | RVMI
 # jumps: the assembler picks rel8 when the target is near
 JMP | rel8 | EB cb | D
 JMP | rel32 | E9 cd | D

@@ -169,6 +169,7 @@ class Op(enum.Enum):
     VBLENDMPD = ("vblendmpd", _G.BLEND)
     VBLENDVPD = ("vblendvpd", _G.BLEND)
     VPBLENDVB = ("vpblendvb", _G.BLEND)
+    VPBLENDD = ("vpblendd", _G.BLEND)
     # jumps
     JMP = ("jmp", _G.JUMP, _ND)
     JCC = ("j{cc}", _G.JUMP, _ND | _RF)
@@ -225,6 +226,8 @@ class Op(enum.Enum):
     SAR = ("sar", _G.INT_ALU, _TA | _WF)
     IDIV = ("idiv", _G.INT_ALU, _ND | _WF, ("rax", "rdx"), ("rax", "rdx"))
     DIV = ("div", _G.INT_ALU, _ND | _WF, ("rax", "rdx"), ("rax", "rdx"))
+    MUL = ("mul", _G.INT_ALU, _ND | _WF, ("rax",), ("rax", "rdx"))      # rdx:rax = rax * r/m (unsigned)
+    IMUL1 = ("imul", _G.INT_ALU, _ND | _WF, ("rax",), ("rax", "rdx"))   # rdx:rax = rax * r/m (signed)
     CDQ = ("cdq", _G.INT_ALU, Flag.NONE, ("rax",), ("rdx",))
     CQO = ("cqo", _G.INT_ALU, Flag.NONE, ("rax",), ("rdx",))
     # packed integer ALU
@@ -238,6 +241,8 @@ class Op(enum.Enum):
     VPSUBQ = ("vpsubq", _G.VEC_INT_ALU)
     VPMULLW = ("vpmullw", _G.VEC_INT_ALU, _CO)
     VPMULLD = ("vpmulld", _G.VEC_INT_ALU, _CO)
+    VPMULDQ = ("vpmuldq", _G.VEC_INT_ALU, _CO)     # even int32 lanes -> int64 products
+    VPMULUDQ = ("vpmuludq", _G.VEC_INT_ALU, _CO)   # even uint32 lanes -> uint64 products
     VPAND = ("vpand", _G.VEC_INT_ALU, _CO)
     VPANDD = ("vpandd", _G.VEC_INT_ALU, _CO)   # AVX-512F (vpand/vpor have no EVEX form)
     VPANDN = ("vpandn", _G.VEC_INT_ALU)

@@ -37,6 +37,7 @@ from tg_x86.wide import select_wide, zmm_program
 from tgcore.codegen import regalloc
 from tgcore.codegen.regalloc import MInst, RegisterPlan
 from tgcore.dtype import dtypes
+from tgcore.renderer.cstyle import combine_byte_loads
 from tgcore.renderer.isa import ISARenderer, isa_spec
 from tgcore.runtime.compiler import Compiler
 from tgcore.uop import Ops, PatternMatcher, UOp, UPat
@@ -81,8 +82,13 @@ class X86Renderer(ISARenderer[Selector]):
     has_threads = True
     emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})
     # elementwise vectors: 8 lanes of 32-bit types, 4 of 64-bit ones (wider vectors are split into ymm pieces)
+    # an unsigned int assembled from consecutive bytes (a quantized file's 16-bit scales) is one load (x86 is
+    # little-endian): the core's legalizer makes it a BITCAST of a byte-vector load, selected as one mov/movzx
+    pre_isel = PatternMatcher([(UPat(Ops.OR, name="x"), combine_byte_loads)])
+    # float16/bfloat16 vectors are loaded into and stored from float32 pieces (vmemory.widening_cast,
+    # narrowing_store); their math is float32's
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
-                   dtypes.uint64: 4}
+                   dtypes.uint64: 4, dtypes.float16: 8, dtypes.bfloat16: 8}
     vector_bits = 256        # AVX2: ymm; at the AVX-512 level 512 (float32 vectors of 16k lanes in zmm pieces)
     # ymm0-15 while no vector spills (else 13: ymm13-15 become scratch for the fills); AVX-512: zmm0-31
     vector_registers = len(machine.ALL_VEC)
@@ -238,6 +244,8 @@ class X86Program:
         self.name = name
         self.code = ExecutableCode(lib)
         self._fns: dict[tuple[int, int], Any] = {}
+        # the native entry (CPU kernel convention): a jit replay runs every kernel in one native call (NativeGraph)
+        self.fxn = self.code.function(None)
 
     def _fn(self, nbufs: int, nvals: int) -> Any:
         fn = self._fns.get((nbufs, nvals))

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from tg_x86.divconst import const_divisor, divide_by_const
 from tg_x86.emitter import Emitter, operand_layout
 from tg_x86.facts import where_fuses
 from tg_x86.flags import compare
@@ -175,7 +176,10 @@ def int_mulacc(ctx: Emitter, u: UOp) -> VReg:
 
 
 def divide(ctx: Emitter, u: UOp) -> VReg:
-    """x/0 = x%0 = 0; INT_MIN/-1 wraps. Divisors 0 and -1 divide by 1; the quotient is then a*b."""
+    """x/0 = x%0 = 0; INT_MIN/-1 wraps. A constant divisor multiplies and shifts (``divconst``); else divisors 0
+    and -1 divide by 1, and the quotient is then a*b."""
+    if (c := const_divisor(u)) is not None:
+        return divide_by_const(ctx, u, c)
     dt = u.dtype
     bits = gbits(dt)
     a, b = reg(ctx, u.src[0]), reg(ctx, u.src[1])

@@ -12,6 +12,7 @@ from tg_x86.facts import define_reg, is_reg_index
 from tg_x86.flags import gate_off
 from tg_x86.isa import Op
 from tg_x86.lanes import (
+    F16_ROUND,
     esize,
     is_vector,
     is_wide,
@@ -30,6 +31,7 @@ from tg_x86.vpieces import (
     lane_uop,
     load_piece,
     pack,
+    per_piece,
     pieces,
     vpiece,
 )
@@ -40,6 +42,8 @@ from tgcore.uop import Ops, UOp
 
 def vload(ctx: Emitter, u: UOp) -> None:
     idx = u.src[0]
+    if u in ctx.facts.widened or u in ctx.facts.assembled:   # its CAST/BITCAST reads the memory itself
+        return
     if is_reg_index(idx):
         acc = ctx.val[idx.src[0]]
         ctx.val[u] = acc if alias_ok(ctx, u) else tuple(ctx.vcopy(r) for r in acc)
@@ -82,6 +86,9 @@ def vload(ctx: Emitter, u: UOp) -> None:
 
 def vstore(ctx: Emitter, u: UOp) -> None:
     idx, value = u.src[0], u.src[1]
+    if value in ctx.facts.narrowed:   # a float32 -> half CAST: converted here (narrowing_store)
+        narrowing_store(ctx, u)
+        return
     if is_reg_index(idx):
         acc = ctx.val[define_reg(idx)]
         for p, r in enumerate(acc):
@@ -242,3 +249,73 @@ def masked_store(ctx: Emitter, u: UOp, gate: UOp) -> bool:
             ctx.emit(Op.VMASKMOVPS, [], [at.sized(bits), sign_mask(ctx, gate, p, bits), r],
                      (("u", 0, None), ("u", 1, bits), ("u", 2, bits)))
     return True
+
+
+def widening_cast(ctx: Emitter, u: UOp) -> None:
+    """CAST of a narrow vector load (``facts.widened``) to 32-bit lanes, each piece read from memory: bytes by
+    ``vpmovsxbd`` (int8: what the CAST reads after a BITCAST, if any) or ``vpmovzxbd``, then ``vcvtdq2ps`` for
+    float32; float16 by ``vcvtph2ps``; bfloat16 by ``vpmovzxwd`` and a shift into the high half (exact)."""
+    src = u.src[0]
+    load = src.src[0] if src.op is Ops.BITCAST else src
+    sdt = scalar_of(src.dtype)
+    m = mem(ctx, load.src[0], 8)
+    counts = piece_lanes(u.dtype)
+
+    def piece(d: VReg, p: int, bits: int) -> None:
+        n = counts[p]
+        at = VMem(n * 8 * sdt.itemsize, m.base, m.index, m.scale, m.disp + sum(counts[:p]) * sdt.itemsize, m.slot)
+        if sdt is dtypes.float16:
+            ctx.emit(Op.VCVTPH2PS, [d], [at], (("d", 0, bits), ("u", 0, None)))
+            return
+        widen = {dtypes.int8: Op.VPMOVSXBD, dtypes.uint8: Op.VPMOVZXBD, dtypes.bfloat16: Op.VPMOVZXWD}[sdt]
+        if sdt is dtypes.uint8 or sdt is dtypes.int8:
+            if scalar_of(u.dtype) is not dtypes.float32:
+                ctx.emit(widen, [d], [at], (("d", 0, bits), ("u", 0, None)))
+                return
+        i = ctx.vnew()
+        ctx.emit(widen, [i], [at], (("d", 0, bits), ("u", 0, None)))
+        if sdt is dtypes.bfloat16:
+            ctx.emit(Op.VPSLLD, [d], [i], (("d", 0, bits), ("u", 0, bits), ("i", 16)))
+        else:
+            ctx.vemit(Op.VCVTDQ2PS, d, [i], bits)
+    per_piece(ctx, u, piece)
+
+
+def narrowing_store(ctx: Emitter, u: UOp) -> None:
+    """STORE of a float32 -> float16/bfloat16 vector CAST (``facts.narrowed``): each float32 piece converted and
+    written. float16: ``vcvtps2ph`` to memory (round to nearest even). bfloat16: round to nearest even in integer
+    lanes (+0x7fff plus the kept lowest bit, the high half), a NaN kept quiet (|x| > inf: x | 0x400000), blended,
+    then packed to 16 bits (``vpackusdw``: every lane is below 0x10000)."""
+    cast = u.src[1]
+    x, half = cast.src[0], scalar_of(cast.dtype)
+    m = mem(ctx, u.src[0], 8)
+    counts = piece_lanes(x.dtype)
+    for p, n in enumerate(counts):
+        bits = 256 if n == 8 else 128
+        r = vpiece(ctx, x, p)
+        at = VMem(n * 16, m.base, m.index, m.scale, m.disp + sum(counts[:p]) * 2, m.slot)
+        if half is dtypes.float16:
+            ctx.emit(Op.VCVTPS2PH, [], [at, r], (("u", 0, None), ("u", 1, bits), ("i", F16_ROUND)))
+            continue
+
+        def op(o: Op, *uses: object, bits: int = bits) -> VReg:
+            d = ctx.vnew()
+            ctx.vemit(o, d, list(uses), bits)
+            return d
+
+        def shift(o: Op, a: VReg, k: int, bits: int = bits) -> VReg:
+            d = ctx.vnew()
+            ctx.emit(o, [d], [a], (("d", 0, bits), ("u", 0, bits), ("i", k)))
+            return d
+
+        def splat(v: int, bits: int = bits) -> VMem:
+            return ctx.splat(v, dtypes.int32, bits)
+        lsb = op(Op.VPAND, shift(Op.VPSRLD, r, 16), splat(1))
+        rounded = shift(Op.VPSRLD, op(Op.VPADDD, op(Op.VPADDD, r, splat(0x7FFF)), lsb), 16)
+        quiet = shift(Op.VPSRLD, op(Op.VPOR, r, splat(0x400000)), 16)
+        is_nan = op(Op.VPCMPGTD, op(Op.VPAND, r, splat(0x7FFFFFFF)), splat(0x7F800000))
+        lanes = op(Op.VBLENDVPS, rounded, quiet, is_nan)
+        packed = ctx.vnew()
+        ctx.vemit(Op.VPACKUSDW, packed, [lanes, ctx.upper(lanes) if n == 8 else lanes], 128)
+        store = Op.VMOVUPS if n == 8 else Op.VMOVQ
+        ctx.emit(store, [], [at, packed], (("u", 0, None), ("u", 1, 128)))

@@ -64,7 +64,8 @@ from tg_x86.machine import VMem
 from tg_x86.operands import Label
 from tg_x86.scalar import fma_order
 from tg_x86.values import mem, reg
-from tg_x86.vmemory import vload, vstore
+from tg_x86.vdivconst import vdivide_by_const
+from tg_x86.vmemory import vload, vstore, widening_cast
 from tg_x86.vpieces import (
     extract,
     pack,
@@ -151,6 +152,8 @@ def vcompare(ctx: Emitter, u: UOp) -> None:
 
 def vbitcast(ctx: Emitter, u: UOp) -> None:
     src = u.src[0]
+    if u in ctx.facts.widened:   # between a byte load and its widening CAST: nothing to do
+        return
     s, t = scalar_of(src.dtype), scalar_of(u.dtype)
     if native(s) and native(t) and s.itemsize == t.itemsize and s is not dtypes.bool:
         ctx.val[u] = tuple(ctx.vcopy(r) for r in pieces(ctx, src))
@@ -302,25 +305,18 @@ def vfma(ctx: Emitter, u: UOp, a: UOp, b: UOp, c: UOp, mul: UOp) -> None:
 
 
 def vdivide(ctx: Emitter, u: UOp) -> None:
-    """int32 division and remainder. Unsigned by a power of two: a shift or a mask. Signed: through
-    float64, which is exact here (operands below 2**31: a quotient never rounds across an integer);
-    INT_MIN/-1 wraps by itself (vcvttpd2dq gives 0x80000000), lanes dividing by 0 are masked to 0."""
+    """int32 division and remainder. By a constant (every lane the same): multiply and shift (``vdivconst``).
+    Signed by a variable: through float64, which is exact here (operands below 2**31: a quotient never rounds
+    across an integer); INT_MIN/-1 wraps by itself (vcvttpd2dq gives 0x80000000), lanes dividing by 0 are masked
+    to 0. Unsigned by a variable: lane by lane."""
     a, b = u.src
-    sdt = scalar_of(u.dtype)
     lanes = const_lanes(b) if ctx.facts.is_vconst(b) else None
-    d0 = int(lanes[0]) if lanes is not None and all(x == lanes[0] for x in lanes) else None
-    if dtypes.is_unsigned(sdt):
-        if d0 is None or d0 <= 0 or d0 & (d0 - 1):
-            scalarize(ctx, u)
-        elif u.op is Ops.IDIV:
-            k = d0.bit_length() - 1
-            per_piece(ctx, u, lambda d, p, bits: ctx.emit(Op.VPSRLD, [d], [vpiece(ctx, a, p)],
-                                                           (("d", 0, bits), ("u", 0, bits), ("i", k))))
-        else:
-            per_piece(ctx, u, lambda d, p, bits: ctx.vemit(Op.VPAND, d, [vpiece(ctx, a, p),
-                                                                        ctx.splat(d0 - 1, sdt, bits)], bits))
+    if lanes is not None and all(x == lanes[0] for x in lanes):
+        vdivide_by_const(ctx, u, int(lanes[0]))
         return
-    maybe_zero = d0 is None or d0 == 0
+    if dtypes.is_unsigned(scalar_of(u.dtype)):
+        scalarize(ctx, u)
+        return
 
     def div(d: VReg, p: int, bits: int) -> None:
         n = piece_lanes(u.dtype)[p]
@@ -342,12 +338,9 @@ def vdivide(ctx: Emitter, u: UOp) -> None:
             ctx.vemit(Op.VPMULLD, t, [q, rb], bits)
             ctx.vemit(Op.VPSUBD, r, [ra, t], bits)
             q = r
-        if maybe_zero:
-            z = ctx.vnew()
-            ctx.vemit(Op.VPCMPEQD, z, [rb, ctx.zero(bits)], bits)
-            ctx.vemit(Op.VPANDN, d, [z, q], bits)
-        else:
-            ctx.copy(d, q)
+        z = ctx.vnew()
+        ctx.vemit(Op.VPCMPEQD, z, [rb, ctx.zero(bits)], bits)
+        ctx.vemit(Op.VPANDN, d, [z, q], bits)
     per_piece(ctx, u, div)
 
 
@@ -495,6 +488,11 @@ def vwhere_minmax(ctx: Emitter, u: UOp, name: str) -> None:
 # ---- casts ----
 def vcast(ctx: Emitter, u: UOp) -> None:
     src = u.src[0]
+    if src in ctx.facts.widened:
+        widening_cast(ctx, u)
+        return
+    if u in ctx.facts.narrowed:   # its STORE converts the source (narrowing_store)
+        return
     s, t = scalar_of(src.dtype), scalar_of(u.dtype)
     ks, kt = kind(s), kind(t)
     if not (native(s) and native(t)):
