@@ -22,6 +22,7 @@ from tgcore.uop.axis import AxisArg
 from tgcore.uop.mixins import ElementwiseMixin
 from tgcore.uop.movement import MovementMixin
 from tgcore.uop.ops import GroupOp, Ops
+from tgcore.uop.reduction import ReductionMixin
 from tgcore.uop.shape import shape_of
 
 # ------------------------------------------------------------------------------------------------ interning
@@ -174,7 +175,7 @@ def _ranges_of(u: UOp) -> dict[UOp, None]:
 ConstType = bool | int | float
 
 
-class UOp(ElementwiseMixin, MovementMixin, metaclass=_UOpMeta):
+class UOp(ElementwiseMixin, MovementMixin, ReductionMixin, metaclass=_UOpMeta):
     """An immutable IR node. Construct with `UOp(op, dtype, src, arg, tag)`; equal fields give the same object."""
 
     # The five fields are slots because every pass reads them very often: CPython 3.11 reads a slot in ~7 ns,
@@ -195,7 +196,7 @@ class UOp(ElementwiseMixin, MovementMixin, metaclass=_UOpMeta):
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("UOp is immutable; use .replace(...)")
 
-    # -- the movement surface (MovementMixin): tensor-level nodes have shapes --
+    # -- the movement and reduction surface (MovementMixin, ReductionMixin): tensor-level nodes have shapes --
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -207,6 +208,9 @@ class UOp(ElementwiseMixin, MovementMixin, metaclass=_UOpMeta):
             src = self.src[0]  # (not of a tagged node: a leaf's tag marks it for backward)
             return src if shape_of(src) == arg else UOp(Ops.RESHAPE, self.dtype, (src,), arg)
         return UOp(op, self.dtype, (self,), arg)
+
+    def _reduce_axis(self, op: Ops, axes: tuple[int, ...]) -> UOp:
+        return UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axes))
 
     def __reduce__(self) -> tuple:
         index = {n: i for i, n in enumerate(self.toposort)}
