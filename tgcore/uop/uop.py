@@ -90,12 +90,13 @@ class Readers(list):
     one-element list counting the readers added to this node and to its views (they share it), so a watcher
     can tell that nothing new reads a node by comparing it with the count it saw (``mark``, its to set)."""
 
-    __slots__ = ("changes", "mark")
+    __slots__ = ("changes", "mark", "limit")
 
     def __init__(self, changes: list[int]) -> None:
         super().__init__()
         self.changes = changes
         self.mark = -1
+        self.limit = 64  # (prune the dead at this length; then at twice what is left: amortized O(1) per add)
 
 
 def watch_readers(node: UOp) -> None:
@@ -110,18 +111,21 @@ def watch_readers(node: UOp) -> None:
 def add_reader(node: UOp, reader: Any) -> None:
     """Record ``reader`` (anything weakly referable, e.g. a tensor whose node is ``node``) as reading a watched
     ``node``; nothing happens for a node nobody watches."""
-    readers = node.readers
-    if readers is not None:
-        readers.append(weakref.ref(reader))
-        readers.changes[0] += 1
+    if node.readers is not None:
+        _append(node.readers, reader)
+
+
+def _append(readers: Readers, reader: Any) -> None:
+    if len(readers) >= readers.limit:  # (graphs built and dropped again: forget the dead ones)
+        readers[:] = [r for r in readers if r() is not None]
+        readers.limit = max(64, 2 * len(readers))
+    readers.append(weakref.ref(reader))
+    readers.changes[0] += 1
 
 
 def _add_reader(readers: Readers, u: UOp) -> None:
-    n = len(readers)
-    if n >= 64 and not n & 63:  # (graphs built and dropped again: forget the dead ones)
-        readers[:] = [r for r in readers if r() is not None]
-    readers.append(weakref.ref(u))
-    readers.changes[0] += 1
+    """``u`` was built on a watched node (whose readers are ``readers``)."""
+    _append(readers, u)
     if u.op in _VIEWS and u.readers is None:
         _set_readers(u, Readers(readers.changes))
 
