@@ -17,6 +17,7 @@ from tgcore.tensor import Tensor
 from tgcore.uop import UOp
 from tgcore.uop.mixins import ElementwiseMixin, broadcast_shape
 from tgcore.uop.movement import MovementMixin
+from tgcore.uop.reduction import ReductionMixin
 
 SHARED = ("__add__", "__radd__", "__mul__", "__rmul__", "__lt__", "__gt__", "__and__", "__or__", "__xor__",
           "__lshift__", "__rshift__", "eq", "ne", "maximum", "logical_not", "exp2", "log2", "sqrt", "sin", "trunc",
@@ -31,12 +32,30 @@ def test_operators_are_defined_once(name: str) -> None:
 
 MOVEMENT = ("reshape", "view", "permute", "transpose", "T", "expand", "shrink", "flip", "squeeze", "unsqueeze",
             "flatten", "_broadcast_to", "ndim", "numel")
+REDUCTIONS = ("sum", "prod", "max", "any", "_reduce")
 
 
-@pytest.mark.parametrize("name", MOVEMENT)
-def test_movement_ops_are_defined_once(name: str) -> None:
+@pytest.mark.parametrize("name", MOVEMENT + REDUCTIONS)
+def test_movement_ops_and_reductions_are_defined_once(name: str) -> None:
+    mixin = MovementMixin if name in MOVEMENT else ReductionMixin
     assert UOp.__dict__.get(name) is None and Tensor.__dict__.get(name) is None
-    assert getattr(UOp, name) is getattr(MovementMixin, name) is getattr(Tensor, name)
+    assert getattr(UOp, name) is getattr(mixin, name) is getattr(Tensor, name)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint8, np.bool_])
+def test_uop_and_tensor_reductions_build_the_same_graph_and_match_numpy(dtype: type) -> None:
+    """Each shared reduction on a Tensor and on its UOp gives the same node, and numpy's values (and dtype)."""
+    rng = np.random.default_rng(3)
+    a = (rng.integers(0, 2, (3, 4, 5)) if dtype is np.bool_ else rng.integers(-3, 9, (3, 4, 5))).astype(dtype)
+    t = Tensor(a, device="PYTHON")
+    for name, ref in (("sum", np.sum), ("prod", np.prod), ("max", np.max), ("any", np.any)):
+        for axis, keepdim in ((None, False), (1, True), ((0, -1), False)):
+            got, node = getattr(t, name)(axis, keepdim), getattr(t.uop, name)(axis, keepdim)
+            assert got.uop is node and node.shape == got.shape
+            want = ref(a, axis=axis, keepdims=keepdim)
+            if name in ("sum", "prod") and dtype is not np.float32:  # (torch's accumulation dtypes)
+                want = want.astype(np.uint64 if dtype is np.uint8 else np.int64)
+            np.testing.assert_array_equal(got.numpy(), want, err_msg=f"{name} {axis} {keepdim}")
 
 
 def test_uop_and_tensor_movement_build_the_same_graph_and_match_numpy() -> None:
@@ -104,6 +123,6 @@ def test_no_mixin_imports_tensor() -> None:
     """Tensor's mixins and the shared surface build tensors through ``type(self)``, never by importing Tensor."""
     root = Path(tgcore.__file__).parent
     mixins = [*root.glob("tensor_*.py"), root / "uop" / "mixins.py", root / "uop" / "movement.py",
-              root / "uop" / "transcendental.py"]
+              root / "uop" / "reduction.py", root / "uop" / "transcendental.py"]
     found = {p.name: lines for p in mixins if (lines := _runtime_imports_of_tensor(p))}
     assert found == {}

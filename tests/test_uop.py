@@ -172,3 +172,33 @@ def test_deep_chain_facts_are_iterative():
     assert len(e.toposort) > 200_000
     assert e.vmin == 200_000 and e.vmax == 200_001
     assert e.ranges == {}
+
+
+def test_readers_of_a_watched_node_and_its_views():
+    """watch_readers: nodes built on a watched node or on a view of it are its readers (weakly: the dead are
+    dropped as the list grows, so it stays bounded by the live ones); ``changes`` counts additions to both."""
+    import gc
+
+    from tgcore.uop.uop import add_reader, watch_readers
+    buf = UOp(Ops.BUFFER, dtypes.float32, (UOp(Ops.UNIQUE, dtypes.void, (), "readers-test"),
+                                          UOp(Ops.DEVICE, dtypes.void, (), "CPU")), 8)
+    assert buf.readers is None
+    watch_readers(buf)
+    view = UOp(Ops.RESHAPE, dtypes.float32, (buf,), (2, 4))
+    assert [r() for r in buf.readers] == [view] and view.readers is not None  # a view is watched in turn
+    before = buf.readers.changes[0]
+    kept = [UOp(Ops.ADD, dtypes.float32, (view, UOp.const(dtypes.float32, float(i)))) for i in range(3)]
+    for i in range(1000):  # readers built and dropped again
+        UOp(Ops.MUL, dtypes.float32, (view, UOp.const(dtypes.float32, float(i))))
+    gc.collect()
+    assert view.readers.changes is buf.readers.changes and buf.readers.changes[0] == before + 1003
+    assert {r() for r in view.readers} - {None} == set(kept) and len(view.readers) <= 2 * len(kept) + 64
+
+    class Holder:
+        pass
+    h = Holder()
+    add_reader(view, h)
+    assert view.readers[-1]() is h and buf.readers.changes[0] == before + 1004
+    unwatched = UOp.const(dtypes.float32, 1.0)
+    add_reader(unwatched, h)  # (nothing happens for a node nobody watches)
+    assert unwatched.readers is None

@@ -40,6 +40,7 @@ from tgcore.tensor_select import SelectMixin
 from tgcore.uop import Ops, UOp
 from tgcore.uop.mixins import ElementwiseMixin, broadcast_shape, scalar_dtype
 from tgcore.uop.movement import MovementMixin, check_shape, shape_args
+from tgcore.uop.reduction import ReductionMixin
 from tgcore.uop.shape import shape_of
 from tgcore.uop.uop import add_reader
 
@@ -73,7 +74,7 @@ def _arange_uop(n: int) -> UOp:
 
 
 class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNMixin, LayoutMixin, SelectMixin,
-             ElementwiseMixin, MovementMixin):
+             ElementwiseMixin, MovementMixin, ReductionMixin):
     """A lazily evaluated n-dimensional array on a device."""
 
     __slots__ = ("uop", "device", "requires_grad", "grad", "_graph", "__weakref__")
@@ -362,6 +363,9 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
     # ---------------------------------------------------------------- movement (the rest: MovementMixin)
     def _movement(self, op: Ops, arg: Any) -> Tensor:
         return self._new(self.uop._movement(op, arg))
+
+    def _reduce_axis(self, op: Ops, axes: tuple[int, ...]) -> Tensor:
+        return self._new(self.uop._reduce_axis(op, axes))
 
     def pad(self, padding: Sequence[Any], value: Scalar | str = 0, mode: str = "constant") -> Tensor:
         """Pad each axis by (before, after); negative amounts remove elements.

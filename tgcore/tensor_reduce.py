@@ -16,10 +16,9 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tgcore.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
+from tgcore.dtype import DType, dtypes, least_upper_dtype, least_upper_float
 from tgcore.errors import TensorValueError
 from tgcore.helpers import prod
-from tgcore.uop import Ops, UOp
 
 if TYPE_CHECKING:
     from tgcore.tensor import Tensor
@@ -53,42 +52,7 @@ def _count(shape: tuple[int, ...], axes: tuple[int, ...]) -> int:
 class ReduceMixin:
     __slots__ = ()
 
-    # ---------------------------------------------------------------- the core reductions
-    def _reduce(self: Tensor, op: Ops, axis: Axis, keepdim: builtins.bool) -> Tensor:
-        axes = tuple(range(self.ndim)) if axis is None else \
-            tuple(sorted({_axis(a, self.ndim) for a in ((axis,) if isinstance(axis, int) else axis)}))
-        if self.ndim == 0:
-            return self
-        out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
-        if not axes:
-            red = self
-        else:
-            red = self._new(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
-        if keepdim:
-            return red
-        return red.reshape(tuple(s for i, s in enumerate(out_shape) if i not in axes))
-
-    def sum(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False,
-            dtype: DType | str | None = None) -> Tensor:
-        """Sum; ints and bools accumulate as int64 (uint64 for unsigned), narrow floats in float32."""
-        acc_dt, out_dt = self._accumulation_dtypes(dtype)
-        return self.cast(acc_dt)._reduce(Ops.ADD, axis, keepdim).cast(out_dt)
-
-    def _accumulation_dtypes(self: Tensor, dtype: DType | str | None) -> tuple[DType, DType]:
-        """(dtype to accumulate a sum or product in, dtype of the result): ints and bools widen to int64
-        (uint64 for unsigned), narrow floats accumulate in float32 and round back once, also when asked for by
-        ``dtype`` (like torch, and the same on every device)."""
-        if dtype is not None:
-            dt = to_dtype(dtype)
-            return (dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dt), dt
-        if dtypes.is_int(self.dtype) or self.dtype is dtypes.bool:
-            wide = dtypes.uint64 if dtypes.is_unsigned(self.dtype) else dtypes.int64
-            return wide, wide
-        return (dtypes.float32 if self.dtype in (dtypes.float16, dtypes.bfloat16) else self.dtype), self.dtype
-
-    def max(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False) -> Tensor:
-        return self._reduce(Ops.MAX, axis, keepdim)
-
+    # (sum, prod, max, any: tgcore.uop.reduction.ReductionMixin, shared with UOp)
     def min(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False) -> Tensor:
         if self.dtype is dtypes.bool:
             return self.logical_not().max(axis, keepdim).logical_not()
@@ -172,17 +136,6 @@ class ReduceMixin:
     def std_mean(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False,
                  correction: int | float = 1) -> tuple[Tensor, Tensor]:
         return self.std(axis, keepdim, correction), self.cast(least_upper_float(self.dtype)).mean(axis, keepdim)
-
-    def prod(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False,
-             dtype: DType | str | None = None) -> Tensor:
-        """Product; ints and bools multiply as int64 (uint64 for unsigned), narrow floats in float32 (as numpy)."""
-        acc_dt, out_dt = self._accumulation_dtypes(dtype)
-        _axes(axis, self.ndim)  # IndexError before building anything
-        return self.cast(acc_dt)._reduce(Ops.MUL, axis, keepdim).cast(out_dt)
-
-    def any(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False) -> Tensor:
-        """Whether any element is true (nonzero); False over an empty axis."""
-        return self.cast(dtypes.bool).max(axis, keepdim)
 
     def all(self: Tensor, axis: Axis = None, keepdim: builtins.bool = False) -> Tensor:
         """Whether every element is true (nonzero); True over an empty axis."""

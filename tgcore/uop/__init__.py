@@ -5,7 +5,9 @@ Out: the public names below; see each module's docstring for what comes in and g
      ops.py (Ops, GroupOp), axis.py (AxisArg, RangeKind: a RANGE's arg), uop.py (UOp), pattern.py (UPat,
      PatternMatcher), rewrite.py (graph_rewrite),
      symbolic.py (simplification rules), bounds.py (vmin/vmax), alu.py (constant semantics),
-     sint.py (symbolic-int helpers), spec.py (type_verify), render.py (debug strings).
+     sint.py (symbolic-int helpers), spec.py (type_verify), render.py (debug strings), shape.py (shapes of
+     tensor-level nodes), and the op surface UOp shares with Tensor: mixins.py (elementwise), movement.py,
+     reduction.py, transcendental.py (math formulas).
 """
 
 from tgcore.uop.alu import UndefinedOp, c_div, c_mod, exec_alu

@@ -22,6 +22,7 @@ from tgcore.uop.axis import AxisArg
 from tgcore.uop.mixins import ElementwiseMixin
 from tgcore.uop.movement import MovementMixin
 from tgcore.uop.ops import GroupOp, Ops
+from tgcore.uop.reduction import ReductionMixin
 from tgcore.uop.shape import shape_of
 
 # ------------------------------------------------------------------------------------------------ interning
@@ -89,12 +90,13 @@ class Readers(list):
     one-element list counting the readers added to this node and to its views (they share it), so a watcher
     can tell that nothing new reads a node by comparing it with the count it saw (``mark``, its to set)."""
 
-    __slots__ = ("changes", "mark")
+    __slots__ = ("changes", "mark", "limit")
 
     def __init__(self, changes: list[int]) -> None:
         super().__init__()
         self.changes = changes
         self.mark = -1
+        self.limit = 64  # (prune the dead at this length; then at twice what is left: amortized O(1) per add)
 
 
 def watch_readers(node: UOp) -> None:
@@ -109,18 +111,21 @@ def watch_readers(node: UOp) -> None:
 def add_reader(node: UOp, reader: Any) -> None:
     """Record ``reader`` (anything weakly referable, e.g. a tensor whose node is ``node``) as reading a watched
     ``node``; nothing happens for a node nobody watches."""
-    readers = node.readers
-    if readers is not None:
-        readers.append(weakref.ref(reader))
-        readers.changes[0] += 1
+    if node.readers is not None:
+        _append(node.readers, reader)
+
+
+def _append(readers: Readers, reader: Any) -> None:
+    if len(readers) >= readers.limit:  # (graphs built and dropped again: forget the dead ones)
+        readers[:] = [r for r in readers if r() is not None]
+        readers.limit = max(64, 2 * len(readers))
+    readers.append(weakref.ref(reader))
+    readers.changes[0] += 1
 
 
 def _add_reader(readers: Readers, u: UOp) -> None:
-    n = len(readers)
-    if n >= 64 and not n & 63:  # (graphs built and dropped again: forget the dead ones)
-        readers[:] = [r for r in readers if r() is not None]
-    readers.append(weakref.ref(u))
-    readers.changes[0] += 1
+    """``u`` was built on a watched node (whose readers are ``readers``)."""
+    _append(readers, u)
     if u.op in _VIEWS and u.readers is None:
         _set_readers(u, Readers(readers.changes))
 
@@ -174,7 +179,7 @@ def _ranges_of(u: UOp) -> dict[UOp, None]:
 ConstType = bool | int | float
 
 
-class UOp(ElementwiseMixin, MovementMixin, metaclass=_UOpMeta):
+class UOp(ElementwiseMixin, MovementMixin, ReductionMixin, metaclass=_UOpMeta):
     """An immutable IR node. Construct with `UOp(op, dtype, src, arg, tag)`; equal fields give the same object."""
 
     # The five fields are slots because every pass reads them very often: CPython 3.11 reads a slot in ~7 ns,
@@ -195,7 +200,7 @@ class UOp(ElementwiseMixin, MovementMixin, metaclass=_UOpMeta):
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("UOp is immutable; use .replace(...)")
 
-    # -- the movement surface (MovementMixin): tensor-level nodes have shapes --
+    # -- the movement and reduction surface (MovementMixin, ReductionMixin): tensor-level nodes have shapes --
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -207,6 +212,9 @@ class UOp(ElementwiseMixin, MovementMixin, metaclass=_UOpMeta):
             src = self.src[0]  # (not of a tagged node: a leaf's tag marks it for backward)
             return src if shape_of(src) == arg else UOp(Ops.RESHAPE, self.dtype, (src,), arg)
         return UOp(op, self.dtype, (self,), arg)
+
+    def _reduce_axis(self, op: Ops, axes: tuple[int, ...]) -> UOp:
+        return UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axes))
 
     def __reduce__(self) -> tuple:
         index = {n: i for i, n in enumerate(self.toposort)}
