@@ -228,14 +228,33 @@ def _flat_windows_pay(x: Tensor, cout: int, kernel: tuple[int, ...], stride: tup
 
 
 def _conv_flat(x: Tensor, weight: Tensor, groups: int, kernel: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
-    """A stride-1 convolution of the padded input ``x`` (N, Cin, P...) over its flattened positions: output position
-    ``p`` (row-major over (O1, P2, ..., Pn)) reads ``flat[p + sum_i k_i * d_i * S_i]`` (S_i: the padded row strides),
-    so every tap is the same contiguous run shifted, a matrix product's columns; the positions past each row's
-    valid outputs (the last ``d_i*(K_i-1)`` of axes 2..n) are computed and cut off. ``x`` is made contiguous once
-    (the padding), then windows of the flat axis are views."""
+    """A stride-1 convolution of the padded input ``x`` (N, Cin, P...) over its flattened positions (see
+    ``_flat_windows``): the taps of each output channel are a matrix product's rows, the flattened positions its
+    columns. Its gradients are convolutions of the same form (``_conv_flat_grad``), not the chain rule through the
+    window views (which would sum a materialized copy of the windows)."""
+    nd = len(kernel)
+    n = x.shape[0]
+    cout, cin_g = weight.shape[:2]
+    padded = x.shape[2:]
+    win, out_sp = _flat_windows(x, kernel, dilation)
+    positions = win.shape[-1]
+    win = win.reshape((n, groups, 1, cin_g) + kernel + (positions,))
+    w = weight.reshape((1, groups, cout // groups, cin_g) + kernel + (1,))
+    out = (win * w).sum(tuple(range(3, 4 + nd)))  # (N, G, Cout/G, positions)
+    # computed on the padded grid (its columns are the kernel's contiguous axis), then the valid part cut out
+    out = out.contiguous().reshape((n, cout, out_sp[0]) + tuple(padded[1:]))
+    out = out.shrink([None, None, None] + [(0, o) for o in out_sp[1:]])
+    return with_gradient(out, (x, weight), _conv_flat_grad)
+
+
+def _flat_windows(x: Tensor, kernel: tuple[int, ...], dilation: tuple[int, ...]) -> tuple[Tensor, tuple[int, ...]]:
+    """The windows of a stride-1 convolution of the padded input ``x`` (N, Cin, P...) over its flattened positions,
+    (N, Cin, K1..Kn, positions), and the output extents: output position ``p`` (row-major over (O1, P2, ..., Pn))
+    reads ``flat[p + sum_i k_i * d_i * S_i]`` (S_i: the padded row strides), so every tap is the same contiguous run
+    shifted; the positions past each row's valid outputs (the last ``d_i*(K_i-1)`` of axes 2..n) are computed and
+    cut off. ``x`` is made contiguous once (the padding), then windows of the flat axis are views."""
     nd = len(kernel)
     n, cin = x.shape[:2]
-    cout, cin_g = weight.shape[:2]
     padded = x.shape[2:]
     out_sp = _conv_out(padded, kernel, dilation)
     strides = [math.prod(padded[i + 1:]) for i in range(nd)]
@@ -248,13 +267,30 @@ def _conv_flat(x: Tensor, weight: Tensor, groups: int, kernel: tuple[int, ...], 
     for k, d, s in zip(kernel, dilation, strides, strict=True):  # taps of each axis: (..., L) -> (..., L', k)
         win = _window_last(win, k, 1, d * s)
         win = win.transpose(-1, -2)  # the positions last again
-    win = win.shrink([None] * (win.ndim - 1) + [(0, positions)])  # (N, Cin, K1..Kn, positions)
+    return win.shrink([None] * (win.ndim - 1) + [(0, positions)]), out_sp
+
+
+def _conv_flat_grad(g: Tensor, out: Tensor, x: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
+    """Gradients of ``_conv_flat`` for the output gradient ``g``: the input's is the transposed convolution (a
+    stride-1 convolution of ``g`` padded by the kernel's reach, flipped kernel, channels swapped: the flat form
+    again), the weight's a product of ``g`` on the padded grid (zeros past each row's outputs, made contiguous so
+    its loads are plain vectors) with the input's windows, summed over the batch and the positions. Groups and
+    dilation are read off the shapes (the rule is part of the graph, one per formula)."""
+    kernel = weight.shape[2:]
+    nd = len(kernel)
+    n, cin = x.shape[:2]
+    cout, cin_g = weight.shape[:2]
+    groups = cin // cin_g
+    padded, out_sp = x.shape[2:], g.shape[2:]
+    dilation = tuple((p - o) // (k - 1) if k > 1 else 1 for p, o, k in zip(padded, out_sp, kernel, strict=True))
+    dx = _conv_transpose(g, weight, None, 1, 0, 0, groups, dilation, nd, "conv gradient")
+    g_grid = _pad_last(g, [(0, p - o) for p, o in zip(padded[1:], out_sp[1:], strict=True)])
+    win, _ = _flat_windows(x, kernel, dilation)
+    positions = win.shape[-1]
+    g_flat = g_grid.contiguous().reshape((n, groups, cout // groups, 1) + (1,) * nd + (positions,))
     win = win.reshape((n, groups, 1, cin_g) + kernel + (positions,))
-    w = weight.reshape((1, groups, cout // groups, cin_g) + kernel + (1,))
-    out = (win * w).sum(tuple(range(3, 4 + nd)))  # (N, G, Cout/G, positions)
-    # computed on the padded grid (its columns are the kernel's contiguous axis), then the valid part cut out
-    out = out.contiguous().reshape((n, cout, out_sp[0]) + tuple(padded[1:]))
-    return out.shrink([None, None, None] + [(0, o) for o in out_sp[1:]])
+    dw = (win * g_flat).sum((0, 4 + nd))  # (G, Cout/G, Cin/G, K...)
+    return dx, dw.reshape(weight.shape)
 
 
 def conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1,
