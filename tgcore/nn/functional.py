@@ -273,9 +273,11 @@ def _flat_windows(x: Tensor, kernel: tuple[int, ...], dilation: tuple[int, ...])
 def _conv_flat_grad(g: Tensor, out: Tensor, x: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
     """Gradients of ``_conv_flat`` for the output gradient ``g``: the input's is the transposed convolution (a
     stride-1 convolution of ``g`` padded by the kernel's reach, flipped kernel, channels swapped: the flat form
-    again), the weight's a product of ``g`` on the padded grid (zeros past each row's outputs, made contiguous so
-    its loads are plain vectors) with the input's windows, summed over the batch and the positions. Groups and
-    dilation are read off the shapes (the rule is part of the graph, one per formula)."""
+    again); the weight's a matrix product over the batch and the positions of the input's windows (rows: input
+    channel and tap) with ``g`` on the padded grid (zeros past each row's outputs) transposed to (positions, output
+    channels), so the output channels are contiguous vector columns (the register tile of ``heuristic.gemm_opts``,
+    its positions in K blocks) and no lanes are summed across. Groups and dilation are read off the shapes (the rule
+    is part of the graph: one per formula)."""
     kernel = weight.shape[2:]
     nd = len(kernel)
     n, cin = x.shape[:2]
@@ -287,9 +289,11 @@ def _conv_flat_grad(g: Tensor, out: Tensor, x: Tensor, weight: Tensor) -> tuple[
     g_grid = _pad_last(g, [(0, p - o) for p, o in zip(padded[1:], out_sp[1:], strict=True)])
     win, _ = _flat_windows(x, kernel, dilation)
     positions = win.shape[-1]
-    g_flat = g_grid.contiguous().reshape((n, groups, cout // groups, 1) + (1,) * nd + (positions,))
-    win = win.reshape((n, groups, 1, cin_g) + kernel + (positions,))
-    dw = (win * g_flat).sum((0, 4 + nd))  # (G, Cout/G, Cin/G, K...)
+    g_t = g_grid.reshape((n, groups, cout // groups, positions)).transpose(-1, -2).contiguous()
+    g_t = g_t.reshape((n, groups, 1) + (1,) * nd + (positions, cout // groups))
+    win = win.reshape((n, groups, cin_g) + kernel + (positions, 1))
+    dw = (win * g_t).sum((0, 3 + nd))  # (G, Cin/G, K..., Cout/G)
+    dw = dw.permute((0, 2 + nd, 1) + tuple(range(2, 2 + nd)))
     return dx, dw.reshape(weight.shape)
 
 
