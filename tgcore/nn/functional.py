@@ -22,7 +22,7 @@ from typing import Any
 
 from tgcore.dtype import DType, dtypes, least_upper_dtype, least_upper_float
 from tgcore.errors import TensorValueError
-from tgcore.helpers import ceildiv
+from tgcore.helpers import ceildiv, round_up
 from tgcore.tensor import Tensor
 from tgcore.tensor_autograd import with_gradient
 
@@ -211,6 +211,9 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntOrTuple, pa
 
 
 FLAT_CONV_MIN_FLOPS = 1 << 26  # smaller convolutions keep the plain windows: one kernel fewer, no padded copy
+# the flat positions computed are a multiple of this (the columns of whole register tiles: a tile of padded columns
+# is gated lane by lane), the extra ones read the padding and are cut off with the rest
+FLAT_POSITIONS_MULTIPLE = 64
 
 
 def _conv_out(padded: Sequence[int], kernel: Sequence[int], dilation: Sequence[int]) -> tuple[int, ...]:
@@ -236,29 +239,33 @@ def _conv_flat(x: Tensor, weight: Tensor, groups: int, kernel: tuple[int, ...], 
     n = x.shape[0]
     cout, cin_g = weight.shape[:2]
     padded = x.shape[2:]
-    win, out_sp = _flat_windows(x, kernel, dilation)
-    positions = win.shape[-1]
-    win = win.reshape((n, groups, 1, cin_g) + kernel + (positions,))
+    win, out_sp = _flat_windows(x, kernel, dilation, FLAT_POSITIONS_MULTIPLE)
+    computed = win.shape[-1]
+    win = win.reshape((n, groups, 1, cin_g) + kernel + (computed,))
     w = weight.reshape((1, groups, cout // groups, cin_g) + kernel + (1,))
-    out = (win * w).sum(tuple(range(3, 4 + nd)))  # (N, G, Cout/G, positions)
+    out = (win * w).sum(tuple(range(3, 4 + nd)))  # (N, G, Cout/G, computed)
     # computed on the padded grid (its columns are the kernel's contiguous axis), then the valid part cut out
-    out = out.contiguous().reshape((n, cout, out_sp[0]) + tuple(padded[1:]))
+    positions = out_sp[0] * math.prod(padded[1:])
+    out = out.contiguous().reshape((n, cout, computed)).shrink((None, None, (0, positions)))
+    out = out.reshape((n, cout, out_sp[0]) + tuple(padded[1:]))
     out = out.shrink([None, None, None] + [(0, o) for o in out_sp[1:]])
     return with_gradient(out, (x, weight), _conv_flat_grad)
 
 
-def _flat_windows(x: Tensor, kernel: tuple[int, ...], dilation: tuple[int, ...]) -> tuple[Tensor, tuple[int, ...]]:
+def _flat_windows(x: Tensor, kernel: tuple[int, ...], dilation: tuple[int, ...],
+                  multiple: int = 1) -> tuple[Tensor, tuple[int, ...]]:
     """The windows of a stride-1 convolution of the padded input ``x`` (N, Cin, P...) over its flattened positions,
     (N, Cin, K1..Kn, positions), and the output extents: output position ``p`` (row-major over (O1, P2, ..., Pn))
     reads ``flat[p + sum_i k_i * d_i * S_i]`` (S_i: the padded row strides), so every tap is the same contiguous run
     shifted; the positions past each row's valid outputs (the last ``d_i*(K_i-1)`` of axes 2..n) are computed and
-    cut off. ``x`` is made contiguous once (the padding), then windows of the flat axis are views."""
+    cut off, and so are the positions past the last row up to a ``multiple`` of positions. ``x`` is made contiguous
+    once (the padding), then windows of the flat axis are views."""
     nd = len(kernel)
     n, cin = x.shape[:2]
     padded = x.shape[2:]
     out_sp = _conv_out(padded, kernel, dilation)
     strides = [math.prod(padded[i + 1:]) for i in range(nd)]
-    positions = out_sp[0] * strides[0]  # output positions on the padded grid: O1 x P2 x ... x Pn
+    positions = round_up(out_sp[0] * strides[0], multiple)  # output positions on the padded grid: O1 x P2 x ... x Pn
     reach = sum((k - 1) * d * s for k, d, s in zip(kernel, dilation, strides, strict=True))
     slack_rows = ceildiv(positions + reach - math.prod(padded), strides[0])  # read by the cut-off positions
     x = x.pad([None, None, (0, slack_rows)] + [None] * (nd - 1)) if slack_rows > 0 else x
