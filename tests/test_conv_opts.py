@@ -123,10 +123,11 @@ def test_flat_convolution_products_with_any_legal_list_match_numpy(device, data,
     np.testing.assert_array_equal(got[0], ref, err_msg=f"{device} {which} {axes} {[str(o) for o in opts]}")
 
 
-# odd and degenerate shapes: (batch, cin, cout, size, kernel, padding, dilation, groups); the last two are large
+# odd and degenerate shapes: (batch, cin, cout, size, kernel, padding, dilation, groups) (padding beyond the
+# kernel's reach: the input gradient crops the output gradient); the last two are large
 # enough for the register tiles (and, for the weight gradient, the K blocks of its positions) on CPU
 SHAPES = [(1, 3, 5, (9, 11), (3, 3), 1, 1, 1), (2, 4, 4, (6, 6), (1, 1), 0, 1, 2), (1, 2, 3, (13, 12), (7, 7), 3, 1, 1),
-          (3, 6, 4, (10, 7), (3, 2), 2, 2, 2), (1, 1, 1, (5, 5), (3, 3), 1, 1, 1),
+          (3, 6, 4, (10, 7), (3, 2), 2, 2, 2), (1, 1, 1, (5, 5), (3, 3), 1, 1, 1), (2, 3, 2, (6, 5), (3, 3), 3, 1, 1),
           (2, 16, 32, (30, 30), (3, 3), 1, 1, 1), (1, 24, 40, (66, 66), (3, 3), 1, 1, 1)]
 
 

@@ -16,8 +16,9 @@ once at the end, like torch on CPU.
 """
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tgcore.dtype import DType, dtypes, least_upper_dtype, least_upper_float
@@ -194,11 +195,11 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntOrTuple, pa
     pads = _conv_padding(padding, nd, kernel, dl, st)
     dt = least_upper_dtype(x.dtype, weight.dtype)
     x, weight = x.cast(dt), weight.cast(dt)
-    x = _pad_last(x, pads)
-    if _flat_windows_pay(x, cout, kernel, st, dl):
-        out = _conv_flat(x, weight, groups, kernel, dl)
+    padded = _pad_last(x, pads)
+    if _flat_windows_pay(padded, cout, kernel, st, dl):
+        out = _conv_flat(x, weight, groups, kernel, dl, tuple(pads))
     else:
-        win = windows(x, kernel, st, dl)  # (N, Cin, O..., K...)
+        win = windows(padded, kernel, st, dl)  # (N, Cin, O..., K...)
         out_sp = win.shape[2:2 + nd]
         # (N, G, 1, Cin/G, O..., K...) * (1, G, Cout/G, Cin/G, 1..., K...) summed over Cin/G and the taps
         win = win.reshape((n, groups, 1, cin_g) + out_sp + kernel)
@@ -230,16 +231,21 @@ def _flat_windows_pay(x: Tensor, cout: int, kernel: tuple[int, ...], stride: tup
     return 2 * x.shape[0] * x.shape[1] * cout * math.prod(kernel) * math.prod(out) >= FLAT_CONV_MIN_FLOPS
 
 
-def _conv_flat(x: Tensor, weight: Tensor, groups: int, kernel: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
-    """A stride-1 convolution of the padded input ``x`` (N, Cin, P...) over its flattened positions (see
+Pad = tuple[int, int]
+
+
+def _conv_flat(x: Tensor, weight: Tensor, groups: int, kernel: tuple[int, ...], dilation: tuple[int, ...],
+               pads: tuple[Pad, ...]) -> Tensor:
+    """A stride-1 convolution of ``x`` (N, Cin, S...) padded by ``pads`` over its flattened positions (see
     ``_flat_windows``): the taps of each output channel are a matrix product's rows, the flattened positions its
     columns. Its gradients are convolutions of the same form (``_conv_flat_grad``), not the chain rule through the
     window views (which would sum a materialized copy of the windows)."""
     nd = len(kernel)
     n = x.shape[0]
     cout, cin_g = weight.shape[:2]
-    padded = x.shape[2:]
-    win, out_sp = _flat_windows(x, kernel, dilation, FLAT_POSITIONS_MULTIPLE)
+    xp = _pad_last(x, pads)
+    padded = xp.shape[2:]
+    win, out_sp = _flat_windows(xp, kernel, dilation, FLAT_POSITIONS_MULTIPLE)
     computed = win.shape[-1]
     win = win.reshape((n, groups, 1, cin_g) + kernel + (computed,))
     w = weight.reshape((1, groups, cout // groups, cin_g) + kernel + (1,))
@@ -249,7 +255,16 @@ def _conv_flat(x: Tensor, weight: Tensor, groups: int, kernel: tuple[int, ...], 
     out = out.contiguous().reshape((n, cout, computed)).shrink((None, None, (0, positions)))
     out = out.reshape((n, cout, out_sp[0]) + tuple(padded[1:]))
     out = out.shrink([None, None, None] + [(0, o) for o in out_sp[1:]])
-    return with_gradient(out, (x, weight), _conv_flat_grad)
+    return with_gradient(out, (x, weight), _flat_conv_rule(pads, dilation))
+
+
+@functools.cache
+def _flat_conv_rule(pads: tuple[Pad, ...], dilation: tuple[int, ...]) -> Callable[..., tuple[Tensor, Tensor]]:
+    """The gradient rule of ``_conv_flat`` for one padding and dilation: one function per pair (the rule is part of
+    the graph node, so the same convolution twice makes the same graph)."""
+    def rule(g: Tensor, out: Tensor, x: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
+        return _conv_flat_grad(g, x, weight, pads, dilation)
+    return rule
 
 
 def _flat_windows(x: Tensor, kernel: tuple[int, ...], dilation: tuple[int, ...],
@@ -277,24 +292,27 @@ def _flat_windows(x: Tensor, kernel: tuple[int, ...], dilation: tuple[int, ...],
     return win.shrink([None] * (win.ndim - 1) + [(0, positions)]), out_sp
 
 
-def _conv_flat_grad(g: Tensor, out: Tensor, x: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
-    """Gradients of ``_conv_flat`` for the output gradient ``g``: the input's is the transposed convolution (a
-    stride-1 convolution of ``g`` padded by the kernel's reach, flipped kernel, channels swapped: the flat form
-    again); the weight's a matrix product over the batch and the positions of the input's windows (rows: input
-    channel and tap) with ``g`` on the padded grid (zeros past each row's outputs) transposed to (positions, output
-    channels), so the output channels are contiguous vector columns (the register tile of ``heuristic.gemm_opts``,
-    its positions in K blocks) and no lanes are summed across. Groups and dilation are read off the shapes (the rule
-    is part of the graph: one per formula)."""
+def _conv_flat_grad(g: Tensor, x: Tensor, weight: Tensor, pads: tuple[Pad, ...],
+                    dilation: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """Gradients of ``_conv_flat`` for the output gradient ``g``. The input's is the transposed convolution, for the
+    input's own positions only: ``g`` padded by the kernel's reach less the forward padding (cropped where that is
+    negative), convolved with the flipped kernel, channels swapped (the flat form again). The weight's is a matrix
+    product over the batch and the positions of the padded input's windows (rows: input channel and tap) with ``g``
+    on the padded grid (zeros past each row's outputs) transposed to (positions, output channels), so the output
+    channels are contiguous vector columns (the register tile of ``heuristic.gemm_opts``, its positions in K blocks)
+    and no lanes are summed across."""
     kernel = weight.shape[2:]
     nd = len(kernel)
-    n, cin = x.shape[:2]
+    n = x.shape[0]
     cout, cin_g = weight.shape[:2]
-    groups = cin // cin_g
-    padded, out_sp = x.shape[2:], g.shape[2:]
-    dilation = tuple((p - o) // (k - 1) if k > 1 else 1 for p, o, k in zip(padded, out_sp, kernel, strict=True))
-    dx = _conv_transpose(g, weight, None, 1, 0, 0, groups, dilation, nd, "conv gradient")
+    groups = x.shape[1] // cin_g
+    reach = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
+    g_wide = _pad_last(g, [(r - before, r - after) for r, (before, after) in zip(reach, pads, strict=True)])
+    dx = _conv(g_wide, _flipped_transpose(weight, groups, nd), None, 1, 0, dilation, groups, nd, "conv gradient")
+    xp = _pad_last(x, pads)
+    padded, out_sp = xp.shape[2:], g.shape[2:]
     g_grid = _pad_last(g, [(0, p - o) for p, o in zip(padded[1:], out_sp[1:], strict=True)])
-    win, _ = _flat_windows(x, kernel, dilation)
+    win, _ = _flat_windows(xp, kernel, dilation)
     positions = win.shape[-1]
     g_t = g_grid.reshape((n, groups, cout // groups, positions)).transpose(-1, -2).contiguous()
     g_t = g_t.reshape((n, groups, 1) + (1,) * nd + (positions, cout // groups))
@@ -302,6 +320,15 @@ def _conv_flat_grad(g: Tensor, out: Tensor, x: Tensor, weight: Tensor) -> tuple[
     dw = (win * g_t).sum((0, 3 + nd))  # (G, Cin/G, K..., Cout/G)
     dw = dw.permute((0, 2 + nd, 1) + tuple(range(2, 2 + nd)))
     return dx, dw.reshape(weight.shape)
+
+
+def _flipped_transpose(weight: Tensor, groups: int, nd: int) -> Tensor:
+    """(In, Out/G, K...) -> (Out, In/G, K...), flipped in space: the kernel of the adjoint convolution."""
+    cin, cout_g = weight.shape[:2]
+    kernel = weight.shape[2:]
+    cin_g = cin // groups
+    w = weight.reshape((groups, cin_g, cout_g) + kernel).transpose(1, 2).reshape((groups * cout_g, cin_g) + kernel)
+    return w.flip(*range(2, 2 + nd))
 
 
 def conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1,
@@ -356,11 +383,7 @@ def _conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntO
         x = x.shrink([None] * a + [(0, (length - 1) * s + 1)] + [None] * (x.ndim - a - 1))
     pads = [(d * (k - 1) - p, d * (k - 1) - p + o) for k, d, p, o in zip(kernel, dl, pd, op, strict=True)]
     x = _pad_last(x, pads)  # negative amounts crop
-    # (Cin, Cout/G, K...) -> (Cout, Cin/G, K...), flipped in space
-    cin_g = cin // groups
-    w = weight.reshape((groups, cin_g, cout_g) + kernel).transpose(1, 2).reshape((groups * cout_g, cin_g) + kernel)
-    w = w.flip(*range(2, 2 + nd))
-    out = _conv(x, w, bias, 1, 0, dl, groups, nd, name)
+    out = _conv(x, _flipped_transpose(weight, groups, nd), bias, 1, 0, dl, groups, nd, name)
     return out.squeeze(0) if unbatched else out
 
 
