@@ -168,3 +168,24 @@ def test_weight_gradient_of_the_bench_convolution_gets_a_register_tile_and_k_blo
     assert axes[tile.axis].src[0].arg == 56 * 58 and (56 * 58) % tile.amount == 0, opts  # the positions
     assert 8 * tile.amount * 64 * 4 * 4 <= renderer.cache_sizes.l2, opts   # with the batch, a quarter of L2
     assert [o.amount for o in by_op[OptOps.THREAD]] == [2], opts
+
+
+@pytest.mark.parametrize("kernel,dilation", [((2, 4), 1), ((3, 2), 2), ((4, 4), 1)])
+def test_flat_convolution_with_uneven_same_padding_matches_torch(device, kernel, dilation):
+    """padding='same' of an even kernel pads one side more than the other: the input gradient pads the output
+    gradient by the kernel's reach less each side's padding."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(sum(kernel) + dilation)
+    x_np, w_np = rng.standard_normal((2, 3, 9, 8)).astype(np.float32), rng.standard_normal((4, 3) + kernel)
+    g_np = rng.standard_normal((2, 4, 9, 8)).astype(np.float32)
+    x, w = Tensor(x_np, device=device, requires_grad=True), Tensor(w_np.astype(np.float32), device=device,
+                                                                   requires_grad=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(F, "FLAT_CONV_MIN_FLOPS", 0)
+        out = F.conv2d(x, w, padding="same", dilation=dilation)
+    out.backward(Tensor(g_np, device=device))
+    xt, wt = torch.tensor(x_np, requires_grad=True), torch.tensor(w_np.astype(np.float32), requires_grad=True)
+    ref = torch.nn.functional.conv2d(xt, wt, padding="same", dilation=dilation)
+    ref.backward(torch.tensor(g_np))
+    for got, want in ((out, ref), (x.grad, xt.grad), (w.grad, wt.grad)):
+        np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-4, atol=1e-4)
