@@ -312,8 +312,9 @@ def _conv_flat_grad(g: Tensor, x: Tensor, weight: Tensor, pads: tuple[Pad, ...],
     xp = _pad_last(x, pads)
     padded, out_sp = xp.shape[2:], g.shape[2:]
     g_grid = _pad_last(g, [(0, p - o) for p, o in zip(padded[1:], out_sp[1:], strict=True)])
-    win, _ = _flat_windows(xp, kernel, dilation)
-    positions = win.shape[-1]
+    win, _ = _flat_windows(xp, kernel, dilation, FLAT_POSITIONS_MULTIPLE)  # (the forward's padded copy of x)
+    positions = out_sp[0] * math.prod(padded[1:])
+    win = win.shrink([None] * (win.ndim - 1) + [(0, positions)])
     g_t = g_grid.reshape((n, groups, cout // groups, positions)).transpose(-1, -2).contiguous()
     g_t = g_t.reshape((n, groups, 1) + (1,) * nd + (positions, cout // groups))
     win = win.reshape((n, groups, cin_g) + kernel + (positions, 1))
