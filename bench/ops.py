@@ -95,20 +95,25 @@ def compute_rows(dev: str, rep: int, quick: bool) -> list[tuple[str, float, floa
         return lambda: F.conv2d(x, w, padding=1)
     add("conv2d 3x3 64ch 56^2 b8 fwd", flops, conv_forward, "torch",
         lambda: torch.nn.functional.conv2d(xt, wt, padding=1))
-    xg, wg = xt.clone().requires_grad_(), wt.clone().requires_grad_()
+    # a training step's work: the output and both gradients for a random output gradient (the gradient of .sum()
+    # is constant: tgcore would fold it into cheaper kernels than a training step runs)
+    g_np = rng.standard_normal((8, 64, 56, 56), dtype=np.float32)
+    xg, wg, gt = xt.clone().requires_grad_(), wt.clone().requires_grad_(), torch.tensor(g_np)
 
     def torch_backward() -> None:
         xg.grad = wg.grad = None
-        torch.nn.functional.conv2d(xg, wg, padding=1).sum().backward()
+        torch.nn.functional.conv2d(xg, wg, padding=1).backward(gt)
 
     def tg_backward(d: str):
         x = Tensor(x_np, device=d, requires_grad=True).realize()
         w = Tensor(w_np, device=d, requires_grad=True).realize()
+        g = Tensor(g_np, device=d).realize()
 
         def step() -> Tensor:
             x.grad = w.grad = None
-            F.conv2d(x, w, padding=1).sum().backward()
-            return x.grad.realize(w.grad)
+            out = F.conv2d(x, w, padding=1)
+            out.backward(g)
+            return out.realize(x.grad, w.grad)
         return step
     add("conv2d same, fwd+bwd", 3 * flops, tg_backward, "torch", torch_backward)
     return rows

@@ -422,6 +422,13 @@ def test_upcast_above_max_lanes_raises():
     apply_opts(gemm_ast(4, lanes, 8), [Opt(UPCAST, 1, MAX_LANES)], open_device("CPU").renderer)
 
 
+@pytest.mark.parametrize("lanes", [3, 13, 24])
+def test_upcast_of_lanes_not_a_power_of_two_raises(lanes):
+    """A 13-lane vector (a pooled row of 13) used to pass the check and fail in the C compiler."""
+    with pytest.raises(OptError, match=rf"^UPCAST\(1,{lanes}\): a vector has a power-of-two number of lanes"):
+        apply_opts(gemm_ast(4, lanes, 8), [Opt(UPCAST, 1, lanes)], open_device("CPU").renderer)
+
+
 def test_more_accumulators_than_vector_registers_raise(device):
     """UNROLL copies of a reduction each keep an accumulator: their product may not pass the renderer's
     ``vector_registers``; exactly that many is fine."""

@@ -245,7 +245,7 @@ class GemmShape:
     sizes, and the renderer's vectors, registers and L2."""
     row: int
     col: int
-    k: int              # the reduced axis a K tile splits (the first, when there are several)
+    k: int              # the reduced axis a K tile splits (the longest, when there are several)
     m: int
     n: int
     kk: int             # iterations of all reduced axes together
@@ -257,6 +257,8 @@ class GemmShape:
     tileable: bool      # the K loop can be tiled (partial sums kept in the output)
     threads: int        # threads the rows can be split over (1 without renderer threads)
     flops: int          # of the whole kernel (every output axis, a batch's too)
+    k_size: int         # iterations of the axis ``k`` (a K block keeps the other reduced axes inside: with the
+                        # batch of a weight gradient, its block of B is that many times longer)
 
 
 def gemm_shape(ast: UOp, renderer: Renderer, threads: int, min_flops: int = GEMM_MIN_FLOPS) -> GemmShape | None:
@@ -274,9 +276,10 @@ def gemm_shape(ast: UOp, renderer: Renderer, threads: int, min_flops: int = GEMM
     if lanes < 2 or min(m, n, kk) < 1 or 2 * outputs * kk < min_flops:  # (a batch's axes count too)
         return None
     number = {r: i for i, r in enumerate(axes)}
-    return GemmShape(number[row], number[col], number[ks[0]], m, n, kk, lanes, renderer.vector_registers,
-                     renderer.masked_vectors, dtype.itemsize, renderer.cache_sizes.l2, tileable(ast) and len(ks) == 1,
-                     threads, 2 * outputs * kk)
+    k = max(ks, key=_size)  # (the first of equals)
+    return GemmShape(number[row], number[col], number[k], m, n, kk, lanes, renderer.vector_registers,
+                     renderer.masked_vectors, dtype.itemsize, renderer.cache_sizes.l2, tileable(ast),
+                     threads, 2 * outputs * kk, _size(k))
 
 
 def gemm_tiles(g: GemmShape) -> list[tuple[int, int]]:
@@ -301,10 +304,13 @@ def gemm_speed(g: GemmShape, tile: tuple[int, int]) -> float:
 
 
 def gemm_k_blocks(g: GemmShape) -> list[int]:
-    """K block sizes (divisors of K, at least ``MIN_TILE_K``) whose block of B fits its share of L2, shortest first."""
+    """K block sizes (divisors of the axis ``k``, at least ``MIN_TILE_K``) whose block of B (with the other reduced
+    axes: ``kk / k_size`` times the block) fits its share of L2, shortest first."""
     if not g.tileable:
         return []
-    return [d for d in range(MIN_TILE_K, g.kk) if g.kk % d == 0 and d * g.n * g.itemsize * TILE_K_SHARE <= g.l2]
+    others = g.kk // g.k_size
+    return [d for d in range(MIN_TILE_K, g.k_size)
+            if g.k_size % d == 0 and d * others * g.n * g.itemsize * TILE_K_SHARE <= g.l2]
 
 
 def gemm_block_k(g: GemmShape) -> int:

@@ -116,6 +116,9 @@ def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: Renderer) -> No
             blocked[o.axis] = o
     if upcasts and upcasts[0].amount > MAX_LANES:
         raise OptError(f"{upcasts[0]}: at most {MAX_LANES} lanes")
+    if upcasts and upcasts[0].amount & (upcasts[0].amount - 1):
+        raise OptError(f"{upcasts[0]}: a vector has a power-of-two number of lanes (pad the axis to a multiple of one, "
+                       "or UNROLL it)")
     ordered = [o for o in opts if o.op in (OptOps.UPCAST, OptOps.TILE)]
     if ordered and not renderer.linear:
         raise OptError(f"{ordered[0]}: {type(renderer).__name__} takes the kernel in REDUCE form (linear = False) and "

@@ -2,17 +2,19 @@
 large stride-1 convolutions, over the flattened padded input)."""
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tgcore.dtype import least_upper_dtype
 from tgcore.errors import TensorValueError
-from tgcore.helpers import ceildiv
+from tgcore.helpers import ceildiv, round_up
 from tgcore.nn.functional.common import IntOrTuple, _check_spatial, _pad_last, _tuple, _window_last, windows
 from tgcore.tensor import Tensor
+from tgcore.tensor_autograd import with_gradient
+
 
 # ------------------------------------------------------------------------------------------ convolution
-
 def _conv_padding(padding: IntOrTuple | str, nd: int, kernel: tuple[int, ...], dilation: tuple[int, ...],
                   stride: tuple[int, ...]) -> list[tuple[int, int]]:
     """(before, after) per spatial axis; 'same' puts the extra element of an odd total after (like torch)."""
@@ -59,11 +61,11 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntOrTuple, pa
     pads = _conv_padding(padding, nd, kernel, dl, st)
     dt = least_upper_dtype(x.dtype, weight.dtype)
     x, weight = x.cast(dt), weight.cast(dt)
-    x = _pad_last(x, pads)
-    if _flat_windows_pay(x, cout, kernel, st, dl):
-        out = _conv_flat(x, weight, groups, kernel, dl)
+    padded = _pad_last(x, pads)
+    if _flat_windows_pay(padded, cout, kernel, st, dl):
+        out = _conv_flat(x, weight, groups, kernel, dl, tuple(pads))
     else:
-        win = windows(x, kernel, st, dl)  # (N, Cin, O..., K...)
+        win = windows(padded, kernel, st, dl)  # (N, Cin, O..., K...)
         out_sp = win.shape[2:2 + nd]
         # (N, G, 1, Cin/G, O..., K...) * (1, G, Cout/G, Cin/G, 1..., K...) summed over Cin/G and the taps
         win = win.reshape((n, groups, 1, cin_g) + out_sp + kernel)
@@ -76,6 +78,9 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntOrTuple, pa
 
 
 FLAT_CONV_MIN_FLOPS = 1 << 26  # smaller convolutions keep the plain windows: one kernel fewer, no padded copy
+# the flat positions computed are a multiple of this (the columns of whole register tiles: a tile of padded columns
+# is gated lane by lane), the extra ones read the padding and are cut off with the rest
+FLAT_POSITIONS_MULTIPLE = 64
 
 
 def _conv_out(padded: Sequence[int], kernel: Sequence[int], dilation: Sequence[int]) -> tuple[int, ...]:
@@ -92,19 +97,56 @@ def _flat_windows_pay(x: Tensor, cout: int, kernel: tuple[int, ...], stride: tup
     return 2 * x.shape[0] * x.shape[1] * cout * math.prod(kernel) * math.prod(out) >= FLAT_CONV_MIN_FLOPS
 
 
-def _conv_flat(x: Tensor, weight: Tensor, groups: int, kernel: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
-    """A stride-1 convolution of the padded input ``x`` (N, Cin, P...) over its flattened positions: output position
-    ``p`` (row-major over (O1, P2, ..., Pn)) reads ``flat[p + sum_i k_i * d_i * S_i]`` (S_i: the padded row strides),
-    so every tap is the same contiguous run shifted, a matrix product's columns; the positions past each row's
-    valid outputs (the last ``d_i*(K_i-1)`` of axes 2..n) are computed and cut off. ``x`` is made contiguous once
-    (the padding), then windows of the flat axis are views."""
+Pad = tuple[int, int]
+
+
+def _conv_flat(x: Tensor, weight: Tensor, groups: int, kernel: tuple[int, ...], dilation: tuple[int, ...],
+               pads: tuple[Pad, ...]) -> Tensor:
+    """A stride-1 convolution of ``x`` (N, Cin, S...) padded by ``pads`` over its flattened positions (see
+    ``_flat_windows``): the taps of each output channel are a matrix product's rows, the flattened positions its
+    columns. Its gradients are convolutions of the same form (``_conv_flat_grad``), not the chain rule through the
+    window views (which would sum a materialized copy of the windows)."""
+    nd = len(kernel)
+    n = x.shape[0]
+    cout, cin_g = weight.shape[:2]
+    xp = _pad_last(x, pads)
+    padded = xp.shape[2:]
+    win, out_sp = _flat_windows(xp, kernel, dilation, FLAT_POSITIONS_MULTIPLE)
+    computed = win.shape[-1]
+    win = win.reshape((n, groups, 1, cin_g) + kernel + (computed,))
+    w = weight.reshape((1, groups, cout // groups, cin_g) + kernel + (1,))
+    out = (win * w).sum(tuple(range(3, 4 + nd)))  # (N, G, Cout/G, computed)
+    # computed on the padded grid (its columns are the kernel's contiguous axis), then the valid part cut out
+    positions = out_sp[0] * math.prod(padded[1:])
+    out = out.contiguous().reshape((n, cout, computed)).shrink((None, None, (0, positions)))
+    out = out.reshape((n, cout, out_sp[0]) + tuple(padded[1:]))
+    out = out.shrink([None, None, None] + [(0, o) for o in out_sp[1:]])
+    return with_gradient(out, (x, weight), _flat_conv_rule(pads, dilation))
+
+
+@functools.cache
+def _flat_conv_rule(pads: tuple[Pad, ...], dilation: tuple[int, ...]) -> Callable[..., tuple[Tensor, Tensor]]:
+    """The gradient rule of ``_conv_flat`` for one padding and dilation: one function per pair (the rule is part of
+    the graph node, so the same convolution twice makes the same graph)."""
+    def rule(g: Tensor, out: Tensor, x: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
+        return _conv_flat_grad(g, x, weight, pads, dilation)
+    return rule
+
+
+def _flat_windows(x: Tensor, kernel: tuple[int, ...], dilation: tuple[int, ...],
+                  multiple: int = 1) -> tuple[Tensor, tuple[int, ...]]:
+    """The windows of a stride-1 convolution of the padded input ``x`` (N, Cin, P...) over its flattened positions,
+    (N, Cin, K1..Kn, positions), and the output extents: output position ``p`` (row-major over (O1, P2, ..., Pn))
+    reads ``flat[p + sum_i k_i * d_i * S_i]`` (S_i: the padded row strides), so every tap is the same contiguous run
+    shifted; the positions past each row's valid outputs (the last ``d_i*(K_i-1)`` of axes 2..n) are computed and
+    cut off, and so are the positions past the last row up to a ``multiple`` of positions. ``x`` is made contiguous
+    once (the padding), then windows of the flat axis are views."""
     nd = len(kernel)
     n, cin = x.shape[:2]
-    cout, cin_g = weight.shape[:2]
     padded = x.shape[2:]
     out_sp = _conv_out(padded, kernel, dilation)
     strides = [math.prod(padded[i + 1:]) for i in range(nd)]
-    positions = out_sp[0] * strides[0]  # output positions on the padded grid: O1 x P2 x ... x Pn
+    positions = round_up(out_sp[0] * strides[0], multiple)  # output positions on the padded grid: O1 x P2 x ... x Pn
     reach = sum((k - 1) * d * s for k, d, s in zip(kernel, dilation, strides, strict=True))
     slack_rows = ceildiv(positions + reach - math.prod(padded), strides[0])  # read by the cut-off positions
     x = x.pad([None, None, (0, slack_rows)] + [None] * (nd - 1)) if slack_rows > 0 else x
@@ -113,13 +155,47 @@ def _conv_flat(x: Tensor, weight: Tensor, groups: int, kernel: tuple[int, ...], 
     for k, d, s in zip(kernel, dilation, strides, strict=True):  # taps of each axis: (..., L) -> (..., L', k)
         win = _window_last(win, k, 1, d * s)
         win = win.transpose(-1, -2)  # the positions last again
-    win = win.shrink([None] * (win.ndim - 1) + [(0, positions)])  # (N, Cin, K1..Kn, positions)
-    win = win.reshape((n, groups, 1, cin_g) + kernel + (positions,))
-    w = weight.reshape((1, groups, cout // groups, cin_g) + kernel + (1,))
-    out = (win * w).sum(tuple(range(3, 4 + nd)))  # (N, G, Cout/G, positions)
-    # computed on the padded grid (its columns are the kernel's contiguous axis), then the valid part cut out
-    out = out.contiguous().reshape((n, cout, out_sp[0]) + tuple(padded[1:]))
-    return out.shrink([None, None, None] + [(0, o) for o in out_sp[1:]])
+    return win.shrink([None] * (win.ndim - 1) + [(0, positions)]), out_sp
+
+
+def _conv_flat_grad(g: Tensor, x: Tensor, weight: Tensor, pads: tuple[Pad, ...],
+                    dilation: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """Gradients of ``_conv_flat`` for the output gradient ``g``. The input's is the transposed convolution, for the
+    input's own positions only: ``g`` padded by the kernel's reach less the forward padding (cropped where that is
+    negative), convolved with the flipped kernel, channels swapped (the flat form again). The weight's is a matrix
+    product over the batch and the positions of the padded input's windows (rows: input channel and tap) with ``g``
+    on the padded grid (zeros past each row's outputs) transposed to (positions, output channels), so the output
+    channels are contiguous vector columns (the register tile of ``heuristic.gemm_opts``, its positions in K blocks)
+    and no lanes are summed across."""
+    kernel = weight.shape[2:]
+    nd = len(kernel)
+    n = x.shape[0]
+    cout, cin_g = weight.shape[:2]
+    groups = x.shape[1] // cin_g
+    reach = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
+    g_wide = _pad_last(g, [(r - before, r - after) for r, (before, after) in zip(reach, pads, strict=True)])
+    dx = _conv(g_wide, _flipped_transpose(weight, groups, nd), None, 1, 0, dilation, groups, nd, "conv gradient")
+    xp = _pad_last(x, pads)
+    padded, out_sp = xp.shape[2:], g.shape[2:]
+    g_grid = _pad_last(g, [(0, p - o) for p, o in zip(padded[1:], out_sp[1:], strict=True)])
+    win, _ = _flat_windows(xp, kernel, dilation, FLAT_POSITIONS_MULTIPLE)  # (the forward's padded copy of x)
+    positions = out_sp[0] * math.prod(padded[1:])
+    win = win.shrink([None] * (win.ndim - 1) + [(0, positions)])
+    g_t = g_grid.reshape((n, groups, cout // groups, positions)).transpose(-1, -2).contiguous()
+    g_t = g_t.reshape((n, groups, 1) + (1,) * nd + (positions, cout // groups))
+    win = win.reshape((n, groups, cin_g) + kernel + (positions, 1))
+    dw = (win * g_t).sum((0, 3 + nd))  # (G, Cin/G, K..., Cout/G)
+    dw = dw.permute((0, 2 + nd, 1) + tuple(range(2, 2 + nd)))
+    return dx, dw.reshape(weight.shape)
+
+
+def _flipped_transpose(weight: Tensor, groups: int, nd: int) -> Tensor:
+    """(In, Out/G, K...) -> (Out, In/G, K...), flipped in space: the kernel of the adjoint convolution."""
+    cin, cout_g = weight.shape[:2]
+    kernel = weight.shape[2:]
+    cin_g = cin // groups
+    w = weight.reshape((groups, cin_g, cout_g) + kernel).transpose(1, 2).reshape((groups * cout_g, cin_g) + kernel)
+    return w.flip(*range(2, 2 + nd))
 
 
 def conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1,
@@ -174,11 +250,7 @@ def _conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntO
         x = x.shrink([None] * a + [(0, (length - 1) * s + 1)] + [None] * (x.ndim - a - 1))
     pads = [(d * (k - 1) - p, d * (k - 1) - p + o) for k, d, p, o in zip(kernel, dl, pd, op, strict=True)]
     x = _pad_last(x, pads)  # negative amounts crop
-    # (Cin, Cout/G, K...) -> (Cout, Cin/G, K...), flipped in space
-    cin_g = cin // groups
-    w = weight.reshape((groups, cin_g, cout_g) + kernel).transpose(1, 2).reshape((groups * cout_g, cin_g) + kernel)
-    w = w.flip(*range(2, 2 + nd))
-    out = _conv(x, w, bias, 1, 0, dl, groups, nd, name)
+    out = _conv(x, _flipped_transpose(weight, groups, nd), bias, 1, 0, dl, groups, nd, name)
     return out.squeeze(0) if unbatched else out
 
 
