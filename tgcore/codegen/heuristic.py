@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tgcore.codegen.optimize import Opt, OptOps, kernel_axes, tileable
-from tgcore.codegen.upcast import MAX_LANES, _size, _stride, block_divisors
+from tgcore.codegen.upcast import MAX_LANES, _difference, _size, _stride, block_divisors
 from tgcore.dtype import DType, dtypes
 from tgcore.helpers import ceildiv, dedup, prod, round_up
 from tgcore.renderer import Renderer
@@ -44,6 +44,20 @@ def _main_inputs(ast: UOp) -> list[UOp]:
         return getattr(u.src[0].src[0].dtype, "size", 0) * u.dtype.itemsize
     biggest = max(size(u) for u in loads)
     return dedup(u.src[0].src[1] for u in loads if size(u) == biggest)
+
+
+def _bytes_per_step(mains: list[UOp], r: UOp) -> int:
+    """``s`` when the main input's loads read each step of ``r`` as ``s`` consecutive bytes (a 16-bit float
+    assembled from its two bytes: loads at ``s*r + 0 .. s-1``), else 0. Such a row runs along ``r`` as contiguously
+    as one of stride 1 (the C renderer loads the lanes' bytes as one vector)."""
+    s = _stride(mains[0], r) if mains else None
+    if s is None or s < 2 or len(mains) != s:
+        return 0
+    offsets = [_difference(m, mains[0]) for m in mains]
+    if any(o is None for o in offsets):
+        return 0
+    low = min(o for o in offsets if o is not None)
+    return s if sorted(o - low for o in offsets if o is not None) == list(range(s)) else 0
 
 
 def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -> list[Opt]:
@@ -72,7 +86,8 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -
     along_output = (bool(contiguous) and all(_stride(m, contiguous[0]) in (0, 1) for m in mains)
                     and (not reduces or width < 2 or _size(contiguous[0]) % width == 0))
     if reduces and mains and not along_output and len(reduces) == 1:
-        reduce_ranges = [r for r in reduces[0].src[1:] if any(_stride(m, r) == 1 for m in mains)]
+        reduce_ranges = [r for r in reduces[0].src[1:]
+                         if any(_stride(m, r) == 1 for m in mains) or _bytes_per_step(mains, r) > 1]
         rows = [r for r in ranges if _size(r) % REDUCE_ROWS == 0]
         # with rows to interleave, one native vector per row (the rows are the independent accumulators);
         # alone, a wide vector (several native ones, so the adds do not wait on each other) when the reduction

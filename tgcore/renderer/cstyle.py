@@ -195,16 +195,31 @@ static inline tg_widened8 tg_widen_i8x8(tg_int8x8 v) {
 """
 
 
+# 8 float16 lanes -> 8 float32 lanes: one F16C instruction (vcvtph2ps); gcc 12 converts a _Float16 vector lane by lane
+HALF_TO_FLOAT = {(dtypes.float16.vec(8), dtypes.float32.vec(8)): "tg_half8_to_f32"}
+HALF_PREAMBLE = """\
+static inline tg_float32x8 tg_half8_to_f32(tg_float16x8 v) {
+#if defined(__F16C__)
+  typedef short tg_halfbits8 __attribute__((vector_size(16)));
+  return (tg_float32x8)__builtin_ia32_vcvtph2ps256((tg_halfbits8)v);
+#else
+  return __builtin_convertvector(v, tg_float32x8);
+#endif
+}
+"""
+
+
 # innermost loops of at most this many iterations (a vectorized reduction's steps inside a quantization block) are
 # unrolled by the C compiler (gcc and clang read ``#pragma GCC unroll``)
 UNROLL_TRIPS = 8
 
 
-def _byte_term(u: UOp, dt: DType) -> tuple[int, UOp] | None:
-    """``(k, load)`` when ``u`` is ``cast(load of one byte) << 8k`` (the shift may be a multiply) of type ``dt``."""
+def _byte_term(u: UOp, dt: DType) -> tuple[int, list[UOp]] | None:
+    """``(k, loads)`` when ``u`` is ``cast(load of one byte) << 8k`` (the shift may be a multiply) of type ``dt``;
+    for a vector ``dt``, the cast of a vector of such loads (``loads``: one per lane)."""
     shift = 0
-    if u.op in (Ops.MUL, Ops.SHL) and u.src[1].op is Ops.CONST:
-        amount = u.src[1].arg
+    amount = _const_value(u.src[1]) if u.op in (Ops.MUL, Ops.SHL) else None
+    if amount is not None:
         bits = amount.bit_length() - 1 if u.op is Ops.MUL and amount > 0 and amount & (amount - 1) == 0 else (
             amount if u.op is Ops.SHL else -1)
         if bits < 0 or bits % 8:
@@ -212,11 +227,18 @@ def _byte_term(u: UOp, dt: DType) -> tuple[int, UOp] | None:
         shift, u = bits // 8, u.src[0]
     if u.op is not Ops.CAST or u.dtype != dt:
         return None
-    load = u.src[0]
-    if load.op is not Ops.LOAD or load.dtype is not dtypes.uint8 or len(load.src) != 1 \
-            or len(load.src[0].src) != 2:  # (ungated loads only)
-        return None
-    return shift, load
+    loads = list(u.src[0].src) if dt.count > 1 and u.src[0].op is Ops.VECTORIZE else [u.src[0]]
+    if len(loads) != dt.count or any(load.op is not Ops.LOAD or load.dtype is not dtypes.uint8
+                                     or len(load.src) != 1 or len(load.src[0].src) != 2 for load in loads):
+        return None  # (ungated loads only)
+    return shift, loads
+
+
+def _const_value(u: UOp) -> Any:
+    """The value of a constant, or of a vector of one constant in every lane; else None."""
+    if u.op is Ops.VECTORIZE and all(s is u.src[0] for s in u.src):
+        u = u.src[0]
+    return u.arg if u.op is Ops.CONST else None
 
 
 def _or_terms(u: UOp) -> list[UOp]:
@@ -225,9 +247,10 @@ def _or_terms(u: UOp) -> list[UOp]:
 
 def combine_byte_loads(x: UOp) -> UOp | None:
     """``b[i] | b[i+1] << 8 | ...`` over all the bytes of a 2/4/8-byte unsigned int -> one little-endian load of
-    that many bytes, bitcast (how a quantized file's 16-bit scales are read out of a byte buffer)."""
-    n = x.dtype.itemsize
-    if x.dtype.count != 1 or not dtypes.is_unsigned(x.dtype) or n not in (2, 4, 8):
+    that many bytes, bitcast (how a quantized file's 16-bit scales are read out of a byte buffer). A vector of such
+    ints whose lanes are consecutive in memory (a row of float16 weights) -> one load of all their bytes."""
+    n, lanes = x.dtype.scalar().itemsize, x.dtype.count
+    if not dtypes.is_unsigned(x.dtype.scalar()) or n not in (2, 4, 8):
         return None
     terms = [_byte_term(t, x.dtype) for t in _or_terms(x)]
     if len(terms) != n or any(t is None for t in terms):
@@ -235,14 +258,15 @@ def combine_byte_loads(x: UOp) -> UOp | None:
     by_shift = dict(t for t in terms if t is not None)
     if sorted(by_shift) != list(range(n)):
         return None
-    first = by_shift[0].src[0]
+    first = by_shift[0][0].src[0]
     buf, base = first.src
     from tgcore.uop.symbolic import difference
-    for k in range(1, n):
-        index = by_shift[k].src[0]
-        if index.src[0] is not buf or difference(index.src[1], base) != k:
-            return None
-    wide = UOp(Ops.LOAD, dtypes.uint8.vec(n), (first,))
+    for k in range(n):
+        for lane, load in enumerate(by_shift[k]):
+            index = load.src[0]
+            if (k or lane) and (index.src[0] is not buf or difference(index.src[1], base) != n * lane + k):
+                return None
+    wide = UOp(Ops.LOAD, dtypes.uint8.vec(n * lanes), (first,))
     return UOp(Ops.BITCAST, x.dtype, (wide,))
 
 
@@ -418,6 +442,8 @@ class CRenderer(Renderer):
             return f"(({c_type(dst)}){widen}({x}))"
         if widen is not None and dtypes.is_float(dst.scalar()) and dst.scalar() is not dtypes.bfloat16:
             return f"__builtin_convertvector({widen}({x}), {c_type(dst)})"  # exact: bytes fit any float
+        if (half := HALF_TO_FLOAT.get((src, dst))) is not None:
+            return f"{half}({x})"
         if _convertvector_exact(src.scalar(), dst.scalar()):
             return f"__builtin_convertvector({x}, {c_type(dst)})"
         lanes = [self._scalar_cast(src.scalar(), dst.scalar(), f"{x}[{i}]") for i in range(dst.count)]
@@ -553,6 +579,9 @@ class CRenderer(Renderer):
             helpers = WIDEN_PREAMBLE
         else:
             helpers = ""
+        if any(u.op is Ops.CAST and (u.src[0].dtype, u.dtype) in HALF_TO_FLOAT for u in kernel):
+            vectors = sorted(set(vectors) | {dtypes.float16.vec(8), dtypes.float32.vec(8)}, key=lambda d: d.name)
+            helpers += HALF_PREAMBLE
         typedefs = "".join(vector_typedef(d) + "\n" for d in vectors)
         return PREAMBLE + typedefs + helpers + head + "\n" + "\n".join(decls + body) + "\n}\n"
 
