@@ -19,6 +19,7 @@ Out: a list of ``Opt`` records for ``tgcore.codegen.optimize.apply_opts``.
 """
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from tgcore.codegen.optimize import Opt, OptOps, kernel_axes, tileable
@@ -27,6 +28,7 @@ from tgcore.dtype import DType, dtypes
 from tgcore.helpers import ceildiv, dedup, prod, round_up
 from tgcore.renderer import Renderer
 from tgcore.uop import Ops, RangeKind, UOp
+from tgcore.uop.sint import eval_at
 
 MIN_WORK_PER_THREAD = 1 << 15  # loop iterations below which a thread costs more than it saves
 MAX_UNROLL = 8   # copies made by unrolling on the plain vector path
@@ -60,6 +62,45 @@ def _bytes_per_step(mains: list[UOp], r: UOp) -> int:
     return s if sorted(o - low for o in offsets if o is not None) == list(range(s)) else 0
 
 
+GROUP_SAMPLES = 8  # random points at which a main index is checked to be constant over a group of steps
+
+
+def _grouped(ast: UOp, mains: list[UOp], r: UOp, lanes: int) -> bool:
+    """Whether the main input is read once per aligned group of ``lanes / 2`` steps of ``r`` or more (its indices
+    see ``r`` only through ``r // k``-like terms) while another input runs along ``r``: a grid-quantized weight,
+    one index byte per 8 (or 4) values and the values decoded from a table. Vectorized along ``r`` by ``lanes``,
+    each group's index, signs and scale are then loaded and decoded once for all its lanes.
+
+    Checked at ``GROUP_SAMPLES`` random points (a choice of speed, not of meaning: any index vectorizes)."""
+    group = lanes // 2
+    if group < 2 or _size(r) % lanes or not mains:
+        return False
+    loads = [u.src[0].src[1] for u in ast.toposort if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+    if not any(_stride(idx, r) == 1 for idx in loads):
+        return False
+    rng = random.Random(0)
+    for index in dedup(i for m in mains for i in _address_indices(m)):
+        leaves = [u for u in index.toposort if u.op in (Ops.RANGE, Ops.DEFINE_VAR) and u is not r]
+        for _ in range(GROUP_SAMPLES):
+            values = {u: rng.randint(int(u.vmin), int(u.vmax)) for u in leaves}
+            start = rng.randrange(_size(r) // group) * group
+            try:
+                if len({eval_at(index, {**values, r: start + j}) for j in range(group)}) != 1:
+                    return False
+            except (ValueError, KeyError):  # something a random point cannot give (a variable by name)
+                return False
+    return True
+
+
+def _address_indices(index: UOp) -> list[UOp]:
+    """``index``, or when it reads loads itself (a table looked up at a loaded value) the indices of those loads,
+    down to indices that read none: what decides which memory a lookup depends on."""
+    inner = [u for u in index.toposort if u.op is Ops.LOAD]
+    if not inner:
+        return [index]
+    return [i for load in inner for i in _address_indices(load.src[0].src[1])]
+
+
 def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -> list[Opt]:
     """UPCAST and UNROLL records (see the module docstring) for ``ast``'s loops.
 
@@ -86,15 +127,17 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -
     along_output = (bool(contiguous) and all(_stride(m, contiguous[0]) in (0, 1) for m in mains)
                     and (not reduces or width < 2 or _size(contiguous[0]) % width == 0))
     if reduces and mains and not along_output and len(reduces) == 1:
-        reduce_ranges = [r for r in reduces[0].src[1:]
-                         if any(_stride(m, r) == 1 for m in mains) or _bytes_per_step(mains, r) > 1]
         rows = [r for r in ranges if _size(r) % REDUCE_ROWS == 0]
+        acc_native = simd_widths.get(reduces[0].dtype.scalar(), 0)
+        reduce_ranges = [r for r in reduces[0].src[1:]
+                         if any(_stride(m, r) == 1 for m in mains) or _bytes_per_step(mains, r) > 1
+                         or (rows and _grouped(ast, mains, r, acc_native))]
         # with rows to interleave, one native vector per row (the rows are the independent accumulators);
         # alone, a wide vector (several native ones, so the adds do not wait on each other) when the reduction
         # is long enough for that to matter. A shorter one gets one native vector either way, so its sums run
         # in the same order whatever the row count (an LLM's batched decode gives each row what it gets alone)
         narrow = rows or not reduce_ranges or _size(reduce_ranges[0]) < WIDE_REDUCE_MIN
-        acc_width = simd_widths.get(reduces[0].dtype.scalar(), 0) if narrow else 0
+        acc_width = acc_native if narrow else 0
         widths = (acc_width,) if acc_width > 1 else (32, 16, 8)
         lanes = next((w for w in widths if reduce_ranges and _size(reduce_ranges[0]) % w == 0), 0)
         if lanes:
