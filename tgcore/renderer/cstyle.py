@@ -340,6 +340,20 @@ class _Prefetcher:
         return ahead
 
 
+def _shuffle(u: UOp, names: dict[UOp, str]) -> str | None:
+    """A vector built from lanes of one or two vectors of one type (two 4-byte grid rows into 8 lanes) as one
+    ``__builtin_shufflevector`` (gcc >= 12, clang): a list of lanes is put together lane by lane."""
+    if not all(x.op is Ops.GEP and len(x.arg) == 1 for x in u.src):
+        return None
+    sources = list(dict.fromkeys(x.src[0] for x in u.src))
+    if len(sources) > 2 or any(x.dtype != sources[0].dtype for x in sources) or sources[0].dtype.count < 2:
+        return None
+    count = sources[0].dtype.count
+    lanes = ", ".join(str(sources.index(x.src[0]) * count + x.arg[0]) for x in u.src)
+    a = names[sources[0]]
+    return f"__builtin_shufflevector({a}, {names[sources[-1]]}, {lanes})"
+
+
 def _float_fn(name: str, dt: DType) -> str:
     return f"__builtin_{name}" + ("" if dt is dtypes.float64 else "f")
 
@@ -552,7 +566,9 @@ class CRenderer(Renderer):
                     lane_gates[u] = [names[x] for x in u.src]
                 lanes = [names[x] for x in u.src] if op is Ops.VECTORIZE else [f"{names[u.src[0]]}[{i}]" for i in u.arg]
                 v = fresh("vec")
-                line(f"const {c_type(u.dtype)} {v} = {lanes[0] if u.dtype.count == 1 else self._vector(u, lanes)};")
+                shuffle = _shuffle(u, names) if op is Ops.VECTORIZE else None
+                value = shuffle or (lanes[0] if u.dtype.count == 1 else self._vector(u, lanes))
+                line(f"const {c_type(u.dtype)} {v} = {value};")
                 names[u] = v
             elif op is Ops.GROUP:
                 pass

@@ -28,8 +28,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from tg_gguf import iq_grids
 from tg_gguf.constants import BLOCK_LAYOUT, QK_K, GGMLType
 
@@ -391,44 +389,35 @@ def _tq2_0(b: Blocks) -> Tensor:
 
 
 # ---------------------------------------------------------------------------------------- grid types (i-quants)
-# A grid type picks 8 (IQ3: 4) values at once with one index into a constant grid (tg_gguf.iq_grids): the
-# grid entry is a packed code (2 or 3 bits per value), gathered from a small constant tensor, then its fields
-# are spread out and mapped to values. Signs: 8 bits per 8 values, or a 7-bit index whose 8th bit is the parity.
+# A grid type picks 8 (IQ3: 4) values at once with one index into a constant grid (tg_gguf.iq_grids). The grid is
+# a table of float32 values (tg_gguf.tables), so a group's values are one load of 8 (4) consecutive values at
+# ``index * 8 + lane``; signs (8 bits per 8 values, or a 7-bit index whose 8th bit is the parity) are one load of
+# 8 consecutive +-1.0 from a table of sign patterns. A GEMV vectorized along a group then decodes it with a few
+# loads and a conversion, whatever the grid.
 
-def _grid_codes(index: Tensor, table: str) -> Tensor:
-    """The packed grid codes (int32) of ``index`` into grid ``table``: an indexed load from a constant tensor."""
-    from tgcore.tensor import Tensor
-    codes = Tensor(np.array(getattr(iq_grids, f"{table}_CODES"), dtype=np.int32), device=index.device)
-    return codes.take(index.cast("int32"))
+def _table_rows(index: Tensor, table: str, width: int) -> Tensor:
+    """``index`` ``(...)`` -> ``(..., width)``: row ``index`` of the constant table ``table`` (``width`` entries per
+    row), an indexed load (``Tensor.take``) of ``index * width + j``."""
+    from tg_gguf.tables import TABLES
+    values = TABLES.get(table, index.device)
+    lane = iota((*index.shape, width), index.ndim, index.device, "int32")
+    return values.take(index.cast("int32").reshape(*index.shape, 1) * width + lane)
 
 
 def _grid_values(index: Tensor, table: str) -> Tensor:
     """``index`` ``(..., k)`` -> the grid values ``(..., k, 8 or 4)`` (float32)."""
-    values = getattr(iq_grids, f"{table}_VALUES")
-    bits = getattr(iq_grids, f"{table}_BITS")
-    fields = spread(_grid_codes(index, table), index.ndim, 8 if len(values) < 4 else 4, bits)
-    if values == (-1, 0, 1):
-        return _f32(fields) - 1.0
-    return lookup(fields, values)
-
-
-def _sign_of_bits(bits: Tensor) -> Tensor:
-    """0/1 sign bits -> 1.0 / -1.0."""
-    return 1.0 - 2.0 * _f32(bits)
+    width = 8 if len(getattr(iq_grids, f"{table}_VALUES")) < 4 else 4
+    return _table_rows(index, f"grid:{table}", width)
 
 
 def _byte_signs(signs: Tensor) -> Tensor:
     """``(n, m)`` sign bytes -> ``(n, m, 8)`` +-1.0, bit j of byte i for element 8i + j."""
-    return _sign_of_bits(spread(_wide(signs), 2, 8, 1))
+    return _table_rows(signs, "byte_signs", 8)
 
 
 def _ksigns(index: Tensor) -> Tensor:
     """7-bit sign indices ``(...)`` -> ``(..., 8)`` +-1.0: the 7 bits, then their parity (ggml's ksigns)."""
-    bits = index.cast("uint32")  # unsigned: a shift by a constant stays a shift (signed ones become divisions)
-    parity = bits ^ (bits >> 4)
-    parity = parity ^ (parity >> 2)
-    parity = (parity ^ (parity >> 1)) & 1
-    return _sign_of_bits(spread((bits | (parity << 7)).cast("int32"), index.ndim, 8, 1))
+    return _table_rows(index, "ksigns", 8)
 
 
 def _half_scale(d: Tensor, nibble: Tensor, step: float) -> Tensor:
