@@ -209,6 +209,30 @@ static inline tg_float32x8 tg_half8_to_f32(tg_float16x8 v) {
 """
 
 
+# 8 lanes looked up in a table of 16 float32 (an IQ4_NL or MXFP4 value table): two in-register permutes and a
+# blend on AVX2 (vpermps, vblendvps on index bit 3), lane by lane elsewhere. The table's loads are loop-invariant.
+TABLE16_PREAMBLE = """\
+static inline tg_float32x8 tg_table16_f32(const float* t, tg_int32x8 i) {
+#if defined(__AVX2__)
+  tg_float32x8 lo, hi; __builtin_memcpy(&lo, t, 32); __builtin_memcpy(&hi, t + 8, 32);
+  tg_float32x8 a = __builtin_ia32_permvarsf256(lo, i), b = __builtin_ia32_permvarsf256(hi, i);
+  return __builtin_ia32_blendvps256(a, b, (tg_float32x8)(i << 28));
+#else
+  return (tg_float32x8){t[i[0]], t[i[1]], t[i[2]], t[i[3]], t[i[4]], t[i[5]], t[i[6]], t[i[7]]};
+#endif
+}
+"""
+
+
+def _table_lookup(load: UOp) -> bool:
+    """A gather of 8 float32 lanes from a buffer of exactly 16 (indices in range: the load is ungated)."""
+    if load.src[0].op is not Ops.INDEX or len(load.src[0].src) != 2:
+        return False
+    buf = load.src[0].src[0]
+    return (load.dtype == dtypes.float32.vec(8) and load.src[0].src[1].dtype == dtypes.int32.vec(8)
+            and getattr(buf.dtype, "size", 0) == 16)
+
+
 # innermost loops of at most this many iterations (a vectorized reduction's steps inside a quantization block) are
 # unrolled by the C compiler (gcc and clang read ``#pragma GCC unroll``)
 UNROLL_TRIPS = 8
@@ -363,6 +387,7 @@ class CRenderer(Renderer):
     name = "C"
     has_threads = True
     masked_vectors = True  # lane-gated accesses: the whole vector when every lane is on, else lane by lane
+    gathers = True  # a load at a vector of indices: lane by lane, or in registers from a 16-float table
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
                    dtypes.uint64: 4}
     emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})  # computed in float32, rounded per op
@@ -595,6 +620,9 @@ class CRenderer(Renderer):
             helpers = WIDEN_PREAMBLE
         else:
             helpers = ""
+        if any(u.op is Ops.LOAD and _table_lookup(u) for u in kernel):
+            vectors = sorted(set(vectors) | {dtypes.float32.vec(8), dtypes.int32.vec(8)}, key=lambda d: d.name)
+            helpers += TABLE16_PREAMBLE
         if any(u.op is Ops.CAST and (u.src[0].dtype, u.dtype) in HALF_TO_FLOAT for u in kernel):
             vectors = sorted(set(vectors) | {dtypes.float16.vec(8), dtypes.float32.vec(8)}, key=lambda d: d.name)
             helpers += HALF_PREAMBLE
@@ -619,6 +647,11 @@ class CRenderer(Renderer):
 
     def _load(self, u: UOp, names: dict[UOp, str], v: str, lane_gates: dict[UOp, list[str]]) -> str:
         index, t = u.src[0], c_type(u.dtype)
+        if index.src[1].dtype.count > 1:  # a gather: one index per lane
+            ptr, idx = names[index.src[0]], names[index.src[1]]
+            if _table_lookup(u):
+                return f"const {t} {v} = tg_table16_f32({ptr}, {idx});"
+            return f"const {t} {v} = (({t}){{{', '.join(f'{ptr}[{idx}[{i}]]' for i in range(u.dtype.count))}}});"
         if len(index.src) > 2 and index.src[2] in lane_gates:
             copy = f"__builtin_memcpy(&{v}, &{names[index]}, sizeof({v}));"
             return f"{t} {v} = {c_const(0, u.dtype)}; " + self._lanewise(

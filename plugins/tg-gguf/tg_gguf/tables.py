@@ -8,6 +8,8 @@ The tables (facts of the ggml format, computed from ``tg_gguf.iq_grids`` / ``tg_
 - ``grid:<NAME>``: an i-quant grid as float32 values, entry ``e``'s value ``j`` at ``e * width + j`` (``width`` 8,
   or 4 for IQ3): a group's values are one vector load (4 to 64 KiB a grid; as int8 bytes, widened and converted
   per group, the GEMVs were ~10% slower).
+- ``iq4nl``, ``mxfp4``: the 16 values a 4-bit index selects (float32), looked up per value (in registers, on a
+  renderer that gathers from a 16-float table).
 - ``ksigns``: for each 7-bit sign index, the 8 signs (+-1.0 float32) of its bits and their parity bit.
 - ``byte_signs``: for each byte, the 8 signs (+-1.0 float32) of its bits, bit ``j`` for value ``j``.
 """
@@ -42,7 +44,14 @@ def _byte_signs() -> np.ndarray:
     return _sign_patterns(np.arange(256, dtype=np.uint8))
 
 
+def _values(name: str) -> np.ndarray:
+    from tg_gguf import dequant
+    return np.array(getattr(dequant, name), dtype=np.float32)
+
+
 BUILDERS: dict[str, Callable[[], np.ndarray]] = {
+    "iq4nl": lambda: _values("IQ4_NL_VALUES"),
+    "mxfp4": lambda: _values("MXFP4_VALUES"),
     **{f"grid:{g}": (lambda g=g: _grid_floats(g)) for g in ("IQ2XXS", "IQ2XS", "IQ2S", "IQ3XXS", "IQ3S", "IQ1S")},
     "ksigns": _ksigns,
     "byte_signs": _byte_signs,
