@@ -14,12 +14,12 @@ How a type is decoded:
   (``uint16 -> float16`` for scales); packed fields are unpacked by broadcasting the bytes along a
   new axis and shifting each copy by an amount computed from that axis' index (``arange``), so no
   concatenation or gather is needed.
-- Small lookup tables (IQ4_NL's 16 values, MXFP4's e2m1 values, powers of 3) are balanced
-  trees of integer selects on the bits of the index.
-- The grids of the i-quants (256 to 2048 entries, ``tg_gguf.iq_grids``) are an indexed load
-  (``Tensor.take``) from a constant tensor of packed codes. (A one-hot gather, as ``Tensor.__getitem__``
-  does, costs O(grid size) per 8 values and took a kernel of its own: 10x slower; ``lookup``'s select
-  tree fused but was slower still.)
+- Small value tables (IQ4_NL's 16 values, MXFP4's e2m1 values), the grids of the i-quants (256 to 2048 entries,
+  ``tg_gguf.iq_grids``) and their sign patterns are constant float32 tensors (``tg_gguf.tables``, one per device)
+  read with an indexed load (``Tensor.take``) that fuses into the consumer: a group of 8 grid values is one load at
+  ``index * 8 + lane``. (A one-hot gather, as ``Tensor.__getitem__`` does, costs O(table size) per value; a tree
+  of selects on the index bits, ~30 vector operations per 8 values, was 2-10x slower.) TQ1_0's powers of 3 are a
+  ``where`` chain on an iota.
 
 Arithmetic is done in float32 in the order gguf-py / ggml define, so results are bit-exact.
 """
@@ -151,40 +151,6 @@ def spread(x: Tensor, axis: int, count: int, bits: int, step: int | None = None)
         shifts = shifts * step
     out = xe.expand(shape) >> shifts
     return out & ((1 << bits) - 1)
-
-
-def lookup(index: Tensor, values: Sequence[int], dtype: str = "float32") -> Tensor:
-    """``values[index]`` for a small table of integers (each below 2**24 in size), as a balanced tree of selects on
-    the bits of ``index``.
-
-    Each select is float arithmetic, ``lo + on * (hi - lo)`` with ``on`` 1.0 or 0.0 from one bit of the index (an
-    AND and a conversion): it vectorizes on any SIMD unit and is exact for such integers. A ``where`` on vector
-    lanes is rendered lane by lane, and an integer mask needs a shift that symbolic turns into a division: either
-    made an IQ4_NL GEMV 50-100x slower."""
-    if len(values) < 2:
-        raise ValueError("lookup needs a table of at least 2 values")
-    if not all(isinstance(v, int) and abs(v) < 1 << 24 for v in values):
-        raise ValueError(f"lookup takes a table of integers below 2**24 in size, got {list(values)!r}")
-    wide = index.cast("int32")
-    level: list[Tensor | int] = list(values)
-    bit = 0
-    while len(level) > 1:
-        if len(level) % 2:
-            level.append(level[-1])
-        on = (wide & (1 << bit)).cast("float32") * (1.0 / (1 << bit))  # 1.0 where the bit is set, else 0.0
-        nxt: list[Tensor | int] = []
-        for lo, hi in zip(level[0::2], level[1::2], strict=True):
-            if isinstance(lo, int) and isinstance(hi, int):
-                nxt.append(lo if lo == hi else on * float(hi - lo) + float(lo))
-            else:
-                lo_f = lo if not isinstance(lo, int) else float(lo)
-                hi_f = hi if not isinstance(hi, int) else float(hi)
-                nxt.append(on * (hi_f - lo_f) + lo_f)
-        level = nxt
-        bit += 1
-    (only,) = level
-    assert not isinstance(only, int)  # a table of 2+ equal values is not worth a tree
-    return only.cast(dtype)
 
 
 def _wide(packed: Tensor) -> Tensor:
@@ -329,8 +295,8 @@ def _q6_k(b: Blocks) -> Tensor:
 
 def _value_table(index: Tensor, table: str) -> Tensor:
     """``table[index]`` for a constant table of 16 float32 values (``tg_gguf.tables``): an indexed load, which a
-    renderer that gathers does in registers (two permutes and a blend on AVX2; ``lookup``'s select tree took ~30
-    vector operations per 8 values)."""
+    renderer that gathers does in registers (two permutes and a blend on AVX2; a tree of selects on the index
+    bits took ~30 vector operations per 8 values)."""
     from tg_gguf.tables import TABLES
     return TABLES.get(table, index.device).take(index.cast("int32"))
 
@@ -364,7 +330,7 @@ def _ternary(digits: Tensor) -> Tensor:
 
 
 def _powers_of_3(count: int, device: str) -> Tensor:
-    """``3**k`` (uint8) at index ``k`` of a ``(1, count, 1)`` tensor: a chain of ``where`` on an iota. (``lookup``'s
+    """``3**k`` (uint8) at index ``k`` of a ``(1, count, 1)`` tensor: a chain of ``where`` on an iota. (A tree of
     float selects on this index made the scheduler split the GEMV in several kernels; a concatenation of the
     ``count`` products was 6x slower.)"""
     from tgcore.tensor import Tensor
