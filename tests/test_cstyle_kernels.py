@@ -132,3 +132,19 @@ def test_matmul_does_not_prefetch():
     out, srcs = run(Tensor(a, device="CPU") @ Tensor(b, device="CPU"))
     np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
     assert not any("__builtin_prefetch" in s for s in srcs)
+
+
+def test_table_rows_looked_up_per_group_are_vector_loads():
+    """A matrix-vector product whose weights are rows of 8 from a table, one row index per 8 values (a grid
+    quantization): each row is one vector load of the table (the lanes are consecutive), not a gather lane by lane;
+    values as numpy's."""
+    rng = np.random.default_rng(5)
+    table = rng.standard_normal((256, 8)).astype(np.float32)  # a row per byte value: every index in range
+    index = rng.integers(0, 256, (8, 16)).astype(np.uint8)
+    x = rng.standard_normal(128).astype(np.float32)
+    lane = Tensor.arange(8, dtype="int32", device="CPU").reshape(1, 1, 8)
+    rows = Tensor(index, device="CPU").cast("int32").reshape(8, 16, 1) * 8 + lane
+    w = Tensor(table, device="CPU").take(rows).reshape(8, 128)
+    out, srcs = run(w @ Tensor(x, device="CPU"))
+    np.testing.assert_allclose(out, table[index].reshape(8, 128).astype(np.float64) @ x, rtol=1e-5, atol=1e-5)
+    assert not any("[0]]" in s for s in srcs)  # no lane-by-lane gather ({t[i[0]], t[i[1]], ...})

@@ -195,8 +195,11 @@ class _Expander:
         indexed by each lane's unpacked bits): a gather, on a renderer that has them, instead of one scalar load
         (and one scalar copy of the index arithmetic) per lane."""
         ungated = len(index.src) == 2 or (index.src[2].op is Ops.CONST and index.src[2].arg is True)
-        return (self.gathers and ungated and self.depends_on_lanes(index.src[1])
-                and any(u.op is Ops.LOAD for u in index.src[1].toposort))
+        if not (self.gathers and ungated and self.depends_on_lanes(index.src[1])
+                and any(u.op is Ops.LOAD for u in index.src[1].toposort)):
+            return False
+        # lanes at consecutive addresses (a grid row at ``index * 8 + lane``) stay vector loads
+        return len(self.runs(self.per_lane(index.src[1]), [None] * self.count)) == self.count
 
     def gather(self, load: UOp, index: UOp) -> UOp:
         """A load at ``index`` (expanded: a vector of indices, one per lane; a gate always true dropped)."""
