@@ -34,6 +34,8 @@ MIN_WORK_PER_THREAD = 1 << 15  # loop iterations below which a thread costs more
 MAX_UNROLL = 8   # copies made by unrolling on the plain vector path
 REDUCE_ROWS = 4  # output rows computed together by a vectorized reduction (each load of the shared input reused)
 WIDE_REDUCE_MIN = 1 << 16  # a reduction alone this long is summed in several vectors at once (else in one)
+MAX_BLOCK_STEPS = 8  # a quantization block's inner loop longer than this many vector steps is split again (a loop
+# this short is unrolled by the C compiler: its index arithmetic folds)
 
 
 def _main_inputs(ast: UOp) -> list[UOp]:
@@ -148,6 +150,8 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -
             # over sub-blocks too
             blocks = [k // lanes for k in block_divisors(ast, red) if k % lanes == 0 and k // lanes > 1]
             nested = sorted({max(blocks), min(blocks)}, reverse=True) if blocks else []
+            if nested and nested[-1] > MAX_BLOCK_STEPS and nested[-1] % MAX_BLOCK_STEPS == 0:
+                nested.append(MAX_BLOCK_STEPS)  # one scale per 256 values (TQ2_0): the steps in an unrolled loop
             block = [Opt(OptOps.BLOCK, number[red], k) for k in nested if nested[0] % k == 0]
             if not rows:
                 return [vector, *block]
