@@ -15,6 +15,7 @@ The tables (facts of the ggml format, computed from ``tg_gguf.iq_grids`` / ``tg_
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -50,9 +51,9 @@ def _values(name: str) -> np.ndarray:
 
 
 BUILDERS: dict[str, Callable[[], np.ndarray]] = {
-    "iq4nl": lambda: _values("IQ4_NL_VALUES"),
-    "mxfp4": lambda: _values("MXFP4_VALUES"),
-    **{f"grid:{g}": (lambda g=g: _grid_floats(g)) for g in ("IQ2XXS", "IQ2XS", "IQ2S", "IQ3XXS", "IQ3S", "IQ1S")},
+    "iq4nl": functools.partial(_values, "IQ4_NL_VALUES"),
+    "mxfp4": functools.partial(_values, "MXFP4_VALUES"),
+    **{f"grid:{g}": functools.partial(_grid_floats, g) for g in ("IQ2XXS", "IQ2XS", "IQ2S", "IQ3XXS", "IQ3S", "IQ1S")},
     "ksigns": _ksigns,
     "byte_signs": _byte_signs,
 }
