@@ -209,11 +209,15 @@ static inline tg_float32x8 tg_half8_to_f32(tg_float16x8 v) {
 """
 
 
-# 8 lanes looked up in a table of 16 float32 (an IQ4_NL or MXFP4 value table): two in-register permutes and a
-# blend on AVX2 (vpermps, vblendvps on index bit 3), lane by lane elsewhere. The table's loads are loop-invariant.
+# 8 lanes looked up in a table of 16 float32 (an IQ4_NL or MXFP4 value table): one two-table permute with AVX-512VL
+# (vpermt2ps; gcc's builtin), two in-register permutes and a blend on AVX2 (vpermps, vblendvps on index bit 3), lane
+# by lane elsewhere. The table's loads are loop-invariant.
 TABLE16_PREAMBLE = """\
 static inline tg_float32x8 tg_table16_f32(const float* t, tg_int32x8 i) {
-#if defined(__AVX2__)
+#if defined(__AVX512VL__) && defined(__GNUC__) && !defined(__clang__)
+  tg_float32x8 lo, hi; __builtin_memcpy(&lo, t, 32); __builtin_memcpy(&hi, t + 8, 32);
+  return __builtin_ia32_vpermt2varps256_mask(i, lo, hi, (unsigned char)-1);
+#elif defined(__AVX2__)
   tg_float32x8 lo, hi; __builtin_memcpy(&lo, t, 32); __builtin_memcpy(&hi, t + 8, 32);
   tg_float32x8 a = __builtin_ia32_permvarsf256(lo, i), b = __builtin_ia32_permvarsf256(hi, i);
   return __builtin_ia32_blendvps256(a, b, (tg_float32x8)(i << 28));
