@@ -50,6 +50,27 @@ def test_half_scale_from_bytes_matches_numpy():
     np.testing.assert_array_equal(out, raw[:, 2:4].copy().view(np.float16).astype(np.float32))
 
 
+@pytest.mark.parametrize("rows,k,half", [(12, 64, True), (13, 40, True), (8, 48, False)])
+def test_matvec_of_words_from_bytes_matches_numpy(rows, k, half):
+    """A matrix-vector product whose weight rows are float16 (or bfloat16) assembled from their two bytes: the
+    reduction is vectorized along the words, the lanes' bytes are one vector load, float16 lanes convert at once."""
+    rng = np.random.default_rng(rows * k)
+    w = rng.standard_normal((rows, k)).astype(np.float32)
+    x = rng.standard_normal(k).astype(np.float32)
+    if half:
+        raw, w = w.astype(np.float16).view(np.uint8), w.astype(np.float16).astype(np.float32)
+    else:  # bfloat16: the top half of a float32
+        bits = (w.view(np.uint32) >> 16).astype(np.uint16)
+        raw, w = bits.view(np.uint8), (bits.astype(np.uint32) << 16).view(np.float32)
+    words = le_uint(Tensor(raw, device="CPU"), 2)
+    weight = words.bitcast("float16").cast("float32") if half else (words.cast("uint32") << 16).bitcast("float32")
+    out, srcs = run(weight @ Tensor(x, device="CPU"))
+    np.testing.assert_allclose(out, w.astype(np.float64) @ x, rtol=1e-5, atol=1e-5)
+    if sys.byteorder == "little":
+        assert any("tg_uint8x16 val" in s or "tg_uint8x64 val" in s for s in srcs)
+        assert not half or any("tg_half8_to_f32(" in s for s in srcs)
+
+
 def test_bytes_not_consecutive_are_left_alone():
     """bytes 0 and 2 (not 1) OR-ed into a uint16: no combined load, still the right value."""
     raw = np.random.default_rng(2).integers(0, 256, (9, 4)).astype(np.uint8)
@@ -111,3 +132,19 @@ def test_matmul_does_not_prefetch():
     out, srcs = run(Tensor(a, device="CPU") @ Tensor(b, device="CPU"))
     np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
     assert not any("__builtin_prefetch" in s for s in srcs)
+
+
+def test_table_rows_looked_up_per_group_are_vector_loads():
+    """A matrix-vector product whose weights are rows of 8 from a table, one row index per 8 values (a grid
+    quantization): each row is one vector load of the table (the lanes are consecutive), not a gather lane by lane;
+    values as numpy's."""
+    rng = np.random.default_rng(5)
+    table = rng.standard_normal((256, 8)).astype(np.float32)  # a row per byte value: every index in range
+    index = rng.integers(0, 256, (8, 16)).astype(np.uint8)
+    x = rng.standard_normal(128).astype(np.float32)
+    lane = Tensor.arange(8, dtype="int32", device="CPU").reshape(1, 1, 8)
+    rows = Tensor(index, device="CPU").cast("int32").reshape(8, 16, 1) * 8 + lane
+    w = Tensor(table, device="CPU").take(rows).reshape(8, 128)
+    out, srcs = run(w @ Tensor(x, device="CPU"))
+    np.testing.assert_allclose(out, table[index].reshape(8, 128).astype(np.float64) @ x, rtol=1e-5, atol=1e-5)
+    assert not any("[0]]" in s for s in srcs)  # no lane-by-lane gather ({t[i[0]], t[i[1]], ...})

@@ -35,6 +35,26 @@ def test_take_with_a_computed_index_fuses_into_the_consumer(device):
     np.testing.assert_array_equal(out.numpy(), np.take(table, (raw.astype(np.int32) ^ 0x5A) & 0xFF).sum(axis=1))
 
 
+@pytest.mark.parametrize("size", [16, 10, 64])
+@pytest.mark.parametrize("rows", [8, 5])
+def test_take_of_unpacked_bits_in_a_matvec(device, size, rows):
+    """A matrix-vector product whose weights are a table looked up at the nibbles of bytes (IQ4_NL's pattern): a
+    vectorized reduction gathers its lanes (in registers from a 16-float table on the C renderer); a gate stays
+    where a nibble can fall outside a smaller table."""
+    rng = np.random.default_rng(size + rows)
+    table = rng.integers(-127, 128, size).astype(np.float32)
+    raw = rng.integers(0, 256, (rows, 64)).astype(np.uint8)
+    x = rng.standard_normal(128).astype(np.float32)
+    b = Tensor(raw, device=device).cast("int32")
+    bits = 6 if size == 64 else 4
+    nibbles = ((b.reshape(rows, 64, 1) >> Tensor([0, 4], dtype="int32", device=device).reshape(1, 1, 2))
+               & ((1 << bits) - 1)).reshape(rows, 128)
+    out = Tensor(table, device=device).take(nibbles) @ Tensor(x, device=device)
+    ref_bits = ((raw.astype(np.int32)[:, :, None] >> np.array([0, 4])) & ((1 << bits) - 1)).reshape(rows, 128)
+    ref = np.where(ref_bits < size, table[np.minimum(ref_bits, size - 1)], 0).astype(np.float64) @ x
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5, atol=1e-4)
+
+
 def test_take_out_of_range_reads_zero(device):
     table = np.arange(1, 9, dtype=np.int32)
     index = np.array([-1, 0, 7, 8, 1000], np.int32)

@@ -30,20 +30,24 @@ their output count (``schedule.split``: long ones with few outputs) and lists fo
 """
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from tgcore.codegen.optimize import Opt, OptOps, kernel_axes, tileable
-from tgcore.codegen.upcast import MAX_LANES, _size, _stride, block_divisors
+from tgcore.codegen.upcast import MAX_LANES, _difference, _size, _stride, block_divisors
 from tgcore.dtype import DType, dtypes
 from tgcore.helpers import ceildiv, dedup, prod, round_up
 from tgcore.renderer import Renderer
 from tgcore.uop import Ops, RangeKind, UOp
+from tgcore.uop.sint import eval_at
 
 MIN_WORK_PER_THREAD = 1 << 15  # loop iterations below which a thread costs more than it saves
 MAX_UNROLL = 8   # copies made by unrolling on the plain vector path
 REDUCE_ROWS = 4  # output rows computed together by a vectorized reduction (each load of the shared input reused)
 WIDE_REDUCE_MIN = 1 << 16  # a reduction this long is summed in several vectors at once (else in one)
 INVARIANT_ROWS = 8  # products with at most this many rows sum each element in one row's order (batch invariance)
+MAX_BLOCK_STEPS = 8  # a quantization block's inner loop longer than this many vector steps is split again (a loop
+# this short is unrolled by the C compiler: its index arithmetic folds)
 
 
 def _main_inputs(ast: UOp) -> list[UOp]:
@@ -75,6 +79,59 @@ def reduction_order(ast: UOp, opts: list[Opt]) -> tuple[tuple[OptOps, int], ...]
     return tuple((o.op, o.amount) for o in opts if axes[o.axis].arg.kind is RangeKind.REDUCE)
 
 
+def _bytes_per_step(mains: list[UOp], r: UOp) -> int:
+    """``s`` when the main input's loads read each step of ``r`` as ``s`` consecutive bytes (a 16-bit float
+    assembled from its two bytes: loads at ``s*r + 0 .. s-1``), else 0. Such a row runs along ``r`` as contiguously
+    as one of stride 1 (the C renderer loads the lanes' bytes as one vector)."""
+    s = _stride(mains[0], r) if mains else None
+    if s is None or s < 2 or len(mains) != s:
+        return 0
+    offsets = [_difference(m, mains[0]) for m in mains]
+    if any(o is None for o in offsets):
+        return 0
+    low = min(o for o in offsets if o is not None)
+    return s if sorted(o - low for o in offsets if o is not None) == list(range(s)) else 0
+
+
+GROUP_SAMPLES = 8  # random points at which a main index is checked to be constant over a group of steps
+
+
+def _grouped(ast: UOp, mains: list[UOp], r: UOp, lanes: int) -> bool:
+    """Whether the main input is read once per aligned group of ``lanes / 2`` steps of ``r`` or more (its indices
+    see ``r`` only through ``r // k``-like terms) while another input runs along ``r``: a grid-quantized weight,
+    one index byte per 8 (or 4) values and the values decoded from a table. Vectorized along ``r`` by ``lanes``,
+    each group's index, signs and scale are then loaded and decoded once for all its lanes.
+
+    Checked at ``GROUP_SAMPLES`` random points (a choice of speed, not of meaning: any index vectorizes)."""
+    group = lanes // 2
+    if group < 2 or _size(r) % lanes or not mains:
+        return False
+    loads = [u.src[0].src[1] for u in ast.toposort if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+    if not any(_stride(idx, r) == 1 for idx in loads):
+        return False
+    rng = random.Random(0)
+    for index in dedup(i for m in mains for i in _address_indices(m)):
+        leaves = [u for u in index.toposort if u.op in (Ops.RANGE, Ops.DEFINE_VAR) and u is not r]
+        for _ in range(GROUP_SAMPLES):
+            values = {u: rng.randint(int(u.vmin), int(u.vmax)) for u in leaves}
+            start = rng.randrange(_size(r) // group) * group
+            try:
+                if len({eval_at(index, {**values, r: start + j}) for j in range(group)}) != 1:
+                    return False
+            except (ValueError, KeyError):  # something a random point cannot give (a variable by name)
+                return False
+    return True
+
+
+def _address_indices(index: UOp) -> list[UOp]:
+    """``index``, or when it reads loads itself (a table looked up at a loaded value) the indices of those loads,
+    down to indices that read none: what decides which memory a lookup depends on."""
+    inner = [u for u in index.toposort if u.op is Ops.LOAD]
+    if not inner:
+        return [index]
+    return [i for load in inner for i in _address_indices(load.src[0].src[1])]
+
+
 def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -> list[Opt]:
     """UPCAST and UNROLL records (see the module docstring) for ``ast``'s loops.
 
@@ -101,13 +158,17 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -
     runs_along = bool(contiguous) and all(_stride(m, contiguous[0]) in (0, 1) for m in mains)
     along_output = runs_along and (not reduces or width < 2 or _size(contiguous[0]) % width == 0)
     if reduces and mains and not along_output and len(reduces) == 1:
-        reduce_ranges = [r for r in reduces[0].src[1:] if any(_stride(m, r) == 1 for m in mains)]
         acc = reduces[0].dtype.scalar()
+        acc_native = simd_widths.get(acc, 0)
+        row_candidates = [r for r in ranges if _size(r) % REDUCE_ROWS == 0]
+        reduce_ranges = [r for r in reduces[0].src[1:]
+                         if any(_stride(m, r) == 1 for m in mains) or _bytes_per_step(mains, r) > 1
+                         or (row_candidates and _grouped(ast, mains, r, acc_native))]
         lanes = reduce_lanes(_size(reduce_ranges[0]), acc, simd_widths) if reduce_ranges else 0
         # rows to interleave (the rows are the independent accumulators), unless the lanes are already several
         # native vectors (a long reduction)
-        wide = lanes > simd_widths.get(acc, 0) > 1
-        rows = [r for r in ranges if _size(r) % REDUCE_ROWS == 0] if not wide else []
+        wide = lanes > acc_native > 1
+        rows = row_candidates if not wide else []
         if lanes:
             red = reduce_ranges[0]
             vector = Opt(OptOps.UPCAST, number[red], lanes)
@@ -116,6 +177,8 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -
             # over sub-blocks too
             blocks = [k // lanes for k in block_divisors(ast, red) if k % lanes == 0 and k // lanes > 1]
             nested = sorted({max(blocks), min(blocks)}, reverse=True) if blocks else []
+            if nested and nested[-1] > MAX_BLOCK_STEPS and nested[-1] % MAX_BLOCK_STEPS == 0:
+                nested.append(MAX_BLOCK_STEPS)  # one scale per 256 values (TQ2_0): the steps in an unrolled loop
             block = [Opt(OptOps.BLOCK, number[red], k) for k in nested if nested[0] % k == 0]
             if not rows:
                 return [vector, *block]

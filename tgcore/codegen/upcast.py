@@ -85,10 +85,12 @@ def _split_ranges(ast: UOp, mapping: Mapping[UOp, UOp], parts: Mapping[UOp, tupl
 
 
 class _Expander:
-    def __init__(self, lanes: list[UOp], masked: bool = False) -> None:
-        """``masked``: the renderer takes a vector access with one gate per lane (``Renderer.masked_vectors``)."""
+    def __init__(self, lanes: list[UOp], masked: bool = False, gathers: bool = False) -> None:
+        """``masked``: the renderer takes a vector access with one gate per lane (``Renderer.masked_vectors``);
+        ``gathers``: a vector load at a vector of indices (``Renderer.gathers``)."""
         self.lanes = lanes
         self.masked = masked
+        self.gathers = gathers
         self.count = prod(_size(r) for r in lanes)
         combos = list(itertools.product(*(range(_size(r)) for r in lanes)))  # last lane axis fastest
         self.lane_values = {r: [c[i] for c in combos] for i, r in enumerate(lanes)}
@@ -188,6 +190,22 @@ class _Expander:
             lanes = [g if g is not None else UOp.const(dtypes.bool, True) for g in lanes]
         return UOp(Ops.VECTORIZE, dtypes.bool.vec(n), tuple(lanes))  # type: ignore[arg-type]
 
+    def looked_up(self, index: UOp) -> bool:
+        """Whether ``index`` (an ungated INDEX) is a lookup at a loaded value that differs per lane (a small table
+        indexed by each lane's unpacked bits): a gather, on a renderer that has them, instead of one scalar load
+        (and one scalar copy of the index arithmetic) per lane."""
+        ungated = len(index.src) == 2 or (index.src[2].op is Ops.CONST and index.src[2].arg is True)
+        if not (self.gathers and ungated and self.depends_on_lanes(index.src[1])
+                and any(u.op is Ops.LOAD for u in index.src[1].toposort)):
+            return False
+        # lanes at consecutive addresses (a grid row at ``index * 8 + lane``) stay vector loads
+        return len(self.runs(self.per_lane(index.src[1]), [None] * self.count)) == self.count
+
+    def gather(self, load: UOp, index: UOp) -> UOp:
+        """A load at ``index`` (expanded: a vector of indices, one per lane; a gate always true dropped)."""
+        vector_index = self.widen(index.src[1])
+        return UOp(Ops.LOAD, load.dtype.vec(self.count), (index.replace(src=(index.src[0], vector_index)),))
+
     def load(self, load: UOp) -> UOp:
         index = load.src[0]
         buf, idx = index.src[0], self.per_lane(index.src[1])
@@ -235,7 +253,9 @@ class _Expander:
                 src = tuple(new[s] for s in n.src)  # sources may have changed (a reduction over the lanes)
                 new[n] = n if src == n.src else n.replace(src=src)
                 continue
-            if n.op is Ops.LOAD:
+            if n.op is Ops.LOAD and self.looked_up(n.src[0]):
+                new[n] = self.gather(n, new[n.src[0]])
+            elif n.op is Ops.LOAD:
                 new[n] = self.load(n)
             elif n.op is Ops.STORE:
                 stores = self.store(n, new[n.src[1]])

@@ -29,6 +29,7 @@ class Renderer:
     emulated_floats: frozenset[DType] = frozenset()  # dtypes whose arithmetic codegen does in float32
     native_transcendentals: bool = False  # True: EXP2/LOG2/SIN reach render(); False: codegen decomposes them
     masked_vectors: bool = False   # a vector load/store may be gated lane by lane (INDEX gate: a bool vector)
+    gathers: bool = False          # a vector load may take a vector of indices, one per lane (a table lookup)
     custom_kernels: bool = False   # render() also takes hand-written programs (tgcore.custom)
     # the machine the output runs on, for cost models (a CPU renderer sets them from tgcore.runtime.cpufeatures;
     # simd_widths, not these, says what vectors codegen emits)

@@ -195,16 +195,59 @@ static inline tg_widened8 tg_widen_i8x8(tg_int8x8 v) {
 """
 
 
+# 8 float16 lanes -> 8 float32 lanes: one F16C instruction (vcvtph2ps); gcc 12 converts a _Float16 vector lane by lane
+HALF_TO_FLOAT = {(dtypes.float16.vec(8), dtypes.float32.vec(8)): "tg_half8_to_f32"}
+HALF_PREAMBLE = """\
+static inline tg_float32x8 tg_half8_to_f32(tg_float16x8 v) {
+#if defined(__F16C__)
+  typedef short tg_halfbits8 __attribute__((vector_size(16)));
+  return (tg_float32x8)__builtin_ia32_vcvtph2ps256((tg_halfbits8)v);
+#else
+  return __builtin_convertvector(v, tg_float32x8);
+#endif
+}
+"""
+
+
+# 8 lanes looked up in a table of 16 float32 (an IQ4_NL or MXFP4 value table): one two-table permute with AVX-512VL
+# (vpermt2ps; gcc's builtin), two in-register permutes and a blend on AVX2 (vpermps, vblendvps on index bit 3), lane
+# by lane elsewhere. The table's loads are loop-invariant.
+TABLE16_PREAMBLE = """\
+static inline tg_float32x8 tg_table16_f32(const float* t, tg_int32x8 i) {
+#if defined(__AVX512VL__) && defined(__GNUC__) && !defined(__clang__)
+  tg_float32x8 lo, hi; __builtin_memcpy(&lo, t, 32); __builtin_memcpy(&hi, t + 8, 32);
+  return __builtin_ia32_vpermt2varps256_mask(i, lo, hi, (unsigned char)-1);
+#elif defined(__AVX2__)
+  tg_float32x8 lo, hi; __builtin_memcpy(&lo, t, 32); __builtin_memcpy(&hi, t + 8, 32);
+  tg_float32x8 a = __builtin_ia32_permvarsf256(lo, i), b = __builtin_ia32_permvarsf256(hi, i);
+  return __builtin_ia32_blendvps256(a, b, (tg_float32x8)(i << 28));
+#else
+  return (tg_float32x8){t[i[0]], t[i[1]], t[i[2]], t[i[3]], t[i[4]], t[i[5]], t[i[6]], t[i[7]]};
+#endif
+}
+"""
+
+
+def _table_lookup(load: UOp) -> bool:
+    """A gather of 8 float32 lanes from a buffer of exactly 16 (indices in range: the load is ungated)."""
+    if load.src[0].op is not Ops.INDEX or len(load.src[0].src) != 2:
+        return False
+    buf = load.src[0].src[0]
+    return (load.dtype == dtypes.float32.vec(8) and load.src[0].src[1].dtype == dtypes.int32.vec(8)
+            and getattr(buf.dtype, "size", 0) == 16)
+
+
 # innermost loops of at most this many iterations (a vectorized reduction's steps inside a quantization block) are
 # unrolled by the C compiler (gcc and clang read ``#pragma GCC unroll``)
 UNROLL_TRIPS = 8
 
 
-def _byte_term(u: UOp, dt: DType) -> tuple[int, UOp] | None:
-    """``(k, load)`` when ``u`` is ``cast(load of one byte) << 8k`` (the shift may be a multiply) of type ``dt``."""
+def _byte_term(u: UOp, dt: DType) -> tuple[int, list[UOp]] | None:
+    """``(k, loads)`` when ``u`` is ``cast(load of one byte) << 8k`` (the shift may be a multiply) of type ``dt``;
+    for a vector ``dt``, the cast of a vector of such loads (``loads``: one per lane)."""
     shift = 0
-    if u.op in (Ops.MUL, Ops.SHL) and u.src[1].op is Ops.CONST:
-        amount = u.src[1].arg
+    amount = _const_value(u.src[1]) if u.op in (Ops.MUL, Ops.SHL) else None
+    if amount is not None:
         bits = amount.bit_length() - 1 if u.op is Ops.MUL and amount > 0 and amount & (amount - 1) == 0 else (
             amount if u.op is Ops.SHL else -1)
         if bits < 0 or bits % 8:
@@ -212,11 +255,18 @@ def _byte_term(u: UOp, dt: DType) -> tuple[int, UOp] | None:
         shift, u = bits // 8, u.src[0]
     if u.op is not Ops.CAST or u.dtype != dt:
         return None
-    load = u.src[0]
-    if load.op is not Ops.LOAD or load.dtype is not dtypes.uint8 or len(load.src) != 1 \
-            or len(load.src[0].src) != 2:  # (ungated loads only)
-        return None
-    return shift, load
+    loads = list(u.src[0].src) if dt.count > 1 and u.src[0].op is Ops.VECTORIZE else [u.src[0]]
+    if len(loads) != dt.count or any(load.op is not Ops.LOAD or load.dtype is not dtypes.uint8
+                                     or len(load.src) != 1 or len(load.src[0].src) != 2 for load in loads):
+        return None  # (ungated loads only)
+    return shift, loads
+
+
+def _const_value(u: UOp) -> Any:
+    """The value of a constant, or of a vector of one constant in every lane; else None."""
+    if u.op is Ops.VECTORIZE and all(s is u.src[0] for s in u.src):
+        u = u.src[0]
+    return u.arg if u.op is Ops.CONST else None
 
 
 def _or_terms(u: UOp) -> list[UOp]:
@@ -225,9 +275,10 @@ def _or_terms(u: UOp) -> list[UOp]:
 
 def combine_byte_loads(x: UOp) -> UOp | None:
     """``b[i] | b[i+1] << 8 | ...`` over all the bytes of a 2/4/8-byte unsigned int -> one little-endian load of
-    that many bytes, bitcast (how a quantized file's 16-bit scales are read out of a byte buffer)."""
-    n = x.dtype.itemsize
-    if x.dtype.count != 1 or not dtypes.is_unsigned(x.dtype) or n not in (2, 4, 8):
+    that many bytes, bitcast (how a quantized file's 16-bit scales are read out of a byte buffer). A vector of such
+    ints whose lanes are consecutive in memory (a row of float16 weights) -> one load of all their bytes."""
+    n, lanes = x.dtype.scalar().itemsize, x.dtype.count
+    if not dtypes.is_unsigned(x.dtype.scalar()) or n not in (2, 4, 8):
         return None
     terms = [_byte_term(t, x.dtype) for t in _or_terms(x)]
     if len(terms) != n or any(t is None for t in terms):
@@ -235,14 +286,15 @@ def combine_byte_loads(x: UOp) -> UOp | None:
     by_shift = dict(t for t in terms if t is not None)
     if sorted(by_shift) != list(range(n)):
         return None
-    first = by_shift[0].src[0]
+    first = by_shift[0][0].src[0]
     buf, base = first.src
     from tgcore.uop.symbolic import difference
-    for k in range(1, n):
-        index = by_shift[k].src[0]
-        if index.src[0] is not buf or difference(index.src[1], base) != k:
-            return None
-    wide = UOp(Ops.LOAD, dtypes.uint8.vec(n), (first,))
+    for k in range(n):
+        for lane, load in enumerate(by_shift[k]):
+            index = load.src[0]
+            if (k or lane) and (index.src[0] is not buf or difference(index.src[1], base) != n * lane + k):
+                return None
+    wide = UOp(Ops.LOAD, dtypes.uint8.vec(n * lanes), (first,))
     return UOp(Ops.BITCAST, x.dtype, (wide,))
 
 
@@ -316,6 +368,20 @@ class _Prefetcher:
         return ahead
 
 
+def _shuffle(u: UOp, names: dict[UOp, str]) -> str | None:
+    """A vector built from lanes of one or two vectors of one type (two 4-byte grid rows into 8 lanes) as one
+    ``__builtin_shufflevector`` (gcc >= 12, clang): a list of lanes is put together lane by lane."""
+    if not all(x.op is Ops.GEP and len(x.arg) == 1 for x in u.src):
+        return None
+    sources = list(dict.fromkeys(x.src[0] for x in u.src))
+    if len(sources) > 2 or any(x.dtype != sources[0].dtype for x in sources) or sources[0].dtype.count < 2:
+        return None
+    count = sources[0].dtype.count
+    lanes = ", ".join(str(sources.index(x.src[0]) * count + x.arg[0]) for x in u.src)
+    a = names[sources[0]]
+    return f"__builtin_shufflevector({a}, {names[sources[-1]]}, {lanes})"
+
+
 def _float_fn(name: str, dt: DType) -> str:
     return f"__builtin_{name}" + ("" if dt is dtypes.float64 else "f")
 
@@ -325,6 +391,7 @@ class CRenderer(Renderer):
     name = "C"
     has_threads = True
     masked_vectors = True  # lane-gated accesses: the whole vector when every lane is on, else lane by lane
+    gathers = True  # a load at a vector of indices: lane by lane, or in registers from a 16-float table
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
                    dtypes.uint64: 4}
     emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})  # computed in float32, rounded per op
@@ -418,6 +485,8 @@ class CRenderer(Renderer):
             return f"(({c_type(dst)}){widen}({x}))"
         if widen is not None and dtypes.is_float(dst.scalar()) and dst.scalar() is not dtypes.bfloat16:
             return f"__builtin_convertvector({widen}({x}), {c_type(dst)})"  # exact: bytes fit any float
+        if (half := HALF_TO_FLOAT.get((src, dst))) is not None:
+            return f"{half}({x})"
         if _convertvector_exact(src.scalar(), dst.scalar()):
             return f"__builtin_convertvector({x}, {c_type(dst)})"
         lanes = [self._scalar_cast(src.scalar(), dst.scalar(), f"{x}[{i}]") for i in range(dst.count)]
@@ -526,7 +595,9 @@ class CRenderer(Renderer):
                     lane_gates[u] = [names[x] for x in u.src]
                 lanes = [names[x] for x in u.src] if op is Ops.VECTORIZE else [f"{names[u.src[0]]}[{i}]" for i in u.arg]
                 v = fresh("vec")
-                line(f"const {c_type(u.dtype)} {v} = {lanes[0] if u.dtype.count == 1 else self._vector(u, lanes)};")
+                shuffle = _shuffle(u, names) if op is Ops.VECTORIZE else None
+                value = shuffle or (lanes[0] if u.dtype.count == 1 else self._vector(u, lanes))
+                line(f"const {c_type(u.dtype)} {v} = {value};")
                 names[u] = v
             elif op is Ops.GROUP:
                 pass
@@ -553,6 +624,12 @@ class CRenderer(Renderer):
             helpers = WIDEN_PREAMBLE
         else:
             helpers = ""
+        if any(u.op is Ops.LOAD and _table_lookup(u) for u in kernel):
+            vectors = sorted(set(vectors) | {dtypes.float32.vec(8), dtypes.int32.vec(8)}, key=lambda d: d.name)
+            helpers += TABLE16_PREAMBLE
+        if any(u.op is Ops.CAST and (u.src[0].dtype, u.dtype) in HALF_TO_FLOAT for u in kernel):
+            vectors = sorted(set(vectors) | {dtypes.float16.vec(8), dtypes.float32.vec(8)}, key=lambda d: d.name)
+            helpers += HALF_PREAMBLE
         typedefs = "".join(vector_typedef(d) + "\n" for d in vectors)
         return PREAMBLE + typedefs + helpers + head + "\n" + "\n".join(decls + body) + "\n}\n"
 
@@ -581,6 +658,11 @@ class CRenderer(Renderer):
 
     def _load(self, u: UOp, names: dict[UOp, str], v: str, lane_gates: dict[UOp, list[str]]) -> str:
         index, t = u.src[0], c_type(u.dtype)
+        if index.src[1].dtype.count > 1:  # a gather: one index per lane
+            ptr, idx = names[index.src[0]], names[index.src[1]]
+            if _table_lookup(u):
+                return f"const {t} {v} = tg_table16_f32({ptr}, {idx});"
+            return f"const {t} {v} = (({t}){{{', '.join(f'{ptr}[{idx}[{i}]]' for i in range(u.dtype.count))}}});"
         if len(index.src) > 2 and index.src[2] in lane_gates:
             copy = f"__builtin_memcpy(&{v}, &{names[index]}, sizeof({v}));"
             def load_piece(first: int, n: int, at: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
-from tg_gguf.dequant import DEQUANTIZERS, UnsupportedTypeError, dequantize, lookup
+from tg_gguf.dequant import DEQUANTIZERS, UnsupportedTypeError, dequantize
 from tg_gguf_testutil import assert_bits_equal, random_blocks, reference_dequantize
 
 from tgcore.schedule.kernelize import create_schedule
@@ -66,25 +66,6 @@ def test_dequantization_is_one_fused_kernel():
     items, _ = create_schedule([out.uop], out.device)
     assert [si.kind for si in items] == ["elementwise"]
     assert items[0].bufs[1].nbytes == 4 * BLOCK_LAYOUT[GGMLType.Q5_K][1]
-
-
-def test_lookup_selects_table_values():
-    idx = Tensor(np.arange(16, dtype=np.uint8))
-    table = [3 * i - 7 for i in range(16)]
-    assert lookup(idx, table).numpy().tolist() == table
-    assert lookup(idx.shrink(((0, 5),)), table[:5]).numpy().tolist() == table[:5]
-    # ggml's IQ4_NL values (kvalues_iq4nl, a fact of the format): no arithmetic pattern, negative and positive
-    iq4 = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113]
-    assert lookup(idx, iq4).numpy().tolist() == iq4
-    assert lookup(idx[::-1], iq4, "int32").numpy().tolist() == iq4[::-1]
-
-
-def test_lookup_refuses_tables_it_cannot_select_exactly():
-    idx = Tensor(np.arange(4, dtype=np.uint8))
-    with pytest.raises(ValueError, match="integers below 2"):
-        lookup(idx, [0.5, 1, 2, 3])
-    with pytest.raises(ValueError, match="at least 2"):
-        lookup(idx, [1])
 
 
 def test_unsupported_and_unknown_types_name_type_and_tensor():

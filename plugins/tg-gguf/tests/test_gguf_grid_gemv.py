@@ -16,13 +16,13 @@ from tg_gguf_testutil import assert_bits_equal, gguf_with_tensor, random_blocks,
 from tgcore.schedule.kernelize import create_schedule
 from tgcore.tensor import Tensor
 
-SHAPES = {"PYTHON": (5, 256), "CPU": (37, 512), "CPU:X86": (37, 512)}  # rows (odd), columns
+# rows (odd; 36 also takes the path that interleaves 4 rows, vectorized along each group of values), columns
+SHAPES = {"PYTHON": [(5, 256)], "CPU": [(37, 512), (36, 512)], "CPU:X86": [(37, 512), (36, 512)]}
 
 
-@pytest.mark.parametrize("device", ["PYTHON", "CPU", "CPU:X86"])
+@pytest.mark.parametrize("device,shape", [(d, s) for d, shapes in SHAPES.items() for s in shapes])
 @pytest.mark.parametrize("gtype", GRID_TYPES, ids=lambda t: t.name)
-def test_grid_gemv_matches_numpy(gtype, device):
-    shape = SHAPES[device]
+def test_grid_gemv_matches_numpy(gtype, device, shape):
     raw = random_blocks(gtype, shape[0] * shape[1] // BLOCK_LAYOUT[gtype][0], seed=5, small=True)
     gf = tg_gguf.from_bytes(gguf_with_tensor("w", shape, gtype, raw.tobytes()))
     ref_w = reference_dequantize(gtype, raw, shape)
@@ -36,3 +36,19 @@ def test_grid_gemv_matches_numpy(gtype, device):
     ref = ref_w.astype(np.float64) @ x.astype(np.float64)
     np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
     assert_bits_equal(w.numpy(), ref_w)
+
+
+def test_constant_tables_are_built_once_per_device():
+    """Two weights of a grid type read the same grid and sign tables (one owner per device), and the tables are the
+    format's: every grid row is gguf-py's (via the numpy reference's grids, checked against gguf-py elsewhere)."""
+    from tg_gguf.quants import grid
+    from tg_gguf.tables import TABLES
+    raw = random_blocks(GRID_TYPES[2], 4, seed=1, small=True)
+    gf = tg_gguf.from_bytes(gguf_with_tensor("w", (4, 256), GRID_TYPES[2], raw.tobytes()))
+    first, second = (gf.tensors_as(device="CPU")["w"] for _ in range(2))
+    bufs = [{id(b) for b in create_schedule([t.sum().uop], "CPU")[0][-1].bufs} for t in (first, second)]
+    assert len(bufs[0] & bufs[1]) >= 3  # the raw bytes, the grid and the sign table
+    assert TABLES.get("grid:IQ2XXS", "CPU") is TABLES.get("grid:IQ2XXS", "CPU")
+    np.testing.assert_array_equal(TABLES.get("grid:IQ2XXS", "CPU").numpy().reshape(-1, 8), grid("IQ2XXS"))
+    with pytest.raises(KeyError, match="no constant table"):
+        TABLES.get("grid:NOPE", "CPU")

@@ -14,12 +14,12 @@ How a type is decoded:
   (``uint16 -> float16`` for scales); packed fields are unpacked by broadcasting the bytes along a
   new axis and shifting each copy by an amount computed from that axis' index (``arange``), so no
   concatenation or gather is needed.
-- Small lookup tables (IQ4_NL's 16 values, MXFP4's e2m1 values, powers of 3) are balanced
-  trees of integer selects on the bits of the index.
-- The grids of the i-quants (256 to 2048 entries, ``tg_gguf.iq_grids``) are an indexed load
-  (``Tensor.take``) from a constant tensor of packed codes. (A one-hot gather, as ``Tensor.__getitem__``
-  does, costs O(grid size) per 8 values and took a kernel of its own: 10x slower; ``lookup``'s select
-  tree fused but was slower still.)
+- Small value tables (IQ4_NL's 16 values, MXFP4's e2m1 values), the grids of the i-quants (256 to 2048 entries,
+  ``tg_gguf.iq_grids``) and their sign patterns are constant float32 tensors (``tg_gguf.tables``, one per device)
+  read with an indexed load (``Tensor.take``) that fuses into the consumer: a group of 8 grid values is one load at
+  ``index * 8 + lane``. (A one-hot gather, as ``Tensor.__getitem__`` does, costs O(table size) per value; a tree
+  of selects on the index bits, ~30 vector operations per 8 values, was 2-10x slower.) TQ1_0's powers of 3 are a
+  ``where`` chain on an iota.
 
 Arithmetic is done in float32 in the order gguf-py / ggml define, so results are bit-exact.
 """
@@ -27,8 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 from tg_gguf import iq_grids
 from tg_gguf.constants import BLOCK_LAYOUT, QK_K, GGMLType
@@ -153,40 +151,6 @@ def spread(x: Tensor, axis: int, count: int, bits: int, step: int | None = None)
         shifts = shifts * step
     out = xe.expand(shape) >> shifts
     return out & ((1 << bits) - 1)
-
-
-def lookup(index: Tensor, values: Sequence[int], dtype: str = "float32") -> Tensor:
-    """``values[index]`` for a small table of integers (each below 2**24 in size), as a balanced tree of selects on
-    the bits of ``index``.
-
-    Each select is float arithmetic, ``lo + on * (hi - lo)`` with ``on`` 1.0 or 0.0 from one bit of the index (an
-    AND and a conversion): it vectorizes on any SIMD unit and is exact for such integers. A ``where`` on vector
-    lanes is rendered lane by lane, and an integer mask needs a shift that symbolic turns into a division: either
-    made an IQ4_NL GEMV 50-100x slower."""
-    if len(values) < 2:
-        raise ValueError("lookup needs a table of at least 2 values")
-    if not all(isinstance(v, int) and abs(v) < 1 << 24 for v in values):
-        raise ValueError(f"lookup takes a table of integers below 2**24 in size, got {list(values)!r}")
-    wide = index.cast("int32")
-    level: list[Tensor | int] = list(values)
-    bit = 0
-    while len(level) > 1:
-        if len(level) % 2:
-            level.append(level[-1])
-        on = (wide & (1 << bit)).cast("float32") * (1.0 / (1 << bit))  # 1.0 where the bit is set, else 0.0
-        nxt: list[Tensor | int] = []
-        for lo, hi in zip(level[0::2], level[1::2], strict=True):
-            if isinstance(lo, int) and isinstance(hi, int):
-                nxt.append(lo if lo == hi else on * float(hi - lo) + float(lo))
-            else:
-                lo_f = lo if not isinstance(lo, int) else float(lo)
-                hi_f = hi if not isinstance(hi, int) else float(hi)
-                nxt.append(on * (hi_f - lo_f) + lo_f)
-        level = nxt
-        bit += 1
-    (only,) = level
-    assert not isinstance(only, int)  # a table of 2+ equal values is not worth a tree
-    return only.cast(dtype)
 
 
 def _wide(packed: Tensor) -> Tensor:
@@ -329,8 +293,16 @@ def _q6_k(b: Blocks) -> Tensor:
     return (scale * q).reshape(n, QK_K)
 
 
+def _value_table(index: Tensor, table: str) -> Tensor:
+    """``table[index]`` for a constant table of 16 float32 values (``tg_gguf.tables``): an indexed load, which a
+    renderer that gathers does in registers (two permutes and a blend on AVX2; a tree of selects on the index
+    bits took ~30 vector operations per 8 values)."""
+    from tg_gguf.tables import TABLES
+    return TABLES.get(table, index.device).take(index.cast("int32"))
+
+
 def _iq4_nl(b: Blocks) -> Tensor:
-    return b.f16("d") * lookup(nibbles(b.bytes("qs")), IQ4_NL_VALUES)
+    return b.f16("d") * _value_table(nibbles(b.bytes("qs")), "iq4nl")
 
 
 def _iq4_xs(b: Blocks) -> Tensor:
@@ -340,7 +312,7 @@ def _iq4_xs(b: Blocks) -> Tensor:
     scales = _f32((low | (high << 4)).cast("int32") - 32)
     dl = (b.f16("d") * scales).reshape(n, 8, 1)
     q = nibbles(b.bytes("qs").reshape(n, 8, 16))
-    return (dl * lookup(q, IQ4_NL_VALUES)).reshape(n, QK_K)
+    return (dl * _value_table(q, "iq4nl")).reshape(n, QK_K)
 
 
 def _mxfp4(b: Blocks) -> Tensor:
@@ -348,7 +320,7 @@ def _mxfp4(b: Blocks) -> Tensor:
     # e8m0 exponent, halved (the table is doubled): 2**(e - 128) as float32 bits
     bits = (e < 2).where(e.full_like(0x00200000) << e, (e - 1) << 23)
     d = bits.bitcast("float32")
-    return d * lookup(nibbles(b.bytes("qs")), MXFP4_VALUES)
+    return d * _value_table(nibbles(b.bytes("qs")), "mxfp4")
 
 
 def _ternary(digits: Tensor) -> Tensor:
@@ -358,7 +330,7 @@ def _ternary(digits: Tensor) -> Tensor:
 
 
 def _powers_of_3(count: int, device: str) -> Tensor:
-    """``3**k`` (uint8) at index ``k`` of a ``(1, count, 1)`` tensor: a chain of ``where`` on an iota. (``lookup``'s
+    """``3**k`` (uint8) at index ``k`` of a ``(1, count, 1)`` tensor: a chain of ``where`` on an iota. (A tree of
     float selects on this index made the scheduler split the GEMV in several kernels; a concatenation of the
     ``count`` products was 6x slower.)"""
     from tgcore.tensor import Tensor
@@ -391,44 +363,35 @@ def _tq2_0(b: Blocks) -> Tensor:
 
 
 # ---------------------------------------------------------------------------------------- grid types (i-quants)
-# A grid type picks 8 (IQ3: 4) values at once with one index into a constant grid (tg_gguf.iq_grids): the
-# grid entry is a packed code (2 or 3 bits per value), gathered from a small constant tensor, then its fields
-# are spread out and mapped to values. Signs: 8 bits per 8 values, or a 7-bit index whose 8th bit is the parity.
+# A grid type picks 8 (IQ3: 4) values at once with one index into a constant grid (tg_gguf.iq_grids). The grid is
+# a table of float32 values (tg_gguf.tables), so a group's values are one load of 8 (4) consecutive values at
+# ``index * 8 + lane``; signs (8 bits per 8 values, or a 7-bit index whose 8th bit is the parity) are one load of
+# 8 consecutive +-1.0 from a table of sign patterns. A GEMV vectorized along a group then decodes it with a few
+# loads and a conversion, whatever the grid.
 
-def _grid_codes(index: Tensor, table: str) -> Tensor:
-    """The packed grid codes (int32) of ``index`` into grid ``table``: an indexed load from a constant tensor."""
-    from tgcore.tensor import Tensor
-    codes = Tensor(np.array(getattr(iq_grids, f"{table}_CODES"), dtype=np.int32), device=index.device)
-    return codes.take(index.cast("int32"))
+def _table_rows(index: Tensor, table: str, width: int) -> Tensor:
+    """``index`` ``(...)`` -> ``(..., width)``: row ``index`` of the constant table ``table`` (``width`` entries per
+    row), an indexed load (``Tensor.take``) of ``index * width + j``."""
+    from tg_gguf.tables import TABLES
+    values = TABLES.get(table, index.device)
+    lane = iota((*index.shape, width), index.ndim, index.device, "int32")
+    return values.take(index.cast("int32").reshape(*index.shape, 1) * width + lane)
 
 
 def _grid_values(index: Tensor, table: str) -> Tensor:
     """``index`` ``(..., k)`` -> the grid values ``(..., k, 8 or 4)`` (float32)."""
-    values = getattr(iq_grids, f"{table}_VALUES")
-    bits = getattr(iq_grids, f"{table}_BITS")
-    fields = spread(_grid_codes(index, table), index.ndim, 8 if len(values) < 4 else 4, bits)
-    if values == (-1, 0, 1):
-        return _f32(fields) - 1.0
-    return lookup(fields, values)
-
-
-def _sign_of_bits(bits: Tensor) -> Tensor:
-    """0/1 sign bits -> 1.0 / -1.0."""
-    return 1.0 - 2.0 * _f32(bits)
+    width = 8 if len(getattr(iq_grids, f"{table}_VALUES")) < 4 else 4
+    return _table_rows(index, f"grid:{table}", width)
 
 
 def _byte_signs(signs: Tensor) -> Tensor:
     """``(n, m)`` sign bytes -> ``(n, m, 8)`` +-1.0, bit j of byte i for element 8i + j."""
-    return _sign_of_bits(spread(_wide(signs), 2, 8, 1))
+    return _table_rows(signs, "byte_signs", 8)
 
 
 def _ksigns(index: Tensor) -> Tensor:
     """7-bit sign indices ``(...)`` -> ``(..., 8)`` +-1.0: the 7 bits, then their parity (ggml's ksigns)."""
-    bits = index.cast("uint32")  # unsigned: a shift by a constant stays a shift (signed ones become divisions)
-    parity = bits ^ (bits >> 4)
-    parity = parity ^ (parity >> 2)
-    parity = (parity ^ (parity >> 1)) & 1
-    return _sign_of_bits(spread((bits | (parity << 7)).cast("int32"), index.ndim, 8, 1))
+    return _table_rows(index, "ksigns", 8)
 
 
 def _half_scale(d: Tensor, nibble: Tensor, step: float) -> Tensor:

@@ -1,0 +1,84 @@
+"""Constant tables the dequantizations read with ``Tensor.take``, each built once per device and kept.
+
+In:  a table name and a device. Out: a realized 1-D ``Tensor`` on that device, the same one for every weight (so
+     the kernels of a model's many grid-quantized weights read one buffer, built once).
+
+The tables (facts of the ggml format, computed from ``tg_gguf.iq_grids`` / ``tg_gguf.quants``):
+
+- ``grid:<NAME>``: an i-quant grid as float32 values, entry ``e``'s value ``j`` at ``e * width + j`` (``width`` 8,
+  or 4 for IQ3): a group's values are one vector load (4 to 64 KiB a grid; as int8 bytes, widened and converted
+  per group, the GEMVs were ~10% slower).
+- ``iq4nl``, ``mxfp4``: the 16 values a 4-bit index selects (float32), looked up per value (in registers, on a
+  renderer that gathers from a 16-float table).
+- ``ksigns``: for each 7-bit sign index, the 8 signs (+-1.0 float32) of its bits and their parity bit.
+- ``byte_signs``: for each byte, the 8 signs (+-1.0 float32) of its bits, bit ``j`` for value ``j``.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from tgcore.tensor import Tensor
+
+
+def _grid_floats(name: str) -> np.ndarray:
+    from tg_gguf.quants import grid
+    return grid(name).reshape(-1)
+
+
+def _sign_patterns(bytes_: np.ndarray) -> np.ndarray:
+    """``(k,)`` sign bytes -> ``(k * 8,)`` float32 +-1.0, bit ``j`` of byte ``i`` at ``8 * i + j``."""
+    bits = (bytes_.reshape(-1, 1) >> np.arange(8, dtype=np.uint8)) & 1
+    return np.where(bits == 0, np.float32(1), np.float32(-1)).reshape(-1)
+
+
+def _ksigns() -> np.ndarray:
+    from tg_gguf.quants import ksigns
+    return _sign_patterns(ksigns(np.arange(128, dtype=np.uint8)))
+
+
+def _byte_signs() -> np.ndarray:
+    return _sign_patterns(np.arange(256, dtype=np.uint8))
+
+
+def _values(name: str) -> np.ndarray:
+    from tg_gguf import dequant
+    return np.array(getattr(dequant, name), dtype=np.float32)
+
+
+BUILDERS: dict[str, Callable[[], np.ndarray]] = {
+    "iq4nl": functools.partial(_values, "IQ4_NL_VALUES"),
+    "mxfp4": functools.partial(_values, "MXFP4_VALUES"),
+    **{f"grid:{g}": functools.partial(_grid_floats, g) for g in ("IQ2XXS", "IQ2XS", "IQ2S", "IQ3XXS", "IQ3S", "IQ1S")},
+    "ksigns": _ksigns,
+    "byte_signs": _byte_signs,
+}
+
+
+class ConstantTables:
+    """The owner of the constant tables on each device: ``get(name, device)`` builds a table on first use and returns
+    the same realized Tensor after; ``clear()`` drops them all (their buffers are freed with the last kernel that
+    holds them)."""
+
+    def __init__(self) -> None:
+        self._tables: dict[tuple[str, str], Tensor] = {}
+
+    def get(self, name: str, device: str) -> Tensor:
+        from tgcore.tensor import Tensor
+        key = (name, device)
+        table = self._tables.get(key)
+        if table is None:
+            if name not in BUILDERS:
+                raise KeyError(f"no constant table {name!r} (known: {', '.join(sorted(BUILDERS))})")
+            table = self._tables[key] = Tensor(BUILDERS[name](), device=device).realize()
+        return table
+
+    def clear(self) -> None:
+        self._tables.clear()
+
+
+TABLES = ConstantTables()
