@@ -84,7 +84,10 @@ class X86Renderer(ISARenderer[Selector]):
     # elementwise vectors: 8 lanes of 32-bit types, 4 of 64-bit ones (wider vectors are split into ymm pieces)
     # an unsigned int assembled from consecutive bytes (a quantized file's 16-bit scales) is one load (x86 is
     # little-endian): the core's legalizer makes it a BITCAST of a byte-vector load, selected as one mov/movzx
-    pre_isel = PatternMatcher([(UPat(Ops.OR, name="x"), combine_byte_loads)])
+    # (scalars only: a vector of such ints, a row of float16 weights, is read lane by lane until the selector has a
+    # byte-vector BITCAST)
+    pre_isel = PatternMatcher([(UPat(Ops.OR, name="x"),
+                                lambda x: combine_byte_loads(x) if x.dtype.count == 1 else None)])
     # float16/bfloat16 vectors are loaded into and stored from float32 pieces (vmemory.widening_cast,
     # narrowing_store); their math is float32's
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
