@@ -13,8 +13,8 @@ One worker thread owns the model. Each choice of a job is a sequence in a slot o
 position, sampler and seed, stop strings); choices wait first-in first-out for a free slot. Each turn of the
 worker's loop it
 1. takes the jobs that arrived and drops the sequences of cancelled, timed-out or (at shutdown) stopped jobs;
-2. gives free slots to waiting choices (the free slot whose cache shares the longest prefix with the prompt:
-   the prefix cache works per slot, in whole chunks);
+2. gives free slots to waiting choices (the free slot whose cache holds the most whole chunks of the prompt:
+   the prefix cache works per slot, in whole chunks; else the lowest free slot, so steps run few rows);
 3. prefills one chunk (at most ``prefill_chunk`` tokens) of the prefilling sequence with the fewest prompt tokens
    left, so a long prompt is prefilled across many turns and a short one is not stuck behind it; a sequence's
    last chunk gives its first token;
@@ -516,9 +516,11 @@ class _Scheduler:
             raise ContextLengthError(f"the prompt has {len(prompt)} tokens; the context holds {limit} "
                                      f"(room is needed for at least one generated token)")
         free = [i for i, s in enumerate(self.slots) if s is None]
-        # the free slot whose cache shares the longest prefix with the prompt (the lowest on a tie: fewer rows run)
+        chunk = self.engine.prefill_chunk
+        # the free slot whose cache holds the most whole chunks of the prompt (only those are reused, see below);
+        # the lowest on a tie: a batched step runs rows up to the highest slot in use
         shared = {i: common_prefix(self.model.tokens_of(i), prompt) for i in free}
-        slot = max(free, key=lambda i: (shared[i], -i))
+        slot = max(free, key=lambda i: (min(shared[i], len(prompt) - 1) // chunk, -i))
         job.started.set()
         state.running = True
         if choice.prompt_logprobs:
@@ -529,7 +531,6 @@ class _Scheduler:
             return
         # the cached prefix is cut back to a whole number of chunks: the rest is then prefilled in the same chunks
         # as from scratch, so a prompt's logits (and tokens) do not depend on what its slot held before
-        chunk = self.engine.prefill_chunk
         cached = min(shared[slot], len(prompt) - 1) // chunk * chunk
         self.slots[slot] = _Sequence(job, index, choice, slot, cached, cached, _ChoiceClock(time.monotonic()))
         self.count()
