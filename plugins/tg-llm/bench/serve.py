@@ -11,7 +11,7 @@ of the most streams, and measures:
 - one stream and N concurrent streams (completions with random token-id prompts, greedy): aggregate
   completion tokens per second of wall time, and each stream's decode rate (first token to last);
 - the time to first token of a short request sent while a ``--long-prompt-tokens`` prompt prefills;
-- with 4 streams running, how long SIGTERM takes to end the server, and its exit status.
+- with 4 streams generating, how long SIGTERM takes to end the server, and its exit status.
 
 With ``--llama-server PATH`` (built by ``bench/build_llama_cpp.py``; a benchmark only) it then starts
 llama.cpp's server with the same ``--parallel`` (each slot ``--max-context`` positions), makes the same
@@ -90,11 +90,27 @@ def ttft_behind_long_prompt(client: Any, model: str, long_tokens: int) -> float:
 
 
 def sigterm_seconds(proc: subprocess.Popen, client: Any, model: str, gen_tokens: int) -> tuple[float, int]:
-    threads = [threading.Thread(target=lambda i=i: one_stream(client, model, prompt_ids(128, 200 + i), gen_tokens))
-               for i in range(4)]
+    """Seconds from SIGTERM to the server's exit, sent once 4 streams have each received a token."""
+    generating = [threading.Event() for _ in range(4)]
+
+    def run(i: int) -> None:
+        try:
+            stream = client.completions.create(model=model, prompt=prompt_ids(128, 200 + i), max_tokens=gen_tokens,
+                                               temperature=0, stream=True)
+            for chunk in stream:
+                if chunk.choices and chunk.choices[0].text:
+                    generating[i].set()
+        except Exception as e:  # noqa: BLE001 - a stream the shutdown cut is expected; report anything else
+            if not generating[i].is_set():
+                print(f"  stream {i} failed before its first token: {type(e).__name__}: {e}")
+        finally:
+            generating[i].set()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
-    time.sleep(2.0)
+    for g in generating:
+        g.wait(600)
     t0 = time.perf_counter()
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(120)
