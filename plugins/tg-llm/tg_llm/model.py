@@ -409,7 +409,8 @@ class Model:
             return np.zeros((0, self.vocab_size), np.float32)
         if len({s for s, _, _ in steps}) != len(steps):
             raise ValueError("decode: a sequence appears twice in one step")
-        direct, rerun = [], []
+        direct: list[tuple[int, int, int]] = []
+        rerun: list[tuple[int, int, int]] = []
         for step in steps:
             seq, _, pos = step
             self._check_room(pos, 1, seq)

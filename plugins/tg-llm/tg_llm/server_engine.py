@@ -185,7 +185,6 @@ class ProgressBar:
 PREFILL_CHUNK = 64
 SHORT_PROMPT_PADDINGS = (4, 8, 16)  # short prompts' prefill sizes captured while idle (fused: small captures)
 IDLE_POLL_S = 0.5     # how often an idle worker looks at the queue when nothing arrives
-_NOTHING = object()
 
 
 class Engine:
@@ -341,20 +340,19 @@ class Engine:
             idle = not sched.busy()
             if idle and self._warm_later and self.stop_at is None:
                 self._warm_later.pop(0)()  # one capture while idle
-            try:  # wait for work only when there is nothing to run
-                item = self._queue.get(timeout=IDLE_POLL_S if not self._warm_later else 0) if idle \
-                    else self._queue.get_nowait()
+            arrived: list[Job | None] = []
+            try:  # wait for work only when there is nothing to run; then take all that is queued
+                arrived.append(self._queue.get(timeout=IDLE_POLL_S if not self._warm_later else 0) if idle
+                               else self._queue.get_nowait())
+                while True:
+                    arrived.append(self._queue.get_nowait())
             except queue.Empty:
-                item = _NOTHING
-            while item is not _NOTHING:
+                pass
+            for item in arrived:
                 if item is None:
                     sched.closing = True
                 else:
                     sched.accept(item)
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    item = _NOTHING
             if sched.closing and not sched.busy():
                 return
             try:
