@@ -50,7 +50,9 @@ attention mask are computed on the host and passed in as tensors.
   positions that later tokens overwrite and that the mask hides until then) and attention reads a
   power-of-two window of the cache that covers the prompt, so prompts of many lengths share a few
   compiled kernel sets. Jitted like decode (one capture per padded length and window; the capture's
-  scratch buffers are shared between layers, so it keeps about one layer's intermediates), except when
+  scratch buffers are shared between layers, so it keeps about one layer's intermediates; the last
+  ``PREFILL_CAPTURES`` used are kept per kind of result, ``FUSED_PREFILL_CAPTURES`` under
+  ``DENSE_MIN_TOKENS`` rows, whose scratch holds no dequantized weights), except when
   the cache ring wraps inside the call (constant slots: run eagerly). From ``DENSE_MIN_TOKENS`` rows on,
   each weight is dequantized into a temporary float buffer holding its transpose and multiplied as a
   plain GEMM (the register-tiled one, B contiguous along the output columns): the fused dequantizing
@@ -90,6 +92,9 @@ PREFILL_CHUNK = 256    # a longer prompt is prefilled in chunks of this many tok
 DENSE_MIN_TOKENS = 32
 DECODE_WINDOWS = 16    # decode captures kept: one per power-of-two attention window (per layer kind)
 PREFILL_CAPTURES = 2   # prefill captures kept per kind of result (each keeps a layer of scratch: weights, activations)
+# ... of prefills under DENSE_MIN_TOKENS rows (no dequantized weights in their scratch: a few activations), which
+# short prompts (a chat turn, a server's requests) and the last chunks of long ones run
+FUSED_PREFILL_CAPTURES = 16
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -275,7 +280,7 @@ class Model:
                 tensors.raw("token_embd.weight")
         self._tokens: list[list[int]] = [[] for _ in range(sequences)]  # per sequence: the tokens its cache holds
         self._decode_step: Any = None
-        self._prefill_steps: dict[str | None, Any] = {}  # what a prefill returns -> its jitted graph
+        self._prefill_steps: dict[tuple[str | None, bool], Any] = {}  # (what it returns, dense) -> jitted graph
 
     def _kinds(self, get: Callable[..., Any]) -> list[_Kind]:
         """The full-attention kind (always first) and, when some layers slide, the sliding kind."""
@@ -632,11 +637,13 @@ class Model:
         if all(not isinstance(first_slot, int) for *_, writes in inputs for _, first_slot, _, _ in writes):
             # every slot is a bound variable: a replay fits any start; jitted like decode (its scratch buffers
             # shared between layers), after a first call that compiles and a second that captures
-            step = self._prefill_steps.get(want)
+            dense = padded >= DENSE_MIN_TOKENS
+            step = self._prefill_steps.get((want, dense))
             if step is None:
                 import tgcore
-                step = self._prefill_steps[want] = tgcore.jit(functools.partial(self._prefill_graph, want=want),
-                                                              max_captures=PREFILL_CAPTURES)
+                step = self._prefill_steps[want, dense] = tgcore.jit(
+                    functools.partial(self._prefill_graph, want=want),
+                    max_captures=PREFILL_CAPTURES if dense else FUSED_PREFILL_CAPTURES)
         else:  # the ring wraps inside this call: the cache writes take constant slots, run eagerly
             step = functools.partial(self._prefill_graph, want=want)
         logit_rows = None if want is None else 1 if want == "last" else padded

@@ -64,6 +64,7 @@ def default_model_path() -> Path | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from tg_llm.server_engine import PREFILL_CHUNK
     p = argparse.ArgumentParser(prog="tg serve llm",
                                 description="Serve a GGUF model over an OpenAI-compatible API, with a chat page at /.")
     p.add_argument("--model", default=None, metavar="PATH|NAME",
@@ -87,8 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parallel", type=int, default=4, metavar="N",
                    help="sequences generated at once, each in a KV cache slot of its own, decoded together in one "
                         "batched step (default 4)")
-    p.add_argument("--prefill-chunk", type=int, default=128, metavar="N",
-                   help="prompt tokens prefilled per step, between decode steps of the other slots (default 128)")
+    p.add_argument("--prefill-chunk", type=int, default=PREFILL_CHUNK, metavar="N",
+                   help="prompt tokens prefilled per step, between decode steps of the other slots "
+                        f"(default {PREFILL_CHUNK})")
     p.add_argument("--max-queue", type=int, default=64, metavar="N",
                    help="requests waiting or running before new ones get 429 (default 64)")
     g = p.add_argument_group("sampling defaults", "what a request gets for the fields it leaves out (default: "

@@ -13,8 +13,8 @@ One worker thread owns the model. Each choice of a job is a sequence in a slot o
 position, sampler and seed, stop strings); choices wait first-in first-out for a free slot. Each turn of the
 worker's loop it
 1. takes the jobs that arrived and drops the sequences of cancelled, timed-out or (at shutdown) stopped jobs;
-2. gives free slots to waiting choices (the free slot whose cache shares the longest prefix with the prompt:
-   the prefix cache works per slot, in whole chunks);
+2. gives free slots to waiting choices (the free slot whose cache holds the most whole chunks of the prompt:
+   the prefix cache works per slot, in whole chunks; else the lowest free slot, so steps run few rows);
 3. prefills one chunk (at most ``prefill_chunk`` tokens) of the prefilling sequence with the fewest prompt tokens
    left, so a long prompt is prefilled across many turns and a short one is not stuck behind it; a sequence's
    last chunk gives its first token;
@@ -32,6 +32,7 @@ frees the job's slots at its next turn.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import queue
@@ -179,7 +180,10 @@ class ProgressBar:
         self.stream.flush()
 
 
-PREFILL_CHUNK = 128   # prompt tokens prefilled per scheduler turn (a short request waits for at most one chunk)
+# prompt tokens prefilled per scheduler turn (a short request waits for at most one chunk); prefill throughput at
+# 64 is that at 128 (SmolLM2 Q4_1, 512 tokens, load 8-13: 27-36 vs 29-31 tok/s; at 32: 16-23)
+PREFILL_CHUNK = 64
+SHORT_PROMPT_PADDINGS = (4, 8, 16)  # short prompts' prefill sizes captured while idle (fused: small captures)
 IDLE_POLL_S = 0.5     # how often an idle worker looks at the queue when nothing arrives
 
 
@@ -226,7 +230,7 @@ class Engine:
         self.running_jobs = 0  # jobs with a choice in a slot
         self.active_slots = 0  # slots generating
         self.stop_at: float | None = None  # time.monotonic() past which generations end (shutdown)
-        self._warm_later: list[tuple[int, int]] = []  # decode shapes to capture while idle
+        self._warm_later: list[Callable[[], None]] = []  # captures to make while idle, first first
 
     # ---- loading ----
 
@@ -250,13 +254,16 @@ class Engine:
                 self.path, device=self.device, max_context=self.max_context_asked,
                 progress=ProgressBar(f"loading {self.path.name}"), sequences=self.parallel)
             self.stop_ids = Generator(self.model, self.tokenizer).stop_ids()
-            # the step of every batch size at the smallest attention window now; the longer windows while idle
+            # the step of every batch size at the smallest attention window now; while idle, the prefill of short
+            # prompts (a short request's first token), then the longer windows
             shapes = self.model.decode_shapes()
             first = min(pos for _, pos in shapes)
             warm = time.perf_counter()
             self.model.warm_up([s for s in shapes if s[1] == first])
             self.warm_up_seconds = time.perf_counter() - warm
-            self._warm_later = [s for s in shapes if s[1] != first]
+            self._warm_later = [functools.partial(self._warm_prefill, n) for n in SHORT_PROMPT_PADDINGS
+                                if n <= self.model.config.max_context - 1]
+            self._warm_later += [functools.partial(self.model.warm_up, [s]) for s in shapes if s[1] != first]
         except BaseException as e:  # noqa: BLE001 - any failure is reported and ends the server
             self.state, self.error = "failed", e
             log.error("failed to load %s: %s: %s", self.path, type(e).__name__, e)
@@ -271,6 +278,14 @@ class Engine:
         self._worker = threading.Thread(target=self._work, name="tg-llm-worker", daemon=True)
         self._worker.start()
         self.state = "ready"
+
+    def _warm_prefill(self, n: int) -> None:
+        """Capture the prefill of an ``n``-token prompt at position 0 (in the slot caching the fewest tokens, then
+        emptied)."""
+        seq = min(range(self.model.sequences), key=lambda i: (len(self.model.tokens_of(i)), -i))
+        for _ in range(2):  # the first call compiles, the second captures
+            self.model.forward_last([0] * n, 0, seq=seq)
+            self.model.reset(seq)
 
     @property
     def max_context(self) -> int:
@@ -327,7 +342,7 @@ class Engine:
         while True:
             idle = not sched.busy()
             if idle and self._warm_later and self.stop_at is None:
-                self.model.warm_up([self._warm_later.pop(0)])  # one longer attention window's step while idle
+                self._warm_later.pop(0)()  # one capture while idle
             arrived: list[Job | None] = []
             try:  # wait for work only when there is nothing to run; then take all that is queued
                 arrived.append(self._queue.get(timeout=IDLE_POLL_S if not self._warm_later else 0) if idle
@@ -502,9 +517,11 @@ class _Scheduler:
             raise ContextLengthError(f"the prompt has {len(prompt)} tokens; the context holds {limit} "
                                      f"(room is needed for at least one generated token)")
         free = [i for i, s in enumerate(self.slots) if s is None]
-        # the free slot whose cache shares the longest prefix with the prompt (the lowest on a tie: fewer rows run)
+        chunk = self.engine.prefill_chunk
+        # the free slot whose cache holds the most whole chunks of the prompt (only those are reused, see below);
+        # the lowest on a tie: a batched step runs rows up to the highest slot in use
         shared = {i: common_prefix(self.model.tokens_of(i), prompt) for i in free}
-        slot = max(free, key=lambda i: (shared[i], -i))
+        slot = max(free, key=lambda i: (min(shared[i], len(prompt) - 1) // chunk, -i))
         job.started.set()
         state.running = True
         if choice.prompt_logprobs:
@@ -515,7 +532,6 @@ class _Scheduler:
             return
         # the cached prefix is cut back to a whole number of chunks: the rest is then prefilled in the same chunks
         # as from scratch, so a prompt's logits (and tokens) do not depend on what its slot held before
-        chunk = self.engine.prefill_chunk
         cached = min(shared[slot], len(prompt) - 1) // chunk * chunk
         self.slots[slot] = _Sequence(job, index, choice, slot, cached, cached, _ChoiceClock(time.monotonic()))
         self.count()
