@@ -30,6 +30,9 @@ class Renderer:
     native_transcendentals: bool = False  # True: EXP2/LOG2/SIN reach render(); False: codegen decomposes them
     masked_vectors: bool = False   # a vector load/store may be gated lane by lane (INDEX gate: a bool vector)
     custom_kernels: bool = False   # render() also takes hand-written programs (tgcore.custom)
+    # a scalar loop summing products of bytes in int32 (a quantized weight's integers times an 8-bit activation's)
+    # is vectorized into multiply-adds of bytes by the output's compiler: codegen leaves such loops scalar
+    compiles_byte_dots: bool = False
     # the machine the output runs on, for cost models (a CPU renderer sets them from tgcore.runtime.cpufeatures;
     # simd_widths, not these, says what vectors codegen emits)
     vector_bits: int = 128         # width of one vector register the compiled code may use
