@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
 from tg_gguf.dequant import FIELDS
-from tg_gguf.intdot import SUMS, int_matmul, quantize_activations, uses_int_dot
+from tg_gguf.intdot import INT_DOT_TYPES, SUMS, int_matmul, quantize_activations, uses_int_dot
 from tg_gguf_testutil import assert_bits_equal, random_blocks, reference_dequantize
 
 from tgcore.tensor import Tensor
@@ -126,6 +126,7 @@ def test_which_devices_and_types_use_it():
     assert uses_int_dot(GGMLType.Q4_K, "CPU")
     assert not uses_int_dot(GGMLType.Q4_K, "PYTHON")  # the interpreter: no compiler to vectorize byte dots
     assert not uses_int_dot(GGMLType.IQ4_NL, "CPU")
+    assert uses_int_dot(GGMLType.Q4_0, "CPU") == (GGMLType.Q4_0 in INT_DOT_TYPES)
     assert not uses_int_dot(9999, "CPU")
 
 

@@ -24,6 +24,7 @@ activations' quantization error (a relative ~0.4% per block at worst), like llam
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tg_gguf.constants import BLOCK_LAYOUT, QK_K, GGMLType
@@ -247,8 +248,11 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
 }
 
 # the types whose integer path is faster than the float one on a renderer that compiles byte dots (4096^2 GEMV,
-# plugins/tg-gguf/bench/gguf.py --int-dot, same run)
-INT_DOT_TYPES: frozenset[GGMLType] = frozenset(SUMS)
+# plugins/tg-gguf/bench/gguf.py, the int and float columns of one run). The 32-element types are not: a block's
+# byte dot is 16 bytes (two nibble planes), and its two int32 accumulators are summed across lanes every block,
+# which costs what the float path's per-element work does.
+INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K,
+                                                GGMLType.Q5_K, GGMLType.Q6_K})
 
 
 def uses_int_dot(type_id: GGMLType | int, device: str) -> bool:
@@ -281,3 +285,34 @@ def int_matmul(x: Tensor, raw: Tensor, type_id: GGMLType | int, shape: tuple[int
     xq, dx = quantize_activations(x.reshape(m, k))
     value = SUMS[gtype](Operands(Blocks(raw, gtype), xq, dx, n, k))
     return value.reshape(m, n, -1).sum(-1).reshape(*lead, n)
+
+
+@dataclass(frozen=True, eq=False)
+class QuantizedMatrix:
+    """A quantized ``(N, K)`` weight on a device: its raw bytes, ggml type and shape. ``matmul_t(x)`` is ``x @ W.T``
+    as integer dot products where ``uses_int_dot`` says so (and ``int_dot`` allows it), else the float product with
+    the lazy dequantization (``dequantized``) fused in."""
+
+    raw: Tensor
+    gtype: GGMLType
+    shape: tuple[int, int]
+    name: str | None = None
+    int_dot: bool = True  # False: always the float path (a reference without the activations' quantization)
+    _uses_int: list[bool] = field(default_factory=list, repr=False)  # the decision, made once
+
+    @property
+    def dequantized(self) -> Tensor:
+        """The lazy float32 dequantization ``(N, K)`` (fuses into its consumer)."""
+        from tg_gguf.dequant import dequantize
+        return dequantize(self.raw, self.gtype, self.shape, name=self.name)
+
+    def uses_int_dot(self) -> bool:
+        if not self._uses_int:
+            self._uses_int.append(self.int_dot and uses_int_dot(self.gtype, self.raw.device))
+        return self._uses_int[0]
+
+    def matmul_t(self, x: Tensor) -> Tensor:
+        """``x @ W.T``: ``(..., K)`` -> ``(..., N)``."""
+        if self.uses_int_dot():
+            return int_matmul(x, self.raw, self.gtype, self.shape)
+        return x @ self.dequantized.T
