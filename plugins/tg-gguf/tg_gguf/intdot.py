@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tg_gguf.constants import BLOCK_LAYOUT, QK_K, GGMLType
+from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
 from tg_gguf.dequant import Blocks, check_supported, iota, k_scales_mins, q2_k_scales, q3_k_scales, spread
 
 if TYPE_CHECKING:
@@ -41,9 +41,9 @@ ROUNDING_MAGIC_BITS = 0x4B400000  # its float32 bits
 
 def quantize_activations(x: Tensor) -> tuple[Tensor, Tensor]:
     """``x`` ``(..., K)`` float -> (``xq`` ``(..., K)`` int8, ``dx`` ``(..., K // 32)`` float32) with
-    ``x ~ dx * xq`` per block of 32: ``dx = max|x| / 127``, ``xq = round(x * (127 / max|x|))`` (to nearest, ties to even; an
-    all-zero block has ``dx = 0``, ``xq = 0``). Both are realized in buffers of their own (every weight row reads
-    them)."""
+    ``x ~ dx * xq`` per block of 32: ``dx = max|x| * float32(1 / 127)``, ``xq = round(x * (127 / max|x|))`` (to
+    nearest, ties to even; an all-zero block has ``dx = 0``, ``xq = 0``). Both are buffers of their own (every weight
+    row reads them)."""
     *lead, k = x.shape
     if k % ACT_BLOCK:
         raise ValueError(f"quantize_activations: the last dimension {k} is not a multiple of {ACT_BLOCK}")

@@ -544,7 +544,8 @@ class Model:
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str], device: str | None = None, max_context: int = 4096,
-                  progress: Callable[[int, int], None] | None = None, sequences: int = 1, int_dot: bool = True) -> Model:
+                  progress: Callable[[int, int], None] | None = None, sequences: int = 1,
+                  int_dot: bool = True) -> Model:
         """Load the model in GGUF file ``path`` onto ``device`` (default: ``DEV``), with ``sequences`` KV caches
         of ``min(model context, max_context)`` positions each. ``progress(done, total)`` is called per weight
         loaded. ``int_dot=False``: every product in float (no activation quantization; see ``tg_gguf.intdot``)."""
