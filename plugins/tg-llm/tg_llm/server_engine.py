@@ -154,7 +154,6 @@ class ProgressBar:
 
 PREFILL_CHUNK = 128   # prompt tokens prefilled per scheduler turn (a short request waits for at most one chunk)
 IDLE_POLL_S = 0.5     # how often an idle worker looks at the queue when nothing arrives
-_NOTHING = object()
 
 
 class Engine:
@@ -281,20 +280,19 @@ class Engine:
             idle = not sched.busy()
             if idle and self._warm_later and self.stop_at is None:
                 self.model.warm_up([self._warm_later.pop(0)])  # one longer attention window's step while idle
-            try:  # wait for work only when there is nothing to run
-                item = self._queue.get(timeout=IDLE_POLL_S if not self._warm_later else 0) if idle \
-                    else self._queue.get_nowait()
+            arrived: list[Job | None] = []
+            try:  # wait for work only when there is nothing to run; then take all that is queued
+                arrived.append(self._queue.get(timeout=IDLE_POLL_S if not self._warm_later else 0) if idle
+                               else self._queue.get_nowait())
+                while True:
+                    arrived.append(self._queue.get_nowait())
             except queue.Empty:
-                item = _NOTHING
-            while item is not _NOTHING:
+                pass
+            for item in arrived:
                 if item is None:
                     sched.closing = True
                 else:
                     sched.accept(item)
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    item = _NOTHING
             if sched.closing and not sched.busy():
                 return
             try:

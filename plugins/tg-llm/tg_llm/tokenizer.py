@@ -82,7 +82,7 @@ class Tokenizer:
         types = list(token_types) if token_types is not None else [TokenType.NORMAL] * n
         if len(types) != n:
             raise TokenizerError(f"tokenizer.ggml.token_type has {len(types)} entries for {n} tokens")
-        self.token_types: list[int] = types
+        self.token_types: list[int] = [int(t) for t in types]
         self.token_to_id: dict[str, int] = {}
         for i, text in enumerate(self.id_to_token):
             self.token_to_id.setdefault(text, i)

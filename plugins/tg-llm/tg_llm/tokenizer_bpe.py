@@ -134,14 +134,14 @@ class BPEModel:
                 prv[nxt[j]] = i
             p = prv[i]
             if p >= 0:
-                rank = ranks.get((syms[p], merged))  # type: ignore[arg-type]
+                rank = ranks.get((syms[p], merged))  # type: ignore[arg-type, misc]
                 if rank is not None:
-                    heapq.heappush(heap, (rank, p, syms[p], merged))  # type: ignore[arg-type]
+                    heapq.heappush(heap, (rank, p, syms[p], merged))  # type: ignore[arg-type, misc]
             q = nxt[i]
             if q >= 0:
-                rank = ranks.get((merged, syms[q]))  # type: ignore[arg-type]
+                rank = ranks.get((merged, syms[q]))  # type: ignore[arg-type, misc]
                 if rank is not None:
-                    heapq.heappush(heap, (rank, i, merged, syms[q]))  # type: ignore[arg-type]
+                    heapq.heappush(heap, (rank, i, merged, syms[q]))  # type: ignore[arg-type, misc]
         return [s for s in syms if s is not None]
 
     def _ids(self, symbols: list[str]) -> list[int]:

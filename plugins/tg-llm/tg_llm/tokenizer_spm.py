@@ -97,11 +97,11 @@ class SPMModel:
                 pair = syms[p] + merged  # type: ignore[operator]
                 tid = vocab.get(pair)
                 if tid is not None:
-                    heapq.heappush(heap, (-scores[tid], p, syms[p], merged))  # type: ignore[arg-type]
+                    heapq.heappush(heap, (-scores[tid], p, syms[p], merged))  # type: ignore[arg-type, misc]
             q = nxt[i]
             if q >= 0:
                 pair = merged + syms[q]  # type: ignore[operator]
                 tid = vocab.get(pair)
                 if tid is not None:
-                    heapq.heappush(heap, (-scores[tid], i, merged, syms[q]))  # type: ignore[arg-type]
+                    heapq.heappush(heap, (-scores[tid], i, merged, syms[q]))  # type: ignore[arg-type, misc]
         return [s for s in syms if s is not None]

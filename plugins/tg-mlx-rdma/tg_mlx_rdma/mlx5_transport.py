@@ -76,7 +76,7 @@ def _tcp_exchange(rank: int, world: int, address: str, mine: dict, timeout: floa
         table: list[Any] = [mine] + [None] * (world - 1)
         with socket.create_server((host, int(port)), reuse_port=False) as srv:
             srv.settimeout(timeout)
-            peers = []
+            peers: list[socket.socket] = []
             while len(peers) < world - 1:
                 try:
                     conn, _ = srv.accept()
@@ -202,6 +202,7 @@ class Mlx5Transport(Transport):
         self.rank, self.world_size = rank, world
         self.peers = {r: _Peer(self.dev, self.pd, r, self.chunk) for r in range(world) if r != rank}
         mine = {"rank": rank, "gid": self.dev.gid.hex(), "qpn": {str(r): p.qp.qpn for r, p in self.peers.items()}}
+        table: list[dict[str, Any]]
         if world == 1:
             table = [mine]
         elif exchange == "mpi":
@@ -376,7 +377,7 @@ class Mlx5Transport(Transport):
             yield lambda: peer.recv_line[0] is ticket
             try:
                 got = np.zeros(HEADER_WORDS, dtype=np.int64)
-                yield from self._take(peer, memoryview(got).cast("B"), HEADER_BYTES, what)
+                yield from self._take(peer, got.data.cast("B"), HEADER_BYTES, what)
                 try:
                     check_header(got, want, src, self.rank)
                 except PeerMismatch:
@@ -409,7 +410,7 @@ class Mlx5Transport(Transport):
             calls = [call]
             for i, r in enumerate(sorted(self.peers)):
                 theirs = np.zeros_like(call)
-                yield from self._recv_msg(self.peers[r], tickets[i], memoryview(theirs).cast("B"), theirs.nbytes, what)
+                yield from self._recv_msg(self.peers[r], tickets[i], theirs.data.cast("B"), theirs.nbytes, what)
                 calls.append(theirs)
             agree = all((c == call).all() for c in calls)
             verdict = np.array([int(agree)] + [int(x) for c in calls for x in c], dtype=np.int64)
@@ -418,7 +419,7 @@ class Mlx5Transport(Transport):
         else:
             yield from self._send_msg(self.peers[0], tickets[0], memoryview(call.tobytes()))
             verdict = np.zeros(1 + self.world_size * call.size, dtype=np.int64)
-            yield from self._recv_msg(self.peers[0], tickets[1], memoryview(verdict).cast("B"), verdict.nbytes, what)
+            yield from self._recv_msg(self.peers[0], tickets[1], verdict.data.cast("B"), verdict.nbytes, what)
         return verdict
 
     def _check_plan(self) -> list[tuple[int, str]]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 __all__ = ["Field", "FieldArray", "Record", "KINDS"]
 
@@ -208,6 +208,10 @@ class Record:
     _fields: ClassVar[dict[str, Field]] = {}
 
     __slots__ = ("_buf", "_base")
+
+    if TYPE_CHECKING:  # fields are descriptors set per subclass from FIELDS: tell the type checker they exist
+        def __getattr__(self, name: str) -> Any: ...
+        def __setattr__(self, name: str, value: Any) -> None: ...
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -305,6 +305,7 @@ class Mlx5Model(CommandProcessor, HardwareAccess):
         seg, off = src
         seq = next(qp.seq)
         qp.inflight[seq] = (index, signalled, opcode)
+        packet: tuple
         if opcode == SEND:
             packet = ("SEND", qp.remote_qpn, qp.qpn, seq, seg.name, off, length)
         else:

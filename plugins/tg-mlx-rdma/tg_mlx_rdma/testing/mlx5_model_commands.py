@@ -130,7 +130,7 @@ class CommandProcessor:
                 out = bytearray(16)
                 put(out, OUT_STATUS, e.status)
                 put(out, OUT_SYNDROME, e.syndrome)
-            out = bytes(out) + bytes(max(0, min(outlen, INLINE + BLOCK_DATA * len(out_blocks)) - len(out)))
+            out = bytearray(out) + bytes(max(0, min(outlen, INLINE + BLOCK_DATA * len(out_blocks)) - len(out)))
             entry[ENTRY_OUT:ENTRY_OUT + INLINE] = out[:INLINE].ljust(INLINE, b"\0")
             for i, block in enumerate(out_blocks):
                 chunk = out[INLINE + i * BLOCK_DATA:INLINE + (i + 1) * BLOCK_DATA]

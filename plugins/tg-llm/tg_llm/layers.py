@@ -1,0 +1,76 @@
+"""The transformer's building blocks on tensors: RMSNorm, softmax, soft-caps, linear layers, rotary embeddings."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def rms_norm(x: Any, weight: Any, eps: float) -> Any:
+    """x / sqrt(mean(x^2 over the last axis) + eps) * weight."""
+    from tgcore.nn.functional import rms_norm as norm
+    return norm(x, x.shape[-1], weight, eps)
+
+
+def softmax(x: Any) -> Any:
+    """Softmax over the last axis."""
+    e = (x - x.max(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+def softcap(x: Any, cap: float) -> Any:
+    """cap * tanh(x / cap): x squashed smoothly into (-cap, cap)."""
+    return (x * (1.0 / cap)).tanh() * cap
+
+
+def _matmul_t(x: Any, w: Any) -> Any:
+    """x @ w.T for a (out, in) weight: a ``tg_gguf.intdot.QuantizedMatrix`` (integer dot products where its type and
+    the device take them, else its dequantization fused in) or a float tensor."""
+    return w.matmul_t(x) if hasattr(w, "matmul_t") else x @ w.T
+
+
+def linear(x: Any, w: Any, b: Any = None) -> Any:
+    """x @ w.T (+ b) for a (out, in) weight (see ``_matmul_t``)."""
+    out = _matmul_t(x, w)
+    return out if b is None else out + b
+
+
+def linear_parts(x: Any, ws: list[Any], b: Any = None) -> Any:
+    """x @ (the row-wise concatenation of the weights ``ws``).T (+ b): one product per weight, outputs side by
+    side (weights of different quantization types cannot share one dequantizing matmul)."""
+    from tgcore.tensor import Tensor
+    # each product a buffer of its own: a cat of two lazy reductions fuses into one kernel that redoes the work
+    out = _matmul_t(x, ws[0]) if len(ws) == 1 else Tensor.cat(*[_matmul_t(x, w).contiguous() for w in ws], dim=-1)
+    return out if b is None else out + b
+
+
+def rope(x: Any, cos: Any, sin: Any, rope_dims: int, interleaved: bool) -> Any:
+    """Rotate the first ``rope_dims`` dims of each head of x (T, heads, head_dim); cos/sin are (T, rope_dims/2)."""
+    from tgcore.tensor import Tensor
+    t, heads, hd = x.shape
+    half = rope_dims // 2
+    c, s = cos.reshape(t, 1, half), sin.reshape(t, 1, half)
+    rot = x.shrink((None, None, (0, rope_dims))) if rope_dims < hd else x
+    if interleaved:  # pairs (2j, 2j+1)
+        pairs = rot.reshape(t, heads, half, 2)
+        a, b = pairs.shrink((None, None, None, (0, 1))), pairs.shrink((None, None, None, (1, 2)))
+        c, s = c.reshape(t, 1, half, 1), s.reshape(t, 1, half, 1)
+        out = Tensor.cat(a * c - b * s, a * s + b * c, dim=-1).reshape(t, heads, rope_dims)
+    else:  # pairs (j, j + half)
+        a, b = rot.shrink((None, None, (0, half))), rot.shrink((None, None, (half, rope_dims)))
+        out = Tensor.cat(a * c - b * s, b * c + a * s, dim=-1)
+    if rope_dims < hd:
+        out = Tensor.cat(out, x.shrink((None, None, (rope_dims, hd))), dim=-1)
+    return out
+
+
+def rope_frequencies(rope_dims: int, base: float, scale: float = 1.0,
+                     freq_factors: np.ndarray | None = None) -> np.ndarray:
+    """The angular frequency of each rotation pair (float64, rope_dims/2 of them): ``base ** (-2j/rope_dims)``,
+    divided by the per-pair ``freq_factors`` (Llama 3's ``rope_freqs``, Phi-3's LongRoPE factors) and by
+    the linear ``scale``."""
+    j = np.arange(rope_dims // 2, dtype=np.float64)
+    freqs = base ** (-2.0 * j / rope_dims)
+    if freq_factors is not None:
+        freqs = freqs / freq_factors.astype(np.float64)
+    return freqs / scale
