@@ -130,7 +130,8 @@ def _accumulated_bound(u: UOp) -> int | None:
     if after.src[0].op is not Ops.DEFINE_REG or len(after.src) < 3 or after.src[1].op is not Ops.STORE:
         return None
     init, ranges = after.src[1].src[1], after.src[2:]
-    if init.op is not Ops.CONST or any(r.op is not Ops.RANGE or r.src[0].op is not Ops.CONST for r in ranges):
+    if (init.op is not Ops.CONST or not isinstance(init.arg, int)
+            or any(r.op is not Ops.RANGE or r.src[0].op is not Ops.CONST for r in ranges)):
         return None
     trips = math.prod(r.src[0].arg for r in ranges)
     return abs(init.arg) + trips * max(abs(value.vmin), abs(value.vmax))
