@@ -23,8 +23,9 @@ activations' quantization error (a relative ~0.4% per block at worst), like llam
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
@@ -298,7 +299,6 @@ class QuantizedMatrix:
     shape: tuple[int, int]
     name: str | None = None
     int_dot: bool = True  # False: always the float path (a reference without the activations' quantization)
-    _uses_int: list[bool] = field(default_factory=list, repr=False)  # the decision, made once
 
     @property
     def dequantized(self) -> Tensor:
@@ -306,13 +306,13 @@ class QuantizedMatrix:
         from tg_gguf.dequant import dequantize
         return dequantize(self.raw, self.gtype, self.shape, name=self.name)
 
-    def uses_int_dot(self) -> bool:
-        if not self._uses_int:
-            self._uses_int.append(self.int_dot and uses_int_dot(self.gtype, self.raw.device))
-        return self._uses_int[0]
+    @functools.cached_property
+    def integer_path(self) -> bool:
+        """Whether ``matmul_t`` runs as integer dot products (decided once)."""
+        return self.int_dot and uses_int_dot(self.gtype, self.raw.device)
 
     def matmul_t(self, x: Tensor) -> Tensor:
         """``x @ W.T``: ``(..., K)`` -> ``(..., N)``."""
-        if self.uses_int_dot():
+        if self.integer_path:
             return int_matmul(x, self.raw, self.gtype, self.shape)
         return x @ self.dequantized.T

@@ -18,11 +18,10 @@ from llm_testutil import require_gguf
 from tiny_gguf import TinySpec, write_tiny_gguf
 
 K_MIX = (("ffn_down.weight", "Q6_K"), ("attn_v.weight", "Q8_0"))  # like a Q4_K_M file
+# Q4_K with Q6_K and Q8_0 tensors: the three integer-path types a Q4_K_M file holds (one model: each costs compiles)
 SPECS = {
     "llama-q4_k_m": TinySpec("llama", dim=256, n_heads=4, n_kv_heads=2, head_dim=64, ffn_dim=512, tied=False,
                              quant="Q4_K", quant_overrides=K_MIX, seed=40),
-    "qwen2-q8_0": TinySpec("qwen2", dim=256, n_heads=4, n_kv_heads=2, head_dim=64, ffn_dim=512, qkv_bias=True,
-                           quant="Q8_0", seed=41),
 }
 N_PROMPT = 16
 N_GREEDY = 8
@@ -51,8 +50,8 @@ def models(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     write_tiny_gguf(SPECS[request.param], path)
     int_model = Model.from_gguf(path, device="CPU", max_context=64, sequences=2)
     float_model = Model.from_gguf(path, device="CPU", max_context=64, int_dot=False)
-    assert any(m.uses_int_dot() for m in int_model.layers[0].wqkv)
-    assert not any(m.uses_int_dot() for m in float_model.layers[0].wqkv)
+    assert any(m.integer_path for m in int_model.layers[0].wqkv)
+    assert not any(m.integer_path for m in float_model.layers[0].wqkv)
     return int_model, float_model, SPECS[request.param]
 
 
