@@ -249,9 +249,11 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
 }
 
 # the types whose integer path is faster than the float one on a renderer that compiles byte dots (4096^2 GEMV,
-# plugins/tg-gguf/bench/gguf.py, the int and float columns of one run). The 32-element types are not: a block's
-# byte dot is 16 bytes (two nibble planes), and its two int32 accumulators are summed across lanes every block,
-# which costs what the float path's per-element work does.
+# plugins/tg-gguf/bench/gguf.py, jitted int / float time, one run at load ~9-13: Q8_0 1.02x, Q2_K 1.15x,
+# Q3_K 1.34x, Q4_K 1.29x, Q5_K 1.93x, Q6_K 1.38x). The 32-element types are not (Q4_0 0.96x, Q4_1 0.83x,
+# Q5_0 0.36x, Q5_1 0.35x): a block's byte dot is 16 bytes (two nibble planes) whose int32 accumulators are summed
+# across lanes every block, which costs what the float path's per-element work does; Q5's fifth bits are
+# per-lane variable shifts.
 INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K,
                                                 GGMLType.Q5_K, GGMLType.Q6_K})
 
