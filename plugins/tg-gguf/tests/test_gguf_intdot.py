@@ -23,14 +23,13 @@ BATCH = 3      # activation rows
 
 
 def q8_reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """numpy's version of quantize_activations: per 32, dx = max|x| * float32(1/127), xq = round(x * 127 / max|x|)
-    with ties to even (np.round), zero blocks to zero."""
+    """numpy's version of quantize_activations: per 32, dx = max|x| * float32(1/127), xq = round(x / dx) with ties
+    to even (np.round), zero blocks to zero."""
     xb = x.reshape(*x.shape[:-1], -1, 32).astype(np.float32)
-    amax = np.abs(xb).max(-1, keepdims=True)
-    with np.errstate(divide="ignore"):
-        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
-    xq = np.round(xb * inv).astype(np.int8).reshape(x.shape)
-    return xq, (amax * np.float32(1 / 127)).reshape(*x.shape[:-1], -1).astype(np.float32)
+    dx = np.abs(xb).max(-1, keepdims=True) * np.float32(1 / 127)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        xq = np.where(dx > 0, np.round(xb / dx), np.float32(0)).astype(np.int8).reshape(x.shape)
+    return xq, dx.reshape(*x.shape[:-1], -1).astype(np.float32)
 
 
 def unit_scale_blocks(gtype: GGMLType, n_blocks: int, seed: int) -> np.ndarray:

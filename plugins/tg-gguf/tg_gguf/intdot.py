@@ -42,21 +42,19 @@ ROUNDING_MAGIC_BITS = 0x4B400000  # its float32 bits
 
 def quantize_activations(x: Tensor) -> tuple[Tensor, Tensor]:
     """``x`` ``(..., K)`` float -> (``xq`` ``(..., K)`` int8, ``dx`` ``(..., K // 32)`` float32) with
-    ``x ~ dx * xq`` per block of 32: ``dx = max|x| * float32(1 / 127)``, ``xq = round(x * (127 / max|x|))`` (to
-    nearest, ties to even; an all-zero block has ``dx = 0``, ``xq = 0``). Both are buffers of their own (every weight
-    row reads them)."""
+    ``x ~ dx * xq`` per block of 32: ``dx = max|x| * float32(1 / 127)``, ``xq = round(x / dx)`` (to nearest, ties to
+    even; an all-zero block has ``dx = 0``, ``xq = 0``). Two kernels: the block maxima scaled (a reduction), then
+    the rounding; both results are buffers of their own (every weight row reads them)."""
     *lead, k = x.shape
     if k % ACT_BLOCK:
         raise ValueError(f"quantize_activations: the last dimension {k} is not a multiple of {ACT_BLOCK}")
     xb = x.cast("float32").reshape(*lead, k // ACT_BLOCK, ACT_BLOCK)
-    amax = xb.abs().max(-1, keepdim=True)
-    inv = (amax > 0).where(ACT_MAX / amax, 0.0)
+    dx = (xb.abs().max(-1, keepdim=True) * (1.0 / ACT_MAX)).contiguous()
     # round to nearest even by adding 1.5 * 2**23: the sum's low mantissa bits are then the rounded integer
     # (exact for |v| < 2**22; a float -> int conversion is rendered with range checks, this is two int ops)
-    rounded = ((xb * inv + ROUNDING_MAGIC).bitcast("int32") - ROUNDING_MAGIC_BITS).cast("int8")
-    xq = rounded.reshape(*lead, k).contiguous()
-    dx = (amax * (1.0 / ACT_MAX)).reshape(*lead, k // ACT_BLOCK).contiguous()
-    return xq, dx
+    scaled = (dx > 0).where(xb / dx, 0.0)
+    rounded = ((scaled + ROUNDING_MAGIC).bitcast("int32") - ROUNDING_MAGIC_BITS).cast("int8")
+    return rounded.reshape(*lead, k).contiguous(), dx.reshape(*lead, k // ACT_BLOCK)
 
 
 def _i32(t: Tensor) -> Tensor:
