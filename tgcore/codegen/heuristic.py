@@ -132,7 +132,21 @@ def _address_indices(index: UOp) -> list[UOp]:
     return [i for load in inner for i in _address_indices(load.src[0].src[1])]
 
 
-def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -> list[Opt]:
+def _byte_dot(red: UOp) -> bool:
+    """Whether the reduction sums a float conversion of a product of integers loaded as bytes (a quantized weight's
+    integers times an 8-bit quantized activation): inside a quantization block that is an int8 dot product."""
+    for u in red.src[0].toposort:
+        if u.op is not Ops.CAST or not dtypes.is_float(u.dtype) or not dtypes.is_int(u.src[0].dtype):
+            continue
+        loads = [n for n in u.src[0].toposort if n.op is Ops.LOAD]
+        buffers = {n.src[0].src[0] for n in loads}
+        if (len(buffers) >= 2 and all(n.dtype.itemsize == 1 for n in loads)
+                and any(n.op is Ops.MUL for n in u.src[0].toposort)):
+            return True
+    return False
+
+
+def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, byte_dots: bool = False) -> list[Opt]:
     """UPCAST and UNROLL records (see the module docstring) for ``ast``'s loops.
 
     In a reduction along its main input, the reduced axis is vectorized by ``reduce_lanes``: one native vector of
@@ -169,6 +183,12 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False) -
         # native vectors (a long reduction)
         wide = lanes > acc_native > 1
         rows = row_candidates if not wide else []
+        if byte_dots and reduce_ranges and _byte_dot(reduces[0]):
+            red = reduce_ranges[0]
+            sizes = block_divisors(ast, red)
+            nested = sorted({max(sizes), min(sizes)}, reverse=True) if sizes else []
+            return [*([Opt(OptOps.UNROLL, number[row_candidates[0]], REDUCE_ROWS)] if row_candidates else []),
+                    *(Opt(OptOps.BLOCK, number[red], k) for k in nested if nested[0] % k == 0)]
         if lanes:
             red = reduce_ranges[0]
             vector = Opt(OptOps.UPCAST, number[red], lanes)
@@ -494,7 +514,7 @@ def heuristic_opts(ast: UOp, renderer: Renderer, threads: int = 1, work: int = 0
         return thread_opt(ast, [], threads, work)
     if gemm := gemm_opts(ast, renderer, threads) or nt_gemm_opts(ast, renderer, threads, work):
         return gemm
-    opts = vector_opts(ast, renderer.simd_widths, renderer.masked_vectors)
+    opts = vector_opts(ast, renderer.simd_widths, renderer.masked_vectors, renderer.compiles_byte_dots)
     if not opts:
         # nothing to vectorize (a convolution's weight or input gradient: no reduced axis both factors run along in
         # whole vectors, no contiguous output axis they run along): the register tile of nt_gemm_opts with scalar

@@ -323,6 +323,40 @@ def _product(factors: list[UOp], like: UOp) -> UOp:
     return prod(factors[1:], factors[0]) if factors else like.const_like(1)
 
 
+EXACT_FLOAT_INT = 1 << 24  # integers up to this size are exact in float32, so are sums that stay below it
+
+
+def _terms(u: UOp) -> list[UOp]:
+    return [t for s in u.src for t in _terms(s)] if u.op is Ops.ADD else [u]
+
+
+def _exact_int(term: UOp, trips: int) -> UOp | None:
+    """The integer whose float32 conversion ``term`` is, when a sum of ``trips`` of them is exact in float32."""
+    value = term.src[0] if term.op is Ops.CAST else None
+    if (value is None or term.dtype is not dtypes.float32 or not dtypes.is_int(value.dtype) or trips <= 0
+            or max(abs(value.vmin), abs(value.vmax)) * trips > EXACT_FLOAT_INT):
+        return None
+    return value.cast(dtypes.int32)
+
+
+def _block_sum(total: UOp, i: UOp) -> UOp:
+    """The sum of ``total`` over the in-block range ``i``. Each float conversion of an integer in it (a quantized
+    weight's integer times a quantized activation) is summed as integers and converted once: exact, because every
+    partial sum of at most ``EXACT_FLOAT_INT`` in size is exact in float32 in any order. Each is a loop of its own
+    (one product per accumulator), which the C compiler turns into multiply-adds of bytes (``vpdpbusd``)."""
+    sums: list[UOp] = []
+    rest: list[UOp] = []
+    for term in _terms(total):
+        value = _exact_int(term, _size(i))
+        if value is None:
+            rest.append(term)
+        else:
+            sums.append(UOp(Ops.REDUCE, dtypes.int32, (value, i), Ops.ADD).cast(total.dtype))
+    if rest:
+        sums.append(UOp(Ops.REDUCE, total.dtype, (sum(rest[1:], rest[0]), i), Ops.ADD))
+    return sum(sums[1:], sums[0])
+
+
 def factor_blocks(ast: UOp, inner: dict[UOp, UOp]) -> UOp:
     """Factors that do not change inside a quantization block move out of the block's sum:
     ``sum_{b,i} (d_b * q_bi + m_b) * x_bi  ->  sum_b d_b * sum_i q_bi * x_bi + m_b * sum_i x_bi`` (``inner``:
@@ -349,7 +383,7 @@ def factor_blocks(ast: UOp, inner: dict[UOp, UOp]) -> UOp:
         value = None
         for outside, insides in groups.items():
             total = sum(insides[1:], insides[0])
-            part = _product([*outside, UOp(Ops.REDUCE, total.dtype, (total, i), Ops.ADD)], red.src[0])
+            part = _product([*outside, _block_sum(total, i)], red.src[0])
             value = part if value is None else value + part
         assert value is not None
         return UOp(Ops.REDUCE, red.dtype, (value, *(r for r in red.src[1:] if r is not i)), red.arg)

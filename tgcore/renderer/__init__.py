@@ -31,6 +31,9 @@ class Renderer:
     masked_vectors: bool = False   # a vector load/store may be gated lane by lane (INDEX gate: a bool vector)
     gathers: bool = False          # a vector load may take a vector of indices, one per lane (a table lookup)
     custom_kernels: bool = False   # render() also takes hand-written programs (tgcore.custom)
+    # a scalar loop summing products of bytes in int32 (a quantized weight's integers times an 8-bit activation's)
+    # is vectorized into multiply-adds of bytes by the output's compiler: codegen leaves such loops scalar
+    compiles_byte_dots: bool = False
     # the machine the output runs on, for cost models (a CPU renderer sets them from tgcore.runtime.cpufeatures;
     # simd_widths, not these, says what vectors codegen emits)
     vector_bits: int = 128         # width of one vector register the compiled code may use

@@ -118,6 +118,25 @@ def _unsigned_work_type(dt: DType) -> str:
 UNSIGNED_LANE = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 
 
+def _accumulated_bound(u: UOp) -> int | None:
+    """For an accumulator update ``acc[0] + value`` (``tgcore.codegen.accumulate``), a bound on ``|acc[0] + value|``:
+    the initial value plus one ``value`` per iteration of the loops the accumulator runs over, or None for any other
+    ADD. (A quantization block's byte dot product, summed in int32, then stays a plain C ``+``, which the C
+    compiler can turn into multiply-adds of bytes.)"""
+    acc, value = u.src
+    if acc.op is not Ops.LOAD or acc.src[0].op is not Ops.INDEX or acc.src[0].src[0].op is not Ops.AFTER:
+        return None
+    after = acc.src[0].src[0]
+    if after.src[0].op is not Ops.DEFINE_REG or len(after.src) < 3 or after.src[1].op is not Ops.STORE:
+        return None
+    init, ranges = after.src[1].src[1], after.src[2:]
+    if (init.op is not Ops.CONST or not isinstance(init.arg, int)
+            or any(r.op is not Ops.RANGE or r.src[0].op is not Ops.CONST for r in ranges)):
+        return None
+    trips = math.prod(r.src[0].arg for r in ranges)
+    return abs(init.arg) + trips * max(abs(value.vmin), abs(value.vmax))
+
+
 def _may_wrap(u: UOp) -> bool:
     """Whether an int + - * or negation can leave its dtype's range. C leaves signed overflow undefined (gcc uses
     that, e.g. to fold (-x) < 0 into x > 0); the semantics wrap, so such an op is rendered in unsigned arithmetic.
@@ -126,6 +145,8 @@ def _may_wrap(u: UOp) -> bool:
     if not dtypes.is_int(dt) or u.op not in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG):
         return False
     lo, hi = [x.vmin for x in u.src], [x.vmax for x in u.src]
+    if u.op is Ops.ADD and (total := _accumulated_bound(u)) is not None:
+        return total > min(-dt.min, dt.max)
     if u.op is Ops.NEG:
         corners = [-lo[0], -hi[0]]
     elif u.op is Ops.ADD:
@@ -153,6 +174,13 @@ def _shift(op: Ops, dt: DType, x: str, n: str) -> str:
         out_of_range = f"({x}<0?({c_type(dt)})-1:0)" if not dtypes.is_unsigned(dt) else "0"
         return f"(({n})<0||({n})>={bits}?{out_of_range}:({c_type(dt)})({x}>>({n})))"
     return f"(({n})<0||({n})>={bits}?0:({c_type(dt)})(({_unsigned_work_type(dt)}){x}<<({n})))"
+
+
+def _plain_shift(op: Ops, dt: DType, x: str, n: str) -> str:
+    """A scalar shift whose amount is known to be in 0 .. bits-1 (``_shift_in_range``)."""
+    if op is Ops.SHR:
+        return f"(({c_type(dt)})({x}>>({n})))"
+    return f"(({c_type(dt)})(({_unsigned_work_type(dt)}){x}<<({n})))"
 
 
 def _shift_in_range(u: UOp) -> bool:
@@ -303,6 +331,9 @@ def combine_byte_loads(x: UOp) -> UOp | None:
 PREFETCH_MIN_BYTES = 1 << 16
 PREFETCH_MAX_AHEAD = 1 << 16
 CACHE_LINE = 64
+# innermost loops of scalar loads up to this long are left to the C compiler's vectorizer (codegen leaves a
+# quantization block's byte dot product scalar: Renderer.compiles_byte_dots); a prefetch in one stops it
+COMPILER_VECTORIZED_TRIPS = 32
 
 
 def loop_nest(kernel: list[UOp]) -> tuple[set[UOp], dict[UOp, tuple[UOp, ...]]]:
@@ -353,6 +384,8 @@ class _Prefetcher:
         trips = inner.src[0].arg if inner.src[0].op is Ops.CONST else 0
         if outer is None or RangeKind.REDUCE not in kinds[loops.index(outer):] or 0 < trips <= UNROLL_TRIPS:
             return None
+        if 0 < trips <= COMPILER_VECTORIZED_TRIPS and load.dtype.count == 1:
+            return None  # a short scalar loop the C compiler vectorizes (a byte dot): a prefetch would stop that
         used = index.src[1].ranges  # (a loop still open here can not be closed inside the index)
         if not all(r in used for r in loops):  # data reused across a loop (a matmul's) is cached
             return None
@@ -392,6 +425,7 @@ class CRenderer(Renderer):
     has_threads = True
     masked_vectors = True  # lane-gated accesses: the whole vector when every lane is on, else lane by lane
     gathers = True  # a load at a vector of indices: lane by lane, or in registers from a 16-float table
+    compiles_byte_dots = True  # gcc and clang vectorize int8 dot-product loops (vpdpbusd / vpmaddubsw, sdot)
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
                    dtypes.uint64: 4}
     emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})  # computed in float32, rounded per op
@@ -421,6 +455,8 @@ class CRenderer(Renderer):
         const_div = divisor.arg if divisor is not None and divisor.op is Ops.CONST else None
         overflow = _may_wrap(u)
         if dt.count == 1:
+            if u.op in (Ops.SHL, Ops.SHR) and _shift_in_range(u):  # no guard: a loop with it is not vectorized
+                return _plain_shift(u.op, dt, a[0], a[1])
             return self._scalar_alu(u.op, dt, sdt, a, const_div, overflow)
         native = u.op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.AND, Ops.OR, Ops.XOR, Ops.NEG) or (
             u.op in (Ops.SHL, Ops.SHR) and _shift_in_range(u))

@@ -92,6 +92,7 @@ class Blocks:
 
     def __init__(self, raw: Tensor, gtype: GGMLType) -> None:
         _, block_bytes = BLOCK_LAYOUT[gtype]
+        self.gtype = gtype
         self.t = raw.reshape(-1, block_bytes)
         self.n = self.t.shape[0]
         self.fields = FIELDS.get(gtype, {})
@@ -220,11 +221,24 @@ def _q8_0(b: Blocks) -> Tensor:
     return _f32(b.bytes("qs").bitcast("int8")) * b.f16("d")
 
 
+def q2_k_scales(raw: Tensor) -> tuple[Tensor, Tensor]:
+    """Q2_K's 16 scale bytes ``(n, 16)`` -> (scales, mins), one per 16 elements: the low and high nibbles."""
+    return raw & 0x0F, raw >> 4
+
+
+def q3_k_scales(raw: Tensor, n: int) -> Tensor:
+    """Q3_K's 12 scale bytes ``(n, 12)`` -> 16 six-bit signed scales ``(n, 16)`` (int32): low 4 bits from bytes 0..7
+    (low nibbles, then high), high 2 bits from bytes 8..11, less 32."""
+    low = spread(raw.shrink(((0, n), (0, 8))), 1, 2, 4).reshape(n, 16)
+    high = spread(raw.shrink(((0, n), (8, 12))), 1, 4, 2).reshape(n, 16)
+    return (low | (high << 4)).cast("int32") - 32
+
+
 def _q2_k(b: Blocks) -> Tensor:
     n = b.n
-    sc = b.bytes("scales")  # low nibble: scale, high nibble: min, one per 16 elements
-    dl = (b.f16("d") * _f32(sc & 0x0F)).reshape(n, 16, 1)
-    ml = (b.f16("dmin") * _f32(sc >> 4)).reshape(n, 16, 1)
+    sc, mn = q2_k_scales(b.bytes("scales"))
+    dl = (b.f16("d") * _f32(sc)).reshape(n, 16, 1)
+    ml = (b.f16("dmin") * _f32(mn)).reshape(n, 16, 1)
     # each 32 bytes of qs hold 128 elements: 4 two-bit planes (shift-major)
     q = spread(_wide(b.bytes("qs")).reshape(n, 2, 32), 2, 4, 2).reshape(n, 16, 16)
     return (dl * _f32(q) - ml).reshape(n, QK_K)
@@ -232,11 +246,7 @@ def _q2_k(b: Blocks) -> Tensor:
 
 def _q3_k(b: Blocks) -> Tensor:
     n = b.n
-    raw = b.bytes("scales")
-    # 16 six-bit scales: low 4 bits from bytes 0..7 (low nibbles, then high), high 2 bits from bytes 8..11
-    low = spread(raw.shrink(((0, n), (0, 8))), 1, 2, 4).reshape(n, 16)
-    high = spread(raw.shrink(((0, n), (8, 12))), 1, 4, 2).reshape(n, 16)
-    scales = _f32((low | (high << 4)).cast("int32") - 32)
+    scales = _f32(q3_k_scales(b.bytes("scales"), n))
     dl = (b.f16("d") * scales).reshape(n, 16, 1)
     ql = spread(_wide(b.bytes("qs")).reshape(n, 2, 32), 2, 4, 2).reshape(n, 16, 16)
     hbit = spread(_wide(b.bytes("hmask")).reshape(n, 1, 32), 2, 8, 1).reshape(n, 16, 16)
@@ -244,7 +254,7 @@ def _q3_k(b: Blocks) -> Tensor:
     return (dl * _f32(q)).reshape(n, QK_K)
 
 
-def _k_scales_mins(raw: Tensor, n: int) -> tuple[Tensor, Tensor]:
+def k_scales_mins(raw: Tensor, n: int) -> tuple[Tensor, Tensor]:
     """The 12 packed bytes of Q4_K/Q5_K -> 8 six-bit scales and 8 six-bit mins, each ``(n, 8)`` uint8.
 
     Scale i < 4 is the low 6 bits of byte i; scale i >= 4 is the low nibble of byte 8+i-4 plus
@@ -262,7 +272,7 @@ def _k_scales_mins(raw: Tensor, n: int) -> tuple[Tensor, Tensor]:
 
 def _k_apply(b: Blocks, q: Tensor) -> Tensor:
     n = b.n
-    sc, mn = _k_scales_mins(b.bytes("scales"), n)
+    sc, mn = k_scales_mins(b.bytes("scales"), n)
     scale = (b.f16("d") * _f32(sc)).reshape(n, 8, 1)
     offset = (b.f16("dmin") * _f32(mn)).reshape(n, 8, 1)
     return (scale * _f32(q) - offset).reshape(n, QK_K)

@@ -210,7 +210,8 @@ class Built:
         self.spec, self.path = spec, path
         self.hf_weights = write_tiny_gguf(spec, path)
         self.reference = Reference(spec, path)
-        self.model = Model.from_gguf(path, device="CPU")
+        # every product in float, like the reference (the integer path quantizes activations: test_int_dot.py)
+        self.model = Model.from_gguf(path, device="CPU", int_dot=False)
         self.tokenizer = Tokenizer.from_gguf(path)
         ids = self.tokenizer.encode(PROMPT)
         assert len(ids) >= N_PROMPT

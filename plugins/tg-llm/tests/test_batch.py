@@ -24,7 +24,9 @@ _CACHE: dict[str, Any] = {}
 def batch_model() -> Any:
     if "model" not in _CACHE:
         from tg_llm.model import Model
-        _CACHE["model"] = Model.from_gguf(smollm2_path(), device="CPU", max_context=MAX_CONTEXT, sequences=SEQUENCES)
+        # float products, like the numpy reference (the integer path's batch invariance: test_int_dot.py)
+        _CACHE["model"] = Model.from_gguf(smollm2_path(), device="CPU", max_context=MAX_CONTEXT, sequences=SEQUENCES,
+                                          int_dot=False)
     return _CACHE["model"]
 
 

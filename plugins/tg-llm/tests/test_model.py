@@ -109,7 +109,8 @@ def smollm2_model() -> Any:
     """One tg_llm Model of SmolLM2 on CPU for the whole test session (loading and compiling take a while)."""
     if "model" not in _CACHE:
         from tg_llm.model import Model
-        _CACHE["model"] = Model.from_gguf(smollm2_path(), device="CPU", max_context=MAX_CONTEXT)
+        # every product in float, like the numpy reference (the integer path: test_int_dot.py)
+        _CACHE["model"] = Model.from_gguf(smollm2_path(), device="CPU", max_context=MAX_CONTEXT, int_dot=False)
     return _CACHE["model"]
 
 
@@ -244,7 +245,7 @@ def test_kv_cache_writes_are_lazy_assigns():
     import tgcore
     ids = prompt_ids(20)
     ref = reference().forward(ids[:16])
-    model = Model.from_gguf(smollm2_path(), device="CPU", max_context=MAX_CONTEXT)
+    model = Model.from_gguf(smollm2_path(), device="CPU", max_context=MAX_CONTEXT, int_dot=False)
     first = model.forward(ids[:12], 0)
     cache = model.layers[0].cache_k
     old = cache.numpy()

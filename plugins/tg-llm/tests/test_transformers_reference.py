@@ -121,7 +121,8 @@ class Built:
         transformers.logging.set_verbosity_error()
         self.hf = transformers.AutoModelForCausalLM.from_pretrained(
             str(folder), gguf_file="model.gguf", dtype=torch.float32, **overrides).eval()
-        self.model = Model.from_gguf(folder / "model.gguf", device="CPU", max_context=max_context)
+        # every product in float, like the reference (the integer path quantizes activations: test_int_dot.py)
+        self.model = Model.from_gguf(folder / "model.gguf", device="CPU", max_context=max_context, int_dot=False)
         n = N_TOKENS.get(name, N_DEFAULT)
         self.ids = [int(t) for t in np.random.default_rng(spec.seed).integers(0, VOCAB, n)]
 

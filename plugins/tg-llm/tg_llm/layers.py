@@ -23,9 +23,15 @@ def softcap(x: Any, cap: float) -> Any:
     return (x * (1.0 / cap)).tanh() * cap
 
 
+def _matmul_t(x: Any, w: Any) -> Any:
+    """x @ w.T for a (out, in) weight: a ``tg_gguf.intdot.QuantizedMatrix`` (integer dot products where its type and
+    the device take them, else its dequantization fused in) or a float tensor."""
+    return w.matmul_t(x) if hasattr(w, "matmul_t") else x @ w.T
+
+
 def linear(x: Any, w: Any, b: Any = None) -> Any:
-    """x @ w.T (+ b) for a (out, in) weight (a quantized GGUF weight's dequantization fuses in here)."""
-    out = x @ w.T
+    """x @ w.T (+ b) for a (out, in) weight (see ``_matmul_t``)."""
+    out = _matmul_t(x, w)
     return out if b is None else out + b
 
 
@@ -34,7 +40,7 @@ def linear_parts(x: Any, ws: list[Any], b: Any = None) -> Any:
     side (weights of different quantization types cannot share one dequantizing matmul)."""
     from tgcore.tensor import Tensor
     # each product a buffer of its own: a cat of two lazy reductions fuses into one kernel that redoes the work
-    out = x @ ws[0].T if len(ws) == 1 else Tensor.cat(*[(x @ w.T).contiguous() for w in ws], dim=-1)
+    out = _matmul_t(x, ws[0]) if len(ws) == 1 else Tensor.cat(*[_matmul_t(x, w).contiguous() for w in ws], dim=-1)
     return out if b is None else out + b
 
 

@@ -16,8 +16,10 @@ per-head q/k RMSNorms, ``post`` (an RMSNorm, Gemma; else nothing), ``act`` (SiLU
 embedding scale, soft-caps of the attention scores and of the logits, sliding-window layers with their own
 rope base, fused q/k/v and gate/up tensors, LongRoPE factors.
 
-Weights stay quantized on the device: each is tg-gguf's lazy dequantization of the raw bytes, which
-fuses into the matmul that consumes it. Wq, Wk and Wv are stacked into one matrix at load time (their raw
+Weights stay quantized on the device (``tg_gguf.intdot.QuantizedMatrix``): a product with one runs as integer dot
+products on 8-bit quantized activations where tg-gguf's policy says that is faster on the device (as llama.cpp's CPU
+backend does; ``int_dot=False`` turns it off), else as tg-gguf's lazy dequantization of the raw bytes fused into
+the matmul. Wq, Wk and Wv are stacked into one matrix at load time (their raw
 bytes concatenated: quantized rows are whole blocks), so a layer runs one matrix-vector product for the
 three (and one for Wgate and Wup); where the file mixes types among them (Q4_K_M keeps Wv in Q6_K) each run
 of one type is its own matrix and product. The keys' rotation is computed by the kernel that writes them into the
@@ -177,7 +179,9 @@ class Model:
 
     def __init__(self, gf: Any, config: ModelConfig, device: str,
                  progress: Callable[[int, int], None] | None = None, sequences: int = 1,
-                 stage: PipelineStage | None = None) -> None:
+                 stage: PipelineStage | None = None, int_dot: bool = True) -> None:
+        from tg_gguf.intdot import QuantizedMatrix
+
         from tgcore.tensor import Tensor
         if sequences < 1:
             raise ValueError(f"sequences must be >= 1, got {sequences}")
@@ -201,15 +205,22 @@ class Model:
                 if required:
                     raise ModelError(f"{cfg.architecture} model file has no tensor {name!r}")
                 return None
-            t = tensors[name]
             if small:  # norms and biases: a float32 buffer of their own
-                t = t.cast("float32").contiguous().realize()
+                t = tensors[name].cast("float32").contiguous().realize()
             else:
-                tensors.raw(name)  # the quantized bytes onto the device now (the dequantization stays lazy)
+                t = matrix(name)
             done += 1
             if progress is not None:
                 progress(done, total)
             return t
+
+        def matrix(name: str) -> QuantizedMatrix:
+            """A weight as its quantized bytes on the device (loaded now; the dequantization stays lazy)."""
+            from tg_gguf.dequant import check_supported
+            info = gf.tensor_info[name]
+            check_supported(info.type, name)
+            rows, cols = (int(s) for s in info.shape)
+            return QuantizedMatrix(tensors.raw(name), info.type, (rows, cols), name, int_dot)
 
         if "token_embd.weight" not in gf.tensor_info:
             raise ModelError(f"{cfg.architecture} model file has no tensor 'token_embd.weight'")
@@ -225,7 +236,7 @@ class Model:
             """The weights ``names`` (same columns) as few matrices as possible: each run of neighbours of one
             type becomes one matrix, their raw bytes concatenated on the host (a quantized row is whole blocks,
             so rows stack byte for byte), dequantized lazily. A Q4_K_M file's Q6_K attn_v makes two runs."""
-            from tg_gguf.dequant import dequantize
+            from tg_gguf.dequant import check_supported
             nonlocal done
             missing = [n for n in names if n not in gf.tensor_info]
             if missing:
@@ -244,8 +255,10 @@ class Model:
                 done += len(run)
                 if progress is not None:
                     progress(done, total)
-                matrices.append(dequantize(Tensor(raw, device=device).realize(), infos[0].type,
-                                           (rows, *infos[0].shape[1:]), name="+".join(run)))
+                name = "+".join(run)
+                check_supported(infos[0].type, name)
+                matrices.append(QuantizedMatrix(Tensor(raw, device=device).realize(), infos[0].type,
+                                                (rows, int(infos[0].shape[1])), name, int_dot))
             return matrices
 
         self.layers: list[_Layer] = []
@@ -276,8 +289,7 @@ class Model:
             self.output_norm = get("output_norm.weight", small=True)
             self.output = get("output.weight", required=False)
             if self.output is None:
-                self.output = tensors["token_embd.weight"]
-                tensors.raw("token_embd.weight")
+                self.output = matrix("token_embd.weight")
         self._tokens: list[list[int]] = [[] for _ in range(sequences)]  # per sequence: the tokens its cache holds
         self._decode_step: Any = None
         self._prefill_steps: dict[tuple[str | None, bool], Any] = {}  # (what it returns, dense) -> jitted graph
@@ -309,17 +321,18 @@ class Model:
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str], device: str | None = None, max_context: int = 4096,
                   progress: Callable[[int, int], None] | None = None, sequences: int = 1,
-                  stage: PipelineStage | None = None) -> Model:
+                  stage: PipelineStage | None = None, int_dot: bool = True) -> Model:
         """Load the model in GGUF file ``path`` onto ``device`` (default: ``DEV``), with ``sequences`` KV caches
         of ``min(model context, max_context)`` positions each. ``progress(done, total)`` is called per weight
-        loaded. ``stage``: this process's part of a pipeline (``tg_llm.pipeline``): its layers only."""
+        loaded. ``stage``: this process's part of a pipeline (``tg_llm.pipeline``): its layers only.
+        ``int_dot=False``: every product in float (no activation quantization; see ``tg_gguf.intdot``)."""
         import tg_gguf
 
         from tgcore.runtime.registry import canonical
         gf = tg_gguf.load(path)
         try:
             config = config_from_metadata(dict(gf.metadata), list(gf.tensor_info), max_context)
-            return cls(gf, config, canonical(device), progress, sequences, stage)
+            return cls(gf, config, canonical(device), progress, sequences, stage, int_dot)
         except BaseException:
             gf.close()
             raise
@@ -692,7 +705,7 @@ class Model:
 
     def _logits(self, x: Any, dense: bool) -> Any:
         cfg = self.config
-        w = self.output.contiguous() if dense else self.output
+        w = self.output.dequantized.contiguous() if dense else self.output
         logits = linear(rms_norm(x, self.output_norm, cfg.norm_eps).contiguous(), w)
         if cfg.final_softcap:
             logits = softcap(logits, cfg.final_softcap)
@@ -714,7 +727,7 @@ class Model:
         window = mask.shape[-1]
 
         def w(weight: Any) -> Any:  # (out, in), dense: a view of an (in, out) buffer
-            return weight.T.contiguous().T if dense else weight
+            return weight.dequantized.T.contiguous().T if dense else weight
 
         def normed(v: Any, weight: Any) -> Any:  # a buffer of its own, else each group of output rows recomputes it
             return rms_norm(v, weight, cfg.norm_eps).contiguous()

@@ -1,0 +1,141 @@
+"""Integer dot products (tg_gguf.intdot): activations quantized to 8 bits per block of 32, multiplied with the
+weight's integers and summed in int32.
+
+References: numpy's round-to-nearest-even for the activations' quantization (``q8_reference``), gguf-py's
+dequantization for the weights, and a float64 product of the two. With unit weight scales and activation blocks
+whose largest value is 127, every term and partial sum is an integer below 2**24: the result is exact in any
+summation order, so it must match bit for bit. Random values are compared within float32 rounding of the
+per-block sums."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
+from tg_gguf.dequant import FIELDS
+from tg_gguf.intdot import INT_DOT_TYPES, SUMS, int_matmul, quantize_activations, uses_int_dot
+from tg_gguf_testutil import assert_bits_equal, random_blocks, reference_dequantize
+
+from tgcore.tensor import Tensor
+
+TYPES = list(SUMS)
+ROWS = 7       # weight rows: not a multiple of the 4 rows a kernel interleaves
+BATCH = 3      # activation rows
+
+
+def q8_reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """numpy's version of quantize_activations: per 32, dx = max|x| * float32(1/127), xq = round(x / dx) with ties
+    to even (np.round), zero blocks to zero."""
+    xb = x.reshape(*x.shape[:-1], -1, 32).astype(np.float32)
+    dx = np.abs(xb).max(-1, keepdims=True) * np.float32(1 / 127)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        xq = np.where(dx > 0, np.round(xb / dx), np.float32(0)).astype(np.int8).reshape(x.shape)
+    return xq, dx.reshape(*x.shape[:-1], -1).astype(np.float32)
+
+
+def unit_scale_blocks(gtype: GGMLType, n_blocks: int, seed: int) -> np.ndarray:
+    """Random blocks whose half-precision scales are 1.0 (mins of Q4_1/Q5_1: -3.0): integer-valued weights."""
+    raw = random_blocks(gtype, n_blocks, seed=seed).reshape(n_blocks, -1)
+    for name, value in (("d", 1.0), ("dmin", 1.0), ("m", -3.0)):
+        if name in FIELDS[gtype]:
+            start, _ = FIELDS[gtype][name]
+            raw[:, start:start + 2] = np.full(n_blocks, value, "<f2").view(np.uint8).reshape(n_blocks, 2)
+    return raw.reshape(-1)
+
+
+def exact_activations(rng: np.random.Generator, rows: int, k: int) -> np.ndarray:
+    """Integers in [-3, 3] with one +-127 per block of 32: the quantization leaves them as they are (scale 1)."""
+    x = rng.integers(-3, 4, (rows, k)).astype(np.float32)
+    blocks = x.reshape(rows, -1, 32)
+    blocks[:, :, 5] = rng.choice([-127.0, 127.0], blocks.shape[:2])
+    return x
+
+
+def float64_reference(gtype: GGMLType, raw: np.ndarray, shape: tuple[int, int], x: np.ndarray) -> np.ndarray:
+    xq, dx = q8_reference(x)
+    xd = (xq.reshape(*x.shape[:-1], -1, 32).astype(np.float64) * dx[..., None]).reshape(x.shape)
+    return xd @ reference_dequantize(gtype, raw, shape).astype(np.float64).T
+
+
+def test_activations_match_numpy_bit_for_bit():
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((5, 96)) * rng.uniform(0.01, 100, (5, 1))).astype(np.float32)
+    x[1, 32:64] = 0.0                                   # an all-zero block
+    x[2, :32] = np.arange(32, dtype=np.float32) - 15.5  # max 15.5: 127 / 15.5 * (k + 0.5) lands on ties
+    x[3, :32] = 0.0
+    x[3, :6] = [127.0, 0.5, 1.5, 2.5, -0.5, -2.5]       # scale 1: ties to even
+    xq, dx = quantize_activations(Tensor(x, device="CPU"))
+    ref_q, ref_d = q8_reference(x)
+    np.testing.assert_array_equal(xq.numpy(), ref_q)
+    assert_bits_equal(dx.numpy(), ref_d)
+    assert xq.numpy()[3, :6].tolist() == [127, 0, 2, 2, 0, -2]
+
+
+@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
+def test_int_matmul_exact(gtype):
+    """Unit scales and exactly quantized activations: the integer path equals the float64 reference exactly, at an
+    odd row count, three activation rows and two blocks (K-quants) or eight (the 32-blocks) per row."""
+    block = BLOCK_LAYOUT[gtype][0]
+    k = 2 * block if block > 32 else 256
+    raw = unit_scale_blocks(gtype, ROWS * k // block, seed=int(gtype))
+    x = exact_activations(np.random.default_rng(int(gtype)), BATCH, k)
+    out = int_matmul(Tensor(x, device="CPU"), Tensor(raw, device="CPU"), gtype, (ROWS, k)).numpy()
+    ref = float64_reference(gtype, raw, (ROWS, k), x)
+    assert np.abs(ref).max() < 2 ** 24
+    assert_bits_equal(out, ref.astype(np.float32))
+
+
+@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
+def test_int_matmul_random(gtype):
+    """Random blocks and activations: within float32 rounding of the per-block sums of the reference."""
+    block = BLOCK_LAYOUT[gtype][0]
+    k = 2 * block if block > 32 else 320
+    raw = random_blocks(gtype, ROWS * k // block, seed=3, small=True)
+    x = np.random.default_rng(1).standard_normal((BATCH, k)).astype(np.float32)
+    out = int_matmul(Tensor(x, device="CPU"), Tensor(raw, device="CPU"), gtype, (ROWS, k)).numpy()
+    ref = float64_reference(gtype, raw, (ROWS, k), x)
+    xq, dx = q8_reference(x)
+    scale = np.abs(xq.astype(np.float64)).reshape(BATCH, -1, 32) * dx[..., None]
+    magnitude = scale.reshape(BATCH, k) @ np.abs(reference_dequantize(gtype, raw, (ROWS, k)).astype(np.float64)).T
+    assert np.all(np.abs(out - ref) <= 1e-6 * magnitude + 1e-30)
+
+
+@pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.Q5_1, GGMLType.Q4_K, GGMLType.Q6_K], ids=lambda t: t.name)
+def test_rows_do_not_depend_on_the_batch(gtype):
+    """A row's result is the same bits alone and in a batch (batched LLM decode relies on it)."""
+    block = BLOCK_LAYOUT[gtype][0]
+    k = 2 * block if block > 32 else 256
+    raw = Tensor(random_blocks(gtype, 12 * k // block, seed=5, small=True), device="CPU")
+    x = np.random.default_rng(2).standard_normal((BATCH, k)).astype(np.float32)
+    together = int_matmul(Tensor(x, device="CPU"), raw, gtype, (12, k)).numpy()
+    alone = int_matmul(Tensor(x[1:2], device="CPU"), raw, gtype, (12, k)).numpy()
+    assert_bits_equal(alone[0], together[1])
+
+
+@pytest.mark.parametrize("device", ["PYTHON", "CPU:X86"])
+def test_other_devices_compute_the_same(device):
+    """The integer path is tensor ops: the interpreter and the x86 backend give the exact result too."""
+    gtype = GGMLType.Q4_0
+    raw = unit_scale_blocks(gtype, 5 * 2, seed=1)
+    x = exact_activations(np.random.default_rng(3), 2, 64)
+    out = int_matmul(Tensor(x, device=device), Tensor(raw, device=device), gtype, (5, 64)).numpy()
+    assert_bits_equal(out, float64_reference(gtype, raw, (5, 64), x).astype(np.float32))
+
+
+def test_which_devices_and_types_use_it():
+    assert uses_int_dot(GGMLType.Q4_K, "CPU")
+    assert not uses_int_dot(GGMLType.Q4_K, "PYTHON")  # the interpreter: no compiler to vectorize byte dots
+    assert not uses_int_dot(GGMLType.IQ4_NL, "CPU")
+    assert uses_int_dot(GGMLType.Q4_0, "CPU") == (GGMLType.Q4_0 in INT_DOT_TYPES)
+    assert not uses_int_dot(9999, "CPU")
+
+
+def test_bad_input_is_refused():
+    raw = Tensor(np.zeros(18 * 2, np.uint8), device="CPU")
+    with pytest.raises(ValueError, match="columns"):
+        int_matmul(Tensor(np.zeros((1, 32), np.float32), device="CPU"), raw, GGMLType.Q4_0, (1, 64))
+    with pytest.raises(ValueError, match="does not match"):
+        int_matmul(Tensor(np.zeros((1, 64), np.float32), device="CPU"), raw, GGMLType.Q4_0, (2, 64))
+    with pytest.raises(ValueError, match="no integer dot product for IQ4_NL"):
+        int_matmul(Tensor(np.zeros((1, 32), np.float32), device="CPU"), raw, GGMLType.IQ4_NL, (2, 32))
+    with pytest.raises(ValueError, match="multiple of 32"):
+        quantize_activations(Tensor(np.zeros((1, 40), np.float32), device="CPU"))
