@@ -180,7 +180,7 @@ def run(argv: list[str], exit_process: bool = False) -> int:
         if stage is not None:
             from tg_llm.pipeline import finish
             finish(stage)
-    if code == 0 and exit_process:
+    if code == 0 and exit_process and stage is None:  # (a pipeline's rank 0 leaves through MPI's finalize)
         _exit_now(0)
     return code
 
