@@ -234,6 +234,7 @@ def compile_stages() -> None:
     import tg_x86.assembler
     import tg_x86.isel
     import tg_x86.machine
+    import tg_x86.plan_code
     from tg_x86.renderer import X86Renderer
 
     import tgcore.codegen
@@ -267,7 +268,7 @@ def compile_stages() -> None:
                (tgcore.codegen.regalloc.RegisterPlan, "rewrite", "regalloc rewrite"),
                (tg_x86.machine, "finish", "x86 finish"), (tg_x86.assembler, "assemble", "x86 assemble")]
     # straight from the register plan to bytes (instead of rewrite, finish and assemble), when the renderer does that
-    stages += [(tg_x86.machine, "encode_plan", "x86 encode_plan")] if hasattr(tg_x86.machine, "encode_plan") else []
+    stages += [(tg_x86.plan_code, "encode_plan", "x86 encode_plan")]
     originals = [(m, n, getattr(m, n)) for m, n, _ in stages]
     asts = [si.ast for make in workloads("CPU").values() for si in create_schedule([make().uop], "CPU")[0]
             if si.kind != "copy"]

@@ -90,7 +90,7 @@ def test_zmm_spills_are_what_capstone_reads():
     """A 5x6 tile of zmm accumulators (30, with 6 vectors of B and a broadcast) spills: the spill code the plan
     encodes directly is the staged way's (rewrite, finish, assemble; its encoder is fuzzed against capstone, EVEX's
     disp8*64 included) and capstone reads zmm moves to and from the stack."""
-    from tg_x86 import machine
+    from tg_x86 import plan_code
     from tg_x86.listing import disassemble
     from tg_x86.renderer import X86Renderer
 
@@ -102,7 +102,7 @@ def test_zmm_spills_are_what_capstone_reads():
     captured: dict = {}
 
     def emit(plan, ctx):  # noqa: ANN001, ANN202
-        captured["bytes"] = (machine.encode_plan(plan, ctx.frame), ISARenderer.emit(r, plan, ctx))
+        captured["bytes"] = (plan_code.encode_plan(plan, ctx.frame), ISARenderer.emit(r, plan, ctx))
         return captured["bytes"][0]
     r.emit = emit  # type: ignore[method-assign]
     get_program(items[-1].ast, r, 1, opts)

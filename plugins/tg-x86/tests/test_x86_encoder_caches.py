@@ -10,7 +10,7 @@ import itertools
 
 import numpy as np
 import pytest
-from tg_x86 import Inst, Op, asm, assembler, byte, encode, machine, operands, qword, reg, select_form
+from tg_x86 import Inst, Op, asm, assembler, byte, encode, machine, operands, plan_code, qword, reg, select_form
 from tg_x86.encoder import compile_form, encode_all
 from tg_x86.forms import FORMS
 from tg_x86.operands import GPRS64, IMM_RANGES, REGS, Bcst, Imm, Label, Masked, Mem, kreg, xmm, ymm, zmm
@@ -87,7 +87,7 @@ def test_memory_operands_carry_their_address_encoding():
 @pytest.mark.parametrize("size", [16, 32])
 def test_constant_stores_are_the_staged_stores(disp, size):
     data = np.random.default_rng(disp + size).integers(0, 256, size, dtype=np.uint8).tobytes()
-    assert machine._const_stores_code(disp, data) == b"".join(encode_all(machine._const_stores(disp, data)))  # type: ignore[arg-type]
+    assert plan_code._const_stores_code(disp, data) == b"".join(encode_all(machine._const_stores(disp, data)))  # type: ignore[arg-type]
 
 
 def test_prologue_and_epilogue_are_the_staged_ones():
@@ -95,8 +95,8 @@ def test_prologue_and_epilogue_are_the_staged_ones():
                                           (("rbp", "rdi"), ((6, 32), (7, 48)), 200, ())]:
         lay = machine.Layout(saved, saved_vec, size, homes, [], {})
         staged = b"".join(encode_all(machine._prologue(lay)))  # type: ignore[arg-type]
-        assert machine._prologue_code(saved, saved_vec, size, homes) == staged
-        assert machine._epilogue_code(saved, saved_vec, size) == b"".join(encode_all(machine._epilogue(lay)))  # type: ignore[arg-type]
+        assert plan_code._prologue_code(saved, saved_vec, size, homes) == staged
+        assert plan_code._epilogue_code(saved, saved_vec, size) == b"".join(encode_all(machine._epilogue(lay)))  # type: ignore[arg-type]
 
 
 def test_mem_rejects_what_mem_of_rejects():
@@ -150,18 +150,18 @@ def test_instructions_looked_up_by_their_keys_are_the_staged_ones():
     for plan, frame in plans:
         program, stack_bytes = plan.rewrite()
         staged = assembler.assemble(machine.finish(program, frame, (program, stack_bytes))).code
-        machine.clear_encoding_caches()
-        assert machine.encode_plan(plan, frame) == staged
-        assert machine.encode_plan(plan, frame) == staged
+        plan_code.clear_encoding_caches()
+        assert plan_code.encode_plan(plan, frame) == staged
+        assert plan_code.encode_plan(plan, frame) == staged
 
 
 def test_a_full_instruction_table_is_emptied_when_a_kernel_starts():
     """The table of instructions by key stays bounded: full, it is emptied before the next kernel is encoded (with
     the operand plans of its layouts), and the kernel's bytes do not change."""
     plan, frame = next(_plans())
-    machine.clear_encoding_caches()
-    expected = machine.encode_plan(plan, frame)
-    machine._ENCODED.update(((k,), b"") for k in range(machine._ENCODED_LIMIT))
-    assert machine.encode_plan(plan, frame) == expected
-    assert (0,) not in machine._ENCODED and len(machine._ENCODED) < machine._ENCODED_LIMIT
-    machine.clear_encoding_caches()
+    plan_code.clear_encoding_caches()
+    expected = plan_code.encode_plan(plan, frame)
+    plan_code._ENCODED.update(((k,), b"") for k in range(plan_code._ENCODED_LIMIT))
+    assert plan_code.encode_plan(plan, frame) == expected
+    assert (0,) not in plan_code._ENCODED and len(plan_code._ENCODED) < plan_code._ENCODED_LIMIT
+    plan_code.clear_encoding_caches()

@@ -1,10 +1,10 @@
-"""machine.encode_plan: machine code straight from the register plan, against the staged way (the plan's
+"""plan_code.encode_plan: machine code straight from the register plan, against the staged way (the plan's
 rewritten program through finish and the assembler, which the fuzz tests check against capstone) and capstone."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from tg_x86 import assembler, machine
+from tg_x86 import assembler, machine, plan_code
 from tg_x86.cpu import unavailable_reason
 from tg_x86.isa import Inst
 from tg_x86.renderer import X86Renderer
@@ -57,7 +57,7 @@ def test_encode_plan_gives_the_bytes_of_the_staged_way(case: str) -> None:
         program, stack_bytes = plan.rewrite()
         insts = machine.finish(program, ctx.frame, (program, stack_bytes))
         staged = assembler.assemble(insts).code
-        code = machine.encode_plan(plan, ctx.frame)
+        code = plan_code.encode_plan(plan, ctx.frame)
         assert code == staged
         # capstone decodes the whole of it as the same number of instructions
         assert len(list(decoder().disasm(code, 0))) == sum(1 for i in insts if isinstance(i, Inst))

@@ -27,7 +27,12 @@ import threading
 import time
 from typing import Any
 
-from tg_x86 import assembler, listing, machine  # modules: each stage is looked up when it runs (benches wrap them)
+from tg_x86 import (  # modules: each stage is looked up when it runs (benches wrap them)
+    assembler,
+    listing,
+    machine,
+    plan_code,
+)
 from tg_x86.abi import HOST, Abi
 from tg_x86.isa import Flag, Op
 from tg_x86.isel import ISEL, Selector
@@ -64,11 +69,11 @@ X86_SPEC = PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)), lambda
 
 
 def clear_memo_tables() -> None:
-    """Forget the process-wide memo tables of selection (canonical constants) and encoding (``machine.
+    """Forget the process-wide memo tables of selection (canonical constants) and encoding (``plan_code.
     clear_encoding_caches``): the state of a fresh process, for benchmarks of first compiles. Nothing else needs it
     (every table is bounded)."""
     canon_value.cache_clear()
-    machine.clear_encoding_caches()
+    plan_code.clear_encoding_caches()
 
 
 def lower(name: str, uops: list[UOp]) -> list[Any]:
@@ -193,9 +198,9 @@ class X86Renderer(ISARenderer[Selector]):
         return machine.finish(program, ctx.frame, (program, stack_bytes))
 
     def emit(self, plan: RegisterPlan, ctx: Selector) -> bytes:
-        """Straight from the plan to bytes (``machine.encode_plan``). With TG_SPEC=1 the staged way runs too (its
+        """Straight from the plan to bytes (``plan_code.encode_plan``). With TG_SPEC=1 the staged way runs too (its
         late_regalloc checks the flags after allocation) and both must give the same bytes."""
-        code = machine.encode_plan(plan, ctx.frame)
+        code = plan_code.encode_plan(plan, ctx.frame)
         if spec_enabled():
             staged = super().emit(plan, ctx)
             if code != staged:
