@@ -39,15 +39,19 @@ def _pad_pairs(padding: IntOrTuple, nd: int) -> list[tuple[int, int]]:
     return [(p, p) for p in _tuple(padding, nd, "padding")]
 
 
+def _batched(x: Tensor, weight: Tensor, nd: int, name: str, weight_axes: str) -> tuple[Tensor, bool]:
+    """``x`` with a batch axis, and whether it came without one, once ``x`` has ``nd`` spatial axes and ``weight``
+    the ``nd + 2`` axes (``weight_axes``, kernel...) of an ``nd``-d convolution's weight."""
+    _check_spatial(x, nd, name)
+    if weight.ndim != nd + 2:
+        raise TensorValueError(f"{name}: weight must have {nd + 2} dimensions ({weight_axes}, kernel...), got "
+                               f"{weight.shape}")
+    unbatched = x.ndim == nd + 1
+    return (x.unsqueeze(0) if unbatched else x), unbatched
+
 def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntOrTuple, padding: IntOrTuple | str,
           dilation: IntOrTuple, groups: int, nd: int, name: str) -> Tensor:
-    _check_spatial(x, nd, name)
-    unbatched = x.ndim == nd + 1
-    if unbatched:
-        x = x.unsqueeze(0)
-    if weight.ndim != nd + 2:
-        raise TensorValueError(f"{name}: weight must have {nd + 2} dimensions (out, in/groups, kernel...), got "
-                               f"{weight.shape}")
+    x, unbatched = _batched(x, weight, nd, name, "out, in/groups")
     n, cin = x.shape[:2]
     cout, cin_g = weight.shape[:2]
     kernel = weight.shape[2:]
@@ -220,13 +224,7 @@ def _conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntO
                     output_padding: IntOrTuple, groups: int, dilation: IntOrTuple, nd: int, name: str) -> Tensor:
     """The adjoint of a strided convolution: spread the input out by the stride (zeros between elements), pad by
     the kernel's reach less ``padding``, and convolve with the flipped kernel, in and out channels swapped."""
-    _check_spatial(x, nd, name)
-    unbatched = x.ndim == nd + 1
-    if unbatched:
-        x = x.unsqueeze(0)
-    if weight.ndim != nd + 2:
-        raise TensorValueError(f"{name}: weight must have {nd + 2} dimensions (in, out/groups, kernel...), got "
-                               f"{weight.shape}")
+    x, unbatched = _batched(x, weight, nd, name, "in, out/groups")
     cin, cout_g = weight.shape[:2]
     kernel = weight.shape[2:]
     if groups < 1 or cin % groups:
