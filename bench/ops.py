@@ -3,7 +3,8 @@
     python bench/ops.py [--device CPU] [--repeat 5] [--quick]
 
 Ratios are tgcore/peer throughput (higher is better), medians of --repeat runs; the compute-bound rows time
-tgcore and its peer in turn, round by round, so both see the same load on a shared machine. The peer of the
+tgcore and its peer in turn, round by round (each timed call after the same function has run untimed for a while),
+so both see the same load on a shared machine. The peer of the
 matrix products is numpy (its BLAS on the same number of threads as tgcore's CPU device), of the convolutions
 torch (same threads; skipped when torch is not installed). With ``--device CPU:X86`` (or any device other than
 CPU) the compute-bound rows also print the ratio to the CPU device's default (C) renderer. ``--quick`` skips the
@@ -39,15 +40,26 @@ def median_time(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
+SETTLE_S = 0.25  # untimed calls before each timed one: longer than OpenBLAS's idle threads spin (2^28 cycles)
+
+
 def interleaved_medians(fns: list, repeat: int) -> list[float]:
     """The median time of each of ``fns``, timed in turn round by round: on a shared machine every function sees
-    about the same load, so a change of load during the run does not land on one side of a ratio."""
+    about the same load, so a change of load during the run does not land on one side of a ratio. Before each timed
+    call the same function runs untimed for ``SETTLE_S``: right after another library's call its threads are still
+    spinning (OpenBLAS's for ~0.1 s after each product; measured: tgcore's 1024^3 product at 258 GFLOPS alone, 141
+    right after numpy's, and again 258 with OPENBLAS_THREAD_TIMEOUT=4), and after a pause worker threads take time
+    to wake (either library at about half speed after a 0.3 s sleep): the timed call sees the steady state of a
+    loop of calls to one library."""
     for fn in fns:
         fn()  # warm up: compile, allocate
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeat):
         for fn, spent in zip(fns, times, strict=True):
             gc.collect()
+            settle = time.perf_counter() + SETTLE_S
+            while time.perf_counter() < settle:
+                fn()
             start = time.perf_counter()
             fn()
             spent.append(time.perf_counter() - start)
