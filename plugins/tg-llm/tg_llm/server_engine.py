@@ -342,7 +342,11 @@ class Engine:
         while True:
             idle = not sched.busy()
             if idle and self._warm_later and self.stop_at is None:
-                self._warm_later.pop(0)()  # one capture while idle
+                try:
+                    self._warm_later.pop(0)()  # one capture while idle
+                except Exception:  # noqa: BLE001 - an optional capture: a request needing it compiles it then
+                    log.warning("an idle warm-up capture failed; the rest are skipped", exc_info=True)
+                    self._warm_later.clear()
             arrived: list[Job | None] = []
             try:  # wait for work only when there is nothing to run; then take all that is queued
                 arrived.append(self._queue.get(timeout=IDLE_POLL_S if not self._warm_later else 0) if idle
