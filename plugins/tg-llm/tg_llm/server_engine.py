@@ -263,6 +263,8 @@ class Engine:
             self.warm_up_seconds = time.perf_counter() - warm
             self._warm_later = [functools.partial(self._warm_prefill, n) for n in SHORT_PROMPT_PADDINGS
                                 if n <= self.model.config.max_context - 1]
+            if 2 * self.prefill_chunk <= self.model.config.max_context - 1:
+                self._warm_later.append(self._warm_chunks)
             self._warm_later += [functools.partial(self.model.warm_up, [s]) for s in shapes if s[1] != first]
         except BaseException as e:  # noqa: BLE001 - any failure is reported and ends the server
             self.state, self.error = "failed", e
@@ -282,10 +284,23 @@ class Engine:
     def _warm_prefill(self, n: int) -> None:
         """Capture the prefill of an ``n``-token prompt at position 0 (in the slot caching the fewest tokens, then
         emptied)."""
-        seq = min(range(self.model.sequences), key=lambda i: (len(self.model.tokens_of(i)), -i))
+        seq = self._emptiest_slot()
         for _ in range(2):  # the first call compiles, the second captures
             self.model.forward_last([0] * n, 0, seq=seq)
             self.model.reset(seq)
+
+    def _warm_chunks(self) -> None:
+        """Capture what a prompt of one to two chunks runs: ``prefill_chunk`` tokens at position 0 without logits,
+        then the last chunk (padded to ``prefill_chunk``) at that position with them. Without it the first requests
+        of a usual length paid two compiles and two captures (TTFT 1.4-2.3 s against 0.3 s for 128 tokens)."""
+        n, seq = self.prefill_chunk, self._emptiest_slot()
+        for _ in range(2):  # the first call compiles, the second captures
+            self.model.prefill([0] * n, 0, seq=seq)
+            self.model.forward_last([0] * n, n, seq=seq)
+            self.model.reset(seq)
+
+    def _emptiest_slot(self) -> int:
+        return min(range(self.model.sequences), key=lambda i: (len(self.model.tokens_of(i)), -i))
 
     @property
     def max_context(self) -> int:
