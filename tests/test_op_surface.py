@@ -1,6 +1,6 @@
 """The operator surface UOp and Tensor share (tgcore.uop.mixins): one definition of each operator and formula.
 
-References: numpy (broadcasting, float64 math) and Python's ast (what the mixins import).
+References: numpy (broadcasting, float64 math), torch (dtype promotion) and Python's ast (what the mixins import).
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import tgcore
 from tgcore.dtype import dtypes
@@ -24,10 +25,41 @@ SHARED = ("__add__", "__radd__", "__mul__", "__rmul__", "__lt__", "__gt__", "__a
           "reciprocal", "cos", "tan")
 
 
+# promotion and broadcasting: Tensor's operators pair operands with these; a UOp's operators do not broadcast
+# (its own _operands and where are strict), but the shared formulas call _broadcasted on both
+PAIRING = ("_broadcasted", "_broadcast_pair", "where", "_operands")
+
+
 @pytest.mark.parametrize("name", SHARED)
 def test_operators_are_defined_once(name: str) -> None:
     assert getattr(UOp, name) is getattr(ElementwiseMixin, name)
     assert getattr(Tensor, name) is getattr(ElementwiseMixin, name)
+
+
+@pytest.mark.parametrize("name", PAIRING)
+def test_promotion_and_broadcasting_are_defined_once(name: str) -> None:
+    assert name not in Tensor.__dict__
+    assert getattr(Tensor, name) is getattr(ElementwiseMixin, name)
+    if name in ("_broadcasted", "_broadcast_pair"):
+        assert getattr(UOp, name) is getattr(ElementwiseMixin, name)
+
+
+@pytest.mark.parametrize(("shape_a", "dt_a", "shape_b", "dt_b"), [
+    ((3, 1), np.int32, (4,), np.float16), ((2, 3), np.uint8, (), np.int8), ((), np.bool_, (2, 2), np.int64),
+    ((0, 3), np.float32, (1, 3), np.float32)])
+def test_uop_pairs_like_tensor_when_asked(shape_a: tuple, dt_a: type, shape_b: tuple, dt_b: type) -> None:
+    """_broadcasted on two UOps gives the nodes a Tensor operator pairs, with numpy's dtype and shape."""
+    a = Tensor(np.ones(shape_a, dt_a), device="PYTHON")
+    b = Tensor(np.ones(shape_b, dt_b), device="PYTHON")
+    want = torch.promote_types(torch.from_numpy(np.ones(1, dt_a)).dtype, torch.from_numpy(np.ones(1, dt_b)).dtype)
+    ta, tb = a._broadcasted(b)
+    ua, ub = a.uop._broadcasted(b.uop)
+    assert (ta.uop, tb.uop) == (ua, ub)
+    assert ua.shape == ub.shape == np.broadcast_shapes(shape_a, shape_b)
+    assert ua.dtype is ub.dtype and torch.from_numpy(np.ones(1, ua.dtype.np)).dtype == want
+    for value in (2, 0.5, True):  # a Python scalar: a constant of the promoted value's shape
+        (ta, tb), (ua, ub) = a._broadcasted(value, True), a.uop._broadcasted(value, True)
+        assert (ta.uop, tb.uop) == (ua, ub) and ua.shape == ub.shape == shape_a
 
 
 MOVEMENT = ("reshape", "view", "permute", "transpose", "T", "expand", "shrink", "flip", "squeeze", "unsqueeze",

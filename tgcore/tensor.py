@@ -8,10 +8,10 @@ Copy semantics: ``Tensor(ndarray)`` copies the array's data into a device buffer
 tensor is created, so later changes to the array do not show in the tensor (and vice
 versa); ``numpy()`` always returns a fresh array.
 
-Type promotion: two tensors promote with ``least_upper_dtype``; a Python scalar takes the
-tensor's dtype unless it needs a wider kind (a float with an int tensor gives the default
-float, an int with a bool tensor the default int). ``//`` and ``%`` follow Python (floor)
-semantics; ``/`` always gives a float.
+Type promotion and broadcasting (the shared rules of `tgcore.uop.mixins`): two tensors promote
+with ``least_upper_dtype``; a Python scalar takes the tensor's dtype unless it needs a wider kind
+(a float with an int tensor gives the default float, an int with a bool tensor the default int).
+``//`` and ``%`` follow Python (floor) semantics; ``/`` always gives a float.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tgcore.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
+from tgcore.dtype import DType, dtypes, least_upper_float, to_dtype
 from tgcore.errors import TensorValueError
 from tgcore.helpers import prod
 from tgcore.runtime.registry import canonical
@@ -38,7 +38,7 @@ from tgcore.tensor_random import RandomMixin
 from tgcore.tensor_reduce import ReduceMixin
 from tgcore.tensor_select import SelectMixin
 from tgcore.uop import Ops, UOp
-from tgcore.uop.mixins import ElementwiseMixin, broadcast_shape, scalar_dtype
+from tgcore.uop.mixins import ElementwiseMixin, broadcast_shape
 from tgcore.uop.movement import MovementMixin, check_shape, shape_args
 from tgcore.uop.reduction import ReductionMixin
 from tgcore.uop.shape import shape_of
@@ -402,67 +402,45 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         return mask.where(out, value)
 
     # ---------------------------------------------------------------- elementwise
-    def _const(self, value: Scalar, dtype: DType) -> Tensor:
-        """``value`` broadcast to this tensor's shape. Built once per (value, dtype, shape) and then reused:
-        this is on every scalar operation's path, and loops use the same few constants over and over."""
+    def _scalar_like(self, value: Scalar, dtype: DType | None = None) -> Tensor:
+        """``value`` broadcast to this tensor's shape, in its dtype (or ``dtype``). Built once per (value, dtype,
+        shape) and then reused: this is on every scalar operation's path, and loops use the same few constants."""
         shape = self.shape
-        key = (dtype, shape, value.hex() if type(value) is float else (type(value), value))  # -0.0 is not 0.0
+        dt = self.uop.dtype if dtype is None else dtype
+        key = (dt, shape, value.hex() if type(value) is float else (type(value), value))  # -0.0 is not 0.0
         u = _const_uops.get(key)
         if u is None:
-            u = UOp.const(dtype, value)
-            if shape:
-                u = UOp(Ops.RESHAPE, dtype, (u,), (1,) * len(shape))
-                if any(s != 1 for s in shape):
-                    u = UOp(Ops.EXPAND, dtype, (u,), shape)
+            u = UOp.const(dt, value)._shaped(shape)
             if len(_const_uops) >= 4096:
                 _const_uops.clear()
             _const_uops[key] = u
         return self._new(u)
 
-    # the shared operator surface (tgcore.uop.mixins): how a Tensor applies an op, makes constants, pairs operands
+    _const = const_like = _scalar_like
+
+    # the shared operator surface (tgcore.uop.mixins): how a Tensor applies an op, makes constants, checks operands
     def alu(self, op: Ops, *src: Tensor) -> Tensor:
         """``op`` on this tensor and ``src`` (same shape and dtype already)."""
         if len(src) == 1:  # (binary ops: on every operator's path, so without building a list)
             return self._new(self.uop.alu(op, src[0].uop))
         return self._new(self.uop.alu(op, *[s.uop for s in src]))
 
-    def const_like(self, value: Scalar) -> Tensor:
-        return self._const(value, self.dtype)
+    def _check_operand(self, other: Tensor) -> None:
+        if other.device != self.device:
+            raise TensorValueError(f"tensors on different devices: {self.device} and {other.device}; use .to()")
 
     def _cut_gradient(self) -> Tensor:
         return self.detach()
 
-    def _operands(self, other: Any, reverse: bool = False, op: Ops | None = None) -> tuple[Tensor, Tensor]:
-        """(self, other) promoted to one dtype and broadcast to one shape (swapped with ``reverse``)."""
-        if isinstance(other, Tensor):
-            if other.device != self.device:
-                raise TensorValueError(f"tensors on different devices: {self.device} and {other.device}; use .to()")
-            dt = least_upper_dtype(self.dtype, other.dtype)
-            a, b = self.cast(dt), other.cast(dt)
-            shape = broadcast_shape(a.shape, b.shape)
-            a, b = a._broadcast_to(shape), b._broadcast_to(shape)
-        elif isinstance(other, (bool, int, float, np.generic)):
-            value = other.item() if isinstance(other, np.generic) else other
-            dt = scalar_dtype(self.dtype, value)
-            a = self.cast(dt)
-            b = a._const(value, dt)  # already a's shape
-        else:
-            return NotImplemented
-        return (b, a) if reverse else (a, b)
-
     def _binop(self, op: Ops, x: Any, reverse: bool = False) -> Tensor:
         """What ElementwiseMixin._binop does, in one frame: every operator goes through here."""
-        pair = self._operands(x, reverse, op)
+        pair = self._broadcasted(x, reverse)
         if pair is NotImplemented:
             return NotImplemented
         a, b = pair
         if op in _CHECKED_OPERATORS:
             _check_operands(op, a.dtype)
         return a._new(a.uop.alu(op, b.uop))
-
-    def _broadcast_pair(self, other: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
-        pair = self._operands(other, reverse)
-        return (NotImplemented, NotImplemented) if pair is NotImplemented else pair  # type: ignore[return-value]
 
     def __sub__(self, x: Any) -> Tensor:
         a, b = self._broadcast_pair(x)
@@ -560,20 +538,6 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
             return -((-a).maximum(-b))
         return (a < b).where(a, b)
 
-    def where(self, x: Any, y: Any) -> Tensor:
-        """``x`` where this tensor is true (nonzero), else ``y``."""
-        cond = self.cast(dtypes.bool)
-        if isinstance(x, Tensor):
-            x_t, y_t = x._broadcast_pair(y)
-        elif isinstance(y, Tensor):
-            y_t, x_t = y._broadcast_pair(x)
-        else:
-            dt = least_upper_dtype(dtypes.from_py(x), dtypes.from_py(y))
-            x_t, y_t = Tensor(x, self.device, dt), Tensor(y, self.device, dt)
-        shape = broadcast_shape(broadcast_shape(cond.shape, x_t.shape), y_t.shape)
-        c, a, b = cond._broadcast_to(shape), x_t._broadcast_to(shape), y_t._broadcast_to(shape)
-        return a._new(c.uop.alu(Ops.WHERE, a.uop, b.uop))
-
     def cast(self, dtype: DType | str) -> Tensor:
         dt = to_dtype(dtype)
         return self if dt is self.dtype else self._new(UOp(Ops.CAST, dt, (self.uop,)))
@@ -628,7 +592,7 @@ def _call_with_index(on_ready: Callable[[int, Buffer], None], i: int) -> Callabl
     return call
 
 
-# (dtype, shape, value) -> the constant broadcast to that shape; see Tensor._const
+# (dtype, shape, value) -> the constant broadcast to that shape; see Tensor._scalar_like
 _const_uops: dict[tuple, UOp] = {}
 
 

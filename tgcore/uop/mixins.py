@@ -1,27 +1,34 @@
-"""The operator surface UOp and Tensor share: elementwise arithmetic, comparisons, bitwise ops and the math
-formulas (exp, log, cos, tan, ...), written once on ``Self``.
+"""The operator surface UOp and Tensor share: elementwise arithmetic, comparisons, bitwise ops, the math
+formulas (exp, log, cos, tan, ...), and the rules that pair operands (dtype promotion and broadcasting), written
+once on ``Self``.
 
-In:  a class that provides the small abstract surface below: ``dtype``, ``alu(op, *src)`` (the op on operands
-     of the same kind whose shapes and dtypes already match), ``const_like(value)`` (a constant with this
-     dtype, and this shape where there is one), ``cast``, ``bitcast``, ``_operands(x, reverse)`` (this value and
-     another operand made to match, or ``NotImplemented``) and ``_cut_gradient()`` (how the math formulas mark
-     their piecewise-constant parts). ``_binop`` (pair, check, apply) has a generic definition here; Tensor
-     fuses it into one frame, as every operator goes through it.
+In:  a class that provides the small abstract surface below: ``dtype``, ``shape`` (from `tgcore.uop.movement`),
+     ``alu(op, *src)`` (the op on operands of the same kind whose shapes and dtypes already match),
+     ``_scalar_like(value, dtype=None)`` (a constant of this value's shape, in this dtype or ``dtype``), ``cast``,
+     ``bitcast``, ``_check_operand(other)`` (a pair this class refuses, e.g. tensors on two devices) and
+     ``_cut_gradient()`` (how the math formulas mark their piecewise-constant parts). ``const_like(value)`` is the
+     constant an operator with a Python scalar uses (a Tensor's is ``_scalar_like``, a UOp's has no shape).
+     ``_binop`` (pair, check, apply) has a generic definition here; Tensor fuses it into one frame, as every
+     operator goes through it.
 Out: the operators both UOp and Tensor mean the same way (``+``, ``*``, ``<``, ``>``, ``&``, ``|``, ``^``,
      ``<<``, ``>>``, ``eq``, ``ne``, ``maximum``, ``logical_not``), the float unary ops and the formulas of
-     `tgcore.uop.transcendental` as methods.
+     `tgcore.uop.transcendental` as methods; ``_broadcasted(x)`` (two operands promoted with
+     ``least_upper_dtype`` / ``scalar_dtype`` and broadcast with ``broadcast_shape``) and the broadcasting
+     ``where``, which the shared formulas (`tgcore.uop.reduction`, `tgcore.uop.movement`) call explicitly.
 
-How the two implementations differ, on purpose: a UOp is a typed IR node, so ``_operands`` refuses mixed dtypes
-and never broadcasts (codegen must not convert silently), and its ``//``, ``%`` and ``-`` keep their C-like
-meanings for index math; a Tensor promotes dtypes and broadcasts with the rules below (``broadcast_shape``,
-``scalar_dtype``) and has Python's floor ``//`` and ``%``. Those operators stay on each class; everything here
-is one definition. Autograd stays on Tensor.
+How the two implementations differ, on purpose: a UOp is a typed IR node, so its operators (``_operands``) refuse
+mixed dtypes and never broadcast (codegen must not convert silently), its ``where`` is as strict, and its ``//``,
+``%`` and ``-`` keep their C-like meanings for index math; a Tensor's operators go through ``_broadcasted`` and it
+has Python's floor ``//`` and ``%``. Those operators stay on each class; everything here is one definition.
+Autograd stays on Tensor.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Self
 
-from tgcore.dtype import DType, dtypes
+import numpy as np
+
+from tgcore.dtype import DType, dtypes, least_upper_dtype
 from tgcore.errors import TensorValueError
 from tgcore.uop import transcendental as tr
 from tgcore.uop.ops import Ops
@@ -57,7 +64,10 @@ class ElementwiseMixin:
         @property
         def dtype(self) -> DType: ...
 
-        def where(self, a: Any, b: Any) -> Self: ...
+        @property
+        def shape(self) -> tuple[int, ...]: ...
+
+        def _broadcast_to(self, shape: tuple[int, ...]) -> Self: ...
 
         def __neg__(self) -> Self: ...
 
@@ -72,6 +82,13 @@ class ElementwiseMixin:
     def const_like(self, value: Any) -> Self:
         raise NotImplementedError
 
+    def _scalar_like(self, value: Any, dtype: DType | None = None) -> Self:
+        """``value`` as a constant of this value's shape, in this dtype (or ``dtype``)."""
+        raise NotImplementedError
+
+    def _check_operand(self, other: Self) -> None:
+        """Raise for an operand of this kind that cannot pair with this one (a Tensor: another device)."""
+
     def cast(self, dtype: DType) -> Self:
         raise NotImplementedError
 
@@ -79,8 +96,9 @@ class ElementwiseMixin:
         raise NotImplementedError
 
     def _operands(self, x: Any, reverse: bool = False, op: Ops | None = None) -> tuple[Self, Self]:
-        """(self, x) made to match (x, self with ``reverse``), or NotImplemented for an operand of another kind."""
-        raise NotImplementedError
+        """(self, x) made to match (x, self with ``reverse``), or NotImplemented for an operand of another kind:
+        promoted and broadcast (``_broadcasted``) unless a class pairs its operators more strictly (UOp)."""
+        return self._broadcasted(x, reverse)
 
     def _check_operator(self, op: Ops) -> None:
         """Raise for an op in ``_checked_operators`` that this (promoted) operand's dtype has no meaning for."""
@@ -92,6 +110,46 @@ class ElementwiseMixin:
     def _as_float(self) -> Self:
         """This value in the float dtype float functions compute in."""
         return self
+
+    # ---------------------------------------------------------------- promotion and broadcasting
+    def _broadcasted(self, x: Any, reverse: bool = False) -> tuple[Self, Self]:
+        """(self, x) promoted to one dtype and broadcast to one shape, (x, self) with ``reverse``; NotImplemented
+        for an operand of another kind. Two values promote with ``least_upper_dtype``; a Python scalar takes this
+        value's dtype unless it needs a wider kind (``scalar_dtype``) and becomes a constant of its shape."""
+        if isinstance(x, type(self)):
+            self._check_operand(x)
+            dt = least_upper_dtype(self.dtype, x.dtype)
+            a, b = self.cast(dt), x.cast(dt)
+            shape = broadcast_shape(a.shape, b.shape)
+            a, b = a._broadcast_to(shape), b._broadcast_to(shape)
+        elif isinstance(x, (bool, int, float, np.generic)):
+            value = x.item() if isinstance(x, np.generic) else x
+            a = self.cast(scalar_dtype(self.dtype, value))
+            b = a._scalar_like(value)  # (already a's shape)
+        else:
+            return NotImplemented
+        return (b, a) if reverse else (a, b)
+
+    def _broadcast_pair(self, x: Any, reverse: bool = False) -> tuple[Self, Self]:
+        """``_broadcasted`` for operators that go on with the pair: (NotImplemented, NotImplemented) for an operand
+        of another kind."""
+        pair = self._broadcasted(x, reverse)
+        return (NotImplemented, NotImplemented) if pair is NotImplemented else pair  # type: ignore[return-value]
+
+    def where(self, x: Any, y: Any) -> Self:
+        """``x`` where this value is true (nonzero), else ``y``: the three broadcast to one shape, ``x`` and ``y``
+        promoted (two Python scalars to ``least_upper_dtype`` of their own dtypes)."""
+        cond = self.cast(dtypes.bool)
+        if isinstance(x, type(self)):
+            a, b = x._broadcast_pair(y)
+        elif isinstance(y, type(self)):
+            b, a = y._broadcast_pair(x)
+        else:
+            dt = least_upper_dtype(dtypes.from_py(x), dtypes.from_py(y))
+            a, b = cond._scalar_like(x, dt), cond._scalar_like(y, dt)
+        shape = broadcast_shape(broadcast_shape(cond.shape, a.shape), b.shape)
+        c, a, b = cond._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape)
+        return c.alu(Ops.WHERE, a, b)
 
     # ---------------------------------------------------------------- binary operators
     def _binop(self, op: Ops, x: Any, reverse: bool = False) -> Self:

@@ -370,6 +370,17 @@ class UOp(ElementwiseMixin, MovementMixin, ReductionMixin, metaclass=_UOpMeta):
         """A constant with this node's dtype."""
         return UOp.const(self.dtype, value)
 
+    def _shaped(self, shape: tuple[int, ...]) -> UOp:
+        """This scalar (a CONST) broadcast to ``shape`` in the tensor graph: reshaped to ones, then expanded."""
+        if not shape:
+            return self
+        out = UOp(Ops.RESHAPE, self.dtype, (self,), (1,) * len(shape))
+        return UOp(Ops.EXPAND, self.dtype, (out,), shape) if any(s != 1 for s in shape) else out
+
+    def _scalar_like(self, value: Any, dtype: DType | None = None) -> UOp:
+        """A constant of this tensor-level node's shape (the shared formulas' constants, as a Tensor makes them)."""
+        return UOp.const(self.dtype if dtype is None else dtype, value)._shaped(shape_of(self))
+
     @staticmethod
     def variable(name: str, lo: int, hi: int, dtype: DType = dtypes.int32) -> UOp:
         """A symbolic integer `name` known to lie in [lo, hi] (inclusive)."""
