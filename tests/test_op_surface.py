@@ -64,7 +64,8 @@ def test_uop_pairs_like_tensor_when_asked(shape_a: tuple, dt_a: type, shape_b: t
 
 MOVEMENT = ("reshape", "view", "permute", "transpose", "T", "expand", "shrink", "flip", "squeeze", "unsqueeze",
             "flatten", "_broadcast_to", "ndim", "numel")
-REDUCTIONS = ("sum", "prod", "max", "any", "_reduce")
+REDUCTIONS = ("sum", "prod", "max", "any", "_reduce", "min", "all", "mean", "var", "std", "var_mean", "std_mean",
+              "argmax", "argmin", "cumsum", "matmul", "__matmul__", "dot")
 
 
 @pytest.mark.parametrize("name", MOVEMENT + REDUCTIONS)
@@ -88,6 +89,38 @@ def test_uop_and_tensor_reductions_build_the_same_graph_and_match_numpy(dtype: t
             if name in ("sum", "prod") and dtype is not np.float32:  # (torch's accumulation dtypes)
                 want = want.astype(np.uint64 if dtype is np.uint8 else np.int64)
             np.testing.assert_array_equal(got.numpy(), want, err_msg=f"{name} {axis} {keepdim}")
+
+
+FORMULAS = {  # name: (the call, numpy's)
+    "min": (lambda x: x.min(1, True), lambda a: a.min(1, keepdims=True)),
+    "all": (lambda x: x.all((0, 2)), lambda a: a.all((0, 2))),
+    "mean": (lambda x: x.mean(-1), lambda a: a.mean(-1)),
+    "var": (lambda x: x.var(1, correction=0), lambda a: a.var(1)),
+    "std": (lambda x: x.std(None, True), lambda a: a.std(ddof=1, keepdims=True)),
+    "argmax": (lambda x: x.argmax(1), lambda a: a.argmax(1)),
+    "argmin": (lambda x: x.argmin(None, True), lambda a: a.argmin().reshape(1, 1, 1)),
+    "cumsum": (lambda x: x.cumsum(1), lambda a: a.cumsum(1)),
+    "matmul": (lambda x: x @ x.transpose(-1, -2), lambda a: a @ a.swapaxes(-1, -2)),
+}
+
+
+@pytest.mark.parametrize("name", FORMULAS)
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint8, np.bool_])
+def test_uop_and_tensor_formulas_build_the_same_graph_and_match_numpy(name: str, dtype: type) -> None:
+    """The formulas built on the reductions (min, mean, var, argmax, cumsum, ...) give a Tensor's graph on its
+    UOp, and numpy's values when that UOp is run."""
+    fn, ref = FORMULAS[name]
+    if name in ("var", "std", "matmul") and dtype is np.bool_:
+        pytest.skip("numpy has no float reduction / product of bools that torch's promotion matches")
+    rng = np.random.default_rng(5)
+    a = (rng.integers(0, 2, (2, 3, 4)) if dtype is np.bool_ else rng.integers(0, 9, (2, 3, 4))).astype(dtype)
+    t = Tensor(a, device="PYTHON")
+    got, node = fn(t), fn(t.uop)
+    assert got.uop is node
+    want = ref(a)
+    for out in (got, Tensor(node, device="PYTHON")):
+        np.testing.assert_allclose(out.numpy().astype(np.float64), np.asarray(want, np.float64), rtol=1e-6,
+                                   atol=1e-6, err_msg=name)
 
 
 def test_uop_and_tensor_movement_build_the_same_graph_and_match_numpy() -> None:

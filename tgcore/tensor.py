@@ -68,11 +68,6 @@ def _check_operands(op: Ops, dtype: DType) -> None:
         raise TypeError(f"{_INT_OPERATORS[op]} needs integer or bool tensors, got {dtype!r}")
 
 
-def _arange_uop(n: int) -> UOp:
-    """0, 1, ..., n-1 as a tensor-level node (the index of its single axis)."""
-    return UOp(Ops.RANGE, dtypes.int32, (), ("arange", n))
-
-
 class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNMixin, LayoutMixin, SelectMixin,
              ElementwiseMixin, MovementMixin, ReductionMixin):
     """A lazily evaluated n-dimensional array on a device."""
@@ -202,7 +197,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         fits_int32 = all(-2**31 <= v < 2**31 for v in (start, start + step * max(n - 1, 0)))
         dt = to_dtype(dtype) if dtype is not None else (dtypes.default_float if is_float else
                                                         dtypes.default_int if fits_int32 else dtypes.int64)
-        idx = Tensor(_arange_uop(n), device=device)
+        idx = Tensor(UOp.arange(n), device=device)
         out = idx.cast(dt) if dt is not dtypes.int32 else idx
         if step != 1:
             out = out * step
@@ -366,6 +361,9 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
 
     def _reduce_axis(self, op: Ops, axes: tuple[int, ...]) -> Tensor:
         return self._new(self.uop._reduce_axis(op, axes))
+
+    def _arange(self, n: int) -> Tensor:
+        return self._new(UOp.arange(n))
 
     def pad(self, padding: Sequence[Any], value: Scalar | str = 0, mode: str = "constant") -> Tensor:
         """Pad each axis by (before, after); negative amounts remove elements.

@@ -177,7 +177,7 @@ class SelectMixin:
         """Running product along ``dim`` (ints as int64, like torch); the gradient handles zeros."""
         ax = _axis(dim, self.ndim)
         if self.ndim == 0:
-            return self.cast(self._sum_dtype())
+            return self.cast(self._accumulation_dtypes(None)[1])
         acc_dt, out_dt = self._accumulation_dtypes(None)
         x = _last(self.cast(acc_dt), ax)
         return _last(_window(x, 1).prod(-1, dtype=acc_dt), ax).cast(out_dt)

@@ -136,9 +136,10 @@ class ElementwiseMixin:
         pair = self._broadcasted(x, reverse)
         return (NotImplemented, NotImplemented) if pair is NotImplemented else pair  # type: ignore[return-value]
 
-    def where(self, x: Any, y: Any) -> Self:
+    def _where(self, x: Any, y: Any) -> Self:
         """``x`` where this value is true (nonzero), else ``y``: the three broadcast to one shape, ``x`` and ``y``
-        promoted (two Python scalars to ``least_upper_dtype`` of their own dtypes)."""
+        promoted (two Python scalars to ``least_upper_dtype`` of their own dtypes). A Tensor's ``where``; the
+        shared formulas call it as ``_where`` (a UOp's own ``where`` is strict)."""
         cond = self.cast(dtypes.bool)
         if isinstance(x, type(self)):
             a, b = x._broadcast_pair(y)
@@ -150,6 +151,8 @@ class ElementwiseMixin:
         shape = broadcast_shape(broadcast_shape(cond.shape, a.shape), b.shape)
         c, a, b = cond._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape)
         return c.alu(Ops.WHERE, a, b)
+
+    where = _where
 
     # ---------------------------------------------------------------- binary operators
     def _binop(self, op: Ops, x: Any, reverse: bool = False) -> Self:

@@ -216,6 +216,14 @@ class UOp(ElementwiseMixin, MovementMixin, ReductionMixin, metaclass=_UOpMeta):
     def _reduce_axis(self, op: Ops, axes: tuple[int, ...]) -> UOp:
         return UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axes))
 
+    @staticmethod
+    def arange(n: int) -> UOp:
+        """0, 1, ..., n-1 (int32) as a tensor-level node: the index of its single axis."""
+        return UOp(Ops.RANGE, dtypes.int32, (), ("arange", n))
+
+    def _arange(self, n: int) -> UOp:
+        return UOp.arange(n)
+
     def __reduce__(self) -> tuple:
         index = {n: i for i, n in enumerate(self.toposort)}
         nodes = [(n.op, n.dtype, tuple(index[s] for s in n.src), n.arg, n.tag) for n in index]
