@@ -63,7 +63,7 @@ def test_uop_pairs_like_tensor_when_asked(shape_a: tuple, dt_a: type, shape_b: t
 
 
 MOVEMENT = ("reshape", "view", "permute", "transpose", "T", "expand", "shrink", "flip", "squeeze", "unsqueeze",
-            "flatten", "_broadcast_to", "ndim", "numel")
+            "flatten", "_broadcast_to", "ndim", "numel", "pad", "pad_nd", "_pad_axis", "_join")
 REDUCTIONS = ("sum", "prod", "max", "any", "_reduce", "min", "all", "mean", "var", "std", "var_mean", "std_mean",
               "argmax", "argmin", "cumsum", "matmul", "__matmul__", "dot")
 
@@ -136,6 +136,15 @@ def test_uop_and_tensor_movement_build_the_same_graph_and_match_numpy() -> None:
         (lambda x: x.reshape(1, 24).expand(3, 24).flatten(), lambda n: np.broadcast_to(n, (3, 24)).reshape(-1)),
         (lambda x: x.reshape(4, 6).shrink(((1, 3), (2, 6))).T, lambda n: n.reshape(4, 6)[1:3, 2:].T),
         (lambda x: x.reshape(24, 1).squeeze(), lambda n: n),
+        (lambda x: x.reshape(4, 6).pad(((1, -2), (0, 3))), lambda n: np.pad(n.reshape(4, 6)[:-2], ((1, 0), (0, 3)))),
+        (lambda x: x.reshape(4, 6).pad((2, 1), 7.5), lambda n: np.pad(n.reshape(4, 6), ((0, 0), (2, 1)),
+                                                                      constant_values=7.5)),
+        (lambda x: x.reshape(2, 3, 4).pad((1, 2, 0, 2), "reflect"),
+         lambda n: np.pad(n.reshape(2, 3, 4), ((0, 0), (0, 2), (1, 2)), mode="reflect")),
+        (lambda x: x.reshape(4, 6).pad(((2, 1), (3, 0)), mode="replicate"),
+         lambda n: np.pad(n.reshape(4, 6), ((2, 1), (3, 0)), mode="edge")),
+        (lambda x: x.reshape(4, 6).pad((1, 4), mode="circular"),
+         lambda n: np.pad(n.reshape(4, 6), ((0, 0), (1, 4)), mode="wrap")),
     ]
     for chain, reference in chains:
         got, node = chain(t), chain(t.uop)

@@ -365,40 +365,6 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
     def _arange(self, n: int) -> Tensor:
         return self._new(UOp.arange(n))
 
-    def pad(self, padding: Sequence[Any], value: Scalar | str = 0, mode: str = "constant") -> Tensor:
-        """Pad each axis by (before, after); negative amounts remove elements.
-
-        ``padding`` is one (before, after) pair (or None) per axis, or a flat torch-style tuple of ints that pads
-        the last axes, last axis first: ``(left, right, top, bottom)``. ``mode`` is "constant" (``value``),
-        "reflect", "replicate" or "circular" (see ``pad_nd``); ``x.pad(p, "reflect")`` names the mode as well.
-        """
-        if isinstance(value, str):
-            mode, value = value, 0
-        if padding and all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in padding):
-            if len(padding) % 2 or len(padding) // 2 > self.ndim:
-                raise TensorValueError(f"a flat padding needs an even number of ints, at most 2 per axis, got "
-                                       f"{tuple(padding)} for {self.ndim} axes")
-            pairs = [(int(padding[i]), int(padding[i + 1])) for i in range(0, len(padding), 2)]
-            padding = [None] * (self.ndim - len(pairs)) + pairs[::-1]
-        if mode != "constant":
-            return self.pad_nd(padding, mode=mode)
-        if len(padding) != self.ndim:
-            raise TensorValueError(f"pad needs one (before, after) per axis: got {len(padding)} for {self.ndim} axes")
-        pads = tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
-        # negative padding is a shrink
-        shrink = tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pads, self.shape, strict=True))
-        if any(lo > hi for lo, hi in shrink):
-            raise TensorValueError(f"padding {padding} removes more than the tensor's shape {self.shape}")
-        me = self.shrink(shrink)
-        pos = tuple((max(b, 0), max(a, 0)) for b, a in pads)
-        if all(p == (0, 0) for p in pos):
-            return me
-        out = me._new(UOp(Ops.PAD, self.dtype, (me.uop,), pos))
-        if value == 0:
-            return out
-        mask = me.ones_like(dtypes.bool)._new(UOp(Ops.PAD, dtypes.bool, (me.ones_like(dtypes.bool).uop,), pos))
-        return mask.where(out, value)
-
     # ---------------------------------------------------------------- elementwise
     def _scalar_like(self, value: Scalar, dtype: DType | None = None) -> Tensor:
         """``value`` broadcast to this tensor's shape, in its dtype (or ``dtype``). Built once per (value, dtype,

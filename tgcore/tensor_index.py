@@ -508,16 +508,7 @@ class IndexMixin:
             if t.device != first.device:
                 raise TensorValueError(f"cat of tensors on different devices: {first.device} and {t.device}")
         dt = least_upper_dtype(*(t.dtype for t in tensors))
-        total = sum(t.shape[d] for t in tensors)
-        out: Tensor | None = None
-        offset = 0
-        for t in tensors:
-            n = t.shape[d]
-            # (empty parts stay in the graph: their gradient is zeros of their shape, like torch's)
-            part = t.cast(dt).pad(_axis_op(t, d, (offset, total - offset - n)))
-            out = part if out is None else out + part
-            offset += n
-        return first.cast(dt) if out is None else out
+        return first._join([t.cast(dt) for t in tensors], d)  # (shared with UOp: tgcore.uop.movement)
 
     def stack(self: Tensor | Sequence[Tensor], *others: Tensor, dim: int = 0) -> Tensor:
         """Join tensors of one shape along a new axis ``dim``."""
@@ -556,50 +547,6 @@ class IndexMixin:
         return self.split(max(1, -(-n // int(chunks))), dim)
 
     # ---------------------------------------------------------------- padding modes
-    def pad_nd(self: Tensor, padding: Sequence[tuple[int, int] | None], mode: str = "constant",
-               value: builtins.int | builtins.float | builtins.bool = 0) -> Tensor:
-        """Pad each axis by (before, after) with ``mode``: "constant" (``value``), "reflect" (mirror without the
-        edge, numpy's "reflect"), "replicate" (repeat the edge, numpy's "edge") or "circular" (wrap around,
-        numpy's "wrap"). Negative amounts remove elements first."""
-        if len(padding) != self.ndim:
-            raise TensorValueError(f"pad needs one (before, after) pair per axis: got {len(padding)} pairs for a "
-                                   f"tensor with {self.ndim} axes")
-        if mode == "constant":
-            return self.pad(padding, value)
-        if mode not in ("reflect", "replicate", "circular"):
-            raise TensorValueError(f"pad mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
-        if value != 0:
-            raise TensorValueError(f"pad value is only used by mode='constant', not {mode!r}")
-        pads = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
-        x = self.pad([(min(b, 0), min(a, 0)) for b, a in pads])  # the removals
-        for d, (b, a) in enumerate(pads):
-            b, a = max(b, 0), max(a, 0)
-            if b == a == 0:
-                continue
-            x = _pad_axis(x, d, b, a, mode)
-        return x
-
-
-def _pad_axis(x: Tensor, d: int, before: int, after: int, mode: str) -> Tensor:
-    s = x.shape[d]
-    limit = {"reflect": s - 1, "replicate": None, "circular": s}[mode]
-    if s == 0 or (limit is not None and max(before, after) > limit):
-        raise TensorValueError(f"pad mode {mode!r} on axis {d} of size {s} allows at most {limit} per side, "
-                               f"got ({before}, {after})")
-
-    def part(lo: int, hi: int) -> Tensor:
-        return x.shrink(_axis_op(x, d, (lo, hi)))
-
-    def grow(t: Tensor, n: int) -> Tensor:
-        return t.expand(t.shape[:d] + (n,) + t.shape[d + 1:])
-
-    if mode == "reflect":
-        left, right = part(1, before + 1).flip(d), part(s - 1 - after, s - 1).flip(d)
-    elif mode == "replicate":
-        left, right = grow(part(0, 1), before), grow(part(s - 1, s), after)
-    else:
-        left, right = part(s - before, s), part(0, after)
-    return left.cat(x, right, dim=d)
 
 
 def _tensor_list(first: Tensor | Sequence[Tensor], others: tuple[Tensor, ...]) -> list[Tensor]:

@@ -1,11 +1,14 @@
-"""The movement ops UOp and Tensor share (reshape, permute, expand, shrink, flip and the shapes built on them),
+"""The movement ops UOp and Tensor share (reshape, permute, expand, shrink, pad, flip and the shapes built on them),
 written once on ``Self``.
 
 In:  a class with the small abstract surface below: ``shape`` (the value's shape), ``dtype`` and
-     ``_movement(op, arg)`` (the movement op ``op`` with a checked ``arg`` applied to this value).
+     ``_movement(op, arg)`` (the movement op ``op`` with a checked ``arg`` applied to this value); ``pad`` with a
+     fill value other than 0 also uses the elementwise surface (``_scalar_like``, ``_where``).
 Out: ``reshape`` (with -1 and None), ``view``, ``permute``, ``transpose``, ``T``, ``expand``, ``shrink`` (with
-     symbolic starts), ``flip``, ``squeeze``, ``unsqueeze``, ``flatten`` and ``_broadcast_to``, checked like torch
-     (TensorValueError, which is a ValueError and a RuntimeError; IndexError for an axis out of range).
+     symbolic starts), ``pad`` (constant, reflect, replicate, circular; torch's flat padding tuples), ``flip``,
+     ``squeeze``, ``unsqueeze``, ``flatten``, ``_broadcast_to`` and ``_join`` (values of one dtype side by side
+     along an axis: ``cat`` after its checks), checked like torch (TensorValueError, which is a ValueError and a
+     RuntimeError; IndexError for an axis out of range).
 
 A UOp's ``_movement`` builds the node (a reshape of an untagged reshape folds into one); a Tensor's wraps the
 node its UOp builds, so both make the same graph. A no-op (the same shape, the identity permutation, nothing
@@ -18,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
-from tgcore.dtype import DType
+from tgcore.dtype import DType, dtypes
 from tgcore.errors import TensorValueError
 from tgcore.helpers import prod
 from tgcore.uop.ops import Ops
@@ -77,6 +80,12 @@ class MovementMixin:
 
         @property
         def dtype(self) -> DType: ...
+
+        def _scalar_like(self, value: Any, dtype: DType | None = None) -> Self: ...
+
+        def _where(self, x: Any, y: Any) -> Self: ...
+
+        def __add__(self, x: Any) -> Self: ...
 
     def _movement(self, op: Ops, arg: Any) -> Self:
         raise NotImplementedError
@@ -194,3 +203,98 @@ class MovementMixin:
             return self
         return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
 
+    def pad(self, padding: Sequence[Any], value: Any = 0, mode: str = "constant") -> Self:
+        """Pad each axis by (before, after); negative amounts remove elements.
+
+        ``padding`` is one (before, after) pair (or None) per axis, or a flat torch-style tuple of ints that pads
+        the last axes, last axis first: ``(left, right, top, bottom)``. ``mode`` is "constant" (``value``),
+        "reflect", "replicate" or "circular" (see ``pad_nd``); ``x.pad(p, "reflect")`` names the mode as well.
+        """
+        if isinstance(value, str):
+            mode, value = value, 0
+        if padding and all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in padding):
+            if len(padding) % 2 or len(padding) // 2 > self.ndim:
+                raise TensorValueError(f"a flat padding needs an even number of ints, at most 2 per axis, got "
+                                       f"{tuple(padding)} for {self.ndim} axes")
+            pairs = [(int(padding[i]), int(padding[i + 1])) for i in range(0, len(padding), 2)]
+            padding = [None] * (self.ndim - len(pairs)) + pairs[::-1]
+        if mode != "constant":
+            return self.pad_nd(padding, mode=mode)
+        if len(padding) != self.ndim:
+            raise TensorValueError(f"pad needs one (before, after) per axis: got {len(padding)} for {self.ndim} axes")
+        pads = tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
+        # negative padding is a shrink
+        shrink = tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pads, self.shape, strict=True))
+        if any(lo > hi for lo, hi in shrink):
+            raise TensorValueError(f"padding {padding} removes more than the tensor's shape {self.shape}")
+        me = self.shrink(shrink)
+        pos = tuple((max(b, 0), max(a, 0)) for b, a in pads)
+        if all(p == (0, 0) for p in pos):
+            return me
+        out = me._movement(Ops.PAD, pos)
+        if value == 0:
+            return out
+        inside = me._scalar_like(True, dtypes.bool)._movement(Ops.PAD, pos)
+        return inside._where(out, value)
+
+    def pad_nd(self, padding: Sequence[tuple[int, int] | None], mode: str = "constant",
+               value: int | float | bool = 0) -> Self:
+        """Pad each axis by (before, after) with ``mode``: "constant" (``value``), "reflect" (mirror without the
+        edge, numpy's "reflect"), "replicate" (repeat the edge, numpy's "edge") or "circular" (wrap around,
+        numpy's "wrap"). Negative amounts remove elements first."""
+        if len(padding) != self.ndim:
+            raise TensorValueError(f"pad needs one (before, after) pair per axis: got {len(padding)} pairs for a "
+                                   f"tensor with {self.ndim} axes")
+        if mode == "constant":
+            return self.pad(padding, value)
+        if mode not in ("reflect", "replicate", "circular"):
+            raise TensorValueError(f"pad mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
+        if value != 0:
+            raise TensorValueError(f"pad value is only used by mode='constant', not {mode!r}")
+        pads = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
+        x = self.pad([(min(b, 0), min(a, 0)) for b, a in pads])  # the removals
+        for d, (b, a) in enumerate(pads):
+            b, a = max(b, 0), max(a, 0)
+            if b == a == 0:
+                continue
+            x = x._pad_axis(d, b, a, mode)
+        return x
+
+    def _pad_axis(self, d: int, before: int, after: int, mode: str) -> Self:
+        s = self.shape[d]
+        limit = {"reflect": s - 1, "replicate": None, "circular": s}[mode]
+        if s == 0 or (limit is not None and max(before, after) > limit):
+            raise TensorValueError(f"pad mode {mode!r} on axis {d} of size {s} allows at most {limit} per side, "
+                                   f"got ({before}, {after})")
+
+        # (start, end) of the left and right parts along d; replicate repeats its one-wide edge parts
+        spans = {"reflect": ((1, before + 1), (s - 1 - after, s - 1)), "replicate": ((0, 1), (s - 1, s)),
+                 "circular": ((s - before, s), (0, after))}[mode]
+        left, right = (self.shrink(_on_axis(self.ndim, d, span)) for span in spans)
+        if mode == "reflect":
+            left, right = left.flip(d), right.flip(d)
+        elif mode == "replicate":
+            left = left.expand(self.shape[:d] + (before,) + self.shape[d + 1:])
+            right = right.expand(self.shape[:d] + (after,) + self.shape[d + 1:])
+        return left._join([left, self, right], d)
+
+    def _join(self, parts: Sequence[Self], d: int) -> Self:
+        """``parts`` (one dtype, the same shape off axis ``d``) side by side along axis ``d``: each padded with
+        zeros to the whole length, then added (empty parts stay in the graph: their gradient is zeros of their
+        shape, like torch's)."""
+        total = sum(t.shape[d] for t in parts)
+        out: Self | None = None
+        offset = 0
+        for t in parts:
+            n = t.shape[d]
+            part = t.pad(_on_axis(t.ndim, d, (offset, total - offset - n)))
+            out = part if out is None else out + part
+            offset += n
+        return self if out is None else out
+
+
+def _on_axis(ndim: int, axis: int, pair: tuple[int, int]) -> list[tuple[int, int] | None]:
+    """A shrink/pad argument that applies ``pair`` to ``axis`` and leaves the other axes alone."""
+    arg: list[tuple[int, int] | None] = [None] * ndim
+    arg[axis] = pair
+    return arg
