@@ -69,7 +69,15 @@ def test_take_refuses_non_integer_indices():
         Tensor(np.zeros(4, np.float32)).take(np.zeros(2, np.int32))
 
 
-def test_take_has_no_gradient():
-    table = Tensor(np.arange(4, dtype=np.float32), requires_grad=True)
-    with pytest.raises(NotImplementedError, match="gradient"):
-        table.take(Tensor(np.array([1, 2], np.int32))).sum().backward()
+def test_take_gradient_sums_into_each_read_entry(device):
+    """Repeated indices add up, an index out of range sends nothing back (numpy's add.at as the reference)."""
+    rng = np.random.default_rng(4)
+    table_np = rng.standard_normal((3, 4)).astype(np.float32)
+    index_np = np.array([[0, 5, 5], [11, 12, -1]], np.int32)  # 12 and -1: out of range, read 0
+    weights = rng.standard_normal(index_np.shape).astype(np.float32)
+    table = Tensor(table_np, device=device, requires_grad=True)
+    (table.take(Tensor(index_np, device=device)) * Tensor(weights, device=device)).sum().backward()
+    want = np.zeros(12, np.float32)
+    inside = (index_np >= 0) & (index_np < 12)
+    np.add.at(want, index_np[inside], weights[inside])
+    np.testing.assert_allclose(table.grad.numpy(), want.reshape(3, 4), rtol=1e-6)

@@ -112,6 +112,15 @@ def _custom_kernel_grad(node: UOp, g: Any) -> Grads:
     return (None, *(x.uop if x is not None else None for x in grads))
 
 
+def _index_grad(node: UOp, g: Any) -> Grads:
+    """A tensor-level gather ``table[index]`` (``Tensor.take``): each table entry gets the sum of the gradients of
+    the outputs that read it (an index out of range reads 0 and sends nothing back); the index gets none."""
+    size = shape_of(node.src[0])[0]
+    index = g._new(node.src[1]).reshape(-1, 1)
+    hits = index.eq(type(g).arange(size, device=g.device).cast(index.dtype).reshape(1, size))  # (outputs, table)
+    return (hits.where(g.reshape(-1, 1), 0).sum(0).uop, None)
+
+
 GRADIENT_RULES: dict[Ops, Callable[[UOp, Any], Grads]] = {
     Ops.ADD: lambda n, g: (g.uop, g.uop),                                     # d(a+b) = da + db
     Ops.SUB: lambda n, g: (g.uop, (-g).uop),                                  # d(a-b) = da - db
@@ -135,6 +144,7 @@ GRADIENT_RULES: dict[Ops, Callable[[UOp, Any], Grads]] = {
     Ops.REDUCE_AXIS: _reduce_grad,
     Ops.AFTER: _custom_kernel_grad,
     Ops.DETACH: _detach_grad,
+    Ops.INDEX: _index_grad,
     **{op: _movement_grad for op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP)},
 }
 
