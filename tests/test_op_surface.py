@@ -21,8 +21,8 @@ from tgcore.uop.movement import MovementMixin
 from tgcore.uop.reduction import ReductionMixin
 
 SHARED = ("__add__", "__radd__", "__mul__", "__rmul__", "__lt__", "__gt__", "__and__", "__or__", "__xor__",
-          "__lshift__", "__rshift__", "eq", "ne", "maximum", "logical_not", "exp2", "log2", "sqrt", "sin", "trunc",
-          "reciprocal", "cos", "tan")
+          "__lshift__", "__rshift__", "__invert__", "eq", "ne", "maximum", "logical_not", "exp2", "log2", "sqrt", "sin",
+          "trunc", "reciprocal", "cos", "tan")
 
 
 # promotion and broadcasting: Tensor's operators pair operands with these; a UOp's operators do not broadcast
@@ -34,6 +34,21 @@ PAIRING = ("_broadcasted", "_broadcast_pair", "where", "_operands")
 def test_operators_are_defined_once(name: str) -> None:
     assert getattr(UOp, name) is getattr(ElementwiseMixin, name)
     assert getattr(Tensor, name) is getattr(ElementwiseMixin, name)
+
+
+@pytest.mark.parametrize("dtype", [dtypes.int8, dtypes.int32, dtypes.uint8, dtypes.uint32, dtypes.bool,
+                                   dtypes.float32])
+def test_invert_is_numpys_on_uop_constants_and_tensors(dtype) -> None:
+    values = [0, 1, 5, 100] if dtype is not dtypes.bool else [False, True]
+    if dtype is dtypes.float32:
+        for x in (UOp.const(dtype, 1.0), Tensor([1.0])):
+            with pytest.raises(TypeError):
+                x.__invert__()
+        return
+    want = ~np.array(values, dtype=dtype.np)
+    got = [(~UOp.const(dtype, v)).simplify().arg for v in values]
+    np.testing.assert_array_equal(np.array(got, dtype=dtype.np), want)
+    np.testing.assert_array_equal((~Tensor(np.array(values, dtype=dtype.np), device="PYTHON")).numpy(), want)
 
 
 @pytest.mark.parametrize("name", PAIRING)

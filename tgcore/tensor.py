@@ -483,13 +483,6 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
     def __ne__(self, x: Any) -> Tensor:  # type: ignore[override]
         return self._binop(Ops.CMPNE, x)
 
-    def __invert__(self) -> Tensor:
-        if self.dtype is dtypes.bool:
-            return self.logical_not()
-        if not dtypes.is_int(self.dtype):
-            raise TypeError(f"~ needs an integer or bool tensor, got {self.dtype!r}")
-        return self ^ -1 if not dtypes.is_unsigned(self.dtype) else self ^ int(self.dtype.max)
-
     def __bool__(self) -> bool:
         if self.numel() != 1:
             raise TensorValueError("the truth value of a tensor with more than one element is ambiguous")

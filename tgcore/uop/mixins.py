@@ -11,7 +11,7 @@ In:  a class that provides the small abstract surface below: ``dtype``, ``shape`
      ``_binop`` (pair, check, apply) has a generic definition here; Tensor fuses it into one frame, as every
      operator goes through it.
 Out: the operators both UOp and Tensor mean the same way (``+``, ``*``, ``<``, ``>``, ``&``, ``|``, ``^``,
-     ``<<``, ``>>``, ``eq``, ``ne``, ``maximum``, ``logical_not``), the float unary ops and the formulas of
+     ``<<``, ``>>``, ``~``, ``eq``, ``ne``, ``maximum``, ``logical_not``), the float unary ops and the formulas of
      `tgcore.uop.transcendental` as methods; ``_broadcasted(x)`` (two operands promoted with
      ``least_upper_dtype`` / ``scalar_dtype`` and broadcast with ``broadcast_shape``) and the broadcasting
      ``where``, which the shared formulas (`tgcore.uop.reduction`, `tgcore.uop.movement`) call explicitly.
@@ -214,6 +214,15 @@ class ElementwiseMixin:
 
     def maximum(self, x: Any) -> Self:
         return self._binop(Ops.MAX, x)
+
+    def __invert__(self) -> Self:
+        """Bitwise not: ``x ^ -1`` for signed ints (all ones), ``x ^ max`` for unsigned, logical not for bools."""
+        dt = self.dtype.scalar()
+        if dt is dtypes.bool:
+            return self.logical_not()
+        if not dtypes.is_int(dt):
+            raise TypeError(f"~ needs an integer or bool value, got {self.dtype!r}")
+        return self ^ (int(dt.max) if dtypes.is_unsigned(dt) else -1)
 
     def logical_not(self) -> Self:
         """not x, as x != True (after a cast to bool)."""

@@ -552,9 +552,6 @@ class UOp(ElementwiseMixin, MovementMixin, ReductionMixin, metaclass=_UOpMeta):
     def __rrshift__(self, x: Any) -> UOp:
         return self._binop(Ops.SHR, x, True)
 
-    def __invert__(self) -> UOp:
-        return self.logical_not() if self.dtype.scalar() is dtypes.bool else self ^ -1
-
     def where(self, a: Any, b: Any) -> UOp:
         """`a` where this bool is true, else `b`."""
         if isinstance(a, UOp):
