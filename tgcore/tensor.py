@@ -197,7 +197,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         fits_int32 = all(-2**31 <= v < 2**31 for v in (start, start + step * max(n - 1, 0)))
         dt = to_dtype(dtype) if dtype is not None else (dtypes.default_float if is_float else
                                                         dtypes.default_int if fits_int32 else dtypes.int64)
-        idx = Tensor(UOp.arange(n), device=device)
+        idx = Tensor(UOp.arange_node(n), device=device)
         out = idx.cast(dt) if dt is not dtypes.int32 else idx
         if step != 1:
             out = out * step
@@ -363,7 +363,7 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         return self._new(self.uop._reduce_axis(op, axes))
 
     def _arange(self, n: int) -> Tensor:
-        return self._new(UOp.arange(n))
+        return self._new(UOp.arange_node(n))
 
     # ---------------------------------------------------------------- elementwise
     def _scalar_like(self, value: Scalar, dtype: DType | None = None) -> Tensor:

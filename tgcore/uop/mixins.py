@@ -17,10 +17,18 @@ Out: the operators both UOp and Tensor mean the same way (``+``, ``*``, ``<``, `
      ``where``, which the shared formulas (`tgcore.uop.reduction`, `tgcore.uop.movement`) call explicitly.
 
 How the two implementations differ, on purpose: a UOp is a typed IR node, so its operators (``_operands``) refuse
-mixed dtypes and never broadcast (codegen must not convert silently), its ``where`` is as strict, and its ``//``,
-``%`` and ``-`` keep their C-like meanings for index math; a Tensor's operators go through ``_broadcasted`` and it
-has Python's floor ``//`` and ``%``. Those operators stay on each class; everything here is one definition.
-Autograd stays on Tensor.
+mixed dtypes and never broadcast (codegen must not convert silently), its ``where`` is as strict, and its
+operators keep the meanings index math and codegen rely on: C's truncating ``//`` and ``%``, ``-`` as SUB (ints:
+``a + b * -1``), ``<=`` as ``not (b < a)``, ``minimum`` as ``-max(-a, -b)`` (range analysis stays exact). A
+Tensor's operators go through ``_broadcasted`` and follow torch: Python's floor ``//`` and ``%``, ``-`` as
+``a + NEG(b)``, ``/`` always a float, NaN-aware ``<=`` / ``>=``. Those operators (``__neg__``, ``__sub__``,
+``__truediv__``, ``__floordiv__``, ``__mod__``, ``__le__``, ``__ge__``, ``minimum``) stay on each class; everything
+here is one definition. Autograd stays on Tensor.
+
+Constants: a Tensor's operators make a Python scalar a constant of the tensor's shape; a UOp's make it an unshaped
+CONST (what kernel-level nodes need). Formulas shared by both on tensor-level values (`tgcore.uop.reduction`,
+``pad``) therefore build their constants with ``_scalar_like`` and pair operands with ``_broadcasted``; the math
+formulas of `tgcore.uop.transcendental` take Python scalars, so on a UOp they serve kernel-level (scalar) nodes.
 """
 from __future__ import annotations
 

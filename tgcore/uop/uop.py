@@ -217,12 +217,12 @@ class UOp(ElementwiseMixin, MovementMixin, ReductionMixin, metaclass=_UOpMeta):
         return UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axes))
 
     @staticmethod
-    def arange(n: int) -> UOp:
+    def arange_node(n: int) -> UOp:
         """0, 1, ..., n-1 (int32) as a tensor-level node: the index of its single axis."""
         return UOp(Ops.RANGE, dtypes.int32, (), ("arange", n))
 
     def _arange(self, n: int) -> UOp:
-        return UOp.arange(n)
+        return UOp.arange_node(n)
 
     def __reduce__(self) -> tuple:
         index = {n: i for i, n in enumerate(self.toposort)}
