@@ -101,3 +101,17 @@ def test_send_view_follows_writes_into_the_tensor() -> None:
     lazy = t + 1  # not realized: sent as its values
     mv, keep = tensor_bytes(lazy)
     np.testing.assert_array_equal(np.frombuffer(mv, np.float32), np.arange(8, dtype=np.float32) * 8 + 1)
+
+
+def test_send_view_is_forgotten_with_its_tensor() -> None:
+    """The remembered memoryview goes when the tensor's node does: it never keeps freed memory alive."""
+    import gc
+
+    from tg_mlx_rdma import transport
+    t = Tensor(np.arange(1000, dtype=np.float32)).realize()
+    transport.tensor_bytes(t)
+    key = id(t.uop)
+    assert key in transport._SEND_VIEWS
+    del t
+    gc.collect()
+    assert key not in transport._SEND_VIEWS

@@ -201,15 +201,25 @@ def tensor_bytes(t: Tensor) -> tuple[memoryview, Tensor]:
         if buf is None:
             raise RuntimeError(f"could not get a contiguous buffer for {t!r}")
     mv = buf.as_buffer()
-    if buf.allocator.can_zero_copy and t.uop.op.name in ("BUFFER", "RESHAPE"):  # (names memory: realized)
+    u = t.uop
+    if buf.allocator.can_zero_copy and mv.nbytes <= _SEND_VIEW_BYTES and u.op.name in ("BUFFER", "RESHAPE"):
         if len(_SEND_VIEWS) >= 32:
             _SEND_VIEWS.clear()
-        _SEND_VIEWS[id(t.uop)] = (weakref.ref(t.uop), buf.dev, mv)
+        key = id(u)  # (the entry goes with its node: the memoryview never keeps freed memory alive)
+        _SEND_VIEWS[key] = (weakref.ref(u, _forget_send_view(key)), buf.dev, mv)
     return mv, t
 
 
-# id(node) -> (the node, weakly; its device; a memoryview of its memory): tensors sent recently
+def _forget_send_view(key: int) -> Callable[[Any], None]:
+    def forget(_: Any) -> None:
+        _SEND_VIEWS.pop(key, None)
+    return forget
+
+
+# id(node) -> (the node, weakly; its device; a memoryview of its memory): realized tensors sent recently, small
+# ones (their per-message cost matters)
 _SEND_VIEWS: dict[int, tuple[Any, Any, memoryview]] = {}
+_SEND_VIEW_BYTES = 4 << 20
 
 
 def empty_tensor(shape: tuple[int, ...], dt: DType,
