@@ -8,8 +8,8 @@ Out: a ``Transport`` whose calls post non-blocking MPI requests and poll them ag
 
 All traffic runs on a private duplicate of the communicator, so user mpi4py traffic on the
 same ranks never matches ours. ``send`` of up to ``SMALL`` bytes posts one message, the 16-word
-header (``transport.make_header``) followed by the data (tag ``TAG_SMALL``; the receiver copies
-the data out: cheaper than a second message while it stays within MPI's eager limit). Larger
+header (``transport.make_header``) followed by the data (tag ``TAG_SMALL``; a blocking ``recv`` takes it
+into a pooled result whose memory has room for the header in front, so nothing is copied on that side). Larger
 sends post the data (tag ``TAG_DATA``, in chunks of at most ``CHUNK`` bytes: MPI counts are C
 ints) and then the header (tag ``TAG_HEADER``). ``recv`` probes for the first message from the
 sender; for a large one it posts the header receive and receives the data straight into the
