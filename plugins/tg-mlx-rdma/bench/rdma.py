@@ -145,12 +145,11 @@ def pingpong(tr, comm, mpi, nbytes: int, repeat: int) -> None:  # noqa: ANN001
 
 def mlx5_wqe_rate(tr5, comm, count: int) -> None:  # noqa: ANN001
     """Rank 0 posts ``count`` 8-byte SENDs to rank 1 on the model; prints WQEs/s (rank 0's wall time)."""
-    from tg_mlx_rdma.mlx5_transport import SLOTS
     peer = tr5.peers[1 - tr5.rank]
     qp, cq, depth = peer.qp, peer.send_cq, 8
     comm.Barrier()
-    if tr5.rank == 1:  # (the transport keeps SLOTS receives posted: the rest of the queue is filled here)
-        for i in range(qp.rq_size - SLOTS):
+    if tr5.rank == 1:  # (the transport posts receives only while a recv is under way: none now)
+        for i in range(qp.recv_slots):
             qp.post_recv(peer.recv_mr, 8 * i, 8)
         posted, got = qp.rq_size, 0
         comm.Barrier()

@@ -139,6 +139,13 @@ def suite(tr, big: bool) -> None:
                 x = to_tensor(data(tr.rank, dtype, n, seed), dtype)
                 want = reference([data(r, dtype, n, seed) for r in range(tr.world_size)], op, dtype)
                 check(to_numpy(tr.allreduce(x, op)), want, f"allreduce {op} {dtype}[{n}]")
+    # every size class of a message, 1 byte to 16 MiB: the header packed in front of the data (up to the mpi
+    # transport's SMALL = 16 KiB, received straight into a pooled result) and the data then the header
+    for seed, nbytes in enumerate([1, 4095, 4096, 16383, 16384, 16385, 65536, ONE_MIB + 1, 16 * ONE_MIB]):
+        exchange(tr, "uint8", nbytes, 100 + seed)
+    for dtype in ("float32", "bfloat16", "int64", "bool"):
+        for nbytes in (4096, 16384, 16384 + 8):
+            exchange(tr, dtype, n_elements(dtype, nbytes), 120)
     exchange_into(tr)
     tr.barrier()
     # a tensor that is a view (transpose) of a realized one is sent as its values
@@ -157,6 +164,9 @@ MISMATCHES = [(np.arange(4, dtype=np.float32), ((5,), "float32")),
               (np.arange(6, dtype=np.float32), ((5,), "float32")),
               (np.arange(1 << 18, dtype=np.float32), ((4,), "float32")),
               (np.arange(1 << 18, dtype=np.float32), (((1 << 18) - 1,), "float32")),
+              (np.arange(4096, dtype=np.int32), ((4096,), "float32")),  # a packed message's size, other dtype
+              (np.arange(4096, dtype=np.float32), ((4097,), "float32")),  # packed, asked for one over SMALL
+              (np.arange(4097, dtype=np.float32), ((4096,), "float32")),  # over SMALL, asked for a packed size
               (np.zeros(0, dtype=np.float32), ((2,), "float32")),
               (np.arange(2, dtype=np.float32), ((0,), "float32"))]
 

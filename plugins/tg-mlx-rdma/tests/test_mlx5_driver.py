@@ -173,3 +173,33 @@ def test_firmware_that_never_finishes_initializing(hw: Mlx5Model, monkeypatch: p
     monkeypatch.setattr(Mlx5Device, "INIT_TIMEOUT", 0.2)
     with pytest.raises(HardwareError, match="firmware still initializing after 0.2 s"):
         Mlx5Device(hw)
+
+
+def test_process_memory_mapped_for_the_device_then_its_key_destroyed(hw: Mlx5Model, dev: Mlx5Device) -> None:
+    """map_dma + reg_mr over numpy arrays (no DMA buffer in between): a SEND reads the source array when its
+    doorbell rings and lands in the destination array; DESTROY_MKEY makes the key refused (LOCAL_PROT_ERR)."""
+    pd, _, cq, qp = loopback(dev)
+    src = (np.arange(100_003) % 253).astype(np.uint8)
+    dst = np.zeros(100_003, np.uint8)
+    smr = dev.reg_mr(pd, hw.map_dma(memoryview(src)))
+    dmr = dev.reg_mr(pd, hw.map_dma(memoryview(dst)))
+    for value in (None, 7):
+        if value is not None:
+            src[:] = value  # new contents, same registration
+        qp.post_recv(dmr, 0, dst.nbytes)
+        qp.post_send("SEND", smr, 0, src.nbytes)
+        done = cq.wait(2, timeout=10)
+        assert sorted(c.byte_count for c in done) == [0, src.nbytes]
+        np.testing.assert_array_equal(dst, src)
+    qp.post_send("RDMA_WRITE", smr, 10, 1000, remote_addr=dmr.addr + 50_000, rkey=dmr.rkey)
+    src[10:1010] = 9  # (after the doorbell: the WRITE already read its payload)
+    cq.wait(1, timeout=10)
+    np.testing.assert_array_equal(dst[50_000:51_000], np.full(1000, 7, np.uint8))
+    dev.dereg_mr(smr)
+    hw.unmap_dma(smr.buf)
+    with pytest.raises(CommandError, match="DESTROY_MKEY"):
+        dev.dereg_mr(smr)  # (already destroyed)
+    qp.post_send("SEND", smr, 0, 16)
+    with pytest.raises(CompletionError, match="LOCAL_PROT_ERR"):
+        cq.wait(1, timeout=10)
+    assert hw.faults == []

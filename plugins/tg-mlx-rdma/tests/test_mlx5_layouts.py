@@ -208,6 +208,7 @@ MODEL_FIELDS = [  # (model table entry, ifc struct, ifc path)
     (model.OUT_SYNDROME, "create_qp_out", "syndrome"), (model.OUT_OBJ, "create_qp_out", "qpn"),
     (model.OUT_OBJ, "alloc_pd_out", "pd"), (model.OUT_OBJ, "alloc_uar_out", "uar"),
     (model.OUT_OBJ, "create_cq_out", "cqn"), (model.OUT_OBJ, "create_mkey_out", "mkey_index"),
+    (model.MKEY_IN, "destroy_mkey_in", "mkey_index"),
     (model.OUT_EQN, "create_eq_out", "eq_number"), (model.ISSI_CURRENT, "set_issi_in", "current_issi"),
     (model.ISSI_CURRENT, "query_issi_out", "current_issi"), (model.ISSI_SUPPORTED_DW0, "query_issi_out",
                                                             "supported_issi_dw0"),

@@ -83,6 +83,14 @@ def test_nonblocking_calls_and_broadcast_on_the_model() -> None:
         assert text in proc.stdout, proc.stdout
 
 
+def test_tensor_memory_is_registered_not_copied() -> None:
+    """1 MiB messages go from the sender's tensor memory into the receiver's result without the slots; the memory
+    region cache reuses registrations and destroys the oldest beyond its size (checked on the model's keys)."""
+    proc = tcp_job(2, "direct")
+    ok(proc, 2)
+    assert "rank 1 direct:" in proc.stdout, proc.stdout
+
+
 def test_dead_peer_is_a_clear_error() -> None:
     """Rank 1 is killed: rank 0's send fails (its requests are never answered) naming rank 1, not a hang."""
     proc = tcp_job(2, "die", timeout=60, env={"TG_TEST_TIMEOUT": "10"})

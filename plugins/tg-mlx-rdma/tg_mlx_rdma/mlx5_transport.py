@@ -8,12 +8,14 @@ Out: a ``Transport``: ``send``, ``recv``, ``allreduce``, ``barrier``, ``close``.
 
 How: every pair of ranks gets an RC queue pair; the QP numbers and GIDs are exchanged over the TCP
 rendezvous (rank 0 listens, collects one JSON line per rank and answers with the table) or MPI. A message is
-the 16-word wire header then the data in ``chunk``-byte SENDs (default ``CHUNK``). The sender copies each
-chunk into one of two registered send slots (so one chunk is on the wire while the next is copied), the
-receiver posts two receive slots and copies each arrived chunk into the result tensor: device memory must be
-registered, so this path has one copy on each side. A SEND the peer has no receive for yet waits in the
-device (RNR retry) until the peer's ``recv`` posts one or the timeout ends it. ``allreduce`` and ``barrier``
-gather to rank 0 and broadcast back.
+the 16-word wire header then the data in ``chunk``-byte SENDs (default ``CHUNK``). Tensor memory of at least
+``DIRECT_MIN`` bytes is registered with the device itself (``map_dma`` and a memory key, kept in a cache keyed by
+address and size, ``MR_CACHE`` entries, least recently used destroyed first): the SENDs go straight from the
+tensor and the receives straight into the result, no copy. Smaller messages, headers, and memory the hardware
+access cannot map go through two registered slots per side (one copy each side). A receive posts its receive
+requests when it is first in line (a chunk at a time, two ahead), so each message lands where its receive says;
+a SEND the peer has no receive for yet waits in the device (RNR retry) until the peer's ``recv`` posts one or
+the timeout ends it. ``allreduce`` and ``barrier`` gather to rank 0 and broadcast back.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import json
 import socket
 import tempfile
 import time
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,8 +60,10 @@ if TYPE_CHECKING:
 __all__ = ["Mlx5Transport", "connect"]
 
 CHUNK = 4 << 20  # bytes per SEND
-SLOTS = 2  # send / receive slots per peer
+SLOTS = 2  # send / receive slots per peer; also the SENDs / receives a message keeps posted ahead
 HEADER_BYTES = 8 * HEADER_WORDS
+DIRECT_MIN = 64 << 10  # tensor memory from this size is registered with the device (smaller: copied via slots)
+MR_CACHE = 64  # registered memory regions kept
 
 
 def connect(**options: Any) -> Mlx5Transport:
@@ -142,7 +147,8 @@ class _Peer:
         self.send_view = self.send_mr.buf.view
         self.recv_view = self.recv_mr.buf.view
         self.sent = self.send_done = 0  # SENDs posted, completed
-        self.consumed = 0  # arrived SENDs copied out of their slot
+        self.recv_posted = 0  # receives posted into a slot (the next goes to slot recv_posted % SLOTS)
+        self.landing: deque[int | None] = deque()  # per posted receive, in order: its slot offset (None: direct)
         self.arrived: list[Any] = []  # receive completions not consumed yet
         self.send_line: list[object] = []
         self.recv_line: list[object] = []
@@ -168,6 +174,11 @@ class Mlx5Transport(Transport):
         self._closed = False
         self._active: list[Handle] = []  # calls under way (every wait moves them all on)
         self._pool = RecvPool()
+        # (address, nbytes) -> (memory key, its DMA mapping): tensor memory registered with the device, oldest first
+        self._mrs: OrderedDict[tuple[int, int], tuple[Any, Any]] = OrderedDict()
+        self._mrs_busy: dict[tuple[int, int], int] = {}  # regions a message under way uses (never destroyed then)
+        self.registrations = 0  # memory keys created for tensor memory (a cache miss each)
+        self.slot_bytes = 0  # bytes copied through the registered slots (headers, small messages, unmappable memory)
         if exchange == "tcp":
             if rank is None or world_size is None:
                 raise ValueError("the mlx5 transport needs rank= and world_size= (and rendezvous='host:port' when "
@@ -176,7 +187,7 @@ class Mlx5Transport(Transport):
                 raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
             if world_size > 1 and not rendezvous:
                 raise ValueError("world_size > 1 needs rendezvous='host:port' (where rank 0 listens)")
-        self._hw = self._open_hardware(model, fabric)
+        self._hw = self._open_hardware(model, fabric, self.timeout)
         try:
             from tg_mlx_rdma.mlx5.device import Mlx5Device
             self.dev = Mlx5Device(self._hw)
@@ -187,12 +198,14 @@ class Mlx5Transport(Transport):
             raise
 
     @staticmethod
-    def _open_hardware(model: bool, fabric: str | None) -> Any:
+    def _open_hardware(model: bool, fabric: str | None, timeout: float) -> Any:
         if not model:
             from tg_mlx_rdma.mlx5.hw import SysfsPci
             return SysfsPci()  # NoPCIe / NoConnectXDevice on machines without the NIC
         from tg_mlx_rdma.testing.mlx5_model import Mlx5Model
-        return Mlx5Model(fabric or model_fabric_dir())
+        # (a SEND waits in the device for the peer's receive longer than a call may wait: the call's timeout names
+        # the peer first, as with the NIC's unlimited RNR retries)
+        return Mlx5Model(fabric or model_fabric_dir(), rnr_timeout=timeout + 5)
 
     def _connect(self, rank: int | None, world: int | None, rendezvous: str | None, exchange: str) -> None:
         if exchange == "mpi":
@@ -214,17 +227,18 @@ class Mlx5Transport(Transport):
         for r, peer in self.peers.items():
             theirs = table[r]
             peer.qp.connect(QpInfo(theirs["qpn"][str(rank)], bytes.fromhex(theirs["gid"])))
-        for peer in self.peers.values():  # receives stay posted in every slot from now on
-            for slot in range(SLOTS):
-                peer.qp.post_recv(peer.recv_mr, slot * self.chunk, self.chunk)
         tickets = self._tickets([(r, d) for r in sorted(self.peers) for d in ("send", "recv")])
 
-        def handshake() -> Steps:  # a byte each way on every QP: the peers' QPs are connected too
+        def greet() -> Steps:  # a byte each way on every QP: the peers' QPs are connected too
             for i, r in enumerate(sorted(self.peers)):
                 yield from self._send_msg(self.peers[r], tickets[2 * i], memoryview(b"H"))
+
+        def listen() -> Steps:  # (under way at once: a SEND completes only once the peer posted its receive)
             for i, r in enumerate(sorted(self.peers)):
                 yield from self._recv_msg(self.peers[r], tickets[2 * i + 1], None, 1, "connecting")
-        self._handle(handshake(), "connecting", None).wait()
+        sends, recvs = self._handle(greet(), "connecting", None), self._handle(listen(), "connecting", None)
+        recvs.wait()
+        sends.wait()
 
     # ---------------------------------------------------------------- state
     def _live(self) -> None:
@@ -242,7 +256,48 @@ class Mlx5Transport(Transport):
             return
         self._closed = True
         self._pool.clear()
+        self._mrs.clear()
         self.dev.close()
+
+    # ---------------------------------------------------------------- registered tensor memory
+    def _register(self, mv: memoryview) -> tuple[tuple[int, int], Any] | None:
+        """A memory key over ``mv`` (from the cache, or made now), marked busy; None when ``mv`` is small or the
+        hardware access cannot map it (the caller copies through the slots). ``_release`` ends the use."""
+        if mv.nbytes < DIRECT_MIN or mv.readonly:
+            return None
+        key = (int(np.frombuffer(mv, dtype=np.uint8).ctypes.data), mv.nbytes)
+        entry = self._mrs.get(key)
+        if entry is not None:
+            self._mrs.move_to_end(key)
+        else:
+            from tg_mlx_rdma.mlx5.hw import HardwareError
+            try:
+                mapped = self._hw.map_dma(mv)
+            except HardwareError:
+                return None
+            entry = self._mrs[key] = (self.dev.reg_mr(self.pd, mapped), mapped)
+            self.registrations += 1
+            self._evict()
+        self._mrs_busy[key] = self._mrs_busy.get(key, 0) + 1
+        return key, entry[0]
+
+    def _release(self, key: tuple[int, int]) -> None:
+        left = self._mrs_busy[key] - 1
+        if left:
+            self._mrs_busy[key] = left
+        else:
+            del self._mrs_busy[key]
+
+    def _evict(self) -> None:
+        """Destroy the least recently used regions over ``MR_CACHE`` that no message uses (the memory they keep
+        alive is let go: an address is never reused while its region exists)."""
+        for key in list(self._mrs):
+            if len(self._mrs) <= MR_CACHE:
+                return
+            if key not in self._mrs_busy:
+                mr, mapped = self._mrs.pop(key)
+                self.dev.dereg_mr(mr)
+                self._hw.unmap_dma(mapped)
 
     # ---------------------------------------------------------------- progress
     def _poll(self, peer: _Peer, cq: Any) -> list[Any]:
@@ -289,29 +344,59 @@ class Mlx5Transport(Transport):
         return handle
 
     def _put(self, peer: _Peer, data: memoryview) -> Steps:
-        """Stages: ``data`` as SENDs of at most ``chunk`` bytes (at least one), each through a free send slot."""
-        for start in range(0, max(data.nbytes, 1), self.chunk):
-            yield lambda: self._send_slot_free(peer)
-            n = min(self.chunk, data.nbytes - start)
-            slot = (peer.sent % SLOTS) * self.chunk
-            peer.send_view[slot:slot + n] = data[start:start + n]
-            peer.qp.post_send("SEND", peer.send_mr, slot, n)
-            peer.sent += 1
+        """Stages: ``data`` as SENDs of at most ``chunk`` bytes (at least one): straight from ``data`` when it is
+        registered (``_register``), else each copied into a free send slot."""
+        direct = self._register(data)
+        try:
+            for start in range(0, max(data.nbytes, 1), self.chunk):
+                yield lambda: self._send_slot_free(peer)
+                n = min(self.chunk, data.nbytes - start)
+                if direct is not None:
+                    peer.qp.post_send("SEND", direct[1], start, n)
+                else:
+                    slot = (peer.sent % SLOTS) * self.chunk
+                    peer.send_view[slot:slot + n] = data[start:start + n]
+                    self.slot_bytes += n
+                    peer.qp.post_send("SEND", peer.send_mr, slot, n)
+                peer.sent += 1
+            if direct is not None:  # (the memory is read until the last SEND completed)
+                last = peer.sent
+                yield lambda: self._send_slot_free(peer) and peer.send_done >= last
+        finally:
+            if direct is not None:
+                self._release(direct[0])
 
     def _take(self, peer: _Peer, out: memoryview | None, nbytes: int, what: str) -> Steps:
-        """Stages: receive ``nbytes`` (at least one SEND) into ``out`` (None: discard)."""
-        for start in range(0, max(nbytes, 1), self.chunk):
-            yield lambda: self._arrival(peer)
-            c = peer.arrived.pop(0)
-            slot = (peer.consumed % SLOTS) * self.chunk
-            want = min(self.chunk, nbytes - start)
-            if c.byte_count != want:
-                raise self._mismatch(f"rank {self.rank}: {what}: rank {peer.rank} sent a chunk of {c.byte_count} "
-                                     f"bytes where {want} were due", peer.rank)
-            if out is not None and want:
-                out[start:start + want] = peer.recv_view[slot:slot + want]
-            peer.consumed += 1
-            peer.qp.post_recv(peer.recv_mr, slot, self.chunk)
+        """Stages: receive ``nbytes`` (at least one SEND) into ``out`` (None: discard): straight into ``out`` when it
+        is registered, else through the receive slots. Receives are posted here, ``SLOTS`` chunks ahead."""
+        direct = self._register(out) if out is not None else None
+        chunks = [(start, min(self.chunk, nbytes - start)) for start in range(0, max(nbytes, 1), self.chunk)]
+        posted = 0
+        try:
+            for i, (start, want) in enumerate(chunks):
+                while posted < len(chunks) and posted - i < SLOTS:
+                    at, size = chunks[posted]
+                    if direct is not None:
+                        peer.qp.post_recv(direct[1], at, max(size, 1))
+                        peer.landing.append(None)
+                    else:
+                        slot = (peer.recv_posted % SLOTS) * self.chunk
+                        peer.qp.post_recv(peer.recv_mr, slot, self.chunk)
+                        peer.recv_posted += 1
+                        peer.landing.append(slot)
+                    posted += 1
+                yield lambda: self._arrival(peer)
+                c = peer.arrived.pop(0)
+                landed = peer.landing.popleft()
+                if c.byte_count != want:
+                    raise self._mismatch(f"rank {self.rank}: {what}: rank {peer.rank} sent a chunk of {c.byte_count} "
+                                         f"bytes where {want} were due", peer.rank)
+                if out is not None and want and landed is not None:
+                    out[start:start + want] = peer.recv_view[landed:landed + want]
+                    self.slot_bytes += want
+        finally:
+            if direct is not None:
+                self._release(direct[0])
 
     def _send_msg(self, peer: _Peer, ticket: object, *parts: memoryview) -> Steps:
         """Stages: wait for ``ticket``'s turn, send ``parts`` (each a run of SENDs), wait until they completed."""

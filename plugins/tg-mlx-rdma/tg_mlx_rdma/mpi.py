@@ -8,8 +8,8 @@ Out: a ``Transport`` whose calls post non-blocking MPI requests and poll them ag
 
 All traffic runs on a private duplicate of the communicator, so user mpi4py traffic on the
 same ranks never matches ours. ``send`` of up to ``SMALL`` bytes posts one message, the 16-word
-header (``transport.make_header``) followed by the data (tag ``TAG_SMALL``; the receiver copies
-the data out: cheaper than a second message while it stays within MPI's eager limit). Larger
+header (``transport.make_header``) followed by the data (tag ``TAG_SMALL``; a blocking ``recv`` takes it
+into a pooled result whose memory has room for the header in front, so nothing is copied on that side). Larger
 sends post the data (tag ``TAG_DATA``, in chunks of at most ``CHUNK`` bytes: MPI counts are C
 ints) and then the header (tag ``TAG_HEADER``). ``recv`` probes for the first message from the
 sender; for a large one it posts the header receive and receives the data straight into the
@@ -68,11 +68,14 @@ TAG_HEADER = 0x7401
 TAG_DATA = 0x7402
 TAG_SMALL = 0x7403  # header and data in one message
 HEADER_BYTES = 8 * HEADER_WORDS
-# messages up to this many data bytes go as one TAG_SMALL message: header and data within 4 KiB, the eager limit
-# of Open MPI's shared memory transport (a larger message waits for the receiver: two eager ones are faster)
-SMALL = 4096 - HEADER_BYTES
+# messages up to this many data bytes go as one TAG_SMALL message, the header and then the data: the sender copies
+# them together, and the receiver takes the whole message into a pooled result (``RecvPool.take_packed``), whose
+# memory has room for the header in front; one message costs less than two up to here, even above Open MPI's eager
+# limit (4 KiB on shared memory), where each message waits for its receive
+SMALL = 16384
 CHUNK = 1 << 30  # bytes per point-to-point message; elements per reduce step
 FAST_POLLS = 512  # polls before the first clock read
+IDLE_POLLS = 8  # polls that found nothing before a wait does its idle work (recv: make the next result ahead)
 SPIN_SECONDS = 0.05  # poll flat out this long (MPI progresses only inside our Test calls) ...
 YIELD_SECONDS = 1.0  # ... then yield the CPU between polls, then sleep 1 ms between polls
 
@@ -117,6 +120,7 @@ class MPITransport(Transport):
         self._collectives: list[Handle] = []  # collectives that have not posted their data stage yet
         self._pool = RecvPool()
         self._status = MPI.Status()  # (recv's fast path)
+        self._staging = memoryview(bytearray(HEADER_BYTES + SMALL))  # (send's fast path packs small messages here)
         self._recv_specs: dict[Any, tuple[tuple[int, ...], DType]] = {}  # recv's checked arguments
         atexit.register(self._at_exit)
 
@@ -161,16 +165,23 @@ class MPITransport(Transport):
         testall = self._mpi.Request.Testall
         self._until(lambda: testall(reqs), what, peer, reqs)
 
-    def _until(self, done: Callable[[], bool], what: What, peer: int | None, pending: list[Any]) -> None:
+    def _until(self, done: Callable[[], bool], what: What, peer: int | None, pending: list[Any],
+               idle: Callable[[], None] | None = None) -> None:
         """Call ``done()`` (an MPI test: MPI progresses only inside such calls) until it is true.
 
         The first ``FAST_POLLS`` calls run without reading the clock (most messages finish there), then it
         polls flat out for ``SPIN_SECONDS``, then yields the CPU between polls, then sleeps 1 ms between
         polls. After ``self.timeout`` s it cancels ``pending`` and raises ``CommTimeout`` naming ``peer``;
-        an MPI error raises ``PeerFailed``. Either fails the transport.
+        an MPI error raises ``PeerFailed``. Either fails the transport. ``idle``: work to do once the first
+        ``IDLE_POLLS`` polls found nothing (the wait has time for it).
         """
         mpi = self._mpi
         try:
+            for _ in range(IDLE_POLLS):
+                if done():
+                    return
+            if idle is not None:
+                idle()
             for _ in range(FAST_POLLS):
                 if done():
                     return
@@ -225,7 +236,7 @@ class MPITransport(Transport):
             reqs = [comm.Isend([data, mpi.BYTE], dst, TAG_DATA), comm.Isend([header, mpi.INT64_T], dst, TAG_HEADER)]
             self._wait(reqs, lambda: f"send of {describe_header(header)} to rank {dst}", dst)
             return
-        packed = bytearray(HEADER_BYTES + data.nbytes)
+        packed = self._staging[:HEADER_BYTES + data.nbytes]  # (free again when this send returns)
         packed[:HEADER_BYTES] = header.data.cast("B")
         packed[HEADER_BYTES:] = data
         self._wait([self._comm.Isend([packed, self._mpi.BYTE], dst, TAG_SMALL)],
@@ -273,8 +284,17 @@ class MPITransport(Transport):
         def probed() -> bool:
             found[0] = improbe(src, mpi.ANY_TAG, status)
             return found[0] is not None
-        self._until(probed, lambda: f"recv of {dt.name}{list(dims)} from rank {src}", src, [])
+        pool = self._pool
+        self._until(probed, lambda: f"recv of {dt.name}{list(dims)} from rank {src}", src, [],
+                    idle=lambda: pool.prepare(dims, dt, device))  # (the next result, while this one is on its way)
         count, nbytes = status.Get_count(mpi.BYTE), header_of(dims, dt)[3]
+        if count == HEADER_BYTES + nbytes and status.Get_tag() == TAG_SMALL:  # header and data straight into a result
+            pooled = pool.take_packed(dims, dt, device)
+            if pooled is not None:
+                t, packed = pooled
+                self._wait([found[0].Irecv([packed, count, mpi.BYTE])], lambda: f"recv from rank {src}", src)
+                check_header(np.frombuffer(packed, np.int64, HEADER_WORDS), header_of(dims, dt), src, self.rank)
+                return t
         if status.Get_tag() == TAG_DATA and count == nbytes:  # header after the data, as irecv's stages do
             got = np.empty(HEADER_WORDS, dtype=np.int64)
             t, mv, commit = self._pool.take(dims, dt, device)
@@ -291,12 +311,12 @@ class MPITransport(Transport):
             result = self.irecv(dims, dt, src, device, blocking=True, found=(found[0], status)).wait()
             self._status = mpi.Status()  # (the handle's stages read that status)
             return result
-        packed = bytearray(max(count, HEADER_BYTES))
-        self._wait([found[0].Irecv([packed, count, mpi.BYTE])], lambda: f"recv from rank {src}", src)
+        staging = bytearray(max(count, HEADER_BYTES))  # (not the size asked for: the header check below raises)
+        self._wait([found[0].Irecv([staging, count, mpi.BYTE])], lambda: f"recv from rank {src}", src)
         want = header_of(dims, dt)
-        check_header(np.frombuffer(packed, np.int64, HEADER_WORDS), want, src, self.rank)
+        check_header(np.frombuffer(staging, np.int64, HEADER_WORDS), want, src, self.rank)
         t, mv, commit = self._pool.take(dims, dt, device)
-        mv[:] = memoryview(packed)[HEADER_BYTES:]
+        mv[:] = memoryview(staging)[HEADER_BYTES:]
         return _committed(commit, t)
 
     def irecv(self, shape: int | Sequence[int], dtype: Any, src: int, device: str | None = None,

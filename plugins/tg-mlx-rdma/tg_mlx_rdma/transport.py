@@ -17,6 +17,7 @@ Wire header (what a ``send`` puts in front of the data, so ``recv`` can check it
 from __future__ import annotations
 
 import abc
+import weakref
 from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ REDUCE_OPS = ("sum", "max", "min", "prod")
 WIRE_DTYPES = ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
                "fp8e4m3", "fp8e5m2", "float16", "bfloat16", "float32", "float64")
 HEADER_WORDS = 16
+HEADER_BYTES = 8 * HEADER_WORDS
 MAGIC = 0x7467_5452_0001  # "tgTR", wire version 1
 MAX_DIMS = HEADER_WORDS - 5
 
@@ -177,8 +179,16 @@ def _buffer_of(t: Tensor) -> Any:
 def tensor_bytes(t: Tensor) -> tuple[memoryview, Tensor]:
     """The tensor's bytes (realized first) and the tensor that owns them (keep it alive while in use).
 
-    Zero-copy on devices whose allocator allows it; otherwise a host copy.
+    Zero-copy on devices whose allocator allows it; otherwise a host copy. A tensor sent again with the same
+    node (a realized tensor nobody wrote into since: a write gives it a new node) reuses the memoryview found
+    the last time (``_SEND_VIEWS``; its device is still synchronized first).
     """
+    u = getattr(t, "uop", None)
+    if u is not None:
+        hit = _SEND_VIEWS.get(id(u))
+        if hit is not None and hit[0]() is u:
+            hit[1].synchronize()
+            return hit[2], t
     from tgcore.tensor import Tensor
     if not isinstance(t, Tensor):
         raise TypeError(f"expected a tgcore Tensor, got {type(t).__name__}")
@@ -190,7 +200,26 @@ def tensor_bytes(t: Tensor) -> tuple[memoryview, Tensor]:
         buf = _buffer_of(t)
         if buf is None:
             raise RuntimeError(f"could not get a contiguous buffer for {t!r}")
-    return buf.as_buffer(), t
+    mv = buf.as_buffer()
+    u = t.uop
+    if buf.allocator.can_zero_copy and mv.nbytes <= _SEND_VIEW_BYTES and u.op.name in ("BUFFER", "RESHAPE"):
+        if len(_SEND_VIEWS) >= 32:
+            _SEND_VIEWS.clear()
+        key = id(u)  # (the entry goes with its node: the memoryview never keeps freed memory alive)
+        _SEND_VIEWS[key] = (weakref.ref(u, _forget_send_view(key)), buf.dev, mv)
+    return mv, t
+
+
+def _forget_send_view(key: int) -> Callable[[Any], None]:
+    def forget(_: Any) -> None:
+        _SEND_VIEWS.pop(key, None)
+    return forget
+
+
+# id(node) -> (the node, weakly; its device; a memoryview of its memory): realized tensors sent recently, small
+# ones (their per-message cost matters)
+_SEND_VIEWS: dict[int, tuple[Any, Any, memoryview]] = {}
+_SEND_VIEW_BYTES = 4 << 20
 
 
 def empty_tensor(shape: tuple[int, ...], dt: DType,
@@ -249,6 +278,9 @@ def recv_target(shape: tuple[int, ...], dt: DType, device: str | None, out: Tens
     return out, mv, commit
 
 
+PoolKey = tuple[tuple[int, ...], "DType", str | None]
+
+
 class RecvPool:
     """Result tensors for ``recv``/``allreduce`` without ``out=``, whose memory is reused once nothing uses it.
 
@@ -258,57 +290,99 @@ class RecvPool:
     graph or realized slice that reads that memory holds such a view (a slice realized from it is a view of the
     same base), and a view counts itself on its base until it is garbage (``Buffer.views_alive``); so a buffer whose
     count is zero is read by nobody and is written again (its version bumped, as for any write). Messages over
-    ``MAX_MESSAGE`` bytes are not pooled (their fixed cost is small next to the copy)."""
+    ``MAX_MESSAGE`` bytes are not pooled (their fixed cost is small next to the copy).
+
+    Each pooled buffer has ``HEADER_BYTES`` in front of the tensor's elements, so a message that carries the wire
+    header and the data together lands in one receive, without a copy (``take_packed``). Making the tensor (a
+    view, a BUFFER node, the Tensor: ~8 us) can be done ahead, while a receive waits for its message
+    (``prepare``): the next result of that key is then ready. A prepared result's buffer was free when it was
+    made and nobody but the pool has seen its view, so it stays free until handed out."""
 
     PER_KEY = 4
     MAX_BYTES = 64 << 20
     MAX_MESSAGE = 4 << 20
 
     def __init__(self) -> None:
-        # key -> [(pooled base Buffer, writable view of its memory)]
-        self._free: dict[tuple[tuple[int, ...], DType, str | None], list[tuple[Any, memoryview]]] = {}
+        # key -> [(pooled base Buffer of HEADER_BYTES + the data's bytes, writable memoryview of all of it)]
+        self._free: dict[PoolKey, list[tuple[Any, memoryview]]] = {}
+        self._ready: dict[PoolKey, tuple[Tensor, Any, memoryview]] = {}  # key -> a result made ahead
+        self._unpoolable: set[str | None] = set()  # devices without zero-copy access
         self._bytes = 0
-        self.hits = self.misses = 0
+        self.hits = self.misses = 0  # results whose memory was reused / that needed new memory (or were not pooled)
 
     def take(self, shape: tuple[int, ...], dt: DType, device: str | None) -> tuple[Tensor, memoryview,
                                                                                      Callable[[], None]]:
         """A tensor of ``shape``/``dt`` on ``device``, a writable view of its memory and ``commit()``."""
-        nbytes = prod(shape) * dt.itemsize
-        if nbytes == 0 or nbytes > self.MAX_MESSAGE:
+        pooled = self.take_packed(shape, dt, device)
+        if pooled is None:
             return empty_tensor(shape, dt, device)
+        t, packed = pooled
+        return t, packed[HEADER_BYTES:], _no_commit
+
+    def take_packed(self, shape: tuple[int, ...], dt: DType, device: str | None) -> tuple[Tensor, memoryview] | None:
+        """A pooled tensor of ``shape``/``dt`` on ``device`` and a writable memoryview of ``HEADER_BYTES`` of header
+        room followed by its elements; None when such a message is not pooled."""
         key = (shape, dt, device)
+        made = self._ready.pop(key, None)
+        if made is None:
+            made = self._make(key)
+            if made is None:
+                return None
+        t, base, packed = made
+        _realization().invalidate(base)  # (it is written now)
+        return t, packed
+
+    def prepare(self, shape: tuple[int, ...], dt: DType, device: str | None) -> None:
+        """Make the next result of this key now (a receive waiting for its message has the time)."""
+        key = (shape, dt, device)
+        if key not in self._ready:
+            made = self._make(key)
+            if made is not None:
+                self._ready[key] = made
+
+    def _make(self, key: PoolKey) -> tuple[Tensor, Any, memoryview] | None:
+        shape, dt, device = key
+        nbytes = prod(shape) * dt.itemsize
+        if nbytes == 0 or nbytes > self.MAX_MESSAGE or device in self._unpoolable:
+            self.misses += 1
+            return None
         entries = self._free.get(key)
         if entries is not None:
-            for base, mv in entries:
+            for base, packed in entries:
                 if base.views_alive == 0:
                     self.hits += 1
-                    _realization().invalidate(base)
-                    return _tensor_over(base, shape, dt), mv, _no_commit
+                    return _tensor_over(base, shape, dt), base, packed
         self.misses += 1
         if self._bytes + nbytes > self.MAX_BYTES or (entries is not None and len(entries) >= self.PER_KEY):
-            return empty_tensor(shape, dt, device)
+            return None
+        from tgcore.dtype import dtypes
         from tgcore.runtime.buffer import Buffer
         from tgcore.runtime.registry import canonical
-        base = Buffer(canonical(device), prod(shape), dt).ensure_allocated()
+        base = Buffer(canonical(device), HEADER_BYTES + nbytes, dtypes.uint8).ensure_allocated()
         if not base.allocator.can_zero_copy:  # (a device without zero-copy access: nothing to gain)
-            return empty_tensor(shape, dt, device)
-        self._free.setdefault(key, []).append((base, base.as_buffer()))
+            self._unpoolable.add(device)
+            return None
+        packed = base.as_buffer()
+        self._free.setdefault(key, []).append((base, packed))
         self._bytes += nbytes
-        return _tensor_over(base, shape, dt), base.as_buffer(), _no_commit
+        return _tensor_over(base, shape, dt), base, packed
 
     def clear(self) -> None:
         self._free.clear()
+        self._ready.clear()
         self._bytes = 0
 
 
 def _tensor_over(base: Any, shape: tuple[int, ...], dt: DType) -> Tensor:
-    """A new tensor of ``shape`` reading a new view of all of ``base`` (the view keeps ``base`` counted in use)."""
+    """A new tensor of ``shape`` reading a new view of ``base``'s elements after the header room (the view keeps
+    ``base`` counted in use)."""
     if not _TENSOR:
         from tgcore.tensor import Tensor
         from tgcore.uop import Ops, UOp
         _TENSOR.extend((Tensor, Ops.RESHAPE, UOp))
     tensor_type, reshape, uop = _TENSOR
-    u = _realization().new_buffer(base.device, base.size, dt, base.view(base.size, dt))
+    size = (base.nbytes - HEADER_BYTES) // dt.itemsize
+    u = _realization().new_buffer(base.device, size, dt, base.view(size, dt, HEADER_BYTES))
     t = tensor_type(uop(reshape, dt, (u,), shape), device=base.device)
     _realization().hold(t)  # (as Tensor.empty: it follows writes into its memory)
     return t

@@ -1,7 +1,7 @@
 """The mlx5 driver: HCA bring-up, protection domain, memory keys, CQs, RC queue pairs, work requests.
 
 In:  a ``HardwareAccess`` (the real NIC through ``SysfsPci``, or the device model).
-Out: ``Mlx5Device``: ``alloc_pd``, ``reg_mr``, ``create_cq``, ``create_qp``; ``QueuePair``: ``connect``
+Out: ``Mlx5Device``: ``alloc_pd``, ``reg_mr``/``dereg_mr``, ``create_cq``, ``create_qp``; ``QueuePair``: ``connect``
      (RST->INIT->RTR->RTS), ``post_send`` (SEND, RDMA_WRITE), ``post_recv``, ``ring``;
      ``CompletionQueue.poll``: completions, with error CQEs raised as ``CompletionError``.
 
@@ -209,6 +209,10 @@ class Mlx5Device:
         index = self.run(cmd, prm.CreateMkeyOut, "CREATE_MKEY").mkey_index
         key = (index << 8) | self._key_byte
         return MemoryRegion(buf, key, key)
+
+    def dereg_mr(self, mr: MemoryRegion) -> None:
+        """Destroy ``mr``'s memory key (DESTROY_MKEY): the device refuses it from now on."""
+        self.run(prm.DestroyMkeyIn(mkey_index=mr.lkey >> 8), prm.CmdOut, "DESTROY_MKEY")
 
     def create_cq(self, log_size: int) -> CompletionQueue:
         if not 0 <= log_size <= self.max_caps.log_max_cq_sz:

@@ -4,7 +4,8 @@ In:  a PCI function (the real one: a ConnectX NIC, vendor 0x15b3, found through 
      device model in ``tg_mlx_rdma.testing.mlx5_model``, which implements the same interface).
 Out: ``HardwareAccess``: ``bar_read32/bar_write32/bar_write64`` (raw host-order words: the driver passes
      ``to_be32(x)`` so the device sees ``x`` big-endian), ``dma_alloc(size) -> DmaBuffer`` (a memoryview
-     and the bus address the device uses for it), ``pci_config_read``.
+     and the bus address the device uses for it), ``map_dma(view)`` (the same for memory the process already
+     has, e.g. a tensor's; optional), ``pci_config_read``.
 
 The real path (``SysfsPci``): ``/sys/bus/pci/devices/*/vendor`` finds the NIC, BAR 0 is mapped from
 ``resource0`` and PCI config read from ``config``; DMA memory is locked anonymous memory whose physical
@@ -73,6 +74,15 @@ class HardwareAccess(abc.ABC):
 
     def dma_free(self, buf: DmaBuffer) -> None:  # noqa: B027  (optional)
         """Give ``buf`` back (the default keeps it until the object is dropped)."""
+
+    def map_dma(self, view: memoryview) -> DmaBuffer:
+        """Let the device reach memory the process already has (a tensor's): the returned buffer's ``view`` is
+        ``view`` and its ``addr`` a bus address contiguous over all of it (VFIO maps it into the IOVA space; the
+        model into its own). Raises ``HardwareError`` when this access path cannot (the caller copies instead)."""
+        raise HardwareError(f"{type(self).__name__} cannot map process memory for the device")
+
+    def unmap_dma(self, buf: DmaBuffer) -> None:  # noqa: B027  (optional)
+        """Undo ``map_dma`` (the memory key over it must be destroyed first)."""
 
     @abc.abstractmethod
     def pci_config_read(self, offset: int, size: int) -> int:
@@ -147,6 +157,20 @@ class SysfsPci(HardwareAccess):
             raise HardwareError(f"{size} bytes of DMA memory are not physically contiguous; use hugepages or VFIO")
         self._buffers.append(buf)
         return DmaBuffer(view, phys[0], size, buf)
+
+    def map_dma(self, view: memoryview) -> DmaBuffer:
+        """Lock ``view``'s pages; physically contiguous memory only (no IOMMU mapping here: no VFIO)."""
+        import numpy as np
+        base = int(np.frombuffer(view, dtype=np.uint8).ctypes.data)
+        start, end = base - base % PAGE, -(-(base + view.nbytes) // PAGE) * PAGE
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.mlock(ctypes.c_void_p(start), ctypes.c_size_t(end - start)) != 0:
+            raise HardwareError(f"mlock of {end - start} bytes failed (errno {ctypes.get_errno()})")
+        phys = [_physical(a) for a in range(start, end, PAGE)]
+        if any(b - a != PAGE for a, b in zip(phys, phys[1:], strict=False)):
+            libc.munlock(ctypes.c_void_p(start), ctypes.c_size_t(end - start))
+            raise HardwareError(f"{view.nbytes} bytes of process memory are not physically contiguous (needs VFIO)")
+        return DmaBuffer(view, phys[0] + base - start, view.nbytes, (start, end))
 
     def close(self) -> None:
         self._config.close()

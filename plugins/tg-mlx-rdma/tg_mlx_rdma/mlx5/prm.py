@@ -17,7 +17,8 @@ from tg_mlx_rdma.record import Field, Record
 OPCODES: dict[str, int] = {
     "QUERY_HCA_CAP": 0x100, "INIT_HCA": 0x102, "TEARDOWN_HCA": 0x103, "ENABLE_HCA": 0x104,
     "DISABLE_HCA": 0x105, "QUERY_PAGES": 0x107, "MANAGE_PAGES": 0x108, "SET_HCA_CAP": 0x109,
-    "QUERY_ISSI": 0x10A, "SET_ISSI": 0x10B, "CREATE_MKEY": 0x200, "CREATE_EQ": 0x301, "CREATE_CQ": 0x400,
+    "QUERY_ISSI": 0x10A, "SET_ISSI": 0x10B, "CREATE_MKEY": 0x200, "DESTROY_MKEY": 0x202,
+    "CREATE_EQ": 0x301, "CREATE_CQ": 0x400,
     "CREATE_QP": 0x500, "RST2INIT_QP": 0x502, "INIT2RTR_QP": 0x503, "RTR2RTS_QP": 0x504, "2ERR_QP": 0x507,
     "2RST_QP": 0x50A, "QUERY_QP": 0x50B, "QUERY_HCA_VPORT_GID": 0x764, "ALLOC_PD": 0x800, "ALLOC_UAR": 0x802,
 }
@@ -127,6 +128,7 @@ CreateMkeyIn = ifc_layout("CreateMkeyIn", "create_mkey_in", 0x880, HDR_IN + [
     (f"{MKC}.start_addr", 0x100, 64), (f"{MKC}.len", 0x140, 64),
     (f"{MKC}.translations_octword_size", 0x220, 32), (f"{MKC}.log_page_size", 0x25B, 5)])
 CreateMkeyOut = ifc_layout("CreateMkeyOut", "create_mkey_out", 0x80, HDR_OUT + [("mkey_index", 0x48, 24)])
+DestroyMkeyIn = ifc_layout("DestroyMkeyIn", "destroy_mkey_in", 0x80, HDR_IN + [("mkey_index", 0x48, 24)])
 
 QUEUE_PAS = 0x880 // 8  # byte offset of the page list after CREATE_EQ/CQ/QP's input
 EQC, CQC = "eq_context_entry", "cq_context"
@@ -166,7 +168,8 @@ QP_MODIFY_OUT_BITS = 0x80
 COMMAND_LAYOUTS: tuple[type[Record], ...] = (
     CmdIn, CmdOut, EnableHcaIn, QueryIssiIn, QueryIssiOut, SetIssiIn, QueryPagesIn, QueryPagesOut, ManagePagesIn,
     QueryHcaCapIn, HcaCap, InitHcaIn, AllocUarIn, AllocUarOut, AllocPdIn, AllocPdOut, QueryGidIn, QueryGidOut,
-    CreateMkeyIn, CreateMkeyOut, CreateEqIn, CreateEqOut, CreateCqIn, CreateCqOut, CreateQpIn, CreateQpOut,
+    CreateMkeyIn, CreateMkeyOut, DestroyMkeyIn, CreateEqIn, CreateEqOut, CreateCqIn, CreateCqOut, CreateQpIn,
+    CreateQpOut,
     Rst2InitIn, Init2RtrIn, Rtr2RtsIn, Qp2ErrIn, QueryQpIn, QueryQpOut)
 
 

@@ -30,6 +30,7 @@ import atexit
 import itertools
 import mmap
 import os
+import queue
 import struct
 import sys
 import threading
@@ -133,6 +134,7 @@ class Mlx5Model(CommandProcessor, HardwareAccess):
         self._qps: dict[int, ModelQp] = {}
         self._ids = itertools.count(1)
         self._peers: dict[bytes, Connection] = {}
+        self._outboxes: dict[bytes, queue.SimpleQueue[tuple]] = {}
         self._attached: dict[str, mmap.mmap] = {}
         self._closed = False
         self.wqes_executed = 0
@@ -159,6 +161,22 @@ class Mlx5Model(CommandProcessor, HardwareAccess):
             self._next += size + PAGE  # a guard gap: running off a buffer is never another buffer
         return DmaBuffer(memoryview(mm), seg.base, size, mm)
 
+    def map_dma(self, view: memoryview) -> DmaBuffer:
+        """Process memory (a tensor's) at a fresh range of this model's bus addresses; the device reads and writes
+        ``view`` itself. A payload sent from it travels with the request (the peer model cannot map it)."""
+        mv = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+        with self._lock:
+            seg = Segment(self._next, max(mv.nbytes, 1), "", mv)
+            self._segments.append(seg)
+            self._bases.append(seg.base)
+            self._next += -(-seg.size // PAGE) * PAGE + PAGE  # (a guard gap, as for dma_alloc)
+        return DmaBuffer(mv, seg.base, mv.nbytes, seg)
+
+    def unmap_dma(self, buf: DmaBuffer) -> None:
+        with self._lock:
+            i = self._bases.index(buf.addr)
+            del self._segments[i], self._bases[i]
+
     def _segment(self, addr: int, length: int) -> tuple[Segment, int]:
         i = bisect_right(self._bases, addr) - 1
         if i < 0 or addr + length > self._segments[i].base + self._segments[i].size:
@@ -183,7 +201,8 @@ class Mlx5Model(CommandProcessor, HardwareAccess):
         for conn in self._peers.values():
             conn.close()
         for seg in self._segments:
-            (SHM_DIR / seg.name).unlink(missing_ok=True)
+            if seg.name:
+                (SHM_DIR / seg.name).unlink(missing_ok=True)
 
     def __del__(self) -> None:
         try:
@@ -305,12 +324,15 @@ class Mlx5Model(CommandProcessor, HardwareAccess):
         seg, off = src
         seq = next(qp.seq)
         qp.inflight[seq] = (index, signalled, opcode)
+        where: str | bytes = seg.name
+        if not where:  # mapped process memory: the payload is read now and goes with the request
+            where, off = bytes(seg.mm[off:off + length]), 0
         packet: tuple
         if opcode == SEND:
-            packet = ("SEND", qp.remote_qpn, qp.qpn, seq, seg.name, off, length)
+            packet = ("SEND", qp.remote_qpn, qp.qpn, seq, where, off, length)
         else:
             raddr, rkey = struct.unpack_from(">QI", wqe, SEG)
-            packet = ("WRITE", qp.remote_qpn, qp.qpn, seq, seg.name, off, length, raddr, rkey)
+            packet = ("WRITE", qp.remote_qpn, qp.qpn, seq, where, off, length, raddr, rkey)
         return packet
 
     def _local_error(self, qp: ModelQp, index: int, opcode: int, syndrome: int) -> None:
@@ -322,12 +344,29 @@ class Mlx5Model(CommandProcessor, HardwareAccess):
         return self.fabric / f"{gid.hex()}.sock"
 
     def _send_packet(self, gid: bytes, packet: tuple) -> None:
+        """Queue ``packet`` for the device at ``gid``: a thread per link sends them in order, so a doorbell never
+        waits for the peer (whose link thread may itself wait for a receive, RNR, while a big payload is on its
+        way: a mapped memory's payload travels with its request)."""
         conn = self._peers.get(gid)
         if conn is None:
             conn = Client(str(self._socket_path(gid)), family="AF_UNIX")
             self._peers[gid] = conn
+            outbox: queue.SimpleQueue[tuple] = queue.SimpleQueue()
+            self._outboxes[gid] = outbox
             threading.Thread(target=self._serve, args=(conn, gid), name="mlx5-model-peer", daemon=True).start()
-        conn.send(packet)
+            threading.Thread(target=self._send_loop, args=(conn, gid, outbox), name="mlx5-model-out",
+                             daemon=True).start()
+        self._outboxes[gid].put(packet)
+
+    def _send_loop(self, conn: Connection, gid: bytes, outbox: queue.SimpleQueue[tuple]) -> None:
+        while not self._closed:
+            packet = outbox.get()
+            try:
+                conn.send(packet)
+            except OSError:  # the peer device is gone: retries are exhausted
+                if not self._closed:
+                    self._link_lost(gid)
+                return
 
     def _accept_loop(self) -> None:
         while not self._closed:
@@ -394,7 +433,7 @@ class Mlx5Model(CommandProcessor, HardwareAccess):
             time.sleep(0.0005)
         if qp.state not in (RTR, RTS):
             return REMOTE_INVAL_REQ
-        payload = memoryview(self._attach(name))[off:off + length]
+        payload = memoryview(self._attach(name) if isinstance(name, str) else name)[off:off + length]
         if kind == "WRITE":
             raddr, rkey = packet[7:9]
             with self._lock:

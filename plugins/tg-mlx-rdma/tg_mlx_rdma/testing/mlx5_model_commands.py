@@ -48,6 +48,7 @@ from tg_mlx_rdma.testing.mlx5_model_tables import (
     ISSI_CURRENT,
     ISSI_SUPPORTED_DW0,
     MKEY,
+    MKEY_IN,
     OP_MOD,
     OPCODE,
     OUT_EQN,
@@ -298,6 +299,12 @@ class CommandProcessor:
         put(out, OUT_OBJ, index)
         return out
 
+    def _destroy_mkey(self, cmd: bytearray) -> bytearray:
+        self._need_init()
+        if self._mkeys.pop(get(cmd, MKEY_IN), None) is None:
+            raise CmdFailed(BAD_PARAM, "bad mkey")
+        return self._out()
+
     def _create_eq(self, cmd: bytearray) -> bytearray:
         self._need_init()
         log_size = get(cmd, EQ["log_size"])
@@ -385,6 +392,7 @@ class CommandProcessor:
 
     COMMANDS = {0x104: _enable_hca, 0x10A: _query_issi, 0x10B: _set_issi, 0x107: _query_pages,
                 0x108: _manage_pages, 0x100: _query_hca_cap, 0x109: _set_hca_cap, 0x102: _init_hca,
-                0x802: _alloc_uar, 0x800: _alloc_pd, 0x764: _query_gid, 0x200: _create_mkey, 0x301: _create_eq,
+                0x802: _alloc_uar, 0x800: _alloc_pd, 0x764: _query_gid, 0x200: _create_mkey, 0x202: _destroy_mkey,
+                0x301: _create_eq,
                 0x400: _create_cq, 0x500: _create_qp, 0x502: _modify_qp, 0x503: _modify_qp, 0x504: _modify_qp,
                 0x507: _modify_qp, 0x50A: _modify_qp, 0x50B: _query_qp}

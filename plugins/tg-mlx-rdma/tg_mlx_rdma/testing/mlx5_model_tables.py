@@ -27,6 +27,7 @@ F = tuple[int, int, int]
 OPCODE: F = (0x00, 16, 16)
 OP_MOD: F = (0x04, 0, 16)
 QPN_IN: F = (0x08, 0, 24)  # modify/query QP: the QP number
+MKEY_IN: F = (0x08, 0, 24)  # DESTROY_MKEY: the mkey index
 OUT_STATUS: F = (0x00, 24, 8)
 OUT_SYNDROME: F = (0x04, 0, 32)
 OUT_OBJ: F = (0x08, 0, 24)  # uar, pd, mkey index, cqn, qpn of the ALLOC_*/CREATE_* outputs
@@ -101,7 +102,7 @@ SYNDROMES = {
     "bad eq": 0x0B0A000B, "bad cq": 0x0B0A000C, "queue too big": 0x0B0A000D, "bad page list": 0x0B0A000E,
     "bad service type": 0x0B0A000F, "bad qpn": 0x0B0A0010, "bad qp state transition": 0x0B0A0011,
     "input too short": 0x0B0A0012, "output too short": 0x0B0A0013, "bad doorbell address": 0x0B0A0014,
-    "unreachable gid": 0x0B0A0015, "already initialized": 0x0B0A0016,
+    "unreachable gid": 0x0B0A0015, "already initialized": 0x0B0A0016, "bad mkey": 0x0B0A0017,
 }
 # delivery status (entry byte 63 bits 7:1) and CQE syndromes, PRM
 DELIVERY_SIGNATURE, DELIVERY_TOKEN, DELIVERY_BLOCK_NUMBER, DELIVERY_OUT_PTR, DELIVERY_IN_PTR, DELIVERY_TYPE = (
@@ -160,10 +161,12 @@ class Delivery(Exception):
 
 @dataclass
 class Segment:
+    """Memory the device reaches: shared memory it allocated (``name`` its file: a peer model reads it there), or
+    process memory mapped for it (``map_dma``; ``name`` empty: payloads from it travel with the request)."""
     base: int
     size: int
     name: str
-    mm: mmap.mmap
+    mm: mmap.mmap | memoryview
 
 
 @dataclass
