@@ -13,7 +13,7 @@ import pytest
 
 from tgcore.codegen import prepare_kernel
 from tgcore.codegen.heuristic import INVARIANT_ROWS, heuristic_opts, reduction_order
-from tgcore.codegen.optimize import OptOps
+from tgcore.codegen.optimize import Opt, OptOps, kernel_axes
 from tgcore.dtype import dtypes
 from tgcore.renderer import Renderer
 from tgcore.runtime.cpufeatures import CacheSizes
@@ -107,21 +107,43 @@ def test_reduction_order_reads_the_reduced_axes_only():
     assert reduction_order(ast, opts) == tuple((o.op, o.amount) for o in opts if o.op is OptOps.TILE)
 
 
+@pytest.mark.parametrize("rows", [2, 3, 5, 8])
+def test_a_small_batch_shares_each_weight_load(rows):
+    """Rows times a decoded weight (``batch_unrolls``): every batch row is unrolled (each load of the weight feeds all
+    of them) and the threads split the weight's rows, never the batch (each thread would stream the whole weight)."""
+    renderer = RENDERERS["CPU"]
+    ast, work = _compute_ast(_product(rows, 1536, 576, "int8", transposed=True), renderer)
+    opts = heuristic_opts(ast, renderer, threads=2, work=work)
+    sizes = [r.src[0].arg for r in kernel_axes(ast)]
+    batch = sizes.index(rows)
+    assert Opt(OptOps.UNROLL, batch, rows) in opts, [str(o) for o in opts]
+    assert all(o.axis != batch for o in opts if o.op is OptOps.THREAD), [str(o) for o in opts]
+
+
 # executed: (N, K) where 2+ rows take a register tile (x @ W.T's tile, or x @ W's with K blocks before)
 RUN_SHAPES = [(576, 1024, True), (512, 1024, False), (49, 4104, True)]
 
 
+def _stored(kind: str, w_np: np.ndarray, device: str) -> Tensor:
+    """A weight as float32 values: stored so, as float16, or as int8 times a float32 scale per row of ``w_np``."""
+    if kind != "int8":
+        return Tensor(w_np.astype(np.float16) if kind == "float16" else w_np, device=device).realize().float()
+    scale = np.abs(w_np).max(1, keepdims=True) / np.float32(127)
+    q = Tensor(np.round(w_np / scale).astype(np.int8), device=device).realize()
+    return q.float() * Tensor(scale, device=device).realize()
+
+
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("kind", ["float32", "float16"])
+@pytest.mark.parametrize("kind", ["float32", "float16", "int8"])
 @pytest.mark.parametrize("n,k,transposed", RUN_SHAPES)
 def test_each_row_of_a_batch_is_bitwise_the_row_alone(device, kind, n, k, transposed):
     rng = np.random.default_rng(n + k)
     x_np = rng.standard_normal((INVARIANT_ROWS, k), dtype=np.float32)
     w_np = rng.standard_normal((n, k) if transposed else (k, n), dtype=np.float32) / np.float32(np.sqrt(k))
-    stored = Tensor(w_np.astype(np.float16) if kind == "float16" else w_np, device=device).realize()  # a weight
-    w = stored.float().T if transposed else stored.float()
+    stored = _stored(kind, w_np, device)  # a weight
+    w = stored.T if transposed else stored
     alone = [(Tensor(x_np[i:i + 1], device=device) @ w).numpy()[0] for i in range(INVARIANT_ROWS)]
-    for rows in (2, 3, 4, 8):
+    for rows in (2, 3, 4, 5, 8):
         together = (Tensor(x_np[:rows], device=device) @ w).numpy()
         for i in range(rows):
             np.testing.assert_array_equal(together[i], alone[i], err_msg=f"row {i} of {rows}")

@@ -10,7 +10,9 @@ Out: a list of ``Opt`` records for ``tgcore.codegen.optimize.apply_opts``.
   several vectors of columns, and the reduction tiled so one block of the right-hand matrix stays in cache.
 - Reductions along their input's contiguous axis (a matrix-vector product, dequantize-and-dot): the reduced
   axis becomes vector lanes, summed across lanes at the end; the finest quantization blocks get ``BLOCK``,
-  nested in the coarsest when a format has two levels of scales (K-quants).
+  nested in the coarsest when a format has two levels of scales (K-quants). A small batch (2 to ``INVARIANT_ROWS``
+  rows, a batched decode step) times such a weight has every batch row unrolled beside a few weight rows, so each
+  weight load feeds all rows and the threads split the weight, not the batch (``batch_unrolls``).
 - Elementwise kernels whose lanes gather packed bytes (a quantized weight dequantized into its transpose):
   the axis the bytes run along is unrolled by its quantization block (``gather_unroll``).
 - Products with nothing to vectorize (a small convolution's weight gradient): a tile of scalar accumulators,
@@ -46,6 +48,8 @@ MAX_UNROLL = 8   # copies made by unrolling on the plain vector path
 REDUCE_ROWS = 4  # output rows computed together by a vectorized reduction (each load of the shared input reused)
 WIDE_REDUCE_MIN = 1 << 16  # a reduction this long is summed in several vectors at once (else in one)
 INVARIANT_ROWS = 8  # products with at most this many rows sum each element in one row's order (batch invariance)
+BATCH_COPIES = 8  # a small batch's float product computes at most this many (batch row, weight row) pairs together
+BATCH_BYTE_COPIES = 32  # ... and its byte-dot product (scalar int32 accumulators)
 MAX_BLOCK_STEPS = 8  # a quantization block's inner loop longer than this many vector steps is split again (a loop
 # this short is unrolled by the C compiler: its index arithmetic folds)
 
@@ -146,6 +150,34 @@ def _byte_dot(red: UOp) -> bool:
     return False
 
 
+def _batch_rows(ranges: list[UOp], mains: list[UOp]) -> UOp | None:
+    """The output axis of a small batch (2 to ``INVARIANT_ROWS`` rows) that the main input (a weight) does not run
+    along, when there is one such axis and another output axis the weight runs along: the rows of a batched
+    decode step, which share every load of the weight."""
+    shared = [r for r in ranges if all(_stride(m, r) == 0 for m in mains)]
+    if len(shared) != 1 or not 2 <= _size(shared[0]) <= INVARIANT_ROWS or len(shared) == len(ranges):
+        return None
+    return shared[0]
+
+
+def batch_unrolls(ranges: list[UOp], mains: list[UOp], number: dict[UOp, int], copies: int) -> list[Opt]:
+    """UNROLLs for a small batch times a weight (``_batch_rows``): every batch row in one pass (each weight load
+    feeds all of them; the batch axis is then gone, so threads split the weight rows, not the batch), and beside
+    them up to ``REDUCE_ROWS`` weight rows (a dividing power of two, at most ``copies`` pairs of rows in all),
+    which share each load of a batch row's activations and their block sums. Output axes only: each element's
+    sum keeps its order (batch invariance). [] when the kernel is no such product."""
+    batch = _batch_rows(ranges, mains)
+    if batch is None:
+        return []
+    rows = _size(batch)
+    weight = next(r for r in ranges if r is not batch)
+    weight_rows = max(1, min(REDUCE_ROWS, copies // rows))
+    while _size(weight) % weight_rows:
+        weight_rows //= 2
+    return [Opt(OptOps.UNROLL, number[batch], rows),
+            *([Opt(OptOps.UNROLL, number[weight], weight_rows)] if weight_rows > 1 else [])]
+
+
 def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, byte_dots: bool = False) -> list[Opt]:
     """UPCAST and UNROLL records (see the module docstring) for ``ast``'s loops.
 
@@ -187,8 +219,9 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, b
             red = reduce_ranges[0]
             sizes = block_divisors(ast, red)
             nested = sorted({max(sizes), min(sizes)}, reverse=True) if sizes else []
-            return [*([Opt(OptOps.UNROLL, number[row_candidates[0]], REDUCE_ROWS)] if row_candidates else []),
-                    *(Opt(OptOps.BLOCK, number[red], k) for k in nested if nested[0] % k == 0)]
+            unrolls = batch_unrolls(ranges, mains, number, BATCH_BYTE_COPIES) or \
+                ([Opt(OptOps.UNROLL, number[row_candidates[0]], REDUCE_ROWS)] if row_candidates else [])
+            return [*unrolls, *(Opt(OptOps.BLOCK, number[red], k) for k in nested if nested[0] % k == 0)]
         if lanes:
             red = reduce_ranges[0]
             vector = Opt(OptOps.UPCAST, number[red], lanes)
@@ -200,6 +233,9 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, b
             if nested and nested[-1] > MAX_BLOCK_STEPS and nested[-1] % MAX_BLOCK_STEPS == 0:
                 nested.append(MAX_BLOCK_STEPS)  # one scale per 256 values (TQ2_0): the steps in an unrolled loop
             block = [Opt(OptOps.BLOCK, number[red], k) for k in nested if nested[0] % k == 0]
+            batch = batch_unrolls(ranges, mains, number, BATCH_COPIES) if not wide else []
+            if batch:
+                return [*batch, vector, *block]
             if not rows:
                 return [vector, *block]
             # a second output axis (a matrix product: rows of both inputs) by 2: each loaded vector of either

@@ -378,15 +378,19 @@ def factor_blocks(ast: UOp, inner: dict[UOp, UOp]) -> UOp:
             for f in factors:
                 (varying if i in f.toposort else constant).append(f)
             groups.setdefault(tuple(constant), []).append(_product(varying, red.src[0]))
-        if all(not outside for outside in groups):
-            return None
-        value = None
-        for outside, insides in groups.items():
-            total = sum(insides[1:], insides[0])
-            part = _product([*outside, _block_sum(total, i)], red.src[0])
-            value = part if value is None else value + part
-        assert value is not None
-        return UOp(Ops.REDUCE, red.dtype, (value, *(r for r in red.src[1:] if r is not i)), red.arg)
+        if all(not outside for outside in groups) and not any(u.op is Ops.REDUCE for u in red.src[0].toposort):
+            return None  # (a sum of an inner level's block sums is nested all the same: its siblings are)
+        parts = [_product([*outside, _block_sum(sum(insides[1:], insides[0]), i)], red.src[0])
+                 for outside, insides in groups.items()]
+        ranges = tuple(r for r in red.src[1:] if r is not i)
+        if not dtypes.is_float(red.dtype):
+            return UOp(Ops.REDUCE, red.dtype, (sum(parts[1:], parts[0]), *ranges), red.arg)
+        # a float sum keeps one accumulator per product (``acc += s * block_sum``): a C compiler that contracts
+        # a * b + c into one FMA (gcc's default) then has one product to fuse in any context, whereas in
+        # ``acc + (p1 + p2)`` which product it fuses changes with the code around it (rows unrolled or not),
+        # and with it the rounding: each row of a batch would no longer be summed as it is alone
+        reduces = [UOp(Ops.REDUCE, red.dtype, (part, *ranges), red.arg) for part in parts]
+        return sum(reduces[1:], reduces[0])
 
     new: dict[UOp, UOp] = {}
     for n in ast.toposort:
