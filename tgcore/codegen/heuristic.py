@@ -46,6 +46,7 @@ MAX_UNROLL = 8   # copies made by unrolling on the plain vector path
 REDUCE_ROWS = 4  # output rows computed together by a vectorized reduction (each load of the shared input reused)
 WIDE_REDUCE_MIN = 1 << 16  # a reduction this long is summed in several vectors at once (else in one)
 INVARIANT_ROWS = 8  # products with at most this many rows sum each element in one row's order (batch invariance)
+BYTE_DOT_STEPS = 4  # a block of this many int32 vector steps sums bytes in lanes (4 byte products per lane and block)
 MAX_BLOCK_STEPS = 8  # a quantization block's inner loop longer than this many vector steps is split again (a loop
 # this short is unrolled by the C compiler: its index arithmetic folds)
 
@@ -146,6 +147,31 @@ def _byte_dot(red: UOp) -> bool:
     return False
 
 
+def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp], number: dict[UOp, int],
+                   simd_widths: dict[DType, int]) -> list[Opt] | None:
+    """A sum of byte products in quantization blocks (``_byte_dot``), with ``REDUCE_ROWS`` output rows together:
+
+    - blocks of ``BYTE_DOT_STEPS`` int32 vectors, one level (32-element blocks read in lanes of 4 neighbouring
+      elements): the reduced axis vectorized and blocked, each lane's int32 sum over a block one multiply-add of 4
+      bytes on a renderer that has it, scaled in its lane and summed across lanes after the last block;
+    - else (K-quants' blocks and sub-blocks of elements in order): the blocks only, each in-block sum a scalar loop
+      that the C compiler vectorizes (``Renderer.compiles_byte_dots``).
+    None when the reduction runs over several axes."""
+    ranges = reduce_ranges or list(red.src[1:])
+    if len(ranges) != 1:
+        return None
+    r = ranges[0]
+    unroll = [Opt(OptOps.UNROLL, number[rows[0]], REDUCE_ROWS)] if rows else []
+    sizes = block_divisors(ast, r)
+    native = simd_widths.get(dtypes.int32, 0)
+    if sizes and max(sizes) == native * BYTE_DOT_STEPS and not reduce_ranges:
+        return [*unroll, Opt(OptOps.UPCAST, number[r], native), Opt(OptOps.BLOCK, number[r], BYTE_DOT_STEPS)]
+    if not reduce_ranges:
+        return None
+    nested = sorted({max(sizes), min(sizes)}, reverse=True) if sizes else []
+    return [*unroll, *(Opt(OptOps.BLOCK, number[r], k) for k in nested if nested[0] % k == 0)]
+
+
 def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, byte_dots: bool = False) -> list[Opt]:
     """UPCAST and UNROLL records (see the module docstring) for ``ast``'s loops.
 
@@ -183,12 +209,10 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, b
         # native vectors (a long reduction)
         wide = lanes > acc_native > 1
         rows = row_candidates if not wide else []
-        if byte_dots and reduce_ranges and _byte_dot(reduces[0]):
-            red = reduce_ranges[0]
-            sizes = block_divisors(ast, red)
-            nested = sorted({max(sizes), min(sizes)}, reverse=True) if sizes else []
-            return [*([Opt(OptOps.UNROLL, number[row_candidates[0]], REDUCE_ROWS)] if row_candidates else []),
-                    *(Opt(OptOps.BLOCK, number[red], k) for k in nested if nested[0] % k == 0)]
+        if byte_dots and _byte_dot(reduces[0]):
+            opts = _byte_dot_opts(ast, reduces[0], reduce_ranges, row_candidates, number, simd_widths)
+            if opts is not None:
+                return opts
         if lanes:
             red = reduce_ranges[0]
             vector = Opt(OptOps.UPCAST, number[red], lanes)

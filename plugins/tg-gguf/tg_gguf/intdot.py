@@ -100,49 +100,56 @@ class Operands:
         return self.dx.reshape(*self.dx.shape[:3], *shape)
 
 
-def _halves(o: Operands, lo: Tensor, hi: Tensor, scale: Tensor, offset: Tensor) -> Tensor:
-    """A 32-element block whose 16 bytes hold elements ``l`` (``lo``) and ``16 + l`` (``hi``), one scale/offset."""
-    x = o.x(2, 16)
-    xl, xh = x[..., 0, :], x[..., 1, :]
-    dx = o.scale(1)
-    # one product per conversion: each becomes an int32 accumulator of its own (a loop gcc turns into vpdpbusd)
-    return ((_f32(_dot(lo, xl)) + _f32(_dot(hi, xh))) * (scale * dx)
-            + (_f32(_i32(xl)) + _f32(_i32(xh))) * (offset * dx))
+def _by_lane(t: Tensor) -> Tensor:
+    """``(..., 32)`` -> ``(..., 4, 8)`` with ``[k, l]`` = element ``4l + k``: summed in this order and vectorized by 8
+    (``heuristic.BYTE_DOT_STEPS``), lane ``l`` sums 4 neighbouring elements, one multiply-add of 4 bytes
+    (``vpdpbusd``) per block on a renderer that has it, and keeps its float partial sum across blocks."""
+    return t.reshape(*t.shape[:-1], 8, 4).permute(*range(t.ndim - 1), t.ndim, t.ndim - 1)
+
+
+def _block32(o: Operands, u: Tensor, scale: Tensor, offset: Tensor) -> Tensor:
+    """A 32-element block: ``u`` ``(1, N, nb, 32)`` its unsigned integers in element order, one scale and offset
+    per block ``(1, N, nb, 1)``. One product over the block, in lanes of 4 neighbouring elements (``_by_lane``)."""
+    x = _by_lane(o.x(32))
+    dx = o.scale(1, 1)
+    scale, offset = scale.reshape(1, o.n, o.nb, 1, 1), offset.reshape(1, o.n, o.nb, 1, 1)
+    return _f32(_dot(_by_lane(u), x)) * (scale * dx) + _f32(_i32(x)) * (offset * dx)
+
+
+def _nibbles(o: Operands) -> Tensor:
+    """Q4/Q5: the 16 bytes' low nibbles (elements 0..15), then their high ones (16..31), ``(1, N, nb, 32)`` uint8."""
+    return spread(o.field("qs"), 3, 2, 4).reshape(1, o.n, o.nb, 32)
 
 
 def _q4_0(o: Operands) -> Tensor:
-    qs, d = o.field("qs"), o.f16("d")
-    return _halves(o, qs & 15, qs >> 4, d, d * -8.0)
+    d = o.f16("d")
+    return _block32(o, _nibbles(o), d, d * -8.0)
 
 
 def _q4_1(o: Operands) -> Tensor:
-    qs = o.field("qs")
-    return _halves(o, qs & 15, qs >> 4, o.f16("d"), o.f16("m"))
+    return _block32(o, _nibbles(o), o.f16("d"), o.f16("m"))
 
 
-def _fifth(o: Operands) -> tuple[Tensor, Tensor]:
-    """Q5_0/Q5_1: the fifth bits of elements ``l`` and ``16 + l``, as 0 or 16 (uint8, ``(1, N, nb, 16)``)."""
-    qh = o.b.uint("qh").reshape(1, o.n, o.nb)
-    bits = spread(qh, 3, 32, 1).cast("uint8") << 4  # (1, N, nb, 32): bit j for element j
-    return bits[..., :16], bits[..., 16:]
+def _fifth(o: Operands) -> Tensor:
+    """Q5_0/Q5_1: bit j of the block's 32-bit ``qh`` (byte j // 8, bit j % 8) as 0 or 16 for element j,
+    ``(1, N, nb, 32)`` uint8: each byte shifted by a constant per lane (vectorized: one shift of 32 lanes)."""
+    qh = o.field("qh").reshape(1, o.n, o.nb, 4, 1)
+    bit = iota((1, 1, 1, 1, 8), 4, qh.device, "uint8")
+    return (((qh >> bit) & 1) << 4).reshape(1, o.n, o.nb, 32)
 
 
 def _q5_0(o: Operands) -> Tensor:
-    qs, d = o.field("qs"), o.f16("d")
-    hl, hh = _fifth(o)
-    return _halves(o, (qs & 15) | hl, (qs >> 4) | hh, d, d * -16.0)
+    d = o.f16("d")
+    return _block32(o, _nibbles(o) | _fifth(o), d, d * -16.0)
 
 
 def _q5_1(o: Operands) -> Tensor:
-    qs = o.field("qs")
-    hl, hh = _fifth(o)
-    return _halves(o, (qs & 15) | hl, (qs >> 4) | hh, o.f16("d"), o.f16("m"))
+    return _block32(o, _nibbles(o) | _fifth(o), o.f16("d"), o.f16("m"))
 
 
 def _q8_0(o: Operands) -> Tensor:
-    d, x, dx = o.f16("d"), o.x(32), o.scale(1)
-    u = o.field("qs") ^ 0x80  # q + 128
-    return _f32(_dot(u, x)) * (d * dx) + _f32(_i32(x)) * (d * -128.0 * dx)
+    d = o.f16("d")
+    return _block32(o, o.field("qs") ^ 0x80, d, d * -128.0)  # u = q + 128
 
 
 def _planes(o: Operands, planes: list[tuple[Tensor, Tensor, Tensor, Tensor, Tensor]]) -> Tensor:
