@@ -147,13 +147,29 @@ def _byte_dot(red: UOp) -> bool:
     return False
 
 
+def _neighbours_in_lanes(mains: list[UOp], r: UOp, lanes: int) -> bool:
+    """Whether the main input's bytes along ``r`` are read in lanes of ``BYTE_DOT_STEPS`` neighbours: step ``r + 1``
+    ``BYTE_DOT_STEPS`` bytes on, step ``r + lanes`` one byte on (a block summed as ``[k, l]`` = element ``4l + k``),
+    the other loops at 0. Its per-block fields (scales) stay put."""
+    steps = set()
+    try:
+        for index in mains:
+            leaves = {u: 0 for u in index.toposort if u.op in (Ops.RANGE, Ops.DEFINE_VAR) and u is not r}
+            at = [eval_at(index, {**leaves, r: v}) for v in (0, 1, lanes)]
+            steps.add((at[1] - at[0], at[2] - at[0]))
+    except (ValueError, KeyError):
+        return False
+    return (BYTE_DOT_STEPS, 1) in steps and steps <= {(BYTE_DOT_STEPS, 1), (0, 0)}
+
+
 def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp], number: dict[UOp, int],
-                   simd_widths: dict[DType, int]) -> list[Opt] | None:
+                   simd_widths: dict[DType, int], mains: list[UOp]) -> list[Opt] | None:
     """A sum of byte products in quantization blocks (``_byte_dot``), with ``REDUCE_ROWS`` output rows together:
 
-    - blocks of ``BYTE_DOT_STEPS`` int32 vectors, one level (32-element blocks read in lanes of 4 neighbouring
-      elements): the reduced axis vectorized and blocked, each lane's int32 sum over a block one multiply-add of 4
-      bytes on a renderer that has it, scaled in its lane and summed across lanes after the last block;
+    - blocks of ``BYTE_DOT_STEPS`` int32 vectors whose bytes are read in lanes of 4 neighbours
+      (``_neighbours_in_lanes``; tg-gguf's 32-element blocks): the reduced axis vectorized and blocked, each
+      lane's int32 sum over a block one multiply-add of 4 bytes on a renderer that has it (``vpdpbusd``), scaled
+      in its lane and summed across lanes after the last block;
     - else (K-quants' blocks and sub-blocks of elements in order): the blocks only, each in-block sum a scalar loop
       that the C compiler vectorizes (``Renderer.compiles_byte_dots``).
     None when the reduction runs over several axes."""
@@ -164,7 +180,7 @@ def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp]
     unroll = [Opt(OptOps.UNROLL, number[rows[0]], REDUCE_ROWS)] if rows else []
     sizes = block_divisors(ast, r)
     native = simd_widths.get(dtypes.int32, 0)
-    if sizes and max(sizes) == native * BYTE_DOT_STEPS and not reduce_ranges:
+    if sizes and max(sizes) == native * BYTE_DOT_STEPS and _neighbours_in_lanes(mains, r, native):
         return [*unroll, Opt(OptOps.UPCAST, number[r], native), Opt(OptOps.BLOCK, number[r], BYTE_DOT_STEPS)]
     if not reduce_ranges:
         return None
@@ -210,7 +226,7 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, b
         wide = lanes > acc_native > 1
         rows = row_candidates if not wide else []
         if byte_dots and _byte_dot(reduces[0]):
-            opts = _byte_dot_opts(ast, reduces[0], reduce_ranges, row_candidates, number, simd_widths)
+            opts = _byte_dot_opts(ast, reduces[0], reduce_ranges, row_candidates, number, simd_widths, mains)
             if opts is not None:
                 return opts
         if lanes:

@@ -38,9 +38,10 @@ def _byte_operands(value: UOp) -> tuple[UOp, UOp] | None:
 
 def _scalar(u: UOp) -> UOp:
     """A lane taken from an ungated vector load (GEP) as the scalar load of its address."""
-    if u.op is not Ops.GEP or len(u.arg) != 1 or _load_at(u.src[0], vector=True) is None:
+    at = _load_at(u.src[0], vector=True) if u.op is Ops.GEP and len(u.arg) == 1 else None
+    if at is None:
         return u
-    buf, index = _load_at(u.src[0], vector=True) or (u, u)
+    buf, index = at
     return UOp(Ops.LOAD, u.dtype, (UOp(Ops.INDEX, u.src[0].src[0].dtype, (buf, (index + u.arg[0]).simplify())),))
 
 
@@ -84,7 +85,7 @@ def _zip(steps: list[UOp]) -> UOp | None:
     known = [_constant_lanes(s) for s in srcs if s is not None]
     if all(k is not None for k in known):  # lane constants (shift amounts): folded
         folded = [UOp(first.op, dt.scalar(), tuple(UOp.const(s.dtype.scalar(), k[lane])  # type: ignore[index, union-attr]
-                                                   for s, k in zip(srcs, known)), first.arg).simplify()
+                                                   for s, k in zip(srcs, known, strict=True)), first.arg).simplify()
                   for lane in range(WIDE)]
         if all(f.op is Ops.CONST for f in folded):
             return UOp(Ops.VCONST, dt, (), tuple(f.arg for f in folded))
@@ -102,12 +103,12 @@ def _shift_pieces(op: Ops, value: UOp | None, amount: UOp | None) -> UOp | None:
         return None
     if not all(x.op is Ops.GEP and len(x.arg) == 1 for x in value.src):
         return None
-    pieces = list(dict.fromkeys((x.src[0], a) for x, a in zip(value.src, amounts)))
+    pieces = list(dict.fromkeys((x.src[0], a) for x, a in zip(value.src, amounts, strict=True)))
     if len(pieces) > 2:
         return None
     shifted = {(v, a): UOp(op, v.dtype, (v, UOp.const(v.dtype, a))) for v, a in pieces}
     return UOp(Ops.VECTORIZE, value.dtype, tuple(shifted[(x.src[0], a)].gep(x.arg[0])
-                                                 for x, a in zip(value.src, amounts)))
+                                                 for x, a in zip(value.src, amounts, strict=True)))
 
 
 def _load_at(u: UOp, vector: bool = False) -> tuple[UOp, UOp] | None:
@@ -116,6 +117,21 @@ def _load_at(u: UOp, vector: bool = False) -> tuple[UOp, UOp] | None:
             or (u.dtype.count > 1) != vector or u.src[0].src[1].dtype.count != 1):
         return None
     return u.src[0].src[0], u.src[0].src[1]
+
+
+SHORT_INTS = {2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+
+
+def _repeated(short: UOp, dt: DType) -> UOp:
+    """A vector load of 2, 4 or 8 bytes as one unsigned int, repeated to fill ``dt``'s bytes (its first lanes the
+    loaded ones): C compilers move a short vector into a vector register through memory (a stalled store), an int
+    they broadcast."""
+    lane, total = short.dtype.scalar().itemsize, dt.scalar().itemsize * dt.count
+    whole = SHORT_INTS[lane * short.dtype.count]
+    copies = total // whole.itemsize
+    value = UOp(Ops.BITCAST, whole, (short,))
+    return UOp(Ops.BITCAST, short.dtype.scalar().vec(total // lane),
+               (UOp(Ops.VECTORIZE, whole.vec(copies), (value,) * copies),))
 
 
 def _vector_loads(lanes: list[UOp], dt: DType) -> UOp:
@@ -136,6 +152,8 @@ def _vector_loads(lanes: list[UOp], dt: DType) -> UOp:
         n = 1 << (len(run).bit_length() - 1)  # vector loads have power-of-two lengths; the rest stay scalar
         if n > 1 and _load_at(run[0]) is not None:
             wide = UOp(Ops.LOAD, run[0].dtype.vec(n), (run[0].src[0],))
+            if n * run[0].dtype.itemsize in SHORT_INTS:
+                wide = _repeated(wide, dt)
             where.update({u: wide.gep(i) for i, u in enumerate(run[:n])})
     out = [where.get(u, u) for u in lanes]
     whole = out[0].src[0] if out[0].op is Ops.GEP else None

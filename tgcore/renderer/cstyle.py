@@ -295,6 +295,8 @@ def _const_value(u: UOp) -> Any:
     """The value of a constant, or of a vector of one constant in every lane; else None."""
     if u.op is Ops.VECTORIZE and all(s is u.src[0] for s in u.src):
         u = u.src[0]
+    if u.op is Ops.VCONST and all(x == u.arg[0] for x in u.arg):
+        return u.arg[0]
     return u.arg if u.op is Ops.CONST else None
 
 
@@ -461,6 +463,9 @@ class CRenderer(Renderer):
             if u.op in (Ops.SHL, Ops.SHR) and _shift_in_range(u):  # no guard: a loop with it is not vectorized
                 return _plain_shift(u.op, dt, a[0], a[1])
             return self._scalar_alu(u.op, dt, sdt, a, const_div, overflow)
+        factor = _const_value(u.src[1]) if u.op in (Ops.MUL, Ops.IDIV) and dtypes.is_unsigned(dt.scalar()) else None
+        if isinstance(factor, int) and factor > 0 and factor & (factor - 1) == 0:  # x86 has no byte mul or div
+            return f"({a[0]}{'<<' if u.op is Ops.MUL else '>>'}{factor.bit_length() - 1})"
         native = u.op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.AND, Ops.OR, Ops.XOR, Ops.NEG) or (
             u.op in (Ops.SHL, Ops.SHR) and _shift_in_range(u))
         if native and dt.scalar() is not dtypes.bool and all(s.dtype == dt for s in u.src):

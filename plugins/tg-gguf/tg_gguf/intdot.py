@@ -132,10 +132,12 @@ def _q4_1(o: Operands) -> Tensor:
 
 def _fifth(o: Operands) -> Tensor:
     """Q5_0/Q5_1: bit j of the block's 32-bit ``qh`` (byte j // 8, bit j % 8) as 0 or 16 for element j,
-    ``(1, N, nb, 32)`` uint8: each byte shifted by a constant per lane (vectorized: one shift of 32 lanes)."""
+    ``(1, N, nb, 32)`` uint8. With ``m = 1 << (j % 8)``, ``(byte & m) + (128 - m)`` has its top bit set exactly when
+    the bit is: no shift by an amount that changes from lane to lane (x86 has none for bytes)."""
     qh = o.field("qh").reshape(1, o.n, o.nb, 4, 1)
-    bit = iota((1, 1, 1, 1, 8), 4, qh.device, "uint8")
-    return (((qh >> bit) & 1) << 4).reshape(1, o.n, o.nb, 32)
+    mask = iota((1, 1, 1, 1, 8), 4, qh.device, "uint8").full_like(1) << iota((1, 1, 1, 1, 8), 4, qh.device, "uint8")
+    top = (qh & mask) + (mask.full_like(128) - mask)
+    return ((top >> 3) & 16).reshape(1, o.n, o.nb, 32)
 
 
 def _q5_0(o: Operands) -> Tensor:
@@ -253,13 +255,12 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
     GGMLType.Q6_K: _q6_k,
 }
 
-# the types whose integer path is faster than the float one on a renderer that compiles byte dots (4096^2 GEMV,
-# plugins/tg-gguf/bench/gguf.py, jitted int / float time, one run at load ~9-13: Q8_0 1.02x, Q2_K 1.15x,
-# Q3_K 1.34x, Q4_K 1.29x, Q5_K 1.93x, Q6_K 1.38x). The 32-element types are not (Q4_0 0.96x, Q4_1 0.83x,
-# Q5_0 0.36x, Q5_1 0.35x): a block's byte dot is 16 bytes (two nibble planes) whose int32 accumulators are summed
-# across lanes every block, which costs what the float path's per-element work does; Q5's fifth bits are
-# per-lane variable shifts.
-INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K,
+# the types whose integer path is faster than the float one on a renderer that compiles byte dots. 32-element blocks
+# (SmolLM2's GEMV shapes, jitted, int / float time in one process, alternating, load ~9): Q4_0 1.25-1.37x,
+# Q4_1 1.27-1.33x, Q5_0 1.38-1.45x, Q5_1 1.35-1.40x, Q8_0 1.16-1.20x; K-quants (4096^2, load ~9-13): Q2_K 1.15x,
+# Q3_K 1.34x, Q4_K 1.29x, Q5_K 1.93x, Q6_K 1.38x.
+INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
+                                                GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K,
                                                 GGMLType.Q5_K, GGMLType.Q6_K})
 
 
