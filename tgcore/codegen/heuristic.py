@@ -163,7 +163,7 @@ def _neighbours_in_lanes(mains: list[UOp], r: UOp, lanes: int) -> bool:
 
 
 def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp], number: dict[UOp, int],
-                   simd_widths: dict[DType, int], mains: list[UOp]) -> list[Opt] | None:
+                   simd_widths: dict[DType, int], mains: list[UOp], outputs: list[UOp]) -> list[Opt] | None:
     """A sum of byte products in quantization blocks (``_byte_dot``), with ``REDUCE_ROWS`` output rows together:
 
     - blocks of ``BYTE_DOT_STEPS`` int32 vectors whose bytes are read in lanes of 4 neighbours
@@ -181,9 +181,17 @@ def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp]
     sizes = block_divisors(ast, r)
     native = simd_widths.get(dtypes.int32, 0)
     if sizes and max(sizes) == native * BYTE_DOT_STEPS and _neighbours_in_lanes(mains, r, native):
-        return [*unroll, Opt(OptOps.UPCAST, number[r], native), Opt(OptOps.BLOCK, number[r], BYTE_DOT_STEPS)]
+        # a second output axis (the other input's rows: sequences decoded at once) by 2: each block decoded once for
+        # both (vector code: which axes are unrolled does not change an element's rounding)
+        cols = [c for c in outputs if rows and c is not rows[0] and _size(c) % 2 == 0][:1]
+        return [*unroll, *(Opt(OptOps.UNROLL, number[c], 2) for c in cols), Opt(OptOps.UPCAST, number[r], native),
+                Opt(OptOps.BLOCK, number[r], BYTE_DOT_STEPS)]
     if not reduce_ranges:
         return None
+    # the weight's rows unrolled whatever the number of the other input's rows: unrolling those instead changes how
+    # the C compiler vectorizes the scalar block loops, and with it the rounding (batch invariance)
+    rows = sorted(rows, key=lambda c: all(_stride(m, c) == 0 for m in mains))
+    unroll = [Opt(OptOps.UNROLL, number[rows[0]], REDUCE_ROWS)] if rows else []
     nested = sorted({max(sizes), min(sizes)}, reverse=True) if sizes else []
     return [*unroll, *(Opt(OptOps.BLOCK, number[r], k) for k in nested if nested[0] % k == 0)]
 
@@ -226,7 +234,7 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, b
         wide = lanes > acc_native > 1
         rows = row_candidates if not wide else []
         if byte_dots and _byte_dot(reduces[0]):
-            opts = _byte_dot_opts(ast, reduces[0], reduce_ranges, row_candidates, number, simd_widths, mains)
+            opts = _byte_dot_opts(ast, reduces[0], reduce_ranges, row_candidates, number, simd_widths, mains, ranges)
             if opts is not None:
                 return opts
         if lanes:

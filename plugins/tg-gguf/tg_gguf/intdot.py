@@ -11,11 +11,17 @@ How: a weight's integers are read as unsigned bytes ``u`` (a type's signed range
     dx * (scale * sum_i u_i * xq_i + offset * sum_i xq_i)
 
 with ``scale`` and ``offset`` the weight's per-(sub-)block factors and ``dx`` the activation block's scale. Each
-type below writes that sum as tensor ops over the weight's elements in the order its bytes hold them. The
-codegen takes it from there: it moves the per-block factors out of the in-block sums and sums the byte products
-in int32 (``tgcore.codegen.upcast.factor_blocks``: exact, so the float and integer sums agree), and on a renderer
-whose compiler vectorizes such loops (``Renderer.compiles_byte_dots``: the C renderer) leaves them scalar for
-gcc or clang to turn into multiply-adds of bytes (``vpdpbusd`` with AVX-VNNI, ``vpmaddubsw`` on AVX2).
+type below writes that sum as tensor ops over the weight's elements. The codegen takes it from there: it moves the
+per-block factors out of the in-block sums and sums the byte products in int32
+(``tgcore.codegen.upcast.factor_blocks``: exact, so the float and integer sums agree). On a renderer whose
+compiler vectorizes byte dots (``Renderer.compiles_byte_dots``: the C renderer):
+
+- the 32-element types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) sum each block in the order ``[k, l]`` = element ``4l + k``
+  (``_by_lane``): vectorized by 8, lane ``l`` sums 4 neighbouring elements in int32 (one ``vpdpbusd`` per block and
+  row: ``tgcore.renderer.cbytedot``), scales it in its lane and keeps a float partial sum across blocks; the lanes
+  are added once per row, as llama.cpp's AVX2 ``ggml_vec_dot_q4_1_q8_1`` does;
+- the K-quants sum their sub-blocks in element order, scalar loops that gcc or clang turns into multiply-adds of
+  bytes (``vpdpbusd`` with AVX-VNNI, ``vpmaddubsw`` on AVX2).
 
 ``INT_DOT_TYPES`` (data) says which types take this path where it is available; ``uses_int_dot`` decides.
 Rounding: activations are rounded to nearest (ties to even), so results differ from the float path by the
