@@ -180,12 +180,14 @@ def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp]
     unroll = [Opt(OptOps.UNROLL, number[rows[0]], REDUCE_ROWS)] if rows else []
     sizes = block_divisors(ast, r)
     native = simd_widths.get(dtypes.int32, 0)
-    if sizes and max(sizes) == native * BYTE_DOT_STEPS and _neighbours_in_lanes(mains, r, native):
+    if native * BYTE_DOT_STEPS in sizes and _neighbours_in_lanes(mains, r, native):
         # a second output axis (the other input's rows: sequences decoded at once) by 2: each block decoded once for
         # both (vector code: which axes are unrolled does not change an element's rounding)
         cols = [c for c in outputs if rows and c is not rows[0] and _size(c) % 2 == 0][:1]
+        # a super-block's factor (a K-quant's d) leaves the sum over its blocks
+        outer = [Opt(OptOps.BLOCK, number[r], max(sizes) // native)] if max(sizes) > native * BYTE_DOT_STEPS else []
         return [*unroll, *(Opt(OptOps.UNROLL, number[c], 2) for c in cols), Opt(OptOps.UPCAST, number[r], native),
-                Opt(OptOps.BLOCK, number[r], BYTE_DOT_STEPS)]
+                *outer, Opt(OptOps.BLOCK, number[r], BYTE_DOT_STEPS)]
     if not reduce_ranges:
         return None
     # the weight's rows unrolled whatever the number of the other input's rows: unrolling those instead changes how

@@ -114,17 +114,19 @@ def _by_lane(t: Tensor) -> Tensor:
 
 
 def _block32(o: Operands, u: Tensor, scale: Tensor, offset: Tensor) -> Tensor:
-    """A 32-element block: ``u`` ``(1, N, nb, 32)`` its unsigned integers in element order, one scale and offset
-    per block ``(1, N, nb, 1)``. One product over the block, in lanes of 4 neighbouring elements (``_by_lane``)."""
-    x = _by_lane(o.x(32))
-    dx = o.scale(1, 1)
-    scale, offset = scale.reshape(1, o.n, o.nb, 1, 1), offset.reshape(1, o.n, o.nb, 1, 1)
+    """Blocks of 32 elements: ``u`` ``(1, N, nb, S, 32)`` their unsigned integers in element order (``S`` blocks of 32
+    per weight block), one scale and offset per block of 32 ``(1, N, nb, S)``. One product over each, in lanes of 4
+    neighbouring elements (``_by_lane``)."""
+    subs = u.shape[3]
+    x = _by_lane(o.x(subs, 32))
+    dx = o.scale(subs, 1, 1)
+    scale, offset = scale.reshape(1, o.n, o.nb, subs, 1, 1), offset.reshape(1, o.n, o.nb, subs, 1, 1)
     return _f32(_dot(_by_lane(u), x)) * (scale * dx) + _f32(_i32(x)) * (offset * dx)
 
 
 def _nibbles(o: Operands) -> Tensor:
-    """Q4/Q5: the 16 bytes' low nibbles (elements 0..15), then their high ones (16..31), ``(1, N, nb, 32)`` uint8."""
-    return spread(o.field("qs"), 3, 2, 4).reshape(1, o.n, o.nb, 32)
+    """Q4/Q5: the 16 bytes' low nibbles (elements 0..15), then their high ones (16..31), ``(1, N, nb, 1, 32)``."""
+    return spread(o.field("qs"), 3, 2, 4).reshape(1, o.n, o.nb, 1, 32)
 
 
 def _q4_0(o: Operands) -> Tensor:
@@ -143,7 +145,7 @@ def _fifth(o: Operands) -> Tensor:
     qh = o.field("qh").reshape(1, o.n, o.nb, 4, 1)
     mask = iota((1, 1, 1, 1, 8), 4, qh.device, "uint8").full_like(1) << iota((1, 1, 1, 1, 8), 4, qh.device, "uint8")
     top = (qh & mask) + (mask.full_like(128) - mask)
-    return ((top >> 3) & 16).reshape(1, o.n, o.nb, 32)
+    return ((top >> 3) & 16).reshape(1, o.n, o.nb, 1, 32)
 
 
 def _q5_0(o: Operands) -> Tensor:
@@ -157,7 +159,7 @@ def _q5_1(o: Operands) -> Tensor:
 
 def _q8_0(o: Operands) -> Tensor:
     d = o.f16("d")
-    return _block32(o, o.field("qs") ^ 0x80, d, d * -128.0)  # u = q + 128
+    return _block32(o, (o.field("qs") ^ 0x80).reshape(1, o.n, o.nb, 1, 32), d, d * -128.0)  # u = q + 128
 
 
 def _planes(o: Operands, planes: list[tuple[Tensor, Tensor, Tensor, Tensor, Tensor]]) -> Tensor:
@@ -201,7 +203,15 @@ def _k_nibbles(o: Operands, high_bits: Tensor | None) -> Tensor:
 
 
 def _q4_k(o: Operands) -> Tensor:
-    return _k_nibbles(o, None)
+    """Sub-block 2c + h: the low (h = 0) or high nibbles of the 32 bytes c, each a block of 32 (``_block32``)."""
+    sc, mn = k_scales_mins(o.b.bytes("scales"), o.b.n)
+    d, dmin = o.f16("d", 1), o.f16("dmin", 1)
+    scale = d * _f32(sc).reshape(1, o.n, o.nb, 8)
+    offset = dmin * -1.0 * _f32(mn).reshape(1, o.n, o.nb, 8)
+    qs = o.field("qs").reshape(1, o.n, o.nb, 4, 1, 32)
+    high = iota((1, 1, 1, 1, 2, 1), 4, qs.device)  # h: masks, not a shift by an amount that changes per block
+    u = (qs & ((high.full_like(1) - high) * 15)) | ((qs >> 4) & (high * 15))
+    return _block32(o, u.reshape(1, o.n, o.nb, 8, 32), scale, offset)
 
 
 def _q5_k(o: Operands) -> Tensor:
