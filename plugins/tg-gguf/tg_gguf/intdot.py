@@ -115,13 +115,18 @@ def _by_lane(t: Tensor) -> Tensor:
 
 def _block32(o: Operands, u: Tensor, scale: Tensor, offset: Tensor) -> Tensor:
     """Blocks of 32 elements: ``u`` ``(1, N, nb, S, 32)`` their unsigned integers in element order (``S`` blocks of 32
-    per weight block), one scale and offset per block of 32 ``(1, N, nb, S)``. One product over each, in lanes of 4
-    neighbouring elements (``_by_lane``)."""
+    per weight block), a scale and an offset per block of 32 ``(1, N, nb, S)``, or per ``G`` groups of ``32 / G``
+    elements ``(1, N, nb, S, G)``. One product over each block, in lanes of 4 neighbouring elements (``_by_lane``:
+    a group's lanes share its factors)."""
     subs = u.shape[3]
     x = _by_lane(o.x(subs, 32))
     dx = o.scale(subs, 1, 1)
-    scale, offset = scale.reshape(1, o.n, o.nb, subs, 1, 1), offset.reshape(1, o.n, o.nb, subs, 1, 1)
-    return _f32(_dot(_by_lane(u), x)) * (scale * dx) + _f32(_i32(x)) * (offset * dx)
+
+    def per_lane(t: Tensor) -> Tensor:
+        groups = t.shape[4] if t.ndim == 5 else 1
+        t = t.reshape(1, o.n, o.nb, subs, 1, groups, 1).expand(1, o.n, o.nb, subs, 1, groups, 8 // groups)
+        return t.reshape(1, o.n, o.nb, subs, 1, 8)
+    return _f32(_dot(_by_lane(u), x)) * (per_lane(scale) * dx) + _f32(_i32(x)) * (per_lane(offset) * dx)
 
 
 def _nibbles(o: Operands) -> Tensor:
@@ -180,42 +185,29 @@ def _bit(byte: Tensor, index: Tensor) -> Tensor:
     return ((byte & (index.full_like(1) << index)) != 0).cast("uint8")
 
 
-def _k_nibble_planes(o: Operands, high_bits: Tensor | None) -> list[Tensor]:
-    """Q4_K/Q5_K: per 64 elements (``(1, N, nb, 4, 32)``) the low nibbles (sub-block 2c) and the high ones (2c+1),
-    with the fifth bits of Q5_K (``high_bits``: qh ``(1, N, nb, 1, 32)``, bit i for sub-block i)."""
-    qs = o.field("qs").reshape(1, o.n, o.nb, 4, 32)
-    planes = [qs & 15, qs >> 4]
-    if high_bits is None:
-        return planes
-    chunk = iota((1, 1, 1, 4, 1), 3, qs.device)
-    return [p | (_bit(high_bits, chunk * 2 + h) << 4) for h, p in enumerate(planes)]
-
-
-def _k_nibbles(o: Operands, high_bits: Tensor | None) -> Tensor:
+def _k_nibbles(o: Operands, fifth: bool) -> Tensor:
+    """Q4_K/Q5_K: sub-block 2c + h (elements 64c + 32h + l) is nibble h of the 32 bytes c (chosen by masks: no
+    shift by an amount that changes from block to block), plus for Q5_K bit 2c + h of ``qh[l]`` as 16; each a block
+    of 32 (``_block32``), ``d`` and ``dmin`` per super-block, 6-bit scales and mins per sub-block."""
     sc, mn = k_scales_mins(o.b.bytes("scales"), o.b.n)
-    d, dmin = o.f16("d", 3), o.f16("dmin", 3)
-    scale = (d * _f32(sc).reshape(1, o.n, o.nb, 4, 2, 1))
-    offset = (dmin * -1.0 * _f32(mn).reshape(1, o.n, o.nb, 4, 2, 1))
-    x, dx = o.x(4, 2, 32), o.scale(4, 2, 1)
-    planes = _k_nibble_planes(o, high_bits)
-    return _planes(o, [(planes[h], x[..., h, :], scale[..., h, :], offset[..., h, :], dx[..., h, :])
-                       for h in range(2)])
+    scale = o.f16("d", 1) * _f32(sc).reshape(1, o.n, o.nb, 8)
+    offset = o.f16("dmin", 1) * -1.0 * _f32(mn).reshape(1, o.n, o.nb, 8)
+    qs = o.field("qs").reshape(1, o.n, o.nb, 4, 1, 32)
+    high = iota((1, 1, 1, 1, 2, 1), 4, qs.device)
+    u = ((qs & ((high.full_like(1) - high) * 15)) | ((qs >> 4) & (high * 15))).reshape(1, o.n, o.nb, 8, 32)
+    if fifth:
+        sub = iota((1, 1, 1, 8, 1), 3, qs.device)
+        qh = o.field("qh").reshape(1, o.n, o.nb, 1, 32).expand(1, o.n, o.nb, 8, 32)
+        u = u | (((qh >> sub) & 1) << 4)
+    return _block32(o, u, scale, offset)
 
 
 def _q4_k(o: Operands) -> Tensor:
-    """Sub-block 2c + h: the low (h = 0) or high nibbles of the 32 bytes c, each a block of 32 (``_block32``)."""
-    sc, mn = k_scales_mins(o.b.bytes("scales"), o.b.n)
-    d, dmin = o.f16("d", 1), o.f16("dmin", 1)
-    scale = d * _f32(sc).reshape(1, o.n, o.nb, 8)
-    offset = dmin * -1.0 * _f32(mn).reshape(1, o.n, o.nb, 8)
-    qs = o.field("qs").reshape(1, o.n, o.nb, 4, 1, 32)
-    high = iota((1, 1, 1, 1, 2, 1), 4, qs.device)  # h: masks, not a shift by an amount that changes per block
-    u = (qs & ((high.full_like(1) - high) * 15)) | ((qs >> 4) & (high * 15))
-    return _block32(o, u.reshape(1, o.n, o.nb, 8, 32), scale, offset)
+    return _k_nibbles(o, False)
 
 
 def _q5_k(o: Operands) -> Tensor:
-    return _k_nibbles(o, o.field("qh").reshape(1, o.n, o.nb, 1, 32))
+    return _k_nibbles(o, True)
 
 
 def _quarters(o: Operands, u: list[Tensor], scale: Tensor, offset: Tensor) -> Tensor:
@@ -251,11 +243,18 @@ def _q3_k(o: Operands) -> Tensor:
 
 
 def _q6_k(o: Operands) -> Tensor:
-    ql = o.field("ql").reshape(1, o.n, o.nb, 2, 2, 32)  # (half, byte half, l): quarter j = 2 * nibble + byte half
-    qh = o.field("qh").reshape(1, o.n, o.nb, 2, 32)  # (half, l): bits 2j, 2j+1 for quarter j
-    u = [((ql[..., j % 2, :] >> (4 * (j // 2))) & 15) | (((qh >> (2 * j)) & 3) << 4) for j in range(4)]  # q + 32
+    """Quarter j of half h (elements 128h + 32j + l) a block of 32 (``_block32``): the low 4 bits from nibble j // 2
+    of ``ql[h, j % 2, l]``, the top 2 from bits 2j, 2j+1 of ``qh[h, l]``; scales per 16."""
+    ql = o.field("ql").reshape(1, o.n, o.nb, 2, 1, 2, 32)  # (half, -, byte half, l)
+    qh = o.field("qh").reshape(1, o.n, o.nb, 2, 1, 32)  # (half, -, l)
+    nibble = iota((1, 1, 1, 1, 2, 1, 1), 4, ql.device)
+    low = (ql.expand(1, o.n, o.nb, 2, 2, 2, 32) >> (nibble * 4)) & 15  # (half, nibble, byte half, l): j = 2n + b
+    quarter = iota((1, 1, 1, 1, 4, 1), 4, qh.device)
+    top = ((qh.expand(1, o.n, o.nb, 2, 4, 32) >> (quarter * 2)) & 3) << 4
+    u = low.reshape(1, o.n, o.nb, 2, 4, 32) | top  # q + 32
     scale = o.f16("d") * _f32(o.field("scales").bitcast("int8"))
-    return _quarters(o, u, scale, scale * -32.0)
+    scale = scale.reshape(1, o.n, o.nb, 8, 2)
+    return _block32(o, u.reshape(1, o.n, o.nb, 8, 32), scale, scale * -32.0)
 
 
 SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
