@@ -167,11 +167,12 @@ def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp]
     """A sum of byte products in quantization blocks (``_byte_dot``), with ``REDUCE_ROWS`` output rows together:
 
     - blocks of ``BYTE_DOT_STEPS`` int32 vectors whose bytes are read in lanes of 4 neighbours
-      (``_neighbours_in_lanes``; tg-gguf's 32-element blocks): the reduced axis vectorized and blocked, each
-      lane's int32 sum over a block one multiply-add of 4 bytes on a renderer that has it (``vpdpbusd``), scaled
-      in its lane and summed across lanes after the last block;
-    - else (K-quants' blocks and sub-blocks of elements in order): the blocks only, each in-block sum a scalar loop
-      that the C compiler vectorizes (``Renderer.compiles_byte_dots``).
+      (``_neighbours_in_lanes``; tg-gguf's blocks of 32): the reduced axis vectorized and blocked (a super-block
+      around them, when its factor can leave the sum over its blocks), each lane's int32 sum over a block one
+      multiply-add of 4 bytes on a renderer that has it (``vpdpbusd``), scaled in its lane and summed across lanes
+      after the last block;
+    - else (blocks of elements in order): the blocks only, each in-block sum a scalar loop that the C compiler
+      vectorizes (``Renderer.compiles_byte_dots``), its int32 lanes added per block.
     None when the reduction runs over several axes."""
     ranges = reduce_ranges or list(red.src[1:])
     if len(ranges) != 1:

@@ -16,12 +16,12 @@ per-block factors out of the in-block sums and sums the byte products in int32
 (``tgcore.codegen.upcast.factor_blocks``: exact, so the float and integer sums agree). On a renderer whose
 compiler vectorizes byte dots (``Renderer.compiles_byte_dots``: the C renderer):
 
-- the 32-element types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) sum each block in the order ``[k, l]`` = element ``4l + k``
-  (``_by_lane``): vectorized by 8, lane ``l`` sums 4 neighbouring elements in int32 (one ``vpdpbusd`` per block and
-  row: ``tgcore.renderer.cbytedot``), scales it in its lane and keeps a float partial sum across blocks; the lanes
-  are added once per row, as llama.cpp's AVX2 ``ggml_vec_dot_q4_1_q8_1`` does;
-- the K-quants sum their sub-blocks in element order, scalar loops that gcc or clang turns into multiply-adds of
-  bytes (``vpdpbusd`` with AVX-VNNI, ``vpmaddubsw`` on AVX2).
+every type sums each block of 32 (a K-quant's sub-blocks of 32, ``_block32``) in the order ``[k, l]`` = element
+``4l + k`` (``_by_lane``): vectorized by 8, lane ``l`` sums 4 neighbouring elements in int32 (one ``vpdpbusd`` per
+block and row: ``tgcore.renderer.cbytedot``), scales it in its lane and keeps a float partial sum across blocks;
+the lanes are added once per row, as llama.cpp's AVX2 ``ggml_vec_dot_q4_1_q8_1`` does. A K-quant's ``d`` leaves
+the sum over its sub-blocks; the C compiler unrolls the 8 sub-blocks of a super-block, so their bit-field shifts
+are constants.
 
 ``INT_DOT_TYPES`` (data) says which types take this path where it is available; ``uses_int_dot`` decides.
 Rounding: activations are rounded to nearest (ties to even), so results differ from the float path by the
@@ -167,24 +167,6 @@ def _q8_0(o: Operands) -> Tensor:
     return _block32(o, (o.field("qs") ^ 0x80).reshape(1, o.n, o.nb, 1, 32), d, d * -128.0)  # u = q + 128
 
 
-def _planes(o: Operands, planes: list[tuple[Tensor, Tensor, Tensor, Tensor, Tensor]]) -> Tensor:
-    """The sum over several planes of a block, each ``(u, x, scale, offset, dx)`` of broadcastable shapes, read
-    with constant shifts in the same loop over bytes (a shift by an amount that changes from one sub-block to the
-    next is taken apart by the C compiler: x86 has no byte shifts): one int32 accumulator per plane and row."""
-    out = None
-    for u, x, scale, offset, dx in planes:
-        term = _f32(_dot(u, x)) * (scale * dx) + _f32(_i32(x)) * (offset * dx)
-        out = term if out is None else out + term
-    assert out is not None
-    return out
-
-
-def _bit(byte: Tensor, index: Tensor) -> Tensor:
-    """Bit ``index`` of each byte as 0 or 1 (uint8), by a mask: ``index`` changes per sub-block only, so the mask is
-    computed once per sub-block and the loop over bytes has no variable shift."""
-    return ((byte & (index.full_like(1) << index)) != 0).cast("uint8")
-
-
 def _k_nibbles(o: Operands, fifth: bool) -> Tensor:
     """Q4_K/Q5_K: sub-block 2c + h (elements 64c + 32h + l) is nibble h of the 32 bytes c (chosen by masks: no
     shift by an amount that changes from block to block), plus for Q5_K bit 2c + h of ``qh[l]`` as 16; each a block
@@ -210,36 +192,30 @@ def _q5_k(o: Operands) -> Tensor:
     return _k_nibbles(o, True)
 
 
-def _quarters(o: Operands, u: list[Tensor], scale: Tensor, offset: Tensor) -> Tensor:
-    """Q2_K/Q3_K/Q6_K: per 128 elements (half h) 4 quarters j of 32, ``u[j]`` ``(1, N, nb, 2, 32)``; sub-blocks of
-    16 with ``scale`` and ``offset`` ``(1, N, nb, 16)`` (sub-block 8h + 2j + l // 16)."""
-    x = o.x(2, 4, 2, 16)
-    dx = o.scale(2, 4, 1, 1)
-    scale = scale.reshape(1, o.n, o.nb, 2, 4, 2, 1)
-    offset = offset.reshape(1, o.n, o.nb, 2, 4, 2, 1)
-    return _planes(o, [(u[j].reshape(1, o.n, o.nb, 2, 2, 16), x[..., j, :, :], scale[..., j, :, :],
-                        offset[..., j, :, :], dx[..., j, :, :]) for j in range(4)])
-
-
-def _two_bit_planes(o: Operands) -> list[Tensor]:
-    """Q2_K/Q3_K: per 32 bytes (half h) the 4 two-bit planes j (elements 128h + 32j + l), ``(1, N, nb, 2, 32)``."""
-    qs = o.field("qs").reshape(1, o.n, o.nb, 2, 32)
-    return [(qs >> (2 * j)) & 3 for j in range(4)]
+def _two_bit_planes(o: Operands) -> Tensor:
+    """Q2_K/Q3_K: quarter j of half h (elements 128h + 32j + l) from bits 2j, 2j+1 of ``qs[h, l]``,
+    ``(1, N, nb, 2, 4, 32)``."""
+    qs = o.field("qs").reshape(1, o.n, o.nb, 2, 1, 32)
+    quarter = iota((1, 1, 1, 1, 4, 1), 4, qs.device)
+    return (qs.expand(1, o.n, o.nb, 2, 4, 32) >> (quarter * 2)) & 3
 
 
 def _q2_k(o: Operands) -> Tensor:
+    """Each quarter a block of 32 (``_block32``), scales and mins per 16."""
     sc, mn = q2_k_scales(o.b.bytes("scales"))
-    scale = o.f16("d") * _f32(sc).reshape(1, o.n, o.nb, 16)
-    offset = o.f16("dmin") * -1.0 * _f32(mn).reshape(1, o.n, o.nb, 16)
-    return _quarters(o, _two_bit_planes(o), scale, offset)
+    scale = o.f16("d", 2) * _f32(sc).reshape(1, o.n, o.nb, 8, 2)
+    offset = o.f16("dmin", 2) * -1.0 * _f32(mn).reshape(1, o.n, o.nb, 8, 2)
+    return _block32(o, _two_bit_planes(o).reshape(1, o.n, o.nb, 8, 32), scale, offset)
 
 
 def _q3_k(o: Operands) -> Tensor:
-    scale = o.f16("d") * _f32(q3_k_scales(o.b.bytes("scales"), o.b.n)).reshape(1, o.n, o.nb, 16)
-    hmask = o.field("hmask").reshape(1, o.n, o.nb, 1, 32)  # bit 4h + j of hmask[l]: element 128h + 32j + l
-    half = iota((1, 1, 1, 2, 1), 3, hmask.device)
-    u = [p | (_bit(hmask, half * 4 + j) << 2) for j, p in enumerate(_two_bit_planes(o))]  # q + 4
-    return _quarters(o, u, scale, scale * -4.0)
+    """Each quarter a block of 32 (``_block32``): its 2-bit plane and bit 4h + j of ``hmask[l]`` as 4 (q + 4);
+    scales per 16."""
+    scale = o.f16("d", 2) * _f32(q3_k_scales(o.b.bytes("scales"), o.b.n)).reshape(1, o.n, o.nb, 8, 2)
+    hmask = o.field("hmask").reshape(1, o.n, o.nb, 1, 32).expand(1, o.n, o.nb, 8, 32)
+    bit = iota((1, 1, 1, 8, 1), 3, hmask.device)  # 4h + j
+    u = _two_bit_planes(o).reshape(1, o.n, o.nb, 8, 32) | (((hmask >> bit) & 1) << 2)
+    return _block32(o, u, scale, scale * -4.0)
 
 
 def _q6_k(o: Operands) -> Tensor:
@@ -270,10 +246,10 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
     GGMLType.Q6_K: _q6_k,
 }
 
-# the types whose integer path is faster than the float one on a renderer that compiles byte dots. 32-element blocks
-# (SmolLM2's GEMV shapes, jitted, int / float time in one process, alternating, load ~9): Q4_0 1.25-1.37x,
-# Q4_1 1.27-1.33x, Q5_0 1.38-1.45x, Q5_1 1.35-1.40x, Q8_0 1.16-1.20x; K-quants (4096^2, load ~9-13): Q2_K 1.15x,
-# Q3_K 1.34x, Q4_K 1.29x, Q5_K 1.93x, Q6_K 1.38x.
+# the types whose integer path is faster than the float one on a renderer that compiles byte dots (GEMVs of SmolLM2's
+# shapes, jitted, int / float time in one process, alternating, load ~9-13): Q4_0 1.25-1.37x, Q4_1 1.27-1.33x,
+# Q5_0 1.38-1.45x, Q5_1 1.35-1.40x, Q8_0 1.16-1.20x, Q2_K 1.82-1.84x, Q3_K 2.21-2.29x, Q4_K 2.12-2.21x,
+# Q5_K 2.26-2.30x, Q6_K 2.35-2.45x.
 INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
                                                 GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K,
                                                 GGMLType.Q5_K, GGMLType.Q6_K})
