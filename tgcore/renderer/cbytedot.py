@@ -13,6 +13,8 @@ Out: the 4 steps zipped into one 32-byte vector per operand (byte ``4l + k`` = l
 """
 from __future__ import annotations
 
+import functools
+
 from tgcore.dtype import DType, dtypes
 from tgcore.uop import GroupOp, Ops, UOp
 
@@ -84,14 +86,26 @@ def _zip(steps: list[UOp]) -> UOp | None:
         return None
     known = [_constant_lanes(s) for s in srcs if s is not None]
     if all(k is not None for k in known):  # lane constants (shift amounts): folded
-        folded = [UOp(first.op, dt.scalar(), tuple(UOp.const(s.dtype.scalar(), k[lane])  # type: ignore[index, union-attr]
-                                                   for s, k in zip(srcs, known, strict=True)), first.arg).simplify()
-                  for lane in range(WIDE)]
-        if all(f.op is Ops.CONST for f in folded):
-            return UOp(Ops.VCONST, dt, (), tuple(f.arg for f in folded))
+        folded = _fold(first.op, first.arg, dt.scalar(), tuple(s.dtype.scalar() for s in srcs if s is not None),
+                       tuple(tuple(k) for k in known if k is not None))
+        if folded is not None:
+            return UOp(Ops.VCONST, dt, (), folded)
     if first.op in (Ops.SHR, Ops.SHL) and (split := _shift_pieces(first.op, srcs[0], srcs[1])) is not None:
         return split
     return UOp(first.op, dt, tuple(s for s in srcs if s is not None), first.arg)
+
+
+@functools.lru_cache(maxsize=256)
+def _fold(op: Ops, arg: object, dt: DType, src_dts: tuple[DType, ...], lanes: tuple[tuple[object, ...], ...]
+          ) -> tuple[object, ...] | None:
+    """``op`` of constant lanes, lane by lane (the same lanes recur in every row's and block's sum: cached)."""
+    out = []
+    for values in zip(*lanes, strict=True):
+        f = UOp(op, dt, tuple(UOp.const(d, v) for d, v in zip(src_dts, values, strict=True)), arg).simplify()
+        if f.op is not Ops.CONST:
+            return None
+        out.append(f.arg)
+    return tuple(out)
 
 
 def _shift_pieces(op: Ops, value: UOp | None, amount: UOp | None) -> UOp | None:
