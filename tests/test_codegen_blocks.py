@@ -71,3 +71,74 @@ def test_byte_dot_blocks_are_left_to_the_c_compiler(device):
     ops = {o.op for o in default_policy(prepare_kernel(item.ast, renderer), renderer, 1)}
     assert OptOps.BLOCK in ops
     assert (OptOps.UPCAST in ops) != renderer.compiles_byte_dots
+
+
+def _lane_ordered(t: Tensor) -> Tensor:
+    """(rows, blocks, 32) -> (rows, blocks * 32) summed as [k, l] = element 4l + k per block (tg-gguf's order)."""
+    rows, blocks, _ = t.shape
+    return t.reshape(rows, blocks, 8, 4).permute(0, 1, 3, 2).reshape(rows, blocks * 32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("rows,blocks", [(7, 3), (12, 5)])
+def test_byte_dots_in_lanes_of_neighbours_are_exact(rows, blocks, device):
+    """The integer dot product tg-gguf writes for 32-element blocks (each block summed in lanes of 4 neighbouring
+    bytes, a per-block scale and a per-block sum of the signed bytes): exact against numpy with integer scales. On
+    the C renderer each lane's 4 byte products become one call of the byte-dot helper (vpdpbusd), the lanes keep
+    their partial sums across blocks."""
+    rng = np.random.default_rng(rows * blocks)
+    u = rng.integers(0, 256, (rows, blocks, 32)).astype(np.uint8)
+    q = rng.integers(-128, 128, (1, blocks, 32)).astype(np.int8)
+    s = rng.integers(-4, 5, (rows, blocks, 1)).astype(np.float32)
+    m = rng.integers(-3, 4, (rows, blocks, 1)).astype(np.float32)
+    ut, qt = Tensor(u, device=device).realize(), Tensor(q, device=device).realize()
+    st, mt = Tensor(s, device=device).realize(), Tensor(m, device=device).realize()
+
+    def product() -> Tensor:
+        value = (ut.cast("int32") * qt.cast("int32")).cast("float32") * st + qt.cast("int32").cast("float32") * mt
+        return _lane_ordered(value).sum(-1)
+    ref = (s[..., 0].astype(np.int64) * (u.astype(np.int64) * q.astype(np.int64)).sum(-1)
+           + m[..., 0].astype(np.int64) * q.astype(np.int64).sum(-1)).sum(-1)
+    np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
+    if device != "CPU":
+        return
+    from tgcore.codegen import get_program
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
+    assert "tg_dot4_u8i8(" in get_program(item.ast, open_device(device).renderer).src
+
+
+@pytest.mark.parametrize("flags", [["-mavx2", "-mfma"], ["-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl",
+                                                         "-mavx512vnni"]], ids=["plain", "vnni"])
+def test_byte_dot_helper_matches_numpy(flags, tmp_path):
+    """The C renderer's byte-dot helper, built without and with VNNI (its two branches): lane l sums bytes
+    4l .. 4l+3 of an unsigned times a signed 32-byte vector, at the extremes of both ranges."""
+    import ctypes
+
+    from tgcore.renderer.cbytedot import DOT_PREAMBLE, DOT_TYPES
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.runtime.compiler import ClangCompiler, CompilerNotFoundError
+    from tgcore.runtime.cpufeatures import cpu_features
+    if "-mavx512vnni" in flags and not {"avx512_vnni", "avx512vl"} <= cpu_features().features:
+        pytest.skip("no AVX512-VNNI here")
+    if not {"avx2", "fma"} <= cpu_features().features:
+        pytest.skip("no AVX2 here")
+    src = "".join(vector_typedef(d) + "\n" for d in DOT_TYPES) + DOT_PREAMBLE + (
+        "void dot(const unsigned char* a, const signed char* b, int* out) {\n"
+        "  tg_uint8x32 x; tg_int8x32 y; __builtin_memcpy(&x, a, 32); __builtin_memcpy(&y, b, 32);\n"
+        "  tg_int32x8 r = tg_dot4_u8i8(x, y); __builtin_memcpy(out, &r, 32); }\n")
+    try:
+        lib_bytes = ClangCompiler(flags=["-O2", *flags, "-shared", "-fPIC"]).compile(src)
+    except CompilerNotFoundError:
+        pytest.skip("no C compiler")
+    path = tmp_path / "dot.so"
+    path.write_bytes(lib_bytes)
+    lib = ctypes.CDLL(str(path))
+    lib.dot.argtypes = [ctypes.c_void_p] * 3
+    rng = np.random.default_rng(len(flags))
+    for a, b in [(np.full(32, 255, np.uint8), np.full(32, -128, np.int8)),
+                 (rng.integers(0, 256, 32).astype(np.uint8), rng.integers(-128, 128, 32).astype(np.int8))]:
+        out = np.zeros(8, np.int32)
+        lib.dot(a.ctypes.data, b.ctypes.data, out.ctypes.data)
+        np.testing.assert_array_equal(out, (a.astype(np.int64) * b).reshape(8, 4).sum(-1))

@@ -48,8 +48,10 @@ MAX_UNROLL = 8   # copies made by unrolling on the plain vector path
 REDUCE_ROWS = 4  # output rows computed together by a vectorized reduction (each load of the shared input reused)
 WIDE_REDUCE_MIN = 1 << 16  # a reduction this long is summed in several vectors at once (else in one)
 INVARIANT_ROWS = 8  # products with at most this many rows sum each element in one row's order (batch invariance)
-BATCH_COPIES = 8  # a small batch's float product computes at most this many (batch row, weight row) pairs together
-BATCH_BYTE_COPIES = 32  # ... and its byte-dot product (scalar int32 accumulators)
+BATCH_COPIES = 8  # a small batch's float or lane byte-dot product computes at most this many (batch row, weight
+# row) pairs together
+BATCH_BYTE_COPIES = 32  # ... and its scalar byte-dot product (scalar int32 accumulators)
+BYTE_DOT_STEPS = 4  # a block of this many int32 vector steps sums bytes in lanes (4 byte products per lane and block)
 MAX_BLOCK_STEPS = 8  # a quantization block's inner loop longer than this many vector steps is split again (a loop
 # this short is unrolled by the C compiler: its index arithmetic folds)
 
@@ -178,6 +180,60 @@ def batch_unrolls(ranges: list[UOp], mains: list[UOp], number: dict[UOp, int], c
             *([Opt(OptOps.UNROLL, number[weight], weight_rows)] if weight_rows > 1 else [])]
 
 
+def _neighbours_in_lanes(mains: list[UOp], r: UOp, lanes: int) -> bool:
+    """Whether the main input's bytes along ``r`` are read in lanes of ``BYTE_DOT_STEPS`` neighbours: step ``r + 1``
+    ``BYTE_DOT_STEPS`` bytes on, step ``r + lanes`` one byte on (a block summed as ``[k, l]`` = element ``4l + k``),
+    the other loops at 0. Its per-block fields (scales) stay put."""
+    steps = set()
+    try:
+        for index in mains:
+            leaves = {u: 0 for u in index.toposort if u.op in (Ops.RANGE, Ops.DEFINE_VAR) and u is not r}
+            at = [eval_at(index, {**leaves, r: v}) for v in (0, 1, lanes)]
+            steps.add((at[1] - at[0], at[2] - at[0]))
+    except (ValueError, KeyError):
+        return False
+    return (BYTE_DOT_STEPS, 1) in steps and steps <= {(BYTE_DOT_STEPS, 1), (0, 0)}
+
+
+def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp], number: dict[UOp, int],
+                   simd_widths: dict[DType, int], mains: list[UOp], outputs: list[UOp]) -> list[Opt] | None:
+    """A sum of byte products in quantization blocks (``_byte_dot``), with ``REDUCE_ROWS`` output rows together:
+
+    - blocks of ``BYTE_DOT_STEPS`` int32 vectors whose bytes are read in lanes of 4 neighbours
+      (``_neighbours_in_lanes``; tg-gguf's blocks of 32): the reduced axis vectorized and blocked (a super-block
+      around them, when its factor can leave the sum over its blocks), each lane's int32 sum over a block one
+      multiply-add of 4 bytes on a renderer that has it (``vpdpbusd``), scaled in its lane and summed across lanes
+      after the last block;
+    - else (blocks of elements in order): the blocks only, each in-block sum a scalar loop that the C compiler
+      vectorizes (``Renderer.compiles_byte_dots``), its int32 lanes added per block.
+    None when the reduction runs over several axes."""
+    ranges = reduce_ranges or list(red.src[1:])
+    if len(ranges) != 1:
+        return None
+    r = ranges[0]
+    unroll = [Opt(OptOps.UNROLL, number[rows[0]], REDUCE_ROWS)] if rows else []
+    sizes = block_divisors(ast, r)
+    native = simd_widths.get(dtypes.int32, 0)
+    if native * BYTE_DOT_STEPS in sizes and _neighbours_in_lanes(mains, r, native):
+        # a second output axis (the other input's rows: sequences decoded at once) by 2: each block decoded once for
+        # both (vector code: which axes are unrolled does not change an element's rounding)
+        cols = [c for c in outputs if rows and c is not rows[0] and _size(c) % 2 == 0][:1]
+        unrolls = batch_unrolls(outputs, mains, number, BATCH_COPIES) or \
+            [*unroll, *(Opt(OptOps.UNROLL, number[c], 2) for c in cols)]
+        # a super-block's factor (a K-quant's d) leaves the sum over its blocks
+        outer = [Opt(OptOps.BLOCK, number[r], max(sizes) // native)] if max(sizes) > native * BYTE_DOT_STEPS else []
+        return [*unrolls, Opt(OptOps.UPCAST, number[r], native), *outer, Opt(OptOps.BLOCK, number[r], BYTE_DOT_STEPS)]
+    if not reduce_ranges:
+        return None
+    # the weight's rows unrolled whatever the number of the other input's rows: unrolling those instead changes how
+    # the C compiler vectorizes the scalar block loops, and with it the rounding (batch invariance)
+    rows = sorted(rows, key=lambda c: all(_stride(m, c) == 0 for m in mains))
+    unrolls = batch_unrolls(outputs, mains, number, BATCH_BYTE_COPIES) or \
+        ([Opt(OptOps.UNROLL, number[rows[0]], REDUCE_ROWS)] if rows else [])
+    nested = sorted({max(sizes), min(sizes)}, reverse=True) if sizes else []
+    return [*unrolls, *(Opt(OptOps.BLOCK, number[r], k) for k in nested if nested[0] % k == 0)]
+
+
 def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, byte_dots: bool = False) -> list[Opt]:
     """UPCAST and UNROLL records (see the module docstring) for ``ast``'s loops.
 
@@ -215,13 +271,10 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, b
         # native vectors (a long reduction)
         wide = lanes > acc_native > 1
         rows = row_candidates if not wide else []
-        if byte_dots and reduce_ranges and _byte_dot(reduces[0]):
-            red = reduce_ranges[0]
-            sizes = block_divisors(ast, red)
-            nested = sorted({max(sizes), min(sizes)}, reverse=True) if sizes else []
-            unrolls = batch_unrolls(ranges, mains, number, BATCH_BYTE_COPIES) or \
-                ([Opt(OptOps.UNROLL, number[row_candidates[0]], REDUCE_ROWS)] if row_candidates else [])
-            return [*unrolls, *(Opt(OptOps.BLOCK, number[red], k) for k in nested if nested[0] % k == 0)]
+        if byte_dots and _byte_dot(reduces[0]):
+            opts = _byte_dot_opts(ast, reduces[0], reduce_ranges, row_candidates, number, simd_widths, mains, ranges)
+            if opts is not None:
+                return opts
         if lanes:
             red = reduce_ranges[0]
             vector = Opt(OptOps.UPCAST, number[red], lanes)

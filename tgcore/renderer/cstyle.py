@@ -20,6 +20,7 @@ from typing import Any
 
 from tgcore.dtype import AddrSpace, DType, PtrDType, dtypes
 from tgcore.renderer import Renderer
+from tgcore.renderer.cbytedot import DOT_PREAMBLE, DOT_TYPES, byte_dot, uses_byte_dot
 from tgcore.runtime.cpufeatures import chosen_isa_level, cpu_features
 from tgcore.uop import Ops, RangeKind, UOp
 from tgcore.uop.pattern import PatternMatcher, UPat
@@ -294,6 +295,8 @@ def _const_value(u: UOp) -> Any:
     """The value of a constant, or of a vector of one constant in every lane; else None."""
     if u.op is Ops.VECTORIZE and all(s is u.src[0] for s in u.src):
         u = u.src[0]
+    if u.op is Ops.VCONST and all(x == u.arg[0] for x in u.arg):
+        return u.arg[0]
     return u.arg if u.op is Ops.CONST else None
 
 
@@ -430,7 +433,9 @@ class CRenderer(Renderer):
                    dtypes.uint64: 4}
     emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})  # computed in float32, rounded per op
     # the host's byte order: an int assembled from consecutive bytes is one load (little-endian hosts only)
-    legalize = PatternMatcher([(UPat(Ops.OR, name="x"), combine_byte_loads)]) if sys.byteorder == "little" else None
+    # and a lane's sum of 4 byte products (a quantization block's, in int32 lanes) is one multiply-add of bytes
+    legalize = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot)]
+                              + ([(UPat(Ops.OR, name="x"), combine_byte_loads)] if sys.byteorder == "little" else []))
 
     def __init__(self, compiler: Any = None) -> None:
         """``compiler``: what builds the C (default: a ``ClangCompiler``). The machine facts (``vector_bits``,
@@ -458,6 +463,9 @@ class CRenderer(Renderer):
             if u.op in (Ops.SHL, Ops.SHR) and _shift_in_range(u):  # no guard: a loop with it is not vectorized
                 return _plain_shift(u.op, dt, a[0], a[1])
             return self._scalar_alu(u.op, dt, sdt, a, const_div, overflow)
+        factor = _const_value(u.src[1]) if u.op in (Ops.MUL, Ops.IDIV) and dtypes.is_unsigned(dt.scalar()) else None
+        if isinstance(factor, int) and factor > 0 and factor & (factor - 1) == 0:  # x86 has no byte mul or div
+            return f"({a[0]}{'<<' if u.op is Ops.MUL else '>>'}{factor.bit_length() - 1})"
         native = u.op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.AND, Ops.OR, Ops.XOR, Ops.NEG) or (
             u.op in (Ops.SHL, Ops.SHR) and _shift_in_range(u))
         if native and dt.scalar() is not dtypes.bool and all(s.dtype == dt for s in u.src):
@@ -640,7 +648,9 @@ class CRenderer(Renderer):
             elif op is Ops.SINK:
                 pass
             else:
-                if op is Ops.CAST:
+                if op is Ops.CUSTOMI:  # a call of a helper of the preamble
+                    expr = f"{u.arg}({', '.join(names[s] for s in u.src)})"
+                elif op is Ops.CAST:
                     expr = self._cast(u, names[u.src[0]])
                 elif op is Ops.BITCAST:
                     expr = self._bitcast(u, names[u.src[0]])
@@ -666,6 +676,9 @@ class CRenderer(Renderer):
         if any(u.op is Ops.CAST and (u.src[0].dtype, u.dtype) in HALF_TO_FLOAT for u in kernel):
             vectors = sorted(set(vectors) | {dtypes.float16.vec(8), dtypes.float32.vec(8)}, key=lambda d: d.name)
             helpers += HALF_PREAMBLE
+        if uses_byte_dot(kernel):
+            vectors = sorted(set(vectors) | set(DOT_TYPES), key=lambda d: d.name)
+            helpers += DOT_PREAMBLE
         typedefs = "".join(vector_typedef(d) + "\n" for d in vectors)
         return PREAMBLE + typedefs + helpers + head + "\n" + "\n".join(decls + body) + "\n}\n"
 

@@ -116,6 +116,20 @@ def test_rows_do_not_depend_on_the_batch(gtype):
             assert_bits_equal(alone[i], together[i])
 
 
+@pytest.mark.parametrize("batch", [BATCH, 4])
+@pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.Q5_1, GGMLType.Q4_K, GGMLType.Q6_K], ids=lambda t: t.name)
+def test_short_rows_do_not_depend_on_the_batch(gtype, batch):
+    """A row's result is the same bits alone and in a batch (batched LLM decode relies on it; 4 rows: the batch's
+    rows are unrolled too)."""
+    block = BLOCK_LAYOUT[gtype][0]
+    k = 2 * block if block > 32 else 256
+    raw = Tensor(random_blocks(gtype, 12 * k // block, seed=5, small=True), device="CPU")
+    x = np.random.default_rng(2).standard_normal((batch, k)).astype(np.float32)
+    together = int_matmul(Tensor(x, device="CPU"), raw, gtype, (12, k)).numpy()
+    alone = int_matmul(Tensor(x[1:2], device="CPU"), raw, gtype, (12, k)).numpy()
+    assert_bits_equal(alone[0], together[1])
+
+
 @pytest.mark.parametrize("device", ["PYTHON", "CPU:X86"])
 def test_other_devices_compute_the_same(device):
     """The integer path is tensor ops: the interpreter and the x86 backend give the exact result too."""

@@ -11,11 +11,17 @@ How: a weight's integers are read as unsigned bytes ``u`` (a type's signed range
     dx * (scale * sum_i u_i * xq_i + offset * sum_i xq_i)
 
 with ``scale`` and ``offset`` the weight's per-(sub-)block factors and ``dx`` the activation block's scale. Each
-type below writes that sum as tensor ops over the weight's elements in the order its bytes hold them. The
-codegen takes it from there: it moves the per-block factors out of the in-block sums and sums the byte products
-in int32 (``tgcore.codegen.upcast.factor_blocks``: exact, so the float and integer sums agree), and on a renderer
-whose compiler vectorizes such loops (``Renderer.compiles_byte_dots``: the C renderer) leaves them scalar for
-gcc or clang to turn into multiply-adds of bytes (``vpdpbusd`` with AVX-VNNI, ``vpmaddubsw`` on AVX2).
+type below writes that sum as tensor ops over the weight's elements. The codegen takes it from there: it moves the
+per-block factors out of the in-block sums and sums the byte products in int32
+(``tgcore.codegen.upcast.factor_blocks``: exact, so the float and integer sums agree). On a renderer whose
+compiler vectorizes byte dots (``Renderer.compiles_byte_dots``: the C renderer):
+
+every type sums each block of 32 (a K-quant's sub-blocks of 32, ``_block32``) in the order ``[k, l]`` = element
+``4l + k`` (``_by_lane``): vectorized by 8, lane ``l`` sums 4 neighbouring elements in int32 (one ``vpdpbusd`` per
+block and row: ``tgcore.renderer.cbytedot``), scales it in its lane and keeps a float partial sum across blocks;
+the lanes are added once per row, as llama.cpp's AVX2 ``ggml_vec_dot_q4_1_q8_1`` does. A K-quant's ``d`` leaves
+the sum over its sub-blocks; the C compiler unrolls the 8 sub-blocks of a super-block, so their bit-field shifts
+are constants.
 
 ``INT_DOT_TYPES`` (data) says which types take this path where it is available; ``uses_int_dot`` decides.
 Rounding: activations are rounded to nearest (ties to even), so results differ from the float path by the
@@ -100,137 +106,131 @@ class Operands:
         return self.dx.reshape(*self.dx.shape[:3], *shape)
 
 
-def _halves(o: Operands, lo: Tensor, hi: Tensor, scale: Tensor, offset: Tensor) -> Tensor:
-    """A 32-element block whose 16 bytes hold elements ``l`` (``lo``) and ``16 + l`` (``hi``), one scale/offset."""
-    x = o.x(2, 16)
-    xl, xh = x[..., 0, :], x[..., 1, :]
-    dx = o.scale(1)
-    # one product per conversion: each becomes an int32 accumulator of its own (a loop gcc turns into vpdpbusd)
-    return ((_f32(_dot(lo, xl)) + _f32(_dot(hi, xh))) * (scale * dx)
-            + (_f32(_i32(xl)) + _f32(_i32(xh))) * (offset * dx))
+def _by_lane(t: Tensor) -> Tensor:
+    """``(..., 32)`` -> ``(..., 4, 8)`` with ``[k, l]`` = element ``4l + k``: summed in this order and vectorized by 8
+    (``heuristic.BYTE_DOT_STEPS``), lane ``l`` sums 4 neighbouring elements, one multiply-add of 4 bytes
+    (``vpdpbusd``) per block on a renderer that has it, and keeps its float partial sum across blocks."""
+    return t.reshape(*t.shape[:-1], 8, 4).permute(*range(t.ndim - 1), t.ndim, t.ndim - 1)
+
+
+def _block32(o: Operands, u: Tensor, scale: Tensor, offset: Tensor) -> Tensor:
+    """Blocks of 32 elements: ``u`` ``(1, N, nb, S, 32)`` their unsigned integers in element order (``S`` blocks of 32
+    per weight block), a scale and an offset per block of 32 ``(1, N, nb, S)``, or per ``G`` groups of ``32 / G``
+    elements ``(1, N, nb, S, G)``. One product over each block, in lanes of 4 neighbouring elements (``_by_lane``:
+    a group's lanes share its factors)."""
+    subs = u.shape[3]
+    x = _by_lane(o.x(subs, 32))
+    dx = o.scale(subs, 1, 1)
+
+    def per_lane(t: Tensor) -> Tensor:
+        groups = t.shape[4] if t.ndim == 5 else 1
+        t = t.reshape(1, o.n, o.nb, subs, 1, groups, 1).expand(1, o.n, o.nb, subs, 1, groups, 8 // groups)
+        return t.reshape(1, o.n, o.nb, subs, 1, 8)
+    return _f32(_dot(_by_lane(u), x)) * (per_lane(scale) * dx) + _f32(_i32(x)) * (per_lane(offset) * dx)
+
+
+def _nibbles(o: Operands) -> Tensor:
+    """Q4/Q5: the 16 bytes' low nibbles (elements 0..15), then their high ones (16..31), ``(1, N, nb, 1, 32)``."""
+    return spread(o.field("qs"), 3, 2, 4).reshape(1, o.n, o.nb, 1, 32)
 
 
 def _q4_0(o: Operands) -> Tensor:
-    qs, d = o.field("qs"), o.f16("d")
-    return _halves(o, qs & 15, qs >> 4, d, d * -8.0)
+    d = o.f16("d")
+    return _block32(o, _nibbles(o), d, d * -8.0)
 
 
 def _q4_1(o: Operands) -> Tensor:
-    qs = o.field("qs")
-    return _halves(o, qs & 15, qs >> 4, o.f16("d"), o.f16("m"))
+    return _block32(o, _nibbles(o), o.f16("d"), o.f16("m"))
 
 
-def _fifth(o: Operands) -> tuple[Tensor, Tensor]:
-    """Q5_0/Q5_1: the fifth bits of elements ``l`` and ``16 + l``, as 0 or 16 (uint8, ``(1, N, nb, 16)``)."""
-    qh = o.b.uint("qh").reshape(1, o.n, o.nb)
-    bits = spread(qh, 3, 32, 1).cast("uint8") << 4  # (1, N, nb, 32): bit j for element j
-    return bits[..., :16], bits[..., 16:]
+def _fifth(o: Operands) -> Tensor:
+    """Q5_0/Q5_1: bit j of the block's 32-bit ``qh`` (byte j // 8, bit j % 8) as 0 or 16 for element j,
+    ``(1, N, nb, 32)`` uint8. With ``m = 1 << (j % 8)``, ``(byte & m) + (128 - m)`` has its top bit set exactly when
+    the bit is: no shift by an amount that changes from lane to lane (x86 has none for bytes)."""
+    qh = o.field("qh").reshape(1, o.n, o.nb, 4, 1)
+    mask = iota((1, 1, 1, 1, 8), 4, qh.device, "uint8").full_like(1) << iota((1, 1, 1, 1, 8), 4, qh.device, "uint8")
+    top = (qh & mask) + (mask.full_like(128) - mask)
+    return ((top >> 3) & 16).reshape(1, o.n, o.nb, 1, 32)
 
 
 def _q5_0(o: Operands) -> Tensor:
-    qs, d = o.field("qs"), o.f16("d")
-    hl, hh = _fifth(o)
-    return _halves(o, (qs & 15) | hl, (qs >> 4) | hh, d, d * -16.0)
+    d = o.f16("d")
+    return _block32(o, _nibbles(o) | _fifth(o), d, d * -16.0)
 
 
 def _q5_1(o: Operands) -> Tensor:
-    qs = o.field("qs")
-    hl, hh = _fifth(o)
-    return _halves(o, (qs & 15) | hl, (qs >> 4) | hh, o.f16("d"), o.f16("m"))
+    return _block32(o, _nibbles(o) | _fifth(o), o.f16("d"), o.f16("m"))
 
 
 def _q8_0(o: Operands) -> Tensor:
-    d, x, dx = o.f16("d"), o.x(32), o.scale(1)
-    u = o.field("qs") ^ 0x80  # q + 128
-    return _f32(_dot(u, x)) * (d * dx) + _f32(_i32(x)) * (d * -128.0 * dx)
+    d = o.f16("d")
+    return _block32(o, (o.field("qs") ^ 0x80).reshape(1, o.n, o.nb, 1, 32), d, d * -128.0)  # u = q + 128
 
 
-def _planes(o: Operands, planes: list[tuple[Tensor, Tensor, Tensor, Tensor, Tensor]]) -> Tensor:
-    """The sum over several planes of a block, each ``(u, x, scale, offset, dx)`` of broadcastable shapes, read
-    with constant shifts in the same loop over bytes (a shift by an amount that changes from one sub-block to the
-    next is taken apart by the C compiler: x86 has no byte shifts): one int32 accumulator per plane and row."""
-    out = None
-    for u, x, scale, offset, dx in planes:
-        term = _f32(_dot(u, x)) * (scale * dx) + _f32(_i32(x)) * (offset * dx)
-        out = term if out is None else out + term
-    assert out is not None
-    return out
-
-
-def _bit(byte: Tensor, index: Tensor) -> Tensor:
-    """Bit ``index`` of each byte as 0 or 1 (uint8), by a mask: ``index`` changes per sub-block only, so the mask is
-    computed once per sub-block and the loop over bytes has no variable shift."""
-    return ((byte & (index.full_like(1) << index)) != 0).cast("uint8")
-
-
-def _k_nibble_planes(o: Operands, high_bits: Tensor | None) -> list[Tensor]:
-    """Q4_K/Q5_K: per 64 elements (``(1, N, nb, 4, 32)``) the low nibbles (sub-block 2c) and the high ones (2c+1),
-    with the fifth bits of Q5_K (``high_bits``: qh ``(1, N, nb, 1, 32)``, bit i for sub-block i)."""
-    qs = o.field("qs").reshape(1, o.n, o.nb, 4, 32)
-    planes = [qs & 15, qs >> 4]
-    if high_bits is None:
-        return planes
-    chunk = iota((1, 1, 1, 4, 1), 3, qs.device)
-    return [p | (_bit(high_bits, chunk * 2 + h) << 4) for h, p in enumerate(planes)]
-
-
-def _k_nibbles(o: Operands, high_bits: Tensor | None) -> Tensor:
+def _k_nibbles(o: Operands, fifth: bool) -> Tensor:
+    """Q4_K/Q5_K: sub-block 2c + h (elements 64c + 32h + l) is nibble h of the 32 bytes c (chosen by masks: no
+    shift by an amount that changes from block to block), plus for Q5_K bit 2c + h of ``qh[l]`` as 16; each a block
+    of 32 (``_block32``), ``d`` and ``dmin`` per super-block, 6-bit scales and mins per sub-block."""
     sc, mn = k_scales_mins(o.b.bytes("scales"), o.b.n)
-    d, dmin = o.f16("d", 3), o.f16("dmin", 3)
-    scale = (d * _f32(sc).reshape(1, o.n, o.nb, 4, 2, 1))
-    offset = (dmin * -1.0 * _f32(mn).reshape(1, o.n, o.nb, 4, 2, 1))
-    x, dx = o.x(4, 2, 32), o.scale(4, 2, 1)
-    planes = _k_nibble_planes(o, high_bits)
-    return _planes(o, [(planes[h], x[..., h, :], scale[..., h, :], offset[..., h, :], dx[..., h, :])
-                       for h in range(2)])
+    scale = o.f16("d", 1) * _f32(sc).reshape(1, o.n, o.nb, 8)
+    offset = o.f16("dmin", 1) * -1.0 * _f32(mn).reshape(1, o.n, o.nb, 8)
+    qs = o.field("qs").reshape(1, o.n, o.nb, 4, 1, 32)
+    high = iota((1, 1, 1, 1, 2, 1), 4, qs.device)
+    u = ((qs & ((high.full_like(1) - high) * 15)) | ((qs >> 4) & (high * 15))).reshape(1, o.n, o.nb, 8, 32)
+    if fifth:
+        sub = iota((1, 1, 1, 8, 1), 3, qs.device)
+        qh = o.field("qh").reshape(1, o.n, o.nb, 1, 32).expand(1, o.n, o.nb, 8, 32)
+        u = u | (((qh >> sub) & 1) << 4)
+    return _block32(o, u, scale, offset)
 
 
 def _q4_k(o: Operands) -> Tensor:
-    return _k_nibbles(o, None)
+    return _k_nibbles(o, False)
 
 
 def _q5_k(o: Operands) -> Tensor:
-    return _k_nibbles(o, o.field("qh").reshape(1, o.n, o.nb, 1, 32))
+    return _k_nibbles(o, True)
 
 
-def _quarters(o: Operands, u: list[Tensor], scale: Tensor, offset: Tensor) -> Tensor:
-    """Q2_K/Q3_K/Q6_K: per 128 elements (half h) 4 quarters j of 32, ``u[j]`` ``(1, N, nb, 2, 32)``; sub-blocks of
-    16 with ``scale`` and ``offset`` ``(1, N, nb, 16)`` (sub-block 8h + 2j + l // 16)."""
-    x = o.x(2, 4, 2, 16)
-    dx = o.scale(2, 4, 1, 1)
-    scale = scale.reshape(1, o.n, o.nb, 2, 4, 2, 1)
-    offset = offset.reshape(1, o.n, o.nb, 2, 4, 2, 1)
-    return _planes(o, [(u[j].reshape(1, o.n, o.nb, 2, 2, 16), x[..., j, :, :], scale[..., j, :, :],
-                        offset[..., j, :, :], dx[..., j, :, :]) for j in range(4)])
-
-
-def _two_bit_planes(o: Operands) -> list[Tensor]:
-    """Q2_K/Q3_K: per 32 bytes (half h) the 4 two-bit planes j (elements 128h + 32j + l), ``(1, N, nb, 2, 32)``."""
-    qs = o.field("qs").reshape(1, o.n, o.nb, 2, 32)
-    return [(qs >> (2 * j)) & 3 for j in range(4)]
+def _two_bit_planes(o: Operands) -> Tensor:
+    """Q2_K/Q3_K: quarter j of half h (elements 128h + 32j + l) from bits 2j, 2j+1 of ``qs[h, l]``,
+    ``(1, N, nb, 2, 4, 32)``."""
+    qs = o.field("qs").reshape(1, o.n, o.nb, 2, 1, 32)
+    quarter = iota((1, 1, 1, 1, 4, 1), 4, qs.device)
+    return (qs.expand(1, o.n, o.nb, 2, 4, 32) >> (quarter * 2)) & 3
 
 
 def _q2_k(o: Operands) -> Tensor:
+    """Each quarter a block of 32 (``_block32``), scales and mins per 16."""
     sc, mn = q2_k_scales(o.b.bytes("scales"))
-    scale = o.f16("d") * _f32(sc).reshape(1, o.n, o.nb, 16)
-    offset = o.f16("dmin") * -1.0 * _f32(mn).reshape(1, o.n, o.nb, 16)
-    return _quarters(o, _two_bit_planes(o), scale, offset)
+    scale = o.f16("d", 2) * _f32(sc).reshape(1, o.n, o.nb, 8, 2)
+    offset = o.f16("dmin", 2) * -1.0 * _f32(mn).reshape(1, o.n, o.nb, 8, 2)
+    return _block32(o, _two_bit_planes(o).reshape(1, o.n, o.nb, 8, 32), scale, offset)
 
 
 def _q3_k(o: Operands) -> Tensor:
-    scale = o.f16("d") * _f32(q3_k_scales(o.b.bytes("scales"), o.b.n)).reshape(1, o.n, o.nb, 16)
-    hmask = o.field("hmask").reshape(1, o.n, o.nb, 1, 32)  # bit 4h + j of hmask[l]: element 128h + 32j + l
-    half = iota((1, 1, 1, 2, 1), 3, hmask.device)
-    u = [p | (_bit(hmask, half * 4 + j) << 2) for j, p in enumerate(_two_bit_planes(o))]  # q + 4
-    return _quarters(o, u, scale, scale * -4.0)
+    """Each quarter a block of 32 (``_block32``): its 2-bit plane and bit 4h + j of ``hmask[l]`` as 4 (q + 4);
+    scales per 16."""
+    scale = o.f16("d", 2) * _f32(q3_k_scales(o.b.bytes("scales"), o.b.n)).reshape(1, o.n, o.nb, 8, 2)
+    hmask = o.field("hmask").reshape(1, o.n, o.nb, 1, 32).expand(1, o.n, o.nb, 8, 32)
+    bit = iota((1, 1, 1, 8, 1), 3, hmask.device)  # 4h + j
+    u = _two_bit_planes(o).reshape(1, o.n, o.nb, 8, 32) | (((hmask >> bit) & 1) << 2)
+    return _block32(o, u, scale, scale * -4.0)
 
 
 def _q6_k(o: Operands) -> Tensor:
-    ql = o.field("ql").reshape(1, o.n, o.nb, 2, 2, 32)  # (half, byte half, l): quarter j = 2 * nibble + byte half
-    qh = o.field("qh").reshape(1, o.n, o.nb, 2, 32)  # (half, l): bits 2j, 2j+1 for quarter j
-    u = [((ql[..., j % 2, :] >> (4 * (j // 2))) & 15) | (((qh >> (2 * j)) & 3) << 4) for j in range(4)]  # q + 32
+    """Quarter j of half h (elements 128h + 32j + l) a block of 32 (``_block32``): the low 4 bits from nibble j // 2
+    of ``ql[h, j % 2, l]``, the top 2 from bits 2j, 2j+1 of ``qh[h, l]``; scales per 16."""
+    ql = o.field("ql").reshape(1, o.n, o.nb, 2, 1, 2, 32)  # (half, -, byte half, l)
+    qh = o.field("qh").reshape(1, o.n, o.nb, 2, 1, 32)  # (half, -, l)
+    nibble = iota((1, 1, 1, 1, 2, 1, 1), 4, ql.device)
+    low = (ql.expand(1, o.n, o.nb, 2, 2, 2, 32) >> (nibble * 4)) & 15  # (half, nibble, byte half, l): j = 2n + b
+    quarter = iota((1, 1, 1, 1, 4, 1), 4, qh.device)
+    top = ((qh.expand(1, o.n, o.nb, 2, 4, 32) >> (quarter * 2)) & 3) << 4
+    u = low.reshape(1, o.n, o.nb, 2, 4, 32) | top  # q + 32
     scale = o.f16("d") * _f32(o.field("scales").bitcast("int8"))
-    return _quarters(o, u, scale, scale * -32.0)
+    scale = scale.reshape(1, o.n, o.nb, 8, 2)
+    return _block32(o, u.reshape(1, o.n, o.nb, 8, 32), scale, scale * -32.0)
 
 
 SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
@@ -246,13 +246,12 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
     GGMLType.Q6_K: _q6_k,
 }
 
-# the types whose integer path is faster than the float one on a renderer that compiles byte dots (4096^2 GEMV,
-# plugins/tg-gguf/bench/gguf.py, jitted int / float time, one run at load ~9-13: Q8_0 1.02x, Q2_K 1.15x,
-# Q3_K 1.34x, Q4_K 1.29x, Q5_K 1.93x, Q6_K 1.38x). The 32-element types are not (Q4_0 0.96x, Q4_1 0.83x,
-# Q5_0 0.36x, Q5_1 0.35x): a block's byte dot is 16 bytes (two nibble planes) whose int32 accumulators are summed
-# across lanes every block, which costs what the float path's per-element work does; Q5's fifth bits are
-# per-lane variable shifts.
-INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K,
+# the types whose integer path is faster than the float one on a renderer that compiles byte dots (GEMVs of SmolLM2's
+# shapes, jitted, int / float time in one process, alternating, load ~9-13): Q4_0 1.25-1.37x, Q4_1 1.27-1.33x,
+# Q5_0 1.38-1.45x, Q5_1 1.35-1.40x, Q8_0 1.16-1.20x, Q2_K 1.82-1.84x, Q3_K 2.21-2.29x, Q4_K 2.12-2.21x,
+# Q5_K 2.26-2.30x, Q6_K 2.35-2.45x.
+INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
+                                                GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K,
                                                 GGMLType.Q5_K, GGMLType.Q6_K})
 
 

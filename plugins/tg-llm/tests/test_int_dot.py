@@ -18,10 +18,15 @@ from llm_testutil import require_gguf
 from tiny_gguf import TinySpec, write_tiny_gguf
 
 K_MIX = (("ffn_down.weight", "Q6_K"), ("attn_v.weight", "Q8_0"))  # like a Q4_K_M file
-# Q4_K with Q6_K and Q8_0 tensors: the three integer-path types a Q4_K_M file holds (one model: each costs compiles)
+# the 32-element types, summed in lanes of 4 neighbouring elements (vpdpbusd): what a small model's Q4_K_M file
+# falls back to where its dims are no multiple of 256 (Q5_0), and the bundled SmolLM2's Q4_1 with its Q8_0 output
+MIX_32 = (("ffn_down.weight", "Q4_1"), ("attn_v.weight", "Q5_1"), ("attn_q.weight", "Q4_0"), ("output.weight", "Q8_0"))
+# Q4_K with Q6_K and Q8_0 tensors: the three integer-path types a Q4_K_M file holds (one model each: compiles)
 SPECS = {
     "llama-q4_k_m": TinySpec("llama", dim=256, n_heads=4, n_kv_heads=2, head_dim=64, ffn_dim=512, tied=False,
                              quant="Q4_K", quant_overrides=K_MIX, seed=40),
+    "llama-q5_0": TinySpec("llama", dim=160, n_heads=5, n_kv_heads=1, head_dim=32, ffn_dim=416, tied=False,
+                           quant="Q5_0", quant_overrides=MIX_32, seed=41),
 }
 N_PROMPT = 16
 N_GREEDY = 8

@@ -101,6 +101,12 @@ FUSED_PREFILL_CAPTURES = 16
 
 # ---------------------------------------------------------------------------------------------- model
 
+def _integer_inputs(weights: list[Any]) -> bool:
+    """Whether every product with ``weights`` runs as integer dot products (``QuantizedMatrix.integer_path``): its
+    input is then read by the activations' quantization only, not by each group of output rows."""
+    return all(getattr(w, "integer_path", False) for w in weights)
+
+
 @dataclass
 class _Layer:
     kind: int  # index into Model.kinds: which cache length, window, rotation and inputs this layer uses
@@ -706,7 +712,8 @@ class Model:
     def _logits(self, x: Any, dense: bool) -> Any:
         cfg = self.config
         w = self.output.dequantized.contiguous() if dense else self.output
-        logits = linear(rms_norm(x, self.output_norm, cfg.norm_eps).contiguous(), w)
+        h = rms_norm(x, self.output_norm, cfg.norm_eps)
+        logits = linear(h if not dense and _integer_inputs([w]) else h.contiguous(), w)
         if cfg.final_softcap:
             logits = softcap(logits, cfg.final_softcap)
         return logits.contiguous()
@@ -729,10 +736,15 @@ class Model:
         def w(weight: Any) -> Any:  # (out, in), dense: a view of an (in, out) buffer
             return weight.dequantized.T.contiguous().T if dense else weight
 
-        def normed(v: Any, weight: Any) -> Any:  # a buffer of its own, else each group of output rows recomputes it
-            return rms_norm(v, weight, cfg.norm_eps).contiguous()
+        def once(v: Any, weights: list[Any]) -> Any:
+            """``v`` as a buffer of its own, else each group of output rows of a float product recomputes it; left
+            lazy for integer products (``_integer_inputs``): their quantization's two kernels read it once each."""
+            return v if not dense and _integer_inputs(weights) else v.contiguous()
 
-        h = normed(x, layer.attn_norm)
+        def normed(v: Any, weight: Any, weights: list[Any]) -> Any:
+            return once(rms_norm(v, weight, cfg.norm_eps), weights)
+
+        h = normed(x, layer.attn_norm, layer.wqkv)
         qkv = linear_parts(h, [w(m) for m in layer.wqkv], layer.bqkv).contiguous().realize()  # (T, (nh+2nkv)*hd)
         q = qkv.shrink((None, (0, nh * hd))).reshape(t, nh, hd)
         k = qkv.shrink((None, (nh * hd, (nh + nkv) * hd))).reshape(t, nkv, hd)
@@ -767,12 +779,12 @@ class Model:
         if layer.post_attn_norm is not None:
             out = rms_norm(out.contiguous(), layer.post_attn_norm, cfg.norm_eps)
         x = (x + out).contiguous().realize()  # (else the FFN kernels recompute it)
-        h = normed(x, layer.ffn_norm)
+        h = normed(x, layer.ffn_norm, layer.w_gate_up)
         ffn = cfg.ffn_dim
         gate_up = linear_parts(h, [w(m) for m in layer.w_gate_up]).contiguous()  # (T, 2 ffn): both halves
         gate, up = gate_up.shrink((None, (0, ffn))), gate_up.shrink((None, (ffn, 2 * ffn)))
         act = gate.silu() if cfg.arch.activation == "silu" else gate.gelu(approximate="tanh")
-        up = (act * up).contiguous()  # (as above: the activation once)
+        up = once(act * up, [layer.w_down])  # (as above: the activation once)
         out = linear(up, w(layer.w_down))
         if layer.post_ffn_norm is not None:
             out = rms_norm(out.contiguous(), layer.post_ffn_norm, cfg.norm_eps)

@@ -1,0 +1,220 @@
+"""C renderer: a quantization block's byte dot product per vector lane as one multiply-add of bytes.
+
+In:  a kernel in REDUCE form after the optimizations (vectorized): an int32 sum over a loop of 4 steps ``k`` of
+     8-lane products of widened bytes, ``sum_k int(a_k) * int(b_k)`` (``a_k`` unsigned, ``b_k`` signed bytes; a
+     sum of ``int(b_k)`` alone is one with ``a_k = 1``). tg-gguf's integer products sum each 32-element block so,
+     lane ``l`` over the block's elements ``4l + k`` (``heuristic.BYTE_DOT_STEPS``): lanes 4 bytes apart, each
+     step's vector gathered byte by byte.
+Out: the 4 steps zipped into one 32-byte vector per operand (byte ``4l + k`` = lane ``l`` of step ``k``: the same
+     elementwise ops on 32 lanes), whose bytes, read from consecutive addresses, are whole vector loads again, and
+     the sum as a call of ``tg_dot4_u8i8(a, b)`` (a ``CUSTOMI``): one ``vpdpbusd`` with AVX512-VNNI or AVX-VNNI,
+     the same sum in plain vector C elsewhere. Exact either way: 4 products of a byte by a signed byte fit an int32,
+     and ``vpdpbusd`` does not saturate.
+"""
+from __future__ import annotations
+
+import functools
+
+from tgcore.dtype import DType, dtypes
+from tgcore.uop import GroupOp, Ops, UOp
+
+DOT_STEPS = 4  # the bytes one lane multiplies and adds (vpdpbusd)
+DOT_LANES = 8
+DOT_HELPER = "tg_dot4_u8i8"
+UNSIGNED, SIGNED, RESULT = dtypes.uint8.vec(DOT_LANES), dtypes.int8.vec(DOT_LANES), dtypes.int32.vec(DOT_LANES)
+WIDE = DOT_STEPS * DOT_LANES
+
+
+def _byte_operands(value: UOp) -> tuple[UOp, UOp] | None:
+    """``(a, b)`` when ``value`` is ``int32(a) * int32(b)`` (``a`` unsigned, ``b`` signed 8-lane bytes, either
+    order) or ``int32(b)`` (then ``a`` is ones)."""
+    if value.op is Ops.CAST and value.src[0].dtype == SIGNED:
+        return UOp.const(UNSIGNED, 1), value.src[0]
+    if value.op is not Ops.MUL or any(s.op is not Ops.CAST for s in value.src):
+        return None
+    x, y = (s.src[0] for s in value.src)
+    if (x.dtype, y.dtype) == (SIGNED, UNSIGNED):
+        x, y = y, x
+    return (x, y) if (x.dtype, y.dtype) == (UNSIGNED, SIGNED) else None
+
+
+def _scalar(u: UOp) -> UOp:
+    """A lane taken from an ungated vector load (GEP) as the scalar load of its address."""
+    at = _load_at(u.src[0], vector=True) if u.op is Ops.GEP and len(u.arg) == 1 else None
+    if at is None:
+        return u
+    buf, index = at
+    return UOp(Ops.LOAD, u.dtype, (UOp(Ops.INDEX, u.src[0].src[0].dtype, (buf, (index + u.arg[0]).simplify())),))
+
+
+def _constant_lanes(u: UOp) -> list[object] | None:
+    if u.op is Ops.CONST:
+        return [u.arg] * u.dtype.count
+    return list(u.arg) if u.op is Ops.VCONST else None
+
+
+def _lanes(u: UOp) -> list[UOp] | None:
+    """The scalar lanes of a VECTORIZE, or of a broadcast constant; None for anything else."""
+    if u.op is Ops.VECTORIZE:
+        return [_scalar(x) for x in u.src]
+    if u.op is Ops.CONST:
+        return [UOp.const(u.dtype.scalar(), u.arg)] * u.dtype.count
+    if u.op is Ops.VCONST:
+        return [UOp.const(u.dtype.scalar(), v) for v in u.arg]
+    return None
+
+
+def _zip(steps: list[UOp]) -> UOp | None:
+    """One 32-lane value whose lane ``4l + k`` is lane ``l`` of ``steps[k]``: elementwise ops of one shape zipped
+    source by source, their lanes (VECTORIZE, constants) interleaved. None when the steps differ in shape."""
+    first = steps[0]
+    dt = first.dtype.scalar().vec(WIDE)
+    if all(s is first for s in steps) and first.op is Ops.CONST:
+        return UOp.const(dt, first.arg)
+    lanes = [_lanes(s) for s in steps]
+    if all(ls is not None for ls in lanes):
+        zipped = [ls[lane] for lane in range(DOT_LANES) for ls in lanes if ls is not None]
+        if all(x.op is Ops.CONST for x in zipped):
+            return UOp(Ops.VCONST, dt, (), tuple(x.arg for x in zipped))
+        return _vector_loads(zipped, dt)
+    if first.op not in GroupOp.ALU and first.op is not Ops.CAST:
+        return None
+    if any(s.op is not first.op or s.arg != first.arg or len(s.src) != len(first.src) for s in steps):
+        return None
+    srcs = [_zip([s.src[i] for s in steps]) for i in range(len(first.src))]
+    if any(s is None for s in srcs):
+        return None
+    known = [_constant_lanes(s) for s in srcs if s is not None]
+    if all(k is not None for k in known):  # lane constants (shift amounts): folded
+        folded = _fold(first.op, first.arg, dt.scalar(), tuple(s.dtype.scalar() for s in srcs if s is not None),
+                       tuple(tuple(k) for k in known if k is not None))
+        if folded is not None:
+            return UOp(Ops.VCONST, dt, (), folded)
+    if first.op in (Ops.SHR, Ops.SHL) and (split := _shift_pieces(first.op, srcs[0], srcs[1])) is not None:
+        return split
+    return UOp(first.op, dt, tuple(s for s in srcs if s is not None), first.arg)
+
+
+@functools.lru_cache(maxsize=256)
+def _fold(op: Ops, arg: object, dt: DType, src_dts: tuple[DType, ...], lanes: tuple[tuple[object, ...], ...]
+          ) -> tuple[object, ...] | None:
+    """``op`` of constant lanes, lane by lane (the same lanes recur in every row's and block's sum: cached)."""
+    out = []
+    for values in zip(*lanes, strict=True):
+        f = UOp(op, dt, tuple(UOp.const(d, v) for d, v in zip(src_dts, values, strict=True)), arg).simplify()
+        if f.op is not Ops.CONST:
+            return None
+        out.append(f.arg)
+    return tuple(out)
+
+
+def _shift_pieces(op: Ops, value: UOp | None, amount: UOp | None) -> UOp | None:
+    """A vector put together from lanes of (at most two) vectors, shifted by a constant per lane that is one
+    constant per source vector (nibbles: 16 bytes as they are, then shifted by 4) -> the sources shifted by one
+    amount each (x86 shifts whole vectors by one amount; by one per byte, lane by lane), then put together."""
+    amounts = _constant_lanes(amount) if amount is not None else None
+    if value is None or value.op is not Ops.VECTORIZE or amounts is None:
+        return None
+    if not all(x.op is Ops.GEP and len(x.arg) == 1 for x in value.src):
+        return None
+    pieces = list(dict.fromkeys((x.src[0], a) for x, a in zip(value.src, amounts, strict=True)))
+    if len(pieces) > 2:
+        return None
+    shifted = {(v, a): UOp(op, v.dtype, (v, UOp.const(v.dtype, a))) for v, a in pieces}
+    return UOp(Ops.VECTORIZE, value.dtype, tuple(shifted[(x.src[0], a)].gep(x.arg[0])
+                                                 for x, a in zip(value.src, amounts, strict=True)))
+
+
+def _load_at(u: UOp, vector: bool = False) -> tuple[UOp, UOp] | None:
+    """``(buffer, index)`` of an ungated scalar load (or vector load, with ``vector``)."""
+    if (u.op is not Ops.LOAD or len(u.src) != 1 or u.src[0].op is not Ops.INDEX or len(u.src[0].src) != 2
+            or (u.dtype.count > 1) != vector or u.src[0].src[1].dtype.count != 1):
+        return None
+    return u.src[0].src[0], u.src[0].src[1]
+
+
+SHORT_INTS = {2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+
+
+def _repeated(short: UOp, dt: DType) -> UOp:
+    """A vector load of 2, 4 or 8 bytes as one unsigned int, repeated to fill ``dt``'s bytes (its first lanes the
+    loaded ones): C compilers move a short vector into a vector register through memory (a stalled store), an int
+    they broadcast."""
+    lane, total = short.dtype.scalar().itemsize, dt.scalar().itemsize * dt.count
+    whole = SHORT_INTS[lane * short.dtype.count]
+    copies = total // whole.itemsize
+    value = UOp(Ops.BITCAST, whole, (short,))
+    return UOp(Ops.BITCAST, short.dtype.scalar().vec(total // lane),
+               (UOp(Ops.VECTORIZE, whole.vec(copies), (value,) * copies),))
+
+
+def _vector_loads(lanes: list[UOp], dt: DType) -> UOp:
+    """``VECTORIZE(lanes)``, with the distinct scalar loads at consecutive addresses of one buffer read as vector
+    loads (a lane a GEP of one): what byte-by-byte gathers of neighbouring bytes were."""
+    from tgcore.uop.symbolic import difference
+    distinct = list(dict.fromkeys(lanes))
+    runs: list[list[UOp]] = []
+    for u in distinct:
+        at, last = _load_at(u), _load_at(runs[-1][-1]) if runs else None
+        if (at is not None and last is not None and at[0] is last[0]
+                and difference(at[1], last[1]) == 1 and len(runs[-1]) < WIDE):
+            runs[-1].append(u)
+        else:
+            runs.append([u])
+    where: dict[UOp, UOp] = {}
+    for run in runs:
+        n = 1 << (len(run).bit_length() - 1)  # vector loads have power-of-two lengths; the rest stay scalar
+        if n > 1 and _load_at(run[0]) is not None:
+            wide = UOp(Ops.LOAD, run[0].dtype.vec(n), (run[0].src[0],))
+            if n * run[0].dtype.itemsize in SHORT_INTS:
+                wide = _repeated(wide, dt)
+            where.update({u: wide.gep(i) for i, u in enumerate(run[:n])})
+    out = [where.get(u, u) for u in lanes]
+    whole = out[0].src[0] if out[0].op is Ops.GEP else None
+    if whole is not None and whole.dtype.count == len(out) and out == [whole.gep(i) for i in range(len(out))]:
+        return whole  # all lanes one load, in order
+    return UOp(Ops.VECTORIZE, dt, tuple(out))
+
+
+def byte_dot(red: UOp) -> UOp | None:
+    """An int32 sum over one loop of ``DOT_STEPS`` of byte products (see the module docstring) -> one call."""
+    if red.arg is not Ops.ADD or red.dtype != RESULT or len(red.src) != 2:
+        return None
+    steps = red.src[1]
+    if steps.op is not Ops.RANGE or steps.src[0].op is not Ops.CONST or steps.src[0].arg != DOT_STEPS:
+        return None
+    operands = _byte_operands(red.src[0])
+    if operands is None:
+        return None
+    at = [{steps: UOp.const(steps.dtype, k)} for k in range(DOT_STEPS)]
+    zipped = [_zip([x.substitute(s).simplify() for s in at]) for x in operands]
+    if any(z is None for z in zipped):
+        return None
+    return UOp(Ops.CUSTOMI, RESULT, tuple(z for z in zipped if z is not None), DOT_HELPER)
+
+
+# lane l of the result: the sum of bytes 4l .. 4l+3 of a times those of b (a unsigned, b signed)
+DOT_PREAMBLE = """\
+static inline tg_int32x8 tg_dot4_u8i8(tg_uint8x32 a, tg_int8x32 b) {
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+#if defined(__clang__)
+  return __builtin_ia32_vpdpbusd256((tg_int32x8){0}, (tg_int32x8)a, (tg_int32x8)b);
+#else
+  return __builtin_ia32_vpdpbusd_v8si((tg_int32x8){0}, (tg_int32x8)a, (tg_int32x8)b);
+#endif
+#else
+  tg_int32x8 s = {0};
+  for (int k = 0; k < 4; k++) {
+    tg_uint8x8 x = {a[k], a[4 + k], a[8 + k], a[12 + k], a[16 + k], a[20 + k], a[24 + k], a[28 + k]};
+    tg_int8x8 y = {b[k], b[4 + k], b[8 + k], b[12 + k], b[16 + k], b[20 + k], b[24 + k], b[28 + k]};
+    s += __builtin_convertvector(x, tg_int32x8) * __builtin_convertvector(y, tg_int32x8);
+  }
+  return s;
+#endif
+}
+"""
+DOT_TYPES = (UNSIGNED, SIGNED, RESULT, dtypes.uint8.vec(WIDE), dtypes.int8.vec(WIDE))  # the helper's typedefs
+
+
+def uses_byte_dot(kernel: list[UOp]) -> bool:
+    return any(u.op is Ops.CUSTOMI and u.arg == DOT_HELPER for u in kernel)
