@@ -1,6 +1,21 @@
-"""Elementwise math on tensors: transcendentals, activations, rounding, pow, bitwise and logical helpers.
+"""Elementwise math only tensors have: the formulas with a gradient rule of their own, and those built on them.
 
-A mixin of `tgcore.tensor.Tensor`: methods here build on Tensor's core ops only.
+A mixin of `tgcore.tensor.Tensor`. The compositions without a gradient rule (hardtanh, relu6, hardsigmoid,
+hardswish, softsign, leaky_relu, abs, sign, floor, ceil, round, isnan, isinf, isfinite, clip, add, sub, mul, neg,
+fmod, copysign, lerp, isclose, the bitwise / shift / logical names, rsqrt, log10) are written once for Tensor and
+UOp in `tgcore.uop.mixins.ElementwiseMixin`. These stay here:
+
+- exp, log, pow (and ``**``), atan, asin, acos, sinh, cosh, asinh, acosh, atanh: each has its own gradient rule
+  (``with_gradient``), which only autograd on a Tensor reads.
+- expm1, log1p, sigmoid, tanh, elu, selu, celu, gelu, quick_gelu, silu, softplus, mish, logsigmoid, erf, logaddexp:
+  built on exp / log / expm1 / log1p, which on a UOp are the kernel-level formulas of `tgcore.uop.transcendental`
+  (Python scalars as unshaped constants, no gradient rule), so the same formula would not build a Tensor's graph
+  on a UOp.
+- relu: its gradient at 0 comes from a ``detach`` (autograd only).
+- div (``rounding_mode="floor"`` is ``//``) and mod / remainder (``%``): a Tensor's ``//`` and ``%`` follow Python,
+  a UOp's follow C, so these are per-class operators.
+- bitwise_not: it is ``~``, whose shared definition makes a UOp's constant unshaped (kernel-level).
+(logsumexp, cummax and cummin stay in `tgcore.tensor_reduce` for the same reasons as exp and log.)
 
 In:  tensors (and Python scalars, broadcast like the arithmetic operators).
 Out: lazy tensors. Float functions promote int and bool inputs to the default float (like torch);
@@ -31,7 +46,6 @@ if TYPE_CHECKING:
     from tgcore.tensor import Tensor
 
 LN2 = math.log(2)
-NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16)
 SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 
 # erf(x) = x * P(x*x) for |x| <= 1; erfc(x) * exp(x*x) = Q(v), v = (1/x - 7/12) * 12/5, for 1 < x < 6.
@@ -59,30 +73,17 @@ class MathMixin:
         t = self._t()
         return t.cast(least_upper_float(t.dtype))
 
-    _float = _as_float
-
-    def _in_f32(self, fn: Callable[[Tensor], Tensor]) -> Tensor:
-        """``fn`` of this tensor as a float; float16 / bfloat16 are computed in float32 and rounded once."""
-        x = self._float()
-        if x.dtype in NARROW_FLOATS:
-            return fn(x.cast(dtypes.float32)).cast(x.dtype)
-        return fn(x)
-
-    def _check_int(self, what: str) -> None:
-        dt = self._t().dtype
-        if not (dtypes.is_int(dt) or dt is dtypes.bool):
-            raise TypeError(f"{what} needs integer or bool tensors, got {dt!r}")
 
     # ---------------------------------------------------------------- exponentials and logs
     # exp2, log2, sqrt, reciprocal, sin, cos and tan come from the shared surface (tgcore.uop.mixins)
     def exp(self) -> Tensor:
         """e**x: exact reduction by ln2, then EXP2 of the small remainder (accurate for every x)."""
-        x = self._float()
+        x = self._t()._float()
         return with_gradient(tr.exp(x), (x,), _exp_grad)
 
     def log(self) -> Tensor:
         """ln(x) from the same reduction as log2, with ln2 split so e*ln2 carries no rounding."""
-        x = self._float()
+        x = self._t()._float()
         return with_gradient(tr.log(x), (x,), _log_grad)
 
     def expm1(self) -> Tensor:
@@ -96,7 +97,7 @@ class MathMixin:
             us, xs = ok.where(u, math.e), ok.where(x, 1.0)
             accurate = (us - 1) * xs / us.log()
             return (um1 == 0).where(x, (u == math.inf).where(u, (um1 == -1).where(-1.0, accurate)))
-        return self._in_f32(f)
+        return self._t()._in_f32(f)
 
     def log1p(self) -> Tensor:
         """log(1 + x), accurate near 0 (w = 1 + x: log(w) * x / (w - 1) cancels the rounding of w)."""
@@ -106,14 +107,11 @@ class MathMixin:
             ws, xs = ok.where(w, 2.0), ok.where(x, 1.0)
             accurate = ws.log() * xs / (ws - 1)
             return (w == 1).where(x, (w == math.inf).where(w, accurate))
-        return self._in_f32(f)
-
-    def rsqrt(self) -> Tensor:
-        return self._t().sqrt().reciprocal()
+        return self._t()._in_f32(f)
 
     # ---------------------------------------------------------------- activations
     def sigmoid(self) -> Tensor:
-        return self._in_f32(lambda x: 1 / (1 + (-x).exp()))
+        return self._t()._in_f32(lambda x: 1 / (1 + (-x).exp()))
 
     def tanh(self) -> Tensor:
         """tanh(|x|) = -m / (m + 2) with m = expm1(-2|x|): no cancellation near 0, no overflow."""
@@ -121,36 +119,33 @@ class MathMixin:
             m = ((x < 0).where(x, -x) * 2).expm1()  # (-|x| with slope -1 at 0, so tanh'(0) is 1; abs'(0) is 0)
             t = -m / (m + 2)
             return (x < 0).where(-t, t)
-        return self._in_f32(f)
+        return self._t()._in_f32(f)
 
     def relu(self) -> Tensor:
         """max(x, 0); the gradient at 0 is 0 (like torch)."""
         t = self._t()
         return (t < 0).where(0, (t == 0).where(t.detach(), t))
 
-    def leaky_relu(self, negative_slope: float = 0.01) -> Tensor:
-        t = self._t()
-        return (t > 0).where(t, t * negative_slope)  # (the gradient at 0 is the slope, like torch)
-
     def elu(self, alpha: float = 1.0) -> Tensor:
         def f(x: Tensor) -> Tensor:
             return (x > 0).where(x, x.expm1() * alpha)
-        return self._in_f32(f)
+        return self._t()._in_f32(f)
 
     def gelu(self, approximate: str = "none") -> Tensor:
         """x * Phi(x): ``approximate="none"`` with erf, ``"tanh"`` with the tanh approximation."""
         if approximate == "tanh":
             # 0.5 * (1 + tanh(u)) = sigmoid(2u), which does not cancel for negative x
-            return self._in_f32(lambda x: x * ((x + 0.044715 * x * x * x) * (2 * math.sqrt(2 / math.pi))).sigmoid())
+            return self._t()._in_f32(
+                lambda x: x * ((x + 0.044715 * x * x * x) * (2 * math.sqrt(2 / math.pi))).sigmoid())
         if approximate != "none":
             raise ValueError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
-        return self._in_f32(lambda x: 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf()))
+        return self._t()._in_f32(lambda x: 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf()))
 
     def quick_gelu(self) -> Tensor:
-        return self._in_f32(lambda x: x * (x * 1.702).sigmoid())
+        return self._t()._in_f32(lambda x: x * (x * 1.702).sigmoid())
 
     def silu(self) -> Tensor:
-        return self._in_f32(lambda x: x * x.sigmoid())
+        return self._t()._in_f32(lambda x: x * x.sigmoid())
 
     swish = silu
 
@@ -159,10 +154,10 @@ class MathMixin:
         def f(x: Tensor) -> Tensor:
             bx = x * beta
             return (bx > threshold).where(x, bx.exp().log1p() * (1 / beta))
-        return self._in_f32(f)
+        return self._t()._in_f32(f)
 
     def mish(self) -> Tensor:
-        return self._in_f32(lambda x: x * x.softplus().tanh())
+        return self._t()._in_f32(lambda x: x * x.softplus().tanh())
 
     def erf(self) -> Tensor:
         """x * P(x^2) for |x| <= 1, 1 - exp(-x^2) * Q(1/|x|) up to 6, +-1 beyond (sign kept)."""
@@ -178,18 +173,9 @@ class MathMixin:
             big = (ax < 6).where(big, 1.0)
             big = (x < 0).where(-big, big)
             return (ax <= 1).where(small, big)
-        return self._in_f32(f)
+        return self._t()._in_f32(f)
 
     # ---------------------------------------------------------------- named arithmetic (torch names)
-    def add(self, other: Any, alpha: Any = 1) -> Tensor:
-        return self._t() + (other * alpha if alpha != 1 else other)
-
-    def sub(self, other: Any, alpha: Any = 1) -> Tensor:
-        return self._t() - (other * alpha if alpha != 1 else other)
-
-    def mul(self, other: Any) -> Tensor:
-        return self._t() * other
-
     def div(self, other: Any, rounding_mode: str | None = None) -> Tensor:
         """``/``; ``rounding_mode="trunc"`` rounds toward zero, ``"floor"`` down (``//``); ints stay ints then."""
         t = self._t()
@@ -205,40 +191,15 @@ class MathMixin:
             return (a / b).trunc()
         return a._new(a.uop.alu(Ops.IDIV, b.uop))  # (C division truncates)
 
-    def neg(self) -> Tensor:
-        return -self._t()
-
     def mod(self, other: Any) -> Tensor:
         """Python's ``%``: the remainder has the divisor's sign (torch.remainder)."""
         return self._t() % other
 
     remainder = mod
 
-    def fmod(self, other: Any) -> Tensor:
-        """C's fmod: the remainder has the dividend's sign."""
-        a, b = self._t()._broadcast_pair(other)
-        if dtypes.is_float(a.dtype):
-            return a - (a / b).trunc() * b
-        return a._new(a.uop.alu(Ops.MOD, b.uop))  # (C remainder)
-
-    def copysign(self, other: Any) -> Tensor:
-        """|self| with the sign of ``other`` (-0.0 counts as negative); always a float."""
-        a, b = self._float()._broadcast_pair(other)
-        a, b = a.cast(least_upper_float(a.dtype)), b.cast(least_upper_float(a.dtype))
-        negative = (b < 0) | ((b == 0) & (1 / b < 0))
-        mag = a.abs()
-        return negative.where(-mag, mag)
-
-    def lerp(self, end: Any, weight: Any) -> Tensor:
-        """self + weight * (end - self), computed from the nearer end (like torch, exact at weight 0 and 1)."""
-        t = self._t()
-        diff = end - t
-        w = weight if hasattr(weight, "uop") else t._const(weight, t.dtype)
-        return (w.abs() < 0.5).where(t + w * diff, end - diff * (1 - w))
-
     def logaddexp(self, other: Any) -> Tensor:
         """log(exp(a) + exp(b)) = max + log1p(exp(-|a - b|)), exact where both are the same infinity."""
-        a, b = self._float()._broadcast_pair(other)
+        a, b = self._t()._float()._broadcast_pair(other)
         m = a.maximum(b)
         d = a - b
         same_inf = (a == b) & (m.abs() == math.inf)
@@ -246,17 +207,11 @@ class MathMixin:
         out = m + (-safe.abs()).exp().log1p()
         return same_inf.where(a, out)
 
-    def isclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
-        """|a - b| <= atol + rtol * |b| (and equal values, infinities included); nan only with ``equal_nan``."""
-        a, b = self._t()._broadcast_pair(other)
-        close = (a == b) | ((a - b).abs() <= atol + rtol * b.abs()) & a.isfinite() & b.isfinite()
-        return close | (a.isnan() & b.isnan()) if equal_nan else close
-
     # ---------------------------------------------------------------- inverse trigonometry, hyperbolic (torch names)
     # Computed in float64 for float32 and narrower (one rounding at the end), with the derivative as the gradient
     # rule (the formulas' own graphs break at their branch points).
     def _wide(self, fn: Callable[[Tensor], Tensor], rule: Callable[..., tuple[Tensor]]) -> Tensor:
-        x = self._float()
+        x = self._t()._float()
         work = dtypes.float64 if x.dtype.itemsize < 8 else x.dtype
         return with_gradient(fn(x.cast(work)).cast(x.dtype), (x,), rule)
 
@@ -311,111 +266,21 @@ class MathMixin:
         """0.5 log1p(2x / (1 - x)); +-inf at +-1, nan beyond."""
         return self._wide(lambda x: (x * 2 / (1 - x)).log1p() * 0.5, _atanh_grad)
 
-    def log10(self) -> Tensor:
-        return self._in_f32(lambda x: x.log2() * math.log10(2))
-
     arcsin, arccos, arctan, arcsinh, arccosh, arctanh = asin, acos, atan, asinh, acosh, atanh
 
     # ---------------------------------------------------------------- more activations (torch's definitions)
-    def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
-        """x limited to [min_val, max_val] (nan stays nan); the gradient is 0 at and beyond the bounds (like torch)."""
-        t = self._t()
-        inside = ((t > min_val) & (t < max_val)) | t.isnan()
-        return inside.where(t, (t > min_val).where(max_val, min_val))
-
-    def relu6(self) -> Tensor:
-        return self.hardtanh(0.0, 6.0)
-
-    def hardsigmoid(self) -> Tensor:
-        """relu6(x + 3) / 6."""
-        return (self._float() + 3).hardtanh(0.0, 6.0) / 6
-
-    def hardswish(self) -> Tensor:
-        """x * relu6(x + 3) / 6 (gradient x/3 + 1/2 inside (-3, 3), 0 at -3 and 1 at 3, like torch)."""
-        x = self._float()
-        return x * (x + 3).hardtanh(0.0, 6.0) / 6  # (-inf gives nan, as torch's)
-
     def selu(self) -> Tensor:
         return self.elu(SELU_ALPHA) * SELU_SCALE
 
     def celu(self, alpha: float = 1.0) -> Tensor:
         """x for x > 0, alpha * (exp(x / alpha) - 1) otherwise."""
-        return self._in_f32(lambda x: (x > 0).where(x, (x / alpha).expm1() * alpha))
-
-    def softsign(self) -> Tensor:
-        x = self._float()
-        return x / (1 + x.abs())
+        return self._t()._in_f32(lambda x: (x > 0).where(x, (x / alpha).expm1() * alpha))
 
     def logsigmoid(self) -> Tensor:
         """log(sigmoid(x)) = -softplus(-x), without overflow."""
-        return -((-self._float()).softplus())
+        return -((-self._t()._float()).softplus())
 
     # ---------------------------------------------------------------- sign, abs, rounding
-    def abs(self) -> Tensor:
-        t = self._t()
-        if dtypes.is_unsigned(t.dtype) or t.dtype is dtypes.bool:
-            return t
-        return (t < 0).where(-t, (t == 0).where(0, t))  # (-0.0 -> +0.0; the gradient at 0 is 0, like torch)
-
-    def sign(self) -> Tensor:
-        """-1, 0 or 1 (nan stays nan, zeros keep their sign); bool stays bool."""
-        t = self._t()
-        if t.dtype is dtypes.bool:
-            return t
-        zero = t * 0 if dtypes.is_float(t.dtype) else t.zeros_like()
-        return (t > 0).where(t.ones_like(), (t < 0).where(t.full_like(-1) if not dtypes.is_unsigned(t.dtype)
-                                                          else zero, zero))
-
-    def floor(self) -> Tensor:
-        t = self._t()
-        tr_ = t.trunc()
-        return (tr_ > t).where(tr_ - 1, tr_) if dtypes.is_float(t.dtype) else tr_
-
-    def ceil(self) -> Tensor:
-        t = self._t()
-        tr_ = t.trunc()
-        return (tr_ < t).where(tr_ + 1, tr_) if dtypes.is_float(t.dtype) else tr_
-
-    def round(self) -> Tensor:
-        """Round half to even (like numpy and torch); every step is exact, so any float dtype works."""
-        t = self._t()
-        if not dtypes.is_float(t.dtype):
-            return t
-        whole = t.trunc()
-        frac = (t - whole).abs()
-        half = whole * 0.5
-        odd = half.trunc() != half
-        away = (frac > 0.5) | ((frac == 0.5) & odd)
-        return away.where((t < 0).where(whole - 1, whole + 1), whole)
-
-    def isnan(self) -> Tensor:
-        t = self._t()
-        return t != t if dtypes.is_float(t.dtype) else t.full_like(False, dtypes.bool)
-
-    def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
-        t = self._t()
-        if not dtypes.is_float(t.dtype) or not (detect_positive or detect_negative):
-            return t.full_like(False, dtypes.bool)
-        if detect_positive and detect_negative:
-            return t.abs() == math.inf
-        return t == (math.inf if detect_positive else -math.inf)
-
-    def isfinite(self) -> Tensor:
-        t = self._t()
-        return (t - t) == 0 if dtypes.is_float(t.dtype) else t.full_like(True, dtypes.bool)
-
-    def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
-        """Limit to [min_, max_] (either may be None); nan stays nan."""
-        t = self._t()
-        if min_ is None and max_ is None:
-            raise ValueError("clip needs min_ or max_")
-        if min_ is not None:
-            t = (t < min_).where(min_, t)
-        if max_ is not None:
-            t = (t > max_).where(max_, t)
-        return t
-
-    clamp = clip
 
     # ---------------------------------------------------------------- pow
     def pow(self, exponent: Any) -> Tensor:
@@ -482,42 +347,9 @@ class MathMixin:
         return with_gradient(out.cast(dt), (b, e), _pow_grad)
 
     # ---------------------------------------------------------------- bitwise and logical
-    def bitwise_and(self, x: Any) -> Tensor:
-        self._check_int("bitwise_and")
-        return self._t() & x
-
-    def bitwise_or(self, x: Any) -> Tensor:
-        self._check_int("bitwise_or")
-        return self._t() | x
-
-    def bitwise_xor(self, x: Any) -> Tensor:
-        self._check_int("bitwise_xor")
-        return self._t() ^ x
-
     def bitwise_not(self) -> Tensor:
-        self._check_int("bitwise_not")
+        self._t()._check_int("bitwise_not")
         return ~self._t()
-
-    def lshift(self, x: Any) -> Tensor:
-        self._check_int("lshift")
-        return self._t() << x
-
-    def rshift(self, x: Any) -> Tensor:
-        """Arithmetic shift for signed ints, logical for unsigned."""
-        self._check_int("rshift")
-        return self._t() >> x
-
-    bitwise_left_shift = lshift
-    bitwise_right_shift = rshift
-
-    def logical_and(self, x: Any) -> Tensor:
-        return self._t().cast(dtypes.bool) & _as_bool(x, type(self._t()))
-
-    def logical_or(self, x: Any) -> Tensor:
-        return self._t().cast(dtypes.bool) | _as_bool(x, type(self._t()))
-
-    def logical_xor(self, x: Any) -> Tensor:
-        return self._t().cast(dtypes.bool) ^ _as_bool(x, type(self._t()))
 
 
 # ---------------------------------------------------------------- gradient rules (see with_gradient)
@@ -577,9 +409,6 @@ def _acosh_grad(g: Tensor, out: Tensor, x: Tensor) -> tuple[Tensor]:
 def _atanh_grad(g: Tensor, out: Tensor, x: Tensor) -> tuple[Tensor]:
     return (g / ((1 - x) * (1 + x)),)
 
-
-def _as_bool(x: Any, tensor_type: type[Tensor]) -> Any:
-    return x.cast(dtypes.bool) if isinstance(x, tensor_type) else bool(x)
 
 
 def _horner(x: Tensor, coeffs: tuple[float, ...]) -> Tensor:

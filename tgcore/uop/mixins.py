@@ -14,7 +14,11 @@ Out: the operators both UOp and Tensor mean the same way (``+``, ``*``, ``<``, `
      ``<<``, ``>>``, ``~``, ``eq``, ``ne``, ``maximum``, ``logical_not``), the float unary ops and the formulas of
      `tgcore.uop.transcendental` as methods; ``_broadcasted(x)`` (two operands promoted with
      ``least_upper_dtype`` / ``scalar_dtype`` and broadcast with ``broadcast_shape``) and the broadcasting
-     ``where``, which the shared formulas (`tgcore.uop.reduction`, `tgcore.uop.movement`) call explicitly.
+     ``where``, which the shared formulas (`tgcore.uop.reduction`, `tgcore.uop.movement`) call explicitly; and the
+     elementwise formulas that are compositions of other ops with no gradient rule of their own: hardtanh,
+     relu6, hardsigmoid, hardswish, softsign, leaky_relu, abs, sign, floor, ceil, round, isnan, isinf, isfinite,
+     clip, the torch names add, sub, mul, neg, fmod, copysign, lerp, isclose, the bitwise_* / shift / logical_*
+     names, rsqrt and log10. (What stays on Tensor, and why: `tgcore.tensor_math`.)
 
 How the two implementations differ, on purpose: a UOp is a typed IR node, so its operators (``_operands``) refuse
 mixed dtypes and never broadcast (codegen must not convert silently), its ``where`` is as strict, and its
@@ -27,16 +31,21 @@ here is one definition. Autograd stays on Tensor.
 
 Constants: a Tensor's operators make a Python scalar a constant of the tensor's shape; a UOp's make it an unshaped
 CONST (what kernel-level nodes need). Formulas shared by both on tensor-level values (`tgcore.uop.reduction`,
-``pad``) therefore build their constants with ``_scalar_like`` and pair operands with ``_broadcasted``; the math
-formulas of `tgcore.uop.transcendental` take Python scalars, so on a UOp they serve kernel-level (scalar) nodes.
+``pad``, the elementwise formulas here) therefore build their constants with ``_scalar_like`` and pair operands
+with ``_broadcasted``, through the named steps ``_op``, ``_subtract``, ``_divide``, ``_negate`` and ``_at_most`` (a
+Tensor's ``op``, ``-``, ``/``, unary ``-`` and ``<=``): on a tensor-level UOp they build exactly the Tensor's graph.
+The math formulas of `tgcore.uop.transcendental` take Python scalars, so on a UOp they serve kernel-level (scalar)
+nodes.
 """
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
-from tgcore.dtype import DType, dtypes, least_upper_dtype
+from tgcore.dtype import DType, dtypes, least_upper_dtype, least_upper_float
 from tgcore.errors import TensorValueError
 from tgcore.uop import transcendental as tr
 from tgcore.uop.ops import Ops
@@ -270,3 +279,237 @@ class ElementwiseMixin:
 
     def tan(self) -> Self:
         return tr.tan(self._as_float())
+
+    # ---------------------------------------------------------------- a Tensor's operator meanings, by name
+    # The formulas below are written once for both classes; they pair operands as a Tensor's operators do (a
+    # UOp's own operators are strict and make Python scalars unshaped constants), so on a tensor-level UOp they
+    # build exactly the Tensor's graph.
+    def _paired(self, x: Any, reverse: bool = False) -> tuple[Self, Self]:
+        """``_broadcasted``, with a TypeError for an operand of another kind."""
+        pair = self._broadcasted(x, reverse)
+        if pair is NotImplemented:
+            raise TypeError(f"unsupported operand type {type(x).__name__} for a {type(self).__name__}")
+        return pair
+
+    def _op(self, op: Ops, x: Any, reverse: bool = False) -> Self:
+        """A Tensor's binary operator ``op`` on (self, x), (x, self) with ``reverse``."""
+        a, b = self._paired(x, reverse)
+        return a.alu(op, b)
+
+    def _negate(self) -> Self:
+        """A Tensor's ``-x``: NEG (logical not for bools)."""
+        return self._op(Ops.CMPNE, True) if self.dtype is dtypes.bool else self.alu(Ops.NEG)
+
+    def _subtract(self, x: Any, reverse: bool = False) -> Self:
+        """A Tensor's ``-``: ``a + (-b)``."""
+        a, b = self._paired(x, reverse)
+        return a.alu(Ops.ADD, b._negate())
+
+    def _divide(self, x: Any, reverse: bool = False) -> Self:
+        """A Tensor's ``/``: always a float."""
+        a, b = self._paired(x, reverse)
+        dt = least_upper_float(a.dtype)
+        return a.cast(dt).alu(Ops.FDIV, b.cast(dt))
+
+    def _at_most(self, x: Any) -> Self:
+        """A Tensor's ``<=``: false where either side is NaN."""
+        a, b = self._paired(x)
+        if dtypes.is_float(a.dtype):
+            return a._op(Ops.CMPLT, b) | a._op(Ops.CMPEQ, b)
+        return a._op(Ops.CMPLT, b, True)._op(Ops.CMPNE, True)
+
+    def _float(self) -> Self:
+        """This value in the float dtype float functions compute in (ints and bool -> default float)."""
+        return self.cast(least_upper_float(self.dtype))
+
+    def _in_f32(self, fn: Callable[[Self], Self]) -> Self:
+        """``fn`` of this value as a float; float16 / bfloat16 are computed in float32 and rounded once."""
+        x = self._float()
+        if x.dtype in (dtypes.float16, dtypes.bfloat16):
+            return fn(x.cast(dtypes.float32)).cast(x.dtype)
+        return fn(x)
+
+    def _check_int(self, what: str) -> None:
+        if not (dtypes.is_int(self.dtype) or self.dtype is dtypes.bool):
+            raise TypeError(f"{what} needs integer or bool tensors, got {self.dtype!r}")
+
+    # ---------------------------------------------------------------- activations (torch's definitions)
+    def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Self:
+        """x limited to [min_val, max_val] (nan stays nan); the gradient is 0 at and beyond the bounds (like torch)."""
+        above_min = self._op(Ops.CMPLT, min_val, True)
+        inside = (above_min & self._op(Ops.CMPLT, max_val)) | self.isnan()
+        return inside._where(self, above_min._where(max_val, min_val))
+
+    def relu6(self) -> Self:
+        return self.hardtanh(0.0, 6.0)
+
+    def hardsigmoid(self) -> Self:
+        """relu6(x + 3) / 6."""
+        return self._float()._op(Ops.ADD, 3).hardtanh(0.0, 6.0)._divide(6)
+
+    def hardswish(self) -> Self:
+        """x * relu6(x + 3) / 6 (gradient x/3 + 1/2 inside (-3, 3), 0 at -3 and 1 at 3, like torch)."""
+        x = self._float()
+        return x._op(Ops.MUL, x._op(Ops.ADD, 3).hardtanh(0.0, 6.0))._divide(6)  # (-inf gives nan, as torch's)
+
+    def softsign(self) -> Self:
+        x = self._float()
+        return x._divide(x.abs()._op(Ops.ADD, 1, True))
+
+    def leaky_relu(self, negative_slope: float = 0.01) -> Self:
+        # (the gradient at 0 is the slope, like torch)
+        return self._op(Ops.CMPLT, 0, True)._where(self, self._op(Ops.MUL, negative_slope))
+
+    # ---------------------------------------------------------------- sign, abs, rounding, classification
+    def abs(self) -> Self:
+        if dtypes.is_unsigned(self.dtype) or self.dtype is dtypes.bool:
+            return self
+        # (-0.0 -> +0.0; the gradient at 0 is 0, like torch)
+        return self._op(Ops.CMPLT, 0)._where(self._negate(), self._op(Ops.CMPEQ, 0)._where(0, self))
+
+    def sign(self) -> Self:
+        """-1, 0 or 1 (nan stays nan, zeros keep their sign); bool stays bool."""
+        if self.dtype is dtypes.bool:
+            return self
+        zero = self._op(Ops.MUL, 0) if dtypes.is_float(self.dtype) else self._scalar_like(0)
+        minus_one = zero if dtypes.is_unsigned(self.dtype) else self._scalar_like(-1)
+        return self._op(Ops.CMPLT, 0, True)._where(self._scalar_like(1), self._op(Ops.CMPLT, 0)._where(minus_one, zero))
+
+    def floor(self) -> Self:
+        whole = self.trunc()
+        return (whole > self)._where(whole._subtract(1), whole) if dtypes.is_float(self.dtype) else whole
+
+    def ceil(self) -> Self:
+        whole = self.trunc()
+        return (whole < self)._where(whole._op(Ops.ADD, 1), whole) if dtypes.is_float(self.dtype) else whole
+
+    def round(self) -> Self:
+        """Round half to even (like numpy and torch); every step is exact, so any float dtype works."""
+        if not dtypes.is_float(self.dtype):
+            return self
+        whole = self.trunc()
+        frac = self._subtract(whole).abs()
+        half = whole._op(Ops.MUL, 0.5)
+        odd = half.trunc().ne(half)
+        away = frac._op(Ops.CMPLT, 0.5, True) | (frac._op(Ops.CMPEQ, 0.5) & odd)
+        return away._where(self._op(Ops.CMPLT, 0)._where(whole._subtract(1), whole._op(Ops.ADD, 1)), whole)
+
+    def isnan(self) -> Self:
+        return self.ne(self) if dtypes.is_float(self.dtype) else self._scalar_like(False, dtypes.bool)
+
+    def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Self:
+        if not dtypes.is_float(self.dtype) or not (detect_positive or detect_negative):
+            return self._scalar_like(False, dtypes.bool)
+        if detect_positive and detect_negative:
+            return self.abs()._op(Ops.CMPEQ, math.inf)
+        return self._op(Ops.CMPEQ, math.inf if detect_positive else -math.inf)
+
+    def isfinite(self) -> Self:
+        if not dtypes.is_float(self.dtype):
+            return self._scalar_like(True, dtypes.bool)
+        return self._subtract(self)._op(Ops.CMPEQ, 0)
+
+    def clip(self, min_: Any = None, max_: Any = None) -> Self:
+        """Limit to [min_, max_] (either may be None); nan stays nan."""
+        if min_ is None and max_ is None:
+            raise ValueError("clip needs min_ or max_")
+        out = self
+        if min_ is not None:
+            out = out._op(Ops.CMPLT, min_)._where(min_, out)
+        if max_ is not None:
+            out = out._op(Ops.CMPLT, max_, True)._where(max_, out)
+        return out
+
+    clamp = clip
+
+    # ---------------------------------------------------------------- named arithmetic (torch names)
+    def add(self, other: Any, alpha: Any = 1) -> Self:
+        return self._op(Ops.ADD, self._scaled(other, alpha))
+
+    def sub(self, other: Any, alpha: Any = 1) -> Self:
+        return self._subtract(self._scaled(other, alpha))
+
+    def _scaled(self, other: Any, alpha: Any) -> Any:
+        if alpha == 1:
+            return other
+        return other._op(Ops.MUL, alpha) if isinstance(other, type(self)) else other * alpha
+
+    def mul(self, other: Any) -> Self:
+        return self._op(Ops.MUL, other)
+
+    def neg(self) -> Self:
+        return self._negate()
+
+    def fmod(self, other: Any) -> Self:
+        """C's fmod: the remainder has the dividend's sign."""
+        a, b = self._paired(other)
+        if dtypes.is_float(a.dtype):
+            return a._subtract(a._divide(b).trunc()._op(Ops.MUL, b))
+        return a.alu(Ops.MOD, b)  # (C remainder)
+
+    def copysign(self, other: Any) -> Self:
+        """|self| with the sign of ``other`` (-0.0 counts as negative); always a float."""
+        a, b = self._float()._paired(other)
+        a, b = a.cast(least_upper_float(a.dtype)), b.cast(least_upper_float(a.dtype))
+        negative = b._op(Ops.CMPLT, 0) | (b._op(Ops.CMPEQ, 0) & b._divide(1, True)._op(Ops.CMPLT, 0))
+        mag = a.abs()
+        return negative._where(mag._negate(), mag)
+
+    def lerp(self, end: Any, weight: Any) -> Self:
+        """self + weight * (end - self), computed from the nearer end (like torch, exact at weight 0 and 1)."""
+        diff = self._subtract(end, True)
+        w = weight if isinstance(weight, type(self)) else self._scalar_like(weight, self.dtype)
+        near_self = self._op(Ops.ADD, w._op(Ops.MUL, diff))
+        near_end = diff._op(Ops.MUL, w._subtract(1, True))._subtract(end, True)
+        return w.abs()._op(Ops.CMPLT, 0.5)._where(near_self, near_end)
+
+    def isclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Self:
+        """|a - b| <= atol + rtol * |b| (and equal values, infinities included); nan only with ``equal_nan``."""
+        a, b = self._paired(other)
+        within = a._subtract(b).abs()._at_most(b.abs()._op(Ops.MUL, rtol, True)._op(Ops.ADD, atol, True))
+        close = a._op(Ops.CMPEQ, b) | (within & a.isfinite() & b.isfinite())
+        return close | (a.isnan() & b.isnan()) if equal_nan else close
+
+    # ---------------------------------------------------------------- bitwise and logical (torch names)
+    def bitwise_and(self, x: Any) -> Self:
+        self._check_int("bitwise_and")
+        return self._op(Ops.AND, x)
+
+    def bitwise_or(self, x: Any) -> Self:
+        self._check_int("bitwise_or")
+        return self._op(Ops.OR, x)
+
+    def bitwise_xor(self, x: Any) -> Self:
+        self._check_int("bitwise_xor")
+        return self._op(Ops.XOR, x)
+
+    def lshift(self, x: Any) -> Self:
+        self._check_int("lshift")
+        return self._op(Ops.SHL, x)
+
+    def rshift(self, x: Any) -> Self:
+        """Arithmetic shift for signed ints, logical for unsigned."""
+        self._check_int("rshift")
+        return self._op(Ops.SHR, x)
+
+    bitwise_left_shift = lshift
+    bitwise_right_shift = rshift
+
+    def _as_bool(self, x: Any) -> Any:
+        return x.cast(dtypes.bool) if isinstance(x, type(self)) else bool(x)
+
+    def logical_and(self, x: Any) -> Self:
+        return self.cast(dtypes.bool)._op(Ops.AND, self._as_bool(x))
+
+    def logical_or(self, x: Any) -> Self:
+        return self.cast(dtypes.bool)._op(Ops.OR, self._as_bool(x))
+
+    def logical_xor(self, x: Any) -> Self:
+        return self.cast(dtypes.bool)._op(Ops.XOR, self._as_bool(x))
+
+    # ---------------------------------------------------------------- single-op compositions
+    def rsqrt(self) -> Self:
+        return self._float().sqrt().reciprocal()
+
+    def log10(self) -> Self:
+        return self._in_f32(lambda x: x.log2()._op(Ops.MUL, math.log10(2)))
