@@ -338,7 +338,8 @@ class ElementwiseMixin:
         """x limited to [min_val, max_val] (nan stays nan); the gradient is 0 at and beyond the bounds (like torch)."""
         above_min = self._op(Ops.CMPLT, min_val, True)
         inside = (above_min & self._op(Ops.CMPLT, max_val)) | self.isnan()
-        return inside._where(self, above_min._where(max_val, min_val))
+        # the bounds in x's dtype: Python floats would promote a float16 or integer x to float32 (torch keeps it)
+        return inside._where(self, above_min._where(self._scalar_like(max_val), self._scalar_like(min_val)))
 
     def relu6(self) -> Self:
         return self.hardtanh(0.0, 6.0)
