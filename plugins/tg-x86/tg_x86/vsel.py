@@ -344,6 +344,11 @@ def vdivide(ctx: Emitter, u: UOp) -> None:
     per_piece(ctx, u, div)
 
 
+def _reads_accumulator(u: UOp) -> bool:
+    """Is ``u`` a read of an accumulator (``LOAD(INDEX(AFTER(DEFINE_REG, ...)))``), whose register is updated?"""
+    return u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op in (Ops.AFTER, Ops.DEFINE_REG)
+
+
 def vshift(ctx: Emitter, u: UOp) -> None:
     """Shift amounts outside 0..width-1 give 0 or the sign: exactly what vpsllv/vpsrlv/vpsrav do."""
     sdt = scalar_of(u.dtype)
@@ -362,6 +367,13 @@ def vshift(ctx: Emitter, u: UOp) -> None:
     lanes = const_lanes(n) if ctx.facts.is_vconst(n) else None
     if lanes is not None and all(x == lanes[0] for x in lanes) and 0 <= int(lanes[0]) < sdt.itemsize * 8:
         amount = int(lanes[0])
+        if amount == 0:  # the value itself (the first step of an unrolled loop over nibbles)
+            held = ctx.val.get(a)
+            if held is not None and not _reads_accumulator(a):  # (an accumulator's register changes later)
+                ctx.val[u] = held
+            else:
+                per_piece(ctx, u, lambda d, p, bits: vpiece(ctx, a, p, into=d))
+            return
         per_piece(ctx, u, lambda d, p, bits: ctx.emit(imm_op, [d], [vpiece(ctx, a, p)],
                                                        (("d", 0, bits), ("u", 0, bits), ("i", amount))))
     elif scalar_of(n.dtype) is sdt or esize(scalar_of(n.dtype)) == esize(sdt):
