@@ -143,7 +143,6 @@ def test_masked_access_with_negative_lane0_index_sign_extends_it(upcast):
     t = Tensor.empty(9, 31).pad(((0, 0), (1, 0))).flip(0) * 3
     items, _ = create_schedule([t.uop], "CPU")
     r = X86Renderer(isa="avx512")
-    r.unrolled_trips = 0  # the loop over vectors kept (unrolled, only the first copy's lane-0 index can be < 0)
     insts = r.lower("k", list(get_program(items[-1].ast, r, 1, [Opt(OptOps.UPCAST, 1, upcast)]).uops))
     masked = [(k, m) for k, m in _masked_accesses(insts) if m.index is not None]
     assert masked

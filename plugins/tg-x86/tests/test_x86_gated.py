@@ -55,10 +55,9 @@ def assert_branch_free(t: Tensor, gated: int = 1) -> None:
 
 # ---------------------------------------------------------------- padding: scalar and vector gated loads
 
-# (shape, padding): 1-d is scalar code (one compare gate); padding the outer axis of a 128-wide row vectorizes the
-# inner one (the gate is an AND of two compares: a bool, tested); rows of 16 vectors stay a loop (a row of 8 or
-# fewer would be unrolled, one gated access per copy)
-PADS = {"scalar": ((5,), ((3, 2),)), "vector": ((6, 128), ((2, 3), (0, 0)))}
+# (shape, padding): 1-d is scalar code (one compare gate); padding the outer axis of a 64-wide row vectorizes the
+# inner one (the gate is an AND of two compares: a bool, tested)
+PADS = {"scalar": ((5,), ((3, 2),)), "vector": ((6, 64), ((2, 3), (0, 0)))}
 PAD_DTYPES = [dtypes.float32, dtypes.int32, dtypes.float64, dtypes.int64, dtypes.bool, dtypes.uint8, dtypes.int16,
               dtypes.float16]
 
@@ -144,10 +143,10 @@ def test_gated_off_store_leaves_the_buffer_and_the_zero_slot_alone():
 
 @pytest.mark.parametrize("dt", [dtypes.float32, dtypes.int32, dtypes.float64, dtypes.int64], ids=str)
 def test_gated_vector_store_skips_its_row(dt):
-    """Rows of 128 padded by 2 above and 3 below, the WHERE of the (vector) gated load dropped, and the row store
+    """Rows of 64 padded by 2 above and 3 below, the WHERE of the (vector) gated load dropped, and the row store
     gated by row != 7 (its load is on, its values nonzero): row 7 keeps its old values, rows 8..10 (loads gated
     off) read 0 from the zero slot the store did not write."""
-    a = values((6, 128), dt)
+    a = values((6, 64), dt)
     a[a == 0] = 1
     name, uops = program(Tensor(a, device=X86).pad(((2, 3), (0, 0))))
     (where,) = [u for u in uops if u.op is Ops.WHERE]
@@ -160,7 +159,7 @@ def test_gated_vector_store_skips_its_row(dt):
         assert value is where   # stores the load itself
         return s.replace(src=(idx.replace(src=(*idx.src[:2], row.ne(7))), where.src[1]))
     edited = edit(uops, {store: gated}, drop=frozenset({where}))
-    old = values((11, 128), dt)
+    old = values((11, 64), dt)
     out = old.copy()
     code = run(name, edited, {0: out, 1: a})
     assert not forward_jumps(disassemble(code))
@@ -182,10 +181,10 @@ def test_gated_bool_vector_load_reads_false():
 
 @pytest.mark.parametrize("lanes", [16, 32])
 def test_wide_gated_vector_access_gets_a_wide_dummy_slot(lanes):
-    """The padded rows of 128 float32 edited to load and store ``lanes`` at a time (2 or 4 ymm pieces through one
+    """The padded rows of 64 float32 edited to load and store ``lanes`` at a time (2 or 4 ymm pieces through one
     gated address), the store gated by row != 7: the zero slot and the sink are as wide as the access, so
     gated-off rows read 0 in every piece and row 7 keeps its old values."""
-    a = values((6, 128), dtypes.float32)
+    a = values((6, 64), dtypes.float32)
     name, uops = program(Tensor(a, device=X86).pad(((2, 3), (0, 0))))
     (load,) = [u for u in uops if u.op is Ops.LOAD]
     (where,) = [u for u in uops if u.op is Ops.WHERE]
@@ -203,10 +202,10 @@ def test_wide_gated_vector_access_gets_a_wide_dummy_slot(lanes):
         nonlocal new_load
         new_load = u.replace(dtype=dtypes.float32.vec(lanes))
         return new_load
-    edited = edit(uops, {col: lambda r: r.replace(src=(UOp.const(dtypes.int32, 128 // lanes),)),
+    edited = edit(uops, {col: lambda r: r.replace(src=(UOp.const(dtypes.int32, 64 // lanes),)),
                          step: lambda m: m.replace(src=(m.src[0], n)), load: widen, store: gated},
                   drop=frozenset({where}))
-    old = values((11, 128), dtypes.float32)
+    old = values((11, 64), dtypes.float32)
     out = old.copy()
     code = run(name, edited, {0: out, 1: a})
     insts = disassemble(code)

@@ -36,50 +36,65 @@ def compiled(t: Tensor, unrolled_trips: int | None = None) -> list[tuple[list, o
     return out
 
 
-def run_matvec(w: np.ndarray, x: np.ndarray, unrolled_trips: int | None = None) -> tuple[np.ndarray, list]:
-    """``w @ x`` on X86 (one kernel, run by hand on numpy arrays: buffers told apart by size) and its
-    instructions."""
-    t = Tensor(w, device=X86) @ Tensor(x, device=X86)
+def run(t: Tensor, arrays: list[np.ndarray], unrolled_trips: int | None = None) -> list:
+    """Run the one kernel computing ``t`` by hand on ``arrays`` (told apart by size; the output first, zeroed) and
+    return its instructions."""
     ((sizes, prg, insts),) = compiled(t, unrolled_trips)
+    by_size = {a.size: a for a in arrays}
+    assert len(by_size) == len(arrays)
+    arrays[0][...] = 0
+    prg(*[by_size[n].ctypes.data for n in sizes])
+    return insts
+
+
+def run_matvec(w: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, list]:
+    """``w @ x`` on X86 and its instructions."""
     out = np.zeros(w.shape[0], np.float32)
-    arrays = {a.size: a for a in (out, w, x)}
-    assert len(arrays) == 3
-    prg(*[arrays[n].ctypes.data for n in sizes])
+    insts = run(Tensor(w, device=X86) @ Tensor(x, device=X86), [out, w, x])
     return out, insts
+
+
+def nibble_matvec(rows: int, blocks: int, seed: int = 0) -> tuple[Tensor, list[np.ndarray], np.ndarray]:
+    """A Q4-like product: per row and block of 32, 16 bytes holding 32 4-bit values (the low nibbles, then the high
+    ones) times one float scale, times x. Returns the lazy product, its arrays (output, bytes, scales, x) and
+    numpy's result."""
+    rng = np.random.default_rng(seed)
+    packed = rng.integers(0, 256, (rows, blocks, 16), dtype=np.uint8)
+    scale = rng.standard_normal((rows, blocks, 1)).astype(np.float32)
+    x = rng.standard_normal(blocks * 32).astype(np.float32)
+    q = Tensor(packed, device=X86).cast("int32").reshape(rows, blocks, 1, 16)
+    shifts = (Tensor.arange(2, device=X86, dtype="int32") * 4).reshape(1, 1, 2, 1)   # from the loop index
+    w = ((q >> shifts) & 15).cast("float32").reshape(rows, blocks, 32) * Tensor(scale, device=X86)
+    t = w.reshape(rows, blocks * 32) @ Tensor(x, device=X86)
+    nib = np.concatenate([packed & 15, packed >> 4], axis=2).astype(np.float64) * scale
+    return t, [np.zeros(rows, np.float32), packed, scale, x], nib.reshape(rows, -1) @ x
 
 
 def jumps(insts: list) -> int:
     return sum(i.op in (Op.JCC, Op.JMP) for i in insts)
 
 
-@pytest.mark.parametrize("k", [24, 40, 64])
-def test_short_inner_loop_is_unrolled_with_the_same_sums(k):
-    """12 rows times a vector of k (3, 5 or 8 steps of 8 lanes inside each row): the steps are unrolled (one loop
-    fewer), and every row's sum is bit for bit the one the loop computes (the copies add in the loop's order)."""
-    rng = np.random.default_rng(k)
-    w, x = rng.standard_normal((12, k)).astype(np.float32), rng.standard_normal(k).astype(np.float32)
-    unrolled, insts = run_matvec(w, x)
-    looped, loop_insts = run_matvec(w, x, unrolled_trips=0)
-    np.testing.assert_allclose(unrolled, w.astype(np.float64) @ x, rtol=1e-5, atol=1e-5)
-    assert unrolled.tobytes() == looped.tobytes()
+@pytest.mark.parametrize("blocks", [2, 3, 5])
+def test_steps_of_a_quantization_block_are_unrolled_with_the_same_sums(blocks):
+    """12 rows of ``blocks`` quantization blocks (4 steps of 8 lanes each) times x: the steps are unrolled (one
+    loop fewer), each row's sum is bit for bit the one the loop computes (the copies add in the loop's order), and
+    both are numpy's."""
+    t, arrays, want = nibble_matvec(12, blocks, seed=blocks)
+    insts = run(t, arrays)
+    unrolled = arrays[0].copy()
+    loop_insts = run(t, arrays, unrolled_trips=0)
+    np.testing.assert_allclose(unrolled, want, rtol=1e-5, atol=1e-4)
+    assert unrolled.tobytes() == arrays[0].tobytes()
     assert jumps(insts) < jumps(loop_insts)
 
 
-def test_nibble_shifts_of_an_unrolled_loop_are_immediates():
-    """Packed 4-bit values (low nibbles of 8 bytes, then high nibbles) times x: with the loop over the two halves
-    unrolled, each shift amount is a constant (an immediate vpsrad, none at all for 0), not a per-iteration
-    vector shift; values as numpy's."""
-    rng = np.random.default_rng(1)
-    packed = rng.integers(0, 256, (64, 2, 8), dtype=np.uint8)     # rows, 2 groups of 8 bytes
-    x = rng.standard_normal(32).astype(np.float32)
-    q = Tensor(packed, device=X86).cast("int32").reshape(64, 2, 1, 8)
-    shifts = (Tensor.arange(2, device=X86, dtype="int32") * 4).reshape(1, 1, 2, 1)   # from the loop index
-    w = ((q >> shifts) & 15).cast("float32").reshape(64, 32)
-    t = (w * Tensor(x, device=X86)).sum(1)
-    insts = [i for _, _, ins in compiled(t) for i in ins]
+def test_nibble_shifts_of_an_unrolled_block_are_immediates():
+    """With the steps of a block unrolled, each nibble shift amount is a constant (an immediate vpsrad of 4, none
+    at all for the low nibbles), not a vector shift by a per-step amount."""
+    t, arrays, want = nibble_matvec(12, 2)
+    insts = run(t, arrays)
     loop_insts = [i for _, _, ins in compiled(t, unrolled_trips=0) for i in ins]
-    nib = np.stack([packed & 15, packed >> 4], axis=2).reshape(64, 32).astype(np.float64)
-    np.testing.assert_allclose(t.numpy(), nib @ x, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(arrays[0], want, rtol=1e-5, atol=1e-4)
     assert any(i.op in (Op.VPSRAVD, Op.VPSRLVD) for i in loop_insts)   # the loop shifts by its index
     assert not any(i.op in (Op.VPSRAVD, Op.VPSRLVD) for i in insts)
     assert {i.operands[-1].value for i in insts if i.op is Op.VPSRAD} == {4}
