@@ -129,3 +129,33 @@ def test_small_inputs_do_not_prefetch():
     out, insts = run_matvec(w, x)
     np.testing.assert_allclose(out, w.astype(np.float64) @ x, rtol=1e-5, atol=1e-5)
     assert not any(i.op is Op.PREFETCHT0 for i in insts)
+
+
+@pytest.fixture
+def fresh_schedules():
+    """The schedule cache lifts a constant that changes between graphs of one structure into a buffer (``x * 16``
+    after ``x * 6`` would multiply by a loaded value): these graphs are scheduled afresh, and none is left behind
+    for later tests of the same shape."""
+    from tgcore.schedule import cache as schedule_cache
+    schedule_cache.clear()
+    yield
+    schedule_cache.clear()
+
+
+@pytest.mark.usefixtures("fresh_schedules")
+@pytest.mark.parametrize("factor", [16, 1 << 20, -8, 6])
+def test_int_vector_times_a_power_of_two_is_a_shift(factor):
+    """int32 lanes times a constant power of two (codegen writes ``x << 4`` as ``x * 16``; Q5 formats put their
+    fifth bits in place so) is one vpslld by an immediate, not a vpmulld; other factors stay a multiply. Values as
+    numpy's (wrapping)."""
+    a = np.random.default_rng(7).integers(-(1 << 31), 1 << 31, 64, dtype=np.int64).astype(np.int32)
+    t = Tensor(a, device=X86) * factor
+    insts = [i for _, _, ins in compiled(t) for i in ins]
+    with np.errstate(over="ignore"):
+        want = (a.astype(np.int64) * factor).astype(np.int32)
+    np.testing.assert_array_equal(t.numpy(), want)
+    shift = factor & 0xFFFFFFFF
+    if shift & (shift - 1) == 0:
+        assert any(i.op is Op.VPSLLD for i in insts) and not any(i.op is Op.VPMULLD for i in insts)
+    else:
+        assert any(i.op is Op.VPMULLD for i in insts)

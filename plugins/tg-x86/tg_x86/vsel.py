@@ -227,6 +227,23 @@ def binary(ctx: Emitter, xop: Op, u: UOp, a: UOp, b: UOp) -> None:
     ctx.val[u] = tuple(out)
 
 
+def _power_of_two_times(ctx: Emitter, u: UOp) -> bool:
+    """Select int32 ``x * 2**s`` (the same constant in every lane; codegen's form of ``x << s``) as an immediate
+    vpslld: vpmulld costs two uops and ten cycles. False (nothing emitted) for any other product."""
+    for x, c in (u.src, u.src[::-1]):
+        lanes = const_lanes(c) if ctx.facts.is_vconst(c) else None
+        if lanes is None or any(v != lanes[0] for v in lanes):
+            continue
+        value = int(lanes[0]) & 0xFFFFFFFF
+        if value and value & (value - 1) == 0:
+            shift = value.bit_length() - 1
+            def shl(d: VReg, p: int, bits: int, x: UOp = x, shift: int = shift) -> None:
+                ctx.emit(Op.VPSLLD, [d], [vpiece(ctx, x, p)], (("d", 0, bits), ("u", 0, bits), ("i", shift)))
+            per_piece(ctx, u, shl)
+            return True
+    return False
+
+
 def valu(ctx: Emitter, u: UOp) -> None:
     if u in ctx.facts.fma_muls:   # its FMA is selected at the ADD
         return
@@ -240,6 +257,8 @@ def valu(ctx: Emitter, u: UOp) -> None:
         c, mul = fused
         a, b = mul.src
         vfma(ctx, u, a, b, c, mul)
+        return
+    if op is Ops.MUL and k == "i32" and _power_of_two_times(ctx, u):
         return
     xop = VALU.get((op, k))
     if xop is not None:
