@@ -148,3 +148,27 @@ def test_table_rows_looked_up_per_group_are_vector_loads():
     out, srcs = run(w @ Tensor(x, device="CPU"))
     np.testing.assert_allclose(out, table[index].reshape(8, 128).astype(np.float64) @ x, rtol=1e-5, atol=1e-5)
     assert not any("[0]]" in s for s in srcs)  # no lane-by-lane gather ({t[i[0]], t[i[1]], ...})
+
+
+@pytest.mark.parametrize("blocks", [2, 5])
+def test_loops_unrolled_by_codegen_add_in_the_loops_order(blocks, monkeypatch):
+    """``Renderer.unrolled_trips`` (set for a machine-code renderer; tried here on the C one): the steps inside each
+    quantization block of a matrix-vector product (one scale per 32 weights: 4 steps of 8 lanes) are unrolled by
+    codegen instead of gcc (one loop fewer in the C), and each row's sum is bit for bit the loop's (copy i adds
+    after copy i - 1); both are numpy's."""
+    from tgcore.runtime.registry import open_device
+    rng = np.random.default_rng(blocks)
+    q = rng.integers(0, 16, (12, blocks, 32)).astype(np.uint8)
+    scale = rng.standard_normal((12, blocks, 1)).astype(np.float32)
+    x = rng.standard_normal(blocks * 32).astype(np.float32)
+
+    def product() -> Tensor:
+        w = Tensor(q, device="CPU").cast("float32") * Tensor(scale, device="CPU")
+        return w.reshape(12, blocks * 32) @ Tensor(x, device="CPU")
+    looped, loop_srcs = run(product())
+    monkeypatch.setattr(open_device("CPU").renderer, "unrolled_trips", 8, raising=False)
+    monkeypatch.setattr(engine, "_runners", {})  # compiled again, not the looped kernel from the runner cache
+    unrolled, srcs = run(product())
+    np.testing.assert_allclose(unrolled, (q * scale).reshape(12, -1).astype(np.float64) @ x, rtol=1e-5, atol=1e-4)
+    assert unrolled.tobytes() == looped.tobytes()
+    assert sum(s.count("for (") for s in srcs) < sum(s.count("for (") for s in loop_srcs)

@@ -8,7 +8,8 @@ Out: a ``ProgramSpec``: the kernel name, the rendered source or bytes, the varia
 Passes, in order: simplify index math (symbolic) -> emulate narrow floats in float32 where
 the renderer asks -> optimizations (a list of ``Opt`` records from a policy, applied by
 ``optimize.apply_opts``: vectorize, unroll, tile, split across threads) -> reductions into
-accumulators and loops closed with END -> linearize -> render.
+accumulators and loops closed with END -> short innermost loops unrolled where the renderer asks -> linearize ->
+render.
 
 ``get_program`` is ``prepare_kernel`` (up to the point where optimizations are chosen: a ``Kernel``), a policy
 (``OptPolicy``: the heuristic by default; the engine passes the BEAM cache and search) and ``lower_kernel``.
@@ -24,6 +25,7 @@ from tgcore.codegen.linearize import drop_buffer_afters, linearize
 from tgcore.codegen.optimize import Opt, apply_opts
 from tgcore.codegen.opts import emulate_floats, estimate_cost, kernel_name
 from tgcore.codegen.transcendental import decompose_transcendentals
+from tgcore.codegen.unroll import unroll_short_loops
 from tgcore.custom import KernelLaunch, is_custom_program
 from tgcore.helpers import DEBUG
 from tgcore.renderer import Renderer
@@ -125,6 +127,10 @@ def lower_kernel(kernel: Kernel, renderer: Renderer, opts: list[Opt]) -> Program
         ast = graph_rewrite(ast, legalize, ctx=renderer, name="legalize")
     with_ends = add_accumulators_and_ends(ast)
     trace.record_step("add accumulators and ends", ast, with_ends)
+    if renderer.unrolled_trips:
+        unrolled = unroll_short_loops(with_ends, renderer.unrolled_trips)
+        trace.record_step("unroll short loops", with_ends, unrolled)
+        with_ends = unrolled
     uops = drop_buffer_afters(linearize(with_ends, renderer.placement_priority))
     src = renderer.render(name, uops)  # type: ignore[attr-defined]
     return ProgramSpec(name, src, variables, n_threads, ops, mem, buf_slots, tuple(uops))

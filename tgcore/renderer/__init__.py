@@ -34,6 +34,9 @@ class Renderer:
     # a scalar loop summing products of bytes in int32 (a quantized weight's integers times an 8-bit activation's)
     # is vectorized into multiply-adds of bytes by the output's compiler: codegen leaves such loops scalar
     compiles_byte_dots: bool = False
+    # innermost loops of at most this many iterations (a constant count) are unrolled by codegen
+    # (``codegen.unroll``); 0: left as loops (a C compiler unrolls them itself)
+    unrolled_trips: int = 0
     # the machine the output runs on, for cost models (a CPU renderer sets them from tgcore.runtime.cpufeatures;
     # simd_widths, not these, says what vectors codegen emits)
     vector_bits: int = 128         # width of one vector register the compiled code may use

@@ -21,6 +21,7 @@ from typing import Any
 from tgcore.dtype import AddrSpace, DType, PtrDType, dtypes
 from tgcore.renderer import Renderer
 from tgcore.renderer.cbytedot import DOT_PREAMBLE, DOT_TYPES, byte_dot, uses_byte_dot
+from tgcore.renderer.prefetch import Prefetcher, loop_nest
 from tgcore.runtime.cpufeatures import chosen_isa_level, cpu_features
 from tgcore.uop import Ops, RangeKind, UOp
 from tgcore.uop.pattern import PatternMatcher, UPat
@@ -329,79 +330,9 @@ def combine_byte_loads(x: UOp) -> UOp | None:
     return UOp(Ops.BITCAST, x.dtype, (wide,))
 
 
-# Software prefetch (see _Prefetcher): a reduction kernel streaming an input at least this big, when the next
-# outer iteration's data is at most PREFETCH_MAX_AHEAD bytes away (further, it would arrive long before its use)
-PREFETCH_MIN_BYTES = 1 << 16
-PREFETCH_MAX_AHEAD = 1 << 16
-CACHE_LINE = 64
 # innermost loops of scalar loads up to this long are left to the C compiler's vectorizer (codegen leaves a
 # quantization block's byte dot product scalar: Renderer.compiles_byte_dots); a prefetch in one stops it
 COMPILER_VECTORIZED_TRIPS = 32
-
-
-def loop_nest(kernel: list[UOp]) -> tuple[set[UOp], dict[UOp, tuple[UOp, ...]]]:
-    """The RANGEs of a linear kernel with no loop inside them, and the loops open at each LOAD (outermost first)."""
-    inner: set[UOp] = set()
-    open_at: dict[UOp, tuple[UOp, ...]] = {}
-    open_: tuple[UOp, ...] = ()
-    for u in kernel:
-        if u.op is Ops.RANGE:
-            if open_:
-                inner.discard(open_[-1])
-            open_ += (u,)
-            inner.add(u)
-        elif u.op is Ops.END:
-            open_ = tuple(r for r in open_ if r not in u.src[1:])
-        elif u.op is Ops.LOAD:
-            open_at[u] = open_
-    return inner, open_at
-
-
-def _nbytes(param: UOp) -> int:
-    return getattr(param.dtype, "size", 0) * param.dtype.itemsize  # type: ignore[attr-defined]
-
-
-class _Prefetcher:
-    """Where a kernel should prefetch: a reduction that streams a big input (a quantized weight in a matrix-vector
-    product) reads it once, in several interleaved streams (one per output row computed together), which the
-    hardware prefetchers follow badly. Each load of that input in a reduce loop then prefetches what the next
-    iteration of the outermost output loop will load at the same point: one address per cache line a loop
-    iteration touches (loads in a short unrolled loop are covered by their enclosing loop's)."""
-
-    def __init__(self, kernel: list[UOp]) -> None:
-        loaded = [u.src[0].src[0] for u in kernel if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX
-                  and u.src[0].src[0].op is Ops.PARAM]
-        big = max(loaded, key=_nbytes, default=None)
-        self.buf = big if big is not None and _nbytes(big) >= PREFETCH_MIN_BYTES else None
-        self.done: dict[UOp, list[UOp]] = {}  # innermost loop -> indices prefetched in its body
-
-    def distance(self, load: UOp, loops: tuple[UOp, ...]) -> int | None:
-        """Elements ahead of ``load``'s index to prefetch, or None for no prefetch (``loops``: the open ones)."""
-        from tgcore.uop.symbolic import difference, stride
-        index = load.src[0]
-        if self.buf is None or index.src[0] is not self.buf or len(index.src) != 2 or not loops:
-            return None
-        kinds = [r.arg.kind for r in loops]
-        outer = next((r for r, k in zip(loops, kinds, strict=True) if k in (RangeKind.GLOBAL, RangeKind.THREAD)), None)
-        inner = loops[-1]
-        trips = inner.src[0].arg if inner.src[0].op is Ops.CONST else 0
-        if outer is None or RangeKind.REDUCE not in kinds[loops.index(outer):] or 0 < trips <= UNROLL_TRIPS:
-            return None
-        if 0 < trips <= COMPILER_VECTORIZED_TRIPS and load.dtype.count == 1:
-            return None  # a short scalar loop the C compiler vectorizes (a byte dot): a prefetch would stop that
-        used = index.src[1].ranges  # (a loop still open here can not be closed inside the index)
-        if not all(r in used for r in loops):  # data reused across a loop (a matmul's) is cached
-            return None
-        ahead, size = stride(index.src[1], outer), load.dtype.itemsize // load.dtype.count
-        if ahead is None or not CACHE_LINE <= ahead * size <= PREFETCH_MAX_AHEAD:
-            return None
-        seen = self.done.setdefault(inner, [])
-        for idx in seen:
-            gap = difference(index.src[1], idx)
-            if gap is not None and abs(gap) * size < CACHE_LINE:
-                return None
-        seen.append(index.src[1])
-        return ahead
 
 
 def _shuffle(u: UOp, names: dict[UOp, str]) -> str | None:
@@ -585,7 +516,7 @@ class CRenderer(Renderer):
         def line(text: str) -> None:
             body.append("  " * depth + text)
 
-        prefetch = _Prefetcher(kernel)
+        prefetch = Prefetcher(kernel, UNROLL_TRIPS, COMPILER_VECTORIZED_TRIPS)
         innermost, loops_at = loop_nest(kernel)
 
         for u in kernel:

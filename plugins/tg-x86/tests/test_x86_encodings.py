@@ -80,6 +80,9 @@ MORE = [
     (Inst(Op.VPSRLDQ, xmm(1), xmm(2), 8), "vpsrldq xmm1, xmm2, 8", "C5 F1 73 DA 08"),
     (Inst(Op.VPBLENDVB, ymm(1), ymm(2), ymm(3), ymm(12)), "vpblendvb ymm1, ymm2, ymm3, ymm12", "C4 E3 6D 4C CB C0"),
     (Inst(Op.VCVTPS2PH, xmm(1), ymm(2), 4), "vcvtps2ph xmm1, ymm2, 4", "C4 E3 7D 1D D1 04"),
+    (Inst(Op.PREFETCHT0, byte(r("rdi"), r("rsi"), 1, 0x5A0)), "prefetcht0 byte ptr [rdi + rsi + 0x5a0]",
+     "0F 18 8C 37 A0 05 00 00"),                                                  # ModRM reg field /1
+    (Inst(Op.PREFETCHT0, byte(r("r9"), r("r10"), 1, 8)), "prefetcht0 byte ptr [r9 + r10 + 8]", "43 0F 18 4C 11 08"),
 ]
 
 

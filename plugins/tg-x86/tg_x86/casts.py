@@ -247,12 +247,12 @@ def bits_to_float(ctx: Emitter, x: VReg, dst: DType) -> VReg:
         ctx.emit(Op.VMOVQ, [d], [x], (("d", 0, 128), ("u", 0, 64)))
     elif dst is dtypes.float32:
         ctx.emit(Op.VMOVD, [d], [x], (("d", 0, 128), ("u", 0, 32)))
+    elif dst is dtypes.float16:  # vcvtph2ps reads lane 0 from bits 0-15 only: the gpr's upper bits do not matter
+        ctx.emit(Op.VMOVD, [d], [x], (("d", 0, 128), ("u", 0, 32)))
+        ctx.emit(Op.VCVTPH2PS, [d], [d], (("d", 0, 128), ("u", 0, 128)))
     else:
         t = ctx.new("gpr")
         ctx.emit(Op.MOVZX, [t], [x], (("d", 0, 32), ("u", 0, 16)))
-        if dst is dtypes.bfloat16:
-            ctx.alu2(Op.SHL, t, t, 16, 32)
+        ctx.alu2(Op.SHL, t, t, 16, 32)
         ctx.emit(Op.VMOVD, [d], [t], (("d", 0, 128), ("u", 0, 32)))
-        if dst is dtypes.float16:
-            ctx.emit(Op.VCVTPH2PS, [d], [d], (("d", 0, 128), ("u", 0, 128)))
     return d

@@ -142,6 +142,7 @@ class KernelFacts(KernelLines):
     assembled: frozenset[UOp]          # uint8 vector loads one scalar BITCAST reads as one wider load (no value)
     flag_compares: frozenset[UOp]      # compares whose users all read their flags or mask (no bool made)
     acc_stores: Mapping[UOp, list[int]]   # accumulator -> the positions of the STOREs to it
+    prefetch: Mapping[UOp, int]        # loads streaming a big input -> bytes ahead to prefetch (``plan_prefetches``)
 
     def fuses(self, mul: UOp, add: UOp) -> bool:
         """Can ``add`` (of a float dtype) and its source ``mul`` be one FMA? (see ``fuses``)"""
@@ -176,7 +177,23 @@ def analyze(uops: list[UOp], users: Mapping[UOp, list[UOp]]) -> KernelFacts:
         folded=plan_folded_loads(k, bcast_loads, vconst), widened=plan_widened_loads(k),
         narrowed=plan_narrowed_stores(k), assembled=plan_assembled_loads(k),
         flag_compares=plan_flag_compares(k),
-        acc_stores=accumulator_stores(k))
+        acc_stores=accumulator_stores(k), prefetch=plan_prefetches(k))
+
+
+def plan_prefetches(k: KernelLines) -> dict[UOp, int]:
+    """The loads that prefetch (``tgcore.renderer.prefetch``, as the C renderer decides them: a reduction streaming
+    a big input reads the next output rows' data ahead) -> how many bytes past their address."""
+    from tgcore.renderer.prefetch import Prefetcher, loop_nest
+    prefetcher = Prefetcher(k.uops)
+    if prefetcher.buf is None:
+        return {}
+    _, loops_at = loop_nest(k.uops)
+    out = {}
+    for u in k.lines(Ops.LOAD):
+        ahead = prefetcher.distance(u, loops_at[u])
+        if ahead is not None:
+            out[u] = ahead * u.src[0].src[0].dtype.base.itemsize  # type: ignore[attr-defined]
+    return out
 
 
 def plan_broadcast_loads(k: KernelLines) -> frozenset[UOp]:

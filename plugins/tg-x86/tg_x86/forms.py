@@ -475,6 +475,7 @@ CPUID | | 0F A2 | ZO
 XGETBV | | 0F 01 D0 | ZO
 VZEROUPPER | | VEX.128.0F.WIG 77 | ZO
 NOP | | 90 | ZO
+PREFETCHT0 | m8 | 0F 18 /1 | M
 """
 
 

@@ -329,6 +329,7 @@ class Op(enum.Enum):
     XGETBV = ("xgetbv", _G.SYSTEM, Flag.NONE, ("rcx",), ("rax", "rdx"))
     VZEROUPPER = ("vzeroupper", _G.SYSTEM)
     NOP = ("nop", _G.SYSTEM)
+    PREFETCHT0 = ("prefetcht0", _G.SYSTEM, _ND)   # a hint: the cache line at its address into every cache level
 
     def __init__(self, mnemonic: str, group: Group, flags: Flag = Flag.NONE,
                  uses: tuple[str, ...] = (), defs: tuple[str, ...] = ()) -> None:

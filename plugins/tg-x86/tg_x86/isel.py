@@ -51,7 +51,7 @@ from tg_x86.lanes import (
     is_vector,
 )
 from tg_x86.machine import Frame, VMem
-from tg_x86.memory import hold_dummies, load, store
+from tg_x86.memory import hold_dummies, load, prefetch, store
 from tg_x86.scalar import (
     close_loop,
     divide,
@@ -290,8 +290,11 @@ SCALAR_ISEL = PatternMatcher([
     (UPat(name="x"), sel_unknown),
 ])
 
-# the x86 isel table: horizontal reductions, then vector UOps, then scalar ones
-LINE_ISEL = VECTOR_ISEL + SCALAR_ISEL
+# a load streaming a big input first prefetches what a later iteration reads (then falls through to the load rules)
+PREFETCH_ISEL = PatternMatcher([(UPat(Ops.LOAD, name="x"), prefetch)])
+
+# the x86 isel table: horizontal reductions, then prefetches, vector UOps and scalar ones
+LINE_ISEL = PREFETCH_ISEL + VECTOR_ISEL + SCALAR_ISEL
 ISEL = HRED_ISEL + LINE_ISEL
 
 

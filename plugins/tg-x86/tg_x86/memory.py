@@ -32,6 +32,15 @@ from tgcore.dtype import DType, dtypes
 from tgcore.uop import Ops, UOp
 
 
+def prefetch(ctx: Emitter, x: UOp) -> None:
+    """A prefetcht0 of the data the load ``x`` will read ``facts.prefetch[x]`` bytes further, where it has one;
+    returns None either way, so the load rules select ``x`` itself next."""
+    ahead = ctx.facts.prefetch.get(x)
+    if ahead is not None:
+        m = mem(ctx, x.src[0], 8)
+        ctx.emit(Op.PREFETCHT0, [], [VMem(8, m.base, m.index, m.scale, m.disp + ahead)], (("u", 0, None),))
+
+
 def load(ctx: Emitter, u: UOp) -> None:
     idx = u.src[0]
     if is_reg_index(idx):

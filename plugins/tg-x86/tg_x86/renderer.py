@@ -101,6 +101,9 @@ class X86Renderer(ISARenderer[Selector]):
     # ymm0-15 while no vector spills (else 13: ymm13-15 become scratch for the fills); AVX-512: zmm0-31
     vector_registers = len(machine.ALL_VEC)
     wide = False             # selected at the AVX-512 level (``wide.py``)
+    # a quantization block's few vector steps unrolled (as gcc does for the C renderer): each copy's index math and
+    # shift amounts fold to constants, and the copies share the loads of the same bytes
+    unrolled_trips = 8
     spec = X86_SPEC
 
     def __init__(self, abi: Abi = HOST, isa: str | None = None) -> None:

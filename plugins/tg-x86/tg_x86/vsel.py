@@ -227,6 +227,23 @@ def binary(ctx: Emitter, xop: Op, u: UOp, a: UOp, b: UOp) -> None:
     ctx.val[u] = tuple(out)
 
 
+def _power_of_two_times(ctx: Emitter, u: UOp) -> bool:
+    """Select int32 ``x * 2**s`` (the same constant in every lane; codegen's form of ``x << s``) as an immediate
+    vpslld: vpmulld costs two uops and ten cycles. False (nothing emitted) for any other product."""
+    for x, c in (u.src, u.src[::-1]):
+        lanes = const_lanes(c) if ctx.facts.is_vconst(c) else None
+        if lanes is None or any(v != lanes[0] for v in lanes):
+            continue
+        value = int(lanes[0]) & 0xFFFFFFFF
+        if value and value & (value - 1) == 0:
+            shift = value.bit_length() - 1
+            def shl(d: VReg, p: int, bits: int, x: UOp = x, shift: int = shift) -> None:
+                ctx.emit(Op.VPSLLD, [d], [vpiece(ctx, x, p)], (("d", 0, bits), ("u", 0, bits), ("i", shift)))
+            per_piece(ctx, u, shl)
+            return True
+    return False
+
+
 def valu(ctx: Emitter, u: UOp) -> None:
     if u in ctx.facts.fma_muls:   # its FMA is selected at the ADD
         return
@@ -240,6 +257,8 @@ def valu(ctx: Emitter, u: UOp) -> None:
         c, mul = fused
         a, b = mul.src
         vfma(ctx, u, a, b, c, mul)
+        return
+    if op is Ops.MUL and k == "i32" and _power_of_two_times(ctx, u):
         return
     xop = VALU.get((op, k))
     if xop is not None:
@@ -344,6 +363,11 @@ def vdivide(ctx: Emitter, u: UOp) -> None:
     per_piece(ctx, u, div)
 
 
+def _reads_accumulator(u: UOp) -> bool:
+    """Is ``u`` a read of an accumulator (``LOAD(INDEX(AFTER(DEFINE_REG, ...)))``), whose register is updated?"""
+    return u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op in (Ops.AFTER, Ops.DEFINE_REG)
+
+
 def vshift(ctx: Emitter, u: UOp) -> None:
     """Shift amounts outside 0..width-1 give 0 or the sign: exactly what vpsllv/vpsrlv/vpsrav do."""
     sdt = scalar_of(u.dtype)
@@ -362,6 +386,13 @@ def vshift(ctx: Emitter, u: UOp) -> None:
     lanes = const_lanes(n) if ctx.facts.is_vconst(n) else None
     if lanes is not None and all(x == lanes[0] for x in lanes) and 0 <= int(lanes[0]) < sdt.itemsize * 8:
         amount = int(lanes[0])
+        if amount == 0:  # the value itself (the first step of an unrolled loop over nibbles)
+            held = ctx.val.get(a)
+            if held is not None and not _reads_accumulator(a):  # (an accumulator's register changes later)
+                ctx.val[u] = held
+            else:
+                per_piece(ctx, u, lambda d, p, bits: vpiece(ctx, a, p, into=d))
+            return
         per_piece(ctx, u, lambda d, p, bits: ctx.emit(imm_op, [d], [vpiece(ctx, a, p)],
                                                        (("d", 0, bits), ("u", 0, bits), ("i", amount))))
     elif scalar_of(n.dtype) is sdt or esize(scalar_of(n.dtype)) == esize(sdt):

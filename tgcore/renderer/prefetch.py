@@ -1,0 +1,84 @@
+"""Software prefetch for reductions that stream a big input (a quantized weight in a matrix-vector product).
+
+In:  a kernel's linear UOp list. Out: ``Prefetcher(kernel).distance(load, loops)``: how many elements ahead of a
+     load's index to prefetch (None: no prefetch); ``loop_nest``: the innermost loops and the loops open at each
+     load. Renderers emit the prefetches (C: ``__builtin_prefetch``; machine code: ``prefetcht0``).
+"""
+from __future__ import annotations
+
+from tgcore.uop import Ops, RangeKind, UOp
+
+# Software prefetch (see Prefetcher): a reduction kernel streaming an input at least this big, when the next
+# outer iteration's data is at most PREFETCH_MAX_AHEAD bytes away (further, it would arrive long before its use)
+PREFETCH_MIN_BYTES = 1 << 16
+PREFETCH_MAX_AHEAD = 1 << 16
+CACHE_LINE = 64
+
+
+def loop_nest(kernel: list[UOp]) -> tuple[set[UOp], dict[UOp, tuple[UOp, ...]]]:
+    """The RANGEs of a linear kernel with no loop inside them, and the loops open at each LOAD (outermost first)."""
+    inner: set[UOp] = set()
+    open_at: dict[UOp, tuple[UOp, ...]] = {}
+    open_: tuple[UOp, ...] = ()
+    for u in kernel:
+        if u.op is Ops.RANGE:
+            if open_:
+                inner.discard(open_[-1])
+            open_ += (u,)
+            inner.add(u)
+        elif u.op is Ops.END:
+            open_ = tuple(r for r in open_ if r not in u.src[1:])
+        elif u.op is Ops.LOAD:
+            open_at[u] = open_
+    return inner, open_at
+
+
+def _nbytes(param: UOp) -> int:
+    return getattr(param.dtype, "size", 0) * param.dtype.itemsize  # type: ignore[attr-defined]
+
+
+class Prefetcher:
+    """Where a kernel should prefetch: a reduction that streams a big input (a quantized weight in a matrix-vector
+    product) reads it once, in several interleaved streams (one per output row computed together), which the
+    hardware prefetchers follow badly. Each load of that input in a reduce loop then prefetches what the next
+    iteration of the outermost output loop will load at the same point: one address per cache line a loop
+    iteration touches (loads in a short unrolled loop are covered by their enclosing loop's)."""
+
+    def __init__(self, kernel: list[UOp], unrolled_trips: int = 0, vectorized_trips: int = 0) -> None:
+        """``unrolled_trips``: innermost loops this short are unrolled by the output's compiler (their loads are
+        covered by the enclosing loop's prefetches); ``vectorized_trips``: innermost loops of scalar loads this short
+        are vectorized by it (a prefetch inside would stop that). 0: no such loops (machine code)."""
+        loaded = [u.src[0].src[0] for u in kernel if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX
+                  and u.src[0].src[0].op is Ops.PARAM]
+        big = max(loaded, key=_nbytes, default=None)
+        self.buf = big if big is not None and _nbytes(big) >= PREFETCH_MIN_BYTES else None
+        self.unrolled_trips, self.vectorized_trips = unrolled_trips, vectorized_trips
+        self.done: dict[UOp, list[UOp]] = {}  # innermost loop -> indices prefetched in its body
+
+    def distance(self, load: UOp, loops: tuple[UOp, ...]) -> int | None:
+        """Elements ahead of ``load``'s index to prefetch, or None for no prefetch (``loops``: the open ones)."""
+        from tgcore.uop.symbolic import difference, stride
+        index = load.src[0]
+        if self.buf is None or index.src[0] is not self.buf or len(index.src) != 2 or not loops:
+            return None
+        kinds = [r.arg.kind for r in loops]
+        outer = next((r for r, k in zip(loops, kinds, strict=True) if k in (RangeKind.GLOBAL, RangeKind.THREAD)), None)
+        inner = loops[-1]
+        trips = inner.src[0].arg if inner.src[0].op is Ops.CONST else 0
+        if outer is None or RangeKind.REDUCE not in kinds[loops.index(outer):] or 0 < trips <= self.unrolled_trips:
+            return None
+        if 0 < trips <= self.vectorized_trips and load.dtype.count == 1:
+            return None  # a short scalar loop the C compiler vectorizes (a byte dot): a prefetch would stop that
+        used = index.src[1].ranges  # (a loop still open here can not be closed inside the index)
+        if not all(r in used for r in loops):  # data reused across a loop (a matmul's) is cached
+            return None
+        ahead, size = stride(index.src[1], outer), load.dtype.itemsize // load.dtype.count
+        if ahead is None or not CACHE_LINE <= ahead * size <= PREFETCH_MAX_AHEAD:
+            return None
+        seen = self.done.setdefault(inner, [])
+        for idx in seen:
+            gap = difference(index.src[1], idx)
+            if gap is not None and abs(gap) * size < CACHE_LINE:
+                return None
+        seen.append(index.src[1])
+        return ahead
