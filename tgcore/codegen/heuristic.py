@@ -267,7 +267,7 @@ def transpose_unroll(ast: UOp, mains: list[UOp], ranges: list[UOp], lanes: UOp, 
     return []
 
 
-GEMM_MIN_FLOPS = 1 << 21        # smaller products stay on the plain vector path (the tile's set-up costs more)
+GEMM_MIN_FLOPS = 1 << 19        # smaller products stay on the plain vector path (the tile's set-up costs more)
 MAX_TILE_ROWS = 12
 TILE_K_SHARE = 4                # one K block of B fills at most this fraction of L2 (the rest: A, C, the other thread)
 MIN_TILE_K = 32                 # shorter K blocks cost more in partial sums than they save in cache misses
