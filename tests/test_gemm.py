@@ -307,12 +307,13 @@ def test_packed_products_are_exact(device, m, n, k, transposed, monkeypatch):
 
 
 def test_products_with_few_rows_or_good_layouts_are_not_packed(monkeypatch):
-    """Up to PACK_MIN_ROWS rows (batched decoding: each row summed as it would be alone) and a B whose rows are whole
-    cache lines apart (N = 64, 784) are read in place: one kernel."""
-    from tgcore.schedule.pack import PACK_MIN_ROWS
+    """Up to PACK_MIN_ROWS rows (batched decoding: each row summed as it would be alone), a B whose rows are whole
+    cache lines apart (N = 64, 784) and a copy larger than PACK_MAX_BYTES are read in place: one kernel."""
+    from tgcore.schedule.pack import PACK_MAX_BYTES, PACK_MIN_ROWS
     _lower_pack_thresholds(monkeypatch)
+    big = PACK_MAX_BYTES // (4 * 2048) + 1
     for m, n, k, transposed in [(PACK_MIN_ROWS - 1, 1000, 24, False), (8, 130, 25, True), (100, 64, 26, False),
-                                (100, 784, 27, False)]:
+                                (100, 784, 27, False), (64, big, 2048, True)]:
         a = Tensor.empty(m, k, device="CPU")
         out = a @ (Tensor.empty(n, k, device="CPU").T if transposed else Tensor.empty(k, n, device="CPU"))
         assert [si.kind for si in create_schedule([out.uop], "CPU")[0]] == ["reduce"], (m, n, k, transposed)

@@ -15,8 +15,10 @@ output's contiguous axis N, as vectors of columns, one row of K after another. I
   vs 14.5-15.5 ms in place for 1000^3 on one core).
 
 The copy costs K*N loads and stores against the product's M*N*K multiply-adds, so it is made only from
-``PACK_MIN_ROWS`` rows of A on. Products with fewer rows keep their order of summation, which batched LLM
-decoding relies on (batch invariance, see ``codegen.heuristic``), and a pack never changes a sum's value.
+``PACK_MIN_ROWS`` rows of A on, and only up to ``PACK_MAX_BYTES``. Products with fewer rows keep their order of
+summation, which batched LLM decoding relies on (batch invariance, see ``codegen.heuristic``); a pack changes no
+value, only where B is read from. Only B of float dtype read as it is (no cast: a float16 weight widened in the
+product, a decoded quantized one) is packed.
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ from tgcore.uop.shape import shape_of
 
 PACK_MIN_ROWS = 64       # rows of A from which packing B pays for its copy
 PACK_MIN_FLOPS = 1 << 24  # smaller products are not worth a kernel more
+PACK_MAX_BYTES = 32 << 20  # a larger copy (a float32 LM head) would hold that much memory more, in a JIT capture
+                           # for as long as the capture lives
 PACK_ALIGN = 64          # elements per packed row are a multiple of this: whole cache lines, and whole column
                          # tiles of 4 AVX-512 vectors of float32, whose padded lanes then read inside the pack
 CACHE_LINE = 64          # bytes
@@ -75,6 +79,8 @@ def packed_product(node: UOp, strides_of: Strides) -> UOp | None:
     if rows < PACK_MIN_ROWS or 2 * prod(shape) < PACK_MIN_FLOPS:
         return None
     b = mul.src[pos].src[0]
+    if shape[k] * round_up(shape[n], PACK_ALIGN) * b.dtype.itemsize > PACK_MAX_BYTES:
+        return None
     strides = strides_of(b)
     if strides is None:
         return None
