@@ -283,12 +283,12 @@ def _lower_pack_thresholds(monkeypatch):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("m,n,k,transposed", PACKED_SHAPES)
 def test_packed_products_are_exact(device, m, n, k, transposed, monkeypatch):
-    """The pack is a kernel of its own writing B as (K, N rounded up to 64), and every list the policy chooses
-    between for the product that reads it is exact."""
+    """The pack is a kernel of its own writing B as (K, N rounded up to whole cache lines, 64 elements from 64
+    columns on), and every list the policy chooses between for the product that reads it is exact."""
     from tgcore.codegen import prepare_kernel
     from tgcore.codegen.search import candidates
     from tgcore.runtime.registry import open_device
-    from tgcore.schedule.pack import PACK_ALIGN
+    from tgcore.schedule.pack import packed_width
     _lower_pack_thresholds(monkeypatch)
     rng = np.random.default_rng(m + 3 * n + 7 * k)
     a, b = ints(rng, m, k), ints(rng, n, k) if transposed else ints(rng, k, n)
@@ -296,7 +296,7 @@ def test_packed_products_are_exact(device, m, n, k, transposed, monkeypatch):
     out = ta @ (tb.T if transposed else tb)
     items = create_schedule([out.uop], device)[0]
     assert [si.kind for si in items] == ["elementwise", "reduce"]
-    assert items[0].bufs[0].size == k * -(-n // PACK_ALIGN) * PACK_ALIGN
+    assert items[0].bufs[0].size == k * packed_width(n, 4) and packed_width(n, 4) % 16 == 0  # whole cache lines
     want = a @ (b.T if transposed else b)
     np.testing.assert_array_equal(out.numpy(), want)
     renderer = open_device(device).renderer

@@ -3,7 +3,7 @@
 In:  a REDUCE_AXIS about to be lowered into a kernel, and ``strides_of``: how the elements of a node lie in
      memory (its buffer's element stride along each axis, or None when it is not plain data in a buffer).
 Out: None, or the same sum reading B from a packed copy: a contiguous ``(K, N_pad)`` array (a kernel of its
-     own, ``CONTIGUOUS``), each row padded to whole ``PACK_ALIGN`` elements, viewed back as B.
+     own, ``CONTIGUOUS``), each row padded to whole ``PACK_ALIGN`` elements (``packed_width``), viewed back as B.
 
 A matrix product's register tile (``codegen.heuristic.gemm_opts``) loads B, the factor that runs along the
 output's contiguous axis N, as vectors of columns, one row of K after another. It reads B badly when
@@ -33,8 +33,8 @@ PACK_MIN_ROWS = 64       # rows of A from which packing B pays for its copy
 PACK_MIN_FLOPS = 1 << 24  # smaller products are not worth a kernel more
 PACK_MAX_BYTES = 32 << 20  # a larger copy (a float32 LM head) would hold that much memory more, in a JIT capture
                            # for as long as the capture lives
-PACK_ALIGN = 64          # elements per packed row are a multiple of this: whole cache lines, and whole column
-                         # tiles of 4 AVX-512 vectors of float32, whose padded lanes then read inside the pack
+PACK_ALIGN = 64          # elements per packed row (of more columns) are a multiple of this: whole cache lines, and
+                         # whole column tiles of 4 AVX-512 vectors of float32, whose padded lanes read inside the pack
 CACHE_LINE = 64          # bytes
 
 Strides = Callable[[UOp], tuple[int, ...] | None]
@@ -79,7 +79,7 @@ def packed_product(node: UOp, strides_of: Strides) -> UOp | None:
     if rows < PACK_MIN_ROWS or 2 * prod(shape) < PACK_MIN_FLOPS:
         return None
     b = mul.src[pos].src[0]
-    if shape[k] * round_up(shape[n], PACK_ALIGN) * b.dtype.itemsize > PACK_MAX_BYTES:
+    if shape[k] * packed_width(shape[n], b.dtype.itemsize) * b.dtype.itemsize > PACK_MAX_BYTES:
         return None
     strides = strides_of(b)
     if strides is None:
@@ -87,18 +87,23 @@ def packed_product(node: UOp, strides_of: Strides) -> UOp | None:
     line = max(1, CACHE_LINE // b.dtype.itemsize)
     if strides[n] == 1 and strides[k] % line == 0:
         return None  # columns contiguous, rows whole cache lines apart: the tile reads B in place
-    operand = mul.src[pos].replace(src=(_packed(b, k, n),))  # (the same broadcast over A's rows)
+    operand = mul.src[pos].replace(src=(_packed(b, k, n, packed_width(shape[n], b.dtype.itemsize)),))
     return node.replace(src=(mul.replace(src=tuple(operand if i == pos else s for i, s in enumerate(mul.src))),))
 
 
-def _packed(b: UOp, k: int, n: int) -> UOp:
-    """``b`` (size 1 on every axis but ``k`` and ``n``) read from a contiguous ``(K, N_pad)`` copy."""
+def packed_width(n: int, itemsize: int) -> int:
+    """Elements per packed row of ``n`` columns: whole ``PACK_ALIGN`` elements, or for fewer columns whole cache
+    lines (a narrow B is not copied at several times its size; its tile is at most that wide)."""
+    return round_up(n, PACK_ALIGN if n > PACK_ALIGN else max(1, CACHE_LINE // itemsize))
+
+
+def _packed(b: UOp, k: int, n: int, wide: int) -> UOp:
+    """``b`` (size 1 on every axis but ``k`` and ``n``) read from a contiguous ``(K, wide)`` copy."""
     shape = shape_of(b)
     kk, nn = shape[k], shape[n]
     order = tuple(i for i in range(len(shape)) if i not in (k, n)) + (k, n)
     inverse = tuple(order.index(i) for i in range(len(shape)))
     flat = _movement(Ops.RESHAPE, _movement(Ops.PERMUTE, b, order), (kk, nn))
-    wide = round_up(nn, PACK_ALIGN)
     if wide != nn:
         flat = _movement(Ops.PAD, flat, ((0, 0), (0, wide - nn)))
     pack = UOp(Ops.CONTIGUOUS, b.dtype, (flat,))
