@@ -267,3 +267,68 @@ def test_no_odd_shape_gets_a_scalar_kernel(m, n, k, transposed):
     kernel = prepare_kernel(create_schedule([out.uop], "CPU")[0][-1].ast, renderer)
     opts = heuristic_opts(kernel.ast, renderer, 2, kernel.work)
     assert any(o.op is OptOps.UPCAST for o in opts), opts
+
+
+# products whose right-hand factor is read from a packed copy (``schedule.pack``): rows not whole cache lines apart
+# (N = 1000, 129, 7) or B read across memory (x @ W.T); the thresholds lowered so the interpreter runs them too
+PACKED_SHAPES = [(70, 1000, 23, False), (65, 129, 31, True), (64, 7, 33, True), (97, 200, 40, True),
+                 (66, 130, 17, False)]
+
+
+def _lower_pack_thresholds(monkeypatch):
+    from tgcore.schedule import pack
+    monkeypatch.setattr(pack, "PACK_MIN_FLOPS", 0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("m,n,k,transposed", PACKED_SHAPES)
+def test_packed_products_are_exact(device, m, n, k, transposed, monkeypatch):
+    """The pack is a kernel of its own writing B as (K, N rounded up to whole cache lines, 64 elements from 64
+    columns on), and every list the policy chooses between for the product that reads it is exact."""
+    from tgcore.codegen import prepare_kernel
+    from tgcore.codegen.search import candidates
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.pack import packed_width
+    _lower_pack_thresholds(monkeypatch)
+    rng = np.random.default_rng(m + 3 * n + 7 * k)
+    a, b = ints(rng, m, k), ints(rng, n, k) if transposed else ints(rng, k, n)
+    ta, tb = Tensor(a, device=device).realize(), Tensor(b, device=device).realize()
+    out = ta @ (tb.T if transposed else tb)
+    items = create_schedule([out.uop], device)[0]
+    assert [si.kind for si in items] == ["elementwise", "reduce"]
+    assert items[0].bufs[0].size == k * packed_width(n, 4) and packed_width(n, 4) % 16 == 0  # whole cache lines
+    want = a @ (b.T if transposed else b)
+    np.testing.assert_array_equal(out.numpy(), want)
+    renderer = open_device(device).renderer
+    kernel = prepare_kernel(items[-1].ast, renderer)
+    for opts in candidates(kernel.ast, renderer, 2, kernel.work, LISTS_PER_SHAPE):
+        np.testing.assert_array_equal(_run_list(device, ta @ (tb.T if transposed else tb), opts), want,
+                                      err_msg=" ".join(map(str, opts)))
+
+
+def test_products_with_few_rows_or_good_layouts_are_not_packed(monkeypatch):
+    """Up to PACK_MIN_ROWS rows (batched decoding: each row summed as it would be alone), a B whose rows are whole
+    cache lines apart (N = 64, 784) and a copy larger than PACK_MAX_BYTES are read in place: one kernel."""
+    from tgcore.schedule.pack import PACK_MAX_BYTES, PACK_MIN_ROWS
+    _lower_pack_thresholds(monkeypatch)
+    big = PACK_MAX_BYTES // (4 * 2048) + 1
+    for m, n, k, transposed in [(PACK_MIN_ROWS - 1, 1000, 24, False), (8, 130, 25, True), (100, 64, 26, False),
+                                (100, 784, 27, False), (64, big, 2048, True)]:
+        a = Tensor.empty(m, k, device="CPU")
+        out = a @ (Tensor.empty(n, k, device="CPU").T if transposed else Tensor.empty(k, n, device="CPU"))
+        assert [si.kind for si in create_schedule([out.uop], "CPU")[0]] == ["reduce"], (m, n, k, transposed)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_packed_linear_gradients_match_torch(device, monkeypatch):
+    torch = pytest.importorskip("torch")
+    import tgcore.nn.functional as F
+    _lower_pack_thresholds(monkeypatch)
+    rng = np.random.default_rng(3)
+    a, w = rng.standard_normal((72, 50)).astype(np.float32), rng.standard_normal((90, 50)).astype(np.float32)
+    x, tw = Tensor(a, device=device, requires_grad=True), Tensor(w, device=device, requires_grad=True)
+    F.linear(x, tw).relu().sum().backward()
+    xt, wt = torch.tensor(a, requires_grad=True), torch.tensor(w, requires_grad=True)
+    torch.nn.functional.linear(xt, wt).relu().sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(tw.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=1e-4)

@@ -31,6 +31,7 @@ from tgcore.custom import build_program
 from tgcore.dtype import DType, dtypes
 from tgcore.helpers import prod
 from tgcore.runtime.buffer import Buffer
+from tgcore.schedule.pack import packed_product
 from tgcore.schedule.split import split_large_reductions
 from tgcore.schedule.state import REALIZATION
 from tgcore.uop import AxisArg, GroupOp, Ops, RangeKind, UOp
@@ -174,6 +175,7 @@ class Kernelizer:
         self.var_vals: dict[str, int] = {}
         self.custom: dict[UOp, list[UOp]] = {}  # CUSTOM_KERNEL -> its buffers, once scheduled
         self.views: dict[UOp, tuple[UOp, int, int]] = {}  # view BUFFER -> (base BUFFER, size, offset in bytes)
+        self._packed: dict[UOp, UOp] = {}  # a matrix product -> the same reading its B from a packed copy
 
     def worth_realizing_before_expand(self, node: UOp, factor: int) -> bool:
         """Whether ``node`` should get a kernel of its own rather than be recomputed for every copy an
@@ -241,6 +243,47 @@ class Kernelizer:
         if buf is None or buffer_device(buf) != (self.device.get(node) or self.default_device):
             return None
         return buf
+
+    def packed(self, node: UOp) -> UOp:
+        """``node`` (a REDUCE_AXIS), or when it is a large matrix product whose B is laid out badly the same
+        reading B from a packed copy (``tgcore.schedule.pack``)."""
+        if node not in self._packed:
+            packed = packed_product(node, self.element_strides)
+            self._packed[node] = node if packed is None else packed
+        return self._packed[node]
+
+    def element_strides(self, node: UOp) -> tuple[int, ...] | None:
+        """The element stride of ``node``'s buffer index along each of its axes, when ``node`` is a view of data
+        already in a buffer (or in one an earlier kernel of this schedule computes), read ungated at an affine
+        index; else None."""
+        base = node
+        while base.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK):
+            base = base.src[0]
+        if not (base.op is Ops.BUFFER or base in self.done or self.cached(base) is not None):
+            return None  # (lowering it could fuse or realize work)
+        shape = shape_of(node)
+        builder = _KernelBuilder(self, self.index_dtype)
+        idx = output_index(shape, builder.idt)
+        value = builder.lower(node, idx, None, direct=False)
+        if value.op is not Ops.LOAD or len(value.src[0].src) != 2:
+            return None
+        index = value.src[0].src[1]
+        ranges = [r for r in idx if r.op is Ops.RANGE]
+
+        def at(point: dict[UOp, int]) -> int | None:
+            v = index.substitute({r: UOp.const(builder.idt, point.get(r, 0)) for r in ranges}).simplify()
+            return v.arg if v.op is Ops.CONST else None
+        origin = at({})
+        strides = []
+        for r, s in zip(idx, shape, strict=True):
+            if r.op is not Ops.RANGE:
+                strides.append(0)
+                continue
+            one, last = at({r: 1}), at({r: s - 1})
+            if origin is None or one is None or last is None or last - origin != (one - origin) * (s - 1):
+                return None
+            strides.append(one - origin)
+        return tuple(strides)
 
     def view_of_buffer(self, u: UOp) -> UOp | None:
         """The BUFFER under ``u`` when ``u`` is that buffer's data, merely reshaped; else None."""
@@ -506,6 +549,7 @@ class _KernelBuilder:
         return valid.where(inner, UOp.const(node.dtype, 0))
 
     def _reduce(self, node: UOp, idx: tuple[UOp, ...], gate: UOp | None) -> UOp:
+        node = self.owner.packed(node)
         op, axes = node.arg
         src = node.src[0]
         in_shape = shape_of(src)

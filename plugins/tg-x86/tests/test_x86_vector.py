@@ -92,8 +92,9 @@ def test_matmul_inner_loop_broadcasts_from_memory_and_uses_fma():
     body = loop_body(insts, "loop2")
     bcasts = with_op(body, Op.VBROADCASTSS)
     fmas = with_op(body, Op.VFMADD231PS)
-    # one broadcast of A and one FMA per unrolled row of the register tile (4 or 8 rows, codegen's choice)
-    assert len(bcasts) == len(fmas) >= 4 and all(isinstance(i.operands[1], Mem) for i in bcasts)  # load folded
+    # one broadcast of A per row of the register tile, feeding one FMA per vector of columns (codegen's choice)
+    assert len(bcasts) >= 4 and len(fmas) % len(bcasts) == 0
+    assert all(isinstance(i.operands[1], Mem) for i in bcasts)  # load folded
     assert all(is_ymm(i.operands[0]) for i in fmas)
     assert not with_op(body, Op.VMOVSS) and not with_op(body, Op.VMOVAPS)   # accumulators stay put
     assert not [i for i in body if isinstance(i, Inst) and i.op is Op.VMOVUPS and isinstance(i.operands[0], Mem)]
