@@ -171,6 +171,27 @@ def test_weight_gradient_of_the_bench_convolution_gets_a_register_tile_and_k_blo
     assert [o.amount for o in by_op[OptOps.THREAD]] == [2], opts
 
 
+@pytest.mark.parametrize("which", ["output", "input"])
+def test_bench_convolution_gets_a_tile_of_whole_rows(which):
+    """conv2d 3x3 64->64 56^2 batch 8 (bench/ops.py), forward and input gradient: the taps shift the input's vectors
+    by single elements (most loads straddle two cache lines), so the register tile takes more output channels and
+    fewer vectors (8 x 3 at AVX-512: 6 x 4 pads 64 channels to 66 and measured ~9% slower), no padded rows."""
+    from test_gemm import _renderer
+    x = Tensor.empty(8, 64, 56, 56, device="CPU").requires_grad_()
+    w = Tensor.empty(64, 64, 3, 3, device="CPU").requires_grad_()
+    out = F.conv2d(x, w, padding=1)
+    out.backward(Tensor.empty(8, 64, 56, 56, device="CPU"))
+    items, _ = create_schedule([(out if which == "output" else x.grad).uop], "CPU")
+    ast = [si.ast for si in items if any(u.op is Ops.REDUCE for u in simplify_kernel(si.ast).toposort)][-1]
+    renderer = _renderer(512, 32)
+    kernel = prepare_kernel(ast, renderer)
+    opts = default_policy(kernel, renderer, 2)
+    axes = kernel_axes(kernel.ast)
+    unrolls = {axes[o.axis].src[0].arg: o.amount for o in opts if o.op is OptOps.UNROLL}
+    assert not [o for o in opts if o.op is OptOps.PAD], opts
+    assert unrolls == {64: 8, 56 * 58 + 16: 3}, opts  # channels by 8, the positions in 3 vectors of 16
+
+
 @pytest.mark.parametrize("kernel,dilation", [((2, 4), 1), ((3, 2), 2), ((4, 4), 1)])
 def test_flat_convolution_with_uneven_same_padding_matches_torch(device, kernel, dilation):
     """padding='same' of an even kernel pads one side more than the other: the input gradient pads the output
