@@ -215,8 +215,13 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, b
         # rows that whole vectors do not fill (a padded copy; one row times a matrix of a prime width): padded,
         # their last vector gated lane by lane, on a renderer that has such accesses
         if masked and (not reduces or runs_along) and size >= 2 * width:
+            # a short row of an elementwise kernel is unrolled: each copy's lane gates are constants (a renderer
+            # that unrolls no loop by itself, X86, built them lane by lane on every iteration)
+            vectors = ceildiv(size, width)
+            short = not reduces and vectors <= MAX_UNROLL
+            unrolled = [Opt(OptOps.UNROLL, number[contiguous[0]], vectors)] if short else []
             return [*gather, Opt(OptOps.PAD, number[contiguous[0]], width),
-                    Opt(OptOps.UPCAST, number[contiguous[0]], width)]
+                    Opt(OptOps.UPCAST, number[contiguous[0]], width), *unrolled]
         return gather
     chosen = [*gather, Opt(OptOps.UPCAST, number[contiguous[0]], width)]
     if reduces:
