@@ -17,6 +17,7 @@ from test_opts import DEVICES, FUZZ, legal_opts, linear, small_ints
 import tgcore.nn.functional as F
 from tgcore.codegen import default_policy, prepare_kernel, simplify_kernel
 from tgcore.codegen.optimize import Opt, OptOps, kernel_axes
+from tgcore.codegen.upcast import _stride
 from tgcore.dtype import dtypes
 from tgcore.engine.realize import compile_runner, run_schedule
 from tgcore.nn.functional import conv as conv_module
@@ -151,8 +152,8 @@ def test_flat_convolution_products_with_the_default_list_match_numpy(device, whi
 
 def test_weight_gradient_of_the_bench_convolution_gets_a_register_tile_and_k_blocks():
     """conv2d 3x3 64->64 56^2 batch 8 (bench/ops.py): its weight gradient is a product with output channels as
-    vector columns, input channels as unrolled rows, and its positions in K blocks (the batch inside) whose block of
-    the output gradient fits a quarter of L2; the rows split over the threads."""
+    vector columns (stored as whole vectors), input channels as unrolled rows, and its positions in K blocks (the
+    batch inside) whose block of the output gradient fits a quarter of L2; the rows split over the threads."""
     from test_gemm import _renderer
     x = Tensor.empty(8, 64, 56, 56, device="CPU").requires_grad_()
     w = Tensor.empty(64, 64, 3, 3, device="CPU").requires_grad_()
@@ -166,6 +167,10 @@ def test_weight_gradient_of_the_bench_convolution_gets_a_register_tile_and_k_blo
     axes = kernel_axes(kernel.ast)
     by_op = {op: [o for o in opts if o.op is op] for op in OptOps}
     assert [axes[o.axis].src[0].arg for o in by_op[OptOps.UPCAST]] == [64], opts  # output channels in vectors
+    (store,) = kernel.ast.src  # ... stored as whole vectors (into the weight's order they went lane by lane)
+    assert _stride(store.src[0].src[1], axes[by_op[OptOps.UPCAST][0].axis]) == 1
+    rows = [o for o in by_op[OptOps.UNROLL] if o.axis != by_op[OptOps.UPCAST][0].axis]
+    assert [axes[o.axis].src[0].arg for o in rows] == [64], opts  # input channels unrolled (not 3 taps)
     (tile,) = by_op[OptOps.TILE]
     assert axes[tile.axis].src[0].arg == 56 * 58 and (56 * 58) % tile.amount == 0, opts  # the positions
     assert 8 * tile.amount * 64 * 4 * 4 <= renderer.cache_sizes.l2, opts   # with the batch, a quarter of L2

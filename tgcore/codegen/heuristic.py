@@ -312,8 +312,8 @@ def _gemm_axes(ast: UOp) -> tuple[UOp, UOp, tuple[UOp, ...], UOp] | None:
     if _stride(a_idx, col) == 1:  # the loads the other way round
         a_idx, b_idx = b_idx, a_idx
     rows = [r for r in outputs if r is not col and _stride(b_idx, r) == 0 and _stride(a_idx, r)]
-    if scattered:  # the longest row axis (the innermost of equals)
-        rows = sorted(rows, key=_size)
+    # the longest row axis (the innermost of equals): a weight gradient's input channels, not its taps
+    rows = sorted(rows, key=_size)
     return (rows[-1], col, red.src[1:], b_idx) if rows else None
 
 

@@ -188,7 +188,9 @@ def _conv_flat_grad(g: Tensor, x: Tensor, weight: Tensor, pads: tuple[Pad, ...],
     g_t = g_grid.reshape((n, groups, cout // groups, positions)).transpose(-1, -2).contiguous()
     g_t = g_t.reshape((n, groups, 1) + (1,) * nd + (positions, cout // groups))
     win = win.reshape((n, groups, cin_g) + kernel + (positions, 1))
-    dw = (win * g_t).sum((0, 3 + nd))  # (G, Cin/G, K..., Cout/G)
+    # (G, Cin/G, K..., Cout/G) stored as computed (whole vectors of output channels), then put in the weight's
+    # order by a copy of the small result: the product storing into that order wrote lane by lane, once per K block
+    dw = (win * g_t).sum((0, 3 + nd)).contiguous()
     dw = dw.permute((0, 2 + nd, 1) + tuple(range(2, 2 + nd)))
     return dx, dw.reshape(weight.shape)
 
