@@ -7,13 +7,15 @@
    own conversion for the plain types gguf-py does not handle: F64, I8..I64).
 2. A 4096x4096 quantized GEMV (``w @ x``) per type (``--gemv-types``): tg-gguf (one kernel reading the
    quantized bytes) as ms, GB/s of weight bytes and % of the streaming bandwidth measured next to it (a plain
-   float32 row sum over a buffer of the same byte size and row count: what the machine streams in this run);
+   float32 row sum over a buffer of the same byte size and row count: what the machine streams in this run),
+   each called once per realize (per-call overhead included on both sides);
    vs numpy (gguf-py dequantization, then a float32 matvec), and vs numpy's matvec alone on an already
    dequantized weight (the float32 roofline numpy reaches).
-   For the types with an integer path (``tg_gguf.intdot``: activations quantized to 8 bits per 32), both paths
-   replayed by ``tgcore.jit`` (kernels only, as an LLM's decode step runs them), alternating: "jit float" and
-   "jit int" (ms, and the int path's % of the streaming bandwidth); "policy" says which one tg-gguf picks
-   (``INT_DOT_TYPES``).
+   Then the same product replayed by ``tgcore.jit`` (kernels only, as an LLM's decode step runs them), against
+   the streaming reference replayed the same way ("jit stream"): "jit float", and for the types with an integer
+   path (``tg_gguf.intdot``: activations quantized to 8 bits per 32) "jit int", alternating (ms, and % of the
+   jitted stream); "policy" says which one tg-gguf picks (``INT_DOT_TYPES``). Compare a jitted time with the
+   jitted stream only: the per-call stream includes a realize's fixed cost, which flatters small weights.
 
 Ratios are tg-gguf / reference throughput (higher is better): medians of --repeat runs for the
 dequantization, the best of --repeat runs for the GEMV and its streaming reference (on a shared machine the
@@ -77,17 +79,20 @@ def dequantize_row(gtype: GGMLType, elements: int, device: str, repeat: int) -> 
     print(f"{gtype.name:8s} {raw_np.size / 1e6:7.2f} {gb / t_tg:9.3f} {gb / t_ref:9.3f} {t_ref / t_tg:6.2f}x")
 
 
-def stream_time(nbytes: int, rows: int, device: str, repeat: int) -> float:
-    """Seconds to sum a float32 buffer of ``nbytes`` as ``rows`` row sums (split over threads like a GEMV's rows)."""
+def stream_times(nbytes: int, rows: int, device: str, repeat: int) -> tuple[float, float]:
+    """Seconds to sum a float32 buffer of ``nbytes`` as ``rows`` row sums (split over threads like a GEMV's rows):
+    once per realize, and replayed by ``tgcore.jit`` (the kernel alone)."""
+    import tgcore
     cols = nbytes // 4 // rows
     buf = Tensor(np.ones((rows, cols), np.float32), device=device).realize()
-    return best_time(lambda: buf.sum(axis=1).realize(), repeat)
+    step = tgcore.jit(lambda b: b.sum(axis=1).realize())
+    return best_time(lambda: buf.sum(axis=1).realize(), repeat), best_time(lambda: step(buf), max(repeat, 3) * 3)
 
 
 def gemv_row(gtype: GGMLType, n: int, device: str, repeat: int) -> None:
     block, _ = BLOCK_LAYOUT[gtype]
     raw_np = random_blocks(gtype, n * n // block, small=True)
-    t_stream = stream_time(raw_np.size, n, device, repeat)
+    t_stream, t_jit_stream = stream_times(raw_np.size, n, device, repeat)
     x_np = np.random.default_rng(0).standard_normal(n).astype(np.float32)
     w = dequantize(Tensor(raw_np, device=device).realize(), gtype, (n, n))
     w_np = reference_dequantize(gtype, raw_np, (n, n))
@@ -96,31 +101,33 @@ def gemv_row(gtype: GGMLType, n: int, device: str, repeat: int) -> None:
     t_np = best_time(lambda: reference_dequantize(gtype, raw_np, (n, n)) @ x_np, repeat)
     t_mv = best_time(lambda: w_np @ x_np, repeat)
     gb = raw_np.size / 1e9
-    ints = int_columns(gtype, w, raw_np, x_np, n, device, repeat, t_stream)
+    jitted = jit_columns(gtype, w, raw_np, x_np, n, device, repeat, t_jit_stream)
     print(f"{gtype.name:8s} {t_tg * 1e3:9.2f} {gb / t_tg:7.2f} {gb / t_stream:8.2f} {100 * t_stream / t_tg:7.0f}% "
-          f"{t_np * 1e3:10.2f} {t_np / t_tg:6.2f}x {t_mv * 1e3:11.2f} {t_mv / t_tg:6.2f}x {ints}", flush=True)
+          f"{t_np * 1e3:10.2f} {t_np / t_tg:6.2f}x {t_mv * 1e3:11.2f} {t_mv / t_tg:6.2f}x {jitted}", flush=True)
 
 
-def int_columns(gtype: GGMLType, w: Tensor, raw_np: np.ndarray, x_np: np.ndarray, n: int, device: str, repeat: int,
+def jit_columns(gtype: GGMLType, w: Tensor, raw_np: np.ndarray, x_np: np.ndarray, n: int, device: str, repeat: int,
                 t_stream: float) -> str:
-    """The jitted float and integer GEMVs (best of ``repeat`` rounds, alternating), or blanks for a type without an
-    integer path."""
+    """The jitted stream, float GEMV and, for a type with an integer path, integer GEMV (best of ``repeat`` rounds,
+    alternating)."""
     from tg_gguf.intdot import INT_DOT_TYPES, SUMS, int_matmul
 
     import tgcore
-    if gtype not in SUMS:
-        return ""
-    raw = Tensor(raw_np, device=device).realize()
     x = Tensor(x_np, device=device).realize()
     float_step = tgcore.jit(lambda v: (w @ v).realize())
+    stream = f"{t_stream * 1e3:10.3f} "
+    if gtype not in SUMS:
+        t_float = min(best_time(lambda: float_step(x), 3) for _ in range(repeat))
+        return f"{stream}{t_float * 1e3:9.2f} {100 * t_stream / t_float:5.0f}%"
+    raw = Tensor(raw_np, device=device).realize()
     int_step = tgcore.jit(lambda v: int_matmul(v, raw, gtype, (n, n)).realize())
     t_float = t_int = float("inf")
     for _ in range(repeat):
         t_float = min(t_float, best_time(lambda: float_step(x), 3))
         t_int = min(t_int, best_time(lambda: int_step(x), 3))
     policy = "int" if gtype in INT_DOT_TYPES else "float"
-    return (f"{t_float * 1e3:9.2f} {100 * t_stream / t_float:5.0f}% {t_int * 1e3:8.2f} {100 * t_stream / t_int:5.0f}% "
-            f"{t_float / t_int:6.2f}x {policy:>6s}")
+    return (f"{stream}{t_float * 1e3:9.2f} {100 * t_stream / t_float:5.0f}% "
+            f"{t_int * 1e3:8.2f} {100 * t_stream / t_int:5.0f}% {t_float / t_int:6.2f}x {policy:>6s}")
 
 
 def main() -> None:
@@ -143,8 +150,8 @@ def main() -> None:
     print(f"\nquantized GEMV w @ x, w {n}x{n}, {args.device} (ms; GB/s of weight bytes; stream: GB/s of a float32 "
           "row sum of the same bytes; ratio = numpy time / tg-gguf time)")
     print(f"{'type':8s} {'tg-gguf':>9s} {'GB/s':>7s} {'stream':>8s} {'%stream':>8s} {'np deq+mv':>10s} {'ratio':>7s} "
-          f"{'np mv only':>11s} {'ratio':>7s} {'jit float':>9s} {'%strm':>6s} {'jit int':>8s} {'%strm':>6s} "
-          f"{'int/fl':>7s} {'policy':>6s}")
+          f"{'np mv only':>11s} {'ratio':>7s} {'jit stream':>10s} {'jit float':>9s} {'%strm':>6s} "
+          f"{'jit int':>8s} {'%strm':>6s} {'int/fl':>7s} {'policy':>6s}")
     for name in args.gemv_types.split(","):
         gemv_row(GGMLType[name], n, args.device, args.repeat)
 
