@@ -17,6 +17,8 @@ from test_opts import DEVICES, FUZZ, legal_opts, linear, small_ints
 import tgcore.nn.functional as F
 from tgcore.codegen import default_policy, prepare_kernel, simplify_kernel
 from tgcore.codegen.optimize import Opt, OptOps, kernel_axes
+from tgcore.codegen.upcast import _stride
+from tgcore.dtype import dtypes
 from tgcore.engine.realize import compile_runner, run_schedule
 from tgcore.nn.functional import conv as conv_module
 from tgcore.runtime.registry import open_device
@@ -150,8 +152,8 @@ def test_flat_convolution_products_with_the_default_list_match_numpy(device, whi
 
 def test_weight_gradient_of_the_bench_convolution_gets_a_register_tile_and_k_blocks():
     """conv2d 3x3 64->64 56^2 batch 8 (bench/ops.py): its weight gradient is a product with output channels as
-    vector columns, input channels as unrolled rows, and its positions in K blocks (the batch inside) whose block of
-    the output gradient fits a quarter of L2; the rows split over the threads."""
+    vector columns (stored as whole vectors), input channels as unrolled rows, and its positions in K blocks (the
+    batch inside) whose block of the output gradient fits a quarter of L2; the rows split over the threads."""
     from test_gemm import _renderer
     x = Tensor.empty(8, 64, 56, 56, device="CPU").requires_grad_()
     w = Tensor.empty(64, 64, 3, 3, device="CPU").requires_grad_()
@@ -165,10 +167,52 @@ def test_weight_gradient_of_the_bench_convolution_gets_a_register_tile_and_k_blo
     axes = kernel_axes(kernel.ast)
     by_op = {op: [o for o in opts if o.op is op] for op in OptOps}
     assert [axes[o.axis].src[0].arg for o in by_op[OptOps.UPCAST]] == [64], opts  # output channels in vectors
+    (store,) = kernel.ast.src  # ... stored as whole vectors (into the weight's order they went lane by lane)
+    assert _stride(store.src[0].src[1], axes[by_op[OptOps.UPCAST][0].axis]) == 1
+    rows = [o for o in by_op[OptOps.UNROLL] if o.axis != by_op[OptOps.UPCAST][0].axis]
+    assert [axes[o.axis].src[0].arg for o in rows] == [64], opts  # input channels unrolled (not 3 taps)
     (tile,) = by_op[OptOps.TILE]
     assert axes[tile.axis].src[0].arg == 56 * 58 and (56 * 58) % tile.amount == 0, opts  # the positions
     assert 8 * tile.amount * 64 * 4 * 4 <= renderer.cache_sizes.l2, opts   # with the batch, a quarter of L2
     assert [o.amount for o in by_op[OptOps.THREAD]] == [2], opts
+
+
+@pytest.mark.parametrize("which", ["output", "input"])
+def test_bench_convolution_gets_a_tile_of_whole_rows(which):
+    """conv2d 3x3 64->64 56^2 batch 8 (bench/ops.py), forward and input gradient: the taps shift the input's vectors
+    by single elements (most loads straddle two cache lines), so the register tile takes more output channels and
+    fewer vectors (8 x 3 at AVX-512: 6 x 4 pads 64 channels to 66 and measured ~9% slower), no padded rows."""
+    from test_gemm import _renderer
+    x = Tensor.empty(8, 64, 56, 56, device="CPU").requires_grad_()
+    w = Tensor.empty(64, 64, 3, 3, device="CPU").requires_grad_()
+    out = F.conv2d(x, w, padding=1)
+    out.backward(Tensor.empty(8, 64, 56, 56, device="CPU"))
+    items, _ = create_schedule([(out if which == "output" else x.grad).uop], "CPU")
+    ast = [si.ast for si in items if any(u.op is Ops.REDUCE for u in simplify_kernel(si.ast).toposort)][-1]
+    renderer = _renderer(512, 32)
+    kernel = prepare_kernel(ast, renderer)
+    opts = default_policy(kernel, renderer, 2)
+    axes = kernel_axes(kernel.ast)
+    unrolls = {axes[o.axis].src[0].arg: o.amount for o in opts if o.op is OptOps.UNROLL}
+    assert not [o for o in opts if o.op is OptOps.PAD], opts
+    assert unrolls == {64: 8, 56 * 58 + 16: 3}, opts  # channels by 8, the positions in 3 vectors of 16
+
+
+def test_padded_copy_of_the_input_unrolls_its_row_of_vectors():
+    """The flat convolution's padded copy of its input (rows of 58 = 7 vectors of 8 and a gated one): the row's
+    8 vectors are unrolled, so each copy's lane gates are constants (the X86 renderer unrolls no loop by itself:
+    it built both lane masks lane by lane on every iteration, 3x the C renderer's time)."""
+    from test_gemm import _renderer
+    x = Tensor.empty(8, 64, 56, 56, device="CPU")
+    out = F.conv2d(x, Tensor.empty(64, 64, 3, 3, device="CPU"), padding=1)
+    items, _ = create_schedule([out.uop], "CPU")
+    renderer = _renderer(512, 32)
+    renderer.simd_widths = {dtypes.float32: 8}
+    kernel = prepare_kernel(items[0].ast, renderer)
+    axes = kernel_axes(kernel.ast)
+    assert axes[-1].src[0].arg == 58
+    opts = [o for o in default_policy(kernel, renderer, 1) if o.axis == len(axes) - 1]
+    assert [(o.op, o.amount) for o in opts] == [(OptOps.PAD, 8), (OptOps.UPCAST, 8), (OptOps.UNROLL, 8)], opts
 
 
 @pytest.mark.parametrize("kernel,dilation", [((2, 4), 1), ((3, 2), 2), ((4, 4), 1)])

@@ -70,6 +70,18 @@ def test_contiguous_of_a_permuted_view_copies():
     np.testing.assert_array_equal(a.permute(1, 0).contiguous().numpy(), np.arange(12).reshape(3, 4).T)
 
 
+def test_a_padded_read_is_one_gated_load_without_a_select():
+    """A pad of a pad (a convolution's padded input with slack rows) reads each element with one load gated on both
+    paddings, which reads 0 where the gate is false: no select between the load and 0.0 is left around it."""
+    from tgcore.uop import Ops
+    x_np = np.arange(1, 13, dtype=np.float32).reshape(3, 4)
+    out = Tensor(x_np).pad(((1, 1), (1, 1))).pad(((0, 2), None))
+    (item,) = create_schedule([out.uop], "CPU")[0]
+    ops = [u.op for u in item.ast.toposort]
+    assert Ops.WHERE not in ops and ops.count(Ops.LOAD) == 1
+    np.testing.assert_array_equal(out.numpy(), np.pad(np.pad(x_np, 1), ((0, 2), (0, 0))))
+
+
 def test_reduce_consumed_by_broadcast_gets_its_own_kernel():
     x = Tensor(np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32))
     out = x - x.max(1, keepdim=True).expand(4, 8)

@@ -306,8 +306,13 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, b
         # rows that whole vectors do not fill (a padded copy; one row times a matrix of a prime width): padded,
         # their last vector gated lane by lane, on a renderer that has such accesses
         if masked and (not reduces or runs_along) and size >= 2 * width:
+            # a short row of an elementwise kernel is unrolled: each copy's lane gates are constants (a renderer
+            # that unrolls no loop by itself, X86, built them lane by lane on every iteration)
+            vectors = ceildiv(size, width)
+            short = not reduces and vectors <= MAX_UNROLL
+            unrolled = [Opt(OptOps.UNROLL, number[contiguous[0]], vectors)] if short else []
             return [*gather, Opt(OptOps.PAD, number[contiguous[0]], width),
-                    Opt(OptOps.UPCAST, number[contiguous[0]], width)]
+                    Opt(OptOps.UPCAST, number[contiguous[0]], width), *unrolled]
         return gather
     chosen = [*gather, Opt(OptOps.UPCAST, number[contiguous[0]], width)]
     if reduces:
@@ -395,8 +400,8 @@ def _product(ast: UOp) -> tuple[UOp, UOp, UOp, UOp, list[UOp]] | None:
     return index, red, a_idx, b_idx, outputs
 
 
-def _gemm_axes(ast: UOp) -> tuple[UOp, UOp, tuple[UOp, ...]] | None:
-    """(rows, columns, reduced ranges) when ``ast`` stores one sum of products ``A[.., k] * B[k, ..]`` in a
+def _gemm_axes(ast: UOp) -> tuple[UOp, UOp, tuple[UOp, ...], UOp] | None:
+    """(rows, columns, reduced ranges, B's index) when ``ast`` stores one sum of products ``A[.., k] * B[k, ..]`` in a
     contiguous column axis that B runs along with stride 1 and A does not, over rows that A runs along and B does
     not (a matmul, batched or not; a convolution over output channels and flattened positions)."""
     found = _product(ast)
@@ -418,9 +423,9 @@ def _gemm_axes(ast: UOp) -> tuple[UOp, UOp, tuple[UOp, ...]] | None:
     if _stride(a_idx, col) == 1:  # the loads the other way round
         a_idx, b_idx = b_idx, a_idx
     rows = [r for r in outputs if r is not col and _stride(b_idx, r) == 0 and _stride(a_idx, r)]
-    if scattered:  # the longest row axis (the innermost of equals)
-        rows = sorted(rows, key=_size)
-    return (rows[-1], col, red.src[1:]) if rows else None
+    # the longest row axis (the innermost of equals): a weight gradient's input channels, not its taps
+    rows = sorted(rows, key=_size)
+    return (rows[-1], col, red.src[1:], b_idx) if rows else None
 
 
 def _lanes(renderer: Renderer, dtype: DType) -> int:
@@ -453,6 +458,7 @@ class GemmShape:
     flops: int          # of the whole kernel (every output axis, a batch's too)
     k_size: int         # iterations of the axis ``k`` (a K block keeps the other reduced axes inside: with the
                         # batch of a weight gradient, its block of B is that many times longer)
+    b_cost: float = 1.0  # what loading one vector of B costs, in broadcasts of A (``SHIFTED_B_COST``)
 
 
 def gemm_shape(ast: UOp, renderer: Renderer, threads: int, min_flops: int = GEMM_MIN_FLOPS) -> GemmShape | None:
@@ -461,7 +467,7 @@ def gemm_shape(ast: UOp, renderer: Renderer, threads: int, min_flops: int = GEMM
     found = _gemm_axes(ast)
     if found is None:
         return None
-    row, col, ks = found
+    row, col, ks, b_idx = found
     dtype = ast.src[0].src[1].dtype
     lanes = _lanes(renderer, dtype)
     m, n, kk = _size(row), _size(col), prod(_size(k) for k in ks)
@@ -473,7 +479,8 @@ def gemm_shape(ast: UOp, renderer: Renderer, threads: int, min_flops: int = GEMM
     k = max(ks, key=_size)  # (the first of equals)
     return GemmShape(number[row], number[col], number[k], m, n, kk, lanes, renderer.vector_registers,
                      renderer.masked_vectors, dtype.itemsize, renderer.cache_sizes.l2, tileable(ast),
-                     threads, 2 * outputs * kk, _size(k))
+                     threads, 2 * outputs * kk, _size(k),
+                     SHIFTED_B_COST if any(_stride(b_idx, r) == 1 for r in ks) else 1.0)
 
 
 def gemm_tiles(g: GemmShape) -> list[tuple[int, int]]:
@@ -485,16 +492,22 @@ def gemm_tiles(g: GemmShape) -> list[tuple[int, int]]:
             and v * g.lanes <= 2 * g.n]
 
 
+# a vector of B read at an offset that a reduced axis moves by single elements (a convolution's taps along the
+# flattened positions) mostly straddles two cache lines, and B streams from L2 while A's broadcasts stay in L1: it
+# costs about this many broadcasts (measured, 3x3 convolutions at AVX-512: 8 rows x 3 vectors 3-5% faster than 6 x 4
+# at 96 output channels, ~9% at 64, where 6 rows are padded)
+SHIFTED_B_COST = 2.5
 PARTIAL_TILE_COST = 4  # a column tile with padded lanes reads them lane by lane: it costs about this many full tiles
 
 
 def gemm_speed(g: GemmShape, tile: tuple[int, int]) -> float:
-    """FMAs per load (each step loads v vectors of B and broadcasts r elements of A for r*v FMAs), less the share of
-    padded rows computed for nothing and the cost of a last column tile whose padded lanes are gated."""
+    """FMAs per load (each step loads v vectors of B, each costing ``b_cost``, and broadcasts r elements of A for r*v
+    FMAs), less the share of padded rows computed for nothing and the cost of a last column tile whose padded lanes
+    are gated."""
     r, v = tile
     col_tiles = ceildiv(g.n, v * g.lanes)
     partial = PARTIAL_TILE_COST - 1 if g.n % (v * g.lanes) else 0
-    return r * v / (r + v) * _filled(g.m, r) * col_tiles / (col_tiles + partial)
+    return r * v / (r + g.b_cost * v) * _filled(g.m, r) * col_tiles / (col_tiles + partial)
 
 
 def gemm_k_blocks(g: GemmShape) -> list[int]:

@@ -147,6 +147,21 @@ def _and(a: UOp | None, b: UOp) -> UOp:
     return b if a is None else a & b
 
 
+def _reads_zero_unless(value: UOp, valid: UOp) -> bool:
+    """Whether ``value`` is a load gated on ``valid`` (among the conjuncts of its gate) with no other value to
+    read: where ``valid`` is false it reads 0 already (a gated load's meaning, ``runtime.python``)."""
+    if value.op is not Ops.LOAD or len(value.src) != 1 or len(value.src[0].src) != 3:
+        return False
+    return set(_conjuncts(valid)) <= set(_conjuncts(value.src[0].src[2]))
+
+
+def _conjuncts(gate: UOp) -> list[UOp]:
+    """The terms of ``gate`` as a chain of ANDs (``a & b & c``), or ``[gate]``."""
+    if gate.op is Ops.AND and gate.dtype is dtypes.bool:
+        return [t for s in gate.src for t in _conjuncts(s)]
+    return [gate]
+
+
 # ------------------------------------------------------------------------------------------ lowering
 
 class Kernelizer:
@@ -546,6 +561,8 @@ class _KernelBuilder:
         # a reduction under a padding gets a kernel of its own: fused, its loop would run at every output, padding
         # included (a concatenation of two products would compute both at every output of it)
         inner = self.lower(src, tuple(shifted), _and(gate, valid), direct=False)
+        if _reads_zero_unless(inner, valid):  # (a select around it would pick between the load and its own 0.0)
+            return inner
         return valid.where(inner, UOp.const(node.dtype, 0))
 
     def _reduce(self, node: UOp, idx: tuple[UOp, ...], gate: UOp | None) -> UOp:

@@ -99,7 +99,7 @@ def _run(t: Tensor, x: np.ndarray, isa: str) -> tuple[np.ndarray, list]:
     (si,) = [si for si in items if si.kind != "copy"]
     spec = get_program(si.ast, r, 1)
     uops = list(spec.uops)
-    (store,) = [u for u in uops if u.op is Ops.STORE]
+    store = next(u for u in uops if u.op is Ops.STORE)  # (a short padded row is unrolled: a store per vector)
     out_param = next(n.arg for n in store.src[0].toposort if n.op is Ops.PARAM)
     out = np.zeros(len(x), t.dtype.np)
     assert len(si.bufs) == 2, si.bufs

@@ -143,22 +143,22 @@ def test_gated_off_store_leaves_the_buffer_and_the_zero_slot_alone():
 
 @pytest.mark.parametrize("dt", [dtypes.float32, dtypes.int32, dtypes.float64, dtypes.int64], ids=str)
 def test_gated_vector_store_skips_its_row(dt):
-    """Rows of 64 padded by 2 above and 3 below, the WHERE of the (vector) gated load dropped, and the row store
-    gated by row != 7 (its load is on, its values nonzero): row 7 keeps its old values, rows 8..10 (loads gated
-    off) read 0 from the zero slot the store did not write."""
+    """Rows of 64 padded by 2 above and 3 below (the padded read is the (vector) gated load itself: the scheduler
+    puts no WHERE around it), and the row store gated by row != 7 (its load is on, its values nonzero): row 7
+    keeps its old values, rows 8..10 (loads gated off) read 0 from the zero slot the store did not write."""
     a = values((6, 64), dt)
     a[a == 0] = 1
     name, uops = program(Tensor(a, device=X86).pad(((2, 3), (0, 0))))
-    (where,) = [u for u in uops if u.op is Ops.WHERE]
+    (load,) = [u for u in uops if u.op is Ops.LOAD]
     (store,) = [u for u in uops if u.op is Ops.STORE]
-    assert store.src[1].dtype.count > 1
+    assert store.src[1].dtype.count > 1 and not [u for u in uops if u.op is Ops.WHERE]
     row = [u for u in uops if u.op is Ops.RANGE][0]
 
     def gated(s: UOp) -> UOp:
         idx, value = s.src
-        assert value is where   # stores the load itself
-        return s.replace(src=(idx.replace(src=(*idx.src[:2], row.ne(7))), where.src[1]))
-    edited = edit(uops, {store: gated}, drop=frozenset({where}))
+        assert value is load   # stores the load itself
+        return s.replace(src=(idx.replace(src=(*idx.src[:2], row.ne(7))), value))
+    edited = edit(uops, {store: gated})
     old = values((11, 64), dt)
     out = old.copy()
     code = run(name, edited, {0: out, 1: a})
@@ -187,7 +187,6 @@ def test_wide_gated_vector_access_gets_a_wide_dummy_slot(lanes):
     a = values((6, 64), dtypes.float32)
     name, uops = program(Tensor(a, device=X86).pad(((2, 3), (0, 0))))
     (load,) = [u for u in uops if u.op is Ops.LOAD]
-    (where,) = [u for u in uops if u.op is Ops.WHERE]
     (store,) = [u for u in uops if u.op is Ops.STORE]
     row, col = [u for u in uops if u.op is Ops.RANGE]
     (step,) = [u for u in uops if u.op is Ops.MUL and u.src[0] is col]
@@ -203,8 +202,7 @@ def test_wide_gated_vector_access_gets_a_wide_dummy_slot(lanes):
         new_load = u.replace(dtype=dtypes.float32.vec(lanes))
         return new_load
     edited = edit(uops, {col: lambda r: r.replace(src=(UOp.const(dtypes.int32, 64 // lanes),)),
-                         step: lambda m: m.replace(src=(m.src[0], n)), load: widen, store: gated},
-                  drop=frozenset({where}))
+                         step: lambda m: m.replace(src=(m.src[0], n)), load: widen, store: gated})
     old = values((11, 64), dtypes.float32)
     out = old.copy()
     code = run(name, edited, {0: out, 1: a})
@@ -250,11 +248,10 @@ def test_gated_load_with_an_alternative_value(dt):
     a = values((4,), dt)
     name, uops = program(Tensor(a, device=X86).pad(((3, 0),)) * 3)
     (load,) = [u for u in uops if u.op is Ops.LOAD]
-    (where,) = [u for u in uops if u.op is Ops.WHERE]
     (mul,) = [u for u in uops if u.op is Ops.MUL]
     alt = UOp.const(dt, 5)
     with_alt = load.replace(src=(load.src[0], alt))
-    edited = edit(uops, {mul: lambda m: m.replace(src=(with_alt, m.src[1]))}, drop=frozenset({where, load}))
+    edited = edit(uops, {mul: lambda m: m.replace(src=(with_alt, m.src[1]))}, drop=frozenset({load}))
     out = np.zeros(7, dt.np)
     run(name, edited, {0: out, 1: a})
     np.testing.assert_array_equal(out, np.concatenate([np.full(3, 5, dt.np), a]) * np.array(3, dt.np))

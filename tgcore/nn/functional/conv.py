@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from tgcore.dtype import least_upper_dtype
 from tgcore.errors import TensorValueError
 from tgcore.helpers import ceildiv, round_up
-from tgcore.nn.functional.common import IntOrTuple, _check_spatial, _pad_last, _tuple, _window_last, windows
+from tgcore.nn.functional.common import IntOrTuple, _check_spatial, _pad_last, _tuple, windows
 from tgcore.tensor import Tensor
 from tgcore.tensor_autograd import with_gradient
 
@@ -154,12 +154,24 @@ def _flat_windows(x: Tensor, kernel: tuple[int, ...], dilation: tuple[int, ...],
     reach = sum((k - 1) * d * s for k, d, s in zip(kernel, dilation, strides, strict=True))
     slack_rows = ceildiv(positions + reach - math.prod(padded), strides[0])  # read by the cut-off positions
     x = x.pad([None, None, (0, slack_rows)] + [None] * (nd - 1)) if slack_rows > 0 else x
-    flat = x.contiguous().reshape((n, cin, math.prod(x.shape[2:])))
-    win = flat
-    for k, d, s in zip(kernel, dilation, strides, strict=True):  # taps of each axis: (..., L) -> (..., L', k)
-        win = _window_last(win, k, 1, d * s)
-        win = win.transpose(-1, -2)  # the positions last again
-    return win.shrink([None] * (win.ndim - 1) + [(0, positions)]), out_sp
+    win = x.contiguous().reshape((n, cin, math.prod(x.shape[2:])))
+    for i, (k, d, s) in enumerate(zip(kernel, dilation, strides, strict=True)):  # (..., L) -> (..., k, L')
+        win = _taps(win, k, d * s, positions if i == nd - 1 else None)
+    return win, out_sp
+
+
+def _taps(x: Tensor, k: int, step: int, keep: int | None) -> Tensor:
+    """The ``k`` taps ``step`` apart of the last axis as views, a new axis before it: ``out[..., j, p] = x[..., p +
+    j*step]`` for the ``keep`` first positions ``p`` (None: every one the last tap reaches). The row is repeated k
+    times end to end and read again with a row ``step`` longer, so row ``j`` starts ``j*step`` later."""
+    pre, length = x.shape[:-1], x.shape[-1]
+    keep = length - step * (k - 1) if keep is None else keep
+    rest = [None] * len(pre)
+    if k == 1:
+        return x.reshape(pre + (1, length)).shrink(rest + [None, (0, keep)])
+    rows = x.reshape(pre + (1, length)).expand(pre + (k, length)).reshape(pre + (k * length,))
+    rows = rows.pad(rest + [(0, k * step)]).reshape(pre + (k, length + step))
+    return rows.shrink(rest + [None, (0, keep)])
 
 
 def _conv_flat_grad(g: Tensor, x: Tensor, weight: Tensor, pads: tuple[Pad, ...],
@@ -188,7 +200,9 @@ def _conv_flat_grad(g: Tensor, x: Tensor, weight: Tensor, pads: tuple[Pad, ...],
     g_t = g_grid.reshape((n, groups, cout // groups, positions)).transpose(-1, -2).contiguous()
     g_t = g_t.reshape((n, groups, 1) + (1,) * nd + (positions, cout // groups))
     win = win.reshape((n, groups, cin_g) + kernel + (positions, 1))
-    dw = (win * g_t).sum((0, 3 + nd))  # (G, Cin/G, K..., Cout/G)
+    # (G, Cin/G, K..., Cout/G) stored as computed (whole vectors of output channels), then put in the weight's
+    # order by a copy of the small result: the product storing into that order wrote lane by lane, once per K block
+    dw = (win * g_t).sum((0, 3 + nd)).contiguous()
     dw = dw.permute((0, 2 + nd, 1) + tuple(range(2, 2 + nd)))
     return dx, dw.reshape(weight.shape)
 
