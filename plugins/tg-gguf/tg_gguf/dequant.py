@@ -334,36 +334,44 @@ def _mxfp4(b: Blocks) -> Tensor:
 
 
 def _ternary(digits: Tensor) -> Tensor:
-    """TQ1_0: a byte holding base-3 digits scaled to 0..255 -> the trit at the top: 0, 1, 2 (the caller subtracts
-    1 after converting to float, where a GEMV factors it out)."""
-    return ((digits.cast("uint16") * 3) >> 8).cast("int32")
+    """TQ1_0: base-3 digits scaled to 0..255 in the low byte of an int32 (a byte times a power of 3, not reduced) ->
+    the trit at the top: 0, 1, 2 (the caller subtracts 1 after converting to float, where a GEMV factors it out).
+    In int32 lanes: x86 has no byte multiplies, and a vector widens 8 loaded bytes to int32 in one instruction."""
+    return ((digits & 255) * 3) >> 8
 
 
-def _powers_of_3(count: int, device: str) -> Tensor:
-    """``3**k`` (uint8) at index ``k`` of a ``(1, count, 1)`` tensor: a chain of ``where`` on an iota. (A tree of
-    float selects on this index made the scheduler split the GEMV in several kernels; a concatenation of the
-    ``count`` products was 6x slower.)"""
+def _power_of_3(k: Tensor) -> Tensor:
+    """``3**k`` (int32) for trit positions ``k`` (0..4): a chain of ``where``. (A tree of float selects made the
+    scheduler split the GEMV in several kernels; a concatenation of the products was 6x slower.)"""
     from tgcore.tensor import Tensor
-    k = iota((1, count, 1), 1, device)
-    powers = Tensor(1, dtype="uint8", device=device)
-    for i in range(1, count):
-        powers = (k == i).where(Tensor(3 ** i, dtype="uint8", device=device), powers)
+    powers = Tensor(1, dtype="int32", device=k.device)
+    for i in range(1, 5):
+        powers = (k == i).where(Tensor(3 ** i, dtype="int32", device=k.device), powers)
     return powers
 
 
 def _tq1_0(b: Blocks) -> Tensor:
+    """A block's 256 values as 16 rows of 16: rows 2t and 2t+1 hold trit t of bytes 0..15 and 16..31 (elements
+    32t + l), rows 10 + t trit t of bytes 32..47 (elements 160 + 16t + l), row 15 the 4 qh bytes' 4 trits (trit
+    l // 4 of byte l % 4). The three parts are padded to the 16 rows and added, so which part a vector of a row's
+    values comes from depends on the row only: its bytes are one load (the other parts' loads are skipped) and
+    its power of 3 one per row. (Concatenated along the flat 256 values instead, every lane had a byte index,
+    power and part of its own: 1-3% of the streaming bandwidth.)"""
     n = b.n
     qs, qh = b.bytes("qs"), b.bytes("qh")
 
-    def trits(x: Tensor, count: int) -> Tensor:
-        # x * 3**k (mod 256) for k < count, k-major: the k-th trit of every byte, in byte order
+    def rows(x: Tensor, count: int, first: int) -> Tensor:
+        # each byte once per trit position (position-major), as rows of 16 from row ``first`` on, zeros elsewhere
         width = x.shape[1]
-        copies = x.reshape(n, 1, width).expand(n, count, width)
-        return (copies * _powers_of_3(count, b.device)).reshape(n, count * width)
+        copies = _wide(x.reshape(n, 1, width).expand(n, count, width)).reshape(n, count * width // 16, 16)
+        return copies.pad(((0, 0), (first, 16 - first - copies.shape[1]), (0, 0)))
 
-    parts = [trits(qs.shrink(((0, n), (0, 32))), 5), trits(qs.shrink(((0, n), (32, 48))), 5), trits(qh, 4)]
-    q = _ternary(_cat(parts, 1))
-    return b.f16("d") * (_f32(q) - 1.0)
+    row = iota((1, 16, 1), 1, b.device, "int32")
+    lane = iota((1, 1, 16), 2, b.device, "int32")
+    digits = (rows(qs.shrink(((0, n), (0, 32))), 5, 0) * _power_of_3(row >> 1)
+              + rows(qs.shrink(((0, n), (32, 48))), 5, 10) * _power_of_3(row - 10)
+              + rows(qh, 4, 15) * _power_of_3(lane >> 2))
+    return b.f16("d") * (_f32(_ternary(digits).reshape(n, QK_K)) - 1.0)
 
 
 def _tq2_0(b: Blocks) -> Tensor:
