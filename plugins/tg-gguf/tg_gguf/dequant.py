@@ -477,17 +477,14 @@ def _iq3_s(b: Blocks) -> Tensor:
     return (db * values * signs).reshape(n, QK_K)
 
 
-IQ1_DELTA = 0.125
-
-
-def _iq1(dl: Tensor, index: Tensor, negative: Tensor, groups_per_scale: int) -> Tensor:
-    """``dl * (grid + delta)``: ``dl`` one per scale, ``index`` and ``negative`` (0/1) one per 8 values (any shape
-    ``(n, ...)`` in element order)."""
-    n = index.shape[0]
+def _iq1(dl: Tensor, row: Tensor, groups_per_scale: int) -> Tensor:
+    """``dl * (grid + delta)``: ``dl`` one per scale; ``row`` one per 8 values (any shape ``(n, ...)`` in element
+    order), the 11-bit grid index with the delta's sign as bit 11: the row of the grid with the delta added
+    (``tg_gguf.tables``' ``grid:IQ1S+delta``), so a group's values are one load."""
+    n = row.shape[0]
     scales = 32 // groups_per_scale
-    delta = (_f32(negative) * (-2.0 * IQ1_DELTA) + IQ1_DELTA).reshape(n, scales, groups_per_scale, 1)
-    values = _grid_values(index, "IQ1S").reshape(n, scales, groups_per_scale, 8)
-    return (dl.reshape(n, scales, 1, 1) * (values + delta)).reshape(n, QK_K)
+    values = _table_rows(row, "grid:IQ1S+delta", 8).reshape(n, scales, groups_per_scale, 8)
+    return (dl.reshape(n, scales, 1, 1) * values).reshape(n, QK_K)
 
 
 def _iq1_s(b: Blocks) -> Tensor:
@@ -496,7 +493,7 @@ def _iq1_s(b: Blocks) -> Tensor:
     index = _wide(b.bytes("qs")) | (spread(qh, 2, 4, 3).reshape(n, 32) << 8)
     dl = b.f16("d") * _f32(((qh >> 12) & 7) * 2 + 1)
     negative = ((qh >> 15) & 1).reshape(n, 8, 1).expand(n, 8, 4).reshape(n, 32)
-    return _iq1(dl, index, negative, 4)
+    return _iq1(dl, index | (negative << 11), 4)
 
 
 def _iq1_m(b: Blocks) -> Tensor:
@@ -506,8 +503,8 @@ def _iq1_m(b: Blocks) -> Tensor:
     d = d_bits.cast("uint16").bitcast("float16").cast("float32")
     dl = d * _f32(spread(sc, 2, 4, 3).reshape(n, 16) * 2 + 1)
     nib = spread(_wide(b.bytes("qh")), 2, 2, 4)  # (n, 16, 2): 3 index bits and the delta's sign per 8 values
-    index = _wide(b.bytes("qs")).reshape(n, 16, 2) | ((nib & 7) << 8)
-    return _iq1(dl, index, nib >> 3, 2)
+    # the nibble above the byte: 3 index bits, then the delta's sign as bit 11
+    return _iq1(dl, _wide(b.bytes("qs")).reshape(n, 16, 2) | (nib << 8), 2)
 
 
 def _or_columns(x: Tensor) -> Tensor:
