@@ -340,37 +340,26 @@ def _ternary(digits: Tensor) -> Tensor:
     return ((digits & 255) * 3) >> 8
 
 
-def _power_of_3(k: Tensor) -> Tensor:
-    """``3**k`` (int32) for trit positions ``k`` (0..4): a chain of ``where``. (A tree of float selects made the
-    scheduler split the GEMV in several kernels; a concatenation of the products was 6x slower.)"""
-    from tgcore.tensor import Tensor
-    powers = Tensor(1, dtype="int32", device=k.device)
-    for i in range(1, 5):
-        powers = (k == i).where(Tensor(3 ** i, dtype="int32", device=k.device), powers)
-    return powers
-
-
 def _tq1_0(b: Blocks) -> Tensor:
     """A block's 256 values as 16 rows of 16: rows 2t and 2t+1 hold trit t of bytes 0..15 and 16..31 (elements
     32t + l), rows 10 + t trit t of bytes 32..47 (elements 160 + 16t + l), row 15 the 4 qh bytes' 4 trits (trit
-    l // 4 of byte l % 4). The three parts are padded to the 16 rows and added, so which part a vector of a row's
-    values comes from depends on the row only: its bytes are one load (the other parts' loads are skipped) and
-    its power of 3 one per row. (Concatenated along the flat 256 values instead, every lane had a byte index,
-    power and part of its own: 1-3% of the streaming bandwidth.)"""
+    l // 4 of byte l % 4). Rows 0..14 read 16 consecutive bytes from a start that depends on the row only (an
+    indexed load of the raw bytes: one vector load per vector of values); row 15 is put after them along the row
+    axis (its load skipped elsewhere); each value's power of 3 is read from a constant table by its position in
+    the block (``tq1_powers``: one vector load). (Concatenated along the flat 256 values instead, every lane had a
+    byte index, power and part of its own: 1-3% of the streaming bandwidth.)"""
+    from tg_gguf.tables import TABLES
     n = b.n
-    qs, qh = b.bytes("qs"), b.bytes("qh")
-
-    def rows(x: Tensor, count: int, first: int) -> Tensor:
-        # each byte once per trit position (position-major), as rows of 16 from row ``first`` on, zeros elsewhere
-        width = x.shape[1]
-        copies = _wide(x.reshape(n, 1, width).expand(n, count, width)).reshape(n, count * width // 16, 16)
-        return copies.pad(((0, 0), (first, 16 - first - copies.shape[1]), (0, 0)))
-
-    row = iota((1, 16, 1), 1, b.device, "int32")
+    _, block_bytes = BLOCK_LAYOUT[b.gtype]
+    row = iota((1, 15, 1), 1, b.device, "int32")
     lane = iota((1, 1, 16), 2, b.device, "int32")
-    digits = (rows(qs.shrink(((0, n), (0, 32))), 5, 0) * _power_of_3(row >> 1)
-              + rows(qs.shrink(((0, n), (32, 48))), 5, 10) * _power_of_3(row - 10)
-              + rows(qh, 4, 15) * _power_of_3(lane >> 2))
+    start = (row < 10).where((row & 1) * 16, 32)  # the row's first byte in its block
+    offset = iota((n, 1, 1), 0, b.device, "int32") * block_bytes + start + lane
+    rows = _wide(b.t.take(offset)).pad(((0, 0), (0, 1), (0, 0)))
+    qh = b.bytes("qh").reshape(n, 1, 1, 4).expand(n, 1, 4, 4).reshape(n, 1, 16)
+    last = _wide(qh).pad(((0, 0), (15, 0), (0, 0)))
+    position = iota((1, 16, 1), 1, b.device, "int32") * 16 + iota((1, 1, 16), 2, b.device, "int32")
+    digits = (rows + last) * TABLES.get("tq1_powers", b.device).take(position)
     return b.f16("d") * (_f32(_ternary(digits).reshape(n, QK_K)) - 1.0)
 
 
