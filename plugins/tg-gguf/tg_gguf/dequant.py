@@ -19,7 +19,8 @@ How a type is decoded:
   read with an indexed load (``Tensor.take``) that fuses into the consumer: a group of 8 grid values is one load at
   ``index * 8 + lane``. (A one-hot gather, as ``Tensor.__getitem__`` does, costs O(table size) per value; a tree
   of selects on the index bits, ~30 vector operations per 8 values, was 2-10x slower.) TQ1_0's powers of 3 are a
-  ``where`` chain on an iota.
+  constant table too, read by a value's position in its block; its packed bytes are read with ``Tensor.take`` at
+  a start that depends on the row of 16 values only (its three segments have three layouts).
 
 Arithmetic is done in float32 in the order gguf-py / ggml define, so results are bit-exact.
 """
