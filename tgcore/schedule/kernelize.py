@@ -503,7 +503,7 @@ class _KernelBuilder:
         # a reduction under a padding gets a kernel of its own: fused, its loop would run at every output, padding
         # included (a concatenation of two products would compute both at every output of it)
         inner = self.lower(src, tuple(shifted), _and(gate, valid), direct=False)
-        if _zero_when_gated_off(inner):  # its loads already read 0 outside (a concatenation of loaded bytes)
+        if _converted_gated_load(inner):  # it already reads 0 outside (a concatenation of widened packed bytes)
             return inner
         return valid.where(inner, UOp.const(node.dtype, 0))
 
@@ -526,9 +526,11 @@ class _KernelBuilder:
         return value.reduce(*ranges, op=op) if ranges else value.from_identity(op)
 
 
-def _zero_when_gated_off(u: UOp) -> bool:
-    """Whether ``u`` is a gated load without an alternative value (0 where its gate is off), maybe converted to
-    another type (0 stays 0)."""
+def _converted_gated_load(u: UOp) -> bool:
+    """Whether ``u`` is a gated load without an alternative value (0 where its gate is off) converted to another type
+    (0 stays 0). (A plain gated load keeps its select: the renderers' gated stores and loads are written for it.)"""
+    if u.op is not Ops.CAST:
+        return False
     while u.op is Ops.CAST:
         u = u.src[0]
     return u.op is Ops.LOAD and len(u.src) == 1 and u.src[0].op is Ops.INDEX and len(u.src[0].src) > 2
