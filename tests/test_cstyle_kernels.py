@@ -172,3 +172,21 @@ def test_loops_unrolled_by_codegen_add_in_the_loops_order(blocks, monkeypatch):
     np.testing.assert_allclose(unrolled, (q * scale).reshape(12, -1).astype(np.float64) @ x, rtol=1e-5, atol=1e-4)
     assert unrolled.tobytes() == looped.tobytes()
     assert sum(s.count("for (") for s in srcs) < sum(s.count("for (") for s in loop_srcs)
+
+
+def test_concatenation_along_rows_in_a_matvec_selects_whole_vectors():
+    """A matrix-vector product whose weight rows of 16 are put together from two parts of one byte array along a
+    row axis the lanes do not cross (TQ1_0's layout): which part a vector reads is one comparison per vector (no
+    comparison lane by lane), each part one gated vector load; values as numpy's."""
+    rng = np.random.default_rng(6)
+    raw = rng.integers(0, 256, (36, 320), dtype=np.uint8)
+    x = rng.standard_normal(256).astype(np.float32)
+    t = Tensor(raw, device="CPU").cast("int32")
+    first = t.shrink(((0, 36), (0, 160))).reshape(36, 10, 16)
+    second = t.shrink(((0, 36), (224, 320))).reshape(36, 6, 16) * 3
+    w = first.cat(second, dim=1).cast("float32").reshape(36, 256)
+    out, srcs = run(w @ Tensor(x, device="CPU"))
+    ref = np.concatenate([raw[:, :160], raw[:, 224:] * 3.0], 1) @ x
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-3)
+    assert any("tg_float32x" in s for s in srcs)  # vectorized
+    assert not any("[0]<" in s for s in srcs)  # no ((tg_boolx8){(i[0]<c[0]), (i[1]<c[1]), ...})

@@ -153,6 +153,7 @@ def test_negative_dividends_keep_c_semantics():
     (lambda: a.ne(11), "True"), (lambda: a.eq(-1), "False"), (lambda: a >= 5, "(4<a)"),
     (lambda: a + 3 < 7, "(a<4)"), (lambda: a * 4 < 10, "(a<3)"), (lambda: a // 4 < 2, "(a<8)"),
     (lambda: a * 2 + b * 4 < 7, "((a+(b*2))<4)"), (lambda: a < a, "False"),
+    (lambda: a * 8 + b * 16 >= 57, "(7<(a+(b*2)))"), (lambda: a * 8 + n * 8 > -11, "(-2<(a+n))"),
 ])
 def test_comparisons(expr, want):
     assert simp(expr()) == want

@@ -201,6 +201,20 @@ class _Expander:
         # lanes at consecutive addresses (a grid row at ``index * 8 + lane``) stay vector loads
         return len(self.runs(self.per_lane(index.src[1]), [None] * self.count)) == self.count
 
+    def uniform_comparison(self, cmp: UOp) -> UOp | None:
+        """A comparison of index arithmetic (no loads) that simplifies to the same value in every lane, as that one
+        scalar: the bounds of a concatenation's part along an axis the lanes do not cross (``row*16 + lane < 160``
+        is ``row < 10`` for lanes 0..15), so its selects take whole vectors instead of comparing lane by lane."""
+        if cmp.op not in GroupOp.Comparison or not dtypes.is_int(cmp.src[0].dtype):
+            return None
+        if any(u.op is Ops.LOAD for u in cmp.toposort):
+            return None
+        lanes = self.per_lane(cmp)
+        first = lanes[0]
+        if self.depends_on_lanes(first) or any(x is not first for x in lanes):
+            return None
+        return first
+
     def gather(self, load: UOp, index: UOp) -> UOp:
         """A load at ``index`` (expanded: a vector of indices, one per lane; a gate always true dropped)."""
         vector_index = self.widen(index.src[1])
@@ -260,6 +274,9 @@ class _Expander:
             elif n.op is Ops.STORE:
                 stores = self.store(n, new[n.src[1]])
                 new[n] = stores[0] if len(stores) == 1 else UOp(Ops.GROUP, dtypes.void, tuple(stores))
+            elif (uniform := self.uniform_comparison(n)) is not None:
+                new[n] = uniform
+                lane_dependent[n] = False
             elif n.op is Ops.REDUCE and any(r in self.lane_set for r in n.src[1:]):
                 # a reduction over the lanes: vector accumulator, then the lanes combined
                 value = self.widen(new[n.src[0]])

@@ -149,7 +149,10 @@ def _and(a: UOp | None, b: UOp) -> UOp:
 
 def _reads_zero_unless(value: UOp, valid: UOp) -> bool:
     """Whether ``value`` is a load gated on ``valid`` (among the conjuncts of its gate) with no other value to
-    read: where ``valid`` is false it reads 0 already (a gated load's meaning, ``runtime.python``)."""
+    read, or such a load converted to another type (0 stays 0; a concatenation of widened packed bytes): where
+    ``valid`` is false it reads 0 already (a gated load's meaning, ``runtime.python``)."""
+    while value.op is Ops.CAST:
+        value = value.src[0]
     if value.op is not Ops.LOAD or len(value.src) != 1 or len(value.src[0].src) != 3:
         return False
     return set(_conjuncts(valid)) <= set(_conjuncts(value.src[0].src[2]))

@@ -335,6 +335,20 @@ def lt_sum_factor(x: UOp, c1: UOp) -> UOp | None:
     return _build_sum(x.dtype, [(b, c // g) for b, c in terms], 0) < -((-c1.arg) // g)
 
 
+def const_lt_sum_factor(c1: UOp, x: UOp) -> UOp | None:
+    """b < sum(base*coeff) -> floor(b/g) < sum(base*coeff/g) for the common factor g > 1 of the coeffs."""
+    split = _split_sum(x)
+    if split is None:
+        return None
+    terms, const = split
+    if const != 0 or not terms:
+        return None
+    g = math.gcd(*(c for _, c in terms))
+    if g <= 1 or not _fits(x.dtype, *_exact_bounds(terms, 0)):
+        return None
+    return UOp.const(x.dtype, c1.arg // g) < _build_sum(x.dtype, [(b, c // g) for b, c in terms], 0)
+
+
 def lt_div(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
     """x // d < c -> x < c*d for d > 0, c > 0 (trunc(x/d) <= c-1 exactly when x < c*d)."""
     d, c = c1.arg, c2.arg
@@ -477,6 +491,9 @@ symbolic = (symbolic_simple + PatternMatcher([
     # g*x + g*y < b -> x + y < ceil(b/g)
     (UPat(Ops.CMPLT, src=(UPat(Ops.ADD, INTS, name="x"), c1)), lt_sum_factor),
     (UPat(Ops.CMPLT, src=(UPat(Ops.MUL, INTS, name="x"), c1)), lt_sum_factor),
+    # b < g*x + g*y -> floor(b/g) < x + y
+    (UPat(Ops.CMPLT, src=(c1, UPat(Ops.ADD, INTS, name="x"))), const_lt_sum_factor),
+    (UPat(Ops.CMPLT, src=(c1, UPat(Ops.MUL, INTS, name="x"))), const_lt_sum_factor),
     # x // d < c -> x < c*d
     (UPat(Ops.CMPLT, src=(UPat(Ops.IDIV, INTS, src=(x, c1)), c2)), lt_div),
     # not (x < y) -> y < x + 1 (ints)

@@ -19,7 +19,8 @@ How a type is decoded:
   read with an indexed load (``Tensor.take``) that fuses into the consumer: a group of 8 grid values is one load at
   ``index * 8 + lane``. (A one-hot gather, as ``Tensor.__getitem__`` does, costs O(table size) per value; a tree
   of selects on the index bits, ~30 vector operations per 8 values, was 2-10x slower.) TQ1_0's powers of 3 are a
-  ``where`` chain on an iota.
+  constant table too, read by a value's position in its block; its packed bytes are read with ``Tensor.take`` at
+  a start that depends on the row of 16 values only (its three segments have three layouts).
 
 Arithmetic is done in float32 in the order gguf-py / ggml define, so results are bit-exact.
 """
@@ -334,36 +335,33 @@ def _mxfp4(b: Blocks) -> Tensor:
 
 
 def _ternary(digits: Tensor) -> Tensor:
-    """TQ1_0: a byte holding base-3 digits scaled to 0..255 -> the trit at the top: 0, 1, 2 (the caller subtracts
-    1 after converting to float, where a GEMV factors it out)."""
-    return ((digits.cast("uint16") * 3) >> 8).cast("int32")
-
-
-def _powers_of_3(count: int, device: str) -> Tensor:
-    """``3**k`` (uint8) at index ``k`` of a ``(1, count, 1)`` tensor: a chain of ``where`` on an iota. (A tree of
-    float selects on this index made the scheduler split the GEMV in several kernels; a concatenation of the
-    ``count`` products was 6x slower.)"""
-    from tgcore.tensor import Tensor
-    k = iota((1, count, 1), 1, device)
-    powers = Tensor(1, dtype="uint8", device=device)
-    for i in range(1, count):
-        powers = (k == i).where(Tensor(3 ** i, dtype="uint8", device=device), powers)
-    return powers
+    """TQ1_0: base-3 digits scaled to 0..255 in the low byte of an int32 (a byte times a power of 3, not reduced) ->
+    the trit at the top: 0, 1, 2 (the caller subtracts 1 after converting to float, where a GEMV factors it out).
+    In int32 lanes: x86 has no byte multiplies, and a vector widens 8 loaded bytes to int32 in one instruction."""
+    return ((digits & 255) * 3) >> 8
 
 
 def _tq1_0(b: Blocks) -> Tensor:
+    """A block's 256 values as 16 rows of 16: rows 2t and 2t+1 hold trit t of bytes 0..15 and 16..31 (elements
+    32t + l), rows 10 + t trit t of bytes 32..47 (elements 160 + 16t + l), row 15 the 4 qh bytes' 4 trits (trit
+    l // 4 of byte l % 4). Rows 0..14 read 16 consecutive bytes from a start that depends on the row only (an
+    indexed load of the raw bytes: one vector load per vector of values); row 15 is put after them along the row
+    axis (its load skipped elsewhere); each value's power of 3 is read from a constant table by its position in
+    the block (``tq1_powers``: one vector load). (Concatenated along the flat 256 values instead, every lane had a
+    byte index, power and part of its own: 1-3% of the streaming bandwidth.)"""
+    from tg_gguf.tables import TABLES
     n = b.n
-    qs, qh = b.bytes("qs"), b.bytes("qh")
-
-    def trits(x: Tensor, count: int) -> Tensor:
-        # x * 3**k (mod 256) for k < count, k-major: the k-th trit of every byte, in byte order
-        width = x.shape[1]
-        copies = x.reshape(n, 1, width).expand(n, count, width)
-        return (copies * _powers_of_3(count, b.device)).reshape(n, count * width)
-
-    parts = [trits(qs.shrink(((0, n), (0, 32))), 5), trits(qs.shrink(((0, n), (32, 48))), 5), trits(qh, 4)]
-    q = _ternary(_cat(parts, 1))
-    return b.f16("d") * (_f32(q) - 1.0)
+    _, block_bytes = BLOCK_LAYOUT[b.gtype]
+    row = iota((1, 15, 1), 1, b.device, "int32")
+    lane = iota((1, 1, 16), 2, b.device, "int32")
+    start = (row < 10).where((row & 1) * 16, 32)  # the row's first byte in its block
+    offset = iota((n, 1, 1), 0, b.device, "int32") * block_bytes + start + lane
+    rows = _wide(b.t.take(offset)).pad(((0, 0), (0, 1), (0, 0)))
+    qh = b.bytes("qh").reshape(n, 1, 1, 4).expand(n, 1, 4, 4).reshape(n, 1, 16)
+    last = _wide(qh).pad(((0, 0), (15, 0), (0, 0)))
+    position = iota((1, 16, 1), 1, b.device, "int32") * 16 + iota((1, 1, 16), 2, b.device, "int32")
+    digits = (rows + last) * TABLES.get("tq1_powers", b.device).take(position)
+    return b.f16("d") * (_f32(_ternary(digits).reshape(n, QK_K)) - 1.0)
 
 
 def _tq2_0(b: Blocks) -> Tensor:
@@ -469,17 +467,14 @@ def _iq3_s(b: Blocks) -> Tensor:
     return (db * values * signs).reshape(n, QK_K)
 
 
-IQ1_DELTA = 0.125
-
-
-def _iq1(dl: Tensor, index: Tensor, negative: Tensor, groups_per_scale: int) -> Tensor:
-    """``dl * (grid + delta)``: ``dl`` one per scale, ``index`` and ``negative`` (0/1) one per 8 values (any shape
-    ``(n, ...)`` in element order)."""
-    n = index.shape[0]
+def _iq1(dl: Tensor, row: Tensor, groups_per_scale: int) -> Tensor:
+    """``dl * (grid + delta)``: ``dl`` one per scale; ``row`` one per 8 values (any shape ``(n, ...)`` in element
+    order), the 11-bit grid index with the delta's sign as bit 11: the row of the grid with the delta added
+    (``tg_gguf.tables``' ``grid:IQ1S+delta``), so a group's values are one load."""
+    n = row.shape[0]
     scales = 32 // groups_per_scale
-    delta = (_f32(negative) * (-2.0 * IQ1_DELTA) + IQ1_DELTA).reshape(n, scales, groups_per_scale, 1)
-    values = _grid_values(index, "IQ1S").reshape(n, scales, groups_per_scale, 8)
-    return (dl.reshape(n, scales, 1, 1) * (values + delta)).reshape(n, QK_K)
+    values = _table_rows(row, "grid:IQ1S+delta", 8).reshape(n, scales, groups_per_scale, 8)
+    return (dl.reshape(n, scales, 1, 1) * values).reshape(n, QK_K)
 
 
 def _iq1_s(b: Blocks) -> Tensor:
@@ -488,7 +483,7 @@ def _iq1_s(b: Blocks) -> Tensor:
     index = _wide(b.bytes("qs")) | (spread(qh, 2, 4, 3).reshape(n, 32) << 8)
     dl = b.f16("d") * _f32(((qh >> 12) & 7) * 2 + 1)
     negative = ((qh >> 15) & 1).reshape(n, 8, 1).expand(n, 8, 4).reshape(n, 32)
-    return _iq1(dl, index, negative, 4)
+    return _iq1(dl, index | (negative << 11), 4)
 
 
 def _iq1_m(b: Blocks) -> Tensor:
@@ -498,8 +493,8 @@ def _iq1_m(b: Blocks) -> Tensor:
     d = d_bits.cast("uint16").bitcast("float16").cast("float32")
     dl = d * _f32(spread(sc, 2, 4, 3).reshape(n, 16) * 2 + 1)
     nib = spread(_wide(b.bytes("qh")), 2, 2, 4)  # (n, 16, 2): 3 index bits and the delta's sign per 8 values
-    index = _wide(b.bytes("qs")).reshape(n, 16, 2) | ((nib & 7) << 8)
-    return _iq1(dl, index, nib >> 3, 2)
+    # the nibble above the byte: 3 index bits, then the delta's sign as bit 11
+    return _iq1(dl, _wide(b.bytes("qs")).reshape(n, 16, 2) | (nib << 8), 2)
 
 
 def _or_columns(x: Tensor) -> Tensor:

@@ -233,6 +233,13 @@ def _q6_k(o: Operands) -> Tensor:
     return _block32(o, u.reshape(1, o.n, o.nb, 8, 32), scale, scale * -32.0)
 
 
+def _tq2_0(o: Operands) -> Tensor:
+    """TQ2_0: the 2-bit planes of Q2_K (quarter j of half h from bits 2j, 2j+1 of ``qs[h, l]``), ``q = u - 1``, one
+    scale per 256; each quarter a block of 32 (``_block32``)."""
+    d = o.f16("d", 1).expand(1, o.n, o.nb, 8)
+    return _block32(o, _two_bit_planes(o).reshape(1, o.n, o.nb, 8, 32), d, d * -1.0)
+
+
 SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
     GGMLType.Q4_0: _q4_0,
     GGMLType.Q4_1: _q4_1,
@@ -244,15 +251,17 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
     GGMLType.Q4_K: _q4_k,
     GGMLType.Q5_K: _q5_k,
     GGMLType.Q6_K: _q6_k,
+    GGMLType.TQ2_0: _tq2_0,
 }
 
 # the types whose integer path is faster than the float one on a renderer that compiles byte dots (GEMVs of SmolLM2's
 # shapes, jitted, int / float time in one process, alternating, load ~9-13): Q4_0 1.25-1.37x, Q4_1 1.27-1.33x,
 # Q5_0 1.38-1.45x, Q5_1 1.35-1.40x, Q8_0 1.16-1.20x, Q2_K 1.82-1.84x, Q3_K 2.21-2.29x, Q4_K 2.12-2.21x,
-# Q5_K 2.26-2.30x, Q6_K 2.35-2.45x.
+# Q5_K 2.26-2.30x, Q6_K 2.35-2.45x. TQ2_0 (32-byte planes, one scale per 256; 4096^2 GEMV): 1.5x (CPU time
+# 1.59-1.62 -> 1.03-1.06 ms, load ~10).
 INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
                                                 GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K,
-                                                GGMLType.Q5_K, GGMLType.Q6_K})
+                                                GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.TQ2_0})
 
 
 def uses_int_dot(type_id: GGMLType | int, device: str) -> bool:

@@ -10,6 +10,9 @@ The tables (facts of the ggml format, computed from ``tg_gguf.iq_grids`` / ``tg_
   per group, the GEMVs were ~10% slower).
 - ``iq4nl``, ``mxfp4``: the 16 values a 4-bit index selects (float32), looked up per value (in registers, on a
   renderer that gathers from a 16-float table).
+- ``grid:IQ1S+delta``: IQ1_S / IQ1_M's grid plus its delta (+0.125 for entries 0..2047, -0.125 for 2048..4095),
+  so a group's values with their delta are one load (the delta had been two more products per group in a GEMV).
+- ``tq1_powers``: TQ1_0's power of 3 for each of a block's 256 values (int32).
 - ``ksigns``: for each 7-bit sign index, the 8 signs (+-1.0 float32) of its bits and their parity bit.
 - ``byte_signs``: for each byte, the 8 signs (+-1.0 float32) of its bits, bit ``j`` for value ``j``.
 """
@@ -36,6 +39,24 @@ def _sign_patterns(bytes_: np.ndarray) -> np.ndarray:
     return np.where(bits == 0, np.float32(1), np.float32(-1)).reshape(-1)
 
 
+def _iq1_shifted() -> np.ndarray:
+    """IQ1_S / IQ1_M's grid with its delta added: entry ``e`` (< 2048) ``grid[e] + 0.125``, entry ``2048 + e``
+    ``grid[e] - 0.125`` (exact in float32, as gguf-py's ``grid + delta``), so a group's values, delta included,
+    are one load at the index with the delta's sign bit as bit 11."""
+    from tg_gguf.quants import grid
+    values = grid("IQ1S")
+    return np.concatenate([values + np.float32(0.125), values - np.float32(0.125)]).astype(np.float32).reshape(-1)
+
+
+def _tq1_powers() -> np.ndarray:
+    """TQ1_0: the power of 3 each of a block's 256 values multiplies its byte by (int32, in element order): 3**t for
+    elements 32t + l and 160 + 16t + l, 3**(l // 4) for element 240 + l."""
+    first = np.repeat(3 ** np.arange(5), 32)
+    second = np.repeat(3 ** np.arange(5), 16)
+    last = np.repeat(3 ** np.arange(4), 4)
+    return np.concatenate([first, second, last]).astype(np.int32)
+
+
 def _ksigns() -> np.ndarray:
     from tg_gguf.quants import ksigns
     return _sign_patterns(ksigns(np.arange(128, dtype=np.uint8)))
@@ -54,6 +75,8 @@ BUILDERS: dict[str, Callable[[], np.ndarray]] = {
     "iq4nl": functools.partial(_values, "IQ4_NL_VALUES"),
     "mxfp4": functools.partial(_values, "MXFP4_VALUES"),
     **{f"grid:{g}": functools.partial(_grid_floats, g) for g in ("IQ2XXS", "IQ2XS", "IQ2S", "IQ3XXS", "IQ3S", "IQ1S")},
+    "grid:IQ1S+delta": _iq1_shifted,
+    "tq1_powers": _tq1_powers,
     "ksigns": _ksigns,
     "byte_signs": _byte_signs,
 }
