@@ -121,7 +121,8 @@ class MPITransport(Transport):
         self._pool = RecvPool()
         self._status = MPI.Status()  # (recv's fast path)
         self._staging = memoryview(bytearray(HEADER_BYTES + SMALL))  # (send's fast path packs small messages here)
-        self._recv_specs: dict[Any, tuple[tuple[int, ...], DType]] = {}  # recv's checked arguments
+        # recv's checked arguments -> (shape, dtype, wire header bytes, data bytes)
+        self._recv_specs: dict[Any, tuple[tuple[int, ...], DType, bytes, int]] = {}
         atexit.register(self._at_exit)
 
     # ---------------------------------------------------------------- state
@@ -274,27 +275,36 @@ class MPITransport(Transport):
         if out is not None or spec is None or self._probers.get(src):
             result: Tensor = self.irecv(shape, dtype, src, device, out, blocking=True).wait()
             if spec is None and out is None and len(self._recv_specs) < 256 and isinstance(dtype, str):
-                self._recv_specs[key] = (as_shape(shape), as_dtype(dtype))  # (valid: the call went through)
+                dims, dt = as_shape(shape), as_dtype(dtype)  # (valid: the call went through)
+                wire = make_header(dims, dt)
+                self._recv_specs[key] = (dims, dt, wire.tobytes(), header_nbytes(wire))
             return result
         self._live()
-        dims, dt = spec
+        dims, dt, want, nbytes = spec
         mpi, status, improbe = self._mpi, self._status, self._comm.Improbe
-        found: list[Any] = [None]
+        message = improbe(src, mpi.ANY_TAG, status)  # (a message already there: no closures, no polling loop)
+        if message is None:
+            found: list[Any] = [None]
 
-        def probed() -> bool:
-            found[0] = improbe(src, mpi.ANY_TAG, status)
-            return found[0] is not None
-        pool = self._pool
-        self._until(probed, lambda: f"recv of {dt.name}{list(dims)} from rank {src}", src, [],
-                    idle=lambda: pool.prepare(dims, dt, device))  # (the next result, while this one is on its way)
-        count, nbytes = status.Get_count(mpi.BYTE), header_of(dims, dt)[3]
+            def probed() -> bool:
+                found[0] = improbe(src, mpi.ANY_TAG, status)
+                return found[0] is not None
+            pool = self._pool
+            self._until(probed, lambda: f"recv of {dt.name}{list(dims)} from rank {src}", src, [],
+                        idle=lambda: pool.prepare(dims, dt, device))  # (the next result, while this one is on its way)
+            message = found[0]
+        count = status.Get_count(mpi.BYTE)
         if count == HEADER_BYTES + nbytes and status.Get_tag() == TAG_SMALL:  # header and data straight into a result
-            pooled = pool.take_packed(dims, dt, device)
+            pooled = self._pool.take_packed(dims, dt, device)
             if pooled is not None:
                 t, packed = pooled
-                self._wait([found[0].Irecv([packed, count, mpi.BYTE])], lambda: f"recv from rank {src}", src)
-                check_header(np.frombuffer(packed, np.int64, HEADER_WORDS), header_of(dims, dt), src, self.rank)
+                req = message.Irecv([packed, count, mpi.BYTE])
+                if not req.Test():  # (the data came with the probed message unless the byte transport splits it)
+                    self._wait([req], lambda: f"recv from rank {src}", src)
+                if bytes(packed[:HEADER_BYTES]) != want:
+                    check_header(np.frombuffer(packed, np.int64, HEADER_WORDS), header_of(dims, dt), src, self.rank)
                 return t
+        found = [message]
         if status.Get_tag() == TAG_DATA and count == nbytes:  # header after the data, as irecv's stages do
             got = np.empty(HEADER_WORDS, dtype=np.int64)
             t, mv, commit = self._pool.take(dims, dt, device)
@@ -313,8 +323,7 @@ class MPITransport(Transport):
             return result
         staging = bytearray(max(count, HEADER_BYTES))  # (not the size asked for: the header check below raises)
         self._wait([found[0].Irecv([staging, count, mpi.BYTE])], lambda: f"recv from rank {src}", src)
-        want = header_of(dims, dt)
-        check_header(np.frombuffer(staging, np.int64, HEADER_WORDS), want, src, self.rank)
+        check_header(np.frombuffer(staging, np.int64, HEADER_WORDS), header_of(dims, dt), src, self.rank)
         t, mv, commit = self._pool.take(dims, dt, device)
         mv[:] = memoryview(staging)[HEADER_BYTES:]
         return _committed(commit, t)
