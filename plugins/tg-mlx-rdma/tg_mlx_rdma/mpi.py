@@ -240,8 +240,9 @@ class MPITransport(Transport):
         packed = self._staging[:HEADER_BYTES + data.nbytes]  # (free again when this send returns)
         packed[:HEADER_BYTES] = header.data.cast("B")
         packed[HEADER_BYTES:] = data
-        self._wait([self._comm.Isend([packed, self._mpi.BYTE], dst, TAG_SMALL)],
-                   lambda: f"send of {describe_header(header)} to rank {dst}", dst)
+        req = self._comm.Isend([packed, self._mpi.BYTE], dst, TAG_SMALL)
+        if not req.Test():  # (done at once when the message fits the byte transport's eager limit)
+            self._wait([req], lambda: f"send of {describe_header(header)} to rank {dst}", dst)
 
     def isend(self, tensor: Tensor, dst: int) -> Handle:
         self._live()
