@@ -8,7 +8,8 @@ Out: a ``Transport`` whose calls post non-blocking MPI requests and poll them ag
 
 All traffic runs on a private duplicate of the communicator, so user mpi4py traffic on the
 same ranks never matches ours. ``send`` of up to ``SMALL`` bytes posts one message, the 16-word
-header (``transport.make_header``) followed by the data (tag ``TAG_SMALL``; a blocking ``recv`` takes it
+header (``transport.make_header``) followed by the data, from a staging copy, and returns without waiting for
+its receive (tag ``TAG_SMALL``; a blocking ``recv`` takes it
 into a pooled result whose memory has room for the header in front, so nothing is copied on that side). Larger
 sends post the data (tag ``TAG_DATA``, in chunks of at most ``CHUNK`` bytes: MPI counts are C
 ints) and then the header (tag ``TAG_HEADER``). ``recv`` probes for the first message from the
@@ -74,6 +75,7 @@ HEADER_BYTES = 8 * HEADER_WORDS
 # limit (4 KiB on shared memory), where each message waits for its receive
 SMALL = 16384
 CHUNK = 1 << 30  # bytes per point-to-point message; elements per reduce step
+SEND_BUFFERS = 4  # small sends that may be on their way at once (send returns before they are received)
 FAST_POLLS = 512  # polls before the first clock read
 IDLE_POLLS = 8  # polls that found nothing before a wait does its idle work (recv: make the next result ahead)
 SPIN_SECONDS = 0.05  # poll flat out this long (MPI progresses only inside our Test calls) ...
@@ -120,7 +122,11 @@ class MPITransport(Transport):
         self._collectives: list[Handle] = []  # collectives that have not posted their data stage yet
         self._pool = RecvPool()
         self._status = MPI.Status()  # (recv's fast path)
-        self._staging = memoryview(bytearray(HEADER_BYTES + SMALL))  # (send's fast path packs small messages here)
+        # send's fast path packs small messages into these buffers and returns without waiting for the receiver;
+        # each buffer's request is completed before the buffer is packed again
+        self._staging = [memoryview(bytearray(HEADER_BYTES + SMALL)) for _ in range(SEND_BUFFERS)]
+        self._staged: list[tuple[Any, int] | None] = [None] * SEND_BUFFERS  # (request, destination) in flight
+        self._next_staging = 0
         # recv's checked arguments -> (shape, dtype, wire header bytes, data bytes)
         self._recv_specs: dict[Any, tuple[tuple[int, ...], DType, bytes, int]] = {}
         atexit.register(self._at_exit)
@@ -149,6 +155,12 @@ class MPITransport(Transport):
             return
         self._closed = True
         atexit.unregister(self._at_exit)
+        if self._failure is None:
+            try:
+                self._finish_sends()  # (their buffers must outlive them)
+            except CommError:
+                self._at_exit()
+                raise
         if self._failure is not None:
             self._at_exit()  # the peers cannot be left waiting
             return
@@ -237,12 +249,30 @@ class MPITransport(Transport):
             reqs = [comm.Isend([data, mpi.BYTE], dst, TAG_DATA), comm.Isend([header, mpi.INT64_T], dst, TAG_HEADER)]
             self._wait(reqs, lambda: f"send of {describe_header(header)} to rank {dst}", dst)
             return
-        packed = self._staging[:HEADER_BYTES + data.nbytes]  # (free again when this send returns)
+        # A copy of the data goes out, so the send returns without waiting for the receiver: that wait (a handshake
+        # above the byte transport's eager limit) would put the receiver's own work into this rank's time.
+        i = self._next_staging
+        self._next_staging = (i + 1) % SEND_BUFFERS
+        self._finish_send(i)
+        packed = self._staging[i][:HEADER_BYTES + data.nbytes]
         packed[:HEADER_BYTES] = header.data.cast("B")
         packed[HEADER_BYTES:] = data
         req = self._comm.Isend([packed, self._mpi.BYTE], dst, TAG_SMALL)
-        if not req.Test():  # (done at once when the message fits the byte transport's eager limit)
-            self._wait([req], lambda: f"send of {describe_header(header)} to rank {dst}", dst)
+        if not req.Test():
+            self._staged[i] = (req, dst)
+
+    def _finish_send(self, i: int) -> None:
+        """Wait until the small send in staging buffer ``i`` (if any) is complete, so the buffer is free."""
+        staged = self._staged[i]
+        if staged is not None:
+            req, dst = staged
+            if not req.Test():
+                self._wait([req], f"an earlier send to rank {dst}", dst)
+            self._staged[i] = None
+
+    def _finish_sends(self) -> None:
+        for i in range(SEND_BUFFERS):
+            self._finish_send(i)
 
     def isend(self, tensor: Tensor, dst: int) -> Handle:
         self._live()
