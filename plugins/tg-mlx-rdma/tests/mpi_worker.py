@@ -353,6 +353,27 @@ def nonblocking(tr) -> None:
     tr.barrier()
 
 
+def small_sends(tr) -> None:
+    """Small sends return without waiting for their receive: ranks 0 and 1 both send first (8 KiB messages, over
+    Open MPI's shared-memory eager limit), as many as the transport keeps on their way, then receive; then rank 0
+    sends again and closes before rank 1 receives (close completes them, and the data arrives intact)."""
+    from tg_mlx_rdma.mpi import SEND_BUFFERS
+    if tr.rank > 1:
+        return
+    peer, n = 1 - tr.rank, 2048
+    for i in range(SEND_BUFFERS):
+        tr.send(Tensor(np.full(n, 10 * tr.rank + i, np.float32)), peer)
+    for i in range(SEND_BUFFERS):
+        check(tr.recv(n, "float32", peer).numpy(), np.full(n, 10 * peer + i, np.float32), f"small send {i}")
+    if tr.rank == 0:
+        for i in range(SEND_BUFFERS):
+            tr.send(Tensor(np.arange(n, dtype=np.float32) + i), 1)
+    else:
+        time.sleep(0.5)  # (rank 0 is in close by now)
+        for i in range(SEND_BUFFERS):
+            check(tr.recv(n, "float32", 0).numpy(), np.arange(n, dtype=np.float32) + i, f"send before close {i}")
+
+
 def die(tr, how: str) -> None:
     """Rank 1 goes away; rank 0 waits for a message from it."""
     if tr.rank == 1:
@@ -387,6 +408,8 @@ def main() -> int:
         nonblocking(tr)
     elif scenario == "chunks":
         chunks(tr)
+    elif scenario == "small-sends":
+        small_sends(tr)
     elif scenario.startswith("die-"):
         die(tr, scenario[4:])
     else:

@@ -46,6 +46,12 @@ def test_messages_of_several_chunks(need_mpi: None) -> None:
     assert proc.stdout.count("expected error") == 2, proc.stdout
 
 
+def test_small_sends_do_not_wait_for_their_receive(need_mpi: None) -> None:
+    """Both ranks send 8 KiB messages first (a send that waited for its receive would deadlock them), and a
+    close completes the sends still on their way."""
+    ok(run_job(2, [str(WORKER), "small-sends"], timeout=60), 2)
+
+
 NONBLOCKING_ERRORS = ["allreduce needs the same shape, dtype and op on every rank, got rank 0: float32[3] sum; "
                       "rank 1: float32[4] sum",
                       "broadcast needs the same shape, dtype and root on every rank, got rank 0: float32[2] root 0; "

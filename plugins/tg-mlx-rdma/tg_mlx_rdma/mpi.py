@@ -8,7 +8,8 @@ Out: a ``Transport`` whose calls post non-blocking MPI requests and poll them ag
 
 All traffic runs on a private duplicate of the communicator, so user mpi4py traffic on the
 same ranks never matches ours. ``send`` of up to ``SMALL`` bytes posts one message, the 16-word
-header (``transport.make_header``) followed by the data (tag ``TAG_SMALL``; a blocking ``recv`` takes it
+header (``transport.make_header``) followed by the data, from a staging copy, and returns without waiting for
+its receive (tag ``TAG_SMALL``; a blocking ``recv`` takes it
 into a pooled result whose memory has room for the header in front, so nothing is copied on that side). Larger
 sends post the data (tag ``TAG_DATA``, in chunks of at most ``CHUNK`` bytes: MPI counts are C
 ints) and then the header (tag ``TAG_HEADER``). ``recv`` probes for the first message from the
@@ -74,6 +75,7 @@ HEADER_BYTES = 8 * HEADER_WORDS
 # limit (4 KiB on shared memory), where each message waits for its receive
 SMALL = 16384
 CHUNK = 1 << 30  # bytes per point-to-point message; elements per reduce step
+SEND_BUFFERS = 4  # small sends that may be on their way at once (send returns before they are received)
 FAST_POLLS = 512  # polls before the first clock read
 IDLE_POLLS = 8  # polls that found nothing before a wait does its idle work (recv: make the next result ahead)
 SPIN_SECONDS = 0.05  # poll flat out this long (MPI progresses only inside our Test calls) ...
@@ -120,8 +122,13 @@ class MPITransport(Transport):
         self._collectives: list[Handle] = []  # collectives that have not posted their data stage yet
         self._pool = RecvPool()
         self._status = MPI.Status()  # (recv's fast path)
-        self._staging = memoryview(bytearray(HEADER_BYTES + SMALL))  # (send's fast path packs small messages here)
-        self._recv_specs: dict[Any, tuple[tuple[int, ...], DType]] = {}  # recv's checked arguments
+        # send's fast path packs small messages into these buffers and returns without waiting for the receiver;
+        # each buffer's request is completed before the buffer is packed again
+        self._staging = [memoryview(bytearray(HEADER_BYTES + SMALL)) for _ in range(SEND_BUFFERS)]
+        self._staged: list[tuple[Any, int] | None] = [None] * SEND_BUFFERS  # (request, destination) in flight
+        self._next_staging = 0
+        # recv's checked arguments -> (shape, dtype, wire header bytes, data bytes)
+        self._recv_specs: dict[Any, tuple[tuple[int, ...], DType, bytes, int]] = {}
         atexit.register(self._at_exit)
 
     # ---------------------------------------------------------------- state
@@ -148,6 +155,12 @@ class MPITransport(Transport):
             return
         self._closed = True
         atexit.unregister(self._at_exit)
+        if self._failure is None:
+            try:
+                self._finish_sends()  # (their buffers must outlive them)
+            except CommError:
+                self._at_exit()
+                raise
         if self._failure is not None:
             self._at_exit()  # the peers cannot be left waiting
             return
@@ -236,11 +249,30 @@ class MPITransport(Transport):
             reqs = [comm.Isend([data, mpi.BYTE], dst, TAG_DATA), comm.Isend([header, mpi.INT64_T], dst, TAG_HEADER)]
             self._wait(reqs, lambda: f"send of {describe_header(header)} to rank {dst}", dst)
             return
-        packed = self._staging[:HEADER_BYTES + data.nbytes]  # (free again when this send returns)
+        # A copy of the data goes out, so the send returns without waiting for the receiver: that wait (a handshake
+        # above the byte transport's eager limit) would put the receiver's own work into this rank's time.
+        i = self._next_staging
+        self._next_staging = (i + 1) % SEND_BUFFERS
+        self._finish_send(i)
+        packed = self._staging[i][:HEADER_BYTES + data.nbytes]
         packed[:HEADER_BYTES] = header.data.cast("B")
         packed[HEADER_BYTES:] = data
-        self._wait([self._comm.Isend([packed, self._mpi.BYTE], dst, TAG_SMALL)],
-                   lambda: f"send of {describe_header(header)} to rank {dst}", dst)
+        req = self._comm.Isend([packed, self._mpi.BYTE], dst, TAG_SMALL)
+        if not req.Test():
+            self._staged[i] = (req, dst)
+
+    def _finish_send(self, i: int) -> None:
+        """Wait until the small send in staging buffer ``i`` (if any) is complete, so the buffer is free."""
+        staged = self._staged[i]
+        if staged is not None:
+            req, dst = staged
+            if not req.Test():
+                self._wait([req], f"an earlier send to rank {dst}", dst)
+            self._staged[i] = None
+
+    def _finish_sends(self) -> None:
+        for i in range(SEND_BUFFERS):
+            self._finish_send(i)
 
     def isend(self, tensor: Tensor, dst: int) -> Handle:
         self._live()
@@ -274,27 +306,36 @@ class MPITransport(Transport):
         if out is not None or spec is None or self._probers.get(src):
             result: Tensor = self.irecv(shape, dtype, src, device, out, blocking=True).wait()
             if spec is None and out is None and len(self._recv_specs) < 256 and isinstance(dtype, str):
-                self._recv_specs[key] = (as_shape(shape), as_dtype(dtype))  # (valid: the call went through)
+                dims, dt = as_shape(shape), as_dtype(dtype)  # (valid: the call went through)
+                wire = make_header(dims, dt)
+                self._recv_specs[key] = (dims, dt, wire.tobytes(), header_nbytes(wire))
             return result
         self._live()
-        dims, dt = spec
+        dims, dt, want, nbytes = spec
         mpi, status, improbe = self._mpi, self._status, self._comm.Improbe
-        found: list[Any] = [None]
+        message = improbe(src, mpi.ANY_TAG, status)  # (a message already there: no closures, no polling loop)
+        if message is None:
+            found: list[Any] = [None]
 
-        def probed() -> bool:
-            found[0] = improbe(src, mpi.ANY_TAG, status)
-            return found[0] is not None
-        pool = self._pool
-        self._until(probed, lambda: f"recv of {dt.name}{list(dims)} from rank {src}", src, [],
-                    idle=lambda: pool.prepare(dims, dt, device))  # (the next result, while this one is on its way)
-        count, nbytes = status.Get_count(mpi.BYTE), header_of(dims, dt)[3]
+            def probed() -> bool:
+                found[0] = improbe(src, mpi.ANY_TAG, status)
+                return found[0] is not None
+            pool = self._pool
+            self._until(probed, lambda: f"recv of {dt.name}{list(dims)} from rank {src}", src, [],
+                        idle=lambda: pool.prepare(dims, dt, device))  # (the next result, while this one is on its way)
+            message = found[0]
+        count = status.Get_count(mpi.BYTE)
         if count == HEADER_BYTES + nbytes and status.Get_tag() == TAG_SMALL:  # header and data straight into a result
-            pooled = pool.take_packed(dims, dt, device)
+            pooled = self._pool.take_packed(dims, dt, device)
             if pooled is not None:
                 t, packed = pooled
-                self._wait([found[0].Irecv([packed, count, mpi.BYTE])], lambda: f"recv from rank {src}", src)
-                check_header(np.frombuffer(packed, np.int64, HEADER_WORDS), header_of(dims, dt), src, self.rank)
+                req = message.Irecv([packed, count, mpi.BYTE])
+                if not req.Test():  # (the data came with the probed message unless the byte transport splits it)
+                    self._wait([req], lambda: f"recv from rank {src}", src)
+                if bytes(packed[:HEADER_BYTES]) != want:
+                    check_header(np.frombuffer(packed, np.int64, HEADER_WORDS), header_of(dims, dt), src, self.rank)
                 return t
+        found = [message]
         if status.Get_tag() == TAG_DATA and count == nbytes:  # header after the data, as irecv's stages do
             got = np.empty(HEADER_WORDS, dtype=np.int64)
             t, mv, commit = self._pool.take(dims, dt, device)
@@ -313,8 +354,7 @@ class MPITransport(Transport):
             return result
         staging = bytearray(max(count, HEADER_BYTES))  # (not the size asked for: the header check below raises)
         self._wait([found[0].Irecv([staging, count, mpi.BYTE])], lambda: f"recv from rank {src}", src)
-        want = header_of(dims, dt)
-        check_header(np.frombuffer(staging, np.int64, HEADER_WORDS), want, src, self.rank)
+        check_header(np.frombuffer(staging, np.int64, HEADER_WORDS), header_of(dims, dt), src, self.rank)
         t, mv, commit = self._pool.take(dims, dt, device)
         mv[:] = memoryview(staging)[HEADER_BYTES:]
         return _committed(commit, t)
