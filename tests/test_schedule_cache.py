@@ -10,6 +10,7 @@ from tgcore.engine.stats import GlobalCounters
 from tgcore.schedule import cache
 from tgcore.schedule.cache import CacheStats
 from tgcore.tensor import Tensor
+from tgcore.uop import UOp
 
 
 @pytest.fixture(autouse=True)
@@ -163,3 +164,14 @@ def test_a_scalar_that_does_not_vary_stays_folded():
     assert (CacheStats.misses, CacheStats.hits) == (1, 2)
     template = next(iter(cache._templates.values()))
     assert not template.lifted and template.baked
+
+
+def test_a_bound_variable_takes_each_calls_value():
+    # (the template's kernels read the variable at run time: a later value must not run with the first one)
+    v = UOp.variable("cache_pos", 0, 100)
+    x = Tensor(np.arange(4, dtype=np.float32)).realize()
+    for p in (0, 3, 7):
+        hits = CacheStats.hits
+        np.testing.assert_array_equal((x * Tensor(v.bind(p)).float() + 1.0).numpy(),
+                                      np.arange(4, dtype=np.float32) * p + 1)
+        assert CacheStats.hits == hits + (p != 0)

@@ -84,6 +84,7 @@ class _Walk:
         self.parts: list[Any] = []
         self.leaves: list[UOp] = []          # distinct leaf BUFFER uops
         self.scalars: list[UOp] = []         # the CONST of each scalar position
+        self.binds: list[UOp] = []           # the BIND of each bound variable (its name is in the key, not its value)
         self.ok = True
         parts, index, leaf_index = self.parts, {}, {}  # type: ignore[var-annotated]
         stack: list[tuple[UOp, bool]] = [(o, False) for o in reversed(outs)]
@@ -94,6 +95,11 @@ class _Walk:
             if ready:
                 index[n] = len(parts)
                 parts.append((n.op, n.dtype, n.arg, tuple([index[s] for s in n.src])))
+                continue
+            if n.op is Ops.BIND:  # a kernel reads its value at run time: the template takes this call's values
+                index[n] = len(parts)
+                parts.append(("bind", len(self.binds), n.src[0]))
+                self.binds.append(n)
                 continue
             scalar = _scalar_chain(n)
             if scalar is not None:  # holds no buffer: its position, dtype and shape are its key, not its value
@@ -130,7 +136,7 @@ class _Walk:
 
 
 def _placeholder_graph(parts: list[Any], outs: tuple[int, ...], scalars: list[UOp], lifted: dict[int, UOp],
-                       ) -> tuple[list[UOp], list[UOp]]:
+                       binds: list[UOp]) -> tuple[list[UOp], list[UOp]]:
     """The graph the key describes, over fresh placeholder buffers (and the scalars' values, or for lifted
     positions their placeholder buffers): (its outs, the placeholders)."""
     nodes: list[UOp] = []
@@ -138,6 +144,8 @@ def _placeholder_graph(parts: list[Any], outs: tuple[int, ...], scalars: list[UO
     for part in parts:
         if isinstance(part, UOp):
             nodes.append(part)
+        elif part[0] == "bind":
+            nodes.append(binds[part[1]])
         elif part[0] == "scalar":
             _, k, dtype, chain = part
             node = UOp(Ops.RESHAPE, dtype, (lifted[k],), ()) if k in lifted else scalars[k]
@@ -158,7 +166,7 @@ def _placeholder_graph(parts: list[Any], outs: tuple[int, ...], scalars: list[UO
 
 def _make_template(walk: _Walk, default_device: str, lift: set[int]) -> _Template:
     lifted = {k: new_buffer_uop(default_device, 1, walk.scalars[k].dtype) for k in sorted(lift)}
-    outs, placeholders = _placeholder_graph(walk.parts, walk.outs, walk.scalars, lifted)
+    outs, placeholders = _placeholder_graph(walk.parts, walk.outs, walk.scalars, lifted, walk.binds)
     k, result = kernelize(outs, default_device)
     items = [(si.ast, si.buf_uops, si.device, si.kind, si.var_vals) for si in k.items]
     if any(len(bu) != len(si.bufs) for (_, bu, *_), si in zip(items, k.items, strict=True)):
@@ -192,14 +200,17 @@ def _real(u: UOp, t: _Template, env: dict[UOp, UOp]) -> UOp:
     return r
 
 
-def _instantiate(t: _Template, leaves: list[UOp], scalars: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
+def _instantiate(t: _Template, leaves: list[UOp], scalars: list[UOp], values: dict[str, int],
+                 ) -> tuple[list[ScheduleItem], list[UOp]]:
+    """The template's kernels on this call's buffers, scalars and bound variables' ``values`` (by name)."""
     env: dict[UOp, UOp] = dict(zip(t.placeholders, leaves, strict=True))
     for k, placeholder in t.lifted.items():
         env[placeholder] = _scalar_buffer(scalars[k], buffer_device(placeholder))
     items = []
     for ast, buf_uops, device, kind, var_vals in t.items:
         real_uops = tuple(_real(u, t, env) for u in buf_uops)
-        items.append(ScheduleItem(ast, [uop_buffer(u) for u in real_uops], device, kind, dict(var_vals), real_uops))
+        var_vals = {name: values.get(name, value) for name, value in var_vals.items()}
+        items.append(ScheduleItem(ast, [uop_buffer(u) for u in real_uops], device, kind, var_vals, real_uops))
     return items, [_real(r, t, env) for r in t.results]
 
 
@@ -222,7 +233,7 @@ def cached_schedule(outs: list[UOp], default_device: str) -> tuple[list[Schedule
     else:
         CacheStats.hits += 1
         _templates.move_to_end(key)
-    items, results = _instantiate(template, walk.leaves, walk.scalars)
+    items, results = _instantiate(template, walk.leaves, walk.scalars, {b.src[0].arg[0]: b.src[1].arg for b in walk.binds})
     return items, dict(zip(outs, results, strict=True))
 
 
