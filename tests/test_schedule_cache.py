@@ -94,13 +94,25 @@ def test_earlier_results_become_leaves():
     np.testing.assert_array_equal(z.numpy(), np.arange(8) * 6)
 
 
-def test_copies_and_assigns_are_not_cached():
-    x = Tensor(np.ones(8, np.float32))
-    x.to("PYTHON").realize()
-    target = Tensor.zeros(8).contiguous().realize()
-    target.assign(x + 1)
-    assert target.tolist() == [2.0] * 8
+def test_copies_are_not_cached():
+    for _ in range(2):
+        Tensor(np.ones(8, np.float32)).to("PYTHON").realize()
     assert CacheStats.hits == 0
+
+
+def test_a_write_alone_is_cached_into_each_calls_memory():
+    # (a KV-cache write per layer and step: the same write into a view of another buffer, at the step's bound slot)
+    v = UOp.variable("write_slot", 0, 6)
+    ref = [np.arange(24, dtype=np.float32).reshape(3, 8) * k for k in range(3)]
+    caches = [Tensor(r.copy()).realize() for r in ref]
+    for step in range(2):
+        for k, cache_t in enumerate(caches):
+            slot, value = 3 * step + 1, np.full((3, 2), 10.0 * k + step, np.float32)
+            view = cache_t.shrink((None, (v.bind(slot), v.bind(slot) + 2)))
+            view.assign(Tensor(value) * 2 + view)  # (reads the memory it writes)
+            ref[k][:, slot:slot + 2] = value * 2 + ref[k][:, slot:slot + 2]
+            np.testing.assert_array_equal(cache_t.numpy(), ref[k])
+    assert CacheStats.hits >= 4  # (the later layers of each step)
 
 
 def test_memory_returns_to_baseline_on_hits():

@@ -21,8 +21,10 @@ value at some position, the template is rebuilt with that position *lifted*: the
 from a one-element buffer that each call fills with its own value. So ``x * lr`` with a changing
 ``lr``, or a step number, compiles at most two kernels, not one per value.
 
-Only plain compute graphs are cached. COPY, ASSIGN and custom kernels have effects beyond their
-result, DISK buffers are files; graphs with those are scheduled afresh every time.
+Only plain compute graphs are cached, and one write alone (the ASSIGN a pending write runs, e.g. a KV-cache
+write per layer and step): its target's views are keyed as they are, down to the written buffer. COPY, other
+ASSIGNs and custom kernels have effects beyond their result, DISK buffers are files; graphs with those are
+scheduled afresh every time.
 """
 from __future__ import annotations
 
@@ -38,7 +40,8 @@ from tgcore.uop import Ops, UOp
 from tgcore.uop.shape import shape_of
 
 MAX_ENTRIES = 512
-UNCACHEABLE = frozenset({Ops.COPY, Ops.ASSIGN, Ops.CUSTOM_KERNEL, Ops.AFTER})
+UNCACHEABLE = frozenset({Ops.COPY, Ops.ASSIGN, Ops.CUSTOM_KERNEL, Ops.AFTER})  # (except one write alone, below)
+VIEWS = frozenset({Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP})
 
 
 @dataclass
@@ -87,6 +90,9 @@ class _Walk:
         self.binds: list[UOp] = []           # the BIND of each bound variable (its name is in the key, not its value)
         self.ok = True
         parts, index, leaf_index = self.parts, {}, {}  # type: ignore[var-annotated]
+        # a write's target is the memory itself, never a value computed earlier: its views are walked as they are
+        root_write = outs[0] if len(outs) == 1 and outs[0].op is Ops.ASSIGN else None
+        target_views = set(_view_chain(root_write.src[0])) if root_write is not None else set()
         stack: list[tuple[UOp, bool]] = [(o, False) for o in reversed(outs)]
         while stack:
             n, ready = stack.pop()
@@ -111,7 +117,7 @@ class _Walk:
                 parts.append(("scalar", len(self.scalars), const.dtype, chain))
                 self.scalars.append(const)
                 continue
-            buf = n if n.op is Ops.BUFFER else REALIZATION.cached(n)
+            buf = n if n.op is Ops.BUFFER else None if n in target_views else REALIZATION.cached(n)
             if buf is not None:
                 # (a node computed earlier on another device is rescheduled by the kernelizer: not a leaf here)
                 if REALIZATION.buffer(buf) is None or buffer_device(buf).startswith("DISK") or \
@@ -125,7 +131,7 @@ class _Walk:
                 parts.append(("leaf", leaf_index[buf], n is buf, shape_of(n), buf.dtype, buf.arg,
                               buffer_device(buf)))
                 continue
-            if n.op in UNCACHEABLE:
+            if n.op in UNCACHEABLE and n is not root_write:
                 self.ok = False
                 return
             stack.append((n, True))
@@ -133,6 +139,15 @@ class _Walk:
                 if s not in index:
                     stack.append((s, False))
         self.outs = tuple(index[o] for o in outs)
+
+
+def _view_chain(n: UOp) -> list[UOp]:
+    """``n`` and the nodes under it down to its BUFFER, while they are views (an assign's target)."""
+    chain = [n]
+    while n.op in VIEWS:
+        n = n.src[0]
+        chain.append(n)
+    return chain
 
 
 def _placeholder_graph(parts: list[Any], outs: tuple[int, ...], scalars: list[UOp], lifted: dict[int, UOp],
@@ -233,7 +248,8 @@ def cached_schedule(outs: list[UOp], default_device: str) -> tuple[list[Schedule
     else:
         CacheStats.hits += 1
         _templates.move_to_end(key)
-    items, results = _instantiate(template, walk.leaves, walk.scalars, {b.src[0].arg[0]: b.src[1].arg for b in walk.binds})
+    values = {b.src[0].arg[0]: b.src[1].arg for b in walk.binds}
+    items, results = _instantiate(template, walk.leaves, walk.scalars, values)
     return items, dict(zip(outs, results, strict=True))
 
 

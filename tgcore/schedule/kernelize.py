@@ -377,7 +377,7 @@ class Kernelizer:
         ast = UOp.sink(index.store(result))
         kind = "reduce" if any(n.op is Ops.REDUCE for n in ast.toposort) else "elementwise"
         self.items.append(ScheduleItem(ast, [uop_buffer(b) for b in kernel.param_bufs], device, kind,
-                                       dict(kernel.var_vals)))
+                                       dict(kernel.var_vals), tuple(kernel.param_bufs)))
         self.done[node] = base
         return base
 
