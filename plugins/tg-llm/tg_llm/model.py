@@ -45,9 +45,10 @@ attention mask are computed on the host and passed in as tensors.
 
 - Decode (one token): ``tgcore.jit`` of the whole step, captured by its first call (``capture_first``: the
   weights and caches it reads are realized at load); every later step replays the capture and compiles
-  nothing. Attention reads the smallest power-of-two window of the cache (at least 32 positions) that covers positions 0..pos, with the mask ``key position <= pos``: one capture per
-  window size, so a new compile only when the context crosses a power of two, and a step reads cache in
-  proportion to its position rather than to max_context.
+  nothing. Attention reads the smallest power-of-two window of the cache (at least 32 positions) that
+  covers positions 0..pos, with the mask ``key position <= pos``: one capture per window size, so a new
+  compile only when the context crosses a power of two, and a step reads cache in proportion to its
+  position rather than to max_context.
 - Prefill (several tokens): the token count is padded to a power of two (the padding rows write cache
   positions that later tokens overwrite and that the mask hides until then) and attention reads a
   power-of-two window of the cache that covers the prompt, so prompts of many lengths share a few
