@@ -49,6 +49,23 @@ def test_replay_matches_plain_calls_and_compiles_nothing():
     assert len(f.captures) == 1
 
 
+def test_capture_first_captures_on_the_first_call_and_replays_from_the_second():
+    f = tgcore.jit(model, capture_first=True)
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((16, 16)).astype(np.float32)
+    tw = Tensor(w)  # (the state the function reads exists before its first call)
+    tw.realize()
+    for i in range(4):
+        x = rng.standard_normal((8, 16)).astype(np.float32)
+        before_compiles, before_kernels = CompileCounter.count, GlobalCounters.kernel_count
+        out = f(Tensor(x), tw).numpy()
+        np.testing.assert_allclose(out, reference(x, w), rtol=1e-5, atol=1e-6)
+        assert len(f.captures) == 1  # captured by the first call
+        if i >= 1:  # replays
+            assert CompileCounter.count == before_compiles
+            assert GlobalCounters.kernel_count - before_kernels >= 10
+
+
 def test_a_timed_replay_reports_each_kernel_of_the_plain_call():
     """Under KernelTimes.record a replay reports the kernels a plain call runs, in order, with their times, and
     still counts them and computes the same result."""

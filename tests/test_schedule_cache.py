@@ -10,6 +10,7 @@ from tgcore.engine.stats import GlobalCounters
 from tgcore.schedule import cache
 from tgcore.schedule.cache import CacheStats
 from tgcore.tensor import Tensor
+from tgcore.uop import UOp
 
 
 @pytest.fixture(autouse=True)
@@ -93,13 +94,25 @@ def test_earlier_results_become_leaves():
     np.testing.assert_array_equal(z.numpy(), np.arange(8) * 6)
 
 
-def test_copies_and_assigns_are_not_cached():
-    x = Tensor(np.ones(8, np.float32))
-    x.to("PYTHON").realize()
-    target = Tensor.zeros(8).contiguous().realize()
-    target.assign(x + 1)
-    assert target.tolist() == [2.0] * 8
+def test_copies_are_not_cached():
+    for _ in range(2):
+        Tensor(np.ones(8, np.float32)).to("PYTHON").realize()
     assert CacheStats.hits == 0
+
+
+def test_a_write_alone_is_cached_into_each_calls_memory():
+    # (a KV-cache write per layer and step: the same write into a view of another buffer, at the step's bound slot)
+    v = UOp.variable("write_slot", 0, 6)
+    ref = [np.arange(24, dtype=np.float32).reshape(3, 8) * k for k in range(3)]
+    caches = [Tensor(r.copy()).realize() for r in ref]
+    for step in range(2):
+        for k, cache_t in enumerate(caches):
+            slot, value = 3 * step + 1, np.full((3, 2), 10.0 * k + step, np.float32)
+            view = cache_t.shrink((None, (v.bind(slot), v.bind(slot) + 2)))
+            view.assign(Tensor(value) * 2 + view)  # (reads the memory it writes)
+            ref[k][:, slot:slot + 2] = value * 2 + ref[k][:, slot:slot + 2]
+            np.testing.assert_array_equal(cache_t.numpy(), ref[k])
+    assert CacheStats.hits >= 4  # (the later layers of each step)
 
 
 def test_memory_returns_to_baseline_on_hits():
@@ -163,3 +176,14 @@ def test_a_scalar_that_does_not_vary_stays_folded():
     assert (CacheStats.misses, CacheStats.hits) == (1, 2)
     template = next(iter(cache._templates.values()))
     assert not template.lifted and template.baked
+
+
+def test_a_bound_variable_takes_each_calls_value():
+    # (the template's kernels read the variable at run time: a later value must not run with the first one)
+    v = UOp.variable("cache_pos", 0, 100)
+    x = Tensor(np.arange(4, dtype=np.float32)).realize()
+    for p in (0, 3, 7):
+        hits = CacheStats.hits
+        np.testing.assert_array_equal((x * Tensor(v.bind(p)).float() + 1.0).numpy(),
+                                      np.arange(4, dtype=np.float32) * p + 1)
+        assert CacheStats.hits == hits + (p != 0)

@@ -31,6 +31,10 @@ only if a lazy tensor still reads them.
 Host calls (``Tensor.realize(on_ready=...)``: Python a data-parallel wrapper runs between kernels to start
 an allreduce) are replayed in their places among the kernels, with this call's buffers; a capture that has
 any runs kernel by kernel (no native graph).
+``capture_first=True`` skips the plain first call: the first call of a signature captures (compiling what it
+needs). Only for a function whose first call realizes nothing it keeps beyond the call (its state, weights or
+caches, realized before): a kernel that filled such a tensor once would be replayed as part of every call, and
+its buffer taken as scratch.
 A function must not read tensor values (``.numpy()``, ``.item()``) while it is captured: what
 it computes must depend on its inputs only through kernels. Up to ``max_captures`` input
 signatures are kept (least recently used ones are dropped).
@@ -151,9 +155,10 @@ def _input_place(b: Buffer, inputs: list[Buffer]) -> tuple[int, int] | None:
 
 
 class Jit:
-    def __init__(self, fn: Callable[..., Any], max_captures: int = 8) -> None:
+    def __init__(self, fn: Callable[..., Any], max_captures: int = 8, capture_first: bool = False) -> None:
         self.fn = fn
         self.max_captures = max_captures
+        self.capture_first = capture_first
         self.captures: OrderedDict[tuple, _Capture] = OrderedDict()
         self.seen: set[tuple] = set()
         functools.update_wrapper(self, fn)
@@ -192,7 +197,7 @@ class Jit:
             if profile.ACTIVE is None:
                 return self._replay(capture, tensors, bufs, variables)
             return self._profiled("jit_replay", tensors, lambda: self._replay(capture, tensors, bufs, variables))
-        if key not in self.seen:  # first call: run normally, realizing the outputs (compiles everything)
+        if key not in self.seen and not self.capture_first:  # first call: run normally (compiles everything)
             self.seen.add(key)
             out = self.fn(*args, **kwargs)
             _realize_all(out)
@@ -447,8 +452,8 @@ def _map_tensors(obj: Any, fn: Callable[[Any], Any], uops: bool = False) -> Any:
     return obj
 
 
-def jit(fn: Callable[..., Any] | None = None, *, max_captures: int = 8) -> Any:
+def jit(fn: Callable[..., Any] | None = None, *, max_captures: int = 8, capture_first: bool = False) -> Any:
     """Decorator: ``@tgcore.jit`` or ``@tgcore.jit(max_captures=4)``."""
     if fn is None:
-        return lambda f: Jit(f, max_captures)
-    return Jit(fn, max_captures)
+        return lambda f: Jit(f, max_captures, capture_first)
+    return Jit(fn, max_captures, capture_first)

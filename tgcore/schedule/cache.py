@@ -21,8 +21,10 @@ value at some position, the template is rebuilt with that position *lifted*: the
 from a one-element buffer that each call fills with its own value. So ``x * lr`` with a changing
 ``lr``, or a step number, compiles at most two kernels, not one per value.
 
-Only plain compute graphs are cached. COPY, ASSIGN and custom kernels have effects beyond their
-result, DISK buffers are files; graphs with those are scheduled afresh every time.
+Only plain compute graphs are cached, and one write alone (the ASSIGN a pending write runs, e.g. a KV-cache
+write per layer and step): its target's views are keyed as they are, down to the written buffer. COPY, other
+ASSIGNs and custom kernels have effects beyond their result, DISK buffers are files; graphs with those are
+scheduled afresh every time.
 """
 from __future__ import annotations
 
@@ -38,7 +40,8 @@ from tgcore.uop import Ops, UOp
 from tgcore.uop.shape import shape_of
 
 MAX_ENTRIES = 512
-UNCACHEABLE = frozenset({Ops.COPY, Ops.ASSIGN, Ops.CUSTOM_KERNEL, Ops.AFTER})
+UNCACHEABLE = frozenset({Ops.COPY, Ops.ASSIGN, Ops.CUSTOM_KERNEL, Ops.AFTER})  # (except one write alone, below)
+VIEWS = frozenset({Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP})
 
 
 @dataclass
@@ -84,8 +87,12 @@ class _Walk:
         self.parts: list[Any] = []
         self.leaves: list[UOp] = []          # distinct leaf BUFFER uops
         self.scalars: list[UOp] = []         # the CONST of each scalar position
+        self.binds: list[UOp] = []           # the BIND of each bound variable (its name is in the key, not its value)
         self.ok = True
         parts, index, leaf_index = self.parts, {}, {}  # type: ignore[var-annotated]
+        # a write's target is the memory itself, never a value computed earlier: its views are walked as they are
+        root_write = outs[0] if len(outs) == 1 and outs[0].op is Ops.ASSIGN else None
+        target_views = set(_view_chain(root_write.src[0])) if root_write is not None else set()
         stack: list[tuple[UOp, bool]] = [(o, False) for o in reversed(outs)]
         while stack:
             n, ready = stack.pop()
@@ -94,6 +101,11 @@ class _Walk:
             if ready:
                 index[n] = len(parts)
                 parts.append((n.op, n.dtype, n.arg, tuple([index[s] for s in n.src])))
+                continue
+            if n.op is Ops.BIND:  # a kernel reads its value at run time: the template takes this call's values
+                index[n] = len(parts)
+                parts.append(("bind", len(self.binds), n.src[0]))
+                self.binds.append(n)
                 continue
             scalar = _scalar_chain(n)
             if scalar is not None:  # holds no buffer: its position, dtype and shape are its key, not its value
@@ -105,7 +117,7 @@ class _Walk:
                 parts.append(("scalar", len(self.scalars), const.dtype, chain))
                 self.scalars.append(const)
                 continue
-            buf = n if n.op is Ops.BUFFER else REALIZATION.cached(n)
+            buf = n if n.op is Ops.BUFFER else None if n in target_views else REALIZATION.cached(n)
             if buf is not None:
                 # (a node computed earlier on another device is rescheduled by the kernelizer: not a leaf here)
                 if REALIZATION.buffer(buf) is None or buffer_device(buf).startswith("DISK") or \
@@ -119,7 +131,7 @@ class _Walk:
                 parts.append(("leaf", leaf_index[buf], n is buf, shape_of(n), buf.dtype, buf.arg,
                               buffer_device(buf)))
                 continue
-            if n.op in UNCACHEABLE:
+            if n.op in UNCACHEABLE and n is not root_write:
                 self.ok = False
                 return
             stack.append((n, True))
@@ -129,8 +141,17 @@ class _Walk:
         self.outs = tuple(index[o] for o in outs)
 
 
+def _view_chain(n: UOp) -> list[UOp]:
+    """``n`` and the nodes under it down to its BUFFER, while they are views (an assign's target)."""
+    chain = [n]
+    while n.op in VIEWS:
+        n = n.src[0]
+        chain.append(n)
+    return chain
+
+
 def _placeholder_graph(parts: list[Any], outs: tuple[int, ...], scalars: list[UOp], lifted: dict[int, UOp],
-                       ) -> tuple[list[UOp], list[UOp]]:
+                       binds: list[UOp]) -> tuple[list[UOp], list[UOp]]:
     """The graph the key describes, over fresh placeholder buffers (and the scalars' values, or for lifted
     positions their placeholder buffers): (its outs, the placeholders)."""
     nodes: list[UOp] = []
@@ -138,6 +159,8 @@ def _placeholder_graph(parts: list[Any], outs: tuple[int, ...], scalars: list[UO
     for part in parts:
         if isinstance(part, UOp):
             nodes.append(part)
+        elif part[0] == "bind":
+            nodes.append(binds[part[1]])
         elif part[0] == "scalar":
             _, k, dtype, chain = part
             node = UOp(Ops.RESHAPE, dtype, (lifted[k],), ()) if k in lifted else scalars[k]
@@ -158,7 +181,7 @@ def _placeholder_graph(parts: list[Any], outs: tuple[int, ...], scalars: list[UO
 
 def _make_template(walk: _Walk, default_device: str, lift: set[int]) -> _Template:
     lifted = {k: new_buffer_uop(default_device, 1, walk.scalars[k].dtype) for k in sorted(lift)}
-    outs, placeholders = _placeholder_graph(walk.parts, walk.outs, walk.scalars, lifted)
+    outs, placeholders = _placeholder_graph(walk.parts, walk.outs, walk.scalars, lifted, walk.binds)
     k, result = kernelize(outs, default_device)
     items = [(si.ast, si.buf_uops, si.device, si.kind, si.var_vals) for si in k.items]
     if any(len(bu) != len(si.bufs) for (_, bu, *_), si in zip(items, k.items, strict=True)):
@@ -192,14 +215,17 @@ def _real(u: UOp, t: _Template, env: dict[UOp, UOp]) -> UOp:
     return r
 
 
-def _instantiate(t: _Template, leaves: list[UOp], scalars: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
+def _instantiate(t: _Template, leaves: list[UOp], scalars: list[UOp], values: dict[str, int],
+                 ) -> tuple[list[ScheduleItem], list[UOp]]:
+    """The template's kernels on this call's buffers, scalars and bound variables' ``values`` (by name)."""
     env: dict[UOp, UOp] = dict(zip(t.placeholders, leaves, strict=True))
     for k, placeholder in t.lifted.items():
         env[placeholder] = _scalar_buffer(scalars[k], buffer_device(placeholder))
     items = []
     for ast, buf_uops, device, kind, var_vals in t.items:
         real_uops = tuple(_real(u, t, env) for u in buf_uops)
-        items.append(ScheduleItem(ast, [uop_buffer(u) for u in real_uops], device, kind, dict(var_vals), real_uops))
+        var_vals = {name: values.get(name, value) for name, value in var_vals.items()}
+        items.append(ScheduleItem(ast, [uop_buffer(u) for u in real_uops], device, kind, var_vals, real_uops))
     return items, [_real(r, t, env) for r in t.results]
 
 
@@ -222,7 +248,8 @@ def cached_schedule(outs: list[UOp], default_device: str) -> tuple[list[Schedule
     else:
         CacheStats.hits += 1
         _templates.move_to_end(key)
-    items, results = _instantiate(template, walk.leaves, walk.scalars)
+    values = {b.src[0].arg[0]: b.src[1].arg for b in walk.binds}
+    items, results = _instantiate(template, walk.leaves, walk.scalars, values)
     return items, dict(zip(outs, results, strict=True))
 
 

@@ -438,7 +438,7 @@ class Kernelizer:
         ast = UOp.sink(index.store(result))
         kind = "reduce" if any(n.op is Ops.REDUCE for n in ast.toposort) else "elementwise"
         self.items.append(ScheduleItem(ast, [uop_buffer(b) for b in kernel.param_bufs], device, kind,
-                                       dict(kernel.var_vals)))
+                                       dict(kernel.var_vals), tuple(kernel.param_bufs)))
         self.done[node] = base
         return base
 
@@ -620,11 +620,11 @@ def kernelize(outs: list[UOp], default_device: str) -> tuple[Kernelizer, dict[UO
 def create_schedule(outs: list[UOp], default_device: str) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     """Kernels computing ``outs`` (in dependency order) and, for each out, its BUFFER uop.
 
-    A graph whose structure was scheduled before reuses that schedule (``tgcore.schedule.cache``)."""
+    A graph whose structure was scheduled before reuses that schedule (``tgcore.schedule.cache``), also inside a
+    JIT capture: there the realized cache is off, so the walk's leaves are BUFFERs only and every kernel runs."""
     from tgcore.schedule.cache import cached_schedule
-    if REALIZATION.cache_enabled():
-        cached = cached_schedule(outs, default_device)
-        if cached is not None:
-            return cached
+    cached = cached_schedule(outs, default_device)
+    if cached is not None:
+        return cached
     k, result = kernelize(outs, default_device)
     return k.items, result

@@ -110,7 +110,7 @@ def test_decode_rejects_bad_steps():
 def test_batched_decode_after_warm_up_compiles_nothing():
     from tgcore.engine.realize import CompileCounter
     model = batch_model()
-    run(model, [0, 1, 2, 3], steps=3)  # warm-up of the 4-row step (the first call compiles, the second captures)
+    run(model, [0, 1, 2, 3], steps=3)  # warm-up of the 4-row step (the first call captures it)
     before = CompileCounter.count
     run(model, [0, 1, 2, 3], steps=3)
     run(model, [2, 3], steps=3)

@@ -174,8 +174,8 @@ def test_prefill_then_decode_matches_whole_prompt():
 
 
 def test_repeated_prefills_replay_and_match_reference():
-    """Prefills of the same padded length are jitted: the first call compiles, the second captures, the third
-    replays (compiling nothing) at a different start with new tokens, and each matches the reference."""
+    """Prefills of the same padded length are jitted: the first call captures, the later ones replay (compiling
+    nothing) at a different start with new tokens, and each matches the reference."""
     from tgcore.engine.realize import CompileCounter
     ids = prompt_ids(26)
     ref = reference().forward(ids)
@@ -186,7 +186,7 @@ def test_repeated_prefills_replay_and_match_reference():
         first = model.forward(ids[:18], 0)  # padded to 32 rows: the dense GEMMs
         second = model.forward(ids[18:22], 18)  # 4 rows: the fused dequantizing matmuls
         last = model.forward_last(ids[22:26], 22)
-        if round == 2:
+        if round >= 1:
             assert CompileCounter.count == before
         got = np.concatenate([first, second, last[None]])
         want = np.concatenate([ref[:22], ref[25:26]])
@@ -200,7 +200,7 @@ def test_decode_after_warm_up_compiles_nothing():
     model = smollm2_model()
     model.reset()
     model.forward(ids[:8], 0)
-    for i in range(8, 10):  # warm-up: the first call compiles, the second captures
+    for i in range(8, 10):  # warm-up: the first call captures
         model.forward([ids[i]], i)
     before = CompileCounter.count
     for i in range(10, 16):

@@ -192,11 +192,11 @@ def run_bench(path: Path, device: str | None = None, prompt_tokens: int = 128, g
     prompts = [[int(t) for t in rng.integers(100, model.vocab_size - 1, prompt_tokens)] for _ in range(sequences)]
     seqs = range(sequences)
     c0 = CompileCounter.count
-    for _ in range(2):  # prefill warm-up: the first call compiles, the second is captured
+    for _ in range(2):  # prefill warm-up: the first call captures, the second replays
         model.reset()
         logits = [model.forward_last(prompts[s], 0, seq=s) for s in seqs]
     tokens = [int(np.argmax(row)) for row in logits]
-    for i in range(2):  # decode warm-up: the first step compiles, the second is captured
+    for i in range(2):  # decode warm-up: the first step captures, the second replays
         rows = model.decode([(s, tokens[s], prompt_tokens + i) for s in seqs])
         tokens = [int(np.argmax(row)) for row in rows]
     c1 = CompileCounter.count

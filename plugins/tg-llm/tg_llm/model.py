@@ -43,11 +43,12 @@ and values at ``start_pos ..`` with ``Tensor.assign`` into a shrink at a bound v
 so the kernels do not depend on the position. Token embeddings, rotary cos/sin rows and the additive
 attention mask are computed on the host and passed in as tensors.
 
-- Decode (one token): ``tgcore.jit`` of the whole step; after two warm-up calls every step replays the
-  capture and compiles nothing. Attention reads the smallest power-of-two window of the cache (at least
-  32 positions) that covers positions 0..pos, with the mask ``key position <= pos``: one capture per
-  window size, so a new compile only when the context crosses a power of two, and a step reads cache in
-  proportion to its position rather than to max_context.
+- Decode (one token): ``tgcore.jit`` of the whole step, captured by its first call (``capture_first``: the
+  weights and caches it reads are realized at load); every later step replays the capture and compiles
+  nothing. Attention reads the smallest power-of-two window of the cache (at least 32 positions) that
+  covers positions 0..pos, with the mask ``key position <= pos``: one capture per window size, so a new
+  compile only when the context crosses a power of two, and a step reads cache in proportion to its
+  position rather than to max_context.
 - Prefill (several tokens): the token count is padded to a power of two (the padding rows write cache
   positions that later tokens overwrite and that the mask hides until then) and attention reads a
   power-of-two window of the cache that covers the prompt, so prompts of many lengths share a few
@@ -535,13 +536,11 @@ class Model:
         compiles nothing later (with ``blocks`` > 1, also the full blocks of ``decode(blocks=)`` after the first).
         Every row runs idle (writes only positions its sequence has not reached); a model with sliding-window
         layers forgets its cached tokens (their rings would be overwritten)."""
-        for rows, pos in shapes:
-            for _ in range(2):  # the first call compiles, the second captures
-                self._decode([], rows=rows, idle_pos=pos)
+        for rows, pos in shapes:  # (the first call of a shape captures it)
+            self._decode([], rows=rows, idle_pos=pos)
         for pos in sorted({pos for _, pos in shapes}) if blocks > 1 else []:
             for first, rows in self._blocks(blocks)[1:]:
-                for _ in range(2):
-                    self._decode_launch([], rows, pos, first)()
+                self._decode_launch([], rows, pos, first)()
         if any(kind.ring for kind in self.kinds):
             self.reset()
 
@@ -555,9 +554,9 @@ class Model:
 
     def _decode_launch(self, steps: list[tuple[int, int, int]], rows: int = 0, idle_pos: int | None = None,
                        first: int = 0) -> Callable[[], np.ndarray]:
-        """One token per (sequence, token, position) through the jitted batched step (after two warm-ups of a
-        step size every call replays it); returns what collects the logits. Row r of the step is sequence
-        ``first`` + r: the rows 0 .. ``batch_rows`` - 1 run whether or not their sequence decodes now; an idle
+        """One token per (sequence, token, position) through the jitted batched step (the first call of a step
+        size captures it, every later one replays it); returns what collects the logits. Row r of the step is
+        sequence ``first`` + r: the rows 0 .. ``batch_rows`` - 1 run whether or not their sequence decodes now; an idle
         row writes a key its sequence has not reached yet (later overwritten, masked until then) and attends
         only to it. ``first`` > 0 (a block of a pipeline's decode) is a bound variable: one capture for every
         block."""
@@ -567,7 +566,9 @@ class Model:
             import tgcore
             buckets = max(1, self.sequences.bit_length() + 1)
             # (twice: the blocks after the first of a pipeline's decode are captures of their own)
-            self._decode_step = tgcore.jit(self._decode_graph, max_captures=2 * DECODE_WINDOWS * buckets)
+            # (capture_first: everything the step keeps, weights and caches, is realized at load)
+            self._decode_step = tgcore.jit(self._decode_graph, max_captures=2 * DECODE_WINDOWS * buckets,
+                                           capture_first=True)
         by_seq = {seq: (token, pos) for seq, token, pos in steps}
         rows = min(max(rows, self.batch_rows(max(by_seq, default=first) - first)), self.sequences - first)
         first_seq = UOp.variable("first_sequence", 1, self.sequences - rows).bind(first) if first else 0
@@ -655,14 +656,14 @@ class Model:
             pick = Tensor(row, device=self.device)
         if all(not isinstance(first_slot, int) for *_, writes in inputs for _, first_slot, _, _ in writes):
             # every slot is a bound variable: a replay fits any start; jitted like decode (its scratch buffers
-            # shared between layers), after a first call that compiles and a second that captures
+            # shared between layers), captured by the first call
             dense = padded >= DENSE_MIN_TOKENS
             step = self._prefill_steps.get((want, dense))
             if step is None:
                 import tgcore
                 step = self._prefill_steps[want, dense] = tgcore.jit(
                     functools.partial(self._prefill_graph, want=want),
-                    max_captures=PREFILL_CAPTURES if dense else FUSED_PREFILL_CAPTURES)
+                    max_captures=PREFILL_CAPTURES if dense else FUSED_PREFILL_CAPTURES, capture_first=True)
         else:  # the ring wraps inside this call: the cache writes take constant slots, run eagerly
             step = functools.partial(self._prefill_graph, want=want)
         logit_rows = None if want is None else 1 if want == "last" else padded
