@@ -321,8 +321,8 @@ def const_lt_add(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
     return None
 
 
-def lt_sum_factor(x: UOp, c1: UOp) -> UOp | None:
-    """sum(base*coeff) < b -> sum(base*coeff/g) < ceil(b/g) for the common factor g > 1 of the coeffs."""
+def _factored_sum(x: UOp) -> tuple[UOp, int] | None:
+    """``x`` = sum(base*coeff) with a common factor g > 1 of the coeffs: (sum(base*coeff/g), g), or None."""
     split = _split_sum(x)
     if split is None:
         return None
@@ -332,21 +332,25 @@ def lt_sum_factor(x: UOp, c1: UOp) -> UOp | None:
     g = math.gcd(*(c for _, c in terms))
     if g <= 1 or not _fits(x.dtype, *_exact_bounds(terms, 0)):
         return None
-    return _build_sum(x.dtype, [(b, c // g) for b, c in terms], 0) < -((-c1.arg) // g)
+    return _build_sum(x.dtype, [(b, c // g) for b, c in terms], 0), g
+
+
+def lt_sum_factor(x: UOp, c1: UOp) -> UOp | None:
+    """sum(base*coeff) < b -> sum(base*coeff/g) < ceil(b/g) for the common factor g > 1 of the coeffs."""
+    factored = _factored_sum(x)
+    if factored is None:
+        return None
+    reduced, g = factored
+    return reduced < -((-c1.arg) // g)
 
 
 def const_lt_sum_factor(c1: UOp, x: UOp) -> UOp | None:
     """b < sum(base*coeff) -> floor(b/g) < sum(base*coeff/g) for the common factor g > 1 of the coeffs."""
-    split = _split_sum(x)
-    if split is None:
+    factored = _factored_sum(x)
+    if factored is None:
         return None
-    terms, const = split
-    if const != 0 or not terms:
-        return None
-    g = math.gcd(*(c for _, c in terms))
-    if g <= 1 or not _fits(x.dtype, *_exact_bounds(terms, 0)):
-        return None
-    return UOp.const(x.dtype, c1.arg // g) < _build_sum(x.dtype, [(b, c // g) for b, c in terms], 0)
+    reduced, g = factored
+    return UOp.const(x.dtype, c1.arg // g) < reduced
 
 
 def lt_div(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
