@@ -191,8 +191,8 @@ def mlx5_bandwidth(tr5, comm, mib: int, repeat: int) -> None:  # noqa: ANN001
         comm.send((mib << 20) / statistics.median(times) / 1e9, dest=0)
     else:
         bw = comm.recv(source=1)
-        print(f"mlx5 transport on the device model: send/recv {mib} MiB at {bw:.2f} GB/s (one copy each side into "
-              "registered slots) -- verified against the device model, not hardware", flush=True)
+        print(f"mlx5 transport on the device model: send/recv {mib} MiB at {bw:.2f} GB/s (from and into tensor "
+              "memory registered with the device) -- verified against the device model, not hardware", flush=True)
 
 
 def main() -> int:
