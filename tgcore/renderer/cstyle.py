@@ -185,17 +185,6 @@ def _plain_shift(op: Ops, dt: DType, x: str, n: str) -> str:
     return f"(({c_type(dt)})(({_unsigned_work_type(dt)}){x}<<({n})))"
 
 
-def _uniform_const(u: UOp) -> Any:
-    """The constant in every lane of ``u`` (a CONST, or a vector of one CONST), else None."""
-    if u.op is Ops.CONST:
-        return u.arg
-    if u.op is Ops.VCONST and len(set(u.arg)) == 1:
-        return u.arg[0]
-    if u.op is Ops.VECTORIZE and u.src[0].op is Ops.CONST and all(s is u.src[0] for s in u.src):
-        return u.src[0].arg
-    return None
-
-
 def _shift_in_range(u: UOp) -> bool:
     """A shift whose amount is always in 0 .. bits-1: C's vector shift means the same as ours then."""
     lo, hi = u.src[1].vmin, u.src[1].vmax
@@ -398,22 +387,21 @@ class CRenderer(Renderer):
     def _alu(self, u: UOp, a: list[str]) -> str:
         """One ALU op; vectors use C's vector operators where they mean the same, else go lane by lane."""
         dt, sdt = u.dtype, (u.src[0].dtype if u.src else u.dtype)
-        const_div = _uniform_const(u.src[1]) if u.op in (Ops.IDIV, Ops.MOD) else None
+        const_div = _const_value(u.src[1]) if u.op in (Ops.IDIV, Ops.MOD) else None
         overflow = _may_wrap(u)
         if dt.count == 1:
             if u.op in (Ops.SHL, Ops.SHR) and _shift_in_range(u):  # no guard: a loop with it is not vectorized
                 return _plain_shift(u.op, dt, a[0], a[1])
             return self._scalar_alu(u.op, dt, sdt, a, const_div, overflow)
-        factor = _const_value(u.src[1]) if u.op in (Ops.MUL, Ops.IDIV) and dtypes.is_unsigned(dt.scalar()) else None
-        if isinstance(factor, int) and factor > 0 and factor & (factor - 1) == 0:  # x86 has no byte mul or div
-            return f"({a[0]}{'<<' if u.op is Ops.MUL else '>>'}{factor.bit_length() - 1})"
+        # an unsigned vector times or by one power of two, or a non-negative one by it (a shift the simplifier made a
+        # division): a vector shift or mask (x86 has no byte multiply, and no vector division at all)
+        power = _const_value(u.src[1]) if u.op in (Ops.MUL, Ops.IDIV, Ops.MOD) else None
+        if isinstance(power, int) and power > 0 and power & (power - 1) == 0 and (
+                dtypes.is_unsigned(dt.scalar()) or (u.op is not Ops.MUL and u.src[0].vmin >= 0)):
+            shift = power.bit_length() - 1
+            return {Ops.MUL: f"({a[0]}<<{shift})", Ops.IDIV: f"({a[0]}>>{shift})"}.get(u.op, f"({a[0]}&{power - 1})")
         native = u.op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.AND, Ops.OR, Ops.XOR, Ops.NEG) or (
             u.op in (Ops.SHL, Ops.SHR) and _shift_in_range(u))
-        if (u.op in (Ops.IDIV, Ops.MOD) and isinstance(const_div, int) and const_div > 0
-                and const_div & (const_div - 1) == 0 and u.src[0].vmin >= 0):
-            # a non-negative vector by one power of two (a shift the simplifier made a division): a vector shift or
-            # mask, not a division per lane
-            return f"({a[0]}>>{const_div.bit_length() - 1})" if u.op is Ops.IDIV else f"({a[0]}&{const_div - 1})"
         if native and dt.scalar() is not dtypes.bool and all(s.dtype == dt for s in u.src):
             if overflow:
                 return _wrapping_vector_op(u.op, dt, a)
