@@ -117,7 +117,8 @@ def test_a_small_batch_shares_each_weight_load(rows):
     sizes = [r.src[0].arg for r in kernel_axes(ast)]
     batch = sizes.index(rows)
     assert Opt(OptOps.UNROLL, batch, rows) in opts, [str(o) for o in opts]
-    assert all(o.axis != batch for o in opts if o.op is OptOps.THREAD), [str(o) for o in opts]
+    threads = [o for o in opts if o.op is OptOps.THREAD]
+    assert threads and all(o.axis != batch for o in threads), [str(o) for o in opts]
 
 
 # executed: (N, K) where 2+ rows take a register tile (x @ W.T's tile, or x @ W's with K blocks before)
@@ -133,6 +134,16 @@ def _stored(kind: str, w_np: np.ndarray, device: str) -> Tensor:
     return q.float() * Tensor(scale, device=device).realize()
 
 
+def _stored_np(kind: str, w_np: np.ndarray) -> np.ndarray:
+    """The values ``_stored`` holds, computed by numpy (the reference)."""
+    if kind == "float16":
+        return w_np.astype(np.float16).astype(np.float32)
+    if kind == "int8":
+        scale = np.abs(w_np).max(1, keepdims=True) / np.float32(127)
+        return np.round(w_np / scale).astype(np.int8).astype(np.float32) * scale
+    return w_np
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kind", ["float32", "float16", "int8"])
 @pytest.mark.parametrize("n,k,transposed", RUN_SHAPES)
@@ -143,6 +154,9 @@ def test_each_row_of_a_batch_is_bitwise_the_row_alone(device, kind, n, k, transp
     stored = _stored(kind, w_np, device)  # a weight
     w = stored.T if transposed else stored
     alone = [(Tensor(x_np[i:i + 1], device=device) @ w).numpy()[0] for i in range(INVARIANT_ROWS)]
+    w_ref = _stored_np(kind, w_np)
+    ref = x_np @ (w_ref.T if transposed else w_ref)
+    np.testing.assert_allclose(np.stack(alone), ref, rtol=1e-4, atol=1e-4)  # the rows are right, not only equal
     for rows in (2, 3, 4, 5, 8):
         together = (Tensor(x_np[:rows], device=device) @ w).numpy()
         for i in range(rows):
