@@ -181,7 +181,7 @@ class ReductionMixin:
 
     def mean(self, axis: Axis = None, keepdim: bool = False) -> Self:
         out = self.cast(least_upper_float(self.dtype)).sum(axis, keepdim)
-        n = prod(self.shape) // max(1, prod(out.shape)) if self.numel() else 0
+        n = _count(self.shape, axis) if self.numel() else 0
         return out / out._scalar_like(n) if n else out * out._scalar_like(math.nan)
 
     def var(self, axis: Axis = None, keepdim: bool = False, correction: int | float = 1) -> Self:
