@@ -32,6 +32,7 @@ import numpy as np
 
 from tg_mlx_rdma.transport import (
     DEFAULT_TIMEOUT,
+    HEADER_BYTES,
     HEADER_WORDS,
     REDUCE_OPS,
     CommError,
@@ -61,7 +62,6 @@ __all__ = ["Mlx5Transport", "connect"]
 
 CHUNK = 4 << 20  # bytes per SEND
 SLOTS = 2  # send / receive slots per peer; also the SENDs / receives a message keeps posted ahead
-HEADER_BYTES = 8 * HEADER_WORDS
 DIRECT_MIN = 64 << 10  # tensor memory from this size is registered with the device (smaller: copied via slots)
 MR_CACHE = 64  # registered memory regions kept
 

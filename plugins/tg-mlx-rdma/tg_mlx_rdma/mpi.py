@@ -33,6 +33,7 @@ import numpy as np
 
 from tg_mlx_rdma.transport import (
     DEFAULT_TIMEOUT,
+    HEADER_BYTES,
     HEADER_WORDS,
     MAGIC,
     REDUCE_OPS,
@@ -68,7 +69,6 @@ What = str | Callable[[], str]  # what a wait is for, for error messages (a call
 TAG_HEADER = 0x7401
 TAG_DATA = 0x7402
 TAG_SMALL = 0x7403  # header and data in one message
-HEADER_BYTES = 8 * HEADER_WORDS
 # messages up to this many data bytes go as one TAG_SMALL message, the header and then the data: the sender copies
 # them together, and the receiver takes the whole message into a pooled result (``RecvPool.take_packed``), whose
 # memory has room for the header in front; one message costs less than two up to here, even above Open MPI's eager
