@@ -74,7 +74,7 @@ def _values(name: str) -> np.ndarray:
 BUILDERS: dict[str, Callable[[], np.ndarray]] = {
     "iq4nl": functools.partial(_values, "IQ4_NL_VALUES"),
     "mxfp4": functools.partial(_values, "MXFP4_VALUES"),
-    **{f"grid:{g}": functools.partial(_grid_floats, g) for g in ("IQ2XXS", "IQ2XS", "IQ2S", "IQ3XXS", "IQ3S", "IQ1S")},
+    **{f"grid:{g}": functools.partial(_grid_floats, g) for g in ("IQ2XXS", "IQ2XS", "IQ2S", "IQ3XXS", "IQ3S")},
     "grid:IQ1S+delta": _iq1_shifted,
     "tq1_powers": _tq1_powers,
     "ksigns": _ksigns,
