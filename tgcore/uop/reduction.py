@@ -186,21 +186,25 @@ class ReductionMixin:
 
     def var(self, axis: Axis = None, keepdim: bool = False, correction: int | float = 1) -> Self:
         """Variance: sum of squared deviations from the mean over (count - correction), like numpy's ``ddof``."""
-        x = self.cast(least_upper_float(self.dtype))
-        n = _count(x.shape, axis)
-        x, mean = x._broadcasted(x.mean(axis, keepdim=True))
-        dev = x._minus(mean)
-        ss = (dev * dev).sum(axis, keepdim)
-        return ss / ss._scalar_like(max(n - correction, 0))  # (like torch: inf, or nan for 0/0, when correction >= n)
+        return self.var_mean(axis, keepdim, correction)[0]
 
     def std(self, axis: Axis = None, keepdim: bool = False, correction: int | float = 1) -> Self:
         return self.var(axis, keepdim, correction).sqrt()
 
     def var_mean(self, axis: Axis = None, keepdim: bool = False, correction: int | float = 1) -> tuple[Self, Self]:
-        return self.var(axis, keepdim, correction), self.cast(least_upper_float(self.dtype)).mean(axis, keepdim)
+        """Variance and mean from one mean (the variance's deviations are taken from it)."""
+        x = self.cast(least_upper_float(self.dtype))
+        n = _count(x.shape, axis)
+        mean = x.mean(axis, keepdim=True)
+        x, wide_mean = x._broadcasted(mean)
+        dev = x._minus(wide_mean)
+        ss = (dev * dev).sum(axis, keepdim)
+        var = ss / ss._scalar_like(max(n - correction, 0))  # (like torch: inf, or nan for 0/0, when correction >= n)
+        return var, mean if keepdim else mean.reshape(var.shape)
 
     def std_mean(self, axis: Axis = None, keepdim: bool = False, correction: int | float = 1) -> tuple[Self, Self]:
-        return self.std(axis, keepdim, correction), self.cast(least_upper_float(self.dtype)).mean(axis, keepdim)
+        var, mean = self.var_mean(axis, keepdim, correction)
+        return var.sqrt(), mean
 
     def argmax(self, axis: int | None = None, keepdim: bool = False) -> Self:
         """Index of the largest value along ``axis`` (of the flattened value for None); the first one on ties."""
