@@ -1,5 +1,6 @@
 """C renderer kernels for quantized data: values against numpy, and the shape of the C that carries the speed
 (one wide load for an int assembled from bytes, unrolled short loops)."""
+import re
 import sys
 
 import numpy as np
@@ -189,4 +190,8 @@ def test_concatenation_along_rows_in_a_matvec_selects_whole_vectors():
     ref = np.concatenate([raw[:, :160], raw[:, 224:] * 3.0], 1) @ x
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-3)
     assert any("tg_float32x" in s for s in srcs)  # vectorized
-    assert not any("[0]<" in s for s in srcs)  # no ((tg_boolx8){(i[0]<c[0]), (i[1]<c[1]), ...})
+    comparisons = [line.strip() for s in srcs for line in s.splitlines()
+                   if re.search(r"[^<]<[^<=]", line) and "for (" not in line and not line.lstrip().startswith("#")]
+    assert comparisons, srcs
+    # each comparison a scalar (_Bool) once per vector, never a vector compared lane by lane
+    assert all(line.startswith("const _Bool ") and "{" not in line for line in comparisons), comparisons
