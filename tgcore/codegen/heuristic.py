@@ -40,6 +40,7 @@ from tgcore.codegen.upcast import MAX_LANES, _difference, _size, _stride, block_
 from tgcore.dtype import DType, dtypes
 from tgcore.helpers import ceildiv, dedup, prod, round_up
 from tgcore.renderer import Renderer
+from tgcore.runtime.cpufeatures import CACHE_LINE
 from tgcore.uop import Ops, RangeKind, UOp
 from tgcore.uop.sint import eval_at
 
@@ -339,9 +340,6 @@ def gather_unroll(ast: UOp, mains: list[UOp], ranges: list[UOp], lanes: UOp, num
         if r is not lanes and blocks:
             return [Opt(OptOps.UNROLL, number[r], max(blocks))]
     return []
-
-
-CACHE_LINE = 64  # bytes
 
 
 def transpose_unroll(ast: UOp, mains: list[UOp], ranges: list[UOp], lanes: UOp, number: dict[UOp, int]) -> list[Opt]:

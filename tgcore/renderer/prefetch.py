@@ -6,13 +6,13 @@ In:  a kernel's linear UOp list. Out: ``Prefetcher(kernel).distance(load, loops)
 """
 from __future__ import annotations
 
+from tgcore.runtime.cpufeatures import CACHE_LINE
 from tgcore.uop import Ops, RangeKind, UOp
 
 # Software prefetch (see Prefetcher): a reduction kernel streaming an input at least this big, when the next
 # outer iteration's data is at most PREFETCH_MAX_AHEAD bytes away (further, it would arrive long before its use)
 PREFETCH_MIN_BYTES = 1 << 16
 PREFETCH_MAX_AHEAD = 1 << 16
-CACHE_LINE = 64
 
 
 def loop_nest(kernel: list[UOp]) -> tuple[set[UOp], dict[UOp, tuple[UOp, ...]]]:

@@ -61,6 +61,9 @@ ISA_LEVELS = (X86_64, AVX2, AVX512)
 FORCEABLE_LEVELS = {level.name: level for level in (AVX2, AVX512)}  # what TG_ISA accepts
 
 
+CACHE_LINE = 64  # bytes: the x86-64 (and most ARM) cache line, what packing, tiling and prefetch align to
+
+
 @dataclass(frozen=True)
 class CacheSizes:
     """Per-core data cache sizes in bytes (``l3``: the shared last level, 0 when unknown) and where they came from."""

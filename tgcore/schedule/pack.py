@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from tgcore.dtype import dtypes
 from tgcore.helpers import prod, round_up
+from tgcore.runtime.cpufeatures import CACHE_LINE
 from tgcore.uop import Ops, UOp
 from tgcore.uop.shape import shape_of
 
@@ -35,7 +36,6 @@ PACK_MAX_BYTES = 32 << 20  # a larger copy (a float32 LM head) would hold that m
                            # for as long as the capture lives
 PACK_ALIGN = 64          # elements per packed row (of more columns) are a multiple of this: whole cache lines, and
                          # whole column tiles of 4 AVX-512 vectors of float32, whose padded lanes read inside the pack
-CACHE_LINE = 64          # bytes
 
 Strides = Callable[[UOp], tuple[int, ...] | None]
 
