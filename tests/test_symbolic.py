@@ -33,7 +33,7 @@ def simp(e: UOp) -> str:
     (lambda: 3 + a + a, "((a*2)+3)"), (lambda: a * 2 + b * 3 + a * 5, "((a*7)+(b*3))"),
     (lambda: (a + 1) * 4, "((a*4)+4)"), (lambda: a - 0, "a"), (lambda: a ^ 0, "a"), (lambda: a | 0, "a"),
     (lambda: a & 0, "0"), (lambda: a ^ a, "0"), (lambda: a.maximum(a), "a"), (lambda: a << 2, "(a*4)"),
-    (lambda: a >> 1, "(a//2)"),
+    (lambda: a >> 1, "(a//2)"), (lambda: n >> 0, "n"), (lambda: n << 0, "n"), (lambda: n >> 1, "(n>>1)"),
 ])
 def test_identities(expr, want):
     assert simp(expr()) == want

@@ -419,9 +419,10 @@ symbolic_simple = PatternMatcher([
     # x << c -> x * 2**c (ints)
     (UPat(Ops.SHL, INTS, src=(x, c1)),
      lambda x, c1: x * (1 << c1.arg) if 0 <= c1.arg < 8 * x.dtype.itemsize else None),
-    # x >> c -> x // 2**c when x >= 0
+    # x >> 0 -> x (any int); x >> c -> x // 2**c when x >= 0 (an arithmetic shift of a negative x rounds down)
     (UPat(Ops.SHR, INTS, src=(x, c1)),
-     lambda x, c1: x // (1 << c1.arg) if 0 <= c1.arg < 8 * x.dtype.itemsize and x.vmin >= 0 else None),
+     lambda x, c1: x if c1.arg == 0 else
+     x // (1 << c1.arg) if 0 < c1.arg < 8 * x.dtype.itemsize and x.vmin >= 0 else None),
     # boolean algebra: x & True -> x, x & False -> False, x | False -> x, x | True -> True, x ^ False -> x
     (UPat(Ops.AND, dtypes.bool, src=(x, c1)), lambda x, c1: x if c1.arg else c1),
     (UPat(Ops.OR, dtypes.bool, src=(x, c1)), lambda x, c1: c1 if c1.arg else x),
