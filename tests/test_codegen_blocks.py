@@ -142,3 +142,65 @@ def test_byte_dot_helper_matches_numpy(flags, tmp_path):
         out = np.zeros(8, np.int32)
         lib.dot(a.ctypes.data, b.ctypes.data, out.ctypes.data)
         np.testing.assert_array_equal(out, (a.astype(np.int64) * b).reshape(8, 4).sum(-1))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_byte_table_lookups_in_lanes_are_exact(device):
+    """A 4-bit code looked up in a table of 16 bytes (IQ4_NL's values plus 128) as the unsigned side of a byte dot
+    product, in lanes of 4 neighbours: exact against numpy; on the C renderer the 32 lookups of a block are one
+    call of the byte-shuffle helper feeding the byte-dot one."""
+    rows, blocks = 5, 3
+    rng = np.random.default_rng(11)
+    table = rng.integers(0, 256, 16).astype(np.uint8)
+    codes = rng.integers(0, 256, (rows, blocks, 32)).astype(np.uint8)
+    q = rng.integers(-128, 128, (1, blocks, 32)).astype(np.int8)
+    s = rng.integers(-4, 5, (rows, blocks, 1)).astype(np.float32)
+    tt, ct = Tensor(table, device=device).realize(), Tensor(codes, device=device).realize()
+    qt, st = Tensor(q, device=device).realize(), Tensor(s, device=device).realize()
+
+    def product() -> Tensor:
+        u = tt.take((ct & 15).cast("int32"))  # 4-bit codes: the lookup needs no bounds check
+        return _lane_ordered((u.cast("int32") * qt.cast("int32")).cast("float32") * st).sum(-1)
+    ref = (s[..., 0].astype(np.int64) * (table[codes & 15].astype(np.int64) * q.astype(np.int64)).sum(-1)).sum(-1)
+    np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
+    if device != "CPU":
+        return
+    from tgcore.codegen import get_program
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
+    src = get_program(item.ast, open_device(device).renderer).src
+    assert "tg_table16_u8(" in src and "tg_dot4_u8i8(" in src
+
+
+@pytest.mark.parametrize("flags", [[], ["-mavx2"]], ids=["plain", "avx2"])
+def test_byte_table_helper_matches_numpy(flags, tmp_path):
+    """The C renderer's byte-table helper, built without and with AVX2 (its two branches): lane i is
+    ``table[index[i]]`` for a table of 16 bytes."""
+    import ctypes
+
+    from tgcore.dtype import dtypes
+    from tgcore.renderer.cbytedot import BYTE_TABLE_PREAMBLE
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.runtime.compiler import ClangCompiler, CompilerNotFoundError
+    from tgcore.runtime.cpufeatures import cpu_features
+    if flags and "avx2" not in cpu_features().features:
+        pytest.skip("no AVX2 here")
+    src = vector_typedef(dtypes.uint8.vec(32)) + "\n" + BYTE_TABLE_PREAMBLE + (
+        "void look(const unsigned char* t, const unsigned char* i, unsigned char* out) {\n"
+        "  tg_uint8x32 x; __builtin_memcpy(&x, i, 32);\n"
+        "  tg_uint8x32 r = tg_table16_u8(t, x); __builtin_memcpy(out, &r, 32); }\n")
+    try:
+        lib_bytes = ClangCompiler(flags=["-O2", *flags, "-shared", "-fPIC"]).compile(src)
+    except CompilerNotFoundError:
+        pytest.skip("no C compiler")
+    path = tmp_path / "look.so"
+    path.write_bytes(lib_bytes)
+    lib = ctypes.CDLL(str(path))
+    lib.look.argtypes = [ctypes.c_void_p] * 3
+    rng = np.random.default_rng(len(flags))
+    table = rng.integers(0, 256, 16).astype(np.uint8)
+    index = np.concatenate([np.arange(16), rng.integers(0, 16, 16)]).astype(np.uint8)
+    out = np.zeros(32, np.uint8)
+    lib.look(table.ctypes.data, index.ctypes.data, out.ctypes.data)
+    np.testing.assert_array_equal(out, table[index])

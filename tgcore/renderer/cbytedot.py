@@ -71,6 +71,8 @@ def _zip(steps: list[UOp]) -> UOp | None:
     dt = first.dtype.scalar().vec(WIDE)
     if all(s is first for s in steps) and first.op is Ops.CONST:
         return UOp.const(dt, first.arg)
+    if (gathered := _zip_gathers(steps, dt)) is not None:
+        return gathered
     lanes = [_lanes(s) for s in steps]
     if all(ls is not None for ls in lanes):
         zipped = [ls[lane] for lane in range(DOT_LANES) for ls in lanes if ls is not None]
@@ -93,6 +95,21 @@ def _zip(steps: list[UOp]) -> UOp | None:
     if first.op in (Ops.SHR, Ops.SHL) and (split := _shift_pieces(first.op, srcs[0], srcs[1])) is not None:
         return split
     return UOp(first.op, dt, tuple(s for s in srcs if s is not None), first.arg)
+
+
+def _zip_gathers(steps: list[UOp], dt: DType) -> UOp | None:
+    """Ungated gathers from one buffer (a small table looked up at each lane's unpacked bits) -> one gather of all
+    their lanes, at the zipped indices."""
+    if any(s.op is not Ops.LOAD or len(s.src) != 1 or s.src[0].op is not Ops.INDEX or len(s.src[0].src) != 2
+           or s.src[0].src[1].dtype.count != s.dtype.count for s in steps):
+        return None
+    buf = steps[0].src[0].src[0]
+    if any(s.src[0].src[0] is not buf for s in steps):
+        return None
+    index = _zip([s.src[0].src[1] for s in steps])
+    if index is None:
+        return None
+    return UOp(Ops.LOAD, dt, (steps[0].src[0].replace(src=(buf, index)),))
 
 
 @functools.lru_cache(maxsize=256)
@@ -214,6 +231,42 @@ static inline tg_int32x8 tg_dot4_u8i8(tg_uint8x32 a, tg_int8x32 b) {
 }
 """
 DOT_TYPES = (UNSIGNED, SIGNED, RESULT, dtypes.uint8.vec(WIDE), dtypes.int8.vec(WIDE))  # the helper's typedefs
+
+
+# 32 byte lanes looked up in a table of 16 bytes (a 4-bit code's value table, e.g. IQ4_NL's): one byte shuffle
+# (vpshufb) of the table repeated in both 128-bit halves, with AVX2; lane by lane elsewhere. The table's load is
+# loop-invariant.
+BYTE_TABLE_HELPER = "tg_table16_u8"
+BYTE_TABLE_PREAMBLE = """\
+static inline tg_uint8x32 tg_table16_u8(const unsigned char* t, tg_uint8x32 i) {
+#if defined(__AVX2__)
+  typedef char tg_chars16 __attribute__((vector_size(16)));
+  typedef char tg_chars32 __attribute__((vector_size(32)));
+  tg_chars16 h; __builtin_memcpy(&h, t, 16);
+  tg_chars32 w = __builtin_shufflevector(h, h, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                                         0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  return (tg_uint8x32)__builtin_ia32_pshufb256(w, (tg_chars32)i);
+#else
+  tg_uint8x32 r;
+  for (int k = 0; k < 32; k++) r[k] = t[i[k]];
+  return r;
+#endif
+}
+"""
+
+
+def byte_table_lookup(load: UOp) -> UOp | None:
+    """For a gather of ``WIDE`` unsigned bytes from a buffer of exactly 16 (ungated: the indices are in range) at the
+    int32 conversion of byte indices, those byte indices (the helper's operand); else None."""
+    if load.op is not Ops.LOAD or load.dtype != dtypes.uint8.vec(WIDE) or len(load.src) != 1:
+        return None
+    index = load.src[0]
+    if index.op is not Ops.INDEX or len(index.src) != 2 or getattr(index.src[0].dtype, "size", 0) != 16:
+        return None
+    at = index.src[1]
+    if at.op is Ops.CAST and at.src[0].dtype == dtypes.uint8.vec(WIDE):
+        return at.src[0]
+    return None
 
 
 def uses_byte_dot(kernel: list[UOp]) -> bool:

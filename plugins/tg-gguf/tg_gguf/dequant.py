@@ -316,22 +316,30 @@ def _iq4_nl(b: Blocks) -> Tensor:
     return b.f16("d") * _value_table(nibbles(b.bytes("qs")), "iq4nl")
 
 
-def _iq4_xs(b: Blocks) -> Tensor:
+def iq4_xs_scales(b: Blocks) -> Tensor:
+    """IQ4_XS's 8 sub-block scales per super-block, ``(n, 8)`` float32 (6 bits minus 32)."""
     n = b.n
     low = spread(b.bytes("scales_l"), 2, 2, 4).reshape(n, 8)  # scale 2i: low nibble of byte i, 2i+1: high
     high = spread(b.uint("scales_h"), 2, 8, 2).reshape(n, 8).cast("uint8")
-    scales = _f32((low | (high << 4)).cast("int32") - 32)
-    dl = (b.f16("d") * scales).reshape(n, 8, 1)
+    return _f32((low | (high << 4)).cast("int32") - 32)
+
+
+def _iq4_xs(b: Blocks) -> Tensor:
+    n = b.n
+    dl = (b.f16("d") * iq4_xs_scales(b)).reshape(n, 8, 1)
     q = nibbles(b.bytes("qs").reshape(n, 8, 16))
     return (dl * _value_table(q, "iq4nl")).reshape(n, QK_K)
 
 
-def _mxfp4(b: Blocks) -> Tensor:
+def mxfp4_scale(b: Blocks) -> Tensor:
+    """MXFP4's e8m0 exponent, halved (the value table is doubled): ``2**(e - 128)`` as float32, ``(n, 1)``."""
     e = b.bytes("e").cast("uint32")
-    # e8m0 exponent, halved (the table is doubled): 2**(e - 128) as float32 bits
     bits = (e < 2).where(e.full_like(0x00200000) << e, (e - 1) << 23)
-    d = bits.bitcast("float32")
-    return d * _value_table(nibbles(b.bytes("qs")), "mxfp4")
+    return bits.bitcast("float32")
+
+
+def _mxfp4(b: Blocks) -> Tensor:
+    return mxfp4_scale(b) * _value_table(nibbles(b.bytes("qs")), "mxfp4")
 
 
 def _ternary(digits: Tensor) -> Tensor:

@@ -23,6 +23,9 @@ the lanes are added once per row, as llama.cpp's AVX2 ``ggml_vec_dot_q4_1_q8_1``
 the sum over its sub-blocks; the C compiler unrolls the 8 sub-blocks of a super-block, so their bit-field shifts
 are constants.
 
+IQ4_NL, IQ4_XS and MXFP4 look their 4-bit codes up in a table of 16 bytes (their values plus 128): 32 lanes at once
+with one byte shuffle on the C renderer (``tgcore.renderer.cbytedot``), then the same byte dot product.
+
 ``INT_DOT_TYPES`` (data) says which types take this path where it is available; ``uses_int_dot`` decides.
 Rounding: activations are rounded to nearest (ties to even), so results differ from the float path by the
 activations' quantization error (a relative ~0.4% per block at worst), like llama.cpp's CPU backend.
@@ -35,7 +38,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
-from tg_gguf.dequant import Blocks, check_supported, iota, k_scales_mins, q2_k_scales, q3_k_scales, spread
+from tg_gguf.dequant import (
+    Blocks,
+    check_supported,
+    iota,
+    iq4_xs_scales,
+    k_scales_mins,
+    mxfp4_scale,
+    q2_k_scales,
+    q3_k_scales,
+    spread,
+)
 
 if TYPE_CHECKING:
     from tgcore.tensor import Tensor
@@ -240,6 +253,33 @@ def _tq2_0(o: Operands) -> Tensor:
     return _block32(o, _two_bit_planes(o).reshape(1, o.n, o.nb, 8, 32), d, d * -1.0)
 
 
+def _looked_up(o: Operands, index: Tensor, table: str) -> Tensor:
+    """``table[index]`` for a table of 16 bytes (``tg_gguf.tables``: a value plus 128): an indexed load, 32 lanes at
+    once with one byte shuffle (``vpshufb``) on a renderer that has it."""
+    from tg_gguf.tables import TABLES
+    return TABLES.get(table, o.b.t.device).take(index.cast("int32"))
+
+
+def _iq4_nl(o: Operands) -> Tensor:
+    """IQ4_NL: Q4_0's nibbles select one of 16 non-linear values (``u`` = value + 128), one scale per 32."""
+    d = o.f16("d")
+    return _block32(o, _looked_up(o, _nibbles(o), "iq4nl_u8"), d, d * -128.0)
+
+
+def _iq4_xs(o: Operands) -> Tensor:
+    """IQ4_XS: sub-block j of 32 (its 16 bytes' low nibbles, then high) selects IQ4_NL's values; ``d`` per
+    super-block, 6-bit scales (minus 32) per sub-block."""
+    qs = spread(o.field("qs").reshape(1, o.n, o.nb, 8, 16), 4, 2, 4).reshape(1, o.n, o.nb, 8, 32)
+    scale = o.f16("d", 1) * iq4_xs_scales(o.b).reshape(1, o.n, o.nb, 8)
+    return _block32(o, _looked_up(o, qs, "iq4nl_u8"), scale, scale * -128.0)
+
+
+def _mxfp4(o: Operands) -> Tensor:
+    """MXFP4: Q4_0's nibbles select e2m1 values (doubled, plus 128), a power of two per 32."""
+    d = mxfp4_scale(o.b).reshape(1, o.n, o.nb, 1)
+    return _block32(o, _looked_up(o, _nibbles(o), "mxfp4_u8"), d, d * -128.0)
+
+
 SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
     GGMLType.Q4_0: _q4_0,
     GGMLType.Q4_1: _q4_1,
@@ -252,16 +292,21 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
     GGMLType.Q5_K: _q5_k,
     GGMLType.Q6_K: _q6_k,
     GGMLType.TQ2_0: _tq2_0,
+    GGMLType.IQ4_NL: _iq4_nl,
+    GGMLType.IQ4_XS: _iq4_xs,
+    GGMLType.MXFP4: _mxfp4,
 }
 
 # the types whose integer path is faster than the float one on a renderer that compiles byte dots (GEMVs of SmolLM2's
 # shapes, jitted, int / float time in one process, alternating, load ~9-13): Q4_0 1.25-1.37x, Q4_1 1.27-1.33x,
 # Q5_0 1.38-1.45x, Q5_1 1.35-1.40x, Q8_0 1.16-1.20x, Q2_K 1.82-1.84x, Q3_K 2.21-2.29x, Q4_K 2.12-2.21x,
 # Q5_K 2.26-2.30x, Q6_K 2.35-2.45x. TQ2_0 (32-byte planes, one scale per 256; 4096^2 GEMV): 1.5x (CPU time
-# 1.59-1.62 -> 1.03-1.06 ms, load ~10).
+# 1.59-1.62 -> 1.03-1.06 ms, load ~10). IQ4_NL, IQ4_XS, MXFP4 (values from a byte table, one vpshufb per 32; 4096^2,
+# alternating, load ~4-5): 1.22x, 1.43x, 1.25x (Q4_0 1.34x in the same run).
 INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
                                                 GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K,
-                                                GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.TQ2_0})
+                                                GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.TQ2_0, GGMLType.IQ4_NL,
+                                                GGMLType.IQ4_XS, GGMLType.MXFP4})
 
 
 def uses_int_dot(type_id: GGMLType | int, device: str) -> bool:

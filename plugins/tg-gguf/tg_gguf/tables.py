@@ -10,6 +10,8 @@ The tables (facts of the ggml format, computed from ``tg_gguf.iq_grids`` / ``tg_
   per group, the GEMVs were ~10% slower).
 - ``iq4nl``, ``mxfp4``: the 16 values a 4-bit index selects (float32), looked up per value (in registers, on a
   renderer that gathers from a 16-float table).
+- ``iq4nl_u8``, ``mxfp4_u8``: the same 16 values plus 128, as bytes (0..255): the unsigned operand of an integer
+  dot product (``tg_gguf.intdot``), looked up 32 at a time with one byte shuffle on a renderer that has it.
 - ``grid:IQ1S+delta``: IQ1_S / IQ1_M's grid plus its delta (+0.125 for entries 0..2047, -0.125 for 2048..4095),
   so a group's values with their delta are one load (the delta had been two more products per group in a GEMV).
 - ``tq1_powers``: TQ1_0's power of 3 for each of a block's 256 values (int32).
@@ -71,9 +73,17 @@ def _values(name: str) -> np.ndarray:
     return np.array(getattr(dequant, name), dtype=np.float32)
 
 
+def _shifted_bytes(name: str) -> np.ndarray:
+    """A table of 16 small integers plus 128, as uint8 (every value fits: -127 .. 113)."""
+    from tg_gguf import dequant
+    return (np.array(getattr(dequant, name), dtype=np.int32) + 128).astype(np.uint8)
+
+
 BUILDERS: dict[str, Callable[[], np.ndarray]] = {
     "iq4nl": functools.partial(_values, "IQ4_NL_VALUES"),
     "mxfp4": functools.partial(_values, "MXFP4_VALUES"),
+    "iq4nl_u8": functools.partial(_shifted_bytes, "IQ4_NL_VALUES"),
+    "mxfp4_u8": functools.partial(_shifted_bytes, "MXFP4_VALUES"),
     **{f"grid:{g}": functools.partial(_grid_floats, g) for g in ("IQ2XXS", "IQ2XS", "IQ2S", "IQ3XXS", "IQ3S")},
     "grid:IQ1S+delta": _iq1_shifted,
     "tq1_powers": _tq1_powers,
