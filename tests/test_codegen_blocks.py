@@ -204,3 +204,42 @@ def test_byte_table_helper_matches_numpy(flags, tmp_path):
     out = np.zeros(32, np.uint8)
     lib.look(table.ctypes.data, index.ctypes.data, out.ctypes.data)
     np.testing.assert_array_equal(out, table[index])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_grid_rows_in_lanes_are_exact(device):
+    """Rows of 8 bytes looked up at loaded indices (an i-quant grid: one index per 8 values) as the unsigned side of a
+    byte dot product in lanes of 4 neighbours, the signed side's signs flipped by looked-up masks: exact against
+    numpy; on the C renderer each block's 4 rows are 4 loads of 8 bytes (not 32 byte loads)."""
+    rows, blocks = 3, 2
+    rng = np.random.default_rng(12)
+    grid = rng.integers(0, 256, (32, 8)).astype(np.uint8)
+    masks = -rng.integers(0, 2, (32, 8)).astype(np.int8)
+    codes = rng.integers(0, 256, (rows, blocks, 4)).astype(np.uint8)
+    q = rng.integers(-127, 128, (1, blocks, 32)).astype(np.int8)
+    s = rng.integers(-4, 5, (rows, blocks, 1)).astype(np.float32)
+    weight = rng.integers(0, 256, (rows, 4096)).astype(np.uint8)  # the biggest input, as a weight is
+    gt, mt = Tensor(grid.reshape(-1), device=device).realize(), Tensor(masks.reshape(-1), device=device).realize()
+    ct, qt = Tensor(codes, device=device).realize(), Tensor(q, device=device).realize()
+    wt, st = Tensor(weight, device=device).realize(), Tensor(s, device=device).realize()
+
+    def product() -> Tensor:
+        lane = Tensor.arange(8, device=device).reshape(1, 1, 1, 8)
+        at = ((ct & 31).cast("int32") * 8).reshape(rows, blocks, 4, 1) + lane
+        u, m = gt.take(at).reshape(rows, blocks, 32), mt.take(at).reshape(rows, blocks, 32)
+        x = (qt ^ m) - m
+        dot = _lane_ordered((u.cast("int32") * x.cast("int32")).cast("float32") * st).sum(-1)
+        return dot + wt.shrink(((0, rows), (0, 1))).reshape(rows).cast("float32")
+    code = codes.astype(np.int64) & 31
+    signed = np.where(masks[code].reshape(rows, blocks, 32) < 0, -q.astype(np.int64), q.astype(np.int64))
+    ref = (s[..., 0].astype(np.int64) * (grid[code].reshape(rows, blocks, 32).astype(np.int64) * signed).sum(-1)
+           ).sum(-1) + weight[:, 0]
+    np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
+    if device != "CPU":
+        return
+    from tgcore.codegen import get_program
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
+    src = get_program(item.ast, open_device(device).renderer).src
+    assert "tg_dot4_u8i8(" in src and src.count("tg_uint64x4 vec") == 2  # the grid's rows and the masks' rows

@@ -9,7 +9,9 @@ Out: the 4 steps zipped into one 32-byte vector per operand (byte ``4l + k`` = l
      elementwise ops on 32 lanes), whose bytes, read from consecutive addresses, are whole vector loads again, and
      the sum as a call of ``tg_dot4_u8i8(a, b)`` (a ``CUSTOMI``): one ``vpdpbusd`` with AVX512-VNNI or AVX-VNNI,
      the same sum in plain vector C elsewhere. Exact either way: 4 products of a byte by a signed byte fit an int32,
-     and ``vpdpbusd`` does not saturate.
+     and ``vpdpbusd`` does not saturate. An operand looked up in a table (a gather per step) is zipped into one
+     gather: rows of 8 or 4 consecutive bytes (an i-quant grid's rows) become one load per row, a table of 16 bytes
+     at byte indices (IQ4_NL's values) one byte shuffle (``tg_table16_u8``, rendered by the C renderer).
 """
 from __future__ import annotations
 
@@ -106,10 +108,57 @@ def _zip_gathers(steps: list[UOp], dt: DType) -> UOp | None:
     buf = steps[0].src[0].src[0]
     if any(s.src[0].src[0] is not buf for s in steps):
         return None
+    rows = _row_loads(buf, [_lane_of(s.src[0].src[1], lane) for lane in range(DOT_LANES) for s in steps], dt)
+    if rows is not None:
+        return rows
     index = _zip([s.src[0].src[1] for s in steps])
     if index is None:
         return None
     return UOp(Ops.LOAD, dt, (steps[0].src[0].replace(src=(buf, index)),))
+
+
+def _lane_of(u: UOp, lane: int) -> UOp | None:
+    """Lane ``lane`` of a vector of index arithmetic as a scalar expression (None for what it cannot follow)."""
+    if u.dtype.count == 1:
+        return u
+    if u.op is Ops.VECTORIZE:
+        return _scalar(u.src[lane])
+    if u.op is Ops.CONST:
+        return UOp.const(u.dtype.scalar(), u.arg)
+    if u.op is Ops.VCONST:
+        return UOp.const(u.dtype.scalar(), u.arg[lane])
+    if u.op is Ops.GEP:
+        return _lane_of(u.src[0], u.arg[lane]) if len(u.arg) == u.dtype.count else None
+    if u.op is Ops.LOAD and _load_at(u, vector=True) is not None:
+        return _scalar(u.gep(lane))
+    if u.op in GroupOp.ALU or u.op is Ops.CAST:
+        srcs = [_lane_of(s, lane) for s in u.src]
+        if any(s is None for s in srcs):
+            return None
+        return UOp(u.op, u.dtype.scalar(), tuple(s for s in srcs if s is not None), u.arg).simplify()
+    return None
+
+
+ROW_BYTES = (8, 4)  # a gather whose lanes are runs of this many consecutive bytes: one load per run
+
+
+def _row_loads(buf: UOp, indices: list[UOp | None], dt: DType) -> UOp | None:
+    """A gather of ``WIDE`` bytes whose lanes are runs of ``n`` consecutive addresses (a grid row of 8 or 4 values per
+    group): one ``n``-byte load per run, put together as ``WIDE / n`` unsigned ints (the C compiler inserts them into
+    a vector). None when the lanes do not form such runs."""
+    from tgcore.uop.symbolic import difference
+    if dt.scalar().itemsize != 1 or any(i is None for i in indices):
+        return None
+    for n in ROW_BYTES:
+        starts = indices[::n]
+        if all(difference(indices[r + j], indices[r]) == j  # type: ignore[arg-type]
+               for r in range(0, WIDE, n) for j in range(1, n)):
+            whole = SHORT_INTS[n]
+            loads = [UOp(Ops.LOAD, dt.scalar().vec(n), (UOp(Ops.INDEX, buf.dtype, (buf, at)),))
+                     for at in starts if at is not None]
+            rows = [UOp(Ops.BITCAST, whole, (load,)) for load in loads]
+            return UOp(Ops.BITCAST, dt, (UOp(Ops.VECTORIZE, whole.vec(WIDE // n), tuple(rows)),))
+    return None
 
 
 @functools.lru_cache(maxsize=256)

@@ -385,7 +385,7 @@ def _tq2_0(b: Blocks) -> Tensor:
 # 8 consecutive +-1.0 from a table of sign patterns. A GEMV vectorized along a group then decodes it with a few
 # loads and a conversion, whatever the grid.
 
-def _table_rows(index: Tensor, table: str, width: int) -> Tensor:
+def table_rows(index: Tensor, table: str, width: int) -> Tensor:
     """``index`` ``(...)`` -> ``(..., width)``: row ``index`` of the constant table ``table`` (``width`` entries per
     row), an indexed load (``Tensor.take``) of ``index * width + j``."""
     from tg_gguf.tables import TABLES
@@ -397,17 +397,17 @@ def _table_rows(index: Tensor, table: str, width: int) -> Tensor:
 def _grid_values(index: Tensor, table: str) -> Tensor:
     """``index`` ``(..., k)`` -> the grid values ``(..., k, 8 or 4)`` (float32)."""
     width = 8 if len(getattr(iq_grids, f"{table}_VALUES")) < 4 else 4
-    return _table_rows(index, f"grid:{table}", width)
+    return table_rows(index, f"grid:{table}", width)
 
 
 def _byte_signs(signs: Tensor) -> Tensor:
     """``(n, m)`` sign bytes -> ``(n, m, 8)`` +-1.0, bit j of byte i for element 8i + j."""
-    return _table_rows(signs, "byte_signs", 8)
+    return table_rows(signs, "byte_signs", 8)
 
 
 def _ksigns(index: Tensor) -> Tensor:
     """7-bit sign indices ``(...)`` -> ``(..., 8)`` +-1.0: the 7 bits, then their parity (ggml's ksigns)."""
-    return _table_rows(index, "ksigns", 8)
+    return table_rows(index, "ksigns", 8)
 
 
 def _half_scale(d: Tensor, nibble: Tensor, step: float) -> Tensor:
@@ -481,7 +481,7 @@ def _iq1(dl: Tensor, row: Tensor, groups_per_scale: int) -> Tensor:
     (``tg_gguf.tables``' ``grid:IQ1S+delta``), so a group's values are one load."""
     n = row.shape[0]
     scales = 32 // groups_per_scale
-    values = _table_rows(row, "grid:IQ1S+delta", 8).reshape(n, scales, groups_per_scale, 8)
+    values = table_rows(row, "grid:IQ1S+delta", 8).reshape(n, scales, groups_per_scale, 8)
     return (dl.reshape(n, scales, 1, 1) * values).reshape(n, QK_K)
 
 

@@ -24,7 +24,9 @@ the sum over its sub-blocks; the C compiler unrolls the 8 sub-blocks of a super-
 are constants.
 
 IQ4_NL, IQ4_XS and MXFP4 look their 4-bit codes up in a table of 16 bytes (their values plus 128): 32 lanes at once
-with one byte shuffle on the C renderer (``tgcore.renderer.cbytedot``), then the same byte dot product.
+with one byte shuffle on the C renderer (``tgcore.renderer.cbytedot``), then the same byte dot product. The grid
+types IQ2_XXS and IQ3_XXS read their grid rows as bytes (one load of 8 or 4 per group on the C renderer) and flip
+the activations' signs with byte masks from a table (``(x ^ m) - m``), so the weight's side stays unsigned.
 
 ``INT_DOT_TYPES`` (data) says which types take this path where it is available; ``uses_int_dot`` decides.
 Rounding: activations are rounded to nearest (ties to even), so results differ from the float path by the
@@ -44,10 +46,12 @@ from tg_gguf.dequant import (
     iota,
     iq4_xs_scales,
     k_scales_mins,
+    le_uint,
     mxfp4_scale,
     q2_k_scales,
     q3_k_scales,
     spread,
+    table_rows,
 )
 
 if TYPE_CHECKING:
@@ -126,20 +130,25 @@ def _by_lane(t: Tensor) -> Tensor:
     return t.reshape(*t.shape[:-1], 8, 4).permute(*range(t.ndim - 1), t.ndim, t.ndim - 1)
 
 
-def _block32(o: Operands, u: Tensor, scale: Tensor, offset: Tensor) -> Tensor:
+def _block32(o: Operands, u: Tensor, scale: Tensor, offset: Tensor | None, signs: Tensor | None = None) -> Tensor:
     """Blocks of 32 elements: ``u`` ``(1, N, nb, S, 32)`` their unsigned integers in element order (``S`` blocks of 32
     per weight block), a scale and an offset per block of 32 ``(1, N, nb, S)``, or per ``G`` groups of ``32 / G``
-    elements ``(1, N, nb, S, G)``. One product over each block, in lanes of 4 neighbouring elements (``_by_lane``:
-    a group's lanes share its factors)."""
+    elements ``(1, N, nb, S, G)`` (no offset: None). One product over each block, in lanes of 4 neighbouring
+    elements (``_by_lane``: a group's lanes share its factors). ``signs`` ``(1, N, nb, S, 32)`` int8 masks (0 or -1):
+    the weight's signs, applied to the activations (``(x ^ m) - m``: ``u`` stays unsigned)."""
     subs = u.shape[3]
     x = _by_lane(o.x(subs, 32))
     dx = o.scale(subs, 1, 1)
+    if signs is not None:
+        mask = _by_lane(signs)
+        x = (x ^ mask) - mask
 
     def per_lane(t: Tensor) -> Tensor:
         groups = t.shape[4] if t.ndim == 5 else 1
         t = t.reshape(1, o.n, o.nb, subs, 1, groups, 1).expand(1, o.n, o.nb, subs, 1, groups, 8 // groups)
         return t.reshape(1, o.n, o.nb, subs, 1, 8)
-    return _f32(_dot(_by_lane(u), x)) * (per_lane(scale) * dx) + _f32(_i32(x)) * (per_lane(offset) * dx)
+    product = _f32(_dot(_by_lane(u), x)) * (per_lane(scale) * dx)
+    return product if offset is None else product + _f32(_i32(x)) * (per_lane(offset) * dx)
 
 
 def _nibbles(o: Operands) -> Tensor:
@@ -280,6 +289,45 @@ def _mxfp4(o: Operands) -> Tensor:
     return _block32(o, _looked_up(o, _nibbles(o), "mxfp4_u8"), d, d * -128.0)
 
 
+def _half_steps(d: Tensor, s: Tensor, step: float) -> Tensor:
+    """``d * (0.5 + s) * step`` (IQ2, IQ3_XXS) as ``float(2s + 1) * (d * step / 2)``: the same float32 (halving and
+    ``step`` are exact powers of two), and one factor per block that is an integer's conversion (a sum of two would
+    be two accumulators)."""
+    return _f32(s * 2 + 1) * (d * (step * 0.5))
+
+
+def _grid_rows(o: Operands, index: Tensor, grid: str) -> Tensor:
+    """The byte rows of an i-quant grid at ``index`` ``(1, N, nb, S, groups)``: ``(1, N, nb, S, 32)`` uint8."""
+    width = 32 // index.shape[-1]
+    return table_rows(index, f"grid_u8:{grid}", width).reshape(*index.shape[:4], 32)
+
+
+def _sign_masks(o: Operands, index: Tensor) -> Tensor:
+    """7-bit sign indices ``(1, N, nb, S, 4)`` -> ``(1, N, nb, S, 32)`` int8 masks (ggml's ksigns, -1 for minus)."""
+    return table_rows(index, "ksign_masks", 8).reshape(*index.shape[:4], 32)
+
+
+def _xxs(o: Operands, index: Tensor, aux: Tensor, grid: str, step: float) -> Tensor:
+    """IQ2_XXS / IQ3_XXS: per 32 elements grid indices ``index`` ``(1, N, nb, 8, groups)`` and a u32 ``aux``
+    ``(1, N, nb, 8)`` of 4 sign indices and a 4-bit scale: ``d * (0.5 + s) * step`` per 32, no offset."""
+    scale = _half_steps(o.f16("d", 1), (aux >> 28) & 15, step)
+    signs = _sign_masks(o, spread(aux, 4, 4, 7))
+    return _block32(o, _grid_rows(o, index, grid), scale, None, signs)
+
+
+def _iq2_xxs(o: Operands) -> Tensor:
+    pairs = o.field("qs").reshape(1, o.n, o.nb, 8, 2, 4)  # per 32 elements: 4 grid bytes, then a u32 of signs, scale
+    index = pairs.shrink(((0, 1), (0, o.n), (0, o.nb), (0, 8), (0, 1), (0, 4))).reshape(1, o.n, o.nb, 8, 4)
+    aux = le_uint(pairs.shrink(((0, 1), (0, o.n), (0, o.nb), (0, 8), (1, 2), (0, 4))).reshape(o.n * o.nb, 32), 4)
+    return _xxs(o, index, aux.bitcast("int32").reshape(1, o.n, o.nb, 8), "IQ2XXS", 0.25)
+
+
+def _iq3_xxs(o: Operands) -> Tensor:
+    index = o.field("qs").reshape(1, o.n, o.nb, 8, 8)
+    aux = le_uint(o.b.bytes("aux"), 4).bitcast("int32").reshape(1, o.n, o.nb, 8)
+    return _xxs(o, index, aux, "IQ3XXS", 0.5)
+
+
 SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
     GGMLType.Q4_0: _q4_0,
     GGMLType.Q4_1: _q4_1,
@@ -295,6 +343,8 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
     GGMLType.IQ4_NL: _iq4_nl,
     GGMLType.IQ4_XS: _iq4_xs,
     GGMLType.MXFP4: _mxfp4,
+    GGMLType.IQ2_XXS: _iq2_xxs,
+    GGMLType.IQ3_XXS: _iq3_xxs,
 }
 
 # the types whose integer path is faster than the float one on a renderer that compiles byte dots (GEMVs of SmolLM2's
@@ -302,11 +352,12 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
 # Q5_0 1.38-1.45x, Q5_1 1.35-1.40x, Q8_0 1.16-1.20x, Q2_K 1.82-1.84x, Q3_K 2.21-2.29x, Q4_K 2.12-2.21x,
 # Q5_K 2.26-2.30x, Q6_K 2.35-2.45x. TQ2_0 (32-byte planes, one scale per 256; 4096^2 GEMV): 1.5x (CPU time
 # 1.59-1.62 -> 1.03-1.06 ms, load ~10). IQ4_NL, IQ4_XS, MXFP4 (values from a byte table, one vpshufb per 32; 4096^2,
-# alternating, load ~4-5): 1.22x, 1.43x, 1.25x (Q4_0 1.34x in the same run).
+# alternating, load ~4-5): 1.22x, 1.43x, 1.25x (Q4_0 1.34x in the same run). IQ2_XXS (grid rows of 8 bytes, signs
+# flipped on the activations; load ~7): 1.42-1.62x. IQ3_XXS (rows of 4 bytes) 0.96-1.05x: it stays in float.
 INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
                                                 GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K,
                                                 GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.TQ2_0, GGMLType.IQ4_NL,
-                                                GGMLType.IQ4_XS, GGMLType.MXFP4})
+                                                GGMLType.IQ4_XS, GGMLType.MXFP4, GGMLType.IQ2_XXS})
 
 
 def uses_int_dot(type_id: GGMLType | int, device: str) -> bool:
