@@ -103,7 +103,7 @@ def test_int_matmul_random(gtype):
 
 
 @pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K,
-                                   GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.IQ2_XXS], ids=lambda t: t.name)
+                                   GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.IQ2_XS], ids=lambda t: t.name)
 def test_rows_do_not_depend_on_the_batch(gtype):
     """Each row's result is the same bits alone and in a batch of 2, 3, 4 or 8 (batched LLM decode relies on it).
     The shape is a small model's down projection: its kernels unroll the rows (and gcc's contraction of a * b + c
@@ -134,7 +134,8 @@ def test_short_rows_do_not_depend_on_the_batch(gtype, batch):
 
 
 @pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.MXFP4,
-                                   GGMLType.IQ2_XXS, GGMLType.IQ3_XXS], ids=lambda t: t.name)
+                                   GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ2_S, GGMLType.IQ3_XXS,
+                                   GGMLType.IQ3_S], ids=lambda t: t.name)
 @pytest.mark.parametrize("device", ["PYTHON", "CPU:X86"])
 def test_other_devices_compute_the_same(device, gtype):
     """The integer path is tensor ops: the interpreter and the x86 backend give the exact result too (the types

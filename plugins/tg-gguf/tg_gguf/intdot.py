@@ -25,8 +25,9 @@ are constants.
 
 IQ4_NL, IQ4_XS and MXFP4 look their 4-bit codes up in a table of 16 bytes (their values plus 128): 32 lanes at once
 with one byte shuffle on the C renderer (``tgcore.renderer.cbytedot``), then the same byte dot product. The grid
-types IQ2_XXS and IQ3_XXS read their grid rows as bytes (one load of 8 or 4 per group on the C renderer) and flip
-the activations' signs with byte masks from a table (``(x ^ m) - m``), so the weight's side stays unsigned.
+types IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S read their grid rows as bytes (one load of 8 or 4 per group on the
+C renderer) and flip the activations' signs with byte masks from a table (``(x ^ m) - m``), so the weight's side
+stays unsigned.
 
 ``INT_DOT_TYPES`` (data) says which types take this path where it is available; ``uses_int_dot`` decides.
 Rounding: activations are rounded to nearest (ties to even), so results differ from the float path by the
@@ -302,9 +303,10 @@ def _grid_rows(o: Operands, index: Tensor, grid: str) -> Tensor:
     return table_rows(index, f"grid_u8:{grid}", width).reshape(*index.shape[:4], 32)
 
 
-def _sign_masks(o: Operands, index: Tensor) -> Tensor:
-    """7-bit sign indices ``(1, N, nb, S, 4)`` -> ``(1, N, nb, S, 32)`` int8 masks (ggml's ksigns, -1 for minus)."""
-    return table_rows(index, "ksign_masks", 8).reshape(*index.shape[:4], 32)
+def _sign_masks(o: Operands, index: Tensor, table: str = "ksign_masks") -> Tensor:
+    """Sign indices ``(1, N, nb, S, 4)`` -> ``(1, N, nb, S, 32)`` int8 masks (-1 for minus): 7-bit ones (ggml's
+    ksigns) or sign bytes (``table="byte_sign_masks"``, bit j for value j)."""
+    return table_rows(index, table, 8).reshape(*index.shape[:4], 32)
 
 
 def _xxs(o: Operands, index: Tensor, aux: Tensor, grid: str, step: float) -> Tensor:
@@ -328,6 +330,37 @@ def _iq3_xxs(o: Operands) -> Tensor:
     return _xxs(o, index, aux, "IQ3XXS", 0.5)
 
 
+def _nibbles_per_16(o: Operands) -> Tensor:
+    """IQ2_XS / IQ2_S: a 4-bit scale per 16 elements, low then high nibble of byte i for block i: ``(1, N, nb, 8,
+    2)``."""
+    return spread(o.field("scales"), 4, 2, 4)
+
+
+def _iq2_xs(o: Operands) -> Tensor:
+    """Per 8 values a u16: a 9-bit grid index and a 7-bit sign index; scales per 16."""
+    qs = le_uint(o.b.bytes("qs"), 2).cast("int32").reshape(1, o.n, o.nb, 8, 4)
+    scale = _half_steps(o.f16("d", 2), _nibbles_per_16(o), 0.25)
+    return _block32(o, _grid_rows(o, qs & 511, "IQ2XS"), scale, None, _sign_masks(o, qs >> 9))
+
+
+def _iq2_s(o: Operands) -> Tensor:
+    """Per 8 values a grid index byte with 2 more bits from ``qh`` and a sign byte; scales per 16."""
+    high = spread(o.field("qh"), 4, 4, 2)  # (1, N, nb, 8, 4)
+    index = o.field("qs").reshape(1, o.n, o.nb, 8, 4).cast("int32") | (high.cast("int32") << 8)
+    signs = _sign_masks(o, o.field("signs").reshape(1, o.n, o.nb, 8, 4), "byte_sign_masks")
+    scale = _half_steps(o.f16("d", 2), _nibbles_per_16(o), 0.25)
+    return _block32(o, _grid_rows(o, index, "IQ2S"), scale, None, signs)
+
+
+def _iq3_s(o: Operands) -> Tensor:
+    """Per 4 values a grid index byte with a 9th bit from ``qh``; a sign byte per 8; ``d * (2s + 1)`` per 32."""
+    high = spread(o.field("qh"), 4, 8, 1)  # (1, N, nb, 8, 8)
+    index = o.field("qs").reshape(1, o.n, o.nb, 8, 8).cast("int32") | (high.cast("int32") << 8)
+    signs = _sign_masks(o, o.field("signs").reshape(1, o.n, o.nb, 8, 4), "byte_sign_masks")
+    scale = o.f16("d", 1) * _f32(spread(o.field("scales"), 4, 2, 4).reshape(1, o.n, o.nb, 8) * 2 + 1)
+    return _block32(o, _grid_rows(o, index, "IQ3S"), scale, None, signs)
+
+
 SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
     GGMLType.Q4_0: _q4_0,
     GGMLType.Q4_1: _q4_1,
@@ -345,6 +378,9 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
     GGMLType.MXFP4: _mxfp4,
     GGMLType.IQ2_XXS: _iq2_xxs,
     GGMLType.IQ3_XXS: _iq3_xxs,
+    GGMLType.IQ2_XS: _iq2_xs,
+    GGMLType.IQ2_S: _iq2_s,
+    GGMLType.IQ3_S: _iq3_s,
 }
 
 # the types whose integer path is faster than the float one on a renderer that compiles byte dots (GEMVs of SmolLM2's
@@ -352,12 +388,15 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
 # Q5_0 1.38-1.45x, Q5_1 1.35-1.40x, Q8_0 1.16-1.20x, Q2_K 1.82-1.84x, Q3_K 2.21-2.29x, Q4_K 2.12-2.21x,
 # Q5_K 2.26-2.30x, Q6_K 2.35-2.45x. TQ2_0 (32-byte planes, one scale per 256; 4096^2 GEMV): 1.5x (CPU time
 # 1.59-1.62 -> 1.03-1.06 ms, load ~10). IQ4_NL, IQ4_XS, MXFP4 (values from a byte table, one vpshufb per 32; 4096^2,
-# alternating, load ~4-5): 1.22x, 1.43x, 1.25x (Q4_0 1.34x in the same run). IQ2_XXS (grid rows of 8 bytes, signs
-# flipped on the activations; load ~7): 1.42-1.62x. IQ3_XXS (rows of 4 bytes) 0.96-1.05x: it stays in float.
+# alternating, load ~4-5): 1.22x, 1.43x, 1.25x (Q4_0 1.34x in the same run; in CPU time, load ~9: 1.15x, 1.38x,
+# 1.39x, 1.32x). Grid types (rows of bytes, signs flipped on the activations; CPU time of one thread, load ~9, three
+# runs): IQ2_XS 1.12-1.14x; the others stay in float: IQ2_XXS 0.87-0.89x, IQ2_S 0.83-0.87x, IQ3_XXS 0.97-1.00x,
+# IQ3_S 0.81-0.83x (their float path reads a group of 8 values as one vector; here each group's row is a scalar
+# index, a load and an insert).
 INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
                                                 GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K,
                                                 GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.TQ2_0, GGMLType.IQ4_NL,
-                                                GGMLType.IQ4_XS, GGMLType.MXFP4, GGMLType.IQ2_XXS})
+                                                GGMLType.IQ4_XS, GGMLType.MXFP4, GGMLType.IQ2_XS})
 
 
 def uses_int_dot(type_id: GGMLType | int, device: str) -> bool:

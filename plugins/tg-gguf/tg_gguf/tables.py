@@ -16,6 +16,7 @@ The tables (facts of the ggml format, computed from ``tg_gguf.iq_grids`` / ``tg_
   the unsigned operand of an integer dot product, a group's values one load of 8 (4) bytes.
 - ``ksign_masks``: for each 7-bit sign index, the 8 signs of ``ksigns`` as byte masks (0 for +, -1 for -, int8):
   an integer dot product flips its activations' signs with them (``(x ^ m) - m``).
+- ``byte_sign_masks``: for each byte, its 8 bits as byte masks (0 or -1, int8), bit ``j`` for value ``j``.
 - ``grid:IQ1S+delta``: IQ1_S / IQ1_M's grid plus its delta (+0.125 for entries 0..2047, -0.125 for 2048..4095),
   so a group's values with their delta are one load (the delta had been two more products per group in a GEMV).
 - ``tq1_powers``: TQ1_0's power of 3 for each of a block's 256 values (int32).
@@ -77,6 +78,11 @@ def _ksign_masks() -> np.ndarray:
     return (-bits.astype(np.int8)).reshape(-1)
 
 
+def _byte_sign_masks() -> np.ndarray:
+    bits = (np.arange(256, dtype=np.uint8).reshape(-1, 1) >> np.arange(8, dtype=np.uint8)) & 1
+    return (-bits.astype(np.int8)).reshape(-1)
+
+
 def _ksigns() -> np.ndarray:
     from tg_gguf.quants import ksigns
     return _sign_patterns(ksigns(np.arange(128, dtype=np.uint8)))
@@ -105,6 +111,7 @@ BUILDERS: dict[str, Callable[[], np.ndarray]] = {
     **{f"grid:{g}": functools.partial(_grid_floats, g) for g in ("IQ2XXS", "IQ2XS", "IQ2S", "IQ3XXS", "IQ3S")},
     **{f"grid_u8:{g}": functools.partial(_grid_bytes, g) for g in ("IQ2XXS", "IQ2XS", "IQ2S", "IQ3XXS", "IQ3S")},
     "ksign_masks": _ksign_masks,
+    "byte_sign_masks": _byte_sign_masks,
     "grid:IQ1S+delta": _iq1_shifted,
     "tq1_powers": _tq1_powers,
     "ksigns": _ksigns,
