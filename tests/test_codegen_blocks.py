@@ -243,3 +243,31 @@ def test_grid_rows_in_lanes_are_exact(device):
     (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
     src = get_program(item.ast, open_device(device).renderer).src
     assert "tg_dot4_u8i8(" in src and src.count("tg_uint64x4 vec") == 2  # the grid's rows and the masks' rows
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_byte_dot_with_an_integer_offset_is_exact(device):
+    """A block's int32 sum of ``u * q + c * q`` (a weight's offset ``c`` times its scale, summed with the products
+    under one float factor per block): exact against numpy; on the C renderer each term is one byte-dot call, the
+    offset's scaled in int32."""
+    rows, blocks = 5, 3
+    rng = np.random.default_rng(13)
+    u = rng.integers(0, 256, (rows, blocks, 32)).astype(np.uint8)
+    q = rng.integers(-128, 128, (1, blocks, 32)).astype(np.int8)
+    s = rng.integers(-4, 5, (rows, blocks, 1)).astype(np.float32)
+    ut, qt = Tensor(u, device=device).realize(), Tensor(q, device=device).realize()
+    st = Tensor(s, device=device).realize()
+
+    def product() -> Tensor:
+        value = ut.cast("int32") * qt.cast("int32") + qt.cast("int32") * -128
+        return _lane_ordered(value.cast("float32") * st).sum(-1)
+    q64 = q.astype(np.int64)
+    ref = (s[..., 0].astype(np.int64) * ((u.astype(np.int64) - 128) * q64).sum(-1)).sum(-1)
+    np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
+    if device != "CPU":
+        return
+    from tgcore.codegen import get_program
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
+    assert get_program(item.ast, open_device(device).renderer).src.count("tg_dot4_u8i8(") >= 3  # helper + 2 calls

@@ -7,11 +7,13 @@ In:  a kernel in REDUCE form after the optimizations (vectorized): an int32 sum 
      step's vector gathered byte by byte.
 Out: the 4 steps zipped into one 32-byte vector per operand (byte ``4l + k`` = lane ``l`` of step ``k``: the same
      elementwise ops on 32 lanes), whose bytes, read from consecutive addresses, are whole vector loads again, and
-     the sum as a call of ``tg_dot4_u8i8(a, b)`` (a ``CUSTOMI``): one ``vpdpbusd`` with AVX512-VNNI or AVX-VNNI,
-     the same sum in plain vector C elsewhere. Exact either way: 4 products of a byte by a signed byte fit an int32,
-     and ``vpdpbusd`` does not saturate. An operand looked up in a table (a gather per step) is zipped into one
-     gather: rows of 8 or 4 consecutive bytes (an i-quant grid's rows) become one load per row, a table of 16 bytes
-     at byte indices (IQ4_NL's values) one byte shuffle (``tg_table16_u8``, rendered by the C renderer).
+     the sum as a call of ``tg_dot4_u8i8(a, b)`` (a ``CUSTOMI``; a sum of such terms, each maybe times an integer
+     constant (a weight's offset times its activations' sum), a call per term): one ``vpdpbusd`` with AVX512-VNNI
+     or AVX-VNNI, the same sum in plain vector C elsewhere. Exact either way: 4 products of a byte by a signed
+     byte fit an int32, and ``vpdpbusd`` does not saturate. An operand looked up in a table (a gather per step) is
+     zipped into one gather: rows of 8 or 4 consecutive bytes (an i-quant grid's rows) become one load per row, a
+     table of 16 bytes at byte indices (IQ4_NL's values) one byte shuffle (``tg_table16_u8``, rendered by the C
+     renderer).
 """
 from __future__ import annotations
 
@@ -249,14 +251,45 @@ def byte_dot(red: UOp) -> UOp | None:
     steps = red.src[1]
     if steps.op is not Ops.RANGE or steps.src[0].op is not Ops.CONST or steps.src[0].arg != DOT_STEPS:
         return None
-    operands = _byte_operands(red.src[0])
-    if operands is None:
+    terms = [_scaled_byte_operands(t) for t in _summands(red.src[0])]
+    if any(t is None for t in terms):
         return None
     at = [{steps: UOp.const(steps.dtype, k)} for k in range(DOT_STEPS)]
-    zipped = [_zip([x.substitute(s).simplify() for s in at]) for x in operands]
-    if any(z is None for z in zipped):
-        return None
-    return UOp(Ops.CUSTOMI, RESULT, tuple(z for z in zipped if z is not None), DOT_HELPER)
+    total: UOp | None = None
+    for term in terms:
+        assert term is not None
+        coefficient, operands = term
+        zipped = [_zip([x.substitute(s).simplify() for s in at]) for x in operands]
+        if any(z is None for z in zipped):
+            return None
+        call = UOp(Ops.CUSTOMI, RESULT, tuple(z for z in zipped if z is not None), DOT_HELPER)
+        if coefficient != 1:
+            call = call * UOp.const(RESULT, coefficient)
+        total = call if total is None else total + call
+    return total
+
+
+def _summands(value: UOp) -> list[UOp]:
+    """The terms of a sum (``a + b + ...``), or ``[value]``."""
+    if value.op is Ops.ADD:
+        return [t for s in value.src for t in _summands(s)]
+    return [value]
+
+
+def _scaled_byte_operands(term: UOp) -> tuple[int, tuple[UOp, UOp]] | None:
+    """``(c, (a, b))`` for a term ``c * int32(a) * int32(b)`` (``_byte_operands``; ``c`` an integer constant, 1 if
+    none): a weight's offset times its block's sum of activations, summed with its products."""
+    operands = _byte_operands(term)
+    if operands is not None:
+        return 1, operands
+    if term.op is Ops.MUL:
+        for x, c in (term.src, term.src[::-1]):
+            lanes = _lanes(c)
+            if lanes is None or any(f.op is not Ops.CONST for f in lanes) or len({f.arg for f in lanes}) != 1:
+                continue
+            if (operands := _byte_operands(x)) is not None:
+                return int(lanes[0].arg), operands
+    return None
 
 
 # lane l of the result: the sum of bytes 4l .. 4l+3 of a times those of b (a unsigned, b signed)

@@ -10,7 +10,9 @@ How: a weight's integers are read as unsigned bytes ``u`` (a type's signed range
 
     dx * (scale * sum_i u_i * xq_i + offset * sum_i xq_i)
 
-with ``scale`` and ``offset`` the weight's per-(sub-)block factors and ``dx`` the activation block's scale. Each
+with ``scale`` and ``offset`` the weight's per-(sub-)block factors and ``dx`` the activation block's scale. Where the
+offset is an integer ``c`` times the scale (Q3_K, Q6_K, TQ2_0, IQ4_NL, IQ4_XS, MXFP4), that is
+``dx * scale * (sum_i u_i * xq_i + c * sum_i xq_i)``: one float factor per block, the offset summed in int32. Each
 type below writes that sum as tensor ops over the weight's elements. The codegen takes it from there: it moves the
 per-block factors out of the in-block sums and sums the byte products in int32
 (``tgcore.codegen.upcast.factor_blocks``: exact, so the float and integer sums agree). On a renderer whose
@@ -131,10 +133,12 @@ def _by_lane(t: Tensor) -> Tensor:
     return t.reshape(*t.shape[:-1], 8, 4).permute(*range(t.ndim - 1), t.ndim, t.ndim - 1)
 
 
-def _block32(o: Operands, u: Tensor, scale: Tensor, offset: Tensor | None, signs: Tensor | None = None) -> Tensor:
+def _block32(o: Operands, u: Tensor, scale: Tensor, offset: Tensor | int | None, signs: Tensor | None = None) -> Tensor:
     """Blocks of 32 elements: ``u`` ``(1, N, nb, S, 32)`` their unsigned integers in element order (``S`` blocks of 32
     per weight block), a scale and an offset per block of 32 ``(1, N, nb, S)``, or per ``G`` groups of ``32 / G``
-    elements ``(1, N, nb, S, G)`` (no offset: None). One product over each block, in lanes of 4 neighbouring
+    elements ``(1, N, nb, S, G)`` (no offset: None; an int ``c``: the offset is ``c * scale``, summed with the
+    products in int32: ``scale * (sum u x + c sum x)``, one float factor per block). One product over each block, in
+    lanes of 4 neighbouring
     elements (``_by_lane``: a group's lanes share its factors). ``signs`` ``(1, N, nb, S, 32)`` int8 masks (0 or -1):
     the weight's signs, applied to the activations (``(x ^ m) - m``: ``u`` stays unsigned)."""
     subs = u.shape[3]
@@ -148,6 +152,8 @@ def _block32(o: Operands, u: Tensor, scale: Tensor, offset: Tensor | None, signs
         groups = t.shape[4] if t.ndim == 5 else 1
         t = t.reshape(1, o.n, o.nb, subs, 1, groups, 1).expand(1, o.n, o.nb, subs, 1, groups, 8 // groups)
         return t.reshape(1, o.n, o.nb, subs, 1, 8)
+    if isinstance(offset, int):
+        return _f32(_dot(_by_lane(u), x) + _i32(x) * offset) * (per_lane(scale) * dx)
     product = _f32(_dot(_by_lane(u), x)) * (per_lane(scale) * dx)
     return product if offset is None else product + _f32(_i32(x)) * (per_lane(offset) * dx)
 
@@ -238,7 +244,7 @@ def _q3_k(o: Operands) -> Tensor:
     hmask = o.field("hmask").reshape(1, o.n, o.nb, 1, 32).expand(1, o.n, o.nb, 8, 32)
     bit = iota((1, 1, 1, 8, 1), 3, hmask.device)  # 4h + j
     u = _two_bit_planes(o).reshape(1, o.n, o.nb, 8, 32) | (((hmask >> bit) & 1) << 2)
-    return _block32(o, u, scale, scale * -4.0)
+    return _block32(o, u, scale, -4)
 
 
 def _q6_k(o: Operands) -> Tensor:
@@ -253,14 +259,14 @@ def _q6_k(o: Operands) -> Tensor:
     u = low.reshape(1, o.n, o.nb, 2, 4, 32) | top  # q + 32
     scale = o.f16("d") * _f32(o.field("scales").bitcast("int8"))
     scale = scale.reshape(1, o.n, o.nb, 8, 2)
-    return _block32(o, u.reshape(1, o.n, o.nb, 8, 32), scale, scale * -32.0)
+    return _block32(o, u.reshape(1, o.n, o.nb, 8, 32), scale, -32)
 
 
 def _tq2_0(o: Operands) -> Tensor:
     """TQ2_0: the 2-bit planes of Q2_K (quarter j of half h from bits 2j, 2j+1 of ``qs[h, l]``), ``q = u - 1``, one
     scale per 256; each quarter a block of 32 (``_block32``)."""
     d = o.f16("d", 1).expand(1, o.n, o.nb, 8)
-    return _block32(o, _two_bit_planes(o).reshape(1, o.n, o.nb, 8, 32), d, d * -1.0)
+    return _block32(o, _two_bit_planes(o).reshape(1, o.n, o.nb, 8, 32), d, -1)
 
 
 def _looked_up(o: Operands, index: Tensor, table: str) -> Tensor:
@@ -273,7 +279,7 @@ def _looked_up(o: Operands, index: Tensor, table: str) -> Tensor:
 def _iq4_nl(o: Operands) -> Tensor:
     """IQ4_NL: Q4_0's nibbles select one of 16 non-linear values (``u`` = value + 128), one scale per 32."""
     d = o.f16("d")
-    return _block32(o, _looked_up(o, _nibbles(o), "iq4nl_u8"), d, d * -128.0)
+    return _block32(o, _looked_up(o, _nibbles(o), "iq4nl_u8"), d, -128)
 
 
 def _iq4_xs(o: Operands) -> Tensor:
@@ -281,13 +287,13 @@ def _iq4_xs(o: Operands) -> Tensor:
     super-block, 6-bit scales (minus 32) per sub-block."""
     qs = spread(o.field("qs").reshape(1, o.n, o.nb, 8, 16), 4, 2, 4).reshape(1, o.n, o.nb, 8, 32)
     scale = o.f16("d", 1) * iq4_xs_scales(o.b).reshape(1, o.n, o.nb, 8)
-    return _block32(o, _looked_up(o, qs, "iq4nl_u8"), scale, scale * -128.0)
+    return _block32(o, _looked_up(o, qs, "iq4nl_u8"), scale, -128)
 
 
 def _mxfp4(o: Operands) -> Tensor:
     """MXFP4: Q4_0's nibbles select e2m1 values (doubled, plus 128), a power of two per 32."""
     d = mxfp4_scale(o.b).reshape(1, o.n, o.nb, 1)
-    return _block32(o, _looked_up(o, _nibbles(o), "mxfp4_u8"), d, d * -128.0)
+    return _block32(o, _looked_up(o, _nibbles(o), "mxfp4_u8"), d, -128)
 
 
 def _half_steps(d: Tensor, s: Tensor, step: float) -> Tensor:
