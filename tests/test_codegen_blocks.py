@@ -142,3 +142,132 @@ def test_byte_dot_helper_matches_numpy(flags, tmp_path):
         out = np.zeros(8, np.int32)
         lib.dot(a.ctypes.data, b.ctypes.data, out.ctypes.data)
         np.testing.assert_array_equal(out, (a.astype(np.int64) * b).reshape(8, 4).sum(-1))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_byte_table_lookups_in_lanes_are_exact(device):
+    """A 4-bit code looked up in a table of 16 bytes (IQ4_NL's values plus 128) as the unsigned side of a byte dot
+    product, in lanes of 4 neighbours: exact against numpy; on the C renderer the 32 lookups of a block are one
+    call of the byte-shuffle helper feeding the byte-dot one."""
+    rows, blocks = 5, 3
+    rng = np.random.default_rng(11)
+    table = rng.integers(0, 256, 16).astype(np.uint8)
+    codes = rng.integers(0, 256, (rows, blocks, 32)).astype(np.uint8)
+    q = rng.integers(-128, 128, (1, blocks, 32)).astype(np.int8)
+    s = rng.integers(-4, 5, (rows, blocks, 1)).astype(np.float32)
+    tt, ct = Tensor(table, device=device).realize(), Tensor(codes, device=device).realize()
+    qt, st = Tensor(q, device=device).realize(), Tensor(s, device=device).realize()
+
+    def product() -> Tensor:
+        u = tt.take((ct & 15).cast("int32"))  # 4-bit codes: the lookup needs no bounds check
+        return _lane_ordered((u.cast("int32") * qt.cast("int32")).cast("float32") * st).sum(-1)
+    ref = (s[..., 0].astype(np.int64) * (table[codes & 15].astype(np.int64) * q.astype(np.int64)).sum(-1)).sum(-1)
+    np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
+    if device != "CPU":
+        return
+    from tgcore.codegen import get_program
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
+    src = get_program(item.ast, open_device(device).renderer).src
+    assert "tg_table16_u8(" in src and "tg_dot4_u8i8(" in src
+
+
+@pytest.mark.parametrize("flags", [[], ["-mavx2"]], ids=["plain", "avx2"])
+def test_byte_table_helper_matches_numpy(flags, tmp_path):
+    """The C renderer's byte-table helper, built without and with AVX2 (its two branches): lane i is
+    ``table[index[i]]`` for a table of 16 bytes."""
+    import ctypes
+
+    from tgcore.dtype import dtypes
+    from tgcore.renderer.cbytedot import BYTE_TABLE_PREAMBLE
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.runtime.compiler import ClangCompiler, CompilerNotFoundError
+    from tgcore.runtime.cpufeatures import cpu_features
+    if flags and "avx2" not in cpu_features().features:
+        pytest.skip("no AVX2 here")
+    src = vector_typedef(dtypes.uint8.vec(32)) + "\n" + BYTE_TABLE_PREAMBLE + (
+        "void look(const unsigned char* t, const unsigned char* i, unsigned char* out) {\n"
+        "  tg_uint8x32 x; __builtin_memcpy(&x, i, 32);\n"
+        "  tg_uint8x32 r = tg_table16_u8(t, x); __builtin_memcpy(out, &r, 32); }\n")
+    try:
+        lib_bytes = ClangCompiler(flags=["-O2", *flags, "-shared", "-fPIC"]).compile(src)
+    except CompilerNotFoundError:
+        pytest.skip("no C compiler")
+    path = tmp_path / "look.so"
+    path.write_bytes(lib_bytes)
+    lib = ctypes.CDLL(str(path))
+    lib.look.argtypes = [ctypes.c_void_p] * 3
+    rng = np.random.default_rng(len(flags))
+    table = rng.integers(0, 256, 16).astype(np.uint8)
+    index = np.concatenate([np.arange(16), rng.integers(0, 16, 16)]).astype(np.uint8)
+    out = np.zeros(32, np.uint8)
+    lib.look(table.ctypes.data, index.ctypes.data, out.ctypes.data)
+    np.testing.assert_array_equal(out, table[index])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_grid_rows_in_lanes_are_exact(device):
+    """Rows of 8 bytes looked up at loaded indices (an i-quant grid: one index per 8 values) as the unsigned side of a
+    byte dot product in lanes of 4 neighbours, the signed side's signs flipped by looked-up masks: exact against
+    numpy; on the C renderer each block's 4 rows are 4 loads of 8 bytes (not 32 byte loads)."""
+    rows, blocks = 3, 2
+    rng = np.random.default_rng(12)
+    grid = rng.integers(0, 256, (32, 8)).astype(np.uint8)
+    masks = -rng.integers(0, 2, (32, 8)).astype(np.int8)
+    codes = rng.integers(0, 256, (rows, blocks, 4)).astype(np.uint8)
+    q = rng.integers(-127, 128, (1, blocks, 32)).astype(np.int8)
+    s = rng.integers(-4, 5, (rows, blocks, 1)).astype(np.float32)
+    weight = rng.integers(0, 256, (rows, 4096)).astype(np.uint8)  # the biggest input, as a weight is
+    gt, mt = Tensor(grid.reshape(-1), device=device).realize(), Tensor(masks.reshape(-1), device=device).realize()
+    ct, qt = Tensor(codes, device=device).realize(), Tensor(q, device=device).realize()
+    wt, st = Tensor(weight, device=device).realize(), Tensor(s, device=device).realize()
+
+    def product() -> Tensor:
+        lane = Tensor.arange(8, device=device).reshape(1, 1, 1, 8)
+        at = ((ct & 31).cast("int32") * 8).reshape(rows, blocks, 4, 1) + lane
+        u, m = gt.take(at).reshape(rows, blocks, 32), mt.take(at).reshape(rows, blocks, 32)
+        x = (qt ^ m) - m
+        dot = _lane_ordered((u.cast("int32") * x.cast("int32")).cast("float32") * st).sum(-1)
+        return dot + wt.shrink(((0, rows), (0, 1))).reshape(rows).cast("float32")
+    code = codes.astype(np.int64) & 31
+    signed = np.where(masks[code].reshape(rows, blocks, 32) < 0, -q.astype(np.int64), q.astype(np.int64))
+    ref = (s[..., 0].astype(np.int64) * (grid[code].reshape(rows, blocks, 32).astype(np.int64) * signed).sum(-1)
+           ).sum(-1) + weight[:, 0]
+    np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
+    if device != "CPU":
+        return
+    from tgcore.codegen import get_program
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
+    src = get_program(item.ast, open_device(device).renderer).src
+    assert "tg_dot4_u8i8(" in src and src.count("tg_uint64x4 vec") == 2  # the grid's rows and the masks' rows
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_byte_dot_with_an_integer_offset_is_exact(device):
+    """A block's int32 sum of ``u * q + c * q`` (a weight's offset ``c`` times its scale, summed with the products
+    under one float factor per block): exact against numpy; on the C renderer each term is one byte-dot call, the
+    offset's scaled in int32."""
+    rows, blocks = 5, 3
+    rng = np.random.default_rng(13)
+    u = rng.integers(0, 256, (rows, blocks, 32)).astype(np.uint8)
+    q = rng.integers(-128, 128, (1, blocks, 32)).astype(np.int8)
+    s = rng.integers(-4, 5, (rows, blocks, 1)).astype(np.float32)
+    ut, qt = Tensor(u, device=device).realize(), Tensor(q, device=device).realize()
+    st = Tensor(s, device=device).realize()
+
+    def product() -> Tensor:
+        value = ut.cast("int32") * qt.cast("int32") + qt.cast("int32") * -128
+        return _lane_ordered(value.cast("float32") * st).sum(-1)
+    q64 = q.astype(np.int64)
+    ref = (s[..., 0].astype(np.int64) * ((u.astype(np.int64) - 128) * q64).sum(-1)).sum(-1)
+    np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
+    if device != "CPU":
+        return
+    from tgcore.codegen import get_program
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
+    assert get_program(item.ast, open_device(device).renderer).src.count("tg_dot4_u8i8(") >= 3  # helper + 2 calls

@@ -181,19 +181,35 @@ def batch_unrolls(ranges: list[UOp], mains: list[UOp], number: dict[UOp, int], c
             *([Opt(OptOps.UNROLL, number[weight], weight_rows)] if weight_rows > 1 else [])]
 
 
-def _neighbours_in_lanes(mains: list[UOp], r: UOp, lanes: int) -> bool:
-    """Whether the main input's bytes along ``r`` are read in lanes of ``BYTE_DOT_STEPS`` neighbours: step ``r + 1``
-    ``BYTE_DOT_STEPS`` bytes on, step ``r + lanes`` one byte on (a block summed as ``[k, l]`` = element ``4l + k``),
-    the other loops at 0. Its per-block fields (scales) stay put."""
+def _lane_steps(indices: list[UOp], r: UOp, lanes: int) -> set[tuple[int, int]] | None:
+    """How far each index moves from step ``r`` to ``r + 1`` and to ``r + lanes`` (the other loops at 0); None when
+    one cannot be evaluated (it reads a load)."""
     steps = set()
     try:
-        for index in mains:
+        for index in indices:
             leaves = {u: 0 for u in index.toposort if u.op in (Ops.RANGE, Ops.DEFINE_VAR) and u is not r}
             at = [eval_at(index, {**leaves, r: v}) for v in (0, 1, lanes)]
             steps.add((at[1] - at[0], at[2] - at[0]))
     except (ValueError, KeyError):
+        return None
+    return steps
+
+
+def _neighbours_in_lanes(mains: list[UOp], r: UOp, lanes: int, red: UOp) -> bool:
+    """Whether the main input's bytes along ``r`` are read in lanes of ``BYTE_DOT_STEPS`` neighbours: step ``r + 1``
+    ``BYTE_DOT_STEPS`` bytes on, step ``r + lanes`` one byte on (a block summed as ``[k, l]`` = element ``4l + k``),
+    the other loops at 0. Its per-block fields (scales) stay put. A main input read once per group of elements
+    (a grid type's indices: once per 8 elements, every step 0, or per 4, one byte per lane) qualifies when another
+    byte operand of the sum is read in that order."""
+    lane_order, per_group = (BYTE_DOT_STEPS, 1), {(0, 0), (1, 0)}
+    steps = _lane_steps(mains, r, lanes)
+    if steps is None or not steps <= {lane_order} | per_group:
         return False
-    return (BYTE_DOT_STEPS, 1) in steps and steps <= {(BYTE_DOT_STEPS, 1), (0, 0)}
+    if lane_order in steps:
+        return (1, 0) not in steps
+    others = [u.src[0].src[1] for u in red.src[0].toposort if u.op is Ops.LOAD and u.dtype.itemsize == 1
+              and u.src[0].src[1] not in mains and not any(x.op is Ops.LOAD for x in u.src[0].src[1].toposort)]
+    return any(_lane_steps([index], r, lanes) == {lane_order} for index in others)
 
 
 def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp], number: dict[UOp, int],
@@ -215,7 +231,7 @@ def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp]
     unroll = [Opt(OptOps.UNROLL, number[rows[0]], REDUCE_ROWS)] if rows else []
     sizes = block_divisors(ast, r)
     native = simd_widths.get(dtypes.int32, 0)
-    if native * BYTE_DOT_STEPS in sizes and _neighbours_in_lanes(mains, r, native):
+    if native * BYTE_DOT_STEPS in sizes and _neighbours_in_lanes(mains, r, native, red):
         # a second output axis (the other input's rows: sequences decoded at once) by 2: each block decoded once for
         # both (vector code: which axes are unrolled does not change an element's rounding)
         cols = [c for c in outputs if rows and c is not rows[0] and _size(c) % 2 == 0][:1]

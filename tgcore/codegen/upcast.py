@@ -224,6 +224,8 @@ class _Expander:
         index = load.src[0]
         buf, idx = index.src[0], self.per_lane(index.src[1])
         gate: list[UOp | None] = list(self.per_lane(index.src[2])) if len(index.src) > 2 else [None] * self.count
+        if len(index.src) == 2 and 1 < len(distinct := list(dict.fromkeys(idx))) < self.count:
+            return self.repeated_load(load, buf, index, idx, distinct)
         lane_value: list[UOp] = []
         for start, n in self.runs(idx, gate):
             g = self.piece_gate(gate, start, n)
@@ -235,6 +237,23 @@ class _Expander:
         if all(v is lane_value[0] for v in lane_value):
             return self.widen(lane_value[0])
         return UOp(Ops.VECTORIZE, load.dtype.vec(self.count), tuple(lane_value))
+
+    def repeated_load(self, load: UOp, buf: UOp, index: UOp, idx: list[UOp], distinct: list[UOp]) -> UOp:
+        """An ungated load whose lanes repeat addresses (a scale per 16 values in lanes of 8: 4 lanes each of two
+        bytes): each distinct address read once, in runs of consecutive ones, and the lanes taken from them (a
+        shuffle), not each run of lanes loaded again."""
+        where: dict[UOp, UOp] = {}
+        runs: list[tuple[int, int]] = []
+        for i in range(len(distinct)):
+            if runs and _difference(distinct[i], distinct[i - 1]) == 1:
+                runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+            else:
+                runs.append((i, 1))
+        for start, n in (piece for first, length in runs for piece in _power_of_two_pieces(first, length)):
+            at = index.replace(src=(buf, distinct[start]))
+            value = UOp(Ops.LOAD, load.dtype.vec(n) if n > 1 else load.dtype, (at,))
+            where.update({distinct[start + k]: value.gep(k) if n > 1 else value for k in range(n)})
+        return UOp(Ops.VECTORIZE, load.dtype.vec(self.count), tuple(where[i] for i in idx))
 
     def store(self, store: UOp, value: UOp) -> list[UOp]:
         index = store.src[0]

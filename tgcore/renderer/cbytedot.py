@@ -7,9 +7,13 @@ In:  a kernel in REDUCE form after the optimizations (vectorized): an int32 sum 
      step's vector gathered byte by byte.
 Out: the 4 steps zipped into one 32-byte vector per operand (byte ``4l + k`` = lane ``l`` of step ``k``: the same
      elementwise ops on 32 lanes), whose bytes, read from consecutive addresses, are whole vector loads again, and
-     the sum as a call of ``tg_dot4_u8i8(a, b)`` (a ``CUSTOMI``): one ``vpdpbusd`` with AVX512-VNNI or AVX-VNNI,
-     the same sum in plain vector C elsewhere. Exact either way: 4 products of a byte by a signed byte fit an int32,
-     and ``vpdpbusd`` does not saturate.
+     the sum as a call of ``tg_dot4_u8i8(a, b)`` (a ``CUSTOMI``; a sum of such terms, each maybe times an integer
+     constant (a weight's offset times its activations' sum), a call per term): one ``vpdpbusd`` with AVX512-VNNI
+     or AVX-VNNI, the same sum in plain vector C elsewhere. Exact either way: 4 products of a byte by a signed
+     byte fit an int32, and ``vpdpbusd`` does not saturate. An operand looked up in a table (a gather per step) is
+     zipped into one gather: rows of 8 or 4 consecutive bytes (an i-quant grid's rows) become one load per row, a
+     table of 16 bytes at byte indices (IQ4_NL's values) one byte shuffle (``tg_table16_u8``, rendered by the C
+     renderer).
 """
 from __future__ import annotations
 
@@ -71,6 +75,8 @@ def _zip(steps: list[UOp]) -> UOp | None:
     dt = first.dtype.scalar().vec(WIDE)
     if all(s is first for s in steps) and first.op is Ops.CONST:
         return UOp.const(dt, first.arg)
+    if (gathered := _zip_gathers(steps, dt)) is not None:
+        return gathered
     lanes = [_lanes(s) for s in steps]
     if all(ls is not None for ls in lanes):
         zipped = [ls[lane] for lane in range(DOT_LANES) for ls in lanes if ls is not None]
@@ -93,6 +99,68 @@ def _zip(steps: list[UOp]) -> UOp | None:
     if first.op in (Ops.SHR, Ops.SHL) and (split := _shift_pieces(first.op, srcs[0], srcs[1])) is not None:
         return split
     return UOp(first.op, dt, tuple(s for s in srcs if s is not None), first.arg)
+
+
+def _zip_gathers(steps: list[UOp], dt: DType) -> UOp | None:
+    """Ungated gathers from one buffer (a small table looked up at each lane's unpacked bits) -> one gather of all
+    their lanes, at the zipped indices."""
+    if any(s.op is not Ops.LOAD or len(s.src) != 1 or s.src[0].op is not Ops.INDEX or len(s.src[0].src) != 2
+           or s.src[0].src[1].dtype.count != s.dtype.count for s in steps):
+        return None
+    buf = steps[0].src[0].src[0]
+    if any(s.src[0].src[0] is not buf for s in steps):
+        return None
+    rows = _row_loads(buf, [_lane_of(s.src[0].src[1], lane) for lane in range(DOT_LANES) for s in steps], dt)
+    if rows is not None:
+        return rows
+    index = _zip([s.src[0].src[1] for s in steps])
+    if index is None:
+        return None
+    return UOp(Ops.LOAD, dt, (steps[0].src[0].replace(src=(buf, index)),))
+
+
+def _lane_of(u: UOp, lane: int) -> UOp | None:
+    """Lane ``lane`` of a vector of index arithmetic as a scalar expression (None for what it cannot follow)."""
+    if u.dtype.count == 1:
+        return u
+    if u.op is Ops.VECTORIZE:
+        return _scalar(u.src[lane])
+    if u.op is Ops.CONST:
+        return UOp.const(u.dtype.scalar(), u.arg)
+    if u.op is Ops.VCONST:
+        return UOp.const(u.dtype.scalar(), u.arg[lane])
+    if u.op is Ops.GEP:
+        return _lane_of(u.src[0], u.arg[lane]) if len(u.arg) == u.dtype.count else None
+    if u.op is Ops.LOAD and _load_at(u, vector=True) is not None:
+        return _scalar(u.gep(lane))
+    if u.op in GroupOp.ALU or u.op is Ops.CAST:
+        srcs = [_lane_of(s, lane) for s in u.src]
+        if any(s is None for s in srcs):
+            return None
+        return UOp(u.op, u.dtype.scalar(), tuple(s for s in srcs if s is not None), u.arg).simplify()
+    return None
+
+
+ROW_BYTES = (8, 4)  # a gather whose lanes are runs of this many consecutive bytes: one load per run
+
+
+def _row_loads(buf: UOp, indices: list[UOp | None], dt: DType) -> UOp | None:
+    """A gather of ``WIDE`` bytes whose lanes are runs of ``n`` consecutive addresses (a grid row of 8 or 4 values per
+    group): one ``n``-byte load per run, put together as ``WIDE / n`` unsigned ints (the C compiler inserts them into
+    a vector). None when the lanes do not form such runs."""
+    from tgcore.uop.symbolic import difference
+    if dt.scalar().itemsize != 1 or any(i is None for i in indices):
+        return None
+    for n in ROW_BYTES:
+        starts = indices[::n]
+        if all(difference(indices[r + j], indices[r]) == j  # type: ignore[arg-type]
+               for r in range(0, WIDE, n) for j in range(1, n)):
+            whole = SHORT_INTS[n]
+            loads = [UOp(Ops.LOAD, dt.scalar().vec(n), (UOp(Ops.INDEX, buf.dtype, (buf, at)),))
+                     for at in starts if at is not None]
+            rows = [UOp(Ops.BITCAST, whole, (load,)) for load in loads]
+            return UOp(Ops.BITCAST, dt, (UOp(Ops.VECTORIZE, whole.vec(WIDE // n), tuple(rows)),))
+    return None
 
 
 @functools.lru_cache(maxsize=256)
@@ -183,14 +251,45 @@ def byte_dot(red: UOp) -> UOp | None:
     steps = red.src[1]
     if steps.op is not Ops.RANGE or steps.src[0].op is not Ops.CONST or steps.src[0].arg != DOT_STEPS:
         return None
-    operands = _byte_operands(red.src[0])
-    if operands is None:
+    terms = [_scaled_byte_operands(t) for t in _summands(red.src[0])]
+    if any(t is None for t in terms):
         return None
     at = [{steps: UOp.const(steps.dtype, k)} for k in range(DOT_STEPS)]
-    zipped = [_zip([x.substitute(s).simplify() for s in at]) for x in operands]
-    if any(z is None for z in zipped):
-        return None
-    return UOp(Ops.CUSTOMI, RESULT, tuple(z for z in zipped if z is not None), DOT_HELPER)
+    total: UOp | None = None
+    for term in terms:
+        assert term is not None
+        coefficient, operands = term
+        zipped = [_zip([x.substitute(s).simplify() for s in at]) for x in operands]
+        if any(z is None for z in zipped):
+            return None
+        call = UOp(Ops.CUSTOMI, RESULT, tuple(z for z in zipped if z is not None), DOT_HELPER)
+        if coefficient != 1:
+            call = call * UOp.const(RESULT, coefficient)
+        total = call if total is None else total + call
+    return total
+
+
+def _summands(value: UOp) -> list[UOp]:
+    """The terms of a sum (``a + b + ...``), or ``[value]``."""
+    if value.op is Ops.ADD:
+        return [t for s in value.src for t in _summands(s)]
+    return [value]
+
+
+def _scaled_byte_operands(term: UOp) -> tuple[int, tuple[UOp, UOp]] | None:
+    """``(c, (a, b))`` for a term ``c * int32(a) * int32(b)`` (``_byte_operands``; ``c`` an integer constant, 1 if
+    none): a weight's offset times its block's sum of activations, summed with its products."""
+    operands = _byte_operands(term)
+    if operands is not None:
+        return 1, operands
+    if term.op is Ops.MUL:
+        for x, c in (term.src, term.src[::-1]):
+            lanes = _lanes(c)
+            if lanes is None or any(f.op is not Ops.CONST for f in lanes) or len({f.arg for f in lanes}) != 1:
+                continue
+            if (operands := _byte_operands(x)) is not None:
+                return int(lanes[0].arg), operands
+    return None
 
 
 # lane l of the result: the sum of bytes 4l .. 4l+3 of a times those of b (a unsigned, b signed)
@@ -214,6 +313,42 @@ static inline tg_int32x8 tg_dot4_u8i8(tg_uint8x32 a, tg_int8x32 b) {
 }
 """
 DOT_TYPES = (UNSIGNED, SIGNED, RESULT, dtypes.uint8.vec(WIDE), dtypes.int8.vec(WIDE))  # the helper's typedefs
+
+
+# 32 byte lanes looked up in a table of 16 bytes (a 4-bit code's value table, e.g. IQ4_NL's): one byte shuffle
+# (vpshufb) of the table repeated in both 128-bit halves, with AVX2; lane by lane elsewhere. The table's load is
+# loop-invariant.
+BYTE_TABLE_HELPER = "tg_table16_u8"
+BYTE_TABLE_PREAMBLE = """\
+static inline tg_uint8x32 tg_table16_u8(const unsigned char* t, tg_uint8x32 i) {
+#if defined(__AVX2__)
+  typedef char tg_chars16 __attribute__((vector_size(16)));
+  typedef char tg_chars32 __attribute__((vector_size(32)));
+  tg_chars16 h; __builtin_memcpy(&h, t, 16);
+  tg_chars32 w = __builtin_shufflevector(h, h, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                                         0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  return (tg_uint8x32)__builtin_ia32_pshufb256(w, (tg_chars32)i);
+#else
+  tg_uint8x32 r;
+  for (int k = 0; k < 32; k++) r[k] = t[i[k]];
+  return r;
+#endif
+}
+"""
+
+
+def byte_table_lookup(load: UOp) -> UOp | None:
+    """For a gather of ``WIDE`` unsigned bytes from a buffer of exactly 16 (ungated: the indices are in range) at the
+    int32 conversion of byte indices, those byte indices (the helper's operand); else None."""
+    if load.op is not Ops.LOAD or load.dtype != dtypes.uint8.vec(WIDE) or len(load.src) != 1:
+        return None
+    index = load.src[0]
+    if index.op is not Ops.INDEX or len(index.src) != 2 or getattr(index.src[0].dtype, "size", 0) != 16:
+        return None
+    at = index.src[1]
+    if at.op is Ops.CAST and at.src[0].dtype == dtypes.uint8.vec(WIDE):
+        return at.src[0]
+    return None
 
 
 def uses_byte_dot(kernel: list[UOp]) -> bool:

@@ -20,7 +20,15 @@ from typing import Any
 
 from tgcore.dtype import AddrSpace, DType, PtrDType, dtypes
 from tgcore.renderer import Renderer
-from tgcore.renderer.cbytedot import DOT_PREAMBLE, DOT_TYPES, byte_dot, uses_byte_dot
+from tgcore.renderer.cbytedot import (
+    BYTE_TABLE_HELPER,
+    BYTE_TABLE_PREAMBLE,
+    DOT_PREAMBLE,
+    DOT_TYPES,
+    byte_dot,
+    byte_table_lookup,
+    uses_byte_dot,
+)
 from tgcore.renderer.prefetch import Prefetcher, loop_nest
 from tgcore.runtime.cpufeatures import chosen_isa_level, cpu_features
 from tgcore.uop import Ops, RangeKind, UOp
@@ -613,6 +621,8 @@ class CRenderer(Renderer):
         if uses_byte_dot(kernel):
             vectors = sorted(set(vectors) | set(DOT_TYPES), key=lambda d: d.name)
             helpers += DOT_PREAMBLE
+            if any(byte_table_lookup(u) is not None for u in kernel):
+                helpers += BYTE_TABLE_PREAMBLE
         typedefs = "".join(vector_typedef(d) + "\n" for d in vectors)
         return PREAMBLE + typedefs + helpers + head + "\n" + "\n".join(decls + body) + "\n}\n"
 
@@ -645,6 +655,8 @@ class CRenderer(Renderer):
             ptr, idx = names[index.src[0]], names[index.src[1]]
             if _table_lookup(u):
                 return f"const {t} {v} = tg_table16_f32({ptr}, {idx});"
+            if (byte_index := byte_table_lookup(u)) is not None:
+                return f"const {t} {v} = {BYTE_TABLE_HELPER}({ptr}, {names[byte_index]});"
             return f"const {t} {v} = (({t}){{{', '.join(f'{ptr}[{idx}[{i}]]' for i in range(u.dtype.count))}}});"
         if len(index.src) > 2 and index.src[2] in lane_gates:
             copy = f"__builtin_memcpy(&{v}, &{names[index]}, sizeof({v}));"

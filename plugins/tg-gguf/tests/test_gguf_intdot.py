@@ -33,12 +33,15 @@ def q8_reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def unit_scale_blocks(gtype: GGMLType, n_blocks: int, seed: int) -> np.ndarray:
-    """Random blocks whose half-precision scales are 1.0 (mins of Q4_1/Q5_1: -3.0): integer-valued weights."""
+    """Random blocks whose half-precision scales are 1.0 (mins of Q4_1/Q5_1: -3.0; MXFP4's exponent 1.0):
+    integer-valued weights."""
     raw = random_blocks(gtype, n_blocks, seed=seed).reshape(n_blocks, -1)
     for name, value in (("d", 1.0), ("dmin", 1.0), ("m", -3.0)):
         if name in FIELDS[gtype]:
             start, _ = FIELDS[gtype][name]
             raw[:, start:start + 2] = np.full(n_blocks, value, "<f2").view(np.uint8).reshape(n_blocks, 2)
+    if "e" in FIELDS[gtype]:  # MXFP4's e8m0 exponent: 128 is a (halved) scale of 1.0 for its doubled values
+        raw[:, FIELDS[gtype]["e"][0]] = 128
     return raw.reshape(-1)
 
 
@@ -99,8 +102,8 @@ def test_int_matmul_random(gtype):
     assert np.all(np.abs(out - ref) <= 1e-6 * magnitude + 1e-30)
 
 
-@pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K],
-                         ids=lambda t: t.name)
+@pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K,
+                                   GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.IQ2_XS], ids=lambda t: t.name)
 def test_rows_do_not_depend_on_the_batch(gtype):
     """Each row's result is the same bits alone and in a batch of 2, 3, 4 or 8 (batched LLM decode relies on it).
     The shape is a small model's down projection: its kernels unroll the rows (and gcc's contraction of a * b + c
@@ -130,20 +133,25 @@ def test_short_rows_do_not_depend_on_the_batch(gtype, batch):
     assert_bits_equal(alone[0], together[1])
 
 
+@pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.MXFP4,
+                                   GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ2_S, GGMLType.IQ3_XXS,
+                                   GGMLType.IQ3_S], ids=lambda t: t.name)
 @pytest.mark.parametrize("device", ["PYTHON", "CPU:X86"])
-def test_other_devices_compute_the_same(device):
-    """The integer path is tensor ops: the interpreter and the x86 backend give the exact result too."""
-    gtype = GGMLType.Q4_0
-    raw = unit_scale_blocks(gtype, 5 * 2, seed=1)
-    x = exact_activations(np.random.default_rng(3), 2, 64)
-    out = int_matmul(Tensor(x, device=device), Tensor(raw, device=device), gtype, (5, 64)).numpy()
-    assert_bits_equal(out, float64_reference(gtype, raw, (5, 64), x).astype(np.float32))
+def test_other_devices_compute_the_same(device, gtype):
+    """The integer path is tensor ops: the interpreter and the x86 backend give the exact result too (the types
+    whose values are looked up in a byte table or a grid among them)."""
+    block = BLOCK_LAYOUT[gtype][0]
+    k = max(64, block)
+    raw = unit_scale_blocks(gtype, 5 * k // block, seed=1)
+    x = exact_activations(np.random.default_rng(3), 2, k)
+    out = int_matmul(Tensor(x, device=device), Tensor(raw, device=device), gtype, (5, k)).numpy()
+    assert_bits_equal(out, float64_reference(gtype, raw, (5, k), x).astype(np.float32))
 
 
 def test_which_devices_and_types_use_it():
     assert uses_int_dot(GGMLType.Q4_K, "CPU")
     assert not uses_int_dot(GGMLType.Q4_K, "PYTHON")  # the interpreter: no compiler to vectorize byte dots
-    assert not uses_int_dot(GGMLType.IQ4_NL, "CPU")
+    assert not uses_int_dot(GGMLType.F16, "CPU")
     assert uses_int_dot(GGMLType.Q4_0, "CPU") == (GGMLType.Q4_0 in INT_DOT_TYPES)
     assert not uses_int_dot(9999, "CPU")
 
@@ -154,7 +162,7 @@ def test_bad_input_is_refused():
         int_matmul(Tensor(np.zeros((1, 32), np.float32), device="CPU"), raw, GGMLType.Q4_0, (1, 64))
     with pytest.raises(ValueError, match="does not match"):
         int_matmul(Tensor(np.zeros((1, 64), np.float32), device="CPU"), raw, GGMLType.Q4_0, (2, 64))
-    with pytest.raises(ValueError, match="no integer dot product for IQ4_NL"):
-        int_matmul(Tensor(np.zeros((1, 32), np.float32), device="CPU"), raw, GGMLType.IQ4_NL, (2, 32))
+    with pytest.raises(ValueError, match="no integer dot product for F16"):
+        int_matmul(Tensor(np.zeros((1, 32), np.float32), device="CPU"), raw, GGMLType.F16, (2, 18))
     with pytest.raises(ValueError, match="multiple of 32"):
         quantize_activations(Tensor(np.zeros((1, 40), np.float32), device="CPU"))

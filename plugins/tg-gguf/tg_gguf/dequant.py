@@ -316,22 +316,30 @@ def _iq4_nl(b: Blocks) -> Tensor:
     return b.f16("d") * _value_table(nibbles(b.bytes("qs")), "iq4nl")
 
 
-def _iq4_xs(b: Blocks) -> Tensor:
+def iq4_xs_scales(b: Blocks) -> Tensor:
+    """IQ4_XS's 8 sub-block scales per super-block, ``(n, 8)`` float32 (6 bits minus 32)."""
     n = b.n
     low = spread(b.bytes("scales_l"), 2, 2, 4).reshape(n, 8)  # scale 2i: low nibble of byte i, 2i+1: high
     high = spread(b.uint("scales_h"), 2, 8, 2).reshape(n, 8).cast("uint8")
-    scales = _f32((low | (high << 4)).cast("int32") - 32)
-    dl = (b.f16("d") * scales).reshape(n, 8, 1)
+    return _f32((low | (high << 4)).cast("int32") - 32)
+
+
+def _iq4_xs(b: Blocks) -> Tensor:
+    n = b.n
+    dl = (b.f16("d") * iq4_xs_scales(b)).reshape(n, 8, 1)
     q = nibbles(b.bytes("qs").reshape(n, 8, 16))
     return (dl * _value_table(q, "iq4nl")).reshape(n, QK_K)
 
 
-def _mxfp4(b: Blocks) -> Tensor:
+def mxfp4_scale(b: Blocks) -> Tensor:
+    """MXFP4's e8m0 exponent, halved (the value table is doubled): ``2**(e - 128)`` as float32, ``(n, 1)``."""
     e = b.bytes("e").cast("uint32")
-    # e8m0 exponent, halved (the table is doubled): 2**(e - 128) as float32 bits
     bits = (e < 2).where(e.full_like(0x00200000) << e, (e - 1) << 23)
-    d = bits.bitcast("float32")
-    return d * _value_table(nibbles(b.bytes("qs")), "mxfp4")
+    return bits.bitcast("float32")
+
+
+def _mxfp4(b: Blocks) -> Tensor:
+    return mxfp4_scale(b) * _value_table(nibbles(b.bytes("qs")), "mxfp4")
 
 
 def _ternary(digits: Tensor) -> Tensor:
@@ -377,7 +385,7 @@ def _tq2_0(b: Blocks) -> Tensor:
 # 8 consecutive +-1.0 from a table of sign patterns. A GEMV vectorized along a group then decodes it with a few
 # loads and a conversion, whatever the grid.
 
-def _table_rows(index: Tensor, table: str, width: int) -> Tensor:
+def table_rows(index: Tensor, table: str, width: int) -> Tensor:
     """``index`` ``(...)`` -> ``(..., width)``: row ``index`` of the constant table ``table`` (``width`` entries per
     row), an indexed load (``Tensor.take``) of ``index * width + j``."""
     from tg_gguf.tables import TABLES
@@ -389,17 +397,17 @@ def _table_rows(index: Tensor, table: str, width: int) -> Tensor:
 def _grid_values(index: Tensor, table: str) -> Tensor:
     """``index`` ``(..., k)`` -> the grid values ``(..., k, 8 or 4)`` (float32)."""
     width = 8 if len(getattr(iq_grids, f"{table}_VALUES")) < 4 else 4
-    return _table_rows(index, f"grid:{table}", width)
+    return table_rows(index, f"grid:{table}", width)
 
 
 def _byte_signs(signs: Tensor) -> Tensor:
     """``(n, m)`` sign bytes -> ``(n, m, 8)`` +-1.0, bit j of byte i for element 8i + j."""
-    return _table_rows(signs, "byte_signs", 8)
+    return table_rows(signs, "byte_signs", 8)
 
 
 def _ksigns(index: Tensor) -> Tensor:
     """7-bit sign indices ``(...)`` -> ``(..., 8)`` +-1.0: the 7 bits, then their parity (ggml's ksigns)."""
-    return _table_rows(index, "ksigns", 8)
+    return table_rows(index, "ksigns", 8)
 
 
 def _half_scale(d: Tensor, nibble: Tensor, step: float) -> Tensor:
@@ -473,7 +481,7 @@ def _iq1(dl: Tensor, row: Tensor, groups_per_scale: int) -> Tensor:
     (``tg_gguf.tables``' ``grid:IQ1S+delta``), so a group's values are one load."""
     n = row.shape[0]
     scales = 32 // groups_per_scale
-    values = _table_rows(row, "grid:IQ1S+delta", 8).reshape(n, scales, groups_per_scale, 8)
+    values = table_rows(row, "grid:IQ1S+delta", 8).reshape(n, scales, groups_per_scale, 8)
     return (dl.reshape(n, scales, 1, 1) * values).reshape(n, QK_K)
 
 

@@ -10,7 +10,9 @@ How: a weight's integers are read as unsigned bytes ``u`` (a type's signed range
 
     dx * (scale * sum_i u_i * xq_i + offset * sum_i xq_i)
 
-with ``scale`` and ``offset`` the weight's per-(sub-)block factors and ``dx`` the activation block's scale. Each
+with ``scale`` and ``offset`` the weight's per-(sub-)block factors and ``dx`` the activation block's scale. Where the
+offset is an integer ``c`` times the scale (Q3_K, Q6_K, TQ2_0, IQ4_NL, IQ4_XS, MXFP4), that is
+``dx * scale * (sum_i u_i * xq_i + c * sum_i xq_i)``: one float factor per block, the offset summed in int32. Each
 type below writes that sum as tensor ops over the weight's elements. The codegen takes it from there: it moves the
 per-block factors out of the in-block sums and sums the byte products in int32
 (``tgcore.codegen.upcast.factor_blocks``: exact, so the float and integer sums agree). On a renderer whose
@@ -22,6 +24,12 @@ block and row: ``tgcore.renderer.cbytedot``), scales it in its lane and keeps a 
 the lanes are added once per row, as llama.cpp's AVX2 ``ggml_vec_dot_q4_1_q8_1`` does. A K-quant's ``d`` leaves
 the sum over its sub-blocks; the C compiler unrolls the 8 sub-blocks of a super-block, so their bit-field shifts
 are constants.
+
+IQ4_NL, IQ4_XS and MXFP4 look their 4-bit codes up in a table of 16 bytes (their values plus 128): 32 lanes at once
+with one byte shuffle on the C renderer (``tgcore.renderer.cbytedot``), then the same byte dot product. The grid
+types IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S read their grid rows as bytes (one load of 8 or 4 per group on the
+C renderer) and flip the activations' signs with byte masks from a table (``(x ^ m) - m``), so the weight's side
+stays unsigned.
 
 ``INT_DOT_TYPES`` (data) says which types take this path where it is available; ``uses_int_dot`` decides.
 Rounding: activations are rounded to nearest (ties to even), so results differ from the float path by the
@@ -35,7 +43,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
-from tg_gguf.dequant import Blocks, check_supported, iota, k_scales_mins, q2_k_scales, q3_k_scales, spread
+from tg_gguf.dequant import (
+    Blocks,
+    check_supported,
+    iota,
+    iq4_xs_scales,
+    k_scales_mins,
+    le_uint,
+    mxfp4_scale,
+    q2_k_scales,
+    q3_k_scales,
+    spread,
+    table_rows,
+)
 
 if TYPE_CHECKING:
     from tgcore.tensor import Tensor
@@ -113,20 +133,29 @@ def _by_lane(t: Tensor) -> Tensor:
     return t.reshape(*t.shape[:-1], 8, 4).permute(*range(t.ndim - 1), t.ndim, t.ndim - 1)
 
 
-def _block32(o: Operands, u: Tensor, scale: Tensor, offset: Tensor) -> Tensor:
+def _block32(o: Operands, u: Tensor, scale: Tensor, offset: Tensor | int | None, signs: Tensor | None = None) -> Tensor:
     """Blocks of 32 elements: ``u`` ``(1, N, nb, S, 32)`` their unsigned integers in element order (``S`` blocks of 32
     per weight block), a scale and an offset per block of 32 ``(1, N, nb, S)``, or per ``G`` groups of ``32 / G``
-    elements ``(1, N, nb, S, G)``. One product over each block, in lanes of 4 neighbouring elements (``_by_lane``:
-    a group's lanes share its factors)."""
+    elements ``(1, N, nb, S, G)`` (no offset: None; an int ``c``: the offset is ``c * scale``, summed with the
+    products in int32: ``scale * (sum u x + c sum x)``, one float factor per block). One product over each block, in
+    lanes of 4 neighbouring
+    elements (``_by_lane``: a group's lanes share its factors). ``signs`` ``(1, N, nb, S, 32)`` int8 masks (0 or -1):
+    the weight's signs, applied to the activations (``(x ^ m) - m``: ``u`` stays unsigned)."""
     subs = u.shape[3]
     x = _by_lane(o.x(subs, 32))
     dx = o.scale(subs, 1, 1)
+    if signs is not None:
+        mask = _by_lane(signs)
+        x = (x ^ mask) - mask
 
     def per_lane(t: Tensor) -> Tensor:
         groups = t.shape[4] if t.ndim == 5 else 1
         t = t.reshape(1, o.n, o.nb, subs, 1, groups, 1).expand(1, o.n, o.nb, subs, 1, groups, 8 // groups)
         return t.reshape(1, o.n, o.nb, subs, 1, 8)
-    return _f32(_dot(_by_lane(u), x)) * (per_lane(scale) * dx) + _f32(_i32(x)) * (per_lane(offset) * dx)
+    if isinstance(offset, int):
+        return _f32(_dot(_by_lane(u), x) + _i32(x) * offset) * (per_lane(scale) * dx)
+    product = _f32(_dot(_by_lane(u), x)) * (per_lane(scale) * dx)
+    return product if offset is None else product + _f32(_i32(x)) * (per_lane(offset) * dx)
 
 
 def _nibbles(o: Operands) -> Tensor:
@@ -215,7 +244,7 @@ def _q3_k(o: Operands) -> Tensor:
     hmask = o.field("hmask").reshape(1, o.n, o.nb, 1, 32).expand(1, o.n, o.nb, 8, 32)
     bit = iota((1, 1, 1, 8, 1), 3, hmask.device)  # 4h + j
     u = _two_bit_planes(o).reshape(1, o.n, o.nb, 8, 32) | (((hmask >> bit) & 1) << 2)
-    return _block32(o, u, scale, scale * -4.0)
+    return _block32(o, u, scale, -4)
 
 
 def _q6_k(o: Operands) -> Tensor:
@@ -230,14 +259,112 @@ def _q6_k(o: Operands) -> Tensor:
     u = low.reshape(1, o.n, o.nb, 2, 4, 32) | top  # q + 32
     scale = o.f16("d") * _f32(o.field("scales").bitcast("int8"))
     scale = scale.reshape(1, o.n, o.nb, 8, 2)
-    return _block32(o, u.reshape(1, o.n, o.nb, 8, 32), scale, scale * -32.0)
+    return _block32(o, u.reshape(1, o.n, o.nb, 8, 32), scale, -32)
 
 
 def _tq2_0(o: Operands) -> Tensor:
     """TQ2_0: the 2-bit planes of Q2_K (quarter j of half h from bits 2j, 2j+1 of ``qs[h, l]``), ``q = u - 1``, one
     scale per 256; each quarter a block of 32 (``_block32``)."""
     d = o.f16("d", 1).expand(1, o.n, o.nb, 8)
-    return _block32(o, _two_bit_planes(o).reshape(1, o.n, o.nb, 8, 32), d, d * -1.0)
+    return _block32(o, _two_bit_planes(o).reshape(1, o.n, o.nb, 8, 32), d, -1)
+
+
+def _looked_up(o: Operands, index: Tensor, table: str) -> Tensor:
+    """``table[index]`` for a table of 16 bytes (``tg_gguf.tables``: a value plus 128): an indexed load, 32 lanes at
+    once with one byte shuffle (``vpshufb``) on a renderer that has it."""
+    from tg_gguf.tables import TABLES
+    return TABLES.get(table, o.b.t.device).take(index.cast("int32"))
+
+
+def _iq4_nl(o: Operands) -> Tensor:
+    """IQ4_NL: Q4_0's nibbles select one of 16 non-linear values (``u`` = value + 128), one scale per 32."""
+    d = o.f16("d")
+    return _block32(o, _looked_up(o, _nibbles(o), "iq4nl_u8"), d, -128)
+
+
+def _iq4_xs(o: Operands) -> Tensor:
+    """IQ4_XS: sub-block j of 32 (its 16 bytes' low nibbles, then high) selects IQ4_NL's values; ``d`` per
+    super-block, 6-bit scales (minus 32) per sub-block."""
+    qs = spread(o.field("qs").reshape(1, o.n, o.nb, 8, 16), 4, 2, 4).reshape(1, o.n, o.nb, 8, 32)
+    scale = o.f16("d", 1) * iq4_xs_scales(o.b).reshape(1, o.n, o.nb, 8)
+    return _block32(o, _looked_up(o, qs, "iq4nl_u8"), scale, -128)
+
+
+def _mxfp4(o: Operands) -> Tensor:
+    """MXFP4: Q4_0's nibbles select e2m1 values (doubled, plus 128), a power of two per 32."""
+    d = mxfp4_scale(o.b).reshape(1, o.n, o.nb, 1)
+    return _block32(o, _looked_up(o, _nibbles(o), "mxfp4_u8"), d, -128)
+
+
+def _half_steps(d: Tensor, s: Tensor, step: float) -> Tensor:
+    """``d * (0.5 + s) * step`` (IQ2, IQ3_XXS) as ``float(2s + 1) * (d * step / 2)``: the same float32 (halving and
+    ``step`` are exact powers of two), and one factor per block that is an integer's conversion (a sum of two would
+    be two accumulators)."""
+    return _f32(s * 2 + 1) * (d * (step * 0.5))
+
+
+def _grid_rows(o: Operands, index: Tensor, grid: str) -> Tensor:
+    """The byte rows of an i-quant grid at ``index`` ``(1, N, nb, S, groups)``: ``(1, N, nb, S, 32)`` uint8."""
+    width = 32 // index.shape[-1]
+    return table_rows(index, f"grid_u8:{grid}", width).reshape(*index.shape[:4], 32)
+
+
+def _sign_masks(o: Operands, index: Tensor, table: str = "ksign_masks") -> Tensor:
+    """Sign indices ``(1, N, nb, S, 4)`` -> ``(1, N, nb, S, 32)`` int8 masks (-1 for minus): 7-bit ones (ggml's
+    ksigns) or sign bytes (``table="byte_sign_masks"``, bit j for value j)."""
+    return table_rows(index, table, 8).reshape(*index.shape[:4], 32)
+
+
+def _xxs(o: Operands, index: Tensor, aux: Tensor, grid: str, step: float) -> Tensor:
+    """IQ2_XXS / IQ3_XXS: per 32 elements grid indices ``index`` ``(1, N, nb, 8, groups)`` and a u32 ``aux``
+    ``(1, N, nb, 8)`` of 4 sign indices and a 4-bit scale: ``d * (0.5 + s) * step`` per 32, no offset."""
+    scale = _half_steps(o.f16("d", 1), (aux >> 28) & 15, step)
+    signs = _sign_masks(o, spread(aux, 4, 4, 7))
+    return _block32(o, _grid_rows(o, index, grid), scale, None, signs)
+
+
+def _iq2_xxs(o: Operands) -> Tensor:
+    pairs = o.field("qs").reshape(1, o.n, o.nb, 8, 2, 4)  # per 32 elements: 4 grid bytes, then a u32 of signs, scale
+    index = pairs.shrink(((0, 1), (0, o.n), (0, o.nb), (0, 8), (0, 1), (0, 4))).reshape(1, o.n, o.nb, 8, 4)
+    aux = le_uint(pairs.shrink(((0, 1), (0, o.n), (0, o.nb), (0, 8), (1, 2), (0, 4))).reshape(o.n * o.nb, 32), 4)
+    return _xxs(o, index, aux.bitcast("int32").reshape(1, o.n, o.nb, 8), "IQ2XXS", 0.25)
+
+
+def _iq3_xxs(o: Operands) -> Tensor:
+    index = o.field("qs").reshape(1, o.n, o.nb, 8, 8)
+    aux = le_uint(o.b.bytes("aux"), 4).bitcast("int32").reshape(1, o.n, o.nb, 8)
+    return _xxs(o, index, aux, "IQ3XXS", 0.5)
+
+
+def _nibbles_per_16(o: Operands) -> Tensor:
+    """IQ2_XS / IQ2_S: a 4-bit scale per 16 elements, low then high nibble of byte i for block i: ``(1, N, nb, 8,
+    2)``."""
+    return spread(o.field("scales"), 4, 2, 4)
+
+
+def _iq2_xs(o: Operands) -> Tensor:
+    """Per 8 values a u16: a 9-bit grid index and a 7-bit sign index; scales per 16."""
+    qs = le_uint(o.b.bytes("qs"), 2).cast("int32").reshape(1, o.n, o.nb, 8, 4)
+    scale = _half_steps(o.f16("d", 2), _nibbles_per_16(o), 0.25)
+    return _block32(o, _grid_rows(o, qs & 511, "IQ2XS"), scale, None, _sign_masks(o, qs >> 9))
+
+
+def _iq2_s(o: Operands) -> Tensor:
+    """Per 8 values a grid index byte with 2 more bits from ``qh`` and a sign byte; scales per 16."""
+    high = spread(o.field("qh"), 4, 4, 2)  # (1, N, nb, 8, 4)
+    index = o.field("qs").reshape(1, o.n, o.nb, 8, 4).cast("int32") | (high.cast("int32") << 8)
+    signs = _sign_masks(o, o.field("signs").reshape(1, o.n, o.nb, 8, 4), "byte_sign_masks")
+    scale = _half_steps(o.f16("d", 2), _nibbles_per_16(o), 0.25)
+    return _block32(o, _grid_rows(o, index, "IQ2S"), scale, None, signs)
+
+
+def _iq3_s(o: Operands) -> Tensor:
+    """Per 4 values a grid index byte with a 9th bit from ``qh``; a sign byte per 8; ``d * (2s + 1)`` per 32."""
+    high = spread(o.field("qh"), 4, 8, 1)  # (1, N, nb, 8, 8)
+    index = o.field("qs").reshape(1, o.n, o.nb, 8, 8).cast("int32") | (high.cast("int32") << 8)
+    signs = _sign_masks(o, o.field("signs").reshape(1, o.n, o.nb, 8, 4), "byte_sign_masks")
+    scale = o.f16("d", 1) * _f32(spread(o.field("scales"), 4, 2, 4).reshape(1, o.n, o.nb, 8) * 2 + 1)
+    return _block32(o, _grid_rows(o, index, "IQ3S"), scale, None, signs)
 
 
 SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
@@ -252,16 +379,30 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
     GGMLType.Q5_K: _q5_k,
     GGMLType.Q6_K: _q6_k,
     GGMLType.TQ2_0: _tq2_0,
+    GGMLType.IQ4_NL: _iq4_nl,
+    GGMLType.IQ4_XS: _iq4_xs,
+    GGMLType.MXFP4: _mxfp4,
+    GGMLType.IQ2_XXS: _iq2_xxs,
+    GGMLType.IQ3_XXS: _iq3_xxs,
+    GGMLType.IQ2_XS: _iq2_xs,
+    GGMLType.IQ2_S: _iq2_s,
+    GGMLType.IQ3_S: _iq3_s,
 }
 
 # the types whose integer path is faster than the float one on a renderer that compiles byte dots (GEMVs of SmolLM2's
 # shapes, jitted, int / float time in one process, alternating, load ~9-13): Q4_0 1.25-1.37x, Q4_1 1.27-1.33x,
 # Q5_0 1.38-1.45x, Q5_1 1.35-1.40x, Q8_0 1.16-1.20x, Q2_K 1.82-1.84x, Q3_K 2.21-2.29x, Q4_K 2.12-2.21x,
 # Q5_K 2.26-2.30x, Q6_K 2.35-2.45x. TQ2_0 (32-byte planes, one scale per 256; 4096^2 GEMV): 1.5x (CPU time
-# 1.59-1.62 -> 1.03-1.06 ms, load ~10).
+# 1.59-1.62 -> 1.03-1.06 ms, load ~10). IQ4_NL, IQ4_XS, MXFP4 (values from a byte table, one vpshufb per 32; 4096^2,
+# alternating, load ~4-5): 1.22x, 1.43x, 1.25x (Q4_0 1.34x in the same run; in CPU time, load ~9: 1.15x, 1.38x,
+# 1.39x, 1.32x). Grid types (rows of bytes, signs flipped on the activations; CPU time of one thread, load ~9, three
+# runs): IQ2_XS 1.12-1.14x; the others stay in float: IQ2_XXS 0.87-0.89x, IQ2_S 0.83-0.87x, IQ3_XXS 0.97-1.00x,
+# IQ3_S 0.81-0.83x (their float path reads a group of 8 values as one vector; here each group's row is a scalar
+# index, a load and an insert).
 INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
                                                 GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K,
-                                                GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.TQ2_0})
+                                                GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.TQ2_0, GGMLType.IQ4_NL,
+                                                GGMLType.IQ4_XS, GGMLType.MXFP4, GGMLType.IQ2_XS})
 
 
 def uses_int_dot(type_id: GGMLType | int, device: str) -> bool:

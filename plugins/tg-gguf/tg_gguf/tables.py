@@ -10,6 +10,13 @@ The tables (facts of the ggml format, computed from ``tg_gguf.iq_grids`` / ``tg_
   per group, the GEMVs were ~10% slower).
 - ``iq4nl``, ``mxfp4``: the 16 values a 4-bit index selects (float32), looked up per value (in registers, on a
   renderer that gathers from a 16-float table).
+- ``iq4nl_u8``, ``mxfp4_u8``: the same 16 values plus 128, as bytes (0..255): the unsigned operand of an integer
+  dot product (``tg_gguf.intdot``), looked up 32 at a time with one byte shuffle on a renderer that has it.
+- ``grid_u8:<NAME>``: an i-quant grid with non-negative integer values (IQ2, IQ3) as bytes, laid out as ``grid:``:
+  the unsigned operand of an integer dot product, a group's values one load of 8 (4) bytes.
+- ``ksign_masks``: for each 7-bit sign index, the 8 signs of ``ksigns`` as byte masks (0 for +, -1 for -, int8):
+  an integer dot product flips its activations' signs with them (``(x ^ m) - m``).
+- ``byte_sign_masks``: for each byte, its 8 bits as byte masks (0 or -1, int8), bit ``j`` for value ``j``.
 - ``grid:IQ1S+delta``: IQ1_S / IQ1_M's grid plus its delta (+0.125 for entries 0..2047, -0.125 for 2048..4095),
   so a group's values with their delta are one load (the delta had been two more products per group in a GEMV).
 - ``tq1_powers``: TQ1_0's power of 3 for each of a block's 256 values (int32).
@@ -57,6 +64,25 @@ def _tq1_powers() -> np.ndarray:
     return np.concatenate([first, second, last]).astype(np.int32)
 
 
+def _grid_bytes(name: str) -> np.ndarray:
+    from tg_gguf.quants import grid
+    values = grid(name).reshape(-1)
+    if values.min() < 0 or values.max() > 255:
+        raise ValueError(f"grid {name} has values outside 0..255: no byte table")
+    return values.astype(np.uint8)
+
+
+def _ksign_masks() -> np.ndarray:
+    from tg_gguf.quants import ksigns
+    bits = (ksigns(np.arange(128, dtype=np.uint8)).reshape(-1, 1) >> np.arange(8, dtype=np.uint8)) & 1
+    return (-bits.astype(np.int8)).reshape(-1)
+
+
+def _byte_sign_masks() -> np.ndarray:
+    bits = (np.arange(256, dtype=np.uint8).reshape(-1, 1) >> np.arange(8, dtype=np.uint8)) & 1
+    return (-bits.astype(np.int8)).reshape(-1)
+
+
 def _ksigns() -> np.ndarray:
     from tg_gguf.quants import ksigns
     return _sign_patterns(ksigns(np.arange(128, dtype=np.uint8)))
@@ -71,10 +97,21 @@ def _values(name: str) -> np.ndarray:
     return np.array(getattr(dequant, name), dtype=np.float32)
 
 
+def _shifted_bytes(name: str) -> np.ndarray:
+    """A table of 16 small integers plus 128, as uint8 (every value fits: -127 .. 113)."""
+    from tg_gguf import dequant
+    return (np.array(getattr(dequant, name), dtype=np.int32) + 128).astype(np.uint8)
+
+
 BUILDERS: dict[str, Callable[[], np.ndarray]] = {
     "iq4nl": functools.partial(_values, "IQ4_NL_VALUES"),
     "mxfp4": functools.partial(_values, "MXFP4_VALUES"),
+    "iq4nl_u8": functools.partial(_shifted_bytes, "IQ4_NL_VALUES"),
+    "mxfp4_u8": functools.partial(_shifted_bytes, "MXFP4_VALUES"),
     **{f"grid:{g}": functools.partial(_grid_floats, g) for g in ("IQ2XXS", "IQ2XS", "IQ2S", "IQ3XXS", "IQ3S")},
+    **{f"grid_u8:{g}": functools.partial(_grid_bytes, g) for g in ("IQ2XXS", "IQ2XS", "IQ2S", "IQ3XXS", "IQ3S")},
+    "ksign_masks": _ksign_masks,
+    "byte_sign_masks": _byte_sign_masks,
     "grid:IQ1S+delta": _iq1_shifted,
     "tq1_powers": _tq1_powers,
     "ksigns": _ksigns,
