@@ -189,6 +189,9 @@ SHORT_PROMPT_PADDINGS = (4, 8, 16)  # short prompts' prefill sizes captured whil
 # says the next still fits; the rest while idle. A warm program cache (tgcore.engine.programs) makes them cheap.
 READY_BUDGET_S = 3.5
 IDLE_POLL_S = 0.5     # how often an idle worker looks at the queue when nothing arrives
+# an idle capture (up to a second on a loaded machine) starts only after this long without work, so requests sent
+# one after another (a client's next turn, a benchmark's next round) do not wait behind one
+IDLE_WARM_AFTER_S = 1.0
 
 
 class Engine:
@@ -376,9 +379,14 @@ class Engine:
 
     def _work(self) -> None:
         sched = _Scheduler(self)
+        last_busy = -IDLE_WARM_AFTER_S  # time.monotonic() when the worker last had work
         while True:
             idle = not sched.busy()
-            if idle and self._warm_later and self.stop_at is None:
+            now = time.monotonic()
+            if not idle:
+                last_busy = now
+            quiet = now - last_busy
+            if idle and self._warm_later and self.stop_at is None and quiet >= IDLE_WARM_AFTER_S:
                 try:
                     self._warm_later.pop(0)()  # one capture while idle
                 except Exception:  # noqa: BLE001 - an optional capture: a request needing it compiles it then
@@ -386,8 +394,8 @@ class Engine:
                     self._warm_later.clear()
             arrived: list[Job | None] = []
             try:  # wait for work only when there is nothing to run; then take all that is queued
-                arrived.append(self._queue.get(timeout=IDLE_POLL_S if not self._warm_later else 0) if idle
-                               else self._queue.get_nowait())
+                wait = IDLE_POLL_S if not self._warm_later else max(0.0, min(IDLE_POLL_S, IDLE_WARM_AFTER_S - quiet))
+                arrived.append(self._queue.get(timeout=wait) if idle else self._queue.get_nowait())
                 while True:
                     arrived.append(self._queue.get_nowait())
             except queue.Empty:
