@@ -334,6 +334,11 @@ class Engine:
     # ---- queue ----
 
     @property
+    def warm_ups_left(self) -> int:
+        """Captures the worker still makes while idle."""
+        return len(self._warm_later)
+
+    @property
     def pending(self) -> int:
         return self._pending
 
