@@ -152,3 +152,14 @@ def test_the_cache_can_be_turned_off(tmp_path, monkeypatch, generated):
     new_process(monkeypatch)
     computed()
     assert len(generated) == 2 * made
+
+
+def test_a_rewrite_trace_sees_the_passes_of_a_cached_kernel(tmp_path, monkeypatch, generated):
+    """``VIZ=1`` records what code generation does: with a trace active the cache is not read."""
+    from tgcore.uop import trace
+    computed()
+    made = len(generated)
+    new_process(monkeypatch)
+    monkeypatch.setattr(trace, "ACTIVE", trace.Tracer())
+    np.testing.assert_array_equal(computed(), EXPECTED)
+    assert len(generated) == 2 * made and len(trace.ACTIVE.kernels) >= made

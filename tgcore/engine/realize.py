@@ -33,7 +33,7 @@ from tgcore.helpers import BEAM, DEBUG
 from tgcore.runtime.buffer import Buffer
 from tgcore.runtime.registry import open_device
 from tgcore.schedule.kernelize import ScheduleItem
-from tgcore.uop import UOp
+from tgcore.uop import UOp, trace
 
 
 @dataclass
@@ -112,10 +112,11 @@ def compile_runner(device: str, ast: UOp, opts: list[Opt] | None = None) -> Runn
 
 
 def generate(dev: Any, ast: UOp, threads: int) -> ProgramSpec:
-    """The program the policy gives ``ast`` on ``dev``: from the disk cache of generated programs when it holds it
-    (not while BEAM searches), else generated now and stored there."""
+    """The program the policy gives ``ast`` on ``dev``: from the disk cache of generated programs when it holds it,
+    else generated now and stored there."""
     key = program_key(dev.name, ast, dev.renderer, threads)
-    if key is not None and int(BEAM.value) <= 0:
+    # (not while BEAM searches, nor while a rewrite trace or DEBUG>=5 wants to see the passes run)
+    if key is not None and int(BEAM.value) <= 0 and trace.ACTIVE is None and DEBUG < 5:
         spec = programs.lookup(key)
         if spec is not None:
             return spec
