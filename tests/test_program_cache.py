@@ -32,8 +32,8 @@ EXPECTED = np.maximum(A @ B, 0) * 2
 @pytest.fixture(autouse=True)
 def fresh(tmp_path, monkeypatch):
     monkeypatch.setenv("TG_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("TG_PROGRAM_CACHE", raising=False)
-    monkeypatch.delenv("BEAM", raising=False)
+    for flag in ("TG_PROGRAM_CACHE", "BEAM", "TG_SPEC", "TG_PM_INTERP", "TG_REWRITE_LOG", "DEBUG", "VIZ"):
+        monkeypatch.delenv(flag, raising=False)  # (CI runs with TG_SPEC=1, which reads no stored program)
     new_process(monkeypatch)
 
 
@@ -163,3 +163,13 @@ def test_a_rewrite_trace_sees_the_passes_of_a_cached_kernel(tmp_path, monkeypatc
     monkeypatch.setattr(trace, "ACTIVE", trace.Tracer())
     np.testing.assert_array_equal(computed(), EXPECTED)
     assert len(generated) == 2 * made and len(trace.ACTIVE.kernels) >= made
+
+
+def test_spec_checks_see_the_passes_of_a_cached_kernel(tmp_path, monkeypatch, generated):
+    """``TG_SPEC=1`` checks every rewrite of code generation: the cache is not read then."""
+    computed()
+    made = len(generated)
+    new_process(monkeypatch)
+    monkeypatch.setenv("TG_SPEC", "1")
+    np.testing.assert_array_equal(computed(), EXPECTED)
+    assert len(generated) == 2 * made

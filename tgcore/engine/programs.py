@@ -21,7 +21,8 @@ was made with (the winner file's digest, or that no winner was stored anywhere),
 Entry: ``<cache_dir()>/programs/<key[:2]>/<key>.json``, JSON ``{format, key, spec, winner, meta, checksum}``
 (``checksum``: sha256 of the rest), written to a temp file and renamed into place. An entry that does not parse,
 fails its checksum, belongs to another key or format, or was made with another BEAM winner is ignored with a warning
-naming the file, and replaced. ``TG_PROGRAM_CACHE=0`` turns the cache off.
+naming the file, and replaced. ``TG_PROGRAM_CACHE=0`` turns the cache off; ``realize`` does not read it while BEAM
+searches or a run watches the passes (``realize.passes_watched``: TG_SPEC, VIZ, ...).
 """
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -115,8 +116,7 @@ def generate(dev: Any, ast: UOp, threads: int) -> ProgramSpec:
     """The program the policy gives ``ast`` on ``dev``: from the disk cache of generated programs when it holds it,
     else generated now and stored there."""
     key = program_key(dev.name, ast, dev.renderer, threads)
-    # (not while BEAM searches, nor while a rewrite trace or DEBUG>=5 wants to see the passes run)
-    if key is not None and int(BEAM.value) <= 0 and trace.ACTIVE is None and DEBUG < 5:
+    if key is not None and int(BEAM.value) <= 0 and not passes_watched():
         spec = programs.lookup(key)
         if spec is not None:
             return spec
@@ -130,6 +130,14 @@ def generate(dev: Any, ast: UOp, threads: int) -> ProgramSpec:
     if key is not None and seen:
         programs.store(key, spec, winner_stamp(dev.name, seen[0], dev.renderer, threads))
     return spec
+
+
+def passes_watched() -> bool:
+    """Whether this run wants to see code generation's passes run (a rewrite trace, ``TG_SPEC`` checks, the
+    interpreted matchers, ``DEBUG>=5``): then stored programs are not read (BEAM, searching, does not read them
+    either)."""
+    flags = (os.environ.get(flag, "0") not in ("", "0") for flag in ("TG_SPEC", "TG_PM_INTERP", "TG_REWRITE_LOG"))
+    return trace.ACTIVE is not None or DEBUG >= 5 or any(flags)
 
 
 def build_program(dev: Any, spec: ProgramSpec, disk_cache: bool = True) -> Any:
