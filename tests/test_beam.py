@@ -39,6 +39,7 @@ def elementwise() -> np.ndarray:
 @pytest.fixture(autouse=True)
 def fresh(tmp_path, monkeypatch):
     monkeypatch.setenv("TG_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TG_PROGRAM_CACHE", "0")  # (what code generation does with opts is tested here, not its cache)
     forget_compiled(monkeypatch)
 
 

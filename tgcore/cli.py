@@ -80,6 +80,7 @@ def cmd_serve(args: argparse.Namespace, host: PluginHost) -> int:
 CACHE_PARTS = {
     "compile": "compiled kernels (machine code), by source digest",
     "beam": "BEAM search winners, one JSON file per kernel",
+    "programs": "generated programs (code generation's output), one JSON file per kernel",
     "isa": "the vector ISA verdict of this machine",
     "so": "shared objects, when the temp dir is mounted noexec",
     "profiles": "PROFILE=1 / tg profile recordings (tg viz reads them)",

@@ -107,18 +107,48 @@ def cache_key(device: str, kernel: Kernel, renderer: Renderer, threads: int) -> 
     fingerprint = kernel_fingerprint(kernel.ast)
     if fingerprint is None:
         return None
+    parts = {"kernel": kernel.name, **machine_parts(device, renderer, threads)}
+    text = json.dumps({"format": ENTRY_FORMAT, **parts, "fingerprint": fingerprint}, sort_keys=True)
+    return CacheKey(hashlib.sha256(text.encode()).hexdigest(), parts)
+
+
+def machine_parts(device: str, renderer: Renderer, threads: int) -> dict[str, Any]:
+    """What a kernel's cache keys hold besides the kernel: the device, the renderer, its compiler, the CPU, the
+    chosen ISA level, the threads and the tgcore version (``engine.programs`` keys use them too)."""
     try:
         level = chosen_isa_level()
         isa = level.name if level is not None else "none"
     except IsaLevelError as e:  # the compiler will say so; the key only needs to differ
         isa = f"invalid ({e})"
-    parts = {
-        "kernel": kernel.name, "device": device, "renderer": renderer_identity(renderer),
-        "compiler": compiler_identity(renderer), "cpu": cpu_features().identity, "isa": isa, "threads": threads,
-        "version": tgcore.__version__,
-    }
-    text = json.dumps({"format": ENTRY_FORMAT, **parts, "fingerprint": fingerprint}, sort_keys=True)
-    return CacheKey(hashlib.sha256(text.encode()).hexdigest(), parts)
+    return {"device": device, "renderer": renderer_identity(renderer), "compiler": compiler_identity(renderer),
+            "cpu": cpu_features().identity, "isa": isa, "threads": threads, "version": tgcore.__version__}
+
+
+def winner_stamp(device: str, kernel: Kernel, renderer: Renderer, threads: int) -> str:
+    """Which stored winner the policy read for ``kernel``: ``"none"`` (none stored anywhere), ``"unkeyed"`` (the
+    kernel has no key: never one), else its key's digest and the sha256 of the file there (``absent``). A generated
+    program made with it stays valid while ``winner_still(stamp)``."""
+    if winners.empty():
+        return "none"
+    key = cache_key(device, kernel, renderer, threads)
+    return "unkeyed" if key is None else f"{key.digest}:{_file_digest(WinnerCache.path(key.digest))}"
+
+
+def winner_still(stamp: str) -> bool:
+    """Whether the stored winners are still as ``winner_stamp`` found them."""
+    if stamp == "none":
+        return winners.empty()
+    if stamp == "unkeyed":
+        return True
+    digest, _, sha = stamp.partition(":")
+    return _file_digest(WinnerCache.path(digest)) == sha
+
+
+def _file_digest(path: pathlib.Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return "absent"
 
 
 def renderer_identity(renderer: Renderer) -> str:

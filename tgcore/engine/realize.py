@@ -8,31 +8,33 @@ Compiled programs are cached in memory by (device, kernel AST): kernels are hash
 UOps, so the same computation on different buffers reuses its program. The cache keeps the
 ``MAX_RUNNERS`` most recently used programs (a CPU program holds a loaded library, ~5 memory
 mappings, until it is dropped), so a process that keeps meeting new kernels stays bounded;
-a dropped kernel met again is rebuilt from the compiler's on-disk cache (which also serves
-later processes). A kernel's optimizations come from ``engine.beam``'s policy: a stored BEAM
-winner, a search when ``BEAM`` is set, else the heuristic. Host calls (``HostCall``: Python a caller wants run
-right after a given kernel, e.g. a transport starting to send the buffer it wrote) run between the items and
-are recorded for the JIT like kernels.
+a dropped kernel met again is rebuilt from the disk caches of generated programs (``engine.programs``) and of
+the compiler, which also serve later processes. A kernel's optimizations come from ``engine.beam``'s policy: a
+stored BEAM winner, a search when ``BEAM`` is set, else the heuristic. Host calls (``HostCall``: Python a caller
+wants run right after a given kernel, e.g. a transport starting to send the buffer it wrote) run between the items
+and are recorded for the JIT like kernels.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tgcore.codegen import ProgramSpec, get_program
+from tgcore.codegen import Kernel, ProgramSpec, get_program
 from tgcore.codegen.optimize import Opt
 from tgcore.engine import profile
-from tgcore.engine.beam import beam_policy
+from tgcore.engine.beam import beam_policy, winner_stamp
+from tgcore.engine.programs import program_key, programs
 from tgcore.engine.stats import KernelTimes, update_stats
-from tgcore.helpers import DEBUG
+from tgcore.helpers import BEAM, DEBUG
 from tgcore.runtime.buffer import Buffer
 from tgcore.runtime.registry import open_device
 from tgcore.schedule.kernelize import ScheduleItem
-from tgcore.uop import UOp
+from tgcore.uop import UOp, trace
 
 
 @dataclass
@@ -100,8 +102,7 @@ def compile_runner(device: str, ast: UOp, opts: list[Opt] | None = None) -> Runn
     heuristic. Raises ``OptError`` for a list that does not fit the kernel."""
     dev = open_device(device)
     threads = getattr(dev, "threads", 1)
-    spec = get_program(ast, dev.renderer, threads, opts) if opts is not None else \
-        get_program(ast, dev.renderer, threads, policy=beam_policy(dev))
+    spec = get_program(ast, dev.renderer, threads, opts) if opts is not None else generate(dev, ast, threads)
     if DEBUG >= 4:
         print(spec.src if isinstance(spec.src, str) else f"<{len(spec.src)} bytes>")
     if DEBUG >= 5:
@@ -109,6 +110,34 @@ def compile_runner(device: str, ast: UOp, opts: list[Opt] | None = None) -> Runn
             print(f"{i:4d} {u.op.name:12s} {u.dtype!r:24s} {[spec.uops.index(s) for s in u.src if s in spec.uops]}"
                   f" {u.arg!r}")
     return Runner(spec, build_program(dev, spec), device)
+
+
+def generate(dev: Any, ast: UOp, threads: int) -> ProgramSpec:
+    """The program the policy gives ``ast`` on ``dev``: from the disk cache of generated programs when it holds it,
+    else generated now and stored there."""
+    key = program_key(dev.name, ast, dev.renderer, threads)
+    if key is not None and int(BEAM.value) <= 0 and not passes_watched():
+        spec = programs.lookup(key)
+        if spec is not None:
+            return spec
+    seen: list[Kernel] = []  # the prepared kernel the policy saw (none: a hand-written program)
+    policy = beam_policy(dev)
+
+    def recording(kernel: Kernel, renderer: Any, threads: int) -> list[Opt]:
+        seen.append(kernel)
+        return policy(kernel, renderer, threads)
+    spec = get_program(ast, dev.renderer, threads, policy=recording)
+    if key is not None and seen:
+        programs.store(key, spec, winner_stamp(dev.name, seen[0], dev.renderer, threads))
+    return spec
+
+
+def passes_watched() -> bool:
+    """Whether this run wants to see code generation's passes run (a rewrite trace, ``TG_SPEC`` checks, the
+    interpreted matchers, ``DEBUG>=5``): then stored programs are not read (BEAM, searching, does not read them
+    either)."""
+    flags = (os.environ.get(flag, "0") not in ("", "0") for flag in ("TG_SPEC", "TG_PM_INTERP", "TG_REWRITE_LOG"))
+    return trace.ACTIVE is not None or DEBUG >= 5 or any(flags)
 
 
 def build_program(dev: Any, spec: ProgramSpec, disk_cache: bool = True) -> Any:

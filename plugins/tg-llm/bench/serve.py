@@ -133,23 +133,47 @@ def wait_healthy(url: str, proc: subprocess.Popen, seconds: float = 300) -> None
     raise SystemExit(f"the server at {url} did not become ready (exit status {proc.poll()})")
 
 
+def kernels_compiled(url: str) -> int | None:
+    """The server's ``tg_llm_kernels_compiled`` from /metrics (None: a server without it, e.g. llama-server)."""
+    import httpx
+    try:
+        text = httpx.get(url + "/metrics", timeout=30).text
+    except httpx.HTTPError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("tg_llm_kernels_compiled "):
+            return int(float(line.split()[1]))
+    return None
+
+
+def compiled_note(url: str, before: int | None) -> str:
+    after = kernels_compiled(url)
+    return "" if before is None or after is None else f", {after - before} kernels compiled"
+
+
 def measure(url: str, args: argparse.Namespace, streams: list[int]) -> dict[str, float]:
-    """The figures of one server: aggregate tok/s per stream count and the TTFT behind a long prefill."""
+    """The figures of one server: aggregate tok/s per stream count and the TTFT behind a long prefill (and, from a
+    tg server, the kernels each step compiled)."""
     import openai
     client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
     model = client.models.list().data[0].id
     # warm-up (compiles, captures each batch size's step): the most streams, short generations
-    concurrent(client, model, max(streams), args.prompt_tokens, 8)
+    compiled = kernels_compiled(url)
+    r = concurrent(client, model, max(streams), args.prompt_tokens, 8)
+    print(f"  warm-up round ({max(streams)} streams, 8 tokens): {r['wall_s']:.1f} s{compiled_note(url, compiled)}")
     out: dict[str, float] = {}
     for n in streams:
+        compiled = kernels_compiled(url)
         r = concurrent(client, model, n, args.prompt_tokens, args.gen_tokens)
         out[f"{n} streams"] = r["aggregate_tok_s"]
         out[f"{n} streams decode"] = r["mean_stream_decode_tok_s"]
         print(f"  {n} stream(s): aggregate {r['aggregate_tok_s']:.1f} tok/s, per stream decode "
-              f"{r['mean_stream_decode_tok_s']:.1f} tok/s ({r['tokens']} tokens in {r['wall_s']:.1f} s)", flush=True)
+              f"{r['mean_stream_decode_tok_s']:.1f} tok/s ({r['tokens']} tokens in {r['wall_s']:.1f} s"
+              f"{compiled_note(url, compiled)})", flush=True)
+    compiled = kernels_compiled(url)
     out["ttft"] = ttft_behind_long_prompt(client, model, args.long_prompt_tokens)
-    print(f"  TTFT of a short request behind a {args.long_prompt_tokens}-token prefill: {out['ttft']:.2f} s",
-          flush=True)
+    print(f"  TTFT of a short request behind a {args.long_prompt_tokens}-token prefill: {out['ttft']:.2f} s"
+          f"{compiled_note(url, compiled)}", flush=True)
     return out
 
 
@@ -181,9 +205,10 @@ def main() -> int:
     proc = subprocess.Popen([sys.executable, "-m", "tgcore.cli", "serve", "llm", "--model", str(path), "--port",
                              str(port), "--max-context", str(args.max_context), "--parallel", str(args.parallel),
                              "--log-level", "warning"], stdin=subprocess.DEVNULL)
+    launched = time.perf_counter()
     url = f"http://127.0.0.1:{port}"
     wait_healthy(url, proc)
-    print(f"tg serve llm --parallel {args.parallel}:")
+    print(f"tg serve llm --parallel {args.parallel}: ready {time.perf_counter() - launched:.1f} s after launch")
     tg = measure(url, args, streams)
     if 1 in streams:
         one = tg["1 streams"]

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from test_server_helpers import MODEL_ID, MODEL_NAME, LiveServer, require, require_server_deps, smollm2_path
 
@@ -91,6 +92,44 @@ def _asgi_client(app: Any) -> Any:
     httpx = require("httpx", "pip install httpx")
     from tg_llm.server_app import asgi
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi(app)), base_url="http://test")
+
+
+def test_warm_ups_before_ready_leave_the_first_requests_nothing_to_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given the time (``READY_BUDGET_S``), every warm-up runs before ready; then a short prompt's prefill and the
+    batched decode steps of two choices across both attention windows compile no kernel, and greedy tokens are
+    those of the same prompt run alone through the model."""
+    import asyncio
+
+    from tg_llm import server_engine
+    from tg_llm.server_engine import Choice, Engine, Job
+
+    from tgcore.engine.realize import CompileCounter
+    monkeypatch.setattr(server_engine, "READY_BUDGET_S", 1e9)
+    engine = Engine(smollm2_path(), max_context=64, parallel=2)
+    engine.start_loading().join(600)
+    assert engine.state == "ready" and not engine._warm_later and engine.warm_ups_before_ready > 0
+    ids = engine.tokenizer.encode("The capital of France is")
+    loop = asyncio.new_event_loop()
+    job = Job([Choice(ids, 40, temperature=0.0), Choice(ids, 40, temperature=0.8, top_k=40, seed=1)], loop,
+              time.monotonic() + 600)
+    before = CompileCounter.count
+    assert engine.try_submit(job)
+
+    async def tokens() -> list[list[int]]:
+        got: list[list[int]] = [[], []]
+        while (out := await job.outputs.get()).kind != "end":
+            assert out.kind == "event", out.payload
+            got[out.index].append(out.payload.token_id)
+        return got
+    greedy, sampled = loop.run_until_complete(tokens())
+    assert CompileCounter.count == before
+    engine.stop()
+    engine._worker.join(60)  # (the worker owns the model until then)
+    engine.model.reset()
+    alone = [int(np.argmax(engine.model.forward_last(ids, 0)))]
+    for pos in range(len(ids), len(ids) + len(greedy) - 1):
+        alone.append(int(np.argmax(engine.model.forward_last([alone[-1]], pos))))
+    assert greedy == alone and len(sampled) >= 1
 
 
 def test_health_503_while_loading_then_200() -> None:

@@ -3,9 +3,9 @@ scheduler that decodes every running generation in one batched forward per step.
 
 In:  ``Engine(path, device, max_context, parallel=4)``; ``engine.start_loading()`` loads the model (one KV cache
      per slot) and tokenizer on a thread (a progress bar on stderr, the load time logged) and warms the decode
-     step up for every batch size, while the server already answers /health ("loading" until then).
-     ``engine.submit(job)`` puts a ``Job`` (one or more ``Choice``s: prompt ids + sampling settings) in
-     the queue.
+     step up for every batch size (then more captures while ``READY_BUDGET_S`` allows, the rest while idle),
+     while the server already answers /health ("loading" until then). ``engine.try_submit(job)`` puts a ``Job``
+     (one or more ``Choice``s: prompt ids + sampling settings) in the queue.
 Out: each job's ``Output`` items, delivered to the job's asyncio queue in order per choice: prompt
      log-probabilities (echo), the generator's events per choice, an error, and always a final ``END``.
 
@@ -184,7 +184,14 @@ class ProgressBar:
 # 64 is that at 128 (SmolLM2 Q4_1, 512 tokens, load 8-13: 27-36 vs 29-31 tok/s; at 32: 16-23)
 PREFILL_CHUNK = 64
 SHORT_PROMPT_PADDINGS = (4, 8, 16)  # short prompts' prefill sizes captured while idle (fused: small captures)
+# seconds from the engine's creation to ready that the warm-ups aim at: after the first window's decode steps, the
+# next warm-ups (short prompts' prefill, the chunks, the next windows) run before ready while the last one's time
+# says the next still fits; the rest while idle. A warm program cache (tgcore.engine.programs) makes them cheap.
+READY_BUDGET_S = 3.5
 IDLE_POLL_S = 0.5     # how often an idle worker looks at the queue when nothing arrives
+# an idle capture (up to a second on a loaded machine) starts only after this long without work, so requests sent
+# one after another (a client's next turn, a benchmark's next round) do not wait behind one
+IDLE_WARM_AFTER_S = 1.0
 
 
 class Engine:
@@ -231,6 +238,8 @@ class Engine:
         self.active_slots = 0  # slots generating
         self.stop_at: float | None = None  # time.monotonic() past which generations end (shutdown)
         self._warm_later: list[Callable[[], None]] = []  # captures to make while idle, first first
+        self.constructed_at = time.monotonic()  # (what READY_BUDGET_S counts from)
+        self.warm_ups_before_ready = 0  # of the captures in ``_warm_later``'s list, those made before ready
 
     # ---- loading ----
 
@@ -254,8 +263,9 @@ class Engine:
                 self.path, device=self.device, max_context=self.max_context_asked,
                 progress=ProgressBar(f"loading {self.path.name}"), sequences=self.parallel)
             self.stop_ids = Generator(self.model, self.tokenizer).stop_ids()
-            # the step of every batch size at the smallest attention window now; while idle, the prefill of short
-            # prompts (a short request's first token), then the longer windows
+            # the step of every batch size at the smallest attention window now; then the prefill of short prompts
+            # (a short request's first token), the chunks of longer ones and the longer windows: before ready while
+            # the time allows (READY_BUDGET_S), the rest while idle
             shapes = self.model.decode_shapes()
             first = min(pos for _, pos in shapes)
             warm = time.perf_counter()
@@ -266,6 +276,8 @@ class Engine:
             if 2 * self.prefill_chunk <= self.model.config.max_context - 1:
                 self._warm_later.append(self._warm_chunks)
             self._warm_later += [functools.partial(self.model.warm_up, [s]) for s in shapes if s[1] != first]
+            self._warm_while_time_allows((time.perf_counter() - warm) / max(1, sum(s[1] == first for s in shapes)))
+            self.warm_up_seconds = time.perf_counter() - warm
         except BaseException as e:  # noqa: BLE001 - any failure is reported and ends the server
             self.state, self.error = "failed", e
             log.error("failed to load %s: %s: %s", self.path, type(e).__name__, e)
@@ -274,12 +286,27 @@ class Engine:
             return
         self.load_seconds = time.perf_counter() - start
         cfg = self.model.config
-        log.info("loaded %s (%s, %d layers, vocab %d, context %d of %d, %d slots) on %s in %.1f s (warm-up %.1f s)",
-                 self.model_id, cfg.architecture, cfg.n_layers, cfg.vocab_size, cfg.max_context, cfg.context_length,
-                 self.parallel, getattr(self.model, "device", self.device), self.load_seconds, self.warm_up_seconds)
+        log.info("loaded %s (%s, %d layers, vocab %d, context %d of %d, %d slots) on %s in %.1f s (warm-up %.1f s, "
+                 "%d more warm-ups while idle)", self.model_id, cfg.architecture, cfg.n_layers, cfg.vocab_size,
+                 cfg.max_context, cfg.context_length, self.parallel, getattr(self.model, "device", self.device),
+                 self.load_seconds, self.warm_up_seconds, len(self._warm_later))
         self._worker = threading.Thread(target=self._work, name="tg-llm-worker", daemon=True)
         self._worker.start()
         self.state = "ready"
+
+    def _warm_while_time_allows(self, last: float) -> None:
+        """Make the next idle warm-ups now, before ready, while one more taking as long as the last (``last``
+        seconds) ends within ``READY_BUDGET_S`` of the engine's creation."""
+        while self._warm_later and time.monotonic() - self.constructed_at + last <= READY_BUDGET_S:
+            start = time.perf_counter()
+            try:
+                self._warm_later.pop(0)()
+            except Exception:  # noqa: BLE001 - an optional capture: a request needing it compiles it then
+                log.warning("a warm-up capture failed; the rest are skipped", exc_info=True)
+                self._warm_later.clear()
+                return
+            self.warm_ups_before_ready += 1
+            last = time.perf_counter() - start
 
     def _warm_prefill(self, n: int) -> None:
         """Capture the prefill of an ``n``-token prompt at position 0 (in the slot caching the fewest tokens, then
@@ -305,6 +332,11 @@ class Engine:
         return int(self.model.config.max_context)
 
     # ---- queue ----
+
+    @property
+    def warm_ups_left(self) -> int:
+        """Captures the worker still makes while idle."""
+        return len(self._warm_later)
 
     @property
     def pending(self) -> int:
@@ -352,9 +384,14 @@ class Engine:
 
     def _work(self) -> None:
         sched = _Scheduler(self)
+        last_busy = -IDLE_WARM_AFTER_S  # time.monotonic() when the worker last had work
         while True:
             idle = not sched.busy()
-            if idle and self._warm_later and self.stop_at is None:
+            now = time.monotonic()
+            if not idle:
+                last_busy = now
+            quiet = now - last_busy
+            if idle and self._warm_later and self.stop_at is None and quiet >= IDLE_WARM_AFTER_S:
                 try:
                     self._warm_later.pop(0)()  # one capture while idle
                 except Exception:  # noqa: BLE001 - an optional capture: a request needing it compiles it then
@@ -362,8 +399,8 @@ class Engine:
                     self._warm_later.clear()
             arrived: list[Job | None] = []
             try:  # wait for work only when there is nothing to run; then take all that is queued
-                arrived.append(self._queue.get(timeout=IDLE_POLL_S if not self._warm_later else 0) if idle
-                               else self._queue.get_nowait())
+                wait = IDLE_POLL_S if not self._warm_later else max(0.0, min(IDLE_POLL_S, IDLE_WARM_AFTER_S - quiet))
+                arrived.append(self._queue.get(timeout=wait) if idle else self._queue.get_nowait())
                 while True:
                     arrived.append(self._queue.get_nowait())
             except queue.Empty:

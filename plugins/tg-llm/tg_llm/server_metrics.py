@@ -8,7 +8,9 @@ Each app has its own registry (several apps in one process, as in the tests, nev
 - ``tg_llm_prefill_tokens_total`` / ``_seconds_total`` and ``tg_llm_decode_tokens_total`` /
   ``_seconds_total`` (their ratio is the rate over any window), and ``tg_llm_prefill_tokens_per_second``
   / ``tg_llm_decode_tokens_per_second``: the rates of the last request that generated;
-- ``tg_llm_time_to_first_token_seconds``: a histogram, queue wait included (what a client waits).
+- ``tg_llm_time_to_first_token_seconds``: a histogram, queue wait included (what a client waits);
+- ``tg_llm_kernels_compiled``: kernels the process compiled so far (a request that runs captured steps adds
+  none), ``tg_llm_warm_ups_left``: captures the worker still makes while idle.
 """
 from __future__ import annotations
 
@@ -47,6 +49,11 @@ class Metrics:
         queue.set_function(lambda: max(engine.pending - engine.running_jobs, 0))
         active = Gauge("tg_llm_active_slots", "KV cache slots generating", registry=r)
         active.set_function(lambda: float(engine.active_slots))
+        from tgcore.engine.realize import CompileCounter
+        compiled = Gauge("tg_llm_kernels_compiled", "kernels compiled in this process so far", registry=r)
+        compiled.set_function(lambda: float(CompileCounter.count))
+        warm = Gauge("tg_llm_warm_ups_left", "warm-up captures left to make while idle", registry=r)
+        warm.set_function(lambda: float(engine.warm_ups_left))
 
     def request(self, path: str, status: int) -> None:
         """One answered request (paths outside the routes are counted as ``other``: labels stay few)."""
