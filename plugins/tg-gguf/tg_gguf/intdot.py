@@ -113,11 +113,13 @@ def _by_lane(t: Tensor) -> Tensor:
     return t.reshape(*t.shape[:-1], 8, 4).permute(*range(t.ndim - 1), t.ndim, t.ndim - 1)
 
 
-def _block32(o: Operands, u: Tensor, scale: Tensor, offset: Tensor) -> Tensor:
+def _block32(o: Operands, u: Tensor, scale: Tensor, offset: Tensor | int) -> Tensor:
     """Blocks of 32 elements: ``u`` ``(1, N, nb, S, 32)`` their unsigned integers in element order (``S`` blocks of 32
     per weight block), a scale and an offset per block of 32 ``(1, N, nb, S)``, or per ``G`` groups of ``32 / G``
     elements ``(1, N, nb, S, G)``. One product over each block, in lanes of 4 neighbouring elements (``_by_lane``:
-    a group's lanes share its factors)."""
+    a group's lanes share its factors). An ``int`` offset is a multiple of the scale (Q4_0's ``q = u - 8``): it is
+    added to the lane's integer sum (``u . x + offset * sum x``, converted once), so each row and block has one
+    float product to scale and accumulate, not two."""
     subs = u.shape[3]
     x = _by_lane(o.x(subs, 32))
     dx = o.scale(subs, 1, 1)
@@ -126,6 +128,8 @@ def _block32(o: Operands, u: Tensor, scale: Tensor, offset: Tensor) -> Tensor:
         groups = t.shape[4] if t.ndim == 5 else 1
         t = t.reshape(1, o.n, o.nb, subs, 1, groups, 1).expand(1, o.n, o.nb, subs, 1, groups, 8 // groups)
         return t.reshape(1, o.n, o.nb, subs, 1, 8)
+    if isinstance(offset, int):
+        return _f32(_dot(_by_lane(u), x) + _i32(x) * offset) * (per_lane(scale) * dx)
     return _f32(_dot(_by_lane(u), x)) * (per_lane(scale) * dx) + _f32(_i32(x)) * (per_lane(offset) * dx)
 
 
@@ -135,8 +139,7 @@ def _nibbles(o: Operands) -> Tensor:
 
 
 def _q4_0(o: Operands) -> Tensor:
-    d = o.f16("d")
-    return _block32(o, _nibbles(o), d, d * -8.0)
+    return _block32(o, _nibbles(o), o.f16("d"), -8)
 
 
 def _q4_1(o: Operands) -> Tensor:
@@ -154,8 +157,7 @@ def _fifth(o: Operands) -> Tensor:
 
 
 def _q5_0(o: Operands) -> Tensor:
-    d = o.f16("d")
-    return _block32(o, _nibbles(o) | _fifth(o), d, d * -16.0)
+    return _block32(o, _nibbles(o) | _fifth(o), o.f16("d"), -16)
 
 
 def _q5_1(o: Operands) -> Tensor:
@@ -163,8 +165,7 @@ def _q5_1(o: Operands) -> Tensor:
 
 
 def _q8_0(o: Operands) -> Tensor:
-    d = o.f16("d")
-    return _block32(o, (o.field("qs") ^ 0x80).reshape(1, o.n, o.nb, 1, 32), d, d * -128.0)  # u = q + 128
+    return _block32(o, (o.field("qs") ^ 0x80).reshape(1, o.n, o.nb, 1, 32), o.f16("d"), -128)  # u = q + 128
 
 
 def _k_nibbles(o: Operands, fifth: bool) -> Tensor:
