@@ -216,7 +216,7 @@ def _q3_k(o: Operands) -> Tensor:
     hmask = o.field("hmask").reshape(1, o.n, o.nb, 1, 32).expand(1, o.n, o.nb, 8, 32)
     bit = iota((1, 1, 1, 8, 1), 3, hmask.device)  # 4h + j
     u = _two_bit_planes(o).reshape(1, o.n, o.nb, 8, 32) | (((hmask >> bit) & 1) << 2)
-    return _block32(o, u, scale, scale * -4.0)
+    return _block32(o, u, scale, -4)
 
 
 def _q6_k(o: Operands) -> Tensor:
@@ -231,14 +231,14 @@ def _q6_k(o: Operands) -> Tensor:
     u = low.reshape(1, o.n, o.nb, 2, 4, 32) | top  # q + 32
     scale = o.f16("d") * _f32(o.field("scales").bitcast("int8"))
     scale = scale.reshape(1, o.n, o.nb, 8, 2)
-    return _block32(o, u.reshape(1, o.n, o.nb, 8, 32), scale, scale * -32.0)
+    return _block32(o, u.reshape(1, o.n, o.nb, 8, 32), scale, -32)
 
 
 def _tq2_0(o: Operands) -> Tensor:
     """TQ2_0: the 2-bit planes of Q2_K (quarter j of half h from bits 2j, 2j+1 of ``qs[h, l]``), ``q = u - 1``, one
     scale per 256; each quarter a block of 32 (``_block32``)."""
     d = o.f16("d", 1).expand(1, o.n, o.nb, 8)
-    return _block32(o, _two_bit_planes(o).reshape(1, o.n, o.nb, 8, 32), d, d * -1.0)
+    return _block32(o, _two_bit_planes(o).reshape(1, o.n, o.nb, 8, 32), d, -1)
 
 
 SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
