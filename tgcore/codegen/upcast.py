@@ -415,14 +415,8 @@ def factor_blocks(ast: UOp, inner: dict[UOp, UOp]) -> UOp:
         parts = [_product([*outside, _block_sum(sum(insides[1:], insides[0]), i)], red.src[0])
                  for outside, insides in groups.items()]
         ranges = tuple(r for r in red.src[1:] if r is not i)
-        if not dtypes.is_float(red.dtype):
-            return UOp(Ops.REDUCE, red.dtype, (sum(parts[1:], parts[0]), *ranges), red.arg)
-        # a float sum keeps one accumulator per product (``acc += s * block_sum``): a C compiler that contracts
-        # a * b + c into one FMA (gcc's default) then has one product to fuse in any context, whereas in
-        # ``acc + (p1 + p2)`` which product it fuses changes with the code around it (rows unrolled or not),
-        # and with it the rounding: each row of a batch would no longer be summed as it is alone
-        reduces = [UOp(Ops.REDUCE, red.dtype, (part, *ranges), red.arg) for part in parts]
-        return sum(reduces[1:], reduces[0])
+        # one accumulator for the products (a float one adds them in turn: ``accumulate.in_turn``)
+        return UOp(Ops.REDUCE, red.dtype, (sum(parts[1:], parts[0]), *ranges), red.arg)
 
     new: dict[UOp, UOp] = {}
     for n in ast.toposort:
