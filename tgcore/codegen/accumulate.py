@@ -33,19 +33,48 @@ def reduce_identity(op: Ops, dtype: DType) -> Any:
     raise ValueError(f"no identity for reduce {op}")
 
 
-def _combine(op: Ops, acc: UOp, value: UOp) -> UOp:
-    return acc.alu(op, value)
+NESTED_SUMS = (Ops.REDUCE, Ops.CUSTOMI)
 
 
-def _accumulator(red: UOp, src: tuple[UOp, ...], number: int) -> UOp:
+def _terms(u: UOp) -> list[UOp]:
+    return [t for s in u.src for t in _terms(s)] if u.op is Ops.ADD else [u]
+
+
+def in_turn(red: UOp) -> list[UOp] | None:
+    """The products a float sum adds to its accumulator one after the other, ``acc = (acc + p1) + p2``: the
+    sums of quantization blocks ``upcast.factor_blocks`` made (each term a product with a block's sum: an inner
+    REDUCE, or the renderer's inline call that replaced one, ``cbytedot``), else None. A C compiler that
+    contracts ``a * b + c`` into one FMA (gcc's default) then has one product to fuse in each add, whereas in
+    ``acc + (p1 + p2)`` which product it fuses changes with the code around it (rows unrolled or not), and with
+    it the rounding: each row of a batch would no longer be summed as it is alone. One accumulator, not one per
+    product: fewer registers and adds."""
+    if red.arg is not Ops.ADD or not dtypes.is_float(red.dtype):
+        return None
+    terms = _terms(red.src[0])
+    if len(terms) < 2 or not all(t.op is Ops.MUL and any(u.op in NESTED_SUMS for u in t.toposort) for t in terms):
+        return None
+    return terms
+
+
+def _combine(op: Ops, acc: UOp, value: UOp, terms: list[UOp] | None) -> UOp:
+    if terms is None:
+        return acc.alu(op, value)
+    for t in terms:
+        acc = acc.alu(op, t)
+    return acc
+
+
+def _accumulator(red: UOp, src: tuple[UOp, ...], number: int, new: dict[UOp, UOp]) -> UOp:
     value, ranges = src[0], src[1:]
+    order = in_turn(red)
+    terms = None if order is None else [new[t] for t in order]
     op: Ops = red.arg
     acc = UOp(Ops.DEFINE_REG, red.dtype.ptr(1, AddrSpace.REG), (), number)
     zero = UOp.const(dtypes.int32, 0)
     outer = sorted(red.ranges, key=range_sort_key)
     init = acc.after(*outer).index(zero).store(UOp.const(red.dtype, reduce_identity(op, red.dtype)))
     live = acc.after(init, *ranges).index(zero)  # read inside the loop, after the initialisation
-    update = live.store(_combine(op, live.load(), value))
+    update = live.store(_combine(op, live.load(), value, terms))
     done = update.end(*sorted(ranges, key=range_sort_key))
     return acc.after(done).index(zero).load()
 
@@ -91,7 +120,7 @@ def add_accumulators_and_ends(sink: UOp) -> UOp:
     for n in sink.toposort:
         src = tuple([new[s] for s in n.src])
         if n.op is Ops.REDUCE:
-            new[n] = _accumulator(n, src, count)
+            new[n] = _accumulator(n, src, count, new)
             count += 1
         elif n.op is Ops.SINK:
             new[n] = n.replace(src=_close_loops(src))

@@ -53,6 +53,8 @@ BATCH_COPIES = 8  # a small batch's float or lane byte-dot product computes at m
 # row) pairs together
 BATCH_BYTE_COPIES = 32  # ... and its scalar byte-dot product (scalar int32 accumulators)
 BYTE_DOT_STEPS = 4  # a block of this many int32 vector steps sums bytes in lanes (4 byte products per lane and block)
+OUTPUT_CHAINS = 4  # a long reduction into vectors of one output axis unrolls that many of its vectors (independent
+LONG_CHAIN = 64     # accumulator chains) from this many reduced steps on
 MAX_BLOCK_STEPS = 8  # a quantization block's inner loop longer than this many vector steps is split again (a loop
 # this short is unrolled by the C compiler: its index arithmetic folds)
 
@@ -337,6 +339,11 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, b
         if others:
             row = max(others, key=lambda r: _stride(index, r) or 0)
             chosen.insert(0, Opt(OptOps.UNROLL, number[row], 8 if _size(row) % 8 == 0 and _size(row) >= 64 else 4))
+        elif _size(contiguous[0]) % (width * OUTPUT_CHAINS) == 0 and \
+                prod(_size(r) for r in reduces[0].src[1:]) >= LONG_CHAIN:
+            # one output axis (attention's weights times values: out[h, d] = sum_t w[h, t] v[t, d]): its next
+            # vectors unrolled, so several independent accumulator chains overlap instead of one add after another
+            chosen.append(Opt(OptOps.UNROLL, number[contiguous[0]], OUTPUT_CHAINS))
     return chosen
 
 

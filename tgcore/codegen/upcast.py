@@ -375,19 +375,34 @@ def _exact_int(term: UOp, trips: int) -> UOp | None:
     return value.cast(dtypes.int32)
 
 
+def _int_parts(value: UOp) -> list[tuple[UOp, int]]:
+    """An integer value as ``(term, constant factor)`` pairs of its sum: ``u * x + x * -8`` ->
+    ``[(u * x, 1), (x, -8)]`` (a constant factor leaves the in-block sum, so the term can stay a dot of bytes)."""
+    out = []
+    for t in _terms(value):
+        c = next((s for s in t.src if s.op is Ops.CONST), None) if t.op is Ops.MUL else None
+        other = next((s for s in t.src if s is not c), None) if c is not None else None
+        out.append((t, 1) if c is None or other is None else (other, int(c.arg)))
+    return out
+
+
 def _block_sum(total: UOp, i: UOp) -> UOp:
     """The sum of ``total`` over the in-block range ``i``. Each float conversion of an integer in it (a quantized
     weight's integer times a quantized activation) is summed as integers and converted once: exact, because every
-    partial sum of at most ``EXACT_FLOAT_INT`` in size is exact in float32 in any order. Each is a loop of its own
-    (one product per accumulator), which the C compiler turns into multiply-adds of bytes (``vpdpbusd``)."""
+    partial sum of at most ``EXACT_FLOAT_INT`` in size is exact in float32 in any order. Each product of such an
+    integer is a loop of its own (one product per accumulator), which the C compiler turns into multiply-adds of
+    bytes (``vpdpbusd``); the sums of one conversion (``float(u * x - 8 * x)``: a weight's signed integers as
+    unsigned bytes and an offset) are added as integers before their one conversion."""
     sums: list[UOp] = []
     rest: list[UOp] = []
     for term in _terms(total):
         value = _exact_int(term, _size(i))
         if value is None:
             rest.append(term)
-        else:
-            sums.append(UOp(Ops.REDUCE, dtypes.int32, (value, i), Ops.ADD).cast(total.dtype))
+            continue
+        parts = [UOp(Ops.REDUCE, dtypes.int32, (t, i), Ops.ADD) * c if c != 1 else
+                 UOp(Ops.REDUCE, dtypes.int32, (t, i), Ops.ADD) for t, c in _int_parts(value)]
+        sums.append(sum(parts[1:], parts[0]).cast(total.dtype))
     if rest:
         sums.append(UOp(Ops.REDUCE, total.dtype, (sum(rest[1:], rest[0]), i), Ops.ADD))
     return sum(sums[1:], sums[0])
@@ -419,14 +434,8 @@ def factor_blocks(ast: UOp, inner: dict[UOp, UOp]) -> UOp:
         parts = [_product([*outside, _block_sum(sum(insides[1:], insides[0]), i)], red.src[0])
                  for outside, insides in groups.items()]
         ranges = tuple(r for r in red.src[1:] if r is not i)
-        if not dtypes.is_float(red.dtype):
-            return UOp(Ops.REDUCE, red.dtype, (sum(parts[1:], parts[0]), *ranges), red.arg)
-        # a float sum keeps one accumulator per product (``acc += s * block_sum``): a C compiler that contracts
-        # a * b + c into one FMA (gcc's default) then has one product to fuse in any context, whereas in
-        # ``acc + (p1 + p2)`` which product it fuses changes with the code around it (rows unrolled or not),
-        # and with it the rounding: each row of a batch would no longer be summed as it is alone
-        reduces = [UOp(Ops.REDUCE, red.dtype, (part, *ranges), red.arg) for part in parts]
-        return sum(reduces[1:], reduces[0])
+        # one accumulator for the products (a float one adds them in turn: ``accumulate.in_turn``)
+        return UOp(Ops.REDUCE, red.dtype, (sum(parts[1:], parts[0]), *ranges), red.arg)
 
     new: dict[UOp, UOp] = {}
     for n in ast.toposort:

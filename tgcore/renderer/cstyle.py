@@ -352,9 +352,16 @@ def _shuffle(u: UOp, names: dict[UOp, str]) -> str | None:
     if len(sources) > 2 or any(x.dtype != sources[0].dtype for x in sources) or sources[0].dtype.count < 2:
         return None
     count = sources[0].dtype.count
-    lanes = ", ".join(str(sources.index(x.src[0]) * count + x.arg[0]) for x in u.src)
-    a = names[sources[0]]
-    return f"__builtin_shufflevector({a}, {names[sources[-1]]}, {lanes})"
+    order = [sources.index(x.src[0]) * count + x.arg[0] for x in u.src]
+    a, b = names[sources[0]], names[sources[-1]]
+    half_bytes = sources[0].dtype.scalar().itemsize * count
+    if len(sources) == 2 and order == list(range(2 * count)) and half_bytes % 8 == 0 and count * 8 > half_bytes:
+        # two halves of small lanes (the low and high nibbles of 16 bytes) put side by side: in 8-byte lanes, which
+        # gcc joins with one insert (with byte lanes it moves and permutes whole registers)
+        words = half_bytes // 8
+        return (f"({{ typedef long long tg_words __attribute__((vector_size({half_bytes}))); ({c_type(u.dtype)})"
+                f"__builtin_shufflevector((tg_words){a}, (tg_words){b}, {', '.join(map(str, range(2 * words)))}); }})")
+    return f"__builtin_shufflevector({a}, {b}, {', '.join(map(str, order))})"
 
 
 def _float_fn(name: str, dt: DType) -> str:

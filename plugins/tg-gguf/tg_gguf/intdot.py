@@ -11,7 +11,7 @@ How: a weight's integers are read as unsigned bytes ``u`` (a type's signed range
     dx * (scale * sum_i u_i * xq_i + offset * sum_i xq_i)
 
 with ``scale`` and ``offset`` the weight's per-(sub-)block factors and ``dx`` the activation block's scale. Where the
-offset is an integer ``c`` times the scale (Q3_K, Q6_K, TQ2_0, IQ4_NL, IQ4_XS, MXFP4), that is
+offset is an integer ``c`` times the scale (Q4_0, Q5_0, Q8_0, Q3_K, Q6_K, TQ2_0, IQ4_NL, IQ4_XS, MXFP4), that is
 ``dx * scale * (sum_i u_i * xq_i + c * sum_i xq_i)``: one float factor per block, the offset summed in int32. Each
 type below writes that sum as tensor ops over the weight's elements. The codegen takes it from there: it moves the
 per-block factors out of the in-block sums and sums the byte products in int32
@@ -164,8 +164,7 @@ def _nibbles(o: Operands) -> Tensor:
 
 
 def _q4_0(o: Operands) -> Tensor:
-    d = o.f16("d")
-    return _block32(o, _nibbles(o), d, d * -8.0)
+    return _block32(o, _nibbles(o), o.f16("d"), -8)
 
 
 def _q4_1(o: Operands) -> Tensor:
@@ -183,8 +182,7 @@ def _fifth(o: Operands) -> Tensor:
 
 
 def _q5_0(o: Operands) -> Tensor:
-    d = o.f16("d")
-    return _block32(o, _nibbles(o) | _fifth(o), d, d * -16.0)
+    return _block32(o, _nibbles(o) | _fifth(o), o.f16("d"), -16)
 
 
 def _q5_1(o: Operands) -> Tensor:
@@ -192,8 +190,7 @@ def _q5_1(o: Operands) -> Tensor:
 
 
 def _q8_0(o: Operands) -> Tensor:
-    d = o.f16("d")
-    return _block32(o, (o.field("qs") ^ 0x80).reshape(1, o.n, o.nb, 1, 32), d, d * -128.0)  # u = q + 128
+    return _block32(o, (o.field("qs") ^ 0x80).reshape(1, o.n, o.nb, 1, 32), o.f16("d"), -128)  # u = q + 128
 
 
 def _k_nibbles(o: Operands, fifth: bool) -> Tensor:
