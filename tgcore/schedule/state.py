@@ -201,7 +201,9 @@ class RealizationState:
 
         Like ``Tensor.assign``: the tensor and every tensor realized into that memory move to a new version of it,
         lazy tensors built before keep the old values (copied aside if any is alive), cached values that depend on
-        the memory are dropped and its version is bumped. ``finish``: for a write that is still under way when
+        the memory are dropped and its version is bumped. When nothing but those tensors reads the memory's name
+        (the common case: a buffer received into again and again) they keep their node and see the write in place;
+        only the version is bumped. ``finish``: for a write that is still under way when
         this returns (a non-blocking receive), what waits for it; any realize that reads the tensor calls it
         first. Raises ValueError when the tensor does not own a contiguous buffer."""
         u = tensor.uop
@@ -213,6 +215,9 @@ class RealizationState:
         if old in self.pending:  # (an earlier write into it finishes first)
             tensor.realize()
             old = tensor.uop.src[0] if tensor.uop.op is Ops.RESHAPE else tensor.uop
+        if finish is None and self._only_holders_read(old):  # (they see the write in place: no new name needed)
+            self.invalidate(buf)
+            return buf
         new = self.new_version(old)
         self.move_holders(old, new, also=tensor)
         self.invalidate(buf)
@@ -307,12 +312,7 @@ class RealizationState:
         for old in live:
             if old is None:
                 continue
-            readers = old.readers
-            if readers is not None and readers.mark == readers.changes[0]:
-                continue  # (found read by its holders only, and nothing read it or a view of it since)
-            if not self._read_by_others(old):  # (the common case: the holders just see the write in place)
-                if readers is not None:
-                    readers.mark = readers.changes[0]
+            if self._only_holders_read(old):  # (the common case: the holders just see the write in place)
                 continue
             new = self.new_version(old)
             self.move_holders(old, new)
@@ -320,6 +320,17 @@ class RealizationState:
         old = None
         self.invalidate(buf)
         return renamed
+
+    def _only_holders_read(self, name: UOp) -> bool:
+        """Whether nothing but ``name``'s holders reads it (``_read_by_others``). A yes is remembered on its readers
+        (``mark``) until something new reads the name or a view of it, so asking again costs a comparison."""
+        readers = name.readers
+        if readers is not None and readers.mark == readers.changes[0]:
+            return True
+        if readers is None or self._read_by_others(name):
+            return False
+        readers.mark = readers.changes[0]
+        return True
 
     def _read_by_others(self, name: UOp) -> bool:
         """Whether anything but the tensors realized into ``name`` (its holders) reads it: a live node built on it
