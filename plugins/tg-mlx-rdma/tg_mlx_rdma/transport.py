@@ -378,17 +378,11 @@ def _tensor_over(base: Any, shape: tuple[int, ...], dt: DType) -> Tensor:
     ``base`` counted in use)."""
     if not _TENSOR:
         from tgcore.tensor import Tensor
-        from tgcore.uop import Ops, UOp
-        _TENSOR.extend((Tensor, Ops.RESHAPE, UOp))
-    tensor_type, reshape, uop = _TENSOR
-    size = (base.nbytes - HEADER_BYTES) // dt.itemsize
-    u = _realization().new_buffer(base.device, size, dt, base.view(size, dt, HEADER_BYTES))
-    t = tensor_type(uop(reshape, dt, (u,), shape), device=base.device)
-    _realization().hold(t)  # (as Tensor.empty: it follows writes into its memory)
-    return t
+        _TENSOR.append(Tensor)
+    return _TENSOR[0].from_buffer(base.view((base.nbytes - HEADER_BYTES) // dt.itemsize, dt, HEADER_BYTES), shape)
 
 
-_TENSOR: list[Any] = []  # Tensor, Ops.RESHAPE, UOp: imported once (an import per message costs ~2 us)
+_TENSOR: list[Any] = []  # Tensor: imported once (an import per message costs ~2 us)
 
 
 def _no_commit() -> None:
