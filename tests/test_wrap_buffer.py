@@ -4,7 +4,8 @@
 memory's, it keeps the memory alive (views counted on their base) until nothing built from it is left, it starts no
 autograd graph, and a write announced with ``invalidate`` is seen by every value computed afterwards.
 ``REALIZATION.prepare_write`` of a tensor that nothing but its holders reads writes in place: the tensor keeps its
-node and only the memory's version moves; when a lazy graph reads it, the old values stay with that graph."""
+node and only the memory's version moves; when a lazy graph reads it, the old values stay with that graph.
+``REALIZATION.sole_buffer`` tells when nothing but one node reads watched memory (every kind of reader is seen)."""
 from __future__ import annotations
 
 import gc
@@ -146,3 +147,35 @@ def test_a_write_into_a_tensor_a_lazy_graph_reads_keeps_the_old_values_there(dev
     REALIZATION.prepare_write(t).copyin(np.full(5, 8, np.float32).data)  # nothing reads it now: in place
     assert t.uop is node
     np.testing.assert_array_equal(t.numpy(), np.full(5, 8))
+
+
+def test_sole_buffer_says_when_nothing_but_the_node_reads_the_memory(device):
+    """The receive pool's check before writing a new value into memory it hands out again over the same node."""
+    base = filled(device, np.zeros(8, np.float32), header=16)
+    unwatched = Tensor.from_buffer(filled(device, np.zeros(2, np.float32)).view(2, dtypes.float32))
+    REALIZATION.watch_memory(base)
+    view = base.view(8, dtypes.float32, 16)
+    node = Tensor.from_buffer(view, (2, 4)).uop
+    gc.collect()
+    assert REALIZATION.sole_buffer(node) is view
+    assert REALIZATION.sole_buffer(unwatched.uop) is None  # (its other names are not known: never "unread")
+    readers = [lambda t: t, lambda t: t * 2, lambda t: t.T, lambda t: t[1:].realize(),
+               lambda t: Tensor.from_buffer(base.view(2, dtypes.float32, 16)), lambda t: t.reshape(8)]
+    for i, read in enumerate(readers):
+        t = Tensor(node, device=view.device)
+        REALIZATION.hold(t)
+        kept = read(t)
+        del t
+        gc.collect()
+        assert REALIZATION.sole_buffer(node) is None, f"reader {i} is not seen"
+        del kept
+        gc.collect()
+        assert REALIZATION.sole_buffer(node) is view, f"reader {i} is still seen"
+    t = Tensor(node, device=view.device)
+    REALIZATION.hold(t)
+    t.assign(t + 1)  # a pending write
+    del t
+    gc.collect()
+    assert REALIZATION.sole_buffer(node) is None
+    assert REALIZATION.sole_buffer(node) is None  # (the write's new name is alive: the write is pending)
+    np.testing.assert_array_equal(Tensor(node, device=view.device).numpy(), np.zeros((2, 4)))  # (built before it)

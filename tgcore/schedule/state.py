@@ -301,10 +301,7 @@ class RealizationState:
         writes it captured): every name (BUFFER uop) of the memory gets a new version that its holders move to,
         and the memory's version is bumped. Returns (old name, weakly; new name) pairs: the caller replaces the old
         names in what it keeps, then calls ``keep_old_values``."""
-        base = buf.base
-        names = self._watched.get(base)
-        if names is None:  # (once per memory: later names are added as they are made)
-            names = self._watched[base] = [weakref.ref(u) for u, b in list(self._buffers.items()) if b.base is base]
+        names = self._names(buf.base)
         live = [r() for r in names]
         if None in live:
             names[:] = [r for r in names if r() is not None]
@@ -320,6 +317,49 @@ class RealizationState:
         old = None
         self.invalidate(buf)
         return renamed
+
+    def _names(self, base: Buffer) -> list[weakref.ref[UOp]]:
+        """The names (BUFFER uops) of ``base``'s memory, kept from the first call on (later ones as they are made)."""
+        names = self._watched.get(base)
+        if names is None:
+            names = self._watched[base] = [weakref.ref(u) for u, b in list(self._buffers.items()) if b.base is base]
+        return names
+
+    # ---- memory reused for new values (a transport's receive pool) ----
+    def watch_memory(self, buf: Buffer) -> None:
+        """Keep every name of ``buf``'s memory from now on (``sole_buffer`` needs them): call it before any tensor
+        or view of the memory exists."""
+        self._names(buf.base)
+
+    def buffer_under(self, node: UOp) -> Buffer | None:
+        """The Buffer behind the BUFFER uop under ``node``'s movement ops, or None (``node`` computes something)."""
+        name = base_buffer_uop(node)
+        return self._buffers.get(name) if name is not None else None
+
+    def sole_buffer(self, node: UOp) -> Buffer | None:
+        """The Buffer under ``node`` (a realized tensor's node: movement ops over a BUFFER uop) when nothing but
+        ``node`` itself reads that memory: no tensor, lazy graph or pending write, no other name of the memory (it
+        must be watched, ``watch_memory``) and no other view of its base; else None.
+
+        Such memory may take a new value in place (``invalidate`` it) and a new tensor be made over ``node``
+        (``Tensor(node)``, then ``hold``): the same node serves message after message, nothing is built per
+        message. Dead references met on the way are dropped."""
+        chain = [node]  # node, ..., its BUFFER uop
+        while chain[-1].op in MOVEMENT:
+            chain.append(chain[-1].src[0])
+        name = chain[-1]
+        buf = self._buffers.get(name) if name.op is Ops.BUFFER else None
+        if buf is None or name in self.pending or buf.base.views_alive > (buf is not buf.base):
+            return None
+        names = self._watched.get(buf.base)
+        if names is None or not _only_live(names, name):
+            return None
+        above = None
+        for n in chain:  # (each node of the chain is read only by the one above it)
+            if n.readers is None or not _only_live(n.readers, above):
+                return None
+            above = n
+        return buf
 
     def _only_holders_read(self, name: UOp) -> bool:
         """Whether nothing but ``name``'s holders reads it (``_read_by_others``). A yes is remembered on its readers
@@ -372,6 +412,15 @@ def _reads_as_other(x: Any, name: UOp, views: set[UOp], holders: list[Any]) -> b
     if isinstance(x, UOp):
         return True
     return (x.uop is name or x.uop in views) and all(t is not x for t in holders)
+
+
+def _only_live(refs: list[Any], allowed: Any) -> bool:
+    """Whether ``allowed`` (or nothing) is the only live object ``refs`` (weak references) point to; drops the dead
+    ones."""
+    live = [r for r in refs if r() is not None]
+    if len(live) != len(refs):
+        refs[:] = live
+    return all(r() is allowed for r in live)
 
 
 def _numel(u: UOp) -> int:
