@@ -51,6 +51,8 @@ def test_from_buffer_reads_the_memory_of_a_view(device):
     flat = Tensor.from_buffer(base.view(12, dtypes.float32, 64))
     assert flat.shape == (12,)
     np.testing.assert_array_equal(flat.numpy(), values)
+    lower = Tensor.from_buffer(Buffer(device.lower(), 12, dtypes.float32).ensure_allocated().copyin(values.data))
+    np.testing.assert_array_equal((lower + t.reshape(12)).numpy(), values * 2)  # (the device name is canonical)
     ints = Tensor.from_buffer(base.view(6, dtypes.int32, 64 + 24), (2, 3))
     np.testing.assert_array_equal(ints.numpy(), values[6:].view(np.int32).reshape(2, 3))
 

@@ -201,9 +201,10 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         if prod(shp) != buf.size:
             raise TensorValueError(f"shape {shp} has {prod(shp)} elements, the buffer {buf.size}")
         buf.ensure_allocated()
+        dev = canonical(buf.device)
         t = Tensor.__new__(Tensor)
-        t.uop = UOp(Ops.RESHAPE, buf.dtype, (REALIZATION.new_buffer(buf.device, buf.size, buf.dtype, buf),), shp)
-        t.device, t.requires_grad, t.grad, t._graph = buf.device, None, None, None
+        t.uop = UOp(Ops.RESHAPE, buf.dtype, (REALIZATION.new_buffer(dev, buf.size, buf.dtype, buf),), shp)
+        t.device, t.requires_grad, t.grad, t._graph = dev, None, None, None
         add_reader(t.uop, t)
         REALIZATION.hold(t)  # (it follows writes into its memory)
         return t
