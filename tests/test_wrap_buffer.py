@@ -181,3 +181,31 @@ def test_sole_buffer_says_when_nothing_but_the_node_reads_the_memory(device):
     assert REALIZATION.sole_buffer(node) is None
     assert REALIZATION.sole_buffer(node) is None  # (the write's new name is alive: the write is pending)
     np.testing.assert_array_equal(Tensor(node, device=view.device).numpy(), np.zeros((2, 4)))  # (built before it)
+
+
+def test_sole_buffer_sees_a_jit_capture_that_reads_the_memory_as_a_constant(device):
+    """A pooled result used inside a jitted function (captured, not an argument), then dropped by the user: the
+    capture's kernels still read the memory, so the pool must not take it for the next message while the capture
+    lives (its replays would read that message)."""
+    import tgcore
+    old = np.arange(8, dtype=np.float32)
+    base = filled(device, np.zeros(8, np.float32), header=16)
+    REALIZATION.watch_memory(base)
+    view = base.view(8, dtypes.float32, 16)
+    node = Tensor.from_buffer(view, (8,)).uop
+    write(view, old)  # the first message
+    weights = [Tensor(node, device=view.device)]  # (the user's reference to the result)
+    REALIZATION.hold(weights[0])
+    f = tgcore.jit(lambda x: (x + weights[0]).realize())
+    x = Tensor(np.ones(8, np.float32), device=device).realize()
+    for _ in range(3):  # plain call, capture, replay
+        np.testing.assert_array_equal(f(x).numpy(), old + 1)
+    weights.clear()
+    gc.collect()
+    if REALIZATION.sole_buffer(node) is not None:  # the pool's take: the next message lands in free memory
+        write(view, -old)
+    np.testing.assert_array_equal(f(x).numpy(), old + 1)  # (the replay still reads the first message)
+    assert REALIZATION.sole_buffer(node) is None
+    del f
+    gc.collect()
+    assert REALIZATION.sole_buffer(node) is view  # (nothing reads it once the capture is gone)

@@ -84,6 +84,8 @@ class RealizationState:
         # memory (a base Buffer) -> its names (BUFFER uops over it or a view of it), for memory a JIT replay writes
         self._watched: weakref.WeakKeyDictionary[Buffer, list[weakref.ref[UOp]]] = weakref.WeakKeyDictionary()
         self._write_logs: list[list[Buffer]] = []  # open recordings of the memory written (recording_writes)
+        # memory (a base Buffer) a JIT capture's kernels read by Buffer, not by name -> how many live captures do
+        self._captured: weakref.WeakKeyDictionary[Buffer, int] = weakref.WeakKeyDictionary()
 
     # ---- buffers ----
     def buffer(self, u: UOp) -> Buffer | None:
@@ -331,6 +333,22 @@ class RealizationState:
         or view of the memory exists."""
         self._names(buf.base)
 
+    def read_by_capture(self, capture: Any, bufs: Iterable[Buffer]) -> None:
+        """``capture`` (a JIT capture) keeps ``bufs`` and reads their memory in every replay until it is garbage; no
+        name of the memory tells (a kernel argument is a Buffer), so ``sole_buffer`` says no for it meanwhile."""
+        bases = list(dict.fromkeys(b.base for b in bufs))
+        for b in bases:
+            self._captured[b] = self._captured.get(b, 0) + 1
+        weakref.finalize(capture, self._release_captured, bases)
+
+    def _release_captured(self, bases: list[Buffer]) -> None:
+        for b in bases:
+            left = self._captured.get(b, 0) - 1
+            if left > 0:
+                self._captured[b] = left
+            else:
+                self._captured.pop(b, None)
+
     def buffer_under(self, node: UOp) -> Buffer | None:
         """The Buffer behind the BUFFER uop under ``node``'s movement ops, or None (``node`` computes something)."""
         name = base_buffer_uop(node)
@@ -339,7 +357,8 @@ class RealizationState:
     def sole_buffer(self, node: UOp) -> Buffer | None:
         """The Buffer under ``node`` (a realized tensor's node: movement ops over a BUFFER uop) when nothing but
         ``node`` itself reads that memory: no tensor, lazy graph or pending write, no other name of the memory (it
-        must be watched, ``watch_memory``) and no other view of its base; else None.
+        must be watched, ``watch_memory``), no other view of its base and no JIT capture (``read_by_capture``);
+        else None.
 
         Such memory may take a new value in place (``invalidate`` it) and a new tensor be made over ``node``
         (``Tensor(node)``, then ``hold``): the same node serves message after message, nothing is built per
@@ -349,7 +368,8 @@ class RealizationState:
             chain.append(chain[-1].src[0])
         name = chain[-1]
         buf = self._buffers.get(name) if name.op is Ops.BUFFER else None
-        if buf is None or name in self.pending or buf.base.views_alive > (buf is not buf.base):
+        if buf is None or name in self.pending or buf.base.views_alive > (buf is not buf.base) \
+                or buf.base in self._captured:
             return None
         names = self._watched.get(buf.base)
         if names is None or not _only_live(names, name):
