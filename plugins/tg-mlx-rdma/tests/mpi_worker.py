@@ -97,7 +97,8 @@ def exchange_into(tr) -> None:
         return
     n = ONE_MIB // 4 + 3
     rounds = [data(me - me % 2, "int32", n, seed) for seed in (7, 8)]  # the even rank's data, known to both
-    small = [data(me - me % 2, "float32", 1000, seed).reshape(5, 200) for seed in range(4)]  # one message each: the fast path
+    # one message each: the fast path
+    small = [data(me - me % 2, "float32", 1000, seed).reshape(5, 200) for seed in range(4)]
     if me % 2 == 0:
         for a in rounds + small:
             tr.send(Tensor(a), peer)

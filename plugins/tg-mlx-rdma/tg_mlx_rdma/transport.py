@@ -308,9 +308,9 @@ class RecvPool:
     all, and one node per buffer that every result over it shares: a result is a new Tensor over that node, made
     only when ``tgcore.realization.sole_buffer`` says nothing but the node reads the memory (no earlier result, lazy
     graph, realized slice, pending write, other name of it or JIT capture that read it is alive); the write is
-    announced (its version bumped), as for any write. Messages over ``MAX_MESSAGE`` bytes are not pooled (their fixed cost is small next to the
-    copy). The pool's node keeps its name alive, so an assign into a result copies the old contents aside for it (as
-    for any name still alive); that buffer then leaves the pool.
+    announced (its version bumped), as for any write. Messages over ``MAX_MESSAGE`` bytes are not pooled (their fixed
+    cost is small next to the copy). The pool's node keeps its name alive, so an assign into a result copies the old
+    contents aside for it (as for any name still alive); that buffer then leaves the pool.
 
     Each pooled buffer has ``HEADER_BYTES`` in front of the tensor's elements, so a message that carries the wire
     header and the data together lands in one receive, without a copy (``take_packed``). The next result can be
