@@ -186,6 +186,30 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         return t
 
     @staticmethod
+    def from_buffer(buf: Buffer, shape: ShapeArg | None = None) -> Tensor:
+        """A realized tensor of ``shape`` (default: flat) whose elements are ``buf``'s: no copy, no kernel.
+
+        ``buf`` is a runtime Buffer (or a view of one, ``buf.view(size, dtype, offset)``) with a tgcore dtype,
+        allocated now if it is not yet. The tensor keeps it alive: a view counts in its base's ``views_alive``
+        while the tensor, or anything built from it, exists. It starts no autograd graph (``requires_grad``
+        None). Bytes written into the memory outside tgcore (a transport receiving into it) must be announced
+        with ``tgcore.realization.invalidate(buf)``: values cached from the old contents are then dropped.
+        Cheap (a few microseconds): for wrapping memory per message."""
+        if not isinstance(buf.dtype, DType):
+            raise TypeError(f"from_buffer needs a Buffer with a tgcore dtype, got {buf.dtype!r}")
+        shp = (buf.size,) if shape is None else check_shape(shape_args((shape,)))
+        if prod(shp) != buf.size:
+            raise TensorValueError(f"shape {shp} has {prod(shp)} elements, the buffer {buf.size}")
+        buf.ensure_allocated()
+        dev = canonical(buf.device)
+        t = Tensor.__new__(Tensor)
+        t.uop = UOp(Ops.RESHAPE, buf.dtype, (REALIZATION.new_buffer(dev, buf.size, buf.dtype, buf),), shp)
+        t.device, t.requires_grad, t.grad, t._graph = dev, None, None, None
+        add_reader(t.uop, t)
+        REALIZATION.hold(t)  # (it follows writes into its memory)
+        return t
+
+    @staticmethod
     def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype: DType | str | None = None,
                device: str | None = None) -> Tensor:
         if stop is None:

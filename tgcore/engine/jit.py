@@ -20,7 +20,9 @@ output (``.numpy()`` or ``.contiguous().realize()``) if you need it beyond the n
 Buffers the captured kernels allocate and the function does not return are scratch: intermediates
 whose lives do not overlap share memory in replays (``_share_scratch``; not those a host call is given),
 so a function that keeps a tensor it computed (other than by returning it) must not rely on its contents
-after a replay.
+after a replay. Memory the captured kernels read other than through the inputs (weights, a received tensor used as
+a constant) is reported to the realization state (``read_by_capture``) while the capture lives: a receive pool does
+not take it for a new message even after every tensor over it was dropped.
 Assigns (``Tensor.assign``, an optimizer step): writes assigned before a call run before it, never
 inside the capture; writes the function assigns run inside it, even those nothing it returns reads,
 and a replay redoes them in place (with the copy of old values a lazy reader inside the function
@@ -232,6 +234,9 @@ class Jit:
         kept |= {b.base for b in written}
         steps = _share_scratch(steps, recorded.fresh - kept)
         capture = _Capture(outputs, _plan(steps, inputs))
+        # its kernels read the memory of the buffers they were given (all but the inputs) in every replay
+        REALIZATION.read_by_capture(capture, [b for p in capture.plan for b in p.bufs
+                                              if _input_place(b, inputs) is None])
         for b in dict.fromkeys(written):  # (base buffers)
             places = [n for n, inp in enumerate(inputs) if inp.base is b]
             if places:

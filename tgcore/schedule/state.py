@@ -84,6 +84,8 @@ class RealizationState:
         # memory (a base Buffer) -> its names (BUFFER uops over it or a view of it), for memory a JIT replay writes
         self._watched: weakref.WeakKeyDictionary[Buffer, list[weakref.ref[UOp]]] = weakref.WeakKeyDictionary()
         self._write_logs: list[list[Buffer]] = []  # open recordings of the memory written (recording_writes)
+        # memory (a base Buffer) a JIT capture's kernels read by Buffer, not by name -> how many live captures do
+        self._captured: weakref.WeakKeyDictionary[Buffer, int] = weakref.WeakKeyDictionary()
 
     # ---- buffers ----
     def buffer(self, u: UOp) -> Buffer | None:
@@ -201,7 +203,9 @@ class RealizationState:
 
         Like ``Tensor.assign``: the tensor and every tensor realized into that memory move to a new version of it,
         lazy tensors built before keep the old values (copied aside if any is alive), cached values that depend on
-        the memory are dropped and its version is bumped. ``finish``: for a write that is still under way when
+        the memory are dropped and its version is bumped. When nothing but those tensors reads the memory's name
+        (the common case: a buffer received into again and again) they keep their node and see the write in place;
+        only the version is bumped. ``finish``: for a write that is still under way when
         this returns (a non-blocking receive), what waits for it; any realize that reads the tensor calls it
         first. Raises ValueError when the tensor does not own a contiguous buffer."""
         u = tensor.uop
@@ -213,6 +217,9 @@ class RealizationState:
         if old in self.pending:  # (an earlier write into it finishes first)
             tensor.realize()
             old = tensor.uop.src[0] if tensor.uop.op is Ops.RESHAPE else tensor.uop
+        if finish is None and self._only_holders_read(old):  # (they see the write in place: no new name needed)
+            self.invalidate(buf)
+            return buf
         new = self.new_version(old)
         self.move_holders(old, new, also=tensor)
         self.invalidate(buf)
@@ -296,10 +303,7 @@ class RealizationState:
         writes it captured): every name (BUFFER uop) of the memory gets a new version that its holders move to,
         and the memory's version is bumped. Returns (old name, weakly; new name) pairs: the caller replaces the old
         names in what it keeps, then calls ``keep_old_values``."""
-        base = buf.base
-        names = self._watched.get(base)
-        if names is None:  # (once per memory: later names are added as they are made)
-            names = self._watched[base] = [weakref.ref(u) for u, b in list(self._buffers.items()) if b.base is base]
+        names = self._names(buf.base)
         live = [r() for r in names]
         if None in live:
             names[:] = [r for r in names if r() is not None]
@@ -307,12 +311,7 @@ class RealizationState:
         for old in live:
             if old is None:
                 continue
-            readers = old.readers
-            if readers is not None and readers.mark == readers.changes[0]:
-                continue  # (found read by its holders only, and nothing read it or a view of it since)
-            if not self._read_by_others(old):  # (the common case: the holders just see the write in place)
-                if readers is not None:
-                    readers.mark = readers.changes[0]
+            if self._only_holders_read(old):  # (the common case: the holders just see the write in place)
                 continue
             new = self.new_version(old)
             self.move_holders(old, new)
@@ -320,6 +319,78 @@ class RealizationState:
         old = None
         self.invalidate(buf)
         return renamed
+
+    def _names(self, base: Buffer) -> list[weakref.ref[UOp]]:
+        """The names (BUFFER uops) of ``base``'s memory, kept from the first call on (later ones as they are made)."""
+        names = self._watched.get(base)
+        if names is None:
+            names = self._watched[base] = [weakref.ref(u) for u, b in list(self._buffers.items()) if b.base is base]
+        return names
+
+    # ---- memory reused for new values (a transport's receive pool) ----
+    def watch_memory(self, buf: Buffer) -> None:
+        """Keep every name of ``buf``'s memory from now on (``sole_buffer`` needs them): call it before any tensor
+        or view of the memory exists."""
+        self._names(buf.base)
+
+    def read_by_capture(self, capture: Any, bufs: Iterable[Buffer]) -> None:
+        """``capture`` (a JIT capture) keeps ``bufs`` and reads their memory in every replay until it is garbage; no
+        name of the memory tells (a kernel argument is a Buffer), so ``sole_buffer`` says no for it meanwhile."""
+        bases = list(dict.fromkeys(b.base for b in bufs))
+        for b in bases:
+            self._captured[b] = self._captured.get(b, 0) + 1
+        weakref.finalize(capture, self._release_captured, bases)
+
+    def _release_captured(self, bases: list[Buffer]) -> None:
+        for b in bases:
+            left = self._captured.get(b, 0) - 1
+            if left > 0:
+                self._captured[b] = left
+            else:
+                self._captured.pop(b, None)
+
+    def buffer_under(self, node: UOp) -> Buffer | None:
+        """The Buffer behind the BUFFER uop under ``node``'s movement ops, or None (``node`` computes something)."""
+        name = base_buffer_uop(node)
+        return self._buffers.get(name) if name is not None else None
+
+    def sole_buffer(self, node: UOp) -> Buffer | None:
+        """The Buffer under ``node`` (a realized tensor's node: movement ops over a BUFFER uop) when nothing but
+        ``node`` itself reads that memory: no tensor, lazy graph or pending write, no other name of the memory (it
+        must be watched, ``watch_memory``), no other view of its base and no JIT capture (``read_by_capture``);
+        else None.
+
+        Such memory may take a new value in place (``invalidate`` it) and a new tensor be made over ``node``
+        (``Tensor(node)``, then ``hold``): the same node serves message after message, nothing is built per
+        message. Dead references met on the way are dropped."""
+        chain = [node]  # node, ..., its BUFFER uop
+        while chain[-1].op in MOVEMENT:
+            chain.append(chain[-1].src[0])
+        name = chain[-1]
+        buf = self._buffers.get(name) if name.op is Ops.BUFFER else None
+        if buf is None or name in self.pending or buf.base.views_alive > (buf is not buf.base) \
+                or buf.base in self._captured:
+            return None
+        names = self._watched.get(buf.base)
+        if names is None or not _only_live(names, name):
+            return None
+        above = None
+        for n in chain:  # (each node of the chain is read only by the one above it)
+            if n.readers is None or not _only_live(n.readers, above):
+                return None
+            above = n
+        return buf
+
+    def _only_holders_read(self, name: UOp) -> bool:
+        """Whether nothing but ``name``'s holders reads it (``_read_by_others``). A yes is remembered on its readers
+        (``mark``) until something new reads the name or a view of it, so asking again costs a comparison."""
+        readers = name.readers
+        if readers is not None and readers.mark == readers.changes[0]:
+            return True
+        if readers is None or self._read_by_others(name):
+            return False
+        readers.mark = readers.changes[0]
+        return True
 
     def _read_by_others(self, name: UOp) -> bool:
         """Whether anything but the tensors realized into ``name`` (its holders) reads it: a live node built on it
@@ -361,6 +432,15 @@ def _reads_as_other(x: Any, name: UOp, views: set[UOp], holders: list[Any]) -> b
     if isinstance(x, UOp):
         return True
     return (x.uop is name or x.uop in views) and all(t is not x for t in holders)
+
+
+def _only_live(refs: list[Any], allowed: Any) -> bool:
+    """Whether ``allowed`` (or nothing) is the only live object ``refs`` (weak references) point to; drops the dead
+    ones."""
+    live = [r for r in refs if r() is not None]
+    if len(live) != len(refs):
+        refs[:] = live
+    return all(r() is allowed for r in live)
 
 
 def _numel(u: UOp) -> int:

@@ -97,8 +97,10 @@ def exchange_into(tr) -> None:
         return
     n = ONE_MIB // 4 + 3
     rounds = [data(me - me % 2, "int32", n, seed) for seed in (7, 8)]  # the even rank's data, known to both
+    # one message each: the fast path
+    small = [data(me - me % 2, "float32", 1000, seed).reshape(5, 200) for seed in range(4)]
     if me % 2 == 0:
-        for a in rounds:
+        for a in rounds + small:
             tr.send(Tensor(a), peer)
         return
     out = Tensor.empty(n, dtype="int32")
@@ -123,6 +125,14 @@ def exchange_into(tr) -> None:
             assert not np.array_equal(doubled, doubled_before)
         doubled_before = doubled
     del lazy_double
+    into = Tensor.empty(5, 200, dtype="float32")
+    for i, want in enumerate(small):
+        before = into + 1 if i == 2 else None  # a lazy graph built before the write keeps the old values
+        got = tr.recv((5, 200), "float32", peer, out=into)
+        assert got is into, "recv(out=) must return out"
+        check(got.numpy(), want, f"small recv(out=) round {i}")
+        if before is not None:
+            check(before.numpy(), small[1] + 1, "a value built from out before a recv(out=)")
 
 
 BIG_DTYPES = ["float32", "uint8", "bfloat16"]  # 64 MiB of every dtype would take minutes

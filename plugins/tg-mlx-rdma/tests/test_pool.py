@@ -115,3 +115,30 @@ def test_send_view_is_forgotten_with_its_tensor() -> None:
     del t
     gc.collect()
     assert key not in transport._SEND_VIEWS
+
+
+def test_pool_keeps_memory_a_jit_capture_reads() -> None:
+    """A result used inside a jitted function as a constant (not an argument) and then dropped: the capture's
+    replays read its memory, so the pool must not write the next messages there while the capture lives."""
+    import gc
+
+    import tgcore
+    pool = RecvPool()
+    dt = as_dtype("float32")
+    t, mv, commit = pool.take((N,), dt, None)
+    fill(mv, 5)
+    commit()
+    weights = [t]
+    f = tgcore.jit(lambda x: (x + weights[0]).realize())
+    x = Tensor(np.ones(N, np.float32)).realize()
+    del t, mv
+    for _ in range(3):  # plain call, capture, replay
+        np.testing.assert_array_equal(f(x).numpy(), np.full(N, 6, np.float32))
+    weights.clear()
+    gc.collect()
+    for i in range(RecvPool.PER_KEY + 1):  # the next messages land elsewhere
+        t, mv, commit = pool.take((N,), dt, None)
+        fill(mv, 100 + i)
+        commit()
+        del t, mv
+        np.testing.assert_array_equal(f(x).numpy(), np.full(N, 6, np.float32), err_msg=f"message {i}")

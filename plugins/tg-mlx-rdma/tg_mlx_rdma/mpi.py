@@ -54,6 +54,7 @@ from tg_mlx_rdma.transport import (
     header_nbytes,
     header_of,
     make_header,
+    output_bytes,
     recv_target,
     tensor_bytes,
 )
@@ -127,6 +128,7 @@ class MPITransport(Transport):
         self._staging = [memoryview(bytearray(HEADER_BYTES + SMALL)) for _ in range(SEND_BUFFERS)]
         self._staged: list[tuple[Any, int] | None] = [None] * SEND_BUFFERS  # (request, destination) in flight
         self._next_staging = 0
+        self._landing = memoryview(bytearray(HEADER_BYTES + SMALL))  # recv(out=)'s small messages arrive here
         # recv's checked arguments -> (shape, dtype, wire header bytes, data bytes)
         self._recv_specs: dict[Any, tuple[tuple[int, ...], DType, bytes, int]] = {}
         atexit.register(self._at_exit)
@@ -299,19 +301,22 @@ class MPITransport(Transport):
 
     def recv(self, shape: int | Sequence[int], dtype: Any, src: int, device: str | None = None,
              out: Tensor | None = None) -> Tensor:
-        # The fast path (no handle) for a small message when no other receive from src is under way; the
-        # first message is probed here and handed on to irecv's stages if it is not a small one.
+        # The fast path (no handle) when no other receive from src is under way and the arguments were seen before;
+        # the first message is probed here and handed on to irecv's stages if it is neither a small message nor a
+        # single data message of the size asked for. With out=, the data lands in out's memory (written in place).
         key = (shape, dtype, src, device)
         spec = self._recv_specs.get(key) if isinstance(shape, int | tuple) and isinstance(dtype, str) else None
-        if out is not None or spec is None or self._probers.get(src):
+        if spec is None or self._probers.get(src) or (out is not None and device is not None):
             result: Tensor = self.irecv(shape, dtype, src, device, out, blocking=True).wait()
-            if spec is None and out is None and len(self._recv_specs) < 256 and isinstance(dtype, str):
+            if spec is None and len(self._recv_specs) < 256 and isinstance(dtype, str):
                 dims, dt = as_shape(shape), as_dtype(dtype)  # (valid: the call went through)
                 wire = make_header(dims, dt)
                 self._recv_specs[key] = (dims, dt, wire.tobytes(), header_nbytes(wire))
             return result
         self._live()
         dims, dt, want, nbytes = spec
+        # where the data lands: out's memory (checked before anything is received: a bad out consumes no message)
+        target = None if out is None else (out, *output_bytes(out, dims, dt))
         mpi, status, improbe = self._mpi, self._status, self._comm.Improbe
         message = improbe(src, mpi.ANY_TAG, status)  # (a message already there: no closures, no polling loop)
         if message is None:
@@ -322,24 +327,33 @@ class MPITransport(Transport):
                 return found[0] is not None
             pool = self._pool
             self._until(probed, lambda: f"recv of {dt.name}{list(dims)} from rank {src}", src, [],
-                        idle=lambda: pool.prepare(dims, dt, device))  # (the next result, while this one is on its way)
+                        idle=None if out is not None else  # (the next result, while this one is on its way)
+                        lambda: pool.prepare(dims, dt, device))
             message = found[0]
-        count = status.Get_count(mpi.BYTE)
-        if count == HEADER_BYTES + nbytes and status.Get_tag() == TAG_SMALL:  # header and data straight into a result
-            pooled = self._pool.take_packed(dims, dt, device)
-            if pooled is not None:
-                t, packed = pooled
-                req = message.Irecv([packed, count, mpi.BYTE])
-                if not req.Test():  # (the data came with the probed message unless the byte transport splits it)
-                    self._wait([req], lambda: f"recv from rank {src}", src)
-                if bytes(packed[:HEADER_BYTES]) != want:
-                    check_header(np.frombuffer(packed, np.int64, HEADER_WORDS), header_of(dims, dt), src, self.rank)
-                return t
-        found = [message]
-        if status.Get_tag() == TAG_DATA and count == nbytes:  # header after the data, as irecv's stages do
+        count, tag = status.Get_count(mpi.BYTE), status.Get_tag()
+        if count == HEADER_BYTES + nbytes and tag == TAG_SMALL:  # header and data in one message
+            if target is None:
+                pooled = self._pool.take_packed(dims, dt, device)
+                if pooled is not None:  # straight into a pooled result, which has room for the header in front
+                    t, packed = pooled
+                    self._receive(message, packed, src)
+                    if bytes(packed[:HEADER_BYTES]) != want:
+                        check_header(np.frombuffer(packed, np.int64, HEADER_WORDS), header_of(dims, dt), src,
+                                     self.rank)
+                    return t
+            else:  # into the landing buffer, then the data into out (a copy is cheaper than a second message)
+                landing = self._landing[:count]
+                self._receive(message, landing, src)
+                if bytes(landing[:HEADER_BYTES]) != want:
+                    check_header(np.frombuffer(landing, np.int64, HEADER_WORDS), header_of(dims, dt), src,
+                                 self.rank)
+                t, mv, commit = target
+                mv[:] = landing[HEADER_BYTES:]
+                return _committed(commit, t)
+        if tag == TAG_DATA and count == nbytes:  # header after the data, as irecv's stages do
             got = np.empty(HEADER_WORDS, dtype=np.int64)
-            t, mv, commit = self._pool.take(dims, dt, device)
-            reqs = [self._comm.Irecv([got, mpi.INT64_T], src, TAG_HEADER), found[0].Irecv([mv, mpi.BYTE])]
+            t, mv, commit = self._pool.take(dims, dt, device) if target is None else target
+            reqs = [self._comm.Irecv([got, mpi.INT64_T], src, TAG_HEADER), message.Irecv([mv, mpi.BYTE])]
             self._wait(reqs, lambda: f"recv of {dt.name}{list(dims)} from rank {src}", src)
             try:
                 check_header(got, header_of(dims, dt), src, self.rank)
@@ -348,16 +362,22 @@ class MPITransport(Transport):
                     self._drain(header_nbytes(got) - count, src, "recv")
                 raise
             return _committed(commit, t)
-        if status.Get_tag() != TAG_SMALL:
-            result = self.irecv(dims, dt, src, device, blocking=True, found=(found[0], status)).wait()
+        if tag != TAG_SMALL:
+            result = self.irecv(dims, dt, src, device, out, blocking=True, found=(message, status)).wait()
             self._status = mpi.Status()  # (the handle's stages read that status)
             return result
-        staging = bytearray(max(count, HEADER_BYTES))  # (not the size asked for: the header check below raises)
-        self._wait([found[0].Irecv([staging, count, mpi.BYTE])], lambda: f"recv from rank {src}", src)
+        staging = bytearray(max(count, HEADER_BYTES))  # (a size not asked for: the header check raises)
+        self._receive(message, memoryview(staging)[:count], src)
         check_header(np.frombuffer(staging, np.int64, HEADER_WORDS), header_of(dims, dt), src, self.rank)
-        t, mv, commit = self._pool.take(dims, dt, device)
+        t, mv, commit = self._pool.take(dims, dt, device) if target is None else target
         mv[:] = memoryview(staging)[HEADER_BYTES:]
         return _committed(commit, t)
+
+    def _receive(self, message: Any, into: memoryview, src: int) -> None:
+        """Receive the probed ``message`` (all of ``into``'s bytes)."""
+        req = message.Irecv([into, self._mpi.BYTE])
+        if not req.Test():  # (the data came with the probed message unless the byte transport splits it)
+            self._wait([req], lambda: f"recv from rank {src}", src)
 
     def irecv(self, shape: int | Sequence[int], dtype: Any, src: int, device: str | None = None,
               out: Tensor | None = None, blocking: bool = False, found: tuple[Any, Any] | None = None) -> Handle:

@@ -281,31 +281,49 @@ def recv_target(shape: tuple[int, ...], dt: DType, device: str | None, out: Tens
 PoolKey = tuple[tuple[int, ...], "DType", str | None]
 
 
+class _Pooled:
+    """One pooled buffer: its base (``HEADER_BYTES`` of header room, then the elements), a writable memoryview of
+    all of it, and the node every result over it shares (a reshape of a name of the elements' view)."""
+
+    __slots__ = ("base", "packed", "node", "view")
+
+    def __init__(self, base: Any, shape: tuple[int, ...], dt: DType) -> None:
+        _realization().watch_memory(base)  # (before any name of it exists: sole_buffer needs them all)
+        self.base, self.packed = base, base.as_buffer()
+        self.view = base.view((base.nbytes - HEADER_BYTES) // dt.itemsize, dt, HEADER_BYTES)
+        self.node = _tensor_type().from_buffer(self.view, shape).uop
+
+    def result(self) -> Tensor:
+        """A new tensor over the shared node (the caller checked nothing reads the memory)."""
+        t = _tensor_type()(self.node, device=self.base.device)
+        _realization().hold(t)  # (as from_buffer: it follows writes into its memory)
+        return t
+
+
 class RecvPool:
     """Result tensors for ``recv``/``allreduce`` without ``out=``, whose memory is reused once nothing uses it.
 
-    Making a tensor per message (``Tensor.empty``, allocating, freeing) costs ~50 us, ten times a small MPI
-    message. The pool owns up to ``PER_KEY`` buffers per (shape, dtype, device), up to ``MAX_BYTES`` in all, and
-    never hands one out itself: each result is a tensor over a new *view* of a pooled buffer. Every tensor, lazy
-    graph or realized slice that reads that memory holds such a view (a slice realized from it is a view of the
-    same base), and a view counts itself on its base until it is garbage (``Buffer.views_alive``); so a buffer whose
-    count is zero is read by nobody and is written again (its version bumped, as for any write). Messages over
-    ``MAX_MESSAGE`` bytes are not pooled (their fixed cost is small next to the copy).
+    Making a tensor per message (a view, BUFFER and RESHAPE nodes, the Tensor; freeing them) costs several times a
+    small MPI message. The pool owns up to ``PER_KEY`` buffers per (shape, dtype, device), up to ``MAX_BYTES`` in
+    all, and one node per buffer that every result over it shares: a result is a new Tensor over that node, made
+    only when ``tgcore.realization.sole_buffer`` says nothing but the node reads the memory (no earlier result, lazy
+    graph, realized slice, pending write, other name of it or JIT capture that read it is alive); the write is
+    announced (its version bumped), as for any write. Messages over ``MAX_MESSAGE`` bytes are not pooled (their fixed
+    cost is small next to the copy). The pool's node keeps its name alive, so an assign into a result copies the old
+    contents aside for it (as for any name still alive); that buffer then leaves the pool.
 
     Each pooled buffer has ``HEADER_BYTES`` in front of the tensor's elements, so a message that carries the wire
-    header and the data together lands in one receive, without a copy (``take_packed``). Making the tensor (a
-    view, a BUFFER node, the Tensor: ~8 us) can be done ahead, while a receive waits for its message
-    (``prepare``): the next result of that key is then ready. A prepared result's buffer was free when it was
-    made and nobody but the pool has seen its view, so it stays free until handed out."""
+    header and the data together lands in one receive, without a copy (``take_packed``). The next result can be
+    made ahead, while a receive waits for its message (``prepare``); a prepared result's memory was free when it
+    was made and nobody but the pool has seen the tensor, so it stays free until handed out."""
 
     PER_KEY = 4
     MAX_BYTES = 64 << 20
     MAX_MESSAGE = 4 << 20
 
     def __init__(self) -> None:
-        # key -> [(pooled base Buffer of HEADER_BYTES + the data's bytes, writable memoryview of all of it)]
-        self._free: dict[PoolKey, list[tuple[Any, memoryview]]] = {}
-        self._ready: dict[PoolKey, tuple[Tensor, Any, memoryview]] = {}  # key -> a result made ahead
+        self._free: dict[PoolKey, list[_Pooled]] = {}
+        self._ready: dict[PoolKey, tuple[Tensor, _Pooled]] = {}  # key -> a result made ahead
         self._unpoolable: set[str | None] = set()  # devices without zero-copy access
         self._bytes = 0
         self.hits = self.misses = 0  # results whose memory was reused / that needed new memory (or were not pooled)
@@ -328,9 +346,9 @@ class RecvPool:
             made = self._make(key)
             if made is None:
                 return None
-        t, base, packed = made
-        _realization().invalidate(base)  # (it is written now)
-        return t, packed
+        t, pooled = made
+        _realization().invalidate(pooled.base)  # (it is written now)
+        return t, pooled.packed
 
     def prepare(self, shape: tuple[int, ...], dt: DType, device: str | None) -> None:
         """Make the next result of this key now (a receive waiting for its message has the time)."""
@@ -340,7 +358,7 @@ class RecvPool:
             if made is not None:
                 self._ready[key] = made
 
-    def _make(self, key: PoolKey) -> tuple[Tensor, Any, memoryview] | None:
+    def _make(self, key: PoolKey) -> tuple[Tensor, _Pooled] | None:
         shape, dt, device = key
         nbytes = prod(shape) * dt.itemsize
         if nbytes == 0 or nbytes > self.MAX_MESSAGE or device in self._unpoolable:
@@ -348,10 +366,14 @@ class RecvPool:
             return None
         entries = self._free.get(key)
         if entries is not None:
-            for base, packed in entries:
-                if base.views_alive == 0:
+            state = _realization()
+            for pooled in entries:
+                if state.sole_buffer(pooled.node) is not None:
                     self.hits += 1
-                    return _tensor_over(base, shape, dt), base, packed
+                    return pooled.result(), pooled
+            for pooled in [p for p in entries if state.buffer_under(p.node) is not p.view]:
+                entries.remove(pooled)  # (its node names a copy now: see the class docstring)
+                self._bytes -= nbytes
         self.misses += 1
         if self._bytes + nbytes > self.MAX_BYTES or (entries is not None and len(entries) >= self.PER_KEY):
             return None
@@ -362,10 +384,10 @@ class RecvPool:
         if not base.allocator.can_zero_copy:  # (a device without zero-copy access: nothing to gain)
             self._unpoolable.add(device)
             return None
-        packed = base.as_buffer()
-        self._free.setdefault(key, []).append((base, packed))
+        pooled = _Pooled(base, shape, dt)
+        self._free.setdefault(key, []).append(pooled)
         self._bytes += nbytes
-        return _tensor_over(base, shape, dt), base, packed
+        return pooled.result(), pooled
 
     def clear(self) -> None:
         self._free.clear()
@@ -373,22 +395,15 @@ class RecvPool:
         self._bytes = 0
 
 
-def _tensor_over(base: Any, shape: tuple[int, ...], dt: DType) -> Tensor:
-    """A new tensor of ``shape`` reading a new view of ``base``'s elements after the header room (the view keeps
-    ``base`` counted in use)."""
+def _tensor_type() -> Any:
+    """tgcore's Tensor class, imported once (an import per message costs ~2 us)."""
     if not _TENSOR:
         from tgcore.tensor import Tensor
-        from tgcore.uop import Ops, UOp
-        _TENSOR.extend((Tensor, Ops.RESHAPE, UOp))
-    tensor_type, reshape, uop = _TENSOR
-    size = (base.nbytes - HEADER_BYTES) // dt.itemsize
-    u = _realization().new_buffer(base.device, size, dt, base.view(size, dt, HEADER_BYTES))
-    t = tensor_type(uop(reshape, dt, (u,), shape), device=base.device)
-    _realization().hold(t)  # (as Tensor.empty: it follows writes into its memory)
-    return t
+        _TENSOR.append(Tensor)
+    return _TENSOR[0]
 
 
-_TENSOR: list[Any] = []  # Tensor, Ops.RESHAPE, UOp: imported once (an import per message costs ~2 us)
+_TENSOR: list[Any] = []
 
 
 def _no_commit() -> None:
