@@ -65,11 +65,10 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntOrTuple, pa
     pads = _conv_padding(padding, nd, kernel, dl, st)
     dt = least_upper_dtype(x.dtype, weight.dtype)
     x, weight = x.cast(dt), weight.cast(dt)
-    padded = _pad_last(x, pads)
-    if _flat_windows_pay(padded, cout, kernel, st, dl):
+    if _flat_windows_pay(x.shape, pads, cout, kernel, st, dl):
         out = _conv_flat(x, weight, groups, kernel, dl, tuple(pads))
     else:
-        win = windows(padded, kernel, st, dl)  # (N, Cin, O..., K...)
+        win = windows(_pad_last(x, pads), kernel, st, dl)  # (N, Cin, O..., K...)
         out_sp = win.shape[2:2 + nd]
         # (N, G, 1, Cin/G, O..., K...) * (1, G, Cout/G, Cin/G, 1..., K...) summed over Cin/G and the taps
         win = win.reshape((n, groups, 1, cin_g) + out_sp + kernel)
@@ -81,6 +80,7 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntOrTuple, pa
     return out.squeeze(0) if unbatched else out
 
 
+Pad = tuple[int, int]
 FLAT_CONV_MIN_FLOPS = 1 << 26  # smaller convolutions keep the plain windows: one kernel fewer, no padded copy
 # the flat positions computed are a multiple of this (the columns of whole register tiles: a tile of padded columns
 # is gated lane by lane), the extra ones read the padding and are cut off with the rest
@@ -92,16 +92,20 @@ def _conv_out(padded: Sequence[int], kernel: Sequence[int], dilation: Sequence[i
     return tuple(p - d * (k - 1) for p, k, d in zip(padded, kernel, dilation, strict=True))
 
 
-def _flat_windows_pay(x: Tensor, cout: int, kernel: tuple[int, ...], stride: tuple[int, ...],
-                      dilation: tuple[int, ...]) -> bool:
-    """Whether ``_conv_flat`` is worth its padded copy: stride 1, and enough multiply-adds."""
-    out = _conv_out(x.shape[2:], kernel, dilation)
+def _flat_windows_pay(shape: tuple[int, ...], pads: Sequence[Pad], cout: int, kernel: tuple[int, ...],
+                      stride: tuple[int, ...], dilation: tuple[int, ...]) -> bool:
+    """Whether ``_conv_flat`` is worth its padded copy for an input of ``shape`` (N, Cin, S...) padded by ``pads``:
+    stride 1, and enough multiply-adds."""
+    out = _conv_out(_padded_extents(shape[2:], pads), kernel, dilation)
     if any(s != 1 for s in stride) or min(out) < 1:
         return False
-    return 2 * x.shape[0] * x.shape[1] * cout * math.prod(kernel) * math.prod(out) >= FLAT_CONV_MIN_FLOPS
+    return 2 * shape[0] * shape[1] * cout * math.prod(kernel) * math.prod(out) >= FLAT_CONV_MIN_FLOPS
 
 
-Pad = tuple[int, int]
+def _padded_extents(spatial: Sequence[int], pads: Sequence[Pad]) -> tuple[int, ...]:
+    """The spatial extents of an input padded by ``pads`` (negative amounts crop)."""
+    return tuple(s + before + after for s, (before, after) in zip(spatial, pads, strict=True))
+
 
 
 def _conv_flat(x: Tensor, weight: Tensor, groups: int, kernel: tuple[int, ...], dilation: tuple[int, ...],
@@ -113,9 +117,8 @@ def _conv_flat(x: Tensor, weight: Tensor, groups: int, kernel: tuple[int, ...], 
     nd = len(kernel)
     n = x.shape[0]
     cout, cin_g = weight.shape[:2]
-    xp = _pad_last(x, pads)
-    padded = xp.shape[2:]
-    win, out_sp = _flat_windows(xp, kernel, dilation, FLAT_POSITIONS_MULTIPLE)
+    padded = _padded_extents(x.shape[2:], pads)
+    win, out_sp = _flat_windows(x, pads, kernel, dilation, FLAT_POSITIONS_MULTIPLE)
     computed = win.shape[-1]
     win = win.reshape((n, groups, 1, cin_g) + kernel + (computed,))
     w = weight.reshape((1, groups, cout // groups, cin_g) + kernel + (1,))
@@ -137,23 +140,28 @@ def _flat_conv_rule(pads: tuple[Pad, ...], dilation: tuple[int, ...]) -> Callabl
     return rule
 
 
-def _flat_windows(x: Tensor, kernel: tuple[int, ...], dilation: tuple[int, ...],
+def _flat_windows(x: Tensor, pads: Sequence[Pad], kernel: tuple[int, ...], dilation: tuple[int, ...],
                   multiple: int = 1) -> tuple[Tensor, tuple[int, ...]]:
-    """The windows of a stride-1 convolution of the padded input ``x`` (N, Cin, P...) over its flattened positions,
-    (N, Cin, K1..Kn, positions), and the output extents: output position ``p`` (row-major over (O1, P2, ..., Pn))
-    reads ``flat[p + sum_i k_i * d_i * S_i]`` (S_i: the padded row strides), so every tap is the same contiguous run
-    shifted; the positions past each row's valid outputs (the last ``d_i*(K_i-1)`` of axes 2..n) are computed and
-    cut off, and so are the positions past the last row up to a ``multiple`` of positions. ``x`` is made contiguous
-    once (the padding), then windows of the flat axis are views."""
+    """The windows of a stride-1 convolution of the input ``x`` (N, Cin, S...) padded by ``pads`` to (N, Cin, P...)
+    over its flattened positions, (N, Cin, K1..Kn, positions), and the output extents: output position ``p``
+    (row-major over (O1, P2, ..., Pn)) reads ``flat[p + sum_i k_i * d_i * S_i]`` (S_i: the padded row strides), so
+    every tap is the same contiguous run shifted; the positions past each row's valid outputs (the last
+    ``d_i*(K_i-1)`` of axes 2..n) are computed and cut off, and so are the positions past the last row up to a
+    ``multiple`` of positions. ``x`` is made contiguous once (the padding, with the zero rows those cut-off
+    positions read), then windows of the flat axis are views."""
     nd = len(kernel)
     n, cin = x.shape[:2]
-    padded = x.shape[2:]
+    padded = _padded_extents(x.shape[2:], pads)
     out_sp = _conv_out(padded, kernel, dilation)
     strides = [math.prod(padded[i + 1:]) for i in range(nd)]
     positions = round_up(out_sp[0] * strides[0], multiple)  # output positions on the padded grid: O1 x P2 x ... x Pn
     reach = sum((k - 1) * d * s for k, d, s in zip(kernel, dilation, strides, strict=True))
-    slack_rows = ceildiv(positions + reach - math.prod(padded), strides[0])  # read by the cut-off positions
-    x = x.pad([None, None, (0, slack_rows)] + [None] * (nd - 1)) if slack_rows > 0 else x
+    slack_rows = max(0, ceildiv(positions + reach - math.prod(padded), strides[0]))  # read by the cut-off positions
+    (before, after), rest = pads[0], list(pads[1:])
+    if after >= 0:  # the slack rows in the same pad (a crop at the end would keep rows the slack must not see)
+        x = _pad_last(x, [(before, after + slack_rows)] + rest)
+    else:
+        x = _pad_last(_pad_last(x, pads), [(0, slack_rows)] + [(0, 0)] * (nd - 1))
     win = x.contiguous().reshape((n, cin, math.prod(x.shape[2:])))
     for i, (k, d, s) in enumerate(zip(kernel, dilation, strides, strict=True)):  # (..., L) -> (..., k, L')
         win = _taps(win, k, d * s, positions if i == nd - 1 else None)
@@ -191,10 +199,9 @@ def _conv_flat_grad(g: Tensor, x: Tensor, weight: Tensor, pads: tuple[Pad, ...],
     reach = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
     g_wide = _pad_last(g, [(r - before, r - after) for r, (before, after) in zip(reach, pads, strict=True)])
     dx = _conv(g_wide, _flipped_transpose(weight, groups, nd), None, 1, 0, dilation, groups, nd, "conv gradient")
-    xp = _pad_last(x, pads)
-    padded, out_sp = xp.shape[2:], g.shape[2:]
+    padded, out_sp = _padded_extents(x.shape[2:], pads), g.shape[2:]
     g_grid = _pad_last(g, [(0, p - o) for p, o in zip(padded[1:], out_sp[1:], strict=True)])
-    win, _ = _flat_windows(xp, kernel, dilation, FLAT_POSITIONS_MULTIPLE)  # (the forward's padded copy of x)
+    win, _ = _flat_windows(x, pads, kernel, dilation, FLAT_POSITIONS_MULTIPLE)  # (the forward's padded copy of x)
     positions = out_sp[0] * math.prod(padded[1:])
     win = win.shrink([None] * (win.ndim - 1) + [(0, positions)])
     g_t = g_grid.reshape((n, groups, cout // groups, positions)).transpose(-1, -2).contiguous()
