@@ -65,6 +65,9 @@ def shape_of(u: UOp) -> Shape:
     d = u.__dict__
     if "_shape" in d:
         return d["_shape"]
+    if all("_shape" in s.__dict__ for s in u.src):  # (a node just built on shaped ones: the common case)
+        shape = d["_shape"] = _node_shape(u)
+        return shape
     # fill in the nodes below that lack a shape, stopping at ones that have it (no full toposort)
     stack: list[tuple[UOp, bool]] = [(u, False)]
     while stack:
