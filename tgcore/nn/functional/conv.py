@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from tgcore.dtype import least_upper_dtype
 from tgcore.errors import TensorValueError
@@ -21,7 +22,8 @@ def _conv_padding(padding: IntOrTuple | str | list[Pad], nd: int, kernel: tuple[
                   dilation: tuple[int, ...], stride: tuple[int, ...]) -> list[tuple[int, int]]:
     """(before, after) per spatial axis; 'same' puts the extra element of an odd total after (like torch)."""
     if isinstance(padding, list) and all(isinstance(p, tuple) for p in padding):  # (pairs already: internal calls)
-        return padding  # type: ignore[return-value]
+        return [(int(before), int(after)) for before, after in cast(list[Pad], padding)]
+    padding = cast(IntOrTuple | str, padding)
     if isinstance(padding, str):
         if padding == "valid":
             return [(0, 0)] * nd
