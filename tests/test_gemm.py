@@ -117,7 +117,7 @@ def test_pad_after_a_split_is_an_error():
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("nd,kernel,padding,dilation,groups", [
     (2, (3, 3), 1, 1, 1), (2, (3, 5), (0, 2), 1, 1), (2, (3, 3), 2, 2, 1), (2, (3, 3), 1, 1, 2),
-    (1, (5,), 2, 1, 1)])
+    (1, (5,), 2, 1, 1), (2, (1, 1), 0, 1, 1), (2, (2, 3), (3, 0), (2, 1), 2)])
 def test_convolution_over_flat_positions_matches_torch(device, nd, kernel, padding, dilation, groups, monkeypatch):
     """Stride-1 convolutions computed over the flattened padded input (``conv._conv_flat``), forward and gradients."""
     torch = pytest.importorskip("torch")
@@ -135,6 +135,30 @@ def test_convolution_over_flat_positions_matches_torch(device, nd, kernel, paddi
     out = conv(x, w, Tensor(b_np, device=device), padding=padding, dilation=dilation, groups=groups)
     xt, wt = torch.tensor(x_np, requires_grad=True), torch.tensor(w_np, requires_grad=True)
     ref = tconv(xt, wt, torch.tensor(b_np), padding=padding, dilation=dilation, groups=groups)
+    (out * out).sum().backward()
+    (ref * ref).sum().backward()
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(w.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("padding", [(-1, 1), (2, 0, -1, 1), (1, -2, 0, -1)])
+def test_convolution_over_flat_positions_with_a_crop_matches_torch(device, padding, monkeypatch):
+    """Negative padding amounts crop the input before the flat windows are built (the zero rows past the last row
+    must come after the crop): forward and gradients against torch's convolution of the padded/cropped input."""
+    torch = pytest.importorskip("torch")
+    import tgcore.nn.functional as F
+    from tgcore.nn.functional import conv as conv_module
+    monkeypatch.setattr(conv_module, "FLAT_CONV_MIN_FLOPS", 0)
+    rng = np.random.default_rng(7)
+    x_np = rng.standard_normal((2, 3, 9, 10)).astype(np.float32)
+    w_np = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    flat = padding if len(padding) == 4 else (padding[1], padding[1], padding[0], padding[0])  # torch's F.pad order
+    x, w = Tensor(x_np, device=device, requires_grad=True), Tensor(w_np, device=device, requires_grad=True)
+    out = F.conv2d(x, w, padding=padding)
+    xt, wt = torch.tensor(x_np, requires_grad=True), torch.tensor(w_np, requires_grad=True)
+    ref = torch.nn.functional.conv2d(torch.nn.functional.pad(xt, flat), wt)
     (out * out).sum().backward()
     (ref * ref).sum().backward()
     np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-4)

@@ -136,7 +136,8 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
     # ---------------------------------------------------------------- properties
     @property
     def shape(self) -> tuple[int, ...]:
-        return shape_of(self.uop)
+        shape = self.uop.__dict__.get("_shape")  # (on every op's path: the cached shape without a call)
+        return shape if shape is not None else shape_of(self.uop)
 
     @property
     def dtype(self) -> DType:

@@ -59,6 +59,8 @@ def _is_uop(x: Any) -> bool:
 
 def sint(x: Any) -> Any:
     """An int, or a symbolic int UOp (a bound variable or an expression of one)."""
+    if type(x) is int:  # (the common case, before asking for bounds)
+        return x
     return x if _is_uop(x) else int(x)
 
 
@@ -101,6 +103,19 @@ class MovementMixin:
         """A view with ``shape``; one entry may be -1 (inferred), None keeps that axis's size."""
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
+        current = self.shape
+        if all(type(s) is int and s >= 0 for s in shape):  # (the common case, spelled out in ints: nothing to fill in)
+            shp = shape
+        else:
+            shp = self._reshape_target(shape)
+        if prod(shp) != prod(current):
+            raise TensorValueError(f"cannot reshape {current} ({prod(current)} elements) into {shp} ({prod(shp)})")
+        if shp == current:
+            return self
+        return self._movement(Ops.RESHAPE, shp)
+
+    def _reshape_target(self, shape: tuple[Any, ...]) -> tuple[int, ...]:
+        """The shape ``reshape(shape)`` asks for: None keeps this value's extent, one -1 is inferred."""
         shape = tuple(self.shape[i] if s is None and i < self.ndim else s for i, s in enumerate(shape))
         new = list(shape_args(shape)) if shape else []
         if new.count(-1) > 1:
@@ -110,12 +125,7 @@ class MovementMixin:
             if known == 0 or self.numel() % known:
                 raise TensorValueError(f"cannot reshape {self.shape} into {tuple(new)}")
             new[new.index(-1)] = self.numel() // known
-        shp = check_shape(tuple(new))
-        if prod(shp) != self.numel():
-            raise TensorValueError(f"cannot reshape {self.shape} ({self.numel()} elements) into {shp} ({prod(shp)})")
-        if shp == self.shape:
-            return self
-        return self._movement(Ops.RESHAPE, shp)
+        return check_shape(tuple(new))
 
     def view(self, *shape: Any) -> Self:
         return self.reshape(*shape)
@@ -154,19 +164,23 @@ class MovementMixin:
     def shrink(self, arg: Sequence[tuple[Any, Any] | None]) -> Self:
         """Keep ``[start, end)`` of each axis (None keeps all); a start may be symbolic (a bound variable) when
         the size it keeps is a constant."""
-        if len(arg) != self.ndim:
-            raise ValueError(f"shrink needs one (start, end) per axis: got {len(arg)} for {self.ndim} axes")
+        shape = self.shape
+        if len(arg) != len(shape):
+            raise ValueError(f"shrink needs one (start, end) per axis: got {len(arg)} for {len(shape)} axes")
         bounds: tuple[tuple[Any, Any], ...] = tuple((0, s) if a is None else (sint(a[0]), sint(a[1]))
-                                                    for a, s in zip(arg, self.shape, strict=True))
-        for (lo, hi), s in zip(bounds, self.shape, strict=True):
-            if _is_uop(lo) or _is_uop(hi):  # symbolic start (e.g. a bound position): fixed size
+                                                    for a, s in zip(arg, shape, strict=True))
+        for (lo, hi), s in zip(bounds, shape, strict=True):
+            if type(lo) is int and type(hi) is int:  # (the common case first: plain bounds)
+                if not 0 <= lo <= hi <= s:
+                    raise ValueError(f"shrink {arg} is out of bounds for shape {self.shape}")
+            elif _is_uop(lo) or _is_uop(hi):  # symbolic start (e.g. a bound position): fixed size
                 end: Any = hi if _is_uop(hi) else lo.const_like(hi)
                 size = (end - lo).simplify()
                 if size.op is not Ops.CONST or _vmin(lo) < 0 or _vmax(hi) > s or size.arg < 0:
                     raise ValueError(f"symbolic shrink {arg} needs a constant size within shape {self.shape}")
             elif not 0 <= lo <= hi <= s:
                 raise ValueError(f"shrink {arg} is out of bounds for shape {self.shape}")
-        if all(b == (0, s) for b, s in zip(bounds, self.shape, strict=True)):
+        if all(b == (0, s) for b, s in zip(bounds, shape, strict=True)):
             return self
         return self._movement(Ops.SHRINK, bounds)
 
@@ -223,12 +237,14 @@ class MovementMixin:
         if len(padding) != self.ndim:
             raise TensorValueError(f"pad needs one (before, after) per axis: got {len(padding)} for {self.ndim} axes")
         pads = tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
-        # negative padding is a shrink
-        shrink = tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pads, self.shape, strict=True))
-        if any(lo > hi for lo, hi in shrink):
-            raise TensorValueError(f"padding {padding} removes more than the tensor's shape {self.shape}")
-        me = self.shrink(shrink)
-        pos = tuple((max(b, 0), max(a, 0)) for b, a in pads)
+        if all(b >= 0 and a >= 0 for b, a in pads):  # (the common case: nothing removed)
+            me, pos = self, pads
+        else:  # negative padding is a shrink
+            shrink = tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pads, self.shape, strict=True))
+            if any(lo > hi for lo, hi in shrink):
+                raise TensorValueError(f"padding {padding} removes more than the tensor's shape {self.shape}")
+            me = self.shrink(shrink)
+            pos = tuple((max(b, 0), max(a, 0)) for b, a in pads)
         if all(p == (0, 0) for p in pos):
             return me
         out = me._movement(Ops.PAD, pos)

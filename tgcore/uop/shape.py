@@ -10,6 +10,7 @@ all have the same shape (the front end broadcasts); REDUCE_AXIS keeps reduced ax
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tgcore.uop.ops import Ops
@@ -20,44 +21,37 @@ if TYPE_CHECKING:
 Shape = tuple[int, ...]
 
 
-def _movement_shape(u: UOp, src: Shape) -> Shape:
-    if u.op in (Ops.RESHAPE, Ops.EXPAND):
-        return tuple(u.arg)
-    if u.op is Ops.PERMUTE:
-        return tuple(src[i] for i in u.arg)
-    if u.op is Ops.PAD:
-        return tuple(s + b + a for s, (b, a) in zip(src, u.arg, strict=True))
-    if u.op is Ops.SHRINK:  # a symbolic start comes with an end a constant distance away
-        return tuple(e - b if isinstance(e, int) and isinstance(b, int) else int((e - b).simplify().arg)
-                     for b, e in u.arg)
-    if u.op is Ops.FLIP:
-        return src
-    raise AssertionError(u.op)
+def _shrunk(u: UOp, src: Shape) -> Shape:
+    """A shrink's extents; a symbolic start comes with an end a constant distance away."""
+    return tuple(e - b if isinstance(e, int) and isinstance(b, int) else int((e - b).simplify().arg) for b, e in u.arg)
+
+
+# op -> its shape from the node and its first source's shape: a table, since this runs once per node built
+_SHAPE_RULES: dict[Ops, Callable[[UOp, Shape], Shape]] = {
+    Ops.BUFFER: lambda u, src: (u.arg,),
+    Ops.CONST: lambda u, src: (),
+    Ops.DEFINE_VAR: lambda u, src: (),
+    Ops.BIND: lambda u, src: (),
+    Ops.CUSTOM_KERNEL: lambda u, src: (),
+    Ops.RANGE: lambda u, src: (u.arg[1],),  # tensor-level arange: ("arange", n)
+    Ops.RESHAPE: lambda u, src: tuple(u.arg),
+    Ops.EXPAND: lambda u, src: tuple(u.arg),
+    Ops.PERMUTE: lambda u, src: tuple(src[i] for i in u.arg),
+    Ops.PAD: lambda u, src: tuple(s + b + a for s, (b, a) in zip(src, u.arg, strict=True)),
+    Ops.SHRINK: _shrunk,
+    Ops.FLIP: lambda u, src: src,
+    Ops.REDUCE_AXIS: lambda u, src: tuple(1 if i in u.arg[1] else s for i, s in enumerate(src)),
+    Ops.WHERE: lambda u, src: u.src[1].__dict__["_shape"],  # the condition may be bool of the same shape
+    # a custom kernel's input ``arg`` once the kernel ran: src = (CUSTOM_KERNEL, *inputs)
+    Ops.AFTER: lambda u, src: u.src[1 + u.arg].__dict__["_shape"],
+    Ops.INDEX: lambda u, src: u.src[1].__dict__["_shape"],  # tensor-level gather: (1-D table, index tensor)
+}
 
 
 def _node_shape(u: UOp) -> Shape:
-    op = u.op
-    if op is Ops.BUFFER:
-        return (u.arg,)
-    if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND):
-        return ()
-    if op is Ops.RANGE:  # tensor-level arange: ("arange", n)
-        return (u.arg[1],)
-    src = u.src[0].__dict__["_shape"] if u.src else ()
-    if op in (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP):
-        return _movement_shape(u, src)
-    if op is Ops.REDUCE_AXIS:
-        axes = u.arg[1]
-        return tuple(1 if i in axes else s for i, s in enumerate(src))
-    if op is Ops.WHERE:  # the condition may be bool of the same shape
-        return u.src[1].__dict__["_shape"]
-    if op is Ops.AFTER:  # a custom kernel's input ``arg`` once the kernel ran: src = (CUSTOM_KERNEL, *inputs)
-        return u.src[1 + u.arg].__dict__["_shape"]
-    if op is Ops.CUSTOM_KERNEL:
-        return ()
-    if op is Ops.INDEX:  # tensor-level gather: src = (1-D table, index tensor), the index's shape
-        return u.src[1].__dict__["_shape"]
-    return src
+    src = u.src[0].__dict__.get("_shape", ()) if u.src else ()  # (a BUFFER's sources have none)
+    rule = _SHAPE_RULES.get(u.op)
+    return src if rule is None else rule(u, src)  # (elementwise ops: their sources' shape)
 
 
 def shape_of(u: UOp) -> Shape:
@@ -65,6 +59,9 @@ def shape_of(u: UOp) -> Shape:
     d = u.__dict__
     if "_shape" in d:
         return d["_shape"]
+    if all("_shape" in s.__dict__ for s in u.src):  # (a node just built on shaped ones: the common case)
+        shape = d["_shape"] = _node_shape(u)
+        return shape
     # fill in the nodes below that lack a shape, stopping at ones that have it (no full toposort)
     stack: list[tuple[UOp, bool]] = [(u, False)]
     while stack:
