@@ -87,6 +87,33 @@ def instructions(t: Tensor) -> list[Inst]:
     return out
 
 
+def sub_block_fields(raw: Tensor) -> Tensor:
+    """``(N, nb, 16)`` bytes -> ``(N, nb, 32)`` as 2-bit fields: block ``b`` takes bits ``2(b % 4)`` and up of each
+    byte (Q2_K's planes: the shift depends on the block, so it is one amount per block in a register)."""
+    n, nb, _ = raw.shape
+    plane = (Tensor.arange(nb, dtype="uint8", device=raw.device) % 4).reshape(1, nb, 1, 1) * 2
+    return ((raw.reshape(n, nb, 1, 16).expand(n, nb, 2, 16) >> plane) & 3).reshape(n, nb, 32)
+
+
+def sub_block_masks(raw: Tensor) -> Tensor:
+    """``(N, nb, 16)`` bytes -> ``(N, nb, 32)``: even blocks keep the low nibble, odd ones the high (Q4_K's masks:
+    one mask per block, a byte broadcast)."""
+    n, nb, _ = raw.shape
+    high = (Tensor.arange(nb, dtype="uint8", device=raw.device) % 2).reshape(1, nb, 1, 1)
+    wide = raw.reshape(n, nb, 1, 16).expand(n, nb, 2, 16)
+    return ((wide & ((high.full_like(1) - high) * 15)) | ((wide >> 4) & (high * 15))).reshape(n, nb, 32)
+
+
+def numpy_fields(raw: np.ndarray) -> np.ndarray:
+    shifts = (np.arange(raw.shape[1]) % 4 * 2).astype(np.uint8)[None, :, None]
+    return np.concatenate([(raw >> shifts) & 3] * 2, axis=-1)
+
+
+def numpy_masks(raw: np.ndarray) -> np.ndarray:
+    odd = (np.arange(raw.shape[1]) % 2 == 1)[None, :, None]
+    return np.concatenate([np.where(odd, raw >> 4, raw & 15)] * 2, axis=-1)
+
+
 CASES = {  # name -> (the unsigned bytes from (raw, qh) as tensor ops, the same in numpy)
     "bytes": (lambda raw, qh: (raw.reshape(raw.shape[0], raw.shape[1], 1, 16) ^ 0x80).expand(
         raw.shape[0], raw.shape[1], 2, 16).reshape(raw.shape[0], raw.shape[1], 32),
@@ -94,6 +121,8 @@ CASES = {  # name -> (the unsigned bytes from (raw, qh) as tensor ops, the same 
     "nibbles": (lambda raw, qh: nibbles(raw), lambda raw, qh: numpy_nibbles(raw)),
     "nibbles and fifth bits": (lambda raw, qh: nibbles(raw) | fifth_bits(qh),
                                lambda raw, qh: numpy_nibbles(raw) | numpy_fifth(qh)),
+    "fields shifted per block": (lambda raw, qh: sub_block_fields(raw), lambda raw, qh: numpy_fields(raw)),
+    "nibbles masked per block": (lambda raw, qh: sub_block_masks(raw), lambda raw, qh: numpy_masks(raw)),
 }
 
 

@@ -11,6 +11,8 @@ Out: ``byte_dot_rule``: the core's rule (``tgcore.renderer.cbytedot.byte_dot``: 
      AND OR XOR ADD SUB        vpand vpor vpxor vpaddb vpsubb (a constant operand from a frame slot)
      SHR, IDIV by 2**s         vpsrlw s + vpand (0xFF >> s): x86 has no byte shift (unsigned lanes)
      SHL, MUL by 2**s          vpsllw s + vpand
+     SHR by a broadcast s      vpsrlw by s in an xmm + vpand with (0x00FF >> s) in both bytes of each word
+     VECTORIZE of one byte     vmovd + vpbroadcastb (a K-quant's mask or shift of the sub-block in the loop)
      BITCAST                   the source's register (a byte vector, or one piece of 32- or 64-bit lanes)
      VECTORIZE of lanes        vinserti128 of two 16-byte sources and/or vpshufb within 128-bit halves
      CUSTOMI tg_dot4_u8i8      vpxor + vpdpbusd (exact: 4 products of a byte by a signed byte fit an int32, and
@@ -25,7 +27,7 @@ from typing import Any
 from tg_x86.emitter import Emitter
 from tg_x86.isa import Op
 from tg_x86.machine import VMem
-from tg_x86.values import mem
+from tg_x86.values import mem, reg
 from tg_x86.vpieces import vpiece
 from tgcore.codegen.regalloc import VReg
 from tgcore.dtype import DType, PtrDType, dtypes
@@ -61,6 +63,16 @@ def _shift(u: UOp) -> int | None:
         return lanes[0]
     v = lanes[0]
     return v.bit_length() - 1 if v and v & (v - 1) == 0 else None
+
+
+def _broadcast(u: UOp) -> bool:
+    """A VECTORIZE of one scalar byte in every lane."""
+    return u.op is Ops.VECTORIZE and u.src[0].dtype in BYTES and all(x is u.src[0] for x in u.src)
+
+
+def _variable_shift(u: UOp) -> bool:
+    """An unsigned byte SHR by one amount (not a constant) in every lane."""
+    return u.op is Ops.SHR and dtypes.is_unsigned(u.dtype.scalar()) and _broadcast(u.src[1])
 
 
 def _period(u: UOp) -> int:
@@ -111,13 +123,15 @@ def selectable(u: UOp) -> bool:
     if u.op in BYTE_ALU:
         return all(selectable(s) for s in u.src)
     if u.op in RIGHT or u.op in LEFT:
-        return _shift(u) is not None and selectable(u.src[0])
+        return (_shift(u) is not None or _variable_shift(u)) and selectable(u.src[0])
     if u.op is Ops.BITCAST:
         s = u.src[0]
         whole = s.dtype.scalar().itemsize * s.dtype.count == u.dtype.count
         return whole and (selectable(s) if is_bytes(s.dtype) else
                           s.dtype.scalar() in (dtypes.uint32, dtypes.int32, dtypes.uint64, dtypes.int64))
     if u.op is Ops.VECTORIZE:
+        if _broadcast(u):
+            return True
         plan = shuffle_plan(u)
         return plan is not None and all(selectable(s) for s in plan[0])
     return False
@@ -159,9 +173,43 @@ def register(ctx: Emitter, u: UOp) -> VReg:
     return d
 
 
+def _dword(ctx: Emitter, scalar: UOp) -> VReg:
+    """A scalar (a gpr, canonical: zero-extended) in the low 32 bits of an xmm, the others 0."""
+    d = ctx.vnew()
+    ctx.emit(Op.VMOVD, [d], [reg(ctx, scalar)], (("d", 0, 128), ("u", 0, 32)))
+    return d
+
+
+def _broadcasted(ctx: Emitter, u: UOp) -> VReg:
+    d, bits = ctx.vnew(), _bits(u)
+    ctx.emit(Op.VPBROADCASTB, [d], [_dword(ctx, u.src[0])], (("d", 0, bits), ("u", 0, 128)))
+    return d
+
+
+def _shifted_by_variable(ctx: Emitter, u: UOp) -> VReg:
+    """Bytes shifted right by one amount ``s`` held in a register: words shifted, then the bits each byte got from
+    its neighbour cleared by (0xFF >> s) in both bytes of each word (made from 0x00FF >> s; 0 from s = 8 on, as
+    C's shift of the promoted byte gives)."""
+    bits = _bits(u)
+    x, count = register(ctx, u.src[0]), _dword(ctx, u.src[1].src[0])
+
+    def op(o: Op, *uses: Any, extra: tuple = ()) -> VReg:
+        d = ctx.vnew()
+        ctx.emit(o, [d], list(uses), (("d", 0, bits), ("u", 0, bits),
+                                      *((("u", 1, 128 if o is Op.VPSRLW else None if isinstance(uses[1], VMem)
+                                          else bits),) if len(uses) > 1 else ()), *extra))
+        return d
+    low = ctx.vnew()
+    ctx.emit(Op.VMOVDQU, [low], [ctx.const_mem(b"\xff\x00" * (bits // 16), bits)], (("d", 0, bits), ("u", 0, None)))
+    low = op(Op.VPSRLW, low, count)
+    mask = op(Op.VPOR, low, op(Op.VPSLLW, low, extra=(("i", 8),)))
+    return op(Op.VPAND, op(Op.VPSRLW, x, count), mask)
+
+
 def _shifted(ctx: Emitter, u: UOp) -> VReg:
     s, bits = _shift(u), _bits(u)
-    assert s is not None
+    if s is None:
+        return _shifted_by_variable(ctx, u)
     x = register(ctx, u.src[0])
     if s == 0:
         return x
@@ -211,7 +259,7 @@ def sel_bytes(ctx: Emitter, x: UOp) -> tuple | None:
         s = x.src[0]
         d = register(ctx, s) if is_bytes(s.dtype) else vpiece(ctx, s, 0)
     elif op is Ops.VECTORIZE:
-        d = _shuffled(ctx, x)
+        d = _broadcasted(ctx, x) if _broadcast(x) else _shuffled(ctx, x)
     else:
         return None
     ctx.val[x] = (d,)

@@ -439,6 +439,8 @@ VPBROADCASTW | X, xmm/m16 | VEX.L.66.0F38.W0 79 /r | RM
 VPBROADCASTD | X, xmm/m32 | VEX.L.66.0F38.W0 58 /r | RM
 VPBROADCASTQ | X, xmm/m64 | VEX.L.66.0F38.W0 59 /r | RM
 VEXTRACTF128 | xmm/m128, ymm, imm8 | VEX.256.66.0F3A.W0 19 /r ib | MRI
+VPSRLW | xmm, xmm, xmm/m128 | VEX.128.66.0F.WIG D1 /r | RVM
+VPSRLW | ymm, ymm, xmm/m128 | VEX.256.66.0F.WIG D1 /r | RVM
 VINSERTF128 | ymm, ymm, xmm/m128, imm8 | VEX.256.66.0F3A.W0 18 /r ib | RVMI
 VEXTRACTI128 | xmm/m128, ymm, imm8 | VEX.256.66.0F3A.W0 39 /r ib | MRI
 VINSERTI128 | ymm, ymm, xmm/m128, imm8 | VEX.256.66.0F3A.W0 38 /r ib | RVMI
