@@ -43,6 +43,7 @@ from tg_x86.wide import select_wide, zmm_program
 from tgcore.codegen import regalloc
 from tgcore.codegen.regalloc import MInst, RegisterPlan
 from tgcore.dtype import dtypes
+from tgcore.renderer.cbytedot import DOT_HELPER
 from tgcore.renderer.cstyle import combine_byte_loads
 from tgcore.renderer.isa import ISARenderer, isa_spec
 from tgcore.runtime.compiler import Compiler
@@ -65,8 +66,12 @@ FLAG_READERS = frozenset(o for o in Op if o.flags & Flag.READS_FLAGS)
 FLAG_WRITERS = FLAG_BARRIERS - {"label"}
 
 
-# what reaches isel: codegen decomposes transcendentals for this renderer (native_transcendentals is False)
-X86_SPEC = PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)), lambda: False)]) + isa_spec
+# what reaches isel: codegen decomposes transcendentals for this renderer (native_transcendentals is False); the one
+# inline call is a byte dot product of two 32-byte vectors (``bytedot``)
+X86_SPEC = PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)), lambda: False),
+                           (UPat(Ops.CUSTOMI, dtypes.int32.vec(8), src=(UPat(dtype=dtypes.uint8.vec(32)),
+                                                                        UPat(dtype=dtypes.int8.vec(32))),
+                                 arg=DOT_HELPER), lambda: True)]) + isa_spec
 
 
 def clear_memo_tables() -> None:
