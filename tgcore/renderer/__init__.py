@@ -32,7 +32,9 @@ class Renderer:
     gathers: bool = False          # a vector load may take a vector of indices, one per lane (a table lookup)
     custom_kernels: bool = False   # render() also takes hand-written programs (tgcore.custom)
     # a scalar loop summing products of bytes in int32 (a quantized weight's integers times an 8-bit activation's)
-    # is vectorized into multiply-adds of bytes by the output's compiler: codegen leaves such loops scalar
+    # is vectorized into multiply-adds of bytes by the output's compiler: codegen leaves such loops scalar; a block
+    # summed in lanes of 4 neighbouring bytes is one multiply-add of bytes per lane (C: ``cbytedot``; X86 with
+    # AVX512-VNNI: vpdpbusd)
     compiles_byte_dots: bool = False
     # innermost loops of at most this many iterations (a constant count) are unrolled by codegen
     # (``codegen.unroll``); 0: left as loops (a C compiler unrolls them itself)

@@ -148,6 +148,22 @@ def test_other_devices_compute_the_same(device, gtype):
     assert_bits_equal(out, float64_reference(gtype, raw, (5, k), x).astype(np.float32))
 
 
+@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
+def test_x86_int_matmul_exact(gtype):
+    """Every type on the x86 backend (vpdpbusd where it has AVX512-VNNI: ``tg_x86.bytedot``), as
+    ``test_int_matmul_exact`` on CPU: odd row count, three activation rows."""
+    pytest.importorskip("tg_x86")
+    from tg_x86.cpu import unavailable_reason
+    if unavailable_reason() is not None:
+        pytest.skip(unavailable_reason())
+    block = BLOCK_LAYOUT[gtype][0]
+    k = 2 * block if block > 32 else 256
+    raw = unit_scale_blocks(gtype, ROWS * k // block, seed=int(gtype))
+    x = exact_activations(np.random.default_rng(int(gtype)), BATCH, k)
+    out = int_matmul(Tensor(x, device="CPU:X86"), Tensor(raw, device="CPU:X86"), gtype, (ROWS, k)).numpy()
+    assert_bits_equal(out, float64_reference(gtype, raw, (ROWS, k), x).astype(np.float32))
+
+
 def test_which_devices_and_types_use_it():
     assert uses_int_dot(GGMLType.Q4_K, "CPU")
     assert not uses_int_dot(GGMLType.Q4_K, "PYTHON")  # the interpreter: no compiler to vectorize byte dots

@@ -285,6 +285,9 @@ def _evex_rows() -> list[str]:
              "VINSERTF32X8 | zmm{k}{z}, zmm, ymm/m256, imm8 | EVEX.512.66.0F3A.W0 1A /r ib | RVMI",
              # an opmask from a vector: the lanes where a & b is not 0 (a remainder's lanes from its bool gate)
              "VPTESTMD | k{k}, zmm, zmm/m512/m32bcst | EVEX.512.66.0F38.W0 27 /r | RVM",
+             # AVX512-VNNI + VL: a quantization block's byte dot products (tg_x86.bytedot); 256 bits, EVEX (capstone 5
+             # decodes no VEX AVX-VNNI form to check one against)
+             "VPDPBUSD | ymm{k}{z}, ymm, ymm/m256/m32bcst | EVEX.256.66.0F38.W0 50 /r | RVM",
              # opmask registers (VEX-encoded): a remainder's mask from a gpr
              "KMOVW | k, r32 | VEX.L0.0F.W0 92 /r | RM", "KMOVW | r32, k | VEX.L0.0F.W0 93 /r | RM",
              "KMOVW | k, k/m16 | VEX.L0.0F.W0 90 /r | RM", "KMOVW | m16, k | VEX.L0.0F.W0 91 /r | MR"]
@@ -436,6 +439,8 @@ VPBROADCASTW | X, xmm/m16 | VEX.L.66.0F38.W0 79 /r | RM
 VPBROADCASTD | X, xmm/m32 | VEX.L.66.0F38.W0 58 /r | RM
 VPBROADCASTQ | X, xmm/m64 | VEX.L.66.0F38.W0 59 /r | RM
 VEXTRACTF128 | xmm/m128, ymm, imm8 | VEX.256.66.0F3A.W0 19 /r ib | MRI
+VPSRLW | xmm, xmm, xmm/m128 | VEX.128.66.0F.WIG D1 /r | RVM
+VPSRLW | ymm, ymm, xmm/m128 | VEX.256.66.0F.WIG D1 /r | RVM
 VINSERTF128 | ymm, ymm, xmm/m128, imm8 | VEX.256.66.0F3A.W0 18 /r ib | RVMI
 VEXTRACTI128 | xmm/m128, ymm, imm8 | VEX.256.66.0F3A.W0 39 /r ib | MRI
 VINSERTI128 | ymm, ymm, xmm/m128, imm8 | VEX.256.66.0F3A.W0 38 /r ib | RVMI

@@ -33,6 +33,7 @@ from itertools import chain, compress, repeat
 from operator import not_
 from typing import Any
 
+from tg_x86.bytedot import BYTE_ISEL
 from tg_x86.casts import bitcast, float_to_float, float_to_int, int_to_float, int_to_int
 from tg_x86.emitter import Emitter
 from tg_x86.facts import NO_CODE_OPS
@@ -293,8 +294,9 @@ SCALAR_ISEL = PatternMatcher([
 # a load streaming a big input first prefetches what a later iteration reads (then falls through to the load rules)
 PREFETCH_ISEL = PatternMatcher([(UPat(Ops.LOAD, name="x"), prefetch)])
 
-# the x86 isel table: horizontal reductions, then prefetches, vector UOps and scalar ones
-LINE_ISEL = PREFETCH_ISEL + VECTOR_ISEL + SCALAR_ISEL
+# the x86 isel table: horizontal reductions, then prefetches, byte dot products (``bytedot``), vector UOps and scalar
+# ones
+LINE_ISEL = PREFETCH_ISEL + BYTE_ISEL + VECTOR_ISEL + SCALAR_ISEL
 ISEL = HRED_ISEL + LINE_ISEL
 
 

@@ -34,6 +34,7 @@ from tg_x86 import (  # modules: each stage is looked up when it runs (benches w
     plan_code,
 )
 from tg_x86.abi import HOST, Abi
+from tg_x86.bytedot import byte_dot_rule
 from tg_x86.isa import Flag, Op
 from tg_x86.isel import ISEL, Selector
 from tg_x86.lanes import FLAG_BARRIERS, HELD_GPRS, canon_value, set_wide_level
@@ -42,6 +43,7 @@ from tg_x86.wide import select_wide, zmm_program
 from tgcore.codegen import regalloc
 from tgcore.codegen.regalloc import MInst, RegisterPlan
 from tgcore.dtype import dtypes
+from tgcore.renderer.cbytedot import DOT_HELPER
 from tgcore.renderer.cstyle import combine_byte_loads
 from tgcore.renderer.isa import ISARenderer, isa_spec
 from tgcore.runtime.compiler import Compiler
@@ -64,8 +66,12 @@ FLAG_READERS = frozenset(o for o in Op if o.flags & Flag.READS_FLAGS)
 FLAG_WRITERS = FLAG_BARRIERS - {"label"}
 
 
-# what reaches isel: codegen decomposes transcendentals for this renderer (native_transcendentals is False)
-X86_SPEC = PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)), lambda: False)]) + isa_spec
+# what reaches isel: codegen decomposes transcendentals for this renderer (native_transcendentals is False); the one
+# inline call is a byte dot product of two 32-byte vectors (``bytedot``)
+X86_SPEC = PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)), lambda: False),
+                           (UPat(Ops.CUSTOMI, dtypes.int32.vec(8), src=(UPat(dtype=dtypes.uint8.vec(32)),
+                                                                        UPat(dtype=dtypes.int8.vec(32))),
+                                 arg=DOT_HELPER), lambda: True)]) + isa_spec
 
 
 def clear_memo_tables() -> None:
@@ -93,6 +99,9 @@ class X86Renderer(ISARenderer[Selector]):
     # byte-vector BITCAST)
     pre_isel = PatternMatcher([(UPat(Ops.OR, name="x"),
                                 lambda x: combine_byte_loads(x) if x.dtype.count == 1 else None)])
+    # with AVX512-VNNI: a quantization block's byte products per int32 lane as one vpdpbusd (``bytedot``), which
+    # tells codegen (``compiles_byte_dots``) to sum such blocks in lanes
+    pre_isel_dots = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot_rule)]) + pre_isel
     # float16/bfloat16 vectors are loaded into and stored from float32 pieces (vmemory.widening_cast,
     # narrowing_store); their math is float32's
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
@@ -120,6 +129,9 @@ class X86Renderer(ISARenderer[Selector]):
             self.wide = True
             self.vector_bits, self.vector_registers = level.vector_bits, level.vector_registers
             self.masked_vectors = True   # padded tails: opmasks on zmm pieces, vmaskmovps on 32-bit ymm ones
+            if "avx512_vnni" in cpu_features().features:
+                self.compiles_byte_dots = True
+                self.pre_isel = self.pre_isel_dots
 
     isel = ISEL
     target = TARGET

@@ -29,7 +29,7 @@ from tg_x86.memory import load_into
 from tg_x86.values import materialize, mem, reg
 from tgcore.codegen.regalloc import VReg
 from tgcore.dtype import DType, dtypes
-from tgcore.uop import Ops, UOp
+from tgcore.uop import GroupOp, Ops, UOp
 
 
 def vpiece(ctx: Emitter, u: UOp, p: int, into: VReg | None = None) -> VReg:
@@ -234,13 +234,27 @@ def lane_uop(ctx: Emitter, s: UOp, j: int) -> UOp:
     return g
 
 
+# ops whose lane depends on its sources' lanes only (a load's lane j reads another address than lane i's)
+PURE_LANES = frozenset(GroupOp.ALU | {Ops.CAST, Ops.BITCAST})
+
+
 def scalar_lanes(ctx: Emitter, u: UOp) -> list:
+    """``u``'s lanes by the scalar rules; a lane of a pure op whose sources are those of an earlier lane (a value
+    repeated in several lanes: a scale shared by a group of lanes) is that lane's value, selected once."""
     out = []
     sdt = scalar_of(u.dtype)
+    done: dict[tuple, Any] = {}
+    pure = u.op in PURE_LANES
     for j in range(u.dtype.count):
-        su = lane_line(u.op, sdt, tuple(lane_uop(ctx, s, j) for s in u.src), u.arg, j)
+        src = tuple(lane_uop(ctx, s, j) for s in u.src)
+        # the sources by their registers where they have one (a lane taken out of a vector is a new UOp per lane)
+        key = tuple(v if isinstance(v := ctx.val.get(x), VReg) else x for x in src)
+        if pure and key in done:
+            out.append(done[key])
+            continue
+        su = lane_line(u.op, sdt, src, u.arg, j)
         ctx.select_line(su)
-        out.append(ctx.val[su])
+        out.append(done.setdefault(key, ctx.val[su]))
     return out
 
 

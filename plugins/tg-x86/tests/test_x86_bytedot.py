@@ -1,0 +1,171 @@
+"""The X86 renderer's integer dot path (``tg_x86.bytedot``): the byte products of a block of 32, summed per int32
+lane of 4 neighbouring bytes, as one vpdpbusd, with the byte unpacking (nibbles, bit masks, a broadcast field) in
+byte vectors.
+
+References: numpy (the same sums in int64 and float64: every value is an integer or a power-of-two fraction below
+2**24, so any order of summation gives the same float32), and the kernel's instructions (vpdpbusd is there with
+AVX512-VNNI; the byte vectors are not taken apart lane by lane)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tg_x86.cpu import unavailable_reason
+from tg_x86.isa import Inst, Op
+from tg_x86.renderer import X86Renderer
+
+from tgcore.tensor import Tensor
+
+pytestmark = pytest.mark.skipif(unavailable_reason() is not None, reason=f"X86 backend: {unavailable_reason()}")
+X86 = "CPU:X86"
+VNNI = X86Renderer().compiles_byte_dots
+
+
+def by_lane(t: Tensor) -> Tensor:
+    """``(..., 32)`` -> ``(..., 4, 8)``, ``[k, l]`` = element ``4l + k`` (the order tg-gguf sums a block in)."""
+    return t.reshape(*t.shape[:-1], 8, 4).permute(*range(t.ndim - 1), t.ndim, t.ndim - 1)
+
+
+def nibbles(raw: Tensor) -> Tensor:
+    """``(N, nb, 16)`` bytes -> ``(N, nb, 32)``: the low nibbles, then the high ones (Q4's order)."""
+    n, nb, _ = raw.shape
+    shifts = Tensor.arange(2, dtype="uint8", device=raw.device).reshape(1, 1, 2, 1) * 4
+    return ((raw.reshape(n, nb, 1, 16).expand(n, nb, 2, 16) >> shifts) & 15).reshape(n, nb, 32)
+
+
+def fifth_bits(qh: Tensor) -> Tensor:
+    """``(N, nb, 4)`` bytes -> ``(N, nb, 32)``: bit ``j`` of the 32-bit field as 0 or 16 (Q5's form: the top bit of
+    ``(byte & m) + (128 - m)``, no per-lane shift)."""
+    n, nb, _ = qh.shape
+    mask = Tensor.arange(8, dtype="uint8", device=qh.device).reshape(1, 1, 1, 8)
+    mask = mask.full_like(1) << mask
+    top = (qh.reshape(n, nb, 4, 1) & mask) + (mask.full_like(128) - mask)
+    return ((top >> 3) & 16).reshape(n, nb, 32)
+
+
+def block_dot(u: Tensor, x: Tensor, scale: Tensor) -> Tensor:
+    """``u`` ``(N, nb, 32)`` uint8, ``x`` ``(nb, 32)`` int8, ``scale`` ``(N, nb)``: the sum over blocks of
+    ``scale * sum(u * x)``, each block's products in int32 (tg-gguf's integer product, without its offsets)."""
+    n, nb, _ = u.shape
+    prod = (by_lane(u).cast("int32") * by_lane(x.reshape(1, nb, 32)).cast("int32")).cast("float32")
+    return (prod * scale.reshape(n, nb, 1, 1)).reshape(n, -1).sum(-1)
+
+
+def data(rows: int, blocks: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, (rows, blocks, 16), dtype=np.uint8)
+    qh = rng.integers(0, 256, (rows, blocks, 4), dtype=np.uint8)
+    x = rng.integers(-127, 128, (blocks, 32)).astype(np.int8)
+    scale = rng.choice([0.25, 0.5, 1.0, 2.0], (rows, blocks)).astype(np.float32)
+    return raw, qh, x, scale
+
+
+def numpy_nibbles(raw: np.ndarray) -> np.ndarray:
+    return np.concatenate([raw & 15, raw >> 4], axis=-1)
+
+
+def numpy_fifth(qh: np.ndarray) -> np.ndarray:
+    bits = (qh[..., :, None] >> np.arange(8, dtype=np.uint8)) & 1
+    return (bits.reshape(*qh.shape[:-1], 32) * 16).astype(np.uint8)
+
+
+def reference(u: np.ndarray, x: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    sums = (u.astype(np.int64) * x.astype(np.int64)).sum(-1)
+    return (sums * scale.astype(np.float64)).sum(-1).astype(np.float32)
+
+
+def instructions(t: Tensor) -> list[Inst]:
+    """The instructions of the kernels computing ``t`` on the X86 renderer."""
+    from tgcore.codegen import get_program
+    from tgcore.schedule.kernelize import create_schedule
+    r = X86Renderer()
+    items, _ = create_schedule([t.uop], t.device)
+    out: list[Inst] = []
+    for si in items:
+        if si.kind != "copy":
+            spec = get_program(si.ast, r, 1)
+            out += [i for i in r.lower(spec.name, list(spec.uops)) if isinstance(i, Inst)]
+    return out
+
+
+def sub_block_fields(raw: Tensor) -> Tensor:
+    """``(N, nb, 16)`` bytes -> ``(N, nb, 32)`` as 2-bit fields: block ``b`` takes bits ``2(b % 4)`` and up of each
+    byte (Q2_K's planes: the shift depends on the block, so it is one amount per block in a register)."""
+    n, nb, _ = raw.shape
+    plane = (Tensor.arange(nb, dtype="uint8", device=raw.device) % 4).reshape(1, nb, 1, 1) * 2
+    return ((raw.reshape(n, nb, 1, 16).expand(n, nb, 2, 16) >> plane) & 3).reshape(n, nb, 32)
+
+
+def sub_block_masks(raw: Tensor) -> Tensor:
+    """``(N, nb, 16)`` bytes -> ``(N, nb, 32)``: even blocks keep the low nibble, odd ones the high (Q4_K's masks:
+    one mask per block, a byte broadcast)."""
+    n, nb, _ = raw.shape
+    high = (Tensor.arange(nb, dtype="uint8", device=raw.device) % 2).reshape(1, nb, 1, 1)
+    wide = raw.reshape(n, nb, 1, 16).expand(n, nb, 2, 16)
+    return ((wide & ((high.full_like(1) - high) * 15)) | ((wide >> 4) & (high * 15))).reshape(n, nb, 32)
+
+
+def numpy_fields(raw: np.ndarray) -> np.ndarray:
+    shifts = (np.arange(raw.shape[1]) % 4 * 2).astype(np.uint8)[None, :, None]
+    return np.concatenate([(raw >> shifts) & 3] * 2, axis=-1)
+
+
+def numpy_masks(raw: np.ndarray) -> np.ndarray:
+    odd = (np.arange(raw.shape[1]) % 2 == 1)[None, :, None]
+    return np.concatenate([np.where(odd, raw >> 4, raw & 15)] * 2, axis=-1)
+
+
+CASES = {  # name -> (the unsigned bytes from (raw, qh) as tensor ops, the same in numpy)
+    "bytes": (lambda raw, qh: (raw.reshape(raw.shape[0], raw.shape[1], 1, 16) ^ 0x80).expand(
+        raw.shape[0], raw.shape[1], 2, 16).reshape(raw.shape[0], raw.shape[1], 32),
+        lambda raw, qh: np.concatenate([raw ^ 0x80] * 2, axis=-1)),
+    "nibbles": (lambda raw, qh: nibbles(raw), lambda raw, qh: numpy_nibbles(raw)),
+    "nibbles and fifth bits": (lambda raw, qh: nibbles(raw) | fifth_bits(qh),
+                               lambda raw, qh: numpy_nibbles(raw) | numpy_fifth(qh)),
+    "fields shifted per block": (lambda raw, qh: sub_block_fields(raw), lambda raw, qh: numpy_fields(raw)),
+    "nibbles masked per block": (lambda raw, qh: sub_block_masks(raw), lambda raw, qh: numpy_masks(raw)),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("rows", [1, 7, 13])
+def test_block_dot_products_match_numpy(case, rows):
+    """Odd row counts (the kernel takes 4 rows together), 5 blocks per row."""
+    raw, qh, x, scale = data(rows, 5, seed=rows)
+    ours, theirs = CASES[case]
+    out = block_dot(ours(Tensor(raw, device=X86), Tensor(qh, device=X86)), Tensor(x, device=X86),
+                    Tensor(scale, device=X86)).numpy()
+    np.testing.assert_array_equal(out, reference(theirs(raw, qh), x, scale))
+
+
+@pytest.mark.skipif(not VNNI, reason="no AVX512-VNNI (or the AVX2 level): the byte dots stay lane by lane")
+@pytest.mark.parametrize("case", CASES)
+def test_block_dots_are_vpdpbusd_on_byte_vectors(case):
+    """One vpdpbusd per block and row, and no byte taken out of or put into a vector one at a time."""
+    raw, qh, x, scale = data(4, 3, seed=0)
+    ours, _ = CASES[case]
+    t = block_dot(ours(Tensor(raw, device=X86), Tensor(qh, device=X86)), Tensor(x, device=X86),
+                  Tensor(scale, device=X86))
+    ops = [i.op for i in instructions(t)]
+    assert Op.VPDPBUSD in ops
+    assert Op.VPEXTRB not in ops and Op.VPINSRB not in ops
+
+
+def test_byte_dots_follow_the_cpu_probe():
+    """The capability is what the CPU and the chosen level allow: AVX512-VNNI at the AVX-512 level only."""
+    from tgcore.runtime.cpufeatures import cpu_features
+    assert not X86Renderer(isa="avx2").compiles_byte_dots
+    r = X86Renderer()
+    assert r.compiles_byte_dots == (r.wide and "avx512_vnni" in cpu_features().features)
+
+
+def test_repeated_lanes_are_computed_once():
+    """A vector held lane by lane whose lanes repeat (a byte field shared by 4 lanes, as a K-quant's per-16 scale
+    is): each distinct lane's and and int -> float conversion once (was once per lane), same values as numpy."""
+    rng = np.random.default_rng(0)
+    u = rng.integers(0, 256, (64, 2), dtype=np.uint8)
+    y = rng.standard_normal((64, 8)).astype(np.float32)
+    t = (Tensor(u, device=X86).reshape(64, 2, 1).expand(64, 2, 4).reshape(64, 8) & 15).cast("float32") \
+        * Tensor(y, device=X86)
+    ops = [i.op for i in instructions(t)]
+    assert ops.count(Op.VCVTSI2SS) == ops.count(Op.AND) <= 4   # 8 when each lane was computed
+    np.testing.assert_array_equal(t.numpy(), (np.repeat(u, 4, axis=1) & 15).astype(np.float32) * y)
