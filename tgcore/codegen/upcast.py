@@ -397,7 +397,11 @@ def factor_blocks(ast: UOp, inner: dict[UOp, UOp]) -> UOp:
             groups.setdefault(tuple(constant), []).append(_product(varying, red.src[0]))
         if all(not outside for outside in groups) and not any(u.op is Ops.REDUCE for u in red.src[0].toposort):
             return None  # (a sum of an inner level's block sums is nested all the same: its siblings are)
-        parts = [_product([*outside, _block_sum(sum(insides[1:], insides[0]), i)], red.src[0])
+        # the block sum is multiplied by its factors in their order (``(sum * a) * b``): a product shared by
+        # several unrolled copies (an activation block's sum times its scale, the same for every weight row) is
+        # computed once, and each copy adds only its own factor (one vector multiply-add instead of a scalar
+        # product broadcast into lanes)
+        parts = [_product([_block_sum(sum(insides[1:], insides[0]), i), *outside], red.src[0])
                  for outside, insides in groups.items()]
         ranges = tuple(r for r in red.src[1:] if r is not i)
         if not dtypes.is_float(red.dtype):

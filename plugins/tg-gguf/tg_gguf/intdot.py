@@ -126,7 +126,7 @@ def _block32(o: Operands, u: Tensor, scale: Tensor, offset: Tensor) -> Tensor:
         groups = t.shape[4] if t.ndim == 5 else 1
         t = t.reshape(1, o.n, o.nb, subs, 1, groups, 1).expand(1, o.n, o.nb, subs, 1, groups, 8 // groups)
         return t.reshape(1, o.n, o.nb, subs, 1, 8)
-    return _f32(_dot(_by_lane(u), x)) * (per_lane(scale) * dx) + _f32(_i32(x)) * (per_lane(offset) * dx)
+    return _f32(_dot(_by_lane(u), x)) * (per_lane(scale) * dx) + _f32(_i32(x)) * (dx * per_lane(offset))
 
 
 def _nibbles(o: Operands) -> Tensor:
