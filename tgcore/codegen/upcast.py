@@ -407,10 +407,11 @@ def factor_blocks(ast: UOp, inner: dict[UOp, UOp]) -> UOp:
             groups.setdefault(tuple(constant), []).append(_product(varying, red.src[0]))
         if all(not outside for outside in groups) and not any(u.op is Ops.REDUCE for u in red.src[0].toposort):
             return None  # (a sum of an inner level's block sums is nested all the same: its siblings are)
-        # the block sum is multiplied by its factors in their order (``(sum * a) * b``): a product shared by
-        # several unrolled copies (an activation block's sum times its scale, the same for every weight row) is
-        # computed once, and each copy adds only its own factor (one vector multiply-add instead of a scalar
-        # product broadcast into lanes)
+        # an integer block sum (a byte dot) is multiplied by its factors in their order (``(sum * a) * b``): a
+        # product shared by several unrolled copies (an activation block's sum times its scale, the same for every
+        # weight row) is computed once, and each copy adds only its own factor (one vector multiply-add instead of
+        # a scalar product broadcast into lanes); with a factor that varies along the lanes (a per-16 scale) that
+        # order was slower, so there, and for float block sums, the factors come first
         parts = []
         for outside, insides in groups.items():
             inside = _block_sum(sum(insides[1:], insides[0]), i)
