@@ -25,7 +25,7 @@ from dataclasses import replace
 
 from tgcore.dtype import dtypes
 from tgcore.helpers import prod
-from tgcore.uop import GroupOp, Ops, SplitPart, UOp
+from tgcore.uop import GroupOp, Ops, RangeKind, SplitPart, UOp
 from tgcore.uop.rewrite import _spec_enabled
 from tgcore.uop.sint import eval_at
 from tgcore.uop.symbolic import plus_const
@@ -408,6 +408,16 @@ def _block_sum(total: UOp, i: UOp) -> UOp:
     return sum(sums[1:], sums[0])
 
 
+def _integer_sum(u: UOp) -> bool:
+    """Whether ``u`` is the float conversion of an integer block sum (a byte dot product's, from ``_block_sum``)."""
+    return u.op is Ops.CAST and u.src[0].op is Ops.REDUCE and dtypes.is_int(u.src[0].dtype)
+
+
+def _in_lanes(u: UOp) -> bool:
+    """Whether ``u`` varies along a lane axis (a vector of its own after expansion: a per-16 scale)."""
+    return any(r.op is Ops.RANGE and r.arg.kind is RangeKind.UPCAST for r in u.toposort)
+
+
 def factor_blocks(ast: UOp, inner: dict[UOp, UOp]) -> UOp:
     """Factors that do not change inside a quantization block move out of the block's sum:
     ``sum_{b,i} (d_b * q_bi + m_b) * x_bi  ->  sum_b d_b * sum_i q_bi * x_bi + m_b * sum_i x_bi`` (``inner``:
@@ -431,8 +441,16 @@ def factor_blocks(ast: UOp, inner: dict[UOp, UOp]) -> UOp:
             groups.setdefault(tuple(constant), []).append(_product(varying, red.src[0]))
         if all(not outside for outside in groups) and not any(u.op is Ops.REDUCE for u in red.src[0].toposort):
             return None  # (a sum of an inner level's block sums is nested all the same: its siblings are)
-        parts = [_product([*outside, _block_sum(sum(insides[1:], insides[0]), i)], red.src[0])
-                 for outside, insides in groups.items()]
+        # an integer block sum (a byte dot) is multiplied by its factors in their order (``(sum * a) * b``): a
+        # product shared by several unrolled copies (an activation block's sum times its scale, the same for every
+        # weight row) is computed once, and each copy adds only its own factor (one vector multiply-add instead of
+        # a scalar product broadcast into lanes); with a factor that varies along the lanes (a per-16 scale) that
+        # order was slower, so there, and for float block sums, the factors come first
+        parts = []
+        for outside, insides in groups.items():
+            inside = _block_sum(sum(insides[1:], insides[0]), i)
+            first = _integer_sum(inside) and not any(_in_lanes(f) for f in outside)
+            parts.append(_product([inside, *outside] if first else [*outside, inside], red.src[0]))
         ranges = tuple(r for r in red.src[1:] if r is not i)
         # one accumulator for the products (a float one adds them in turn: ``accumulate.in_turn``)
         return UOp(Ops.REDUCE, red.dtype, (sum(parts[1:], parts[0]), *ranges), red.arg)

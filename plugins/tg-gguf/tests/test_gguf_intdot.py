@@ -102,17 +102,22 @@ def test_int_matmul_random(gtype):
     assert np.all(np.abs(out - ref) <= 1e-6 * magnitude + 1e-30)
 
 
-@pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K,
-                                   GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.IQ2_XS], ids=lambda t: t.name)
-def test_rows_do_not_depend_on_the_batch(gtype):
+@pytest.mark.parametrize("n", [48, 50])
+@pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q4_K,
+                                   GGMLType.Q6_K, GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.IQ2_XS],
+                         ids=lambda t: t.name)
+def test_rows_do_not_depend_on_the_batch(gtype, n):
     """Each row's result is the same bits alone and in a batch of 2, 3, 4 or 8 (batched LLM decode relies on it).
     The shape is a small model's down projection: its kernels unroll the rows (and gcc's contraction of a * b + c
-    into an FMA once changed with them, see ``tgcore.codegen.upcast.factor_blocks``)."""
-    n, k = 48, 1536
+    into an FMA once changed with them, see ``tgcore.codegen.upcast.factor_blocks``), beside 4 weight rows (48) or
+    2 (50: 4 do not divide it); the rows alone are also checked against the float64 reference."""
+    k = 1536
     block = BLOCK_LAYOUT[gtype][0]
     raw = Tensor(random_blocks(gtype, n * k // block, seed=5, small=True), device="CPU")
     x = np.random.default_rng(2).standard_normal((8, k)).astype(np.float32)
     alone = [int_matmul(Tensor(x[i:i + 1], device="CPU"), raw, gtype, (n, k)).numpy()[0] for i in range(8)]
+    expected = float64_reference(gtype, raw.numpy(), (n, k), x)
+    np.testing.assert_allclose(np.stack(alone), expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
     for rows in (2, 3, 4, 8):
         together = int_matmul(Tensor(x[:rows], device="CPU"), raw, gtype, (n, k)).numpy()
         for i in range(rows):

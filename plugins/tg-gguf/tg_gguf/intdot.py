@@ -155,7 +155,7 @@ def _block32(o: Operands, u: Tensor, scale: Tensor, offset: Tensor | int | None,
     if isinstance(offset, int):
         return _f32(_dot(_by_lane(u), x) + _i32(x) * offset) * (per_lane(scale) * dx)
     product = _f32(_dot(_by_lane(u), x)) * (per_lane(scale) * dx)
-    return product if offset is None else product + _f32(_i32(x)) * (per_lane(offset) * dx)
+    return product if offset is None else product + _f32(_i32(x)) * (dx * per_lane(offset))
 
 
 def _nibbles(o: Operands) -> Tensor:

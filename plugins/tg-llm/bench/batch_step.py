@@ -1,0 +1,95 @@
+"""Where one batched decode step spends its time, kernel by kernel, at several row counts. Prints; asserts nothing.
+
+    python plugins/tg-llm/bench/batch_step.py [--model FILE.gguf] [--rows 1,4,8] [--steps 12] [--device CPU]
+
+For each row count N: N sequences are prefilled with a short prompt, then decoded together (``Model.decode``, the
+jitted batched step). Untimed steps alternate with steps whose kernels are timed in the native graph
+(``KernelTimes.record``, as ``bench/train.py`` does); each kernel's median over the timed steps is summed by kernel
+name (its shape: ``r_4_3072_576`` is a 4-row product with a 3072 x 576 weight). "other" is the median untimed step
+minus the median kernel sum: the host's work (inputs, masks, logits) and the pool's waits between kernels, which
+grow with the machine's load. The last column compares each kernel's time with the one-row step's kernel of the
+same role in the first (smallest) row count's step (the name with the row count left out): from one row, how much
+more a batch of N costs (N: no sharing at all).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+SHOWN = 16  # kernels listed per row count (by total time)
+
+
+def role(name: str, rows: int) -> str:
+    """A kernel's name without its leading row count (``r_4_3072_576`` -> ``r_3072_576``)."""
+    return re.sub(rf"^([a-zA-Z]+)_{rows}_", r"\1_", name) if rows > 1 else name
+
+
+def profile(model: Any, rows: int, steps: int) -> tuple[float, float, dict[str, list[float]]]:
+    """(median step seconds, median kernel seconds, kernel name -> per-call medians) of ``rows`` sequences."""
+    from tgcore.engine.stats import KernelTimes
+    model.reset()
+    for s in range(rows):
+        model.forward_last([100 + s, 200, 300, 400], 0, seq=s)
+    position = 4
+
+    def step() -> None:
+        nonlocal position
+        model.decode([(s, 500 + s, position) for s in range(rows)])
+        position += 1
+    for _ in range(3):  # the first call of a step size captures it
+        step()
+    walls, runs = [], []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        walls.append(time.perf_counter() - t0)
+        with KernelTimes.record() as times:
+            step()
+        runs.append(times)
+    names = [k.name for k in runs[0]]
+    per_kernel = [statistics.median(run[j].seconds for run in runs) for j in range(len(names))]
+    by_name: dict[str, list[float]] = {}
+    for name, seconds in zip(names, per_kernel, strict=True):
+        by_name.setdefault(name, []).append(seconds)
+    return statistics.median(walls), sum(per_kernel), by_name
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", type=Path, default=None, help="a GGUF file (default: the bundled SmolLM2 Q4_1)")
+    p.add_argument("--rows", default="1,4,8", help="row counts to profile, comma-separated (default 1,4,8)")
+    p.add_argument("--steps", type=int, default=12, help="timed steps per row count (default 12)")
+    p.add_argument("--device", default=None, help="device (default: DEV or CPU)")
+    args = p.parse_args()
+    from tg_llm.cli import model_path
+    from tg_llm.model import Model
+    rows = sorted({int(r) for r in args.rows.split(",")})
+    path = model_path(args.model)
+    model = Model.from_gguf(path, device=args.device, max_context=512, sequences=max(rows))
+    print(f"{path.name} on {model.device}, load average {os.getloadavg()[0]:.1f}")
+    single: dict[str, float] = {}
+    try:
+        for n in rows:
+            wall, kernels, by_name = profile(model, n, args.steps)
+            print(f"\n{n} row(s): one step {wall * 1e3:.2f} ms ({n / wall:.1f} tok/s), "
+                  f"{sum(len(v) for v in by_name.values())} kernels {kernels * 1e3:.2f} ms")
+            print(f"  {'kernel':28s} {'calls':>5s} {'total':>10s} {'share':>6s} {'x first':>8s}")
+            for name, ts in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:SHOWN]:
+                key = role(name, n)
+                if n == rows[0]:
+                    single[key] = sum(ts)
+                ratio = f"{sum(ts) / single[key]:7.2f}x" if key in single and n != rows[0] else ""
+                print(f"  {name:28s} {len(ts):5d} {sum(ts) * 1e6:8.1f}us {sum(ts) / wall:6.1%} {ratio:>8s}")
+            other = wall - kernels
+            print(f"  {'other (step - kernels)':28s} {'':5s} {other * 1e6:8.1f}us {other / wall:6.1%}")
+    finally:
+        model.close()
+
+
+if __name__ == "__main__":
+    main()
