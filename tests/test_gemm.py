@@ -356,6 +356,29 @@ def test_packed_products_are_exact(device, m, n, k, transposed, monkeypatch):
                                       err_msg=" ".join(map(str, opts)))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_batch_of_transposed_right_operands_is_packed(device):
+    """Attention's scores in a prefill: queries (kv heads, group, T, head dim) times each kv head's keys
+    transposed (read across memory). Each head's keys are packed in one (heads, K, N) copy, and the product (every
+    list the policy chooses between) is exact."""
+    from tgcore.codegen import prepare_kernel
+    from tgcore.codegen.search import candidates
+    from tgcore.runtime.registry import open_device
+    rng = np.random.default_rng(8)
+    q, k = ints(rng, 3, 3, 128, 64), ints(rng, 3, 1, 130, 64)
+    tq, tk = Tensor(q, device=device).realize(), Tensor(k, device=device).realize()
+    out = tq @ tk.transpose(-1, -2)
+    items = create_schedule([out.uop], device)[0]
+    assert [si.kind for si in items] == ["elementwise", "reduce"]
+    assert items[0].bufs[0].size == 3 * 64 * 192  # three heads' (64, 130 rounded up to 192) keys
+    want = q @ k.transpose(0, 1, 3, 2)
+    renderer = open_device(device).renderer
+    kernel = prepare_kernel(items[-1].ast, renderer)
+    for opts in candidates(kernel.ast, renderer, 2, kernel.work, 3 if device == "PYTHON" else LISTS_PER_SHAPE):
+        np.testing.assert_array_equal(_run_list(device, tq @ tk.transpose(-1, -2), opts), want,
+                                      err_msg=" ".join(map(str, opts)))
+
+
 def test_products_with_few_rows_or_good_layouts_are_not_packed(monkeypatch):
     """Up to PACK_MIN_ROWS rows (batched decoding: each row summed as it would be alone), a B whose rows are whole
     cache lines apart (N = 64, 784) and a copy larger than PACK_MAX_BYTES are read in place: one kernel."""
