@@ -96,10 +96,40 @@ def test_policy_pads_rows_for_a_tile_that_does_not_divide_them():
     assert opts.index(Opt(OptOps.PAD, 0, 12)) < opts.index(Opt(OptOps.UNROLL, 0, 6))
 
 
-def test_policy_does_not_tile_k_under_an_epilogue():
-    """The partial sums of K tiles live in the output, so a sum stored with a bias added is summed in one pass."""
+def test_policy_tiles_k_under_an_epilogue():
+    """A sum stored with a bias added is K-tiled like a plain one (its partial sums live in the output, the bias
+    is added after the last tile): a residual add after a long product no longer streams all of B per row tile."""
     opts = gemm_opts(_matmul_ast(256, 256, 2048, bias=True), _renderer(512, 32), threads=1)
-    assert opts and not any(o.op is OptOps.TILE for o in opts)
+    assert any(o.op is OptOps.TILE for o in opts)
+
+
+# (rows padded and unrolled, columns vectorized, the reduced axis unrolled too: its copies' sum is what the
+# epilogue is applied to) x (one K tile, several, on threads)
+EPILOGUE_LISTS = [
+    [Opt(OptOps.UNROLL, 1, 2), Opt(OptOps.TILE, 2, 16)],
+    [Opt(OptOps.PAD, 0, 6), Opt(OptOps.UNROLL, 0, 6), Opt(OptOps.UNROLL, 2, 4), Opt(OptOps.TILE, 2, 8)],
+    [Opt(OptOps.PAD, 1, 16), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UNROLL, 1, 2), Opt(OptOps.PAD, 0, 4),
+     Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.TILE, 2, 32), Opt(OptOps.THREAD, 0, 2)],
+    [Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.TILE, 2, 96)],  # one tile: no earlier sums, the epilogue at once
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("opts", EPILOGUE_LISTS, ids=lambda opts: " ".join(map(str, opts)))
+def test_k_tiles_apply_an_epilogue_once(device, opts):
+    """K tiles under an epilogue (a residual add, a bias and relu, the sum used twice): exact against numpy. The
+    epilogue sees the whole sum once, never a tile's partial sum."""
+    from tgcore.runtime.registry import open_device
+    if not open_device(device).renderer.linear and any(o.op in (OptOps.TILE, OptOps.UPCAST) for o in opts):
+        pytest.skip(f"{device} takes the REDUCE form: no TILE")
+    rng = np.random.default_rng(5)
+    m, n, k = 13, 24, 96
+    a, b, res, bias = ints(rng, m, k), ints(rng, k, n), ints(rng, m, n), ints(rng, n)
+    ta, tb, tr, tbias = (Tensor(v, device=device).realize() for v in (a, b, res, bias))
+    cases = [(tr + ta @ tb, res + a @ b), ((ta @ tb + tbias).relu(), np.maximum(a @ b + bias, 0)),
+             ((ta @ tb) * (ta @ tb) - tr, (a @ b) * (a @ b) - res)]
+    for out, want in cases:
+        np.testing.assert_array_equal(_run_list(device, out, opts), want, err_msg=" ".join(map(str, opts)))
 
 
 def test_too_many_accumulators_is_an_error():
@@ -278,6 +308,26 @@ def test_every_list_the_policy_chooses_between_is_exact(device, m, n, k, transpo
         np.testing.assert_array_equal(_run_list(device, out, opts), want, err_msg=" ".join(map(str, opts)))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_list_the_policy_chooses_under_a_residual_add_is_exact(device):
+    """A product long enough for K tiles (2048 x 256 of B) with a residual add, as a transformer's down projection
+    ends: the policy's lists (its own K-tiled one first) are exact against numpy."""
+    from tgcore.codegen import prepare_kernel
+    from tgcore.codegen.search import candidates
+    from tgcore.runtime.registry import open_device
+    rng = np.random.default_rng(11)
+    m, n, k = 67, 256, 2048
+    a, b, res = ints(rng, m, k), ints(rng, k, n), ints(rng, m, n)
+    ta, tb, tr = (Tensor(v, device=device).realize() for v in (a, b, res))
+    out = tr + ta @ tb
+    renderer = open_device(device).renderer
+    kernel = prepare_kernel(create_schedule([out.uop], device)[0][-1].ast, renderer)
+    lists = candidates(kernel.ast, renderer, 2, kernel.work, LISTS_PER_SHAPE)
+    assert not renderer.linear or any(o.op is OptOps.TILE for o in lists[0])
+    for opts in lists:
+        np.testing.assert_array_equal(_run_list(device, out, opts), res + a @ b, err_msg=" ".join(map(str, opts)))
+
+
 @pytest.mark.parametrize("m,n,k,transposed", [s for s in POLICY_SHAPES if s[1] >= 16])
 def test_no_odd_shape_gets_a_scalar_kernel(m, n, k, transposed):
     """Columns that whole vectors do not fill are padded (the last vector gated), not left scalar: one row times
@@ -327,6 +377,29 @@ def test_packed_products_are_exact(device, m, n, k, transposed, monkeypatch):
     kernel = prepare_kernel(items[-1].ast, renderer)
     for opts in candidates(kernel.ast, renderer, 2, kernel.work, LISTS_PER_SHAPE):
         np.testing.assert_array_equal(_run_list(device, ta @ (tb.T if transposed else tb), opts), want,
+                                      err_msg=" ".join(map(str, opts)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_batch_of_transposed_right_operands_is_packed(device):
+    """Attention's scores in a prefill: queries (kv heads, group, T, head dim) times each kv head's keys
+    transposed (read across memory). Each head's keys are packed in one (heads, K, N) copy, and the product (every
+    list the policy chooses between) is exact."""
+    from tgcore.codegen import prepare_kernel
+    from tgcore.codegen.search import candidates
+    from tgcore.runtime.registry import open_device
+    rng = np.random.default_rng(8)
+    q, k = ints(rng, 3, 3, 128, 64), ints(rng, 3, 1, 130, 64)
+    tq, tk = Tensor(q, device=device).realize(), Tensor(k, device=device).realize()
+    out = tq @ tk.transpose(-1, -2)
+    items = create_schedule([out.uop], device)[0]
+    assert [si.kind for si in items] == ["elementwise", "reduce"]
+    assert items[0].bufs[0].size == 3 * 64 * 192  # three heads' (64, 130 rounded up to 192) keys
+    want = q @ k.transpose(0, 1, 3, 2)
+    renderer = open_device(device).renderer
+    kernel = prepare_kernel(items[-1].ast, renderer)
+    for opts in candidates(kernel.ast, renderer, 2, kernel.work, 3 if device == "PYTHON" else LISTS_PER_SHAPE):
+        np.testing.assert_array_equal(_run_list(device, tq @ tk.transpose(-1, -2), opts), want,
                                       err_msg=" ".join(map(str, opts)))
 
 

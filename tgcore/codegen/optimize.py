@@ -14,7 +14,8 @@ loop, of size ``n``) in two:
   reduction keeps its own accumulator).
 - ``TILE``: a reduced axis: the loop keeps its innermost ``amount`` iterations, the outer ``n / amount`` run
   outside every output loop (after the thread split) and the partial sums add up in the output buffer:
-  a GEMM's K blocks, so one block of B stays in cache while every row of A passes over it.
+  a GEMM's K blocks, so one block of B stays in cache while every row of A passes over it. An epilogue on
+  the sum (a bias, a residual add) is applied after the last block.
 - ``BLOCK``: a reduced axis that a quantization format divides into blocks of ``amount``: the loop becomes
   block and in-block loops, and factors constant over a block (its scales) multiply the block's partial
   sum instead of every element (``upcast.split_blocks``, ``upcast.factor_blocks``). A second BLOCK of the
@@ -125,7 +126,7 @@ def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: Renderer) -> No
                        "runs scalar loops in its own order: no vectors (UPCAST), no loop that must run first (TILE)")
     tiles = [o for o in opts if o.op is OptOps.TILE]
     if tiles and not tileable(ast):
-        raise OptError(f"{tiles[0]}: TILE needs one store of a float sum that is stored as it is")
+        raise OptError(f"{tiles[0]}: TILE needs one store of one float sum (maybe under an epilogue) in its dtype")
     registers = renderer.vector_registers
     copies = prod(o.amount for o in opts if o.op is OptOps.UNROLL)
     if any(u.op is Ops.REDUCE for u in ast.toposort) and copies > registers:
@@ -133,12 +134,15 @@ def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: Renderer) -> No
 
 
 def tileable(ast: UOp) -> bool:
-    """One store whose value is one ADD reduction in its own dtype (the partial sums are kept in the output)."""
+    """One store of one float ADD reduction in the stored dtype (the partial sums are kept in the output), or of an
+    epilogue computed from it (a bias, a residual add: applied after the last K tile, ``_add_earlier_tiles``)."""
     stores = [s for s in ast.src if s.op is Ops.STORE]
     if len(stores) != 1 or len(ast.src) != 1:
         return False
     value = stores[0].src[1]
-    return value.op is Ops.REDUCE and value.arg is Ops.ADD and dtypes.is_float(value.dtype)
+    reduces = [u for u in value.toposort if u.op is Ops.REDUCE]
+    return (len(reduces) == 1 and reduces[0].arg is Ops.ADD and dtypes.is_float(reduces[0].dtype)
+            and reduces[0].dtype == value.dtype)
 
 
 def _split(ast: UOp, r: UOp, amount: int, inner_arg: AxisArg, outer_arg: AxisArg) -> tuple[UOp, UOp | None, UOp]:
@@ -189,26 +193,66 @@ def _and_gate(gate: UOp, extra: UOp) -> UOp:
     return UOp(Ops.VECTORIZE, gate.dtype, tuple(g & extra for g in gate.src))
 
 
-def _add_earlier_tiles(ast: UOp, tiles: list[UOp]) -> UOp:
-    """Each store adds what the output holds from the earlier tiles (a gated load: nothing before the first). The
-    load comes AFTER the value it is added to, so the reduction loop's registers hold accumulators, not old
-    outputs."""
-    later = tiles[0].ne(0)
+def _add_earlier_tiles(ast: UOp, tiles: list[UOp], epilogue: bool) -> UOp:
+    """Each store adds what the output holds from the earlier tiles (a gated load: nothing before the first) to its
+    sum; with an ``epilogue`` around the sum (a bias, a residual add; ``_tile_sum`` finds the sum) that is applied
+    to the total after the last tile only, the earlier ones store the total. The load comes AFTER the sum it is
+    added to, so the reduction loop's registers hold accumulators, not old outputs."""
+    later, last = tiles[0].ne(0), tiles[0].eq(_size(tiles[0]) - 1)
     for t in tiles[1:]:
-        later = later | t.ne(0)
+        later, last = later | t.ne(0), last & t.eq(_size(t) - 1)
 
     def add(store: UOp) -> UOp:
         index, value = store.src
         gate = later if len(index.src) < 3 else _and_gate(index.src[2], later)
-        earlier_at = UOp(Ops.INDEX, index.dtype, (index.src[0].after(value), index.src[1], gate))
-        return index.store(UOp(Ops.LOAD, value.dtype, (earlier_at,)) + value)
+        partial = _tile_sum(value) if epilogue else value
+        earlier_at = UOp(Ops.INDEX, index.dtype, (index.src[0].after(partial), index.src[1], gate))
+        total = UOp(Ops.LOAD, partial.dtype, (earlier_at,)) + partial
+        if partial is value:
+            return index.store(total)
+        lanes = value.dtype.count
+        done = last if lanes == 1 else UOp.vectorize(*[last] * lanes)
+        return index.store(done.where(value.substitute({partial: total}), total))
     return ast.replace(src=tuple(add(s) if s.op is Ops.STORE else s for s in ast.src))
+
+
+def _tile_sum(value: UOp) -> UOp:
+    """The node of a stored ``value`` (an epilogue of a sum) that is the sum: the lowest one that every path from
+    ``value`` to a REDUCE passes through (a REDUCE, or the adds that combine its unrolled copies), when the
+    epilogue above it works lane by lane on the same vector (else the list does not fit: ``OptError``)."""
+    reduces = {u for u in value.toposort if u.op is Ops.REDUCE}
+    above: set[UOp] = set()  # the nodes computed from a REDUCE
+    for u in value.toposort:  # leaves first: the first that cuts every path is the lowest
+        if u in reduces or any(s in above for s in u.src):
+            above.add(u)
+            if u is not value and not _reaches(value, reduces, u):
+                between = [n for n in above if n is not u and u in n.toposort]
+                if u.dtype == value.dtype and not any(n.op in (Ops.GEP, Ops.VECTORIZE) for n in between):
+                    return u
+                break
+    raise OptError("TILE: the epilogue of a sum moves its lanes (no vector of the whole sum to add tiles to)")
+
+
+def _reaches(root: UOp, targets: set[UOp], cut: UOp) -> bool:
+    """Whether a path from ``root`` reaches one of ``targets`` without passing through ``cut``."""
+    seen: set[UOp] = set()
+    stack = [root]
+    while stack:
+        u = stack.pop()
+        if u is cut or u in seen:
+            continue
+        if u in targets:
+            return True
+        seen.add(u)
+        stack.extend(u.src)
+    return False
 
 
 def apply_opts(ast: UOp, opts: list[Opt], renderer: Renderer) -> tuple[UOp, int]:
     """The kernel with ``opts`` applied, and the number of threads it runs on (see the module docstring)."""
     axes = kernel_axes(ast)
     _check(ast, axes, opts, renderer)
+    epilogue = any(s.op is Ops.STORE and s.src[1].op is not Ops.REDUCE for s in ast.src)
     current = dict(enumerate(axes))  # axis -> what is left of its loop
     splits = {i: 0 for i in current}
     unrolled: list[UOp] = []
@@ -257,7 +301,7 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: Renderer) -> tuple[UOp, int]
     if vector is not None:
         ast = _Expander([vector], renderer.masked_vectors, renderer.gathers).expand(ast)
     if tiles:  # on the final stores (vectors, unrolled copies)
-        ast = _add_earlier_tiles(ast, tiles)
+        ast = _add_earlier_tiles(ast, tiles, epilogue)
     return _thread(ast, thread, current, bool(tiles))
 
 

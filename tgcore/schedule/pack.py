@@ -3,7 +3,8 @@
 In:  a REDUCE_AXIS about to be lowered into a kernel, and ``strides_of``: how the elements of a node lie in
      memory (its buffer's element stride along each axis, or None when it is not plain data in a buffer).
 Out: None, or the same sum reading B from a packed copy: a contiguous ``(K, N_pad)`` array (a kernel of its
-     own, ``CONTIGUOUS``), each row padded to whole ``PACK_ALIGN`` elements (``packed_width``), viewed back as B.
+     own, ``CONTIGUOUS``), each row padded to whole ``PACK_ALIGN`` elements (``packed_width``), viewed back as B;
+     for a batch of matrices B (attention's keys, one matrix per head) a ``(batch, K, N_pad)`` array.
 
 A matrix product's register tile (``codegen.heuristic.gemm_opts``) loads B, the factor that runs along the
 output's contiguous axis N, as vectors of columns, one row of K after another. It reads B badly when
@@ -46,7 +47,8 @@ def _movement(op: Ops, src: UOp, arg: tuple) -> UOp:
 
 def _right_operand(mul: UOp, k: int) -> tuple[int, int] | None:
     """(which source of ``mul`` is B, the axis N) when ``mul`` multiplies two broadcast operands, B running along
-    the last output axis N and K and broadcast along every other output axis; A broadcast along N."""
+    the last output axis N and K and, on every other output axis, broadcast or running along it with A (a batch:
+    attention's keys per head); A broadcast along N and running along some axis B is broadcast along (its rows)."""
     shape = shape_of(mul)
     outputs = [i for i, s in enumerate(shape) if i != k and s > 1]
     if len(outputs) < 2:
@@ -57,7 +59,9 @@ def _right_operand(mul: UOp, k: int) -> tuple[int, int] | None:
         if e.op is not Ops.EXPAND or other.op is not Ops.EXPAND:
             continue
         s, o = shape_of(e.src[0]), shape_of(other.src[0])
-        if s[n] == shape[n] and s[k] == shape[k] and all(s[i] == 1 for i in outputs[:-1]) and o[n] == 1:
+        rows = [i for i in outputs[:-1] if s[i] == 1]
+        batch_ok = all(s[i] == 1 or s[i] == o[i] == shape[i] for i in outputs[:-1])
+        if s[n] == shape[n] and s[k] == shape[k] and batch_ok and rows and o[n] == 1:
             return pos, n
     return None
 
@@ -75,11 +79,12 @@ def packed_product(node: UOp, strides_of: Strides) -> UOp | None:
         return None
     pos, n = found
     shape = shape_of(mul)
-    rows = prod(s for i, s in enumerate(shape) if i not in (k, n))
+    b = mul.src[pos].src[0]
+    batch = prod(s for i, s in enumerate(shape_of(b)) if i not in (k, n))
+    rows = prod(s for i, s in enumerate(shape) if i not in (k, n)) // batch  # per matrix B
     if rows < PACK_MIN_ROWS or 2 * prod(shape) < PACK_MIN_FLOPS:
         return None
-    b = mul.src[pos].src[0]
-    if shape[k] * packed_width(shape[n], b.dtype.itemsize) * b.dtype.itemsize > PACK_MAX_BYTES:
+    if batch * shape[k] * packed_width(shape[n], b.dtype.itemsize) * b.dtype.itemsize > PACK_MAX_BYTES:
         return None
     strides = strides_of(b)
     if strides is None:
@@ -98,15 +103,17 @@ def packed_width(n: int, itemsize: int) -> int:
 
 
 def _packed(b: UOp, k: int, n: int, wide: int) -> UOp:
-    """``b`` (size 1 on every axis but ``k`` and ``n``) read from a contiguous ``(K, wide)`` copy."""
+    """``b`` read from a contiguous ``(batch, K, wide)`` copy (``batch``: the product of its other axes, a batch of
+    matrices B or 1)."""
     shape = shape_of(b)
     kk, nn = shape[k], shape[n]
+    batch = prod(s for i, s in enumerate(shape) if i not in (k, n))
     order = tuple(i for i in range(len(shape)) if i not in (k, n)) + (k, n)
     inverse = tuple(order.index(i) for i in range(len(shape)))
-    flat = _movement(Ops.RESHAPE, _movement(Ops.PERMUTE, b, order), (kk, nn))
+    flat = _movement(Ops.RESHAPE, _movement(Ops.PERMUTE, b, order), (batch, kk, nn))
     if wide != nn:
-        flat = _movement(Ops.PAD, flat, ((0, 0), (0, wide - nn)))
+        flat = _movement(Ops.PAD, flat, ((0, 0), (0, 0), (0, wide - nn)))
     pack = UOp(Ops.CONTIGUOUS, b.dtype, (flat,))
-    view = _movement(Ops.SHRINK, pack, ((0, kk), (0, nn))) if wide != nn else pack
+    view = _movement(Ops.SHRINK, pack, ((0, batch), (0, kk), (0, nn))) if wide != nn else pack
     view = _movement(Ops.RESHAPE, view, tuple(shape[i] for i in order))
     return _movement(Ops.PERMUTE, view, inverse)

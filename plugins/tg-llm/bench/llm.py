@@ -1,7 +1,8 @@
 """Prefill and decode tokens/s of tg-llm, next to llama.cpp on the same file and thread count. Prints only.
 
     python plugins/tg-llm/bench/llm.py [--model FILE.gguf] [--prompt-tokens 128] [--gen-tokens 32]
-                                       [--max-context 4096] [--devices CPU,CPU:X86]
+                                       [--max-context 4096] [--devices CPU,CPU:X86] [--llama-bench PATH]
+                                       [--prefill-breakdown STEPS]
 
 Devices: ``CPU`` and, when that renderer is registered and usable here, ``CPU:X86``. llama.cpp runs
 when ``llama_cpp`` (llama-cpp-python) is importable, with as many threads as the CPU device uses
@@ -70,6 +71,48 @@ def bench_llama_bench(exe: str, path: Path, prompt_tokens: int, gen_tokens: int,
     return {"prefill_tok_s": float(prefill), "decode_tok_s": float(decode)}
 
 
+def prefill_breakdown(path: Path, device: str, prompt_tokens: int, max_context: int, steps: int) -> None:
+    """Print where one prefill of ``prompt_tokens`` spends its time, kernel by kernel, as ``bench/train.py``'s
+    breakdown does: prefills run in turn untimed and with ``KernelTimes.record``; each kernel's median over the
+    ``steps`` timed ones, summed by name (a layer's kernels share names), with its share of the median untimed
+    prefill and its GFLOPS."""
+    import statistics
+
+    from tg_llm.cli import load_model
+
+    from tgcore.engine.stats import KernelTimes
+    model = load_model(path, device, max_context, True, 1, None)
+    prompt = [int(t) for t in np.random.default_rng(0).integers(100, model.vocab_size - 1, prompt_tokens)]
+    for _ in range(2):  # the first call captures, the second replays
+        model.reset()
+        model.forward_last(prompt, 0)
+    walls, runs = [], []
+    for _ in range(steps):
+        model.reset()
+        t0 = time.perf_counter()
+        model.forward_last(prompt, 0)
+        walls.append(time.perf_counter() - t0)
+        model.reset()
+        with KernelTimes.record() as times:
+            model.forward_last(prompt, 0)
+        runs.append(times)
+    model.close()
+    wall = statistics.median(walls)
+    by_name: dict[str, list[float]] = {}  # name -> [calls, seconds, ops]
+    for j, k in enumerate(runs[0]):
+        entry = by_name.setdefault(k.name, [0, 0.0, 0])
+        entry[0] += 1
+        entry[1] += statistics.median(run[j].seconds for run in runs)
+        entry[2] += k.ops
+    kernels = sum(e[1] for e in by_name.values())
+    print(f"prefill of {prompt_tokens} tokens on {device}: {wall * 1e3:.1f} ms, {len(runs[0])} kernels "
+          f"{kernels * 1e3:.1f} ms (medians of {steps})")
+    print(f"  {'kernel':34s} {'calls':>5s} {'total':>10s} {'share':>6s} {'GFLOPS':>7s}")
+    for name, (calls, seconds, ops) in sorted(by_name.items(), key=lambda kv: -kv[1][1]):
+        gflops = ops / seconds / 1e9 if seconds else 0.0
+        print(f"  {name:34s} {calls:5d} {seconds * 1e3:8.2f}ms {seconds / wall:6.1%} {gflops:7.1f}")
+
+
 def main() -> int:
     from tg_llm.cli import CliError, model_path, run_bench
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -79,6 +122,8 @@ def main() -> int:
     ap.add_argument("--max-context", type=int, default=4096)
     ap.add_argument("--devices", default="CPU,CPU:X86")
     ap.add_argument("--llama-bench", help="native llama-bench binary (see bench/build_llama_cpp.py): the peer")
+    ap.add_argument("--prefill-breakdown", type=int, default=0, metavar="STEPS",
+                    help="also print one prefill's per-kernel table on the first device (medians of STEPS)")
     args = ap.parse_args()
     try:
         path = model_path(args.model)
@@ -148,6 +193,9 @@ def main() -> int:
                                    "decode_tok_s": round(r["decode_tok_s"], 2)} if r else {"note": note})
                            for name, r, note in rows}}
     print(json.dumps(summary))
+    devices = [d for d in args.devices.split(",") if d and usable(d) is None]
+    if args.prefill_breakdown > 0 and devices:
+        prefill_breakdown(path, devices[0], args.prompt_tokens, args.max_context, args.prefill_breakdown)
     return 0
 
 
