@@ -217,7 +217,8 @@ def _neighbours_in_lanes(mains: list[UOp], r: UOp, lanes: int, red: UOp) -> bool
 
 
 def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp], number: dict[UOp, int],
-                   simd_widths: dict[DType, int], mains: list[UOp], outputs: list[UOp]) -> list[Opt] | None:
+                   simd_widths: dict[DType, int], mains: list[UOp], outputs: list[UOp],
+                   registers: int) -> list[Opt] | None:
     """A sum of byte products in quantization blocks (``_byte_dot``), with ``REDUCE_ROWS`` output rows together:
 
     - blocks of ``BYTE_DOT_STEPS`` int32 vectors whose bytes are read in lanes of 4 neighbours
@@ -232,6 +233,7 @@ def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp]
     if len(ranges) != 1:
         return None
     r = ranges[0]
+    copies = min(BATCH_BYTE_COPIES, registers)  # (each pair's accumulator unrolled: what the registers allow)
     unroll = [Opt(OptOps.UNROLL, number[rows[0]], REDUCE_ROWS)] if rows else []
     sizes = block_divisors(ast, r)
     native = simd_widths.get(dtypes.int32, 0)
@@ -239,7 +241,7 @@ def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp]
         # a second output axis (the other input's rows: sequences decoded at once) by 2: each block decoded once for
         # both (vector code: which axes are unrolled does not change an element's rounding)
         cols = [c for c in outputs if rows and c is not rows[0] and _size(c) % 2 == 0][:1]
-        unrolls = batch_unrolls(outputs, mains, number, BATCH_BYTE_COPIES) or \
+        unrolls = batch_unrolls(outputs, mains, number, copies) or \
             [*unroll, *(Opt(OptOps.UNROLL, number[c], 2) for c in cols)]
         # a super-block's factor (a K-quant's d) leaves the sum over its blocks
         outer = [Opt(OptOps.BLOCK, number[r], max(sizes) // native)] if max(sizes) > native * BYTE_DOT_STEPS else []
@@ -249,13 +251,14 @@ def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp]
     # the weight's rows unrolled whatever the number of the other input's rows: unrolling those instead changes how
     # the C compiler vectorizes the scalar block loops, and with it the rounding (batch invariance)
     rows = sorted(rows, key=lambda c: all(_stride(m, c) == 0 for m in mains))
-    unrolls = batch_unrolls(outputs, mains, number, BATCH_BYTE_COPIES) or \
+    unrolls = batch_unrolls(outputs, mains, number, copies) or \
         ([Opt(OptOps.UNROLL, number[rows[0]], REDUCE_ROWS)] if rows else [])
     nested = sorted({max(sizes), min(sizes)}, reverse=True) if sizes else []
     return [*unrolls, *(Opt(OptOps.BLOCK, number[r], k) for k in nested if nested[0] % k == 0)]
 
 
-def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, byte_dots: bool = False) -> list[Opt]:
+def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, byte_dots: bool = False,
+                registers: int = 16) -> list[Opt]:
     """UPCAST and UNROLL records (see the module docstring) for ``ast``'s loops.
 
     In a reduction along its main input, the reduced axis is vectorized by ``reduce_lanes``: one native vector of
@@ -293,7 +296,8 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, b
         wide = lanes > acc_native > 1
         rows = row_candidates if not wide else []
         if byte_dots and _byte_dot(reduces[0]):
-            opts = _byte_dot_opts(ast, reduces[0], reduce_ranges, row_candidates, number, simd_widths, mains, ranges)
+            opts = _byte_dot_opts(ast, reduces[0], reduce_ranges, row_candidates, number, simd_widths, mains, ranges,
+                                  registers)
             if opts is not None:
                 return opts
         if lanes:
@@ -661,7 +665,8 @@ def heuristic_opts(ast: UOp, renderer: Renderer, threads: int = 1, work: int = 0
         return thread_opt(ast, [], threads, work)
     if gemm := gemm_opts(ast, renderer, threads) or nt_gemm_opts(ast, renderer, threads, work):
         return gemm
-    opts = vector_opts(ast, renderer.simd_widths, renderer.masked_vectors, renderer.compiles_byte_dots)
+    opts = vector_opts(ast, renderer.simd_widths, renderer.masked_vectors, renderer.compiles_byte_dots,
+                       renderer.vector_registers)
     if not opts:
         # nothing to vectorize (a convolution's weight or input gradient: no reduced axis both factors run along in
         # whole vectors, no contiguous output axis they run along): the register tile of nt_gemm_opts with scalar

@@ -92,7 +92,7 @@ def _variations(ast: UOp, renderer: Renderer, threads: int, work: int, heuristic
     g = gemm_shape(ast, renderer, threads, min_flops=0) if linear else None
     if g is not None:
         yield from _gemm_variations(g)
-    plain = vector_opts(ast, renderer.simd_widths) if linear else []
+    plain = vector_opts(ast, renderer.simd_widths, registers=renderer.vector_registers) if linear else []
     yield from _vector_variations(ast, renderer, threads, work, plain if g is not None else _core(heuristic))
 
 

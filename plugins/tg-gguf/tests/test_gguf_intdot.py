@@ -187,3 +187,30 @@ def test_bad_input_is_refused():
         int_matmul(Tensor(np.zeros((1, 32), np.float32), device="CPU"), raw, GGMLType.F16, (2, 18))
     with pytest.raises(ValueError, match="multiple of 32"):
         quantize_activations(Tensor(np.zeros((1, 40), np.float32), device="CPU"))
+
+
+@pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0], ids=lambda t: t.name)
+def test_a_batch_of_8_rows_fits_16_vector_registers(gtype):
+    """On a renderer with AVX2's 16 vector registers the small-batch policy unrolls at most 16 (batch row, weight
+    row) pairs of an integer product: 8 batch rows beside 4 weight rows (32 accumulators) were refused by the
+    applier (OptError), so batched decode failed to compile on AVX2 machines."""
+    import copy
+
+    from tgcore.codegen import prepare_kernel
+    from tgcore.codegen.heuristic import heuristic_opts
+    from tgcore.codegen.optimize import apply_opts
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    from tgcore.uop import Ops
+    n, k = 48, 1536
+    raw = Tensor(random_blocks(gtype, n * k // BLOCK_LAYOUT[gtype][0], seed=5, small=True), device="CPU")
+    out = int_matmul(Tensor.empty(8, k, device="CPU"), raw, gtype, (n, k))
+    renderer = copy.copy(open_device("CPU").renderer)
+    renderer.vector_registers = 16
+    products = [item.ast for item in create_schedule([out.uop], "CPU")[0]
+                if any(u.op is Ops.REDUCE for u in item.ast.toposort) and len(item.ast.src) == 1]
+    assert products
+    for ast in products:
+        kernel = prepare_kernel(ast, renderer)
+        opts = heuristic_opts(kernel.ast, renderer, threads=2, work=kernel.work)
+        apply_opts(kernel.ast, opts, renderer)  # (raises OptError for more accumulators than registers)
