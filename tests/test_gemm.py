@@ -132,6 +132,18 @@ def test_k_tiles_apply_an_epilogue_once(device, opts):
         np.testing.assert_array_equal(_run_list(device, out, opts), want, err_msg=" ".join(map(str, opts)))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_in_place_residual_add_is_exact(device):
+    """``x.assign(x + h @ w)`` stores into the buffer its epilogue reads: K tiles keep their partial sums in the
+    output, so such a kernel is not K-tiled (it read the partial sums instead of x); exact against numpy."""
+    rng = np.random.default_rng(7)
+    m, n, k = 128, 256, 2048
+    h, w, x = ints(rng, m, k), ints(rng, k, n), ints(rng, m, n)
+    tx = Tensor(x, device=device).realize()
+    tx.assign(tx + Tensor(h, device=device) @ Tensor(w, device=device)).realize()
+    np.testing.assert_array_equal(tx.numpy(), x + h @ w)
+
+
 def test_too_many_accumulators_is_an_error():
     ast = _matmul_ast(256, 256, 256)
     with pytest.raises(OptError, match="accumulators"):

@@ -135,14 +135,17 @@ def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: Renderer) -> No
 
 def tileable(ast: UOp) -> bool:
     """One store of one float ADD reduction in the stored dtype (the partial sums are kept in the output), or of an
-    epilogue computed from it (a bias, a residual add: applied after the last K tile, ``_add_earlier_tiles``)."""
+    epilogue computed from it (a bias, a residual add: applied after the last K tile, ``_add_earlier_tiles``) that
+    does not read the output."""
     stores = [s for s in ast.src if s.op is Ops.STORE]
     if len(stores) != 1 or len(ast.src) != 1:
         return False
-    value = stores[0].src[1]
+    output, value = stores[0].src[0].src[0], stores[0].src[1]
     reduces = [u for u in value.toposort if u.op is Ops.REDUCE]
+    # (an epilogue that reads the output itself, an in-place ``out += x @ w``, would read the partial sums)
+    reads_output = any(u.op is Ops.INDEX and u.src[0] is output for u in value.toposort)
     return (len(reduces) == 1 and reduces[0].arg is Ops.ADD and dtypes.is_float(reduces[0].dtype)
-            and reduces[0].dtype == value.dtype)
+            and reduces[0].dtype == value.dtype and not reads_output)
 
 
 def _split(ast: UOp, r: UOp, amount: int, inner_arg: AxisArg, outer_arg: AxisArg) -> tuple[UOp, UOp | None, UOp]:
