@@ -242,7 +242,9 @@ def _shuffled(ctx: Emitter, u: UOp) -> VReg:
 
 
 def sel_bytes(ctx: Emitter, x: UOp) -> tuple | None:
-    """A byte vector of a dot product's operand (see the module doc)."""
+    """A byte vector of a dot product's operand (see the module doc); None for other byte vectors."""
+    if x not in ctx.facts.byte_dots:
+        return None
     op, bits = x.op, _bits(x)
     if op is Ops.LOAD:
         d = ctx.vnew()
@@ -282,6 +284,7 @@ def sel_dot(ctx: Emitter, x: UOp) -> tuple | None:
 
 BYTE_ISEL = PatternMatcher([
     (UPat(Ops.CUSTOMI, name="x"), sel_dot),
-    (UPat(Ops.GEP, src=(UPat(dtype=BYTE_VECTORS),)), lambda: EMITTED),   # lanes only byte VECTORIZEs read
+    (UPat(Ops.GEP, src=(UPat(dtype=BYTE_VECTORS),), name="x"),   # lanes only an operand's byte VECTORIZEs read
+     lambda ctx, x: EMITTED if x in ctx.facts.byte_dots else None),
     (UPat((Ops.LOAD, Ops.BITCAST, Ops.VECTORIZE, *BYTE_ALU, *RIGHT, *LEFT), BYTE_VECTORS, name="x"), sel_bytes),
 ])

@@ -49,6 +49,7 @@ from tg_x86.lanes import (
     shuffle_plan,
 )
 from tgcore.dtype import AddrSpace, DType, PtrDType, dtypes
+from tgcore.renderer.cbytedot import DOT_HELPER
 from tgcore.uop import Ops, UOp
 
 # the ops the per-line helpers test, as module names: on Python 3.11 reading ``Ops.CONST`` goes through EnumType's
@@ -143,6 +144,7 @@ class KernelFacts(KernelLines):
     flag_compares: frozenset[UOp]      # compares whose users all read their flags or mask (no bool made)
     acc_stores: Mapping[UOp, list[int]]   # accumulator -> the positions of the STOREs to it
     prefetch: Mapping[UOp, int]        # loads streaming a big input -> bytes ahead to prefetch (``plan_prefetches``)
+    byte_dots: frozenset[UOp]          # the byte vectors byte-dot calls' operands are made of (``plan_byte_dots``)
 
     def fuses(self, mul: UOp, add: UOp) -> bool:
         """Can ``add`` (of a float dtype) and its source ``mul`` be one FMA? (see ``fuses``)"""
@@ -177,7 +179,7 @@ def analyze(uops: list[UOp], users: Mapping[UOp, list[UOp]]) -> KernelFacts:
         folded=plan_folded_loads(k, bcast_loads, vconst), widened=plan_widened_loads(k),
         narrowed=plan_narrowed_stores(k), assembled=plan_assembled_loads(k),
         flag_compares=plan_flag_compares(k),
-        acc_stores=accumulator_stores(k), prefetch=plan_prefetches(k))
+        acc_stores=accumulator_stores(k), prefetch=plan_prefetches(k), byte_dots=plan_byte_dots(k))
 
 
 def plan_prefetches(k: KernelLines) -> dict[UOp, int]:
@@ -419,6 +421,28 @@ def plan_narrowed_stores(k: KernelLines) -> frozenset[UOp]:
             continue
         out.add(u)
     return frozenset(out)
+
+
+def _byte_vector(dt: DType) -> bool:
+    return not isinstance(dt, PtrDType) and dt.scalar() in (dtypes.uint8, dtypes.int8) and dt.count in (16, 32)
+
+
+def plan_byte_dots(k: KernelLines) -> frozenset[UOp]:
+    """The byte vectors of 16 and 32 lanes the operands of byte-dot calls (``tg_dot4_u8i8``) are made of, and the
+    one-lane GEPs of them that only such vectors read: what ``bytedot.BYTE_ISEL`` selects. Byte vectors anywhere
+    else keep the general vector rules (gated loads, widened loads, lanes read one by one)."""
+    out: set[UOp] = set()
+    stack = [s for u in k.lines(Ops.CUSTOMI) if u.arg == DOT_HELPER for s in u.src]
+    while stack:
+        u = stack.pop()
+        if u in out:
+            continue
+        lane = u.op is Ops.GEP and len(u.arg) == 1 and _byte_vector(u.src[0].dtype)
+        if lane or _byte_vector(u.dtype):
+            out.add(u)
+            stack.extend(u.src)
+    # (a lane something else reads too is extracted by the general rules)
+    return frozenset(u for u in out if u.op is not Ops.GEP or all(r in out for r in k.users.get(u, [])))
 
 
 def plan_assembled_loads(k: KernelLines) -> frozenset[UOp]:
