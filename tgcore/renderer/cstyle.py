@@ -628,8 +628,9 @@ class CRenderer(Renderer):
         if uses_byte_dot(kernel):
             vectors = sorted(set(vectors) | set(DOT_TYPES), key=lambda d: d.name)
             helpers += DOT_PREAMBLE
-            if any(byte_table_lookup(u) is not None for u in kernel):
-                helpers += BYTE_TABLE_PREAMBLE
+        if any(byte_table_lookup(u) is not None for u in kernel):  # (rendered wherever one matches, dot or not)
+            vectors = sorted(set(vectors) | {dtypes.uint8.vec(32)}, key=lambda d: d.name)
+            helpers += BYTE_TABLE_PREAMBLE
         typedefs = "".join(vector_typedef(d) + "\n" for d in vectors)
         return PREAMBLE + typedefs + helpers + head + "\n" + "\n".join(decls + body) + "\n}\n"
 
