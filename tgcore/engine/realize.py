@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,6 +34,8 @@ from tgcore.runtime.buffer import Buffer
 from tgcore.runtime.registry import open_device
 from tgcore.schedule.kernelize import ScheduleItem
 from tgcore.uop import UOp, trace
+from tgcore.uop.pattern import _default_compiled
+from tgcore.uop.rewrite import _log_enabled, _spec_enabled
 
 
 @dataclass
@@ -136,8 +137,8 @@ def passes_watched() -> bool:
     """Whether this run wants to see code generation's passes run (a rewrite trace, ``TG_SPEC`` checks, the
     interpreted matchers, ``DEBUG>=5``): then stored programs are not read (BEAM, searching, does not read them
     either)."""
-    flags = (os.environ.get(flag, "0") not in ("", "0") for flag in ("TG_SPEC", "TG_PM_INTERP", "TG_REWRITE_LOG"))
-    return trace.ACTIVE is not None or DEBUG >= 5 or any(flags)
+    return (trace.ACTIVE is not None or DEBUG >= 5 or _spec_enabled() or _log_enabled()
+            or not _default_compiled())
 
 
 def build_program(dev: Any, spec: ProgramSpec, disk_cache: bool = True) -> Any:
