@@ -296,8 +296,9 @@ class Engine:
 
     def _warm_while_time_allows(self, last: float) -> None:
         """Make the next idle warm-ups now, before ready, while one more taking as long as the last (``last``
-        seconds) ends within ``READY_BUDGET_S`` of the engine's creation."""
-        while self._warm_later and time.monotonic() - self.constructed_at + last <= READY_BUDGET_S:
+        seconds) ends within ``READY_BUDGET_S`` of the engine's creation; none once a shutdown began."""
+        while self._warm_later and self.stop_at is None and \
+                time.monotonic() - self.constructed_at + last <= READY_BUDGET_S:
             start = time.perf_counter()
             try:
                 self._warm_later.pop(0)()
