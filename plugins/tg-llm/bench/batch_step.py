@@ -16,10 +16,10 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import statistics
-import time
 from pathlib import Path
 from typing import Any
+
+from decode_profile import time_steps  # (this folder: a script's own folder is on sys.path)
 
 SHOWN = 16  # kernels listed per row count (by total time)
 
@@ -31,7 +31,6 @@ def role(name: str, rows: int) -> str:
 
 def profile(model: Any, rows: int, steps: int) -> tuple[float, float, dict[str, list[float]]]:
     """(median step seconds, median kernel seconds, kernel name -> per-call medians) of ``rows`` sequences."""
-    from tgcore.engine.stats import KernelTimes
     model.reset()
     for s in range(rows):
         model.forward_last([100 + s, 200, 300, 400], 0, seq=s)
@@ -43,21 +42,8 @@ def profile(model: Any, rows: int, steps: int) -> tuple[float, float, dict[str, 
         position += 1
     for _ in range(3):  # the first call of a step size captures it
         step()
-    walls, runs = [], []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        walls.append(time.perf_counter() - t0)
-        with KernelTimes.record() as times:
-            step()
-        runs.append(times)
-    names = [k.name for k in runs[0]]
-    per_kernel = [statistics.median(run[j].seconds for run in runs) for j in range(len(names))]
-    by_name: dict[str, list[float]] = {}
-    for name, seconds in zip(names, per_kernel, strict=True):
-        by_name.setdefault(name, []).append(seconds)
-    return statistics.median(walls), sum(per_kernel), by_name
-
+    wall, _, per_kernel, by_name = time_steps(step, steps)
+    return wall, sum(per_kernel), by_name
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -19,6 +19,7 @@ import argparse
 import os
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -54,11 +55,31 @@ def stream_rate(nbytes: int, device: str) -> float:
     return nbytes / best
 
 
+def time_steps(step: Callable[[], None], steps: int) -> tuple[float, list[str], list[float], dict[str, list[float]]]:
+    """Untimed ``step()`` calls alternating with calls whose kernels are timed in the native graph
+    (``KernelTimes.record``, as ``bench/train.py`` does): (the median untimed call's seconds, the kernels' names in
+    order, each one's median seconds, kernel name -> those medians)."""
+    from tgcore.engine.stats import KernelTimes
+    runs, walls = [], []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        walls.append(time.perf_counter() - t0)
+        with KernelTimes.record() as times:
+            step()
+        runs.append(times)
+    names = [k.name for k in runs[0]]
+    per_kernel = [statistics.median(run[j].seconds for run in runs) for j in range(len(names))]
+    by_name: dict[str, list[float]] = {}
+    for name, seconds in zip(names, per_kernel, strict=True):
+        by_name.setdefault(name, []).append(seconds)
+    return statistics.median(walls), names, per_kernel, by_name
+
+
 def main() -> int:
     from tg_llm.cli import model_path
     from tg_llm.model import Model
 
-    from tgcore.engine.stats import KernelTimes
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model")
     ap.add_argument("--device", default="CPU")
@@ -80,21 +101,9 @@ def main() -> int:
         pos += 1
     for _ in range(3):  # capture and first replays
         step()
-    runs, walls = [], []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        step()
-        walls.append(time.perf_counter() - t0)
-        with KernelTimes.record() as times:
-            step()
-        runs.append(times)
-    names = [k.name for k in runs[0]]
-    per_kernel = [statistics.median(run[j].seconds for run in runs) for j in range(len(names))]
-    by_name: dict[str, list[float]] = {}
-    for name, seconds in zip(names, per_kernel, strict=True):
-        by_name.setdefault(name, []).append(seconds)
+    wall, names, per_kernel, by_name = time_steps(step, args.steps)
     rows = weight_rows(model)
-    wall, kernels = statistics.median(walls), sum(per_kernel)
+    kernels = sum(per_kernel)
     weight_bytes = sum(_weight_bytes(n, rows) for n in names)
     rate = args.stream_gbs * 1e9 if args.stream_gbs else stream_rate(weight_bytes, args.device)
     if hasattr(os, "getloadavg"):
