@@ -2,6 +2,7 @@
 factors constant over a block leave the block's sum (``upcast.factor_blocks``); values against numpy for
 shapes that do and do not fill the vector lanes, on every CPU renderer."""
 import os
+from typing import Any
 
 import numpy as np
 import pytest
@@ -109,16 +110,30 @@ def test_byte_dots_in_lanes_of_neighbours_are_exact(rows, blocks, device):
     assert "tg_dot4_u8i8(" in get_program(item.ast, open_device(device).renderer).src
 
 
+def _c_function(src: str, name: str, flags: list[str], tmp_path: Any) -> Any:
+    """Function ``name`` of three pointers from ``src`` compiled with ``flags`` (skips without a C compiler)."""
+    import ctypes
+
+    from tgcore.runtime.compiler import ClangCompiler, CompilerNotFoundError
+    try:
+        lib_bytes = ClangCompiler(flags=["-O2", *flags, "-shared", "-fPIC"]).compile(src)
+    except CompilerNotFoundError:
+        pytest.skip("no C compiler")
+    path = tmp_path / "helpers.so"
+    path.write_bytes(lib_bytes)
+    fn = getattr(ctypes.CDLL(str(path)), name)
+    fn.argtypes = [ctypes.c_void_p] * 3
+    return fn
+
+
 @pytest.mark.parametrize("flags", [["-mavx2", "-mfma"], ["-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl",
                                                          "-mavx512vnni"]], ids=["plain", "vnni"])
 def test_byte_dot_helper_matches_numpy(flags, tmp_path):
     """The C renderer's byte-dot helper, built without and with VNNI (its two branches): lane l sums bytes
     4l .. 4l+3 of an unsigned times a signed 32-byte vector, at the extremes of both ranges."""
-    import ctypes
 
     from tgcore.renderer.cbytedot import DOT_PREAMBLE, DOT_TYPES
     from tgcore.renderer.cstyle import vector_typedef
-    from tgcore.runtime.compiler import ClangCompiler, CompilerNotFoundError
     from tgcore.runtime.cpufeatures import cpu_features
     if "-mavx512vnni" in flags and not {"avx512_vnni", "avx512vl"} <= cpu_features().features:
         pytest.skip("no AVX512-VNNI here")
@@ -128,19 +143,12 @@ def test_byte_dot_helper_matches_numpy(flags, tmp_path):
         "void dot(const unsigned char* a, const signed char* b, int* out) {\n"
         "  tg_uint8x32 x; tg_int8x32 y; __builtin_memcpy(&x, a, 32); __builtin_memcpy(&y, b, 32);\n"
         "  tg_int32x8 r = tg_dot4_u8i8(x, y); __builtin_memcpy(out, &r, 32); }\n")
-    try:
-        lib_bytes = ClangCompiler(flags=["-O2", *flags, "-shared", "-fPIC"]).compile(src)
-    except CompilerNotFoundError:
-        pytest.skip("no C compiler")
-    path = tmp_path / "dot.so"
-    path.write_bytes(lib_bytes)
-    lib = ctypes.CDLL(str(path))
-    lib.dot.argtypes = [ctypes.c_void_p] * 3
+    dot = _c_function(src, "dot", flags, tmp_path)
     rng = np.random.default_rng(len(flags))
     for a, b in [(np.full(32, 255, np.uint8), np.full(32, -128, np.int8)),
                  (rng.integers(0, 256, 32).astype(np.uint8), rng.integers(-128, 128, 32).astype(np.int8))]:
         out = np.zeros(8, np.int32)
-        lib.dot(a.ctypes.data, b.ctypes.data, out.ctypes.data)
+        dot(a.ctypes.data, b.ctypes.data, out.ctypes.data)
         np.testing.assert_array_equal(out, (a.astype(np.int64) * b).reshape(8, 4).sum(-1))
 
 
@@ -177,12 +185,10 @@ def test_byte_table_lookups_in_lanes_are_exact(device):
 def test_byte_table_helper_matches_numpy(flags, tmp_path):
     """The C renderer's byte-table helper, built without and with AVX2 (its two branches): lane i is
     ``table[index[i]]`` for a table of 16 bytes."""
-    import ctypes
 
     from tgcore.dtype import dtypes
     from tgcore.renderer.cbytedot import BYTE_TABLE_PREAMBLE
     from tgcore.renderer.cstyle import vector_typedef
-    from tgcore.runtime.compiler import ClangCompiler, CompilerNotFoundError
     from tgcore.runtime.cpufeatures import cpu_features
     if flags and "avx2" not in cpu_features().features:
         pytest.skip("no AVX2 here")
@@ -190,19 +196,12 @@ def test_byte_table_helper_matches_numpy(flags, tmp_path):
         "void look(const unsigned char* t, const unsigned char* i, unsigned char* out) {\n"
         "  tg_uint8x32 x; __builtin_memcpy(&x, i, 32);\n"
         "  tg_uint8x32 r = tg_table16_u8(t, x); __builtin_memcpy(out, &r, 32); }\n")
-    try:
-        lib_bytes = ClangCompiler(flags=["-O2", *flags, "-shared", "-fPIC"]).compile(src)
-    except CompilerNotFoundError:
-        pytest.skip("no C compiler")
-    path = tmp_path / "look.so"
-    path.write_bytes(lib_bytes)
-    lib = ctypes.CDLL(str(path))
-    lib.look.argtypes = [ctypes.c_void_p] * 3
+    look = _c_function(src, "look", flags, tmp_path)
     rng = np.random.default_rng(len(flags))
     table = rng.integers(0, 256, 16).astype(np.uint8)
     index = np.concatenate([np.arange(16), rng.integers(0, 16, 16)]).astype(np.uint8)
     out = np.zeros(32, np.uint8)
-    lib.look(table.ctypes.data, index.ctypes.data, out.ctypes.data)
+    look(table.ctypes.data, index.ctypes.data, out.ctypes.data)
     np.testing.assert_array_equal(out, table[index])
 
 
