@@ -134,10 +134,10 @@ def generate(dev: Any, ast: UOp, threads: int) -> ProgramSpec:
 
 
 def passes_watched() -> bool:
-    """Whether this run wants to see code generation's passes run (a rewrite trace, ``TG_SPEC`` checks, the
-    interpreted matchers, ``DEBUG>=5``): then stored programs are not read (BEAM, searching, does not read them
-    either)."""
-    return (trace.ACTIVE is not None or DEBUG >= 5 or _spec_enabled() or _log_enabled()
+    """Whether this run wants to see code generation run (a rewrite trace, ``TG_SPEC`` checks, the interpreted
+    matchers, ``DEBUG>=4``: the generated code or listing printed): then stored programs are not read (BEAM,
+    searching, does not read them either)."""
+    return (trace.ACTIVE is not None or DEBUG >= 4 or _spec_enabled() or _log_enabled()
             or not _default_compiled())
 
 
