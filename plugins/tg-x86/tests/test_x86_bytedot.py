@@ -146,16 +146,44 @@ def test_block_dots_are_vpdpbusd_on_byte_vectors(case):
     t = block_dot(ours(Tensor(raw, device=X86), Tensor(qh, device=X86)), Tensor(x, device=X86),
                   Tensor(scale, device=X86))
     ops = [i.op for i in instructions(t)]
-    assert Op.VPDPBUSD in ops
+    assert (Op.VPDPBUSD_VEX if X86Renderer().dot_instruction.startswith("{vex}") else Op.VPDPBUSD) in ops
     assert Op.VPEXTRB not in ops and Op.VPINSRB not in ops
 
 
 def test_byte_dots_follow_the_cpu_probe():
-    """The capability is what the CPU and the chosen level allow: AVX512-VNNI at the AVX-512 level only."""
+    """The capability is what the CPU and the chosen level allow: the EVEX vpdpbusd with AVX512-VNNI at the AVX-512
+    level, else the VEX one with AVX-VNNI, else none."""
     from tgcore.runtime.cpufeatures import cpu_features
-    assert not X86Renderer(isa="avx2").compiles_byte_dots
-    r = X86Renderer()
-    assert r.compiles_byte_dots == (r.wide and "avx512_vnni" in cpu_features().features)
+    features = cpu_features().features
+    for isa in ("avx2", "avx512"):
+        r = X86Renderer(isa=isa)
+        want = ("vpdpbusd" if isa == "avx512" and "avx512_vnni" in features
+                else "{vex} vpdpbusd" if "avx_vnni" in features else "")
+        assert r.dot_instruction == want and r.compiles_byte_dots == bool(want)
+
+
+AVX2_RUN = """
+import numpy as np, test_x86_bytedot as t
+from tgcore.tensor import Tensor
+raw, qh, x, scale = t.data(7, 3, seed=5)
+out = t.block_dot(t.nibbles(Tensor(raw, device=t.X86)), Tensor(x, device=t.X86), Tensor(scale, device=t.X86))
+print(sorted({i.op.name for i in t.instructions(out) if "VPDPBUSD" in i.op.name}))
+np.testing.assert_array_equal(out.numpy(), t.reference(t.numpy_nibbles(raw), x, scale))
+"""
+
+
+@pytest.mark.skipif(not X86Renderer(isa="avx2").compiles_byte_dots, reason="no AVX-VNNI")
+def test_avx2_level_dots_are_the_vex_vpdpbusd():
+    """At the AVX2 level (TG_ISA=avx2, in a process of its own: the device's renderer is made once) on an AVX-VNNI
+    CPU: the VEX form only, the same sums as numpy."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "TG_ISA": "avx2", "TG_PROGRAM_CACHE": "0",
+           "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", AVX2_RUN], env=env, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["['VPDPBUSD_VEX']"]
 
 
 def test_repeated_lanes_are_computed_once():

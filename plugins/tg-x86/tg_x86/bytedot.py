@@ -1,5 +1,5 @@
-"""A quantization block's byte dot product per int32 lane as one ``vpdpbusd`` (AVX512-VNNI), the byte vectors
-that feed it, and small byte vectors widened to 32-bit lanes (any level).
+"""A quantization block's byte dot product per int32 lane as one ``vpdpbusd`` (AVX512-VNNI: EVEX; AVX-VNNI: VEX,
+``Emitter.vex_dots``), the byte vectors that feed it, and small byte vectors widened to 32-bit lanes (any level).
 
 In:  a kernel in REDUCE form (the renderer's ``pre_isel``), then its linear UOps (selection).
 Out: ``byte_dot_rule``: the core's rule (``tgcore.renderer.cbytedot.byte_dot``: a lane's 4 byte products, summed
@@ -214,7 +214,7 @@ def sel_dot(ctx: Emitter, x: UOp) -> tuple | None:
     d = ctx.vnew()
     acc = ctx.zero(256)
     rb = operand(ctx, b)
-    ctx.emit(Op.VPDPBUSD, [d], [acc, register(ctx, a), rb],
+    ctx.emit(Op.VPDPBUSD_VEX if ctx.vex_dots else Op.VPDPBUSD, [d], [acc, register(ctx, a), rb],
              (("d", 0, 256), ("u", 1, 256), ("u", 2, None if isinstance(rb, VMem) else 256)), two=True)
     ctx.val[x] = (d,)
     return EMITTED

@@ -435,6 +435,9 @@ VPINSRQ | xmm, xmm, r/m64, imm8 | VEX.128.66.0F3A.W1 22 /r ib | RVMI
 VBROADCASTSS | X, xmm/m32 | VEX.L.66.0F38.W0 18 /r | RM
 VBROADCASTSD | ymm, xmm/m64 | VEX.256.66.0F38.W0 19 /r | RM
 VPBROADCASTB | X, xmm/m8 | VEX.L.66.0F38.W0 78 /r | RM
+# AVX-VNNI: vpdpbusd VEX-encoded (tg_x86.bytedot on CPUs without AVX512-VNNI; checked against llvm-mc: capstone 5
+# decodes no VEX AVX-VNNI form)
+VPDPBUSD_VEX | X, X, X/M | VEX.L.66.0F38.W0 50 /r | RVM
 VPBROADCASTW | X, xmm/m16 | VEX.L.66.0F38.W0 79 /r | RM
 VPBROADCASTD | X, xmm/m32 | VEX.L.66.0F38.W0 58 /r | RM
 VPBROADCASTQ | X, xmm/m64 | VEX.L.66.0F38.W0 59 /r | RM

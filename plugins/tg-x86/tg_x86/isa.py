@@ -269,6 +269,7 @@ class Op(enum.Enum):
     VPSRAD = ("vpsrad", _G.VEC_INT_ALU)
     # AVX512-VNNI: each int32 lane += the sum of its 4 unsigned bytes (operand 1) times the 4 signed bytes (operand 2)
     VPDPBUSD = ("vpdpbusd", _G.VEC_INT_ALU, _TA)
+    VPDPBUSD_VEX = ("{vex} vpdpbusd", _G.VEC_INT_ALU, _TA)   # the same, AVX-VNNI (VEX-encoded: no AVX-512 needed)
     VPACKUSDW = ("vpackusdw", _G.VEC_INT_ALU)
     VPACKUSWB = ("vpackuswb", _G.VEC_INT_ALU)
     VPTEST = ("vptest", _G.COMPARE, _ND | _WF)

@@ -110,6 +110,7 @@ class X86Renderer(ISARenderer[Selector]):
     # ymm0-15 while no vector spills (else 13: ymm13-15 become scratch for the fills); AVX-512: zmm0-31
     vector_registers = len(machine.ALL_VEC)
     wide = False             # selected at the AVX-512 level (``wide.py``)
+    dot_instruction = ""     # the byte dots' instruction ("vpdpbusd": EVEX, "{vex} vpdpbusd"), "" without VNNI
     # a quantization block's few vector steps unrolled (as gcc does for the C renderer): each copy's index math and
     # shift amounts fold to constants, and the copies share the loads of the same bytes
     unrolled_trips = 8
@@ -125,13 +126,19 @@ class X86Renderer(ISARenderer[Selector]):
         from tgcore.runtime.cpufeatures import AVX512, FORCEABLE_LEVELS, chosen_isa_level, cpu_features
         self.cache_sizes = cpu_features().caches
         level = FORCEABLE_LEVELS[isa] if isa is not None else chosen_isa_level()
+        features = cpu_features().features
         if level is AVX512:
             self.wide = True
             self.vector_bits, self.vector_registers = level.vector_bits, level.vector_registers
             self.masked_vectors = True   # padded tails: opmasks on zmm pieces, vmaskmovps on 32-bit ymm ones
-            if "avx512_vnni" in cpu_features().features:
-                self.compiles_byte_dots = True
-                self.pre_isel = self.pre_isel_dots
+        # the byte dots' vpdpbusd: EVEX with AVX512-VNNI (at the AVX-512 level), else VEX with AVX-VNNI
+        if level is AVX512 and "avx512_vnni" in features:
+            self.dot_instruction = "vpdpbusd"
+        elif "avx_vnni" in features:
+            self.dot_instruction = "{vex} vpdpbusd"
+        if self.dot_instruction:
+            self.compiles_byte_dots = True
+            self.pre_isel = self.pre_isel_dots
 
     isel = ISEL
     target = TARGET
@@ -150,6 +157,7 @@ class X86Renderer(ISARenderer[Selector]):
         # always selected reading pointers and variables where used; choose_plan derives the holding program
         ctx = Selector(uops, remat_args=True)
         ctx.frame.abi = self.abi
+        ctx.vex_dots = self.dot_instruction == "{vex} vpdpbusd"
         return ctx
 
     def select(self, uops: list[UOp]) -> Selector:
