@@ -1,5 +1,6 @@
-"""A quantization block's byte dot product per int32 lane as one ``vpdpbusd`` (AVX512-VNNI: EVEX; AVX-VNNI: VEX,
-``Emitter.vex_dots``), the byte vectors that feed it, and small byte vectors widened to 32-bit lanes (any level).
+"""A quantization block's byte dot product per int32 lane as one ``vpdpbusd`` (AVX512-VNNI: EVEX; AVX-VNNI: VEX;
+``Emitter.dot_op``) or, without VNNI, ``vpmaddubsw`` + ``vpmaddwd`` (exact: see ``_dot_avx2``), the byte vectors that
+feed it, and small byte vectors widened to 32-bit lanes (any level).
 
 In:  a kernel in REDUCE form (the renderer's ``pre_isel``), then its linear UOps (selection).
 Out: ``byte_dot_rule``: the core's rule (``tgcore.renderer.cbytedot.byte_dot``: a lane's 4 byte products, summed
@@ -17,7 +18,7 @@ Out: ``byte_dot_rule``: the core's rule (``tgcore.renderer.cbytedot.byte_dot``: 
      BITCAST                   the source's register (a byte vector, or one piece of 32- or 64-bit lanes)
      VECTORIZE of lanes        vinserti128 of two 16-byte sources and/or vpshufb within 128-bit halves
      CUSTOMI tg_dot4_u8i8      vpxor + vpdpbusd (exact: 4 products of a byte by a signed byte fit an int32, and
-                               vpdpbusd does not saturate)
+                               vpdpbusd does not saturate); AVX2: vpmaddubsw + vpmaddwd (per nibble from a >= 128)
      CAST of 4 or 8 bytes      vpmovzxbd (vpmovsxbd: int8) to int32 lanes, + vcvtdq2ps for float32
 
 The lanes a VECTORIZE takes (single-lane GEPs) emit nothing: only such VECTORIZEs read them.
@@ -211,13 +212,37 @@ def sel_dot(ctx: Emitter, x: UOp) -> tuple | None:
     if x.arg != DOT_HELPER:
         return None
     a, b = x.src
-    d = ctx.vnew()
-    acc = ctx.zero(256)
     rb = operand(ctx, b)
-    ctx.emit(Op.VPDPBUSD_VEX if ctx.vex_dots else Op.VPDPBUSD, [d], [acc, register(ctx, a), rb],
-             (("d", 0, 256), ("u", 1, 256), ("u", 2, None if isinstance(rb, VMem) else 256)), two=True)
+    if ctx.dot_op is Op.VPMADDUBSW:
+        d = _dot_avx2(ctx, a, rb)
+    else:
+        d = ctx.vnew()
+        ctx.emit(ctx.dot_op, [d], [ctx.zero(256), register(ctx, a), rb],
+                 (("d", 0, 256), ("u", 1, 256), ("u", 2, None if isinstance(rb, VMem) else 256)), two=True)
     ctx.val[x] = (d,)
     return EMITTED
+
+
+def _dot_avx2(ctx: Emitter, a: UOp, rb: Any) -> VReg:
+    """The byte dot without VNNI, exact: vpmaddubsw's int16 pair sums saturate past 32767, so bytes of ``a`` below
+    128 (by its bounds: 2 * 127 * 128 fits) go in whole, larger ones as their two nibbles (2 * 15 * 128 fits), the
+    high one's pair sums weighted by 16 in vpmaddwd (int16 pairs -> int32 lanes)."""
+    def op(o: Op, *uses: Any) -> VReg:
+        d = ctx.vnew()
+        ctx.vemit(o, d, list(uses), 256)
+        return d
+
+    def words(v: int) -> VMem:
+        return ctx.const_mem(v.to_bytes(2, "little") * 16, 256)
+    ra = register(ctx, a)
+    if isinstance(a.vmax, int) and a.vmax < 128:
+        return op(Op.VPMADDWD, op(Op.VPMADDUBSW, ra, rb), words(1))
+    nibble = ctx.const_mem(b"\x0f" * 32, 256)
+    low = op(Op.VPMADDUBSW, op(Op.VPAND, ra, nibble), rb)
+    shifted = ctx.vnew()
+    ctx.emit(Op.VPSRLW, [shifted], [ra], (("d", 0, 256), ("u", 0, 256), ("i", 4)))
+    high = op(Op.VPMADDUBSW, op(Op.VPAND, shifted, nibble), rb)
+    return op(Op.VPADDD, op(Op.VPMADDWD, low, words(1)), op(Op.VPMADDWD, high, words(16)))
 
 
 def sel_widen(ctx: Emitter, x: UOp) -> tuple | None:

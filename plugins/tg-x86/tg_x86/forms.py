@@ -246,7 +246,7 @@ _PINT = {"VPADDB": "0F.WIG FC", "VPADDW": "0F.WIG FD", "VPADDD": "0F.WIG FE", "V
          "VPCMPGTB": "0F.WIG 64", "VPCMPGTW": "0F.WIG 65", "VPCMPGTD": "0F.WIG 66", "VPCMPGTQ": "0F38.WIG 37",
          "VPSLLVD": "0F38.W0 47", "VPSLLVQ": "0F38.W1 47", "VPSRLVD": "0F38.W0 45", "VPSRLVQ": "0F38.W1 45",
          "VPSRAVD": "0F38.W0 46", "VPSHUFB": "0F38.WIG 00", "VPACKUSDW": "0F38.WIG 2B",
-         "VPACKUSWB": "0F.WIG 67"}
+         "VPACKUSWB": "0F.WIG 67", "VPMADDUBSW": "0F38.WIG 04", "VPMADDWD": "0F.WIG F5"}
 # packed shifts by an immediate: VEX.L.66.0F.WIG <opcode> /<digit> ib, VMI
 _PSHIFT_IMM = {"VPSLLW": "71 /6", "VPSLLD": "72 /6", "VPSLLQ": "73 /6", "VPSRLW": "71 /2", "VPSRLD": "72 /2",
                "VPSRLQ": "73 /2", "VPSRAW": "71 /4", "VPSRAD": "72 /4", "VPSRLDQ": "73 /3", "VPSLLDQ": "73 /7"}
