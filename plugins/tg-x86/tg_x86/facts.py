@@ -375,6 +375,7 @@ def plan_folded_loads(k: KernelLines, bcast_loads: frozenset[UOp], vconst: Calla
 
 BYTES = (dtypes.int8, dtypes.uint8)
 HALVES = (dtypes.float16, dtypes.bfloat16)
+INT32S = (dtypes.int32, dtypes.uint32)
 WIDE_LANES = (dtypes.int32, dtypes.uint32, dtypes.float32)
 
 
@@ -405,14 +406,16 @@ def plan_widened_loads(k: KernelLines) -> frozenset[UOp]:
 
 
 def plan_narrowed_stores(k: KernelLines) -> frozenset[UOp]:
-    """float32 -> float16/bfloat16 vector CASTs whose only user is an ungated STORE of them to memory: the STORE
-    converts the float32 pieces and writes the halves (``vmemory.narrowing_store``). No line after the CAST reads its
-    source (so nothing overwrites that register before the STORE reads it)."""
+    """float32 -> float16/bfloat16 and 8-lane int32 -> int8/uint8 vector CASTs whose only user is an ungated STORE of
+    them to memory: the STORE converts the pieces and writes the narrow lanes (``vmemory.narrowing_store``). No line
+    after the CAST reads its source (so nothing overwrites that register before the STORE reads it)."""
     out = set()
     for u in k.lines(Ops.CAST):
         src = u.src[0]
-        if not (is_vector(u.dtype) and scalar_of(u.dtype) in HALVES and scalar_of(src.dtype) is dtypes.float32
-                and _xmm_or_ymm_pieces(src.dtype)):
+        halves = scalar_of(u.dtype) in HALVES and scalar_of(src.dtype) is dtypes.float32
+        # int32 -> bytes (the activations' 8-bit rounding): 8 lanes, one ymm piece
+        to_bytes = scalar_of(u.dtype) in BYTES and scalar_of(src.dtype) in INT32S and u.dtype.count == 8
+        if not (is_vector(u.dtype) and (halves or to_bytes) and _xmm_or_ymm_pieces(src.dtype)):
             continue
         users = k.users.get(u, [])
         if len(users) != 1 or users[0].op is not Ops.STORE or users[0].src[1] is not u:

@@ -110,6 +110,10 @@ class X86Renderer(ISARenderer[Selector]):
     # narrowing_store); their math is float32's
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
                    dtypes.uint64: 4, dtypes.float16: 8, dtypes.bfloat16: 8}
+    # int32 lanes stored as bytes (vmemory.truncated_bytes): the activations' 8-bit rounding is vectorized (was a
+    # scalar loop: vdivss per element)
+    narrowing_stores = frozenset((src, dst) for src in (dtypes.int32, dtypes.uint32) for dst in (dtypes.int8,
+                                                                                            dtypes.uint8))
     vector_bits = 256        # AVX2: ymm; at the AVX-512 level 512 (float32 vectors of 16k lanes in zmm pieces)
     # ymm0-15 while no vector spills (else 13: ymm13-15 become scratch for the fills); AVX-512: zmm0-31
     vector_registers = len(machine.ALL_VEC)
