@@ -21,7 +21,8 @@ from tg_x86.isa import Inst
 from tg_x86.listing import format_inst
 from tg_x86_testutil import LLVM_ONLY
 
-CASES = int(os.environ.get("TG_LLVM_FUZZ_EXAMPLES", "3000"))
+# random instances: 3000 by default (one llvm-mc run, ~1 s), 30000 in nox -s full
+CASES = int(os.environ.get("TG_LLVM_FUZZ_EXAMPLES", "30000" if os.environ.get("TG_FULL") else "3000"))
 
 
 @pytest.fixture(scope="module")
