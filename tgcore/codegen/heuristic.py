@@ -257,8 +257,18 @@ def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp]
     return [*unrolls, *(Opt(OptOps.BLOCK, number[r], k) for k in nested if nested[0] % k == 0)]
 
 
+def store_width(value: UOp, simd_widths: dict[DType, int],
+                narrowing: frozenset[tuple[DType, DType]] = frozenset()) -> int:
+    """Vector lanes for storing ``value``: its dtype's, or for a CAST the renderer narrows in the store
+    (``Renderer.narrowing_stores``) its source's."""
+    width = simd_widths.get(value.dtype, 0)
+    if not width and value.op is Ops.CAST and (value.src[0].dtype, value.dtype) in narrowing:
+        width = simd_widths.get(value.src[0].dtype, 0)
+    return width
+
+
 def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, byte_dots: bool = False,
-                registers: int = 16) -> list[Opt]:
+                registers: int = 16, narrowing: frozenset[tuple[DType, DType]] = frozenset()) -> list[Opt]:
     """UPCAST and UNROLL records (see the module docstring) for ``ast``'s loops.
 
     In a reduction along its main input, the reduced axis is vectorized by ``reduce_lanes``: one native vector of
@@ -274,7 +284,7 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, b
     axes = kernel_axes(ast)
     number = {r: i for i, r in enumerate(axes)}
     store = stores[0]
-    width = simd_widths.get(store.src[1].dtype, 0)
+    width = store_width(store.src[1], simd_widths, narrowing)
     index = store.src[0].src[1]
     ranges = [r for r in index.toposort if r.op is Ops.RANGE and r in number and r.arg.kind is RangeKind.GLOBAL]
     reduces = [u for u in ast.toposort if u.op is Ops.REDUCE]
@@ -666,7 +676,7 @@ def heuristic_opts(ast: UOp, renderer: Renderer, threads: int = 1, work: int = 0
     if gemm := gemm_opts(ast, renderer, threads) or nt_gemm_opts(ast, renderer, threads, work):
         return gemm
     opts = vector_opts(ast, renderer.simd_widths, renderer.masked_vectors, renderer.compiles_byte_dots,
-                       renderer.vector_registers)
+                       renderer.vector_registers, renderer.narrowing_stores)
     if not opts:
         # nothing to vectorize (a convolution's weight or input gradient: no reduced axis both factors run along in
         # whole vectors, no contiguous output axis they run along): the register tile of nt_gemm_opts with scalar

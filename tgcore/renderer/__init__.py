@@ -36,6 +36,9 @@ class Renderer:
     # summed in lanes of 4 neighbouring bytes is one multiply-add of bytes per lane (C: ``cbytedot``; X86 with
     # AVX512-VNNI: vpdpbusd)
     compiles_byte_dots: bool = False
+    # (source, stored) dtypes of a vector CAST the renderer narrows in the STORE (e.g. int32 lanes stored as bytes):
+    # codegen vectorizes such a store at the source's width even when the stored dtype has none in simd_widths
+    narrowing_stores: frozenset[tuple[DType, DType]] = frozenset()
     # innermost loops of at most this many iterations (a constant count) are unrolled by codegen
     # (``codegen.unroll``); 0: left as loops (a C compiler unrolls them itself)
     unrolled_trips: int = 0

@@ -1,6 +1,6 @@
 """The X86 renderer's integer dot path (``tg_x86.bytedot``): the byte products of a block of 32, summed per int32
-lane of 4 neighbouring bytes, as one vpdpbusd, with the byte unpacking (nibbles, bit masks, a broadcast field) in
-byte vectors.
+lane of 4 neighbouring bytes, as one vpdpbusd (EVEX or VEX; without VNNI vpmaddubsw + vpmaddwd), with the byte
+unpacking (nibbles, bit masks, a broadcast field) in byte vectors.
 
 References: numpy (the same sums in int64 and float64: every value is an integer or a power-of-two fraction below
 2**24, so any order of summation gives the same float32), and the kernel's instructions (vpdpbusd is there with
@@ -11,13 +11,12 @@ import numpy as np
 import pytest
 from tg_x86.cpu import unavailable_reason
 from tg_x86.isa import Inst, Op
-from tg_x86.renderer import X86Renderer
+from tg_x86.renderer import DOT_OPS, X86Renderer
 
 from tgcore.tensor import Tensor
 
 pytestmark = pytest.mark.skipif(unavailable_reason() is not None, reason=f"X86 backend: {unavailable_reason()}")
 X86 = "CPU:X86"
-VNNI = X86Renderer().compiles_byte_dots
 
 
 def by_lane(t: Tensor) -> Tensor:
@@ -137,35 +136,83 @@ def test_block_dot_products_match_numpy(case, rows):
     np.testing.assert_array_equal(out, reference(theirs(raw, qh), x, scale))
 
 
-@pytest.mark.skipif(not VNNI, reason="no AVX512-VNNI (or the AVX2 level): the byte dots stay lane by lane")
 @pytest.mark.parametrize("case", CASES)
 def test_block_dots_are_vpdpbusd_on_byte_vectors(case):
-    """One vpdpbusd per block and row, and no byte taken out of or put into a vector one at a time."""
+    """One byte dot (vpdpbusd where there is VNNI) per block and row, and no byte taken out of or put into a vector
+    one at a time."""
     raw, qh, x, scale = data(4, 3, seed=0)
     ours, _ = CASES[case]
     t = block_dot(ours(Tensor(raw, device=X86), Tensor(qh, device=X86)), Tensor(x, device=X86),
                   Tensor(scale, device=X86))
     ops = [i.op for i in instructions(t)]
-    assert Op.VPDPBUSD in ops
+    assert DOT_OPS[X86Renderer().dot_instruction] in ops
     assert Op.VPEXTRB not in ops and Op.VPINSRB not in ops
 
 
 def test_byte_dots_follow_the_cpu_probe():
-    """The capability is what the CPU and the chosen level allow: AVX512-VNNI at the AVX-512 level only."""
+    """The instruction is what the CPU and the chosen level allow: the EVEX vpdpbusd with AVX512-VNNI at the AVX-512
+    level, else the VEX one with AVX-VNNI, else vpmaddubsw."""
     from tgcore.runtime.cpufeatures import cpu_features
-    assert not X86Renderer(isa="avx2").compiles_byte_dots
-    r = X86Renderer()
-    assert r.compiles_byte_dots == (r.wide and "avx512_vnni" in cpu_features().features)
+    features = cpu_features().features
+    for isa in ("avx2", "avx512"):
+        r = X86Renderer(isa=isa)
+        want = ("vpdpbusd" if isa == "avx512" and "avx512_vnni" in features
+                else "{vex} vpdpbusd" if "avx_vnni" in features else "vpmaddubsw")
+        assert r.dot_instruction == want and r.compiles_byte_dots
+    assert not X86Renderer(dots="").compiles_byte_dots
+
+
+def run_elsewhere(script: str, dots: str | None = None) -> list[str]:
+    """``script`` in a process of its own (the device's renderer is made once per process) at the AVX2 level, with
+    the byte dots' instruction forced to ``dots`` when given; its output's words."""
+    import os
+    import subprocess
+    import sys
+    force = ("import tg_x86.renderer as R\n_init = R.X86Renderer.__init__\n"
+             f"R.X86Renderer.__init__ = lambda self, abi=R.HOST, isa=None, dots={dots!r}: _init(self, abi, isa, dots)\n"
+             if dots is not None else "")
+    env = {**os.environ, "TG_ISA": "avx2", "TG_PROGRAM_CACHE": "0",
+           "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", force + script], env=env, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.split()
+
+
+AVX2_RUN = """
+import numpy as np, test_x86_bytedot as t
+from tgcore.tensor import Tensor
+for case, (ours, theirs) in t.CASES.items():
+    raw, qh, x, scale = t.data(7, 5, seed=7)
+    x[0, :4] = -128   # (vpmaddubsw's worst pair: 2 * 255 * -128 saturates an int16)
+    out = t.block_dot(ours(Tensor(raw, device=t.X86), Tensor(qh, device=t.X86)), Tensor(x, device=t.X86),
+                      Tensor(scale, device=t.X86))
+    print(sorted({i.op.name for i in t.instructions(out) if i.op.name.startswith(("VPDPBUSD", "VPMADD"))}))
+    np.testing.assert_array_equal(out.numpy(), t.reference(theirs(raw, qh), x, scale))
+"""
+
+
+@pytest.mark.skipif(not X86Renderer(isa="avx2").compiles_byte_dots, reason="no AVX-VNNI")
+def test_avx2_level_dots_are_the_vex_vpdpbusd():
+    """At the AVX2 level (TG_ISA=avx2) on an AVX-VNNI CPU: the VEX form only, the same sums as numpy."""
+    assert set(run_elsewhere(AVX2_RUN)) == {"['VPDPBUSD_VEX']"}
+
+
+def test_dots_without_vnni_are_exact():
+    """Without VNNI: vpmaddubsw + vpmaddwd (vpmaddubsw saturates: bytes from 128 up go in as two nibbles), the same
+    sums as numpy for every case, with -128 activations."""
+    assert set(run_elsewhere(AVX2_RUN, dots="vpmaddubsw")) == {"['VPMADDUBSW',", "'VPMADDWD']"}
 
 
 def test_repeated_lanes_are_computed_once():
     """A vector held lane by lane whose lanes repeat (a byte field shared by 4 lanes, as a K-quant's per-16 scale
-    is): each distinct lane's and and int -> float conversion once (was once per lane), same values as numpy."""
+    is; here a comparison reads the bytes too, so they are not widened in a vector): each distinct lane's and and
+    int -> float conversion once (was once per lane), same values as numpy."""
     rng = np.random.default_rng(0)
     u = rng.integers(0, 256, (64, 2), dtype=np.uint8)
     y = rng.standard_normal((64, 8)).astype(np.float32)
-    t = (Tensor(u, device=X86).reshape(64, 2, 1).expand(64, 2, 4).reshape(64, 8) & 15).cast("float32") \
-        * Tensor(y, device=X86)
+    b = Tensor(u, device=X86).reshape(64, 2, 1).expand(64, 2, 4).reshape(64, 8) & 15
+    t = b.cast("float32") * Tensor(y, device=X86) + (b < 3).cast("float32")
     ops = [i.op for i in instructions(t)]
     assert ops.count(Op.VCVTSI2SS) == ops.count(Op.AND) <= 4   # 8 when each lane was computed
-    np.testing.assert_array_equal(t.numpy(), (np.repeat(u, 4, axis=1) & 15).astype(np.float32) * y)
+    want = np.repeat(u, 4, axis=1) & 15
+    np.testing.assert_array_equal(t.numpy(), want.astype(np.float32) * y + (want < 3).astype(np.float32))

@@ -1,13 +1,15 @@
-"""A quantization block's byte dot product per int32 lane as one ``vpdpbusd`` (AVX512-VNNI), and the byte vectors
-that feed it.
+"""A quantization block's byte dot product per int32 lane as one ``vpdpbusd`` (AVX512-VNNI: EVEX; AVX-VNNI: VEX;
+``Emitter.dot_op``) or, without VNNI, ``vpmaddubsw`` + ``vpmaddwd`` (exact: see ``_dot_avx2``), the byte vectors that
+feed it, and small byte vectors widened to 32-bit lanes (any level).
 
 In:  a kernel in REDUCE form (the renderer's ``pre_isel``), then its linear UOps (selection).
 Out: ``byte_dot_rule``: the core's rule (``tgcore.renderer.cbytedot.byte_dot``: a lane's 4 byte products, summed
      over a loop of 4 steps, as a ``CUSTOMI`` of two 32-byte vectors) where every node of both operands has a rule
-     here (``selectable``), else nothing (the loop stays, lane by lane). ``BYTE_ISEL``: rules for the byte vectors
-     of 16 and 32 lanes those operands are made of, one xmm or ymm register each, and for the call:
+     here (``bytevec.selectable``), else nothing (the loop stays, lane by lane). ``BYTE_ISEL``: rules for the byte
+     vectors those operands and the widening CASTs of ``bytevec.widened_bytes`` are made of (``facts.byte_dots``),
+     one register each (32 lanes: a ymm; 2 to 16: the low bytes of an xmm), for the call and for those CASTs:
 
-     LOAD                      vmovdqu (ungated, consecutive bytes)
+     LOAD                      vmovdqu (ungated, consecutive bytes); 2, 4, 8 bytes: vpbroadcastw, vmovd, vmovq
      AND OR XOR ADD SUB        vpand vpor vpxor vpaddb vpsubb (a constant operand from a frame slot)
      SHR, IDIV by 2**s         vpsrlw s + vpand (0xFF >> s): x86 has no byte shift (unsigned lanes)
      SHL, MUL by 2**s          vpsllw s + vpand
@@ -16,7 +18,8 @@ Out: ``byte_dot_rule``: the core's rule (``tgcore.renderer.cbytedot.byte_dot``: 
      BITCAST                   the source's register (a byte vector, or one piece of 32- or 64-bit lanes)
      VECTORIZE of lanes        vinserti128 of two 16-byte sources and/or vpshufb within 128-bit halves
      CUSTOMI tg_dot4_u8i8      vpxor + vpdpbusd (exact: 4 products of a byte by a signed byte fit an int32, and
-                               vpdpbusd does not saturate)
+                               vpdpbusd does not saturate); AVX2: vpmaddubsw + vpmaddwd (per nibble from a >= 128)
+     CAST of 4 or 8 bytes      vpmovzxbd (vpmovsxbd: int8) to int32 lanes, + vcvtdq2ps for float32
 
 The lanes a VECTORIZE takes (single-lane GEPs) emit nothing: only such VECTORIZEs read them.
 """
@@ -24,117 +27,31 @@ from __future__ import annotations
 
 from typing import Any
 
+from tg_x86.bytevec import (
+    BYTE_VECTORS,
+    LEFT,
+    RIGHT,
+    is_broadcast,
+    is_bytes,
+    lanes,
+    register_bits,
+    selectable,
+    shift_amount,
+    shuffle_plan,
+)
 from tg_x86.emitter import Emitter
 from tg_x86.isa import Op
 from tg_x86.machine import VMem
 from tg_x86.values import mem, reg
 from tg_x86.vpieces import vpiece
 from tgcore.codegen.regalloc import VReg
-from tgcore.dtype import DType, PtrDType, dtypes
+from tgcore.dtype import dtypes
 from tgcore.renderer.cbytedot import DOT_HELPER, byte_dot
 from tgcore.uop import Ops, PatternMatcher, UOp, UPat
 
-BYTES = (dtypes.uint8, dtypes.int8)
-BYTE_VECTORS = tuple(dt.vec(n) for dt in BYTES for n in (16, 32))
 BYTE_ALU = {Ops.AND: Op.VPAND, Ops.OR: Op.VPOR, Ops.XOR: Op.VPXOR, Ops.ADD: Op.VPADDB, Ops.SUB: Op.VPSUBB}
-RIGHT, LEFT = (Ops.SHR, Ops.IDIV), (Ops.SHL, Ops.MUL)   # by a power of two (IDIV, MUL: by 2**s; SHR, SHL: by s)
 EMITTED = ()
-
-
-def is_bytes(dt: DType) -> bool:
-    return dt in BYTE_VECTORS and not isinstance(dt, PtrDType)
-
-
-def _lanes(u: UOp) -> list[int] | None:
-    if u.op is Ops.CONST:
-        return [int(u.arg)] * u.dtype.count
-    return [int(v) for v in u.arg] if u.op is Ops.VCONST else None
-
-
-def _shift(u: UOp) -> int | None:
-    """The bits a byte shift moves (SHR/SHL by a constant, IDIV/MUL by a power of two, the same in every lane),
-    None for anything else (or a right shift of signed bytes)."""
-    lanes = _lanes(u.src[1])
-    if lanes is None or any(v != lanes[0] for v in lanes) or lanes[0] < 0:
-        return None
-    if u.op in RIGHT and not dtypes.is_unsigned(u.dtype.scalar()):
-        return None
-    if u.op in (Ops.SHR, Ops.SHL):
-        return lanes[0]
-    v = lanes[0]
-    return v.bit_length() - 1 if v and v & (v - 1) == 0 else None
-
-
-def _broadcast(u: UOp) -> bool:
-    """A VECTORIZE of one scalar byte in every lane."""
-    return u.op is Ops.VECTORIZE and u.src[0].dtype in BYTES and all(x is u.src[0] for x in u.src)
-
-
-def _variable_shift(u: UOp) -> bool:
-    """An unsigned byte SHR by one amount (not a constant) in every lane."""
-    return u.op is Ops.SHR and dtypes.is_unsigned(u.dtype.scalar()) and _broadcast(u.src[1])
-
-
-def _period(u: UOp) -> int:
-    """Bytes after which ``u``'s bytes repeat (a broadcast of one 2-, 4- or 8-byte value bitcast to bytes), else
-    its size."""
-    if u.op is Ops.BITCAST and u.src[0].op is Ops.VECTORIZE:
-        lanes = u.src[0].src
-        if all(x is lanes[0] for x in lanes) and lanes[0].dtype.itemsize in (2, 4, 8):
-            return lanes[0].dtype.itemsize
-    return u.dtype.count
-
-
-def shuffle_plan(u: UOp) -> tuple[list[UOp], list[int]] | None:
-    """A byte VECTORIZE of lanes of at most two byte vectors as (its sources, then: the first in the low 128 bits,
-    the second in the high ones, or a 16-byte one in both; the byte of that each lane takes, within its half).
-    None when some lane needs a byte from the other half."""
-    if not all(x.op is Ops.GEP and len(x.arg) == 1 and is_bytes(x.src[0].dtype) for x in u.src):
-        return None
-    sources = list(dict.fromkeys(x.src[0] for x in u.src))
-    if len(sources) > 2 or (len(sources) == 2 and any(s.dtype.count != 16 for s in sources)):
-        return None
-    picks = []
-    for i, x in enumerate(u.src):
-        s, j = x.src[0], x.arg[0]
-        half = i // 16
-        if s.dtype.count == 16:   # placed in the half it is needed in
-            at = j if len(sources) == 1 or s is sources[half] else None
-        elif j // 16 == half:
-            at = j % 16
-        else:
-            period = _period(s)
-            at = j % period if 16 % period == 0 else None
-        if at is None:
-            return None
-        picks.append(at)
-    return sources, picks
-
-
-def selectable(u: UOp) -> bool:
-    """Whether every byte vector ``u`` is computed from has a rule in ``BYTE_ISEL``."""
-    if u.op in (Ops.CONST, Ops.VCONST):
-        return True
-    if not is_bytes(u.dtype):
-        return False
-    if u.op is Ops.LOAD:
-        return (len(u.src) == 1 and u.src[0].op is Ops.INDEX and len(u.src[0].src) == 2
-                and u.src[0].src[1].dtype.count == 1)
-    if u.op in BYTE_ALU:
-        return all(selectable(s) for s in u.src)
-    if u.op in RIGHT or u.op in LEFT:
-        return (_shift(u) is not None or _variable_shift(u)) and selectable(u.src[0])
-    if u.op is Ops.BITCAST:
-        s = u.src[0]
-        whole = s.dtype.scalar().itemsize * s.dtype.count == u.dtype.count
-        return whole and (selectable(s) if is_bytes(s.dtype) else
-                          s.dtype.scalar() in (dtypes.uint32, dtypes.int32, dtypes.uint64, dtypes.int64))
-    if u.op is Ops.VECTORIZE:
-        if _broadcast(u):
-            return True
-        plan = shuffle_plan(u)
-        return plan is not None and all(selectable(s) for s in plan[0])
-    return False
+NARROW_LOADS = {2: Op.VPBROADCASTW, 4: Op.VMOVD, 8: Op.VMOVQ}   # bytes -> the load that reads exactly them
 
 
 def byte_dot_rule(red: UOp) -> UOp | None:
@@ -145,12 +62,12 @@ def byte_dot_rule(red: UOp) -> UOp | None:
 
 # ---- selection ----
 def _bits(u: UOp) -> int:
-    return u.dtype.count * 8
+    return register_bits(u.dtype.count)
 
 
 def _const(ctx: Emitter, u: UOp) -> VMem | None:
-    lanes = _lanes(u)
-    return None if lanes is None else ctx.const_mem(bytes(v & 0xFF for v in lanes), _bits(u))
+    values = lanes(u)
+    return None if values is None else ctx.const_mem(bytes(v & 0xFF for v in values), _bits(u))
 
 
 def operand(ctx: Emitter, u: UOp) -> Any:
@@ -186,12 +103,31 @@ def _broadcasted(ctx: Emitter, u: UOp) -> VReg:
     return d
 
 
+def _masked_by_users(ctx: Emitter, u: UOp, keep: int) -> bool:
+    """Whether every line reading ``u`` is a byte AND (selected here) with constant lanes that keep only bits of
+    ``keep``: then the bits outside it need no clearing before."""
+    users = ctx.facts.users.get(u, [])
+    for r in users:
+        if r.op is not Ops.AND or r not in ctx.facts.byte_dots or r.src[0] is r.src[1]:
+            return False
+        values = lanes(r.src[1] if r.src[0] is u else r.src[0])
+        if values is None or any(v & 0xFF & ~keep for v in values):
+            return False
+    return bool(users)
+
+
 def _shifted_by_variable(ctx: Emitter, u: UOp) -> VReg:
     """Bytes shifted right by one amount ``s`` held in a register: words shifted, then the bits each byte got from
     its neighbour cleared by (0xFF >> s) in both bytes of each word (made from 0x00FF >> s; 0 from s = 8 on, as
-    C's shift of the promoted byte gives)."""
+    C's shift of the promoted byte gives). Not cleared where every reader masks them off anyway (a K-quant's field
+    ``(q >> s) & 3``, with ``s`` at most 6)."""
     bits = _bits(u)
-    x, count = register(ctx, u.src[0]), _dword(ctx, u.src[1].src[0])
+    x, amount = register(ctx, u.src[0]), u.src[1].src[0]
+    count = _dword(ctx, amount)
+    if isinstance(amount.vmax, int) and 0 <= amount.vmax < 8 and _masked_by_users(ctx, u, 0xFF >> amount.vmax):
+        d = ctx.vnew()
+        ctx.emit(Op.VPSRLW, [d], [x, count], (("d", 0, bits), ("u", 0, bits), ("u", 1, 128)))
+        return d
 
     def op(o: Op, *uses: Any, extra: tuple = ()) -> VReg:
         d = ctx.vnew()
@@ -207,7 +143,7 @@ def _shifted_by_variable(ctx: Emitter, u: UOp) -> VReg:
 
 
 def _shifted(ctx: Emitter, u: UOp) -> VReg:
-    s, bits = _shift(u), _bits(u)
+    s, bits = shift_amount(u), _bits(u)
     if s is None:
         return _shifted_by_variable(ctx, u)
     x = register(ctx, u.src[0])
@@ -219,6 +155,8 @@ def _shifted(ctx: Emitter, u: UOp) -> VReg:
     t, d = ctx.vnew(), ctx.vnew()
     ctx.emit(Op.VPSLLW if left else Op.VPSRLW, [t], [x], (("d", 0, bits), ("u", 0, bits), ("i", s)))
     keep = (0xFF << s) & 0xFF if left else 0xFF >> s
+    if _masked_by_users(ctx, u, keep):   # (its readers clear the bits from the neighbour byte)
+        return t
     ctx.vemit(Op.VPAND, d, [t, ctx.const_mem(bytes([keep]) * (bits // 8), bits)], bits)
     return d
 
@@ -236,8 +174,8 @@ def _shuffled(ctx: Emitter, u: UOp) -> VReg:
         base = joined
     if picks == [i % 16 for i in range(len(picks))]:
         return base
-    d = ctx.vnew()
-    ctx.vemit(Op.VPSHUFB, d, [base, ctx.const_mem(bytes(picks), bits)], bits)
+    d = ctx.vnew()   # (lanes past a short vector's end: 0x80 picks a zero)
+    ctx.vemit(Op.VPSHUFB, d, [base, ctx.const_mem(bytes(picks).ljust(bits // 8, b"\x80"), bits)], bits)
     return d
 
 
@@ -248,7 +186,8 @@ def sel_bytes(ctx: Emitter, x: UOp) -> tuple | None:
     op, bits = x.op, _bits(x)
     if op is Ops.LOAD:
         d = ctx.vnew()
-        ctx.emit(Op.VMOVDQU, [d], [mem(ctx, x.src[0], bits)], (("d", 0, bits), ("u", 0, None)))
+        n = x.dtype.count
+        ctx.emit(NARROW_LOADS.get(n, Op.VMOVDQU), [d], [mem(ctx, x.src[0], n * 8)], (("d", 0, bits), ("u", 0, None)))
     elif op in BYTE_ALU:
         a, b = x.src
         if op is not Ops.SUB and x.src[0].op in (Ops.CONST, Ops.VCONST):
@@ -261,7 +200,7 @@ def sel_bytes(ctx: Emitter, x: UOp) -> tuple | None:
         s = x.src[0]
         d = register(ctx, s) if is_bytes(s.dtype) else vpiece(ctx, s, 0)
     elif op is Ops.VECTORIZE:
-        d = _broadcasted(ctx, x) if _broadcast(x) else _shuffled(ctx, x)
+        d = _broadcasted(ctx, x) if is_broadcast(x) else _shuffled(ctx, x)
     else:
         return None
     ctx.val[x] = (d,)
@@ -273,11 +212,52 @@ def sel_dot(ctx: Emitter, x: UOp) -> tuple | None:
     if x.arg != DOT_HELPER:
         return None
     a, b = x.src
-    d = ctx.vnew()
-    acc = ctx.zero(256)
     rb = operand(ctx, b)
-    ctx.emit(Op.VPDPBUSD, [d], [acc, register(ctx, a), rb],
-             (("d", 0, 256), ("u", 1, 256), ("u", 2, None if isinstance(rb, VMem) else 256)), two=True)
+    if ctx.dot_op is Op.VPMADDUBSW:
+        d = _dot_avx2(ctx, a, rb)
+    else:
+        d = ctx.vnew()
+        ctx.emit(ctx.dot_op, [d], [ctx.zero(256), register(ctx, a), rb],
+                 (("d", 0, 256), ("u", 1, 256), ("u", 2, None if isinstance(rb, VMem) else 256)), two=True)
+    ctx.val[x] = (d,)
+    return EMITTED
+
+
+def _dot_avx2(ctx: Emitter, a: UOp, rb: Any) -> VReg:
+    """The byte dot without VNNI, exact: vpmaddubsw's int16 pair sums saturate past 32767, so bytes of ``a`` below
+    128 (by its bounds: 2 * 127 * 128 fits) go in whole, larger ones as their two nibbles (2 * 15 * 128 fits), the
+    high one's pair sums weighted by 16 in vpmaddwd (int16 pairs -> int32 lanes)."""
+    def op(o: Op, *uses: Any) -> VReg:
+        d = ctx.vnew()
+        ctx.vemit(o, d, list(uses), 256)
+        return d
+
+    def words(v: int) -> VMem:
+        return ctx.const_mem(v.to_bytes(2, "little") * 16, 256)
+    ra = register(ctx, a)
+    if isinstance(a.vmax, int) and a.vmax < 128:
+        return op(Op.VPMADDWD, op(Op.VPMADDUBSW, ra, rb), words(1))
+    nibble = ctx.const_mem(b"\x0f" * 32, 256)
+    low = op(Op.VPMADDUBSW, op(Op.VPAND, ra, nibble), rb)
+    shifted = ctx.vnew()
+    ctx.emit(Op.VPSRLW, [shifted], [ra], (("d", 0, 256), ("u", 0, 256), ("i", 4)))
+    high = op(Op.VPMADDUBSW, op(Op.VPAND, shifted, nibble), rb)
+    return op(Op.VPADDD, op(Op.VPMADDWD, low, words(1)), op(Op.VPMADDWD, high, words(16)))
+
+
+def sel_widen(ctx: Emitter, x: UOp) -> tuple | None:
+    """A CAST of a byte vector of 4 or 8 lanes held in an xmm (``bytevec.widened_bytes``) to 32-bit lanes:
+    ``vpmovzxbd`` (``vpmovsxbd`` for int8), then ``vcvtdq2ps`` for float32."""
+    if x not in ctx.facts.byte_dots:
+        return None
+    s, bits = x.src[0], 32 * x.dtype.count
+    widen = Op.VPMOVSXBD if s.dtype.scalar() is dtypes.int8 else Op.VPMOVZXBD
+    d = ctx.vnew()
+    ctx.emit(widen, [d], [register(ctx, s)], (("d", 0, bits), ("u", 0, 128)))
+    if x.dtype.scalar() is dtypes.float32:
+        f = ctx.vnew()
+        ctx.vemit(Op.VCVTDQ2PS, f, [d], bits)
+        d = f
     ctx.val[x] = (d,)
     return EMITTED
 
@@ -287,4 +267,5 @@ BYTE_ISEL = PatternMatcher([
     (UPat(Ops.GEP, src=(UPat(dtype=BYTE_VECTORS),), name="x"),   # lanes only an operand's byte VECTORIZEs read
      lambda ctx, x: EMITTED if x in ctx.facts.byte_dots else None),
     (UPat((Ops.LOAD, Ops.BITCAST, Ops.VECTORIZE, *BYTE_ALU, *RIGHT, *LEFT), BYTE_VECTORS, name="x"), sel_bytes),
+    (UPat(Ops.CAST, src=(UPat(dtype=BYTE_VECTORS),), name="x"), sel_widen),
 ])

@@ -77,6 +77,8 @@ class Emitter(ISelContext):
         self.lane_cache: dict[tuple, Any] | None = {}   # lanes and halves extracted (None: inside a branch)
         self.zmm_used = False   # a line made or read a vector held in zmm pieces (``wide.sel_wide``)
         self.opmasks: dict[tuple[UOp, int], VReg] = {}   # (bool vector gate, zmm piece) -> its opmask
+        # the byte dots' instruction: vpdpbusd (EVEX: AVX512-VNNI), its VEX form (AVX-VNNI) or vpmaddubsw (AVX2)
+        self.dot_op = Op.VPDPBUSD
         self.frame.nargs = facts.core_arg + 1
 
     # ---- helpers ----

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from itertools import compress
 from typing import Any
 
+from tg_x86.bytevec import is_bytes, widened_bytes
 from tg_x86.lanes import (
     _LANE,
     _OP,
@@ -374,6 +375,7 @@ def plan_folded_loads(k: KernelLines, bcast_loads: frozenset[UOp], vconst: Calla
 
 BYTES = (dtypes.int8, dtypes.uint8)
 HALVES = (dtypes.float16, dtypes.bfloat16)
+INT32S = (dtypes.int32, dtypes.uint32)
 WIDE_LANES = (dtypes.int32, dtypes.uint32, dtypes.float32)
 
 
@@ -404,14 +406,16 @@ def plan_widened_loads(k: KernelLines) -> frozenset[UOp]:
 
 
 def plan_narrowed_stores(k: KernelLines) -> frozenset[UOp]:
-    """float32 -> float16/bfloat16 vector CASTs whose only user is an ungated STORE of them to memory: the STORE
-    converts the float32 pieces and writes the halves (``vmemory.narrowing_store``). No line after the CAST reads its
-    source (so nothing overwrites that register before the STORE reads it)."""
+    """float32 -> float16/bfloat16 and 8-lane int32 -> int8/uint8 vector CASTs whose only user is an ungated STORE of
+    them to memory: the STORE converts the pieces and writes the narrow lanes (``vmemory.narrowing_store``). No line
+    after the CAST reads its source (so nothing overwrites that register before the STORE reads it)."""
     out = set()
     for u in k.lines(Ops.CAST):
         src = u.src[0]
-        if not (is_vector(u.dtype) and scalar_of(u.dtype) in HALVES and scalar_of(src.dtype) is dtypes.float32
-                and _xmm_or_ymm_pieces(src.dtype)):
+        halves = scalar_of(u.dtype) in HALVES and scalar_of(src.dtype) is dtypes.float32
+        # int32 -> bytes (the activations' 8-bit rounding): 8 lanes, one ymm piece
+        to_bytes = scalar_of(u.dtype) in BYTES and scalar_of(src.dtype) in INT32S and u.dtype.count == 8
+        if not (is_vector(u.dtype) and (halves or to_bytes) and _xmm_or_ymm_pieces(src.dtype)):
             continue
         users = k.users.get(u, [])
         if len(users) != 1 or users[0].op is not Ops.STORE or users[0].src[1] is not u:
@@ -423,26 +427,38 @@ def plan_narrowed_stores(k: KernelLines) -> frozenset[UOp]:
     return frozenset(out)
 
 
-def _byte_vector(dt: DType) -> bool:
-    return not isinstance(dt, PtrDType) and dt.scalar() in (dtypes.uint8, dtypes.int8) and dt.count in (16, 32)
-
-
-def plan_byte_dots(k: KernelLines) -> frozenset[UOp]:
-    """The byte vectors of 16 and 32 lanes the operands of byte-dot calls (``tg_dot4_u8i8``) are made of, and the
-    one-lane GEPs of them that only such vectors read: what ``bytedot.BYTE_ISEL`` selects. Byte vectors anywhere
-    else keep the general vector rules (gated loads, widened loads, lanes read one by one)."""
+def _byte_tree(roots: Iterable[UOp]) -> set[UOp]:
+    """The byte vectors ``roots`` are made of, and the one-lane GEPs of byte vectors among them."""
     out: set[UOp] = set()
-    stack = [s for u in k.lines(Ops.CUSTOMI) if u.arg == DOT_HELPER for s in u.src]
+    stack = list(roots)
     while stack:
         u = stack.pop()
         if u in out:
             continue
-        lane = u.op is Ops.GEP and len(u.arg) == 1 and _byte_vector(u.src[0].dtype)
-        if lane or _byte_vector(u.dtype):
+        lane = u.op is Ops.GEP and len(u.arg) == 1 and is_bytes(u.src[0].dtype)
+        if lane or is_bytes(u.dtype):
             out.add(u)
             stack.extend(u.src)
+    return out
+
+
+def plan_byte_dots(k: KernelLines) -> frozenset[UOp]:
+    """The byte vectors the operands of byte-dot calls (``tg_dot4_u8i8``) and the CASTs of ``bytevec.widened_bytes``
+    are made of (those CASTs too), and the one-lane GEPs of them that only such vectors read: what
+    ``bytedot.BYTE_ISEL`` selects. Byte vectors anywhere else keep the general vector rules (gated loads, widened
+    loads, lanes read one by one); so does a widening CAST whose bytes something else reads too."""
+    out = _byte_tree(s for u in k.lines(Ops.CUSTOMI) if u.arg == DOT_HELPER for s in u.src)
+    casts = {u: _byte_tree(u.src) for u in k.lines(Ops.CAST) if widened_bytes(u)}
+    while True:   # drop the CASTs whose bytes a line outside every kept tree reads (until none is dropped)
+        kept = out.union(casts, *casts.values())
+        shared = [u for u, tree in casts.items()
+                  if any(r not in kept for x in tree if x.op is not Ops.GEP for r in k.users.get(x, []))]
+        if not shared:
+            break
+        for u in shared:
+            del casts[u]
     # (a lane something else reads too is extracted by the general rules)
-    return frozenset(u for u in out if u.op is not Ops.GEP or all(r in out for r in k.users.get(u, [])))
+    return frozenset(u for u in kept if u.op is not Ops.GEP or all(r in kept for r in k.users.get(u, [])))
 
 
 def plan_assembled_loads(k: KernelLines) -> frozenset[UOp]:

@@ -87,6 +87,10 @@ def lower(name: str, uops: list[UOp]) -> list[Any]:
     return X86Renderer().lower(name, uops)
 
 
+# the byte dots' instruction by name (``X86Renderer.dot_instruction``; ``bytedot.sel_dot``)
+DOT_OPS = {"vpdpbusd": Op.VPDPBUSD, "{vex} vpdpbusd": Op.VPDPBUSD_VEX, "vpmaddubsw": Op.VPMADDUBSW}
+
+
 class X86Renderer(ISARenderer[Selector]):
     device = "CPU"
     name = "X86"
@@ -106,18 +110,24 @@ class X86Renderer(ISARenderer[Selector]):
     # narrowing_store); their math is float32's
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
                    dtypes.uint64: 4, dtypes.float16: 8, dtypes.bfloat16: 8}
+    # int32 lanes stored as bytes (vmemory.truncated_bytes): the activations' 8-bit rounding is vectorized (was a
+    # scalar loop: vdivss per element)
+    narrowing_stores = frozenset((src, dst) for src in (dtypes.int32, dtypes.uint32) for dst in (dtypes.int8,
+                                                                                            dtypes.uint8))
     vector_bits = 256        # AVX2: ymm; at the AVX-512 level 512 (float32 vectors of 16k lanes in zmm pieces)
     # ymm0-15 while no vector spills (else 13: ymm13-15 become scratch for the fills); AVX-512: zmm0-31
     vector_registers = len(machine.ALL_VEC)
     wide = False             # selected at the AVX-512 level (``wide.py``)
+    dot_instruction = ""     # the byte dots' instruction (a key of DOT_OPS), "" for none
     # a quantization block's few vector steps unrolled (as gcc does for the C renderer): each copy's index math and
     # shift amounts fold to constants, and the copies share the loads of the same bytes
     unrolled_trips = 8
     spec = X86_SPEC
 
-    def __init__(self, abi: Abi = HOST, isa: str | None = None) -> None:
+    def __init__(self, abi: Abi = HOST, isa: str | None = None, dots: str | None = None) -> None:
         """``abi``: the calling convention of the kernels (the host's, the one ctypes calls them with). ``isa``:
-        "avx2" or "avx512" (default: TG_ISA, else the widest level the CPU and OS support)."""
+        "avx2" or "avx512" (default: TG_ISA, else the widest level the CPU and OS support). ``dots``: the byte dots'
+        instruction (a key of ``DOT_OPS``, "" for none; default: the best the CPU and the level allow)."""
         self.compiler = X86Compiler()
         self.program = X86Program
         self.abi = abi
@@ -125,13 +135,22 @@ class X86Renderer(ISARenderer[Selector]):
         from tgcore.runtime.cpufeatures import AVX512, FORCEABLE_LEVELS, chosen_isa_level, cpu_features
         self.cache_sizes = cpu_features().caches
         level = FORCEABLE_LEVELS[isa] if isa is not None else chosen_isa_level()
+        features = cpu_features().features
         if level is AVX512:
             self.wide = True
             self.vector_bits, self.vector_registers = level.vector_bits, level.vector_registers
             self.masked_vectors = True   # padded tails: opmasks on zmm pieces, vmaskmovps on 32-bit ymm ones
-            if "avx512_vnni" in cpu_features().features:
-                self.compiles_byte_dots = True
-                self.pre_isel = self.pre_isel_dots
+        # the byte dots: vpdpbusd, EVEX with AVX512-VNNI (at the AVX-512 level), else VEX with AVX-VNNI, else
+        # vpmaddubsw + vpmaddwd (AVX2)
+        if dots is not None:
+            self.dot_instruction = dots
+        elif level is AVX512 and "avx512_vnni" in features:
+            self.dot_instruction = "vpdpbusd"
+        else:
+            self.dot_instruction = "{vex} vpdpbusd" if "avx_vnni" in features else "vpmaddubsw"
+        if self.dot_instruction:
+            self.compiles_byte_dots = True
+            self.pre_isel = self.pre_isel_dots
 
     isel = ISEL
     target = TARGET
@@ -150,6 +169,7 @@ class X86Renderer(ISARenderer[Selector]):
         # always selected reading pointers and variables where used; choose_plan derives the holding program
         ctx = Selector(uops, remat_args=True)
         ctx.frame.abi = self.abi
+        ctx.dot_op = DOT_OPS.get(self.dot_instruction, Op.VPDPBUSD)
         return ctx
 
     def select(self, uops: list[UOp]) -> Selector:

@@ -285,10 +285,13 @@ def narrowing_store(ctx: Emitter, u: UOp) -> None:
     """STORE of a float32 -> float16/bfloat16 vector CAST (``facts.narrowed``): each float32 piece converted and
     written. float16: ``vcvtps2ph`` to memory (round to nearest even). bfloat16: round to nearest even in integer
     lanes (+0x7fff plus the kept lowest bit, the high half), a NaN kept quiet (|x| > inf: x | 0x400000), blended,
-    then packed to 16 bits (``vpackusdw``: every lane is below 0x10000)."""
+    then packed to 16 bits (``vpackusdw``: every lane is below 0x10000). int32 -> bytes: ``truncated_bytes``."""
     cast = u.src[1]
     x, half = cast.src[0], scalar_of(cast.dtype)
     m = mem(ctx, u.src[0], 8)
+    if half.itemsize == 1:
+        truncated_bytes(ctx, x, m)
+        return
     counts = piece_lanes(x.dtype)
     for p, n in enumerate(counts):
         bits = 256 if n == 8 else 128
@@ -319,3 +322,15 @@ def narrowing_store(ctx: Emitter, u: UOp) -> None:
         ctx.vemit(Op.VPACKUSDW, packed, [lanes, ctx.upper(lanes) if n == 8 else lanes], 128)
         store = Op.VMOVUPS if n == 8 else Op.VMOVQ
         ctx.emit(store, [], [at, packed], (("u", 0, None), ("u", 1, 128)))
+
+
+def truncated_bytes(ctx: Emitter, x: UOp, m: VMem) -> None:
+    """The low byte of each of 8 int32 lanes (C's truncating cast) stored at ``m``: vpshufb gathers each 128-bit
+    half's 4 low bytes into its low dword, stored by two vmovd."""
+    r = vpiece(ctx, x, 0)
+    t, hi = ctx.vnew(), ctx.vnew()
+    ctx.vemit(Op.VPSHUFB, t, [r, ctx.const_mem(bytes([0, 4, 8, 12] + [0x80] * 12) * 2, 256)], 256)
+    ctx.emit(Op.VEXTRACTI128, [hi], [t], (("d", 0, 128), ("u", 0, 256), ("i", 1)))
+    for k, half in enumerate((t, hi)):
+        at = VMem(32, m.base, m.index, m.scale, m.disp + 4 * k, m.slot)
+        ctx.emit(Op.VMOVD, [], [at, half], (("u", 0, None), ("u", 1, 128)))
