@@ -25,6 +25,7 @@ from tgcore.renderer.cbytedot import (
     BYTE_TABLE_PREAMBLE,
     DOT_PREAMBLE,
     DOT_TYPES,
+    accumulated_dot,
     byte_dot,
     byte_table_lookup,
     uses_byte_dot,
@@ -380,7 +381,8 @@ class CRenderer(Renderer):
     emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})  # computed in float32, rounded per op
     # the host's byte order: an int assembled from consecutive bytes is one load (little-endian hosts only)
     # and a lane's sum of 4 byte products (a quantization block's, in int32 lanes) is one multiply-add of bytes
-    legalize = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot)]
+    legalize = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot),
+                               (UPat(Ops.ADD, name="x"), accumulated_dot)]
                               + ([(UPat(Ops.OR, name="x"), combine_byte_loads)] if sys.byteorder == "little" else []))
 
     def __init__(self, compiler: Any = None) -> None:
