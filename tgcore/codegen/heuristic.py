@@ -54,6 +54,10 @@ BATCH_BYTE_COPIES = 32  # ... its scalar byte-dot product (scalar int32 accumula
 # product: there each pair costs a dot, a conversion and 3 multiply-adds, and an activation block's sum times its
 # scale is shared by every weight row (``factor_blocks``), so 4 weight rows beside up to 8 batch rows are faster
 # than fewer even where the accumulators spill (Q4_1/Q8_0 at 4 and 8 rows: 1.1-1.2x over 8 pairs)
+BATCH_WEIGHT_ROWS = 8  # ... and beside 2-4 batch rows, with 32 vector registers, up to this many weight rows: each
+# batch row's activation block sum and scale (a dot, a conversion, a multiply per block) then serve 8 weight rows
+# (C harness, one core, 4 weight rows -> 8: Q4_1 3072x576 at 2/3/4 rows 70/91/112 -> 69/87/107 us, Q5_0 69/88/105 ->
+# 68/84/101, Q8_0 960x576 at 4 rows 26.1 -> 25.2)
 BYTE_DOT_STEPS = 4  # a block of this many int32 vector steps sums bytes in lanes (4 byte products per lane and block)
 OUTPUT_CHAINS = 4  # a long reduction into vectors of one output axis unrolls that many of its vectors (independent
 LONG_CHAIN = 64     # accumulator chains) from this many reduced steps on
@@ -167,10 +171,11 @@ def _batch_rows(ranges: list[UOp], mains: list[UOp]) -> UOp | None:
     return shared[0]
 
 
-def batch_unrolls(ranges: list[UOp], mains: list[UOp], number: dict[UOp, int], copies: int) -> list[Opt]:
+def batch_unrolls(ranges: list[UOp], mains: list[UOp], number: dict[UOp, int], copies: int,
+                  most: int = REDUCE_ROWS) -> list[Opt]:
     """UNROLLs for a small batch times a weight (``_batch_rows``): every batch row in one pass (each weight load
     feeds all of them; the batch axis is then gone, so threads split the weight rows, not the batch), and beside
-    them up to ``REDUCE_ROWS`` weight rows (a dividing power of two, at most ``copies`` pairs of rows in all),
+    them up to ``most`` weight rows (a dividing power of two, at most ``copies`` pairs of rows in all),
     which share each load of a batch row's activations and their block sums. Output axes only: each element's
     sum keeps its order (batch invariance). [] when the kernel is no such product."""
     batch = _batch_rows(ranges, mains)
@@ -178,7 +183,7 @@ def batch_unrolls(ranges: list[UOp], mains: list[UOp], number: dict[UOp, int], c
         return []
     rows = _size(batch)
     weight = next(r for r in ranges if r is not batch)
-    weight_rows = max(1, min(REDUCE_ROWS, copies // rows))
+    weight_rows = max(1, min(most, copies // rows))
     while _size(weight) % weight_rows:
         weight_rows //= 2
     return [Opt(OptOps.UNROLL, number[batch], rows),
@@ -241,7 +246,8 @@ def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp]
         # a second output axis (the other input's rows: sequences decoded at once) by 2: each block decoded once for
         # both (vector code: which axes are unrolled does not change an element's rounding)
         cols = [c for c in outputs if rows and c is not rows[0] and _size(c) % 2 == 0][:1]
-        unrolls = batch_unrolls(outputs, mains, number, copies) or \
+        most = BATCH_WEIGHT_ROWS if registers >= BATCH_BYTE_COPIES else REDUCE_ROWS
+        unrolls = batch_unrolls(outputs, mains, number, copies, most) or \
             [*unroll, *(Opt(OptOps.UNROLL, number[c], 2) for c in cols)]
         # a super-block's factor (a K-quant's d) leaves the sum over its blocks
         outer = [Opt(OptOps.BLOCK, number[r], max(sizes) // native)] if max(sizes) > native * BYTE_DOT_STEPS else []
