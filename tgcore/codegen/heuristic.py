@@ -54,10 +54,6 @@ BATCH_BYTE_COPIES = 32  # ... its scalar byte-dot product (scalar int32 accumula
 # product: there each pair costs a dot, a conversion and 3 multiply-adds, and an activation block's sum times its
 # scale is shared by every weight row (``factor_blocks``), so 4 weight rows beside up to 8 batch rows are faster
 # than fewer even where the accumulators spill (Q4_1/Q8_0 at 4 and 8 rows: 1.1-1.2x over 8 pairs)
-BATCH_WEIGHT_ROWS = 8  # ... and beside 2-4 batch rows, with 32 vector registers, up to this many weight rows: each
-# batch row's activation block sum and scale (a dot, a conversion, a multiply per block) then serve 8 weight rows
-# (C harness, one core, 4 weight rows -> 8: Q4_1 3072x576 at 2/3/4 rows 70/91/112 -> 69/87/107 us, Q5_0 69/88/105 ->
-# 68/84/101, Q8_0 960x576 at 4 rows 26.1 -> 25.2)
 BYTE_DOT_STEPS = 4  # a block of this many int32 vector steps sums bytes in lanes (4 byte products per lane and block)
 OUTPUT_CHAINS = 4  # a long reduction into vectors of one output axis unrolls that many of its vectors (independent
 LONG_CHAIN = 64     # accumulator chains) from this many reduced steps on
@@ -223,7 +219,7 @@ def _neighbours_in_lanes(mains: list[UOp], r: UOp, lanes: int, red: UOp) -> bool
 
 def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp], number: dict[UOp, int],
                    simd_widths: dict[DType, int], mains: list[UOp], outputs: list[UOp],
-                   registers: int) -> list[Opt] | None:
+                   registers: int, batch_weight_rows: int = REDUCE_ROWS) -> list[Opt] | None:
     """A sum of byte products in quantization blocks (``_byte_dot``), with ``REDUCE_ROWS`` output rows together:
 
     - blocks of ``BYTE_DOT_STEPS`` int32 vectors whose bytes are read in lanes of 4 neighbours
@@ -246,7 +242,8 @@ def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp]
         # a second output axis (the other input's rows: sequences decoded at once) by 2: each block decoded once for
         # both (vector code: which axes are unrolled does not change an element's rounding)
         cols = [c for c in outputs if rows and c is not rows[0] and _size(c) % 2 == 0][:1]
-        most = BATCH_WEIGHT_ROWS if registers >= BATCH_BYTE_COPIES else REDUCE_ROWS
+        # (beside 2-4 batch rows, where the renderer says more weight rows pay: ``Renderer.batch_weight_rows``)
+        most = batch_weight_rows if registers >= BATCH_BYTE_COPIES else REDUCE_ROWS
         unrolls = batch_unrolls(outputs, mains, number, copies, most) or \
             [*unroll, *(Opt(OptOps.UNROLL, number[c], 2) for c in cols)]
         # a super-block's factor (a K-quant's d) leaves the sum over its blocks
@@ -264,7 +261,7 @@ def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp]
 
 
 def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, byte_dots: bool = False,
-                registers: int = 16) -> list[Opt]:
+                registers: int = 16, batch_weight_rows: int = REDUCE_ROWS) -> list[Opt]:
     """UPCAST and UNROLL records (see the module docstring) for ``ast``'s loops.
 
     In a reduction along its main input, the reduced axis is vectorized by ``reduce_lanes``: one native vector of
@@ -303,7 +300,7 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, b
         rows = row_candidates if not wide else []
         if byte_dots and _byte_dot(reduces[0]):
             opts = _byte_dot_opts(ast, reduces[0], reduce_ranges, row_candidates, number, simd_widths, mains, ranges,
-                                  registers)
+                                  registers, batch_weight_rows)
             if opts is not None:
                 return opts
         if lanes:
@@ -672,7 +669,7 @@ def heuristic_opts(ast: UOp, renderer: Renderer, threads: int = 1, work: int = 0
     if gemm := gemm_opts(ast, renderer, threads) or nt_gemm_opts(ast, renderer, threads, work):
         return gemm
     opts = vector_opts(ast, renderer.simd_widths, renderer.masked_vectors, renderer.compiles_byte_dots,
-                       renderer.vector_registers)
+                       renderer.vector_registers, renderer.batch_weight_rows)
     if not opts:
         # nothing to vectorize (a convolution's weight or input gradient: no reduced axis both factors run along in
         # whole vectors, no contiguous output axis they run along): the register tile of nt_gemm_opts with scalar

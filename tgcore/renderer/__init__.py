@@ -36,6 +36,10 @@ class Renderer:
     # summed in lanes of 4 neighbouring bytes is one multiply-add of bytes per lane (C: ``cbytedot``; X86 with
     # AVX512-VNNI: vpdpbusd)
     compiles_byte_dots: bool = False
+    # the most weight rows a lane byte-dot product of 2-4 batch rows (a batched decode step) unrolls beside them, with
+    # 32 vector registers (``heuristic._byte_dot_opts``): more share each batch row's block sums, if the renderer
+    # keeps their accumulators in registers
+    batch_weight_rows: int = 4
     # innermost loops of at most this many iterations (a constant count) are unrolled by codegen
     # (``codegen.unroll``); 0: left as loops (a C compiler unrolls them itself)
     unrolled_trips: int = 0
