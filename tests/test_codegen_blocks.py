@@ -110,6 +110,32 @@ def test_byte_dots_in_lanes_of_neighbours_are_exact(rows, blocks, device):
     assert "tg_dot4_u8i8(" in get_program(item.ast, open_device(device).renderer).src
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("rows,blocks,offset", [(4, 3, -8), (9, 2, -128)])
+def test_symmetric_byte_dots_start_from_the_offset_term(rows, blocks, offset, device):
+    """A symmetric type's block sum (tg-gguf's Q4_0/Q8_0 form: ``sum u q + c sum q`` in int32, times the block's
+    scale) against numpy; on the C renderer the offset term is the byte-dot call's accumulator input
+    (``tg_dot4_u8i8_acc``), not an add per weight row."""
+    rng = np.random.default_rng(rows * blocks - offset)
+    u = rng.integers(0, 256, (rows, blocks, 32)).astype(np.uint8)
+    q = rng.integers(-128, 128, (1, blocks, 32)).astype(np.int8)
+    s = rng.integers(-4, 5, (rows, blocks, 1)).astype(np.float32)
+    ut, qt, st = (Tensor(a, device=device).realize() for a in (u, q, s))
+
+    def product() -> Tensor:
+        q32 = qt.cast("int32")
+        return _lane_ordered((ut.cast("int32") * q32 + q32 * offset).cast("float32") * st).sum(-1)
+    ref = (s[..., 0].astype(np.int64) * ((u.astype(np.int64) + offset) * q.astype(np.int64)).sum(-1)).sum(-1)
+    np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
+    if device != "CPU":
+        return
+    from tgcore.codegen import get_program
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
+    assert get_program(item.ast, open_device(device).renderer).src.count("tg_dot4_u8i8_acc(") >= 2  # helper + call
+
+
 def _c_function(src: str, name: str, flags: list[str], tmp_path: Any) -> Any:
     """Function ``name`` of three pointers from ``src`` compiled with ``flags`` (skips without a C compiler)."""
     import ctypes
@@ -129,8 +155,9 @@ def _c_function(src: str, name: str, flags: list[str], tmp_path: Any) -> Any:
 @pytest.mark.parametrize("flags", [["-mavx2", "-mfma"], ["-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl",
                                                          "-mavx512vnni"]], ids=["plain", "vnni"])
 def test_byte_dot_helper_matches_numpy(flags, tmp_path):
-    """The C renderer's byte-dot helper, built without and with VNNI (its two branches): lane l sums bytes
-    4l .. 4l+3 of an unsigned times a signed 32-byte vector, at the extremes of both ranges."""
+    """The C renderer's byte-dot helpers, built without and with VNNI (their two branches): lane l sums bytes
+    4l .. 4l+3 of an unsigned times a signed 32-byte vector, at the extremes of both ranges; the accumulating one
+    adds that to an int32 vector (up to the int32 extremes)."""
 
     from tgcore.renderer.cbytedot import DOT_PREAMBLE, DOT_TYPES
     from tgcore.renderer.cstyle import vector_typedef
@@ -142,14 +169,20 @@ def test_byte_dot_helper_matches_numpy(flags, tmp_path):
     src = "".join(vector_typedef(d) + "\n" for d in DOT_TYPES) + DOT_PREAMBLE + (
         "void dot(const unsigned char* a, const signed char* b, int* out) {\n"
         "  tg_uint8x32 x; tg_int8x32 y; __builtin_memcpy(&x, a, 32); __builtin_memcpy(&y, b, 32);\n"
-        "  tg_int32x8 r = tg_dot4_u8i8(x, y); __builtin_memcpy(out, &r, 32); }\n")
+        "  tg_int32x8 r = tg_dot4_u8i8(x, y); __builtin_memcpy(out, &r, 32);\n"
+        "  tg_int32x8 c = {-2147483647 + 130560, -128 * 127, -1, 0, 1, 5000, 65535, 2147483647 - 130560};\n"
+        "  r = tg_dot4_u8i8_acc(c, x, y); __builtin_memcpy(out + 8, &r, 32); }\n")
     dot = _c_function(src, "dot", flags, tmp_path)
     rng = np.random.default_rng(len(flags))
+    c = np.array([-2147483647 + 130560, -128 * 127, -1, 0, 1, 5000, 65535, 2147483647 - 130560], np.int64)
     for a, b in [(np.full(32, 255, np.uint8), np.full(32, -128, np.int8)),
+                 (np.full(32, 255, np.uint8), np.full(32, 127, np.int8)),
                  (rng.integers(0, 256, 32).astype(np.uint8), rng.integers(-128, 128, 32).astype(np.int8))]:
-        out = np.zeros(8, np.int32)
+        out = np.zeros(16, np.int32)
         dot(a.ctypes.data, b.ctypes.data, out.ctypes.data)
-        np.testing.assert_array_equal(out, (a.astype(np.int64) * b).reshape(8, 4).sum(-1))
+        expected = (a.astype(np.int64) * b).reshape(8, 4).sum(-1)
+        np.testing.assert_array_equal(out[:8], expected)
+        np.testing.assert_array_equal(out[8:], c + expected)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -167,10 +167,11 @@ def _batch_rows(ranges: list[UOp], mains: list[UOp]) -> UOp | None:
     return shared[0]
 
 
-def batch_unrolls(ranges: list[UOp], mains: list[UOp], number: dict[UOp, int], copies: int) -> list[Opt]:
+def batch_unrolls(ranges: list[UOp], mains: list[UOp], number: dict[UOp, int], copies: int,
+                  most: int = REDUCE_ROWS) -> list[Opt]:
     """UNROLLs for a small batch times a weight (``_batch_rows``): every batch row in one pass (each weight load
     feeds all of them; the batch axis is then gone, so threads split the weight rows, not the batch), and beside
-    them up to ``REDUCE_ROWS`` weight rows (a dividing power of two, at most ``copies`` pairs of rows in all),
+    them up to ``most`` weight rows (a dividing power of two, at most ``copies`` pairs of rows in all),
     which share each load of a batch row's activations and their block sums. Output axes only: each element's
     sum keeps its order (batch invariance). [] when the kernel is no such product."""
     batch = _batch_rows(ranges, mains)
@@ -178,7 +179,7 @@ def batch_unrolls(ranges: list[UOp], mains: list[UOp], number: dict[UOp, int], c
         return []
     rows = _size(batch)
     weight = next(r for r in ranges if r is not batch)
-    weight_rows = max(1, min(REDUCE_ROWS, copies // rows))
+    weight_rows = max(1, min(most, copies // rows))
     while _size(weight) % weight_rows:
         weight_rows //= 2
     return [Opt(OptOps.UNROLL, number[batch], rows),
@@ -218,7 +219,7 @@ def _neighbours_in_lanes(mains: list[UOp], r: UOp, lanes: int, red: UOp) -> bool
 
 def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp], number: dict[UOp, int],
                    simd_widths: dict[DType, int], mains: list[UOp], outputs: list[UOp],
-                   registers: int) -> list[Opt] | None:
+                   registers: int, batch_weight_rows: int = REDUCE_ROWS) -> list[Opt] | None:
     """A sum of byte products in quantization blocks (``_byte_dot``), with ``REDUCE_ROWS`` output rows together:
 
     - blocks of ``BYTE_DOT_STEPS`` int32 vectors whose bytes are read in lanes of 4 neighbours
@@ -241,7 +242,9 @@ def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp]
         # a second output axis (the other input's rows: sequences decoded at once) by 2: each block decoded once for
         # both (vector code: which axes are unrolled does not change an element's rounding)
         cols = [c for c in outputs if rows and c is not rows[0] and _size(c) % 2 == 0][:1]
-        unrolls = batch_unrolls(outputs, mains, number, copies) or \
+        # (beside 2-4 batch rows, where the renderer says more weight rows pay: ``Renderer.batch_weight_rows``)
+        most = batch_weight_rows if registers >= BATCH_BYTE_COPIES else REDUCE_ROWS
+        unrolls = batch_unrolls(outputs, mains, number, copies, most) or \
             [*unroll, *(Opt(OptOps.UNROLL, number[c], 2) for c in cols)]
         # a super-block's factor (a K-quant's d) leaves the sum over its blocks
         outer = [Opt(OptOps.BLOCK, number[r], max(sizes) // native)] if max(sizes) > native * BYTE_DOT_STEPS else []
@@ -268,7 +271,8 @@ def store_width(value: UOp, simd_widths: dict[DType, int],
 
 
 def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, byte_dots: bool = False,
-                registers: int = 16, narrowing: frozenset[tuple[DType, DType]] = frozenset()) -> list[Opt]:
+                registers: int = 16, narrowing: frozenset[tuple[DType, DType]] = frozenset(),
+                batch_weight_rows: int = REDUCE_ROWS) -> list[Opt]:
     """UPCAST and UNROLL records (see the module docstring) for ``ast``'s loops.
 
     In a reduction along its main input, the reduced axis is vectorized by ``reduce_lanes``: one native vector of
@@ -307,7 +311,7 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, b
         rows = row_candidates if not wide else []
         if byte_dots and _byte_dot(reduces[0]):
             opts = _byte_dot_opts(ast, reduces[0], reduce_ranges, row_candidates, number, simd_widths, mains, ranges,
-                                  registers)
+                                  registers, batch_weight_rows)
             if opts is not None:
                 return opts
         if lanes:
@@ -676,7 +680,7 @@ def heuristic_opts(ast: UOp, renderer: Renderer, threads: int = 1, work: int = 0
     if gemm := gemm_opts(ast, renderer, threads) or nt_gemm_opts(ast, renderer, threads, work):
         return gemm
     opts = vector_opts(ast, renderer.simd_widths, renderer.masked_vectors, renderer.compiles_byte_dots,
-                       renderer.vector_registers, renderer.narrowing_stores)
+                       renderer.vector_registers, renderer.narrowing_stores, renderer.batch_weight_rows)
     if not opts:
         # nothing to vectorize (a convolution's weight or input gradient: no reduced axis both factors run along in
         # whole vectors, no contiguous output axis they run along): the register tile of nt_gemm_opts with scalar

@@ -39,6 +39,10 @@ class Renderer:
     # (source, stored) dtypes of a vector CAST the renderer narrows in the STORE (e.g. int32 lanes stored as bytes):
     # codegen vectorizes such a store at the source's width even when the stored dtype has none in simd_widths
     narrowing_stores: frozenset[tuple[DType, DType]] = frozenset()
+    # the most weight rows a lane byte-dot product of 2-4 batch rows (a batched decode step) unrolls beside them, with
+    # 32 vector registers (``heuristic._byte_dot_opts``): more share each batch row's block sums, if the renderer
+    # keeps their accumulators in registers
+    batch_weight_rows: int = 4
     # innermost loops of at most this many iterations (a constant count) are unrolled by codegen
     # (``codegen.unroll``); 0: left as loops (a C compiler unrolls them itself)
     unrolled_trips: int = 0

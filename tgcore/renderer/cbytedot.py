@@ -9,11 +9,14 @@ Out: the 4 steps zipped into one 32-byte vector per operand (byte ``4l + k`` = l
      elementwise ops on 32 lanes), whose bytes, read from consecutive addresses, are whole vector loads again, and
      the sum as a call of ``tg_dot4_u8i8(a, b)`` (a ``CUSTOMI``; a sum of such terms, each maybe times an integer
      constant (a weight's offset times its activations' sum), a call per term): one ``vpdpbusd`` with AVX512-VNNI
-     or AVX-VNNI, the same sum in plain vector C elsewhere. Exact either way: 4 products of a byte by a signed
-     byte fit an int32, and ``vpdpbusd`` does not saturate. An operand looked up in a table (a gather per step) is
-     zipped into one gather: rows of 8 or 4 consecutive bytes (an i-quant grid's rows) become one load per row, a
-     table of 16 bytes at byte indices (IQ4_NL's values) one byte shuffle (``tg_table16_u8``, rendered by the C
-     renderer).
+     or AVX-VNNI, the same sum in plain vector C elsewhere. A call added to another int32 vector (a symmetric type's
+     offset times its activations' sum: the same for every weight row of a batch row) becomes
+     ``tg_dot4_u8i8_acc(c, a, b)`` (``accumulated_dot``): that vector is ``vpdpbusd``'s accumulator input, one
+     add fewer per (batch row, weight row) pair and block (integer sums: the order changes nothing). Exact either
+     way: 4 products of a byte by a signed byte fit an int32, and ``vpdpbusd`` does not saturate. An operand looked
+     up in a table (a gather per step) is zipped into one gather: rows of 8 or 4 consecutive bytes (an i-quant
+     grid's rows) become one load per row, a table of 16 bytes at byte indices (IQ4_NL's values) one byte shuffle
+     (``tg_table16_u8``, rendered by the C renderer).
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from tgcore.uop import GroupOp, Ops, UOp
 DOT_STEPS = 4  # the bytes one lane multiplies and adds (vpdpbusd)
 DOT_LANES = 8
 DOT_HELPER = "tg_dot4_u8i8"
+DOT_ACC_HELPER = "tg_dot4_u8i8_acc"  # the same, added to an int32 vector (vpdpbusd's accumulator input)
 UNSIGNED, SIGNED, RESULT = dtypes.uint8.vec(DOT_LANES), dtypes.int8.vec(DOT_LANES), dtypes.int32.vec(DOT_LANES)
 WIDE = DOT_STEPS * DOT_LANES
 
@@ -269,6 +273,16 @@ def byte_dot(red: UOp) -> UOp | None:
     return total
 
 
+def accumulated_dot(x: UOp) -> UOp | None:
+    """``tg_dot4_u8i8(a, b) + c`` (either order) -> ``tg_dot4_u8i8_acc(c, a, b)``."""
+    if x.dtype != RESULT:
+        return None
+    for call, c in (x.src, x.src[::-1]):
+        if call.op is Ops.CUSTOMI and call.arg == DOT_HELPER:
+            return UOp(Ops.CUSTOMI, RESULT, (c, *call.src), DOT_ACC_HELPER)
+    return None
+
+
 def _summands(value: UOp) -> list[UOp]:
     """The terms of a sum (``a + b + ...``), or ``[value]``."""
     if value.op is Ops.ADD:
@@ -309,6 +323,17 @@ static inline tg_int32x8 tg_dot4_u8i8(tg_uint8x32 a, tg_int8x32 b) {
     s += __builtin_convertvector(x, tg_int32x8) * __builtin_convertvector(y, tg_int32x8);
   }
   return s;
+#endif
+}
+static inline tg_int32x8 tg_dot4_u8i8_acc(tg_int32x8 c, tg_uint8x32 a, tg_int8x32 b) {
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+#if defined(__clang__)
+  return __builtin_ia32_vpdpbusd256(c, (tg_int32x8)a, (tg_int32x8)b);
+#else
+  return __builtin_ia32_vpdpbusd_v8si(c, (tg_int32x8)a, (tg_int32x8)b);
+#endif
+#else
+  return c + tg_dot4_u8i8(a, b);
 #endif
 }
 """
@@ -352,4 +377,4 @@ def byte_table_lookup(load: UOp) -> UOp | None:
 
 
 def uses_byte_dot(kernel: list[UOp]) -> bool:
-    return any(u.op is Ops.CUSTOMI and u.arg == DOT_HELPER for u in kernel)
+    return any(u.op is Ops.CUSTOMI and u.arg in (DOT_HELPER, DOT_ACC_HELPER) for u in kernel)

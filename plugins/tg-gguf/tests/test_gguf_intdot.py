@@ -214,3 +214,35 @@ def test_a_batch_of_8_rows_fits_16_vector_registers(gtype):
         kernel = prepare_kernel(ast, renderer)
         opts = heuristic_opts(kernel.ast, renderer, threads=2, work=kernel.work)
         apply_opts(kernel.ast, opts, renderer)  # (raises OptError for more accumulators than registers)
+
+
+@pytest.mark.parametrize("registers,allowed,batch,weight_rows",
+                         [(32, 8, 2, 8), (32, 8, 4, 8), (32, 8, 8, 4), (16, 8, 4, 4), (16, 8, 2, 4), (32, 4, 4, 4)])
+def test_a_small_batch_shares_its_block_sums_with_8_weight_rows(registers, allowed, batch, weight_rows):
+    """With 32 vector registers a batch of 2-4 rows times a Q4_1 weight unrolls as many weight rows beside its rows as
+    the renderer allows (``batch_weight_rows``: 8 on the C renderer, each batch row's activation block sum and scale
+    serving 8 of them), 8 batch rows keep 4 (32 pairs); with 16 registers 4 at most, as before. Output axes only:
+    the rows' values stay exact against numpy on this device."""
+    import copy
+
+    from tgcore.codegen import prepare_kernel
+    from tgcore.codegen.heuristic import heuristic_opts
+    from tgcore.codegen.optimize import OptOps, kernel_axes
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    from tgcore.uop import Ops
+    gtype, n, k = GGMLType.Q4_1, 48, 256
+    raw = unit_scale_blocks(gtype, n * k // 32, seed=9)
+    x = exact_activations(np.random.default_rng(9), batch, k)
+    out = int_matmul(Tensor(x, device="CPU"), Tensor(raw, device="CPU"), gtype, (n, k))
+    renderer = copy.copy(open_device("CPU").renderer)
+    renderer.vector_registers, renderer.batch_weight_rows = registers, allowed
+    (ast,) = [item.ast for item in create_schedule([out.uop], "CPU")[0]
+              if any(u.op is Ops.REDUCE for u in item.ast.toposort) and len(item.ast.src) == 1
+              and any(u.op is Ops.LOAD and u.dtype.itemsize == 1 for u in item.ast.toposort)]
+    kernel = prepare_kernel(ast, renderer)
+    opts = heuristic_opts(kernel.ast, renderer, threads=2, work=kernel.work)
+    axes = kernel_axes(kernel.ast)
+    weight_axis = next(i for i, r in enumerate(axes) if r.vmax + 1 == n)
+    assert [o.amount for o in opts if o.op is OptOps.UNROLL and o.axis == weight_axis] == [weight_rows]
+    assert_bits_equal(out.numpy(), float64_reference(gtype, raw, (n, k), x).astype(np.float32))
