@@ -501,3 +501,98 @@ def _unroll_reduce(ast: UOp, lane: UOp) -> UOp:
                 m = m.alu(n.arg, p)
         new[n] = m
     return new[ast].simplify()
+
+
+def _computed(u: UOp) -> bool:
+    """Whether ``u`` computes on what it loads (bits unpacked, a conversion), not only loads it (a plain load of one
+    value per sub-block is a broadcast from memory already)."""
+    return u.op is not Ops.LOAD and (u.op in GroupOp.ALU or any(_computed(s) for s in u.src))
+
+
+def _spread_factors(value: UOp, j: UOp) -> list[UOp]:
+    """The factors in ``value`` (a sum over the sub-block loop ``j``, outside its nested in-block sums, its lanes
+    expanded) that depend on ``j`` and are computed from memory (``_computed``), but are the same in every lane (a
+    scalar) and depend on no nested sum: a sub-block's scale unpacked from its super-block's bytes."""
+    found: list[UOp] = []
+    seen: set[UOp] = set()
+
+    def spreadable(u: UOp) -> bool:
+        nodes = u.toposort
+        return (u.dtype.count == 1 and j in nodes and any(x.op is Ops.LOAD for x in nodes) and _computed(u)
+                and not any(x.op is Ops.REDUCE for x in nodes))
+
+    def walk(u: UOp) -> None:
+        if u in seen or u.op is Ops.REDUCE:
+            return
+        seen.add(u)
+        if spreadable(u):
+            found.append(u)
+            return
+        for s in u.src:
+            walk(s)
+    walk(value)
+    return found
+
+
+WRAPPING = (Ops.ADD, Ops.SUB, Ops.MUL, Ops.SHL)  # byte ops whose int32 result is taken mod 256
+
+
+def _bytes_as_int32(u: UOp) -> UOp:
+    """``u`` with its byte arithmetic done in int32 (the same values: results of wrapping ops taken mod 256). A
+    vector of bytes is then shifted and masked in 32-bit lanes, which x86 has (a byte shift is three ops)."""
+    new: dict[UOp, UOp] = {}
+    for n in u.toposort:
+        src = tuple(new[s] for s in n.src)
+        widened = any(s.dtype is dtypes.int32 and o.dtype is dtypes.uint8 for s, o in zip(src, n.src, strict=True))
+        if n.op in GroupOp.ALU and (n.dtype is dtypes.uint8 or widened):
+            src = tuple(s.cast(dtypes.int32) if s.dtype is dtypes.uint8 else s for s in src)
+            m = UOp(n.op, dtypes.int32 if n.dtype is dtypes.uint8 else n.dtype, src, n.arg)
+            new[n] = m & 255 if n.op in WRAPPING and n.dtype is dtypes.uint8 else m
+        elif n.op is Ops.CAST and n.src[0].dtype is dtypes.uint8 and src[0].dtype is dtypes.int32:
+            new[n] = src[0].cast(n.dtype)
+        else:
+            new[n] = n if src == n.src else n.replace(src=src)
+    return new[u]
+
+
+def spread_block_factors(ast: UOp, j: UOp) -> UOp:
+    """Each sum over the sub-block loop ``j`` (the blocks inside a super-block: a K-quant's 8 sub-blocks of 32)
+    unrolled, and each factor of it that changes from sub-block to sub-block but not inside one (``_spread_factors``)
+    computed for all sub-blocks at once as vectors, each copy taking its lane: the scales' unpacking is vector work
+    once per super-block instead of scalar work per sub-block. With as many sub-blocks as vector lanes, the factor is
+    two vectors, each holding half of the sub-blocks twice (``[0, 1, 2, 3, 0, 1, 2, 3]``), so a sub-block's value in
+    every lane is a permute inside each half of the vector (one instruction on AVX, two across the halves). The
+    copies' products are added in ``j``'s order, one after the other (as the loop added them)."""
+    n = _size(j)
+    new: dict[UOp, UOp] = {}
+    for u in ast.toposort:
+        src = tuple(new[s] for s in u.src)
+        m = u if src == u.src else u.replace(src=src)
+        if m.op is Ops.REDUCE and m.arg is Ops.ADD and m.src[1:] == (j,):
+            factors = _spread_factors(m.src[0], j)
+            broadcasts = {f: [b for b in m.src[0].toposort if b.op is Ops.VECTORIZE and all(s is f for s in b.src)]
+                          for f in factors}
+            taken: list[dict[UOp, UOp]] = [{} for _ in range(n)]
+            for f in factors:
+                wide = _bytes_as_int32(f)
+                halves = all(b.dtype.count == n for b in broadcasts[f]) and n % 2 == 0
+                half = n // 2 if halves else n
+                for h in range(n // half):
+                    expander = _Expander([j])
+                    expander.lane_values[j] = [h * half + i for i in range(half)] * (n // half)
+                    vector = expander.expand(wide)
+                    for c in range(h * half, (h + 1) * half):
+                        lane = c - h * half
+                        taken[c][f] = vector.gep(lane)
+                        # a broadcast into every lane: the lane in each half (one permute inside the halves)
+                        taken[c].update({b: vector.gep(*[lane] * half, *[lane + half] * half) if halves else
+                                         vector.gep(*[lane] * b.dtype.count) for b in broadcasts[f]})
+            total: UOp | None = None
+            for c in range(n):
+                copy = m.src[0].substitute({**taken[c], j: UOp.const(j.dtype, c)})
+                for term in _terms(copy):
+                    total = term.from_identity(Ops.ADD) if total is None else total + term
+            assert total is not None
+            m = total
+        new[u] = m
+    return new[ast].simplify()

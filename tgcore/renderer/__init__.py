@@ -36,6 +36,9 @@ class Renderer:
     # summed in lanes of 4 neighbouring bytes is one multiply-add of bytes per lane (C: ``cbytedot``; X86 with
     # AVX512-VNNI: vpdpbusd)
     compiles_byte_dots: bool = False
+    # the factors of a super-block's sub-blocks (K-quant scales) may be unpacked as one small vector whose lanes the
+    # unrolled sub-blocks take (``OptOps.SPREAD``): vectors of a few bytes, shuffles, lane extracts
+    vector_block_factors: bool = False
     # innermost loops of at most this many iterations (a constant count) are unrolled by codegen
     # (``codegen.unroll``); 0: left as loops (a C compiler unrolls them itself)
     unrolled_trips: int = 0

@@ -374,6 +374,7 @@ class CRenderer(Renderer):
     has_threads = True
     masked_vectors = True  # lane-gated accesses: the whole vector when every lane is on, else lane by lane
     gathers = True  # a load at a vector of indices: lane by lane, or in registers from a 16-float table
+    vector_block_factors = True  # gcc and clang take a lane of a vector variable as a shuffle or a broadcast
     compiles_byte_dots = True  # gcc and clang vectorize int8 dot-product loops (vpdpbusd / vpmaddubsw, sdot)
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
                    dtypes.uint64: 4}
