@@ -46,6 +46,7 @@ from tgcore.codegen.upcast import (
     _size,
     _split_ranges,
     factor_blocks,
+    plan_spread,
     split_blocks,
     spread_block_factors,
     unroll,
@@ -336,10 +337,14 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: Renderer) -> tuple[UOp, int]
     sub_blocks: dict[UOp, UOp] = {}
     if blocks:
         ast, sub_blocks = _split_and_factor_blocks(ast, blocks)
+    plans = [(sub_blocks[r], plan_spread(ast, sub_blocks[r])) for r in spread]
+    expanded: dict[UOp, UOp] = {}
     if vector is not None:
-        ast = _Expander([vector], renderer.masked_vectors, renderer.gathers).expand(ast)
-    for r in spread:  # on the vectors: a factor's broadcast into the lanes is where a sub-block takes its lane
-        ast = spread_block_factors(ast, sub_blocks[r])
+        expander = _Expander([vector], renderer.masked_vectors, renderer.gathers)
+        ast = expander.expand(ast)
+        expanded = expander.expanded
+    for sub_block, plan in plans:  # on the vectors: a factor's value in every lane is one of its vector's permutes
+        ast = spread_block_factors(ast, sub_block, plan, expanded)
     if tiles:  # on the final stores (vectors, unrolled copies)
         ast = _add_earlier_tiles(ast, tiles, epilogue)
     return _thread(ast, thread, current, bool(tiles))

@@ -269,7 +269,9 @@ class _Expander:
         return out
 
     def expand(self, ast: UOp) -> UOp:
+        """``ast`` with its lanes expanded (``self.expanded``: each node's expanded form, for a later pass)."""
         new: dict[UOp, UOp] = {}
+        self.expanded = new
         lane_dependent: dict[UOp, bool] = {}
         for n in ast.toposort:
             lane_dependent[n] = n in self.lane_set or any(lane_dependent[s] for s in n.src)
@@ -510,9 +512,9 @@ def _computed(u: UOp) -> bool:
 
 
 def _spread_factors(value: UOp, j: UOp) -> list[UOp]:
-    """The factors in ``value`` (a sum over the sub-block loop ``j``, outside its nested in-block sums, its lanes
-    expanded) that depend on ``j`` and are computed from memory (``_computed``), but are the same in every lane (a
-    scalar) and depend on no nested sum: a sub-block's scale unpacked from its super-block's bytes."""
+    """The factors in ``value`` (a sum over the sub-block loop ``j``, outside its nested in-block sums, before the
+    lanes are expanded) that depend on ``j`` and are computed from memory (``_computed``), and on no nested sum: a
+    sub-block's scale unpacked from its super-block's bytes (maybe one per half of the lanes: per 16 values)."""
     found: list[UOp] = []
     seen: set[UOp] = set()
 
@@ -555,38 +557,76 @@ def _bytes_as_int32(u: UOp) -> UOp:
     return new[u]
 
 
-def spread_block_factors(ast: UOp, j: UOp) -> UOp:
-    """Each sum over the sub-block loop ``j`` (the blocks inside a super-block: a K-quant's 8 sub-blocks of 32)
-    unrolled, and each factor of it that changes from sub-block to sub-block but not inside one (``_spread_factors``)
-    computed for all sub-blocks at once as vectors, each copy taking its lane: the scales' unpacking is vector work
-    once per super-block instead of scalar work per sub-block. With as many sub-blocks as vector lanes, the factor is
-    two vectors, each holding half of the sub-blocks twice (``[0, 1, 2, 3, 0, 1, 2, 3]``), so a sub-block's value in
-    every lane is a permute inside each half of the vector (one instruction on AVX, two across the halves). The
-    copies' products are added in ``j``'s order, one after the other (as the loop added them)."""
+def _half_lanes(f: UOp, lane: UOp) -> bool:
+    """Whether ``f`` has one value in each half of ``lane``'s values (a scale per 16 values in lanes of 4)."""
+    values = _Expander([lane]).per_lane(f)
+    half = len(values) // 2
+    return all(v is values[0] for v in values[:half]) and all(v is values[half] for v in values[half:])
+
+
+SpreadPlan = dict[UOp, list[tuple[UOp, UOp]]]  # a factor -> per sub-block: (its value, its value in every lane)
+
+
+def plan_spread(ast: UOp, j: UOp) -> SpreadPlan:
+    """For the sums over the sub-block loop ``j`` (the blocks inside a super-block: a K-quant's 8 sub-blocks of
+    32), before the lanes are expanded: each factor that changes from sub-block to sub-block but not inside one
+    (``_spread_factors``) computed for all sub-blocks at once, as vectors whose lanes the sub-blocks take
+    (``spread_block_factors`` puts them in). With as many sub-blocks as lanes, two vectors each holding half of the
+    sub-blocks twice (``[0, 1, 2, 3, 0, 1, 2, 3]``), so a sub-block's value in every lane is a permute inside each
+    half of the vector (one instruction on AVX, two across the halves); a factor with one value per half of the
+    lanes (per 16 values: Q2_K, Q3_K, Q6_K) holds the first half's values in the vector's first half and the
+    second's in its second. Other factors that depend on the lanes stay as they are."""
+    n = _size(j)
+    lane = next((r for r in ast.toposort if r.op is Ops.RANGE and r.arg.kind is RangeKind.UPCAST), None)
+    halves = lane is not None and _size(lane) == n and n % 2 == 0
+    half = n // 2 if halves else n
+    plan: SpreadPlan = {}
+    for red in ast.toposort:
+        if red.op is not Ops.REDUCE or red.arg is not Ops.ADD or red.src[1:] != (j,):
+            continue
+        for f in _spread_factors(red.src[0], j):
+            per_lane = lane is not None and lane in f.toposort
+            if f in plan or (per_lane and not (halves and _half_lanes(f, lane))):
+                continue
+            wide = _bytes_as_int32(f)
+            plan[f] = []
+            for h in range(n // half):
+                expander = _Expander([j, lane] if per_lane and lane is not None else [j])
+                expander.count = n
+                expander.lane_values[j] = [h * half + i for i in range(half)] * (n // half)
+                if per_lane and lane is not None:
+                    expander.lane_values[lane] = [k * half for k in range(n // half) for _ in range(half)]
+                vector = expander.expand(wide)
+                for i in range(half):
+                    every = vector.gep(*[i] * half, *[i + half] * half) if halves else vector.gep(*[i] * n)
+                    plan[f].append((vector.gep(i), every))
+    return plan
+
+
+def spread_block_factors(ast: UOp, j: UOp, plan: SpreadPlan, expanded: Mapping[UOp, UOp]) -> UOp:
+    """Each sum over the sub-block loop ``j`` unrolled, after the lanes were expanded (``expanded``: each node's
+    expanded form), each copy taking its sub-block's lanes of the vectors ``plan_spread`` made: the scales'
+    unpacking is vector work once per super-block instead of scalar work per sub-block. The copies' products are
+    added in ``j``'s order, one after the other (as the loop added them)."""
     n = _size(j)
     new: dict[UOp, UOp] = {}
     for u in ast.toposort:
         src = tuple(new[s] for s in u.src)
         m = u if src == u.src else u.replace(src=src)
         if m.op is Ops.REDUCE and m.arg is Ops.ADD and m.src[1:] == (j,):
-            factors = _spread_factors(m.src[0], j)
-            broadcasts = {f: [b for b in m.src[0].toposort if b.op is Ops.VECTORIZE and all(s is f for s in b.src)]
-                          for f in factors}
             taken: list[dict[UOp, UOp]] = [{} for _ in range(n)]
-            for f in factors:
-                wide = _bytes_as_int32(f)
-                halves = all(b.dtype.count == n for b in broadcasts[f]) and n % 2 == 0
-                half = n // 2 if halves else n
-                for h in range(n // half):
-                    expander = _Expander([j])
-                    expander.lane_values[j] = [h * half + i for i in range(half)] * (n // half)
-                    vector = expander.expand(wide)
-                    for c in range(h * half, (h + 1) * half):
-                        lane = c - h * half
-                        taken[c][f] = vector.gep(lane)
-                        # a broadcast into every lane: the lane in each half (one permute inside the halves)
-                        taken[c].update({b: vector.gep(*[lane] * half, *[lane + half] * half) if halves else
-                                         vector.gep(*[lane] * b.dtype.count) for b in broadcasts[f]})
+            nodes = m.src[0].toposort
+            for f, values in plan.items():
+                e = expanded.get(f, f)
+                if e not in nodes:
+                    continue
+                broadcasts = [b for b in nodes if b.op is Ops.VECTORIZE and all(s is e for s in b.src)]
+                for c, (value, every) in enumerate(values):
+                    if e.dtype.count == 1:
+                        taken[c][e] = value
+                        taken[c].update({b: every for b in broadcasts if b.dtype == every.dtype})
+                    elif e.dtype == every.dtype:
+                        taken[c][e] = every
             total: UOp | None = None
             for c in range(n):
                 copy = m.src[0].substitute({**taken[c], j: UOp.const(j.dtype, c)})
