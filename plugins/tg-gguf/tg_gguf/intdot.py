@@ -195,8 +195,9 @@ def _q8_0(o: Operands) -> Tensor:
 
 def _k_nibbles(o: Operands, fifth: bool) -> Tensor:
     """Q4_K/Q5_K: sub-block 2c + h (elements 64c + 32h + l) is nibble h of the 32 bytes c (chosen by masks: no
-    shift by an amount that changes from block to block), plus for Q5_K bit 2c + h of ``qh[l]`` as 16; each a block
-    of 32 (``_block32``), ``d`` and ``dmin`` per super-block, 6-bit scales and mins per sub-block."""
+    shift by an amount that changes from block to block), plus for Q5_K bit 2c + h of ``qh[l]`` as 16 (``_fifth``'s
+    way); each a block of 32 (``_block32``), ``d`` and ``dmin`` per super-block, 6-bit scales and mins per
+    sub-block."""
     sc, mn = k_scales_mins(o.b.bytes("scales"), o.b.n)
     scale = o.f16("d", 1) * _f32(sc).reshape(1, o.n, o.nb, 8)
     offset = o.f16("dmin", 1) * -1.0 * _f32(mn).reshape(1, o.n, o.nb, 8)
@@ -206,7 +207,8 @@ def _k_nibbles(o: Operands, fifth: bool) -> Tensor:
     if fifth:
         sub = iota((1, 1, 1, 8, 1), 3, qs.device)
         qh = o.field("qh").reshape(1, o.n, o.nb, 1, 32).expand(1, o.n, o.nb, 8, 32)
-        u = u | (((qh >> sub) & 1) << 4)
+        mask = sub.full_like(1) << sub  # as _fifth: the top bit set exactly when the sub-block's bit is
+        u = u | ((((qh & mask) + (mask.full_like(128) - mask)) >> 3) & 16)
     return _block32(o, u, scale, offset)
 
 
