@@ -669,6 +669,10 @@ def spread_opts(ast: UOp, opts: list[Opt], renderer: Renderer) -> list[Opt]:
     reduces = [u for u in ast.toposort if u.op is Ops.REDUCE]
     if not renderer.vector_block_factors or len(reduces) != 1 or not _byte_dot(reduces[0]):
         return []
+    if any(u.op is Ops.LOAD and any(x.op is Ops.LOAD for x in u.src[0].src[1].toposort) for u in ast.toposort):
+        # values looked up in a table (IQ4_XS: a byte shuffle per 32 values, on the port the spread's permutes use):
+        # 3-8% slower with it (jitted 4096^2 GEMV, one thread, alternating)
+        return []
     blocks: dict[int, list[int]] = {}
     for o in opts:
         if o.op is OptOps.BLOCK:
