@@ -585,17 +585,17 @@ def plan_spread(ast: UOp, j: UOp) -> SpreadPlan:
         if red.op is not Ops.REDUCE or red.arg is not Ops.ADD or red.src[1:] != (j,):
             continue
         for f in _spread_factors(red.src[0], j):
-            per_lane = lane is not None and lane in f.toposort
-            if f in plan or (per_lane and not (halves and _half_lanes(f, lane))):
+            per_lane = lane if lane is not None and lane in f.toposort else None
+            if f in plan or (per_lane is not None and not (halves and _half_lanes(f, per_lane))):
                 continue
             wide = _bytes_as_int32(f)
             plan[f] = []
             for h in range(n // half):
-                expander = _Expander([j, lane] if per_lane and lane is not None else [j])
+                expander = _Expander([j] if per_lane is None else [j, per_lane])
                 expander.count = n
                 expander.lane_values[j] = [h * half + i for i in range(half)] * (n // half)
-                if per_lane and lane is not None:
-                    expander.lane_values[lane] = [k * half for k in range(n // half) for _ in range(half)]
+                if per_lane is not None:  # lane k * half of the lanes' halves: one value per half
+                    expander.lane_values[per_lane] = [k * half for k in range(n // half) for _ in range(half)]
                 vector = expander.expand(wide)
                 for i in range(half):
                     every = vector.gep(*[i] * half, *[i + half] * half) if halves else vector.gep(*[i] * n)
