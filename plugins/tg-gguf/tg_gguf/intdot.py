@@ -22,8 +22,9 @@ every type sums each block of 32 (a K-quant's sub-blocks of 32, ``_block32``) in
 ``4l + k`` (``_by_lane``): vectorized by 8, lane ``l`` sums 4 neighbouring elements in int32 (one ``vpdpbusd`` per
 block and row: ``tgcore.renderer.cbytedot``), scales it in its lane and keeps a float partial sum across blocks;
 the lanes are added once per row, as llama.cpp's AVX2 ``ggml_vec_dot_q4_1_q8_1`` does. A K-quant's ``d`` leaves
-the sum over its sub-blocks; the C compiler unrolls the 8 sub-blocks of a super-block, so their bit-field shifts
-are constants.
+the sum over its sub-blocks; codegen unrolls the 8 sub-blocks of a super-block and unpacks their scales and mins
+once per super-block as vectors (``tgcore.codegen.optimize.OptOps.SPREAD``), so their bit-field shifts are
+constants and a sub-block's scale is one permute of a vector.
 
 IQ4_NL, IQ4_XS and MXFP4 look their 4-bit codes up in a table of 16 bytes (their values plus 128): 32 lanes at once
 with one byte shuffle on the C renderer (``tgcore.renderer.cbytedot``), then the same byte dot product. The grid
