@@ -303,3 +303,42 @@ def test_byte_dot_with_an_integer_offset_is_exact(device):
     from tgcore.schedule.kernelize import create_schedule
     (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
     assert get_program(item.ast, open_device(device).renderer).src.count("tg_dot4_u8i8(") >= 3  # helper + 2 calls
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("rows,supers", [(7, 2), (12, 3)])
+def test_sub_block_scales_unpacked_as_vectors_are_exact(rows, supers, device):
+    """K-quant-shaped byte dots: super-blocks of 8 sub-blocks of 32, a float factor per super-block, and per
+    sub-block a 4-bit scale and a 4-bit min packed two to a byte (nibble ``j % 2`` of byte ``j // 2``). Exact against
+    numpy with integer factors; on the C renderer the policy spreads the sub-blocks (``OptOps.SPREAD``: the nibbles
+    unpacked once per super-block as vectors, the sub-blocks unrolled)."""
+    rng = np.random.default_rng(rows * supers)
+    u = rng.integers(0, 16, (rows, supers, 8, 32)).astype(np.uint8)
+    q = rng.integers(-128, 128, (1, supers, 8, 32)).astype(np.int8)
+    packed = rng.integers(0, 256, (rows, supers, 2, 4)).astype(np.uint8)  # scales, then mins
+    d = rng.integers(-3, 4, (rows, supers, 1)).astype(np.float32)
+    ut, qt, pt, dt = (Tensor(a, device=device).realize() for a in (u, q, packed, d))
+
+    def product() -> Tensor:
+        shift = Tensor(np.array([0, 4] * 4, np.uint8), device=device).reshape(1, 1, 1, 8)
+        nibbles = (pt.reshape(rows, supers, 2, 4, 1).expand(rows, supers, 2, 4, 2).reshape(rows, supers, 2, 8)
+                   >> shift) & 15
+        scale = nibbles[:, :, 0].cast("float32").reshape(rows, supers, 8, 1)
+        minimum = nibbles[:, :, 1].cast("float32").reshape(rows, supers, 8, 1)
+        dot = (ut.cast("int32") * qt.cast("int32")).cast("float32") * scale
+        value = (dot - qt.cast("int32").cast("float32") * minimum) * dt.reshape(rows, supers, 1, 1)
+        return _lane_ordered(value.reshape(rows, supers * 8, 32)).sum(-1)
+    nib = np.stack([packed & 15, packed >> 4], -1).reshape(rows, supers, 2, 8).astype(np.int64)
+    u64, q64 = u.astype(np.int64), q.astype(np.int64)
+    ref = (d[..., 0].astype(np.int64)[..., None] * (nib[:, :, 0] * (u64 * q64).sum(-1)
+                                                     - nib[:, :, 1] * q64.sum(-1))).sum((1, 2))
+    np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
+    if device != "CPU":
+        return
+    from tgcore.codegen import default_policy, prepare_kernel
+    from tgcore.codegen.optimize import OptOps
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
+    renderer = open_device(device).renderer
+    assert OptOps.SPREAD in {o.op for o in default_policy(prepare_kernel(item.ast, renderer), renderer, 1)}

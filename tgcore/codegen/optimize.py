@@ -22,6 +22,10 @@ loop, of size ``n``) in two:
   same axis, of an amount that divides the first's, splits the in-block loop again (a K-quant's 256-element
   super-block with its ``d`` and 32-element sub-blocks with their scales): each factor then leaves the
   innermost sum it is constant over.
+- ``SPREAD``: the innermost ``BLOCK`` of a reduced axis inside another one (a K-quant's ``amount`` sub-blocks per
+  super-block) unrolled, each factor that changes from sub-block to sub-block computed once per super-block as a
+  vector of ``amount`` lanes (``upcast.spread_block_factors``: the scales unpacked in vector registers, not one
+  sub-block at a time). It comes after the axis's BLOCKs, on a renderer with ``Renderer.vector_block_factors``.
 - ``PAD``: an output axis of ``n`` iterations runs ``n`` rounded up to a multiple of ``amount``; the extra
   iterations read the last real one's inputs (a clamped index: no gate inside the loops) and store nothing
   (gated stores). It must come before any other opt of its axis: a tile that does not divide the axis.
@@ -36,7 +40,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum, auto
 
-from tgcore.codegen.upcast import MAX_LANES, _Expander, _size, _split_ranges, factor_blocks, split_blocks, unroll
+from tgcore.codegen.upcast import (
+    MAX_LANES,
+    _Expander,
+    _size,
+    _split_ranges,
+    factor_blocks,
+    plan_spread,
+    split_blocks,
+    spread_block_factors,
+    unroll,
+)
 from tgcore.dtype import dtypes
 from tgcore.helpers import prod, round_up
 from tgcore.renderer import Renderer
@@ -50,6 +64,7 @@ class OptOps(Enum):
     BLOCK = auto()
     THREAD = auto()
     PAD = auto()
+    SPREAD = auto()
 
 
 @dataclass(frozen=True)
@@ -82,9 +97,12 @@ def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: Renderer) -> No
     if len(threads) > 1:
         raise OptError(f"{threads[1]}: one axis per kernel runs on threads, {threads[0]} is already")
     blocked: dict[int, Opt] = {}  # apply_opts splits blocks after every other opt: BLOCKs end their axis's list
-    for o in opts:
+    for at, o in enumerate(opts):
         if not 0 <= o.axis < len(axes):
             raise OptError(f"{o}: the kernel has {len(axes)} axes")
+        if o.op is OptOps.SPREAD:
+            _check_spread(o, opts[:at], opts[at + 1:], renderer)
+            continue
         if o.axis in blocked:
             outer = blocked[o.axis]
             if o.op is not OptOps.BLOCK:
@@ -131,6 +149,19 @@ def _check(ast: UOp, axes: list[UOp], opts: list[Opt], renderer: Renderer) -> No
     copies = prod(o.amount for o in opts if o.op is OptOps.UNROLL)
     if any(u.op is Ops.REDUCE for u in ast.toposort) and copies > registers:
         raise OptError(f"{[str(o) for o in opts]}: {copies} accumulators do not fit in {registers} vector registers")
+
+
+def _check_spread(o: Opt, before: list[Opt], after: list[Opt], renderer: Renderer) -> None:
+    """A SPREAD follows two BLOCKs of its axis, the inner dividing the outer into ``amount`` sub-blocks, and
+    nothing else of that axis follows it."""
+    if not renderer.vector_block_factors:
+        raise OptError(f"{o}: {type(renderer).__name__} does not take a block's factors as vectors "
+                       "(Renderer.vector_block_factors)")
+    blocks = [b for b in before if b.op is OptOps.BLOCK and b.axis == o.axis]
+    if len(blocks) < 2 or blocks[-2].amount != blocks[-1].amount * o.amount:
+        raise OptError(f"{o}: SPREAD needs two BLOCKs of axis {o.axis} before it, {o.amount} inner blocks in the outer")
+    if any(x.axis == o.axis for x in after):
+        raise OptError(f"{o}: SPREAD ends the opts of its axis")
 
 
 def tileable(ast: UOp) -> bool:
@@ -262,6 +293,7 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: Renderer) -> tuple[UOp, int]
     vector: UOp | None = None
     blocks: dict[UOp, list[int]] = {}  # a reduced loop -> its block sizes, outermost first
     tiles: list[UOp] = []
+    spread: list[UOp] = []  # reduced loops whose sub-blocks' factors become vectors
     thread: Opt | None = None
     for o in opts:
         r = current[o.axis]
@@ -270,6 +302,9 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: Renderer) -> tuple[UOp, int]
             continue
         if o.op is OptOps.BLOCK:
             blocks.setdefault(r, []).append(o.amount)
+            continue
+        if o.op is OptOps.SPREAD:
+            spread.append(r)
             continue
         if o.op is OptOps.PAD:
             if _size(r) % o.amount:
@@ -299,19 +334,27 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: Renderer) -> tuple[UOp, int]
         ast = _split_ranges(ast, {}, {t: () for t in tiles})
     for lane in unrolled:
         ast = unroll(ast, lane)
+    sub_blocks: dict[UOp, UOp] = {}
     if blocks:
-        ast = _split_and_factor_blocks(ast, blocks)
+        ast, sub_blocks = _split_and_factor_blocks(ast, blocks)
+    plans = [(sub_blocks[r], plan_spread(ast, sub_blocks[r])) for r in spread]
+    expanded: dict[UOp, UOp] = {}
     if vector is not None:
-        ast = _Expander([vector], renderer.masked_vectors, renderer.gathers).expand(ast)
+        expander = _Expander([vector], renderer.masked_vectors, renderer.gathers)
+        ast = expander.expand(ast)
+        expanded = expander.expanded
+    for sub_block, plan in plans:  # on the vectors: a factor's value in every lane is one of its vector's permutes
+        ast = spread_block_factors(ast, sub_block, plan, expanded)
     if tiles:  # on the final stores (vectors, unrolled copies)
         ast = _add_earlier_tiles(ast, tiles, epilogue)
     return _thread(ast, thread, current, bool(tiles))
 
 
-def _split_and_factor_blocks(ast: UOp, blocks: dict[UOp, list[int]]) -> UOp:
+def _split_and_factor_blocks(ast: UOp, blocks: dict[UOp, list[int]]) -> tuple[UOp, dict[UOp, UOp]]:
     """Each reduced loop split into its blocks (a nested block splits the in-block loop of the one before), then
     the factors constant over a block moved out of its sum, innermost blocks first: a sub-block's scale leaves
-    the per-element sum, then a super-block's ``d`` leaves the sum over its sub-blocks."""
+    the per-element sum, then a super-block's ``d`` leaves the sum over its sub-blocks. Returns the kernel and
+    each reduced loop's innermost block loop (a super-block's sub-blocks)."""
     levels: list[dict[UOp, UOp]] = []  # per nesting level: block loop -> in-block loop (or the next level's blocks)
     loops = {r: r for r in blocks}     # the loop of each axis that the next level splits
     for depth in range(max(len(amounts) for amounts in blocks.values())):
@@ -326,9 +369,11 @@ def _split_and_factor_blocks(ast: UOp, blocks: dict[UOp, list[int]]) -> UOp:
                 level[block] = inner
                 loops[r] = inner
         levels.append(level)
+    innermost = {r: next(b for b, i in levels[len(amounts) - 1].items() if i is loops[r])
+                 for r, amounts in blocks.items()}
     for level in reversed(levels):
         ast = factor_blocks(ast, level)
-    return ast
+    return ast, innermost
 
 
 def _thread(ast: UOp, o: Opt | None, current: dict[int, UOp], tiled: bool) -> tuple[UOp, int]:

@@ -269,7 +269,9 @@ class _Expander:
         return out
 
     def expand(self, ast: UOp) -> UOp:
+        """``ast`` with its lanes expanded (``self.expanded``: each node's expanded form, for a later pass)."""
         new: dict[UOp, UOp] = {}
+        self.expanded = new
         lane_dependent: dict[UOp, bool] = {}
         for n in ast.toposort:
             lane_dependent[n] = n in self.lane_set or any(lane_dependent[s] for s in n.src)
@@ -500,4 +502,137 @@ def _unroll_reduce(ast: UOp, lane: UOp) -> UOp:
             for p in parts[1:]:
                 m = m.alu(n.arg, p)
         new[n] = m
+    return new[ast].simplify()
+
+
+def _computed(u: UOp) -> bool:
+    """Whether ``u`` computes on what it loads (bits unpacked, a conversion), not only loads it (a plain load of one
+    value per sub-block is a broadcast from memory already)."""
+    return u.op is not Ops.LOAD and (u.op in GroupOp.ALU or any(_computed(s) for s in u.src))
+
+
+def _spread_factors(value: UOp, j: UOp) -> list[UOp]:
+    """The factors in ``value`` (a sum over the sub-block loop ``j``, outside its nested in-block sums, before the
+    lanes are expanded) that depend on ``j`` and are computed from memory (``_computed``), and on no nested sum: a
+    sub-block's scale unpacked from its super-block's bytes (maybe one per half of the lanes: per 16 values)."""
+    found: list[UOp] = []
+    seen: set[UOp] = set()
+
+    def spreadable(u: UOp) -> bool:
+        nodes = u.toposort
+        return (u.dtype.count == 1 and j in nodes and any(x.op is Ops.LOAD for x in nodes) and _computed(u)
+                and not any(x.op is Ops.REDUCE for x in nodes))
+
+    def walk(u: UOp) -> None:
+        if u in seen or u.op is Ops.REDUCE:
+            return
+        seen.add(u)
+        if spreadable(u):
+            found.append(u)
+            return
+        for s in u.src:
+            walk(s)
+    walk(value)
+    return found
+
+
+WRAPPING = (Ops.ADD, Ops.SUB, Ops.MUL, Ops.SHL)  # byte ops whose int32 result is taken mod 256
+
+
+def _bytes_as_int32(u: UOp) -> UOp:
+    """``u`` with its byte arithmetic done in int32 (the same values: results of wrapping ops taken mod 256). A
+    vector of bytes is then shifted and masked in 32-bit lanes, which x86 has (a byte shift is three ops)."""
+    new: dict[UOp, UOp] = {}
+    for n in u.toposort:
+        src = tuple(new[s] for s in n.src)
+        widened = any(s.dtype is dtypes.int32 and o.dtype is dtypes.uint8 for s, o in zip(src, n.src, strict=True))
+        if n.op in GroupOp.ALU and (n.dtype is dtypes.uint8 or widened):
+            src = tuple(s.cast(dtypes.int32) if s.dtype is dtypes.uint8 else s for s in src)
+            m = UOp(n.op, dtypes.int32 if n.dtype is dtypes.uint8 else n.dtype, src, n.arg)
+            new[n] = m & 255 if n.op in WRAPPING and n.dtype is dtypes.uint8 else m
+        elif n.op is Ops.CAST and n.src[0].dtype is dtypes.uint8 and src[0].dtype is dtypes.int32:
+            new[n] = src[0].cast(n.dtype)
+        else:
+            new[n] = n if src == n.src else n.replace(src=src)
+    return new[u]
+
+
+def _half_lanes(f: UOp, lane: UOp) -> bool:
+    """Whether ``f`` has one value in each half of ``lane``'s values (a scale per 16 values in lanes of 4)."""
+    values = _Expander([lane]).per_lane(f)
+    half = len(values) // 2
+    return all(v is values[0] for v in values[:half]) and all(v is values[half] for v in values[half:])
+
+
+SpreadPlan = dict[UOp, list[tuple[UOp, UOp]]]  # a factor -> per sub-block: (its value, its value in every lane)
+
+
+def plan_spread(ast: UOp, j: UOp) -> SpreadPlan:
+    """For the sums over the sub-block loop ``j`` (the blocks inside a super-block: a K-quant's 8 sub-blocks of
+    32), before the lanes are expanded: each factor that changes from sub-block to sub-block but not inside one
+    (``_spread_factors``) computed for all sub-blocks at once, as vectors whose lanes the sub-blocks take
+    (``spread_block_factors`` puts them in). With as many sub-blocks as lanes, two vectors each holding half of the
+    sub-blocks twice (``[0, 1, 2, 3, 0, 1, 2, 3]``), so a sub-block's value in every lane is a permute inside each
+    half of the vector (one instruction on AVX, two across the halves); a factor with one value per half of the
+    lanes (per 16 values: Q2_K, Q3_K, Q6_K) holds the first half's values in the vector's first half and the
+    second's in its second. Other factors that depend on the lanes stay as they are."""
+    n = _size(j)
+    lane = next((r for r in ast.toposort if r.op is Ops.RANGE and r.arg.kind is RangeKind.UPCAST), None)
+    halves = lane is not None and _size(lane) == n and n % 2 == 0
+    half = n // 2 if halves else n
+    plan: SpreadPlan = {}
+    for red in ast.toposort:
+        if red.op is not Ops.REDUCE or red.arg is not Ops.ADD or red.src[1:] != (j,):
+            continue
+        for f in _spread_factors(red.src[0], j):
+            per_lane = lane if lane is not None and lane in f.toposort else None
+            if f in plan or (per_lane is not None and not (halves and _half_lanes(f, per_lane))):
+                continue
+            wide = _bytes_as_int32(f)
+            plan[f] = []
+            for h in range(n // half):
+                expander = _Expander([j] if per_lane is None else [j, per_lane])
+                expander.count = n
+                expander.lane_values[j] = [h * half + i for i in range(half)] * (n // half)
+                if per_lane is not None:  # lane k * half of the lanes' halves: one value per half
+                    expander.lane_values[per_lane] = [k * half for k in range(n // half) for _ in range(half)]
+                vector = expander.expand(wide)
+                for i in range(half):
+                    every = vector.gep(*[i] * half, *[i + half] * half) if halves else vector.gep(*[i] * n)
+                    plan[f].append((vector.gep(i), every))
+    return plan
+
+
+def spread_block_factors(ast: UOp, j: UOp, plan: SpreadPlan, expanded: Mapping[UOp, UOp]) -> UOp:
+    """Each sum over the sub-block loop ``j`` unrolled, after the lanes were expanded (``expanded``: each node's
+    expanded form), each copy taking its sub-block's lanes of the vectors ``plan_spread`` made: the scales'
+    unpacking is vector work once per super-block instead of scalar work per sub-block. The copies' products are
+    added in ``j``'s order, one after the other (as the loop added them)."""
+    n = _size(j)
+    new: dict[UOp, UOp] = {}
+    for u in ast.toposort:
+        src = tuple(new[s] for s in u.src)
+        m = u if src == u.src else u.replace(src=src)
+        if m.op is Ops.REDUCE and m.arg is Ops.ADD and m.src[1:] == (j,):
+            taken: list[dict[UOp, UOp]] = [{} for _ in range(n)]
+            nodes = m.src[0].toposort
+            for f, values in plan.items():
+                e = expanded.get(f, f)
+                if e not in nodes:
+                    continue
+                broadcasts = [b for b in nodes if b.op is Ops.VECTORIZE and all(s is e for s in b.src)]
+                for c, (value, every) in enumerate(values):
+                    if e.dtype.count == 1:
+                        taken[c][e] = value
+                        taken[c].update({b: every for b in broadcasts if b.dtype == every.dtype})
+                    elif e.dtype == every.dtype:
+                        taken[c][e] = every
+            total: UOp | None = None
+            for c in range(n):
+                copy = m.src[0].substitute({**taken[c], j: UOp.const(j.dtype, c)})
+                for term in _terms(copy):
+                    total = term.from_identity(Ops.ADD) if total is None else total + term
+            assert total is not None
+            m = total
+        new[u] = m
     return new[ast].simplify()

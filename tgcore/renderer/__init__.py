@@ -43,6 +43,9 @@ class Renderer:
     # 32 vector registers (``heuristic._byte_dot_opts``): more share each batch row's block sums, if the renderer
     # keeps their accumulators in registers
     batch_weight_rows: int = 4
+    # the factors of a super-block's sub-blocks (K-quant scales) may be unpacked as one small vector whose lanes the
+    # unrolled sub-blocks take (``OptOps.SPREAD``): vectors of a few bytes, shuffles, lane extracts
+    vector_block_factors: bool = False
     # innermost loops of at most this many iterations (a constant count) are unrolled by codegen
     # (``codegen.unroll``); 0: left as loops (a C compiler unrolls them itself)
     unrolled_trips: int = 0

@@ -375,6 +375,7 @@ class CRenderer(Renderer):
     has_threads = True
     masked_vectors = True  # lane-gated accesses: the whole vector when every lane is on, else lane by lane
     gathers = True  # a load at a vector of indices: lane by lane, or in registers from a 16-float table
+    vector_block_factors = True  # gcc and clang take a lane of a vector variable as a shuffle or a broadcast
     compiles_byte_dots = True  # gcc and clang vectorize int8 dot-product loops (vpdpbusd / vpmaddubsw, sdot)
     # 8 weight rows beside 2-4 batch rows share each batch row's activation block sum and scale (a dot, a conversion,
     # a multiply per block): C harness, one core, 4 -> 8 weight rows: Q4_1 3072x576 at 2/3/4 rows 70/91/112 ->

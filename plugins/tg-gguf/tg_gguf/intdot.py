@@ -22,8 +22,9 @@ every type sums each block of 32 (a K-quant's sub-blocks of 32, ``_block32``) in
 ``4l + k`` (``_by_lane``): vectorized by 8, lane ``l`` sums 4 neighbouring elements in int32 (one ``vpdpbusd`` per
 block and row: ``tgcore.renderer.cbytedot``), scales it in its lane and keeps a float partial sum across blocks;
 the lanes are added once per row, as llama.cpp's AVX2 ``ggml_vec_dot_q4_1_q8_1`` does. A K-quant's ``d`` leaves
-the sum over its sub-blocks; the C compiler unrolls the 8 sub-blocks of a super-block, so their bit-field shifts
-are constants.
+the sum over its sub-blocks; codegen unrolls the 8 sub-blocks of a super-block and unpacks their scales and mins
+once per super-block as vectors (``tgcore.codegen.optimize.OptOps.SPREAD``), so their bit-field shifts are
+constants and a sub-block's scale is one permute of a vector.
 
 IQ4_NL, IQ4_XS and MXFP4 look their 4-bit codes up in a table of 16 bytes (their values plus 128): 32 lanes at once
 with one byte shuffle on the C renderer (``tgcore.renderer.cbytedot``), then the same byte dot product. The grid
@@ -195,8 +196,9 @@ def _q8_0(o: Operands) -> Tensor:
 
 def _k_nibbles(o: Operands, fifth: bool) -> Tensor:
     """Q4_K/Q5_K: sub-block 2c + h (elements 64c + 32h + l) is nibble h of the 32 bytes c (chosen by masks: no
-    shift by an amount that changes from block to block), plus for Q5_K bit 2c + h of ``qh[l]`` as 16; each a block
-    of 32 (``_block32``), ``d`` and ``dmin`` per super-block, 6-bit scales and mins per sub-block."""
+    shift by an amount that changes from block to block), plus for Q5_K bit 2c + h of ``qh[l]`` as 16 (``_fifth``'s
+    way); each a block of 32 (``_block32``), ``d`` and ``dmin`` per super-block, 6-bit scales and mins per
+    sub-block."""
     sc, mn = k_scales_mins(o.b.bytes("scales"), o.b.n)
     scale = o.f16("d", 1) * _f32(sc).reshape(1, o.n, o.nb, 8)
     offset = o.f16("dmin", 1) * -1.0 * _f32(mn).reshape(1, o.n, o.nb, 8)
@@ -206,7 +208,8 @@ def _k_nibbles(o: Operands, fifth: bool) -> Tensor:
     if fifth:
         sub = iota((1, 1, 1, 8, 1), 3, qs.device)
         qh = o.field("qh").reshape(1, o.n, o.nb, 1, 32).expand(1, o.n, o.nb, 8, 32)
-        u = u | (((qh >> sub) & 1) << 4)
+        mask = sub.full_like(1) << sub  # as _fifth: the top bit set exactly when the sub-block's bit is
+        u = u | ((((qh & mask) + (mask.full_like(128) - mask)) >> 3) & 16)
     return _block32(o, u, scale, offset)
 
 
