@@ -275,6 +275,30 @@ class _Expander:
         vector_index = self.widen(index.src[1])
         return UOp(Ops.LOAD, load.dtype.vec(self.count), (index.replace(src=(index.src[0], vector_index)),))
 
+    def row_pieces(self, index: UOp) -> list[UOp] | None:
+        """A store index ``f(x // w, x % w)`` (a row ``x // w`` of ``w`` elements, with ``x = base + lane`` and at
+        most ``w`` lanes: a flat convolution's positions stored into rows cropped from them) as two INDEXes
+        affine in the lane: the lanes in ``base``'s row (``x // w = base // w``, ``x % w = base % w + lane``) and
+        those in the next row (``+ 1`` and ``- w``), each gated on its own lanes. Then each is one vector access
+        with a gate per lane (whole when every lane is on: most vectors lie within a row) instead of a scattered
+        store lane by lane. None when the index is not of that form."""
+        splits = {u for u in index.toposort if u.op in (Ops.IDIV, Ops.MOD) and u.src[1].op is Ops.CONST
+                  and self.depends_on_lanes(u.src[0])}
+        if not splits or len({(u.src[0], u.src[1].arg) for u in splits}) != 1 or len(self.lanes) > 1:
+            return None
+        x, w = next(iter(splits)).src[0], next(iter(splits)).src[1].arg
+        affine = self.affine(x)
+        if affine is None or affine[1] != 1 or not isinstance(w, int) or self.count > w or affine[0].vmin < 0:
+            return None
+        base, lane = affine[0], self.lanes[0]
+        row, column = (base // w).simplify(), (base % w).simplify()
+        pieces = []
+        for carry, in_piece in ((0, column + lane < w), (1, column + lane >= w)):
+            mapping = {u: (row + carry if u.op is Ops.IDIV else column + lane - w * carry) for u in splits}
+            gate = in_piece if len(index.src) == 2 else index.src[2].substitute(mapping) & in_piece
+            pieces.append(UOp(Ops.INDEX, index.dtype, (index.src[0], index.src[1].substitute(mapping), gate)))
+        return pieces
+
     def load(self, load: UOp) -> UOp:
         index = load.src[0]
         if (whole := self.whole_vector(index)) is not None:
@@ -316,6 +340,8 @@ class _Expander:
         index = store.src[0]
         if (whole := self.whole_vector(index)) is not None:
             return [whole.store(self.widen(value))]
+        if (rows := self.row_pieces(index)) is not None:
+            return [s for piece in rows for s in self.store(piece.store(store.src[1]), value)]
         buf, idx = index.src[0], self.per_lane(index.src[1])
         gate: list[UOp | None] = list(self.per_lane(index.src[2])) if len(index.src) > 2 else [None] * self.count
         value = self.widen(value)
