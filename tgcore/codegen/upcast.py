@@ -168,10 +168,9 @@ class _Expander:
     def affine(self, expr: UOp) -> tuple[UOp, int] | None:
         """``(base, step)`` when the int ``expr`` is ``base + step*lane`` over the one lane axis (a constant ``step``,
         a ``base`` free of lanes, simplified once), else None. Lane 0 is ``base``."""
-        if (known := self.bases.get(expr, False)) is not False:
-            return known
-        found = self.bases[expr] = self._base_and_step(expr) if self.depends_on_lanes(expr) else None
-        return found
+        if expr not in self.bases:
+            self.bases[expr] = self._base_and_step(expr) if self.depends_on_lanes(expr) else None
+        return self.bases[expr]
 
     def _base_and_step(self, expr: UOp) -> tuple[UOp, int] | None:
         lane = self.lanes[0]
