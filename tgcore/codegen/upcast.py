@@ -340,7 +340,12 @@ class _Expander:
         if (whole := self.whole_vector(index)) is not None:
             return [whole.store(self.widen(value))]
         if (rows := self.row_pieces(index)) is not None:
-            return [s for piece in rows for s in self.store(piece.store(store.src[1]), value)]
+            return [s for piece in rows for s in self.lane_store(piece, value)]
+        return self.lane_store(index, value)
+
+    def lane_store(self, index: UOp, value: UOp) -> list[UOp]:
+        """The store of ``value`` at ``index`` with each lane's address and gate: one store per run of consecutive
+        addresses (with one gate, or a gate per lane on a renderer with masked vectors)."""
         buf, idx = index.src[0], self.per_lane(index.src[1])
         gate: list[UOp | None] = list(self.per_lane(index.src[2])) if len(index.src) > 2 else [None] * self.count
         value = self.widen(value)

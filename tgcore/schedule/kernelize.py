@@ -15,6 +15,8 @@ elementwise work is recomputed wherever it is used; a reduction fuses into its c
 only when it is reached without broadcasting or padding, has a single consumer and every use of its
 value is inside that one kernel (not also read, through shared elementwise work, by another
 kernel), otherwise it gets a kernel (and a buffer) of its own. ``CONTIGUOUS`` and ``COPY`` always end a kernel.
+A realized crop (reshapes and shrinks) of a reduction's ``CONTIGUOUS`` result is stored by the reduction's own kernel,
+which loops over the whole result and stores only what the crop keeps (no copy kernel after it).
 
 The runtime Buffer behind each BUFFER uop, and the values earlier realizes computed, are read from
 ``tgcore.schedule.state.REALIZATION`` (their one owner); scheduling writes nothing there but new buffers.
