@@ -16,7 +16,7 @@ from test_opts import DEVICES, FUZZ, legal_opts, linear, small_ints
 
 import tgcore.nn.functional as F
 from tgcore.codegen import default_policy, prepare_kernel, simplify_kernel
-from tgcore.codegen.optimize import Opt, OptOps, kernel_axes
+from tgcore.codegen.optimize import Opt, OptOps, apply_opts, kernel_axes
 from tgcore.codegen.upcast import _stride
 from tgcore.dtype import dtypes
 from tgcore.engine.realize import compile_runner, run_schedule
@@ -198,6 +198,23 @@ def test_bench_convolution_gets_a_tile_of_whole_rows(which):
     unrolls = {axes[o.axis].src[0].arg: o.amount for o in opts if o.op is OptOps.UNROLL}
     assert [(axes[o.axis].src[0].arg, o.amount) for o in opts if o.op is OptOps.PAD] == [(3200, 48)], opts
     assert unrolls == {64: 8, 3200: 3}, opts  # channels by 8, the positions in 3 vectors of 16
+
+
+def test_bench_convolution_stores_its_rows_through_the_crop():
+    """conv2d 3x3 64->64 56^2 batch 8 (bench/ops.py) realized alone: two kernels, the padded copy and the product,
+    which computes over the flat grid (rows of 57) and stores only each row's 56 outputs, straight into the result
+    (no crop copy after it). A vector of positions that crosses a row end is stored as two pieces, each one vector
+    store with a gate per lane (``_Expander.row_pieces``), not lane by lane: 2 vector stores per register vector."""
+    from test_gemm import _renderer
+    x, w = Tensor.empty(8, 64, 56, 56, device="CPU"), Tensor.empty(64, 64, 3, 3, device="CPU")
+    items, _ = create_schedule([F.conv2d(x, w, padding=1).uop], "CPU")
+    assert [si.kind for si in items] == ["elementwise", "reduce"]
+    assert items[1].bufs[0].size == 8 * 64 * 56 * 56
+    renderer = _renderer(512, 32)
+    kernel = prepare_kernel(items[1].ast, renderer)
+    ast, _ = apply_opts(kernel.ast, default_policy(kernel, renderer, 2), renderer)
+    stores = [u for u in ast.toposort if u.op is Ops.STORE]
+    assert len(stores) == 2 * 8 * 3 and all(s.src[1].dtype.count == 16 for s in stores)
 
 
 def test_padded_copy_of_the_input_unrolls_its_row_of_vectors():

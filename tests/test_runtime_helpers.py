@@ -47,6 +47,8 @@ def test_debug_reads_env_at_call_time_and_context_overrides(monkeypatch):
             assert not DEBUG
         assert DEBUG.value == 3
     assert DEBUG.value == 1
+    monkeypatch.setenv("DEBUG", "2")  # (a new value after a read: parsed again)
+    assert DEBUG.value == 2
     monkeypatch.delenv("DEBUG")
     assert DEBUG.value == 0
     with pytest.raises(KeyError, match="unknown flag"):

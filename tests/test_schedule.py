@@ -212,3 +212,21 @@ def test_a_long_lazy_chain_schedules_without_recursion_errors():
     for _ in range(3000):
         t = t + 1.0
     assert t.tolist() == [3000.0] * 4
+
+
+CROP_DEVICES = [d for d in os.environ.get("TG_TEST_DEVICES", "CPU,PYTHON").split(",") if d]
+
+
+@pytest.mark.parametrize("device", CROP_DEVICES)
+def test_a_crop_of_a_reduction_is_stored_by_the_reduction_kernel(device):
+    """A realized crop (reshapes and shrinks) of a reduction's contiguous result: one kernel computes the reduction
+    over its own shape and stores only the elements the crop keeps, where it puts them (no copy kernel after it).
+    Rows of positions cropped at their ends, the way a flat convolution's are, and a crop at both ends."""
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((4, 24)).astype(np.float32), rng.standard_normal((24, 64)).astype(np.float32)
+    product = Tensor(a, device=device) @ Tensor(b, device=device)
+    rows = product.contiguous().shrink((None, (0, 57))).reshape(4, 3, 19).shrink((None, None, (0, 17)))
+    middle = product.contiguous()[1:3, 5:60]
+    for crop, want in ((rows, (a @ b)[:, :57].reshape(4, 3, 19)[:, :, :17]), (middle, (a @ b)[1:3, 5:60])):
+        assert kernels(crop) == ["reduce"]
+        np.testing.assert_allclose(crop.numpy(), want, rtol=1e-5, atol=1e-5)

@@ -59,6 +59,9 @@ def getenv(key: str, default: Any = 0) -> Any:
 
 
 _UNSET = object()  # marks "no Context override"
+# the mapping behind os.environ (CPython keeps the encoded strings in ``_data``; os.environ writes go through it), or
+# None where it is not there (then flags read os.environ itself)
+_ENV_STORE: dict[Any, Any] | None = getattr(os.environ, "_data", None) if hasattr(os.environ, "encodekey") else None
 
 
 class ContextVar:
@@ -76,7 +79,8 @@ class ContextVar:
         self.key = key
         self.default = default
         self._override: contextvars.ContextVar[Any] = contextvars.ContextVar(f"tgcore.{key}", default=_UNSET)
-        self._raw: str | None | object = _UNSET
+        self._env_key: Any = os.environ.encodekey(key) if _ENV_STORE is not None else key  # type: ignore[attr-defined]
+        self._raw: Any = _UNSET
         self._parsed: Any = default
         ContextVar._registry[key] = self
 
@@ -85,8 +89,10 @@ class ContextVar:
         override = self._override.get()
         if override is not _UNSET:
             return override
-        raw = os.environ.get(self.key)
-        if raw != self._raw:  # parse only when the environment changed (this is on hot paths)
+        # os.environ's own store, read without its str conversions (a few flags are read per kernel run); parsed
+        # only when the environment changed
+        raw = _ENV_STORE.get(self._env_key) if _ENV_STORE is not None else os.environ.get(self.key)
+        if raw != self._raw:
             self._raw, self._parsed = raw, getenv(self.key, self.default)
         return self._parsed
 

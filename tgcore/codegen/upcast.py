@@ -84,6 +84,13 @@ def _split_ranges(ast: UOp, mapping: Mapping[UOp, UOp], parts: Mapping[UOp, tupl
     return new[ast]
 
 
+def _plus(base: UOp, c: int) -> UOp:
+    """``base + c`` in normal form (``base`` simplified)."""
+    if base.op is Ops.CONST:
+        return base.const_like(base.arg + c)
+    return base if c == 0 else plus_const(base, c)
+
+
 class _Expander:
     def __init__(self, lanes: list[UOp], masked: bool = False, gathers: bool = False) -> None:
         """``masked``: the renderer takes a vector access with one gate per lane (``Renderer.masked_vectors``);
@@ -99,6 +106,7 @@ class _Expander:
         self.evaluated: dict[UOp, list[UOp]] = {}  # expr -> per_lane(expr): unrolled copies share gates and indices
         self.dependent: dict[UOp, bool] = {}  # expr -> whether it depends on a lane
         self.minus_lane: dict[int, UOp] = {}  # step -> -(lane*step) simplified (an affine index drops it)
+        self.bases: dict[UOp, tuple[UOp, int] | None] = {}  # int expr -> (base, step) when affine in the lane
 
     def per_lane(self, expr: UOp) -> list[UOp]:
         """``expr`` evaluated for each lane, each distinct ``expr`` once (the unrolled copies of a tile share their
@@ -125,6 +133,8 @@ class _Expander:
             return affine
         if expr.op not in GroupOp.ALU:
             return self._substituted(expr)
+        if (same := self._uniform_bound(expr)) is not None:
+            return same
         srcs = [self.per_lane(s) for s in expr.src]
         out = [UOp(expr.op, expr.dtype, tuple(s[i] for s in srcs), expr.arg, expr.tag).simplify()
                for i in range(self.count)]
@@ -133,9 +143,36 @@ class _Expander:
                                  f"substituted {[u.render() for u in slow]}")
         return out
 
-    def _affine(self, expr: UOp) -> list[UOp] | None:
-        """The lanes of an int ``expr = base + step*lane`` (one lane axis, a constant ``step``): ``base`` simplified
-        once, each lane's constant folded into it."""
+    def _uniform_bound(self, expr: UOp) -> list[UOp] | None:
+        """The lanes of ``index < bound`` (an affine ``index`` over one lane axis, a ``bound`` the lanes do not change:
+        a padded tile's gate) when they are all one value: the first and the last lane simplify to the same node.
+        The index is monotone along the lane, so every lane between is implied by one end and implies the other:
+        two simplifications instead of one per lane. None otherwise (then each lane is simplified)."""
+        if expr.op is not Ops.CMPLT or self.depends_on_lanes(expr.src[1]):
+            return None
+        affine = self.affine(expr.src[0])
+        if affine is None:
+            return None
+        base, step = affine
+        last_lane = max(self.lane_values[self.lanes[0]])
+        first = UOp(Ops.CMPLT, expr.dtype, (base, expr.src[1])).simplify()
+        last = UOp(Ops.CMPLT, expr.dtype, (_plus(base, step * last_lane), expr.src[1])).simplify()
+        if first is not last:
+            return None
+        out = [first] * self.count
+        if _spec_enabled() and not all(map(_agree, out, slow := self._substituted(expr))):
+            raise AssertionError(f"lanes of {expr.render()}: {first.render()}, substituted "
+                                 f"{[u.render() for u in slow]}")
+        return out
+
+    def affine(self, expr: UOp) -> tuple[UOp, int] | None:
+        """``(base, step)`` when the int ``expr`` is ``base + step*lane`` over the one lane axis (a constant ``step``,
+        a ``base`` free of lanes, simplified once), else None. Lane 0 is ``base``."""
+        if expr not in self.bases:
+            self.bases[expr] = self._base_and_step(expr) if self.depends_on_lanes(expr) else None
+        return self.bases[expr]
+
+    def _base_and_step(self, expr: UOp) -> tuple[UOp, int] | None:
         lane = self.lanes[0]
         if len(self.lanes) > 1 or not dtypes.is_int(expr.dtype) or lane.dtype != expr.dtype:
             return None
@@ -145,14 +182,31 @@ class _Expander:
         if (minus := self.minus_lane.get(step)) is None:  # -(lane*step), simplified once per step
             minus = self.minus_lane[step] = (-(lane * step)).simplify()
         base = UOp(Ops.ADD, expr.dtype, (expr, minus)).simplify()  # expr - lane*step
-        if self.depends_on_lanes(base):
+        return None if self.depends_on_lanes(base) else (base, step)
+
+    def _affine(self, expr: UOp) -> list[UOp] | None:
+        """The lanes of an int ``expr = base + step*lane`` (see ``affine``): each lane's constant folded into
+        ``base``."""
+        if (affine := self.affine(expr)) is None:
             return None
-        if base.op is Ops.CONST:
-            out = [base.const_like(base.arg + o * step) for o in self.lane_values[lane]]
-        else:
-            out = [base if o == 0 else plus_const(base, o * step) for o in self.lane_values[lane]]
+        base, step = affine
+        out = [_plus(base, o * step) for o in self.lane_values[self.lanes[0]]]
         self.steps[tuple(out)] = step
         return out
+
+    def whole_vector(self, index: UOp) -> UOp | None:
+        """The INDEX of one access to all lanes at once, when ``index``'s address is ``base + lane`` (the lanes fit
+        one vector) and its gate, if any, is the same in every lane; else None. The common load or store of a
+        vectorized axis, found without building each lane's address."""
+        if self.count > _size(self.lanes[-1]) or self.count & (self.count - 1) or \
+                (affine := self.affine(index.src[1])) is None or affine[1] != 1:
+            return None
+        if len(index.src) == 2:
+            return index.replace(src=(index.src[0], affine[0]))
+        gate = self.per_lane(index.src[2])
+        if any(g is not gate[0] for g in gate):
+            return None
+        return index.replace(src=(index.src[0], affine[0], gate[0]))
 
     def _substituted(self, expr: UOp) -> list[UOp]:
         """``expr`` with each lane's values substituted, simplified: once per lane."""
@@ -220,8 +274,34 @@ class _Expander:
         vector_index = self.widen(index.src[1])
         return UOp(Ops.LOAD, load.dtype.vec(self.count), (index.replace(src=(index.src[0], vector_index)),))
 
+    def row_pieces(self, index: UOp) -> list[UOp] | None:
+        """A store index ``f(x // w, x % w)`` (a row ``x // w`` of ``w`` elements, with ``x = base + lane`` and at
+        most ``w`` lanes: a flat convolution's positions stored into rows cropped from them) as two INDEXes
+        affine in the lane: the lanes in ``base``'s row (``x // w = base // w``, ``x % w = base % w + lane``) and
+        those in the next row (``+ 1`` and ``- w``), each gated on its own lanes. Then each is one vector access
+        with a gate per lane (whole when every lane is on: most vectors lie within a row) instead of a scattered
+        store lane by lane. None when the index is not of that form."""
+        splits = {u for u in index.toposort if u.op in (Ops.IDIV, Ops.MOD) and u.src[1].op is Ops.CONST
+                  and self.depends_on_lanes(u.src[0])}
+        if not splits or len({(u.src[0], u.src[1].arg) for u in splits}) != 1 or len(self.lanes) > 1:
+            return None
+        x, w = next(iter(splits)).src[0], next(iter(splits)).src[1].arg
+        affine = self.affine(x)
+        if affine is None or affine[1] != 1 or not isinstance(w, int) or self.count > w or affine[0].vmin < 0:
+            return None
+        base, lane = affine[0], self.lanes[0]
+        row, column = (base // w).simplify(), (base % w).simplify()
+        pieces = []
+        for carry, in_piece in ((0, column + lane < w), (1, column + lane >= w)):
+            mapping = {u: (row + carry if u.op is Ops.IDIV else column + lane - w * carry) for u in splits}
+            gate = in_piece if len(index.src) == 2 else index.src[2].substitute(mapping) & in_piece
+            pieces.append(UOp(Ops.INDEX, index.dtype, (index.src[0], index.src[1].substitute(mapping), gate)))
+        return pieces
+
     def load(self, load: UOp) -> UOp:
         index = load.src[0]
+        if (whole := self.whole_vector(index)) is not None:
+            return UOp(Ops.LOAD, load.dtype.vec(self.count), (whole,))
         buf, idx = index.src[0], self.per_lane(index.src[1])
         gate: list[UOp | None] = list(self.per_lane(index.src[2])) if len(index.src) > 2 else [None] * self.count
         if len(index.src) == 2 and 1 < len(distinct := list(dict.fromkeys(idx))) < self.count:
@@ -257,6 +337,15 @@ class _Expander:
 
     def store(self, store: UOp, value: UOp) -> list[UOp]:
         index = store.src[0]
+        if (whole := self.whole_vector(index)) is not None:
+            return [whole.store(self.widen(value))]
+        if (rows := self.row_pieces(index)) is not None:
+            return [s for piece in rows for s in self.lane_store(piece, value)]
+        return self.lane_store(index, value)
+
+    def lane_store(self, index: UOp, value: UOp) -> list[UOp]:
+        """The store of ``value`` at ``index`` with each lane's address and gate: one store per run of consecutive
+        addresses (with one gate, or a gate per lane on a renderer with masked vectors)."""
         buf, idx = index.src[0], self.per_lane(index.src[1])
         gate: list[UOp | None] = list(self.per_lane(index.src[2])) if len(index.src) > 2 else [None] * self.count
         value = self.widen(value)

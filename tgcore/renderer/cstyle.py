@@ -698,10 +698,10 @@ class CRenderer(Renderer):
             copy = (f"{c_type(value.dtype)} tg_t = {names[value]}; "
                     f"__builtin_memcpy(&{names[index]}, &tg_t, sizeof(tg_t));")
             def store_piece(first: int, n: int, at: str) -> str:
-                if n == 1:
-                    return f"{at} = {names[value]}[{first}];"
-                return (f"{c_type(value.dtype)} tg_t = {names[value]}; "
-                        f"__builtin_memcpy(&{at}, (char*)&tg_t + {first}*sizeof(tg_t[0]), {n}*sizeof(tg_t[0]));")
+                # lane by lane: a memcpy from the address of a copy of the vector made gcc keep the value (a
+                # register tile's accumulator, through the copies) in memory, in the whole reduction loop too
+                ptr, idx = names[index.src[0]], names[index.src[1]]
+                return " ".join(f"{ptr}[{idx}+{first + j}] = {names[value]}[{first + j}];" for j in range(n))
             return self._lanewise(index, names, lane_gates[index.src[2]], store_piece, copy)
         if value.dtype.count > 1 and self._in_memory(index):
             text = (f"{{ {c_type(value.dtype)} tg_t = {names[value]}; "

@@ -15,6 +15,8 @@ elementwise work is recomputed wherever it is used; a reduction fuses into its c
 only when it is reached without broadcasting or padding, has a single consumer and every use of its
 value is inside that one kernel (not also read, through shared elementwise work, by another
 kernel), otherwise it gets a kernel (and a buffer) of its own. ``CONTIGUOUS`` and ``COPY`` always end a kernel.
+A realized crop (reshapes and shrinks) of a reduction's ``CONTIGUOUS`` result is stored by the reduction's own kernel,
+which loops over the whole result and stores only what the crop keeps (no copy kernel after it).
 
 The runtime Buffer behind each BUFFER uop, and the values earlier realizes computed, are read from
 ``tgcore.schedule.state.REALIZATION`` (their one owner); scheduling writes nothing there but new buffers.
@@ -321,6 +323,9 @@ class Kernelizer:
         base = self.view_of_buffer(node)
         if base is not None and prod(shape_of(node)) == base.arg:
             return base
+        crop = self.cropped_reduction(node)
+        if crop is not None:
+            return self._store_through_crop(node, crop)
         view = self.contiguous_view(node.src[0] if node.op is Ops.CONTIGUOUS else node)
         if view is not None:  # already laid out contiguously in a buffer: nothing to copy
             self.done[node] = view
@@ -332,6 +337,64 @@ class Kernelizer:
         if node.op is Ops.AFTER:
             return self._custom_kernel(node.src[0])[node.arg]
         return self._compute_kernel(node)
+
+    def cropped_reduction(self, node: UOp) -> list[UOp] | None:
+        """The views from a reduction's CONTIGUOUS up to ``node`` (that CONTIGUOUS first), when ``node`` crops the
+        reduction's result (reshapes and shrinks of it, at least one shrink, with no other user on the way) and
+        the reduction is computed nowhere else: then ``node``'s kernel computes the whole reduction and stores
+        only what the crop keeps (``_store_through_crop``), with no copy of the cropped elements afterwards. A
+        flat convolution's product over its padded grid of positions, of which each row's last ones are cut."""
+        chain = [node.src[0] if node.op is Ops.DETACH else node]  # (a gradient rule's node computes its first source)
+        while chain[-1].op in (Ops.RESHAPE, Ops.SHRINK):
+            below = chain[-1].src[0]
+            if len(self.consumers.get(below, ())) != 1 or below in self.done or self.cached(below) is not None:
+                return None
+            chain.append(below)
+        contiguous = chain[-1]
+        if contiguous.op is not Ops.CONTIGUOUS or not any(n.op is Ops.SHRINK for n in chain):
+            return None
+        reduced = contiguous.src[0]
+        while reduced.op is Ops.RESHAPE:
+            reduced = reduced.src[0]
+        if reduced.op is not Ops.REDUCE_AXIS or any(not isinstance(b, int) for n in chain if n.op is Ops.SHRINK
+                                                    for b, _ in n.arg):
+            return None
+        return chain[::-1]
+
+    def _store_through_crop(self, node: UOp, chain: list[UOp]) -> UOp:
+        """``node``'s kernel when it crops a reduction (``chain``: see ``cropped_reduction``): the loops run over the
+        reduction's own shape (its register tiles as they would be for the whole result), and each element is
+        stored where the crop puts it, gated on the crop keeping it."""
+        contiguous = chain[0]
+        shape, dtype = shape_of(contiguous), node.dtype
+        device = self.device.get(node) or self.default_device
+        kernel = _KernelBuilder(self, self.index_dtype)
+        out = new_buffer_uop(device, prod(shape_of(node)), dtype)
+        kernel.param(out)
+        ranges = output_index(shape, kernel.idt)
+        kernel.root, kernel.root_idx = contiguous, ranges
+        value = kernel.lower(contiguous.src[0], ranges, None, direct=True)
+        idx, gate = ranges, None
+        for view in chain[1:]:  # the source's index carried up to the view's, the way the view goes
+            before = shape_of(view.src[0])
+            if view.op is Ops.RESHAPE:
+                idx = reshape_index(idx, tuple(view.arg), before, kernel.idt)
+                continue
+            moved = []
+            for i, (begin, end), size in zip(idx, view.arg, before, strict=True):
+                if begin > 0:
+                    gate = _and(gate, i >= begin)
+                if end < size:
+                    gate = _and(gate, i < end)
+                moved.append(i - begin if begin else i)
+            idx = tuple(moved)
+        at = linear_index(idx, shape_of(chain[-1]), kernel.idt)
+        target = kernel.params[0].index(at) if gate is None else kernel.params[0].index(at, gate)
+        ast = UOp.sink(target.store(value))
+        self.items.append(ScheduleItem(ast, [uop_buffer(b) for b in kernel.param_bufs], device, "reduce",
+                                       dict(kernel.var_vals), tuple(kernel.param_bufs)))
+        self.done[node] = out
+        return out
 
     def contiguous_view(self, node: UOp) -> UOp | None:
         """A BUFFER uop viewing ``node``'s elements in place, when movement ops made them a plain slice.

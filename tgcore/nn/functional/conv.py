@@ -133,7 +133,8 @@ def _conv_flat(x: Tensor, weight: Tensor, groups: int, kernel: tuple[int, ...], 
     win = win.reshape((n, groups, 1, cin_g) + kernel + (computed,))
     w = weight.reshape((1, groups, cout // groups, cin_g) + kernel + (1,))
     out = (win * w).sum(tuple(range(3, 4 + nd)))  # (N, G, Cout/G, computed)
-    # computed on the padded grid (its columns are the kernel's contiguous axis), then the valid part cut out
+    # computed on the padded grid (its columns are the kernel's contiguous axis), then the valid part cut out: realized
+    # as it is, the product stores only that part (``Kernelizer.cropped_reduction``); a consumer reads through the crop
     positions = out_sp[0] * math.prod(grid[1:])
     out = out.contiguous().reshape((n, cout, computed)).shrink((None, None, (0, positions)))
     out = out.reshape((n, cout, out_sp[0]) + grid[1:])
