@@ -198,6 +198,29 @@ class RealizationState:
             return None
         return buf
 
+    def own_buffer(self, tensor: Any) -> Buffer | None:
+        """The Buffer ``tensor`` owns whole and contiguous (its node is a BUFFER uop or a reshape of one), or None
+        (a view, a lazy expression). Realizes and changes nothing: what ``prepare_write`` accepts."""
+        u = tensor.uop
+        old = u.src[0] if u.op is Ops.RESHAPE else u
+        buf = self._buffers.get(old) if old.op is Ops.BUFFER else None
+        if buf is None or buf.size != _numel(u) or buf.dtype != u.dtype:
+            return None
+        return buf
+
+    def in_place_buffer(self, tensor: Any) -> Buffer | None:
+        """The Buffer a write into ``tensor`` can go straight into (``tensor`` owns it, no write into it is pending and
+        nothing but the tensors realized into it reads it), or None. Changes nothing: a writer that finds it can
+        still decide not to write; once it does, it ``invalidate``s the buffer, all ``prepare_write`` would do."""
+        buf = self.own_buffer(tensor)
+        if buf is None:
+            return None
+        u = tensor.uop
+        name = u.src[0] if u.op is Ops.RESHAPE else u
+        if name in self.pending or not self._only_holders_read(name):
+            return None
+        return buf
+
     def prepare_write(self, tensor: Any, finish: Callable[[], None] | None = None) -> Buffer:
         """Get ``tensor``'s own buffer ready to be written outside the scheduler (a transport receiving into it).
 
@@ -208,12 +231,12 @@ class RealizationState:
         only the version is bumped. ``finish``: for a write that is still under way when
         this returns (a non-blocking receive), what waits for it; any realize that reads the tensor calls it
         first. Raises ValueError when the tensor does not own a contiguous buffer."""
-        u = tensor.uop
-        old = u.src[0] if u.op is Ops.RESHAPE else u
-        buf = self._buffers.get(old) if old.op is Ops.BUFFER else None
-        if buf is None or buf.size != _numel(u) or buf.dtype != u.dtype:
+        buf = self.own_buffer(tensor)
+        if buf is None:
             raise ValueError("the tensor written into must own a contiguous buffer (Tensor.empty(...) or a "
                              "realized tensor), not a view or a lazy expression")
+        u = tensor.uop
+        old = u.src[0] if u.op is Ops.RESHAPE else u
         if old in self.pending:  # (an earlier write into it finishes first)
             tensor.realize()
             old = tensor.uop.src[0] if tensor.uop.op is Ops.RESHAPE else tensor.uop
