@@ -56,6 +56,7 @@ from tg_mlx_rdma.transport import (
     header_of,
     in_place_bytes,
     make_header,
+    message_of,
     realization,
     recv_target,
     tensor_bytes,
@@ -81,7 +82,7 @@ SMALL = 16384
 CHUNK = 1 << 30  # bytes per point-to-point message; elements per reduce step
 SEND_BUFFERS = 4  # small sends that may be on their way at once (send returns before they are received)
 FAST_POLLS = 512  # polls before the first clock read
-IDLE_POLLS = 8  # polls that found nothing before a wait does its idle work (recv: make the next result ahead)
+IDLE_POLLS = 1  # polls that found nothing before a wait does its idle work (recv: make the next result ahead)
 SPIN_SECONDS = 0.05  # poll flat out this long (MPI progresses only inside our Test calls) ...
 YIELD_SECONDS = 1.0  # ... then yield the CPU between polls, then sleep 1 ms between polls
 
@@ -132,6 +133,7 @@ class MPITransport(Transport):
         # each buffer's request is completed before the buffer is packed again
         self._staging = [memoryview(bytearray(HEADER_BYTES + SMALL)) for _ in range(SEND_BUFFERS)]
         self._staged: list[tuple[Any, int] | None] = [None] * SEND_BUFFERS  # (request, destination) in flight
+        self._staged_headers: list[np.ndarray | None] = [None] * SEND_BUFFERS  # the header in each buffer
         self._next_staging = 0
         self._landing = memoryview(bytearray(HEADER_BYTES + SMALL))  # recv(out=)'s small messages arrive here
         self._header_in = memoryview(bytearray(HEADER_BYTES))  # (recv's fast path: header messages)
@@ -251,8 +253,7 @@ class MPITransport(Transport):
     def send(self, tensor: Tensor, dst: int) -> None:
         self._live()
         self._check_peer(dst, "dst")
-        data, keep = tensor_bytes(tensor)
-        header = header_of(keep.shape, keep.dtype)  # (the fast paths of isend: no handle)
+        data, keep, header = message_of(tensor)  # (the fast paths of isend: no handle)
         if data.nbytes > SMALL:
             if data.nbytes > CHUNK:
                 self.isend(keep, dst).wait()
@@ -263,16 +264,19 @@ class MPITransport(Transport):
                 self._wait(reqs, lambda: f"send of {describe_header(header)} to rank {dst}", dst)
             return
         # A copy of the data goes out, so the send returns without waiting for the receiver: that wait (a handshake
-        # above the byte transport's eager limit) would put the receiver's own work into this rank's time.
+        # above the byte transport's eager limit) would put the receiver's own work into this rank's time. The
+        # request is completed when its buffer comes round again (or at close).
         i = self._next_staging
         self._next_staging = (i + 1) % SEND_BUFFERS
-        self._finish_send(i)
-        packed = self._staging[i][:HEADER_BYTES + data.nbytes]
-        packed[:HEADER_BYTES] = header.data.cast("B")
-        packed[HEADER_BYTES:] = data
-        req = self._comm.Isend([packed, self._mpi.BYTE], dst, TAG_SMALL)
-        if not req.Test():
-            self._staged[i] = (req, dst)
+        if self._staged[i] is not None:
+            self._finish_send(i)
+        slot = self._staging[i]
+        if self._staged_headers[i] is not header:  # (the same tensor sent again: its header is there already)
+            slot[:HEADER_BYTES] = header.data.cast("B")
+            self._staged_headers[i] = header
+        end = HEADER_BYTES + data.nbytes
+        slot[HEADER_BYTES:end] = data
+        self._staged[i] = (self._comm.Isend([slot[:end], self._mpi.BYTE], dst, TAG_SMALL), dst)
 
     def _header_if_new(self, header: np.ndarray, dst: int) -> list[Any]:
         """The request of a header message to ``dst`` (tag ``TAG_HEADER``) when ``header`` is not the last one sent
@@ -298,8 +302,7 @@ class MPITransport(Transport):
     def isend(self, tensor: Tensor, dst: int) -> Handle:
         self._live()
         self._check_peer(dst, "dst")
-        data, keep = tensor_bytes(tensor)
-        header = header_of(keep.shape, keep.dtype)
+        data, keep, header = message_of(tensor)
         mpi, comm = self._mpi, self._comm
         if data.nbytes <= SMALL:  # one message, header and data: a copy is cheaper than a second message
             packed = bytearray(HEADER_BYTES + data.nbytes)

@@ -207,13 +207,25 @@ def tensor_bytes(t: Tensor) -> tuple[memoryview, Tensor]:
         if len(_SEND_VIEWS) >= 32:
             _SEND_VIEWS.clear()
         key = id(u)  # (the entry goes with its node: the memoryview never keeps freed memory alive)
-        _SEND_VIEWS[key] = (weakref.ref(u, _forget(_SEND_VIEWS, key)), buf.dev, mv)
+        _SEND_VIEWS[key] = (weakref.ref(u, _forget(_SEND_VIEWS, key)), buf.dev, mv, header_of(t.shape, t.dtype))
     return mv, t
 
 
-# id(node) -> (the node, weakly; its device; a memoryview of its memory): realized tensors sent recently, small
-# ones (their per-message cost matters)
-_SEND_VIEWS: dict[int, tuple[Any, Any, memoryview]] = {}
+def message_of(t: Tensor) -> tuple[memoryview, Tensor, np.ndarray]:
+    """``tensor_bytes`` and the tensor's wire header (remembered with the memoryview: a send's fast path)."""
+    u = getattr(t, "uop", None)
+    if u is not None:
+        hit = _SEND_VIEWS.get(id(u))
+        if hit is not None and hit[0]() is u:
+            hit[1].synchronize()
+            return hit[2], t, hit[3]
+    mv, keep = tensor_bytes(t)
+    return mv, keep, header_of(keep.shape, keep.dtype)
+
+
+# id(node) -> (the node, weakly; its device; a memoryview of its memory; its wire header): realized tensors sent
+# recently, small ones (their per-message cost matters)
+_SEND_VIEWS: dict[int, tuple[Any, Any, memoryview, np.ndarray]] = {}
 _SEND_VIEW_BYTES = 4 << 20
 
 
