@@ -128,6 +128,7 @@ class MPITransport(Transport):
         self._probers: dict[int, list[Handle]] = {}  # src -> receives that have not probed their data yet
         self._collectives: list[Handle] = []  # collectives that have not posted their data stage yet
         self._pool = RecvPool()
+        self._last_recv: tuple[tuple[int, ...], DType, str | None] | None = None  # (recv's fast path, no out=)
         self._status = MPI.Status()  # (recv's fast path)
         # send's fast path packs small messages into these buffers and returns without waiting for the receiver;
         # each buffer's request is completed before the buffer is packed again
@@ -187,10 +188,11 @@ class MPITransport(Transport):
         self._coll.Free()
 
     # ---------------------------------------------------------------- waiting
-    def _wait(self, reqs: list[Any], what: What, peer: int | None) -> None:
-        """Poll ``reqs`` until all complete; ``CommTimeout`` (naming ``peer``) after ``self.timeout`` s."""
+    def _wait(self, reqs: list[Any], what: What, peer: int | None, idle: Callable[[], None] | None = None) -> None:
+        """Poll ``reqs`` until all complete; ``CommTimeout`` (naming ``peer``) after ``self.timeout`` s. ``idle``:
+        see ``_until``."""
         testall = self._mpi.Request.Testall
-        self._until(lambda: testall(reqs), what, peer, reqs)
+        self._until(lambda: testall(reqs), what, peer, reqs, idle)
 
     def _until(self, done: Callable[[], bool], what: What, peer: int | None, pending: list[Any],
                idle: Callable[[], None] | None = None) -> None:
@@ -260,8 +262,8 @@ class MPITransport(Transport):
                 return
             reqs = self._header_if_new(header, dst)
             reqs.append(self._comm.Isend([data, self._mpi.BYTE], dst, TAG_DATA))
-            if not self._mpi.Request.Testall(reqs):
-                self._wait(reqs, lambda: f"send of {describe_header(header)} to rank {dst}", dst)
+            if not self._mpi.Request.Testall(reqs):  # (while the receiver takes the data: the next result ahead)
+                self._wait(reqs, lambda: f"send of {describe_header(header)} to rank {dst}", dst, self._make_ahead)
             return
         # A copy of the data goes out, so the send returns without waiting for the receiver: that wait (a handshake
         # above the byte transport's eager limit) would put the receiver's own work into this rank's time. The
@@ -285,6 +287,11 @@ class MPITransport(Transport):
             return []
         self._headers_sent[dst] = header
         return [self._comm.Isend([header, self._mpi.INT64_T], dst, TAG_HEADER)]
+
+    def _make_ahead(self) -> None:
+        """Make the result of a receive like the last one ahead (a send waiting for its receiver has the time)."""
+        if self._last_recv is not None:
+            self._pool.prepare(*self._last_recv)
 
     def _finish_send(self, i: int) -> None:
         """Wait until the small send in staging buffer ``i`` (if any) is complete, so the buffer is free."""
@@ -337,6 +344,8 @@ class MPITransport(Transport):
             return result
         self._live()
         dims, dt, want, nbytes = spec
+        if out is None:
+            self._last_recv = (dims, dt, device)
         direct = None  # out's Buffer and memory, when the write can go straight in (announced once the header matched)
         if out is not None:
             check_output(out, dims, dt)
