@@ -7,18 +7,19 @@ Out: a ``Transport`` whose calls post non-blocking MPI requests and poll them ag
      of a hang.
 
 All traffic runs on a private duplicate of the communicator, so user mpi4py traffic on the
-same ranks never matches ours. ``send`` of up to ``SMALL`` bytes posts one message, the 16-word
-header (``transport.make_header``) followed by the data, from a staging copy, and returns without waiting for
-its receive (tag ``TAG_SMALL``; a blocking ``recv`` takes it
-into a pooled result whose memory has room for the header in front, so nothing is copied on that side). Larger
-sends post the data (tag ``TAG_DATA``, in chunks of at most ``CHUNK`` bytes: MPI counts are C
-ints) and then the header (tag ``TAG_HEADER``). ``recv`` probes for the first message from the
-sender; for a large one it posts the header receive and receives the data straight into the
-result tensor when its size is the one asked for (else into scratch memory), then checks the
-header: the check is off the data's path, and a sender that sent more bytes than asked for never
-meets a too-short receive (Open MPI 4.1 overruns the buffer of a truncated receive). After a timeout or an MPI
-error the transport is failed (later calls raise ``TransportClosed``); if it is still failed
-when the interpreter exits it calls ``MPI_Abort`` so the other ranks do not wait forever in
+same ranks never matches ours. ``send`` of up to ``SMALL`` bytes posts one message, the 16-word header
+(``transport.make_header``) followed by the data, from a staging copy, and returns without waiting for its receive
+(tag ``TAG_SMALL``; a blocking ``recv`` takes it into a pooled result whose memory has room for the header in
+front, or into a landing buffer and then ``out``). Larger sends post the header (tag ``TAG_HEADER``) only when it
+is not the last one sent to that rank in a header message, then the data (tag ``TAG_DATA``, in chunks of at most
+``CHUNK`` bytes: MPI counts are C ints); the receiver checks data that comes without a header against the last
+header it received from that rank (both sides keep it per rank; messages match in order), so a tensor sent again
+and again is one message. ``recv`` probes for the first message from the sender and checks its header before it
+posts the receive of the data, whose size the header gave: a sender that sent more bytes than asked for never meets
+a too-short receive (Open MPI 4.1 overruns the buffer of a truncated receive); its data is received and dropped and
+the recv raises ``PeerMismatch``. A blocking ``recv(out=)`` announces its write into ``out`` only after the check.
+After a timeout or an MPI error the transport is failed (later calls raise ``TransportClosed``); if it is still
+failed when the interpreter exits it calls ``MPI_Abort`` so the other ranks do not wait forever in
 ``MPI_Finalize``.
 """
 from __future__ import annotations

@@ -553,8 +553,8 @@ class Transport(abc.ABC):
 
         With ``out`` (a tensor of ``shape`` and ``dtype`` that owns its buffer, see ``output_bytes``) the data
         lands in ``out``'s memory and ``out`` is returned: no new tensor per message. Raises ``PeerMismatch``
-        when the sender sent another shape or dtype (the message is consumed; ``out``'s contents are then
-        unspecified)."""
+        when the sender sent another shape or dtype (the message is consumed; ``out`` is left as it was by the mpi
+        backend, unspecified by others)."""
 
     @abc.abstractmethod
     def allreduce(self, tensor: Tensor, op: str = "sum") -> Tensor:
