@@ -130,6 +130,7 @@ class MPITransport(Transport):
         self._probers: dict[int, list[Handle]] = {}  # src -> receives that have not probed their data yet
         self._collectives: list[Handle] = []  # collectives that have not posted their data stage yet
         self._pool = RecvPool()
+        self._peers: set[int] = set()  # ranks send checked with _check_peer
         # recv(out=)'s last out that passed check_output: (out, weakly; its node then, weakly; the recv's spec)
         self._out_checked: tuple[Callable[[], Any], Callable[[], Any], Any] = (_dead, _dead, None)
         self._last_recv: tuple[tuple[int, ...], DType, str | None] | None = None  # (recv's fast path, no out=)
@@ -146,8 +147,8 @@ class MPITransport(Transport):
         # comes without one has that header (a sender sends the header only when it changes)
         self._headers_sent: dict[int, np.ndarray] = {}
         self._headers_got: dict[int, bytes] = {}
-        # recv's checked arguments -> (shape, dtype, wire header bytes, data bytes)
-        self._recv_specs: dict[Any, tuple[tuple[int, ...], DType, bytes, int]] = {}
+        # recv's checked arguments -> (shape, dtype, wire header bytes, data bytes, the pool's key)
+        self._recv_specs: dict[Any, tuple[tuple[int, ...], DType, bytes, int, Any]] = {}
         atexit.register(self._at_exit)
 
     # ---------------------------------------------------------------- state
@@ -257,8 +258,10 @@ class MPITransport(Transport):
         return lambda: testall(reqs)
 
     def send(self, tensor: Tensor, dst: int) -> None:
-        self._live()
-        self._check_peer(dst, "dst")
+        if self._failure is not None or self._closed:
+            self._live()
+        if type(dst) is not int or dst not in self._peers:  # (the ranks checked before)
+            self._peers.add(self._check_peer(dst, "dst"))
         data, keep, header = message_of(tensor)  # (the fast paths of isend: no handle)
         if data.nbytes > SMALL:
             if data.nbytes > CHUNK:
@@ -344,12 +347,13 @@ class MPITransport(Transport):
             if spec is None and len(self._recv_specs) < 256 and isinstance(dtype, str):
                 dims, dt = as_shape(shape), as_dtype(dtype)  # (valid: the call went through)
                 wire = make_header(dims, dt)
-                self._recv_specs[key] = (dims, dt, wire.tobytes(), header_nbytes(wire))
+                self._recv_specs[key] = (dims, dt, wire.tobytes(), header_nbytes(wire), (dims, dt, device))
             return result
-        self._live()
-        dims, dt, want, nbytes = spec
+        if self._failure is not None or self._closed:
+            self._live()
+        dims, dt, want, nbytes, pool_key = spec
         if out is None:
-            self._last_recv = (dims, dt, device)
+            self._last_recv = pool_key
         direct = None  # out's Buffer and memory, when the write can go straight in (announced once the header matched)
         if out is not None:
             checked = self._out_checked  # (out's node is what check_output looks at: the same node, the same answer)
@@ -384,6 +388,10 @@ class MPITransport(Transport):
             self._receive(message, landing, src)
             if bytes(landing[:HEADER_BYTES]) != want:
                 self._refuse(np.frombuffer(landing, np.int64, HEADER_WORDS), dims, dt, src, False)
+            if direct is not None:  # (the common case of out=, inline)
+                realization().invalidate(direct[0])
+                direct[1][:] = landing[HEADER_BYTES:]
+                return out  # type: ignore[return-value]
             t, mv, commit = self._target(dims, dt, device, out, nbytes, direct)
             mv[:] = landing[HEADER_BYTES:]
             return _committed(commit, t)
