@@ -387,19 +387,23 @@ class RealizationState:
         (``Tensor(node)``, then ``hold``): the same node serves message after message, nothing is built per
         message. Dead references met on the way are dropped."""
         chain = [node]  # node, ..., its BUFFER uop
-        while chain[-1].op in MOVEMENT:
-            chain.append(chain[-1].src[0])
-        name = chain[-1]
+        name = node
+        while name.op in MOVEMENT:
+            name = name.src[0]
+            chain.append(name)
         buf = self._buffers.get(name) if name.op is Ops.BUFFER else None
-        if buf is None or name in self.pending or buf.base.views_alive > (buf is not buf.base) \
-                or buf.base in self._captured:
+        if buf is None or name in self.pending:
             return None
-        names = self._watched.get(buf.base)
+        base = buf.base
+        if base.views_alive > (buf is not base) or base in self._captured:
+            return None
+        names = self._watched.get(base)
         if names is None or not _only_live(names, name):
             return None
         above = None
         for n in chain:  # (each node of the chain is read only by the one above it)
-            if n.readers is None or not _only_live(n.readers, above):
+            readers = n.readers
+            if readers is None or not _only_live(readers, above):
                 return None
             above = n
         return buf
@@ -460,10 +464,16 @@ def _reads_as_other(x: Any, name: UOp, views: set[UOp], holders: list[Any]) -> b
 def _only_live(refs: list[Any], allowed: Any) -> bool:
     """Whether ``allowed`` (or nothing) is the only live object ``refs`` (weak references) point to; drops the dead
     ones."""
-    live = [r for r in refs if r() is not None]
-    if len(live) != len(refs):
-        refs[:] = live
-    return all(r() is allowed for r in live)
+    only, dead = True, False
+    for r in refs:  # (a plain loop: this runs per message of a transport's receive pool)
+        x = r()
+        if x is None:
+            dead = True
+        elif x is not allowed:
+            only = False
+    if dead:
+        refs[:] = [r for r in refs if r() is not None]
+    return only
 
 
 def _numel(u: UOp) -> int:

@@ -411,12 +411,7 @@ class RecvPool:
                 self._ready[key] = made
 
     def _make(self, key: PoolKey) -> tuple[Tensor, _Pooled] | None:
-        shape, dt, device = key
-        nbytes = prod(shape) * dt.itemsize
-        if nbytes == 0 or nbytes > self.MAX_MESSAGE or device in self._unpoolable:
-            self.misses += 1
-            return None
-        entries = self._free.get(key)
+        entries = self._free.get(key)  # (a key with entries is one the pool takes)
         if entries is not None:
             state = realization()
             for pooled in entries:
@@ -425,8 +420,13 @@ class RecvPool:
                     return pooled.result(), pooled
                 if state.buffer_under(pooled.node) is not pooled.view:  # its node names a copy now (class doc)
                     entries.remove(pooled)  # (on every take: the buffer is given back at once)
-                    self._bytes -= nbytes
+                    self._bytes -= pooled.packed.nbytes - HEADER_BYTES
                     return self._make(key)  # (the others again, without it)
+        shape, dt, device = key
+        nbytes = prod(shape) * dt.itemsize
+        if nbytes == 0 or nbytes > self.MAX_MESSAGE or device in self._unpoolable:
+            self.misses += 1
+            return None
         self.misses += 1
         if self._bytes + nbytes > self.MAX_BYTES or (entries is not None and len(entries) >= self.PER_KEY):
             return None
