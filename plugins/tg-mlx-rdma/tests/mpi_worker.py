@@ -406,8 +406,9 @@ def nonblocking(tr) -> None:
 def small_sends(tr) -> None:
     """Small sends return without waiting for their receive: ranks 0 and 1 both send first (8 KiB messages, over
     Open MPI's shared-memory eager limit), as many as the transport keeps on their way, then receive; then rank 0
-    sends again and closes before rank 1 receives (close completes them, and the data arrives intact)."""
-    from tg_mlx_rdma.mpi import SEND_BUFFERS
+    sends again and closes before rank 1 receives (close completes them, and the data arrives intact). In between,
+    messages of many sizes (the persistent send requests are freed and made again)."""
+    from tg_mlx_rdma.mpi import SEND_BUFFERS, SEND_INITS
     if tr.rank > 1:
         return
     peer, n = 1 - tr.rank, 2048
@@ -415,6 +416,15 @@ def small_sends(tr) -> None:
         tr.send(Tensor(np.full(n, 10 * tr.rank + i, np.float32)), peer)
     for i in range(SEND_BUFFERS):
         check(tr.recv(n, "float32", peer).numpy(), np.full(n, 10 * peer + i, np.float32), f"small send {i}")
+    # more (buffer, size) pairs than the transport keeps persistent requests for: they are freed and made again
+    sizes = [1 + 37 * k for k in range(2 * SEND_INITS // SEND_BUFFERS + 1)]
+    for size in sizes:
+        if tr.rank == 0:
+            for i in range(SEND_BUFFERS):
+                tr.send(Tensor(np.arange(size, dtype=np.int32) * (i + 1)), 1)
+        else:
+            for i in range(SEND_BUFFERS):
+                check(tr.recv(size, "int32", 0).numpy(), np.arange(size, dtype=np.int32) * (i + 1), f"{size} #{i}")
     if tr.rank == 0:
         for i in range(SEND_BUFFERS):
             tr.send(Tensor(np.arange(n, dtype=np.float32) + i), 1)

@@ -83,6 +83,7 @@ TAG_SMALL = 0x7403  # header and data in one message
 SMALL = 16384
 CHUNK = 1 << 30  # bytes per point-to-point message; elements per reduce step
 SEND_BUFFERS = 4  # small sends that may be on their way at once (send returns before they are received)
+SEND_INITS = 64  # persistent requests of small sends kept (one per staging buffer, message size and rank)
 FAST_POLLS = 512  # polls before the first clock read
 IDLE_POLLS = 1  # polls that found nothing before a wait does its idle work (recv: make the next result ahead)
 SPIN_SECONDS = 0.05  # poll flat out this long (MPI progresses only inside our Test calls) ...
@@ -140,6 +141,7 @@ class MPITransport(Transport):
         self._staging = [memoryview(bytearray(HEADER_BYTES + SMALL)) for _ in range(SEND_BUFFERS)]
         self._staged: list[tuple[Any, int] | None] = [None] * SEND_BUFFERS  # (request, destination) in flight
         self._staged_headers: list[np.ndarray | None] = [None] * SEND_BUFFERS  # the header in each buffer
+        self._send_inits: dict[tuple[int, int, int], Any] = {}  # (buffer, bytes, rank) -> persistent send
         self._next_staging = 0
         self._landing = memoryview(bytearray(HEADER_BYTES + SMALL))  # recv(out=)'s small messages arrive here
         self._header_in = memoryview(bytearray(HEADER_BYTES))  # (recv's fast path: header messages)
@@ -177,7 +179,7 @@ class MPITransport(Transport):
         atexit.unregister(self._at_exit)
         if self._failure is None:
             try:
-                self._finish_sends()  # (their buffers must outlive them)
+                self._free_send_inits()  # (the sends complete first: their buffers must outlive them)
             except CommError:
                 self._at_exit()
                 raise
@@ -285,7 +287,11 @@ class MPITransport(Transport):
             self._staged_headers[i] = header
         end = HEADER_BYTES + data.nbytes
         slot[HEADER_BYTES:end] = data
-        self._staged[i] = (self._comm.Isend([slot[:end], self._mpi.BYTE], dst, TAG_SMALL), dst)
+        req = self._send_inits.get((i, end, dst))  # (a persistent request per buffer, size and rank: no new object)
+        if req is None:
+            req = self._send_init(i, end, dst)
+        req.Start()
+        self._staged[i] = (req, dst)
 
     def _header_if_new(self, header: np.ndarray, dst: int) -> list[Any]:
         """The request of a header message to ``dst`` (tag ``TAG_HEADER``) when ``header`` is not the last one sent
@@ -294,6 +300,21 @@ class MPITransport(Transport):
             return []
         self._headers_sent[dst] = header
         return [self._comm.Isend([header, self._mpi.INT64_T], dst, TAG_HEADER)]
+
+    def _send_init(self, i: int, end: int, dst: int) -> Any:
+        """A persistent request sending the first ``end`` bytes of staging buffer ``i`` to ``dst`` (tag
+        ``TAG_SMALL``); kept for up to ``SEND_INITS`` (buffer, size, rank) triples, then all are freed."""
+        if len(self._send_inits) >= SEND_INITS:
+            self._free_send_inits()
+        req = self._send_inits[(i, end, dst)] = self._comm.Send_init([self._staging[i][:end], self._mpi.BYTE],
+                                                                     dst, TAG_SMALL)
+        return req
+
+    def _free_send_inits(self) -> None:
+        self._finish_sends()  # (a persistent request is freed once it is not active)
+        for req in self._send_inits.values():
+            req.Free()
+        self._send_inits.clear()
 
     def _make_ahead(self) -> None:
         """Make the result of a receive like the last one ahead (a send waiting for its receiver has the time)."""
