@@ -219,3 +219,22 @@ def test_a_parameter_written_outside_the_scheduler_still_gets_its_gradient():
     layer(Tensor(x)).sum().backward()
     assert layer.weight.grad is not None
     np.testing.assert_allclose(layer.weight.grad.numpy(), np.ones((2, 1), np.float32) * x.sum(0))
+
+
+def test_in_place_buffer_says_when_a_write_may_go_straight_in(device):
+    """REALIZATION.in_place_buffer: the tensor's own buffer when only its holders read it (a write there is what
+    prepare_write would do: bump the version), None for a view, a lazy expression or memory a lazy graph reads;
+    asking changes nothing (values, version)."""
+    t = Tensor(np.arange(4, dtype=np.float32), device=device).realize()
+    buf = REALIZATION.in_place_buffer(t)
+    assert buf is not None and buf is REALIZATION.own_buffer(t)
+    version = REALIZATION.version(buf)
+    assert REALIZATION.in_place_buffer(t) is buf and REALIZATION.version(buf) == version
+    assert REALIZATION.in_place_buffer(t[1:3]) is None and REALIZATION.own_buffer(t[1:3]) is None
+    assert REALIZATION.in_place_buffer(t + 1) is None and REALIZATION.own_buffer(t + 1) is None
+    lazy = t * 2  # reads the memory: a write must give t a new version instead
+    assert REALIZATION.in_place_buffer(t) is None and REALIZATION.own_buffer(t) is buf
+    del lazy
+    assert REALIZATION.in_place_buffer(t) is buf
+    np.testing.assert_array_equal(t.numpy(), np.arange(4))
+    assert REALIZATION.version(buf) == version

@@ -198,6 +198,29 @@ class RealizationState:
             return None
         return buf
 
+    def own_buffer(self, tensor: Any) -> Buffer | None:
+        """The Buffer ``tensor`` owns whole and contiguous (its node is a BUFFER uop or a reshape of one), or None
+        (a view, a lazy expression). Realizes and changes nothing: what ``prepare_write`` accepts."""
+        u = tensor.uop
+        old = u.src[0] if u.op is Ops.RESHAPE else u
+        buf = self._buffers.get(old) if old.op is Ops.BUFFER else None
+        if buf is None or buf.size != _numel(u) or buf.dtype != u.dtype:
+            return None
+        return buf
+
+    def in_place_buffer(self, tensor: Any) -> Buffer | None:
+        """The Buffer a write into ``tensor`` can go straight into (``tensor`` owns it, no write into it is pending and
+        nothing but the tensors realized into it reads it), or None. Changes nothing: a writer that finds it can
+        still decide not to write; once it does, it ``invalidate``s the buffer, all ``prepare_write`` would do."""
+        buf = self.own_buffer(tensor)
+        if buf is None:
+            return None
+        u = tensor.uop
+        name = u.src[0] if u.op is Ops.RESHAPE else u
+        if name in self.pending or not self._only_holders_read(name):
+            return None
+        return buf
+
     def prepare_write(self, tensor: Any, finish: Callable[[], None] | None = None) -> Buffer:
         """Get ``tensor``'s own buffer ready to be written outside the scheduler (a transport receiving into it).
 
@@ -208,12 +231,12 @@ class RealizationState:
         only the version is bumped. ``finish``: for a write that is still under way when
         this returns (a non-blocking receive), what waits for it; any realize that reads the tensor calls it
         first. Raises ValueError when the tensor does not own a contiguous buffer."""
-        u = tensor.uop
-        old = u.src[0] if u.op is Ops.RESHAPE else u
-        buf = self._buffers.get(old) if old.op is Ops.BUFFER else None
-        if buf is None or buf.size != _numel(u) or buf.dtype != u.dtype:
+        buf = self.own_buffer(tensor)
+        if buf is None:
             raise ValueError("the tensor written into must own a contiguous buffer (Tensor.empty(...) or a "
                              "realized tensor), not a view or a lazy expression")
+        u = tensor.uop
+        old = u.src[0] if u.op is Ops.RESHAPE else u
         if old in self.pending:  # (an earlier write into it finishes first)
             tensor.realize()
             old = tensor.uop.src[0] if tensor.uop.op is Ops.RESHAPE else tensor.uop
@@ -364,19 +387,23 @@ class RealizationState:
         (``Tensor(node)``, then ``hold``): the same node serves message after message, nothing is built per
         message. Dead references met on the way are dropped."""
         chain = [node]  # node, ..., its BUFFER uop
-        while chain[-1].op in MOVEMENT:
-            chain.append(chain[-1].src[0])
-        name = chain[-1]
+        name = node
+        while name.op in MOVEMENT:
+            name = name.src[0]
+            chain.append(name)
         buf = self._buffers.get(name) if name.op is Ops.BUFFER else None
-        if buf is None or name in self.pending or buf.base.views_alive > (buf is not buf.base) \
-                or buf.base in self._captured:
+        if buf is None or name in self.pending:
             return None
-        names = self._watched.get(buf.base)
+        base = buf.base
+        if base.views_alive > (buf is not base) or base in self._captured:
+            return None
+        names = self._watched.get(base)
         if names is None or not _only_live(names, name):
             return None
         above = None
         for n in chain:  # (each node of the chain is read only by the one above it)
-            if n.readers is None or not _only_live(n.readers, above):
+            readers = n.readers
+            if readers is None or not _only_live(readers, above):
                 return None
             above = n
         return buf
@@ -437,10 +464,16 @@ def _reads_as_other(x: Any, name: UOp, views: set[UOp], holders: list[Any]) -> b
 def _only_live(refs: list[Any], allowed: Any) -> bool:
     """Whether ``allowed`` (or nothing) is the only live object ``refs`` (weak references) point to; drops the dead
     ones."""
-    live = [r for r in refs if r() is not None]
-    if len(live) != len(refs):
-        refs[:] = live
-    return all(r() is allowed for r in live)
+    only, dead = True, False
+    for r in refs:  # (a plain loop: this runs per message of a transport's receive pool)
+        x = r()
+        if x is None:
+            dead = True
+        elif x is not allowed:
+            only = False
+    if dead:
+        refs[:] = [r for r in refs if r() is not None]
+    return only
 
 
 def _numel(u: UOp) -> int:

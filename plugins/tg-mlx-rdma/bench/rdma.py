@@ -143,6 +143,77 @@ def pingpong(tr, comm, mpi, nbytes: int, repeat: int) -> None:  # noqa: ANN001
         print(f"{size:>5} {lat}  {bw}  {ratio}{'' if ok else '  (WRONG DATA)'}", flush=True)
 
 
+def round_trips(tr, comm, mpi, nbytes: int, rounds: int, block: int = 20) -> dict[str, list[float]] | None:  # noqa: ANN001
+    """Ranks 0 and 1 bounce a float32 tensor of ``nbytes``; rank 0 times every round trip by itself
+    (``perf_counter_ns``), the kinds alternated in blocks of ``block`` round trips (so all see the same machine
+    state). Returns rank 0's one-way times (half a round trip, seconds) per kind; None on rank 1."""
+    import tgcore
+    n = nbytes // 4
+    values = np.arange(n, dtype=np.float32) + tr.rank
+    src = tgcore.Tensor(values).realize()
+    out = tgcore.Tensor(np.zeros(n, dtype=np.float32)).realize()
+    raw_in = np.empty(n, dtype=np.float32)
+    peer, me = 1 - tr.rank, tr.rank
+    send, recv, clock = tr.send, tr.recv, time.perf_counter_ns
+    times: dict[str, list[float]] = {k: [] for k in KINDS}
+    blocks = -(-rounds // block)
+    for b in range(blocks + 1):  # block 0 of each kind warms up
+        for kind in KINDS[b % len(KINDS):] + KINDS[:b % len(KINDS)]:
+            comm.Barrier()
+            got = times[kind]
+            for _ in range(block):
+                start = clock()
+                if me == 0:
+                    if kind == "raw":
+                        comm.Send([values, mpi.FLOAT], peer)
+                        comm.Recv([raw_in, mpi.FLOAT], peer)
+                    else:
+                        send(src, peer)
+                        if kind == "tg":
+                            recv((n,), "float32", peer)
+                        else:
+                            recv((n,), "float32", peer, out=out)
+                elif kind == "raw":
+                    comm.Recv([raw_in, mpi.FLOAT], peer)
+                    comm.Send([values, mpi.FLOAT], peer)
+                else:
+                    if kind == "tg":
+                        recv((n,), "float32", peer)  # dropped at once: the pool hands it out again
+                    else:
+                        recv((n,), "float32", peer, out=out)
+                    send(src, peer)
+                if b:
+                    got.append((clock() - start) / 2e9)
+    if me != 0:
+        return None
+    if not (np.array_equal(out.numpy(), values + 1) and np.array_equal(raw_in, values + 1)):
+        print("  (WRONG DATA)", flush=True)
+    return times
+
+
+def targets(tr, comm, mpi, rounds: int) -> None:  # noqa: ANN001
+    """The issue's targets, as ratios measured in this run: 4 KiB one-way latency tg / mpi4py (target <= 2) and
+    1 MiB bandwidth tg / mpi4py (target >= 0.9), each from the 10th percentile and the median of individually
+    timed round trips (a round trip no other process interrupted: the figure that follows the code rather than
+    the machine's load)."""
+    for nbytes, what in ((4 << 10, "latency"), (1 << 20, "bandwidth")):
+        times = round_trips(tr, comm, mpi, nbytes, rounds if nbytes < (1 << 20) else max(60, rounds // 8))
+        if times is None:
+            continue
+        q = {k: (float(np.percentile(v, 10)), float(np.median(v))) for k, v in times.items()}
+        size = "4 KiB" if nbytes < (1 << 20) else "1 MiB"
+        us = "  ".join(f"{k} {q[k][0] * 1e6:.1f}/{q[k][1] * 1e6:.1f}" for k in KINDS)
+        if what == "latency":  # tg time / raw time
+            r = {k: (q[k][0] / q["raw"][0], q[k][1] / q["raw"][1]) for k in ("tg", "tg_out")}
+            goal = "<= 2"
+        else:  # tg bandwidth / raw bandwidth = raw time / tg time
+            r = {k: (q["raw"][0] / q[k][0], q["raw"][1] / q[k][1]) for k in ("tg", "tg_out")}
+            goal = ">= 0.9"
+        print(f"{size} one-way us p10/median: {us};  {what} tg/mpi4py p10 {r['tg'][0]:.2f} (median "
+              f"{r['tg'][1]:.2f}), out= p10 {r['tg_out'][0]:.2f} (median {r['tg_out'][1]:.2f});  target {goal}",
+              flush=True)
+
+
 def mlx5_wqe_rate(tr5, comm, count: int) -> None:  # noqa: ANN001
     """Rank 0 posts ``count`` 8-byte SENDs to rank 1 on the model; prints WQEs/s (rank 0's wall time)."""
     peer = tr5.peers[1 - tr5.rank]
@@ -200,6 +271,8 @@ def main() -> int:
     ap.add_argument("--small", default="4,16,64,256,1024", help="ping-pong message sizes in KiB, comma separated")
     ap.add_argument("--sizes", default="1,4,16,64,256", help="one-way message sizes in MiB, comma separated")
     ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--rounds", type=int, default=1000,
+                    help="individually timed 4 KiB round trips per kind for the targets (1 MiB: an eighth; 0: skip)")
     ap.add_argument("--wqes", type=int, default=5000, help="WQEs for the mlx5 model rate (0: skip the mlx5 part)")
     args = ap.parse_args()
 
@@ -212,6 +285,12 @@ def main() -> int:
         print("run me under mpirun with 2 ranks: mpirun -np 2 python plugins/tg-mlx-rdma/bench/rdma.py")
         return 0
     library = MPI.Get_library_version().split(",")[0]
+    if args.rounds:
+        if tr.rank == 0:
+            print(f"targets (issue #23), ping-pong ranks 0 <-> 1, MPI: {library}; ratios of the same run")
+        if tr.rank < 2:
+            targets(tr, MPI.COMM_WORLD, MPI, args.rounds)
+        MPI.COMM_WORLD.Barrier()
     small = [int(x) << 10 for x in args.small.split(",") if x]
     if small and tr.rank == 0:
         print(f"ping-pong float32, ranks 0 <-> 1, {tr.world_size} ranks, MPI: {library}; "
@@ -223,12 +302,13 @@ def main() -> int:
         if tr.rank < 2:
             pingpong(tr, MPI.COMM_WORLD, MPI, nbytes, args.repeat)
         MPI.COMM_WORLD.Barrier()
-    if tr.rank == 0:
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    if sizes and tr.rank == 0:
         print(f"send/recv float32, rank 0 -> rank 1, {tr.world_size} ranks, MPI: {library}")
         print(f"{'':>5} {'GB/s':^23}  {'tg / mpi4py':^17}  {'tg out= / mpi4py':^17}")
         print(f"{'MiB':>5} {'tg':>7} {'tg out=':>7} {'mpi4py':>7}  {'ratio':>5} {'round':>5} {'best':>5}"
               f"  {'ratio':>5} {'round':>5} {'best':>5}")
-    for mib in (int(s) for s in args.sizes.split(",")):
+    for mib in sizes:
         measure(tr, MPI.COMM_WORLD, MPI, mib, args.repeat)
     tr.close()
     if args.wqes and tr.world_size == 2:

@@ -220,7 +220,9 @@ def chunks(tr) -> None:
     direction (the extra chunks are drained: the next message still arrives intact), and a 1-chunk message."""
     import tg_mlx_rdma.mpi
     tg_mlx_rdma.mpi.CHUNK = 1000
-    plan = [(2500, 2500), (2500, 1500), (1500, 2500), (250, 250), (1001, 1001)]  # (sent, asked) float32 elements
+    tg_mlx_rdma.mpi.SMALL = 256  # (so every message here is a large one: header, then data in chunks)
+    # (sent, asked) float32 elements; a size sent again goes without its header, also when the recv asks for another
+    plan = [(2500, 2500), (2500, 1500), (1500, 2500), (250, 250), (1001, 1001), (1001, 1001), (1001, 250)]
     for seed, (sent, asked) in enumerate(plan):
         a = data(0, "float32", sent, seed)
         if tr.rank == 0:
@@ -235,6 +237,44 @@ def chunks(tr) -> None:
                 assert sent == asked, f"recv of {asked} elements from a send of {sent} did not fail"
                 check(got.numpy(), a, f"recv of {sent} elements in chunks")
     tr.barrier()
+
+
+def headers(tr) -> None:
+    """A large message's header goes only when it changes: receives of data sent without one (blocking, into out=,
+    non-blocking), mismatches found on either kind of message (the data is drained, the next message is intact),
+    and a recv(out=) that meets a mismatch leaves out as it was (values and version)."""
+    if tr.rank > 1:
+        return
+    n = 1 << 18
+    a = np.arange(n, dtype=np.float32)
+    c = np.arange(n, dtype=np.int32) * 3
+    small = np.arange(10, dtype=np.float32)
+    plan = [(a, a), (a, a), (small, small), (a, a), (a, c), (c, a), (a, a), (a, a), (a, a)]  # (sent, asked)
+    if tr.rank == 0:
+        for sent, _ in plan:
+            tr.send(Tensor(sent), 1)
+        return
+    realization = tgcore.realization
+    outs = {"float32": Tensor(np.full(n, -1, np.float32)).realize(),
+            "int32": Tensor(np.full(n, -1, np.int32)).realize()}
+    for i, (sent, asked) in enumerate(plan[:7]):
+        dtype = str(asked.dtype)
+        out = outs[dtype] if asked.size == n and (i % 2 or sent is not asked) else None
+        if sent is asked:
+            got = tr.recv(asked.shape, dtype, 0, out=out)
+            assert out is None or got is out
+            check(got.numpy(), sent, f"message {i}")
+            continue
+        before = out.numpy().copy()
+        version = realization.version(realization.buffer_of(out))
+        msg = expect_error(PeerMismatch, (f"{dtype}[{n}]", f"{sent.dtype}[{n}]"),
+                           lambda shape=asked.shape, dtype=dtype, out=out: tr.recv(shape, dtype, 0, out=out))
+        print(f"rank 1 expected error: {msg}")
+        check(out.numpy(), before, f"out after the mismatch of message {i}")
+        assert realization.version(realization.buffer_of(out)) == version, "a refused message announced a write"
+    first, second = tr.irecv((n,), "float32", 0), tr.irecv((n,), "float32", 0, out=outs["float32"])
+    check(second.wait().numpy(), a, "the second of two irecvs, waited first")
+    check(first.wait().numpy(), a, "the first of two irecvs")
 
 
 def expect_error(kind: type, words: tuple[str, ...], fn) -> str:  # noqa: ANN001
@@ -366,8 +406,9 @@ def nonblocking(tr) -> None:
 def small_sends(tr) -> None:
     """Small sends return without waiting for their receive: ranks 0 and 1 both send first (8 KiB messages, over
     Open MPI's shared-memory eager limit), as many as the transport keeps on their way, then receive; then rank 0
-    sends again and closes before rank 1 receives (close completes them, and the data arrives intact)."""
-    from tg_mlx_rdma.mpi import SEND_BUFFERS
+    sends again and closes before rank 1 receives (close completes them, and the data arrives intact). In between,
+    messages of many sizes (the persistent send requests are freed and made again)."""
+    from tg_mlx_rdma.mpi import SEND_BUFFERS, SEND_INITS
     if tr.rank > 1:
         return
     peer, n = 1 - tr.rank, 2048
@@ -375,6 +416,15 @@ def small_sends(tr) -> None:
         tr.send(Tensor(np.full(n, 10 * tr.rank + i, np.float32)), peer)
     for i in range(SEND_BUFFERS):
         check(tr.recv(n, "float32", peer).numpy(), np.full(n, 10 * peer + i, np.float32), f"small send {i}")
+    # more (buffer, size) pairs than the transport keeps persistent requests for: they are freed and made again
+    sizes = [1 + 37 * k for k in range(2 * SEND_INITS // SEND_BUFFERS + 1)]
+    for size in sizes:
+        if tr.rank == 0:
+            for i in range(SEND_BUFFERS):
+                tr.send(Tensor(np.arange(size, dtype=np.int32) * (i + 1)), 1)
+        else:
+            for i in range(SEND_BUFFERS):
+                check(tr.recv(size, "int32", 0).numpy(), np.arange(size, dtype=np.int32) * (i + 1), f"{size} #{i}")
     if tr.rank == 0:
         for i in range(SEND_BUFFERS):
             tr.send(Tensor(np.arange(n, dtype=np.float32) + i), 1)
@@ -418,6 +468,8 @@ def main() -> int:
         nonblocking(tr)
     elif scenario == "chunks":
         chunks(tr)
+    elif scenario == "headers":
+        headers(tr)
     elif scenario == "small-sends":
         small_sends(tr)
     elif scenario.startswith("die-"):

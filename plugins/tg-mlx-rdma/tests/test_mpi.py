@@ -43,7 +43,16 @@ def test_mismatched_recv_and_allreduce_raise(need_mpi: None) -> None:
 def test_messages_of_several_chunks(need_mpi: None) -> None:
     proc = run_job(2, [str(WORKER), "chunks"], timeout=60)
     ok(proc, 2)
-    assert proc.stdout.count("expected error") == 2, proc.stdout
+    assert proc.stdout.count("expected error") == 3, proc.stdout
+
+
+def test_headers_only_when_they_change(need_mpi: None) -> None:
+    """Data sent without its header (the one sent last applies): received, refused with the right message and
+    drained; a refused recv(out=) leaves out's values and version as they were."""
+    proc = run_job(2, [str(WORKER), "headers"], timeout=60)
+    ok(proc, 2)
+    assert "recv expected int32[262144] from rank 0, but rank 0 sent float32[262144]" in proc.stdout, proc.stdout
+    assert "recv expected float32[262144] from rank 0, but rank 0 sent int32[262144]" in proc.stdout, proc.stdout
 
 
 def test_small_sends_do_not_wait_for_their_receive(need_mpi: None) -> None:

@@ -142,3 +142,24 @@ def test_pool_keeps_memory_a_jit_capture_reads() -> None:
         commit()
         del t, mv
         np.testing.assert_array_equal(f(x).numpy(), np.full(N, 6, np.float32), err_msg=f"message {i}")
+
+
+def test_pool_gives_back_a_buffer_an_assign_copied_aside_at_the_next_take() -> None:
+    """An assign into a result copies the old contents aside for the pool's node, so that buffer can never be handed
+    out again: it leaves the pool at the next take of its key, also when another buffer is free (a hit)."""
+    pool = RecvPool()
+    dt = as_dtype("float32")
+    t, mv, _ = pool.take((N,), dt, None)
+    fill(mv, 3)
+    u, mv2, _ = pool.take((N,), dt, None)  # a second buffer (t is alive)
+    del u, mv2
+    t.assign(t + 1).realize()  # the pool's node still names the old contents: they go to a copy
+    np.testing.assert_array_equal(t.numpy(), np.full(N, 4, np.float32))
+    held = pool._bytes
+    hits = pool.hits
+    v, mv3, _ = pool.take((N,), dt, None)  # the second buffer, free again: a hit
+    assert pool.hits == hits + 1
+    assert pool._bytes == held - N * 4, "the copied-aside buffer is still counted in the pool"
+    fill(mv3, 9)
+    np.testing.assert_array_equal(t.numpy(), np.full(N, 4, np.float32))  # (t's own memory untouched)
+    np.testing.assert_array_equal(v.numpy(), np.full(N, 9, np.float32))

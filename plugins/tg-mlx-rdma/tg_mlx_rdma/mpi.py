@@ -7,18 +7,19 @@ Out: a ``Transport`` whose calls post non-blocking MPI requests and poll them ag
      of a hang.
 
 All traffic runs on a private duplicate of the communicator, so user mpi4py traffic on the
-same ranks never matches ours. ``send`` of up to ``SMALL`` bytes posts one message, the 16-word
-header (``transport.make_header``) followed by the data, from a staging copy, and returns without waiting for
-its receive (tag ``TAG_SMALL``; a blocking ``recv`` takes it
-into a pooled result whose memory has room for the header in front, so nothing is copied on that side). Larger
-sends post the data (tag ``TAG_DATA``, in chunks of at most ``CHUNK`` bytes: MPI counts are C
-ints) and then the header (tag ``TAG_HEADER``). ``recv`` probes for the first message from the
-sender; for a large one it posts the header receive and receives the data straight into the
-result tensor when its size is the one asked for (else into scratch memory), then checks the
-header: the check is off the data's path, and a sender that sent more bytes than asked for never
-meets a too-short receive (Open MPI 4.1 overruns the buffer of a truncated receive). After a timeout or an MPI
-error the transport is failed (later calls raise ``TransportClosed``); if it is still failed
-when the interpreter exits it calls ``MPI_Abort`` so the other ranks do not wait forever in
+same ranks never matches ours. ``send`` of up to ``SMALL`` bytes posts one message, the 16-word header
+(``transport.make_header``) followed by the data, from a staging copy, and returns without waiting for its receive
+(tag ``TAG_SMALL``; a blocking ``recv`` takes it into a pooled result whose memory has room for the header in
+front, or into a landing buffer and then ``out``). Larger sends post the header (tag ``TAG_HEADER``) only when it
+is not the last one sent to that rank in a header message, then the data (tag ``TAG_DATA``, in chunks of at most
+``CHUNK`` bytes: MPI counts are C ints); the receiver checks data that comes without a header against the last
+header it received from that rank (both sides keep it per rank; messages match in order), so a tensor sent again
+and again is one message. ``recv`` probes for the first message from the sender and checks its header before it
+posts the receive of the data, whose size the header gave: a sender that sent more bytes than asked for never meets
+a too-short receive (Open MPI 4.1 overruns the buffer of a truncated receive); its data is received and dropped and
+the recv raises ``PeerMismatch``. A blocking ``recv(out=)`` announces its write into ``out`` only after the check.
+After a timeout or an MPI error the transport is failed (later calls raise ``TransportClosed``); if it is still
+failed when the interpreter exits it calls ``MPI_Abort`` so the other ranks do not wait forever in
 ``MPI_Finalize``.
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import atexit
 import sys
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -50,13 +52,17 @@ from tg_mlx_rdma.transport import (
     as_shape,
     broadcast_args,
     check_header,
+    check_output,
     describe_header,
     header_nbytes,
     header_of,
+    in_place_bytes,
     make_header,
-    output_bytes,
+    message_of,
+    realization,
     recv_target,
     tensor_bytes,
+    write_into,
 )
 
 if TYPE_CHECKING:
@@ -77,8 +83,9 @@ TAG_SMALL = 0x7403  # header and data in one message
 SMALL = 16384
 CHUNK = 1 << 30  # bytes per point-to-point message; elements per reduce step
 SEND_BUFFERS = 4  # small sends that may be on their way at once (send returns before they are received)
+SEND_INITS = 64  # persistent requests of small sends kept (one per staging buffer, message size and rank)
 FAST_POLLS = 512  # polls before the first clock read
-IDLE_POLLS = 8  # polls that found nothing before a wait does its idle work (recv: make the next result ahead)
+IDLE_POLLS = 1  # polls that found nothing before a wait does its idle work (recv: make the next result ahead)
 SPIN_SECONDS = 0.05  # poll flat out this long (MPI progresses only inside our Test calls) ...
 YIELD_SECONDS = 1.0  # ... then yield the CPU between polls, then sleep 1 ms between polls
 
@@ -116,21 +123,34 @@ class MPITransport(Transport):
         base = MPI.COMM_WORLD if comm is None else comm
         self.rank, self.world_size = base.Get_rank(), base.Get_size()
         base.Set_errhandler(MPI.ERRORS_RETURN)  # errors raise MPI.Exception instead of aborting
+        self._comm: Any
+        self._coll: Any  # the data stages of collectives (see _agree)
         self._comm, req = base.Idup()
-        self._coll, req2 = base.Idup()  # the data stages of collectives (see _agree)
+        self._coll, req2 = base.Idup()
         self._wait([req, req2], "connecting (duplicating the communicator)", None)
         self._probers: dict[int, list[Handle]] = {}  # src -> receives that have not probed their data yet
         self._collectives: list[Handle] = []  # collectives that have not posted their data stage yet
         self._pool = RecvPool()
+        self._peers: set[int] = set()  # ranks send checked with _check_peer
+        # recv(out=)'s last out that passed check_output: (out, weakly; its node then, weakly; the recv's spec)
+        self._out_checked: tuple[Callable[[], Any], Callable[[], Any], Any] = (_dead, _dead, None)
+        self._last_recv: tuple[tuple[int, ...], DType, str | None] | None = None  # (recv's fast path, no out=)
         self._status = MPI.Status()  # (recv's fast path)
         # send's fast path packs small messages into these buffers and returns without waiting for the receiver;
         # each buffer's request is completed before the buffer is packed again
         self._staging = [memoryview(bytearray(HEADER_BYTES + SMALL)) for _ in range(SEND_BUFFERS)]
         self._staged: list[tuple[Any, int] | None] = [None] * SEND_BUFFERS  # (request, destination) in flight
+        self._staged_headers: list[np.ndarray | None] = [None] * SEND_BUFFERS  # the header in each buffer
+        self._send_inits: dict[tuple[int, int, int], Any] = {}  # (buffer, bytes, rank) -> persistent send
         self._next_staging = 0
         self._landing = memoryview(bytearray(HEADER_BYTES + SMALL))  # recv(out=)'s small messages arrive here
-        # recv's checked arguments -> (shape, dtype, wire header bytes, data bytes)
-        self._recv_specs: dict[Any, tuple[tuple[int, ...], DType, bytes, int]] = {}
+        self._header_in = memoryview(bytearray(HEADER_BYTES))  # (recv's fast path: header messages)
+        # the last header sent to / received from each rank in a header message: data of a large message that
+        # comes without one has that header (a sender sends the header only when it changes)
+        self._headers_sent: dict[int, np.ndarray] = {}
+        self._headers_got: dict[int, bytes] = {}
+        # recv's checked arguments -> (shape, dtype, wire header bytes, data bytes, the pool's key)
+        self._recv_specs: dict[Any, tuple[tuple[int, ...], DType, bytes, int, Any]] = {}
         atexit.register(self._at_exit)
 
     # ---------------------------------------------------------------- state
@@ -159,7 +179,7 @@ class MPITransport(Transport):
         atexit.unregister(self._at_exit)
         if self._failure is None:
             try:
-                self._finish_sends()  # (their buffers must outlive them)
+                self._free_send_inits()  # (the sends complete first: their buffers must outlive them)
             except CommError:
                 self._at_exit()
                 raise
@@ -175,10 +195,11 @@ class MPITransport(Transport):
         self._coll.Free()
 
     # ---------------------------------------------------------------- waiting
-    def _wait(self, reqs: list[Any], what: What, peer: int | None) -> None:
-        """Poll ``reqs`` until all complete; ``CommTimeout`` (naming ``peer``) after ``self.timeout`` s."""
+    def _wait(self, reqs: list[Any], what: What, peer: int | None, idle: Callable[[], None] | None = None) -> None:
+        """Poll ``reqs`` until all complete; ``CommTimeout`` (naming ``peer``) after ``self.timeout`` s. ``idle``:
+        see ``_until``."""
         testall = self._mpi.Request.Testall
-        self._until(lambda: testall(reqs), what, peer, reqs)
+        self._until(lambda: testall(reqs), what, peer, reqs, idle)
 
     def _until(self, done: Callable[[], bool], what: What, peer: int | None, pending: list[Any],
                idle: Callable[[], None] | None = None) -> None:
@@ -239,29 +260,66 @@ class MPITransport(Transport):
         return lambda: testall(reqs)
 
     def send(self, tensor: Tensor, dst: int) -> None:
-        self._live()
-        self._check_peer(dst, "dst")
-        data, keep = tensor_bytes(tensor)
-        header = header_of(keep.shape, keep.dtype)  # (the fast paths of isend: no handle)
+        if self._failure is not None or self._closed:
+            self._live()
+        if type(dst) is not int or dst not in self._peers:  # (the ranks checked before)
+            self._peers.add(self._check_peer(dst, "dst"))
+        data, keep, header = message_of(tensor)  # (the fast paths of isend: no handle)
         if data.nbytes > SMALL:
             if data.nbytes > CHUNK:
                 self.isend(keep, dst).wait()
                 return
-            mpi, comm = self._mpi, self._comm
-            reqs = [comm.Isend([data, mpi.BYTE], dst, TAG_DATA), comm.Isend([header, mpi.INT64_T], dst, TAG_HEADER)]
-            self._wait(reqs, lambda: f"send of {describe_header(header)} to rank {dst}", dst)
+            reqs = self._header_if_new(header, dst)
+            reqs.append(self._comm.Isend([data, self._mpi.BYTE], dst, TAG_DATA))
+            if not self._mpi.Request.Testall(reqs):  # (while the receiver takes the data: the next result ahead)
+                self._wait(reqs, lambda: f"send of {describe_header(header)} to rank {dst}", dst, self._make_ahead)
             return
         # A copy of the data goes out, so the send returns without waiting for the receiver: that wait (a handshake
-        # above the byte transport's eager limit) would put the receiver's own work into this rank's time.
+        # above the byte transport's eager limit) would put the receiver's own work into this rank's time. The
+        # request is completed when its buffer comes round again (or at close).
         i = self._next_staging
         self._next_staging = (i + 1) % SEND_BUFFERS
-        self._finish_send(i)
-        packed = self._staging[i][:HEADER_BYTES + data.nbytes]
-        packed[:HEADER_BYTES] = header.data.cast("B")
-        packed[HEADER_BYTES:] = data
-        req = self._comm.Isend([packed, self._mpi.BYTE], dst, TAG_SMALL)
-        if not req.Test():
-            self._staged[i] = (req, dst)
+        if self._staged[i] is not None:
+            self._finish_send(i)
+        slot = self._staging[i]
+        if self._staged_headers[i] is not header:  # (the same tensor sent again: its header is there already)
+            slot[:HEADER_BYTES] = header.data.cast("B")
+            self._staged_headers[i] = header
+        end = HEADER_BYTES + data.nbytes
+        slot[HEADER_BYTES:end] = data
+        req = self._send_inits.get((i, end, dst))  # (a persistent request per buffer, size and rank: no new object)
+        if req is None:
+            req = self._send_init(i, end, dst)
+        req.Start()
+        self._staged[i] = (req, dst)
+
+    def _header_if_new(self, header: np.ndarray, dst: int) -> list[Any]:
+        """The request of a header message to ``dst`` (tag ``TAG_HEADER``) when ``header`` is not the last one sent
+        there by a header message (the receiver checks a message without one against that); else none."""
+        if self._headers_sent.get(dst) is header:  # (header_of hands out one array per shape and dtype)
+            return []
+        self._headers_sent[dst] = header
+        return [self._comm.Isend([header, self._mpi.INT64_T], dst, TAG_HEADER)]
+
+    def _send_init(self, i: int, end: int, dst: int) -> Any:
+        """A persistent request sending the first ``end`` bytes of staging buffer ``i`` to ``dst`` (tag
+        ``TAG_SMALL``); kept for up to ``SEND_INITS`` (buffer, size, rank) triples, then all are freed."""
+        if len(self._send_inits) >= SEND_INITS:
+            self._free_send_inits()
+        req = self._send_inits[(i, end, dst)] = self._comm.Send_init([self._staging[i][:end], self._mpi.BYTE],
+                                                                     dst, TAG_SMALL)
+        return req
+
+    def _free_send_inits(self) -> None:
+        self._finish_sends()  # (a persistent request is freed once it is not active)
+        for req in self._send_inits.values():
+            req.Free()
+        self._send_inits.clear()
+
+    def _make_ahead(self) -> None:
+        """Make the result of a receive like the last one ahead (a send waiting for its receiver has the time)."""
+        if self._last_recv is not None:
+            self._pool.prepare(*self._last_recv)
 
     def _finish_send(self, i: int) -> None:
         """Wait until the small send in staging buffer ``i`` (if any) is complete, so the buffer is free."""
@@ -279,19 +337,17 @@ class MPITransport(Transport):
     def isend(self, tensor: Tensor, dst: int) -> Handle:
         self._live()
         self._check_peer(dst, "dst")
-        data, keep = tensor_bytes(tensor)
-        header = header_of(keep.shape, keep.dtype)
+        data, keep, header = message_of(tensor)
         mpi, comm = self._mpi, self._comm
         if data.nbytes <= SMALL:  # one message, header and data: a copy is cheaper than a second message
             packed = bytearray(HEADER_BYTES + data.nbytes)
             packed[:HEADER_BYTES] = header.data.cast("B")
             packed[HEADER_BYTES:] = data
             reqs = [comm.Isend([packed, mpi.BYTE], dst, TAG_SMALL)]
-        else:
-            # the data first: the receiver probes for it and checks the header only afterwards
-            reqs = [comm.Isend([data[start:start + CHUNK], mpi.BYTE], dst, TAG_DATA)
-                    for start in range(0, data.nbytes, CHUNK)]
-            reqs.append(comm.Isend([header, mpi.INT64_T], dst, TAG_HEADER))
+        else:  # the header when it is not the one sent last to dst, then the data
+            reqs = self._header_if_new(header, dst)
+            reqs += [comm.Isend([data[start:start + CHUNK], mpi.BYTE], dst, TAG_DATA)
+                     for start in range(0, data.nbytes, CHUNK)]
 
         def steps() -> Steps:
             yield self._requests(reqs)
@@ -301,9 +357,10 @@ class MPITransport(Transport):
 
     def recv(self, shape: int | Sequence[int], dtype: Any, src: int, device: str | None = None,
              out: Tensor | None = None) -> Tensor:
-        # The fast path (no handle) when no other receive from src is under way and the arguments were seen before;
-        # the first message is probed here and handed on to irecv's stages if it is neither a small message nor a
-        # single data message of the size asked for. With out=, the data lands in out's memory (written in place).
+        # The fast path (no handle) when no other receive from src is under way and the arguments were seen before:
+        # the first message is probed here, and one the fast path does not take (several chunks, a mismatch) goes on
+        # to irecv's stages. out= is checked first (a bad out consumes no message) and its write announced only once
+        # the header matched; the data then lands in out's memory.
         key = (shape, dtype, src, device)
         spec = self._recv_specs.get(key) if isinstance(shape, int | tuple) and isinstance(dtype, str) else None
         if spec is None or self._probers.get(src) or (out is not None and device is not None):
@@ -311,12 +368,20 @@ class MPITransport(Transport):
             if spec is None and len(self._recv_specs) < 256 and isinstance(dtype, str):
                 dims, dt = as_shape(shape), as_dtype(dtype)  # (valid: the call went through)
                 wire = make_header(dims, dt)
-                self._recv_specs[key] = (dims, dt, wire.tobytes(), header_nbytes(wire))
+                self._recv_specs[key] = (dims, dt, wire.tobytes(), header_nbytes(wire), (dims, dt, device))
             return result
-        self._live()
-        dims, dt, want, nbytes = spec
-        # where the data lands: out's memory (checked before anything is received: a bad out consumes no message)
-        target = None if out is None else (out, *output_bytes(out, dims, dt))
+        if self._failure is not None or self._closed:
+            self._live()
+        dims, dt, want, nbytes, pool_key = spec
+        if out is None:
+            self._last_recv = pool_key
+        direct = None  # out's Buffer and memory, when the write can go straight in (announced once the header matched)
+        if out is not None:
+            checked = self._out_checked  # (out's node is what check_output looks at: the same node, the same answer)
+            if checked[0]() is not out or checked[1]() is not out.uop or checked[2] is not spec:
+                check_output(out, dims, dt)
+                self._out_checked = (weakref.ref(out), weakref.ref(out.uop), spec)
+            direct = in_place_bytes(out, dims, dt)
         mpi, status, improbe = self._mpi, self._status, self._comm.Improbe
         message = improbe(src, mpi.ANY_TAG, status)  # (a message already there: no closures, no polling loop)
         if message is None:
@@ -331,47 +396,65 @@ class MPITransport(Transport):
                         lambda: pool.prepare(dims, dt, device))
             message = found[0]
         count, tag = status.Get_count(mpi.BYTE), status.Get_tag()
-        if count == HEADER_BYTES + nbytes and tag == TAG_SMALL:  # header and data in one message
-            if target is None:
+        if tag == TAG_SMALL and count == HEADER_BYTES + nbytes:  # header and data in one message
+            if out is None:
                 pooled = self._pool.take_packed(dims, dt, device)
                 if pooled is not None:  # straight into a pooled result, which has room for the header in front
                     t, packed = pooled
                     self._receive(message, packed, src)
                     if bytes(packed[:HEADER_BYTES]) != want:
-                        check_header(np.frombuffer(packed, np.int64, HEADER_WORDS), header_of(dims, dt), src,
-                                     self.rank)
+                        self._refuse(np.frombuffer(packed, np.int64, HEADER_WORDS), dims, dt, src, False)
                     return t
-            else:  # into the landing buffer, then the data into out (a copy is cheaper than a second message)
-                landing = self._landing[:count]
-                self._receive(message, landing, src)
-                if bytes(landing[:HEADER_BYTES]) != want:
-                    check_header(np.frombuffer(landing, np.int64, HEADER_WORDS), header_of(dims, dt), src,
-                                 self.rank)
-                t, mv, commit = target
-                mv[:] = landing[HEADER_BYTES:]
-                return _committed(commit, t)
-        if tag == TAG_DATA and count == nbytes:  # header after the data, as irecv's stages do
-            got = np.empty(HEADER_WORDS, dtype=np.int64)
-            t, mv, commit = self._pool.take(dims, dt, device) if target is None else target
-            reqs = [self._comm.Irecv([got, mpi.INT64_T], src, TAG_HEADER), message.Irecv([mv, mpi.BYTE])]
-            self._wait(reqs, lambda: f"recv of {dt.name}{list(dims)} from rank {src}", src)
-            try:
-                check_header(got, header_of(dims, dt), src, self.rank)
-            except PeerMismatch:
-                if int(got[0]) == MAGIC:  # (a message over CHUNK bytes whose first chunk had our size)
-                    self._drain(header_nbytes(got) - count, src, "recv")
-                raise
+            landing = self._landing[:count]  # (then the data is copied: cheaper than a second message)
+            self._receive(message, landing, src)
+            if bytes(landing[:HEADER_BYTES]) != want:
+                self._refuse(np.frombuffer(landing, np.int64, HEADER_WORDS), dims, dt, src, False)
+            if direct is not None:  # (the common case of out=, inline)
+                realization().invalidate(direct[0])
+                direct[1][:] = landing[HEADER_BYTES:]
+                return out  # type: ignore[return-value]
+            t, mv, commit = self._target(dims, dt, device, out, nbytes, direct)
+            mv[:] = landing[HEADER_BYTES:]
             return _committed(commit, t)
-        if tag != TAG_SMALL:
-            result = self.irecv(dims, dt, src, device, out, blocking=True, found=(message, status)).wait()
-            self._status = mpi.Status()  # (the handle's stages read that status)
-            return result
-        staging = bytearray(max(count, HEADER_BYTES))  # (a size not asked for: the header check raises)
-        self._receive(message, memoryview(staging)[:count], src)
-        check_header(np.frombuffer(staging, np.int64, HEADER_WORDS), header_of(dims, dt), src, self.rank)
-        t, mv, commit = self._pool.take(dims, dt, device) if target is None else target
-        mv[:] = memoryview(staging)[HEADER_BYTES:]
-        return _committed(commit, t)
+        if nbytes <= CHUNK:  # one data message, after its header or without one (the header sent last)
+            if tag == TAG_HEADER and count == HEADER_BYTES:
+                self._receive(message, self._header_in, src)
+                self._headers_got[src] = header = bytes(self._header_in)
+                if header != want:
+                    self._refuse(np.frombuffer(header, np.int64), dims, dt, src, True)
+                t, mv, commit = self._target(dims, dt, device, out, nbytes, direct)
+                req = self._comm.Irecv([mv, mpi.BYTE], src, TAG_DATA)  # (the header said: exactly nbytes)
+                if not req.Test():
+                    self._wait([req], lambda: f"recv of {dt.name}{list(dims)} from rank {src}", src)
+                return _committed(commit, t)
+            if tag == TAG_DATA and count == nbytes and self._headers_got.get(src) == want:
+                t, mv, commit = self._target(dims, dt, device, out, nbytes, direct)
+                self._receive(message, mv, src)
+                return _committed(commit, t)
+        result = self.irecv(dims, dt, src, device, out, blocking=True, found=(message, status)).wait()
+        self._status = mpi.Status()  # (the handle's stages read that status)
+        return result
+
+    def _target(self, dims: tuple[int, ...], dt: DType, device: str | None, out: Tensor | None, nbytes: int,
+                direct: tuple[Any, memoryview] | None) -> tuple[Tensor, memoryview, Callable[[], None]]:
+        """Where recv's fast path puts the data: a pooled result, or out (checked by ``check_output``; ``direct``:
+        from ``in_place_bytes``), whose write is announced now."""
+        if out is None:
+            return self._pool.take(dims, dt, device)
+        if direct is not None:
+            realization().invalidate(direct[0])
+            return out, direct[1], _nothing
+        return (out, *write_into(out, nbytes))
+
+    def _refuse(self, got: np.ndarray, dims: tuple[int, ...], dt: DType, src: int, data_follows: bool) -> None:
+        """Raise ``PeerMismatch`` for the sender's header ``got``; when its data follows in data messages, receive
+        and drop them first, so the next message from ``src`` arrives intact."""
+        what = f"recv of {dt.name}{list(dims)} from rank {src}"
+        if data_follows:
+            self._check_or_drain(got, header_of(dims, dt), src, 0, what)
+        else:
+            check_header(got, header_of(dims, dt), src, self.rank)
+        raise PeerMismatch(f"rank {self.rank}: {what}: a header that differs only in its padding", src)
 
     def _receive(self, message: Any, into: memoryview, src: int) -> None:
         """Receive the probed ``message`` (all of ``into``'s bytes)."""
@@ -385,19 +468,29 @@ class MPITransport(Transport):
         self._check_peer(src, "src")
         dims, dt = as_shape(shape), as_dtype(dtype)
         want = make_header(dims, dt)
+        nbytes = header_nbytes(want)
         cell: list[Handle] = []
-        t, mv, commit = recv_target(dims, dt, device, out, self._pool,
-                                    None if blocking else (lambda: cell[0]._settle()))
+        if out is not None:
+            if device is not None:
+                raise ValueError("recv takes device= or out=, not both (the result lives on out's device)")
+            check_output(out, dims, dt)  # (a bad out consumes no message)
+        # A non-blocking receive announces its write into out now (a realize that reads out waits for it); a
+        # blocking one once the header matched.
+        made = [] if blocking else [recv_target(dims, dt, device, out, self._pool, lambda: cell[0]._settle())]
+
+        def target() -> tuple[Tensor, memoryview, Callable[[], None]]:
+            if not made:
+                made.append(recv_target(dims, dt, device, out, self._pool))
+            return made[0]
         mpi, comm = self._mpi, self._comm
         probers = self._probers.setdefault(src, [])
 
         def what() -> str:
             return f"recv of {describe_header(want)} from rank {src}"
-        # The first data message is matched by probing, not by a posted receive: its size comes with it, so
-        # a sender that sent more bytes than asked for never overruns the buffer (Open MPI 4.1 corrupts memory
-        # on a truncated receive), and the data moves without waiting for the header to be checked first.
-        # Receives from one rank probe in the order they were made (waiting on a later one first moves the
-        # earlier ones on), so they match the sends in order.
+        # The first message is matched by probing, not by a posted receive: its size and tag come with it, so a
+        # sender that sent more bytes than asked for never overruns the buffer (Open MPI 4.1 corrupts memory on a
+        # truncated receive). Receives from one rank probe in the order they were made (waiting on a later one
+        # first moves the earlier ones on), so they match the sends in order.
         status, improbe = mpi.Status() if found is None else found[1], comm.Improbe
         message: list[Any] = [None if found is None else found[0]]
 
@@ -407,40 +500,62 @@ class MPITransport(Transport):
             message[0] = improbe(src, mpi.ANY_TAG, status)
             return message[0] is not None
 
+        def received(into: Any) -> Callable[[], bool]:
+            return self._requests([message[0].Irecv([into, mpi.BYTE])])
+
         def steps() -> Steps:
             if message[0] is None:
                 yield probed
-            count = status.Get_count(mpi.BYTE)
+            count, tag = status.Get_count(mpi.BYTE), status.Get_tag()
             try:  # (the next receive from src probes once this one has matched all its messages)
-                if status.Get_tag() == TAG_SMALL:
+                if tag == TAG_SMALL:  # header and data
                     packed = bytearray(max(count, HEADER_BYTES))
-                    yield self._requests([message[0].Irecv([packed, count, mpi.BYTE])])
+                    yield received(memoryview(packed)[:count])
                     check_header(np.frombuffer(packed, np.int64, HEADER_WORDS), want, src, self.rank)
+                    t, mv, commit = target()
                     mv[:] = memoryview(packed)[HEADER_BYTES:]
                     return _committed(commit, t)
-                got = np.empty(HEADER_WORDS, dtype=np.int64)
-                header_req = comm.Irecv([got, mpi.INT64_T], src, TAG_HEADER)
-                first = min(mv.nbytes, CHUNK)
-                landing = mv[:first] if count == first else memoryview(bytearray(max(count, 0)))
-                yield self._requests([header_req, message[0].Irecv([landing, mpi.BYTE])])
-                try:
-                    check_header(got, want, src, self.rank)
-                except PeerMismatch:
-                    if int(got[0]) == MAGIC:  # the sender's further chunks (messages over CHUNK bytes): keep in step
-                        self._drain(header_nbytes(got) - max(count, 0), src, what)
-                    raise
-                if count != first:  # same header, other size: cannot happen between two copies of this code
+                first = min(nbytes, CHUNK)
+                if tag == TAG_HEADER and count == HEADER_BYTES:  # the header, then the data in chunks
+                    got = np.empty(HEADER_WORDS, dtype=np.int64)
+                    yield received(got)
+                    self._headers_got[src] = got.tobytes()
+                    self._check_or_drain(got, want, src, 0, what)
+                    t, mv, commit = target()
+                    yield self._requests([comm.Irecv([mv[s:s + CHUNK], mpi.BYTE], src, TAG_DATA)
+                                          for s in range(0, mv.nbytes, CHUNK)])
+                    return _committed(commit, t)
+                last = self._headers_got.get(src)
+                if tag == TAG_DATA and last == want.tobytes() and count == first:  # the header sent last applies
+                    t, mv, commit = target()
+                    yield self._requests([message[0].Irecv([mv[:first], mpi.BYTE])] +
+                                         [comm.Irecv([mv[s:s + CHUNK], mpi.BYTE], src, TAG_DATA)
+                                          for s in range(first, mv.nbytes, CHUNK)])
+                    return _committed(commit, t)
+                yield received(bytearray(max(count, 0)))  # (dropped: a mismatch or a message not of this transport)
+                if tag == TAG_DATA and last is not None:
+                    self._check_or_drain(np.frombuffer(last, np.int64), want, src, count, what)
                     raise PeerMismatch(f"rank {self.rank}: {what()}: the first data message has {count} bytes, "
-                                       f"not {first}", src)
-                if mv.nbytes > first:  # a message over CHUNK bytes: the rest, once the header said it is ours
-                    self._recv_bytes(mv[first:], src, what)
+                                       f"not {first}", src)  # (same header, other size: not between two of us)
+                raise PeerMismatch(f"rank {self.rank}: {what()}: rank {src} sent a message of {count} bytes with "
+                                   f"tag {tag:#x} that is not a tgcore tensor; is the peer using the same "
+                                   "tg-mlx-rdma version?", src)
             finally:
                 probers.remove(handle)
-            return _committed(commit, t)
         handle = Handle(self, steps(), what, src)
         probers.append(handle)
         cell.append(handle)
         return handle
+
+    def _check_or_drain(self, got: np.ndarray, want: np.ndarray, src: int, taken: int, what: What) -> None:
+        """``check_header``; on a mismatch first receive and drop the sender's data messages (all but ``taken``
+        bytes), so the next message from ``src`` arrives intact."""
+        try:
+            check_header(got, want, src, self.rank)
+        except PeerMismatch:
+            if int(got[0]) == MAGIC:
+                self._drain(header_nbytes(got) - taken, src, what)
+            raise
 
     def _recv_bytes(self, mv: memoryview, src: int, what: What) -> None:
         mpi, comm = self._mpi, self._comm
@@ -580,6 +695,10 @@ def _committed(commit: Callable[[], None], t: Tensor) -> Tensor:
 
 def _nothing() -> None:
     pass
+
+
+def _dead() -> None:
+    """(a weak reference whose object is gone)"""
 
 
 def _text(what: What) -> str:

@@ -164,7 +164,8 @@ def header_nbytes(h: np.ndarray) -> int:
 _STATE: list[Any] = []  # tgcore.realization, looked up once (a lookup per message costs ~2 us)
 
 
-def _realization() -> Any:
+def realization() -> Any:
+    """``tgcore.realization`` (looked up once)."""
     if not _STATE:
         import tgcore
         _STATE.append(tgcore.realization)
@@ -173,7 +174,7 @@ def _realization() -> Any:
 
 def _buffer_of(t: Tensor) -> Any:
     """The runtime Buffer holding a realized, contiguous tensor (realized first), or None for a view."""
-    return _realization().buffer_of(t)
+    return realization().buffer_of(t)
 
 
 def tensor_bytes(t: Tensor) -> tuple[memoryview, Tensor]:
@@ -206,19 +207,25 @@ def tensor_bytes(t: Tensor) -> tuple[memoryview, Tensor]:
         if len(_SEND_VIEWS) >= 32:
             _SEND_VIEWS.clear()
         key = id(u)  # (the entry goes with its node: the memoryview never keeps freed memory alive)
-        _SEND_VIEWS[key] = (weakref.ref(u, _forget_send_view(key)), buf.dev, mv)
+        _SEND_VIEWS[key] = (weakref.ref(u, _forget(_SEND_VIEWS, key)), buf.dev, mv, header_of(t.shape, t.dtype))
     return mv, t
 
 
-def _forget_send_view(key: int) -> Callable[[Any], None]:
-    def forget(_: Any) -> None:
-        _SEND_VIEWS.pop(key, None)
-    return forget
+def message_of(t: Tensor) -> tuple[memoryview, Tensor, np.ndarray]:
+    """``tensor_bytes`` and the tensor's wire header (remembered with the memoryview: a send's fast path)."""
+    u = getattr(t, "uop", None)
+    if u is not None:
+        hit = _SEND_VIEWS.get(id(u))
+        if hit is not None and hit[0]() is u:
+            hit[1].synchronize()
+            return hit[2], t, hit[3]
+    mv, keep = tensor_bytes(t)
+    return mv, keep, header_of(keep.shape, keep.dtype)
 
 
-# id(node) -> (the node, weakly; its device; a memoryview of its memory): realized tensors sent recently, small
-# ones (their per-message cost matters)
-_SEND_VIEWS: dict[int, tuple[Any, Any, memoryview]] = {}
+# id(node) -> (the node, weakly; its device; a memoryview of its memory; its wire header): realized tensors sent
+# recently, small ones (their per-message cost matters)
+_SEND_VIEWS: dict[int, tuple[Any, Any, memoryview, np.ndarray]] = {}
 _SEND_VIEW_BYTES = 4 << 20
 
 
@@ -238,6 +245,18 @@ def empty_tensor(shape: tuple[int, ...], dt: DType,
     return t, staging, lambda: buf.copyin(staging) and None
 
 
+def check_output(out: Tensor, shape: tuple[int, ...], dt: DType) -> None:
+    """Raise when ``out`` cannot take a ``recv`` of ``shape``/``dt`` (see ``output_bytes``); changes nothing, so a
+    receive checks ``out`` before it consumes a message and prepares it only once the message's header matched."""
+    if not isinstance(out, _tensor_type()):
+        raise TypeError(f"out must be a tgcore Tensor, got {type(out).__name__}")
+    if out.dtype != dt or tuple(out.shape) != shape:
+        raise ValueError(f"out is {out.dtype.name}{list(out.shape)}, but the recv is for {dt.name}{list(shape)}")
+    if prod(shape) and realization().own_buffer(out) is None:
+        raise ValueError("out must own a contiguous buffer (Tensor.empty(...) or a realized tensor), "
+                         "not a view or a lazy expression")
+
+
 def output_bytes(out: Tensor, shape: tuple[int, ...], dt: DType,
                  finish: Callable[[], None] | None = None) -> tuple[memoryview, Callable[[], None]]:
     """A writable memoryview of ``out``'s own buffer and ``commit()`` to call once it is filled (``recv(out=...)``).
@@ -247,22 +266,55 @@ def output_bytes(out: Tensor, shape: tuple[int, ...], dt: DType,
     keep its old values, and values cached from its old contents are forgotten. ``finish``: for a write still
     under way when this returns, what waits for it (a realize reading ``out`` calls it first).
     """
-    from tgcore.tensor import Tensor
-    if not isinstance(out, Tensor):
-        raise TypeError(f"out must be a tgcore Tensor, got {type(out).__name__}")
-    if tuple(out.shape) != shape or out.dtype != dt:
-        raise ValueError(f"out is {out.dtype.name}{list(out.shape)}, but the recv is for {dt.name}{list(shape)}")
-    if prod(shape) == 0:
-        return memoryview(bytearray(0)), lambda: None
-    try:
-        buf = _realization().prepare_write(out, finish=finish).ensure_allocated()
-    except ValueError:
-        raise ValueError("out must own a contiguous buffer (Tensor.empty(...) or a realized tensor), "
-                         "not a view or a lazy expression") from None
-    if buf.allocator.can_zero_copy:
-        return buf.as_buffer(), lambda: None
-    staging = memoryview(bytearray(buf.nbytes))
-    return staging, lambda: buf.copyin(staging) and None
+    check_output(out, shape, dt)
+    return write_into(out, prod(shape), finish)
+
+
+def in_place_bytes(out: Tensor, shape: tuple[int, ...], dt: DType) -> tuple[Any, memoryview] | None:
+    """For a checked ``out`` (``check_output``): its Buffer and a writable memoryview of it when a write can go
+    straight in (``tgcore.realization.in_place_buffer``: nothing but its holders reads it) and the device allows
+    it, else None (then ``write_into``). Changes nothing: ``invalidate`` the Buffer once the write is certain."""
+    buf = realization().in_place_buffer(out)
+    if buf is None or buf.size == 0 or not buf.allocator.can_zero_copy:
+        return None
+    return buf, _view_of(buf.ensure_allocated())
+
+
+def _view_of(buf: Any) -> memoryview:
+    """``buf.as_buffer()``, remembered per Buffer (its device is still synchronized first)."""
+    hit = _OUT_VIEWS.get(id(buf))
+    if hit is not None and hit[0]() is buf:
+        buf.dev.synchronize()  # (as as_buffer does: work still queued on the device may read the memory)
+        return hit[1]
+    mv = buf.as_buffer()
+    if len(_OUT_VIEWS) >= 32:
+        _OUT_VIEWS.clear()
+    key = id(buf)  # (the entry goes with its Buffer: the memoryview never keeps freed memory alive)
+    _OUT_VIEWS[key] = (weakref.ref(buf, _forget(_OUT_VIEWS, key)), mv)
+    return mv
+
+
+def write_into(out: Tensor, numel: int, finish: Callable[[], None] | None = None,
+               ) -> tuple[memoryview, Callable[[], None]]:
+    """``output_bytes`` for an ``out`` of ``numel`` elements that ``check_output`` accepted (the write is announced
+    now)."""
+    if numel == 0:
+        return memoryview(bytearray(0)), _no_commit
+    buf = realization().prepare_write(out, finish=finish).ensure_allocated()
+    if not buf.allocator.can_zero_copy:
+        staging = memoryview(bytearray(buf.nbytes))
+        return staging, lambda: buf.copyin(staging) and None
+    return _view_of(buf), _no_commit
+
+
+# id(Buffer) -> (the Buffer, weakly; a writable memoryview of it): buffers received into recently (recv(out=))
+_OUT_VIEWS: dict[int, tuple[Any, memoryview]] = {}
+
+
+def _forget(views: dict[int, Any], key: int) -> Callable[[Any], None]:
+    def forget(_: Any) -> None:
+        views.pop(key, None)
+    return forget
 
 
 def recv_target(shape: tuple[int, ...], dt: DType, device: str | None, out: Tensor | None,
@@ -288,7 +340,7 @@ class _Pooled:
     __slots__ = ("base", "packed", "node", "view")
 
     def __init__(self, base: Any, shape: tuple[int, ...], dt: DType) -> None:
-        _realization().watch_memory(base)  # (before any name of it exists: sole_buffer needs them all)
+        realization().watch_memory(base)  # (before any name of it exists: sole_buffer needs them all)
         self.base, self.packed = base, base.as_buffer()
         self.view = base.view((base.nbytes - HEADER_BYTES) // dt.itemsize, dt, HEADER_BYTES)
         self.node = _tensor_type().from_buffer(self.view, shape).uop
@@ -296,7 +348,7 @@ class _Pooled:
     def result(self) -> Tensor:
         """A new tensor over the shared node (the caller checked nothing reads the memory)."""
         t = _tensor_type()(self.node, device=self.base.device)
-        _realization().hold(t)  # (as from_buffer: it follows writes into its memory)
+        realization().hold(t)  # (as from_buffer: it follows writes into its memory)
         return t
 
 
@@ -347,7 +399,7 @@ class RecvPool:
             if made is None:
                 return None
         t, pooled = made
-        _realization().invalidate(pooled.base)  # (it is written now)
+        realization().invalidate(pooled.base)  # (it is written now)
         return t, pooled.packed
 
     def prepare(self, shape: tuple[int, ...], dt: DType, device: str | None) -> None:
@@ -359,21 +411,22 @@ class RecvPool:
                 self._ready[key] = made
 
     def _make(self, key: PoolKey) -> tuple[Tensor, _Pooled] | None:
+        entries = self._free.get(key)  # (a key with entries is one the pool takes)
+        if entries is not None:
+            state = realization()
+            for pooled in entries:
+                if state.sole_buffer(pooled.node) is not None:
+                    self.hits += 1
+                    return pooled.result(), pooled
+                if state.buffer_under(pooled.node) is not pooled.view:  # its node names a copy now (class doc)
+                    entries.remove(pooled)  # (on every take: the buffer is given back at once)
+                    self._bytes -= pooled.packed.nbytes - HEADER_BYTES
+                    return self._make(key)  # (the others again, without it)
         shape, dt, device = key
         nbytes = prod(shape) * dt.itemsize
         if nbytes == 0 or nbytes > self.MAX_MESSAGE or device in self._unpoolable:
             self.misses += 1
             return None
-        entries = self._free.get(key)
-        if entries is not None:
-            state = _realization()
-            for pooled in entries:
-                if state.sole_buffer(pooled.node) is not None:
-                    self.hits += 1
-                    return pooled.result(), pooled
-            for pooled in [p for p in entries if state.buffer_under(p.node) is not p.view]:
-                entries.remove(pooled)  # (its node names a copy now: see the class docstring)
-                self._bytes -= nbytes
         self.misses += 1
         if self._bytes + nbytes > self.MAX_BYTES or (entries is not None and len(entries) >= self.PER_KEY):
             return None
@@ -500,8 +553,8 @@ class Transport(abc.ABC):
 
         With ``out`` (a tensor of ``shape`` and ``dtype`` that owns its buffer, see ``output_bytes``) the data
         lands in ``out``'s memory and ``out`` is returned: no new tensor per message. Raises ``PeerMismatch``
-        when the sender sent another shape or dtype (the message is consumed; ``out``'s contents are then
-        unspecified)."""
+        when the sender sent another shape or dtype (the message is consumed; ``out`` is left as it was by the mpi
+        backend, unspecified by others)."""
 
     @abc.abstractmethod
     def allreduce(self, tensor: Tensor, op: str = "sum") -> Tensor:
