@@ -25,9 +25,13 @@ from tgcore.renderer.cbytedot import (
     BYTE_TABLE_PREAMBLE,
     DOT_PREAMBLE,
     DOT_TYPES,
+    ROWS_PREAMBLE,
+    ROWS_TYPES,
     byte_dot,
     byte_table_lookup,
+    row_gather,
     uses_byte_dot,
+    uses_row_gather,
 )
 from tgcore.renderer.prefetch import Prefetcher, loop_nest
 from tgcore.runtime.cpufeatures import chosen_isa_level, cpu_features
@@ -380,7 +384,7 @@ class CRenderer(Renderer):
     emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})  # computed in float32, rounded per op
     # the host's byte order: an int assembled from consecutive bytes is one load (little-endian hosts only)
     # and a lane's sum of 4 byte products (a quantization block's, in int32 lanes) is one multiply-add of bytes
-    legalize = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot)]
+    legalize = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot), (UPat(Ops.VECTORIZE, name="vec"), row_gather)]
                               + ([(UPat(Ops.OR, name="x"), combine_byte_loads)] if sys.byteorder == "little" else []))
 
     def __init__(self, compiler: Any = None) -> None:
@@ -628,6 +632,9 @@ class CRenderer(Renderer):
         if uses_byte_dot(kernel):
             vectors = sorted(set(vectors) | set(DOT_TYPES), key=lambda d: d.name)
             helpers += DOT_PREAMBLE
+        if uses_row_gather(kernel):
+            vectors = sorted(set(vectors) | set(ROWS_TYPES), key=lambda d: d.name)
+            helpers += ROWS_PREAMBLE
         if any(byte_table_lookup(u) is not None for u in kernel):  # (rendered wherever one matches, dot or not)
             vectors = sorted(set(vectors) | {dtypes.uint8.vec(32)}, key=lambda d: d.name)
             helpers += BYTE_TABLE_PREAMBLE

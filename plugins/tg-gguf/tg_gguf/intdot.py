@@ -27,9 +27,10 @@ are constants.
 
 IQ4_NL, IQ4_XS and MXFP4 look their 4-bit codes up in a table of 16 bytes (their values plus 128): 32 lanes at once
 with one byte shuffle on the C renderer (``tgcore.renderer.cbytedot``), then the same byte dot product. The grid
-types IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S read their grid rows as bytes (one load of 8 or 4 per group on the
-C renderer) and flip the activations' signs with byte masks from a table (``(x ^ m) - m``), so the weight's side
-stays unsigned.
+types IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S read their grid rows as bytes (on the C renderer one gather of the 4
+or 8 rows of a block of 32, their offsets computed on int32 lanes) and flip the activations' signs with byte masks
+from a table (``(x ^ m) - m``), so the weight's side stays unsigned; IQ1_S and IQ1_M read rows of
+``8 * (grid + delta) + 9`` (an integer offset of -9, one float factor ``dl / 8`` per block).
 
 ``INT_DOT_TYPES`` (data) says which types take this path where it is available; ``uses_int_dot`` decides.
 Rounding: activations are rounded to nearest (ties to even), so results differ from the float path by the
@@ -47,6 +48,9 @@ from tg_gguf.dequant import (
     Blocks,
     check_supported,
     iota,
+    iq1_m_rows,
+    iq1_m_scales,
+    iq1_s_parts,
     iq4_xs_scales,
     k_scales_mins,
     le_uint,
@@ -364,6 +368,26 @@ def _iq3_s(o: Operands) -> Tensor:
     return _block32(o, _grid_rows(o, index, "IQ3S"), scale, None, signs)
 
 
+def _iq1_rows(o: Operands, rows: Tensor, dl: Tensor) -> Tensor:
+    """IQ1_S / IQ1_M: ``rows`` ``(1, N, nb, 8, 4)`` the grid row (with the delta's sign) per 8 values, ``dl`` the
+    scales per 32 ``(1, N, nb, 8)`` or per 16 ``(1, N, nb, 8, 2)``. The bytes ``u = 8 * (grid + delta) + 9``
+    (``grid_u8:IQ1S+delta``) make the block's sum ``(dl / 8) * (sum u x - 9 sum x)``: all integer up to one float
+    factor (``dl / 8`` is exact: a power of two)."""
+    u = table_rows(rows, "grid_u8:IQ1S+delta", 8).reshape(1, o.n, o.nb, 8, 32)
+    return _block32(o, u, dl * 0.125, -9)
+
+
+def _iq1_s(o: Operands) -> Tensor:
+    """IQ1_S: a scale per 32, a grid row per 8 values with one delta sign per 32."""
+    dl, rows = iq1_s_parts(o.b)
+    return _iq1_rows(o, rows.reshape(1, o.n, o.nb, 8, 4), dl.reshape(1, o.n, o.nb, 8))
+
+
+def _iq1_m(o: Operands) -> Tensor:
+    """IQ1_M: a scale per 16, a grid row and a delta sign per 8 values."""
+    return _iq1_rows(o, iq1_m_rows(o.b).reshape(1, o.n, o.nb, 8, 4), iq1_m_scales(o.b).reshape(1, o.n, o.nb, 8, 2))
+
+
 SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
     GGMLType.Q4_0: _q4_0,
     GGMLType.Q4_1: _q4_1,
@@ -384,6 +408,8 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
     GGMLType.IQ2_XS: _iq2_xs,
     GGMLType.IQ2_S: _iq2_s,
     GGMLType.IQ3_S: _iq3_s,
+    GGMLType.IQ1_S: _iq1_s,
+    GGMLType.IQ1_M: _iq1_m,
 }
 
 # the types whose integer path is faster than the float one on a renderer that compiles byte dots (GEMVs of SmolLM2's
@@ -392,14 +418,17 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
 # Q5_K 2.26-2.30x, Q6_K 2.35-2.45x. TQ2_0 (32-byte planes, one scale per 256; 4096^2 GEMV): 1.5x (CPU time
 # 1.59-1.62 -> 1.03-1.06 ms, load ~10). IQ4_NL, IQ4_XS, MXFP4 (values from a byte table, one vpshufb per 32; 4096^2,
 # alternating, load ~4-5): 1.22x, 1.43x, 1.25x (Q4_0 1.34x in the same run; in CPU time, load ~9: 1.15x, 1.38x,
-# 1.39x, 1.32x). Grid types (rows of bytes, signs flipped on the activations; CPU time of one thread, load ~9, three
-# runs): IQ2_XS 1.12-1.14x; the others stay in float: IQ2_XXS 0.87-0.89x, IQ2_S 0.83-0.87x, IQ3_XXS 0.97-1.00x,
-# IQ3_S 0.81-0.83x (their float path reads a group of 8 values as one vector; here each group's row is a scalar
-# index, a load and an insert).
+# 1.39x, 1.32x). Grid types (rows of bytes, signs flipped on the activations; since session 12 the rows' offsets
+# computed on int32 lanes and the rows gathered at once, ``tgcore.renderer.cbytedot.row_gather``; 4096^2 kernel on
+# one thread, best of 30, int vs float in one process, load ~3): IQ1_S 1.24 vs 1.59 ms, IQ1_M 1.36 vs 2.18,
+# IQ2_XXS 1.28 vs 1.49, IQ2_XS 1.66 vs 1.93, IQ2_S 2.05 vs 2.80, IQ3_XXS 1.43 vs 2.01; IQ3_S 2.90 vs 3.08 stays float
+# (within noise).
 INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
                                                 GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K,
                                                 GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.TQ2_0, GGMLType.IQ4_NL,
-                                                GGMLType.IQ4_XS, GGMLType.MXFP4, GGMLType.IQ2_XS})
+                                                GGMLType.IQ4_XS, GGMLType.MXFP4, GGMLType.IQ2_XS,
+                                                GGMLType.IQ2_XXS, GGMLType.IQ2_S, GGMLType.IQ3_XXS, GGMLType.IQ1_S,
+                                                GGMLType.IQ1_M})
 
 
 def uses_int_dot(type_id: GGMLType | int, device: str) -> bool:
