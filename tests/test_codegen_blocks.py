@@ -248,10 +248,10 @@ def test_grid_rows_in_lanes_are_exact(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_rows_at_offsets_from_shared_bits_are_gathered(device):
     """Rows of 8 bytes at an index made of a byte per row and 3 bits per row of a 16-bit word shared by the block's 4
-    rows (IQ1_S's layout: ``qs | ((qh >> 3j) & 7) << 8``, plus a bit shared by all 4), and rows of 4 bytes at a byte
-    per row (IQ3_XXS's): exact against numpy; on the C renderer the offsets are computed on int32 lanes (the
-    shifts of lane 0 and of the others differ: ``x & 7`` next to ``(x // 8) & 7``) and read by one gather per
-    block."""
+    rows (IQ1_S's layout: ``qs | ((qh >> 3j) & 7) << 8``, plus a bit shared by all 4), or a nibble per row (IQ1_M's:
+    ``(qh >> 4j) & 15``), and rows of 4 bytes at a byte per row (IQ3_XXS's): exact against numpy; on the C renderer
+    the offsets are computed on int32 lanes (lane 0 has no shift, ``x & 7`` next to ``(x // 8) & 7``; the last
+    nibble no mask, ``x // 4096``) and read by one gather per block."""
     rows, blocks = 3, 2
     rng = np.random.default_rng(13)
     grid8 = rng.integers(0, 256, (4096, 8)).astype(np.uint8)
@@ -267,12 +267,12 @@ def test_rows_at_offsets_from_shared_bits_are_gathered(device):
     ht = Tensor(high.view(np.uint8), device=device).realize()
     qt, wt = Tensor(q, device=device).realize(), Tensor(weight, device=device).realize()
 
-    def product(wide: bool) -> Tensor:
+    def product(wide: bool, bits: int = 3) -> Tensor:
         if wide:
-            shifts = (Tensor.arange(4, device=device) * 3).reshape(1, 1, 4)
+            shifts = (Tensor.arange(4, device=device) * bits).reshape(1, 1, 4)
             h = ht[:, :, 0:1].cast("int32") | (ht[:, :, 1:2].cast("int32") << 8)
-            index = c4.cast("int32") | (((h >> shifts) & 7) << 8)
-            index = index | ((h >> 15) << 11)
+            index = c4.cast("int32") | (((h >> shifts) & ((1 << bits) - 1)) << 8)
+            index = index | ((h >> 15) << 11) if bits == 3 else index
             at = (index * 8).reshape(rows, blocks, 4, 1) + Tensor.arange(8, device=device).reshape(1, 1, 1, 8)
             u = g8.take(at).reshape(rows, blocks, 32)
         else:
@@ -283,16 +283,17 @@ def test_rows_at_offsets_from_shared_bits_are_gathered(device):
         return dot + wt.shrink(((0, rows), (0, 1))).reshape(rows).cast("float32")
     h = high.astype(np.int64)
     index = codes4.astype(np.int64) | (((h >> np.array([0, 3, 6, 9])) & 7) << 8) | ((h >> 15) << 11)
-    for wide, u in ((True, grid8[index]), (False, grid4[codes8])):
+    nibbles = codes4.astype(np.int64) | (((h >> np.array([0, 4, 8, 12])) & 15) << 8)
+    for wide, bits, u in ((True, 3, grid8[index]), (True, 4, grid8[nibbles]), (False, 3, grid4[codes8])):
         ref = (s[..., 0].astype(np.int64) * (u.reshape(rows, blocks, 32).astype(np.int64) * q.astype(np.int64)
                                              ).sum(-1)).sum(-1) + weight[:, 0]
-        out = product(wide)
+        out = product(wide, bits)
         np.testing.assert_array_equal(out.numpy(), ref.astype(np.float32))
         if device == "CPU":
             from tgcore.codegen import get_program
             from tgcore.runtime.registry import open_device
             from tgcore.schedule.kernelize import create_schedule
-            (item,) = [si for si in create_schedule([product(wide).uop], device)[0] if si.kind != "copy"]
+            (item,) = [si for si in create_schedule([product(wide, bits).uop], device)[0] if si.kind != "copy"]
             src = get_program(item.ast, open_device(device).renderer).src
             assert src.count("tg_rows8(data" if wide else "tg_rows4(data") == 1
 

@@ -363,7 +363,7 @@ def uses_byte_dot(kernel: list[UOp]) -> bool:
 # load and an insert per row.
 ROW_GATHERS = {dtypes.uint64.vec(4): "tg_rows8", dtypes.uint32.vec(8): "tg_rows4"}
 FOUR_BYTES, WIDEN4_HELPER = dtypes.uint8.vec(4), "tg_widen_u8x4"
-IDENTITIES = {Ops.ADD: 0, Ops.OR: 0, Ops.XOR: 0, Ops.SHR: 0, Ops.SHL: 0, Ops.MUL: 1, Ops.IDIV: 1}
+IDENTITIES = {Ops.ADD: 0, Ops.OR: 0, Ops.XOR: 0, Ops.SHR: 0, Ops.SHL: 0, Ops.MUL: 1, Ops.IDIV: 1, Ops.AND: -1}
 
 
 def row_gather(vec: UOp) -> UOp | None:
@@ -385,12 +385,19 @@ def row_gather(vec: UOp) -> UOp | None:
 
 
 def _with_identity(xs: list[UOp]) -> list[UOp] | None:
-    """Lanes where some apply an op with a constant (``x // 8``) and others not (``x``): the others as ``x // 1``."""
-    ops = {x.op for x in xs if x.op in IDENTITIES and x.src[1].op is Ops.CONST}
-    if len(ops) != 1:
+    """Lanes where most apply an op with a constant (``x // 8``, ``x & 15``) and others not (``x``): the others with
+    the op's identity (``x // 1``, ``x & -1``)."""
+    ops = [x.op for x in xs if x.op in IDENTITIES and x.src[1].op is Ops.CONST]
+    if not ops:
         return None
-    op = ops.pop()
-    return [x if x.op is op else UOp(op, x.dtype, (x, UOp.const(x.dtype, IDENTITIES[op]))) for x in xs]
+    op = max(dict.fromkeys(ops), key=ops.count)
+    return [x if x.op is op else UOp(op, x.dtype, (x, UOp.const(x.dtype, _identity(op, x.dtype)))) for x in xs]
+
+
+def _identity(op: Ops, dt: DType) -> int:
+    if op is Ops.AND and dtypes.is_unsigned(dt):
+        return int(dt.max)  # every bit set
+    return IDENTITIES[op]
 
 
 def _powers_of_two(xs: list[UOp]) -> list[int] | None:

@@ -48,7 +48,6 @@ from tg_gguf.dequant import (
     Blocks,
     check_supported,
     iota,
-    iq1_m_rows,
     iq1_m_scales,
     iq1_s_parts,
     iq4_xs_scales,
@@ -384,8 +383,12 @@ def _iq1_s(o: Operands) -> Tensor:
 
 
 def _iq1_m(o: Operands) -> Tensor:
-    """IQ1_M: a scale per 16, a grid row and a delta sign per 8 values."""
-    return _iq1_rows(o, iq1_m_rows(o.b).reshape(1, o.n, o.nb, 8, 4), iq1_m_scales(o.b).reshape(1, o.n, o.nb, 8, 2))
+    """IQ1_M: a scale per 16, a grid row and a delta sign per 8 values: the qs byte and a nibble of qh, its 2 bytes
+    per 32 values read as one u16 (each row's nibble then a shift of the same word: the rows' offsets are computed
+    together, ``cbytedot.row_gather``)."""
+    qh = le_uint(o.b.bytes("qh"), 2).cast("int32").reshape(1, o.n, o.nb, 8)
+    rows = o.field("qs").reshape(1, o.n, o.nb, 8, 4).cast("int32") | (spread(qh, 4, 4, 4) << 8)
+    return _iq1_rows(o, rows, iq1_m_scales(o.b).reshape(1, o.n, o.nb, 8, 2))
 
 
 SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
