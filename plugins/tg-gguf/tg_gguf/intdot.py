@@ -423,15 +423,14 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
 # alternating, load ~4-5): 1.22x, 1.43x, 1.25x (Q4_0 1.34x in the same run; in CPU time, load ~9: 1.15x, 1.38x,
 # 1.39x, 1.32x). Grid types (rows of bytes, signs flipped on the activations; since session 12 the rows' offsets
 # computed on int32 lanes and the rows gathered at once, ``tgcore.renderer.cbytedot.row_gather``; 4096^2 kernel on
-# one thread, best of 30, int vs float in one process, load ~3): IQ1_S 1.24 vs 1.59 ms, IQ1_M 1.36 vs 2.18,
-# IQ2_XXS 1.28 vs 1.49, IQ2_XS 1.66 vs 1.93, IQ2_S 2.05 vs 2.80, IQ3_XXS 1.43 vs 2.01; IQ3_S 2.90 vs 3.08 stays float
-# (within noise).
+# one thread, best of 30, int vs float in one process, load ~7): IQ1_S 1.06 vs 1.38 ms, IQ1_M 1.08 vs 1.83,
+# IQ2_XXS 1.15 vs 1.34, IQ2_XS 1.61 vs 1.72, IQ2_S 2.12 vs 2.56, IQ3_XXS 1.28 vs 1.87, IQ3_S 1.87 vs 2.73.
 INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
                                                 GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K,
                                                 GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.TQ2_0, GGMLType.IQ4_NL,
                                                 GGMLType.IQ4_XS, GGMLType.MXFP4, GGMLType.IQ2_XS,
-                                                GGMLType.IQ2_XXS, GGMLType.IQ2_S, GGMLType.IQ3_XXS, GGMLType.IQ1_S,
-                                                GGMLType.IQ1_M})
+                                                GGMLType.IQ2_XXS, GGMLType.IQ2_S, GGMLType.IQ3_XXS, GGMLType.IQ3_S,
+                                                GGMLType.IQ1_S, GGMLType.IQ1_M})
 
 
 def uses_int_dot(type_id: GGMLType | int, device: str) -> bool:
