@@ -338,8 +338,9 @@ def _iq3_xxs(o: Operands) -> Tensor:
 
 def _nibbles_per_16(o: Operands) -> Tensor:
     """IQ2_XS / IQ2_S: a 4-bit scale per 16 elements, low then high nibble of byte i for block i: ``(1, N, nb, 8,
-    2)``."""
-    return spread(o.field("scales"), 4, 2, 4)
+    2)`` int32 (bit fields are taken apart in int32 lanes: x86 shifts no byte lanes, and a vector of bytes shifted
+    by an amount per lane is taken apart lane by lane)."""
+    return spread(o.field("scales").cast("int32"), 4, 2, 4)
 
 
 def _iq2_xs(o: Operands) -> Tensor:
@@ -351,8 +352,8 @@ def _iq2_xs(o: Operands) -> Tensor:
 
 def _iq2_s(o: Operands) -> Tensor:
     """Per 8 values a grid index byte with 2 more bits from ``qh`` and a sign byte; scales per 16."""
-    high = spread(o.field("qh"), 4, 4, 2)  # (1, N, nb, 8, 4)
-    index = o.field("qs").reshape(1, o.n, o.nb, 8, 4).cast("int32") | (high.cast("int32") << 8)
+    high = spread(o.field("qh").cast("int32"), 4, 4, 2)  # (1, N, nb, 8, 4)
+    index = o.field("qs").reshape(1, o.n, o.nb, 8, 4).cast("int32") | (high << 8)
     signs = _sign_masks(o, o.field("signs").reshape(1, o.n, o.nb, 8, 4), "byte_sign_masks")
     scale = _half_steps(o.f16("d", 2), _nibbles_per_16(o), 0.25)
     return _block32(o, _grid_rows(o, index, "IQ2S"), scale, None, signs)
@@ -360,8 +361,8 @@ def _iq2_s(o: Operands) -> Tensor:
 
 def _iq3_s(o: Operands) -> Tensor:
     """Per 4 values a grid index byte with a 9th bit from ``qh``; a sign byte per 8; ``d * (2s + 1)`` per 32."""
-    high = spread(o.field("qh"), 4, 8, 1)  # (1, N, nb, 8, 8)
-    index = o.field("qs").reshape(1, o.n, o.nb, 8, 8).cast("int32") | (high.cast("int32") << 8)
+    high = spread(o.field("qh").cast("int32"), 4, 8, 1)  # (1, N, nb, 8, 8)
+    index = o.field("qs").reshape(1, o.n, o.nb, 8, 8).cast("int32") | (high << 8)
     signs = _sign_masks(o, o.field("signs").reshape(1, o.n, o.nb, 8, 4), "byte_sign_masks")
     scale = o.f16("d", 1) * _f32(spread(o.field("scales"), 4, 2, 4).reshape(1, o.n, o.nb, 8) * 2 + 1)
     return _block32(o, _grid_rows(o, index, "IQ3S"), scale, None, signs)
@@ -423,8 +424,9 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
 # alternating, load ~4-5): 1.22x, 1.43x, 1.25x (Q4_0 1.34x in the same run; in CPU time, load ~9: 1.15x, 1.38x,
 # 1.39x, 1.32x). Grid types (rows of bytes, signs flipped on the activations; since session 12 the rows' offsets
 # computed on int32 lanes and the rows gathered at once, ``tgcore.renderer.cbytedot.row_gather``; 4096^2 kernel on
-# one thread, best of 30, int vs float in one process, load ~7): IQ1_S 1.06 vs 1.38 ms, IQ1_M 1.08 vs 1.83,
-# IQ2_XXS 1.15 vs 1.34, IQ2_XS 1.61 vs 1.72, IQ2_S 2.12 vs 2.56, IQ3_XXS 1.28 vs 1.87, IQ3_S 1.87 vs 2.73.
+# one thread, best of 30, int vs float in one process, load ~7): IQ1_S 1.06 vs 1.37 ms, IQ1_M 1.08 vs 1.84,
+# IQ2_XXS 1.15-1.24 vs 1.34, IQ2_XS 1.31-1.39 vs 1.76, IQ2_S 1.35-1.41 vs 2.60-2.71, IQ3_XXS 1.22-1.28 vs 1.75-1.87,
+# IQ3_S 1.40-1.53 vs 2.73.
 INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
                                                 GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K,
                                                 GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.TQ2_0, GGMLType.IQ4_NL,
