@@ -2,6 +2,7 @@
 factors constant over a block leave the block's sum (``upcast.factor_blocks``); values against numpy for
 shapes that do and do not fill the vector lanes, on every CPU renderer."""
 import os
+import re
 from typing import Any
 
 import numpy as np
@@ -242,7 +243,7 @@ def test_grid_rows_in_lanes_are_exact(device):
     from tgcore.schedule.kernelize import create_schedule
     (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
     src = get_program(item.ast, open_device(device).renderer).src
-    assert "tg_dot4_u8i8(" in src and src.count("tg_rows8(data") == 2  # the grid's rows and the masks' rows
+    assert "tg_dot4_u8i8(" in src and len(re.findall(r"tg_rows8(_at)?\(data", src)) == 2  # grid rows, mask rows
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -295,13 +296,13 @@ def test_rows_at_offsets_from_shared_bits_are_gathered(device):
             from tgcore.schedule.kernelize import create_schedule
             (item,) = [si for si in create_schedule([product(wide, bits).uop], device)[0] if si.kind != "copy"]
             src = get_program(item.ast, open_device(device).renderer).src
-            assert src.count("tg_rows8(data" if wide else "tg_rows4(data") == 1
+            assert len(re.findall(r"tg_rows8_at\(data" if wide else r"tg_rows4_at\(data", src)) == 1  # row numbers
 
 
 @pytest.mark.parametrize("flags", [[], ["-mavx2"]], ids=["plain", "avx2"])
 def test_row_gather_helpers_match_numpy(flags, tmp_path):
     """The C renderer's row-gather helpers, built without and with AVX2 (their two branches): 4 rows of 8 bytes and
-    8 rows of 4 bytes at byte offsets, and 4 bytes widened to int32 lanes."""
+    8 rows of 4 bytes at byte offsets and at row numbers, and 4 bytes widened to int32 lanes."""
     from tgcore.renderer.cbytedot import ROWS_PREAMBLE, ROWS_TYPES
     from tgcore.renderer.cstyle import vector_typedef
     from tgcore.runtime.cpufeatures import cpu_features
@@ -312,16 +313,20 @@ def test_row_gather_helpers_match_numpy(flags, tmp_path):
         "  tg_int32x4 a4; tg_int32x8 a8; __builtin_memcpy(&a4, at, 16); __builtin_memcpy(&a8, at + 4, 32);\n"
         "  tg_uint64x4 r8 = tg_rows8(t, a4); tg_uint32x8 r4 = tg_rows4(t, a8); __builtin_memcpy(out, &r8, 32);\n"
         "  __builtin_memcpy(out + 32, &r4, 32); tg_uint8x4 b; __builtin_memcpy(&b, t + at[0], 4);\n"
-        "  tg_int32x4 w = tg_widen_u8x4(b); __builtin_memcpy(out + 64, &w, 16); }\n")
+        "  tg_int32x4 w = tg_widen_u8x4(b); __builtin_memcpy(out + 64, &w, 16);\n"
+        "  r8 = tg_rows8_at(t, a4 / 8); r4 = tg_rows4_at(t, a8 / 4); __builtin_memcpy(out + 80, &r8, 32);\n"
+        "  __builtin_memcpy(out + 112, &r4, 32); }\n")
     rows = _c_function(src, "rows", flags, tmp_path)
     rng = np.random.default_rng(len(flags))
     table = rng.integers(0, 256, 4096).astype(np.uint8)
     at = rng.integers(0, 4096 - 8, 12).astype(np.int32)
-    out = np.zeros(80, np.uint8)
+    out = np.zeros(144, np.uint8)
     rows(table.ctypes.data, at.ctypes.data, out.ctypes.data)
     np.testing.assert_array_equal(out[:32], np.concatenate([table[a:a + 8] for a in at[:4]]))
     np.testing.assert_array_equal(out[32:64], np.concatenate([table[a:a + 4] for a in at[4:]]))
-    np.testing.assert_array_equal(out[64:].view(np.int32), table[at[0]:at[0] + 4].astype(np.int32))
+    np.testing.assert_array_equal(out[64:80].view(np.int32), table[at[0]:at[0] + 4].astype(np.int32))
+    np.testing.assert_array_equal(out[80:112], np.concatenate([table[a // 8 * 8:a // 8 * 8 + 8] for a in at[:4]]))
+    np.testing.assert_array_equal(out[112:], np.concatenate([table[a // 4 * 4:a // 4 * 4 + 4] for a in at[4:]]))
 
 
 @pytest.mark.parametrize("device", DEVICES)

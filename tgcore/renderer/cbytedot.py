@@ -361,7 +361,8 @@ def uses_byte_dot(kernel: list[UOp]) -> bool:
 # computes those offsets on int32 lanes instead (the rows' bytes one vector load) and reads the rows with one gather
 # (vpgatherdq / vpgatherdd with AVX2): per block of 32, a few vector ops and a gather instead of ~6 scalar ops, a
 # load and an insert per row.
-ROW_GATHERS = {dtypes.uint64.vec(4): "tg_rows8", dtypes.uint32.vec(8): "tg_rows4"}
+ROW_GATHERS = {dtypes.uint64.vec(4): "tg_rows8", dtypes.uint32.vec(8): "tg_rows4"}  # at byte offsets
+ROW_NUMBERS = {"tg_rows8": "tg_rows8_at", "tg_rows4": "tg_rows4_at"}  # at row numbers (offsets / row bytes)
 FOUR_BYTES, WIDEN4_HELPER = dtypes.uint8.vec(4), "tg_widen_u8x4"
 IDENTITIES = {Ops.ADD: 0, Ops.OR: 0, Ops.XOR: 0, Ops.SHR: 0, Ops.SHL: 0, Ops.MUL: 1, Ops.IDIV: 1, Ops.AND: -1}
 
@@ -381,6 +382,9 @@ def row_gather(vec: UOp) -> UOp | None:
     offsets = lanes_together([p[1] for p in places if p is not None])
     if offsets is None or offsets.dtype.scalar() is not dtypes.int32:
         return None
+    width = vec.dtype.scalar().itemsize
+    if offsets.op is Ops.SHL and _constant_lanes(offsets.src[1]) == [width.bit_length() - 1] * offsets.dtype.count:
+        return UOp(Ops.CUSTOMI, vec.dtype, (places[0][0], offsets.src[0]), ROW_NUMBERS[helper])  # type: ignore[index]
     return UOp(Ops.CUSTOMI, vec.dtype, (places[0][0], offsets), helper)  # type: ignore[index]
 
 
@@ -448,8 +452,8 @@ def lanes_together(xs: list[UOp]) -> UOp | None:
     return UOp(first.op, dt, tuple(s for s in srcs if s is not None), first.arg)
 
 
-# rows of 8 (4) bytes at 4 (8) byte offsets into a table: one vpgatherdq (vpgatherdd) with AVX2 and gcc's builtins,
-# row by row elsewhere
+# 4 int32 lanes of bytes widened; rows of 8 (4) bytes at 4 (8) byte offsets (tg_rows8, tg_rows4) or row numbers
+# (tg_rows8_at, tg_rows4_at) into a table: one vpgatherdq (vpgatherdd) with AVX2 and gcc's builtins, else row by row
 ROWS_PREAMBLE = """\
 static inline tg_int32x4 tg_widen_u8x4(tg_uint8x4 v) {
 #if defined(__AVX2__)
@@ -459,29 +463,34 @@ static inline tg_int32x4 tg_widen_u8x4(tg_uint8x4 v) {
   return __builtin_convertvector(v, tg_int32x4);
 #endif
 }
-static inline tg_uint64x4 tg_rows8(const void* t, tg_int32x4 at) {
-#if defined(__AVX2__) && !defined(__clang__)
-  typedef long long tg_v4di __attribute__((vector_size(32)));
-  return (tg_uint64x4)__builtin_ia32_gathersiv4di((tg_v4di){0}, t, at, (tg_v4di){-1, -1, -1, -1}, 1);
-#else
-  tg_uint64x4 r;
-  for (int k = 0; k < 4; k++) __builtin_memcpy((char*)&r + 8 * k, (const char*)t + at[k], 8);
-  return r;
-#endif
-}
-static inline tg_uint32x8 tg_rows4(const void* t, tg_int32x8 at) {
-#if defined(__AVX2__) && !defined(__clang__)
-  const tg_int32x8 all = {-1, -1, -1, -1, -1, -1, -1, -1};
-  return (tg_uint32x8)__builtin_ia32_gathersiv8si((tg_int32x8){0}, t, at, all, 1);
-#else
-  tg_uint32x8 r;
-  for (int k = 0; k < 8; k++) __builtin_memcpy((char*)&r + 4 * k, (const char*)t + at[k], 4);
-  return r;
-#endif
-}
 """
+
+
+def _rows_helper(name: str, rows: int, width: int, scale: int) -> str:
+    """A helper gathering ``rows`` rows of ``width`` bytes at ``scale`` times the int32 lanes ``at`` (a gather's scale
+    is an immediate: one helper per scale)."""
+    vec, whole, gather = {8: ("tg_uint64x4", "long long", "gathersiv4di"),
+                          4: ("tg_uint32x8", "int", "gathersiv8si")}[width]
+    return f"""\
+static inline {vec} {name}(const void* t, tg_int32x{rows} at) {{
+#if defined(__AVX2__) && !defined(__clang__)
+  typedef {whole} tg_w __attribute__((vector_size(32)));
+  const tg_w all = {{{", ".join(["-1"] * rows)}}};
+  return ({vec})__builtin_ia32_{gather}((tg_w){{0}}, t, at, all, {scale});
+#else
+  {vec} r;
+  for (int k = 0; k < {rows}; k++) __builtin_memcpy((char*)&r + {width} * k, (const char*)t + {scale} * at[k], {width});
+  return r;
+#endif
+}}
+"""
+
+
+ROWS_PREAMBLE += "".join(_rows_helper(name, WIDE // width, width, scale)
+                         for width, bytes_name in ((8, "tg_rows8"), (4, "tg_rows4"))
+                         for name, scale in ((bytes_name, 1), (ROW_NUMBERS[bytes_name], width)))
 ROWS_TYPES = (dtypes.uint64.vec(4), dtypes.uint32.vec(8), dtypes.int32.vec(4), dtypes.int32.vec(8), FOUR_BYTES)
 
 
 def uses_row_gather(kernel: list[UOp]) -> bool:
-    return any(u.op is Ops.CUSTOMI and u.arg in ROW_GATHERS.values() for u in kernel)
+    return any(u.op is Ops.CUSTOMI and u.arg in (*ROW_GATHERS.values(), *ROW_NUMBERS.values()) for u in kernel)
