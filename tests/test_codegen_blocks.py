@@ -355,3 +355,25 @@ def test_byte_dot_with_an_integer_offset_is_exact(device):
     from tgcore.schedule.kernelize import create_schedule
     (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
     assert get_program(item.ast, open_device(device).renderer).src.count("tg_dot4_u8i8(") >= 3  # helper + 2 calls
+
+
+def test_row_gather_takes_rows_at_offsets_that_differ_only():
+    """``cbytedot.row_gather`` on UOps: 4 rows of 8 bytes at 8 times 4 consecutive loaded codes are one gather at
+    the codes (row numbers, widened from one 4-byte load); the same 8 bytes in every lane (a broadcast: Q5's qh,
+    ``_repeated``) are left alone (a gather of 4 equal rows would be slower than the broadcast)."""
+    from tgcore.dtype import dtypes
+    from tgcore.renderer.cbytedot import row_gather
+    from tgcore.uop import Ops, UOp
+    table, codes = UOp(Ops.PARAM, dtypes.uint8.ptr(4096), (), 1), UOp(Ops.PARAM, dtypes.uint8.ptr(64), (), 2)
+
+    def row(at: UOp) -> UOp:
+        return UOp(Ops.BITCAST, dtypes.uint64, (UOp(Ops.LOAD, dtypes.uint8.vec(8), (table.index(at),)),))
+
+    def code(k: int) -> UOp:
+        return UOp(Ops.LOAD, dtypes.uint8, (codes.index(UOp.const(dtypes.int32, k)),)).cast(dtypes.int32)
+    assert row_gather(UOp(Ops.VECTORIZE, dtypes.uint64.vec(4), (row(UOp.const(dtypes.int32, 8)),) * 4)) is None
+    gather = row_gather(UOp(Ops.VECTORIZE, dtypes.uint64.vec(4), tuple(row(code(k) * 8) for k in range(4))))
+    assert gather is not None and gather.op is Ops.CUSTOMI and gather.arg == "tg_rows8_at"
+    assert gather.src[0] is table and gather.src[1].dtype == dtypes.int32.vec(4)
+    widened = gather.src[1]
+    assert widened.op is Ops.CUSTOMI and widened.src[0].op is Ops.LOAD and widened.src[0].dtype == dtypes.uint8.vec(4)

@@ -371,8 +371,8 @@ def row_gather(vec: UOp) -> UOp | None:
     """A VECTORIZE of table rows (``_row_loads``: bitcast loads of 8 or 4 bytes from one buffer) whose offsets are one
     arithmetic in every lane (``lanes_together``) -> a call of the gather helper at those offsets; else None."""
     helper = ROW_GATHERS.get(vec.dtype)
-    if vec.op is not Ops.VECTORIZE or helper is None:
-        return None
+    if vec.op is not Ops.VECTORIZE or helper is None or all(s is vec.src[0] for s in vec.src):
+        return None  # (one value in every lane: a broadcast, ``_repeated``)
     if any(s.op is not Ops.BITCAST or s.src[0].dtype.scalar().itemsize * s.src[0].dtype.count != s.dtype.itemsize
            for s in vec.src):
         return None
