@@ -36,6 +36,10 @@ class Renderer:
     # summed in lanes of 4 neighbouring bytes is one multiply-add of bytes per lane (C: ``cbytedot``; X86 with
     # AVX512-VNNI: vpdpbusd)
     compiles_byte_dots: bool = False
+    # such a sum's operand read as rows of 4 or 8 bytes from a table at offsets computed per row (an i-quant grid's)
+    # becomes one gather of the rows, their offsets computed together (C: ``cbytedot.row_gather``); False: a load
+    # and an insert per row, or lane by lane
+    gathers_table_rows: bool = False
     # innermost loops of at most this many iterations (a constant count) are unrolled by codegen
     # (``codegen.unroll``); 0: left as loops (a C compiler unrolls them itself)
     unrolled_trips: int = 0

@@ -180,6 +180,18 @@ def test_which_devices_and_types_use_it():
     assert not uses_int_dot(GGMLType.F16, "CPU")
     assert uses_int_dot(GGMLType.Q4_0, "CPU") == (GGMLType.Q4_0 in INT_DOT_TYPES)
     assert not uses_int_dot(9999, "CPU")
+    assert uses_int_dot(GGMLType.IQ1_S, "CPU") == (GGMLType.IQ1_S in INT_DOT_TYPES)  # the C renderer gathers rows
+
+
+def test_grid_types_take_the_float_path_without_row_gathers():
+    """A grid type's integer path pays only where its table rows are gathered (``Renderer.gathers_table_rows``): not
+    on the x86 backend (there its integer kernels were 5-20x slower than the float ones)."""
+    pytest.importorskip("tg_x86")
+    from tg_x86.cpu import unavailable_reason
+    if unavailable_reason() is not None:
+        pytest.skip(unavailable_reason())
+    assert not uses_int_dot(GGMLType.IQ1_S, "CPU:X86")
+    assert not uses_int_dot(GGMLType.IQ2_XS, "CPU:X86")
 
 
 def test_bad_input_is_refused():

@@ -435,15 +435,26 @@ INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GG
                                                 GGMLType.IQ1_S, GGMLType.IQ1_M})
 
 
+# the types whose integer path reads its unsigned bytes as table rows at offsets computed per row (the grids): faster
+# than float only where the renderer gathers such rows (``Renderer.gathers_table_rows``). On CPU:X86 (no gathers;
+# 4096^2, load ~10) their integer kernels took 20-130 ms against 4-25 ms in float.
+TABLE_ROW_TYPES: frozenset[GGMLType] = frozenset({GGMLType.IQ1_S, GGMLType.IQ1_M, GGMLType.IQ2_XXS, GGMLType.IQ2_XS,
+                                                  GGMLType.IQ2_S, GGMLType.IQ3_XXS, GGMLType.IQ3_S})
+
+
 def uses_int_dot(type_id: GGMLType | int, device: str) -> bool:
     """Whether a matrix product with a weight of this type runs as integer dot products on ``device``: the type is
-    in ``INT_DOT_TYPES`` and the device's renderer compiles byte dot products."""
+    in ``INT_DOT_TYPES``, the device's renderer compiles byte dot products and, for ``TABLE_ROW_TYPES``, gathers
+    table rows."""
     from tgcore.runtime.registry import open_device
     try:
         gtype = GGMLType(type_id)
     except ValueError:
         return False
-    return gtype in INT_DOT_TYPES and bool(getattr(open_device(device).renderer, "compiles_byte_dots", False))
+    renderer = open_device(device).renderer
+    if gtype in TABLE_ROW_TYPES and not renderer.gathers_table_rows:
+        return False
+    return gtype in INT_DOT_TYPES and bool(getattr(renderer, "compiles_byte_dots", False))
 
 
 def int_matmul(x: Tensor, raw: Tensor, type_id: GGMLType | int, shape: tuple[int, int]) -> Tensor:
