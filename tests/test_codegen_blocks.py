@@ -2,6 +2,7 @@
 factors constant over a block leave the block's sum (``upcast.factor_blocks``); values against numpy for
 shapes that do and do not fill the vector lanes, on every CPU renderer."""
 import os
+import re
 from typing import Any
 
 import numpy as np
@@ -242,7 +243,8 @@ def test_byte_table_helper_matches_numpy(flags, tmp_path):
 def test_grid_rows_in_lanes_are_exact(device):
     """Rows of 8 bytes looked up at loaded indices (an i-quant grid: one index per 8 values) as the unsigned side of a
     byte dot product in lanes of 4 neighbours, the signed side's signs flipped by looked-up masks: exact against
-    numpy; on the C renderer each block's 4 rows are 4 loads of 8 bytes (not 32 byte loads)."""
+    numpy; on the C renderer each block's 4 rows are one gather of 8-byte rows (``cbytedot.row_gather``: not 32 byte
+    loads)."""
     rows, blocks = 3, 2
     rng = np.random.default_rng(12)
     grid = rng.integers(0, 256, (32, 8)).astype(np.uint8)
@@ -274,7 +276,90 @@ def test_grid_rows_in_lanes_are_exact(device):
     from tgcore.schedule.kernelize import create_schedule
     (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
     src = get_program(item.ast, open_device(device).renderer).src
-    assert "tg_dot4_u8i8(" in src and src.count("tg_uint64x4 vec") == 2  # the grid's rows and the masks' rows
+    assert "tg_dot4_u8i8(" in src and len(re.findall(r"tg_rows8(_at)?\(data", src)) == 2  # grid rows, mask rows
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rows_at_offsets_from_shared_bits_are_gathered(device):
+    """Rows of 8 bytes at an index made of a byte per row and 3 bits per row of a 16-bit word shared by the block's 4
+    rows (IQ1_S's layout: ``qs | ((qh >> 3j) & 7) << 8``, plus a bit shared by all 4), or a nibble per row (IQ1_M's:
+    ``(qh >> 4j) & 15``), and rows of 4 bytes at a byte per row (IQ3_XXS's): exact against numpy; on the C renderer
+    the offsets are computed on int32 lanes (lane 0 has no shift, ``x & 7`` next to ``(x // 8) & 7``; the last
+    nibble no mask, ``x // 4096``) and read by one gather per block."""
+    rows, blocks = 3, 2
+    rng = np.random.default_rng(13)
+    grid8 = rng.integers(0, 256, (4096, 8)).astype(np.uint8)
+    grid4 = rng.integers(0, 256, (256, 4)).astype(np.uint8)
+    codes4, codes8 = (rng.integers(0, 256, (rows, blocks, n)).astype(np.uint8) for n in (4, 8))
+    high = rng.integers(0, 1 << 16, (rows, blocks, 1)).astype(np.uint16)  # stored as 2 bytes (loads of bytes only)
+    q = rng.integers(-127, 128, (1, blocks, 32)).astype(np.int8)
+    s = rng.integers(-4, 5, (rows, blocks, 1)).astype(np.float32)
+    weight = rng.integers(0, 256, (rows, 16384)).astype(np.uint8)  # the biggest input, as a weight is
+    st = Tensor(s, device=device).realize()
+    g8, g4 = Tensor(grid8.reshape(-1), device=device).realize(), Tensor(grid4.reshape(-1), device=device).realize()
+    c4, c8 = Tensor(codes4, device=device).realize(), Tensor(codes8, device=device).realize()
+    ht = Tensor(high.view(np.uint8), device=device).realize()
+    qt, wt = Tensor(q, device=device).realize(), Tensor(weight, device=device).realize()
+
+    def product(wide: bool, bits: int = 3) -> Tensor:
+        if wide:
+            shifts = (Tensor.arange(4, device=device) * bits).reshape(1, 1, 4)
+            h = ht[:, :, 0:1].cast("int32") | (ht[:, :, 1:2].cast("int32") << 8)
+            index = c4.cast("int32") | (((h >> shifts) & ((1 << bits) - 1)) << 8)
+            index = index | ((h >> 15) << 11) if bits == 3 else index
+            at = (index * 8).reshape(rows, blocks, 4, 1) + Tensor.arange(8, device=device).reshape(1, 1, 1, 8)
+            u = g8.take(at).reshape(rows, blocks, 32)
+        else:
+            lane = Tensor.arange(4, device=device).reshape(1, 1, 1, 4)
+            at = (c8.cast("int32") * 4).reshape(rows, blocks, 8, 1) + lane
+            u = g4.take(at).reshape(rows, blocks, 32)
+        dot = _lane_ordered((u.cast("int32") * qt.cast("int32")).cast("float32") * st).sum(-1)
+        return dot + wt.shrink(((0, rows), (0, 1))).reshape(rows).cast("float32")
+    h = high.astype(np.int64)
+    index = codes4.astype(np.int64) | (((h >> np.array([0, 3, 6, 9])) & 7) << 8) | ((h >> 15) << 11)
+    nibbles = codes4.astype(np.int64) | (((h >> np.array([0, 4, 8, 12])) & 15) << 8)
+    for wide, bits, u in ((True, 3, grid8[index]), (True, 4, grid8[nibbles]), (False, 3, grid4[codes8])):
+        ref = (s[..., 0].astype(np.int64) * (u.reshape(rows, blocks, 32).astype(np.int64) * q.astype(np.int64)
+                                             ).sum(-1)).sum(-1) + weight[:, 0]
+        out = product(wide, bits)
+        np.testing.assert_array_equal(out.numpy(), ref.astype(np.float32))
+        if device == "CPU":
+            from tgcore.codegen import get_program
+            from tgcore.runtime.registry import open_device
+            from tgcore.schedule.kernelize import create_schedule
+            (item,) = [si for si in create_schedule([product(wide, bits).uop], device)[0] if si.kind != "copy"]
+            src = get_program(item.ast, open_device(device).renderer).src
+            assert len(re.findall(r"tg_rows8_at\(data" if wide else r"tg_rows4_at\(data", src)) == 1  # row numbers
+
+
+@pytest.mark.parametrize("flags", [[], ["-mavx2"]], ids=["plain", "avx2"])
+def test_row_gather_helpers_match_numpy(flags, tmp_path):
+    """The C renderer's row-gather helpers, built without and with AVX2 (their two branches): 4 rows of 8 bytes and
+    8 rows of 4 bytes at byte offsets and at row numbers, and 4 bytes widened to int32 lanes."""
+    from tgcore.renderer.cbytedot import ROWS_PREAMBLE, ROWS_TYPES
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.runtime.cpufeatures import cpu_features
+    if flags and "avx2" not in cpu_features().features:
+        pytest.skip("no AVX2 here")
+    src = "".join(vector_typedef(d) + "\n" for d in ROWS_TYPES) + ROWS_PREAMBLE + (
+        "void rows(const unsigned char* t, const int* at, unsigned char* out) {\n"
+        "  tg_int32x4 a4; tg_int32x8 a8; __builtin_memcpy(&a4, at, 16); __builtin_memcpy(&a8, at + 4, 32);\n"
+        "  tg_uint64x4 r8 = tg_rows8(t, a4); tg_uint32x8 r4 = tg_rows4(t, a8); __builtin_memcpy(out, &r8, 32);\n"
+        "  __builtin_memcpy(out + 32, &r4, 32); tg_uint8x4 b; __builtin_memcpy(&b, t + at[0], 4);\n"
+        "  tg_int32x4 w = tg_widen_u8x4(b); __builtin_memcpy(out + 64, &w, 16);\n"
+        "  r8 = tg_rows8_at(t, a4 / 8); r4 = tg_rows4_at(t, a8 / 4); __builtin_memcpy(out + 80, &r8, 32);\n"
+        "  __builtin_memcpy(out + 112, &r4, 32); }\n")
+    rows = _c_function(src, "rows", flags, tmp_path)
+    rng = np.random.default_rng(len(flags))
+    table = rng.integers(0, 256, 4096).astype(np.uint8)
+    at = rng.integers(0, 4096 - 8, 12).astype(np.int32)
+    out = np.zeros(144, np.uint8)
+    rows(table.ctypes.data, at.ctypes.data, out.ctypes.data)
+    np.testing.assert_array_equal(out[:32], np.concatenate([table[a:a + 8] for a in at[:4]]))
+    np.testing.assert_array_equal(out[32:64], np.concatenate([table[a:a + 4] for a in at[4:]]))
+    np.testing.assert_array_equal(out[64:80].view(np.int32), table[at[0]:at[0] + 4].astype(np.int32))
+    np.testing.assert_array_equal(out[80:112], np.concatenate([table[a // 8 * 8:a // 8 * 8 + 8] for a in at[:4]]))
+    np.testing.assert_array_equal(out[112:], np.concatenate([table[a // 4 * 4:a // 4 * 4 + 4] for a in at[4:]]))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -342,3 +427,25 @@ def test_sub_block_scales_unpacked_as_vectors_are_exact(rows, supers, device):
     (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
     renderer = open_device(device).renderer
     assert OptOps.SPREAD in {o.op for o in default_policy(prepare_kernel(item.ast, renderer), renderer, 1)}
+
+
+def test_row_gather_takes_rows_at_offsets_that_differ_only():
+    """``cbytedot.row_gather`` on UOps: 4 rows of 8 bytes at 8 times 4 consecutive loaded codes are one gather at
+    the codes (row numbers, widened from one 4-byte load); the same 8 bytes in every lane (a broadcast: Q5's qh,
+    ``_repeated``) are left alone (a gather of 4 equal rows would be slower than the broadcast)."""
+    from tgcore.dtype import dtypes
+    from tgcore.renderer.cbytedot import row_gather
+    from tgcore.uop import Ops, UOp
+    table, codes = UOp(Ops.PARAM, dtypes.uint8.ptr(4096), (), 1), UOp(Ops.PARAM, dtypes.uint8.ptr(64), (), 2)
+
+    def row(at: UOp) -> UOp:
+        return UOp(Ops.BITCAST, dtypes.uint64, (UOp(Ops.LOAD, dtypes.uint8.vec(8), (table.index(at),)),))
+
+    def code(k: int) -> UOp:
+        return UOp(Ops.LOAD, dtypes.uint8, (codes.index(UOp.const(dtypes.int32, k)),)).cast(dtypes.int32)
+    assert row_gather(UOp(Ops.VECTORIZE, dtypes.uint64.vec(4), (row(UOp.const(dtypes.int32, 8)),) * 4)) is None
+    gather = row_gather(UOp(Ops.VECTORIZE, dtypes.uint64.vec(4), tuple(row(code(k) * 8) for k in range(4))))
+    assert gather is not None and gather.op is Ops.CUSTOMI and gather.arg == "tg_rows8_at"
+    assert gather.src[0] is table and gather.src[1].dtype == dtypes.int32.vec(4)
+    widened = gather.src[1]
+    assert widened.op is Ops.CUSTOMI and widened.src[0].op is Ops.LOAD and widened.src[0].dtype == dtypes.uint8.vec(4)

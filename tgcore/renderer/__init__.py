@@ -46,6 +46,10 @@ class Renderer:
     # the factors of a super-block's sub-blocks (K-quant scales) may be unpacked as one small vector whose lanes the
     # unrolled sub-blocks take (``OptOps.SPREAD``): vectors of a few bytes, shuffles, lane extracts
     vector_block_factors: bool = False
+    # such a sum's operand read as rows of 4 or 8 bytes from a table at offsets computed per row (an i-quant grid's)
+    # becomes one gather of the rows, their offsets computed together (C: ``cbytedot.row_gather``); False: a load
+    # and an insert per row, or lane by lane
+    gathers_table_rows: bool = False
     # innermost loops of at most this many iterations (a constant count) are unrolled by codegen
     # (``codegen.unroll``); 0: left as loops (a C compiler unrolls them itself)
     unrolled_trips: int = 0

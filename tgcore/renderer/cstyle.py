@@ -26,9 +26,13 @@ from tgcore.renderer.cbytedot import (
     DOT_PREAMBLE,
     DOT_TYPES,
     accumulated_dot,
+    ROWS_PREAMBLE,
+    ROWS_TYPES,
     byte_dot,
     byte_table_lookup,
+    row_gather,
     uses_byte_dot,
+    uses_row_gather,
 )
 from tgcore.renderer.prefetch import Prefetcher, loop_nest
 from tgcore.runtime.cpufeatures import chosen_isa_level, cpu_features
@@ -382,12 +386,13 @@ class CRenderer(Renderer):
     # 69/87/107 us, Q5_0 69/88/105 -> 68/84/101, Q8_0 960x576 at 4 rows 26.1 -> 25.2 (X86 keeps the default 4: no
     # gain measured there, within the noise of a loaded machine)
     batch_weight_rows = 8
+    gathers_table_rows = True  # legalize's row_gather (vpgatherdq / vpgatherdd with AVX2)
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
                    dtypes.uint64: 4}
     emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})  # computed in float32, rounded per op
     # the host's byte order: an int assembled from consecutive bytes is one load (little-endian hosts only)
     # and a lane's sum of 4 byte products (a quantization block's, in int32 lanes) is one multiply-add of bytes
-    legalize = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot),
+    legalize = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot), (UPat(Ops.VECTORIZE, name="vec"), row_gather),
                                (UPat(Ops.ADD, name="x"), accumulated_dot)]
                               + ([(UPat(Ops.OR, name="x"), combine_byte_loads)] if sys.byteorder == "little" else []))
 
@@ -636,6 +641,9 @@ class CRenderer(Renderer):
         if uses_byte_dot(kernel):
             vectors = sorted(set(vectors) | set(DOT_TYPES), key=lambda d: d.name)
             helpers += DOT_PREAMBLE
+        if uses_row_gather(kernel):
+            vectors = sorted(set(vectors) | set(ROWS_TYPES), key=lambda d: d.name)
+            helpers += ROWS_PREAMBLE
         if any(byte_table_lookup(u) is not None for u in kernel):  # (rendered wherever one matches, dot or not)
             vectors = sorted(set(vectors) | {dtypes.uint8.vec(32)}, key=lambda d: d.name)
             helpers += BYTE_TABLE_PREAMBLE

@@ -33,13 +33,17 @@ def q8_reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def unit_scale_blocks(gtype: GGMLType, n_blocks: int, seed: int) -> np.ndarray:
-    """Random blocks whose half-precision scales are 1.0 (mins of Q4_1/Q5_1: -3.0; MXFP4's exponent 1.0):
-    integer-valued weights."""
+    """Random blocks whose half-precision scales are 1.0 (mins of Q4_1/Q5_1: -3.0; MXFP4's exponent 1.0): integer-valued
+    weights (IQ1_S / IQ1_M: multiples of 1/8, as exact)."""
     raw = random_blocks(gtype, n_blocks, seed=seed).reshape(n_blocks, -1)
     for name, value in (("d", 1.0), ("dmin", 1.0), ("m", -3.0)):
         if name in FIELDS[gtype]:
             start, _ = FIELDS[gtype][name]
             raw[:, start:start + 2] = np.full(n_blocks, value, "<f2").view(np.uint8).reshape(n_blocks, 2)
+    if gtype is GGMLType.IQ1_M:  # its d is the top nibbles of the 4 scale words: nibble k of 1.0's bits 0x3c00
+        start, _ = FIELDS[gtype]["scales"]
+        for k, nibble in enumerate((0x0, 0x0, 0xC, 0x3)):
+            raw[:, start + 2 * k + 1] = (raw[:, start + 2 * k + 1] & 0x0F) | (nibble << 4)
     if "e" in FIELDS[gtype]:  # MXFP4's e8m0 exponent: 128 is a (halved) scale of 1.0 for its doubled values
         raw[:, FIELDS[gtype]["e"][0]] = 128
     return raw.reshape(-1)
@@ -104,7 +108,8 @@ def test_int_matmul_random(gtype):
 
 @pytest.mark.parametrize("n", [48, 50])
 @pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q4_K,
-                                   GGMLType.Q6_K, GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.IQ2_XS],
+                                   GGMLType.Q6_K, GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.IQ2_XS,
+                                   GGMLType.IQ1_M, GGMLType.IQ3_XXS],
                          ids=lambda t: t.name)
 def test_rows_do_not_depend_on_the_batch(gtype, n):
     """Each row's result is the same bits alone and in a batch of 2, 3, 4 or 8 (batched LLM decode relies on it).
@@ -140,7 +145,7 @@ def test_short_rows_do_not_depend_on_the_batch(gtype, batch):
 
 @pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.MXFP4,
                                    GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ2_S, GGMLType.IQ3_XXS,
-                                   GGMLType.IQ3_S], ids=lambda t: t.name)
+                                   GGMLType.IQ3_S, GGMLType.IQ1_S, GGMLType.IQ1_M], ids=lambda t: t.name)
 @pytest.mark.parametrize("device", ["PYTHON", "CPU:X86"])
 def test_other_devices_compute_the_same(device, gtype):
     """The integer path is tensor ops: the interpreter and the x86 backend give the exact result too (the types
@@ -175,6 +180,18 @@ def test_which_devices_and_types_use_it():
     assert not uses_int_dot(GGMLType.F16, "CPU")
     assert uses_int_dot(GGMLType.Q4_0, "CPU") == (GGMLType.Q4_0 in INT_DOT_TYPES)
     assert not uses_int_dot(9999, "CPU")
+    assert uses_int_dot(GGMLType.IQ1_S, "CPU") == (GGMLType.IQ1_S in INT_DOT_TYPES)  # the C renderer gathers rows
+
+
+def test_grid_types_take_the_float_path_without_row_gathers():
+    """A grid type's integer path pays only where its table rows are gathered (``Renderer.gathers_table_rows``): not
+    on the x86 backend (there its integer kernels were 5-20x slower than the float ones)."""
+    pytest.importorskip("tg_x86")
+    from tg_x86.cpu import unavailable_reason
+    if unavailable_reason() is not None:
+        pytest.skip(unavailable_reason())
+    assert not uses_int_dot(GGMLType.IQ1_S, "CPU:X86")
+    assert not uses_int_dot(GGMLType.IQ2_XS, "CPU:X86")
 
 
 def test_bad_input_is_refused():

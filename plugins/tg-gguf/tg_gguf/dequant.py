@@ -485,24 +485,40 @@ def _iq1(dl: Tensor, row: Tensor, groups_per_scale: int) -> Tensor:
     return (dl.reshape(n, scales, 1, 1) * values).reshape(n, QK_K)
 
 
-def _iq1_s(b: Blocks) -> Tensor:
+def iq1_s_parts(b: Blocks) -> tuple[Tensor, Tensor]:
+    """IQ1_S's scale per 32 values ``d * (2s + 1)`` ``(n, 8)`` float32, and its grid row per 8 values ``(n, 8, 4)``
+    int32: the qs byte, 3 more index bits from qh, the delta's sign as bit 11 (``grid:IQ1S+delta``'s layout)."""
     n = b.n
     qh = le_uint(b.bytes("qh"), 2).cast("int32")  # (n, 8): 4 x 3 index bits, a 3-bit scale, the delta's sign
-    index = _wide(b.bytes("qs")) | (spread(qh, 2, 4, 3).reshape(n, 32) << 8)
+    index = _wide(b.bytes("qs")).reshape(n, 8, 4) | (spread(qh, 2, 4, 3) << 8)
     dl = b.f16("d") * _f32(((qh >> 12) & 7) * 2 + 1)
-    negative = ((qh >> 15) & 1).reshape(n, 8, 1).expand(n, 8, 4).reshape(n, 32)
-    return _iq1(dl, index | (negative << 11), 4)
+    return dl, index | (((qh >> 15) & 1) << 11).reshape(n, 8, 1)
 
 
-def _iq1_m(b: Blocks) -> Tensor:
+def _iq1_s(b: Blocks) -> Tensor:
+    dl, rows = iq1_s_parts(b)
+    return _iq1(dl, rows, 4)
+
+
+def iq1_m_scales(b: Blocks) -> Tensor:
+    """IQ1_M's 16 scales per super-block (one per 16 values), ``d * (2s + 1)``: ``(n, 16)`` float32."""
     n = b.n
     sc = le_uint(b.bytes("scales"), 2).cast("int32")  # (n, 4) u16: 4 three-bit scales each; top nibbles: the f16 d
     d_bits = _or_columns(((sc >> 12) & 15) << (iota((1, 4), 1, b.device, "int32") * 4))  # nibble k: bits 4k..
     d = d_bits.cast("uint16").bitcast("float16").cast("float32")
-    dl = d * _f32(spread(sc, 2, 4, 3).reshape(n, 16) * 2 + 1)
+    return d * _f32(spread(sc, 2, 4, 3).reshape(n, 16) * 2 + 1)
+
+
+def iq1_m_rows(b: Blocks) -> Tensor:
+    """IQ1_M's grid row per 8 values, ``(n, 16, 2)`` int32: the qs byte, 3 more index bits and the delta's sign as
+    bit 11 from the qh nibble (``grid:IQ1S+delta``'s layout)."""
+    n = b.n
     nib = spread(_wide(b.bytes("qh")), 2, 2, 4)  # (n, 16, 2): 3 index bits and the delta's sign per 8 values
-    # the nibble above the byte: 3 index bits, then the delta's sign as bit 11
-    return _iq1(dl, _wide(b.bytes("qs")).reshape(n, 16, 2) | (nib << 8), 2)
+    return _wide(b.bytes("qs")).reshape(n, 16, 2) | (nib << 8)
+
+
+def _iq1_m(b: Blocks) -> Tensor:
+    return _iq1(iq1_m_scales(b), iq1_m_rows(b), 2)
 
 
 def _or_columns(x: Tensor) -> Tensor:

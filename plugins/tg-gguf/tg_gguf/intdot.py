@@ -28,9 +28,10 @@ constants and a sub-block's scale is one permute of a vector.
 
 IQ4_NL, IQ4_XS and MXFP4 look their 4-bit codes up in a table of 16 bytes (their values plus 128): 32 lanes at once
 with one byte shuffle on the C renderer (``tgcore.renderer.cbytedot``), then the same byte dot product. The grid
-types IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S read their grid rows as bytes (one load of 8 or 4 per group on the
-C renderer) and flip the activations' signs with byte masks from a table (``(x ^ m) - m``), so the weight's side
-stays unsigned.
+types IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S read their grid rows as bytes (on the C renderer one gather of the 4
+or 8 rows of a block of 32, their offsets computed on int32 lanes) and flip the activations' signs with byte masks
+from a table (``(x ^ m) - m``), so the weight's side stays unsigned; IQ1_S and IQ1_M read rows of
+``8 * (grid + delta) + 9`` (an integer offset of -9, one float factor ``dl / 8`` per block).
 
 ``INT_DOT_TYPES`` (data) says which types take this path where it is available; ``uses_int_dot`` decides.
 Rounding: activations are rounded to nearest (ties to even), so results differ from the float path by the
@@ -48,6 +49,8 @@ from tg_gguf.dequant import (
     Blocks,
     check_supported,
     iota,
+    iq1_m_scales,
+    iq1_s_parts,
     iq4_xs_scales,
     k_scales_mins,
     le_uint,
@@ -338,8 +341,9 @@ def _iq3_xxs(o: Operands) -> Tensor:
 
 def _nibbles_per_16(o: Operands) -> Tensor:
     """IQ2_XS / IQ2_S: a 4-bit scale per 16 elements, low then high nibble of byte i for block i: ``(1, N, nb, 8,
-    2)``."""
-    return spread(o.field("scales"), 4, 2, 4)
+    2)`` int32 (bit fields are taken apart in int32 lanes: x86 shifts no byte lanes, and a vector of bytes shifted
+    by an amount per lane is taken apart lane by lane)."""
+    return spread(o.field("scales").cast("int32"), 4, 2, 4)
 
 
 def _iq2_xs(o: Operands) -> Tensor:
@@ -351,8 +355,8 @@ def _iq2_xs(o: Operands) -> Tensor:
 
 def _iq2_s(o: Operands) -> Tensor:
     """Per 8 values a grid index byte with 2 more bits from ``qh`` and a sign byte; scales per 16."""
-    high = spread(o.field("qh"), 4, 4, 2)  # (1, N, nb, 8, 4)
-    index = o.field("qs").reshape(1, o.n, o.nb, 8, 4).cast("int32") | (high.cast("int32") << 8)
+    high = spread(o.field("qh").cast("int32"), 4, 4, 2)  # (1, N, nb, 8, 4)
+    index = o.field("qs").reshape(1, o.n, o.nb, 8, 4).cast("int32") | (high << 8)
     signs = _sign_masks(o, o.field("signs").reshape(1, o.n, o.nb, 8, 4), "byte_sign_masks")
     scale = _half_steps(o.f16("d", 2), _nibbles_per_16(o), 0.25)
     return _block32(o, _grid_rows(o, index, "IQ2S"), scale, None, signs)
@@ -360,11 +364,35 @@ def _iq2_s(o: Operands) -> Tensor:
 
 def _iq3_s(o: Operands) -> Tensor:
     """Per 4 values a grid index byte with a 9th bit from ``qh``; a sign byte per 8; ``d * (2s + 1)`` per 32."""
-    high = spread(o.field("qh"), 4, 8, 1)  # (1, N, nb, 8, 8)
-    index = o.field("qs").reshape(1, o.n, o.nb, 8, 8).cast("int32") | (high.cast("int32") << 8)
+    high = spread(o.field("qh").cast("int32"), 4, 8, 1)  # (1, N, nb, 8, 8)
+    index = o.field("qs").reshape(1, o.n, o.nb, 8, 8).cast("int32") | (high << 8)
     signs = _sign_masks(o, o.field("signs").reshape(1, o.n, o.nb, 8, 4), "byte_sign_masks")
     scale = o.f16("d", 1) * _f32(spread(o.field("scales"), 4, 2, 4).reshape(1, o.n, o.nb, 8) * 2 + 1)
     return _block32(o, _grid_rows(o, index, "IQ3S"), scale, None, signs)
+
+
+def _iq1_rows(o: Operands, rows: Tensor, dl: Tensor) -> Tensor:
+    """IQ1_S / IQ1_M: ``rows`` ``(1, N, nb, 8, 4)`` the grid row (with the delta's sign) per 8 values, ``dl`` the
+    scales per 32 ``(1, N, nb, 8)`` or per 16 ``(1, N, nb, 8, 2)``. The bytes ``u = 8 * (grid + delta) + 9``
+    (``grid_u8:IQ1S+delta``) make the block's sum ``(dl / 8) * (sum u x - 9 sum x)``: all integer up to one float
+    factor (``dl / 8`` is exact: a power of two)."""
+    u = table_rows(rows, "grid_u8:IQ1S+delta", 8).reshape(1, o.n, o.nb, 8, 32)
+    return _block32(o, u, dl * 0.125, -9)
+
+
+def _iq1_s(o: Operands) -> Tensor:
+    """IQ1_S: a scale per 32, a grid row per 8 values with one delta sign per 32."""
+    dl, rows = iq1_s_parts(o.b)
+    return _iq1_rows(o, rows.reshape(1, o.n, o.nb, 8, 4), dl.reshape(1, o.n, o.nb, 8))
+
+
+def _iq1_m(o: Operands) -> Tensor:
+    """IQ1_M: a scale per 16, a grid row and a delta sign per 8 values: the qs byte and a nibble of qh, its 2 bytes
+    per 32 values read as one u16 (each row's nibble then a shift of the same word: the rows' offsets are computed
+    together, ``cbytedot.row_gather``)."""
+    qh = le_uint(o.b.bytes("qh"), 2).cast("int32").reshape(1, o.n, o.nb, 8)
+    rows = o.field("qs").reshape(1, o.n, o.nb, 8, 4).cast("int32") | (spread(qh, 4, 4, 4) << 8)
+    return _iq1_rows(o, rows, iq1_m_scales(o.b).reshape(1, o.n, o.nb, 8, 2))
 
 
 SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
@@ -387,6 +415,8 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
     GGMLType.IQ2_XS: _iq2_xs,
     GGMLType.IQ2_S: _iq2_s,
     GGMLType.IQ3_S: _iq3_s,
+    GGMLType.IQ1_S: _iq1_s,
+    GGMLType.IQ1_M: _iq1_m,
 }
 
 # the types whose integer path is faster than the float one on a renderer that compiles byte dots (GEMVs of SmolLM2's
@@ -395,25 +425,39 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
 # Q5_K 2.26-2.30x, Q6_K 2.35-2.45x. TQ2_0 (32-byte planes, one scale per 256; 4096^2 GEMV): 1.5x (CPU time
 # 1.59-1.62 -> 1.03-1.06 ms, load ~10). IQ4_NL, IQ4_XS, MXFP4 (values from a byte table, one vpshufb per 32; 4096^2,
 # alternating, load ~4-5): 1.22x, 1.43x, 1.25x (Q4_0 1.34x in the same run; in CPU time, load ~9: 1.15x, 1.38x,
-# 1.39x, 1.32x). Grid types (rows of bytes, signs flipped on the activations; CPU time of one thread, load ~9, three
-# runs): IQ2_XS 1.12-1.14x; the others stay in float: IQ2_XXS 0.87-0.89x, IQ2_S 0.83-0.87x, IQ3_XXS 0.97-1.00x,
-# IQ3_S 0.81-0.83x (their float path reads a group of 8 values as one vector; here each group's row is a scalar
-# index, a load and an insert).
+# 1.39x, 1.32x). Grid types (rows of bytes, signs flipped on the activations; since session 12 the rows' offsets
+# computed on int32 lanes and the rows gathered at once, ``tgcore.renderer.cbytedot.row_gather``; 4096^2 kernel on
+# one thread, best of 30, int vs float in one process, load ~7): IQ1_S 1.06 vs 1.37 ms, IQ1_M 1.08 vs 1.84,
+# IQ2_XXS 1.15-1.24 vs 1.34, IQ2_XS 1.31-1.39 vs 1.76, IQ2_S 1.35-1.41 vs 2.60-2.71, IQ3_XXS 1.22-1.28 vs 1.75-1.87,
+# IQ3_S 1.40-1.53 vs 2.73.
 INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
                                                 GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K,
                                                 GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.TQ2_0, GGMLType.IQ4_NL,
-                                                GGMLType.IQ4_XS, GGMLType.MXFP4, GGMLType.IQ2_XS})
+                                                GGMLType.IQ4_XS, GGMLType.MXFP4, GGMLType.IQ2_XS,
+                                                GGMLType.IQ2_XXS, GGMLType.IQ2_S, GGMLType.IQ3_XXS, GGMLType.IQ3_S,
+                                                GGMLType.IQ1_S, GGMLType.IQ1_M})
+
+
+# the types whose integer path reads its unsigned bytes as table rows at offsets computed per row (the grids): faster
+# than float only where the renderer gathers such rows (``Renderer.gathers_table_rows``). On CPU:X86 (no gathers;
+# 4096^2, load ~10) their integer kernels took 20-130 ms against 4-25 ms in float.
+TABLE_ROW_TYPES: frozenset[GGMLType] = frozenset({GGMLType.IQ1_S, GGMLType.IQ1_M, GGMLType.IQ2_XXS, GGMLType.IQ2_XS,
+                                                  GGMLType.IQ2_S, GGMLType.IQ3_XXS, GGMLType.IQ3_S})
 
 
 def uses_int_dot(type_id: GGMLType | int, device: str) -> bool:
     """Whether a matrix product with a weight of this type runs as integer dot products on ``device``: the type is
-    in ``INT_DOT_TYPES`` and the device's renderer compiles byte dot products."""
+    in ``INT_DOT_TYPES``, the device's renderer compiles byte dot products and, for ``TABLE_ROW_TYPES``, gathers
+    table rows."""
     from tgcore.runtime.registry import open_device
     try:
         gtype = GGMLType(type_id)
     except ValueError:
         return False
-    return gtype in INT_DOT_TYPES and bool(getattr(open_device(device).renderer, "compiles_byte_dots", False))
+    renderer = open_device(device).renderer
+    if gtype in TABLE_ROW_TYPES and not renderer.gathers_table_rows:
+        return False
+    return gtype in INT_DOT_TYPES and bool(getattr(renderer, "compiles_byte_dots", False))
 
 
 def int_matmul(x: Tensor, raw: Tensor, type_id: GGMLType | int, shape: tuple[int, int]) -> Tensor:

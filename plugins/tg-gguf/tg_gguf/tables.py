@@ -19,6 +19,8 @@ The tables (facts of the ggml format, computed from ``tg_gguf.iq_grids`` / ``tg_
 - ``byte_sign_masks``: for each byte, its 8 bits as byte masks (0 or -1, int8), bit ``j`` for value ``j``.
 - ``grid:IQ1S+delta``: IQ1_S / IQ1_M's grid plus its delta (+0.125 for entries 0..2047, -0.125 for 2048..4095),
   so a group's values with their delta are one load (the delta had been two more products per group in a GEMV).
+- ``grid_u8:IQ1S+delta``: that table times 8, plus 9, as bytes (0..18): IQ1_S / IQ1_M's unsigned operand of an
+  integer dot product, a group's values with their delta one load of 8 bytes.
 - ``tq1_powers``: TQ1_0's power of 3 for each of a block's 256 values (int32).
 - ``ksigns``: for each 7-bit sign index, the 8 signs (+-1.0 float32) of its bits and their parity bit.
 - ``byte_signs``: for each byte, the 8 signs (+-1.0 float32) of its bits, bit ``j`` for value ``j``.
@@ -53,6 +55,13 @@ def _iq1_shifted() -> np.ndarray:
     from tg_gguf.quants import grid
     values = grid("IQ1S")
     return np.concatenate([values + np.float32(0.125), values - np.float32(0.125)]).astype(np.float32).reshape(-1)
+
+
+def _iq1_shifted_bytes() -> np.ndarray:
+    """``grid:IQ1S+delta`` times 8, plus 9, as bytes: ``8 * (grid + delta) + 9`` is one of 0, 2, 8, 10, 16, 18 (the
+    unsigned operand of an integer dot product; the product is 8 times the float one's, less 9 times the sum of the
+    activations)."""
+    return (_iq1_shifted() * 8 + 9).astype(np.uint8)
 
 
 def _tq1_powers() -> np.ndarray:
@@ -113,6 +122,7 @@ BUILDERS: dict[str, Callable[[], np.ndarray]] = {
     "ksign_masks": _ksign_masks,
     "byte_sign_masks": _byte_sign_masks,
     "grid:IQ1S+delta": _iq1_shifted,
+    "grid_u8:IQ1S+delta": _iq1_shifted_bytes,
     "tq1_powers": _tq1_powers,
     "ksigns": _ksigns,
     "byte_signs": _byte_signs,
