@@ -193,6 +193,41 @@ def _shift_pieces(op: Ops, value: UOp | None, amount: UOp | None) -> UOp | None:
                                                  for x, a in zip(value.src, amounts, strict=True)))
 
 
+def shift_in_words(x: UOp) -> UOp | None:
+    """``(v >> c) & m`` on unsigned byte vectors (``v >> c`` maybe as pieces of a VECTORIZE: the nibbles of
+    ``_shift_pieces``) where the mask keeps none of the top ``c`` bits of a byte -> the shift in 16-bit lanes: the
+    bits it brings into a byte from its neighbour (little-endian) are masked off anyway. x86 has no byte shift: a
+    C compiler shifts words and masks each byte itself (``vpsrlw`` + ``vpand``), then the mask comes again."""
+    value, mask = x.src
+    masks = _constant_lanes(mask)
+    if masks is None or x.dtype.scalar() != dtypes.uint8 or x.dtype.count % 2:
+        return None
+    pieces = [value] if value.op is Ops.SHR else [g.src[0] for g in value.src] if value.op is Ops.VECTORIZE else []
+    if not pieces or any(g.op is not Ops.GEP or len(g.arg) != 1 for g in value.src if value.op is Ops.VECTORIZE):
+        return None
+    lanes_of: dict[UOp, list[int]] = {}
+    for lane, piece in enumerate(pieces if value.op is Ops.VECTORIZE else [value] * x.dtype.count):
+        lanes_of.setdefault(piece, []).append(lane)
+    words: dict[UOp, UOp] = {}
+    for piece, lanes in lanes_of.items():
+        amounts = _constant_lanes(piece.src[1]) if piece.op is Ops.SHR else None
+        if (amounts is None or len(set(amounts)) != 1 or piece.dtype.scalar() != dtypes.uint8
+                or piece.dtype.count % 4 or not 0 <= int(amounts[0]) < 8):  # type: ignore[call-overload]
+            return None
+        c = int(amounts[0])  # type: ignore[call-overload]
+        if any(int(masks[lane]) & ~(0xFF >> c) for lane in lanes):  # type: ignore[call-overload]
+            return None
+        v = piece.src[0]
+        wide = dtypes.uint16.vec(v.dtype.count // 2)
+        words[piece] = v if c == 0 else UOp(Ops.BITCAST, v.dtype, (
+            UOp(Ops.SHR, wide, (UOp(Ops.BITCAST, wide, (v,)), UOp.const(wide, c))),))
+    if value.op is Ops.SHR:
+        shifted = words[value]
+    else:
+        shifted = UOp(Ops.VECTORIZE, value.dtype, tuple(words[g.src[0]].gep(g.arg[0]) for g in value.src))
+    return UOp(Ops.AND, x.dtype, (shifted, mask))
+
+
 def _load_at(u: UOp, vector: bool = False) -> tuple[UOp, UOp] | None:
     """``(buffer, index)`` of an ungated scalar load (or vector load, with ``vector``)."""
     if (u.op is not Ops.LOAD or len(u.src) != 1 or u.src[0].op is not Ops.INDEX or len(u.src[0].src) != 2

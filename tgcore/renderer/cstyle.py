@@ -27,6 +27,7 @@ from tgcore.renderer.cbytedot import (
     DOT_TYPES,
     byte_dot,
     byte_table_lookup,
+    shift_in_words,
     uses_byte_dot,
 )
 from tgcore.renderer.prefetch import Prefetcher, loop_nest
@@ -381,7 +382,8 @@ class CRenderer(Renderer):
     # the host's byte order: an int assembled from consecutive bytes is one load (little-endian hosts only)
     # and a lane's sum of 4 byte products (a quantization block's, in int32 lanes) is one multiply-add of bytes
     legalize = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot)]
-                              + ([(UPat(Ops.OR, name="x"), combine_byte_loads)] if sys.byteorder == "little" else []))
+                              + ([(UPat(Ops.OR, name="x"), combine_byte_loads),
+                                   (UPat(Ops.AND, name="x"), shift_in_words)] if sys.byteorder == "little" else []))
 
     def __init__(self, compiler: Any = None) -> None:
         """``compiler``: what builds the C (default: a ``ClangCompiler``). The machine facts (``vector_bits``,
