@@ -275,8 +275,8 @@ def test_byte_dot_with_an_integer_offset_is_exact(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_nibble_byte_dots_shift_words_and_mask_once(device):
     """A block's 16 bytes as 32 nibbles (low ones, then high ones: Q4_0's layout) in a byte dot product: exact
-    against numpy; on the C renderer the high nibbles are shifted in 16-bit lanes (a byte shift would mask each byte
-    itself before the nibble mask), no byte vector is shifted."""
+    against numpy; on the C renderer the 16 bytes are put in both halves and shifted in 32-bit lanes by 0 and 4 (a
+    byte shift would mask each byte itself before the nibble mask), no byte vector is shifted."""
     rows, blocks = 6, 3
     rng = np.random.default_rng(17)
     packed = rng.integers(0, 256, (rows, blocks, 16)).astype(np.uint8)
@@ -300,7 +300,8 @@ def test_nibble_byte_dots_shift_words_and_mask_once(device):
     from tgcore.schedule.kernelize import create_schedule
     (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
     src = get_program(item.ast, open_device(device).renderer).src
-    assert "tg_dot4_u8i8(" in src and "tg_uint16x8){4u" in src and "tg_uint8x16){4u" not in src
+    assert "tg_dot4_u8i8(" in src and "tg_uint32x8){0u, 0u, 0u, 0u, 4u, 4u, 4u, 4u}" in src
+    assert "tg_uint8x16){4u" not in src and "tg_uint8x32){4u" not in src
 
 
 def _half_of(b: Tensor) -> Tensor:
