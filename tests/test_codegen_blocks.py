@@ -449,3 +449,93 @@ def test_row_gather_takes_rows_at_offsets_that_differ_only():
     assert gather.src[0] is table and gather.src[1].dtype == dtypes.int32.vec(4)
     widened = gather.src[1]
     assert widened.op is Ops.CUSTOMI and widened.src[0].op is Ops.LOAD and widened.src[0].dtype == dtypes.uint8.vec(4)
+
+
+def test_nibble_byte_dots_shift_words_and_mask_once(device):
+    """A block's 16 bytes as 32 nibbles (low ones, then high ones: Q4_0's layout) in a byte dot product: exact
+    against numpy; on the C renderer the 16 bytes are put in both halves and shifted in 32-bit lanes by 0 and 4 (a
+    byte shift would mask each byte itself before the nibble mask), no byte vector is shifted."""
+    rows, blocks = 6, 3
+    rng = np.random.default_rng(17)
+    packed = rng.integers(0, 256, (rows, blocks, 16)).astype(np.uint8)
+    q = rng.integers(-128, 128, (1, blocks, 32)).astype(np.int8)
+    s = rng.integers(-4, 5, (rows, blocks, 1)).astype(np.float32)
+    pt, qt = Tensor(packed, device=device).realize(), Tensor(q, device=device).realize()
+    st = Tensor(s, device=device).realize()
+
+    def product() -> Tensor:
+        shifts = Tensor.arange(2, dtype="uint8", device=device).reshape(1, 1, 2, 1) * 4
+        nibbles = ((pt.reshape(rows, blocks, 1, 16).expand(rows, blocks, 2, 16) >> shifts) & 15)
+        value = nibbles.reshape(rows, blocks, 32).cast("int32") * qt.cast("int32")
+        return _lane_ordered(value.cast("float32") * st).sum(-1)
+    u = np.concatenate([packed & 15, packed >> 4], -1).astype(np.int64)
+    ref = (s[..., 0].astype(np.int64) * (u * q.astype(np.int64)).sum(-1)).sum(-1)
+    np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
+    if device != "CPU":
+        return
+    from tgcore.codegen import get_program
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
+    src = get_program(item.ast, open_device(device).renderer).src
+    assert "tg_dot4_u8i8(" in src and "tg_uint32x8){0u, 0u, 0u, 0u, 4u, 4u, 4u, 4u}" in src
+    assert "tg_uint8x16){4u" not in src and "tg_uint8x32){4u" not in src
+
+
+def _half_of(b: Tensor) -> Tensor:
+    """``(..., 2)`` bytes -> ``(...)``: their little-endian float16 as float32 (a quantized block's scale)."""
+    return (b[..., 0].cast("uint16") | (b[..., 1].cast("uint16") << 8)).bitcast("float16").cast("float32")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_neighbouring_half_scales_are_read_as_one_pair(device):
+    """A block's float16 scale and minimum at neighbouring bytes (Q4_1's d and m, then 16 bytes of data): both
+    values exact against numpy (a float16 converts to float32 exactly), on the C renderer one 4-byte read converted
+    at once instead of two."""
+    rows, blocks = 5, 3
+    rng = np.random.default_rng(23)
+    halves = rng.integers(-8, 9, (rows, blocks, 2)).astype(np.float16) / np.float16(4)
+    raw = np.concatenate([halves.view(np.uint8), rng.integers(0, 256, (rows, blocks, 16)).astype(np.uint8)], -1)
+    a = rng.integers(-4, 5, (blocks,)).astype(np.float32)
+    b = rng.integers(-4, 5, (blocks,)).astype(np.float32)
+    rt, at, bt = (Tensor(v, device=device).realize() for v in (raw, a, b))
+
+    def product() -> Tensor:
+        d, m = _half_of(rt[:, :, 0:2]), _half_of(rt[:, :, 2:4])
+        return (d * at + m * bt).sum(-1)
+    h = halves.astype(np.float64)
+    np.testing.assert_array_equal(product().numpy(), (h[..., 0] * a + h[..., 1] * b).sum(-1).astype(np.float32))
+    if device != "CPU":
+        return
+    from tgcore.codegen import get_program
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
+    src = get_program(item.ast, open_device(device).renderer).src
+    assert src.count("tg_half2_to_f32(") >= 2 and "tg_uint8x2 val" not in src  # the helper and its call
+
+
+@pytest.mark.parametrize("flags", [["-mavx2"], ["-mavx2", "-mf16c"]], ids=["plain", "f16c"])
+def test_half_pair_helper_matches_numpy(flags, tmp_path):
+    """The C renderer's float16-pair helper, built without and with F16C (its two branches): normal, subnormal,
+    infinite and NaN halves."""
+    from tgcore.renderer.chalfpairs import HALF2_PREAMBLE
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.runtime.cpufeatures import cpu_features
+    if not {"avx2", "f16c"} <= cpu_features().features:
+        pytest.skip("no AVX2 and F16C here")
+    from tgcore.dtype import dtypes
+    src = "".join(vector_typedef(d) + "\n" for d in (dtypes.float16.vec(2), dtypes.float32.vec(2))) + HALF2_PREAMBLE + (
+        "void pair(const unsigned char* a, float* out, void* unused) {\n"
+        "  tg_float16x2 h; __builtin_memcpy(&h, a, 4);\n"
+        "  tg_float32x2 r = tg_half2_to_f32(h); __builtin_memcpy(out, &r, 8); }\n")
+    pair = _c_function(src, "pair", flags, tmp_path)
+    for values in ([1.5, -0.25], [6e-8, 65504.0], [np.inf, -np.inf]):
+        h = np.array(values, np.float16)
+        out = np.zeros(2, np.float32)
+        pair(h.ctypes.data, out.ctypes.data, None)
+        np.testing.assert_array_equal(out, h.astype(np.float32))
+    h = np.array([np.nan, 2.0], np.float16)
+    out = np.zeros(2, np.float32)
+    pair(h.ctypes.data, out.ctypes.data, None)
+    assert np.isnan(out[0]) and out[1] == 2.0

@@ -197,6 +197,54 @@ def _shift_pieces(op: Ops, value: UOp | None, amount: UOp | None) -> UOp | None:
                                                  for x, a in zip(value.src, amounts, strict=True)))
 
 
+def shift_in_words(x: UOp) -> UOp | None:
+    """``(v >> c) & m`` on unsigned byte vectors (``v >> c`` maybe as pieces of a VECTORIZE, each piece shifted by
+    its own ``c``: the nibbles of ``_shift_pieces``) where the mask keeps none of the top ``c`` bits of a byte -> the
+    shift in wider lanes: the bits it brings into a byte from its neighbour (little-endian) are masked off anyway.
+    x86 has no byte shift: a C compiler shifts words and masks each byte itself (``vpsrlw`` + ``vpand``), then the
+    mask came again. The pieces must come from one vector and share a shift in every 4 lanes: that vector's bytes
+    are put in place once (one broadcast of 16 bytes to 32, for nibbles) and shifted in 32-bit lanes by an amount
+    per lane (``vpsrlvd``), where each piece was shifted on its own and the pieces put together."""
+    value, mask = x.src
+    masks = _constant_lanes(mask)
+    if masks is None or x.dtype.scalar() != dtypes.uint8 or x.dtype.count % 4:
+        return None
+    if value.op is Ops.SHR:
+        taken = [(value, lane) for lane in range(value.dtype.count)]
+    elif value.op is Ops.VECTORIZE and all(g.op is Ops.GEP and len(g.arg) == 1 for g in value.src):
+        taken = [(g.src[0], g.arg[0]) for g in value.src]
+    else:
+        return None
+    amounts: dict[UOp, int] = {}
+    for piece, _ in taken:
+        lanes = _constant_lanes(piece.src[1]) if piece.op is Ops.SHR else None
+        if (lanes is None or len(set(lanes)) != 1 or piece.dtype.scalar() != dtypes.uint8 or piece.dtype.count % 4
+                or not 0 <= int(lanes[0]) < 8):  # type: ignore[call-overload]
+            return None
+        amounts[piece] = int(lanes[0])  # type: ignore[call-overload]
+    shifts = [amounts[piece] for piece, _ in taken]
+    if any(int(m) & ~(0xFF >> c) for m, c in zip(masks, shifts, strict=True)):  # type: ignore[call-overload]
+        return None
+    shifted = _shifted_in_place(taken, shifts, value.dtype)
+    return None if shifted is None else UOp(Ops.AND, x.dtype, (shifted, mask))
+
+
+def _shifted_in_place(taken: list[tuple[UOp, int]], shifts: list[int], dt: DType) -> UOp | None:
+    """Lanes ``v[j] >> c`` of one byte vector ``v`` (``taken``: the piece and ``j`` per lane), ``c`` the same for
+    each 4 lanes: ``v``'s bytes put in place, shifted in 32-bit lanes (the bits brought in are masked later)."""
+    sources = {piece.src[0] for piece, _ in taken}
+    words = [shifts[w:w + 4] for w in range(0, len(shifts), 4)]
+    if len(sources) != 1 or any(len(set(w)) != 1 for w in words) or len(words) < 2:
+        return None
+    (v,) = sources
+    order = [j for _, j in taken]
+    placed = v if order == list(range(v.dtype.count)) else UOp(Ops.VECTORIZE, dt, tuple(v.gep(j) for j in order))
+    wide = dtypes.uint32.vec(len(words))
+    by = UOp(Ops.VCONST, wide, (), tuple(w[0] for w in words)) if len({w[0] for w in words}) > 1 else \
+        UOp.const(wide, words[0][0])
+    return UOp(Ops.BITCAST, dt, (UOp(Ops.SHR, wide, (UOp(Ops.BITCAST, wide, (placed,)), by)),))
+
+
 def _load_at(u: UOp, vector: bool = False) -> tuple[UOp, UOp] | None:
     """``(buffer, index)`` of an ungated scalar load (or vector load, with ``vector``)."""
     if (u.op is not Ops.LOAD or len(u.src) != 1 or u.src[0].op is not Ops.INDEX or len(u.src[0].src) != 2

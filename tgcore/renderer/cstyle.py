@@ -31,9 +31,11 @@ from tgcore.renderer.cbytedot import (
     byte_dot,
     byte_table_lookup,
     row_gather,
+    shift_in_words,
     uses_byte_dot,
     uses_row_gather,
 )
+from tgcore.renderer.chalfpairs import HALF2_HELPER, HALF2_PREAMBLE, pair_half_reads
 from tgcore.renderer.prefetch import Prefetcher, loop_nest
 from tgcore.runtime.cpufeatures import chosen_isa_level, cpu_features
 from tgcore.uop import Ops, RangeKind, UOp
@@ -239,7 +241,8 @@ static inline tg_widened8 tg_widen_i8x8(tg_int8x8 v) {
 
 
 # 8 float16 lanes -> 8 float32 lanes: one F16C instruction (vcvtph2ps); gcc 12 converts a _Float16 vector lane by lane
-HALF_TO_FLOAT = {(dtypes.float16.vec(8), dtypes.float32.vec(8)): "tg_half8_to_f32"}
+HALF_TO_FLOAT = {(dtypes.float16.vec(8), dtypes.float32.vec(8)): "tg_half8_to_f32",
+                 (dtypes.float16.vec(2), dtypes.float32.vec(2)): HALF2_HELPER}
 HALF_PREAMBLE = """\
 static inline tg_float32x8 tg_half8_to_f32(tg_float16x8 v) {
 #if defined(__F16C__)
@@ -358,6 +361,8 @@ def _shuffle(u: UOp, names: dict[UOp, str]) -> str | None:
         return None
     count = sources[0].dtype.count
     order = [sources.index(x.src[0]) * count + x.arg[0] for x in u.src]
+    if len(set(order)) == 1:  # one lane everywhere: a broadcast of the scalar (a shuffle of a short vector into a
+        return None           # wider one went through memory in gcc)
     a, b = names[sources[0]], names[sources[-1]]
     half_bytes = sources[0].dtype.scalar().itemsize * count
     if len(sources) == 2 and order == list(range(2 * count)) and half_bytes % 8 == 0 and count * 8 > half_bytes:
@@ -390,11 +395,15 @@ class CRenderer(Renderer):
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
                    dtypes.uint64: 4}
     emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})  # computed in float32, rounded per op
-    # the host's byte order: an int assembled from consecutive bytes is one load (little-endian hosts only)
-    # and a lane's sum of 4 byte products (a quantization block's, in int32 lanes) is one multiply-add of bytes
+    # a lane's sum of 4 byte products (a quantization block's, in int32 lanes) is one multiply-add of bytes (added to
+    # an int32 vector: that vector as its accumulator), table rows at offsets computed per row one gather; with the
+    # host's byte order (little-endian hosts only): an int assembled from consecutive bytes is one load, a byte shift
+    # whose carried-in bits are masked off a shift of 16-bit lanes, two neighbouring float16 reads one converted pair
     legalize = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot), (UPat(Ops.VECTORIZE, name="vec"), row_gather),
                                (UPat(Ops.ADD, name="x"), accumulated_dot)]
-                              + ([(UPat(Ops.OR, name="x"), combine_byte_loads)] if sys.byteorder == "little" else []))
+                              + ([(UPat(Ops.OR, name="x"), combine_byte_loads),
+                                  (UPat(Ops.AND, name="x"), shift_in_words),
+                                  (UPat(Ops.SINK, name="sink"), pair_half_reads)] if sys.byteorder == "little" else []))
 
     def __init__(self, compiler: Any = None) -> None:
         """``compiler``: what builds the C (default: a ``ClangCompiler``). The machine facts (``vector_bits``,
@@ -635,9 +644,12 @@ class CRenderer(Renderer):
         if any(u.op is Ops.LOAD and _table_lookup(u) for u in kernel):
             vectors = sorted(set(vectors) | {dtypes.float32.vec(8), dtypes.int32.vec(8)}, key=lambda d: d.name)
             helpers += TABLE16_PREAMBLE
-        if any(u.op is Ops.CAST and (u.src[0].dtype, u.dtype) in HALF_TO_FLOAT for u in kernel):
-            vectors = sorted(set(vectors) | {dtypes.float16.vec(8), dtypes.float32.vec(8)}, key=lambda d: d.name)
-            helpers += HALF_PREAMBLE
+        halves = {(u.src[0].dtype, u.dtype) for u in kernel if u.op is Ops.CAST} & set(HALF_TO_FLOAT)
+        for (half, single), preamble in (((dtypes.float16.vec(8), dtypes.float32.vec(8)), HALF_PREAMBLE),
+                                         ((dtypes.float16.vec(2), dtypes.float32.vec(2)), HALF2_PREAMBLE)):
+            if (half, single) in halves:
+                vectors = sorted(set(vectors) | {half, single}, key=lambda d: d.name)
+                helpers += preamble
         if uses_byte_dot(kernel):
             vectors = sorted(set(vectors) | set(DOT_TYPES), key=lambda d: d.name)
             helpers += DOT_PREAMBLE

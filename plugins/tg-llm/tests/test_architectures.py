@@ -282,7 +282,7 @@ def test_decode_steps_match_reference(built: Built):
                          indirect=True)
 def test_long_sequence_across_decode_windows(built: Built):
     """Prefill at position 0, a second prefill at position 12 (a prompt extending the cache), then decode
-    one token at a time up to position 80: decode attention windows of 32, 64 and 128 positions, and rotary
+    one token at a time up to position 80: decode attention windows of 32, 64 and 96 positions, and rotary
     angles where the Llama 3 low-frequency scaling matters."""
     ids = [int(t) for t in np.random.default_rng(7).integers(0, 300, 81)]
     expected = built.reference.forward(ids)
@@ -443,3 +443,19 @@ def test_query_scale_follows_llama_cpp(arch: str, layers: int, dim: int, heads: 
           f"{arch}.block_count": layers, f"{arch}.feed_forward_length": 4 * dim,
           f"{arch}.attention.key_length": head_dim, f"{arch}.attention.value_length": head_dim}
     assert config_from_metadata(md, []).attention_scale == pytest.approx(query_dim ** -0.5)
+
+
+def test_decode_windows_cover_the_position_and_little_more():
+    """A decode step's attention window covers its position, is a multiple of 32 slots, reads under 1.5x the slots
+    in use from 64 slots on (a power of two alone: up to 2x), and takes 14 sizes (captures) up to 4096 slots; a
+    ring of 300 slots is read whole at most."""
+    from types import SimpleNamespace
+
+    from tg_llm.model import Model
+    windows = set()
+    for last in range(4096):
+        window = Model._decode_window(SimpleNamespace(cache_len=4096), last)  # type: ignore[arg-type]
+        assert window > last and window % 32 == 0 and (window <= 64 or window < 1.5 * (last + 1)), (last, window)
+        windows.add(window)
+    assert sorted(windows) == [32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096]
+    assert Model._decode_window(SimpleNamespace(cache_len=300), 290) == 300  # type: ignore[arg-type]

@@ -45,10 +45,10 @@ attention mask are computed on the host and passed in as tensors.
 
 - Decode (one token): ``tgcore.jit`` of the whole step, captured by its first call (``capture_first``: the
   weights and caches it reads are realized at load); every later step replays the capture and compiles
-  nothing. Attention reads the smallest power-of-two window of the cache (at least 32 positions) that
-  covers positions 0..pos, with the mask ``key position <= pos``: one capture per window size, so a new
-  compile only when the context crosses a power of two, and a step reads cache in proportion to its
-  position rather than to max_context.
+  nothing. Attention reads the smallest window of the cache that covers positions 0..pos, a power of two
+  or three quarters of one (at least 32 positions), with the mask ``key position <= pos``: one capture per
+  window size, so a new compile only when the context crosses one of these sizes (two per doubling), and a
+  step reads cache in proportion to its position rather than to max_context.
 - Prefill (several tokens): the token count is padded to a power of two (the padding rows write cache
   positions that later tokens overwrite and that the mask hides until then) and attention reads a
   power-of-two window of the cache that covers the prompt, so prompts of many lengths share a few
@@ -93,7 +93,7 @@ PREFILL_CHUNK = 256    # a longer prompt is prefilled in chunks of this many tok
 # from this many rows on, a weight is dequantized once and multiplied as floats (CPU ms per SmolLM2 Q4_1 prefill,
 # fused vs dense: 4 rows 24 vs 86-102, 16 rows 87-91 vs 102-126, 32 rows 171-182 vs 160)
 DENSE_MIN_TOKENS = 32
-DECODE_WINDOWS = 16    # decode captures kept: one per power-of-two attention window (per layer kind)
+DECODE_WINDOWS = 24    # decode captures kept: one per attention window (``_decode_window``: 14 up to 4096 slots)
 PREFILL_CAPTURES = 2   # prefill captures kept per kind of result (each keeps a layer of scratch: weights, activations)
 # ... of prefills under DENSE_MIN_TOKENS rows (no dequantized weights in their scratch: a few activations), which
 # short prompts (a chat turn, a server's requests) and the last chunks of long ones run
@@ -524,11 +524,21 @@ class Model:
         """Slots attention reads: the smallest power of two (at least 32) covering slots 0..last, at most all."""
         return min(kind.cache_len, max(32, 1 << last.bit_length()))
 
+    @staticmethod
+    def _decode_window(kind: _Kind, last: int) -> int:
+        """Slots a decode step's attention reads: the smallest power of two or three quarters of one (at least 32,
+        multiples of 32) covering slots 0..last, at most all: under 1.5x the slots in use where a power of two alone
+        reads up to 2x (positions 128..191 read 192 slots, not 256), for two captures per doubling."""
+        covering = max(32, 1 << last.bit_length())  # the smallest power of two above last
+        quarters = covering // 4 * 3
+        window = quarters if covering >= 128 and quarters > last else covering
+        return min(kind.cache_len, window)
+
     def decode_shapes(self) -> list[tuple[int, int]]:
         """Every (rows, position) whose decode step is a capture of its own: one per row count and attention window,
         smallest windows first (the position is the window's last)."""
         rows = sorted({self.batch_rows(s) for s in range(self.sequences)})
-        windows = sorted({self._window(self.kinds[0], p) for p in range(self.config.max_context)})
+        windows = sorted({self._decode_window(self.kinds[0], p) for p in range(self.config.max_context)})
         return [(r, w - 1) for w in windows for r in rows]
 
     def warm_up(self, shapes: Sequence[tuple[int, int]], blocks: int = 1) -> None:
@@ -589,9 +599,9 @@ class Model:
         pos_array = np.asarray(positions, np.int64)
         inputs = []
         for kind in self.kinds:
-            # attend over a power-of-two window of the cache that covers the slots in use, not the whole
-            # cache: one capture per window size and row count
-            window = self._window(kind, int(pos_array.max()))
+            # attend over a window of the cache that covers the slots in use (a power of two or three quarters of
+            # one), not the whole cache: one capture per window size and row count
+            window = self._decode_window(kind, int(pos_array.max()))
             writes, masks = [], []
             for r, pos in enumerate(positions):
                 slot = self._write(kind, first + r, pos, 0 if r in idle else 1, 1)
