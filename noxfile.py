@@ -70,7 +70,7 @@ if PLUGINS:
             session.install("--no-deps", *extra)
         session.run("pytest", f"plugins/{name}/tests", *_pytest_args(session))
         for device in _test_config(name, "core-devices"):
-            session.run("pytest", "tests", *_pytest_args(session), "-m", "not device_independent",
+            session.run("pytest", "tests", "-m", "not device_independent", *_pytest_args(session),  # (a -m given wins)
                         env={"DEV": device, "TG_TEST_DEVICES": device, "TG_SPEC": "1"})
 else:
     @nox.session

@@ -345,9 +345,11 @@ class Kernelizer:
         only what the crop keeps (``_store_through_crop``), with no copy of the cropped elements afterwards. A
         flat convolution's product over its padded grid of positions, of which each row's last ones are cut."""
         chain = [node.src[0] if node.op is Ops.DETACH else node]  # (a gradient rule's node computes its first source)
+        if chain[0] is not node and not self._only_here(chain[0]):
+            return None
         while chain[-1].op in (Ops.RESHAPE, Ops.SHRINK):
             below = chain[-1].src[0]
-            if len(self.consumers.get(below, ())) != 1 or below in self.done or self.cached(below) is not None:
+            if not self._only_here(below):
                 return None
             chain.append(below)
         contiguous = chain[-1]
@@ -356,10 +358,14 @@ class Kernelizer:
         reduced = contiguous.src[0]
         while reduced.op is Ops.RESHAPE:
             reduced = reduced.src[0]
-        if reduced.op is not Ops.REDUCE_AXIS or any(not isinstance(b, int) for n in chain if n.op is Ops.SHRINK
-                                                    for b, _ in n.arg):
+        if reduced.op is not Ops.REDUCE_AXIS or any(not isinstance(bound, int) for n in chain if n.op is Ops.SHRINK
+                                                    for pair in n.arg for bound in pair):
             return None
         return chain[::-1]
+
+    def _only_here(self, node: UOp) -> bool:
+        """``node`` has one reader and is neither scheduled nor cached: a kernel may compute it inline."""
+        return len(self.consumers.get(node, ())) == 1 and node not in self.done and self.cached(node) is None
 
     def _store_through_crop(self, node: UOp, chain: list[UOp]) -> UOp:
         """``node``'s kernel when it crops a reduction (``chain``: see ``cropped_reduction``): the loops run over the
