@@ -624,7 +624,7 @@ class _Scheduler:
         params = SamplingParams(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k, min_p=c.min_p,
                                 repetition_penalty=c.repetition_penalty, repeat_last_n=c.repeat_last_n,
                                 frequency_penalty=c.frequency_penalty, presence_penalty=c.presence_penalty,
-                                logprobs=c.top_logprobs if c.logprobs else 0)
+                                logprobs=c.top_logprobs if c.logprobs else 0, logprob=c.logprobs)
         return TokenStream(self.engine.tokenizer, len(c.prompt_ids), seq.cached, c.max_tokens, params, c.stop,
                            c.seed, self.engine.stop_ids, self.model.config.max_context)
 
