@@ -68,7 +68,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -144,6 +144,14 @@ class _Kind:
     @property
     def ring(self) -> bool:
         return self.window > 0
+
+
+class _RowWrites(NamedTuple):
+    """A batched decode step's cache writes: row r's key and value go to its own sequence and slot, all rows in one
+    kernel per cache (``Tensor.take(...).assign``: a scatter). ``first`` (rows,) holds each row's first element in
+    the flattened cache, ``(sequence * kv heads * cache length + slot) * head_dim``; a head's elements follow at
+    ``+ head * cache length * head_dim``. (A tuple: the jit finds the tensor in it, an input of each call.)"""
+    first: Any
 
 
 class _Embedding:
@@ -587,12 +595,13 @@ class Model:
             positions.append(pos)
         x = self._stage_input(tokens)
         pos_array = np.asarray(positions, np.int64)
+        cfg = self.config
         inputs = []
         for kind in self.kinds:
             # attend over a power-of-two window of the cache that covers the slots in use, not the whole
             # cache: one capture per window size and row count
             window = self._window(kind, int(pos_array.max()))
-            writes, masks = [], []
+            firsts, masks = [], []
             for r, pos in enumerate(positions):
                 slot = self._write(kind, first + r, pos, 0 if r in idle else 1, 1)
                 if r in idle:
@@ -601,10 +610,12 @@ class Model:
                 else:
                     mask = self._mask_rows(kind, first + r, pos, 1, 1, window)
                 masks.append(mask)
-                writes.append((first_seq + r, UOp.variable(f"{kind.variable}{r}", 0, kind.cache_len - 1).bind(slot),
-                               r, 1))
+                firsts.append(((first + r) * cfg.n_kv_heads * kind.cache_len + slot) * cfg.head_dim)
+            cache_size = self.sequences * cfg.n_kv_heads * kind.cache_len * cfg.head_dim
+            rows_first = np.asarray(firsts, np.int32 if cache_size < 2**31 else np.int64)
             cos, sin = self._rotary(kind, pos_array)
-            inputs.append((cos, sin, Tensor(np.concatenate(masks), device=self.device), writes))
+            inputs.append((cos, sin, Tensor(np.concatenate(masks), device=self.device),
+                           _RowWrites(Tensor(rows_first, device=self.device))))
         collect = self._stage_output(self._decode_step(x, inputs, first_seq), rows)
         for seq, token, _ in steps:
             self._tokens[seq] = self._tokens[seq] + [token]
@@ -719,15 +730,16 @@ class Model:
             logits = softcap(logits, cfg.final_softcap)
         return logits.contiguous()
 
-    def _layer(self, layer: _Layer, x: Any, cos: Any, sin: Any, mask: Any, writes: list[tuple[Any, Any, int, int]],
-               seqs: tuple[Any, Any], dense: bool) -> Any:
+    def _layer(self, layer: _Layer, x: Any, cos: Any, sin: Any, mask: Any,
+               writes: list[tuple[Any, Any, int, int]] | _RowWrites, seqs: tuple[Any, Any], dense: bool) -> Any:
         """One transformer block on x (T, dim): writes the block's keys/values into its cache (``writes``:
-        (sequence, first slot, first token, token count) per contiguous run of slots) and attends over the
-        first ``window`` cache slots of the sequences ``seqs`` (first, end: an int or a bound variable) with
-        ``mask`` (T, window). One sequence: the T rows are its consecutive tokens; B sequences: T = B, row b is
-        the one token of sequence first + b. ``dense``: dequantize each weight into a float buffer first (its
-        transpose, so ``x @ W.T`` reads B along the output columns) and run a plain GEMM (faster for many rows
-        than the fused dequantizing matmul, which decodes the weight once per row; not batch-invariant)."""
+        (sequence, first slot, first token, token count) per contiguous run of slots, or each row at its own slot,
+        ``_RowWrites``) and attends over the first ``window`` cache slots of the sequences ``seqs`` (first, end: an
+        int or a bound variable) with ``mask`` (T, window). One sequence: the T rows are its consecutive tokens; B
+        sequences: T = B, row b is the one token of sequence first + b. ``dense``: dequantize each weight into a
+        float buffer first (its transpose, so ``x @ W.T`` reads B along the output columns) and run a plain GEMM
+        (faster for many rows than the fused dequantizing matmul, which decodes the weight once per row; not
+        batch-invariant)."""
         cfg = self.config
         t = x.shape[0]
         hd, nh, nkv = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
@@ -755,6 +767,10 @@ class Model:
             k = rms_norm(k, layer.k_norm, cfg.norm_eps)
         q = rope(q, cos, sin, cfg.rope_dims, cfg.rope_interleaved).contiguous().realize()
         k = rope(k, cos, sin, cfg.rope_dims, cfg.rope_interleaved)  # computed by the cache write
+        if isinstance(writes, _RowWrites):  # (a batched decode step: every row at its own slot, one kernel per cache)
+            self._write_rows(layer.cache_k, k, writes.first)
+            self._write_rows(layer.cache_v, v, writes.first)
+            writes = []
         for seq, first_slot, first, count in writes:
             rows = ((seq, seq + 1), None, (first_slot, first_slot + count), None)
             keys_in, values_in = (k, v) if count == t else (k.shrink(((first, first + count), None, None)),
@@ -790,6 +806,16 @@ class Model:
         if layer.post_ffn_norm is not None:
             out = rms_norm(out.contiguous(), layer.post_ffn_norm, cfg.norm_eps)
         return (x + out).contiguous().realize()
+
+    def _write_rows(self, cache: Any, rows: Any, first: Any) -> None:
+        """Row r of ``rows`` (T, kv heads, head_dim) into ``cache`` (sequences, kv heads, cache length, head_dim) at
+        the element ``first[r]`` (``_RowWrites``) and its heads after it, every row in one kernel."""
+        from tgcore.tensor import Tensor
+        t, nkv, hd = rows.shape
+        head_stride = cache.shape[2] * hd
+        within = (Tensor.arange(nkv, device=self.device, dtype=first.dtype) * head_stride).reshape(1, nkv, 1) + \
+            Tensor.arange(hd, device=self.device, dtype=first.dtype).reshape(1, 1, hd)
+        cache.reshape(-1).take(first.reshape(t, 1, 1) + within).assign(rows)
 
     def __repr__(self) -> str:
         c = self.config
