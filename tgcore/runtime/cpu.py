@@ -45,6 +45,7 @@ class CPUAllocator(Allocator):
     """
 
     can_zero_copy = True
+    fresh_is_zero = True  # (anonymous mmap pages and ctypes arrays start zeroed; mmap's are mapped on first touch)
 
     def _alloc(self, nbytes: int, options: Any) -> Any:
         if nbytes >= _MMAP_THRESHOLD:
