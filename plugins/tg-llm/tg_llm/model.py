@@ -94,7 +94,9 @@ PREFILL_CHUNK = 256    # a longer prompt is prefilled in chunks of this many tok
 # fused vs dense: 4 rows 24 vs 86-102, 16 rows 87-91 vs 102-126, 32 rows 171-182 vs 160)
 DENSE_MIN_TOKENS = 32
 DECODE_WINDOWS = 16    # decode captures kept: one per power-of-two attention window (per layer kind)
-PREFILL_CAPTURES = 2   # prefill captures kept per kind of result (each keeps a layer of scratch: weights, activations)
+# prefill captures kept per kind of result (each keeps a layer of scratch: weights, activations): a server's one-chunk
+# prompts of 17-32 and 33-64 tokens and its second chunks are three
+PREFILL_CAPTURES = 4
 # ... of prefills under DENSE_MIN_TOKENS rows (no dequantized weights in their scratch: a few activations), which
 # short prompts (a chat turn, a server's requests) and the last chunks of long ones run
 FUSED_PREFILL_CAPTURES = 16
