@@ -156,6 +156,33 @@ def test_nolru_skips_the_cache(cpu):
     assert not cpu.allocator.cache
 
 
+@pytest.mark.parametrize("size", [256, 1 << 20])  # (ctypes memory below the mmap threshold, mmap pages above it)
+def test_zeroed_buffers_read_zeros_even_after_a_freed_buffer_of_their_size(cpu, size):
+    dirty = Buffer(cpu, size, dtypes.float32, options=BufferOptions(zeroed=True)).allocate()
+    dirty.copyin(memoryview(np.full(size, 7.0, np.float32)))
+    dirty.deallocate()  # (not kept for reuse: a zeroed buffer never is)
+    plain = Buffer(cpu, size, dtypes.float32).allocate()
+    plain.copyin(memoryview(np.full(size, 5.0, np.float32)))
+    plain.deallocate()
+    fresh = Buffer(cpu, size, dtypes.float32, options=BufferOptions(zeroed=True)).allocate()
+    assert not fresh.numpy().any()
+    fresh.deallocate()
+    cpu.allocator.free_cache()
+
+
+def test_zeroed_fills_memory_an_allocator_does_not_give_zeroed():
+    class Dirty(Allocator):
+        def _alloc(self, nbytes, options):
+            return bytearray(b"\xff" * nbytes)
+
+        def copyin(self, dest, src):
+            dest[:src.nbytes] = src
+
+    alloc = Dirty()
+    assert alloc.alloc(16, BufferOptions(zeroed=True)) == bytearray(16)
+    assert alloc.alloc(16) == bytearray(b"\xff" * 16)
+
+
 class RecordingAllocator(Allocator):
     """Counts real allocations and frees; handles are bytearrays."""
 

@@ -81,3 +81,64 @@ def test_take_gradient_sums_into_each_read_entry(device):
     inside = (index_np >= 0) & (index_np < 12)
     np.add.at(want, index_np[inside], weights[inside])
     np.testing.assert_allclose(table.grad.numpy(), want.reshape(3, 4), rtol=1e-6)
+
+
+# ---- assign into a take: a scatter into the table's memory ----
+
+def test_assign_into_a_take_writes_the_indexed_entries_in_place(device):
+    rng = np.random.default_rng(7)
+    table = rng.standard_normal((6, 8)).astype(np.float32)
+    t = Tensor(table, device=device).realize()
+    index = rng.permutation(48)[:10].reshape(2, 5).astype(np.int32)
+    values = rng.standard_normal((2, 5)).astype(np.float32)
+    t.take(Tensor(index, device=device)).assign(Tensor(values, device=device))
+    expected = table.copy().reshape(-1)
+    expected[index.reshape(-1)] = values.reshape(-1)
+    np.testing.assert_array_equal(t.numpy(), expected.reshape(6, 8))
+
+
+def test_assign_into_a_take_skips_indices_outside_the_table(device):
+    t = Tensor(np.zeros(8, np.int32), device=device).realize()
+    index = Tensor(np.array([-1, 2, 8, 1000, 7], np.int32), device=device)
+    t.take(index).assign(Tensor(np.array([1, 2, 3, 4, 5], np.int32), device=device))
+    np.testing.assert_array_equal(t.numpy(), [0, 0, 2, 0, 0, 0, 0, 5])
+
+
+def test_assign_into_a_take_keeps_what_was_read_before(device):
+    """A lazy tensor built from the table before the write keeps the old values (as for a view's assign)."""
+    t = Tensor(np.arange(6, dtype=np.float32), device=device).realize()
+    before = t * 1
+    t.take(Tensor(np.array([1, 4], np.int32), device=device)).assign(Tensor([10.0, 40.0], device=device))
+    np.testing.assert_array_equal(before.numpy(), np.arange(6, dtype=np.float32))
+    np.testing.assert_array_equal(t.numpy(), [0, 10, 2, 3, 40, 5])
+
+
+def test_assign_into_a_take_of_a_lazy_table_is_an_error(device):
+    from tgcore.errors import TensorValueError
+    lazy = Tensor(np.zeros(4, np.float32), device=device) + 1
+    with pytest.raises(TensorValueError, match="realize the table"):
+        lazy.take(Tensor(np.array([0], np.int32), device=device)).assign(Tensor([2.0], device=device))
+
+
+def test_rows_scattered_into_a_cache_per_step_under_jit(device):
+    """The KV-cache pattern: each step writes one row per sequence at that sequence's own slot, in one kernel
+    computed from a small per-row base index; a jitted step replays with new slots and values (numpy reference)."""
+    import tgcore
+    seqs, heads, slots, dim = 3, 2, 16, 4
+    cache = Tensor(np.zeros((seqs, heads, slots, dim), np.float32), device=device).realize()
+    within = Tensor((np.arange(heads)[:, None] * slots * dim + np.arange(dim)[None, :]).astype(np.int32),
+                    device=device).realize()  # (heads, dim): an element's offset from its row's first
+
+    def step(base: Tensor, rows: Tensor) -> None:
+        cache.reshape(-1).take(base.reshape(seqs, 1, 1) + within.reshape(1, heads, dim)).assign(rows * 2)
+
+    jitted = tgcore.jit(step)
+    expected = np.zeros((seqs, heads, slots, dim), np.float32)
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        slot = rng.integers(0, slots, seqs)
+        rows = rng.standard_normal((seqs, heads, dim)).astype(np.float32)
+        base = ((np.arange(seqs) * heads * slots + slot) * dim).astype(np.int32)
+        jitted(Tensor(base, device=device), Tensor(rows, device=device))
+        expected[np.arange(seqs), :, slot, :] = rows * 2
+        np.testing.assert_array_equal(cache.numpy(), expected)

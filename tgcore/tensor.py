@@ -331,6 +331,10 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         memory and captured JIT kernels see the new values. The write is lazy: it runs when something
         reads the new values (or at ``realize()``), and lazy tensors built before the assign keep the
         values they were built from. A lazy tensor simply takes the new value.
+
+        An assign into ``table.take(index)`` writes the value's elements into the (realized) table's
+        elements that ``index`` names, in one kernel: a scatter in place. An index outside the table
+        writes nothing; when two indices name one element, which of their values it keeps is not defined.
         """
         v = value if isinstance(value, Tensor) else self._const(value, self.dtype)
         if v.device != self.device:
@@ -339,10 +343,12 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         if v.shape != self.shape:
             raise TensorValueError(f"assign of shape {v.shape} into a tensor of shape {self.shape}")
         base = self.uop
-        while base.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP):
+        while base.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP, Ops.INDEX):  # (INDEX: a take's table)
             base = base.src[0]
         buf = REALIZATION.buffer(base) if base.op is Ops.BUFFER else None
         if buf is None or not buf.is_allocated():
+            if self.uop.op is Ops.INDEX:
+                raise TensorValueError("assign into a take writes the table's memory: realize the table first")
             self.uop = v.uop  # nothing materialized to write into
             return self
         from tgcore.engine.assign import defer

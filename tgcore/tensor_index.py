@@ -388,7 +388,8 @@ class IndexMixin:
     def take(self: Tensor, index: Tensor) -> Tensor:
         """``self.flatten()[index]`` as an indexed load (torch.take): one read per output, fused into the consumer's
         kernel (``gather`` and ``[]`` cost O(output x axis)). ``index`` is an integer tensor; an entry out of range
-        reads 0 (torch raises). The table's gradient sums the gradients of the outputs that read each entry."""
+        reads 0 (torch raises). The table's gradient sums the gradients of the outputs that read each entry.
+        ``table.take(index).assign(values)`` writes into those entries instead (``Tensor.assign``)."""
         from tgcore.uop.ops import Ops
         from tgcore.uop.uop import UOp
         if not isinstance(index, type(self)) or not dtypes.is_int(index.dtype) or index.dtype is dtypes.bool:

@@ -22,7 +22,7 @@ from typing import Any
 from tgcore.engine.realize import run_schedule
 from tgcore.runtime.buffer import Buffer
 from tgcore.schedule.kernelize import ScheduleItem, create_schedule
-from tgcore.schedule.state import REALIZATION, PendingWrite, base_buffer_uop
+from tgcore.schedule.state import REALIZATION, PendingWrite, written_buffer_uop
 from tgcore.uop import Ops, UOp
 
 _COPY_AST = UOp(Ops.NOOP)  # (a copy item's ast is not read)
@@ -32,9 +32,10 @@ def defer(tensor: Any, target: UOp, value: UOp) -> None:
     """Record ``target = value`` (``target``: a view of a BUFFER) and move ``tensor`` and the holders of that
     buffer to the value after the write."""
     run_pending([target, value])  # (writes this one reads run now: chains of pending writes stay one long)
-    old = base_buffer_uop(target)
+    old = written_buffer_uop(target)
     if old is None:
-        raise ValueError("assign target must be a view of a buffer made by reshape/shrink/permute/flip")
+        raise ValueError("assign target must be a view of a buffer made by reshape/shrink/permute/flip, "
+                         "or a take of one")
     new = REALIZATION.new_version(old)
     REALIZATION.defer_write(new, PendingWrite(target, value, tensor.device))
     REALIZATION.move_holders(old, new, also=tensor)
@@ -83,6 +84,6 @@ def _recorded_copy(dest: Buffer, src: Buffer) -> None:
 
 
 def _old_uop(write: PendingWrite) -> UOp:
-    old = base_buffer_uop(write.target) if write.target is not None else None
+    old = written_buffer_uop(write.target) if write.target is not None else None
     assert old is not None  # (defer checked it)
     return old

@@ -27,11 +27,15 @@ class BufferOptions:
     nolru: never put this buffer in the freed-buffer cache.
     host: memory the host can read directly (for devices that distinguish it).
     writable: DISK only: map the file read-write, creating or growing it to fit.
+    zeroed: the memory reads as zeros when allocated: fresh memory, never a freed buffer from the cache (an
+        allocator whose fresh memory is zero, ``fresh_is_zero``, touches none of it: a large cache written a
+        little at a time costs nothing up front; the others fill it with zeros).
     """
 
     nolru: bool = False
     host: bool = False
     writable: bool = False
+    zeroed: bool = False
 
 
 class Allocator:
@@ -44,6 +48,7 @@ class Allocator:
     """
 
     can_zero_copy: bool = False
+    fresh_is_zero: bool = False  # whether `_alloc`'s memory always reads as zeros (BufferOptions.zeroed)
 
     def __init__(self, *, lru: bool = True, cache_limit: int | None = None, counts_memory: bool = True):
         self.lru = lru
@@ -59,8 +64,9 @@ class Allocator:
         """A handle to `nbytes` of device memory (a cached freed one if available)."""
         if nbytes < 0:
             raise ValueError(f"cannot allocate a negative size ({nbytes} bytes)")
+        zeroed = getattr(options, "zeroed", False)
         with self._lock:
-            handle = self._take_cached(nbytes, options)
+            handle = None if zeroed else self._take_cached(nbytes, options)
         if handle is None:
             try:
                 handle = self._alloc(nbytes, options)
@@ -68,6 +74,8 @@ class Allocator:
                 # memory may be sitting in the cache: give it back and try once more
                 self.free_cache()
                 handle = self._alloc(nbytes, options)
+            if zeroed and not self.fresh_is_zero and nbytes:
+                self.copyin(handle, memoryview(bytes(nbytes)))
         if self.counts_memory:
             with _MEM_LOCK:
                 GlobalCounters.mem_used += nbytes
@@ -79,7 +87,7 @@ class Allocator:
             with _MEM_LOCK:
                 GlobalCounters.mem_used -= nbytes
         with self._lock:
-            if self.lru and not getattr(options, "nolru", False):
+            if self.lru and not getattr(options, "nolru", False) and not getattr(options, "zeroed", False):
                 key = (nbytes, options)
                 self.cache.setdefault(key, []).append(handle)
                 self.cache.move_to_end(key)

@@ -45,14 +45,18 @@ class CPUAllocator(Allocator):
     """
 
     can_zero_copy = True
+    fresh_is_zero = True  # (anonymous mmap pages and ctypes arrays start zeroed; mmap's are mapped on first touch)
 
     def _alloc(self, nbytes: int, options: Any) -> Any:
         if nbytes >= _MMAP_THRESHOLD:
             # private (not shared) anonymous memory with huge pages: faster to stream, and what MPI's
-            # single-copy path expects
+            # single-copy path expects. Not for a zeroed buffer (a cache filled a little at a time): its first
+            # write into each 2 MB would zero all of it, small pages map only what is written
             backing: Any = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-            if hasattr(mmap, "MADV_HUGEPAGE"):
-                backing.madvise(mmap.MADV_HUGEPAGE)
+            zeroed = getattr(options, "zeroed", False)
+            advice = getattr(mmap, "MADV_NOHUGEPAGE" if zeroed else "MADV_HUGEPAGE", None)
+            if advice is not None:
+                backing.madvise(advice)
             pad = 0
         else:
             backing = (ctypes.c_uint8 * (nbytes + ALIGNMENT))()

@@ -142,9 +142,10 @@ class _Walk:
 
 
 def _view_chain(n: UOp) -> list[UOp]:
-    """``n`` and the nodes under it down to its BUFFER, while they are views (an assign's target)."""
+    """``n`` and the nodes under it down to its BUFFER, while they are views or a take's table (an assign's
+    target)."""
     chain = [n]
-    while n.op in VIEWS:
+    while n.op in VIEWS or n.op is Ops.INDEX:
         n = n.src[0]
         chain.append(n)
     return chain

@@ -481,7 +481,7 @@ class Kernelizer:
         """Write ``value`` into the buffer elements ``target`` views (in place; returns that buffer)."""
         target, value = node.src
         base = target
-        while base.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP):
+        while base.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP, Ops.INDEX):  # (INDEX: a take's table)
             base = base.src[0]
         base = self.cached(base) or self.done.get(base, base)
         if base.op is not Ops.BUFFER:
@@ -492,8 +492,12 @@ class Kernelizer:
         param = kernel.param(base)
         ranges = output_index(shape, kernel.idt)
         where = kernel.lower(target, ranges, None, direct=True)
-        if where.op is not Ops.LOAD or len(where.src[0].src) != 2 or where.src[0].src[0] is not param:
-            raise ValueError("assign target must be a view of a buffer made by reshape/shrink/permute/flip")
+        # (a take's index is gated to the table: an element whose index falls outside is not written)
+        gated_ok = target.op is Ops.INDEX
+        if where.op is not Ops.LOAD or len(where.src[0].src) != (3 if gated_ok else 2) or \
+                where.src[0].src[0] is not param:
+            raise ValueError("assign target must be a view of a buffer made by reshape/shrink/permute/flip, "
+                             "or a take of one")
         index = where.src[0]
         kernel.root, kernel.root_idx = value, ranges
         result = kernel.lower(value, ranges, None, direct=True)

@@ -52,6 +52,14 @@ def base_buffer_uop(u: UOp) -> UOp | None:
     return u if u.op is Ops.BUFFER else None
 
 
+def written_buffer_uop(target: UOp) -> UOp | None:
+    """The BUFFER uop an assign into ``target`` writes: under its views, and under the table of a ``Tensor.take``
+    (an assign into a take writes the table's elements the index names)."""
+    while target.op in MOVEMENT or target.op is Ops.INDEX:
+        target = target.src[0]
+    return target if target.op is Ops.BUFFER else None
+
+
 _Reads = tuple[tuple["weakref.ref[Buffer]", int], ...]  # buffers a cached value was computed from, with versions
 
 

@@ -29,12 +29,13 @@ def role(name: str, rows: int) -> str:
     return re.sub(rf"^([a-zA-Z]+)_{rows}_", r"\1_", name) if rows > 1 else name
 
 
-def profile(model: Any, rows: int, steps: int) -> tuple[float, float, dict[str, list[float]]]:
-    """(median step seconds, median kernel seconds, kernel name -> per-call medians) of ``rows`` sequences."""
+def profile(model: Any, rows: int, steps: int, prompt: int = 4) -> tuple[float, float, dict[str, list[float]]]:
+    """(median step seconds, median kernel seconds, kernel name -> per-call medians) of ``rows`` sequences, each
+    decoding after a prompt of ``prompt`` tokens."""
     model.reset()
     for s in range(rows):
-        model.forward_last([100 + s, 200, 300, 400], 0, seq=s)
-    position = 4
+        model.forward_last([100 + s] + [200 + i for i in range(prompt - 1)], 0, seq=s)
+    position = prompt
 
     def step() -> None:
         nonlocal position
@@ -51,17 +52,21 @@ def main() -> None:
     p.add_argument("--rows", default="1,4,8", help="row counts to profile, comma-separated (default 1,4,8)")
     p.add_argument("--steps", type=int, default=12, help="timed steps per row count (default 12)")
     p.add_argument("--device", default=None, help="device (default: DEV or CPU)")
+    p.add_argument("--prompt-tokens", type=int, default=4,
+                   help="prompt length before the decode steps (default 4; attention reads the power-of-two window "
+                        "covering the positions: 130 reads 256 slots)")
     args = p.parse_args()
     from tg_llm.cli import model_path
     from tg_llm.model import Model
     rows = sorted({int(r) for r in args.rows.split(",")})
     path = model_path(args.model)
-    model = Model.from_gguf(path, device=args.device, max_context=512, sequences=max(rows))
+    model = Model.from_gguf(path, device=args.device, max_context=max(512, 2 * args.prompt_tokens + 64),
+                            sequences=max(rows))
     print(f"{path.name} on {model.device}, load average {os.getloadavg()[0]:.1f}")
     single: dict[str, float] = {}
     try:
         for n in rows:
-            wall, kernels, by_name = profile(model, n, args.steps)
+            wall, kernels, by_name = profile(model, n, args.steps, args.prompt_tokens)
             print(f"\n{n} row(s): one step {wall * 1e3:.2f} ms ({n / wall:.1f} tok/s), "
                   f"{sum(len(v) for v in by_name.values())} kernels {kernels * 1e3:.2f} ms")
             print(f"  {'kernel':28s} {'calls':>5s} {'total':>10s} {'share':>6s} {'x first':>8s}")

@@ -92,10 +92,11 @@ def test_top_k_support_is_the_full_vocabulary_filter():
     rng = np.random.default_rng(6)
     for k, p, m in [(40, 0.95, 0.05), (5, 1.0, 0.0), (40, 0.5, 0.0), (200, 1.0, 0.3), (1, 0.9, 0.1)]:
         logits = rng.normal(size=5000) * 3
-        for temperature in (0.5, 1.0, 1.7):
+        for temperature, dtype in itertools.product((0.5, 1.0, 1.7), (np.float64, np.float32)):
             params = SamplingParams(temperature=temperature, top_k=k, top_p=p, min_p=m)
+            logits = logits.astype(dtype).astype(np.float64)
             expected = np.flatnonzero(filter_mask(softmax(logits / temperature), k, p, m))
-            ids, weights = _candidates(logits / temperature, params)
+            ids, weights = _candidates(logits.astype(dtype), params)
             assert ids.tolist() == expected.tolist()
             assert np.allclose(weights / weights.sum(), softmax(logits[ids] / temperature))
 
@@ -134,6 +135,59 @@ def test_logprobs_of_choice_and_top_alternatives():
     assert [t for t, _ in s.top] == [1, 2, 0]
     assert np.allclose([lp for _, lp in s.top], expected[[1, 2, 0]])
     assert Sampler(0).sample(logits).top == []
+
+
+def _reference_token(logits: np.ndarray, p: SamplingParams, history: list[int], rng: np.random.Generator) -> int:
+    """The module doc's steps written out in float64 over the whole vocabulary, drawing as ``Sampler`` does."""
+    x = np.asarray(logits, dtype=np.float64).copy()
+    window = history if p.repeat_last_n < 0 else history[len(history) - p.repeat_last_n:] if p.repeat_last_n else []
+    for t in set(window):
+        if p.repetition_penalty != 1.0:
+            x[t] = x[t] / p.repetition_penalty if x[t] > 0 else x[t] * p.repetition_penalty
+        x[t] -= window.count(t) * p.frequency_penalty + p.presence_penalty
+    if p.temperature == 0:
+        return int(np.argmax(x))
+    x = x / p.temperature
+    ids = np.arange(x.shape[0])
+    if p.top_k and p.top_k < x.shape[0]:  # the k best and their ties, then the filters on their distribution
+        ids = np.flatnonzero(x >= np.sort(x)[-p.top_k])
+    weights = np.exp(x[ids] - x[ids].max())
+    keep = filter_mask(weights / weights.sum(), 0, p.top_p, p.min_p)
+    ids, weights = ids[keep], weights[keep]
+    cumulative = np.cumsum(weights)
+    i = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
+    return int(ids[min(i, ids.shape[0] - 1)])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tokens_match_a_float64_reference_of_every_step(dtype):
+    """The sampler's shortcuts (no float64 copy without penalties, top-k picked before the division, no log-softmax
+    without logprobs) choose the tokens of the plain float64 computation, ties included (logits on a coarse grid)."""
+    rng = np.random.default_rng(5)
+    settings = [dict(temperature=0), dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),
+                dict(temperature=1.0), dict(temperature=0.7, top_k=5), dict(temperature=1.3, top_p=0.5),
+                dict(temperature=0.8, top_k=40, repetition_penalty=1.3, repeat_last_n=8),
+                dict(temperature=0, presence_penalty=0.5, frequency_penalty=0.25),
+                dict(temperature=0.9, top_k=3, min_p=0.2, repetition_penalty=0.8, repeat_last_n=0)]
+    for setting in settings:
+        p = SamplingParams(**setting)
+        for trial in range(20):
+            logits = (np.round(rng.normal(size=3000) * 8) / 4).astype(dtype)  # many exact ties
+            history = [int(t) for t in rng.integers(0, 3000, 12)]
+            sampler, reference = Sampler(trial), np.random.default_rng(trial)
+            for _ in range(3):
+                sample = sampler.sample(logits, p, history)
+                assert sample.token == _reference_token(logits, p, history, reference), setting
+                assert sample.logprob is None and sample.top == []
+
+
+def test_logprob_only_when_asked():
+    logits = np.array([1.0, 3.0, 2.0, -1.0, 0.5], np.float32)
+    expected = np.log(softmax(logits.astype(np.float64)))
+    asked = Sampler(0).sample(logits, SamplingParams(temperature=0.5, logprob=True))
+    assert asked.logprob is not None and math.isclose(asked.logprob, expected[asked.token], rel_tol=1e-12)
+    assert asked.top == []
+    assert Sampler(0).sample(logits, SamplingParams(temperature=0.5)).logprob is None
 
 
 def test_params_validation():

@@ -68,7 +68,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -94,7 +94,9 @@ PREFILL_CHUNK = 256    # a longer prompt is prefilled in chunks of this many tok
 # fused vs dense: 4 rows 24 vs 86-102, 16 rows 87-91 vs 102-126, 32 rows 171-182 vs 160)
 DENSE_MIN_TOKENS = 32
 DECODE_WINDOWS = 24    # decode captures kept: one per attention window (``_decode_window``: 14 up to 4096 slots)
-PREFILL_CAPTURES = 2   # prefill captures kept per kind of result (each keeps a layer of scratch: weights, activations)
+# prefill captures kept per kind of result (each keeps a layer of scratch: weights, activations): a server's one-chunk
+# prompts of 17-32 and 33-64 tokens and its second chunks are three
+PREFILL_CAPTURES = 4
 # ... of prefills under DENSE_MIN_TOKENS rows (no dequantized weights in their scratch: a few activations), which
 # short prompts (a chat turn, a server's requests) and the last chunks of long ones run
 FUSED_PREFILL_CAPTURES = 16
@@ -106,6 +108,18 @@ def _integer_inputs(weights: list[Any]) -> bool:
     """Whether every product with ``weights`` runs as integer dot products (``QuantizedMatrix.integer_path``): its
     input is then read by the activations' quantization only, not by each group of output rows."""
     return all(getattr(w, "integer_path", False) for w in weights)
+
+
+def _zeroed(shape: tuple[int, ...], device: str) -> Any:
+    """A float32 tensor of zeros in fresh memory that nothing writes now (``BufferOptions.zeroed``): on the CPU the
+    OS maps its pages when a cache write first touches them, so loading does not write every context's caches
+    (8 slots x 4096 positions of SmolLM2: 1.5 GB, ~2.3 s after the host took idle memory back)."""
+    from tgcore.dtype import dtypes
+    from tgcore.runtime.allocator import BufferOptions
+    from tgcore.runtime.buffer import Buffer
+    from tgcore.tensor import Tensor
+    return Tensor.from_buffer(Buffer(device, math.prod(shape), dtypes.float32, options=BufferOptions(zeroed=True)),
+                              shape)
 
 
 @dataclass
@@ -144,6 +158,14 @@ class _Kind:
     @property
     def ring(self) -> bool:
         return self.window > 0
+
+
+class _RowWrites(NamedTuple):
+    """A batched decode step's cache writes: row r's key and value go to its own sequence and slot, all rows in one
+    kernel per cache (``Tensor.take(...).assign``: a scatter). ``first`` (rows,) holds each row's first element in
+    the flattened cache, ``(sequence * kv heads * cache length + slot) * head_dim``; a head's elements follow at
+    ``+ head * cache length * head_dim``. (A tuple: the jit finds the tensor in it, an input of each call.)"""
+    first: Any
 
 
 class _Embedding:
@@ -288,8 +310,7 @@ class Model:
                 ffn_norm=get(p + "ffn_norm.weight", small=True),
                 w_gate_up=stacked([p + n + ".weight" for n in arch.gate_up]), w_down=get(p + "ffn_down.weight"),
                 post_ffn_norm=get(p + "post_ffw_norm.weight", True) if arch.post_norms else None,
-                cache_k=Tensor.zeros(*cache_shape, device=device).contiguous().realize(),
-                cache_v=Tensor.zeros(*cache_shape, device=device).contiguous().realize()))
+                cache_k=_zeroed(cache_shape, device), cache_v=_zeroed(cache_shape, device)))
         self.output_norm: Any = None
         self.output: Any = None
         if self.has_output:
@@ -597,12 +618,13 @@ class Model:
             positions.append(pos)
         x = self._stage_input(tokens)
         pos_array = np.asarray(positions, np.int64)
+        cfg = self.config
         inputs = []
         for kind in self.kinds:
             # attend over a window of the cache that covers the slots in use (a power of two or three quarters of
             # one), not the whole cache: one capture per window size and row count
             window = self._decode_window(kind, int(pos_array.max()))
-            writes, masks = [], []
+            firsts, masks = [], []
             for r, pos in enumerate(positions):
                 slot = self._write(kind, first + r, pos, 0 if r in idle else 1, 1)
                 if r in idle:
@@ -611,10 +633,12 @@ class Model:
                 else:
                     mask = self._mask_rows(kind, first + r, pos, 1, 1, window)
                 masks.append(mask)
-                writes.append((first_seq + r, UOp.variable(f"{kind.variable}{r}", 0, kind.cache_len - 1).bind(slot),
-                               r, 1))
+                firsts.append(((first + r) * cfg.n_kv_heads * kind.cache_len + slot) * cfg.head_dim)
+            cache_size = self.sequences * cfg.n_kv_heads * kind.cache_len * cfg.head_dim
+            rows_first = np.asarray(firsts, np.int32 if cache_size < 2**31 else np.int64)
             cos, sin = self._rotary(kind, pos_array)
-            inputs.append((cos, sin, Tensor(np.concatenate(masks), device=self.device), writes))
+            inputs.append((cos, sin, Tensor(np.concatenate(masks), device=self.device),
+                           _RowWrites(Tensor(rows_first, device=self.device))))
         collect = self._stage_output(self._decode_step(x, inputs, first_seq), rows)
         for seq, token, _ in steps:
             self._tokens[seq] = self._tokens[seq] + [token]
@@ -729,15 +753,16 @@ class Model:
             logits = softcap(logits, cfg.final_softcap)
         return logits.contiguous()
 
-    def _layer(self, layer: _Layer, x: Any, cos: Any, sin: Any, mask: Any, writes: list[tuple[Any, Any, int, int]],
-               seqs: tuple[Any, Any], dense: bool) -> Any:
+    def _layer(self, layer: _Layer, x: Any, cos: Any, sin: Any, mask: Any,
+               writes: list[tuple[Any, Any, int, int]] | _RowWrites, seqs: tuple[Any, Any], dense: bool) -> Any:
         """One transformer block on x (T, dim): writes the block's keys/values into its cache (``writes``:
-        (sequence, first slot, first token, token count) per contiguous run of slots) and attends over the
-        first ``window`` cache slots of the sequences ``seqs`` (first, end: an int or a bound variable) with
-        ``mask`` (T, window). One sequence: the T rows are its consecutive tokens; B sequences: T = B, row b is
-        the one token of sequence first + b. ``dense``: dequantize each weight into a float buffer first (its
-        transpose, so ``x @ W.T`` reads B along the output columns) and run a plain GEMM (faster for many rows
-        than the fused dequantizing matmul, which decodes the weight once per row; not batch-invariant)."""
+        (sequence, first slot, first token, token count) per contiguous run of slots, or each row at its own slot,
+        ``_RowWrites``) and attends over the first ``window`` cache slots of the sequences ``seqs`` (first, end: an
+        int or a bound variable) with ``mask`` (T, window). One sequence: the T rows are its consecutive tokens; B
+        sequences: T = B, row b is the one token of sequence first + b. ``dense``: dequantize each weight into a
+        float buffer first (its transpose, so ``x @ W.T`` reads B along the output columns) and run a plain GEMM
+        (faster for many rows than the fused dequantizing matmul, which decodes the weight once per row; not
+        batch-invariant)."""
         cfg = self.config
         t = x.shape[0]
         hd, nh, nkv = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
@@ -765,6 +790,10 @@ class Model:
             k = rms_norm(k, layer.k_norm, cfg.norm_eps)
         q = rope(q, cos, sin, cfg.rope_dims, cfg.rope_interleaved).contiguous().realize()
         k = rope(k, cos, sin, cfg.rope_dims, cfg.rope_interleaved)  # computed by the cache write
+        if isinstance(writes, _RowWrites):  # (a batched decode step: every row at its own slot, one kernel per cache)
+            self._write_rows(layer.cache_k, k, writes.first)
+            self._write_rows(layer.cache_v, v, writes.first)
+            writes = []
         for seq, first_slot, first, count in writes:
             rows = ((seq, seq + 1), None, (first_slot, first_slot + count), None)
             keys_in, values_in = (k, v) if count == t else (k.shrink(((first, first + count), None, None)),
@@ -800,6 +829,16 @@ class Model:
         if layer.post_ffn_norm is not None:
             out = rms_norm(out.contiguous(), layer.post_ffn_norm, cfg.norm_eps)
         return (x + out).contiguous().realize()
+
+    def _write_rows(self, cache: Any, rows: Any, first: Any) -> None:
+        """Row r of ``rows`` (T, kv heads, head_dim) into ``cache`` (sequences, kv heads, cache length, head_dim) at
+        the element ``first[r]`` (``_RowWrites``) and its heads after it, every row in one kernel."""
+        from tgcore.tensor import Tensor
+        t, nkv, hd = rows.shape
+        head_stride = cache.shape[2] * hd
+        within = (Tensor.arange(nkv, device=self.device, dtype=first.dtype) * head_stride).reshape(1, nkv, 1) + \
+            Tensor.arange(hd, device=self.device, dtype=first.dtype).reshape(1, 1, hd)
+        cache.reshape(-1).take(first.reshape(t, 1, 1) + within).assign(rows)
 
     def __repr__(self) -> str:
         c = self.config

@@ -16,8 +16,14 @@
 
 Temperature comes before the filters (as in Hugging Face and vLLM), so ``top_p``/``min_p`` see the
 distribution that is actually sampled. The reported log-probabilities are the model's: log-softmax of
-the raw logits, before penalties and temperature (OpenAI's ``logprobs``): for the chosen token and the
-``logprobs`` most likely alternatives.
+the raw logits, before penalties and temperature (OpenAI's ``logprobs``): for the chosen token (when
+``logprob`` is set or ``logprobs`` > 0; else ``Sample.logprob`` is None and no log-softmax is computed) and
+the ``logprobs`` most likely alternatives.
+
+Without penalties a sample reads the logits in their own dtype: greedy is their argmax, and top-k picks its
+candidates from them before anything is converted (a float32 row in float64 keeps its order and ties, and
+dividing by a positive temperature does too, so the candidates, their probabilities and the draw are those
+of the float64 path).
 
 ``StopChecker`` turns a stream of text chunks into text safe to show: it holds back any tail that
 could be the start of a stop string, so a stop string split across chunks is never shown.
@@ -47,6 +53,7 @@ class SamplingParams:
     presence_penalty: float = 0.0
     repeat_last_n: int = -1  # penalties look at the last n tokens of the history (-1: all, 0: none)
     logprobs: int = 0  # how many top alternatives to report (0: none)
+    logprob: bool = False  # report the chosen token's log-probability (also when logprobs > 0)
 
     def __post_init__(self) -> None:
         checks = [
@@ -66,9 +73,10 @@ class SamplingParams:
 
 
 class Sample(NamedTuple):
-    """The chosen token, its log-probability, and the top alternatives as (token, logprob), best first."""
+    """The chosen token, its log-probability (None unless asked for), and the top alternatives as (token,
+    logprob), best first."""
     token: int
-    logprob: float
+    logprob: float | None
     top: list[tuple[int, float]]
 
 
@@ -132,16 +140,21 @@ def _most_likely_first(probs: np.ndarray, mass: float) -> np.ndarray:
     return np.argsort(-probs, kind="stable")
 
 
-def _candidates(scaled: np.ndarray, p: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
-    """The tokens top-k, top-p and min-p keep from the temperature-scaled logits ``scaled`` (ascending ids) and
+def _candidates(logits: np.ndarray, p: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens top-k, top-p and min-p keep from ``logits`` divided by the temperature (ascending ids) and
     their probabilities up to a common factor. With top-k on, only the k best (and ties) are exponentiated and
-    filtered: the filters and the draw depend on ratios of probabilities, not on the vocabulary's total."""
-    n = scaled.shape[0]
+    filtered: the filters and the draw depend on ratios of probabilities, not on the vocabulary's total. From
+    float32 logits the k best are picked before the division (at a temperature in [1e-6, 1e6] no two float32
+    values round to one float64 quotient, so the order and the ties are those of ``logits / temperature``):
+    only they are divided."""
+    n = logits.shape[0]
+    pick_first = logits.dtype == np.float32 and 1e-6 <= p.temperature <= 1e6
+    scaled = logits if pick_first else logits / p.temperature
     if p.top_k and p.top_k < n:
         ids = np.flatnonzero(scaled >= np.partition(scaled, n - p.top_k)[n - p.top_k])
     else:
         ids = np.arange(n)
-    chosen = scaled[ids]
+    chosen = scaled[ids].astype(np.float64) / p.temperature if pick_first else scaled[ids]
     weights = np.exp(chosen - chosen.max())
     keep = filter_mask(weights / weights.sum(), 0, p.top_p, p.min_p)
     return ids[keep], weights[keep]
@@ -197,21 +210,28 @@ class Sampler:
                history: Iterable[int] = ()) -> Sample:
         """Choose the next token from one row of logits (shape ``(vocab,)``)."""
         p = params or SamplingParams()
-        raw = np.asarray(logits, dtype=np.float64)
-        if raw.ndim != 1 or raw.shape[0] == 0:
-            raise ValueError(f"expected one row of logits, got shape {raw.shape}")
-        most = raw.max()
+        row = np.asarray(logits)
+        if row.dtype not in (np.float32, np.float64):
+            row = row.astype(np.float64)
+        if row.ndim != 1 or row.shape[0] == 0:
+            raise ValueError(f"expected one row of logits, got shape {row.shape}")
+        most = row.max()
         if np.isnan(most):  # (a NaN anywhere makes the maximum NaN)
             raise ValueError("logits contain NaN")
-        penalised = apply_penalties(raw, _window(history, p.repeat_last_n), p.repetition_penalty,
-                                    p.frequency_penalty, p.presence_penalty)
+        penalised = row
+        penalties = p.repetition_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
+        if penalties and p.repeat_last_n != 0:  # (else nothing changes: the row as it is)
+            penalised = apply_penalties(row, _window(history, p.repeat_last_n), p.repetition_penalty,
+                                        p.frequency_penalty, p.presence_penalty)
         if p.temperature == 0:
             token = int(np.argmax(penalised))
         else:
-            support, weights = _candidates(penalised / p.temperature, p)
+            support, weights = _candidates(penalised, p)
             token = self._draw(support, weights)
-        # the model's log-probabilities (log_softmax(raw)), computed for the chosen token and the top ones only
-        shifted = raw - most
+        if not (p.logprob or p.logprobs):
+            return Sample(token, None, [])
+        # the model's log-probabilities (log_softmax of the row in float64), for the chosen token and the top ones
+        shifted = row.astype(np.float64) - float(most)
         log_total = np.log(np.sum(np.exp(shifted)))
         top: list[tuple[int, float]] = []
         if p.logprobs:

@@ -183,7 +183,9 @@ class ProgressBar:
 # prompt tokens prefilled per scheduler turn (a short request waits for at most one chunk); prefill throughput at
 # 64 is that at 128 (SmolLM2 Q4_1, 512 tokens, load 8-13: 27-36 vs 29-31 tok/s; at 32: 16-23)
 PREFILL_CHUNK = 64
-SHORT_PROMPT_PADDINGS = (4, 8, 16)  # short prompts' prefill sizes captured while idle (fused: small captures)
+# the prefill sizes of prompts that fit in one chunk (a prompt is padded to the next of them), captured at position 0
+# while idle: 4-16 fused (small captures), 32 and 64 dense (prompts of 17-63 tokens; those up to the chunk size)
+SHORT_PROMPT_PADDINGS = (4, 8, 16, 32, 64)
 # seconds from the engine's creation to ready that the warm-ups aim at: after the first window's decode steps, the
 # next warm-ups (short prompts' prefill, the chunks, the next windows) run before ready while the last one's time
 # says the next still fits; the rest while idle. A warm program cache (tgcore.engine.programs) makes them cheap.
@@ -272,7 +274,7 @@ class Engine:
             self.model.warm_up([s for s in shapes if s[1] == first])
             self.warm_up_seconds = time.perf_counter() - warm
             self._warm_later = [functools.partial(self._warm_prefill, n) for n in SHORT_PROMPT_PADDINGS
-                                if n <= self.model.config.max_context - 1]
+                                if n <= min(self.prefill_chunk, self.model.config.max_context - 1)]
             if 2 * self.prefill_chunk <= self.model.config.max_context - 1:
                 self._warm_later.append(self._warm_chunks)
             self._warm_later += [functools.partial(self.model.warm_up, [s]) for s in shapes if s[1] != first]
@@ -624,7 +626,7 @@ class _Scheduler:
         params = SamplingParams(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k, min_p=c.min_p,
                                 repetition_penalty=c.repetition_penalty, repeat_last_n=c.repeat_last_n,
                                 frequency_penalty=c.frequency_penalty, presence_penalty=c.presence_penalty,
-                                logprobs=c.top_logprobs if c.logprobs else 0)
+                                logprobs=c.top_logprobs if c.logprobs else 0, logprob=c.logprobs)
         return TokenStream(self.engine.tokenizer, len(c.prompt_ids), seq.cached, c.max_tokens, params, c.stop,
                            c.seed, self.engine.stop_ids, self.model.config.max_context)
 
