@@ -168,7 +168,8 @@ def measure(url: str, args: argparse.Namespace, streams: list[int]) -> dict[str,
         out[f"{n} streams"] = r["aggregate_tok_s"]
         out[f"{n} streams decode"] = r["mean_stream_decode_tok_s"]
         print(f"  {n} stream(s): aggregate {r['aggregate_tok_s']:.1f} tok/s, per stream decode "
-              f"{r['mean_stream_decode_tok_s']:.1f} tok/s ({r['tokens']} tokens in {r['wall_s']:.1f} s"
+              f"{r['mean_stream_decode_tok_s']:.1f} tok/s (summed: {n * r['mean_stream_decode_tok_s']:.1f}; "
+              f"{r['tokens']} tokens in {r['wall_s']:.1f} s"
               f"{compiled_note(url, compiled)})", flush=True)
     compiled = kernels_compiled(url)
     out["ttft"] = ttft_behind_long_prompt(client, model, args.long_prompt_tokens)
@@ -214,7 +215,10 @@ def main() -> int:
         one = tg["1 streams"]
         print(f"  one stream's decode vs tg llm bench decode: {tg['1 streams decode'] / bench_decode:.2f}x "
               f"(its aggregate, prefill included: {one / bench_decode:.2f}x); " + ", ".join(
-            f"{n} streams {tg[f'{n} streams'] / one:.2f}x one" for n in streams if n != 1))
+            f"{n} streams {tg[f'{n} streams'] / one:.2f}x one" for n in streams if n != 1)
+              + "; decode summed over the streams (prefills left out): " + ", ".join(
+            f"{n} streams {n * tg[f'{n} streams decode'] / tg['1 streams decode']:.2f}x one"
+            for n in streams if n != 1))
     import openai
     client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
     seconds, code = sigterm_seconds(proc, client, client.models.list().data[0].id, 256)
