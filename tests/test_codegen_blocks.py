@@ -429,6 +429,26 @@ def test_sub_block_scales_unpacked_as_vectors_are_exact(rows, supers, device):
     assert OptOps.SPREAD in {o.op for o in default_policy(prepare_kernel(item.ast, renderer), renderer, 1)}
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_one_scale_byte_per_sub_block_spread_is_exact(device):
+    """As above with one 6-bit scale byte per sub-block (read at ``base + sub-block``): a SPREAD in halves gives
+    the lanes the values 0-3, 0-3 and 4-7, 4-7, so the scales' read is not one vector load at ``base`` (review: it
+    was, and every row summed the wrong scales)."""
+    rows, supers = 7, 2
+    rng = np.random.default_rng(1)
+    u = rng.integers(0, 16, (rows, supers, 8, 32)).astype(np.uint8)
+    q = rng.integers(-128, 128, (1, supers, 8, 32)).astype(np.int8)
+    packed = rng.integers(0, 256, (rows, supers, 8)).astype(np.uint8)
+    d = rng.integers(-3, 4, (rows, supers, 1)).astype(np.float32)
+    ut, qt, pt, dt = (Tensor(a, device=device).realize() for a in (u, q, packed, d))
+    scale = (pt & 63).cast("float32").reshape(rows, supers, 8, 1)
+    dot = (ut.cast("int32") * qt.cast("int32")).cast("float32") * scale
+    out = _lane_ordered((dot * dt.reshape(rows, supers, 1, 1)).reshape(rows, supers * 8, 32)).sum(-1)
+    scales = (packed & 63).astype(np.int64)
+    ref = (d[..., 0].astype(np.int64)[..., None] * (scales * (u.astype(np.int64) * q.astype(np.int64)).sum(-1)))
+    np.testing.assert_array_equal(out.numpy(), ref.sum((1, 2)).astype(np.float32))
+
+
 def test_row_gather_takes_rows_at_offsets_that_differ_only():
     """``cbytedot.row_gather`` on UOps: 4 rows of 8 bytes at 8 times 4 consecutive loaded codes are one gather at
     the codes (row numbers, widened from one 4-byte load); the same 8 bytes in every lane (a broadcast: Q5's qh,

@@ -197,9 +197,11 @@ class _Expander:
     def whole_vector(self, index: UOp) -> UOp | None:
         """The INDEX of one access to all lanes at once, when ``index``'s address is ``base + lane`` (the lanes fit
         one vector) and its gate, if any, is the same in every lane; else None. The common load or store of a
-        vectorized axis, found without building each lane's address."""
+        vectorized axis, found without building each lane's address. (Not when the lanes take other values than
+        0, 1, ..., count-1: a SPREAD's halves, ``plan_spread``.)"""
         if self.count > _size(self.lanes[-1]) or self.count & (self.count - 1) or \
-                (affine := self.affine(index.src[1])) is None or affine[1] != 1:
+                (affine := self.affine(index.src[1])) is None or affine[1] != 1 or \
+                self.lane_values[self.lanes[0]] != list(range(self.count)):
             return None
         if len(index.src) == 2:
             return index.replace(src=(index.src[0], affine[0]))

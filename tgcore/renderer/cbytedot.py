@@ -446,9 +446,9 @@ def row_gather(vec: UOp) -> UOp | None:
     helper = ROW_GATHERS.get(vec.dtype)
     if vec.op is not Ops.VECTORIZE or helper is None or all(s is vec.src[0] for s in vec.src):
         return None  # (one value in every lane: a broadcast, ``_repeated``)
-    if any(s.op is not Ops.BITCAST or s.src[0].dtype.scalar().itemsize * s.src[0].dtype.count != s.dtype.itemsize
+    if any(s.op is not Ops.BITCAST or s.src[0].dtype.scalar().itemsize != 1 or s.src[0].dtype.count != s.dtype.itemsize
            for s in vec.src):
-        return None
+        return None  # (rows of bytes: the helpers take the loads' indices as byte offsets)
     places = [_load_at(s.src[0], vector=True) for s in vec.src]
     if any(p is None for p in places) or len({p[0] for p in places if p is not None}) != 1:
         return None
