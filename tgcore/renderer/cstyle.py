@@ -375,6 +375,7 @@ class CRenderer(Renderer):
     masked_vectors = True  # lane-gated accesses: the whole vector when every lane is on, else lane by lane
     gathers = True  # a load at a vector of indices: lane by lane, or in registers from a 16-float table
     compiles_byte_dots = True  # gcc and clang vectorize int8 dot-product loops (vpdpbusd / vpmaddubsw, sdot)
+    byte_table_lookups = True  # cbytedot's tg_table16_u8: one vpshufb with AVX2
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
                    dtypes.uint64: 4}
     emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})  # computed in float32, rounded per op

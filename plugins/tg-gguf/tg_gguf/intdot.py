@@ -401,16 +401,29 @@ INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GG
                                                 GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.TQ2_0, GGMLType.IQ4_NL,
                                                 GGMLType.IQ4_XS, GGMLType.MXFP4, GGMLType.IQ2_XS})
 
+# what else an integer path needs of the renderer to beat the float one (a ``Renderer`` flag), measured where it is
+# missing (CPU:X86: byte dots, no gathers, no byte table lookups; 4096^2 GEMV, jitted, float / int time in one run,
+# two runs, load ~7-10): IQ4_XS and MXFP4 look their values up in a 16-byte table, one byte shuffle per 32 on C,
+# lane by lane without ``byte_table_lookups``: int 0.55-0.60x, 0.88-0.97x the float path's speed; IQ2_XS's grid
+# rows are one load each where the renderer ``gathers`` (C), else lane by lane: int 0.07x. IQ4_NL needs nothing
+# more: its integer path without the shuffle is still 1.19-1.38x the float one (whose 16-float table lookup is lane
+# by lane too without gathers; both ~20x C's times)
+INT_DOT_NEEDS: dict[GGMLType, str] = {GGMLType.IQ4_XS: "byte_table_lookups", GGMLType.MXFP4: "byte_table_lookups",
+                                      GGMLType.IQ2_XS: "gathers"}
 
 def uses_int_dot(type_id: GGMLType | int, device: str) -> bool:
     """Whether a matrix product with a weight of this type runs as integer dot products on ``device``: the type is
-    in ``INT_DOT_TYPES`` and the device's renderer compiles byte dot products."""
+    in ``INT_DOT_TYPES``, the device's renderer compiles byte dot products and has what ``INT_DOT_NEEDS`` asks."""
     from tgcore.runtime.registry import open_device
     try:
         gtype = GGMLType(type_id)
     except ValueError:
         return False
-    return gtype in INT_DOT_TYPES and bool(getattr(open_device(device).renderer, "compiles_byte_dots", False))
+    if gtype not in INT_DOT_TYPES:
+        return False
+    renderer = open_device(device).renderer
+    needs = ("compiles_byte_dots", *([INT_DOT_NEEDS[gtype]] if gtype in INT_DOT_NEEDS else []))
+    return all(bool(getattr(renderer, flag, False)) for flag in needs)
 
 
 def int_matmul(x: Tensor, raw: Tensor, type_id: GGMLType | int, shape: tuple[int, int]) -> Tensor:
