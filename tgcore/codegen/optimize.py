@@ -302,7 +302,7 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: Renderer) -> tuple[UOp, int]
     if blocks:
         ast = _split_and_factor_blocks(ast, blocks)
     if vector is not None:
-        ast = _Expander([vector], renderer.masked_vectors, renderer.gathers).expand(ast)
+        ast = _Expander([vector], renderer.masked_vectors, renderer.gathers, renderer.byte_table_lookups).expand(ast)
     if tiles:  # on the final stores (vectors, unrolled copies)
         ast = _add_earlier_tiles(ast, tiles, epilogue)
     return _thread(ast, thread, current, bool(tiles))

@@ -179,9 +179,9 @@ def test_which_devices_and_types_use_it():
 
 @pytest.mark.parametrize("gtype,flag", [(GGMLType.IQ4_XS, "byte_table_lookups"), (GGMLType.MXFP4, "byte_table_lookups"),
                                         (GGMLType.IQ2_XS, "gathers")])
-def test_types_whose_integer_path_needs_more(gtype: GGMLType, flag: str):
+def test_types_whose_integer_path_needs_more(gtype: GGMLType, flag: str, monkeypatch):
     """A type in ``INT_DOT_NEEDS`` takes the integer path only where the renderer also has that flag (C: a byte
-    shuffle per 16-byte table lookup, grid rows gathered); X86 compiles byte dots without them: float there."""
+    shuffle per 16-byte table lookup, grid rows gathered; X86: the shuffle, no gathers); without it, float."""
     from tgcore.runtime.registry import open_device
     assert INT_DOT_NEEDS[gtype] == flag
     assert uses_int_dot(gtype, "CPU") and getattr(open_device("CPU").renderer, flag)
@@ -190,7 +190,9 @@ def test_types_whose_integer_path_needs_more(gtype: GGMLType, flag: str):
     if unavailable_reason() is not None:
         pytest.skip(unavailable_reason())
     renderer = open_device("CPU:X86").renderer
-    assert renderer.compiles_byte_dots and not getattr(renderer, flag)
+    assert renderer.compiles_byte_dots
+    assert uses_int_dot(gtype, "CPU:X86") == bool(getattr(renderer, flag))
+    monkeypatch.setattr(renderer, flag, False)
     assert not uses_int_dot(gtype, "CPU:X86")
     assert uses_int_dot(GGMLType.Q4_0, "CPU:X86") and uses_int_dot(GGMLType.IQ4_NL, "CPU:X86")  # nothing more needed
 
