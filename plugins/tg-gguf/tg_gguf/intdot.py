@@ -401,13 +401,14 @@ INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GG
                                                 GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.TQ2_0, GGMLType.IQ4_NL,
                                                 GGMLType.IQ4_XS, GGMLType.MXFP4, GGMLType.IQ2_XS})
 
-# what else an integer path needs of the renderer to beat the float one (a ``Renderer`` flag), measured where it is
-# missing (CPU:X86: byte dots, no gathers, no byte table lookups; 4096^2 GEMV, jitted, float / int time in one run,
-# two runs, load ~7-10): IQ4_XS and MXFP4 look their values up in a 16-byte table, one byte shuffle per 32 on C,
-# lane by lane without ``byte_table_lookups``: int 0.55-0.60x, 0.88-0.97x the float path's speed; IQ2_XS's grid
-# rows are one load each where the renderer ``gathers`` (C), else lane by lane: int 0.07x. IQ4_NL needs nothing
-# more: its integer path without the shuffle is still 1.19-1.38x the float one (whose 16-float table lookup is lane
-# by lane too without gathers; both ~20x C's times)
+# what else an integer path needs of the renderer to beat the float one (a ``Renderer`` flag), measured where it was
+# missing (CPU:X86 before it had byte_table_lookups: byte dots, no gathers; 4096^2 GEMV, jitted, float / int time in
+# one run, two runs, load ~7-10): IQ4_XS and MXFP4 look their values up in a 16-byte table, one byte shuffle per 32
+# with ``byte_table_lookups`` (C, X86), else lane by lane: int 0.55-0.60x, 0.88-0.97x the float path's speed;
+# IQ2_XS's grid rows are one load each where the renderer ``gathers`` (C), else lane by lane (X86): int 0.07x.
+# IQ4_NL needs nothing more: without the shuffle its integer path was still 1.19-1.38x the float one (whose 16-float
+# table lookup is lane by lane too without gathers). With the shuffle on X86 (same bench, load ~8): IQ4_NL 28.9x,
+# IQ4_XS 15.3x, MXFP4 21.5x the float path (1.13, 1.80, 1.34 ms)
 INT_DOT_NEEDS: dict[GGMLType, str] = {GGMLType.IQ4_XS: "byte_table_lookups", GGMLType.MXFP4: "byte_table_lookups",
                                       GGMLType.IQ2_XS: "gathers"}
 
