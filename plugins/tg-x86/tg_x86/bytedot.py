@@ -281,13 +281,20 @@ def _dot_avx2(ctx: Emitter, a: UOp, rb: Any) -> VReg:
     return op(Op.VPADDD, op(Op.VPMADDWD, low, words(1)), op(Op.VPMADDWD, high, words(16)))
 
 
+def _table_address(ctx: Emitter, x: UOp) -> bool:
+    """Whether ``x`` (int32 lanes of byte indices) is read only as the address of byte-dot table lookups (which
+    ``_table_lookup`` selects from the bytes themselves)."""
+    indexes = ctx.facts.users.get(x, [])
+    loads = [u for i in indexes for u in ctx.facts.users.get(i, [])]
+    return (bool(indexes) and all(i.op is Ops.INDEX for i in indexes) and bool(loads)
+            and all(byte_table_lookup(u) is x.src[0] and selectable(u) for u in loads))
+
+
 def sel_widen(ctx: Emitter, x: UOp) -> tuple | None:
     """A CAST of a byte vector of 4 or 8 lanes held in an xmm (``bytevec.widened_bytes``) to 32-bit lanes:
     ``vpmovzxbd`` (``vpmovsxbd`` for int8), then ``vcvtdq2ps`` for float32. A byte table's indices as int32
     (the address of ``_table_lookup``, which reads the bytes): no code."""
-    users = ctx.facts.users.get(x, [])
-    if users and all(r.op is Ops.INDEX and byte_table_lookup(UOp(Ops.LOAD, dtypes.uint8.vec(x.dtype.count), (r,)))
-                     is x.src[0] for r in users) and all(selectable(r) for r in ctx.facts.users.get(users[0], [])):
+    if _table_address(ctx, x):
         return EMITTED
     if x not in ctx.facts.byte_dots:
         return None
