@@ -506,3 +506,27 @@ def test_lanes_of_gates_clamps_and_divisions_are_their_values(step, bound, lanes
             assert lane not in e.toposort, (name, e.render())
             for v in range(size):
                 assert eval_at(e, {r: v}) == expected[name](v * step + o), (name, o, v, e.render())
+
+
+@pytest.mark.parametrize("table_dtype,size,flags,gathered", [
+    ("uint8", 16, (False, True), True),     # byte_table_lookups: a 16-byte table only
+    ("uint8", 32, (False, True), False),
+    ("float32", 16, (False, True), False),
+    ("uint8", 16, (False, False), False),
+    ("float32", 16, (True, False), True),   # gathers: any table
+])
+def test_lookups_gathered_per_renderer_flags(table_dtype, size, flags, gathered):
+    """``_Expander.looked_up``: a load at a value loaded per lane (a table at each lane's nibble) is a gather where the
+    renderer ``gathers``, or only from a 16-byte table where it has ``byte_table_lookups`` (one byte shuffle)."""
+    from tgcore.codegen.upcast import _Expander
+    from tgcore.dtype import dtypes
+    from tgcore.uop import AxisArg, UOp
+    table_dtype = getattr(dtypes, table_dtype)
+    r = UOp.range(4, AxisArg(0, RangeKind.GLOBAL))
+    lane = UOp.range(8, AxisArg(0, RangeKind.UPCAST, split=1, lanes_of=RangeKind.GLOBAL))
+    codes = UOp(Ops.PARAM, dtypes.uint8.ptr(32), (), 0)
+    code = UOp(Ops.LOAD, dtypes.uint8, (UOp(Ops.INDEX, codes.dtype, (codes, r * 8 + lane)),))
+    table = UOp(Ops.PARAM, table_dtype.ptr(size), (), 1)
+    index = UOp(Ops.INDEX, table.dtype, (table, (code & 15).cast(dtypes.int32)))
+    gathers, byte_tables = flags
+    assert _Expander([lane], gathers=gathers, byte_tables=byte_tables).looked_up(index) is gathered

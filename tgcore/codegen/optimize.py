@@ -340,7 +340,7 @@ def apply_opts(ast: UOp, opts: list[Opt], renderer: Renderer) -> tuple[UOp, int]
     plans = [(sub_blocks[r], plan_spread(ast, sub_blocks[r])) for r in spread]
     expanded: dict[UOp, UOp] = {}
     if vector is not None:
-        expander = _Expander([vector], renderer.masked_vectors, renderer.gathers)
+        expander = _Expander([vector], renderer.masked_vectors, renderer.gathers, renderer.byte_table_lookups)
         ast = expander.expand(ast)
         expanded = expander.expanded
     for sub_block, plan in plans:  # on the vectors: a factor's value in every lane is one of its vector's permutes

@@ -91,13 +91,21 @@ def _plus(base: UOp, c: int) -> UOp:
     return base if c == 0 else plus_const(base, c)
 
 
+def _byte_table(buf: UOp) -> bool:
+    """A buffer of 16 bytes (a 4-bit code's values: one byte shuffle, ``Renderer.byte_table_lookups``)."""
+    return getattr(buf.dtype, "size", 0) == 16 and buf.dtype.base is dtypes.uint8  # type: ignore[attr-defined]
+
+
 class _Expander:
-    def __init__(self, lanes: list[UOp], masked: bool = False, gathers: bool = False) -> None:
+    def __init__(self, lanes: list[UOp], masked: bool = False, gathers: bool = False,
+                 byte_tables: bool = False) -> None:
         """``masked``: the renderer takes a vector access with one gate per lane (``Renderer.masked_vectors``);
-        ``gathers``: a vector load at a vector of indices (``Renderer.gathers``)."""
+        ``gathers``: a vector load at a vector of indices (``Renderer.gathers``); ``byte_tables``: such a load only
+        from a table of 16 bytes (``Renderer.byte_table_lookups``)."""
         self.lanes = lanes
         self.masked = masked
         self.gathers = gathers
+        self.byte_tables = byte_tables
         self.count = prod(_size(r) for r in lanes)
         combos = list(itertools.product(*(range(_size(r)) for r in lanes)))  # last lane axis fastest
         self.lane_values = {r: [c[i] for c in combos] for i, r in enumerate(lanes)}
@@ -251,7 +259,8 @@ class _Expander:
         indexed by each lane's unpacked bits): a gather, on a renderer that has them, instead of one scalar load
         (and one scalar copy of the index arithmetic) per lane."""
         ungated = len(index.src) == 2 or (index.src[2].op is Ops.CONST and index.src[2].arg is True)
-        if not (self.gathers and ungated and self.depends_on_lanes(index.src[1])
+        if not ((self.gathers or (self.byte_tables and _byte_table(index.src[0]))) and ungated
+                and self.depends_on_lanes(index.src[1])
                 and any(u.op is Ops.LOAD for u in index.src[1].toposort)):
             return False
         # lanes at consecutive addresses (a grid row at ``index * 8 + lane``) stay vector loads

@@ -36,6 +36,9 @@ class Renderer:
     # summed in lanes of 4 neighbouring bytes is one multiply-add of bytes per lane (C: ``cbytedot``; X86 with
     # AVX512-VNNI: vpdpbusd)
     compiles_byte_dots: bool = False
+    # 32 byte lanes looked up in a table of 16 bytes at byte indices (a 4-bit code's values: IQ4_NL, MXFP4) are one
+    # vector op (a byte shuffle: vpshufb, tbl); False: lane by lane, so a product that needs them may prefer floats
+    byte_table_lookups: bool = False
     # (source, stored) dtypes of a vector CAST the renderer narrows in the STORE (e.g. int32 lanes stored as bytes):
     # codegen vectorizes such a store at the source's width even when the stored dtype has none in simd_widths
     narrowing_stores: frozenset[tuple[DType, DType]] = frozenset()

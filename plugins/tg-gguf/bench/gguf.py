@@ -14,8 +14,8 @@
    Then the same product replayed by ``tgcore.jit`` (kernels only, as an LLM's decode step runs them), against
    the streaming reference replayed the same way ("jit stream"): "jit float", and for the types with an integer
    path (``tg_gguf.intdot``: activations quantized to 8 bits per 32) "jit int", alternating (ms, and % of the
-   jitted stream); "policy" says which one tg-gguf picks (``INT_DOT_TYPES``). Compare a jitted time with the
-   jitted stream only: the per-call stream includes a realize's fixed cost, which flatters small weights.
+   jitted stream); "policy" says which one tg-gguf picks on the device (``uses_int_dot``). Compare a jitted time
+   with the jitted stream only: the per-call stream includes a realize's fixed cost, which flatters small weights.
 
 Ratios are tg-gguf / reference throughput (higher is better): medians of --repeat runs for the
 dequantization, the best of --repeat runs for the GEMV and its streaming reference (on a shared machine the
@@ -110,7 +110,7 @@ def jit_columns(gtype: GGMLType, w: Tensor, raw_np: np.ndarray, x_np: np.ndarray
                 t_stream: float) -> str:
     """The jitted stream, float GEMV and, for a type with an integer path, integer GEMV (best of ``repeat`` rounds,
     alternating)."""
-    from tg_gguf.intdot import INT_DOT_TYPES, SUMS, int_matmul
+    from tg_gguf.intdot import SUMS, int_matmul, uses_int_dot
 
     import tgcore
     x = Tensor(x_np, device=device).realize()
@@ -125,7 +125,7 @@ def jit_columns(gtype: GGMLType, w: Tensor, raw_np: np.ndarray, x_np: np.ndarray
     for _ in range(repeat):
         t_float = min(t_float, best_time(lambda: float_step(x), 3))
         t_int = min(t_int, best_time(lambda: int_step(x), 3))
-    policy = "int" if gtype in INT_DOT_TYPES else "float"
+    policy = "int" if uses_int_dot(gtype, device) else "float"
     return (f"{stream}{t_float * 1e3:9.2f} {100 * t_stream / t_float:5.0f}% "
             f"{t_int * 1e3:8.2f} {100 * t_stream / t_int:5.0f}% {t_float / t_int:6.2f}x {policy:>6s}")
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
 from tg_gguf.dequant import FIELDS
-from tg_gguf.intdot import INT_DOT_TYPES, SUMS, int_matmul, quantize_activations, uses_int_dot
+from tg_gguf.intdot import INT_DOT_NEEDS, INT_DOT_TYPES, SUMS, int_matmul, quantize_activations, uses_int_dot
 from tg_gguf_testutil import assert_bits_equal, random_blocks, reference_dequantize
 
 from tgcore.tensor import Tensor
@@ -193,6 +193,25 @@ def test_grid_types_take_the_float_path_without_row_gathers():
     assert not uses_int_dot(GGMLType.IQ1_S, "CPU:X86")
     assert not uses_int_dot(GGMLType.IQ2_XS, "CPU:X86")
 
+
+@pytest.mark.parametrize("gtype,flag", [(GGMLType.IQ4_XS, "byte_table_lookups"), (GGMLType.MXFP4, "byte_table_lookups"),
+                                        (GGMLType.IQ2_XS, "gathers_table_rows")])
+def test_types_whose_integer_path_needs_more(gtype: GGMLType, flag: str, monkeypatch):
+    """A type in ``INT_DOT_NEEDS`` takes the integer path only where the renderer also has that flag (C: a byte
+    shuffle per 16-byte table lookup, grid rows gathered; X86: the shuffle, no gathers); without it, float."""
+    from tgcore.runtime.registry import open_device
+    assert INT_DOT_NEEDS[gtype] == flag
+    assert uses_int_dot(gtype, "CPU") and getattr(open_device("CPU").renderer, flag)
+    pytest.importorskip("tg_x86")
+    from tg_x86.cpu import unavailable_reason
+    if unavailable_reason() is not None:
+        pytest.skip(unavailable_reason())
+    renderer = open_device("CPU:X86").renderer
+    assert renderer.compiles_byte_dots
+    assert uses_int_dot(gtype, "CPU:X86") == bool(getattr(renderer, flag))
+    monkeypatch.setattr(renderer, flag, False)
+    assert not uses_int_dot(gtype, "CPU:X86")
+    assert uses_int_dot(GGMLType.Q4_0, "CPU:X86") and uses_int_dot(GGMLType.IQ4_NL, "CPU:X86")  # nothing more needed
 
 def test_bad_input_is_refused():
     raw = Tensor(np.zeros(18 * 2, np.uint8), device="CPU")

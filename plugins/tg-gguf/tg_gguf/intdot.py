@@ -444,20 +444,32 @@ INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GG
 TABLE_ROW_TYPES: frozenset[GGMLType] = frozenset({GGMLType.IQ1_S, GGMLType.IQ1_M, GGMLType.IQ2_XXS, GGMLType.IQ2_XS,
                                                   GGMLType.IQ2_S, GGMLType.IQ3_XXS, GGMLType.IQ3_S})
 
+# what else an integer path needs of the renderer to beat the float one (a ``Renderer`` flag), measured where it was
+# missing (CPU:X86 before it had byte_table_lookups: byte dots, no gathers; 4096^2 GEMV, jitted, float / int time in
+# one run, two runs, load ~7-10): IQ4_XS and MXFP4 look their values up in a 16-byte table, one byte shuffle per 32
+# with ``byte_table_lookups`` (C, X86), else lane by lane: int 0.55-0.60x, 0.88-0.97x the float path's speed;
+# IQ2_XS's grid rows are one load each where the renderer gathers (C), else lane by lane (X86): int 0.07x (the
+# grid types: ``TABLE_ROW_TYPES``).
+# IQ4_NL needs nothing more: without the shuffle its integer path was still 1.19-1.38x the float one (whose 16-float
+# table lookup is lane by lane too without gathers). With the shuffle on X86 (same bench, load ~8): IQ4_NL 28.9x,
+# IQ4_XS 15.3x, MXFP4 21.5x the float path (1.13, 1.80, 1.34 ms)
+INT_DOT_NEEDS: dict[GGMLType, str] = {GGMLType.IQ4_XS: "byte_table_lookups", GGMLType.MXFP4: "byte_table_lookups",
+                                      **{t: "gathers_table_rows" for t in TABLE_ROW_TYPES}}
+
 
 def uses_int_dot(type_id: GGMLType | int, device: str) -> bool:
     """Whether a matrix product with a weight of this type runs as integer dot products on ``device``: the type is
-    in ``INT_DOT_TYPES``, the device's renderer compiles byte dot products and, for ``TABLE_ROW_TYPES``, gathers
-    table rows."""
+    in ``INT_DOT_TYPES``, the device's renderer compiles byte dot products and has what ``INT_DOT_NEEDS`` asks."""
     from tgcore.runtime.registry import open_device
     try:
         gtype = GGMLType(type_id)
     except ValueError:
         return False
-    renderer = open_device(device).renderer
-    if gtype in TABLE_ROW_TYPES and not renderer.gathers_table_rows:
+    if gtype not in INT_DOT_TYPES:
         return False
-    return gtype in INT_DOT_TYPES and bool(getattr(renderer, "compiles_byte_dots", False))
+    renderer = open_device(device).renderer
+    needs = ("compiles_byte_dots", *([INT_DOT_NEEDS[gtype]] if gtype in INT_DOT_NEEDS else []))
+    return all(bool(getattr(renderer, flag, False)) for flag in needs)
 
 
 def int_matmul(x: Tensor, raw: Tensor, type_id: GGMLType | int, shape: tuple[int, int]) -> Tensor:

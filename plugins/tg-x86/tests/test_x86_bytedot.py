@@ -113,6 +113,9 @@ def numpy_masks(raw: np.ndarray) -> np.ndarray:
     return np.concatenate([np.where(odd, raw >> 4, raw & 15)] * 2, axis=-1)
 
 
+TABLE16 = np.random.default_rng(16).integers(0, 256, 16, dtype=np.uint8)   # a 4-bit code's values (IQ4_NL's + 128)
+
+
 CASES = {  # name -> (the unsigned bytes from (raw, qh) as tensor ops, the same in numpy)
     "bytes": (lambda raw, qh: (raw.reshape(raw.shape[0], raw.shape[1], 1, 16) ^ 0x80).expand(
         raw.shape[0], raw.shape[1], 2, 16).reshape(raw.shape[0], raw.shape[1], 32),
@@ -122,6 +125,9 @@ CASES = {  # name -> (the unsigned bytes from (raw, qh) as tensor ops, the same 
                                lambda raw, qh: numpy_nibbles(raw) | numpy_fifth(qh)),
     "fields shifted per block": (lambda raw, qh: sub_block_fields(raw), lambda raw, qh: numpy_fields(raw)),
     "nibbles masked per block": (lambda raw, qh: sub_block_masks(raw), lambda raw, qh: numpy_masks(raw)),
+    "nibbles looked up in a 16-byte table": (
+        lambda raw, qh: Tensor(TABLE16, device=raw.device).take(nibbles(raw).cast("int32")),
+        lambda raw, qh: TABLE16[numpy_nibbles(raw)]),
 }
 
 
@@ -136,6 +142,17 @@ def test_block_dot_products_match_numpy(case, rows):
     np.testing.assert_array_equal(out, reference(theirs(raw, qh), x, scale))
 
 
+@pytest.mark.parametrize("n", [64, 1000])
+def test_table_lookups_outside_byte_dots_go_lane_by_lane(n):
+    """Codegen gathers from a 16-byte table on X86 (``byte_table_lookups``); where no byte dot takes the lookup
+    (an elementwise kernel) it is one load per lane, exact."""
+    raw = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
+    r, table = Tensor(raw, device=X86), Tensor(TABLE16, device=X86)
+    np.testing.assert_array_equal(table.take((r & 15).cast("int32")).numpy(), TABLE16[raw & 15])
+    out = (table.take((r >> 4).cast("int32")).cast("float32") * 2).numpy()
+    np.testing.assert_array_equal(out, TABLE16[raw >> 4].astype(np.float32) * 2)
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_block_dots_are_vpdpbusd_on_byte_vectors(case):
     """One byte dot (vpdpbusd where there is VNNI) per block and row, and no byte taken out of or put into a vector
@@ -147,6 +164,8 @@ def test_block_dots_are_vpdpbusd_on_byte_vectors(case):
     ops = [i.op for i in instructions(t)]
     assert DOT_OPS[X86Renderer().dot_instruction] in ops
     assert Op.VPEXTRB not in ops and Op.VPINSRB not in ops
+    if "table" in case:   # 32 bytes of the table: one vpshufb (Renderer.byte_table_lookups)
+        assert Op.VPSHUFB in ops and X86Renderer().byte_table_lookups
 
 
 def test_byte_dots_follow_the_cpu_probe():

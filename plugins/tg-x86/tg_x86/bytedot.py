@@ -46,8 +46,9 @@ from tg_x86.values import mem, reg
 from tg_x86.vpieces import vpiece
 from tgcore.codegen.regalloc import VReg
 from tgcore.dtype import dtypes
-from tgcore.renderer.cbytedot import DOT_HELPER, byte_dot
+from tgcore.renderer.cbytedot import DOT_HELPER, byte_dot, byte_table_lookup
 from tgcore.uop import Ops, PatternMatcher, UOp, UPat
+from tgcore.uop.rewrite import graph_rewrite
 
 BYTE_ALU = {Ops.AND: Op.VPAND, Ops.OR: Op.VPOR, Ops.XOR: Op.VPXOR, Ops.ADD: Op.VPADDB, Ops.SUB: Op.VPSUBB}
 EMITTED = ()
@@ -58,6 +59,28 @@ def byte_dot_rule(red: UOp) -> UOp | None:
     """``byte_dot`` where this module selects both operands (else the REDUCE stays)."""
     out = byte_dot(red)
     return out if out is not None and all(selectable(s) for s in out.src) else None
+
+
+def _gather_lanes(x: UOp) -> UOp | None:
+    """A load at a vector of indices (codegen gathers from 16-byte tables: ``Renderer.byte_table_lookups``) as one
+    scalar load per lane, unless it is a byte dot's table lookup (one vpshufb)."""
+    if len(x.src) != 1 or x.src[0].op is not Ops.INDEX or len(x.src[0].src) != 2 or x.dtype.count == 1:
+        return None
+    buf, at = x.src[0].src
+    if at.dtype.count != x.dtype.count or (byte_table_lookup(x) is not None and selectable(x)):
+        return None
+    return UOp(Ops.VECTORIZE, x.dtype, tuple(UOp(Ops.LOAD, x.dtype.scalar(), (x.src[0].replace(src=(buf, at.gep(i))),))
+                                             for i in range(x.dtype.count)))
+
+
+LANE_BY_LANE = PatternMatcher([(UPat(Ops.LOAD, name="x"), _gather_lanes)])
+
+
+def lane_by_lane_gathers(k: UOp) -> UOp | None:
+    """The kernel (its SINK: rewritten last, after the byte dots took their table lookups) with every other gather
+    lane by lane (``_gather_lanes``); None if it has none."""
+    out = graph_rewrite(k, LANE_BY_LANE, name="gathers lane by lane")
+    return None if out is k else out
 
 
 # ---- selection ----
@@ -184,7 +207,9 @@ def sel_bytes(ctx: Emitter, x: UOp) -> tuple | None:
     if x not in ctx.facts.byte_dots:
         return None
     op, bits = x.op, _bits(x)
-    if op is Ops.LOAD:
+    if op is Ops.LOAD and (at := byte_table_lookup(x)) is not None:
+        d = _table_lookup(ctx, x, at)
+    elif op is Ops.LOAD:
         d = ctx.vnew()
         n = x.dtype.count
         ctx.emit(NARROW_LOADS.get(n, Op.VMOVDQU), [d], [mem(ctx, x.src[0], n * 8)], (("d", 0, bits), ("u", 0, None)))
@@ -205,6 +230,17 @@ def sel_bytes(ctx: Emitter, x: UOp) -> tuple | None:
         return None
     ctx.val[x] = (d,)
     return EMITTED
+
+
+def _table_lookup(ctx: Emitter, load: UOp, at: UOp) -> VReg:
+    """32 bytes of a 16-byte table at byte indices ``at`` (0..15: ungated, in range): the table in both 128-bit
+    halves (vmovdqu + vinserti128), one vpshufb."""
+    table, both, d = ctx.vnew(), ctx.vnew(), ctx.vnew()
+    start = VMem(128, reg(ctx, load.src[0].src[0]), None, 1, 0)
+    ctx.emit(Op.VMOVDQU, [table], [start], (("d", 0, 128), ("u", 0, None)))
+    ctx.emit(Op.VINSERTI128, [both], [table, table], (("d", 0, 256), ("u", 0, 256), ("u", 1, 128), ("i", 1)))
+    ctx.vemit(Op.VPSHUFB, d, [both, register(ctx, at)], 256)
+    return d
 
 
 def sel_dot(ctx: Emitter, x: UOp) -> tuple | None:
@@ -245,9 +281,21 @@ def _dot_avx2(ctx: Emitter, a: UOp, rb: Any) -> VReg:
     return op(Op.VPADDD, op(Op.VPMADDWD, low, words(1)), op(Op.VPMADDWD, high, words(16)))
 
 
+def _table_address(ctx: Emitter, x: UOp) -> bool:
+    """Whether ``x`` (int32 lanes of byte indices) is read only as the address of byte-dot table lookups (which
+    ``_table_lookup`` selects from the bytes themselves)."""
+    indexes = ctx.facts.users.get(x, [])
+    loads = [u for i in indexes for u in ctx.facts.users.get(i, [])]
+    return (bool(indexes) and all(i.op is Ops.INDEX for i in indexes) and bool(loads)
+            and all(byte_table_lookup(u) is x.src[0] and selectable(u) for u in loads))
+
+
 def sel_widen(ctx: Emitter, x: UOp) -> tuple | None:
     """A CAST of a byte vector of 4 or 8 lanes held in an xmm (``bytevec.widened_bytes``) to 32-bit lanes:
-    ``vpmovzxbd`` (``vpmovsxbd`` for int8), then ``vcvtdq2ps`` for float32."""
+    ``vpmovzxbd`` (``vpmovsxbd`` for int8), then ``vcvtdq2ps`` for float32. A byte table's indices as int32
+    (the address of ``_table_lookup``, which reads the bytes): no code."""
+    if _table_address(ctx, x):
+        return EMITTED
     if x not in ctx.facts.byte_dots:
         return None
     s, bits = x.src[0], 32 * x.dtype.count

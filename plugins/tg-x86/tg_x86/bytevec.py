@@ -13,6 +13,7 @@ works lane by lane), 32 lanes in a ymm.
 from __future__ import annotations
 
 from tgcore.dtype import DType, PtrDType, dtypes
+from tgcore.renderer.cbytedot import byte_table_lookup
 from tgcore.uop import Ops, UOp
 
 BYTES = (dtypes.uint8, dtypes.int8)
@@ -110,6 +111,8 @@ def selectable(u: UOp) -> bool:
         return True
     if not is_bytes(u.dtype):
         return False
+    if u.op is Ops.LOAD and (at := byte_table_lookup(u)) is not None:   # 32 bytes of a 16-byte table: vpshufb
+        return selectable(at)
     if u.op is Ops.LOAD:
         return (len(u.src) == 1 and u.src[0].op is Ops.INDEX and len(u.src[0].src) == 2
                 and u.src[0].src[1].dtype.count == 1)

@@ -50,7 +50,7 @@ from tg_x86.lanes import (
     shuffle_plan,
 )
 from tgcore.dtype import AddrSpace, DType, PtrDType, dtypes
-from tgcore.renderer.cbytedot import DOT_HELPER
+from tgcore.renderer.cbytedot import DOT_HELPER, byte_table_lookup
 from tgcore.uop import Ops, UOp
 
 # the ops the per-line helpers test, as module names: on Python 3.11 reading ``Ops.CONST`` goes through EnumType's
@@ -438,7 +438,8 @@ def _byte_tree(roots: Iterable[UOp]) -> set[UOp]:
         lane = u.op is Ops.GEP and len(u.arg) == 1 and is_bytes(u.src[0].dtype)
         if lane or is_bytes(u.dtype):
             out.add(u)
-            stack.extend(u.src)
+            at = byte_table_lookup(u)   # (a table's byte indices sit under its INDEX)
+            stack.extend(u.src if at is None else (at,))
     return out
 
 

@@ -34,7 +34,7 @@ from tg_x86 import (  # modules: each stage is looked up when it runs (benches w
     plan_code,
 )
 from tg_x86.abi import HOST, Abi
-from tg_x86.bytedot import byte_dot_rule
+from tg_x86.bytedot import byte_dot_rule, lane_by_lane_gathers
 from tg_x86.isa import Flag, Op
 from tg_x86.isel import ISEL, Selector
 from tg_x86.lanes import FLAG_BARRIERS, HELD_GPRS, canon_value, set_wide_level
@@ -105,7 +105,9 @@ class X86Renderer(ISARenderer[Selector]):
                                 lambda x: combine_byte_loads(x) if x.dtype.count == 1 else None)])
     # with AVX512-VNNI: a quantization block's byte products per int32 lane as one vpdpbusd (``bytedot``), which
     # tells codegen (``compiles_byte_dots``) to sum such blocks in lanes
-    pre_isel_dots = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot_rule)]) + pre_isel
+    # (byte_table_lookups: codegen gathers from 16-byte tables; a gather no byte dot takes is made lane by lane)
+    pre_isel_dots = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot_rule),
+                                    (UPat(Ops.SINK, name="k"), lane_by_lane_gathers)]) + pre_isel
     # float16/bfloat16 vectors are loaded into and stored from float32 pieces (vmemory.widening_cast,
     # narrowing_store); their math is float32's
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
@@ -150,6 +152,7 @@ class X86Renderer(ISARenderer[Selector]):
             self.dot_instruction = "{vex} vpdpbusd" if "avx_vnni" in features else "vpmaddubsw"
         if self.dot_instruction:
             self.compiles_byte_dots = True
+            self.byte_table_lookups = True   # a 16-byte table's 32 bytes in a byte dot: one vpshufb (bytedot)
             self.pre_isel = self.pre_isel_dots
 
     isel = ISEL
