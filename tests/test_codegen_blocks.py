@@ -471,6 +471,7 @@ def test_row_gather_takes_rows_at_offsets_that_differ_only():
     assert widened.op is Ops.CUSTOMI and widened.src[0].op is Ops.LOAD and widened.src[0].dtype == dtypes.uint8.vec(4)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 def test_nibble_byte_dots_shift_words_and_mask_once(device):
     """A block's 16 bytes as 32 nibbles (low ones, then high ones: Q4_0's layout) in a byte dot product: exact
     against numpy; on the C renderer the 16 bytes are put in both halves and shifted in 32-bit lanes by 0 and 4 (a
