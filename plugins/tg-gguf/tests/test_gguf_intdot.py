@@ -109,7 +109,7 @@ def test_int_matmul_random(gtype):
 @pytest.mark.parametrize("n", [48, 50])
 @pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q4_K,
                                    GGMLType.Q6_K, GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.IQ2_XS,
-                                   GGMLType.IQ1_M, GGMLType.IQ3_XXS],
+                                   GGMLType.IQ1_M, GGMLType.IQ3_XXS, GGMLType.TQ1_0],
                          ids=lambda t: t.name)
 def test_rows_do_not_depend_on_the_batch(gtype, n):
     """Each row's result is the same bits alone and in a batch of 2, 3, 4 or 8 (batched LLM decode relies on it).
@@ -145,7 +145,8 @@ def test_short_rows_do_not_depend_on_the_batch(gtype, batch):
 
 @pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.MXFP4,
                                    GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ2_S, GGMLType.IQ3_XXS,
-                                   GGMLType.IQ3_S, GGMLType.IQ1_S, GGMLType.IQ1_M], ids=lambda t: t.name)
+                                   GGMLType.IQ3_S, GGMLType.IQ1_S, GGMLType.IQ1_M, GGMLType.TQ1_0],
+                         ids=lambda t: t.name)
 @pytest.mark.parametrize("device", ["PYTHON", "CPU:X86"])
 def test_other_devices_compute_the_same(device, gtype):
     """The integer path is tensor ops: the interpreter and the x86 backend give the exact result too (the types
@@ -192,6 +193,17 @@ def test_grid_types_take_the_float_path_without_row_gathers():
         pytest.skip(unavailable_reason())
     assert not uses_int_dot(GGMLType.IQ1_S, "CPU:X86")
     assert not uses_int_dot(GGMLType.IQ2_XS, "CPU:X86")
+
+
+def test_tq1_0_takes_the_float_path_without_byte_vector_multiplies():
+    """TQ1_0's integer path multiplies byte vectors (``Renderer.multiplies_byte_vectors``): the C renderer does, the
+    x86 backend (lane by lane, slower than its float kernel) does not."""
+    assert uses_int_dot(GGMLType.TQ1_0, "CPU") == (GGMLType.TQ1_0 in INT_DOT_TYPES)
+    pytest.importorskip("tg_x86")
+    from tg_x86.cpu import unavailable_reason
+    if unavailable_reason() is not None:
+        pytest.skip(unavailable_reason())
+    assert not uses_int_dot(GGMLType.TQ1_0, "CPU:X86")
 
 
 def test_bad_input_is_refused():

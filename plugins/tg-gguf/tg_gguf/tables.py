@@ -124,6 +124,7 @@ BUILDERS: dict[str, Callable[[], np.ndarray]] = {
     "grid:IQ1S+delta": _iq1_shifted,
     "grid_u8:IQ1S+delta": _iq1_shifted_bytes,
     "tq1_powers": _tq1_powers,
+    "tq1_powers_u8": lambda: _tq1_powers().astype(np.uint8),
     "ksigns": _ksigns,
     "byte_signs": _byte_signs,
 }
