@@ -275,3 +275,26 @@ def test_a_small_batch_shares_its_block_sums_with_8_weight_rows(registers, allow
     weight_axis = next(i for i, r in enumerate(axes) if r.vmax + 1 == n)
     assert [o.amount for o in opts if o.op is OptOps.UNROLL and o.axis == weight_axis] == [weight_rows]
     assert_bits_equal(out.numpy(), float64_reference(gtype, raw, (n, k), x).astype(np.float32))
+
+
+def test_tq1_0_sums_its_blocks_in_lanes():
+    """TQ1_0's ``qh`` bytes (each for 4 neighbouring elements, the same in every lane: ``heuristic.PER_STEP``) beside
+    ``qs`` in lane order: the C renderer's policy vectorizes the blocks of 32 in lanes of 4 neighbours (an UPCAST of
+    the reduced axis by the int32 lanes), not the scalar block loops (12x slower)."""
+    from tgcore.codegen import prepare_kernel
+    from tgcore.codegen.heuristic import heuristic_opts, reduction_order
+    from tgcore.codegen.optimize import OptOps
+    from tgcore.dtype import dtypes
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    from tgcore.uop import Ops
+    gtype, n, k = GGMLType.TQ1_0, 16, 512
+    raw = Tensor(random_blocks(gtype, n * k // 256, seed=5, small=True), device="CPU")
+    out = int_matmul(Tensor.empty(1, k, device="CPU"), raw, gtype, (n, k))
+    renderer = open_device("CPU").renderer
+    (ast,) = [item.ast for item in create_schedule([out.uop], "CPU")[0]
+              if any(u.op is Ops.REDUCE for u in item.ast.toposort) and len(item.ast.src) == 1
+              and any(u.op is Ops.LOAD and u.dtype.itemsize == 1 for u in item.ast.toposort)]
+    kernel = prepare_kernel(ast, renderer)
+    opts = heuristic_opts(kernel.ast, renderer, threads=1, work=kernel.work)
+    assert (OptOps.UPCAST, renderer.simd_widths[dtypes.int32]) in reduction_order(kernel.ast, opts)

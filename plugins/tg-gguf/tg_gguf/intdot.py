@@ -11,7 +11,7 @@ How: a weight's integers are read as unsigned bytes ``u`` (a type's signed range
     dx * (scale * sum_i u_i * xq_i + offset * sum_i xq_i)
 
 with ``scale`` and ``offset`` the weight's per-(sub-)block factors and ``dx`` the activation block's scale. Where the
-offset is an integer ``c`` times the scale (Q4_0, Q5_0, Q8_0, Q3_K, Q6_K, TQ2_0, IQ4_NL, IQ4_XS, MXFP4), that is
+offset is an integer ``c`` times the scale (Q4_0, Q5_0, Q8_0, Q3_K, Q6_K, TQ1_0, TQ2_0, IQ4_NL, IQ4_XS, MXFP4), it is
 ``dx * scale * (sum_i u_i * xq_i + c * sum_i xq_i)``: one float factor per block, the offset summed in int32. Each
 type below writes that sum as tensor ops over the weight's elements. The codegen takes it from there: it moves the
 per-block factors out of the in-block sums and sums the byte products in int32
@@ -25,6 +25,8 @@ the lanes are added once per row, as llama.cpp's AVX2 ``ggml_vec_dot_q4_1_q8_1``
 the sum over its sub-blocks; codegen unrolls the 8 sub-blocks of a super-block and unpacks their scales and mins
 once per super-block as vectors (``tgcore.codegen.optimize.OptOps.SPREAD``), so their bit-field shifts are
 constants and a sub-block's scale is one permute of a vector.
+
+TQ1_0 takes its base-3 digits apart with byte multiplies and compares (``_tq1_0``).
 
 IQ4_NL, IQ4_XS and MXFP4 look their 4-bit codes up in a table of 16 bytes (their values plus 128): 32 lanes at once
 with one byte shuffle on the C renderer (``tgcore.renderer.cbytedot``), then the same byte dot product. The grid
@@ -454,7 +456,8 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
 # computed on int32 lanes and the rows gathered at once, ``tgcore.renderer.cbytedot.row_gather``; 4096^2 kernel on
 # one thread, best of 30, int vs float in one process, load ~7): IQ1_S 1.06 vs 1.37 ms, IQ1_M 1.08 vs 1.84,
 # IQ2_XXS 1.15-1.24 vs 1.34, IQ2_XS 1.31-1.39 vs 1.76, IQ2_S 1.35-1.41 vs 2.60-2.71, IQ3_XXS 1.22-1.28 vs 1.75-1.87,
-# IQ3_S 1.40-1.53 vs 2.73.
+# IQ3_S 1.40-1.53 vs 2.73. TQ1_0 (trits as byte multiplies and compares; 4096^2, jitted, CPU time, one thread, load
+# ~6-7): 1.12-1.18 vs 2.25-2.38 ms; in bench/gguf.py (two threads, int / float in one process) 1.83-1.96x.
 INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
                                                 GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K,
                                                 GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.TQ1_0, GGMLType.TQ2_0,
