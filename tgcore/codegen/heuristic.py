@@ -200,18 +200,25 @@ def _lane_steps(indices: list[UOp], r: UOp, lanes: int) -> set[tuple[int, int]] 
     return steps
 
 
+PER_STEP = (0, 1)  # a main byte that moves one byte per step of a lane's 4 and is the same in every lane
+
+
 def _neighbours_in_lanes(mains: list[UOp], r: UOp, lanes: int, red: UOp) -> bool:
     """Whether the main input's bytes along ``r`` are read in lanes of ``BYTE_DOT_STEPS`` neighbours: step ``r + 1``
     ``BYTE_DOT_STEPS`` bytes on, step ``r + lanes`` one byte on (a block summed as ``[k, l]`` = element ``4l + k``),
-    the other loops at 0. Its per-block fields (scales) stay put. A main input read once per group of elements
+    the other loops at 0. Its per-block fields (scales) stay put; beside bytes in that order, bytes read one per
+    step of a lane's 4 and the same in every lane (``PER_STEP``: TQ1_0's ``qh``, 4 bytes of 4 trits for 16
+    elements, broadcast to the lanes). A main input read once per group of elements
     (a grid type's indices: once per 8 elements, every step 0, or per 4, one byte per lane) qualifies when another
     byte operand of the sum is read in that order."""
     lane_order, per_group = (BYTE_DOT_STEPS, 1), {(0, 0), (1, 0)}
     steps = _lane_steps(mains, r, lanes)
-    if steps is None or not steps <= {lane_order} | per_group:
+    if steps is None or not steps <= {lane_order, PER_STEP} | per_group:
         return False
     if lane_order in steps:
         return (1, 0) not in steps
+    if PER_STEP in steps:
+        return False
     others = [u.src[0].src[1] for u in red.src[0].toposort if u.op is Ops.LOAD and u.dtype.itemsize == 1
               and u.src[0].src[1] not in mains and not any(x.op is Ops.LOAD for x in u.src[0].src[1].toposort)]
     return any(_lane_steps([index], r, lanes) == {lane_order} for index in others)

@@ -53,6 +53,9 @@ class Renderer:
     # becomes one gather of the rows, their offsets computed together (C: ``cbytedot.row_gather``); False: a load
     # and an insert per row, or lane by lane
     gathers_table_rows: bool = False
+    # vectors of bytes multiply (wrapping) as vectors (C: gcc and clang emulate one with 16-bit multiplies); False:
+    # lane by lane (X86 today)
+    multiplies_byte_vectors: bool = False
     # innermost loops of at most this many iterations (a constant count) are unrolled by codegen
     # (``codegen.unroll``); 0: left as loops (a C compiler unrolls them itself)
     unrolled_trips: int = 0

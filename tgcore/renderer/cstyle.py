@@ -393,6 +393,7 @@ class CRenderer(Renderer):
     batch_weight_rows = 8
     gathers_table_rows = True  # legalize's row_gather (vpgatherdq / vpgatherdd with AVX2)
     byte_table_lookups = True  # cbytedot's tg_table16_u8: one vpshufb with AVX2
+    multiplies_byte_vectors = True  # gcc and clang: a byte vector multiply as 16-bit ones (TQ1_0's trits)
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
                    dtypes.uint64: 4}
     emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})  # computed in float32, rounded per op

@@ -109,7 +109,7 @@ def test_int_matmul_random(gtype):
 @pytest.mark.parametrize("n", [48, 50])
 @pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q4_K,
                                    GGMLType.Q6_K, GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.IQ2_XS,
-                                   GGMLType.IQ1_M, GGMLType.IQ3_XXS],
+                                   GGMLType.IQ1_M, GGMLType.IQ3_XXS, GGMLType.TQ1_0],
                          ids=lambda t: t.name)
 def test_rows_do_not_depend_on_the_batch(gtype, n):
     """Each row's result is the same bits alone and in a batch of 2, 3, 4 or 8 (batched LLM decode relies on it).
@@ -145,7 +145,8 @@ def test_short_rows_do_not_depend_on_the_batch(gtype, batch):
 
 @pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.MXFP4,
                                    GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ2_S, GGMLType.IQ3_XXS,
-                                   GGMLType.IQ3_S, GGMLType.IQ1_S, GGMLType.IQ1_M], ids=lambda t: t.name)
+                                   GGMLType.IQ3_S, GGMLType.IQ1_S, GGMLType.IQ1_M, GGMLType.TQ1_0],
+                         ids=lambda t: t.name)
 @pytest.mark.parametrize("device", ["PYTHON", "CPU:X86"])
 def test_other_devices_compute_the_same(device, gtype):
     """The integer path is tensor ops: the interpreter and the x86 backend give the exact result too (the types
@@ -212,6 +213,18 @@ def test_types_whose_integer_path_needs_more(gtype: GGMLType, flag: str, monkeyp
     monkeypatch.setattr(renderer, flag, False)
     assert not uses_int_dot(gtype, "CPU:X86")
     assert uses_int_dot(GGMLType.Q4_0, "CPU:X86") and uses_int_dot(GGMLType.IQ4_NL, "CPU:X86")  # nothing more needed
+
+
+def test_tq1_0_takes_the_float_path_without_byte_vector_multiplies():
+    """TQ1_0's integer path multiplies byte vectors (``Renderer.multiplies_byte_vectors``): the C renderer does, the
+    x86 backend (lane by lane, slower than its float kernel) does not."""
+    assert uses_int_dot(GGMLType.TQ1_0, "CPU") == (GGMLType.TQ1_0 in INT_DOT_TYPES)
+    pytest.importorskip("tg_x86")
+    from tg_x86.cpu import unavailable_reason
+    if unavailable_reason() is not None:
+        pytest.skip(unavailable_reason())
+    assert not uses_int_dot(GGMLType.TQ1_0, "CPU:X86")
+
 
 def test_bad_input_is_refused():
     raw = Tensor(np.zeros(18 * 2, np.uint8), device="CPU")
@@ -282,3 +295,26 @@ def test_a_small_batch_shares_its_block_sums_with_8_weight_rows(registers, allow
     weight_axis = next(i for i, r in enumerate(axes) if r.vmax + 1 == n)
     assert [o.amount for o in opts if o.op is OptOps.UNROLL and o.axis == weight_axis] == [weight_rows]
     assert_bits_equal(out.numpy(), float64_reference(gtype, raw, (n, k), x).astype(np.float32))
+
+
+def test_tq1_0_sums_its_blocks_in_lanes():
+    """TQ1_0's ``qh`` bytes (each for 4 neighbouring elements, the same in every lane: ``heuristic.PER_STEP``) beside
+    ``qs`` in lane order: the C renderer's policy vectorizes the blocks of 32 in lanes of 4 neighbours (an UPCAST of
+    the reduced axis by the int32 lanes), not the scalar block loops (12x slower)."""
+    from tgcore.codegen import prepare_kernel
+    from tgcore.codegen.heuristic import heuristic_opts, reduction_order
+    from tgcore.codegen.optimize import OptOps
+    from tgcore.dtype import dtypes
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    from tgcore.uop import Ops
+    gtype, n, k = GGMLType.TQ1_0, 16, 512
+    raw = Tensor(random_blocks(gtype, n * k // 256, seed=5, small=True), device="CPU")
+    out = int_matmul(Tensor.empty(1, k, device="CPU"), raw, gtype, (n, k))
+    renderer = open_device("CPU").renderer
+    (ast,) = [item.ast for item in create_schedule([out.uop], "CPU")[0]
+              if any(u.op is Ops.REDUCE for u in item.ast.toposort) and len(item.ast.src) == 1
+              and any(u.op is Ops.LOAD and u.dtype.itemsize == 1 for u in item.ast.toposort)]
+    kernel = prepare_kernel(ast, renderer)
+    opts = heuristic_opts(kernel.ast, renderer, threads=1, work=kernel.work)
+    assert (OptOps.UPCAST, renderer.simd_widths[dtypes.int32]) in reduction_order(kernel.ast, opts)

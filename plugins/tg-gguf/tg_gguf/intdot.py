@@ -11,7 +11,7 @@ How: a weight's integers are read as unsigned bytes ``u`` (a type's signed range
     dx * (scale * sum_i u_i * xq_i + offset * sum_i xq_i)
 
 with ``scale`` and ``offset`` the weight's per-(sub-)block factors and ``dx`` the activation block's scale. Where the
-offset is an integer ``c`` times the scale (Q4_0, Q5_0, Q8_0, Q3_K, Q6_K, TQ2_0, IQ4_NL, IQ4_XS, MXFP4), that is
+offset is an integer ``c`` times the scale (Q4_0, Q5_0, Q8_0, Q3_K, Q6_K, TQ1_0, TQ2_0, IQ4_NL, IQ4_XS, MXFP4), it is
 ``dx * scale * (sum_i u_i * xq_i + c * sum_i xq_i)``: one float factor per block, the offset summed in int32. Each
 type below writes that sum as tensor ops over the weight's elements. The codegen takes it from there: it moves the
 per-block factors out of the in-block sums and sums the byte products in int32
@@ -25,6 +25,8 @@ the lanes are added once per row, as llama.cpp's AVX2 ``ggml_vec_dot_q4_1_q8_1``
 the sum over its sub-blocks; codegen unrolls the 8 sub-blocks of a super-block and unpacks their scales and mins
 once per super-block as vectors (``tgcore.codegen.optimize.OptOps.SPREAD``), so their bit-field shifts are
 constants and a sub-block's scale is one permute of a vector.
+
+TQ1_0 takes its base-3 digits apart with byte multiplies and compares (``_tq1_0``).
 
 IQ4_NL, IQ4_XS and MXFP4 look their 4-bit codes up in a table of 16 bytes (their values plus 128): 32 lanes at once
 with one byte shuffle on the C renderer (``tgcore.renderer.cbytedot``), then the same byte dot product. The grid
@@ -272,6 +274,30 @@ def _tq2_0(o: Operands) -> Tensor:
     return _block32(o, _two_bit_planes(o).reshape(1, o.n, o.nb, 8, 32), d, -1)
 
 
+def _tq1_0(o: Operands) -> Tensor:
+    """TQ1_0: base-3 digits, ``q = u - 1``, one scale per 256; elements 32t + l are trit t of ``qs[l]`` (t < 5),
+    160 + 16t + l trit t of ``qs[32 + l]``, 240 + l trit ``l // 4`` of ``qh[l % 4]``. A trit is the byte times its
+    power of 3 (wrapping in 8 bits: ``tq1_powers_u8``), then ``(b * 3) >> 8``, which is ``(b > 85) + (b > 170)``
+    (byte compares: faster than widening to 16 bits). Each block of 32 a ``_block32``, its bytes chosen by a select
+    between views (no padding: the byte-dot heuristic needs each load's index along the reduction): blocks 0..4 the
+    32 bytes ``qs[0:32]``, 5..7 ``qs[32:48]`` twice, the last 16 elements ``qh`` (each byte for 4 neighbours, the
+    same in every lane: ``heuristic.PER_STEP``)."""
+    from tg_gguf.tables import TABLES
+    qs, qh = o.field("qs"), o.field("qh")
+    shape = (1, o.n, o.nb, 8, 2, 16)  # (block of 32, half, byte)
+    first = qs.shrink(((0, 1), (0, o.n), (0, o.nb), (0, 32))).reshape(1, o.n, o.nb, 1, 2, 16).expand(shape)
+    second = qs.shrink(((0, 1), (0, o.n), (0, o.nb), (32, 48))).reshape(1, o.n, o.nb, 1, 1, 16).expand(shape)
+    last = qh.reshape(1, o.n, o.nb, 1, 1, 1, 4).expand(1, o.n, o.nb, 8, 2, 4, 4).reshape(shape)
+    block = iota((1, 1, 1, 8, 1, 1), 3, qs.device, "int32")
+    half = iota((1, 1, 1, 1, 2, 1), 4, qs.device, "int32")
+    b = (block < 5).where(first, ((block == 7) & (half == 1)).where(last, second)).reshape(1, o.n, o.nb, 8, 32)
+    powers = TABLES.get("tq1_powers_u8", qs.device).reshape(1, 1, 1, 8, 32)
+    q = b * powers
+    u = (q > 85).cast("uint8") + (q > 170).cast("uint8")
+    d = o.f16("d", 1).expand(1, o.n, o.nb, 8)
+    return _block32(o, u, d, -1)
+
+
 def _looked_up(o: Operands, index: Tensor, table: str) -> Tensor:
     """``table[index]`` for a table of 16 bytes (``tg_gguf.tables``: a value plus 128): an indexed load, 32 lanes at
     once with one byte shuffle (``vpshufb``) on a renderer that has it."""
@@ -406,6 +432,7 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
     GGMLType.Q4_K: _q4_k,
     GGMLType.Q5_K: _q5_k,
     GGMLType.Q6_K: _q6_k,
+    GGMLType.TQ1_0: _tq1_0,
     GGMLType.TQ2_0: _tq2_0,
     GGMLType.IQ4_NL: _iq4_nl,
     GGMLType.IQ4_XS: _iq4_xs,
@@ -429,11 +456,12 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
 # computed on int32 lanes and the rows gathered at once, ``tgcore.renderer.cbytedot.row_gather``; 4096^2 kernel on
 # one thread, best of 30, int vs float in one process, load ~7): IQ1_S 1.06 vs 1.37 ms, IQ1_M 1.08 vs 1.84,
 # IQ2_XXS 1.15-1.24 vs 1.34, IQ2_XS 1.31-1.39 vs 1.76, IQ2_S 1.35-1.41 vs 2.60-2.71, IQ3_XXS 1.22-1.28 vs 1.75-1.87,
-# IQ3_S 1.40-1.53 vs 2.73.
+# IQ3_S 1.40-1.53 vs 2.73. TQ1_0 (trits as byte multiplies and compares; 4096^2, jitted, CPU time, one thread, load
+# ~6-7): 1.12-1.18 vs 2.25-2.38 ms; in bench/gguf.py (two threads, int / float in one process) 1.83-1.96x.
 INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
                                                 GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K,
-                                                GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.TQ2_0, GGMLType.IQ4_NL,
-                                                GGMLType.IQ4_XS, GGMLType.MXFP4, GGMLType.IQ2_XS,
+                                                GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.TQ1_0, GGMLType.TQ2_0,
+                                                GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.MXFP4, GGMLType.IQ2_XS,
                                                 GGMLType.IQ2_XXS, GGMLType.IQ2_S, GGMLType.IQ3_XXS, GGMLType.IQ3_S,
                                                 GGMLType.IQ1_S, GGMLType.IQ1_M})
 
@@ -443,6 +471,11 @@ INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GG
 # 4096^2, load ~10) their integer kernels took 20-130 ms against 4-25 ms in float.
 TABLE_ROW_TYPES: frozenset[GGMLType] = frozenset({GGMLType.IQ1_S, GGMLType.IQ1_M, GGMLType.IQ2_XXS, GGMLType.IQ2_XS,
                                                   GGMLType.IQ2_S, GGMLType.IQ3_XXS, GGMLType.IQ3_S})
+
+# the types whose integer path multiplies vectors of bytes (TQ1_0's base-3 digits): faster than float only where the
+# renderer multiplies byte vectors as vectors (``Renderer.multiplies_byte_vectors``). On CPU:X86 (lane by lane; 4096^2,
+# one thread, load ~7) TQ1_0's integer kernel took 21.5 ms against 17.3 ms in float.
+BYTE_MULTIPLY_TYPES: frozenset[GGMLType] = frozenset({GGMLType.TQ1_0})
 
 # what else an integer path needs of the renderer to beat the float one (a ``Renderer`` flag), measured where it was
 # missing (CPU:X86 before it had byte_table_lookups: byte dots, no gathers; 4096^2 GEMV, jitted, float / int time in
@@ -454,7 +487,8 @@ TABLE_ROW_TYPES: frozenset[GGMLType] = frozenset({GGMLType.IQ1_S, GGMLType.IQ1_M
 # table lookup is lane by lane too without gathers). With the shuffle on X86 (same bench, load ~8): IQ4_NL 28.9x,
 # IQ4_XS 15.3x, MXFP4 21.5x the float path (1.13, 1.80, 1.34 ms)
 INT_DOT_NEEDS: dict[GGMLType, str] = {GGMLType.IQ4_XS: "byte_table_lookups", GGMLType.MXFP4: "byte_table_lookups",
-                                      **{t: "gathers_table_rows" for t in TABLE_ROW_TYPES}}
+                                      **{t: "gathers_table_rows" for t in TABLE_ROW_TYPES},
+                                      **{t: "multiplies_byte_vectors" for t in BYTE_MULTIPLY_TYPES}}
 
 
 def uses_int_dot(type_id: GGMLType | int, device: str) -> bool:

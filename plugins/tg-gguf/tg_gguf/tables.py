@@ -21,7 +21,8 @@ The tables (facts of the ggml format, computed from ``tg_gguf.iq_grids`` / ``tg_
   so a group's values with their delta are one load (the delta had been two more products per group in a GEMV).
 - ``grid_u8:IQ1S+delta``: that table times 8, plus 9, as bytes (0..18): IQ1_S / IQ1_M's unsigned operand of an
   integer dot product, a group's values with their delta one load of 8 bytes.
-- ``tq1_powers``: TQ1_0's power of 3 for each of a block's 256 values (int32).
+- ``tq1_powers``: TQ1_0's power of 3 for each of a block's 256 values (int32); ``tq1_powers_u8`` the same as bytes
+  (the integer path's).
 - ``ksigns``: for each 7-bit sign index, the 8 signs (+-1.0 float32) of its bits and their parity bit.
 - ``byte_signs``: for each byte, the 8 signs (+-1.0 float32) of its bits, bit ``j`` for value ``j``.
 """
@@ -124,6 +125,7 @@ BUILDERS: dict[str, Callable[[], np.ndarray]] = {
     "grid:IQ1S+delta": _iq1_shifted,
     "grid_u8:IQ1S+delta": _iq1_shifted_bytes,
     "tq1_powers": _tq1_powers,
+    "tq1_powers_u8": lambda: _tq1_powers().astype(np.uint8),
     "ksigns": _ksigns,
     "byte_signs": _byte_signs,
 }
