@@ -238,3 +238,21 @@ def test_in_place_buffer_says_when_a_write_may_go_straight_in(device):
     assert REALIZATION.in_place_buffer(t) is buf
     np.testing.assert_array_equal(t.numpy(), np.arange(4))
     assert REALIZATION.version(buf) == version
+
+
+def test_contiguous_of_a_realized_tensor_is_memory_of_its_own(device):
+    """``contiguous()`` (and ``clone()``) of a realized tensor copies it: a write into either leaves the other alone,
+    and a partial write into the copy is kept (was: a view of the same memory, so writes showed in both, or a write
+    through a slice of the not-yet-used view was lost)."""
+    src = Tensor(np.zeros((8, 2), np.float32), device=device).realize()
+    copy = src.contiguous().realize()
+    src.assign(Tensor(np.ones((8, 2), np.float32), device=device)).realize()
+    np.testing.assert_array_equal(copy.numpy(), np.zeros((8, 2)))
+    copy.shrink(((0, 1), None)).assign(Tensor(np.full((1, 2), 5, np.float32), device=device)).realize()
+    np.testing.assert_array_equal(copy.numpy()[:2], [[5, 5], [0, 0]])
+    np.testing.assert_array_equal(src.numpy(), np.ones((8, 2)))
+    fresh = Tensor(np.zeros((8, 2), np.float32), device=device).contiguous().realize()
+    fresh.shrink(((0, 1), None)).assign(Tensor(np.ones((1, 2), np.float32), device=device))
+    np.testing.assert_array_equal(fresh.numpy()[:2], [[1, 1], [0, 0]])
+    computed = (src.reshape(16) + 1).contiguous().realize()  # (a kernel's result: its own memory already)
+    np.testing.assert_array_equal(computed.numpy(), np.full(16, 2))

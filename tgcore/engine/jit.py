@@ -189,7 +189,7 @@ class Jit:
             run_all_pending()
         for t in tensors:  # inputs must sit contiguously in a buffer (or a view at an offset into one)
             if not (t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER):
-                t.uop = t.contiguous().realize().uop
+                t.uop = t.realize().uop  # (a slice of a buffer: a view of it, read in place)
                 add_reader(t.uop, t)
         bufs = [_buffer_of(t) for t in tensors]
         key = self._key(tensors, bufs, variables)

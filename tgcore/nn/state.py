@@ -281,7 +281,7 @@ def _check_byteorder() -> None:
 
 def _raw_bytes(t: Tensor) -> memoryview:
     """The realized tensor's bytes, row-major (zero-copy where the device allows it)."""
-    buf = t.contiguous().realize()._buffer()
+    buf = t._buffer()  # (realized row-major: a slice of memory is a view of it, a permute a kernel's result)
     mv = buf.as_buffer()
     return mv.cast("B") if mv.format != "B" else mv
 

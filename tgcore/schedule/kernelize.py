@@ -195,6 +195,7 @@ class Kernelizer:
         self.var_vals: dict[str, int] = {}
         self.custom: dict[UOp, list[UOp]] = {}  # CUSTOM_KERNEL -> its buffers, once scheduled
         self.views: dict[UOp, tuple[UOp, int, int]] = {}  # view BUFFER -> (base BUFFER, size, offset in bytes)
+        self.made: set[UOp] = set()  # the BUFFERs this schedule's kernels compute (no other tensor names them yet)
         self._packed: dict[UOp, UOp] = {}  # a matrix product -> the same reading its B from a packed copy
 
     def worth_realizing_before_expand(self, node: UOp, factor: int) -> bool:
@@ -326,7 +327,8 @@ class Kernelizer:
         crop = self.cropped_reduction(node)
         if crop is not None:
             return self._store_through_crop(node, crop)
-        view = self.contiguous_view(node.src[0] if node.op is Ops.CONTIGUOUS else node)
+        contiguous = node.op is Ops.CONTIGUOUS
+        view = self.contiguous_view(node.src[0] if contiguous else node, of_memory_that_exists=not contiguous)
         if view is not None:  # already laid out contiguously in a buffer: nothing to copy
             self.done[node] = view
             return view
@@ -376,6 +378,7 @@ class Kernelizer:
         device = self.device.get(node) or self.default_device
         kernel = _KernelBuilder(self, self.index_dtype)
         out = new_buffer_uop(device, prod(shape_of(node)), dtype)
+        self.made.add(out)
         kernel.param(out)
         ranges = output_index(shape, kernel.idt)
         kernel.root, kernel.root_idx = contiguous, ranges
@@ -402,11 +405,13 @@ class Kernelizer:
         self.done[node] = out
         return out
 
-    def contiguous_view(self, node: UOp) -> UOp | None:
+    def contiguous_view(self, node: UOp, of_memory_that_exists: bool = True) -> UOp | None:
         """A BUFFER uop viewing ``node``'s elements in place, when movement ops made them a plain slice.
 
         Lowers the movement ops with symbolic indices and checks that the buffer index is the
-        row-major index of ``node`` plus a constant offset, with no gate.
+        row-major index of ``node`` plus a constant offset, with no gate. ``of_memory_that_exists=False`` (a
+        ``contiguous()``: a copy of its own): only a view of memory this schedule makes, not of allocated memory
+        other tensors name (a write into either would show in the other; a JIT replay overwrites its outputs).
         """
         chain, reshapes_only = node, True
         while chain.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.EXPAND, Ops.FLIP, Ops.PAD):
@@ -418,6 +423,8 @@ class Kernelizer:
             chain = self.realize(chain)
         chain = self.cached(chain) or self.done.get(chain, chain)
         if chain.op is not Ops.BUFFER or chain is node or REALIZATION.buffer(chain) is None:
+            return None
+        if not of_memory_that_exists and self._names_memory_that_exists(chain):
             return None
         shape = shape_of(node)
         if prod(shape) == 0:
@@ -434,9 +441,21 @@ class Kernelizer:
         self.views[view] = (chain, prod(shape), offset.arg * chain.dtype.itemsize)
         return view
 
+    def _names_memory_that_exists(self, buf: UOp) -> bool:
+        """Whether the BUFFER ``buf`` (or the one it views) is memory from before this schedule: an input, a cached
+        value, not a kernel's result here."""
+        while buf in self.views:
+            buf = self.views[buf][0]
+        return buf not in self.made
+
     def _copy_kernel(self, node: UOp) -> UOp:
-        src_buf = self.realize(node.src[0])
+        src = node.src[0]
+        view = None
+        if src.op is Ops.CONTIGUOUS and len(self.consumers.get(src, ())) == 1 and src not in self.done:
+            view = self.contiguous_view(src.src[0])  # (the copy is the copy: it may read a slice of memory in place)
+        src_buf = view if view is not None else self.realize(src)
         out = new_buffer_uop(node.src[1].arg, src_buf.arg, src_buf.dtype)
+        self.made.add(out)
         self.items.append(ScheduleItem(node, [uop_buffer(out), uop_buffer(src_buf)], node.src[1].arg, "copy"))
         self.done[node] = out
         return out
@@ -446,6 +465,7 @@ class Kernelizer:
         device = self.device.get(node) or self.default_device
         kernel = _KernelBuilder(self, self.index_dtype)
         out = new_buffer_uop(device, prod(shape), dtype)
+        self.made.add(out)
         if prod(shape) == 0:  # no element to compute: no kernel (its loads could only read outside empty inputs)
             self.done[node] = out
             return out
