@@ -215,6 +215,9 @@ def test_bench_convolution_stores_its_rows_through_the_crop():
     ast, _ = apply_opts(kernel.ast, default_policy(kernel, renderer, 2), renderer)
     stores = [u for u in ast.toposort if u.op is Ops.STORE]
     assert len(stores) == 2 * 8 * 3 and all(s.src[1].dtype.count == 16 for s in stores)
+    # each piece's gate is a range of lanes from scalar bounds (``_Expander.lane_range``), not a bool per lane
+    gates = [u for s in stores for u in s.src[0].src[2].toposort if u.op is Ops.VECTORIZE]
+    assert gates and all(all(x is g.src[0] for x in g.src) and g.src[0].dtype == dtypes.int32 for g in gates)
 
 
 def test_padded_copy_of_the_input_unrolls_its_row_of_vectors():

@@ -340,8 +340,71 @@ class _Expander:
         if (whole := self.whole_vector(index)) is not None:
             return [whole.store(self.widen(value))]
         if (rows := self.row_pieces(index)) is not None:
-            return [s for piece in rows for s in self.lane_store(piece, value)]
+            out = []
+            for piece in rows:
+                ranged = self.range_store(piece, value)
+                out += [ranged] if ranged is not None else self.lane_store(piece, value)
+            return out
         return self.lane_store(index, value)
+
+    def lane_range(self, gate: UOp) -> UOp | None:
+        """``gate`` (a conjunction of lane-free bools and bounds ``base + lane < bound`` or ``base + lane >= bound``)
+        as one bool vector: the lane-free part broadcast, each bound ``lanes < bound - base`` or
+        ``bound - base - 1 < lanes`` (a prefix or a suffix of the lanes: a row piece's). One scalar bound per term,
+        simplified once, instead of each lane's gate simplified on its own; a renderer stores such a piece whole
+        when the bounds keep every lane (``CRenderer._range_store``, an opmask from one compare on X86). None when
+        a term is of no such form."""
+        terms, todo = [], [gate]
+        while todo:
+            t = todo.pop()
+            if t.op is Ops.AND and t.dtype == dtypes.bool:
+                todo += t.src
+            else:
+                terms.append(t)
+        lane = self.lanes[0]
+        lanes = UOp(Ops.VCONST, lane.dtype.vec(self.count), (), tuple(self.lane_values[lane]))
+        scalars: list[UOp] = []
+        bounds: dict[bool, list[UOp]] = {False: [], True: []}  # suffix? -> bounds (lanes < b, or b < lanes)
+        for t in terms:
+            if not self.depends_on_lanes(t):
+                scalars.append(t)
+                continue
+            suffix = t.op is Ops.CMPNE and t.src[1].op is Ops.CONST and t.src[1].arg is True
+            cmp = t.src[0] if suffix else t
+            if cmp.op is not Ops.CMPLT or self.depends_on_lanes(cmp.src[1]):
+                return None
+            affine = self.affine(cmp.src[0])
+            if affine is None or affine[1] != 1 or cmp.src[1].dtype != lane.dtype:
+                return None
+            bound = (cmp.src[1] - affine[0] - (1 if suffix else 0)).simplify()
+            if (bound.vmax < 0) if suffix else (bound.vmin >= self.count):
+                continue  # every lane is on
+            kept = bounds[suffix]
+            for i, other in enumerate(kept):  # of two bounds a constant apart only the tighter one counts
+                if (d := _difference(bound, other)) is not None:
+                    kept[i] = other if (d <= 0) == suffix else bound
+                    break
+            else:
+                kept.append(bound)
+        parts = [self.widen(g) for g in scalars]
+        parts += [UOp(Ops.CMPLT, dtypes.bool.vec(self.count), (self.widen(b), lanes)) for b in bounds[True]]
+        parts += [UOp(Ops.CMPLT, dtypes.bool.vec(self.count), (lanes, self.widen(b))) for b in bounds[False]]
+        if not parts:
+            return None
+        out = parts[0]
+        for part in parts[1:]:
+            out = out & part
+        return out
+
+    def range_store(self, index: UOp, value: UOp) -> UOp | None:
+        """The store of ``value`` at a row piece ``index`` (``row_pieces``) as one vector store gated by a range of
+        lanes (``lane_range``); None when the lanes do not fit one vector or the gate has no such form."""
+        if not self.masked or self.count > _size(self.lanes[-1]) or self.count & (self.count - 1):
+            return None
+        affine = self.affine(index.src[1])
+        if affine is None or affine[1] != 1 or (gate := self.lane_range(index.src[2])) is None:
+            return None
+        return UOp(Ops.INDEX, index.dtype, (index.src[0], affine[0], gate)).store(self.widen(value))
 
     def lane_store(self, index: UOp, value: UOp) -> list[UOp]:
         """The store of ``value`` at ``index`` with each lane's address and gate: one store per run of consecutive

@@ -723,12 +723,56 @@ class CRenderer(Renderer):
                 ptr, idx = names[index.src[0]], names[index.src[1]]
                 return " ".join(f"{ptr}[{idx}+{first + j}] = {names[value]}[{first + j}];" for j in range(n))
             return self._lanewise(index, names, lane_gates[index.src[2]], store_piece, copy)
+        if len(index.src) > 2 and index.src[2].dtype.count > 1 and (
+                ranged := _lane_range(index.src[2], names)) is not None:
+            whole, some, lanes = ranged
+            copy = (f"{c_type(value.dtype)} tg_t = {names[value]}; "
+                    f"__builtin_memcpy(&{names[index]}, &tg_t, sizeof(tg_t));")
+            ptr, idx = names[index.src[0]], names[index.src[1]]
+            each = " ".join(f"if ({c}) {ptr}[{idx}+{j}] = {names[value]}[{j}];" for j, c in enumerate(lanes))
+            return f"if ({whole}) {{ {copy} }} else if ({some}) {{ {each} }}"
         if value.dtype.count > 1 and self._in_memory(index):
             text = (f"{{ {c_type(value.dtype)} tg_t = {names[value]}; "
                     f"__builtin_memcpy(&{names[index]}, &tg_t, sizeof(tg_t)); }}")
         else:
             text = f"{names[index]} = {names[value]};"
         return f"if ({names[index.src[2]]}) {text}" if len(index.src) > 2 else text
+
+
+def _lane_range(gate: UOp, names: dict[UOp, str]) -> tuple[str, str, list[str]] | None:
+    """A bool vector gate made of lane ranges (``_Expander.lane_range``: a conjunction of broadcast bools,
+    ``lanes < bound`` and ``bound < lanes``) as C conditions on scalars (a compare per bound, not one per lane):
+    that every lane is on, that some may be (false when each range alone is empty), and each lane's condition;
+    None for another gate."""
+    terms, todo = [], [gate]
+    while todo:
+        t = todo.pop()
+        if t.op is Ops.AND:
+            todo += t.src
+        else:
+            terms.append(t)
+    whole: list[str] = []
+    some: list[str] = []
+    lanes: list[list[str]] = [[] for _ in range(gate.dtype.count)]
+    for t in terms:
+        if t.op is Ops.VECTORIZE and all(x is t.src[0] for x in t.src):
+            whole.append(names[t.src[0]])
+            some.append(names[t.src[0]])
+            for c in lanes:
+                c.append(names[t.src[0]])
+            continue
+        if t.op is not Ops.CMPLT or {s.op for s in t.src} != {Ops.VCONST, Ops.VECTORIZE}:
+            return None
+        prefix = t.src[0].op is Ops.VCONST
+        consts, bound = (t.src[0], t.src[1]) if prefix else (t.src[1], t.src[0])
+        if any(x is not bound.src[0] for x in bound.src):
+            return None
+        b = names[bound.src[0]]
+        whole.append(f"({max(consts.arg)} < {b})" if prefix else f"({b} < {min(consts.arg)})")
+        some.append(f"({min(consts.arg)} < {b})" if prefix else f"({b} < {max(consts.arg)})")
+        for c, k in zip(lanes, consts.arg, strict=True):
+            c.append(f"({k} < {b})" if prefix else f"({b} < {k})")
+    return " && ".join(whole), " && ".join(some), [" && ".join(c) for c in lanes]
 
 
 __all__ = ["CRenderer", "c_type", "AddrSpace"]
