@@ -406,6 +406,7 @@ class _Expander:
         base = affine[0]
         row, column = (base // w).simplify(), (base % w).simplify()
         out = []
+        pieces: list[tuple[UOp, list[UOp], dict[bool, list[UOp]]]] = []
         for carry in (0, 1):
             at = {u: (row + carry if u.op is Ops.IDIV else column - w * carry) for u in splits}
             scalars: list[UOp] = []
@@ -431,8 +432,33 @@ class _Expander:
                     _add_bound(bounds[suffix], bound, suffix)
             gate = self.range_gate(scalars, bounds)
             address = index.src[1].substitute(at).simplify()
+            pieces.append((address, scalars, bounds))
             out.append(UOp(Ops.INDEX, index.dtype, (index.src[0], address, gate)).store(self.widen(value)))
+        if _spec_enabled():
+            self._check_row_stores(index, pieces)
         return out
+
+    def _check_row_stores(self, index: UOp, pieces: list[tuple[UOp, list[UOp], dict[bool, list[UOp]]]]) -> None:
+        """``TG_SPEC=1``: in every lane, the two pieces of ``row_stores`` (address, lane-free gates, bounds) store
+        where ``index`` does when its gate is on (one piece, never both), and nowhere when it is off."""
+        lane = self.lanes[0]
+        for k in self.lane_values[lane]:
+            at = {lane: UOp.const(lane.dtype, k)}
+            on = index.src[2].substitute(at) if len(index.src) > 2 else UOp.const(dtypes.bool, True)
+            want = on.where(index.src[1].substitute(at), -1)
+            gates = []
+            for _, scalars, bounds in pieces:
+                g = UOp.const(dtypes.bool, True)
+                for t in scalars:
+                    g = g & t
+                for b in bounds[False]:
+                    g = g & (UOp.const(lane.dtype, k) < b)
+                for b in bounds[True]:
+                    g = g & (b < UOp.const(lane.dtype, k))
+                gates.append(g)
+            got = gates[0].where(pieces[0][0] + k, gates[1].where(pieces[1][0] + k, -1))
+            if not _agree(want, got) or not _agree(gates[0] & gates[1], UOp.const(dtypes.bool, False)):
+                raise AssertionError(f"row stores of {index.render()} differ from it in lane {k}")
 
     def lane_bound(self, term: UOp) -> tuple[UOp | None, bool] | None:
         """``(b, suffix)`` for a gate term ``base + lane < bound`` (``lanes < b``) or its negation (``b < lanes``,
