@@ -720,6 +720,13 @@ class CRenderer(Renderer):
                 return f"__builtin_memcpy((char*)&{v} + {first}*sizeof({v}[0]), &{at}, {n}*sizeof({v}[0]));"
             return f"{t} {v} = {c_const(0, u.dtype)}; " + self._lanewise(
                 index, names, lane_gates[index.src[2]], load_piece, copy)
+        if len(index.src) > 2 and index.src[2].dtype.count > 1 and (
+                ranged := _lane_range(index.src[2], names)) is not None:  # a row piece's range of lanes
+            whole, some, lanes, _ = ranged
+            ptr, idx = names[index.src[0]], names[index.src[1]]
+            each = " ".join(f"if ({c}) {v}[{j}] = {ptr}[{idx}+{j}];" for j, c in enumerate(lanes))
+            return (f"{t} {v} = {c_const(0, u.dtype)}; if ({whole}) {{ __builtin_memcpy(&{v}, &{names[index]}, "
+                    f"sizeof({v})); }} else if ({some}) {{ {each} }}")
         gate = names[index.src[2]] if len(index.src) > 2 else None
         if u.dtype.count > 1 and self._in_memory(index):
             copy = f"__builtin_memcpy(&{v}, &{names[index]}, sizeof({v}));"
