@@ -124,6 +124,9 @@ def _plus(base: UOp, c: int) -> UOp:
     return base if c == 0 else plus_const(base, c)
 
 
+_GateParts = tuple[list[UOp], dict[bool, list[UOp]]]  # a row piece's lane-free gates and lane bounds
+
+
 class _Expander:
     def __init__(self, lanes: list[UOp], masked: bool = False, gathers: bool = False) -> None:
         """``masked``: the renderer takes a vector access with one gate per lane (``Renderer.masked_vectors``);
@@ -141,6 +144,9 @@ class _Expander:
         self.minus_lane: dict[int, UOp] = {}  # step -> -(lane*step) simplified (an affine index drops it)
         self.bases: dict[UOp, tuple[UOp, int] | None] = {}  # int expr -> (base, step) when affine in the lane
         self.lane_bounds: dict[UOp, tuple[UOp | None, bool] | None] = {}  # gate term -> its bound (lane_bound)
+        self.rows: dict[tuple[UOp, int], tuple[UOp, UOp]] = {}  # (position, row length) -> (row, column) at lane 0
+        # (store gate, the splits of its position, carry) -> a row piece's gate parts (``_piece_gate``)
+        self.piece_gates: dict[tuple[UOp | None, frozenset[UOp], int], _GateParts | None] = {}
 
     def per_lane(self, expr: UOp) -> list[UOp]:
         """``expr`` evaluated for each lane, each distinct ``expr`` once (the unrolled copies of a tile share their
@@ -402,34 +408,20 @@ class _Expander:
         if mod is None or affine is None or affine[1] != 1 or affine[0].vmin < 0 or \
                 _coefficient(index.src[1], mod) != 1:
             return None
-        terms = _conjuncts(index.src[2]) if len(index.src) > 2 else []
-        base = affine[0]
-        row, column = (base // w).simplify(), (base % w).simplify()
+        if (x, w) not in self.rows:  # the unrolled copies of a tile (its channels) share their positions and gates
+            self.rows[(x, w)] = ((affine[0] // w).simplify(), (affine[0] % w).simplify())
+        row, column = self.rows[(x, w)]
+        gate_of = index.src[2] if len(index.src) > 2 else None
         out = []
         pieces: list[tuple[UOp, list[UOp], dict[bool, list[UOp]]]] = []
         for carry in (0, 1):
             at = {u: (row + carry if u.op is Ops.IDIV else column - w * carry) for u in splits}
-            scalars: list[UOp] = []
-            bounds: dict[bool, list[UOp]] = {False: [], True: []}  # suffix? -> (lanes < b) or (b < lanes)
-            own = (w - column - 1).simplify() if carry else (w - column).simplify()  # the piece's own lanes
-            _add_bound(bounds[bool(carry)], own, bool(carry))
-            for t in terms:
-                suffix = t.op is Ops.CMPNE and t.src[1].op is Ops.CONST and t.src[1].arg is True
-                cmp = t.src[0] if suffix else t
-                if self._lanes_outside(t, splits):  # a bound on the lanes themselves (a padded tile's)
-                    if (lane_bound := self.lane_bound(t)) is None:
-                        return None
-                    if lane_bound[0] is not None:
-                        _add_bound(bounds[lane_bound[1]], lane_bound[0], lane_bound[1])
-                    continue
-                if mod not in t.toposort:
-                    scalars.append(t.substitute(at).simplify())
-                    continue
-                if cmp.op is not Ops.CMPLT or mod in cmp.src[1].toposort or _coefficient(cmp.src[0], mod) != 1:
-                    return None
-                bound = (cmp.src[1] - cmp.src[0].substitute(at) - (1 if suffix else 0)).simplify()
-                if not ((bound.vmax < 0) if suffix else (bound.vmin >= self.count)):  # else every lane is on
-                    _add_bound(bounds[suffix], bound, suffix)
+            key = (gate_of, frozenset(splits), carry)
+            if key not in self.piece_gates:
+                self.piece_gates[key] = self._piece_gate(gate_of, splits, mod, at, column, w, carry)
+            if (parts := self.piece_gates[key]) is None:
+                return None
+            scalars, bounds = parts
             gate = self.range_gate(scalars, bounds)
             address = index.src[1].substitute(at).simplify()
             pieces.append((address, scalars, bounds))
@@ -474,6 +466,33 @@ class _Expander:
                 every = (bound.vmax < 0) if suffix else (bound.vmin >= self.count)
                 self.lane_bounds[term] = (None if every else bound, suffix)
         return self.lane_bounds[term]
+
+    def _piece_gate(self, gate: UOp | None, splits: set[UOp], mod: UOp, at: dict[UOp, UOp], column: UOp, w: int,
+                    carry: int) -> _GateParts | None:
+        """The lane-free gates and lane bounds of the piece of ``row_stores`` with ``carry`` (``at``: its
+        substitution of ``splits``), for the store gate ``gate``; None when a term has no such form."""
+        scalars: list[UOp] = []
+        bounds: dict[bool, list[UOp]] = {False: [], True: []}  # suffix? -> (lanes < b) or (b < lanes)
+        own = (w - column - 1).simplify() if carry else (w - column).simplify()  # the piece's own lanes
+        _add_bound(bounds[bool(carry)], own, bool(carry))
+        for t in _conjuncts(gate) if gate is not None else []:
+            suffix = t.op is Ops.CMPNE and t.src[1].op is Ops.CONST and t.src[1].arg is True
+            cmp = t.src[0] if suffix else t
+            if self._lanes_outside(t, splits):  # a bound on the lanes themselves (a padded tile's)
+                if (lane_bound := self.lane_bound(t)) is None:
+                    return None
+                if lane_bound[0] is not None:
+                    _add_bound(bounds[lane_bound[1]], lane_bound[0], lane_bound[1])
+                continue
+            if mod not in t.toposort:
+                scalars.append(t.substitute(at).simplify())
+                continue
+            if cmp.op is not Ops.CMPLT or mod in cmp.src[1].toposort or _coefficient(cmp.src[0], mod) != 1:
+                return None
+            bound = (cmp.src[1] - cmp.src[0].substitute(at) - (1 if suffix else 0)).simplify()
+            if not ((bound.vmax < 0) if suffix else (bound.vmin >= self.count)):  # else every lane is on
+                _add_bound(bounds[suffix], bound, suffix)
+        return scalars, bounds
 
     def _lanes_outside(self, expr: UOp, splits: set[UOp]) -> bool:
         """Whether ``expr`` depends on a lane other than through ``splits``."""
