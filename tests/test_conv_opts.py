@@ -215,6 +215,9 @@ def test_bench_convolution_stores_its_rows_through_the_crop():
     ast, _ = apply_opts(kernel.ast, default_policy(kernel, renderer, 2), renderer)
     stores = [u for u in ast.toposort if u.op is Ops.STORE]
     assert len(stores) == 2 * 8 * 3 and all(s.src[1].dtype.count == 16 for s in stores)
+    # each piece's gate is a range of lanes from scalar bounds (``_Expander.lane_range``), not a bool per lane
+    gates = [u for s in stores for u in s.src[0].src[2].toposort if u.op is Ops.VECTORIZE]
+    assert gates and all(all(x is g.src[0] for x in g.src) and g.src[0].dtype == dtypes.int32 for g in gates)
 
 
 def test_padded_copy_of_the_input_unrolls_its_row_of_vectors():
@@ -253,3 +256,22 @@ def test_flat_convolution_with_uneven_same_padding_matches_torch(device, kernel,
     ref.backward(torch.tensor(g_np))
     for got, want in ((out, ref), (x.grad, xt.grad), (w.grad, wt.grad)):
         np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if d != "PYTHON"])
+def test_a_crop_stored_through_with_k_tiles_matches_numpy(device):
+    """Rows cropped at their ends, stored by the product's kernel through row pieces gated by ranges of lanes, with
+    the reduction in K tiles: each tile's store adds what the earlier tiles left (a load through the same range
+    gate, and one more term of it: not the first tile)."""
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((4, 24)).astype(np.float32), rng.standard_normal((24, 64)).astype(np.float32)
+    product = Tensor(a, device=device) @ Tensor(b, device=device)
+    rows = product.contiguous().shrink((None, (0, 57))).reshape(4, 3, 19).shrink((None, None, (0, 17)))
+    found = run_product_with(rows, None, device)
+    assert found is not None
+    axes = found[2]
+    positions = next(i for i, (kind, size) in enumerate(axes) if size == 64)
+    reduced = next(i for i, (kind, size) in enumerate(axes) if size == 24)
+    got = run_product_with(rows, [Opt(OptOps.UPCAST, positions, 16), Opt(OptOps.TILE, reduced, 8)], device)
+    assert got is not None
+    np.testing.assert_allclose(got[0], (a @ b)[:, :57].reshape(4, 3, 19)[:, :, :17], rtol=1e-5, atol=1e-5)

@@ -224,6 +224,8 @@ def _and_gate(gate: UOp, extra: UOp) -> UOp:
     """``gate & extra``, lane by lane when ``gate`` is a vector of lane gates."""
     if gate.dtype.count == 1:
         return gate & extra
+    if gate.op is not Ops.VECTORIZE:  # a range of lanes (``_Expander.range_gate``): one more lane-free term
+        return gate & UOp.vectorize(*[extra] * gate.dtype.count)
     return UOp(Ops.VECTORIZE, gate.dtype, tuple(g & extra for g in gate.src))
 
 

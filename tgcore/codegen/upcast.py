@@ -49,6 +49,39 @@ def _difference(a: UOp, b: UOp) -> int | None:
     return difference(a, b)
 
 
+def _coefficient(expr: UOp, node: UOp) -> int | None:
+    """``c`` when the int ``expr`` is ``c * node + rest`` with ``rest`` free of ``node``, read off its sums and
+    products by constants (no simplification); None when ``node`` is under anything else."""
+    if expr is node:
+        return 1
+    if node not in expr.toposort:
+        return 0
+    if expr.op is Ops.ADD:
+        a, b = (_coefficient(s, node) for s in expr.src)
+        return None if a is None or b is None else a + b
+    if expr.op is Ops.MUL and (k := next((s for s in expr.src if s.op is Ops.CONST), None)) is not None:
+        c = _coefficient(expr.src[1] if expr.src[0] is k else expr.src[0], node)
+        return None if c is None or not isinstance(k.arg, int) else c * k.arg
+    return None
+
+
+def _conjuncts(gate: UOp) -> list[UOp]:
+    """The terms of a conjunction of bools."""
+    if gate.op is Ops.AND and gate.dtype == dtypes.bool:
+        return [t for s in gate.src for t in _conjuncts(s)]
+    return [gate]
+
+
+def _add_bound(kept: list[UOp], bound: UOp, suffix: bool) -> None:
+    """Add a lane bound (``lanes < bound``, or ``bound < lanes`` for a ``suffix``): of two a constant apart only the
+    tighter one counts."""
+    for i, other in enumerate(kept):
+        if (d := _difference(bound, other)) is not None:
+            kept[i] = other if (d <= 0) == suffix else bound
+            return
+    kept.append(bound)
+
+
 def _agree(a: UOp, b: UOp, points: int = 16) -> bool:
     """Whether ``a`` and ``b`` (equal up to the order of terms, say) have the same value at the corners of their
     ranges and variables and at random points between (``TG_SPEC=1`` checks of fast paths); identity when they
@@ -96,6 +129,9 @@ def _byte_table(buf: UOp) -> bool:
     return getattr(buf.dtype, "size", 0) == 16 and buf.dtype.base is dtypes.uint8  # type: ignore[attr-defined]
 
 
+_GateParts = tuple[list[UOp], dict[bool, list[UOp]]]  # a row piece's lane-free gates and lane bounds
+
+
 class _Expander:
     def __init__(self, lanes: list[UOp], masked: bool = False, gathers: bool = False,
                  byte_tables: bool = False) -> None:
@@ -115,6 +151,10 @@ class _Expander:
         self.dependent: dict[UOp, bool] = {}  # expr -> whether it depends on a lane
         self.minus_lane: dict[int, UOp] = {}  # step -> -(lane*step) simplified (an affine index drops it)
         self.bases: dict[UOp, tuple[UOp, int] | None] = {}  # int expr -> (base, step) when affine in the lane
+        self.lane_bounds: dict[UOp, tuple[UOp | None, bool] | None] = {}  # gate term -> its bound (lane_bound)
+        self.rows: dict[tuple[UOp, int], tuple[UOp, UOp]] = {}  # (position, row length) -> (row, column) at lane 0
+        # (store gate, the splits of its position, carry) -> a row piece's gate parts (``_piece_gate``)
+        self.piece_gates: dict[tuple[UOp | None, frozenset[UOp], int], _GateParts | None] = {}
 
     def per_lane(self, expr: UOp) -> list[UOp]:
         """``expr`` evaluated for each lane, each distinct ``expr`` once (the unrolled copies of a tile share their
@@ -348,11 +388,200 @@ class _Expander:
 
     def store(self, store: UOp, value: UOp) -> list[UOp]:
         index = store.src[0]
+        if (direct := self.row_stores(index, value)) is not None:  # first: an index split in rows is no whole vector
+            return direct
         if (whole := self.whole_vector(index)) is not None:
             return [whole.store(self.widen(value))]
         if (rows := self.row_pieces(index)) is not None:
-            return [s for piece in rows for s in self.lane_store(piece, value)]
+            out = []
+            for piece in rows:
+                ranged = self.range_store(piece, value)
+                out += [ranged] if ranged is not None else self.lane_store(piece, value)
+            return out
         return self.lane_store(index, value)
+
+    def row_stores(self, index: UOp, value: UOp) -> list[UOp] | None:
+        """``row_pieces``' two stores, each gated by a range of lanes (``range_gate``), built without analysing each
+        piece after the substitution: the address and every gate term are linear in ``x % w`` with coefficient 1
+        (checked on their structure), so a piece's address and bounds are those at lane 0, one simplification each.
+        None when the index is of another form (then ``row_pieces`` or the store lane by lane)."""
+        if not self.masked or self.count > _size(self.lanes[-1]) or self.count & (self.count - 1):
+            return None
+        splits = {u for u in index.toposort if u.op in (Ops.IDIV, Ops.MOD) and u.src[1].op is Ops.CONST
+                  and self.depends_on_lanes(u.src[0])}
+        if not splits or len({(u.src[0], u.src[1].arg) for u in splits}) != 1 or len(self.lanes) > 1:
+            return None
+        x, w = next(iter(splits)).src[0], next(iter(splits)).src[1].arg
+        if not isinstance(w, int) or self.count > w or self._lanes_outside(index.src[1], splits):
+            return None
+        mod = next((u for u in splits if u.op is Ops.MOD), None)
+        affine = self.affine(x)
+        if mod is None or affine is None or affine[1] != 1 or affine[0].vmin < 0 or \
+                _coefficient(index.src[1], mod) != 1:
+            return None
+        if (x, w) not in self.rows:  # the unrolled copies of a tile (its channels) share their positions and gates
+            self.rows[(x, w)] = ((affine[0] // w).simplify(), (affine[0] % w).simplify())
+        row, column = self.rows[(x, w)]
+        gate_of = index.src[2] if len(index.src) > 2 else None
+        out = []
+        pieces: list[tuple[UOp, list[UOp], dict[bool, list[UOp]]]] = []
+        for carry in (0, 1):
+            at = {u: (row + carry if u.op is Ops.IDIV else column - w * carry) for u in splits}
+            key = (gate_of, frozenset(splits), carry)
+            if key not in self.piece_gates:
+                self.piece_gates[key] = self._piece_gate(gate_of, splits, mod, at, column, w, carry)
+            if (parts := self.piece_gates[key]) is None:
+                return None
+            scalars, bounds = parts
+            gate = self.range_gate(scalars, bounds)
+            address = index.src[1].substitute(at).simplify()
+            pieces.append((address, scalars, bounds))
+            out.append(UOp(Ops.INDEX, index.dtype, (index.src[0], address, gate)).store(self.widen(value)))
+        if _spec_enabled():
+            self._check_row_stores(index, pieces)
+        return out
+
+    def _check_row_stores(self, index: UOp, pieces: list[tuple[UOp, list[UOp], dict[bool, list[UOp]]]]) -> None:
+        """``TG_SPEC=1``: in every lane, the two pieces of ``row_stores`` (address, lane-free gates, bounds) store
+        where ``index`` does when its gate is on (one piece, never both), and nowhere when it is off."""
+        lane = self.lanes[0]
+        for k in self.lane_values[lane]:
+            at = {lane: UOp.const(lane.dtype, k)}
+            on = index.src[2].substitute(at) if len(index.src) > 2 else UOp.const(dtypes.bool, True)
+            want = on.where(index.src[1].substitute(at), -1)
+            gates = []
+            for _, scalars, bounds in pieces:
+                g = UOp.const(dtypes.bool, True)
+                for t in scalars:
+                    g = g & t
+                for b in bounds[False]:
+                    g = g & (UOp.const(lane.dtype, k) < b)
+                for b in bounds[True]:
+                    g = g & (b < UOp.const(lane.dtype, k))
+                gates.append(g)
+            got = gates[0].where(pieces[0][0] + k, gates[1].where(pieces[1][0] + k, -1))
+            if not _agree(want, got) or not _agree(gates[0] & gates[1], UOp.const(dtypes.bool, False)):
+                raise AssertionError(f"row stores of {index.render()} differ from it in lane {k}")
+
+    def lane_bound(self, term: UOp) -> tuple[UOp | None, bool] | None:
+        """``(b, suffix)`` for a gate term ``base + lane < bound`` (``lanes < b``) or its negation (``b < lanes``,
+        ``suffix``), ``b`` None when every lane meets it; None for another term. Once per term (the unrolled
+        copies of a tile share their padding gates)."""
+        if term not in self.lane_bounds:
+            self.lane_bounds[term] = None
+            suffix = term.op is Ops.CMPNE and term.src[1].op is Ops.CONST and term.src[1].arg is True
+            cmp = term.src[0] if suffix else term
+            if cmp.op is Ops.CMPLT and not self.depends_on_lanes(cmp.src[1]) and \
+                    (affine := self.affine(cmp.src[0])) is not None and affine[1] == 1:
+                bound = (cmp.src[1] - affine[0] - (1 if suffix else 0)).simplify()
+                every = (bound.vmax < 0) if suffix else (bound.vmin >= self.count)
+                self.lane_bounds[term] = (None if every else bound, suffix)
+        return self.lane_bounds[term]
+
+    def _piece_gate(self, gate: UOp | None, splits: set[UOp], mod: UOp, at: dict[UOp, UOp], column: UOp, w: int,
+                    carry: int) -> _GateParts | None:
+        """The lane-free gates and lane bounds of the piece of ``row_stores`` with ``carry`` (``at``: its
+        substitution of ``splits``), for the store gate ``gate``; None when a term has no such form."""
+        scalars: list[UOp] = []
+        bounds: dict[bool, list[UOp]] = {False: [], True: []}  # suffix? -> (lanes < b) or (b < lanes)
+        own = (w - column - 1).simplify() if carry else (w - column).simplify()  # the piece's own lanes
+        _add_bound(bounds[bool(carry)], own, bool(carry))
+        for t in _conjuncts(gate) if gate is not None else []:
+            suffix = t.op is Ops.CMPNE and t.src[1].op is Ops.CONST and t.src[1].arg is True
+            cmp = t.src[0] if suffix else t
+            if self._lanes_outside(t, splits):  # a bound on the lanes themselves (a padded tile's)
+                if (lane_bound := self.lane_bound(t)) is None:
+                    return None
+                if lane_bound[0] is not None:
+                    _add_bound(bounds[lane_bound[1]], lane_bound[0], lane_bound[1])
+                continue
+            if mod not in t.toposort:
+                scalars.append(t.substitute(at).simplify())
+                continue
+            if cmp.op is not Ops.CMPLT or mod in cmp.src[1].toposort or _coefficient(cmp.src[0], mod) != 1:
+                return None
+            bound = (cmp.src[1] - cmp.src[0].substitute(at) - (1 if suffix else 0)).simplify()
+            if not ((bound.vmax < 0) if suffix else (bound.vmin >= self.count)):  # else every lane is on
+                _add_bound(bounds[suffix], bound, suffix)
+        return scalars, bounds
+
+    def _lanes_outside(self, expr: UOp, splits: set[UOp]) -> bool:
+        """Whether ``expr`` depends on a lane other than through ``splits``."""
+        if expr in splits or not self.depends_on_lanes(expr):
+            return False
+        return expr in self.lane_set or any(self._lanes_outside(s, splits) for s in expr.src)
+
+    def range_gate(self, scalars: list[UOp], bounds: dict[bool, list[UOp]]) -> UOp:
+        """The bool vector of lane-free ``scalars`` (broadcast) and ``lanes < b`` (``bounds[False]``) and
+        ``b < lanes`` (``bounds[True]``): a range of lanes from scalar bounds, which a renderer reads as such."""
+        lane = self.lanes[0]
+        lanes = UOp(Ops.VCONST, lane.dtype.vec(self.count), (), tuple(self.lane_values[lane]))
+        parts = [self.widen(g) for g in scalars]
+        parts += [UOp(Ops.CMPLT, dtypes.bool.vec(self.count), (self.widen(b), lanes)) for b in bounds[True]]
+        parts += [UOp(Ops.CMPLT, dtypes.bool.vec(self.count), (lanes, self.widen(b))) for b in bounds[False]]
+        out = parts[0]
+        for part in parts[1:]:
+            out = out & part
+        return out
+
+    def lane_range(self, gate: UOp) -> UOp | None:
+        """``gate`` (a conjunction of lane-free bools and bounds ``base + lane < bound`` or ``base + lane >= bound``)
+        as one bool vector: the lane-free part broadcast, each bound ``lanes < bound - base`` or
+        ``bound - base - 1 < lanes`` (a prefix or a suffix of the lanes: a row piece's). One scalar bound per term,
+        simplified once, instead of each lane's gate simplified on its own; a renderer stores such a piece whole
+        when the bounds keep every lane (``CRenderer._range_store``, an opmask from one compare on X86). None when
+        a term is of no such form."""
+        terms, todo = [], [gate]
+        while todo:
+            t = todo.pop()
+            if t.op is Ops.AND and t.dtype == dtypes.bool:
+                todo += t.src
+            else:
+                terms.append(t)
+        lane = self.lanes[0]
+        lanes = UOp(Ops.VCONST, lane.dtype.vec(self.count), (), tuple(self.lane_values[lane]))
+        scalars: list[UOp] = []
+        bounds: dict[bool, list[UOp]] = {False: [], True: []}  # suffix? -> bounds (lanes < b, or b < lanes)
+        for t in terms:
+            if not self.depends_on_lanes(t):
+                scalars.append(t)
+                continue
+            suffix = t.op is Ops.CMPNE and t.src[1].op is Ops.CONST and t.src[1].arg is True
+            cmp = t.src[0] if suffix else t
+            if cmp.op is not Ops.CMPLT or self.depends_on_lanes(cmp.src[1]):
+                return None
+            affine = self.affine(cmp.src[0])
+            if affine is None or affine[1] != 1 or cmp.src[1].dtype != lane.dtype:
+                return None
+            bound = (cmp.src[1] - affine[0] - (1 if suffix else 0)).simplify()
+            if (bound.vmax < 0) if suffix else (bound.vmin >= self.count):
+                continue  # every lane is on
+            kept = bounds[suffix]
+            for i, other in enumerate(kept):  # of two bounds a constant apart only the tighter one counts
+                if (d := _difference(bound, other)) is not None:
+                    kept[i] = other if (d <= 0) == suffix else bound
+                    break
+            else:
+                kept.append(bound)
+        parts = [self.widen(g) for g in scalars]
+        parts += [UOp(Ops.CMPLT, dtypes.bool.vec(self.count), (self.widen(b), lanes)) for b in bounds[True]]
+        parts += [UOp(Ops.CMPLT, dtypes.bool.vec(self.count), (lanes, self.widen(b))) for b in bounds[False]]
+        if not parts:
+            return None
+        out = parts[0]
+        for part in parts[1:]:
+            out = out & part
+        return out
+
+    def range_store(self, index: UOp, value: UOp) -> UOp | None:
+        """The store of ``value`` at a row piece ``index`` (``row_pieces``) as one vector store gated by a range of
+        lanes (``lane_range``); None when the lanes do not fit one vector or the gate has no such form."""
+        if not self.masked or self.count > _size(self.lanes[-1]) or self.count & (self.count - 1):
+            return None
+        affine = self.affine(index.src[1])
+        if affine is None or affine[1] != 1 or (gate := self.lane_range(index.src[2])) is None:
+            return None
+        return UOp(Ops.INDEX, index.dtype, (index.src[0], affine[0], gate)).store(self.widen(value))
 
     def lane_store(self, index: UOp, value: UOp) -> list[UOp]:
         """The store of ``value`` at ``index`` with each lane's address and gate: one store per run of consecutive

@@ -162,7 +162,21 @@ def _fill_bottom_up(root: UOp, attr: str, compute: Callable[[UOp], Any]) -> Any:
     return root.__dict__[attr]
 
 
+_NO_RANGES: dict[UOp, None] = {}
+
+
 def _ranges_of(u: UOp) -> dict[UOp, None]:
+    # (read only: a node whose sources bring one set of loops shares that dict, most nodes of an index or a tile)
+    if u.op not in (Ops.END, Ops.REDUCE, Ops.RANGE):
+        only: dict[UOp, None] | None = None
+        for s in u.src:
+            d = s.__dict__["ranges"]
+            if d and d is not only:
+                if only is not None:
+                    break
+                only = d
+        else:
+            return _NO_RANGES if only is None else only
     out: dict[UOp, None] = {}
     for s in u.src:
         out.update(s.__dict__["ranges"])
