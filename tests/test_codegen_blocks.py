@@ -1,5 +1,5 @@
 """Reductions over blocks (a per-block factor times per-element values, the shape of a quantized dot product):
-factors constant over a block leave the block's sum (``upcast.factor_blocks``); values against numpy for
+factors constant over a block leave the block's sum (``blocks.factor_blocks``); values against numpy for
 shapes that do and do not fill the vector lanes, on every CPU renderer."""
 import os
 import re

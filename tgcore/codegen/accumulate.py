@@ -42,7 +42,7 @@ def _terms(u: UOp) -> list[UOp]:
 
 def in_turn(red: UOp) -> list[UOp] | None:
     """The products a float sum adds to its accumulator one after the other, ``acc = (acc + p1) + p2``: the
-    sums of quantization blocks ``upcast.factor_blocks`` made (each term a product with a block's sum: an inner
+    sums of quantization blocks ``blocks.factor_blocks`` made (each term a product with a block's sum: an inner
     REDUCE, or the renderer's inline call that replaced one, ``cbytedot``), else None. A C compiler that
     contracts ``a * b + c`` into one FMA (gcc's default) then has one product to fuse in each add, whereas in
     ``acc + (p1 + p2)`` which product it fuses changes with the code around it (rows unrolled or not), and with

@@ -35,8 +35,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from tgcore.codegen.blocks import block_divisors
 from tgcore.codegen.optimize import Opt, OptOps, kernel_axes, tileable
-from tgcore.codegen.upcast import MAX_LANES, _difference, _size, _stride, block_divisors
+from tgcore.codegen.upcast import MAX_LANES, _difference, _size, _stride
 from tgcore.dtype import DType, dtypes
 from tgcore.helpers import ceildiv, dedup, prod, round_up
 from tgcore.renderer import Renderer

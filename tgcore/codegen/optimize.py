@@ -18,13 +18,13 @@ loop, of size ``n``) in two:
   the sum (a bias, a residual add) is applied after the last block.
 - ``BLOCK``: a reduced axis that a quantization format divides into blocks of ``amount``: the loop becomes
   block and in-block loops, and factors constant over a block (its scales) multiply the block's partial
-  sum instead of every element (``upcast.split_blocks``, ``upcast.factor_blocks``). A second BLOCK of the
+  sum instead of every element (``blocks.split_blocks``, ``blocks.factor_blocks``). A second BLOCK of the
   same axis, of an amount that divides the first's, splits the in-block loop again (a K-quant's 256-element
   super-block with its ``d`` and 32-element sub-blocks with their scales): each factor then leaves the
   innermost sum it is constant over.
 - ``SPREAD``: the innermost ``BLOCK`` of a reduced axis inside another one (a K-quant's ``amount`` sub-blocks per
   super-block) unrolled, each factor that changes from sub-block to sub-block computed once per super-block as a
-  vector of ``amount`` lanes (``upcast.spread_block_factors``: the scales unpacked in vector registers, not one
+  vector of ``amount`` lanes (``blocks.spread_block_factors``: the scales unpacked in vector registers, not one
   sub-block at a time). It comes after the axis's BLOCKs, on a renderer with ``Renderer.vector_block_factors``.
 - ``PAD``: an output axis of ``n`` iterations runs ``n`` rounded up to a multiple of ``amount``; the extra
   iterations read the last real one's inputs (a clamped index: no gate inside the loops) and store nothing
@@ -40,17 +40,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum, auto
 
-from tgcore.codegen.upcast import (
-    MAX_LANES,
-    _Expander,
-    _size,
-    _split_ranges,
-    factor_blocks,
-    plan_spread,
-    split_blocks,
-    spread_block_factors,
-    unroll,
-)
+from tgcore.codegen.blocks import factor_blocks, plan_spread, split_blocks, spread_block_factors
+from tgcore.codegen.upcast import MAX_LANES, _Expander, _size, _split_ranges, unroll
 from tgcore.dtype import dtypes
 from tgcore.helpers import prod, round_up
 from tgcore.renderer import Renderer

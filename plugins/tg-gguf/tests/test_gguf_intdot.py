@@ -114,7 +114,7 @@ def test_int_matmul_random(gtype):
 def test_rows_do_not_depend_on_the_batch(gtype, n):
     """Each row's result is the same bits alone and in a batch of 2, 3, 4 or 8 (batched LLM decode relies on it).
     The shape is a small model's down projection: its kernels unroll the rows (and gcc's contraction of a * b + c
-    into an FMA once changed with them, see ``tgcore.codegen.upcast.factor_blocks``), beside 4 weight rows (48) or
+    into an FMA once changed with them, see ``tgcore.codegen.blocks.factor_blocks``), beside 4 weight rows (48) or
     2 (50: 4 do not divide it); the rows alone are also checked against the float64 reference."""
     k = 1536
     block = BLOCK_LAYOUT[gtype][0]

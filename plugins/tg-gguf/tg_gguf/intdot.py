@@ -15,7 +15,7 @@ offset is an integer ``c`` times the scale (Q4_0, Q5_0, Q8_0, Q3_K, Q6_K, TQ1_0,
 ``dx * scale * (sum_i u_i * xq_i + c * sum_i xq_i)``: one float factor per block, the offset summed in int32. Each
 type below writes that sum as tensor ops over the weight's elements. The codegen takes it from there: it moves the
 per-block factors out of the in-block sums and sums the byte products in int32
-(``tgcore.codegen.upcast.factor_blocks``: exact, so the float and integer sums agree). On a renderer whose
+(``tgcore.codegen.blocks.factor_blocks``: exact, so the float and integer sums agree). On a renderer whose
 compiler vectorizes byte dots (``Renderer.compiles_byte_dots``: the C renderer):
 
 every type sums each block of 32 (a K-quant's sub-blocks of 32, ``_block32``) in the order ``[k, l]`` = element
