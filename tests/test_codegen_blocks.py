@@ -81,6 +81,15 @@ def _lane_ordered(t: Tensor) -> Tensor:
     return t.reshape(rows, blocks, 8, 4).permute(0, 1, 3, 2).reshape(rows, blocks * 32)
 
 
+def _kernel_source(t: Tensor, device: str) -> str:
+    """The generated source of the one compute kernel that realizes ``t``."""
+    from tgcore.codegen import get_program
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    (item,) = [si for si in create_schedule([t.uop], device)[0] if si.kind != "copy"]
+    return get_program(item.ast, open_device(device).renderer).src
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("rows,blocks", [(7, 3), (12, 5)])
 def test_byte_dots_in_lanes_of_neighbours_are_exact(rows, blocks, device):
@@ -104,11 +113,7 @@ def test_byte_dots_in_lanes_of_neighbours_are_exact(rows, blocks, device):
     np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
     if device != "CPU":
         return
-    from tgcore.codegen import get_program
-    from tgcore.runtime.registry import open_device
-    from tgcore.schedule.kernelize import create_schedule
-    (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
-    assert "tg_dot4_u8i8(" in get_program(item.ast, open_device(device).renderer).src
+    assert "tg_dot4_u8i8(" in _kernel_source(product(), device)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -130,11 +135,7 @@ def test_symmetric_byte_dots_start_from_the_offset_term(rows, blocks, offset, de
     np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
     if device != "CPU":
         return
-    from tgcore.codegen import get_program
-    from tgcore.runtime.registry import open_device
-    from tgcore.schedule.kernelize import create_schedule
-    (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
-    assert get_program(item.ast, open_device(device).renderer).src.count("tg_dot4_u8i8_acc(") >= 2  # helper + call
+    assert _kernel_source(product(), device).count("tg_dot4_u8i8_acc(") >= 2  # helper + call
 
 
 def _c_function(src: str, name: str, flags: list[str], tmp_path: Any) -> Any:
@@ -207,11 +208,7 @@ def test_byte_table_lookups_in_lanes_are_exact(device):
     np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
     if device != "CPU":
         return
-    from tgcore.codegen import get_program
-    from tgcore.runtime.registry import open_device
-    from tgcore.schedule.kernelize import create_schedule
-    (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
-    src = get_program(item.ast, open_device(device).renderer).src
+    src = _kernel_source(product(), device)
     assert "tg_table16_u8(" in src and "tg_dot4_u8i8(" in src
 
 
@@ -271,11 +268,7 @@ def test_grid_rows_in_lanes_are_exact(device):
     np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
     if device != "CPU":
         return
-    from tgcore.codegen import get_program
-    from tgcore.runtime.registry import open_device
-    from tgcore.schedule.kernelize import create_schedule
-    (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
-    src = get_program(item.ast, open_device(device).renderer).src
+    src = _kernel_source(product(), device)
     assert "tg_dot4_u8i8(" in src and len(re.findall(r"tg_rows8(_at)?\(data", src)) == 2  # grid rows, mask rows
 
 
@@ -383,11 +376,7 @@ def test_byte_dot_with_an_integer_offset_is_exact(device):
     np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
     if device != "CPU":
         return
-    from tgcore.codegen import get_program
-    from tgcore.runtime.registry import open_device
-    from tgcore.schedule.kernelize import create_schedule
-    (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
-    assert get_program(item.ast, open_device(device).renderer).src.count("tg_dot4_u8i8(") >= 3  # helper + 2 calls
+    assert _kernel_source(product(), device).count("tg_dot4_u8i8(") >= 3  # helper + 2 calls
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -494,11 +483,7 @@ def test_nibble_byte_dots_shift_words_and_mask_once(device):
     np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
     if device != "CPU":
         return
-    from tgcore.codegen import get_program
-    from tgcore.runtime.registry import open_device
-    from tgcore.schedule.kernelize import create_schedule
-    (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
-    src = get_program(item.ast, open_device(device).renderer).src
+    src = _kernel_source(product(), device)
     assert "tg_dot4_u8i8(" in src and "tg_uint32x8){0u, 0u, 0u, 0u, 4u, 4u, 4u, 4u}" in src
     assert "tg_uint8x16){4u" not in src and "tg_uint8x32){4u" not in src
 
@@ -528,11 +513,7 @@ def test_neighbouring_half_scales_are_read_as_one_pair(device):
     np.testing.assert_array_equal(product().numpy(), (h[..., 0] * a + h[..., 1] * b).sum(-1).astype(np.float32))
     if device != "CPU":
         return
-    from tgcore.codegen import get_program
-    from tgcore.runtime.registry import open_device
-    from tgcore.schedule.kernelize import create_schedule
-    (item,) = [si for si in create_schedule([product().uop], device)[0] if si.kind != "copy"]
-    src = get_program(item.ast, open_device(device).renderer).src
+    src = _kernel_source(product(), device)
     assert src.count("tg_half2_to_f32(") >= 2 and "tg_uint8x2 val" not in src  # the helper and its call
 
 

@@ -195,16 +195,10 @@ class RealizationState:
         """The Buffer holding ``tensor``'s elements, realizing it (and running writes into it) first; None when
         the tensor is a view that is not a whole buffer of its own (``.contiguous()`` it)."""
         u = tensor.uop
-        base = u.src[0] if u.op is Ops.RESHAPE else u
-        buf = self._buffers.get(base) if base.op is Ops.BUFFER else None
-        if buf is None or base in self.pending:
+        name = u.src[0] if u.op is Ops.RESHAPE else u
+        if name.op is not Ops.BUFFER or name not in self._buffers or name in self.pending:
             tensor.realize()
-            u = tensor.uop
-            base = u.src[0] if u.op is Ops.RESHAPE else u
-            buf = self._buffers.get(base) if base.op is Ops.BUFFER else None
-        if buf is None or buf.size != _numel(u) or buf.dtype != u.dtype:
-            return None
-        return buf
+        return self.own_buffer(tensor)
 
     def own_buffer(self, tensor: Any) -> Buffer | None:
         """The Buffer ``tensor`` owns whole and contiguous (its node is a BUFFER uop or a reshape of one), or None
