@@ -173,3 +173,61 @@ def test_spec_checks_see_the_passes_of_a_cached_kernel(tmp_path, monkeypatch, ge
     monkeypatch.setenv("TG_SPEC", "1")
     np.testing.assert_array_equal(computed(), EXPECTED)
     assert len(generated) == 2 * made
+
+
+# A few kernel kinds a model meets (a matmul with its epilogue, a softmax's reductions, a jitted KV-cache write at
+# a bound position and the sum that reads it), run in a real process that prints what it computed and what the
+# program cache did. Each process gets its own string-hash seed: a key part that depended on set or dict order,
+# ids or addresses would differ between them.
+KINDS_SCRIPT = """
+import json, sys
+import numpy as np
+import tgcore
+from tgcore.engine.programs import ProgramStats
+from tgcore.tensor import Tensor
+from tgcore.uop import UOp
+rng = np.random.default_rng(0)
+a, b = rng.integers(-3, 4, (64, 48)).astype(np.float32), rng.integers(-3, 4, (48, 32)).astype(np.float32)
+out = {"mm": ((Tensor(a, device=sys.argv[1]) @ Tensor(b, device=sys.argv[1])).relu() * 2).numpy().tolist(),
+       "softmax": Tensor(a, device=sys.argv[1]).softmax(-1).numpy().tolist()}
+pos = UOp.variable("pos", 0, 7)
+cache = Tensor(np.zeros((8, 2), np.float32), device=sys.argv[1])
+@tgcore.jit
+def step(x, p):
+    cache.shrink(((p, p + 1), None)).assign(x.reshape(1, 2))
+    return cache.sum(0)
+out["kv"] = [step(Tensor(np.full(2, p + 1, np.float32), device=sys.argv[1]), pos.bind(p)).numpy().tolist()
+             for p in range(4)]
+from tgcore.engine.realize import CompileCounter
+out["generated"], out["hits"], out["counted"] = ProgramStats.misses, ProgramStats.hits, CompileCounter.generated
+print(json.dumps(out))
+"""
+
+
+def run_kinds(device: str, hash_seed: str) -> dict:
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    done = subprocess.run([sys.executable, "-c", KINDS_SCRIPT, device], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("device", ["CPU", "CPU:X86"])
+def test_a_second_process_generates_no_program_for_the_same_kernels(device, tmp_path):
+    if device == "CPU:X86":
+        pytest.importorskip("tg_x86")
+    first, second = run_kinds(device, "1"), run_kinds(device, "2")
+    kv = np.zeros((8, 2), np.float32)
+    for p, total in enumerate(first["kv"]):
+        kv[p] = p + 1
+        np.testing.assert_array_equal(total, kv.sum(0))
+    np.testing.assert_array_equal(first["mm"], EXPECTED)
+    e = np.exp(A - A.max(-1, keepdims=True))
+    np.testing.assert_allclose(first["softmax"], e / e.sum(-1, keepdims=True), rtol=1e-5)
+    assert first["generated"] >= 4 and first["hits"] == 0
+    assert second["generated"] == 0 and second["hits"] == first["generated"]
+    assert first["counted"] == first["generated"] and second["counted"] == 0  # (CompileCounter.generated agrees)
+    assert {k: second[k] for k in ("mm", "softmax", "kv")} == {k: first[k] for k in ("mm", "softmax", "kv")}

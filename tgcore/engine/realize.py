@@ -46,8 +46,13 @@ class Runner:
 
 
 class CompileCounter:
-    """How many kernels were compiled in this process (tests check that replays compile nothing)."""
+    """Kernels this process made programs for (tests check that replays make none).
+
+    ``count``: programs compiled and loaded, each one counted whether its code was generated and compiled now or read
+    from the program and compiler disk caches; ``generated``: those whose code generation ran (none for kernels a
+    warm program cache holds)."""
     count = 0
+    generated = 0
 
 
 MAX_RUNNERS = 1024  # compiled programs kept in memory (least recently used ones are dropped first)
@@ -103,7 +108,11 @@ def compile_runner(device: str, ast: UOp, opts: list[Opt] | None = None) -> Runn
     heuristic. Raises ``OptError`` for a list that does not fit the kernel."""
     dev = open_device(device)
     threads = getattr(dev, "threads", 1)
-    spec = get_program(ast, dev.renderer, threads, opts) if opts is not None else generate(dev, ast, threads)
+    if opts is not None:
+        CompileCounter.generated += 1
+        spec = get_program(ast, dev.renderer, threads, opts)
+    else:
+        spec = generate(dev, ast, threads)
     if DEBUG >= 4:
         print(spec.src if isinstance(spec.src, str) else f"<{len(spec.src)} bytes>")
     if DEBUG >= 5:
@@ -127,6 +136,7 @@ def generate(dev: Any, ast: UOp, threads: int) -> ProgramSpec:
     def recording(kernel: Kernel, renderer: Any, threads: int) -> list[Opt]:
         seen.append(kernel)
         return policy(kernel, renderer, threads)
+    CompileCounter.generated += 1
     spec = get_program(ast, dev.renderer, threads, policy=recording)
     if key is not None and seen:
         programs.store(key, spec, winner_stamp(dev.name, seen[0], dev.renderer, threads))

@@ -144,7 +144,8 @@ def main() -> int:
             continue
         try:
             r = run_bench(path, device, args.prompt_tokens, args.gen_tokens, args.max_context)
-            rows.append((f"tg-llm {device}", r, f"compiles: {r['compiles_warmup']} warm-up, "
+            rows.append((f"tg-llm {device}", r, f"compiles: {r['compiles_warmup']} warm-up "
+                                                 f"({r['generated_warmup']} generated), "
                                                  f"{r['compiles_timed']} timed"))
         except Exception as e:  # noqa: BLE001 - report and go on with the other engines
             rows.append((f"tg-llm {device}", None, f"failed: {type(e).__name__}: {e}"))

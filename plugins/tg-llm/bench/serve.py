@@ -133,22 +133,29 @@ def wait_healthy(url: str, proc: subprocess.Popen, seconds: float = 300) -> None
     raise SystemExit(f"the server at {url} did not become ready (exit status {proc.poll()})")
 
 
-def kernels_compiled(url: str) -> int | None:
-    """The server's ``tg_llm_kernels_compiled`` from /metrics (None: a server without it, e.g. llama-server)."""
+def kernels_compiled(url: str) -> tuple[int, int] | None:
+    """The server's ``tg_llm_kernels_compiled`` and ``tg_llm_kernels_generated`` (those not in the program cache)
+    from /metrics (None: a server without them, e.g. llama-server)."""
     import httpx
     try:
         text = httpx.get(url + "/metrics", timeout=30).text
     except httpx.HTTPError:
         return None
+    values = {}
     for line in text.splitlines():
-        if line.startswith("tg_llm_kernels_compiled "):
-            return int(float(line.split()[1]))
-    return None
+        name, _, value = line.partition(" ")
+        if name in ("tg_llm_kernels_compiled", "tg_llm_kernels_generated"):
+            values[name] = int(float(value))
+    if len(values) < 2:
+        return None
+    return values["tg_llm_kernels_compiled"], values["tg_llm_kernels_generated"]
 
 
-def compiled_note(url: str, before: int | None) -> str:
+def compiled_note(url: str, before: tuple[int, int] | None) -> str:
     after = kernels_compiled(url)
-    return "" if before is None or after is None else f", {after - before} kernels compiled"
+    if before is None or after is None:
+        return ""
+    return f", {after[0] - before[0]} kernels compiled ({after[1] - before[1]} generated, the rest from the cache)"
 
 
 def measure(url: str, args: argparse.Namespace, streams: list[int]) -> dict[str, float]:
@@ -209,7 +216,10 @@ def main() -> int:
     launched = time.perf_counter()
     url = f"http://127.0.0.1:{port}"
     wait_healthy(url, proc)
-    print(f"tg serve llm --parallel {args.parallel}: ready {time.perf_counter() - launched:.1f} s after launch")
+    ready = time.perf_counter() - launched
+    at_ready = kernels_compiled(url)
+    print(f"tg serve llm --parallel {args.parallel}: ready {ready:.1f} s after launch"
+          + (f" ({at_ready[0]} kernels compiled, {at_ready[1]} generated)" if at_ready else ""))
     tg = measure(url, args, streams)
     if 1 in streams:
         one = tg["1 streams"]

@@ -406,6 +406,7 @@ def test_metrics(server: Any) -> None:
     assert count >= 5 and value("tg_llm_time_to_first_token_seconds_bucket", le="+Inf") == count
     assert value("tg_llm_queue_depth") == 0 and value("tg_llm_active_slots") == 0
     assert value("tg_llm_kernels_compiled") > 0 and value("tg_llm_warm_ups_left") >= 0  # (the warm-ups compiled)
+    assert 0 <= value("tg_llm_kernels_generated") <= value("tg_llm_kernels_compiled")  # (0 with a warm cache)
 
 
 # ---- last: SIGTERM ends the shared server ----

@@ -174,8 +174,9 @@ def run_bench(path: Path, device: str | None = None, prompt_tokens: int = 128, g
     for another rank).
 
     Returns ``prefill_tok_s``, ``decode_tok_s`` (all sequences' tokens), the greedy ``tokens`` each sequence
-    generated, ``compiles_warmup`` (kernels compiled by the warm-up runs) and ``compiles_timed`` (during the timed
-    runs: 0 when nothing recompiles), and the config.
+    generated, ``compiles_warmup`` (kernels compiled by the warm-up runs, read from the disk caches or not),
+    ``generated_warmup`` (of those, the kernels whose code generation ran: 0 with a warm program cache) and
+    ``compiles_timed`` (during the timed runs: 0 when nothing recompiles), and the config.
     """
     import numpy as np
 
@@ -191,7 +192,7 @@ def run_bench(path: Path, device: str | None = None, prompt_tokens: int = 128, g
     rng = np.random.default_rng(0)
     prompts = [[int(t) for t in rng.integers(100, model.vocab_size - 1, prompt_tokens)] for _ in range(sequences)]
     seqs = range(sequences)
-    c0 = CompileCounter.count
+    c0, g0 = CompileCounter.count, CompileCounter.generated
     for _ in range(2):  # prefill warm-up: the first call captures, the second replays
         model.reset()
         logits = [model.forward_last(prompts[s], 0, seq=s) for s in seqs]
@@ -199,7 +200,7 @@ def run_bench(path: Path, device: str | None = None, prompt_tokens: int = 128, g
     for i in range(2):  # decode warm-up: the first step captures, the second replays
         rows = model.decode([(s, tokens[s], prompt_tokens + i) for s in seqs])
         tokens = [int(np.argmax(row)) for row in rows]
-    c1 = CompileCounter.count
+    c1, g1 = CompileCounter.count, CompileCounter.generated
     model.reset()
     t0 = time.perf_counter()
     logits = [model.forward_last(prompts[s], 0, seq=s) for s in seqs]
@@ -217,7 +218,8 @@ def run_bench(path: Path, device: str | None = None, prompt_tokens: int = 128, g
               "prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens, "sequences": sequences,
               "prefill_tok_s": sequences * prompt_tokens / prefill_s,
               "decode_tok_s": sequences * gen_tokens / decode_s, "tokens": generated,
-              "compiles_warmup": c1 - c0, "compiles_timed": CompileCounter.count - c1}
+              "compiles_warmup": c1 - c0, "generated_warmup": g1 - g0,
+              "compiles_timed": CompileCounter.count - c1}
     if stage is not None:
         result["idle_share"] = stage.idle_shares()
     model.close()
@@ -262,7 +264,8 @@ def bench(args: argparse.Namespace) -> int:
     if stage is not None:
         shares = ", ".join(f"rank {i} {share:.0%}" for i, share in enumerate(r["idle_share"]))
         print(f"idle while decoding (waiting for another rank): {shares}")
-    print(f"kernels compiled: {r['compiles_warmup']} in warm-up, {r['compiles_timed']} while timed")
+    print(f"kernels compiled: {r['compiles_warmup']} in warm-up ({r['generated_warmup']} of them generated, the rest "
+          f"from the program cache), {r['compiles_timed']} while timed")
     if args.print_tokens:
         for s, toks in enumerate(r["tokens"]):
             print(f"tokens {s}: {' '.join(map(str, toks))}")

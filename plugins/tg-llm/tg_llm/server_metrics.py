@@ -9,8 +9,10 @@ Each app has its own registry (several apps in one process, as in the tests, nev
   ``_seconds_total`` (their ratio is the rate over any window), and ``tg_llm_prefill_tokens_per_second``
   / ``tg_llm_decode_tokens_per_second``: the rates of the last request that generated;
 - ``tg_llm_time_to_first_token_seconds``: a histogram, queue wait included (what a client waits);
-- ``tg_llm_kernels_compiled``: kernels the process compiled so far (a request that runs captured steps adds
-  none), ``tg_llm_warm_ups_left``: captures the worker still makes while idle.
+- ``tg_llm_kernels_compiled``: kernels the process made programs for so far (a request that runs captured steps
+  adds none), counted whether compiled now or read from the program and compiler disk caches;
+  ``tg_llm_kernels_generated``: those of them whose code generation ran (0 for kernels a warm program cache
+  holds); ``tg_llm_warm_ups_left``: captures the worker still makes while idle.
 """
 from __future__ import annotations
 
@@ -50,8 +52,12 @@ class Metrics:
         active = Gauge("tg_llm_active_slots", "KV cache slots generating", registry=r)
         active.set_function(lambda: float(engine.active_slots))
         from tgcore.engine.realize import CompileCounter
-        compiled = Gauge("tg_llm_kernels_compiled", "kernels compiled in this process so far", registry=r)
+        compiled = Gauge("tg_llm_kernels_compiled", "kernels this process made programs for so far (compiled now "
+                         "or read from the disk caches)", registry=r)
         compiled.set_function(lambda: float(CompileCounter.count))
+        generated = Gauge("tg_llm_kernels_generated", "of those, kernels whose code generation ran (not in the "
+                          "program cache)", registry=r)
+        generated.set_function(lambda: float(CompileCounter.generated))
         warm = Gauge("tg_llm_warm_ups_left", "warm-up captures left to make while idle", registry=r)
         warm.set_function(lambda: float(engine.warm_ups_left))
 
