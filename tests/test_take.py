@@ -142,3 +142,40 @@ def test_rows_scattered_into_a_cache_per_step_under_jit(device):
         jitted(Tensor(base, device=device), Tensor(rows, device=device))
         expected[np.arange(seqs), :, slot, :] = rows * 2
         np.testing.assert_array_equal(cache.numpy(), expected)
+
+
+@pytest.mark.parametrize("indices", ["lazy_slice", "realized_slice"])
+def test_assign_into_a_take_whose_indices_read_the_table(device, indices):
+    """The indices are read before any element is written (numpy's ``t[t[:2]] = v``), also when they are a slice of
+    the table itself (lazy, or realized: a view of the same memory)."""
+    ref = np.array([1, 0, 0, 0, 0, 0, 0, 0], np.int32)
+    t = Tensor(ref, device=device).contiguous().realize()
+    index = t[:2] if indices == "lazy_slice" else t[:2].realize()
+    t.take(index).assign(Tensor(np.array([5, 6], np.int32), device=device))
+    ref[ref[:2].copy()] = [5, 6]
+    np.testing.assert_array_equal(t.numpy(), ref)
+
+
+def test_assign_of_a_realized_overlapping_slice_reads_the_old_values(device):
+    """``t[1:201] = t[0:200]`` through a realized view of the source (memory it overwrites): numpy's result."""
+    ref = np.arange(300, dtype=np.int32)
+    t = Tensor(ref, device=device).contiguous().realize()
+    t[1:201].assign(t[0:200].realize())
+    ref[1:201] = ref[0:200].copy()
+    np.testing.assert_array_equal(t.numpy(), ref)
+
+
+def test_assign_into_a_view_of_a_take_is_refused_at_once(device):
+    """Refused when asked, with the table unchanged (it used to be accepted and then fail on the next read, the write
+    lost); a take of an expanded table names the real cause."""
+    from tgcore.errors import TensorValueError
+    t = Tensor(np.arange(6, dtype=np.float32), device=device).contiguous().realize()
+    index = Tensor(np.array([0, 1, 2, 3], np.int32), device=device)
+    with pytest.raises(TensorValueError, match="view of a take"):
+        t.take(index).reshape(2, 2).assign(Tensor(np.ones((2, 2), np.float32), device=device))
+    with pytest.raises(TensorValueError, match="view of a take"):
+        t.take(index)[1:3].assign(Tensor(np.ones(2, np.float32), device=device))
+    np.testing.assert_array_equal(t.numpy(), np.arange(6, dtype=np.float32))
+    wide = t.reshape(1, 6).expand(2, 6).reshape(12)
+    with pytest.raises(TensorValueError, match="expanded or padded"):
+        wide.take(index).assign(Tensor(np.ones(4, np.float32), device=device))

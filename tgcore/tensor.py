@@ -342,12 +342,19 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
         v = v.cast(self.dtype)._broadcast_to(broadcast_shape(self.shape, v.shape))
         if v.shape != self.shape:
             raise TensorValueError(f"assign of shape {v.shape} into a tensor of shape {self.shape}")
-        base = self.uop
+        base, chain = self.uop, []
         while base.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP, Ops.INDEX):  # (INDEX: a take's table)
+            chain.append(base)
             base = base.src[0]
+        if any(n.op is Ops.INDEX for n in chain[1:]):
+            raise TensorValueError("assign into a view of a take is not supported: assign into the take itself "
+                                   "(reshape or slice the index and the value instead)")
         buf = REALIZATION.buffer(base) if base.op is Ops.BUFFER else None
         if buf is None or not buf.is_allocated():
             if self.uop.op is Ops.INDEX:
+                if base.op in (Ops.EXPAND, Ops.PAD):  # (elements there are no memory of their own to write)
+                    raise TensorValueError("assign into a take needs a table that is a realized buffer or a "
+                                           "reshape/shrink/permute/flip of one, not an expanded or padded one")
                 raise TensorValueError("assign into a take writes the table's memory: realize the table first")
             self.uop = v.uop  # nothing materialized to write into
             return self

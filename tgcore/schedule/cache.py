@@ -139,6 +139,22 @@ class _Walk:
                 if s not in index:
                     stack.append((s, False))
         self.outs = tuple(index[o] for o in outs)
+        if root_write is not None and _reads_written_memory(root_write, self.leaves):
+            self.ok = False  # (placeholders are distinct memory: in-place checks need the real)
+
+
+def _reads_written_memory(write: UOp, leaves: list[UOp]) -> bool:
+    """Whether a leaf of the write's graph other than its target buffer is memory the write writes (a realized
+    slice of it, say)."""
+    written = [n for n in _view_chain(write.src[0]) if n.op is Ops.BUFFER]
+    target = REALIZATION.buffer(written[0]) if written else None
+    if target is None:
+        return False
+    for leaf in leaves:
+        buf = REALIZATION.buffer(leaf)
+        if leaf is not written[0] and buf is not None and buf.base is target.base:
+            return True
+    return False
 
 
 def _view_chain(n: UOp) -> list[UOp]:

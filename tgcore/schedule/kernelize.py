@@ -58,6 +58,20 @@ def uop_buffer(u: UOp) -> Buffer:
     return buf
 
 
+def _share_memory(a: UOp, b: UOp) -> bool:
+    """Whether the BUFFER uops ``a`` and ``b`` are, or view, overlapping bytes of one allocation (a realized slice
+    can be a view of its source's memory)."""
+    if a is b:
+        return True
+    ba, bb = REALIZATION.buffer(a), REALIZATION.buffer(b)
+    if ba is None or bb is None:
+        return False
+    root_a, root_b = ba._base or ba, bb._base or bb
+    if root_a is not root_b:
+        return False
+    return ba.offset < bb.offset + bb.nbytes and bb.offset < ba.offset + ba.nbytes
+
+
 def buffer_device(u: UOp) -> str:
     return u.src[1].arg
 
@@ -519,11 +533,18 @@ class Kernelizer:
             raise ValueError("assign target must be a view of a buffer made by reshape/shrink/permute/flip, "
                              "or a take of one")
         index = where.src[0]
+        overlapping = {p for p, b in zip(kernel.params, kernel.param_bufs, strict=True) if _share_memory(b, base)}
+        if gated_ok and any(u.op is Ops.INDEX and u.src[0] in overlapping for s in index.src[1:] for u in s.toposort):
+            # a take's indices read the table it writes: a copy of them first, else an element written early moves
+            # where a later one goes
+            staged_indices = self.realize(UOp(Ops.CONTIGUOUS, target.src[1].dtype, (target.src[1],)))
+            return self._assign_kernel(node.replace(src=(target.replace(src=(target.src[0], staged_indices)), value)))
         kernel.root, kernel.root_idx = value, ranges
         result = kernel.lower(value, ranges, None, direct=True)
         # in place is safe when every read of the target buffer reads the element being written
-        if any(u.op is Ops.INDEX and u.src[0] is param and u is not index for u in result.toposort):
-            staged = self.realize(value)  # read the old values from a copy
+        overlapping = {p for p, b in zip(kernel.params, kernel.param_bufs, strict=True) if _share_memory(b, base)}
+        if any(u.op is Ops.INDEX and u.src[0] in overlapping and u is not index for u in result.toposort):
+            staged = self.realize(UOp(Ops.CONTIGUOUS, value.dtype, (value,)))  # read the old values from a copy
             kernel = _KernelBuilder(self, kernel.idt)
             param = kernel.param(base)
             index = kernel.lower(target, ranges, None, direct=True).src[0]
