@@ -275,3 +275,13 @@ def test_a_crop_stored_through_with_k_tiles_matches_numpy(device):
     got = run_product_with(rows, [Opt(OptOps.UPCAST, positions, 16), Opt(OptOps.TILE, reduced, 8)], device)
     assert got is not None
     np.testing.assert_allclose(got[0], (a @ b)[:, :57].reshape(4, 3, 19)[:, :, :17], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_crop_that_keeps_nothing_is_empty(device):
+    """A crop of a product to zero columns is an empty result (it crashed on PYTHON: a store through the crop with
+    nothing to store)."""
+    a = Tensor(np.ones((4, 3), np.float32), device=device)
+    b = Tensor(np.ones((3, 5), np.float32), device=device)
+    got = (a @ b).contiguous()[:, 2:2].realize()
+    assert got.shape == (4, 0) and got.numpy().shape == (4, 0)

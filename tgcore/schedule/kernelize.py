@@ -361,6 +361,8 @@ class Kernelizer:
         only what the crop keeps (``_store_through_crop``), with no copy of the cropped elements afterwards. A
         flat convolution's product over its padded grid of positions, of which each row's last ones are cut."""
         chain = [node.src[0] if node.op is Ops.DETACH else node]  # (a gradient rule's node computes its first source)
+        if prod(shape_of(node)) == 0:  # (nothing kept: no kernel at all, as for any empty result)
+            return None
         if chain[0] is not node and not self._only_here(chain[0]):
             return None
         while chain[-1].op in (Ops.RESHAPE, Ops.SHRINK):
