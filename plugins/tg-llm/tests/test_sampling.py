@@ -31,6 +31,16 @@ def test_greedy_is_argmax():
         assert Sampler(1).sample(logits, SamplingParams(temperature=0)).token == int(np.argmax(logits))
 
 
+@pytest.mark.parametrize("temperature", [1e-40, 1e-300, 1e-320])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_tiny_temperature_picks_the_best_token(temperature, dtype):
+    """A temperature far below 1e-6 (the API accepts any in [0, 2]) samples the argmax, as its limit does: the
+    quotients overflowed float32 to inf and the draw raised, failing every request of the server's batch."""
+    logits = np.random.default_rng(7).normal(size=300).astype(dtype) * 5
+    for params in (SamplingParams(temperature=temperature), SamplingParams(temperature=temperature, top_k=40)):
+        assert Sampler(1).sample(logits, params).token == int(np.argmax(logits))
+
+
 def test_same_seed_same_tokens():
     logits = np.random.default_rng(3).normal(size=500)
     p = SamplingParams(temperature=0.9, top_p=0.95)

@@ -149,13 +149,16 @@ def _candidates(logits: np.ndarray, p: SamplingParams) -> tuple[np.ndarray, np.n
     only they are divided."""
     n = logits.shape[0]
     pick_first = logits.dtype == np.float32 and 1e-6 <= p.temperature <= 1e6
-    scaled = logits if pick_first else logits / p.temperature
+    with np.errstate(over="ignore"):  # (overflow: handled below)
+        scaled = logits if pick_first else logits.astype(np.float64) / p.temperature
     if p.top_k and p.top_k < n:
         ids = np.flatnonzero(scaled >= np.partition(scaled, n - p.top_k)[n - p.top_k])
     else:
         ids = np.arange(n)
     chosen = scaled[ids].astype(np.float64) / p.temperature if pick_first else scaled[ids]
-    weights = np.exp(chosen - chosen.max())
+    top = chosen.max()
+    # (a temperature so small the quotients overflow: the best tokens alone, as the limit of the distribution is)
+    weights = np.exp(chosen - top) if np.isfinite(top) else (logits[ids] == logits[ids].max()).astype(np.float64)
     keep = filter_mask(weights / weights.sum(), 0, p.top_p, p.min_p)
     return ids[keep], weights[keep]
 
