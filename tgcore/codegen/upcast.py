@@ -233,8 +233,10 @@ class _Expander:
         if (affine := self.affine(expr)) is None:
             return None
         base, step = affine
-        out = [_plus(base, o * step) for o in self.lane_values[self.lanes[0]]]
-        self.steps[tuple(out)] = step
+        values = self.lane_values[self.lanes[0]]
+        out = [_plus(base, o * step) for o in values]
+        if values == list(range(self.count)):  # (a SPREAD's halves repeat values: not one run of addresses)
+            self.steps[tuple(out)] = step
         return out
 
     def whole_vector(self, index: UOp) -> UOp | None:

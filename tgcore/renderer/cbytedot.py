@@ -529,7 +529,7 @@ def lanes_together(xs: list[UOp]) -> UOp | None:
 # (tg_rows8_at, tg_rows4_at) into a table: one vpgatherdq (vpgatherdd) with AVX2 and gcc's builtins, else row by row
 ROWS_PREAMBLE = """\
 static inline tg_int32x4 tg_widen_u8x4(tg_uint8x4 v) {
-#if defined(__AVX2__)
+#if defined(__AVX2__) && !defined(__clang__)
   unsigned int b; __builtin_memcpy(&b, &v, 4);
   return (tg_int32x4)__builtin_ia32_pmovzxbd128((char __attribute__((vector_size(16))))(tg_int32x4){(int)b, 0, 0, 0});
 #else

@@ -223,15 +223,15 @@ typedef char tg_bytes16 __attribute__((vector_size(16)));
 typedef int tg_widened8 __attribute__((vector_size(32)));
 static inline tg_bytes16 tg_low8(unsigned long long b) {
   long long __attribute__((vector_size(16))) t = {(long long)b, 0}; return (tg_bytes16)t; }
-static inline tg_widened8 tg_widen_u8x8(tg_uint8x8 v) {
-#if defined(__AVX2__)
+static inline tg_widened8 tg_widen_u8x8(tg_uint8x8 v) {  /* (clang has no pmovzx builtins) */
+#if defined(__AVX2__) && !defined(__clang__)
   unsigned long long b; __builtin_memcpy(&b, &v, 8); return (tg_widened8)__builtin_ia32_pmovzxbd256(tg_low8(b));
 #else
   return __builtin_convertvector(v, tg_widened8);
 #endif
 }
 static inline tg_widened8 tg_widen_i8x8(tg_int8x8 v) {
-#if defined(__AVX2__)
+#if defined(__AVX2__) && !defined(__clang__)
   unsigned long long b; __builtin_memcpy(&b, &v, 8); return (tg_widened8)__builtin_ia32_pmovsxbd256(tg_low8(b));
 #else
   return __builtin_convertvector(v, tg_widened8);
@@ -277,7 +277,7 @@ static inline tg_float32x8 tg_table16_f32(const float* t, tg_int32x8 i) {
 # a store of the lanes of a range (``_lane_range``: a row piece's) that is neither whole nor empty: one masked
 # store with AVX-512F (gcc's builtin), else lane by lane (constant lanes: the vector stays in its register)
 RANGE_STORE_PREAMBLE = """\
-static inline unsigned tg_lanes_below(int n) { return n >= 32 ? ~0u : n <= 0 ? 0u : (1u << n) - 1u; }
+static inline unsigned tg_lanes_below(long long n) { return n >= 32 ? ~0u : n <= 0 ? 0u : (1u << n) - 1u; }
 static inline void tg_store_f32x16_masked(float* p, tg_float32x16 v, unsigned m) {
 #if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
   __builtin_ia32_storeups512_mask(p, v, (unsigned short)m);
