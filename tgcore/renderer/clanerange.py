@@ -3,8 +3,8 @@
 In:  a LOAD or STORE whose INDEX gate is a bool vector made of lane ranges (``_Expander.lane_range``: a conjunction
      of broadcast bools, ``lanes < bound`` and ``bound < lanes``, lanes the VCONST ``0..n-1``), names of the
      rendered values.
-Out: the access as C: the whole vector when every lane is on, nothing when each range alone is empty, else lane by
-     lane (a compare per bound, not one per lane); a 16-lane float32 store as one masked store (AVX-512F,
+Out: the access as C: the whole vector when every lane is on, nothing when a term alone leaves no lane on, else
+     lane by lane (a compare per bound, not one per lane); a 16-lane float32 store as one masked store (AVX-512F,
      ``RANGE_STORE_PREAMBLE``'s ``tg_store_f32x16_masked``). Any other gate: None (the caller renders it).
 """
 from __future__ import annotations
