@@ -125,6 +125,7 @@ def _byte_table(buf: UOp) -> bool:
 
 
 _GateParts = tuple[list[UOp], dict[bool, list[UOp]]]  # a row piece's lane-free gates and lane bounds
+_RowSplit = tuple[frozenset[UOp], UOp, int]  # a store index's row splits, their x and w (``_Expander.row_split``)
 
 
 class _Expander:
@@ -138,6 +139,8 @@ class _Expander:
         self.gathers = gathers
         self.byte_tables = byte_tables
         self.count = prod(_size(r) for r in lanes)
+        # the lanes are one vector: a power of two within the last lane axis (a whole access, a row piece's store)
+        self.one_vector = self.count <= _size(lanes[-1]) and not self.count & (self.count - 1)
         combos = list(itertools.product(*(range(_size(r)) for r in lanes)))  # last lane axis fastest
         self.lane_values = {r: [c[i] for c in combos] for i, r in enumerate(lanes)}
         self.lane_set = set(lanes)
@@ -148,6 +151,7 @@ class _Expander:
         self.bases: dict[UOp, tuple[UOp, int] | None] = {}  # int expr -> (base, step) when affine in the lane
         self.lane_bounds: dict[UOp, tuple[UOp | None, bool] | None] = {}  # gate term -> its bound (lane_bound)
         self.rows: dict[tuple[UOp, int], tuple[UOp, UOp]] = {}  # (position, row length) -> (row, column) at lane 0
+        self.row_splits: dict[UOp, _RowSplit | None] = {}  # store INDEX -> its row split (``row_split``)
         # (store gate, the splits of its position, carry) -> a row piece's gate parts (``_piece_gate``)
         self.piece_gates: dict[tuple[UOp | None, frozenset[UOp], int], _GateParts | None] = {}
 
@@ -244,8 +248,7 @@ class _Expander:
         one vector) and its gate, if any, is the same in every lane; else None. The common load or store of a
         vectorized axis, found without building each lane's address. (Not when the lanes take other values than
         0, 1, ..., count-1: a SPREAD's halves, ``plan_spread``.)"""
-        if self.count > _size(self.lanes[-1]) or self.count & (self.count - 1) or \
-                (affine := self.affine(index.src[1])) is None or affine[1] != 1 or \
+        if not self.one_vector or (affine := self.affine(index.src[1])) is None or affine[1] != 1 or \
                 self.lane_values[self.lanes[0]] != list(range(self.count)):
             return None
         if len(index.src) == 2:
@@ -322,6 +325,30 @@ class _Expander:
         vector_index = self.widen(index.src[1])
         return UOp(Ops.LOAD, load.dtype.vec(self.count), (index.replace(src=(index.src[0], vector_index)),))
 
+    def row_split(self, index: UOp) -> _RowSplit | None:
+        """``(splits, x, w)`` when ``index`` (address and gate) depends on the lanes through ``x // w`` and ``x % w``
+        (``splits``: those nodes; one ``x``, one constant ``w``) with ``x = base + lane`` (one lane axis, ``base >= 0``)
+        and at most ``w`` lanes: a row piece's form (``row_stores``, ``row_pieces``); ``self.rows[(x, w)]`` is then
+        its row and column at lane 0. None for another index. Found once per index, the row and column once per
+        ``(x, w)`` (the unrolled copies of a tile, its channels, share their positions)."""
+        if index in self.row_splits:
+            return self.row_splits[index]
+        self.row_splits[index] = None
+        splits = frozenset(u for u in index.toposort if u.op in (Ops.IDIV, Ops.MOD) and u.src[1].op is Ops.CONST
+                           and self.depends_on_lanes(u.src[0]))
+        if not splits or len({(u.src[0], u.src[1].arg) for u in splits}) != 1 or len(self.lanes) > 1:
+            return None
+        x, w = next(iter(splits)).src[0], next(iter(splits)).src[1].arg
+        if not isinstance(w, int) or self.count > w:
+            return None
+        affine = self.affine(x)
+        if affine is None or affine[1] != 1 or affine[0].vmin < 0:
+            return None
+        if (x, w) not in self.rows:
+            self.rows[(x, w)] = ((affine[0] // w).simplify(), (affine[0] % w).simplify())
+        self.row_splits[index] = split = (splits, x, w)
+        return split
+
     def row_pieces(self, index: UOp) -> list[UOp] | None:
         """A store index ``f(x // w, x % w)`` (a row ``x // w`` of ``w`` elements, with ``x = base + lane`` and at
         most ``w`` lanes: a flat convolution's positions stored into rows cropped from them) as two INDEXes
@@ -329,16 +356,11 @@ class _Expander:
         those in the next row (``+ 1`` and ``- w``), each gated on its own lanes. Then each is one vector access
         with a gate per lane (whole when every lane is on: most vectors lie within a row) instead of a scattered
         store lane by lane. None when the index is not of that form."""
-        splits = {u for u in index.toposort if u.op in (Ops.IDIV, Ops.MOD) and u.src[1].op is Ops.CONST
-                  and self.depends_on_lanes(u.src[0])}
-        if not splits or len({(u.src[0], u.src[1].arg) for u in splits}) != 1 or len(self.lanes) > 1:
+        if (split := self.row_split(index)) is None:
             return None
-        x, w = next(iter(splits)).src[0], next(iter(splits)).src[1].arg
-        affine = self.affine(x)
-        if affine is None or affine[1] != 1 or not isinstance(w, int) or self.count > w or affine[0].vmin < 0:
-            return None
-        base, lane = affine[0], self.lanes[0]
-        row, column = (base // w).simplify(), (base % w).simplify()
+        splits, x, w = split
+        row, column = self.rows[(x, w)]
+        lane = self.lanes[0]
         pieces = []
         for carry, in_piece in ((0, column + lane < w), (1, column + lane >= w)):
             mapping = {u: (row + carry if u.op is Ops.IDIV else column + lane - w * carry) for u in splits}
@@ -402,29 +424,19 @@ class _Expander:
         piece after the substitution: the address and every gate term are linear in ``x % w`` with coefficient 1
         (checked on their structure), so a piece's address and bounds are those at lane 0, one simplification each.
         None when the index is of another form (then ``row_pieces`` or the store lane by lane)."""
-        if not self.masked or self.count > _size(self.lanes[-1]) or self.count & (self.count - 1):
+        if not self.masked or not self.one_vector or (split := self.row_split(index)) is None:
             return None
-        splits = {u for u in index.toposort if u.op in (Ops.IDIV, Ops.MOD) and u.src[1].op is Ops.CONST
-                  and self.depends_on_lanes(u.src[0])}
-        if not splits or len({(u.src[0], u.src[1].arg) for u in splits}) != 1 or len(self.lanes) > 1:
-            return None
-        x, w = next(iter(splits)).src[0], next(iter(splits)).src[1].arg
-        if not isinstance(w, int) or self.count > w or self._lanes_outside(index.src[1], splits):
-            return None
+        splits, x, w = split
         mod = next((u for u in splits if u.op is Ops.MOD), None)
-        affine = self.affine(x)
-        if mod is None or affine is None or affine[1] != 1 or affine[0].vmin < 0 or \
-                _coefficient(index.src[1], mod) != 1:
+        if mod is None or self._lanes_outside(index.src[1], splits) or _coefficient(index.src[1], mod) != 1:
             return None
-        if (x, w) not in self.rows:  # the unrolled copies of a tile (its channels) share their positions and gates
-            self.rows[(x, w)] = ((affine[0] // w).simplify(), (affine[0] % w).simplify())
         row, column = self.rows[(x, w)]
         gate_of = index.src[2] if len(index.src) > 2 else None
         out = []
         pieces: list[tuple[UOp, list[UOp], dict[bool, list[UOp]]]] = []
         for carry in (0, 1):
             at = {u: (row + carry if u.op is Ops.IDIV else column - w * carry) for u in splits}
-            key = (gate_of, frozenset(splits), carry)
+            key = (gate_of, splits, carry)
             if key not in self.piece_gates:
                 self.piece_gates[key] = self._piece_gate(gate_of, splits, mod, at, column, w, carry)
             if (parts := self.piece_gates[key]) is None:
@@ -475,7 +487,7 @@ class _Expander:
                 self.lane_bounds[term] = (None if every else bound, suffix)
         return self.lane_bounds[term]
 
-    def _piece_gate(self, gate: UOp | None, splits: set[UOp], mod: UOp, at: dict[UOp, UOp], column: UOp, w: int,
+    def _piece_gate(self, gate: UOp | None, splits: frozenset[UOp], mod: UOp, at: dict[UOp, UOp], column: UOp, w: int,
                     carry: int) -> _GateParts | None:
         """The lane-free gates and lane bounds of the piece of ``row_stores`` with ``carry`` (``at``: its
         substitution of ``splits``), for the store gate ``gate``; None when a term has no such form."""
@@ -502,7 +514,7 @@ class _Expander:
                 _add_bound(bounds[suffix], bound, suffix)
         return scalars, bounds
 
-    def _lanes_outside(self, expr: UOp, splits: set[UOp]) -> bool:
+    def _lanes_outside(self, expr: UOp, splits: frozenset[UOp]) -> bool:
         """Whether ``expr`` depends on a lane other than through ``splits``."""
         if expr in splits or not self.depends_on_lanes(expr):
             return False
@@ -573,7 +585,7 @@ class _Expander:
     def range_store(self, index: UOp, value: UOp) -> UOp | None:
         """The store of ``value`` at a row piece ``index`` (``row_pieces``) as one vector store gated by a range of
         lanes (``lane_range``); None when the lanes do not fit one vector or the gate has no such form."""
-        if not self.masked or self.count > _size(self.lanes[-1]) or self.count & (self.count - 1):
+        if not self.masked or not self.one_vector:
             return None
         affine = self.affine(index.src[1])
         if affine is None or affine[1] != 1 or (gate := self.lane_range(index.src[2])) is None:

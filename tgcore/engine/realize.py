@@ -159,7 +159,7 @@ def build_program(dev: Any, spec: ProgramSpec, disk_cache: bool = True) -> Any:
     else:
         lib = dev.compiler.compile(spec.src)
     CompileCounter.count += 1
-    loader = getattr(dev.renderer, "program", None) or dev.program  # an ISA renderer may load its own code
+    loader = dev.renderer.program or dev.program  # an ISA renderer may load its own code
     program = loader(spec.name, lib)
     if spec.global_size is not None:  # a hand-written kernel: bind its launch dimensions once
         program = functools.partial(program, global_size=spec.global_size, local_size=spec.local_size)

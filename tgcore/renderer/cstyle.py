@@ -36,6 +36,7 @@ from tgcore.renderer.cbytedot import (
     uses_row_gather,
 )
 from tgcore.renderer.chalfpairs import HALF2_HELPER, HALF2_PREAMBLE, pair_half_reads
+from tgcore.renderer.clanerange import RANGE_STORE_PREAMBLE, range_gated_load, range_gated_store, uses_range_store
 from tgcore.renderer.prefetch import Prefetcher, loop_nest
 from tgcore.runtime.cpufeatures import chosen_isa_level, cpu_features
 from tgcore.uop import Ops, RangeKind, UOp
@@ -269,20 +270,6 @@ static inline tg_float32x8 tg_table16_f32(const float* t, tg_int32x8 i) {
   return __builtin_ia32_blendvps256(a, b, (tg_float32x8)(i << 28));
 #else
   return (tg_float32x8){t[i[0]], t[i[1]], t[i[2]], t[i[3]], t[i[4]], t[i[5]], t[i[6]], t[i[7]]};
-#endif
-}
-"""
-
-
-# a store of the lanes of a range (``_lane_range``: a row piece's) that is neither whole nor empty: one masked
-# store with AVX-512F (gcc's builtin), else lane by lane (constant lanes: the vector stays in its register)
-RANGE_STORE_PREAMBLE = """\
-static inline unsigned tg_lanes_below(long long n) { return n >= 32 ? ~0u : n <= 0 ? 0u : (1u << n) - 1u; }
-static inline void tg_store_f32x16_masked(float* p, tg_float32x16 v, unsigned m) {
-#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
-  __builtin_ia32_storeups512_mask(p, v, (unsigned short)m);
-#else
-  for (int j = 0; j < 16; j++) if (m >> j & 1u) p[j] = v[j];
 #endif
 }
 """
@@ -675,9 +662,7 @@ class CRenderer(Renderer):
         if any(byte_table_lookup(u) is not None for u in kernel):  # (rendered wherever one matches, dot or not)
             vectors = sorted(set(vectors) | {dtypes.uint8.vec(32)}, key=lambda d: d.name)
             helpers += BYTE_TABLE_PREAMBLE
-        if any(u.op is Ops.STORE and u.src[1].dtype == dtypes.float32.vec(16) and len(u.src[0].src) > 2
-               and u.src[0].src[2].dtype.count > 1 and u.src[0].src[2] not in lane_gates
-               and _lane_range(u.src[0].src[2], names) is not None for u in kernel):
+        if uses_range_store(kernel, names, lane_gates):
             helpers += RANGE_STORE_PREAMBLE
         typedefs = "".join(vector_typedef(d) + "\n" for d in vectors)
         return PREAMBLE + typedefs + helpers + head + "\n" + "\n".join(decls + body) + "\n}\n"
@@ -722,13 +707,8 @@ class CRenderer(Renderer):
                 return f"__builtin_memcpy((char*)&{v} + {first}*sizeof({v}[0]), &{at}, {n}*sizeof({v}[0]));"
             return f"{t} {v} = {c_const(0, u.dtype)}; " + self._lanewise(
                 index, names, lane_gates[index.src[2]], load_piece, copy)
-        if len(index.src) > 2 and index.src[2].dtype.count > 1 and (
-                ranged := _lane_range(index.src[2], names)) is not None:  # a row piece's range of lanes
-            whole, some, lanes, _ = ranged
-            ptr, idx = names[index.src[0]], names[index.src[1]]
-            each = " ".join(f"if ({c}) {v}[{j}] = {ptr}[{idx}+{j}];" for j, c in enumerate(lanes))
-            return (f"{t} {v} = {c_const(0, u.dtype)}; if ({whole}) {{ __builtin_memcpy(&{v}, &{names[index]}, "
-                    f"sizeof({v})); }} else if ({some}) {{ {each} }}")
+        if (ranged := range_gated_load(u, names, v, t, c_const(0, u.dtype))) is not None:  # a row piece's lanes
+            return ranged
         gate = names[index.src[2]] if len(index.src) > 2 else None
         if u.dtype.count > 1 and self._in_memory(index):
             copy = f"__builtin_memcpy(&{v}, &{names[index]}, sizeof({v}));"
@@ -750,64 +730,14 @@ class CRenderer(Renderer):
                 ptr, idx = names[index.src[0]], names[index.src[1]]
                 return " ".join(f"{ptr}[{idx}+{first + j}] = {names[value]}[{first + j}];" for j in range(n))
             return self._lanewise(index, names, lane_gates[index.src[2]], store_piece, copy)
-        if len(index.src) > 2 and index.src[2].dtype.count > 1 and (
-                ranged := _lane_range(index.src[2], names)) is not None:
-            whole, some, lanes, mask = ranged
-            copy = (f"{c_type(value.dtype)} tg_t = {names[value]}; "
-                    f"__builtin_memcpy(&{names[index]}, &tg_t, sizeof(tg_t));")
-            ptr, idx = names[index.src[0]], names[index.src[1]]
-            if value.dtype == dtypes.float32.vec(16):  # one masked store (AVX-512F) of the lanes in range
-                each = f"tg_store_f32x16_masked(&{ptr}[{idx}], {names[value]}, {mask});"
-            else:
-                each = " ".join(f"if ({c}) {ptr}[{idx}+{j}] = {names[value]}[{j}];" for j, c in enumerate(lanes))
-            return f"if ({whole}) {{ {copy} }} else if ({some}) {{ {each} }}"
+        if (ranged := range_gated_store(u, names, c_type(value.dtype))) is not None:  # a row piece's lanes
+            return ranged
         if value.dtype.count > 1 and self._in_memory(index):
             text = (f"{{ {c_type(value.dtype)} tg_t = {names[value]}; "
                     f"__builtin_memcpy(&{names[index]}, &tg_t, sizeof(tg_t)); }}")
         else:
             text = f"{names[index]} = {names[value]};"
         return f"if ({names[index.src[2]]}) {text}" if len(index.src) > 2 else text
-
-
-def _lane_range(gate: UOp, names: dict[UOp, str]) -> tuple[str, str, list[str], str] | None:
-    """A bool vector gate made of lane ranges (``_Expander.lane_range``: a conjunction of broadcast bools,
-    ``lanes < bound`` and ``bound < lanes``) as C conditions on scalars (a compare per bound, not one per lane):
-    that every lane is on, that some may be (false when each range alone is empty), each lane's condition, and the
-    lanes as a bit mask (``RANGE_STORE_PREAMBLE``); None for another gate."""
-    terms, todo = [], [gate]
-    while todo:
-        t = todo.pop()
-        if t.op is Ops.AND:
-            todo += t.src
-        else:
-            terms.append(t)
-    whole: list[str] = []
-    some: list[str] = []
-    masks: list[str] = []
-    lanes: list[list[str]] = [[] for _ in range(gate.dtype.count)]
-    for t in terms:
-        if t.op is Ops.VECTORIZE and all(x is t.src[0] for x in t.src):
-            whole.append(names[t.src[0]])
-            some.append(names[t.src[0]])
-            masks.append(f"({names[t.src[0]]} ? ~0u : 0u)")
-            for c in lanes:
-                c.append(names[t.src[0]])
-            continue
-        if t.op is not Ops.CMPLT or {s.op for s in t.src} != {Ops.VCONST, Ops.VECTORIZE}:
-            return None
-        prefix = t.src[0].op is Ops.VCONST
-        consts, bound = (t.src[0], t.src[1]) if prefix else (t.src[1], t.src[0])
-        if any(x is not bound.src[0] for x in bound.src):
-            return None
-        b = names[bound.src[0]]
-        whole.append(f"({max(consts.arg)} < {b})" if prefix else f"({b} < {min(consts.arg)})")
-        some.append(f"({min(consts.arg)} < {b})" if prefix else f"({b} < {max(consts.arg)})")
-        if list(consts.arg) != list(range(len(consts.arg))):
-            return None
-        masks.append(f"tg_lanes_below({b})" if prefix else f"~tg_lanes_below({b} + 1)")
-        for c, k in zip(lanes, consts.arg, strict=True):
-            c.append(f"({k} < {b})" if prefix else f"({b} < {k})")
-    return " && ".join(whole), " && ".join(some), [" && ".join(c) for c in lanes], " & ".join(masks)
 
 
 __all__ = ["CRenderer", "c_type", "AddrSpace"]

@@ -38,7 +38,7 @@ class Device:
         """The renderer's compiler, or None if no renderer is set (or it has none)."""
         if self.renderer is None:
             return None
-        return getattr(self.renderer, "compiler", None)
+        return self.renderer.compiler
 
     def profile_counters(self) -> Any:
         """The counters a profile reads around each kernel run here: an object with ``read() -> {name: count}``

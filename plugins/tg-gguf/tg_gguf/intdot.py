@@ -64,6 +64,7 @@ from tg_gguf.dequant import (
 )
 
 if TYPE_CHECKING:
+    from tgcore.renderer import Renderer
     from tgcore.tensor import Tensor
 
 ACT_BLOCK = 32   # activations share one scale per this many elements
@@ -486,9 +487,10 @@ BYTE_MULTIPLY_TYPES: frozenset[GGMLType] = frozenset({GGMLType.TQ1_0})
 # IQ4_NL needs nothing more: without the shuffle its integer path was still 1.19-1.38x the float one (whose 16-float
 # table lookup is lane by lane too without gathers). With the shuffle on X86 (same bench, load ~8): IQ4_NL 28.9x,
 # IQ4_XS 15.3x, MXFP4 21.5x the float path (1.13, 1.80, 1.34 ms)
-INT_DOT_NEEDS: dict[GGMLType, str] = {GGMLType.IQ4_XS: "byte_table_lookups", GGMLType.MXFP4: "byte_table_lookups",
-                                      **{t: "gathers_table_rows" for t in TABLE_ROW_TYPES},
-                                      **{t: "multiplies_byte_vectors" for t in BYTE_MULTIPLY_TYPES}}
+INT_DOT_NEEDS: dict[GGMLType, Callable[[Renderer], bool]] = {
+    GGMLType.IQ4_XS: lambda r: r.byte_table_lookups, GGMLType.MXFP4: lambda r: r.byte_table_lookups,
+    **{t: lambda r: r.gathers_table_rows for t in TABLE_ROW_TYPES},
+    **{t: lambda r: r.multiplies_byte_vectors for t in BYTE_MULTIPLY_TYPES}}
 
 
 def uses_int_dot(type_id: GGMLType | int, device: str) -> bool:
@@ -502,8 +504,9 @@ def uses_int_dot(type_id: GGMLType | int, device: str) -> bool:
     if gtype not in INT_DOT_TYPES:
         return False
     renderer = open_device(device).renderer
-    needs = ("compiles_byte_dots", *([INT_DOT_NEEDS[gtype]] if gtype in INT_DOT_NEEDS else []))
-    return all(bool(getattr(renderer, flag, False)) for flag in needs)
+    if renderer is None or not renderer.compiles_byte_dots:  # (a device without a renderer: DISK)
+        return False
+    return gtype not in INT_DOT_NEEDS or INT_DOT_NEEDS[gtype](renderer)
 
 
 def int_matmul(x: Tensor, raw: Tensor, type_id: GGMLType | int, shape: tuple[int, int]) -> Tensor:

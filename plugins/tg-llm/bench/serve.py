@@ -185,6 +185,20 @@ def measure(url: str, args: argparse.Namespace, streams: list[int]) -> dict[str,
     return out
 
 
+def versus_one_stream(tg: dict[str, float], streams: list[int], bench_decode: float) -> str:
+    """The summary line of a run with one stream among ``streams``: its decode against ``tg llm bench``'s, then (with
+    more streams) each count's aggregate and summed decode against one stream's."""
+    one = tg["1 streams"]
+    parts = [f"one stream's decode vs tg llm bench decode: {tg['1 streams decode'] / bench_decode:.2f}x "
+             f"(its aggregate, prefill included: {one / bench_decode:.2f}x)"]
+    more = [n for n in streams if n != 1]
+    if more:  # (one stream alone: nothing to compare with)
+        parts.append(", ".join(f"{n} streams {tg[f'{n} streams'] / one:.2f}x one" for n in more))
+        parts.append("decode summed over the streams (prefills left out): " + ", ".join(
+            f"{n} streams {n * tg[f'{n} streams decode'] / tg['1 streams decode']:.2f}x one" for n in more))
+    return "; ".join(parts)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None)
@@ -222,13 +236,7 @@ def main() -> int:
           + (f" ({at_ready[0]} kernels compiled, {at_ready[1]} generated)" if at_ready else ""))
     tg = measure(url, args, streams)
     if 1 in streams:
-        one = tg["1 streams"]
-        print(f"  one stream's decode vs tg llm bench decode: {tg['1 streams decode'] / bench_decode:.2f}x "
-              f"(its aggregate, prefill included: {one / bench_decode:.2f}x); " + ", ".join(
-            f"{n} streams {tg[f'{n} streams'] / one:.2f}x one" for n in streams if n != 1)
-              + "; decode summed over the streams (prefills left out): " + ", ".join(
-            f"{n} streams {n * tg[f'{n} streams decode'] / tg['1 streams decode']:.2f}x one"
-            for n in streams if n != 1))
+        print("  " + versus_one_stream(tg, streams, bench_decode))
     import openai
     client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
     seconds, code = sigterm_seconds(proc, client, client.models.list().data[0].id, 256)

@@ -111,7 +111,7 @@ def run_time(dev: str, make, reps: int = 5) -> float:
 
 def _legalize_input(ast, renderer) -> object | None:
     """The kernel ``get_program`` hands to ``renderer.legalize`` (None: the renderer has no legalize matcher)."""
-    if getattr(renderer, "legalize", None) is None:
+    if renderer.legalize is None:
         return None
     import tgcore.uop.rewrite
     seen: list = []
@@ -207,7 +207,7 @@ def compile_times(repeats: int = 5) -> None:
                 best[r][k] = (min(best[r][k][0], wall), min(best[r][k][1], cpu))
     step_x = [sum(b[i] for b in best[0]) for i in (0, 1)]
     step_c = [sum(b[i] for b in best[1]) for i in (0, 1)]
-    legal = " + legalize" if getattr(x86, "legalize", None) is not None else ""
+    legal = " + legalize" if x86.legalize is not None else ""
     for k, what in ((0, "wall"), (1, "CPU ")):
         print(f"   compile step, {what}: X86 render{legal} {1e3 * step_x[k] / n:6.2f} ms/kernel   "
               f"C render + cc {1e3 * step_c[k] / n:6.2f} ms/kernel   ratio X86/C {step_x[k] / step_c[k]:.4f} "

@@ -4,7 +4,8 @@ In:  nothing but this file: the workloads below build lazy tensors (``Tensor.emp
      dtypes only; nothing runs), the scheduler cuts them into kernels.
 Out: ``digests(isa=...)`` -> {"workload/k name": sha256 hex of the kernel's machine code} at ISA level ``isa``;
      ``python corpus.py --write`` stores them for every level in ``DIGEST_FILES`` next to this file (what
-     ``test_x86_digests.py`` compares against): ``machine_code.json`` (AVX2), ``machine_code_avx512.json``.
+     ``test_x86_digests.py`` compares against): ``machine_code.json`` (AVX2), ``machine_code_avx512.json``;
+     ``python corpus.py`` compares with them and prints what changed (exit status 1 if anything did).
 
 The machine code must not depend on the machine that makes it, so everything the X86 renderer and the
 optimization heuristic read from the host is pinned here: the ABI (System V), the cache sizes the heuristic
@@ -181,7 +182,30 @@ def write() -> None:
         print(f"wrote {len(found)} digests to {path}")
 
 
+def check() -> int:
+    """Compare the renderer's code now with the stored digests of every level; print what changed. 1 if anything
+    did (what ``test_x86_digests.py`` asserts), else 0."""
+    status = 0
+    for isa, path in DIGEST_FILES.items():
+        stored: dict[str, str] = json.loads(path.read_text())["kernels"]
+        found = digests(isa=isa)
+        changed = sorted(k for k in stored.keys() & found.keys() if stored[k] != found[k])
+        gone, new = sorted(stored.keys() - found.keys()), sorted(found.keys() - stored.keys())
+        if not (changed or gone or new):
+            print(f"{path.name}: no change ({len(found)} kernels)")
+            continue
+        status = 1
+        print(f"{path.name}: {len(changed)} changed, {len(gone)} no longer made, {len(new)} new")
+        for label, keys in (("changed", changed), ("no longer made", gone), ("new", new)):
+            print("".join(f"  {label}: {k}\n" for k in keys), end="")
+    return status
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: python corpus.py --write   (regenerates the digest files from the renderer as it is now)")
-    write()
+    if sys.argv[1:] == ["--write"]:
+        write()
+    elif sys.argv[1:]:
+        sys.exit("usage: python corpus.py [--write]   (no argument: compare with the stored digests; --write: "
+                 "regenerate them from the renderer as it is now)")
+    else:
+        sys.exit(check())
