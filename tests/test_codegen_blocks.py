@@ -341,18 +341,20 @@ def test_row_gather_helpers_match_numpy(flags, tmp_path):
         "  __builtin_memcpy(out + 32, &r4, 32); tg_uint8x4 b; __builtin_memcpy(&b, t + at[0], 4);\n"
         "  tg_int32x4 w = tg_widen_u8x4(b); __builtin_memcpy(out + 64, &w, 16);\n"
         "  r8 = tg_rows8_at(t, a4 / 8); r4 = tg_rows4_at(t, a8 / 4); __builtin_memcpy(out + 80, &r8, 32);\n"
-        "  __builtin_memcpy(out + 112, &r4, 32); }\n")
+        "  __builtin_memcpy(out + 112, &r4, 32); tg_uint16x4 h; __builtin_memcpy(&h, t + at[1], 8);\n"
+        "  w = tg_widen_u16x4(h); __builtin_memcpy(out + 144, &w, 16); }\n")
     rows = _c_function(src, "rows", flags, tmp_path)
     rng = np.random.default_rng(len(flags))
     table = rng.integers(0, 256, 4096).astype(np.uint8)
     at = rng.integers(0, 4096 - 8, 12).astype(np.int32)
-    out = np.zeros(144, np.uint8)
+    out = np.zeros(160, np.uint8)
     rows(table.ctypes.data, at.ctypes.data, out.ctypes.data)
     np.testing.assert_array_equal(out[:32], np.concatenate([table[a:a + 8] for a in at[:4]]))
     np.testing.assert_array_equal(out[32:64], np.concatenate([table[a:a + 4] for a in at[4:]]))
     np.testing.assert_array_equal(out[64:80].view(np.int32), table[at[0]:at[0] + 4].astype(np.int32))
     np.testing.assert_array_equal(out[80:112], np.concatenate([table[a // 8 * 8:a // 8 * 8 + 8] for a in at[:4]]))
-    np.testing.assert_array_equal(out[112:], np.concatenate([table[a // 4 * 4:a // 4 * 4 + 4] for a in at[4:]]))
+    np.testing.assert_array_equal(out[112:144], np.concatenate([table[a // 4 * 4:a // 4 * 4 + 4] for a in at[4:]]))
+    np.testing.assert_array_equal(out[144:].view(np.int32), table[at[1]:at[1] + 8].view("<u2").astype(np.int32))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -458,6 +460,15 @@ def test_row_gather_takes_rows_at_offsets_that_differ_only():
     assert gather.src[0] is table and gather.src[1].dtype == dtypes.int32.vec(4)
     widened = gather.src[1]
     assert widened.op is Ops.CUSTOMI and widened.src[0].op is Ops.LOAD and widened.src[0].dtype == dtypes.uint8.vec(4)
+
+    def word(k: int) -> UOp:  # a u16 code read as its 2 bytes (IQ2_XS: 9 bits of grid index, 7 of signs)
+        two = UOp(Ops.LOAD, dtypes.uint8.vec(2), (codes.index(UOp.const(dtypes.int32, 2 * k)),))
+        return UOp(Ops.BITCAST, dtypes.uint16, (two,)).cast(dtypes.int32)
+    gather = row_gather(UOp(Ops.VECTORIZE, dtypes.uint64.vec(4), tuple(row((word(k) & 511) * 8) for k in range(4))))
+    assert gather is not None and gather.arg == "tg_rows8_at"
+    words = gather.src[1].src[0]  # (the codes masked, widened from one 8-byte load)
+    assert words.op is Ops.CUSTOMI and words.arg == "tg_widen_u16x4"
+    assert words.src[0].op is Ops.BITCAST and words.src[0].src[0].dtype == dtypes.uint8.vec(8)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -437,6 +437,7 @@ def uses_byte_dot(kernel: list[UOp]) -> bool:
 ROW_GATHERS = {dtypes.uint64.vec(4): "tg_rows8", dtypes.uint32.vec(8): "tg_rows4"}  # at byte offsets
 ROW_NUMBERS = {"tg_rows8": "tg_rows8_at", "tg_rows4": "tg_rows4_at"}  # at row numbers (offsets / row bytes)
 FOUR_BYTES, WIDEN4_HELPER = dtypes.uint8.vec(4), "tg_widen_u8x4"
+FOUR_WORDS, WIDEN_WORDS_HELPER = dtypes.uint16.vec(4), "tg_widen_u16x4"
 IDENTITIES = {Ops.ADD: 0, Ops.OR: 0, Ops.XOR: 0, Ops.SHR: 0, Ops.SHL: 0, Ops.MUL: 1, Ops.IDIV: 1, Ops.AND: -1}
 
 
@@ -504,6 +505,8 @@ def lanes_together(xs: list[UOp]) -> UOp | None:
         if all(p[0] is buf and difference(p[1], at) == k for k, p in enumerate(places)):  # type: ignore[index]
             return UOp(Ops.LOAD, dt, (first.src[0],))
         return None
+    if (words := _consecutive_words(xs)) is not None:
+        return words
     if any(x.op is not first.op for x in xs):
         same = _with_identity(xs)
         return None if same is None else lanes_together(same)
@@ -522,7 +525,27 @@ def lanes_together(xs: list[UOp]) -> UOp | None:
         return None
     if first.op is Ops.CAST and dt == dtypes.int32.vec(4) and srcs[0] is not None and srcs[0].dtype == FOUR_BYTES:
         return UOp(Ops.CUSTOMI, dt, (srcs[0],), WIDEN4_HELPER)  # (gcc takes 4 bytes apart in scalar registers)
+    if first.op is Ops.CAST and dt == dtypes.int32.vec(4) and srcs[0] is not None and srcs[0].dtype == FOUR_WORDS:
+        return UOp(Ops.CUSTOMI, dt, (srcs[0],), WIDEN_WORDS_HELPER)  # (gcc widens each 2 words on its own)
     return UOp(first.op, dt, tuple(s for s in srcs if s is not None), first.arg)
+
+
+def _consecutive_words(xs: list[UOp]) -> UOp | None:
+    """Lanes that are ints read as a vector load of their bytes each (a u16 as 2 bytes), at consecutive places of one
+    buffer -> one load of all their bytes as a vector of those ints (IQ2_XS's u16 per 8 values)."""
+    from tgcore.uop.symbolic import difference
+    if any(x.op is not Ops.BITCAST or x.dtype.count != 1 for x in xs):
+        return None
+    places = [_load_at(x.src[0], vector=True) for x in xs]
+    width = xs[0].src[0].dtype.count
+    if any(p is None or x.src[0].dtype.scalar().itemsize != 1 or x.src[0].dtype.count != width
+           for p, x in zip(places, xs, strict=True)):
+        return None
+    buf, at = places[0]  # type: ignore[misc]
+    if any(p[0] is not buf or difference(p[1], at) != width * k for k, p in enumerate(places)):  # type: ignore[index]
+        return None
+    load = UOp(Ops.LOAD, xs[0].src[0].dtype.scalar().vec(width * len(xs)), (xs[0].src[0].src[0],))
+    return UOp(Ops.BITCAST, xs[0].dtype.vec(len(xs)), (load,))
 
 
 # 4 int32 lanes of bytes widened; rows of 8 (4) bytes at 4 (8) byte offsets (tg_rows8, tg_rows4) or row numbers
@@ -532,6 +555,15 @@ static inline tg_int32x4 tg_widen_u8x4(tg_uint8x4 v) {
 #if defined(__AVX2__)
   unsigned int b; __builtin_memcpy(&b, &v, 4);
   return (tg_int32x4)__builtin_ia32_pmovzxbd128((char __attribute__((vector_size(16))))(tg_int32x4){(int)b, 0, 0, 0});
+#else
+  return __builtin_convertvector(v, tg_int32x4);
+#endif
+}
+static inline tg_int32x4 tg_widen_u16x4(tg_uint16x4 v) {
+#if defined(__AVX2__)
+  typedef unsigned long long tg_w __attribute__((vector_size(16)));
+  unsigned long long b; __builtin_memcpy(&b, &v, 8);
+  return (tg_int32x4)__builtin_ia32_pmovzxwd128((short __attribute__((vector_size(16))))(tg_w){b, 0});
 #else
   return __builtin_convertvector(v, tg_int32x4);
 #endif
@@ -562,7 +594,8 @@ static inline {vec} {name}(const void* t, tg_int32x{rows} at) {{
 ROWS_PREAMBLE += "".join(_rows_helper(name, WIDE // width, width, scale)
                          for width, bytes_name in ((8, "tg_rows8"), (4, "tg_rows4"))
                          for name, scale in ((bytes_name, 1), (ROW_NUMBERS[bytes_name], width)))
-ROWS_TYPES = (dtypes.uint64.vec(4), dtypes.uint32.vec(8), dtypes.int32.vec(4), dtypes.int32.vec(8), FOUR_BYTES)
+ROWS_TYPES = (dtypes.uint64.vec(4), dtypes.uint32.vec(8), dtypes.int32.vec(4), dtypes.int32.vec(8), FOUR_BYTES,
+              FOUR_WORDS)
 
 
 def uses_row_gather(kernel: list[UOp]) -> bool:
