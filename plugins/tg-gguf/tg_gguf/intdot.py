@@ -279,10 +279,10 @@ def _tq1_0(o: Operands) -> Tensor:
     160 + 16t + l trit t of ``qs[32 + l]``, 240 + l trit ``l // 4`` of ``qh[l % 4]``. A trit is the byte times its
     power of 3 (``tq1_powers_u8``) modulo 256, then ``(b * 3) >> 8``, all in 16-bit lanes (the C compiler widens
     a byte multiply to them anyway; two byte compares, ``(b > 85) + (b > 170)``, took 7 instructions per 32
-    trits where the 16-bit mask, multiply and shift take 4: 4096^2 kernel 1.06 -> 1.02 ms). Each block of 32 a ``_block32``, its bytes chosen by a select
-    between views (no padding: the byte-dot heuristic needs each load's index along the reduction): blocks 0..4 the
-    32 bytes ``qs[0:32]``, 5..7 ``qs[32:48]`` twice, the last 16 elements ``qh`` (each byte for 4 neighbours, the
-    same in every lane: ``heuristic.PER_STEP``)."""
+    trits where the 16-bit mask, multiply and shift take 4: 4096^2 kernel 1.06 -> 1.02 ms). Each block of 32 a
+    ``_block32``, its bytes chosen by a select between views (no padding: the byte-dot heuristic needs each load's
+    index along the reduction): blocks 0..4 the 32 bytes ``qs[0:32]``, 5..7 ``qs[32:48]`` twice, the last 16
+    elements ``qh`` (each byte for 4 neighbours, the same in every lane: ``heuristic.PER_STEP``)."""
     from tg_gguf.tables import TABLES
     qs, qh = o.field("qs"), o.field("qh")
     shape = (1, o.n, o.nb, 8, 2, 16)  # (block of 32, half, byte)
