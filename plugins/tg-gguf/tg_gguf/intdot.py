@@ -395,11 +395,14 @@ def _iq2_s(o: Operands) -> Tensor:
 
 
 def _iq3_s(o: Operands) -> Tensor:
-    """Per 4 values a grid index byte with a 9th bit from ``qh``; a sign byte per 8; ``d * (2s + 1)`` per 32."""
+    """Per 4 values a grid index byte with a 9th bit from ``qh``; a sign byte per 8; ``d * (2s + 1)`` per 32, its
+    ``2s + 1`` read from a table (``_xxs``'s way: 4096^2 kernel, one thread, 1.30 -> 1.25-1.28 ms)."""
     high = spread(o.field("qh").cast("int32"), 4, 8, 1)  # (1, N, nb, 8, 8)
     index = o.field("qs").reshape(1, o.n, o.nb, 8, 8).cast("int32") | (high << 8)
     signs = _sign_masks(o, o.field("signs").reshape(1, o.n, o.nb, 8, 4), "byte_sign_masks")
-    scale = o.f16("d", 1) * _f32(spread(o.field("scales"), 4, 2, 4).reshape(1, o.n, o.nb, 8) * 2 + 1)
+    from tg_gguf.tables import TABLES
+    nibbles = spread(o.field("scales"), 4, 2, 4).reshape(1, o.n, o.nb, 8)
+    scale = o.f16("d", 1) * TABLES.get("odd_steps:2", o.b.t.device).take(nibbles.cast("int32"))
     return _block32(o, _grid_rows(o, index, "IQ3S"), scale, None, signs)
 
 
