@@ -416,9 +416,13 @@ def _iq1_rows(o: Operands, rows: Tensor, dl: Tensor) -> Tensor:
 
 
 def _iq1_s(o: Operands) -> Tensor:
-    """IQ1_S: a scale per 32, a grid row per 8 values with one delta sign per 32."""
-    dl, rows = iq1_s_parts(o.b)
-    return _iq1_rows(o, rows.reshape(1, o.n, o.nb, 8, 4), dl.reshape(1, o.n, o.nb, 8))
+    """IQ1_S: a scale per 32, a grid row per 8 values with one delta sign per 32. The scale's ``2s + 1`` read from a
+    table (``_xxs``'s way; 4096^2 kernel, one thread: 0.95 -> 0.83-0.85 ms)."""
+    from tg_gguf.tables import TABLES
+    _, rows = iq1_s_parts(o.b)
+    qh = le_uint(o.b.bytes("qh"), 2).cast("int32").reshape(1, o.n, o.nb, 8)
+    dl = o.f16("d", 1) * TABLES.get("odd_steps:2", o.b.t.device).take((qh >> 12) & 7)
+    return _iq1_rows(o, rows.reshape(1, o.n, o.nb, 8, 4), dl)
 
 
 def _iq1_m(o: Operands) -> Tensor:
