@@ -51,7 +51,7 @@ from tg_gguf.dequant import (
     Blocks,
     check_supported,
     iota,
-    iq1_m_scales,
+    iq1_m_parts,
     iq1_s_parts,
     iq4_xs_scales,
     k_scales_mins,
@@ -428,10 +428,14 @@ def _iq1_s(o: Operands) -> Tensor:
 def _iq1_m(o: Operands) -> Tensor:
     """IQ1_M: a scale per 16, a grid row and a delta sign per 8 values: the qs byte and a nibble of qh, its 2 bytes
     per 32 values read as one u16 (each row's nibble then a shift of the same word: the rows' offsets are computed
-    together, ``cbytedot.row_gather``)."""
+    together, ``cbytedot.row_gather``). The scales' ``2s + 1`` read from a table (``_xxs``'s way; 4096^2 kernel, one
+    thread: 0.95 -> 0.87 ms)."""
     qh = le_uint(o.b.bytes("qh"), 2).cast("int32").reshape(1, o.n, o.nb, 8)
     rows = o.field("qs").reshape(1, o.n, o.nb, 8, 4).cast("int32") | (spread(qh, 4, 4, 4) << 8)
-    return _iq1_rows(o, rows, iq1_m_scales(o.b).reshape(1, o.n, o.nb, 8, 2))
+    from tg_gguf.tables import TABLES
+    d, s = iq1_m_parts(o.b)
+    dl = d.reshape(1, o.n, o.nb, 1, 1) * TABLES.get("odd_steps:2", o.b.t.device).take(s.reshape(1, o.n, o.nb, 8, 2))
+    return _iq1_rows(o, rows, dl)
 
 
 SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {

@@ -22,7 +22,8 @@ The tables (facts of the ggml format, computed from ``tg_gguf.iq_grids`` / ``tg_
 - ``grid_u8:IQ1S+delta``: that table times 8, plus 9, as bytes (0..18): IQ1_S / IQ1_M's unsigned operand of an
   integer dot product, a group's values with their delta one load of 8 bytes.
 - ``odd_steps:0.25``, ``odd_steps:0.5``, ``odd_steps:2``: ``(0.5 + s) * step`` for the 16 values of a 4-bit scale
-  ``s`` (float32, exact): IQ2_XXS / IQ3_XXS / IQ3_S / IQ1_S's block scales on the integer path, one load per block.
+  ``s`` (float32, exact): the block scales of IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S and IQ1_M on the integer path, one
+  load per block (computing ``2s + 1`` and converting it took four more instructions per block).
 - ``tq1_powers``: TQ1_0's power of 3 for each of a block's 256 values (int32); ``tq1_powers_u8`` the same as bytes
   (the integer path's).
 - ``ksigns``: for each 7-bit sign index, the 8 signs (+-1.0 float32) of its bits and their parity bit.
