@@ -693,7 +693,7 @@ def spread_opts(ast: UOp, opts: list[Opt], renderer: Renderer) -> list[Opt]:
         return []
     looked_up = [u for u in ast.toposort
                  if u.op is Ops.LOAD and any(x.op is Ops.LOAD for x in u.src[0].src[1].toposort)]
-    if any(getattr(u.src[0].src[0].dtype, "size", 0) == 16 for u in looked_up):
+    if any(getattr(u.src[0].src[0].dtype, "size", 0) == 16 and u.dtype.itemsize == 1 for u in looked_up):
         # values looked up in a table (IQ4_XS: a byte shuffle per 32 values, on the port the spread's permutes use):
         # 3-8% slower with it (jitted 4096^2 GEMV, one thread, alternating)
         return []
