@@ -357,6 +357,45 @@ def test_row_gather_helpers_match_numpy(flags, tmp_path):
     np.testing.assert_array_equal(out[144:].view(np.int32), table[at[1]:at[1] + 8].view("<u2").astype(np.int32))
 
 
+@pytest.mark.parametrize("flags", [[], ["-mavx2"], ["-mavx512bw"]], ids=["plain", "avx2", "avx512bw"])
+def test_high_product_helper_matches_numpy(flags, tmp_path):
+    """The C renderer's high half of 32 products of 16-bit lanes (``cbytedot.MULHI_PREAMBLE``), built without AVX2,
+    with it and with AVX512BW (its three branches): ``(a * b) >> 16`` in numpy."""
+    from tgcore.renderer.cbytedot import MULHI_PREAMBLE, MULHI_TYPES
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.runtime.cpufeatures import cpu_features
+    needed = {"-mavx2": "avx2", "-mavx512bw": "avx512bw"}
+    if any(needed[f] not in cpu_features().features for f in flags):
+        pytest.skip(f"no {flags[0]} here")
+    src = "".join(vector_typedef(d) + "\n" for d in MULHI_TYPES) + MULHI_PREAMBLE + (
+        "void mulhi(const unsigned short* a, const unsigned short* b, unsigned short* out) {\n"
+        "  tg_uint16x32 x, y; __builtin_memcpy(&x, a, 64); __builtin_memcpy(&y, b, 64);\n"
+        "  tg_uint16x32 r = tg_mulhi_u16x32(x, y); __builtin_memcpy(out, &r, 64); }\n")
+    mulhi = _c_function(src, "mulhi", flags, tmp_path)
+    rng = np.random.default_rng(len(flags))
+    a, b = (rng.integers(0, 1 << 16, 32).astype(np.uint16) for _ in range(2))
+    a[:2], b[:2] = 0xFFFF, 0xFFFF  # the largest product
+    out = np.zeros(32, np.uint16)
+    mulhi(a.ctypes.data, b.ctypes.data, out.ctypes.data)
+    np.testing.assert_array_equal(out, (a.astype(np.uint64) * b.astype(np.uint64)) >> 16)
+
+
+def test_high_product_is_one_call():
+    """``cbytedot.high_product`` on UOps: ``u16((u32(a) * 3) >> 16)`` and ``u16((u32(a) * 3) // 65536)`` on 32 lanes
+    are one call of the helper at ``a`` and 3; a shift by another amount is left alone."""
+    from tgcore.dtype import dtypes
+    from tgcore.renderer.cbytedot import MULHI_HELPER, high_product
+    from tgcore.uop import Ops, UOp
+    half, wide = dtypes.uint16.vec(32), dtypes.uint32.vec(32)
+    a = UOp(Ops.LOAD, half, (UOp(Ops.PARAM, dtypes.uint16.ptr(64), (), 1).index(UOp.const(dtypes.int32, 0)),))
+    product = UOp(Ops.MUL, wide, (UOp(Ops.CAST, wide, (a,)), UOp.const(wide, 3)))
+    for op, by in ((Ops.SHR, 16), (Ops.IDIV, 1 << 16)):
+        call = high_product(UOp(Ops.CAST, half, (UOp(op, wide, (product, UOp.const(wide, by))),)))
+        assert call is not None and call.op is Ops.CUSTOMI and call.arg == MULHI_HELPER and call.src[0] is a
+        assert call.src[1].op is Ops.CONST and call.src[1].arg == 3
+    assert high_product(UOp(Ops.CAST, half, (UOp(Ops.SHR, wide, (product, UOp.const(wide, 15))),))) is None
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_byte_dot_with_an_integer_offset_is_exact(device):
     """A block's int32 sum of ``u * q + c * q`` (a weight's offset ``c`` times its scale, summed with the products

@@ -16,7 +16,8 @@ Out: the 4 steps zipped into one 32-byte vector per operand (byte ``4l + k`` = l
      way: 4 products of a byte by a signed byte fit an int32, and ``vpdpbusd`` does not saturate. An operand looked
      up in a table (a gather per step) is zipped into one gather: rows of 8 or 4 consecutive bytes (an i-quant
      grid's rows) become one load per row, a table of 16 bytes at byte indices (IQ4_NL's values) one byte shuffle
-     (``tg_table16_u8``, rendered by the C renderer).
+     (``tg_table16_u8``, rendered by the C renderer). The high half of 16-bit products computed in 32-bit lanes
+     (TQ1_0's trits) is one ``vpmulhuw`` (``high_product``).
 """
 from __future__ import annotations
 
@@ -600,3 +601,59 @@ ROWS_TYPES = (dtypes.uint64.vec(4), dtypes.uint32.vec(8), dtypes.int32.vec(4), d
 
 def uses_row_gather(kernel: list[UOp]) -> bool:
     return any(u.op is Ops.CUSTOMI and u.arg in (*ROW_GATHERS.values(), *ROW_NUMBERS.values()) for u in kernel)
+
+
+# ------------------------------------------------------------------------------------ C: high halves of 16-bit products
+# ``(u16)((u32(a) * b) >> 16)`` for 32 lanes of 16 bits (TQ1_0's trits: the wrapped byte times 256, times 3, high half):
+# C compilers widen it to 32-bit lanes (4 vectors of 16); x86 has the high half of a 16-bit product as one instruction
+# (vpmulhuw: 32 lanes with AVX512BW, 16 with AVX2).
+MULHI_HELPER = "tg_mulhi_u16x32"
+HALF_WORDS, WIDE_WORDS = dtypes.uint16.vec(WIDE), dtypes.uint32.vec(WIDE)
+MULHI_PREAMBLE = """\
+static inline tg_uint16x32 tg_mulhi_u16x32(tg_uint16x32 a, tg_uint16x32 b) {
+#if defined(__AVX512BW__)
+  typedef short tg_s __attribute__((vector_size(64)));
+#if defined(__clang__)
+  return (tg_uint16x32)__builtin_ia32_pmulhuw512((tg_s)a, (tg_s)b);
+#else
+  return (tg_uint16x32)__builtin_ia32_pmulhuw512_mask((tg_s)a, (tg_s)b, (tg_s){0}, 0xFFFFFFFFu);
+#endif
+#elif defined(__AVX2__)
+  typedef short tg_s __attribute__((vector_size(32)));
+  typedef unsigned short tg_h __attribute__((vector_size(32)));
+  tg_h al, ah, bl, bh; __builtin_memcpy(&al, &a, 32); __builtin_memcpy(&ah, (char*)&a + 32, 32);
+  __builtin_memcpy(&bl, &b, 32); __builtin_memcpy(&bh, (char*)&b + 32, 32);
+  tg_h lo = (tg_h)__builtin_ia32_pmulhuw256((tg_s)al, (tg_s)bl);
+  tg_h hi = (tg_h)__builtin_ia32_pmulhuw256((tg_s)ah, (tg_s)bh);
+  tg_uint16x32 r; __builtin_memcpy(&r, &lo, 32); __builtin_memcpy((char*)&r + 32, &hi, 32);
+  return r;
+#else
+  return __builtin_convertvector((__builtin_convertvector(a, tg_uint32x32) * __builtin_convertvector(b, tg_uint32x32))
+                                 >> 16, tg_uint16x32);
+#endif
+}
+"""
+MULHI_TYPES = (HALF_WORDS, WIDE_WORDS)
+
+
+def high_product(x: UOp) -> UOp | None:
+    """``u16((u32(a) * b) >> 16)`` (the shift maybe as ``// 65536``) on 32 lanes, ``b`` constants below 2**16 -> a
+    call of ``tg_mulhi_u16x32(a, b)``."""
+    if x.dtype != HALF_WORDS or x.src[0].op not in (Ops.SHR, Ops.IDIV) or x.src[0].dtype != WIDE_WORDS:
+        return None
+    product, by = x.src[0].src
+    if _constant_lanes(by) != [16 if x.src[0].op is Ops.SHR else 1 << 16] * WIDE or product.op is not Ops.MUL:
+        return None
+    for wide, factor in (product.src, product.src[::-1]):
+        found = _constant_lanes(factor)
+        lanes = [v for v in found if isinstance(v, int)] if found is not None else []
+        if (wide.op is Ops.CAST and wide.src[0].dtype == HALF_WORDS and len(lanes) == WIDE
+                and all(0 <= v < 1 << 16 for v in lanes)):
+            b = UOp(Ops.VCONST, HALF_WORDS, (), tuple(lanes)) if len(set(lanes)) > 1 else \
+                UOp.const(HALF_WORDS, lanes[0])
+            return UOp(Ops.CUSTOMI, HALF_WORDS, (wide.src[0], b), MULHI_HELPER)
+    return None
+
+
+def uses_high_product(kernel: list[UOp]) -> bool:
+    return any(u.op is Ops.CUSTOMI and u.arg == MULHI_HELPER for u in kernel)

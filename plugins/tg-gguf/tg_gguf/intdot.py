@@ -277,9 +277,11 @@ def _tq2_0(o: Operands) -> Tensor:
 def _tq1_0(o: Operands) -> Tensor:
     """TQ1_0: base-3 digits, ``q = u - 1``, one scale per 256; elements 32t + l are trit t of ``qs[l]`` (t < 5),
     160 + 16t + l trit t of ``qs[32 + l]``, 240 + l trit ``l // 4`` of ``qh[l % 4]``. A trit is the byte times its
-    power of 3 (``tq1_powers_u8``) modulo 256, then ``(b * 3) >> 8``, all in 16-bit lanes (the C compiler widens
-    a byte multiply to them anyway; two byte compares, ``(b > 85) + (b > 170)``, took 7 instructions per 32
-    trits where the 16-bit mask, multiply and shift take 4: 4096^2 kernel 1.06 -> 1.02 ms). Each block of 32 a
+    power of 3 (``tq1_powers_u8``) modulo 256, then ``(b * 3) >> 8``, in 16-bit lanes: the byte times 256 times its
+    power wraps to ``b * 256``, and ``(b * 256 * 3) >> 16`` is the high half of a 16-bit product (one ``vpmulhuw``
+    on the C renderer: ``cbytedot.high_product``). Two byte compares, ``(b > 85) + (b > 170)``, took 7 instructions
+    per 32 trits, the mask, multiply and shift of ``b`` 4, the high product 1 (4096^2 kernel, one thread: 1.06 ->
+    1.02 -> 0.82 ms; the trits had been three quarters of the kernel's time). Each block of 32 a
     ``_block32``, its bytes chosen by a select between views (no padding: the byte-dot heuristic needs each load's
     index along the reduction): blocks 0..4 the 32 bytes ``qs[0:32]``, 5..7 ``qs[32:48]`` twice, the last 16
     elements ``qh`` (each byte for 4 neighbours, the same in every lane: ``heuristic.PER_STEP``)."""
@@ -293,8 +295,8 @@ def _tq1_0(o: Operands) -> Tensor:
     half = iota((1, 1, 1, 1, 2, 1), 4, qs.device, "int32")
     b = (block < 5).where(first, ((block == 7) & (half == 1)).where(last, second)).reshape(1, o.n, o.nb, 8, 32)
     powers = TABLES.get("tq1_powers_u8", qs.device).reshape(1, 1, 1, 8, 32)
-    q = b.cast("uint16") * powers.cast("uint16")
-    u = (((q & 255) * 3) >> 8).cast("uint8")
+    q = b.cast("uint16") * (powers.cast("uint16") << 8)  # the wrapped byte times 256, in 16 bits
+    u = ((q.cast("uint32") * 3) >> 16).cast("uint16").cast("uint8")  # the high half of a 16-bit product
     d = o.f16("d", 1).expand(1, o.n, o.nb, 8)
     return _block32(o, u, d, -1)
 
