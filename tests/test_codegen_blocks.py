@@ -341,18 +341,59 @@ def test_row_gather_helpers_match_numpy(flags, tmp_path):
         "  __builtin_memcpy(out + 32, &r4, 32); tg_uint8x4 b; __builtin_memcpy(&b, t + at[0], 4);\n"
         "  tg_int32x4 w = tg_widen_u8x4(b); __builtin_memcpy(out + 64, &w, 16);\n"
         "  r8 = tg_rows8_at(t, a4 / 8); r4 = tg_rows4_at(t, a8 / 4); __builtin_memcpy(out + 80, &r8, 32);\n"
-        "  __builtin_memcpy(out + 112, &r4, 32); }\n")
+        "  __builtin_memcpy(out + 112, &r4, 32); tg_uint16x4 h; __builtin_memcpy(&h, t + at[1], 8);\n"
+        "  w = tg_widen_u16x4(h); __builtin_memcpy(out + 144, &w, 16); }\n")
     rows = _c_function(src, "rows", flags, tmp_path)
     rng = np.random.default_rng(len(flags))
     table = rng.integers(0, 256, 4096).astype(np.uint8)
     at = rng.integers(0, 4096 - 8, 12).astype(np.int32)
-    out = np.zeros(144, np.uint8)
+    out = np.zeros(160, np.uint8)
     rows(table.ctypes.data, at.ctypes.data, out.ctypes.data)
     np.testing.assert_array_equal(out[:32], np.concatenate([table[a:a + 8] for a in at[:4]]))
     np.testing.assert_array_equal(out[32:64], np.concatenate([table[a:a + 4] for a in at[4:]]))
     np.testing.assert_array_equal(out[64:80].view(np.int32), table[at[0]:at[0] + 4].astype(np.int32))
     np.testing.assert_array_equal(out[80:112], np.concatenate([table[a // 8 * 8:a // 8 * 8 + 8] for a in at[:4]]))
-    np.testing.assert_array_equal(out[112:], np.concatenate([table[a // 4 * 4:a // 4 * 4 + 4] for a in at[4:]]))
+    np.testing.assert_array_equal(out[112:144], np.concatenate([table[a // 4 * 4:a // 4 * 4 + 4] for a in at[4:]]))
+    np.testing.assert_array_equal(out[144:].view(np.int32), table[at[1]:at[1] + 8].view("<u2").astype(np.int32))
+
+
+@pytest.mark.parametrize("flags", [[], ["-mavx2"], ["-mavx512bw"]], ids=["plain", "avx2", "avx512bw"])
+def test_high_product_helper_matches_numpy(flags, tmp_path):
+    """The C renderer's high half of 32 products of 16-bit lanes (``cbytedot.MULHI_PREAMBLE``), built without AVX2,
+    with it and with AVX512BW (its three branches): ``(a * b) >> 16`` in numpy."""
+    from tgcore.renderer.cbytedot import MULHI_PREAMBLE, MULHI_TYPES
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.runtime.cpufeatures import cpu_features
+    needed = {"-mavx2": "avx2", "-mavx512bw": "avx512bw"}
+    if any(needed[f] not in cpu_features().features for f in flags):
+        pytest.skip(f"no {flags[0]} here")
+    src = "".join(vector_typedef(d) + "\n" for d in MULHI_TYPES) + MULHI_PREAMBLE + (
+        "void mulhi(const unsigned short* a, const unsigned short* b, unsigned short* out) {\n"
+        "  tg_uint16x32 x, y; __builtin_memcpy(&x, a, 64); __builtin_memcpy(&y, b, 64);\n"
+        "  tg_uint16x32 r = tg_mulhi_u16x32(x, y); __builtin_memcpy(out, &r, 64); }\n")
+    mulhi = _c_function(src, "mulhi", flags, tmp_path)
+    rng = np.random.default_rng(len(flags))
+    a, b = (rng.integers(0, 1 << 16, 32).astype(np.uint16) for _ in range(2))
+    a[:2], b[:2] = 0xFFFF, 0xFFFF  # the largest product
+    out = np.zeros(32, np.uint16)
+    mulhi(a.ctypes.data, b.ctypes.data, out.ctypes.data)
+    np.testing.assert_array_equal(out, (a.astype(np.uint64) * b.astype(np.uint64)) >> 16)
+
+
+def test_high_product_is_one_call():
+    """``cbytedot.high_product`` on UOps: ``u16((u32(a) * 3) >> 16)`` and ``u16((u32(a) * 3) // 65536)`` on 32 lanes
+    are one call of the helper at ``a`` and 3; a shift by another amount is left alone."""
+    from tgcore.dtype import dtypes
+    from tgcore.renderer.cbytedot import MULHI_HELPER, high_product
+    from tgcore.uop import Ops, UOp
+    half, wide = dtypes.uint16.vec(32), dtypes.uint32.vec(32)
+    a = UOp(Ops.LOAD, half, (UOp(Ops.PARAM, dtypes.uint16.ptr(64), (), 1).index(UOp.const(dtypes.int32, 0)),))
+    product = UOp(Ops.MUL, wide, (UOp(Ops.CAST, wide, (a,)), UOp.const(wide, 3)))
+    for op, by in ((Ops.SHR, 16), (Ops.IDIV, 1 << 16)):
+        call = high_product(UOp(Ops.CAST, half, (UOp(op, wide, (product, UOp.const(wide, by))),)))
+        assert call is not None and call.op is Ops.CUSTOMI and call.arg == MULHI_HELPER and call.src[0] is a
+        assert call.src[1].op is Ops.CONST and call.src[1].arg == 3
+    assert high_product(UOp(Ops.CAST, half, (UOp(Ops.SHR, wide, (product, UOp.const(wide, 15))),))) is None
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -458,6 +499,15 @@ def test_row_gather_takes_rows_at_offsets_that_differ_only():
     assert gather.src[0] is table and gather.src[1].dtype == dtypes.int32.vec(4)
     widened = gather.src[1]
     assert widened.op is Ops.CUSTOMI and widened.src[0].op is Ops.LOAD and widened.src[0].dtype == dtypes.uint8.vec(4)
+
+    def word(k: int) -> UOp:  # a u16 code read as its 2 bytes (IQ2_XS: 9 bits of grid index, 7 of signs)
+        two = UOp(Ops.LOAD, dtypes.uint8.vec(2), (codes.index(UOp.const(dtypes.int32, 2 * k)),))
+        return UOp(Ops.BITCAST, dtypes.uint16, (two,)).cast(dtypes.int32)
+    gather = row_gather(UOp(Ops.VECTORIZE, dtypes.uint64.vec(4), tuple(row((word(k) & 511) * 8) for k in range(4))))
+    assert gather is not None and gather.arg == "tg_rows8_at"
+    words = gather.src[1].src[0]  # (the codes masked, widened from one 8-byte load)
+    assert words.op is Ops.CUSTOMI and words.arg == "tg_widen_u16x4"
+    assert words.src[0].op is Ops.BITCAST and words.src[0].src[0].dtype == dtypes.uint8.vec(8)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -16,7 +16,8 @@ Out: the 4 steps zipped into one 32-byte vector per operand (byte ``4l + k`` = l
      way: 4 products of a byte by a signed byte fit an int32, and ``vpdpbusd`` does not saturate. An operand looked
      up in a table (a gather per step) is zipped into one gather: rows of 8 or 4 consecutive bytes (an i-quant
      grid's rows) become one load per row, a table of 16 bytes at byte indices (IQ4_NL's values) one byte shuffle
-     (``tg_table16_u8``, rendered by the C renderer).
+     (``tg_table16_u8``, rendered by the C renderer). The high half of 16-bit products computed in 32-bit lanes
+     (TQ1_0's trits) is one ``vpmulhuw`` (``high_product``).
 """
 from __future__ import annotations
 
@@ -437,6 +438,7 @@ def uses_byte_dot(kernel: list[UOp]) -> bool:
 ROW_GATHERS = {dtypes.uint64.vec(4): "tg_rows8", dtypes.uint32.vec(8): "tg_rows4"}  # at byte offsets
 ROW_NUMBERS = {"tg_rows8": "tg_rows8_at", "tg_rows4": "tg_rows4_at"}  # at row numbers (offsets / row bytes)
 FOUR_BYTES, WIDEN4_HELPER = dtypes.uint8.vec(4), "tg_widen_u8x4"
+FOUR_WORDS, WIDEN_WORDS_HELPER = dtypes.uint16.vec(4), "tg_widen_u16x4"
 IDENTITIES = {Ops.ADD: 0, Ops.OR: 0, Ops.XOR: 0, Ops.SHR: 0, Ops.SHL: 0, Ops.MUL: 1, Ops.IDIV: 1, Ops.AND: -1}
 
 
@@ -504,6 +506,8 @@ def lanes_together(xs: list[UOp]) -> UOp | None:
         if all(p[0] is buf and difference(p[1], at) == k for k, p in enumerate(places)):  # type: ignore[index]
             return UOp(Ops.LOAD, dt, (first.src[0],))
         return None
+    if (words := _consecutive_words(xs)) is not None:
+        return words
     if any(x.op is not first.op for x in xs):
         same = _with_identity(xs)
         return None if same is None else lanes_together(same)
@@ -522,7 +526,27 @@ def lanes_together(xs: list[UOp]) -> UOp | None:
         return None
     if first.op is Ops.CAST and dt == dtypes.int32.vec(4) and srcs[0] is not None and srcs[0].dtype == FOUR_BYTES:
         return UOp(Ops.CUSTOMI, dt, (srcs[0],), WIDEN4_HELPER)  # (gcc takes 4 bytes apart in scalar registers)
+    if first.op is Ops.CAST and dt == dtypes.int32.vec(4) and srcs[0] is not None and srcs[0].dtype == FOUR_WORDS:
+        return UOp(Ops.CUSTOMI, dt, (srcs[0],), WIDEN_WORDS_HELPER)  # (gcc widens each 2 words on its own)
     return UOp(first.op, dt, tuple(s for s in srcs if s is not None), first.arg)
+
+
+def _consecutive_words(xs: list[UOp]) -> UOp | None:
+    """Lanes that are ints read as a vector load of their bytes each (a u16 as 2 bytes), at consecutive places of one
+    buffer -> one load of all their bytes as a vector of those ints (IQ2_XS's u16 per 8 values)."""
+    from tgcore.uop.symbolic import difference
+    if any(x.op is not Ops.BITCAST or x.dtype.count != 1 for x in xs):
+        return None
+    places = [_load_at(x.src[0], vector=True) for x in xs]
+    width = xs[0].src[0].dtype.count
+    if any(p is None or x.src[0].dtype.scalar().itemsize != 1 or x.src[0].dtype.count != width
+           for p, x in zip(places, xs, strict=True)):
+        return None
+    buf, at = places[0]  # type: ignore[misc]
+    if any(p[0] is not buf or difference(p[1], at) != width * k for k, p in enumerate(places)):  # type: ignore[index]
+        return None
+    load = UOp(Ops.LOAD, xs[0].src[0].dtype.scalar().vec(width * len(xs)), (xs[0].src[0].src[0],))
+    return UOp(Ops.BITCAST, xs[0].dtype.vec(len(xs)), (load,))
 
 
 # 4 int32 lanes of bytes widened; rows of 8 (4) bytes at 4 (8) byte offsets (tg_rows8, tg_rows4) or row numbers
@@ -532,6 +556,15 @@ static inline tg_int32x4 tg_widen_u8x4(tg_uint8x4 v) {
 #if defined(__AVX2__) && !defined(__clang__)
   unsigned int b; __builtin_memcpy(&b, &v, 4);
   return (tg_int32x4)__builtin_ia32_pmovzxbd128((char __attribute__((vector_size(16))))(tg_int32x4){(int)b, 0, 0, 0});
+#else
+  return __builtin_convertvector(v, tg_int32x4);
+#endif
+}
+static inline tg_int32x4 tg_widen_u16x4(tg_uint16x4 v) {
+#if defined(__AVX2__)
+  typedef unsigned long long tg_w __attribute__((vector_size(16)));
+  unsigned long long b; __builtin_memcpy(&b, &v, 8);
+  return (tg_int32x4)__builtin_ia32_pmovzxwd128((short __attribute__((vector_size(16))))(tg_w){b, 0});
 #else
   return __builtin_convertvector(v, tg_int32x4);
 #endif
@@ -562,8 +595,65 @@ static inline {vec} {name}(const void* t, tg_int32x{rows} at) {{
 ROWS_PREAMBLE += "".join(_rows_helper(name, WIDE // width, width, scale)
                          for width, bytes_name in ((8, "tg_rows8"), (4, "tg_rows4"))
                          for name, scale in ((bytes_name, 1), (ROW_NUMBERS[bytes_name], width)))
-ROWS_TYPES = (dtypes.uint64.vec(4), dtypes.uint32.vec(8), dtypes.int32.vec(4), dtypes.int32.vec(8), FOUR_BYTES)
+ROWS_TYPES = (dtypes.uint64.vec(4), dtypes.uint32.vec(8), dtypes.int32.vec(4), dtypes.int32.vec(8), FOUR_BYTES,
+              FOUR_WORDS)
 
 
 def uses_row_gather(kernel: list[UOp]) -> bool:
     return any(u.op is Ops.CUSTOMI and u.arg in (*ROW_GATHERS.values(), *ROW_NUMBERS.values()) for u in kernel)
+
+
+# ------------------------------------------------------------------------------------ C: high halves of 16-bit products
+# ``(u16)((u32(a) * b) >> 16)`` for 32 lanes of 16 bits (TQ1_0's trits: the wrapped byte times 256, times 3, high half):
+# C compilers widen it to 32-bit lanes (4 vectors of 16); x86 has the high half of a 16-bit product as one instruction
+# (vpmulhuw: 32 lanes with AVX512BW, 16 with AVX2).
+MULHI_HELPER = "tg_mulhi_u16x32"
+HALF_WORDS, WIDE_WORDS = dtypes.uint16.vec(WIDE), dtypes.uint32.vec(WIDE)
+MULHI_PREAMBLE = """\
+static inline tg_uint16x32 tg_mulhi_u16x32(tg_uint16x32 a, tg_uint16x32 b) {
+#if defined(__AVX512BW__)
+  typedef short tg_s __attribute__((vector_size(64)));
+#if defined(__clang__)
+  return (tg_uint16x32)__builtin_ia32_pmulhuw512((tg_s)a, (tg_s)b);
+#else
+  return (tg_uint16x32)__builtin_ia32_pmulhuw512_mask((tg_s)a, (tg_s)b, (tg_s){0}, 0xFFFFFFFFu);
+#endif
+#elif defined(__AVX2__)
+  typedef short tg_s __attribute__((vector_size(32)));
+  typedef unsigned short tg_h __attribute__((vector_size(32)));
+  tg_h al, ah, bl, bh; __builtin_memcpy(&al, &a, 32); __builtin_memcpy(&ah, (char*)&a + 32, 32);
+  __builtin_memcpy(&bl, &b, 32); __builtin_memcpy(&bh, (char*)&b + 32, 32);
+  tg_h lo = (tg_h)__builtin_ia32_pmulhuw256((tg_s)al, (tg_s)bl);
+  tg_h hi = (tg_h)__builtin_ia32_pmulhuw256((tg_s)ah, (tg_s)bh);
+  tg_uint16x32 r; __builtin_memcpy(&r, &lo, 32); __builtin_memcpy((char*)&r + 32, &hi, 32);
+  return r;
+#else
+  return __builtin_convertvector((__builtin_convertvector(a, tg_uint32x32) * __builtin_convertvector(b, tg_uint32x32))
+                                 >> 16, tg_uint16x32);
+#endif
+}
+"""
+MULHI_TYPES = (HALF_WORDS, WIDE_WORDS)
+
+
+def high_product(x: UOp) -> UOp | None:
+    """``u16((u32(a) * b) >> 16)`` (the shift maybe as ``// 65536``) on 32 lanes, ``b`` constants below 2**16 -> a
+    call of ``tg_mulhi_u16x32(a, b)``."""
+    if x.dtype != HALF_WORDS or x.src[0].op not in (Ops.SHR, Ops.IDIV) or x.src[0].dtype != WIDE_WORDS:
+        return None
+    product, by = x.src[0].src
+    if _constant_lanes(by) != [16 if x.src[0].op is Ops.SHR else 1 << 16] * WIDE or product.op is not Ops.MUL:
+        return None
+    for wide, factor in (product.src, product.src[::-1]):
+        found = _constant_lanes(factor)
+        lanes = [v for v in found if isinstance(v, int)] if found is not None else []
+        if (wide.op is Ops.CAST and wide.src[0].dtype == HALF_WORDS and len(lanes) == WIDE
+                and all(0 <= v < 1 << 16 for v in lanes)):
+            b = UOp(Ops.VCONST, HALF_WORDS, (), tuple(lanes)) if len(set(lanes)) > 1 else \
+                UOp.const(HALF_WORDS, lanes[0])
+            return UOp(Ops.CUSTOMI, HALF_WORDS, (wide.src[0], b), MULHI_HELPER)
+    return None
+
+
+def uses_high_product(kernel: list[UOp]) -> bool:
+    return any(u.op is Ops.CUSTOMI and u.arg == MULHI_HELPER for u in kernel)

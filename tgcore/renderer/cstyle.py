@@ -25,14 +25,18 @@ from tgcore.renderer.cbytedot import (
     BYTE_TABLE_PREAMBLE,
     DOT_PREAMBLE,
     DOT_TYPES,
+    MULHI_PREAMBLE,
+    MULHI_TYPES,
     ROWS_PREAMBLE,
     ROWS_TYPES,
     accumulated_dot,
     byte_dot,
     byte_table_lookup,
+    high_product,
     row_gather,
     shift_in_words,
     uses_byte_dot,
+    uses_high_product,
     uses_row_gather,
 )
 from tgcore.renderer.chalfpairs import HALF2_HELPER, HALF2_PREAMBLE, pair_half_reads
@@ -401,9 +405,10 @@ class CRenderer(Renderer):
     # a lane's sum of 4 byte products (a quantization block's, in int32 lanes) is one multiply-add of bytes (added to
     # an int32 vector: that vector as its accumulator), table rows at offsets computed per row one gather; with the
     # host's byte order (little-endian hosts only): an int assembled from consecutive bytes is one load, a byte shift
-    # whose carried-in bits are masked off a shift of 16-bit lanes, two neighbouring float16 reads one converted pair
+    # whose carried-in bits are masked off a shift of 16-bit lanes, two neighbouring float16 reads one converted pair;
+    # the high half of a 16-bit product computed in 32-bit lanes one multiply of 16-bit lanes (vpmulhuw)
     legalize = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot), (UPat(Ops.VECTORIZE, name="vec"), row_gather),
-                               (UPat(Ops.ADD, name="x"), accumulated_dot)]
+                               (UPat(Ops.ADD, name="x"), accumulated_dot), (UPat(Ops.CAST, name="x"), high_product)]
                               + ([(UPat(Ops.OR, name="x"), combine_byte_loads),
                                   (UPat(Ops.AND, name="x"), shift_in_words),
                                   (UPat(Ops.SINK, name="sink"), pair_half_reads)] if sys.byteorder == "little" else []))
@@ -659,6 +664,9 @@ class CRenderer(Renderer):
         if uses_row_gather(kernel):
             vectors = sorted(set(vectors) | set(ROWS_TYPES), key=lambda d: d.name)
             helpers += ROWS_PREAMBLE
+        if uses_high_product(kernel):
+            vectors = sorted(set(vectors) | set(MULHI_TYPES), key=lambda d: d.name)
+            helpers += MULHI_PREAMBLE
         if any(byte_table_lookup(u) is not None for u in kernel):  # (rendered wherever one matches, dot or not)
             vectors = sorted(set(vectors) | {dtypes.uint8.vec(32)}, key=lambda d: d.name)
             helpers += BYTE_TABLE_PREAMBLE

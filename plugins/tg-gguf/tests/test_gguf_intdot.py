@@ -322,3 +322,27 @@ def test_tq1_0_sums_its_blocks_in_lanes():
     kernel = prepare_kernel(ast, renderer)
     opts = heuristic_opts(kernel.ast, renderer, threads=1, work=kernel.work)
     assert (OptOps.UPCAST, renderer.simd_widths[dtypes.int32]) in reduction_order(kernel.ast, opts)
+
+
+@pytest.mark.parametrize("gtype,spread", [(GGMLType.IQ2_XS, True), (GGMLType.IQ2_S, True), (GGMLType.IQ2_XXS, False),
+                                          (GGMLType.IQ3_XXS, False), (GGMLType.IQ1_M, False)],
+                         ids=lambda v: v.name if isinstance(v, GGMLType) else str(v))
+def test_grid_types_spread_scales_packed_byte_by_byte(gtype, spread):
+    """Beside grid rows gathered per block, the C renderer's policy unpacks the sub-blocks' scales once per
+    super-block (``OptOps.SPREAD``) where each sub-block's scales are one byte and the bytes side by side (IQ2_XS,
+    IQ2_S: 4-bit scales per 16), not where a sub-block's scale sits in a strided word (IQ2_XXS, IQ3_XXS, IQ1_M:
+    there the spread was 20-45% slower). Exactness either way: ``test_int_matmul_exact``."""
+    from tgcore.codegen import default_policy, prepare_kernel
+    from tgcore.codegen.optimize import OptOps
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    from tgcore.uop import Ops
+    n, k = 64, 512  # (16 rows are vectorized along the rows, not in byte dots)
+    raw = Tensor(random_blocks(gtype, n * k // 256, seed=5, small=True), device="CPU")
+    out = int_matmul(Tensor.empty(1, k, device="CPU"), raw, gtype, (n, k))
+    renderer = open_device("CPU").renderer
+    (ast,) = [item.ast for item in create_schedule([out.uop], "CPU")[0]
+              if any(u.op is Ops.REDUCE for u in item.ast.toposort)
+              and any(u.op is Ops.LOAD and u.src[0].src[0].dtype.size == raw.numel() for u in item.ast.toposort)]
+    opts = default_policy(prepare_kernel(ast, renderer), renderer, 1)
+    assert (OptOps.SPREAD in {o.op for o in opts}) == spread

@@ -502,11 +502,17 @@ def _iq1_s(b: Blocks) -> Tensor:
 
 def iq1_m_scales(b: Blocks) -> Tensor:
     """IQ1_M's 16 scales per super-block (one per 16 values), ``d * (2s + 1)``: ``(n, 16)`` float32."""
+    d, s = iq1_m_parts(b)
+    return d * _f32(s * 2 + 1)
+
+
+def iq1_m_parts(b: Blocks) -> tuple[Tensor, Tensor]:
+    """IQ1_M's ``d`` ``(n, 1)`` float32 and its 16 three-bit scales ``s`` per super-block ``(n, 16)`` int32."""
     n = b.n
     sc = le_uint(b.bytes("scales"), 2).cast("int32")  # (n, 4) u16: 4 three-bit scales each; top nibbles: the f16 d
     d_bits = _or_columns(((sc >> 12) & 15) << (iota((1, 4), 1, b.device, "int32") * 4))  # nibble k: bits 4k..
     d = d_bits.cast("uint16").bitcast("float16").cast("float32")
-    return d * _f32(spread(sc, 2, 4, 3).reshape(n, 16) * 2 + 1)
+    return d, spread(sc, 2, 4, 3).reshape(n, 16)
 
 
 def iq1_m_rows(b: Blocks) -> Tensor:

@@ -51,7 +51,7 @@ from tg_gguf.dequant import (
     Blocks,
     check_supported,
     iota,
-    iq1_m_scales,
+    iq1_m_parts,
     iq1_s_parts,
     iq4_xs_scales,
     k_scales_mins,
@@ -278,11 +278,14 @@ def _tq2_0(o: Operands) -> Tensor:
 def _tq1_0(o: Operands) -> Tensor:
     """TQ1_0: base-3 digits, ``q = u - 1``, one scale per 256; elements 32t + l are trit t of ``qs[l]`` (t < 5),
     160 + 16t + l trit t of ``qs[32 + l]``, 240 + l trit ``l // 4`` of ``qh[l % 4]``. A trit is the byte times its
-    power of 3 (wrapping in 8 bits: ``tq1_powers_u8``), then ``(b * 3) >> 8``, which is ``(b > 85) + (b > 170)``
-    (byte compares: faster than widening to 16 bits). Each block of 32 a ``_block32``, its bytes chosen by a select
-    between views (no padding: the byte-dot heuristic needs each load's index along the reduction): blocks 0..4 the
-    32 bytes ``qs[0:32]``, 5..7 ``qs[32:48]`` twice, the last 16 elements ``qh`` (each byte for 4 neighbours, the
-    same in every lane: ``heuristic.PER_STEP``)."""
+    power of 3 (``tq1_powers_u8``) modulo 256, then ``(b * 3) >> 8``, in 16-bit lanes: the byte times 256 times its
+    power wraps to ``b * 256``, and ``(b * 256 * 3) >> 16`` is the high half of a 16-bit product (one ``vpmulhuw``
+    on the C renderer: ``cbytedot.high_product``). Two byte compares, ``(b > 85) + (b > 170)``, took 7 instructions
+    per 32 trits, the mask, multiply and shift of ``b`` 4, the high product 1 (4096^2 kernel, one thread: 1.06 ->
+    1.02 -> 0.82 ms; the trits had been three quarters of the kernel's time). Each block of 32 a
+    ``_block32``, its bytes chosen by a select between views (no padding: the byte-dot heuristic needs each load's
+    index along the reduction): blocks 0..4 the 32 bytes ``qs[0:32]``, 5..7 ``qs[32:48]`` twice, the last 16
+    elements ``qh`` (each byte for 4 neighbours, the same in every lane: ``heuristic.PER_STEP``)."""
     from tg_gguf.tables import TABLES
     qs, qh = o.field("qs"), o.field("qh")
     shape = (1, o.n, o.nb, 8, 2, 16)  # (block of 32, half, byte)
@@ -293,8 +296,8 @@ def _tq1_0(o: Operands) -> Tensor:
     half = iota((1, 1, 1, 1, 2, 1), 4, qs.device, "int32")
     b = (block < 5).where(first, ((block == 7) & (half == 1)).where(last, second)).reshape(1, o.n, o.nb, 8, 32)
     powers = TABLES.get("tq1_powers_u8", qs.device).reshape(1, 1, 1, 8, 32)
-    q = b * powers
-    u = (q > 85).cast("uint8") + (q > 170).cast("uint8")
+    q = b.cast("uint16") * (powers.cast("uint16") << 8)  # the wrapped byte times 256, in 16 bits
+    u = ((q.cast("uint32") * 3) >> 16).cast("uint16").cast("uint8")  # the high half of a 16-bit product
     d = o.f16("d", 1).expand(1, o.n, o.nb, 8)
     return _block32(o, u, d, -1)
 
@@ -347,8 +350,13 @@ def _sign_masks(o: Operands, index: Tensor, table: str = "ksign_masks") -> Tenso
 
 def _xxs(o: Operands, index: Tensor, aux: Tensor, grid: str, step: float) -> Tensor:
     """IQ2_XXS / IQ3_XXS: per 32 elements grid indices ``index`` ``(1, N, nb, 8, groups)`` and a u32 ``aux``
-    ``(1, N, nb, 8)`` of 4 sign indices and a 4-bit scale: ``d * (0.5 + s) * step`` per 32, no offset."""
-    scale = _half_steps(o.f16("d", 1), (aux >> 28) & 15, step)
+    ``(1, N, nb, 8)`` of 4 sign indices and a 4-bit scale: ``d * (0.5 + s) * step`` per 32, no offset. The
+    ``(0.5 + s) * step`` of each ``s`` read from a table of 16 floats (``odd_steps:<step>``): one load per block,
+    where ``_half_steps``'s shift, multiply-add and conversion took four more instructions (4096^2 kernel, one
+    thread: IQ2_XXS 1.06 -> 0.97-0.99 ms, IQ3_XXS 1.14 -> 1.10-1.14). The same float32 as ``_half_steps``: both
+    are ``d * (2s + 1)`` rounded once, times a power of two."""
+    from tg_gguf.tables import TABLES
+    scale = o.f16("d", 1) * TABLES.get(f"odd_steps:{step}", aux.device).take((aux >> 28) & 15)
     signs = _sign_masks(o, spread(aux, 4, 4, 7))
     return _block32(o, _grid_rows(o, index, grid), scale, None, signs)
 
@@ -390,11 +398,14 @@ def _iq2_s(o: Operands) -> Tensor:
 
 
 def _iq3_s(o: Operands) -> Tensor:
-    """Per 4 values a grid index byte with a 9th bit from ``qh``; a sign byte per 8; ``d * (2s + 1)`` per 32."""
+    """Per 4 values a grid index byte with a 9th bit from ``qh``; a sign byte per 8; ``d * (2s + 1)`` per 32, its
+    ``2s + 1`` read from a table (``_xxs``'s way: 4096^2 kernel, one thread, 1.30 -> 1.25-1.28 ms)."""
     high = spread(o.field("qh").cast("int32"), 4, 8, 1)  # (1, N, nb, 8, 8)
     index = o.field("qs").reshape(1, o.n, o.nb, 8, 8).cast("int32") | (high << 8)
     signs = _sign_masks(o, o.field("signs").reshape(1, o.n, o.nb, 8, 4), "byte_sign_masks")
-    scale = o.f16("d", 1) * _f32(spread(o.field("scales"), 4, 2, 4).reshape(1, o.n, o.nb, 8) * 2 + 1)
+    from tg_gguf.tables import TABLES
+    nibbles = spread(o.field("scales"), 4, 2, 4).reshape(1, o.n, o.nb, 8)
+    scale = o.f16("d", 1) * TABLES.get("odd_steps:2", o.b.t.device).take(nibbles.cast("int32"))
     return _block32(o, _grid_rows(o, index, "IQ3S"), scale, None, signs)
 
 
@@ -408,18 +419,26 @@ def _iq1_rows(o: Operands, rows: Tensor, dl: Tensor) -> Tensor:
 
 
 def _iq1_s(o: Operands) -> Tensor:
-    """IQ1_S: a scale per 32, a grid row per 8 values with one delta sign per 32."""
-    dl, rows = iq1_s_parts(o.b)
-    return _iq1_rows(o, rows.reshape(1, o.n, o.nb, 8, 4), dl.reshape(1, o.n, o.nb, 8))
+    """IQ1_S: a scale per 32, a grid row per 8 values with one delta sign per 32. The scale's ``2s + 1`` read from a
+    table (``_xxs``'s way; 4096^2 kernel, one thread: 0.95 -> 0.83-0.85 ms)."""
+    from tg_gguf.tables import TABLES
+    _, rows = iq1_s_parts(o.b)
+    qh = le_uint(o.b.bytes("qh"), 2).cast("int32").reshape(1, o.n, o.nb, 8)
+    dl = o.f16("d", 1) * TABLES.get("odd_steps:2", o.b.t.device).take((qh >> 12) & 7)
+    return _iq1_rows(o, rows.reshape(1, o.n, o.nb, 8, 4), dl)
 
 
 def _iq1_m(o: Operands) -> Tensor:
     """IQ1_M: a scale per 16, a grid row and a delta sign per 8 values: the qs byte and a nibble of qh, its 2 bytes
     per 32 values read as one u16 (each row's nibble then a shift of the same word: the rows' offsets are computed
-    together, ``cbytedot.row_gather``)."""
+    together, ``cbytedot.row_gather``). The scales' ``2s + 1`` read from a table (``_xxs``'s way; 4096^2 kernel, one
+    thread: 0.95 -> 0.87 ms)."""
     qh = le_uint(o.b.bytes("qh"), 2).cast("int32").reshape(1, o.n, o.nb, 8)
     rows = o.field("qs").reshape(1, o.n, o.nb, 8, 4).cast("int32") | (spread(qh, 4, 4, 4) << 8)
-    return _iq1_rows(o, rows, iq1_m_scales(o.b).reshape(1, o.n, o.nb, 8, 2))
+    from tg_gguf.tables import TABLES
+    d, s = iq1_m_parts(o.b)
+    dl = d.reshape(1, o.n, o.nb, 1, 1) * TABLES.get("odd_steps:2", o.b.t.device).take(s.reshape(1, o.n, o.nb, 8, 2))
+    return _iq1_rows(o, rows, dl)
 
 
 SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {

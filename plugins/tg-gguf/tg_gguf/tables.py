@@ -21,6 +21,9 @@ The tables (facts of the ggml format, computed from ``tg_gguf.iq_grids`` / ``tg_
   so a group's values with their delta are one load (the delta had been two more products per group in a GEMV).
 - ``grid_u8:IQ1S+delta``: that table times 8, plus 9, as bytes (0..18): IQ1_S / IQ1_M's unsigned operand of an
   integer dot product, a group's values with their delta one load of 8 bytes.
+- ``odd_steps:0.25``, ``odd_steps:0.5``, ``odd_steps:2``: ``(0.5 + s) * step`` for the 16 values of a 4-bit scale
+  ``s`` (float32, exact): the block scales of IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S and IQ1_M on the integer path, one
+  load per block (computing ``2s + 1`` and converting it took four more instructions per block).
 - ``tq1_powers``: TQ1_0's power of 3 for each of a block's 256 values (int32); ``tq1_powers_u8`` the same as bytes
   (the integer path's).
 - ``ksigns``: for each 7-bit sign index, the 8 signs (+-1.0 float32) of its bits and their parity bit.
@@ -124,6 +127,9 @@ BUILDERS: dict[str, Callable[[], np.ndarray]] = {
     "byte_sign_masks": _byte_sign_masks,
     "grid:IQ1S+delta": _iq1_shifted,
     "grid_u8:IQ1S+delta": _iq1_shifted_bytes,
+    "odd_steps:0.25": lambda: (np.arange(16, dtype=np.float32) * 2 + 1) * np.float32(0.125),
+    "odd_steps:0.5": lambda: (np.arange(16, dtype=np.float32) * 2 + 1) * np.float32(0.25),
+    "odd_steps:2": lambda: np.arange(16, dtype=np.float32) * 2 + 1,
     "tq1_powers": _tq1_powers,
     "tq1_powers_u8": lambda: _tq1_powers().astype(np.uint8),
     "ksigns": _ksigns,
