@@ -17,7 +17,11 @@ header it received from that rank (both sides keep it per rank; messages match i
 and again is one message. ``recv`` probes for the first message from the sender and checks its header before it
 posts the receive of the data, whose size the header gave: a sender that sent more bytes than asked for never meets
 a too-short receive (Open MPI 4.1 overruns the buffer of a truncated receive); its data is received and dropped and
-the recv raises ``PeerMismatch``. A blocking ``recv(out=)`` announces its write into ``out`` only after the check.
+the recv raises ``PeerMismatch``. A blocking recv of a small tensor whose message is not there yet posts a receive
+of any ``TAG_SMALL`` message (into a buffer of the largest one, so none is truncated) while it waits, and probes for
+messages of the other tags beside it: a small message lands as soon as it comes, and one of another tag that came
+first cancels the posted receive (if that took a small message meanwhile, the small one came first). A blocking
+``recv(out=)`` announces its write into ``out`` only after the check.
 After a timeout or an MPI error the transport is failed (later calls raise ``TransportClosed``); if it is still
 failed when the interpreter exits it calls ``MPI_Abort`` so the other ranks do not wait forever in
 ``MPI_Finalize``.
@@ -34,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tg_mlx_rdma.transport import (
+    _SEND_VIEWS,
     DEFAULT_TIMEOUT,
     HEADER_BYTES,
     HEADER_WORDS,
@@ -142,9 +147,11 @@ class MPITransport(Transport):
         self._staged: list[tuple[Any, int] | None] = [None] * SEND_BUFFERS  # (request, destination) in flight
         self._staged_headers: list[np.ndarray | None] = [None] * SEND_BUFFERS  # the header in each buffer
         self._send_inits: dict[tuple[int, int, int], Any] = {}  # (buffer, bytes, rank) -> persistent send
+        self._slot_inits: list[tuple[int, int, Any] | None] = [None] * SEND_BUFFERS  # each buffer's last one
         self._next_staging = 0
         self._landing = memoryview(bytearray(HEADER_BYTES + SMALL))  # recv(out=)'s small messages arrive here
         self._header_in = memoryview(bytearray(HEADER_BYTES))  # (recv's fast path: header messages)
+        self._posted: dict[int, Any] = {}  # src -> a persistent receive of a small message into _landing
         # the last header sent to / received from each rank in a header message: data of a large message that
         # comes without one has that header (a sender sends the header only when it changes)
         self._headers_sent: dict[int, np.ndarray] = {}
@@ -186,6 +193,9 @@ class MPITransport(Transport):
         if self._failure is not None:
             self._at_exit()  # the peers cannot be left waiting
             return
+        for req in self._posted.values():  # (inactive: each recv completes its posted receive or cancels it)
+            req.Free()
+        self._posted.clear()
         for datatype, op in self._user_ops.values():
             op.Free()
             datatype.Free()
@@ -264,7 +274,14 @@ class MPITransport(Transport):
             self._live()
         if type(dst) is not int or dst not in self._peers:  # (the ranks checked before)
             self._peers.add(self._check_peer(dst, "dst"))
-        data, keep, header = message_of(tensor)  # (the fast paths of isend: no handle)
+        u = getattr(tensor, "uop", None)  # (message_of's hit, inline)
+        hit = _SEND_VIEWS.get(id(u)) if u is not None else None
+        if hit is not None and hit[0]() is u:
+            if hit[1] is not None:
+                hit[1].synchronize()
+            data, keep, header = hit[2], tensor, hit[3]
+        else:
+            data, keep, header = message_of(tensor)  # (the fast paths of isend: no handle)
         if data.nbytes > SMALL:
             if data.nbytes > CHUNK:
                 self.isend(keep, dst).wait()
@@ -276,7 +293,7 @@ class MPITransport(Transport):
             return
         # A copy of the data goes out, so the send returns without waiting for the receiver: that wait (a handshake
         # above the byte transport's eager limit) would put the receiver's own work into this rank's time. The
-        # request is completed when its buffer comes round again (or at close).
+        # request is completed when its buffer comes round again (or at close), or by a recv while it waits.
         i = self._next_staging
         self._next_staging = (i + 1) % SEND_BUFFERS
         if self._staged[i] is not None:
@@ -287,9 +304,14 @@ class MPITransport(Transport):
             self._staged_headers[i] = header
         end = HEADER_BYTES + data.nbytes
         slot[HEADER_BYTES:end] = data
-        req = self._send_inits.get((i, end, dst))  # (a persistent request per buffer, size and rank: no new object)
-        if req is None:
-            req = self._send_init(i, end, dst)
+        last = self._slot_inits[i]  # (the buffer's last request, when the size and rank are the same: no lookup)
+        if last is not None and last[0] == end and last[1] == dst:
+            req = last[2]
+        else:  # (a persistent request per buffer, size and rank: no new object)
+            req = self._send_inits.get((i, end, dst))
+            if req is None:
+                req = self._send_init(i, end, dst)
+            self._slot_inits[i] = (end, dst, req)
         req.Start()
         self._staged[i] = (req, dst)
 
@@ -315,6 +337,7 @@ class MPITransport(Transport):
         for req in self._send_inits.values():
             req.Free()
         self._send_inits.clear()
+        self._slot_inits = [None] * SEND_BUFFERS
 
     def _make_ahead(self) -> None:
         """Make the result of a receive like the last one ahead (a send waiting for its receiver has the time)."""
@@ -333,6 +356,15 @@ class MPITransport(Transport):
     def _finish_sends(self) -> None:
         for i in range(SEND_BUFFERS):
             self._finish_send(i)
+
+    def _reap_sends(self) -> None:
+        """Free the staging buffers whose small sends completed (a recv waiting for its message has the time: the
+        next sends find their buffer free without a test)."""
+        staged = self._staged
+        for i in range(SEND_BUFFERS):
+            s = staged[i]
+            if s is not None and s[0].Test():
+                staged[i] = None
 
     def isend(self, tensor: Tensor, dst: int) -> Handle:
         self._live()
@@ -384,6 +416,21 @@ class MPITransport(Transport):
             direct = in_place_bytes(out, dims, dt)
         mpi, status, improbe = self._mpi, self._status, self._comm.Improbe
         message = improbe(src, mpi.ANY_TAG, status)  # (a message already there: no closures, no polling loop)
+        if message is None and nbytes <= SMALL:  # (a small message lands while this waits: see _await_small)
+            pool = self._pool
+            message = self._await_small(src, lambda: f"recv of {dt.name}{list(dims)} from rank {src}",
+                                        None if out is not None else lambda: pool.prepare(dims, dt, device))
+            if message is None:
+                landing, count = self._landing, status.Get_count(mpi.BYTE)
+                if count != HEADER_BYTES + nbytes or landing[:HEADER_BYTES] != want:
+                    self._refuse_small(landing, count, dims, dt, src)
+                if direct is not None:  # (the common case of out=, inline)
+                    realization().invalidate(direct[0])
+                    direct[1][:] = landing[HEADER_BYTES:count]
+                    return out  # type: ignore[return-value]
+                t, mv, commit = self._target(dims, dt, device, out, nbytes, direct)
+                mv[:] = landing[HEADER_BYTES:count]
+                return _committed(commit, t)
         if message is None:
             found: list[Any] = [None]
 
@@ -434,6 +481,51 @@ class MPITransport(Transport):
         result = self.irecv(dims, dt, src, device, out, blocking=True, found=(message, status)).wait()
         self._status = mpi.Status()  # (the handle's stages read that status)
         return result
+
+    def _await_small(self, src: int, what: What, idle: Callable[[], None] | None) -> Any:
+        """Wait for the next message from ``src`` with a receive of any ``TAG_SMALL`` message posted into the landing
+        buffer, so a small message's data lands while this polls (no probe, then receive, once it is there).
+        Returns None once a small message is in the landing buffer (``self._status`` has its size), or the matched
+        probe of a message of another kind that came first (the posted receive is cancelled; if it took a small
+        message meanwhile, that one came first and is returned, the other stays queued for the next receive).
+        Every ``TAG_SMALL`` message fits (``HEADER_BYTES + SMALL`` bytes), so none is truncated."""
+        mpi, status, comm = self._mpi, self._status, self._comm
+        req = self._posted.get(src)
+        if req is None:  # (a persistent receive per rank: no new request per message)
+            req = self._posted[src] = comm.Recv_init([self._landing, mpi.BYTE], src, TAG_SMALL)
+        req.Start()
+        self._reap_sends()
+        test, iprobe, other = req.Test, comm.Iprobe, []
+
+        def arrived() -> bool:
+            if test(status):
+                return True
+            if iprobe(src, mpi.ANY_TAG):  # (the posted receive takes every small message: this one is not)
+                other.append(True)
+                return True
+            return False
+        self._until(arrived, what, src, [req], idle)
+        if not other:
+            return None
+        req.Cancel()
+        self._until(lambda: test(status), what, src, [])
+        if not status.Is_cancelled():
+            return None
+        message = comm.Improbe(src, mpi.ANY_TAG, status)  # (the message Iprobe saw: nothing took it since)
+        assert message is not None
+        return message
+
+    def _refuse_small(self, landing: memoryview, count: int, dims: tuple[int, ...], dt: DType, src: int) -> None:
+        """Raise ``PeerMismatch`` for a small message of ``count`` bytes in ``landing`` that recv did not ask for."""
+        what = f"recv of {dt.name}{list(dims)} from rank {src}"
+        if count >= HEADER_BYTES:
+            got = np.frombuffer(landing, np.int64, HEADER_WORDS)
+            check_header(got, header_of(dims, dt), src, self.rank)
+            raise PeerMismatch(f"rank {self.rank}: {what}: a message of {count} bytes for a header of "
+                               f"{header_nbytes(got)} data bytes, or a header that differs only in its padding", src)
+        raise PeerMismatch(f"rank {self.rank}: {what}: rank {src} sent a message of {count} bytes with tag "
+                           f"{TAG_SMALL:#x} that is not a tgcore tensor; is the peer using the same tg-mlx-rdma "
+                           "version?", src)
 
     def _target(self, dims: tuple[int, ...], dt: DType, device: str | None, out: Tensor | None, nbytes: int,
                 direct: tuple[Any, memoryview] | None) -> tuple[Tensor, memoryview, Callable[[], None]]:
