@@ -90,6 +90,7 @@ CHUNK = 1 << 30  # bytes per point-to-point message; elements per reduce step
 SEND_BUFFERS = 4  # small sends that may be on their way at once (send returns before they are received)
 SEND_INITS = 64  # persistent requests of small sends kept (one per staging buffer, message size and rank)
 FAST_POLLS = 512  # polls before the first clock read
+OTHER_POLLS = 16  # a recv waiting for a small message probes for one of another tag every this many polls
 IDLE_POLLS = 1  # polls that found nothing before a wait does its idle work (recv: make the next result ahead)
 SPIN_SECONDS = 0.05  # poll flat out this long (MPI progresses only inside our Test calls) ...
 YIELD_SECONDS = 1.0  # ... then yield the CPU between polls, then sleep 1 ms between polls
@@ -144,12 +145,14 @@ class MPITransport(Transport):
         # send's fast path packs small messages into these buffers and returns without waiting for the receiver;
         # each buffer's request is completed before the buffer is packed again
         self._staging = [memoryview(bytearray(HEADER_BYTES + SMALL)) for _ in range(SEND_BUFFERS)]
-        self._staged: list[tuple[Any, int] | None] = [None] * SEND_BUFFERS  # (request, destination) in flight
+        self._staged: list[tuple[int, int, Any] | None] = [None] * SEND_BUFFERS  # (bytes, rank, request) in flight
         self._staged_headers: list[np.ndarray | None] = [None] * SEND_BUFFERS  # the header in each buffer
         self._send_inits: dict[tuple[int, int, int], Any] = {}  # (buffer, bytes, rank) -> persistent send
-        self._slot_inits: list[tuple[int, int, Any] | None] = [None] * SEND_BUFFERS  # each buffer's last one
+        self._slot_inits: list[tuple[int, int, Any]] = [_NO_INIT] * SEND_BUFFERS  # each buffer's last one
         self._next_staging = 0
         self._landing = memoryview(bytearray(HEADER_BYTES + SMALL))  # recv(out=)'s small messages arrive here
+        self._landing_header = self._landing[:HEADER_BYTES]
+        self._invalidate = realization().invalidate  # (a write into memory: its version bumped)
         self._header_in = memoryview(bytearray(HEADER_BYTES))  # (recv's fast path: header messages)
         self._posted: dict[int, Any] = {}  # src -> a persistent receive of a small message into _landing
         # the last header sent to / received from each rank in a header message: data of a large message that
@@ -244,9 +247,7 @@ class MPITransport(Transport):
             else:
                 return
         except mpi.Exception as e:
-            who = f" with rank {peer}" if peer is not None else ""
-            raise self._fail(PeerFailed(f"rank {self.rank}: {_text(what)} failed{who}: {e.Get_error_string()}",
-                                        peer)) from e
+            raise self._peer_failed(e, what, peer) from e
         for r in pending:
             if r != mpi.REQUEST_NULL:
                 try:
@@ -259,6 +260,11 @@ class MPITransport(Transport):
             blame = f"not every rank of 0..{self.world_size - 1} joined (one is dead, stuck, or in a different call)"
         raise self._fail(CommTimeout(f"rank {self.rank}: {_text(what)} did not complete within {self.timeout:g} s: "
                                      f"{blame}", peer))
+
+    def _peer_failed(self, e: Any, what: What, peer: int | None) -> CommError:
+        """The transport's failure after the MPI error ``e`` in ``what`` (it is failed from now on)."""
+        who = f" with rank {peer}" if peer is not None else ""
+        return self._fail(PeerFailed(f"rank {self.rank}: {_text(what)} failed{who}: {e.Get_error_string()}", peer))
 
     # ---------------------------------------------------------------- point to point
     def _block(self, handle: Handle) -> None:
@@ -274,8 +280,8 @@ class MPITransport(Transport):
             self._live()
         if type(dst) is not int or dst not in self._peers:  # (the ranks checked before)
             self._peers.add(self._check_peer(dst, "dst"))
-        u = getattr(tensor, "uop", None)  # (message_of's hit, inline)
-        hit = _SEND_VIEWS.get(id(u)) if u is not None else None
+        u = getattr(tensor, "uop", None)  # (message_of's hit, inline; no node has id(None))
+        hit = _SEND_VIEWS.get(id(u))
         if hit is not None and hit[0]() is u:
             if hit[1] is not None:
                 hit[1].synchronize()
@@ -305,15 +311,13 @@ class MPITransport(Transport):
         end = HEADER_BYTES + data.nbytes
         slot[HEADER_BYTES:end] = data
         last = self._slot_inits[i]  # (the buffer's last request, when the size and rank are the same: no lookup)
-        if last is not None and last[0] == end and last[1] == dst:
-            req = last[2]
-        else:  # (a persistent request per buffer, size and rank: no new object)
+        if last[0] != end or last[1] != dst:  # (a persistent request per buffer, size and rank: no new object)
             req = self._send_inits.get((i, end, dst))
             if req is None:
                 req = self._send_init(i, end, dst)
-            self._slot_inits[i] = (end, dst, req)
-        req.Start()
-        self._staged[i] = (req, dst)
+            last = self._slot_inits[i] = (end, dst, req)
+        last[2].Start()
+        self._staged[i] = last
 
     def _header_if_new(self, header: np.ndarray, dst: int) -> list[Any]:
         """The request of a header message to ``dst`` (tag ``TAG_HEADER``) when ``header`` is not the last one sent
@@ -337,7 +341,7 @@ class MPITransport(Transport):
         for req in self._send_inits.values():
             req.Free()
         self._send_inits.clear()
-        self._slot_inits = [None] * SEND_BUFFERS
+        self._slot_inits = [_NO_INIT] * SEND_BUFFERS
 
     def _make_ahead(self) -> None:
         """Make the result of a receive like the last one ahead (a send waiting for its receiver has the time)."""
@@ -348,7 +352,7 @@ class MPITransport(Transport):
         """Wait until the small send in staging buffer ``i`` (if any) is complete, so the buffer is free."""
         staged = self._staged[i]
         if staged is not None:
-            req, dst = staged
+            _, dst, req = staged
             if not req.Test():
                 self._wait([req], f"an earlier send to rank {dst}", dst)
             self._staged[i] = None
@@ -363,7 +367,7 @@ class MPITransport(Transport):
         staged = self._staged
         for i in range(SEND_BUFFERS):
             s = staged[i]
-            if s is not None and s[0].Test():
+            if s is not None and s[2].Test():
                 staged[i] = None
 
     def isend(self, tensor: Tensor, dst: int) -> Handle:
@@ -422,10 +426,10 @@ class MPITransport(Transport):
                                         None if out is not None else lambda: pool.prepare(dims, dt, device))
             if message is None:
                 landing, count = self._landing, status.Get_count(mpi.BYTE)
-                if count != HEADER_BYTES + nbytes or landing[:HEADER_BYTES] != want:
+                if count != HEADER_BYTES + nbytes or self._landing_header.tobytes() != want:
                     self._refuse_small(landing, count, dims, dt, src)
                 if direct is not None:  # (the common case of out=, inline)
-                    realization().invalidate(direct[0])
+                    self._invalidate(direct[0])
                     direct[1][:] = landing[HEADER_BYTES:count]
                     return out  # type: ignore[return-value]
                 t, mv, commit = self._target(dims, dt, device, out, nbytes, direct)
@@ -449,15 +453,15 @@ class MPITransport(Transport):
                 if pooled is not None:  # straight into a pooled result, which has room for the header in front
                     t, packed = pooled
                     self._receive(message, packed, src)
-                    if bytes(packed[:HEADER_BYTES]) != want:
+                    if packed[:HEADER_BYTES].tobytes() != want:
                         self._refuse(np.frombuffer(packed, np.int64, HEADER_WORDS), dims, dt, src, False)
                     return t
             landing = self._landing[:count]  # (then the data is copied: cheaper than a second message)
             self._receive(message, landing, src)
-            if bytes(landing[:HEADER_BYTES]) != want:
+            if landing[:HEADER_BYTES].tobytes() != want:
                 self._refuse(np.frombuffer(landing, np.int64, HEADER_WORDS), dims, dt, src, False)
             if direct is not None:  # (the common case of out=, inline)
-                realization().invalidate(direct[0])
+                self._invalidate(direct[0])
                 direct[1][:] = landing[HEADER_BYTES:]
                 return out  # type: ignore[return-value]
             t, mv, commit = self._target(dims, dt, device, out, nbytes, direct)
@@ -495,16 +499,29 @@ class MPITransport(Transport):
             req = self._posted[src] = comm.Recv_init([self._landing, mpi.BYTE], src, TAG_SMALL)
         req.Start()
         self._reap_sends()
-        test, iprobe, other = req.Test, comm.Iprobe, []
+        test, iprobe, any_tag, other = req.Test, comm.Iprobe, mpi.ANY_TAG, []
+        polls = 0
 
         def arrived() -> bool:
+            nonlocal polls
             if test(status):
                 return True
-            if iprobe(src, mpi.ANY_TAG):  # (the posted receive takes every small message: this one is not)
+            polls += 1
+            if not polls % OTHER_POLLS and iprobe(src, any_tag):  # (the posted receive takes every small message)
                 other.append(True)
                 return True
             return False
-        self._until(arrived, what, src, [req], idle)
+        try:  # (the common case, without a call per poll: the message comes within a few polls)
+            if test(status):
+                return None
+            if idle is not None:
+                idle()
+            for _ in range(FAST_POLLS):  # (a message of another tag here is a mismatch: it can wait for _until)
+                if test(status):
+                    return None
+        except mpi.Exception as e:
+            raise self._peer_failed(e, what, src) from e
+        self._until(arrived, what, src, [req])
         if not other:
             return None
         req.Cancel()
@@ -766,6 +783,9 @@ class MPITransport(Transport):
             datatype = mpi.BYTE.Create_contiguous(dt.itemsize).Commit()
             self._user_ops[key] = (datatype, mpi.Op.Create(_numpy_combiner(dt, op), commute=True))
         return self._user_ops[key]
+
+
+_NO_INIT = (-1, -1, None)  # (no persistent send made for a staging buffer yet)
 
 
 def _first_in_line(line: list[Handle], handle: Handle) -> bool:
