@@ -67,6 +67,7 @@ from tg_mlx_rdma.transport import (
     realization,
     recv_target,
     tensor_bytes,
+    view_of,
     write_into,
 )
 
@@ -138,8 +139,10 @@ class MPITransport(Transport):
         self._collectives: list[Handle] = []  # collectives that have not posted their data stage yet
         self._pool = RecvPool()
         self._peers: set[int] = set()  # ranks send checked with _check_peer
-        # recv(out=)'s last out that passed check_output: (out, weakly; its node then, weakly; the recv's spec)
-        self._out_checked: tuple[Callable[[], Any], Callable[[], Any], Any] = (_dead, _dead, None)
+        # recv(out=)'s last out that passed check_output: (out, weakly; its node then, weakly; the recv's spec; the
+        # Buffer in_place_bytes gave, weakly; the node's readers count then)
+        self._out_checked: tuple[Callable[[], Any], Callable[[], Any], Any, Callable[[], Any], int] = \
+            (_dead, _dead, None, _dead, -1)
         self._last_recv: tuple[tuple[int, ...], DType, str | None] | None = None  # (recv's fast path, no out=)
         self._status = MPI.Status()  # (recv's fast path)
         # send's fast path packs small messages into these buffers and returns without waiting for the receiver;
@@ -413,11 +416,21 @@ class MPITransport(Transport):
             self._last_recv = pool_key
         direct = None  # out's Buffer and memory, when the write can go straight in (announced once the header matched)
         if out is not None:
-            checked = self._out_checked  # (out's node is what check_output looks at: the same node, the same answer)
-            if checked[0]() is not out or checked[1]() is not out.uop or checked[2] is not spec:
+            # (out's node is what check_output looks at: the same node, the same answer; in_place_bytes's answer
+            # for it holds until something new reads the node or its name, which the node's readers count)
+            checked, node = self._out_checked, out.uop
+            readers = node.readers
+            in_place = checked[3]() if readers is not None and readers.changes[0] == checked[4] else None
+            if checked[0]() is not out or checked[1]() is not node or checked[2] is not spec:
                 check_output(out, dims, dt)
-                self._out_checked = (weakref.ref(out), weakref.ref(out.uop), spec)
-            direct = in_place_bytes(out, dims, dt)
+                in_place = None
+            if in_place is not None:
+                direct = in_place, view_of(in_place)
+            else:
+                direct = in_place_bytes(out, dims, dt)
+                self._out_checked = (weakref.ref(out), weakref.ref(node), spec,
+                                     _dead if direct is None else weakref.ref(direct[0]),
+                                     -1 if readers is None else readers.changes[0])
         mpi, status, improbe = self._mpi, self._status, self._comm.Improbe
         message = improbe(src, mpi.ANY_TAG, status)  # (a message already there: no closures, no polling loop)
         if message is None and nbytes <= SMALL:  # (a small message lands while this waits: see _await_small)
@@ -432,6 +445,11 @@ class MPITransport(Transport):
                     self._invalidate(direct[0])
                     direct[1][:] = landing[HEADER_BYTES:count]
                     return out  # type: ignore[return-value]
+                if out is None:  # (a pooled result, inline: it has room for the header in front)
+                    pooled = self._pool.take_key(pool_key)
+                    if pooled is not None:
+                        pooled[1][:count] = landing[:count]
+                        return pooled[0]
                 t, mv, commit = self._target(dims, dt, device, out, nbytes, direct)
                 mv[:] = landing[HEADER_BYTES:count]
                 return _committed(commit, t)

@@ -287,10 +287,10 @@ def in_place_bytes(out: Tensor, shape: tuple[int, ...], dt: DType) -> tuple[Any,
     buf = realization().in_place_buffer(out)
     if buf is None or buf.size == 0 or not buf.allocator.can_zero_copy or not buf.is_allocated():
         return None
-    return buf, _view_of(buf)
+    return buf, view_of(buf)
 
 
-def _view_of(buf: Any) -> memoryview:
+def view_of(buf: Any) -> memoryview:
     """``buf.as_buffer()``, remembered per Buffer (its device is still synchronized first)."""
     hit = _OUT_VIEWS.get(id(buf))
     if hit is not None and hit[0]() is buf:
@@ -315,7 +315,7 @@ def write_into(out: Tensor, numel: int, finish: Callable[[], None] | None = None
     if not buf.allocator.can_zero_copy:
         staging = memoryview(bytearray(buf.nbytes))
         return staging, lambda: buf.copyin(staging) and None
-    return _view_of(buf), _no_commit
+    return view_of(buf), _no_commit
 
 
 # id(Buffer) -> (the Buffer, weakly; a writable memoryview of it; its device or None, as in _SEND_VIEWS): buffers
@@ -404,7 +404,10 @@ class RecvPool:
     def take_packed(self, shape: tuple[int, ...], dt: DType, device: str | None) -> tuple[Tensor, memoryview] | None:
         """A pooled tensor of ``shape``/``dt`` on ``device`` and a writable memoryview of ``HEADER_BYTES`` of header
         room followed by its elements; None when such a message is not pooled."""
-        key = (shape, dt, device)
+        return self.take_key((shape, dt, device))
+
+    def take_key(self, key: PoolKey) -> tuple[Tensor, memoryview] | None:
+        """``take_packed`` of the key ``(shape, dtype, device)``."""
         made = self._ready.pop(key, None)
         if made is None:
             made = self._make(key)
