@@ -148,10 +148,11 @@ class MPITransport(Transport):
         # send's fast path packs small messages into these buffers and returns without waiting for the receiver;
         # each buffer's request is completed before the buffer is packed again
         self._staging = [memoryview(bytearray(HEADER_BYTES + SMALL)) for _ in range(SEND_BUFFERS)]
-        self._staged: list[tuple[int, int, Any] | None] = [None] * SEND_BUFFERS  # (bytes, rank, request) in flight
+        self._staged: list[tuple[int, int, Any, Any] | None] = [None] * SEND_BUFFERS  # (as _slot_inits) in flight
         self._staged_headers: list[np.ndarray | None] = [None] * SEND_BUFFERS  # the header in each buffer
         self._send_inits: dict[tuple[int, int, int], Any] = {}  # (buffer, bytes, rank) -> persistent send
-        self._slot_inits: list[tuple[int, int, Any]] = [_NO_INIT] * SEND_BUFFERS  # each buffer's last one
+        # each buffer's last (bytes, rank, persistent send, the data's place in the buffer)
+        self._slot_inits: list[tuple[int, int, Any, Any]] = [_NO_INIT] * SEND_BUFFERS
         self._next_staging = 0
         self._landing = memoryview(bytearray(HEADER_BYTES + SMALL))  # recv(out=)'s small messages arrive here
         self._landing_header = self._landing[:HEADER_BYTES]
@@ -312,13 +313,13 @@ class MPITransport(Transport):
             slot[:HEADER_BYTES] = header.data.cast("B")
             self._staged_headers[i] = header
         end = HEADER_BYTES + data.nbytes
-        slot[HEADER_BYTES:end] = data
         last = self._slot_inits[i]  # (the buffer's last request, when the size and rank are the same: no lookup)
         if last[0] != end or last[1] != dst:  # (a persistent request per buffer, size and rank: no new object)
             req = self._send_inits.get((i, end, dst))
             if req is None:
                 req = self._send_init(i, end, dst)
-            last = self._slot_inits[i] = (end, dst, req)
+            last = self._slot_inits[i] = (end, dst, req, slot[HEADER_BYTES:end])
+        last[3][:] = data  # (the data's place in the buffer, kept with the request)
         last[2].Start()
         self._staged[i] = last
 
@@ -355,7 +356,7 @@ class MPITransport(Transport):
         """Wait until the small send in staging buffer ``i`` (if any) is complete, so the buffer is free."""
         staged = self._staged[i]
         if staged is not None:
-            _, dst, req = staged
+            _, dst, req, _ = staged
             if not req.Test():
                 self._wait([req], f"an earlier send to rank {dst}", dst)
             self._staged[i] = None
@@ -803,7 +804,7 @@ class MPITransport(Transport):
         return self._user_ops[key]
 
 
-_NO_INIT = (-1, -1, None)  # (no persistent send made for a staging buffer yet)
+_NO_INIT = (-1, -1, None, None)  # (no persistent send made for a staging buffer yet)
 
 
 def _first_in_line(line: list[Handle], handle: Handle) -> bool:
