@@ -43,13 +43,16 @@ from tgcore.uop.shape import shape_of
 from tgcore.uop.uop import watch_readers
 
 MOVEMENT = (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP, Ops.EXPAND, Ops.PAD)
+# (an ``Ops.X`` lookup costs ~150 ns on Python 3.11's enums: the per-message paths below, which a transport runs for
+# every tensor it receives, compare with these)
+_BUFFER, _RESHAPE = Ops.BUFFER, Ops.RESHAPE
 
 
 def base_buffer_uop(u: UOp) -> UOp | None:
     """The BUFFER uop under a chain of movement ops, or None when ``u`` computes something."""
     while u.op in MOVEMENT:
         u = u.src[0]
-    return u if u.op is Ops.BUFFER else None
+    return u if u.op is _BUFFER else None
 
 
 def written_buffer_uop(target: UOp) -> UOp | None:
@@ -195,8 +198,8 @@ class RealizationState:
         """The Buffer holding ``tensor``'s elements, realizing it (and running writes into it) first; None when
         the tensor is a view that is not a whole buffer of its own (``.contiguous()`` it)."""
         u = tensor.uop
-        name = u.src[0] if u.op is Ops.RESHAPE else u
-        if name.op is not Ops.BUFFER or name not in self._buffers or name in self.pending:
+        name = u.src[0] if u.op is _RESHAPE else u
+        if name.op is not _BUFFER or name not in self._buffers or name in self.pending:
             tensor.realize()
         return self.own_buffer(tensor)
 
@@ -204,8 +207,8 @@ class RealizationState:
         """The Buffer ``tensor`` owns whole and contiguous (its node is a BUFFER uop or a reshape of one), or None
         (a view, a lazy expression). Realizes and changes nothing: what ``prepare_write`` accepts."""
         u = tensor.uop
-        old = u.src[0] if u.op is Ops.RESHAPE else u
-        buf = self._buffers.get(old) if old.op is Ops.BUFFER else None
+        old = u.src[0] if u.op is _RESHAPE else u
+        buf = self._buffers.get(old) if old.op is _BUFFER else None
         if buf is None or buf.size != _numel(u) or buf.dtype != u.dtype:
             return None
         return buf
@@ -218,7 +221,7 @@ class RealizationState:
         if buf is None:
             return None
         u = tensor.uop
-        name = u.src[0] if u.op is Ops.RESHAPE else u
+        name = u.src[0] if u.op is _RESHAPE else u
         if name in self.pending or not self._only_holders_read(name):
             return None
         return buf
@@ -238,10 +241,10 @@ class RealizationState:
             raise ValueError("the tensor written into must own a contiguous buffer (Tensor.empty(...) or a "
                              "realized tensor), not a view or a lazy expression")
         u = tensor.uop
-        old = u.src[0] if u.op is Ops.RESHAPE else u
+        old = u.src[0] if u.op is _RESHAPE else u
         if old in self.pending:  # (an earlier write into it finishes first)
             tensor.realize()
-            old = tensor.uop.src[0] if tensor.uop.op is Ops.RESHAPE else tensor.uop
+            old = tensor.uop.src[0] if tensor.uop.op is _RESHAPE else tensor.uop
         if finish is None and self._only_holders_read(old):  # (they see the write in place: no new name needed)
             self.invalidate(buf)
             return buf
@@ -284,7 +287,7 @@ class RealizationState:
             moved.append(also)
         for t in moved:
             u = t.uop
-            if u.op is Ops.RESHAPE and u.src[0] is old:  # (the common case, without a graph walk)
+            if u.op is _RESHAPE and u.src[0] is old:  # (the common case, without a graph walk)
                 t.uop = u.replace(src=(new,))  # (keeps its tag: a leaf's marks it for backward)
             else:
                 t.uop = u.substitute({old: new})
@@ -393,7 +396,7 @@ class RealizationState:
         while name.op in MOVEMENT:
             name = name.src[0]
             chain.append(name)
-        buf = self._buffers.get(name) if name.op is Ops.BUFFER else None
+        buf = self._buffers.get(name) if name.op is _BUFFER else None
         if buf is None or name in self.pending:
             return None
         base = buf.base
@@ -480,7 +483,7 @@ def _only_live(refs: list[Any], allowed: Any) -> bool:
 
 def _numel(u: UOp) -> int:
     """Elements of a tensor-level uop; a reshaped buffer's from its arg (a new uop's shape is not cached yet)."""
-    return prod(u.arg) if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER else prod(shape_of(u))
+    return prod(u.arg) if u.op is _RESHAPE and u.src[0].op is _BUFFER else prod(shape_of(u))
 
 
 def _stale(reads: _Reads) -> bool:

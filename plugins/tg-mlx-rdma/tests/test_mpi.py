@@ -55,6 +55,15 @@ def test_headers_only_when_they_change(need_mpi: None) -> None:
     assert "recv expected float32[262144] from rank 0, but rank 0 sent int32[262144]" in proc.stdout, proc.stdout
 
 
+@pytest.mark.parametrize("net", ["shm", "tcp"])
+def test_posted_receive_keeps_the_order(need_mpi: None, net: str) -> None:
+    """A recv waiting for a small message posts a receive for it: a large message that comes first is refused (the
+    posted receive is cancelled), a small one the posted receive took before a large one is returned first."""
+    proc = run_job(2, [str(WORKER), "posted"], timeout=60, net=net)
+    ok(proc, 2)
+    assert proc.stdout.count("expected error") == 1, proc.stdout
+
+
 def test_small_sends_do_not_wait_for_their_receive(need_mpi: None) -> None:
     """Both ranks send 8 KiB messages first (a send that waited for its receive would deadlock them), and a
     close completes the sends still on their way."""

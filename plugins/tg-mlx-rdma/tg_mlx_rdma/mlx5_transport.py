@@ -556,8 +556,8 @@ class Mlx5Transport(Transport):
                     rest = tickets[n_check:]
                     if self.rank == 0:
                         assert acc is not None
-                        from tg_mlx_rdma.mpi import _numpy_combiner
-                        combine = _numpy_combiner(dt, op)
+                        from tg_mlx_rdma.reduce_ops import numpy_combiner
+                        combine = numpy_combiner(dt, op)
                         theirs = bytearray(len(acc))
                         for i, r in enumerate(sorted(self.peers)):
                             yield from self._recv_msg(self.peers[r], rest[i], memoryview(theirs), len(theirs), what)

@@ -17,7 +17,11 @@ header it received from that rank (both sides keep it per rank; messages match i
 and again is one message. ``recv`` probes for the first message from the sender and checks its header before it
 posts the receive of the data, whose size the header gave: a sender that sent more bytes than asked for never meets
 a too-short receive (Open MPI 4.1 overruns the buffer of a truncated receive); its data is received and dropped and
-the recv raises ``PeerMismatch``. A blocking ``recv(out=)`` announces its write into ``out`` only after the check.
+the recv raises ``PeerMismatch``. A blocking recv of a small tensor whose message is not there yet posts a receive
+of any ``TAG_SMALL`` message (into a buffer of the largest one, so none is truncated) while it waits, and probes for
+messages of the other tags beside it: a small message lands as soon as it comes, and one of another tag that came
+first cancels the posted receive (if that took a small message meanwhile, the small one came first). A blocking
+``recv(out=)`` announces its write into ``out`` only after the check.
 After a timeout or an MPI error the transport is failed (later calls raise ``TransportClosed``); if it is still
 failed when the interpreter exits it calls ``MPI_Abort`` so the other ranks do not wait forever in
 ``MPI_Finalize``.
@@ -33,7 +37,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tg_mlx_rdma.reduce_ops import reduce_types
 from tg_mlx_rdma.transport import (
+    _SEND_VIEWS,
     DEFAULT_TIMEOUT,
     HEADER_BYTES,
     HEADER_WORDS,
@@ -62,6 +68,7 @@ from tg_mlx_rdma.transport import (
     realization,
     recv_target,
     tensor_bytes,
+    view_of,
     write_into,
 )
 
@@ -85,19 +92,11 @@ CHUNK = 1 << 30  # bytes per point-to-point message; elements per reduce step
 SEND_BUFFERS = 4  # small sends that may be on their way at once (send returns before they are received)
 SEND_INITS = 64  # persistent requests of small sends kept (one per staging buffer, message size and rank)
 FAST_POLLS = 512  # polls before the first clock read
+OTHER_POLLS = 16  # a recv waiting for a small message probes for one of another tag every this many polls
 IDLE_POLLS = 1  # polls that found nothing before a wait does its idle work (recv: make the next result ahead)
 SPIN_SECONDS = 0.05  # poll flat out this long (MPI progresses only inside our Test calls) ...
 YIELD_SECONDS = 1.0  # ... then yield the CPU between polls, then sleep 1 ms between polls
 
-# numpy combine functions for ops MPI has no built-in type for (float16, bfloat16, fp8)
-_NP_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
-_MPI_TYPE_NAMES = {"int8": "INT8_T", "uint8": "UINT8_T", "int16": "INT16_T", "uint16": "UINT16_T",
-                   "int32": "INT32_T", "uint32": "UINT32_T", "int64": "INT64_T", "uint64": "UINT64_T",
-                   "float32": "FLOAT", "float64": "DOUBLE", "bool": "C_BOOL"}
-_BOOL_OPS = {"sum": "LOR", "max": "LOR", "prod": "LAND", "min": "LAND"}
-# Open MPI 4.1's AVX op component saturates MPI_SUM on 8- and 16-bit integers instead of wrapping
-# (open-mpi/ompi#8045, closed "wontfix"; Debian 12 ships 4.1.4): those sums are done by numpy.
-_NUMPY_SUMS = frozenset({"int8", "uint8", "int16", "uint16"})
 
 
 def connect(timeout: float = DEFAULT_TIMEOUT, comm: Any = None, abort_on_failure: bool = True) -> MPITransport:
@@ -132,19 +131,26 @@ class MPITransport(Transport):
         self._collectives: list[Handle] = []  # collectives that have not posted their data stage yet
         self._pool = RecvPool()
         self._peers: set[int] = set()  # ranks send checked with _check_peer
-        # recv(out=)'s last out that passed check_output: (out, weakly; its node then, weakly; the recv's spec)
-        self._out_checked: tuple[Callable[[], Any], Callable[[], Any], Any] = (_dead, _dead, None)
+        # recv(out=)'s last out that passed check_output: (out, weakly; its node then, weakly; the recv's spec; the
+        # Buffer in_place_bytes gave, weakly; the node's readers count then)
+        self._out_checked: tuple[Callable[[], Any], Callable[[], Any], Any, Callable[[], Any], int] = \
+            (_dead, _dead, None, _dead, -1)
         self._last_recv: tuple[tuple[int, ...], DType, str | None] | None = None  # (recv's fast path, no out=)
         self._status = MPI.Status()  # (recv's fast path)
         # send's fast path packs small messages into these buffers and returns without waiting for the receiver;
         # each buffer's request is completed before the buffer is packed again
         self._staging = [memoryview(bytearray(HEADER_BYTES + SMALL)) for _ in range(SEND_BUFFERS)]
-        self._staged: list[tuple[Any, int] | None] = [None] * SEND_BUFFERS  # (request, destination) in flight
+        self._staged: list[tuple[int, int, Any, Any] | None] = [None] * SEND_BUFFERS  # (as _slot_inits) in flight
         self._staged_headers: list[np.ndarray | None] = [None] * SEND_BUFFERS  # the header in each buffer
         self._send_inits: dict[tuple[int, int, int], Any] = {}  # (buffer, bytes, rank) -> persistent send
+        # each buffer's last (bytes, rank, persistent send, the data's place in the buffer)
+        self._slot_inits: list[tuple[int, int, Any, Any]] = [_NO_INIT] * SEND_BUFFERS
         self._next_staging = 0
         self._landing = memoryview(bytearray(HEADER_BYTES + SMALL))  # recv(out=)'s small messages arrive here
+        self._landing_header = self._landing[:HEADER_BYTES]
+        self._invalidate = realization().invalidate  # (a write into memory: its version bumped)
         self._header_in = memoryview(bytearray(HEADER_BYTES))  # (recv's fast path: header messages)
+        self._posted: dict[int, Any] = {}  # src -> a persistent receive of a small message into _landing
         # the last header sent to / received from each rank in a header message: data of a large message that
         # comes without one has that header (a sender sends the header only when it changes)
         self._headers_sent: dict[int, np.ndarray] = {}
@@ -186,6 +192,9 @@ class MPITransport(Transport):
         if self._failure is not None:
             self._at_exit()  # the peers cannot be left waiting
             return
+        for req in self._posted.values():  # (inactive: each recv completes its posted receive or cancels it)
+            req.Free()
+        self._posted.clear()
         for datatype, op in self._user_ops.values():
             op.Free()
             datatype.Free()
@@ -234,9 +243,7 @@ class MPITransport(Transport):
             else:
                 return
         except mpi.Exception as e:
-            who = f" with rank {peer}" if peer is not None else ""
-            raise self._fail(PeerFailed(f"rank {self.rank}: {_text(what)} failed{who}: {e.Get_error_string()}",
-                                        peer)) from e
+            raise self._peer_failed(e, what, peer) from e
         for r in pending:
             if r != mpi.REQUEST_NULL:
                 try:
@@ -249,6 +256,11 @@ class MPITransport(Transport):
             blame = f"not every rank of 0..{self.world_size - 1} joined (one is dead, stuck, or in a different call)"
         raise self._fail(CommTimeout(f"rank {self.rank}: {_text(what)} did not complete within {self.timeout:g} s: "
                                      f"{blame}", peer))
+
+    def _peer_failed(self, e: Any, what: What, peer: int | None) -> CommError:
+        """The transport's failure after the MPI error ``e`` in ``what`` (it is failed from now on)."""
+        who = f" with rank {peer}" if peer is not None else ""
+        return self._fail(PeerFailed(f"rank {self.rank}: {_text(what)} failed{who}: {e.Get_error_string()}", peer))
 
     # ---------------------------------------------------------------- point to point
     def _block(self, handle: Handle) -> None:
@@ -264,7 +276,14 @@ class MPITransport(Transport):
             self._live()
         if type(dst) is not int or dst not in self._peers:  # (the ranks checked before)
             self._peers.add(self._check_peer(dst, "dst"))
-        data, keep, header = message_of(tensor)  # (the fast paths of isend: no handle)
+        u = getattr(tensor, "uop", None)  # (message_of's hit, inline; no node has id(None))
+        hit = _SEND_VIEWS.get(id(u))
+        if hit is not None and hit[0]() is u:
+            if hit[1] is not None:
+                hit[1].synchronize()
+            data, keep, header = hit[2], tensor, hit[3]
+        else:
+            data, keep, header = message_of(tensor)  # (the fast paths of isend: no handle)
         if data.nbytes > SMALL:
             if data.nbytes > CHUNK:
                 self.isend(keep, dst).wait()
@@ -276,7 +295,7 @@ class MPITransport(Transport):
             return
         # A copy of the data goes out, so the send returns without waiting for the receiver: that wait (a handshake
         # above the byte transport's eager limit) would put the receiver's own work into this rank's time. The
-        # request is completed when its buffer comes round again (or at close).
+        # request is completed when its buffer comes round again (or at close), or by a recv while it waits.
         i = self._next_staging
         self._next_staging = (i + 1) % SEND_BUFFERS
         if self._staged[i] is not None:
@@ -286,12 +305,15 @@ class MPITransport(Transport):
             slot[:HEADER_BYTES] = header.data.cast("B")
             self._staged_headers[i] = header
         end = HEADER_BYTES + data.nbytes
-        slot[HEADER_BYTES:end] = data
-        req = self._send_inits.get((i, end, dst))  # (a persistent request per buffer, size and rank: no new object)
-        if req is None:
-            req = self._send_init(i, end, dst)
-        req.Start()
-        self._staged[i] = (req, dst)
+        last = self._slot_inits[i]  # (the buffer's last request, when the size and rank are the same: no lookup)
+        if last[0] != end or last[1] != dst:  # (a persistent request per buffer, size and rank: no new object)
+            req = self._send_inits.get((i, end, dst))
+            if req is None:
+                req = self._send_init(i, end, dst)
+            last = self._slot_inits[i] = (end, dst, req, slot[HEADER_BYTES:end])
+        last[3][:] = data  # (the data's place in the buffer, kept with the request)
+        last[2].Start()
+        self._staged[i] = last
 
     def _header_if_new(self, header: np.ndarray, dst: int) -> list[Any]:
         """The request of a header message to ``dst`` (tag ``TAG_HEADER``) when ``header`` is not the last one sent
@@ -315,6 +337,7 @@ class MPITransport(Transport):
         for req in self._send_inits.values():
             req.Free()
         self._send_inits.clear()
+        self._slot_inits = [_NO_INIT] * SEND_BUFFERS
 
     def _make_ahead(self) -> None:
         """Make the result of a receive like the last one ahead (a send waiting for its receiver has the time)."""
@@ -325,7 +348,7 @@ class MPITransport(Transport):
         """Wait until the small send in staging buffer ``i`` (if any) is complete, so the buffer is free."""
         staged = self._staged[i]
         if staged is not None:
-            req, dst = staged
+            _, dst, req, _ = staged
             if not req.Test():
                 self._wait([req], f"an earlier send to rank {dst}", dst)
             self._staged[i] = None
@@ -333,6 +356,15 @@ class MPITransport(Transport):
     def _finish_sends(self) -> None:
         for i in range(SEND_BUFFERS):
             self._finish_send(i)
+
+    def _reap_sends(self) -> None:
+        """Free the staging buffers whose small sends completed (a recv waiting for its message has the time: the
+        next sends find their buffer free without a test)."""
+        staged = self._staged
+        for i in range(SEND_BUFFERS):
+            s = staged[i]
+            if s is not None and s[2].Test():
+                staged[i] = None
 
     def isend(self, tensor: Tensor, dst: int) -> Handle:
         self._live()
@@ -377,13 +409,43 @@ class MPITransport(Transport):
             self._last_recv = pool_key
         direct = None  # out's Buffer and memory, when the write can go straight in (announced once the header matched)
         if out is not None:
-            checked = self._out_checked  # (out's node is what check_output looks at: the same node, the same answer)
-            if checked[0]() is not out or checked[1]() is not out.uop or checked[2] is not spec:
+            # (out's node is what check_output looks at: the same node, the same answer; in_place_bytes's answer
+            # for it holds until something new reads the node or its name, which the node's readers count)
+            checked, node = self._out_checked, out.uop
+            readers = node.readers
+            in_place = checked[3]() if readers is not None and readers.changes[0] == checked[4] else None
+            if checked[0]() is not out or checked[1]() is not node or checked[2] is not spec:
                 check_output(out, dims, dt)
-                self._out_checked = (weakref.ref(out), weakref.ref(out.uop), spec)
-            direct = in_place_bytes(out, dims, dt)
+                in_place = None
+            if in_place is not None:
+                direct = in_place, view_of(in_place)
+            else:
+                direct = in_place_bytes(out, dims, dt)
+                self._out_checked = (weakref.ref(out), weakref.ref(node), spec,
+                                     _dead if direct is None else weakref.ref(direct[0]),
+                                     -1 if readers is None else readers.changes[0])
         mpi, status, improbe = self._mpi, self._status, self._comm.Improbe
         message = improbe(src, mpi.ANY_TAG, status)  # (a message already there: no closures, no polling loop)
+        if message is None and nbytes <= SMALL:  # (a small message lands while this waits: see _await_small)
+            pool = self._pool
+            message = self._await_small(src, lambda: f"recv of {dt.name}{list(dims)} from rank {src}",
+                                        None if out is not None else lambda: pool.prepare(dims, dt, device))
+            if message is None:
+                landing, count = self._landing, status.Get_count(mpi.BYTE)
+                if count != HEADER_BYTES + nbytes or self._landing_header.tobytes() != want:
+                    self._refuse_small(landing, count, dims, dt, src)
+                if direct is not None:  # (the common case of out=, inline)
+                    self._invalidate(direct[0])
+                    direct[1][:] = landing[HEADER_BYTES:count]
+                    return out  # type: ignore[return-value]
+                if out is None:  # (a pooled result, inline: it has room for the header in front)
+                    pooled = self._pool.take_key(pool_key)
+                    if pooled is not None:
+                        pooled[1][:count] = landing[:count]
+                        return pooled[0]
+                t, mv, commit = self._target(dims, dt, device, out, nbytes, direct)
+                mv[:] = landing[HEADER_BYTES:count]
+                return _committed(commit, t)
         if message is None:
             found: list[Any] = [None]
 
@@ -402,15 +464,15 @@ class MPITransport(Transport):
                 if pooled is not None:  # straight into a pooled result, which has room for the header in front
                     t, packed = pooled
                     self._receive(message, packed, src)
-                    if bytes(packed[:HEADER_BYTES]) != want:
+                    if packed[:HEADER_BYTES].tobytes() != want:
                         self._refuse(np.frombuffer(packed, np.int64, HEADER_WORDS), dims, dt, src, False)
                     return t
             landing = self._landing[:count]  # (then the data is copied: cheaper than a second message)
             self._receive(message, landing, src)
-            if bytes(landing[:HEADER_BYTES]) != want:
+            if landing[:HEADER_BYTES].tobytes() != want:
                 self._refuse(np.frombuffer(landing, np.int64, HEADER_WORDS), dims, dt, src, False)
             if direct is not None:  # (the common case of out=, inline)
-                realization().invalidate(direct[0])
+                self._invalidate(direct[0])
                 direct[1][:] = landing[HEADER_BYTES:]
                 return out  # type: ignore[return-value]
             t, mv, commit = self._target(dims, dt, device, out, nbytes, direct)
@@ -434,6 +496,64 @@ class MPITransport(Transport):
         result = self.irecv(dims, dt, src, device, out, blocking=True, found=(message, status)).wait()
         self._status = mpi.Status()  # (the handle's stages read that status)
         return result
+
+    def _await_small(self, src: int, what: What, idle: Callable[[], None] | None) -> Any:
+        """Wait for the next message from ``src`` with a receive of any ``TAG_SMALL`` message posted into the landing
+        buffer, so a small message's data lands while this polls (no probe, then receive, once it is there).
+        Returns None once a small message is in the landing buffer (``self._status`` has its size), or the matched
+        probe of a message of another kind that came first (the posted receive is cancelled; if it took a small
+        message meanwhile, that one came first and is returned, the other stays queued for the next receive).
+        Every ``TAG_SMALL`` message fits (``HEADER_BYTES + SMALL`` bytes), so none is truncated."""
+        mpi, status, comm = self._mpi, self._status, self._comm
+        req = self._posted.get(src)
+        if req is None:  # (a persistent receive per rank: no new request per message)
+            req = self._posted[src] = comm.Recv_init([self._landing, mpi.BYTE], src, TAG_SMALL)
+        req.Start()
+        self._reap_sends()
+        test, iprobe, any_tag, other = req.Test, comm.Iprobe, mpi.ANY_TAG, []
+        polls = 0
+
+        def arrived() -> bool:
+            nonlocal polls
+            if test(status):
+                return True
+            polls += 1
+            if not polls % OTHER_POLLS and iprobe(src, any_tag):  # (the posted receive takes every small message)
+                other.append(True)
+                return True
+            return False
+        try:  # (the common case, without a call per poll: the message comes within a few polls)
+            if test(status):
+                return None
+            if idle is not None:
+                idle()
+            for _ in range(FAST_POLLS):  # (a message of another tag here is a mismatch: it can wait for _until)
+                if test(status):
+                    return None
+        except mpi.Exception as e:
+            raise self._peer_failed(e, what, src) from e
+        self._until(arrived, what, src, [req])
+        if not other:
+            return None
+        req.Cancel()
+        self._until(lambda: test(status), what, src, [])
+        if not status.Is_cancelled():
+            return None
+        message = comm.Improbe(src, mpi.ANY_TAG, status)  # (the message Iprobe saw: nothing took it since)
+        assert message is not None
+        return message
+
+    def _refuse_small(self, landing: memoryview, count: int, dims: tuple[int, ...], dt: DType, src: int) -> None:
+        """Raise ``PeerMismatch`` for a small message of ``count`` bytes in ``landing`` that recv did not ask for."""
+        what = f"recv of {dt.name}{list(dims)} from rank {src}"
+        if count >= HEADER_BYTES:
+            got = np.frombuffer(landing, np.int64, HEADER_WORDS)
+            check_header(got, header_of(dims, dt), src, self.rank)
+            raise PeerMismatch(f"rank {self.rank}: {what}: a message of {count} bytes for a header of "
+                               f"{header_nbytes(got)} data bytes, or a header that differs only in its padding", src)
+        raise PeerMismatch(f"rank {self.rank}: {what}: rank {src} sent a message of {count} bytes with tag "
+                           f"{TAG_SMALL:#x} that is not a tgcore tensor; is the peer using the same tg-mlx-rdma "
+                           "version?", src)
 
     def _target(self, dims: tuple[int, ...], dt: DType, device: str | None, out: Tensor | None, nbytes: int,
                 direct: tuple[Any, memoryview] | None) -> tuple[Tensor, memoryview, Callable[[], None]]:
@@ -664,16 +784,11 @@ class MPITransport(Transport):
         yield lambda: _first_in_line(queue, me())  # (an earlier collective posts its data first)
 
     def _reduce_types(self, dt: DType, op: str) -> tuple[Any, Any]:
-        """The MPI datatype and op that reduce ``dt`` with ``op``."""
-        mpi = self._mpi
-        if dt.name in _MPI_TYPE_NAMES and not (op == "sum" and dt.name in _NUMPY_SUMS):
-            mpi_op = _BOOL_OPS[op] if dt.name == "bool" else op.upper()
-            return getattr(mpi, _MPI_TYPE_NAMES[dt.name]), getattr(mpi, mpi_op)
-        key = (dt.name, op)
-        if key not in self._user_ops:  # no MPI type: whole elements as opaque bytes, combined by numpy
-            datatype = mpi.BYTE.Create_contiguous(dt.itemsize).Commit()
-            self._user_ops[key] = (datatype, mpi.Op.Create(_numpy_combiner(dt, op), commute=True))
-        return self._user_ops[key]
+        """The MPI datatype and op that reduce ``dt`` with ``op`` (user ops made once, freed at close)."""
+        return reduce_types(self._mpi, dt, op, self._user_ops)
+
+
+_NO_INIT = (-1, -1, None, None)  # (no persistent send made for a staging buffer yet)
 
 
 def _first_in_line(line: list[Handle], handle: Handle) -> bool:
@@ -703,44 +818,3 @@ def _dead() -> None:
 
 def _text(what: What) -> str:
     return what if isinstance(what, str) else what()
-
-
-def _numpy_combiner(dt: DType, op: str) -> Any:
-    """An MPI user function ``inoutbuf = inbuf (op) inoutbuf`` on ``dt``'s storage (numpy wraps integers)."""
-    from tgcore.dtype import dtypes
-    combine = _NP_OPS[op]
-    if dt.np is not None:
-        np_dt = np.dtype(dt.np)
-
-        def same(inbuf: Any, inoutbuf: Any, datatype: Any) -> None:
-            b = np.frombuffer(inoutbuf, dtype=np_dt)
-            combine(np.frombuffer(inbuf, dtype=np_dt), b, out=b)
-        return same
-    if dt.name == "bfloat16":
-        def bf16(inbuf: Any, inoutbuf: Any, datatype: Any) -> None:
-            b = np.frombuffer(inoutbuf, dtype=np.uint16)
-            b[:] = _f32_to_bf16(combine(_bf16_to_f32(np.frombuffer(inbuf, dtype=np.uint16)), _bf16_to_f32(b)))
-        return bf16
-    bits = np.uint8  # fp8: the core's codecs
-
-    def narrow(inbuf: Any, inoutbuf: Any, datatype: Any) -> None:
-        a = dtypes.bits_to_float(np.frombuffer(inbuf, dtype=bits), dt)
-        b_bits = np.frombuffer(inoutbuf, dtype=bits)
-        b = dtypes.bits_to_float(b_bits, dt)
-        b_bits[:] = dtypes.float_to_bits(combine(a, b), dt)  # round once per combine
-    return narrow
-
-
-def _bf16_to_f32(bits: np.ndarray) -> np.ndarray:
-    """bfloat16 is the top half of a float32."""
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-def _f32_to_bf16(x: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 bits, rounding to nearest even; NaN stays a (quiet) NaN."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    nan = np.isnan(x)
-    if nan.any():
-        rounded[nan] = ((u[nan] >> 16) | 0x0040).astype(np.uint16)
-    return rounded

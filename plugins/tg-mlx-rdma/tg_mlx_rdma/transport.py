@@ -188,7 +188,8 @@ def tensor_bytes(t: Tensor) -> tuple[memoryview, Tensor]:
     if u is not None:
         hit = _SEND_VIEWS.get(id(u))
         if hit is not None and hit[0]() is u:
-            hit[1].synchronize()
+            if hit[1] is not None:
+                hit[1].synchronize()
             return hit[2], t
     from tgcore.tensor import Tensor
     if not isinstance(t, Tensor):
@@ -207,7 +208,8 @@ def tensor_bytes(t: Tensor) -> tuple[memoryview, Tensor]:
         if len(_SEND_VIEWS) >= 32:
             _SEND_VIEWS.clear()
         key = id(u)  # (the entry goes with its node: the memoryview never keeps freed memory alive)
-        _SEND_VIEWS[key] = (weakref.ref(u, _forget(_SEND_VIEWS, key)), buf.dev, mv, header_of(t.shape, t.dtype))
+        _SEND_VIEWS[key] = (weakref.ref(u, _forget(_SEND_VIEWS, key)), to_synchronize(buf.dev), mv,
+                            header_of(t.shape, t.dtype))
     return mv, t
 
 
@@ -217,16 +219,23 @@ def message_of(t: Tensor) -> tuple[memoryview, Tensor, np.ndarray]:
     if u is not None:
         hit = _SEND_VIEWS.get(id(u))
         if hit is not None and hit[0]() is u:
-            hit[1].synchronize()
+            if hit[1] is not None:
+                hit[1].synchronize()
             return hit[2], t, hit[3]
     mv, keep = tensor_bytes(t)
     return mv, keep, header_of(keep.shape, keep.dtype)
 
 
-# id(node) -> (the node, weakly; its device; a memoryview of its memory; its wire header): realized tensors sent
-# recently, small ones (their per-message cost matters)
+# id(node) -> (the node, weakly; its device (None: nothing to synchronize); a memoryview of its memory; its wire
+# header): realized tensors sent recently, small ones (their per-message cost matters)
 _SEND_VIEWS: dict[int, tuple[Any, Any, memoryview, np.ndarray]] = {}
 _SEND_VIEW_BYTES = 4 << 20
+
+
+def to_synchronize(dev: Any) -> Any:
+    """``dev``, or None when its ``synchronize`` is ``Device``'s, which does nothing (a synchronous device)."""
+    from tgcore.runtime.device import Device
+    return None if type(dev).synchronize is Device.synchronize else dev
 
 
 def empty_tensor(shape: tuple[int, ...], dt: DType,
@@ -273,24 +282,26 @@ def output_bytes(out: Tensor, shape: tuple[int, ...], dt: DType,
 def in_place_bytes(out: Tensor, shape: tuple[int, ...], dt: DType) -> tuple[Any, memoryview] | None:
     """For a checked ``out`` (``check_output``): its Buffer and a writable memoryview of it when a write can go
     straight in (``tgcore.realization.in_place_buffer``: nothing but its holders reads it) and the device allows
-    it, else None (then ``write_into``). Changes nothing: ``invalidate`` the Buffer once the write is certain."""
+    it, else None (then ``write_into``). Changes nothing (memory not allocated yet gives None: ``write_into``
+    allocates it once the write is certain): ``invalidate`` the Buffer once the write is certain."""
     buf = realization().in_place_buffer(out)
-    if buf is None or buf.size == 0 or not buf.allocator.can_zero_copy:
+    if buf is None or buf.size == 0 or not buf.allocator.can_zero_copy or not buf.is_allocated():
         return None
-    return buf, _view_of(buf.ensure_allocated())
+    return buf, view_of(buf)
 
 
-def _view_of(buf: Any) -> memoryview:
+def view_of(buf: Any) -> memoryview:
     """``buf.as_buffer()``, remembered per Buffer (its device is still synchronized first)."""
     hit = _OUT_VIEWS.get(id(buf))
     if hit is not None and hit[0]() is buf:
-        buf.dev.synchronize()  # (as as_buffer does: work still queued on the device may read the memory)
+        if hit[2] is not None:  # (as as_buffer does: work still queued on the device may read the memory)
+            hit[2].synchronize()
         return hit[1]
     mv = buf.as_buffer()
     if len(_OUT_VIEWS) >= 32:
         _OUT_VIEWS.clear()
     key = id(buf)  # (the entry goes with its Buffer: the memoryview never keeps freed memory alive)
-    _OUT_VIEWS[key] = (weakref.ref(buf, _forget(_OUT_VIEWS, key)), mv)
+    _OUT_VIEWS[key] = (weakref.ref(buf, _forget(_OUT_VIEWS, key)), mv, to_synchronize(buf.dev))
     return mv
 
 
@@ -304,11 +315,12 @@ def write_into(out: Tensor, numel: int, finish: Callable[[], None] | None = None
     if not buf.allocator.can_zero_copy:
         staging = memoryview(bytearray(buf.nbytes))
         return staging, lambda: buf.copyin(staging) and None
-    return _view_of(buf), _no_commit
+    return view_of(buf), _no_commit
 
 
-# id(Buffer) -> (the Buffer, weakly; a writable memoryview of it): buffers received into recently (recv(out=))
-_OUT_VIEWS: dict[int, tuple[Any, memoryview]] = {}
+# id(Buffer) -> (the Buffer, weakly; a writable memoryview of it; its device or None, as in _SEND_VIEWS): buffers
+# received into recently (recv(out=))
+_OUT_VIEWS: dict[int, tuple[Any, memoryview, Any]] = {}
 
 
 def _forget(views: dict[int, Any], key: int) -> Callable[[Any], None]:
@@ -392,7 +404,10 @@ class RecvPool:
     def take_packed(self, shape: tuple[int, ...], dt: DType, device: str | None) -> tuple[Tensor, memoryview] | None:
         """A pooled tensor of ``shape``/``dt`` on ``device`` and a writable memoryview of ``HEADER_BYTES`` of header
         room followed by its elements; None when such a message is not pooled."""
-        key = (shape, dt, device)
+        return self.take_key((shape, dt, device))
+
+    def take_key(self, key: PoolKey) -> tuple[Tensor, memoryview] | None:
+        """``take_packed`` of the key ``(shape, dtype, device)``."""
         made = self._ready.pop(key, None)
         if made is None:
             made = self._make(key)
