@@ -460,6 +460,30 @@ def test_row_gather_takes_rows_at_offsets_that_differ_only():
     assert widened.op is Ops.CUSTOMI and widened.src[0].op is Ops.LOAD and widened.src[0].dtype == dtypes.uint8.vec(4)
 
 
+def test_nearby_byte_loads_are_one_load_and_a_shuffle():
+    """``cbytevectors.nearby_byte_loads`` on UOps: 8 bytes at offsets 96, 98, .., 103 from a row's index (a K-quant's
+    scale bytes in its sub-blocks' order) are one load of the 8 bytes and a shuffle; bytes over more than 16, or
+    whose first or last would be loaded without being read (a span of 5), are left alone."""
+    from tgcore.dtype import dtypes
+    from tgcore.renderer.cbytevectors import nearby_byte_loads
+    from tgcore.uop import Ops, UOp
+    buf = UOp(Ops.PARAM, dtypes.uint8.ptr(4096), (), 1)
+    row = UOp.range(16, 0) * 110
+
+    def gathered(offsets: list[int]) -> UOp:
+        return UOp(Ops.VECTORIZE, dtypes.uint8.vec(len(offsets)),
+                   tuple(UOp(Ops.LOAD, dtypes.uint8, (buf.index(row + o),)) for o in offsets))
+    order = [96, 98, 100, 102, 97, 99, 101, 103]
+    combined = nearby_byte_loads(gathered(order))
+    assert combined is not None and all(s.op is Ops.GEP for s in combined.src)
+    (load,) = {s.src[0] for s in combined.src}
+    assert load.op is Ops.LOAD and load.dtype == dtypes.uint8.vec(8)
+    assert [s.arg[0] for s in combined.src] == [o - 96 for o in order]
+    assert nearby_byte_loads(gathered([0, 2, 4, 1])) is None      # 5 bytes: the 4th would be read unasked
+    assert nearby_byte_loads(gathered([0, 17, 4, 1])) is None     # over 16 bytes
+    assert nearby_byte_loads(gathered([5] * 4)) is None           # one byte in every lane: a broadcast
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_nibble_byte_dots_shift_words_and_mask_once(device):
     """A block's 16 bytes as 32 nibbles (low ones, then high ones: Q4_0's layout) in a byte dot product: exact
@@ -486,6 +510,29 @@ def test_nibble_byte_dots_shift_words_and_mask_once(device):
     src = _kernel_source(product(), device)
     assert "tg_dot4_u8i8(" in src and "tg_uint32x8){0u, 0u, 0u, 0u, 4u, 4u, 4u, 4u}" in src
     assert "tg_uint8x16){4u" not in src and "tg_uint8x32){4u" not in src
+    assert src.count("tg_repeat16(") >= 2  # the helper and its call: the 16 bytes in both halves, one broadcast
+
+
+@pytest.mark.parametrize("flags", [["-msse4.2"], ["-mavx2"]], ids=["plain", "avx2"])
+def test_repeat16_helper_matches_numpy(flags, tmp_path):
+    """The C renderer's helper that puts 16 bytes in both halves of 32, built without and with AVX2 (its two
+    branches)."""
+    from tgcore.dtype import dtypes
+    from tgcore.renderer.cbytevectors import REPEAT16_PREAMBLE
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.runtime.cpufeatures import cpu_features
+    if not {"avx2"} <= cpu_features().features:
+        pytest.skip("no AVX2 here")
+    types = "".join(vector_typedef(d) + "\n" for d in (dtypes.uint8.vec(16), dtypes.uint8.vec(32)))
+    src = types + REPEAT16_PREAMBLE + (
+        "void repeat(const unsigned char* a, unsigned char* out, void* unused) {\n"
+        "  tg_uint8x16 h; __builtin_memcpy(&h, a, 16);\n"
+        "  tg_uint8x32 r = tg_repeat16(h); __builtin_memcpy(out, &r, 32); }\n")
+    repeat = _c_function(src, "repeat", flags, tmp_path)
+    a = np.random.default_rng(5).integers(0, 256, 16).astype(np.uint8)
+    out = np.zeros(32, np.uint8)
+    repeat(a.ctypes.data, out.ctypes.data, None)
+    np.testing.assert_array_equal(out, np.concatenate([a, a]))
 
 
 def _half_of(b: Tensor) -> Tensor:

@@ -35,6 +35,7 @@ from tgcore.renderer.cbytedot import (
     uses_byte_dot,
     uses_row_gather,
 )
+from tgcore.renderer.cbytevectors import REPEAT16_HELPER, REPEAT16_PREAMBLE, nearby_byte_loads, repeats_16_bytes
 from tgcore.renderer.chalfpairs import HALF2_HELPER, HALF2_PREAMBLE, pair_half_reads
 from tgcore.renderer.prefetch import Prefetcher, loop_nest
 from tgcore.runtime.cpufeatures import chosen_isa_level, cpu_features
@@ -385,6 +386,8 @@ def _shuffle(u: UOp, names: dict[UOp, str]) -> str | None:
         words = half_bytes // 8
         return (f"({{ typedef long long tg_words __attribute__((vector_size({half_bytes}))); ({c_type(u.dtype)})"
                 f"__builtin_shufflevector((tg_words){a}, (tg_words){b}, {', '.join(map(str, range(2 * words)))}); }})")
+    if repeats_16_bytes(u):
+        return f"(({c_type(u.dtype)}){REPEAT16_HELPER}((tg_uint8x16){a}))"
     return f"__builtin_shufflevector({a}, {b}, {', '.join(map(str, order))})"
 
 
@@ -416,6 +419,7 @@ class CRenderer(Renderer):
     # host's byte order (little-endian hosts only): an int assembled from consecutive bytes is one load, a byte shift
     # whose carried-in bits are masked off a shift of 16-bit lanes, two neighbouring float16 reads one converted pair
     legalize = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot), (UPat(Ops.VECTORIZE, name="vec"), row_gather),
+                               (UPat(Ops.VECTORIZE, name="vec"), nearby_byte_loads),
                                (UPat(Ops.ADD, name="x"), accumulated_dot)]
                               + ([(UPat(Ops.OR, name="x"), combine_byte_loads),
                                   (UPat(Ops.AND, name="x"), shift_in_words),
@@ -666,6 +670,9 @@ class CRenderer(Renderer):
             if (half, single) in halves:
                 vectors = sorted(set(vectors) | {half, single}, key=lambda d: d.name)
                 helpers += preamble
+        if any(repeats_16_bytes(u) for u in kernel):
+            vectors = sorted(set(vectors) | {dtypes.uint8.vec(16), dtypes.uint8.vec(32)}, key=lambda d: d.name)
+            helpers += REPEAT16_PREAMBLE
         if uses_byte_dot(kernel):
             vectors = sorted(set(vectors) | set(DOT_TYPES), key=lambda d: d.name)
             helpers += DOT_PREAMBLE
