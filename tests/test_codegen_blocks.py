@@ -236,6 +236,33 @@ def test_byte_table_helper_matches_numpy(flags, tmp_path):
     np.testing.assert_array_equal(out, table[index])
 
 
+@pytest.mark.parametrize("flags", [["-mavx2"], ["-mavx2", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vbmi"]],
+                         ids=["avx2", "vbmi"])
+def test_byte_table_at_low_nibbles_helper_matches_numpy(flags, tmp_path):
+    """The C renderer's helper that looks a 16-byte table up at the low 4 bits of each index byte, built without and
+    with AVX512-VBMI (its two branches): lane i is ``table[index[i] & 15]`` for any index byte."""
+    from tgcore.dtype import dtypes
+    from tgcore.renderer.cbytedot import BYTE_TABLE_PREAMBLE
+    from tgcore.renderer.cbytevectors import LOW4_TABLE_PREAMBLE
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.runtime.cpufeatures import cpu_features
+    if "-mavx512vbmi" in flags and not {"avx512vbmi", "avx512vl", "avx512bw"} <= cpu_features().features:
+        pytest.skip("no AVX512-VBMI here")
+    if "avx2" not in cpu_features().features:
+        pytest.skip("no AVX2 here")
+    src = vector_typedef(dtypes.uint8.vec(32)) + "\n" + BYTE_TABLE_PREAMBLE + LOW4_TABLE_PREAMBLE + (
+        "void look(const unsigned char* t, const unsigned char* i, unsigned char* out) {\n"
+        "  tg_uint8x32 x; __builtin_memcpy(&x, i, 32);\n"
+        "  tg_uint8x32 r = tg_table16_u8_low4(t, x); __builtin_memcpy(out, &r, 32); }\n")
+    look = _c_function(src, "look", flags, tmp_path)
+    rng = np.random.default_rng(len(flags))
+    table = rng.integers(0, 256, 16).astype(np.uint8)
+    for index in (np.arange(32, dtype=np.uint8) * 8 + 3, rng.integers(0, 256, 32).astype(np.uint8)):
+        out = np.zeros(32, np.uint8)
+        look(table.ctypes.data, index.ctypes.data, out.ctypes.data)
+        np.testing.assert_array_equal(out, table[index & 15])
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_grid_rows_in_lanes_are_exact(device):
     """Rows of 8 bytes looked up at loaded indices (an i-quant grid: one index per 8 values) as the unsigned side of a
@@ -458,6 +485,30 @@ def test_row_gather_takes_rows_at_offsets_that_differ_only():
     assert gather.src[0] is table and gather.src[1].dtype == dtypes.int32.vec(4)
     widened = gather.src[1]
     assert widened.op is Ops.CUSTOMI and widened.src[0].op is Ops.LOAD and widened.src[0].dtype == dtypes.uint8.vec(4)
+
+
+@pytest.mark.parametrize("flags", [["-mavx2"], ["-mavx2", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vbmi"]],
+                         ids=["plain", "vbmi"])
+def test_bits_as_sixteen_helper_matches_numpy(flags, tmp_path):
+    """The C renderer's helper that spreads a 32-bit word's bits over 32 bytes as 16 (Q5's fifth bits), built
+    without and with AVX512-VBMI (its two branches): byte p is 16 exactly when bit p is set."""
+    from tgcore.dtype import dtypes
+    from tgcore.renderer.cbytevectors import BITS_PREAMBLE
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.runtime.cpufeatures import cpu_features
+    if "-mavx512vbmi" in flags and not {"avx512vbmi", "avx512vl", "avx512bw"} <= cpu_features().features:
+        pytest.skip("no AVX512-VBMI here")
+    if not {"avx2"} <= cpu_features().features:
+        pytest.skip("no AVX2 here")
+    src = vector_typedef(dtypes.uint8.vec(32)) + "\n" + BITS_PREAMBLE + (
+        "void bits(const unsigned int* a, unsigned char* out, void* unused) {\n"
+        "  tg_uint8x32 r = tg_bits_as16(*a); __builtin_memcpy(out, &r, 32); }\n")
+    spread = _c_function(src, "bits", flags, tmp_path)
+    for word in (0, 0xFFFFFFFF, 0x80000001, 0x12345678, 0xA5C3F00F):
+        a = np.array([word], np.uint32)
+        out = np.zeros(32, np.uint8)
+        spread(a.ctypes.data, out.ctypes.data, None)
+        np.testing.assert_array_equal(out, ((word >> np.arange(32)) & 1).astype(np.uint8) * 16)
 
 
 def test_nearby_byte_loads_are_one_load_and_a_shuffle():

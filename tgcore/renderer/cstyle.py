@@ -35,7 +35,18 @@ from tgcore.renderer.cbytedot import (
     uses_byte_dot,
     uses_row_gather,
 )
-from tgcore.renderer.cbytevectors import REPEAT16_HELPER, REPEAT16_PREAMBLE, nearby_byte_loads, repeats_16_bytes
+from tgcore.renderer.cbytevectors import (
+    BITS_HELPER,
+    BITS_PREAMBLE,
+    LOW4_TABLE_HELPER,
+    LOW4_TABLE_PREAMBLE,
+    REPEAT16_HELPER,
+    REPEAT16_PREAMBLE,
+    bits_as_sixteen,
+    low4_index,
+    nearby_byte_loads,
+    repeats_16_bytes,
+)
 from tgcore.renderer.chalfpairs import HALF2_HELPER, HALF2_PREAMBLE, pair_half_reads
 from tgcore.renderer.prefetch import Prefetcher, loop_nest
 from tgcore.runtime.cpufeatures import chosen_isa_level, cpu_features
@@ -422,7 +433,7 @@ class CRenderer(Renderer):
                                (UPat(Ops.VECTORIZE, name="vec"), nearby_byte_loads),
                                (UPat(Ops.ADD, name="x"), accumulated_dot)]
                               + ([(UPat(Ops.OR, name="x"), combine_byte_loads),
-                                  (UPat(Ops.AND, name="x"), shift_in_words),
+                                  (UPat(Ops.AND, name="x"), bits_as_sixteen), (UPat(Ops.AND, name="x"), shift_in_words),
                                   (UPat(Ops.SINK, name="sink"), pair_half_reads)] if sys.byteorder == "little" else []))
 
     def __init__(self, compiler: Any = None) -> None:
@@ -673,6 +684,9 @@ class CRenderer(Renderer):
         if any(repeats_16_bytes(u) for u in kernel):
             vectors = sorted(set(vectors) | {dtypes.uint8.vec(16), dtypes.uint8.vec(32)}, key=lambda d: d.name)
             helpers += REPEAT16_PREAMBLE
+        if any(u.op is Ops.CUSTOMI and u.arg == BITS_HELPER for u in kernel):
+            vectors = sorted(set(vectors) | {dtypes.uint8.vec(32)}, key=lambda d: d.name)
+            helpers += BITS_PREAMBLE
         if uses_byte_dot(kernel):
             vectors = sorted(set(vectors) | set(DOT_TYPES), key=lambda d: d.name)
             helpers += DOT_PREAMBLE
@@ -682,6 +696,8 @@ class CRenderer(Renderer):
         if any(byte_table_lookup(u) is not None for u in kernel):  # (rendered wherever one matches, dot or not)
             vectors = sorted(set(vectors) | {dtypes.uint8.vec(32)}, key=lambda d: d.name)
             helpers += BYTE_TABLE_PREAMBLE
+            if any((i := byte_table_lookup(u)) is not None and low4_index(i) is not None for u in kernel):
+                helpers += LOW4_TABLE_PREAMBLE
         if any(u.op is Ops.STORE and u.src[1].dtype == dtypes.float32.vec(16) and len(u.src[0].src) > 2
                and u.src[0].src[2].dtype.count > 1 and u.src[0].src[2] not in lane_gates
                and _lane_range(u.src[0].src[2], names) is not None for u in kernel):
@@ -719,6 +735,8 @@ class CRenderer(Renderer):
             if _table_lookup(u):
                 return f"const {t} {v} = tg_table16_f32({ptr}, {idx});"
             if (byte_index := byte_table_lookup(u)) is not None:
+                if (nibble_bits := low4_index(byte_index)) is not None:
+                    return f"const {t} {v} = {LOW4_TABLE_HELPER}({ptr}, {names[nibble_bits]});"
                 return f"const {t} {v} = {BYTE_TABLE_HELPER}({ptr}, {names[byte_index]});"
             return f"const {t} {v} = (({t}){{{', '.join(f'{ptr}[{idx}[{i}]]' for i in range(u.dtype.count))}}});"
         if len(index.src) > 2 and index.src[2] in lane_gates:

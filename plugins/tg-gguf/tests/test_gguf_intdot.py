@@ -318,3 +318,20 @@ def test_tq1_0_sums_its_blocks_in_lanes():
     kernel = prepare_kernel(ast, renderer)
     opts = heuristic_opts(kernel.ast, renderer, threads=1, work=kernel.work)
     assert (OptOps.UPCAST, renderer.simd_widths[dtypes.int32]) in reduction_order(kernel.ast, opts)
+
+
+@pytest.mark.parametrize("gtype", [GGMLType.Q5_0, GGMLType.Q5_1], ids=lambda t: t.name)
+def test_fifth_bits_are_spread_at_once_on_the_c_renderer(gtype):
+    """Q5's fifth bits (``_fifth``) reach the C renderer as one spread of the block's 32-bit ``qh``
+    (``tgcore.renderer.cbytevectors.bits_as_sixteen``: one multishift with AVX512-VBMI), and stay exact."""
+    from tgcore.codegen import get_program
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    k = 256
+    raw = unit_scale_blocks(gtype, ROWS * k // 32, seed=7)
+    x = exact_activations(np.random.default_rng(7), 1, k)
+    out = int_matmul(Tensor(x, device="CPU"), Tensor(raw, device="CPU"), gtype, (ROWS, k))
+    sources = [get_program(si.ast, open_device("CPU").renderer).src
+               for si in create_schedule([out.uop], "CPU")[0] if si.kind != "copy"]
+    assert any("tg_bits_as16(" in src for src in sources)
+    assert_bits_equal(out.numpy(), float64_reference(gtype, raw, (ROWS, k), x).astype(np.float32))
