@@ -449,13 +449,11 @@ def test_decode_windows_cover_the_position_and_little_more():
     """A decode step's attention window covers its position, is a multiple of 32 slots, reads under 1.5x the slots
     in use from 64 slots on (a power of two alone: up to 2x), and takes 14 sizes (captures) up to 4096 slots; a
     ring of 300 slots is read whole at most."""
-    from types import SimpleNamespace
-
-    from tg_llm.model import Model
+    from tg_llm.kv_cache import decode_window
     windows = set()
     for last in range(4096):
-        window = Model._decode_window(SimpleNamespace(cache_len=4096), last)  # type: ignore[arg-type]
+        window = decode_window(4096, last)
         assert window > last and window % 32 == 0 and (window <= 64 or window < 1.5 * (last + 1)), (last, window)
         windows.add(window)
     assert sorted(windows) == [32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096]
-    assert Model._decode_window(SimpleNamespace(cache_len=300), 290) == 300  # type: ignore[arg-type]
+    assert decode_window(300, 290) == 300

@@ -67,11 +67,12 @@ import functools
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tg_llm.kv_cache import CacheKind, RowWrites, decode_window, prefill_window, write_rows, zeroed
 from tg_llm.layers import linear, linear_parts, rms_norm, rope, rope_frequencies, softcap, softmax
 from tg_llm.model_config import (
     ContextLengthError,
@@ -93,7 +94,7 @@ PREFILL_CHUNK = 256    # a longer prompt is prefilled in chunks of this many tok
 # from this many rows on, a weight is dequantized once and multiplied as floats (CPU ms per SmolLM2 Q4_1 prefill,
 # fused vs dense: 4 rows 24 vs 86-102, 16 rows 87-91 vs 102-126, 32 rows 171-182 vs 160)
 DENSE_MIN_TOKENS = 32
-DECODE_WINDOWS = 24    # decode captures kept: one per attention window (``_decode_window``: 14 up to 4096 slots)
+DECODE_WINDOWS = 24    # decode captures kept: one per attention window (``kv_cache.decode_window``: 14 up to 4096)
 # prefill captures kept per kind of result (each keeps a layer of scratch: weights, activations): a server's one-chunk
 # prompts of 17-32 and 33-64 tokens and its second chunks are three
 PREFILL_CAPTURES = 4
@@ -108,18 +109,6 @@ def _integer_inputs(weights: list[Any]) -> bool:
     """Whether every product with ``weights`` runs as integer dot products (``QuantizedMatrix.integer_path``): its
     input is then read by the activations' quantization only, not by each group of output rows."""
     return all(getattr(w, "integer_path", False) for w in weights)
-
-
-def _zeroed(shape: tuple[int, ...], device: str) -> Any:
-    """A float32 tensor of zeros in fresh memory that nothing writes now (``BufferOptions.zeroed``): on the CPU the
-    OS maps its pages when a cache write first touches them, so loading does not write every context's caches
-    (8 slots x 4096 positions of SmolLM2: 1.5 GB, ~2.3 s after the host took idle memory back)."""
-    from tgcore.dtype import dtypes
-    from tgcore.runtime.allocator import BufferOptions
-    from tgcore.runtime.buffer import Buffer
-    from tgcore.tensor import Tensor
-    return Tensor.from_buffer(Buffer(device, math.prod(shape), dtypes.float32, options=BufferOptions(zeroed=True)),
-                              shape)
 
 
 @dataclass
@@ -138,34 +127,6 @@ class _Layer:
     post_ffn_norm: Any  # of the FFN output before the residual add (Gemma), or None
     cache_k: Any
     cache_v: Any
-
-
-@dataclass
-class _Kind:
-    """What the layers of one kind share: the cache length, the sliding window, the rotation.
-
-    A full-attention kind caches every position (slot = position). A sliding kind keeps a ring buffer of
-    ``cache_len = window + PREFILL_CHUNK`` slots (slot = position mod cache_len): enough that a call's
-    own writes never evict a key one of its queries still needs. ``slot_pos`` is the position each slot
-    holds (-1: none), kept on the host; masks are computed from it."""
-    cache_len: int
-    window: int  # 0: attend to every earlier position
-    freqs: np.ndarray
-    cos_scale: float
-    variable: str  # the bound variable naming the first slot a call writes
-    slot_pos: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-
-    @property
-    def ring(self) -> bool:
-        return self.window > 0
-
-
-class _RowWrites(NamedTuple):
-    """A batched decode step's cache writes: row r's key and value go to its own sequence and slot, all rows in one
-    kernel per cache (``Tensor.take(...).assign``: a scatter). ``first`` (rows,) holds each row's first element in
-    the flattened cache, ``(sequence * kv heads * cache length + slot) * head_dim``; a head's elements follow at
-    ``+ head * cache length * head_dim``. (A tuple: the jit finds the tensor in it, an input of each call.)"""
-    first: Any
 
 
 class _Embedding:
@@ -310,7 +271,7 @@ class Model:
                 ffn_norm=get(p + "ffn_norm.weight", small=True),
                 w_gate_up=stacked([p + n + ".weight" for n in arch.gate_up]), w_down=get(p + "ffn_down.weight"),
                 post_ffn_norm=get(p + "post_ffw_norm.weight", True) if arch.post_norms else None,
-                cache_k=_zeroed(cache_shape, device), cache_v=_zeroed(cache_shape, device)))
+                cache_k=zeroed(cache_shape, device), cache_v=zeroed(cache_shape, device)))
         self.output_norm: Any = None
         self.output: Any = None
         if self.has_output:
@@ -322,7 +283,7 @@ class Model:
         self._decode_step: Any = None
         self._prefill_steps: dict[tuple[str | None, bool], Any] = {}  # (what it returns, dense) -> jitted graph
 
-    def _kinds(self, get: Callable[..., Any]) -> list[_Kind]:
+    def _kinds(self, get: Callable[..., Any]) -> list[CacheKind]:
         """The full-attention kind (always first) and, when some layers slide, the sliding kind."""
         cfg = self.config
         factors = None
@@ -335,11 +296,11 @@ class Model:
             factors = get("rope_factors_long.weight" if long else "rope_factors_short.weight", small=True).numpy()
             cos_scale = cfg.rope_attn_factor
         s = cfg.max_context
-        kinds = [_Kind(s, 0, rope_frequencies(cfg.rope_dims, cfg.rope_base, cfg.rope_scale, factors), cos_scale,
+        kinds = [CacheKind(s, 0, rope_frequencies(cfg.rope_dims, cfg.rope_base, cfg.rope_scale, factors), cos_scale,
                        "start_pos", np.full((self.sequences, s), -1, np.int64))]
         if any(cfg.sliding_layers):
             ring = min(s, cfg.sliding_window + PREFILL_CHUNK)
-            kinds.append(_Kind(ring, cfg.sliding_window, rope_frequencies(cfg.rope_dims, cfg.swa_rope_base,
+            kinds.append(CacheKind(ring, cfg.sliding_window, rope_frequencies(cfg.rope_dims, cfg.swa_rope_base,
                                                                           cfg.swa_rope_scale), cos_scale,
                                "ring_pos", np.full((self.sequences, ring), -1, np.int64)))
         return kinds
@@ -390,7 +351,7 @@ class Model:
         for s in range(self.sequences) if seq is None else [self._check_seq(seq)]:
             self._tokens[s] = []
             for kind in self.kinds:
-                kind.slot_pos[s, :] = -1
+                kind.forget(s)
 
     def forward(self, tokens: Sequence[int], start_pos: int, seq: int = 0) -> np.ndarray:
         """Logits (float32, shape (len(tokens), vocab)) of ``tokens`` placed at ``start_pos``, ``start_pos+1``, ...
@@ -420,8 +381,7 @@ class Model:
         """Past ``start_pos`` sequence ``seq``'s cache is rewritten now."""
         self._tokens[seq] = self._tokens[seq][:start_pos]
         for kind in self.kinds:
-            row = kind.slot_pos[seq]
-            row[row >= start_pos] = -1
+            kind.forget(seq, start_pos)
 
     def _run(self, tokens: Sequence[int], start_pos: int, want: str, seq: int) -> np.ndarray:
         tokens = [int(t) for t in tokens]
@@ -502,64 +462,25 @@ class Model:
 
     def _window_cached(self, start: int, seq: int) -> bool:
         """Whether every sliding kind still holds sequence ``seq``'s keys of the window before ``start``."""
-        for kind in self.kinds:
-            if kind.ring:
-                needed = np.arange(max(0, start - kind.window + 1), start)
-                if not np.array_equal(kind.slot_pos[seq][needed % kind.cache_len], needed):
-                    return False
-        return True
+        return all(kind.holds_window(seq, start) for kind in self.kinds)
 
     # ---- inputs computed on the host ----
 
-    def _rotary(self, kind: _Kind, positions: np.ndarray) -> tuple[Any, Any]:
+    def _rotary(self, kind: CacheKind, positions: np.ndarray) -> tuple[Any, Any]:
         from tgcore.tensor import Tensor
         angles = positions.astype(np.float64)[:, None] * kind.freqs[None, :]
         return (Tensor((np.cos(angles) * kind.cos_scale).astype(np.float32), device=self.device),
                 Tensor((np.sin(angles) * kind.cos_scale).astype(np.float32), device=self.device))
 
-    def _write(self, kind: _Kind, seq: int, start: int, n: int, padded: int) -> int:
-        """Record that positions start .. start+padded-1 of sequence ``seq`` go into their slots (the padding rows
-        past ``n`` hold nothing a query may read); the first slot written."""
-        positions = np.arange(start, start + padded)
-        kind.slot_pos[seq, positions % kind.cache_len] = np.where(positions < start + n, positions, -1)
-        return start % kind.cache_len
-
-    def _mask_rows(self, kind: _Kind, seq: int, start: int, n: int, rows: int, window: int) -> np.ndarray:
-        """Additive (rows, window) mask over the first ``window`` slots of sequence ``seq``: 0 where the slot holds
-        a key the query at ``start + i`` attends to (an earlier or equal position, inside the sliding window),
-        -inf elsewhere. Padding rows (``i >= n``) attend like the last real query: a row with no key at all would
-        give NaNs, which the next layer would write into the cache (a masked slot still multiplies a weight of 0)."""
-        key = kind.slot_pos[seq, :window][None, :]
-        query = np.minimum(np.arange(start, start + rows), start + n - 1)[:, None]
-        allowed = (key >= 0) & (key <= query)
-        if kind.window:
-            allowed &= query - key < kind.window
-        return np.where(allowed, 0.0, -np.inf).astype(np.float32)
-
-    def _mask(self, kind: _Kind, seq: int, start: int, n: int, rows: int, window: int) -> Any:
+    def _mask(self, kind: CacheKind, seq: int, start: int, n: int, rows: int, window: int) -> Any:
         from tgcore.tensor import Tensor
-        return Tensor(self._mask_rows(kind, seq, start, n, rows, window), device=self.device)
-
-    @staticmethod
-    def _window(kind: _Kind, last: int) -> int:
-        """Slots attention reads: the smallest power of two (at least 32) covering slots 0..last, at most all."""
-        return min(kind.cache_len, max(32, 1 << last.bit_length()))
-
-    @staticmethod
-    def _decode_window(kind: _Kind, last: int) -> int:
-        """Slots a decode step's attention reads: the smallest power of two or three quarters of one (at least 32,
-        multiples of 32) covering slots 0..last, at most all: under 1.5x the slots in use where a power of two alone
-        reads up to 2x (positions 128..191 read 192 slots, not 256), for two captures per doubling."""
-        covering = max(32, 1 << last.bit_length())  # the smallest power of two above last
-        quarters = covering // 4 * 3
-        window = quarters if covering >= 128 and quarters > last else covering
-        return min(kind.cache_len, window)
+        return Tensor(kind.mask_rows(seq, start, n, rows, window), device=self.device)
 
     def decode_shapes(self) -> list[tuple[int, int]]:
         """Every (rows, position) whose decode step is a capture of its own: one per row count and attention window,
         smallest windows first (the position is the window's last)."""
         rows = sorted({self.batch_rows(s) for s in range(self.sequences)})
-        windows = sorted({self._decode_window(self.kinds[0], p) for p in range(self.config.max_context)})
+        windows = sorted({decode_window(self.kinds[0].cache_len, p) for p in range(self.config.max_context)})
         return [(r, w - 1) for w in windows for r in rows]
 
     def warm_up(self, shapes: Sequence[tuple[int, int]], blocks: int = 1) -> None:
@@ -623,22 +544,22 @@ class Model:
         for kind in self.kinds:
             # attend over a window of the cache that covers the slots in use (a power of two or three quarters of
             # one), not the whole cache: one capture per window size and row count
-            window = self._decode_window(kind, int(pos_array.max()))
+            window = decode_window(kind.cache_len, int(pos_array.max()))
             firsts, masks = [], []
             for r, pos in enumerate(positions):
-                slot = self._write(kind, first + r, pos, 0 if r in idle else 1, 1)
+                slot = kind.record(first + r, pos, 0 if r in idle else 1, 1)
                 if r in idle:
                     mask = np.full((1, window), -np.inf, np.float32)
                     mask[0, slot] = 0.0  # only its own (finite) key: no NaN in this row
                 else:
-                    mask = self._mask_rows(kind, first + r, pos, 1, 1, window)
+                    mask = kind.mask_rows(first + r, pos, 1, 1, window)
                 masks.append(mask)
                 firsts.append(((first + r) * cfg.n_kv_heads * kind.cache_len + slot) * cfg.head_dim)
             cache_size = self.sequences * cfg.n_kv_heads * kind.cache_len * cfg.head_dim
             rows_first = np.asarray(firsts, np.int32 if cache_size < 2**31 else np.int64)
             cos, sin = self._rotary(kind, pos_array)
             inputs.append((cos, sin, Tensor(np.concatenate(masks), device=self.device),
-                           _RowWrites(Tensor(rows_first, device=self.device))))
+                           RowWrites(Tensor(rows_first, device=self.device))))
         collect = self._stage_output(self._decode_step(x, inputs, first_seq), rows)
         for seq, token, _ in steps:
             self._tokens[seq] = self._tokens[seq] + [token]
@@ -673,9 +594,9 @@ class Model:
         seq_var = UOp.variable("sequence", 0, self.sequences - 1).bind(seq) if self.sequences > 1 else 0
         inputs = []
         for kind in self.kinds:
-            slot = self._write(kind, seq, start, n, padded)
+            slot = kind.record(seq, start, n, padded)
             cos, sin = self._rotary(kind, np.arange(start, start + padded))
-            mask = self._mask(kind, seq, start, n, padded, self._window(kind, start + padded - 1))
+            mask = self._mask(kind, seq, start, n, padded, prefill_window(kind.cache_len, start + padded - 1))
             writes: list[tuple[Any, Any, int, int]]  # (sequence, first slot: an int or a bound variable, row, rows)
             if slot + padded <= kind.cache_len:
                 writes = [(seq_var, UOp.variable(kind.variable, 0, kind.cache_len - padded).bind(slot), 0, padded)]
@@ -754,10 +675,10 @@ class Model:
         return logits.contiguous()
 
     def _layer(self, layer: _Layer, x: Any, cos: Any, sin: Any, mask: Any,
-               writes: list[tuple[Any, Any, int, int]] | _RowWrites, seqs: tuple[Any, Any], dense: bool) -> Any:
+               writes: list[tuple[Any, Any, int, int]] | RowWrites, seqs: tuple[Any, Any], dense: bool) -> Any:
         """One transformer block on x (T, dim): writes the block's keys/values into its cache (``writes``:
         (sequence, first slot, first token, token count) per contiguous run of slots, or each row at its own slot,
-        ``_RowWrites``) and attends over the first ``window`` cache slots of the sequences ``seqs`` (first, end: an
+        ``RowWrites``) and attends over the first ``window`` cache slots of the sequences ``seqs`` (first, end: an
         int or a bound variable) with ``mask`` (T, window). One sequence: the T rows are its consecutive tokens; B
         sequences: T = B, row b is the one token of sequence first + b. ``dense``: dequantize each weight into a
         float buffer first (its transpose, so ``x @ W.T`` reads B along the output columns) and run a plain GEMM
@@ -790,9 +711,9 @@ class Model:
             k = rms_norm(k, layer.k_norm, cfg.norm_eps)
         q = rope(q, cos, sin, cfg.rope_dims, cfg.rope_interleaved).contiguous().realize()
         k = rope(k, cos, sin, cfg.rope_dims, cfg.rope_interleaved)  # computed by the cache write
-        if isinstance(writes, _RowWrites):  # (a batched decode step: every row at its own slot, one kernel per cache)
-            self._write_rows(layer.cache_k, k, writes.first)
-            self._write_rows(layer.cache_v, v, writes.first)
+        if isinstance(writes, RowWrites):  # (a batched decode step: every row at its own slot, one kernel per cache)
+            write_rows(layer.cache_k, k, writes.first)
+            write_rows(layer.cache_v, v, writes.first)
             writes = []
         for seq, first_slot, first, count in writes:
             rows = ((seq, seq + 1), None, (first_slot, first_slot + count), None)
@@ -829,16 +750,6 @@ class Model:
         if layer.post_ffn_norm is not None:
             out = rms_norm(out.contiguous(), layer.post_ffn_norm, cfg.norm_eps)
         return (x + out).contiguous().realize()
-
-    def _write_rows(self, cache: Any, rows: Any, first: Any) -> None:
-        """Row r of ``rows`` (T, kv heads, head_dim) into ``cache`` (sequences, kv heads, cache length, head_dim) at
-        the element ``first[r]`` (``_RowWrites``) and its heads after it, every row in one kernel."""
-        from tgcore.tensor import Tensor
-        t, nkv, hd = rows.shape
-        head_stride = cache.shape[2] * hd
-        within = (Tensor.arange(nkv, device=self.device, dtype=first.dtype) * head_stride).reshape(1, nkv, 1) + \
-            Tensor.arange(hd, device=self.device, dtype=first.dtype).reshape(1, 1, hd)
-        cache.reshape(-1).take(first.reshape(t, 1, 1) + within).assign(rows)
 
     def __repr__(self) -> str:
         c = self.config

@@ -1,0 +1,114 @@
+"""The KV cache's bookkeeping on the host: which position each slot holds, the attention windows, the masks, and
+the batched decode step's row writes.
+
+In:  a layer kind's cache length and sliding window (``CacheKind``), positions of the tokens a call writes.
+Out: the first slot a call writes, the window of slots attention reads, the additive masks over that window, and
+     (for a batched decode step) one scatter kernel per cache that puts each row at its own sequence and slot.
+
+A full-attention kind caches every position (slot = position). A sliding kind keeps a ring buffer of
+``cache_len = window + prefill chunk`` slots (slot = position mod cache_len): enough that a call's own writes never
+evict a key one of its queries still needs. ``slot_pos`` records the position each slot holds (-1: none); every
+mask is computed from it, so masks stay right however the ring has wrapped.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+
+def prefill_window(cache_len: int, last: int) -> int:
+    """Slots a prefill's attention reads: the smallest power of two (at least 32) covering slots 0..last, at most
+    all."""
+    return min(cache_len, max(32, 1 << last.bit_length()))
+
+
+def decode_window(cache_len: int, last: int) -> int:
+    """Slots a decode step's attention reads: the smallest power of two or three quarters of one (at least 32,
+    multiples of 32) covering slots 0..last, at most all: under 1.5x the slots in use where a power of two alone
+    reads up to 2x (positions 128..191 read 192 slots, not 256), for two captures per doubling."""
+    covering = max(32, 1 << last.bit_length())  # the smallest power of two above last
+    quarters = covering // 4 * 3
+    window = quarters if covering >= 128 and quarters > last else covering
+    return min(cache_len, window)
+
+
+@dataclass
+class CacheKind:
+    """What the layers of one kind share: the cache length, the sliding window, the rotation, and (per sequence)
+    the position each slot holds."""
+    cache_len: int
+    window: int  # 0: attend to every earlier position
+    freqs: np.ndarray
+    cos_scale: float
+    variable: str  # the bound variable naming the first slot a call writes
+    slot_pos: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    @property
+    def ring(self) -> bool:
+        return self.window > 0
+
+    def record(self, seq: int, start: int, n: int, padded: int) -> int:
+        """Record that positions start .. start+padded-1 of sequence ``seq`` go into their slots (the padding rows
+        past ``n`` hold nothing a query may read); the first slot written."""
+        positions = np.arange(start, start + padded)
+        self.slot_pos[seq, positions % self.cache_len] = np.where(positions < start + n, positions, -1)
+        return start % self.cache_len
+
+    def forget(self, seq: int, from_pos: int = 0) -> None:
+        """Sequence ``seq``'s slots holding positions ``from_pos`` and later hold nothing now."""
+        row = self.slot_pos[seq]
+        row[row >= from_pos] = -1
+
+    def holds_window(self, seq: int, start: int) -> bool:
+        """Whether the cache still holds sequence ``seq``'s keys of the window before ``start`` (always, unless a
+        ring has overwritten them)."""
+        if not self.ring:
+            return True
+        needed = np.arange(max(0, start - self.window + 1), start)
+        return bool(np.array_equal(self.slot_pos[seq][needed % self.cache_len], needed))
+
+    def mask_rows(self, seq: int, start: int, n: int, rows: int, window: int) -> np.ndarray:
+        """Additive (rows, window) mask over the first ``window`` slots of sequence ``seq``: 0 where the slot holds
+        a key the query at ``start + i`` attends to (an earlier or equal position, inside the sliding window),
+        -inf elsewhere. Padding rows (``i >= n``) attend like the last real query: a row with no key at all would
+        give NaNs, which the next layer would write into the cache (a masked slot still multiplies a weight of 0)."""
+        key = self.slot_pos[seq, :window][None, :]
+        query = np.minimum(np.arange(start, start + rows), start + n - 1)[:, None]
+        allowed = (key >= 0) & (key <= query)
+        if self.window:
+            allowed &= query - key < self.window
+        return np.where(allowed, 0.0, -np.inf).astype(np.float32)
+
+
+def zeroed(shape: tuple[int, ...], device: str) -> Any:
+    """A float32 tensor of zeros in fresh memory that nothing writes now (``BufferOptions.zeroed``): on the CPU the
+    OS maps its pages when a cache write first touches them, so loading does not write every context's caches
+    (8 slots x 4096 positions of SmolLM2: 1.5 GB, ~2.3 s after the host took idle memory back)."""
+    from tgcore.dtype import dtypes
+    from tgcore.runtime.allocator import BufferOptions
+    from tgcore.runtime.buffer import Buffer
+    from tgcore.tensor import Tensor
+    return Tensor.from_buffer(Buffer(device, math.prod(shape), dtypes.float32, options=BufferOptions(zeroed=True)),
+                              shape)
+
+
+class RowWrites(NamedTuple):
+    """A batched decode step's cache writes: row r's key and value go to its own sequence and slot, all rows in one
+    kernel per cache (``Tensor.take(...).assign``: a scatter). ``first`` (rows,) holds each row's first element in
+    the flattened cache, ``(sequence * kv heads * cache length + slot) * head_dim``; a head's elements follow at
+    ``+ head * cache length * head_dim``. (A tuple: the jit finds the tensor in it, an input of each call.)"""
+    first: Any
+
+
+def write_rows(cache: Any, rows: Any, first: Any) -> None:
+    """Row r of ``rows`` (T, kv heads, head_dim) into ``cache`` (sequences, kv heads, cache length, head_dim) at the
+    element ``first[r]`` (``RowWrites``) and its heads after it, every row in one kernel."""
+    from tgcore.tensor import Tensor
+    t, nkv, hd = rows.shape
+    head_stride = cache.shape[2] * hd
+    within = (Tensor.arange(nkv, device=cache.device, dtype=first.dtype) * head_stride).reshape(1, nkv, 1) + \
+        Tensor.arange(hd, device=cache.device, dtype=first.dtype).reshape(1, 1, hd)
+    cache.reshape(-1).take(first.reshape(t, 1, 1) + within).assign(rows)
