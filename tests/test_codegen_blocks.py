@@ -518,8 +518,8 @@ def test_nearby_byte_loads_are_one_load_and_a_shuffle():
     from tgcore.dtype import dtypes
     from tgcore.renderer.cbytevectors import nearby_byte_loads
     from tgcore.uop import Ops, UOp
-    buf = UOp(Ops.PARAM, dtypes.uint8.ptr(4096), (), 1)
-    row = UOp.range(16, 0) * 110
+    buf, rows = UOp(Ops.PARAM, dtypes.uint8.ptr(4096), (), 1), UOp(Ops.PARAM, dtypes.int32.ptr(16), (), 2)
+    row = UOp(Ops.LOAD, dtypes.int32, (rows.index(UOp.const(dtypes.int32, 3)),)) * 110  # a row's first byte
 
     def gathered(offsets: list[int]) -> UOp:
         return UOp(Ops.VECTORIZE, dtypes.uint8.vec(len(offsets)),
