@@ -236,6 +236,33 @@ def test_byte_table_helper_matches_numpy(flags, tmp_path):
     np.testing.assert_array_equal(out, table[index])
 
 
+@pytest.mark.parametrize("flags", [["-mavx2"], ["-mavx2", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vbmi"]],
+                         ids=["avx2", "vbmi"])
+def test_byte_table_at_low_nibbles_helper_matches_numpy(flags, tmp_path):
+    """The C renderer's helper that looks a 16-byte table up at the low 4 bits of each index byte, built without and
+    with AVX512-VBMI (its two branches): lane i is ``table[index[i] & 15]`` for any index byte."""
+    from tgcore.dtype import dtypes
+    from tgcore.renderer.cbytedot import BYTE_TABLE_PREAMBLE
+    from tgcore.renderer.cbytevectors import LOW4_TABLE_PREAMBLE
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.runtime.cpufeatures import cpu_features
+    if "-mavx512vbmi" in flags and not {"avx512vbmi", "avx512vl", "avx512bw"} <= cpu_features().features:
+        pytest.skip("no AVX512-VBMI here")
+    if "avx2" not in cpu_features().features:
+        pytest.skip("no AVX2 here")
+    src = vector_typedef(dtypes.uint8.vec(32)) + "\n" + BYTE_TABLE_PREAMBLE + LOW4_TABLE_PREAMBLE + (
+        "void look(const unsigned char* t, const unsigned char* i, unsigned char* out) {\n"
+        "  tg_uint8x32 x; __builtin_memcpy(&x, i, 32);\n"
+        "  tg_uint8x32 r = tg_table16_u8_low4(t, x); __builtin_memcpy(out, &r, 32); }\n")
+    look = _c_function(src, "look", flags, tmp_path)
+    rng = np.random.default_rng(len(flags))
+    table = rng.integers(0, 256, 16).astype(np.uint8)
+    for index in (np.arange(32, dtype=np.uint8) * 8 + 3, rng.integers(0, 256, 32).astype(np.uint8)):
+        out = np.zeros(32, np.uint8)
+        look(table.ctypes.data, index.ctypes.data, out.ctypes.data)
+        np.testing.assert_array_equal(out, table[index & 15])
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_grid_rows_in_lanes_are_exact(device):
     """Rows of 8 bytes looked up at loaded indices (an i-quant grid: one index per 8 values) as the unsigned side of a
@@ -510,6 +537,54 @@ def test_row_gather_takes_rows_at_offsets_that_differ_only():
     assert words.src[0].op is Ops.BITCAST and words.src[0].src[0].dtype == dtypes.uint8.vec(8)
 
 
+@pytest.mark.parametrize("flags", [["-mavx2"], ["-mavx2", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vbmi"]],
+                         ids=["plain", "vbmi"])
+def test_bits_as_sixteen_helper_matches_numpy(flags, tmp_path):
+    """The C renderer's helper that spreads a 32-bit word's bits over 32 bytes as 16 (Q5's fifth bits), built
+    without and with AVX512-VBMI (its two branches): byte p is 16 exactly when bit p is set."""
+    from tgcore.dtype import dtypes
+    from tgcore.renderer.cbytevectors import BITS_PREAMBLE
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.runtime.cpufeatures import cpu_features
+    if "-mavx512vbmi" in flags and not {"avx512vbmi", "avx512vl", "avx512bw"} <= cpu_features().features:
+        pytest.skip("no AVX512-VBMI here")
+    if not {"avx2"} <= cpu_features().features:
+        pytest.skip("no AVX2 here")
+    src = vector_typedef(dtypes.uint8.vec(32)) + "\n" + BITS_PREAMBLE + (
+        "void bits(const unsigned int* a, unsigned char* out, void* unused) {\n"
+        "  tg_uint8x32 r = tg_bits_as16(*a); __builtin_memcpy(out, &r, 32); }\n")
+    spread = _c_function(src, "bits", flags, tmp_path)
+    for word in (0, 0xFFFFFFFF, 0x80000001, 0x12345678, 0xA5C3F00F):
+        a = np.array([word], np.uint32)
+        out = np.zeros(32, np.uint8)
+        spread(a.ctypes.data, out.ctypes.data, None)
+        np.testing.assert_array_equal(out, ((word >> np.arange(32)) & 1).astype(np.uint8) * 16)
+
+
+def test_nearby_byte_loads_are_one_load_and_a_shuffle():
+    """``cbytevectors.nearby_byte_loads`` on UOps: 8 bytes at offsets 96, 98, .., 103 from a row's index (a K-quant's
+    scale bytes in its sub-blocks' order) are one load of the 8 bytes and a shuffle; bytes over more than 16, or
+    whose first or last would be loaded without being read (a span of 5), are left alone."""
+    from tgcore.dtype import dtypes
+    from tgcore.renderer.cbytevectors import nearby_byte_loads
+    from tgcore.uop import Ops, UOp
+    buf, rows = UOp(Ops.PARAM, dtypes.uint8.ptr(4096), (), 1), UOp(Ops.PARAM, dtypes.int32.ptr(16), (), 2)
+    row = UOp(Ops.LOAD, dtypes.int32, (rows.index(UOp.const(dtypes.int32, 3)),)) * 110  # a row's first byte
+
+    def gathered(offsets: list[int]) -> UOp:
+        return UOp(Ops.VECTORIZE, dtypes.uint8.vec(len(offsets)),
+                   tuple(UOp(Ops.LOAD, dtypes.uint8, (buf.index(row + o),)) for o in offsets))
+    order = [96, 98, 100, 102, 97, 99, 101, 103]
+    combined = nearby_byte_loads(gathered(order))
+    assert combined is not None and all(s.op is Ops.GEP for s in combined.src)
+    (load,) = {s.src[0] for s in combined.src}
+    assert load.op is Ops.LOAD and load.dtype == dtypes.uint8.vec(8)
+    assert [s.arg[0] for s in combined.src] == [o - 96 for o in order]
+    assert nearby_byte_loads(gathered([0, 2, 4, 1])) is None      # 5 bytes: the 4th would be read unasked
+    assert nearby_byte_loads(gathered([0, 17, 4, 1])) is None     # over 16 bytes
+    assert nearby_byte_loads(gathered([5] * 4)) is None           # one byte in every lane: a broadcast
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_nibble_byte_dots_shift_words_and_mask_once(device):
     """A block's 16 bytes as 32 nibbles (low ones, then high ones: Q4_0's layout) in a byte dot product: exact
@@ -536,6 +611,29 @@ def test_nibble_byte_dots_shift_words_and_mask_once(device):
     src = _kernel_source(product(), device)
     assert "tg_dot4_u8i8(" in src and "tg_uint32x8){0u, 0u, 0u, 0u, 4u, 4u, 4u, 4u}" in src
     assert "tg_uint8x16){4u" not in src and "tg_uint8x32){4u" not in src
+    assert src.count("tg_repeat16(") >= 2  # the helper and its call: the 16 bytes in both halves, one broadcast
+
+
+@pytest.mark.parametrize("flags", [["-msse4.2"], ["-mavx2"]], ids=["plain", "avx2"])
+def test_repeat16_helper_matches_numpy(flags, tmp_path):
+    """The C renderer's helper that puts 16 bytes in both halves of 32, built without and with AVX2 (its two
+    branches)."""
+    from tgcore.dtype import dtypes
+    from tgcore.renderer.cbytevectors import REPEAT16_PREAMBLE
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.runtime.cpufeatures import cpu_features
+    if not {"avx2"} <= cpu_features().features:
+        pytest.skip("no AVX2 here")
+    types = "".join(vector_typedef(d) + "\n" for d in (dtypes.uint8.vec(16), dtypes.uint8.vec(32)))
+    src = types + REPEAT16_PREAMBLE + (
+        "void repeat(const unsigned char* a, unsigned char* out, void* unused) {\n"
+        "  tg_uint8x16 h; __builtin_memcpy(&h, a, 16);\n"
+        "  tg_uint8x32 r = tg_repeat16(h); __builtin_memcpy(out, &r, 32); }\n")
+    repeat = _c_function(src, "repeat", flags, tmp_path)
+    a = np.random.default_rng(5).integers(0, 256, 16).astype(np.uint8)
+    out = np.zeros(32, np.uint8)
+    repeat(a.ctypes.data, out.ctypes.data, None)
+    np.testing.assert_array_equal(out, np.concatenate([a, a]))
 
 
 def _half_of(b: Tensor) -> Tensor:
@@ -565,6 +663,30 @@ def test_neighbouring_half_scales_are_read_as_one_pair(device):
         return
     src = _kernel_source(product(), device)
     assert src.count("tg_half2_to_f32(") >= 2 and "tg_uint8x2 val" not in src  # the helper and its call
+
+
+@pytest.mark.parametrize("flags", [["-mavx2"], ["-mavx2", "-mf16c"]], ids=["plain", "f16c"])
+def test_half_pair_member_in_every_lane_helper_matches_numpy(flags, tmp_path):
+    """The C renderer's helper that converts one member of a float16 pair into all 8 lanes, built without and with
+    F16C (its two branches): both members of normal, subnormal and infinite halves."""
+    from tgcore.dtype import dtypes
+    from tgcore.renderer.chalfpairs import HALF2_LANE8_PREAMBLE
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.runtime.cpufeatures import cpu_features
+    if not {"avx2", "f16c"} <= cpu_features().features:
+        pytest.skip("no AVX2 and F16C here")
+    types = (dtypes.uint8.vec(4), dtypes.float16.vec(2), dtypes.float32.vec(8))
+    src = "".join(vector_typedef(d) + "\n" for d in types) + HALF2_LANE8_PREAMBLE + (
+        "void lanes(const unsigned char* a, float* out, void* unused) {\n"
+        "  tg_uint8x4 b; __builtin_memcpy(&b, a, 4);\n"
+        "  tg_float32x8 r0 = tg_half2_lane8_f32(b, 0), r1 = tg_half2_lane8_f32(b, 1);\n"
+        "  __builtin_memcpy(out, &r0, 32); __builtin_memcpy(out + 8, &r1, 32); }\n")
+    lanes = _c_function(src, "lanes", flags, tmp_path)
+    for values in ([1.5, -0.25], [6e-8, 65504.0], [np.inf, -np.inf]):
+        h = np.array(values, np.float16)
+        out = np.zeros(16, np.float32)
+        lanes(h.ctypes.data, out.ctypes.data, None)
+        np.testing.assert_array_equal(out, np.repeat(h.astype(np.float32), 8))
 
 
 @pytest.mark.parametrize("flags", [["-mavx2"], ["-mavx2", "-mf16c"]], ids=["plain", "f16c"])

@@ -119,6 +119,18 @@ def _in_lanes(u: UOp) -> bool:
     return any(r.op is Ops.RANGE and r.arg.kind is RangeKind.UPCAST for r in u.toposort)
 
 
+def _factors_together(varying: list[UOp]) -> list[UOp]:
+    """A sum over sub-blocks' products: each inner block sum (a nested REDUCE) times the product of its other
+    factors (a sub-block's scale and its activation block's scale), multiplied together first: ``sum * (a * b)``,
+    not ``(sum * a) * b``. SPREAD then unpacks the product ``a * b`` for all sub-blocks at once as one vector, and
+    each sub-block adds its sum times one lane of it (one multiply-add instead of a multiply and a multiply-add)."""
+    sums = [f for f in varying if any(x.op is Ops.REDUCE for x in f.toposort)]
+    others = [f for f in varying if not any(x.op is Ops.REDUCE for x in f.toposort)]
+    if not sums or len(others) < 2:
+        return varying
+    return [*sums, _product(others, others[0])]
+
+
 def factor_blocks(ast: UOp, inner: dict[UOp, UOp]) -> UOp:
     """Factors that do not change inside a quantization block move out of the block's sum:
     ``sum_{b,i} (d_b * q_bi + m_b) * x_bi  ->  sum_b d_b * sum_i q_bi * x_bi + m_b * sum_i x_bi`` (``inner``:
@@ -139,7 +151,7 @@ def factor_blocks(ast: UOp, inner: dict[UOp, UOp]) -> UOp:
             varying: list[UOp] = []
             for f in factors:
                 (varying if i in f.toposort else constant).append(f)
-            groups.setdefault(tuple(constant), []).append(_product(varying, red.src[0]))
+            groups.setdefault(tuple(constant), []).append(_product(_factors_together(varying), red.src[0]))
         if all(not outside for outside in groups) and not any(u.op is Ops.REDUCE for u in red.src[0].toposort):
             return None  # (a sum of an inner level's block sums is nested all the same: its siblings are)
         # an integer block sum (a byte dot) is multiplied by its factors in their order (``(sum * a) * b``): a

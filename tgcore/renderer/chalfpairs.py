@@ -66,3 +66,50 @@ static inline tg_float32x2 tg_half2_to_f32(tg_float16x2 v) {
 #endif
 }
 """
+
+
+HALF2_LANE8_HELPER = "tg_half2_lane8_f32"
+# one half of a pair (its 4 bytes) converted into all 8 lanes of a float32 vector: the 4 bytes broadcast from memory,
+# all 8 halves converted at once (vcvtph2ps) and the wanted ones taken by an in-lane permute. gcc made of the pair's
+# conversion and a lane in every lane a move, a shuffle and a broadcast (both pair members: 3 shuffle-port ops, here 2)
+HALF2_LANE8_PREAMBLE = """\
+static inline tg_float32x8 tg_half2_lane8_f32(tg_uint8x4 b, int k) {
+#if defined(__F16C__) && defined(__AVX__)
+  typedef short tg_halfbits8 __attribute__((vector_size(16)));
+  typedef unsigned int tg_u32x4 __attribute__((vector_size(16)));
+  unsigned int bits; __builtin_memcpy(&bits, &b, 4);
+  tg_float32x8 f = __builtin_ia32_vcvtph2ps256((tg_halfbits8)(tg_u32x4){bits, bits, bits, bits});
+  if (k) return __builtin_shufflevector(f, f, 1, 1, 3, 3, 5, 5, 7, 7);
+  return __builtin_shufflevector(f, f, 0, 0, 2, 2, 4, 4, 6, 6);
+#else
+  tg_float16x2 h; __builtin_memcpy(&h, &b, 4);
+  float x = (float)h[k];
+  return (tg_float32x8){x, x, x, x, x, x, x, x};
+#endif
+}
+"""
+
+
+def pair_lane_broadcast(u: UOp) -> tuple[UOp, int] | None:
+    """``(the pair's 4-byte load, k)`` when ``u`` is lane ``k`` of a converted float16 pair (``pair_half_reads``) in all
+    8 lanes of a float32 vector; else None."""
+    if u.op is not Ops.VECTORIZE or u.dtype != dtypes.float32.vec(8) or any(s is not u.src[0] for s in u.src):
+        return None
+    lane = u.src[0]
+    if lane.op is not Ops.GEP or len(lane.arg) != 1 or lane.src[0].op is not Ops.CAST or lane.src[0].dtype != PAIR:
+        return None
+    halves = lane.src[0].src[0]
+    if halves.op is not Ops.BITCAST or halves.dtype != HALVES or halves.src[0].dtype != WORDS:
+        return None
+    return halves.src[0], lane.arg[0]
+
+
+def both_pair_lanes_broadcast(kernel: list[UOp]) -> set[UOp]:
+    """The pairs' 4-byte loads whose both members are put in every lane (Q4_1/Q5_1's d and m): those are converted
+    by ``tg_half2_lane8_f32`` (where only one is, the pair's own conversion stays and the helper's came on top: a
+    K-quant's d, 3% slower)."""
+    lanes: dict[UOp, set[int]] = {}
+    for u in kernel:
+        if (pair := pair_lane_broadcast(u)) is not None:
+            lanes.setdefault(pair[0], set()).add(pair[1])
+    return {load for load, taken in lanes.items() if taken == {0, 1}}

@@ -39,7 +39,27 @@ from tgcore.renderer.cbytedot import (
     uses_high_product,
     uses_row_gather,
 )
-from tgcore.renderer.chalfpairs import HALF2_HELPER, HALF2_PREAMBLE, pair_half_reads
+from tgcore.renderer.cbytevectors import (
+    BITS_HELPER,
+    BITS_PREAMBLE,
+    LOW4_TABLE_HELPER,
+    LOW4_TABLE_PREAMBLE,
+    REPEAT16_HELPER,
+    REPEAT16_PREAMBLE,
+    bits_as_sixteen,
+    low4_index,
+    nearby_byte_loads,
+    repeats_16_bytes,
+)
+from tgcore.renderer.chalfpairs import (
+    HALF2_HELPER,
+    HALF2_LANE8_HELPER,
+    HALF2_LANE8_PREAMBLE,
+    HALF2_PREAMBLE,
+    both_pair_lanes_broadcast,
+    pair_half_reads,
+    pair_lane_broadcast,
+)
 from tgcore.renderer.clanerange import RANGE_STORE_PREAMBLE, range_gated_load, range_gated_store, uses_range_store
 from tgcore.renderer.prefetch import Prefetcher, loop_nest
 from tgcore.runtime.cpufeatures import chosen_isa_level, cpu_features
@@ -376,6 +396,8 @@ def _shuffle(u: UOp, names: dict[UOp, str]) -> str | None:
         words = half_bytes // 8
         return (f"({{ typedef long long tg_words __attribute__((vector_size({half_bytes}))); ({c_type(u.dtype)})"
                 f"__builtin_shufflevector((tg_words){a}, (tg_words){b}, {', '.join(map(str, range(2 * words)))}); }})")
+    if repeats_16_bytes(u):
+        return f"(({c_type(u.dtype)}){REPEAT16_HELPER}((tg_uint8x16){a}))"
     return f"__builtin_shufflevector({a}, {b}, {', '.join(map(str, order))})"
 
 
@@ -408,9 +430,10 @@ class CRenderer(Renderer):
     # whose carried-in bits are masked off a shift of 16-bit lanes, two neighbouring float16 reads one converted pair;
     # the high half of a 16-bit product computed in 32-bit lanes one multiply of 16-bit lanes (vpmulhuw)
     legalize = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot), (UPat(Ops.VECTORIZE, name="vec"), row_gather),
+                               (UPat(Ops.VECTORIZE, name="vec"), nearby_byte_loads),
                                (UPat(Ops.ADD, name="x"), accumulated_dot), (UPat(Ops.CAST, name="x"), high_product)]
                               + ([(UPat(Ops.OR, name="x"), combine_byte_loads),
-                                  (UPat(Ops.AND, name="x"), shift_in_words),
+                                  (UPat(Ops.AND, name="x"), bits_as_sixteen), (UPat(Ops.AND, name="x"), shift_in_words),
                                   (UPat(Ops.SINK, name="sink"), pair_half_reads)] if sys.byteorder == "little" else []))
 
     def __init__(self, compiler: Any = None) -> None:
@@ -551,6 +574,7 @@ class CRenderer(Renderer):
         assert isinstance(kernel, list)
         names: dict[UOp, str] = {}
         lane_gates: dict[UOp, list[str]] = {}  # bool vectors that gate accesses lane by lane: each lane's name
+        broadcast_pairs = both_pair_lanes_broadcast(kernel)
         params: list[tuple[int, str]] = []
         body: list[str] = []
         depth = 1
@@ -619,6 +643,8 @@ class CRenderer(Renderer):
                 lanes = [names[x] for x in u.src] if op is Ops.VECTORIZE else [f"{names[u.src[0]]}[{i}]" for i in u.arg]
                 v = fresh("vec")
                 shuffle = _shuffle(u, names) if op is Ops.VECTORIZE else None
+                if (pair := pair_lane_broadcast(u)) is not None and pair[0] in broadcast_pairs:
+                    shuffle = f"{HALF2_LANE8_HELPER}({names[pair[0]]}, {pair[1]})"  # a float16 pair member everywhere
                 value = shuffle or (lanes[0] if u.dtype.count == 1 else self._vector(u, lanes))
                 line(f"const {c_type(u.dtype)} {v} = {value};")
                 names[u] = v
@@ -658,6 +684,16 @@ class CRenderer(Renderer):
             if (half, single) in halves:
                 vectors = sorted(set(vectors) | {half, single}, key=lambda d: d.name)
                 helpers += preamble
+        if broadcast_pairs:
+            vectors = sorted(set(vectors) | {dtypes.uint8.vec(4), dtypes.float16.vec(2), dtypes.float32.vec(8)},
+                             key=lambda d: d.name)
+            helpers += HALF2_LANE8_PREAMBLE
+        if any(repeats_16_bytes(u) for u in kernel):
+            vectors = sorted(set(vectors) | {dtypes.uint8.vec(16), dtypes.uint8.vec(32)}, key=lambda d: d.name)
+            helpers += REPEAT16_PREAMBLE
+        if any(u.op is Ops.CUSTOMI and u.arg == BITS_HELPER for u in kernel):
+            vectors = sorted(set(vectors) | {dtypes.uint8.vec(32)}, key=lambda d: d.name)
+            helpers += BITS_PREAMBLE
         if uses_byte_dot(kernel):
             vectors = sorted(set(vectors) | set(DOT_TYPES), key=lambda d: d.name)
             helpers += DOT_PREAMBLE
@@ -670,6 +706,8 @@ class CRenderer(Renderer):
         if any(byte_table_lookup(u) is not None for u in kernel):  # (rendered wherever one matches, dot or not)
             vectors = sorted(set(vectors) | {dtypes.uint8.vec(32)}, key=lambda d: d.name)
             helpers += BYTE_TABLE_PREAMBLE
+            if any((i := byte_table_lookup(u)) is not None and low4_index(i) is not None for u in kernel):
+                helpers += LOW4_TABLE_PREAMBLE
         if uses_range_store(kernel, names, lane_gates):
             helpers += RANGE_STORE_PREAMBLE
         typedefs = "".join(vector_typedef(d) + "\n" for d in vectors)
@@ -705,6 +743,8 @@ class CRenderer(Renderer):
             if _table_lookup(u):
                 return f"const {t} {v} = tg_table16_f32({ptr}, {idx});"
             if (byte_index := byte_table_lookup(u)) is not None:
+                if (nibble_bits := low4_index(byte_index)) is not None:
+                    return f"const {t} {v} = {LOW4_TABLE_HELPER}({ptr}, {names[nibble_bits]});"
                 return f"const {t} {v} = {BYTE_TABLE_HELPER}({ptr}, {names[byte_index]});"
             return f"const {t} {v} = (({t}){{{', '.join(f'{ptr}[{idx}[{i}]]' for i in range(u.dtype.count))}}});"
         if len(index.src) > 2 and index.src[2] in lane_gates:

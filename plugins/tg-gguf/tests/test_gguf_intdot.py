@@ -346,3 +346,22 @@ def test_grid_types_spread_scales_packed_byte_by_byte(gtype, spread):
               and any(u.op is Ops.LOAD and u.src[0].src[0].dtype.size == raw.numel() for u in item.ast.toposort)]
     opts = default_policy(prepare_kernel(ast, renderer), renderer, 1)
     assert (OptOps.SPREAD in {o.op for o in opts}) == spread
+
+
+@pytest.mark.parametrize("gtype,helper", [(GGMLType.Q5_0, "tg_bits_as16("), (GGMLType.Q5_1, "tg_bits_as16("),
+                                          (GGMLType.Q4_1, "tg_half2_lane8_f32(")], ids=lambda t: getattr(t, "name", ""))
+def test_c_renderer_helpers_of_the_32_blocks(gtype, helper):
+    """On the C renderer Q5's fifth bits (``_fifth``) are one spread of the block's 32-bit ``qh``
+    (``tgcore.renderer.cbytevectors.bits_as_sixteen``: one multishift with AVX512-VBMI), and Q4_1's d and m each
+    converted into every lane at once (``tgcore.renderer.chalfpairs.both_pair_lanes_broadcast``); exact."""
+    from tgcore.codegen import get_program
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    k = 256
+    raw = unit_scale_blocks(gtype, ROWS * k // 32, seed=7)
+    x = exact_activations(np.random.default_rng(7), 1, k)
+    out = int_matmul(Tensor(x, device="CPU"), Tensor(raw, device="CPU"), gtype, (ROWS, k))
+    sources = [get_program(si.ast, open_device("CPU").renderer).src
+               for si in create_schedule([out.uop], "CPU")[0] if si.kind != "copy"]
+    assert any(helper in src for src in sources)
+    assert_bits_equal(out.numpy(), float64_reference(gtype, raw, (ROWS, k), x).astype(np.float32))
