@@ -63,8 +63,11 @@ MAX_BLOCK_STEPS = 8  # a quantization block's inner loop longer than this many v
 
 
 def _main_inputs(ast: UOp) -> list[UOp]:
-    """Index expressions of the loads from the largest input buffer (what the kernel mostly streams)."""
+    """Index expressions of the loads from the largest input buffer (what the kernel mostly streams). A table read at
+    indices loaded from another input (a float16 scale's float32 value, a grid row) is looked up, not streamed: it
+    counts only when every load is such."""
     loads = [u for u in ast.toposort if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
+    loads = [u for u in loads if not _indirect(u)] or loads
     if not loads:
         return []
 
@@ -72,6 +75,11 @@ def _main_inputs(ast: UOp) -> list[UOp]:
         return getattr(u.src[0].src[0].dtype, "size", 0) * u.dtype.itemsize
     biggest = max(size(u) for u in loads)
     return dedup(u.src[0].src[1] for u in loads if size(u) == biggest)
+
+
+def _indirect(load: UOp) -> bool:
+    """Whether ``load``'s index depends on another load."""
+    return any(u.op is Ops.LOAD for u in load.src[0].src[1].toposort)
 
 
 def reduce_lanes(size: int, acc: DType, simd_widths: dict[DType, int]) -> int:

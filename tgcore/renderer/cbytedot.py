@@ -410,6 +410,33 @@ static inline tg_uint8x32 tg_table16_u8(const unsigned char* t, tg_uint8x32 i) {
 """
 
 
+# 16 bytes repeated in both 128-bit halves of 32 (Q4's nibbles, before each half is shifted by its own amount):
+# gcc turns the shuffle of a loaded 16-byte vector into a load and a permute (vpermq, port 5), the builtin into one
+# vbroadcasti128 from memory (a load only); the same lanes with a plain shuffle elsewhere
+DUP16_HELPER = "tg_dup16"
+DUP16_PREAMBLE = """\
+typedef long long tg_i64x2 __attribute__((vector_size(16)));
+#if defined(__AVX2__) && defined(__GNUC__) && !defined(__clang__)
+#define tg_dup16(v) __builtin_ia32_vbroadcastsi256((tg_i64x2)(v))
+#else
+#define tg_dup16(v) __builtin_shufflevector((tg_i64x2)(v), (tg_i64x2)(v), 0, 1, 0, 1)
+#endif
+"""
+
+
+def duplicated_halves(u: UOp) -> UOp | None:
+    """For a VECTORIZE of 32 bytes that is a vector of 16 bytes twice (lanes 0..15, then 0..15 again), that vector
+    (rendered as ``tg_dup16``); else None."""
+    if u.op is not Ops.VECTORIZE or u.dtype.itemsize != 32 or not all(x.op is Ops.GEP and len(x.arg) == 1
+                                                                        for x in u.src):
+        return None
+    source = u.src[0].src[0]
+    count = source.dtype.count
+    if source.dtype.itemsize != 16 or any(x.src[0] is not source for x in u.src):
+        return None
+    return source if [x.arg[0] for x in u.src] == list(range(count)) * 2 else None
+
+
 def byte_table_lookup(load: UOp) -> UOp | None:
     """For a gather of ``WIDE`` unsigned bytes from a buffer of exactly 16 (ungated: the indices are in range) at the
     int32 conversion of byte indices, those byte indices (the helper's operand); else None."""

@@ -25,11 +25,14 @@ from tgcore.renderer.cbytedot import (
     BYTE_TABLE_PREAMBLE,
     DOT_PREAMBLE,
     DOT_TYPES,
+    DUP16_HELPER,
+    DUP16_PREAMBLE,
     ROWS_PREAMBLE,
     ROWS_TYPES,
     accumulated_dot,
     byte_dot,
     byte_table_lookup,
+    duplicated_halves,
     row_gather,
     shift_in_words,
     uses_byte_dot,
@@ -377,6 +380,8 @@ def _shuffle(u: UOp, names: dict[UOp, str]) -> str | None:
     order = [sources.index(x.src[0]) * count + x.arg[0] for x in u.src]
     if len(set(order)) == 1:  # one lane everywhere: a broadcast of the scalar (a shuffle of a short vector into a
         return None           # wider one went through memory in gcc)
+    if duplicated_halves(u) is not None:
+        return f"(({c_type(u.dtype)}){DUP16_HELPER}({names[sources[0]]}))"
     a, b = names[sources[0]], names[sources[-1]]
     half_bytes = sources[0].dtype.scalar().itemsize * count
     if len(sources) == 2 and order == list(range(2 * count)) and half_bytes % 8 == 0 and count * 8 > half_bytes:
@@ -672,6 +677,8 @@ class CRenderer(Renderer):
         if uses_row_gather(kernel):
             vectors = sorted(set(vectors) | set(ROWS_TYPES), key=lambda d: d.name)
             helpers += ROWS_PREAMBLE
+        if any(duplicated_halves(u) is not None for u in kernel):
+            helpers += DUP16_PREAMBLE
         if any(byte_table_lookup(u) is not None for u in kernel):  # (rendered wherever one matches, dot or not)
             vectors = sorted(set(vectors) | {dtypes.uint8.vec(32)}, key=lambda d: d.name)
             helpers += BYTE_TABLE_PREAMBLE

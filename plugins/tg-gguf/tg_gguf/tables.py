@@ -23,6 +23,8 @@ The tables (facts of the ggml format, computed from ``tg_gguf.iq_grids`` / ``tg_
   integer dot product, a group's values with their delta one load of 8 bytes.
 - ``tq1_powers``: TQ1_0's power of 3 for each of a block's 256 values (int32); ``tq1_powers_u8`` the same as bytes
   (the integer path's).
+- ``f16_f32``: every float16 bit pattern's float32 value (256 KiB): a quantized block's half scale converted by one
+  load, which a C compiler folds into the vector op that broadcasts it (``tg_gguf.intdot``'s Q4_1 scales).
 - ``ksigns``: for each 7-bit sign index, the 8 signs (+-1.0 float32) of its bits and their parity bit.
 - ``byte_signs``: for each byte, the 8 signs (+-1.0 float32) of its bits, bit ``j`` for value ``j``.
 """
@@ -126,6 +128,7 @@ BUILDERS: dict[str, Callable[[], np.ndarray]] = {
     "grid_u8:IQ1S+delta": _iq1_shifted_bytes,
     "tq1_powers": _tq1_powers,
     "tq1_powers_u8": lambda: _tq1_powers().astype(np.uint8),
+    "f16_f32": lambda: np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32),
     "ksigns": _ksigns,
     "byte_signs": _byte_signs,
 }
