@@ -177,7 +177,7 @@ def _nibbles(o: Operands) -> Tensor:
 
 
 def _q4_0(o: Operands) -> Tensor:
-    return _block32(o, _nibbles(o), o.f16("d"), -8)
+    return _block32(o, _nibbles(o), o.f16_looked_up("d"), -8)
 
 
 def _q4_1(o: Operands) -> Tensor:
@@ -195,11 +195,11 @@ def _fifth(o: Operands) -> Tensor:
 
 
 def _q5_0(o: Operands) -> Tensor:
-    return _block32(o, _nibbles(o) | _fifth(o), o.f16("d"), -16)
+    return _block32(o, _nibbles(o) | _fifth(o), o.f16_looked_up("d"), -16)
 
 
 def _q5_1(o: Operands) -> Tensor:
-    return _block32(o, _nibbles(o) | _fifth(o), o.f16("d"), o.f16("m"))
+    return _block32(o, _nibbles(o) | _fifth(o), o.f16_looked_up("d"), o.f16_looked_up("m"))
 
 
 def _q8_0(o: Operands) -> Tensor:

@@ -24,7 +24,8 @@ The tables (facts of the ggml format, computed from ``tg_gguf.iq_grids`` / ``tg_
 - ``tq1_powers``: TQ1_0's power of 3 for each of a block's 256 values (int32); ``tq1_powers_u8`` the same as bytes
   (the integer path's).
 - ``f16_f32``: every float16 bit pattern's float32 value (256 KiB): a quantized block's half scale converted by one
-  load, which a C compiler folds into the vector op that broadcasts it (``tg_gguf.intdot``'s Q4_1 scales).
+  load, which a C compiler folds into the vector op that broadcasts it (``tg_gguf.intdot``: the scales of Q4_0,
+  Q4_1, Q5_0 and Q5_1).
 - ``ksigns``: for each 7-bit sign index, the 8 signs (+-1.0 float32) of its bits and their parity bit.
 - ``byte_signs``: for each byte, the 8 signs (+-1.0 float32) of its bits, bit ``j`` for value ``j``.
 """
