@@ -63,16 +63,20 @@ MAX_BLOCK_STEPS = 8  # a quantization block's inner loop longer than this many v
 
 
 def _main_inputs(ast: UOp) -> list[UOp]:
-    """Index expressions of the loads from the largest input buffer (what the kernel mostly streams). A table read at
-    indices loaded from another input (a float16 scale's float32 value, a grid row) is looked up, not streamed: it
-    counts only when every load is such."""
+    """Index expressions of the loads from the largest input buffer (what the kernel mostly streams). A table looked
+    up at indices read from the largest of the other inputs (a quantized weight's float16 scale converted by a table
+    of every half's float32 value) serves that input: it does not count, however big."""
     loads = [u for u in ast.toposort if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
-    loads = [u for u in loads if not _indirect(u)] or loads
     if not loads:
         return []
 
     def size(u: UOp) -> int:
         return getattr(u.src[0].src[0].dtype, "size", 0) * u.dtype.itemsize
+    direct = [u for u in loads if not _indirect(u)]
+    if direct:
+        streamed = max(size(u) for u in direct)
+        loads = [u for u in loads if not any(x.op is Ops.LOAD and x in direct and size(x) == streamed
+                                             for x in u.src[0].src[1].toposort)]
     biggest = max(size(u) for u in loads)
     return dedup(u.src[0].src[1] for u in loads if size(u) == biggest)
 
