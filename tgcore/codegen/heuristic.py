@@ -63,15 +63,27 @@ MAX_BLOCK_STEPS = 8  # a quantization block's inner loop longer than this many v
 
 
 def _main_inputs(ast: UOp) -> list[UOp]:
-    """Index expressions of the loads from the largest input buffer (what the kernel mostly streams)."""
+    """Index expressions of the loads from the largest input buffer (what the kernel mostly streams). A table looked
+    up at indices read from the largest of the other inputs (a quantized weight's float16 scale converted by a table
+    of every half's float32 value) serves that input: it does not count, however big."""
     loads = [u for u in ast.toposort if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
     if not loads:
         return []
 
     def size(u: UOp) -> int:
         return getattr(u.src[0].src[0].dtype, "size", 0) * u.dtype.itemsize
+    direct = [u for u in loads if not _indirect(u)]
+    if direct:
+        streamed = max(size(u) for u in direct)
+        loads = [u for u in loads if not any(x.op is Ops.LOAD and x in direct and size(x) == streamed
+                                             for x in u.src[0].src[1].toposort)]
     biggest = max(size(u) for u in loads)
     return dedup(u.src[0].src[1] for u in loads if size(u) == biggest)
+
+
+def _indirect(load: UOp) -> bool:
+    """Whether ``load``'s index depends on another load."""
+    return any(u.op is Ops.LOAD for u in load.src[0].src[1].toposort)
 
 
 def reduce_lanes(size: int, acc: DType, simd_widths: dict[DType, int]) -> int:
@@ -662,11 +674,27 @@ def nt_gemm_opts(ast: UOp, renderer: Renderer, threads: int, work: int, scalar: 
 
 def thread_opt(ast: UOp, opts: list[Opt], threads: int, work: int) -> list[Opt]:
     """Split the outermost output loop left after ``opts`` over up to ``threads`` threads (each thread gets a
-    contiguous chunk), when there is ``MIN_WORK_PER_THREAD`` of ``work`` for each."""
+    contiguous chunk), when there is ``MIN_WORK_PER_THREAD`` of ``work`` for each. When that loop's iterations do not
+    share out evenly and are few (``_uneven``: attention's 3 key/value heads on 2 threads, one thread doing twice
+    the other's work), the next output loop that shares out evenly is split instead."""
     if threads <= 1:
         return []
-    axes = kernel_axes(ast)
-    for i, r in enumerate(axes):
+    left = _output_loops_left(ast, opts)
+    if not left:
+        return []
+    i, size = left[0]
+    n = min(threads, size, max(1, work // MIN_WORK_PER_THREAD))
+    if n <= 1:
+        return []
+    if _uneven(size, n):
+        i = next((j for j, m in left if m % n == 0), i)
+    return [Opt(OptOps.THREAD, i, n)]
+
+
+def _output_loops_left(ast: UOp, opts: list[Opt]) -> list[tuple[int, int]]:
+    """(axis, iterations) of each output loop (outermost first) that ``opts`` leave more than one iteration of."""
+    out = []
+    for i, r in enumerate(kernel_axes(ast)):
         if r.arg.kind is not RangeKind.GLOBAL:
             continue
         size = _size(r)
@@ -675,9 +703,17 @@ def thread_opt(ast: UOp, opts: list[Opt], threads: int, work: int) -> list[Opt]:
                 size = round_up(size, o.amount)
         left = size // prod(o.amount for o in opts if o.axis == i and o.op in (OptOps.UPCAST, OptOps.UNROLL))
         if left > 1:
-            n = min(threads, left, max(1, work // MIN_WORK_PER_THREAD))
-            return [Opt(OptOps.THREAD, i, n)] if n > 1 else []
-    return []
+            out.append((i, left))
+    return out
+
+
+UNEVEN_SHARE = 1 / 8  # a thread split whose busiest thread does this much more than an even share is uneven
+
+
+def _uneven(size: int, threads: int) -> bool:
+    """Whether ``size`` iterations in ``threads`` contiguous chunks leave the busiest thread ``UNEVEN_SHARE`` more
+    than an even share (3 on 2 threads: 2 against 1.5)."""
+    return -(-size // threads) * threads > size * (1 + UNEVEN_SHARE)
 
 
 MAX_SPREAD = 8  # sub-blocks per super-block whose factors are unpacked as one vector (a K-quant's 8 of 32)

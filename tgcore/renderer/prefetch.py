@@ -37,6 +37,11 @@ def _nbytes(param: UOp) -> int:
     return getattr(param.dtype, "size", 0) * param.dtype.itemsize  # type: ignore[attr-defined]
 
 
+def _looked_up(load: UOp) -> bool:
+    """A load at an index read from memory (a table lookup): not a stream."""
+    return len(load.src[0].src) > 1 and any(u.op is Ops.LOAD for u in load.src[0].src[1].toposort)
+
+
 class Prefetcher:
     """Where a kernel should prefetch: a reduction that streams a big input (a quantized weight in a matrix-vector
     product) reads it once, in several interleaved streams (one per output row computed together), which the
@@ -49,7 +54,7 @@ class Prefetcher:
         covered by the enclosing loop's prefetches); ``vectorized_trips``: innermost loops of scalar loads this short
         are vectorized by it (a prefetch inside would stop that). 0: no such loops (machine code)."""
         loaded = [u.src[0].src[0] for u in kernel if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX
-                  and u.src[0].src[0].op is Ops.PARAM]
+                  and u.src[0].src[0].op is Ops.PARAM and not _looked_up(u)]
         big = max(loaded, key=_nbytes, default=None)
         self.buf = big if big is not None and _nbytes(big) >= PREFETCH_MIN_BYTES else None
         self.unrolled_trips, self.vectorized_trips = unrolled_trips, vectorized_trips

@@ -91,6 +91,24 @@ def test_int_matmul_exact(gtype):
     assert_bits_equal(out, ref.astype(np.float32))
 
 
+@pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1], ids=lambda t: t.name)
+def test_subnormal_half_scales_are_exact(gtype):
+    """Scales that are float16 subnormals (``d`` = 2**-24, Q4_1/Q5_1's ``m`` = -3 * 2**-24), read through the table
+    of every half's float32 value: still exact against the float64 reference (integers times a power of two)."""
+    k = 256
+    raw = unit_scale_blocks(gtype, ROWS * k // 32, seed=11).reshape(ROWS * k // 32, -1)
+    for name, value in (("d", 2.0 ** -24), ("m", -3 * 2.0 ** -24)):
+        if name in FIELDS[gtype]:
+            start, _ = FIELDS[gtype][name]
+            raw[:, start:start + 2] = np.full(raw.shape[0], value, "<f2").view(np.uint8).reshape(-1, 2)
+    raw = raw.reshape(-1)
+    x = exact_activations(np.random.default_rng(11), BATCH, k)
+    out = int_matmul(Tensor(x, device="CPU"), Tensor(raw, device="CPU"), gtype, (ROWS, k)).numpy()
+    ref = float64_reference(gtype, raw, (ROWS, k), x)
+    assert np.all(ref != 0) and np.abs(ref).max() < 1e-2  # (the scales did arrive: tiny, non-zero sums)
+    assert_bits_equal(out, ref.astype(np.float32))
+
+
 @pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
 def test_int_matmul_random(gtype):
     """Random blocks and activations: within float32 rounding of the per-block sums of the reference."""

@@ -124,6 +124,13 @@ class Operands:
         """A half field as ``(1, N, blocks per row)`` and ``ones`` axes of 1, float32."""
         return self.b.f16(name).reshape(1, self.n, self.nb, *(1,) * ones)
 
+    def f16_looked_up(self, name: str) -> Tensor:
+        """``f16(name)`` read from the table of every float16's float32 value (``tables``' ``f16_f32``): the same
+        values, one load per block where a conversion was a load, a convert and a broadcast (port 5 on x86)."""
+        from tg_gguf.tables import TABLES
+        bits = le_uint(self.b.bytes(name), 2).cast("int32")
+        return TABLES.get("f16_f32", self.b.device).take(bits).reshape(1, self.n, self.nb, 1)
+
     def x(self, *shape: int) -> Tensor:
         """The block's activations reshaped to ``(M, 1, blocks per row, *shape)``."""
         return self.xq.reshape(*self.xq.shape[:3], *shape)
@@ -171,11 +178,11 @@ def _nibbles(o: Operands) -> Tensor:
 
 
 def _q4_0(o: Operands) -> Tensor:
-    return _block32(o, _nibbles(o), o.f16("d"), -8)
+    return _block32(o, _nibbles(o), o.f16_looked_up("d"), -8)
 
 
 def _q4_1(o: Operands) -> Tensor:
-    return _block32(o, _nibbles(o), o.f16("d"), o.f16("m"))
+    return _block32(o, _nibbles(o), o.f16_looked_up("d"), o.f16_looked_up("m"))
 
 
 def _fifth(o: Operands) -> Tensor:
@@ -189,11 +196,11 @@ def _fifth(o: Operands) -> Tensor:
 
 
 def _q5_0(o: Operands) -> Tensor:
-    return _block32(o, _nibbles(o) | _fifth(o), o.f16("d"), -16)
+    return _block32(o, _nibbles(o) | _fifth(o), o.f16_looked_up("d"), -16)
 
 
 def _q5_1(o: Operands) -> Tensor:
-    return _block32(o, _nibbles(o) | _fifth(o), o.f16("d"), o.f16("m"))
+    return _block32(o, _nibbles(o) | _fifth(o), o.f16_looked_up("d"), o.f16_looked_up("m"))
 
 
 def _q8_0(o: Operands) -> Tensor:

@@ -26,6 +26,9 @@ The tables (facts of the ggml format, computed from ``tg_gguf.iq_grids`` / ``tg_
   load per block (computing ``2s + 1`` and converting it took four more instructions per block).
 - ``tq1_powers``: TQ1_0's power of 3 for each of a block's 256 values (int32); ``tq1_powers_u8`` the same as bytes
   (the integer path's).
+- ``f16_f32``: every float16 bit pattern's float32 value (256 KiB): a quantized block's half scale converted by one
+  load, which a C compiler folds into the vector op that broadcasts it (``tg_gguf.intdot``: the scales of Q4_0,
+  Q4_1, Q5_0 and Q5_1).
 - ``ksigns``: for each 7-bit sign index, the 8 signs (+-1.0 float32) of its bits and their parity bit.
 - ``byte_signs``: for each byte, the 8 signs (+-1.0 float32) of its bits, bit ``j`` for value ``j``.
 """
@@ -132,6 +135,7 @@ BUILDERS: dict[str, Callable[[], np.ndarray]] = {
     "odd_steps:2": lambda: np.arange(16, dtype=np.float32) * 2 + 1,
     "tq1_powers": _tq1_powers,
     "tq1_powers_u8": lambda: _tq1_powers().astype(np.uint8),
+    "f16_f32": lambda: np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32),
     "ksigns": _ksigns,
     "byte_signs": _byte_signs,
 }
