@@ -666,30 +666,6 @@ def test_neighbouring_half_scales_are_read_as_one_pair(device):
 
 
 @pytest.mark.parametrize("flags", [["-mavx2"], ["-mavx2", "-mf16c"]], ids=["plain", "f16c"])
-def test_half_pair_member_in_every_lane_helper_matches_numpy(flags, tmp_path):
-    """The C renderer's helper that converts one member of a float16 pair into all 8 lanes, built without and with
-    F16C (its two branches): both members of normal, subnormal and infinite halves."""
-    from tgcore.dtype import dtypes
-    from tgcore.renderer.chalfpairs import HALF2_LANE8_PREAMBLE
-    from tgcore.renderer.cstyle import vector_typedef
-    from tgcore.runtime.cpufeatures import cpu_features
-    if not {"avx2", "f16c"} <= cpu_features().features:
-        pytest.skip("no AVX2 and F16C here")
-    types = (dtypes.uint8.vec(4), dtypes.float16.vec(2), dtypes.float32.vec(8))
-    src = "".join(vector_typedef(d) + "\n" for d in types) + HALF2_LANE8_PREAMBLE + (
-        "void lanes(const unsigned char* a, float* out, void* unused) {\n"
-        "  tg_uint8x4 b; __builtin_memcpy(&b, a, 4);\n"
-        "  tg_float32x8 r0 = tg_half2_lane8_f32(b, 0), r1 = tg_half2_lane8_f32(b, 1);\n"
-        "  __builtin_memcpy(out, &r0, 32); __builtin_memcpy(out + 8, &r1, 32); }\n")
-    lanes = _c_function(src, "lanes", flags, tmp_path)
-    for values in ([1.5, -0.25], [6e-8, 65504.0], [np.inf, -np.inf]):
-        h = np.array(values, np.float16)
-        out = np.zeros(16, np.float32)
-        lanes(h.ctypes.data, out.ctypes.data, None)
-        np.testing.assert_array_equal(out, np.repeat(h.astype(np.float32), 8))
-
-
-@pytest.mark.parametrize("flags", [["-mavx2"], ["-mavx2", "-mf16c"]], ids=["plain", "f16c"])
 def test_half_pair_helper_matches_numpy(flags, tmp_path):
     """The C renderer's float16-pair helper, built without and with F16C (its two branches): normal, subnormal,
     infinite and NaN halves."""

@@ -51,15 +51,7 @@ from tgcore.renderer.cbytevectors import (
     nearby_byte_loads,
     repeats_16_bytes,
 )
-from tgcore.renderer.chalfpairs import (
-    HALF2_HELPER,
-    HALF2_LANE8_HELPER,
-    HALF2_LANE8_PREAMBLE,
-    HALF2_PREAMBLE,
-    both_pair_lanes_broadcast,
-    pair_half_reads,
-    pair_lane_broadcast,
-)
+from tgcore.renderer.chalfpairs import HALF2_HELPER, HALF2_PREAMBLE, pair_half_reads
 from tgcore.renderer.clanerange import RANGE_STORE_PREAMBLE, range_gated_load, range_gated_store, uses_range_store
 from tgcore.renderer.prefetch import Prefetcher, loop_nest
 from tgcore.runtime.cpufeatures import chosen_isa_level, cpu_features
@@ -574,7 +566,6 @@ class CRenderer(Renderer):
         assert isinstance(kernel, list)
         names: dict[UOp, str] = {}
         lane_gates: dict[UOp, list[str]] = {}  # bool vectors that gate accesses lane by lane: each lane's name
-        broadcast_pairs = both_pair_lanes_broadcast(kernel)
         params: list[tuple[int, str]] = []
         body: list[str] = []
         depth = 1
@@ -643,8 +634,6 @@ class CRenderer(Renderer):
                 lanes = [names[x] for x in u.src] if op is Ops.VECTORIZE else [f"{names[u.src[0]]}[{i}]" for i in u.arg]
                 v = fresh("vec")
                 shuffle = _shuffle(u, names) if op is Ops.VECTORIZE else None
-                if (pair := pair_lane_broadcast(u)) is not None and pair[0] in broadcast_pairs:
-                    shuffle = f"{HALF2_LANE8_HELPER}({names[pair[0]]}, {pair[1]})"  # a float16 pair member everywhere
                 value = shuffle or (lanes[0] if u.dtype.count == 1 else self._vector(u, lanes))
                 line(f"const {c_type(u.dtype)} {v} = {value};")
                 names[u] = v
@@ -684,10 +673,6 @@ class CRenderer(Renderer):
             if (half, single) in halves:
                 vectors = sorted(set(vectors) | {half, single}, key=lambda d: d.name)
                 helpers += preamble
-        if broadcast_pairs:
-            vectors = sorted(set(vectors) | {dtypes.uint8.vec(4), dtypes.float16.vec(2), dtypes.float32.vec(8)},
-                             key=lambda d: d.name)
-            helpers += HALF2_LANE8_PREAMBLE
         if any(repeats_16_bytes(u) for u in kernel):
             vectors = sorted(set(vectors) | {dtypes.uint8.vec(16), dtypes.uint8.vec(32)}, key=lambda d: d.name)
             helpers += REPEAT16_PREAMBLE
