@@ -29,6 +29,7 @@ from tgcore.renderer.cbytedot import (
     ROWS_TYPES,
     accumulated_dot,
     byte_dot,
+    row_lanes_dot,
     byte_table_lookup,
     row_gather,
     shift_in_words,
@@ -415,7 +416,8 @@ class CRenderer(Renderer):
     # an int32 vector: that vector as its accumulator), table rows at offsets computed per row one gather; with the
     # host's byte order (little-endian hosts only): an int assembled from consecutive bytes is one load, a byte shift
     # whose carried-in bits are masked off a shift of 16-bit lanes, two neighbouring float16 reads one converted pair
-    legalize = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot), (UPat(Ops.VECTORIZE, name="vec"), row_gather),
+    legalize = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot), (UPat(Ops.REDUCE, name="red"), row_lanes_dot),
+                               (UPat(Ops.VECTORIZE, name="vec"), row_gather),
                                (UPat(Ops.ADD, name="x"), accumulated_dot)]
                               + ([(UPat(Ops.OR, name="x"), combine_byte_loads),
                                   (UPat(Ops.AND, name="x"), shift_in_words),
