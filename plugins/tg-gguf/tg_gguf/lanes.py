@@ -117,12 +117,15 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
 
     def per_row(field: Tensor) -> Tensor:
         return field.permute(0, 2, 1).reshape(1, groups, ROWS, blocks, 1, 1).cast("float32")
-    dot = _unsigned(w).cast("int32") * x
-    if w.gtype in OFFSETS:
-        value = (dot + x * OFFSETS[w.gtype]).cast("float32") * (per_row(w.d) * scale_x)
-    else:
-        assert w.m is not None
-        value = dot.cast("float32") * (per_row(w.d) * scale_x) + x.cast("float32") * (scale_x * per_row(w.m))
+    # the block's offset term (a symmetric type's ``c * d``, Q4_1's ``m``) times the block's activation sum: summed
+    # once per batch row and block (a kernel of its own), then spread over the block's 32 elements as a 32nd (a
+    # power of two: exact), so the term is a block factor (``blocks.factor_blocks``), not a sum per row group
+    sums = x.reshape(m, blocks, BLOCK).sum(-1).cast("float32") * dx
+    spread_sum = (sums * (1.0 / BLOCK)).contiguous().reshape(m, 1, 1, blocks, 1, 1)
+    offset = per_row(w.d) * float(OFFSETS[w.gtype]) if w.gtype in OFFSETS else per_row(w.m) if w.m is not None \
+        else None
+    assert offset is not None
+    value = (_unsigned(w).cast("int32") * x).cast("float32") * (per_row(w.d) * scale_x) + spread_sum * offset
     out = value.reshape(m, groups * ROWS, blocks * BLOCK).sum(-1)
     # a padded tail: the whole groups in one kernel (a shrink fused into it would cut the lanes' axis), then cut
     return out if groups * ROWS == w.rows else out.contiguous().shrink(((0, m), (0, w.rows)))
