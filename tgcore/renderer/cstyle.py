@@ -406,6 +406,7 @@ class CRenderer(Renderer):
     # 69/87/107 us, Q5_0 69/88/105 -> 68/84/101, Q8_0 960x576 at 4 rows 26.1 -> 25.2 (X86 keeps the default 4: no
     # gain measured there, within the noise of a loaded machine)
     batch_weight_rows = 8
+    row_lane_byte_dots = True  # legalize's row_lanes_dot
     gathers_table_rows = True  # legalize's row_gather (vpgatherdq / vpgatherdd with AVX2)
     byte_table_lookups = True  # cbytedot's tg_table16_u8: one vpshufb with AVX2
     multiplies_byte_vectors = True  # gcc and clang: a byte vector multiply as 16-bit ones (TQ1_0's trits)

@@ -131,6 +131,20 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
     return out if groups * ROWS == w.rows else out.contiguous().shrink(((0, m), (0, w.rows)))
 
 
-# the types with a row-lane layout (``repack``) and where it is used: ``QuantizedMatrix`` takes it for these types
-# where the renderer has ``row_lane_byte_dots`` (measured: see the commit log / note).
+# the types with a row-lane layout (``repack``), taken by ``QuantizedMatrix`` wherever the renderer has
+# ``row_lane_byte_dots`` (C): faster than the activations-in-lanes path at every batch size measured (one core,
+# 1536x576, jitted with the activations' quantization, alternating in one process, load ~4-5; intdot -> lanes at
+# 1/4/8 rows): Q4_1 46/100/192 -> 20/39/63 us, Q4_0 41/86/179 -> 21/40/65, Q8_0 35/83/165 -> 20/40/64. The
+# choice is per weight, never per batch size: a row's sum has one order at any batch (batch invariance).
 LANE_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0})
+
+
+def uses_row_lanes(type_id: GGMLType | int, device: str) -> bool:
+    """Whether a product with a weight of this type takes the row-lane layout on ``device``: the type is in
+    ``LANE_TYPES`` and the device's renderer has ``row_lane_byte_dots``."""
+    from tgcore.runtime.registry import open_device
+    try:
+        gtype = GGMLType(type_id)
+    except ValueError:
+        return False
+    return gtype in LANE_TYPES and bool(getattr(open_device(device).renderer, "row_lane_byte_dots", False))
