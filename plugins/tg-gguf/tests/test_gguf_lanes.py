@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from test_gguf_intdot import exact_activations, float64_reference, q8_reference, unit_scale_blocks
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
-from tg_gguf.intdot import quantize_activations
-from tg_gguf.lanes import LANE_TYPES, repack, row_lanes_matmul
+from tg_gguf.intdot import QuantizedMatrix, quantize_activations
+from tg_gguf.lanes import LANE_TYPES, repack, row_lanes_matmul, uses_row_lanes
 from tg_gguf_testutil import assert_bits_equal, random_blocks, reference_dequantize
 
 from tgcore.tensor import Tensor
@@ -73,3 +73,31 @@ def test_bad_input_is_refused():
         repack(np.zeros(34, np.uint8), GGMLType.Q4_K, (1, 32), "CPU")
     with pytest.raises(ValueError, match="does not match"):
         repack(np.zeros(35, np.uint8), GGMLType.Q8_0, (1, 32), "CPU")
+
+
+def test_which_devices_and_types_use_it():
+    """The C renderer has the row-lane dots; the interpreter and the X86 renderer do not (they keep ``intdot``)."""
+    assert uses_row_lanes(GGMLType.Q4_1, "CPU") == (GGMLType.Q4_1 in LANE_TYPES)
+    assert not uses_row_lanes(GGMLType.Q4_K, "CPU")
+    assert not uses_row_lanes(GGMLType.Q4_1, "PYTHON")
+    assert not uses_row_lanes(GGMLType.Q4_1, "CPU:X86")
+    assert not uses_row_lanes(9999, "CPU")
+
+
+@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
+def test_quantized_matrix_takes_the_row_lanes(gtype):
+    """``QuantizedMatrix.matmul_t`` on CPU: the repacked weight (made once), any leading shape, the same bits as the
+    row-lane product of the flattened rows and within rounding of the float64 reference; the float path (no
+    ``int_dot``) never repacks."""
+    rows, k = 12, 128
+    raw = random_blocks(gtype, rows * k // 32, seed=7, small=True)
+    w = QuantizedMatrix(Tensor(raw, device="CPU"), gtype, (rows, k))
+    assert w.row_lanes is not None and w.row_lanes is w.row_lanes
+    x = np.random.default_rng(3).standard_normal((2, 3, k)).astype(np.float32)
+    out = w.matmul_t(Tensor(x, device="CPU")).numpy()
+    assert out.shape == (2, 3, rows)
+    flat, _ = _product(x.reshape(6, k), raw, gtype, (rows, k))
+    assert_bits_equal(out.reshape(6, rows), flat)
+    ref = float64_reference(gtype, raw, (rows, k), x.reshape(6, k))
+    np.testing.assert_allclose(flat, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    assert QuantizedMatrix(Tensor(raw, device="CPU"), gtype, (rows, k), int_dot=False).row_lanes is None
