@@ -272,10 +272,11 @@ def row_lane_byte_dot_opts(ast: UOp, red: UOp, ranges: list[UOp], mains: list[UO
                            simd_widths: dict[DType, int], store_index: UOp) -> list[Opt] | None:
     """A byte-dot product with its output rows in the lanes (tg-gguf's row-interleaved weights,
     ``tg_gguf.lanes``): an output axis (of whole native int32 vectors) that the weight's bytes step
-    ``BYTE_DOT_STEPS`` along (8 rows interleaved by 4 bytes), one reduced axis in blocks of ``BYTE_DOT_STEPS * lanes`` elements. That
-    axis vectorized, the reduction blocked (each block's sum in int32: ``cbytedot.row_lanes_dot``, 8 multiply-adds
-    of 4 bytes per block of 8 rows), a small batch's rows unrolled beside it. Every choice is on output axes or
-    from the reduction alone: a row's sum has one order at any batch size. None for any other kernel."""
+    ``BYTE_DOT_STEPS`` along (8 rows interleaved by 4 bytes), one reduced axis in blocks of ``BYTE_DOT_STEPS *
+    lanes`` elements. That axis vectorized, the reduction blocked (each block's sum in int32:
+    ``cbytedot.row_lanes_dot``, 8 multiply-adds of 4 bytes per block of 8 rows), a small batch's rows unrolled
+    beside it. Every choice is on output axes or from the reduction alone: a row's sum has one order at any batch
+    size. None for any other kernel."""
     native = simd_widths.get(dtypes.int32, 0)
     reduced = list(red.src[1:])
     if native < 2 or len(reduced) != 1 or not mains:

@@ -76,8 +76,9 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
     data[:n] = raw.reshape(n, blocks, block_bytes)
     d = data[:, :, 0:2].copy().view(np.float16)[:, :, 0]
     m = None
+    qs: np.ndarray
     if gtype is GGMLType.Q8_0:
-        qs = data[:, :, 2:] ^ 0x80  # u = q + 128
+        qs = data[:, :, 2:] ^ np.uint8(0x80)  # u = q + 128
     elif gtype is GGMLType.Q4_0:
         qs = data[:, :, 2:]  # byte j: element j (low nibble) and j + 16 (high)
     else:  # Q4_1
