@@ -54,15 +54,14 @@ def test_row_lanes_random(gtype):
     assert np.all(np.abs(out - ref) <= 1e-6 * magnitude + 1e-30)
 
 
-@pytest.mark.parametrize("rows", [48, 21])
 @pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
-def test_row_lanes_do_not_depend_on_the_batch(gtype, rows):
-    """A row's bits alone and in batches of 2, 3, 4 and 8."""
-    k = 1536
+def test_row_lanes_do_not_depend_on_the_batch(gtype):
+    """A row's bits alone and in batches of 3, 4 and 8 (21 rows: two whole groups of 8 and a padded one)."""
+    rows, k = 21, 1536
     raw = random_blocks(gtype, rows * k // 32, seed=5, small=True)
     x = np.random.default_rng(2).standard_normal((8, k)).astype(np.float32)
     alone = [_product(x[i:i + 1], raw, gtype, (rows, k))[0][0] for i in range(8)]
-    for batch in (2, 3, 4, 8):
+    for batch in (3, 4, 8):
         together, _ = _product(x[:batch], raw, gtype, (rows, k))
         for i in range(batch):
             assert_bits_equal(alone[i], together[i])
