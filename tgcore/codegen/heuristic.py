@@ -280,6 +280,31 @@ def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp]
     return [*unrolls, *(Opt(OptOps.BLOCK, number[r], k) for k in nested if nested[0] % k == 0)]
 
 
+def row_lane_byte_dot_opts(ast: UOp, red: UOp, ranges: list[UOp], mains: list[UOp], number: dict[UOp, int],
+                           simd_widths: dict[DType, int], store_index: UOp) -> list[Opt] | None:
+    """A byte-dot product with its output rows in the lanes (tg-gguf's row-interleaved weights,
+    ``tg_gguf.lanes``): an output axis (of whole native int32 vectors) that the weight's bytes step
+    ``BYTE_DOT_STEPS`` along (8 rows interleaved by 4 bytes), one reduced axis in blocks of ``BYTE_DOT_STEPS *
+    lanes`` elements. That axis vectorized, the reduction blocked (each block's sum in int32:
+    ``cbytedot.row_lanes_dot``, 8 multiply-adds of 4 bytes per block of 8 rows), a small batch's rows unrolled
+    beside it. Every choice is on output axes or from the reduction alone: a row's sum has one order at any batch
+    size. None for any other kernel."""
+    native = simd_widths.get(dtypes.int32, 0)
+    reduced = list(red.src[1:])
+    if native < 2 or len(reduced) != 1 or not mains:
+        return None
+    def rows_in_lanes(r: UOp) -> bool:  # the next output row's bytes 4 on (within a group of 8 rows)
+        steps = _lane_steps(mains, r, native)
+        return steps is not None and {step for step, _ in steps} == {BYTE_DOT_STEPS}
+    lanes = [r for r in ranges if _size(r) % native == 0 and _stride(store_index, r) == 1 and rows_in_lanes(r)]
+    block = BYTE_DOT_STEPS * native
+    if len(lanes) != 1 or block not in block_divisors(ast, reduced[0]):
+        return None
+    batch = _batch_rows(ranges, mains)
+    unroll = [Opt(OptOps.UNROLL, number[batch], _size(batch))] if batch is not None else []
+    return [*unroll, Opt(OptOps.UPCAST, number[lanes[0]], native), Opt(OptOps.BLOCK, number[reduced[0]], block)]
+
+
 def store_width(value: UOp, simd_widths: dict[DType, int],
                 narrowing: frozenset[tuple[DType, DType]] = frozenset()) -> int:
     """Vector lanes for storing ``value``: its dtype's, or for a CAST the renderer narrows in the store
@@ -317,6 +342,9 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, b
     # the output axis is the one to vectorize when the inputs run along it too, and it has the lanes for a vector
     runs_along = bool(contiguous) and all(_stride(m, contiguous[0]) in (0, 1) for m in mains)
     along_output = runs_along and (not reduces or width < 2 or _size(contiguous[0]) % width == 0)
+    if byte_dots and len(reduces) == 1 and _byte_dot(reduces[0]) and (row_lanes := row_lane_byte_dot_opts(
+            ast, reduces[0], ranges, mains, number, simd_widths, index)) is not None:
+        return row_lanes
     if reduces and mains and not along_output and len(reduces) == 1:
         acc = reduces[0].dtype.scalar()
         acc_native = simd_widths.get(acc, 0)

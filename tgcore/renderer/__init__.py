@@ -46,6 +46,10 @@ class Renderer:
     # 32 vector registers (``heuristic._byte_dot_opts``): more share each batch row's block sums, if the renderer
     # keeps their accumulators in registers
     batch_weight_rows: int = 4
+    # a byte-dot product with its output rows in the lanes (a weight's rows interleaved by 4 bytes, the activations'
+    # 4 bytes broadcast: tg-gguf's ``lanes``) is one multiply-add of bytes per 4 elements of 8 rows (C:
+    # ``cbytedot.row_lanes_dot``); False: a product that would take that layout keeps the activations in the lanes
+    row_lane_byte_dots: bool = False
     # the factors of a super-block's sub-blocks (K-quant scales) may be unpacked as one small vector whose lanes the
     # unrolled sub-blocks take (``OptOps.SPREAD``): vectors of a few bytes, shuffles, lane extracts
     vector_block_factors: bool = False

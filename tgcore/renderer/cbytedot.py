@@ -332,6 +332,77 @@ def accumulated_dot(x: UOp) -> UOp | None:
     return None
 
 
+# Output rows in the lanes (tg-gguf's row-interleaved weights, ``tg_gguf.lanes``): lane ``l`` is weight row ``l``,
+# the block's bytes of the 8 rows interleaved by 4 (row ``l``'s elements ``4g + k`` at byte ``32g + 4l + k``), the
+# activations the same in every lane. A block's int32 sum over its 32 elements is then 8 multiply-adds of 4 bytes,
+# each against the same 4 activation bytes broadcast (one 4-byte load), each added to the last (the accumulator
+# input): one dot per 4 elements of 8 rows, however many batch rows share the weight's bytes.
+ROW_DOT_MAX_STEPS = 64  # a longer in-block loop is left to the C compiler
+
+
+def _broadcast_byte(u: UOp) -> UOp | None:
+    """A signed byte as the same int32 in every lane (``VECTORIZE`` of one ``int32(b)``) -> ``b`` broadcast as an
+    8-lane int8 vector."""
+    if u.op is not Ops.VECTORIZE or u.dtype != RESULT or len({id(s) for s in u.src}) != 1:
+        return None
+    b = u.src[0]
+    if b.op is not Ops.CAST or b.src[0].dtype != dtypes.int8:
+        return None
+    return UOp(Ops.VECTORIZE, SIGNED, (b.src[0],) * DOT_LANES)
+
+
+def _row_lane_operands(term: UOp) -> tuple[UOp, UOp] | None:
+    """``(a, b)`` for ``int32(a) * broadcast(int32(b))`` (``a`` unsigned 8-lane bytes, ``b`` one signed byte)."""
+    if term.op is not Ops.MUL:
+        return None
+    for x, y in (term.src, term.src[::-1]):
+        if x.op is Ops.CAST and x.src[0].dtype == UNSIGNED and (b := _broadcast_byte(y)) is not None:
+            return x.src[0], b
+    return None
+
+
+def _unshuffled(u: UOp) -> UOp:
+    """Lanes ``i % n`` of a vector that repeats its first ``n`` lanes (a broadcast of 4 bytes: ``_repeated``) -> the
+    vector itself, not a shuffle of it."""
+    if u.op is not Ops.VECTORIZE or any(s.op is not Ops.GEP for s in u.src):
+        return u
+    whole = u.src[0].src[0]
+    if whole.dtype != u.dtype or whole.op is not Ops.BITCAST or whole.src[0].op is not Ops.VECTORIZE:
+        return u
+    n = whole.dtype.count // whole.src[0].dtype.count
+    if any(s.src[0] is not whole or s.arg != (i % n,) for i, s in enumerate(u.src)):
+        return u
+    return whole
+
+
+def row_lanes_dot(red: UOp) -> UOp | None:
+    """An int32 sum over a loop of ``4n`` steps of unsigned 8-lane bytes times one broadcast signed byte (see above)
+    -> ``n`` chained calls, step ``4c + k`` byte ``k`` of call ``c``'s lanes."""
+    if red.arg is not Ops.ADD or red.dtype != RESULT or len(red.src) != 2:
+        return None
+    steps = red.src[1]
+    if steps.op is not Ops.RANGE or steps.src[0].op is not Ops.CONST:
+        return None
+    n = steps.src[0].arg
+    if n % DOT_STEPS or n > ROW_DOT_MAX_STEPS:
+        return None
+    terms = [_row_lane_operands(t) for t in _summands(red.src[0])]
+    if not terms or any(t is None for t in terms):
+        return None
+    total: UOp | None = None
+    for term in terms:
+        assert term is not None
+        for c in range(n // DOT_STEPS):
+            at = [{steps: UOp.const(steps.dtype, c * DOT_STEPS + k)} for k in range(DOT_STEPS)]
+            zipped = [_zip([x.substitute(s).simplify() for s in at]) for x in term]
+            if any(z is None for z in zipped):
+                return None
+            operands = tuple(_unshuffled(z) for z in zipped if z is not None)
+            total = UOp(Ops.CUSTOMI, RESULT, operands, DOT_HELPER) if total is None else \
+                UOp(Ops.CUSTOMI, RESULT, (total, *operands), DOT_ACC_HELPER)
+    return total
+
+
 def _summands(value: UOp) -> list[UOp]:
     """The terms of a sum (``a + b + ...``), or ``[value]``."""
     if value.op is Ops.ADD:

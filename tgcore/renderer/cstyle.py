@@ -34,6 +34,7 @@ from tgcore.renderer.cbytedot import (
     byte_table_lookup,
     high_product,
     row_gather,
+    row_lanes_dot,
     shift_in_words,
     uses_byte_dot,
     uses_high_product,
@@ -410,6 +411,7 @@ class CRenderer(Renderer):
     # 69/87/107 us, Q5_0 69/88/105 -> 68/84/101, Q8_0 960x576 at 4 rows 26.1 -> 25.2 (X86 keeps the default 4: no
     # gain measured there, within the noise of a loaded machine)
     batch_weight_rows = 8
+    row_lane_byte_dots = True  # legalize's row_lanes_dot
     gathers_table_rows = True  # legalize's row_gather (vpgatherdq / vpgatherdd with AVX2)
     byte_table_lookups = True  # cbytedot's tg_table16_u8: one vpshufb with AVX2
     multiplies_byte_vectors = True  # gcc and clang: a byte vector multiply as 16-bit ones (TQ1_0's trits)
@@ -421,7 +423,8 @@ class CRenderer(Renderer):
     # host's byte order (little-endian hosts only): an int assembled from consecutive bytes is one load, a byte shift
     # whose carried-in bits are masked off a shift of 16-bit lanes, two neighbouring float16 reads one converted pair;
     # the high half of a 16-bit product computed in 32-bit lanes one multiply of 16-bit lanes (vpmulhuw)
-    legalize = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot), (UPat(Ops.VECTORIZE, name="vec"), row_gather),
+    legalize = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot), (UPat(Ops.REDUCE, name="red"), row_lanes_dot),
+                               (UPat(Ops.VECTORIZE, name="vec"), row_gather),
                                (UPat(Ops.VECTORIZE, name="vec"), nearby_byte_loads),
                                (UPat(Ops.ADD, name="x"), accumulated_dot), (UPat(Ops.CAST, name="x"), high_product)]
                               + ([(UPat(Ops.OR, name="x"), combine_byte_loads),

@@ -64,6 +64,7 @@ from tg_gguf.dequant import (
 )
 
 if TYPE_CHECKING:
+    from tg_gguf.lanes import RowLanes
     from tgcore.renderer import Renderer
     from tgcore.tensor import Tensor
 
@@ -593,8 +594,22 @@ class QuantizedMatrix:
         """Whether ``matmul_t`` runs as integer dot products (decided once)."""
         return self.int_dot and uses_int_dot(self.gtype, self.raw.device)
 
+    @functools.cached_property
+    def row_lanes(self) -> RowLanes | None:
+        """The weight repacked with its rows in the vector lanes (``tg_gguf.lanes``), made once, where
+        ``uses_row_lanes`` says so; else None."""
+        from tg_gguf.lanes import repack, uses_row_lanes
+        if not (self.integer_path and uses_row_lanes(self.gtype, self.raw.device)):
+            return None
+        return repack(self.raw.numpy(), self.gtype, self.shape, self.raw.device)
+
     def matmul_t(self, x: Tensor) -> Tensor:
         """``x @ W.T``: ``(..., K)`` -> ``(..., N)``."""
+        if self.row_lanes is not None:
+            from tg_gguf.lanes import row_lanes_matmul
+            *lead, k = x.shape
+            xq, dx = quantize_activations(x.reshape(-1, k))
+            return row_lanes_matmul(xq, dx, self.row_lanes).reshape(*lead, self.shape[0])
         if self.integer_path:
             return int_matmul(x, self.raw, self.gtype, self.shape)
         return x @ self.dequantized.T

@@ -1,0 +1,70 @@
+"""Row-lane products (``tg_gguf.lanes``) against the activations-in-lanes ones (``tg_gguf.intdot``), one process,
+alternating, jitted (kernels only), at 1/4/8 batch rows. Prints microseconds per product and the ratios; asserts
+nothing. Run it on one core for the figures of the note: ``taskset -c 1 python plugins/tg-gguf/bench/lanes.py``.
+
+    python plugins/tg-gguf/bench/lanes.py [--types Q4_1,Q4_0,Q8_0] [--shape 1536x576] [--rounds 5]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # random_blocks
+
+
+def best(fn, calls: int = 20) -> float:
+    times = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def main() -> None:
+    from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
+    from tg_gguf.lanes import repack
+    from tg_gguf_testutil import random_blocks
+
+    from tgcore.tensor import Tensor
+    p = argparse.ArgumentParser()
+    p.add_argument("--types", default="Q4_1,Q4_0,Q8_0")
+    p.add_argument("--shape", default="1536x576")
+    p.add_argument("--batches", default="1,4,8")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--device", default="CPU")
+    a = p.parse_args()
+    n, k = (int(s) for s in a.shape.split("x"))
+    print(f"{'type':6s} {'rows':>4s} {'intdot us':>10s} {'lanes us':>9s} {'ratio':>6s}")
+    for name in a.types.split(","):
+        gtype = GGMLType[name]
+        raw_np = random_blocks(gtype, n * k // BLOCK_LAYOUT[gtype][0], seed=1, small=True)
+        raw = Tensor(raw_np, device=a.device).realize()
+        lanes = repack(raw_np, gtype, (n, k), a.device)
+        for m in (int(s) for s in a.batches.split(",")):
+            x = Tensor(np.random.default_rng(m).standard_normal((m, k)).astype(np.float32), device=a.device).realize()
+            t_old, t_new = compare(raw, lanes, gtype, (n, k), x, a.rounds)
+            print(f"{name:6s} {m:4d} {t_old * 1e6:10.1f} {t_new * 1e6:9.1f} {t_old / t_new:6.2f}x", flush=True)
+
+
+def compare(raw, lanes, gtype, shape: tuple[int, int], x, rounds: int) -> tuple[float, float]:
+    """(best intdot seconds, best row-lane seconds) for the activations ``x``, jitted, alternating."""
+    from tg_gguf.intdot import int_matmul, quantize_activations
+    from tg_gguf.lanes import row_lanes_matmul
+
+    import tgcore
+    old = tgcore.jit(lambda v: int_matmul(v, raw, gtype, shape).realize())
+    new = tgcore.jit(lambda v: row_lanes_matmul(*quantize_activations(v), lanes).realize())
+    t_old = t_new = float("inf")
+    for _ in range(rounds):
+        t_old = min(t_old, best(lambda: old(x)))
+        t_new = min(t_new, best(lambda: new(x)))
+    return t_old, t_new
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Row-lane products (``tg_gguf.lanes``): exact against the float64 reference of the q8 path with unit scales, within
+rounding with random ones, a row's bits the same at any batch size, rows not a multiple of 8 (a padded tail)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_gguf_intdot import exact_activations, float64_reference, q8_reference, unit_scale_blocks
+from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
+from tg_gguf.intdot import QuantizedMatrix, quantize_activations
+from tg_gguf.lanes import LANE_TYPES, repack, row_lanes_matmul, uses_row_lanes
+from tg_gguf_testutil import assert_bits_equal, random_blocks, reference_dequantize
+
+from tgcore.tensor import Tensor
+
+TYPES = sorted(LANE_TYPES, key=int)
+
+
+def _product(x: np.ndarray, raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int]) -> tuple[np.ndarray, str]:
+    """The row-lane product on CPU and its kernel's C source."""
+    from tgcore.codegen import get_program
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    xq, dx = quantize_activations(Tensor(x, device="CPU"))
+    out = row_lanes_matmul(xq, dx, repack(raw, gtype, shape, "CPU"))
+    items = [si for si in create_schedule([out.uop], "CPU")[0] if si.kind != "copy"]
+    source = "\n".join(get_program(si.ast, open_device("CPU").renderer).src for si in items)
+    return out.numpy(), source
+
+
+@pytest.mark.parametrize("rows", [8, 13])
+@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
+def test_row_lanes_exact(gtype, rows):
+    """Unit scales, exactly quantized activations: bit-exact against the float64 reference; 13 rows: a padded tail.
+    Each block of 8 rows is 8 byte multiply-adds (the helper's call chained through its accumulator)."""
+    k = 256
+    raw = unit_scale_blocks(gtype, rows * k // 32, seed=int(gtype))
+    x = exact_activations(np.random.default_rng(int(gtype)), 3, k)
+    out, source = _product(x, raw, gtype, (rows, k))
+    assert_bits_equal(out, float64_reference(gtype, raw, (rows, k), x).astype(np.float32))
+    assert source.count("tg_dot4_u8i8_acc(") >= 8
+
+
+@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
+def test_row_lanes_random(gtype):
+    """Random blocks and activations: within float32 rounding of the reference's per-block sums."""
+    rows, k, batch = 11, 320, 3
+    raw = random_blocks(gtype, rows * k // BLOCK_LAYOUT[gtype][0], seed=3, small=True)
+    x = np.random.default_rng(1).standard_normal((batch, k)).astype(np.float32)
+    out, _ = _product(x, raw, gtype, (rows, k))
+    ref = float64_reference(gtype, raw, (rows, k), x)
+    xq, dx = q8_reference(x)
+    scale = np.abs(xq.astype(np.float64)).reshape(batch, -1, 32) * dx[..., None]
+    magnitude = scale.reshape(batch, k) @ np.abs(reference_dequantize(gtype, raw, (rows, k)).astype(np.float64)).T
+    assert np.all(np.abs(out - ref) <= 1e-6 * magnitude + 1e-30)
+
+
+@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
+def test_row_lanes_do_not_depend_on_the_batch(gtype):
+    """A row's bits alone and in batches of 3, 4 and 8 (21 rows: two whole groups of 8 and a padded one)."""
+    rows, k = 21, 1536
+    raw = random_blocks(gtype, rows * k // 32, seed=5, small=True)
+    x = np.random.default_rng(2).standard_normal((8, k)).astype(np.float32)
+    alone = [_product(x[i:i + 1], raw, gtype, (rows, k))[0][0] for i in range(8)]
+    for batch in (3, 4, 8):
+        together, _ = _product(x[:batch], raw, gtype, (rows, k))
+        for i in range(batch):
+            assert_bits_equal(alone[i], together[i])
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError, match="no row-lane layout"):
+        repack(np.zeros(34, np.uint8), GGMLType.Q4_K, (1, 32), "CPU")
+    with pytest.raises(ValueError, match="does not match"):
+        repack(np.zeros(35, np.uint8), GGMLType.Q8_0, (1, 32), "CPU")
+
+
+def test_which_devices_and_types_use_it():
+    """The C renderer has the row-lane dots; the interpreter and the X86 renderer do not (they keep ``intdot``)."""
+    assert uses_row_lanes(GGMLType.Q4_1, "CPU") == (GGMLType.Q4_1 in LANE_TYPES)
+    assert not uses_row_lanes(GGMLType.Q4_K, "CPU")
+    assert not uses_row_lanes(GGMLType.Q4_1, "PYTHON")
+    assert not uses_row_lanes(GGMLType.Q4_1, "CPU:X86")
+    assert not uses_row_lanes(9999, "CPU")
+
+
+@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
+def test_quantized_matrix_takes_the_row_lanes(gtype):
+    """``QuantizedMatrix.matmul_t`` on CPU: the repacked weight (made once), any leading shape, the same bits as the
+    row-lane product of the flattened rows and within rounding of the float64 reference; the float path (no
+    ``int_dot``) never repacks."""
+    rows, k = 12, 128
+    raw = random_blocks(gtype, rows * k // 32, seed=7, small=True)
+    w = QuantizedMatrix(Tensor(raw, device="CPU"), gtype, (rows, k))
+    assert w.row_lanes is not None and w.row_lanes is w.row_lanes
+    x = np.random.default_rng(3).standard_normal((2, 3, k)).astype(np.float32)
+    out = w.matmul_t(Tensor(x, device="CPU")).numpy()
+    assert out.shape == (2, 3, rows)
+    flat, _ = _product(x.reshape(6, k), raw, gtype, (rows, k))
+    assert_bits_equal(out.reshape(6, rows), flat)
+    ref = float64_reference(gtype, raw, (rows, k), x.reshape(6, k))
+    np.testing.assert_allclose(flat, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    assert QuantizedMatrix(Tensor(raw, device="CPU"), gtype, (rows, k), int_dot=False).row_lanes is None

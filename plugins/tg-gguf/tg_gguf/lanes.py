@@ -1,0 +1,151 @@
+"""Quantized matrix products with the weight's output rows in the vector lanes (row-interleaved weights).
+
+In:  quantized activations (``intdot.quantize_activations``: int8 per element, a float scale per 32) and a weight
+     repacked once (``repack``, from its raw GGUF bytes, in numpy): rows in groups of 8 (the last group padded
+     with zero rows), each 32-element block's bytes of the 8 rows interleaved by 4 (row ``l``'s bytes ``4g .. 4g+3``
+     at ``32g + 4l``), the blocks' scales (and Q4_1's mins) of the 8 rows side by side as float16.
+Out: ``x @ W.T`` (``(..., N)`` float32, lazy), equal to ``intdot.int_matmul``'s up to float rounding (the same
+     integer block sums; the float sums over blocks in one row's order).
+
+How: element ``(row 8r + l, 32b + 4g + k)`` times activation ``32b + 4g + k`` summed over ``g, k`` is, with the rows
+as the vector's 8 int32 lanes, one multiply-add of 4 bytes (``vpdpbusd``) per ``g``: the 4 bytes of 8 rows against
+the same 4 activation bytes broadcast (``tgcore.renderer.cbytedot.row_lanes_dot``; the codegen's choice:
+``heuristic.row_lane_byte_dot_opts``). Per block and 8 rows: 8 dots (Q4: 4 loads of 32 bytes, each two nibble
+halves), one conversion, one scale, one multiply-add per batch row (Q4_1: one more for ``m * sum x``), against a
+dot, conversion, multiply and multiply-add per row in ``intdot``'s layout (activations in the lanes). Each output
+row's sum runs over its blocks in order whatever the batch: batch-invariant by construction.
+
+``LANE_TYPES`` (data) says which types take this path; ``QuantizedMatrix`` decides with ``uses_row_lanes``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
+
+if TYPE_CHECKING:
+    from tgcore.tensor import Tensor
+
+ROWS = 8  # output rows per vector (one int32 lane each)
+STEP = 4  # bytes per lane and multiply-add
+BLOCK = 32
+
+
+@dataclass(frozen=True)
+class RowLanes:
+    """A weight repacked with its rows in lanes: ``qs`` ``(groups, blocks, bytes per row-block)`` uint8, ``d`` (and
+    for Q4_1 ``m``) ``(groups, blocks, 8)`` float16; ``rows`` the weight's rows before padding."""
+
+    gtype: GGMLType
+    rows: int
+    cols: int
+    qs: Tensor
+    d: Tensor
+    m: Tensor | None
+
+
+def _interleave(per_row: np.ndarray) -> np.ndarray:
+    """``(rows, blocks, B)`` bytes (``B`` a multiple of 4) -> ``(rows / 8, blocks, B / 4, 8, 4)``: row ``l``'s bytes
+    ``4g .. 4g+3`` of a block at ``[g, l]``."""
+    rows, blocks, width = per_row.shape
+    return per_row.reshape(rows // ROWS, ROWS, blocks, width // STEP, STEP).transpose(0, 2, 3, 1, 4)
+
+
+def _side_by_side(field: np.ndarray) -> np.ndarray:
+    """``(rows, blocks)`` -> ``(rows / 8, blocks, 8)``."""
+    rows, blocks = field.shape
+    return np.ascontiguousarray(field.reshape(rows // ROWS, ROWS, blocks).transpose(0, 2, 1))
+
+
+def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str) -> RowLanes:
+    """The raw GGUF bytes of an ``(N, K)`` weight -> its row-lane form on ``device`` (rows padded to a multiple of 8
+    with zeros: zero scales, so the padded rows sum to 0 and are dropped)."""
+    from tgcore.tensor import Tensor
+    if gtype not in LANE_TYPES:
+        raise ValueError(f"no row-lane layout for {gtype.name} (types: {', '.join(t.name for t in LANE_TYPES)})")
+    n, k = shape
+    block, block_bytes = BLOCK_LAYOUT[gtype]
+    blocks = k // block
+    if k % block or raw.size != n * blocks * block_bytes:
+        raise ValueError(f"{gtype.name} weight of shape {shape} does not match {raw.size} bytes")
+    padded = -(-n // ROWS) * ROWS
+    data = np.zeros((padded, blocks, block_bytes), np.uint8)
+    data[:n] = raw.reshape(n, blocks, block_bytes)
+    d = data[:, :, 0:2].copy().view(np.float16)[:, :, 0]
+    m = None
+    qs: np.ndarray
+    if gtype is GGMLType.Q8_0:
+        qs = data[:, :, 2:] ^ np.uint8(0x80)  # u = q + 128
+    elif gtype is GGMLType.Q4_0:
+        qs = data[:, :, 2:]  # byte j: element j (low nibble) and j + 16 (high)
+    else:  # Q4_1
+        m = data[:, :, 2:4].copy().view(np.float16)[:, :, 0]
+        qs = data[:, :, 4:]
+
+    def put(a: np.ndarray) -> Tensor:
+        return Tensor(np.ascontiguousarray(a), device=device).realize()
+    return RowLanes(gtype, n, k, put(_interleave(qs).reshape(padded // ROWS, blocks, -1)), put(_side_by_side(d)),
+                    None if m is None else put(_side_by_side(m)))
+
+
+def _unsigned(w: RowLanes) -> Tensor:
+    """The weight's unsigned integers ``(1, groups, 8 rows, blocks, 8, 4)``: ``[., r, l, b, g, k]`` is row ``8r + l``'s
+    element ``32b + 4g + k``."""
+    groups, blocks = w.qs.shape[0], w.qs.shape[1]
+    if w.gtype is GGMLType.Q8_0:
+        qs = w.qs.reshape(1, groups, blocks, 8, ROWS, STEP)
+    else:  # nibbles: g < 4 the low ones (elements 4g + k), g >= 4 the high ones (16 + 4(g - 4) + k)
+        from tg_gguf.dequant import iota
+        packed = w.qs.reshape(1, groups, blocks, 1, 4, ROWS, STEP).expand(1, groups, blocks, 2, 4, ROWS, STEP)
+        half = iota((1, 1, 1, 2, 1, 1, 1), 3, packed.device, "uint8")
+        qs = ((packed >> (half * 4)) & 15).reshape(1, groups, blocks, 8, ROWS, STEP)
+    return qs.permute(0, 1, 4, 2, 3, 5)
+
+
+OFFSETS = {GGMLType.Q8_0: -128, GGMLType.Q4_0: -8}  # a symmetric type's integer offset (``q = u + c``)
+
+
+def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
+    """``xq`` ``(M, K)`` int8 and ``dx`` ``(M, K / 32)`` (``quantize_activations``) times the row-lane weight ``w``:
+    ``(M, N)`` float32."""
+    m = xq.shape[0]
+    groups, blocks = w.qs.shape[0], w.qs.shape[1]
+    x = xq.reshape(m, 1, 1, blocks, 8, STEP).cast("int32")
+    scale_x = dx.reshape(m, 1, 1, blocks, 1, 1)
+
+    def per_row(field: Tensor) -> Tensor:
+        return field.permute(0, 2, 1).reshape(1, groups, ROWS, blocks, 1, 1).cast("float32")
+    # the block's offset term (a symmetric type's ``c * d``, Q4_1's ``m``) times the block's activation sum: summed
+    # once per batch row and block (a kernel of its own), then spread over the block's 32 elements as a 32nd (a
+    # power of two: exact), so the term is a block factor (``blocks.factor_blocks``), not a sum per row group
+    sums = x.reshape(m, blocks, BLOCK).sum(-1).cast("float32") * dx
+    spread_sum = (sums * (1.0 / BLOCK)).contiguous().reshape(m, 1, 1, blocks, 1, 1)
+    offset = per_row(w.d) * float(OFFSETS[w.gtype]) if w.gtype in OFFSETS else per_row(w.m) if w.m is not None \
+        else None
+    assert offset is not None
+    value = (_unsigned(w).cast("int32") * x).cast("float32") * (per_row(w.d) * scale_x) + spread_sum * offset
+    out = value.reshape(m, groups * ROWS, blocks * BLOCK).sum(-1)
+    # a padded tail: the whole groups in one kernel (a shrink fused into it would cut the lanes' axis), then cut
+    return out if groups * ROWS == w.rows else out.contiguous().shrink(((0, m), (0, w.rows)))
+
+
+# the types with a row-lane layout (``repack``), taken by ``QuantizedMatrix`` wherever the renderer has
+# ``row_lane_byte_dots`` (C): faster than the activations-in-lanes path at every batch size measured (one core,
+# 1536x576, jitted with the activations' quantization, alternating in one process, load ~4-5; intdot -> lanes at
+# 1/4/8 rows): Q4_1 46/100/192 -> 20/39/63 us, Q4_0 41/86/179 -> 21/40/65, Q8_0 35/83/165 -> 20/40/64. The
+# choice is per weight, never per batch size: a row's sum has one order at any batch (batch invariance).
+LANE_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0})
+
+
+def uses_row_lanes(type_id: GGMLType | int, device: str) -> bool:
+    """Whether a product with a weight of this type takes the row-lane layout on ``device``: the type is in
+    ``LANE_TYPES`` and the device's renderer has ``row_lane_byte_dots``."""
+    from tgcore.runtime.registry import open_device
+    try:
+        gtype = GGMLType(type_id)
+    except ValueError:
+        return False
+    return gtype in LANE_TYPES and bool(getattr(open_device(device).renderer, "row_lane_byte_dots", False))

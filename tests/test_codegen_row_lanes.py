@@ -1,0 +1,50 @@
+"""Byte-dot products with the output rows in the vector lanes (``heuristic.row_lane_byte_dot_opts``,
+``cbytedot.row_lanes_dot``): a weight's rows interleaved by 4 bytes, the activations' bytes the same in every lane.
+Against numpy (integer scales: exact in float32), at odd batch sizes, and on the C renderer one chained byte
+multiply-add per 4 elements of 8 rows."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from tgcore.tensor import Tensor
+
+DEVICES = [d for d in os.environ.get("TG_TEST_DEVICES", "CPU,PYTHON").split(",") if d]
+
+
+def _kernel_sources(t: Tensor, device: str) -> list[str]:
+    from tgcore.codegen import get_program
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    items = [si for si in create_schedule([t.uop], device)[0] if si.kind != "copy"]
+    return [get_program(si.ast, open_device(device).renderer).src for si in items]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("batch,groups,blocks", [(1, 2, 3), (3, 3, 2), (8, 2, 2)])
+def test_rows_in_lanes_are_exact(batch, groups, blocks, device):
+    """``out[m, 8r + l] = sum_b s[r, b, l] * t[m, b] * sum_{g,k} (u[r, b, g, l, k] - 8) * x[m, 32b + 4g + k]``: exact
+    against numpy; the C renderer sums each block in int32 with 8 calls of the byte-dot helper, each added to the
+    last (its accumulator input)."""
+    rng = np.random.default_rng(batch * 100 + groups * 10 + blocks)
+    u = rng.integers(0, 256, (groups, blocks, 8, 8, 4)).astype(np.uint8)  # (group, block, g, lane, k)
+    s = rng.integers(-4, 5, (groups, blocks, 8)).astype(np.float32)
+    x = rng.integers(-128, 128, (batch, blocks * 32)).astype(np.int8)
+    t = rng.integers(1, 4, (batch, blocks)).astype(np.float32)
+    ut, st, xt, tt = (Tensor(a, device=device).realize() for a in (u, s, x, t))
+
+    def product() -> Tensor:
+        w = ut.reshape(1, groups, blocks, 8, 8, 4).permute(0, 1, 4, 2, 3, 5).cast("int32")  # (1, group, lane, b, g, k)
+        xi = xt.reshape(batch, 1, 1, blocks, 8, 4).cast("int32")
+        scale = st.permute(0, 2, 1).reshape(1, groups, 8, blocks, 1, 1) * tt.reshape(batch, 1, 1, blocks, 1, 1)
+        value = (w * xi + xi * -8).cast("float32") * scale
+        return value.reshape(batch, groups * 8, blocks * 32).sum(-1)
+    sums = np.einsum("rbglk,mbgk->mrlb", u.astype(np.int64) - 8, x.reshape(batch, blocks, 8, 4).astype(np.int64))
+    ref = (sums * s.transpose(0, 2, 1)[None] * t[:, None, None, :]).sum(-1).reshape(batch, groups * 8)
+    assert np.abs(ref).max() < 2 ** 24
+    np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
+    if device == "CPU":
+        (source,) = _kernel_sources(product(), device)
+        assert source.count("tg_dot4_u8i8_acc(") >= 7 + 1  # 7 chained calls per block and batch row (+ the helper)
