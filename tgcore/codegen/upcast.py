@@ -23,7 +23,7 @@ from tgcore.helpers import prod
 from tgcore.uop import GroupOp, Ops, UOp
 from tgcore.uop.rewrite import _spec_enabled
 from tgcore.uop.sint import eval_at
-from tgcore.uop.symbolic import plus_const
+from tgcore.uop.symbolic import conjuncts, plus_const
 
 MAX_LANES = 32   # lanes of the vectorized axis
 
@@ -58,13 +58,6 @@ def _coefficient(expr: UOp, node: UOp) -> int | None:
         c = _coefficient(expr.src[1] if expr.src[0] is k else expr.src[0], node)
         return None if c is None or not isinstance(k.arg, int) else c * k.arg
     return None
-
-
-def _conjuncts(gate: UOp) -> list[UOp]:
-    """The terms of a conjunction of bools."""
-    if gate.op is Ops.AND and gate.dtype == dtypes.bool:
-        return [t for s in gate.src for t in _conjuncts(s)]
-    return [gate]
 
 
 def _add_bound(kept: list[UOp], bound: UOp, suffix: bool) -> None:
@@ -495,7 +488,7 @@ class _Expander:
         bounds: dict[bool, list[UOp]] = {False: [], True: []}  # suffix? -> (lanes < b) or (b < lanes)
         own = (w - column - 1).simplify() if carry else (w - column).simplify()  # the piece's own lanes
         _add_bound(bounds[bool(carry)], own, bool(carry))
-        for t in _conjuncts(gate) if gate is not None else []:
+        for t in conjuncts(gate) if gate is not None else []:
             suffix = t.op is Ops.CMPNE and t.src[1].op is Ops.CONST and t.src[1].arg is True
             cmp = t.src[0] if suffix else t
             if self._lanes_outside(t, splits):  # a bound on the lanes themselves (a padded tile's)

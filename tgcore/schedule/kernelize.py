@@ -38,6 +38,7 @@ from tgcore.schedule.split import split_large_reductions
 from tgcore.schedule.state import REALIZATION
 from tgcore.uop import AxisArg, GroupOp, Ops, RangeKind, UOp
 from tgcore.uop.shape import shape_of
+from tgcore.uop.symbolic import conjuncts
 
 INT32_LIMIT = 2**31 - 1
 MIN_BROADCAST = 64   # copies an expand makes of an elementwise input from which it may get a kernel of its own ...
@@ -171,14 +172,7 @@ def _reads_zero_unless(value: UOp, valid: UOp) -> bool:
         value = value.src[0]
     if value.op is not Ops.LOAD or len(value.src) != 1 or len(value.src[0].src) != 3:
         return False
-    return set(_conjuncts(valid)) <= set(_conjuncts(value.src[0].src[2]))
-
-
-def _conjuncts(gate: UOp) -> list[UOp]:
-    """The terms of ``gate`` as a chain of ANDs (``a & b & c``), or ``[gate]``."""
-    if gate.op is Ops.AND and gate.dtype is dtypes.bool:
-        return [t for s in gate.src for t in _conjuncts(s)]
-    return [gate]
+    return set(conjuncts(valid)) <= set(conjuncts(value.src[0].src[2]))
 
 
 # ------------------------------------------------------------------------------------------ lowering

@@ -540,6 +540,13 @@ def simplify_sum(u: UOp) -> UOp | None:
     return out
 
 
+def conjuncts(gate: UOp) -> list[UOp]:
+    """The terms of ``gate`` as a chain of ANDs of bools (``a & b & c``), or ``[gate]``."""
+    if gate.op is Ops.AND and gate.dtype == dtypes.bool:
+        return [t for s in gate.src for t in conjuncts(s)]
+    return [gate]
+
+
 def plus_const(x: UOp, c: int) -> UOp:
     """The normal form of ``x + c`` for an int normal form ``x`` that is not a constant (``simplify_sum``'s first
     case, without building ``x + c`` first): the constant folds into ``x``'s constant term."""
