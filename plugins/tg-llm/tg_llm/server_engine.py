@@ -39,6 +39,7 @@ import queue
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,9 +148,48 @@ class Job:
 
     def _put(self, item: Output) -> None:
         try:
-            self.loop.call_soon_threadsafe(self.outputs.put_nowait, item)
+            _outbox(self.loop).put(self.outputs, item)
         except RuntimeError:  # the event loop closed (server shut down)
             self.cancelled.set()
+
+
+class _Outbox:
+    """Outputs on their way from the worker to one event loop. One wake-up of the loop carries everything emitted
+    until it runs: a decode step's tokens for all its streams cost one wake-up, not one each (on a small machine
+    every wake-up of the HTTP thread takes a core from the model's threads)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._items: list[tuple[asyncio.Queue[Output], Output]] = []
+        self._lock = threading.Lock()
+
+    def put(self, outputs: asyncio.Queue[Output], item: Output) -> None:
+        """Queue ``item`` for ``outputs`` (thread-safe; RuntimeError once the loop is closed)."""
+        if self.loop.is_closed():
+            raise RuntimeError("the event loop is closed")
+        with self._lock:
+            self._items.append((outputs, item))
+            if len(self._items) > 1:
+                return  # a wake-up is already on its way
+        self.loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:  # (on the loop)
+        with self._lock:
+            items, self._items = self._items, []
+        for outputs, item in items:
+            outputs.put_nowait(item)
+
+
+_outboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Outbox] = weakref.WeakKeyDictionary()
+_outboxes_lock = threading.Lock()
+
+
+def _outbox(loop: asyncio.AbstractEventLoop) -> _Outbox:
+    with _outboxes_lock:
+        box = _outboxes.get(loop)
+        if box is None:
+            box = _outboxes[loop] = _Outbox(loop)
+        return box
 
 
 class ProgressBar:
@@ -242,6 +282,7 @@ class Engine:
         self._warm_later: list[Callable[[], None]] = []  # captures to make while idle, first first
         self.constructed_at = time.monotonic()  # (what READY_BUDGET_S counts from)
         self.warm_ups_before_ready = 0  # of the captures in ``_warm_later``'s list, those made before ready
+        self.clock = WorkerClock()
 
     # ---- loading ----
 
@@ -388,7 +429,10 @@ class Engine:
     def _work(self) -> None:
         sched = _Scheduler(self)
         last_busy = -IDLE_WARM_AFTER_S  # time.monotonic() when the worker last had work
+        clock = self.clock
+        clock.lap("idle")  # (loading and the warm-ups before ready)
         while True:
+            clock.lap("host")
             idle = not sched.busy()
             now = time.monotonic()
             if not idle:
@@ -408,6 +452,8 @@ class Engine:
                     arrived.append(self._queue.get_nowait())
             except queue.Empty:
                 pass
+            if idle:
+                clock.lap("idle")
             for item in arrived:
                 if item is None:
                     sched.closing = True
@@ -610,11 +656,16 @@ class _Scheduler:
         seq = min(waiting, key=lambda s: (len(s.choice.prompt_ids) - s.done, s.clock.start))
         prompt = seq.choice.prompt_ids
         end = min(len(prompt), seq.done + self.engine.prefill_chunk)
+        clock = self.engine.clock
+        clock.lap("host")
+        clock.chunks += 1
         if end < len(prompt):
             self.model.prefill(prompt[seq.done:end], seq.done, seq=seq.slot)
+            clock.lap("prefill")
             seq.done = end
             return
         logits = self.model.forward_last(prompt[seq.done:], seq.done, seq=seq.slot)
+        clock.lap("prefill")
         seq.done = len(prompt)
         seq.stream = self.new_stream(seq)
         self.deliver(seq, logits)
@@ -654,8 +705,36 @@ class _Scheduler:
         steps = [(s.slot, s.next_token, s.stream.pos - 1) for s in ready]
         for s in ready:
             s.next_token = None
-        for s, row in zip(ready, self.model.decode(steps), strict=True):
+        clock = self.engine.clock
+        clock.lap("host")
+        logits = self.model.decode(steps)
+        clock.lap("decode")
+        clock.steps += 1
+        clock.rows += len(steps)
+        for s, row in zip(ready, logits, strict=True):
             self.deliver(s, row)
+
+
+class WorkerClock:
+    """Where the worker's time goes, in seconds per phase since it started (``/metrics`` shows them):
+    ``prefill`` (prompt chunks through the model), ``decode`` (batched steps through the model), ``host`` (the rest
+    of each turn: scheduling, sampling, detokenizing, handing events to the HTTP side), ``idle`` (waiting for work,
+    warm-ups made while idle included). ``steps`` counts decode steps and ``rows`` the sequences they ran."""
+
+    PHASES = ("prefill", "decode", "host", "idle")
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(self.PHASES, 0.0)
+        self.steps = 0
+        self.rows = 0
+        self.chunks = 0
+        self._mark = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        """The time since the last lap was spent in ``phase``."""
+        now = time.perf_counter()
+        self.seconds[phase] += now - self._mark
+        self._mark = now
 
 
 class _ChoiceClock:
