@@ -159,19 +159,20 @@ class _Outbox:
     every wake-up of the HTTP thread takes a core from the model's threads)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+        self._loop = weakref.ref(loop)  # (weak: the outbox is the value of a weak dictionary keyed by the loop)
         self._items: list[tuple[asyncio.Queue[Output], Output]] = []
         self._lock = threading.Lock()
 
     def put(self, outputs: asyncio.Queue[Output], item: Output) -> None:
         """Queue ``item`` for ``outputs`` (thread-safe; RuntimeError once the loop is closed)."""
-        if self.loop.is_closed():
+        loop = self._loop()
+        if loop is None or loop.is_closed():
             raise RuntimeError("the event loop is closed")
         with self._lock:
             self._items.append((outputs, item))
             if len(self._items) > 1:
                 return  # a wake-up is already on its way
-        self.loop.call_soon_threadsafe(self._deliver)
+        loop.call_soon_threadsafe(self._deliver)
 
     def _deliver(self) -> None:  # (on the loop)
         with self._lock:
