@@ -7,7 +7,9 @@ In:  ``Engine(path, device, max_context, parallel=4)``; ``engine.start_loading()
      while the server already answers /health ("loading" until then). ``engine.try_submit(job)`` puts a ``Job``
      (one or more ``Choice``s: prompt ids + sampling settings) in the queue.
 Out: each job's ``Output`` items, delivered to the job's asyncio queue in order per choice: prompt
-     log-probabilities (echo), the generator's events per choice, an error, and always a final ``END``.
+     log-probabilities (echo), the generator's events per choice, an error, and always a final ``END``. One wake-up
+     of the event loop carries all the outputs emitted until it runs (a decode step's tokens for every stream);
+     ``engine.clock`` (``WorkerClock``) says where the worker's time went (prefill, decode, host, idle).
 
 One worker thread owns the model. Each choice of a job is a sequence in a slot of its own (its own KV cache,
 position, sampler and seed, stop strings); choices wait first-in first-out for a free slot. Each turn of the
