@@ -414,6 +414,7 @@ def test_metrics(server: Any) -> None:
                                                                             phase="idle") > 0
     steps = value("tg_llm_decode_steps_total")
     assert steps > 0 and value("tg_llm_decode_rows_total") >= steps and value("tg_llm_prefill_chunks_total") > 0
+    assert value("tg_llm_decode_step_rows_total") >= value("tg_llm_decode_rows_total")
 
 
 # ---- last: SIGTERM ends the shared server ----

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from test_server_helpers import require_server_deps
-
 from tg_llm.server_engine import END, Choice, Job, Output
 
 
@@ -101,4 +100,48 @@ def test_batches_time_out_at_the_deadline() -> None:
     with pytest.raises(APIError) as e:
         loop.run_until_complete(first())
     assert e.value.status == 504 and job.cancelled.is_set()
+    loop.close()
+
+
+class _SlotModel:
+    """What the scheduler's slot choice asks of a model: each slot's cached tokens and a step's rows."""
+
+    def __init__(self, cached: dict[int, list[int]], sequences: int = 8) -> None:
+        from types import SimpleNamespace
+
+        from tg_llm.model import Model
+        self.sequences = sequences
+        self.cached = cached
+        self.config = SimpleNamespace(max_context=4096)
+        self.batch_rows = Model.batch_rows.__get__(self)
+
+    def tokens_of(self, seq: int) -> list[int]:
+        return list(self.cached.get(seq, []))
+
+
+@pytest.mark.parametrize(("cached_slot", "cached_len", "busy", "want"), [
+    (5, 128, [0], 1),   # a cached chunk in slot 5 would make every step 8 rows: the lowest free slot instead
+    (1, 128, [0], 1),   # cached in a slot of the lowest row bucket: reused
+    (3, 128, [0, 2], 3),  # slot 1 and slot 3 both give 4-row steps: the one caching the prompt's chunks
+    (6, 600, [0], 6),   # a long cached prefix is worth a bigger step
+])
+def test_a_new_sequence_takes_the_slot_with_fewest_rows_then_its_cached_prefix(
+        cached_slot: int, cached_len: int, busy: list[int], want: int) -> None:
+    from types import SimpleNamespace
+
+    from tg_llm import server_engine
+    from tg_llm.server_engine import _JobState, _Scheduler
+    prompt = list(range(1000, 1000 + cached_len + 10))
+    model = _SlotModel({cached_slot: prompt[:cached_len]})
+    engine = SimpleNamespace(model=model, parallel=8, prefill_chunk=64, active_slots=0, running_jobs=0)
+    sched = _Scheduler(engine)  # type: ignore[arg-type]
+    loop = asyncio.new_event_loop()
+    for i in busy:  # (any object holds a slot)
+        sched.slots[i] = SimpleNamespace(job=None)  # type: ignore[call-overload]
+    state = _JobState(Job([Choice(prompt, 4)], loop, time.monotonic() + 60))
+    sched.jobs.append(state)
+    sched.start(state, 0)
+    taken = [i for i, s in enumerate(sched.slots) if isinstance(s, server_engine._Sequence)]
+    assert taken == [want]
+    assert sched.slots[want].cached == (min(cached_len, len(prompt) - 1) // 64 * 64 if want == cached_slot else 0)
     loop.close()

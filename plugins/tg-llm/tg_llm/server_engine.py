@@ -15,8 +15,9 @@ One worker thread owns the model. Each choice of a job is a sequence in a slot o
 position, sampler and seed, stop strings); choices wait first-in first-out for a free slot. Each turn of the
 worker's loop it
 1. takes the jobs that arrived and drops the sequences of cancelled, timed-out or (at shutdown) stopped jobs;
-2. gives free slots to waiting choices (the free slot whose cache holds the most whole chunks of the prompt:
-   the prefix cache works per slot, in whole chunks; else the lowest free slot, so steps run few rows);
+2. gives free slots to waiting choices (the free slot that keeps the batched step's rows fewest, among those the
+   one whose cache holds the most whole chunks of the prompt: the prefix cache works per slot, in whole chunks;
+   a slot caching ``PREFIX_OVER_ROWS`` tokens of the prompt or more is taken even if the steps grow);
 3. prefills one chunk (at most ``prefill_chunk`` tokens) of the prefilling sequence with the fewest prompt tokens
    left, so a long prompt is prefilled across many turns and a short one is not stuck behind it; a sequence's
    last chunk gives its first token;
@@ -233,6 +234,10 @@ SHORT_PROMPT_PADDINGS = (4, 8, 16, 32, 64)
 # next warm-ups (short prompts' prefill, the chunks, the next windows) run before ready while the last one's time
 # says the next still fits; the rest while idle. A warm program cache (tgcore.engine.programs) makes them cheap.
 READY_BUDGET_S = 3.5
+# a new sequence takes a free slot in the lowest row bucket (every batched step runs rows up to the highest slot in
+# use, rounded up to a power of two: a one-stream generation in slot 7 ran 8-row steps, 2-4x a 1-row step's time),
+# unless another free slot's cache holds at least this many tokens of its prompt (re-prefilling them costs more)
+PREFIX_OVER_ROWS = 512
 IDLE_POLL_S = 0.5     # how often an idle worker looks at the queue when nothing arrives
 # an idle capture (up to a second on a loaded machine) starts only after this long without work, so requests sent
 # one after another (a client's next turn, a benchmark's next round) do not wait behind one
@@ -623,11 +628,18 @@ class _Scheduler:
             raise ContextLengthError(f"the prompt has {len(prompt)} tokens; the context holds {limit} "
                                      f"(room is needed for at least one generated token)")
         free = [i for i, s in enumerate(self.slots) if s is None]
+        in_use = [i for i, s in enumerate(self.slots) if s is not None]
         chunk = self.engine.prefill_chunk
-        # the free slot whose cache holds the most whole chunks of the prompt (only those are reused, see below);
-        # the lowest on a tie: a batched step runs rows up to the highest slot in use
         shared = {i: common_prefix(self.model.tokens_of(i), prompt) for i in free}
-        slot = max(free, key=lambda i: (min(shared[i], len(prompt) - 1) // chunk, -i))
+
+        def cost(i: int) -> tuple[int, int, int]:
+            # a batched step runs rows up to the highest slot in use (a power of two): fewest rows first, then the
+            # most whole chunks of the prompt cached (only those are reused, see below), then the lowest slot. A
+            # prefix of PREFIX_OVER_ROWS tokens or more is worth a bigger step (a long conversation's history).
+            reused = min(shared[i], len(prompt) - 1) // chunk * chunk
+            rows = self.model.batch_rows(max([i, *in_use]))
+            return (0 if reused >= PREFIX_OVER_ROWS else rows, -reused, i)
+        slot = min(free, key=cost)
         job.started.set()
         state.running = True
         if choice.prompt_logprobs:
@@ -714,6 +726,7 @@ class _Scheduler:
         clock.lap("decode")
         clock.steps += 1
         clock.rows += len(steps)
+        clock.step_rows += self.model.batch_rows(max(s.slot for s in ready))
         for s, row in zip(ready, logits, strict=True):
             self.deliver(s, row)
 
@@ -722,7 +735,8 @@ class WorkerClock:
     """Where the worker's time goes, in seconds per phase since it started (``/metrics`` shows them):
     ``prefill`` (prompt chunks through the model), ``decode`` (batched steps through the model), ``host`` (the rest
     of each turn: scheduling, sampling, detokenizing, handing events to the HTTP side), ``idle`` (waiting for work,
-    warm-ups made while idle included). ``steps`` counts decode steps and ``rows`` the sequences they ran."""
+    warm-ups made while idle included). ``steps`` counts decode steps, ``rows`` the sequences they ran and
+    ``step_rows`` the rows they computed (a step's rows reach its highest slot: idle rows included)."""
 
     PHASES = ("prefill", "decode", "host", "idle")
 
@@ -730,6 +744,7 @@ class WorkerClock:
         self.seconds = dict.fromkeys(self.PHASES, 0.0)
         self.steps = 0
         self.rows = 0
+        self.step_rows = 0  # rows the steps computed: up to the highest slot in use (idle rows included)
         self.chunks = 0
         self._mark = time.perf_counter()
 

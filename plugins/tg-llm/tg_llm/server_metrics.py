@@ -14,7 +14,8 @@ Each app has its own registry (several apps in one process, as in the tests, nev
   ``tg_llm_kernels_generated``: those of them whose code generation ran (0 for kernels a warm program cache
   holds); ``tg_llm_warm_ups_left``: captures the worker still makes while idle;
 - ``tg_llm_worker_seconds_total{phase}``: where the model's worker thread spends its time (prefill, decode, host,
-  idle); ``tg_llm_decode_steps_total``, ``tg_llm_decode_rows_total``, ``tg_llm_prefill_chunks_total``.
+  idle); ``tg_llm_decode_steps_total``, ``tg_llm_decode_rows_total`` (sequences),
+  ``tg_llm_decode_step_rows_total`` (rows computed, idle ones included), ``tg_llm_prefill_chunks_total``.
 """
 from __future__ import annotations
 
@@ -89,8 +90,9 @@ class Metrics:
 
 
 class _WorkerCollector:
-    """``tg_llm_worker_seconds_total{phase}`` (the engine's ``WorkerClock``), ``tg_llm_decode_steps_total`` and
-    ``tg_llm_decode_rows_total`` (their ratio: the mean batch), ``tg_llm_prefill_chunks_total``."""
+    """``tg_llm_worker_seconds_total{phase}`` (the engine's ``WorkerClock``), ``tg_llm_decode_steps_total``,
+    ``tg_llm_decode_rows_total`` and ``tg_llm_decode_step_rows_total`` (over the steps: the mean batch, and the
+    rows computed for it), ``tg_llm_prefill_chunks_total``."""
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
@@ -105,4 +107,6 @@ class _WorkerCollector:
         yield seconds
         yield CounterMetricFamily("tg_llm_decode_steps", "batched decode steps", value=clock.steps)
         yield CounterMetricFamily("tg_llm_decode_rows", "sequences the decode steps ran", value=clock.rows)
+        yield CounterMetricFamily("tg_llm_decode_step_rows", "rows the decode steps computed (up to the highest slot "
+                                  "in use: idle rows included)", value=clock.step_rows)
         yield CounterMetricFamily("tg_llm_prefill_chunks", "prompt chunks prefilled", value=clock.chunks)
