@@ -119,14 +119,16 @@ class _SlotModel:
         return list(self.cached.get(seq, []))
 
 
-@pytest.mark.parametrize(("cached_slot", "cached_len", "busy", "want"), [
-    (5, 128, [0], 1),   # a cached chunk in slot 5 would make every step 8 rows: the lowest free slot instead
-    (1, 128, [0], 1),   # cached in a slot of the lowest row bucket: reused
-    (3, 128, [0, 2], 3),  # slot 1 and slot 3 both give 4-row steps: the one caching the prompt's chunks
-    (6, 600, [0], 6),   # a long cached prefix is worth a bigger step
+@pytest.mark.parametrize(("cached_slot", "cached_len", "busy", "waiting", "want"), [
+    (5, 128, [0], 0, 1),     # a cached chunk in slot 5 would make every step 8 rows: the lowest free slot instead
+    (1, 128, [0], 0, 1),     # cached in a slot of the lowest row bucket: reused
+    (3, 128, [0, 2], 0, 3),  # slot 1 and slot 3 both give 4-row steps: the one caching the prompt's chunks
+    (6, 600, [0], 0, 6),     # a long cached prefix is worth a bigger step
+    (3, 128, [], 3, 3),      # four sequences will run 4-row steps anyway: slots 0-3 cost the same, slot 3 caches
+    (5, 128, [], 3, 0),      # ... but slot 5 would make them 8 rows
 ])
 def test_a_new_sequence_takes_the_slot_with_fewest_rows_then_its_cached_prefix(
-        cached_slot: int, cached_len: int, busy: list[int], want: int) -> None:
+        cached_slot: int, cached_len: int, busy: list[int], waiting: int, want: int) -> None:
     from types import SimpleNamespace
 
     from tg_llm import server_engine
@@ -138,9 +140,9 @@ def test_a_new_sequence_takes_the_slot_with_fewest_rows_then_its_cached_prefix(
     loop = asyncio.new_event_loop()
     for i in busy:  # (any object holds a slot)
         sched.slots[i] = SimpleNamespace(job=None)  # type: ignore[call-overload]
-    state = _JobState(Job([Choice(prompt, 4)], loop, time.monotonic() + 60))
+    state = _JobState(Job([Choice(prompt, 4)] * (1 + waiting), loop, time.monotonic() + 60))
     sched.jobs.append(state)
-    sched.start(state, 0)
+    sched.start(state, state.waiting.pop(0))
     taken = [i for i, s in enumerate(sched.slots) if isinstance(s, server_engine._Sequence)]
     assert taken == [want]
     assert sched.slots[want].cached == (min(cached_len, len(prompt) - 1) // 64 * 64 if want == cached_slot else 0)

@@ -15,8 +15,9 @@ One worker thread owns the model. Each choice of a job is a sequence in a slot o
 position, sampler and seed, stop strings); choices wait first-in first-out for a free slot. Each turn of the
 worker's loop it
 1. takes the jobs that arrived and drops the sequences of cancelled, timed-out or (at shutdown) stopped jobs;
-2. gives free slots to waiting choices (the free slot that keeps the batched step's rows fewest, among those the
-   one whose cache holds the most whole chunks of the prompt: the prefix cache works per slot, in whole chunks;
+2. gives free slots to waiting choices (the free slot that keeps the batched step's rows fewest, counting the
+   rows the sequences in slots and waiting need anyway; among those the one whose cache holds the most whole
+   chunks of the prompt: the prefix cache works per slot, in whole chunks;
    a slot caching ``PREFIX_OVER_ROWS`` tokens of the prompt or more is taken even if the steps grow);
 3. prefills one chunk (at most ``prefill_chunk`` tokens) of the prefilling sequence with the fewest prompt tokens
    left, so a long prompt is prefilled across many turns and a short one is not stuck behind it; a sequence's
@@ -632,12 +633,17 @@ class _Scheduler:
         chunk = self.engine.prefill_chunk
         shared = {i: common_prefix(self.model.tokens_of(i), prompt) for i in free}
 
+        # the rows the steps will run anyway: the sequences in slots and those waiting for one (this one included)
+        demand = len(in_use) + 1 + sum(len(st.waiting) for st in self.jobs)
+        least_rows = self.model.batch_rows(min(demand, len(self.slots)) - 1)
+
         def cost(i: int) -> tuple[int, int, int]:
-            # a batched step runs rows up to the highest slot in use (a power of two): fewest rows first, then the
-            # most whole chunks of the prompt cached (only those are reused, see below), then the lowest slot. A
-            # prefix of PREFIX_OVER_ROWS tokens or more is worth a bigger step (a long conversation's history).
+            # a batched step runs rows up to the highest slot in use (a power of two): fewest rows first (beyond
+            # those the waiting sequences need anyway), then the most whole chunks of the prompt cached (only those
+            # are reused, see below), then the lowest slot. A prefix of PREFIX_OVER_ROWS tokens or more is worth a
+            # bigger step (a long conversation's history).
             reused = min(shared[i], len(prompt) - 1) // chunk * chunk
-            rows = self.model.batch_rows(max([i, *in_use]))
+            rows = max(least_rows, self.model.batch_rows(max([i, *in_use])))
             return (0 if reused >= PREFIX_OVER_ROWS else rows, -reused, i)
         slot = min(free, key=cost)
         job.started.set()
