@@ -407,6 +407,14 @@ def test_metrics(server: Any) -> None:
     assert value("tg_llm_queue_depth") == 0 and value("tg_llm_active_slots") == 0
     assert value("tg_llm_kernels_compiled") > 0 and value("tg_llm_warm_ups_left") >= 0  # (the warm-ups compiled)
     assert 0 <= value("tg_llm_kernels_generated") <= value("tg_llm_kernels_compiled")  # (0 with a warm cache)
+    # where the worker's time went: each phase, the decode steps and the rows they ran (a step runs one or more)
+    assert value("tg_llm_worker_seconds_total", phase="decode") > 0 and value("tg_llm_worker_seconds_total",
+                                                                              phase="prefill") > 0
+    assert value("tg_llm_worker_seconds_total", phase="host") > 0 and value("tg_llm_worker_seconds_total",
+                                                                            phase="idle") > 0
+    steps = value("tg_llm_decode_steps_total")
+    assert steps > 0 and value("tg_llm_decode_rows_total") >= steps and value("tg_llm_prefill_chunks_total") > 0
+    assert value("tg_llm_decode_step_rows_total") >= value("tg_llm_decode_rows_total")
 
 
 # ---- last: SIGTERM ends the shared server ----

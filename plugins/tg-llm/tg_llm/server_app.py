@@ -27,7 +27,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -446,21 +446,42 @@ class _API:
 
     async def outputs(self, job: Job) -> AsyncIterator[Output]:
         """The job's outputs until its end; an error output or the deadline raises ``APIError``."""
+        async for batch in self.batches(job):
+            for out in batch:
+                yield out
+
+    async def batches(self, job: Job) -> AsyncIterator[list[Output]]:
+        """The job's outputs until its end, in batches of those that arrived together (a decode step's tokens for
+        every choice come in one wake-up; a stream writes each batch in one send); an error output or the deadline
+        raises ``APIError`` (after the outputs before it)."""
         while True:
             remaining = job.deadline - time.monotonic()
             try:
                 if remaining <= 0:
                     raise TimeoutError
-                out = await asyncio.wait_for(job.outputs.get(), remaining)
+                if job.outputs.empty():
+                    async with asyncio.timeout(remaining):
+                        arrived = [await job.outputs.get()]
+                else:
+                    arrived = []
             except TimeoutError:
                 job.cancel()
                 raise self.timeout_error() from None
-            if out.kind == "end":
-                return
-            if out.kind == "error":
-                job.cancel()
-                raise self.generation_error(out.payload)
-            yield out
+            while not job.outputs.empty():
+                arrived.append(job.outputs.get_nowait())
+            batch: list[Output] = []
+            for out in arrived:
+                if out.kind == "end":
+                    if batch:
+                        yield batch
+                    return
+                if out.kind == "error":
+                    if batch:
+                        yield batch
+                    job.cancel()
+                    raise self.generation_error(out.payload)
+                batch.append(out)
+            yield batch
 
     def timeout_error(self) -> APIError:
         return APIError(504, f"The request took longer than the server's limit of {self.timeout:g} seconds "
@@ -575,23 +596,26 @@ class _API:
                 body["usage"] = None
             return _data(body)
 
+        def lines(out: Output) -> Iterator[str]:
+            if out.kind != "event":
+                return
+            state, event = states[out.index], out.payload
+            before = len(state.tokens)
+            state.add(event)
+            lp = None
+            if req.logprobs and len(state.tokens) > before:
+                lp = self.chat_logprobs(state.tokens[before:], state.token_logprobs[before:], state.top[before:])
+            text = getattr(event, "text", "") or ""
+            if text or lp is not None:
+                yield chunk(out.index, {"content": text}, None, lp)
+            if state.finish_reason is not None:
+                yield chunk(out.index, {}, state.finish_reason)
+
         async def body() -> AsyncIterator[str]:
-            for i in range(n):
-                yield chunk(i, {"role": "assistant", "content": ""})
-            async for out in self.outputs(job):
-                if out.kind != "event":
-                    continue
-                state, event = states[out.index], out.payload
-                before = len(state.tokens)
-                state.add(event)
-                lp = None
-                if req.logprobs and len(state.tokens) > before:
-                    lp = self.chat_logprobs(state.tokens[before:], state.token_logprobs[before:], state.top[before:])
-                text = getattr(event, "text", "") or ""
-                if text or lp is not None:
-                    yield chunk(out.index, {"content": text}, None, lp)
-                if state.finish_reason is not None:
-                    yield chunk(out.index, {}, state.finish_reason)
+            yield "".join(chunk(i, {"role": "assistant", "content": ""}) for i in range(n))
+            async for batch in self.batches(job):
+                if sent := "".join(line for out in batch for line in lines(out)):
+                    yield sent
 
         return self.finish_stream(job, request, rid, prompt_tokens, states, base, include_usage, body())
 
@@ -682,27 +706,31 @@ class _API:
                 body["usage"] = None
             return _data(body)
 
+        def lines(out: Output) -> Iterator[str]:
+            i = out.index
+            if out.kind == "prompt_logprobs":
+                yield chunk(i, echo_texts[i], None, self.completion_logprobs(None, out.payload, ""))
+                return
+            if out.kind != "event":
+                return
+            state, event = states[i], out.payload
+            if req.echo and not logprobs and not state.tokens and not state.text:
+                yield chunk(i, echo_texts[i])
+            before = len(state.tokens)
+            state.add(event)
+            lp = None
+            if logprobs and len(state.tokens) > before:
+                lp = self.completion_logprobs(state, None, echo_texts[i], first=before)
+            text = getattr(event, "text", "") or ""
+            if text or lp is not None:
+                yield chunk(i, text, None, lp)
+            if state.finish_reason is not None:
+                yield chunk(i, "", state.finish_reason)
+
         async def body() -> AsyncIterator[str]:
-            async for out in self.outputs(job):
-                i = out.index
-                if out.kind == "prompt_logprobs":
-                    yield chunk(i, echo_texts[i], None, self.completion_logprobs(None, out.payload, ""))
-                    continue
-                if out.kind != "event":
-                    continue
-                state, event = states[i], out.payload
-                if req.echo and not logprobs and not state.tokens and not state.text:
-                    yield chunk(i, echo_texts[i])
-                before = len(state.tokens)
-                state.add(event)
-                lp = None
-                if logprobs and len(state.tokens) > before:
-                    lp = self.completion_logprobs(state, None, echo_texts[i], first=before)
-                text = getattr(event, "text", "") or ""
-                if text or lp is not None:
-                    yield chunk(i, text, None, lp)
-                if state.finish_reason is not None:
-                    yield chunk(i, "", state.finish_reason)
+            async for batch in self.batches(job):
+                if sent := "".join(line for out in batch for line in lines(out)):
+                    yield sent
 
         return self.finish_stream(job, request, rid, prompt_tokens, states, base, include_usage, body())
 

@@ -7,14 +7,18 @@ In:  ``Engine(path, device, max_context, parallel=4)``; ``engine.start_loading()
      while the server already answers /health ("loading" until then). ``engine.try_submit(job)`` puts a ``Job``
      (one or more ``Choice``s: prompt ids + sampling settings) in the queue.
 Out: each job's ``Output`` items, delivered to the job's asyncio queue in order per choice: prompt
-     log-probabilities (echo), the generator's events per choice, an error, and always a final ``END``.
+     log-probabilities (echo), the generator's events per choice, an error, and always a final ``END``. One wake-up
+     of the event loop carries all the outputs emitted until it runs (a decode step's tokens for every stream);
+     ``engine.clock`` (``WorkerClock``) says where the worker's time went (prefill, decode, host, idle).
 
 One worker thread owns the model. Each choice of a job is a sequence in a slot of its own (its own KV cache,
 position, sampler and seed, stop strings); choices wait first-in first-out for a free slot. Each turn of the
 worker's loop it
 1. takes the jobs that arrived and drops the sequences of cancelled, timed-out or (at shutdown) stopped jobs;
-2. gives free slots to waiting choices (the free slot whose cache holds the most whole chunks of the prompt:
-   the prefix cache works per slot, in whole chunks; else the lowest free slot, so steps run few rows);
+2. gives free slots to waiting choices (the free slot that keeps the batched step's rows fewest, counting the
+   rows the sequences in slots and waiting need anyway; among those the one whose cache holds the most whole
+   chunks of the prompt: the prefix cache works per slot, in whole chunks;
+   a slot caching ``PREFIX_OVER_ROWS`` tokens of the prompt or more is taken even if the steps grow);
 3. prefills one chunk (at most ``prefill_chunk`` tokens) of the prefilling sequence with the fewest prompt tokens
    left, so a long prompt is prefilled across many turns and a short one is not stuck behind it; a sequence's
    last chunk gives its first token;
@@ -45,6 +49,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+from tg_llm.server_handoff import WorkerClock, outbox_for
 
 log = logging.getLogger("tg_llm.server")
 
@@ -147,7 +153,7 @@ class Job:
 
     def _put(self, item: Output) -> None:
         try:
-            self.loop.call_soon_threadsafe(self.outputs.put_nowait, item)
+            outbox_for(self.loop).put(self.outputs, item)
         except RuntimeError:  # the event loop closed (server shut down)
             self.cancelled.set()
 
@@ -190,6 +196,10 @@ SHORT_PROMPT_PADDINGS = (4, 8, 16, 32, 64)
 # next warm-ups (short prompts' prefill, the chunks, the next windows) run before ready while the last one's time
 # says the next still fits; the rest while idle. A warm program cache (tgcore.engine.programs) makes them cheap.
 READY_BUDGET_S = 3.5
+# a new sequence takes a free slot in the lowest row bucket (every batched step runs rows up to the highest slot in
+# use, rounded up to a power of two: a one-stream generation in slot 7 ran 8-row steps, 2-4x a 1-row step's time),
+# unless another free slot's cache holds at least this many tokens of its prompt (re-prefilling them costs more)
+PREFIX_OVER_ROWS = 512
 IDLE_POLL_S = 0.5     # how often an idle worker looks at the queue when nothing arrives
 # an idle capture (up to a second on a loaded machine) starts only after this long without work, so requests sent
 # one after another (a client's next turn, a benchmark's next round) do not wait behind one
@@ -242,6 +252,7 @@ class Engine:
         self._warm_later: list[Callable[[], None]] = []  # captures to make while idle, first first
         self.constructed_at = time.monotonic()  # (what READY_BUDGET_S counts from)
         self.warm_ups_before_ready = 0  # of the captures in ``_warm_later``'s list, those made before ready
+        self.clock = WorkerClock()
 
     # ---- loading ----
 
@@ -388,7 +399,10 @@ class Engine:
     def _work(self) -> None:
         sched = _Scheduler(self)
         last_busy = -IDLE_WARM_AFTER_S  # time.monotonic() when the worker last had work
+        clock = self.clock
+        clock.lap("idle")  # (loading and the warm-ups before ready)
         while True:
+            clock.lap("host")
             idle = not sched.busy()
             now = time.monotonic()
             if not idle:
@@ -408,6 +422,8 @@ class Engine:
                     arrived.append(self._queue.get_nowait())
             except queue.Empty:
                 pass
+            if idle:
+                clock.lap("idle")
             for item in arrived:
                 if item is None:
                     sched.closing = True
@@ -574,11 +590,23 @@ class _Scheduler:
             raise ContextLengthError(f"the prompt has {len(prompt)} tokens; the context holds {limit} "
                                      f"(room is needed for at least one generated token)")
         free = [i for i, s in enumerate(self.slots) if s is None]
+        in_use = [i for i, s in enumerate(self.slots) if s is not None]
         chunk = self.engine.prefill_chunk
-        # the free slot whose cache holds the most whole chunks of the prompt (only those are reused, see below);
-        # the lowest on a tie: a batched step runs rows up to the highest slot in use
         shared = {i: common_prefix(self.model.tokens_of(i), prompt) for i in free}
-        slot = max(free, key=lambda i: (min(shared[i], len(prompt) - 1) // chunk, -i))
+
+        # the rows the steps will run anyway: the sequences in slots and those waiting for one (this one included)
+        demand = len(in_use) + 1 + sum(len(st.waiting) for st in self.jobs)
+        least_rows = self.model.batch_rows(min(demand, len(self.slots)) - 1)
+
+        def cost(i: int) -> tuple[int, int, int]:
+            # a batched step runs rows up to the highest slot in use (a power of two): fewest rows first (beyond
+            # those the waiting sequences need anyway), then the most whole chunks of the prompt cached (only those
+            # are reused, see below), then the lowest slot. A prefix of PREFIX_OVER_ROWS tokens or more is worth a
+            # bigger step (a long conversation's history).
+            reused = min(shared[i], len(prompt) - 1) // chunk * chunk
+            rows = max(least_rows, self.model.batch_rows(max([i, *in_use])))
+            return (0 if reused >= PREFIX_OVER_ROWS else rows, -reused, i)
+        slot = min(free, key=cost)
         job.started.set()
         state.running = True
         if choice.prompt_logprobs:
@@ -610,11 +638,16 @@ class _Scheduler:
         seq = min(waiting, key=lambda s: (len(s.choice.prompt_ids) - s.done, s.clock.start))
         prompt = seq.choice.prompt_ids
         end = min(len(prompt), seq.done + self.engine.prefill_chunk)
+        clock = self.engine.clock
+        clock.lap("host")
+        clock.chunks += 1
         if end < len(prompt):
             self.model.prefill(prompt[seq.done:end], seq.done, seq=seq.slot)
+            clock.lap("prefill")
             seq.done = end
             return
         logits = self.model.forward_last(prompt[seq.done:], seq.done, seq=seq.slot)
+        clock.lap("prefill")
         seq.done = len(prompt)
         seq.stream = self.new_stream(seq)
         self.deliver(seq, logits)
@@ -654,7 +687,14 @@ class _Scheduler:
         steps = [(s.slot, s.next_token, s.stream.pos - 1) for s in ready]
         for s in ready:
             s.next_token = None
-        for s, row in zip(ready, self.model.decode(steps), strict=True):
+        clock = self.engine.clock
+        clock.lap("host")
+        logits = self.model.decode(steps)
+        clock.lap("decode")
+        clock.steps += 1
+        clock.rows += len(steps)
+        clock.step_rows += self.model.batch_rows(max(s.slot for s in ready))
+        for s, row in zip(ready, logits, strict=True):
             self.deliver(s, row)
 
 

@@ -12,13 +12,17 @@ Each app has its own registry (several apps in one process, as in the tests, nev
 - ``tg_llm_kernels_compiled``: kernels the process made programs for so far (a request that runs captured steps
   adds none), counted whether compiled now or read from the program and compiler disk caches;
   ``tg_llm_kernels_generated``: those of them whose code generation ran (0 for kernels a warm program cache
-  holds); ``tg_llm_warm_ups_left``: captures the worker still makes while idle.
+  holds); ``tg_llm_warm_ups_left``: captures the worker still makes while idle;
+- ``tg_llm_worker_seconds_total{phase}``: where the model's worker thread spends its time (prefill, decode, host,
+  idle); ``tg_llm_decode_steps_total``, ``tg_llm_decode_rows_total`` (sequences),
+  ``tg_llm_decode_step_rows_total`` (rows computed, idle ones included), ``tg_llm_prefill_chunks_total``.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, float("inf"))
 KNOWN_PATHS = ("/", "/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions")
@@ -58,6 +62,7 @@ class Metrics:
         generated = Gauge("tg_llm_kernels_generated", "of those, kernels whose code generation ran (not in the "
                           "program cache)", registry=r)
         generated.set_function(lambda: float(CompileCounter.generated))
+        r.register(_WorkerCollector(engine))
         warm = Gauge("tg_llm_warm_ups_left", "warm-up captures left to make while idle", registry=r)
         warm.set_function(lambda: float(engine.warm_ups_left))
 
@@ -82,3 +87,26 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _WorkerCollector:
+    """``tg_llm_worker_seconds_total{phase}`` (the engine's ``WorkerClock``), ``tg_llm_decode_steps_total``,
+    ``tg_llm_decode_rows_total`` and ``tg_llm_decode_step_rows_total`` (over the steps: the mean batch, and the
+    rows computed for it), ``tg_llm_prefill_chunks_total``."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def collect(self) -> Any:
+        clock = self.engine.clock
+        seconds = CounterMetricFamily("tg_llm_worker_seconds", "seconds the model's worker thread spent per phase "
+                                      "(prefill and decode: through the model; host: scheduling, sampling, handing "
+                                      "tokens out; idle: waiting for work)", labels=["phase"])
+        for phase, value in clock.seconds.items():
+            seconds.add_metric([phase], value)
+        yield seconds
+        yield CounterMetricFamily("tg_llm_decode_steps", "batched decode steps", value=clock.steps)
+        yield CounterMetricFamily("tg_llm_decode_rows", "sequences the decode steps ran", value=clock.rows)
+        yield CounterMetricFamily("tg_llm_decode_step_rows", "rows the decode steps computed (up to the highest slot "
+                                  "in use: idle rows included)", value=clock.step_rows)
+        yield CounterMetricFamily("tg_llm_prefill_chunks", "prompt chunks prefilled", value=clock.chunks)

@@ -1,0 +1,149 @@
+"""How the engine's outputs reach the HTTP side (no model): one wake-up of the event loop carries every output
+emitted until it runs, in order per job; a stream takes them in batches, an error after some events still delivers
+those events first, and ``end`` stops the batches."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+from test_server_helpers import require_server_deps
+from tg_llm.server_engine import END, Choice, Job, Output
+
+
+def jobs_on(loop: asyncio.AbstractEventLoop, n: int) -> list[Job]:
+    return [Job([Choice([1, 2, 3], 4)], loop, time.monotonic() + 60) for _ in range(n)]
+
+
+def test_a_burst_of_outputs_costs_one_wake_up_and_keeps_each_jobs_order() -> None:
+    loop = asyncio.new_event_loop()
+    wake_ups = []
+    plain = loop.call_soon_threadsafe
+
+    def counted(*args: Any) -> Any:
+        wake_ups.append(args)
+        return plain(*args)
+    loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+    jobs = jobs_on(loop, 3)
+
+    def worker() -> None:  # a decode step's outputs for three jobs, twice, then their ends (the loop not running)
+        for step in range(2):
+            for j, job in enumerate(jobs):
+                job.emit(Output("event", 0, (j, step)))
+        for job in jobs:
+            job.emit(END)
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert len(wake_ups) == 1
+
+    async def drain(job: Job) -> list[Any]:
+        got = []
+        while (out := await job.outputs.get()).kind != "end":
+            got.append(out.payload)
+        return got
+
+    async def drain_all() -> list[list[Any]]:
+        return list(await asyncio.gather(*(drain(job) for job in jobs)))
+    got = loop.run_until_complete(drain_all())
+    assert got == [[(j, 0), (j, 1)] for j in range(3)]
+    jobs[0].emit(Output("event", 0, "late"))  # after END: dropped
+    loop.run_until_complete(asyncio.sleep(0))
+    assert jobs[0].outputs.empty()
+    loop.close()
+    job = jobs_on(loop, 1)[0]
+    job.emit(Output("event", 0, "x"))  # the loop is gone: the job is cancelled, nothing raises
+    assert job.cancelled.is_set()
+
+
+def test_batches_deliver_events_before_an_error_and_stop_at_the_end() -> None:
+    require_server_deps()
+    from tg_llm.server_app import _API
+    from tg_llm.server_protocol import APIError
+    loop = asyncio.new_event_loop()
+    api = _API(engine=None, timeout=60)  # type: ignore[arg-type]
+    ok, failing = jobs_on(loop, 2)
+    for job in (ok, failing):
+        job.emit(Output("event", 0, "a"))
+        job.emit(Output("event", 0, "b"))
+    ok.emit(END)
+    failing.emit(Output("error", 0, ValueError("bad")))
+
+    async def collect(job: Job) -> tuple[list[list[Any]], BaseException | None]:
+        batches: list[list[Any]] = []
+        try:
+            async for batch in api.batches(job):
+                batches.append([out.payload for out in batch])
+        except APIError as e:
+            return batches, e
+        return batches, None
+    assert loop.run_until_complete(collect(ok)) == ([["a", "b"]], None)
+    batches, error = loop.run_until_complete(collect(failing))
+    assert batches == [["a", "b"]] and isinstance(error, APIError) and error.status == 400
+    assert failing.cancelled.is_set()
+    loop.close()
+
+
+def test_batches_time_out_at_the_deadline() -> None:
+    require_server_deps()
+    from tg_llm.server_app import _API
+    from tg_llm.server_protocol import APIError
+    loop = asyncio.new_event_loop()
+    api = _API(engine=None, timeout=60)  # type: ignore[arg-type]
+    job = Job([Choice([1], 1)], loop, time.monotonic() + 0.05)
+
+    async def first() -> Any:
+        async for batch in api.batches(job):
+            return batch
+    with pytest.raises(APIError) as e:
+        loop.run_until_complete(first())
+    assert e.value.status == 504 and job.cancelled.is_set()
+    loop.close()
+
+
+class _SlotModel:
+    """What the scheduler's slot choice asks of a model: each slot's cached tokens and a step's rows."""
+
+    def __init__(self, cached: dict[int, list[int]], sequences: int = 8) -> None:
+        from types import SimpleNamespace
+
+        from tg_llm.model import Model
+        self.sequences = sequences
+        self.cached = cached
+        self.config = SimpleNamespace(max_context=4096)
+        self.batch_rows = Model.batch_rows.__get__(self)
+
+    def tokens_of(self, seq: int) -> list[int]:
+        return list(self.cached.get(seq, []))
+
+
+@pytest.mark.parametrize(("cached_slot", "cached_len", "busy", "waiting", "want"), [
+    (5, 128, [0], 0, 1),     # a cached chunk in slot 5 would make every step 8 rows: the lowest free slot instead
+    (1, 128, [0], 0, 1),     # cached in a slot of the lowest row bucket: reused
+    (3, 128, [0, 2], 0, 3),  # slot 1 and slot 3 both give 4-row steps: the one caching the prompt's chunks
+    (6, 600, [0], 0, 6),     # a long cached prefix is worth a bigger step
+    (3, 128, [], 3, 3),      # four sequences will run 4-row steps anyway: slots 0-3 cost the same, slot 3 caches
+    (5, 128, [], 3, 0),      # ... but slot 5 would make them 8 rows
+])
+def test_a_new_sequence_takes_the_slot_with_fewest_rows_then_its_cached_prefix(
+        cached_slot: int, cached_len: int, busy: list[int], waiting: int, want: int) -> None:
+    from types import SimpleNamespace
+
+    from tg_llm import server_engine
+    from tg_llm.server_engine import _JobState, _Scheduler
+    prompt = list(range(1000, 1000 + cached_len + 10))
+    model = _SlotModel({cached_slot: prompt[:cached_len]})
+    engine = SimpleNamespace(model=model, parallel=8, prefill_chunk=64, active_slots=0, running_jobs=0)
+    sched = _Scheduler(engine)  # type: ignore[arg-type]
+    loop = asyncio.new_event_loop()
+    for i in busy:  # (any object holds a slot)
+        sched.slots[i] = SimpleNamespace(job=None)  # type: ignore[call-overload]
+    state = _JobState(Job([Choice(prompt, 4)] * (1 + waiting), loop, time.monotonic() + 60))
+    sched.jobs.append(state)
+    sched.start(state, state.waiting.pop(0))
+    taken = [i for i, s in enumerate(sched.slots) if isinstance(s, server_engine._Sequence)]
+    assert taken == [want]
+    assert sched.slots[want].cached == (min(cached_len, len(prompt) - 1) // 64 * 64 if want == cached_slot else 0)
+    loop.close()
