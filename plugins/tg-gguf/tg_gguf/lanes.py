@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
+from tg_gguf.dequant import FIELDS
 
 if TYPE_CHECKING:
     from tgcore.tensor import Tensor
@@ -37,7 +38,8 @@ BLOCK = 32
 @dataclass(frozen=True)
 class RowLanes:
     """A weight repacked with its rows in lanes: ``qs`` ``(groups, blocks, bytes per row-block)`` uint8, ``d`` (and
-    for Q4_1 ``m``) ``(groups, blocks, 8)`` float16; ``rows`` the weight's rows before padding."""
+    for Q4_1/Q5_1 ``m``) ``(groups, blocks, 8)`` float16, Q5's ``qh`` ``(groups, blocks, 32)`` uint8; ``rows`` the
+    weight's rows before padding."""
 
     gtype: GGMLType
     rows: int
@@ -45,6 +47,7 @@ class RowLanes:
     qs: Tensor
     d: Tensor
     m: Tensor | None
+    qh: Tensor | None = None  # Q5_0/Q5_1's fifth bits (``_fifth_bit_bytes``), interleaved as ``qs``
 
 
 def _interleave(per_row: np.ndarray) -> np.ndarray:
@@ -69,7 +72,12 @@ def _float16s(data: np.ndarray, at: int) -> np.ndarray:
     return data[:, :, at:at + 2].view(np.float16)[:, :, 0]
 
 
-QS_AT = {GGMLType.Q8_0: 2, GGMLType.Q4_0: 2, GGMLType.Q4_1: 4}  # where a block's integers start (after d, m)
+def _fifth_bit_bytes(qh: np.ndarray) -> np.ndarray:
+    """Q5's ``(rows, blocks, 4)`` fifth bits (bit ``e`` of the little-endian word: element ``e``) -> 4 bytes per row
+    and block whose byte ``k`` has bit ``g`` = element ``4g + k``'s: a lane's 4 bytes at step ``g`` are then
+    ``(bytes >> g) & 1`` (the elements ``4g .. 4g+3`` the step multiplies)."""
+    bits = np.unpackbits(qh, axis=-1, bitorder="little").reshape(*qh.shape[:2], 8, STEP)  # [., ., g, k]
+    return np.packbits(bits.transpose(0, 1, 3, 2), axis=-1, bitorder="little").reshape(qh.shape)
 
 
 def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str) -> RowLanes:
@@ -77,8 +85,8 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
     on ``device`` (rows padded to a multiple of 8 with zeros: zero scales, so the padded rows sum to 0 and are
     dropped). Vectorized numpy: one pass over the bytes per field (SmolLM2's 96 MB of weights: ~0.3 s)."""
     from tgcore.tensor import Tensor
-    if gtype not in LANE_TYPES:
-        raise ValueError(f"no row-lane layout for {gtype.name} (types: {', '.join(t.name for t in LANE_TYPES)})")
+    if gtype not in LAYOUT_TYPES:
+        raise ValueError(f"no row-lane layout for {gtype.name} (types: {', '.join(t.name for t in LAYOUT_TYPES)})")
     n, k = shape
     block, block_bytes = BLOCK_LAYOUT[gtype]
     blocks = k // block
@@ -88,14 +96,21 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
     data = raw.reshape(n, blocks, block_bytes)
     if padded != n:
         data = np.concatenate([data, np.zeros((padded - n, blocks, block_bytes), np.uint8)])
-    qs = _interleave(data[:, :, QS_AT[gtype]:])
+    fields = FIELDS[gtype]
+    qs_at, qs_bytes = fields["qs"]
+    qs = _interleave(data[:, :, qs_at:qs_at + qs_bytes])
     if gtype is GGMLType.Q8_0:
         qs.view(np.uint32)[...] ^= np.uint32(0x80808080)  # u = q + 128 (in place, 4 bytes at a time)
+    qh = None
+    if "qh" in fields:
+        qh_at, _ = fields["qh"]
+        qh = _interleave(_fifth_bit_bytes(data[:, :, qh_at:qh_at + 4]))
 
     def put(a: np.ndarray) -> Tensor:
         return Tensor(np.ascontiguousarray(a), device=device).realize()
-    return RowLanes(gtype, n, k, put(qs), put(_side_by_side(_float16s(data, 0))),
-                    put(_side_by_side(_float16s(data, 2))) if gtype is GGMLType.Q4_1 else None)
+    return RowLanes(gtype, n, k, put(qs), put(_side_by_side(_float16s(data, fields["d"][0]))),
+                    put(_side_by_side(_float16s(data, fields["m"][0]))) if "m" in fields else None,
+                    None if qh is None else put(qh))
 
 
 def _unsigned(w: RowLanes) -> Tensor:
@@ -109,6 +124,10 @@ def _unsigned(w: RowLanes) -> Tensor:
         packed = w.qs.reshape(1, groups, blocks, 1, 4, ROWS, STEP).expand(1, groups, blocks, 2, 4, ROWS, STEP)
         half = iota((1, 1, 1, 2, 1, 1, 1), 3, packed.device, "uint8")
         qs = ((packed >> (half * 4)) & 15).reshape(1, groups, blocks, 8, ROWS, STEP)
+        if w.qh is not None:  # Q5: the fifth bit of element 4g + k is bit g of its byte (``_fifth_bit_bytes``)
+            fifth = w.qh.reshape(1, groups, blocks, 1, ROWS, STEP).expand(1, groups, blocks, 8, ROWS, STEP)
+            step = iota((1, 1, 1, 8, 1, 1), 3, fifth.device, "uint8")
+            qs = qs | (((fifth >> step) & 1) << 4)
     return qs.permute(0, 1, 4, 2, 3, 5)
 
 
@@ -123,7 +142,7 @@ def dequantize(w: RowLanes) -> Tensor:
     same float operations on the same values: the same bits as dequantizing the raw bytes)."""
     groups, blocks = w.qs.shape[0], w.qs.shape[1]
     u = _unsigned(w).cast("float32")
-    if w.m is not None:  # Q4_1: d * q + m
+    if w.m is not None:  # Q4_1, Q5_1: d * q + m
         value = _per_row(w.d) * u + _per_row(w.m)
     else:  # (u + c) is the signed integer, exactly (Q8_0's ``float(int8)``, Q4_0's ``q - 8.0``)
         value = (u + float(OFFSETS[w.gtype])) * _per_row(w.d)
@@ -131,7 +150,7 @@ def dequantize(w: RowLanes) -> Tensor:
     return out if groups * ROWS == w.rows else out.shrink(((0, w.rows), None))
 
 
-OFFSETS = {GGMLType.Q8_0: -128, GGMLType.Q4_0: -8}  # a symmetric type's integer offset (``q = u + c``)
+OFFSETS = {GGMLType.Q8_0: -128, GGMLType.Q4_0: -8, GGMLType.Q5_0: -16}  # a symmetric type's integer offset (``q = u + c``)
 
 
 def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
@@ -162,6 +181,8 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
 # 1/4/8 rows): Q4_1 46/100/192 -> 20/39/63 us, Q4_0 41/86/179 -> 21/40/65, Q8_0 35/83/165 -> 20/40/64. The
 # choice is per weight, never per batch size: a row's sum has one order at any batch (batch invariance).
 LANE_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0})
+# ... and the types with a layout not (yet) chosen by policy (tests, benches)
+LAYOUT_TYPES: frozenset[GGMLType] = LANE_TYPES | {GGMLType.Q5_0, GGMLType.Q5_1}
 
 
 def uses_row_lanes(type_id: GGMLType | int, device: str) -> bool:
