@@ -7,13 +7,12 @@ import pytest
 from test_gguf_intdot import exact_activations, float64_reference, q8_reference, unit_scale_blocks
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
 from tg_gguf.intdot import QuantizedMatrix, quantize_activations
-from tg_gguf.lanes import LANE_TYPES, LAYOUT_TYPES, repack, row_lanes_matmul, uses_row_lanes
+from tg_gguf.lanes import LANE_TYPES, repack, row_lanes_matmul, uses_row_lanes
 from tg_gguf_testutil import assert_bits_equal, random_blocks, reference_dequantize
 
 from tgcore.tensor import Tensor
 
-TYPES = sorted(LANE_TYPES, key=int)  # the ones QuantizedMatrix takes the row lanes for
-LAYOUTS = sorted(LAYOUT_TYPES, key=int)  # every type with a row-lane layout
+TYPES = sorted(LANE_TYPES, key=int)
 
 
 def _product(x: np.ndarray, raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int]) -> tuple[np.ndarray, str]:
@@ -29,7 +28,7 @@ def _product(x: np.ndarray, raw: np.ndarray, gtype: GGMLType, shape: tuple[int, 
 
 
 @pytest.mark.parametrize("rows", [8, 13])
-@pytest.mark.parametrize("gtype", LAYOUTS, ids=lambda t: t.name)
+@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
 def test_row_lanes_exact(gtype, rows):
     """Unit scales, exactly quantized activations: bit-exact against the float64 reference; 13 rows: a padded tail.
     Each block of 8 rows is 8 byte multiply-adds (the helper's call chained through its accumulator)."""
@@ -41,7 +40,7 @@ def test_row_lanes_exact(gtype, rows):
     assert source.count("tg_dot4_u8i8_acc(") >= 8
 
 
-@pytest.mark.parametrize("gtype", LAYOUTS, ids=lambda t: t.name)
+@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
 def test_row_lanes_random(gtype):
     """Random blocks and activations: within float32 rounding of the reference's per-block sums."""
     rows, k, batch = 11, 320, 3
@@ -55,7 +54,7 @@ def test_row_lanes_random(gtype):
     assert np.all(np.abs(out - ref) <= 1e-6 * magnitude + 1e-30)
 
 
-@pytest.mark.parametrize("gtype", LAYOUTS, ids=lambda t: t.name)
+@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
 def test_row_lanes_do_not_depend_on_the_batch(gtype):
     """A row's bits alone and in batches of 3, 4 and 8 (21 rows: two whole groups of 8 and a padded one)."""
     rows, k = 21, 1536

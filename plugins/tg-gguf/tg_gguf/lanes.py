@@ -3,7 +3,8 @@
 In:  quantized activations (``intdot.quantize_activations``: int8 per element, a float scale per 32) and a weight
      repacked once (``repack``, from its raw GGUF bytes, in numpy): rows in groups of 8 (the last group padded
      with zero rows), each 32-element block's bytes of the 8 rows interleaved by 4 (row ``l``'s bytes ``4g .. 4g+3``
-     at ``32g + 4l``), the blocks' scales (and Q4_1's mins) of the 8 rows side by side as float16.
+     at ``32g + 4l``), the blocks' scales (and Q4_1/Q5_1's mins) of the 8 rows side by side as float16; Q5's fifth
+     bits as 4 bytes per row and block, interleaved the same way (``_fifth_bit_bytes``).
 Out: ``x @ W.T`` (``(..., N)`` float32, lazy), equal to ``intdot.int_matmul``'s up to float rounding (the same
      integer block sums; the float sums over blocks in one row's order).
 
@@ -11,9 +12,10 @@ How: element ``(row 8r + l, 32b + 4g + k)`` times activation ``32b + 4g + k`` su
 as the vector's 8 int32 lanes, one multiply-add of 4 bytes (``vpdpbusd``) per ``g``: the 4 bytes of 8 rows against
 the same 4 activation bytes broadcast (``tgcore.renderer.cbytedot.row_lanes_dot``; the codegen's choice:
 ``heuristic.row_lane_byte_dot_opts``). Per block and 8 rows: 8 dots (Q4: 4 loads of 32 bytes, each two nibble
-halves), one conversion, one scale, one multiply-add per batch row (Q4_1: one more for ``m * sum x``), against a
-dot, conversion, multiply and multiply-add per row in ``intdot``'s layout (activations in the lanes). Each output
-row's sum runs over its blocks in order whatever the batch: batch-invariant by construction.
+halves; Q5: each OR-ed with its fifth bits), one conversion, one scale, one multiply-add per batch row (Q4_1/Q5_1:
+one more for ``m * sum x``), against a dot, conversion, multiply and multiply-add per row in ``intdot``'s layout
+(activations in the lanes). Each output row's sum runs over its blocks in order whatever the batch: batch-invariant
+by construction.
 
 ``LANE_TYPES`` (data) says which types take this path; ``QuantizedMatrix`` decides with ``uses_row_lanes``.
 """
@@ -85,8 +87,8 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
     on ``device`` (rows padded to a multiple of 8 with zeros: zero scales, so the padded rows sum to 0 and are
     dropped). Vectorized numpy: one pass over the bytes per field (SmolLM2's 96 MB of weights: ~0.3 s)."""
     from tgcore.tensor import Tensor
-    if gtype not in LAYOUT_TYPES:
-        raise ValueError(f"no row-lane layout for {gtype.name} (types: {', '.join(t.name for t in LAYOUT_TYPES)})")
+    if gtype not in LANE_TYPES:
+        raise ValueError(f"no row-lane layout for {gtype.name} (types: {', '.join(t.name for t in LANE_TYPES)})")
     n, k = shape
     block, block_bytes = BLOCK_LAYOUT[gtype]
     blocks = k // block
@@ -150,7 +152,8 @@ def dequantize(w: RowLanes) -> Tensor:
     return out if groups * ROWS == w.rows else out.shrink(((0, w.rows), None))
 
 
-OFFSETS = {GGMLType.Q8_0: -128, GGMLType.Q4_0: -8, GGMLType.Q5_0: -16}  # a symmetric type's integer offset (``q = u + c``)
+# a symmetric type's integer offset (``q = u + c``)
+OFFSETS = {GGMLType.Q8_0: -128, GGMLType.Q4_0: -8, GGMLType.Q5_0: -16}
 
 
 def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
@@ -177,12 +180,12 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
 
 # the types with a row-lane layout (``repack``), taken by ``QuantizedMatrix`` wherever the renderer has
 # ``row_lane_byte_dots`` (C): faster than the activations-in-lanes path at every batch size measured (one core,
-# 1536x576, jitted with the activations' quantization, alternating in one process, load ~4-5; intdot -> lanes at
-# 1/4/8 rows): Q4_1 46/100/192 -> 20/39/63 us, Q4_0 41/86/179 -> 21/40/65, Q8_0 35/83/165 -> 20/40/64. The
-# choice is per weight, never per batch size: a row's sum has one order at any batch (batch invariance).
-LANE_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0})
-# ... and the types with a layout not (yet) chosen by policy (tests, benches)
-LAYOUT_TYPES: frozenset[GGMLType] = LANE_TYPES | {GGMLType.Q5_0, GGMLType.Q5_1}
+# 1536x576, jitted with the activations' quantization, alternating in one process; intdot -> lanes at 1/4/8 rows):
+# load ~4-5: Q4_1 46/100/192 -> 20/39/63 us, Q4_0 41/86/179 -> 21/40/65, Q8_0 35/83/165 -> 20/40/64; load ~10.5:
+# Q5_0 56/112/185 -> 32/52/76, Q5_1 61/109/201 -> 32/51/74 (Q4_1 in that run 47/102/197 -> 20/40/64). The choice is
+# per weight, never per batch size: a row's sum has one order at any batch (batch invariance).
+LANE_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
+                                             GGMLType.Q8_0})
 
 
 def uses_row_lanes(type_id: GGMLType | int, device: str) -> bool:
