@@ -188,12 +188,19 @@ LANE_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLT
                                              GGMLType.Q8_0})
 
 
-def uses_row_lanes(type_id: GGMLType | int, device: str) -> bool:
-    """Whether a product with a weight of this type takes the row-lane layout on ``device``: the type is in
-    ``LANE_TYPES`` and the device's renderer has ``row_lane_byte_dots``."""
+# the fewest columns a row-lane weight has: with one block per row the kernel has no block axis for the codegen to
+# split (``heuristic.row_lane_byte_dot_opts`` declines it, and the generic byte-dot plan miscomputes this layout)
+MIN_COLS = 2 * BLOCK
+
+
+def uses_row_lanes(type_id: GGMLType | int, device: str, cols: int | None = None) -> bool:
+    """Whether a product with a weight of this type (and ``cols`` columns) takes the row-lane layout on ``device``:
+    the type is in ``LANE_TYPES``, the device's renderer has ``row_lane_byte_dots`` and the rows have
+    ``MIN_COLS``."""
     from tgcore.runtime.registry import open_device
     try:
         gtype = GGMLType(type_id)
     except ValueError:
         return False
-    return gtype in LANE_TYPES and bool(getattr(open_device(device).renderer, "row_lane_byte_dots", False))
+    return gtype in LANE_TYPES and (cols is None or cols >= MIN_COLS) \
+        and bool(getattr(open_device(device).renderer, "row_lane_byte_dots", False))
