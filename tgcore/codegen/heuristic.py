@@ -293,16 +293,26 @@ def row_lane_byte_dot_opts(ast: UOp, red: UOp, ranges: list[UOp], mains: list[UO
     reduced = list(red.src[1:])
     if native < 2 or len(reduced) != 1 or not mains:
         return None
-    def rows_in_lanes(r: UOp) -> bool:  # the next output row's bytes 4 on (within a group of 8 rows)
-        steps = _lane_steps(mains, r, native)
-        return steps is not None and {step for step, _ in steps} == {BYTE_DOT_STEPS}
-    lanes = [r for r in ranges if _size(r) % native == 0 and _stride(store_index, r) == 1 and rows_in_lanes(r)]
+    def weights_in_lanes(r: UOp) -> list[UOp]:
+        """The main inputs whose next output row's bytes are 4 on along ``r`` (within a group of 8 rows): the
+        weight's; [] unless there are some and every other main input (the activations, when as large) stays."""
+        moving = []
+        for m in mains:
+            steps = _lane_steps([m], r, native)
+            if steps is None or len(steps) != 1 or (step := next(iter(steps))[0]) not in (0, BYTE_DOT_STEPS):
+                return []
+            if step:
+                moving.append(m)
+        return moving
+    lanes = {r: w for r in ranges if _size(r) % native == 0 and _stride(store_index, r) == 1
+             and (w := weights_in_lanes(r))}
     block = BYTE_DOT_STEPS * native
     if len(lanes) != 1 or block not in block_divisors(ast, reduced[0]):
         return None
-    batch = _batch_rows(ranges, mains)
+    (lane, weights), = lanes.items()
+    batch = _batch_rows(ranges, weights)
     unroll = [Opt(OptOps.UNROLL, number[batch], _size(batch))] if batch is not None else []
-    return [*unroll, Opt(OptOps.UPCAST, number[lanes[0]], native), Opt(OptOps.BLOCK, number[reduced[0]], block)]
+    return [*unroll, Opt(OptOps.UPCAST, number[lane], native), Opt(OptOps.BLOCK, number[reduced[0]], block)]
 
 
 def store_width(value: UOp, simd_widths: dict[DType, int],

@@ -100,3 +100,48 @@ def test_quantized_matrix_takes_the_row_lanes(gtype):
     ref = float64_reference(gtype, raw, (rows, k), x.reshape(6, k))
     np.testing.assert_allclose(flat, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
     assert QuantizedMatrix(Tensor(raw, device="CPU"), gtype, (rows, k), int_dot=False).row_lanes is None
+
+
+@pytest.mark.parametrize("rows", [16, 13])
+@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
+def test_from_host_keeps_the_row_lanes_only(gtype, rows):
+    """``QuantizedMatrix.from_host`` on CPU holds the row-lane form only (no raw bytes on the device); its
+    dequantization (the dense prefill's) has the bits of the raw bytes' (and gguf-py's values), its product those
+    of the repacked raw weight's. Where the renderer has no row lanes (CPU:X86) or without ``int_dot``, it keeps
+    the raw bytes."""
+    k = 128
+    raw = random_blocks(gtype, rows * k // 32, seed=11, small=True)
+    w = QuantizedMatrix.from_host(raw, gtype, (rows, k), "CPU", "w")
+    assert w.raw is None and w.lanes is not None and w.row_lanes is w.lanes and w.device == "CPU"
+    from_raw = QuantizedMatrix(Tensor(raw, device="CPU"), gtype, (rows, k))
+    dense = w.dequantized.numpy()
+    assert_bits_equal(dense, from_raw.dequantized.numpy())
+    np.testing.assert_allclose(dense, reference_dequantize(gtype, raw, (rows, k)), rtol=1e-6, atol=0)
+    x = np.random.default_rng(4).standard_normal((3, k)).astype(np.float32)
+    assert_bits_equal(w.matmul_t(Tensor(x, device="CPU")).numpy(), from_raw.matmul_t(Tensor(x, device="CPU")).numpy())
+    for device, int_dot in (("CPU:X86", True), ("CPU", False)):
+        kept = QuantizedMatrix.from_host(raw, gtype, (rows, k), device, "w", int_dot)
+        assert kept.raw is not None and kept.lanes is None and kept.row_lanes is None
+        np.testing.assert_array_equal(kept.raw.numpy(), raw)
+
+
+@pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.Q5_1], ids=lambda t: t.name)
+def test_row_lanes_with_activations_as_large_as_the_weight(gtype):
+    """32 rows x 160 columns times 16 activation rows (a tiny model's attn_k in a prefill): the activations' bytes
+    as many as the weight's (both the kernel's main inputs), still the row-lane plan (it once fell to the generic
+    byte-dot plan, which dropped the offset term), within rounding of the float64 reference."""
+    rows, k = 32, 160
+    raw = random_blocks(gtype, rows * k // 32, seed=9, small=True)
+    x = np.random.default_rng(6).standard_normal((16, k)).astype(np.float32)
+    out, source = _product(x, raw, gtype, (rows, k))
+    ref = float64_reference(gtype, raw, (rows, k), x)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    assert "tg_dot4_u8i8_acc(" in source
+
+
+def test_one_block_rows_keep_the_raw_bytes():
+    """A weight of 32 columns (one block per row: no block axis to split) does not take the row lanes."""
+    raw = random_blocks(GGMLType.Q4_0, 16, seed=1, small=True)
+    w = QuantizedMatrix.from_host(raw, GGMLType.Q4_0, (16, 32), "CPU")
+    assert w.raw is not None and w.row_lanes is None
+    assert not uses_row_lanes(GGMLType.Q4_0, "CPU", 32) and uses_row_lanes(GGMLType.Q4_0, "CPU", 64)

@@ -64,6 +64,8 @@ from tg_gguf.dequant import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from tg_gguf.lanes import RowLanes
     from tgcore.renderer import Renderer
     from tgcore.tensor import Tensor
@@ -573,35 +575,62 @@ def int_matmul(x: Tensor, raw: Tensor, type_id: GGMLType | int, shape: tuple[int
 
 @dataclass(frozen=True, eq=False)
 class QuantizedMatrix:
-    """A quantized ``(N, K)`` weight on a device: its raw bytes, ggml type and shape. ``matmul_t(x)`` is ``x @ W.T``
-    as integer dot products where ``uses_int_dot`` says so (and ``int_dot`` allows it), else the float product with
-    the lazy dequantization (``dequantized``) fused in."""
+    """A quantized ``(N, K)`` weight on a device: its raw bytes (or, built by ``from_host`` where the product takes
+    it, only its row-lane form ``lanes``), ggml type and shape. ``matmul_t(x)`` is ``x @ W.T`` as integer dot
+    products where ``uses_int_dot`` says so (and ``int_dot`` allows it), else the float product with the lazy
+    dequantization (``dequantized``) fused in."""
 
-    raw: Tensor
+    raw: Tensor | None  # None: the weight is held as ``lanes`` only
     gtype: GGMLType
     shape: tuple[int, int]
     name: str | None = None
     int_dot: bool = True  # False: always the float path (a reference without the activations' quantization)
+    lanes: RowLanes | None = None
+
+    @classmethod
+    def from_host(cls, data: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str,
+                  name: str | None = None, int_dot: bool = True) -> QuantizedMatrix:
+        """From the raw bytes in host memory (e.g. a view of the mapped file): where the products take the row-lane
+        layout, that form only, repacked now (the device never holds the raw bytes: one copy of the weight);
+        else the raw bytes copied to the device."""
+        from tg_gguf.lanes import repack, uses_row_lanes
+        from tgcore.tensor import Tensor
+        if int_dot and uses_int_dot(gtype, device) and uses_row_lanes(gtype, device, shape[1]):
+            return cls(None, gtype, shape, name, int_dot, repack(data, gtype, shape, device))
+        return cls(Tensor(data, device=device).realize(), gtype, shape, name, int_dot)
+
+    @property
+    def device(self) -> str:
+        if self.raw is not None:
+            return self.raw.device
+        assert self.lanes is not None, "a QuantizedMatrix holds its raw bytes or its row lanes"
+        return self.lanes.qs.device
 
     @property
     def dequantized(self) -> Tensor:
         """The lazy float32 dequantization ``(N, K)`` (fuses into its consumer)."""
+        if self.raw is None:
+            from tg_gguf import lanes
+            assert self.lanes is not None
+            return lanes.dequantize(self.lanes)
         from tg_gguf.dequant import dequantize
         return dequantize(self.raw, self.gtype, self.shape, name=self.name)
 
     @functools.cached_property
     def integer_path(self) -> bool:
         """Whether ``matmul_t`` runs as integer dot products (decided once)."""
-        return self.int_dot and uses_int_dot(self.gtype, self.raw.device)
+        return self.int_dot and uses_int_dot(self.gtype, self.device)
 
     @functools.cached_property
     def row_lanes(self) -> RowLanes | None:
-        """The weight repacked with its rows in the vector lanes (``tg_gguf.lanes``), made once, where
-        ``uses_row_lanes`` says so; else None."""
+        """The weight with its rows in the vector lanes (``tg_gguf.lanes``): ``lanes``, or repacked once from the raw
+        bytes where ``uses_row_lanes`` says so; else None."""
         from tg_gguf.lanes import repack, uses_row_lanes
-        if not (self.integer_path and uses_row_lanes(self.gtype, self.raw.device)):
+        if self.lanes is not None:
+            return self.lanes
+        if self.raw is None or not (self.integer_path and uses_row_lanes(self.gtype, self.device, self.shape[1])):
             return None
-        return repack(self.raw.numpy(), self.gtype, self.shape, self.raw.device)
+        return repack(self.raw.numpy(), self.gtype, self.shape, self.device)
 
     def matmul_t(self, x: Tensor) -> Tensor:
         """``x @ W.T``: ``(..., K)`` -> ``(..., N)``."""
@@ -610,6 +639,7 @@ class QuantizedMatrix:
             *lead, k = x.shape
             xq, dx = quantize_activations(x.reshape(-1, k))
             return row_lanes_matmul(xq, dx, self.row_lanes).reshape(*lead, self.shape[0])
+        assert self.raw is not None
         if self.integer_path:
             return int_matmul(x, self.raw, self.gtype, self.shape)
         return x @ self.dequantized.T

@@ -3,7 +3,8 @@
 In:  quantized activations (``intdot.quantize_activations``: int8 per element, a float scale per 32) and a weight
      repacked once (``repack``, from its raw GGUF bytes, in numpy): rows in groups of 8 (the last group padded
      with zero rows), each 32-element block's bytes of the 8 rows interleaved by 4 (row ``l``'s bytes ``4g .. 4g+3``
-     at ``32g + 4l``), the blocks' scales (and Q4_1's mins) of the 8 rows side by side as float16.
+     at ``32g + 4l``), the blocks' scales (and Q4_1/Q5_1's mins) of the 8 rows side by side as float16; Q5's fifth
+     bits as 4 bytes per row and block, interleaved the same way (``_fifth_bit_bytes``).
 Out: ``x @ W.T`` (``(..., N)`` float32, lazy), equal to ``intdot.int_matmul``'s up to float rounding (the same
      integer block sums; the float sums over blocks in one row's order).
 
@@ -11,9 +12,10 @@ How: element ``(row 8r + l, 32b + 4g + k)`` times activation ``32b + 4g + k`` su
 as the vector's 8 int32 lanes, one multiply-add of 4 bytes (``vpdpbusd``) per ``g``: the 4 bytes of 8 rows against
 the same 4 activation bytes broadcast (``tgcore.renderer.cbytedot.row_lanes_dot``; the codegen's choice:
 ``heuristic.row_lane_byte_dot_opts``). Per block and 8 rows: 8 dots (Q4: 4 loads of 32 bytes, each two nibble
-halves), one conversion, one scale, one multiply-add per batch row (Q4_1: one more for ``m * sum x``), against a
-dot, conversion, multiply and multiply-add per row in ``intdot``'s layout (activations in the lanes). Each output
-row's sum runs over its blocks in order whatever the batch: batch-invariant by construction.
+halves; Q5: each OR-ed with its fifth bits), one conversion, one scale, one multiply-add per batch row (Q4_1/Q5_1:
+one more for ``m * sum x``), against a dot, conversion, multiply and multiply-add per row in ``intdot``'s layout
+(activations in the lanes). Each output row's sum runs over its blocks in order whatever the batch: batch-invariant
+by construction.
 
 ``LANE_TYPES`` (data) says which types take this path; ``QuantizedMatrix`` decides with ``uses_row_lanes``.
 """
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
+from tg_gguf.dequant import FIELDS
 
 if TYPE_CHECKING:
     from tgcore.tensor import Tensor
@@ -37,7 +40,8 @@ BLOCK = 32
 @dataclass(frozen=True)
 class RowLanes:
     """A weight repacked with its rows in lanes: ``qs`` ``(groups, blocks, bytes per row-block)`` uint8, ``d`` (and
-    for Q4_1 ``m``) ``(groups, blocks, 8)`` float16; ``rows`` the weight's rows before padding."""
+    for Q4_1/Q5_1 ``m``) ``(groups, blocks, 8)`` float16, Q5's ``qh`` ``(groups, blocks, 32)`` uint8; ``rows`` the
+    weight's rows before padding."""
 
     gtype: GGMLType
     rows: int
@@ -45,13 +49,18 @@ class RowLanes:
     qs: Tensor
     d: Tensor
     m: Tensor | None
+    qh: Tensor | None = None  # Q5_0/Q5_1's fifth bits (``_fifth_bit_bytes``), interleaved as ``qs``
 
 
 def _interleave(per_row: np.ndarray) -> np.ndarray:
-    """``(rows, blocks, B)`` bytes (``B`` a multiple of 4) -> ``(rows / 8, blocks, B / 4, 8, 4)``: row ``l``'s bytes
-    ``4g .. 4g+3`` of a block at ``[g, l]``."""
+    """``(rows, blocks, B)`` bytes (``B`` a multiple of 4; the last axis contiguous) -> ``(rows / 8, blocks, 2B)``:
+    row ``l``'s bytes ``4g .. 4g+3`` of a block at ``32g + 4l``. Moved as 4-byte words (one ``uint32`` per lane and
+    step: a quarter of the element copies of a byte-wise transpose)."""
     rows, blocks, width = per_row.shape
-    return per_row.reshape(rows // ROWS, ROWS, blocks, width // STEP, STEP).transpose(0, 2, 3, 1, 4)
+    words = per_row.view(np.uint32)  # (rows, blocks, B / 4): no copy (numpy allows the unaligned view)
+    out = np.empty((rows // ROWS, blocks, width // STEP, ROWS), np.uint32)
+    out[...] = words.reshape(rows // ROWS, ROWS, blocks, width // STEP).transpose(0, 2, 3, 1)
+    return out.view(np.uint8).reshape(rows // ROWS, blocks, width * ROWS)
 
 
 def _side_by_side(field: np.ndarray) -> np.ndarray:
@@ -60,9 +69,23 @@ def _side_by_side(field: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(field.reshape(rows // ROWS, ROWS, blocks).transpose(0, 2, 1))
 
 
+def _float16s(data: np.ndarray, at: int) -> np.ndarray:
+    """The float16 at byte ``at`` of every ``(rows, blocks, block bytes)`` block: ``(rows, blocks)``."""
+    return data[:, :, at:at + 2].view(np.float16)[:, :, 0]
+
+
+def _fifth_bit_bytes(qh: np.ndarray) -> np.ndarray:
+    """Q5's ``(rows, blocks, 4)`` fifth bits (bit ``e`` of the little-endian word: element ``e``) -> 4 bytes per row
+    and block whose byte ``k`` has bit ``g`` = element ``4g + k``'s: a lane's 4 bytes at step ``g`` are then
+    ``(bytes >> g) & 1`` (the elements ``4g .. 4g+3`` the step multiplies)."""
+    bits = np.unpackbits(qh, axis=-1, bitorder="little").reshape(*qh.shape[:2], 8, STEP)  # [., ., g, k]
+    return np.packbits(bits.transpose(0, 1, 3, 2), axis=-1, bitorder="little").reshape(qh.shape)
+
+
 def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str) -> RowLanes:
-    """The raw GGUF bytes of an ``(N, K)`` weight -> its row-lane form on ``device`` (rows padded to a multiple of 8
-    with zeros: zero scales, so the padded rows sum to 0 and are dropped)."""
+    """The raw GGUF bytes of an ``(N, K)`` weight (host memory, e.g. a view of the mapped file) -> its row-lane form
+    on ``device`` (rows padded to a multiple of 8 with zeros: zero scales, so the padded rows sum to 0 and are
+    dropped). Vectorized numpy: one pass over the bytes per field (SmolLM2's 96 MB of weights: ~0.3 s)."""
     from tgcore.tensor import Tensor
     if gtype not in LANE_TYPES:
         raise ValueError(f"no row-lane layout for {gtype.name} (types: {', '.join(t.name for t in LANE_TYPES)})")
@@ -72,23 +95,24 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
     if k % block or raw.size != n * blocks * block_bytes:
         raise ValueError(f"{gtype.name} weight of shape {shape} does not match {raw.size} bytes")
     padded = -(-n // ROWS) * ROWS
-    data = np.zeros((padded, blocks, block_bytes), np.uint8)
-    data[:n] = raw.reshape(n, blocks, block_bytes)
-    d = data[:, :, 0:2].copy().view(np.float16)[:, :, 0]
-    m = None
-    qs: np.ndarray
+    data = raw.reshape(n, blocks, block_bytes)
+    if padded != n:
+        data = np.concatenate([data, np.zeros((padded - n, blocks, block_bytes), np.uint8)])
+    fields = FIELDS[gtype]
+    qs_at, qs_bytes = fields["qs"]
+    qs = _interleave(data[:, :, qs_at:qs_at + qs_bytes])
     if gtype is GGMLType.Q8_0:
-        qs = data[:, :, 2:] ^ np.uint8(0x80)  # u = q + 128
-    elif gtype is GGMLType.Q4_0:
-        qs = data[:, :, 2:]  # byte j: element j (low nibble) and j + 16 (high)
-    else:  # Q4_1
-        m = data[:, :, 2:4].copy().view(np.float16)[:, :, 0]
-        qs = data[:, :, 4:]
+        qs.view(np.uint32)[...] ^= np.uint32(0x80808080)  # u = q + 128 (in place, 4 bytes at a time)
+    qh = None
+    if "qh" in fields:
+        qh_at, _ = fields["qh"]
+        qh = _interleave(_fifth_bit_bytes(data[:, :, qh_at:qh_at + 4]))
 
     def put(a: np.ndarray) -> Tensor:
         return Tensor(np.ascontiguousarray(a), device=device).realize()
-    return RowLanes(gtype, n, k, put(_interleave(qs).reshape(padded // ROWS, blocks, -1)), put(_side_by_side(d)),
-                    None if m is None else put(_side_by_side(m)))
+    return RowLanes(gtype, n, k, put(qs), put(_side_by_side(_float16s(data, fields["d"][0]))),
+                    put(_side_by_side(_float16s(data, fields["m"][0]))) if "m" in fields else None,
+                    None if qh is None else put(qh))
 
 
 def _unsigned(w: RowLanes) -> Tensor:
@@ -102,10 +126,34 @@ def _unsigned(w: RowLanes) -> Tensor:
         packed = w.qs.reshape(1, groups, blocks, 1, 4, ROWS, STEP).expand(1, groups, blocks, 2, 4, ROWS, STEP)
         half = iota((1, 1, 1, 2, 1, 1, 1), 3, packed.device, "uint8")
         qs = ((packed >> (half * 4)) & 15).reshape(1, groups, blocks, 8, ROWS, STEP)
+        if w.qh is not None:  # Q5: the fifth bit of element 4g + k is bit g of its byte (``_fifth_bit_bytes``)
+            fifth = w.qh.reshape(1, groups, blocks, 1, ROWS, STEP).expand(1, groups, blocks, 8, ROWS, STEP)
+            step = iota((1, 1, 1, 8, 1, 1), 3, fifth.device, "uint8")
+            qs = qs | (((fifth >> step) & 1) << 4)
     return qs.permute(0, 1, 4, 2, 3, 5)
 
 
-OFFSETS = {GGMLType.Q8_0: -128, GGMLType.Q4_0: -8}  # a symmetric type's integer offset (``q = u + c``)
+def _per_row(field: Tensor) -> Tensor:
+    """A ``(groups, blocks, 8)`` float16 field -> ``(1, groups, 8, blocks, 1, 1)`` float32 (``_unsigned``'s axes)."""
+    groups, blocks = field.shape[0], field.shape[1]
+    return field.permute(0, 2, 1).reshape(1, groups, ROWS, blocks, 1, 1).cast("float32")
+
+
+def dequantize(w: RowLanes) -> Tensor:
+    """The lazy float32 ``(N, K)`` weight from its row-lane form, with ``tg_gguf.dequant``'s formulas per type (the
+    same float operations on the same values: the same bits as dequantizing the raw bytes)."""
+    groups, blocks = w.qs.shape[0], w.qs.shape[1]
+    u = _unsigned(w).cast("float32")
+    if w.m is not None:  # Q4_1, Q5_1: d * q + m
+        value = _per_row(w.d) * u + _per_row(w.m)
+    else:  # (u + c) is the signed integer, exactly (Q8_0's ``float(int8)``, Q4_0's ``q - 8.0``)
+        value = (u + float(OFFSETS[w.gtype])) * _per_row(w.d)
+    out = value.reshape(groups * ROWS, blocks * BLOCK)
+    return out if groups * ROWS == w.rows else out.shrink(((0, w.rows), None))
+
+
+# a symmetric type's integer offset (``q = u + c``)
+OFFSETS = {GGMLType.Q8_0: -128, GGMLType.Q4_0: -8, GGMLType.Q5_0: -16}
 
 
 def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
@@ -116,17 +164,15 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
     x = xq.reshape(m, 1, 1, blocks, 8, STEP).cast("int32")
     scale_x = dx.reshape(m, 1, 1, blocks, 1, 1)
 
-    def per_row(field: Tensor) -> Tensor:
-        return field.permute(0, 2, 1).reshape(1, groups, ROWS, blocks, 1, 1).cast("float32")
     # the block's offset term (a symmetric type's ``c * d``, Q4_1's ``m``) times the block's activation sum: summed
     # once per batch row and block (a kernel of its own), then spread over the block's 32 elements as a 32nd (a
     # power of two: exact), so the term is a block factor (``blocks.factor_blocks``), not a sum per row group
     sums = x.reshape(m, blocks, BLOCK).sum(-1).cast("float32") * dx
     spread_sum = (sums * (1.0 / BLOCK)).contiguous().reshape(m, 1, 1, blocks, 1, 1)
-    offset = per_row(w.d) * float(OFFSETS[w.gtype]) if w.gtype in OFFSETS else per_row(w.m) if w.m is not None \
+    offset = _per_row(w.d) * float(OFFSETS[w.gtype]) if w.gtype in OFFSETS else _per_row(w.m) if w.m is not None \
         else None
     assert offset is not None
-    value = (_unsigned(w).cast("int32") * x).cast("float32") * (per_row(w.d) * scale_x) + spread_sum * offset
+    value = (_unsigned(w).cast("int32") * x).cast("float32") * (_per_row(w.d) * scale_x) + spread_sum * offset
     out = value.reshape(m, groups * ROWS, blocks * BLOCK).sum(-1)
     # a padded tail: the whole groups in one kernel (a shrink fused into it would cut the lanes' axis), then cut
     return out if groups * ROWS == w.rows else out.contiguous().shrink(((0, m), (0, w.rows)))
@@ -134,18 +180,27 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
 
 # the types with a row-lane layout (``repack``), taken by ``QuantizedMatrix`` wherever the renderer has
 # ``row_lane_byte_dots`` (C): faster than the activations-in-lanes path at every batch size measured (one core,
-# 1536x576, jitted with the activations' quantization, alternating in one process, load ~4-5; intdot -> lanes at
-# 1/4/8 rows): Q4_1 46/100/192 -> 20/39/63 us, Q4_0 41/86/179 -> 21/40/65, Q8_0 35/83/165 -> 20/40/64. The
-# choice is per weight, never per batch size: a row's sum has one order at any batch (batch invariance).
-LANE_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0})
+# 1536x576, jitted with the activations' quantization, alternating in one process; intdot -> lanes at 1/4/8 rows):
+# load ~4-5: Q4_1 46/100/192 -> 20/39/63 us, Q4_0 41/86/179 -> 21/40/65, Q8_0 35/83/165 -> 20/40/64; load ~10.5:
+# Q5_0 56/112/185 -> 32/52/76, Q5_1 61/109/201 -> 32/51/74 (Q4_1 in that run 47/102/197 -> 20/40/64). The choice is
+# per weight, never per batch size: a row's sum has one order at any batch (batch invariance).
+LANE_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
+                                             GGMLType.Q8_0})
 
 
-def uses_row_lanes(type_id: GGMLType | int, device: str) -> bool:
-    """Whether a product with a weight of this type takes the row-lane layout on ``device``: the type is in
-    ``LANE_TYPES`` and the device's renderer has ``row_lane_byte_dots``."""
+# the fewest columns a row-lane weight has: with one block per row the kernel has no block axis for the codegen to
+# split (``heuristic.row_lane_byte_dot_opts`` declines it, and the generic byte-dot plan miscomputes this layout)
+MIN_COLS = 2 * BLOCK
+
+
+def uses_row_lanes(type_id: GGMLType | int, device: str, cols: int | None = None) -> bool:
+    """Whether a product with a weight of this type (and ``cols`` columns) takes the row-lane layout on ``device``:
+    the type is in ``LANE_TYPES``, the device's renderer has ``row_lane_byte_dots`` and the rows have
+    ``MIN_COLS``."""
     from tgcore.runtime.registry import open_device
     try:
         gtype = GGMLType(type_id)
     except ValueError:
         return False
-    return gtype in LANE_TYPES and bool(getattr(open_device(device).renderer, "row_lane_byte_dots", False))
+    return gtype in LANE_TYPES and (cols is None or cols >= MIN_COLS) \
+        and bool(getattr(open_device(device).renderer, "row_lane_byte_dots", False))

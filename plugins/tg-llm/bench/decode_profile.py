@@ -31,10 +31,12 @@ def weight_rows(model: Any) -> dict[tuple[int, int], int]:
     mats = [model.output] if model.output is not None else []
     for layer in model.layers:
         mats += [*layer.wqkv, layer.wo, *layer.w_gate_up, layer.w_down]
+    from tg_gguf.constants import BLOCK_LAYOUT
     rows: dict[tuple[int, int], int] = {}
     for m in mats:
-        if hasattr(m, "raw"):
-            rows[m.shape] = m.raw.shape[0] // m.shape[0]
+        if hasattr(m, "gtype"):  # (the raw bytes may be gone: a weight held in its row-lane form)
+            block, block_bytes = BLOCK_LAYOUT[m.gtype]
+            rows[m.shape] = m.shape[1] // block * block_bytes
     return rows
 
 

@@ -205,12 +205,14 @@ class Model:
             return t
 
         def matrix(name: str) -> QuantizedMatrix:
-            """A weight as its quantized bytes on the device (loaded now; the dequantization stays lazy)."""
+            """A weight as its quantized bytes (or their row-lane form) on the device (loaded now; the dequantization
+            stays lazy)."""
             from tg_gguf.dequant import check_supported
             info = gf.tensor_info[name]
             check_supported(info.type, name)
             rows, cols = (int(s) for s in info.shape)
-            return QuantizedMatrix(tensors.raw(name), info.type, (rows, cols), name, int_dot)
+            return QuantizedMatrix.from_host(np.frombuffer(gf.tensor_bytes(name), dtype=np.uint8), info.type,
+                                             (rows, cols), device, name, int_dot)
 
         if "token_embd.weight" not in gf.tensor_info:
             raise ModelError(f"{cfg.architecture} model file has no tensor 'token_embd.weight'")
@@ -247,8 +249,8 @@ class Model:
                     progress(done, total)
                 name = "+".join(run)
                 check_supported(infos[0].type, name)
-                matrices.append(QuantizedMatrix(Tensor(raw, device=device).realize(), infos[0].type,
-                                                (rows, int(infos[0].shape[1])), name, int_dot))
+                matrices.append(QuantizedMatrix.from_host(raw, infos[0].type, (rows, int(infos[0].shape[1])), device,
+                                                          name, int_dot))
             return matrices
 
         self.layers: list[_Layer] = []
