@@ -465,14 +465,16 @@ DOT_TYPES = (UNSIGNED, SIGNED, RESULT, dtypes.uint8.vec(WIDE), dtypes.int8.vec(W
 # loop-invariant.
 BYTE_TABLE_HELPER = "tg_table16_u8"
 BYTE_TABLE_PREAMBLE = """\
+typedef char tg_chars16 __attribute__((vector_size(16)));
+typedef char tg_chars32 __attribute__((vector_size(32)));
+static inline tg_chars32 tg_table16_twice(const unsigned char* t) {  /* in both 128-bit halves */
+  tg_chars16 h; __builtin_memcpy(&h, t, 16);
+  return __builtin_shufflevector(h, h, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                                 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
 static inline tg_uint8x32 tg_table16_u8(const unsigned char* t, tg_uint8x32 i) {
 #if defined(__AVX2__)
-  typedef char tg_chars16 __attribute__((vector_size(16)));
-  typedef char tg_chars32 __attribute__((vector_size(32)));
-  tg_chars16 h; __builtin_memcpy(&h, t, 16);
-  tg_chars32 w = __builtin_shufflevector(h, h, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
-                                         0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  return (tg_uint8x32)__builtin_ia32_pshufb256(w, (tg_chars32)i);
+  return (tg_uint8x32)__builtin_ia32_pshufb256(tg_table16_twice(t), (tg_chars32)i);
 #else
   tg_uint8x32 r;
   for (int k = 0; k < 32; k++) r[k] = t[i[k]];

@@ -152,15 +152,12 @@ def bits_as_sixteen(x: UOp) -> UOp | None:
 LOW4_TABLE_HELPER = "tg_table16_u8_low4"
 # a 16-byte table looked up at the low 4 bits of each index byte (cbytedot's tg_table16_u8 at ``i & 15``): with
 # AVX512-VBMI one vpermb of the table twice over, which reads bits 0-4 of an index only, so the mask is not needed
+# (after BYTE_TABLE_PREAMBLE: its tg_table16_twice and fallback)
 LOW4_TABLE_PREAMBLE = """\
 static inline tg_uint8x32 tg_table16_u8_low4(const unsigned char* t, tg_uint8x32 i) {
 #if defined(__AVX512VBMI__) && defined(__AVX512VL__) && !defined(__clang__)
-  typedef char tg_chars16 __attribute__((vector_size(16)));
-  typedef char tg_chars32 __attribute__((vector_size(32)));
-  tg_chars16 h; __builtin_memcpy(&h, t, 16);
-  tg_chars32 w = __builtin_shufflevector(h, h, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
-                                         0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  return (tg_uint8x32)__builtin_ia32_permvarqi256_mask(w, (tg_chars32)i, (tg_chars32){0}, 0xFFFFFFFFu);
+  return (tg_uint8x32)__builtin_ia32_permvarqi256_mask(tg_table16_twice(t), (tg_chars32)i, (tg_chars32){0},
+                                                       0xFFFFFFFFu);
 #else
   return tg_table16_u8(t, i & 15);
 #endif
