@@ -400,7 +400,7 @@ class Engine:
         sched = _Scheduler(self)
         last_busy = -IDLE_WARM_AFTER_S  # time.monotonic() when the worker last had work
         clock = self.clock
-        clock.lap("idle")  # (loading and the warm-ups before ready)
+        clock.lap("load")  # (loading and the warm-ups before ready)
         while True:
             clock.lap("host")
             idle = not sched.busy()

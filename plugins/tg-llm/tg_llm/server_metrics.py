@@ -101,7 +101,8 @@ class _WorkerCollector:
         clock = self.engine.clock
         seconds = CounterMetricFamily("tg_llm_worker_seconds", "seconds the model's worker thread spent per phase "
                                       "(prefill and decode: through the model; host: scheduling, sampling, handing "
-                                      "tokens out; idle: waiting for work)", labels=["phase"])
+                                      "tokens out; idle: waiting for work; load: before the worker started)",
+                                      labels=["phase"])
         for phase, value in clock.seconds.items():
             seconds.add_metric([phase], value)
         yield seconds
