@@ -56,10 +56,11 @@ def test_headers_only_when_they_change(need_mpi: None) -> None:
 
 
 @pytest.mark.parametrize("net", ["shm", "tcp"])
-def test_posted_receive_keeps_the_order(need_mpi: None, net: str) -> None:
-    """A recv waiting for a small message posts a receive for it: a large message that comes first is refused (the
-    posted receive is cancelled), a small one the posted receive took before a large one is returned first."""
-    proc = run_job(2, [str(WORKER), "posted"], timeout=60, net=net)
+def test_messages_keep_their_order(need_mpi: None, net: str) -> None:
+    """While a recv of a small tensor waits, a large message sent before a small one is refused (it came first) and
+    the small one is the next recv's; small, large, small arrive in that order (review: a receive posted for small
+    messages only took a small one sent after a large one)."""
+    proc = run_job(2, [str(WORKER), "order"], timeout=60, net=net)
     ok(proc, 2)
     assert proc.stdout.count("expected error") == 1, proc.stdout
 

@@ -17,11 +17,9 @@ header it received from that rank (both sides keep it per rank; messages match i
 and again is one message. ``recv`` probes for the first message from the sender and checks its header before it
 posts the receive of the data, whose size the header gave: a sender that sent more bytes than asked for never meets
 a too-short receive (Open MPI 4.1 overruns the buffer of a truncated receive); its data is received and dropped and
-the recv raises ``PeerMismatch``. A blocking recv of a small tensor whose message is not there yet posts a receive
-of any ``TAG_SMALL`` message (into a buffer of the largest one, so none is truncated) while it waits, and probes for
-messages of the other tags beside it: a small message lands as soon as it comes, and one of another tag that came
-first cancels the posted receive (if that took a small message meanwhile, the small one came first). A blocking
-``recv(out=)`` announces its write into ``out`` only after the check.
+the recv raises ``PeerMismatch``. (No receive is posted ahead for a small message: one posted for ``TAG_SMALL`` only
+can match a small message sent after a large one still queued, and one for any tag can truncate a large one.) A
+blocking ``recv(out=)`` announces its write into ``out`` only after the check.
 After a timeout or an MPI error the transport is failed (later calls raise ``TransportClosed``); if it is still
 failed when the interpreter exits it calls ``MPI_Abort`` so the other ranks do not wait forever in
 ``MPI_Finalize``.
@@ -92,7 +90,6 @@ CHUNK = 1 << 30  # bytes per point-to-point message; elements per reduce step
 SEND_BUFFERS = 4  # small sends that may be on their way at once (send returns before they are received)
 SEND_INITS = 64  # persistent requests of small sends kept (one per staging buffer, message size and rank)
 FAST_POLLS = 512  # polls before the first clock read
-OTHER_POLLS = 16  # a recv waiting for a small message probes for one of another tag every this many polls
 IDLE_POLLS = 1  # polls that found nothing before a wait does its idle work (recv: make the next result ahead)
 SPIN_SECONDS = 0.05  # poll flat out this long (MPI progresses only inside our Test calls) ...
 YIELD_SECONDS = 1.0  # ... then yield the CPU between polls, then sleep 1 ms between polls
@@ -150,7 +147,6 @@ class MPITransport(Transport):
         self._landing_header = self._landing[:HEADER_BYTES]
         self._invalidate = realization().invalidate  # (a write into memory: its version bumped)
         self._header_in = memoryview(bytearray(HEADER_BYTES))  # (recv's fast path: header messages)
-        self._posted: dict[int, Any] = {}  # src -> a persistent receive of a small message into _landing
         # the last header sent to / received from each rank in a header message: data of a large message that
         # comes without one has that header (a sender sends the header only when it changes)
         self._headers_sent: dict[int, np.ndarray] = {}
@@ -192,9 +188,6 @@ class MPITransport(Transport):
         if self._failure is not None:
             self._at_exit()  # the peers cannot be left waiting
             return
-        for req in self._posted.values():  # (inactive: each recv completes its posted receive or cancels it)
-            req.Free()
-        self._posted.clear()
         for datatype, op in self._user_ops.values():
             op.Free()
             datatype.Free()
@@ -426,26 +419,6 @@ class MPITransport(Transport):
                                      -1 if readers is None else readers.changes[0])
         mpi, status, improbe = self._mpi, self._status, self._comm.Improbe
         message = improbe(src, mpi.ANY_TAG, status)  # (a message already there: no closures, no polling loop)
-        if message is None and nbytes <= SMALL:  # (a small message lands while this waits: see _await_small)
-            pool = self._pool
-            message = self._await_small(src, lambda: f"recv of {dt.name}{list(dims)} from rank {src}",
-                                        None if out is not None else lambda: pool.prepare(dims, dt, device))
-            if message is None:
-                landing, count = self._landing, status.Get_count(mpi.BYTE)
-                if count != HEADER_BYTES + nbytes or self._landing_header.tobytes() != want:
-                    self._refuse_small(landing, count, dims, dt, src)
-                if direct is not None:  # (the common case of out=, inline)
-                    self._invalidate(direct[0])
-                    direct[1][:] = landing[HEADER_BYTES:count]
-                    return out  # type: ignore[return-value]
-                if out is None:  # (a pooled result, inline: it has room for the header in front)
-                    pooled = self._pool.take_key(pool_key)
-                    if pooled is not None:
-                        pooled[1][:count] = landing[:count]
-                        return pooled[0]
-                t, mv, commit = self._target(dims, dt, device, out, nbytes, direct)
-                mv[:] = landing[HEADER_BYTES:count]
-                return _committed(commit, t)
         if message is None:
             found: list[Any] = [None]
 
@@ -496,64 +469,6 @@ class MPITransport(Transport):
         result = self.irecv(dims, dt, src, device, out, blocking=True, found=(message, status)).wait()
         self._status = mpi.Status()  # (the handle's stages read that status)
         return result
-
-    def _await_small(self, src: int, what: What, idle: Callable[[], None] | None) -> Any:
-        """Wait for the next message from ``src`` with a receive of any ``TAG_SMALL`` message posted into the landing
-        buffer, so a small message's data lands while this polls (no probe, then receive, once it is there).
-        Returns None once a small message is in the landing buffer (``self._status`` has its size), or the matched
-        probe of a message of another kind that came first (the posted receive is cancelled; if it took a small
-        message meanwhile, that one came first and is returned, the other stays queued for the next receive).
-        Every ``TAG_SMALL`` message fits (``HEADER_BYTES + SMALL`` bytes), so none is truncated."""
-        mpi, status, comm = self._mpi, self._status, self._comm
-        req = self._posted.get(src)
-        if req is None:  # (a persistent receive per rank: no new request per message)
-            req = self._posted[src] = comm.Recv_init([self._landing, mpi.BYTE], src, TAG_SMALL)
-        req.Start()
-        self._reap_sends()
-        test, iprobe, any_tag, other = req.Test, comm.Iprobe, mpi.ANY_TAG, []
-        polls = 0
-
-        def arrived() -> bool:
-            nonlocal polls
-            if test(status):
-                return True
-            polls += 1
-            if not polls % OTHER_POLLS and iprobe(src, any_tag):  # (the posted receive takes every small message)
-                other.append(True)
-                return True
-            return False
-        try:  # (the common case, without a call per poll: the message comes within a few polls)
-            if test(status):
-                return None
-            if idle is not None:
-                idle()
-            for _ in range(FAST_POLLS):  # (a message of another tag here is a mismatch: it can wait for _until)
-                if test(status):
-                    return None
-        except mpi.Exception as e:
-            raise self._peer_failed(e, what, src) from e
-        self._until(arrived, what, src, [req])
-        if not other:
-            return None
-        req.Cancel()
-        self._until(lambda: test(status), what, src, [])
-        if not status.Is_cancelled():
-            return None
-        message = comm.Improbe(src, mpi.ANY_TAG, status)  # (the message Iprobe saw: nothing took it since)
-        assert message is not None
-        return message
-
-    def _refuse_small(self, landing: memoryview, count: int, dims: tuple[int, ...], dt: DType, src: int) -> None:
-        """Raise ``PeerMismatch`` for a small message of ``count`` bytes in ``landing`` that recv did not ask for."""
-        what = f"recv of {dt.name}{list(dims)} from rank {src}"
-        if count >= HEADER_BYTES:
-            got = np.frombuffer(landing, np.int64, HEADER_WORDS)
-            check_header(got, header_of(dims, dt), src, self.rank)
-            raise PeerMismatch(f"rank {self.rank}: {what}: a message of {count} bytes for a header of "
-                               f"{header_nbytes(got)} data bytes, or a header that differs only in its padding", src)
-        raise PeerMismatch(f"rank {self.rank}: {what}: rank {src} sent a message of {count} bytes with tag "
-                           f"{TAG_SMALL:#x} that is not a tgcore tensor; is the peer using the same tg-mlx-rdma "
-                           "version?", src)
 
     def _target(self, dims: tuple[int, ...], dt: DType, device: str | None, out: Tensor | None, nbytes: int,
                 direct: tuple[Any, memoryview] | None) -> tuple[Tensor, memoryview, Callable[[], None]]:
