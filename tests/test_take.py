@@ -144,15 +144,19 @@ def test_rows_scattered_into_a_cache_per_step_under_jit(device):
         np.testing.assert_array_equal(cache.numpy(), expected)
 
 
-@pytest.mark.parametrize("indices", ["lazy_slice", "realized_slice"])
+@pytest.mark.parametrize("indices", ["lazy_slice", "realized_slice", "square", "transposed"])
 def test_assign_into_a_take_whose_indices_read_the_table(device, indices):
     """The indices are read before any element is written (numpy's ``t[t[:2]] = v``), also when they are a slice of
     the table itself (lazy, or realized: a view of the same memory)."""
-    ref = np.array([1, 0, 0, 0, 0, 0, 0, 0], np.int32)
+    ref = np.array([1, 0, 3, 2, 0, 0, 0, 0], np.int32)
     t = Tensor(ref, device=device).contiguous().realize()
-    index = t[:2] if indices == "lazy_slice" else t[:2].realize()
-    t.take(index).assign(Tensor(np.array([5, 6], np.int32), device=device))
-    ref[ref[:2].copy()] = [5, 6]
+    index, ref_index, values = {"lazy_slice": (t[:2], ref[:2], [5, 6]),
+                                "realized_slice": (t[:2].realize(), ref[:2], [5, 6]),
+                                "square": (t[:4].reshape(2, 2), ref[:4].reshape(2, 2), [[5, 6], [7, 8]]),
+                                "transposed": (t[:4].reshape(2, 2).permute(1, 0), ref[:4].reshape(2, 2).T,
+                                               [[5, 6], [7, 8]])}[indices]
+    t.take(index).assign(Tensor(np.array(values, np.int32), device=device))
+    ref[ref_index.copy()] = values
     np.testing.assert_array_equal(t.numpy(), ref)
 
 

@@ -533,8 +533,12 @@ class Kernelizer:
         if gated_ok and any(u.op is Ops.INDEX and u.src[0] in overlapping for s in index.src[1:] for u in s.toposort):
             # a take's indices read the table it writes: a copy of them first, else an element written early moves
             # where a later one goes
-            staged_indices = self.realize(UOp(Ops.CONTIGUOUS, target.src[1].dtype, (target.src[1],)))
-            return self._assign_kernel(node.replace(src=(target.replace(src=(target.src[0], staged_indices)), value)))
+            indices = target.src[1]
+            staged = self.realize(UOp(Ops.CONTIGUOUS, indices.dtype, (indices,)))  # (a flat buffer: its shape back)
+            staged = UOp(Ops.RESHAPE, staged.dtype, (staged,), shape_of(indices))
+            written = self._assign_kernel(node.replace(src=(target.replace(src=(target.src[0], staged)), value)))
+            self.done[node] = written
+            return written
         kernel.root, kernel.root_idx = value, ranges
         result = kernel.lower(value, ranges, None, direct=True)
         # in place is safe when every read of the target buffer reads the element being written
