@@ -103,6 +103,19 @@ def test_send_view_follows_writes_into_the_tensor() -> None:
     np.testing.assert_array_equal(np.frombuffer(mv, np.float32), np.arange(8, dtype=np.float32) * 8 + 1)
 
 
+def test_send_view_of_a_view_keeps_the_values_it_was_built_from() -> None:
+    """A view sent, then its base written by an assign (which copies the old values aside for the view): the view is
+    still its old values, and so are the bytes sent next (review: the remembered memoryview was the written memory)."""
+    from tg_mlx_rdma.transport import message_of, tensor_bytes
+    a = Tensor(np.arange(8, dtype=np.float32)).realize()
+    x = a.reshape(2, 4)
+    tensor_bytes(x)
+    a.assign(Tensor(np.full(8, -1, np.float32))).realize()
+    np.testing.assert_array_equal(x.numpy().ravel(), np.arange(8, dtype=np.float32))
+    for send in (tensor_bytes, message_of):
+        np.testing.assert_array_equal(np.frombuffer(send(x)[0], np.float32), np.arange(8, dtype=np.float32))
+
+
 def test_send_view_is_forgotten_with_its_tensor() -> None:
     """The remembered memoryview goes when the tensor's node does: it never keeps freed memory alive."""
     import gc

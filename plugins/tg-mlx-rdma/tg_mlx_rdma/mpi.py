@@ -271,7 +271,7 @@ class MPITransport(Transport):
             self._peers.add(self._check_peer(dst, "dst"))
         u = getattr(tensor, "uop", None)  # (message_of's hit, inline; no node has id(None))
         hit = _SEND_VIEWS.get(id(u))
-        if hit is not None and hit[0]() is u:
+        if hit is not None and hit[0]() is u and hit[4].version == hit[5]:
             if hit[1] is not None:
                 hit[1].synchronize()
             data, keep, header = hit[2], tensor, hit[3]

@@ -187,7 +187,7 @@ def tensor_bytes(t: Tensor) -> tuple[memoryview, Tensor]:
     u = getattr(t, "uop", None)
     if u is not None:
         hit = _SEND_VIEWS.get(id(u))
-        if hit is not None and hit[0]() is u:
+        if hit is not None and hit[0]() is u and hit[4].version == hit[5]:
             if hit[1] is not None:
                 hit[1].synchronize()
             return hit[2], t
@@ -209,7 +209,7 @@ def tensor_bytes(t: Tensor) -> tuple[memoryview, Tensor]:
             _SEND_VIEWS.clear()
         key = id(u)  # (the entry goes with its node: the memoryview never keeps freed memory alive)
         _SEND_VIEWS[key] = (weakref.ref(u, _forget(_SEND_VIEWS, key)), to_synchronize(buf.dev), mv,
-                            header_of(t.shape, t.dtype))
+                            header_of(t.shape, t.dtype), buf.base, buf.base.version)
     return mv, t
 
 
@@ -218,7 +218,7 @@ def message_of(t: Tensor) -> tuple[memoryview, Tensor, np.ndarray]:
     u = getattr(t, "uop", None)
     if u is not None:
         hit = _SEND_VIEWS.get(id(u))
-        if hit is not None and hit[0]() is u:
+        if hit is not None and hit[0]() is u and hit[4].version == hit[5]:
             if hit[1] is not None:
                 hit[1].synchronize()
             return hit[2], t, hit[3]
@@ -227,8 +227,9 @@ def message_of(t: Tensor) -> tuple[memoryview, Tensor, np.ndarray]:
 
 
 # id(node) -> (the node, weakly; its device (None: nothing to synchronize); a memoryview of its memory; its wire
-# header): realized tensors sent recently, small ones (their per-message cost matters)
-_SEND_VIEWS: dict[int, tuple[Any, Any, memoryview, np.ndarray]] = {}
+# header; the base Buffer and its version then: a write since, e.g. an assign that copied the old values aside for
+# this node, makes the entry stale): realized tensors sent recently, small ones (their per-message cost matters)
+_SEND_VIEWS: dict[int, tuple[Any, Any, memoryview, np.ndarray, Any, int]] = {}
 _SEND_VIEW_BYTES = 4 << 20
 
 
