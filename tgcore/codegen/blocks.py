@@ -87,6 +87,13 @@ def _int_parts(value: UOp) -> list[tuple[UOp, int]]:
     return out
 
 
+def _repeated(term: UOp, i: UOp) -> UOp:
+    """The sum over the in-block range ``i`` of ``term``, which does not depend on it (a block's offset ``m_b`` that
+    no element multiplies): ``term * size``. Not a loop: a sum whose value depends on no open range would get its
+    accumulator set to zero once, outside the block loop that holds its in-block loop, and add up every block's."""
+    return term * term.const_like(_size(i))
+
+
 def _block_sum(total: UOp, i: UOp) -> UOp:
     """The sum of ``total`` over the in-block range ``i``. Each float conversion of an integer in it (a quantized
     weight's integer times a quantized activation) is summed as integers and converted once: exact, because every
@@ -97,6 +104,9 @@ def _block_sum(total: UOp, i: UOp) -> UOp:
     sums: list[UOp] = []
     rest: list[UOp] = []
     for term in _terms(total):
+        if i not in term.toposort:
+            sums.append(_repeated(term, i))
+            continue
         value = _exact_int(term, _size(i))
         if value is None:
             rest.append(term)
