@@ -304,6 +304,25 @@ def test_lists_with_block_give_the_numbers_of_lists_without(device, rows, blocks
 
 
 @pytest.mark.parametrize("rows, blocks, k", BLOCK_SHAPES)
+def test_block_offsets_that_no_element_multiplies(device, rows, blocks, k):
+    """out[n] = sum_j a[n, j // k] * y[n, j] + c[j // k]: the offset ``c`` is constant over a block and depends on
+    no output row, so its block sum depends on no loop. It once was a loop whose accumulator was zeroed once at the
+    top of the kernel, outside the block and row loops, so every block of every row added all earlier blocks' sums
+    too (tg-gguf's Q5_0/Q5_1 row-lane products at large batch: relative error 1e2..1e5)."""
+    rng = np.random.default_rng(rows + blocks + k)
+    y, a, c = small_ints(rng, (rows, blocks * k)), small_ints(rng, (rows, blocks)), small_ints(rng, (blocks,))
+    scale = Tensor(a, device=device).reshape(rows, blocks, 1).expand(rows, blocks, k).reshape(rows, blocks * k)
+    offset = Tensor(c, device=device).reshape(1, blocks, 1).expand(rows, blocks, k).reshape(rows, blocks * k)
+    t = (scale * Tensor(y, device=device) + offset).sum(-1)
+    ref = (np.repeat(a, k, 1) * y + np.repeat(c, k)[None]).sum(-1)
+    plain, blocked = block_lists(rows, k)
+    for opts in plain + blocked:
+        if not linear(device) and any(o.op in (UPCAST, TILE) for o in opts):
+            continue
+        np.testing.assert_array_equal(run_with_opts(t, opts, device), ref, err_msg=" ".join(map(str, opts)))
+
+
+@pytest.mark.parametrize("rows, blocks, k", BLOCK_SHAPES)
 def test_block_is_applied_not_dropped(rows, blocks, k):
     """Each BLOCK list makes a block loop and an in-block loop."""
     renderer = open_device("CPU").renderer
