@@ -139,6 +139,19 @@ def test_row_lanes_with_activations_as_large_as_the_weight(gtype):
     assert "tg_dot4_u8i8_acc(" in source
 
 
+@pytest.mark.parametrize("gtype", [GGMLType.Q5_0, GGMLType.Q5_1], ids=lambda t: t.name)
+def test_five_bit_row_lanes_with_more_activation_rows_than_weight_rows(gtype):
+    """16 rows x 64 columns times 64 activation rows: the scheduler then materializes the weight's five-bit values as
+    int32 (no byte dot), and the product's offset term (-16 per weight value, a block constant) was summed in a loop
+    whose accumulator was never reset (relative error 1e2). Called directly, whatever ``LANE_TYPES`` holds."""
+    rows, k = 16, 64
+    raw = random_blocks(gtype, rows * k // 32, seed=3, small=True)
+    x = np.random.default_rng(1).standard_normal((64, k)).astype(np.float32)
+    out, _ = _product(x, raw, gtype, (rows, k))
+    ref = float64_reference(gtype, raw, (rows, k), x)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
 def test_one_block_rows_keep_the_raw_bytes():
     """A weight of 32 columns (one block per row: no block axis to split) does not take the row lanes."""
     raw = random_blocks(GGMLType.Q4_0, 16, seed=1, small=True)
