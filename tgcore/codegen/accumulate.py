@@ -64,14 +64,28 @@ def _combine(op: Ops, acc: UOp, value: UOp, terms: list[UOp] | None) -> UOp:
     return acc
 
 
-def _accumulator(red: UOp, src: tuple[UOp, ...], number: int, new: dict[UOp, UOp]) -> UOp:
+def loops_around(sink: UOp) -> dict[UOp, set[UOp]]:
+    """For each reduced range, the open ranges of every reduction over it. The reductions over one range run in one
+    loop (``merge_sibling_ends``), nested inside all of those: a sum whose value depends on none of them (a block's
+    count) still runs once per iteration of each, so its accumulator must start from zero inside them too."""
+    around: dict[UOp, set[UOp]] = {}
+    for n in sink.toposort:
+        if n.op is Ops.REDUCE:
+            for r in n.src[1:]:
+                around.setdefault(r, set()).update(n.ranges)
+    return around
+
+
+def _accumulator(red: UOp, src: tuple[UOp, ...], number: int, new: dict[UOp, UOp],
+                 around: dict[UOp, set[UOp]]) -> UOp:
     value, ranges = src[0], src[1:]
     order = in_turn(red)
     terms = None if order is None else [new[t] for t in order]
     op: Ops = red.arg
     acc = UOp(Ops.DEFINE_REG, red.dtype.ptr(1, AddrSpace.REG), (), number)
     zero = UOp.const(dtypes.int32, 0)
-    outer = sorted(red.ranges, key=range_sort_key)
+    enclosing = set(red.ranges).union(*(around.get(r, set()) for r in red.src[1:])) - set(red.src[1:])
+    outer = sorted(enclosing, key=range_sort_key)
     init = acc.after(*outer).index(zero).store(UOp.const(red.dtype, reduce_identity(op, red.dtype)))
     live = acc.after(init, *ranges).index(zero)  # read inside the loop, after the initialisation
     update = live.store(_combine(op, live.load(), value, terms))
@@ -117,10 +131,11 @@ def merge_sibling_ends(sink: UOp) -> UOp:
 def add_accumulators_and_ends(sink: UOp) -> UOp:
     new: dict[UOp, UOp] = {}
     count = 0
+    around = loops_around(sink)
     for n in sink.toposort:
         src = tuple([new[s] for s in n.src])
         if n.op is Ops.REDUCE:
-            new[n] = _accumulator(n, src, count, new)
+            new[n] = _accumulator(n, src, count, new, around)
             count += 1
         elif n.op is Ops.SINK:
             new[n] = n.replace(src=_close_loops(src))
