@@ -68,6 +68,19 @@ def test_row_lanes_do_not_depend_on_the_batch(gtype):
             assert_bits_equal(alone[i], together[i])
 
 
+@pytest.mark.parametrize("gtype", TAKEN, ids=lambda t: t.name)
+def test_row_lanes_with_more_activation_rows_than_weight_rows(gtype):
+    """A batch larger than the weight (9 rows times 7, 64 times 16): within rounding of the reference, and a row's
+    bits as alone (review: the GEMM plans took these products, and rows changed with the batch)."""
+    for rows, k, batch in ((7, 64, 9), (16, 64, 64)):
+        raw = random_blocks(gtype, rows * k // 32, seed=9, small=True)
+        x = np.random.default_rng(6).standard_normal((batch, k)).astype(np.float32)
+        out, _ = _product(x, raw, gtype, (rows, k))
+        ref = float64_reference(gtype, raw, (rows, k), x)
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+        assert_bits_equal(_product(x[:1], raw, gtype, (rows, k))[0][0], out[0])
+
+
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="no row-lane layout"):
         repack(np.zeros(34, np.uint8), GGMLType.Q4_K, (1, 32), "CPU")
