@@ -81,6 +81,13 @@ def _main_inputs(ast: UOp) -> list[UOp]:
     return dedup(u.src[0].src[1] for u in loads if size(u) == biggest)
 
 
+def _byte_inputs(ast: UOp) -> list[UOp]:
+    """Index expressions of the direct loads of bytes (a byte dot's weight and activations, whichever is larger: the
+    row-lane plan must not depend on the batch size, ``row_lane_byte_dot_opts``)."""
+    return dedup(u.src[0].src[1] for u in ast.toposort if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM
+                 and u.dtype.scalar() in (dtypes.uint8, dtypes.int8) and not _indirect(u))
+
+
 def _indirect(load: UOp) -> bool:
     """Whether ``load``'s index depends on another load."""
     return any(u.op is Ops.LOAD for u in load.src[0].src[1].toposort)
@@ -294,8 +301,8 @@ def row_lane_byte_dot_opts(ast: UOp, red: UOp, ranges: list[UOp], mains: list[UO
     if native < 2 or len(reduced) != 1 or not mains:
         return None
     def weights_in_lanes(r: UOp) -> list[UOp]:
-        """The main inputs whose next output row's bytes are 4 on along ``r`` (within a group of 8 rows): the
-        weight's; [] unless there are some and every other main input (the activations, when as large) stays."""
+        """The byte inputs whose next output row's bytes are 4 on along ``r`` (within a group of 8 rows): the
+        weight's; [] unless there are some and every other byte input (the activations) stays."""
         moving = []
         for m in mains:
             steps = _lane_steps([m], r, native)
@@ -313,6 +320,20 @@ def row_lane_byte_dot_opts(ast: UOp, red: UOp, ranges: list[UOp], mains: list[UO
     batch = _batch_rows(ranges, weights)
     unroll = [Opt(OptOps.UNROLL, number[batch], _size(batch))] if batch is not None else []
     return [*unroll, Opt(OptOps.UPCAST, number[lane], native), Opt(OptOps.BLOCK, number[reduced[0]], block)]
+
+
+def row_lane_plan(ast: UOp, simd_widths: dict[DType, int]) -> list[Opt] | None:
+    """``row_lane_byte_dot_opts`` for a kernel of one store and one byte-dot reduction, else None. Asked before the
+    GEMM plans: at a batch of rows larger than the weight those took the row-lane product (and gave wrong sums: the
+    generic block plan on this layout, noted in the session-13 review)."""
+    stores = [s for s in ast.src if s.op is Ops.STORE]
+    reduces = [u for u in ast.toposort if u.op is Ops.REDUCE]
+    if len(stores) != 1 or len(reduces) != 1 or not simd_widths or not _byte_dot(reduces[0]):
+        return None
+    number = {r: i for i, r in enumerate(kernel_axes(ast))}
+    index = stores[0].src[0].src[1]
+    ranges = [r for r in index.toposort if r.op is Ops.RANGE and r in number and r.arg.kind is RangeKind.GLOBAL]
+    return row_lane_byte_dot_opts(ast, reduces[0], ranges, _byte_inputs(ast), number, simd_widths, index)
 
 
 def store_width(value: UOp, simd_widths: dict[DType, int],
@@ -352,9 +373,6 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, b
     # the output axis is the one to vectorize when the inputs run along it too, and it has the lanes for a vector
     runs_along = bool(contiguous) and all(_stride(m, contiguous[0]) in (0, 1) for m in mains)
     along_output = runs_along and (not reduces or width < 2 or _size(contiguous[0]) % width == 0)
-    if byte_dots and len(reduces) == 1 and _byte_dot(reduces[0]) and (row_lanes := row_lane_byte_dot_opts(
-            ast, reduces[0], ranges, mains, number, simd_widths, index)) is not None:
-        return row_lanes
     if reduces and mains and not along_output and len(reduces) == 1:
         acc = reduces[0].dtype.scalar()
         acc_native = simd_widths.get(acc, 0)
@@ -810,6 +828,8 @@ def heuristic_opts(ast: UOp, renderer: Renderer, threads: int = 1, work: int = 0
     threads = threads if renderer.has_threads else 1
     if not renderer.linear:  # a renderer that takes the REDUCE form vectorizes by itself
         return thread_opt(ast, [], threads, work)
+    if renderer.compiles_byte_dots and (lanes := row_lane_plan(ast, renderer.simd_widths)) is not None:
+        return lanes + thread_opt(ast, lanes, threads, work)
     if gemm := gemm_opts(ast, renderer, threads) or nt_gemm_opts(ast, renderer, threads, work):
         return gemm
     opts = vector_opts(ast, renderer.simd_widths, renderer.masked_vectors, renderer.compiles_byte_dots,

@@ -7,12 +7,13 @@ import pytest
 from test_gguf_intdot import exact_activations, float64_reference, q8_reference, unit_scale_blocks
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
 from tg_gguf.intdot import QuantizedMatrix, quantize_activations
-from tg_gguf.lanes import LANE_TYPES, repack, row_lanes_matmul, uses_row_lanes
+from tg_gguf.lanes import LANE_TYPES, LAYOUT_TYPES, repack, row_lanes_matmul, uses_row_lanes
 from tg_gguf_testutil import assert_bits_equal, random_blocks, reference_dequantize
 
 from tgcore.tensor import Tensor
 
-TYPES = sorted(LANE_TYPES, key=int)
+TYPES = sorted(LAYOUT_TYPES, key=int)
+TAKEN = sorted(LANE_TYPES, key=int)  # (the types QuantizedMatrix takes the row lanes for)
 
 
 def _product(x: np.ndarray, raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int]) -> tuple[np.ndarray, str]:
@@ -67,6 +68,19 @@ def test_row_lanes_do_not_depend_on_the_batch(gtype):
             assert_bits_equal(alone[i], together[i])
 
 
+@pytest.mark.parametrize("gtype", TAKEN, ids=lambda t: t.name)
+def test_row_lanes_with_more_activation_rows_than_weight_rows(gtype):
+    """A batch larger than the weight (9 rows times 7, 64 times 16): within rounding of the reference, and a row's
+    bits as alone (review: the GEMM plans took these products, and rows changed with the batch)."""
+    for rows, k, batch in ((7, 64, 9), (16, 64, 64)):
+        raw = random_blocks(gtype, rows * k // 32, seed=9, small=True)
+        x = np.random.default_rng(6).standard_normal((batch, k)).astype(np.float32)
+        out, _ = _product(x, raw, gtype, (rows, k))
+        ref = float64_reference(gtype, raw, (rows, k), x)
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+        assert_bits_equal(_product(x[:1], raw, gtype, (rows, k))[0][0], out[0])
+
+
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="no row-lane layout"):
         repack(np.zeros(34, np.uint8), GGMLType.Q4_K, (1, 32), "CPU")
@@ -83,7 +97,7 @@ def test_which_devices_and_types_use_it():
     assert not uses_row_lanes(9999, "CPU")
 
 
-@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("gtype", TAKEN, ids=lambda t: t.name)
 def test_quantized_matrix_takes_the_row_lanes(gtype):
     """``QuantizedMatrix.matmul_t`` on CPU: the repacked weight (made once), any leading shape, the same bits as the
     row-lane product of the flattened rows and within rounding of the float64 reference; the float path (no
@@ -103,7 +117,7 @@ def test_quantized_matrix_takes_the_row_lanes(gtype):
 
 
 @pytest.mark.parametrize("rows", [16, 13])
-@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("gtype", TAKEN, ids=lambda t: t.name)
 def test_from_host_keeps_the_row_lanes_only(gtype, rows):
     """``QuantizedMatrix.from_host`` on CPU holds the row-lane form only (no raw bytes on the device); its
     dequantization (the dense prefill's) has the bits of the raw bytes' (and gguf-py's values), its product those
