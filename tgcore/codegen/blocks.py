@@ -91,7 +91,7 @@ def _repeated(term: UOp, i: UOp) -> UOp:
     """The sum over the in-block range ``i`` of ``term``, which does not depend on it (a block's offset ``m_b`` that
     no element multiplies): ``term * size``. Not a loop: a sum whose value depends on no open range would get its
     accumulator set to zero once, outside the block loop that holds its in-block loop, and add up every block's."""
-    return term * term.const_like(_size(i))
+    return (term * term.const_like(_size(i))).simplify()  # (a count alone, 1 * size, is a constant)
 
 
 def _block_sum(total: UOp, i: UOp) -> UOp:
