@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from tgcore.codegen import prepare_kernel
-from tgcore.codegen.heuristic import INVARIANT_ROWS, heuristic_opts, reduction_order
+from tgcore.codegen.heuristic import heuristic_opts, reduction_order
+from tgcore.codegen.invariance import INVARIANT_ROWS
 from tgcore.codegen.optimize import Opt, OptOps, kernel_axes
 from tgcore.dtype import dtypes
 from tgcore.renderer import Renderer

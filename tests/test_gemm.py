@@ -1,4 +1,4 @@
-"""Matrix products through the default policy's register tiles (``heuristic.gemm_opts``): odd, degenerate and
+"""Matrix products through the default policy's register tiles (``gemmplan.gemm_opts``): odd, degenerate and
 large shapes against numpy (integer-valued inputs, so exact), batched and with an epilogue, gradients against
 torch, on every device in ``TG_TEST_DEVICES``; and what the policy chooses for a renderer's register file."""
 import os
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tgcore.codegen import simplify_kernel
-from tgcore.codegen.heuristic import gemm_opts
+from tgcore.codegen.gemmplan import gemm_opts
 from tgcore.codegen.optimize import Opt, OptError, OptOps, apply_opts
 from tgcore.dtype import dtypes
 from tgcore.helpers import prod

@@ -10,7 +10,7 @@ Out: ``candidates``: up to ``limit`` distinct optimization lists that ``apply_op
 How the variations are made (each a change of one choice of the heuristic's list, the changes of different choices
 taking turns, so a small limit still sees every kind; then combinations):
 
-- A matrix product (``heuristic.gemm_shape``, at any size): other register tiles, rows x vectors that fit the
+- A matrix product (``gemmplan.gemm_shape``, at any size): other register tiles, rows x vectors that fit the
   renderer's vector registers, best first by the heuristic's FMAs-per-load score; other K tile sizes, or none;
   the rows over the device's threads or on one; rows padded to whole tiles per thread or not. Then the plain
   vector path (``vector_opts``) too.
@@ -27,8 +27,7 @@ from collections.abc import Iterable, Iterator
 from enum import Enum
 from typing import Any
 
-from tgcore.codegen.heuristic import (
-    MAX_UNROLL,
+from tgcore.codegen.gemmplan import (
     GemmShape,
     gemm_block_k,
     gemm_k_blocks,
@@ -36,11 +35,10 @@ from tgcore.codegen.heuristic import (
     gemm_shape,
     gemm_speed,
     gemm_tiles,
-    heuristic_opts,
-    thread_opt,
-    vector_opts,
 )
+from tgcore.codegen.heuristic import MAX_UNROLL, heuristic_opts, vector_opts
 from tgcore.codegen.optimize import Opt, OptError, OptOps, apply_opts, kernel_axes
+from tgcore.codegen.threadsplit import thread_opt
 from tgcore.codegen.upcast import _size, _stride
 from tgcore.dtype import DType
 from tgcore.helpers import ceildiv, dedup, prod

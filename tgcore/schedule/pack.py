@@ -6,7 +6,7 @@ Out: None, or the same sum reading B from a packed copy: a contiguous ``(K, N_pa
      own, ``CONTIGUOUS``), each row padded to whole ``PACK_ALIGN`` elements (``packed_width``), viewed back as B;
      for a batch of matrices B (attention's keys, one matrix per head) a ``(batch, K, N_pad)`` array.
 
-A matrix product's register tile (``codegen.heuristic.gemm_opts``) loads B, the factor that runs along the
+A matrix product's register tile (``codegen.gemmplan.gemm_opts``) loads B, the factor that runs along the
 output's contiguous axis N, as vectors of columns, one row of K after another. It reads B badly when
 
 - B runs along N across memory (``x @ W.T``: every vector a gather; the kernel gets the slower ``x @ W.T``

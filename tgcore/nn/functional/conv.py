@@ -211,7 +211,7 @@ def _conv_flat_grad(g: Tensor, x: Tensor, weight: Tensor, pads: tuple[Pad, ...],
     negative), convolved with the flipped kernel, channels swapped (the flat form again). The weight's is a matrix
     product over the batch and the positions of the padded input's windows (rows: input channel and tap) with ``g``
     on the padded grid (zeros past each row's outputs) transposed to (positions, output channels), so the output
-    channels are contiguous vector columns (the register tile of ``heuristic.gemm_opts``, its positions in K blocks)
+    channels are contiguous vector columns (the register tile of ``gemmplan.gemm_opts``, its positions in K blocks)
     and no lanes are summed across."""
     kernel = weight.shape[2:]
     nd = len(kernel)
