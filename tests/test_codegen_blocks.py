@@ -212,22 +212,28 @@ def test_byte_table_lookups_in_lanes_are_exact(device):
     assert "tg_table16_u8(" in src and "tg_dot4_u8i8(" in src
 
 
+def _table_lookup_function(preamble: str, helper: str, flags: list[str], tmp_path) -> Any:  # noqa: ANN001
+    """``look(table, index, out)``: 32 index bytes through the C helper ``helper`` (defined by ``preamble``) into
+    ``out``, built with ``flags``."""
+    from tgcore.dtype import dtypes
+    from tgcore.renderer.cstyle import vector_typedef
+    src = vector_typedef(dtypes.uint8.vec(32)) + "\n" + preamble + (
+        "void look(const unsigned char* t, const unsigned char* i, unsigned char* out) {\n"
+        "  tg_uint8x32 x; __builtin_memcpy(&x, i, 32);\n"
+        f"  tg_uint8x32 r = {helper}(t, x); __builtin_memcpy(out, &r, 32); }}\n")
+    return _c_function(src, "look", flags, tmp_path)
+
+
 @pytest.mark.parametrize("flags", [[], ["-mavx2"]], ids=["plain", "avx2"])
 def test_byte_table_helper_matches_numpy(flags, tmp_path):
     """The C renderer's byte-table helper, built without and with AVX2 (its two branches): lane i is
     ``table[index[i]]`` for a table of 16 bytes."""
 
-    from tgcore.dtype import dtypes
     from tgcore.renderer.cbytedot import BYTE_TABLE_PREAMBLE
-    from tgcore.renderer.cstyle import vector_typedef
     from tgcore.runtime.cpufeatures import cpu_features
     if flags and "avx2" not in cpu_features().features:
         pytest.skip("no AVX2 here")
-    src = vector_typedef(dtypes.uint8.vec(32)) + "\n" + BYTE_TABLE_PREAMBLE + (
-        "void look(const unsigned char* t, const unsigned char* i, unsigned char* out) {\n"
-        "  tg_uint8x32 x; __builtin_memcpy(&x, i, 32);\n"
-        "  tg_uint8x32 r = tg_table16_u8(t, x); __builtin_memcpy(out, &r, 32); }\n")
-    look = _c_function(src, "look", flags, tmp_path)
+    look = _table_lookup_function(BYTE_TABLE_PREAMBLE, "tg_table16_u8", flags, tmp_path)
     rng = np.random.default_rng(len(flags))
     table = rng.integers(0, 256, 16).astype(np.uint8)
     index = np.concatenate([np.arange(16), rng.integers(0, 16, 16)]).astype(np.uint8)
@@ -241,20 +247,14 @@ def test_byte_table_helper_matches_numpy(flags, tmp_path):
 def test_byte_table_at_low_nibbles_helper_matches_numpy(flags, tmp_path):
     """The C renderer's helper that looks a 16-byte table up at the low 4 bits of each index byte, built without and
     with AVX512-VBMI (its two branches): lane i is ``table[index[i] & 15]`` for any index byte."""
-    from tgcore.dtype import dtypes
     from tgcore.renderer.cbytedot import BYTE_TABLE_PREAMBLE
     from tgcore.renderer.cbytevectors import LOW4_TABLE_PREAMBLE
-    from tgcore.renderer.cstyle import vector_typedef
     from tgcore.runtime.cpufeatures import cpu_features
     if "-mavx512vbmi" in flags and not {"avx512vbmi", "avx512vl", "avx512bw"} <= cpu_features().features:
         pytest.skip("no AVX512-VBMI here")
     if "avx2" not in cpu_features().features:
         pytest.skip("no AVX2 here")
-    src = vector_typedef(dtypes.uint8.vec(32)) + "\n" + BYTE_TABLE_PREAMBLE + LOW4_TABLE_PREAMBLE + (
-        "void look(const unsigned char* t, const unsigned char* i, unsigned char* out) {\n"
-        "  tg_uint8x32 x; __builtin_memcpy(&x, i, 32);\n"
-        "  tg_uint8x32 r = tg_table16_u8_low4(t, x); __builtin_memcpy(out, &r, 32); }\n")
-    look = _c_function(src, "look", flags, tmp_path)
+    look = _table_lookup_function(BYTE_TABLE_PREAMBLE + LOW4_TABLE_PREAMBLE, "tg_table16_u8_low4", flags, tmp_path)
     rng = np.random.default_rng(len(flags))
     table = rng.integers(0, 256, 16).astype(np.uint8)
     for index in (np.arange(32, dtype=np.uint8) * 8 + 3, rng.integers(0, 256, 32).astype(np.uint8)):

@@ -529,7 +529,7 @@ class Kernelizer:
             raise ValueError("assign target must be a view of a buffer made by reshape/shrink/permute/flip, "
                              "or a take of one")
         index = where.src[0]
-        overlapping = {p for p, b in zip(kernel.params, kernel.param_bufs, strict=True) if _share_memory(b, base)}
+        overlapping = kernel.params_over(base)
         if gated_ok and any(u.op is Ops.INDEX and u.src[0] in overlapping for s in index.src[1:] for u in s.toposort):
             # a take's indices read the table it writes: a copy of them first, else an element written early moves
             # where a later one goes
@@ -542,7 +542,7 @@ class Kernelizer:
         kernel.root, kernel.root_idx = value, ranges
         result = kernel.lower(value, ranges, None, direct=True)
         # in place is safe when every read of the target buffer reads the element being written
-        overlapping = {p for p, b in zip(kernel.params, kernel.param_bufs, strict=True) if _share_memory(b, base)}
+        overlapping = kernel.params_over(base)
         if any(u.op is Ops.INDEX and u.src[0] in overlapping and u is not index for u in result.toposort):
             staged = self.realize(UOp(Ops.CONTIGUOUS, value.dtype, (value,)))  # read the old values from a copy
             kernel = _KernelBuilder(self, kernel.idt)
@@ -578,6 +578,10 @@ class _KernelBuilder:
             var, value = b.unbind()
             self.var_vals[var.arg[0]] = value
         return expr.substitute({b: b.src[0] for b in binds}) if binds else expr
+
+    def params_over(self, base: UOp) -> set[UOp]:
+        """The PARAMs so far whose buffers are (views of) memory that ``base``'s overlaps."""
+        return {p for p, b in zip(self.params, self.param_bufs, strict=True) if _share_memory(b, base)}
 
     def param(self, buf: UOp) -> UOp:
         if buf not in self.slot:

@@ -28,6 +28,18 @@ def _product(x: np.ndarray, raw: np.ndarray, gtype: GGMLType, shape: tuple[int, 
     return out.numpy(), source
 
 
+def _near_reference(gtype: GGMLType, rows: int, k: int, batch: int, seed: int, x_seed: int
+                    ) -> tuple[np.ndarray, np.ndarray, str, np.ndarray]:
+    """Random blocks times ``batch`` random activation rows through the row lanes, checked within rounding of the
+    float64 reference; (raw, activations, kernel source, product)."""
+    raw = random_blocks(gtype, rows * k // 32, seed=seed, small=True)
+    x = np.random.default_rng(x_seed).standard_normal((batch, k)).astype(np.float32)
+    out, source = _product(x, raw, gtype, (rows, k))
+    ref = float64_reference(gtype, raw, (rows, k), x)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    return raw, x, source, out
+
+
 @pytest.mark.parametrize("rows", [8, 13])
 @pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
 def test_row_lanes_exact(gtype, rows):
@@ -73,11 +85,7 @@ def test_row_lanes_with_more_activation_rows_than_weight_rows(gtype):
     """A batch larger than the weight (9 rows times 7, 64 times 16): within rounding of the reference, and a row's
     bits as alone (review: the GEMM plans took these products, and rows changed with the batch)."""
     for rows, k, batch in ((7, 64, 9), (16, 64, 64)):
-        raw = random_blocks(gtype, rows * k // 32, seed=9, small=True)
-        x = np.random.default_rng(6).standard_normal((batch, k)).astype(np.float32)
-        out, _ = _product(x, raw, gtype, (rows, k))
-        ref = float64_reference(gtype, raw, (rows, k), x)
-        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+        raw, x, _, out = _near_reference(gtype, rows, k, batch, seed=9, x_seed=6)
         assert_bits_equal(_product(x[:1], raw, gtype, (rows, k))[0][0], out[0])
 
 
@@ -144,12 +152,7 @@ def test_row_lanes_with_activations_as_large_as_the_weight(gtype):
     """32 rows x 160 columns times 16 activation rows (a tiny model's attn_k in a prefill): the activations' bytes
     as many as the weight's (both the kernel's main inputs), still the row-lane plan (it once fell to the generic
     byte-dot plan, which dropped the offset term), within rounding of the float64 reference."""
-    rows, k = 32, 160
-    raw = random_blocks(gtype, rows * k // 32, seed=9, small=True)
-    x = np.random.default_rng(6).standard_normal((16, k)).astype(np.float32)
-    out, source = _product(x, raw, gtype, (rows, k))
-    ref = float64_reference(gtype, raw, (rows, k), x)
-    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    _, _, source, _ = _near_reference(gtype, 32, 160, 16, seed=9, x_seed=6)
     assert "tg_dot4_u8i8_acc(" in source
 
 
@@ -158,12 +161,7 @@ def test_five_bit_row_lanes_with_more_activation_rows_than_weight_rows(gtype):
     """16 rows x 64 columns times 64 activation rows: the scheduler then materializes the weight's five-bit values as
     int32 (no byte dot), and the product's offset term (-16 per weight value, a block constant) was summed in a loop
     whose accumulator was never reset (relative error 1e2). Called directly, whatever ``LANE_TYPES`` holds."""
-    rows, k = 16, 64
-    raw = random_blocks(gtype, rows * k // 32, seed=3, small=True)
-    x = np.random.default_rng(1).standard_normal((64, k)).astype(np.float32)
-    out, _ = _product(x, raw, gtype, (rows, k))
-    ref = float64_reference(gtype, raw, (rows, k), x)
-    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    _near_reference(gtype, 16, 64, 64, seed=3, x_seed=1)
 
 
 def test_one_block_rows_keep_the_raw_bytes():
