@@ -168,6 +168,19 @@ def test_health_503_while_loading_then_200() -> None:
             assert ran and not engine._warm_later
             r = await http.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 2})
             assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1, r.text
+            # a generation that fails is a 500 naming the exception's type: its text (paths, shapes) stays in the log
+            real = engine.model.forward_last
+
+            def failing_forward(*args: Any, **kwargs: Any) -> Any:
+                engine.model.forward_last = real
+                raise RuntimeError("internal detail /some/path (3, 4)")
+            engine.model.forward_last = failing_forward
+            other = [{"role": "user", "content": "Name a colour."}]
+            r = await http.post("/v1/chat/completions", json={"messages": other, "max_tokens": 2})
+            assert r.status_code == 500 and r.json()["error"]["type"] == "server_error", r.text
+            assert "RuntimeError" in r.json()["error"]["message"] and "/some/path" not in r.text
+            r = await http.post("/v1/chat/completions", json={"messages": other, "max_tokens": 2})
+            assert r.status_code == 200, r.text  # the worker keeps serving
             engine.drain(60)  # what SIGTERM does: new requests get 503
             r = await http.get("/health")
             assert r.status_code == 503 and r.json()["status"] == "stopping"

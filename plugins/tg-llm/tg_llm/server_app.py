@@ -495,7 +495,9 @@ class _API:
             return APIError(400, str(exc), "invalid_request_error", None, "context_length_exceeded")
         if isinstance(exc, ValueError):
             return invalid(str(exc))
-        return APIError(500, f"generation failed: {type(exc).__name__}: {exc}", "server_error")
+        # The worker logged the traceback; the message (paths, shapes, internals) stays in the server's log.
+        return APIError(500, f"generation failed ({type(exc).__name__}); the server log has the details",
+                        "server_error")
 
     async def collect(self, job: Job, request: Request, n_choices: int) -> tuple[list[_ChoiceState], list[Any]]:
         """Run a job to its end for a non-streaming response (cancelled if the client disconnects)."""
