@@ -94,6 +94,8 @@ def test_bad_input_is_refused():
         repack(np.zeros(34, np.uint8), GGMLType.Q4_K, (1, 32), "CPU")
     with pytest.raises(ValueError, match="does not match"):
         repack(np.zeros(35, np.uint8), GGMLType.Q8_0, (1, 32), "CPU")
+    with pytest.raises(ValueError, match="tensor 'blk.0.attn_q.weight': Q8_0 weight of shape"):
+        repack(np.zeros(35, np.uint8), GGMLType.Q8_0, (1, 32), "CPU", name="blk.0.attn_q.weight")
 
 
 def test_which_devices_and_types_use_it():

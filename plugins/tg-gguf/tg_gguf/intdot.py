@@ -596,7 +596,7 @@ class QuantizedMatrix:
         from tg_gguf.lanes import repack, uses_row_lanes
         from tgcore.tensor import Tensor
         if int_dot and uses_int_dot(gtype, device) and uses_row_lanes(gtype, device, shape[1]):
-            return cls(None, gtype, shape, name, int_dot, repack(data, gtype, shape, device))
+            return cls(None, gtype, shape, name, int_dot, repack(data, gtype, shape, device, name))
         return cls(Tensor(data, device=device).realize(), gtype, shape, name, int_dot)
 
     @property
@@ -630,7 +630,7 @@ class QuantizedMatrix:
             return self.lanes
         if self.raw is None or not (self.integer_path and uses_row_lanes(self.gtype, self.device, self.shape[1])):
             return None
-        return repack(self.raw.numpy(), self.gtype, self.shape, self.device)
+        return repack(self.raw.numpy(), self.gtype, self.shape, self.device, self.name)
 
     def matmul_t(self, x: Tensor) -> Tensor:
         """``x @ W.T``: ``(..., K)`` -> ``(..., N)``."""

@@ -82,18 +82,20 @@ def _fifth_bit_bytes(qh: np.ndarray) -> np.ndarray:
     return np.packbits(bits.transpose(0, 1, 3, 2), axis=-1, bitorder="little").reshape(qh.shape)
 
 
-def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str) -> RowLanes:
+def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str, name: str | None = None) -> RowLanes:
     """The raw GGUF bytes of an ``(N, K)`` weight (host memory, e.g. a view of the mapped file) -> its row-lane form
     on ``device`` (rows padded to a multiple of 8 with zeros: zero scales, so the padded rows sum to 0 and are
     dropped). Vectorized numpy: one pass over the bytes per field (SmolLM2's 96 MB of weights: ~0.3 s)."""
     from tgcore.tensor import Tensor
+    what = f"tensor {name!r}: " if name else ""
     if gtype not in LAYOUT_TYPES:
-        raise ValueError(f"no row-lane layout for {gtype.name} (types: {', '.join(t.name for t in LAYOUT_TYPES)})")
+        raise ValueError(f"{what}no row-lane layout for {gtype.name} "
+                         f"(types: {', '.join(t.name for t in LAYOUT_TYPES)})")
     n, k = shape
     block, block_bytes = BLOCK_LAYOUT[gtype]
     blocks = k // block
     if k % block or raw.size != n * blocks * block_bytes:
-        raise ValueError(f"{gtype.name} weight of shape {shape} does not match {raw.size} bytes")
+        raise ValueError(f"{what}{gtype.name} weight of shape {shape} does not match {raw.size} bytes")
     padded = -(-n // ROWS) * ROWS
     data = raw.reshape(n, blocks, block_bytes)
     if padded != n:
