@@ -48,3 +48,21 @@ def test_rows_in_lanes_are_exact(batch, groups, blocks, device):
     if device == "CPU":
         (source,) = _kernel_sources(product(), device)
         assert source.count("tg_dot4_u8i8_acc(") >= 7 + 1  # 7 chained calls per block and batch row (+ the helper)
+
+
+def test_unshuffled_only_drops_a_shuffle_of_one_repeated_word():
+    """``cbytedot._unshuffled``: lanes ``i % 4`` of 8 bytes are the bytes themselves when the 8 bytes are one word
+    twice (``_repeated``'s broadcast), and stay a shuffle when the two words differ."""
+    from tgcore.dtype import dtypes
+    from tgcore.renderer.cbytedot import _unshuffled
+    from tgcore.uop import Ops, UOp
+    a, b = (UOp(Ops.DEFINE_VAR, dtypes.uint32, (), (name, 0, 9)) for name in ("a", "b"))
+
+    def first_word_repeated(words: tuple[UOp, UOp]) -> tuple[UOp, UOp]:
+        whole = UOp(Ops.BITCAST, dtypes.uint8.vec(8), (UOp(Ops.VECTORIZE, dtypes.uint32.vec(2), words),))
+        return whole, UOp(Ops.VECTORIZE, whole.dtype, tuple(UOp(Ops.GEP, dtypes.uint8, (whole,), (i % 4,))
+                                                            for i in range(8)))
+    whole, shuffled = first_word_repeated((a, a))
+    assert _unshuffled(shuffled) is whole
+    whole, shuffled = first_word_repeated((a, b))
+    assert _unshuffled(shuffled) is shuffled

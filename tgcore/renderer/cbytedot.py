@@ -372,6 +372,8 @@ def _unshuffled(u: UOp) -> UOp:
     n = whole.dtype.count // whole.src[0].dtype.count
     if any(s.src[0] is not whole or s.arg != (i % n,) for i, s in enumerate(u.src)):
         return u
+    if len(set(whole.src[0].src)) != 1:  # lanes i % n equal the whole vector only when its words are one word
+        return u
     return whole
 
 
