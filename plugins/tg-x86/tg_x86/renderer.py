@@ -34,7 +34,7 @@ from tg_x86 import (  # modules: each stage is looked up when it runs (benches w
     plan_code,
 )
 from tg_x86.abi import HOST, Abi
-from tg_x86.bytedot import byte_dot_rule, lane_by_lane_gathers
+from tg_x86.bytedot import byte_dot_rule, lane_by_lane_gathers, row_lanes_rule
 from tg_x86.isa import Flag, Op
 from tg_x86.isel import ISEL, Selector
 from tg_x86.lanes import FLAG_BARRIERS, HELD_GPRS, canon_value, set_wide_level
@@ -43,7 +43,7 @@ from tg_x86.wide import select_wide, zmm_program
 from tgcore.codegen import regalloc
 from tgcore.codegen.regalloc import MInst, RegisterPlan
 from tgcore.dtype import dtypes
-from tgcore.renderer.cbytedot import DOT_HELPER
+from tgcore.renderer.cbytedot import DOT_ACC_HELPER, DOT_HELPER
 from tgcore.renderer.cstyle import combine_byte_loads
 from tgcore.renderer.isa import ISARenderer, isa_spec
 from tgcore.runtime.compiler import Compiler
@@ -71,7 +71,11 @@ FLAG_WRITERS = FLAG_BARRIERS - {"label"}
 X86_SPEC = PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)), lambda: False),
                            (UPat(Ops.CUSTOMI, dtypes.int32.vec(8), src=(UPat(dtype=dtypes.uint8.vec(32)),
                                                                         UPat(dtype=dtypes.int8.vec(32))),
-                                 arg=DOT_HELPER), lambda: True)]) + isa_spec
+                                 arg=DOT_HELPER), lambda: True),
+                           (UPat(Ops.CUSTOMI, dtypes.int32.vec(8), src=(UPat(dtype=dtypes.int32.vec(8)),
+                                                                        UPat(dtype=dtypes.uint8.vec(32)),
+                                                                        UPat(dtype=dtypes.int8.vec(32))),
+                                 arg=DOT_ACC_HELPER), lambda: True)]) + isa_spec
 
 
 def clear_memo_tables() -> None:
@@ -106,7 +110,10 @@ class X86Renderer(ISARenderer[Selector]):
     # with AVX512-VNNI: a quantization block's byte products per int32 lane as one vpdpbusd (``bytedot``), which
     # tells codegen (``compiles_byte_dots``) to sum such blocks in lanes
     # (byte_table_lookups: codegen gathers from 16-byte tables; a gather no byte dot takes is made lane by lane)
+    # (row_lanes_rule: the output rows in the lanes, tg-gguf's row-interleaved weights: a chain of vpdpbusd per block
+    # of 8 rows against 4 activation bytes broadcast; ``row_lane_byte_dots``)
     pre_isel_dots = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot_rule),
+                                    (UPat(Ops.REDUCE, name="red"), row_lanes_rule),
                                     (UPat(Ops.SINK, name="k"), lane_by_lane_gathers)]) + pre_isel
     # float16/bfloat16 vectors are loaded into and stored from float32 pieces (vmemory.widening_cast,
     # narrowing_store); their math is float32's
@@ -153,6 +160,7 @@ class X86Renderer(ISARenderer[Selector]):
         if self.dot_instruction:
             self.compiles_byte_dots = True
             self.byte_table_lookups = True   # a 16-byte table's 32 bytes in a byte dot: one vpshufb (bytedot)
+            self.row_lane_byte_dots = True   # bytedot.row_lanes_rule
             self.pre_isel = self.pre_isel_dots
 
     isel = ISEL
