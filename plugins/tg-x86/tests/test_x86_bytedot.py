@@ -313,11 +313,31 @@ def test_row_lane_dots_are_chained_vpdpbusd(case):
     assert ops.count(Op.VPBROADCASTD) == 8
     assert all(isinstance(i.operands[1], Mem) for i in insts if i.op is Op.VPBROADCASTD)
     assert Op.VPEXTRB not in ops and Op.VPINSRB not in ops
+    # the nibble mask held in a register (bytedot.sel_held_constant), not read from memory by each vpand
+    assert not [i for i in insts if i.op is Op.VPAND and isinstance(i.operands[-1], Mem)]
     md = decoder()
     for i in insts:
         if i.op not in LLVM_ONLY and not (i.operands and isinstance(i.operands[-1], Label)):
             decoded, size, _ = decode_one(md, encode(i))
             assert size == len(encode(i)) and same_listing(asm([i]), decoded, select_form(i)), (asm([i]), decoded)
+
+
+def _vector_spills(insts: list[Inst]) -> list[Inst]:
+    """Stores of vector registers to the stack (what the allocator's vector spills are: constants are stored by gpr
+    moves, arguments are gprs)."""
+    return [i for i in insts if i.op in (Op.VMOVUPS, Op.VMOVDQU) and isinstance(i.operands[0], Mem)
+            and i.operands[0].base is not None and i.operands[0].base.name == "rsp"]
+
+
+def test_held_constants_give_way_under_register_pressure():
+    """5 activation rows (5 accumulators, each block's unpacked weight bytes shared by them): holding the nibble mask
+    in a register made the allocator spill vectors; the renderer then selects the kernel again with the mask read
+    from memory (no vector spill), exact against numpy."""
+    packed, x, scale = row_lane_data(2, 9, 5, seed=8)
+    ours, theirs = ROW_LANE_CASES["nibbles"]
+    t = row_lane_product(ours(Tensor(packed, device=X86)), Tensor(x, device=X86), Tensor(scale, device=X86))
+    assert not _vector_spills(instructions(t))
+    np.testing.assert_array_equal(t.numpy(), row_lane_reference(theirs(packed), x, scale))
 
 
 AVX2_ROW_LANES_RUN = """

@@ -23,6 +23,7 @@ Out: ``byte_dot_rule``: the core's rule (``tgcore.renderer.cbytedot.byte_dot``: 
                                vpdpbusd does not saturate); AVX2: vpmaddubsw + vpmaddwd (per nibble from a >= 128)
      CUSTOMI tg_dot4_u8i8_acc  vpdpbusd into the accumulator (a chain of ``row_lanes_rule``); AVX2: + vpaddd
      CAST of 4 or 8 bytes      vpmovzxbd (vpmovsxbd: int8) to int32 lanes, + vcvtdq2ps for float32
+     CONST, VCONST of 32 bytes an ALU operand: vmovdqu into a register where the constants are (before the loops)
 
 The lanes a VECTORIZE takes (single-lane GEPs) emit nothing: only such VECTORIZEs read them.
 """
@@ -335,7 +336,25 @@ def sel_widen(ctx: Emitter, x: UOp) -> tuple | None:
     return EMITTED
 
 
+def sel_held_constant(ctx: Emitter, x: UOp) -> tuple | None:
+    """A 32-byte constant operand of byte-dot operands' ops (a nibble mask): loaded into a register once, where the
+    kernel's constants are (before its loops), so the ops reading it in the loop read no memory (a load port each:
+    the row lanes' 8 per block of 8 rows). Shift amounts are immediates: a constant only shifts read is not loaded.
+    Not where it makes the allocator spill vectors (``X86Renderer.select`` selects again without)."""
+    users = ctx.facts.users.get(x, [])
+    if (not ctx.hold_constants or x not in ctx.facts.byte_dots or x.dtype.count != 32 or not users
+            or any(u.op not in BYTE_ALU or u not in ctx.facts.byte_dots for u in users)
+            or (slot := _const(ctx, x)) is None):
+        return None
+    d = ctx.vnew()
+    ctx.emit(Op.VMOVDQU, [d], [slot], (("d", 0, 256), ("u", 0, None)))
+    ctx.val[x] = (d,)
+    ctx.held_constants += 1
+    return EMITTED
+
+
 BYTE_ISEL = PatternMatcher([
+    (UPat((Ops.CONST, Ops.VCONST), BYTE_VECTORS, name="x"), sel_held_constant),
     (UPat((Ops.LOAD, Ops.BITCAST, Ops.VECTORIZE), name="x"),   # the parts of a repeated load (its broadcast reads it)
      lambda ctx, x: EMITTED if x in ctx.facts.repeated_parts else None),
     (UPat(Ops.CUSTOMI, name="x"), sel_dot),

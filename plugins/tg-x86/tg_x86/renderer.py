@@ -45,7 +45,7 @@ from tgcore.codegen.regalloc import MInst, RegisterPlan
 from tgcore.dtype import dtypes
 from tgcore.renderer.cbytedot import DOT_ACC_HELPER, DOT_HELPER
 from tgcore.renderer.cstyle import combine_byte_loads
-from tgcore.renderer.isa import ISARenderer, isa_spec
+from tgcore.renderer.isa import ISARenderer, isa_spec, line_rewrite
 from tgcore.runtime.compiler import Compiler
 from tgcore.uop import Ops, PatternMatcher, UOp, UPat
 from tgcore.uop.spec import spec_enabled
@@ -176,22 +176,36 @@ class X86Renderer(ISARenderer[Selector]):
         except ImportError:
             return super().listing(output)
 
-    def context(self, uops: list[UOp]) -> Selector:
+    def context(self, uops: list[UOp], hold_constants: bool = True) -> Selector:
         # always selected reading pointers and variables where used; choose_plan derives the holding program
         ctx = Selector(uops, remat_args=True)
+        ctx.hold_constants = hold_constants
         ctx.frame.abi = self.abi
         ctx.dot_op = DOT_OPS.get(self.dot_instruction, Op.VPDPBUSD)
         return ctx
 
     def select(self, uops: list[UOp]) -> Selector:
+        """``select_at_level``, with byte-dot constants held in registers (``bytedot.sel_held_constant``) unless
+        the chosen plan then spills vector registers: then again without (that plan is kept for ``choose_plan``)."""
+        ctx = self.select_at_level(uops, hold_constants=True)
+        if ctx.held_constants:
+            plan = self.choose_plan(ctx)
+            if any(iv.vreg.cls != "gpr" for iv in plan.spilled):
+                return self.select_at_level(uops, hold_constants=False)
+            ctx.chosen_plan = plan
+        return ctx
+
+    def select_at_level(self, uops: list[UOp], hold_constants: bool) -> Selector:
         """Selection at the renderer's level: at AVX-512, float32 vectors of 16k lanes in zmm pieces, then (when
         there were any) every vector register in the zmm class (``wide.zmm_program``)."""
         with _LAYOUT_LOCK:  # the layout level is process-wide state: one kernel is selected at a time
             if not self.wide:
-                return super().select(uops)
+                ctx = self.context(uops, hold_constants)
+                line_rewrite(ctx.selected_lines(), ctx.isel, ctx, ctx.prog, strict=True)
+                return ctx
             set_wide_level(True)
             try:
-                ctx = self.context(uops)
+                ctx = self.context(uops, hold_constants)
                 select_wide(ctx)
             finally:
                 set_wide_level(False)
@@ -215,6 +229,8 @@ class X86Renderer(ISARenderer[Selector]):
         """Few allocatable gprs (9): with many buffers and loops, read pointers and variables from their argument
         slots where they are used instead of holding them (else do that only if holding them made the
         allocator spill gprs and reading them where used spills less)."""
+        if ctx.chosen_plan is not None:   # (chosen in select)
+            return ctx.chosen_plan
         plan = self.plan(ctx.prog, ctx) if ctx.pressure > HELD_GPRS else self._held_unless_spilling(ctx)
         if spec_enabled():  # checked again after allocation (late_regalloc); copies added to the plan read no flags
             ctx.flag_reads = flag_sources(plan.program)
