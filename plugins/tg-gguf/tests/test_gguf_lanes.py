@@ -1,5 +1,6 @@
 """Row-lane products (``tg_gguf.lanes``): exact against the float64 reference of the q8 path with unit scales, within
-rounding with random ones, a row's bits the same at any batch size, rows not a multiple of 8 (a padded tail)."""
+rounding with random ones, a row's bits the same at any batch size, rows not a multiple of 8 (a padded tail). On the
+C renderer (CPU) and the X86 one (CPU:X86, ``tg_x86.bytedot.row_lanes_rule``): both have ``row_lane_byte_dots``."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,50 +17,69 @@ TYPES = sorted(LAYOUT_TYPES, key=int)
 TAKEN = sorted(LANE_TYPES, key=int)  # (the types QuantizedMatrix takes the row lanes for)
 
 
-def _product(x: np.ndarray, raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int]) -> tuple[np.ndarray, str]:
-    """The row-lane product on CPU and its kernel's C source."""
+def _x86_missing() -> str | None:
+    try:
+        from tg_x86.cpu import unavailable_reason
+    except ImportError:
+        return "tg-x86 is not installed"
+    return unavailable_reason()
+
+
+DEVICES = ["CPU", pytest.param("CPU:X86", marks=pytest.mark.skipif(_x86_missing() is not None,
+                                                                   reason=f"X86 backend: {_x86_missing()}"))]
+
+
+def _product(x: np.ndarray, raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str = "CPU"
+             ) -> tuple[np.ndarray, int]:
+    """The row-lane product on ``device`` and how many of its kernels' byte dots are chained (each added to the last:
+    ``tg_dot4_u8i8_acc``, what the renderer makes a vpdpbusd into its accumulator)."""
     from tgcore.codegen import get_program
+    from tgcore.renderer.cbytedot import DOT_ACC_HELPER
     from tgcore.runtime.registry import open_device
     from tgcore.schedule.kernelize import create_schedule
-    xq, dx = quantize_activations(Tensor(x, device="CPU"))
-    out = row_lanes_matmul(xq, dx, repack(raw, gtype, shape, "CPU"))
-    items = [si for si in create_schedule([out.uop], "CPU")[0] if si.kind != "copy"]
-    source = "\n".join(get_program(si.ast, open_device("CPU").renderer).src for si in items)
-    return out.numpy(), source
+    from tgcore.uop import Ops
+    xq, dx = quantize_activations(Tensor(x, device=device))
+    out = row_lanes_matmul(xq, dx, repack(raw, gtype, shape, device))
+    items = [si for si in create_schedule([out.uop], device)[0] if si.kind != "copy"]
+    programs = [get_program(si.ast, open_device(device).renderer) for si in items]
+    chained = sum(u.op is Ops.CUSTOMI and u.arg == DOT_ACC_HELPER for p in programs for u in p.uops)
+    return out.numpy(), chained
 
 
-def _near_reference(gtype: GGMLType, rows: int, k: int, batch: int, seed: int, x_seed: int
-                    ) -> tuple[np.ndarray, np.ndarray, str, np.ndarray]:
+def _near_reference(gtype: GGMLType, rows: int, k: int, batch: int, seed: int, x_seed: int, device: str = "CPU"
+                    ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
     """Random blocks times ``batch`` random activation rows through the row lanes, checked within rounding of the
-    float64 reference; (raw, activations, kernel source, product)."""
+    float64 reference; (raw, activations, chained dots, product)."""
     raw = random_blocks(gtype, rows * k // 32, seed=seed, small=True)
     x = np.random.default_rng(x_seed).standard_normal((batch, k)).astype(np.float32)
-    out, source = _product(x, raw, gtype, (rows, k))
+    out, chained = _product(x, raw, gtype, (rows, k), device)
     ref = float64_reference(gtype, raw, (rows, k), x)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
-    return raw, x, source, out
+    return raw, x, chained, out
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("rows", [8, 13])
 @pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
-def test_row_lanes_exact(gtype, rows):
+def test_row_lanes_exact(gtype, rows, device):
     """Unit scales, exactly quantized activations: bit-exact against the float64 reference; 13 rows: a padded tail.
-    Each block of 8 rows is 8 byte multiply-adds (the helper's call chained through its accumulator)."""
+    Each block of 8 rows is 8 byte multiply-adds (the helper's call chained through its accumulator: 7 per block)."""
     k = 256
     raw = unit_scale_blocks(gtype, rows * k // 32, seed=int(gtype))
     x = exact_activations(np.random.default_rng(int(gtype)), 3, k)
-    out, source = _product(x, raw, gtype, (rows, k))
+    out, chained = _product(x, raw, gtype, (rows, k), device)
     assert_bits_equal(out, float64_reference(gtype, raw, (rows, k), x).astype(np.float32))
-    assert source.count("tg_dot4_u8i8_acc(") >= 8
+    assert chained >= 7
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
-def test_row_lanes_random(gtype):
+def test_row_lanes_random(gtype, device):
     """Random blocks and activations: within float32 rounding of the reference's per-block sums."""
     rows, k, batch = 11, 320, 3
     raw = random_blocks(gtype, rows * k // BLOCK_LAYOUT[gtype][0], seed=3, small=True)
     x = np.random.default_rng(1).standard_normal((batch, k)).astype(np.float32)
-    out, _ = _product(x, raw, gtype, (rows, k))
+    out, _ = _product(x, raw, gtype, (rows, k), device)
     ref = float64_reference(gtype, raw, (rows, k), x)
     xq, dx = q8_reference(x)
     scale = np.abs(xq.astype(np.float64)).reshape(batch, -1, 32) * dx[..., None]
@@ -67,26 +87,28 @@ def test_row_lanes_random(gtype):
     assert np.all(np.abs(out - ref) <= 1e-6 * magnitude + 1e-30)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
-def test_row_lanes_do_not_depend_on_the_batch(gtype):
+def test_row_lanes_do_not_depend_on_the_batch(gtype, device):
     """A row's bits alone and in batches of 3, 4 and 8 (21 rows: two whole groups of 8 and a padded one)."""
     rows, k = 21, 1536
     raw = random_blocks(gtype, rows * k // 32, seed=5, small=True)
     x = np.random.default_rng(2).standard_normal((8, k)).astype(np.float32)
-    alone = [_product(x[i:i + 1], raw, gtype, (rows, k))[0][0] for i in range(8)]
+    alone = [_product(x[i:i + 1], raw, gtype, (rows, k), device)[0][0] for i in range(8)]
     for batch in (3, 4, 8):
-        together, _ = _product(x[:batch], raw, gtype, (rows, k))
+        together, _ = _product(x[:batch], raw, gtype, (rows, k), device)
         for i in range(batch):
             assert_bits_equal(alone[i], together[i])
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("gtype", TAKEN, ids=lambda t: t.name)
-def test_row_lanes_with_more_activation_rows_than_weight_rows(gtype):
+def test_row_lanes_with_more_activation_rows_than_weight_rows(gtype, device):
     """A batch larger than the weight (9 rows times 7, 64 times 16): within rounding of the reference, and a row's
     bits as alone (review: the GEMM plans took these products, and rows changed with the batch)."""
     for rows, k, batch in ((7, 64, 9), (16, 64, 64)):
-        raw, x, _, out = _near_reference(gtype, rows, k, batch, seed=9, x_seed=6)
-        assert_bits_equal(_product(x[:1], raw, gtype, (rows, k))[0][0], out[0])
+        raw, x, _, out = _near_reference(gtype, rows, k, batch, seed=9, x_seed=6, device=device)
+        assert_bits_equal(_product(x[:1], raw, gtype, (rows, k), device)[0][0], out[0])
 
 
 def test_bad_input_is_refused():
@@ -99,76 +121,87 @@ def test_bad_input_is_refused():
 
 
 def test_which_devices_and_types_use_it():
-    """The C renderer has the row-lane dots; the interpreter and the X86 renderer do not (they keep ``intdot``)."""
+    """The C renderer has the row-lane dots, and so has the X86 one wherever it has byte dots; the interpreter does
+    not (it keeps ``intdot``)."""
     assert uses_row_lanes(GGMLType.Q4_1, "CPU") == (GGMLType.Q4_1 in LANE_TYPES)
     assert not uses_row_lanes(GGMLType.Q4_K, "CPU")
     assert not uses_row_lanes(GGMLType.Q4_1, "PYTHON")
-    assert not uses_row_lanes(GGMLType.Q4_1, "CPU:X86")
     assert not uses_row_lanes(9999, "CPU")
+    if _x86_missing() is None:
+        from tgcore.runtime.registry import open_device
+        x86 = open_device("CPU:X86").renderer
+        assert x86.row_lane_byte_dots == x86.compiles_byte_dots
+        assert uses_row_lanes(GGMLType.Q4_1, "CPU:X86") == (GGMLType.Q4_1 in LANE_TYPES and x86.row_lane_byte_dots)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("gtype", TAKEN, ids=lambda t: t.name)
-def test_quantized_matrix_takes_the_row_lanes(gtype):
-    """``QuantizedMatrix.matmul_t`` on CPU: the repacked weight (made once), any leading shape, the same bits as the
+def test_quantized_matrix_takes_the_row_lanes(gtype, device):
+    """``QuantizedMatrix.matmul_t``: the repacked weight (made once), any leading shape, the same bits as the
     row-lane product of the flattened rows and within rounding of the float64 reference; the float path (no
     ``int_dot``) never repacks."""
     rows, k = 12, 128
     raw = random_blocks(gtype, rows * k // 32, seed=7, small=True)
-    w = QuantizedMatrix(Tensor(raw, device="CPU"), gtype, (rows, k))
+    w = QuantizedMatrix(Tensor(raw, device=device), gtype, (rows, k))
     assert w.row_lanes is not None and w.row_lanes is w.row_lanes
     x = np.random.default_rng(3).standard_normal((2, 3, k)).astype(np.float32)
-    out = w.matmul_t(Tensor(x, device="CPU")).numpy()
+    out = w.matmul_t(Tensor(x, device=device)).numpy()
     assert out.shape == (2, 3, rows)
-    flat, _ = _product(x.reshape(6, k), raw, gtype, (rows, k))
+    flat, _ = _product(x.reshape(6, k), raw, gtype, (rows, k), device)
     assert_bits_equal(out.reshape(6, rows), flat)
     ref = float64_reference(gtype, raw, (rows, k), x.reshape(6, k))
     np.testing.assert_allclose(flat, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
-    assert QuantizedMatrix(Tensor(raw, device="CPU"), gtype, (rows, k), int_dot=False).row_lanes is None
+    assert QuantizedMatrix(Tensor(raw, device=device), gtype, (rows, k), int_dot=False).row_lanes is None
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("rows", [16, 13])
 @pytest.mark.parametrize("gtype", TAKEN, ids=lambda t: t.name)
-def test_from_host_keeps_the_row_lanes_only(gtype, rows):
-    """``QuantizedMatrix.from_host`` on CPU holds the row-lane form only (no raw bytes on the device); its
+def test_from_host_keeps_the_row_lanes_only(gtype, rows, device):
+    """``QuantizedMatrix.from_host`` holds the row-lane form only (no raw bytes on the device); its
     dequantization (the dense prefill's) has the bits of the raw bytes' (and gguf-py's values), its product those
-    of the repacked raw weight's. Where the renderer has no row lanes (CPU:X86) or without ``int_dot``, it keeps
+    of the repacked raw weight's. Where the renderer has no row lanes (PYTHON) or without ``int_dot``, it keeps
     the raw bytes."""
     k = 128
     raw = random_blocks(gtype, rows * k // 32, seed=11, small=True)
-    w = QuantizedMatrix.from_host(raw, gtype, (rows, k), "CPU", "w")
-    assert w.raw is None and w.lanes is not None and w.row_lanes is w.lanes and w.device == "CPU"
-    from_raw = QuantizedMatrix(Tensor(raw, device="CPU"), gtype, (rows, k))
+    w = QuantizedMatrix.from_host(raw, gtype, (rows, k), device, "w")
+    assert w.raw is None and w.lanes is not None and w.row_lanes is w.lanes and w.device == device
+    from_raw = QuantizedMatrix(Tensor(raw, device=device), gtype, (rows, k))
     dense = w.dequantized.numpy()
     assert_bits_equal(dense, from_raw.dequantized.numpy())
     np.testing.assert_allclose(dense, reference_dequantize(gtype, raw, (rows, k)), rtol=1e-6, atol=0)
     x = np.random.default_rng(4).standard_normal((3, k)).astype(np.float32)
-    assert_bits_equal(w.matmul_t(Tensor(x, device="CPU")).numpy(), from_raw.matmul_t(Tensor(x, device="CPU")).numpy())
-    for device, int_dot in (("CPU:X86", True), ("CPU", False)):
-        kept = QuantizedMatrix.from_host(raw, gtype, (rows, k), device, "w", int_dot)
+    assert_bits_equal(w.matmul_t(Tensor(x, device=device)).numpy(),
+                      from_raw.matmul_t(Tensor(x, device=device)).numpy())
+    for kept_on, int_dot in (("PYTHON", True), (device, False)):
+        kept = QuantizedMatrix.from_host(raw, gtype, (rows, k), kept_on, "w", int_dot)
         assert kept.raw is not None and kept.lanes is None and kept.row_lanes is None
         np.testing.assert_array_equal(kept.raw.numpy(), raw)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.Q5_1], ids=lambda t: t.name)
-def test_row_lanes_with_activations_as_large_as_the_weight(gtype):
+def test_row_lanes_with_activations_as_large_as_the_weight(gtype, device):
     """32 rows x 160 columns times 16 activation rows (a tiny model's attn_k in a prefill): the activations' bytes
     as many as the weight's (both the kernel's main inputs), still the row-lane plan (it once fell to the generic
     byte-dot plan, which dropped the offset term), within rounding of the float64 reference."""
-    _, _, source, _ = _near_reference(gtype, 32, 160, 16, seed=9, x_seed=6)
-    assert "tg_dot4_u8i8_acc(" in source
+    _, _, chained, _ = _near_reference(gtype, 32, 160, 16, seed=9, x_seed=6, device=device)
+    assert chained
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("gtype", [GGMLType.Q5_0, GGMLType.Q5_1], ids=lambda t: t.name)
-def test_five_bit_row_lanes_with_more_activation_rows_than_weight_rows(gtype):
+def test_five_bit_row_lanes_with_more_activation_rows_than_weight_rows(gtype, device):
     """16 rows x 64 columns times 64 activation rows: the scheduler then materializes the weight's five-bit values as
     int32 (no byte dot), and the product's offset term (-16 per weight value, a block constant) was summed in a loop
     whose accumulator was never reset (relative error 1e2). Called directly, whatever ``LANE_TYPES`` holds."""
-    _near_reference(gtype, 16, 64, 64, seed=3, x_seed=1)
+    _near_reference(gtype, 16, 64, 64, seed=3, x_seed=1, device=device)
 
 
-def test_one_block_rows_keep_the_raw_bytes():
+@pytest.mark.parametrize("device", DEVICES)
+def test_one_block_rows_keep_the_raw_bytes(device):
     """A weight of 32 columns (one block per row: no block axis to split) does not take the row lanes."""
     raw = random_blocks(GGMLType.Q4_0, 16, seed=1, small=True)
-    w = QuantizedMatrix.from_host(raw, GGMLType.Q4_0, (16, 32), "CPU")
+    w = QuantizedMatrix.from_host(raw, GGMLType.Q4_0, (16, 32), device)
     assert w.raw is not None and w.row_lanes is None
-    assert not uses_row_lanes(GGMLType.Q4_0, "CPU", 32) and uses_row_lanes(GGMLType.Q4_0, "CPU", 64)
+    assert not uses_row_lanes(GGMLType.Q4_0, device, 32) and uses_row_lanes(GGMLType.Q4_0, device, 64)

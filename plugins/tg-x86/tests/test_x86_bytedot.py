@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from tg_x86.cpu import unavailable_reason
 from tg_x86.isa import Inst, Op
+from tg_x86.operands import Label, Mem
 from tg_x86.renderer import DOT_OPS, X86Renderer
 
 from tgcore.tensor import Tensor
@@ -235,3 +236,129 @@ def test_repeated_lanes_are_computed_once():
     assert ops.count(Op.VCVTSI2SS) == ops.count(Op.AND) <= 4   # 8 when each lane was computed
     want = np.repeat(u, 4, axis=1) & 15
     np.testing.assert_array_equal(t.numpy(), want.astype(np.float32) * y + (want < 3).astype(np.float32))
+
+
+# ---- output rows in the lanes (tg-gguf's row-interleaved weights: ``bytedot.row_lanes_rule``) ----
+def row_lane_product(u: Tensor, x: Tensor, scale: Tensor) -> Tensor:
+    """``u`` ``(groups, nb, 8, 8, 4)`` uint8 (``[r, b, g, l, k]``: row ``8r + l``'s element ``32b + 4g + k``, the
+    bytes of a block's 8 rows interleaved by 4), ``x`` ``(M, nb, 32)`` int8, ``scale`` ``(groups, 8, nb)``: ``(M,
+    8 groups)``, each block's products summed in int32, then scaled (tg-gguf's ``lanes.row_lanes_matmul`` without
+    its offsets)."""
+    groups, nb = u.shape[0], u.shape[1]
+    m = x.shape[0]
+    w = u.reshape(1, groups, nb, 8, 8, 4).permute(0, 1, 4, 2, 3, 5).cast("int32")
+    prod = (w * x.reshape(m, 1, 1, nb, 8, 4).cast("int32")).cast("float32")
+    return (prod * scale.reshape(1, groups, 8, nb, 1, 1)).reshape(m, groups * 8, nb * 32).sum(-1)
+
+
+def row_lane_data(groups: int, nb: int, m: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    packed = rng.integers(0, 256, (groups, nb, 4, 8, 4), dtype=np.uint8)   # a Q4 block's nibbles, 2 per byte
+    x = rng.integers(-128, 128, (m, nb, 32)).astype(np.int8)
+    scale = rng.choice([0.25, 0.5, 1.0, 2.0], (groups, 8, nb)).astype(np.float32)
+    return packed, x, scale
+
+
+def row_lane_nibbles(packed: Tensor) -> Tensor:
+    """``(groups, nb, 4, 8, 4)`` bytes -> ``(groups, nb, 8, 8, 4)``: steps ``g < 4`` the low nibbles, the others
+    the high ones (the Q4 row-lane layout)."""
+    groups, nb = packed.shape[0], packed.shape[1]
+    half = Tensor.arange(2, dtype="uint8", device=packed.device).reshape(1, 1, 2, 1, 1, 1) * 4
+    wide = packed.reshape(groups, nb, 1, 4, 8, 4).expand(groups, nb, 2, 4, 8, 4)
+    return ((wide >> half) & 15).reshape(groups, nb, 8, 8, 4)
+
+
+def row_lane_reference(u: np.ndarray, x: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """The same sums in int64 and float64 (``u`` ``[r, b, g, l, k]``)."""
+    rows = u.transpose(0, 3, 1, 2, 4).reshape(-1, u.shape[1], 32).astype(np.int64)   # [row, b, 4g + k]
+    sums = np.einsum("rbe,mbe->mrb", rows, x.astype(np.int64))
+    return (sums * scale.reshape(-1, u.shape[1]).astype(np.float64)).sum(-1).astype(np.float32)
+
+
+ROW_LANE_CASES = {  # name -> (the unsigned bytes from the packed ones as tensor ops, the same in numpy)
+    "bytes": (lambda p: p.reshape(p.shape[0], p.shape[1], 1, 4, 8, 4).expand(
+        p.shape[0], p.shape[1], 2, 4, 8, 4).reshape(p.shape[0], p.shape[1], 8, 8, 4),
+        lambda p: np.concatenate([p, p], axis=2)),
+    "nibbles": (row_lane_nibbles, lambda p: np.concatenate([p & 15, p >> 4], axis=2)),
+}
+
+
+@pytest.mark.parametrize("case", ROW_LANE_CASES)
+@pytest.mark.parametrize("groups,m", [(1, 1), (3, 3), (2, 5)])
+def test_row_lane_dots_match_numpy(case, groups, m):
+    """8, 24 and 16 output rows times 1, 3 and 5 activation rows, 9 blocks each: exact against numpy (sums of
+    integers times powers of two)."""
+    packed, x, scale = row_lane_data(groups, 9, m, seed=groups + m)
+    ours, theirs = ROW_LANE_CASES[case]
+    out = row_lane_product(ours(Tensor(packed, device=X86)), Tensor(x, device=X86), Tensor(scale, device=X86))
+    np.testing.assert_array_equal(out.numpy(), row_lane_reference(theirs(packed), x, scale))
+
+
+@pytest.mark.parametrize("case", ROW_LANE_CASES)
+def test_row_lane_dots_are_chained_vpdpbusd(case):
+    """Each block of 8 rows is 8 byte dots chained through vpdpbusd's accumulator (no zeroing between), each against
+    4 activation bytes broadcast from memory (vpbroadcastd); no byte taken out of or put into a vector one at a
+    time. Every instruction of the kernel is what capstone decodes from its bytes."""
+    from tg_x86 import encode, select_form
+    from tg_x86.listing import asm
+    from tg_x86_testutil import LLVM_ONLY, decode_one, decoder, same_listing
+    packed, x, scale = row_lane_data(2, 4, 1, seed=0)
+    ours, _ = ROW_LANE_CASES[case]
+    t = row_lane_product(ours(Tensor(packed, device=X86)), Tensor(x, device=X86), Tensor(scale, device=X86))
+    insts = instructions(t)
+    ops = [i.op for i in insts]
+    dot = DOT_OPS[X86Renderer().dot_instruction]
+    if dot is not Op.VPMADDUBSW:
+        assert ops.count(dot) == 8 and ops.count(Op.VPXOR) + ops.count(Op.VXORPS) <= 2   # one zeroed start per block
+    assert ops.count(Op.VPBROADCASTD) == 8
+    assert all(isinstance(i.operands[1], Mem) for i in insts if i.op is Op.VPBROADCASTD)
+    assert Op.VPEXTRB not in ops and Op.VPINSRB not in ops
+    # the nibble mask held in a register (bytedot.sel_held_constant), not read from memory by each vpand
+    assert not [i for i in insts if i.op is Op.VPAND and isinstance(i.operands[-1], Mem)]
+    md = decoder()
+    for i in insts:
+        if i.op not in LLVM_ONLY and not (i.operands and isinstance(i.operands[-1], Label)):
+            decoded, size, _ = decode_one(md, encode(i))
+            assert size == len(encode(i)) and same_listing(asm([i]), decoded, select_form(i)), (asm([i]), decoded)
+
+
+def _vector_spills(insts: list[Inst]) -> list[Inst]:
+    """Stores of vector registers to the stack (what the allocator's vector spills are: constants are stored by gpr
+    moves, arguments are gprs)."""
+    return [i for i in insts if i.op in (Op.VMOVUPS, Op.VMOVDQU) and isinstance(i.operands[0], Mem)
+            and i.operands[0].base is not None and i.operands[0].base.name == "rsp"]
+
+
+def test_held_constants_give_way_under_register_pressure():
+    """5 activation rows (5 accumulators, each block's unpacked weight bytes shared by them): holding the nibble mask
+    in a register made the allocator spill vectors; the renderer then selects the kernel again with the mask read
+    from memory (no vector spill), exact against numpy."""
+    packed, x, scale = row_lane_data(2, 9, 5, seed=8)
+    ours, theirs = ROW_LANE_CASES["nibbles"]
+    t = row_lane_product(ours(Tensor(packed, device=X86)), Tensor(x, device=X86), Tensor(scale, device=X86))
+    assert not _vector_spills(instructions(t))
+    np.testing.assert_array_equal(t.numpy(), row_lane_reference(theirs(packed), x, scale))
+
+
+AVX2_ROW_LANES_RUN = """
+import numpy as np, test_x86_bytedot as t
+from tgcore.tensor import Tensor
+for case, (ours, theirs) in t.ROW_LANE_CASES.items():
+    packed, x, scale = t.row_lane_data(3, 5, 2, seed=4)
+    x[:, 0, :4] = -128   # (vpmaddubsw's worst pair: 2 * 255 * -128 saturates an int16)
+    out = t.row_lane_product(ours(Tensor(packed, device=t.X86)), Tensor(x, device=t.X86), Tensor(scale, device=t.X86))
+    print(sorted({i.op.name for i in t.instructions(out) if i.op.name.startswith(("VPDPBUSD", "VPMADD"))}))
+    np.testing.assert_array_equal(out.numpy(), t.row_lane_reference(theirs(packed), x, scale))
+"""
+
+
+@pytest.mark.skipif(not X86Renderer(isa="avx2").compiles_byte_dots, reason="no AVX-VNNI")
+def test_avx2_level_row_lane_dots_are_the_vex_vpdpbusd():
+    """The row lanes at the AVX2 level on an AVX-VNNI CPU: the VEX form only, the same sums as numpy."""
+    assert set(run_elsewhere(AVX2_ROW_LANES_RUN)) == {"['VPDPBUSD_VEX']"}
+
+
+def test_row_lane_dots_without_vnni_are_exact():
+    """The row lanes without VNNI: vpmaddubsw + vpmaddwd, each block's dots added with vpaddd, exact with -128
+    activations."""
+    assert set(run_elsewhere(AVX2_ROW_LANES_RUN, dots="vpmaddubsw")) == {"['VPMADDUBSW',", "'VPMADDWD']"}

@@ -16,10 +16,14 @@ Out: ``byte_dot_rule``: the core's rule (``tgcore.renderer.cbytedot.byte_dot``: 
      SHR by a broadcast s      vpsrlw by s in an xmm + vpand with (0x00FF >> s) in both bytes of each word
      VECTORIZE of one byte     vmovd + vpbroadcastb (a K-quant's mask or shift of the sub-block in the loop)
      BITCAST                   the source's register (a byte vector, or one piece of 32- or 64-bit lanes)
+     BITCAST of a repeated int vpbroadcastw/d/q from memory (2, 4, 8 bytes loaded, repeated: ``repeated_load``; the
+                               load, the int and its VECTORIZE emit nothing)
      VECTORIZE of lanes        vinserti128 of two 16-byte sources and/or vpshufb within 128-bit halves
      CUSTOMI tg_dot4_u8i8      vpxor + vpdpbusd (exact: 4 products of a byte by a signed byte fit an int32, and
                                vpdpbusd does not saturate); AVX2: vpmaddubsw + vpmaddwd (per nibble from a >= 128)
+     CUSTOMI tg_dot4_u8i8_acc  vpdpbusd into the accumulator (a chain of ``row_lanes_rule``); AVX2: + vpaddd
      CAST of 4 or 8 bytes      vpmovzxbd (vpmovsxbd: int8) to int32 lanes, + vcvtdq2ps for float32
+     CONST, VCONST of 32 bytes an ALU operand: vmovdqu into a register where the constants are (before the loops)
 
 The lanes a VECTORIZE takes (single-lane GEPs) emit nothing: only such VECTORIZEs read them.
 """
@@ -35,6 +39,7 @@ from tg_x86.bytevec import (
     is_bytes,
     lanes,
     register_bits,
+    repeated_load,
     selectable,
     shift_amount,
     shuffle_plan,
@@ -46,19 +51,30 @@ from tg_x86.values import mem, reg
 from tg_x86.vpieces import vpiece
 from tgcore.codegen.regalloc import VReg
 from tgcore.dtype import dtypes
-from tgcore.renderer.cbytedot import DOT_HELPER, byte_dot, byte_table_lookup
+from tgcore.renderer.cbytedot import DOT_ACC_HELPER, DOT_HELPER, byte_dot, byte_table_lookup, row_lanes_dot
 from tgcore.uop import Ops, PatternMatcher, UOp, UPat
 from tgcore.uop.rewrite import graph_rewrite
 
 BYTE_ALU = {Ops.AND: Op.VPAND, Ops.OR: Op.VPOR, Ops.XOR: Op.VPXOR, Ops.ADD: Op.VPADDB, Ops.SUB: Op.VPSUBB}
 EMITTED = ()
 NARROW_LOADS = {2: Op.VPBROADCASTW, 4: Op.VMOVD, 8: Op.VMOVQ}   # bytes -> the load that reads exactly them
+REPEATED_LOADS = {2: Op.VPBROADCASTW, 4: Op.VPBROADCASTD, 8: Op.VPBROADCASTQ}   # bytes -> their broadcast
 
 
 def byte_dot_rule(red: UOp) -> UOp | None:
     """``byte_dot`` where this module selects both operands (else the REDUCE stays)."""
     out = byte_dot(red)
     return out if out is not None and all(selectable(s) for s in out.src) else None
+
+
+def row_lanes_rule(red: UOp) -> UOp | None:
+    """``row_lanes_dot`` (output rows in the lanes: a chain of dots, each added to the last) where this module
+    selects every dot's two byte operands (else the REDUCE stays)."""
+    out = row_lanes_dot(red)
+    if out is None:
+        return None
+    dots = [u for u in out.toposort if u.op is Ops.CUSTOMI]
+    return out if all(selectable(s) for u in dots for s in u.src[-2:]) else None
 
 
 def _gather_lanes(x: UOp) -> UOp | None:
@@ -221,6 +237,10 @@ def sel_bytes(ctx: Emitter, x: UOp) -> tuple | None:
         ctx.vemit(BYTE_ALU[op], d, [register(ctx, a), operand(ctx, b)], bits)
     elif op in RIGHT or op in LEFT:
         d = _shifted(ctx, x)
+    elif op is Ops.BITCAST and (load := repeated_load(x)) is not None:
+        d = ctx.vnew()
+        n = load.dtype.count
+        ctx.emit(REPEATED_LOADS[n], [d], [mem(ctx, load.src[0], n * 8)], (("d", 0, bits), ("u", 0, None)))
     elif op is Ops.BITCAST:
         s = x.src[0]
         d = register(ctx, s) if is_bytes(s.dtype) else vpiece(ctx, s, 0)
@@ -244,16 +264,22 @@ def _table_lookup(ctx: Emitter, load: UOp, at: UOp) -> VReg:
 
 
 def sel_dot(ctx: Emitter, x: UOp) -> tuple | None:
-    """``tg_dot4_u8i8(a, b)``: int32 lane l = the sum over k < 4 of a[4l + k] (unsigned) * b[4l + k] (signed)."""
-    if x.arg != DOT_HELPER:
+    """``tg_dot4_u8i8(a, b)``: int32 lane l = the sum over k < 4 of a[4l + k] (unsigned) * b[4l + k] (signed);
+    ``tg_dot4_u8i8_acc(c, a, b)``: the same added to the int32 vector ``c`` (vpdpbusd's accumulator input: its
+    destination; without VNNI one vpaddd after)."""
+    if x.arg not in (DOT_HELPER, DOT_ACC_HELPER):
         return None
-    a, b = x.src
+    *acc, a, b = x.src
     rb = operand(ctx, b)
     if ctx.dot_op is Op.VPMADDUBSW:
         d = _dot_avx2(ctx, a, rb)
+        if acc:
+            summed = ctx.vnew()
+            ctx.vemit(Op.VPADDD, summed, [vpiece(ctx, acc[0], 0), d], 256)
+            d = summed
     else:
         d = ctx.vnew()
-        ctx.emit(ctx.dot_op, [d], [ctx.zero(256), register(ctx, a), rb],
+        ctx.emit(ctx.dot_op, [d], [vpiece(ctx, acc[0], 0) if acc else ctx.zero(256), register(ctx, a), rb],
                  (("d", 0, 256), ("u", 1, 256), ("u", 2, None if isinstance(rb, VMem) else 256)), two=True)
     ctx.val[x] = (d,)
     return EMITTED
@@ -310,7 +336,27 @@ def sel_widen(ctx: Emitter, x: UOp) -> tuple | None:
     return EMITTED
 
 
+def sel_held_constant(ctx: Emitter, x: UOp) -> tuple | None:
+    """A 32-byte constant operand of byte-dot operands' ops (a nibble mask): loaded into a register once, where the
+    kernel's constants are (before its loops), so the ops reading it in the loop read no memory (a load port each:
+    the row lanes' 8 per block of 8 rows). Shift amounts are immediates: a constant only shifts read is not loaded.
+    Not where it makes the allocator spill vectors (``X86Renderer.select`` selects again without)."""
+    users = ctx.facts.users.get(x, [])
+    if (not ctx.hold_constants or x not in ctx.facts.byte_dots or x.dtype.count != 32 or not users
+            or any(u.op not in BYTE_ALU or u not in ctx.facts.byte_dots for u in users)
+            or (slot := _const(ctx, x)) is None):
+        return None
+    d = ctx.vnew()
+    ctx.emit(Op.VMOVDQU, [d], [slot], (("d", 0, 256), ("u", 0, None)))
+    ctx.val[x] = (d,)
+    ctx.held_constants += 1
+    return EMITTED
+
+
 BYTE_ISEL = PatternMatcher([
+    (UPat((Ops.CONST, Ops.VCONST), BYTE_VECTORS, name="x"), sel_held_constant),
+    (UPat((Ops.LOAD, Ops.BITCAST, Ops.VECTORIZE), name="x"),   # the parts of a repeated load (its broadcast reads it)
+     lambda ctx, x: EMITTED if x in ctx.facts.repeated_parts else None),
     (UPat(Ops.CUSTOMI, name="x"), sel_dot),
     (UPat(Ops.GEP, src=(UPat(dtype=BYTE_VECTORS),), name="x"),   # lanes only an operand's byte VECTORIZEs read
      lambda ctx, x: EMITTED if x in ctx.facts.byte_dots else None),

@@ -21,6 +21,7 @@ BYTE_VECTORS = tuple(dt.vec(n) for dt in BYTES for n in (2, 4, 8, 16, 32))
 BYTE_ALU_OPS = (Ops.AND, Ops.OR, Ops.XOR, Ops.ADD, Ops.SUB)
 RIGHT, LEFT = (Ops.SHR, Ops.IDIV), (Ops.SHL, Ops.MUL)   # by a power of two (IDIV, MUL: by 2**s; SHR, SHL: by s)
 WIDENED_TO = (dtypes.int32, dtypes.uint32, dtypes.float32)
+REPEATED_BROADCASTS = (2, 4, 8)   # the bytes a broadcast from memory repeats (vpbroadcastw/d/q)
 
 
 def is_bytes(dt: DType) -> bool:
@@ -105,6 +106,23 @@ def shuffle_plan(u: UOp) -> tuple[list[UOp], list[int]] | None:
     return sources, picks
 
 
+def repeated_load(u: UOp) -> UOp | None:
+    """A byte vector that repeats the bytes of one 2-, 4- or 8-byte load (``BITCAST`` of a ``VECTORIZE`` of one
+    ``BITCAST`` of an ungated byte-vector load: the core's ``cbytedot._repeated``, the activation bytes a row-lane dot
+    broadcasts) -> that load; else None."""
+    if u.op is not Ops.BITCAST or not is_bytes(u.dtype) or u.src[0].op is not Ops.VECTORIZE:
+        return None
+    word = u.src[0].src[0]
+    if any(x is not word for x in u.src[0].src) or word.op is not Ops.BITCAST or word.dtype.count != 1:
+        return None
+    load = word.src[0]
+    if (load.op is not Ops.LOAD or not is_bytes(load.dtype) or load.dtype.count != word.dtype.itemsize
+            or word.dtype.itemsize not in REPEATED_BROADCASTS or u.dtype.count % load.dtype.count):
+        return None
+    ungated = len(load.src) == 1 and load.src[0].op is Ops.INDEX and len(load.src[0].src) == 2
+    return load if ungated and load.src[0].src[1].dtype.count == 1 else None
+
+
 def selectable(u: UOp) -> bool:
     """Whether every byte vector ``u`` is computed from has a rule in ``bytedot.BYTE_ISEL``."""
     if lanes(u) is not None:
@@ -121,6 +139,8 @@ def selectable(u: UOp) -> bool:
     if u.op in RIGHT or u.op in LEFT:
         return (shift_amount(u) is not None or is_variable_shift(u)) and selectable(u.src[0])
     if u.op is Ops.BITCAST:
+        if repeated_load(u) is not None:   # one broadcast from memory
+            return True
         s = u.src[0]
         whole = s.dtype.scalar().itemsize * s.dtype.count == u.dtype.count
         if is_bytes(s.dtype):

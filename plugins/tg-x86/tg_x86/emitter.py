@@ -33,7 +33,7 @@ from tg_x86.lanes import (
 )
 from tg_x86.machine import Frame, Spec, VMem, label_inst
 from tg_x86.operands import Label
-from tgcore.codegen.regalloc import MInst, VReg
+from tgcore.codegen.regalloc import MInst, RegisterPlan, VReg
 from tgcore.dtype import DType, dtypes
 from tgcore.renderer.isa import ISelContext
 from tgcore.uop import PatternMatcher, UOp
@@ -79,6 +79,10 @@ class Emitter(ISelContext):
         self.opmasks: dict[tuple[UOp, int], VReg] = {}   # (bool vector gate, zmm piece) -> its opmask
         # the byte dots' instruction: vpdpbusd (EVEX: AVX512-VNNI), its VEX form (AVX-VNNI) or vpmaddubsw (AVX2)
         self.dot_op = Op.VPDPBUSD
+        # byte-dot constants held in registers (``bytedot.sel_held_constant``): allowed, and how many were
+        self.hold_constants = True
+        self.held_constants = 0
+        self.chosen_plan: RegisterPlan | None = None   # the register plan, when chosen during selection
         self.frame.nargs = facts.core_arg + 1
 
     # ---- helpers ----

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from itertools import compress
 from typing import Any
 
-from tg_x86.bytevec import is_bytes, widened_bytes
+from tg_x86.bytevec import is_bytes, repeated_load, widened_bytes
 from tg_x86.lanes import (
     _LANE,
     _OP,
@@ -50,7 +50,7 @@ from tg_x86.lanes import (
     shuffle_plan,
 )
 from tgcore.dtype import AddrSpace, DType, PtrDType, dtypes
-from tgcore.renderer.cbytedot import DOT_HELPER, byte_table_lookup
+from tgcore.renderer.cbytedot import DOT_ACC_HELPER, DOT_HELPER, byte_table_lookup
 from tgcore.uop import Ops, UOp
 
 # the ops the per-line helpers test, as module names: on Python 3.11 reading ``Ops.CONST`` goes through EnumType's
@@ -146,6 +146,7 @@ class KernelFacts(KernelLines):
     acc_stores: Mapping[UOp, list[int]]   # accumulator -> the positions of the STOREs to it
     prefetch: Mapping[UOp, int]        # loads streaming a big input -> bytes ahead to prefetch (``plan_prefetches``)
     byte_dots: frozenset[UOp]          # the byte vectors byte-dot calls' operands are made of (``plan_byte_dots``)
+    repeated_parts: frozenset[UOp]     # the lines of those repeating one short load (``plan_repeated_parts``)
 
     def fuses(self, mul: UOp, add: UOp) -> bool:
         """Can ``add`` (of a float dtype) and its source ``mul`` be one FMA? (see ``fuses``)"""
@@ -169,6 +170,7 @@ def analyze(uops: list[UOp], users: Mapping[UOp, list[UOp]]) -> KernelFacts:
     hred_roots, hred_skip = plan_horizontal(k, lane_geps)
     bcast_loads = plan_broadcast_loads(k)
     fma_adds = plan_fma(k, hred_roots)
+    byte_dots = plan_byte_dots(k)
     return KernelFacts(
         k.uops, k.users, k.pos, k.codes, k.barriers, nparams=nparams, pressure=nparams + nvars + 2 * nranges,
         var_arg={n: nbufs + i for i, n in enumerate(sorted(names))}, core_arg=nbufs + len(names),
@@ -180,7 +182,8 @@ def analyze(uops: list[UOp], users: Mapping[UOp, list[UOp]]) -> KernelFacts:
         folded=plan_folded_loads(k, bcast_loads, vconst), widened=plan_widened_loads(k),
         narrowed=plan_narrowed_stores(k), assembled=plan_assembled_loads(k),
         flag_compares=plan_flag_compares(k),
-        acc_stores=accumulator_stores(k), prefetch=plan_prefetches(k), byte_dots=plan_byte_dots(k))
+        acc_stores=accumulator_stores(k), prefetch=plan_prefetches(k), byte_dots=byte_dots,
+        repeated_parts=plan_repeated_parts(k, byte_dots))
 
 
 def plan_prefetches(k: KernelLines) -> dict[UOp, int]:
@@ -438,17 +441,19 @@ def _byte_tree(roots: Iterable[UOp]) -> set[UOp]:
         lane = u.op is Ops.GEP and len(u.arg) == 1 and is_bytes(u.src[0].dtype)
         if lane or is_bytes(u.dtype):
             out.add(u)
+            if repeated_load(u) is not None:   # (one broadcast from memory: its parts in plan_repeated_parts)
+                continue
             at = byte_table_lookup(u)   # (a table's byte indices sit under its INDEX)
             stack.extend(u.src if at is None else (at,))
     return out
 
 
 def plan_byte_dots(k: KernelLines) -> frozenset[UOp]:
-    """The byte vectors the operands of byte-dot calls (``tg_dot4_u8i8``) and the CASTs of ``bytevec.widened_bytes``
-    are made of (those CASTs too), and the one-lane GEPs of them that only such vectors read: what
-    ``bytedot.BYTE_ISEL`` selects. Byte vectors anywhere else keep the general vector rules (gated loads, widened
-    loads, lanes read one by one); so does a widening CAST whose bytes something else reads too."""
-    out = _byte_tree(s for u in k.lines(Ops.CUSTOMI) if u.arg == DOT_HELPER for s in u.src)
+    """The byte vectors the byte operands of byte-dot calls (``tg_dot4_u8i8``, ``tg_dot4_u8i8_acc``) and the CASTs
+    of ``bytevec.widened_bytes`` are made of (those CASTs too), and the one-lane GEPs of them that only such vectors
+    read: what ``bytedot.BYTE_ISEL`` selects. Byte vectors anywhere else keep the general vector rules (gated loads,
+    widened loads, lanes read one by one); so does a widening CAST whose bytes something else reads too."""
+    out = _byte_tree(s for u in k.lines(Ops.CUSTOMI) if u.arg in (DOT_HELPER, DOT_ACC_HELPER) for s in u.src[-2:])
     casts = {u: _byte_tree(u.src) for u in k.lines(Ops.CAST) if widened_bytes(u)}
     while True:   # drop the CASTs whose bytes a line outside every kept tree reads (until none is dropped)
         kept = out.union(casts, *casts.values())
@@ -460,6 +465,22 @@ def plan_byte_dots(k: KernelLines) -> frozenset[UOp]:
             del casts[u]
     # (a lane something else reads too is extracted by the general rules)
     return frozenset(u for u in kept if u.op is not Ops.GEP or all(r in kept for r in k.users.get(u, [])))
+
+
+def plan_repeated_parts(k: KernelLines, byte_dots: frozenset[UOp]) -> frozenset[UOp]:
+    """The lines a byte-dot operand that repeats one short load (``bytevec.repeated_load``: one broadcast from
+    memory) is made of (the load, its bitcast to one int, the VECTORIZE of that int), where only that chain reads
+    them: they emit nothing."""
+    out: set[UOp] = set()
+    for u in byte_dots:
+        load = repeated_load(u)
+        if load is None:
+            continue
+        vec, word = u.src[0], u.src[0].src[0]
+        if (set(k.users.get(vec, ())) == {u} and set(k.users.get(word, ())) == {vec}
+                and set(k.users.get(load, ())) == {word}):
+            out.update((vec, word, load))
+    return frozenset(out)
 
 
 def plan_assembled_loads(k: KernelLines) -> frozenset[UOp]:

@@ -34,7 +34,7 @@ from tg_x86 import (  # modules: each stage is looked up when it runs (benches w
     plan_code,
 )
 from tg_x86.abi import HOST, Abi
-from tg_x86.bytedot import byte_dot_rule, lane_by_lane_gathers
+from tg_x86.bytedot import byte_dot_rule, lane_by_lane_gathers, row_lanes_rule
 from tg_x86.isa import Flag, Op
 from tg_x86.isel import ISEL, Selector
 from tg_x86.lanes import FLAG_BARRIERS, HELD_GPRS, canon_value, set_wide_level
@@ -43,9 +43,9 @@ from tg_x86.wide import select_wide, zmm_program
 from tgcore.codegen import regalloc
 from tgcore.codegen.regalloc import MInst, RegisterPlan
 from tgcore.dtype import dtypes
-from tgcore.renderer.cbytedot import DOT_HELPER
+from tgcore.renderer.cbytedot import DOT_ACC_HELPER, DOT_HELPER
 from tgcore.renderer.cstyle import combine_byte_loads
-from tgcore.renderer.isa import ISARenderer, isa_spec
+from tgcore.renderer.isa import ISARenderer, isa_spec, line_rewrite
 from tgcore.runtime.compiler import Compiler
 from tgcore.uop import Ops, PatternMatcher, UOp, UPat
 from tgcore.uop.spec import spec_enabled
@@ -71,7 +71,11 @@ FLAG_WRITERS = FLAG_BARRIERS - {"label"}
 X86_SPEC = PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)), lambda: False),
                            (UPat(Ops.CUSTOMI, dtypes.int32.vec(8), src=(UPat(dtype=dtypes.uint8.vec(32)),
                                                                         UPat(dtype=dtypes.int8.vec(32))),
-                                 arg=DOT_HELPER), lambda: True)]) + isa_spec
+                                 arg=DOT_HELPER), lambda: True),
+                           (UPat(Ops.CUSTOMI, dtypes.int32.vec(8), src=(UPat(dtype=dtypes.int32.vec(8)),
+                                                                        UPat(dtype=dtypes.uint8.vec(32)),
+                                                                        UPat(dtype=dtypes.int8.vec(32))),
+                                 arg=DOT_ACC_HELPER), lambda: True)]) + isa_spec
 
 
 def clear_memo_tables() -> None:
@@ -106,7 +110,10 @@ class X86Renderer(ISARenderer[Selector]):
     # with AVX512-VNNI: a quantization block's byte products per int32 lane as one vpdpbusd (``bytedot``), which
     # tells codegen (``compiles_byte_dots``) to sum such blocks in lanes
     # (byte_table_lookups: codegen gathers from 16-byte tables; a gather no byte dot takes is made lane by lane)
+    # (row_lanes_rule: the output rows in the lanes, tg-gguf's row-interleaved weights: a chain of vpdpbusd per block
+    # of 8 rows against 4 activation bytes broadcast; ``row_lane_byte_dots``)
     pre_isel_dots = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot_rule),
+                                    (UPat(Ops.REDUCE, name="red"), row_lanes_rule),
                                     (UPat(Ops.SINK, name="k"), lane_by_lane_gathers)]) + pre_isel
     # float16/bfloat16 vectors are loaded into and stored from float32 pieces (vmemory.widening_cast,
     # narrowing_store); their math is float32's
@@ -153,6 +160,7 @@ class X86Renderer(ISARenderer[Selector]):
         if self.dot_instruction:
             self.compiles_byte_dots = True
             self.byte_table_lookups = True   # a 16-byte table's 32 bytes in a byte dot: one vpshufb (bytedot)
+            self.row_lane_byte_dots = True   # bytedot.row_lanes_rule
             self.pre_isel = self.pre_isel_dots
 
     isel = ISEL
@@ -168,22 +176,36 @@ class X86Renderer(ISARenderer[Selector]):
         except ImportError:
             return super().listing(output)
 
-    def context(self, uops: list[UOp]) -> Selector:
+    def context(self, uops: list[UOp], hold_constants: bool = True) -> Selector:
         # always selected reading pointers and variables where used; choose_plan derives the holding program
         ctx = Selector(uops, remat_args=True)
+        ctx.hold_constants = hold_constants
         ctx.frame.abi = self.abi
         ctx.dot_op = DOT_OPS.get(self.dot_instruction, Op.VPDPBUSD)
         return ctx
 
     def select(self, uops: list[UOp]) -> Selector:
+        """``select_at_level``, with byte-dot constants held in registers (``bytedot.sel_held_constant``) unless
+        the chosen plan then spills vector registers: then again without (that plan is kept for ``choose_plan``)."""
+        ctx = self.select_at_level(uops, hold_constants=True)
+        if ctx.held_constants:
+            plan = self.choose_plan(ctx)
+            if any(iv.vreg.cls != "gpr" for iv in plan.spilled):
+                return self.select_at_level(uops, hold_constants=False)
+            ctx.chosen_plan = plan
+        return ctx
+
+    def select_at_level(self, uops: list[UOp], hold_constants: bool) -> Selector:
         """Selection at the renderer's level: at AVX-512, float32 vectors of 16k lanes in zmm pieces, then (when
         there were any) every vector register in the zmm class (``wide.zmm_program``)."""
         with _LAYOUT_LOCK:  # the layout level is process-wide state: one kernel is selected at a time
             if not self.wide:
-                return super().select(uops)
+                ctx = self.context(uops, hold_constants)
+                line_rewrite(ctx.selected_lines(), ctx.isel, ctx, ctx.prog, strict=True)
+                return ctx
             set_wide_level(True)
             try:
-                ctx = self.context(uops)
+                ctx = self.context(uops, hold_constants)
                 select_wide(ctx)
             finally:
                 set_wide_level(False)
@@ -207,6 +229,8 @@ class X86Renderer(ISARenderer[Selector]):
         """Few allocatable gprs (9): with many buffers and loops, read pointers and variables from their argument
         slots where they are used instead of holding them (else do that only if holding them made the
         allocator spill gprs and reading them where used spills less)."""
+        if ctx.chosen_plan is not None:   # (chosen in select)
+            return ctx.chosen_plan
         plan = self.plan(ctx.prog, ctx) if ctx.pressure > HELD_GPRS else self._held_unless_spilling(ctx)
         if spec_enabled():  # checked again after allocation (late_regalloc); copies added to the plan read no flags
             ctx.flag_reads = flag_sources(plan.program)

@@ -17,7 +17,7 @@ The workloads: the kernels of ``plugins/tg-x86/bench/x86.py`` and ``bench/ops.py
 shape does not pick another code path; the GEMM and conv shapes of the benches kept, their tiling depends on
 them) and a representative set of the core suite's (elementwise, reductions, casts, narrow floats, integer
 types, where/compare, matmul, conv forward and backward, pooling, cumsum, argmax, gathers, quantized-block
-dequantization).
+dequantization, tg-gguf's integer products: byte dots with the activations or the weight's rows in the lanes).
 """
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ DIGEST_FILES = {"avx2": Path(__file__).with_name("machine_code.json"),
                 "avx512": Path(__file__).with_name("machine_code_avx512.json")}
 ISAS = tuple(DIGEST_FILES)
 VECTOR_BITS = {"avx2": 256, "avx512": 512}
+# the byte dots' instruction per level (the renderer would read it from the CPU: pinned, as the level is)
+DOTS = {"avx2": "vpmaddubsw", "avx512": "vpdpbusd"}
 DEV = "CPU"
 
 
@@ -48,7 +50,7 @@ def renderer(isa: str = "avx2"):  # noqa: ANN201 (the plugin's renderer; importe
     """The X86 renderer at level ``isa`` with every host-dependent input pinned (see the module doc)."""
     from tg_x86.abi import SYSV
     from tg_x86.renderer import X86Renderer
-    r = X86Renderer(abi=SYSV, isa=isa)
+    r = X86Renderer(abi=SYSV, isa=isa, dots=DOTS[isa])
     r.cache_sizes = CacheSizes()
     if r.vector_bits != VECTOR_BITS[isa]:
         raise AssertionError(f"the corpus pins ISA={isa}, the renderer declares {r.vector_bits}-bit vectors")
@@ -73,6 +75,37 @@ def _q4_dequant_matvec() -> Tensor:
     hi = ((q >> 4).cast(dtypes.int8) - 8).cast(dtypes.float32) * d
     x_lo, x_hi = f32(blocks, 16), f32(blocks, 16)
     return (lo * x_lo).sum((1, 2)) + (hi * x_hi).sum((1, 2))
+
+
+def _nibbles(packed: Tensor, axis: int) -> Tensor:
+    """Bytes -> their low nibbles, then their high ones, along a new axis of 2 before ``axis`` (Q4's order)."""
+    shape = list(packed.shape)
+    wide = packed.reshape(*shape[:axis], 1, *shape[axis:]).expand(*shape[:axis], 2, *shape[axis:])
+    half = Tensor.arange(2, dtype=dtypes.uint8, device=DEV).reshape(*[1] * axis, 2, *[1] * (len(shape) - axis)) * 4
+    return (wide >> half) & 15
+
+
+def _byte_dot_q4() -> Tensor:
+    """tg-gguf's integer product with the activations in the lanes (``tg_gguf.intdot``): each block's 4-bit values
+    (unsigned, nibbles) times int8 activations summed in int32 per lane of 4 neighbouring bytes (a byte dot:
+    vpdpbusd, or vpmaddubsw + vpmaddwd), then scaled."""
+    rows, blocks = 12, 4
+    u = _nibbles(of(dtypes.uint8, rows, blocks, 16), 2).reshape(rows, blocks, 8, 4).permute(0, 1, 3, 2)
+    x = of(dtypes.int8, blocks, 32).reshape(1, blocks, 8, 4).permute(0, 1, 3, 2)
+    prod = (u.cast(dtypes.int32) * x.cast(dtypes.int32)).cast(dtypes.float32)
+    return (prod * f32(rows, blocks).reshape(rows, blocks, 1, 1)).reshape(rows, -1).sum(-1)
+
+
+def _row_lane_q4() -> Tensor:
+    """tg-gguf's row-lane product (``tg_gguf.lanes``): 8 weight rows' 4-bit values interleaved by 4 bytes per block
+    (the low nibbles steps 0-3, the high ones 4-7), each block's 8 dots of 8 rows against 4 activation bytes
+    broadcast, chained through the accumulator."""
+    groups, blocks, m = 2, 4, 1
+    u = _nibbles(of(dtypes.uint8, groups, blocks, 4, 8, 4), 2).reshape(1, groups, blocks, 8, 8, 4)
+    w = u.permute(0, 1, 4, 2, 3, 5).cast(dtypes.int32)
+    x = of(dtypes.int8, m, blocks, 32).reshape(m, 1, 1, blocks, 8, 4).cast(dtypes.int32)
+    prod = (w * x).cast(dtypes.float32) * f32(groups, 8, blocks).reshape(1, groups, 8, blocks, 1, 1)
+    return prod.reshape(m, groups * 8, blocks * 32).sum(-1)
 
 
 def _conv_backward() -> list[Tensor]:
@@ -154,6 +187,8 @@ WORKLOADS: dict[str, Callable[[], Tensor | list[Tensor]]] = {
     "pad-shrink": lambda: f32(30, 30).pad(((1, 2), (3, 0)))[2:, :20] * 2,
     "flip-permute": lambda: f32(4, 5, 6).flip(1).permute(2, 0, 1).contiguous(),
     "q4-dequant-matvec": _q4_dequant_matvec,
+    "byte-dot-q4": _byte_dot_q4,
+    "row-lane-q4": _row_lane_q4,
     "symbolic-variable": lambda: f32(64) * Tensor(UOp.variable("start_pos", 0, 4095).bind(3)).float() + 1.0,
 }
 
