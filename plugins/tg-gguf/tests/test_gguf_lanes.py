@@ -16,6 +16,16 @@ TYPES = sorted(LAYOUT_TYPES, key=int)
 TAKEN = sorted(LANE_TYPES, key=int)  # (the types QuantizedMatrix takes the row lanes for)
 
 
+def _cols(gtype: GGMLType, k: int) -> int:
+    """``k`` columns, or for a type of larger blocks (Q4_K: 256) the next multiple of its block."""
+    block = BLOCK_LAYOUT[gtype][0]
+    return -(-k // block) * block
+
+
+def _blocks(gtype: GGMLType, rows: int, k: int) -> int:
+    return rows * k // BLOCK_LAYOUT[gtype][0]
+
+
 def _product(x: np.ndarray, raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int]) -> tuple[np.ndarray, str]:
     """The row-lane product on CPU and its kernel's C source."""
     from tgcore.codegen import get_program
@@ -32,7 +42,8 @@ def _near_reference(gtype: GGMLType, rows: int, k: int, batch: int, seed: int, x
                     ) -> tuple[np.ndarray, np.ndarray, str, np.ndarray]:
     """Random blocks times ``batch`` random activation rows through the row lanes, checked within rounding of the
     float64 reference; (raw, activations, kernel source, product)."""
-    raw = random_blocks(gtype, rows * k // 32, seed=seed, small=True)
+    k = _cols(gtype, k)
+    raw = random_blocks(gtype, _blocks(gtype, rows, k), seed=seed, small=True)
     x = np.random.default_rng(x_seed).standard_normal((batch, k)).astype(np.float32)
     out, source = _product(x, raw, gtype, (rows, k))
     ref = float64_reference(gtype, raw, (rows, k), x)
@@ -46,7 +57,7 @@ def test_row_lanes_exact(gtype, rows):
     """Unit scales, exactly quantized activations: bit-exact against the float64 reference; 13 rows: a padded tail.
     Each block of 8 rows is 8 byte multiply-adds (the helper's call chained through its accumulator)."""
     k = 256
-    raw = unit_scale_blocks(gtype, rows * k // 32, seed=int(gtype))
+    raw = unit_scale_blocks(gtype, _blocks(gtype, rows, k), seed=int(gtype))
     x = exact_activations(np.random.default_rng(int(gtype)), 3, k)
     out, source = _product(x, raw, gtype, (rows, k))
     assert_bits_equal(out, float64_reference(gtype, raw, (rows, k), x).astype(np.float32))
@@ -56,8 +67,8 @@ def test_row_lanes_exact(gtype, rows):
 @pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
 def test_row_lanes_random(gtype):
     """Random blocks and activations: within float32 rounding of the reference's per-block sums."""
-    rows, k, batch = 11, 320, 3
-    raw = random_blocks(gtype, rows * k // BLOCK_LAYOUT[gtype][0], seed=3, small=True)
+    rows, k, batch = 11, _cols(gtype, 320), 3
+    raw = random_blocks(gtype, _blocks(gtype, rows, k), seed=3, small=True)
     x = np.random.default_rng(1).standard_normal((batch, k)).astype(np.float32)
     out, _ = _product(x, raw, gtype, (rows, k))
     ref = float64_reference(gtype, raw, (rows, k), x)
@@ -71,7 +82,7 @@ def test_row_lanes_random(gtype):
 def test_row_lanes_do_not_depend_on_the_batch(gtype):
     """A row's bits alone and in batches of 3, 4 and 8 (21 rows: two whole groups of 8 and a padded one)."""
     rows, k = 21, 1536
-    raw = random_blocks(gtype, rows * k // 32, seed=5, small=True)
+    raw = random_blocks(gtype, _blocks(gtype, rows, k), seed=5, small=True)
     x = np.random.default_rng(2).standard_normal((8, k)).astype(np.float32)
     alone = [_product(x[i:i + 1], raw, gtype, (rows, k))[0][0] for i in range(8)]
     for batch in (3, 4, 8):
@@ -86,12 +97,14 @@ def test_row_lanes_with_more_activation_rows_than_weight_rows(gtype):
     bits as alone (review: the GEMM plans took these products, and rows changed with the batch)."""
     for rows, k, batch in ((7, 64, 9), (16, 64, 64)):
         raw, x, _, out = _near_reference(gtype, rows, k, batch, seed=9, x_seed=6)
-        assert_bits_equal(_product(x[:1], raw, gtype, (rows, k))[0][0], out[0])
+        assert_bits_equal(_product(x[:1], raw, gtype, (rows, _cols(gtype, k)))[0][0], out[0])
 
 
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="no row-lane layout"):
-        repack(np.zeros(34, np.uint8), GGMLType.Q4_K, (1, 32), "CPU")
+        repack(np.zeros(34, np.uint8), GGMLType.Q6_K, (1, 32), "CPU")
+    with pytest.raises(ValueError, match="does not match"):
+        repack(np.zeros(143, np.uint8), GGMLType.Q4_K, (1, 256), "CPU")
     with pytest.raises(ValueError, match="does not match"):
         repack(np.zeros(35, np.uint8), GGMLType.Q8_0, (1, 32), "CPU")
 
@@ -99,7 +112,8 @@ def test_bad_input_is_refused():
 def test_which_devices_and_types_use_it():
     """The C renderer has the row-lane dots; the interpreter and the X86 renderer do not (they keep ``intdot``)."""
     assert uses_row_lanes(GGMLType.Q4_1, "CPU") == (GGMLType.Q4_1 in LANE_TYPES)
-    assert not uses_row_lanes(GGMLType.Q4_K, "CPU")
+    assert uses_row_lanes(GGMLType.Q4_K, "CPU") == (GGMLType.Q4_K in LANE_TYPES)
+    assert not uses_row_lanes(GGMLType.Q6_K, "CPU")
     assert not uses_row_lanes(GGMLType.Q4_1, "PYTHON")
     assert not uses_row_lanes(GGMLType.Q4_1, "CPU:X86")
     assert not uses_row_lanes(9999, "CPU")
@@ -110,8 +124,8 @@ def test_quantized_matrix_takes_the_row_lanes(gtype):
     """``QuantizedMatrix.matmul_t`` on CPU: the repacked weight (made once), any leading shape, the same bits as the
     row-lane product of the flattened rows and within rounding of the float64 reference; the float path (no
     ``int_dot``) never repacks."""
-    rows, k = 12, 128
-    raw = random_blocks(gtype, rows * k // 32, seed=7, small=True)
+    rows, k = 12, _cols(gtype, 128)
+    raw = random_blocks(gtype, _blocks(gtype, rows, k), seed=7, small=True)
     w = QuantizedMatrix(Tensor(raw, device="CPU"), gtype, (rows, k))
     assert w.row_lanes is not None and w.row_lanes is w.row_lanes
     x = np.random.default_rng(3).standard_normal((2, 3, k)).astype(np.float32)
@@ -131,8 +145,8 @@ def test_from_host_keeps_the_row_lanes_only(gtype, rows):
     dequantization (the dense prefill's) has the bits of the raw bytes' (and gguf-py's values), its product those
     of the repacked raw weight's. Where the renderer has no row lanes (CPU:X86) or without ``int_dot``, it keeps
     the raw bytes."""
-    k = 128
-    raw = random_blocks(gtype, rows * k // 32, seed=11, small=True)
+    k = _cols(gtype, 128)
+    raw = random_blocks(gtype, _blocks(gtype, rows, k), seed=11, small=True)
     w = QuantizedMatrix.from_host(raw, gtype, (rows, k), "CPU", "w")
     assert w.raw is None and w.lanes is not None and w.row_lanes is w.lanes and w.device == "CPU"
     from_raw = QuantizedMatrix(Tensor(raw, device="CPU"), gtype, (rows, k))
