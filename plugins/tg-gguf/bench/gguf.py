@@ -14,8 +14,10 @@
    dequantized weight (the float32 roofline numpy reaches).
    Then the same product replayed by ``tgcore.jit`` (kernels only, as an LLM's decode step runs them), against
    the streaming reference replayed the same way ("jit stream"): "jit float", and for the types with an integer
-   path (``tg_gguf.intdot``: activations quantized to 8 bits per 32) "jit int" (ms, and % of the jitted stream);
-   "policy" says which one tg-gguf picks on the device (``uses_int_dot``). Compare a jitted time with the jitted
+   path (``tg_gguf.intdot``: activations quantized to 8 bits per 32) "jit int" (ms, and % of the jitted stream:
+   ``QuantizedMatrix.matmul_t``'s integer product, as a model runs it, with the weight's rows in the vector lanes
+   where ``tg_gguf.lanes`` takes the type); "policy" says which one tg-gguf picks on the device (``uses_int_dot``;
+   "lanes": the integer product in row lanes). Compare a jitted time with the jitted
    stream only: the per-call stream includes a realize's fixed cost, which flatters small weights.
    The jitted columns are measured in --rounds rounds, each timing the stream, the float and the integer GEMV
    back to back (the best of 3 calls each), so a round's ratios see the same machine state; the columns are the
@@ -140,16 +142,20 @@ def jit_columns(gtype: GGMLType, w: Tensor, raw_np: np.ndarray, x_np: np.ndarray
                 rounds: int) -> str:
     """The jitted stream, float GEMV and, for a type with an integer path, integer GEMV, interleaved in ``rounds``
     rounds (``interleaved_rounds``): median times, median per-round % of stream, and the policy path's spread."""
-    from tg_gguf.intdot import SUMS, int_matmul, uses_int_dot
+    from tg_gguf.intdot import SUMS, QuantizedMatrix, int_matmul, uses_int_dot
 
     import tgcore
     x = Tensor(x_np, device=device).realize()
     stream_step = tgcore.jit(lambda b: b.sum(axis=1).realize())
     float_step = tgcore.jit(lambda v: (w @ v).realize())
     steps: dict[str, Callable[[], object]] = {"stream": lambda: stream_step(buf), "float": lambda: float_step(x)}
+    lanes = False
     if gtype in SUMS:
         raw = Tensor(raw_np, device=device).realize()
-        int_step = tgcore.jit(lambda v: int_matmul(v, raw, gtype, (n, n)).realize())
+        matrix = QuantizedMatrix(raw, gtype, (n, n))  # the integer product as a model runs it (maybe row lanes)
+        lanes = matrix.integer_path and matrix.row_lanes is not None
+        int_step = tgcore.jit(lambda v: (matrix.matmul_t(v) if matrix.integer_path
+                                         else int_matmul(v, raw, gtype, (n, n))).realize())
         steps["int"] = lambda: int_step(x)
     times = interleaved_rounds(steps, rounds)
     med = {name: statistics.median(t) for name, t in times.items()}
@@ -161,6 +167,7 @@ def jit_columns(gtype: GGMLType, w: Tensor, raw_np: np.ndarray, x_np: np.ndarray
         return f"{stream_float} {'':8s} {'':6s} {'':7s} {'float':>6s} {low:3.0f}-{high:<3.0f}"
     policy = "int" if uses_int_dot(gtype, device) else "float"
     low, high = quartiles(pct[policy])
+    policy = "lanes" if lanes else policy
     int_over_float = statistics.median(f / i for f, i in zip(times["float"], times["int"], strict=True))
     return (f"{stream_float} {med['int'] * 1e3:8.2f} {statistics.median(pct['int']):5.0f}% {int_over_float:6.2f}x "
             f"{policy:>6s} {low:3.0f}-{high:<3.0f}")
