@@ -91,6 +91,19 @@ def test_row_lanes_do_not_depend_on_the_batch(gtype):
             assert_bits_equal(alone[i], together[i])
 
 
+@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
+def test_row_lanes_dequantize_to_the_raw_bytes_bits(gtype):
+    """Every layout's dequantization (the dense prefill's, taken or not) has the bits of the raw bytes' (13 rows: a
+    padded tail) and gguf-py's values."""
+    from tg_gguf import lanes
+    from tg_gguf.dequant import dequantize
+    rows, k = 13, _cols(gtype, 128)
+    raw = random_blocks(gtype, _blocks(gtype, rows, k), seed=12, small=True)
+    dense = lanes.dequantize(repack(raw, gtype, (rows, k), "CPU")).numpy()
+    assert_bits_equal(dense, dequantize(Tensor(raw, device="CPU"), gtype, (rows, k)).numpy())
+    np.testing.assert_allclose(dense, reference_dequantize(gtype, raw, (rows, k)), rtol=1e-6, atol=0)
+
+
 @pytest.mark.parametrize("gtype", TAKEN, ids=lambda t: t.name)
 def test_row_lanes_with_more_activation_rows_than_weight_rows(gtype):
     """A batch larger than the weight (9 rows times 7, 64 times 16): within rounding of the reference, and a row's

@@ -5,7 +5,8 @@ In:  quantized activations (``intdot.quantize_activations``: int8 per element, a
      with zero rows), each 32-element block's bytes of the 8 rows interleaved by 4 (row ``l``'s bytes ``4g .. 4g+3``
      at ``32g + 4l``), the blocks' scales (and Q4_1/Q5_1's mins) of the 8 rows side by side as float16; Q5's fifth
      bits as 4 bytes per row and block, interleaved the same way (``_fifth_bit_bytes``); Q4_K's sub-blocks packed
-     as Q4_0's blocks, its scales and mins per sub-block unpacked to int16 (``_repack_k``).
+     as Q4_0's blocks, its scales and mins per sub-block unpacked to int16 (``_repack_k``); IQ4_XS's sub-blocks
+     as they are (Q4_0's packing), its scales unpacked to int16, its values looked up in a 16-byte table.
 Out: ``x @ W.T`` (``(..., N)`` float32, lazy), equal to ``intdot.int_matmul``'s up to float rounding (the same
      integer block sums; the float sums over blocks in one row's order).
 
@@ -107,6 +108,8 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
     fields = FIELDS[gtype]
     if gtype is GGMLType.Q4_K:
         return _repack_k(data, n, k, device)
+    if gtype is GGMLType.IQ4_XS:
+        return _repack_xs(data, n, k, device)
     qs_at, qs_bytes = fields["qs"]
     qs = _interleave(data[:, :, qs_at:qs_at + qs_bytes])
     if gtype is GGMLType.Q8_0:
@@ -159,6 +162,29 @@ def _repack_k(data: np.ndarray, n: int, k: int, device: str) -> RowLanes:
                     mn=put(_side_by_side(mn.reshape(rows, supers * 8).astype(np.int16))))
 
 
+def _repack_xs(data: np.ndarray, n: int, k: int, device: str) -> RowLanes:
+    """IQ4_XS ``(rows padded to 8, super-blocks, 136)`` bytes -> its row-lane form: its sub-blocks' 16 bytes are
+    packed as Q4_0's blocks already (interleaved as those), ``d`` side by side per super-block, the 6-bit scales
+    minus 32 (``dequant.iq4_xs_scales``) unpacked once to int16, side by side per sub-block."""
+    from tgcore.tensor import Tensor
+    rows, supers, _ = data.shape
+    fields = FIELDS[GGMLType.IQ4_XS]
+    qs_at, qs_bytes = fields["qs"]
+    qs = _interleave(np.ascontiguousarray(data[:, :, qs_at:qs_at + qs_bytes]).reshape(rows, supers * 8, 16))
+    high_at, _ = fields["scales_h"]
+    low_at, _ = fields["scales_l"]
+    high = data[:, :, high_at:high_at + 2].copy().view(np.uint16).astype(np.int16)  # (rows, supers, 1)
+    low = data[:, :, low_at:low_at + 4]
+    scales = np.stack([low & 15, low >> 4], -1).reshape(rows, supers, 8).astype(np.int16)  # 2i: low nibble of i
+    scales |= ((high >> (2 * np.arange(8, dtype=np.int16))) & 3) << 4
+    scales -= 32
+
+    def put(a: np.ndarray) -> Tensor:
+        return Tensor(np.ascontiguousarray(a), device=device).realize()
+    return RowLanes(GGMLType.IQ4_XS, n, k, put(qs), put(_side_by_side(_float16s(data, fields["d"][0]))), None,
+                    sc=put(_side_by_side(scales.reshape(rows, supers * 8))))
+
+
 def _unsigned(w: RowLanes) -> Tensor:
     """The weight's unsigned integers ``(1, groups, 8 rows, blocks, 8, 4)``: ``[., r, l, b, g, k]`` is row ``8r + l``'s
     element ``32b + 4g + k``."""
@@ -174,6 +200,9 @@ def _unsigned(w: RowLanes) -> Tensor:
             fifth = w.qh.reshape(1, groups, blocks, 1, ROWS, STEP).expand(1, groups, blocks, 8, ROWS, STEP)
             step = iota((1, 1, 1, 8, 1, 1), 3, fifth.device, "uint8")
             qs = qs | (((fifth >> step) & 1) << 4)
+    if w.gtype is GGMLType.IQ4_XS:  # the nibbles select IQ4_NL's values (plus 128): a 16-byte table
+        from tg_gguf.tables import TABLES
+        qs = TABLES.get("iq4nl_u8", qs.device).take(qs.cast("int32"))
     return qs.permute(0, 1, 4, 2, 3, 5)
 
 
@@ -189,6 +218,13 @@ def _per_row(field: Tensor, blocks: int | None = None) -> Tensor:
     t = field.permute(0, 2, 1).reshape(1, groups, ROWS, per, 1, 1, 1).cast("float32")
     repeat = (blocks or per) // per
     return t.expand(1, groups, ROWS, per, repeat, 1, 1).reshape(1, groups, ROWS, per * repeat, 1, 1)
+
+
+def _xs_scale(w: RowLanes) -> Tensor:
+    """IQ4_XS's per-block scale ``d * (s - 32)`` ``(1, groups, 8, blocks, 1, 1)`` float32 (as ``dequant`` computes
+    it)."""
+    assert w.sc is not None
+    return _per_row(w.d, _blocks(w)) * _per_row(w.sc)
 
 
 def _k_factors(w: RowLanes) -> tuple[Tensor, Tensor]:
@@ -207,6 +243,8 @@ def dequantize(w: RowLanes) -> Tensor:
     if w.gtype is GGMLType.Q4_K:  # d * sc * q - dmin * mn
         scale, offset = _k_factors(w)
         value = scale * u - offset
+    elif w.gtype is GGMLType.IQ4_XS:  # d * (s - 32) * value, the value u - 128 exactly
+        value = _xs_scale(w) * (u - 128.0)
     elif w.m is not None:  # Q4_1, Q5_1: d * q + m
         value = _per_row(w.d) * u + _per_row(w.m)
     else:  # (u + c) is the signed integer, exactly (Q8_0's ``float(int8)``, Q4_0's ``q - 8.0``)
@@ -235,6 +273,9 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
     if w.gtype is GGMLType.Q4_K:
         scale, minimum = _k_factors(w)
         offset: Tensor | None = minimum * -1.0
+    elif w.gtype is GGMLType.IQ4_XS:
+        scale = _xs_scale(w)
+        offset = scale * -128.0
     else:
         scale = _per_row(w.d)
         offset = scale * float(OFFSETS[w.gtype]) if w.gtype in OFFSETS else _per_row(w.m) if w.m is not None \
@@ -259,7 +300,11 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
 # one thread, jitted, CPU time, alternating in one process (load ~7): 0.63 -> 0.42 ms (the activations-in-lanes
 # kernel permutes each sub-block's scale and min into all lanes per row, the row lanes have them in the lanes)
 LAYOUT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
-                                               GGMLType.Q8_0, GGMLType.Q4_K})
+                                               GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.IQ4_XS})
+# IQ4_XS has a layout (4096^2, one thread, CPU time, load ~10: 1.00 -> 0.53 ms against intdot's kernel) but is not
+# taken: its table lookup is one read more on the weight's side, which then reaches the scheduler's READ_WORK
+# (``kernelize.worth_realizing_before_expand``: ops + reads = 5), so at 64 activation rows and more the weight's
+# values get a kernel of their own and the product another plan (a row's bits then change with the batch)
 LANE_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.Q4_K})
 
 
