@@ -185,17 +185,19 @@ def _repack_xs(data: np.ndarray, n: int, k: int, device: str) -> RowLanes:
                     sc=put(_side_by_side(scales.reshape(rows, supers * 8))))
 
 
-def _unsigned(w: RowLanes) -> Tensor:
-    """The weight's unsigned integers ``(1, groups, 8 rows, blocks, 8, 4)``: ``[., r, l, b, g, k]`` is row ``8r + l``'s
-    element ``32b + 4g + k``."""
+def _unsigned(w: RowLanes, batch: int = 1) -> Tensor:
+    """The weight's unsigned integers ``(batch, groups, 8 rows, blocks, 8, 4)``: ``[., r, l, b, g, k]`` is row
+    ``8r + l``'s element ``32b + 4g + k``; ``batch`` > 1: the packed bytes broadcast over a batch's rows before
+    anything is computed from them (the scheduler then has no weight-side values to make a kernel of, which it does
+    from 64 rows on where they cost ``READ_WORK``: IQ4_XS's nibbles and table lookup)."""
     groups, blocks = w.qs.shape[0], _blocks(w)
     if w.gtype is GGMLType.Q8_0:
         qs = w.qs.reshape(1, groups, blocks, 8, ROWS, STEP)
     else:  # nibbles: g < 4 the low ones (elements 4g + k), g >= 4 the high ones (16 + 4(g - 4) + k)
         from tg_gguf.dequant import iota
-        packed = w.qs.reshape(1, groups, blocks, 1, 4, ROWS, STEP).expand(1, groups, blocks, 2, 4, ROWS, STEP)
+        packed = w.qs.reshape(1, groups, blocks, 1, 4, ROWS, STEP).expand(batch, groups, blocks, 2, 4, ROWS, STEP)
         half = iota((1, 1, 1, 2, 1, 1, 1), 3, packed.device, "uint8")
-        qs = ((packed >> (half * 4)) & 15).reshape(1, groups, blocks, 8, ROWS, STEP)
+        qs = ((packed >> (half * 4)) & 15).reshape(batch, groups, blocks, 8, ROWS, STEP)
         if w.qh is not None:  # Q5: the fifth bit of element 4g + k is bit g of its byte (``_fifth_bit_bytes``)
             fifth = w.qh.reshape(1, groups, blocks, 1, ROWS, STEP).expand(1, groups, blocks, 8, ROWS, STEP)
             step = iota((1, 1, 1, 8, 1, 1), 3, fifth.device, "uint8")
@@ -281,7 +283,8 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
         offset = scale * float(OFFSETS[w.gtype]) if w.gtype in OFFSETS else _per_row(w.m) if w.m is not None \
             else None
     assert offset is not None
-    value = (_unsigned(w).cast("int32") * x).cast("float32") * (scale * scale_x) + spread_sum * offset
+    u = _unsigned(w, m if w.gtype is GGMLType.IQ4_XS else 1)
+    value = (u.cast("int32") * x).cast("float32") * (scale * scale_x) + spread_sum * offset
     out = value.reshape(m, groups * ROWS, blocks * BLOCK).sum(-1)
     # a padded tail: the whole groups in one kernel (a shrink fused into it would cut the lanes' axis), then cut
     return out if groups * ROWS == w.rows else out.contiguous().shrink(((0, m), (0, w.rows)))
@@ -301,11 +304,12 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
 # kernel permutes each sub-block's scale and min into all lanes per row, the row lanes have them in the lanes)
 LAYOUT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
                                                GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.IQ4_XS})
-# IQ4_XS has a layout (4096^2, one thread, CPU time, load ~10: 1.00 -> 0.53 ms against intdot's kernel) but is not
-# taken: its table lookup is one read more on the weight's side, which then reaches the scheduler's READ_WORK
-# (``kernelize.worth_realizing_before_expand``: ops + reads = 5), so at 64 activation rows and more the weight's
-# values get a kernel of their own and the product another plan (a row's bits then change with the batch)
-LANE_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.Q4_K})
+# IQ4_XS (4096^2, one thread, CPU time, load ~10: 1.00 -> 0.53 ms against intdot's kernel): its table lookup is one
+# read more on the weight's side, which reaches the scheduler's READ_WORK (``kernelize.worth_realizing_before_expand``:
+# ops + reads = 5): from 64 activation rows on the weight's values got a kernel of their own and the product another
+# plan (a row's bits changed with the batch), so its packed bytes are broadcast over the batch first (``_unsigned``)
+LANE_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.Q4_K,
+                                             GGMLType.IQ4_XS})
 
 
 # the fewest columns a row-lane weight has: with one block per row the kernel has no block axis for the codegen to
