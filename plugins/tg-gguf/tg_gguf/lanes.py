@@ -106,8 +106,8 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
     if padded != n:
         data = np.concatenate([data, np.zeros((padded - n, blocks, block_bytes), np.uint8)])
     fields = FIELDS[gtype]
-    if gtype is GGMLType.Q4_K:
-        return _repack_k(data, n, k, device)
+    if gtype in (GGMLType.Q4_K, GGMLType.Q5_K):
+        return _repack_k(data, gtype, n, k, device)
     if gtype is GGMLType.IQ4_XS:
         return _repack_xs(data, n, k, device)
     qs_at, qs_bytes = fields["qs"]
@@ -136,17 +136,18 @@ def _k_scales_mins(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sc, mn
 
 
-def _repack_k(data: np.ndarray, n: int, k: int, device: str) -> RowLanes:
-    """Q4_K ``(rows padded to 8, super-blocks, 144)`` bytes -> its row-lane form: each sub-block of 32 values
+def _repack_k(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) -> RowLanes:
+    """Q4_K/Q5_K ``(rows padded to 8, super-blocks, block bytes)`` -> the row-lane form: each sub-block of 32 values
     repacked as Q4_0 packs a block (16 bytes: values 0..15 the low nibbles, 16..31 the high ones; in Q4_K 32 bytes
     hold two sub-blocks, the low nibbles one, the high ones the next) and interleaved as Q4_0's, so the product
     takes the same nibbles (a block's halves chosen per lane, not per block: no byte shift by a run-time amount,
     and few enough operations on the weight that the scheduler never makes a kernel of them at a large batch);
     ``d``, ``dmin`` side by side per super-block; the scales and mins unpacked once, side by side per sub-block, as
-    int16 (as bytes the codegen would take them for a third byte input of the product)."""
+    int16 (as bytes the codegen would take them for a third byte input of the product); Q5_K's fifth bits (bit ``j``
+    of ``qh[l]``: value ``l`` of sub-block ``j``) as Q5_1's per block (``_fifth_bit_bytes``)."""
     from tgcore.tensor import Tensor
     rows, supers, _ = data.shape
-    fields = FIELDS[GGMLType.Q4_K]
+    fields = FIELDS[gtype]
     qs_at, qs_bytes = fields["qs"]
     packed = data[:, :, qs_at:qs_at + qs_bytes].reshape(rows, supers, 4, 1, 32)
     values = np.concatenate([packed & 15, packed >> 4], 3).reshape(rows, supers * 8, 32)  # value 64c + 32h + l
@@ -154,10 +155,17 @@ def _repack_k(data: np.ndarray, n: int, k: int, device: str) -> RowLanes:
     scales_at, _ = fields["scales"]
     sc, mn = _k_scales_mins(data[:, :, scales_at:scales_at + 12])
 
+    qh = None
+    if "qh" in fields:
+        qh_at, qh_bytes = fields["qh"]
+        bits = (data[:, :, None, qh_at:qh_at + qh_bytes] >> np.arange(8, dtype=np.uint8)[:, None]) & 1  # [., j, l]
+        words = np.packbits(bits, axis=-1, bitorder="little").reshape(rows, supers * 8, 4)  # bit l: value l
+        qh = _interleave(_fifth_bit_bytes(words))
+
     def put(a: np.ndarray) -> Tensor:
         return Tensor(np.ascontiguousarray(a), device=device).realize()
-    return RowLanes(GGMLType.Q4_K, n, k, put(qs), put(_side_by_side(_float16s(data, fields["d"][0]))), None,
-                    dmin=put(_side_by_side(_float16s(data, fields["dmin"][0]))),
+    return RowLanes(gtype, n, k, put(qs), put(_side_by_side(_float16s(data, fields["d"][0]))), None,
+                    None if qh is None else put(qh), dmin=put(_side_by_side(_float16s(data, fields["dmin"][0]))),
                     sc=put(_side_by_side(sc.reshape(rows, supers * 8).astype(np.int16))),
                     mn=put(_side_by_side(mn.reshape(rows, supers * 8).astype(np.int16))))
 
@@ -199,7 +207,7 @@ def _unsigned(w: RowLanes, batch: int = 1) -> Tensor:
         half = iota((1, 1, 1, 2, 1, 1, 1), 3, packed.device, "uint8")
         qs = ((packed >> (half * 4)) & 15).reshape(batch, groups, blocks, 8, ROWS, STEP)
         if w.qh is not None:  # Q5: the fifth bit of element 4g + k is bit g of its byte (``_fifth_bit_bytes``)
-            fifth = w.qh.reshape(1, groups, blocks, 1, ROWS, STEP).expand(1, groups, blocks, 8, ROWS, STEP)
+            fifth = w.qh.reshape(1, groups, blocks, 1, ROWS, STEP).expand(batch, groups, blocks, 8, ROWS, STEP)
             step = iota((1, 1, 1, 8, 1, 1), 3, fifth.device, "uint8")
             qs = qs | (((fifth >> step) & 1) << 4)
     if w.gtype is GGMLType.IQ4_XS:  # the nibbles select IQ4_NL's values (plus 128): a 16-byte table
@@ -242,7 +250,7 @@ def dequantize(w: RowLanes) -> Tensor:
     same float operations on the same values: the same bits as dequantizing the raw bytes)."""
     groups, blocks = w.qs.shape[0], _blocks(w)
     u = _unsigned(w).cast("float32")
-    if w.gtype is GGMLType.Q4_K:  # d * sc * q - dmin * mn
+    if w.gtype in (GGMLType.Q4_K, GGMLType.Q5_K):  # d * sc * q - dmin * mn
         scale, offset = _k_factors(w)
         value = scale * u - offset
     elif w.gtype is GGMLType.IQ4_XS:  # d * (s - 32) * value, the value u - 128 exactly
@@ -272,7 +280,7 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
     # power of two: exact), so the term is a block factor (``blocks.factor_blocks``), not a sum per row group
     sums = x.reshape(m, blocks, BLOCK).sum(-1).cast("float32") * dx
     spread_sum = (sums * (1.0 / BLOCK)).contiguous().reshape(m, 1, 1, blocks, 1, 1)
-    if w.gtype is GGMLType.Q4_K:
+    if w.gtype in (GGMLType.Q4_K, GGMLType.Q5_K):
         scale, minimum = _k_factors(w)
         offset: Tensor | None = minimum * -1.0
     elif w.gtype is GGMLType.IQ4_XS:
@@ -283,11 +291,15 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
         offset = scale * float(OFFSETS[w.gtype]) if w.gtype in OFFSETS else _per_row(w.m) if w.m is not None \
             else None
     assert offset is not None
-    u = _unsigned(w, m if w.gtype is GGMLType.IQ4_XS else 1)
+    u = _unsigned(w, m if w.gtype in BROADCAST_FIRST else 1)
     value = (u.cast("int32") * x).cast("float32") * (scale * scale_x) + spread_sum * offset
     out = value.reshape(m, groups * ROWS, blocks * BLOCK).sum(-1)
     # a padded tail: the whole groups in one kernel (a shrink fused into it would cut the lanes' axis), then cut
     return out if groups * ROWS == w.rows else out.contiguous().shrink(((0, m), (0, w.rows)))
+
+
+# the types whose packed bytes are broadcast over the batch before their values are computed (``_unsigned``)
+BROADCAST_FIRST: frozenset[GGMLType] = frozenset({GGMLType.IQ4_XS, GGMLType.Q5_K})
 
 
 # the types with a row-lane layout (``repack``), taken by ``QuantizedMatrix`` wherever the renderer has
@@ -301,15 +313,16 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
 # review; under investigation)
 # Q4_K (its scales and mins per 32 unpacked at load, as int16: 164 bytes per 256 values against 144): a 4096^2 GEMV,
 # one thread, jitted, CPU time, alternating in one process (load ~7): 0.63 -> 0.42 ms (the activations-in-lanes
-# kernel permutes each sub-block's scale and min into all lanes per row, the row lanes have them in the lanes)
+# kernel permutes each sub-block's scale and min into all lanes per row, the row lanes have them in the lanes); Q5_K
+# the same with Q5_1's fifth bits (broadcast over the batch first, as IQ4_XS below: 0.72-0.75 -> 0.56-0.60 ms)
 LAYOUT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
-                                               GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.IQ4_XS})
+                                               GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.IQ4_XS})
 # IQ4_XS (4096^2, one thread, CPU time, load ~10: 1.00 -> 0.53 ms against intdot's kernel): its table lookup is one
 # read more on the weight's side, which reaches the scheduler's READ_WORK (``kernelize.worth_realizing_before_expand``:
 # ops + reads = 5): from 64 activation rows on the weight's values got a kernel of their own and the product another
 # plan (a row's bits changed with the batch), so its packed bytes are broadcast over the batch first (``_unsigned``)
 LANE_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.Q4_K,
-                                             GGMLType.IQ4_XS})
+                                             GGMLType.Q5_K, GGMLType.IQ4_XS})
 
 
 # the fewest columns a row-lane weight has: with one block per row the kernel has no block axis for the codegen to
