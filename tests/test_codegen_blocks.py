@@ -614,6 +614,34 @@ def test_nibble_byte_dots_shift_words_and_mask_once(device):
     assert src.count("tg_repeat16(") >= 2  # the helper and its call: the 16 bytes in both halves, one broadcast
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_byte_shifts_left_are_word_shifts(device):
+    """A block's 32 bytes with two bits moved up by a left shift and masked (Q6_K's high bits, ``((q >> r) << l) &
+    m`` with ``r`` 0) next to its low nibbles, in a byte dot product: exact against numpy; on the C renderer the
+    left shift is one of 32-bit lanes (``cbytedot.shift_chain_in_words``: the bits a byte gets from the one below
+    are masked off), no byte vector is shifted left."""
+    rows, blocks = 6, 3
+    rng = np.random.default_rng(19)
+    packed = rng.integers(0, 256, (rows, blocks, 32)).astype(np.uint8)
+    q = rng.integers(-128, 128, (1, blocks, 32)).astype(np.int8)
+    s = rng.integers(-4, 5, (rows, blocks, 1)).astype(np.float32)
+    pt, qt = Tensor(packed, device=device).realize(), Tensor(q, device=device).realize()
+    st = Tensor(s, device=device).realize()
+
+    def product() -> Tensor:
+        u = (((pt >> 0) << 4) & 0x30) | (pt & 15)
+        value = u.cast("int32") * qt.cast("int32")
+        return _lane_ordered(value.cast("float32") * st).sum(-1)
+    u = ((packed.astype(np.int64) << 4) & 0x30) | (packed & 15)
+    ref = (s[..., 0].astype(np.int64) * (u * q.astype(np.int64)).sum(-1)).sum(-1)
+    np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
+    if device != "CPU":
+        return
+    src = _kernel_source(product(), device)
+    assert "tg_dot4_u8i8(" in src and "<<((tg_uint32x8){4u" in src.replace(" ", "")
+    assert "<<((tg_uint8x32)" not in src.replace(" ", "") and "<<4)" not in src.replace(" ", "")
+
+
 @pytest.mark.parametrize("flags", [["-msse4.2"], ["-mavx2"]], ids=["plain", "avx2"])
 def test_repeat16_helper_matches_numpy(flags, tmp_path):
     """The C renderer's helper that puts 16 bytes in both halves of 32, built without and with AVX2 (its two

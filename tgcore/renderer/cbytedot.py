@@ -230,6 +230,41 @@ def shift_in_words(x: UOp) -> UOp | None:
     return None if shifted is None else UOp(Ops.AND, x.dtype, (shifted, mask))
 
 
+def shift_chain_in_words(x: UOp) -> UOp | None:
+    """``((v >> r) << l) & m`` on unsigned byte vectors (``<< l`` maybe written ``* 2**l``; ``r`` and ``l`` one
+    constant each for all lanes) where only ``l`` is not 0 and the mask keeps none of the low ``l`` bits of a byte
+    (a K-quant's high bits moved into place: ``tg_gguf.intdot._bit_as``) -> one shift left of 32-bit lanes and the
+    mask: the bits a byte gets from the one below are masked off. gcc made of a byte vector shifted left by ``l``
+    ``l`` byte additions (x86 shifts no bytes); a shift right it makes a word shift and a mask already."""
+    value, mask = x.src
+    masks = _constant_lanes(mask)
+    if masks is None or x.dtype.scalar() != dtypes.uint8 or x.dtype.count % 4 or x.dtype.count < 8:
+        return None
+    moves: list[tuple[Ops, int]] = []
+    while value.op in (Ops.SHL, Ops.SHR, Ops.MUL) and value.dtype == x.dtype:
+        lanes = _constant_lanes(value.src[1])
+        if lanes is None or len(set(lanes)) != 1:
+            return None
+        by = int(lanes[0])  # type: ignore[call-overload]
+        if value.op is Ops.MUL:  # a shift left as the symbolic rules write it: times a power of two
+            if by <= 0 or by & (by - 1):
+                return None
+            by = by.bit_length() - 1
+        if not 0 <= by < 8:
+            return None
+        if by:
+            moves.append((Ops.SHR if value.op is Ops.SHR else Ops.SHL, by))
+        value = value.src[0]
+    if [op for op, _ in moves] != [Ops.SHL]:  # a byte shift right is a word shift and a mask already (gcc)
+        return None
+    (op, by), = moves
+    if any(int(m) & ((1 << by) - 1) for m in masks):  # type: ignore[call-overload]  # bits from the byte below
+        return None
+    wide = dtypes.uint32.vec(x.dtype.count // 4)
+    moved = UOp(op, wide, (UOp(Ops.BITCAST, wide, (value,)), UOp.const(wide, by)))
+    return UOp(Ops.AND, x.dtype, (UOp(Ops.BITCAST, x.dtype, (moved,)), mask))
+
+
 def _shifted_in_place(taken: list[tuple[UOp, int]], shifts: list[int], dt: DType) -> UOp | None:
     """Lanes ``v[j] >> c`` of one byte vector ``v`` (``taken``: the piece and ``j`` per lane), ``c`` the same for
     each 4 lanes: ``v``'s bytes put in place, shifted in 32-bit lanes (the bits brought in are masked later)."""

@@ -35,6 +35,7 @@ from tgcore.renderer.cbytedot import (
     high_product,
     row_gather,
     row_lanes_dot,
+    shift_chain_in_words,
     shift_in_words,
     uses_byte_dot,
     uses_high_product,
@@ -429,6 +430,7 @@ class CRenderer(Renderer):
                                (UPat(Ops.ADD, name="x"), accumulated_dot), (UPat(Ops.CAST, name="x"), high_product)]
                               + ([(UPat(Ops.OR, name="x"), combine_byte_loads),
                                   (UPat(Ops.AND, name="x"), bits_as_sixteen), (UPat(Ops.AND, name="x"), shift_in_words),
+                                  (UPat(Ops.AND, name="x"), shift_chain_in_words),
                                   (UPat(Ops.SINK, name="sink"), pair_half_reads)] if sys.byteorder == "little" else []))
 
     def __init__(self, compiler: Any = None) -> None:

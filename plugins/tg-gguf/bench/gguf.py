@@ -1,6 +1,7 @@
 """tg-gguf next to gguf-py / numpy, in one run. Prints figures and ratios; asserts nothing.
 
-    python plugins/tg-gguf/bench/gguf.py [--device CPU] [--repeat 5] [--elements 4194304] [--types Q4_0,Q4_K]
+    python plugins/tg-gguf/bench/gguf.py [--device CPU] [--repeat 5] [--rounds 31] [--elements 4194304]
+        [--types Q4_0,Q4_K] [--gemv-types Q4_K,Q6_K] [--no-dequant]
 
 1. Dequantization throughput per type: GB/s of quantized input turned into float32, tg-gguf's tensor-op
    dequantization (one kernel, raw bytes already on the device) vs ``gguf.quants.dequantize`` (numpy's
@@ -13,13 +14,19 @@
    dequantized weight (the float32 roofline numpy reaches).
    Then the same product replayed by ``tgcore.jit`` (kernels only, as an LLM's decode step runs them), against
    the streaming reference replayed the same way ("jit stream"): "jit float", and for the types with an integer
-   path (``tg_gguf.intdot``: activations quantized to 8 bits per 32) "jit int", alternating (ms, and % of the
-   jitted stream); "policy" says which one tg-gguf picks on the device (``uses_int_dot``). Compare a jitted time
-   with the jitted stream only: the per-call stream includes a realize's fixed cost, which flatters small weights.
+   path (``tg_gguf.intdot``: activations quantized to 8 bits per 32) "jit int" (ms, and % of the jitted stream:
+   ``QuantizedMatrix.matmul_t``'s integer product, as a model runs it, with the weight's rows in the vector lanes
+   where ``tg_gguf.lanes`` takes the type); "policy" says which one tg-gguf picks on the device (``uses_int_dot``;
+   "lanes": the integer product in row lanes). Compare a jitted time with the jitted
+   stream only: the per-call stream includes a realize's fixed cost, which flatters small weights.
+   The jitted columns are measured in --rounds rounds, each timing the stream, the float and the integer GEMV
+   back to back (the best of 3 calls each), so a round's ratios see the same machine state; the columns are the
+   medians over rounds of the times and of each round's ratios, and "spread" is the 25th-75th percentile of the
+   policy path's per-round % of stream (on a shared machine the ratio moves far less than either time).
 
 Ratios are tg-gguf / reference throughput (higher is better): medians of --repeat runs for the
-dequantization, the best of --repeat runs for the GEMV and its streaming reference (on a shared machine the
-fastest run is the least disturbed one). Kernels are compiled in a warm-up run that is not timed.
+dequantization, the best of --repeat runs for the per-call GEMV and its streaming reference (on a shared machine
+the fastest run is the least disturbed one). Kernels are compiled in a warm-up run that is not timed.
 """
 from __future__ import annotations
 
@@ -79,20 +86,17 @@ def dequantize_row(gtype: GGMLType, elements: int, device: str, repeat: int) -> 
     print(f"{gtype.name:8s} {raw_np.size / 1e6:7.2f} {gb / t_tg:9.3f} {gb / t_ref:9.3f} {t_ref / t_tg:6.2f}x")
 
 
-def stream_times(nbytes: int, rows: int, device: str, repeat: int) -> tuple[float, float]:
-    """Seconds to sum a float32 buffer of ``nbytes`` as ``rows`` row sums (split over threads like a GEMV's rows):
-    once per realize, and replayed by ``tgcore.jit`` (the kernel alone)."""
-    import tgcore
-    cols = nbytes // 4 // rows
-    buf = Tensor(np.ones((rows, cols), np.float32), device=device).realize()
-    step = tgcore.jit(lambda b: b.sum(axis=1).realize())
-    return best_time(lambda: buf.sum(axis=1).realize(), repeat), best_time(lambda: step(buf), max(repeat, 3) * 3)
+def stream_buffer(nbytes: int, rows: int, device: str) -> Tensor:
+    """A float32 buffer of ``nbytes`` as ``rows`` rows: summed row by row (split over threads like a GEMV's rows), what
+    the machine streams."""
+    return Tensor(np.ones((rows, nbytes // 4 // rows), np.float32), device=device).realize()
 
 
-def gemv_row(gtype: GGMLType, n: int, device: str, repeat: int) -> None:
+def gemv_row(gtype: GGMLType, n: int, device: str, repeat: int, rounds: int) -> None:
     block, _ = BLOCK_LAYOUT[gtype]
     raw_np = random_blocks(gtype, n * n // block, small=True)
-    t_stream, t_jit_stream = stream_times(raw_np.size, n, device, repeat)
+    buf = stream_buffer(raw_np.size, n, device)
+    t_stream = best_time(lambda: buf.sum(axis=1).realize(), repeat)
     x_np = np.random.default_rng(0).standard_normal(n).astype(np.float32)
     w = dequantize(Tensor(raw_np, device=device).realize(), gtype, (n, n))
     w_np = reference_dequantize(gtype, raw_np, (n, n))
@@ -101,39 +105,79 @@ def gemv_row(gtype: GGMLType, n: int, device: str, repeat: int) -> None:
     t_np = best_time(lambda: reference_dequantize(gtype, raw_np, (n, n)) @ x_np, repeat)
     t_mv = best_time(lambda: w_np @ x_np, repeat)
     gb = raw_np.size / 1e9
-    jitted = jit_columns(gtype, w, raw_np, x_np, n, device, repeat, t_jit_stream)
+    jitted = jit_columns(gtype, w, raw_np, x_np, buf, n, device, rounds)
     print(f"{gtype.name:8s} {t_tg * 1e3:9.2f} {gb / t_tg:7.2f} {gb / t_stream:8.2f} {100 * t_stream / t_tg:7.0f}% "
           f"{t_np * 1e3:10.2f} {t_np / t_tg:6.2f}x {t_mv * 1e3:11.2f} {t_mv / t_tg:6.2f}x {jitted}", flush=True)
 
 
-def jit_columns(gtype: GGMLType, w: Tensor, raw_np: np.ndarray, x_np: np.ndarray, n: int, device: str, repeat: int,
-                t_stream: float) -> str:
-    """The jitted stream, float GEMV and, for a type with an integer path, integer GEMV (best of ``repeat`` rounds,
-    alternating)."""
-    from tg_gguf.intdot import SUMS, int_matmul, uses_int_dot
+def interleaved_rounds(steps: dict[str, Callable[[], object]], rounds: int, calls: int = 3) -> dict[str, list[float]]:
+    """Seconds per step (the best of ``calls`` calls) in each of ``rounds`` rounds that time every step back to back,
+    so the steps of one round see the same machine state. Each step is called once first (compile, allocate)."""
+    for step in steps.values():
+        step()
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(rounds):
+        gc.collect()
+        for name, step in steps.items():
+            best = float("inf")
+            for _ in range(calls):
+                start = time.perf_counter()
+                step()
+                best = min(best, time.perf_counter() - start)
+            times[name].append(best)
+    return times
+
+
+def percent_of_stream(times: dict[str, list[float]], name: str) -> list[float]:
+    """Each round's % of the jitted stream for step ``name``."""
+    return [100 * s / t for s, t in zip(times["stream"], times[name], strict=True)]
+
+
+def quartiles(values: list[float]) -> tuple[float, float]:
+    low, _, high = statistics.quantiles(values, n=4, method="inclusive")
+    return low, high
+
+
+def jit_columns(gtype: GGMLType, w: Tensor, raw_np: np.ndarray, x_np: np.ndarray, buf: Tensor, n: int, device: str,
+                rounds: int) -> str:
+    """The jitted stream, float GEMV and, for a type with an integer path, integer GEMV, interleaved in ``rounds``
+    rounds (``interleaved_rounds``): median times, median per-round % of stream, and the policy path's spread."""
+    from tg_gguf.intdot import SUMS, QuantizedMatrix, int_matmul, uses_int_dot
 
     import tgcore
     x = Tensor(x_np, device=device).realize()
+    stream_step = tgcore.jit(lambda b: b.sum(axis=1).realize())
     float_step = tgcore.jit(lambda v: (w @ v).realize())
-    stream = f"{t_stream * 1e3:10.3f} "
-    if gtype not in SUMS:
-        t_float = min(best_time(lambda: float_step(x), 3) for _ in range(repeat))
-        return f"{stream}{t_float * 1e3:9.2f} {100 * t_stream / t_float:5.0f}%"
-    raw = Tensor(raw_np, device=device).realize()
-    int_step = tgcore.jit(lambda v: int_matmul(v, raw, gtype, (n, n)).realize())
-    t_float = t_int = float("inf")
-    for _ in range(repeat):
-        t_float = min(t_float, best_time(lambda: float_step(x), 3))
-        t_int = min(t_int, best_time(lambda: int_step(x), 3))
+    steps: dict[str, Callable[[], object]] = {"stream": lambda: stream_step(buf), "float": lambda: float_step(x)}
+    lanes = False
+    if gtype in SUMS:
+        raw = Tensor(raw_np, device=device).realize()
+        matrix = QuantizedMatrix(raw, gtype, (n, n))  # the integer product as a model runs it (maybe row lanes)
+        lanes = matrix.integer_path and matrix.row_lanes is not None
+        int_step = tgcore.jit(lambda v: (matrix.matmul_t(v) if matrix.integer_path
+                                         else int_matmul(v, raw, gtype, (n, n))).realize())
+        steps["int"] = lambda: int_step(x)
+    times = interleaved_rounds(steps, rounds)
+    med = {name: statistics.median(t) for name, t in times.items()}
+    pct = {name: percent_of_stream(times, name) for name in steps if name != "stream"}
+    stream_float = (f"{med['stream'] * 1e3:10.3f} {med['float'] * 1e3:9.2f} "
+                    f"{statistics.median(pct['float']):5.0f}%")
+    if "int" not in steps:
+        low, high = quartiles(pct["float"])
+        return f"{stream_float} {'':8s} {'':6s} {'':7s} {'float':>6s} {low:3.0f}-{high:<3.0f}"
     policy = "int" if uses_int_dot(gtype, device) else "float"
-    return (f"{stream}{t_float * 1e3:9.2f} {100 * t_stream / t_float:5.0f}% "
-            f"{t_int * 1e3:8.2f} {100 * t_stream / t_int:5.0f}% {t_float / t_int:6.2f}x {policy:>6s}")
+    low, high = quartiles(pct[policy])
+    policy = "lanes" if lanes else policy
+    int_over_float = statistics.median(f / i for f, i in zip(times["float"], times["int"], strict=True))
+    return (f"{stream_float} {med['int'] * 1e3:8.2f} {statistics.median(pct['int']):5.0f}% {int_over_float:6.2f}x "
+            f"{policy:>6s} {low:3.0f}-{high:<3.0f}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="CPU")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=31, help="interleaved rounds of the jitted GEMV columns")
     ap.add_argument("--elements", type=int, default=4 * 1024 * 1024)
     ap.add_argument("--gemv-size", type=int, default=4096)
     ap.add_argument("--types", default="", help="comma-separated type names (default: all supported)")
@@ -151,9 +195,9 @@ def main() -> None:
           "row sum of the same bytes; ratio = numpy time / tg-gguf time)")
     print(f"{'type':8s} {'tg-gguf':>9s} {'GB/s':>7s} {'stream':>8s} {'%stream':>8s} {'np deq+mv':>10s} {'ratio':>7s} "
           f"{'np mv only':>11s} {'ratio':>7s} {'jit stream':>10s} {'jit float':>9s} {'%strm':>6s} "
-          f"{'jit int':>8s} {'%strm':>6s} {'int/fl':>7s} {'policy':>6s}")
+          f"{'jit int':>8s} {'%strm':>6s} {'int/fl':>7s} {'policy':>6s} {'spread':>7s}")
     for name in args.gemv_types.split(","):
-        gemv_row(GGMLType[name], n, args.device, args.repeat)
+        gemv_row(GGMLType[name], n, args.device, args.repeat, args.rounds)
 
 if __name__ == "__main__":
     main()

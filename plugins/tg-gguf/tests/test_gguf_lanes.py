@@ -17,6 +17,16 @@ TYPES = sorted(LAYOUT_TYPES, key=int)
 TAKEN = sorted(LANE_TYPES, key=int)  # (the types QuantizedMatrix takes the row lanes for)
 
 
+def _cols(gtype: GGMLType, k: int) -> int:
+    """``k`` columns, or for a type of larger blocks (Q4_K: 256) the next multiple of its block."""
+    block = BLOCK_LAYOUT[gtype][0]
+    return -(-k // block) * block
+
+
+def _blocks(gtype: GGMLType, rows: int, k: int) -> int:
+    return rows * k // BLOCK_LAYOUT[gtype][0]
+
+
 def _x86_missing() -> str | None:
     try:
         from tg_x86.cpu import unavailable_reason
@@ -50,7 +60,8 @@ def _near_reference(gtype: GGMLType, rows: int, k: int, batch: int, seed: int, x
                     ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
     """Random blocks times ``batch`` random activation rows through the row lanes, checked within rounding of the
     float64 reference; (raw, activations, chained dots, product)."""
-    raw = random_blocks(gtype, rows * k // 32, seed=seed, small=True)
+    k = _cols(gtype, k)
+    raw = random_blocks(gtype, _blocks(gtype, rows, k), seed=seed, small=True)
     x = np.random.default_rng(x_seed).standard_normal((batch, k)).astype(np.float32)
     out, chained = _product(x, raw, gtype, (rows, k), device)
     ref = float64_reference(gtype, raw, (rows, k), x)
@@ -65,7 +76,7 @@ def test_row_lanes_exact(gtype, rows, device):
     """Unit scales, exactly quantized activations: bit-exact against the float64 reference; 13 rows: a padded tail.
     Each block of 8 rows is 8 byte multiply-adds (the helper's call chained through its accumulator: 7 per block)."""
     k = 256
-    raw = unit_scale_blocks(gtype, rows * k // 32, seed=int(gtype))
+    raw = unit_scale_blocks(gtype, _blocks(gtype, rows, k), seed=int(gtype))
     x = exact_activations(np.random.default_rng(int(gtype)), 3, k)
     out, chained = _product(x, raw, gtype, (rows, k), device)
     assert_bits_equal(out, float64_reference(gtype, raw, (rows, k), x).astype(np.float32))
@@ -76,8 +87,8 @@ def test_row_lanes_exact(gtype, rows, device):
 @pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
 def test_row_lanes_random(gtype, device):
     """Random blocks and activations: within float32 rounding of the reference's per-block sums."""
-    rows, k, batch = 11, 320, 3
-    raw = random_blocks(gtype, rows * k // BLOCK_LAYOUT[gtype][0], seed=3, small=True)
+    rows, k, batch = 11, _cols(gtype, 320), 3
+    raw = random_blocks(gtype, _blocks(gtype, rows, k), seed=3, small=True)
     x = np.random.default_rng(1).standard_normal((batch, k)).astype(np.float32)
     out, _ = _product(x, raw, gtype, (rows, k), device)
     ref = float64_reference(gtype, raw, (rows, k), x)
@@ -92,13 +103,26 @@ def test_row_lanes_random(gtype, device):
 def test_row_lanes_do_not_depend_on_the_batch(gtype, device):
     """A row's bits alone and in batches of 3, 4 and 8 (21 rows: two whole groups of 8 and a padded one)."""
     rows, k = 21, 1536
-    raw = random_blocks(gtype, rows * k // 32, seed=5, small=True)
+    raw = random_blocks(gtype, _blocks(gtype, rows, k), seed=5, small=True)
     x = np.random.default_rng(2).standard_normal((8, k)).astype(np.float32)
     alone = [_product(x[i:i + 1], raw, gtype, (rows, k), device)[0][0] for i in range(8)]
     for batch in (3, 4, 8):
         together, _ = _product(x[:batch], raw, gtype, (rows, k), device)
         for i in range(batch):
             assert_bits_equal(alone[i], together[i])
+
+
+@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
+def test_row_lanes_dequantize_to_the_raw_bytes_bits(gtype):
+    """Every layout's dequantization (the dense prefill's, taken or not) has the bits of the raw bytes' (13 rows: a
+    padded tail) and gguf-py's values."""
+    from tg_gguf import lanes
+    from tg_gguf.dequant import dequantize
+    rows, k = 13, _cols(gtype, 128)
+    raw = random_blocks(gtype, _blocks(gtype, rows, k), seed=12, small=True)
+    dense = lanes.dequantize(repack(raw, gtype, (rows, k), "CPU")).numpy()
+    assert_bits_equal(dense, dequantize(Tensor(raw, device="CPU"), gtype, (rows, k)).numpy())
+    np.testing.assert_allclose(dense, reference_dequantize(gtype, raw, (rows, k)), rtol=1e-6, atol=0)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -108,12 +132,14 @@ def test_row_lanes_with_more_activation_rows_than_weight_rows(gtype, device):
     bits as alone (review: the GEMM plans took these products, and rows changed with the batch)."""
     for rows, k, batch in ((7, 64, 9), (16, 64, 64)):
         raw, x, _, out = _near_reference(gtype, rows, k, batch, seed=9, x_seed=6, device=device)
-        assert_bits_equal(_product(x[:1], raw, gtype, (rows, k), device)[0][0], out[0])
+        assert_bits_equal(_product(x[:1], raw, gtype, (rows, _cols(gtype, k)), device)[0][0], out[0])
 
 
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="no row-lane layout"):
-        repack(np.zeros(34, np.uint8), GGMLType.Q4_K, (1, 32), "CPU")
+        repack(np.zeros(34, np.uint8), GGMLType.Q6_K, (1, 32), "CPU")
+    with pytest.raises(ValueError, match="does not match"):
+        repack(np.zeros(143, np.uint8), GGMLType.Q4_K, (1, 256), "CPU")
     with pytest.raises(ValueError, match="does not match"):
         repack(np.zeros(35, np.uint8), GGMLType.Q8_0, (1, 32), "CPU")
     with pytest.raises(ValueError, match="tensor 'blk.0.attn_q.weight': Q8_0 weight of shape"):
@@ -124,7 +150,8 @@ def test_which_devices_and_types_use_it():
     """The C renderer has the row-lane dots, and so has the X86 one wherever it has byte dots; the interpreter does
     not (it keeps ``intdot``)."""
     assert uses_row_lanes(GGMLType.Q4_1, "CPU") == (GGMLType.Q4_1 in LANE_TYPES)
-    assert not uses_row_lanes(GGMLType.Q4_K, "CPU")
+    assert uses_row_lanes(GGMLType.Q4_K, "CPU") == (GGMLType.Q4_K in LANE_TYPES)
+    assert not uses_row_lanes(GGMLType.Q6_K, "CPU")
     assert not uses_row_lanes(GGMLType.Q4_1, "PYTHON")
     assert not uses_row_lanes(9999, "CPU")
     if _x86_missing() is None:
@@ -140,8 +167,8 @@ def test_quantized_matrix_takes_the_row_lanes(gtype, device):
     """``QuantizedMatrix.matmul_t``: the repacked weight (made once), any leading shape, the same bits as the
     row-lane product of the flattened rows and within rounding of the float64 reference; the float path (no
     ``int_dot``) never repacks."""
-    rows, k = 12, 128
-    raw = random_blocks(gtype, rows * k // 32, seed=7, small=True)
+    rows, k = 12, _cols(gtype, 128)
+    raw = random_blocks(gtype, _blocks(gtype, rows, k), seed=7, small=True)
     w = QuantizedMatrix(Tensor(raw, device=device), gtype, (rows, k))
     assert w.row_lanes is not None and w.row_lanes is w.row_lanes
     x = np.random.default_rng(3).standard_normal((2, 3, k)).astype(np.float32)
@@ -162,8 +189,8 @@ def test_from_host_keeps_the_row_lanes_only(gtype, rows, device):
     dequantization (the dense prefill's) has the bits of the raw bytes' (and gguf-py's values), its product those
     of the repacked raw weight's. Where the renderer has no row lanes (PYTHON) or without ``int_dot``, it keeps
     the raw bytes."""
-    k = 128
-    raw = random_blocks(gtype, rows * k // 32, seed=11, small=True)
+    k = _cols(gtype, 128)
+    raw = random_blocks(gtype, _blocks(gtype, rows, k), seed=11, small=True)
     w = QuantizedMatrix.from_host(raw, gtype, (rows, k), device, "w")
     assert w.raw is None and w.lanes is not None and w.row_lanes is w.lanes and w.device == device
     from_raw = QuantizedMatrix(Tensor(raw, device=device), gtype, (rows, k))

@@ -210,19 +210,21 @@ def _q8_0(o: Operands) -> Tensor:
     return _block32(o, (o.field("qs") ^ 0x80).reshape(1, o.n, o.nb, 1, 32), o.f16("d"), -128)  # u = q + 128
 
 
-def _bit_as(t: Tensor, bit: Tensor, place: int) -> Tensor:
-    """Bit ``bit`` of the bytes ``t`` moved to bit ``place`` (the rest 0), with ``bit`` the same in a block's bytes (a
-    K-quant sub-block's). Where the renderer unrolls a super-block's sub-blocks (``Renderer.vector_block_factors``:
-    ``bit`` is a constant in each copy), the bytes shifted right by ``bit - place`` (left by ``place - bit``) and
-    masked: one shift in 32-bit lanes and one mask (``((t >> bit) & 1) << place`` took ``place`` byte additions more,
-    x86 shifts no bytes; Q5_K 4096^2 GEMV, one thread: 0.87 -> 0.68 ms). Elsewhere ``((t >> bit) & 1) << place``:
-    shift amounts chosen per sub-block at run time were 100x slower on the x86 backend."""
+def _bit_as(t: Tensor, bit: Tensor, place: int, width: int = 1) -> Tensor:
+    """Bit ``bit`` of the bytes ``t`` (``width`` bits from there) moved to bit ``place`` (the rest 0), with ``bit`` the
+    same in a block's bytes (a K-quant sub-block's). Where the renderer unrolls a super-block's sub-blocks
+    (``Renderer.vector_block_factors``: ``bit`` is a constant in each copy), the bytes shifted right by
+    ``bit - place`` (left by ``place - bit``) and masked: one shift in 32-bit lanes and one mask (the C renderer's
+    ``cbytedot.shift_chain_in_words``; ``((t >> bit) & 1) << place`` took ``place`` byte additions more, x86 shifts
+    no bytes; Q5_K 4096^2 GEMV, one thread: 0.87 -> 0.68 ms). Elsewhere ``((t >> bit) & mask) << place``: shift
+    amounts chosen per sub-block at run time were 100x slower on the x86 backend."""
     from tgcore.runtime.registry import open_device
+    field = (1 << width) - 1
     if not open_device(t.device).renderer.vector_block_factors:
-        return ((t >> bit) & 1) << place
+        return ((t >> bit) & field) << place
     at = bit.full_like(place)
     right, left = (bit >= place).where(bit, at) - at, at - (bit >= place).where(at, bit)
-    return ((t >> right) << left) & (1 << place)
+    return ((t >> right) << left) & (field << place)
 
 
 def _k_nibbles(o: Operands, fifth: bool) -> Tensor:
@@ -285,7 +287,7 @@ def _q6_k(o: Operands) -> Tensor:
     nibble = iota((1, 1, 1, 1, 2, 1, 1), 4, ql.device)
     low = (ql.expand(1, o.n, o.nb, 2, 2, 2, 32) >> (nibble * 4)) & 15  # (half, nibble, byte half, l): j = 2n + b
     quarter = iota((1, 1, 1, 1, 4, 1), 4, qh.device)
-    top = ((qh.expand(1, o.n, o.nb, 2, 4, 32) >> (quarter * 2)) & 3) << 4
+    top = _bit_as(qh.expand(1, o.n, o.nb, 2, 4, 32), quarter * 2, 4, width=2)
     u = low.reshape(1, o.n, o.nb, 2, 4, 32) | top  # q + 32
     scale = o.f16("d") * _f32(o.field("scales").bitcast("int8"))
     scale = scale.reshape(1, o.n, o.nb, 8, 2)

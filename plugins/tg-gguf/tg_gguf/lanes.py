@@ -4,7 +4,9 @@ In:  quantized activations (``intdot.quantize_activations``: int8 per element, a
      repacked once (``repack``, from its raw GGUF bytes, in numpy): rows in groups of 8 (the last group padded
      with zero rows), each 32-element block's bytes of the 8 rows interleaved by 4 (row ``l``'s bytes ``4g .. 4g+3``
      at ``32g + 4l``), the blocks' scales (and Q4_1/Q5_1's mins) of the 8 rows side by side as float16; Q5's fifth
-     bits as 4 bytes per row and block, interleaved the same way (``_fifth_bit_bytes``).
+     bits as 4 bytes per row and block, interleaved the same way (``_fifth_bit_bytes``); Q4_K's sub-blocks packed
+     as Q4_0's blocks, its scales and mins per sub-block unpacked to int16 (``_repack_k``); IQ4_XS's sub-blocks
+     as they are (Q4_0's packing), its scales unpacked to int16, its values looked up in a 16-byte table.
 Out: ``x @ W.T`` (``(..., N)`` float32, lazy), equal to ``intdot.int_matmul``'s up to float rounding (the same
      integer block sums; the float sums over blocks in one row's order).
 
@@ -50,6 +52,11 @@ class RowLanes:
     d: Tensor
     m: Tensor | None
     qh: Tensor | None = None  # Q5_0/Q5_1's fifth bits (``_fifth_bit_bytes``), interleaved as ``qs``
+    # Q4_K: the super-blocks' ``dmin`` ``(groups, super-blocks, 8)`` float16 (``d`` likewise), the sub-blocks' 6-bit
+    # scales and mins ``(groups, blocks of 32, 8)`` int16 (unpacked from the 12 packed bytes)
+    dmin: Tensor | None = None
+    sc: Tensor | None = None
+    mn: Tensor | None = None
 
 
 def _interleave(per_row: np.ndarray) -> np.ndarray:
@@ -101,6 +108,10 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
     if padded != n:
         data = np.concatenate([data, np.zeros((padded - n, blocks, block_bytes), np.uint8)])
     fields = FIELDS[gtype]
+    if gtype in (GGMLType.Q4_K, GGMLType.Q5_K):
+        return _repack_k(data, gtype, n, k, device)
+    if gtype is GGMLType.IQ4_XS:
+        return _repack_xs(data, n, k, device)
     qs_at, qs_bytes = fields["qs"]
     qs = _interleave(data[:, :, qs_at:qs_at + qs_bytes])
     if gtype is GGMLType.Q8_0:
@@ -117,36 +128,136 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
                     None if qh is None else put(qh))
 
 
-def _unsigned(w: RowLanes) -> Tensor:
-    """The weight's unsigned integers ``(1, groups, 8 rows, blocks, 8, 4)``: ``[., r, l, b, g, k]`` is row ``8r + l``'s
-    element ``32b + 4g + k``."""
-    groups, blocks = w.qs.shape[0], w.qs.shape[1]
+def _k_scales_mins(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K's 12 packed bytes ``(..., 12)`` -> its 8 six-bit scales and 8 mins ``(..., 8)`` (``dequant.k_scales_mins``'s
+    layout: scale ``j < 4`` the low 6 bits of byte ``j``, ``j >= 4`` the low nibble of byte ``j + 4`` and the top 2
+    bits of byte ``j - 4`` as bits 4-5; the mins alike from bytes ``4..7`` and the high nibbles)."""
+    low, mid, top = packed[..., 0:4], packed[..., 4:8], packed[..., 8:12]
+    sc = np.concatenate([low & 63, (top & 0x0F) | ((low >> 6) << 4)], -1)
+    mn = np.concatenate([mid & 63, (top >> 4) | ((mid >> 6) << 4)], -1)
+    return sc, mn
+
+
+def _repack_k(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) -> RowLanes:
+    """Q4_K/Q5_K ``(rows padded to 8, super-blocks, block bytes)`` -> the row-lane form: each sub-block of 32 values
+    repacked as Q4_0 packs a block (16 bytes: values 0..15 the low nibbles, 16..31 the high ones; in Q4_K 32 bytes
+    hold two sub-blocks, the low nibbles one, the high ones the next) and interleaved as Q4_0's, so the product
+    takes the same nibbles (a block's halves chosen per lane, not per block: no byte shift by a run-time amount,
+    and few enough operations on the weight that the scheduler never makes a kernel of them at a large batch);
+    ``d``, ``dmin`` side by side per super-block; the scales and mins unpacked once, side by side per sub-block, as
+    int16 (as bytes the codegen would take them for a third byte input of the product); Q5_K's fifth bits (bit ``j``
+    of ``qh[l]``: value ``l`` of sub-block ``j``) as Q5_1's per block (``_fifth_bit_bytes``)."""
+    from tgcore.tensor import Tensor
+    rows, supers, _ = data.shape
+    fields = FIELDS[gtype]
+    qs_at, qs_bytes = fields["qs"]
+    packed = data[:, :, qs_at:qs_at + qs_bytes].reshape(rows, supers, 4, 1, 32)
+    values = np.concatenate([packed & 15, packed >> 4], 3).reshape(rows, supers * 8, 32)  # value 64c + 32h + l
+    qs = _interleave(values[:, :, :16] | (values[:, :, 16:] << 4))
+    scales_at, _ = fields["scales"]
+    sc, mn = _k_scales_mins(data[:, :, scales_at:scales_at + 12])
+
+    qh = None
+    if "qh" in fields:
+        qh_at, qh_bytes = fields["qh"]
+        bits = (data[:, :, None, qh_at:qh_at + qh_bytes] >> np.arange(8, dtype=np.uint8)[:, None]) & 1  # [., j, l]
+        words = np.packbits(bits, axis=-1, bitorder="little").reshape(rows, supers * 8, 4)  # bit l: value l
+        qh = _interleave(_fifth_bit_bytes(words))
+
+    def put(a: np.ndarray) -> Tensor:
+        return Tensor(np.ascontiguousarray(a), device=device).realize()
+    return RowLanes(gtype, n, k, put(qs), put(_side_by_side(_float16s(data, fields["d"][0]))), None,
+                    None if qh is None else put(qh), dmin=put(_side_by_side(_float16s(data, fields["dmin"][0]))),
+                    sc=put(_side_by_side(sc.reshape(rows, supers * 8).astype(np.int16))),
+                    mn=put(_side_by_side(mn.reshape(rows, supers * 8).astype(np.int16))))
+
+
+def _repack_xs(data: np.ndarray, n: int, k: int, device: str) -> RowLanes:
+    """IQ4_XS ``(rows padded to 8, super-blocks, 136)`` bytes -> its row-lane form: its sub-blocks' 16 bytes are
+    packed as Q4_0's blocks already (interleaved as those), ``d`` side by side per super-block, the 6-bit scales
+    minus 32 (``dequant.iq4_xs_scales``) unpacked once to int16, side by side per sub-block."""
+    from tgcore.tensor import Tensor
+    rows, supers, _ = data.shape
+    fields = FIELDS[GGMLType.IQ4_XS]
+    qs_at, qs_bytes = fields["qs"]
+    qs = _interleave(np.ascontiguousarray(data[:, :, qs_at:qs_at + qs_bytes]).reshape(rows, supers * 8, 16))
+    high_at, _ = fields["scales_h"]
+    low_at, _ = fields["scales_l"]
+    high = data[:, :, high_at:high_at + 2].copy().view(np.uint16).astype(np.int16)  # (rows, supers, 1)
+    low = data[:, :, low_at:low_at + 4]
+    scales = np.stack([low & 15, low >> 4], -1).reshape(rows, supers, 8).astype(np.int16)  # 2i: low nibble of i
+    scales |= ((high >> (2 * np.arange(8, dtype=np.int16))) & 3) << 4
+    scales -= 32
+
+    def put(a: np.ndarray) -> Tensor:
+        return Tensor(np.ascontiguousarray(a), device=device).realize()
+    return RowLanes(GGMLType.IQ4_XS, n, k, put(qs), put(_side_by_side(_float16s(data, fields["d"][0]))), None,
+                    sc=put(_side_by_side(scales.reshape(rows, supers * 8))))
+
+
+def _unsigned(w: RowLanes, batch: int = 1) -> Tensor:
+    """The weight's unsigned integers ``(batch, groups, 8 rows, blocks, 8, 4)``: ``[., r, l, b, g, k]`` is row
+    ``8r + l``'s element ``32b + 4g + k``; ``batch`` > 1: the packed bytes broadcast over a batch's rows before
+    anything is computed from them (the scheduler then has no weight-side values to make a kernel of, which it does
+    from 64 rows on where they cost ``READ_WORK``: IQ4_XS's nibbles and table lookup)."""
+    groups, blocks = w.qs.shape[0], _blocks(w)
     if w.gtype is GGMLType.Q8_0:
         qs = w.qs.reshape(1, groups, blocks, 8, ROWS, STEP)
     else:  # nibbles: g < 4 the low ones (elements 4g + k), g >= 4 the high ones (16 + 4(g - 4) + k)
         from tg_gguf.dequant import iota
-        packed = w.qs.reshape(1, groups, blocks, 1, 4, ROWS, STEP).expand(1, groups, blocks, 2, 4, ROWS, STEP)
+        packed = w.qs.reshape(1, groups, blocks, 1, 4, ROWS, STEP).expand(batch, groups, blocks, 2, 4, ROWS, STEP)
         half = iota((1, 1, 1, 2, 1, 1, 1), 3, packed.device, "uint8")
-        qs = ((packed >> (half * 4)) & 15).reshape(1, groups, blocks, 8, ROWS, STEP)
+        qs = ((packed >> (half * 4)) & 15).reshape(batch, groups, blocks, 8, ROWS, STEP)
         if w.qh is not None:  # Q5: the fifth bit of element 4g + k is bit g of its byte (``_fifth_bit_bytes``)
-            fifth = w.qh.reshape(1, groups, blocks, 1, ROWS, STEP).expand(1, groups, blocks, 8, ROWS, STEP)
+            fifth = w.qh.reshape(1, groups, blocks, 1, ROWS, STEP).expand(batch, groups, blocks, 8, ROWS, STEP)
             step = iota((1, 1, 1, 8, 1, 1), 3, fifth.device, "uint8")
             qs = qs | (((fifth >> step) & 1) << 4)
+    if w.gtype is GGMLType.IQ4_XS:  # the nibbles select IQ4_NL's values (plus 128): a 16-byte table
+        from tg_gguf.tables import TABLES
+        qs = TABLES.get("iq4nl_u8", qs.device).take(qs.cast("int32"))
     return qs.permute(0, 1, 4, 2, 3, 5)
 
 
-def _per_row(field: Tensor) -> Tensor:
-    """A ``(groups, blocks, 8)`` float16 field -> ``(1, groups, 8, blocks, 1, 1)`` float32 (``_unsigned``'s axes)."""
-    groups, blocks = field.shape[0], field.shape[1]
-    return field.permute(0, 2, 1).reshape(1, groups, ROWS, blocks, 1, 1).cast("float32")
+def _blocks(w: RowLanes) -> int:
+    """Blocks of 32 per row."""
+    return w.cols // BLOCK
+
+
+def _per_row(field: Tensor, blocks: int | None = None) -> Tensor:
+    """A ``(groups, blocks, 8)`` float16 field -> ``(1, groups, 8, blocks, 1, 1)`` float32 (``_unsigned``'s axes); a
+    field per super-block (Q4_K's ``d``) repeated over its ``blocks`` blocks of 32."""
+    groups, per = field.shape[0], field.shape[1]
+    t = field.permute(0, 2, 1).reshape(1, groups, ROWS, per, 1, 1, 1).cast("float32")
+    repeat = (blocks or per) // per
+    return t.expand(1, groups, ROWS, per, repeat, 1, 1).reshape(1, groups, ROWS, per * repeat, 1, 1)
+
+
+def _xs_scale(w: RowLanes) -> Tensor:
+    """IQ4_XS's per-block scale ``d * (s - 32)`` ``(1, groups, 8, blocks, 1, 1)`` float32 (as ``dequant`` computes
+    it)."""
+    assert w.sc is not None
+    return _per_row(w.d, _blocks(w)) * _per_row(w.sc)
+
+
+def _k_factors(w: RowLanes) -> tuple[Tensor, Tensor]:
+    """Q4_K's per-block ``(scale, offset)`` ``(1, groups, 8, blocks, 1, 1)`` float32: ``d * sc``, ``dmin * mn`` (as
+    ``dequant``'s ``_k_apply`` computes them)."""
+    assert w.dmin is not None and w.sc is not None and w.mn is not None
+    blocks = _blocks(w)
+    return (_per_row(w.d, blocks) * _per_row(w.sc), _per_row(w.dmin, blocks) * _per_row(w.mn))
 
 
 def dequantize(w: RowLanes) -> Tensor:
     """The lazy float32 ``(N, K)`` weight from its row-lane form, with ``tg_gguf.dequant``'s formulas per type (the
     same float operations on the same values: the same bits as dequantizing the raw bytes)."""
-    groups, blocks = w.qs.shape[0], w.qs.shape[1]
+    groups, blocks = w.qs.shape[0], _blocks(w)
     u = _unsigned(w).cast("float32")
-    if w.m is not None:  # Q4_1, Q5_1: d * q + m
+    if w.gtype in (GGMLType.Q4_K, GGMLType.Q5_K):  # d * sc * q - dmin * mn
+        scale, offset = _k_factors(w)
+        value = scale * u - offset
+    elif w.gtype is GGMLType.IQ4_XS:  # d * (s - 32) * value, the value u - 128 exactly
+        value = _xs_scale(w) * (u - 128.0)
+    elif w.m is not None:  # Q4_1, Q5_1: d * q + m
         value = _per_row(w.d) * u + _per_row(w.m)
     else:  # (u + c) is the signed integer, exactly (Q8_0's ``float(int8)``, Q4_0's ``q - 8.0``)
         value = (u + float(OFFSETS[w.gtype])) * _per_row(w.d)
@@ -162,7 +273,7 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
     """``xq`` ``(M, K)`` int8 and ``dx`` ``(M, K / 32)`` (``quantize_activations``) times the row-lane weight ``w``:
     ``(M, N)`` float32."""
     m = xq.shape[0]
-    groups, blocks = w.qs.shape[0], w.qs.shape[1]
+    groups, blocks = w.qs.shape[0], _blocks(w)
     x = xq.reshape(m, 1, 1, blocks, 8, STEP).cast("int32")
     scale_x = dx.reshape(m, 1, 1, blocks, 1, 1)
 
@@ -171,13 +282,26 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
     # power of two: exact), so the term is a block factor (``blocks.factor_blocks``), not a sum per row group
     sums = x.reshape(m, blocks, BLOCK).sum(-1).cast("float32") * dx
     spread_sum = (sums * (1.0 / BLOCK)).contiguous().reshape(m, 1, 1, blocks, 1, 1)
-    offset = _per_row(w.d) * float(OFFSETS[w.gtype]) if w.gtype in OFFSETS else _per_row(w.m) if w.m is not None \
-        else None
+    if w.gtype in (GGMLType.Q4_K, GGMLType.Q5_K):
+        scale, minimum = _k_factors(w)
+        offset: Tensor | None = minimum * -1.0
+    elif w.gtype is GGMLType.IQ4_XS:
+        scale = _xs_scale(w)
+        offset = scale * -128.0
+    else:
+        scale = _per_row(w.d)
+        offset = scale * float(OFFSETS[w.gtype]) if w.gtype in OFFSETS else _per_row(w.m) if w.m is not None \
+            else None
     assert offset is not None
-    value = (_unsigned(w).cast("int32") * x).cast("float32") * (_per_row(w.d) * scale_x) + spread_sum * offset
+    u = _unsigned(w, m if w.gtype in BROADCAST_FIRST else 1)
+    value = (u.cast("int32") * x).cast("float32") * (scale * scale_x) + spread_sum * offset
     out = value.reshape(m, groups * ROWS, blocks * BLOCK).sum(-1)
     # a padded tail: the whole groups in one kernel (a shrink fused into it would cut the lanes' axis), then cut
     return out if groups * ROWS == w.rows else out.contiguous().shrink(((0, m), (0, w.rows)))
+
+
+# the types whose packed bytes are broadcast over the batch before their values are computed (``_unsigned``)
+BROADCAST_FIRST: frozenset[GGMLType] = frozenset({GGMLType.IQ4_XS, GGMLType.Q5_K})
 
 
 # the types with a row-lane layout (``repack``), taken by ``QuantizedMatrix`` wherever the renderer has
@@ -189,9 +313,18 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
 # Q5_0 and Q5_1 have layouts (``LAYOUT_TYPES``) but are not taken: at a batch of rows larger than the weight the
 # scheduler materializes their weights' expansion and the codegen's plan for that product gave wrong sums (session-13
 # review; under investigation)
+# Q4_K (its scales and mins per 32 unpacked at load, as int16: 164 bytes per 256 values against 144): a 4096^2 GEMV,
+# one thread, jitted, CPU time, alternating in one process (load ~7): 0.63 -> 0.42 ms (the activations-in-lanes
+# kernel permutes each sub-block's scale and min into all lanes per row, the row lanes have them in the lanes); Q5_K
+# the same with Q5_1's fifth bits (broadcast over the batch first, as IQ4_XS below: 0.72-0.75 -> 0.56-0.60 ms)
 LAYOUT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
-                                               GGMLType.Q8_0})
-LANE_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0})
+                                               GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.IQ4_XS})
+# IQ4_XS (4096^2, one thread, CPU time, load ~10: 1.00 -> 0.53 ms against intdot's kernel): its table lookup is one
+# read more on the weight's side, which reaches the scheduler's READ_WORK (``kernelize.worth_realizing_before_expand``:
+# ops + reads = 5): from 64 activation rows on the weight's values got a kernel of their own and the product another
+# plan (a row's bits changed with the batch), so its packed bytes are broadcast over the batch first (``_unsigned``)
+LANE_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.Q4_K,
+                                             GGMLType.Q5_K, GGMLType.IQ4_XS})
 
 
 # the fewest columns a row-lane weight has: with one block per row the kernel has no block axis for the codegen to
