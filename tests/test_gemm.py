@@ -282,6 +282,27 @@ def test_short_reduction_lanes_do_not_depend_on_the_row_count(n):
     assert {lanes(r, n) for r in (1, 2, 4, 8)} == {8}
 
 
+def test_rows_that_share_no_input_are_not_unrolled():
+    """Attention's weights times values in a batched decode step, ``out[b, (h, d)] = sum_t w[b, h, t] v[b, t, d]``:
+    every input runs along the batch rows (each row reads its own cache), so unrolled rows would share no load; the
+    output axis's next vectors are unrolled instead, as for one row. Rows against one shared matrix (a matmul) are
+    unrolled. The default list's values match numpy."""
+    from tgcore.codegen.heuristic import OUTPUT_CHAINS, vector_opts
+    widths = {dtypes.float32: 8}
+    rng = np.random.default_rng(3)
+    w_np = rng.standard_normal((8, 3, 3, 1, 256)).astype(np.float32)
+    v_np = rng.standard_normal((8, 3, 1, 256, 64)).astype(np.float32)
+    out = (Tensor(w_np, device="CPU") @ Tensor(v_np, device="CPU")).permute(0, 3, 1, 2, 4).reshape(8, 576)
+    ast = simplify_kernel(create_schedule([out.contiguous().uop], "CPU")[0][-1].ast)
+    opts = vector_opts(ast, widths)
+    assert Opt(OptOps.UNROLL, 0, 4) not in opts and Opt(OptOps.UNROLL, 1, OUTPUT_CHAINS) in opts, opts
+    ref = (w_np @ v_np).transpose(0, 3, 1, 2, 4).reshape(8, 576)
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5, atol=1e-5)
+    matmul = Tensor.empty(8, 256, device="CPU") @ Tensor.empty(256, 576, device="CPU")
+    shared = vector_opts(simplify_kernel(create_schedule([matmul.uop], "CPU")[0][-1].ast), widths)
+    assert Opt(OptOps.UNROLL, 0, 4) in shared, shared
+
+
 # odd shapes where the register tiles apply (rows or columns 1, 7 or prime, sizes one off a power of two, 1000),
 # x @ W and x @ W.T: the policy's own list and the lists it chooses between (other tiles, K blocks, threads, row
 # padding: the search's variations), each exact against numpy

@@ -302,8 +302,9 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
             bits_dt = np.uint16 if self.dtype.itemsize == 2 else np.uint8
             bits = np.frombuffer(bytes(buf.as_buffer(allow_zero_copy=False)), dtype=bits_dt)
             return dtypes.bits_to_float(bits, self.dtype).astype(np.float32).reshape(self.shape)
-        flat = np.frombuffer(bytes(buf.as_buffer(allow_zero_copy=False)), dtype=self.dtype.np)
-        return flat.reshape(self.shape).copy()
+        out = np.empty(self.shape, dtype=self.dtype.np)
+        buf.copyout(out.reshape(-1).view(np.uint8).data)  # (one copy, straight into the new array)
+        return out
 
     def tolist(self) -> Any:
         return self.numpy().tolist()

@@ -280,7 +280,8 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
     # the block's offset term (a symmetric type's ``c * d``, Q4_1's ``m``) times the block's activation sum: summed
     # once per batch row and block (a kernel of its own), then spread over the block's 32 elements as a 32nd (a
     # power of two: exact), so the term is a block factor (``blocks.factor_blocks``), not a sum per row group
-    sums = x.reshape(m, blocks, BLOCK).sum(-1).cast("float32") * dx
+    # (in int32: 32 bytes cannot overflow it, and int64 accumulators took ~5x longer: 8x1536 5.0 -> 1.1 us)
+    sums = x.reshape(m, blocks, BLOCK).sum(-1, dtype="int32").cast("float32") * dx
     spread_sum = (sums * (1.0 / BLOCK)).contiguous().reshape(m, 1, 1, blocks, 1, 1)
     if w.gtype in (GGMLType.Q4_K, GGMLType.Q5_K):
         scale, minimum = _k_factors(w)

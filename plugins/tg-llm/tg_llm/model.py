@@ -441,7 +441,10 @@ class Model:
         if direct:
             for seq, _, pos in direct:
                 self._truncate(seq, pos)
-            for (seq, _, _), row in zip(direct, self._decode_blocks(direct, blocks), strict=True):
+            rows = self._decode_blocks(direct, blocks)
+            if not rerun:  # (direct is steps, in their order)
+                return rows
+            for (seq, _, _), row in zip(direct, rows, strict=True):
                 out[seq] = row
         return np.stack([out[s] for s, _, _ in steps])
 
@@ -569,7 +572,10 @@ class Model:
         def logits_of_steps() -> np.ndarray:
             logits = collect()
             assert logits is not None
-            return np.stack([logits[seq - first] for seq, _, _ in steps]) if steps else logits[:0]
+            picked = [seq - first for seq, _, _ in steps]
+            if picked == list(range(len(logits))):  # (every row, in order: the array itself, not a copy)
+                return logits
+            return np.stack([logits[r] for r in picked]) if steps else logits[:0]
         return logits_of_steps
 
     def _decode_graph(self, x: Any, inputs: list[tuple[Any, Any, Any, Any]], first_seq: Any) -> Any:
