@@ -298,6 +298,14 @@ def test_rows_that_share_no_input_are_not_unrolled():
     assert Opt(OptOps.UNROLL, 0, 4) not in opts and Opt(OptOps.UNROLL, 1, OUTPUT_CHAINS) in opts, opts
     ref = (w_np @ v_np).transpose(0, 3, 1, 2, 4).reshape(8, 576)
     np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5, atol=1e-5)
+    # a bias or a scale applied after the sum is no input of it (review: it made the rows count as sharing a load)
+    bias_np = rng.standard_normal(576).astype(np.float32)
+    for after, after_np in ((lambda o: o + Tensor(bias_np, device="CPU"), lambda o: o + bias_np),
+                            (lambda o: o * Tensor(np.float32(3.0), device="CPU"), lambda o: o * np.float32(3.0))):
+        scaled = after((Tensor(w_np, device="CPU") @ Tensor(v_np, device="CPU")).permute(0, 3, 1, 2, 4).reshape(8, 576))
+        opts = vector_opts(simplify_kernel(create_schedule([scaled.contiguous().uop], "CPU")[0][-1].ast), widths)
+        assert Opt(OptOps.UNROLL, 0, 4) not in opts and Opt(OptOps.UNROLL, 1, OUTPUT_CHAINS) in opts, opts
+        np.testing.assert_allclose(scaled.numpy(), after_np(ref), rtol=1e-5, atol=1e-4)
     matmul = Tensor.empty(8, 256, device="CPU") @ Tensor.empty(256, 576, device="CPU")
     shared = vector_opts(simplify_kernel(create_schedule([matmul.uop], "CPU")[0][-1].ast), widths)
     assert Opt(OptOps.UNROLL, 0, 4) in shared, shared

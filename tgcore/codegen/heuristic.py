@@ -80,6 +80,11 @@ def _main_inputs(ast: UOp) -> list[UOp]:
     return dedup(u.src[0].src[1] for u in loads if size(u) == biggest)
 
 
+def _load_indices(value: UOp) -> list[UOp]:
+    """Index expressions of the loads ``value`` computes from."""
+    return [u.src[0].src[1] for u in value.toposort if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+
+
 def _byte_inputs(ast: UOp) -> list[UOp]:
     """Index expressions of the direct loads of bytes (a byte dot's weight and activations, whichever is larger: the
     row-lane plan must not depend on the batch size, ``row_lane_byte_dot_opts``)."""
@@ -126,8 +131,7 @@ def _grouped(ast: UOp, mains: list[UOp], r: UOp, lanes: int) -> bool:
     group = lanes // 2
     if group < 2 or _size(r) % lanes or not mains:
         return False
-    loads = [u.src[0].src[1] for u in ast.toposort if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
-    if not any(_stride(idx, r) == 1 for idx in loads):
+    if not any(_stride(idx, r) == 1 for idx in _load_indices(ast)):
         return False
     rng = random.Random(0)
     for index in dedup(i for m in mains for i in _address_indices(m)):
@@ -421,9 +425,9 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, b
     chosen = [*gather, Opt(OptOps.UPCAST, number[contiguous[0]], width)]
     if reduces:
         others = [r for r in ranges if r is not contiguous[0] and _size(r) % 4 == 0 and _size(r) >= 8]
-        # rows some input does not run along: its loads then feed every unrolled row
-        loads = [u.src[0].src[1] for u in ast.toposort if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
-        shared = [r for r in others if any(_stride(idx, r) == 0 for idx in loads)]
+        # rows some input of the sum does not run along: its loads then feed every unrolled row (a bias or scale
+        # applied after the sum shares nothing: it is read once per output either way)
+        shared = [r for r in others if any(_stride(idx, r) == 0 for idx in _load_indices(reduces[0].src[0]))]
         chains = _size(contiguous[0]) % (width * OUTPUT_CHAINS) == 0 and \
             prod(_size(r) for r in reduces[0].src[1:]) >= LONG_CHAIN
         if shared or (others and not chains):
