@@ -71,7 +71,6 @@ attention mask are computed on the host and passed in as tensors.
 """
 from __future__ import annotations
 
-import functools
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -80,7 +79,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tg_llm.kv_cache import CacheKind, RowWrites, decode_window, prefill_window, write_rows, zeroed
+from tg_llm.kv_cache import CacheKind, RowWrites, decode_window, write_rows, zeroed
 from tg_llm.layers import linear, linear_parts, rms_norm, rope, rope_frequencies, softcap, softmax
 from tg_llm.model_config import (
     ContextLengthError,
@@ -120,12 +119,6 @@ def _integer_inputs(weights: list[Any]) -> bool:
     """Whether every product with ``weights`` runs as integer dot products (``QuantizedMatrix.integer_path``): its
     input is then read by the activations' quantization only, not by each group of output rows."""
     return all(getattr(w, "integer_path", False) for w in weights)
-
-
-def _batch_padding(chunks: Sequence[tuple[int, Sequence[int], int]]) -> int:
-    """The rows each sequence of a prefill runs: its token count padded to a power of two (at least 4), the largest
-    of the chunks'."""
-    return max(max(4, 1 << (len(tokens) - 1).bit_length()) for _, tokens, _ in chunks)
 
 
 def _cache_window(cache: Any, seqs: Any, window: int) -> Any:
@@ -409,43 +402,8 @@ class Model:
         ``forward_last`` alone (batch invariance: every row's products run in one order whatever the rows around
         it, and each sequence attends over its own cache); a chunk of one token, one whose padded rows would leave
         the cache or wrap a sliding ring, or one whose window a ring has overwritten runs alone."""
-        chunks = [(self._check_seq(int(s)), [int(t) for t in tokens], int(start)) for s, tokens, start in chunks]
-        if len({s for s, _, _ in chunks}) != len(chunks):
-            raise ValueError("prefill_chunks: a sequence appears twice")
-        for seq, tokens, start in chunks:
-            if not 0 < len(tokens) <= PREFILL_CHUNK:
-                raise ValueError(f"prefill_chunks: a chunk has {len(tokens)} tokens (1..{PREFILL_CHUNK})")
-            self._check_room(start, len(tokens), seq)
-        out: dict[int, np.ndarray | None] = {}
-        # batches of the chunks that run as many rows alone (the attention kernels' plans change with the rows), where
-        # each row's products keep their order at any row count: the row lanes (at least 8 rows: whole groups of 8
-        # share each weight load) or the dense GEMM (the fused float products' plans change with the rows)
-        least = 8 if self._lane_prefill else DENSE_MIN_TOKENS
-        groups: dict[int, list[tuple[int, list[int], int]]] = {}
-        for chunk in chunks:
-            padded = _batch_padding([chunk])
-            if padded >= least and self._fits_batch(chunk, padded):
-                groups.setdefault(padded, []).append(chunk)
-        for together in groups.values():
-            if len(together) < 2:
-                continue
-            for seq, _, start in together:
-                self._truncate(seq, start)
-            rows = self._prefill(together, "last" if logits else None)
-            for i, (seq, tokens, _) in enumerate(together):
-                self._tokens[seq] = self._tokens[seq] + tokens
-                out[seq] = None if rows is None else rows[i][-1]
-        for seq, tokens, start in chunks:
-            if seq not in out:
-                alone = self._run(tokens, start, "last" if logits else "none", seq)
-                out[seq] = alone[-1] if logits else None
-        return np.stack([out[seq] for seq, _, _ in chunks]) if logits else None
-
-    def _fits_batch(self, chunk: tuple[int, list[int], int], padded: int) -> bool:
-        """Whether a chunk can run in a batch padded to ``padded`` rows per sequence (see ``prefill_chunks``)."""
-        seq, tokens, start = chunk
-        return (len(tokens) > 1 and start + padded <= self.config.max_context and self._window_cached(start, seq)
-                and all(start % kind.cache_len + padded <= kind.cache_len for kind in self.kinds))
+        from tg_llm import prefill
+        return prefill.prefill_chunks(self, chunks, logits)
 
     def _check_room(self, start_pos: int, n: int, seq: int) -> None:
         cfg, held = self.config, len(self._tokens[seq])
@@ -479,12 +437,13 @@ class Model:
         self._truncate(seq, start_pos)
         if n == 1:
             return self._decode([(seq, tokens[0], start_pos)])
+        from tg_llm import prefill
         rows = []
         for c in range(0, n, PREFILL_CHUNK):
             chunk = tokens[c:c + PREFILL_CHUNK]
             last_chunk = c + PREFILL_CHUNK >= n
             wanted = want if last_chunk or want == "all" else "none"
-            part = self._prefill([(seq, chunk, start_pos + c)], None if wanted == "none" else wanted)
+            part = prefill.run(self, [(seq, chunk, start_pos + c)], None if wanted == "none" else wanted)
             if part is not None:
                 rows.append(part[0])
             self._tokens[seq] = self._tokens[seq] + chunk
@@ -656,71 +615,6 @@ class Model:
             cos, sin, mask, writes = inputs[layer.kind]
             x = self._layer(layer, x, cos, sin, mask, writes, (first_seq, first_seq + rows), dense=False)
         return self._logits(x, dense=False) if self.has_output else x
-
-    def _prefill(self, chunks: list[tuple[int, list[int], int]], want: str | None) -> list[np.ndarray] | None:
-        """Several tokens of one or more sequences in one forward: each chunk (sequence, tokens, start) padded to the
-        same power of two of rows (``_batch_padding``), attention over a power-of-two window of the cache, so
-        prompts of many lengths and positions share a few compiled kernel sets (and jit captures, see the module
-        docstring). Returns each chunk's logits ``want`` asks for (None: none)."""
-        from tgcore.tensor import Tensor
-        from tgcore.uop import UOp
-        solo = len(chunks) == 1
-        padded = _batch_padding(chunks)
-        if solo and chunks[0][2] + padded > self.config.max_context:  # the padding's writes must stay in the cache
-            padded = len(chunks[0][1])
-
-        def named(name: str, i: int) -> str:  # (one sequence keeps the names of its captures before batches)
-            return name if solo else f"{name}{i}"
-        # a variable names each sequence, so every sequence's prefill runs the same kernels
-        seq_vars = [UOp.variable(named("sequence", i), 0, self.sequences - 1).bind(seq) if self.sequences > 1 else 0
-                    for i, (seq, _, _) in enumerate(chunks)]
-        # padding rows: computed, written past the end, never read
-        x = self._stage_input([t for _, tokens, _ in chunks for t in tokens + [tokens[-1]] * (padded - len(tokens))])
-        last = max(start for _, _, start in chunks) + padded - 1
-        inputs = []
-        for kind in self.kinds:
-            window = prefill_window(kind.cache_len, last)
-            masks = []
-            # (sequence, first slot: an int or a bound variable, first row, rows)
-            writes: list[tuple[Any, Any, int, int]] = []
-            for i, (seq, tokens, start) in enumerate(chunks):
-                slot = kind.record(seq, start, len(tokens), padded)
-                masks.append(kind.mask_rows(seq, start, len(tokens), padded, window))
-                if slot + padded <= kind.cache_len:
-                    writes.append((seq_vars[i], UOp.variable(named(kind.variable, i), 0, kind.cache_len - padded)
-                                   .bind(slot), i * padded, padded))
-                else:  # the ring wraps around inside this call (one sequence alone): two writes
-                    first = kind.cache_len - slot
-                    writes += [(seq_vars[i], slot, 0, first), (seq_vars[i], 0, first, padded - first)]
-            cos, sin = self._rotary(kind, np.concatenate([np.arange(start, start + padded) for _, _, start in chunks]))
-            inputs.append((cos, sin, Tensor(np.concatenate(masks), device=self.device), writes))
-        pick = None
-        if want == "last":  # a (chunks, rows) matrix that picks each chunk's last real token's hidden state
-            rows = np.zeros((len(chunks), len(chunks) * padded), np.float32)
-            for i, (_, tokens, _) in enumerate(chunks):
-                rows[i, i * padded + len(tokens) - 1] = 1.0
-            pick = Tensor(rows, device=self.device)
-        dense = not self._lane_prefill and padded >= DENSE_MIN_TOKENS
-        seqs = (seq_vars[0], seq_vars[0] + 1) if solo else seq_vars
-        if all(not isinstance(first_slot, int) for *_, writes in inputs for _, first_slot, _, _ in writes):
-            # every slot is a bound variable: a replay fits any start; jitted like decode (its scratch buffers
-            # shared between layers), captured by the first call
-            step = self._prefill_steps.get((want, dense, solo))
-            if step is None:
-                import tgcore
-                captures = (PREFILL_CAPTURES if dense else FUSED_PREFILL_CAPTURES) if solo else BATCH_PREFILL_CAPTURES
-                step = self._prefill_steps[want, dense, solo] = tgcore.jit(
-                    functools.partial(self._prefill_graph, want=want, dense=dense), max_captures=captures,
-                    capture_first=True)
-        else:  # the ring wraps inside this call: the cache writes take constant slots, run eagerly
-            step = functools.partial(self._prefill_graph, want=want, dense=dense)
-        logit_rows = None if want is None else len(chunks) * (1 if want == "last" else padded)
-        out = self._stage_output(step(x, inputs, pick, seqs), logit_rows)()
-        if out is None:
-            return None
-        if want == "last":
-            return [out[i:i + 1] for i in range(len(chunks))]
-        return [out[i * padded:i * padded + len(tokens)] for i, (_, tokens, _) in enumerate(chunks)]
 
     def _prefill_graph(self, x: Any, inputs: list[tuple[Any, Any, Any, list[tuple[Any, Any, int, int]]]], pick: Any,
                        seqs: Any, want: str | None, dense: bool) -> Any:
