@@ -19,10 +19,9 @@ worker's loop it
    rows the sequences in slots and waiting need anyway; among those the one whose cache holds the most whole
    chunks of the prompt: the prefix cache works per slot, in whole chunks;
    a slot caching ``PREFIX_OVER_ROWS`` tokens of the prompt or more is taken even if the steps grow);
-3. prefills one chunk (at most ``prefill_chunk`` tokens) of each of the ``PREFILL_BATCH`` prefilling sequences with
-   the fewest prompt tokens left (the whole chunks in one forward, ``Model.prefill_chunks``), so a long prompt is
-   prefilled across many turns and a short one is not stuck behind it; a sequence's last chunk gives its first
-   token;
+3. prefills one chunk (at most ``prefill_chunk`` tokens) of the prefilling sequence with the fewest prompt tokens
+   left, so a long prompt is prefilled across many turns and a short one is not stuck behind it; a sequence's
+   last chunk gives its first token;
 4. runs one batched decode step (``Model.decode``) for every sequence that has a token to run, and samples the
    next token of each; finished ones free their slot at once.
 A sequence's tokens do not depend on what else runs (``Model.decode`` is batch-invariant) nor on what its slot
@@ -201,9 +200,6 @@ READY_BUDGET_S = 3.5
 # use, rounded up to a power of two: a one-stream generation in slot 7 ran 8-row steps, 2-4x a 1-row step's time),
 # unless another free slot's cache holds at least this many tokens of its prompt (re-prefilling them costs more)
 PREFIX_OVER_ROWS = 512
-# prefilling sequences whose next chunks run in one scheduler turn (one forward where they share a size): more
-# amortize the host's work per forward, fewer keep the decode steps between turns close and the captures few
-PREFILL_BATCH = 4
 IDLE_POLL_S = 0.5     # how often an idle worker looks at the queue when nothing arrives
 # an idle capture (up to a second on a loaded machine) starts only after this long without work, so requests sent
 # one after another (a client's next turn, a benchmark's next round) do not wait behind one
@@ -292,8 +288,6 @@ class Engine:
                                 if n <= min(self.prefill_chunk, self.model.config.max_context - 1)]
             if 2 * self.prefill_chunk <= self.model.config.max_context - 1:
                 self._warm_later.append(self._warm_chunks)
-                self._warm_later += [functools.partial(self._warm_batch, n)
-                                     for n in range(2, min(PREFILL_BATCH, self.parallel) + 1)]
             self._warm_later += [functools.partial(self.model.warm_up, [s]) for s in shapes if s[1] != first]
             self._warm_while_time_allows((time.perf_counter() - warm) / max(1, sum(s[1] == first for s in shapes)))
             self.warm_up_seconds = time.perf_counter() - warm
@@ -343,17 +337,6 @@ class Engine:
         self.model.prefill([0] * n, 0, seq=seq)  # (the first call of each captures it)
         self.model.forward_last([0] * n, n, seq=seq)
         self.model.reset(seq)
-
-    def _warm_batch(self, n: int) -> None:
-        """Capture the turns of ``n`` streams' prompts of two chunks each (``_warm_chunks`` for one): their first chunks
-        in one forward, then their last ones with logits, in the ``n`` slots caching the fewest tokens (then
-        emptied)."""
-        chunk = self.prefill_chunk
-        slots = sorted(range(self.model.sequences), key=lambda i: (len(self.model.tokens_of(i)), -i))[:n]
-        self.model.prefill_chunks([(seq, [0] * chunk, 0) for seq in slots])  # (the first call of each captures it)
-        self.model.prefill_chunks([(seq, [0] * chunk, chunk) for seq in slots], logits=True)
-        for seq in slots:
-            self.model.reset(seq)
 
     def _emptiest_slot(self) -> int:
         return min(range(self.model.sequences), key=lambda i: (len(self.model.tokens_of(i)), -i))
@@ -535,7 +518,7 @@ class _Scheduler:
     def turn(self) -> None:
         self.sweep()
         self.admit()
-        self.prefill_chunks()
+        self.prefill_one_chunk()
         self.sweep()  # a chunk can take a while: what was cancelled or stopped meanwhile does not decode
         self.decode_step()
 
@@ -646,31 +629,28 @@ class _Scheduler:
     def state_of(self, job: Job) -> _JobState:
         return next(st for st in self.jobs if st.job is job)
 
-    def prefill_chunks(self) -> None:
-        """One chunk of each of the ``PREFILL_BATCH`` prefilling sequences with the fewest prompt tokens left: the whole
-        chunks (``prefill_chunk`` tokens) in one forward (``Model.prefill_chunks``: each computed as alone; the
-        captures of their few sizes are warmed up), the shorter last chunks of prompts one by one, shortest first; a
-        sequence's last chunk samples its first token."""
-        waiting = sorted((s for s in self.slots if s is not None and s.prefilling),
-                         key=lambda s: (len(s.choice.prompt_ids) - s.done, s.clock.start))[:PREFILL_BATCH]
-        chunk = self.engine.prefill_chunk
-        parts = [s.choice.prompt_ids[s.done:s.done + chunk] for s in waiting]
-        whole = [i for i, part in enumerate(parts) if len(part) == chunk]
-        calls = [[i] for i in range(len(waiting)) if i not in whole] + ([whole] if whole else [])
-        for call in calls:
-            last = [waiting[i].done + len(parts[i]) == len(waiting[i].choice.prompt_ids) for i in call]
-            clock = self.engine.clock
-            clock.lap("host")
-            clock.chunks += len(call)
-            logits = self.model.prefill_chunks([(waiting[i].slot, parts[i], waiting[i].done) for i in call],
-                                               logits=any(last))
+    def prefill_one_chunk(self) -> None:
+        """One chunk of the prefilling sequence with the fewest prompt tokens left; its last chunk samples its first
+        token."""
+        waiting = [s for s in self.slots if s is not None and s.prefilling]
+        if not waiting:
+            return
+        seq = min(waiting, key=lambda s: (len(s.choice.prompt_ids) - s.done, s.clock.start))
+        prompt = seq.choice.prompt_ids
+        end = min(len(prompt), seq.done + self.engine.prefill_chunk)
+        clock = self.engine.clock
+        clock.lap("host")
+        clock.chunks += 1
+        if end < len(prompt):
+            self.model.prefill(prompt[seq.done:end], seq.done, seq=seq.slot)
             clock.lap("prefill")
-            for j, i in enumerate(call):
-                seq = waiting[i]
-                seq.done += len(parts[i])
-                if last[j]:
-                    seq.stream = self.new_stream(seq)
-                    self.deliver(seq, logits[j])
+            seq.done = end
+            return
+        logits = self.model.forward_last(prompt[seq.done:], seq.done, seq=seq.slot)
+        clock.lap("prefill")
+        seq.done = len(prompt)
+        seq.stream = self.new_stream(seq)
+        self.deliver(seq, logits)
 
     def new_stream(self, seq: _Sequence) -> Any:
         from tg_llm.generate import TokenStream
