@@ -99,7 +99,8 @@ __all__ = ["Model", "ModelConfig", "ModelError", "UnsupportedArchitectureError",
 
 PREFILL_CHUNK = 256    # a longer prompt is prefilled in chunks of this many tokens (bounds the scratch memory)
 # from this many rows on, a weight is dequantized once and multiplied as floats (CPU ms per SmolLM2 Q4_1 prefill,
-# fused vs dense: 4 rows 24 vs 86-102, 16 rows 87-91 vs 102-126, 32 rows 171-182 vs 160)
+# fused vs dense: 4 rows 24 vs 86-102, 16 rows 87-91 vs 102-126, 32 rows 171-182 vs 160), unless every product
+# takes the row lanes (see the module docstring)
 DENSE_MIN_TOKENS = 32
 DECODE_WINDOWS = 24    # decode captures kept: one per attention window (``kv_cache.decode_window``: 14 up to 4096)
 # prefill captures kept per kind of result (each keeps a layer of scratch: weights, activations): a server's one-chunk
@@ -628,7 +629,10 @@ class Model:
             return x
         if want == "last":
             return self._logits(pick @ x, dense=False)
-        return self._logits(x, dense)
+        # (every row's logits: through the head's row lanes, else dense from DENSE_MIN_TOKENS rows even where the
+        # other products take the lanes)
+        head_lanes = getattr(self.output, "lanes", None) is not None
+        return self._logits(x, dense or (not head_lanes and x.shape[0] >= DENSE_MIN_TOKENS))
 
     # ---- a pipeline stage's ends ----
 
