@@ -310,9 +310,22 @@ def row_lane_byte_dot_opts(ast: UOp, red: UOp, ranges: list[UOp], mains: list[UO
     if len(lanes) != 1 or block not in block_divisors(ast, reduced[0]):
         return None
     (lane, weights), = lanes.items()
-    batch = _batch_rows(ranges, weights)
-    unroll = [Opt(OptOps.UNROLL, number[batch], _size(batch))] if batch is not None else []
+    batch, rows = _row_groups(ranges, weights)
+    unroll = [Opt(OptOps.UNROLL, number[batch], rows)] if batch is not None else []
     return [*unroll, Opt(OptOps.UPCAST, number[lane], native), Opt(OptOps.BLOCK, number[reduced[0]], block)]
+
+
+def _row_groups(ranges: list[UOp], weights: list[UOp]) -> tuple[UOp | None, int]:
+    """The batch axis of a row-lane product and how many of its rows share each weight load: all of a small batch
+    (``_batch_rows``), groups of ``INVARIANT_ROWS`` of a larger one that they divide (a prefill's rows: the weight is
+    read once per group, not per row). Output axes only: a row's sum has one order at any batch."""
+    batch = _batch_rows(ranges, weights)
+    if batch is not None:
+        return batch, _size(batch)
+    shared = [r for r in ranges if all(_stride(w, r) == 0 for w in weights)]
+    if len(shared) == 1 and len(shared) < len(ranges) and _size(shared[0]) % INVARIANT_ROWS == 0:
+        return shared[0], INVARIANT_ROWS
+    return None, 0
 
 
 def row_lane_plan(ast: UOp, simd_widths: dict[DType, int]) -> list[Opt] | None:

@@ -101,15 +101,17 @@ def test_row_lanes_random(gtype, device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
 def test_row_lanes_do_not_depend_on_the_batch(gtype, device):
-    """A row's bits alone and in batches of 3, 4 and 8 (21 rows: two whole groups of 8 and a padded one)."""
+    """A row's bits alone and in batches of 3, 4 and 8 (21 rows: two whole groups of 8 and a padded one), and in
+    batches of 12 (every row reads the weight) and 16 and 40 (groups of 8 rows share each weight load: a prefill)."""
     rows, k = 21, 1536
     raw = random_blocks(gtype, _blocks(gtype, rows, k), seed=5, small=True)
-    x = np.random.default_rng(2).standard_normal((8, k)).astype(np.float32)
-    alone = [_product(x[i:i + 1], raw, gtype, (rows, k), device)[0][0] for i in range(8)]
-    for batch in (3, 4, 8):
+    x = np.random.default_rng(2).standard_normal((40, k)).astype(np.float32)
+    alone = {i: _product(x[i:i + 1], raw, gtype, (rows, k), device)[0][0] for i in (*range(9), 39)}
+    for batch in (3, 4, 8, 12, 16, 40):
         together, _ = _product(x[:batch], raw, gtype, (rows, k), device)
-        for i in range(batch):
-            assert_bits_equal(alone[i], together[i])
+        for i in alone:
+            if i < batch:
+                assert_bits_equal(alone[i], together[i])
 
 
 @pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)

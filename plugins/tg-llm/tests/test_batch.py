@@ -115,3 +115,60 @@ def test_batched_decode_after_warm_up_compiles_nothing():
     run(model, [0, 1, 2, 3], steps=3)
     run(model, [2, 3], steps=3)
     assert CompileCounter.count == before
+
+
+def int_model() -> Any:
+    """The bundled file on the integer path: every product takes the row lanes, so prefills run through them too."""
+    if "int" not in _CACHE:
+        from tg_llm.model import Model
+        _CACHE["int"] = Model.from_gguf(smollm2_path(), device="CPU", max_context=MAX_CONTEXT, sequences=SEQUENCES)
+    return _CACHE["int"]
+
+
+# (first chunk, second chunk) per sequence: 0, 1 and 3 share the first chunk's size, 0 and 1 the second's (a forward
+# for each such batch: the float model's dense products from 32 rows), 2's first chunk pads to 16 rows (alone on the
+# float model: its fused products' plans change with the rows) and its second is one token (a decode step alone), 3's
+# second pads to 4 rows (alone: the attention's plans change with the rows)
+CHUNKS = ((32, 20), (32, 17), (13, 1), (32, 3))
+
+
+def chunked_prompts() -> list[list[int]]:
+    rng = np.random.default_rng(11)
+    return [[int(t) for t in rng.integers(100, 40000, a + b)] for a, b in CHUNKS]
+
+
+@pytest.mark.parametrize("integer", [False, True], ids=["float", "int-dot"])
+def test_prefill_chunks_match_each_alone(integer):
+    """Two turns of chunks of 4 sequences through ``prefill_chunks`` (the second with logits), then one decode step:
+    each sequence's logits bitwise those of its chunks run alone (``prefill``, ``forward_last``), and close to the
+    float64 reference."""
+    model = int_model() if integer else batch_model()
+    ps = chunked_prompts()
+    alone = []
+    for s, (a, _) in enumerate(CHUNKS):
+        model.reset(s)
+        model.prefill(ps[s][:a], 0, seq=s)
+        last = model.forward_last(ps[s][a:], a, seq=s).copy()
+        alone.append((last, model.decode([(s, int(np.argmax(last)), len(ps[s]))])[0].copy()))
+    model.reset()
+    assert model.prefill_chunks([(s, ps[s][:a], 0) for s, (a, _) in enumerate(CHUNKS)]) is None
+    last = model.prefill_chunks([(s, ps[s][a:], a) for s, (a, _) in enumerate(CHUNKS)], logits=True)
+    assert any(not solo for _, _, solo in model._prefill_steps)  # (sequences 0 and 1 ran in one forward)
+    assert all(model.tokens_of(s) == ps[s] for s in range(SEQUENCES))
+    steps = model.decode([(s, int(np.argmax(last[s])), len(ps[s])) for s in range(SEQUENCES)])
+    for s in range(SEQUENCES):
+        np.testing.assert_array_equal(last[s], alone[s][0], err_msg=f"sequence {s}'s last chunk")
+        np.testing.assert_array_equal(steps[s], alone[s][1], err_msg=f"sequence {s}'s next step")
+    ref = reference().forward(ps[0])[-1]
+    assert np.abs(last[0] - ref).max() < (0.05 if integer else 1e-2) * np.abs(ref).max()
+
+
+def test_prefill_chunks_rejects_bad_chunks():
+    model = batch_model()
+    model.reset()
+    with pytest.raises(ValueError, match="twice"):
+        model.prefill_chunks([(1, [5, 6], 0), (1, [7, 8], 0)])
+    with pytest.raises(ValueError, match="0 tokens"):
+        model.prefill_chunks([(1, [], 0)])
+    with pytest.raises(ValueError, match="gap"):
+        model.prefill_chunks([(2, [5, 6], 3)])

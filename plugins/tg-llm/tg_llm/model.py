@@ -59,11 +59,18 @@ attention mask are computed on the host and passed in as tensors.
   the cache ring wraps inside the call (constant slots: run eagerly). From ``DENSE_MIN_TOKENS`` rows on,
   each weight is dequantized into a temporary float buffer holding its transpose and multiplied as a
   plain GEMM (the register-tiled one, B contiguous along the output columns): the fused dequantizing
-  matmul decodes the weight once per row.
+  matmul decodes the weight once per row. Not where every product takes the row lanes (``tg_gguf.lanes``: Q4_0,
+  Q4_1, Q8_0 on the C renderer): their kernels read each weight once per group of 8 rows, at any row count, faster
+  than dequantizing (SmolLM2 Q4_1, 64 rows: 123-194 vs 394-403 ms; 128 rows 363-388 vs 666-747 ms, load ~4).
+- Several sequences' prefills (``prefill_chunks``, a server's streams): their chunks in one forward, the rows of
+  sequence i after those of sequence i - 1, each sequence its own bound variables (slot, first cache slot), cache
+  writes and attention over its own cache window (the keys of several sequences a cat of their windows). Only
+  chunks that pad to the same rows alone go together, and only where every row's products keep their order at any
+  row count (the row lanes; the dense GEMM), so each chunk's keys, values and logits are bitwise those of its run
+  alone.
 """
 from __future__ import annotations
 
-import functools
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -72,7 +79,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tg_llm.kv_cache import CacheKind, RowWrites, decode_window, prefill_window, write_rows, zeroed
+from tg_llm.kv_cache import CacheKind, RowWrites, decode_window, write_rows, zeroed
 from tg_llm.layers import linear, linear_parts, rms_norm, rope, rope_frequencies, softcap, softmax
 from tg_llm.model_config import (
     ContextLengthError,
@@ -92,7 +99,8 @@ __all__ = ["Model", "ModelConfig", "ModelError", "UnsupportedArchitectureError",
 
 PREFILL_CHUNK = 256    # a longer prompt is prefilled in chunks of this many tokens (bounds the scratch memory)
 # from this many rows on, a weight is dequantized once and multiplied as floats (CPU ms per SmolLM2 Q4_1 prefill,
-# fused vs dense: 4 rows 24 vs 86-102, 16 rows 87-91 vs 102-126, 32 rows 171-182 vs 160)
+# fused vs dense: 4 rows 24 vs 86-102, 16 rows 87-91 vs 102-126, 32 rows 171-182 vs 160), unless every product
+# takes the row lanes (see the module docstring)
 DENSE_MIN_TOKENS = 32
 DECODE_WINDOWS = 24    # decode captures kept: one per attention window (``kv_cache.decode_window``: 14 up to 4096)
 # prefill captures kept per kind of result (each keeps a layer of scratch: weights, activations): a server's one-chunk
@@ -101,6 +109,9 @@ PREFILL_CAPTURES = 4
 # ... of prefills under DENSE_MIN_TOKENS rows (no dequantized weights in their scratch: a few activations), which
 # short prompts (a chat turn, a server's requests) and the last chunks of long ones run
 FUSED_PREFILL_CAPTURES = 16
+# ... of prefills of several sequences at once (a server's chunks of its prefilling streams): one per sequence count,
+# padding and window
+BATCH_PREFILL_CAPTURES = 32
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -109,6 +120,15 @@ def _integer_inputs(weights: list[Any]) -> bool:
     """Whether every product with ``weights`` runs as integer dot products (``QuantizedMatrix.integer_path``): its
     input is then read by the activations' quantization only, not by each group of output rows."""
     return all(getattr(w, "integer_path", False) for w in weights)
+
+
+def _cache_window(cache: Any, seqs: Any, window: int) -> Any:
+    """The first ``window`` slots of the sequences ``seqs`` of a cache (sequences, kv heads, slots, head_dim): a
+    (first, end) range (ints or bound variables), or a list of bound variables (a prefill of several sequences)."""
+    if isinstance(seqs, tuple):
+        return cache.shrink((seqs, None, (0, window), None))
+    from tgcore.tensor import Tensor
+    return Tensor.cat(*[cache.shrink(((s, s + 1), None, (0, window), None)) for s in seqs])
 
 
 @dataclass
@@ -283,7 +303,12 @@ class Model:
                 self.output = matrix("token_embd.weight")
         self._tokens: list[list[int]] = [[] for _ in range(sequences)]  # per sequence: the tokens its cache holds
         self._decode_step: Any = None
-        self._prefill_steps: dict[tuple[str | None, bool], Any] = {}  # (what it returns, dense) -> jitted graph
+        # (what it returns, dense, one sequence) -> jitted graph
+        self._prefill_steps: dict[tuple[str | None, bool, bool], Any] = {}
+        # whether every product takes the row lanes: a prefill's rows then run through them at any count (in groups
+        # of 8 rows, each row's sum in one order: batch-invariant), not dense (dequantized weights, a float GEMM)
+        products = [w for layer in self.layers for w in (*layer.wqkv, layer.wo, *layer.w_gate_up, layer.w_down)]
+        self._lane_prefill = all(getattr(w, "lanes", None) is not None for w in products)
 
     def _kinds(self, get: Callable[..., Any]) -> list[CacheKind]:
         """The full-attention kind (always first) and, when some layers slide, the sliding kind."""
@@ -369,6 +394,18 @@ class Model:
         long prompt that is not its last)."""
         self._run(tokens, start_pos, "none", self._check_seq(seq))
 
+    def prefill_chunks(self, chunks: Sequence[tuple[int, Sequence[int], int]],
+                       logits: bool = False) -> np.ndarray | None:
+        """Chunks of several sequences' prompts in one forward where they allow it: ``chunks`` holds (sequence,
+        tokens, start position) triples (each sequence once, at most ``PREFILL_CHUNK`` tokens, placed as
+        ``prefill`` places them). With ``logits``, returns each chunk's last token's logits (shape (len(chunks),
+        vocab)), else None. Each chunk's keys, values and logits are bitwise those of its ``prefill`` /
+        ``forward_last`` alone (batch invariance: every row's products run in one order whatever the rows around
+        it, and each sequence attends over its own cache); a chunk of one token, one whose padded rows would leave
+        the cache or wrap a sliding ring, or one whose window a ring has overwritten runs alone."""
+        from tg_llm import prefill
+        return prefill.prefill_chunks(self, chunks, logits)
+
     def _check_room(self, start_pos: int, n: int, seq: int) -> None:
         cfg, held = self.config, len(self._tokens[seq])
         if not 0 <= start_pos <= held:
@@ -401,14 +438,15 @@ class Model:
         self._truncate(seq, start_pos)
         if n == 1:
             return self._decode([(seq, tokens[0], start_pos)])
+        from tg_llm import prefill
         rows = []
         for c in range(0, n, PREFILL_CHUNK):
             chunk = tokens[c:c + PREFILL_CHUNK]
             last_chunk = c + PREFILL_CHUNK >= n
             wanted = want if last_chunk or want == "all" else "none"
-            part = self._prefill(chunk, start_pos + c, None if wanted == "none" else wanted, seq)
+            part = prefill.run(self, [(seq, chunk, start_pos + c)], None if wanted == "none" else wanted)
             if part is not None:
-                rows.append(part)
+                rows.append(part[0])
             self._tokens[seq] = self._tokens[seq] + chunk
         return np.concatenate(rows) if rows else np.zeros((0, self.vocab_size), np.float32)
 
@@ -585,69 +623,22 @@ class Model:
             x = self._layer(layer, x, cos, sin, mask, writes, (first_seq, first_seq + rows), dense=False)
         return self._logits(x, dense=False) if self.has_output else x
 
-    def _prefill(self, tokens: list[int], start: int, want: str | None, seq: int) -> np.ndarray | None:
-        """Several tokens of sequence ``seq`` at once. The token count is padded to a power of two and attention
-        reads a power-of-two window of the cache, so prompts of many lengths and positions share a few compiled
-        kernel sets (and jit captures, see the module docstring)."""
-        from tgcore.tensor import Tensor
-        from tgcore.uop import UOp
-        s = self.config.max_context
-        n = len(tokens)
-        padded = max(4, 1 << (n - 1).bit_length())
-        if start + padded > s:  # the padding's cache writes must stay inside the cache
-            padded = n
-        ids = tokens + [tokens[-1]] * (padded - n)  # padding rows: computed, written past the end, never read
-        x = self._stage_input(ids)
-        # one variable names the sequence, so every sequence's prefill runs the same kernels
-        seq_var = UOp.variable("sequence", 0, self.sequences - 1).bind(seq) if self.sequences > 1 else 0
-        inputs = []
-        for kind in self.kinds:
-            slot = kind.record(seq, start, n, padded)
-            cos, sin = self._rotary(kind, np.arange(start, start + padded))
-            mask = self._mask(kind, seq, start, n, padded, prefill_window(kind.cache_len, start + padded - 1))
-            writes: list[tuple[Any, Any, int, int]]  # (sequence, first slot: an int or a bound variable, row, rows)
-            if slot + padded <= kind.cache_len:
-                writes = [(seq_var, UOp.variable(kind.variable, 0, kind.cache_len - padded).bind(slot), 0, padded)]
-            else:  # the ring wraps around inside this call: two writes
-                first = kind.cache_len - slot
-                writes = [(seq_var, slot, 0, first), (seq_var, 0, first, padded - first)]
-            inputs.append((cos, sin, mask, writes))
-        pick = None
-        if want == "last":  # a (1, padded) row that picks the last real token's hidden state
-            row = np.zeros((1, padded), np.float32)
-            row[0, n - 1] = 1.0
-            pick = Tensor(row, device=self.device)
-        if all(not isinstance(first_slot, int) for *_, writes in inputs for _, first_slot, _, _ in writes):
-            # every slot is a bound variable: a replay fits any start; jitted like decode (its scratch buffers
-            # shared between layers), captured by the first call
-            dense = padded >= DENSE_MIN_TOKENS
-            step = self._prefill_steps.get((want, dense))
-            if step is None:
-                import tgcore
-                step = self._prefill_steps[want, dense] = tgcore.jit(
-                    functools.partial(self._prefill_graph, want=want),
-                    max_captures=PREFILL_CAPTURES if dense else FUSED_PREFILL_CAPTURES, capture_first=True)
-        else:  # the ring wraps inside this call: the cache writes take constant slots, run eagerly
-            step = functools.partial(self._prefill_graph, want=want)
-        logit_rows = None if want is None else 1 if want == "last" else padded
-        out = self._stage_output(step(x, inputs, pick, seq_var), logit_rows)()
-        if out is None:
-            return None
-        return out if want == "last" else out[:n]
-
     def _prefill_graph(self, x: Any, inputs: list[tuple[Any, Any, Any, list[tuple[Any, Any, int, int]]]], pick: Any,
-                       seq_var: Any, want: str | None) -> Any:
-        """The prefill's layers on x (padded tokens of the sequence ``seq_var``, dim), then the logits ``want``
-        asks for: the row ``pick`` selects ("last"), every row ("all"), or none (the last hidden state)."""
-        dense = x.shape[0] >= DENSE_MIN_TOKENS
+                       seqs: Any, want: str | None, dense: bool) -> Any:
+        """The prefill's layers on x (each sequence's padded tokens, dim) for the sequences ``seqs`` (a (first, end)
+        range of one, or a list), then the logits ``want`` asks for: the rows ``pick`` selects ("last"), every row
+        ("all"), or none (the last hidden state)."""
         for layer in self.layers:
             cos, sin, mask, writes = inputs[layer.kind]
-            x = self._layer(layer, x, cos, sin, mask, writes, (seq_var, seq_var + 1), dense)
+            x = self._layer(layer, x, cos, sin, mask, writes, seqs, dense)
         if want is None or not self.has_output:  # (a pipeline stage before the last passes x on)
             return x
         if want == "last":
             return self._logits(pick @ x, dense=False)
-        return self._logits(x, dense)
+        # (every row's logits: through the head's row lanes, else dense from DENSE_MIN_TOKENS rows even where the
+        # other products take the lanes)
+        head_lanes = getattr(self.output, "lanes", None) is not None
+        return self._logits(x, dense or (not head_lanes and x.shape[0] >= DENSE_MIN_TOKENS))
 
     # ---- a pipeline stage's ends ----
 
@@ -729,8 +720,8 @@ class Model:
                                                                v.shrink(((first, first + count), None, None)))
             layer.cache_k.shrink(rows).assign(keys_in.permute(1, 0, 2).reshape(1, nkv, count, hd))
             layer.cache_v.shrink(rows).assign(values_in.permute(1, 0, 2).reshape(1, nkv, count, hd))
-        keys = layer.cache_k.shrink((seqs, None, (0, window), None))  # (B, kv heads, window, hd)
-        values = layer.cache_v.shrink((seqs, None, (0, window), None))
+        keys = _cache_window(layer.cache_k, seqs, window)  # (B, kv heads, window, hd)
+        values = _cache_window(layer.cache_v, seqs, window)
         b = keys.shape[0]
         tq = t // b  # queries per sequence
         qg = q.reshape(b, tq, nkv, group, hd).permute(0, 2, 3, 1, 4)  # (B, kv heads, group, Tq, hd)
