@@ -12,7 +12,9 @@ Zero copy: a realized, contiguous tensor on a device whose allocator can hand ou
 devices go through one host copy each way.
 
 Wire header (what a ``send`` puts in front of the data, so ``recv`` can check it): 16 int64s,
-``MAGIC, dtype code, itemsize, nbytes, ndim, *shape`` (zero padded; at most ``MAX_DIMS`` dims).
+``MAGIC, dtype code, itemsize, nbytes, ndim, *shape`` (zero padded; at most ``MAX_DIMS`` dims), then in the last
+word (``SEQ_WORD``) the message's sequence number from its sender to its receiver where a backend needs one (the
+mpi backend's one-message sends: see ``mpi.py``; 0 otherwise). A recv checks the words before it.
 """
 from __future__ import annotations
 
@@ -39,8 +41,10 @@ WIRE_DTYPES = ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "i
                "fp8e4m3", "fp8e5m2", "float16", "bfloat16", "float32", "float64")
 HEADER_WORDS = 16
 HEADER_BYTES = 8 * HEADER_WORDS
-MAGIC = 0x7467_5452_0001  # "tgTR", wire version 1
-MAX_DIMS = HEADER_WORDS - 5
+MAGIC = 0x7467_5452_0002  # "tgTR", wire version 2 (1 had no sequence number)
+SEQ_WORD = HEADER_WORDS - 1  # the header word of the sequence number
+KEY_BYTES = 8 * SEQ_WORD  # the header's bytes before it: what a recv compares
+MAX_DIMS = SEQ_WORD - 5
 
 
 class CommError(RuntimeError):
@@ -145,12 +149,12 @@ def describe_header(h: np.ndarray) -> str:
 
 def check_header(got: np.ndarray, want: np.ndarray, src: int, me: int) -> None:
     """Raise ``PeerMismatch`` when the sender's header ``got`` is not what this recv asked for."""
-    if got.tobytes() == want.tobytes():  # the common case, in well under a microsecond
+    if got[:SEQ_WORD].tobytes() == want[:SEQ_WORD].tobytes():  # the common case, in well under a microsecond
         return
     if int(got[0]) != MAGIC:
         raise PeerMismatch(f"rank {me}: message from rank {src} is not a tgcore tensor (bad header "
                            f"{int(got[0]):#x}); is the peer using the same tg-mlx-rdma version?", peer=src)
-    if (got[1:] != want[1:]).any():
+    if (got[1:SEQ_WORD] != want[1:SEQ_WORD]).any():
         raise PeerMismatch(f"rank {me}: recv expected {describe_header(want)} from rank {src}, but rank {src} "
                            f"sent {describe_header(got)}; make the recv's shape and dtype match the send", peer=src)
 
