@@ -354,18 +354,26 @@ class _Pooled:
     """One pooled buffer: its base (``HEADER_BYTES`` of header room, then the elements), a writable memoryview of
     all of it, and the node every result over it shares (a reshape of a name of the elements' view)."""
 
-    __slots__ = ("base", "packed", "node", "view")
+    __slots__ = ("base", "packed", "node", "view", "lease")
 
     def __init__(self, base: Any, shape: tuple[int, ...], dt: DType) -> None:
         realization().watch_memory(base)  # (before any name of it exists: sole_buffer needs them all)
         self.base, self.packed = base, base.as_buffer()
         self.view = base.view((base.nbytes - HEADER_BYTES) // dt.itemsize, dt, HEADER_BYTES)
         self.node = _tensor_type().from_buffer(self.view, shape).uop
+        self.lease: Any = None  # (tgcore.realization.lend's, of the last result)
+
+    def free(self) -> bool:
+        """Whether nothing but the shared node reads the memory (the last result is gone, nothing else read it) and
+        the node still names it (not a copy: class doc of ``RecvPool``)."""
+        state = realization()
+        buf = state.returned(self.lease) if self.lease is not None else None
+        return (buf if buf is not None else state.sole_buffer(self.node)) is self.view
 
     def result(self) -> Tensor:
-        """A new tensor over the shared node (the caller checked nothing reads the memory)."""
+        """A new tensor over the shared node (the caller checked nothing reads the memory: ``free``)."""
         t = _tensor_type()(self.node, device=self.base.device)
-        realization().hold(t)  # (as from_buffer: it follows writes into its memory)
+        self.lease = realization().lend(self.node, t, self.lease)  # (held: it follows writes into its memory)
         return t
 
 
@@ -435,7 +443,7 @@ class RecvPool:
         if entries is not None:
             state = realization()
             for pooled in entries:
-                if state.sole_buffer(pooled.node) is not None:
+                if pooled.free():
                     self.hits += 1
                     return pooled.result(), pooled
                 if state.buffer_under(pooled.node) is not pooled.view:  # its node names a copy now (class doc)
