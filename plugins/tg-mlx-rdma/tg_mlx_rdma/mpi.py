@@ -94,6 +94,7 @@ CHUNK = 1 << 30  # bytes per point-to-point message; elements per reduce step
 SEND_BUFFERS = 4  # small sends that may be on their way at once (send returns before they are received)
 SEND_INITS = 64  # persistent requests of small sends kept (one per staging buffer, message size and rank)
 FAST_POLLS = 512  # polls before the first clock read
+OTHER_POLLS = 16  # polls of a posted receive per probe for a message of another kind (see _poll_posted)
 IDLE_POLLS = 1  # polls that found nothing before a wait does its idle work (recv: make the next result ahead)
 SPIN_SECONDS = 0.05  # poll flat out this long (MPI progresses only inside our Test calls) ...
 YIELD_SECONDS = 1.0  # ... then yield the CPU between polls, then sleep 1 ms between polls
@@ -151,6 +152,8 @@ class MPITransport(Transport):
         # small messages arrive here (a receive posted for any of them: _await_small); its words, for the sequence
         self._landing = memoryview(bytearray(HEADER_BYTES + SMALL))
         self._landing_words = self._landing.cast("q")
+        self._landing_key = self._landing[:KEY_BYTES]  # (the header words a recv compares)
+        self._count = 0  # bytes of the message in the landing buffer (_in_turn)
         self._posted: dict[int, Any] = {}  # src -> the persistent receive of a small message into _landing
         # messages sent to each rank / taken from each rank so far (small messages carry their number: SEQ_WORD)
         self._seq_out = [0] * self.world_size
@@ -368,15 +371,6 @@ class MPITransport(Transport):
         for i in range(SEND_BUFFERS):
             self._finish_send(i)
 
-    def _reap_sends(self) -> None:
-        """Free the staging buffers whose small sends completed (a recv waiting for its message has the time: the
-        next sends find their buffer free without a test)."""
-        staged = self._staged
-        for i in range(SEND_BUFFERS):
-            s = staged[i]
-            if s is not None and s[2].Test():
-                staged[i] = None
-
     def isend(self, tensor: Tensor, dst: int) -> Handle:
         self._live()
         self._check_peer(dst, "dst")
@@ -445,15 +439,20 @@ class MPITransport(Transport):
         if nbytes <= SMALL:
             pool = self._pool
             message = self._await_small(src, lambda: f"recv of {dt.name}{list(dims)} from rank {src}",
-                                        None if out is not None else lambda: pool.prepare(dims, dt, device))
+                                        None if out is not None else lambda: pool.prepare_key(pool_key))
             if message is None:  # (the next message from src is in the landing buffer)
-                count, landing = status.Get_count(mpi.BYTE), self._landing
-                if count != HEADER_BYTES + nbytes or landing[:KEY_BYTES].tobytes() != want:
+                count, landing = self._count, self._landing
+                if count != HEADER_BYTES + nbytes or self._landing_key.tobytes() != want:
                     self._refuse_small(bytes(landing[:count]), dims, dt, src)
-                if direct is not None:  # (the common case of out=, inline)
+                if direct is not None:  # (the common cases inline: out=, and a pooled result)
                     self._invalidate(direct[0])
                     direct[1][:] = landing[HEADER_BYTES:count]
                     return out  # type: ignore[return-value]
+                if out is None:
+                    got = pool.take_key(pool_key)
+                    if got is not None:
+                        got[1].elements[:] = landing[HEADER_BYTES:count]
+                        return got[0]
                 t, mv, commit = self._target(dims, dt, device, out, nbytes, direct)
                 mv[:] = landing[HEADER_BYTES:count]
                 return _committed(commit, t)
@@ -512,22 +511,13 @@ class MPITransport(Transport):
             if self._in_turn(src, status):
                 return None
         else:
-            iprobe, other = comm.Iprobe, [False]
-
-            def arrived() -> bool:
-                if test(status):
-                    return True
-                if iprobe(src, mpi.ANY_TAG):  # (the posted receive takes every small message: this one is not)
-                    other[0] = True
-                    return True
-                return False
             try:
-                self._until(arrived, what, src, [req], idle)
+                landed = self._poll_posted(test, src, what, idle)
             except BaseException:
                 if self._failure is None:  # (a failed transport is not used again: its requests do not matter)
                     self._withdraw(req, src, deliver=False)
                 raise
-            if not other[0]:
+            if landed:
                 if self._in_turn(src, status):
                     return None
             elif self._withdraw(req, src):
@@ -543,6 +533,38 @@ class MPITransport(Transport):
             message = found[0]
         self._seq_in[src] += 1
         return message
+
+    def _poll_posted(self, test: Callable[[Any], bool], src: int, what: What, idle: Callable[[], None] | None) -> bool:
+        """Poll the posted receive (``test``) until it completes (True) or a message of another kind from ``src`` is
+        there (False): ``idle`` first, then a tight loop that probes for other messages every ``OTHER_POLLS`` polls
+        (the common case is the small message: its test alone runs MPI's progress), then ``_until``."""
+        mpi, status, iprobe = self._mpi, self._status, self._comm.Iprobe
+        try:
+            i = self._next_staging  # (the next small send's staging buffer, freed now if its send is done)
+            staged = self._staged[i]
+            if staged is not None and staged[2].Test():
+                self._staged[i] = None
+            if idle is not None:
+                idle()
+            for _ in range(FAST_POLLS // OTHER_POLLS):
+                for _ in range(OTHER_POLLS):
+                    if test(status):
+                        return True
+                if iprobe(src, mpi.ANY_TAG):
+                    return False
+        except mpi.Exception as e:
+            raise self._peer_failed(e, what, src) from e
+        other = [False]
+
+        def arrived() -> bool:
+            if test(status):
+                return True
+            if iprobe(src, mpi.ANY_TAG):  # (the posted receive takes every small message: this one is not)
+                other[0] = True
+                return True
+            return False
+        self._until(arrived, what, src, [], None)
+        return not other[0]
 
     def _withdraw(self, req: Any, src: int, deliver: bool = True) -> bool:
         """Cancel the posted receive ``req``; True when it had taken the next message from ``src`` meanwhile (then it
@@ -560,7 +582,7 @@ class MPITransport(Transport):
         count, e = status.Get_count(self._mpi.BYTE), self._seq_in[src]
         seq = self._landing_words[SEQ_WORD] if count >= HEADER_BYTES else e  # (not a tensor: refused in turn)
         if seq == e and deliver:
-            self._seq_in[src] = e + 1
+            self._seq_in[src], self._count = e + 1, count
             return True
         if seq < e:
             raise self._fail(PeerFailed(f"rank {self.rank}: rank {src} sent message number {seq} again after "

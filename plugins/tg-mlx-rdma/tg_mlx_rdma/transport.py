@@ -354,11 +354,12 @@ class _Pooled:
     """One pooled buffer: its base (``HEADER_BYTES`` of header room, then the elements), a writable memoryview of
     all of it, and the node every result over it shares (a reshape of a name of the elements' view)."""
 
-    __slots__ = ("base", "packed", "node", "view", "lease")
+    __slots__ = ("base", "packed", "elements", "node", "view", "lease")
 
     def __init__(self, base: Any, shape: tuple[int, ...], dt: DType) -> None:
         realization().watch_memory(base)  # (before any name of it exists: sole_buffer needs them all)
         self.base, self.packed = base, base.as_buffer()
+        self.elements = self.packed[HEADER_BYTES:]
         self.view = base.view((base.nbytes - HEADER_BYTES) // dt.itemsize, dt, HEADER_BYTES)
         self.node = _tensor_type().from_buffer(self.view, shape).uop
         self.lease: Any = None  # (tgcore.realization.lend's, of the last result)
@@ -402,37 +403,41 @@ class RecvPool:
         self._free: dict[PoolKey, list[_Pooled]] = {}
         self._ready: dict[PoolKey, tuple[Tensor, _Pooled]] = {}  # key -> a result made ahead
         self._unpoolable: set[str | None] = set()  # devices without zero-copy access
+        self._invalidate = realization().invalidate
         self._bytes = 0
         self.hits = self.misses = 0  # results whose memory was reused / that needed new memory (or were not pooled)
 
     def take(self, shape: tuple[int, ...], dt: DType, device: str | None) -> tuple[Tensor, memoryview,
                                                                                      Callable[[], None]]:
         """A tensor of ``shape``/``dt`` on ``device``, a writable view of its memory and ``commit()``."""
-        pooled = self.take_packed(shape, dt, device)
-        if pooled is None:
+        got = self.take_key((shape, dt, device))
+        if got is None:
             return empty_tensor(shape, dt, device)
-        t, packed = pooled
-        return t, packed[HEADER_BYTES:], _no_commit
+        return got[0], got[1].elements, _no_commit
 
     def take_packed(self, shape: tuple[int, ...], dt: DType, device: str | None) -> tuple[Tensor, memoryview] | None:
         """A pooled tensor of ``shape``/``dt`` on ``device`` and a writable memoryview of ``HEADER_BYTES`` of header
         room followed by its elements; None when such a message is not pooled."""
-        return self.take_key((shape, dt, device))
+        got = self.take_key((shape, dt, device))
+        return None if got is None else (got[0], got[1].packed)
 
-    def take_key(self, key: PoolKey) -> tuple[Tensor, memoryview] | None:
-        """``take_packed`` of the key ``(shape, dtype, device)``."""
+    def take_key(self, key: PoolKey) -> tuple[Tensor, _Pooled] | None:
+        """A pooled tensor of the key ``(shape, dtype, device)`` and its buffer (write the message into its
+        ``elements``); None when such a message is not pooled."""
         made = self._ready.pop(key, None)
         if made is None:
             made = self._make(key)
             if made is None:
                 return None
-        t, pooled = made
-        realization().invalidate(pooled.base)  # (it is written now)
-        return t, pooled.packed
+        self._invalidate(made[1].base)  # (it is written now)
+        return made
 
     def prepare(self, shape: tuple[int, ...], dt: DType, device: str | None) -> None:
         """Make the next result of this key now (a receive waiting for its message has the time)."""
-        key = (shape, dt, device)
+        self.prepare_key((shape, dt, device))
+
+    def prepare_key(self, key: PoolKey) -> None:
+        """``prepare`` of the key ``(shape, dtype, device)``."""
         if key not in self._ready:
             made = self._make(key)
             if made is not None:
