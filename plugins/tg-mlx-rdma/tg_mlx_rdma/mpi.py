@@ -141,14 +141,11 @@ class MPITransport(Transport):
         self._status = MPI.Status()  # (recv's fast path)
         # send's fast path packs small messages into these buffers and returns without waiting for the receiver;
         # each buffer's request is completed before the buffer is packed again
-        self._staging = [memoryview(bytearray(HEADER_BYTES + SMALL)) for _ in range(SEND_BUFFERS)]
-        self._staging_words = [b.cast("q") for b in self._staging]  # (each message's number goes in SEQ_WORD)
-        self._staged: list[tuple[int, int, Any, Any] | None] = [None] * SEND_BUFFERS  # (as _slot_inits) in flight
-        self._staged_headers: list[np.ndarray | None] = [None] * SEND_BUFFERS  # the header in each buffer
-        self._send_inits: dict[tuple[int, int, int], Any] = {}  # (buffer, bytes, rank) -> persistent send
-        # each buffer's last (bytes, rank, persistent send, the data's place in the buffer)
-        self._slot_inits: list[tuple[int, int, Any, Any]] = [_NO_INIT] * SEND_BUFFERS
-        self._next_staging = 0
+        self._slots = [_Staging(i) for i in range(SEND_BUFFERS)]
+        for i, slot in enumerate(self._slots):
+            slot.next = self._slots[(i + 1) % SEND_BUFFERS]
+        self._slot = self._slots[0]  # the next send's
+        self._send_inits: dict[tuple[int, int, int], Any] = {}  # (buffer, data bytes, rank) -> persistent send
         # small messages arrive here (a receive posted for any of them: _await_small); its words, for the sequence
         self._landing = memoryview(bytearray(HEADER_BYTES + SMALL))
         self._landing_words = self._landing.cast("q")
@@ -294,8 +291,9 @@ class MPITransport(Transport):
             data, keep, header = hit[2], tensor, hit[3]
         else:
             data, keep, header = message_of(tensor)  # (the fast paths of isend: no handle)
-        if data.nbytes > SMALL:
-            if data.nbytes > CHUNK:
+        nbytes = data.nbytes
+        if nbytes > SMALL:
+            if nbytes > CHUNK:
                 self.isend(keep, dst).wait()
                 return
             self._seq_out[dst] += 1
@@ -307,27 +305,21 @@ class MPITransport(Transport):
         # A copy of the data goes out, so the send returns without waiting for the receiver: that wait (a handshake
         # above the byte transport's eager limit) would put the receiver's own work into this rank's time. The
         # request is completed when its buffer comes round again (or at close), or by a recv while it waits.
-        i = self._next_staging
-        self._next_staging = (i + 1) % SEND_BUFFERS
-        if self._staged[i] is not None:
-            self._finish_send(i)
-        slot = self._staging[i]
-        if self._staged_headers[i] is not header:  # (the same tensor sent again: its header is there already)
-            slot[:HEADER_BYTES] = header.data.cast("B")
-            self._staged_headers[i] = header
+        slot = self._slot
+        self._slot = slot.next
+        if slot.busy:
+            self._finish_send(slot)
+        if slot.header is not header:  # (the same tensor sent again: its header is there already)
+            slot.buf[:HEADER_BYTES] = header.data.cast("B")
+            slot.header = header
         seq = self._seq_out[dst]
-        self._staging_words[i][SEQ_WORD] = seq
+        slot.words[SEQ_WORD] = seq
         self._seq_out[dst] = seq + 1
-        end = HEADER_BYTES + data.nbytes
-        last = self._slot_inits[i]  # (the buffer's last request, when the size and rank are the same: no lookup)
-        if last[0] != end or last[1] != dst:  # (a persistent request per buffer, size and rank: no new object)
-            req = self._send_inits.get((i, end, dst))
-            if req is None:
-                req = self._send_init(i, end, dst)
-            last = self._slot_inits[i] = (end, dst, req, slot[HEADER_BYTES:end])
-        last[3][:] = data  # (the data's place in the buffer, kept with the request)
-        last[2].Start()
-        self._staged[i] = last
+        if slot.nbytes != nbytes or slot.dst != dst:  # (the buffer's last request: same size and rank, no lookup)
+            self._bind(slot, nbytes, dst)
+        slot.data[:] = data
+        slot.req.Start()
+        slot.busy = True
 
     def _header_if_new(self, header: np.ndarray, dst: int) -> list[Any]:
         """The request of a header message to ``dst`` (tag ``TAG_HEADER``) when ``header`` is not the last one sent
@@ -337,39 +329,42 @@ class MPITransport(Transport):
         self._headers_sent[dst] = header
         return [self._comm.Isend([header, self._mpi.INT64_T], dst, TAG_HEADER)]
 
-    def _send_init(self, i: int, end: int, dst: int) -> Any:
-        """A persistent request sending the first ``end`` bytes of staging buffer ``i`` to ``dst`` (tag
-        ``TAG_SMALL``); kept for up to ``SEND_INITS`` (buffer, size, rank) triples, then all are freed."""
-        if len(self._send_inits) >= SEND_INITS:
-            self._free_send_inits()
-        req = self._send_inits[(i, end, dst)] = self._comm.Send_init([self._staging[i][:end], self._mpi.BYTE],
-                                                                     dst, TAG_SMALL)
-        return req
+    def _bind(self, slot: _Staging, nbytes: int, dst: int) -> None:
+        """Give ``slot`` the persistent request sending its header and ``nbytes`` of data to ``dst`` (tag
+        ``TAG_SMALL``; one per buffer, size and rank: no new request per message). Up to ``SEND_INITS`` are kept,
+        then all are freed."""
+        key = (slot.index, nbytes, dst)
+        req = self._send_inits.get(key)
+        if req is None:
+            if len(self._send_inits) >= SEND_INITS:
+                self._free_send_inits()
+            req = self._send_inits[key] = self._comm.Send_init([slot.buf[:HEADER_BYTES + nbytes], self._mpi.BYTE],
+                                                               dst, TAG_SMALL)
+        slot.nbytes, slot.dst, slot.req, slot.data = nbytes, dst, req, slot.buf[HEADER_BYTES:HEADER_BYTES + nbytes]
 
     def _free_send_inits(self) -> None:
         self._finish_sends()  # (a persistent request is freed once it is not active)
         for req in self._send_inits.values():
             req.Free()
         self._send_inits.clear()
-        self._slot_inits = [_NO_INIT] * SEND_BUFFERS
+        for slot in self._slots:
+            slot.nbytes = slot.dst = -1
 
     def _make_ahead(self) -> None:
         """Make the result of a receive like the last one ahead (a send waiting for its receiver has the time)."""
         if self._last_recv is not None:
             self._pool.prepare(*self._last_recv)
 
-    def _finish_send(self, i: int) -> None:
-        """Wait until the small send in staging buffer ``i`` (if any) is complete, so the buffer is free."""
-        staged = self._staged[i]
-        if staged is not None:
-            _, dst, req, _ = staged
-            if not req.Test():
-                self._wait([req], f"an earlier send to rank {dst}", dst)
-            self._staged[i] = None
+    def _finish_send(self, slot: _Staging) -> None:
+        """Wait until the small send from ``slot`` is complete, so its buffer is free."""
+        if not slot.req.Test():
+            self._wait([slot.req], f"an earlier send to rank {slot.dst}", slot.dst)
+        slot.busy = False
 
     def _finish_sends(self) -> None:
-        for i in range(SEND_BUFFERS):
-            self._finish_send(i)
+        for slot in self._slots:
+            if slot.busy:
+                self._finish_send(slot)
 
     def isend(self, tensor: Tensor, dst: int) -> Handle:
         self._live()
@@ -507,21 +502,23 @@ class MPITransport(Transport):
             req = self._posted[src] = comm.Recv_init([self._landing, mpi.BYTE], src, TAG_SMALL)
         req.Start()
         test = req.Test
-        if test(status):  # (it was there already)
-            if self._in_turn(src, status):
-                return None
-        else:
+        landed = test(status)  # (it was there already)
+        if not landed:
             try:
                 landed = self._poll_posted(test, src, what, idle)
             except BaseException:
                 if self._failure is None:  # (a failed transport is not used again: its requests do not matter)
                     self._withdraw(req, src, deliver=False)
                 raise
-            if landed:
-                if self._in_turn(src, status):
-                    return None
-            elif self._withdraw(req, src):
+        if landed:
+            count, e = status.Get_count(mpi.BYTE), self._seq_in[src]
+            if count >= HEADER_BYTES and self._landing_words[SEQ_WORD] == e:  # (_in_turn's common case, inline)
+                self._seq_in[src], self._count = e + 1, count
                 return None
+            if self._in_turn(src, status):
+                return None
+        elif self._withdraw(req, src):
+            return None
         message = comm.Improbe(src, mpi.ANY_TAG, status)  # (the next message: every small one before it was taken)
         if message is None:
             found: list[Any] = [None]
@@ -540,10 +537,9 @@ class MPITransport(Transport):
         (the common case is the small message: its test alone runs MPI's progress), then ``_until``."""
         mpi, status, iprobe = self._mpi, self._status, self._comm.Iprobe
         try:
-            i = self._next_staging  # (the next small send's staging buffer, freed now if its send is done)
-            staged = self._staged[i]
-            if staged is not None and staged[2].Test():
-                self._staged[i] = None
+            slot = self._slot  # (the next small send's staging buffer, freed now if its send is done)
+            if slot.busy and slot.req.Test():
+                slot.busy = False
             if idle is not None:
                 idle()
             for _ in range(FAST_POLLS // OTHER_POLLS):
@@ -862,7 +858,22 @@ class MPITransport(Transport):
         return reduce_types(self._mpi, dt, op, self._user_ops)
 
 
-_NO_INIT = (-1, -1, None, None)  # (no persistent send made for a staging buffer yet)
+class _Staging:
+    """A staging buffer of small sends (``HEADER_BYTES + SMALL`` bytes; its words, for the sequence number), the
+    header in it, its last persistent request (``nbytes`` of data to ``dst``) with the data's place, and whether
+    that request is on its way (``busy``: completed before the buffer is written again)."""
+
+    __slots__ = ("index", "buf", "words", "header", "nbytes", "dst", "req", "data", "busy", "next")
+
+    def __init__(self, index: int) -> None:
+        self.index, self.buf = index, memoryview(bytearray(HEADER_BYTES + SMALL))
+        self.words = self.buf.cast("q")
+        self.header: np.ndarray | None = None
+        self.nbytes = self.dst = -1
+        self.req: Any = None
+        self.data: memoryview = self.buf
+        self.busy = False
+        self.next: _Staging = self
 
 
 def _first_in_line(line: list[Handle], handle: Handle) -> bool:
