@@ -351,16 +351,15 @@ PoolKey = tuple[tuple[int, ...], "DType", str | None]
 
 
 class _Pooled:
-    """One pooled buffer: its base (``HEADER_BYTES`` of header room, then the elements), a writable memoryview of
-    all of it, and the node every result over it shares (a reshape of a name of the elements' view)."""
+    """One pooled buffer: its base (the elements' bytes), a writable memoryview of them, and the node every result
+    over it shares (a reshape of a name of a view of all of the base)."""
 
-    __slots__ = ("base", "packed", "elements", "node", "view", "lease")
+    __slots__ = ("base", "elements", "node", "view", "lease")
 
     def __init__(self, base: Any, shape: tuple[int, ...], dt: DType) -> None:
         realization().watch_memory(base)  # (before any name of it exists: sole_buffer needs them all)
-        self.base, self.packed = base, base.as_buffer()
-        self.elements = self.packed[HEADER_BYTES:]
-        self.view = base.view((base.nbytes - HEADER_BYTES) // dt.itemsize, dt, HEADER_BYTES)
+        self.base, self.elements = base, base.as_buffer()
+        self.view = base.view(base.nbytes // dt.itemsize, dt, 0)
         self.node = _tensor_type().from_buffer(self.view, shape).uop
         self.lease: Any = None  # (tgcore.realization.lend's, of the last result)
 
@@ -385,15 +384,17 @@ class RecvPool:
     small MPI message. The pool owns up to ``PER_KEY`` buffers per (shape, dtype, device), up to ``MAX_BYTES`` in
     all, and one node per buffer that every result over it shares: a result is a new Tensor over that node, made
     only when ``tgcore.realization.sole_buffer`` says nothing but the node reads the memory (no earlier result, lazy
-    graph, realized slice, pending write, other name of it or JIT capture that read it is alive); the write is
+    graph, realized slice, pending write, other name of it or JIT capture that read it is alive; after the first
+    result ``tgcore.realization.returned`` says so in constant time when nothing new read it); the write is
     announced (its version bumped), as for any write. Messages over ``MAX_MESSAGE`` bytes are not pooled (their fixed
     cost is small next to the copy). The pool's node keeps its name alive, so an assign into a result copies the old
     contents aside for it (as for any name still alive); that buffer then leaves the pool.
 
-    Each pooled buffer has ``HEADER_BYTES`` in front of the tensor's elements, so a message that carries the wire
-    header and the data together lands in one receive, without a copy (``take_packed``). The next result can be
-    made ahead, while a receive waits for its message (``prepare``); a prepared result's memory was free when it
-    was made and nobody but the pool has seen the tensor, so it stays free until handed out."""
+    A pooled buffer's elements start where the allocator's memory does (page aligned from 1 MiB, as a tensor's
+    own): MPI's single-copy transfer into memory at another offset within its page than the sender's is slower
+    (1 MiB on shared memory: ~2 us of ~55 with 128 bytes in front, which the pool used to keep for a header). The
+    next result can be made ahead, while a receive waits for its message (``prepare``); a prepared result's memory
+    was free when it was made and nobody but the pool has seen the tensor, so it stays free until handed out."""
 
     PER_KEY = 4
     MAX_BYTES = 64 << 20
@@ -414,12 +415,6 @@ class RecvPool:
         if got is None:
             return empty_tensor(shape, dt, device)
         return got[0], got[1].elements, _no_commit
-
-    def take_packed(self, shape: tuple[int, ...], dt: DType, device: str | None) -> tuple[Tensor, memoryview] | None:
-        """A pooled tensor of ``shape``/``dt`` on ``device`` and a writable memoryview of ``HEADER_BYTES`` of header
-        room followed by its elements; None when such a message is not pooled."""
-        got = self.take_key((shape, dt, device))
-        return None if got is None else (got[0], got[1].packed)
 
     def take_key(self, key: PoolKey) -> tuple[Tensor, _Pooled] | None:
         """A pooled tensor of the key ``(shape, dtype, device)`` and its buffer (write the message into its
@@ -453,7 +448,7 @@ class RecvPool:
                     return pooled.result(), pooled
                 if state.buffer_under(pooled.node) is not pooled.view:  # its node names a copy now (class doc)
                     entries.remove(pooled)  # (on every take: the buffer is given back at once)
-                    self._bytes -= pooled.packed.nbytes - HEADER_BYTES
+                    self._bytes -= pooled.elements.nbytes
                     return self._make(key)  # (the others again, without it)
         shape, dt, device = key
         nbytes = prod(shape) * dt.itemsize
@@ -466,7 +461,7 @@ class RecvPool:
         from tgcore.dtype import dtypes
         from tgcore.runtime.buffer import Buffer
         from tgcore.runtime.registry import canonical
-        base = Buffer(canonical(device), HEADER_BYTES + nbytes, dtypes.uint8).ensure_allocated()
+        base = Buffer(canonical(device), nbytes, dtypes.uint8).ensure_allocated()
         if not base.allocator.can_zero_copy:  # (a device without zero-copy access: nothing to gain)
             self._unpoolable.add(device)
             return None
