@@ -393,7 +393,7 @@ class MPITransport(MPICollectives):
         # irecv's stages. out= is checked first (a bad out consumes no message) and its write announced only once
         # the header matched; the data then lands in out's memory.
         key = (shape, dtype, src, device)
-        spec = self._recv_specs.get(key) if isinstance(shape, int | tuple) and isinstance(dtype, str) else None
+        spec = self._recv_specs.get(key) if isinstance(shape, (int, tuple)) and isinstance(dtype, str) else None
         if spec is None or self._probers.get(src) or (self._parked and src in self._parked) or \
                 (out is not None and device is not None):
             result: Tensor = self.irecv(shape, dtype, src, device, out, blocking=True).wait()
@@ -495,16 +495,16 @@ class MPITransport(MPICollectives):
         req = self._posted.get(src)
         if req is None:  # (a persistent receive per rank: no new request per message)
             req = self._posted[src] = comm.Recv_init([self._landing, mpi.BYTE], src, TAG_SMALL)
-        req.Start()
         test = req.Test
-        landed = test(status)  # (it was there already)
-        if not landed:
-            try:
-                landed = self._poll_posted(test, src, what, idle)
-            except BaseException:
-                if self._failure is None:  # (a failed transport is not used again: its requests do not matter)
-                    self._withdraw(req, src, deliver=False)
-                raise
+        try:
+            req.Start()
+            landed = test(status) or self._poll_posted(test, src, what, idle)  # (it may be there already)
+        except mpi.Exception as err:
+            raise self._peer_failed(err, what, src) from err
+        except BaseException:
+            if self._failure is None:  # (a failed transport is not used again: its requests do not matter)
+                self._withdraw(req, src, deliver=False)
+            raise
         if landed:
             count, e = status.Get_count(mpi.BYTE), self._seq_in[src]
             if count >= HEADER_BYTES and self._landing_words[SEQ_WORD] == e:  # (_in_turn's common case, inline)
