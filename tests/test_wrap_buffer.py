@@ -183,6 +183,68 @@ def test_sole_buffer_says_when_nothing_but_the_node_reads_the_memory(device):
     np.testing.assert_array_equal(Tensor(node, device=view.device).numpy(), np.zeros((2, 4)))  # (built before it)
 
 
+def test_a_lease_is_returned_only_when_nothing_else_read_the_memory(device):
+    """``lend``/``returned``: the constant-time check the receive pool asks before ``sole_buffer``. While the lent
+    tensor or anything that read the memory after it (every reader kind of the test above, a JIT capture, a write
+    under way) is alive, ``returned`` says no; when it says yes, ``sole_buffer`` says the same, and the tensor lent
+    follows writes into its memory like any held tensor."""
+    import tgcore
+
+    def pooled() -> tuple[Buffer, Buffer, object]:
+        base = filled(device, np.zeros(8, np.float32), header=16)
+        REALIZATION.watch_memory(base)
+        view = base.view(8, dtypes.float32, 16)
+        return base, view, Tensor.from_buffer(view, (2, 4)).uop
+    base, view, node = pooled()
+    gc.collect()
+    assert REALIZATION.sole_buffer(node) is view
+    x = Tensor(np.ones((2, 4), np.float32), device=device).realize()
+    readers = [lambda t: t, lambda t: t * 2, lambda t: t.T, lambda t: t[1:].realize(),
+               lambda t: Tensor.from_buffer(base.view(2, dtypes.float32, 16)), lambda t: t.reshape(8),
+               lambda t: tgcore.jit(lambda y: (y + t).realize()), lambda t: Tensor(t)]
+    lease = None
+    for i, read in enumerate(readers):
+        t = Tensor(node, device=view.device)
+        lease = REALIZATION.lend(node, t, lease)
+        assert REALIZATION.returned(lease) is None, "the tensor lent is alive"
+        kept = read(t)
+        if i == 6:  # (the jitted function: called, captured, replayed)
+            for _ in range(3):
+                kept(x)
+        del t
+        gc.collect()
+        assert REALIZATION.returned(lease) is None, f"reader {i} is not seen"
+        assert REALIZATION.sole_buffer(node) is None, f"reader {i} is not seen"
+        del kept
+        gc.collect()
+        assert REALIZATION.sole_buffer(node) is view, f"reader {i} is still seen"
+    for _ in range(3):  # nothing but the tensor lent: returned, and the memory takes the next value in place
+        t = Tensor(node, device=view.device)
+        lease = REALIZATION.lend(node, t, lease)
+        write(view, np.full(8, 5, np.float32))
+        np.testing.assert_array_equal(t.numpy(), np.full((2, 4), 5))
+        del t
+        gc.collect()
+        assert REALIZATION.returned(lease) is view
+        assert REALIZATION.sole_buffer(node) is view
+    t = Tensor(node, device=view.device)  # a write through a view of it: the lent tensor follows it (held) ...
+    lease = REALIZATION.lend(node, t, lease)
+    t[0:1].assign(Tensor(np.full((1, 4), 7, np.float32), device=device)).realize()
+    np.testing.assert_array_equal(t.numpy(), [[7] * 4, [5] * 4])
+    del t
+    gc.collect()
+    assert REALIZATION.returned(lease) is not view  # ... and the node keeps the old values, in a copy
+    assert REALIZATION.sole_buffer(node) is not view
+    np.testing.assert_array_equal(Tensor(node, device=view.device).numpy(), np.full((2, 4), 5))
+    base, view, node = pooled()  # a write under way (a receive into the tensor lent) outlives it
+    t = Tensor(node, device=view.device)
+    lease = REALIZATION.lend(node, t)
+    REALIZATION.prepare_write(t, finish=lambda: None)
+    del t
+    gc.collect()
+    assert REALIZATION.returned(lease) is None
+    assert REALIZATION.sole_buffer(node) is None
+
 def test_sole_buffer_sees_a_jit_capture_that_reads_the_memory_as_a_constant(device):
     """A pooled result used inside a jitted function (captured, not an argument), then dropped by the user: the
     capture's kernels still read the memory, so the pool must not take it for the next message while the capture

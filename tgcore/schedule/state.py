@@ -25,6 +25,10 @@ How:
   holders reads a name is told by its readers: every name is watched from birth (``watch_readers``), so the
   nodes built on it or on a view of it, and the tensors that are such a view (``Tensor`` adds them), are known;
   a name whose only live readers are its holders costs no new name.
+- Memory handed out again and again over one node (a transport's receive pool): ``sole_buffer`` says when nothing
+  but the node reads it; ``lend`` holds the tensor made over it and remembers the node's readers count and an
+  event count (names, pending writes, captures of watched memory anywhere), so ``returned`` tells in constant time
+  that the tensor is gone and nothing else read the memory since.
 """
 from __future__ import annotations
 
@@ -97,6 +101,9 @@ class RealizationState:
         self._write_logs: list[list[Buffer]] = []  # open recordings of the memory written (recording_writes)
         # memory (a base Buffer) a JIT capture's kernels read by Buffer, not by name -> how many live captures do
         self._captured: weakref.WeakKeyDictionary[Buffer, int] = weakref.WeakKeyDictionary()
+        # bumped whenever watched memory gets a name, a capture or a pending write, or a name is rebound, anywhere:
+        # a lease (``lend``) taken at the same count knows none of these happened to its memory
+        self._events = 0
 
     # ---- buffers ----
     def buffer(self, u: UOp) -> Buffer | None:
@@ -108,6 +115,7 @@ class RealizationState:
         if u.op is not Ops.BUFFER:
             raise ValueError(f"bind needs a BUFFER uop, got {u.op.name}")
         self._buffers[u] = buf
+        self._events += 1
 
     def new_buffer(self, device: str, size: int, dtype: DType, buf: Buffer | None = None) -> UOp:
         """A fresh BUFFER uop (distinct from every other) with ``buf`` (default: a new lazily allocated Buffer)."""
@@ -122,6 +130,7 @@ class RealizationState:
             names = self._watched.get(buf.base)
             if names is not None:
                 names.append(weakref.ref(u))
+                self._events += 1
         self._buffers[u] = buf
         return u
 
@@ -259,6 +268,7 @@ class RealizationState:
         del still_read
         if finish is not None:
             self.pending[new] = PendingWrite(finish=finish)
+            self._events += 1
         return buf
 
     # ---- holders ----
@@ -282,6 +292,7 @@ class RealizationState:
     def move_holders(self, old: UOp, new: UOp, also: Any = None) -> None:
         """Point every holder of ``old`` (and ``also``) at ``new`` instead: they see the write that makes it."""
         held = self._holders.pop(old, {})
+        self._events += 1  # (a lease's holders' table is gone)
         moved = [t for r in held.values() if (t := r()) is not None and base_buffer_uop(t.uop) is old]
         if also is not None and all(t is not also for t in moved):
             moved.append(also)
@@ -296,6 +307,7 @@ class RealizationState:
     # ---- pending writes ----
     def defer_write(self, new: UOp, write: PendingWrite) -> None:
         self.pending[new] = write
+        self._events += 1
 
     def pending_reads(self, outs: Iterable[UOp]) -> list[UOp]:
         """The BUFFER uops with a pending write that the graphs of ``outs`` read, in the order to run them."""
@@ -319,6 +331,7 @@ class RealizationState:
         else:
             copy(dest, buf)
         self._buffers[old] = dest
+        self._events += 1
         names = self._watched.get(buf.base)
         if names is not None:  # (it names the copy now)
             names[:] = [r for r in names if r() is not old]
@@ -353,6 +366,7 @@ class RealizationState:
         names = self._watched.get(base)
         if names is None:
             names = self._watched[base] = [weakref.ref(u) for u, b in list(self._buffers.items()) if b.base is base]
+            self._events += 1
         return names
 
     # ---- memory reused for new values (a transport's receive pool) ----
@@ -367,6 +381,7 @@ class RealizationState:
         bases = list(dict.fromkeys(b.base for b in bufs))
         for b in bases:
             self._captured[b] = self._captured.get(b, 0) + 1
+        self._events += 1
         weakref.finalize(capture, self._release_captured, bases)
 
     def _release_captured(self, bases: list[Buffer]) -> None:
@@ -413,6 +428,41 @@ class RealizationState:
             above = n
         return buf
 
+    def lend(self, node: UOp, tensor: Any, lease: Lease | None = None) -> Lease:
+        """Hold ``tensor``, made over ``node`` once ``sole_buffer(node)`` (or ``returned``) said nothing else reads its
+        memory, and remember what reads the memory now: ``returned`` then tells in constant time when the tensor is
+        gone and nothing else read the memory meanwhile. Updates ``lease`` (the one of the last loan of the same
+        node) or makes one."""
+        if lease is None:
+            lease = Lease()
+        held = lease.held
+        if held is None or lease.events != self._events or lease.node is not node:
+            self.hold(tensor)  # (its holders' table is found once per lease; no event can replace it since)
+            name = base_buffer_uop(node)
+            assert name is not None and node.readers is not None, "lend needs a node sole_buffer said yes to"
+            lease.node, lease.buf, lease.held = node, self._buffers[name], self._holders.get(name)
+        else:
+            if len(held) >= 16:  # (as hold: dead holders of earlier loans)
+                for key in [k for k, r in held.items() if r() is None]:
+                    del held[key]
+            held[id(tensor)] = weakref.ref(tensor)
+        lease.holder = weakref.ref(tensor)
+        lease.changes = node.readers.changes[0]  # type: ignore[union-attr]
+        lease.events, lease.views = self._events, lease.buf.base.views_alive
+        return lease
+
+    def returned(self, lease: Lease) -> Buffer | None:
+        """The memory of ``lend``'s loan when its tensor is gone and nothing else read the memory since: nothing new
+        read the node or a view of its name (their readers' count), no watched memory anywhere got a name, a pending
+        write or a JIT capture (``_events``) and its base has as many live views. Else None: then ``sole_buffer``
+        decides (this check is conservative)."""
+        if lease.holder() is not None or lease.events != self._events:
+            return None
+        buf = lease.buf
+        if lease.node.readers.changes[0] != lease.changes or buf.base.views_alive != lease.views:  # type: ignore
+            return None
+        return buf
+
     def _only_holders_read(self, name: UOp) -> bool:
         """Whether nothing but ``name``'s holders reads it (``_read_by_others``). A yes is remembered on its readers
         (``mark``) until something new reads the name or a view of it, so asking again costs a comparison."""
@@ -456,6 +506,23 @@ class RealizationState:
             if old is not None:
                 self.preserve(old)
             del old
+
+
+class Lease:
+    """What ``RealizationState.lend`` saw when it handed memory out over a node to one tensor."""
+
+    __slots__ = ("node", "buf", "held", "holder", "changes", "events", "views")
+
+    def __init__(self) -> None:
+        self.node: Any = None
+        self.buf: Any = None
+        self.held: dict[int, weakref.ref[Any]] | None = None  # the holders' table of the node's name
+        self.holder: Callable[[], Any] = _gone  # the tensor lent, weakly
+        self.changes = self.events = self.views = -1
+
+
+def _gone() -> None:
+    """(no tensor lent yet)"""
 
 
 def _reads_as_other(x: Any, name: UOp, views: set[UOp], holders: list[Any]) -> bool:

@@ -470,6 +470,137 @@ def order(tr) -> None:
     check(tr.recv(1000, "float32", 0, out=into).numpy(), small[2], "the small message after that")
 
 
+# (dtype, elements): small messages (header and data in one), larger ones (a header message when it changed, then
+# the data) and an empty one
+MIXED = [("float32", 1000), ("uint8", 37), ("float32", 0), ("int32", 20000), ("float32", 70000), ("uint8", 16384),
+         ("uint8", 16385), ("int64", 3), ("float16", 9000), ("bool", 5)]
+
+
+def mixed(tr) -> None:
+    """120 messages of mixed sizes and kinds, sent and received with pauses at random points (so receives wait
+    at different stages, or find several messages queued): each receive gets its own message, in order, through
+    recv, recv(out=), an irecv waited at once, or a group of irecvs waited in reverse."""
+    if tr.rank > 1:
+        return
+    rng = np.random.default_rng(23)
+    count = 120
+    plan = [MIXED[k] for k in rng.integers(0, len(MIXED), count)]
+    pauses, ways = rng.random((2, count)) < 0.15, rng.integers(0, 4, count)
+    if tr.rank == 0:
+        for i, (dtype, n) in enumerate(plan):
+            if pauses[0, i]:
+                time.sleep(0.002)
+            tr.send(Tensor(data(0, dtype, n, i)), 1)
+        tr.recv(1, "int32", 1)  # (rank 1 got them all)
+        return
+    outs: dict[tuple[str, int], Tensor] = {}
+    i = 0
+    while i < count:
+        if pauses[1, i]:
+            time.sleep(0.002)
+        if ways[i] == 3:  # up to three irecvs, waited last first
+            group = list(range(i, min(i + 3, count)))
+            handles = [tr.irecv(plan[j][1], plan[j][0], 0) for j in group]
+            for j, h in reversed(list(zip(group, handles, strict=True))):
+                check(h.wait().numpy(), data(0, *plan[j], j), f"message {j} {plan[j]} (irecv group)")
+            i += len(group)
+            continue
+        dtype, n = plan[i]
+        if ways[i] == 0:
+            got = tr.recv(n, dtype, 0)
+        elif ways[i] == 1:
+            got = tr.recv(n, dtype, 0, out=outs.setdefault((dtype, n), Tensor.empty(n, dtype=dtype)))
+        else:
+            got = tr.irecv(n, dtype, 0).wait()
+        check(got.numpy(), data(0, dtype, n, i), f"message {i} {plan[i]}")
+        i += 1
+    tr.send(Tensor(np.zeros(1, np.int32)), 0)
+
+
+class _SlowProbe:
+    """The transport's communicator, whose ``Iprobe`` first sleeps (the messages sent meanwhile are all there when
+    it looks: a small one taken by the receive a waiting recv posted, and a larger one before or after it), then
+    answers, or raises ``KeyboardInterrupt`` (an interrupted wait) when ``interrupt`` is set."""
+
+    def __init__(self, comm, interrupt: bool = False) -> None:  # noqa: ANN001
+        self._comm, self.interrupt = comm, interrupt
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        return getattr(self._comm, name)
+
+    def Iprobe(self, *args):  # noqa: ANN002, ANN201, N802
+        time.sleep(0.3)
+        _take_in(self._comm)
+        if self.interrupt:
+            raise KeyboardInterrupt
+        return self._comm.Iprobe(*args)
+
+
+def _take_in(comm) -> None:  # noqa: ANN001
+    """Let MPI take in the messages that arrived (matching a posted receive, or queued): it does so inside calls,
+    a few at a time; a probe for a tag nobody sends keeps it going."""
+    for _ in range(200):
+        comm.Iprobe(0, 0x7400)
+
+
+def parked(tr) -> None:
+    """A recv waiting for a small message posts a receive for any small one; when that takes a small message
+    before a larger one sent earlier (the recv asked for the wrong thing), the small one is set aside and is the
+    next recv's, and the larger one is refused. Three ways: everything queued before the recv; sent while the
+    recv waits in a (slow) probe, larger-then-small and small-then-larger; and a wait interrupted after the
+    posted receive took the message (the next recv gets it)."""
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    if tr.rank > 1:
+        for _ in range(4):
+            comm.Barrier()
+        return
+    n = ONE_MIB // 4
+    small = [data(0, "float32", 1000, seed) for seed in range(8)]
+    large = data(0, "float32", n, 9)
+    sends = [[large, small[0], small[1], large, small[2]],  # 1: all queued before the recvs
+             [large, small[3]], [small[4], large, small[5]],  # 2: while the first recv waits in the slow probe
+             [small[6]]]  # 3: while the recv waits in an interrupted probe
+    if tr.rank == 0:
+        tr.send(Tensor(small[7]), 1)  # (a recv with the same arguments before: the next ones take the fast path)
+        for group in sends:
+            comm.Barrier()
+            time.sleep(0.1)
+            # (a large send waits for its receive: isend, so the small ones after it go out at once)
+            handles = [tr.isend(Tensor(a), 1) for a in group]
+            for h in handles:
+                h.wait()
+        return
+    check(tr.recv(1000, "float32", 0).numpy(), small[7], "a small message")
+    comm.Barrier()
+    time.sleep(0.5)  # 1: all there; a recv of a small one refuses the large one, the next takes the one set aside
+    _take_in(tr._comm)
+    for want in ([small[0], small[1]], [small[2]]):  # (the second large one comes without its header)
+        msg = expect_error(PeerMismatch, ("float32[1000]", f"float32[{n}]"), lambda: tr.recv(1000, "float32", 0))
+        print(f"rank 1 expected error: {msg}")
+        for a in want:
+            check(tr.recv(1000, "float32", 0).numpy(), a, "a small message set aside")
+    real = tr._comm
+    tr._comm = _SlowProbe(real)
+    try:
+        comm.Barrier()  # 2: large, small
+        msg = expect_error(PeerMismatch, ("float32[1000]", f"float32[{n}]"), lambda: tr.recv(1000, "float32", 0))
+        print(f"rank 1 expected error: {msg}")
+        check(tr.recv(1000, "float32", 0).numpy(), small[3], "the small message after a refused large one")
+        comm.Barrier()  # small, large, small
+        check(tr.recv(1000, "float32", 0).numpy(), small[4], "a small message taken by the posted receive")
+        check(tr.recv(n, "float32", 0).numpy(), large, "the large message after it")
+        into = Tensor.empty(1000, dtype="float32")
+        check(tr.recv(1000, "float32", 0, out=into).numpy(), small[5], "the small message after that")
+        tr._comm = _SlowProbe(real, interrupt=True)
+        comm.Barrier()  # 3: interrupted
+        expect_error(KeyboardInterrupt, (), lambda: tr.recv(1000, "float32", 0))
+        tr._comm = real
+        check(tr.recv(1000, "float32", 0).numpy(), small[6], "the message of an interrupted recv")
+    finally:
+        tr._comm = real
+
+
 def die(tr, how: str) -> None:
     """Rank 1 goes away; rank 0 waits for a message from it."""
     if tr.rank == 1:
@@ -510,6 +641,10 @@ def main() -> int:
         small_sends(tr)
     elif scenario == "order":
         order(tr)
+    elif scenario == "mixed":
+        mixed(tr)
+    elif scenario == "parked":
+        parked(tr)
     elif scenario.startswith("die-"):
         die(tr, scenario[4:])
     else:

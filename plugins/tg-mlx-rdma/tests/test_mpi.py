@@ -65,6 +65,24 @@ def test_messages_keep_their_order(need_mpi: None, net: str) -> None:
     assert proc.stdout.count("expected error") == 1, proc.stdout
 
 
+@pytest.mark.parametrize("net", ["shm", "tcp"])
+def test_mixed_sizes_keep_their_order(need_mpi: None, net: str) -> None:
+    """120 messages of mixed sizes and kinds (one-message small ones, header-and-data large ones, large ones without
+    a header, empty ones), sender and receiver pausing at random points: each receive (recv, recv(out=), irecv,
+    irecvs waited in reverse) gets its own message."""
+    ok(run_job(2, [str(WORKER), "mixed"], timeout=90, net=net), 2)
+
+
+@pytest.mark.parametrize("net", ["shm", "tcp"])
+def test_small_messages_taken_early_wait_their_turn(need_mpi: None, net: str) -> None:
+    """A recv of a small tensor posts a receive for any small message; one it takes before a large message sent
+    earlier (queued before the recv; arriving while the recv waits; taken while the posted receive is cancelled;
+    taken in an interrupted wait) is delivered in its turn, after the large one is refused."""
+    proc = run_job(2, [str(WORKER), "parked"], timeout=90, net=net)
+    ok(proc, 2)
+    assert proc.stdout.count("expected error") == 3, proc.stdout
+
+
 def test_small_sends_do_not_wait_for_their_receive(need_mpi: None) -> None:
     """Both ranks send 8 KiB messages first (a send that waited for its receive would deadlock them), and a
     close completes the sends still on their way."""

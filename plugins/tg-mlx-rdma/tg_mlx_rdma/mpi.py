@@ -8,18 +8,21 @@ Out: a ``Transport`` whose calls post non-blocking MPI requests and poll them ag
 
 All traffic runs on a private duplicate of the communicator, so user mpi4py traffic on the
 same ranks never matches ours. ``send`` of up to ``SMALL`` bytes posts one message, the 16-word header
-(``transport.make_header``) followed by the data, from a staging copy, and returns without waiting for its receive
-(tag ``TAG_SMALL``; a blocking ``recv`` takes it into a pooled result whose memory has room for the header in
-front, or into a landing buffer and then ``out``). Larger sends post the header (tag ``TAG_HEADER``) only when it
-is not the last one sent to that rank in a header message, then the data (tag ``TAG_DATA``, in chunks of at most
-``CHUNK`` bytes: MPI counts are C ints); the receiver checks data that comes without a header against the last
-header it received from that rank (both sides keep it per rank; messages match in order), so a tensor sent again
-and again is one message. ``recv`` probes for the first message from the sender and checks its header before it
-posts the receive of the data, whose size the header gave: a sender that sent more bytes than asked for never meets
-a too-short receive (Open MPI 4.1 overruns the buffer of a truncated receive); its data is received and dropped and
-the recv raises ``PeerMismatch``. (No receive is posted ahead for a small message: one posted for ``TAG_SMALL`` only
-can match a small message sent after a large one still queued, and one for any tag can truncate a large one.) A
-blocking ``recv(out=)`` announces its write into ``out`` only after the check.
+(``transport.make_header``, with the message's sequence number: below) followed by the data, from a staging copy,
+and returns without waiting for its receive (tag ``TAG_SMALL``). Larger sends post the header (tag ``TAG_HEADER``)
+only when it is not the last one sent to that rank in a header message, then the data (tag ``TAG_DATA``, in chunks
+of at most ``CHUNK`` bytes: MPI counts are C ints); the receiver checks data that comes without a header against the
+last header it received from that rank (both sides keep it per rank; messages match in order), so a tensor sent
+again and again is one message.
+
+A blocking ``recv`` of a small tensor posts a receive of any ``TAG_SMALL`` message (into a landing buffer of the
+largest one, so none is truncated), so the message lands while the recv waits. That receive can take a small message
+sent after a larger one still queued (which is not for it); so every send counts the messages to each rank and a
+small message carries its number (``SEQ_WORD``): one taken before its turn is set aside for the receive whose turn
+it is (``_parked``). Other receives probe for the next message from the sender and check its header before they
+post the receive of the data, whose size the header gave: a sender that sent more bytes than asked for never meets a
+too-short receive (Open MPI 4.1 overruns the buffer of a truncated receive); its data is received and dropped and the
+recv raises ``PeerMismatch``. A blocking ``recv(out=)`` announces its write into ``out`` only after the check.
 After a timeout or an MPI error the transport is failed (later calls raise ``TransportClosed``); if it is still
 failed when the interpreter exits it calls ``MPI_Abort`` so the other ranks do not wait forever in
 ``MPI_Finalize``.
@@ -35,14 +38,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tg_mlx_rdma.reduce_ops import reduce_types
+from tg_mlx_rdma.mpi_collectives import CHUNK, MPICollectives, _first_in_line, _nothing
 from tg_mlx_rdma.transport import (
     _SEND_VIEWS,
     DEFAULT_TIMEOUT,
     HEADER_BYTES,
     HEADER_WORDS,
+    KEY_BYTES,
     MAGIC,
-    REDUCE_OPS,
+    SEQ_WORD,
     CommError,
     CommTimeout,
     Handle,
@@ -50,11 +54,9 @@ from tg_mlx_rdma.transport import (
     PeerMismatch,
     RecvPool,
     Steps,
-    Transport,
     TransportClosed,
     as_dtype,
     as_shape,
-    broadcast_args,
     check_header,
     check_output,
     describe_header,
@@ -65,7 +67,6 @@ from tg_mlx_rdma.transport import (
     message_of,
     realization,
     recv_target,
-    tensor_bytes,
     view_of,
     write_into,
 )
@@ -82,14 +83,13 @@ TAG_HEADER = 0x7401
 TAG_DATA = 0x7402
 TAG_SMALL = 0x7403  # header and data in one message
 # messages up to this many data bytes go as one TAG_SMALL message, the header and then the data: the sender copies
-# them together, and the receiver takes the whole message into a pooled result (``RecvPool.take_packed``), whose
-# memory has room for the header in front; one message costs less than two up to here, even above Open MPI's eager
-# limit (4 KiB on shared memory), where each message waits for its receive
+# them together, and the receiver takes the whole message into its landing buffer; one message costs less than two
+# up to here, even above Open MPI's eager limit (4 KiB on shared memory), where each message waits for its receive
 SMALL = 16384
-CHUNK = 1 << 30  # bytes per point-to-point message; elements per reduce step
 SEND_BUFFERS = 4  # small sends that may be on their way at once (send returns before they are received)
 SEND_INITS = 64  # persistent requests of small sends kept (one per staging buffer, message size and rank)
 FAST_POLLS = 512  # polls before the first clock read
+OTHER_POLLS = 16  # polls of a posted receive per probe for a message of another kind (see _poll_posted)
 IDLE_POLLS = 1  # polls that found nothing before a wait does its idle work (recv: make the next result ahead)
 SPIN_SECONDS = 0.05  # poll flat out this long (MPI progresses only inside our Test calls) ...
 YIELD_SECONDS = 1.0  # ... then yield the CPU between polls, then sleep 1 ms between polls
@@ -101,7 +101,7 @@ def connect(timeout: float = DEFAULT_TIMEOUT, comm: Any = None, abort_on_failure
     return MPITransport(timeout=timeout, comm=comm, abort_on_failure=abort_on_failure)
 
 
-class MPITransport(Transport):
+class MPITransport(MPICollectives):
     """The transport API on an MPI communicator. See the module docstring."""
 
     name = "mpi"
@@ -136,15 +136,21 @@ class MPITransport(Transport):
         self._status = MPI.Status()  # (recv's fast path)
         # send's fast path packs small messages into these buffers and returns without waiting for the receiver;
         # each buffer's request is completed before the buffer is packed again
-        self._staging = [memoryview(bytearray(HEADER_BYTES + SMALL)) for _ in range(SEND_BUFFERS)]
-        self._staged: list[tuple[int, int, Any, Any] | None] = [None] * SEND_BUFFERS  # (as _slot_inits) in flight
-        self._staged_headers: list[np.ndarray | None] = [None] * SEND_BUFFERS  # the header in each buffer
-        self._send_inits: dict[tuple[int, int, int], Any] = {}  # (buffer, bytes, rank) -> persistent send
-        # each buffer's last (bytes, rank, persistent send, the data's place in the buffer)
-        self._slot_inits: list[tuple[int, int, Any, Any]] = [_NO_INIT] * SEND_BUFFERS
-        self._next_staging = 0
-        self._landing = memoryview(bytearray(HEADER_BYTES + SMALL))  # recv(out=)'s small messages arrive here
-        self._landing_header = self._landing[:HEADER_BYTES]
+        self._slots = [_Staging(i) for i in range(SEND_BUFFERS)]
+        for i, slot in enumerate(self._slots):
+            slot.next = self._slots[(i + 1) % SEND_BUFFERS]
+        self._slot = self._slots[0]  # the next send's
+        self._send_inits: dict[tuple[int, int, int], Any] = {}  # (buffer, data bytes, rank) -> persistent send
+        # small messages arrive here (a receive posted for any of them: _await_small); its words, for the sequence
+        self._landing = memoryview(bytearray(HEADER_BYTES + SMALL))
+        self._landing_words = self._landing.cast("q")
+        self._landing_key = self._landing[:KEY_BYTES]  # (the header words a recv compares)
+        self._count = 0  # bytes of the message in the landing buffer (_in_turn)
+        self._posted: dict[int, Any] = {}  # src -> the persistent receive of a small message into _landing
+        # messages sent to each rank / taken from each rank so far (small messages carry their number: SEQ_WORD)
+        self._seq_out = [0] * self.world_size
+        self._seq_in = [0] * self.world_size
+        self._parked: dict[int, dict[int, bytes]] = {}  # src -> {number: small message taken before its turn}
         self._invalidate = realization().invalidate  # (a write into memory: its version bumped)
         self._header_in = memoryview(bytearray(HEADER_BYTES))  # (recv's fast path: header messages)
         # the last header sent to / received from each rank in a header message: data of a large message that
@@ -192,6 +198,9 @@ class MPITransport(Transport):
             op.Free()
             datatype.Free()
         self._user_ops.clear()
+        for req in self._posted.values():  # (inactive: a recv never leaves its posted receive active)
+            req.Free()
+        self._posted.clear()
         self._pool.clear()
         self._comm.Free()
         self._coll.Free()
@@ -277,10 +286,12 @@ class MPITransport(Transport):
             data, keep, header = hit[2], tensor, hit[3]
         else:
             data, keep, header = message_of(tensor)  # (the fast paths of isend: no handle)
-        if data.nbytes > SMALL:
-            if data.nbytes > CHUNK:
+        nbytes = data.nbytes
+        if nbytes > SMALL:
+            if nbytes > CHUNK:
                 self.isend(keep, dst).wait()
                 return
+            self._seq_out[dst] += 1
             reqs = self._header_if_new(header, dst)
             reqs.append(self._comm.Isend([data, self._mpi.BYTE], dst, TAG_DATA))
             if not self._mpi.Request.Testall(reqs):  # (while the receiver takes the data: the next result ahead)
@@ -289,24 +300,21 @@ class MPITransport(Transport):
         # A copy of the data goes out, so the send returns without waiting for the receiver: that wait (a handshake
         # above the byte transport's eager limit) would put the receiver's own work into this rank's time. The
         # request is completed when its buffer comes round again (or at close), or by a recv while it waits.
-        i = self._next_staging
-        self._next_staging = (i + 1) % SEND_BUFFERS
-        if self._staged[i] is not None:
-            self._finish_send(i)
-        slot = self._staging[i]
-        if self._staged_headers[i] is not header:  # (the same tensor sent again: its header is there already)
-            slot[:HEADER_BYTES] = header.data.cast("B")
-            self._staged_headers[i] = header
-        end = HEADER_BYTES + data.nbytes
-        last = self._slot_inits[i]  # (the buffer's last request, when the size and rank are the same: no lookup)
-        if last[0] != end or last[1] != dst:  # (a persistent request per buffer, size and rank: no new object)
-            req = self._send_inits.get((i, end, dst))
-            if req is None:
-                req = self._send_init(i, end, dst)
-            last = self._slot_inits[i] = (end, dst, req, slot[HEADER_BYTES:end])
-        last[3][:] = data  # (the data's place in the buffer, kept with the request)
-        last[2].Start()
-        self._staged[i] = last
+        slot = self._slot
+        self._slot = slot.next
+        if slot.busy:
+            self._finish_send(slot)
+        if slot.header is not header:  # (the same tensor sent again: its header is there already)
+            slot.buf[:HEADER_BYTES] = header.data.cast("B")
+            slot.header = header
+        seq = self._seq_out[dst]
+        slot.words[SEQ_WORD] = seq
+        self._seq_out[dst] = seq + 1
+        if slot.nbytes != nbytes or slot.dst != dst:  # (the buffer's last request: same size and rank, no lookup)
+            self._bind(slot, nbytes, dst)
+        slot.data[:] = data
+        slot.req.Start()
+        slot.busy = True
 
     def _header_if_new(self, header: np.ndarray, dst: int) -> list[Any]:
         """The request of a header message to ``dst`` (tag ``TAG_HEADER``) when ``header`` is not the last one sent
@@ -316,57 +324,54 @@ class MPITransport(Transport):
         self._headers_sent[dst] = header
         return [self._comm.Isend([header, self._mpi.INT64_T], dst, TAG_HEADER)]
 
-    def _send_init(self, i: int, end: int, dst: int) -> Any:
-        """A persistent request sending the first ``end`` bytes of staging buffer ``i`` to ``dst`` (tag
-        ``TAG_SMALL``); kept for up to ``SEND_INITS`` (buffer, size, rank) triples, then all are freed."""
-        if len(self._send_inits) >= SEND_INITS:
-            self._free_send_inits()
-        req = self._send_inits[(i, end, dst)] = self._comm.Send_init([self._staging[i][:end], self._mpi.BYTE],
-                                                                     dst, TAG_SMALL)
-        return req
+    def _bind(self, slot: _Staging, nbytes: int, dst: int) -> None:
+        """Give ``slot`` the persistent request sending its header and ``nbytes`` of data to ``dst`` (tag
+        ``TAG_SMALL``; one per buffer, size and rank: no new request per message). Up to ``SEND_INITS`` are kept,
+        then all are freed."""
+        key = (slot.index, nbytes, dst)
+        req = self._send_inits.get(key)
+        if req is None:
+            if len(self._send_inits) >= SEND_INITS:
+                self._free_send_inits()
+            req = self._send_inits[key] = self._comm.Send_init([slot.buf[:HEADER_BYTES + nbytes], self._mpi.BYTE],
+                                                               dst, TAG_SMALL)
+        slot.nbytes, slot.dst, slot.req, slot.data = nbytes, dst, req, slot.buf[HEADER_BYTES:HEADER_BYTES + nbytes]
 
     def _free_send_inits(self) -> None:
         self._finish_sends()  # (a persistent request is freed once it is not active)
         for req in self._send_inits.values():
             req.Free()
         self._send_inits.clear()
-        self._slot_inits = [_NO_INIT] * SEND_BUFFERS
+        for slot in self._slots:
+            slot.nbytes = slot.dst = -1
 
     def _make_ahead(self) -> None:
         """Make the result of a receive like the last one ahead (a send waiting for its receiver has the time)."""
         if self._last_recv is not None:
             self._pool.prepare(*self._last_recv)
 
-    def _finish_send(self, i: int) -> None:
-        """Wait until the small send in staging buffer ``i`` (if any) is complete, so the buffer is free."""
-        staged = self._staged[i]
-        if staged is not None:
-            _, dst, req, _ = staged
-            if not req.Test():
-                self._wait([req], f"an earlier send to rank {dst}", dst)
-            self._staged[i] = None
+    def _finish_send(self, slot: _Staging) -> None:
+        """Wait until the small send from ``slot`` is complete, so its buffer is free."""
+        if not slot.req.Test():
+            self._wait([slot.req], f"an earlier send to rank {slot.dst}", slot.dst)
+        slot.busy = False
 
     def _finish_sends(self) -> None:
-        for i in range(SEND_BUFFERS):
-            self._finish_send(i)
-
-    def _reap_sends(self) -> None:
-        """Free the staging buffers whose small sends completed (a recv waiting for its message has the time: the
-        next sends find their buffer free without a test)."""
-        staged = self._staged
-        for i in range(SEND_BUFFERS):
-            s = staged[i]
-            if s is not None and s[2].Test():
-                staged[i] = None
+        for slot in self._slots:
+            if slot.busy:
+                self._finish_send(slot)
 
     def isend(self, tensor: Tensor, dst: int) -> Handle:
         self._live()
         self._check_peer(dst, "dst")
         data, keep, header = message_of(tensor)
         mpi, comm = self._mpi, self._comm
+        seq = self._seq_out[dst]
+        self._seq_out[dst] = seq + 1
         if data.nbytes <= SMALL:  # one message, header and data: a copy is cheaper than a second message
             packed = bytearray(HEADER_BYTES + data.nbytes)
             packed[:HEADER_BYTES] = header.data.cast("B")
+            memoryview(packed)[:HEADER_BYTES].cast("q")[SEQ_WORD] = seq
             packed[HEADER_BYTES:] = data
             reqs = [comm.Isend([packed, mpi.BYTE], dst, TAG_SMALL)]
         else:  # the header when it is not the one sent last to dst, then the data
@@ -382,18 +387,21 @@ class MPITransport(Transport):
 
     def recv(self, shape: int | Sequence[int], dtype: Any, src: int, device: str | None = None,
              out: Tensor | None = None) -> Tensor:
-        # The fast path (no handle) when no other receive from src is under way and the arguments were seen before:
-        # the first message is probed here, and one the fast path does not take (several chunks, a mismatch) goes on
-        # to irecv's stages. out= is checked first (a bad out consumes no message) and its write announced only once
+        # The fast path (no handle) when no other receive from src is under way, no message from src waits aside
+        # and the arguments were seen before: a small message is taken by a posted receive (``_await_small``), a
+        # larger one probed here, and one the fast path does not take (several chunks, a mismatch) goes on to
+        # irecv's stages. out= is checked first (a bad out consumes no message) and its write announced only once
         # the header matched; the data then lands in out's memory.
         key = (shape, dtype, src, device)
-        spec = self._recv_specs.get(key) if isinstance(shape, int | tuple) and isinstance(dtype, str) else None
-        if spec is None or self._probers.get(src) or (out is not None and device is not None):
+        spec = self._recv_specs.get(key) if isinstance(shape, (int, tuple)) and isinstance(dtype, str) else None
+        if spec is None or self._probers.get(src) or (self._parked and src in self._parked) or \
+                (out is not None and device is not None):
             result: Tensor = self.irecv(shape, dtype, src, device, out, blocking=True).wait()
             if spec is None and len(self._recv_specs) < 256 and isinstance(dtype, str):
                 dims, dt = as_shape(shape), as_dtype(dtype)  # (valid: the call went through)
                 wire = make_header(dims, dt)
-                self._recv_specs[key] = (dims, dt, wire.tobytes(), header_nbytes(wire), (dims, dt, device))
+                self._recv_specs[key] = (dims, dt, wire.tobytes()[:KEY_BYTES], header_nbytes(wire),
+                                         (dims, dt, device))
             return result
         if self._failure is not None or self._closed:
             self._live()
@@ -417,46 +425,46 @@ class MPITransport(Transport):
                 self._out_checked = (weakref.ref(out), weakref.ref(node), spec,
                                      _dead if direct is None else weakref.ref(direct[0]),
                                      -1 if readers is None else readers.changes[0])
-        mpi, status, improbe = self._mpi, self._status, self._comm.Improbe
-        message = improbe(src, mpi.ANY_TAG, status)  # (a message already there: no closures, no polling loop)
-        if message is None:
-            found: list[Any] = [None]
-
-            def probed() -> bool:
-                found[0] = improbe(src, mpi.ANY_TAG, status)
-                return found[0] is not None
+        mpi, status = self._mpi, self._status
+        if nbytes <= SMALL:
             pool = self._pool
-            self._until(probed, lambda: f"recv of {dt.name}{list(dims)} from rank {src}", src, [],
-                        idle=None if out is not None else  # (the next result, while this one is on its way)
-                        lambda: pool.prepare(dims, dt, device))
-            message = found[0]
+            message = self._await_small(src, lambda: f"recv of {dt.name}{list(dims)} from rank {src}",
+                                        None if out is not None else lambda: pool.prepare_key(pool_key))
+            if message is None:  # (the next message from src is in the landing buffer)
+                count, landing = self._count, self._landing
+                if count != HEADER_BYTES + nbytes or self._landing_key.tobytes() != want:
+                    self._refuse_small(bytes(landing[:count]), dims, dt, src)
+                if direct is not None:  # (the common cases inline: out=, and a pooled result)
+                    self._invalidate(direct[0])
+                    direct[1][:] = landing[HEADER_BYTES:count]
+                    return out  # type: ignore[return-value]
+                if out is None:
+                    got = pool.take_key(pool_key)
+                    if got is not None:
+                        got[1].elements[:] = landing[HEADER_BYTES:count]
+                        return got[0]
+                t, mv, commit = self._target(dims, dt, device, out, nbytes, direct)
+                mv[:] = landing[HEADER_BYTES:count]
+                return _committed(commit, t)
+        else:
+            improbe = self._comm.Improbe
+            message = improbe(src, mpi.ANY_TAG, status)  # (a message already there: no closures, no polling loop)
+            if message is None:
+                found: list[Any] = [None]
+
+                def probed() -> bool:
+                    found[0] = improbe(src, mpi.ANY_TAG, status)
+                    return found[0] is not None
+                self._until(probed, lambda: f"recv of {dt.name}{list(dims)} from rank {src}", src, [])
+                message = found[0]
+            self._seq_in[src] += 1
         count, tag = status.Get_count(mpi.BYTE), status.Get_tag()
-        if tag == TAG_SMALL and count == HEADER_BYTES + nbytes:  # header and data in one message
-            if out is None:
-                pooled = self._pool.take_packed(dims, dt, device)
-                if pooled is not None:  # straight into a pooled result, which has room for the header in front
-                    t, packed = pooled
-                    self._receive(message, packed, src)
-                    if packed[:HEADER_BYTES].tobytes() != want:
-                        self._refuse(np.frombuffer(packed, np.int64, HEADER_WORDS), dims, dt, src, False)
-                    return t
-            landing = self._landing[:count]  # (then the data is copied: cheaper than a second message)
-            self._receive(message, landing, src)
-            if landing[:HEADER_BYTES].tobytes() != want:
-                self._refuse(np.frombuffer(landing, np.int64, HEADER_WORDS), dims, dt, src, False)
-            if direct is not None:  # (the common case of out=, inline)
-                self._invalidate(direct[0])
-                direct[1][:] = landing[HEADER_BYTES:]
-                return out  # type: ignore[return-value]
-            t, mv, commit = self._target(dims, dt, device, out, nbytes, direct)
-            mv[:] = landing[HEADER_BYTES:]
-            return _committed(commit, t)
         if nbytes <= CHUNK:  # one data message, after its header or without one (the header sent last)
             if tag == TAG_HEADER and count == HEADER_BYTES:
                 self._receive(message, self._header_in, src)
-                self._headers_got[src] = header = bytes(self._header_in)
+                self._headers_got[src] = header = self._header_in[:KEY_BYTES].tobytes()
                 if header != want:
-                    self._refuse(np.frombuffer(header, np.int64), dims, dt, src, True)
+                    self._refuse(np.frombuffer(self._header_in, np.int64), dims, dt, src, True)
                 t, mv, commit = self._target(dims, dt, device, out, nbytes, direct)
                 req = self._comm.Irecv([mv, mpi.BYTE], src, TAG_DATA)  # (the header said: exactly nbytes)
                 if not req.Test():
@@ -469,6 +477,135 @@ class MPITransport(Transport):
         result = self.irecv(dims, dt, src, device, out, blocking=True, found=(message, status)).wait()
         self._status = mpi.Status()  # (the handle's stages read that status)
         return result
+
+    def _await_small(self, src: int, what: What, idle: Callable[[], None] | None) -> Any:
+        """Take the next message from ``src`` (one recv's, already counted in ``_seq_in``) with a receive of any
+        ``TAG_SMALL`` message posted into the landing buffer, so a small message lands while this polls (no probe,
+        then receive, once it is there). Returns None once the next message is in the landing buffer
+        (``self._status`` has its size), else the matched probe of the next message, one of another kind.
+
+        The posted receive takes the first small message from ``src`` not taken yet, which need not be the next
+        one: a larger message sent before it is not for that receive. Its sequence number (``SEQ_WORD``) tells:
+        a small message that came early is set aside (``_parked``) for the receive whose turn it is, and the
+        next message is probed. A probe seeing another message first cancels the posted receive (what it took
+        meanwhile is delivered or set aside by the same rule). Every ``TAG_SMALL`` message fits the landing buffer
+        (``HEADER_BYTES + SMALL`` bytes), so none is truncated. The posted receive is never left active: an
+        exception during the wait cancels it and sets aside what it took."""
+        mpi, status, comm = self._mpi, self._status, self._comm
+        req = self._posted.get(src)
+        if req is None:  # (a persistent receive per rank: no new request per message)
+            req = self._posted[src] = comm.Recv_init([self._landing, mpi.BYTE], src, TAG_SMALL)
+        test = req.Test
+        try:
+            req.Start()
+            landed = test(status) or self._poll_posted(test, src, what, idle)  # (it may be there already)
+        except mpi.Exception as err:
+            raise self._peer_failed(err, what, src) from err
+        except BaseException:
+            if self._failure is None:  # (a failed transport is not used again: its requests do not matter)
+                self._withdraw(req, src, deliver=False)
+            raise
+        if landed:
+            count, e = status.Get_count(mpi.BYTE), self._seq_in[src]
+            if count >= HEADER_BYTES and self._landing_words[SEQ_WORD] == e:  # (_in_turn's common case, inline)
+                self._seq_in[src], self._count = e + 1, count
+                return None
+            if self._in_turn(src, status):
+                return None
+        elif self._withdraw(req, src):
+            return None
+        message = comm.Improbe(src, mpi.ANY_TAG, status)  # (the next message: every small one before it was taken)
+        if message is None:
+            found: list[Any] = [None]
+
+            def probed() -> bool:
+                found[0] = comm.Improbe(src, mpi.ANY_TAG, status)
+                return found[0] is not None
+            self._until(probed, what, src, [])
+            message = found[0]
+        self._seq_in[src] += 1
+        return message
+
+    def _poll_posted(self, test: Callable[[Any], bool], src: int, what: What, idle: Callable[[], None] | None) -> bool:
+        """Poll the posted receive (``test``) until it completes (True) or a message of another kind from ``src`` is
+        there (False): ``idle`` first, then a tight loop that probes for other messages every ``OTHER_POLLS`` polls
+        (the common case is the small message: its test alone runs MPI's progress), then ``_until``."""
+        mpi, status, iprobe = self._mpi, self._status, self._comm.Iprobe
+        try:
+            slot = self._slot  # (the next small send's staging buffer, freed now if its send is done)
+            if slot.busy and slot.req.Test():
+                slot.busy = False
+            if idle is not None:
+                idle()
+            for _ in range(FAST_POLLS // OTHER_POLLS):
+                for _ in range(OTHER_POLLS):
+                    if test(status):
+                        return True
+                if iprobe(src, mpi.ANY_TAG):
+                    return False
+        except mpi.Exception as e:
+            raise self._peer_failed(e, what, src) from e
+        other = [False]
+
+        def arrived() -> bool:
+            if test(status):
+                return True
+            if iprobe(src, mpi.ANY_TAG):  # (the posted receive takes every small message: this one is not)
+                other[0] = True
+                return True
+            return False
+        self._until(arrived, what, src, [], None)
+        return not other[0]
+
+    def _withdraw(self, req: Any, src: int, deliver: bool = True) -> bool:
+        """Cancel the posted receive ``req``; True when it had taken the next message from ``src`` meanwhile (then it
+        is in the landing buffer, and counted), else anything it took is set aside (``_in_turn``; with ``deliver``
+        False even the next message: the recv that waited for it is not going on)."""
+        req.Cancel()
+        status = self._status
+        self._until(lambda: bool(req.Test(status)), f"cancelling a receive from rank {src}", src, [])
+        return not status.Is_cancelled() and self._in_turn(src, status, deliver)
+
+    def _in_turn(self, src: int, status: Any, deliver: bool = True) -> bool:
+        """Whether the small message the posted receive took from ``src`` (in the landing buffer, ``status``) is the
+        next one, which then counts as received; else (or without ``deliver``) it is kept aside until its turn
+        (``_parked``)."""
+        count, e = status.Get_count(self._mpi.BYTE), self._seq_in[src]
+        seq = self._landing_words[SEQ_WORD] if count >= HEADER_BYTES else e  # (not a tensor: refused in turn)
+        if seq == e and deliver:
+            self._seq_in[src], self._count = e + 1, count
+            return True
+        if seq < e:
+            raise self._fail(PeerFailed(f"rank {self.rank}: rank {src} sent message number {seq} again after "
+                                        f"{e} messages; is the peer using the same tg-mlx-rdma version?", src))
+        self._parked.setdefault(src, {})[seq] = bytes(self._landing[:count])
+        return False
+
+    def _early(self, src: int) -> bytes | None:
+        """The next message from ``src`` when a posted receive took it early (``_in_turn``), now counted."""
+        parked = self._parked.get(src)
+        if parked is None:
+            return None
+        e = self._seq_in[src]
+        message = parked.pop(e, None)
+        if message is not None:
+            self._seq_in[src] = e + 1
+            if not parked:
+                del self._parked[src]
+        return message
+
+    def _refuse_small(self, message: bytes, dims: tuple[int, ...], dt: DType, src: int) -> None:
+        """Raise ``PeerMismatch`` for a small message (header and data) that a recv of ``dims``/``dt`` did not ask
+        for."""
+        what = f"recv of {dt.name}{list(dims)} from rank {src}"
+        if len(message) >= HEADER_BYTES:
+            got = np.frombuffer(message, np.int64, HEADER_WORDS)
+            check_header(got, header_of(dims, dt), src, self.rank)
+            raise PeerMismatch(f"rank {self.rank}: {what}: a message of {len(message)} bytes for a header of "
+                               f"{header_nbytes(got)} data bytes, or a header that differs only in its padding", src)
+        raise PeerMismatch(f"rank {self.rank}: {what}: rank {src} sent a message of {len(message)} bytes with tag "
+                           f"{TAG_SMALL:#x} that is not a tgcore tensor; is the peer using the same tg-mlx-rdma "
+                           "version?", src)
 
     def _target(self, dims: tuple[int, ...], dt: DType, device: str | None, out: Tensor | None, nbytes: int,
                 direct: tuple[Any, memoryview] | None) -> tuple[Tensor, memoryview, Callable[[], None]]:
@@ -527,14 +664,24 @@ class MPITransport(Transport):
         # sender that sent more bytes than asked for never overruns the buffer (Open MPI 4.1 corrupts memory on a
         # truncated receive). Receives from one rank probe in the order they were made (waiting on a later one
         # first moves the earlier ones on), so they match the sends in order.
+        # A small message a posted receive took before its turn (``_await_small``) is taken from where it was set
+        # aside when its turn comes. Each message matched is counted (``_seq_in``).
         status, improbe = mpi.Status() if found is None else found[1], comm.Improbe
         message: list[Any] = [None if found is None else found[0]]
+        early: list[bytes | None] = [None]
 
         def probed() -> bool:
             if not _first_in_line(probers, handle):  # (an earlier receive from src probes first)
                 return False
+            if self._parked:
+                early[0] = self._early(src)
+                if early[0] is not None:
+                    return True
             message[0] = improbe(src, mpi.ANY_TAG, status)
-            return message[0] is not None
+            if message[0] is None:
+                return False
+            self._seq_in[src] += 1
+            return True
 
         def received(into: Any) -> Callable[[], bool]:
             return self._requests([message[0].Irecv([into, mpi.BYTE])])
@@ -542,11 +689,13 @@ class MPITransport(Transport):
         def steps() -> Steps:
             if message[0] is None:
                 yield probed
-            count, tag = status.Get_count(mpi.BYTE), status.Get_tag()
+            aside = early[0]
+            count, tag = (status.Get_count(mpi.BYTE), status.Get_tag()) if aside is None else (len(aside), TAG_SMALL)
             try:  # (the next receive from src probes once this one has matched all its messages)
                 if tag == TAG_SMALL:  # header and data
-                    packed = bytearray(max(count, HEADER_BYTES))
-                    yield received(memoryview(packed)[:count])
+                    packed = aside if aside is not None else bytearray(max(count, HEADER_BYTES))
+                    if aside is None:
+                        yield received(memoryview(packed)[:count])
                     check_header(np.frombuffer(packed, np.int64, HEADER_WORDS), want, src, self.rank)
                     t, mv, commit = target()
                     mv[:] = memoryview(packed)[HEADER_BYTES:]
@@ -555,14 +704,14 @@ class MPITransport(Transport):
                 if tag == TAG_HEADER and count == HEADER_BYTES:  # the header, then the data in chunks
                     got = np.empty(HEADER_WORDS, dtype=np.int64)
                     yield received(got)
-                    self._headers_got[src] = got.tobytes()
+                    self._headers_got[src] = got.tobytes()[:KEY_BYTES]
                     self._check_or_drain(got, want, src, 0, what)
                     t, mv, commit = target()
                     yield self._requests([comm.Irecv([mv[s:s + CHUNK], mpi.BYTE], src, TAG_DATA)
                                           for s in range(0, mv.nbytes, CHUNK)])
                     return _committed(commit, t)
                 last = self._headers_got.get(src)
-                if tag == TAG_DATA and last == want.tobytes() and count == first:  # the header sent last applies
+                if tag == TAG_DATA and last == want.tobytes()[:KEY_BYTES] and count == first:  # (the header sent last)
                     t, mv, commit = target()
                     yield self._requests([message[0].Irecv([mv[:first], mpi.BYTE])] +
                                          [comm.Irecv([mv[s:s + CHUNK], mpi.BYTE], src, TAG_DATA)
@@ -604,128 +753,27 @@ class MPITransport(Transport):
             self._recv_bytes(memoryview(bytearray(nbytes)), src,
                              lambda: _text(what) + " (discarding the mismatched data)")
 
-    # ---------------------------------------------------------------- collectives
-    # Collectives run in two stages: every rank's call is checked against the others' (a small allgather on
-    # the private communicator, posted at once), then the data moves (on a second communicator). MPI matches
-    # collectives by the order they are posted, so the data stages are posted strictly in the order the calls
-    # were made (``self._collectives``), whichever handle is waited first.
-    def barrier(self) -> None:
-        self._live()
-        self._wait([self._comm.Ibarrier()], "barrier", None)
+class _Staging:
+    """A staging buffer of small sends (``HEADER_BYTES + SMALL`` bytes; its words, for the sequence number), the
+    header in it, its last persistent request (``nbytes`` of data to ``dst``) with the data's place, and whether
+    that request is on its way (``busy``: completed before the buffer is written again)."""
 
-    def allreduce(self, tensor: Tensor, op: str = "sum") -> Tensor:
-        result: Tensor = self.iallreduce(tensor, op).wait()
-        return result
+    __slots__ = ("index", "buf", "words", "header", "nbytes", "dst", "req", "data", "busy", "next")
 
-    def iallreduce(self, tensor: Tensor, op: str = "sum", out: Tensor | None = None) -> Handle:
-        self._live()
-        self._check_op(op)
-        data, keep = tensor_bytes(tensor)
-        shape, dt = as_shape(keep.shape), keep.dtype
-        header = make_header(shape, dt)
-        cell: list[Handle] = []
-        mpi = self._mpi
-        in_place = out is not None and out is keep  # allreduce(g, out=g): MPI's in-place form
-        device = tensor.device if out is None else None
-        target, mv, commit = recv_target(shape, dt, device, out, self._pool,
-                                         None if out is None else (lambda: cell[0]._settle()))
-
-        def steps() -> Steps:
-            yield from self._agree(header, REDUCE_OPS.index(op), "allreduce", lambda: cell[0])
-            if data.nbytes:
-                datatype, mpi_op = self._reduce_types(dt, op)
-                step = CHUNK * dt.itemsize
-                reqs = [self._coll.Iallreduce(mpi.IN_PLACE if in_place else [data[s:s + step], datatype],
-                                              [mv[s:s + step], datatype], mpi_op)
-                        for s in range(0, data.nbytes, step)]
-                self._collectives.pop(0)
-                yield self._requests(reqs)
-            else:
-                self._collectives.pop(0)
-            commit()
-            return target
-        return self._collective(steps(), f"allreduce ({op}) of {dt.name}{list(shape)}", cell)
-
-    def broadcast(self, tensor: Tensor, root: int = 0, out: Tensor | None = None) -> Tensor:
-        self._live()
-        shape, dt = broadcast_args(tensor, root, self.world_size)
-        header = make_header(shape, dt)
-        cell: list[Handle] = []
-        kept: list[Tensor] = []
-        if self.rank == root:
-            mv, keep = tensor_bytes(tensor)
-            target, commit = tensor, _nothing
-            kept = [keep]  # (alive until the data is sent)
-        else:
-            target, mv, commit = recv_target(shape, dt, tensor.device if out is None else None, out)
-
-        def steps() -> Steps:
-            yield from self._agree(header, root, "broadcast", lambda: cell[0])
-            reqs = [self._coll.Ibcast([mv[s:s + CHUNK], self._mpi.BYTE], root) for s in range(0, mv.nbytes, CHUNK)]
-            self._collectives.pop(0)
-            yield self._requests(reqs)
-            commit()
-            kept.clear()
-            return target
-        result: Tensor = self._collective(steps(), f"broadcast of {describe_header(header)} from rank {root}",
-                                          cell).wait()
-        return result
-
-    def _collective(self, steps: Steps, what: str, cell: list[Handle]) -> Handle:
-        handle = Handle(self, steps, what, None)
-        cell.append(handle)
-        self._collectives.append(handle)
-        try:
-            handle._advance()  # posts the check at once, in call order
-        except CommError:
-            pass  # (wait raises it)
-        return handle
-
-    def _agree(self, header: np.ndarray, arg: int, call: str, me: Callable[[], Handle]) -> Steps:
-        """Stages checking that every rank passes the same shape, dtype and ``arg`` (the op; the root) to this
-        ``call``, then waiting for this call's turn to post its data stage."""
-        mine = np.concatenate([header, np.array([arg], dtype=np.int64)])
-        everyone = np.zeros((self.world_size, mine.size), dtype=np.int64)
-        req = self._comm.Iallgather([mine, self._mpi.INT64_T], [everyone, self._mpi.INT64_T])
-        yield self._requests([req])
-        if not (everyone == mine).all():
-            self._collectives.remove(me())
-            label = (lambda a: REDUCE_OPS[int(a)]) if call == "allreduce" else (lambda a: f"root {int(a)}")
-            calls = "; ".join(f"rank {r}: {describe_header(row[:-1])} {label(row[-1])}"
-                              for r, row in enumerate(everyone))
-            raise PeerMismatch(f"rank {self.rank}: {call} needs the same shape, dtype and "
-                               f"{'op' if call == 'allreduce' else 'root'} on every rank, got {calls}")
-        queue = self._collectives
-
-        yield lambda: _first_in_line(queue, me())  # (an earlier collective posts its data first)
-
-    def _reduce_types(self, dt: DType, op: str) -> tuple[Any, Any]:
-        """The MPI datatype and op that reduce ``dt`` with ``op`` (user ops made once, freed at close)."""
-        return reduce_types(self._mpi, dt, op, self._user_ops)
-
-
-_NO_INIT = (-1, -1, None, None)  # (no persistent send made for a staging buffer yet)
-
-
-def _first_in_line(line: list[Handle], handle: Handle) -> bool:
-    """Whether ``handle`` is first in ``line``, moving the ones before it on (they leave the line themselves
-    at the right stage; one that failed before that is taken out)."""
-    while line[0] is not handle:
-        head = line[0]
-        if not head.done():
-            return False
-        if line and line[0] is head:
-            line.pop(0)
-    return True
+    def __init__(self, index: int) -> None:
+        self.index, self.buf = index, memoryview(bytearray(HEADER_BYTES + SMALL))
+        self.words = self.buf.cast("q")
+        self.header: np.ndarray | None = None
+        self.nbytes = self.dst = -1
+        self.req: Any = None
+        self.data: memoryview = self.buf
+        self.busy = False
+        self.next: _Staging = self
 
 
 def _committed(commit: Callable[[], None], t: Tensor) -> Tensor:
     commit()
     return t
-
-
-def _nothing() -> None:
-    pass
 
 
 def _dead() -> None:

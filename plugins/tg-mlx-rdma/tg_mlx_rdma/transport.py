@@ -12,7 +12,9 @@ Zero copy: a realized, contiguous tensor on a device whose allocator can hand ou
 devices go through one host copy each way.
 
 Wire header (what a ``send`` puts in front of the data, so ``recv`` can check it): 16 int64s,
-``MAGIC, dtype code, itemsize, nbytes, ndim, *shape`` (zero padded; at most ``MAX_DIMS`` dims).
+``MAGIC, dtype code, itemsize, nbytes, ndim, *shape`` (zero padded; at most ``MAX_DIMS`` dims), then in the last
+word (``SEQ_WORD``) the message's sequence number from its sender to its receiver where a backend needs one (the
+mpi backend's one-message sends: see ``mpi.py``; 0 otherwise). A recv checks the words before it.
 """
 from __future__ import annotations
 
@@ -39,8 +41,10 @@ WIRE_DTYPES = ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "i
                "fp8e4m3", "fp8e5m2", "float16", "bfloat16", "float32", "float64")
 HEADER_WORDS = 16
 HEADER_BYTES = 8 * HEADER_WORDS
-MAGIC = 0x7467_5452_0001  # "tgTR", wire version 1
-MAX_DIMS = HEADER_WORDS - 5
+MAGIC = 0x7467_5452_0002  # "tgTR", wire version 2 (1 had no sequence number)
+SEQ_WORD = HEADER_WORDS - 1  # the header word of the sequence number
+KEY_BYTES = 8 * SEQ_WORD  # the header's bytes before it: what a recv compares
+MAX_DIMS = SEQ_WORD - 5
 
 
 class CommError(RuntimeError):
@@ -145,12 +149,12 @@ def describe_header(h: np.ndarray) -> str:
 
 def check_header(got: np.ndarray, want: np.ndarray, src: int, me: int) -> None:
     """Raise ``PeerMismatch`` when the sender's header ``got`` is not what this recv asked for."""
-    if got.tobytes() == want.tobytes():  # the common case, in well under a microsecond
+    if got[:SEQ_WORD].tobytes() == want[:SEQ_WORD].tobytes():  # the common case, in well under a microsecond
         return
     if int(got[0]) != MAGIC:
         raise PeerMismatch(f"rank {me}: message from rank {src} is not a tgcore tensor (bad header "
                            f"{int(got[0]):#x}); is the peer using the same tg-mlx-rdma version?", peer=src)
-    if (got[1:] != want[1:]).any():
+    if (got[1:SEQ_WORD] != want[1:SEQ_WORD]).any():
         raise PeerMismatch(f"rank {me}: recv expected {describe_header(want)} from rank {src}, but rank {src} "
                            f"sent {describe_header(got)}; make the recv's shape and dtype match the send", peer=src)
 
@@ -347,21 +351,29 @@ PoolKey = tuple[tuple[int, ...], "DType", str | None]
 
 
 class _Pooled:
-    """One pooled buffer: its base (``HEADER_BYTES`` of header room, then the elements), a writable memoryview of
-    all of it, and the node every result over it shares (a reshape of a name of the elements' view)."""
+    """One pooled buffer: its base (the elements' bytes), a writable memoryview of them, and the node every result
+    over it shares (a reshape of a name of a view of all of the base)."""
 
-    __slots__ = ("base", "packed", "node", "view")
+    __slots__ = ("base", "elements", "node", "view", "lease")
 
     def __init__(self, base: Any, shape: tuple[int, ...], dt: DType) -> None:
         realization().watch_memory(base)  # (before any name of it exists: sole_buffer needs them all)
-        self.base, self.packed = base, base.as_buffer()
-        self.view = base.view((base.nbytes - HEADER_BYTES) // dt.itemsize, dt, HEADER_BYTES)
+        self.base, self.elements = base, base.as_buffer()
+        self.view = base.view(base.nbytes // dt.itemsize, dt, 0)
         self.node = _tensor_type().from_buffer(self.view, shape).uop
+        self.lease: Any = None  # (tgcore.realization.lend's, of the last result)
+
+    def free(self) -> bool:
+        """Whether nothing but the shared node reads the memory (the last result is gone, nothing else read it) and
+        the node still names it (not a copy: class doc of ``RecvPool``)."""
+        state = realization()
+        buf = state.returned(self.lease) if self.lease is not None else None
+        return (buf if buf is not None else state.sole_buffer(self.node)) is self.view
 
     def result(self) -> Tensor:
-        """A new tensor over the shared node (the caller checked nothing reads the memory)."""
+        """A new tensor over the shared node (the caller checked nothing reads the memory: ``free``)."""
         t = _tensor_type()(self.node, device=self.base.device)
-        realization().hold(t)  # (as from_buffer: it follows writes into its memory)
+        self.lease = realization().lend(self.node, t, self.lease)  # (held: it follows writes into its memory)
         return t
 
 
@@ -372,15 +384,17 @@ class RecvPool:
     small MPI message. The pool owns up to ``PER_KEY`` buffers per (shape, dtype, device), up to ``MAX_BYTES`` in
     all, and one node per buffer that every result over it shares: a result is a new Tensor over that node, made
     only when ``tgcore.realization.sole_buffer`` says nothing but the node reads the memory (no earlier result, lazy
-    graph, realized slice, pending write, other name of it or JIT capture that read it is alive); the write is
+    graph, realized slice, pending write, other name of it or JIT capture that read it is alive; after the first
+    result ``tgcore.realization.returned`` says so in constant time when nothing new read it); the write is
     announced (its version bumped), as for any write. Messages over ``MAX_MESSAGE`` bytes are not pooled (their fixed
     cost is small next to the copy). The pool's node keeps its name alive, so an assign into a result copies the old
     contents aside for it (as for any name still alive); that buffer then leaves the pool.
 
-    Each pooled buffer has ``HEADER_BYTES`` in front of the tensor's elements, so a message that carries the wire
-    header and the data together lands in one receive, without a copy (``take_packed``). The next result can be
-    made ahead, while a receive waits for its message (``prepare``); a prepared result's memory was free when it
-    was made and nobody but the pool has seen the tensor, so it stays free until handed out."""
+    A pooled buffer's elements start where the allocator's memory does (page aligned from 1 MiB, as a tensor's
+    own): MPI's single-copy transfer into memory at another offset within its page than the sender's is slower
+    (1 MiB on shared memory: ~2 us of ~55 with 128 bytes in front, which the pool used to keep for a header). The
+    next result can be made ahead, while a receive waits for its message (``prepare``); a prepared result's memory
+    was free when it was made and nobody but the pool has seen the tensor, so it stays free until handed out."""
 
     PER_KEY = 4
     MAX_BYTES = 64 << 20
@@ -390,37 +404,35 @@ class RecvPool:
         self._free: dict[PoolKey, list[_Pooled]] = {}
         self._ready: dict[PoolKey, tuple[Tensor, _Pooled]] = {}  # key -> a result made ahead
         self._unpoolable: set[str | None] = set()  # devices without zero-copy access
+        self._invalidate = realization().invalidate
         self._bytes = 0
         self.hits = self.misses = 0  # results whose memory was reused / that needed new memory (or were not pooled)
 
     def take(self, shape: tuple[int, ...], dt: DType, device: str | None) -> tuple[Tensor, memoryview,
                                                                                      Callable[[], None]]:
         """A tensor of ``shape``/``dt`` on ``device``, a writable view of its memory and ``commit()``."""
-        pooled = self.take_packed(shape, dt, device)
-        if pooled is None:
+        got = self.take_key((shape, dt, device))
+        if got is None:
             return empty_tensor(shape, dt, device)
-        t, packed = pooled
-        return t, packed[HEADER_BYTES:], _no_commit
+        return got[0], got[1].elements, _no_commit
 
-    def take_packed(self, shape: tuple[int, ...], dt: DType, device: str | None) -> tuple[Tensor, memoryview] | None:
-        """A pooled tensor of ``shape``/``dt`` on ``device`` and a writable memoryview of ``HEADER_BYTES`` of header
-        room followed by its elements; None when such a message is not pooled."""
-        return self.take_key((shape, dt, device))
-
-    def take_key(self, key: PoolKey) -> tuple[Tensor, memoryview] | None:
-        """``take_packed`` of the key ``(shape, dtype, device)``."""
+    def take_key(self, key: PoolKey) -> tuple[Tensor, _Pooled] | None:
+        """A pooled tensor of the key ``(shape, dtype, device)`` and its buffer (write the message into its
+        ``elements``); None when such a message is not pooled."""
         made = self._ready.pop(key, None)
         if made is None:
             made = self._make(key)
             if made is None:
                 return None
-        t, pooled = made
-        realization().invalidate(pooled.base)  # (it is written now)
-        return t, pooled.packed
+        self._invalidate(made[1].base)  # (it is written now)
+        return made
 
     def prepare(self, shape: tuple[int, ...], dt: DType, device: str | None) -> None:
         """Make the next result of this key now (a receive waiting for its message has the time)."""
-        key = (shape, dt, device)
+        self.prepare_key((shape, dt, device))
+
+    def prepare_key(self, key: PoolKey) -> None:
+        """``prepare`` of the key ``(shape, dtype, device)``."""
         if key not in self._ready:
             made = self._make(key)
             if made is not None:
@@ -431,12 +443,12 @@ class RecvPool:
         if entries is not None:
             state = realization()
             for pooled in entries:
-                if state.sole_buffer(pooled.node) is not None:
+                if pooled.free():
                     self.hits += 1
                     return pooled.result(), pooled
                 if state.buffer_under(pooled.node) is not pooled.view:  # its node names a copy now (class doc)
                     entries.remove(pooled)  # (on every take: the buffer is given back at once)
-                    self._bytes -= pooled.packed.nbytes - HEADER_BYTES
+                    self._bytes -= pooled.elements.nbytes
                     return self._make(key)  # (the others again, without it)
         shape, dt, device = key
         nbytes = prod(shape) * dt.itemsize
@@ -449,7 +461,7 @@ class RecvPool:
         from tgcore.dtype import dtypes
         from tgcore.runtime.buffer import Buffer
         from tgcore.runtime.registry import canonical
-        base = Buffer(canonical(device), HEADER_BYTES + nbytes, dtypes.uint8).ensure_allocated()
+        base = Buffer(canonical(device), nbytes, dtypes.uint8).ensure_allocated()
         if not base.allocator.can_zero_copy:  # (a device without zero-copy access: nothing to gain)
             self._unpoolable.add(device)
             return None
