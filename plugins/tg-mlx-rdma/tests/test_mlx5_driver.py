@@ -203,3 +203,8 @@ def test_process_memory_mapped_for_the_device_then_its_key_destroyed(hw: Mlx5Mod
     with pytest.raises(CompletionError, match="LOCAL_PROT_ERR"):
         cq.wait(1, timeout=10)
     assert hw.faults == []
+
+
+def test_a_fabric_path_too_long_for_a_socket_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="too long for a unix socket path"):
+        Mlx5Model(tmp_path / ("f" * 120))

@@ -86,6 +86,8 @@ from tg_mlx_rdma.testing.mlx5_model_tables import (
     put,
 )
 
+UNIX_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating zero (Linux)
+
 
 def _sweep_dead_segments() -> None:
     """Unlink the shared memory of model devices whose process died without closing them (killed)."""
@@ -341,7 +343,11 @@ class Mlx5Model(CommandProcessor, HardwareAccess):
 
     # ------------------------------------------------------------------------------------ the wire
     def _socket_path(self, gid: bytes) -> Path:
-        return self.fabric / f"{gid.hex()}.sock"
+        path = self.fabric / f"{gid.hex()}.sock"
+        if len(os.fsencode(path)) > UNIX_PATH_MAX:
+            raise ValueError(f"the fabric directory {str(self.fabric)!r} is too long for a unix socket path "
+                             f"({len(os.fsencode(path))} of at most {UNIX_PATH_MAX} bytes): use a shorter one")
+        return path
 
     def _send_packet(self, gid: bytes, packet: tuple) -> None:
         """Queue ``packet`` for the device at ``gid``: a thread per link sends them in order, so a doorbell never
