@@ -423,6 +423,67 @@ def test_high_product_is_one_call():
     assert high_product(UOp(Ops.CAST, half, (UOp(Ops.SHR, wide, (product, UOp.const(wide, 15))),))) is None
 
 
+
+@pytest.mark.parametrize("flags", [[], ["-mavx2"]], ids=["plain", "avx2"])
+def test_wrapped_high_bytes_helper_matches_numpy(flags, tmp_path):
+    """The C renderer's high bytes of wrapped byte products in 256-bit vectors (``chighbytes``), built without AVX2
+    and with it (its two branches): ``(((b * p) & 255) * m) >> 8`` in numpy, every byte ``b`` against ``p`` and
+    ``m`` drawn, and the largest values."""
+    from tgcore.renderer.chighbytes import WRAPPED_HIGH_PREAMBLE, WRAPPED_HIGH_TYPES
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.runtime.cpufeatures import cpu_features
+    if flags and "avx2" not in cpu_features().features:
+        pytest.skip("no AVX2 here")
+    src = "".join(vector_typedef(d) + "\n" for d in WRAPPED_HIGH_TYPES) + WRAPPED_HIGH_PREAMBLE + (
+        "void high(const unsigned char* b, const unsigned char* p, unsigned short m, unsigned char* out) {\n"
+        "  tg_uint8x32 x, y; __builtin_memcpy(&x, b, 32); __builtin_memcpy(&y, p, 32);\n"
+        "  tg_uint8x32 r = tg_wrapped_high_u8x32(x, y, m); __builtin_memcpy(out, &r, 32); }\n")
+    import ctypes
+    high = _c_function(src, "high", flags, tmp_path)
+    high.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_ushort, ctypes.c_void_p]
+    rng = np.random.default_rng(len(flags))
+    b = np.arange(256, dtype=np.uint8).reshape(8, 32)
+    for m in (1, 3, 255, *rng.integers(2, 255, 3)):
+        p = rng.integers(0, 256, (8, 32)).astype(np.uint8)
+        p[0] = 255
+        out = np.zeros((8, 32), np.uint8)
+        for row in range(8):
+            high(b[row].ctypes.data, p[row].ctypes.data, int(m), out[row].ctypes.data)
+        expected = (((b.astype(np.int64) * p) & 255) * int(m)) >> 8
+        np.testing.assert_array_equal(out, expected, err_msg=f"m={m}")
+
+
+def test_wrapped_high_bytes_is_one_call():
+    """``chighbytes.wrapped_high_bytes`` on UOps: ``u8(tg_mulhi_u16x32(u16(b) * (u16(p) << 8), 3))`` (and the product's
+    factor as ``* 256`` or as constants that are multiples of 256) on 32 lanes is one call at ``b``, ``p`` and 3; a
+    factor that is no multiple of 256, or a multiplier of 256 or more, is left alone."""
+    from tgcore.dtype import dtypes
+    from tgcore.renderer.cbytedot import MULHI_HELPER
+    from tgcore.renderer.chighbytes import WRAPPED_HIGH_HELPER, wrapped_high_bytes
+    from tgcore.uop import Ops, UOp
+    byte, half = dtypes.uint8.vec(32), dtypes.uint16.vec(32)
+
+    def load(i: int) -> UOp:
+        return UOp(Ops.LOAD, byte, (UOp(Ops.PARAM, dtypes.uint8.ptr(64), (), i).index(UOp.const(dtypes.int32, 0)),))
+
+    b, p = load(1), load(2)
+    wide_b, wide_p = UOp(Ops.CAST, half, (b,)), UOp(Ops.CAST, half, (p,))
+
+    def narrowed(factor: UOp, by: int = 3) -> UOp:
+        high = UOp(Ops.CUSTOMI, half, (UOp(Ops.MUL, half, (wide_b, factor)), UOp.const(half, by)), MULHI_HELPER)
+        return UOp(Ops.CAST, byte, (high,))
+
+    shifted = UOp(Ops.SHL, half, (wide_p, UOp.const(half, 8)))
+    for factor in (shifted, UOp(Ops.MUL, half, (wide_p, UOp.const(half, 256)))):
+        call = wrapped_high_bytes(narrowed(factor))
+        assert call is not None and call.arg == WRAPPED_HIGH_HELPER and call.src[:2] == (b, p)
+        assert call.src[2].arg == 3
+    powers = UOp(Ops.VCONST, half, (), tuple(256 * (k % 5) for k in range(32)))
+    call = wrapped_high_bytes(narrowed(powers))
+    assert call is not None and call.src[1].op is Ops.VCONST and call.src[1].arg == tuple(k % 5 for k in range(32))
+    assert wrapped_high_bytes(narrowed(UOp(Ops.SHL, half, (wide_p, UOp.const(half, 7))))) is None
+    assert wrapped_high_bytes(narrowed(powers, by=256)) is None
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_byte_dot_with_an_integer_offset_is_exact(device):
     """A block's int32 sum of ``u * q + c * q`` (a weight's offset ``c`` times its scale, summed with the products
