@@ -484,6 +484,62 @@ def test_wrapped_high_bytes_is_one_call():
     assert wrapped_high_bytes(narrowed(UOp(Ops.SHL, half, (wide_p, UOp.const(half, 7))))) is None
     assert wrapped_high_bytes(narrowed(powers, by=256)) is None
 
+
+@pytest.mark.parametrize("flags", [[], ["-mavx512bw", "-mavx512vl"]], ids=["plain", "avx512bw"])
+def test_negate_bits_helper_matches_numpy(flags, tmp_path):
+    """The C renderer's negation of 32 signed bytes where a word's bits are set (``cnegatebits``), built without
+    AVX512BW and with it (its two branches): numpy's wrapping negation (-128 stays -128) under bit ``p``."""
+    from tgcore.renderer.cnegatebits import NEGATE_BITS_PREAMBLE, NEGATE_BITS_TYPES
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.runtime.cpufeatures import cpu_features
+    if flags and not {"avx512bw", "avx512vl"} <= set(cpu_features().features):
+        pytest.skip("no AVX512BW/VL here")
+    src = "".join(vector_typedef(d) + "\n" for d in NEGATE_BITS_TYPES) + NEGATE_BITS_PREAMBLE + (
+        "void negate(const signed char* x, const unsigned int* bits, signed char* out) {\n"
+        "  tg_int8x32 v; __builtin_memcpy(&v, x, 32);\n"
+        "  tg_int8x32 r = tg_negate_bits(v, *bits); __builtin_memcpy(out, &r, 32); }\n")
+    negate = _c_function(src, "negate", flags, tmp_path)
+    rng = np.random.default_rng(len(flags))
+    for word in (0, 0xFFFFFFFF, 0x80000001, *rng.integers(0, 1 << 32, 5, dtype=np.uint64)):
+        x = rng.integers(-128, 128, 32).astype(np.int8)
+        x[[5, 30]] = -128
+        bits = np.array([word], np.uint32)
+        out = np.zeros(32, np.int8)
+        negate(x.ctypes.data, bits.ctypes.data, out.ctypes.data)
+        flip = (int(word) >> np.arange(32)) & 1 == 1
+        np.testing.assert_array_equal(out, np.where(flip, (-x.astype(np.int16)).astype(np.int8), x))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_activations_negated_by_sign_bits_are_exact(device):
+    """tg-gguf's IQ2_S/IQ3_S sign bytes: bit ``j`` of byte ``i`` negates activation ``8i + j`` of a block of 32, the
+    mask taken apart by byte ops (``(byte & b) + (128 - b)``, its top bit) and applied as ``(x ^ m) - m`` before the
+    byte dot, a scale per block: exact against numpy with integer scales; on the C renderer one negation call per
+    block (``cnegatebits``)."""
+    rows, blocks = 7, 3
+    rng = np.random.default_rng(23)
+    u = rng.integers(0, 256, (rows, blocks, 32)).astype(np.uint8)
+    q = rng.integers(-128, 128, (1, blocks, 32)).astype(np.int8)
+    signs = rng.integers(0, 256, (rows, blocks, 4)).astype(np.uint8)
+    scale = rng.integers(-4, 5, (rows, blocks, 1)).astype(np.float32)
+    ut, qt, st, dt = (Tensor(a, device=device).realize() for a in (u, q, signs, scale))
+
+    def product() -> Tensor:
+        j = Tensor.arange(8, dtype="uint8", device=device).reshape(1, 1, 1, 8)
+        b = j.full_like(1) << j
+        top = (st.reshape(rows, blocks, 4, 1).expand(rows, blocks, 4, 8) & b) + (b.full_like(128) - b)
+        t = (top >> 7).cast("int8").reshape(rows, blocks, 32)
+        mask = t * -1
+        x = (qt ^ mask) - mask
+        return _lane_ordered((ut.cast("int32") * x.cast("int32")).cast("float32") * dt).sum(-1)
+    flip = ((signs[..., None] >> np.arange(8)) & 1).reshape(rows, blocks, 32) == 1
+    x = np.where(flip, -q.astype(np.int64), q.astype(np.int64))
+    ref = (scale[..., 0].astype(np.int64) * (u.astype(np.int64) * x).sum(-1)).sum(-1)
+    np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
+    if device != "CPU":
+        return
+    assert "tg_negate_bits(" in _kernel_source(product(), device)
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_byte_dot_with_an_integer_offset_is_exact(device):
     """A block's int32 sum of ``u * q + c * q`` (a weight's offset ``c`` times its scale, summed with the products
