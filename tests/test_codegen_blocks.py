@@ -540,6 +540,52 @@ def test_activations_negated_by_sign_bits_are_exact(device):
         return
     assert "tg_negate_bits(" in _kernel_source(product(), device)
 
+
+@pytest.mark.parametrize("flags", [[], ["-mavx"]], ids=["plain", "avx"])
+def test_broadcast_product_helper_matches_numpy(flags, tmp_path):
+    """The C renderer's product of two floats broadcast to 8 lanes (``cscalebroadcast``), built without AVX and with
+    it (its two branches): numpy's float32 product in every lane (one rounding)."""
+    from tgcore.renderer.cscalebroadcast import BROADCAST_PRODUCT_PREAMBLE, LANES
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.runtime.cpufeatures import cpu_features
+    if flags and "avx" not in cpu_features().features:
+        pytest.skip("no AVX here")
+    src = vector_typedef(LANES) + "\n" + BROADCAST_PRODUCT_PREAMBLE + (
+        "void product(const float* a, const float* b, float* out) {\n"
+        "  tg_float32x8 r = tg_broadcast_product8(a[1], b[2]); __builtin_memcpy(out, &r, 32); }\n")
+    product = _c_function(src, "product", flags, tmp_path)
+    rng = np.random.default_rng(len(flags))
+    for _ in range(5):
+        a, b = (rng.standard_normal(4).astype(np.float32) * 1e3 for _ in range(2))
+        out = np.zeros(8, np.float32)
+        product(a.ctypes.data, b.ctypes.data, out.ctypes.data)
+        np.testing.assert_array_equal(out, np.full(8, a[1] * b[2], np.float32))
+
+
+def test_broadcast_product_is_one_call():
+    """``cscalebroadcast.broadcast_product`` on UOps: 8 float32 lanes of one product of two scalar loads (one gated by
+    the constant true) are one call at the two elements; a product with a constant, lanes that differ, or a load
+    under a gate that is not constant are left alone."""
+    from tgcore.dtype import dtypes
+    from tgcore.renderer.cscalebroadcast import BROADCAST_PRODUCT_HELPER, LANES, broadcast_product
+    from tgcore.uop import Ops, UOp
+    at = UOp.const(dtypes.int32, 3)
+
+    def load(i: int, gate: UOp | None = None) -> UOp:
+        index = UOp(Ops.PARAM, dtypes.float32.ptr(16), (), i).index(at)
+        if gate is not None:
+            index = UOp(Ops.INDEX, index.dtype, (*index.src, gate))
+        return UOp(Ops.LOAD, dtypes.float32, (index,))
+
+    a, b = load(1), load(2, UOp.const(dtypes.bool, True))
+    call = broadcast_product(UOp(Ops.VECTORIZE, LANES, (a * b,) * 8))
+    assert call is not None and call.arg == BROADCAST_PRODUCT_HELPER and call.src == (a.src[0], b.src[0])
+    assert broadcast_product(UOp(Ops.VECTORIZE, LANES, (a * 2.0,) * 8)) is None
+    assert broadcast_product(UOp(Ops.VECTORIZE, LANES, (a * b,) * 7 + (b * a,))) is None
+    gated = load(2, UOp(Ops.PARAM, dtypes.int32.ptr(1), (), 3).index(at).load() < 1)
+    assert broadcast_product(UOp(Ops.VECTORIZE, LANES, (a * gated,) * 8)) is None
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_byte_dot_with_an_integer_offset_is_exact(device):
     """A block's int32 sum of ``u * q + c * q`` (a weight's offset ``c`` times its scale, summed with the products

@@ -61,6 +61,7 @@ from tgcore.renderer.chighbytes import (
 )
 from tgcore.renderer.clanerange import RANGE_STORE_PREAMBLE, range_gated_load, range_gated_store, uses_range_store
 from tgcore.renderer.cnegatebits import NEGATE_BITS_PREAMBLE, NEGATE_BITS_TYPES, negate_bits, uses_negate_bits
+from tgcore.renderer.cscalebroadcast import BROADCAST_PRODUCT_PREAMBLE, broadcast_product, uses_broadcast_product
 from tgcore.renderer.prefetch import Prefetcher, loop_nest
 from tgcore.runtime.cpufeatures import chosen_isa_level, cpu_features
 from tgcore.uop import Ops, RangeKind, UOp
@@ -435,6 +436,7 @@ class CRenderer(Renderer):
     legalize = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot), (UPat(Ops.REDUCE, name="red"), row_lanes_dot),
                                (UPat(Ops.VECTORIZE, name="vec"), row_gather),
                                (UPat(Ops.VECTORIZE, name="vec"), nearby_byte_loads),
+                               (UPat(Ops.VECTORIZE, name="vec"), broadcast_product),
                                (UPat(Ops.ADD, name="x"), accumulated_dot),
                                (UPat(Ops.CAST, name="x"), wrapped_high_bytes), (UPat(Ops.CAST, name="x"), high_product)]
                               + ([(UPat(Ops.OR, name="x"), combine_byte_loads),
@@ -702,6 +704,8 @@ class CRenderer(Renderer):
         if uses_high_product(kernel):
             vectors = sorted(set(vectors) | set(MULHI_TYPES), key=lambda d: d.name)
             helpers += MULHI_PREAMBLE
+        if uses_broadcast_product(kernel):
+            helpers += BROADCAST_PRODUCT_PREAMBLE
         if uses_negate_bits(kernel):
             vectors = sorted(set(vectors) | set(NEGATE_BITS_TYPES), key=lambda d: d.name)
             helpers += NEGATE_BITS_PREAMBLE
