@@ -31,11 +31,13 @@ static inline tg_float32x8 tg_broadcast_product8_at(const float* a, const float*
 
 
 def _element(u: UOp) -> UOp | None:
-    """The INDEX of a scalar float32 load that is always read (no gate, or a gate that is the constant true: an element
-    in memory), else None."""
+    """The INDEX of a scalar float32 load from a kernel parameter's memory that is always read (no gate, or a gate
+    that is the constant true), else None (an accumulator's or a local's element stays a value)."""
     if u.op is not Ops.LOAD or u.dtype != dtypes.float32 or len(u.src) != 1 or u.src[0].op is not Ops.INDEX:
         return None
     index = u.src[0]
+    if index.src[0].op is not Ops.PARAM:
+        return None
     ungated = len(index.src) == 2 or (len(index.src) == 3 and index.src[2].op is Ops.CONST and index.src[2].arg is True)
     return index if ungated and index.src[1].dtype.count == 1 else None
 
