@@ -54,7 +54,15 @@ from tgcore.renderer.cbytevectors import (
     repeats_16_bytes,
 )
 from tgcore.renderer.chalfpairs import HALF2_HELPER, HALF2_PREAMBLE, pair_half_reads
+from tgcore.renderer.chighbytes import (
+    WRAPPED_HIGH_PREAMBLE,
+    WRAPPED_HIGH_TYPES,
+    uses_wrapped_high,
+    wrapped_high_bytes,
+)
 from tgcore.renderer.clanerange import RANGE_STORE_PREAMBLE, range_gated_load, range_gated_store, uses_range_store
+from tgcore.renderer.cnegatebits import NEGATE_BITS_PREAMBLE, NEGATE_BITS_TYPES, negate_bits, uses_negate_bits
+from tgcore.renderer.cscalebroadcast import BROADCAST_PRODUCT_PREAMBLE, broadcast_product, uses_broadcast_product
 from tgcore.renderer.prefetch import Prefetcher, loop_nest
 from tgcore.runtime.cpufeatures import chosen_isa_level, cpu_features
 from tgcore.uop import Ops, RangeKind, UOp
@@ -422,15 +430,20 @@ class CRenderer(Renderer):
     # a lane's sum of 4 byte products (a quantization block's, in int32 lanes) is one multiply-add of bytes (added to
     # an int32 vector: that vector as its accumulator), table rows at offsets computed per row one gather; with the
     # host's byte order (little-endian hosts only): an int assembled from consecutive bytes is one load, a byte shift
-    # whose carried-in bits are masked off a shift of 16-bit lanes, two neighbouring float16 reads one converted pair;
-    # the high half of a 16-bit product computed in 32-bit lanes one multiply of 16-bit lanes (vpmulhuw)
+    # whose carried-in bits are masked off a shift of 16-bit lanes, bytes negated where a word's bits are set one masked
+    # subtraction (cnegatebits), two neighbouring float16 reads one converted pair;
+    # the high half of a 16-bit product computed in 32-bit lanes one multiply of 16-bit lanes (vpmulhuw), and where it
+    # is the high byte of a wrapped byte product narrowed back to bytes, the whole in 256-bit vectors (chighbytes)
     legalize = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot), (UPat(Ops.REDUCE, name="red"), row_lanes_dot),
                                (UPat(Ops.VECTORIZE, name="vec"), row_gather),
                                (UPat(Ops.VECTORIZE, name="vec"), nearby_byte_loads),
-                               (UPat(Ops.ADD, name="x"), accumulated_dot), (UPat(Ops.CAST, name="x"), high_product)]
+                               (UPat(Ops.VECTORIZE, name="vec"), broadcast_product),
+                               (UPat(Ops.ADD, name="x"), accumulated_dot),
+                               (UPat(Ops.CAST, name="x"), wrapped_high_bytes), (UPat(Ops.CAST, name="x"), high_product)]
                               + ([(UPat(Ops.OR, name="x"), combine_byte_loads),
                                   (UPat(Ops.AND, name="x"), bits_as_sixteen), (UPat(Ops.AND, name="x"), shift_in_words),
                                   (UPat(Ops.AND, name="x"), shift_chain_in_words),
+                                  (UPat(Ops.ADD, name="x"), negate_bits), (UPat(Ops.SUB, name="x"), negate_bits),
                                   (UPat(Ops.SINK, name="sink"), pair_half_reads)] if sys.byteorder == "little" else []))
 
     def __init__(self, compiler: Any = None) -> None:
@@ -693,6 +706,14 @@ class CRenderer(Renderer):
         if uses_high_product(kernel):
             vectors = sorted(set(vectors) | set(MULHI_TYPES), key=lambda d: d.name)
             helpers += MULHI_PREAMBLE
+        if uses_broadcast_product(kernel):
+            helpers += BROADCAST_PRODUCT_PREAMBLE
+        if uses_negate_bits(kernel):
+            vectors = sorted(set(vectors) | set(NEGATE_BITS_TYPES), key=lambda d: d.name)
+            helpers += NEGATE_BITS_PREAMBLE
+        if uses_wrapped_high(kernel):
+            vectors = sorted(set(vectors) | set(WRAPPED_HIGH_TYPES), key=lambda d: d.name)
+            helpers += WRAPPED_HIGH_PREAMBLE
         if any(byte_table_lookup(u) is not None for u in kernel):  # (rendered wherever one matches, dot or not)
             vectors = sorted(set(vectors) | {dtypes.uint8.vec(32)}, key=lambda d: d.name)
             helpers += BYTE_TABLE_PREAMBLE

@@ -32,7 +32,8 @@ IQ4_NL, IQ4_XS and MXFP4 look their 4-bit codes up in a table of 16 bytes (their
 with one byte shuffle on the C renderer (``tgcore.renderer.cbytedot``), then the same byte dot product. The grid
 types IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S read their grid rows as bytes (on the C renderer one gather of the 4
 or 8 rows of a block of 32, their offsets computed on int32 lanes) and flip the activations' signs with byte masks
-from a table (``(x ^ m) - m``), so the weight's side stays unsigned; IQ1_S and IQ1_M read rows of
+(``(x ^ m) - m``: IQ2_XXS, IQ2_XS, IQ3_XXS from a table; IQ2_S, IQ3_S from their sign bits, on the C renderer one
+masked subtraction), so the weight's side stays unsigned; IQ1_S and IQ1_M read rows of
 ``8 * (grid + delta) + 9`` (an integer offset of -9, one float factor ``dl / 8`` per block).
 
 ``INT_DOT_TYPES`` (data) says which types take this path where it is available; ``uses_int_dot`` decides.
@@ -306,7 +307,8 @@ def _tq1_0(o: Operands) -> Tensor:
     160 + 16t + l trit t of ``qs[32 + l]``, 240 + l trit ``l // 4`` of ``qh[l % 4]``. A trit is the byte times its
     power of 3 (``tq1_powers_u8``) modulo 256, then ``(b * 3) >> 8``, in 16-bit lanes: the byte times 256 times its
     power wraps to ``b * 256``, and ``(b * 256 * 3) >> 16`` is the high half of a 16-bit product (one ``vpmulhuw``
-    on the C renderer: ``cbytedot.high_product``). Two byte compares, ``(b > 85) + (b > 170)``, took 7 instructions
+    on the C renderer: ``cbytedot.high_product``; the whole, widening to narrowing, in 256-bit vectors:
+    ``renderer.chighbytes``, 0.86 -> 0.61-0.63 ms). Two byte compares, ``(b > 85) + (b > 170)``, took 7 instructions
     per 32 trits, the mask, multiply and shift of ``b`` 4, the high product 1 (4096^2 kernel, one thread: 1.06 ->
     1.02 -> 0.82 ms; the trits had been three quarters of the kernel's time). Each block of 32 a
     ``_block32``, its bytes chosen by a select between views (no padding: the byte-dot heuristic needs each load's
@@ -374,6 +376,21 @@ def _sign_masks(o: Operands, index: Tensor, table: str = "ksign_masks") -> Tenso
     return table_rows(index, table, 8).reshape(*index.shape[:4], 32)
 
 
+def _byte_sign_masks(signs: Tensor) -> Tensor:
+    """Sign bytes ``(1, N, nb, S, 4)`` -> ``(1, N, nb, S, 32)`` int8 masks, -1 where bit ``j`` of byte ``i`` is set
+    for value ``8i + j``: with ``m = 1 << j``, ``(byte & m) + (128 - m)`` has its top bit set exactly when the bit
+    is (``_fifth``'s way). The C renderer takes ``(x ^ mask) - mask`` over a block's 32 values for one negation of
+    the activations where the bits of the block's 32-bit sign word are set (``renderer.cnegatebits``: with
+    AVX512BW one masked byte subtraction, where a gather of 4 rows of 8 mask bytes from ``byte_sign_masks``, its
+    widened indices, an xor and a subtraction were; 4096^2 kernel, one thread: IQ2_S 1.18 -> 0.96 ms, IQ3_S 1.31 ->
+    1.02)."""
+    shape = (*signs.shape, 8)
+    m = iota((1, 1, 1, 1, 1, 8), 5, signs.device, "uint8")
+    m = m.full_like(1) << m
+    top = (signs.reshape(*signs.shape, 1).expand(shape) & m) + (m.full_like(128) - m)
+    return (top >> 7).cast("int8").mul(-1).reshape(*signs.shape[:4], 32)
+
+
 def _xxs(o: Operands, index: Tensor, aux: Tensor, grid: str, step: float) -> Tensor:
     """IQ2_XXS / IQ3_XXS: per 32 elements grid indices ``index`` ``(1, N, nb, 8, groups)`` and a u32 ``aux``
     ``(1, N, nb, 8)`` of 4 sign indices and a 4-bit scale: ``d * (0.5 + s) * step`` per 32, no offset. The
@@ -407,6 +424,17 @@ def _nibbles_per_16(o: Operands) -> Tensor:
     return spread(o.field("scales").cast("int32"), 4, 2, 4)
 
 
+def _high_index_bits(x: Tensor, count: int, bits: int) -> Tensor:
+    """``spread(x, 4, count, bits) << 8`` (a grid index's bits above its byte, field ``k`` of ``x`` ``(1, N, nb, 8)``
+    int32) as ``((x << 8) >> (k * bits)) & (mask << 8)``: where ``k * bits <= 8`` one shift left per lane (IQ2_S,
+    IQ3_S; IQ1_M's last field a shift right too), then the mask and the index's byte or-ed in one instruction
+    (``vpternlogd``), where each field was shifted down, masked and shifted back up. 4096^2 kernel, one thread,
+    the C of both alternating: IQ2_S 0.95 -> 0.84 ms, IQ3_S 1.00 -> 0.90, IQ1_M 0.90 -> 0.86 (IQ1_S's 3-bit
+    fields: no gain, not taken)."""
+    shifts = iota((1, 1, 1, 1, count), 4, x.device, "int32") * bits
+    return ((x << 8).reshape(*x.shape, 1) >> shifts) & (((1 << bits) - 1) << 8)
+
+
 def _iq2_xs(o: Operands) -> Tensor:
     """Per 8 values a u16: a 9-bit grid index and a 7-bit sign index; scales per 16."""
     qs = le_uint(o.b.bytes("qs"), 2).cast("int32").reshape(1, o.n, o.nb, 8, 4)
@@ -416,9 +444,9 @@ def _iq2_xs(o: Operands) -> Tensor:
 
 def _iq2_s(o: Operands) -> Tensor:
     """Per 8 values a grid index byte with 2 more bits from ``qh`` and a sign byte; scales per 16."""
-    high = spread(o.field("qh").cast("int32"), 4, 4, 2)  # (1, N, nb, 8, 4)
-    index = o.field("qs").reshape(1, o.n, o.nb, 8, 4).cast("int32") | (high << 8)
-    signs = _sign_masks(o, o.field("signs").reshape(1, o.n, o.nb, 8, 4), "byte_sign_masks")
+    high = _high_index_bits(o.field("qh").cast("int32"), 4, 2)  # (1, N, nb, 8, 4)
+    index = o.field("qs").reshape(1, o.n, o.nb, 8, 4).cast("int32") | high
+    signs = _byte_sign_masks(o.field("signs").reshape(1, o.n, o.nb, 8, 4))
     scale = _half_steps(o.f16("d", 2), _nibbles_per_16(o), 0.25)
     return _block32(o, _grid_rows(o, index, "IQ2S"), scale, None, signs)
 
@@ -426,9 +454,9 @@ def _iq2_s(o: Operands) -> Tensor:
 def _iq3_s(o: Operands) -> Tensor:
     """Per 4 values a grid index byte with a 9th bit from ``qh``; a sign byte per 8; ``d * (2s + 1)`` per 32, its
     ``2s + 1`` read from a table (``_xxs``'s way: 4096^2 kernel, one thread, 1.30 -> 1.25-1.28 ms)."""
-    high = spread(o.field("qh").cast("int32"), 4, 8, 1)  # (1, N, nb, 8, 8)
-    index = o.field("qs").reshape(1, o.n, o.nb, 8, 8).cast("int32") | (high << 8)
-    signs = _sign_masks(o, o.field("signs").reshape(1, o.n, o.nb, 8, 4), "byte_sign_masks")
+    high = _high_index_bits(o.field("qh").cast("int32"), 8, 1)  # (1, N, nb, 8, 8)
+    index = o.field("qs").reshape(1, o.n, o.nb, 8, 8).cast("int32") | high
+    signs = _byte_sign_masks(o.field("signs").reshape(1, o.n, o.nb, 8, 4))
     from tg_gguf.tables import TABLES
     nibbles = spread(o.field("scales"), 4, 2, 4).reshape(1, o.n, o.nb, 8)
     scale = o.f16("d", 1) * TABLES.get("odd_steps:2", o.b.t.device).take(nibbles.cast("int32"))
@@ -460,7 +488,7 @@ def _iq1_m(o: Operands) -> Tensor:
     together, ``cbytedot.row_gather``). The scales' ``2s + 1`` read from a table (``_xxs``'s way; 4096^2 kernel, one
     thread: 0.95 -> 0.87 ms)."""
     qh = le_uint(o.b.bytes("qh"), 2).cast("int32").reshape(1, o.n, o.nb, 8)
-    rows = o.field("qs").reshape(1, o.n, o.nb, 8, 4).cast("int32") | (spread(qh, 4, 4, 4) << 8)
+    rows = o.field("qs").reshape(1, o.n, o.nb, 8, 4).cast("int32") | _high_index_bits(qh, 4, 4)
     from tg_gguf.tables import TABLES
     d, s = iq1_m_parts(o.b)
     dl = d.reshape(1, o.n, o.nb, 1, 1) * TABLES.get("odd_steps:2", o.b.t.device).take(s.reshape(1, o.n, o.nb, 8, 2))
