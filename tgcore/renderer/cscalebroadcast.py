@@ -1,6 +1,6 @@
 """C renderer: a product of two float loads broadcast to 8 lanes as the product of two broadcast loads.
 
-In:  a kernel in REDUCE form after the optimizations (the C renderer's legalizer): ``VECTORIZE(s, ..., s)`` of 8
+In:  a kernel in REDUCE form after the optimizations (the C renderer's legalizer): ``y * VECTORIZE(s, ..., s)`` of 8
      float32 lanes, ``s = a * b`` with ``a`` and ``b`` scalar loads (a quantization block's factor: a scale looked
      up in a table times the activations' scale, a new one per block and weight row).
 Out: ``tg_broadcast_product8(a's element, b's element)``: both broadcast from memory (``vbroadcastss ymm, m32``, a
@@ -42,7 +42,7 @@ def _element(u: UOp) -> UOp | None:
     return index if ungated and index.src[1].dtype.count == 1 else None
 
 
-def broadcast_product(vec: UOp) -> UOp | None:
+def _broadcast_call(vec: UOp) -> UOp | None:
     """``VECTORIZE`` of one ``a * b`` in 8 float32 lanes, ``a`` and ``b`` scalar loads always read -> one call of
     ``tg_broadcast_product8`` at their elements; else None."""
     if vec.op is not Ops.VECTORIZE or vec.dtype != LANES or any(s is not vec.src[0] for s in vec.src):
@@ -54,6 +54,18 @@ def broadcast_product(vec: UOp) -> UOp | None:
     if a is None or b is None:
         return None
     return UOp(Ops.CUSTOMI, LANES, (a, b), BROADCAST_PRODUCT_HELPER)
+
+
+def broadcast_product(x: UOp) -> UOp | None:
+    """``y * VECTORIZE(a * b)`` (8 float32 lanes) -> ``y * tg_broadcast_product8(a, b)``; else None. Only as a factor:
+    the vector product of an addend would let gcc contract ``a * b + c`` into one fused multiply-add (one rounding
+    where the scalar product had two: other bits), a factor's product rounds as the scalar one did."""
+    if x.op is not Ops.MUL or x.dtype != LANES or len(x.src) != 2:
+        return None
+    for i, vec in enumerate(x.src):
+        if (call := _broadcast_call(vec)) is not None:
+            return UOp(Ops.MUL, x.dtype, (x.src[1 - i], call) if i else (call, x.src[1]), x.arg)
+    return None
 
 
 def uses_broadcast_product(kernel: list[UOp]) -> bool:

@@ -437,7 +437,7 @@ class CRenderer(Renderer):
     legalize = PatternMatcher([(UPat(Ops.REDUCE, name="red"), byte_dot), (UPat(Ops.REDUCE, name="red"), row_lanes_dot),
                                (UPat(Ops.VECTORIZE, name="vec"), row_gather),
                                (UPat(Ops.VECTORIZE, name="vec"), nearby_byte_loads),
-                               (UPat(Ops.VECTORIZE, name="vec"), broadcast_product),
+                               (UPat(Ops.MUL, name="x"), broadcast_product),
                                (UPat(Ops.ADD, name="x"), accumulated_dot),
                                (UPat(Ops.CAST, name="x"), wrapped_high_bytes), (UPat(Ops.CAST, name="x"), high_product)]
                               + ([(UPat(Ops.OR, name="x"), combine_byte_loads),
