@@ -183,13 +183,11 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
 # 1536x576, jitted with the activations' quantization, alternating in one process; intdot -> lanes at 1/4/8 rows):
 # load ~4-5: Q4_1 46/100/192 -> 20/39/63 us, Q4_0 41/86/179 -> 21/40/65, Q8_0 35/83/165 -> 20/40/64; load ~10.5:
 # Q5_0 56/112/185 -> 32/52/76, Q5_1 61/109/201 -> 32/51/74 (Q4_1 in that run 47/102/197 -> 20/40/64). The choice is
-# per weight, never per batch size: a row's sum has one order at any batch (batch invariance).
-# Q5_0 and Q5_1 have layouts (``LAYOUT_TYPES``) but are not taken: at a batch of rows larger than the weight the
-# scheduler materializes their weights' expansion and the codegen's plan for that product gave wrong sums (session-13
-# review; under investigation)
+# per weight, never per batch size: a row's sum has one order at any batch (batch invariance; Q5's unpacked values
+# stay fused into the product however many rows share them: ``tgcore.schedule.kernelize._widened_bytes``).
 LAYOUT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
                                                GGMLType.Q8_0})
-LANE_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0})
+LANE_TYPES: frozenset[GGMLType] = LAYOUT_TYPES
 
 
 # the fewest columns a row-lane weight has: with one block per row the kernel has no block axis for the codegen to
