@@ -182,7 +182,10 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
 # ``row_lane_byte_dots`` (C): faster than the activations-in-lanes path at every batch size measured (one core,
 # 1536x576, jitted with the activations' quantization, alternating in one process; intdot -> lanes at 1/4/8 rows):
 # load ~4-5: Q4_1 46/100/192 -> 20/39/63 us, Q4_0 41/86/179 -> 21/40/65, Q8_0 35/83/165 -> 20/40/64; load ~10.5:
-# Q5_0 56/112/185 -> 32/52/76, Q5_1 61/109/201 -> 32/51/74 (Q4_1 in that run 47/102/197 -> 20/40/64). The choice is
+# Q5_0 56/112/185 -> 32/52/76, Q5_1 61/109/201 -> 32/51/74 (Q4_1 in that run 47/102/197 -> 20/40/64); load ~7:
+# Q5_0 38/88/174 -> 33/52/78, Q5_1 43/99/193 -> 33/52/75. SmolLM2 Q4_K_M's Q5_0 products per decode step
+# (``bench/batch_step.py``, kernel medians, 2 threads, load ~9-11, 3 runs each): 1/4/8 rows 5.2-5.6/8.1-9.0/15.1-16.6
+# -> 4.6-4.8/5.1-5.5/6.4-6.6 ms. The choice is
 # per weight, never per batch size: a row's sum has one order at any batch (batch invariance; Q5's unpacked values
 # stay fused into the product however many rows share them: ``tgcore.schedule.kernelize._widened_bytes``).
 LAYOUT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
