@@ -115,6 +115,24 @@ def test_cheap_elementwise_input_read_many_times_by_a_matmul_gets_a_kernel():
     assert kernels((Tensor(h) + 1) @ Tensor(w)) == ["reduce"]
 
 
+def test_bytes_widened_for_an_integer_product_stay_fused_at_any_broadcast():
+    """Five-bit values unpacked from two byte buffers (6 ALU ops on 2 buffers: worth a kernel as floats) and widened
+    to int32 for an integer product stay fused into it when 128 activation rows broadcast them (a byte dot's
+    operand: its kernel must not change with the number of rows, batch invariance); as floats they get a kernel."""
+    rng = np.random.default_rng(1)
+    q, h = (rng.integers(0, 256, (16, 64), dtype=np.uint8) for _ in range(2))
+    x = rng.integers(-128, 128, (128, 64), dtype=np.int8)
+    five = ((Tensor(q) >> 4) & 15) | (((Tensor(h) >> 3) & 1) << 4)
+    expected = (((q >> 4) & 15) | (((h >> 3) & 1) << 4)).astype(np.int64)
+    for rows in (1, 128):
+        out = (Tensor(x[:rows]).cast("int32").reshape(rows, 1, 64) * five.cast("int32")).sum(-1)
+        assert kernels(out) == ["reduce"]
+        np.testing.assert_array_equal(out.numpy(), x[:rows].astype(np.int64) @ expected.T)
+    floats = (Tensor(x).cast("float32").reshape(128, 1, 64) * five.cast("float32")).sum(-1)
+    assert kernels(floats) == ["elementwise", "reduce"]
+    np.testing.assert_allclose(floats.numpy(), x.astype(np.float64) @ expected.T, rtol=1e-6)
+
+
 def test_work_shared_between_outputs_is_done_once():
     x = Tensor(np.arange(24, dtype=np.float32).reshape(4, 6))
     s = x.sum(1)

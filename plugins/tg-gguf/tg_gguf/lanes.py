@@ -309,11 +309,12 @@ BROADCAST_FIRST: frozenset[GGMLType] = frozenset({GGMLType.IQ4_XS, GGMLType.Q5_K
 # ``row_lane_byte_dots`` (C): faster than the activations-in-lanes path at every batch size measured (one core,
 # 1536x576, jitted with the activations' quantization, alternating in one process; intdot -> lanes at 1/4/8 rows):
 # load ~4-5: Q4_1 46/100/192 -> 20/39/63 us, Q4_0 41/86/179 -> 21/40/65, Q8_0 35/83/165 -> 20/40/64; load ~10.5:
-# Q5_0 56/112/185 -> 32/52/76, Q5_1 61/109/201 -> 32/51/74 (Q4_1 in that run 47/102/197 -> 20/40/64). The choice is
-# per weight, never per batch size: a row's sum has one order at any batch (batch invariance).
-# Q5_0 and Q5_1 have layouts (``LAYOUT_TYPES``) but are not taken: at a batch of rows larger than the weight the
-# scheduler materializes their weights' expansion and the codegen's plan for that product gave wrong sums (session-13
-# review; under investigation)
+# Q5_0 56/112/185 -> 32/52/76, Q5_1 61/109/201 -> 32/51/74 (Q4_1 in that run 47/102/197 -> 20/40/64); load ~7:
+# Q5_0 38/88/174 -> 33/52/78, Q5_1 43/99/193 -> 33/52/75. SmolLM2 Q4_K_M's Q5_0 products per decode step
+# (``bench/batch_step.py``, kernel medians, 2 threads, load ~9-11, 3 runs each): 1/4/8 rows 5.2-5.6/8.1-9.0/15.1-16.6
+# -> 4.6-4.8/5.1-5.5/6.4-6.6 ms. The choice is
+# per weight, never per batch size: a row's sum has one order at any batch (batch invariance; Q5's unpacked values
+# stay fused into the product however many rows share them: ``tgcore.schedule.kernelize._widened_bytes``).
 # Q4_K (its scales and mins per 32 unpacked at load, as int16: 164 bytes per 256 values against 144): a 4096^2 GEMV,
 # one thread, jitted, CPU time, alternating in one process (load ~7): 0.63 -> 0.42 ms (the activations-in-lanes
 # kernel permutes each sub-block's scale and min into all lanes per row, the row lanes have them in the lanes); Q5_K
@@ -324,8 +325,7 @@ LAYOUT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGM
 # read more on the weight's side, which reaches the scheduler's READ_WORK (``kernelize.worth_realizing_before_expand``:
 # ops + reads = 5): from 64 activation rows on the weight's values got a kernel of their own and the product another
 # plan (a row's bits changed with the batch), so its packed bytes are broadcast over the batch first (``_unsigned``)
-LANE_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.Q4_K,
-                                             GGMLType.Q5_K, GGMLType.IQ4_XS})
+LANE_TYPES: frozenset[GGMLType] = LAYOUT_TYPES
 
 
 # the fewest columns a row-lane weight has: with one block per row the kernel has no block axis for the codegen to
