@@ -131,6 +131,12 @@ def test_bytes_widened_for_an_integer_product_stay_fused_at_any_broadcast():
     floats = (Tensor(x).cast("float32").reshape(128, 1, 64) * five.cast("float32")).sum(-1)
     assert kernels(floats) == ["elementwise", "reduce"]
     np.testing.assert_allclose(floats.numpy(), x.astype(np.float64) @ expected.T, rtol=1e-6)
+    # float work rounded to bytes is no unpacked weight: recomputed for each of 128 rows it cost 70x (review)
+    f = rng.standard_normal((16, 64)).astype(np.float32)
+    rounded = ((Tensor(f).exp() * 10.0 / (Tensor(f).abs() + 1.0)).sqrt() * 3.0 + 0.5).cast("int8")
+    out = (Tensor(x).cast("int32").reshape(128, 1, 64) * rounded.cast("int32")).sum(-1)
+    assert kernels(out) == ["elementwise", "reduce"]
+    np.testing.assert_array_equal(out.numpy(), x.astype(np.int64) @ rounded.numpy().astype(np.int64).T)
 
 
 def test_work_shared_between_outputs_is_done_once():

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -215,7 +215,7 @@ class Kernelizer:
         two on one buffer, broadcast over a quantization block) and tables of constants stay fused, and so do
         bytes widened to larger integers (``_widened_bytes``) whatever their work."""
         if factor < MIN_BROADCAST or node.op is Ops.BUFFER or self.cached(node) is not None or node in self.done \
-                or _widened_bytes(node):
+                or _widened_bytes(node, self.is_read):
             return False
         worth = self._expand_cost.get(node)
         if worth is None:
@@ -225,14 +225,19 @@ class Kernelizer:
                 if n in seen:
                     continue
                 seen.add(n)
-                if n.op in (Ops.BUFFER, Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.COPY) or n in self.done or \
-                        self.cached(n) is not None:
+                if self.is_read(n):
                     reads += 1  # a load where it is fused
                     continue
                 ops += n.op in GroupOp.ALU
                 stack.extend(n.src)
             worth = self._expand_cost[node] = ops >= EXPENSIVE_OPS or (reads > 0 and ops + reads >= READ_WORK)
         return worth
+
+    def is_read(self, node: UOp) -> bool:
+        """Whether a kernel that uses ``node`` loads it (a buffer, a reduction's or copy's result, or a value already
+        given a kernel) rather than computing it."""
+        return node.op in (Ops.BUFFER, Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.COPY) or node in self.done or \
+            self.cached(node) is not None
 
     def used_once(self, node: UOp) -> bool:
         """Whether ``node`` (looking through reshapes of it) has a single user in this schedule."""
@@ -708,17 +713,30 @@ class _KernelBuilder:
         return value.reduce(*ranges, op=op) if ranges else value.from_identity(op)
 
 
-def _widened_bytes(node: UOp) -> bool:
-    """Whether ``node`` (through reshapes and permutes) casts 8-bit integers to a wider integer: a byte dot's operand
-    (a quantized weight's unpacked values). It stays fused into its product at any broadcast: the codegen multiplies
-    it as bytes from the packed ones (``vpdpbusd``: 4 per lane and instruction), which a materialized copy (4 bytes a
-    value, in another layout) would lose, and a row's sum keeps one kernel and one order however many rows share the
-    weight (batch invariance: a materialization decided by the broadcast factor would change it with the batch).
-    Materialized, a 576x1536 Q4_K integer product at 64 rows took 10.4 ms against 1.6 fused (one core)."""
+def _widened_bytes(node: UOp, is_read: Callable[[UOp], bool]) -> bool:
+    """Whether ``node`` (through reshapes and permutes) casts 8-bit integers to a wider integer, the bytes computed
+    from what it reads by integer operations only: a byte dot's operand (a quantized weight's unpacked values). It
+    stays fused into its product at any broadcast: the codegen multiplies it as bytes from the packed ones
+    (``vpdpbusd``: 4 per lane and instruction), which a materialized copy (4 bytes a value, in another layout) would
+    lose, and a row's sum keeps one kernel and one order however many rows share the weight (batch invariance: a
+    materialization decided by the broadcast factor would change it with the batch). Materialized, a 576x1536 Q4_K
+    integer product at 64 rows took 10.4 ms against 1.6 fused (one core). Float work rounded to bytes is no such
+    operand: recomputed for every row it cost 70x (review), so it keeps the cost rule."""
     while node.op in (Ops.RESHAPE, Ops.PERMUTE):
         node = node.src[0]
-    return node.op is Ops.CAST and dtypes.is_int(node.dtype) and dtypes.is_int(node.src[0].dtype) \
-        and node.src[0].dtype.itemsize == 1 < node.dtype.itemsize
+    if not (node.op is Ops.CAST and dtypes.is_int(node.dtype) and dtypes.is_int(node.src[0].dtype)
+            and node.src[0].dtype.itemsize == 1 < node.dtype.itemsize):
+        return False
+    stack, seen = [node.src[0]], set()
+    while stack:
+        n = stack.pop()
+        if n in seen or is_read(n):
+            continue
+        seen.add(n)
+        if dtypes.is_float(n.dtype):
+            return False
+        stack.extend(n.src)
+    return True
 
 
 def _identity(op: Ops, dtype: DType) -> Any:
