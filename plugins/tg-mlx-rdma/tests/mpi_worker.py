@@ -536,6 +536,24 @@ class _SlowProbe:
         return self._comm.Iprobe(*args)
 
 
+class _InterruptAfterTest:
+    """A posted receive whose ``Test`` raises ``KeyboardInterrupt`` right after the first test that completes it
+    (a signal arriving between the receive's completion and the transport seeing it)."""
+
+    def __init__(self, req) -> None:  # noqa: ANN001
+        self.req, self.armed = req, True
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        return getattr(self.req, name)
+
+    def Test(self, *args):  # noqa: ANN002, ANN201, N802
+        done = self.req.Test(*args)
+        if done and self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
+        return done
+
+
 def _take_in(comm) -> None:  # noqa: ANN001
     """Let MPI take in the messages that arrived (matching a posted receive, or queued): it does so inside calls,
     a few at a time; a probe for a tag nobody sends keeps it going."""
@@ -552,15 +570,16 @@ def parked(tr) -> None:
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     if tr.rank > 1:
-        for _ in range(4):
+        for _ in range(5):
             comm.Barrier()
         return
     n = ONE_MIB // 4
-    small = [data(0, "float32", 1000, seed) for seed in range(8)]
+    small = [data(0, "float32", 1000, seed) for seed in range(8)] + [data(0, "float32", 1000, 10)]
     large = data(0, "float32", n, 9)
     sends = [[large, small[0], small[1], large, small[2]],  # 1: all queued before the recvs
              [large, small[3]], [small[4], large, small[5]],  # 2: while the first recv waits in the slow probe
-             [small[6]]]  # 3: while the recv waits in an interrupted probe
+             [small[6]],  # 3: while the recv waits in an interrupted probe
+             [small[8]]]  # 4: interrupted just after the posted receive took it
     if tr.rank == 0:
         tr.send(Tensor(small[7]), 1)  # (a recv with the same arguments before: the next ones take the fast path)
         for group in sends:
@@ -597,6 +616,11 @@ def parked(tr) -> None:
         expect_error(KeyboardInterrupt, (), lambda: tr.recv(1000, "float32", 0))
         tr._comm = real
         check(tr.recv(1000, "float32", 0).numpy(), small[6], "the message of an interrupted recv")
+        tr._posted[0] = _InterruptAfterTest(tr._posted[0])
+        comm.Barrier()  # 4: interrupted as the posted receive completes (review: its message was lost)
+        expect_error(KeyboardInterrupt, (), lambda: tr.recv(1000, "float32", 0))
+        tr._posted[0] = tr._posted[0].req
+        check(tr.recv(1000, "float32", 0).numpy(), small[8], "the message taken as its recv was interrupted")
     finally:
         tr._comm = real
 

@@ -562,8 +562,12 @@ class MPITransport(MPICollectives):
         is in the landing buffer, and counted), else anything it took is set aside (``_in_turn``; with ``deliver``
         False even the next message: the recv that waited for it is not going on)."""
         req.Cancel()
-        status = self._status
+        status = self._mpi.Status()
         self._until(lambda: bool(req.Test(status)), f"cancelling a receive from rank {src}", src, [])
+        if status.Get_source() == self._mpi.ANY_SOURCE and not status.Is_cancelled():
+            # an inactive request's empty status: the receive had completed (an interrupt right after its test
+            # returned), and the status that test filled tells what it took
+            status = self._status
         return not status.Is_cancelled() and self._in_turn(src, status, deliver)
 
     def _in_turn(self, src: int, status: Any, deliver: bool = True) -> bool:
@@ -693,7 +697,9 @@ class MPITransport(MPICollectives):
             count, tag = (status.Get_count(mpi.BYTE), status.Get_tag()) if aside is None else (len(aside), TAG_SMALL)
             try:  # (the next receive from src probes once this one has matched all its messages)
                 if tag == TAG_SMALL:  # header and data
-                    packed = aside if aside is not None else bytearray(max(count, HEADER_BYTES))
+                    # (a message shorter than a header, zero-padded, is refused as not a tensor by check_header)
+                    packed = aside.ljust(HEADER_BYTES, b"\0") if aside is not None else \
+                        bytearray(max(count, HEADER_BYTES))
                     if aside is None:
                         yield received(memoryview(packed)[:count])
                     check_header(np.frombuffer(packed, np.int64, HEADER_WORDS), want, src, self.rank)
