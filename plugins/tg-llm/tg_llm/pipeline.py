@@ -256,6 +256,11 @@ class PipelineModel:
     def prefill(self, tokens: Sequence[int], start_pos: int, seq: int = 0) -> None:
         self._call("prefill", self._tokens(tokens, start_pos, seq), start_pos, seq)
 
+    def prefill_chunks(self, chunks: Sequence[Any], logits: bool = False) -> np.ndarray | None:
+        # (not a pipeline command: rank 0's own model would run its layers and send hidden states that the other
+        # ranks, waiting for a command, refuse; its grouping also depends on the layers a rank holds)
+        raise NotImplementedError("prefill_chunks does not run on a pipeline yet: prefill each chunk with prefill()")
+
     def decode(self, steps: Sequence[tuple[int, int, int]]) -> np.ndarray:
         m = self._model
         steps = [(m._check_seq(int(s)), int(t), int(p)) for s, t, p in steps]
