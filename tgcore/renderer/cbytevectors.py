@@ -11,7 +11,7 @@ Out: ``nearby_byte_loads``: a vector of scalar byte loads from one buffer at con
 """
 from __future__ import annotations
 
-from tgcore.dtype import dtypes
+from tgcore.dtype import DType, dtypes
 from tgcore.uop import Ops, UOp
 
 SPANS = (4, 8, 16)  # bytes one load may take (vector types the renderer declares)
@@ -101,18 +101,27 @@ BYTE_OPS = {Ops.ADD: lambda a, b: (a + b) & 255, Ops.SUB: lambda a, b: (a - b) &
             Ops.SHL: lambda a, b: (a << b) & 255, Ops.IDIV: lambda a, b: a // b, Ops.MUL: lambda a, b: (a * b) & 255}
 
 
-def _lane_function(u: UOp, leaf: UOp, lane: int, b: int) -> int | None:
-    """Lane ``lane`` of the byte vector ``u`` when ``leaf``'s lane is ``b``: ``u`` built from ``leaf`` and constants
-    by the byte ops of ``BYTE_OPS``; None for anything else."""
+def lane_function(u: UOp, leaf: UOp, lane: int, b: int, signed: DType | None = None) -> int | None:
+    """Lane ``lane`` of the byte vector ``u`` (as its byte 0..255) when ``leaf``'s lane is ``b``: ``u`` built from
+    ``leaf`` and constants by the byte ops of ``BYTE_OPS`` in ``leaf``'s type or, where given, in ``signed`` (the
+    signed bytes of as many lanes) and by casts between the two; None for anything else (a signed shift or division
+    too: of a negative byte, it is not a byte function of the unsigned value)."""
     if u is leaf:
         return b
     if u.op in (Ops.CONST, Ops.VCONST):
         value = u.arg if u.op is Ops.CONST else u.arg[lane]
-        return int(value) if isinstance(value, int) else None
-    if u.op not in BYTE_OPS or u.dtype != leaf.dtype:
+        return int(value) & 255 if isinstance(value, int) else None
+    types = (leaf.dtype,) if signed is None else (leaf.dtype, signed)
+    if u.dtype not in types:
         return None
-    x, y = (_lane_function(s, leaf, lane, b) for s in u.src)
+    if signed is not None and u.op in (Ops.CAST, Ops.BITCAST) and u.src[0].dtype in types:
+        return lane_function(u.src[0], leaf, lane, b, signed)
+    if u.op not in BYTE_OPS or len(u.src) != 2:
+        return None
+    x, y = (lane_function(s, leaf, lane, b, signed) for s in u.src)
     if x is None or y is None or (u.op in (Ops.SHR, Ops.SHL) and not 0 <= y < 8) or (u.op is Ops.IDIV and y <= 0):
+        return None
+    if u.op in (Ops.SHR, Ops.IDIV) and u.dtype == signed:
         return None
     return BYTE_OPS[u.op](x, y)
 
@@ -131,22 +140,31 @@ def _word_bytes(leaf: UOp) -> tuple[UOp, list[int]] | None:
     return words.src[0], [g.arg[0] % 4 for g in leaf.src]
 
 
-def bits_as_sixteen(x: UOp) -> UOp | None:
-    """``f(bytes of w) & 16`` over 32 bytes whose lane ``p`` is bit ``p`` of a 32-bit word ``w`` as 16 (Q5's fifth
-    bits, ``((qh & m) + (128 - m)) >> 3 & 16`` per byte, however the constants were folded: checked lane by lane
-    on all 256 values of the lane's byte) -> ``tg_bits_as16(w)``; else None."""
-    if x.op is not Ops.AND or x.dtype != dtypes.uint8.vec(32) or x.src[1].op not in (Ops.CONST, Ops.VCONST):
-        return None
-    leaves = [u for u in x.toposort if u.op is Ops.VECTORIZE and u.dtype == x.dtype]
+def word_bits(u: UOp, scale: int, leaf_type: DType, signed: DType | None = None) -> UOp | None:
+    """The 32-bit word ``w`` when lane ``p`` of the 32 bytes ``u`` is bit ``p`` of ``w`` times ``scale`` (as a byte),
+    ``u`` a ``lane_function`` of one vector of ``leaf_type`` taken from the bytes of ``w``: checked lane by lane on
+    all 256 values of the lane's byte; else None."""
+    leaves = [v for v in u.toposort if v.op is Ops.VECTORIZE and v.dtype == leaf_type]
     found = _word_bytes(leaves[0]) if len(leaves) == 1 else None
     if found is None:
         return None
     word, byte_of = found
     for lane in range(32):
         bit = lane - 8 * byte_of[lane]
-        if not 0 <= bit < 8 or any(_lane_function(x, leaves[0], lane, b) != ((b >> bit) & 1) * 16 for b in range(256)):
+        if not 0 <= bit < 8 or any(lane_function(u, leaves[0], lane, b, signed) != (((b >> bit) & 1) * scale) & 255
+                                   for b in range(256)):
             return None
-    return UOp(Ops.CUSTOMI, x.dtype, (word,), BITS_HELPER)
+    return word
+
+
+def bits_as_sixteen(x: UOp) -> UOp | None:
+    """``f(bytes of w) & 16`` over 32 bytes whose lane ``p`` is bit ``p`` of a 32-bit word ``w`` as 16 (Q5's fifth
+    bits, ``((qh & m) + (128 - m)) >> 3 & 16`` per byte, however the constants were folded: ``word_bits``)
+    -> ``tg_bits_as16(w)``; else None."""
+    if x.op is not Ops.AND or x.dtype != dtypes.uint8.vec(32) or x.src[1].op not in (Ops.CONST, Ops.VCONST):
+        return None
+    word = word_bits(x, 16, x.dtype)
+    return None if word is None else UOp(Ops.CUSTOMI, x.dtype, (word,), BITS_HELPER)
 
 
 LOW4_TABLE_HELPER = "tg_table16_u8_low4"
