@@ -74,6 +74,16 @@ static inline tg_uint8x32 tg_repeat16(tg_uint8x16 v) {
 
 
 BITS_HELPER = "tg_bits_as16"
+# C lines: the bytes of a 32-bit word ``bits`` spread over 32 lanes (byte p // 8 in lane p) beside the masks of bit
+# p % 8 (``(spread & masks) != 0``: bit p of the word per lane), for helpers without a mask-register instruction
+SPREAD_WORD_BITS = """\
+  typedef unsigned int tg_w8 __attribute__((vector_size(32)));
+  tg_uint8x32 word = (tg_uint8x32)(tg_w8){bits, bits, bits, bits, bits, bits, bits, bits};
+  tg_uint8x32 spread = __builtin_shufflevector(word, word, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                               2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  tg_uint8x32 masks = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128,
+                       1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+"""
 # byte p of 32: bit p of a 32-bit word as 16 (Q5_0/Q5_1's fifth bits). With AVX512-VBMI one multishift (byte p takes
 # the word's 8 bits from bit p - 4 on, rotating) and a mask; else the word's bytes spread, tested and masked
 BITS_PREAMBLE = """\
@@ -86,12 +96,7 @@ static inline tg_uint8x32 tg_bits_as16(unsigned int bits) {
   tg_c32 words = (tg_c32)(tg_w8){bits, bits, bits, bits, bits, bits, bits, bits};
   return (tg_uint8x32)__builtin_ia32_vpmultishiftqb256_mask(from, words, (tg_c32){0}, 0xFFFFFFFFu) & 16;
 #else
-  typedef unsigned int tg_w8 __attribute__((vector_size(32)));
-  tg_uint8x32 word = (tg_uint8x32)(tg_w8){bits, bits, bits, bits, bits, bits, bits, bits};
-  tg_uint8x32 spread = __builtin_shufflevector(word, word, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                               2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-  tg_uint8x32 masks = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128,
-                       1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+""" + SPREAD_WORD_BITS + """\
   return (tg_uint8x32)((spread & masks) != (tg_uint8x32){0}) & 16;
 #endif
 }

@@ -12,7 +12,7 @@ Out: ``tg_negate_bits(x, w)``: with AVX512BW one subtraction from zero under the
 from __future__ import annotations
 
 from tgcore.dtype import dtypes
-from tgcore.renderer.cbytevectors import word_bits
+from tgcore.renderer.cbytevectors import SPREAD_WORD_BITS, word_bits
 from tgcore.uop import Ops, UOp
 
 NEGATE_BITS_HELPER = "tg_negate_bits"
@@ -24,12 +24,7 @@ static inline tg_int8x32 tg_negate_bits(tg_int8x32 x, unsigned int bits) {
 #if defined(__AVX512BW__) && defined(__AVX512VL__) && !defined(__clang__)
   return (tg_int8x32)__builtin_ia32_psubb256_mask((tg_c){0}, (tg_c)x, (tg_c)x, bits);
 #else
-  typedef unsigned int tg_w8 __attribute__((vector_size(32)));
-  tg_uint8x32 word = (tg_uint8x32)(tg_w8){bits, bits, bits, bits, bits, bits, bits, bits};
-  tg_uint8x32 spread = __builtin_shufflevector(word, word, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                               2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-  tg_uint8x32 masks = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128,
-                       1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+""" + SPREAD_WORD_BITS + """\
   tg_c m = (tg_c)((spread & masks) != (tg_uint8x32){0});
   return (tg_int8x32)(((tg_c)x ^ m) - m);
 #endif
