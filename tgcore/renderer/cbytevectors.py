@@ -11,7 +11,7 @@ Out: ``nearby_byte_loads``: a vector of scalar byte loads from one buffer at con
 """
 from __future__ import annotations
 
-from tgcore.dtype import dtypes
+from tgcore.dtype import DType, dtypes
 from tgcore.uop import Ops, UOp
 
 SPANS = (4, 8, 16)  # bytes one load may take (vector types the renderer declares)
@@ -74,6 +74,16 @@ static inline tg_uint8x32 tg_repeat16(tg_uint8x16 v) {
 
 
 BITS_HELPER = "tg_bits_as16"
+# C lines: the bytes of a 32-bit word ``bits`` spread over 32 lanes (byte p // 8 in lane p) beside the masks of bit
+# p % 8 (``(spread & masks) != 0``: bit p of the word per lane), for helpers without a mask-register instruction
+SPREAD_WORD_BITS = """\
+  typedef unsigned int tg_w8 __attribute__((vector_size(32)));
+  tg_uint8x32 word = (tg_uint8x32)(tg_w8){bits, bits, bits, bits, bits, bits, bits, bits};
+  tg_uint8x32 spread = __builtin_shufflevector(word, word, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                               2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  tg_uint8x32 masks = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128,
+                       1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+"""
 # byte p of 32: bit p of a 32-bit word as 16 (Q5_0/Q5_1's fifth bits). With AVX512-VBMI one multishift (byte p takes
 # the word's 8 bits from bit p - 4 on, rotating) and a mask; else the word's bytes spread, tested and masked
 BITS_PREAMBLE = """\
@@ -86,12 +96,7 @@ static inline tg_uint8x32 tg_bits_as16(unsigned int bits) {
   tg_c32 words = (tg_c32)(tg_w8){bits, bits, bits, bits, bits, bits, bits, bits};
   return (tg_uint8x32)__builtin_ia32_vpmultishiftqb256_mask(from, words, (tg_c32){0}, 0xFFFFFFFFu) & 16;
 #else
-  typedef unsigned int tg_w8 __attribute__((vector_size(32)));
-  tg_uint8x32 word = (tg_uint8x32)(tg_w8){bits, bits, bits, bits, bits, bits, bits, bits};
-  tg_uint8x32 spread = __builtin_shufflevector(word, word, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                               2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-  tg_uint8x32 masks = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128,
-                       1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+""" + SPREAD_WORD_BITS + """\
   return (tg_uint8x32)((spread & masks) != (tg_uint8x32){0}) & 16;
 #endif
 }
@@ -101,18 +106,27 @@ BYTE_OPS = {Ops.ADD: lambda a, b: (a + b) & 255, Ops.SUB: lambda a, b: (a - b) &
             Ops.SHL: lambda a, b: (a << b) & 255, Ops.IDIV: lambda a, b: a // b, Ops.MUL: lambda a, b: (a * b) & 255}
 
 
-def _lane_function(u: UOp, leaf: UOp, lane: int, b: int) -> int | None:
-    """Lane ``lane`` of the byte vector ``u`` when ``leaf``'s lane is ``b``: ``u`` built from ``leaf`` and constants
-    by the byte ops of ``BYTE_OPS``; None for anything else."""
+def lane_function(u: UOp, leaf: UOp, lane: int, b: int, signed: DType | None = None) -> int | None:
+    """Lane ``lane`` of the byte vector ``u`` (as its byte 0..255) when ``leaf``'s lane is ``b``: ``u`` built from
+    ``leaf`` and constants by the byte ops of ``BYTE_OPS`` in ``leaf``'s type or, where given, in ``signed`` (the
+    signed bytes of as many lanes) and by casts between the two; None for anything else (a signed shift or division
+    too: of a negative byte, it is not a byte function of the unsigned value)."""
     if u is leaf:
         return b
     if u.op in (Ops.CONST, Ops.VCONST):
         value = u.arg if u.op is Ops.CONST else u.arg[lane]
-        return int(value) if isinstance(value, int) else None
-    if u.op not in BYTE_OPS or u.dtype != leaf.dtype:
+        return int(value) & 255 if isinstance(value, int) else None
+    types = (leaf.dtype,) if signed is None else (leaf.dtype, signed)
+    if u.dtype not in types:
         return None
-    x, y = (_lane_function(s, leaf, lane, b) for s in u.src)
+    if signed is not None and u.op in (Ops.CAST, Ops.BITCAST) and u.src[0].dtype in types:
+        return lane_function(u.src[0], leaf, lane, b, signed)
+    if u.op not in BYTE_OPS or len(u.src) != 2:
+        return None
+    x, y = (lane_function(s, leaf, lane, b, signed) for s in u.src)
     if x is None or y is None or (u.op in (Ops.SHR, Ops.SHL) and not 0 <= y < 8) or (u.op is Ops.IDIV and y <= 0):
+        return None
+    if u.op in (Ops.SHR, Ops.IDIV) and u.dtype == signed:
         return None
     return BYTE_OPS[u.op](x, y)
 
@@ -131,22 +145,31 @@ def _word_bytes(leaf: UOp) -> tuple[UOp, list[int]] | None:
     return words.src[0], [g.arg[0] % 4 for g in leaf.src]
 
 
-def bits_as_sixteen(x: UOp) -> UOp | None:
-    """``f(bytes of w) & 16`` over 32 bytes whose lane ``p`` is bit ``p`` of a 32-bit word ``w`` as 16 (Q5's fifth
-    bits, ``((qh & m) + (128 - m)) >> 3 & 16`` per byte, however the constants were folded: checked lane by lane
-    on all 256 values of the lane's byte) -> ``tg_bits_as16(w)``; else None."""
-    if x.op is not Ops.AND or x.dtype != dtypes.uint8.vec(32) or x.src[1].op not in (Ops.CONST, Ops.VCONST):
-        return None
-    leaves = [u for u in x.toposort if u.op is Ops.VECTORIZE and u.dtype == x.dtype]
+def word_bits(u: UOp, scale: int, leaf_type: DType, signed: DType | None = None) -> UOp | None:
+    """The 32-bit word ``w`` when lane ``p`` of the 32 bytes ``u`` is bit ``p`` of ``w`` times ``scale`` (as a byte),
+    ``u`` a ``lane_function`` of one vector of ``leaf_type`` taken from the bytes of ``w``: checked lane by lane on
+    all 256 values of the lane's byte; else None."""
+    leaves = [v for v in u.toposort if v.op is Ops.VECTORIZE and v.dtype == leaf_type]
     found = _word_bytes(leaves[0]) if len(leaves) == 1 else None
     if found is None:
         return None
     word, byte_of = found
     for lane in range(32):
         bit = lane - 8 * byte_of[lane]
-        if not 0 <= bit < 8 or any(_lane_function(x, leaves[0], lane, b) != ((b >> bit) & 1) * 16 for b in range(256)):
+        if not 0 <= bit < 8 or any(lane_function(u, leaves[0], lane, b, signed) != (((b >> bit) & 1) * scale) & 255
+                                   for b in range(256)):
             return None
-    return UOp(Ops.CUSTOMI, x.dtype, (word,), BITS_HELPER)
+    return word
+
+
+def bits_as_sixteen(x: UOp) -> UOp | None:
+    """``f(bytes of w) & 16`` over 32 bytes whose lane ``p`` is bit ``p`` of a 32-bit word ``w`` as 16 (Q5's fifth
+    bits, ``((qh & m) + (128 - m)) >> 3 & 16`` per byte, however the constants were folded: ``word_bits``)
+    -> ``tg_bits_as16(w)``; else None."""
+    if x.op is not Ops.AND or x.dtype != dtypes.uint8.vec(32) or x.src[1].op not in (Ops.CONST, Ops.VCONST):
+        return None
+    word = word_bits(x, 16, x.dtype)
+    return None if word is None else UOp(Ops.CUSTOMI, x.dtype, (word,), BITS_HELPER)
 
 
 LOW4_TABLE_HELPER = "tg_table16_u8_low4"

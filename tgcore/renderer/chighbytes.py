@@ -14,7 +14,7 @@ Out: ``tg_wrapped_high_u8x32(b, p, m)``: the same bytes computed in the 16-bit w
 from __future__ import annotations
 
 from tgcore.dtype import dtypes
-from tgcore.renderer.cbytedot import HALF_WORDS, MULHI_HELPER, WIDE, high_product
+from tgcore.renderer.cbytedot import HALF_WORDS, MULHI_HELPER, WIDE, _constant_lanes, high_product
 from tgcore.uop import Ops, UOp
 
 WRAPPED_HIGH_HELPER = "tg_wrapped_high_u8x32"
@@ -37,25 +37,24 @@ static inline tg_uint8x32 tg_wrapped_high_u8x32(tg_uint8x32 b, tg_uint8x32 p, un
 """
 
 
-def _lanes_of(u: UOp) -> list[int] | None:
-    if u.op is Ops.CONST:
-        return [u.arg] * u.dtype.count if isinstance(u.arg, int) else None
-    if u.op is Ops.VCONST and all(isinstance(v, int) for v in u.arg):
-        return list(u.arg)
-    return None
+def _int_lanes(u: UOp) -> list[int] | None:
+    """The lanes of an integer constant (``cbytedot._constant_lanes``); None for anything else."""
+    lanes = _constant_lanes(u)
+    ints = [v for v in lanes or () if isinstance(v, int)]
+    return ints if lanes is not None and len(ints) == len(lanes) else None
 
 
-def _widened_bytes(u: UOp) -> UOp | None:
+def _bytes_under_widening(u: UOp) -> UOp | None:
     """``b`` for ``u16(b)`` of 32 bytes."""
     return u.src[0] if u.op is Ops.CAST and u.dtype == HALF_WORDS and u.src[0].dtype == BYTES else None
 
 
 def _bytes_times_256(u: UOp) -> UOp | None:
     """``p`` for ``u16(p) << 8`` or ``u16(p) * 256`` of 32 bytes, or for constants that are multiples of 256."""
-    if u.op in (Ops.SHL, Ops.MUL) and (p := _widened_bytes(u.src[0])) is not None:
-        if _lanes_of(u.src[1]) == [8 if u.op is Ops.SHL else 256] * WIDE:
+    if u.op in (Ops.SHL, Ops.MUL) and (p := _bytes_under_widening(u.src[0])) is not None:
+        if _int_lanes(u.src[1]) == [8 if u.op is Ops.SHL else 256] * WIDE:
             return p
-    lanes = _lanes_of(u)
+    lanes = _int_lanes(u)
     if lanes is not None and all(0 <= v < 1 << 16 and v % 256 == 0 for v in lanes):
         return UOp(Ops.VCONST, BYTES, (), tuple(v >> 8 for v in lanes)) if len(set(lanes)) > 1 else \
             UOp.const(BYTES, lanes[0] >> 8)
@@ -71,11 +70,11 @@ def wrapped_high_bytes(x: UOp) -> UOp | None:
     if high is None or high.op is not Ops.CUSTOMI or high.arg != MULHI_HELPER:
         return None
     product, by = high.src
-    factor = _lanes_of(by)
+    factor = _int_lanes(by)
     if product.op is not Ops.MUL or factor is None or len(set(factor)) != 1 or not 0 < factor[0] < 256:
         return None
     for wide, other in (product.src, product.src[::-1]):
-        b, p = _widened_bytes(wide), _bytes_times_256(other)
+        b, p = _bytes_under_widening(wide), _bytes_times_256(other)
         if b is not None and p is not None:
             return UOp(Ops.CUSTOMI, BYTES, (b, p, UOp.const(dtypes.uint16, factor[0])), WRAPPED_HIGH_HELPER)
     return None

@@ -12,7 +12,7 @@ Out: ``tg_negate_bits(x, w)``: with AVX512BW one subtraction from zero under the
 from __future__ import annotations
 
 from tgcore.dtype import dtypes
-from tgcore.renderer.cbytevectors import BYTE_OPS, _word_bytes
+from tgcore.renderer.cbytevectors import SPREAD_WORD_BITS, word_bits
 from tgcore.uop import Ops, UOp
 
 NEGATE_BITS_HELPER = "tg_negate_bits"
@@ -24,56 +24,12 @@ static inline tg_int8x32 tg_negate_bits(tg_int8x32 x, unsigned int bits) {
 #if defined(__AVX512BW__) && defined(__AVX512VL__) && !defined(__clang__)
   return (tg_int8x32)__builtin_ia32_psubb256_mask((tg_c){0}, (tg_c)x, (tg_c)x, bits);
 #else
-  typedef unsigned int tg_w8 __attribute__((vector_size(32)));
-  tg_uint8x32 word = (tg_uint8x32)(tg_w8){bits, bits, bits, bits, bits, bits, bits, bits};
-  tg_uint8x32 spread = __builtin_shufflevector(word, word, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                               2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-  tg_uint8x32 masks = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128,
-                       1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+""" + SPREAD_WORD_BITS + """\
   tg_c m = (tg_c)((spread & masks) != (tg_uint8x32){0});
   return (tg_int8x32)(((tg_c)x ^ m) - m);
 #endif
 }
 """
-
-
-def _lane_value(u: UOp, leaf: UOp, lane: int, b: int) -> int | None:
-    """Lane ``lane`` of the byte vector ``u`` (signed or unsigned, as its byte 0..255) when ``leaf``'s lane is
-    ``b``: ``u`` built from ``leaf`` and constants by ``BYTE_OPS`` and casts between signed and unsigned bytes."""
-    if u is leaf:
-        return b
-    if u.op in (Ops.CONST, Ops.VCONST):
-        value = u.arg if u.op is Ops.CONST else u.arg[lane]
-        return int(value) & 255 if isinstance(value, int) else None
-    if u.dtype not in NEGATE_BITS_TYPES:
-        return None
-    if u.op in (Ops.CAST, Ops.BITCAST) and u.src[0].dtype in NEGATE_BITS_TYPES:
-        return _lane_value(u.src[0], leaf, lane, b)
-    if u.op not in BYTE_OPS or len(u.src) != 2:
-        return None
-    x, y = (_lane_value(s, leaf, lane, b) for s in u.src)
-    if x is None or y is None or (u.op in (Ops.SHR, Ops.SHL) and not 0 <= y < 8) or (u.op is Ops.IDIV and y <= 0):
-        return None
-    if u.op in (Ops.SHR, Ops.IDIV) and u.dtype == SIGNED:
-        return None  # (a signed shift or division of a negative byte: not a byte function of the unsigned value)
-    return BYTE_OPS[u.op](x, y)
-
-
-def _bits_of(u: UOp, sign: int) -> UOp | None:
-    """The word ``w`` when ``u``'s lane ``p`` is bit ``p`` of ``w`` times ``sign`` (1: 0 or 1; -1: 0 or -1), else
-    None."""
-    leaves = [v for v in u.toposort if v.op is Ops.VECTORIZE and v.dtype == UNSIGNED]
-    found = _word_bytes(leaves[0]) if len(leaves) == 1 else None
-    if found is None:
-        return None
-    word, byte_of = found
-    for lane in range(32):
-        bit = lane - 8 * byte_of[lane]
-        if not 0 <= bit < 8:
-            return None
-        if any(_lane_value(u, leaves[0], lane, b) != (((b >> bit) & 1) * sign) & 255 for b in range(256)):
-            return None
-    return word
 
 
 def negate_bits(x: UOp) -> UOp | None:
@@ -87,8 +43,8 @@ def negate_bits(x: UOp) -> UOp | None:
         for a, m in (flipped.src, flipped.src[::-1]):
             if x.op is Ops.SUB and other is not m:
                 continue
-            word = _bits_of(m, -1)
-            if word is not None and (x.op is Ops.SUB or _bits_of(other, 1) == word):
+            word = word_bits(m, -1, UNSIGNED, SIGNED)
+            if word is not None and (x.op is Ops.SUB or word_bits(other, 1, UNSIGNED, SIGNED) == word):
                 return UOp(Ops.CUSTOMI, SIGNED, (a, word), NEGATE_BITS_HELPER)
     return None
 

@@ -22,13 +22,6 @@ from tgcore.dtype import AddrSpace, DType, PtrDType, dtypes
 from tgcore.renderer import Renderer
 from tgcore.renderer.cbytedot import (
     BYTE_TABLE_HELPER,
-    BYTE_TABLE_PREAMBLE,
-    DOT_PREAMBLE,
-    DOT_TYPES,
-    MULHI_PREAMBLE,
-    MULHI_TYPES,
-    ROWS_PREAMBLE,
-    ROWS_TYPES,
     accumulated_dot,
     byte_dot,
     byte_table_lookup,
@@ -37,32 +30,21 @@ from tgcore.renderer.cbytedot import (
     row_lanes_dot,
     shift_chain_in_words,
     shift_in_words,
-    uses_byte_dot,
-    uses_high_product,
-    uses_row_gather,
 )
 from tgcore.renderer.cbytevectors import (
-    BITS_HELPER,
-    BITS_PREAMBLE,
     LOW4_TABLE_HELPER,
-    LOW4_TABLE_PREAMBLE,
     REPEAT16_HELPER,
-    REPEAT16_PREAMBLE,
     bits_as_sixteen,
     low4_index,
     nearby_byte_loads,
     repeats_16_bytes,
 )
 from tgcore.renderer.chalfpairs import HALF2_HELPER, HALF2_PREAMBLE, pair_half_reads
-from tgcore.renderer.chighbytes import (
-    WRAPPED_HIGH_PREAMBLE,
-    WRAPPED_HIGH_TYPES,
-    uses_wrapped_high,
-    wrapped_high_bytes,
-)
-from tgcore.renderer.clanerange import RANGE_STORE_PREAMBLE, range_gated_load, range_gated_store, uses_range_store
-from tgcore.renderer.cnegatebits import NEGATE_BITS_PREAMBLE, NEGATE_BITS_TYPES, negate_bits, uses_negate_bits
-from tgcore.renderer.cscalebroadcast import BROADCAST_PRODUCT_PREAMBLE, broadcast_product, uses_broadcast_product
+from tgcore.renderer.chighbytes import wrapped_high_bytes
+from tgcore.renderer.clanerange import range_gated_load, range_gated_store
+from tgcore.renderer.cnegatebits import negate_bits
+from tgcore.renderer.cpreamble import byte_helpers
+from tgcore.renderer.cscalebroadcast import broadcast_product
 from tgcore.renderer.prefetch import Prefetcher, loop_nest
 from tgcore.runtime.cpufeatures import chosen_isa_level, cpu_features
 from tgcore.uop import Ops, RangeKind, UOp
@@ -691,36 +673,9 @@ class CRenderer(Renderer):
             if (half, single) in halves:
                 vectors = sorted(set(vectors) | {half, single}, key=lambda d: d.name)
                 helpers += preamble
-        if any(repeats_16_bytes(u) for u in kernel):
-            vectors = sorted(set(vectors) | {dtypes.uint8.vec(16), dtypes.uint8.vec(32)}, key=lambda d: d.name)
-            helpers += REPEAT16_PREAMBLE
-        if any(u.op is Ops.CUSTOMI and u.arg == BITS_HELPER for u in kernel):
-            vectors = sorted(set(vectors) | {dtypes.uint8.vec(32)}, key=lambda d: d.name)
-            helpers += BITS_PREAMBLE
-        if uses_byte_dot(kernel):
-            vectors = sorted(set(vectors) | set(DOT_TYPES), key=lambda d: d.name)
-            helpers += DOT_PREAMBLE
-        if uses_row_gather(kernel):
-            vectors = sorted(set(vectors) | set(ROWS_TYPES), key=lambda d: d.name)
-            helpers += ROWS_PREAMBLE
-        if uses_high_product(kernel):
-            vectors = sorted(set(vectors) | set(MULHI_TYPES), key=lambda d: d.name)
-            helpers += MULHI_PREAMBLE
-        if uses_broadcast_product(kernel):
-            helpers += BROADCAST_PRODUCT_PREAMBLE
-        if uses_negate_bits(kernel):
-            vectors = sorted(set(vectors) | set(NEGATE_BITS_TYPES), key=lambda d: d.name)
-            helpers += NEGATE_BITS_PREAMBLE
-        if uses_wrapped_high(kernel):
-            vectors = sorted(set(vectors) | set(WRAPPED_HIGH_TYPES), key=lambda d: d.name)
-            helpers += WRAPPED_HIGH_PREAMBLE
-        if any(byte_table_lookup(u) is not None for u in kernel):  # (rendered wherever one matches, dot or not)
-            vectors = sorted(set(vectors) | {dtypes.uint8.vec(32)}, key=lambda d: d.name)
-            helpers += BYTE_TABLE_PREAMBLE
-            if any((i := byte_table_lookup(u)) is not None and low4_index(i) is not None for u in kernel):
-                helpers += LOW4_TABLE_PREAMBLE
-        if uses_range_store(kernel, names, lane_gates):
-            helpers += RANGE_STORE_PREAMBLE
+        byte_vectors, byte_preambles = byte_helpers(kernel, names, lane_gates)
+        vectors = sorted(set(vectors) | byte_vectors, key=lambda d: d.name)
+        helpers += byte_preambles
         typedefs = "".join(vector_typedef(d) + "\n" for d in vectors)
         return PREAMBLE + typedefs + helpers + head + "\n" + "\n".join(decls + body) + "\n}\n"
 

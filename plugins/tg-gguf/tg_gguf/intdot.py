@@ -189,13 +189,20 @@ def _q4_1(o: Operands) -> Tensor:
     return _block32(o, _nibbles(o), o.f16_looked_up("d"), o.f16_looked_up("m"))
 
 
+def _bit_tops(bytes_: Tensor) -> Tensor:
+    """Bytes ``(..., k, 1)`` (or already ``(..., k, 8)``) uint8 -> ``(..., k, 8)``: ``(byte & m) + (128 - m)`` with
+    ``m = 1 << j`` for bit j, whose top bit is set exactly when bit j of the byte is: no shift by an amount that
+    changes from lane to lane (x86 has none for bytes)."""
+    shape = (1,) * (bytes_.ndim - 1) + (8,)
+    m = iota(shape, len(shape) - 1, bytes_.device, "uint8")
+    m = m.full_like(1) << m
+    return (bytes_ & m) + (m.full_like(128) - m)
+
+
 def _fifth(o: Operands) -> Tensor:
     """Q5_0/Q5_1: bit j of the block's 32-bit ``qh`` (byte j // 8, bit j % 8) as 0 or 16 for element j,
-    ``(1, N, nb, 32)`` uint8. With ``m = 1 << (j % 8)``, ``(byte & m) + (128 - m)`` has its top bit set exactly when
-    the bit is: no shift by an amount that changes from lane to lane (x86 has none for bytes)."""
-    qh = o.field("qh").reshape(1, o.n, o.nb, 4, 1)
-    mask = iota((1, 1, 1, 1, 8), 4, qh.device, "uint8").full_like(1) << iota((1, 1, 1, 1, 8), 4, qh.device, "uint8")
-    top = (qh & mask) + (mask.full_like(128) - mask)
+    ``(1, N, nb, 32)`` uint8 (``_bit_tops``' top bit, shifted down to 16)."""
+    top = _bit_tops(o.field("qh").reshape(1, o.n, o.nb, 4, 1))
     return ((top >> 3) & 16).reshape(1, o.n, o.nb, 1, 32)
 
 
@@ -370,24 +377,19 @@ def _grid_rows(o: Operands, index: Tensor, grid: str) -> Tensor:
     return table_rows(index, f"grid_u8:{grid}", width).reshape(*index.shape[:4], 32)
 
 
-def _sign_masks(o: Operands, index: Tensor, table: str = "ksign_masks") -> Tensor:
-    """Sign indices ``(1, N, nb, S, 4)`` -> ``(1, N, nb, S, 32)`` int8 masks (-1 for minus): 7-bit ones (ggml's
-    ksigns) or sign bytes (``table="byte_sign_masks"``, bit j for value j)."""
-    return table_rows(index, table, 8).reshape(*index.shape[:4], 32)
+def _sign_masks(o: Operands, index: Tensor) -> Tensor:
+    """7-bit sign indices (ggml's ksigns) ``(1, N, nb, S, 4)`` -> ``(1, N, nb, S, 32)`` int8 masks (-1 for minus)."""
+    return table_rows(index, "ksign_masks", 8).reshape(*index.shape[:4], 32)
 
 
 def _byte_sign_masks(signs: Tensor) -> Tensor:
     """Sign bytes ``(1, N, nb, S, 4)`` -> ``(1, N, nb, S, 32)`` int8 masks, -1 where bit ``j`` of byte ``i`` is set
-    for value ``8i + j``: with ``m = 1 << j``, ``(byte & m) + (128 - m)`` has its top bit set exactly when the bit
-    is (``_fifth``'s way). The C renderer takes ``(x ^ mask) - mask`` over a block's 32 values for one negation of
-    the activations where the bits of the block's 32-bit sign word are set (``renderer.cnegatebits``: with
-    AVX512BW one masked byte subtraction, where a gather of 4 rows of 8 mask bytes from ``byte_sign_masks``, its
-    widened indices, an xor and a subtraction were; 4096^2 kernel, one thread: IQ2_S 1.18 -> 0.96 ms, IQ3_S 1.31 ->
-    1.02)."""
-    shape = (*signs.shape, 8)
-    m = iota((1, 1, 1, 1, 1, 8), 5, signs.device, "uint8")
-    m = m.full_like(1) << m
-    top = (signs.reshape(*signs.shape, 1).expand(shape) & m) + (m.full_like(128) - m)
+    for value ``8i + j`` (``_bit_tops``' top bit, as 0 or -1). The C renderer takes ``(x ^ mask) - mask`` over a
+    block's 32 values for one negation of the activations where the bits of the block's 32-bit sign word are set
+    (``renderer.cnegatebits``: with AVX512BW one masked byte subtraction, where a gather of 4 rows of 8 mask bytes
+    from a table of each byte's masks, its widened indices, an xor and a subtraction were; 4096^2 kernel, one
+    thread: IQ2_S 1.18 -> 0.96 ms, IQ3_S 1.31 -> 1.02)."""
+    top = _bit_tops(signs.reshape(*signs.shape, 1).expand((*signs.shape, 8)))
     return (top >> 7).cast("int8").mul(-1).reshape(*signs.shape[:4], 32)
 
 

@@ -16,7 +16,6 @@ The tables (facts of the ggml format, computed from ``tg_gguf.iq_grids`` / ``tg_
   the unsigned operand of an integer dot product, a group's values one load of 8 (4) bytes.
 - ``ksign_masks``: for each 7-bit sign index, the 8 signs of ``ksigns`` as byte masks (0 for +, -1 for -, int8):
   an integer dot product flips its activations' signs with them (``(x ^ m) - m``).
-- ``byte_sign_masks``: for each byte, its 8 bits as byte masks (0 or -1, int8), bit ``j`` for value ``j``.
 - ``grid:IQ1S+delta``: IQ1_S / IQ1_M's grid plus its delta (+0.125 for entries 0..2047, -0.125 for 2048..4095),
   so a group's values with their delta are one load (the delta had been two more products per group in a GEMV).
 - ``grid_u8:IQ1S+delta``: that table times 8, plus 9, as bytes (0..18): IQ1_S / IQ1_M's unsigned operand of an
@@ -94,11 +93,6 @@ def _ksign_masks() -> np.ndarray:
     return (-bits.astype(np.int8)).reshape(-1)
 
 
-def _byte_sign_masks() -> np.ndarray:
-    bits = (np.arange(256, dtype=np.uint8).reshape(-1, 1) >> np.arange(8, dtype=np.uint8)) & 1
-    return (-bits.astype(np.int8)).reshape(-1)
-
-
 def _ksigns() -> np.ndarray:
     from tg_gguf.quants import ksigns
     return _sign_patterns(ksigns(np.arange(128, dtype=np.uint8)))
@@ -127,7 +121,6 @@ BUILDERS: dict[str, Callable[[], np.ndarray]] = {
     **{f"grid:{g}": functools.partial(_grid_floats, g) for g in ("IQ2XXS", "IQ2XS", "IQ2S", "IQ3XXS", "IQ3S")},
     **{f"grid_u8:{g}": functools.partial(_grid_bytes, g) for g in ("IQ2XXS", "IQ2XS", "IQ2S", "IQ3XXS", "IQ3S")},
     "ksign_masks": _ksign_masks,
-    "byte_sign_masks": _byte_sign_masks,
     "grid:IQ1S+delta": _iq1_shifted,
     "grid_u8:IQ1S+delta": _iq1_shifted_bytes,
     "odd_steps:0.25": lambda: (np.arange(16, dtype=np.float32) * 2 + 1) * np.float32(0.125),
