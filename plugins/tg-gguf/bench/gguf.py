@@ -134,6 +134,8 @@ def percent_of_stream(times: dict[str, list[float]], name: str) -> list[float]:
 
 
 def quartiles(values: list[float]) -> tuple[float, float]:
+    if len(values) < 2:  # (one round: no spread)
+        return values[0], values[0]
     low, _, high = statistics.quantiles(values, n=4, method="inclusive")
     return low, high
 

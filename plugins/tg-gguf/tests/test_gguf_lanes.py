@@ -149,6 +149,11 @@ def test_bad_input_is_refused():
         repack(np.zeros(35, np.uint8), GGMLType.Q8_0, (1, 32), "CPU")
     with pytest.raises(ValueError, match="tensor 'blk.0.attn_q.weight': Q8_0 weight of shape"):
         repack(np.zeros(35, np.uint8), GGMLType.Q8_0, (1, 32), "CPU", name="blk.0.attn_q.weight")
+    with pytest.raises(ValueError, match="576 columns are not whole blocks of 256"):  # (the right byte count)
+        repack(np.zeros(576 // 256 * 144 + 72, np.uint8), GGMLType.Q4_K, (1, 576), "CPU")
+    w = QuantizedMatrix.from_host(random_blocks(GGMLType.Q4_0, 8 * 2, seed=1), GGMLType.Q4_0, (8, 64), "CPU", "w")
+    with pytest.raises(ValueError, match=r"'w' of shape \(8, 64\) multiplies \(\.\.\., 64\) inputs, got \(2, 32\)"):
+        w.matmul_t(Tensor(np.zeros((2, 32), np.float32), device="CPU"))
 
 
 def test_which_devices_and_types_use_it():

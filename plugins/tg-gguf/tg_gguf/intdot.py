@@ -666,6 +666,10 @@ class QuantizedMatrix:
 
     def matmul_t(self, x: Tensor) -> Tensor:
         """``x @ W.T``: ``(..., K)`` -> ``(..., N)``."""
+        if x.shape[-1] != self.shape[1]:
+            name = f"{self.name!r} " if self.name else ""
+            raise ValueError(f"weight {name}of shape {self.shape} multiplies (..., {self.shape[1]}) inputs, "
+                             f"got {tuple(x.shape)}")
         if self.row_lanes is not None:
             from tg_gguf.lanes import row_lanes_matmul
             *lead, k = x.shape

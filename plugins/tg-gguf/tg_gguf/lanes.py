@@ -101,7 +101,10 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
     n, k = shape
     block, block_bytes = BLOCK_LAYOUT[gtype]
     blocks = k // block
-    if k % block or raw.size != n * blocks * block_bytes:
+    if k % block:
+        raise ValueError(f"{what}{gtype.name} weight of shape {shape}: its {k} columns are not whole blocks of "
+                         f"{block} values")
+    if raw.size != n * blocks * block_bytes:
         raise ValueError(f"{what}{gtype.name} weight of shape {shape} does not match {raw.size} bytes")
     padded = -(-n // ROWS) * ROWS
     data = raw.reshape(n, blocks, block_bytes)

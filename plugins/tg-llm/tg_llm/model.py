@@ -59,9 +59,10 @@ attention mask are computed on the host and passed in as tensors.
   the cache ring wraps inside the call (constant slots: run eagerly). From ``DENSE_MIN_TOKENS`` rows on,
   each weight is dequantized into a temporary float buffer holding its transpose and multiplied as a
   plain GEMM (the register-tiled one, B contiguous along the output columns): the fused dequantizing
-  matmul decodes the weight once per row. Not where every product takes the row lanes (``tg_gguf.lanes``: Q4_0,
-  Q4_1, Q8_0 on the C renderer): their kernels read each weight once per group of 8 rows, at any row count, faster
-  than dequantizing (SmolLM2 Q4_1, 64 rows: 123-194 vs 394-403 ms; 128 rows 363-388 vs 666-747 ms, load ~4).
+  matmul decodes the weight once per row. Not where every product takes the row lanes (``tg_gguf.lanes``:
+  ``LANE_TYPES`` on the C and X86 renderers): their kernels read each weight once per group of 8 rows, at any row
+  count, faster than dequantizing (SmolLM2 Q4_1, 64 rows: 123-194 vs 394-403 ms; 128 rows 363-388 vs 666-747 ms,
+  load ~4).
 - Several sequences' prefills (``prefill_chunks``, a server's streams): their chunks in one forward, the rows of
   sequence i after those of sequence i - 1, each sequence its own bound variables (slot, first cache slot), cache
   writes and attention over its own cache window (the keys of several sequences a cat of their windows). Only
