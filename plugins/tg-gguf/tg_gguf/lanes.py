@@ -23,6 +23,7 @@ by construction.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -93,7 +94,6 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
     """The raw GGUF bytes of an ``(N, K)`` weight (host memory, e.g. a view of the mapped file) -> its row-lane form
     on ``device`` (rows padded to a multiple of 8 with zeros: zero scales, so the padded rows sum to 0 and are
     dropped). Vectorized numpy: one pass over the bytes per field (SmolLM2's 96 MB of weights: ~0.3 s)."""
-    from tgcore.tensor import Tensor
     what = f"tensor {name!r}: " if name else ""
     if gtype not in LAYOUT_TYPES:
         raise ValueError(f"{what}no row-lane layout for {gtype.name} "
@@ -124,11 +124,16 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
         qh_at, _ = fields["qh"]
         qh = _interleave(_fifth_bit_bytes(data[:, :, qh_at:qh_at + 4]))
 
-    def put(a: np.ndarray) -> Tensor:
-        return Tensor(np.ascontiguousarray(a), device=device).realize()
+    put = functools.partial(_put, device=device)
     return RowLanes(gtype, n, k, put(qs), put(_side_by_side(_float16s(data, fields["d"][0]))),
                     put(_side_by_side(_float16s(data, fields["m"][0]))) if "m" in fields else None,
                     None if qh is None else put(qh))
+
+
+def _put(a: np.ndarray, device: str) -> Tensor:
+    """A repacked field on ``device``, realized."""
+    from tgcore.tensor import Tensor
+    return Tensor(np.ascontiguousarray(a), device=device).realize()
 
 
 def _k_scales_mins(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -150,7 +155,6 @@ def _repack_k(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) ->
     ``d``, ``dmin`` side by side per super-block; the scales and mins unpacked once, side by side per sub-block, as
     int16 (as bytes the codegen would take them for a third byte input of the product); Q5_K's fifth bits (bit ``j``
     of ``qh[l]``: value ``l`` of sub-block ``j``) as Q5_1's per block (``_fifth_bit_bytes``)."""
-    from tgcore.tensor import Tensor
     rows, supers, _ = data.shape
     fields = FIELDS[gtype]
     qs_at, qs_bytes = fields["qs"]
@@ -167,8 +171,7 @@ def _repack_k(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) ->
         words = np.packbits(bits, axis=-1, bitorder="little").reshape(rows, supers * 8, 4)  # bit l: value l
         qh = _interleave(_fifth_bit_bytes(words))
 
-    def put(a: np.ndarray) -> Tensor:
-        return Tensor(np.ascontiguousarray(a), device=device).realize()
+    put = functools.partial(_put, device=device)
     return RowLanes(gtype, n, k, put(qs), put(_side_by_side(_float16s(data, fields["d"][0]))), None,
                     None if qh is None else put(qh), dmin=put(_side_by_side(_float16s(data, fields["dmin"][0]))),
                     sc=put(_side_by_side(sc.reshape(rows, supers * 8).astype(np.int16))),
@@ -179,7 +182,6 @@ def _repack_xs(data: np.ndarray, n: int, k: int, device: str) -> RowLanes:
     """IQ4_XS ``(rows padded to 8, super-blocks, 136)`` bytes -> its row-lane form: its sub-blocks' 16 bytes are
     packed as Q4_0's blocks already (interleaved as those), ``d`` side by side per super-block, the 6-bit scales
     minus 32 (``dequant.iq4_xs_scales``) unpacked once to int16, side by side per sub-block."""
-    from tgcore.tensor import Tensor
     rows, supers, _ = data.shape
     fields = FIELDS[GGMLType.IQ4_XS]
     qs_at, qs_bytes = fields["qs"]
@@ -192,8 +194,7 @@ def _repack_xs(data: np.ndarray, n: int, k: int, device: str) -> RowLanes:
     scales |= ((high >> (2 * np.arange(8, dtype=np.int16))) & 3) << 4
     scales -= 32
 
-    def put(a: np.ndarray) -> Tensor:
-        return Tensor(np.ascontiguousarray(a), device=device).realize()
+    put = functools.partial(_put, device=device)
     return RowLanes(GGMLType.IQ4_XS, n, k, put(qs), put(_side_by_side(_float16s(data, fields["d"][0]))), None,
                     sc=put(_side_by_side(scales.reshape(rows, supers * 8))))
 
