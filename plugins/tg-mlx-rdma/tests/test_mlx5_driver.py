@@ -1,6 +1,7 @@
 """The mlx5 driver against the device model in one process: bring-up, commands and their errors, loopback WQEs."""
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,10 +16,12 @@ from tg_mlx_rdma.testing.mlx5_model import Mlx5Model
 
 
 @pytest.fixture
-def hw(tmp_path: Path) -> Iterator[Mlx5Model]:
-    m = Mlx5Model(tmp_path / "fabric")
-    yield m
-    m.close()
+def hw() -> Iterator[Mlx5Model]:
+    # (a short directory: under pytest's tmp_path the sockets' paths can pass the 108 bytes a unix socket allows)
+    with tempfile.TemporaryDirectory(prefix="mlx5-") as fabric:
+        m = Mlx5Model(fabric)
+        yield m
+        m.close()
 
 
 @pytest.fixture

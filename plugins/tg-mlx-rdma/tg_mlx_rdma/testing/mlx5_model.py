@@ -86,7 +86,7 @@ from tg_mlx_rdma.testing.mlx5_model_tables import (
     put,
 )
 
-UNIX_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating zero (Linux)
+UNIX_PATH_MAX = 108  # sun_path's size on Linux (a path may fill it: no terminating zero needed)
 
 
 def _sweep_dead_segments() -> None:
