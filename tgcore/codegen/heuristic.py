@@ -233,7 +233,7 @@ def _neighbours_in_lanes(mains: list[UOp], r: UOp, lanes: int, red: UOp) -> bool
     if PER_STEP in steps:
         return False
     others = [u.src[0].src[1] for u in red.src[0].toposort if u.op is Ops.LOAD and u.dtype.itemsize == 1
-              and u.src[0].src[1] not in mains and not any(x.op is Ops.LOAD for x in u.src[0].src[1].toposort)]
+              and u.src[0].src[1] not in mains and not _indirect(u)]
     return any(_lane_steps([index], r, lanes) == {lane_order} for index in others)
 
 
@@ -501,8 +501,7 @@ def spread_opts(ast: UOp, opts: list[Opt], renderer: Renderer) -> list[Opt]:
     reduces = [u for u in ast.toposort if u.op is Ops.REDUCE]
     if not renderer.vector_block_factors or len(reduces) != 1 or not _byte_dot(reduces[0]):
         return []
-    looked_up = [u for u in ast.toposort
-                 if u.op is Ops.LOAD and any(x.op is Ops.LOAD for x in u.src[0].src[1].toposort)]
+    looked_up = [u for u in ast.toposort if u.op is Ops.LOAD and _indirect(u)]
     if any(getattr(u.src[0].src[0].dtype, "size", 0) == 16 and u.dtype.itemsize == 1 for u in looked_up):
         # values looked up in a table (IQ4_XS: a byte shuffle per 32 values, on the port the spread's permutes use):
         # 3-8% slower with it (jitted 4096^2 GEMV, one thread, alternating)

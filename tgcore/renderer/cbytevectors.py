@@ -12,6 +12,7 @@ Out: ``nearby_byte_loads``: a vector of scalar byte loads from one buffer at con
 from __future__ import annotations
 
 from tgcore.dtype import DType, dtypes
+from tgcore.renderer.cbytedot import _load_at
 from tgcore.uop import Ops, UOp
 
 SPANS = (4, 8, 16)  # bytes one load may take (vector types the renderer declares)
@@ -19,10 +20,7 @@ SPANS = (4, 8, 16)  # bytes one load may take (vector types the renderer declare
 
 def _byte_load_at(u: UOp) -> tuple[UOp, UOp] | None:
     """``(buffer, index)`` of an ungated scalar load of one byte."""
-    if (u.op is not Ops.LOAD or u.dtype not in (dtypes.uint8, dtypes.int8) or len(u.src) != 1
-            or u.src[0].op is not Ops.INDEX or len(u.src[0].src) != 2 or u.src[0].src[1].dtype.count != 1):
-        return None
-    return u.src[0].src[0], u.src[0].src[1]
+    return _load_at(u) if u.op is Ops.LOAD and u.dtype in (dtypes.uint8, dtypes.int8) else None
 
 
 def nearby_byte_loads(vec: UOp) -> UOp | None:

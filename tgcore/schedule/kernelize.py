@@ -67,8 +67,7 @@ def _share_memory(a: UOp, b: UOp) -> bool:
     ba, bb = REALIZATION.buffer(a), REALIZATION.buffer(b)
     if ba is None or bb is None:
         return False
-    root_a, root_b = ba._base or ba, bb._base or bb
-    if root_a is not root_b:
+    if ba.base is not bb.base:
         return False
     return ba.offset < bb.offset + bb.nbytes and bb.offset < ba.offset + ba.nbytes
 
@@ -214,10 +213,11 @@ class Kernelizer:
         gradient: 3 ops, 3 buffers), where one load of the result replaces several. Per-block scales (an op or
         two on one buffer, broadcast over a quantization block) and tables of constants stay fused, and so do
         bytes widened to larger integers (``_widened_bytes``) whatever their work."""
-        if factor < MIN_BROADCAST or node.op is Ops.BUFFER or self.cached(node) is not None or node in self.done \
-                or _widened_bytes(node, self.is_read):
+        if factor < MIN_BROADCAST or node.op is Ops.BUFFER or self.cached(node) is not None or node in self.done:
             return False
         worth = self._expand_cost.get(node)
+        if worth is None and _widened_bytes(node, self.is_read):
+            worth = self._expand_cost[node] = False
         if worth is None:
             ops, reads, stack, seen = 0, 0, [node], set()
             while stack and ops < EXPENSIVE_OPS and not (reads and ops + reads >= READ_WORK):
