@@ -516,10 +516,6 @@ class Model:
         return (Tensor((np.cos(angles) * kind.cos_scale).astype(np.float32), device=self.device),
                 Tensor((np.sin(angles) * kind.cos_scale).astype(np.float32), device=self.device))
 
-    def _mask(self, kind: CacheKind, seq: int, start: int, n: int, rows: int, window: int) -> Any:
-        from tgcore.tensor import Tensor
-        return Tensor(kind.mask_rows(seq, start, n, rows, window), device=self.device)
-
     def decode_shapes(self) -> list[tuple[int, int]]:
         """Every (rows, position) whose decode step is a capture of its own: one per row count and attention window,
         smallest windows first (the position is the window's last)."""

@@ -526,10 +526,6 @@ class Mlx5Transport(Transport):
         call = np.zeros(1, dtype=np.int64)
         self._handle(self._check_call(call, tickets, "barrier"), "barrier", None).wait()
 
-    def allreduce(self, tensor: Tensor, op: str = "sum") -> Tensor:
-        result: Tensor = self.iallreduce(tensor, op).wait()
-        return result
-
     def iallreduce(self, tensor: Tensor, op: str = "sum", out: Tensor | None = None) -> Handle:
         self._live()
         self._check_op(op)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tg_mlx_rdma.mpi_collectives import CHUNK, MPICollectives, _first_in_line, _nothing
+from tg_mlx_rdma.mpi_collectives import CHUNK, MPICollectives, _first_in_line
 from tg_mlx_rdma.transport import (
     _SEND_VIEWS,
     DEFAULT_TIMEOUT,
@@ -55,6 +55,7 @@ from tg_mlx_rdma.transport import (
     RecvPool,
     Steps,
     TransportClosed,
+    _no_commit,
     as_dtype,
     as_shape,
     check_header,
@@ -618,8 +619,8 @@ class MPITransport(MPICollectives):
         if out is None:
             return self._pool.take(dims, dt, device)
         if direct is not None:
-            realization().invalidate(direct[0])
-            return out, direct[1], _nothing
+            self._invalidate(direct[0])
+            return out, direct[1], _no_commit
         return (out, *write_into(out, nbytes))
 
     def _refuse(self, got: np.ndarray, dims: tuple[int, ...], dt: DType, src: int, data_follows: bool) -> None:

@@ -26,6 +26,7 @@ from tg_mlx_rdma.transport import (
     RecvPool,
     Steps,
     Transport,
+    _no_commit,
     as_shape,
     broadcast_args,
     describe_header,
@@ -61,10 +62,6 @@ class MPICollectives(Transport):
     def barrier(self) -> None:
         self._live()
         self._wait([self._comm.Ibarrier()], "barrier", None)
-
-    def allreduce(self, tensor: Tensor, op: str = "sum") -> Tensor:
-        result: Tensor = self.iallreduce(tensor, op).wait()
-        return result
 
     def iallreduce(self, tensor: Tensor, op: str = "sum", out: Tensor | None = None) -> Handle:
         self._live()
@@ -103,7 +100,7 @@ class MPICollectives(Transport):
         kept: list[Tensor] = []
         if self.rank == root:
             mv, keep = tensor_bytes(tensor)
-            target, commit = tensor, _nothing
+            target, commit = tensor, _no_commit
             kept = [keep]  # (alive until the data is sent)
         else:
             target, mv, commit = recv_target(shape, dt, tensor.device if out is None else None, out)
@@ -164,7 +161,3 @@ def _first_in_line(line: list[Handle], handle: Handle) -> bool:
         if line and line[0] is head:
             line.pop(0)
     return True
-
-
-def _nothing() -> None:
-    pass

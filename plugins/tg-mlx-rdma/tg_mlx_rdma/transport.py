@@ -584,11 +584,12 @@ class Transport(abc.ABC):
         when the sender sent another shape or dtype (the message is consumed; ``out`` is left as it was by the mpi
         backend, unspecified by others)."""
 
-    @abc.abstractmethod
     def allreduce(self, tensor: Tensor, op: str = "sum") -> Tensor:
         """The elementwise ``op`` ("sum", "max", "min", "prod") of ``tensor`` over all ranks, as a new tensor
         on ``tensor``'s device. Every rank must pass the same shape, dtype and op (else ``PeerMismatch``).
         bool tensors: sum/max are logical or, prod/min logical and; integers wrap like numpy."""
+        result: Tensor = self.iallreduce(tensor, op).wait()
+        return result
 
     @abc.abstractmethod
     def broadcast(self, tensor: Tensor, root: int = 0, out: Tensor | None = None) -> Tensor:
