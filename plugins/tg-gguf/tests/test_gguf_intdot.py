@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
 from tg_gguf.dequant import FIELDS
-from tg_gguf.intdot import INT_DOT_NEEDS, INT_DOT_TYPES, SUMS, int_matmul, quantize_activations, uses_int_dot
+from tg_gguf.intdot import INT_DOT_TYPES, SUMS, int_matmul, quantize_activations, uses_int_dot
 from tg_gguf_testutil import assert_bits_equal, random_blocks, reference_dequantize
 
 from tgcore.tensor import Tensor
@@ -218,13 +218,13 @@ def test_grid_types_take_the_float_path_without_row_gathers():
 def test_types_whose_integer_path_needs_more(gtype: GGMLType, flag: str, monkeypatch):
     """A type in ``INT_DOT_NEEDS`` takes the integer path only where the renderer also has that flag (C: a byte
     shuffle per 16-byte table lookup, grid rows gathered; X86: the shuffle, no gathers); without it, float."""
-    import copy
-
     from tgcore.runtime.registry import open_device
-    cpu = copy.copy(open_device("CPU").renderer)
-    assert uses_int_dot(gtype, "CPU") and getattr(cpu, flag) and INT_DOT_NEEDS[gtype](cpu)
-    setattr(cpu, flag, False)
-    assert not INT_DOT_NEEDS[gtype](cpu)  # the need is that flag
+    cpu = open_device("CPU").renderer
+    assert uses_int_dot(gtype, "CPU") and getattr(cpu, flag)
+    with monkeypatch.context() as patched:
+        patched.setattr(cpu, flag, False)
+        assert not uses_int_dot(gtype, "CPU")  # the need is that flag
+    assert uses_int_dot(gtype, "CPU")
     pytest.importorskip("tg_x86")
     from tg_x86.cpu import unavailable_reason
     if unavailable_reason() is not None:
