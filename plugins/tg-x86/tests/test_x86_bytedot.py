@@ -333,9 +333,16 @@ def test_held_constants_give_way_under_register_pressure():
     """5 activation rows (5 accumulators, each block's unpacked weight bytes shared by them): holding the nibble mask
     in a register made the allocator spill vectors; the renderer then selects the kernel again with the mask read
     from memory (no vector spill), exact against numpy."""
+    from tgcore.codegen import get_program
+    from tgcore.schedule.kernelize import create_schedule
     packed, x, scale = row_lane_data(2, 9, 5, seed=8)
     ours, theirs = ROW_LANE_CASES["nibbles"]
     t = row_lane_product(ours(Tensor(packed, device=X86)), Tensor(x, device=X86), Tensor(scale, device=X86))
+    r = X86Renderer()
+    kernels = [list(get_program(si.ast, r, 1).uops) for si in create_schedule([t.uop], t.device)[0] if si.kind != "copy"]
+    held = [ctx for ctx in (r.select_at_level(uops, hold_constants=True) for uops in kernels) if ctx.holds_constants]
+    assert held and any(iv.vreg.cls != "gpr" for ctx in held for iv in r.choose_plan(ctx).spilled)  # the case arises
+    assert not any(r.select(uops).holds_constants for uops in kernels)   # and select gave the mask up
     assert not _vector_spills(instructions(t))
     np.testing.assert_array_equal(t.numpy(), row_lane_reference(theirs(packed), x, scale))
 

@@ -349,7 +349,7 @@ def sel_held_constant(ctx: Emitter, x: UOp) -> tuple | None:
     d = ctx.vnew()
     ctx.emit(Op.VMOVDQU, [d], [slot], (("d", 0, 256), ("u", 0, None)))
     ctx.val[x] = (d,)
-    ctx.held_constants += 1
+    ctx.holds_constants = True
     return EMITTED
 
 

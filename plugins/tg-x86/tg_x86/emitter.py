@@ -79,9 +79,9 @@ class Emitter(ISelContext):
         self.opmasks: dict[tuple[UOp, int], VReg] = {}   # (bool vector gate, zmm piece) -> its opmask
         # the byte dots' instruction: vpdpbusd (EVEX: AVX512-VNNI), its VEX form (AVX-VNNI) or vpmaddubsw (AVX2)
         self.dot_op = Op.VPDPBUSD
-        # byte-dot constants held in registers (``bytedot.sel_held_constant``): allowed, and how many were
+        # byte-dot constants held in registers (``bytedot.sel_held_constant``): allowed, and whether any is
         self.hold_constants = True
-        self.held_constants = 0
+        self.holds_constants = False
         self.chosen_plan: RegisterPlan | None = None   # the register plan, when chosen during selection
         self.frame.nargs = facts.core_arg + 1
 

@@ -188,7 +188,7 @@ class X86Renderer(ISARenderer[Selector]):
         """``select_at_level``, with byte-dot constants held in registers (``bytedot.sel_held_constant``) unless
         the chosen plan then spills vector registers: then again without (that plan is kept for ``choose_plan``)."""
         ctx = self.select_at_level(uops, hold_constants=True)
-        if ctx.held_constants:
+        if ctx.holds_constants:
             plan = self.choose_plan(ctx)
             if any(iv.vreg.cls != "gpr" for iv in plan.spilled):
                 return self.select_at_level(uops, hold_constants=False)
