@@ -304,6 +304,16 @@ def _repeated(short: UOp, dt: DType) -> UOp:
                (UOp(Ops.VECTORIZE, whole.vec(copies), (value,) * copies),))
 
 
+def repeated_of(u: UOp) -> UOp | None:
+    """The short vector ``u`` repeats, when ``u`` is what ``_repeated`` built; else None."""
+    if u.op is not Ops.BITCAST or u.src[0].op is not Ops.VECTORIZE:
+        return None
+    value = u.src[0].src[0]
+    if any(x is not value for x in u.src[0].src) or value.op is not Ops.BITCAST or value.dtype.count != 1:
+        return None
+    return value.src[0]
+
+
 def _vector_loads(lanes: list[UOp], dt: DType) -> UOp:
     """``VECTORIZE(lanes)``, with the distinct scalar loads at consecutive addresses of one buffer read as vector
     loads (a lane a GEP of one): what byte-by-byte gathers of neighbouring bytes were."""

@@ -13,7 +13,7 @@ works lane by lane), 32 lanes in a ymm.
 from __future__ import annotations
 
 from tgcore.dtype import DType, PtrDType, dtypes
-from tgcore.renderer.cbytedot import byte_table_lookup
+from tgcore.renderer.cbytedot import byte_table_lookup, repeated_of
 from tgcore.uop import Ops, UOp
 
 BYTES = (dtypes.uint8, dtypes.int8)
@@ -110,14 +110,10 @@ def repeated_load(u: UOp) -> UOp | None:
     """A byte vector that repeats the bytes of one 2-, 4- or 8-byte load (``BITCAST`` of a ``VECTORIZE`` of one
     ``BITCAST`` of an ungated byte-vector load: the core's ``cbytedot._repeated``, the activation bytes a row-lane dot
     broadcasts) -> that load; else None."""
-    if u.op is not Ops.BITCAST or not is_bytes(u.dtype) or u.src[0].op is not Ops.VECTORIZE:
+    if not is_bytes(u.dtype) or (load := repeated_of(u)) is None:
         return None
-    word = u.src[0].src[0]
-    if any(x is not word for x in u.src[0].src) or word.op is not Ops.BITCAST or word.dtype.count != 1:
-        return None
-    load = word.src[0]
-    if (load.op is not Ops.LOAD or not is_bytes(load.dtype) or load.dtype.count != word.dtype.itemsize
-            or word.dtype.itemsize not in REPEATED_BROADCASTS or u.dtype.count % load.dtype.count):
+    if (load.op is not Ops.LOAD or not is_bytes(load.dtype) or load.dtype.count not in REPEATED_BROADCASTS
+            or u.dtype.count % load.dtype.count):
         return None
     ungated = len(load.src) == 1 and load.src[0].op is Ops.INDEX and len(load.src[0].src) == 2
     return load if ungated and load.src[0].src[1].dtype.count == 1 else None
