@@ -146,15 +146,9 @@ class _Walk:
 def _reads_written_memory(write: UOp, leaves: list[UOp]) -> bool:
     """Whether a leaf of the write's graph other than its target buffer is memory the write writes (a realized
     slice of it, say)."""
-    written = [n for n in _view_chain(write.src[0]) if n.op is Ops.BUFFER]
-    target = REALIZATION.buffer(written[0]) if written else None
-    if target is None:
-        return False
-    for leaf in leaves:
-        buf = REALIZATION.buffer(leaf)
-        if leaf is not written[0] and buf is not None and buf.base is target.base:
-            return True
-    return False
+    written = next((n for n in _view_chain(write.src[0]) if n.op is Ops.BUFFER), None)
+    return written is not None and any(leaf is not written and REALIZATION.share_memory(leaf, written)
+                                       for leaf in leaves)
 
 
 def _view_chain(n: UOp) -> list[UOp]:

@@ -59,19 +59,6 @@ def uop_buffer(u: UOp) -> Buffer:
     return buf
 
 
-def _share_memory(a: UOp, b: UOp) -> bool:
-    """Whether the BUFFER uops ``a`` and ``b`` are, or view, overlapping bytes of one allocation (a realized slice
-    can be a view of its source's memory)."""
-    if a is b:
-        return True
-    ba, bb = REALIZATION.buffer(a), REALIZATION.buffer(b)
-    if ba is None or bb is None:
-        return False
-    if ba.base is not bb.base:
-        return False
-    return ba.offset < bb.offset + bb.nbytes and bb.offset < ba.offset + ba.nbytes
-
-
 def buffer_device(u: UOp) -> str:
     return u.src[1].arg
 
@@ -588,7 +575,7 @@ class _KernelBuilder:
 
     def params_over(self, base: UOp) -> set[UOp]:
         """The PARAMs so far whose buffers are (views of) memory that ``base``'s overlaps."""
-        return {p for p, b in zip(self.params, self.param_bufs, strict=True) if _share_memory(b, base)}
+        return {p for p, b in zip(self.params, self.param_bufs, strict=True) if REALIZATION.share_memory(b, base)}
 
     def param(self, buf: UOp) -> UOp:
         if buf not in self.slot:

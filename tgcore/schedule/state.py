@@ -110,6 +110,16 @@ class RealizationState:
         """The runtime Buffer behind a BUFFER uop, or None."""
         return self._buffers.get(u)
 
+    def share_memory(self, a: UOp, b: UOp) -> bool:
+        """Whether the BUFFER uops ``a`` and ``b`` are, or view, overlapping bytes of one allocation (a realized
+        slice can be a view of its source's memory)."""
+        if a is b:
+            return True
+        ba, bb = self.buffer(a), self.buffer(b)
+        if ba is None or bb is None or ba.base is not bb.base:
+            return False
+        return ba.offset < bb.offset + bb.nbytes and bb.offset < ba.offset + ba.nbytes
+
     def bind(self, u: UOp, buf: Buffer) -> None:
         """Put ``buf`` behind the BUFFER uop ``u`` (e.g. a view of a file a loader mapped)."""
         if u.op is not Ops.BUFFER:
