@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tg_gguf
-from tg_gguf.constants import BLOCK_LAYOUT
+from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
 from tg_gguf.dequant import GRID_TYPES
 from tg_gguf_testutil import assert_bits_equal, gguf_with_tensor, random_blocks, reference_dequantize
 
@@ -52,3 +52,32 @@ def test_constant_tables_are_built_once_per_device():
     np.testing.assert_array_equal(TABLES.get("grid:IQ2XXS", "CPU").numpy().reshape(-1, 8), grid("IQ2XXS"))
     with pytest.raises(KeyError, match="no constant table"):
         TABLES.get("grid:NOPE", "CPU")
+
+
+def _signed_row_blocks(gtype: GGMLType, index_bits: int) -> np.ndarray:
+    """Super-blocks whose groups of 8 take every grid entry ``e`` with every sign index ``s`` in turn (group ``k``:
+    ``e = k % 2**index_bits``, ``s = k >> index_bits``), ``d`` 1.0 and scales 0 (a factor 1/8 on each value)."""
+    k = np.arange(128 << index_bits)
+    if gtype is GGMLType.IQ2_XS:  # per group a u16: the grid index, the sign index above it
+        qs = k.astype("<u2").view(np.uint8).reshape(-1, 64)
+    else:  # IQ2_XXS: per 4 groups their 4 grid bytes, then a u32 of their 4 sign indices (and a scale of 0)
+        e, s = (k & 255).reshape(-1, 4), (k >> 8).reshape(-1, 4)
+        aux = (s[:, 0] | s[:, 1] << 7 | s[:, 2] << 14 | s[:, 3] << 21).astype("<u4")
+        qs = np.concatenate([e.astype(np.uint8), aux.view(np.uint8).reshape(-1, 4)], axis=1).reshape(-1, 64)
+    raw = np.zeros((qs.shape[0], BLOCK_LAYOUT[gtype][1]), np.uint8)
+    raw[:, :2] = np.full(qs.shape[0], 1.0, "<f2").view(np.uint8).reshape(-1, 2)
+    raw[:, 2:66] = qs
+    return raw.reshape(-1)
+
+
+@pytest.mark.parametrize("gtype,grid,index_bits", [(GGMLType.IQ2_XXS, "IQ2XXS", 8), (GGMLType.IQ2_XS, "IQ2XS", 9)],
+                         ids=lambda v: getattr(v, "name", None))
+def test_signed_grid_tables_hold_every_signed_row(gtype, grid, index_bits):
+    """The integer path's rows of IQ2_XXS / IQ2_XS (``grid_signed_u8``: row ``(s << index_bits) | e``, signs applied,
+    plus 64), every one of them, against gguf-py: 8 times its dequantization of a group with grid entry ``e`` and
+    sign index ``s`` (``d`` 1.0, scale 0: each value times 1/8)."""
+    from tg_gguf.tables import TABLES
+    rows = 128 << index_bits
+    ref = reference_dequantize(gtype, _signed_row_blocks(gtype, index_bits), (rows // 32, 256)).reshape(rows, 8) * 8
+    table = TABLES.get(f"grid_signed_u8:{grid}", "CPU").numpy().reshape(rows, 8).astype(np.int32) - 64
+    np.testing.assert_array_equal(table, ref)

@@ -14,6 +14,9 @@ The tables (facts of the ggml format, computed from ``tg_gguf.iq_grids`` / ``tg_
   dot product (``tg_gguf.intdot``), looked up 32 at a time with one byte shuffle on a renderer that has it.
 - ``grid_u8:<NAME>``: an i-quant grid with non-negative integer values (IQ2, IQ3) as bytes, laid out as ``grid:``:
   the unsigned operand of an integer dot product, a group's values one load of 8 (4) bytes.
+- ``grid_signed_u8:IQ2XXS``, ``grid_signed_u8:IQ2XS``: those grids' rows with each of the 128 sign patterns
+  applied, plus 64, as bytes (256 KiB, 512 KiB), at the grid index with the 7-bit sign index above its bits: the
+  unsigned operand of IQ2_XXS / IQ2_XS's integer dot product, a group's values with their signs one load of 8 bytes.
 - ``ksign_masks``: for each 7-bit sign index, the 8 signs of ``ksigns`` as byte masks (0 for +, -1 for -, int8):
   an integer dot product flips its activations' signs with them (``(x ^ m) - m``).
 - ``grid:IQ1S+delta``: IQ1_S / IQ1_M's grid plus its delta (+0.125 for entries 0..2047, -0.125 for 2048..4095),
@@ -87,6 +90,17 @@ def _grid_bytes(name: str) -> np.ndarray:
     return values.astype(np.uint8)
 
 
+def _signed_grid_bytes(name: str) -> np.ndarray:
+    """``grid_signed_u8:<NAME>`` (IQ2_XXS, IQ2_XS): the grid's rows under each of the 128 sign patterns of ``ksigns``,
+    plus 64, as bytes (21..107): row ``(s << b) | e`` (``b`` bits of grid index) is entry ``e``'s 8 values, value
+    ``j`` negated where bit ``j`` of ``ksigns[s]`` is set."""
+    from tg_gguf.quants import grid, ksigns
+    values = grid(name).astype(np.int32)  # (entries, 8)
+    bits = (ksigns(np.arange(128, dtype=np.uint8)).reshape(-1, 1) >> np.arange(8, dtype=np.uint8)) & 1
+    signed = (1 - 2 * bits.astype(np.int32))[:, None, :] * values[None, :, :] + 64  # (sign index, entry, value)
+    return signed.astype(np.uint8).reshape(-1)
+
+
 def _ksign_masks() -> np.ndarray:
     from tg_gguf.quants import ksigns
     bits = (ksigns(np.arange(128, dtype=np.uint8)).reshape(-1, 1) >> np.arange(8, dtype=np.uint8)) & 1
@@ -120,6 +134,7 @@ BUILDERS: dict[str, Callable[[], np.ndarray]] = {
     "mxfp4_u8": functools.partial(_shifted_bytes, "MXFP4_VALUES"),
     **{f"grid:{g}": functools.partial(_grid_floats, g) for g in ("IQ2XXS", "IQ2XS", "IQ2S", "IQ3XXS", "IQ3S")},
     **{f"grid_u8:{g}": functools.partial(_grid_bytes, g) for g in ("IQ2XXS", "IQ2XS", "IQ2S", "IQ3XXS", "IQ3S")},
+    **{f"grid_signed_u8:{g}": functools.partial(_signed_grid_bytes, g) for g in ("IQ2XXS", "IQ2XS")},
     "ksign_masks": _ksign_masks,
     "grid:IQ1S+delta": _iq1_shifted,
     "grid_u8:IQ1S+delta": _iq1_shifted_bytes,
