@@ -6,7 +6,8 @@ In:  quantized activations (``intdot.quantize_activations``: int8 per element, a
      at ``32g + 4l``), the blocks' scales (and Q4_1/Q5_1's mins) of the 8 rows side by side as float16; Q5's fifth
      bits as 4 bytes per row and block, interleaved the same way (``_fifth_bit_bytes``); Q4_K's sub-blocks packed
      as Q4_0's blocks, its scales and mins per sub-block unpacked to int16 (``_repack_k``); IQ4_XS's sub-blocks
-     as they are (Q4_0's packing), its scales unpacked to int16, its values looked up in a 16-byte table.
+     as they are (Q4_0's packing), its scales unpacked to int16, its values looked up in a 16-byte table; TQ2_0's
+     2-bit values 4 to a byte (``_two_bit_steps``: a step is a shift and a mask), ``d`` per 256 as Q4_K's.
 Out: ``x @ W.T`` (``(..., N)`` float32, lazy), equal to ``intdot.int_matmul``'s up to float rounding (the same
      integer block sums; the float sums over blocks in one row's order).
 
@@ -115,6 +116,8 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
         return _repack_k(data, gtype, n, k, device)
     if gtype is GGMLType.IQ4_XS:
         return _repack_xs(data, n, k, device)
+    if gtype in TWO_BIT_TYPES:
+        return _repack_two_bit(data, gtype, n, k, device)
     qs_at, qs_bytes = fields["qs"]
     qs = _interleave(data[:, :, qs_at:qs_at + qs_bytes])
     if gtype is GGMLType.Q8_0:
@@ -199,6 +202,30 @@ def _repack_xs(data: np.ndarray, n: int, k: int, device: str) -> RowLanes:
                     sc=put(_side_by_side(scales.reshape(rows, supers * 8))))
 
 
+def _two_bit_steps(values: np.ndarray) -> np.ndarray:
+    """``(rows, blocks, 32)`` values below 4 -> ``(rows, blocks, 8)`` bytes, byte ``4v + k`` holding value ``8q + 4v +
+    k`` in bits ``2q, 2q + 1``: interleaved (``_interleave``), step ``2q + v`` of a block of 8 rows (its values ``4(2q
+    + v) + k``) is the block's 32 bytes ``v`` shifted right by ``2q`` in 32-bit lanes and masked with 3, two
+    instructions as Q4_0's high nibbles (``_unsigned``)."""
+    rows, blocks, _ = values.shape
+    planes = values.reshape(rows, blocks, 4, 8).astype(np.uint8)  # [., ., q, 4v + k]
+    return planes[:, :, 0] | (planes[:, :, 1] << 2) | (planes[:, :, 2] << 4) | (planes[:, :, 3] << 6)
+
+
+def _repack_two_bit(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) -> RowLanes:
+    """TQ2_0 ``(rows padded to 8, super-blocks, 66)`` bytes -> its row-lane form: the 2-bit values (element ``128h +
+    32j + l`` is bits ``2j, 2j + 1`` of ``qs[32h + l]``) packed per block of 32 by ``_two_bit_steps`` and interleaved,
+    ``d`` side by side per super-block (as Q4_K's): 66 bytes per 256 values, as the raw layout."""
+    rows, supers, _ = data.shape
+    fields = FIELDS[gtype]
+    qs_at, qs_bytes = fields["qs"]
+    qs = data[:, :, qs_at:qs_at + qs_bytes].reshape(rows, supers, 2, 1, 32)
+    values = (qs >> (2 * np.arange(4, dtype=np.uint8))[:, None]) & 3  # (rows, supers, h, j, l)
+    packed = _interleave(_two_bit_steps(values.reshape(rows, supers * 8, 32)))
+    return RowLanes(gtype, n, k, _put(packed, device), _put(_side_by_side(_float16s(data, fields["d"][0])), device),
+                    None)
+
+
 def _unsigned(w: RowLanes, batch: int = 1) -> Tensor:
     """The weight's unsigned integers ``(batch, groups, 8 rows, blocks, 8, 4)``: ``[., r, l, b, g, k]`` is row
     ``8r + l``'s element ``32b + 4g + k``; ``batch`` > 1: the packed bytes broadcast over a batch's rows before
@@ -207,6 +234,11 @@ def _unsigned(w: RowLanes, batch: int = 1) -> Tensor:
     groups, blocks = w.qs.shape[0], _blocks(w)
     if w.gtype is GGMLType.Q8_0:
         qs = w.qs.reshape(1, groups, blocks, 8, ROWS, STEP)
+    elif w.gtype in TWO_BIT_TYPES:  # step 2q + v: bits 2q, 2q + 1 of the 32 bytes v (``_two_bit_steps``)
+        from tg_gguf.dequant import iota
+        packed = w.qs.reshape(1, groups, blocks, 1, 2, ROWS, STEP).expand(batch, groups, blocks, 4, 2, ROWS, STEP)
+        quarter = iota((1, 1, 1, 4, 1, 1, 1), 3, packed.device, "uint8")
+        qs = ((packed >> (quarter * 2)) & 3).reshape(batch, groups, blocks, 8, ROWS, STEP)
     else:  # nibbles: g < 4 the low ones (elements 4g + k), g >= 4 the high ones (16 + 4(g - 4) + k)
         from tg_gguf.dequant import iota
         packed = w.qs.reshape(1, groups, blocks, 1, 4, ROWS, STEP).expand(batch, groups, blocks, 2, 4, ROWS, STEP)
@@ -261,6 +293,8 @@ def dequantize(w: RowLanes) -> Tensor:
         value = scale * u - offset
     elif w.gtype is GGMLType.IQ4_XS:  # d * (s - 32) * value, the value u - 128 exactly
         value = _xs_scale(w) * (u - 128.0)
+    elif w.gtype in TWO_BIT_TYPES:  # d * (q - 1), d per 256
+        value = _per_row(w.d, blocks) * (u - 1.0)
     elif w.m is not None:  # Q4_1, Q5_1: d * q + m
         value = _per_row(w.d) * u + _per_row(w.m)
     else:  # (u + c) is the signed integer, exactly (Q8_0's ``float(int8)``, Q4_0's ``q - 8.0``)
@@ -268,6 +302,9 @@ def dequantize(w: RowLanes) -> Tensor:
     out = value.reshape(groups * ROWS, blocks * BLOCK)
     return out if groups * ROWS == w.rows else out.shrink(((0, w.rows), None))
 
+
+# the types held as 2-bit values, 4 to a byte (``_repack_two_bit``), one scale per 256 and ``q = u - 1``
+TWO_BIT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.TQ2_0})
 
 # a symmetric type's integer offset (``q = u + c``)
 OFFSETS = {GGMLType.Q8_0: -128, GGMLType.Q4_0: -8, GGMLType.Q5_0: -16}
@@ -293,6 +330,9 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
     elif w.gtype is GGMLType.IQ4_XS:
         scale = _xs_scale(w)
         offset = scale * -128.0
+    elif w.gtype in TWO_BIT_TYPES:  # q = u - 1, d per 256
+        scale = _per_row(w.d, blocks)
+        offset = scale * -1.0
     else:
         scale = _per_row(w.d)
         offset = scale * float(OFFSETS[w.gtype]) if w.gtype in OFFSETS else _per_row(w.m) if w.m is not None \
@@ -323,8 +363,11 @@ BROADCAST_FIRST: frozenset[GGMLType] = frozenset({GGMLType.IQ4_XS, GGMLType.Q5_K
 # one thread, jitted, CPU time, alternating in one process (load ~7): 0.63 -> 0.42 ms (the activations-in-lanes
 # kernel permutes each sub-block's scale and min into all lanes per row, the row lanes have them in the lanes); Q5_K
 # the same with Q5_1's fifth bits (broadcast over the batch first, as IQ4_XS below: 0.72-0.75 -> 0.56-0.60 ms)
+# TQ2_0 (2-bit values, 4 steps to a 32-byte load: ``_two_bit_steps``; 4096^2 GEMV, one thread, jitted, load ~9):
+# 0.54 -> 0.27 ms against intdot's kernel (one conversion and multiply-add per block and 8 rows, not per row)
 LAYOUT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
-                                               GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.IQ4_XS})
+                                               GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.IQ4_XS,
+                                               GGMLType.TQ2_0})
 # IQ4_XS (4096^2, one thread, CPU time, load ~10: 1.00 -> 0.53 ms against intdot's kernel): its table lookup is one
 # read more on the weight's side, which reaches the scheduler's READ_WORK (``kernelize.worth_realizing_before_expand``:
 # ops + reads = 5): from 64 activation rows on the weight's values got a kernel of their own and the product another
