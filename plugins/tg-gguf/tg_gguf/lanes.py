@@ -7,7 +7,8 @@ In:  quantized activations (``intdot.quantize_activations``: int8 per element, a
      bits as 4 bytes per row and block, interleaved the same way (``_fifth_bit_bytes``); Q4_K's sub-blocks packed
      as Q4_0's blocks, its scales and mins per sub-block unpacked to int16 (``_repack_k``); IQ4_XS's sub-blocks
      as they are (Q4_0's packing), its scales unpacked to int16, its values looked up in a 16-byte table; TQ2_0's
-     2-bit values 4 to a byte (``_two_bit_steps``: a step is a shift and a mask), ``d`` per 256 as Q4_K's.
+     2-bit values 4 to a byte (``_two_bit_steps``: a step is a shift and a mask), ``d`` per 256 as Q4_K's; TQ1_0's
+     base-3 digits taken apart once, here, and held as TQ2_0's (66 bytes per 256 values against 54: +22%).
 Out: ``x @ W.T`` (``(..., N)`` float32, lazy), equal to ``intdot.int_matmul``'s up to float rounding (the same
      integer block sums; the float sums over blocks in one row's order).
 
@@ -212,15 +213,35 @@ def _two_bit_steps(values: np.ndarray) -> np.ndarray:
     return planes[:, :, 0] | (planes[:, :, 1] << 2) | (planes[:, :, 2] << 4) | (planes[:, :, 3] << 6)
 
 
+def _trits(data: np.ndarray) -> np.ndarray:
+    """TQ1_0 ``(rows, super-blocks, 54)`` bytes -> its 256 base-3 digits per super-block ``(rows, super-blocks, 256)``
+    (0..2; ``q = u - 1``): element ``32t + l`` is trit ``t`` of ``qs[l]``, ``160 + 16t + l`` trit ``t`` of ``qs[32 +
+    l]``, ``240 + 4t + j`` trit ``t`` of ``qh[j]``; trit ``t`` of a byte ``b`` is ``((b * 3^t mod 256) * 3) >> 8``."""
+    fields = FIELDS[GGMLType.TQ1_0]
+    qs_at, _ = fields["qs"]
+    qh_at, _ = fields["qh"]
+
+    def digits(raw: np.ndarray, count: int) -> np.ndarray:  # (rows, supers, width) -> (rows, supers, count * width)
+        powers = (3 ** np.arange(count, dtype=np.uint16))[:, None]
+        wrapped = (raw[:, :, None, :].astype(np.uint16) * powers) & 255
+        return ((wrapped * 3) >> 8).astype(np.uint8).reshape(*raw.shape[:2], -1)
+    return np.concatenate([digits(data[:, :, qs_at:qs_at + 32], 5), digits(data[:, :, qs_at + 32:qs_at + 48], 5),
+                           digits(data[:, :, qh_at:qh_at + 4], 4)], -1)
+
+
 def _repack_two_bit(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) -> RowLanes:
-    """TQ2_0 ``(rows padded to 8, super-blocks, 66)`` bytes -> its row-lane form: the 2-bit values (element ``128h +
-    32j + l`` is bits ``2j, 2j + 1`` of ``qs[32h + l]``) packed per block of 32 by ``_two_bit_steps`` and interleaved,
-    ``d`` side by side per super-block (as Q4_K's): 66 bytes per 256 values, as the raw layout."""
+    """TQ2_0 (TQ1_0) ``(rows padded to 8, super-blocks, block bytes)`` -> its row-lane form: the 2-bit values (TQ2_0's
+    element ``128h + 32j + l`` is bits ``2j, 2j + 1`` of ``qs[32h + l]``; TQ1_0's base-3 digits, ``_trits``) packed
+    per block of 32 by ``_two_bit_steps`` and interleaved, ``d`` side by side per super-block (as Q4_K's): 66 bytes
+    per 256 values (TQ2_0's raw layout; TQ1_0's is 54)."""
     rows, supers, _ = data.shape
     fields = FIELDS[gtype]
-    qs_at, qs_bytes = fields["qs"]
-    qs = data[:, :, qs_at:qs_at + qs_bytes].reshape(rows, supers, 2, 1, 32)
-    values = (qs >> (2 * np.arange(4, dtype=np.uint8))[:, None]) & 3  # (rows, supers, h, j, l)
+    if gtype is GGMLType.TQ1_0:
+        values = _trits(data)
+    else:
+        qs_at, qs_bytes = fields["qs"]
+        qs = data[:, :, qs_at:qs_at + qs_bytes].reshape(rows, supers, 2, 1, 32)
+        values = (qs >> (2 * np.arange(4, dtype=np.uint8))[:, None]) & 3  # (rows, supers, h, j, l)
     packed = _interleave(_two_bit_steps(values.reshape(rows, supers * 8, 32)))
     return RowLanes(gtype, n, k, _put(packed, device), _put(_side_by_side(_float16s(data, fields["d"][0])), device),
                     None)
@@ -304,7 +325,7 @@ def dequantize(w: RowLanes) -> Tensor:
 
 
 # the types held as 2-bit values, 4 to a byte (``_repack_two_bit``), one scale per 256 and ``q = u - 1``
-TWO_BIT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.TQ2_0})
+TWO_BIT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.TQ2_0, GGMLType.TQ1_0})
 
 # a symmetric type's integer offset (``q = u + c``)
 OFFSETS = {GGMLType.Q8_0: -128, GGMLType.Q4_0: -8, GGMLType.Q5_0: -16}
@@ -364,10 +385,12 @@ BROADCAST_FIRST: frozenset[GGMLType] = frozenset({GGMLType.IQ4_XS, GGMLType.Q5_K
 # kernel permutes each sub-block's scale and min into all lanes per row, the row lanes have them in the lanes); Q5_K
 # the same with Q5_1's fifth bits (broadcast over the batch first, as IQ4_XS below: 0.72-0.75 -> 0.56-0.60 ms)
 # TQ2_0 (2-bit values, 4 steps to a 32-byte load: ``_two_bit_steps``; 4096^2 GEMV, one thread, jitted, load ~9):
-# 0.54 -> 0.27 ms against intdot's kernel (one conversion and multiply-add per block and 8 rows, not per row)
+# 0.54 -> 0.27 ms against intdot's kernel (one conversion and multiply-add per block and 8 rows, not per row); TQ1_0
+# held as TQ2_0 (its digits taken apart at load, +22% resident bytes): 0.79 -> 0.26 ms (intdot's kernel took the
+# digits apart with 16-bit multiplies, ports 0 and 1 bound: ~140 cycles per 4 rows and 256 values by llvm-mca)
 LAYOUT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
                                                GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.IQ4_XS,
-                                               GGMLType.TQ2_0})
+                                               GGMLType.TQ2_0, GGMLType.TQ1_0})
 # IQ4_XS (4096^2, one thread, CPU time, load ~10: 1.00 -> 0.53 ms against intdot's kernel): its table lookup is one
 # read more on the weight's side, which reaches the scheduler's READ_WORK (``kernelize.worth_realizing_before_expand``:
 # ops + reads = 5): from 64 activation rows on the weight's values got a kernel of their own and the product another
