@@ -8,7 +8,8 @@ In:  quantized activations (``intdot.quantize_activations``: int8 per element, a
      as Q4_0's blocks, its scales and mins per sub-block unpacked to int16 (``_repack_k``); IQ4_XS's sub-blocks
      as they are (Q4_0's packing), its scales unpacked to int16, its values looked up in a 16-byte table; TQ2_0's
      2-bit values 4 to a byte (``_two_bit_steps``: a step is a shift and a mask), ``d`` per 256 as Q4_K's; TQ1_0's
-     base-3 digits taken apart once, here, and held as TQ2_0's (66 bytes per 256 values against 54: +22%).
+     base-3 digits taken apart once, here, and held as TQ2_0's (66 bytes per 256 values against 54: +22%); IQ4_NL
+     as Q4_0 with IQ4_XS's table.
 Out: ``x @ W.T`` (``(..., N)`` float32, lazy), equal to ``intdot.int_matmul``'s up to float rounding (the same
      integer block sums; the float sums over blocks in one row's order).
 
@@ -269,7 +270,7 @@ def _unsigned(w: RowLanes, batch: int = 1) -> Tensor:
             fifth = w.qh.reshape(1, groups, blocks, 1, ROWS, STEP).expand(batch, groups, blocks, 8, ROWS, STEP)
             step = iota((1, 1, 1, 8, 1, 1), 3, fifth.device, "uint8")
             qs = qs | (((fifth >> step) & 1) << 4)
-    if w.gtype is GGMLType.IQ4_XS:  # the nibbles select IQ4_NL's values (plus 128): a 16-byte table
+    if w.gtype in NONLINEAR_TYPES:  # the nibbles select IQ4_NL's values (plus 128): a 16-byte table
         from tg_gguf.tables import TABLES
         qs = TABLES.get("iq4nl_u8", qs.device).take(qs.cast("int32"))
     return qs.permute(0, 1, 4, 2, 3, 5)
@@ -314,6 +315,8 @@ def dequantize(w: RowLanes) -> Tensor:
         value = scale * u - offset
     elif w.gtype is GGMLType.IQ4_XS:  # d * (s - 32) * value, the value u - 128 exactly
         value = _xs_scale(w) * (u - 128.0)
+    elif w.gtype is GGMLType.IQ4_NL:  # d * value
+        value = _per_row(w.d) * (u - 128.0)
     elif w.gtype in TWO_BIT_TYPES:  # d * (q - 1), d per 256
         value = _per_row(w.d, blocks) * (u - 1.0)
     elif w.m is not None:  # Q4_1, Q5_1: d * q + m
@@ -348,8 +351,8 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
     if w.gtype in (GGMLType.Q4_K, GGMLType.Q5_K):
         scale, minimum = _k_factors(w)
         offset: Tensor | None = minimum * -1.0
-    elif w.gtype is GGMLType.IQ4_XS:
-        scale = _xs_scale(w)
+    elif w.gtype in NONLINEAR_TYPES:
+        scale = _xs_scale(w) if w.gtype is GGMLType.IQ4_XS else _per_row(w.d)
         offset = scale * -128.0
     elif w.gtype in TWO_BIT_TYPES:  # q = u - 1, d per 256
         scale = _per_row(w.d, blocks)
@@ -367,7 +370,10 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
 
 
 # the types whose packed bytes are broadcast over the batch before their values are computed (``_unsigned``)
-BROADCAST_FIRST: frozenset[GGMLType] = frozenset({GGMLType.IQ4_XS, GGMLType.Q5_K})
+BROADCAST_FIRST: frozenset[GGMLType] = frozenset({GGMLType.IQ4_XS, GGMLType.IQ4_NL, GGMLType.Q5_K})
+
+# the types whose 4-bit codes select IQ4_NL's non-linear values (``iq4nl_u8``: each plus 128, ``q = u - 128``)
+NONLINEAR_TYPES: frozenset[GGMLType] = frozenset({GGMLType.IQ4_XS, GGMLType.IQ4_NL})
 
 
 # the types with a row-lane layout (``repack``), taken by ``QuantizedMatrix`` wherever the renderer has
@@ -388,9 +394,11 @@ BROADCAST_FIRST: frozenset[GGMLType] = frozenset({GGMLType.IQ4_XS, GGMLType.Q5_K
 # 0.54 -> 0.27 ms against intdot's kernel (one conversion and multiply-add per block and 8 rows, not per row); TQ1_0
 # held as TQ2_0 (its digits taken apart at load, +22% resident bytes): 0.79 -> 0.26 ms (intdot's kernel took the
 # digits apart with 16-bit multiplies, ports 0 and 1 bound: ~140 cycles per 4 rows and 256 values by llvm-mca)
+# IQ4_NL (Q4_0's packing, IQ4_XS's table; 4096^2, one thread, jitted, alternating with main's, load ~15): 0.61 ->
+# 0.38 ms against intdot's kernel
 LAYOUT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
                                                GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.IQ4_XS,
-                                               GGMLType.TQ2_0, GGMLType.TQ1_0})
+                                               GGMLType.TQ2_0, GGMLType.TQ1_0, GGMLType.IQ4_NL})
 # IQ4_XS (4096^2, one thread, CPU time, load ~10: 1.00 -> 0.53 ms against intdot's kernel): its table lookup is one
 # read more on the weight's side, which reaches the scheduler's READ_WORK (``kernelize.worth_realizing_before_expand``:
 # ops + reads = 5): from 64 activation rows on the weight's values got a kernel of their own and the product another
