@@ -9,7 +9,7 @@ In:  quantized activations (``intdot.quantize_activations``: int8 per element, a
      as they are (Q4_0's packing), its scales unpacked to int16, its values looked up in a 16-byte table; TQ2_0's
      2-bit values 4 to a byte (``_two_bit_steps``: a step is a shift and a mask), ``d`` per 256 as Q4_K's; TQ1_0's
      base-3 digits taken apart once, here, and held as TQ2_0's (66 bytes per 256 values against 54: +22%); IQ4_NL
-     as Q4_0 with IQ4_XS's table.
+     as Q4_0 with IQ4_XS's table; MXFP4 as Q4_0 with its own table, its e8m0 exponents side by side as uint16.
 Out: ``x @ W.T`` (``(..., N)`` float32, lazy), equal to ``intdot.int_matmul``'s up to float rounding (the same
      integer block sums; the float sums over blocks in one row's order).
 
@@ -46,8 +46,8 @@ BLOCK = 32
 @dataclass(frozen=True)
 class RowLanes:
     """A weight repacked with its rows in lanes: ``qs`` ``(groups, blocks, bytes per row-block)`` uint8, ``d`` (and
-    for Q4_1/Q5_1 ``m``) ``(groups, blocks, 8)`` float16, Q5's ``qh`` ``(groups, blocks, 32)`` uint8; ``rows`` the
-    weight's rows before padding."""
+    for Q4_1/Q5_1 ``m``) ``(groups, blocks, 8)`` float16 (MXFP4: its exponents, uint16), Q5's ``qh`` ``(groups,
+    blocks, 32)`` uint8; ``rows`` the weight's rows before padding."""
 
     gtype: GGMLType
     rows: int
@@ -130,6 +130,9 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
         qh = _interleave(_fifth_bit_bytes(data[:, :, qh_at:qh_at + 4]))
 
     put = functools.partial(_put, device=device)
+    if gtype is GGMLType.MXFP4:  # its e8m0 exponents in ``d``'s place, as uint16 (as bytes the row-lane plan would
+        e_at, _ = fields["e"]     # take them for a third byte input of the product)
+        return RowLanes(gtype, n, k, put(qs), put(_side_by_side(data[:, :, e_at].astype(np.uint16))), None)
     return RowLanes(gtype, n, k, put(qs), put(_side_by_side(_float16s(data, fields["d"][0]))),
                     put(_side_by_side(_float16s(data, fields["m"][0]))) if "m" in fields else None,
                     None if qh is None else put(qh))
@@ -270,9 +273,9 @@ def _unsigned(w: RowLanes, batch: int = 1) -> Tensor:
             fifth = w.qh.reshape(1, groups, blocks, 1, ROWS, STEP).expand(batch, groups, blocks, 8, ROWS, STEP)
             step = iota((1, 1, 1, 8, 1, 1), 3, fifth.device, "uint8")
             qs = qs | (((fifth >> step) & 1) << 4)
-    if w.gtype in NONLINEAR_TYPES:  # the nibbles select IQ4_NL's values (plus 128): a 16-byte table
+    if w.gtype in TABLE_TYPES:  # the nibbles select IQ4_NL's (MXFP4's) values plus 128: a 16-byte table
         from tg_gguf.tables import TABLES
-        qs = TABLES.get("iq4nl_u8", qs.device).take(qs.cast("int32"))
+        qs = TABLES.get(TABLE_TYPES[w.gtype], qs.device).take(qs.cast("int32"))
     return qs.permute(0, 1, 4, 2, 3, 5)
 
 
@@ -288,6 +291,13 @@ def _per_row(field: Tensor, blocks: int | None = None) -> Tensor:
     t = field.permute(0, 2, 1).reshape(1, groups, ROWS, per, 1, 1, 1).cast("float32")
     repeat = (blocks or per) // per
     return t.expand(1, groups, ROWS, per, repeat, 1, 1).reshape(1, groups, ROWS, per * repeat, 1, 1)
+
+
+def _mx_scale(w: RowLanes) -> Tensor:
+    """MXFP4's per-block scale ``2**(e - 128)`` ``(1, groups, 8, blocks, 1, 1)`` float32 (``dequant.mxfp4_scale``)."""
+    from tg_gguf.dequant import e8m0_halved
+    groups, blocks = w.d.shape[0], w.d.shape[1]
+    return e8m0_halved(w.d.permute(0, 2, 1).reshape(1, groups, ROWS, blocks, 1, 1))
 
 
 def _xs_scale(w: RowLanes) -> Tensor:
@@ -317,6 +327,8 @@ def dequantize(w: RowLanes) -> Tensor:
         value = _xs_scale(w) * (u - 128.0)
     elif w.gtype is GGMLType.IQ4_NL:  # d * value
         value = _per_row(w.d) * (u - 128.0)
+    elif w.gtype is GGMLType.MXFP4:  # 2**(e - 128) * the doubled e2m1 value
+        value = _mx_scale(w) * (u - 128.0)
     elif w.gtype in TWO_BIT_TYPES:  # d * (q - 1), d per 256
         value = _per_row(w.d, blocks) * (u - 1.0)
     elif w.m is not None:  # Q4_1, Q5_1: d * q + m
@@ -351,8 +363,9 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
     if w.gtype in (GGMLType.Q4_K, GGMLType.Q5_K):
         scale, minimum = _k_factors(w)
         offset: Tensor | None = minimum * -1.0
-    elif w.gtype in NONLINEAR_TYPES:
-        scale = _xs_scale(w) if w.gtype is GGMLType.IQ4_XS else _per_row(w.d)
+    elif w.gtype in TABLE_TYPES:
+        scale = _xs_scale(w) if w.gtype is GGMLType.IQ4_XS else _mx_scale(w) if w.gtype is GGMLType.MXFP4 \
+            else _per_row(w.d)
         offset = scale * -128.0
     elif w.gtype in TWO_BIT_TYPES:  # q = u - 1, d per 256
         scale = _per_row(w.d, blocks)
@@ -370,10 +383,12 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
 
 
 # the types whose packed bytes are broadcast over the batch before their values are computed (``_unsigned``)
-BROADCAST_FIRST: frozenset[GGMLType] = frozenset({GGMLType.IQ4_XS, GGMLType.IQ4_NL, GGMLType.Q5_K})
+BROADCAST_FIRST: frozenset[GGMLType] = frozenset({GGMLType.IQ4_XS, GGMLType.IQ4_NL, GGMLType.MXFP4, GGMLType.Q5_K})
 
-# the types whose 4-bit codes select IQ4_NL's non-linear values (``iq4nl_u8``: each plus 128, ``q = u - 128``)
-NONLINEAR_TYPES: frozenset[GGMLType] = frozenset({GGMLType.IQ4_XS, GGMLType.IQ4_NL})
+# the types whose 4-bit codes select values from a 16-byte table (``tg_gguf.tables``: each value plus 128, ``q = u -
+# 128``): IQ4_NL's non-linear values, MXFP4's doubled e2m1 ones
+TABLE_TYPES: dict[GGMLType, str] = {GGMLType.IQ4_XS: "iq4nl_u8", GGMLType.IQ4_NL: "iq4nl_u8",
+                                    GGMLType.MXFP4: "mxfp4_u8"}
 
 
 # the types with a row-lane layout (``repack``), taken by ``QuantizedMatrix`` wherever the renderer has
@@ -395,10 +410,10 @@ NONLINEAR_TYPES: frozenset[GGMLType] = frozenset({GGMLType.IQ4_XS, GGMLType.IQ4_
 # held as TQ2_0 (its digits taken apart at load, +22% resident bytes): 0.79 -> 0.26 ms (intdot's kernel took the
 # digits apart with 16-bit multiplies, ports 0 and 1 bound: ~140 cycles per 4 rows and 256 values by llvm-mca)
 # IQ4_NL (Q4_0's packing, IQ4_XS's table; 4096^2, one thread, jitted, alternating with main's, load ~15): 0.61 ->
-# 0.38 ms against intdot's kernel
+# 0.38 ms against intdot's kernel; MXFP4 (its exponents as uint16, the scale made in the kernel): 0.56 -> 0.37 ms
 LAYOUT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
                                                GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.IQ4_XS,
-                                               GGMLType.TQ2_0, GGMLType.TQ1_0, GGMLType.IQ4_NL})
+                                               GGMLType.TQ2_0, GGMLType.TQ1_0, GGMLType.IQ4_NL, GGMLType.MXFP4})
 # IQ4_XS (4096^2, one thread, CPU time, load ~10: 1.00 -> 0.53 ms against intdot's kernel): its table lookup is one
 # read more on the weight's side, which reaches the scheduler's READ_WORK (``kernelize.worth_realizing_before_expand``:
 # ops + reads = 5): from 64 activation rows on the weight's values got a kernel of their own and the product another
