@@ -86,3 +86,15 @@ def test_bad_sizes_and_dtypes():
     with pytest.raises(ValueError, match="float32 or float16"):
         dequantize(Tensor(np.zeros(18, np.uint8)), GGMLType.Q4_0, (32,), dtype="int8")
     assert dequantize(Tensor(np.zeros(0, np.uint8)), GGMLType.Q4_0, (0, 32)).numpy().shape == (0, 32)
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON", "CPU:X86"])
+def test_mxfp4_every_exponent_matches_gguf_py(device):
+    """MXFP4 blocks with each of the 256 e8m0 exponents (the two smallest give subnormal scales, made with shifts by
+    constants: ``dequant.e8m0_halved``) and random codes: gguf-py's values, bit for bit."""
+    gtype = GGMLType.MXFP4
+    raw = random_blocks(gtype, 256).reshape(256, BLOCK_LAYOUT[gtype][1])
+    raw[:, 0] = np.arange(256, dtype=np.uint8)  # the exponent byte
+    shape = (8, 256 * BLOCK_LAYOUT[gtype][0] // 8)
+    ours = dequantize(Tensor(raw.reshape(-1), device=device), gtype, shape).numpy()
+    assert_bits_equal(ours, reference_dequantize(gtype, raw.reshape(-1), shape))

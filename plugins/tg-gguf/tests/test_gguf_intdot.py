@@ -237,14 +237,27 @@ def test_types_whose_integer_path_needs_more(gtype: GGMLType, flag: str, monkeyp
     assert uses_int_dot(GGMLType.Q4_0, "CPU:X86") and uses_int_dot(GGMLType.IQ4_NL, "CPU:X86")  # nothing more needed
 
 
-def test_tq1_0_takes_the_float_path_without_byte_vector_multiplies():
-    """TQ1_0's integer path multiplies byte vectors (``Renderer.multiplies_byte_vectors``): the C renderer does, the
-    x86 backend (lane by lane, slower than its float kernel) does not."""
+def test_tq1_0_needs_byte_vector_multiplies_or_the_row_lanes(monkeypatch):
+    """TQ1_0's integer path multiplies byte vectors (``Renderer.multiplies_byte_vectors``) unless its digits are taken
+    apart once at load (the row lanes, ``Renderer.row_lane_byte_dots``): the C renderer has both, the x86 backend the
+    row lanes only (its byte multiplies, lane by lane, were slower than its float kernel); without either, the float
+    path."""
+    from tgcore.runtime.registry import open_device
     assert uses_int_dot(GGMLType.TQ1_0, "CPU") == (GGMLType.TQ1_0 in INT_DOT_TYPES)
+    cpu = open_device("CPU").renderer
+    with monkeypatch.context() as patched:
+        patched.setattr(cpu, "row_lane_byte_dots", False)
+        assert uses_int_dot(GGMLType.TQ1_0, "CPU")  # the byte multiplies
+        patched.setattr(cpu, "multiplies_byte_vectors", False)
+        assert not uses_int_dot(GGMLType.TQ1_0, "CPU")
     pytest.importorskip("tg_x86")
     from tg_x86.cpu import unavailable_reason
     if unavailable_reason() is not None:
         pytest.skip(unavailable_reason())
+    x86 = open_device("CPU:X86").renderer
+    assert not x86.multiplies_byte_vectors
+    assert uses_int_dot(GGMLType.TQ1_0, "CPU:X86") == x86.row_lane_byte_dots
+    monkeypatch.setattr(x86, "row_lane_byte_dots", False)
     assert not uses_int_dot(GGMLType.TQ1_0, "CPU:X86")
 
 

@@ -333,8 +333,14 @@ def _iq4_xs(b: Blocks) -> Tensor:
 
 def mxfp4_scale(b: Blocks) -> Tensor:
     """MXFP4's e8m0 exponent, halved (the value table is doubled): ``2**(e - 128)`` as float32, ``(n, 1)``."""
-    e = b.bytes("e").cast("uint32")
-    bits = (e < 2).where(e.full_like(0x00200000) << e, (e - 1) << 23)
+    return e8m0_halved(b.bytes("e"))
+
+
+def e8m0_halved(exponents: Tensor) -> Tensor:
+    """e8m0 exponent bytes ``e`` -> ``2**(e - 128)`` as float32 (the two smallest subnormal: bit 21 or 22, ``(e + 1)
+    << 21``; shifts by constants only, so every lane is one vector op: a shift by ``e`` was lane by lane in C)."""
+    e = exponents.cast("uint32")
+    bits = (e < 2).where((e + 1) << 21, (e - 1) << 23)
     return bits.bitcast("float32")
 
 

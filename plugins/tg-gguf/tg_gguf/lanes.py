@@ -6,7 +6,10 @@ In:  quantized activations (``intdot.quantize_activations``: int8 per element, a
      at ``32g + 4l``), the blocks' scales (and Q4_1/Q5_1's mins) of the 8 rows side by side as float16; Q5's fifth
      bits as 4 bytes per row and block, interleaved the same way (``_fifth_bit_bytes``); Q4_K's sub-blocks packed
      as Q4_0's blocks, its scales and mins per sub-block unpacked to int16 (``_repack_k``); IQ4_XS's sub-blocks
-     as they are (Q4_0's packing), its scales unpacked to int16, its values looked up in a 16-byte table.
+     as they are (Q4_0's packing), its scales unpacked to int16, its values looked up in a 16-byte table; TQ2_0's
+     2-bit values 4 to a byte (``_two_bit_steps``: a step is a shift and a mask), ``d`` per 256 as Q4_K's; TQ1_0's
+     base-3 digits taken apart once, here, and held as TQ2_0's (66 bytes per 256 values against 54: +22%); IQ4_NL
+     as Q4_0 with IQ4_XS's table; MXFP4 as Q4_0 with its own table, its e8m0 exponents side by side as uint16.
 Out: ``x @ W.T`` (``(..., N)`` float32, lazy), equal to ``intdot.int_matmul``'s up to float rounding (the same
      integer block sums; the float sums over blocks in one row's order).
 
@@ -43,8 +46,8 @@ BLOCK = 32
 @dataclass(frozen=True)
 class RowLanes:
     """A weight repacked with its rows in lanes: ``qs`` ``(groups, blocks, bytes per row-block)`` uint8, ``d`` (and
-    for Q4_1/Q5_1 ``m``) ``(groups, blocks, 8)`` float16, Q5's ``qh`` ``(groups, blocks, 32)`` uint8; ``rows`` the
-    weight's rows before padding."""
+    for Q4_1/Q5_1 ``m``) ``(groups, blocks, 8)`` float16 (MXFP4: its exponents, uint16), Q5's ``qh`` ``(groups,
+    blocks, 32)`` uint8; ``rows`` the weight's rows before padding."""
 
     gtype: GGMLType
     rows: int
@@ -115,6 +118,8 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
         return _repack_k(data, gtype, n, k, device)
     if gtype is GGMLType.IQ4_XS:
         return _repack_xs(data, n, k, device)
+    if gtype in TWO_BIT_TYPES:
+        return _repack_two_bit(data, gtype, n, k, device)
     qs_at, qs_bytes = fields["qs"]
     qs = _interleave(data[:, :, qs_at:qs_at + qs_bytes])
     if gtype is GGMLType.Q8_0:
@@ -125,6 +130,9 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
         qh = _interleave(_fifth_bit_bytes(data[:, :, qh_at:qh_at + 4]))
 
     put = functools.partial(_put, device=device)
+    if gtype is GGMLType.MXFP4:  # its e8m0 exponents in ``d``'s place, as uint16 (as bytes the row-lane plan would
+        e_at, _ = fields["e"]     # take them for a third byte input of the product)
+        return RowLanes(gtype, n, k, put(qs), put(_side_by_side(data[:, :, e_at].astype(np.uint16))), None)
     return RowLanes(gtype, n, k, put(qs), put(_side_by_side(_float16s(data, fields["d"][0]))),
                     put(_side_by_side(_float16s(data, fields["m"][0]))) if "m" in fields else None,
                     None if qh is None else put(qh))
@@ -199,6 +207,50 @@ def _repack_xs(data: np.ndarray, n: int, k: int, device: str) -> RowLanes:
                     sc=put(_side_by_side(scales.reshape(rows, supers * 8))))
 
 
+def _two_bit_steps(values: np.ndarray) -> np.ndarray:
+    """``(rows, blocks, 32)`` values below 4 -> ``(rows, blocks, 8)`` bytes, byte ``4v + k`` holding value ``8q + 4v +
+    k`` in bits ``2q, 2q + 1``: interleaved (``_interleave``), step ``2q + v`` of a block of 8 rows (its values ``4(2q
+    + v) + k``) is the block's 32 bytes ``v`` shifted right by ``2q`` in 32-bit lanes and masked with 3, two
+    instructions as Q4_0's high nibbles (``_unsigned``)."""
+    rows, blocks, _ = values.shape
+    planes = values.reshape(rows, blocks, 4, 8).astype(np.uint8)  # [., ., q, 4v + k]
+    return planes[:, :, 0] | (planes[:, :, 1] << 2) | (planes[:, :, 2] << 4) | (planes[:, :, 3] << 6)
+
+
+def _trits(data: np.ndarray) -> np.ndarray:
+    """TQ1_0 ``(rows, super-blocks, 54)`` bytes -> its 256 base-3 digits per super-block ``(rows, super-blocks, 256)``
+    (0..2; ``q = u - 1``): element ``32t + l`` is trit ``t`` of ``qs[l]``, ``160 + 16t + l`` trit ``t`` of ``qs[32 +
+    l]``, ``240 + 4t + j`` trit ``t`` of ``qh[j]``; trit ``t`` of a byte ``b`` is ``((b * 3^t mod 256) * 3) >> 8``."""
+    fields = FIELDS[GGMLType.TQ1_0]
+    qs_at, _ = fields["qs"]
+    qh_at, _ = fields["qh"]
+
+    def digits(raw: np.ndarray, count: int) -> np.ndarray:  # (rows, supers, width) -> (rows, supers, count * width)
+        powers = (3 ** np.arange(count, dtype=np.uint16))[:, None]
+        wrapped = (raw[:, :, None, :].astype(np.uint16) * powers) & 255
+        return ((wrapped * 3) >> 8).astype(np.uint8).reshape(*raw.shape[:2], -1)
+    return np.concatenate([digits(data[:, :, qs_at:qs_at + 32], 5), digits(data[:, :, qs_at + 32:qs_at + 48], 5),
+                           digits(data[:, :, qh_at:qh_at + 4], 4)], -1)
+
+
+def _repack_two_bit(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) -> RowLanes:
+    """TQ2_0 (TQ1_0) ``(rows padded to 8, super-blocks, block bytes)`` -> its row-lane form: the 2-bit values (TQ2_0's
+    element ``128h + 32j + l`` is bits ``2j, 2j + 1`` of ``qs[32h + l]``; TQ1_0's base-3 digits, ``_trits``) packed
+    per block of 32 by ``_two_bit_steps`` and interleaved, ``d`` side by side per super-block (as Q4_K's): 66 bytes
+    per 256 values (TQ2_0's raw layout; TQ1_0's is 54)."""
+    rows, supers, _ = data.shape
+    fields = FIELDS[gtype]
+    if gtype is GGMLType.TQ1_0:
+        values = _trits(data)
+    else:
+        qs_at, qs_bytes = fields["qs"]
+        qs = data[:, :, qs_at:qs_at + qs_bytes].reshape(rows, supers, 2, 1, 32)
+        values = (qs >> (2 * np.arange(4, dtype=np.uint8))[:, None]) & 3  # (rows, supers, h, j, l)
+    packed = _interleave(_two_bit_steps(values.reshape(rows, supers * 8, 32)))
+    return RowLanes(gtype, n, k, _put(packed, device), _put(_side_by_side(_float16s(data, fields["d"][0])), device),
+                    None)
+
+
 def _unsigned(w: RowLanes, batch: int = 1) -> Tensor:
     """The weight's unsigned integers ``(batch, groups, 8 rows, blocks, 8, 4)``: ``[., r, l, b, g, k]`` is row
     ``8r + l``'s element ``32b + 4g + k``; ``batch`` > 1: the packed bytes broadcast over a batch's rows before
@@ -207,6 +259,11 @@ def _unsigned(w: RowLanes, batch: int = 1) -> Tensor:
     groups, blocks = w.qs.shape[0], _blocks(w)
     if w.gtype is GGMLType.Q8_0:
         qs = w.qs.reshape(1, groups, blocks, 8, ROWS, STEP)
+    elif w.gtype in TWO_BIT_TYPES:  # step 2q + v: bits 2q, 2q + 1 of the 32 bytes v (``_two_bit_steps``)
+        from tg_gguf.dequant import iota
+        packed = w.qs.reshape(1, groups, blocks, 1, 2, ROWS, STEP).expand(batch, groups, blocks, 4, 2, ROWS, STEP)
+        quarter = iota((1, 1, 1, 4, 1, 1, 1), 3, packed.device, "uint8")
+        qs = ((packed >> (quarter * 2)) & 3).reshape(batch, groups, blocks, 8, ROWS, STEP)
     else:  # nibbles: g < 4 the low ones (elements 4g + k), g >= 4 the high ones (16 + 4(g - 4) + k)
         from tg_gguf.dequant import iota
         packed = w.qs.reshape(1, groups, blocks, 1, 4, ROWS, STEP).expand(batch, groups, blocks, 2, 4, ROWS, STEP)
@@ -216,9 +273,9 @@ def _unsigned(w: RowLanes, batch: int = 1) -> Tensor:
             fifth = w.qh.reshape(1, groups, blocks, 1, ROWS, STEP).expand(batch, groups, blocks, 8, ROWS, STEP)
             step = iota((1, 1, 1, 8, 1, 1), 3, fifth.device, "uint8")
             qs = qs | (((fifth >> step) & 1) << 4)
-    if w.gtype is GGMLType.IQ4_XS:  # the nibbles select IQ4_NL's values (plus 128): a 16-byte table
+    if w.gtype in TABLE_TYPES:  # the nibbles select IQ4_NL's (MXFP4's) values plus 128: a 16-byte table
         from tg_gguf.tables import TABLES
-        qs = TABLES.get("iq4nl_u8", qs.device).take(qs.cast("int32"))
+        qs = TABLES.get(TABLE_TYPES[w.gtype], qs.device).take(qs.cast("int32"))
     return qs.permute(0, 1, 4, 2, 3, 5)
 
 
@@ -234,6 +291,13 @@ def _per_row(field: Tensor, blocks: int | None = None) -> Tensor:
     t = field.permute(0, 2, 1).reshape(1, groups, ROWS, per, 1, 1, 1).cast("float32")
     repeat = (blocks or per) // per
     return t.expand(1, groups, ROWS, per, repeat, 1, 1).reshape(1, groups, ROWS, per * repeat, 1, 1)
+
+
+def _mx_scale(w: RowLanes) -> Tensor:
+    """MXFP4's per-block scale ``2**(e - 128)`` ``(1, groups, 8, blocks, 1, 1)`` float32 (``dequant.mxfp4_scale``)."""
+    from tg_gguf.dequant import e8m0_halved
+    groups, blocks = w.d.shape[0], w.d.shape[1]
+    return e8m0_halved(w.d.permute(0, 2, 1).reshape(1, groups, ROWS, blocks, 1, 1))
 
 
 def _xs_scale(w: RowLanes) -> Tensor:
@@ -261,6 +325,12 @@ def dequantize(w: RowLanes) -> Tensor:
         value = scale * u - offset
     elif w.gtype is GGMLType.IQ4_XS:  # d * (s - 32) * value, the value u - 128 exactly
         value = _xs_scale(w) * (u - 128.0)
+    elif w.gtype is GGMLType.IQ4_NL:  # d * value
+        value = _per_row(w.d) * (u - 128.0)
+    elif w.gtype is GGMLType.MXFP4:  # 2**(e - 128) * the doubled e2m1 value
+        value = _mx_scale(w) * (u - 128.0)
+    elif w.gtype in TWO_BIT_TYPES:  # d * (q - 1), d per 256
+        value = _per_row(w.d, blocks) * (u - 1.0)
     elif w.m is not None:  # Q4_1, Q5_1: d * q + m
         value = _per_row(w.d) * u + _per_row(w.m)
     else:  # (u + c) is the signed integer, exactly (Q8_0's ``float(int8)``, Q4_0's ``q - 8.0``)
@@ -268,6 +338,9 @@ def dequantize(w: RowLanes) -> Tensor:
     out = value.reshape(groups * ROWS, blocks * BLOCK)
     return out if groups * ROWS == w.rows else out.shrink(((0, w.rows), None))
 
+
+# the types held as 2-bit values, 4 to a byte (``_repack_two_bit``), one scale per 256 and ``q = u - 1``
+TWO_BIT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.TQ2_0, GGMLType.TQ1_0})
 
 # a symmetric type's integer offset (``q = u + c``)
 OFFSETS = {GGMLType.Q8_0: -128, GGMLType.Q4_0: -8, GGMLType.Q5_0: -16}
@@ -290,9 +363,13 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
     if w.gtype in (GGMLType.Q4_K, GGMLType.Q5_K):
         scale, minimum = _k_factors(w)
         offset: Tensor | None = minimum * -1.0
-    elif w.gtype is GGMLType.IQ4_XS:
-        scale = _xs_scale(w)
+    elif w.gtype in TABLE_TYPES:
+        scale = _xs_scale(w) if w.gtype is GGMLType.IQ4_XS else _mx_scale(w) if w.gtype is GGMLType.MXFP4 \
+            else _per_row(w.d)
         offset = scale * -128.0
+    elif w.gtype in TWO_BIT_TYPES:  # q = u - 1, d per 256
+        scale = _per_row(w.d, blocks)
+        offset = scale * -1.0
     else:
         scale = _per_row(w.d)
         offset = scale * float(OFFSETS[w.gtype]) if w.gtype in OFFSETS else _per_row(w.m) if w.m is not None \
@@ -306,7 +383,12 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
 
 
 # the types whose packed bytes are broadcast over the batch before their values are computed (``_unsigned``)
-BROADCAST_FIRST: frozenset[GGMLType] = frozenset({GGMLType.IQ4_XS, GGMLType.Q5_K})
+BROADCAST_FIRST: frozenset[GGMLType] = frozenset({GGMLType.IQ4_XS, GGMLType.IQ4_NL, GGMLType.MXFP4, GGMLType.Q5_K})
+
+# the types whose 4-bit codes select values from a 16-byte table (``tg_gguf.tables``: each value plus 128, ``q = u -
+# 128``): IQ4_NL's non-linear values, MXFP4's doubled e2m1 ones
+TABLE_TYPES: dict[GGMLType, str] = {GGMLType.IQ4_XS: "iq4nl_u8", GGMLType.IQ4_NL: "iq4nl_u8",
+                                    GGMLType.MXFP4: "mxfp4_u8"}
 
 
 # the types with a row-lane layout (``repack``), taken by ``QuantizedMatrix`` wherever the renderer has
@@ -323,8 +405,15 @@ BROADCAST_FIRST: frozenset[GGMLType] = frozenset({GGMLType.IQ4_XS, GGMLType.Q5_K
 # one thread, jitted, CPU time, alternating in one process (load ~7): 0.63 -> 0.42 ms (the activations-in-lanes
 # kernel permutes each sub-block's scale and min into all lanes per row, the row lanes have them in the lanes); Q5_K
 # the same with Q5_1's fifth bits (broadcast over the batch first, as IQ4_XS below: 0.72-0.75 -> 0.56-0.60 ms)
+# TQ2_0 (2-bit values, 4 steps to a 32-byte load: ``_two_bit_steps``; 4096^2 GEMV, one thread, jitted, load ~9):
+# 0.54 -> 0.27 ms against intdot's kernel (one conversion and multiply-add per block and 8 rows, not per row); TQ1_0
+# held as TQ2_0 (its digits taken apart at load, +22% resident bytes): 0.79 -> 0.26 ms (intdot's kernel took the
+# digits apart with 16-bit multiplies, ports 0 and 1 bound: ~140 cycles per 4 rows and 256 values by llvm-mca)
+# IQ4_NL (Q4_0's packing, IQ4_XS's table; 4096^2, one thread, jitted, alternating with main's, load ~15): 0.61 ->
+# 0.38 ms against intdot's kernel; MXFP4 (its exponents as uint16, the scale made in the kernel): 0.56 -> 0.37 ms
 LAYOUT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
-                                               GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.IQ4_XS})
+                                               GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.IQ4_XS,
+                                               GGMLType.TQ2_0, GGMLType.TQ1_0, GGMLType.IQ4_NL, GGMLType.MXFP4})
 # IQ4_XS (4096^2, one thread, CPU time, load ~10: 1.00 -> 0.53 ms against intdot's kernel): its table lookup is one
 # read more on the weight's side, which reaches the scheduler's READ_WORK (``kernelize.worth_realizing_before_expand``:
 # ops + reads = 5): from 64 activation rows on the weight's values got a kernel of their own and the product another
