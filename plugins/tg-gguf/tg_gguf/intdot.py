@@ -646,8 +646,9 @@ class QuantizedMatrix:
     def from_host(cls, data: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str,
                   name: str | None = None, int_dot: bool = True) -> QuantizedMatrix:
         """From the raw bytes in host memory (e.g. a view of the mapped file): where the products take the row-lane
-        layout, that form only, repacked now (the device never holds the raw bytes: one copy of the weight);
-        else the raw bytes copied to the device."""
+        layout, that form only, repacked now (the device never holds the raw bytes: one copy of the weight; it can
+        be larger than the file's, up to +22% for TQ1_0: the tg-gguf README lists them); else the raw bytes copied
+        to the device."""
         from tg_gguf.lanes import repack, uses_row_lanes
         from tgcore.tensor import Tensor
         if int_dot and uses_int_dot(gtype, device) and uses_row_lanes(gtype, device, shape[1]):
