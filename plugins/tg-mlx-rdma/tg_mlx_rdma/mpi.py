@@ -313,7 +313,12 @@ class MPITransport(MPICollectives):
         self._seq_out[dst] = seq + 1
         if slot.nbytes != nbytes or slot.dst != dst:  # (the buffer's last request: same size and rank, no lookup)
             self._bind(slot, nbytes, dst)
-        slot.data[:] = data
+        # The data is copied unless this buffer holds it already: the same send view (one is handed out only while
+        # its memory is unchanged: ``_SEND_VIEWS``). Writing the bytes again would cost more than the copy: the
+        # receiver then reads them from the cache of this rank's core instead of its own (~1 us at 4 KiB).
+        if slot.source is not data:
+            slot.data[:] = data
+            slot.source = data
         slot.req.Start()
         slot.busy = True
 
@@ -337,6 +342,7 @@ class MPITransport(MPICollectives):
             req = self._send_inits[key] = self._comm.Send_init([slot.buf[:HEADER_BYTES + nbytes], self._mpi.BYTE],
                                                                dst, TAG_SMALL)
         slot.nbytes, slot.dst, slot.req, slot.data = nbytes, dst, req, slot.buf[HEADER_BYTES:HEADER_BYTES + nbytes]
+        slot.source = None
 
     def _free_send_inits(self) -> None:
         self._finish_sends()  # (a persistent request is freed once it is not active)
@@ -762,10 +768,11 @@ class MPITransport(MPICollectives):
 
 class _Staging:
     """A staging buffer of small sends (``HEADER_BYTES + SMALL`` bytes; its words, for the sequence number), the
-    header in it, its last persistent request (``nbytes`` of data to ``dst``) with the data's place, and whether
-    that request is on its way (``busy``: completed before the buffer is written again)."""
+    header in it, its last persistent request (``nbytes`` of data to ``dst``) with the data's place, what the data
+    was copied from (``source``: a memoryview, None after a rebind), and whether that request is on its way
+    (``busy``: completed before the buffer is written again)."""
 
-    __slots__ = ("index", "buf", "words", "header", "nbytes", "dst", "req", "data", "busy", "next")
+    __slots__ = ("index", "buf", "words", "header", "nbytes", "dst", "req", "data", "source", "busy", "next")
 
     def __init__(self, index: int) -> None:
         self.index, self.buf = index, memoryview(bytearray(HEADER_BYTES + SMALL))
@@ -774,6 +781,7 @@ class _Staging:
         self.nbytes = self.dst = -1
         self.req: Any = None
         self.data: memoryview = self.buf
+        self.source: memoryview | None = None
         self.busy = False
         self.next: _Staging = self
 
