@@ -454,17 +454,7 @@ class MPITransport(MPICollectives):
                 mv[:] = landing[HEADER_BYTES:count]
                 return _committed(commit, t)
         else:
-            improbe = self._comm.Improbe
-            message = improbe(src, mpi.ANY_TAG, status)  # (a message already there: no closures, no polling loop)
-            if message is None:
-                found: list[Any] = [None]
-
-                def probed() -> bool:
-                    found[0] = improbe(src, mpi.ANY_TAG, status)
-                    return found[0] is not None
-                self._until(probed, lambda: f"recv of {dt.name}{list(dims)} from rank {src}", src, [])
-                message = found[0]
-            self._seq_in[src] += 1
+            message = self._probe_next(src, lambda: f"recv of {dt.name}{list(dims)} from rank {src}")
         count, tag = status.Get_count(mpi.BYTE), status.Get_tag()
         if nbytes <= CHUNK:  # one data message, after its header or without one (the header sent last)
             if tag == TAG_HEADER and count == HEADER_BYTES:
@@ -521,12 +511,17 @@ class MPITransport(MPICollectives):
                 return None
         elif self._withdraw(req, src):
             return None
-        message = comm.Improbe(src, mpi.ANY_TAG, status)  # (the next message: every small one before it was taken)
+        return self._probe_next(src, what)  # (the next message: every small one before it was taken)
+
+    def _probe_next(self, src: int, what: What) -> Any:
+        """The matched probe of the next message from ``src`` (its size and tag in ``self._status``), counted."""
+        improbe, status, anytag = self._comm.Improbe, self._status, self._mpi.ANY_TAG
+        message = improbe(src, anytag, status)  # (a message already there: no closures, no polling loop)
         if message is None:
             found: list[Any] = [None]
 
             def probed() -> bool:
-                found[0] = comm.Improbe(src, mpi.ANY_TAG, status)
+                found[0] = improbe(src, anytag, status)
                 return found[0] is not None
             self._until(probed, what, src, [])
             message = found[0]
