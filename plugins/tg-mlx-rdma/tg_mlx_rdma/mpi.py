@@ -433,6 +433,7 @@ class MPITransport(MPICollectives):
                                      _dead if direct is None else weakref.ref(direct[0]),
                                      -1 if readers is None else readers.changes[0])
         mpi, status = self._mpi, self._status
+        ready = None  # (a larger message's target, found before the probe)
         if nbytes <= SMALL:
             pool = self._pool
             message = self._await_small(src, lambda: f"recv of {dt.name}{list(dims)} from rank {src}",
@@ -454,6 +455,8 @@ class MPITransport(MPICollectives):
                 mv[:] = landing[HEADER_BYTES:count]
                 return _committed(commit, t)
         else:
+            # (a pooled result first: the likely message, the data, is received as soon as the probe finds it)
+            ready = self._pool.take(dims, dt, device) if out is None else None
             message = self._probe_next(src, lambda: f"recv of {dt.name}{list(dims)} from rank {src}")
         count, tag = status.Get_count(mpi.BYTE), status.Get_tag()
         if nbytes <= CHUNK:  # one data message, after its header or without one (the header sent last)
@@ -462,13 +465,13 @@ class MPITransport(MPICollectives):
                 self._headers_got[src] = header = self._header_in[:KEY_BYTES].tobytes()
                 if header != want:
                     self._refuse(np.frombuffer(self._header_in, np.int64), dims, dt, src, True)
-                t, mv, commit = self._target(dims, dt, device, out, nbytes, direct)
+                t, mv, commit = self._target(dims, dt, device, out, nbytes, direct, ready)
                 req = self._comm.Irecv([mv, mpi.BYTE], src, TAG_DATA)  # (the header said: exactly nbytes)
                 if not req.Test():
                     self._wait([req], lambda: f"recv of {dt.name}{list(dims)} from rank {src}", src)
                 return _committed(commit, t)
             if tag == TAG_DATA and count == nbytes and self._headers_got.get(src) == want:
-                t, mv, commit = self._target(dims, dt, device, out, nbytes, direct)
+                t, mv, commit = self._target(dims, dt, device, out, nbytes, direct, ready)
                 self._receive(message, mv, src)
                 return _committed(commit, t)
         result = self.irecv(dims, dt, src, device, out, blocking=True, found=(message, status)).wait()
@@ -614,9 +617,12 @@ class MPITransport(MPICollectives):
                            "version?", src)
 
     def _target(self, dims: tuple[int, ...], dt: DType, device: str | None, out: Tensor | None, nbytes: int,
-                direct: tuple[Any, memoryview] | None) -> tuple[Tensor, memoryview, Callable[[], None]]:
-        """Where recv's fast path puts the data: a pooled result, or out (checked by ``check_output``; ``direct``:
-        from ``in_place_bytes``), whose write is announced now."""
+                direct: tuple[Any, memoryview] | None, ready: Any = None,
+                ) -> tuple[Tensor, memoryview, Callable[[], None]]:
+        """Where recv's fast path puts the data: ``ready`` (a pooled result taken before), a pooled result, or out
+        (checked by ``check_output``; ``direct``: from ``in_place_bytes``), whose write is announced now."""
+        if ready is not None:
+            return ready  # type: ignore[no-any-return]
         if out is None:
             return self._pool.take(dims, dt, device)
         if direct is not None:
