@@ -372,7 +372,7 @@ class _Pooled:
 
     def result(self) -> Tensor:
         """A new tensor over the shared node (the caller checked nothing reads the memory: ``free``)."""
-        t = _tensor_type()(self.node, device=self.base.device)
+        t = _tensor_type().over(self.node, self.base.device)  # (the pool's Buffer has the canonical device)
         self.lease = realization().lend(self.node, t, self.lease)  # (held: it follows writes into its memory)
         return t
 
