@@ -40,7 +40,6 @@ import numpy as np
 
 from tg_mlx_rdma.mpi_collectives import CHUNK, MPICollectives, _first_in_line
 from tg_mlx_rdma.transport import (
-    _SEND_VIEWS,
     DEFAULT_TIMEOUT,
     HEADER_BYTES,
     HEADER_WORDS,
@@ -279,14 +278,7 @@ class MPITransport(MPICollectives):
             self._live()
         if type(dst) is not int or dst not in self._peers:  # (the ranks checked before)
             self._peers.add(self._check_peer(dst, "dst"))
-        u = getattr(tensor, "uop", None)  # (message_of's hit, inline; no node has id(None))
-        hit = _SEND_VIEWS.get(id(u))
-        if hit is not None and hit[0]() is u and hit[4].version == hit[5]:
-            if hit[1] is not None:
-                hit[1].synchronize()
-            data, keep, header = hit[2], tensor, hit[3]
-        else:
-            data, keep, header = message_of(tensor)  # (the fast paths of isend: no handle)
+        data, keep, header = message_of(tensor)  # (the fast paths of isend: no handle)
         nbytes = data.nbytes
         if nbytes > SMALL:
             if nbytes > CHUNK:
