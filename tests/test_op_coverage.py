@@ -232,7 +232,7 @@ NOT_COMPARED = {
     "realize", "numpy", "tolist", "item", "to", "assign", "device", "dtype", "shape", "ndim", "numel", "uop",
     "requires_grad", "requires_grad_", "grad", "backward", "gradient",  # autograd (test_autograd.py)
     "empty", "empty_like",  # uninitialised memory
-    "from_buffer",  # wrapping memory that exists (test_wrap_buffer.py)
+    "from_buffer", "over",  # wrapping memory that exists, a tensor over a realized node (test_wrap_buffer.py)
     "alu", "const_like", "custom_kernel",  # the shared surface and hand-written kernels (test_custom_kernel.py)
     # random numbers and initialisers: distributions, not values (test_tensor_random.py)
     "manual_seed", "rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "uniform", "uniform_like",

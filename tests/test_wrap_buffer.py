@@ -183,6 +183,24 @@ def test_sole_buffer_says_when_nothing_but_the_node_reads_the_memory(device):
     np.testing.assert_array_equal(Tensor(node, device=view.device).numpy(), np.zeros((2, 4)))  # (built before it)
 
 
+def test_over_is_a_tensor_of_the_node_that_reads_it(device):
+    """``Tensor.over(node, device)`` (a transport's pooled results) has the node's values, no graph, and reads the
+    node as ``Tensor(node, device)`` does: ``sole_buffer`` says no while it is alive."""
+    base = filled(device, np.arange(8, dtype=np.float32), header=16)
+    REALIZATION.watch_memory(base)
+    view = base.view(8, dtypes.float32, 16)
+    node = Tensor.from_buffer(view, (2, 4)).uop
+    gc.collect()
+    t = Tensor.over(node, view.device)
+    assert (t.uop, t.device, t.requires_grad, t.grad) == (node, Tensor(node, device=device).device, None, None)
+    gc.collect()
+    assert REALIZATION.sole_buffer(node) is None
+    np.testing.assert_array_equal((t * 2).numpy(), np.arange(8, dtype=np.float32).reshape(2, 4) * 2)
+    del t
+    gc.collect()
+    assert REALIZATION.sole_buffer(node) is view
+
+
 def test_a_lease_is_returned_only_when_nothing_else_read_the_memory(device):
     """``lend``/``returned``: the constant-time check the receive pool asks before ``sole_buffer``. While the lent
     tensor or anything that read the memory after it (every reader kind of the test above, a JIT capture, a write

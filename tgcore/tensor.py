@@ -203,11 +203,18 @@ class Tensor(AutogradMixin, MathMixin, IndexMixin, RandomMixin, ReduceMixin, NNM
             raise TensorValueError(f"shape {shp} has {prod(shp)} elements, the buffer {buf.size}")
         buf.ensure_allocated()
         dev = canonical(buf.device)
-        t = Tensor.__new__(Tensor)
-        t.uop = UOp(Ops.RESHAPE, buf.dtype, (REALIZATION.new_buffer(dev, buf.size, buf.dtype, buf),), shp)
-        t.device, t.requires_grad, t.grad, t._graph = dev, None, None, None
-        add_reader(t.uop, t)
+        t = Tensor.over(UOp(Ops.RESHAPE, buf.dtype, (REALIZATION.new_buffer(dev, buf.size, buf.dtype, buf),), shp), dev)
         REALIZATION.hold(t)  # (it follows writes into its memory)
+        return t
+
+    @staticmethod
+    def over(node: UOp, device: str) -> Tensor:
+        """A new tensor over ``node`` (a realized node: movement ops over a BUFFER uop) on the canonical ``device``,
+        without checks and without an autograd graph: half the cost of ``Tensor(node, device)``, for a transport
+        handing out a pooled result per message (``tgcore.realization.lend``)."""
+        t = Tensor.__new__(Tensor)
+        t.uop, t.device, t.requires_grad, t.grad, t._graph = node, device, None, None, None
+        add_reader(node, t)
         return t
 
     @staticmethod

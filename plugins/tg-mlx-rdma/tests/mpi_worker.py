@@ -434,6 +434,30 @@ def small_sends(tr) -> None:
             check(tr.recv(n, "float32", 0).numpy(), np.arange(n, dtype=np.float32) + i, f"send before close {i}")
 
 
+def resend(tr) -> None:
+    """One tensor sent again and again, its memory written in between (in place by recv(out=), or by an assign):
+    every message carries the values it has when sent, from each staging buffer of small sends (a staging buffer
+    does not copy a tensor again that it holds unchanged)."""
+    from tg_mlx_rdma.mpi import SEND_BUFFERS
+    if tr.rank > 1:
+        return
+    n = 1000
+    t = Tensor(np.zeros(n, np.float32)).realize()
+    for i in range(3 * SEND_BUFFERS):
+        if tr.rank == 0:
+            for _ in range(SEND_BUFFERS + 1):  # (every staging buffer, and the first again)
+                tr.send(t, 1)
+            if i % 2:
+                t.assign(Tensor(np.full(n, i + 1, np.float32))).realize()
+            else:
+                tr.recv(n, "float32", 1, out=t)  # (the same node: its memory written in place)
+        else:
+            for k in range(SEND_BUFFERS + 1):
+                check(tr.recv(n, "float32", 0).numpy(), np.full(n, i, np.float32), f"round {i}, message {k}")
+            if not i % 2:
+                tr.send(Tensor(np.full(n, i + 1, np.float32)), 0)
+
+
 def order(tr) -> None:
     """Messages are taken in the order they were sent while a recv of a small tensor waits: a large message sent
     before a small one is refused by a recv asking for the small one (and the small one is the next recv's), and
@@ -663,6 +687,8 @@ def main() -> int:
         headers(tr)
     elif scenario == "small-sends":
         small_sends(tr)
+    elif scenario == "resend":
+        resend(tr)
     elif scenario == "order":
         order(tr)
     elif scenario == "mixed":

@@ -89,6 +89,11 @@ def test_small_sends_do_not_wait_for_their_receive(need_mpi: None) -> None:
     ok(run_job(2, [str(WORKER), "small-sends"], timeout=60), 2)
 
 
+def test_a_tensor_sent_again_carries_its_new_values(need_mpi: None) -> None:
+    """A tensor sent again after a write into its memory (in place, or an assign) sends the new values."""
+    ok(run_job(2, [str(WORKER), "resend"], timeout=60), 2)
+
+
 NONBLOCKING_ERRORS = ["allreduce needs the same shape, dtype and op on every rank, got rank 0: float32[3] sum; "
                       "rank 1: float32[4] sum",
                       "broadcast needs the same shape, dtype and root on every rank, got rank 0: float32[2] root 0; "

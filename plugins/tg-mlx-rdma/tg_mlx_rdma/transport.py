@@ -188,13 +188,26 @@ def tensor_bytes(t: Tensor) -> tuple[memoryview, Tensor]:
     node (a realized tensor nobody wrote into since: a write gives it a new node) reuses the memoryview found
     the last time (``_SEND_VIEWS``; its device is still synchronized first).
     """
+    hit = send_view(t)
+    if hit is not None:
+        return hit[2], t
+    return _new_send_view(t)
+
+
+def send_view(t: Any) -> tuple[Any, Any, memoryview, np.ndarray, Any, int] | None:
+    """``t``'s entry in ``_SEND_VIEWS`` (its memoryview ``[2]`` and wire header ``[3]``) while the memory of its node
+    is unchanged (its device synchronized now), else None."""
     u = getattr(t, "uop", None)
-    if u is not None:
-        hit = _SEND_VIEWS.get(id(u))
-        if hit is not None and hit[0]() is u and hit[4].version == hit[5]:
-            if hit[1] is not None:
-                hit[1].synchronize()
-            return hit[2], t
+    hit = _SEND_VIEWS.get(id(u))  # (no node has id(None))
+    if hit is not None and hit[0]() is u and hit[4].version == hit[5]:
+        if hit[1] is not None:
+            hit[1].synchronize()
+        return hit
+    return None
+
+
+def _new_send_view(t: Tensor) -> tuple[memoryview, Tensor]:
+    """``tensor_bytes`` of a tensor without a valid ``_SEND_VIEWS`` entry (one is made when it can be kept)."""
     from tgcore.tensor import Tensor
     if not isinstance(t, Tensor):
         raise TypeError(f"expected a tgcore Tensor, got {type(t).__name__}")
@@ -219,14 +232,10 @@ def tensor_bytes(t: Tensor) -> tuple[memoryview, Tensor]:
 
 def message_of(t: Tensor) -> tuple[memoryview, Tensor, np.ndarray]:
     """``tensor_bytes`` and the tensor's wire header (remembered with the memoryview: a send's fast path)."""
-    u = getattr(t, "uop", None)
-    if u is not None:
-        hit = _SEND_VIEWS.get(id(u))
-        if hit is not None and hit[0]() is u and hit[4].version == hit[5]:
-            if hit[1] is not None:
-                hit[1].synchronize()
-            return hit[2], t, hit[3]
-    mv, keep = tensor_bytes(t)
+    hit = send_view(t)
+    if hit is not None:
+        return hit[2], t, hit[3]
+    mv, keep = _new_send_view(t)
     return mv, keep, header_of(keep.shape, keep.dtype)
 
 
@@ -372,7 +381,7 @@ class _Pooled:
 
     def result(self) -> Tensor:
         """A new tensor over the shared node (the caller checked nothing reads the memory: ``free``)."""
-        t = _tensor_type()(self.node, device=self.base.device)
+        t = _tensor_type().over(self.node, self.base.device)  # (the pool's Buffer has the canonical device)
         self.lease = realization().lend(self.node, t, self.lease)  # (held: it follows writes into its memory)
         return t
 
