@@ -309,6 +309,7 @@ class MPITransport(MPICollectives):
         # its memory is unchanged: ``_SEND_VIEWS``). Writing the bytes again would cost more than the copy: the
         # receiver then reads them from the cache of this rank's core instead of its own (~1 us at 4 KiB).
         if slot.source is not data:
+            slot.source = None  # (an interrupt between the copy and the next line must not leave the old name)
             slot.data[:] = data
             slot.source = data
         slot.req.Start()
