@@ -47,7 +47,8 @@ def test_rows_in_lanes_are_exact(batch, groups, blocks, device):
     np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
     if device == "CPU":
         (source,) = _kernel_sources(product(), device)
-        assert source.count("tg_dot4_u8i8_acc(") >= 7 + 1  # 7 chained calls per block and batch row (+ the helper)
+        # 7 chained calls per block and batch row, each reading its 4 activation bytes from memory (``cbroadcastdot``)
+        assert source.count("tg_dot4_bcst_acc(") >= 7 + 1  # (+ the helper's macro)
 
 
 def test_unshuffled_only_drops_a_shuffle_of_one_repeated_word():
@@ -66,3 +67,44 @@ def test_unshuffled_only_drops_a_shuffle_of_one_repeated_word():
     assert _unshuffled(shuffled) is whole
     whole, shuffled = first_word_repeated((a, b))
     assert _unshuffled(shuffled) is shuffled
+
+
+@pytest.mark.parametrize("flags", [["-mavx2", "-mfma"], ["-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl",
+                                                         "-mavx512vnni"]], ids=["plain", "vnni"])
+def test_broadcast_dot_helper_matches_numpy(flags, tmp_path):
+    """``cbroadcastdot``'s helpers, built without and with AVX512-VNNI (the plain helper on the broadcast word, one
+    ``vpdpbusd`` reading it): lane l sums bytes 4l .. 4l+3 of an unsigned 32-byte vector times the same 4 signed bytes
+    of memory, at the extremes of both ranges, alone and added to an int32 vector."""
+    import ctypes
+
+    from tgcore.renderer.cbroadcastdot import BCST_PREAMBLE, BCST_TYPES
+    from tgcore.renderer.cbytedot import DOT_PREAMBLE
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.runtime.compiler import ClangCompiler, CompilerNotFoundError
+    from tgcore.runtime.cpufeatures import cpu_features
+    needed = {"avx2", "fma"} | ({"avx512_vnni", "avx512vl"} if "-mavx512vnni" in flags else set())
+    if not needed <= cpu_features().features:
+        pytest.skip(f"needs {sorted(needed)}")
+    src = "".join(vector_typedef(d) + "\n" for d in BCST_TYPES) + DOT_PREAMBLE + BCST_PREAMBLE + (
+        "void dot(const unsigned char* a, const signed char* b, int* out) {\n"
+        "  tg_uint8x32 x; __builtin_memcpy(&x, a, 32);\n"
+        "  tg_int32x8 r = tg_dot4_bcst(x, b[1]); __builtin_memcpy(out, &r, 32);\n"
+        "  tg_int32x8 c = {-2147483647 + 130560, -128 * 127, -1, 0, 1, 5000, 65535, 2147483647 - 130560};\n"
+        "  r = tg_dot4_bcst_acc(c, x, b[1]); __builtin_memcpy(out + 8, &r, 32); }\n")
+    try:
+        library = ClangCompiler(flags=["-O2", *flags, "-shared", "-fPIC"]).compile(src)
+    except CompilerNotFoundError:
+        pytest.skip("no C compiler")
+    (tmp_path / "bcst.so").write_bytes(library)
+    dot = ctypes.CDLL(str(tmp_path / "bcst.so")).dot
+    dot.argtypes = [ctypes.c_void_p] * 3
+    rng = np.random.default_rng(len(flags))
+    c = np.array([-2147483647 + 130560, -128 * 127, -1, 0, 1, 5000, 65535, 2147483647 - 130560], np.int64)
+    for a, b in [(np.full(32, 255, np.uint8), np.full(5, -128, np.int8)),
+                 (np.full(32, 255, np.uint8), np.full(5, 127, np.int8)),
+                 (rng.integers(0, 256, 32).astype(np.uint8), rng.integers(-128, 128, 5).astype(np.int8))]:
+        out = np.zeros(16, np.int32)
+        dot(a.ctypes.data, b.ctypes.data, out.ctypes.data)
+        expected = (a.astype(np.int64).reshape(8, 4) * b[1:5]).sum(-1)  # (the word at byte 1: no alignment)
+        np.testing.assert_array_equal(out[:8], expected)
+        np.testing.assert_array_equal(out[8:], c + expected)
