@@ -1,4 +1,4 @@
-"""C renderer: a row-lane byte dot whose signed operand is 4 bytes of memory broadcast, as one ``vpdpbusd`` reading them.
+"""C renderer: a row-lane byte dot whose signed operand is 4 bytes of memory broadcast: one ``vpdpbusd`` reading them.
 
 In:  a kernel after ``CRenderer.legalize``'s dot rules: ``tg_dot4_u8i8(a, b)`` / ``tg_dot4_u8i8_acc(c, a, b)``
      (``cbytedot``) whose ``b`` is one ungated 4-byte load repeated into every 32-bit lane (``cbytedot._repeated``: the

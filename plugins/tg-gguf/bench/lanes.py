@@ -90,8 +90,9 @@ def kernels(a: argparse.Namespace, n: int, k: int) -> None:
                        a.device)
         runs, xs = {}, {}
         for m in (int(s) for s in a.batches.split(",")):
-            xs[m] = Tensor(np.random.default_rng(m).standard_normal((m, k)).astype(np.float32), device=a.device).realize()
-            runs[m] = tgcore.jit(lambda v: row_lanes_matmul(*quantize_activations(v), lanes).realize())
+            x = np.random.default_rng(m).standard_normal((m, k)).astype(np.float32)
+            xs[m] = Tensor(x, device=a.device).realize()
+            runs[m] = tgcore.jit(lambda v, w=lanes: row_lanes_matmul(*quantize_activations(v), w).realize())
             for _ in range(3):
                 runs[m](xs[m])
         times: dict[int, list[list[float]]] = {m: [] for m in runs}
