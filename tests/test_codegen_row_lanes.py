@@ -47,7 +47,8 @@ def test_rows_in_lanes_are_exact(batch, groups, blocks, device):
     np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
     if device == "CPU":
         (source,) = _kernel_sources(product(), device)
-        assert source.count("tg_dot4_u8i8_acc(") >= 7 + 1  # 7 chained calls per block and batch row (+ the helper)
+        # 7 chained calls per block and batch row, each reading its 4 activation bytes from memory (``cbroadcastdot``)
+        assert source.count("tg_dot4_bcst_acc(") >= 7 + 1  # (+ the helper's macro)
 
 
 def test_unshuffled_only_drops_a_shuffle_of_one_repeated_word():
@@ -66,3 +67,84 @@ def test_unshuffled_only_drops_a_shuffle_of_one_repeated_word():
     assert _unshuffled(shuffled) is whole
     whole, shuffled = first_word_repeated((a, b))
     assert _unshuffled(shuffled) is shuffled
+
+
+@pytest.mark.parametrize("flags", [["-mavx2", "-mfma"], ["-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl",
+                                                         "-mavx512vnni"]], ids=["plain", "vnni"])
+def test_broadcast_dot_helper_matches_numpy(flags, tmp_path):
+    """``cbroadcastdot``'s helpers, built without and with AVX512-VNNI (the plain helper on the broadcast word, one
+    ``vpdpbusd`` reading it): lane l sums bytes 4l .. 4l+3 of an unsigned 32-byte vector times the same 4 signed bytes
+    of memory, at the extremes of both ranges, alone and added to an int32 vector."""
+    import ctypes
+
+    from tgcore.renderer.cbroadcastdot import BCST_PREAMBLE, BCST_TYPES
+    from tgcore.renderer.cbytedot import DOT_PREAMBLE
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.runtime.compiler import ClangCompiler, CompilerNotFoundError
+    from tgcore.runtime.cpufeatures import cpu_features
+    needed = {"avx2", "fma"} | ({"avx512_vnni", "avx512vl"} if "-mavx512vnni" in flags else set())
+    if not needed <= cpu_features().features:
+        pytest.skip(f"needs {sorted(needed)}")
+    src = "".join(vector_typedef(d) + "\n" for d in BCST_TYPES) + DOT_PREAMBLE + BCST_PREAMBLE + (
+        "void dot(const unsigned char* a, const signed char* b, int* out) {\n"
+        "  tg_uint8x32 x; __builtin_memcpy(&x, a, 32);\n"
+        "  tg_int32x8 r = tg_dot4_bcst(x, b[1]); __builtin_memcpy(out, &r, 32);\n"
+        "  tg_int32x8 c = {-2147483647 + 130560, -128 * 127, -1, 0, 1, 5000, 65535, 2147483647 - 130560};\n"
+        "  r = tg_dot4_bcst_acc(c, x, b[1]); __builtin_memcpy(out + 8, &r, 32); }\n")
+    try:
+        library = ClangCompiler(flags=["-O2", *flags, "-shared", "-fPIC"]).compile(src)
+    except CompilerNotFoundError:
+        pytest.skip("no C compiler")
+    (tmp_path / "bcst.so").write_bytes(library)
+    dot = ctypes.CDLL(str(tmp_path / "bcst.so")).dot
+    dot.argtypes = [ctypes.c_void_p] * 3
+    rng = np.random.default_rng(len(flags))
+    c = np.array([-2147483647 + 130560, -128 * 127, -1, 0, 1, 5000, 65535, 2147483647 - 130560], np.int64)
+    for a, b in [(np.full(32, 255, np.uint8), np.full(5, -128, np.int8)),
+                 (np.full(32, 255, np.uint8), np.full(5, 127, np.int8)),
+                 (rng.integers(0, 256, 32).astype(np.uint8), rng.integers(-128, 128, 5).astype(np.int8))]:
+        out = np.zeros(16, np.int32)
+        dot(a.ctypes.data, b.ctypes.data, out.ctypes.data)
+        expected = (a.astype(np.int64).reshape(8, 4) * b[1:5]).sum(-1)  # (the word at byte 1: no alignment)
+        np.testing.assert_array_equal(out[:8], expected)
+        np.testing.assert_array_equal(out[8:], c + expected)
+
+
+def test_block_offsets_are_scaled_by_the_block_count_once_per_block():
+    """A row-lane product with an offset per weight row and block times each batch row's activation sum spread over
+    the block (tg-gguf's Q4_1: ``m * sum x``, the sum a 32nd per element): exact against numpy at 8 batch rows, and the
+    block's count (32) multiplies the weight row's offsets once per block, shared by the 8 unrolled batch rows
+    (``blocks._count_first``), not each row's product."""
+    from tgcore.codegen import get_program
+    from tgcore.dtype import dtypes
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    from tgcore.uop import Ops, UOp
+    batch, groups, blocks = 8, 2, 3
+    rng = np.random.default_rng(5)
+    u = rng.integers(0, 16, (groups, blocks, 8, 8, 4)).astype(np.uint8)
+    s = rng.integers(-4, 5, (groups, blocks, 8)).astype(np.float32)
+    m = rng.integers(-6, 7, (groups, blocks, 8)).astype(np.float32)
+    x = rng.integers(-128, 128, (batch, blocks * 32)).astype(np.int8)
+    t = (2.0 ** rng.integers(-2, 3, (batch, blocks))).astype(np.float32)
+    ut, st, mt, xt, tt = (Tensor(a).realize() for a in (u, s, m, x, t))
+    sums = (xt.reshape(batch, blocks, 32).sum(-1, dtype="int32").cast("float32") * tt * (1 / 32)).contiguous().realize()
+    w = ut.reshape(1, groups, blocks, 8, 8, 4).permute(0, 1, 4, 2, 3, 5).cast("int32")
+    xi = xt.reshape(batch, 1, 1, blocks, 8, 4).cast("int32")
+    scale = st.permute(0, 2, 1).reshape(1, groups, 8, blocks, 1, 1) * tt.reshape(batch, 1, 1, blocks, 1, 1)
+    offset = mt.permute(0, 2, 1).reshape(1, groups, 8, blocks, 1, 1)
+    value = (w * xi).cast("float32") * scale + sums.reshape(batch, 1, 1, blocks, 1, 1) * offset
+    out = value.reshape(batch, groups * 8, blocks * 32).sum(-1)
+    dots = np.einsum("rbglk,mbgk->mrlb", u.astype(np.int64), x.reshape(batch, blocks, 8, 4).astype(np.int64))
+    xsum = x.reshape(batch, blocks, 32).astype(np.int64).sum(-1)
+    ref = (dots * s.transpose(0, 2, 1)[None] * t[:, None, None, :]
+           + m.transpose(0, 2, 1)[None] * (xsum * t)[:, None, None, :]).sum(-1).reshape(batch, groups * 8)
+    (item,) = [si for si in create_schedule([out.uop], "CPU")[0] if si.kind != "copy"]
+    uops = get_program(item.ast, open_device("CPU").renderer).uops
+
+    def count(c: UOp) -> bool:  # the block count 32.0, maybe broadcast into the lanes
+        return (c.op is Ops.CONST and c.arg == 32.0) or (c.op is Ops.VCONST and set(c.arg) == {32.0}) or (
+            c.op is Ops.VECTORIZE and all(count(x) for x in c.src))
+    assert len([x for x in uops if x.op is Ops.MUL and x.dtype.scalar() == dtypes.float32
+                and any(count(c) for c in x.src)]) == 1
+    np.testing.assert_array_equal(out.numpy(), ref.astype(np.float32))

@@ -141,6 +141,21 @@ def _factors_together(varying: list[UOp]) -> list[UOp]:
     return [*sums, _product(others, others[0])]
 
 
+def _count_first(count: UOp, outside: list[UOp]) -> list[UOp]:
+    """The factors of a block's repeated offset (``m_b`` times the block's activation sum, counted ``size`` times:
+    ``_repeated``), the count first with the factors in lanes (a weight row's offset), then the others (a batch row's
+    activation sum): ``(m * 32) * s`` is one product per block shared by every unrolled batch row, and one multiply
+    per row, where ``(s * m) * 32`` took two per row. A power-of-two count (the only one taken) scales exactly either
+    way."""
+    lanes = [f for f in outside if _in_lanes(f)]
+    return [*lanes, count, *(f for f in outside if not _in_lanes(f))] if lanes else [*outside, count]
+
+
+def _power_of_two(n: object) -> bool:
+    """Whether ``n`` (a constant's value, maybe a float) is a positive power of two."""
+    return isinstance(n, (int, float)) and n > 0 and float(n).is_integer() and int(n) & (int(n) - 1) == 0
+
+
 def factor_blocks(ast: UOp, inner: dict[UOp, UOp]) -> UOp:
     """Factors that do not change inside a quantization block move out of the block's sum:
     ``sum_{b,i} (d_b * q_bi + m_b) * x_bi  ->  sum_b d_b * sum_i q_bi * x_bi + m_b * sum_i x_bi`` (``inner``:
@@ -172,6 +187,9 @@ def factor_blocks(ast: UOp, inner: dict[UOp, UOp]) -> UOp:
         parts = []
         for outside, insides in groups.items():
             inside = _block_sum(sum(insides[1:], insides[0]), i)
+            if inside.op is Ops.CONST and _power_of_two(inside.arg):  # a block's count: see ``_count_first``
+                parts.append(_product(_count_first(inside, list(outside)), red.src[0]))
+                continue
             first = _integer_sum(inside) and not any(_in_lanes(f) for f in outside)
             parts.append(_product([inside, *outside] if first else [*outside, inside], red.src[0]))
         ranges = tuple(r for r in red.src[1:] if r is not i)

@@ -7,6 +7,7 @@ Out: the vector types those helpers need declared and their C text, in the order
 from __future__ import annotations
 
 from tgcore.dtype import DType, dtypes
+from tgcore.renderer.cbroadcastdot import BCST_PREAMBLE, BCST_TYPES, uses_broadcast_dot
 from tgcore.renderer.cbytedot import (
     BYTE_TABLE_PREAMBLE,
     DOT_PREAMBLE,
@@ -45,7 +46,8 @@ def byte_helpers(kernel: list[UOp], names: dict[UOp, str], lane_gates: dict[UOp,
     if any(u.op is Ops.CUSTOMI and u.arg == BITS_HELPER for u in kernel):
         vectors |= {dtypes.uint8.vec(32)}
         helpers += BITS_PREAMBLE
-    for used, types, preamble in ((uses_byte_dot, DOT_TYPES, DOT_PREAMBLE),
+    for used, types, preamble in ((lambda k: uses_byte_dot(k) or uses_broadcast_dot(k), DOT_TYPES, DOT_PREAMBLE),
+                                  (uses_broadcast_dot, BCST_TYPES, BCST_PREAMBLE),  # (falls back on the dot helper)
                                   (uses_row_gather, ROWS_TYPES, ROWS_PREAMBLE),
                                   (uses_high_product, MULHI_TYPES, MULHI_PREAMBLE),
                                   (uses_broadcast_product, (), BROADCAST_PRODUCT_PREAMBLE),

@@ -20,6 +20,7 @@ from typing import Any
 
 from tgcore.dtype import AddrSpace, DType, PtrDType, dtypes
 from tgcore.renderer import Renderer
+from tgcore.renderer.cbroadcastdot import broadcast_dot
 from tgcore.renderer.cbytedot import (
     BYTE_TABLE_HELPER,
     accumulated_dot,
@@ -420,7 +421,7 @@ class CRenderer(Renderer):
                                (UPat(Ops.VECTORIZE, name="vec"), row_gather),
                                (UPat(Ops.VECTORIZE, name="vec"), nearby_byte_loads),
                                (UPat(Ops.MUL, name="x"), broadcast_product),
-                               (UPat(Ops.ADD, name="x"), accumulated_dot),
+                               (UPat(Ops.ADD, name="x"), accumulated_dot), (UPat(Ops.CUSTOMI, name="x"), broadcast_dot),
                                (UPat(Ops.CAST, name="x"), wrapped_high_bytes), (UPat(Ops.CAST, name="x"), high_product)]
                               + ([(UPat(Ops.OR, name="x"), combine_byte_loads),
                                   (UPat(Ops.AND, name="x"), bits_as_sixteen), (UPat(Ops.AND, name="x"), shift_in_words),

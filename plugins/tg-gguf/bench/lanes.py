@@ -1,8 +1,10 @@
 """Row-lane products (``tg_gguf.lanes``) against the activations-in-lanes ones (``tg_gguf.intdot``), one process,
 alternating, jitted (kernels only), at 1/4/8 batch rows. Prints microseconds per product and the ratios; asserts
 nothing. Run it on one core for the figures of the note: ``taskset -c 1 python plugins/tg-gguf/bench/lanes.py``.
+``--kernels``: instead, the row-lane path's kernels one by one (the activations' scales, their rounding, their block
+sums, the product), each one's median over ``--rounds`` x 20 timed calls (``KernelTimes``), the batches interleaved.
 
-    python plugins/tg-gguf/bench/lanes.py [--types Q4_1,Q4_0,Q8_0] [--shape 1536x576] [--rounds 5]
+    python plugins/tg-gguf/bench/lanes.py [--types Q4_1,Q4_0,Q8_0] [--shape 1536x576] [--rounds 5] [--kernels]
 """
 from __future__ import annotations
 
@@ -37,8 +39,12 @@ def main() -> None:
     p.add_argument("--batches", default="1,4,8")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--device", default="CPU")
+    p.add_argument("--kernels", action="store_true", help="time the row-lane path's kernels one by one")
     a = p.parse_args()
     n, k = (int(s) for s in a.shape.split("x"))
+    if a.kernels:
+        kernels(a, n, k)
+        return
     print(f"{'type':6s} {'rows':>4s} {'intdot us':>10s} {'lanes us':>9s} {'ratio':>6s}")
     for name in a.types.split(","):
         gtype = GGMLType[name]
@@ -64,6 +70,44 @@ def compare(raw, lanes, gtype, shape: tuple[int, int], x, rounds: int) -> tuple[
         t_old = min(t_old, best(lambda: old(x)))
         t_new = min(t_new, best(lambda: new(x)))
     return t_old, t_new
+
+
+def kernels(a: argparse.Namespace, n: int, k: int) -> None:
+    """Each batch's row-lane kernels (quantization and product, jitted together), median microseconds per kernel."""
+    import statistics
+
+    from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
+    from tg_gguf.intdot import quantize_activations
+    from tg_gguf.lanes import repack, row_lanes_matmul
+    from tg_gguf_testutil import random_blocks
+
+    import tgcore
+    from tgcore.engine.stats import KernelTimes
+    from tgcore.tensor import Tensor
+    for name in a.types.split(","):
+        gtype = GGMLType[name]
+        lanes = repack(random_blocks(gtype, n * k // BLOCK_LAYOUT[gtype][0], seed=1, small=True), gtype, (n, k),
+                       a.device)
+        runs, xs = {}, {}
+        for m in (int(s) for s in a.batches.split(",")):
+            x = np.random.default_rng(m).standard_normal((m, k)).astype(np.float32)
+            xs[m] = Tensor(x, device=a.device).realize()
+            runs[m] = tgcore.jit(lambda v, w=lanes: row_lanes_matmul(*quantize_activations(v), w).realize())
+            for _ in range(3):
+                runs[m](xs[m])
+        times: dict[int, list[list[float]]] = {m: [] for m in runs}
+        kernel_names: dict[int, list[str]] = {}
+        for _ in range(a.rounds * 20):
+            for m, run in runs.items():
+                with KernelTimes.record() as recorded:
+                    run(xs[m])
+                times[m].append([t.seconds for t in recorded])
+                kernel_names[m] = [t.name for t in recorded]
+        for m in runs:
+            names = kernel_names[m]
+            medians = [statistics.median(r[j] for r in times[m]) * 1e6 for j in range(len(names))]
+            parts = "  ".join(f"{nm} {t:.2f}" for nm, t in zip(names, medians, strict=True))
+            print(f"{name:6s} {m:4d} rows: {parts}  (sum {sum(medians):.2f} us)", flush=True)
 
 
 if __name__ == "__main__":

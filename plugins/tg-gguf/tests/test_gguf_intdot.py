@@ -77,6 +77,35 @@ def test_activations_match_numpy_bit_for_bit():
     assert xq.numpy()[3, :6].tolist() == [127, 0, 2, 2, 0, -2]
 
 
+def _x86_missing() -> str | None:
+    try:
+        from tg_x86.cpu import unavailable_reason
+    except ImportError:
+        return "tg-x86 is not installed"
+    return unavailable_reason()
+
+
+@pytest.mark.parametrize("device", ["CPU", pytest.param("CPU:X86", marks=pytest.mark.skipif(
+    _x86_missing() is not None, reason=f"X86 backend: {_x86_missing()}"))])
+def test_activation_scales_of_special_values(device):
+    """The block scales' bits as numpy's ``max|x| / 127`` where the largest magnitude is a negative zero, a subnormal,
+    an infinity of either sign, the largest finite float or a NaN of either sign (the maximum is taken over the
+    magnitudes' bits as integers: a NaN's are above infinity's)."""
+    x = np.zeros((2, 8 * 32), np.float32)
+    x[0, 0:32] = -0.0
+    x[0, 32:64] = np.float32(1e-40) * np.arange(32, dtype=np.float32) * -1
+    x[0, 64 + 5], x[0, 64 + 6] = -np.inf, 3.0
+    x[0, 96 + 31] = np.inf
+    x[0, 128:160] = -np.finfo(np.float32).max
+    x[0, 160 + 7], x[0, 160 + 8] = np.nan, -np.inf
+    x[0, 192 + 3] = -np.float32(np.nan)
+    x[1] = np.random.default_rng(3).standard_normal(256).astype(np.float32) * -1e30
+    _, dx = quantize_activations(Tensor(x, device=device))
+    with np.errstate(invalid="ignore", over="ignore"):
+        _, ref = q8_reference(x)
+    assert_bits_equal(dx.numpy(), ref)
+
+
 @pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
 def test_int_matmul_exact(gtype):
     """Unit scales and exactly quantized activations: the integer path equals the float64 reference exactly, at an

@@ -42,8 +42,10 @@ DEVICES = ["CPU", pytest.param("CPU:X86", marks=pytest.mark.skipif(_x86_missing(
 def _product(x: np.ndarray, raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str = "CPU"
              ) -> tuple[np.ndarray, int]:
     """The row-lane product on ``device`` and how many of its kernels' byte dots are chained (each added to the last:
-    ``tg_dot4_u8i8_acc``, what the renderer makes a vpdpbusd into its accumulator)."""
+    ``tg_dot4_u8i8_acc``, what the renderer makes a vpdpbusd into its accumulator; on C ``tg_dot4_bcst_acc``, the
+    same reading its activation bytes from memory)."""
     from tgcore.codegen import get_program
+    from tgcore.renderer.cbroadcastdot import BCST_ACC_HELPER
     from tgcore.renderer.cbytedot import DOT_ACC_HELPER
     from tgcore.runtime.registry import open_device
     from tgcore.schedule.kernelize import create_schedule
@@ -52,7 +54,7 @@ def _product(x: np.ndarray, raw: np.ndarray, gtype: GGMLType, shape: tuple[int, 
     out = row_lanes_matmul(xq, dx, repack(raw, gtype, shape, device))
     items = [si for si in create_schedule([out.uop], device)[0] if si.kind != "copy"]
     programs = [get_program(si.ast, open_device(device).renderer) for si in items]
-    chained = sum(u.op is Ops.CUSTOMI and u.arg == DOT_ACC_HELPER for p in programs for u in p.uops)
+    chained = sum(u.op is Ops.CUSTOMI and u.arg in (DOT_ACC_HELPER, BCST_ACC_HELPER) for p in programs for u in p.uops)
     return out.numpy(), chained
 
 

@@ -87,7 +87,11 @@ def quantize_activations(x: Tensor) -> tuple[Tensor, Tensor]:
     if k % ACT_BLOCK:
         raise ValueError(f"quantize_activations: the last dimension {k} is not a multiple of {ACT_BLOCK}")
     xb = x.cast("float32").reshape(*lead, k // ACT_BLOCK, ACT_BLOCK)
-    dx = (xb.abs().max(-1, keepdim=True) * (1.0 / ACT_MAX)).contiguous()
+    # |x| as its bits with the sign cleared, the largest as an integer maximum: the float order of non-negative floats
+    # (NaN's bits above infinity's: it stays the maximum), two integer ops per element where abs and a float max
+    # keep signed zeros and NaNs apart lane by lane
+    largest = (xb.bitcast("int32") & 0x7FFFFFFF).max(-1, keepdim=True).bitcast("float32")
+    dx = (largest * (1.0 / ACT_MAX)).contiguous()
     # round to nearest even by adding 1.5 * 2**23: the sum's low mantissa bits are then the rounded integer
     # (exact for |v| < 2**22; a float -> int conversion is rendered with range checks, this is two int ops)
     scaled = (dx > 0).where(xb / dx, 0.0)

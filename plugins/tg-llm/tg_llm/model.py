@@ -741,7 +741,9 @@ class Model:
         gate_up = linear_parts(h, [w(m) for m in layer.w_gate_up]).contiguous()  # (T, 2 ffn): both halves
         gate, up = gate_up.shrink((None, (0, ffn))), gate_up.shrink((None, (ffn, 2 * ffn)))
         act = gate.silu() if cfg.arch.activation == "silu" else gate.gelu(approximate="tanh")
-        up = once(act * up, [layer.w_down])  # (as above: the activation once)
+        # a buffer of its own on either path: the activation's quantization reads it twice (its scales, its rounding)
+        # and the silu is ~50 vector ops per 8 values (8 rows x 1536, one core: 86.8 -> 75.0 us with the product)
+        up = (act * up).contiguous()
         out = linear(up, w(layer.w_down))
         if layer.post_ffn_norm is not None:
             out = rms_norm(out.contiguous(), layer.post_ffn_norm, cfg.norm_eps)

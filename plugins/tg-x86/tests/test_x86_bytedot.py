@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from tg_x86.cpu import unavailable_reason
 from tg_x86.isa import Inst, Op
-from tg_x86.operands import Label, Mem
+from tg_x86.operands import Bcst, Label, Mem
 from tg_x86.renderer import DOT_OPS, X86Renderer
 
 from tgcore.tensor import Tensor
@@ -297,8 +297,9 @@ def test_row_lane_dots_match_numpy(case, groups, m):
 @pytest.mark.parametrize("case", ROW_LANE_CASES)
 def test_row_lane_dots_are_chained_vpdpbusd(case):
     """Each block of 8 rows is 8 byte dots chained through vpdpbusd's accumulator (no zeroing between), each against
-    4 activation bytes broadcast from memory (vpbroadcastd); no byte taken out of or put into a vector one at a
-    time. Every instruction of the kernel is what capstone decodes from its bytes."""
+    4 activation bytes broadcast from memory (with AVX512-VNNI the EVEX vpdpbusd's own {1to8} memory operand, else a
+    vpbroadcastd); no byte taken out of or put into a vector one at a time. Every instruction of the kernel is what
+    capstone decodes from its bytes."""
     from tg_x86 import encode, select_form
     from tg_x86.listing import asm
     from tg_x86_testutil import LLVM_ONLY, decode_one, decoder, same_listing
@@ -310,8 +311,12 @@ def test_row_lane_dots_are_chained_vpdpbusd(case):
     dot = DOT_OPS[X86Renderer().dot_instruction]
     if dot is not Op.VPMADDUBSW:
         assert ops.count(dot) == 8 and ops.count(Op.VPXOR) + ops.count(Op.VXORPS) <= 2   # one zeroed start per block
-    assert ops.count(Op.VPBROADCASTD) == 8
-    assert all(isinstance(i.operands[1], Mem) for i in insts if i.op is Op.VPBROADCASTD)
+    if dot is Op.VPDPBUSD:
+        assert Op.VPBROADCASTD not in ops
+        assert all(isinstance(i.operands[-1], Bcst) and i.operands[-1].count == 8 for i in insts if i.op is dot)
+    else:
+        assert ops.count(Op.VPBROADCASTD) == 8
+        assert all(isinstance(i.operands[1], Mem) for i in insts if i.op is Op.VPBROADCASTD)
     assert Op.VPEXTRB not in ops and Op.VPINSRB not in ops
     # the nibble mask held in a register (bytedot.sel_held_constant), not read from memory by each vpand
     assert not [i for i in insts if i.op is Op.VPAND and isinstance(i.operands[-1], Mem)]

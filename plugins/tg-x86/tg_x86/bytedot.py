@@ -238,6 +238,8 @@ def sel_bytes(ctx: Emitter, x: UOp) -> tuple | None:
     elif op in RIGHT or op in LEFT:
         d = _shifted(ctx, x)
     elif op is Ops.BITCAST and (load := repeated_load(x)) is not None:
+        if _read_by_broadcast_dots(ctx, x, load):
+            return EMITTED   # (each dot reads the 4 bytes itself: ``sel_dot``)
         d = ctx.vnew()
         n = load.dtype.count
         ctx.emit(REPEATED_LOADS[n], [d], [mem(ctx, load.src[0], n * 8)], (("d", 0, bits), ("u", 0, None)))
@@ -270,6 +272,13 @@ def sel_dot(ctx: Emitter, x: UOp) -> tuple | None:
     if x.arg not in (DOT_HELPER, DOT_ACC_HELPER):
         return None
     *acc, a, b = x.src
+    load = repeated_load(b)
+    if load is not None and _read_by_broadcast_dots(ctx, b, load):
+        d = ctx.vnew()
+        ctx.emit(ctx.dot_op, [d], [vpiece(ctx, acc[0], 0) if acc else ctx.zero(256), register(ctx, a),
+                                   mem(ctx, load.src[0], 32)], (("d", 0, 256), ("u", 1, 256), ("ub", 2, 8)), two=True)
+        ctx.val[x] = (d,)
+        return EMITTED
     rb = operand(ctx, b)
     if ctx.dot_op is Op.VPMADDUBSW:
         d = _dot_avx2(ctx, a, rb)
@@ -283,6 +292,16 @@ def sel_dot(ctx: Emitter, x: UOp) -> tuple | None:
                  (("d", 0, 256), ("u", 1, 256), ("u", 2, None if isinstance(rb, VMem) else 256)), two=True)
     ctx.val[x] = (d,)
     return EMITTED
+
+
+def _read_by_broadcast_dots(ctx: Emitter, b: UOp, load: UOp) -> bool:
+    """Whether the 4 repeated bytes ``b`` (of ``load``) are read only as the signed operand of EVEX ``vpdpbusd``s,
+    each of which then reads them from memory as a broadcast ({1to8}) instead of a ``vpbroadcastd`` of its own: the
+    8-row Q4_1 1536x576 row-lane kernel 329 -> 258 instructions, 69.9 -> 64.5 us (one core, medians, same run)."""
+    users = ctx.facts.users.get(b, [])
+    return (ctx.dot_op is Op.VPDPBUSD and load.dtype.count == 4 and b.dtype.count == 32 and bool(users)
+            and all(u.op is Ops.CUSTOMI and u.arg in (DOT_HELPER, DOT_ACC_HELPER) and u.src[-1] is b
+                    and b not in u.src[:-1] for u in users))
 
 
 def _dot_avx2(ctx: Emitter, a: UOp, rb: Any) -> VReg:

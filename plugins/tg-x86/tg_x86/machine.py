@@ -41,6 +41,7 @@ from tg_x86.operands import (
     XMMS,
     YMMS,
     ZMMS,
+    Bcst,
     Label,
     Masked,
     Mem,
@@ -108,7 +109,8 @@ class VMem:
 # layout items: ("d", i, bits) defs[i] as a register of ``bits``; ("u", i, bits) uses[i] (a register
 # at ``bits``, or a memory operand when bits is None); ("i", value) an immediate; ("l", label); AVX-512 opmasks:
 # ("dk", i, bits, j, zero) defs[i] under the opmask uses[j] (zeroing or merging), ("uk", i, None, j) the memory
-# operand uses[i] under the opmask uses[j] (a masked store); an opmask register alone is a register of 64 bits
+# operand uses[i] under the opmask uses[j] (a masked store); an opmask register alone is a register of 64 bits;
+# ("ub", i, count) the memory operand uses[i], one element read into each of ``count`` lanes (an EVEX broadcast)
 @dataclass(slots=True)  # never changed once made (not frozen: one is built per instruction)
 class Spec:
     layout: tuple[tuple, ...]
@@ -473,6 +475,13 @@ def _lower(allocated: list, slot_disp: dict[tuple[str, int], int], out: list) ->
                     ops.append(views[(o.cls, item[2])][o.index])
             elif kind == "i":
                 ops.append(make_imm(item[1]))
+            elif kind == "ub":  # a memory element broadcast
+                o = ins.uses[item[1]]
+                at = make_mem(o.bits, rsp, None, 1, slot_disp[o.slot] + o.disp) if o.slot is not None else \
+                    make_mem(o.bits, GPRS64[o.base.index] if o.base is not None else None,
+                             GPRS64[o.index.index] if o.index is not None else None,
+                             o.scale if o.index is not None else 1, o.disp)
+                ops.append(Bcst(at, item[2]))
             elif kind == "dk" or kind == "uk":  # under an opmask
                 o = (ins.uses if kind == "uk" else ins.defs)[item[1]]
                 if type(o) is VMem:

@@ -38,7 +38,7 @@ from tg_x86.machine import (
     _prologue_steps,
     _with_scratch,
 )
-from tg_x86.operands import KREGS, Label, Masked, Operand, Reg, address, imm
+from tg_x86.operands import KREGS, Bcst, Label, Masked, Operand, Reg, address, imm
 from tgcore.codegen.regalloc import MInst, Register, RegisterPlan, VReg
 
 
@@ -317,6 +317,8 @@ def _encode_new(key: tuple, ins: MInst) -> bytes:
     for entry in plan:  # a loop: cheaper than maps for two or three operands
         if len(entry) == 2:
             ops.append(entry[1][key[entry[0]]])
+        elif len(entry) == 3:  # a memory element broadcast: (where, table, lanes)
+            ops.append(Bcst(entry[1][key[entry[0]]], entry[2]))
         else:  # under an opmask: (where, table, where the opmask's key is, zeroing)
             ops.append(Masked(entry[1][key[entry[0]]], KREGS[key[entry[2]] - 64], entry[3]))
     if two_address and key[5] != key[5 + ndefs]:
@@ -344,6 +346,8 @@ def _operand_plan(layout: tuple, ndefs: int) -> tuple[tuple, ...]:
         kind = item[0]
         if kind == "i":
             plan.append((4, {ndefs: imm(item[1])}))
+        elif kind == "ub":
+            plan.append((5 + item[1] + ndefs, operands.MEMS, item[2]))
         elif kind == "dk" or kind == "uk":
             plan.append((5 + item[1] + (ndefs if kind == "uk" else 0),
                          operands.MEMS if item[2] is None else _REGS_BY_CODE[item[2]], 5 + ndefs + item[3],
