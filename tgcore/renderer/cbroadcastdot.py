@@ -13,7 +13,7 @@ Out: ``tg_dot4_bcst(a, x)`` / ``tg_dot4_bcst_acc(c, a, x)`` with ``x`` the loade
 from __future__ import annotations
 
 from tgcore.dtype import dtypes
-from tgcore.renderer.cbytedot import DOT_ACC_HELPER, DOT_HELPER, DOT_TYPES
+from tgcore.renderer.cbytedot import DOT_ACC_HELPER, DOT_HELPER, DOT_TYPES, repeated_of
 from tgcore.uop import Ops, UOp
 
 BCST_HELPER = "tg_dot4_bcst"
@@ -36,18 +36,12 @@ static inline tg_int32x8 tg_dot4_bcst_acc_at(tg_int32x8 c, tg_uint8x32 a, const 
 
 
 def _broadcast_word_at(b: UOp) -> UOp | None:
-    """The INDEX of an ungated 4-byte load that ``b`` (a signed 32-byte operand) repeats in every 32-bit lane."""
-    if b.op is not Ops.BITCAST or b.dtype != dtypes.int8.vec(32) or b.src[0].op is not Ops.VECTORIZE:
+    """The INDEX of an ungated 4-byte load at one address that ``b`` (a signed 32-byte operand) repeats in every
+    32-bit lane."""
+    if b.dtype != dtypes.int8.vec(32) or (load := repeated_of(b)) is None:
         return None
-    words = b.src[0].src
-    if b.src[0].dtype != dtypes.uint32.vec(8) or len(set(words)) != 1:
-        return None
-    word = words[0]
-    if word.op is not Ops.BITCAST or word.dtype != dtypes.uint32:
-        return None
-    load = word.src[0]
     if (load.op is not Ops.LOAD or load.dtype != dtypes.int8.vec(4) or len(load.src) != 1
-            or load.src[0].op is not Ops.INDEX or len(load.src[0].src) != 2):
+            or load.src[0].op is not Ops.INDEX or len(load.src[0].src) != 2 or load.src[0].src[1].dtype.count != 1):
         return None
     return load.src[0]
 
