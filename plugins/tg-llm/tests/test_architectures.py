@@ -11,10 +11,11 @@ norms and linear scaling of the global layers' rope, and ``phi3`` with fused ten
 The reference is a float64 numpy forward pass written from the Hugging Face model definitions
 (rotate-half rotary embeddings on Hugging Face-ordered q/k rows, repeat_kv GQA, SwiGLU, RMSNorm, the
 Llama 3 / linear frequency rules), with the keys (rotated) and values rounded to the model's KV cache type
-(``KV_DTYPE``) as its cache stores them, so the tolerance stays the float32 arithmetic's. It takes its hyperparameters from the ``TinySpec`` (the "HF config")
-and its weights from the file through ``gguf.GGUFReader`` + ``gguf.quants.dequantize``, undoing the
-llama/mistral q/k row permutation. So it checks tg_llm's choice of rotation layout per architecture,
-its reading of the metadata and its fused dequantization, not the same formulas twice.
+(``KV_DTYPE``) as its cache stores them, so the tolerance stays the float32 arithmetic's. It takes its
+hyperparameters from the ``TinySpec`` (the "HF config") and its weights from the file through
+``gguf.GGUFReader`` + ``gguf.quants.dequantize``, undoing the llama/mistral q/k row permutation. So it checks
+tg_llm's choice of rotation layout per architecture, its reading of the metadata and its fused dequantization, not
+the same formulas twice.
 
 Missing ``gguf``: skipped locally, a failure when ``CI=true``.
 """

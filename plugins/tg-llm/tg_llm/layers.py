@@ -1,4 +1,5 @@
-"""The transformer's building blocks on tensors: RMSNorm, softmax's numerators, soft-caps, linear layers, rotary embeddings."""
+"""The transformer's building blocks on tensors: RMSNorm, softmax's numerators, soft-caps, linear layers, rotary
+embeddings."""
 from __future__ import annotations
 
 from typing import Any

@@ -35,10 +35,10 @@ holds Hugging Face row ``h*d + s*d/2 + j``), so the rotation pairs are adjacent 
 (``rope.scaling.type = linear``) and per-frequency factors (the ``rope_freqs.weight`` tensor of Llama 3.1+)
 are applied; YaRN is not supported (a clear error).
 
-KV cache: per layer, keys and values of shape (n_kv_heads, max_context, head_dim) in float16 (``KV_DTYPE``; float32 on request), allocated
-once for ``max_context = min(model context, max_context)`` positions; a sliding-window layer keeps a ring
-of ``window + PREFILL_CHUNK`` slots instead (slot = position mod its length), and every mask is computed
-from the position each slot holds. A call writes its tokens' keys
+KV cache: per layer, keys and values of shape (n_kv_heads, max_context, head_dim) in float16 (``KV_DTYPE``;
+float32 on request), allocated once for ``max_context = min(model context, max_context)`` positions; a
+sliding-window layer keeps a ring of ``window + PREFILL_CHUNK`` slots instead (slot = position mod its length),
+and every mask is computed from the position each slot holds. A call writes its tokens' keys
 and values at ``start_pos ..`` with ``Tensor.assign`` into a shrink at a bound variable ``start_pos``,
 so the kernels do not depend on the position. Token embeddings, rotary cos/sin rows and the additive
 attention mask are computed on the host and passed in as tensors.
