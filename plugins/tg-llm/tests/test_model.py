@@ -243,6 +243,14 @@ def test_unsupported_architecture_is_named(tmp_path):
         Model.from_gguf(path, device="CPU")
 
 
+def test_kv_cache_type_is_checked_and_kept():
+    """A KV cache type other than float16/float32 is a clear error; the caches are of the type asked for."""
+    from tg_llm.model import Model
+    with pytest.raises(ValueError, match="kv_dtype must be 'float32' or 'float16', got 'int8'"):
+        Model.from_gguf(smollm2_path(), device="CPU", max_context=MAX_CONTEXT, kv_dtype="int8")
+    assert smollm2_model().layers[0].cache_v.dtype.name == "float16"
+
+
 def test_kv_cache_writes_are_lazy_assigns():
     """The cache is written with lazy assigns: the model's cache tensors see every write, while a lazy tensor
     built from a cache before a call keeps the contents it was built from (only that cache is copied aside). A
