@@ -10,10 +10,12 @@ norms and linear scaling of the global layers' rope, and ``phi3`` with fused ten
 
 The reference is a float64 numpy forward pass written from the Hugging Face model definitions
 (rotate-half rotary embeddings on Hugging Face-ordered q/k rows, repeat_kv GQA, SwiGLU, RMSNorm, the
-Llama 3 / linear frequency rules). It takes its hyperparameters from the ``TinySpec`` (the "HF config")
-and its weights from the file through ``gguf.GGUFReader`` + ``gguf.quants.dequantize``, undoing the
-llama/mistral q/k row permutation. So it checks tg_llm's choice of rotation layout per architecture,
-its reading of the metadata and its fused dequantization, not the same formulas twice.
+Llama 3 / linear frequency rules), with the keys (rotated) and values rounded to the model's KV cache type
+(``KV_DTYPE``) as its cache stores them, so the tolerance stays the float32 arithmetic's. It takes its
+hyperparameters from the ``TinySpec`` (the "HF config") and its weights from the file through
+``gguf.GGUFReader`` + ``gguf.quants.dequantize``, undoing the llama/mistral q/k row permutation. So it checks
+tg_llm's choice of rotation layout per architecture, its reading of the metadata and its fused dequantization, not
+the same formulas twice.
 
 Missing ``gguf``: skipped locally, a failure when ``CI=true``.
 """
@@ -111,8 +113,10 @@ class Reference:
     (``(i + 1) % pattern != 0``), Phi-3's fused q/k/v and gate/up split in Hugging Face's order."""
 
     def __init__(self, spec: TinySpec, path: Path) -> None:
+        from tg_llm.model import KV_DTYPE
         gguf = require_gguf()
         self.spec = spec
+        self.kv_dtype = np.dtype(KV_DTYPE)
         self.gemma = spec.arch in GEMMA_ARCHS
         self.w: dict[str, np.ndarray] = {}
         for t in gguf.GGUFReader(path).tensors:
@@ -148,6 +152,7 @@ class Reference:
             q, k = self.norm(q, p + "attn_q_norm.weight"), self.norm(k, p + "attn_k_norm.weight")
         sliding = self.sliding(i)
         q, k = rotate_half_rope(q, positions, s, sliding), rotate_half_rope(k, positions, s, sliding)
+        k, v = (a.astype(self.kv_dtype).astype(np.float64) for a in (k, v))  # as the model's cache stores them
         group = s.n_heads // s.n_kv_heads  # query head j reads key/value head j // group
         k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
         scores = np.einsum("qhd,khd->hqk", q, k) / math.sqrt(s.head_dim)

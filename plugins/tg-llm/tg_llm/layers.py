@@ -1,4 +1,5 @@
-"""The transformer's building blocks on tensors: RMSNorm, softmax, soft-caps, linear layers, rotary embeddings."""
+"""The transformer's building blocks on tensors: RMSNorm, softmax's numerators, soft-caps, linear layers, rotary
+embeddings."""
 from __future__ import annotations
 
 from typing import Any
@@ -12,10 +13,18 @@ def rms_norm(x: Any, weight: Any, eps: float) -> Any:
     return norm(x, x.shape[-1], weight, eps)
 
 
-def softmax(x: Any) -> Any:
-    """Softmax over the last axis."""
-    e = (x - x.max(-1, keepdim=True)).exp()
-    return e / e.sum(-1, keepdim=True)
+EXP_FLOOR = -80.0  # exp(-80) = 1.8e-35, still a normal float32
+
+
+def masked_exp(x: Any, mask: Any) -> Any:
+    """Softmax's numerators over the last axis under an additive ``mask`` of 0 (attend) and -inf (do not):
+    ``exp(x + mask - max(x + mask))``. A masked entry is exactly 0 without an exponential of -inf: on x86 the
+    exponential of anything below float32's normal range (-87) goes through subnormal numbers, ~3x slower for the
+    whole vector. An allowed entry's exponent is clamped at ``EXP_FLOOR``: 1.8e-35 for anything smaller, beside the
+    largest entry's 1 in the sum nothing a float32 can tell apart."""
+    shifted = x + mask
+    exponent = (shifted - shifted.max(-1, keepdim=True)).maximum(EXP_FLOOR)
+    return (mask == 0).where(exponent.exp(), 0.0)
 
 
 def softcap(x: Any, cap: float) -> Any:

@@ -35,10 +35,10 @@ holds Hugging Face row ``h*d + s*d/2 + j``), so the rotation pairs are adjacent 
 (``rope.scaling.type = linear``) and per-frequency factors (the ``rope_freqs.weight`` tensor of Llama 3.1+)
 are applied; YaRN is not supported (a clear error).
 
-KV cache: per layer, keys and values of shape (n_kv_heads, max_context, head_dim) in float32, allocated
-once for ``max_context = min(model context, max_context)`` positions; a sliding-window layer keeps a ring
-of ``window + PREFILL_CHUNK`` slots instead (slot = position mod its length), and every mask is computed
-from the position each slot holds. A call writes its tokens' keys
+KV cache: per layer, keys and values of shape (n_kv_heads, max_context, head_dim) in float16 (``KV_DTYPE``;
+float32 on request), allocated once for ``max_context = min(model context, max_context)`` positions; a
+sliding-window layer keeps a ring of ``window + PREFILL_CHUNK`` slots instead (slot = position mod its length),
+and every mask is computed from the position each slot holds. A call writes its tokens' keys
 and values at ``start_pos ..`` with ``Tensor.assign`` into a shrink at a bound variable ``start_pos``,
 so the kernels do not depend on the position. Token embeddings, rotary cos/sin rows and the additive
 attention mask are computed on the host and passed in as tensors.
@@ -81,7 +81,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tg_llm.kv_cache import CacheKind, RowWrites, decode_window, write_rows, zeroed
-from tg_llm.layers import linear, linear_parts, rms_norm, rope, rope_frequencies, softcap, softmax
+from tg_llm.layers import linear, linear_parts, masked_exp, rms_norm, rope, rope_frequencies, softcap
 from tg_llm.model_config import (
     ContextLengthError,
     ModelConfig,
@@ -96,13 +96,16 @@ if TYPE_CHECKING:
 
 # the model's errors and config reader are part of this module's interface (callers catch them from here)
 __all__ = ["Model", "ModelConfig", "ModelError", "UnsupportedArchitectureError", "ContextLengthError",
-           "config_from_metadata", "PREFILL_CHUNK", "DENSE_MIN_TOKENS"]
+           "config_from_metadata", "PREFILL_CHUNK", "DENSE_MIN_TOKENS", "KV_DTYPE"]
 
 PREFILL_CHUNK = 256    # a longer prompt is prefilled in chunks of this many tokens (bounds the scratch memory)
 # from this many rows on, a weight is dequantized once and multiplied as floats (CPU ms per SmolLM2 Q4_1 prefill,
 # fused vs dense: 4 rows 24 vs 86-102, 16 rows 87-91 vs 102-126, 32 rows 171-182 vs 160), unless every product
 # takes the row lanes (see the module docstring)
 DENSE_MIN_TOKENS = 32
+# the KV cache's element type: float16 halves the bytes attention reads, which at 8 decode rows are as many as the
+# weights' (SmolLM2, window 192); the keys and values are rounded once, when written, as llama.cpp's default does
+KV_DTYPE = "float16"
 DECODE_WINDOWS = 24    # decode captures kept: one per attention window (``kv_cache.decode_window``: 14 up to 4096)
 # prefill captures kept per kind of result (each keeps a layer of scratch: weights, activations): a server's one-chunk
 # prompts of 17-32 and 33-64 tokens and its second chunks are three
@@ -190,7 +193,7 @@ class Model:
 
     def __init__(self, gf: Any, config: ModelConfig, device: str,
                  progress: Callable[[int, int], None] | None = None, sequences: int = 1,
-                 stage: PipelineStage | None = None, int_dot: bool = True) -> None:
+                 stage: PipelineStage | None = None, int_dot: bool = True, kv_dtype: str = KV_DTYPE) -> None:
         from tg_gguf.intdot import QuantizedMatrix
 
         from tgcore.tensor import Tensor
@@ -201,6 +204,9 @@ class Model:
         self.device = device
         self.sequences = sequences
         self.stage = stage
+        if kv_dtype not in ("float32", "float16"):
+            raise ValueError(f"kv_dtype must be 'float32' or 'float16', got {kv_dtype!r}")
+        self.kv_dtype = kv_dtype
         cfg, arch = config, config.arch
         owned = range(cfg.n_layers) if stage is None else stage.layers
         self.has_output = stage is None or stage.last  # the output norm and matrix: on the last stage only
@@ -294,7 +300,7 @@ class Model:
                 ffn_norm=get(p + "ffn_norm.weight", small=True),
                 w_gate_up=stacked([p + n + ".weight" for n in arch.gate_up]), w_down=get(p + "ffn_down.weight"),
                 post_ffn_norm=get(p + "post_ffw_norm.weight", True) if arch.post_norms else None,
-                cache_k=zeroed(cache_shape, device), cache_v=zeroed(cache_shape, device)))
+                cache_k=zeroed(cache_shape, device, kv_dtype), cache_v=zeroed(cache_shape, device, kv_dtype)))
         self.output_norm: Any = None
         self.output: Any = None
         if self.has_output:
@@ -338,18 +344,19 @@ class Model:
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str], device: str | None = None, max_context: int = 4096,
                   progress: Callable[[int, int], None] | None = None, sequences: int = 1,
-                  stage: PipelineStage | None = None, int_dot: bool = True) -> Model:
+                  stage: PipelineStage | None = None, int_dot: bool = True, kv_dtype: str = KV_DTYPE) -> Model:
         """Load the model in GGUF file ``path`` onto ``device`` (default: ``DEV``), with ``sequences`` KV caches
         of ``min(model context, max_context)`` positions each. ``progress(done, total)`` is called per weight
         loaded. ``stage``: this process's part of a pipeline (``tg_llm.pipeline``): its layers only.
-        ``int_dot=False``: every product in float (no activation quantization; see ``tg_gguf.intdot``)."""
+        ``int_dot=False``: every product in float (no activation quantization; see ``tg_gguf.intdot``).
+        ``kv_dtype``: the KV cache's element type, "float16" (``KV_DTYPE``) or "float32"."""
         import tg_gguf
 
         from tgcore.runtime.registry import canonical
         gf = tg_gguf.load(path)
         try:
             config = config_from_metadata(dict(gf.metadata), list(gf.tensor_info), max_context)
-            return cls(gf, config, canonical(device), progress, sequences, stage, int_dot)
+            return cls(gf, config, canonical(device), progress, sequences, stage, int_dot, kv_dtype)
         except BaseException:
             gf.close()
             raise
@@ -680,6 +687,7 @@ class Model:
         float buffer first (its transpose, so ``x @ W.T`` reads B along the output columns) and run a plain GEMM
         (faster for many rows than the fused dequantizing matmul, which decodes the weight once per row; not
         batch-invariant)."""
+        from tgcore.dtype import dtypes
         cfg = self.config
         t = x.shape[0]
         hd, nh, nkv = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
@@ -715,22 +723,29 @@ class Model:
             rows = ((seq, seq + 1), None, (first_slot, first_slot + count), None)
             keys_in, values_in = (k, v) if count == t else (k.shrink(((first, first + count), None, None)),
                                                                v.shrink(((first, first + count), None, None)))
-            layer.cache_k.shrink(rows).assign(keys_in.permute(1, 0, 2).reshape(1, nkv, count, hd))
-            layer.cache_v.shrink(rows).assign(values_in.permute(1, 0, 2).reshape(1, nkv, count, hd))
+            for cache, rows_in in ((layer.cache_k, keys_in), (layer.cache_v, values_in)):
+                cache.shrink(rows).assign(rows_in.permute(1, 0, 2).reshape(1, nkv, count, hd).cast(cache.dtype))
         keys = _cache_window(layer.cache_k, seqs, window)  # (B, kv heads, window, hd)
         values = _cache_window(layer.cache_v, seqs, window)
         b = keys.shape[0]
         tq = t // b  # queries per sequence
+        if keys.dtype != dtypes.float32:
+            # a decode step reads a float16 cache as it is (half the bytes); a prefill converts its window once into a
+            # buffer (its products then take the float register tile, whose plan does not change with the sequences)
+            keys, values = (c.cast(dtypes.float32) if tq == 1 else c.cast(dtypes.float32).contiguous()
+                            for c in (keys, values))
         qg = q.reshape(b, tq, nkv, group, hd).permute(0, 2, 3, 1, 4)  # (B, kv heads, group, Tq, hd)
         # (B, kv heads, group, Tq, window); a buffer of its own, else the softmax's last kernel recomputes q.k
         scores = (qg @ keys.reshape(b, nkv, 1, window, hd).transpose(-1, -2)) * cfg.attention_scale
         if cfg.attn_softcap:
             scores = softcap(scores, cfg.attn_softcap)
         scores = scores.contiguous()
-        # a buffer of its own, else the next matmul recomputes exp per output
-        weights = softmax(scores + mask.reshape(b, 1, 1, tq, window)).contiguous()
+        # softmax's numerators in a buffer of their own (else the next matmul recomputes exp per output), the product
+        # divided by their sum after it: one exponential per score
+        numerators = masked_exp(scores, mask.reshape(b, 1, 1, tq, window)).contiguous()
+        attn = (numerators @ values.reshape(b, nkv, 1, window, hd)) / numerators.sum(-1, keepdim=True)
         # a (T, heads * head_dim) buffer: Wo's reduction then runs over one axis (whole quantization blocks)
-        attn = (weights @ values.reshape(b, nkv, 1, window, hd)).permute(0, 3, 1, 2, 4).reshape(t, nh * hd)
+        attn = attn.permute(0, 3, 1, 2, 4).reshape(t, nh * hd)
         attn = attn.contiguous()
         out = linear(attn, w(layer.wo))
         if layer.post_attn_norm is not None:
