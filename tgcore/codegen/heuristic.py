@@ -162,11 +162,10 @@ def _byte_dot(red: UOp) -> bool:
     for u in red.src[0].toposort:
         if u.op is not Ops.CAST or not dtypes.is_float(u.dtype) or not dtypes.is_int(u.src[0].dtype):
             continue
-        loads = [n for n in u.src[0].toposort if n.op is Ops.LOAD]
-        buffers = {n.src[0].src[0] for n in loads}
-        if (len(buffers) >= 2 and all(n.dtype.itemsize == 1 for n in loads)
-                and any(n.op is Ops.MUL for n in u.src[0].toposort)):
-            return True
+        for product in (n for n in u.src[0].toposort if n.op is Ops.MUL):  # (plus maybe an integer offset: Q6_K's)
+            loads = [n for n in product.toposort if n.op is Ops.LOAD]
+            if len({n.src[0].src[0] for n in loads}) >= 2 and all(n.dtype.itemsize == 1 for n in loads):
+                return True
     return False
 
 
