@@ -143,7 +143,7 @@ def test_row_lanes_with_more_activation_rows_than_weight_rows(gtype, device):
 
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="no row-lane layout"):
-        repack(np.zeros(34, np.uint8), GGMLType.Q6_K, (1, 32), "CPU")
+        repack(np.zeros(64, np.uint8), GGMLType.F16, (1, 32), "CPU")
     with pytest.raises(ValueError, match="does not match"):
         repack(np.zeros(143, np.uint8), GGMLType.Q4_K, (1, 256), "CPU")
     with pytest.raises(ValueError, match="does not match"):
