@@ -162,7 +162,9 @@ def test_which_devices_and_types_use_it():
     not (it keeps ``intdot``)."""
     assert uses_row_lanes(GGMLType.Q4_1, "CPU") == (GGMLType.Q4_1 in LANE_TYPES)
     assert uses_row_lanes(GGMLType.Q4_K, "CPU") == (GGMLType.Q4_K in LANE_TYPES)
-    assert not uses_row_lanes(GGMLType.Q6_K, "CPU")
+    assert uses_row_lanes(GGMLType.Q6_K, "CPU") == (GGMLType.Q6_K in LANE_TYPES)
+    assert not uses_row_lanes(GGMLType.Q3_K, "CPU")  # (a layout, not taken: ``LANE_TYPES``)
+    assert not uses_row_lanes(GGMLType.F16, "CPU")
     assert not uses_row_lanes(GGMLType.Q4_1, "PYTHON")
     assert not uses_row_lanes(9999, "CPU")
     if _x86_missing() is None:
