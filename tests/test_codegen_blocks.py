@@ -717,3 +717,43 @@ def test_half_pair_helper_matches_numpy(flags, tmp_path):
     out = np.zeros(2, np.float32)
     pair(h.ctypes.data, out.ctypes.data, None)
     assert np.isnan(out[0]) and out[1] == 2.0
+
+
+@pytest.mark.parametrize("flags", [[], ["-mavx2"]], ids=["plain", "avx2"])
+def test_widening_helpers_match_numpy(flags, tmp_path):
+    """The C renderer's widenings of 8 lanes to int32 (``cstyle.WIDEN_PREAMBLE``), built without and with AVX2 (their
+    two branches): unsigned and signed bytes, signed 16-bit ints (negative ones included)."""
+    from tgcore.dtype import dtypes
+    from tgcore.renderer.cstyle import WIDEN_PREAMBLE, vector_typedef
+    from tgcore.runtime.cpufeatures import cpu_features
+    if flags and "avx2" not in cpu_features().features:
+        pytest.skip("no AVX2 here")
+    types = (dtypes.uint8.vec(8), dtypes.int8.vec(8), dtypes.int16.vec(8))
+    src = "".join(vector_typedef(d) + "\n" for d in types) + WIDEN_PREAMBLE + (
+        "void widen(const unsigned char* b, const short* h, int* out) {\n"
+        "  tg_uint8x8 u; tg_int8x8 s; tg_int16x8 w; __builtin_memcpy(&u, b, 8); __builtin_memcpy(&s, b, 8);\n"
+        "  __builtin_memcpy(&w, h, 16); tg_widened8 r = tg_widen_u8x8(u); __builtin_memcpy(out, &r, 32);\n"
+        "  r = tg_widen_i8x8(s); __builtin_memcpy(out + 8, &r, 32);\n"
+        "  r = tg_widen_i16x8(w); __builtin_memcpy(out + 16, &r, 32); }\n")
+    widen = _c_function(src, "widen", flags, tmp_path)
+    rng = np.random.default_rng(len(flags))
+    b = rng.integers(0, 256, 8).astype(np.uint8)
+    h = np.array([-32768, -1, 0, 1, 255, -256, 32767, -12345], np.int16)
+    out = np.zeros(24, np.int32)
+    widen(b.ctypes.data, h.ctypes.data, out.ctypes.data)
+    np.testing.assert_array_equal(out[:8], b.astype(np.int32))
+    np.testing.assert_array_equal(out[8:16], b.view(np.int8).astype(np.int32))
+    np.testing.assert_array_equal(out[16:], h.astype(np.int32))
+
+
+def test_sixteen_bit_lanes_widen_in_one_call(device="CPU"):
+    """Eight int16 lanes converted to float32 go through ``tg_widen_i16x8`` (gcc 12 widens a 16-byte vector of them
+    in two halves: four instructions where AVX2 has one) and keep numpy's values."""
+    from tgcore.codegen import get_program
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.kernelize import create_schedule
+    h = np.random.default_rng(3).integers(-32768, 32768, (16, 64)).astype(np.int16)
+    out = Tensor(h, device=device).cast("float32") * 0.5
+    (item,) = [si for si in create_schedule([out.uop], device)[0] if si.kind != "copy"]
+    assert "tg_widen_i16x8(" in get_program(item.ast, open_device(device).renderer).src
+    np.testing.assert_array_equal(out.numpy(), h.astype(np.float32) * 0.5)

@@ -162,11 +162,10 @@ def _byte_dot(red: UOp) -> bool:
     for u in red.src[0].toposort:
         if u.op is not Ops.CAST or not dtypes.is_float(u.dtype) or not dtypes.is_int(u.src[0].dtype):
             continue
-        loads = [n for n in u.src[0].toposort if n.op is Ops.LOAD]
-        buffers = {n.src[0].src[0] for n in loads}
-        if (len(buffers) >= 2 and all(n.dtype.itemsize == 1 for n in loads)
-                and any(n.op is Ops.MUL for n in u.src[0].toposort)):
-            return True
+        for product in (n for n in u.src[0].toposort if n.op is Ops.MUL):  # (plus maybe an integer offset: Q6_K's)
+            loads = [n for n in product.toposort if n.op is Ops.LOAD]
+            if len({n.src[0].src[0] for n in loads}) >= 2 and all(n.dtype.itemsize == 1 for n in loads):
+                return True
     return False
 
 
@@ -306,13 +305,23 @@ def row_lane_byte_dot_opts(ast: UOp, red: UOp, ranges: list[UOp], mains: list[UO
         return moving
     lanes = {r: w for r in ranges if _size(r) % native == 0 and _stride(store_index, r) == 1
              and (w := weights_in_lanes(r))}
-    block = BYTE_DOT_STEPS * native
+    block = _factor_block(ast, reduced[0], BYTE_DOT_STEPS * native)
     if len(lanes) != 1 or block not in block_divisors(ast, reduced[0]):
         return None
     (lane, weights), = lanes.items()
     batch, rows = _row_groups(ranges, weights)
     unroll = [Opt(OptOps.UNROLL, number[batch], rows)] if batch is not None else []
     return [*unroll, Opt(OptOps.UPCAST, number[lane], native), Opt(OptOps.BLOCK, number[reduced[0]], block)]
+
+
+def _factor_block(ast: UOp, r: UOp, widest: int) -> int:
+    """The row-lane product's block along its reduced range ``r``: ``widest`` (a block of 32 bytes per lane), unless a
+    factor of the products (a load of anything but bytes: a scale) changes within it every ``k`` steps, ``k`` a
+    whole number of dot steps (Q2_K: a scale per 16 values): then the smallest such ``k``."""
+    factors = [u for u in ast.toposort if u.op is Ops.LOAD and u.dtype.scalar() not in (dtypes.uint8, dtypes.int8)]
+    steps = {d.src[1].arg for f in factors for d in f.src[0].src[1].toposort
+             if d.op is Ops.IDIV and d.src[0] is r and d.src[1].op is Ops.CONST}
+    return min((k for k in steps if k < widest and widest % k == 0 and k % BYTE_DOT_STEPS == 0), default=widest)
 
 
 def _row_groups(ranges: list[UOp], weights: list[UOp]) -> tuple[UOp | None, int]:

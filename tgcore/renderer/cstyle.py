@@ -227,7 +227,8 @@ def _convertvector_exact(src: DType, dst: DType) -> bool:
 
 # 8 lanes of 8-bit ints -> 8 lanes of 32-bit ints: one AVX2 instruction (vpmovzxbd / vpmovsxbd). gcc lowers the
 # generic __builtin_convertvector of an 8-byte vector lane by lane, so where AVX2 is there the kernel calls these.
-WIDEN_BYTES = {(dtypes.uint8, 8): "tg_widen_u8x8", (dtypes.int8, 8): "tg_widen_i8x8"}
+WIDEN_BYTES = {(dtypes.uint8, 8): "tg_widen_u8x8", (dtypes.int8, 8): "tg_widen_i8x8",
+               (dtypes.int16, 8): "tg_widen_i16x8"}  # (and 16-bit ints: vpmovsxwd, where gcc took 2 halves, 4 ops)
 WIDEN_PREAMBLE = """\
 typedef char tg_bytes16 __attribute__((vector_size(16)));
 typedef int tg_widened8 __attribute__((vector_size(32)));
@@ -243,6 +244,13 @@ static inline tg_widened8 tg_widen_u8x8(tg_uint8x8 v) {  /* (clang has no pmovzx
 static inline tg_widened8 tg_widen_i8x8(tg_int8x8 v) {
 #if defined(__AVX2__) && !defined(__clang__)
   unsigned long long b; __builtin_memcpy(&b, &v, 8); return (tg_widened8)__builtin_ia32_pmovsxbd256(tg_low8(b));
+#else
+  return __builtin_convertvector(v, tg_widened8);
+#endif
+}
+static inline tg_widened8 tg_widen_i16x8(tg_int16x8 v) {
+#if defined(__AVX2__) && !defined(__clang__)
+  return (tg_widened8)__builtin_ia32_pmovsxwd256(v);
 #else
   return __builtin_convertvector(v, tg_widened8);
 #endif
@@ -660,8 +668,9 @@ class CRenderer(Renderer):
         vectors = sorted({d for u in kernel for d in (u.dtype, getattr(u.dtype, "base", u.dtype)) if d.count > 1},
                          key=lambda d: d.name)
         if any(u.op is Ops.CAST and (u.src[0].dtype.scalar(), u.dtype.count) in WIDEN_BYTES and u.dtype.count > 1
-               for u in kernel):  # the widening helpers need both 8-lane byte types
-            vectors = sorted(set(vectors) | {dtypes.uint8.vec(8), dtypes.int8.vec(8)}, key=lambda d: d.name)
+               for u in kernel):  # the widening helpers need their 8-lane source types
+            vectors = sorted(set(vectors) | {dtypes.uint8.vec(8), dtypes.int8.vec(8), dtypes.int16.vec(8)},
+                             key=lambda d: d.name)
             helpers = WIDEN_PREAMBLE
         else:
             helpers = ""

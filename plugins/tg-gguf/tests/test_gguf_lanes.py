@@ -8,7 +8,7 @@ import pytest
 from test_gguf_intdot import exact_activations, float64_reference, q8_reference, unit_scale_blocks
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
 from tg_gguf.intdot import QuantizedMatrix, quantize_activations
-from tg_gguf.lanes import LANE_TYPES, LAYOUT_TYPES, repack, row_lanes_matmul, uses_row_lanes
+from tg_gguf.lanes import BLOCK, BLOCKS, LANE_TYPES, LAYOUT_TYPES, repack, row_lanes_matmul, uses_row_lanes
 from tg_gguf_testutil import assert_bits_equal, random_blocks, reference_dequantize
 
 from tgcore.tensor import Tensor
@@ -76,13 +76,14 @@ def _near_reference(gtype: GGMLType, rows: int, k: int, batch: int, seed: int, x
 @pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
 def test_row_lanes_exact(gtype, rows, device):
     """Unit scales, exactly quantized activations: bit-exact against the float64 reference; 13 rows: a padded tail.
-    Each block of 8 rows is 8 byte multiply-adds (the helper's call chained through its accumulator: 7 per block)."""
+    Each block of 8 rows is 8 byte multiply-adds (the helper's call chained through its accumulator: 7 per block;
+    Q2_K's blocks of 16 values 4, 3 chained)."""
     k = 256
     raw = unit_scale_blocks(gtype, _blocks(gtype, rows, k), seed=int(gtype))
     x = exact_activations(np.random.default_rng(int(gtype)), 3, k)
     out, chained = _product(x, raw, gtype, (rows, k), device)
     assert_bits_equal(out, float64_reference(gtype, raw, (rows, k), x).astype(np.float32))
-    assert chained >= 7
+    assert chained >= BLOCKS.get(gtype, BLOCK) // 4 - 1
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -144,7 +145,7 @@ def test_row_lanes_with_more_activation_rows_than_weight_rows(gtype, device):
 
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="no row-lane layout"):
-        repack(np.zeros(34, np.uint8), GGMLType.Q6_K, (1, 32), "CPU")
+        repack(np.zeros(64, np.uint8), GGMLType.F16, (1, 32), "CPU")
     with pytest.raises(ValueError, match="does not match"):
         repack(np.zeros(143, np.uint8), GGMLType.Q4_K, (1, 256), "CPU")
     with pytest.raises(ValueError, match="does not match"):
@@ -163,7 +164,9 @@ def test_which_devices_and_types_use_it():
     not (it keeps ``intdot``)."""
     assert uses_row_lanes(GGMLType.Q4_1, "CPU") == (GGMLType.Q4_1 in LANE_TYPES)
     assert uses_row_lanes(GGMLType.Q4_K, "CPU") == (GGMLType.Q4_K in LANE_TYPES)
-    assert not uses_row_lanes(GGMLType.Q6_K, "CPU")
+    assert uses_row_lanes(GGMLType.Q6_K, "CPU") == (GGMLType.Q6_K in LANE_TYPES)
+    assert not uses_row_lanes(GGMLType.Q3_K, "CPU")  # (a layout, not taken: ``LANE_TYPES``)
+    assert not uses_row_lanes(GGMLType.F16, "CPU")
     assert not uses_row_lanes(GGMLType.Q4_1, "PYTHON")
     assert not uses_row_lanes(9999, "CPU")
     if _x86_missing() is None:

@@ -9,7 +9,10 @@ In:  quantized activations (``intdot.quantize_activations``: int8 per element, a
      as they are (Q4_0's packing), its scales unpacked to int16, its values looked up in a 16-byte table; TQ2_0's
      2-bit values 4 to a byte (``_two_bit_steps``: a step is a shift and a mask), ``d`` per 256 as Q4_K's; TQ1_0's
      base-3 digits taken apart once, here, and held as TQ2_0's (66 bytes per 256 values against 54: +22%); IQ4_NL
-     as Q4_0 with IQ4_XS's table; MXFP4 as Q4_0 with its own table, its e8m0 exponents side by side as uint16.
+     as Q4_0 with IQ4_XS's table; MXFP4 as Q4_0 with its own table, its e8m0 exponents side by side as uint16; Q2_K in
+     blocks of 16 values (its scales and mins per 16), each row's 16 two-bit values in 4 bytes (``_repack_q2_k``);
+     Q3_K and Q6_K in blocks of 16 too, 8 bytes of nibbles per row and for Q6_K 4 of top bits (``_repack_q3_k``,
+     ``_repack_q6_k``).
 Out: ``x @ W.T`` (``(..., N)`` float32, lazy), equal to ``intdot.int_matmul``'s up to float rounding (the same
      integer block sums; the float sums over blocks in one row's order).
 
@@ -40,7 +43,7 @@ if TYPE_CHECKING:
 
 ROWS = 8  # output rows per vector (one int32 lane each)
 STEP = 4  # bytes per lane and multiply-add
-BLOCK = 32
+BLOCK = 32  # values per block (a scale each), but for the types in ``BLOCKS``
 
 
 @dataclass(frozen=True)
@@ -55,9 +58,10 @@ class RowLanes:
     qs: Tensor
     d: Tensor
     m: Tensor | None
-    qh: Tensor | None = None  # Q5_0/Q5_1's fifth bits (``_fifth_bit_bytes``), interleaved as ``qs``
+    qh: Tensor | None = None  # Q5's fifth bits (``_fifth_bit_bytes``), Q6_K's top 2, interleaved as ``qs``
     # Q4_K: the super-blocks' ``dmin`` ``(groups, super-blocks, 8)`` float16 (``d`` likewise), the sub-blocks' 6-bit
-    # scales and mins ``(groups, blocks of 32, 8)`` int16 (unpacked from the 12 packed bytes)
+    # scales and mins ``(groups, blocks of 32, 8)`` int16 (unpacked from the 12 packed bytes); Q2_K: ``sc`` its scale
+    # bytes whole (scale | min << 4) per block of 16; Q6_K: ``sc`` its int8 scales per block of 16
     dmin: Tensor | None = None
     sc: Tensor | None = None
     mn: Tensor | None = None
@@ -120,6 +124,12 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
         return _repack_xs(data, n, k, device)
     if gtype in TWO_BIT_TYPES:
         return _repack_two_bit(data, gtype, n, k, device)
+    if gtype is GGMLType.Q2_K:
+        return _repack_q2_k(data, n, k, device)
+    if gtype is GGMLType.Q6_K:
+        return _repack_q6_k(data, n, k, device)
+    if gtype is GGMLType.Q3_K:
+        return _repack_q3_k(data, n, k, device)
     qs_at, qs_bytes = fields["qs"]
     qs = _interleave(data[:, :, qs_at:qs_at + qs_bytes])
     if gtype is GGMLType.Q8_0:
@@ -251,21 +261,121 @@ def _repack_two_bit(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: s
                     None)
 
 
+def _two_bit_values(packed: np.ndarray) -> np.ndarray:
+    """Q2_K/Q3_K's ``(rows, super-blocks, 64)`` 2-bit planes (value ``128h + 32j + l`` at bits ``2j`` of byte
+    ``32h + l``) -> ``(rows, blocks of 16, 4, 4)`` values (``[., b, g, k]``: value ``16b + 4g + k``)."""
+    rows, supers, _ = packed.shape
+    planes = packed.reshape(rows, supers, 2, 1, 32) >> (2 * np.arange(4, dtype=np.uint8)).reshape(1, 1, 1, 4, 1)
+    return (planes & 3).reshape(rows, supers * 16, 4, STEP)
+
+
+def _two_bit_words(values: np.ndarray) -> np.ndarray:
+    """``(rows, blocks of 16, 4, 4)`` values below 4 -> 4 bytes per row and block, byte ``k`` holding value ``4g + k``
+    at bits ``2g`` (step ``g`` of the product: ``(bytes >> 2g) & 3``; as compact as the values)."""
+    shifts = (2 * np.arange(4, dtype=np.uint8)).reshape(1, 1, 4, 1)
+    return np.bitwise_or.reduce(values << shifts, axis=2).astype(np.uint8)
+
+
+def _nibble_words(values: np.ndarray) -> np.ndarray:
+    """``(rows, blocks of 16, 4, 4)`` values below 16 -> 8 bytes per row and block, byte ``k`` of word ``w`` holding
+    value ``8w + k`` low and ``8w + 4 + k`` high (step ``g`` of the product: nibble ``g % 2`` of word ``g // 2``)."""
+    rows, blocks, _, _ = values.shape
+    return (values[:, :, 0::2] | values[:, :, 1::2] << 4).reshape(rows, blocks, 8)
+
+
+def _repack_q2_k(data: np.ndarray, n: int, k: int, device: str) -> RowLanes:
+    """Q2_K ``(rows padded to 8, super-blocks, 84)`` bytes -> its row-lane form in blocks of 16 values (a scale and
+    a min each): a block's 2-bit values as 4 bytes per row (``_two_bit_words``), interleaved as Q4_0's; ``d``,
+    ``dmin`` side by side per super-block; the scale byte (scale ``| min << 4``) of each block kept whole as int16,
+    side by side (as bytes the codegen would take them for a third byte input of the product): 100 bytes per 256
+    values against 84."""
+    rows, supers, _ = data.shape
+    fields = FIELDS[GGMLType.Q2_K]
+    qs_at, qs_bytes = fields["qs"]
+    qs = _interleave(_two_bit_words(_two_bit_values(data[:, :, qs_at:qs_at + qs_bytes])))
+    scales_at, scales_bytes = fields["scales"]
+    sc = data[:, :, scales_at:scales_at + scales_bytes].reshape(rows, supers * 16).astype(np.int16)
+
+    put = functools.partial(_put, device=device)
+    return RowLanes(GGMLType.Q2_K, n, k, put(qs), put(_side_by_side(_float16s(data, fields["d"][0]))), None,
+                    dmin=put(_side_by_side(_float16s(data, fields["dmin"][0]))), sc=put(_side_by_side(sc)))
+
+
+def _repack_q3_k(data: np.ndarray, n: int, k: int, device: str) -> RowLanes:
+    """Q3_K ``(rows padded to 8, super-blocks, 110)`` bytes -> its row-lane form in blocks of 16 values (a scale each):
+    each 3-bit value (its 2-bit plane and its ``hmask`` bit as 4) a nibble (``_nibble_words``), interleaved as
+    Q4_0's; ``d`` side by side per super-block, the 6-bit scales less 32 as int16 side by side per block: 162 bytes
+    per 256 values against 110 (a compact third bit per 32 values needs a shift that changes with the block: gcc
+    made it byte by byte, 2.6 ms; the nibbles 0.41 ms against the activations-in-lanes kernel's 0.68)."""
+    rows, supers, _ = data.shape
+    fields = FIELDS[GGMLType.Q3_K]
+    qs_at, qs_bytes = fields["qs"]
+    hm_at, hm_bytes = fields["hmask"]
+    hmask = data[:, :, None, hm_at:hm_at + hm_bytes]  # bit j of byte l: value 32j + l
+    third = ((hmask >> np.arange(8, dtype=np.uint8).reshape(1, 1, 8, 1)) & 1).reshape(rows, supers * 16, 4, STEP)
+    values = _two_bit_values(data[:, :, qs_at:qs_at + qs_bytes]) | third << 2
+    sc_at, _ = fields["scales"]
+    raw = data[:, :, sc_at:sc_at + 12].astype(np.int16)  # (dequant.q3_k_scales' layout)
+    low = np.concatenate([raw[:, :, :8] & 15, raw[:, :, :8] >> 4], -1)  # scale i: nibble i // 8 of byte i % 8
+    high = (raw[:, :, 8:12, None] >> (2 * np.arange(4, dtype=np.int16))) & 3  # [., byte i % 4, i // 4]
+    scales = (low | (high.transpose(0, 1, 3, 2).reshape(rows, supers, 16) << 4)) - 32
+
+    put = functools.partial(_put, device=device)
+    return RowLanes(GGMLType.Q3_K, n, k, put(_interleave(_nibble_words(values))),
+                    put(_side_by_side(_float16s(data, fields["d"][0]))), None,
+                    sc=put(_side_by_side(scales.reshape(rows, supers * 16))))
+
+
+def _repack_q6_k(data: np.ndarray, n: int, k: int, device: str) -> RowLanes:
+    """Q6_K ``(rows padded to 8, super-blocks, 210)`` bytes -> its row-lane form in blocks of 16 values (a scale each):
+    a block's low nibbles as 8 bytes per row (``_nibble_words``), its top 2 bits as 4 (``_two_bit_words``), both
+    interleaved as Q4_0's; ``d`` side by side per super-block, the int8 scales as int16 side by side per block: 226
+    bytes per 256 values against 210."""
+    rows, supers, _ = data.shape
+    fields = FIELDS[GGMLType.Q6_K]
+    ql_at, ql_bytes = fields["ql"]
+    qh_at, qh_bytes = fields["qh"]
+    ql = data[:, :, ql_at:ql_at + ql_bytes].reshape(rows, supers, 2, 1, 2, 32)  # (half, -, byte half, l)
+    low = (ql >> (4 * np.arange(2, dtype=np.uint8)).reshape(1, 1, 1, 2, 1, 1)) & 15  # quarter 2 * nibble + byte half
+    top = _two_bit_values(data[:, :, qh_at:qh_at + qh_bytes])
+    scales_at, scales_bytes = fields["scales"]
+    sc = data[:, :, scales_at:scales_at + scales_bytes].view(np.int8).reshape(rows, supers * 16).astype(np.int16)
+
+    put = functools.partial(_put, device=device)
+    return RowLanes(GGMLType.Q6_K, n, k, put(_interleave(_nibble_words(low.reshape(rows, supers * 16, 4, STEP)))),
+                    put(_side_by_side(_float16s(data, fields["d"][0]))), None, put(_interleave(_two_bit_words(top))),
+                    sc=put(_side_by_side(sc)))
+
+
 def _unsigned(w: RowLanes, batch: int = 1) -> Tensor:
     """The weight's unsigned integers ``(batch, groups, 8 rows, blocks, 8, 4)``: ``[., r, l, b, g, k]`` is row
-    ``8r + l``'s element ``32b + 4g + k``; ``batch`` > 1: the packed bytes broadcast over a batch's rows before
-    anything is computed from them (the scheduler then has no weight-side values to make a kernel of, which it does
-    from 64 rows on where they cost ``READ_WORK``: IQ4_XS's nibbles and table lookup)."""
+    ``8r + l``'s element ``32b + 4g + k`` (blocks of 16, ``BLOCKS``: ``(..., blocks, 4, 4)``, element ``16b + 4g +
+    k``); ``batch`` > 1: the packed bytes broadcast over a batch's rows before anything is computed from them (the
+    scheduler then has no weight-side values to make a kernel of, which it does from 64 rows on where they cost
+    ``READ_WORK``: IQ4_XS's nibbles and table lookup)."""
     groups, blocks = w.qs.shape[0], _blocks(w)
+    from tg_gguf.dequant import iota
     if w.gtype is GGMLType.Q8_0:
         qs = w.qs.reshape(1, groups, blocks, 8, ROWS, STEP)
     elif w.gtype in TWO_BIT_TYPES:  # step 2q + v: bits 2q, 2q + 1 of the 32 bytes v (``_two_bit_steps``)
-        from tg_gguf.dequant import iota
         packed = w.qs.reshape(1, groups, blocks, 1, 2, ROWS, STEP).expand(batch, groups, blocks, 4, 2, ROWS, STEP)
         quarter = iota((1, 1, 1, 4, 1, 1, 1), 3, packed.device, "uint8")
         qs = ((packed >> (quarter * 2)) & 3).reshape(batch, groups, blocks, 8, ROWS, STEP)
+    elif w.gtype is GGMLType.Q2_K:  # step g: bits 2g, 2g + 1 of the block's 4 bytes (``_repack_q2_k``)
+        packed = w.qs.reshape(1, groups, blocks, 1, ROWS, STEP).expand(batch, groups, blocks, 4, ROWS, STEP)
+        qs = (packed >> (iota((1, 1, 1, 4, 1, 1), 3, packed.device, "uint8") * 2)) & 3
+    elif w.gtype in (GGMLType.Q3_K, GGMLType.Q6_K):  # step g: nibble g % 2 of word g // 2 (``_nibble_words``)
+        packed = w.qs.reshape(1, groups, blocks, 2, 1, ROWS, STEP).expand(batch, groups, blocks, 2, 2, ROWS, STEP)
+        low = ((packed >> (iota((1, 1, 1, 1, 2, 1, 1), 4, packed.device, "uint8") * 4)) & 15)
+        qs = low.reshape(batch, groups, blocks, 4, ROWS, STEP)
+        if w.qh is not None:  # Q6_K's top bits 2g, 2g + 1 (``_two_bit_words``) moved to bits 4, 5 by one shift each
+            # way and one mask (``cbytedot.shift_chain_in_words``: in 32-bit words; ``((t >> 2g) & 3) << 4`` shifted
+            # bytes left, which gcc makes byte additions)
+            top = w.qh.reshape(1, groups, blocks, 1, ROWS, STEP).expand(batch, groups, blocks, 4, ROWS, STEP)
+            bit = iota((1, 1, 1, 4, 1, 1), 3, top.device, "uint8") * 2
+            at = bit.full_like(4)
+            qs = qs | (((top >> ((bit >= at).where(bit, at) - at)) << (at - (bit >= at).where(at, bit))) & 48)
     else:  # nibbles: g < 4 the low ones (elements 4g + k), g >= 4 the high ones (16 + 4(g - 4) + k)
-        from tg_gguf.dequant import iota
         packed = w.qs.reshape(1, groups, blocks, 1, 4, ROWS, STEP).expand(batch, groups, blocks, 2, 4, ROWS, STEP)
         half = iota((1, 1, 1, 2, 1, 1, 1), 3, packed.device, "uint8")
         qs = ((packed >> (half * 4)) & 15).reshape(batch, groups, blocks, 8, ROWS, STEP)
@@ -279,9 +389,14 @@ def _unsigned(w: RowLanes, batch: int = 1) -> Tensor:
     return qs.permute(0, 1, 4, 2, 3, 5)
 
 
+def _block(w: RowLanes) -> int:
+    """Values per block (a scale each)."""
+    return BLOCKS.get(w.gtype, BLOCK)
+
+
 def _blocks(w: RowLanes) -> int:
-    """Blocks of 32 per row."""
-    return w.cols // BLOCK
+    """Blocks per row."""
+    return w.cols // _block(w)
 
 
 def _per_row(field: Tensor, blocks: int | None = None) -> Tensor:
@@ -301,26 +416,35 @@ def _mx_scale(w: RowLanes) -> Tensor:
 
 
 def _xs_scale(w: RowLanes) -> Tensor:
-    """IQ4_XS's per-block scale ``d * (s - 32)`` ``(1, groups, 8, blocks, 1, 1)`` float32 (as ``dequant`` computes
-    it)."""
+    """IQ4_XS's per-block scale ``d * (s - 32)`` (Q6_K's ``d * s``) ``(1, groups, 8, blocks, 1, 1)`` float32 (as
+    ``dequant`` computes it)."""
     assert w.sc is not None
     return _per_row(w.d, _blocks(w)) * _per_row(w.sc)
 
 
-def _k_factors(w: RowLanes) -> tuple[Tensor, Tensor]:
-    """Q4_K's per-block ``(scale, offset)`` ``(1, groups, 8, blocks, 1, 1)`` float32: ``d * sc``, ``dmin * mn`` (as
-    ``dequant``'s ``_k_apply`` computes them)."""
-    assert w.dmin is not None and w.sc is not None and w.mn is not None
+def _k_factors(w: RowLanes, batch: int = 1) -> tuple[Tensor, Tensor]:
+    """Q2_K/Q4_K/Q5_K's per-block ``(scale, offset)`` ``(1, groups, 8, blocks, 1, 1)`` float32: ``d * sc``, ``dmin *
+    mn`` (as ``dequant``'s ``_k_apply`` and ``_q2_k`` compute them). Q2_K's scale and min are the nibbles of one
+    byte, taken apart after its broadcast over a ``batch`` of rows (``(batch, ...)``): the unpacking then is no
+    weight-side value for the scheduler to make a kernel of (from 65 rows on it did, and the product's bits changed
+    with the batch)."""
+    assert w.dmin is not None and w.sc is not None
     blocks = _blocks(w)
+    if w.gtype is GGMLType.Q2_K:
+        groups = w.sc.shape[0]
+        byte = w.sc.permute(0, 2, 1).reshape(1, groups, ROWS, blocks, 1, 1).expand(batch, groups, ROWS, blocks, 1, 1)
+        sc, mn = (byte & 15).cast("float32"), (byte >> 4).cast("float32")
+        return _per_row(w.d, blocks) * sc, _per_row(w.dmin, blocks) * mn
+    assert w.mn is not None
     return (_per_row(w.d, blocks) * _per_row(w.sc), _per_row(w.dmin, blocks) * _per_row(w.mn))
 
 
 def dequantize(w: RowLanes) -> Tensor:
     """The lazy float32 ``(N, K)`` weight from its row-lane form, with ``tg_gguf.dequant``'s formulas per type (the
     same float operations on the same values: the same bits as dequantizing the raw bytes)."""
-    groups, blocks = w.qs.shape[0], _blocks(w)
+    groups = w.qs.shape[0]
     u = _unsigned(w).cast("float32")
-    if w.gtype in (GGMLType.Q4_K, GGMLType.Q5_K):  # d * sc * q - dmin * mn
+    if w.gtype in K_TYPES:  # d * sc * q - dmin * mn
         scale, offset = _k_factors(w)
         value = scale * u - offset
     elif w.gtype is GGMLType.IQ4_XS:  # d * (s - 32) * value, the value u - 128 exactly
@@ -330,12 +454,14 @@ def dequantize(w: RowLanes) -> Tensor:
     elif w.gtype is GGMLType.MXFP4:  # 2**(e - 128) * the doubled e2m1 value
         value = _mx_scale(w) * (u - 128.0)
     elif w.gtype in TWO_BIT_TYPES:  # d * (q - 1), d per 256
-        value = _per_row(w.d, blocks) * (u - 1.0)
+        value = _per_row(w.d, _blocks(w)) * (u - 1.0)
+    elif w.gtype in (GGMLType.Q3_K, GGMLType.Q6_K):  # (d * s) * (u - c)
+        value = _xs_scale(w) * (u + float(OFFSETS[w.gtype]))
     elif w.m is not None:  # Q4_1, Q5_1: d * q + m
         value = _per_row(w.d) * u + _per_row(w.m)
     else:  # (u + c) is the signed integer, exactly (Q8_0's ``float(int8)``, Q4_0's ``q - 8.0``)
         value = (u + float(OFFSETS[w.gtype])) * _per_row(w.d)
-    out = value.reshape(groups * ROWS, blocks * BLOCK)
+    out = value.reshape(groups * ROWS, w.cols)
     return out if groups * ROWS == w.rows else out.shrink(((0, w.rows), None))
 
 
@@ -343,30 +469,48 @@ def dequantize(w: RowLanes) -> Tensor:
 TWO_BIT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.TQ2_0, GGMLType.TQ1_0})
 
 # a symmetric type's integer offset (``q = u + c``)
-OFFSETS = {GGMLType.Q8_0: -128, GGMLType.Q4_0: -8, GGMLType.Q5_0: -16}
+OFFSETS = {GGMLType.Q8_0: -128, GGMLType.Q4_0: -8, GGMLType.Q5_0: -16, GGMLType.Q3_K: -4, GGMLType.Q6_K: -32}
 
 
 def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
     """``xq`` ``(M, K)`` int8 and ``dx`` ``(M, K / 32)`` (``quantize_activations``) times the row-lane weight ``w``:
     ``(M, N)`` float32."""
     m = xq.shape[0]
-    groups, blocks = w.qs.shape[0], _blocks(w)
-    x = xq.reshape(m, 1, 1, blocks, 8, STEP).cast("int32")
-    scale_x = dx.reshape(m, 1, 1, blocks, 1, 1)
+    groups, blocks, block = w.qs.shape[0], _blocks(w), _block(w)
+    x = xq.reshape(m, 1, 1, blocks, block // STEP, STEP).cast("int32")
+    per = BLOCK // block  # blocks per activation scale
+    scale_x = dx.reshape(m, 1, 1, blocks // per, 1).expand(m, 1, 1, blocks // per, per).reshape(m, 1, 1, blocks, 1, 1)
 
     # the block's offset term (a symmetric type's ``c * d``, Q4_1's ``m``) times the block's activation sum: summed
     # once per batch row and block (a kernel of its own), then spread over the block's 32 elements as a 32nd (a
     # power of two: exact), so the term is a block factor (``blocks.factor_blocks``), not a sum per row group
     # (in int32: 32 bytes cannot overflow it, and int64 accumulators took ~5x longer: 8x1536 5.0 -> 1.1 us)
-    sums = x.reshape(m, blocks, BLOCK).sum(-1, dtype="int32").cast("float32") * dx
-    spread_sum = (sums * (1.0 / BLOCK)).contiguous().reshape(m, 1, 1, blocks, 1, 1)
-    if w.gtype in (GGMLType.Q4_K, GGMLType.Q5_K):
-        scale, minimum = _k_factors(w)
-        offset: Tensor | None = minimum * -1.0
+    # a K-quant's offset is minus its min: the sign taken with the spread (``- sums / 32``, once per activation
+    # block), not once per block and row group
+    integer_sums = x.reshape(m, blocks, block).sum(-1, dtype="int32")
+    u = _unsigned(w, m if w.gtype in BROADCAST_FIRST else 1)
+    if w.gtype in INTEGER_OFFSETS:
+        # Q6_K's offset ``-32 * sum x`` added to the block's integer sum before the one scaling: every term an integer
+        # below 2**24 (exact in float32), so ``(float(sum u x) - 32 sum x) * (d s dx)``: one rounding, and one
+        # conversion, addition and multiply-add per block and 8 rows where the offset's own product took four more
+        # (as int16, so the codegen bounds the block's sum: |2 sum x| <= 4096)
+        per_value = INTEGER_OFFSETS[w.gtype] // block  # (Q6_K: -2, an integer)
+        spread_offset = (integer_sums * per_value).cast("int16").contiguous().reshape(m, 1, 1, blocks, 1, 1)
+        value = (u.cast("int32") * x + spread_offset.cast("int32")).cast("float32") * (_xs_scale(w) * scale_x)
+        return _rows(value.reshape(m, groups * ROWS, w.cols).sum(-1), w, m)
+    sums = integer_sums.cast("float32") * scale_x.reshape(m, blocks)
+    spread = (-1.0 if w.gtype in K_TYPES else 1.0) / block
+    spread_sum = (sums * spread).contiguous().reshape(m, 1, 1, blocks, 1, 1)
+    offset: Tensor | None
+    if w.gtype in K_TYPES:
+        scale, offset = _k_factors(w, m)
     elif w.gtype in TABLE_TYPES:
         scale = _xs_scale(w) if w.gtype is GGMLType.IQ4_XS else _mx_scale(w) if w.gtype is GGMLType.MXFP4 \
             else _per_row(w.d)
         offset = scale * -128.0
+    elif w.gtype is GGMLType.Q3_K:
+        scale = _xs_scale(w)
+        offset = scale * float(OFFSETS[w.gtype])
     elif w.gtype in TWO_BIT_TYPES:  # q = u - 1, d per 256
         scale = _per_row(w.d, blocks)
         offset = scale * -1.0
@@ -375,15 +519,31 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
         offset = scale * float(OFFSETS[w.gtype]) if w.gtype in OFFSETS else _per_row(w.m) if w.m is not None \
             else None
     assert offset is not None
-    u = _unsigned(w, m if w.gtype in BROADCAST_FIRST else 1)
     value = (u.cast("int32") * x).cast("float32") * (scale * scale_x) + spread_sum * offset
-    out = value.reshape(m, groups * ROWS, blocks * BLOCK).sum(-1)
-    # a padded tail: the whole groups in one kernel (a shrink fused into it would cut the lanes' axis), then cut
-    return out if groups * ROWS == w.rows else out.contiguous().shrink(((0, m), (0, w.rows)))
+    return _rows(value.reshape(m, groups * ROWS, w.cols).sum(-1), w, m)
+
+
+def _rows(out: Tensor, w: RowLanes, m: int) -> Tensor:
+    """The product's ``(M, groups * 8)`` sums cut to the weight's rows: a padded tail computed as whole groups in one
+    kernel (a shrink fused into it would cut the lanes' axis), then cut."""
+    return out if out.shape[1] == w.rows else out.contiguous().shrink(((0, m), (0, w.rows)))
+
+
+# the types whose blocks (a scale each) are not of ``BLOCK`` values: Q2_K's 16, 4 dots of 4 bytes per lane each (the
+# codegen blocks the reduction where the scales change: ``heuristic._factor_block``)
+BLOCKS: dict[GGMLType, int] = {GGMLType.Q2_K: 16, GGMLType.Q3_K: 16, GGMLType.Q6_K: 16}
+
+# the types whose offset (``u + c``: ``c`` here) is added to the block's integer sum before its one conversion, as
+# ``c / 16`` per value (Q3_K's ``-4 / 16`` is no integer: its offset is a float term, as Q4_0's)
+INTEGER_OFFSETS: dict[GGMLType, int] = {GGMLType.Q6_K: -32}
+
+# the types with a super-block's ``d`` and ``dmin`` and a scale and min per block (``_k_factors``)
+K_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q2_K, GGMLType.Q4_K, GGMLType.Q5_K})
 
 
 # the types whose packed bytes are broadcast over the batch before their values are computed (``_unsigned``)
-BROADCAST_FIRST: frozenset[GGMLType] = frozenset({GGMLType.IQ4_XS, GGMLType.IQ4_NL, GGMLType.MXFP4, GGMLType.Q5_K})
+BROADCAST_FIRST: frozenset[GGMLType] = frozenset({GGMLType.IQ4_XS, GGMLType.IQ4_NL, GGMLType.MXFP4, GGMLType.Q5_K,
+                                                  GGMLType.Q6_K})
 
 # the types whose 4-bit codes select values from a 16-byte table (``tg_gguf.tables``: each value plus 128, ``q = u -
 # 128``): IQ4_NL's non-linear values, MXFP4's doubled e2m1 ones
@@ -411,14 +571,25 @@ TABLE_TYPES: dict[GGMLType, str] = {GGMLType.IQ4_XS: "iq4nl_u8", GGMLType.IQ4_NL
 # digits apart with 16-bit multiplies, ports 0 and 1 bound: ~140 cycles per 4 rows and 256 values by llvm-mca)
 # IQ4_NL (Q4_0's packing, IQ4_XS's table; 4096^2, one thread, jitted, alternating with main's, load ~15): 0.61 ->
 # 0.38 ms against intdot's kernel; MXFP4 (its exponents as uint16, the scale made in the kernel): 0.56 -> 0.37 ms
+# Q2_K (blocks of 16, its scale byte kept whole as int16: 100 bytes per 256 values against 84; 4096^2 GEMV, one
+# thread, jitted, best of 200): 0.645 -> 0.41 ms (the activations-in-lanes kernel: 451 instructions per super-block
+# and 4 rows, a permute, a multiply-add and a conversion per 16 values and row for the scales and again for the mins)
 LAYOUT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
-                                               GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.IQ4_XS,
-                                               GGMLType.TQ2_0, GGMLType.TQ1_0, GGMLType.IQ4_NL, GGMLType.MXFP4})
+                                               GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q4_K, GGMLType.Q5_K,
+                                               GGMLType.Q3_K, GGMLType.Q6_K, GGMLType.IQ4_XS, GGMLType.TQ2_0,
+                                               GGMLType.TQ1_0, GGMLType.IQ4_NL, GGMLType.MXFP4})
+# Q6_K (blocks of 16, 226 bytes per 256 values against 210; its offset added in int32 before the conversion; 4096^2,
+# one thread, best of 300, load ~15): 0.59-0.60 -> 0.55 ms; instructions per 1024 weights 415 -> 392, vector ones
+# ~400 -> ~264 (the activations-in-lanes kernel permutes each sub-block's scale into the lanes per row)
 # IQ4_XS (4096^2, one thread, CPU time, load ~10: 1.00 -> 0.53 ms against intdot's kernel): its table lookup is one
 # read more on the weight's side, which reaches the scheduler's READ_WORK (``kernelize.worth_realizing_before_expand``:
 # ops + reads = 5): from 64 activation rows on the weight's values got a kernel of their own and the product another
 # plan (a row's bits changed with the batch), so its packed bytes are broadcast over the batch first (``_unsigned``)
-LANE_TYPES: frozenset[GGMLType] = LAYOUT_TYPES
+# Q3_K (blocks of 16, its 3-bit values as nibbles: 162 bytes per 256 values against 110; 4096^2, one thread, best of
+# 300, load ~16): 0.68 -> 0.41 ms, 463 -> 344 instructions per 1024 weights. Not taken by default: its weight would be
+# resident at 1.47x its file's size, and Q3_K is chosen for its size (a compact third bit, per 32 values, needs a shift
+# that changes with the block: see ``_repack_q3_k``)
+LANE_TYPES: frozenset[GGMLType] = LAYOUT_TYPES - {GGMLType.Q3_K}
 
 
 # the fewest columns a row-lane weight has: with one block per row the kernel has no block axis for the codegen to
