@@ -11,9 +11,10 @@ one round of the most streams, and measures:
 
 - one stream against the engine alone, ``--rounds`` times in turn (the engine's decode of the same prompt and
   generation lengths in this process, loaded once, then one stream through the server; the order alternates):
-  each round's pair and their CPU seconds per token (this process's for the engine, the server process's for the
-  server), then the medians. The first round is the issue's one-run figure (``--rounds 1`` is that alone);
-  wall-clock figures on a shared machine vary from round to round, the median of several is steadier;
+  each round's pair and their CPU seconds per decoded token (this process's for the engine, the server process's
+  from the stream's first token to its last for the server), then the medians. The first round is the issue's
+  one-run figure (``--rounds 1`` is that alone); wall-clock figures on a shared machine vary from round to round,
+  the median of several is steadier;
 - one stream and N concurrent streams (completions with random token-id prompts, greedy): aggregate
   completion tokens per second of wall time, and each stream's decode rate (first token to last);
 - the time to first token of a short request sent while a ``--long-prompt-tokens`` prompt prefills;
@@ -27,6 +28,7 @@ running and the SIGTERM step is left out. One run each: figures on a shared mach
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import socket
@@ -49,8 +51,10 @@ def prompt_ids(n: int, seed: int, vocab: int = 49152) -> list[int]:
     return [int(t) for t in np.random.default_rng(seed).integers(100, vocab - 1, n)]
 
 
-def one_stream(client: Any, model: str, prompt: list[int], gen_tokens: int) -> dict[str, float]:
-    """Stream one completion; times of the request, its first and last token, and the token count."""
+def one_stream(client: Any, model: str, prompt: list[int], gen_tokens: int,
+               on_first: Any = None) -> dict[str, float]:
+    """Stream one completion; times of the request, its first and last token, and the token count (``on_first()``
+    called when the first token came)."""
     start = time.perf_counter()
     first = last = None
     tokens = 0
@@ -61,6 +65,8 @@ def one_stream(client: Any, model: str, prompt: list[int], gen_tokens: int) -> d
             tokens = chunk.usage.completion_tokens
         if chunk.choices and chunk.choices[0].text:
             last = time.perf_counter()
+            if first is None and on_first is not None:
+                on_first()
             first = first or last
     first = first or time.perf_counter()
     last = last or first
@@ -210,10 +216,13 @@ def one_stream_rounds(url: str, pid: int | None, engine: EngineDecode, args: arg
             if side == "engine":
                 pair["engine"], pair["engine cpu"] = engine.rate()
                 continue
-            c0 = cpu_seconds(pid) if pid is not None else 0.0
-            s = one_stream(client, model, prompt_ids(args.prompt_tokens, 100), args.gen_tokens)
+            at_first: list[float] = []  # (the server's CPU seconds when the first token came: its decode's from there)
+            s = one_stream(client, model, prompt_ids(args.prompt_tokens, 100), args.gen_tokens,
+                           functools.partial(lambda seen: seen.append(cpu_seconds(pid)), at_first)
+                           if pid is not None else None)
             pair["server"] = (s["tokens"] - 1) / (s["last"] - s["first"])
-            pair["server cpu"] = (cpu_seconds(pid) - c0) / max(1, s["tokens"]) if pid is not None else float("nan")
+            pair["server cpu"] = (cpu_seconds(pid) - at_first[0]) / max(1, s["tokens"] - 1) if at_first \
+                else float("nan")
         rows.append(pair)
         print(f"  round {r + 1}: engine {pair['engine']:.1f} tok/s, server one stream {pair['server']:.1f} tok/s: "
               f"{pair['server'] / pair['engine']:.2f}x; CPU per token engine {pair['engine cpu'] * 1e3:.2f} ms, "
