@@ -406,3 +406,15 @@ def test_a_replayed_cache_write_leaves_earlier_lazy_reads_alone():
         ref[p] = row
         np.testing.assert_array_equal(total, ref.sum(0))
         np.testing.assert_array_equal(cache.numpy(), ref)
+
+
+def test_a_replay_renames_each_name_of_its_memory_once():
+    """A replay writing memory that a second tensor names through the bare BUFFER (an alias, not its holder's view):
+    that name is given a new version once per replay (renaming loops over the memory's names while new versions
+    join them: it once renamed the new ones again, forever), and both tensors see every step's write."""
+    w = Tensor(np.zeros(4, np.float32)).realize()
+    alias = Tensor(w.uop.src[0], device=w.device).realize()
+    step = tgcore.jit(lambda g: (w.assign(w + g), g * 1)[1])
+    for i in range(1, 5):
+        step(Tensor(np.ones(4, np.float32)))
+        assert w.numpy().tolist() == alias.numpy().tolist() == [float(i)] * 4

@@ -358,18 +358,13 @@ class RealizationState:
         renamed = []
         for buf in bufs:
             base = buf.base
-            names = base.names
-            if names is None:
-                names = self._names(base)
+            names = self._names(base)
             pruned = False
-            for ref in names:
+            for ref in list(names):  # (a copy: the new versions made below join ``names``; each is renamed once)
                 old = ref()
                 if old is None:
                     pruned = True
                     continue
-                readers = old.readers
-                if readers is not None and readers.mark == readers.changes[0]:
-                    continue  # (``_only_holders_read``'s remembered yes: the holders just see the write in place)
                 if self._only_holders_read(old):
                     continue
                 new = self.new_version(old)
