@@ -87,6 +87,9 @@ class _Capture:
     # memory the function writes that outlives a call (tensors it assigns into): fixed buffers, and input numbers
     written: list[Buffer] = field(default_factory=list)
     written_inputs: list[int] = field(default_factory=list)
+    # the memory of the returned tensors, which every replay writes again: its version is bumped per replay (what
+    # is cached of its values, a transport's send view say, is stale)
+    output_memory: list[Buffer] = field(default_factory=list)
 
     kernels: int = 0                         # kernels and copies (host calls are not counted)
 
@@ -234,6 +237,8 @@ class Jit:
         kept |= {b.base for b in written}
         steps = _share_scratch(steps, recorded.fresh - kept)
         capture = _Capture(outputs, _plan(steps, inputs))
+        capture.output_memory = [b for b in dict.fromkeys(
+            b.base for b in map(REALIZATION.buffer, _output_buffers(outputs)) if b is not None) if b in recorded.fresh]
         # its kernels read the memory of the buffers they were given (all but the inputs) in every replay
         REALIZATION.read_by_capture(capture, [b for p in capture.plan for b in p.bufs
                                               if _input_place(b, inputs) is None])
@@ -308,6 +313,8 @@ class Jit:
                 update_stats(step.name, step.device, step.kind, num_bufs=step.num_bufs, ops=step.ops, mem=step.mem,
                              time_s=elapsed, threads=step.threads, jit=True,
                              counters=profile.Profiler.counters_after(probe) if probe is not None else None)
+        for b in capture.output_memory:
+            REALIZATION.invalidate(b)
         if not timed:  # the counters of every step at once (no line to print per kernel)
             GlobalCounters.kernel_count += capture.kernels
             GlobalCounters.global_ops += capture.ops

@@ -456,6 +456,13 @@ def resend(tr) -> None:
                 check(tr.recv(n, "float32", 0).numpy(), np.full(n, i, np.float32), f"round {i}, message {k}")
             if not i % 2:
                 tr.send(Tensor(np.full(n, i + 1, np.float32)), 0)
+    # a jitted step's output: every replay writes the same memory and returns a tensor over the same node
+    step = tgcore.jit(lambda x: (x * 2 + 1).contiguous())
+    for i in range(2 * SEND_BUFFERS + 1):
+        if tr.rank == 0:
+            tr.send(step(Tensor(np.full(n, i, np.float32)).realize()), 1)
+        else:
+            check(tr.recv(n, "float32", 0).numpy(), np.full(n, 2 * i + 1, np.float32), f"jitted output {i}")
 
 
 def order(tr) -> None:
