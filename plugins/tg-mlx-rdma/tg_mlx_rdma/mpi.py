@@ -467,6 +467,7 @@ class MPITransport(MPICollectives):
                 t, mv, commit = self._target(dims, dt, device, out, nbytes, direct, ready)
                 self._receive(message, mv, src)
                 return _committed(commit, t)
+        ready = None  # (back to the pool: the fallback takes its own target)
         result = self.irecv(dims, dt, src, device, out, blocking=True, found=(message, status)).wait()
         self._status = mpi.Status()  # (the handle's stages read that status)
         return result
