@@ -417,11 +417,7 @@ def _protect_lazy_readers(capture: _Capture, inputs: list[Buffer]) -> None:
     """Before a replay writes memory that outlives the call: as an assign in a plain call does, the tensors
     realized into that memory move to a new version of it, and lazy tensors built before the call from the old
     version keep its values (copied aside only when one is alive)."""
-    renamed = []
-    for b in capture.written:
-        renamed += REALIZATION.rename_for_overwrite(b)
-    for n in capture.written_inputs:
-        renamed += REALIZATION.rename_for_overwrite(inputs[n])
+    renamed = REALIZATION.rename_for_overwrite([*capture.written, *(inputs[n] for n in capture.written_inputs)])
     mapping: dict[UOp, UOp] = {}
     for ref, new in renamed:
         old = ref()

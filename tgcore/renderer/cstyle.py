@@ -531,7 +531,7 @@ class CRenderer(Renderer):
         if widen is not None and dst.scalar() in (dtypes.int32, dtypes.uint32):
             return f"(({c_type(dst)}){widen}({x}))"
         if widen is not None and dtypes.is_float(dst.scalar()) and dst.scalar() is not dtypes.bfloat16:
-            return f"__builtin_convertvector({widen}({x}), {c_type(dst)})"  # exact: bytes fit any float
+            return f"__builtin_convertvector({widen}({x}), {c_type(dst)})"  # (exact widening: one rounding)
         if (half := HALF_TO_FLOAT.get((src, dst))) is not None:
             return f"{half}({x})"
         if _convertvector_exact(src.scalar(), dst.scalar()):

@@ -89,6 +89,8 @@ class Buffer:
             base._views_alive += 1
         self.offset = offset
         self.version = 0  # (on a base) bumped by every write into its memory: tgcore.schedule.state.invalidate
+        # (on a base) the names (BUFFER uops, weakly) of its memory once tgcore.schedule.state watches it, else None
+        self.names: list[Any] | None = None
         if preallocate:
             self.allocate()
 

@@ -347,8 +347,13 @@ class NativeGraph:
         self.words[step][arg] = _as_word(value)
 
     def set_all(self, places: list[tuple[int, int]], value: Any) -> None:
-        """``set`` one value at every (step, argument) of ``places``."""
+        """``set`` one value at every (step, argument) of ``places`` (non-empty). The places of one value are
+        written together (a JIT replay's input or variable): when the first already holds it, so do the rest, and
+        nothing is written (a replay on the same memory as the last one)."""
         word, words = _as_word(value), self.words
+        step, arg = places[0]
+        if words[step][arg] == word:
+            return
         for step, arg in places:
             words[step][arg] = word
 

@@ -96,8 +96,8 @@ class RealizationState:
         self._cache_enabled = [True]
         self.drops = 0      # cached values dropped because memory they depend on was written
         self.preserved = 0  # old contents copied aside for lazy readers of a value an assign replaced
-        # memory (a base Buffer) -> its names (BUFFER uops over it or a view of it), for memory a JIT replay writes
-        self._watched: weakref.WeakKeyDictionary[Buffer, list[weakref.ref[UOp]]] = weakref.WeakKeyDictionary()
+        # the names (BUFFER uops over it or a view of it) of memory a JIT replay writes: kept on its base Buffer, as
+        # ``Buffer.names`` (a replay looks them up for every buffer it writes)
         self._write_logs: list[list[Buffer]] = []  # open recordings of the memory written (recording_writes)
         # memory (a base Buffer) a JIT capture's kernels read by Buffer, not by name -> how many live captures do
         self._captured: weakref.WeakKeyDictionary[Buffer, int] = weakref.WeakKeyDictionary()
@@ -137,7 +137,7 @@ class RealizationState:
         if buf is None:
             buf = Buffer(device, size, dtype)
         else:  # a new name of memory that exists: a replay that writes it must find this name too
-            names = self._watched.get(buf.base)
+            names = buf.base.names
             if names is not None:
                 names.append(weakref.ref(u))
                 self._events += 1
@@ -342,40 +342,50 @@ class RealizationState:
             copy(dest, buf)
         self._buffers[old] = dest
         self._events += 1
-        names = self._watched.get(buf.base)
+        names = buf.base.names
         if names is not None:  # (it names the copy now)
             names[:] = [r for r in names if r() is not old]
         self.preserved += 1
         return True
 
     # ---- writes kernels make that no assign describes (a JIT replay) ----
-    def rename_for_overwrite(self, buf: Buffer) -> list[tuple[weakref.ref[UOp], UOp]]:
-        """``buf``'s memory is about to be written by kernels that no assign describes (a JIT replay redoing the
+    def rename_for_overwrite(self, bufs: Iterable[Buffer]) -> list[tuple[weakref.ref[UOp], UOp]]:
+        """The memory of ``bufs`` is about to be written by kernels that no assign describes (a JIT replay redoing the
         writes it captured): every name (BUFFER uop) of the memory gets a new version that its holders move to,
         and the memory's version is bumped. Returns (old name, weakly; new name) pairs: the caller replaces the old
-        names in what it keeps, then calls ``keep_old_values``."""
-        names = self._names(buf.base)
-        live = [r() for r in names]
-        if None in live:
-            names[:] = [r for r in names if r() is not None]
+        names in what it keeps, then calls ``keep_old_values``. (One call for all of a replay's buffers: a decoder's
+        step writes two caches per layer, and the common case, names only their holders read, is a comparison.)"""
         renamed = []
-        for old in live:
-            if old is None:
-                continue
-            if self._only_holders_read(old):  # (the common case: the holders just see the write in place)
-                continue
-            new = self.new_version(old)
-            self.move_holders(old, new)
-            renamed.append((weakref.ref(old), new))
-        old = None
-        self.invalidate(buf)
+        for buf in bufs:
+            base = buf.base
+            names = base.names
+            if names is None:
+                names = self._names(base)
+            pruned = False
+            for ref in names:
+                old = ref()
+                if old is None:
+                    pruned = True
+                    continue
+                readers = old.readers
+                if readers is not None and readers.mark == readers.changes[0]:
+                    continue  # (``_only_holders_read``'s remembered yes: the holders just see the write in place)
+                if self._only_holders_read(old):
+                    continue
+                new = self.new_version(old)
+                self.move_holders(old, new)
+                renamed.append((weakref.ref(old), new))
+            old = None
+            if pruned:
+                names[:] = [r for r in names if r() is not None]
+            self.invalidate(base)
         return renamed
 
     def _names(self, base: Buffer) -> list[weakref.ref[UOp]]:
         """The names (BUFFER uops) of ``base``'s memory, kept from the first call on (later ones as they are made)."""
-        names = self._watched.get(base)
+        names = base.names
         if names is None:
-            names = self._watched[base] = [weakref.ref(u) for u, b in list(self._buffers.items()) if b.base is base]
+            names = base.names = [weakref.ref(u) for u, b in list(self._buffers.items()) if b.base is base]
             self._events += 1
         return names
 
@@ -427,7 +437,7 @@ class RealizationState:
         base = buf.base
         if base.views_alive > (buf is not base) or base in self._captured:
             return None
-        names = self._watched.get(base)
+        names = base.names
         if names is None or not _only_live(names, name):
             return None
         above = None

@@ -5,9 +5,16 @@
                                          [--url http://HOST:PORT] [--llama-server PATH]
 
 Without ``--url`` it first runs ``tg llm bench``'s decode with the same lengths (the single-stream
-reference), then starts ``tg serve llm --parallel 8`` on a free loopback port, warms it up with one round
-of the most streams, and measures:
+reference), then starts ``tg serve llm --parallel 8`` on a free loopback port, waits for the captures it makes
+while idle after "ready" (``--warm-wait``: the time from launch is printed; 0 measures at once), warms it up with
+one round of the most streams, and measures:
 
+- one stream against the engine alone, ``--rounds`` times in turn (the engine's decode of the same prompt and
+  generation lengths in this process, loaded once, then one stream through the server; the order alternates):
+  each round's pair and their CPU seconds per decoded token (this process's for the engine, the server process's
+  from the stream's first token to its last for the server), then the medians. The first round is the issue's
+  one-run figure (``--rounds 1`` is that alone); wall-clock figures on a shared machine vary from round to round,
+  the median of several is steadier;
 - one stream and N concurrent streams (completions with random token-id prompts, greedy): aggregate
   completion tokens per second of wall time, and each stream's decode rate (first token to last);
 - the time to first token of a short request sent while a ``--long-prompt-tokens`` prompt prefills;
@@ -21,6 +28,7 @@ running and the SIGTERM step is left out. One run each: figures on a shared mach
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import socket
@@ -43,8 +51,10 @@ def prompt_ids(n: int, seed: int, vocab: int = 49152) -> list[int]:
     return [int(t) for t in np.random.default_rng(seed).integers(100, vocab - 1, n)]
 
 
-def one_stream(client: Any, model: str, prompt: list[int], gen_tokens: int) -> dict[str, float]:
-    """Stream one completion; times of the request, its first and last token, and the token count."""
+def one_stream(client: Any, model: str, prompt: list[int], gen_tokens: int,
+               on_first: Any = None) -> dict[str, float]:
+    """Stream one completion; times of the request, its first and last token, and the token count (``on_first()``
+    called when the first token came)."""
     start = time.perf_counter()
     first = last = None
     tokens = 0
@@ -55,6 +65,8 @@ def one_stream(client: Any, model: str, prompt: list[int], gen_tokens: int) -> d
             tokens = chunk.usage.completion_tokens
         if chunk.choices and chunk.choices[0].text:
             last = time.perf_counter()
+            if first is None and on_first is not None:
+                on_first()
             first = first or last
     first = first or time.perf_counter()
     last = last or first
@@ -131,6 +143,97 @@ def wait_healthy(url: str, proc: subprocess.Popen, seconds: float = 300) -> None
             pass
         time.sleep(0.2)
     raise SystemExit(f"the server at {url} did not become ready (exit status {proc.poll()})")
+
+
+def server_metric(url: str, name: str) -> float | None:
+    """One value of the server's /metrics (None: a server without it)."""
+    import httpx
+    try:
+        text = httpx.get(url + "/metrics", timeout=30).text
+    except httpx.HTTPError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == name:
+            return float(value)
+    return None
+
+
+def wait_warm(url: str, seconds: float) -> bool:
+    """Wait (at most ``seconds``) until the server has made the captures it makes while idle after ready."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        left = server_metric(url, "tg_llm_warm_ups_left")
+        if left is None or left == 0:
+            return left == 0
+        time.sleep(0.5)
+    return False
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (all its threads), from /proc."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class EngineDecode:
+    """``tg llm bench``'s decode in this process, for rounds in turn with the server's: the model loaded once (one
+    sequence, as the bench runs), the prefill and every decode window the rounds reach captured before the first."""
+
+    def __init__(self, path: Any, prompt_tokens: int, gen_tokens: int, max_context: int) -> None:
+        from tg_llm.cli import load_model, window_end
+        self.model = load_model(path, None, max_context, True, 1, None)
+        self.prompt = prompt_ids(prompt_tokens, 0, self.model.vocab_size)
+        self.gen_tokens = gen_tokens
+        reached = range(prompt_tokens, prompt_tokens + gen_tokens)
+        self.model.warm_up([(1, pos) for rows, pos in self.model.decode_shapes()
+                            if rows == 1 and any(pos == window_end(self.model, p) for p in reached)])
+        for _ in range(2):  # the prefill's capture and a replay; the decode steps' replays
+            self.rate()
+
+    def rate(self) -> tuple[float, float]:
+        """Decode tokens per second of ``gen_tokens`` greedy steps after the prompt, and CPU seconds per token."""
+        model, n = self.model, len(self.prompt)
+        model.reset()
+        token = int(np.argmax(model.forward_last(self.prompt, 0)))
+        t0, c0 = time.perf_counter(), time.process_time()
+        for i in range(self.gen_tokens):
+            token = int(np.argmax(model.decode([(0, token, n + i)])[0]))
+        return self.gen_tokens / (time.perf_counter() - t0), (time.process_time() - c0) / self.gen_tokens
+
+
+def one_stream_rounds(url: str, pid: int | None, engine: EngineDecode, args: argparse.Namespace) -> dict[str, float]:
+    """``args.rounds`` rounds of the engine's decode and one stream through the server, in alternating order; prints
+    each and the medians."""
+    import openai
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
+    model = client.models.list().data[0].id
+    rows = []
+    compiled = kernels_compiled(url)
+    for r in range(args.rounds):
+        pair: dict[str, float] = {}
+        for side in (("engine", "server") if r % 2 == 0 else ("server", "engine")):
+            if side == "engine":
+                pair["engine"], pair["engine cpu"] = engine.rate()
+                continue
+            at_first: list[float] = []  # (the server's CPU seconds when the first token came: its decode's from there)
+            s = one_stream(client, model, prompt_ids(args.prompt_tokens, 100), args.gen_tokens,
+                           functools.partial(lambda seen: seen.append(cpu_seconds(pid)), at_first)
+                           if pid is not None else None)
+            pair["server"] = (s["tokens"] - 1) / (s["last"] - s["first"])
+            pair["server cpu"] = (cpu_seconds(pid) - at_first[0]) / max(1, s["tokens"] - 1) if at_first \
+                else float("nan")
+        rows.append(pair)
+        print(f"  round {r + 1}: engine {pair['engine']:.1f} tok/s, server one stream {pair['server']:.1f} tok/s: "
+              f"{pair['server'] / pair['engine']:.2f}x; CPU per token engine {pair['engine cpu'] * 1e3:.2f} ms, "
+              f"server {pair['server cpu'] * 1e3:.2f} ms" + (" (the issue's one run)" if r == 0 else ""), flush=True)
+    med = {k: float(np.median([p[k] for p in rows])) for k in rows[0]}
+    ratios = [p["server"] / p["engine"] for p in rows]
+    print(f"  median of {args.rounds} rounds: engine {med['engine']:.1f} tok/s, server {med['server']:.1f} tok/s: "
+          f"{med['server'] / med['engine']:.2f}x (median of the rounds' ratios {np.median(ratios):.2f}x, range "
+          f"{min(ratios):.2f}-{max(ratios):.2f}); CPU per token engine {med['engine cpu'] * 1e3:.2f} ms, server "
+          f"{med['server cpu'] * 1e3:.2f} ms{compiled_note(url, compiled)}", flush=True)
+    return med
 
 
 def kernels_compiled(url: str) -> tuple[int, int] | None:
@@ -211,6 +314,9 @@ def main() -> int:
     p.add_argument("--long-prompt-tokens", type=int, default=2000)
     p.add_argument("--max-context", type=int, default=4096)
     p.add_argument("--parallel", type=int, default=8, help="tg serve llm --parallel (slots decoded together)")
+    p.add_argument("--rounds", type=int, default=5, help="one-stream rounds in turn with the engine (median)")
+    p.add_argument("--warm-wait", type=float, default=300.0, metavar="SECONDS",
+                   help="wait at most this long after ready for the server's idle captures (0: measure at once)")
     args = p.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
@@ -222,7 +328,8 @@ def main() -> int:
     r = run_bench(path, None, args.prompt_tokens, args.gen_tokens, args.max_context)
     bench_decode = r["decode_tok_s"]
     print(f"tg llm bench decode: {bench_decode:.1f} tok/s ({args.prompt_tokens}-token prompt, "
-          f"{args.gen_tokens} tokens)")
+          f"{args.gen_tokens} tokens; {r['compiles_timed']} kernels compiled while timed)")
+    engine = EngineDecode(path, args.prompt_tokens, args.gen_tokens, args.max_context) if args.rounds else None
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "tgcore.cli", "serve", "llm", "--model", str(path), "--port",
                              str(port), "--max-context", str(args.max_context), "--parallel", str(args.parallel),
@@ -233,7 +340,14 @@ def main() -> int:
     ready = time.perf_counter() - launched
     at_ready = kernels_compiled(url)
     print(f"tg serve llm --parallel {args.parallel}: ready {ready:.1f} s after launch"
-          + (f" ({at_ready[0]} kernels compiled, {at_ready[1]} generated)" if at_ready else ""))
+          + (f" ({at_ready[0]} kernels compiled, {at_ready[1]} generated)" if at_ready else ""), flush=True)
+    if args.warm_wait > 0:
+        warm = wait_warm(url, args.warm_wait)
+        after = kernels_compiled(url)
+        print(f"  idle captures {'made' if warm else 'not all made'} {time.perf_counter() - launched:.1f} s after "
+              f"launch" + (f" ({after[0]} kernels compiled in all)" if after else ""), flush=True)
+    if engine is not None:
+        one_stream_rounds(url, proc.pid, engine, args)
     tg = measure(url, args, streams)
     if 1 in streams:
         print("  " + versus_one_stream(tg, streams, bench_decode))

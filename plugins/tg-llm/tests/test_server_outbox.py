@@ -58,6 +58,55 @@ def test_a_burst_of_outputs_costs_one_wake_up_and_keeps_each_jobs_order() -> Non
     assert job.cancelled.is_set()
 
 
+def test_a_streams_tokens_between_its_first_and_last_are_paced(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from tg_llm import server_handoff
+    now = [100.0]  # the hand-off's clock, moved by hand
+    monkeypatch.setattr(server_handoff, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    interval = server_handoff.HANDOFF_INTERVAL_S
+    loop = asyncio.new_event_loop()
+    wake_ups = []
+    plain = loop.call_soon_threadsafe
+
+    def counted(*args: Any) -> Any:
+        wake_ups.append(args)
+        return plain(*args)
+    loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+    job = jobs_on(loop, 1)[0]
+    got: list[Any] = []
+
+    def deliver() -> None:  # (the loop runs what the wake-ups scheduled)
+        loop.run_until_complete(asyncio.sleep(0))
+        while not job.outputs.empty():
+            got.append(job.outputs.get_nowait().payload)
+
+    job.emit(Output("event", 0, SimpleNamespace(finish_reason=None, token=0)))  # the first token: at once
+    assert len(wake_ups) == 1
+    deliver()
+    for t in (1, 2):  # the next ones within the interval: held back, a flush too soon sends nothing
+        now[0] += interval / 4
+        job.emit(Output("event", 0, SimpleNamespace(finish_reason=None, token=t)))
+        server_handoff.flush_outboxes()
+    assert len(wake_ups) == 1
+    deliver()
+    assert [e.token for e in got] == [0]
+    now[0] += interval  # the worker's flush after the interval: both at once
+    server_handoff.flush_outboxes()
+    assert len(wake_ups) == 2
+    deliver()
+    job.emit(Output("event", 0, SimpleNamespace(finish_reason=None, token=3)))  # held back ...
+    server_handoff.flush_outboxes(force=True)  # ... until the worker runs something long
+    assert len(wake_ups) == 3
+    deliver()
+    job.emit(Output("event", 0, SimpleNamespace(finish_reason=None, token=4)))
+    job.emit(Output("event", 0, SimpleNamespace(finish_reason="length", token=5)))  # the last: at once, with 4
+    assert len(wake_ups) == 4
+    deliver()
+    assert [e.token for e in got] == [0, 1, 2, 3, 4, 5]
+    loop.close()
+
+
 def test_batches_deliver_events_before_an_error_and_stop_at_the_end() -> None:
     require_server_deps()
     from tg_llm.server_app import _API

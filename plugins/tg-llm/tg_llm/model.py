@@ -80,6 +80,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tg_llm.embedding import Embedding
 from tg_llm.kv_cache import CacheKind, RowWrites, decode_window, write_rows, zeroed
 from tg_llm.layers import linear, linear_parts, masked_exp, rms_norm, rope, rope_frequencies, softcap
 from tg_llm.model_config import (
@@ -90,6 +91,7 @@ from tg_llm.model_config import (
     check_tensor_shapes,
     config_from_metadata,
 )
+from tg_llm.step_inputs import HeldInputs
 
 if TYPE_CHECKING:
     from tg_llm.pipeline import PipelineStage
@@ -153,36 +155,6 @@ class _Layer:
     cache_v: Any
 
 
-class _Embedding:
-    """Token embedding rows dequantized on the host from the file's raw (quantized) table."""
-
-    def __init__(self, gf: Any, name: str, device: str, scale: float = 1.0) -> None:
-        from tg_gguf.quants import DEQUANTIZERS
-        if name not in gf.tensor_info:
-            raise ModelError(f"model file has no tensor {name!r}")
-        info = gf.tensor_info[name]
-        self.vocab, self.dim = int(info.shape[0]), int(info.shape[1])
-        self.type = info.type
-        self.scale = np.float32(scale)
-        self.table: np.ndarray | None = None
-        if info.type in DEQUANTIZERS:
-            raw = np.frombuffer(gf.tensor_bytes(name), dtype=np.uint8)
-            self.rows = raw.reshape(self.vocab, raw.size // self.vocab)
-        else:  # no numpy dequantizer for this type: dequantize once on the device, keep a float table
-            self.table = gf.tensors_as(device=device)[name].numpy()
-
-    def __call__(self, ids: Sequence[int]) -> np.ndarray:
-        idx = np.asarray(ids, dtype=np.int64)
-        if idx.size and (idx.min() < 0 or idx.max() >= self.vocab):
-            raise ValueError(f"token ids must be in 0..{self.vocab - 1}")
-        if self.table is not None:
-            rows = np.ascontiguousarray(self.table[idx], dtype=np.float32)
-        else:
-            from tg_gguf.quants import dequantize_numpy
-            rows = dequantize_numpy(self.type, self.rows[idx], (idx.size, self.dim))
-        return rows if self.scale == 1.0 else rows * self.scale
-
-
 class Model:
     """A decoder of one of the ``SUPPORTED_ARCHITECTURES`` on one device. Build with ``Model.from_gguf``.
 
@@ -244,7 +216,7 @@ class Model:
         if "token_embd.weight" not in gf.tensor_info:
             raise ModelError(f"{cfg.architecture} model file has no tensor 'token_embd.weight'")
         check_tensor_shapes(cfg, {n: tuple(int(s) for s in info.shape) for n, info in gf.tensor_info.items()})
-        self.embedding = _Embedding(gf, "token_embd.weight", device,
+        self.embedding = Embedding(gf, "token_embd.weight", device,
                                     math.sqrt(cfg.dim) if arch.embedding_scale else 1.0)
         if cfg.vocab_size and self.embedding.vocab != cfg.vocab_size:
             raise ModelError(f"token_embd.weight has {self.embedding.vocab} rows, vocab_size is {cfg.vocab_size}")
@@ -310,6 +282,7 @@ class Model:
                 self.output = matrix("token_embd.weight")
         self._tokens: list[list[int]] = [[] for _ in range(sequences)]  # per sequence: the tokens its cache holds
         self._decode_step: Any = None
+        self._step_inputs = HeldInputs(device)  # the decode step's input tensors, refilled each step
         # (what it returns, dense, one sequence) -> jitted graph
         self._prefill_steps: dict[tuple[str | None, bool, bool], Any] = {}
         # whether every product takes the row lanes: a prefill's rows then run through them at any count (in groups
@@ -519,9 +492,17 @@ class Model:
 
     def _rotary(self, kind: CacheKind, positions: np.ndarray) -> tuple[Any, Any]:
         from tgcore.tensor import Tensor
-        angles = positions.astype(np.float64)[:, None] * kind.freqs[None, :]
-        return (Tensor((np.cos(angles) * kind.cos_scale).astype(np.float32), device=self.device),
-                Tensor((np.sin(angles) * kind.cos_scale).astype(np.float32), device=self.device))
+        cos, sin = self._rotary_rows(kind, positions)
+        return Tensor(cos, device=self.device), Tensor(sin, device=self.device)
+
+    def _rotary_rows(self, kind: CacheKind, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rotation's cos and sin rows (float32) of ``positions``, from the kind's table of every position."""
+        if kind.rotary is None:  # (made once: a decode step looks rows up instead of computing cos and sin)
+            angles = np.arange(self.config.max_context, dtype=np.float64)[:, None] * kind.freqs[None, :]
+            kind.rotary = ((np.cos(angles) * kind.cos_scale).astype(np.float32),
+                           (np.sin(angles) * kind.cos_scale).astype(np.float32))
+        cos, sin = kind.rotary
+        return cos[positions], sin[positions]
 
     def decode_shapes(self) -> list[tuple[int, int]]:
         """Every (rows, position) whose decode step is a capture of its own: one per row count and attention window,
@@ -559,7 +540,6 @@ class Model:
         row writes a key its sequence has not reached yet (later overwritten, masked until then) and attends
         only to it. ``first`` > 0 (a block of a pipeline's decode) is a bound variable: one capture for every
         block."""
-        from tgcore.tensor import Tensor
         from tgcore.uop import UOp
         if self._decode_step is None:
             import tgcore
@@ -584,10 +564,11 @@ class Model:
                 idle.append(r)
             tokens.append(token)
             positions.append(pos)
-        x = self._stage_input(tokens)
+        x = self._stage_input(tokens, held=True)
         pos_array = np.asarray(positions, np.int64)
         cfg = self.config
-        inputs = []
+        arrays: list[np.ndarray] = []  # per kind: cos, sin, mask, each row's first cache element
+        windows = []
         for kind in self.kinds:
             # attend over a window of the cache that covers the slots in use (a power of two or three quarters of
             # one), not the whole cache: one capture per window size and row count
@@ -604,9 +585,14 @@ class Model:
                 firsts.append(((first + r) * cfg.n_kv_heads * kind.cache_len + slot) * cfg.head_dim)
             cache_size = self.sequences * cfg.n_kv_heads * kind.cache_len * cfg.head_dim
             rows_first = np.asarray(firsts, np.int32 if cache_size < 2**31 else np.int64)
-            cos, sin = self._rotary(kind, pos_array)
-            inputs.append((cos, sin, Tensor(np.concatenate(masks), device=self.device),
-                           RowWrites(Tensor(rows_first, device=self.device))))
+            arrays += [*self._rotary_rows(kind, pos_array), np.concatenate(masks), rows_first]
+            windows.append(window)
+        if isinstance(x, np.ndarray):  # (the embeddings: held with the rest)
+            x, *held = self._step_inputs.fill((rows, first, *windows), [x, *arrays])
+        else:
+            held = self._step_inputs.fill((rows, first, *windows), arrays)
+        inputs = [(cos, sin, mask, RowWrites(rows_first)) for cos, sin, mask, rows_first in
+                  zip(held[0::4], held[1::4], held[2::4], held[3::4], strict=True)]
         collect = self._stage_output(self._decode_step(x, inputs, first_seq), rows)
         for seq, token, _ in steps:
             self._tokens[seq] = self._tokens[seq] + [token]
@@ -646,14 +632,15 @@ class Model:
 
     # ---- a pipeline stage's ends ----
 
-    def _stage_input(self, ids: list[int]) -> Any:
-        """The hidden states the layers start from: the tokens' embeddings, or (a later pipeline stage) what the
-        previous stage sent."""
+    def _stage_input(self, ids: list[int], held: bool = False) -> Any:
+        """The hidden states the layers start from: the tokens' embeddings (``held``: as a numpy array, for
+        ``HeldInputs``), or (a later pipeline stage) what the previous stage sent."""
         from tgcore.tensor import Tensor
         if self.stage is None or self.stage.first:
             if self.stage is not None:
                 self.stage.flush()  # (the step about to replay overwrites what the last one sent)
-            return Tensor(self.embedding(ids), device=self.device)
+            rows = self.embedding(ids)
+            return rows if held else Tensor(rows, device=self.device)
         return self.stage.receive_hidden(len(ids), self.config.dim, self.device)
 
     def _stage_output(self, out: Any, logit_rows: int | None) -> Callable[[], np.ndarray | None]:

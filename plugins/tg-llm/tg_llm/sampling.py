@@ -218,8 +218,9 @@ class Sampler:
             row = row.astype(np.float64)
         if row.ndim != 1 or row.shape[0] == 0:
             raise ValueError(f"expected one row of logits, got shape {row.shape}")
-        most = row.max()
-        if np.isnan(most):  # (a NaN anywhere makes the maximum NaN)
+        best = int(np.argmax(row))  # (numpy's argmax of a row with a NaN is the first NaN: one pass for both)
+        most = row[best]
+        if np.isnan(most):
             raise ValueError("logits contain NaN")
         penalised = row
         penalties = p.repetition_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
@@ -227,7 +228,7 @@ class Sampler:
             penalised = apply_penalties(row, _window(history, p.repeat_last_n), p.repetition_penalty,
                                         p.frequency_penalty, p.presence_penalty)
         if p.temperature == 0:
-            token = int(np.argmax(penalised))
+            token = best if penalised is row else int(np.argmax(penalised))
         else:
             support, weights = _candidates(penalised, p)
             token = self._draw(support, weights)

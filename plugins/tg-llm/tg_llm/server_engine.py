@@ -50,7 +50,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tg_llm.server_handoff import WorkerClock, outbox_for
+from tg_llm.server_handoff import WorkerClock, flush_outboxes, outbox_for
 
 log = logging.getLogger("tg_llm.server")
 
@@ -106,6 +106,7 @@ class Job:
         self.started = threading.Event()
         self._emit_lock = threading.Lock()
         self._finished: set[int] = set()  # choices whose last event was emitted
+        self._begun: set[int] = set()  # choices whose first event was emitted
         self._closed = False  # END emitted: later outputs are dropped
         # figures the worker fills in (time.monotonic() values, seconds, token counts)
         self.submitted = time.monotonic()
@@ -133,10 +134,15 @@ class Job:
         with self._emit_lock:
             if self._closed:
                 return
-            if item.kind == "event" and getattr(item.payload, "finish_reason", None) is not None:
-                self._finished.add(item.index)
+            # (a choice's tokens between its first and its last are paced: server_handoff)
+            urgent = item.kind != "event" or item.index not in self._begun
+            if item.kind == "event":
+                self._begun.add(item.index)
+                if getattr(item.payload, "finish_reason", None) is not None:
+                    self._finished.add(item.index)
+                    urgent = True
             self._closed = item.kind == "end"
-            self._put(item)
+            self._put(item, urgent)
 
     def end_now(self) -> None:
         """Shutdown past its deadline: each choice not finished gets its ``SHUTDOWN_FINISH`` event, then END,
@@ -151,9 +157,9 @@ class Job:
             self._closed = True
         self.cancelled.set()
 
-    def _put(self, item: Output) -> None:
+    def _put(self, item: Output, urgent: bool = True) -> None:
         try:
-            outbox_for(self.loop).put(self.outputs, item)
+            outbox_for(self.loop).put(self.outputs, item, urgent)
         except RuntimeError:  # the event loop closed (server shut down)
             self.cancelled.set()
 
@@ -436,6 +442,7 @@ class Engine:
             except BaseException as e:  # noqa: BLE001 - reported to every running job, the worker keeps serving
                 log.exception("generation failed")
                 sched.fail_all(e)
+            flush_outboxes()  # (the tokens held back that waited long enough)
 
     def _job_done(self, job: Job) -> None:
         with self._lock:
@@ -638,6 +645,7 @@ class _Scheduler:
         seq = min(waiting, key=lambda s: (len(s.choice.prompt_ids) - s.done, s.clock.start))
         prompt = seq.choice.prompt_ids
         end = min(len(prompt), seq.done + self.engine.prefill_chunk)
+        flush_outboxes(force=True)  # (a chunk takes a while: the tokens held back go first)
         clock = self.engine.clock
         clock.lap("host")
         clock.chunks += 1
