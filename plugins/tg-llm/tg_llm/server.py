@@ -31,7 +31,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     p.add_argument("--max-context", type=int, default=4096, metavar="N",
                    help="KV cache positions: prompt + completion tokens (default 4096, capped by the model)")
+    from tg_llm.cli import kv_dtype_option
+    kv_dtype_option(p)
     p.add_argument("--api-key", default=os.environ.get("TG_LLM_API_KEY"), metavar="KEY",
                    help="require 'Authorization: Bearer KEY' on /v1/* (default: $TG_LLM_API_KEY, else no key)")
     p.add_argument("--device", default=None, metavar="DEV", help="device to run the model on, e.g. CPU (default: $DEV)")
@@ -173,7 +175,7 @@ def run(argv: list[str], exit_process: bool = False) -> int:
             return 2
         if not stage.first:
             from tg_llm.pipeline import run_stage
-            return run_stage(stage, path, args.device, args.max_context, args.parallel)
+            return run_stage(stage, path, args.device, args.max_context, args.parallel, kv_dtype=args.kv_dtype)
     try:
         code = _serve(args, path, sampling, template, stage)
     finally:
@@ -190,7 +192,6 @@ def _serve(args: argparse.Namespace, path: Path, sampling: dict[str, Any], templ
     try:
         import uvicorn
 
-        from tg_llm.pipeline import load as pipeline_load
         from tg_llm.server_app import asgi, create_app
         from tg_llm.server_engine import Engine
     except ImportError as e:
@@ -220,7 +221,7 @@ def _serve(args: argparse.Namespace, path: Path, sampling: dict[str, Any], templ
     engine = Engine(path, device=args.device, max_context=args.max_context, max_queue=args.max_queue,
                     on_failure=on_failure, chat_template=template, sampling=sampling, parallel=args.parallel,
                     prefill_chunk=args.prefill_chunk,
-                    load_model=None if stage is None else functools.partial(pipeline_load, stage))
+                    load_model=model_loader(args.kv_dtype, stage))
     app = create_app(engine, api_key=args.api_key, timeout=args.timeout)
     # uvicorn's own wait for open connections is a backstop: the engine ends every stream by the deadline
     config = uvicorn.Config(asgi(app), host=args.host, port=port, access_log=False, log_config=None,
@@ -237,6 +238,15 @@ def _serve(args: argparse.Namespace, path: Path, sampling: dict[str, Any], templ
         return 1
     log.info("stopped")
     return 0
+
+
+def model_loader(kv_dtype: str, stage: Any) -> Callable[..., Any]:
+    """What the engine loads the model with (``Model.from_gguf``, or rank 0's part of a pipeline ``stage``), its KV
+    caches of ``kv_dtype``."""
+    from tg_llm.model import Model
+    from tg_llm.pipeline import load as pipeline_load
+    load = Model.from_gguf if stage is None else functools.partial(pipeline_load, stage)
+    return functools.partial(load, kv_dtype=kv_dtype)
 
 
 def _exit_now(code: int) -> None:

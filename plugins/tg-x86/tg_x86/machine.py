@@ -444,10 +444,20 @@ _VIEWS.update({("zmm", bits): ZMMS if bits == 512 else _VIEWS[("vec", bits)] + (
 _VIEWS[("k", 64)] = KREGS
 
 
+def _memory(o: VMem, slot_disp: dict[tuple[str, int], int]) -> Mem:
+    """An allocated memory operand's ``Mem``: a ``Slot`` at its frame offset from rsp, else its (now physical) base
+    and index registers."""
+    if o.slot is not None:
+        return Mem.of(o.bits, GPRS64[4], None, 1, slot_disp[o.slot] + o.disp)
+    base, index = o.base, o.index
+    return Mem.of(o.bits, GPRS64[base.index] if base is not None else None,
+                  GPRS64[index.index] if index is not None else None, o.scale if index is not None else 1, o.disp)
+
+
 def _lower(allocated: list, slot_disp: dict[tuple[str, int], int], out: list) -> None:
     """Append the ``Inst`` (or ``Label``) of every allocated instruction to ``out``; ``slot_disp`` is the frame
     offset of each ``Slot`` (constants and arguments)."""
-    views, make_mem, make_imm, make_inst, rsp = _VIEWS, Mem.of, imm, Inst.of, gpr(4)
+    views, make_imm, make_inst = _VIEWS, imm, Inst.of
     for ins in allocated:
         if type(ins) is not MInst:  # loop markers
             continue
@@ -464,31 +474,17 @@ def _lower(allocated: list, slot_disp: dict[tuple[str, int], int], out: list) ->
             if kind == "u" or kind == "d":
                 o = (ins.uses if kind == "u" else ins.defs)[item[1]]
                 if type(o) is VMem:
-                    if o.slot is None:
-                        base, index = o.base, o.index
-                        ops.append(make_mem(o.bits, GPRS64[base.index] if base is not None else None,
-                                            GPRS64[index.index] if index is not None else None,
-                                            o.scale if index is not None else 1, o.disp))
-                    else:
-                        ops.append(make_mem(o.bits, rsp, None, 1, slot_disp[o.slot] + o.disp))
+                    ops.append(_memory(o, slot_disp))
                 else:
                     ops.append(views[(o.cls, item[2])][o.index])
             elif kind == "i":
                 ops.append(make_imm(item[1]))
             elif kind == "ub":  # a memory element broadcast
-                o = ins.uses[item[1]]
-                at = make_mem(o.bits, rsp, None, 1, slot_disp[o.slot] + o.disp) if o.slot is not None else \
-                    make_mem(o.bits, GPRS64[o.base.index] if o.base is not None else None,
-                             GPRS64[o.index.index] if o.index is not None else None,
-                             o.scale if o.index is not None else 1, o.disp)
-                ops.append(Bcst(at, item[2]))
+                ops.append(Bcst(_memory(ins.uses[item[1]], slot_disp), item[2]))
             elif kind == "dk" or kind == "uk":  # under an opmask
                 o = (ins.uses if kind == "uk" else ins.defs)[item[1]]
                 if type(o) is VMem:
-                    base, index = o.base, o.index
-                    target: Reg | Mem = make_mem(o.bits, GPRS64[base.index] if base is not None else None,
-                                               GPRS64[index.index] if index is not None else None,
-                                               o.scale if index is not None else 1, o.disp)
+                    target: Reg | Mem = _memory(o, slot_disp)
                 else:
                     target = views[(o.cls, item[2])][o.index]
                 ops.append(Masked(target, KREGS[ins.uses[item[3]].index], kind == "dk" and item[4]))
