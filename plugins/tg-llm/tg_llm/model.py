@@ -559,8 +559,8 @@ class Model:
             else:  # an idle row: the next position its sequence has not reached (the last, when the cache is full)
                 if len(self._tokens[seq]) >= self.config.max_context:
                     self._truncate(seq, self.config.max_context - 1)
-                held = len(self._tokens[seq])
-                token, pos = 0, held if idle_pos is None else max(idle_pos, held)
+                reached = len(self._tokens[seq])
+                token, pos = 0, reached if idle_pos is None else max(idle_pos, reached)
                 idle.append(r)
             tokens.append(token)
             positions.append(pos)

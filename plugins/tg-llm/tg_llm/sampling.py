@@ -241,9 +241,9 @@ class Sampler:
         if p.logprobs:
             logprobs = shifted - log_total
             n = min(p.logprobs, logprobs.shape[0])
-            best = np.argpartition(-logprobs, n - 1)[:n]
-            best = best[np.argsort(-logprobs[best], kind="stable")]
-            top = [(int(t), float(logprobs[t])) for t in best]
+            chosen = np.argpartition(-logprobs, n - 1)[:n]
+            chosen = chosen[np.argsort(-logprobs[chosen], kind="stable")]
+            top = [(int(t), float(logprobs[t])) for t in chosen]
         return Sample(token, float(shifted[token] - log_total), top)
 
     def _draw(self, support: np.ndarray, weights: np.ndarray) -> int:

@@ -37,6 +37,6 @@ class HeldInputs:
             if buf is None or t.shape != a.shape or t.dtype.np != a.dtype:
                 held[i] = Tensor(a, device=self.device)
                 continue
-            buf.copyin(memoryview(np.ascontiguousarray(a).reshape(-1)).cast("B"))
+            buf.copyin(np.ascontiguousarray(a))  # (copyin takes any C-contiguous buffer)
             REALIZATION.invalidate(buf)
         return held
