@@ -8,6 +8,8 @@ summation order, so it must match bit for bit. Random values are compared within
 per-block sums."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
@@ -155,10 +157,14 @@ def test_int_matmul_random(gtype):
     assert np.all(np.abs(out - ref) <= 1e-6 * magnitude + 1e-30)
 
 
+# (Q4_K, Q6_K, TQ1_0 and IQ2_XS compile for ~20 s each here: under ``nox -s full``; the row lanes, which every
+# byte-dot renderer takes for the first three, have their own batch-invariance tests in test_gguf_lanes.py, and the
+# grid types are IQ1_M's and IQ3_XXS's kernels here)
 @pytest.mark.parametrize("n", [48, 50])
-@pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q4_K,
-                                   GGMLType.Q6_K, GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.IQ2_XS,
-                                   GGMLType.IQ1_M, GGMLType.IQ3_XXS, GGMLType.TQ1_0],
+@pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.IQ4_NL,
+                                   GGMLType.IQ4_XS, GGMLType.IQ1_M, GGMLType.IQ3_XXS,
+                                   *((GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.IQ2_XS, GGMLType.TQ1_0)
+                                     if os.environ.get("TG_FULL") else ())],
                          ids=lambda t: t.name)
 def test_rows_do_not_depend_on_the_batch(gtype, n):
     """Each row's result is the same bits alone and in a batch of 2, 3, 4 or 8 (batched LLM decode relies on it).
