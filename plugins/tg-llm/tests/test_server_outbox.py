@@ -17,15 +17,21 @@ def jobs_on(loop: asyncio.AbstractEventLoop, n: int) -> list[Job]:
     return [Job([Choice([1, 2, 3], 4)], loop, time.monotonic() + 60) for _ in range(n)]
 
 
-def test_a_burst_of_outputs_costs_one_wake_up_and_keeps_each_jobs_order() -> None:
+def counted_loop() -> tuple[asyncio.AbstractEventLoop, list[Any]]:
+    """A new event loop whose wake-ups from other threads (``call_soon_threadsafe``) are listed as they come."""
     loop = asyncio.new_event_loop()
-    wake_ups = []
+    wake_ups: list[Any] = []
     plain = loop.call_soon_threadsafe
 
     def counted(*args: Any) -> Any:
         wake_ups.append(args)
         return plain(*args)
     loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+    return loop, wake_ups
+
+
+def test_a_burst_of_outputs_costs_one_wake_up_and_keeps_each_jobs_order() -> None:
+    loop, wake_ups = counted_loop()
     jobs = jobs_on(loop, 3)
 
     def worker() -> None:  # a decode step's outputs for three jobs, twice, then their ends (the loop not running)
@@ -65,14 +71,7 @@ def test_a_streams_tokens_between_its_first_and_last_are_paced(monkeypatch: pyte
     now = [100.0]  # the hand-off's clock, moved by hand
     monkeypatch.setattr(server_handoff, "time", SimpleNamespace(monotonic=lambda: now[0]))
     interval = server_handoff.HANDOFF_INTERVAL_S
-    loop = asyncio.new_event_loop()
-    wake_ups = []
-    plain = loop.call_soon_threadsafe
-
-    def counted(*args: Any) -> Any:
-        wake_ups.append(args)
-        return plain(*args)
-    loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+    loop, wake_ups = counted_loop()
     job = jobs_on(loop, 1)[0]
     got: list[Any] = []
 
