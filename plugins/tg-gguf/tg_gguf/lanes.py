@@ -269,15 +269,14 @@ def _repack_two_bit(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: s
         values = _trits(data)
     else:
         qs_at, qs_bytes = fields["qs"]
-        qs = data[:, :, qs_at:qs_at + qs_bytes].reshape(rows, supers, 2, 1, 32)
-        values = (qs >> (2 * np.arange(4, dtype=np.uint8))[:, None]) & 3  # (rows, supers, h, j, l)
+        values = _two_bit_values(data[:, :, qs_at:qs_at + qs_bytes])  # (the same 2-bit planes as Q2_K's)
     packed = _interleave(_two_bit_steps(values.reshape(rows, supers * 8, 32)))
     return RowLanes(gtype, n, k, _put(packed, device), _put(_side_by_side(_float16s(data, fields["d"][0])), device),
                     None)
 
 
 def _two_bit_values(packed: np.ndarray) -> np.ndarray:
-    """Q2_K/Q3_K's ``(rows, super-blocks, 64)`` 2-bit planes (value ``128h + 32j + l`` at bits ``2j`` of byte
+    """Q2_K/Q3_K's (TQ2_0's) ``(rows, super-blocks, 64)`` 2-bit planes (value ``128h + 32j + l`` at bits ``2j`` of byte
     ``32h + l``) -> ``(rows, blocks of 16, 4, 4)`` values (``[., b, g, k]``: value ``16b + 4g + k``)."""
     rows, supers, _ = packed.shape
     planes = packed.reshape(rows, supers, 2, 1, 32) >> (2 * np.arange(4, dtype=np.uint8)).reshape(1, 1, 1, 4, 1)
