@@ -398,17 +398,21 @@ def _byte_sign_masks(signs: Tensor) -> Tensor:
     return (top >> 7).cast("int8").mul(-1).reshape(*signs.shape[:4], 32)
 
 
+def _xxs_scale(o: Operands, aux: Tensor, step: float) -> Tensor:
+    """IQ2_XXS / IQ3_XXS: ``d * (0.5 + s) * step`` per 32 of the 4-bit scale ``s`` atop each u32 ``aux``, the
+    ``(0.5 + s) * step`` read from a table of 16 floats (``odd_steps:<step>``): one load per block, where
+    ``_half_steps``'s shift, multiply-add and conversion took four more instructions (4096^2 kernel, one thread:
+    IQ2_XXS 1.06 -> 0.97-0.99 ms, IQ3_XXS 1.14 -> 1.10-1.14). The same float32 as ``_half_steps``: both are
+    ``d * (2s + 1)`` rounded once, times a power of two."""
+    from tg_gguf.tables import TABLES
+    return o.f16("d", 1) * TABLES.get(f"odd_steps:{step}", aux.device).take((aux >> 28) & 15)
+
+
 def _xxs(o: Operands, index: Tensor, aux: Tensor, grid: str, step: float) -> Tensor:
     """IQ3_XXS: per 32 elements grid indices ``index`` ``(1, N, nb, 8, groups)`` and a u32 ``aux``
-    ``(1, N, nb, 8)`` of 4 sign indices and a 4-bit scale: ``d * (0.5 + s) * step`` per 32, no offset. The
-    ``(0.5 + s) * step`` of each ``s`` read from a table of 16 floats (``odd_steps:<step>``): one load per block,
-    where ``_half_steps``'s shift, multiply-add and conversion took four more instructions (4096^2 kernel, one
-    thread: IQ2_XXS 1.06 -> 0.97-0.99 ms, IQ3_XXS 1.14 -> 1.10-1.14). The same float32 as ``_half_steps``: both
-    are ``d * (2s + 1)`` rounded once, times a power of two."""
-    from tg_gguf.tables import TABLES
-    scale = o.f16("d", 1) * TABLES.get(f"odd_steps:{step}", aux.device).take((aux >> 28) & 15)
+    ``(1, N, nb, 8)`` of 4 sign indices and a 4-bit scale (``_xxs_scale``), no offset."""
     signs = _sign_masks(o, spread(aux, 4, 4, 7))
-    return _block32(o, _grid_rows(o, index, grid), scale, None, signs)
+    return _block32(o, _grid_rows(o, index, grid), _xxs_scale(o, aux, step), None, signs)
 
 
 SIGNED_ROWS_OFFSET = -64  # ``grid_signed_u8``'s rows are the signed values plus 64
@@ -426,15 +430,13 @@ def _signed_grid_rows(o: Operands, index: Tensor, grid: str) -> Tensor:
 
 def _iq2_xxs(o: Operands) -> Tensor:
     """Per 32 elements 4 grid index bytes and a u32 ``aux``: 4 sign indices (``_signed_grid_rows``: above the grid
-    index's 8 bits) and a 4-bit scale (``_xxs``'s table)."""
-    from tg_gguf.tables import TABLES
+    index's 8 bits) and a 4-bit scale (``_xxs_scale``)."""
     pairs = o.field("qs").reshape(1, o.n, o.nb, 8, 2, 4)  # per 32 elements: 4 grid bytes, then a u32 of signs, scale
     index = pairs.shrink(((0, 1), (0, o.n), (0, o.nb), (0, 8), (0, 1), (0, 4))).reshape(1, o.n, o.nb, 8, 4)
     aux = le_uint(pairs.shrink(((0, 1), (0, o.n), (0, o.nb), (0, 8), (1, 2), (0, 4))).reshape(o.n * o.nb, 32), 4)
     aux = aux.bitcast("int32").reshape(1, o.n, o.nb, 8)
-    scale = o.f16("d", 1) * TABLES.get("odd_steps:0.25", aux.device).take((aux >> 28) & 15)
     rows = _signed_grid_rows(o, index.cast("int32") | (spread(aux, 4, 4, 7) << 8), "IQ2XXS")
-    return _block32(o, rows, scale, SIGNED_ROWS_OFFSET)
+    return _block32(o, rows, _xxs_scale(o, aux, 0.25), SIGNED_ROWS_OFFSET)
 
 
 def _iq3_xxs(o: Operands) -> Tensor:
