@@ -181,13 +181,11 @@ class EngineDecode:
     sequence, as the bench runs), the prefill and every decode window the rounds reach captured before the first."""
 
     def __init__(self, path: Any, prompt_tokens: int, gen_tokens: int, max_context: int) -> None:
-        from tg_llm.cli import load_model, window_end
+        from tg_llm.cli import load_model, reached_shapes
         self.model = load_model(path, None, max_context, True, 1, None)
         self.prompt = prompt_ids(prompt_tokens, 0, self.model.vocab_size)
         self.gen_tokens = gen_tokens
-        reached = range(prompt_tokens, prompt_tokens + gen_tokens)
-        self.model.warm_up([(1, pos) for rows, pos in self.model.decode_shapes()
-                            if rows == 1 and any(pos == window_end(self.model, p) for p in reached)])
+        self.model.warm_up(reached_shapes(self.model, 1, range(prompt_tokens, prompt_tokens + gen_tokens)))
         for _ in range(2):  # the prefill's capture and a replay; the decode steps' replays
             self.rate()
 

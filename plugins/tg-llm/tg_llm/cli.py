@@ -206,8 +206,7 @@ def run_bench(path: Path, device: str | None = None, prompt_tokens: int = 128, g
     # the steps of every other attention window the timed decode reaches (a capture each; the timed loop compiled
     # them: ~5 kernels per window, more than a 128-token decode's first window covers)
     reached = range(prompt_tokens, prompt_tokens + gen_tokens)
-    model.warm_up([(rows, pos) for rows, pos in model.decode_shapes()
-                   if rows == model.batch_rows(sequences - 1) and any(pos == window_end(model, p) for p in reached)])
+    model.warm_up(reached_shapes(model, model.batch_rows(sequences - 1), reached))
     c1, g1 = CompileCounter.count, CompileCounter.generated
     model.reset()
     t0 = time.perf_counter()
@@ -234,10 +233,12 @@ def run_bench(path: Path, device: str | None = None, prompt_tokens: int = 128, g
     return result
 
 
-def window_end(model: Any, pos: int) -> int:
-    """The last position of the attention window a decode step at ``pos`` reads (what ``decode_shapes`` names)."""
+def reached_shapes(model: Any, rows: int, positions: range) -> list[tuple[int, int]]:
+    """The decode shapes (``decode_shapes``: rows, a window's last position) of ``rows``-row steps at ``positions``:
+    the captures a decode over them needs."""
     from tg_llm.kv_cache import decode_window
-    return decode_window(model.kinds[0].cache_len, pos) - 1
+    ends = {decode_window(model.kinds[0].cache_len, pos) - 1 for pos in positions}
+    return [(r, pos) for r, pos in model.decode_shapes() if r == rows and pos in ends]
 
 
 def load_model(path: Path, device: str | None, max_context: int, quiet: bool, sequences: int, stage: Any,
