@@ -215,6 +215,27 @@ def test_decode_after_warm_up_compiles_nothing():
     assert CompileCounter.count == before
 
 
+def test_rotary_table_covers_the_positions_reached():
+    """The cos/sin table grows by doubling with the positions asked for (not max_context's rows up front), and its
+    rows are cos and sin of position x frequency whatever the table's length."""
+    from types import SimpleNamespace
+    from tg_llm.kv_cache import CacheKind
+    from tg_llm.model import Model
+    freqs = 1.0 / 10000.0 ** (np.arange(0, 64, 2) / 64)
+    kind = CacheKind(cache_len=64, window=0, freqs=freqs, cos_scale=1.0, variable="start")
+    owner: Any = SimpleNamespace(config=SimpleNamespace(max_context=131072))
+    Model._rotary_rows(owner, kind, np.array([0, 7]))
+    assert kind.rotary is not None and len(kind.rotary[0]) == 1024
+    positions = np.array([7, 5000, 1023])
+    cos, sin = Model._rotary_rows(owner, kind, positions)
+    assert len(kind.rotary[0]) == 8192
+    angles = positions[:, None].astype(np.float64) * freqs[None, :]
+    np.testing.assert_array_equal(cos, np.cos(angles).astype(np.float32))
+    np.testing.assert_array_equal(sin, np.sin(angles).astype(np.float32))
+    Model._rotary_rows(owner, kind, np.array([131071]))
+    assert len(kind.rotary[0]) == 131072
+
+
 def test_context_limit_is_an_error():
     from tg_llm.model import ContextLengthError
     model = smollm2_model()

@@ -45,7 +45,7 @@ class CacheKind:
     cos_scale: float
     variable: str  # the bound variable naming the first slot a call writes
     slot_pos: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    rotary: tuple[np.ndarray, np.ndarray] | None = None  # cos and sin of every position (``Model._rotary_rows``)
+    rotary: tuple[np.ndarray, np.ndarray] | None = None  # cos and sin of the positions reached (``Model._rotary_rows``)
 
     @property
     def ring(self) -> bool:

@@ -496,9 +496,14 @@ class Model:
         return Tensor(cos, device=self.device), Tensor(sin, device=self.device)
 
     def _rotary_rows(self, kind: CacheKind, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The rotation's cos and sin rows (float32) of ``positions``, from the kind's table of every position."""
-        if kind.rotary is None:  # (made once: a decode step looks rows up instead of computing cos and sin)
-            angles = np.arange(self.config.max_context, dtype=np.float64)[:, None] * kind.freqs[None, :]
+        """The rotation's cos and sin rows (float32) of ``positions``, from the kind's table of the positions reached
+        so far (a decode step looks rows up instead of computing cos and sin)."""
+        reached = int(positions.max(initial=0)) + 1
+        if kind.rotary is None or len(kind.rotary[0]) < reached:
+            # grown by doubling, not made for all of max_context at once: at a 131072-token context that table is
+            # 64 MiB per kind (and ~190 MiB of float64 on the way) for positions most runs never reach
+            size = min(self.config.max_context, max(1024, 1 << (reached - 1).bit_length()))
+            angles = np.arange(size, dtype=np.float64)[:, None] * kind.freqs[None, :]
             kind.rotary = ((np.cos(angles) * kind.cos_scale).astype(np.float32),
                            (np.sin(angles) * kind.cos_scale).astype(np.float32))
         cos, sin = kind.rotary
