@@ -18,9 +18,12 @@ from typing import TYPE_CHECKING, Any
 from tgcore.runtime.device import Device
 
 if TYPE_CHECKING:
+    import weakref
+
     import numpy as np
 
     from tgcore.runtime.allocator import Allocator
+    from tgcore.uop.uop import UOp
 
 
 def _open_device(name: str) -> Device:
@@ -90,7 +93,7 @@ class Buffer:
         self.offset = offset
         self.version = 0  # (on a base) bumped by every write into its memory: tgcore.schedule.state.invalidate
         # (on a base) the names (BUFFER uops, weakly) of its memory once tgcore.schedule.state watches it, else None
-        self.names: list[Any] | None = None
+        self.names: list[weakref.ref[UOp]] | None = None
         if preallocate:
             self.allocate()
 

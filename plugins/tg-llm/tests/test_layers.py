@@ -7,8 +7,9 @@ import numpy as np
 def test_masked_exp_matches_numpy_softmax_numerators():
     """exp(x + mask - max) over the last axis; masked entries exactly 0; an allowed entry far below the row's
     largest clamped at EXP_FLOOR (its value beside the largest's 1 is nothing a float32 sum can tell apart)."""
-    from tgcore.tensor import Tensor
     from tg_llm.layers import EXP_FLOOR, masked_exp
+
+    from tgcore.tensor import Tensor
     rng = np.random.default_rng(3)
     x = rng.normal(0, 4, (3, 5, 12)).astype(np.float32)
     x[0, 0, 4] = -300.0  # allowed, below float32's normal exponential range

@@ -219,6 +219,7 @@ def test_rotary_table_covers_the_positions_reached():
     """The cos/sin table grows by doubling with the positions asked for (not max_context's rows up front), and its
     rows are cos and sin of position x frequency whatever the table's length."""
     from types import SimpleNamespace
+
     from tg_llm.kv_cache import CacheKind
     from tg_llm.model import Model
     freqs = 1.0 / 10000.0 ** (np.arange(0, 64, 2) / 64)
