@@ -318,17 +318,15 @@ def _repack_q2_k(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str)
 
 def _repack_q3_k(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) -> RowLanes:
     """Q3_K ``(rows padded to 8, super-blocks, 110)`` bytes -> its row-lane form in blocks of 16 values (a scale each):
-    each 3-bit value (its 2-bit plane and its ``hmask`` bit as 4) a nibble (``_nibble_words``), interleaved as
-    Q4_0's; ``d`` side by side per super-block, the 6-bit scales less 32 as int16 side by side per block: 162 bytes
-    per 256 values against 110 (a compact third bit per 32 values needs a shift that changes with the block: gcc
-    made it byte by byte, 2.6 ms; the nibbles 0.41 ms against the activations-in-lanes kernel's 0.68)."""
+    a block's 2-bit planes as Q2_K's (``_two_bit_words``: 4 bytes per row), its third bits (``hmask``) as 4 bytes per
+    row and pair of blocks (``_third_bit_words``), both interleaved as Q4_0's; ``d`` side by side per super-block, the
+    6-bit scales less 32 as int16 side by side per block: 130 bytes per 256 values against 110."""
     rows, supers, _ = data.shape
     fields = FIELDS[gtype]
     qs_at, qs_bytes = fields["qs"]
     hm_at, hm_bytes = fields["hmask"]
     hmask = data[:, :, None, hm_at:hm_at + hm_bytes]  # bit j of byte l: value 32j + l
     third = ((hmask >> np.arange(8, dtype=np.uint8).reshape(1, 1, 8, 1)) & 1).reshape(rows, supers * 16, 4, STEP)
-    values = _two_bit_values(data[:, :, qs_at:qs_at + qs_bytes]) | third << 2
     sc_at, _ = fields["scales"]
     raw = data[:, :, sc_at:sc_at + 12].astype(np.int16)  # (dequant.q3_k_scales' layout)
     low = np.concatenate([raw[:, :, :8] & 15, raw[:, :, :8] >> 4], -1)  # scale i: nibble i // 8 of byte i % 8
@@ -336,9 +334,19 @@ def _repack_q3_k(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str)
     scales = (low | (high.transpose(0, 1, 3, 2).reshape(rows, supers, 16) << 4)) - 32
 
     put = functools.partial(_put, device=device)
-    return RowLanes(gtype, n, k, put(_interleave(_nibble_words(values))),
-                    put(_side_by_side(_float16s(data, fields["d"][0]))), None,
+    return RowLanes(gtype, n, k, put(_interleave(_two_bit_words(_two_bit_values(data[:, :, qs_at:qs_at + qs_bytes])))),
+                    put(_side_by_side(_float16s(data, fields["d"][0]))), None, put(_interleave(_third_bit_words(third))),
                     sc=put(_side_by_side(scales.reshape(rows, supers * 16))))
+
+
+def _third_bit_words(bits: np.ndarray) -> np.ndarray:
+    """``(rows, blocks of 16, 4, 4)`` bits -> 4 bytes per row and pair of blocks, byte ``k`` holding the bit of value
+    ``4g + k`` of the pair's block ``p`` at bit ``4p + g`` (step ``g`` of block ``2c + p``: ``(bytes >> 4p + g) &
+    1``; as compact as the bits)."""
+    rows, blocks, _, _ = bits.shape
+    pairs = bits.reshape(rows, blocks // 2, 2 * 4, STEP).astype(np.uint8)  # [., c, 4p + g, k]
+    shifts = np.arange(8, dtype=np.uint8).reshape(1, 1, 8, 1)
+    return np.bitwise_or.reduce(pairs << shifts, axis=2).astype(np.uint8)
 
 
 def _repack_q6_k(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) -> RowLanes:
@@ -425,6 +433,22 @@ def _unpack_nibble_words(w: RowLanes, batch: int) -> Tensor:
     packed = w.qs.reshape(1, groups, blocks, 2, 1, ROWS, STEP).expand(batch, groups, blocks, 2, 2, ROWS, STEP)
     low = ((packed >> (iota((1, 1, 1, 1, 2, 1, 1), 4, packed.device, "uint8") * 4)) & 15)
     return low.reshape(batch, groups, blocks, 4, ROWS, STEP)
+
+
+def _unpack_third_bit(w: RowLanes, batch: int) -> Tensor:
+    """Q3_K: Q2_K's 2-bit values (``_unpack_two_bit_words``) and their third bits: the pair's 4 bytes
+    (``_third_bit_words``) shifted by ``4p`` once per block (the block's 4 bits low in each byte), then bit ``g``
+    moved to bit 2 per step."""
+    assert w.qh is not None
+    low = _unpack_two_bit_words(w, batch)
+    groups, blocks = w.qs.shape[0], _blocks(w)
+    pairs = w.qh.reshape(1, groups, blocks // 2, 1, 1, ROWS, STEP).expand(batch, groups, blocks // 2, 2, 1, ROWS, STEP)
+    own = (pairs >> (iota((1, 1, 1, 2, 1, 1, 1), 3, pairs.device, "uint8") * 4)) & 15
+    step = iota((1, 1, 1, 1, 4, 1, 1), 4, pairs.device, "uint8")
+    at = step.full_like(2)
+    right, left = (step >= at).where(step - at, 0), (step >= at).where(0, at - step)
+    third = ((own.expand(batch, groups, blocks // 2, 2, 4, ROWS, STEP) >> right) << left) & 4
+    return low | third.reshape(batch, groups, blocks, 4, ROWS, STEP)
 
 
 def _unpack_top_bits(w: RowLanes, batch: int) -> Tensor:
@@ -636,7 +660,7 @@ LANES: dict[GGMLType, LaneType] = {
     GGMLType.Q2_K: LaneType(_repack_q2_k, _unpack_two_bit_words, _q2_k_factors, min_sign=-1.0, block=16),
     GGMLType.Q4_K: LaneType(_repack_k, _unpack_nibbles, _k_factors, min_sign=-1.0),
     GGMLType.Q5_K: LaneType(_repack_k, _unpack_fifth_bit, _k_factors, min_sign=-1.0, broadcast_first=True),
-    GGMLType.Q3_K: LaneType(_repack_q3_k, _unpack_nibble_words, _d_times_sc, zero=-4, block=16, taken=False),
+    GGMLType.Q3_K: LaneType(_repack_q3_k, _unpack_third_bit, _d_times_sc, zero=-4, block=16),
     GGMLType.Q6_K: LaneType(_repack_q6_k, _unpack_top_bits, _d_times_sc, zero=-32, block=16, broadcast_first=True,
                             integer_offset=True),
     GGMLType.IQ4_XS: LaneType(_repack_xs, _unpack_nibbles, _d_times_sc, zero=-128, table="iq4nl_u8",
