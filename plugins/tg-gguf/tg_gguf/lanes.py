@@ -335,7 +335,8 @@ def _repack_q3_k(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str)
 
     put = functools.partial(_put, device=device)
     return RowLanes(gtype, n, k, put(_interleave(_two_bit_words(_two_bit_values(data[:, :, qs_at:qs_at + qs_bytes])))),
-                    put(_side_by_side(_float16s(data, fields["d"][0]))), None, put(_interleave(_third_bit_words(third))),
+                    put(_side_by_side(_float16s(data, fields["d"][0]).astype(np.float32) * np.float32(0.25))), None,
+                    put(_interleave(_third_bit_words(third))),
                     sc=put(_side_by_side(scales.reshape(rows, supers * 16))))
 
 
@@ -436,18 +437,20 @@ def _unpack_nibble_words(w: RowLanes, batch: int) -> Tensor:
 
 
 def _unpack_third_bit(w: RowLanes, batch: int) -> Tensor:
-    """Q3_K: Q2_K's 2-bit values (``_unpack_two_bit_words``) and their third bits: the pair's 4 bytes
-    (``_third_bit_words``) shifted by ``4p`` once per block (the block's 4 bits low in each byte), then bit ``g``
-    moved to bit 2 per step."""
+    """Q3_K, as 4 times its unsigned values (``4u``: the offset per value ``-16 / 16`` is then an integer, added in
+    int32 as Q6_K's): Q2_K's 2-bit planes (``_two_bit_words``) moved to bits 2, 3 and their third bits to bit 4; those
+    are the pair's 4 bytes (``_third_bit_words``) shifted by ``4p`` once per block (the block's 4 bits low in each
+    byte), then bit ``g`` moved up per step."""
     assert w.qh is not None
-    low = _unpack_two_bit_words(w, batch)
     groups, blocks = w.qs.shape[0], _blocks(w)
+    planes = w.qs.reshape(1, groups, blocks, 1, ROWS, STEP).expand(batch, groups, blocks, 4, ROWS, STEP)
+    plane = iota((1, 1, 1, 4, 1, 1), 3, planes.device, "uint8") * 2
+    at = plane.full_like(2)
+    low = ((planes >> (plane >= at).where(plane - at, 0)) << (plane >= at).where(0, at - plane)) & 12
     pairs = w.qh.reshape(1, groups, blocks // 2, 1, 1, ROWS, STEP).expand(batch, groups, blocks // 2, 2, 1, ROWS, STEP)
     own = (pairs >> (iota((1, 1, 1, 2, 1, 1, 1), 3, pairs.device, "uint8") * 4)) & 15
     step = iota((1, 1, 1, 1, 4, 1, 1), 4, pairs.device, "uint8")
-    at = step.full_like(2)
-    right, left = (step >= at).where(step - at, 0), (step >= at).where(0, at - step)
-    third = ((own.expand(batch, groups, blocks // 2, 2, 4, ROWS, STEP) >> right) << left) & 4
+    third = (own.expand(batch, groups, blocks // 2, 2, 4, ROWS, STEP) << (step.full_like(4) - step)) & 16
     return low | third.reshape(batch, groups, blocks, 4, ROWS, STEP)
 
 
@@ -660,7 +663,8 @@ LANES: dict[GGMLType, LaneType] = {
     GGMLType.Q2_K: LaneType(_repack_q2_k, _unpack_two_bit_words, _q2_k_factors, min_sign=-1.0, block=16),
     GGMLType.Q4_K: LaneType(_repack_k, _unpack_nibbles, _k_factors, min_sign=-1.0),
     GGMLType.Q5_K: LaneType(_repack_k, _unpack_fifth_bit, _k_factors, min_sign=-1.0, broadcast_first=True),
-    GGMLType.Q3_K: LaneType(_repack_q3_k, _unpack_third_bit, _d_times_sc, zero=-4, block=16),
+    GGMLType.Q3_K: LaneType(_repack_q3_k, _unpack_third_bit, _d_times_sc, zero=-16, block=16,
+                            integer_offset=True),
     GGMLType.Q6_K: LaneType(_repack_q6_k, _unpack_top_bits, _d_times_sc, zero=-32, block=16, broadcast_first=True,
                             integer_offset=True),
     GGMLType.IQ4_XS: LaneType(_repack_xs, _unpack_nibbles, _d_times_sc, zero=-128, table="iq4nl_u8",
