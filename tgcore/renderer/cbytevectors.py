@@ -197,13 +197,23 @@ def low4_index(index: UOp) -> UOp | None:
 
 
 def shift_by_one_amount(x: UOp) -> UOp | None:
-    """``(v >> s) & m`` on unsigned byte vectors, ``s`` one value (no constant: ``cbytedot.shift_in_words`` takes
-    those) in every lane, ``m`` keeping none of the top ``max(s)`` bits of a byte -> ``v`` shifted in 32-bit lanes by
-    ``s`` (one ``vpsrld`` by a count) and masked: the bits a byte gets from its neighbour are masked off. gcc shifted
-    the bytes as 16-bit lanes, each half of the vector widened, shifted and the halves put back (6 instructions)."""
+    """``((v >> s) << l) & m`` on unsigned byte vectors (``<< l`` maybe absent or written ``* 2**l``), ``s`` one value
+    (no constant: ``cbytedot.shift_in_words`` takes those) in every lane and ``l`` one constant, ``m`` keeping none of
+    the bits a byte gets from its neighbours (those a 32-bit shift right by ``max(s)`` brings in at its top, then
+    moved up by ``l``; the low ``l``) -> ``v`` shifted in 32-bit lanes by ``s`` (one ``vpsrld`` by a count), then by
+    ``l``, and masked. gcc shifted the bytes by ``s`` as 16-bit lanes, each half of the vector widened, shifted and
+    the halves put back (6 instructions), then each ``<< l`` as ``l`` byte additions."""
     value, mask = x.src
     masks = _constant_lanes(mask)
-    if masks is None or value.op is not Ops.SHR or x.dtype.scalar() != dtypes.uint8 or x.dtype.count % 4:
+    if masks is None or x.dtype.scalar() != dtypes.uint8 or x.dtype.count % 4:
+        return None
+    left = 0
+    if value.op in (Ops.SHL, Ops.MUL) and (by := _constant_lanes(value.src[1])) is not None and len(set(by)) == 1:
+        left = int(by[0]) if value.op is Ops.SHL else int(by[0]).bit_length() - 1  # type: ignore[call-overload]
+        if not 0 <= left < 8 or (value.op is Ops.MUL and int(by[0]) != 1 << left):  # type: ignore[call-overload]
+            return None
+        value = value.src[0]
+    if value.op is not Ops.SHR:
         return None
     bytes_, amount = value.src
     if amount.op is not Ops.VECTORIZE or any(a is not amount.src[0] for a in amount.src):
@@ -211,9 +221,12 @@ def shift_by_one_amount(x: UOp) -> UOp | None:
     by = amount.src[0]
     if by.op is Ops.CONST or not 0 <= int(by.vmin) <= int(by.vmax) < 8:
         return None
-    if any(int(m) & ~(0xFF >> int(by.vmax)) for m in masks):  # type: ignore[call-overload]
+    kept = ((0xFF >> int(by.vmax)) << left) & 0xFF & ~((1 << left) - 1)  # the bits that stay the byte's own
+    if any(int(m) & ~kept for m in masks):  # type: ignore[call-overload]
         return None
     wide = dtypes.uint32.vec(x.dtype.count // 4)
     count = UOp(Ops.VECTORIZE, wide, (by.cast(dtypes.uint32),) * wide.count)
     moved = UOp(Ops.SHR, wide, (UOp(Ops.BITCAST, wide, (bytes_,)), count))
+    if left:
+        moved = UOp(Ops.SHL, wide, (moved, UOp.const(wide, left)))
     return UOp(Ops.AND, x.dtype, (UOp(Ops.BITCAST, x.dtype, (moved,)), mask))

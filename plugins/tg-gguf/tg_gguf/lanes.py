@@ -11,8 +11,9 @@ In:  quantized activations (``intdot.quantize_activations``: int8 per element, a
      base-3 digits taken apart once, here, and held as TQ2_0's (66 bytes per 256 values against 54: +22%); IQ4_NL
      as Q4_0 with IQ4_XS's table; MXFP4 as Q4_0 with its own table, its e8m0 exponents side by side as uint16; Q2_K in
      blocks of 16 values (its scales and mins per 16), each row's 16 two-bit values in 4 bytes (``_repack_q2_k``);
-     Q3_K and Q6_K in blocks of 16 too, 8 bytes of nibbles per row and for Q6_K 4 of top bits (``_repack_q3_k``,
-     ``_repack_q6_k``).
+     Q3_K in blocks of 16 too, its 2-bit values as Q2_K's and its third bits as compact as in the file, 4 bytes per
+     row and pair of blocks (``_repack_q3_k``: 132 bytes per 256 values against 110); Q6_K in blocks of 16, 8
+     bytes of nibbles per row and 4 of top bits (``_repack_q6_k``).
 Out: ``x @ W.T`` (``(..., N)`` float32, lazy), equal to ``intdot.int_matmul``'s up to float rounding (the same
      integer block sums; the float sums over blocks in one row's order).
 
@@ -51,8 +52,8 @@ BLOCK = 32  # values per block (a scale each), but for the types in ``BLOCKS``
 @dataclass(frozen=True)
 class RowLanes:
     """A weight repacked with its rows in lanes: ``qs`` ``(groups, blocks, bytes per row-block)`` uint8, ``d`` (and
-    for Q4_1/Q5_1 ``m``) ``(groups, blocks, 8)`` float16 (MXFP4: its exponents, uint16), Q5's ``qh`` ``(groups,
-    blocks, 32)`` uint8; ``rows`` the weight's rows before padding."""
+    for Q4_1/Q5_1 ``m``) ``(groups, blocks, 8)`` float16 (MXFP4: its exponents, uint16; Q3_K: ``d / 4`` as float32),
+    Q5's ``qh`` ``(groups, blocks, 32)`` uint8; ``rows`` the weight's rows before padding."""
 
     gtype: GGMLType
     rows: int
@@ -60,7 +61,7 @@ class RowLanes:
     qs: Tensor
     d: Tensor
     m: Tensor | None
-    qh: Tensor | None = None  # Q5's fifth bits (``_fifth_bit_bytes``), Q6_K's top 2, interleaved as ``qs``
+    qh: Tensor | None = None  # Q5's fifth bits (``_fifth_bit_bytes``), Q6_K's top 2, Q3_K's third, interleaved
     # Q4_K: the super-blocks' ``dmin`` ``(groups, super-blocks, 8)`` float16 (``d`` likewise), the sub-blocks' 6-bit
     # scales and mins ``(groups, blocks of 32, 8)`` int16 (unpacked from the 12 packed bytes); Q2_K: ``sc`` its scale
     # bytes whole (scale | min << 4) per block of 16; Q6_K: ``sc`` its int8 scales per block of 16
@@ -429,7 +430,7 @@ def _unpack_two_bit_words(w: RowLanes, batch: int) -> Tensor:
 
 
 def _unpack_nibble_words(w: RowLanes, batch: int) -> Tensor:
-    """Q3_K: step ``g`` is nibble ``g % 2`` of word ``g // 2`` (``_nibble_words``)."""
+    """Q6_K's low nibbles: step ``g`` is nibble ``g % 2`` of word ``g // 2`` (``_nibble_words``)."""
     groups, blocks = w.qs.shape[0], _blocks(w)
     packed = w.qs.reshape(1, groups, blocks, 2, 1, ROWS, STEP).expand(batch, groups, blocks, 2, 2, ROWS, STEP)
     low = ((packed >> (iota((1, 1, 1, 1, 2, 1, 1), 4, packed.device, "uint8") * 4)) & 15)
@@ -448,7 +449,7 @@ def _unpack_third_bit(w: RowLanes, batch: int) -> Tensor:
     at = plane.full_like(2)
     low = ((planes >> (plane >= at).where(plane - at, 0)) << (plane >= at).where(0, at - plane)) & 12
     pairs = w.qh.reshape(1, groups, blocks // 2, 1, 1, ROWS, STEP).expand(batch, groups, blocks // 2, 2, 1, ROWS, STEP)
-    own = (pairs >> (iota((1, 1, 1, 2, 1, 1, 1), 3, pairs.device, "uint8") * 4)) & 15
+    own = pairs >> (iota((1, 1, 1, 2, 1, 1, 1), 3, pairs.device, "uint8") * 4)
     step = iota((1, 1, 1, 1, 4, 1, 1), 4, pairs.device, "uint8")
     third = (own.expand(batch, groups, blocks // 2, 2, 4, ROWS, STEP) << (step.full_like(4) - step)) & 16
     return low | third.reshape(batch, groups, blocks, 4, ROWS, STEP)
@@ -624,7 +625,7 @@ class LaneType:
     #                           value plus 128, ``q = u - 128``): IQ4_NL's non-linear values, MXFP4's doubled e2m1
     broadcast_first: bool = False  # its packed bytes broadcast over the batch before its values are computed
     # its ``zero`` added to the block's integer sum before its one conversion, as ``zero / block`` per value (Q6_K;
-    # Q3_K's ``-4 / 16`` is no integer: its offset is a float term, as Q4_0's)
+    # Q3_K, whose values are held as ``4u`` for this: ``-16 / 16``)
     integer_offset: bool = False
     taken: bool = True  # taken by ``QuantizedMatrix`` by default (``LANE_TYPES``)
 
@@ -683,10 +684,8 @@ LAYOUT_TYPES: frozenset[GGMLType] = frozenset(LANES)
 # read more on the weight's side, which reaches the scheduler's READ_WORK (``kernelize.worth_realizing_before_expand``:
 # ops + reads = 5): from 64 activation rows on the weight's values got a kernel of their own and the product another
 # plan (a row's bits changed with the batch), so its packed bytes are broadcast over the batch first (``_unsigned``)
-# Q3_K (blocks of 16, its 3-bit values as nibbles: 162 bytes per 256 values against 110; 4096^2, one thread, best of
-# 300, load ~16): 0.68 -> 0.41 ms, 463 -> 344 instructions per 1024 weights. Not taken by default: its weight would be
-# resident at 1.47x its file's size, and Q3_K is chosen for its size (a compact third bit, per 32 values, needs a shift
-# that changes with the block: see ``_repack_q3_k``)
+# Q3_K (blocks of 16; 132 bytes per 256 values against the file's 110, +20% as Q2_K's +19%: its values as nibbles took
+# 162, +47%, for a kernel ~20% faster): see ``_repack_q3_k``
 LANE_TYPES: frozenset[GGMLType] = frozenset(gtype for gtype, lane in LANES.items() if lane.taken)
 # the types whose blocks are not of ``BLOCK`` values
 BLOCKS: dict[GGMLType, int] = {gtype: lane.block for gtype, lane in LANES.items() if lane.block != BLOCK}
