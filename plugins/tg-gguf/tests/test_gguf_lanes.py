@@ -143,6 +143,15 @@ def test_row_lanes_with_more_activation_rows_than_weight_rows(gtype, device):
         assert_bits_equal(_product(x[:1], raw, gtype, (rows, _cols(gtype, k)), device)[0][0], out[0])
 
 
+def test_q3_k_keeps_its_third_bits_compact():
+    """Q3_K's row-lane form: 132 bytes per 256 values (its 2-bit values as Q2_K's, its third bits one per value as in
+    the file, ``d / 4`` as float32, the scales as int16), +20% over the file's 110 (its values as nibbles took 162)."""
+    rows, k = 16, 512
+    w = repack(random_blocks(GGMLType.Q3_K, _blocks(GGMLType.Q3_K, rows, k), seed=2), GGMLType.Q3_K, (rows, k), "CPU")
+    held = sum(t.numel() * t.dtype.itemsize for t in (w.qs, w.d, w.qh, w.sc) if t is not None)
+    assert held == rows * k // 256 * 132 and w.m is None and w.dmin is None and w.mn is None
+
+
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="no row-lane layout"):
         repack(np.zeros(64, np.uint8), GGMLType.F16, (1, 32), "CPU")
@@ -165,7 +174,7 @@ def test_which_devices_and_types_use_it():
     assert uses_row_lanes(GGMLType.Q4_1, "CPU") == (GGMLType.Q4_1 in LANE_TYPES)
     assert uses_row_lanes(GGMLType.Q4_K, "CPU") == (GGMLType.Q4_K in LANE_TYPES)
     assert uses_row_lanes(GGMLType.Q6_K, "CPU") == (GGMLType.Q6_K in LANE_TYPES)
-    assert not uses_row_lanes(GGMLType.Q3_K, "CPU")  # (a layout, not taken: ``LANE_TYPES``)
+    assert uses_row_lanes(GGMLType.Q3_K, "CPU") == (GGMLType.Q3_K in LANE_TYPES)
     assert not uses_row_lanes(GGMLType.F16, "CPU")
     assert not uses_row_lanes(GGMLType.Q4_1, "PYTHON")
     assert not uses_row_lanes(9999, "CPU")
