@@ -208,9 +208,11 @@ def shift_by_one_amount(x: UOp) -> UOp | None:
     if masks is None or x.dtype.scalar() != dtypes.uint8 or x.dtype.count % 4:
         return None
     left = 0
-    if value.op in (Ops.SHL, Ops.MUL) and (by := _constant_lanes(value.src[1])) is not None and len(set(by)) == 1:
-        left = int(by[0]) if value.op is Ops.SHL else int(by[0]).bit_length() - 1  # type: ignore[call-overload]
-        if not 0 <= left < 8 or (value.op is Ops.MUL and int(by[0]) != 1 << left):  # type: ignore[call-overload]
+    moves = _constant_lanes(value.src[1]) if value.op in (Ops.SHL, Ops.MUL) else None
+    if moves is not None and len(set(moves)) == 1:
+        move = int(moves[0])  # type: ignore[call-overload]
+        left = move if value.op is Ops.SHL else move.bit_length() - 1
+        if not 0 <= left < 8 or (value.op is Ops.MUL and move != 1 << left):
             return None
         value = value.src[0]
     if value.op is not Ops.SHR:
