@@ -324,9 +324,9 @@ def _repack_q3_k(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str)
     (exact: its values are held as ``4u``, ``_unpack_third_bit``) side by side per super-block as float32 (no
     conversion and no multiply by 1/4 per block), the 6-bit scales less 32 as int16 side by side per block: 132
     bytes per 256 values against 110 (+20%; Q2_K's form is +19%). Its values as nibbles (4 bits each: no third bit
-    to take out, 162 bytes, +47%) made a kernel with ~20% fewer instructions per block of 8 rows; the pair's bits
-    take one shift by ``4p`` per block (one 32-bit shift by a count on C: ``cbytevectors.shift_by_one_amount``)
-    and a shift and a mask per step."""
+    to take out, 162 bytes, +47%) made a shorter kernel (see ``LANE_TYPES``); the pair's bits take one shift by
+    ``4p`` per block (one 32-bit shift by a count on C: ``cbytevectors.shift_by_one_amount``) and a shift and a mask
+    per step."""
     rows, supers, _ = data.shape
     fields = FIELDS[gtype]
     qs_at, qs_bytes = fields["qs"]
@@ -689,8 +689,12 @@ LAYOUT_TYPES: frozenset[GGMLType] = frozenset(LANES)
 # read more on the weight's side, which reaches the scheduler's READ_WORK (``kernelize.worth_realizing_before_expand``:
 # ops + reads = 5): from 64 activation rows on the weight's values got a kernel of their own and the product another
 # plan (a row's bits changed with the batch), so its packed bytes are broadcast over the batch first (``_unsigned``)
-# Q3_K (blocks of 16; 132 bytes per 256 values against the file's 110, +20% as Q2_K's +19%: its values as nibbles took
-# 162, +47%, for a kernel ~20% faster): see ``_repack_q3_k``
+# Q3_K (blocks of 16; 132 bytes per 256 values against the file's 110, +20% as Q2_K's +19%: ``_repack_q3_k``): 4096^2,
+# one thread, jitted, min / 10th percentile of 600 alternating calls, load ~15: the activations-in-lanes kernel (main's
+# policy) 0.90 / 1.16 ms, its values as nibbles (162 bytes, +47%) 0.78 / 0.86, this layout 0.74 / 0.76 (Q2_K 0.54 /
+# 0.57); llvm-mca per block of 16 x 8 rows 13.3 cycles against the nibbles' 9.3 and Q2_K's 10.8 (the third bits'
+# shift and mask per step): the nibbles' kernel is shorter, this one reads 19% fewer bytes. X86 (CPU:X86, same
+# measure, load ~12): 2.06 -> 1.55 ms against the activations-in-lanes kernel
 LANE_TYPES: frozenset[GGMLType] = frozenset(gtype for gtype, lane in LANES.items() if lane.taken)
 # the types whose blocks are not of ``BLOCK`` values
 BLOCKS: dict[GGMLType, int] = {gtype: lane.block for gtype, lane in LANES.items() if lane.block != BLOCK}
