@@ -209,7 +209,7 @@ def shift_in_words(x: UOp) -> UOp | None:
     around ``v >> c`` (a step's shifts written for every step, one of them 0: ``tg_gguf.lanes._unpack_third_bit``)
     is no shift."""
     value, mask = x.src
-    if value.op is Ops.SHL and _constant_lanes(value.src[1]) in ([0] * value.dtype.count,):
+    if value.op is Ops.SHL and _constant_lanes(value.src[1]) == [0] * value.dtype.count:
         value = value.src[0]
     masks = _constant_lanes(mask)
     if masks is None or x.dtype.scalar() != dtypes.uint8 or x.dtype.count % 4:

@@ -223,7 +223,7 @@ def shift_by_one_amount(x: UOp) -> UOp | None:
     by = amount.src[0]
     if by.op is Ops.CONST or not 0 <= int(by.vmin) <= int(by.vmax) < 8:
         return None
-    kept = ((0xFF >> int(by.vmax)) << left) & 0xFF & ~((1 << left) - 1)  # the bits that stay the byte's own
+    kept = ((0xFF >> int(by.vmax)) << left) & 0xFF  # the bits that stay the byte's own (from bit ``l`` up)
     if any(int(m) & ~kept for m in masks):  # type: ignore[call-overload]
         return None
     wide = dtypes.uint32.vec(x.dtype.count // 4)
