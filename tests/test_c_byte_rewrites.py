@@ -1,6 +1,6 @@
 """The C renderer's rewrites of byte vectors in tg-gguf's integer products (``tgcore.renderer``'s ``chighbytes``,
-``cnegatebits``, ``cscalebroadcast``): each helper compiled in its branches against numpy, each match on UOps (and
-what it leaves alone), and a kernel that takes it exact against numpy."""
+``cnegatebits``, ``cscalebroadcast``, ``cbytevectors.shift_by_one_amount``): each helper compiled in its branches
+against numpy, each match on UOps (and what it leaves alone), and a kernel that takes it exact against numpy."""
 from __future__ import annotations
 
 import numpy as np
@@ -188,3 +188,37 @@ def test_a_broadcast_product_added_keeps_its_bits():
     c = rng.standard_normal((16, 64)).astype(np.float32)
     out = (Tensor(a, device="CPU") * Tensor(b, device="CPU") + Tensor(c, device="CPU")).numpy()
     np.testing.assert_array_equal(out, a * b + c)
+
+
+def test_bytes_shifted_by_one_amount_are_one_word_shift():
+    """``cbytevectors.shift_by_one_amount`` on UOps: ``((v >> s) << l) & m`` on 32 unsigned bytes, ``s`` one
+    non-constant value in every lane (at most 4 here), is a shift of 32-bit lanes by ``s`` (then by ``l``) and the
+    mask when the mask keeps none of the bits a byte gets from its neighbours; left alone otherwise (a mask keeping
+    a top bit the shift fills from the next byte, or a low bit ``<< l`` fills from the one below), for a constant
+    ``s`` (``shift_in_words``'s) or one that differs by lane."""
+    from tgcore.dtype import dtypes
+    from tgcore.renderer.cbytevectors import shift_by_one_amount
+    from tgcore.uop import Ops, UOp
+    byte, words = dtypes.uint8.vec(32), dtypes.uint32.vec(8)
+    v = UOp(Ops.LOAD, byte, (UOp(Ops.PARAM, dtypes.uint8.ptr(64), (), 1).index(UOp.const(dtypes.int32, 0)),))
+    s = UOp.variable("s", 0, 4, dtypes.uint8)
+
+    def masked(amount: UOp, mask: int, left: int = 0) -> UOp:
+        shifted = UOp(Ops.SHR, byte, (v, amount))
+        if left:
+            shifted = UOp(Ops.SHL, byte, (shifted, UOp.const(byte, left)))
+        return UOp(Ops.AND, byte, (shifted, UOp.const(byte, mask)))
+
+    every = UOp(Ops.VECTORIZE, byte, (s,) * 32)
+    for mask, left in ((15, 0), (16, 4), (16, 1), (0x3C, 2)):
+        out = shift_by_one_amount(masked(every, mask, left))
+        assert out is not None and out.src[1].arg == mask
+        moved = out.src[0].src[0]
+        word_shift = moved.src[0] if left else moved
+        assert moved.dtype == words and word_shift.op is Ops.SHR and word_shift.src[0].src[0] is v
+        assert word_shift.src[1].src[0].src[0] is s and (not left or moved.src[1].arg == left)
+    assert shift_by_one_amount(masked(every, 31)) is None  # bit 4: the next byte's after a shift by 4
+    assert shift_by_one_amount(masked(every, 16 | 1, 1)) is None  # bit 0: the byte below's top bit after << 1
+    assert shift_by_one_amount(masked(UOp.const(byte, 4), 15)) is None
+    other = UOp.variable("t", 0, 4, dtypes.uint8)
+    assert shift_by_one_amount(masked(UOp(Ops.VECTORIZE, byte, (s, other) * 16), 15)) is None

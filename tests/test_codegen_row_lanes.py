@@ -171,6 +171,45 @@ def test_broadcast_dot_helper_matches_numpy(flags, tmp_path):
         np.testing.assert_array_equal(out[8:], c + expected)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_rows_in_lanes_with_bits_shifted_per_block_are_exact(device):
+    """A weight's bit per element kept 8 to a byte for a pair of blocks of 16 (tg-gguf's Q3_K third bits: element
+    ``4g + k`` of block ``2c + p`` at bit ``4p + g`` of byte ``k``), taken out by a shift that changes with the block
+    (``>> 4p``), then per step moved to bit 4 (``<< 4 - g``, masked) beside 2-bit values: exact against numpy; on the
+    C renderer each block's bytes are shifted as 32-bit lanes by that amount (``cbytevectors.shift_by_one_amount``),
+    no byte vector by a variable (gcc widened each half to 16-bit lanes)."""
+    import re
+    batch, groups, pairs = 2, 2, 3
+    rng = np.random.default_rng(29)
+    bits = rng.integers(0, 256, (groups, pairs, 8, 4)).astype(np.uint8)  # (group, pair, lane, k)
+    low = rng.integers(0, 4, (groups, pairs * 2, 4, 8, 4)).astype(np.uint8)  # (group, block, g, lane, k)
+    s = rng.integers(-4, 5, (groups, pairs * 2, 8)).astype(np.float32)
+    x = rng.integers(-128, 128, (batch, pairs * 32)).astype(np.int8)
+    bt, lt, st, xt = (Tensor(a, device=device).realize() for a in (bits, low, s, x))
+
+    def product() -> Tensor:
+        shifted = bt.reshape(1, groups, pairs, 1, 1, 8, 4) >> (Tensor.arange(2, dtype="uint8", device=device)
+                                                                .reshape(1, 1, 1, 2, 1, 1, 1) * 4)
+        step = Tensor.arange(4, dtype="uint8", device=device).reshape(1, 1, 1, 1, 4, 1, 1)
+        third = ((shifted.expand(1, groups, pairs, 2, 4, 8, 4) << (step.full_like(4) - step)) & 16)
+        u = lt.reshape(1, groups, pairs * 2, 4, 8, 4) | third.reshape(1, groups, pairs * 2, 4, 8, 4)
+        w = u.permute(0, 1, 4, 2, 3, 5).cast("int32")  # (1, group, lane, block, g, k)
+        xi = xt.reshape(batch, 1, 1, pairs * 2, 4, 4).cast("int32")
+        scale = st.permute(0, 2, 1).reshape(1, groups, 8, pairs * 2, 1, 1)
+        return ((w * xi).cast("float32") * scale).reshape(batch, groups * 8, pairs * 32).sum(-1)
+    p, g = np.arange(2).reshape(1, 1, 2, 1, 1, 1), np.arange(4).reshape(1, 1, 1, 4, 1, 1)
+    third = ((bits[:, :, None, None].astype(np.int64) >> (4 * p + g)) & 1) * 16  # (group, pair, p, g, lane, k)
+    u = low.astype(np.int64) + third.reshape(groups, pairs * 2, 4, 8, 4)
+    sums = np.einsum("rbglk,mbgk->mrlb", u, x.reshape(batch, pairs * 2, 4, 4).astype(np.int64))
+    ref = (sums * s.transpose(0, 2, 1)[None]).sum(-1).reshape(batch, groups * 8)
+    np.testing.assert_array_equal(product().numpy(), ref.astype(np.float32))
+    if device == "CPU":
+        (source,) = _kernel_sources(product(), device)
+        assert _chained_dots(source) >= 3 * batch + 1  # 3 chained calls per block and batch row
+        variable = re.compile(r"tg_uint8x32 \w+ = \(\w+>>vec\d+\)")  # bytes shifted by a vector of one variable
+        assert not variable.search(source) and re.search(r"tg_uint32x8 \w+ = \(\w+>>vec\d+\)", source)
+
+
 def test_block_offsets_are_scaled_by_the_block_count_once_per_block():
     """A row-lane product with an offset per weight row and block times each batch row's activation sum spread over
     the block (tg-gguf's Q4_1: ``m * sum x``, the sum a 32nd per element): exact against numpy at 8 batch rows, and the

@@ -205,8 +205,12 @@ def shift_in_words(x: UOp) -> UOp | None:
     x86 has no byte shift: a C compiler shifts words and masks each byte itself (``vpsrlw`` + ``vpand``), then the
     mask came again. The pieces must come from one vector and share a shift in every 4 lanes: that vector's bytes
     are put in place once (one broadcast of 16 bytes to 32, for nibbles) and shifted in 32-bit lanes by an amount
-    per lane (``vpsrlvd``), where each piece was shifted on its own and the pieces put together."""
+    per lane (``vpsrlvd``), where each piece was shifted on its own and the pieces put together. A shift left by 0
+    around ``v >> c`` (a step's shifts written for every step, one of them 0: ``tg_gguf.lanes._unpack_third_bit``)
+    is no shift."""
     value, mask = x.src
+    if value.op is Ops.SHL and _constant_lanes(value.src[1]) == [0] * value.dtype.count:
+        value = value.src[0]
     masks = _constant_lanes(mask)
     if masks is None or x.dtype.scalar() != dtypes.uint8 or x.dtype.count % 4:
         return None

@@ -7,12 +7,14 @@ Out: ``nearby_byte_loads``: a vector of scalar byte loads from one buffer at con
      scalar bytes together with a shift and an or each). ``repeats_16_bytes`` / ``REPEAT16_PREAMBLE``: a vector of
      16 bytes twice over (a block's 16 nibble bytes in both halves of 32 lanes) as one broadcast, which gcc folds
      into the load (``vbroadcasti128``; its own shuffle of the halves is a load and a ``vpermq`` on the shuffle
-     port). The same values either way.
+     port). ``shift_by_one_amount``: unsigned bytes shifted right by one amount that is no constant (it changes with
+     the block: Q3_K's third bits, ``tg_gguf.lanes._unpack_third_bit``) and masked -> the shift in 32-bit lanes. The
+     same values either way.
 """
 from __future__ import annotations
 
 from tgcore.dtype import DType, dtypes
-from tgcore.renderer.cbytedot import _load_at
+from tgcore.renderer.cbytedot import _constant_lanes, _load_at
 from tgcore.uop import Ops, UOp
 
 SPANS = (4, 8, 16)  # bytes one load may take (vector types the renderer declares)
@@ -192,3 +194,41 @@ def low4_index(index: UOp) -> UOp | None:
         return None
     lanes = [index.src[1].arg] * index.dtype.count if index.src[1].op is Ops.CONST else list(index.src[1].arg)
     return index.src[0] if all(v == 15 for v in lanes) else None
+
+
+def shift_by_one_amount(x: UOp) -> UOp | None:
+    """``((v >> s) << l) & m`` on unsigned byte vectors (``<< l`` maybe absent or written ``* 2**l``), ``s`` one value
+    (no constant: ``cbytedot.shift_in_words`` takes those) in every lane and ``l`` one constant, ``m`` keeping none of
+    the bits a byte gets from its neighbours (those a 32-bit shift right by ``max(s)`` brings in at its top, then
+    moved up by ``l``; the low ``l``) -> ``v`` shifted in 32-bit lanes by ``s`` (one ``vpsrld`` by a count), then by
+    ``l``, and masked. gcc shifted the bytes by ``s`` as 16-bit lanes, each half of the vector widened, shifted and
+    the halves put back (6 instructions), then each ``<< l`` as ``l`` byte additions."""
+    value, mask = x.src
+    masks = _constant_lanes(mask)
+    if masks is None or x.dtype.scalar() != dtypes.uint8 or x.dtype.count % 4:
+        return None
+    left = 0
+    moves = _constant_lanes(value.src[1]) if value.op in (Ops.SHL, Ops.MUL) else None
+    if moves is not None and len(set(moves)) == 1:
+        move = int(moves[0])  # type: ignore[call-overload]
+        left = move if value.op is Ops.SHL else move.bit_length() - 1
+        if not 0 <= left < 8 or (value.op is Ops.MUL and move != 1 << left):
+            return None
+        value = value.src[0]
+    if value.op is not Ops.SHR:
+        return None
+    bytes_, amount = value.src
+    if amount.op is not Ops.VECTORIZE or any(a is not amount.src[0] for a in amount.src):
+        return None
+    by = amount.src[0]
+    if by.op is Ops.CONST or not 0 <= int(by.vmin) <= int(by.vmax) < 8:
+        return None
+    kept = ((0xFF >> int(by.vmax)) << left) & 0xFF  # the bits that stay the byte's own (from bit ``l`` up)
+    if any(int(m) & ~kept for m in masks):  # type: ignore[call-overload]
+        return None
+    wide = dtypes.uint32.vec(x.dtype.count // 4)
+    count = UOp(Ops.VECTORIZE, wide, (by.cast(dtypes.uint32),) * wide.count)
+    moved = UOp(Ops.SHR, wide, (UOp(Ops.BITCAST, wide, (bytes_,)), count))
+    if left:
+        moved = UOp(Ops.SHL, wide, (moved, UOp.const(wide, left)))
+    return UOp(Ops.AND, x.dtype, (UOp(Ops.BITCAST, x.dtype, (moved,)), mask))

@@ -39,6 +39,7 @@ from tgcore.renderer.cbytevectors import (
     low4_index,
     nearby_byte_loads,
     repeats_16_bytes,
+    shift_by_one_amount,
 )
 from tgcore.renderer.chalfpairs import HALF2_HELPER, HALF2_PREAMBLE, pair_half_reads
 from tgcore.renderer.chighbytes import wrapped_high_bytes
@@ -434,6 +435,7 @@ class CRenderer(Renderer):
                               + ([(UPat(Ops.OR, name="x"), combine_byte_loads),
                                   (UPat(Ops.AND, name="x"), bits_as_sixteen), (UPat(Ops.AND, name="x"), shift_in_words),
                                   (UPat(Ops.AND, name="x"), shift_chain_in_words),
+                                  (UPat(Ops.AND, name="x"), shift_by_one_amount),
                                   (UPat(Ops.ADD, name="x"), negate_bits), (UPat(Ops.SUB, name="x"), negate_bits),
                                   (UPat(Ops.SINK, name="sink"), pair_half_reads)] if sys.byteorder == "little" else []))
 

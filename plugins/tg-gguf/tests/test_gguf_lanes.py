@@ -3,6 +3,8 @@ rounding with random ones, a row's bits the same at any batch size, rows not a m
 C renderer (CPU) and the X86 one (CPU:X86, ``tg_x86.bytedot.row_lanes_rule``): both have ``row_lane_byte_dots``."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from test_gguf_intdot import exact_activations, float64_reference, q8_reference, unit_scale_blocks
@@ -15,6 +17,9 @@ from tgcore.tensor import Tensor
 
 TYPES = sorted(LAYOUT_TYPES, key=int)
 TAKEN = sorted(LANE_TYPES, key=int)  # (the types QuantizedMatrix takes the row lanes for)
+# (Q3_K's larger batches and from_host under ``nox -s full``: ~14 s of compiles with a cold cache; its kernels have
+# the exact, random and batch-invariance tests of every layout here)
+TAKEN_SESSION = TAKEN if os.environ.get("TG_FULL") else [t for t in TAKEN if t is not GGMLType.Q3_K]
 
 
 def _cols(gtype: GGMLType, k: int) -> int:
@@ -132,7 +137,7 @@ def test_row_lanes_dequantize_to_the_raw_bytes_bits(gtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("gtype", TAKEN, ids=lambda t: t.name)
+@pytest.mark.parametrize("gtype", TAKEN_SESSION, ids=lambda t: t.name)
 def test_row_lanes_with_more_activation_rows_than_weight_rows(gtype, device):
     """A batch larger than the weight (9 rows times 7, 64 times 16): within rounding of the reference, still chained
     byte dots, and a row's bits as alone (review: the GEMM plans took these products, and rows changed with the batch;
@@ -141,6 +146,15 @@ def test_row_lanes_with_more_activation_rows_than_weight_rows(gtype, device):
         raw, x, chained, out = _near_reference(gtype, rows, k, batch, seed=9, x_seed=6, device=device)
         assert chained
         assert_bits_equal(_product(x[:1], raw, gtype, (rows, _cols(gtype, k)), device)[0][0], out[0])
+
+
+def test_q3_k_keeps_its_third_bits_compact():
+    """Q3_K's row-lane form: 132 bytes per 256 values (its 2-bit values as Q2_K's, its third bits one per value as in
+    the file, ``d / 4`` as float32, the scales as int16), +20% over the file's 110 (its values as nibbles took 162)."""
+    rows, k = 16, 512
+    w = repack(random_blocks(GGMLType.Q3_K, _blocks(GGMLType.Q3_K, rows, k), seed=2), GGMLType.Q3_K, (rows, k), "CPU")
+    held = sum(t.numel() * t.dtype.itemsize for t in (w.qs, w.d, w.qh, w.sc) if t is not None)
+    assert held == rows * k // 256 * 132 and w.m is None and w.dmin is None and w.mn is None
 
 
 def test_bad_input_is_refused():
@@ -165,7 +179,7 @@ def test_which_devices_and_types_use_it():
     assert uses_row_lanes(GGMLType.Q4_1, "CPU") == (GGMLType.Q4_1 in LANE_TYPES)
     assert uses_row_lanes(GGMLType.Q4_K, "CPU") == (GGMLType.Q4_K in LANE_TYPES)
     assert uses_row_lanes(GGMLType.Q6_K, "CPU") == (GGMLType.Q6_K in LANE_TYPES)
-    assert not uses_row_lanes(GGMLType.Q3_K, "CPU")  # (a layout, not taken: ``LANE_TYPES``)
+    assert uses_row_lanes(GGMLType.Q3_K, "CPU") == (GGMLType.Q3_K in LANE_TYPES)
     assert not uses_row_lanes(GGMLType.F16, "CPU")
     assert not uses_row_lanes(GGMLType.Q4_1, "PYTHON")
     assert not uses_row_lanes(9999, "CPU")
@@ -198,7 +212,7 @@ def test_quantized_matrix_takes_the_row_lanes(gtype, device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("rows", [16, 13])
-@pytest.mark.parametrize("gtype", TAKEN, ids=lambda t: t.name)
+@pytest.mark.parametrize("gtype", TAKEN_SESSION, ids=lambda t: t.name)
 def test_from_host_keeps_the_row_lanes_only(gtype, rows, device):
     """``QuantizedMatrix.from_host`` holds the row-lane form only (no raw bytes on the device); its
     dequantization (the dense prefill's) has the bits of the raw bytes' (and gguf-py's values), its product those

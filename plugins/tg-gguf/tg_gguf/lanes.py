@@ -11,8 +11,9 @@ In:  quantized activations (``intdot.quantize_activations``: int8 per element, a
      base-3 digits taken apart once, here, and held as TQ2_0's (66 bytes per 256 values against 54: +22%); IQ4_NL
      as Q4_0 with IQ4_XS's table; MXFP4 as Q4_0 with its own table, its e8m0 exponents side by side as uint16; Q2_K in
      blocks of 16 values (its scales and mins per 16), each row's 16 two-bit values in 4 bytes (``_repack_q2_k``);
-     Q3_K and Q6_K in blocks of 16 too, 8 bytes of nibbles per row and for Q6_K 4 of top bits (``_repack_q3_k``,
-     ``_repack_q6_k``).
+     Q3_K in blocks of 16 too, its 2-bit values as Q2_K's and its third bits as compact as in the file, 4 bytes per
+     row and pair of blocks (``_repack_q3_k``: 132 bytes per 256 values against 110); Q6_K in blocks of 16, 8
+     bytes of nibbles per row and 4 of top bits (``_repack_q6_k``).
 Out: ``x @ W.T`` (``(..., N)`` float32, lazy), equal to ``intdot.int_matmul``'s up to float rounding (the same
      integer block sums; the float sums over blocks in one row's order).
 
@@ -51,8 +52,8 @@ BLOCK = 32  # values per block (a scale each), but for the types in ``BLOCKS``
 @dataclass(frozen=True)
 class RowLanes:
     """A weight repacked with its rows in lanes: ``qs`` ``(groups, blocks, bytes per row-block)`` uint8, ``d`` (and
-    for Q4_1/Q5_1 ``m``) ``(groups, blocks, 8)`` float16 (MXFP4: its exponents, uint16), Q5's ``qh`` ``(groups,
-    blocks, 32)`` uint8; ``rows`` the weight's rows before padding."""
+    for Q4_1/Q5_1 ``m``) ``(groups, blocks, 8)`` float16 (MXFP4: its exponents, uint16; Q3_K: ``d / 4`` as float32),
+    Q5's ``qh`` ``(groups, blocks, 32)`` uint8; ``rows`` the weight's rows before padding."""
 
     gtype: GGMLType
     rows: int
@@ -60,7 +61,7 @@ class RowLanes:
     qs: Tensor
     d: Tensor
     m: Tensor | None
-    qh: Tensor | None = None  # Q5's fifth bits (``_fifth_bit_bytes``), Q6_K's top 2, interleaved as ``qs``
+    qh: Tensor | None = None  # Q5's fifth bits (``_fifth_bit_bytes``), Q6_K's top 2, Q3_K's third, interleaved
     # Q4_K: the super-blocks' ``dmin`` ``(groups, super-blocks, 8)`` float16 (``d`` likewise), the sub-blocks' 6-bit
     # scales and mins ``(groups, blocks of 32, 8)`` int16 (unpacked from the 12 packed bytes); Q2_K: ``sc`` its scale
     # bytes whole (scale | min << 4) per block of 16; Q6_K: ``sc`` its int8 scales per block of 16
@@ -317,17 +318,20 @@ def _repack_q2_k(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str)
 
 def _repack_q3_k(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) -> RowLanes:
     """Q3_K ``(rows padded to 8, super-blocks, 110)`` bytes -> its row-lane form in blocks of 16 values (a scale each):
-    each 3-bit value (its 2-bit plane and its ``hmask`` bit as 4) a nibble (``_nibble_words``), interleaved as
-    Q4_0's; ``d`` side by side per super-block, the 6-bit scales less 32 as int16 side by side per block: 162 bytes
-    per 256 values against 110 (a compact third bit per 32 values needs a shift that changes with the block: gcc
-    made it byte by byte, 2.6 ms; the nibbles 0.41 ms against the activations-in-lanes kernel's 0.68)."""
+    a block's 2-bit planes as Q2_K's (``_two_bit_words``: 4 bytes per row), its third bits (``hmask``) one per value
+    as in the file, 4 bytes per row and pair of blocks (``_third_bit_words``), both interleaved as Q4_0's; ``d / 4``
+    (exact: its values are held as ``4u``, ``_unpack_third_bit``) side by side per super-block as float32 (no
+    conversion and no multiply by 1/4 per block), the 6-bit scales less 32 as int16 side by side per block: 132
+    bytes per 256 values against 110 (+20%; Q2_K's form is +19%). Its values as nibbles (4 bits each: no third bit
+    to take out, 162 bytes, +47%) made a shorter kernel (see ``LANE_TYPES``); the pair's bits take one shift by
+    ``4p`` per block (one 32-bit shift by a count on C: ``cbytevectors.shift_by_one_amount``) and a shift and a mask
+    per step."""
     rows, supers, _ = data.shape
     fields = FIELDS[gtype]
     qs_at, qs_bytes = fields["qs"]
     hm_at, hm_bytes = fields["hmask"]
     hmask = data[:, :, None, hm_at:hm_at + hm_bytes]  # bit j of byte l: value 32j + l
     third = ((hmask >> np.arange(8, dtype=np.uint8).reshape(1, 1, 8, 1)) & 1).reshape(rows, supers * 16, 4, STEP)
-    values = _two_bit_values(data[:, :, qs_at:qs_at + qs_bytes]) | third << 2
     sc_at, _ = fields["scales"]
     raw = data[:, :, sc_at:sc_at + 12].astype(np.int16)  # (dequant.q3_k_scales' layout)
     low = np.concatenate([raw[:, :, :8] & 15, raw[:, :, :8] >> 4], -1)  # scale i: nibble i // 8 of byte i % 8
@@ -335,9 +339,20 @@ def _repack_q3_k(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str)
     scales = (low | (high.transpose(0, 1, 3, 2).reshape(rows, supers, 16) << 4)) - 32
 
     put = functools.partial(_put, device=device)
-    return RowLanes(gtype, n, k, put(_interleave(_nibble_words(values))),
-                    put(_side_by_side(_float16s(data, fields["d"][0]))), None,
+    return RowLanes(gtype, n, k, put(_interleave(_two_bit_words(_two_bit_values(data[:, :, qs_at:qs_at + qs_bytes])))),
+                    put(_side_by_side(_float16s(data, fields["d"][0]).astype(np.float32) * np.float32(0.25))), None,
+                    put(_interleave(_third_bit_words(third))),
                     sc=put(_side_by_side(scales.reshape(rows, supers * 16))))
+
+
+def _third_bit_words(bits: np.ndarray) -> np.ndarray:
+    """``(rows, blocks of 16, 4, 4)`` bits -> 4 bytes per row and pair of blocks, byte ``k`` holding the bit of value
+    ``4g + k`` of the pair's block ``p`` at bit ``4p + g`` (step ``g`` of block ``2c + p``: ``(bytes >> 4p + g) &
+    1``; as compact as the bits)."""
+    rows, blocks, _, _ = bits.shape
+    pairs = bits.reshape(rows, blocks // 2, 2 * 4, STEP).astype(np.uint8)  # [., c, 4p + g, k]
+    shifts = np.arange(8, dtype=np.uint8).reshape(1, 1, 8, 1)
+    return np.bitwise_or.reduce(pairs << shifts, axis=2).astype(np.uint8)
 
 
 def _repack_q6_k(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) -> RowLanes:
@@ -419,11 +434,29 @@ def _unpack_two_bit_words(w: RowLanes, batch: int) -> Tensor:
 
 
 def _unpack_nibble_words(w: RowLanes, batch: int) -> Tensor:
-    """Q3_K: step ``g`` is nibble ``g % 2`` of word ``g // 2`` (``_nibble_words``)."""
+    """Q6_K's low nibbles: step ``g`` is nibble ``g % 2`` of word ``g // 2`` (``_nibble_words``)."""
     groups, blocks = w.qs.shape[0], _blocks(w)
     packed = w.qs.reshape(1, groups, blocks, 2, 1, ROWS, STEP).expand(batch, groups, blocks, 2, 2, ROWS, STEP)
     low = ((packed >> (iota((1, 1, 1, 1, 2, 1, 1), 4, packed.device, "uint8") * 4)) & 15)
     return low.reshape(batch, groups, blocks, 4, ROWS, STEP)
+
+
+def _unpack_third_bit(w: RowLanes, batch: int) -> Tensor:
+    """Q3_K, as 4 times its unsigned values (``4u``: the offset per value ``-16 / 16`` is then an integer, added in
+    int32 as Q6_K's): Q2_K's 2-bit planes (``_two_bit_words``) moved to bits 2, 3 and their third bits to bit 4; those
+    are the pair's 4 bytes (``_third_bit_words``) shifted by ``4p`` once per block (the block's 4 bits low in each
+    byte), then bit ``g`` moved up per step."""
+    assert w.qh is not None
+    groups, blocks = w.qs.shape[0], _blocks(w)
+    planes = w.qs.reshape(1, groups, blocks, 1, ROWS, STEP).expand(batch, groups, blocks, 4, ROWS, STEP)
+    plane = iota((1, 1, 1, 4, 1, 1), 3, planes.device, "uint8") * 2
+    at = plane.full_like(2)
+    low = ((planes >> (plane >= at).where(plane - at, 0)) << (plane >= at).where(0, at - plane)) & 12
+    pairs = w.qh.reshape(1, groups, blocks // 2, 1, 1, ROWS, STEP).expand(batch, groups, blocks // 2, 2, 1, ROWS, STEP)
+    own = pairs >> (iota((1, 1, 1, 2, 1, 1, 1), 3, pairs.device, "uint8") * 4)
+    step = iota((1, 1, 1, 1, 4, 1, 1), 4, pairs.device, "uint8")
+    third = (own.expand(batch, groups, blocks // 2, 2, 4, ROWS, STEP) << (step.full_like(4) - step)) & 16
+    return low | third.reshape(batch, groups, blocks, 4, ROWS, STEP)
 
 
 def _unpack_top_bits(w: RowLanes, batch: int) -> Tensor:
@@ -596,7 +629,7 @@ class LaneType:
     #                           value plus 128, ``q = u - 128``): IQ4_NL's non-linear values, MXFP4's doubled e2m1
     broadcast_first: bool = False  # its packed bytes broadcast over the batch before its values are computed
     # its ``zero`` added to the block's integer sum before its one conversion, as ``zero / block`` per value (Q6_K;
-    # Q3_K's ``-4 / 16`` is no integer: its offset is a float term, as Q4_0's)
+    # Q3_K, whose values are held as ``4u`` for this: ``-16 / 16``)
     integer_offset: bool = False
     taken: bool = True  # taken by ``QuantizedMatrix`` by default (``LANE_TYPES``)
 
@@ -635,7 +668,8 @@ LANES: dict[GGMLType, LaneType] = {
     GGMLType.Q2_K: LaneType(_repack_q2_k, _unpack_two_bit_words, _q2_k_factors, min_sign=-1.0, block=16),
     GGMLType.Q4_K: LaneType(_repack_k, _unpack_nibbles, _k_factors, min_sign=-1.0),
     GGMLType.Q5_K: LaneType(_repack_k, _unpack_fifth_bit, _k_factors, min_sign=-1.0, broadcast_first=True),
-    GGMLType.Q3_K: LaneType(_repack_q3_k, _unpack_nibble_words, _d_times_sc, zero=-4, block=16, taken=False),
+    GGMLType.Q3_K: LaneType(_repack_q3_k, _unpack_third_bit, _d_times_sc, zero=-16, block=16,
+                            integer_offset=True),
     GGMLType.Q6_K: LaneType(_repack_q6_k, _unpack_top_bits, _d_times_sc, zero=-32, block=16, broadcast_first=True,
                             integer_offset=True),
     GGMLType.IQ4_XS: LaneType(_repack_xs, _unpack_nibbles, _d_times_sc, zero=-128, table="iq4nl_u8",
@@ -654,10 +688,12 @@ LAYOUT_TYPES: frozenset[GGMLType] = frozenset(LANES)
 # read more on the weight's side, which reaches the scheduler's READ_WORK (``kernelize.worth_realizing_before_expand``:
 # ops + reads = 5): from 64 activation rows on the weight's values got a kernel of their own and the product another
 # plan (a row's bits changed with the batch), so its packed bytes are broadcast over the batch first (``_unsigned``)
-# Q3_K (blocks of 16, its 3-bit values as nibbles: 162 bytes per 256 values against 110; 4096^2, one thread, best of
-# 300, load ~16): 0.68 -> 0.41 ms, 463 -> 344 instructions per 1024 weights. Not taken by default: its weight would be
-# resident at 1.47x its file's size, and Q3_K is chosen for its size (a compact third bit, per 32 values, needs a shift
-# that changes with the block: see ``_repack_q3_k``)
+# Q3_K (blocks of 16; 132 bytes per 256 values against the file's 110, +20% as Q2_K's +19%: ``_repack_q3_k``): 4096^2,
+# one thread, jitted, min / 10th percentile of 600 alternating calls, load ~15: the activations-in-lanes kernel (main's
+# policy) 0.90 / 1.16 ms, its values as nibbles (162 bytes, +47%) 0.78 / 0.86, this layout 0.74 / 0.76 (Q2_K 0.54 /
+# 0.57); llvm-mca per block of 16 x 8 rows 13.3 cycles against the nibbles' 9.3 and Q2_K's 10.8 (the third bits'
+# shift and mask per step): the nibbles' kernel is shorter, this one reads 19% fewer bytes. X86 (CPU:X86, same
+# measure, load ~12): 2.06 -> 1.55 ms against the activations-in-lanes kernel
 LANE_TYPES: frozenset[GGMLType] = frozenset(gtype for gtype, lane in LANES.items() if lane.taken)
 # the types whose blocks are not of ``BLOCK`` values
 BLOCKS: dict[GGMLType, int] = {gtype: lane.block for gtype, lane in LANES.items() if lane.block != BLOCK}
