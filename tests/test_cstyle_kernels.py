@@ -107,6 +107,23 @@ def test_streamed_matvec_prefetches_and_matches_numpy(rows, k):
     assert any("__builtin_prefetch" in s for s in srcs)
 
 
+def test_far_rows_prefetch_along_their_window_and_match_numpy():
+    """Attention's weights times values at several rows, each row reading its own window of a float16 cache whose
+    rows are further apart than the next-rows prefetch reaches (a sequence's whole cache): the loads prefetch
+    ``STREAM_AHEAD`` bytes on along the window, one slot's row at a time; the values are unchanged."""
+    from tgcore.renderer.prefetch import PREFETCH_MAX_AHEAD, STREAM_AHEAD
+    rng = np.random.default_rng(5)
+    rows, slots, window, hd = 4, 1024, 192, 64
+    assert slots * hd * 2 > PREFETCH_MAX_AHEAD
+    cache = rng.standard_normal((rows, slots, hd)).astype(np.float16)
+    p = rng.standard_normal((rows, 1, window)).astype(np.float32)
+    values = Tensor(cache, device="CPU").shrink((None, (0, window), None)).cast("float32")
+    out, srcs = run(Tensor(p, device="CPU") @ values)
+    np.testing.assert_allclose(out, p @ cache[:, :window].astype(np.float32), rtol=1e-4, atol=1e-4)
+    ahead = {int(m) for s in srcs for m in re.findall(r"__builtin_prefetch\(&data\d+\[\w+\+(\d+)\]\)", s)}
+    assert ahead == {STREAM_AHEAD // 2}  # (float16 elements: whole slot rows of 64)
+
+
 def test_small_inputs_do_not_prefetch():
     rng = np.random.default_rng(0)
     w, x = rng.standard_normal((16, 64)).astype(np.float32), rng.standard_normal(64).astype(np.float32)

@@ -285,17 +285,18 @@ def test_short_reduction_lanes_do_not_depend_on_the_row_count(n):
 def test_rows_that_share_no_input_are_not_unrolled():
     """Attention's weights times values in a batched decode step, ``out[b, (h, d)] = sum_t w[b, h, t] v[b, t, d]``:
     every input runs along the batch rows (each row reads its own cache), so unrolled rows would share no load; the
-    output axis's next vectors are unrolled instead, as for one row. Rows against one shared matrix (a matmul) are
-    unrolled. The default list's values match numpy."""
+    output axis's next vectors are unrolled instead, as for one row (8 of 8 lanes: a whole head of 64 per step). Rows
+    against one shared matrix (a matmul) are unrolled. The default list's values match numpy."""
     from tgcore.codegen.heuristic import OUTPUT_CHAINS, vector_opts
     widths = {dtypes.float32: 8}
+    assert OUTPUT_CHAINS[0] * widths[dtypes.float32] == 64
     rng = np.random.default_rng(3)
     w_np = rng.standard_normal((8, 3, 3, 1, 256)).astype(np.float32)
     v_np = rng.standard_normal((8, 3, 1, 256, 64)).astype(np.float32)
     out = (Tensor(w_np, device="CPU") @ Tensor(v_np, device="CPU")).permute(0, 3, 1, 2, 4).reshape(8, 576)
     ast = simplify_kernel(create_schedule([out.contiguous().uop], "CPU")[0][-1].ast)
     opts = vector_opts(ast, widths)
-    assert Opt(OptOps.UNROLL, 0, 4) not in opts and Opt(OptOps.UNROLL, 1, OUTPUT_CHAINS) in opts, opts
+    assert Opt(OptOps.UNROLL, 0, 4) not in opts and Opt(OptOps.UNROLL, 1, OUTPUT_CHAINS[0]) in opts, opts
     ref = (w_np @ v_np).transpose(0, 3, 1, 2, 4).reshape(8, 576)
     np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5, atol=1e-5)
     # a bias or a scale applied after the sum is no input of it (review: it made the rows count as sharing a load)
@@ -304,7 +305,7 @@ def test_rows_that_share_no_input_are_not_unrolled():
                             (lambda o: o * Tensor(np.float32(3.0), device="CPU"), lambda o: o * np.float32(3.0))):
         scaled = after((Tensor(w_np, device="CPU") @ Tensor(v_np, device="CPU")).permute(0, 3, 1, 2, 4).reshape(8, 576))
         opts = vector_opts(simplify_kernel(create_schedule([scaled.contiguous().uop], "CPU")[0][-1].ast), widths)
-        assert Opt(OptOps.UNROLL, 0, 4) not in opts and Opt(OptOps.UNROLL, 1, OUTPUT_CHAINS) in opts, opts
+        assert Opt(OptOps.UNROLL, 0, 4) not in opts and Opt(OptOps.UNROLL, 1, OUTPUT_CHAINS[0]) in opts, opts
         np.testing.assert_allclose(scaled.numpy(), after_np(ref), rtol=1e-5, atol=1e-4)
     matmul = Tensor.empty(8, 256, device="CPU") @ Tensor.empty(256, 576, device="CPU")
     shared = vector_opts(simplify_kernel(create_schedule([matmul.uop], "CPU")[0][-1].ast), widths)

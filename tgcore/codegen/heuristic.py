@@ -55,8 +55,8 @@ BATCH_BYTE_COPIES = 32  # ... its scalar byte-dot product (scalar int32 accumula
 # scale is shared by every weight row (``factor_blocks``), so 4 weight rows beside up to 8 batch rows are faster
 # than fewer even where the accumulators spill (Q4_1/Q8_0 at 4 and 8 rows: 1.1-1.2x over 8 pairs)
 BYTE_DOT_STEPS = 4  # a block of this many int32 vector steps sums bytes in lanes (4 byte products per lane and block)
-OUTPUT_CHAINS = 4  # a long reduction into vectors of one output axis unrolls that many of its vectors (independent
-LONG_CHAIN = 64     # accumulator chains) from this many reduced steps on
+OUTPUT_CHAINS = (8, 4)  # a long reduction into vectors of one output axis unrolls the most of these of its vectors
+LONG_CHAIN = 64         # that divide it (independent accumulator chains) from this many reduced steps on
 MAX_BLOCK_STEPS = 8  # a quantization block's inner loop longer than this many vector steps is split again (a loop
 # this short is unrolled by the C compiler: its index arithmetic folds)
 
@@ -450,8 +450,8 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, b
         # rows some input of the sum does not run along: its loads then feed every unrolled row (a bias or scale
         # applied after the sum shares nothing: it is read once per output either way)
         shared = [r for r in others if any(_stride(idx, r) == 0 for idx in _load_indices(reduces[0].src[0]))]
-        chains = _size(contiguous[0]) % (width * OUTPUT_CHAINS) == 0 and \
-            prod(_size(r) for r in reduces[0].src[1:]) >= LONG_CHAIN
+        chains = next((n for n in OUTPUT_CHAINS if _size(contiguous[0]) % (width * n) == 0), 0) \
+            if prod(_size(r) for r in reduces[0].src[1:]) >= LONG_CHAIN else 0
         if shared or (others and not chains):
             row = max(shared or others, key=lambda r: _stride(index, r) or 0)
             chosen.insert(0, Opt(OptOps.UNROLL, number[row], 8 if _size(row) % 8 == 0 and _size(row) >= 64 else 4))
@@ -460,7 +460,9 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, b
             # share no input (the sequences of a batched decode step: each reads its own cache; unrolled, their loads
             # were 32 bytes of each cache row, 8 rows 174 -> 55-65 us per weights-times-values kernel): the output
             # axis's next vectors unrolled, so several independent accumulator chains overlap on contiguous memory
-            chosen.append(Opt(OptOps.UNROLL, number[contiguous[0]], OUTPUT_CHAINS))
+            # (8 of 8 floats: a head of 64, each step reads a float16 value row's whole 128 bytes, not every other
+            # line; SmolLM2's 8-row step, one thread: 4.1 -> 3.2 ms for its 30 weights-times-values kernels)
+            chosen.append(Opt(OptOps.UNROLL, number[contiguous[0]], chains))
     return chosen
 
 
