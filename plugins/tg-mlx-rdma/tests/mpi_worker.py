@@ -577,6 +577,9 @@ class _InterruptAfterTest:
     def __getattr__(self, name: str):  # noqa: ANN204
         return getattr(self.req, name)
 
+    def __ne__(self, other) -> bool:  # noqa: ANN001
+        return bool(self.req != other)  # (a completed receive is inactive: REQUEST_NULL)
+
     def Test(self, *args):  # noqa: ANN002, ANN201, N802
         done = self.req.Test(*args)
         if done and self.armed:
@@ -656,6 +659,94 @@ def parked(tr) -> None:
         tr._comm = real
 
 
+class _Interrupting:
+    """The transport's communicator, whose receives of any tag (a large recv's posted receive) are interrupted: their
+    ``Test`` raises ``KeyboardInterrupt`` right after the test that completes them (``after``) or at the first test,
+    before it looks (the receive is still under way)."""
+
+    def __init__(self, comm, after: bool) -> None:  # noqa: ANN001
+        self._comm, self.after = comm, after
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        return getattr(self._comm, name)
+
+    def Irecv(self, buf, source, tag):  # noqa: ANN001, ANN201, N802
+        from mpi4py import MPI
+        req = self._comm.Irecv(buf, source, tag)
+        if tag != MPI.ANY_TAG:
+            return req
+        return _InterruptAfterTest(req) if self.after else _InterruptBeforeTest(req)
+
+
+class _InterruptBeforeTest:
+    """A receive whose first ``Test`` raises ``KeyboardInterrupt`` without looking (an interrupted wait)."""
+
+    def __init__(self, req) -> None:  # noqa: ANN001
+        self.req, self.armed = req, True
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        return getattr(self.req, name)
+
+    def __ne__(self, other) -> bool:  # noqa: ANN001
+        return bool(self.req != other)
+
+    def Test(self, *args):  # noqa: ANN002, ANN201, N802
+        if self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
+        return self.req.Test(*args)
+
+
+def landing(tr) -> None:
+    """Large recvs without out= whose header is the one the sender sent last take the next message by a receive
+    posted into a pooled result before it arrives: the data (also while the last result is held), a small message
+    and a new header in its place (refused; the new header's data is drained), a wait interrupted after the
+    receive took the message (the next recv gets it) and before (nothing taken)."""
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    if tr.rank > 1:
+        comm.Barrier()
+        return
+    n = ONE_MIB // 4
+    a = [data(0, "float32", n, seed) for seed in range(8)]
+    small, other = data(0, "float32", 10, 8), data(0, "int32", n, 9)
+    if tr.rank == 0:
+        for x in [a[0], a[1], a[2], small, a[3], other, a[4], a[5]]:
+            tr.send(Tensor(x), 1)
+        comm.Barrier()
+        for x in a[6:]:
+            tr.send(Tensor(x), 1)
+        return
+    check(tr.recv(n, "float32", 0).numpy(), a[0], "the first message (header, then data)")
+    pooled = tr._pool.hits + tr._pool.misses
+    first = tr.recv(n, "float32", 0)
+    second = tr.recv(n, "float32", 0)  # (the first one held: into another pooled buffer)
+    check(first.numpy(), a[1], "a message landed in a pooled result")
+    check(second.numpy(), a[2], "a message landed while the last result is held")
+    for words in (("float32[262144]", "float32[10]"), ()):
+        if words:
+            print(f"rank 1 expected error: {expect_error(PeerMismatch, words, lambda: tr.recv(n, 'float32', 0))}")
+        else:
+            check(tr.recv(n, "float32", 0).numpy(), a[3], "a message landed after a refused small one")
+    words = ("expected float32[262144]", "sent int32[262144]")
+    print(f"rank 1 expected error: {expect_error(PeerMismatch, words, lambda: tr.recv(n, 'float32', 0))}")
+    check(tr.recv(n, "float32", 0).numpy(), a[4], "the message after a refused new header and its drained data")
+    real = tr._comm
+    try:
+        tr._comm = _Interrupting(real, after=True)
+        expect_error(KeyboardInterrupt, (), lambda: tr.recv(n, "float32", 0))
+        tr._comm = real
+        check(tr.recv(n, "float32", 0).numpy(), a[5], "the message taken as its recv was interrupted")
+        tr._comm = _Interrupting(real, after=False)
+        expect_error(KeyboardInterrupt, (), lambda: tr.recv(n, "float32", 0))
+    finally:
+        tr._comm = real
+    comm.Barrier()
+    check(tr.recv(n, "float32", 0).numpy(), a[6], "a message after an interrupted recv that took nothing")
+    check(tr.recv(n, "float32", 0).numpy(), a[7], "the next one")
+    assert tr._pool.hits + tr._pool.misses > pooled + 6, "the recvs did not take pooled results"
+
+
 def die(tr, how: str) -> None:
     """Rank 1 goes away; rank 0 waits for a message from it."""
     if tr.rank == 1:
@@ -702,6 +793,8 @@ def main() -> int:
         mixed(tr)
     elif scenario == "parked":
         parked(tr)
+    elif scenario == "landing":
+        landing(tr)
     elif scenario.startswith("die-"):
         die(tr, scenario[4:])
     else:
