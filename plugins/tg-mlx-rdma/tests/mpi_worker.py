@@ -437,32 +437,47 @@ def small_sends(tr) -> None:
 def resend(tr) -> None:
     """One tensor sent again and again, its memory written in between (in place by recv(out=), or by an assign):
     every message carries the values it has when sent, from each staging buffer of small sends (a staging buffer
-    does not copy a tensor again that it holds unchanged)."""
+    does not copy a tensor again that it holds unchanged) and by the persistent send of a large one (made again for
+    new memory, freed with its tensor)."""
+    import gc
+
     from tg_mlx_rdma.mpi import SEND_BUFFERS
     if tr.rank > 1:
         return
-    n = 1000
+    for n in (1000, ONE_MIB // 4):
+        _resend(tr, n, SEND_BUFFERS)
+    gc.collect()
+    assert not tr._data_sends, "the persistent send of a tensor that is gone was kept"
+
+
+def _resend(tr, n: int, buffers: int) -> None:  # noqa: ANN001
     t = Tensor(np.zeros(n, np.float32)).realize()
-    for i in range(3 * SEND_BUFFERS):
+    other = Tensor(np.full(n, -1, np.float32)).realize()
+    for k, sent in enumerate([t, other, t, other]):  # (two tensors alive, sent in turn)
         if tr.rank == 0:
-            for _ in range(SEND_BUFFERS + 1):  # (every staging buffer, and the first again)
+            tr.send(sent, 1)
+        else:
+            check(tr.recv(n, "float32", 0).numpy(), np.full(n, -(k % 2), np.float32), f"{n}: in turn {k}")
+    for i in range(3 * buffers):
+        if tr.rank == 0:
+            for _ in range(buffers + 1):  # (every staging buffer, and the first again)
                 tr.send(t, 1)
             if i % 2:
                 t.assign(Tensor(np.full(n, i + 1, np.float32))).realize()
             else:
                 tr.recv(n, "float32", 1, out=t)  # (the same node: its memory written in place)
         else:
-            for k in range(SEND_BUFFERS + 1):
-                check(tr.recv(n, "float32", 0).numpy(), np.full(n, i, np.float32), f"round {i}, message {k}")
+            for k in range(buffers + 1):
+                check(tr.recv(n, "float32", 0).numpy(), np.full(n, i, np.float32), f"{n}: round {i}, message {k}")
             if not i % 2:
                 tr.send(Tensor(np.full(n, i + 1, np.float32)), 0)
     # a jitted step's output: every replay writes the same memory and returns a tensor over the same node
     step = tgcore.jit(lambda x: (x * 2 + 1).contiguous())
-    for i in range(2 * SEND_BUFFERS + 1):
+    for i in range(2 * buffers + 1):
         if tr.rank == 0:
             tr.send(step(Tensor(np.full(n, i, np.float32)).realize()), 1)
         else:
-            check(tr.recv(n, "float32", 0).numpy(), np.full(n, 2 * i + 1, np.float32), f"jitted output {i}")
+            check(tr.recv(n, "float32", 0).numpy(), np.full(n, 2 * i + 1, np.float32), f"{n}: jitted output {i}")
 
 
 def order(tr) -> None:

@@ -100,7 +100,8 @@ def test_small_sends_do_not_wait_for_their_receive(need_mpi: None) -> None:
 
 
 def test_a_tensor_sent_again_carries_its_new_values(need_mpi: None) -> None:
-    """A tensor sent again after a write into its memory (in place, or an assign) sends the new values."""
+    """A tensor sent again after a write into its memory (in place, or an assign) sends the new values, small (a
+    staging buffer) or large (a persistent send, one per tensor: two tensors sent in turn each send their own)."""
     ok(run_job(2, [str(WORKER), "resend"], timeout=60), 2)
 
 

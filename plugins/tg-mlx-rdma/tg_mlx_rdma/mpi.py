@@ -289,11 +289,13 @@ class MPITransport(MPINext):
             if last is not None and last[0] is data and self._headers_sent.get(dst) is header:
                 req = last[1]  # (the same memory again, no header: the persistent send of its data)
                 req.Start()
-                reqs = [req]
-            else:
-                reqs = self._header_if_new(header, dst)
-                reqs.append(self._data_send(data, keep, dst))
-            if not self._mpi.Request.Testall(reqs):  # (while the receiver takes the data: the next result ahead)
+                if not req.Test():  # (while the receiver takes the data: the next result ahead)
+                    self._until(req.Test, lambda: f"send of {describe_header(header)} to rank {dst}", dst, [req],
+                                self._make_ahead)
+                return
+            reqs = self._header_if_new(header, dst)
+            reqs.append(self._data_send(data, keep, dst))
+            if not self._mpi.Request.Testall(reqs):
                 self._wait(reqs, lambda: f"send of {describe_header(header)} to rank {dst}", dst, self._make_ahead)
             return
         # A copy of the data goes out, so the send returns without waiting for the receiver: that wait (a handshake
