@@ -14,8 +14,8 @@ to rank 1, ``--repeat`` timed rounds after a warm-up:
   cache);
 - ``tg out=``: the same, but ``recv(..., out=tensor)`` into one tensor every round: the same buffer reuse
   policy as the raw case;
-- ``mpi4py``: ``comm.Send(array)`` / ``comm.Recv(array)`` into a preallocated numpy array (aligned as tg's memory
-  of that size is: ``aligned_like_tg``).
+- ``mpi4py``: ``comm.Send(array)`` / ``comm.Recv(array)`` into a preallocated numpy array (from 1 MiB on a page,
+  as tg's memory of that size: ``aligned_like_tg``).
 
 Figures are GB/s measured on the receiver (median round, barrier before each); for each tg kind against
 mpi4py: ``ratio`` of the median rounds, ``round`` the median of the per-round ratios (each tg round against
@@ -42,14 +42,16 @@ KINDS = ("tg", "tg_out", "raw")
 
 
 def aligned_like_tg(a: np.ndarray) -> np.ndarray:
-    """A copy of ``a`` whose data is aligned as a tensor's memory of its size is (the memory tg sends from and receives
-    into): on a page from 1 MiB, on 64 bytes below. numpy's own arrays start 16 bytes into a page (fresh memory) or
-    anywhere on the heap (once a free raised malloc's threshold); Open MPI's single copy between such buffers takes
-    up to ~15% longer at 1 MiB (54-64 us one-way against 51-55 page-aligned, same runs), which moved raw's figure
-    from run to run and flattered tg's ratio."""
-    align = 4096 if a.nbytes >= 1 << 20 else 64
-    block = np.empty(a.nbytes + align, np.uint8)
-    start = -block.ctypes.data % align
+    """``a``, from 1 MiB copied to start on a page as a tensor's memory of that size does (tg sends from and receives
+    into it directly). numpy's own arrays start 16 bytes into a page (fresh memory) or anywhere on the heap (once a
+    free raised malloc's threshold); Open MPI's single copy between such buffers took up to ~15% longer at 1 MiB
+    (54-64 us one-way against 51-55 page-aligned, same runs), which moved raw's figure from run to run and flattered
+    tg's ratio. Smaller arrays stay numpy's: tg moves those through its own staging and landing buffers."""
+    if a.nbytes < 1 << 20:
+        return a
+    page = 4096
+    block = np.empty(a.nbytes + page, np.uint8)
+    start = -block.ctypes.data % page
     out = block[start:start + a.nbytes].view(a.dtype)
     out[:] = a
     return out
