@@ -13,19 +13,21 @@ and returns without waiting for its receive (tag ``TAG_SMALL``). Larger sends po
 only when it is not the last one sent to that rank in a header message, then the data (tag ``TAG_DATA``, in chunks
 of at most ``CHUNK`` bytes: MPI counts are C ints); the receiver checks data that comes without a header against the
 last header it received from that rank (both sides keep it per rank; messages match in order), so a tensor sent
-again and again is one message.
+again and again is one message (from a persistent send kept per rank while the tensor lives).
 
 A blocking ``recv`` of a small tensor posts a receive of any ``TAG_SMALL`` message (into a landing buffer of the
 largest one, so none is truncated), so the message lands while the recv waits. That receive can take a small message
 sent after a larger one still queued (which is not for it); so every send counts the messages to each rank and a
 small message carries its number (``SEQ_WORD``): one taken before its turn is set aside for the receive whose turn
-it is (``_parked``). Other receives probe for the next message from the sender and check its header before they
-post the receive of the data, whose size the header gave: a sender that sent more bytes than asked for never meets a
-too-short receive (Open MPI 4.1 overruns the buffer of a truncated receive); its data is received and dropped and the
-recv raises ``PeerMismatch``. A blocking ``recv(out=)`` announces its write into ``out`` only after the check.
-After a timeout or an MPI error the transport is failed (later calls raise ``TransportClosed``); if it is still
-failed when the interpreter exits it calls ``MPI_Abort`` so the other ranks do not wait forever in
-``MPI_Finalize``.
+it is (``_parked``). A blocking ``recv`` of a larger tensor without ``out=`` whose header is the last one the sender
+sent in a header message posts a receive of any message into its pooled result instead (``mpi_next``: the data
+then comes without a header, and nothing the sender may send next is larger). Other receives probe for the next
+message from the sender and check its header before they post the receive of the data, whose size the header
+gave: a sender that sent more bytes than asked for never meets a too-short receive (Open MPI 4.1 overruns the buffer
+of a truncated receive); its data is received and dropped and the recv raises ``PeerMismatch``. A blocking
+``recv(out=)`` announces its write into ``out`` only after the check. After a timeout or an MPI error the transport
+is failed (later calls raise ``TransportClosed``); if it is still failed when the interpreter exits it calls
+``MPI_Abort`` so the other ranks do not wait forever in ``MPI_Finalize``.
 """
 from __future__ import annotations
 
