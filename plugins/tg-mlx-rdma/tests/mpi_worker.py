@@ -437,32 +437,47 @@ def small_sends(tr) -> None:
 def resend(tr) -> None:
     """One tensor sent again and again, its memory written in between (in place by recv(out=), or by an assign):
     every message carries the values it has when sent, from each staging buffer of small sends (a staging buffer
-    does not copy a tensor again that it holds unchanged)."""
+    does not copy a tensor again that it holds unchanged) and by the persistent send of a large one (made again for
+    new memory, freed with its tensor)."""
+    import gc
+
     from tg_mlx_rdma.mpi import SEND_BUFFERS
     if tr.rank > 1:
         return
-    n = 1000
+    for n in (1000, ONE_MIB // 4):
+        _resend(tr, n, SEND_BUFFERS)
+    gc.collect()
+    assert not tr._data_sends, "the persistent send of a tensor that is gone was kept"
+
+
+def _resend(tr, n: int, buffers: int) -> None:  # noqa: ANN001
     t = Tensor(np.zeros(n, np.float32)).realize()
-    for i in range(3 * SEND_BUFFERS):
+    other = Tensor(np.full(n, -1, np.float32)).realize()
+    for k, sent in enumerate([t, other, t, other]):  # (two tensors alive, sent in turn)
         if tr.rank == 0:
-            for _ in range(SEND_BUFFERS + 1):  # (every staging buffer, and the first again)
+            tr.send(sent, 1)
+        else:
+            check(tr.recv(n, "float32", 0).numpy(), np.full(n, -(k % 2), np.float32), f"{n}: in turn {k}")
+    for i in range(3 * buffers):
+        if tr.rank == 0:
+            for _ in range(buffers + 1):  # (every staging buffer, and the first again)
                 tr.send(t, 1)
             if i % 2:
                 t.assign(Tensor(np.full(n, i + 1, np.float32))).realize()
             else:
                 tr.recv(n, "float32", 1, out=t)  # (the same node: its memory written in place)
         else:
-            for k in range(SEND_BUFFERS + 1):
-                check(tr.recv(n, "float32", 0).numpy(), np.full(n, i, np.float32), f"round {i}, message {k}")
+            for k in range(buffers + 1):
+                check(tr.recv(n, "float32", 0).numpy(), np.full(n, i, np.float32), f"{n}: round {i}, message {k}")
             if not i % 2:
                 tr.send(Tensor(np.full(n, i + 1, np.float32)), 0)
     # a jitted step's output: every replay writes the same memory and returns a tensor over the same node
     step = tgcore.jit(lambda x: (x * 2 + 1).contiguous())
-    for i in range(2 * SEND_BUFFERS + 1):
+    for i in range(2 * buffers + 1):
         if tr.rank == 0:
             tr.send(step(Tensor(np.full(n, i, np.float32)).realize()), 1)
         else:
-            check(tr.recv(n, "float32", 0).numpy(), np.full(n, 2 * i + 1, np.float32), f"jitted output {i}")
+            check(tr.recv(n, "float32", 0).numpy(), np.full(n, 2 * i + 1, np.float32), f"{n}: jitted output {i}")
 
 
 def order(tr) -> None:
@@ -548,114 +563,6 @@ def mixed(tr) -> None:
     tr.send(Tensor(np.zeros(1, np.int32)), 0)
 
 
-class _SlowProbe:
-    """The transport's communicator, whose ``Iprobe`` first sleeps (the messages sent meanwhile are all there when
-    it looks: a small one taken by the receive a waiting recv posted, and a larger one before or after it), then
-    answers, or raises ``KeyboardInterrupt`` (an interrupted wait) when ``interrupt`` is set."""
-
-    def __init__(self, comm, interrupt: bool = False) -> None:  # noqa: ANN001
-        self._comm, self.interrupt = comm, interrupt
-
-    def __getattr__(self, name: str):  # noqa: ANN204
-        return getattr(self._comm, name)
-
-    def Iprobe(self, *args):  # noqa: ANN002, ANN201, N802
-        time.sleep(0.3)
-        _take_in(self._comm)
-        if self.interrupt:
-            raise KeyboardInterrupt
-        return self._comm.Iprobe(*args)
-
-
-class _InterruptAfterTest:
-    """A posted receive whose ``Test`` raises ``KeyboardInterrupt`` right after the first test that completes it
-    (a signal arriving between the receive's completion and the transport seeing it)."""
-
-    def __init__(self, req) -> None:  # noqa: ANN001
-        self.req, self.armed = req, True
-
-    def __getattr__(self, name: str):  # noqa: ANN204
-        return getattr(self.req, name)
-
-    def Test(self, *args):  # noqa: ANN002, ANN201, N802
-        done = self.req.Test(*args)
-        if done and self.armed:
-            self.armed = False
-            raise KeyboardInterrupt
-        return done
-
-
-def _take_in(comm) -> None:  # noqa: ANN001
-    """Let MPI take in the messages that arrived (matching a posted receive, or queued): it does so inside calls,
-    a few at a time; a probe for a tag nobody sends keeps it going."""
-    for _ in range(200):
-        comm.Iprobe(0, 0x7400)
-
-
-def parked(tr) -> None:
-    """A recv waiting for a small message posts a receive for any small one; when that takes a small message
-    before a larger one sent earlier (the recv asked for the wrong thing), the small one is set aside and is the
-    next recv's, and the larger one is refused. Three ways: everything queued before the recv; sent while the
-    recv waits in a (slow) probe, larger-then-small and small-then-larger; and a wait interrupted after the
-    posted receive took the message (the next recv gets it)."""
-    from mpi4py import MPI
-    comm = MPI.COMM_WORLD
-    if tr.rank > 1:
-        for _ in range(5):
-            comm.Barrier()
-        return
-    n = ONE_MIB // 4
-    small = [data(0, "float32", 1000, seed) for seed in range(8)] + [data(0, "float32", 1000, 10)]
-    large = data(0, "float32", n, 9)
-    sends = [[large, small[0], small[1], large, small[2]],  # 1: all queued before the recvs
-             [large, small[3]], [small[4], large, small[5]],  # 2: while the first recv waits in the slow probe
-             [small[6]],  # 3: while the recv waits in an interrupted probe
-             [small[8]]]  # 4: interrupted just after the posted receive took it
-    if tr.rank == 0:
-        tr.send(Tensor(small[7]), 1)  # (a recv with the same arguments before: the next ones take the fast path)
-        for group in sends:
-            comm.Barrier()
-            time.sleep(0.1)
-            # (a large send waits for its receive: isend, so the small ones after it go out at once)
-            handles = [tr.isend(Tensor(a), 1) for a in group]
-            for h in handles:
-                h.wait()
-        return
-    check(tr.recv(1000, "float32", 0).numpy(), small[7], "a small message")
-    comm.Barrier()
-    time.sleep(0.5)  # 1: all there; a recv of a small one refuses the large one, the next takes the one set aside
-    _take_in(tr._comm)
-    for want in ([small[0], small[1]], [small[2]]):  # (the second large one comes without its header)
-        msg = expect_error(PeerMismatch, ("float32[1000]", f"float32[{n}]"), lambda: tr.recv(1000, "float32", 0))
-        print(f"rank 1 expected error: {msg}")
-        for a in want:
-            check(tr.recv(1000, "float32", 0).numpy(), a, "a small message set aside")
-    real = tr._comm
-    tr._comm = _SlowProbe(real)
-    try:
-        comm.Barrier()  # 2: large, small
-        msg = expect_error(PeerMismatch, ("float32[1000]", f"float32[{n}]"), lambda: tr.recv(1000, "float32", 0))
-        print(f"rank 1 expected error: {msg}")
-        check(tr.recv(1000, "float32", 0).numpy(), small[3], "the small message after a refused large one")
-        comm.Barrier()  # small, large, small
-        check(tr.recv(1000, "float32", 0).numpy(), small[4], "a small message taken by the posted receive")
-        check(tr.recv(n, "float32", 0).numpy(), large, "the large message after it")
-        into = Tensor.empty(1000, dtype="float32")
-        check(tr.recv(1000, "float32", 0, out=into).numpy(), small[5], "the small message after that")
-        tr._comm = _SlowProbe(real, interrupt=True)
-        comm.Barrier()  # 3: interrupted
-        expect_error(KeyboardInterrupt, (), lambda: tr.recv(1000, "float32", 0))
-        tr._comm = real
-        check(tr.recv(1000, "float32", 0).numpy(), small[6], "the message of an interrupted recv")
-        tr._posted[0] = _InterruptAfterTest(tr._posted[0])
-        comm.Barrier()  # 4: interrupted as the posted receive completes (review: its message was lost)
-        expect_error(KeyboardInterrupt, (), lambda: tr.recv(1000, "float32", 0))
-        tr._posted[0] = tr._posted[0].req
-        check(tr.recv(1000, "float32", 0).numpy(), small[8], "the message taken as its recv was interrupted")
-    finally:
-        tr._comm = real
-
-
 def die(tr, how: str) -> None:
     """Rank 1 goes away; rank 0 waits for a message from it."""
     if tr.rank == 1:
@@ -700,8 +607,9 @@ def main() -> int:
         order(tr)
     elif scenario == "mixed":
         mixed(tr)
-    elif scenario == "parked":
-        parked(tr)
+    elif scenario in ("parked", "landing"):
+        import mpi_posted  # (this directory is the script's: on sys.path)
+        getattr(mpi_posted, scenario)(tr)
     elif scenario.startswith("die-"):
         die(tr, scenario[4:])
     else:

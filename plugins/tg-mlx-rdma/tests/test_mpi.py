@@ -83,6 +83,16 @@ def test_small_messages_taken_early_wait_their_turn(need_mpi: None, net: str) ->
     assert proc.stdout.count("expected error") == 3, proc.stdout
 
 
+@pytest.mark.parametrize("net", ["shm", "tcp"])
+def test_large_messages_land_in_pooled_results(need_mpi: None, net: str) -> None:
+    """A large recv posts its receive into a pooled result before the message arrives (its header is the one sent
+    last): the data lands (also while the last result is held); a small message or a new header in its place is
+    refused and the next message arrives intact; an interrupted wait loses no message."""
+    proc = run_job(2, [str(WORKER), "landing"], timeout=90, net=net)
+    ok(proc, 2)
+    assert proc.stdout.count("expected error") == 2, proc.stdout
+
+
 def test_small_sends_do_not_wait_for_their_receive(need_mpi: None) -> None:
     """Both ranks send 8 KiB messages first (a send that waited for its receive would deadlock them), and a
     close completes the sends still on their way."""
@@ -90,7 +100,8 @@ def test_small_sends_do_not_wait_for_their_receive(need_mpi: None) -> None:
 
 
 def test_a_tensor_sent_again_carries_its_new_values(need_mpi: None) -> None:
-    """A tensor sent again after a write into its memory (in place, or an assign) sends the new values."""
+    """A tensor sent again after a write into its memory (in place, or an assign) sends the new values, small (a
+    staging buffer) or large (a persistent send, one per tensor: two tensors sent in turn each send their own)."""
     ok(run_job(2, [str(WORKER), "resend"], timeout=60), 2)
 
 

@@ -13,19 +13,21 @@ and returns without waiting for its receive (tag ``TAG_SMALL``). Larger sends po
 only when it is not the last one sent to that rank in a header message, then the data (tag ``TAG_DATA``, in chunks
 of at most ``CHUNK`` bytes: MPI counts are C ints); the receiver checks data that comes without a header against the
 last header it received from that rank (both sides keep it per rank; messages match in order), so a tensor sent
-again and again is one message.
+again and again is one message (from a persistent send kept per rank while the tensor lives).
 
 A blocking ``recv`` of a small tensor posts a receive of any ``TAG_SMALL`` message (into a landing buffer of the
 largest one, so none is truncated), so the message lands while the recv waits. That receive can take a small message
 sent after a larger one still queued (which is not for it); so every send counts the messages to each rank and a
 small message carries its number (``SEQ_WORD``): one taken before its turn is set aside for the receive whose turn
-it is (``_parked``). Other receives probe for the next message from the sender and check its header before they
-post the receive of the data, whose size the header gave: a sender that sent more bytes than asked for never meets a
-too-short receive (Open MPI 4.1 overruns the buffer of a truncated receive); its data is received and dropped and the
-recv raises ``PeerMismatch``. A blocking ``recv(out=)`` announces its write into ``out`` only after the check.
-After a timeout or an MPI error the transport is failed (later calls raise ``TransportClosed``); if it is still
-failed when the interpreter exits it calls ``MPI_Abort`` so the other ranks do not wait forever in
-``MPI_Finalize``.
+it is (``_parked``). A blocking ``recv`` of a larger tensor without ``out=`` whose header is the last one the sender
+sent in a header message posts a receive of any message into its pooled result instead (``mpi_next``: the data
+then comes without a header, and nothing the sender may send next is larger). Other receives probe for the next
+message from the sender and check its header before they post the receive of the data, whose size the header
+gave: a sender that sent more bytes than asked for never meets a too-short receive (Open MPI 4.1 overruns the buffer
+of a truncated receive); its data is received and dropped and the recv raises ``PeerMismatch``. A blocking
+``recv(out=)`` announces its write into ``out`` only after the check. After a timeout or an MPI error the transport
+is failed (later calls raise ``TransportClosed``); if it is still failed when the interpreter exits it calls
+``MPI_Abort`` so the other ranks do not wait forever in ``MPI_Finalize``.
 """
 from __future__ import annotations
 
@@ -38,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tg_mlx_rdma.mpi_collectives import CHUNK, MPICollectives, _first_in_line
+from tg_mlx_rdma.mpi_collectives import CHUNK, _first_in_line
+from tg_mlx_rdma.mpi_next import FAST_POLLS, TAG_DATA, TAG_HEADER, TAG_SMALL, MPINext, What
 from tg_mlx_rdma.transport import (
     DEFAULT_TIMEOUT,
     HEADER_BYTES,
@@ -77,19 +80,12 @@ if TYPE_CHECKING:
 
 __all__ = ["MPITransport", "connect"]
 
-What = str | Callable[[], str]  # what a wait is for, for error messages (a callable: built only on failure)
-
-TAG_HEADER = 0x7401
-TAG_DATA = 0x7402
-TAG_SMALL = 0x7403  # header and data in one message
 # messages up to this many data bytes go as one TAG_SMALL message, the header and then the data: the sender copies
 # them together, and the receiver takes the whole message into its landing buffer; one message costs less than two
 # up to here, even above Open MPI's eager limit (4 KiB on shared memory), where each message waits for its receive
 SMALL = 16384
 SEND_BUFFERS = 4  # small sends that may be on their way at once (send returns before they are received)
 SEND_INITS = 64  # persistent requests of small sends kept (one per staging buffer, message size and rank)
-FAST_POLLS = 512  # polls before the first clock read
-OTHER_POLLS = 16  # polls of a posted receive per probe for a message of another kind (see _poll_posted)
 IDLE_POLLS = 1  # polls that found nothing before a wait does its idle work (recv: make the next result ahead)
 SPIN_SECONDS = 0.05  # poll flat out this long (MPI progresses only inside our Test calls) ...
 YIELD_SECONDS = 1.0  # ... then yield the CPU between polls, then sleep 1 ms between polls
@@ -101,7 +97,7 @@ def connect(timeout: float = DEFAULT_TIMEOUT, comm: Any = None, abort_on_failure
     return MPITransport(timeout=timeout, comm=comm, abort_on_failure=abort_on_failure)
 
 
-class MPITransport(MPICollectives):
+class MPITransport(MPINext):
     """The transport API on an MPI communicator. See the module docstring."""
 
     name = "mpi"
@@ -157,6 +153,9 @@ class MPITransport(MPICollectives):
         # comes without one has that header (a sender sends the header only when it changes)
         self._headers_sent: dict[int, np.ndarray] = {}
         self._headers_got: dict[int, bytes] = {}
+        # dst -> (the memoryview of the last large message sent there, its persistent data send (inactive between
+        # sends), the sent node weakly: the entry goes with it): a tensor sent again costs a Start
+        self._data_sends: dict[int, tuple[memoryview, Any, Any]] = {}
         # recv's checked arguments -> (shape, dtype, wire header bytes, data bytes, the pool's key)
         self._recv_specs: dict[Any, tuple[tuple[int, ...], DType, bytes, int, Any]] = {}
         atexit.register(self._at_exit)
@@ -201,6 +200,9 @@ class MPITransport(MPICollectives):
         for req in self._posted.values():  # (inactive: a recv never leaves its posted receive active)
             req.Free()
         self._posted.clear()
+        for _, req, _ in self._data_sends.values():  # (inactive: a large send completes before send returns)
+            req.Free()
+        self._data_sends.clear()
         self._pool.clear()
         self._comm.Free()
         self._coll.Free()
@@ -285,9 +287,17 @@ class MPITransport(MPICollectives):
                 self.isend(keep, dst).wait()
                 return
             self._seq_out[dst] += 1
+            last = self._data_sends.get(dst)
+            if last is not None and last[0] is data and self._headers_sent.get(dst) is header:
+                req = last[1]  # (the same memory again, no header: the persistent send of its data)
+                req.Start()
+                if not req.Test():  # (while the receiver takes the data: the next result ahead)
+                    self._until(req.Test, lambda: f"send of {describe_header(header)} to rank {dst}", dst, [req],
+                                self._make_ahead)
+                return
             reqs = self._header_if_new(header, dst)
-            reqs.append(self._comm.Isend([data, self._mpi.BYTE], dst, TAG_DATA))
-            if not self._mpi.Request.Testall(reqs):  # (while the receiver takes the data: the next result ahead)
+            reqs.append(self._data_send(data, keep, dst))
+            if not self._mpi.Request.Testall(reqs):
                 self._wait(reqs, lambda: f"send of {describe_header(header)} to rank {dst}", dst, self._make_ahead)
             return
         # A copy of the data goes out, so the send returns without waiting for the receiver: that wait (a handshake
@@ -322,6 +332,28 @@ class MPITransport(MPICollectives):
             return []
         self._headers_sent[dst] = header
         return [self._comm.Isend([header, self._mpi.INT64_T], dst, TAG_HEADER)]
+
+    def _data_send(self, data: memoryview, keep: Tensor, dst: int) -> Any:
+        """The started request of a data message (tag ``TAG_DATA``) of ``data`` (``keep``'s) to ``dst``: a persistent
+        one, kept as the last of ``dst`` (``_data_sends``) while ``keep``'s node lives, so sending the same tensor
+        again costs a ``Start`` (less to run between one large message and the next, when the copy of the last one
+        has just pushed the interpreter's own memory out of the cache)."""
+        mpi = self._mpi
+        self._drop_data_send(dst)
+        if data.nbytes > RecvPool.MAX_MESSAGE:  # (the fixed cost of a larger message does not matter)
+            return self._comm.Isend([data, mpi.BYTE], dst, TAG_DATA)
+        req = self._comm.Send_init([data, mpi.BYTE], dst, TAG_DATA)
+        # (the request holds the memory: given up with the node, so the allocator can hand it out again)
+        self._data_sends[dst] = (data, req, weakref.ref(keep.uop, lambda _: self._drop_data_send(dst, req)))
+        req.Start()
+        return req
+
+    def _drop_data_send(self, dst: int, req: Any = None) -> None:
+        """Free ``dst``'s persistent data send (only if it is ``req``, when given)."""
+        last = self._data_sends.get(dst)
+        if last is not None and (req is None or last[1] is req) and self._failure is None and not self._closed:
+            del self._data_sends[dst]
+            last[1].Free()  # (inactive: every large send completes before send returns)
 
     def _bind(self, slot: _Staging, nbytes: int, dst: int) -> None:
         """Give ``slot`` the persistent request sending its header and ``nbytes`` of data to ``dst`` (tag
@@ -448,6 +480,10 @@ class MPITransport(MPICollectives):
                 mv[:] = landing[HEADER_BYTES:count]
                 return _committed(commit, t)
         else:
+            if out is None and HEADER_BYTES + SMALL < nbytes <= CHUNK and self._headers_got.get(src) == want:
+                got = self._pool.take_key(pool_key)  # (a pooled result: received into by a receive posted now)
+                if got is not None:
+                    return self._land(src, got, nbytes, dims, dt)
             # (a pooled result first: the likely message, the data, is received as soon as the probe finds it)
             ready = self._pool.take(dims, dt, device) if out is None else None
             message = self._probe_next(src, lambda: f"recv of {dt.name}{list(dims)} from rank {src}")
@@ -471,144 +507,6 @@ class MPITransport(MPICollectives):
         result = self.irecv(dims, dt, src, device, out, blocking=True, found=(message, status)).wait()
         self._status = mpi.Status()  # (the handle's stages read that status)
         return result
-
-    def _await_small(self, src: int, what: What, idle: Callable[[], None] | None) -> Any:
-        """Take the next message from ``src`` (one recv's, already counted in ``_seq_in``) with a receive of any
-        ``TAG_SMALL`` message posted into the landing buffer, so a small message lands while this polls (no probe,
-        then receive, once it is there). Returns None once the next message is in the landing buffer
-        (``self._status`` has its size), else the matched probe of the next message, one of another kind.
-
-        The posted receive takes the first small message from ``src`` not taken yet, which need not be the next
-        one: a larger message sent before it is not for that receive. Its sequence number (``SEQ_WORD``) tells:
-        a small message that came early is set aside (``_parked``) for the receive whose turn it is, and the
-        next message is probed. A probe seeing another message first cancels the posted receive (what it took
-        meanwhile is delivered or set aside by the same rule). Every ``TAG_SMALL`` message fits the landing buffer
-        (``HEADER_BYTES + SMALL`` bytes), so none is truncated. The posted receive is never left active: an
-        exception during the wait cancels it and sets aside what it took."""
-        mpi, status, comm = self._mpi, self._status, self._comm
-        req = self._posted.get(src)
-        if req is None:  # (a persistent receive per rank: no new request per message)
-            req = self._posted[src] = comm.Recv_init([self._landing, mpi.BYTE], src, TAG_SMALL)
-        test = req.Test
-        try:
-            req.Start()
-            landed = test(status) or self._poll_posted(test, src, what, idle)  # (it may be there already)
-        except mpi.Exception as err:
-            raise self._peer_failed(err, what, src) from err
-        except BaseException:
-            if self._failure is None:  # (a failed transport is not used again: its requests do not matter)
-                self._withdraw(req, src, deliver=False)
-            raise
-        if landed:
-            count, e = status.Get_count(mpi.BYTE), self._seq_in[src]
-            if count >= HEADER_BYTES and self._landing_words[SEQ_WORD] == e:  # (_in_turn's common case, inline)
-                self._seq_in[src], self._count = e + 1, count
-                return None
-            if self._in_turn(src, status):
-                return None
-        elif self._withdraw(req, src):
-            return None
-        return self._probe_next(src, what)  # (the next message: every small one before it was taken)
-
-    def _probe_next(self, src: int, what: What) -> Any:
-        """The matched probe of the next message from ``src`` (its size and tag in ``self._status``), counted."""
-        improbe, status, anytag = self._comm.Improbe, self._status, self._mpi.ANY_TAG
-        message = improbe(src, anytag, status)  # (a message already there: no closures, no polling loop)
-        if message is None:
-            found: list[Any] = [None]
-
-            def probed() -> bool:
-                found[0] = improbe(src, anytag, status)
-                return found[0] is not None
-            self._until(probed, what, src, [])
-            message = found[0]
-        self._seq_in[src] += 1
-        return message
-
-    def _poll_posted(self, test: Callable[[Any], bool], src: int, what: What, idle: Callable[[], None] | None) -> bool:
-        """Poll the posted receive (``test``) until it completes (True) or a message of another kind from ``src`` is
-        there (False): ``idle`` first, then a tight loop that probes for other messages every ``OTHER_POLLS`` polls
-        (the common case is the small message: its test alone runs MPI's progress), then ``_until``."""
-        mpi, status, iprobe = self._mpi, self._status, self._comm.Iprobe
-        try:
-            slot = self._slot  # (the next small send's staging buffer, freed now if its send is done)
-            if slot.busy and slot.req.Test():
-                slot.busy = False
-            if idle is not None:
-                idle()
-            for _ in range(FAST_POLLS // OTHER_POLLS):
-                for _ in range(OTHER_POLLS):
-                    if test(status):
-                        return True
-                if iprobe(src, mpi.ANY_TAG):
-                    return False
-        except mpi.Exception as e:
-            raise self._peer_failed(e, what, src) from e
-        other = [False]
-
-        def arrived() -> bool:
-            if test(status):
-                return True
-            if iprobe(src, mpi.ANY_TAG):  # (the posted receive takes every small message: this one is not)
-                other[0] = True
-                return True
-            return False
-        self._until(arrived, what, src, [], None)
-        return not other[0]
-
-    def _withdraw(self, req: Any, src: int, deliver: bool = True) -> bool:
-        """Cancel the posted receive ``req``; True when it had taken the next message from ``src`` meanwhile (then it
-        is in the landing buffer, and counted), else anything it took is set aside (``_in_turn``; with ``deliver``
-        False even the next message: the recv that waited for it is not going on)."""
-        req.Cancel()
-        status = self._mpi.Status()
-        self._until(lambda: bool(req.Test(status)), f"cancelling a receive from rank {src}", src, [])
-        if status.Get_source() == self._mpi.ANY_SOURCE and not status.Is_cancelled():
-            # an inactive request's empty status: the receive had completed (an interrupt right after its test
-            # returned), and the status that test filled tells what it took
-            status = self._status
-        return not status.Is_cancelled() and self._in_turn(src, status, deliver)
-
-    def _in_turn(self, src: int, status: Any, deliver: bool = True) -> bool:
-        """Whether the small message the posted receive took from ``src`` (in the landing buffer, ``status``) is the
-        next one, which then counts as received; else (or without ``deliver``) it is kept aside until its turn
-        (``_parked``)."""
-        count, e = status.Get_count(self._mpi.BYTE), self._seq_in[src]
-        seq = self._landing_words[SEQ_WORD] if count >= HEADER_BYTES else e  # (not a tensor: refused in turn)
-        if seq == e and deliver:
-            self._seq_in[src], self._count = e + 1, count
-            return True
-        if seq < e:
-            raise self._fail(PeerFailed(f"rank {self.rank}: rank {src} sent message number {seq} again after "
-                                        f"{e} messages; is the peer using the same tg-mlx-rdma version?", src))
-        self._parked.setdefault(src, {})[seq] = bytes(self._landing[:count])
-        return False
-
-    def _early(self, src: int) -> bytes | None:
-        """The next message from ``src`` when a posted receive took it early (``_in_turn``), now counted."""
-        parked = self._parked.get(src)
-        if parked is None:
-            return None
-        e = self._seq_in[src]
-        message = parked.pop(e, None)
-        if message is not None:
-            self._seq_in[src] = e + 1
-            if not parked:
-                del self._parked[src]
-        return message
-
-    def _refuse_small(self, message: bytes, dims: tuple[int, ...], dt: DType, src: int) -> None:
-        """Raise ``PeerMismatch`` for a small message (header and data) that a recv of ``dims``/``dt`` did not ask
-        for."""
-        what = f"recv of {dt.name}{list(dims)} from rank {src}"
-        if len(message) >= HEADER_BYTES:
-            got = np.frombuffer(message, np.int64, HEADER_WORDS)
-            check_header(got, header_of(dims, dt), src, self.rank)
-            raise PeerMismatch(f"rank {self.rank}: {what}: a message of {len(message)} bytes for a header of "
-                               f"{header_nbytes(got)} data bytes, or a header that differs only in its padding", src)
-        raise PeerMismatch(f"rank {self.rank}: {what}: rank {src} sent a message of {len(message)} bytes with tag "
-                           f"{TAG_SMALL:#x} that is not a tgcore tensor; is the peer using the same tg-mlx-rdma "
-                           "version?", src)
 
     def _target(self, dims: tuple[int, ...], dt: DType, device: str | None, out: Tensor | None, nbytes: int,
                 direct: tuple[Any, memoryview] | None, ready: Any = None,
