@@ -583,8 +583,10 @@ TABLE_ROW_TYPES: frozenset[GGMLType] = frozenset({GGMLType.IQ1_S, GGMLType.IQ1_M
 # two, read from a table: one broadcast into the multiply-add where a product of two broadcasts was, per block and
 # row), the activation scale one factor per super-block, and a super-block's sum an integer up to one float factor
 # (what folding the scales in integers needs: ``bench/grid_bound.py``). 4096^2 kernel, one thread, per 32 / per 256
-# in one process, interleaved, medians (load ~7): IQ1_S 1.016x, IQ1_M 1.052x, IQ2_XXS 1.012x, IQ2_XS 1.034x, IQ2_S
-# 1.003x, IQ3_S 0.95-1.02x, IQ3_XXS the same C 1.5-3% faster alone (tgcore's jitted step 0.92x: not explained).
+# in one process, interleaved, medians (load ~7-12): IQ1_S 1.016-1.018x, IQ1_M 1.052-1.056x, IQ2_XXS 1.006-1.012x,
+# IQ2_XS 1.034-1.065x, IQ2_S 1.003-1.004x; IQ3_XXS, IQ3_S 0.92-0.99x with the per-256 step captured first, 1.12x and
+# 1.05x captured second (for these two the step captured first runs slower: placement, not the kernel; their C alone,
+# outside tgcore, IQ3_XXS: 1.5-3% faster per 256).
 # The rounding is coarser (a block's values share the largest magnitude of 256): rms relative error of a 2048-long
 # product against float64 (IQ2_XS, IQ3_S weights) 0.5% -> 0.6-0.7% on gaussian activations, 1.1% -> 3.1% with 0.5%
 # of them 30x larger; the weights' own 2-3 bit rounding is far larger.
