@@ -1,4 +1,4 @@
-"""Integer dot products (tg_gguf.intdot): activations quantized to 8 bits per block of 32 (256 for the grid types:
+"""Integer dot products (tg_gguf.intdot): activations quantized to 8 bits per block of 32 (or 256:
 ``activation_block``), multiplied with the weight's integers and summed in int32.
 
 References: numpy's round-to-nearest-even for the activations' quantization (``q8_reference``), gguf-py's
@@ -68,7 +68,7 @@ def exact_activations(rng: np.random.Generator, rows: int, k: int) -> np.ndarray
 
 
 def float64_reference(gtype: GGMLType, raw: np.ndarray, shape: tuple[int, int], x: np.ndarray) -> np.ndarray:
-    block = activation_block(gtype)  # (the grid types quantize their activations per 256)
+    block = activation_block(gtype)  # (32, or 256 for a type in ``ACT_BLOCKS``)
     xq, dx = q8_reference(x, block)
     xd = (xq.reshape(*x.shape[:-1], -1, block).astype(np.float64) * dx[..., None]).reshape(x.shape)
     return xd @ reference_dequantize(gtype, raw, shape).astype(np.float64).T
@@ -323,13 +323,19 @@ def test_bad_input_is_refused():
         quantize_activations(Tensor(np.zeros((1, 288), np.float32), device="CPU"), 256)
 
 
+@pytest.mark.parametrize("k", [256, 512])
 @pytest.mark.parametrize("gtype", sorted(TABLE_ROW_TYPES), ids=lambda t: t.name)
-def test_grid_types_share_an_activation_scale_per_256(gtype):
-    """The grid types' activations are quantized per 256 (llama.cpp's q8_K for its IQ kernels), the others' per 32:
-    with a block of 32 that is 100x larger than the rest of its 256, the small values round to a few steps of the
-    large one's scale (the per-256 reference), which a scale per 32 would not (that reference is far off)."""
+def test_an_activation_scale_per_256(gtype, k, monkeypatch):
+    """A type in ``ACT_BLOCKS`` with 256 (the policy's data: the grid types measured so, not taken) has its
+    activations quantized per 256 (llama.cpp's q8_K): with a block of 32 that is 100x larger than the rest of its 256,
+    the small values round to a few steps of the large one's scale (the per-256 reference), which a scale per 32
+    would not (that reference is far off). One super-block per row (k = 256: IQ3_S's kernel then unpacks its
+    sub-blocks' scales as a vector, whose table address the codegen once took for a factor and no renderer could
+    load) and two."""
+    from tg_gguf import intdot
+    assert activation_block(gtype) == 32  # (none is taken today)
+    monkeypatch.setitem(intdot.ACT_BLOCKS, gtype, 256)
     assert activation_block(gtype) == 256 and activation_block(GGMLType.Q4_K) == 32
-    k = 512
     raw = random_blocks(gtype, ROWS * k // 256, seed=4, small=True)
     x = np.random.default_rng(4).standard_normal((BATCH, k)).astype(np.float32)
     x[:, 64:96] *= 100.0

@@ -1,11 +1,10 @@
-"""Quantized matrix products as integer dot products: activations quantized to 8 bits per block of 32 (of 256 for
-the grid types, ``ACT_BLOCKS``).
+"""Quantized matrix products as integer dot products: activations quantized to 8 bits per block of 32 (or of 256
+for the types in ``ACT_BLOCKS``: none today).
 
 In:  activations ``x`` (a lazy float ``Tensor``, ``(..., K)``) and a quantized weight: its raw bytes (a 1-D uint8
      ``Tensor``), its ggml type and its ``(N, K)`` shape.
-Out: ``x @ W.T`` (``(..., N)`` float32, lazy), where each block of 32 activations (256: ``activation_block``) is
-     first replaced by 8-bit integers and one float scale (``quantize_activations``), as llama.cpp's q8 path does
-     (q8_K, per 256, for its i-quant kernels).
+Out: ``x @ W.T`` (``(..., N)`` float32, lazy), where each block of 32 activations (``activation_block``) is first
+     replaced by 8-bit integers and one float scale (``quantize_activations``), as llama.cpp's q8 path does.
 
 How: a weight's integers are read as unsigned bytes ``u`` (a type's signed range shifted up: Q4_0's ``q - 8`` is
 ``u = q`` with offset ``-8``), so one block's contribution is
@@ -82,7 +81,7 @@ ROUNDING_MAGIC_BITS = 0x4B400000  # its float32 bits
 
 def quantize_activations(x: Tensor, block: int = ACT_BLOCK) -> tuple[Tensor, Tensor]:
     """``x`` ``(..., K)`` float -> (``xq`` ``(..., K)`` int8, ``dx`` ``(..., K // block)`` float32) with
-    ``x ~ dx * xq`` per block of ``block`` (32; 256 for the types in ``ACT_BLOCKS``): ``dx = max|x| *
+    ``x ~ dx * xq`` per block of ``block`` (32, or a type's ``ACT_BLOCKS``): ``dx = max|x| *
     float32(1 / 127)``, ``xq = round(x / dx)`` (to nearest, ties to even; an all-zero block has ``dx = 0``,
     ``xq = 0``). Two kernels: the block maxima scaled (a reduction), then the rounding; both results are buffers of
     their own (every weight row reads them)."""
@@ -578,19 +577,18 @@ INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GG
 TABLE_ROW_TYPES: frozenset[GGMLType] = frozenset({GGMLType.IQ1_S, GGMLType.IQ1_M, GGMLType.IQ2_XXS, GGMLType.IQ2_XS,
                                                   GGMLType.IQ2_S, GGMLType.IQ3_XXS, GGMLType.IQ3_S})
 
-# the types whose activations share one scale per 256 (a super-block of the weight) instead of per 32, as llama.cpp's
-# IQ kernels quantize them (q8_K): a block's factor is then the weight's alone (the grids' ``2s + 1`` times a power of
-# two, read from a table: one broadcast into the multiply-add where a product of two broadcasts was, per block and
-# row), the activation scale one factor per super-block, and a super-block's sum an integer up to one float factor
-# (what folding the scales in integers needs: ``bench/grid_bound.py``). 4096^2 kernel, one thread, per 32 / per 256
-# in one process, interleaved, medians (load ~7-12): IQ1_S 1.016-1.018x, IQ1_M 1.052-1.056x, IQ2_XXS 1.006-1.012x,
-# IQ2_XS 1.034-1.065x, IQ2_S 1.003-1.004x; IQ3_XXS, IQ3_S 0.92-0.99x with the per-256 step captured first, 1.12x and
-# 1.05x captured second (for these two the step captured first runs slower: placement, not the kernel; their C alone,
-# outside tgcore, IQ3_XXS: 1.5-3% faster per 256).
-# The rounding is coarser (a block's values share the largest magnitude of 256): rms relative error of a 2048-long
-# product against float64 (IQ2_XS, IQ3_S weights) 0.5% -> 0.6-0.7% on gaussian activations, 1.1% -> 3.1% with 0.5%
-# of them 30x larger; the weights' own 2-3 bit rounding is far larger.
-ACT_BLOCKS: dict[GGMLType, int] = {t: 256 for t in TABLE_ROW_TYPES}
+# the types whose activations share one scale per 256 (a super-block of the weight) instead of per 32 (llama.cpp's
+# q8_K, for its IQ kernels): none. Measured for the grid types (session 16): a block's factor is then the weight's
+# alone (one broadcast into the multiply-add where a product of two broadcasts was, per block and row) and a
+# super-block's sum an integer up to one float factor (what folding the scales in integers needs: ``bench/
+# grid_bound.py``, +2% there). 4096^2 kernel, one thread, per 32 / per 256 in one process, interleaved, medians (load
+# ~7-12): IQ1_S 1.016-1.018x, IQ1_M 1.052-1.056x, IQ2_XXS 1.006-1.012x, IQ2_XS 1.034-1.065x, IQ2_S 1.003-1.004x;
+# IQ3_XXS, IQ3_S 0.92-0.99x with the per-256 step captured first, 1.12x and 1.05x captured second (placement). The
+# rounding is coarser: rms relative error of a 2048-long product against float64 (IQ2_XS, IQ3_S weights) 0.5% ->
+# 0.6-0.7% on gaussian activations, 1.1% -> 3.1% with 0.5% of them 30x larger; end to end (tg-llm's
+# ``test_int_dot`` on an IQ3_S model, TG_FULL) the logits moved 2.05% of the largest against the float path, over
+# that test's 2% bound (per 32: within it). Not worth its error for a few percent: the grid types stay per 32.
+ACT_BLOCKS: dict[GGMLType, int] = {}
 
 
 def activation_block(gtype: GGMLType) -> int:
