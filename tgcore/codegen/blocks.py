@@ -220,8 +220,10 @@ def _spread_factors(value: UOp, j: UOp) -> list[UOp]:
 
     def spreadable(u: UOp) -> bool:
         nodes = u.toposort
-        return (u.dtype.count == 1 and j in nodes and any(x.op is Ops.LOAD for x in nodes) and _computed(u)
-                and not any(x.op is Ops.REDUCE for x in nodes))
+        # (an address is no factor: a table value's INDEX, spread, became a vector of pointers no renderer loads;
+        # its index arithmetic below it is one)
+        return (u.op is not Ops.INDEX and u.dtype.count == 1 and j in nodes and any(x.op is Ops.LOAD for x in nodes)
+                and _computed(u) and not any(x.op is Ops.REDUCE for x in nodes))
 
     def walk(u: UOp) -> None:
         if u in seen or u.op is Ops.REDUCE:

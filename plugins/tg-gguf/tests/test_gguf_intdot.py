@@ -1,5 +1,5 @@
-"""Integer dot products (tg_gguf.intdot): activations quantized to 8 bits per block of 32, multiplied with the
-weight's integers and summed in int32.
+"""Integer dot products (tg_gguf.intdot): activations quantized to 8 bits per block of 32 (or 256:
+``activation_block``), multiplied with the weight's integers and summed in int32.
 
 References: numpy's round-to-nearest-even for the activations' quantization (``q8_reference``), gguf-py's
 dequantization for the weights, and a float64 product of the two. With unit weight scales and activation blocks
@@ -14,7 +14,15 @@ import numpy as np
 import pytest
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
 from tg_gguf.dequant import FIELDS
-from tg_gguf.intdot import INT_DOT_TYPES, SUMS, int_matmul, quantize_activations, uses_int_dot
+from tg_gguf.intdot import (
+    INT_DOT_TYPES,
+    SUMS,
+    TABLE_ROW_TYPES,
+    activation_block,
+    int_matmul,
+    quantize_activations,
+    uses_int_dot,
+)
 from tg_gguf_testutil import assert_bits_equal, random_blocks, reference_dequantize
 
 from tgcore.tensor import Tensor
@@ -24,10 +32,10 @@ ROWS = 7       # weight rows: not a multiple of the 4 rows a kernel interleaves
 BATCH = 3      # activation rows
 
 
-def q8_reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """numpy's version of quantize_activations: per 32, dx = max|x| * float32(1/127), xq = round(x / dx) with ties
-    to even (np.round), zero blocks to zero."""
-    xb = x.reshape(*x.shape[:-1], -1, 32).astype(np.float32)
+def q8_reference(x: np.ndarray, block: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """numpy's version of quantize_activations: per ``block``, dx = max|x| * float32(1/127), xq = round(x / dx) with
+    ties to even (np.round), zero blocks to zero."""
+    xb = x.reshape(*x.shape[:-1], -1, block).astype(np.float32)
     dx = np.abs(xb).max(-1, keepdims=True) * np.float32(1 / 127)
     with np.errstate(divide="ignore", invalid="ignore"):
         xq = np.where(dx > 0, np.round(xb / dx), np.float32(0)).astype(np.int8).reshape(x.shape)
@@ -60,20 +68,23 @@ def exact_activations(rng: np.random.Generator, rows: int, k: int) -> np.ndarray
 
 
 def float64_reference(gtype: GGMLType, raw: np.ndarray, shape: tuple[int, int], x: np.ndarray) -> np.ndarray:
-    xq, dx = q8_reference(x)
-    xd = (xq.reshape(*x.shape[:-1], -1, 32).astype(np.float64) * dx[..., None]).reshape(x.shape)
+    block = activation_block(gtype)  # (32, or 256 for a type in ``ACT_BLOCKS``)
+    xq, dx = q8_reference(x, block)
+    xd = (xq.reshape(*x.shape[:-1], -1, block).astype(np.float64) * dx[..., None]).reshape(x.shape)
     return xd @ reference_dequantize(gtype, raw, shape).astype(np.float64).T
 
 
-def test_activations_match_numpy_bit_for_bit():
+@pytest.mark.parametrize("block", [32, 256])
+def test_activations_match_numpy_bit_for_bit(block):
     rng = np.random.default_rng(0)
-    x = (rng.standard_normal((5, 96)) * rng.uniform(0.01, 100, (5, 1))).astype(np.float32)
-    x[1, 32:64] = 0.0                                   # an all-zero block
+    x = (rng.standard_normal((5, 768)) * rng.uniform(0.01, 100, (5, 1))).astype(np.float32)
+    x[1, 256:512] = 0.0                                 # an all-zero block
     x[2, :32] = np.arange(32, dtype=np.float32) - 15.5  # max 15.5: 127 / 15.5 * (k + 0.5) lands on ties
-    x[3, :32] = 0.0
+    x[2, 32:256] = 0.0
+    x[3, :256] = 0.0
     x[3, :6] = [127.0, 0.5, 1.5, 2.5, -0.5, -2.5]       # scale 1: ties to even
-    xq, dx = quantize_activations(Tensor(x, device="CPU"))
-    ref_q, ref_d = q8_reference(x)
+    xq, dx = quantize_activations(Tensor(x, device="CPU"), block)
+    ref_q, ref_d = q8_reference(x, block)
     np.testing.assert_array_equal(xq.numpy(), ref_q)
     assert_bits_equal(dx.numpy(), ref_d)
     assert xq.numpy()[3, :6].tolist() == [127, 0, 2, 2, 0, -2]
@@ -151,8 +162,8 @@ def test_int_matmul_random(gtype):
     x = np.random.default_rng(1).standard_normal((BATCH, k)).astype(np.float32)
     out = int_matmul(Tensor(x, device="CPU"), Tensor(raw, device="CPU"), gtype, (ROWS, k)).numpy()
     ref = float64_reference(gtype, raw, (ROWS, k), x)
-    xq, dx = q8_reference(x)
-    scale = np.abs(xq.astype(np.float64)).reshape(BATCH, -1, 32) * dx[..., None]
+    xq, dx = q8_reference(x, activation_block(gtype))
+    scale = np.abs(xq.astype(np.float64)).reshape(BATCH, dx.shape[-1], -1) * dx[..., None]
     magnitude = scale.reshape(BATCH, k) @ np.abs(reference_dequantize(gtype, raw, (ROWS, k)).astype(np.float64)).T
     assert np.all(np.abs(out - ref) <= 1e-6 * magnitude + 1e-30)
 
@@ -308,6 +319,33 @@ def test_bad_input_is_refused():
         int_matmul(Tensor(np.zeros((1, 32), np.float32), device="CPU"), raw, GGMLType.F16, (2, 18))
     with pytest.raises(ValueError, match="multiple of 32"):
         quantize_activations(Tensor(np.zeros((1, 40), np.float32), device="CPU"))
+    with pytest.raises(ValueError, match="multiple of 256"):
+        quantize_activations(Tensor(np.zeros((1, 288), np.float32), device="CPU"), 256)
+
+
+@pytest.mark.parametrize("k", [256, 512])
+@pytest.mark.parametrize("gtype", sorted(TABLE_ROW_TYPES), ids=lambda t: t.name)
+def test_an_activation_scale_per_256(gtype, k, monkeypatch):
+    """A type in ``ACT_BLOCKS`` with 256 (the policy's data: the grid types measured so, not taken) has its
+    activations quantized per 256 (llama.cpp's q8_K): with a block of 32 that is 100x larger than the rest of its 256,
+    the small values round to a few steps of the large one's scale (the per-256 reference), which a scale per 32
+    would not (that reference is far off). One super-block per row (k = 256: IQ3_S's kernel then unpacks its
+    sub-blocks' scales as a vector, whose table address the codegen once took for a factor and no renderer could
+    load) and two."""
+    from tg_gguf import intdot
+    assert activation_block(gtype) == 32  # (none is taken today)
+    monkeypatch.setitem(intdot.ACT_BLOCKS, gtype, 256)
+    assert activation_block(gtype) == 256 and activation_block(GGMLType.Q4_K) == 32
+    raw = random_blocks(gtype, ROWS * k // 256, seed=4, small=True)
+    x = np.random.default_rng(4).standard_normal((BATCH, k)).astype(np.float32)
+    x[:, 64:96] *= 100.0
+    out = int_matmul(Tensor(x, device="CPU"), Tensor(raw, device="CPU"), gtype, (ROWS, k)).numpy()
+    ref = float64_reference(gtype, raw, (ROWS, k), x)
+    xq, dx = q8_reference(x, 32)
+    per_32 = (xq.reshape(BATCH, -1, 32) * dx[..., None].astype(np.float64)).reshape(BATCH, k)
+    per_32 = per_32 @ reference_dequantize(gtype, raw, (ROWS, k)).astype(np.float64).T
+    tolerance = 1e-5 * np.abs(ref).max()
+    assert np.abs(out - ref).max() <= tolerance < np.abs(per_32 - ref).max()
 
 
 @pytest.mark.parametrize("gtype", [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0], ids=lambda t: t.name)

@@ -1,9 +1,10 @@
-"""Quantized matrix products as integer dot products: activations quantized to 8 bits per block of 32.
+"""Quantized matrix products as integer dot products: activations quantized to 8 bits per block of 32 (or of 256
+for the types in ``ACT_BLOCKS``: none today).
 
 In:  activations ``x`` (a lazy float ``Tensor``, ``(..., K)``) and a quantized weight: its raw bytes (a 1-D uint8
      ``Tensor``), its ggml type and its ``(N, K)`` shape.
-Out: ``x @ W.T`` (``(..., N)`` float32, lazy), where each block of 32 activations is first replaced by 8-bit
-     integers and one float scale (``quantize_activations``), as llama.cpp's q8 path does.
+Out: ``x @ W.T`` (``(..., N)`` float32, lazy), where each block of 32 activations (``activation_block``) is first
+     replaced by 8-bit integers and one float scale (``quantize_activations``), as llama.cpp's q8 path does.
 
 How: a weight's integers are read as unsigned bytes ``u`` (a type's signed range shifted up: Q4_0's ``q - 8`` is
 ``u = q`` with offset ``-8``), so one block's contribution is
@@ -72,21 +73,22 @@ if TYPE_CHECKING:
     from tgcore.renderer import Renderer
     from tgcore.tensor import Tensor
 
-ACT_BLOCK = 32   # activations share one scale per this many elements
+ACT_BLOCK = 32   # activations share one scale per this many elements (but for the types in ``ACT_BLOCKS``)
 ACT_MAX = 127.0  # the largest 8-bit activation
 ROUNDING_MAGIC = 12582912.0      # 1.5 * 2**23
 ROUNDING_MAGIC_BITS = 0x4B400000  # its float32 bits
 
 
-def quantize_activations(x: Tensor) -> tuple[Tensor, Tensor]:
-    """``x`` ``(..., K)`` float -> (``xq`` ``(..., K)`` int8, ``dx`` ``(..., K // 32)`` float32) with
-    ``x ~ dx * xq`` per block of 32: ``dx = max|x| * float32(1 / 127)``, ``xq = round(x / dx)`` (to nearest, ties to
-    even; an all-zero block has ``dx = 0``, ``xq = 0``). Two kernels: the block maxima scaled (a reduction), then
-    the rounding; both results are buffers of their own (every weight row reads them)."""
+def quantize_activations(x: Tensor, block: int = ACT_BLOCK) -> tuple[Tensor, Tensor]:
+    """``x`` ``(..., K)`` float -> (``xq`` ``(..., K)`` int8, ``dx`` ``(..., K // block)`` float32) with
+    ``x ~ dx * xq`` per block of ``block`` (32, or a type's ``ACT_BLOCKS``): ``dx = max|x| *
+    float32(1 / 127)``, ``xq = round(x / dx)`` (to nearest, ties to even; an all-zero block has ``dx = 0``,
+    ``xq = 0``). Two kernels: the block maxima scaled (a reduction), then the rounding; both results are buffers of
+    their own (every weight row reads them)."""
     *lead, k = x.shape
-    if k % ACT_BLOCK:
-        raise ValueError(f"quantize_activations: the last dimension {k} is not a multiple of {ACT_BLOCK}")
-    xb = x.cast("float32").reshape(*lead, k // ACT_BLOCK, ACT_BLOCK)
+    if k % block:
+        raise ValueError(f"quantize_activations: the last dimension {k} is not a multiple of {block}")
+    xb = x.cast("float32").reshape(*lead, k // block, block)
     # |x| as its bits with the sign cleared, the largest as an integer maximum: the float order of non-negative floats
     # (NaN's bits above infinity's: it stays the maximum), two integer ops per element where abs and a float max
     # keep signed zeros and NaNs apart lane by lane
@@ -96,7 +98,7 @@ def quantize_activations(x: Tensor) -> tuple[Tensor, Tensor]:
     # (exact for |v| < 2**22; a float -> int conversion is rendered with range checks, this is two int ops)
     scaled = (dx > 0).where(xb / dx, 0.0)
     rounded = ((scaled + ROUNDING_MAGIC).bitcast("int32") - ROUNDING_MAGIC_BITS).cast("int8")
-    return rounded.reshape(*lead, k).contiguous(), dx.reshape(*lead, k // ACT_BLOCK)
+    return rounded.reshape(*lead, k).contiguous(), dx.reshape(*lead, k // block)
 
 
 def _i32(t: Tensor) -> Tensor:
@@ -114,15 +116,15 @@ def _dot(u: Tensor, xq: Tensor) -> Tensor:
 
 class Operands:
     """What a type's sum is built from: the weight's blocks seen as ``(N, blocks per row, block bytes)``, the
-    quantized activations per weight block ``(M, 1, blocks per row, block)`` and their scales per 32
-    ``(M, 1, blocks per row, block // 32)``."""
+    quantized activations per weight block ``(M, 1, blocks per row, block)`` and their scales per activation block
+    (``activation_block``: 32, or the weight's block) ``(M, 1, blocks per row, block // activation block)``."""
 
     def __init__(self, b: Blocks, xq: Tensor, dx: Tensor, n: int, k: int) -> None:
         block, _ = BLOCK_LAYOUT[b.gtype]
         self.b, self.n, self.nb = b, n, k // block
         m = xq.shape[0]
         self.xq = xq.reshape(m, 1, self.nb, block)
-        self.dx = dx.reshape(m, 1, self.nb, block // ACT_BLOCK)
+        self.dx = dx.reshape(m, 1, self.nb, block // activation_block(b.gtype))
 
     def field(self, name: str) -> Tensor:
         """A field's bytes as ``(1, N, blocks per row, length)``."""
@@ -144,9 +146,11 @@ class Operands:
         """The block's activations reshaped to ``(M, 1, blocks per row, *shape)``."""
         return self.xq.reshape(*self.xq.shape[:3], *shape)
 
-    def scale(self, *shape: int) -> Tensor:
-        """The activation scales per 32 reshaped to ``(M, 1, blocks per row, *shape)``."""
-        return self.dx.reshape(*self.dx.shape[:3], *shape)
+    def scale(self, subs: int) -> Tensor:
+        """The activation scales of ``subs`` blocks of 32 per weight block, ``(M, 1, blocks per row, subs, 1, 1)``:
+        one per block of 32, or one per weight block for all its blocks (``activation_block``)."""
+        per_block = self.dx.shape[3]
+        return self.dx.reshape(*self.dx.shape[:3], per_block, 1, 1).expand(*self.dx.shape[:3], subs, 1, 1)
 
 
 def _by_lane(t: Tensor) -> Tensor:
@@ -166,7 +170,7 @@ def _block32(o: Operands, u: Tensor, scale: Tensor, offset: Tensor | int | None,
     the weight's signs, applied to the activations (``(x ^ m) - m``: ``u`` stays unsigned)."""
     subs = u.shape[3]
     x = _by_lane(o.x(subs, 32))
-    dx = o.scale(subs, 1, 1)
+    dx = o.scale(subs)
     if signs is not None:
         mask = _by_lane(signs)
         x = (x ^ mask) - mask
@@ -575,6 +579,25 @@ INT_DOT_TYPES: frozenset[GGMLType] = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GG
 TABLE_ROW_TYPES: frozenset[GGMLType] = frozenset({GGMLType.IQ1_S, GGMLType.IQ1_M, GGMLType.IQ2_XXS, GGMLType.IQ2_XS,
                                                   GGMLType.IQ2_S, GGMLType.IQ3_XXS, GGMLType.IQ3_S})
 
+# the types whose activations share one scale per 256 (a super-block of the weight) instead of per 32 (llama.cpp's
+# q8_K, for its IQ kernels): none. Measured for the grid types (session 16): a block's factor is then the weight's
+# alone (one broadcast into the multiply-add where a product of two broadcasts was, per block and row) and a
+# super-block's sum an integer up to one float factor (what folding the scales in integers needs: ``bench/
+# grid_bound.py``, +2% there). 4096^2 kernel, one thread, per 32 / per 256 in one process, interleaved, medians (load
+# ~7-12): IQ1_S 1.016-1.018x, IQ1_M 1.052-1.056x, IQ2_XXS 1.006-1.012x, IQ2_XS 1.034-1.065x, IQ2_S 1.003-1.004x;
+# IQ3_XXS, IQ3_S 0.92-0.99x with the per-256 step captured first, 1.12x and 1.05x captured second (placement). The
+# rounding is coarser: rms relative error of a 2048-long product against float64 (IQ2_XS, IQ3_S weights) 0.5% ->
+# 0.6-0.7% on gaussian activations, 1.1% -> 3.1% with 0.5% of them 30x larger; end to end (tg-llm's
+# ``test_int_dot`` on an IQ3_S model, TG_FULL) the logits moved 2.05% of the largest against the float path, over
+# that test's 2% bound (per 32: within it). Not worth its error for a few percent: the grid types stay per 32.
+ACT_BLOCKS: dict[GGMLType, int] = {}
+
+
+def activation_block(gtype: GGMLType) -> int:
+    """How many activations share one scale in the integer product with a weight of type ``gtype``."""
+    return ACT_BLOCKS.get(gtype, ACT_BLOCK)
+
+
 # the types whose integer path multiplies vectors of bytes (TQ1_0's base-3 digits): faster than float only where the
 # renderer multiplies byte vectors as vectors (``Renderer.multiplies_byte_vectors``). On CPU:X86 (lane by lane; 4096^2,
 # one thread, load ~7) TQ1_0's integer kernel took 21.5 ms against 17.3 ms in float. Where the renderer has the row
@@ -615,7 +638,8 @@ def uses_int_dot(type_id: GGMLType | int, device: str) -> bool:
 
 def int_matmul(x: Tensor, raw: Tensor, type_id: GGMLType | int, shape: tuple[int, int]) -> Tensor:
     """``x @ W.T`` for ``x`` ``(..., K)`` and a quantized weight ``W`` of ``shape`` ``(N, K)`` (its raw bytes ``raw``),
-    with ``x`` quantized to 8 bits per block of 32 (``quantize_activations``). Returns ``(..., N)`` float32."""
+    with ``x`` quantized to 8 bits per block of 32, or of 256 for the types in ``ACT_BLOCKS``
+    (``quantize_activations``). Returns ``(..., N)`` float32."""
     gtype = check_supported(type_id)
     if gtype not in SUMS:
         raise ValueError(f"no integer dot product for {gtype.name} (types: {', '.join(t.name for t in SUMS)})")
@@ -629,7 +653,7 @@ def int_matmul(x: Tensor, raw: Tensor, type_id: GGMLType | int, shape: tuple[int
     m = 1
     for s in lead:
         m *= s
-    xq, dx = quantize_activations(x.reshape(m, k))
+    xq, dx = quantize_activations(x.reshape(m, k), activation_block(gtype))
     value = SUMS[gtype](Operands(Blocks(raw, gtype), xq, dx, n, k))
     return value.reshape(m, n, -1).sum(-1).reshape(*lead, n)
 

@@ -10,6 +10,7 @@ a mean KL divergence of the next-token distributions below 1e-3 nats (llama.cpp'
 batch-invariant (each row alone gives the same bits)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -22,11 +23,16 @@ K_MIX = (("ffn_down.weight", "Q6_K"), ("attn_v.weight", "Q8_0"))  # like a Q4_K_
 # falls back to where its dims are no multiple of 256 (Q5_0), and the bundled SmolLM2's Q4_1 with its Q8_0 output
 MIX_32 = (("ffn_down.weight", "Q4_1"), ("attn_v.weight", "Q5_1"), ("attn_q.weight", "Q4_0"), ("output.weight", "Q8_0"))
 # Q4_K with Q6_K and Q8_0 tensors: the three integer-path types a Q4_K_M file holds (one model each: compiles)
+# the grid types (IQ3_S, tests/iquants.py): activations quantized per 256 (``tg_gguf.intdot.ACT_BLOCKS``), every
+# 2-D weight IQ3_S (its dims multiples of 256); under TG_FULL (its kernels compile for ~N s)
+GRID_SPEC = TinySpec("llama", dim=256, n_heads=4, n_kv_heads=2, head_dim=64, ffn_dim=512, tied=False,
+                     quant="IQ3_S", seed=42)
 SPECS = {
     "llama-q4_k_m": TinySpec("llama", dim=256, n_heads=4, n_kv_heads=2, head_dim=64, ffn_dim=512, tied=False,
                              quant="Q4_K", quant_overrides=K_MIX, seed=40),
     "llama-q5_0": TinySpec("llama", dim=160, n_heads=5, n_kv_heads=1, head_dim=32, ffn_dim=416, tied=False,
                            quant="Q5_0", quant_overrides=MIX_32, seed=41),
+    **({"llama-iq3_s": GRID_SPEC} if os.environ.get("TG_FULL") else {}),
 }
 N_PROMPT = 16
 N_GREEDY = 8

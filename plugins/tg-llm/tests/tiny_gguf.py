@@ -26,9 +26,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from kquants import QUANTIZERS
+from iquants import quantize_iq3_s
+from kquants import QUANTIZERS as K_QUANTIZERS
 
 HFWeights = dict[str, np.ndarray]
+QUANTIZERS = {**K_QUANTIZERS, "IQ3_S": quantize_iq3_s}  # the types gguf-py cannot quantize
 
 TRAINING_TEXT = ("the quick brown fox jumps over the lazy dog while the other dogs sleep in the warm sun "
                  "and the fox runs over the hill to the river where the fish swim")
@@ -85,7 +87,7 @@ class TinySpec:
     swa_rope_base: float | None = None      # rope.freq_base_swa (gemma3; None: not written)
     softcaps: tuple[float, float] | None = None  # gemma2: attention and final logit soft-caps
     long_rope: LongRope | None = None       # phi3: LongRoPE factors
-    quant: str = "F32"                # F32, Q8_0, Q4_0, Q4_K or Q6_K for the 2-D weights
+    quant: str = "F32"                # F32, Q8_0, Q4_0, Q4_K, Q6_K or IQ3_S for the 2-D weights
     quant_overrides: tuple[tuple[str, str], ...] = ()  # (name suffix, type): F32, F16, Q8_0, Q4_0, Q4_K, Q6_K
     seed: int = 0
     drop: tuple[str, ...] = field(default=())  # tensors left out of the file (for the error tests)
@@ -375,7 +377,7 @@ def write_tiny_gguf(spec: TinySpec, path: Path, vocab: int = 300) -> HFWeights:
             writer.add_tensor(name, data)
         elif kind == "F16":
             writer.add_tensor(name, data.astype(np.float16))
-        elif kind in QUANTIZERS:  # gguf-py cannot quantize the K-quants
+        elif kind in QUANTIZERS:  # gguf-py cannot quantize the K-quants, nor the grid types
             writer.add_tensor(name, QUANTIZERS[kind](data), raw_dtype=gguf.GGMLQuantizationType[kind])
         else:
             qtype = gguf.GGMLQuantizationType[kind]
