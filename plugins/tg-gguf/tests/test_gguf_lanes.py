@@ -155,6 +155,7 @@ def test_q3_k_keeps_its_third_bits_compact():
     w = repack(random_blocks(GGMLType.Q3_K, _blocks(GGMLType.Q3_K, rows, k), seed=2), GGMLType.Q3_K, (rows, k), "CPU")
     held = sum(t.numel() * t.dtype.itemsize for t in (w.qs, w.d, w.qh, w.sc) if t is not None)
     assert held == rows * k // 256 * 132 and w.m is None and w.dmin is None and w.mn is None
+    assert uses_row_lanes(GGMLType.Q3_K, "CPU")  # taken by default (the layout's cost is in the README)
 
 
 def test_bad_input_is_refused():

@@ -53,7 +53,8 @@ BLOCK = 32  # values per block (a scale each), but for the types in ``BLOCKS``
 class RowLanes:
     """A weight repacked with its rows in lanes: ``qs`` ``(groups, blocks, bytes per row-block)`` uint8, ``d`` (and
     for Q4_1/Q5_1 ``m``) ``(groups, blocks, 8)`` float16 (MXFP4: its exponents, uint16; Q3_K: ``d / 4`` as float32),
-    Q5's ``qh`` ``(groups, blocks, 32)`` uint8; ``rows`` the weight's rows before padding."""
+    Q5's ``qh`` ``(groups, blocks, 32)`` uint8 (Q3_K's ``(groups, blocks / 2, 32)``: one word per row and pair of
+    blocks); ``rows`` the weight's rows before padding."""
 
     gtype: GGMLType
     rows: int
