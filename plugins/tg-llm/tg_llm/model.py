@@ -503,9 +503,12 @@ class Model:
             # grown by doubling, not made for all of max_context at once: at a 131072-token context that table is
             # 64 MiB per kind (and ~190 MiB of float64 on the way) for positions most runs never reach
             size = min(self.config.max_context, max(1024, 1 << (reached - 1).bit_length()))
-            angles = np.arange(size, dtype=np.float64)[:, None] * kind.freqs[None, :]
-            kind.rotary = ((np.cos(angles) * kind.cos_scale).astype(np.float32),
-                           (np.sin(angles) * kind.cos_scale).astype(np.float32))
+            held = 0 if kind.rotary is None else len(kind.rotary[0])  # only the new rows are computed
+            angles = np.arange(held, size, dtype=np.float64)[:, None] * kind.freqs[None, :]
+            new = ((np.cos(angles) * kind.cos_scale).astype(np.float32),
+                   (np.sin(angles) * kind.cos_scale).astype(np.float32))
+            kind.rotary = new if kind.rotary is None else (np.concatenate([kind.rotary[0], new[0]]),
+                                                           np.concatenate([kind.rotary[1], new[1]]))
         cos, sin = kind.rotary
         return cos[positions], sin[positions]
 
