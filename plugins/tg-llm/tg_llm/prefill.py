@@ -45,14 +45,11 @@ def prefill_chunks(model: Model, asked: Sequence[tuple[int, Sequence[int], int]]
         model._check_room(start, len(tokens), seq)
     done: set[int] = set()
     last: dict[int, np.ndarray] = {}  # (with ``logits``) each sequence's last token's logits
-    # batches of the chunks that run as many rows alone (the attention kernels' plans change with the rows), where
-    # each row's products keep their order at any row count: the row lanes (at least 8 rows: whole groups of 8
-    # share each weight load) or the dense GEMM (the fused float products' plans change with the rows)
-    least = 8 if model._lane_prefill else DENSE_MIN_TOKENS
+    # batches of the chunks that run as many rows alone (the attention kernels' plans change with the rows)
     groups: dict[int, list[tuple[int, list[int], int]]] = {}
     for chunk in chunks:
         padded = batch_padding([chunk])
-        if padded >= least and fits_batch(model, chunk, padded):
+        if batchable(model, chunk, padded):
             groups.setdefault(padded, []).append(chunk)
     for together in groups.values():
         if len(together) < 2:
@@ -69,6 +66,24 @@ def prefill_chunks(model: Model, asked: Sequence[tuple[int, Sequence[int], int]]
         if seq not in done:
             last[seq] = model._run(tokens, start, "last" if logits else "none", seq)[-1:]
     return np.stack([last[seq].reshape(-1) for seq, _, _ in chunks]) if logits else None
+
+
+def batch_partners(model: Model, lead: tuple[int, list[int], int], others: Sequence[tuple[int, list[int], int]],
+                   most: int) -> list[int]:
+    """The indices of up to ``most`` of the chunks ``others`` (sequence, tokens, start) that ``prefill_chunks`` runs
+    in one forward with the chunk ``lead``, each then bitwise as alone: the same padded rows, a batch it takes."""
+    padded = batch_padding([lead])
+    if not batchable(model, lead, padded):
+        return []
+    return [i for i, c in enumerate(others) if batch_padding([c]) == padded and batchable(model, c, padded)][:most]
+
+
+def batchable(model: Model, chunk: tuple[int, list[int], int], padded: int) -> bool:
+    """Whether a chunk padded to ``padded`` rows runs in a batch as alone: where each row's products keep their
+    order at any row count, the row lanes (at least 8 rows: whole groups of 8 share each weight load) or the dense
+    GEMM (the fused float products' plans change with the rows), and where the batch fits (``fits_batch``)."""
+    least = 8 if model._lane_prefill else DENSE_MIN_TOKENS
+    return padded >= least and fits_batch(model, chunk, padded)
 
 
 def fits_batch(model: Model, chunk: tuple[int, list[int], int], padded: int) -> bool:

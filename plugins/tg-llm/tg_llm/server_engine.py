@@ -20,8 +20,10 @@ worker's loop it
    chunks of the prompt: the prefix cache works per slot, in whole chunks;
    a slot caching ``PREFIX_OVER_ROWS`` tokens of the prompt or more is taken even if the steps grow);
 3. prefills one chunk (at most ``prefill_chunk`` tokens) of the prefilling sequence with the fewest prompt tokens
-   left, so a long prompt is prefilled across many turns and a short one is not stuck behind it; a sequence's
-   last chunk gives its first token;
+   left, so a long prompt is prefilled across many turns and a short one is not stuck behind it, in one forward
+   with the next chunks of up to ``PREFILL_BATCH`` - 1 other prefilling sequences whose chunks run alongside it as
+   they would alone (prompts arriving together join the decode steps together); a sequence's last chunk gives its
+   first token;
 4. runs one batched decode step (``Model.decode``) for every sequence that has a token to run, and samples the
    next token of each; finished ones free their slot at once.
 A sequence's tokens do not depend on what else runs (``Model.decode`` is batch-invariant) nor on what its slot
@@ -206,6 +208,11 @@ READY_BUDGET_S = 3.5
 # use, rounded up to a power of two: a one-stream generation in slot 7 ran 8-row steps, 2-4x a 1-row step's time),
 # unless another free slot's cache holds at least this many tokens of its prompt (re-prefilling them costs more)
 PREFIX_OVER_ROWS = 512
+# prefilling sequences whose next chunks may run in one forward (``prefill.batch_partners``): prompts arriving
+# together then decode together from their first tokens (one joining per turn ran 8 streams' 64 tokens in 70-72
+# steps, not 64-66); more would stall the sequences decoding meanwhile longer per turn and take more warm-up captures
+# (each count its own)
+PREFILL_BATCH = 4
 IDLE_POLL_S = 0.5     # how often an idle worker looks at the queue when nothing arrives
 # an idle capture (up to a second on a loaded machine) starts only after this long without work, so requests sent
 # one after another (a client's next turn, a benchmark's next round) do not wait behind one
@@ -294,6 +301,8 @@ class Engine:
                                 if n <= min(self.prefill_chunk, self.model.config.max_context - 1)]
             if 2 * self.prefill_chunk <= self.model.config.max_context - 1:
                 self._warm_later.append(self._warm_chunks)
+                self._warm_later += [functools.partial(self._warm_batch, n)
+                                     for n in range(2, min(PREFILL_BATCH, self.parallel) + 1)]
             self._warm_later += [functools.partial(self.model.warm_up, [s]) for s in shapes if s[1] != first]
             self._warm_while_time_allows((time.perf_counter() - warm) / max(1, sum(s[1] == first for s in shapes)))
             self.warm_up_seconds = time.perf_counter() - warm
@@ -343,6 +352,17 @@ class Engine:
         self.model.prefill([0] * n, 0, seq=seq)  # (the first call of each captures it)
         self.model.forward_last([0] * n, n, seq=seq)
         self.model.reset(seq)
+
+    def _warm_batch(self, n: int) -> None:
+        """Capture what ``n`` prompts of one to two chunks joining together run (``_warm_chunks`` for one): their
+        first chunks in one forward, then their last ones with logits, in the ``n`` slots caching the fewest tokens
+        (then emptied)."""
+        chunk = self.prefill_chunk
+        slots = sorted(range(self.model.sequences), key=lambda i: (len(self.model.tokens_of(i)), -i))[:n]
+        self.model.prefill_chunks([(seq, [0] * chunk, 0) for seq in slots])  # (the first call of each captures it)
+        self.model.prefill_chunks([(seq, [0] * chunk, chunk) for seq in slots], logits=True)
+        for seq in slots:
+            self.model.reset(seq)
 
     def _emptiest_slot(self) -> int:
         return min(range(self.model.sequences), key=lambda i: (len(self.model.tokens_of(i)), -i))
@@ -525,7 +545,7 @@ class _Scheduler:
     def turn(self) -> None:
         self.sweep()
         self.admit()
-        self.prefill_one_chunk()
+        self.prefill_chunks()
         self.sweep()  # a chunk can take a while: what was cancelled or stopped meanwhile does not decode
         self.decode_step()
 
@@ -636,29 +656,47 @@ class _Scheduler:
     def state_of(self, job: Job) -> _JobState:
         return next(st for st in self.jobs if st.job is job)
 
-    def prefill_one_chunk(self) -> None:
-        """One chunk of the prefilling sequence with the fewest prompt tokens left; its last chunk samples its first
-        token."""
-        waiting = [s for s in self.slots if s is not None and s.prefilling]
+    def prefill_chunks(self) -> None:
+        """The next chunk of the prefilling sequence with the fewest prompt tokens left, in one forward with the next
+        chunks of up to ``PREFILL_BATCH`` - 1 others that run alongside it as they would alone
+        (``prefill.batch_partners``); prompts arriving together then get their first tokens together and decode in full
+        steps from there, as ``tg llm bench``'s sequences do, not one joining per turn beside steps that grow;
+        a sequence's last chunk samples its first token."""
+        waiting = sorted((s for s in self.slots if s is not None and s.prefilling),
+                         key=lambda s: (len(s.choice.prompt_ids) - s.done, s.clock.start))
         if not waiting:
             return
-        seq = min(waiting, key=lambda s: (len(s.choice.prompt_ids) - s.done, s.clock.start))
-        prompt = seq.choice.prompt_ids
-        end = min(len(prompt), seq.done + self.engine.prefill_chunk)
+        from tg_llm.prefill import batch_partners
+        chunk = self.engine.prefill_chunk
+
+        def next_chunk(s: _Sequence) -> tuple[int, list[int], int]:
+            return s.slot, s.choice.prompt_ids[s.done:s.done + chunk], s.done
+
+        def ends(s: _Sequence) -> bool:
+            return s.done + chunk >= len(s.choice.prompt_ids)
+        # (a group's chunks are all their prompts' last or none: a chunk's keys are those of its run alone)
+        last = ends(waiting[0])
+        others = [s for s in waiting[1:] if ends(s) == last]
+        group = [waiting[0]] + [others[i] for i in batch_partners(
+            self.model, next_chunk(waiting[0]), [next_chunk(s) for s in others], PREFILL_BATCH - 1)]
+        parts = [next_chunk(s)[1] for s in group]
         flush_outboxes(force=True)  # (a chunk takes a while: the tokens held back go first)
         clock = self.engine.clock
         clock.lap("host")
-        clock.chunks += 1
-        if end < len(prompt):
-            self.model.prefill(prompt[seq.done:end], seq.done, seq=seq.slot)
-            clock.lap("prefill")
-            seq.done = end
-            return
-        logits = self.model.forward_last(prompt[seq.done:], seq.done, seq=seq.slot)
+        clock.chunks += len(group)
+        if len(group) == 1:  # (alone: main's calls, whose captures the warm-up made)
+            seq = group[0]
+            logits = self.model.forward_last(parts[0], seq.done, seq=seq.slot)[None] if last else \
+                self.model.prefill(parts[0], seq.done, seq=seq.slot)
+        else:
+            logits = self.model.prefill_chunks([(s.slot, part, s.done) for s, part in zip(group, parts, strict=True)],
+                                               logits=last)
         clock.lap("prefill")
-        seq.done = len(prompt)
-        seq.stream = self.new_stream(seq)
-        self.deliver(seq, logits)
+        for i, (seq, part) in enumerate(zip(group, parts, strict=True)):
+            seq.done += len(part)
+            if last:
+                seq.stream = self.new_stream(seq)
+                self.deliver(seq, logits[i])
 
     def new_stream(self, seq: _Sequence) -> Any:
         from tg_llm.generate import TokenStream
