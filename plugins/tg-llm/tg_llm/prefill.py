@@ -86,6 +86,21 @@ def batchable(model: Model, chunk: tuple[int, list[int], int], padded: int) -> b
     return padded >= least and fits_batch(model, chunk, padded)
 
 
+def captures_kept(model: Model, rows: int) -> int:
+    """How many captures of one sequence's prefill of ``rows`` rows the model keeps per kind of result."""
+    return PREFILL_CAPTURES if not model._lane_prefill and rows >= DENSE_MIN_TOKENS else FUSED_PREFILL_CAPTURES
+
+
+def warm_up(model: Model, seq: int, start: int, rows: int, want: str | None) -> None:
+    """Capture the prefill of ``rows`` tokens at ``start`` of sequence ``seq`` (what ``want`` asks for), as a prompt
+    reaching there runs it, without prefilling the positions before: the sequence is taken to hold ``start`` tokens
+    (their keys are whatever its cache holds: the outputs are dropped), then emptied."""
+    model.reset(seq)
+    model._tokens[seq] = [0] * start
+    run(model, [(seq, [0] * rows, start)], want)
+    model.reset(seq)
+
+
 def fits_batch(model: Model, chunk: tuple[int, list[int], int], padded: int) -> bool:
     """Whether a chunk can run in a batch padded to ``padded`` rows per sequence (see ``Model.prefill_chunks``)."""
     seq, tokens, start = chunk
@@ -93,15 +108,17 @@ def fits_batch(model: Model, chunk: tuple[int, list[int], int], padded: int) -> 
             and all(start % kind.cache_len + padded <= kind.cache_len for kind in model.kinds))
 
 
-def run(model: Model, chunks: list[tuple[int, list[int], int]], want: str | None) -> list[np.ndarray] | None:
+def run(model: Model, chunks: list[tuple[int, list[int], int]], want: str | None,
+        padding: int = 0) -> list[np.ndarray] | None:
     """Several tokens of one or more sequences in one forward: each chunk (sequence, tokens, start) padded to the
     same power of two of rows (``batch_padding``), attention over a power-of-two window of the cache, so
     prompts of many lengths and positions share a few compiled kernel sets (and jit captures, see the model's
-    module docstring). Returns each chunk's logits ``want`` asks for (None: none)."""
+    module docstring); at least ``padding`` rows per chunk. Returns each chunk's logits ``want`` asks for (None:
+    none)."""
     from tgcore.tensor import Tensor
     from tgcore.uop import UOp
     solo = len(chunks) == 1
-    padded = batch_padding(chunks)
+    padded = max(batch_padding(chunks), padding)
     if solo and chunks[0][2] + padded > model.config.max_context:  # the padding's writes must stay in the cache
         padded = len(chunks[0][1])
 
