@@ -16,7 +16,10 @@ one round of the most streams, and measures:
   one-run figure (``--rounds 1`` is that alone); wall-clock figures on a shared machine vary from round to round,
   the median of several is steadier;
 - one stream and N concurrent streams (completions with random token-id prompts, greedy): aggregate
-  completion tokens per second of wall time, and each stream's decode rate (first token to last);
+  completion tokens per second of wall time (the N prompts' prefill included, as one stream's own: a round of N
+  streams is N prefills and 63 or more batched steps, the engine's N-row decode figure the steps alone), each
+  stream's decode rate (first token to last), and from a tg server where its worker's time went (prefill, decode
+  steps with the sequences and rows per step, host work, idle);
 - the time to first token of a short request sent while a ``--long-prompt-tokens`` prompt prefills;
 - with 4 streams generating, how long SIGTERM takes to end the server, and its exit status.
 
@@ -252,6 +255,39 @@ def kernels_compiled(url: str) -> tuple[int, int] | None:
     return values["tg_llm_kernels_compiled"], values["tg_llm_kernels_generated"]
 
 
+def worker_figures(url: str) -> dict[str, float]:
+    """The tg server's worker clock from /metrics: seconds per phase, decode steps, their sequences and rows, prefill
+    chunks (empty for a server without them)."""
+    import httpx
+    try:
+        text = httpx.get(url + "/metrics", timeout=30).text
+    except httpx.HTTPError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name.startswith("tg_llm_worker_seconds_total{phase="):
+            out[name.split('"')[1]] = float(value)
+        elif name in ("tg_llm_decode_steps_total", "tg_llm_decode_rows_total", "tg_llm_decode_step_rows_total",
+                      "tg_llm_prefill_chunks_total"):
+            out[name[len("tg_llm_"):-len("_total")]] = float(value)
+    return out
+
+
+def worker_note(url: str, before: dict[str, float]) -> str:
+    """Where the worker's time went since ``before`` (``worker_figures``): what a round loses against the engine's
+    steps alone (prefill, host work, steps with fewer rows than streams)."""
+    after = worker_figures(url)
+    if not before or not after:
+        return ""
+    d = {k: after[k] - before.get(k, 0.0) for k in after}
+    steps = max(d.get("decode_steps", 0.0), 1.0)
+    return (f"; worker: prefill {d.get('prefill', 0):.2f} s ({d.get('prefill_chunks', 0):.0f} chunks), decode "
+            f"{d.get('decode', 0):.2f} s ({d.get('decode_steps', 0):.0f} steps, {d.get('decode_rows', 0) / steps:.1f} "
+            f"sequences and {d.get('decode_step_rows', 0) / steps:.1f} rows per step), host {d.get('host', 0):.2f} s, "
+            f"idle {d.get('idle', 0):.2f} s")
+
+
 def compiled_note(url: str, before: tuple[int, int] | None) -> str:
     after = kernels_compiled(url)
     if before is None or after is None:
@@ -271,14 +307,14 @@ def measure(url: str, args: argparse.Namespace, streams: list[int]) -> dict[str,
     print(f"  warm-up round ({max(streams)} streams, 8 tokens): {r['wall_s']:.1f} s{compiled_note(url, compiled)}")
     out: dict[str, float] = {}
     for n in streams:
-        compiled = kernels_compiled(url)
+        compiled, worker = kernels_compiled(url), worker_figures(url)
         r = concurrent(client, model, n, args.prompt_tokens, args.gen_tokens)
         out[f"{n} streams"] = r["aggregate_tok_s"]
         out[f"{n} streams decode"] = r["mean_stream_decode_tok_s"]
         print(f"  {n} stream(s): aggregate {r['aggregate_tok_s']:.1f} tok/s, per stream decode "
               f"{r['mean_stream_decode_tok_s']:.1f} tok/s (summed: {n * r['mean_stream_decode_tok_s']:.1f}; "
               f"{r['tokens']} tokens in {r['wall_s']:.1f} s"
-              f"{compiled_note(url, compiled)})", flush=True)
+              f"{compiled_note(url, compiled)}{worker_note(url, worker)})", flush=True)
     compiled = kernels_compiled(url)
     out["ttft"] = ttft_behind_long_prompt(client, model, args.long_prompt_tokens)
     print(f"  TTFT of a short request behind a {args.long_prompt_tokens}-token prefill: {out['ttft']:.2f} s"

@@ -6,6 +6,7 @@ takes 13 scheduler turns. Checked:
   batch as others finish) each equal the same request sent alone;
 - cancelling one stream of a running batch: the others finish unchanged, the slot is freed;
 - chunked prefill: a short request sent while a long prompt is prefilling gets its first token first;
+- prompts that arrive together prefill in one forward per chunk and decode together from their first tokens;
 - prompt log-probabilities (echo) prefill in the same chunks: the generation's log-probabilities are unchanged;
 - SIGTERM with 4 streams running: each ends with ``server_shutdown``, exit 0, no traceback.
 No wall-clock assertions: only orderings and equalities.
@@ -147,6 +148,57 @@ def test_short_request_overtakes_a_long_prefill(server: Any) -> None:
     assert firsts["short"] < firsts["long"]
     assert texts["short"] == complete(server, PROMPTS[0], max_tokens=4, temperature=0)
     assert texts["long"] == complete(server, long_prompt, max_tokens=4, temperature=0)
+
+
+def test_prompts_arriving_together_join_in_one_forward_and_decode_together() -> None:
+    """Four 32-token prompts queued before the worker starts (two chunks of 16 each): their chunks run in one forward
+    per chunk (``Model.prefill_chunks``), so every stream has its first token before the first decode step and the
+    steps are the generation's (``GEN`` - 1), each with all four rows; each stream's greedy tokens are those of its
+    prompt run alone through the model."""
+    import asyncio
+
+    from tg_llm.model import Model
+    from tg_llm.server_engine import Choice, Engine, Job
+    batched: list[int] = []  # the chunks of each prefill_chunks call for the prompts (the warm-ups' are zeros)
+
+    def load(*args: Any, **kw: Any) -> Any:
+        model = Model.from_gguf(*args, **kw)
+        run_chunks = model.prefill_chunks
+
+        def counted(chunks: Any, logits: bool = False) -> Any:
+            if any(any(tokens) for _, tokens, _ in chunks):
+                batched.append(len(chunks))
+            return run_chunks(chunks, logits)
+        model.prefill_chunks = counted  # type: ignore[method-assign]
+        return model
+    engine = Engine(smollm2_path(), max_context=128, parallel=4, prefill_chunk=16, load_model=load)
+    loop = asyncio.new_event_loop()
+    prompts = [[int(t) for t in np.random.default_rng(20 + i).integers(100, 40000, 32)] for i in range(4)]
+    jobs = [Job([Choice(p, GEN, temperature=0.0)], loop, time.monotonic() + 600) for p in prompts]
+    for job in jobs:  # (queued before the worker starts: its first turn takes the four)
+        assert engine.try_submit(job)
+    engine.start_loading().join(600)
+    assert engine.state == "ready"
+    model = engine.model
+
+    async def tokens(job: Job) -> list[int]:
+        got = []
+        while (out := await job.outputs.get()).kind != "end":
+            assert out.kind == "event", out.payload
+            got.append(out.payload.token_id)
+        return got
+    got = [loop.run_until_complete(tokens(job)) for job in jobs]
+    engine.stop()
+    engine._worker.join(60)  # (the worker owns the model until then)
+    assert batched == [4, 4] and engine.clock.chunks == 8
+    assert engine.clock.steps == GEN - 1 and engine.clock.rows == 4 * (GEN - 1)
+    for prompt, stream in zip(prompts, got, strict=True):
+        model.reset()
+        model.prefill(prompt[:16], 0)  # (the server's chunks)
+        alone = [int(np.argmax(model.forward_last(prompt[16:], 16)))]
+        for pos in range(len(prompt), len(prompt) + GEN - 1):
+            alone.append(int(np.argmax(model.forward_last([alone[-1]], pos))))
+        assert stream == alone
 
 
 def test_prompt_logprobs_do_not_change_the_generation(server: Any) -> None:

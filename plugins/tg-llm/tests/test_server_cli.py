@@ -132,6 +132,50 @@ def test_warm_ups_before_ready_leave_the_first_requests_nothing_to_compile(monke
     assert greedy == alone and len(sampled) >= 1
 
 
+def test_long_prompts_compile_nothing_after_the_warm_ups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With every warm-up made (before ready, given the time), prompts of 13 and 10 chunks of 16 tokens (their
+    chunks' attention windows 32 to 256, the last chunk 8 and 6 tokens) and their decode steps compile no kernel; the
+    greedy tokens are those of the same chunks run through the model alone (the last padded to a whole chunk)."""
+    import asyncio
+
+    from tg_llm import server_engine
+    from tg_llm.server_engine import Choice, Engine, Job
+
+    from tgcore.engine.realize import CompileCounter
+    monkeypatch.setattr(server_engine, "READY_BUDGET_S", 1e9)
+    engine = Engine(smollm2_path(), max_context=256, parallel=1, prefill_chunk=16)
+    engine.start_loading().join(600)
+    assert engine.state == "ready" and not engine._warm_later
+    prompts = [[int(t) for t in np.random.default_rng(40 + n).integers(100, 40000, n)] for n in (200, 150)]
+    loop = asyncio.new_event_loop()
+
+    async def tokens(job: Job) -> list[int]:
+        got = []
+        while (out := await job.outputs.get()).kind != "end":
+            assert out.kind == "event", out.payload
+            got.append(out.payload.token_id)
+        return got
+    before = CompileCounter.count
+    got = []
+    for prompt in prompts:
+        job = Job([Choice(prompt, 4, temperature=0.0)], loop, time.monotonic() + 600)
+        assert engine.try_submit(job)
+        got.append(loop.run_until_complete(tokens(job)))
+    assert CompileCounter.count == before
+    engine.stop()
+    engine._worker.join(60)  # (the worker owns the model until then)
+    model = engine.model
+    for prompt, stream in zip(prompts, got, strict=True):
+        model.reset()
+        last = (len(prompt) - 1) // 16 * 16
+        for at in range(0, last, 16):
+            model.prefill(prompt[at:at + 16], at)
+        alone = [int(np.argmax(model.forward_last(prompt[last:], last, padding=16)))]
+        for pos in range(len(prompt), len(prompt) + 3):
+            alone.append(int(np.argmax(model.forward_last([alone[-1]], pos))))
+        assert stream == alone
+
+
 def test_health_503_while_loading_then_200() -> None:
     import asyncio
     require_server_deps()

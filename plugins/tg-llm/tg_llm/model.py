@@ -366,9 +366,10 @@ class Model:
         of sequence ``seq``."""
         return self._run(tokens, start_pos, "all", self._check_seq(seq))
 
-    def forward_last(self, tokens: Sequence[int], start_pos: int, seq: int = 0) -> np.ndarray:
-        """Like ``forward`` but only the last token's logits (shape (vocab,)): a prefill skips the rest."""
-        return self._run(tokens, start_pos, "last", self._check_seq(seq))[-1]
+    def forward_last(self, tokens: Sequence[int], start_pos: int, seq: int = 0, padding: int = 0) -> np.ndarray:
+        """Like ``forward`` but only the last token's logits (shape (vocab,)): a prefill skips the rest. ``padding``:
+        run at least this many rows (a server's last chunk of a long prompt as its whole chunks: their captures)."""
+        return self._run(tokens, start_pos, "last", self._check_seq(seq), padding)[-1]
 
     def prefill(self, tokens: Sequence[int], start_pos: int, seq: int = 0) -> None:
         """Run ``tokens`` at ``start_pos ..`` of sequence ``seq`` into its cache, computing no logits (a chunk of a
@@ -403,7 +404,7 @@ class Model:
         for kind in self.kinds:
             kind.forget(seq, start_pos)
 
-    def _run(self, tokens: Sequence[int], start_pos: int, want: str, seq: int) -> np.ndarray:
+    def _run(self, tokens: Sequence[int], start_pos: int, want: str, seq: int, padding: int = 0) -> np.ndarray:
         tokens = [int(t) for t in tokens]
         n = len(tokens)
         if n == 0:
@@ -425,7 +426,7 @@ class Model:
             chunk = tokens[c:c + PREFILL_CHUNK]
             last_chunk = c + PREFILL_CHUNK >= n
             wanted = want if last_chunk or want == "all" else "none"
-            part = prefill.run(self, [(seq, chunk, start_pos + c)], None if wanted == "none" else wanted)
+            part = prefill.run(self, [(seq, chunk, start_pos + c)], None if wanted == "none" else wanted, padding)
             if part is not None:
                 rows.append(part[0])
             self._tokens[seq] = self._tokens[seq] + chunk

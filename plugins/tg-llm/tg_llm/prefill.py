@@ -45,14 +45,11 @@ def prefill_chunks(model: Model, asked: Sequence[tuple[int, Sequence[int], int]]
         model._check_room(start, len(tokens), seq)
     done: set[int] = set()
     last: dict[int, np.ndarray] = {}  # (with ``logits``) each sequence's last token's logits
-    # batches of the chunks that run as many rows alone (the attention kernels' plans change with the rows), where
-    # each row's products keep their order at any row count: the row lanes (at least 8 rows: whole groups of 8
-    # share each weight load) or the dense GEMM (the fused float products' plans change with the rows)
-    least = 8 if model._lane_prefill else DENSE_MIN_TOKENS
+    # batches of the chunks that run as many rows alone (the attention kernels' plans change with the rows)
     groups: dict[int, list[tuple[int, list[int], int]]] = {}
     for chunk in chunks:
         padded = batch_padding([chunk])
-        if padded >= least and fits_batch(model, chunk, padded):
+        if batchable(model, chunk, padded):
             groups.setdefault(padded, []).append(chunk)
     for together in groups.values():
         if len(together) < 2:
@@ -71,6 +68,39 @@ def prefill_chunks(model: Model, asked: Sequence[tuple[int, Sequence[int], int]]
     return np.stack([last[seq].reshape(-1) for seq, _, _ in chunks]) if logits else None
 
 
+def batch_partners(model: Model, lead: tuple[int, list[int], int], others: Sequence[tuple[int, list[int], int]],
+                   most: int) -> list[int]:
+    """The indices of up to ``most`` of the chunks ``others`` (sequence, tokens, start) that ``prefill_chunks`` runs
+    in one forward with the chunk ``lead``, each then bitwise as alone: the same padded rows, a batch it takes."""
+    padded = batch_padding([lead])
+    if not batchable(model, lead, padded):
+        return []
+    return [i for i, c in enumerate(others) if batch_padding([c]) == padded and batchable(model, c, padded)][:most]
+
+
+def batchable(model: Model, chunk: tuple[int, list[int], int], padded: int) -> bool:
+    """Whether a chunk padded to ``padded`` rows runs in a batch as alone: where each row's products keep their
+    order at any row count, the row lanes (at least 8 rows: whole groups of 8 share each weight load) or the dense
+    GEMM (the fused float products' plans change with the rows), and where the batch fits (``fits_batch``)."""
+    least = 8 if model._lane_prefill else DENSE_MIN_TOKENS
+    return padded >= least and fits_batch(model, chunk, padded)
+
+
+def captures_kept(model: Model, rows: int) -> int:
+    """How many captures of one sequence's prefill of ``rows`` rows the model keeps per kind of result."""
+    return PREFILL_CAPTURES if not model._lane_prefill and rows >= DENSE_MIN_TOKENS else FUSED_PREFILL_CAPTURES
+
+
+def warm_up(model: Model, seq: int, start: int, rows: int, want: str | None) -> None:
+    """Capture the prefill of ``rows`` tokens at ``start`` of sequence ``seq`` (what ``want`` asks for), as a prompt
+    reaching there runs it, without prefilling the positions before: the sequence is taken to hold ``start`` tokens
+    (their keys are whatever its cache holds: the outputs are dropped), then emptied."""
+    model.reset(seq)
+    model._tokens[seq] = [0] * start
+    run(model, [(seq, [0] * rows, start)], want)
+    model.reset(seq)
+
+
 def fits_batch(model: Model, chunk: tuple[int, list[int], int], padded: int) -> bool:
     """Whether a chunk can run in a batch padded to ``padded`` rows per sequence (see ``Model.prefill_chunks``)."""
     seq, tokens, start = chunk
@@ -78,15 +108,17 @@ def fits_batch(model: Model, chunk: tuple[int, list[int], int], padded: int) -> 
             and all(start % kind.cache_len + padded <= kind.cache_len for kind in model.kinds))
 
 
-def run(model: Model, chunks: list[tuple[int, list[int], int]], want: str | None) -> list[np.ndarray] | None:
+def run(model: Model, chunks: list[tuple[int, list[int], int]], want: str | None,
+        padding: int = 0) -> list[np.ndarray] | None:
     """Several tokens of one or more sequences in one forward: each chunk (sequence, tokens, start) padded to the
     same power of two of rows (``batch_padding``), attention over a power-of-two window of the cache, so
     prompts of many lengths and positions share a few compiled kernel sets (and jit captures, see the model's
-    module docstring). Returns each chunk's logits ``want`` asks for (None: none)."""
+    module docstring); at least ``padding`` rows per chunk. Returns each chunk's logits ``want`` asks for (None:
+    none)."""
     from tgcore.tensor import Tensor
     from tgcore.uop import UOp
     solo = len(chunks) == 1
-    padded = batch_padding(chunks)
+    padded = max(batch_padding(chunks), padding)
     if solo and chunks[0][2] + padded > model.config.max_context:  # the padding's writes must stay in the cache
         padded = len(chunks[0][1])
 

@@ -20,8 +20,10 @@ worker's loop it
    chunks of the prompt: the prefix cache works per slot, in whole chunks;
    a slot caching ``PREFIX_OVER_ROWS`` tokens of the prompt or more is taken even if the steps grow);
 3. prefills one chunk (at most ``prefill_chunk`` tokens) of the prefilling sequence with the fewest prompt tokens
-   left, so a long prompt is prefilled across many turns and a short one is not stuck behind it; a sequence's
-   last chunk gives its first token;
+   left, so a long prompt is prefilled across many turns and a short one is not stuck behind it, in one forward
+   with the next chunks of up to ``PREFILL_BATCH`` - 1 other prefilling sequences whose chunks run alongside it as
+   they would alone (prompts arriving together join the decode steps together); a sequence's last chunk gives its
+   first token;
 4. runs one batched decode step (``Model.decode``) for every sequence that has a token to run, and samples the
    next token of each; finished ones free their slot at once.
 A sequence's tokens do not depend on what else runs (``Model.decode`` is batch-invariant) nor on what its slot
@@ -36,7 +38,6 @@ frees the job's slots at its next turn.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import queue
@@ -50,6 +51,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from tg_llm import server_warmup
 from tg_llm.server_handoff import WorkerClock, flush_outboxes, outbox_for
 
 log = logging.getLogger("tg_llm.server")
@@ -195,9 +197,6 @@ class ProgressBar:
 # prompt tokens prefilled per scheduler turn (a short request waits for at most one chunk); prefill throughput at
 # 64 is that at 128 (SmolLM2 Q4_1, 512 tokens, load 8-13: 27-36 vs 29-31 tok/s; at 32: 16-23)
 PREFILL_CHUNK = 64
-# the prefill sizes of prompts that fit in one chunk (a prompt is padded to the next of them), captured at position 0
-# while idle: 4-16 fused (small captures), 32 and 64 dense (prompts of 17-63 tokens; those up to the chunk size)
-SHORT_PROMPT_PADDINGS = (4, 8, 16, 32, 64)
 # seconds from the engine's creation to ready that the warm-ups aim at: after the first window's decode steps, the
 # next warm-ups (short prompts' prefill, the chunks, the next windows) run before ready while the last one's time
 # says the next still fits; the rest while idle. A warm program cache (tgcore.engine.programs) makes them cheap.
@@ -206,6 +205,11 @@ READY_BUDGET_S = 3.5
 # use, rounded up to a power of two: a one-stream generation in slot 7 ran 8-row steps, 2-4x a 1-row step's time),
 # unless another free slot's cache holds at least this many tokens of its prompt (re-prefilling them costs more)
 PREFIX_OVER_ROWS = 512
+# prefilling sequences whose next chunks may run in one forward (``prefill.batch_partners``): prompts arriving
+# together then decode together from their first tokens (one joining per turn ran 8 streams' 64 tokens in 70-72
+# steps, not 64-66); more would stall the sequences decoding meanwhile longer per turn and take more warm-up captures
+# (each count its own)
+PREFILL_BATCH = 4
 IDLE_POLL_S = 0.5     # how often an idle worker looks at the queue when nothing arrives
 # an idle capture (up to a second on a loaded machine) starts only after this long without work, so requests sent
 # one after another (a client's next turn, a benchmark's next round) do not wait behind one
@@ -290,11 +294,8 @@ class Engine:
             warm = time.perf_counter()
             self.model.warm_up([s for s in shapes if s[1] == first])
             self.warm_up_seconds = time.perf_counter() - warm
-            self._warm_later = [functools.partial(self._warm_prefill, n) for n in SHORT_PROMPT_PADDINGS
-                                if n <= min(self.prefill_chunk, self.model.config.max_context - 1)]
-            if 2 * self.prefill_chunk <= self.model.config.max_context - 1:
-                self._warm_later.append(self._warm_chunks)
-            self._warm_later += [functools.partial(self.model.warm_up, [s]) for s in shapes if s[1] != first]
+            self._warm_later = server_warmup.plan(self.model, self.prefill_chunk, min(PREFILL_BATCH, self.parallel),
+                                                  first)
             self._warm_while_time_allows((time.perf_counter() - warm) / max(1, sum(s[1] == first for s in shapes)))
             self.warm_up_seconds = time.perf_counter() - warm
         except BaseException as e:  # noqa: BLE001 - any failure is reported and ends the server
@@ -327,25 +328,6 @@ class Engine:
                 return
             self.warm_ups_before_ready += 1
             last = time.perf_counter() - start
-
-    def _warm_prefill(self, n: int) -> None:
-        """Capture the prefill of an ``n``-token prompt at position 0 (in the slot caching the fewest tokens, then
-        emptied)."""
-        seq = self._emptiest_slot()
-        self.model.forward_last([0] * n, 0, seq=seq)  # (its first call captures it)
-        self.model.reset(seq)
-
-    def _warm_chunks(self) -> None:
-        """Capture what a prompt of one to two chunks runs: ``prefill_chunk`` tokens at position 0 without logits,
-        then the last chunk (padded to ``prefill_chunk``) at that position with them. Without it the first requests
-        of a usual length paid two compiles and two captures (TTFT 1.4-2.3 s against 0.3 s for 128 tokens)."""
-        n, seq = self.prefill_chunk, self._emptiest_slot()
-        self.model.prefill([0] * n, 0, seq=seq)  # (the first call of each captures it)
-        self.model.forward_last([0] * n, n, seq=seq)
-        self.model.reset(seq)
-
-    def _emptiest_slot(self) -> int:
-        return min(range(self.model.sequences), key=lambda i: (len(self.model.tokens_of(i)), -i))
 
     @property
     def max_context(self) -> int:
@@ -525,7 +507,7 @@ class _Scheduler:
     def turn(self) -> None:
         self.sweep()
         self.admit()
-        self.prefill_one_chunk()
+        self.prefill_chunks()
         self.sweep()  # a chunk can take a while: what was cancelled or stopped meanwhile does not decode
         self.decode_step()
 
@@ -636,29 +618,52 @@ class _Scheduler:
     def state_of(self, job: Job) -> _JobState:
         return next(st for st in self.jobs if st.job is job)
 
-    def prefill_one_chunk(self) -> None:
-        """One chunk of the prefilling sequence with the fewest prompt tokens left; its last chunk samples its first
-        token."""
-        waiting = [s for s in self.slots if s is not None and s.prefilling]
+    def prefill_chunks(self) -> None:
+        """The next chunk of the prefilling sequence with the fewest prompt tokens left, in one forward with the next
+        chunks of up to ``PREFILL_BATCH`` - 1 others that run alongside it as they would alone
+        (``prefill.batch_partners``); prompts arriving together then get their first tokens together and decode in full
+        steps from there, as ``tg llm bench``'s sequences do, not one joining per turn beside steps that grow;
+        a sequence's last chunk samples its first token."""
+        waiting = sorted((s for s in self.slots if s is not None and s.prefilling),
+                         key=lambda s: (len(s.choice.prompt_ids) - s.done, s.clock.start))
         if not waiting:
             return
-        seq = min(waiting, key=lambda s: (len(s.choice.prompt_ids) - s.done, s.clock.start))
-        prompt = seq.choice.prompt_ids
-        end = min(len(prompt), seq.done + self.engine.prefill_chunk)
+        from tg_llm.prefill import batch_padding, batch_partners
+        chunk = self.engine.prefill_chunk
+
+        def next_chunk(s: _Sequence) -> tuple[int, list[int], int]:
+            return s.slot, s.choice.prompt_ids[s.done:s.done + chunk], s.done
+
+        def shape(s: _Sequence) -> tuple[int, int, bool]:  # (rows, start, the prompt's last chunk)
+            return batch_padding([next_chunk(s)]), s.done, s.done + chunk >= len(s.choice.prompt_ids)
+        # together only in the shapes the warm-up captured (``server_warmup.joining``: prompts of two chunks), all
+        # their prompts' last chunks or none (a chunk's keys are those of its run alone)
+        lead, group = waiting[0], waiting[:1]
+        whole = server_warmup.whole_rows(chunk)
+        if shape(lead) in ((whole, 0, False), (whole, chunk, True)):
+            others = [s for s in waiting[1:] if shape(s) == shape(lead)]
+            group += [others[i] for i in batch_partners(self.model, next_chunk(lead), [next_chunk(s) for s in others],
+                                                        PREFILL_BATCH - 1)]
+        parts = [next_chunk(s)[1] for s in group]
+        last = shape(lead)[2]
         flush_outboxes(force=True)  # (a chunk takes a while: the tokens held back go first)
         clock = self.engine.clock
         clock.lap("host")
-        clock.chunks += 1
-        if end < len(prompt):
-            self.model.prefill(prompt[seq.done:end], seq.done, seq=seq.slot)
-            clock.lap("prefill")
-            seq.done = end
-            return
-        logits = self.model.forward_last(prompt[seq.done:], seq.done, seq=seq.slot)
+        clock.chunks += len(group)
+        if len(group) == 1:  # (alone: main's calls, whose captures the warm-up made)
+            seq = group[0]
+            # (a later chunk as many rows as a whole one: the warm-up's captures, whatever the prompt's length)
+            logits = self.model.forward_last(parts[0], seq.done, seq=seq.slot, padding=whole if seq.done else 0)[None] \
+                if last else self.model.prefill(parts[0], seq.done, seq=seq.slot)
+        else:
+            logits = self.model.prefill_chunks([(s.slot, part, s.done) for s, part in zip(group, parts, strict=True)],
+                                               logits=last)
         clock.lap("prefill")
-        seq.done = len(prompt)
-        seq.stream = self.new_stream(seq)
-        self.deliver(seq, logits)
+        for i, (seq, part) in enumerate(zip(group, parts, strict=True)):
+            seq.done += len(part)
+            if last:
+                seq.stream = self.new_stream(seq)
+                self.deliver(seq, logits[i])
 
     def new_stream(self, seq: _Sequence) -> Any:
         from tg_llm.generate import TokenStream
