@@ -219,10 +219,10 @@ def one_stream_rounds(url: str, pid: int | None, engine: EngineDecode, args: arg
                 continue
             at_first: list[float] = []  # (the server's CPU seconds when the first token came: its decode's from there)
             s = one_stream(client, model, prompt_ids(args.prompt_tokens, 100), args.gen_tokens,
-                           functools.partial(lambda seen: seen.append(cpu_seconds(pid)), at_first)
+                           functools.partial(lambda p, seen: seen.append(cpu_seconds(p)), pid, at_first)
                            if pid is not None else None)
             pair["server"] = (s["tokens"] - 1) / (s["last"] - s["first"])
-            pair["server cpu"] = (cpu_seconds(pid) - at_first[0]) / max(1, s["tokens"] - 1) if at_first \
+            pair["server cpu"] = (cpu_seconds(pid) - at_first[0]) / max(1, s["tokens"] - 1) if at_first and pid \
                 else float("nan")
         rows.append(pair)
         print(f"  round {r + 1}: engine {pair['engine']:.1f} tok/s, server one stream {pair['server']:.1f} tok/s: "
