@@ -39,6 +39,7 @@ from tgcore.renderer.cbytevectors import (
     repeats_16_bytes,
 )
 from tgcore.renderer.chighbytes import WRAPPED_HIGH_PREAMBLE, WRAPPED_HIGH_TYPES, uses_wrapped_high
+from tgcore.renderer.chorizontal import HORIZONTAL_PREAMBLE, uses_horizontal_reduction
 from tgcore.renderer.clanerange import RANGE_STORE_PREAMBLE, uses_range_store
 from tgcore.renderer.cnegatebits import NEGATE_BITS_PREAMBLE, NEGATE_BITS_TYPES, uses_negate_bits
 from tgcore.renderer.cscalebroadcast import BROADCAST_PRODUCT_PREAMBLE, uses_broadcast_product
@@ -63,7 +64,8 @@ def byte_helpers(kernel: list[UOp], names: dict[UOp, str], lane_gates: dict[UOp,
                                   (uses_high_product, MULHI_TYPES, MULHI_PREAMBLE),
                                   (uses_broadcast_product, (), BROADCAST_PRODUCT_PREAMBLE),
                                   (uses_negate_bits, NEGATE_BITS_TYPES, NEGATE_BITS_PREAMBLE),
-                                  (uses_wrapped_high, WRAPPED_HIGH_TYPES, WRAPPED_HIGH_PREAMBLE)):
+                                  (uses_wrapped_high, WRAPPED_HIGH_TYPES, WRAPPED_HIGH_PREAMBLE),
+                                  (uses_horizontal_reduction, (dtypes.int32.vec(8),), HORIZONTAL_PREAMBLE)):
         if used(kernel):
             vectors |= set(types)
             helpers += preamble

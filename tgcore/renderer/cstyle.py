@@ -43,6 +43,7 @@ from tgcore.renderer.cbytevectors import (
 )
 from tgcore.renderer.chalfpairs import HALF2_HELPER, HALF2_PREAMBLE, pair_half_reads
 from tgcore.renderer.chighbytes import wrapped_high_bytes
+from tgcore.renderer.chorizontal import horizontal_reduction
 from tgcore.renderer.clanerange import range_gated_load, range_gated_store
 from tgcore.renderer.cnegatebits import negate_bits
 from tgcore.renderer.cpreamble import byte_helpers
@@ -448,7 +449,8 @@ class CRenderer(Renderer):
                                (UPat(Ops.VECTORIZE, name="vec"), nearby_byte_loads),
                                (UPat(Ops.MUL, name="x"), broadcast_product),
                                (UPat(Ops.ADD, name="x"), accumulated_dot), (UPat(Ops.CUSTOMI, name="x"), broadcast_dot),
-                               (UPat(Ops.CAST, name="x"), wrapped_high_bytes), (UPat(Ops.CAST, name="x"), high_product)]
+                               (UPat(Ops.CAST, name="x"), wrapped_high_bytes), (UPat(Ops.CAST, name="x"), high_product),
+                               (UPat((Ops.MAX, Ops.ADD), name="x"), horizontal_reduction)]
                               + ([(UPat(Ops.OR, name="x"), combine_byte_loads),
                                   (UPat(Ops.AND, name="x"), bits_as_sixteen), (UPat(Ops.AND, name="x"), shift_in_words),
                                   (UPat(Ops.AND, name="x"), shift_chain_in_words),
