@@ -44,7 +44,8 @@ def horizontal_reduction(x: UOp) -> UOp | None:
     """An int32 ``MAX`` / ``ADD`` tree over every lane of one 8-lane int32 vector, each once -> the helper's call."""
     if x.op not in HORIZONTAL_HELPERS or x.dtype != dtypes.int32:
         return None
-    leaves, stack = [], [x]
+    leaves: list[UOp] = []
+    stack = [x]
     while stack:
         n = stack.pop()
         if n.op is x.op and n.dtype == x.dtype and len(leaves) + len(stack) <= LANES:
