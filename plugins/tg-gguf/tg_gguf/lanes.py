@@ -103,9 +103,9 @@ def _fifth_bit_bytes(qh: np.ndarray) -> np.ndarray:
 def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str, name: str | None = None,
            group: int | None = None) -> RowLanes:
     """The raw GGUF bytes of an ``(N, K)`` weight (host memory, e.g. a view of the mapped file) -> its row-lane form
-    on ``device`` in groups of ``group`` rows (default ``group_rows(device)``: 8, or 16; padded to a multiple of it
-    with zeros: zero scales, so the padded rows sum to 0 and are dropped). Vectorized numpy: one pass over the bytes
-    per field (SmolLM2's 96 MB of weights: ~0.3 s)."""
+    on ``device`` in groups of ``group`` rows (default ``group_rows(device, gtype)``: 8, or 16; padded to a multiple
+    of it with zeros: zero scales, so the padded rows sum to 0 and are dropped). Vectorized numpy: one pass over the
+    bytes per field (SmolLM2's 96 MB of weights: ~0.3 s; groups of 16 one more copy, +13-20% of it)."""
     what = f"tensor {name!r}: " if name else ""
     if gtype not in LAYOUT_TYPES:
         raise ValueError(f"{what}no row-lane layout for {gtype.name} "
@@ -118,7 +118,7 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
                          f"{block} values")
     if raw.size != n * blocks * block_bytes:
         raise ValueError(f"{what}{gtype.name} weight of shape {shape} does not match {raw.size} bytes")
-    group = group_rows(device) if group is None else group
+    group = group_rows(device, gtype) if group is None else group
     if group % ROWS:
         raise ValueError(f"{what}row-lane groups of {group} rows: not a multiple of {ROWS}")
     padded = -(-n // group) * group
@@ -129,10 +129,15 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
     return w if group == ROWS else regrouped(w, group)
 
 
-def group_rows(device: str) -> int:
-    """Weight rows per group (per vector of the product) on ``device``: its renderer's ``row_lane_rows`` (16 in a
-    512-bit vector where the C compiler targets AVX512-VNNI), else ``ROWS``."""
+def group_rows(device: str, gtype: GGMLType) -> int:
+    """Weight rows per group (per vector of the product) of a ``gtype`` weight on ``device``: its renderer's
+    ``row_lane_rows`` (16 in a 512-bit vector where the C compiler targets AVX512-VNNI), else ``ROWS``. A type whose
+    values come from a 16-byte table (IQ4_NL, IQ4_XS, MXFP4) keeps ``ROWS``: the C renderer looks a table up in one
+    instruction over 32 bytes (``cbytedot.byte_table_lookup``), over 64 lane by lane (576x1536, one core: 12-42x
+    slower)."""
     from tgcore.runtime.registry import open_device
+    if LANES[gtype].table is not None:
+        return ROWS
     return int(getattr(open_device(device).renderer, "row_lane_rows", ROWS))
 
 
