@@ -156,7 +156,7 @@ def regrouped(w: RowLanes, group: int) -> RowLanes:
         out = a.reshape(groups // (group // ROWS), group // ROWS, blocks, words, ROWS * per_row)
         return _put(out.transpose(0, 2, 3, 1, 4).reshape(groups * ROWS // group, blocks, width * group // ROWS),
                     t.device)
-    return RowLanes(w.gtype, w.rows, w.cols, *(fields(getattr(w, f.name)) for f in dataclasses.fields(w)[3:]))
+    return dataclasses.replace(w, **{f.name: fields(getattr(w, f.name)) for f in dataclasses.fields(w)[3:]})
 
 
 def _interleaved_qs(data: np.ndarray, gtype: GGMLType) -> np.ndarray:
