@@ -34,7 +34,7 @@ import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -156,7 +156,8 @@ def regrouped(w: RowLanes, group: int) -> RowLanes:
         out = a.reshape(groups // (group // ROWS), group // ROWS, blocks, words, ROWS * per_row)
         return _put(out.transpose(0, 2, 3, 1, 4).reshape(groups * ROWS // group, blocks, width * group // ROWS),
                     t.device)
-    return dataclasses.replace(w, **{f.name: fields(getattr(w, f.name)) for f in dataclasses.fields(w)[3:]})
+    tensors: dict[str, Any] = {f.name: fields(getattr(w, f.name)) for f in dataclasses.fields(w)[3:]}  # (every field
+    return dataclasses.replace(w, **tensors)  # after gtype, rows, cols: a tensor or None)
 
 
 def _interleaved_qs(data: np.ndarray, gtype: GGMLType) -> np.ndarray:
