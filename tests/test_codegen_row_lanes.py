@@ -210,6 +210,51 @@ def test_rows_in_lanes_with_bits_shifted_per_block_are_exact(device):
         assert not variable.search(source) and re.search(r"tg_uint32x8 \w+ = \(\w+>>vec\d+\)", source)
 
 
+@pytest.mark.parametrize("flags", [["-mavx2", "-mfma"], ["-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl",
+                                                         "-mavx512vnni"]], ids=["plain", "vnni"])
+def test_sixteen_lane_dot_helpers_match_numpy(flags, tmp_path):
+    """``cbroadcastdot``'s 16-lane helpers (16 weight rows per 512-bit vector), built without AVX512-VNNI (lane by
+    lane) and with it (a zmm ``vpdpbusd``, the broadcast one reading its word {1to16}): lane l sums bytes 4l .. 4l+3 of
+    an unsigned 64-byte vector times a signed one (or the same 4 bytes of memory), alone and added to an int32
+    vector, at the extremes of both ranges."""
+    import ctypes
+
+    from tgcore.renderer.cbroadcastdot import BCST16_PREAMBLE, DOT16_PREAMBLE, DOT16_TYPES
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.runtime.compiler import ClangCompiler, CompilerNotFoundError
+    from tgcore.runtime.cpufeatures import cpu_features
+    needed = {"avx2", "fma"} | ({"avx512_vnni", "avx512f"} if "-mavx512vnni" in flags else set())
+    if not needed <= cpu_features().features:
+        pytest.skip(f"needs {sorted(needed)}")
+    src = "".join(vector_typedef(d) + "\n" for d in DOT16_TYPES) + DOT16_PREAMBLE + BCST16_PREAMBLE + (
+        "void dot(const unsigned char* a, const signed char* b, const int* c, int* out) {\n"
+        "  tg_uint8x64 x; __builtin_memcpy(&x, a, 64); tg_int8x64 y; __builtin_memcpy(&y, b, 64);\n"
+        "  tg_int32x16 z; __builtin_memcpy(&z, c, 64);\n"
+        "  tg_int32x16 r = tg_dot4_u8i8_x16(x, y); __builtin_memcpy(out, &r, 64);\n"
+        "  r = tg_dot4_u8i8_x16_acc(z, x, y); __builtin_memcpy(out + 16, &r, 64);\n"
+        "  r = tg_dot4_bcst_x16(x, b[1]); __builtin_memcpy(out + 32, &r, 64);\n"
+        "  r = tg_dot4_bcst_x16_acc(z, x, b[1]); __builtin_memcpy(out + 48, &r, 64); }\n")
+    try:
+        library = ClangCompiler(flags=["-O2", *flags, "-shared", "-fPIC"]).compile(src)
+    except CompilerNotFoundError:
+        pytest.skip("no C compiler")
+    (tmp_path / "dot16.so").write_bytes(library)
+    dot = ctypes.CDLL(str(tmp_path / "dot16.so")).dot
+    dot.argtypes = [ctypes.c_void_p] * 4
+    rng = np.random.default_rng(len(flags))
+    c = np.array([-2147483647 + 130560, -128 * 127, -1, 0, 1, 5000, 65535, 2147483647 - 130560] * 2, np.int32)
+    for a, b in [(np.full(64, 255, np.uint8), np.full(64, -128, np.int8)),
+                 (np.full(64, 255, np.uint8), np.full(64, 127, np.int8)),
+                 (rng.integers(0, 256, 64).astype(np.uint8), rng.integers(-128, 128, 64).astype(np.int8))]:
+        out = np.zeros(64, np.int32)
+        dot(a.ctypes.data, b.ctypes.data, c.ctypes.data, out.ctypes.data)
+        wide = a.astype(np.int64).reshape(16, 4)
+        expected = (wide * b.reshape(16, 4)).sum(-1)
+        broadcast = (wide * b[1:5]).sum(-1)  # (the word at byte 1: no alignment)
+        for got, want in zip(np.split(out, 4), (expected, c + expected, broadcast, c + broadcast), strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
 def test_block_offsets_are_scaled_by_the_block_count_once_per_block():
     """A row-lane product with an offset per weight row and block times each batch row's activation sum spread over
     the block (tg-gguf's Q4_1: ``m * sum x``, the sum a 32nd per element): exact against numpy at 8 batch rows, and the

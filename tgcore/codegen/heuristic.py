@@ -280,15 +280,14 @@ def _byte_dot_opts(ast: UOp, red: UOp, reduce_ranges: list[UOp], rows: list[UOp]
 
 
 def row_lane_byte_dot_opts(ast: UOp, red: UOp, ranges: list[UOp], mains: list[UOp], number: dict[UOp, int],
-                           simd_widths: dict[DType, int], store_index: UOp) -> list[Opt] | None:
+                           native: int, store_index: UOp) -> list[Opt] | None:
     """A byte-dot product with its output rows in the lanes (tg-gguf's row-interleaved weights,
     ``tg_gguf.lanes``): an output axis (of whole native int32 vectors) that the weight's bytes step
     ``BYTE_DOT_STEPS`` along (8 rows interleaved by 4 bytes), one reduced axis in blocks of ``BYTE_DOT_STEPS *
     lanes`` elements. That axis vectorized, the reduction blocked (each block's sum in int32:
     ``cbytedot.row_lanes_dot``, 8 multiply-adds of 4 bytes per block of 8 rows), a small batch's rows unrolled
     beside it. Every choice is on output axes or from the reduction alone: a row's sum has one order at any batch
-    size. None for any other kernel."""
-    native = simd_widths.get(dtypes.int32, 0)
+    size. ``native``: the int32 lanes per vector (the rows of a group of the weight). None for any other kernel."""
     reduced = list(red.src[1:])
     if native < 2 or len(reduced) != 1 or not mains:
         return None
@@ -296,9 +295,10 @@ def row_lane_byte_dot_opts(ast: UOp, red: UOp, ranges: list[UOp], mains: list[UO
         """The byte inputs whose next output row's bytes are 4 on along ``r`` (within a group of 8 rows): the
         weight's; [] unless there are some and every other byte input (the activations) stays."""
         moving = []
-        for m in mains:
-            steps = _lane_steps([m], r, native)
-            if steps is None or len(steps) != 1 or (step := next(iter(steps))[0]) not in (0, BYTE_DOT_STEPS):
+        for m in mains:  # (the step to the last lane: one group's rows, not two groups' halves)
+            steps = _lane_steps([m], r, native - 1)
+            if steps is None or len(steps) != 1 or (step := next(iter(steps))[0]) not in (0, BYTE_DOT_STEPS) \
+                    or next(iter(steps))[1] != step * (native - 1):
                 return []
             if step:
                 moving.append(m)
@@ -337,10 +337,12 @@ def _row_groups(ranges: list[UOp], weights: list[UOp]) -> tuple[UOp | None, int]
     return None, 0
 
 
-def row_lane_plan(ast: UOp, simd_widths: dict[DType, int]) -> list[Opt] | None:
-    """``row_lane_byte_dot_opts`` for a kernel of one store and one byte-dot reduction, else None. Asked before the
-    GEMM plans: at a batch of rows larger than the weight those took the row-lane product (and gave wrong sums: the
-    generic block plan on this layout, noted in the session-13 review)."""
+def row_lane_plan(ast: UOp, simd_widths: dict[DType, int], wide_rows: int = 0) -> list[Opt] | None:
+    """``row_lane_byte_dot_opts`` for a kernel of one store and one byte-dot reduction, else None: with
+    ``wide_rows`` lanes (``Renderer.row_lane_rows``, a weight interleaved in groups of that many rows) when the
+    weight's layout has them, else the native int32 vector's. Asked before the GEMM plans: at a batch of rows larger
+    than the weight those took the row-lane product (and gave wrong sums: the generic block plan on this layout, noted
+    in the session-13 review)."""
     stores = [s for s in ast.src if s.op is Ops.STORE]
     reduces = [u for u in ast.toposort if u.op is Ops.REDUCE]
     if len(stores) != 1 or len(reduces) != 1 or not simd_widths or not _byte_dot(reduces[0]):
@@ -348,7 +350,11 @@ def row_lane_plan(ast: UOp, simd_widths: dict[DType, int]) -> list[Opt] | None:
     number = {r: i for i, r in enumerate(kernel_axes(ast))}
     index = stores[0].src[0].src[1]
     ranges = [r for r in index.toposort if r.op is Ops.RANGE and r in number and r.arg.kind is RangeKind.GLOBAL]
-    return row_lane_byte_dot_opts(ast, reduces[0], ranges, _byte_inputs(ast), number, simd_widths, index)
+    for lanes in dict.fromkeys((wide_rows, simd_widths.get(dtypes.int32, 0))):
+        if lanes and (opts := row_lane_byte_dot_opts(ast, reduces[0], ranges, _byte_inputs(ast), number, lanes,
+                                                     index)) is not None:
+            return opts
+    return None
 
 
 def store_width(value: UOp, simd_widths: dict[DType, int],
@@ -556,7 +562,8 @@ def heuristic_opts(ast: UOp, renderer: Renderer, threads: int = 1, work: int = 0
     threads = threads if renderer.has_threads else 1
     if not renderer.linear:  # a renderer that takes the REDUCE form vectorizes by itself
         return thread_opt(ast, [], threads, work)
-    if renderer.compiles_byte_dots and (lanes := row_lane_plan(ast, renderer.simd_widths)) is not None:
+    if renderer.compiles_byte_dots and (lanes := row_lane_plan(ast, renderer.simd_widths,
+                                                                     renderer.row_lane_rows)) is not None:
         return lanes + thread_opt(ast, lanes, threads, work)
     if gemm := gemm_opts(ast, renderer, threads) or nt_gemm_opts(ast, renderer, threads, work):
         return gemm

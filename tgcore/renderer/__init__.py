@@ -50,6 +50,9 @@ class Renderer:
     # 4 bytes broadcast: tg-gguf's ``lanes``) is one multiply-add of bytes per 4 elements of 8 rows (C:
     # ``cbytedot.row_lanes_dot``); False: a product that would take that layout keeps the activations in the lanes
     row_lane_byte_dots: bool = False
+    # weight rows (int32 lanes) per vector of such a product: the weight's rows are interleaved in groups of this
+    # many (tg-gguf's ``lanes.repack`` asks); 16 where 512-bit multiply-adds of bytes are worth it (C with AVX512-VNNI)
+    row_lane_rows: int = 8
     # the factors of a super-block's sub-blocks (K-quant scales) may be unpacked as one small vector whose lanes the
     # unrolled sub-blocks take (``OptOps.SPREAD``): vectors of a few bytes, shuffles, lane extracts
     vector_block_factors: bool = False

@@ -13,7 +13,15 @@ Out: ``tg_dot4_bcst(a, x)`` / ``tg_dot4_bcst_acc(c, a, x)`` with ``x`` the loade
 from __future__ import annotations
 
 from tgcore.dtype import dtypes
-from tgcore.renderer.cbytedot import DOT_ACC_HELPER, DOT_HELPER, DOT_TYPES, repeated_of
+from tgcore.renderer.cbytedot import (
+    DOT16_ACC_HELPER,
+    DOT16_HELPER,
+    DOT_ACC_HELPER,
+    DOT_HELPER,
+    DOT_TYPES,
+    WIDE_ROWS,
+    repeated_of,
+)
 from tgcore.uop import Ops, UOp
 
 BCST_HELPER = "tg_dot4_bcst"
@@ -33,12 +41,49 @@ static inline tg_int32x8 tg_dot4_bcst_acc_at(tg_int32x8 c, tg_uint8x32 a, const 
 #define tg_dot4_bcst(a, x) tg_dot4_bcst_acc_at((tg_int32x8){0}, (a), &(x))
 #define tg_dot4_bcst_acc(c, a, x) tg_dot4_bcst_acc_at((c), (a), &(x))
 """
+# the 16-lane helpers (row lanes of a 512-bit vector): lane l the sum of bytes 4l .. 4l+3 of a times those of b;
+# one zmm vpdpbusd with AVX512-VNNI, lane by lane elsewhere (the renderer asks for 16 rows only with it)
+DOT16_PREAMBLE = """\
+static inline tg_int32x16 tg_dot4_u8i8_x16_acc(tg_int32x16 c, tg_uint8x64 a, tg_int8x64 b) {
+#if defined(__AVX512VNNI__)
+#if defined(__clang__)
+  return __builtin_ia32_vpdpbusd512(c, (tg_int32x16)a, (tg_int32x16)b);
+#else
+  return __builtin_ia32_vpdpbusd_v16si(c, (tg_int32x16)a, (tg_int32x16)b);
+#endif
+#else
+  for (int l = 0; l < 16; l++)
+    for (int k = 0; k < 4; k++) c[l] += (int)a[4 * l + k] * (int)b[4 * l + k];
+  return c;
+#endif
+}
+#define tg_dot4_u8i8_x16(a, b) tg_dot4_u8i8_x16_acc((tg_int32x16){0}, (a), (b))
+"""
+DOT16_TYPES = (dtypes.int32.vec(WIDE_ROWS), dtypes.uint8.vec(4 * WIDE_ROWS), dtypes.int8.vec(4 * WIDE_ROWS))
+BCST16_HELPER, BCST16_ACC_HELPER = "tg_dot4_bcst_x16", "tg_dot4_bcst_x16_acc"
+BCST16_PREAMBLE = """\
+static inline tg_int32x16 tg_dot4_bcst_x16_acc_at(tg_int32x16 c, tg_uint8x64 a, const void* p) {
+#if defined(__AVX512VNNI__)
+  __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(c) : "v"(a), "m"(*(const int*)p));
+  return c;
+#else
+  unsigned int w; __builtin_memcpy(&w, p, 4);
+  typedef unsigned int tg_w __attribute__((vector_size(64)));
+  return tg_dot4_u8i8_x16_acc(c, a, (tg_int8x64)((tg_w){0} + w));
+#endif
+}
+#define tg_dot4_bcst_x16(a, x) tg_dot4_bcst_x16_acc_at((tg_int32x16){0}, (a), &(x))
+#define tg_dot4_bcst_x16_acc(c, a, x) tg_dot4_bcst_x16_acc_at((c), (a), &(x))
+"""
+# the plain and broadcast-operand helpers, by the plain one
+BROADCAST_OF = {DOT_HELPER: BCST_HELPER, DOT_ACC_HELPER: BCST_ACC_HELPER, DOT16_HELPER: BCST16_HELPER,
+                DOT16_ACC_HELPER: BCST16_ACC_HELPER}
 
 
 def _broadcast_word_at(b: UOp) -> UOp | None:
-    """The INDEX of an ungated 4-byte load at one address that ``b`` (a signed 32-byte operand) repeats in every
-    32-bit lane."""
-    if b.dtype != dtypes.int8.vec(32) or (load := repeated_of(b)) is None:
+    """The INDEX of an ungated 4-byte load at one address that ``b`` (a signed 32- or 64-byte operand) repeats in
+    every 32-bit lane."""
+    if b.dtype not in (dtypes.int8.vec(32), dtypes.int8.vec(4 * WIDE_ROWS)) or (load := repeated_of(b)) is None:
         return None
     if (load.op is not Ops.LOAD or load.dtype != dtypes.int8.vec(4) or len(load.src) != 1
             or load.src[0].op is not Ops.INDEX or len(load.src[0].src) != 2 or load.src[0].src[1].dtype.count != 1):
@@ -47,14 +92,25 @@ def _broadcast_word_at(b: UOp) -> UOp | None:
 
 
 def broadcast_dot(x: UOp) -> UOp | None:
-    """``tg_dot4_u8i8[_acc](..., a, b)`` with ``b`` a broadcast 4-byte load -> ``tg_dot4_bcst[_acc](..., a, x)``."""
-    if x.op is not Ops.CUSTOMI or x.arg not in (DOT_HELPER, DOT_ACC_HELPER):
+    """``tg_dot4_u8i8[_x16][_acc](..., a, b)`` with ``b`` a broadcast 4-byte load -> ``tg_dot4_bcst[_x16][_acc](...,
+    a, x)``."""
+    if x.op is not Ops.CUSTOMI or x.arg not in BROADCAST_OF:
         return None
     at = _broadcast_word_at(x.src[-1])
     if at is None:
         return None
-    return UOp(Ops.CUSTOMI, x.dtype, (*x.src[:-1], at), BCST_ACC_HELPER if x.arg == DOT_ACC_HELPER else BCST_HELPER)
+    return UOp(Ops.CUSTOMI, x.dtype, (*x.src[:-1], at), BROADCAST_OF[x.arg])
 
 
 def uses_broadcast_dot(kernel: list[UOp]) -> bool:
     return any(u.op is Ops.CUSTOMI and u.arg in (BCST_HELPER, BCST_ACC_HELPER) for u in kernel)
+
+
+def uses_wide_dot(kernel: list[UOp]) -> bool:
+    """Whether ``kernel`` calls a 16-lane dot (``DOT16_PREAMBLE``, which the broadcast one falls back on)."""
+    return any(u.op is Ops.CUSTOMI and u.arg in (DOT16_HELPER, DOT16_ACC_HELPER, BCST16_HELPER, BCST16_ACC_HELPER)
+               for u in kernel)
+
+
+def uses_wide_broadcast_dot(kernel: list[UOp]) -> bool:
+    return any(u.op is Ops.CUSTOMI and u.arg in (BCST16_HELPER, BCST16_ACC_HELPER) for u in kernel)

@@ -32,6 +32,11 @@ DOT_HELPER = "tg_dot4_u8i8"
 DOT_ACC_HELPER = "tg_dot4_u8i8_acc"  # the same, added to an int32 vector (vpdpbusd's accumulator input)
 UNSIGNED, SIGNED, RESULT = dtypes.uint8.vec(DOT_LANES), dtypes.int8.vec(DOT_LANES), dtypes.int32.vec(DOT_LANES)
 WIDE = DOT_STEPS * DOT_LANES
+# the row-lane products' dots in 16 int32 lanes (a 512-bit vector: ``Renderer.row_lane_rows``), beside the 8-lane ones
+WIDE_ROWS = 16
+DOT16_HELPER, DOT16_ACC_HELPER = "tg_dot4_u8i8_x16", "tg_dot4_u8i8_x16_acc"
+ROW_DOT_HELPERS = {dtypes.int32.vec(DOT_LANES): (DOT_HELPER, DOT_ACC_HELPER),
+                   dtypes.int32.vec(WIDE_ROWS): (DOT16_HELPER, DOT16_ACC_HELPER)}  # by the result's type
 
 
 def _byte_operands(value: UOp) -> tuple[UOp, UOp] | None:
@@ -74,17 +79,19 @@ def _lanes(u: UOp) -> list[UOp] | None:
 
 
 def _zip(steps: list[UOp]) -> UOp | None:
-    """One 32-lane value whose lane ``4l + k`` is lane ``l`` of ``steps[k]``: elementwise ops of one shape zipped
-    source by source, their lanes (VECTORIZE, constants) interleaved. None when the steps differ in shape."""
+    """One value of ``4n`` lanes (``n`` the steps' lanes, 8 or 16) whose lane ``4l + k`` is lane ``l`` of
+    ``steps[k]``: elementwise ops of one shape zipped source by source, their lanes (VECTORIZE, constants)
+    interleaved. None when the steps differ in shape."""
     first = steps[0]
-    dt = first.dtype.scalar().vec(WIDE)
+    count = first.dtype.count
+    dt = first.dtype.scalar().vec(DOT_STEPS * count)
     if all(s is first for s in steps) and first.op is Ops.CONST:
         return UOp.const(dt, first.arg)
     if (gathered := _zip_gathers(steps, dt)) is not None:
         return gathered
     lanes = [_lanes(s) for s in steps]
     if all(ls is not None for ls in lanes):
-        zipped = [ls[lane] for lane in range(DOT_LANES) for ls in lanes if ls is not None]
+        zipped = [ls[lane] for lane in range(count) for ls in lanes if ls is not None]
         if all(x.op is Ops.CONST for x in zipped):
             return UOp(Ops.VCONST, dt, (), tuple(x.arg for x in zipped))
         return _vector_loads(zipped, dt)
@@ -115,7 +122,8 @@ def _zip_gathers(steps: list[UOp], dt: DType) -> UOp | None:
     buf = steps[0].src[0].src[0]
     if any(s.src[0].src[0] is not buf for s in steps):
         return None
-    rows = _row_loads(buf, [_lane_of(s.src[0].src[1], lane) for lane in range(DOT_LANES) for s in steps], dt)
+    rows = _row_loads(buf, [_lane_of(s.src[0].src[1], lane) for lane in range(dt.count // DOT_STEPS) for s in steps],
+                      dt)
     if rows is not None:
         return rows
     index = _zip([s.src[0].src[1] for s in steps])
@@ -154,7 +162,7 @@ def _row_loads(buf: UOp, indices: list[UOp | None], dt: DType) -> UOp | None:
     group): one ``n``-byte load per run, put together as ``WIDE / n`` unsigned ints (the C compiler inserts them into
     a vector). None when the lanes do not form such runs."""
     from tgcore.uop.symbolic import difference
-    if dt.scalar().itemsize != 1 or any(i is None for i in indices):
+    if dt.scalar().itemsize != 1 or dt.count != WIDE or any(i is None for i in indices):
         return None
     for n in ROW_BYTES:
         starts = indices[::n]
@@ -327,7 +335,7 @@ def _vector_loads(lanes: list[UOp], dt: DType) -> UOp:
     for u in distinct:
         at, last = _load_at(u), _load_at(runs[-1][-1]) if runs else None
         if (at is not None and last is not None and at[0] is last[0]
-                and difference(at[1], last[1]) == 1 and len(runs[-1]) < WIDE):
+                and difference(at[1], last[1]) == 1 and len(runs[-1]) < dt.count):
             runs[-1].append(u)
         else:
             runs.append([u])
@@ -372,12 +380,13 @@ def byte_dot(red: UOp) -> UOp | None:
 
 
 def accumulated_dot(x: UOp) -> UOp | None:
-    """``tg_dot4_u8i8(a, b) + c`` (either order) -> ``tg_dot4_u8i8_acc(c, a, b)``."""
-    if x.dtype != RESULT:
+    """``tg_dot4_u8i8(a, b) + c`` (either order) -> ``tg_dot4_u8i8_acc(c, a, b)`` (the 16-lane helpers alike)."""
+    if x.dtype not in ROW_DOT_HELPERS:
         return None
+    plain, accumulated = ROW_DOT_HELPERS[x.dtype]
     for call, c in (x.src, x.src[::-1]):
-        if call.op is Ops.CUSTOMI and call.arg == DOT_HELPER:
-            return UOp(Ops.CUSTOMI, RESULT, (c, *call.src), DOT_ACC_HELPER)
+        if call.op is Ops.CUSTOMI and call.arg == plain:
+            return UOp(Ops.CUSTOMI, x.dtype, (c, *call.src), accumulated)
     return None
 
 
@@ -385,27 +394,30 @@ def accumulated_dot(x: UOp) -> UOp | None:
 # the block's bytes of the 8 rows interleaved by 4 (row ``l``'s elements ``4g + k`` at byte ``32g + 4l + k``), the
 # activations the same in every lane. A block's int32 sum over its 32 elements is then 8 multiply-adds of 4 bytes,
 # each against the same 4 activation bytes broadcast (one 4-byte load), each added to the last (the accumulator
-# input): one dot per 4 elements of 8 rows, however many batch rows share the weight's bytes.
+# input): one dot per 4 elements of 8 rows, however many batch rows share the weight's bytes. With 16 rows in the
+# lanes (``Renderer.row_lane_rows``: a 512-bit vector) the same, a block's bytes of 16 rows 64 to a dot.
 ROW_DOT_MAX_STEPS = 64  # a longer in-block loop is left to the C compiler
 
 
 def _broadcast_byte(u: UOp) -> UOp | None:
     """A signed byte as the same int32 in every lane (``VECTORIZE`` of one ``int32(b)``) -> ``b`` broadcast as an
-    8-lane int8 vector."""
-    if u.op is not Ops.VECTORIZE or u.dtype != RESULT or len({id(s) for s in u.src}) != 1:
+    int8 vector of as many lanes."""
+    if u.op is not Ops.VECTORIZE or u.dtype not in ROW_DOT_HELPERS or len({id(s) for s in u.src}) != 1:
         return None
     b = u.src[0]
     if b.op is not Ops.CAST or b.src[0].dtype != dtypes.int8:
         return None
-    return UOp(Ops.VECTORIZE, SIGNED, (b.src[0],) * DOT_LANES)
+    return UOp(Ops.VECTORIZE, dtypes.int8.vec(u.dtype.count), (b.src[0],) * u.dtype.count)
 
 
 def _row_lane_operands(term: UOp) -> tuple[UOp, UOp] | None:
-    """``(a, b)`` for ``int32(a) * broadcast(int32(b))`` (``a`` unsigned 8-lane bytes, ``b`` one signed byte)."""
+    """``(a, b)`` for ``int32(a) * broadcast(int32(b))`` (``a`` unsigned bytes, one per lane, ``b`` one signed
+    byte)."""
     if term.op is not Ops.MUL:
         return None
     for x, y in (term.src, term.src[::-1]):
-        if x.op is Ops.CAST and x.src[0].dtype == UNSIGNED and (b := _broadcast_byte(y)) is not None:
+        if (x.op is Ops.CAST and x.src[0].dtype == dtypes.uint8.vec(term.dtype.count)
+                and (b := _broadcast_byte(y)) is not None):
             return x.src[0], b
     return None
 
@@ -427,10 +439,11 @@ def _unshuffled(u: UOp) -> UOp:
 
 
 def row_lanes_dot(red: UOp) -> UOp | None:
-    """An int32 sum over a loop of ``4n`` steps of unsigned 8-lane bytes times one broadcast signed byte (see above)
-    -> ``n`` chained calls, step ``4c + k`` byte ``k`` of call ``c``'s lanes."""
-    if red.arg is not Ops.ADD or red.dtype != RESULT or len(red.src) != 2:
+    """An int32 sum over a loop of ``4n`` steps of unsigned 8-lane (16-lane) bytes times one broadcast signed byte
+    (see above) -> ``n`` chained calls, step ``4c + k`` byte ``k`` of call ``c``'s lanes."""
+    if red.arg is not Ops.ADD or red.dtype not in ROW_DOT_HELPERS or len(red.src) != 2:
         return None
+    plain, accumulated = ROW_DOT_HELPERS[red.dtype]
     steps = red.src[1]
     if steps.op is not Ops.RANGE or steps.src[0].op is not Ops.CONST:
         return None
@@ -449,8 +462,8 @@ def row_lanes_dot(red: UOp) -> UOp | None:
             if any(z is None for z in zipped):
                 return None
             operands = tuple(_unshuffled(z) for z in zipped if z is not None)
-            total = UOp(Ops.CUSTOMI, RESULT, operands, DOT_HELPER) if total is None else \
-                UOp(Ops.CUSTOMI, RESULT, (total, *operands), DOT_ACC_HELPER)
+            total = UOp(Ops.CUSTOMI, red.dtype, operands, plain) if total is None else \
+                UOp(Ops.CUSTOMI, red.dtype, (total, *operands), accumulated)
     return total
 
 
@@ -551,6 +564,7 @@ def byte_table_lookup(load: UOp) -> UOp | None:
 
 def uses_byte_dot(kernel: list[UOp]) -> bool:
     return any(u.op is Ops.CUSTOMI and u.arg in (DOT_HELPER, DOT_ACC_HELPER) for u in kernel)
+
 
 
 # ---------------------------------------------------------------------------------------- C: rows gathered at once

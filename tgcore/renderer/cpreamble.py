@@ -7,7 +7,16 @@ Out: the vector types those helpers need declared and their C text, in the order
 from __future__ import annotations
 
 from tgcore.dtype import DType, dtypes
-from tgcore.renderer.cbroadcastdot import BCST_PREAMBLE, BCST_TYPES, uses_broadcast_dot
+from tgcore.renderer.cbroadcastdot import (
+    BCST16_PREAMBLE,
+    BCST_PREAMBLE,
+    BCST_TYPES,
+    DOT16_PREAMBLE,
+    DOT16_TYPES,
+    uses_broadcast_dot,
+    uses_wide_broadcast_dot,
+    uses_wide_dot,
+)
 from tgcore.renderer.cbytedot import (
     BYTE_TABLE_PREAMBLE,
     DOT_PREAMBLE,
@@ -30,6 +39,7 @@ from tgcore.renderer.cbytevectors import (
     repeats_16_bytes,
 )
 from tgcore.renderer.chighbytes import WRAPPED_HIGH_PREAMBLE, WRAPPED_HIGH_TYPES, uses_wrapped_high
+from tgcore.renderer.chorizontal import HORIZONTAL_PREAMBLE, uses_horizontal_reduction
 from tgcore.renderer.clanerange import RANGE_STORE_PREAMBLE, uses_range_store
 from tgcore.renderer.cnegatebits import NEGATE_BITS_PREAMBLE, NEGATE_BITS_TYPES, uses_negate_bits
 from tgcore.renderer.cscalebroadcast import BROADCAST_PRODUCT_PREAMBLE, uses_broadcast_product
@@ -48,11 +58,14 @@ def byte_helpers(kernel: list[UOp], names: dict[UOp, str], lane_gates: dict[UOp,
         helpers += BITS_PREAMBLE
     for used, types, preamble in ((lambda k: uses_byte_dot(k) or uses_broadcast_dot(k), DOT_TYPES, DOT_PREAMBLE),
                                   (uses_broadcast_dot, BCST_TYPES, BCST_PREAMBLE),  # (falls back on the dot helper)
+                                  (uses_wide_dot, DOT16_TYPES, DOT16_PREAMBLE),
+                                  (uses_wide_broadcast_dot, (), BCST16_PREAMBLE),
                                   (uses_row_gather, ROWS_TYPES, ROWS_PREAMBLE),
                                   (uses_high_product, MULHI_TYPES, MULHI_PREAMBLE),
                                   (uses_broadcast_product, (), BROADCAST_PRODUCT_PREAMBLE),
                                   (uses_negate_bits, NEGATE_BITS_TYPES, NEGATE_BITS_PREAMBLE),
-                                  (uses_wrapped_high, WRAPPED_HIGH_TYPES, WRAPPED_HIGH_PREAMBLE)):
+                                  (uses_wrapped_high, WRAPPED_HIGH_TYPES, WRAPPED_HIGH_PREAMBLE),
+                                  (uses_horizontal_reduction, (dtypes.int32.vec(8),), HORIZONTAL_PREAMBLE)):
         if used(kernel):
             vectors |= set(types)
             helpers += preamble

@@ -23,6 +23,7 @@ from tgcore.renderer import Renderer
 from tgcore.renderer.cbroadcastdot import broadcast_dot
 from tgcore.renderer.cbytedot import (
     BYTE_TABLE_HELPER,
+    WIDE_ROWS,
     accumulated_dot,
     byte_dot,
     byte_table_lookup,
@@ -43,6 +44,7 @@ from tgcore.renderer.cbytevectors import (
 )
 from tgcore.renderer.chalfpairs import HALF2_HELPER, HALF2_PREAMBLE, pair_half_reads
 from tgcore.renderer.chighbytes import wrapped_high_bytes
+from tgcore.renderer.chorizontal import horizontal_reduction
 from tgcore.renderer.clanerange import range_gated_load, range_gated_store
 from tgcore.renderer.cnegatebits import negate_bits
 from tgcore.renderer.cpreamble import byte_helpers
@@ -259,8 +261,10 @@ static inline tg_widened8 tg_widen_i16x8(tg_int16x8 v) {
 """
 
 
-# 8 float16 lanes -> 8 float32 lanes: one F16C instruction (vcvtph2ps); gcc 12 converts a _Float16 vector lane by lane
+# 8 float16 lanes -> 8 float32 lanes: one F16C instruction (vcvtph2ps); gcc 12 converts a _Float16 vector lane by lane;
+# 16 lanes (a row-lane product's scales of 16 rows) one AVX-512F vcvtph2ps into a zmm
 HALF_TO_FLOAT = {(dtypes.float16.vec(8), dtypes.float32.vec(8)): "tg_half8_to_f32",
+                 (dtypes.float16.vec(16), dtypes.float32.vec(16)): "tg_half16_to_f32",
                  (dtypes.float16.vec(2), dtypes.float32.vec(2)): HALF2_HELPER}
 HALF_PREAMBLE = """\
 static inline tg_float32x8 tg_half8_to_f32(tg_float16x8 v) {
@@ -269,6 +273,16 @@ static inline tg_float32x8 tg_half8_to_f32(tg_float16x8 v) {
   return (tg_float32x8)__builtin_ia32_vcvtph2ps256((tg_halfbits8)v);
 #else
   return __builtin_convertvector(v, tg_float32x8);
+#endif
+}
+"""
+HALF16_PREAMBLE = """\
+static inline tg_float32x16 tg_half16_to_f32(tg_float16x16 v) {
+#if defined(__AVX512F__)
+  typedef short tg_halfbits16 __attribute__((vector_size(32)));
+  return __builtin_ia32_vcvtph2ps512_mask((tg_halfbits16)v, (tg_float32x16){0}, (unsigned short)-1, 4);
+#else
+  return __builtin_convertvector(v, tg_float32x16);
 #endif
 }
 """
@@ -368,6 +382,7 @@ def combine_byte_loads(x: UOp) -> UOp | None:
 # innermost loops of scalar loads up to this long are left to the C compiler's vectorizer (codegen leaves a
 # quantization block's byte dot product scalar: Renderer.compiles_byte_dots); a prefetch in one stops it
 COMPILER_VECTORIZED_TRIPS = 32
+ROW_LANE_WIDE_FLAG = "-mavx512vnni"  # a C target with it takes 16 rows per row-lane vector (``row_lane_rows``)
 
 
 def _shuffle(u: UOp, names: dict[UOp, str]) -> str | None:
@@ -413,6 +428,10 @@ class CRenderer(Renderer):
     # gain measured there, within the noise of a loaded machine)
     batch_weight_rows = 8
     row_lane_byte_dots = True  # legalize's row_lanes_dot
+    # 16 weight rows per 512-bit vector where the C compiler targets AVX512-VNNI (``__init__``): a zmm vpdpbusd per 4
+    # elements of 16 rows, its 4 activation bytes {1to16}, and the block's conversion, scale and multiply-adds once
+    # per 16 rows where two 256-bit vectors took two of each
+    row_lane_rows = 8
     gathers_table_rows = True  # legalize's row_gather (vpgatherdq / vpgatherdd with AVX2)
     byte_table_lookups = True  # cbytedot's tg_table16_u8: one vpshufb with AVX2
     multiplies_byte_vectors = True  # gcc and clang: a byte vector multiply as 16-bit ones (TQ1_0's trits)
@@ -431,7 +450,8 @@ class CRenderer(Renderer):
                                (UPat(Ops.VECTORIZE, name="vec"), nearby_byte_loads),
                                (UPat(Ops.MUL, name="x"), broadcast_product),
                                (UPat(Ops.ADD, name="x"), accumulated_dot), (UPat(Ops.CUSTOMI, name="x"), broadcast_dot),
-                               (UPat(Ops.CAST, name="x"), wrapped_high_bytes), (UPat(Ops.CAST, name="x"), high_product)]
+                               (UPat(Ops.CAST, name="x"), wrapped_high_bytes), (UPat(Ops.CAST, name="x"), high_product),
+                               (UPat((Ops.MAX, Ops.ADD), name="x"), horizontal_reduction)]
                               + ([(UPat(Ops.OR, name="x"), combine_byte_loads),
                                   (UPat(Ops.AND, name="x"), bits_as_sixteen), (UPat(Ops.AND, name="x"), shift_in_words),
                                   (UPat(Ops.AND, name="x"), shift_chain_in_words),
@@ -448,11 +468,15 @@ class CRenderer(Renderer):
         cpu = cpu_features()
         self.cache_sizes = cpu.caches
         try:
-            level = self.compiler.target().level if isinstance(self.compiler, ClangCompiler) else chosen_isa_level(cpu)
+            target = self.compiler.target() if isinstance(self.compiler, ClangCompiler) else None
         except CompilerNotFoundError:  # reported when a kernel is compiled; the probe alone decides the facts
-            level = chosen_isa_level(cpu)
+            target = None
+        level = target.level if target is not None else chosen_isa_level(cpu)
         if level is not None:
             self.vector_bits, self.vector_registers = level.vector_bits, level.vector_registers
+        flags = target.flags if target is not None else level.c_flags_for(cpu.features) if level is not None else ()
+        if ROW_LANE_WIDE_FLAG in flags:
+            self.row_lane_rows = WIDE_ROWS
 
     # ---- expressions ----
     def _alu(self, u: UOp, a: list[str]) -> str:
@@ -681,6 +705,7 @@ class CRenderer(Renderer):
             helpers += TABLE16_PREAMBLE
         halves = {(u.src[0].dtype, u.dtype) for u in kernel if u.op is Ops.CAST} & set(HALF_TO_FLOAT)
         for (half, single), preamble in (((dtypes.float16.vec(8), dtypes.float32.vec(8)), HALF_PREAMBLE),
+                                         ((dtypes.float16.vec(16), dtypes.float32.vec(16)), HALF16_PREAMBLE),
                                          ((dtypes.float16.vec(2), dtypes.float32.vec(2)), HALF2_PREAMBLE)):
             if (half, single) in halves:
                 vectors = sorted(set(vectors) | {half, single}, key=lambda d: d.name)

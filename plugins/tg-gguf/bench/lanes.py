@@ -3,8 +3,10 @@ alternating, jitted (kernels only), at 1/4/8 batch rows. Prints microseconds per
 nothing. Run it on one core for the figures of the note: ``taskset -c 1 python plugins/tg-gguf/bench/lanes.py``.
 ``--kernels``: instead, the row-lane path's kernels one by one (the activations' scales, their rounding, their block
 sums, the product), each one's median over ``--rounds`` x 20 timed calls (``KernelTimes``), the batches interleaved.
+``--groups``: instead, the product kernel with the weight in groups of 8 rows against groups of 16 (``repack(group=)``:
+16 rows per 512-bit vector, what the C renderer takes with AVX512-VNNI), alternating, medians and their ratio.
 
-    python plugins/tg-gguf/bench/lanes.py [--types Q4_1,Q4_0,Q8_0] [--shape 1536x576] [--rounds 5] [--kernels]
+    python plugins/tg-gguf/bench/lanes.py [--types Q4_1,Q4_0,Q8_0] [--shape 1536x576] [--rounds 5] [--kernels|--groups]
 """
 from __future__ import annotations
 
@@ -40,10 +42,14 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--device", default="CPU")
     p.add_argument("--kernels", action="store_true", help="time the row-lane path's kernels one by one")
+    p.add_argument("--groups", action="store_true", help="the product with 8-row against 16-row groups")
     a = p.parse_args()
     n, k = (int(s) for s in a.shape.split("x"))
     if a.kernels:
         kernels(a, n, k)
+        return
+    if a.groups:
+        groups(a, n, k)
         return
     print(f"{'type':6s} {'rows':>4s} {'intdot us':>10s} {'lanes us':>9s} {'ratio':>6s}")
     for name in a.types.split(","):
@@ -108,6 +114,37 @@ def kernels(a: argparse.Namespace, n: int, k: int) -> None:
             medians = [statistics.median(r[j] for r in times[m]) * 1e6 for j in range(len(names))]
             parts = "  ".join(f"{nm} {t:.2f}" for nm, t in zip(names, medians, strict=True))
             print(f"{name:6s} {m:4d} rows: {parts}  (sum {sum(medians):.2f} us)", flush=True)
+
+
+def groups(a: argparse.Namespace, n: int, k: int) -> None:
+    """The product kernel's median microseconds with the weight in groups of 8 and of 16 rows, alternating."""
+    import statistics
+
+    from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
+    from tg_gguf.intdot import quantize_activations
+    from tg_gguf.lanes import repack, row_lanes_matmul
+    from tg_gguf_testutil import random_blocks
+
+    import tgcore
+    from tgcore.engine.stats import KernelTimes
+    from tgcore.tensor import Tensor
+    for name in a.types.split(","):
+        gtype = GGMLType[name]
+        raw = random_blocks(gtype, n * k // BLOCK_LAYOUT[gtype][0], seed=1, small=True)
+        weights = {g: repack(raw, gtype, (n, k), a.device, group=g) for g in (8, 16)}
+        for m in (int(s) for s in a.batches.split(",")):
+            x = Tensor(np.random.default_rng(m).standard_normal((m, k)).astype(np.float32), device=a.device).realize()
+            runs = {g: tgcore.jit(lambda v, w=w: row_lanes_matmul(*quantize_activations(v), w).realize())
+                    for g, w in weights.items()}
+            times: dict[int, list[float]] = {g: [] for g in runs}
+            for _ in range(3 + a.rounds * 20):
+                for g, run in runs.items():
+                    with KernelTimes.record() as recorded:
+                        run(x)
+                    times[g].append(recorded[-1].seconds)  # (the product: the last kernel)
+            eight, sixteen = (statistics.median(times[g][3:]) * 1e6 for g in (8, 16))
+            print(f"{name:6s} {m:4d} rows: 8-row groups {eight:.1f} us, 16-row {sixteen:.1f} us, "
+                  f"{sixteen / eight:.2f}x", flush=True)
 
 
 if __name__ == "__main__":

@@ -48,10 +48,10 @@ def _product(x: np.ndarray, raw: np.ndarray, gtype: GGMLType, shape: tuple[int, 
              ) -> tuple[np.ndarray, int]:
     """The row-lane product on ``device`` and how many of its kernels' byte dots are chained (each added to the last:
     ``tg_dot4_u8i8_acc``, what the renderer makes a vpdpbusd into its accumulator; on C ``tg_dot4_bcst_acc``, the
-    same reading its activation bytes from memory)."""
+    same reading its activation bytes from memory; their 16-lane forms where the renderer puts 16 rows in a vector)."""
     from tgcore.codegen import get_program
-    from tgcore.renderer.cbroadcastdot import BCST_ACC_HELPER
-    from tgcore.renderer.cbytedot import DOT_ACC_HELPER
+    from tgcore.renderer.cbroadcastdot import BCST16_ACC_HELPER, BCST_ACC_HELPER
+    from tgcore.renderer.cbytedot import DOT16_ACC_HELPER, DOT_ACC_HELPER
     from tgcore.runtime.registry import open_device
     from tgcore.schedule.kernelize import create_schedule
     from tgcore.uop import Ops
@@ -59,7 +59,8 @@ def _product(x: np.ndarray, raw: np.ndarray, gtype: GGMLType, shape: tuple[int, 
     out = row_lanes_matmul(xq, dx, repack(raw, gtype, shape, device))
     items = [si for si in create_schedule([out.uop], device)[0] if si.kind != "copy"]
     programs = [get_program(si.ast, open_device(device).renderer) for si in items]
-    chained = sum(u.op is Ops.CUSTOMI and u.arg in (DOT_ACC_HELPER, BCST_ACC_HELPER) for p in programs for u in p.uops)
+    helpers = (DOT_ACC_HELPER, BCST_ACC_HELPER, DOT16_ACC_HELPER, BCST16_ACC_HELPER)
+    chained = sum(u.op is Ops.CUSTOMI and u.arg in helpers for p in programs for u in p.uops)
     return out.numpy(), chained
 
 
@@ -253,3 +254,50 @@ def test_one_block_rows_keep_the_raw_bytes(device):
     w = QuantizedMatrix.from_host(raw, GGMLType.Q4_0, (16, 32), device)
     assert w.raw is not None and w.row_lanes is None
     assert not uses_row_lanes(GGMLType.Q4_0, device, 32) and uses_row_lanes(GGMLType.Q4_0, device, 64)
+
+
+# every type under ``nox -s full`` (TG_FULL: ~6 s of compiles each); one per unpacking rule (nibbles, fifth bits, a
+# K-quant's scales and mins, blocks of 16 with an integer offset) in the 5-minute session
+SIXTEEN_ROW_TYPES = TAKEN if os.environ.get("TG_FULL") else [GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q4_K,
+                                                              GGMLType.Q6_K]
+
+
+@pytest.mark.parametrize("gtype", SIXTEEN_ROW_TYPES, ids=lambda t: t.name)
+def test_sixteen_row_groups_give_the_eight_row_bits(gtype):
+    """A weight repacked in groups of 16 rows (a 512-bit vector per group where the C renderer targets AVX512-VNNI:
+    ``Renderer.row_lane_rows``) gives the bits of groups of 8, random scales, 40 rows (a padded tail) times 5 rows;
+    where CPU's renderer takes 16 rows the product's dots are its 16-lane ones."""
+    from tgcore.renderer.cbroadcastdot import BCST16_ACC_HELPER
+    from tgcore.renderer.cbytedot import DOT16_ACC_HELPER
+    from tgcore.runtime.registry import open_device
+    rows, k = 40, _cols(gtype, 128)
+    raw = random_blocks(gtype, _blocks(gtype, rows, k), seed=int(gtype), small=True)
+    xq, dx = quantize_activations(Tensor(np.random.default_rng(3).standard_normal((5, k)).astype(np.float32)))
+    eight, sixteen = (row_lanes_matmul(xq, dx, repack(raw, gtype, (rows, k), "CPU", group=g)) for g in (8, 16))
+    if open_device("CPU").renderer.row_lane_rows == 16:
+        from tgcore.codegen import get_program
+        from tgcore.schedule.kernelize import create_schedule
+        from tgcore.uop import Ops
+        items = [si for si in create_schedule([sixteen.uop], "CPU")[0] if si.kind != "copy"]
+        uops = [u for si in items for u in get_program(si.ast, open_device("CPU").renderer).uops]
+        assert any(u.op is Ops.CUSTOMI and u.arg in (DOT16_ACC_HELPER, BCST16_ACC_HELPER) for u in uops)
+    assert_bits_equal(sixteen.numpy(), eight.numpy())
+
+
+def test_row_groups_must_be_whole_groups_of_eight():
+    raw = random_blocks(GGMLType.Q4_0, 16, seed=1, small=True)
+    with pytest.raises(ValueError, match="groups of 12 rows"):
+        repack(raw, GGMLType.Q4_0, (8, 64), "CPU", group=12)
+
+
+def test_table_types_keep_groups_of_eight():
+    """IQ4_NL/IQ4_XS/MXFP4 (values from a 16-byte table) stay in groups of 8 rows on every device (a 64-byte lookup is
+    lane by lane in the C renderer); the other types follow the renderer's ``row_lane_rows``."""
+    from tg_gguf.lanes import LANES, group_rows
+
+    from tgcore.runtime.registry import open_device
+    wide = open_device("CPU").renderer.row_lane_rows
+    for gtype in TYPES:
+        assert group_rows("CPU", gtype) == (8 if LANES[gtype].table is not None else wide)
+    raw = random_blocks(GGMLType.IQ4_NL, 16 * 2, seed=1, small=True)
+    assert repack(raw, GGMLType.IQ4_NL, (16, 64), "CPU").d.shape[-1] == 8

@@ -31,10 +31,11 @@ types take this path; ``QuantizedMatrix`` decides with ``uses_row_lanes``.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,7 +45,7 @@ from tg_gguf.dequant import FIELDS, iota
 if TYPE_CHECKING:
     from tgcore.tensor import Tensor
 
-ROWS = 8  # output rows per vector (one int32 lane each)
+ROWS = 8  # output rows per vector (one int32 lane each) as the types repack them; ``regrouped`` makes groups of 16
 STEP = 4  # bytes per lane and multiply-add
 BLOCK = 32  # values per block (a scale each), but for the types in ``BLOCKS``
 
@@ -101,10 +102,12 @@ def _fifth_bit_bytes(qh: np.ndarray) -> np.ndarray:
     return np.packbits(bits.transpose(0, 1, 3, 2), axis=-1, bitorder="little").reshape(qh.shape)
 
 
-def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str, name: str | None = None) -> RowLanes:
+def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str, name: str | None = None,
+           group: int | None = None) -> RowLanes:
     """The raw GGUF bytes of an ``(N, K)`` weight (host memory, e.g. a view of the mapped file) -> its row-lane form
-    on ``device`` (rows padded to a multiple of 8 with zeros: zero scales, so the padded rows sum to 0 and are
-    dropped). Vectorized numpy: one pass over the bytes per field (SmolLM2's 96 MB of weights: ~0.3 s)."""
+    on ``device`` in groups of ``group`` rows (default ``group_rows(device, gtype)``: 8, or 16; padded to a multiple
+    of it with zeros: zero scales, so the padded rows sum to 0 and are dropped). Vectorized numpy: one pass over the
+    bytes per field (SmolLM2's 96 MB of weights: ~0.3 s; groups of 16 one more copy, +13-20% of it)."""
     what = f"tensor {name!r}: " if name else ""
     if gtype not in LAYOUT_TYPES:
         raise ValueError(f"{what}no row-lane layout for {gtype.name} "
@@ -117,11 +120,46 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
                          f"{block} values")
     if raw.size != n * blocks * block_bytes:
         raise ValueError(f"{what}{gtype.name} weight of shape {shape} does not match {raw.size} bytes")
-    padded = -(-n // ROWS) * ROWS
+    group = group_rows(device, gtype) if group is None else group
+    if group % ROWS:
+        raise ValueError(f"{what}row-lane groups of {group} rows: not a multiple of {ROWS}")
+    padded = -(-n // group) * group
     data = raw.reshape(n, blocks, block_bytes)
     if padded != n:
         data = np.concatenate([data, np.zeros((padded - n, blocks, block_bytes), np.uint8)])
-    return LANES[gtype].repack(data, gtype, n, k, device)
+    w = LANES[gtype].repack(data, gtype, n, k, device)
+    return w if group == ROWS else regrouped(w, group)
+
+
+def group_rows(device: str, gtype: GGMLType) -> int:
+    """Weight rows per group (per vector of the product) of a ``gtype`` weight on ``device``: its renderer's
+    ``row_lane_rows`` (16 in a 512-bit vector where the C compiler targets AVX512-VNNI), else ``ROWS``. A type whose
+    values come from a 16-byte table (IQ4_NL, IQ4_XS, MXFP4) keeps ``ROWS``: the C renderer looks a table up in one
+    instruction over 32 bytes (``cbytedot.byte_table_lookup``), over 64 lane by lane (576x1536, one core: 12-42x
+    slower)."""
+    from tgcore.runtime.registry import open_device
+    if LANES[gtype].table is not None:
+        return ROWS
+    return int(getattr(open_device(device).renderer, "row_lane_rows", ROWS))
+
+
+def regrouped(w: RowLanes, group: int) -> RowLanes:
+    """``w`` (groups of ``ROWS`` rows) in groups of ``group`` (a multiple of ``ROWS``; its row count padded to
+    one): each field's consecutive groups side by side, per block and 4-byte word (interleaved bytes) or value
+    (side-by-side fields): row ``l``'s word ``g`` of a block at ``4(group g + l)``, as ``_interleave`` puts 8 rows.
+    The same values; done once, in numpy."""
+    def fields(t: Tensor | None) -> Tensor | None:
+        if t is None:
+            return None
+        a = t.numpy()
+        per_row = 4 if a.dtype == np.uint8 else 1  # interleaved bytes move as 4-byte words, other fields as values
+        groups, blocks, width = a.shape
+        words = width // (ROWS * per_row)
+        out = a.reshape(groups // (group // ROWS), group // ROWS, blocks, words, ROWS * per_row)
+        return _put(out.transpose(0, 2, 3, 1, 4).reshape(groups * ROWS // group, blocks, width * group // ROWS),
+                    t.device)
+    tensors: dict[str, Any] = {f.name: fields(getattr(w, f.name)) for f in dataclasses.fields(w)[3:]}  # (every field
+    return dataclasses.replace(w, **tensors)  # after gtype, rows, cols: a tensor or None)
 
 
 def _interleaved_qs(data: np.ndarray, gtype: GGMLType) -> np.ndarray:
@@ -396,16 +434,16 @@ def _unsigned(w: RowLanes, batch: int = 1) -> Tensor:
 
 def _unpack_bytes(w: RowLanes, batch: int) -> Tensor:
     """Q8_0: the bytes are the values (``u = q + 128``), never broadcast."""
-    return w.qs.reshape(1, w.qs.shape[0], _blocks(w), 8, ROWS, STEP)
+    return w.qs.reshape(1, w.qs.shape[0], _blocks(w), 8, _group(w), STEP)
 
 
 def _unpack_nibbles(w: RowLanes, batch: int) -> Tensor:
     """Q4_0's packing: ``g < 4`` the low nibbles (elements ``4g + k``), ``g >= 4`` the high ones (``16 + 4(g - 4) +
     k``)."""
-    groups, blocks = w.qs.shape[0], _blocks(w)
-    packed = w.qs.reshape(1, groups, blocks, 1, 4, ROWS, STEP).expand(batch, groups, blocks, 2, 4, ROWS, STEP)
+    groups, blocks, rows = w.qs.shape[0], _blocks(w), _group(w)
+    packed = w.qs.reshape(1, groups, blocks, 1, 4, rows, STEP).expand(batch, groups, blocks, 2, 4, rows, STEP)
     half = iota((1, 1, 1, 2, 1, 1, 1), 3, packed.device, "uint8")
-    return ((packed >> (half * 4)) & 15).reshape(batch, groups, blocks, 8, ROWS, STEP)
+    return ((packed >> (half * 4)) & 15).reshape(batch, groups, blocks, 8, rows, STEP)
 
 
 def _unpack_fifth_bit(w: RowLanes, batch: int) -> Tensor:
@@ -413,33 +451,33 @@ def _unpack_fifth_bit(w: RowLanes, batch: int) -> Tensor:
     (``_fifth_bit_bytes``)."""
     assert w.qh is not None
     qs = _unpack_nibbles(w, batch)
-    groups, blocks = w.qs.shape[0], _blocks(w)
-    fifth = w.qh.reshape(1, groups, blocks, 1, ROWS, STEP).expand(batch, groups, blocks, 8, ROWS, STEP)
+    groups, blocks, rows = w.qs.shape[0], _blocks(w), _group(w)
+    fifth = w.qh.reshape(1, groups, blocks, 1, rows, STEP).expand(batch, groups, blocks, 8, rows, STEP)
     step = iota((1, 1, 1, 8, 1, 1), 3, fifth.device, "uint8")
     return qs | (((fifth >> step) & 1) << 4)
 
 
 def _unpack_two_bit_steps(w: RowLanes, batch: int) -> Tensor:
     """TQ2_0/TQ1_0: step ``2q + v`` is bits ``2q, 2q + 1`` of the 32 bytes ``v`` (``_two_bit_steps``)."""
-    groups, blocks = w.qs.shape[0], _blocks(w)
-    packed = w.qs.reshape(1, groups, blocks, 1, 2, ROWS, STEP).expand(batch, groups, blocks, 4, 2, ROWS, STEP)
+    groups, blocks, rows = w.qs.shape[0], _blocks(w), _group(w)
+    packed = w.qs.reshape(1, groups, blocks, 1, 2, rows, STEP).expand(batch, groups, blocks, 4, 2, rows, STEP)
     quarter = iota((1, 1, 1, 4, 1, 1, 1), 3, packed.device, "uint8")
-    return ((packed >> (quarter * 2)) & 3).reshape(batch, groups, blocks, 8, ROWS, STEP)
+    return ((packed >> (quarter * 2)) & 3).reshape(batch, groups, blocks, 8, rows, STEP)
 
 
 def _unpack_two_bit_words(w: RowLanes, batch: int) -> Tensor:
     """Q2_K: step ``g`` is bits ``2g, 2g + 1`` of the block's 4 bytes (``_two_bit_words``)."""
-    groups, blocks = w.qs.shape[0], _blocks(w)
-    packed = w.qs.reshape(1, groups, blocks, 1, ROWS, STEP).expand(batch, groups, blocks, 4, ROWS, STEP)
+    groups, blocks, rows = w.qs.shape[0], _blocks(w), _group(w)
+    packed = w.qs.reshape(1, groups, blocks, 1, rows, STEP).expand(batch, groups, blocks, 4, rows, STEP)
     return (packed >> (iota((1, 1, 1, 4, 1, 1), 3, packed.device, "uint8") * 2)) & 3
 
 
 def _unpack_nibble_words(w: RowLanes, batch: int) -> Tensor:
     """Q6_K's low nibbles: step ``g`` is nibble ``g % 2`` of word ``g // 2`` (``_nibble_words``)."""
-    groups, blocks = w.qs.shape[0], _blocks(w)
-    packed = w.qs.reshape(1, groups, blocks, 2, 1, ROWS, STEP).expand(batch, groups, blocks, 2, 2, ROWS, STEP)
+    groups, blocks, rows = w.qs.shape[0], _blocks(w), _group(w)
+    packed = w.qs.reshape(1, groups, blocks, 2, 1, rows, STEP).expand(batch, groups, blocks, 2, 2, rows, STEP)
     low = ((packed >> (iota((1, 1, 1, 1, 2, 1, 1), 4, packed.device, "uint8") * 4)) & 15)
-    return low.reshape(batch, groups, blocks, 4, ROWS, STEP)
+    return low.reshape(batch, groups, blocks, 4, rows, STEP)
 
 
 def _unpack_third_bit(w: RowLanes, batch: int) -> Tensor:
@@ -448,16 +486,16 @@ def _unpack_third_bit(w: RowLanes, batch: int) -> Tensor:
     are the pair's 4 bytes (``_third_bit_words``) shifted by ``4p`` once per block (the block's 4 bits low in each
     byte), then bit ``g`` moved up per step."""
     assert w.qh is not None
-    groups, blocks = w.qs.shape[0], _blocks(w)
-    planes = w.qs.reshape(1, groups, blocks, 1, ROWS, STEP).expand(batch, groups, blocks, 4, ROWS, STEP)
+    groups, blocks, rows = w.qs.shape[0], _blocks(w), _group(w)
+    planes = w.qs.reshape(1, groups, blocks, 1, rows, STEP).expand(batch, groups, blocks, 4, rows, STEP)
     plane = iota((1, 1, 1, 4, 1, 1), 3, planes.device, "uint8") * 2
     at = plane.full_like(2)
     low = ((planes >> (plane >= at).where(plane - at, 0)) << (plane >= at).where(0, at - plane)) & 12
-    pairs = w.qh.reshape(1, groups, blocks // 2, 1, 1, ROWS, STEP).expand(batch, groups, blocks // 2, 2, 1, ROWS, STEP)
+    pairs = w.qh.reshape(1, groups, blocks // 2, 1, 1, rows, STEP).expand(batch, groups, blocks // 2, 2, 1, rows, STEP)
     own = pairs >> (iota((1, 1, 1, 2, 1, 1, 1), 3, pairs.device, "uint8") * 4)
     step = iota((1, 1, 1, 1, 4, 1, 1), 4, pairs.device, "uint8")
-    third = (own.expand(batch, groups, blocks // 2, 2, 4, ROWS, STEP) << (step.full_like(4) - step)) & 16
-    return low | third.reshape(batch, groups, blocks, 4, ROWS, STEP)
+    third = (own.expand(batch, groups, blocks // 2, 2, 4, rows, STEP) << (step.full_like(4) - step)) & 16
+    return low | third.reshape(batch, groups, blocks, 4, rows, STEP)
 
 
 def _unpack_top_bits(w: RowLanes, batch: int) -> Tensor:
@@ -466,11 +504,16 @@ def _unpack_top_bits(w: RowLanes, batch: int) -> Tensor:
     shifted bytes left, which gcc makes byte additions)."""
     assert w.qh is not None
     qs = _unpack_nibble_words(w, batch)
-    groups, blocks = w.qs.shape[0], _blocks(w)
-    top = w.qh.reshape(1, groups, blocks, 1, ROWS, STEP).expand(batch, groups, blocks, 4, ROWS, STEP)
+    groups, blocks, rows = w.qs.shape[0], _blocks(w), _group(w)
+    top = w.qh.reshape(1, groups, blocks, 1, rows, STEP).expand(batch, groups, blocks, 4, rows, STEP)
     bit = iota((1, 1, 1, 4, 1, 1), 3, top.device, "uint8") * 2
     at = bit.full_like(4)
     return qs | (((top >> ((bit >= at).where(bit, at) - at)) << (at - (bit >= at).where(at, bit))) & 48)
+
+
+def _group(w: RowLanes) -> int:
+    """Rows per group (int32 lanes of the product's vectors): ``ROWS``, or ``regrouped``'s."""
+    return int(w.d.shape[-1])
 
 
 def _block(w: RowLanes) -> int:
@@ -486,17 +529,17 @@ def _blocks(w: RowLanes) -> int:
 def _per_row(field: Tensor, blocks: int | None = None) -> Tensor:
     """A ``(groups, blocks, 8)`` float16 field -> ``(1, groups, 8, blocks, 1, 1)`` float32 (``_unsigned``'s axes); a
     field per super-block (Q4_K's ``d``) repeated over its ``blocks`` blocks of 32."""
-    groups, per = field.shape[0], field.shape[1]
-    t = field.permute(0, 2, 1).reshape(1, groups, ROWS, per, 1, 1, 1).cast("float32")
+    groups, per, rows = field.shape
+    t = field.permute(0, 2, 1).reshape(1, groups, rows, per, 1, 1, 1).cast("float32")
     repeat = (blocks or per) // per
-    return t.expand(1, groups, ROWS, per, repeat, 1, 1).reshape(1, groups, ROWS, per * repeat, 1, 1)
+    return t.expand(1, groups, rows, per, repeat, 1, 1).reshape(1, groups, rows, per * repeat, 1, 1)
 
 
 def _mx_scale(w: RowLanes) -> Tensor:
     """MXFP4's per-block scale ``2**(e - 128)`` ``(1, groups, 8, blocks, 1, 1)`` float32 (``dequant.mxfp4_scale``)."""
     from tg_gguf.dequant import e8m0_halved
     groups, blocks = w.d.shape[0], w.d.shape[1]
-    return e8m0_halved(w.d.permute(0, 2, 1).reshape(1, groups, ROWS, blocks, 1, 1))
+    return e8m0_halved(w.d.permute(0, 2, 1).reshape(1, groups, _group(w), blocks, 1, 1))
 
 
 def _xs_scale(w: RowLanes) -> Tensor:
@@ -523,7 +566,8 @@ def _q2_k_factors(w: RowLanes, batch: int) -> tuple[Tensor, Tensor]:
     assert w.dmin is not None and w.sc is not None
     blocks = _blocks(w)
     groups = w.sc.shape[0]
-    byte = w.sc.permute(0, 2, 1).reshape(1, groups, ROWS, blocks, 1, 1).expand(batch, groups, ROWS, blocks, 1, 1)
+    rows = _group(w)
+    byte = w.sc.permute(0, 2, 1).reshape(1, groups, rows, blocks, 1, 1).expand(batch, groups, rows, blocks, 1, 1)
     sc, mn = (byte & 15).cast("float32"), (byte >> 4).cast("float32")
     return _per_row(w.d, blocks) * sc, _per_row(w.dmin, blocks) * mn
 
@@ -567,8 +611,8 @@ def dequantize(w: RowLanes) -> Tensor:
         value = scale * u + minimum
     else:  # the K types: d * sc * q - dmin * mn
         value = scale * u - minimum
-    out = value.reshape(groups * ROWS, w.cols)
-    return out if groups * ROWS == w.rows else out.shrink(((0, w.rows), None))
+    out = value.reshape(groups * _group(w), w.cols)
+    return out if groups * _group(w) == w.rows else out.shrink(((0, w.rows), None))
 
 
 def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
@@ -598,14 +642,14 @@ def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
         per_value = lane.zero // block  # (Q6_K: -2, an integer)
         spread_offset = (integer_sums * per_value).cast("int16").contiguous().reshape(m, 1, 1, blocks, 1, 1)
         value = (u.cast("int32") * x + spread_offset.cast("int32")).cast("float32") * (_xs_scale(w) * scale_x)
-        return _rows(value.reshape(m, groups * ROWS, w.cols).sum(-1), w, m)
+        return _rows(value.reshape(m, groups * _group(w), w.cols).sum(-1), w, m)
     sums = integer_sums.cast("float32") * scale_x.reshape(m, blocks)
     spread = lane.min_sign / block
     spread_sum = (sums * spread).contiguous().reshape(m, 1, 1, blocks, 1, 1)
     scale, minimum = lane.factors(w, m)
     offset = scale * float(lane.zero) if minimum is None else minimum
     value = (u.cast("int32") * x).cast("float32") * (scale * scale_x) + spread_sum * offset
-    return _rows(value.reshape(m, groups * ROWS, w.cols).sum(-1), w, m)
+    return _rows(value.reshape(m, groups * _group(w), w.cols).sum(-1), w, m)
 
 
 def _rows(out: Tensor, w: RowLanes, m: int) -> Tensor:
