@@ -5,6 +5,7 @@ multiply-add per 4 elements of 8 rows."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 import pytest
@@ -130,35 +131,44 @@ def test_unshuffled_only_drops_a_shuffle_of_one_repeated_word():
     assert _unshuffled(shuffled) is shuffled
 
 
-@pytest.mark.parametrize("flags", [["-mavx2", "-mfma"], ["-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl",
-                                                         "-mavx512vnni"]], ids=["plain", "vnni"])
+HELPER_FLAGS = [["-mavx2", "-mfma"], ["-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]]
+
+
+def _built_dot(src: str, flags: list[str], vnni_needs: set[str], tmp_path: Any, args: int) -> Any:
+    """``src``'s C function ``dot`` (``args`` pointers) built with ``flags`` as a shared library, through ctypes;
+    skipped where the CPU lacks what the flags target (``vnni_needs`` besides AVX2/FMA with -mavx512vnni)."""
+    import ctypes
+
+    from tgcore.runtime.compiler import ClangCompiler, CompilerNotFoundError
+    from tgcore.runtime.cpufeatures import cpu_features
+    needed = {"avx2", "fma"} | (vnni_needs if "-mavx512vnni" in flags else set())
+    if not needed <= cpu_features().features:
+        pytest.skip(f"needs {sorted(needed)}")
+    try:
+        library = ClangCompiler(flags=["-O2", *flags, "-shared", "-fPIC"]).compile(src)
+    except CompilerNotFoundError:
+        pytest.skip("no C compiler")
+    (tmp_path / "dot.so").write_bytes(library)
+    dot = ctypes.CDLL(str(tmp_path / "dot.so")).dot
+    dot.argtypes = [ctypes.c_void_p] * args
+    return dot
+
+
+@pytest.mark.parametrize("flags", HELPER_FLAGS, ids=["plain", "vnni"])
 def test_broadcast_dot_helper_matches_numpy(flags, tmp_path):
     """``cbroadcastdot``'s helpers, built without and with AVX512-VNNI (the plain helper on the broadcast word, one
     ``vpdpbusd`` reading it): lane l sums bytes 4l .. 4l+3 of an unsigned 32-byte vector times the same 4 signed bytes
     of memory, at the extremes of both ranges, alone and added to an int32 vector."""
-    import ctypes
-
     from tgcore.renderer.cbroadcastdot import BCST_PREAMBLE, BCST_TYPES
     from tgcore.renderer.cbytedot import DOT_PREAMBLE
     from tgcore.renderer.cstyle import vector_typedef
-    from tgcore.runtime.compiler import ClangCompiler, CompilerNotFoundError
-    from tgcore.runtime.cpufeatures import cpu_features
-    needed = {"avx2", "fma"} | ({"avx512_vnni", "avx512vl"} if "-mavx512vnni" in flags else set())
-    if not needed <= cpu_features().features:
-        pytest.skip(f"needs {sorted(needed)}")
     src = "".join(vector_typedef(d) + "\n" for d in BCST_TYPES) + DOT_PREAMBLE + BCST_PREAMBLE + (
         "void dot(const unsigned char* a, const signed char* b, int* out) {\n"
         "  tg_uint8x32 x; __builtin_memcpy(&x, a, 32);\n"
         "  tg_int32x8 r = tg_dot4_bcst(x, b[1]); __builtin_memcpy(out, &r, 32);\n"
         "  tg_int32x8 c = {-2147483647 + 130560, -128 * 127, -1, 0, 1, 5000, 65535, 2147483647 - 130560};\n"
         "  r = tg_dot4_bcst_acc(c, x, b[1]); __builtin_memcpy(out + 8, &r, 32); }\n")
-    try:
-        library = ClangCompiler(flags=["-O2", *flags, "-shared", "-fPIC"]).compile(src)
-    except CompilerNotFoundError:
-        pytest.skip("no C compiler")
-    (tmp_path / "bcst.so").write_bytes(library)
-    dot = ctypes.CDLL(str(tmp_path / "bcst.so")).dot
-    dot.argtypes = [ctypes.c_void_p] * 3
+    dot = _built_dot(src, flags, {"avx512_vnni", "avx512vl"}, tmp_path, 3)
     rng = np.random.default_rng(len(flags))
     c = np.array([-2147483647 + 130560, -128 * 127, -1, 0, 1, 5000, 65535, 2147483647 - 130560], np.int64)
     for a, b in [(np.full(32, 255, np.uint8), np.full(5, -128, np.int8)),
@@ -210,22 +220,14 @@ def test_rows_in_lanes_with_bits_shifted_per_block_are_exact(device):
         assert not variable.search(source) and re.search(r"tg_uint32x8 \w+ = \(\w+>>vec\d+\)", source)
 
 
-@pytest.mark.parametrize("flags", [["-mavx2", "-mfma"], ["-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl",
-                                                         "-mavx512vnni"]], ids=["plain", "vnni"])
+@pytest.mark.parametrize("flags", HELPER_FLAGS, ids=["plain", "vnni"])
 def test_sixteen_lane_dot_helpers_match_numpy(flags, tmp_path):
     """``cbroadcastdot``'s 16-lane helpers (16 weight rows per 512-bit vector), built without AVX512-VNNI (lane by
     lane) and with it (a zmm ``vpdpbusd``, the broadcast one reading its word {1to16}): lane l sums bytes 4l .. 4l+3 of
     an unsigned 64-byte vector times a signed one (or the same 4 bytes of memory), alone and added to an int32
     vector, at the extremes of both ranges."""
-    import ctypes
-
     from tgcore.renderer.cbroadcastdot import BCST16_PREAMBLE, DOT16_PREAMBLE, DOT16_TYPES
     from tgcore.renderer.cstyle import vector_typedef
-    from tgcore.runtime.compiler import ClangCompiler, CompilerNotFoundError
-    from tgcore.runtime.cpufeatures import cpu_features
-    needed = {"avx2", "fma"} | ({"avx512_vnni", "avx512f"} if "-mavx512vnni" in flags else set())
-    if not needed <= cpu_features().features:
-        pytest.skip(f"needs {sorted(needed)}")
     src = "".join(vector_typedef(d) + "\n" for d in DOT16_TYPES) + DOT16_PREAMBLE + BCST16_PREAMBLE + (
         "void dot(const unsigned char* a, const signed char* b, const int* c, int* out) {\n"
         "  tg_uint8x64 x; __builtin_memcpy(&x, a, 64); tg_int8x64 y; __builtin_memcpy(&y, b, 64);\n"
@@ -234,13 +236,7 @@ def test_sixteen_lane_dot_helpers_match_numpy(flags, tmp_path):
         "  r = tg_dot4_u8i8_x16_acc(z, x, y); __builtin_memcpy(out + 16, &r, 64);\n"
         "  r = tg_dot4_bcst_x16(x, b[1]); __builtin_memcpy(out + 32, &r, 64);\n"
         "  r = tg_dot4_bcst_x16_acc(z, x, b[1]); __builtin_memcpy(out + 48, &r, 64); }\n")
-    try:
-        library = ClangCompiler(flags=["-O2", *flags, "-shared", "-fPIC"]).compile(src)
-    except CompilerNotFoundError:
-        pytest.skip("no C compiler")
-    (tmp_path / "dot16.so").write_bytes(library)
-    dot = ctypes.CDLL(str(tmp_path / "dot16.so")).dot
-    dot.argtypes = [ctypes.c_void_p] * 4
+    dot = _built_dot(src, flags, {"avx512_vnni", "avx512f"}, tmp_path, 4)
     rng = np.random.default_rng(len(flags))
     c = np.array([-2147483647 + 130560, -128 * 127, -1, 0, 1, 5000, 65535, 2147483647 - 130560] * 2, np.int32)
     for a, b in [(np.full(64, 255, np.uint8), np.full(64, -128, np.int8)),

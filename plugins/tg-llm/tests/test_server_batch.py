@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_server_helpers import MODEL_ID, LiveServer, require, require_server_deps, smollm2_path
+from test_server_helpers import MODEL_ID, LiveServer, job_tokens, require, require_server_deps, smollm2_path
 
 ARGS = ["--max-context", "256", "--parallel", "4", "--prefill-chunk", "16", "--shutdown-timeout", "0"]
 PROMPTS = ["The capital of France is", "Once upon a time, in a small village,", "def fibonacci(n):",
@@ -181,13 +181,7 @@ def test_prompts_arriving_together_join_in_one_forward_and_decode_together() -> 
     assert engine.state == "ready"
     model = engine.model
 
-    async def tokens(job: Job) -> list[int]:
-        got = []
-        while (out := await job.outputs.get()).kind != "end":
-            assert out.kind == "event", out.payload
-            got.append(out.payload.token_id)
-        return got
-    got = [loop.run_until_complete(tokens(job)) for job in jobs]
+    got = [loop.run_until_complete(job_tokens(job)) for job in jobs]
     engine.stop()
     engine._worker.join(60)  # (the worker owns the model until then)
     assert batched == [4, 4] and engine.clock.chunks == 8

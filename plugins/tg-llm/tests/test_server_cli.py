@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_server_helpers import MODEL_ID, MODEL_NAME, LiveServer, require, require_server_deps, smollm2_path
+from test_server_helpers import MODEL_ID, MODEL_NAME, LiveServer, job_tokens, require, require_server_deps, smollm2_path
 
 CHAT = [{"role": "user", "content": "Tell me a long story about a dragon."}]
 
@@ -149,18 +149,12 @@ def test_long_prompts_compile_nothing_after_the_warm_ups(monkeypatch: pytest.Mon
     prompts = [[int(t) for t in np.random.default_rng(40 + n).integers(100, 40000, n)] for n in (200, 150)]
     loop = asyncio.new_event_loop()
 
-    async def tokens(job: Job) -> list[int]:
-        got = []
-        while (out := await job.outputs.get()).kind != "end":
-            assert out.kind == "event", out.payload
-            got.append(out.payload.token_id)
-        return got
     before = CompileCounter.count
     got = []
     for prompt in prompts:
         job = Job([Choice(prompt, 4, temperature=0.0)], loop, time.monotonic() + 600)
         assert engine.try_submit(job)
-        got.append(loop.run_until_complete(tokens(job)))
+        got.append(loop.run_until_complete(job_tokens(job)))
     assert CompileCounter.count == before
     engine.stop()
     engine._worker.join(60)  # (the worker owns the model until then)

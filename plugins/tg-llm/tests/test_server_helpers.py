@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from llm_testutil import require, smollm2_path
@@ -27,6 +28,15 @@ MODEL_NAME = "Smollm2 135M 8k Lc100K Mix1 Ep2"  # the file's general.name: the i
 # a small KV cache (decode attends over all of it); on SIGTERM, running streams end at their next token
 SHARED_ARGS = ["--max-context", "128", "--shutdown-timeout", "0"]
 READY_TIMEOUT = 120.0  # seconds for the server to load the model and answer /health 200
+
+
+async def job_tokens(job: Any) -> list[int]:
+    """The token ids an engine ``Job`` of one choice streams, until its end (any error output fails the test)."""
+    got = []
+    while (out := await job.outputs.get()).kind != "end":
+        assert out.kind == "event", out.payload
+        got.append(out.payload.token_id)
+    return got
 
 
 def require_server_deps() -> None:
