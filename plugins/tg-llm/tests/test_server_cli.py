@@ -81,7 +81,9 @@ def test_busy_port_is_one_line_exit_2() -> None:
 
 def test_bad_port_and_directory_model_are_one_line(tmp_path: Path) -> None:
     for argv, words in ((["--port", "99999"], "--port must be in 0..65535"),
-                        (["--model", str(tmp_path)], "is a directory")):
+                        (["--model", str(tmp_path)], "is a directory"),
+                        (["--prefill-chunk", "512"], "--prefill-chunk must be in 1..256"),
+                        (["--prefill-chunk", "0"], "--prefill-chunk must be in 1..256")):
         r = serve(*argv)
         assert r.returncode == 2 and words in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
 

@@ -163,6 +163,10 @@ class Model:
     list of tokens whose keys and values the cache holds; ``reset()`` empties it.
     """
 
+    # several sequences' prefill chunks run in one forward (``prefill_chunks``), and the prefill captures may be made
+    # directly (``tg_llm.prefill.warm_up``): a server joins prompts and warms long prompts up (``PipelineModel``: no)
+    joins_prompts = True
+
     def __init__(self, gf: Any, config: ModelConfig, device: str,
                  progress: Callable[[int, int], None] | None = None, sequences: int = 1,
                  stage: PipelineStage | None = None, int_dot: bool = True, kv_dtype: str = KV_DTYPE) -> None:

@@ -244,14 +244,18 @@ class PipelineModel:
         self._heartbeat = threading.Thread(target=self._beat, name="tg-llm-pipeline-heartbeat", daemon=True)
         self._heartbeat.start()
 
+    # a prefill runs one sequence at a time (``prefill_chunks`` is not a pipeline command), and only through the
+    # commands (a warm-up calling ``tg_llm.prefill`` directly would run rank 0's layers alone)
+    joins_prompts = False
+
     def __getattr__(self, name: str) -> Any:  # config, sequences, tokens_of, decode_shapes, ...: rank 0's own
         return getattr(self._model, name)
 
     def forward(self, tokens: Sequence[int], start_pos: int, seq: int = 0) -> np.ndarray:
         return self._call("forward", self._tokens(tokens, start_pos, seq), start_pos, seq)
 
-    def forward_last(self, tokens: Sequence[int], start_pos: int, seq: int = 0) -> np.ndarray:
-        return self._call("forward_last", self._tokens(tokens, start_pos, seq), start_pos, seq)
+    def forward_last(self, tokens: Sequence[int], start_pos: int, seq: int = 0, padding: int = 0) -> np.ndarray:
+        return self._call("forward_last", self._tokens(tokens, start_pos, seq), start_pos, seq, int(padding))
 
     def prefill(self, tokens: Sequence[int], start_pos: int, seq: int = 0) -> None:
         self._call("prefill", self._tokens(tokens, start_pos, seq), start_pos, seq)

@@ -64,6 +64,7 @@ def default_model_path() -> Path | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from tg_llm.model import PREFILL_CHUNK as MODEL_CHUNK
     from tg_llm.server_engine import PREFILL_CHUNK
     p = argparse.ArgumentParser(prog="tg serve llm",
                                 description="Serve a GGUF model over an OpenAI-compatible API, with a chat page at /.")
@@ -92,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "batched step (default 4)")
     p.add_argument("--prefill-chunk", type=int, default=PREFILL_CHUNK, metavar="N",
                    help="prompt tokens prefilled per step, between decode steps of the other slots "
-                        f"(default {PREFILL_CHUNK})")
+                        f"(default {PREFILL_CHUNK}, at most {MODEL_CHUNK})")
     p.add_argument("--max-queue", type=int, default=64, metavar="N",
                    help="requests waiting or running before new ones get 429 (default 64)")
     g = p.add_argument_group("sampling defaults", "what a request gets for the fields it leaves out (default: "
@@ -122,6 +123,7 @@ def setup_logging(level: str) -> None:
 def run(argv: list[str], exit_process: bool = False) -> int:
     """Entry point of ``tg serve llm``; returns the exit code (``exit_process``: after a clean stop, end the
     process at once instead of returning)."""
+    from tg_llm.model import PREFILL_CHUNK as MODEL_CHUNK
     args = build_parser().parse_args(argv)
     if args.model is None:
         path = default_model_path()
@@ -141,8 +143,12 @@ def run(argv: list[str], exit_process: bool = False) -> int:
     if args.max_context < 1:
         print("tg serve llm: --max-context must be at least 1", file=sys.stderr)
         return 2
-    if args.parallel < 1 or args.prefill_chunk < 1:
-        print("tg serve llm: --parallel and --prefill-chunk must be at least 1", file=sys.stderr)
+    if args.parallel < 1:
+        print("tg serve llm: --parallel must be at least 1", file=sys.stderr)
+        return 2
+    if not 1 <= args.prefill_chunk <= MODEL_CHUNK:
+        print(f"tg serve llm: --prefill-chunk must be in 1..{MODEL_CHUNK} (the model's own prefill chunk), got "
+              f"{args.prefill_chunk}", file=sys.stderr)
         return 2
     if args.timeout <= 0:
         print("tg serve llm: --timeout must be positive", file=sys.stderr)

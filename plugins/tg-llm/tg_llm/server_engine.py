@@ -224,10 +224,13 @@ class Engine:
                  chat_template: str | None = None, sampling: dict[str, float | int | None] | None = None,
                  parallel: int = 4, prefill_chunk: int = PREFILL_CHUNK,
                  load_model: Callable[..., Any] | None = None) -> None:
+        from tg_llm.model import PREFILL_CHUNK as MODEL_CHUNK
         from tg_llm.models import header_metadata
         from tg_llm.sampling import sampling_defaults
         if parallel < 1:
             raise ValueError(f"parallel must be >= 1, got {parallel}")
+        if not 1 <= prefill_chunk <= MODEL_CHUNK:  # (a server's chunk is one forward of the model's: joined, padded)
+            raise ValueError(f"prefill_chunk must be in 1..{MODEL_CHUNK}, got {prefill_chunk}")
         self.path = Path(path)
         self.chat_template = chat_template  # overrides the file's (None: the file's own, else ChatML)
         self.device = device
@@ -640,7 +643,7 @@ class _Scheduler:
         # their prompts' last chunks or none (a chunk's keys are those of its run alone)
         lead, group = waiting[0], waiting[:1]
         whole = server_warmup.whole_rows(chunk)
-        if shape(lead) in ((whole, 0, False), (whole, chunk, True)):
+        if self.model.joins_prompts and shape(lead) in ((whole, 0, False), (whole, chunk, True)):
             others = [s for s in waiting[1:] if shape(s) == shape(lead)]
             group += [others[i] for i in batch_partners(self.model, next_chunk(lead), [next_chunk(s) for s in others],
                                                         PREFILL_BATCH - 1)]

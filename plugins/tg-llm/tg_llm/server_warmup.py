@@ -29,9 +29,10 @@ def plan(model: Any, chunk: int, batch: int, first: int) -> list[Callable[[], No
     if two:
         calls.append(functools.partial(two_chunks, model, chunk))
     shapes = model.decode_shapes()
-    long_windows = long_prompt_windows(model, chunk)
+    long_windows = long_prompt_windows(model, chunk) if model.joins_prompts else []
     # (prompts of two chunks joining together: once the decode steps of their generations' first window are captured)
-    joins_after = min((pos for _, pos in shapes if pos >= 2 * chunk), default=None) if two else None
+    joins_after = min((pos for _, pos in shapes if pos >= 2 * chunk), default=None) \
+        if two and model.joins_prompts else None
     for window in sorted({pos + 1 for _, pos in shapes if pos != first}):  # (the windows a context reaches)
         if window in long_windows:  # (a long prompt's chunks there, then the steps after it)
             calls.append(functools.partial(long_prompt, model, chunk, window))
