@@ -287,18 +287,13 @@ class MPITransport(MPINext):
                 self.isend(keep, dst).wait()
                 return
             self._seq_out[dst] += 1
-            last = self._data_sends.get(dst)
-            if last is not None and last[0] is data and self._headers_sent.get(dst) is header:
-                req = last[1]  # (the same memory again, no header: the persistent send of its data)
-                req.Start()
-                if not req.Test():  # (while the receiver takes the data: the next result ahead)
-                    self._until(req.Test, lambda: f"send of {describe_header(header)} to rank {dst}", dst, [req],
-                                self._make_ahead)
-                return
-            reqs = self._header_if_new(header, dst)
-            reqs.append(self._data_send(data, keep, dst))
-            if not self._mpi.Request.Testall(reqs):
-                self._wait(reqs, lambda: f"send of {describe_header(header)} to rank {dst}", dst, self._make_ahead)
+            try:
+                self._send_large(data, keep, header, dst)
+            except BaseException:
+                # interrupted or failed: its persistent send may still be active, so it is given up (never started
+                # again nor freed while MPI may read the memory)
+                self._data_sends.pop(dst, None)
+                raise
             return
         # A copy of the data goes out, so the send returns without waiting for the receiver: that wait (a handshake
         # above the byte transport's eager limit) would put the receiver's own work into this rank's time. The
@@ -324,6 +319,21 @@ class MPITransport(MPINext):
             slot.source = data
         slot.req.Start()
         slot.busy = True
+
+    def _send_large(self, data: memoryview, keep: Tensor, header: np.ndarray, dst: int) -> None:
+        """Send ``data`` (at most ``CHUNK`` bytes) with its header when new, waiting until it is out."""
+        last = self._data_sends.get(dst)
+        if last is not None and last[0] is data and self._headers_sent.get(dst) is header:
+            req = last[1]  # (the same memory again, no header: the persistent send of its data)
+            req.Start()
+            if not req.Test():  # (while the receiver takes the data: the next result ahead)
+                self._until(req.Test, lambda: f"send of {describe_header(header)} to rank {dst}", dst, [req],
+                            self._make_ahead)
+            return
+        reqs = self._header_if_new(header, dst)
+        reqs.append(self._data_send(data, keep, dst))
+        if not self._mpi.Request.Testall(reqs):
+            self._wait(reqs, lambda: f"send of {describe_header(header)} to rank {dst}", dst, self._make_ahead)
 
     def _header_if_new(self, header: np.ndarray, dst: int) -> list[Any]:
         """The request of a header message to ``dst`` (tag ``TAG_HEADER``) when ``header`` is not the last one sent
