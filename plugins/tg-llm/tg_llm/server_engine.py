@@ -22,8 +22,8 @@ worker's loop it
 3. prefills one chunk (at most ``prefill_chunk`` tokens) of the prefilling sequence with the fewest prompt tokens
    left, so a long prompt is prefilled across many turns and a short one is not stuck behind it, in one forward
    with the next chunks of up to ``PREFILL_BATCH`` - 1 other prefilling sequences whose chunks run alongside it as
-   they would alone (prompts arriving together join the decode steps together); a sequence's last chunk gives its
-   first token;
+   they would alone (prompts of two chunks arriving together join the decode steps together; a shorter prompt, or
+   any on a pipeline, runs alone); a sequence's last chunk gives its first token;
 4. runs one batched decode step (``Model.decode``) for every sequence that has a token to run, and samples the
    next token of each; finished ones free their slot at once.
 A sequence's tokens do not depend on what else runs (``Model.decode`` is batch-invariant) nor on what its slot
@@ -624,8 +624,9 @@ class _Scheduler:
     def prefill_chunks(self) -> None:
         """The next chunk of the prefilling sequence with the fewest prompt tokens left, in one forward with the next
         chunks of up to ``PREFILL_BATCH`` - 1 others that run alongside it as they would alone
-        (``prefill.batch_partners``); prompts arriving together then get their first tokens together and decode in full
-        steps from there, as ``tg llm bench``'s sequences do, not one joining per turn beside steps that grow;
+        (``prefill.batch_partners``); prompts of two chunks arriving together then get their first tokens together and
+        decode in full steps from there, as ``tg llm bench``'s sequences do, not one joining per turn beside steps that
+        grow (shorter prompts, whose only chunk the warm-up does not capture joined, and a pipeline's run alone);
         a sequence's last chunk samples its first token."""
         waiting = sorted((s for s in self.slots if s is not None and s.prefilling),
                          key=lambda s: (len(s.choice.prompt_ids) - s.done, s.clock.start))
