@@ -2,7 +2,7 @@
 
     python plugins/tg-llm/bench/serve.py [--model FILE.gguf] [--streams 1,4,8] [--prompt-tokens 128]
                                          [--gen-tokens 64] [--long-prompt-tokens 2000] [--parallel 8]
-                                         [--url http://HOST:PORT] [--llama-server PATH]
+                                         [--url http://HOST:PORT] [--llama-server PATH] [--engine-steps]
 
 Without ``--url`` it first runs ``tg llm bench``'s decode with the same lengths (the single-stream
 reference), then starts ``tg serve llm --parallel 8`` on a free loopback port, waits for the captures it makes
@@ -20,6 +20,8 @@ one round of the most streams, and measures:
   streams is N prefills and 63 or more batched steps, the engine's N-row decode figure the steps alone), each
   stream's decode rate (first token to last), and from a tg server where its worker's time went (prefill, decode
   steps with the sequences and rows per step, host work, idle);
+- with ``--engine-steps``, after each round of N streams: the engine's N-row step alone at the same positions (this
+  process, a model of its own), beside the worker's mean step in that round: what the server adds to a step;
 - the time to first token of a short request sent while a ``--long-prompt-tokens`` prompt prefills;
 - with 4 streams generating, how long SIGTERM takes to end the server, and its exit status.
 
@@ -203,6 +205,38 @@ class EngineDecode:
         return self.gen_tokens / (time.perf_counter() - t0), (time.process_time() - c0) / self.gen_tokens
 
 
+class EngineSteps:
+    """The engine's batched decode step alone at the server's rows and positions (``--engine-steps``): N prompts of
+    ``prompt_tokens`` prefilled, then ``gen_tokens`` - 1 steps of N rows, as a round of N streams runs them; the
+    attention window grows with the positions (128-token prompts decode at 128..191, a 192-slot window: a 4- or
+    8-row step there costs ~20% more one-thread CPU than at the few positions of ``bench/batch_step.py``'s default)."""
+
+    def __init__(self, path: Any, rows: list[int], prompt_tokens: int, gen_tokens: int, max_context: int) -> None:
+        from tg_llm.cli import load_model, reached_shapes
+        # (a short cache: the windows these positions read are those of the server's longer one)
+        context = min(max_context, 2 * (prompt_tokens + gen_tokens))
+        self.model = load_model(path, None, context, True, max(rows), None)
+        self.prompt_tokens, self.gen_tokens = prompt_tokens, gen_tokens
+        positions = range(prompt_tokens, prompt_tokens + gen_tokens)
+        self.model.warm_up([s for n in rows for s in reached_shapes(self.model, n, positions)])
+        for n in rows:  # (the prefill's captures and a replay of every step)
+            self.step_seconds(n)
+
+    def step_seconds(self, rows: int) -> float:
+        """Median seconds of one ``rows``-row greedy step over the round's positions."""
+        model, n = self.model, self.prompt_tokens
+        model.reset()
+        tokens = [int(np.argmax(model.forward_last(prompt_ids(n, 100 + i, model.vocab_size), 0, seq=i)))
+                  for i in range(rows)]
+        times = []
+        for pos in range(n, n + self.gen_tokens - 1):
+            t0 = time.perf_counter()
+            logits = model.decode([(i, tokens[i], pos) for i in range(rows)])
+            times.append(time.perf_counter() - t0)
+            tokens = [int(np.argmax(row)) for row in logits]
+        return float(np.median(times))
+
+
 def one_stream_rounds(url: str, pid: int | None, engine: EngineDecode, args: argparse.Namespace) -> dict[str, float]:
     """``args.rounds`` rounds of the engine's decode and one stream through the server, in alternating order; prints
     each and the medians."""
@@ -288,6 +322,18 @@ def worker_note(url: str, before: dict[str, float]) -> str:
             f"idle {d.get('idle', 0):.2f} s")
 
 
+def engine_note(url: str, before: dict[str, float], engine: EngineSteps | None, rows: int) -> str:
+    """The engine's ``rows``-row step alone, measured now, beside the worker's mean step in the round just run."""
+    after = worker_figures(url)
+    if engine is None or not before or not after:
+        return ""
+    steps = after.get("decode_steps", 0.0) - before.get("decode_steps", 0.0)
+    worker = (after.get("decode", 0.0) - before.get("decode", 0.0)) / max(steps, 1.0)
+    alone = engine.step_seconds(rows)
+    return (f"    engine alone, {rows} row(s) at the same positions: {alone * 1e3:.2f} ms per step (median); the "
+            f"worker's steps in this round {worker * 1e3:.2f} ms (mean): {worker / alone:.2f}x")
+
+
 def compiled_note(url: str, before: tuple[int, int] | None) -> str:
     after = kernels_compiled(url)
     if before is None or after is None:
@@ -295,9 +341,10 @@ def compiled_note(url: str, before: tuple[int, int] | None) -> str:
     return f", {after[0] - before[0]} kernels compiled ({after[1] - before[1]} generated, the rest from the cache)"
 
 
-def measure(url: str, args: argparse.Namespace, streams: list[int]) -> dict[str, float]:
+def measure(url: str, args: argparse.Namespace, streams: list[int],
+            engine: EngineSteps | None = None) -> dict[str, float]:
     """The figures of one server: aggregate tok/s per stream count and the TTFT behind a long prefill (and, from a
-    tg server, the kernels each step compiled)."""
+    tg server, the kernels each step compiled; with ``engine``, its step alone after each round)."""
     import openai
     client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
     model = client.models.list().data[0].id
@@ -315,6 +362,8 @@ def measure(url: str, args: argparse.Namespace, streams: list[int]) -> dict[str,
               f"{r['mean_stream_decode_tok_s']:.1f} tok/s (summed: {n * r['mean_stream_decode_tok_s']:.1f}; "
               f"{r['tokens']} tokens in {r['wall_s']:.1f} s"
               f"{compiled_note(url, compiled)}{worker_note(url, worker)})", flush=True)
+        if note := engine_note(url, worker, engine, n):
+            print(note, flush=True)
     compiled = kernels_compiled(url)
     out["ttft"] = ttft_behind_long_prompt(client, model, args.long_prompt_tokens)
     print(f"  TTFT of a short request behind a {args.long_prompt_tokens}-token prefill: {out['ttft']:.2f} s"
@@ -351,6 +400,8 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5, help="one-stream rounds in turn with the engine (median)")
     p.add_argument("--warm-wait", type=float, default=300.0, metavar="SECONDS",
                    help="wait at most this long after ready for the server's idle captures (0: measure at once)")
+    p.add_argument("--engine-steps", action="store_true",
+                   help="after each round of N streams, time the engine's N-row step alone at the same positions")
     args = p.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
@@ -382,7 +433,9 @@ def main() -> int:
               f"launch" + (f" ({after[0]} kernels compiled in all)" if after else ""), flush=True)
     if engine is not None:
         one_stream_rounds(url, proc.pid, engine, args)
-    tg = measure(url, args, streams)
+    steps = EngineSteps(path, streams, args.prompt_tokens, args.gen_tokens, args.max_context) \
+        if args.engine_steps else None
+    tg = measure(url, args, streams, steps)
     if 1 in streams:
         print("  " + versus_one_stream(tg, streams, bench_decode))
     import openai
