@@ -195,3 +195,39 @@ def test_a_new_sequence_takes_the_slot_with_fewest_rows_then_its_cached_prefix(
     assert taken == [want]
     assert sched.slots[want].cached == (min(cached_len, len(prompt) - 1) // 64 * 64 if want == cached_slot else 0)
     loop.close()
+
+
+def test_a_streams_tokens_that_come_together_go_in_one_chunk_per_choice() -> None:
+    """Tokens of one wake-up (a paced stream gets several) are one SSE chunk per choice: the texts joined and, asked
+    for, the log-probabilities of every token in it, in order; the finish in a chunk of its own."""
+    require_server_deps()
+    import json
+    from types import SimpleNamespace
+
+    from tg_llm.generate import Event
+    from tg_llm.server_app import _API
+    from tg_llm.server_protocol import CompletionRequest
+    tokenizer = SimpleNamespace(token_bytes=lambda t: f"<{t}>".encode())
+    api = _API(engine=SimpleNamespace(model_id="m", tokenizer=tokenizer), timeout=60)  # type: ignore[arg-type]
+    loop = asyncio.new_event_loop()
+    job = Job([Choice([1], 3), Choice([1], 3)], loop, time.monotonic() + 60)
+    for step in range(3):  # (three decode steps of two choices before the loop runs: one batch)
+        for i in range(2):
+            last = "length" if step == 2 else None
+            job.emit(Output("event", i, Event(10 * i + step, f"t{i}{step}", -0.5 * step, [], last, 1, 3)))
+    job.emit(END)
+    req = CompletionRequest(model="m", prompt=[1], max_tokens=3, stream=True, logprobs=0, n=2)
+
+    async def first_send() -> str:
+        stream = api.completion_stream(job, None, req, "id", 0, 1, ["", ""], False)  # type: ignore[arg-type]
+        sent = await stream.__anext__()
+        await stream.aclose()
+        return sent
+    sent = loop.run_until_complete(first_send())
+    loop.close()
+    chunks = [json.loads(line[len("data: "):])["choices"][0] for line in sent.split("\n\n") if line]
+    assert [(c["index"], c["text"], c["finish_reason"]) for c in chunks] == [
+        (0, "t00t01t02", None), (0, "", "length"), (1, "t10t11t12", None), (1, "", "length")]
+    assert chunks[0]["logprobs"]["tokens"] == ["<0>", "<1>", "<2>"]
+    assert chunks[0]["logprobs"]["token_logprobs"] == [0.0, -0.5, -1.0]
+    assert chunks[2]["logprobs"]["text_offset"] == [0, 4, 8]
