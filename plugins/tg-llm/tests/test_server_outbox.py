@@ -231,3 +231,34 @@ def test_a_streams_tokens_that_come_together_go_in_one_chunk_per_choice() -> Non
     assert chunks[0]["logprobs"]["tokens"] == ["<0>", "<1>", "<2>"]
     assert chunks[0]["logprobs"]["token_logprobs"] == [0.0, -0.5, -1.0]
     assert chunks[2]["logprobs"]["text_offset"] == [0, 4, 8]
+
+
+def test_a_chat_streams_tokens_that_come_together_go_in_one_chunk() -> None:
+    """The chat stream's peer of the test above: one delta per choice with the texts joined and one logprobs content
+    entry per token."""
+    require_server_deps()
+    import json
+    from types import SimpleNamespace
+
+    from tg_llm.generate import Event
+    from tg_llm.server_app import _API
+    from tg_llm.server_protocol import ChatCompletionRequest
+    tokenizer = SimpleNamespace(token_bytes=lambda t: f"<{t}>".encode())
+    api = _API(engine=SimpleNamespace(model_id="m", tokenizer=tokenizer), timeout=60)  # type: ignore[arg-type]
+    loop = asyncio.new_event_loop()
+    job = Job([Choice([1], 2)], loop, time.monotonic() + 60)
+    job.emit(Output("event", 0, Event(5, "a", -1.0)))
+    job.emit(Output("event", 0, Event(6, "b", -2.0, [], "length", 1, 2)))
+    job.emit(END)
+    req = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}], stream=True, logprobs=True)
+
+    async def sends() -> list[str]:
+        stream = api.chat_stream(job, None, req, "id", 0, 1, False)  # type: ignore[arg-type]
+        got = [await stream.__anext__(), await stream.__anext__()]  # (the role chunk, then the tokens)
+        await stream.aclose()
+        return got
+    sent = loop.run_until_complete(sends())[1]
+    loop.close()
+    chunks = [json.loads(line[len("data: "):])["choices"][0] for line in sent.split("\n\n") if line]
+    assert [(c["delta"], c["finish_reason"]) for c in chunks] == [({"content": "ab"}, None), ({}, "length")]
+    assert [(e["token"], e["logprob"]) for e in chunks[0]["logprobs"]["content"]] == [("<5>", -1.0), ("<6>", -2.0)]
