@@ -213,9 +213,8 @@ class EngineSteps:
 
     def __init__(self, path: Any, rows: list[int], prompt_tokens: int, gen_tokens: int, max_context: int) -> None:
         from tg_llm.cli import load_model, reached_shapes
-        # (a short cache: the windows these positions read are those of the server's longer one)
-        context = min(max_context, 2 * (prompt_tokens + gen_tokens))
-        self.model = load_model(path, None, context, True, max(rows), None)
+        # (the server's context: the same cache layout; its pages are mapped only where the steps write)
+        self.model = load_model(path, None, max_context, True, max(rows), None)
         self.prompt_tokens, self.gen_tokens = prompt_tokens, gen_tokens
         positions = range(prompt_tokens, prompt_tokens + gen_tokens)
         self.model.warm_up([s for n in rows for s in reached_shapes(self.model, n, positions)])
