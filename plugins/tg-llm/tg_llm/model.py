@@ -81,7 +81,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tg_llm.embedding import Embedding
-from tg_llm.kv_cache import CacheKind, RowWrites, decode_window, write_rows, zeroed
+from tg_llm.kv_cache import CacheKind, RowWrites, decode_window, first_dtype, write_rows, zeroed
 from tg_llm.layers import linear, linear_parts, masked_exp, rms_norm, rope, rope_frequencies, softcap
 from tg_llm.model_config import (
     ContextLengthError,
@@ -579,6 +579,9 @@ class Model:
             positions.append(pos)
         x = self._stage_input(tokens, held=True)
         pos_array = np.asarray(positions, np.int64)
+        seqs = np.arange(first, first + rows)
+        idle_rows = np.zeros(rows, bool)
+        idle_rows[idle] = True
         cfg = self.config
         arrays: list[np.ndarray] = []  # per kind: cos, sin, mask, each row's first cache element
         windows = []
@@ -586,19 +589,11 @@ class Model:
             # attend over a window of the cache that covers the slots in use (a power of two or three quarters of
             # one), not the whole cache: one capture per window size and row count
             window = decode_window(kind.cache_len, int(pos_array.max()))
-            firsts, masks = [], []
-            for r, pos in enumerate(positions):
-                slot = kind.record(first + r, pos, 0 if r in idle else 1, 1)
-                if r in idle:
-                    mask = np.full((1, window), -np.inf, np.float32)
-                    mask[0, slot] = 0.0  # only its own (finite) key: no NaN in this row
-                else:
-                    mask = kind.mask_rows(first + r, pos, 1, 1, window)
-                masks.append(mask)
-                firsts.append(((first + r) * cfg.n_kv_heads * kind.cache_len + slot) * cfg.head_dim)
+            slots, masks = kind.decode_rows(seqs, pos_array, idle_rows, window)
             cache_size = self.sequences * cfg.n_kv_heads * kind.cache_len * cfg.head_dim
-            rows_first = np.asarray(firsts, np.int32 if cache_size < 2**31 else np.int64)
-            arrays += [*self._rotary_rows(kind, pos_array), np.concatenate(masks), rows_first]
+            rows_first = ((seqs * (cfg.n_kv_heads * kind.cache_len) + slots) * cfg.head_dim).astype(
+                first_dtype(cache_size))
+            arrays += [*self._rotary_rows(kind, pos_array), masks, rows_first]
             windows.append(window)
         if isinstance(x, np.ndarray):  # (the embeddings: held with the rest)
             x, *held = self._step_inputs.fill((rows, first, *windows), [x, *arrays])
