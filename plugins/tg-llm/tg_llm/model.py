@@ -91,7 +91,7 @@ from tg_llm.model_config import (
     check_tensor_shapes,
     config_from_metadata,
 )
-from tg_llm.step_inputs import HeldInputs
+from tg_llm.step_inputs import HeldInputs, HeldOutputs
 
 if TYPE_CHECKING:
     from tg_llm.pipeline import PipelineStage
@@ -287,6 +287,7 @@ class Model:
         self._tokens: list[list[int]] = [[] for _ in range(sequences)]  # per sequence: the tokens its cache holds
         self._decode_step: Any = None
         self._step_inputs = HeldInputs(device)  # the decode step's input tensors, refilled each step
+        self._step_outputs = HeldOutputs(device)  # ... and the tensors it writes its logits into
         # (what it returns, dense, one sequence) -> jitted graph
         self._prefill_steps: dict[tuple[str | None, bool, bool], Any] = {}
         # whether every product takes the row lanes: a prefill's rows then run through them at any count (in groups
@@ -601,7 +602,12 @@ class Model:
             held = self._step_inputs.fill((rows, first, *windows), arrays)
         inputs = [(cos, sin, mask, RowWrites(rows_first)) for cos, sin, mask, rows_first in
                   zip(held[0::4], held[1::4], held[2::4], held[3::4], strict=True)]
-        collect = self._stage_output(self._decode_step(x, inputs, first_seq), rows)
+        if self.stage is None:  # (the logits written into an array handed out as it is: no copy)
+            out, array = self._step_outputs.take((rows, first), (rows, self.vocab_size), np.float32)
+            self._decode_step(x, inputs, first_seq, out)
+            collect = (lambda: array) if array is not None else out.numpy
+        else:
+            collect = self._stage_output(self._decode_step(x, inputs, first_seq), rows)
         for seq, token, _ in steps:
             self._tokens[seq] = self._tokens[seq] + [token]
 
@@ -614,12 +620,19 @@ class Model:
             return np.stack([logits[r] for r in picked]) if steps else logits[:0]
         return logits_of_steps
 
-    def _decode_graph(self, x: Any, inputs: list[tuple[Any, Any, Any, Any]], first_seq: Any) -> Any:
+    def _decode_graph(self, x: Any, inputs: list[tuple[Any, Any, Any, Any]], first_seq: Any, out: Any = None) -> Any:
+        """The step's logits (the last hidden states on a pipeline stage before the last), or with ``out`` written
+        into it (nothing returned)."""
         rows = x.shape[0]
         for layer in self.layers:
             cos, sin, mask, writes = inputs[layer.kind]
             x = self._layer(layer, x, cos, sin, mask, writes, (first_seq, first_seq + rows), dense=False)
-        return self._logits(x, dense=False) if self.has_output else x
+        if not self.has_output:
+            return x
+        if out is None:
+            return self._logits(x, dense=False)
+        out.assign(self._logits(x, dense=False, buffer=False))
+        return None
 
     def _prefill_graph(self, x: Any, inputs: list[tuple[Any, Any, Any, list[tuple[Any, Any, int, int]]]], pick: Any,
                        seqs: Any, want: str | None, dense: bool) -> Any:
@@ -663,14 +676,15 @@ class Model:
 
     # ---- the network ----
 
-    def _logits(self, x: Any, dense: bool) -> Any:
+    def _logits(self, x: Any, dense: bool, buffer: bool = True) -> Any:
+        """The logits of the rows x, in a buffer of their own (``buffer``), else lazy (assigned by the caller)."""
         cfg = self.config
         w = self.output.dequantized.contiguous() if dense else self.output
         h = rms_norm(x, self.output_norm, cfg.norm_eps)
         logits = linear(h if not dense and _integer_inputs([w]) else h.contiguous(), w)
         if cfg.final_softcap:
             logits = softcap(logits, cfg.final_softcap)
-        return logits.contiguous()
+        return logits.contiguous() if buffer else logits
 
     def _layer(self, layer: _Layer, x: Any, cos: Any, sin: Any, mask: Any,
                writes: list[tuple[Any, Any, int, int]] | RowWrites, seqs: tuple[Any, Any], dense: bool) -> Any:
