@@ -290,6 +290,19 @@ def test_an_assign_before_a_call_is_not_captured():
         np.testing.assert_array_equal(f(Tensor(x)).numpy(), x * (i + 1))
 
 
+
+def test_an_assign_into_a_fresh_empty_input_writes_each_calls_input():
+    """A function that assigns its result into an output tensor passed in (a caller's preallocated result): each
+    call's own tensor gets the values, also when it is a ``Tensor.empty`` whose memory was not allocated yet."""
+    @tgcore.jit
+    def f(x: Tensor, out: Tensor) -> None:
+        out.assign(x * 2)
+
+    for i in range(5):
+        out = Tensor.empty(4, dtype="float32")
+        f(Tensor(np.full(4, i, np.float32)), out)
+        np.testing.assert_array_equal(out.numpy(), np.full(4, 2.0 * i), err_msg=f"call {i}")
+
 def chain(x: Tensor, w: Tensor) -> Tensor:
     """Intermediates of one size whose lives overlap (``a`` is read again after ``b`` and ``c`` are made), then a
     stack of layers whose intermediates die one after another."""

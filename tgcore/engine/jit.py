@@ -125,7 +125,9 @@ def _buffer_of(t: Any) -> Buffer:
     u = t.uop.src[0] if t.uop.op is Ops.RESHAPE else t.uop
     buf = REALIZATION.buffer(u)
     assert buf is not None  # (the caller realized t into a buffer)
-    return buf
+    # memory now, before a capture names it: with an assign into a still unallocated Tensor.empty, replays did not
+    # write each call's input (it showed the capture's values; test_jit's fresh-empty-input test)
+    return buf.ensure_allocated()
 
 
 def _layout(bufs: list[Buffer]) -> tuple[tuple[int, int] | None, ...]:

@@ -7,15 +7,18 @@ jitted batched step). Untimed steps alternate with steps whose kernels are timed
 (``KernelTimes.record``, as ``bench/train.py`` does); each kernel's median over the timed steps is summed by kernel
 name (its shape: ``r_4_3072_576`` is a 4-row product with a 3072 x 576 weight). "other" is the median untimed step
 minus the median kernel sum: the host's work (inputs, masks, logits) and the pool's waits between kernels, which
-grow with the machine's load. The last column compares each kernel's time with the one-row step's kernel of the
-same role in the first (smallest) row count's step (the name with the row count left out): from one row, how much
-more a batch of N costs (N: no sharing at all).
+grow with the machine's load; "host CPU outside kernels" is the main thread's CPU time outside the kernels' native run
+(the host's work alone, preemption not counted: comparable across loads where "other" is not). The last column
+compares each kernel's time with the one-row step's kernel of the same role in the first (smallest) row count's step
+(the name with the row count left out): from one row, how much more a batch of N costs (N: no sharing at all).
 """
 from __future__ import annotations
 
 import argparse
 import os
 import re
+import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +32,34 @@ def role(name: str, rows: int) -> str:
     return re.sub(rf"^([a-zA-Z]+)_{rows}_", r"\1_", name) if rows > 1 else name
 
 
-def profile(model: Any, rows: int, steps: int, prompt: int = 4) -> tuple[float, float, dict[str, list[float]]]:
-    """(median step seconds, median kernel seconds, kernel name -> per-call medians) of ``rows`` sequences, each
-    decoding after a prompt of ``prompt`` tokens."""
+def host_cpu(step: Any, steps: int) -> float:
+    """Median main-thread CPU seconds of ``step()`` outside the native graph's run (the host's Python and copies, with
+    the cache misses the kernels leave it; preemption by other processes is not counted, unlike "other")."""
+    from tgcore.runtime.cpu import NativeGraph
+    run, inside = NativeGraph.run, [0.0]
+
+    def counted(graph: Any, timed: bool = False) -> Any:
+        t0 = time.thread_time()
+        try:
+            return run(graph, timed)
+        finally:
+            inside[0] += time.thread_time() - t0
+    NativeGraph.run = counted  # type: ignore[method-assign]
+    try:
+        cpu = []
+        for _ in range(steps):
+            inside[0] = 0.0
+            t0 = time.thread_time()
+            step()
+            cpu.append(time.thread_time() - t0 - inside[0])
+    finally:
+        NativeGraph.run = run  # type: ignore[method-assign]
+    return statistics.median(cpu)
+
+
+def profile(model: Any, rows: int, steps: int, prompt: int = 4) -> tuple[float, float, dict[str, list[float]], float]:
+    """(median step seconds, median kernel seconds, kernel name -> per-call medians, median host CPU seconds
+    (``host_cpu``)) of ``rows`` sequences, each decoding after a prompt of ``prompt`` tokens."""
     model.reset()
     for s in range(rows):
         model.forward_last([100 + s] + [200 + i for i in range(prompt - 1)], 0, seq=s)
@@ -44,7 +72,7 @@ def profile(model: Any, rows: int, steps: int, prompt: int = 4) -> tuple[float, 
     for _ in range(3):  # the first call of a step size captures it
         step()
     wall, _, per_kernel, by_name = time_steps(step, steps)
-    return wall, sum(per_kernel), by_name
+    return wall, sum(per_kernel), by_name, host_cpu(step, steps)
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -66,7 +94,7 @@ def main() -> None:
     single: dict[str, float] = {}
     try:
         for n in rows:
-            wall, kernels, by_name = profile(model, n, args.steps, args.prompt_tokens)
+            wall, kernels, by_name, host = profile(model, n, args.steps, args.prompt_tokens)
             print(f"\n{n} row(s): one step {wall * 1e3:.2f} ms ({n / wall:.1f} tok/s), "
                   f"{sum(len(v) for v in by_name.values())} kernels {kernels * 1e3:.2f} ms")
             print(f"  {'kernel':28s} {'calls':>5s} {'total':>10s} {'share':>6s} {'x first':>8s}")
@@ -78,6 +106,7 @@ def main() -> None:
                 print(f"  {name:28s} {len(ts):5d} {sum(ts) * 1e6:8.1f}us {sum(ts) / wall:6.1%} {ratio:>8s}")
             other = wall - kernels
             print(f"  {'other (step - kernels)':28s} {'':5s} {other * 1e6:8.1f}us {other / wall:6.1%}")
+            print(f"  {'host CPU outside kernels':28s} {'':5s} {host * 1e6:8.1f}us {host / wall:6.1%}")
     finally:
         model.close()
 

@@ -172,3 +172,22 @@ def test_prefill_chunks_rejects_bad_chunks():
         model.prefill_chunks([(1, [], 0)])
     with pytest.raises(ValueError, match="gap"):
         model.prefill_chunks([(2, [5, 6], 3)])
+
+
+def test_logits_kept_by_the_caller_are_not_overwritten():
+    """A decode step writes its logits into an array it hands out without a copy (``HeldOutputs``): one the caller
+    still holds is never written again, whichever steps follow (more than the arrays kept: copies)."""
+    import tg_llm.step_inputs as step_inputs
+    model = batch_model()
+    ps = prompts()
+    for s in (0, 1):
+        model.reset(s)
+        model.forward_last(ps[s], 0, seq=s)
+    kept, copies = [], []
+    for i in range(step_inputs.OUTPUTS_KEPT + 2):
+        out = model.decode([(s, 500 + i, len(ps[s]) + i) for s in (0, 1)])
+        kept.append(out)
+        copies.append(out.copy())
+    for i, (out, copy) in enumerate(zip(kept, copies, strict=True)):
+        np.testing.assert_array_equal(out, copy, err_msg=f"step {i}")
+    assert not np.array_equal(kept[0], kept[1])

@@ -81,7 +81,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tg_llm.embedding import Embedding
-from tg_llm.kv_cache import CacheKind, RowWrites, decode_window, write_rows, zeroed
+from tg_llm.kv_cache import CacheKind, RowWrites, decode_window, first_dtype, write_rows, zeroed
 from tg_llm.layers import linear, linear_parts, masked_exp, rms_norm, rope, rope_frequencies, softcap
 from tg_llm.model_config import (
     ContextLengthError,
@@ -91,7 +91,7 @@ from tg_llm.model_config import (
     check_tensor_shapes,
     config_from_metadata,
 )
-from tg_llm.step_inputs import HeldInputs
+from tg_llm.step_inputs import HeldInputs, HeldOutputs
 
 if TYPE_CHECKING:
     from tg_llm.pipeline import PipelineStage
@@ -287,6 +287,7 @@ class Model:
         self._tokens: list[list[int]] = [[] for _ in range(sequences)]  # per sequence: the tokens its cache holds
         self._decode_step: Any = None
         self._step_inputs = HeldInputs(device)  # the decode step's input tensors, refilled each step
+        self._step_outputs = HeldOutputs(device)  # ... and the tensors it writes its logits into
         # (what it returns, dense, one sequence) -> jitted graph
         self._prefill_steps: dict[tuple[str | None, bool, bool], Any] = {}
         # whether every product takes the row lanes: a prefill's rows then run through them at any count (in groups
@@ -579,6 +580,9 @@ class Model:
             positions.append(pos)
         x = self._stage_input(tokens, held=True)
         pos_array = np.asarray(positions, np.int64)
+        seqs = np.arange(first, first + rows)
+        idle_rows = np.zeros(rows, bool)
+        idle_rows[idle] = True
         cfg = self.config
         arrays: list[np.ndarray] = []  # per kind: cos, sin, mask, each row's first cache element
         windows = []
@@ -586,19 +590,11 @@ class Model:
             # attend over a window of the cache that covers the slots in use (a power of two or three quarters of
             # one), not the whole cache: one capture per window size and row count
             window = decode_window(kind.cache_len, int(pos_array.max()))
-            firsts, masks = [], []
-            for r, pos in enumerate(positions):
-                slot = kind.record(first + r, pos, 0 if r in idle else 1, 1)
-                if r in idle:
-                    mask = np.full((1, window), -np.inf, np.float32)
-                    mask[0, slot] = 0.0  # only its own (finite) key: no NaN in this row
-                else:
-                    mask = kind.mask_rows(first + r, pos, 1, 1, window)
-                masks.append(mask)
-                firsts.append(((first + r) * cfg.n_kv_heads * kind.cache_len + slot) * cfg.head_dim)
+            slots, masks = kind.decode_rows(seqs, pos_array, idle_rows, window)
             cache_size = self.sequences * cfg.n_kv_heads * kind.cache_len * cfg.head_dim
-            rows_first = np.asarray(firsts, np.int32 if cache_size < 2**31 else np.int64)
-            arrays += [*self._rotary_rows(kind, pos_array), np.concatenate(masks), rows_first]
+            rows_first = ((seqs * (cfg.n_kv_heads * kind.cache_len) + slots) * cfg.head_dim).astype(
+                first_dtype(cache_size))
+            arrays += [*self._rotary_rows(kind, pos_array), masks, rows_first]
             windows.append(window)
         if isinstance(x, np.ndarray):  # (the embeddings: held with the rest)
             x, *held = self._step_inputs.fill((rows, first, *windows), [x, *arrays])
@@ -606,7 +602,12 @@ class Model:
             held = self._step_inputs.fill((rows, first, *windows), arrays)
         inputs = [(cos, sin, mask, RowWrites(rows_first)) for cos, sin, mask, rows_first in
                   zip(held[0::4], held[1::4], held[2::4], held[3::4], strict=True)]
-        collect = self._stage_output(self._decode_step(x, inputs, first_seq), rows)
+        if self.stage is None:  # (the logits written into an array handed out as it is: no copy)
+            out, array = self._step_outputs.take((rows, first), (rows, self.vocab_size), np.float32)
+            self._decode_step(x, inputs, first_seq, out)
+            collect = (lambda: array) if array is not None else out.numpy
+        else:
+            collect = self._stage_output(self._decode_step(x, inputs, first_seq), rows)
         for seq, token, _ in steps:
             self._tokens[seq] = self._tokens[seq] + [token]
 
@@ -619,12 +620,19 @@ class Model:
             return np.stack([logits[r] for r in picked]) if steps else logits[:0]
         return logits_of_steps
 
-    def _decode_graph(self, x: Any, inputs: list[tuple[Any, Any, Any, Any]], first_seq: Any) -> Any:
+    def _decode_graph(self, x: Any, inputs: list[tuple[Any, Any, Any, Any]], first_seq: Any, out: Any = None) -> Any:
+        """The step's logits (the last hidden states on a pipeline stage before the last), or with ``out`` written
+        into it (nothing returned)."""
         rows = x.shape[0]
         for layer in self.layers:
             cos, sin, mask, writes = inputs[layer.kind]
             x = self._layer(layer, x, cos, sin, mask, writes, (first_seq, first_seq + rows), dense=False)
-        return self._logits(x, dense=False) if self.has_output else x
+        if not self.has_output:
+            return x
+        if out is None:
+            return self._logits(x, dense=False)
+        out.assign(self._logits(x, dense=False, buffer=False))
+        return None
 
     def _prefill_graph(self, x: Any, inputs: list[tuple[Any, Any, Any, list[tuple[Any, Any, int, int]]]], pick: Any,
                        seqs: Any, want: str | None, dense: bool) -> Any:
@@ -668,14 +676,15 @@ class Model:
 
     # ---- the network ----
 
-    def _logits(self, x: Any, dense: bool) -> Any:
+    def _logits(self, x: Any, dense: bool, buffer: bool = True) -> Any:
+        """The logits of the rows x, in a buffer of their own (``buffer``), else lazy (assigned by the caller)."""
         cfg = self.config
         w = self.output.dequantized.contiguous() if dense else self.output
         h = rms_norm(x, self.output_norm, cfg.norm_eps)
         logits = linear(h if not dense and _integer_inputs([w]) else h.contiguous(), w)
         if cfg.final_softcap:
             logits = softcap(logits, cfg.final_softcap)
-        return logits.contiguous()
+        return logits.contiguous() if buffer else logits
 
     def _layer(self, layer: _Layer, x: Any, cos: Any, sin: Any, mask: Any,
                writes: list[tuple[Any, Any, int, int]] | RowWrites, seqs: tuple[Any, Any], dense: bool) -> Any:
