@@ -676,7 +676,6 @@ class LaneType:
     # its ``zero`` added to the block's integer sum before its one conversion, as ``zero / block`` per value (Q6_K;
     # Q3_K, whose values are held as ``4u`` for this: ``-16 / 16``)
     integer_offset: bool = False
-    taken: bool = True  # taken by ``QuantizedMatrix`` by default (``LANE_TYPES``)
 
 
 _TWO_BIT = LaneType(_repack_two_bit, _unpack_two_bit_steps, _d_per_super, zero=-1)  # TQ: 2-bit values, d per 256
@@ -739,7 +738,7 @@ LAYOUT_TYPES: frozenset[GGMLType] = frozenset(LANES)
 # 0.57); llvm-mca per block of 16 x 8 rows 13.3 cycles against the nibbles' 9.3 and Q2_K's 10.8 (the third bits'
 # shift and mask per step): the nibbles' kernel is shorter, this one reads 19% fewer bytes. X86 (CPU:X86, same
 # measure, load ~12): 2.06 -> 1.55 ms against the activations-in-lanes kernel
-LANE_TYPES: frozenset[GGMLType] = frozenset(gtype for gtype, lane in LANES.items() if lane.taken)
+LANE_TYPES: frozenset[GGMLType] = LAYOUT_TYPES  # (each type with a layout measured faster in it: above)
 # the types whose blocks are not of ``BLOCK`` values
 BLOCKS: dict[GGMLType, int] = {gtype: lane.block for gtype, lane in LANES.items() if lane.block != BLOCK}
 
