@@ -603,7 +603,10 @@ def dequantize(w: RowLanes) -> Tensor:
     same float operations on the same values: the same bits as dequantizing the raw bytes)."""
     groups = w.qs.shape[0]
     lane = LANES[w.gtype]
-    u = _unsigned(w).cast("float32")
+    # the bit fields taken apart in int32 lanes, as ``tg_gguf.dequant``'s (the kernel's rows are 4 values wide per
+    # step: 4-byte vectors, which gcc shifted in general registers and converted to float lane by lane)
+    wide = dataclasses.replace(w, qs=w.qs.cast("int32"), qh=None if w.qh is None else w.qh.cast("int32"))
+    u = _unsigned(wide).cast("float32")
     scale, minimum = lane.factors(w, 1)
     if minimum is None:  # (u + c) is the signed integer (or table value) exactly: Q8_0's ``float(int8)``, Q4_0's
         value = scale * (u + float(lane.zero))  # ``q - 8.0``, TQ2_0's ``q - 1``, IQ4's ``value`` (u - 128)
