@@ -154,6 +154,19 @@ def _built_dot(src: str, flags: list[str], vnni_needs: set[str], tmp_path: Any, 
     return dot
 
 
+# the helpers' int32 starting sums, the first and last a dot of 4 extreme bytes (4 * 255 * 128 = 130560) from overflow
+ACC_START = [-2147483647 + 130560, -128 * 127, -1, 0, 1, 5000, 65535, 2147483647 - 130560]
+
+
+def _extreme_cases(size: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Unsigned and signed operands of ``size`` bytes: all 255 times all -128, all 255 times all 127 (the largest
+    products of either sign) and one random pair."""
+    rng = np.random.default_rng(seed)
+    return [(np.full(size, 255, np.uint8), np.full(size, -128, np.int8)),
+            (np.full(size, 255, np.uint8), np.full(size, 127, np.int8)),
+            (rng.integers(0, 256, size).astype(np.uint8), rng.integers(-128, 128, size).astype(np.int8))]
+
+
 @pytest.mark.parametrize("flags", HELPER_FLAGS, ids=["plain", "vnni"])
 def test_broadcast_dot_helper_matches_numpy(flags, tmp_path):
     """``cbroadcastdot``'s helpers, built without and with AVX512-VNNI (the plain helper on the broadcast word, one
@@ -169,11 +182,8 @@ def test_broadcast_dot_helper_matches_numpy(flags, tmp_path):
         "  tg_int32x8 c = {-2147483647 + 130560, -128 * 127, -1, 0, 1, 5000, 65535, 2147483647 - 130560};\n"
         "  r = tg_dot4_bcst_acc(c, x, b[1]); __builtin_memcpy(out + 8, &r, 32); }\n")
     dot = _built_dot(src, flags, {"avx512_vnni", "avx512vl"}, tmp_path, 3)
-    rng = np.random.default_rng(len(flags))
-    c = np.array([-2147483647 + 130560, -128 * 127, -1, 0, 1, 5000, 65535, 2147483647 - 130560], np.int64)
-    for a, b in [(np.full(32, 255, np.uint8), np.full(5, -128, np.int8)),
-                 (np.full(32, 255, np.uint8), np.full(5, 127, np.int8)),
-                 (rng.integers(0, 256, 32).astype(np.uint8), rng.integers(-128, 128, 5).astype(np.int8))]:
+    c = np.array(ACC_START, np.int64)
+    for a, b in _extreme_cases(32, seed=len(flags)):
         out = np.zeros(16, np.int32)
         dot(a.ctypes.data, b.ctypes.data, out.ctypes.data)
         expected = (a.astype(np.int64).reshape(8, 4) * b[1:5]).sum(-1)  # (the word at byte 1: no alignment)
@@ -237,11 +247,8 @@ def test_sixteen_lane_dot_helpers_match_numpy(flags, tmp_path):
         "  r = tg_dot4_bcst_x16(x, b[1]); __builtin_memcpy(out + 32, &r, 64);\n"
         "  r = tg_dot4_bcst_x16_acc(z, x, b[1]); __builtin_memcpy(out + 48, &r, 64); }\n")
     dot = _built_dot(src, flags, {"avx512_vnni", "avx512f"}, tmp_path, 4)
-    rng = np.random.default_rng(len(flags))
-    c = np.array([-2147483647 + 130560, -128 * 127, -1, 0, 1, 5000, 65535, 2147483647 - 130560] * 2, np.int32)
-    for a, b in [(np.full(64, 255, np.uint8), np.full(64, -128, np.int8)),
-                 (np.full(64, 255, np.uint8), np.full(64, 127, np.int8)),
-                 (rng.integers(0, 256, 64).astype(np.uint8), rng.integers(-128, 128, 64).astype(np.int8))]:
+    c = np.array(ACC_START * 2, np.int32)
+    for a, b in _extreme_cases(64, seed=len(flags)):
         out = np.zeros(64, np.int32)
         dot(a.ctypes.data, b.ctypes.data, c.ctypes.data, out.ctypes.data)
         wide = a.astype(np.int64).reshape(16, 4)

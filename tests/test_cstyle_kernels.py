@@ -124,6 +124,35 @@ def test_far_rows_prefetch_along_their_window_and_match_numpy():
     assert ahead == {STREAM_AHEAD // 2}  # (float16 elements: whole slot rows of 64)
 
 
+def test_window_rows_read_by_vectors_prefetch_once_per_cache_line():
+    """Attention's scores at several rows (3 query heads per cache head): each float16 key row (64 values, 2 cache
+    lines) is read 16 bytes at a time by a loop the compiler unrolls; the window prefetch then fires on every 4th trip
+    of that loop (once per line), not on every trip; the values are unchanged."""
+    from tgcore.runtime.cpufeatures import CACHE_LINE
+    rng = np.random.default_rng(6)
+    rows, heads, group, slots, window, hd = 4, 2, 3, 512, 96, 64
+    cache = rng.standard_normal((rows, heads, slots, hd)).astype(np.float16)
+    q = rng.standard_normal((rows, heads, group, 1, hd)).astype(np.float32)
+    keys = Tensor(cache, device="CPU").shrink((None, None, (0, window), None)).cast("float32")
+    out, srcs = run(Tensor(q, device="CPU") @ keys.reshape(rows, heads, 1, window, hd).transpose(-1, -2))
+    want = q @ cache[:, :, None, :window].astype(np.float32).transpose(0, 1, 2, 4, 3)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    fetches = [line.strip() for s in srcs for line in s.splitlines() if "__builtin_prefetch" in line]
+    once = re.compile(rf"if \(ridx\d+ % {CACHE_LINE // 16} == 0\) __builtin_prefetch")  # (16 bytes per trip)
+    assert fetches and all(once.match(f) for f in fetches)
+
+
+def test_long_float_rows_are_not_prefetched_along_the_row():
+    """A float matrix-vector product with rows over 64 KiB (each row one sequential stream, which the hardware
+    prefetcher follows): the kernel that reads the weight has no window prefetch; the values are unchanged."""
+    rng = np.random.default_rng(7)
+    w, x = rng.standard_normal((16, 32768)).astype(np.float32), rng.standard_normal(32768).astype(np.float32)
+    out, srcs = run(Tensor(w, device="CPU") @ Tensor(x, device="CPU"))
+    np.testing.assert_allclose(out, w.astype(np.float64) @ x, rtol=1e-3, atol=1e-3)
+    weight_kernels = [s for s in srcs if "data2" in s]  # (out, weight, x; the partial sums' own kernel reads 1 input)
+    assert weight_kernels and not any("__builtin_prefetch" in s for s in weight_kernels)
+
+
 def test_small_inputs_do_not_prefetch():
     rng = np.random.default_rng(0)
     w, x = rng.standard_normal((16, 64)).astype(np.float32), rng.standard_normal(64).astype(np.float32)

@@ -28,3 +28,19 @@ def test_only_the_declared_pairs_are_narrowed():
     """A float32 -> int8 CAST is not in the pair set: no vectors for it."""
     ast = _ast((Tensor.empty(64, 32) + 1).cast(dtypes.int8))
     assert vector_opts(ast, WIDTHS, narrowing=frozenset({(dtypes.int32, dtypes.int8)})) == []
+
+
+def test_a_row_shorter_than_a_vector_is_a_narrow_vector_with_its_steps_unrolled():
+    """Two-bit fields of 4 bytes per row taken out step by step (a row-lane weight dequantized: ``(b >> 2g) & 3``
+    stored at ``4g + k``): the contiguous output axis (4 values) is shorter than a vector and the step axis cannot
+    join it (the steps read the same bytes): the 4 values are one vector, the steps unrolled (each shift a constant);
+    the values as numpy's."""
+    import numpy as np
+    raw = np.random.default_rng(1).integers(0, 256, (64, 4)).astype(np.uint8)
+    b = Tensor(raw).cast(dtypes.int32).reshape(64, 1, 4).expand(64, 4, 4)
+    steps = Tensor.arange(4, dtype=dtypes.int32).reshape(1, 4, 1) * 2
+    t = ((b >> steps) & 3).cast(dtypes.float32).reshape(64, 16)
+    opts = vector_opts(_ast(t), WIDTHS)
+    assert {(o.op, o.axis, o.amount) for o in opts} == {(OptOps.UPCAST, 2, 4), (OptOps.UNROLL, 1, 4)}
+    want = (raw[:, None, :].astype(np.int64) >> (2 * np.arange(4))[None, :, None]) & 3
+    np.testing.assert_array_equal(t.numpy(), want.reshape(64, 16).astype(np.float32))

@@ -13,6 +13,8 @@ Out: a list of ``Opt`` records for ``tgcore.codegen.optimize.apply_opts``.
   nested in the coarsest when a format has two levels of scales (K-quants). A small batch (2 to ``INVARIANT_ROWS``
   rows, a batched decode step) times such a weight has every batch row unrolled beside a few weight rows, so each
   weight load feeds all rows and the threads split the weight, not the batch (``batch_unrolls``).
+- Elementwise kernels whose contiguous output axis is shorter than a vector (a row-lane weight dequantized: 4 values
+  per step of a row): that axis as a narrower vector, the next output axis unrolled (``short_row_opts``).
 - Elementwise kernels whose lanes gather packed bytes (a quantized weight dequantized into its transpose):
   the axis the bytes run along is unrolled by its quantization block (``gather_unroll``).
 - Products with nothing to vectorize (a small convolution's weight gradient): a tile of scalar accumulators,
@@ -449,6 +451,8 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, b
             unrolled = [Opt(OptOps.UNROLL, number[contiguous[0]], vectors)] if short else []
             return [*gather, Opt(OptOps.PAD, number[contiguous[0]], width),
                     Opt(OptOps.UPCAST, number[contiguous[0]], width), *unrolled]
+        if not reduces and along_output and size < width:
+            return short_row_opts(index, ranges, contiguous[0], number, store.src[1].dtype.itemsize)
         return gather
     chosen = [*gather, Opt(OptOps.UPCAST, number[contiguous[0]], width)]
     if reduces:
@@ -470,6 +474,26 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, b
             # line; SmolLM2's 8-row step, one thread: 4.1 -> 3.2 ms for its 30 weights-times-values kernels)
             chosen.append(Opt(OptOps.UNROLL, number[contiguous[0]], chains))
     return chosen
+
+
+MIN_VECTOR_BYTES = 16  # the narrowest vector worth its lanes (an SSE or NEON register)
+
+
+def short_row_opts(index: UOp, ranges: list[UOp], lanes: UOp, number: dict[UOp, int], itemsize: int) -> list[Opt]:
+    """For an elementwise kernel whose contiguous output axis ``lanes`` is shorter than a native vector (a row-lane
+    weight dequantized: 4 values per step of each row, the steps other bits of the same bytes, so the two axes do not
+    merge): the axis whole as a narrower vector of at least ``MIN_VECTOR_BYTES``, and the output axis whose stores
+    continue its run unrolled (at most ``MAX_UNROLL`` copies: each copy's shift a constant). Before it every element
+    was scalar code. [] when the axis is too short for such a vector."""
+    size = _size(lanes)
+    if size * itemsize < MIN_VECTOR_BYTES or size & (size - 1):
+        return []
+    vector = Opt(OptOps.UPCAST, number[lanes], size)
+    after = next((r for r in ranges if _stride(index, r) == size), None)
+    if after is None:
+        return [vector]
+    copies = max((c for c in range(2, MAX_UNROLL + 1) if _size(after) % c == 0), default=0)
+    return [Opt(OptOps.UNROLL, number[after], copies), vector] if copies else [vector]
 
 
 MAX_GATHER_UNROLL = 32  # copies of a transposed dequantization's loop body (one 32-element quantization block)

@@ -27,20 +27,33 @@ from tgcore.uop import Ops, UOp
 BCST_HELPER = "tg_dot4_bcst"
 BCST_ACC_HELPER = "tg_dot4_bcst_acc"
 BCST_TYPES = DOT_TYPES
-BCST_PREAMBLE = """\
-static inline tg_int32x8 tg_dot4_bcst_acc_at(tg_int32x8 c, tg_uint8x32 a, const void* p) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  __asm__("vpdpbusd %2%{1to8%}, %1, %0" : "+v"(c) : "v"(a), "m"(*(const int*)p));
+
+
+def _broadcast_preamble(lanes: int) -> str:
+    """The C helper ``tg_dot4_bcst[_x16]_acc_at(c, a, p)`` for ``lanes`` 32-bit lanes (8 or 16): with AVX512-VNNI one
+    ``vpdpbusd`` whose memory operand is the 4 bytes at ``p`` broadcast to every lane, else those bytes repeated and
+    passed to the plain dot helper; and the two macros that take an lvalue's address."""
+    wide = "_x16" if lanes == WIDE_ROWS else ""
+    # a 256-bit (ymm) vpdpbusd is EVEX-encoded only with AVX512VL
+    guard = "defined(__AVX512VNNI__)" + ("" if wide else " && defined(__AVX512VL__)")
+    acc, width = f"tg_int32x{lanes}", 4 * lanes
+    return f"""\
+static inline {acc} tg_dot4_bcst{wide}_acc_at({acc} c, tg_uint8x{width} a, const void* p) {{
+#if {guard}
+  __asm__("vpdpbusd %2%{{1to{lanes}%}}, %1, %0" : "+v"(c) : "v"(a), "m"(*(const int*)p));
   return c;
 #else
   unsigned int w; __builtin_memcpy(&w, p, 4);
-  typedef unsigned int tg_w __attribute__((vector_size(32)));
-  return tg_dot4_u8i8_acc(c, a, (tg_int8x32)((tg_w){0} + w));
+  typedef unsigned int tg_w __attribute__((vector_size({width})));
+  return tg_dot4_u8i8{wide}_acc(c, a, (tg_int8x{width})((tg_w){{0}} + w));
 #endif
-}
-#define tg_dot4_bcst(a, x) tg_dot4_bcst_acc_at((tg_int32x8){0}, (a), &(x))
-#define tg_dot4_bcst_acc(c, a, x) tg_dot4_bcst_acc_at((c), (a), &(x))
+}}
+#define tg_dot4_bcst{wide}(a, x) tg_dot4_bcst{wide}_acc_at(({acc}){{0}}, (a), &(x))
+#define tg_dot4_bcst{wide}_acc(c, a, x) tg_dot4_bcst{wide}_acc_at((c), (a), &(x))
 """
+
+
+BCST_PREAMBLE = _broadcast_preamble(8)
 # the 16-lane helpers (row lanes of a 512-bit vector): lane l the sum of bytes 4l .. 4l+3 of a times those of b;
 # one zmm vpdpbusd with AVX512-VNNI, lane by lane elsewhere (the renderer asks for 16 rows only with it)
 DOT16_PREAMBLE = """\
@@ -61,20 +74,7 @@ static inline tg_int32x16 tg_dot4_u8i8_x16_acc(tg_int32x16 c, tg_uint8x64 a, tg_
 """
 DOT16_TYPES = (dtypes.int32.vec(WIDE_ROWS), dtypes.uint8.vec(4 * WIDE_ROWS), dtypes.int8.vec(4 * WIDE_ROWS))
 BCST16_HELPER, BCST16_ACC_HELPER = "tg_dot4_bcst_x16", "tg_dot4_bcst_x16_acc"
-BCST16_PREAMBLE = """\
-static inline tg_int32x16 tg_dot4_bcst_x16_acc_at(tg_int32x16 c, tg_uint8x64 a, const void* p) {
-#if defined(__AVX512VNNI__)
-  __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(c) : "v"(a), "m"(*(const int*)p));
-  return c;
-#else
-  unsigned int w; __builtin_memcpy(&w, p, 4);
-  typedef unsigned int tg_w __attribute__((vector_size(64)));
-  return tg_dot4_u8i8_x16_acc(c, a, (tg_int8x64)((tg_w){0} + w));
-#endif
-}
-#define tg_dot4_bcst_x16(a, x) tg_dot4_bcst_x16_acc_at((tg_int32x16){0}, (a), &(x))
-#define tg_dot4_bcst_x16_acc(c, a, x) tg_dot4_bcst_x16_acc_at((c), (a), &(x))
-"""
+BCST16_PREAMBLE = _broadcast_preamble(WIDE_ROWS)
 # the plain and broadcast-operand helpers, by the plain one
 BROADCAST_OF = {DOT_HELPER: BCST_HELPER, DOT_ACC_HELPER: BCST_ACC_HELPER, DOT16_HELPER: BCST16_HELPER,
                 DOT16_ACC_HELPER: BCST16_ACC_HELPER}

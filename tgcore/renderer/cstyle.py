@@ -656,7 +656,9 @@ class CRenderer(Renderer):
             elif op is Ops.LOAD:
                 ahead = prefetch.distance(u, loops_at[u])
                 if ahead is not None:
-                    line(f"__builtin_prefetch(&{names[u.src[0].src[0]]}[{names[u.src[0].src[1]]}+{ahead}]);")
+                    gate = prefetch.once_per_line.get(u)  # (in a loop the compiler unrolls: the condition folds)
+                    line(("" if gate is None else f"if ({names[gate[0]]} % {gate[1]} == 0) ")
+                         + f"__builtin_prefetch(&{names[u.src[0].src[0]]}[{names[u.src[0].src[1]]}+{ahead}]);")
                 line(self._load(u, names, v := fresh("val"), lane_gates))
                 names[u] = v
             elif op is Ops.STORE:

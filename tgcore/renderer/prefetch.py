@@ -66,6 +66,10 @@ class Prefetcher:
         self.buf = big if big is not None and _nbytes(big) >= PREFETCH_MIN_BYTES else None
         self.unrolled_trips, self.vectorized_trips = unrolled_trips, vectorized_trips
         self.done: dict[UOp, list[UOp]] = {}  # innermost loop -> indices prefetched in its body
+        # loads that prefetch along a window from inside a loop over one row's vectors -> that loop and every how many
+        # of its trips (one per cache line: its other trips read the same lines); a renderer that has no such
+        # condition prefetches on every trip
+        self.once_per_line: dict[UOp, tuple[UOp, int]] = {}
 
     def distance(self, load: UOp, loops: tuple[UOp, ...]) -> int | None:
         """Elements ahead of ``load``'s index to prefetch, or None for no prefetch (``loops``: the open ones)."""
@@ -85,7 +89,8 @@ class Prefetcher:
         if not all(r in used for r in loops):  # data reused across a loop (a matmul's) is cached
             return None
         ahead, size = stride(index.src[1], outer), load.dtype.itemsize // load.dtype.count
-        if ahead is not None and ahead * size > PREFETCH_MAX_AHEAD:
+        far = ahead is not None and ahead * size > PREFETCH_MAX_AHEAD
+        if far:
             ahead = self._along_stream(index.src[1], loops[loops.index(outer) + 1:], size)
         elif 0 < trips <= self.unrolled_trips:
             return None
@@ -97,17 +102,26 @@ class Prefetcher:
             if gap is not None and abs(gap) * size < CACHE_LINE:
                 return None
         seen.append(index.src[1])
+        step = stride(index.src[1], inner)
+        if far and step is not None and 0 < step * size < CACHE_LINE:
+            self.once_per_line[load] = (inner, CACHE_LINE // (step * size))
         return ahead
 
     def _along_stream(self, index: UOp, inside: tuple[UOp, ...], size: int) -> int | None:
         """Elements ``STREAM_AHEAD`` bytes further along the innermost of the loops ``inside`` the outer one that the
-        C compiler does not unroll and that moves ``index`` by at least a cache line per step (a loop within one
-        line, a row's vectors, is passed over); None without one."""
+        C compiler does not unroll and that moves ``index`` by at least a cache line per step (a window's slots); a
+        loop that walks less than ``STREAM_AHEAD`` in steps under a line (a slot row's vectors) is passed over. None
+        without one, or where a loop steps under a line over ``STREAM_AHEAD`` or more (a long row, as a float
+        matrix-vector product's over 64 KiB: one sequential stream, which the hardware prefetcher follows)."""
         from tgcore.uop.symbolic import stride
         for r in reversed(inside):
             trips = r.src[0].arg if r.src[0].op is Ops.CONST else 0
             step = stride(index, r)
-            if 0 < trips <= self.unrolled_trips or (step is not None and 0 < step * size < CACHE_LINE):
+            if step is not None and 0 < step * size < CACHE_LINE:
+                if 0 < trips and step * size * trips < STREAM_AHEAD:
+                    continue
+                return None
+            if 0 < trips <= self.unrolled_trips:
                 continue
             if step is None or step <= 0:
                 return None

@@ -603,7 +603,10 @@ def dequantize(w: RowLanes) -> Tensor:
     same float operations on the same values: the same bits as dequantizing the raw bytes)."""
     groups = w.qs.shape[0]
     lane = LANES[w.gtype]
-    u = _unsigned(w).cast("float32")
+    # the bit fields taken apart in int32 lanes, as ``tg_gguf.dequant``'s (the kernel's rows are 4 values wide per
+    # step: 4-byte vectors, which gcc shifted in general registers and converted to float lane by lane)
+    wide = dataclasses.replace(w, qs=w.qs.cast("int32"), qh=None if w.qh is None else w.qh.cast("int32"))
+    u = _unsigned(wide).cast("float32")
     scale, minimum = lane.factors(w, 1)
     if minimum is None:  # (u + c) is the signed integer (or table value) exactly: Q8_0's ``float(int8)``, Q4_0's
         value = scale * (u + float(lane.zero))  # ``q - 8.0``, TQ2_0's ``q - 1``, IQ4's ``value`` (u - 128)
@@ -676,7 +679,6 @@ class LaneType:
     # its ``zero`` added to the block's integer sum before its one conversion, as ``zero / block`` per value (Q6_K;
     # Q3_K, whose values are held as ``4u`` for this: ``-16 / 16``)
     integer_offset: bool = False
-    taken: bool = True  # taken by ``QuantizedMatrix`` by default (``LANE_TYPES``)
 
 
 _TWO_BIT = LaneType(_repack_two_bit, _unpack_two_bit_steps, _d_per_super, zero=-1)  # TQ: 2-bit values, d per 256
@@ -739,7 +741,7 @@ LAYOUT_TYPES: frozenset[GGMLType] = frozenset(LANES)
 # 0.57); llvm-mca per block of 16 x 8 rows 13.3 cycles against the nibbles' 9.3 and Q2_K's 10.8 (the third bits'
 # shift and mask per step): the nibbles' kernel is shorter, this one reads 19% fewer bytes. X86 (CPU:X86, same
 # measure, load ~12): 2.06 -> 1.55 ms against the activations-in-lanes kernel
-LANE_TYPES: frozenset[GGMLType] = frozenset(gtype for gtype, lane in LANES.items() if lane.taken)
+LANE_TYPES: frozenset[GGMLType] = LAYOUT_TYPES  # (each type with a layout measured faster in it: above)
 # the types whose blocks are not of ``BLOCK`` values
 BLOCKS: dict[GGMLType, int] = {gtype: lane.block for gtype, lane in LANES.items() if lane.block != BLOCK}
 
