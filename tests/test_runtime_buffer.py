@@ -9,6 +9,7 @@ import pytest
 
 from tgcore.dtype import dtypes
 from tgcore.engine.stats import GlobalCounters
+from tgcore.runtime import cpu as cpu_runtime
 from tgcore.runtime.allocator import Allocator, BufferOptions
 from tgcore.runtime.buffer import Buffer
 from tgcore.runtime.cpu import CPUAllocator, CPUDevice
@@ -82,6 +83,33 @@ def test_large_buffer_starts_zeroed_and_works(cpu):
     assert arr.shape == (1 << 20,) and not arr.any()
     buf.copyin(np.ones(1 << 20, np.float32))
     assert buf.numpy().sum() == 1 << 20
+
+
+def _mapping_flags(addr):
+    """The ``VmFlags`` of the mapping holding ``addr`` (``/proc/self/smaps``): "hg" asked for huge pages, "nh" not."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(maxsplit=1)[0]
+            if not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= addr < hi
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
+    raise AssertionError(f"no mapping holds {addr:#x}")
+
+
+@pytest.mark.skipif(not cpu_runtime.HUGE_PAGE, reason="no transparent huge pages here (not Linux, or disabled)")
+def test_large_buffers_start_on_a_huge_page_and_ask_for_huge_pages(cpu):
+    for nbytes in (1 << 20, (3 << 20) + 4096):  # (one huge page for less than one; rounded up to whole ones)
+        buf = Buffer(cpu, nbytes, dtypes.uint8).allocate()
+        addr = ctypes.addressof(buf.handle)
+        assert addr % cpu_runtime.HUGE_PAGE == 0
+        assert "hg" in _mapping_flags(addr) and "hg" in _mapping_flags(addr + nbytes - 1)
+        buf.copyin(np.arange(nbytes, dtype=np.uint8))
+        assert np.array_equal(buf.numpy(), np.arange(nbytes, dtype=np.uint8))
+    zeroed = Buffer(cpu, 1 << 20, dtypes.uint8, options=BufferOptions(zeroed=True)).allocate()
+    assert "nh" in _mapping_flags(ctypes.addressof(zeroed.handle))  # (small pages: only what is written is mapped)
 
 
 def test_views_share_memory(cpu):

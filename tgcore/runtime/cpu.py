@@ -37,6 +37,7 @@ __all__ = ["CPUAllocator", "CPUDevice", "CPUProgram", "ClangCompiler", "CompileE
 
 ALIGNMENT = 64  # bytes; enough for AVX/AVX-512 aligned loads and a cache line
 _MMAP_THRESHOLD = 1 << 20  # buffers at least this big come from mmap: page aligned, lazily zeroed
+_HUGE_PAGE_MAX = 2 << 20  # a larger huge page (AArch64 with 16 or 64 KiB pages: 32 or 512 MiB) is not asked for
 
 
 class CPUAllocator(Allocator):
@@ -49,15 +50,15 @@ class CPUAllocator(Allocator):
 
     def _alloc(self, nbytes: int, options: Any) -> Any:
         if nbytes >= _MMAP_THRESHOLD:
-            # private (not shared) anonymous memory with huge pages: faster to stream, and what MPI's
-            # single-copy path expects. Not for a zeroed buffer (a cache filled a little at a time): its first
-            # write into each 2 MB would zero all of it, small pages map only what is written
-            backing: Any = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-            zeroed = getattr(options, "zeroed", False)
-            advice = getattr(mmap, "MADV_NOHUGEPAGE" if zeroed else "MADV_HUGEPAGE", None)
-            if advice is not None:
-                backing.madvise(advice)
-            pad = 0
+            # private (not shared) anonymous memory, what MPI's single-copy path expects, in huge pages (below).
+            # Not a zeroed buffer (a cache filled a little at a time): its first write into each huge page would
+            # zero all of it, small pages map only what is written
+            if getattr(options, "zeroed", False):
+                backing: Any = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+                _advise(backing, "MADV_NOHUGEPAGE", 0, nbytes)
+                pad = 0
+            else:
+                backing, pad = _huge_mapping(nbytes)
         else:
             backing = (ctypes.c_uint8 * (nbytes + ALIGNMENT))()
             pad = -ctypes.addressof(backing) % ALIGNMENT
@@ -76,6 +77,47 @@ class CPUAllocator(Allocator):
         if offset + nbytes > len(handle):
             raise ValueError(f"view of {nbytes} bytes at offset {offset} is outside a {len(handle)} byte buffer")
         return (ctypes.c_uint8 * nbytes).from_buffer(handle, offset)
+
+
+def _advise(backing: mmap.mmap, advice: str, start: int, length: int) -> None:
+    """``madvise`` where the platform has it (a hint: the kernel may ignore it)."""
+    flag = getattr(mmap, advice, None)
+    if flag is not None:
+        backing.madvise(flag, start, length)
+
+
+def _huge_page_size() -> int:
+    """The size of the transparent huge pages the kernel maps for memory that asks for them (Linux, not disabled),
+    up to ``_HUGE_PAGE_MAX``; else 0."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            if "[never]" in f.read():
+                return 0
+        with open("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size") as f:
+            size = int(f.read())
+    except (OSError, ValueError):
+        return 0
+    return size if 0 < size <= _HUGE_PAGE_MAX and size % mmap.PAGESIZE == 0 else 0
+
+
+HUGE_PAGE = _huge_page_size()
+
+
+def _huge_mapping(nbytes: int) -> tuple[mmap.mmap, int]:
+    """A private anonymous mapping and the offset in it where ``nbytes`` start on a huge page, those bytes rounded up
+    to whole huge pages asked for (``MADV_HUGEPAGE``). Huge pages make Open MPI's single copy out of the memory
+    ~20% faster at 1 MiB (one page to pin instead of 256) and keep large kernels' operands in fewer TLB entries;
+    the rounding makes a 1-2 MiB buffer take up to twice its size once written (the 2 MiB reserved in front, to
+    find the start, is address space only). Without huge pages: a plain mapping of ``nbytes``."""
+    if not HUGE_PAGE:
+        return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS), 0
+    span = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
+    backing = mmap.mmap(-1, span + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    start = ctypes.c_char.from_buffer(backing)  # (its address; released at once, so the mapping can close)
+    pad = -ctypes.addressof(start) % HUGE_PAGE
+    del start
+    _advise(backing, "MADV_HUGEPAGE", pad, span)
+    return backing, pad
 
 
 _pool: ThreadPoolExecutor | None = None

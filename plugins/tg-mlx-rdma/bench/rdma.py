@@ -14,8 +14,11 @@ to rank 1, ``--repeat`` timed rounds after a warm-up:
   cache);
 - ``tg out=``: the same, but ``recv(..., out=tensor)`` into one tensor every round: the same buffer reuse
   policy as the raw case;
-- ``mpi4py``: ``comm.Send(array)`` / ``comm.Recv(array)`` into a preallocated numpy array (from 1 MiB on a page,
-  as tg's memory of that size: ``aligned_like_tg``).
+- ``mpi4py``: ``comm.Send(array)`` / ``comm.Recv(array)`` into a preallocated numpy array (from 1 MiB in memory
+  from tgcore's CPU allocator, the kind tg's memory of that size is: ``like_tg``).
+
+The targets section prints how much of each 1 MiB array's mapping is in huge pages on each rank (tg's send tensor,
+``out=``, its pooled results, raw's arrays): the kind of memory each side moved its bytes between.
 
 Figures are GB/s measured on the receiver (median round, barrier before each); for each tg kind against
 mpi4py: ``ratio`` of the median rounds, ``round`` the median of the per-round ratios (each tg round against
@@ -41,20 +44,48 @@ import numpy as np
 KINDS = ("tg", "tg_out", "raw")
 
 
-def aligned_like_tg(a: np.ndarray) -> np.ndarray:
-    """``a``, from 1 MiB copied to start on a page as a tensor's memory of that size does (tg sends from and receives
-    into it directly). numpy's own arrays start 16 bytes into a page (fresh memory) or anywhere on the heap (once a
-    free raised malloc's threshold); Open MPI's single copy between such buffers took up to ~15% longer at 1 MiB
-    (54-64 us one-way against 51-55 page-aligned, same runs), which moved raw's figure from run to run and flattered
-    tg's ratio. Smaller arrays stay numpy's: tg moves those through its own staging and landing buffers."""
+_KEEP: list[object] = []  # the Buffers under like_tg's arrays (freed, their memory would go to other tensors)
+
+
+def like_tg(a: np.ndarray) -> np.ndarray:
+    """``a`` copied into memory from tgcore's CPU allocator, the memory a tensor of that size gets (from 1 MiB: its
+    own page-aligned mapping, in huge pages where the allocator asks for them), so raw mpi4py moves its bytes between
+    the same kind of memory as tg. Open MPI's single copy (``process_vm_readv``) depends on it: into or out of an
+    array 16 bytes into a page (numpy's) it took up to ~15% longer at 1 MiB, out of huge pages ~20% less; smaller
+    arrays stay numpy's (tg moves those through its own staging and landing buffers)."""
     if a.nbytes < 1 << 20:
         return a
-    page = 4096
-    block = np.empty(a.nbytes + page, np.uint8)
-    start = -block.ctypes.data % page
-    out = block[start:start + a.nbytes].view(a.dtype)
+    from tgcore.dtype import dtypes
+    from tgcore.runtime.buffer import Buffer
+    buf = Buffer("CPU", a.nbytes, dtypes.uint8).ensure_allocated()
+    _KEEP.append(buf)
+    out = np.frombuffer(buf.as_buffer(), a.dtype)
     out[:] = a
     return out
+
+
+def pages(arrays: dict[str, np.ndarray]) -> str:
+    """How much of each array's mapping is in transparent huge pages (``/proc/self/smaps``): the memory kind."""
+    try:
+        with open("/proc/self/smaps") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return "memory kind unknown (no /proc/self/smaps)"
+    found = {}
+    for name, a in arrays.items():
+        addr, rss, huge, inside = a.ctypes.data, 0, 0, False
+        for line in lines:
+            head = line.split(maxsplit=1)[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= addr < hi
+            elif inside and head == "Rss:":
+                rss = int(line.split()[1])
+            elif inside and head == "AnonHugePages:":
+                huge = int(line.split()[1])
+        found[name] = f"{name} {huge}/{rss}"
+    return "huge pages/resident kB of the mapping holding each array (neighbouring mappings may be merged): " + \
+        ", ".join(found.values())
 
 
 def one_round(tr, comm, mpi, kind: str, n: int, src: object) -> None:  # noqa: ANN001
@@ -81,13 +112,13 @@ def ratios(times: dict[str, list[float]], kind: str) -> tuple[float, float, floa
 def measure(tr, comm, mpi, mib: int, repeat: int) -> None:  # noqa: ANN001
     import tgcore
     n = (mib << 20) // 4
-    values = aligned_like_tg(np.arange(n, dtype=np.float32))
+    values = like_tg(np.arange(n, dtype=np.float32))
     tg_src = tgcore.Tensor(values).realize() if tr.rank == 0 else None
     # the out= tensor is allocated now: a lazily allocated one would take the buffer the "tg" kind's dropped
     # tensor just gave back to the allocator's cache, and the next "tg" round would fault in fresh memory
     out = tgcore.Tensor(np.zeros(n, dtype=np.float32)).realize() if tr.rank == 1 else None
     sources = {"tg": tg_src, "tg_out": tg_src if tr.rank == 0 else out,
-               "raw": values if tr.rank == 0 else aligned_like_tg(np.empty(n, dtype=np.float32))}
+               "raw": values if tr.rank == 0 else like_tg(np.empty(n, dtype=np.float32))}
     times: dict[str, list[float]] = {k: [] for k in KINDS}
     for i in range(repeat + 1):  # round 0 warms up (page faults, connections)
         # interleaved, so all see the same machine state; the order turns each round, so no kind always runs
@@ -120,10 +151,10 @@ def pingpong(tr, comm, mpi, nbytes: int, repeat: int) -> None:  # noqa: ANN001
     import tgcore
     n = nbytes // 4
     iters = max(20, min(1000, (32 << 20) // nbytes))
-    values = aligned_like_tg(np.arange(n, dtype=np.float32) + tr.rank)
+    values = like_tg(np.arange(n, dtype=np.float32) + tr.rank)
     src = tgcore.Tensor(values).realize()
     out = tgcore.Tensor(np.zeros(n, dtype=np.float32)).realize()
-    raw_in = aligned_like_tg(np.empty(n, dtype=np.float32))
+    raw_in = like_tg(np.empty(n, dtype=np.float32))
     peer = 1 - tr.rank
 
     def run(kind: str) -> None:
@@ -166,10 +197,10 @@ def round_trips(tr, comm, mpi, nbytes: int, rounds: int, block: int = 20) -> dic
     state). Returns rank 0's one-way times (half a round trip, seconds) per kind; None on rank 1."""
     import tgcore
     n = nbytes // 4
-    values = aligned_like_tg(np.arange(n, dtype=np.float32) + tr.rank)
+    values = like_tg(np.arange(n, dtype=np.float32) + tr.rank)
     src = tgcore.Tensor(values).realize()
     out = tgcore.Tensor(np.zeros(n, dtype=np.float32)).realize()
-    raw_in = aligned_like_tg(np.empty(n, dtype=np.float32))
+    raw_in = like_tg(np.empty(n, dtype=np.float32))
     peer, me = 1 - tr.rank, tr.rank
     send, recv, clock = tr.send, tr.recv, time.perf_counter_ns
     times: dict[str, list[float]] = {k: [] for k in KINDS}
@@ -201,6 +232,17 @@ def round_trips(tr, comm, mpi, nbytes: int, rounds: int, block: int = 20) -> dic
                     send(src, peer)
                 if b:
                     got.append((clock() - start) / 2e9)
+    if nbytes >= 1 << 20:  # what memory each side moved its bytes between
+        from tg_mlx_rdma.transport import tensor_bytes
+        pooled = [p.elements for ps in tr._pool._free.values() for p in ps if p.elements.nbytes == nbytes]  # (its own)
+        arrays = {"tg send": np.frombuffer(tensor_bytes(src)[0], np.uint8), "out=": np.frombuffer(
+            tensor_bytes(out)[0], np.uint8), "raw send": values, "raw recv": raw_in}
+        arrays.update({f"tg pooled recv {i}": np.frombuffer(e, np.uint8) for i, e in enumerate(pooled)})
+        kind = pages(arrays)
+        if me == 1:
+            comm.send(kind, dest=0)
+        else:
+            print(f"rank 0 {kind}\nrank 1 {comm.recv(source=1)}", flush=True)
     if me != 0:
         return None
     if not (np.array_equal(out.numpy(), values + 1) and np.array_equal(raw_in, values + 1)):

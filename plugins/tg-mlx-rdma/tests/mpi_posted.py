@@ -135,8 +135,13 @@ class _Interrupting:
         return getattr(self._comm, name)
 
     def Irecv(self, buf, source, tag):  # noqa: ANN001, ANN201, N802
+        return self._interrupting(self._comm.Irecv(buf, source, tag), tag)
+
+    def Recv_init(self, buf, source, tag):  # noqa: ANN001, ANN201, N802
+        return self._interrupting(self._comm.Recv_init(buf, source, tag), tag)  # (persistent: each Start arms it)
+
+    def _interrupting(self, req, tag):  # noqa: ANN001, ANN201
         from mpi4py import MPI
-        req = self._comm.Irecv(buf, source, tag)
         if tag != MPI.ANY_TAG:
             return req
         return _InterruptAfterTest(req) if self.after else _InterruptBeforeTest(req)
@@ -153,6 +158,10 @@ class _InterruptBeforeTest:
 
     def __ne__(self, other) -> bool:  # noqa: ANN001
         return bool(self.req != other)
+
+    def Start(self) -> None:  # noqa: N802
+        self.armed = True
+        self.req.Start()
 
     def Test(self, *args):  # noqa: ANN002, ANN201, N802
         if self.armed:
@@ -196,15 +205,19 @@ def landing(tr) -> None:
     print(f"rank 1 expected error: {expect_error(PeerMismatch, words, lambda: tr.recv(n, 'float32', 0))}")
     check(tr.recv(n, "float32", 0).numpy(), a[4], "the message after a refused new header and its drained data")
     real = tr._comm
-    try:
+    try:  # (the persistent receives into pooled results are made again through the interrupting communicator)
+        tr._free_land_inits()
         tr._comm = _Interrupting(real, after=True)
         expect_error(KeyboardInterrupt, (), lambda: tr.recv(n, "float32", 0))
         tr._comm = real
+        tr._free_land_inits()
         check(tr.recv(n, "float32", 0).numpy(), a[5], "the message taken as its recv was interrupted")
+        tr._free_land_inits()
         tr._comm = _Interrupting(real, after=False)
         expect_error(KeyboardInterrupt, (), lambda: tr.recv(n, "float32", 0))
     finally:
         tr._comm = real
+        tr._free_land_inits()
     comm.Barrier()
     check(tr.recv(n, "float32", 0).numpy(), a[6], "a message after an interrupted recv that took nothing")
     check(tr.recv(n, "float32", 0).numpy(), a[7], "the next one")

@@ -47,6 +47,7 @@ TAG_DATA = 0x7402
 TAG_SMALL = 0x7403  # header and data in one message
 FAST_POLLS = 512  # polls before the first clock read
 OTHER_POLLS = 16  # polls of a posted receive per probe for a message of another kind (see _poll_posted)
+LAND_INITS = 64  # persistent receives into pooled results kept (one per rank and pooled buffer: _land)
 
 
 class MPINext(MPICollectives):
@@ -60,6 +61,7 @@ class MPINext(MPICollectives):
         _landing: memoryview
         _landing_words: memoryview
         _posted: dict[int, Any]
+        _land_inits: dict[tuple[int, Any], Any]
         _parked: dict[int, dict[int, bytes]]
         _headers_got: dict[int, bytes]
         _slot: Any
@@ -84,12 +86,23 @@ class MPINext(MPICollectives):
         each fits the buffer, so none is truncated. The posted receive is never left active: an exception during the
         wait cancels it, and a message it took meanwhile is set aside for the next recv (``_withdraw_landed``)."""
         mpi, status = self._mpi, self._status
-        into = got[1].elements
-        req = self._comm.Irecv([into, mpi.BYTE], src, mpi.ANY_TAG)
+        pooled = got[1]
+        into = pooled.elements
+        req = self._land_inits.get((src, pooled))  # (a persistent receive per rank and pooled buffer)
+        if req is None:
+            req = self._land_init(src, pooled)
+        test = req.Test
         try:
-            if not req.Test(status):
-                self._until(lambda: bool(req.Test(status)), lambda: f"recv of {dt.name}{list(dims)} from rank {src}",
-                            src, [req])
+            req.Start()
+            if not test(status):
+                # (polled here first: the interpreter's state is cold after a 1 MiB copy, and every frame
+                # left on the way back to the caller costs ~0.5 us then)
+                for _ in range(FAST_POLLS):
+                    if test(status):
+                        break
+                else:
+                    self._until(lambda: bool(test(status)), lambda: f"recv of {dt.name}{list(dims)} from rank {src}",
+                                src, [req])
         except mpi.Exception as err:
             raise self._peer_failed(err, f"recv of {dt.name}{list(dims)}", src) from err
         except BaseException:
@@ -113,19 +126,35 @@ class MPINext(MPICollectives):
         raise PeerMismatch(f"rank {self.rank}: {what}: rank {src} sent a message of {count} bytes with tag {tag:#x} "
                            "that is not a tgcore tensor; is the peer using the same tg-mlx-rdma version?", src)
 
+    def _land_init(self, src: int, pooled: Any) -> Any:
+        """The persistent receive of any message from ``src`` into ``pooled``'s elements (``_land``'s). Up to
+        ``LAND_INITS`` are kept (each holds its buffer), then all are freed."""
+        if len(self._land_inits) >= LAND_INITS:
+            self._free_land_inits()
+        req = self._land_inits[(src, pooled)] = self._comm.Recv_init([pooled.elements, self._mpi.BYTE], src,
+                                                                     self._mpi.ANY_TAG)
+        return req
+
+    def _free_land_inits(self) -> None:
+        for req in self._land_inits.values():  # (inactive: _land never leaves its receive active)
+            req.Free()
+        self._land_inits.clear()
+
     def _withdraw_landed(self, req: Any, into: memoryview, src: int, nbytes: int, dims: tuple[int, ...],
                          dt: DType) -> None:
         """Cancel ``_land``'s receive ``req`` (an interrupted wait); a message it took meanwhile is set aside for the
         next recv from ``src`` (``_parked``, as a small message: header and data), or, a header message, becomes the
         last header received (its data is the next message)."""
         mpi = self._mpi
-        status = self._status  # (a completed receive is inactive, and the test that completed it filled this)
-        if req != mpi.REQUEST_NULL:
-            req.Cancel()
-            status = mpi.Status()
-            self._until(lambda: bool(req.Test(status)), f"cancelling a receive from rank {src}", src, [])
-            if status.Is_cancelled():
-                return
+        req.Cancel()
+        status = mpi.Status()
+        self._until(lambda: bool(req.Test(status)), f"cancelling a receive from rank {src}", src, [])
+        if status.Is_cancelled():
+            return
+        if status.Get_source() == mpi.ANY_SOURCE:
+            # an inactive request's empty status: the receive had completed (an interrupt right after its test
+            # returned), and the status that test filled tells what it took
+            status = self._status
         count, tag, e = status.Get_count(mpi.BYTE), status.Get_tag(), self._seq_in[src]
         if tag == TAG_HEADER and count == HEADER_BYTES:
             self._headers_got[src] = bytes(into[:KEY_BYTES])
