@@ -100,15 +100,18 @@ def _mapping_flags(addr):
 
 
 @pytest.mark.skipif(not cpu_runtime.HUGE_PAGE, reason="no transparent huge pages here (not Linux, or disabled)")
-def test_large_buffers_start_on_a_huge_page_and_ask_for_huge_pages(cpu):
-    for nbytes in (1 << 20, (3 << 20) + 4096):  # (one huge page for less than one; rounded up to whole ones)
-        buf = Buffer(cpu, nbytes, dtypes.uint8).allocate()
-        addr = ctypes.addressof(buf.handle)
-        assert addr % cpu_runtime.HUGE_PAGE == 0
-        assert "hg" in _mapping_flags(addr) and "hg" in _mapping_flags(addr + nbytes - 1)
-        buf.copyin(np.arange(nbytes, dtype=np.uint8))
-        assert np.array_equal(buf.numpy(), np.arange(nbytes, dtype=np.uint8))
-    zeroed = Buffer(cpu, 1 << 20, dtypes.uint8, options=BufferOptions(zeroed=True)).allocate()
+def test_large_buffers_start_on_a_huge_page_and_ask_for_whole_ones(cpu):
+    huge = cpu_runtime.HUGE_PAGE
+    buf = Buffer(cpu, 3 * huge + 4096, dtypes.uint8).allocate()
+    addr = ctypes.addressof(buf.handle)
+    assert addr % huge == 0
+    assert "hg" in _mapping_flags(addr) and "hg" in _mapping_flags(addr + 3 * huge - 1)
+    assert "hg" not in _mapping_flags(addr + 3 * huge)  # (the tail: small pages, no memory past the size)
+    buf.copyin(np.arange(buf.nbytes, dtype=np.uint8))
+    assert np.array_equal(buf.numpy(), np.arange(buf.nbytes, dtype=np.uint8))
+    under = Buffer(cpu, huge - 4096, dtypes.uint8).allocate()  # (only rounding up would give it a huge page)
+    assert "hg" not in _mapping_flags(ctypes.addressof(under.handle))
+    zeroed = Buffer(cpu, 3 * huge, dtypes.uint8, options=BufferOptions(zeroed=True)).allocate()
     assert "nh" in _mapping_flags(ctypes.addressof(zeroed.handle))  # (small pages: only what is written is mapped)
 
 

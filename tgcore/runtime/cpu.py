@@ -104,19 +104,20 @@ HUGE_PAGE = _huge_page_size()
 
 
 def _huge_mapping(nbytes: int) -> tuple[mmap.mmap, int]:
-    """A private anonymous mapping and the offset in it where ``nbytes`` start on a huge page, those bytes rounded up
-    to whole huge pages asked for (``MADV_HUGEPAGE``). Huge pages make Open MPI's single copy out of the memory
-    ~20% faster at 1 MiB (one page to pin instead of 256) and keep large kernels' operands in fewer TLB entries;
-    the rounding makes a 1-2 MiB buffer take up to twice its size once written (the 2 MiB reserved in front, to
-    find the start, is address space only). Without huge pages: a plain mapping of ``nbytes``."""
-    if not HUGE_PAGE:
+    """A private anonymous mapping and the offset in it where ``nbytes`` start on a huge page, the whole huge pages
+    inside those bytes asked for (``MADV_HUGEPAGE``; the tail past the last whole one stays in small pages, so a
+    buffer never holds more memory than its size). Huge pages make Open MPI's single copy out of the memory faster
+    (fewer pages to pin) and keep large kernels' operands in fewer TLB entries. A buffer under one huge page (where
+    only rounding it up would give one: up to twice its memory) and a machine without huge pages: a plain mapping
+    of ``nbytes``; the huge page reserved in front of a larger one, to find its start, is address space only."""
+    whole = nbytes // HUGE_PAGE * HUGE_PAGE if HUGE_PAGE else 0
+    if not whole:
         return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS), 0
-    span = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
-    backing = mmap.mmap(-1, span + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    backing = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     start = ctypes.c_char.from_buffer(backing)  # (its address; released at once, so the mapping can close)
     pad = -ctypes.addressof(start) % HUGE_PAGE
     del start
-    _advise(backing, "MADV_HUGEPAGE", pad, span)
+    _advise(backing, "MADV_HUGEPAGE", pad, whole)
     return backing, pad
 
 
