@@ -440,7 +440,8 @@ class Model:
     def decode(self, steps: Sequence[tuple[int, int, int]], blocks: int = 1) -> np.ndarray:
         """One token for each of several sequences in one batched forward: ``steps`` holds (sequence, token,
         position) triples, each position at most what its sequence's cache holds. Returns their logits
-        (float32, shape (len(steps), vocab)) in that order.
+        (float32, shape (len(steps), vocab)) in that order: an array a later step writes into again once nothing
+        refers to it or a view of it (a weak reference does not count: copy what a weakref must keep).
 
         Each row computes exactly what it would alone (batch-invariant): the weights multiply each row with
         the fused dequantizing matmul, whose per-row reduction order does not depend on the row count, and
