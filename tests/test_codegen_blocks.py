@@ -267,7 +267,7 @@ def test_byte_table_at_low_nibbles_helper_matches_numpy(flags, tmp_path):
 def test_grid_rows_in_lanes_are_exact(device):
     """Rows of 8 bytes looked up at loaded indices (an i-quant grid: one index per 8 values) as the unsigned side of a
     byte dot product in lanes of 4 neighbours, the signed side's signs flipped by looked-up masks: exact against
-    numpy; on the C renderer each block's 4 rows are one gather of 8-byte rows (``cbytedot.row_gather``: not 32 byte
+    numpy; on the C renderer each block's 4 rows are one gather of 8-byte rows (``crowgather.row_gather``: not 32 byte
     loads)."""
     rows, blocks = 3, 2
     rng = np.random.default_rng(12)
@@ -356,7 +356,7 @@ def test_rows_at_offsets_from_shared_bits_are_gathered(device):
 def test_row_gather_helpers_match_numpy(flags, tmp_path):
     """The C renderer's row-gather helpers, built without and with AVX2 (their two branches): 4 rows of 8 bytes and
     8 rows of 4 bytes at byte offsets and at row numbers, and 4 bytes widened to int32 lanes."""
-    from tgcore.renderer.cbytedot import ROWS_PREAMBLE, ROWS_TYPES
+    from tgcore.renderer.crowgather import ROWS_PREAMBLE, ROWS_TYPES
     from tgcore.renderer.cstyle import vector_typedef
     from tgcore.runtime.cpufeatures import cpu_features
     if flags and "avx2" not in cpu_features().features:
@@ -507,11 +507,11 @@ def test_one_scale_byte_per_sub_block_spread_is_exact(device):
 
 
 def test_row_gather_takes_rows_at_offsets_that_differ_only():
-    """``cbytedot.row_gather`` on UOps: 4 rows of 8 bytes at 8 times 4 consecutive loaded codes are one gather at
+    """``crowgather.row_gather`` on UOps: 4 rows of 8 bytes at 8 times 4 consecutive loaded codes are one gather at
     the codes (row numbers, widened from one 4-byte load); the same 8 bytes in every lane (a broadcast: Q5's qh,
     ``_repeated``) are left alone (a gather of 4 equal rows would be slower than the broadcast)."""
     from tgcore.dtype import dtypes
-    from tgcore.renderer.cbytedot import row_gather
+    from tgcore.renderer.crowgather import row_gather
     from tgcore.uop import Ops, UOp
     table, codes = UOp(Ops.PARAM, dtypes.uint8.ptr(4096), (), 1), UOp(Ops.PARAM, dtypes.uint8.ptr(64), (), 2)
 

@@ -28,7 +28,6 @@ from tgcore.renderer.cbytedot import (
     byte_dot,
     byte_table_lookup,
     high_product,
-    row_gather,
     row_lanes_dot,
     shift_chain_in_words,
     shift_in_words,
@@ -48,6 +47,7 @@ from tgcore.renderer.chorizontal import horizontal_reduction
 from tgcore.renderer.clanerange import range_gated_load, range_gated_store
 from tgcore.renderer.cnegatebits import negate_bits
 from tgcore.renderer.cpreamble import byte_helpers
+from tgcore.renderer.crowgather import row_gather
 from tgcore.renderer.cscalebroadcast import broadcast_product
 from tgcore.renderer.prefetch import Prefetcher, loop_nest
 from tgcore.runtime.cpufeatures import chosen_isa_level, cpu_features
