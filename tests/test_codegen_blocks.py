@@ -352,15 +352,16 @@ def test_rows_at_offsets_from_shared_bits_are_gathered(device):
             assert len(re.findall(r"tg_rows8_at\(data" if wide else r"tg_rows4_at\(data", src)) == 1  # row numbers
 
 
-@pytest.mark.parametrize("flags", [[], ["-mavx2"]], ids=["plain", "avx2"])
+@pytest.mark.parametrize("flags", [[], ["-mavx2"], ["-mavx2", "-mavx512f"]], ids=["plain", "avx2", "avx512f"])
 def test_row_gather_helpers_match_numpy(flags, tmp_path):
-    """The C renderer's row-gather helpers, built without and with AVX2 (their two branches): 4 rows of 8 bytes and
-    8 rows of 4 bytes at byte offsets and at row numbers, and 4 bytes widened to int32 lanes."""
+    """The C renderer's row-gather helpers, built without and with AVX2 (and AVX512F: the 512-bit gather, their
+    branches): 4 and 8 rows of 8 bytes and 8 rows of 4 bytes at byte offsets and at row numbers, and 4 bytes widened
+    to int32 lanes."""
     from tgcore.renderer.crowgather import ROWS_PREAMBLE, ROWS_TYPES
     from tgcore.renderer.cstyle import vector_typedef
     from tgcore.runtime.cpufeatures import cpu_features
-    if flags and "avx2" not in cpu_features().features:
-        pytest.skip("no AVX2 here")
+    if any(f[2:] not in cpu_features().features for f in flags):
+        pytest.skip(f"{' '.join(flags)}: not here")
     src = "".join(vector_typedef(d) + "\n" for d in ROWS_TYPES) + ROWS_PREAMBLE + (
         "void rows(const unsigned char* t, const int* at, unsigned char* out) {\n"
         "  tg_int32x4 a4; tg_int32x8 a8; __builtin_memcpy(&a4, at, 16); __builtin_memcpy(&a8, at + 4, 32);\n"
@@ -369,19 +370,23 @@ def test_row_gather_helpers_match_numpy(flags, tmp_path):
         "  tg_int32x4 w = tg_widen_u8x4(b); __builtin_memcpy(out + 64, &w, 16);\n"
         "  r8 = tg_rows8_at(t, a4 / 8); r4 = tg_rows4_at(t, a8 / 4); __builtin_memcpy(out + 80, &r8, 32);\n"
         "  __builtin_memcpy(out + 112, &r4, 32); tg_uint16x4 h; __builtin_memcpy(&h, t + at[1], 8);\n"
-        "  w = tg_widen_u16x4(h); __builtin_memcpy(out + 144, &w, 16); }\n")
+        "  w = tg_widen_u16x4(h); __builtin_memcpy(out + 144, &w, 16);\n"
+        "  tg_uint64x8 r88 = tg_rows8x8(t, a8); __builtin_memcpy(out + 160, &r88, 64);\n"
+        "  r88 = tg_rows8x8_at(t, a8 / 8); __builtin_memcpy(out + 224, &r88, 64); }\n")
     rows = _c_function(src, "rows", flags, tmp_path)
     rng = np.random.default_rng(len(flags))
     table = rng.integers(0, 256, 4096).astype(np.uint8)
     at = rng.integers(0, 4096 - 8, 12).astype(np.int32)
-    out = np.zeros(160, np.uint8)
+    out = np.zeros(288, np.uint8)
     rows(table.ctypes.data, at.ctypes.data, out.ctypes.data)
     np.testing.assert_array_equal(out[:32], np.concatenate([table[a:a + 8] for a in at[:4]]))
     np.testing.assert_array_equal(out[32:64], np.concatenate([table[a:a + 4] for a in at[4:]]))
     np.testing.assert_array_equal(out[64:80].view(np.int32), table[at[0]:at[0] + 4].astype(np.int32))
     np.testing.assert_array_equal(out[80:112], np.concatenate([table[a // 8 * 8:a // 8 * 8 + 8] for a in at[:4]]))
     np.testing.assert_array_equal(out[112:144], np.concatenate([table[a // 4 * 4:a // 4 * 4 + 4] for a in at[4:]]))
-    np.testing.assert_array_equal(out[144:].view(np.int32), table[at[1]:at[1] + 8].view("<u2").astype(np.int32))
+    np.testing.assert_array_equal(out[144:160].view(np.int32), table[at[1]:at[1] + 8].view("<u2").astype(np.int32))
+    np.testing.assert_array_equal(out[160:224], np.concatenate([table[a:a + 8] for a in at[4:]]))
+    np.testing.assert_array_equal(out[224:], np.concatenate([table[a // 8 * 8:a // 8 * 8 + 8] for a in at[4:]]))
 
 
 @pytest.mark.parametrize("flags", [[], ["-mavx2"], ["-mavx512bw"]], ids=["plain", "avx2", "avx512bw"])
@@ -722,28 +727,31 @@ def test_half_pair_helper_matches_numpy(flags, tmp_path):
 @pytest.mark.parametrize("flags", [[], ["-mavx2"]], ids=["plain", "avx2"])
 def test_widening_helpers_match_numpy(flags, tmp_path):
     """The C renderer's widenings of 8 lanes to int32 (``cstyle.WIDEN_PREAMBLE``), built without and with AVX2 (their
-    two branches): unsigned and signed bytes, signed 16-bit ints (negative ones included)."""
+    two branches): unsigned and signed bytes, signed and unsigned 16-bit ints (negative ones and those past 32767
+    included)."""
     from tgcore.dtype import dtypes
     from tgcore.renderer.cstyle import WIDEN_PREAMBLE, vector_typedef
     from tgcore.runtime.cpufeatures import cpu_features
     if flags and "avx2" not in cpu_features().features:
         pytest.skip("no AVX2 here")
-    types = (dtypes.uint8.vec(8), dtypes.int8.vec(8), dtypes.int16.vec(8))
+    types = (dtypes.uint8.vec(8), dtypes.int8.vec(8), dtypes.int16.vec(8), dtypes.uint16.vec(8))
     src = "".join(vector_typedef(d) + "\n" for d in types) + WIDEN_PREAMBLE + (
         "void widen(const unsigned char* b, const short* h, int* out) {\n"
         "  tg_uint8x8 u; tg_int8x8 s; tg_int16x8 w; __builtin_memcpy(&u, b, 8); __builtin_memcpy(&s, b, 8);\n"
         "  __builtin_memcpy(&w, h, 16); tg_widened8 r = tg_widen_u8x8(u); __builtin_memcpy(out, &r, 32);\n"
         "  r = tg_widen_i8x8(s); __builtin_memcpy(out + 8, &r, 32);\n"
-        "  r = tg_widen_i16x8(w); __builtin_memcpy(out + 16, &r, 32); }\n")
+        "  r = tg_widen_i16x8(w); __builtin_memcpy(out + 16, &r, 32);\n"
+        "  tg_uint16x8 v; __builtin_memcpy(&v, h, 16); r = tg_widen_u16x8(v); __builtin_memcpy(out + 24, &r, 32); }\n")
     widen = _c_function(src, "widen", flags, tmp_path)
     rng = np.random.default_rng(len(flags))
     b = rng.integers(0, 256, 8).astype(np.uint8)
     h = np.array([-32768, -1, 0, 1, 255, -256, 32767, -12345], np.int16)
-    out = np.zeros(24, np.int32)
+    out = np.zeros(32, np.int32)
     widen(b.ctypes.data, h.ctypes.data, out.ctypes.data)
     np.testing.assert_array_equal(out[:8], b.astype(np.int32))
     np.testing.assert_array_equal(out[8:16], b.view(np.int8).astype(np.int32))
-    np.testing.assert_array_equal(out[16:], h.astype(np.int32))
+    np.testing.assert_array_equal(out[16:24], h.astype(np.int32))
+    np.testing.assert_array_equal(out[24:], h.view(np.uint16).astype(np.int32))
 
 
 def test_sixteen_bit_lanes_widen_in_one_call(device="CPU"):

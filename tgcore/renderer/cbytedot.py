@@ -158,21 +158,21 @@ ROW_BYTES = (8, 4)  # a gather whose lanes are runs of this many consecutive byt
 
 
 def _row_loads(buf: UOp, indices: list[UOp | None], dt: DType) -> UOp | None:
-    """A gather of ``WIDE`` bytes whose lanes are runs of ``n`` consecutive addresses (a grid row of 8 or 4 values per
-    group): one ``n``-byte load per run, put together as ``WIDE / n`` unsigned ints (the C compiler inserts them into
-    a vector). None when the lanes do not form such runs."""
+    """A gather of ``WIDE`` (or twice as many: 16 int32 lanes) bytes whose lanes are runs of ``n`` consecutive addresses
+    (a grid row of 8 or 4 values per group): one ``n``-byte load per run, put together as ``count / n`` unsigned ints
+    (the C compiler inserts them into a vector). None when the lanes do not form such runs."""
     from tgcore.uop.symbolic import difference
-    if dt.scalar().itemsize != 1 or dt.count != WIDE or any(i is None for i in indices):
+    if dt.scalar().itemsize != 1 or dt.count not in (WIDE, 2 * WIDE) or any(i is None for i in indices):
         return None
     for n in ROW_BYTES:
         starts = indices[::n]
         if all(difference(indices[r + j], indices[r]) == j  # type: ignore[arg-type]
-               for r in range(0, WIDE, n) for j in range(1, n)):
+               for r in range(0, dt.count, n) for j in range(1, n)):
             whole = SHORT_INTS[n]
             loads = [UOp(Ops.LOAD, dt.scalar().vec(n), (UOp(Ops.INDEX, buf.dtype, (buf, at)),))
                      for at in starts if at is not None]
             rows = [UOp(Ops.BITCAST, whole, (load,)) for load in loads]
-            return UOp(Ops.BITCAST, dt, (UOp(Ops.VECTORIZE, whole.vec(WIDE // n), tuple(rows)),))
+            return UOp(Ops.BITCAST, dt, (UOp(Ops.VECTORIZE, whole.vec(dt.count // n), tuple(rows)),))
     return None
 
 
@@ -410,14 +410,26 @@ def _broadcast_byte(u: UOp) -> UOp | None:
     return UOp(Ops.VECTORIZE, dtypes.int8.vec(u.dtype.count), (b.src[0],) * u.dtype.count)
 
 
+def _paired_bytes(u: UOp) -> UOp | None:
+    """Signed bytes whose lanes repeat every 2 (a grid row's halves: ``tg_gguf.grid_lanes``), widened to int32 -> the
+    bytes (zipped over 4 steps: 8 bytes repeated, ``_vector_loads``)."""
+    if u.op is not Ops.CAST or u.dtype not in ROW_DOT_HELPERS or u.src[0].op is not Ops.VECTORIZE:
+        return None
+    lanes = u.src[0].src
+    if u.src[0].dtype.scalar() != dtypes.int8 or any(x is not lanes[i % 2] for i, x in enumerate(lanes)):
+        return None
+    return u.src[0]
+
+
 def _row_lane_operands(term: UOp) -> tuple[UOp, UOp] | None:
     """``(a, b)`` for ``int32(a) * broadcast(int32(b))`` (``a`` unsigned bytes, one per lane, ``b`` one signed
-    byte)."""
+    byte, or two in turns: ``_paired_bytes``)."""
     if term.op is not Ops.MUL:
         return None
     for x, y in (term.src, term.src[::-1]):
-        if (x.op is Ops.CAST and x.src[0].dtype == dtypes.uint8.vec(term.dtype.count)
-                and (b := _broadcast_byte(y)) is not None):
+        if x.op is not Ops.CAST or x.src[0].dtype != dtypes.uint8.vec(term.dtype.count):
+            continue
+        if (b := _broadcast_byte(y)) is not None or (b := _paired_bytes(y)) is not None:
             return x.src[0], b
     return None
 

@@ -229,9 +229,10 @@ def _convertvector_exact(src: DType, dst: DType) -> bool:
 
 
 # 8 lanes of 8-bit ints -> 8 lanes of 32-bit ints: one AVX2 instruction (vpmovzxbd / vpmovsxbd). gcc lowers the
-# generic __builtin_convertvector of an 8-byte vector lane by lane, so where AVX2 is there the kernel calls these.
+# generic __builtin_convertvector of an 8-byte vector lane by lane, so where AVX2 is there the kernel calls these
+# (16-bit ints too: vpmov[sz]xwd, where gcc took 2 halves, 4 ops).
 WIDEN_BYTES = {(dtypes.uint8, 8): "tg_widen_u8x8", (dtypes.int8, 8): "tg_widen_i8x8",
-               (dtypes.int16, 8): "tg_widen_i16x8"}  # (and 16-bit ints: vpmovsxwd, where gcc took 2 halves, 4 ops)
+               (dtypes.int16, 8): "tg_widen_i16x8", (dtypes.uint16, 8): "tg_widen_u16x8"}
 WIDEN_PREAMBLE = """\
 typedef char tg_bytes16 __attribute__((vector_size(16)));
 typedef int tg_widened8 __attribute__((vector_size(32)));
@@ -251,13 +252,13 @@ static inline tg_widened8 tg_widen_i8x8(tg_int8x8 v) {
   return __builtin_convertvector(v, tg_widened8);
 #endif
 }
-static inline tg_widened8 tg_widen_i16x8(tg_int16x8 v) {
 #if defined(__AVX2__) && !defined(__clang__)
-  return (tg_widened8)__builtin_ia32_pmovsxwd256(v);
+#define tg_widen16(s, v) ((tg_widened8)__builtin_ia32_pmov##s##xwd256((tg_int16x8)(v)))
 #else
-  return __builtin_convertvector(v, tg_widened8);
+#define tg_widen16(s, v) __builtin_convertvector(v, tg_widened8)
 #endif
-}
+static inline tg_widened8 tg_widen_i16x8(tg_int16x8 v) { return tg_widen16(s, v); }
+static inline tg_widened8 tg_widen_u16x8(tg_uint16x8 v) { return tg_widen16(z, v); }
 """
 
 
@@ -695,8 +696,8 @@ class CRenderer(Renderer):
                          key=lambda d: d.name)
         if any(u.op is Ops.CAST and (u.src[0].dtype.scalar(), u.dtype.count) in WIDEN_BYTES and u.dtype.count > 1
                for u in kernel):  # the widening helpers need their 8-lane source types
-            vectors = sorted(set(vectors) | {dtypes.uint8.vec(8), dtypes.int8.vec(8), dtypes.int16.vec(8)},
-                             key=lambda d: d.name)
+            eights = {dtypes.uint8.vec(8), dtypes.int8.vec(8), dtypes.int16.vec(8), dtypes.uint16.vec(8)}
+            vectors = sorted(set(vectors) | eights, key=lambda d: d.name)
             helpers = WIDEN_PREAMBLE
         else:
             helpers = ""

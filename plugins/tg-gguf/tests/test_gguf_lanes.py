@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from test_gguf_intdot import exact_activations, float64_reference, q8_reference, unit_scale_blocks
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
+from tg_gguf.grid_lanes import GRIDS
 from tg_gguf.intdot import QuantizedMatrix, quantize_activations
 from tg_gguf.lanes import BLOCK, BLOCKS, LANE_TYPES, LAYOUT_TYPES, repack, row_lanes_matmul, uses_row_lanes
 from tg_gguf_testutil import assert_bits_equal, random_blocks, reference_dequantize
@@ -44,6 +45,12 @@ DEVICES = ["CPU", pytest.param("CPU:X86", marks=pytest.mark.skipif(_x86_missing(
                                                                    reason=f"X86 backend: {_x86_missing()}"))]
 
 
+def _needs_gathers(gtype: GGMLType, device: str) -> None:
+    """Skip a grid type where its row lanes are not taken: they gather table rows (``grid_lanes``), X86 does not."""
+    if gtype in GRIDS and not uses_row_lanes(gtype, device):
+        pytest.skip(f"{gtype.name}'s row lanes gather table rows: not on {device} (it keeps intdot's layout)")
+
+
 def _product(x: np.ndarray, raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str = "CPU"
              ) -> tuple[np.ndarray, int]:
     """The row-lane product on ``device`` and how many of its kernels' byte dots are chained (each added to the last:
@@ -55,6 +62,7 @@ def _product(x: np.ndarray, raw: np.ndarray, gtype: GGMLType, shape: tuple[int, 
     from tgcore.runtime.registry import open_device
     from tgcore.schedule.kernelize import create_schedule
     from tgcore.uop import Ops
+    _needs_gathers(gtype, device)
     xq, dx = quantize_activations(Tensor(x, device=device))
     out = row_lanes_matmul(xq, dx, repack(raw, gtype, shape, device))
     items = [si for si in create_schedule([out.uop], device)[0] if si.kind != "copy"]
@@ -177,7 +185,7 @@ def test_bad_input_is_refused():
 
 def test_which_devices_and_types_use_it():
     """The C renderer has the row-lane dots, and so has the X86 one wherever it has byte dots; the interpreter does
-    not (it keeps ``intdot``)."""
+    not (it keeps ``intdot``). The grid types take them where the renderer gathers table rows (C)."""
     assert uses_row_lanes(GGMLType.Q4_1, "CPU") == (GGMLType.Q4_1 in LANE_TYPES)
     assert uses_row_lanes(GGMLType.Q4_K, "CPU") == (GGMLType.Q4_K in LANE_TYPES)
     assert uses_row_lanes(GGMLType.Q6_K, "CPU") == (GGMLType.Q6_K in LANE_TYPES)
@@ -190,6 +198,8 @@ def test_which_devices_and_types_use_it():
         x86 = open_device("CPU:X86").renderer
         assert x86.row_lane_byte_dots == x86.compiles_byte_dots
         assert uses_row_lanes(GGMLType.Q4_1, "CPU:X86") == (GGMLType.Q4_1 in LANE_TYPES and x86.row_lane_byte_dots)
+        assert not any(uses_row_lanes(gtype, "CPU:X86") for gtype in GRIDS)  # (no gathers: intdot's layout)
+    assert all(uses_row_lanes(gtype, "CPU") for gtype in GRIDS)  # the grid types' row lanes (C: gathers)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -198,6 +208,7 @@ def test_quantized_matrix_takes_the_row_lanes(gtype, device):
     """``QuantizedMatrix.matmul_t``: the repacked weight (made once), any leading shape, the same bits as the
     row-lane product of the flattened rows and within rounding of the float64 reference; the float path (no
     ``int_dot``) never repacks."""
+    _needs_gathers(gtype, device)
     rows, k = 12, _cols(gtype, 128)
     raw = random_blocks(gtype, _blocks(gtype, rows, k), seed=7, small=True)
     w = QuantizedMatrix(Tensor(raw, device=device), gtype, (rows, k))
@@ -220,6 +231,7 @@ def test_from_host_keeps_the_row_lanes_only(gtype, rows, device):
     dequantization (the dense prefill's) has the bits of the raw bytes' (and gguf-py's values), its product those
     of the repacked raw weight's. Where the renderer has no row lanes (PYTHON) or without ``int_dot``, it keeps
     the raw bytes."""
+    _needs_gathers(gtype, device)
     k = _cols(gtype, 128)
     raw = random_blocks(gtype, _blocks(gtype, rows, k), seed=11, small=True)
     w = QuantizedMatrix.from_host(raw, gtype, (rows, k), device, "w")

@@ -22,7 +22,8 @@ The tables (facts of the ggml format, computed from ``tg_gguf.iq_grids`` / ``tg_
 - ``grid:IQ1S+delta``: IQ1_S / IQ1_M's grid plus its delta (+0.125 for entries 0..2047, -0.125 for 2048..4095),
   so a group's values with their delta are one load (the delta had been two more products per group in a GEMV).
 - ``grid_u8:IQ1S+delta``: that table times 8, plus 9, as bytes (0..18): IQ1_S / IQ1_M's unsigned operand of an
-  integer dot product, a group's values with their delta one load of 8 bytes.
+  integer dot product, a group's values with their delta one load of 8 bytes; ``grid_u8:IQ1S+delta+16`` the same
+  plus 16 (7..25), the row lanes' (``grid_lanes``: an offset of -16 is -1 per value of a lane's 16).
 - ``odd_steps:0.25``, ``odd_steps:0.5``, ``odd_steps:2``: ``(0.5 + s) * step`` for the 16 values of a 4-bit scale
   ``s`` (float32, exact): the block scales of IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S and IQ1_M on the integer path, one
   load per block (computing ``2s + 1`` and converting it took four more instructions per block).
@@ -66,11 +67,11 @@ def _iq1_shifted() -> np.ndarray:
     return np.concatenate([values + np.float32(0.125), values - np.float32(0.125)]).astype(np.float32).reshape(-1)
 
 
-def _iq1_shifted_bytes() -> np.ndarray:
-    """``grid:IQ1S+delta`` times 8, plus 9, as bytes: ``8 * (grid + delta) + 9`` is one of 0, 2, 8, 10, 16, 18 (the
-    unsigned operand of an integer dot product; the product is 8 times the float one's, less 9 times the sum of the
-    activations)."""
-    return (_iq1_shifted() * 8 + 9).astype(np.uint8)
+def _iq1_shifted_bytes(offset: int = 9) -> np.ndarray:
+    """``grid:IQ1S+delta`` times 8, plus 9 (``offset``), as bytes: ``8 * (grid + delta) + 9`` is one of 0, 2, 8, 10,
+    16, 18 (the unsigned operand of an integer dot product; the product is 8 times the float one's, less 9 times the
+    sum of the activations)."""
+    return (_iq1_shifted() * 8 + offset).astype(np.uint8)
 
 
 def _tq1_powers() -> np.ndarray:
@@ -138,6 +139,7 @@ BUILDERS: dict[str, Callable[[], np.ndarray]] = {
     "ksign_masks": _ksign_masks,
     "grid:IQ1S+delta": _iq1_shifted,
     "grid_u8:IQ1S+delta": _iq1_shifted_bytes,
+    "grid_u8:IQ1S+delta+16": functools.partial(_iq1_shifted_bytes, 16),
     "odd_steps:0.25": lambda: (np.arange(16, dtype=np.float32) * 2 + 1) * np.float32(0.125),
     "odd_steps:0.5": lambda: (np.arange(16, dtype=np.float32) * 2 + 1) * np.float32(0.25),
     "odd_steps:2": lambda: np.arange(16, dtype=np.float32) * 2 + 1,

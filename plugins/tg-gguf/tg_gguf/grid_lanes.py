@@ -1,0 +1,163 @@
+"""The grid types in the row lanes: a weight's rows in the vector lanes, its grid rows gathered 8 bytes at a time.
+
+In:  the raw GGUF blocks of a grid type (IQ2_XXS, IQ1_S: ``GRIDS``) and quantized activations
+     (``intdot.quantize_activations``: int8, a float scale per 32).
+Out: its row-lane form (``lanes.RowLanes``: ``qs`` the table row number of each 8 values, ``(groups, blocks of 32, 4,
+     8 rows)`` uint16, in the table of 8-byte rows the type's integer path reads, ``intdot``'s; ``d`` each block's
+     scale per row, ``(groups, blocks, 8)`` float32, the product of the same float32 values ``intdot`` multiplies), and
+     ``x @ W.T`` from it (``matmul``), the integer sums per block the q8 path's.
+
+How: the 16 int32 lanes of a 512-bit vector hold 8 weight rows, each split in two halves: lane ``2l + h`` sums row
+``l``'s values ``8c + 4h + k`` (``k < 4``) of each 8 values ``c`` of a block. Per block and 8 rows, 4 steps of: one
+gather of the 8 rows' 8-byte grid rows (lane ``2l + h`` their bytes ``4h .. 4h + 3``), one ``vpdpbusd`` against
+the 8 activation bytes of ``c`` repeated (the C renderer's rule for this: ``cbytedot.row_lanes_dot`` with 8-byte
+operands, ``cbytedot._row_loads`` with 64-byte gathers; the codegen's choice: ``heuristic.half_lane_opts``). Each
+block's sum is scaled in its two lanes, summed over blocks as floats, and the row's two lanes added in a last small
+kernel. A grid_bound.py peer of this layout reached 58% of the streaming bandwidth for IQ1_S on two threads where the
+activations-in-lanes layout (``intdot``) reached 21-25%. Each row's sum runs in one order at any batch.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tg_gguf.constants import GGMLType
+from tg_gguf.dequant import FIELDS
+
+if TYPE_CHECKING:
+    from tg_gguf.lanes import RowLanes
+    from tgcore.tensor import Tensor
+
+ROWS = 8  # weight rows per group: two lanes each in a 512-bit vector of int32
+HALVES = 2  # lanes per weight row: a grid row's first and last 4 values
+CHUNK = 8  # values per grid row (one table row number)
+BLOCK = 32  # values per block (a scale each)
+LANE_VALUES = BLOCK // HALVES  # a block's values per lane
+
+
+@dataclass(frozen=True)
+class GridLanes:
+    """How one grid type takes this path (``GRIDS``): adding a type is one entry."""
+
+    rows_and_scales: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]  # its blocks -> row numbers, scales
+    table: str  # the table of 8-byte rows (``tg_gguf.tables``), each value plus ``-zero``
+    zero: int  # ``q = u + zero``: a multiple of 16 (``LANE_VALUES``), an integer per value of a lane's block
+
+
+def _f16(data: np.ndarray, at: int) -> np.ndarray:
+    """The float16 at byte ``at`` of each ``(rows, super-blocks, bytes)`` block, as float32 ``(rows, super-blocks,
+    1)``."""
+    return data[:, :, at:at + 2].copy().view(np.float16).astype(np.float32)
+
+
+def _iq2_xxs(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """IQ2_XXS: per block of 32 4 grid bytes and a u32 of 4 seven-bit sign indices and a 4-bit scale ``s``; the rows
+    of ``grid_signed_u8:IQ2XXS`` (``(sign << 8) | grid``), the scale ``d * odd_steps:0.25[s]``
+    (``intdot._xxs_scale``)."""
+    from tg_gguf.tables import BUILDERS
+    rows, supers, _ = data.shape
+    qs_at, qs_bytes = FIELDS[GGMLType.IQ2_XXS]["qs"]
+    pairs = data[:, :, qs_at:qs_at + qs_bytes].reshape(rows, supers * 8, 2, 4)
+    grid = pairs[:, :, 0].astype(np.uint16)
+    aux = np.ascontiguousarray(pairs[:, :, 1]).view("<u4")  # (rows, blocks, 1)
+    signs = (aux >> (7 * np.arange(4, dtype=np.uint32))) & 127
+    steps = BUILDERS["odd_steps:0.25"]()[(aux[..., 0] >> 28) & 15]
+    d = np.repeat(_f16(data, FIELDS[GGMLType.IQ2_XXS]["d"][0]), 8, axis=2).reshape(rows, supers * 8)
+    return (grid | (signs.astype(np.uint16) << 8)), d * steps
+
+
+def _iq1_s(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """IQ1_S: per block of 32 4 grid bytes and a u16 ``qh`` (3 more index bits per 8 values, a 3-bit scale ``s``, the
+    delta's sign); the rows of ``grid_u8:IQ1S+delta`` (the delta's sign as index bit 11), the scale ``d * (2s + 1) /
+    8`` (``intdot._iq1_s``)."""
+    rows, supers, _ = data.shape
+    fields = FIELDS[GGMLType.IQ1_S]
+    qs_at, qs_bytes = fields["qs"]
+    qh_at, qh_bytes = fields["qh"]
+    qs = data[:, :, qs_at:qs_at + qs_bytes].reshape(rows, supers * 8, 4).astype(np.uint16)
+    qh = np.ascontiguousarray(data[:, :, qh_at:qh_at + qh_bytes]).view("<u2").reshape(rows, supers * 8, 1)
+    index = qs | (((qh >> (3 * np.arange(4, dtype=np.uint16))) & 7) << 8) | ((qh >> 15) << 11)
+    odd = (2 * ((qh[..., 0] >> 12) & 7) + 1).astype(np.float32)
+    d = np.repeat(_f16(data, fields["d"][0]), 8, axis=2).reshape(rows, supers * 8)
+    return index, (d * odd) * np.float32(0.125)
+
+
+GRIDS: dict[GGMLType, GridLanes] = {
+    GGMLType.IQ2_XXS: GridLanes(_iq2_xxs, "grid_signed_u8:IQ2XXS", -64),
+    GGMLType.IQ1_S: GridLanes(_iq1_s, "grid_u8:IQ1S+delta+16", -16),
+}
+
+
+def repack(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) -> RowLanes:
+    """``(rows padded to 8, super-blocks, block bytes)`` -> the row-lane form: row numbers ``(groups, blocks, 4, 8)``
+    uint16, scales ``(groups, blocks, 8)`` float32 (8 bytes per 32 values and row more than the file's, +50% for
+    IQ2_XXS)."""
+    from tg_gguf.lanes import RowLanes, _put
+    rows = data.shape[0]
+    index, scale = GRIDS[gtype].rows_and_scales(data)  # (rows, blocks, 4), (rows, blocks)
+    blocks = index.shape[1]
+    qs = index.reshape(rows // ROWS, ROWS, blocks, 4).transpose(0, 2, 3, 1)
+    d = scale.astype(np.float32).reshape(rows // ROWS, ROWS, blocks).transpose(0, 2, 1)
+    put = functools.partial(_put, device=device)
+    return RowLanes(gtype, n, k, put(qs.astype(np.uint16)), put(d), None)
+
+
+def _grid_bytes(w: RowLanes, batch: int = 1) -> Tensor:
+    """The weight's unsigned bytes ``(1, groups, 8 rows, 2 halves, blocks, 4, 4)``: ``[., r, l, h, b, c, k]`` is row
+    ``8r + l``'s value ``32b + 8c + 4h + k``, byte ``4h + k`` of its grid row."""
+    from tg_gguf.dequant import iota
+    from tg_gguf.tables import TABLES
+    groups, blocks = w.qs.shape[0], w.qs.shape[1]
+    table = TABLES.get(GRIDS[w.gtype].table, w.qs.device)
+    rows = table.shape[0] // CHUNK  # (a power of two: the mask bounds the row number, so its loads need no check)
+    number = w.qs.permute(0, 3, 1, 2).reshape(1, groups, ROWS, 1, blocks, 4, 1).cast("int32") & (rows - 1)
+    at = number * CHUNK
+    byte = iota((1, 1, 1, HALVES, 1, 1, 4), 3, w.qs.device, "int32") * 4 + iota((1, 1, 1, HALVES, 1, 1, 4), 6,
+                                                                                 w.qs.device, "int32")
+    return table.take(at + byte)
+
+
+def _scales(w: RowLanes) -> Tensor:
+    """Each block's scale ``(1, groups, 8, 1, blocks, 1, 1)`` float32."""
+    groups, blocks = w.d.shape[0], w.d.shape[1]
+    return w.d.permute(0, 2, 1).reshape(1, groups, ROWS, 1, blocks, 1, 1)
+
+
+def _lane_offsets(xq: Tensor, zero: int) -> Tensor:
+    """The type's offset per value (``zero / 16``) times each lane's sum of a block's 16 activations, as the lanes of
+    8 rows take it ``(M, 1, 8, 2, blocks, 1, 1)`` int16 (a kernel of its own, once per batch row: 16 lanes side by
+    side per block, one load; int16 bounds the block's sum for the codegen, as Q6_K's in ``lanes``)."""
+    m, k = xq.shape
+    blocks = k // BLOCK
+    sums = xq.reshape(m, blocks, 4, HALVES, 4).cast("int32").sum((2, 4), dtype="int32") * (zero // LANE_VALUES)
+    per_lane = sums.reshape(m, blocks, 1, HALVES).expand(m, blocks, ROWS, HALVES).cast("int16").contiguous()
+    return per_lane.permute(0, 2, 3, 1).reshape(m, 1, ROWS, HALVES, blocks, 1, 1)
+
+
+def matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
+    """``xq`` ``(M, K)`` int8 and ``dx`` ``(M, K / 32)`` times the grid weight ``w``: ``(M, N)`` float32. Per lane the
+    integer sum of a block's 16 products and its offset (``_lane_offsets``: added in int32, one conversion), scaled;
+    summed over blocks as floats, then the row's two lanes added."""
+    m = xq.shape[0]
+    groups, blocks = w.qs.shape[0], w.qs.shape[1]
+    x = xq.reshape(m, 1, 1, blocks, 4, HALVES, 4).permute(0, 1, 2, 5, 3, 4, 6).cast("int32")  # [., ., ., h, b, c, k]
+    scale_x = dx.reshape(m, 1, 1, 1, blocks, 1, 1)
+    offset = _lane_offsets(xq, GRIDS[w.gtype].zero).cast("int32")
+    value = (_grid_bytes(w).cast("int32") * x + offset).cast("float32") * (_scales(w) * scale_x)
+    lanes = value.reshape(m, groups * ROWS * HALVES, blocks * LANE_VALUES).sum(-1).contiguous()
+    out = lanes.reshape(m, groups * ROWS, HALVES).sum(-1)
+    return out if out.shape[1] == w.rows else out.contiguous().shrink(((0, m), (0, w.rows)))
+
+
+def dequantize(w: RowLanes) -> Tensor:
+    """The lazy float32 ``(N, K)`` weight: ``scale * (u + zero)`` per value, ``intdot``'s values (``u + zero`` is the
+    signed integer exactly, the scale the same float32)."""
+    groups, blocks = w.qs.shape[0], w.qs.shape[1]
+    u = _grid_bytes(w).cast("float32")  # (1, groups, 8, 2, blocks, 4, 4)
+    value = (_scales(w) * (u + float(GRIDS[w.gtype].zero))).permute(0, 1, 2, 4, 5, 3, 6)
+    out = value.reshape(groups * ROWS, blocks * BLOCK)
+    return out if groups * ROWS == w.rows else out.shrink(((0, w.rows), None))
