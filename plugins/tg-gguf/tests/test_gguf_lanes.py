@@ -91,13 +91,14 @@ def _near_reference(gtype: GGMLType, rows: int, k: int, batch: int, seed: int, x
 def test_row_lanes_exact(gtype, rows, device):
     """Unit scales, exactly quantized activations: bit-exact against the float64 reference; 13 rows: a padded tail.
     Each block of 8 rows is 8 byte multiply-adds (the helper's call chained through its accumulator: 7 per block;
-    Q2_K's blocks of 16 values 4, 3 chained)."""
+    Q2_K's blocks of 16 values 4, 3 chained; a grid type's 4 of 8 values, 3 chained, or per 16 values 2, 1)."""
     k = 256
     raw = unit_scale_blocks(gtype, _blocks(gtype, rows, k), seed=int(gtype))
     x = exact_activations(np.random.default_rng(int(gtype)), 3, k)
     out, chained = _product(x, raw, gtype, (rows, k), device)
     assert_bits_equal(out, float64_reference(gtype, raw, (rows, k), x).astype(np.float32))
-    assert chained >= BLOCKS.get(gtype, BLOCK) // 4 - 1
+    # (a grid type's lane takes half its block's values: ``grid_lanes``, 8 per dot)
+    assert chained >= (GRIDS[gtype].block // 8 if gtype in GRIDS else BLOCKS.get(gtype, BLOCK) // 4) - 1
 
 
 @pytest.mark.parametrize("device", DEVICES)

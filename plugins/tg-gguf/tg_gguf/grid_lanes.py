@@ -35,8 +35,7 @@ if TYPE_CHECKING:
 ROWS = 8  # weight rows per group: two lanes each in a 512-bit vector of int32
 HALVES = 2  # lanes per weight row: a grid row's first and last 4 values
 CHUNK = 8  # values per grid row (one table row number)
-BLOCK = 32  # values per block (a scale each)
-LANE_VALUES = BLOCK // HALVES  # a block's values per lane
+ACT_BLOCK = 32  # activations per scale (``intdot.quantize_activations``)
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,13 @@ class GridLanes:
 
     rows_and_scales: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]  # its blocks -> row numbers, scales
     table: str  # the table of 8-byte rows (``tg_gguf.tables``), each value plus ``-zero``
-    zero: int  # ``q = u + zero``: a multiple of 16 (``LANE_VALUES``), an integer per value of a lane's block
+    zero: int  # ``q = u + zero``: a multiple of ``block / 2``, an integer per value of a lane's block
+    block: int = 32  # values per scale (IQ1_M, IQ2_XS: 16)
+
+    @property
+    def chunks(self) -> int:
+        """Grid rows per block."""
+        return self.block // CHUNK
 
 
 def _f16(data: np.ndarray, at: int) -> np.ndarray:
@@ -86,35 +91,68 @@ def _iq1_s(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return index, (d * odd) * np.float32(0.125)
 
 
+def _iq1_m(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """IQ1_M: per 8 values a grid byte and a nibble of ``qh`` (3 more index bits, the delta's sign as bit 11 of the
+    row of ``grid_u8:IQ1S+delta``), per 16 a 3-bit scale ``s``, ``d`` from the scales' top nibbles: the scale ``d *
+    (2s + 1) / 8`` (``intdot._iq1_m``)."""
+    rows, supers, _ = data.shape
+    fields = FIELDS[GGMLType.IQ1_M]
+    qs_at, qs_bytes = fields["qs"]
+    qh_at, qh_bytes = fields["qh"]
+    sc_at, sc_bytes = fields["scales"]
+    qh = data[:, :, qh_at:qh_at + qh_bytes, None] >> np.array([0, 4], np.uint8)  # (rows, supers, 16, 2): nibbles
+    index = data[:, :, qs_at:qs_at + qs_bytes].astype(np.uint16) | ((qh.reshape(rows, supers, 32) & 15).astype(np.uint16) << 8)
+    sc = np.ascontiguousarray(data[:, :, sc_at:sc_at + sc_bytes]).view("<u2")  # (rows, supers, 4)
+    d_bits = np.bitwise_or.reduce((sc >> 12) << (4 * np.arange(4, dtype=np.uint16)), axis=-1)
+    d = d_bits.astype(np.uint16).view(np.float16).astype(np.float32)[..., None]  # (rows, supers, 1)
+    odd = (2 * ((sc[..., None] >> (3 * np.arange(4, dtype=np.uint16))) & 7) + 1).reshape(rows, supers, 16)
+    return index.reshape(rows, supers * 32), ((d * odd.astype(np.float32)) * np.float32(0.125)).reshape(rows, -1)
+
+
+def _iq2_xs(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """IQ2_XS: per 8 values a u16, a 9-bit grid index and a 7-bit sign index above it (the row of
+    ``grid_signed_u8:IQ2XS``), per 16 a 4-bit scale ``s``: ``float(2s + 1) * (d * 0.125)`` (``intdot._half_steps``)."""
+    rows, supers, _ = data.shape
+    fields = FIELDS[GGMLType.IQ2_XS]
+    qs_at, qs_bytes = fields["qs"]
+    sc_at, sc_bytes = fields["scales"]
+    index = np.ascontiguousarray(data[:, :, qs_at:qs_at + qs_bytes]).view("<u2").reshape(rows, supers * 32)
+    nibbles = data[:, :, sc_at:sc_at + sc_bytes, None] >> np.array([0, 4], np.uint8)
+    odd = (2 * (nibbles & 15).astype(np.float32) + 1).reshape(rows, supers, 16)
+    return index, (odd * (_f16(data, fields["d"][0]) * np.float32(0.125))).reshape(rows, -1)
+
+
 GRIDS: dict[GGMLType, GridLanes] = {
     GGMLType.IQ2_XXS: GridLanes(_iq2_xxs, "grid_signed_u8:IQ2XXS", -64),
     GGMLType.IQ1_S: GridLanes(_iq1_s, "grid_u8:IQ1S+delta+16", -16),
+    GGMLType.IQ1_M: GridLanes(_iq1_m, "grid_u8:IQ1S+delta+16", -16, block=16),
+    GGMLType.IQ2_XS: GridLanes(_iq2_xs, "grid_signed_u8:IQ2XS", -64, block=16),
 }
 
 
 def repack(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) -> RowLanes:
-    """``(rows padded to 8, super-blocks, block bytes)`` -> the row-lane form: row numbers ``(groups, blocks, 4, 8)``
-    uint16, scales ``(groups, blocks, 8)`` float32 (8 bytes per 32 values and row more than the file's, +50% for
-    IQ2_XXS)."""
+    """``(rows padded to 8, super-blocks, block bytes)`` -> the row-lane form: row numbers ``(groups, blocks, chunks,
+    8)`` uint16, scales ``(groups, blocks, 8)`` float32 (96 bytes per 256 values and row, 128 with scales per 16:
+    IQ2_XXS +45%, IQ1_S +92% of the file's)."""
     from tg_gguf.lanes import RowLanes, _put
     rows = data.shape[0]
-    index, scale = GRIDS[gtype].rows_and_scales(data)  # (rows, blocks, 4), (rows, blocks)
-    blocks = index.shape[1]
-    qs = index.reshape(rows // ROWS, ROWS, blocks, 4).transpose(0, 2, 3, 1)
+    index, scale = GRIDS[gtype].rows_and_scales(data)  # (rows, grid rows), (rows, blocks)
+    blocks, chunks = scale.shape[1], GRIDS[gtype].chunks
+    qs = index.reshape(rows // ROWS, ROWS, blocks, chunks).transpose(0, 2, 3, 1)
     d = scale.astype(np.float32).reshape(rows // ROWS, ROWS, blocks).transpose(0, 2, 1)
     put = functools.partial(_put, device=device)
     return RowLanes(gtype, n, k, put(qs.astype(np.uint16)), put(d), None)
 
 
 def _grid_bytes(w: RowLanes, batch: int = 1) -> Tensor:
-    """The weight's unsigned bytes ``(1, groups, 8 rows, 2 halves, blocks, 4, 4)``: ``[., r, l, h, b, c, k]`` is row
-    ``8r + l``'s value ``32b + 8c + 4h + k``, byte ``4h + k`` of its grid row."""
+    """The weight's unsigned bytes ``(1, groups, 8 rows, 2 halves, blocks, chunks, 4)``: ``[., r, l, h, b, c, k]`` is
+    row ``8r + l``'s value ``block * b + 8c + 4h + k``, byte ``4h + k`` of its grid row."""
     from tg_gguf.dequant import iota
     from tg_gguf.tables import TABLES
-    groups, blocks = w.qs.shape[0], w.qs.shape[1]
+    groups, blocks, chunks = w.qs.shape[0], w.qs.shape[1], w.qs.shape[2]
     table = TABLES.get(GRIDS[w.gtype].table, w.qs.device)
     rows = table.shape[0] // CHUNK  # (a power of two: the mask bounds the row number, so its loads need no check)
-    number = w.qs.permute(0, 3, 1, 2).reshape(1, groups, ROWS, 1, blocks, 4, 1).cast("int32") & (rows - 1)
+    number = w.qs.permute(0, 3, 1, 2).reshape(1, groups, ROWS, 1, blocks, chunks, 1).cast("int32") & (rows - 1)
     at = number * CHUNK
     byte = iota((1, 1, 1, HALVES, 1, 1, 4), 3, w.qs.device, "int32") * 4 + iota((1, 1, 1, HALVES, 1, 1, 4), 6,
                                                                                  w.qs.device, "int32")
@@ -127,13 +165,15 @@ def _scales(w: RowLanes) -> Tensor:
     return w.d.permute(0, 2, 1).reshape(1, groups, ROWS, 1, blocks, 1, 1)
 
 
-def _lane_offsets(xq: Tensor, zero: int) -> Tensor:
-    """The type's offset per value (``zero / 16``) times each lane's sum of a block's 16 activations, as the lanes of
-    8 rows take it ``(M, 1, 8, 2, blocks, 1, 1)`` int16 (a kernel of its own, once per batch row: 16 lanes side by
-    side per block, one load; int16 bounds the block's sum for the codegen, as Q6_K's in ``lanes``)."""
+def _lane_offsets(xq: Tensor, grid: GridLanes) -> Tensor:
+    """The type's offset per value (``zero`` over a lane's ``block / 2`` values) times each lane's sum of a block's
+    activations, as the lanes of 8 rows take it ``(M, 1, 8, 2, blocks, 1, 1)`` int16 (a kernel of its own, once per
+    batch row: 16 lanes side by side per block, one load; int16 bounds the block's sum for the codegen, as Q6_K's
+    in ``lanes``)."""
     m, k = xq.shape
-    blocks = k // BLOCK
-    sums = xq.reshape(m, blocks, 4, HALVES, 4).cast("int32").sum((2, 4), dtype="int32") * (zero // LANE_VALUES)
+    blocks = k // grid.block
+    per_value = grid.zero // (grid.block // HALVES)
+    sums = xq.reshape(m, blocks, grid.chunks, HALVES, 4).cast("int32").sum((2, 4), dtype="int32") * per_value
     per_lane = sums.reshape(m, blocks, 1, HALVES).expand(m, blocks, ROWS, HALVES).cast("int16").contiguous()
     return per_lane.permute(0, 2, 3, 1).reshape(m, 1, ROWS, HALVES, blocks, 1, 1)
 
@@ -143,12 +183,15 @@ def matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
     integer sum of a block's 16 products and its offset (``_lane_offsets``: added in int32, one conversion), scaled;
     summed over blocks as floats, then the row's two lanes added."""
     m = xq.shape[0]
-    groups, blocks = w.qs.shape[0], w.qs.shape[1]
-    x = xq.reshape(m, 1, 1, blocks, 4, HALVES, 4).permute(0, 1, 2, 5, 3, 4, 6).cast("int32")  # [., ., ., h, b, c, k]
-    scale_x = dx.reshape(m, 1, 1, 1, blocks, 1, 1)
-    offset = _lane_offsets(xq, GRIDS[w.gtype].zero).cast("int32")
+    grid = GRIDS[w.gtype]
+    groups, blocks, chunks = w.qs.shape[0], w.qs.shape[1], w.qs.shape[2]
+    x = xq.reshape(m, 1, 1, blocks, chunks, HALVES, 4).permute(0, 1, 2, 5, 3, 4, 6).cast("int32")  # [., ., ., h, b, c,
+    # k]: value ``block * b + 8c + 4h + k``
+    per = ACT_BLOCK // grid.block  # blocks per activation scale
+    scale_x = dx.reshape(m, blocks // per, 1).expand(m, blocks // per, per).reshape(m, 1, 1, 1, blocks, 1, 1)
+    offset = _lane_offsets(xq, grid).cast("int32")
     value = (_grid_bytes(w).cast("int32") * x + offset).cast("float32") * (_scales(w) * scale_x)
-    lanes = value.reshape(m, groups * ROWS * HALVES, blocks * LANE_VALUES).sum(-1).contiguous()
+    lanes = value.reshape(m, groups * ROWS * HALVES, blocks * grid.block // HALVES).sum(-1).contiguous()
     out = lanes.reshape(m, groups * ROWS, HALVES).sum(-1)
     return out if out.shape[1] == w.rows else out.contiguous().shrink(((0, m), (0, w.rows)))
 
@@ -156,8 +199,8 @@ def matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
 def dequantize(w: RowLanes) -> Tensor:
     """The lazy float32 ``(N, K)`` weight: ``scale * (u + zero)`` per value, ``intdot``'s values (``u + zero`` is the
     signed integer exactly, the scale the same float32)."""
-    groups, blocks = w.qs.shape[0], w.qs.shape[1]
-    u = _grid_bytes(w).cast("float32")  # (1, groups, 8, 2, blocks, 4, 4)
+    groups = w.qs.shape[0]
+    u = _grid_bytes(w).cast("float32")  # (1, groups, 8, 2, blocks, chunks, 4)
     value = (_scales(w) * (u + float(GRIDS[w.gtype].zero))).permute(0, 1, 2, 4, 5, 3, 6)
-    out = value.reshape(groups * ROWS, blocks * BLOCK)
+    out = value.reshape(groups * ROWS, w.cols)
     return out if groups * ROWS == w.rows else out.shrink(((0, w.rows), None))
