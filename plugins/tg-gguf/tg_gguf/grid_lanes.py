@@ -101,7 +101,8 @@ def _iq1_m(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     qh_at, qh_bytes = fields["qh"]
     sc_at, sc_bytes = fields["scales"]
     qh = data[:, :, qh_at:qh_at + qh_bytes, None] >> np.array([0, 4], np.uint8)  # (rows, supers, 16, 2): nibbles
-    index = data[:, :, qs_at:qs_at + qs_bytes].astype(np.uint16) | ((qh.reshape(rows, supers, 32) & 15).astype(np.uint16) << 8)
+    nibbles = (qh.reshape(rows, supers, 32) & 15).astype(np.uint16)
+    index = data[:, :, qs_at:qs_at + qs_bytes].astype(np.uint16) | (nibbles << 8)
     sc = np.ascontiguousarray(data[:, :, sc_at:sc_at + sc_bytes]).view("<u2")  # (rows, supers, 4)
     d_bits = np.bitwise_or.reduce((sc >> 12) << (4 * np.arange(4, dtype=np.uint16)), axis=-1)
     d = d_bits.astype(np.uint16).view(np.float16).astype(np.float32)[..., None]  # (rows, supers, 1)
