@@ -355,8 +355,8 @@ def test_rows_at_offsets_from_shared_bits_are_gathered(device):
 @pytest.mark.parametrize("flags", [[], ["-mavx2"], ["-mavx2", "-mavx512f"]], ids=["plain", "avx2", "avx512f"])
 def test_row_gather_helpers_match_numpy(flags, tmp_path):
     """The C renderer's row-gather helpers, built without and with AVX2 (and AVX512F: the 512-bit gather, their
-    branches): 4 and 8 rows of 8 bytes and 8 rows of 4 bytes at byte offsets and at row numbers, and 4 bytes widened
-    to int32 lanes."""
+    branches): 4 and 8 rows of 8 bytes and 8 and 16 rows of 4 bytes at byte offsets and at row numbers, and 4 bytes
+    widened to int32 lanes."""
     from tgcore.renderer.crowgather import ROWS_PREAMBLE, ROWS_TYPES
     from tgcore.renderer.cstyle import vector_typedef
     from tgcore.runtime.cpufeatures import cpu_features
@@ -372,21 +372,26 @@ def test_row_gather_helpers_match_numpy(flags, tmp_path):
         "  __builtin_memcpy(out + 112, &r4, 32); tg_uint16x4 h; __builtin_memcpy(&h, t + at[1], 8);\n"
         "  w = tg_widen_u16x4(h); __builtin_memcpy(out + 144, &w, 16);\n"
         "  tg_uint64x8 r88 = tg_rows8x8(t, a8); __builtin_memcpy(out + 160, &r88, 64);\n"
-        "  r88 = tg_rows8x8_at(t, a8 / 8); __builtin_memcpy(out + 224, &r88, 64); }\n")
+        "  r88 = tg_rows8x8_at(t, a8 / 8); __builtin_memcpy(out + 224, &r88, 64); tg_int32x16 a16;\n"
+        "  __builtin_memcpy(&a16, at, 64); tg_uint32x16 r416 = tg_rows4x16(t, a16);\n"
+        "  __builtin_memcpy(out + 288, &r416, 64);\n"
+        "  r416 = tg_rows4x16_at(t, a16 / 4); __builtin_memcpy(out + 352, &r416, 64); }\n")
     rows = _c_function(src, "rows", flags, tmp_path)
     rng = np.random.default_rng(len(flags))
     table = rng.integers(0, 256, 4096).astype(np.uint8)
-    at = rng.integers(0, 4096 - 8, 12).astype(np.int32)
-    out = np.zeros(288, np.uint8)
+    at = rng.integers(0, 4096 - 8, 16).astype(np.int32)
+    out = np.zeros(416, np.uint8)
     rows(table.ctypes.data, at.ctypes.data, out.ctypes.data)
     np.testing.assert_array_equal(out[:32], np.concatenate([table[a:a + 8] for a in at[:4]]))
-    np.testing.assert_array_equal(out[32:64], np.concatenate([table[a:a + 4] for a in at[4:]]))
+    np.testing.assert_array_equal(out[32:64], np.concatenate([table[a:a + 4] for a in at[4:12]]))
     np.testing.assert_array_equal(out[64:80].view(np.int32), table[at[0]:at[0] + 4].astype(np.int32))
     np.testing.assert_array_equal(out[80:112], np.concatenate([table[a // 8 * 8:a // 8 * 8 + 8] for a in at[:4]]))
-    np.testing.assert_array_equal(out[112:144], np.concatenate([table[a // 4 * 4:a // 4 * 4 + 4] for a in at[4:]]))
+    np.testing.assert_array_equal(out[112:144], np.concatenate([table[a // 4 * 4:a // 4 * 4 + 4] for a in at[4:12]]))
     np.testing.assert_array_equal(out[144:160].view(np.int32), table[at[1]:at[1] + 8].view("<u2").astype(np.int32))
-    np.testing.assert_array_equal(out[160:224], np.concatenate([table[a:a + 8] for a in at[4:]]))
-    np.testing.assert_array_equal(out[224:], np.concatenate([table[a // 8 * 8:a // 8 * 8 + 8] for a in at[4:]]))
+    np.testing.assert_array_equal(out[160:224], np.concatenate([table[a:a + 8] for a in at[4:12]]))
+    np.testing.assert_array_equal(out[224:288], np.concatenate([table[a // 8 * 8:a // 8 * 8 + 8] for a in at[4:12]]))
+    np.testing.assert_array_equal(out[288:352], np.concatenate([table[a:a + 4] for a in at]))
+    np.testing.assert_array_equal(out[352:], np.concatenate([table[a // 4 * 4:a // 4 * 4 + 4] for a in at]))
 
 
 @pytest.mark.parametrize("flags", [[], ["-mavx2"], ["-mavx512bw"]], ids=["plain", "avx2", "avx512bw"])

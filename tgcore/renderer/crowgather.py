@@ -17,8 +17,11 @@ from tgcore.uop import GroupOp, Ops, UOp
 # (vpgatherdq / vpgatherdd with AVX2): per block of 32, a few vector ops and a gather instead of ~6 scalar ops, a
 # load and an insert per row.
 # at byte offsets; 8 rows of 8 bytes: the grid types' row lanes (``tg_gguf.grid_lanes``: 8 weight rows, two lanes each)
-ROW_GATHERS = {dtypes.uint64.vec(4): "tg_rows8", dtypes.uint32.vec(8): "tg_rows4", dtypes.uint64.vec(8): "tg_rows8x8"}
-ROW_NUMBERS = {"tg_rows8": "tg_rows8_at", "tg_rows4": "tg_rows4_at", "tg_rows8x8": "tg_rows8x8_at"}  # at row numbers
+# (and 16 rows of 4: IQ3's, one per lane)
+ROW_GATHERS = {dtypes.uint64.vec(4): "tg_rows8", dtypes.uint32.vec(8): "tg_rows4", dtypes.uint64.vec(8): "tg_rows8x8",
+               dtypes.uint32.vec(16): "tg_rows4x16"}
+ROW_NUMBERS = {"tg_rows8": "tg_rows8_at", "tg_rows4": "tg_rows4_at", "tg_rows8x8": "tg_rows8x8_at",
+               "tg_rows4x16": "tg_rows4x16_at"}  # at row numbers
 FOUR_BYTES, WIDEN4_HELPER = dtypes.uint8.vec(4), "tg_widen_u8x4"
 FOUR_WORDS, WIDEN_WORDS_HELPER = dtypes.uint16.vec(4), "tg_widen_u16x4"
 IDENTITIES = {Ops.ADD: 0, Ops.OR: 0, Ops.XOR: 0, Ops.SHR: 0, Ops.SHL: 0, Ops.MUL: 1, Ops.IDIV: 1, Ops.AND: -1}
@@ -177,21 +180,23 @@ static inline {vec} {name}(const void* t, tg_int32x{rows} at) {{
 ROWS_PREAMBLE += "".join(_rows_helper(name, WIDE // width, width, scale)
                          for width, bytes_name in ((8, "tg_rows8"), (4, "tg_rows4"))
                          for name, scale in ((bytes_name, 1), (ROW_NUMBERS[bytes_name], width)))
-# 8 rows of 8 bytes (a 512-bit vector): one vpgatherdq zmm with AVX512F
+# 8 rows of 8 bytes, 16 rows of 4 (a 512-bit vector): one vpgatherdq / vpgatherdd zmm with AVX512F
 ROWS_PREAMBLE += "".join(f"""\
-static inline tg_uint64x8 {name}(const void* t, tg_int32x8 at) {{
+static inline tg_uint{8 * width}x{rows} {name}(const void* t, tg_int32x{rows} at) {{
 #if defined(__AVX512F__) && !defined(__clang__)
-  typedef long long tg_w __attribute__((vector_size(64)));
-  return (tg_uint64x8)__builtin_ia32_gathersiv8di((tg_w){{0}}, t, at, 0xff, {scale});
+  typedef {whole} tg_w __attribute__((vector_size(64)));
+  return (tg_uint{8 * width}x{rows})__builtin_ia32_{gather}((tg_w){{0}}, t, at, {(1 << rows) - 1}, {scale});
 #else
-  tg_uint64x8 r;
-  for (int k = 0; k < 8; k++) __builtin_memcpy((char*)&r + 8 * k, (const char*)t + {scale} * at[k], 8);
+  tg_uint{8 * width}x{rows} r;
+  for (int k = 0; k < {rows}; k++) __builtin_memcpy((char*)&r + {width} * k, (const char*)t + {scale} * at[k], {width});
   return r;
 #endif
 }}
-""" for name, scale in (("tg_rows8x8", 1), ("tg_rows8x8_at", 8)))
-ROWS_TYPES = (dtypes.uint64.vec(8), dtypes.uint64.vec(4), dtypes.uint32.vec(8), dtypes.int32.vec(4),
-              dtypes.int32.vec(8), FOUR_BYTES, FOUR_WORDS)
+""" for rows, width, whole, gather, name, scale in (
+    (8, 8, "long long", "gathersiv8di", "tg_rows8x8", 1), (8, 8, "long long", "gathersiv8di", "tg_rows8x8_at", 8),
+    (16, 4, "int", "gathersiv16si", "tg_rows4x16", 1), (16, 4, "int", "gathersiv16si", "tg_rows4x16_at", 4)))
+ROWS_TYPES = (dtypes.uint64.vec(8), dtypes.uint32.vec(16), dtypes.int32.vec(16), dtypes.uint64.vec(4),
+              dtypes.uint32.vec(8), dtypes.int32.vec(4), dtypes.int32.vec(8), FOUR_BYTES, FOUR_WORDS)
 
 
 def uses_row_gather(kernel: list[UOp]) -> bool:

@@ -20,7 +20,10 @@ TYPES = sorted(LAYOUT_TYPES, key=int)
 TAKEN = sorted(LANE_TYPES, key=int)  # (the types QuantizedMatrix takes the row lanes for)
 # (Q3_K's larger batches and from_host under ``nox -s full``: ~14 s of compiles with a cold cache; its kernels have
 # the exact, random and batch-invariance tests of every layout here)
-TAKEN_SESSION = TAKEN if os.environ.get("TG_FULL") else [t for t in TAKEN if t is not GGMLType.Q3_K]
+# the grid types (``grid_lanes``) beyond one per kind (scales per 32: IQ1_S, per 16: IQ2_XS, rows of 4 bytes: IQ3_S)
+# likewise (~10 s each)
+LONG = set() if os.environ.get("TG_FULL") else {GGMLType.Q3_K, GGMLType.IQ2_XXS, GGMLType.IQ1_M, GGMLType.IQ3_XXS}
+TAKEN_SESSION = [t for t in TAKEN if t not in LONG]
 
 
 def _cols(gtype: GGMLType, k: int) -> int:
@@ -117,7 +120,7 @@ def test_row_lanes_random(gtype, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("gtype", [t for t in TYPES if t is GGMLType.Q3_K or t not in LONG], ids=lambda t: t.name)
 def test_row_lanes_do_not_depend_on_the_batch(gtype, device):
     """A row's bits alone and in batches of 3, 4 and 8 (21 rows: two whole groups of 8 and a padded one), 12 (every
     row reads the weight), 16 (groups of 8 rows share each weight load: a prefill) and 65 (65 rows share the weight's

@@ -1,20 +1,22 @@
 """The grid types in the row lanes: a weight's rows in the vector lanes, its grid rows gathered 8 bytes at a time.
 
-In:  the raw GGUF blocks of a grid type (IQ2_XXS, IQ1_S: ``GRIDS``) and quantized activations
-     (``intdot.quantize_activations``: int8, a float scale per 32).
-Out: its row-lane form (``lanes.RowLanes``: ``qs`` the table row number of each 8 values, ``(groups, blocks of 32, 4,
-     8 rows)`` uint16, in the table of 8-byte rows the type's integer path reads, ``intdot``'s; ``d`` each block's
-     scale per row, ``(groups, blocks, 8)`` float32, the product of the same float32 values ``intdot`` multiplies), and
-     ``x @ W.T`` from it (``matmul``), the integer sums per block the q8 path's.
+In:  the raw GGUF blocks of a grid type (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S: ``GRIDS``) and quantized
+     activations (``intdot.quantize_activations``: int8, a float scale per 32).
+Out: its row-lane form (``lanes.RowLanes``: ``qs`` the table row numbers, ``(groups, blocks, 8-value chunks, 8 rows)``
+     uint16, or ``(..., 8 rows x 2 halves)`` for tables of 4-byte rows (IQ3); ``d`` each block's scale per row,
+     ``(groups, blocks, 8)`` float32, the same float32 ``intdot`` multiplies), and ``x @ W.T`` from it (``matmul``),
+     the integer sums per block the q8 path's (the weight's signs, or IQ1's delta, are in the table's rows).
 
 How: the 16 int32 lanes of a 512-bit vector hold 8 weight rows, each split in two halves: lane ``2l + h`` sums row
-``l``'s values ``8c + 4h + k`` (``k < 4``) of each 8 values ``c`` of a block. Per block and 8 rows, 4 steps of: one
-gather of the 8 rows' 8-byte grid rows (lane ``2l + h`` their bytes ``4h .. 4h + 3``), one ``vpdpbusd`` against
-the 8 activation bytes of ``c`` repeated (the C renderer's rule for this: ``cbytedot.row_lanes_dot`` with 8-byte
-operands, ``cbytedot._row_loads`` with 64-byte gathers; the codegen's choice: ``heuristic.half_lane_opts``). Each
-block's sum is scaled in its two lanes, summed over blocks as floats, and the row's two lanes added in a last small
-kernel. A grid_bound.py peer of this layout reached 58% of the streaming bandwidth for IQ1_S on two threads where the
-activations-in-lanes layout (``intdot``) reached 21-25%. Each row's sum runs in one order at any batch.
+``l``'s values ``8c + 4h + k`` (``k < 4``) of each 8 values ``c`` of a block. Per 8 values and 8 rows: one gather of
+the 8 rows' 8-byte grid rows (lane ``2l + h`` their bytes ``4h .. 4h + 3``; IQ3: 16 rows of 4 bytes, a row per lane),
+one ``vpdpbusd`` against the 8 activation bytes of ``c`` repeated (the C renderer's rule for this:
+``cbytedot.row_lanes_dot`` with paired operands, ``cbytedot._row_loads`` with 64-byte gathers,
+``crowgather.row_gather``; the codegen's choice: ``heuristic.half_lane_opts``). A block's sum per lane and its
+offset (``_lane_offsets``) are added in int32, converted and scaled once, summed over blocks as floats, and each row's
+two lanes added in a last small kernel. Each row's sum runs in one order at any batch. A hand-written peer of this
+layout (``bench/grid_bound.py``) reached 58% of the streaming bandwidth for IQ1_S on two threads where ``intdot``'s
+layout (activations in the lanes) reached 21-25%.
 """
 from __future__ import annotations
 
@@ -46,6 +48,7 @@ class GridLanes:
     table: str  # the table of 8-byte rows (``tg_gguf.tables``), each value plus ``-zero``
     zero: int  # ``q = u + zero``: a multiple of ``block / 2``, an integer per value of a lane's block
     block: int = 32  # values per scale (IQ1_M, IQ2_XS: 16)
+    row_bytes: int = 8  # bytes per table row: 8 (a row number per 8 values, two lanes), or 4 (one per lane: IQ3)
 
     @property
     def chunks(self) -> int:
@@ -123,11 +126,53 @@ def _iq2_xs(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return index, (odd * (_f16(data, fields["d"][0]) * np.float32(0.125))).reshape(rows, -1)
 
 
+def _iq3_xxs(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """IQ3_XXS: per 4 values a grid byte, per 32 a u32 of 4 seven-bit sign indices (per 8 values: ``ksigns``, half
+    ``h`` its bits ``4h .. 4h + 3``) and a 4-bit scale ``s``; the rows of ``grid_signed4_u8:IQ3XXS`` (``(signs << 8) |
+    grid``), the scale ``d * odd_steps:0.5[s]`` (``intdot._xxs_scale``)."""
+    from tg_gguf.quants import ksigns
+    from tg_gguf.tables import BUILDERS
+    rows, supers, _ = data.shape
+    fields = FIELDS[GGMLType.IQ3_XXS]
+    qs_at, qs_bytes = fields["qs"]
+    aux_at, aux_bytes = fields["aux"]
+    grid = data[:, :, qs_at:qs_at + qs_bytes].reshape(rows, supers * 8, 4, 2).astype(np.uint16)  # [., b, c, h]
+    aux = np.ascontiguousarray(data[:, :, aux_at:aux_at + aux_bytes]).view("<u4").reshape(rows, supers * 8, 1)
+    pattern = ksigns(((aux >> (7 * np.arange(4, dtype=np.uint32))) & 127).astype(np.uint16))  # (rows, blocks, 4)
+    halves = (pattern[..., None] >> np.array([0, 4], np.uint16)) & 15
+    steps = BUILDERS["odd_steps:0.5"]()[(aux[..., 0] >> 28) & 15]
+    d = np.repeat(_f16(data, fields["d"][0]), 8, axis=2).reshape(rows, supers * 8)
+    return (grid | (halves << 8)).reshape(rows, -1), d * steps
+
+
+def _iq3_s(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """IQ3_S: per 4 values a grid byte and a 9th index bit from ``qh`` (bit ``k`` of the block's byte for its row
+    ``k``), per 8 a sign byte (half ``h`` its bits ``4h .. 4h + 3``), per 32 a 4-bit scale ``s``: the rows of
+    ``grid_signed4_u8:IQ3S`` (``(signs << 9) | grid``), the scale ``d * (2s + 1)`` (``intdot._iq3_s``)."""
+    rows, supers, _ = data.shape
+    fields = FIELDS[GGMLType.IQ3_S]
+    qs_at, qs_bytes = fields["qs"]
+    qh_at, qh_bytes = fields["qh"]
+    signs_at, signs_bytes = fields["signs"]
+    sc_at, sc_bytes = fields["scales"]
+    qh = data[:, :, qh_at:qh_at + qh_bytes].reshape(rows, supers * 8, 1).astype(np.uint16)
+    grid = data[:, :, qs_at:qs_at + qs_bytes].reshape(rows, supers * 8, 8).astype(np.uint16)
+    grid |= ((qh >> np.arange(8, dtype=np.uint16)) & 1) << 8
+    signs = data[:, :, signs_at:signs_at + signs_bytes].reshape(rows, supers * 8, 4, 1).astype(np.uint16)
+    halves = ((signs >> np.array([0, 4], np.uint16)) & 15).reshape(rows, supers * 8, 8)
+    nibbles = data[:, :, sc_at:sc_at + sc_bytes, None] >> np.array([0, 4], np.uint8)
+    odd = (2 * (nibbles & 15).astype(np.float32) + 1).reshape(rows, supers * 8)
+    d = np.repeat(_f16(data, fields["d"][0]), 8, axis=2).reshape(rows, supers * 8)
+    return (grid | (halves << 9)).reshape(rows, -1), d * odd
+
+
 GRIDS: dict[GGMLType, GridLanes] = {
     GGMLType.IQ2_XXS: GridLanes(_iq2_xxs, "grid_signed_u8:IQ2XXS", -64),
     GGMLType.IQ1_S: GridLanes(_iq1_s, "grid_u8:IQ1S+delta+16", -16),
     GGMLType.IQ1_M: GridLanes(_iq1_m, "grid_u8:IQ1S+delta+16", -16, block=16),
     GGMLType.IQ2_XS: GridLanes(_iq2_xs, "grid_signed_u8:IQ2XS", -64, block=16),
+    GGMLType.IQ3_XXS: GridLanes(_iq3_xxs, "grid_signed4_u8:IQ3XXS", -64, row_bytes=4),
+    GGMLType.IQ3_S: GridLanes(_iq3_s, "grid_signed4_u8:IQ3S", -64, row_bytes=4),
 }
 
 
@@ -137,9 +182,11 @@ def repack(data: np.ndarray, gtype: GGMLType, n: int, k: int, device: str) -> Ro
     IQ2_XXS +45%, IQ1_S +92% of the file's)."""
     from tg_gguf.lanes import RowLanes, _put
     rows = data.shape[0]
-    index, scale = GRIDS[gtype].rows_and_scales(data)  # (rows, grid rows), (rows, blocks)
-    blocks, chunks = scale.shape[1], GRIDS[gtype].chunks
-    qs = index.reshape(rows // ROWS, ROWS, blocks, chunks).transpose(0, 2, 3, 1)
+    grid = GRIDS[gtype]
+    index, scale = grid.rows_and_scales(data)  # (rows, grid rows), (rows, blocks)
+    blocks, per_chunk = scale.shape[1], CHUNK // grid.row_bytes  # (row numbers per 8 values: 1, or 2 for 4-byte rows)
+    qs = index.reshape(rows // ROWS, ROWS, blocks, grid.chunks, per_chunk).transpose(0, 2, 3, 1, 4)
+    qs = qs.reshape(rows // ROWS, blocks, grid.chunks, ROWS * per_chunk)
     d = scale.astype(np.float32).reshape(rows // ROWS, ROWS, blocks).transpose(0, 2, 1)
     put = functools.partial(_put, device=device)
     return RowLanes(gtype, n, k, put(qs.astype(np.uint16)), put(d), None)
@@ -151,12 +198,14 @@ def _grid_bytes(w: RowLanes, batch: int = 1) -> Tensor:
     from tg_gguf.dequant import iota
     from tg_gguf.tables import TABLES
     groups, blocks, chunks = w.qs.shape[0], w.qs.shape[1], w.qs.shape[2]
+    width = GRIDS[w.gtype].row_bytes
     table = TABLES.get(GRIDS[w.gtype].table, w.qs.device)
-    rows = table.shape[0] // CHUNK  # (a power of two: the mask bounds the row number, so its loads need no check)
-    number = w.qs.permute(0, 3, 1, 2).reshape(1, groups, ROWS, 1, blocks, chunks, 1).cast("int32") & (rows - 1)
-    at = number * CHUNK
-    byte = iota((1, 1, 1, HALVES, 1, 1, 4), 3, w.qs.device, "int32") * 4 + iota((1, 1, 1, HALVES, 1, 1, 4), 6,
-                                                                                 w.qs.device, "int32")
+    rows = table.shape[0] // width  # (a power of two: the mask bounds the row number, so its loads need no check)
+    per_chunk = CHUNK // width
+    numbers = w.qs.reshape(groups, blocks, chunks, ROWS, per_chunk).permute(0, 3, 4, 1, 2)
+    at = (numbers.reshape(1, groups, ROWS, per_chunk, blocks, chunks, 1).cast("int32") & (rows - 1)) * width
+    shape = (1, 1, 1, HALVES, 1, 1, 4)
+    byte = iota(shape, 6, w.qs.device, "int32") + (iota(shape, 3, w.qs.device, "int32") * 4 if per_chunk == 1 else 0)
     return table.take(at + byte)
 
 
