@@ -1,16 +1,16 @@
 """The grid types in the row lanes: a weight's rows in the vector lanes, its grid rows gathered 8 bytes at a time.
 
-In:  the raw GGUF blocks of a grid type (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S: ``GRIDS``) and quantized
-     activations (``intdot.quantize_activations``: int8, a float scale per 32).
-Out: its row-lane form (``lanes.RowLanes``: ``qs`` the table row numbers, ``(groups, blocks, 8-value chunks, 8 rows)``
-     uint16, or ``(..., 8 rows x 2 halves)`` for tables of 4-byte rows (IQ3); ``d`` each block's scale per row,
-     ``(groups, blocks, 8)`` float32, the same float32 ``intdot`` multiplies), and ``x @ W.T`` from it (``matmul``),
-     the integer sums per block the q8 path's (the weight's signs, or IQ1's delta, are in the table's rows).
+In:  the raw GGUF blocks of a grid type (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S: ``GRIDS``) and
+     quantized activations (``intdot.quantize_activations``: int8, a float scale per 32).
+Out: its row-lane form (``lanes.RowLanes``: ``qs`` the table row numbers, ``(groups, blocks, 8-value chunks, 8
+     rows)`` uint16, or ``(..., 8 rows x 2 halves)`` for tables of 4-byte rows (IQ3, IQ2_S); ``d`` each block's
+     scale per row, ``(groups, blocks, 8)`` float32, the same float32 ``intdot`` multiplies), and ``x @ W.T`` from it
+     (``matmul``), the integer sums per block the q8 path's (the weight's signs, or IQ1's delta, in the table's rows).
 
 How: the 16 int32 lanes of a 512-bit vector hold 8 weight rows, each split in two halves: lane ``2l + h`` sums row
 ``l``'s values ``8c + 4h + k`` (``k < 4``) of each 8 values ``c`` of a block. Per 8 values and 8 rows: one gather of
-the 8 rows' 8-byte grid rows (lane ``2l + h`` their bytes ``4h .. 4h + 3``; IQ3: 16 rows of 4 bytes, a row per lane),
-one ``vpdpbusd`` against the 8 activation bytes of ``c`` repeated (the C renderer's rule for this:
+the 8 rows' 8-byte grid rows (lane ``2l + h`` their bytes ``4h .. 4h + 3``; IQ3, IQ2_S: 16 rows of 4 bytes, a row
+per lane), one ``vpdpbusd`` against the 8 activation bytes of ``c`` repeated (the C renderer's rule for this:
 ``cbytedot.row_lanes_dot`` with paired operands, ``cbytedot._row_loads`` with 64-byte gathers,
 ``crowgather.row_gather``; the codegen's choice: ``heuristic.half_lane_opts``). A block's sum per lane and its
 offset (``_lane_offsets``) are added in int32, converted and scaled once, summed over blocks as floats, and each row's
@@ -49,6 +49,7 @@ class GridLanes:
     zero: int  # ``q = u + zero``: a multiple of ``block / 2``, an integer per value of a lane's block
     block: int = 32  # values per scale (IQ1_M, IQ2_XS: 16)
     row_bytes: int = 8  # bytes per table row: 8 (a row number per 8 values, two lanes), or 4 (one per lane: IQ3)
+    taken: bool = True  # taken by ``QuantizedMatrix`` where the renderer gathers (``lanes.LANE_TYPES``)
 
     @property
     def chunks(self) -> int:
@@ -166,6 +167,28 @@ def _iq3_s(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (grid | (halves << 9)).reshape(rows, -1), d * odd
 
 
+def _iq2_s(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """IQ2_S: per 8 values a grid byte, 2 more index bits from ``qh`` (bits ``2k, 2k + 1`` of the block's byte for
+    its row ``k``) and a sign byte (half ``h`` its bits ``4h .. 4h + 3``), per 16 a 4-bit scale ``s``: the rows of
+    ``grid_signed4_u8:IQ2S`` (``(signs << 11) | (grid << 1) | h``), the scale ``float(2s + 1) * (d * 0.125)``
+    (``intdot._iq2_s``)."""
+    rows, supers, _ = data.shape
+    fields = FIELDS[GGMLType.IQ2_S]
+    qs_at, qs_bytes = fields["qs"]
+    qh_at, qh_bytes = fields["qh"]
+    signs_at, signs_bytes = fields["signs"]
+    sc_at, sc_bytes = fields["scales"]
+    qh = data[:, :, qh_at:qh_at + qh_bytes].reshape(rows, supers * 8, 1).astype(np.uint16)
+    grid = data[:, :, qs_at:qs_at + qs_bytes].reshape(rows, supers * 8, 4).astype(np.uint16)
+    grid |= ((qh >> (2 * np.arange(4, dtype=np.uint16))) & 3) << 8
+    signs = data[:, :, signs_at:signs_at + signs_bytes].reshape(rows, supers * 8, 4, 1).astype(np.uint16)
+    halves = (signs >> np.array([0, 4], np.uint16)) & 15  # (rows, blocks, 4, 2)
+    numbers = (halves << 11) | (grid[..., None] << 1) | np.arange(2, dtype=np.uint16)
+    nibbles = data[:, :, sc_at:sc_at + sc_bytes, None] >> np.array([0, 4], np.uint8)
+    odd = (2 * (nibbles & 15).astype(np.float32) + 1).reshape(rows, supers, 16)
+    return numbers.reshape(rows, -1), (odd * (_f16(data, fields["d"][0]) * np.float32(0.125))).reshape(rows, -1)
+
+
 GRIDS: dict[GGMLType, GridLanes] = {
     GGMLType.IQ2_XXS: GridLanes(_iq2_xxs, "grid_signed_u8:IQ2XXS", -64),
     GGMLType.IQ1_S: GridLanes(_iq1_s, "grid_u8:IQ1S+delta+16", -16),
@@ -173,6 +196,10 @@ GRIDS: dict[GGMLType, GridLanes] = {
     GGMLType.IQ2_XS: GridLanes(_iq2_xs, "grid_signed_u8:IQ2XS", -64, block=16),
     GGMLType.IQ3_XXS: GridLanes(_iq3_xxs, "grid_signed4_u8:IQ3XXS", -64, row_bytes=4),
     GGMLType.IQ3_S: GridLanes(_iq3_s, "grid_signed4_u8:IQ3S", -64, row_bytes=4),
+    # IQ2_S: its grid of 1024 rows of 8 as halves with 4 sign bits is a table of 128 KiB (L2, not L1) and 16 gathered
+    # rows per 8 values and 8 rows; 4096^2, 2 threads, interleaved with intdot's kernel in one process (load ~6):
+    # 1.99 vs 1.27 ms. Built, tested, not taken
+    GGMLType.IQ2_S: GridLanes(_iq2_s, "grid_signed4_u8:IQ2S", -64, block=16, row_bytes=4, taken=False),
 }
 
 

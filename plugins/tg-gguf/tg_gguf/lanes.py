@@ -748,7 +748,8 @@ LAYOUT_TYPES: frozenset[GGMLType] = frozenset(LANES) | frozenset(GRIDS)
 # 0.57); llvm-mca per block of 16 x 8 rows 13.3 cycles against the nibbles' 9.3 and Q2_K's 10.8 (the third bits'
 # shift and mask per step): the nibbles' kernel is shorter, this one reads 19% fewer bytes. X86 (CPU:X86, same
 # measure, load ~12): 2.06 -> 1.55 ms against the activations-in-lanes kernel
-LANE_TYPES: frozenset[GGMLType] = frozenset(gtype for gtype, lane in LANES.items() if lane.taken) | frozenset(GRIDS)
+LANE_TYPES: frozenset[GGMLType] = frozenset(gtype for gtype, lane in LANES.items() if lane.taken) \
+    | frozenset(gtype for gtype, grid in GRIDS.items() if grid.taken)
 # the types whose blocks are not of ``BLOCK`` values
 BLOCKS: dict[GGMLType, int] = {gtype: lane.block for gtype, lane in LANES.items() if lane.block != BLOCK}
 

@@ -17,9 +17,10 @@ The tables (facts of the ggml format, computed from ``tg_gguf.iq_grids`` / ``tg_
 - ``grid_signed_u8:IQ2XXS``, ``grid_signed_u8:IQ2XS``: those grids' rows with each of the 128 sign patterns
   applied, plus 64, as bytes (256 KiB, 512 KiB), at the grid index with the 7-bit sign index above its bits: the
   unsigned operand of IQ2_XXS / IQ2_XS's integer dot product, a group's values with their signs one load of 8 bytes.
-- ``grid_signed4_u8:IQ3XXS``, ``grid_signed4_u8:IQ3S``: those grids' rows of 4 values under each of the 16 sign
-  patterns of 4 bits, plus 64, as bytes (16 KiB, 32 KiB), at the grid index with the 4 sign bits above its bits: the
-  row lanes' (``grid_lanes``) half of a group of 8 values, one load of 4 bytes.
+- ``grid_signed4_u8:IQ3XXS``, ``grid_signed4_u8:IQ3S``, ``grid_signed4_u8:IQ2S``: those grids' rows of 4 values
+  (IQ2_S's: the halves of its rows of 8, half ``h`` of entry ``e`` at ``2e + h``) under each of the 16 sign patterns
+  of 4 bits, plus 64, as bytes (16, 32, 128 KiB), at the grid index with the 4 sign bits above its bits: the row
+  lanes' (``grid_lanes``) half of a group of 8 values, one load of 4 bytes.
 - ``ksign_masks``: for each 7-bit sign index, the 8 signs of ``ksigns`` as byte masks (0 for +, -1 for -, int8):
   an integer dot product flips its activations' signs with them (``(x ^ m) - m``).
 - ``grid:IQ1S+delta``: IQ1_S / IQ1_M's grid plus its delta (+0.125 for entries 0..2047, -0.125 for 2048..4095),
@@ -109,7 +110,7 @@ def _signed_four_bytes(name: str) -> np.ndarray:
     """``grid_signed4_u8:<NAME>`` (IQ3_XXS, IQ3_S): row ``(s << b) | e`` (``b`` bits of grid index) is entry ``e``'s 4
     values, value ``j`` negated where bit ``j`` of ``s`` (< 16) is set, plus 64."""
     from tg_gguf.quants import grid
-    values = grid(name).astype(np.int32)  # (entries, 4)
+    values = grid(name).astype(np.int32).reshape(-1, 4)  # (entries, 4): IQ2_S's 8 values as two rows
     bits = (np.arange(16, dtype=np.int32).reshape(-1, 1) >> np.arange(4, dtype=np.int32)) & 1
     signed = (1 - 2 * bits)[:, None, :] * values[None, :, :] + 64  # (sign bits, entry, value)
     return signed.astype(np.uint8).reshape(-1)
@@ -149,7 +150,7 @@ BUILDERS: dict[str, Callable[[], np.ndarray]] = {
     **{f"grid:{g}": functools.partial(_grid_floats, g) for g in ("IQ2XXS", "IQ2XS", "IQ2S", "IQ3XXS", "IQ3S")},
     **{f"grid_u8:{g}": functools.partial(_grid_bytes, g) for g in ("IQ2XXS", "IQ2XS", "IQ2S", "IQ3XXS", "IQ3S")},
     **{f"grid_signed_u8:{g}": functools.partial(_signed_grid_bytes, g) for g in ("IQ2XXS", "IQ2XS")},
-    **{f"grid_signed4_u8:{g}": functools.partial(_signed_four_bytes, g) for g in ("IQ3XXS", "IQ3S")},
+    **{f"grid_signed4_u8:{g}": functools.partial(_signed_four_bytes, g) for g in ("IQ3XXS", "IQ3S", "IQ2S")},
     "ksign_masks": _ksign_masks,
     "grid:IQ1S+delta": _iq1_shifted,
     "grid_u8:IQ1S+delta": _iq1_shifted_bytes,
