@@ -4,11 +4,11 @@ lanes), both jitted, interleaved in one process. Prints figures and ratios; asse
     python plugins/tg-gguf/bench/grid_lanes.py [--types IQ1_S,IQ3_XXS] [--size 4096] [--rounds 15]
 
 Per type and round: the jitted streaming reference (``gguf.py``'s: a float32 row sum over a buffer of the weight's
-file bytes), the row-lane product (``QuantizedMatrix.matmul_t`` on a weight repacked by ``lanes.repack``) and the
-``intdot`` one (``int_matmul`` on the raw bytes), each the best of 3 calls, back to back; the columns are medians over
-rounds of the times, of each round's % of the stream and of its speed-up (intdot's time over the row lanes'); "bytes": the
-row-lane form's size over the file's. Both products
-quantize the activations the same way (per 32); their results agree to float rounding (printed).
+file bytes), the row-lane product (``lanes.row_lanes_matmul`` on a weight repacked by ``lanes.repack``, as
+``QuantizedMatrix.matmul_t`` runs it) and the ``intdot`` one (``int_matmul`` on the raw bytes), each the best of 3
+calls, back to back; the columns are medians over rounds of the times, of each round's % of the stream and of its
+speed-up (intdot's time over the row lanes'); "bytes": the row-lane form's size over the file's. Both products quantize
+the activations the same way (per 32); their results agree to float rounding (printed).
 """
 from __future__ import annotations
 
