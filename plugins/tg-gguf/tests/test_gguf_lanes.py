@@ -311,12 +311,13 @@ def test_row_groups_must_be_whole_groups_of_eight():
 
 def test_table_types_keep_groups_of_eight():
     """IQ4_NL/IQ4_XS/MXFP4 (values from a 16-byte table) stay in groups of 8 rows on every device (a 64-byte lookup is
-    lane by lane in the C renderer); the other types follow the renderer's ``row_lane_rows``."""
+    lane by lane in the C renderer), and so do the grid types (two lanes per row, ``grid_lanes``); the other types
+    follow the renderer's ``row_lane_rows``."""
     from tg_gguf.lanes import LANES, group_rows
 
     from tgcore.runtime.registry import open_device
     wide = open_device("CPU").renderer.row_lane_rows
     for gtype in TYPES:
-        assert group_rows("CPU", gtype) == (8 if LANES[gtype].table is not None else wide)
+        assert group_rows("CPU", gtype) == (8 if gtype in GRIDS or LANES[gtype].table is not None else wide)
     raw = random_blocks(GGMLType.IQ4_NL, 16 * 2, seed=1, small=True)
     assert repack(raw, GGMLType.IQ4_NL, (16, 64), "CPU").d.shape[-1] == 8
