@@ -729,34 +729,41 @@ def test_half_pair_helper_matches_numpy(flags, tmp_path):
     assert np.isnan(out[0]) and out[1] == 2.0
 
 
-@pytest.mark.parametrize("flags", [[], ["-mavx2"]], ids=["plain", "avx2"])
+@pytest.mark.parametrize("flags", [[], ["-mavx2"], ["-mavx2", "-mavx512f"]], ids=["plain", "avx2", "avx512f"])
 def test_widening_helpers_match_numpy(flags, tmp_path):
-    """The C renderer's widenings of 8 lanes to int32 (``cstyle.WIDEN_PREAMBLE``), built without and with AVX2 (their
-    two branches): unsigned and signed bytes, signed and unsigned 16-bit ints (negative ones and those past 32767
-    included)."""
+    """The C renderer's widenings of 8 lanes to int32 (``cwiden.WIDEN_PREAMBLE``), built without and with AVX2 (and
+    AVX-512F: the 16-lane ones; their branches): unsigned and signed bytes, signed and unsigned 16-bit ints (negative
+    ones and those past 32767 included), 8 and 16 of them."""
     from tgcore.dtype import dtypes
-    from tgcore.renderer.cstyle import WIDEN_PREAMBLE, vector_typedef
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.renderer.cwiden import WIDEN_PREAMBLE
     from tgcore.runtime.cpufeatures import cpu_features
-    if flags and "avx2" not in cpu_features().features:
-        pytest.skip("no AVX2 here")
-    types = (dtypes.uint8.vec(8), dtypes.int8.vec(8), dtypes.int16.vec(8), dtypes.uint16.vec(8))
+    if any(f[2:] not in cpu_features().features for f in flags):
+        pytest.skip(f"{' '.join(flags)}: not here")
+    types = (dtypes.uint8.vec(8), dtypes.int8.vec(8), dtypes.int16.vec(8), dtypes.uint16.vec(8), dtypes.int16.vec(16),
+             dtypes.uint16.vec(16))
     src = "".join(vector_typedef(d) + "\n" for d in types) + WIDEN_PREAMBLE + (
         "void widen(const unsigned char* b, const short* h, int* out) {\n"
         "  tg_uint8x8 u; tg_int8x8 s; tg_int16x8 w; __builtin_memcpy(&u, b, 8); __builtin_memcpy(&s, b, 8);\n"
         "  __builtin_memcpy(&w, h, 16); tg_widened8 r = tg_widen_u8x8(u); __builtin_memcpy(out, &r, 32);\n"
         "  r = tg_widen_i8x8(s); __builtin_memcpy(out + 8, &r, 32);\n"
         "  r = tg_widen_i16x8(w); __builtin_memcpy(out + 16, &r, 32);\n"
-        "  tg_uint16x8 v; __builtin_memcpy(&v, h, 16); r = tg_widen_u16x8(v); __builtin_memcpy(out + 24, &r, 32); }\n")
+        "  tg_uint16x8 v; __builtin_memcpy(&v, h, 16); r = tg_widen_u16x8(v); __builtin_memcpy(out + 24, &r, 32);\n"
+        "  tg_int16x16 w16; tg_uint16x16 v16; __builtin_memcpy(&w16, h, 32); __builtin_memcpy(&v16, h, 32);\n"
+        "  tg_widened16 r16 = tg_widen_i16x16(w16); __builtin_memcpy(out + 32, &r16, 64);\n"
+        "  r16 = tg_widen_u16x16(v16); __builtin_memcpy(out + 48, &r16, 64); }\n")
     widen = _c_function(src, "widen", flags, tmp_path)
     rng = np.random.default_rng(len(flags))
     b = rng.integers(0, 256, 8).astype(np.uint8)
-    h = np.array([-32768, -1, 0, 1, 255, -256, 32767, -12345], np.int16)
-    out = np.zeros(32, np.int32)
+    h = np.array([-32768, -1, 0, 1, 255, -256, 32767, -12345, *rng.integers(-32768, 32768, 8)], np.int16)
+    out = np.zeros(64, np.int32)
     widen(b.ctypes.data, h.ctypes.data, out.ctypes.data)
     np.testing.assert_array_equal(out[:8], b.astype(np.int32))
     np.testing.assert_array_equal(out[8:16], b.view(np.int8).astype(np.int32))
-    np.testing.assert_array_equal(out[16:24], h.astype(np.int32))
-    np.testing.assert_array_equal(out[24:], h.view(np.uint16).astype(np.int32))
+    np.testing.assert_array_equal(out[16:24], h[:8].astype(np.int32))
+    np.testing.assert_array_equal(out[24:32], h[:8].view(np.uint16).astype(np.int32))
+    np.testing.assert_array_equal(out[32:48], h.astype(np.int32))
+    np.testing.assert_array_equal(out[48:], h.view(np.uint16).astype(np.int32))
 
 
 def test_sixteen_bit_lanes_widen_in_one_call(device="CPU"):
