@@ -267,7 +267,7 @@ def test_byte_table_at_low_nibbles_helper_matches_numpy(flags, tmp_path):
 def test_grid_rows_in_lanes_are_exact(device):
     """Rows of 8 bytes looked up at loaded indices (an i-quant grid: one index per 8 values) as the unsigned side of a
     byte dot product in lanes of 4 neighbours, the signed side's signs flipped by looked-up masks: exact against
-    numpy; on the C renderer each block's 4 rows are one gather of 8-byte rows (``cbytedot.row_gather``: not 32 byte
+    numpy; on the C renderer each block's 4 rows are one gather of 8-byte rows (``crowgather.row_gather``: not 32 byte
     loads)."""
     rows, blocks = 3, 2
     rng = np.random.default_rng(12)
@@ -352,15 +352,16 @@ def test_rows_at_offsets_from_shared_bits_are_gathered(device):
             assert len(re.findall(r"tg_rows8_at\(data" if wide else r"tg_rows4_at\(data", src)) == 1  # row numbers
 
 
-@pytest.mark.parametrize("flags", [[], ["-mavx2"]], ids=["plain", "avx2"])
+@pytest.mark.parametrize("flags", [[], ["-mavx2"], ["-mavx2", "-mavx512f"]], ids=["plain", "avx2", "avx512f"])
 def test_row_gather_helpers_match_numpy(flags, tmp_path):
-    """The C renderer's row-gather helpers, built without and with AVX2 (their two branches): 4 rows of 8 bytes and
-    8 rows of 4 bytes at byte offsets and at row numbers, and 4 bytes widened to int32 lanes."""
-    from tgcore.renderer.cbytedot import ROWS_PREAMBLE, ROWS_TYPES
+    """The C renderer's row-gather helpers, built without and with AVX2 (and AVX512F: the 512-bit gather, their
+    branches): 4 and 8 rows of 8 bytes and 8 and 16 rows of 4 bytes at byte offsets and at row numbers, and 4 bytes
+    widened to int32 lanes."""
+    from tgcore.renderer.crowgather import ROWS_PREAMBLE, ROWS_TYPES
     from tgcore.renderer.cstyle import vector_typedef
     from tgcore.runtime.cpufeatures import cpu_features
-    if flags and "avx2" not in cpu_features().features:
-        pytest.skip("no AVX2 here")
+    if any(f[2:] not in cpu_features().features for f in flags):
+        pytest.skip(f"{' '.join(flags)}: not here")
     src = "".join(vector_typedef(d) + "\n" for d in ROWS_TYPES) + ROWS_PREAMBLE + (
         "void rows(const unsigned char* t, const int* at, unsigned char* out) {\n"
         "  tg_int32x4 a4; tg_int32x8 a8; __builtin_memcpy(&a4, at, 16); __builtin_memcpy(&a8, at + 4, 32);\n"
@@ -369,19 +370,28 @@ def test_row_gather_helpers_match_numpy(flags, tmp_path):
         "  tg_int32x4 w = tg_widen_u8x4(b); __builtin_memcpy(out + 64, &w, 16);\n"
         "  r8 = tg_rows8_at(t, a4 / 8); r4 = tg_rows4_at(t, a8 / 4); __builtin_memcpy(out + 80, &r8, 32);\n"
         "  __builtin_memcpy(out + 112, &r4, 32); tg_uint16x4 h; __builtin_memcpy(&h, t + at[1], 8);\n"
-        "  w = tg_widen_u16x4(h); __builtin_memcpy(out + 144, &w, 16); }\n")
+        "  w = tg_widen_u16x4(h); __builtin_memcpy(out + 144, &w, 16);\n"
+        "  tg_uint64x8 r88 = tg_rows8x8(t, a8); __builtin_memcpy(out + 160, &r88, 64);\n"
+        "  r88 = tg_rows8x8_at(t, a8 / 8); __builtin_memcpy(out + 224, &r88, 64); tg_int32x16 a16;\n"
+        "  __builtin_memcpy(&a16, at, 64); tg_uint32x16 r416 = tg_rows4x16(t, a16);\n"
+        "  __builtin_memcpy(out + 288, &r416, 64);\n"
+        "  r416 = tg_rows4x16_at(t, a16 / 4); __builtin_memcpy(out + 352, &r416, 64); }\n")
     rows = _c_function(src, "rows", flags, tmp_path)
     rng = np.random.default_rng(len(flags))
     table = rng.integers(0, 256, 4096).astype(np.uint8)
-    at = rng.integers(0, 4096 - 8, 12).astype(np.int32)
-    out = np.zeros(160, np.uint8)
+    at = rng.integers(0, 4096 - 8, 16).astype(np.int32)
+    out = np.zeros(416, np.uint8)
     rows(table.ctypes.data, at.ctypes.data, out.ctypes.data)
     np.testing.assert_array_equal(out[:32], np.concatenate([table[a:a + 8] for a in at[:4]]))
-    np.testing.assert_array_equal(out[32:64], np.concatenate([table[a:a + 4] for a in at[4:]]))
+    np.testing.assert_array_equal(out[32:64], np.concatenate([table[a:a + 4] for a in at[4:12]]))
     np.testing.assert_array_equal(out[64:80].view(np.int32), table[at[0]:at[0] + 4].astype(np.int32))
     np.testing.assert_array_equal(out[80:112], np.concatenate([table[a // 8 * 8:a // 8 * 8 + 8] for a in at[:4]]))
-    np.testing.assert_array_equal(out[112:144], np.concatenate([table[a // 4 * 4:a // 4 * 4 + 4] for a in at[4:]]))
-    np.testing.assert_array_equal(out[144:].view(np.int32), table[at[1]:at[1] + 8].view("<u2").astype(np.int32))
+    np.testing.assert_array_equal(out[112:144], np.concatenate([table[a // 4 * 4:a // 4 * 4 + 4] for a in at[4:12]]))
+    np.testing.assert_array_equal(out[144:160].view(np.int32), table[at[1]:at[1] + 8].view("<u2").astype(np.int32))
+    np.testing.assert_array_equal(out[160:224], np.concatenate([table[a:a + 8] for a in at[4:12]]))
+    np.testing.assert_array_equal(out[224:288], np.concatenate([table[a // 8 * 8:a // 8 * 8 + 8] for a in at[4:12]]))
+    np.testing.assert_array_equal(out[288:352], np.concatenate([table[a:a + 4] for a in at]))
+    np.testing.assert_array_equal(out[352:], np.concatenate([table[a // 4 * 4:a // 4 * 4 + 4] for a in at]))
 
 
 @pytest.mark.parametrize("flags", [[], ["-mavx2"], ["-mavx512bw"]], ids=["plain", "avx2", "avx512bw"])
@@ -507,11 +517,11 @@ def test_one_scale_byte_per_sub_block_spread_is_exact(device):
 
 
 def test_row_gather_takes_rows_at_offsets_that_differ_only():
-    """``cbytedot.row_gather`` on UOps: 4 rows of 8 bytes at 8 times 4 consecutive loaded codes are one gather at
+    """``crowgather.row_gather`` on UOps: 4 rows of 8 bytes at 8 times 4 consecutive loaded codes are one gather at
     the codes (row numbers, widened from one 4-byte load); the same 8 bytes in every lane (a broadcast: Q5's qh,
     ``_repeated``) are left alone (a gather of 4 equal rows would be slower than the broadcast)."""
     from tgcore.dtype import dtypes
-    from tgcore.renderer.cbytedot import row_gather
+    from tgcore.renderer.crowgather import row_gather
     from tgcore.uop import Ops, UOp
     table, codes = UOp(Ops.PARAM, dtypes.uint8.ptr(4096), (), 1), UOp(Ops.PARAM, dtypes.uint8.ptr(64), (), 2)
 
@@ -719,31 +729,41 @@ def test_half_pair_helper_matches_numpy(flags, tmp_path):
     assert np.isnan(out[0]) and out[1] == 2.0
 
 
-@pytest.mark.parametrize("flags", [[], ["-mavx2"]], ids=["plain", "avx2"])
+@pytest.mark.parametrize("flags", [[], ["-mavx2"], ["-mavx2", "-mavx512f"]], ids=["plain", "avx2", "avx512f"])
 def test_widening_helpers_match_numpy(flags, tmp_path):
-    """The C renderer's widenings of 8 lanes to int32 (``cstyle.WIDEN_PREAMBLE``), built without and with AVX2 (their
-    two branches): unsigned and signed bytes, signed 16-bit ints (negative ones included)."""
+    """The C renderer's widenings of 8 lanes to int32 (``cwiden.WIDEN_PREAMBLE``), built without and with AVX2 (and
+    AVX-512F: the 16-lane ones; their branches): unsigned and signed bytes, signed and unsigned 16-bit ints (negative
+    ones and those past 32767 included), 8 and 16 of them."""
     from tgcore.dtype import dtypes
-    from tgcore.renderer.cstyle import WIDEN_PREAMBLE, vector_typedef
+    from tgcore.renderer.cstyle import vector_typedef
+    from tgcore.renderer.cwiden import WIDEN_PREAMBLE
     from tgcore.runtime.cpufeatures import cpu_features
-    if flags and "avx2" not in cpu_features().features:
-        pytest.skip("no AVX2 here")
-    types = (dtypes.uint8.vec(8), dtypes.int8.vec(8), dtypes.int16.vec(8))
+    if any(f[2:] not in cpu_features().features for f in flags):
+        pytest.skip(f"{' '.join(flags)}: not here")
+    types = (dtypes.uint8.vec(8), dtypes.int8.vec(8), dtypes.int16.vec(8), dtypes.uint16.vec(8), dtypes.int16.vec(16),
+             dtypes.uint16.vec(16))
     src = "".join(vector_typedef(d) + "\n" for d in types) + WIDEN_PREAMBLE + (
         "void widen(const unsigned char* b, const short* h, int* out) {\n"
         "  tg_uint8x8 u; tg_int8x8 s; tg_int16x8 w; __builtin_memcpy(&u, b, 8); __builtin_memcpy(&s, b, 8);\n"
         "  __builtin_memcpy(&w, h, 16); tg_widened8 r = tg_widen_u8x8(u); __builtin_memcpy(out, &r, 32);\n"
         "  r = tg_widen_i8x8(s); __builtin_memcpy(out + 8, &r, 32);\n"
-        "  r = tg_widen_i16x8(w); __builtin_memcpy(out + 16, &r, 32); }\n")
+        "  r = tg_widen_i16x8(w); __builtin_memcpy(out + 16, &r, 32);\n"
+        "  tg_uint16x8 v; __builtin_memcpy(&v, h, 16); r = tg_widen_u16x8(v); __builtin_memcpy(out + 24, &r, 32);\n"
+        "  tg_int16x16 w16; tg_uint16x16 v16; __builtin_memcpy(&w16, h, 32); __builtin_memcpy(&v16, h, 32);\n"
+        "  tg_widened16 r16 = tg_widen_i16x16(w16); __builtin_memcpy(out + 32, &r16, 64);\n"
+        "  r16 = tg_widen_u16x16(v16); __builtin_memcpy(out + 48, &r16, 64); }\n")
     widen = _c_function(src, "widen", flags, tmp_path)
     rng = np.random.default_rng(len(flags))
     b = rng.integers(0, 256, 8).astype(np.uint8)
-    h = np.array([-32768, -1, 0, 1, 255, -256, 32767, -12345], np.int16)
-    out = np.zeros(24, np.int32)
+    h = np.array([-32768, -1, 0, 1, 255, -256, 32767, -12345, *rng.integers(-32768, 32768, 8)], np.int16)
+    out = np.zeros(64, np.int32)
     widen(b.ctypes.data, h.ctypes.data, out.ctypes.data)
     np.testing.assert_array_equal(out[:8], b.astype(np.int32))
     np.testing.assert_array_equal(out[8:16], b.view(np.int8).astype(np.int32))
-    np.testing.assert_array_equal(out[16:], h.astype(np.int32))
+    np.testing.assert_array_equal(out[16:24], h[:8].astype(np.int32))
+    np.testing.assert_array_equal(out[24:32], h[:8].view(np.uint16).astype(np.int32))
+    np.testing.assert_array_equal(out[32:48], h.astype(np.int32))
+    np.testing.assert_array_equal(out[48:], h.view(np.uint16).astype(np.int32))
 
 
 def test_sixteen_bit_lanes_widen_in_one_call(device="CPU"):

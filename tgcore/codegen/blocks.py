@@ -94,6 +94,12 @@ def _repeated(term: UOp, i: UOp) -> UOp:
     return (term * term.const_like(_size(i))).simplify()  # (a count alone, 1 * size, is a constant)
 
 
+def _int_block_sum(term: UOp, i: UOp) -> UOp:
+    """The int32 sum of ``term`` over the in-block range ``i``: a loop, or for a term that does not depend on it (an
+    offset per block added to each of its products: ``tg_gguf.grid_lanes``) ``_repeated``'s product."""
+    return UOp(Ops.REDUCE, dtypes.int32, (term, i), Ops.ADD) if i in term.toposort else _repeated(term, i)
+
+
 def _block_sum(total: UOp, i: UOp) -> UOp:
     """The sum of ``total`` over the in-block range ``i``. Each float conversion of an integer in it (a quantized
     weight's integer times a quantized activation) is summed as integers and converted once: exact, because every
@@ -111,8 +117,7 @@ def _block_sum(total: UOp, i: UOp) -> UOp:
         if value is None:
             rest.append(term)
             continue
-        parts = [UOp(Ops.REDUCE, dtypes.int32, (t, i), Ops.ADD) * c if c != 1 else
-                 UOp(Ops.REDUCE, dtypes.int32, (t, i), Ops.ADD) for t, c in _int_parts(value)]
+        parts = [_int_block_sum(t, i) * c if c != 1 else _int_block_sum(t, i) for t, c in _int_parts(value)]
         sums.append(sum(parts[1:], parts[0]).cast(total.dtype))
     if rest:
         sums.append(UOp(Ops.REDUCE, total.dtype, (sum(rest[1:], rest[0]), i), Ops.ADD))

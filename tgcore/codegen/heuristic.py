@@ -165,10 +165,16 @@ def _byte_dot(red: UOp) -> bool:
         if u.op is not Ops.CAST or not dtypes.is_float(u.dtype) or not dtypes.is_int(u.src[0].dtype):
             continue
         for product in (n for n in u.src[0].toposort if n.op is Ops.MUL):  # (plus maybe an integer offset: Q6_K's)
-            loads = [n for n in product.toposort if n.op is Ops.LOAD]
+            loads = [n for n in product.toposort if n.op is Ops.LOAD and n not in _index_loads(product)]
             if len({n.src[0].src[0] for n in loads}) >= 2 and all(n.dtype.itemsize == 1 for n in loads):
                 return True
     return False
+
+
+def _index_loads(ast: UOp) -> set[UOp]:
+    """The loads that index other loads (a table row's number: read to find the row, not a factor of the sum)."""
+    loads = [u for u in ast.toposort if u.op is Ops.LOAD]
+    return {n for load in loads for n in load.src[0].src[1].toposort if n.op is Ops.LOAD}
 
 
 def _batch_rows(ranges: list[UOp], mains: list[UOp]) -> UOp | None:
@@ -316,11 +322,38 @@ def row_lane_byte_dot_opts(ast: UOp, red: UOp, ranges: list[UOp], mains: list[UO
     return [*unroll, Opt(OptOps.UPCAST, number[lane], native), Opt(OptOps.BLOCK, number[reduced[0]], block)]
 
 
+HALF_LANES = 16  # a half-lane product's lanes: 8 weight rows, two lanes each (a 512-bit vector of int32)
+HALF_STEP = (BYTE_DOT_STEPS, BYTE_DOT_STEPS)  # the activations' move to lanes 1 and 15: 4 bytes on (the odd lanes)
+
+
+def half_lane_opts(ast: UOp, red: UOp, ranges: list[UOp], mains: list[UOp], number: dict[UOp, int],
+                   store_index: UOp) -> list[Opt] | None:
+    """A byte-dot product with each weight row in two neighbouring lanes (tg-gguf's grid types, ``tg_gguf.grid_lanes``:
+    lane ``2l + h`` sums row ``l``'s values ``8c + 4h + k``): an output axis (``HALF_LANES`` lanes at stride 1 in the
+    store) along which the only direct byte input, the activations, moves ``HALF_STEP`` (the weight's bytes are table
+    rows, read indirectly), one reduced axis in blocks of at most ``BYTE_DOT_STEPS * 4`` per lane. That axis vectorized
+    (``cbytedot.row_lanes_dot``: the activation operand 8 bytes repeated, the weight's a gather of 8-byte rows), the
+    reduction blocked where the scales change, a small batch's rows unrolled beside it. Output axes and the reduction
+    alone: a row's sum has one order at any batch size. None for any other kernel."""
+    reduced = list(red.src[1:])
+    if len(reduced) != 1 or len(mains) != 1:
+        return None
+    lanes = [r for r in ranges if _size(r) % HALF_LANES == 0 and _stride(store_index, r) == 1
+             and _lane_steps(mains, r, HALF_LANES - 1) == {HALF_STEP}]
+    block = _factor_block(ast, reduced[0], BYTE_DOT_STEPS * 4)
+    if len(lanes) != 1 or block not in block_divisors(ast, reduced[0]):
+        return None
+    batch, rows = _row_groups(ranges, lanes)  # (the weight runs along the lanes' axis alone: the others are batch)
+    unroll = [Opt(OptOps.UNROLL, number[batch], rows)] if batch is not None else []
+    return [*unroll, Opt(OptOps.UPCAST, number[lanes[0]], HALF_LANES), Opt(OptOps.BLOCK, number[reduced[0]], block)]
+
+
 def _factor_block(ast: UOp, r: UOp, widest: int) -> int:
     """The row-lane product's block along its reduced range ``r``: ``widest`` (a block of 32 bytes per lane), unless a
     factor of the products (a load of anything but bytes: a scale) changes within it every ``k`` steps, ``k`` a
     whole number of dot steps (Q2_K: a scale per 16 values): then the smallest such ``k``."""
-    factors = [u for u in ast.toposort if u.op is Ops.LOAD and u.dtype.scalar() not in (dtypes.uint8, dtypes.int8)]
+    factors = [u for u in ast.toposort if u.op is Ops.LOAD and u.dtype.scalar() not in (dtypes.uint8, dtypes.int8)
+               and u not in _index_loads(ast)]
     steps = {d.src[1].arg for f in factors for d in f.src[0].src[1].toposort
              if d.op is Ops.IDIV and d.src[0] is r and d.src[1].op is Ops.CONST}
     return min((k for k in steps if k < widest and widest % k == 0 and k % BYTE_DOT_STEPS == 0), default=widest)
@@ -356,7 +389,7 @@ def row_lane_plan(ast: UOp, simd_widths: dict[DType, int], wide_rows: int = 0) -
         if lanes and (opts := row_lane_byte_dot_opts(ast, reduces[0], ranges, _byte_inputs(ast), number, lanes,
                                                      index)) is not None:
             return opts
-    return None
+    return half_lane_opts(ast, reduces[0], ranges, _byte_inputs(ast), number, index)
 
 
 def store_width(value: UOp, simd_widths: dict[DType, int],

@@ -57,7 +57,7 @@ class Renderer:
     # unrolled sub-blocks take (``OptOps.SPREAD``): vectors of a few bytes, shuffles, lane extracts
     vector_block_factors: bool = False
     # such a sum's operand read as rows of 4 or 8 bytes from a table at offsets computed per row (an i-quant grid's)
-    # becomes one gather of the rows, their offsets computed together (C: ``cbytedot.row_gather``); False: a load
+    # becomes one gather of the rows, their offsets computed together (C: ``crowgather.row_gather``); False: a load
     # and an insert per row, or lane by lane
     gathers_table_rows: bool = False
     # vectors of bytes multiply (wrapping) as vectors (C: gcc and clang emulate one with 16-bit multiplies); False:

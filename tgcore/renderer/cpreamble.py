@@ -23,12 +23,9 @@ from tgcore.renderer.cbytedot import (
     DOT_TYPES,
     MULHI_PREAMBLE,
     MULHI_TYPES,
-    ROWS_PREAMBLE,
-    ROWS_TYPES,
     byte_table_lookup,
     uses_byte_dot,
     uses_high_product,
-    uses_row_gather,
 )
 from tgcore.renderer.cbytevectors import (
     BITS_HELPER,
@@ -42,6 +39,7 @@ from tgcore.renderer.chighbytes import WRAPPED_HIGH_PREAMBLE, WRAPPED_HIGH_TYPES
 from tgcore.renderer.chorizontal import HORIZONTAL_PREAMBLE, uses_horizontal_reduction
 from tgcore.renderer.clanerange import RANGE_STORE_PREAMBLE, uses_range_store
 from tgcore.renderer.cnegatebits import NEGATE_BITS_PREAMBLE, NEGATE_BITS_TYPES, uses_negate_bits
+from tgcore.renderer.crowgather import ROWS_PREAMBLE, ROWS_TYPES, uses_row_gather
 from tgcore.renderer.cscalebroadcast import BROADCAST_PRODUCT_PREAMBLE, uses_broadcast_product
 from tgcore.uop import Ops, UOp
 

@@ -28,7 +28,6 @@ from tgcore.renderer.cbytedot import (
     byte_dot,
     byte_table_lookup,
     high_product,
-    row_gather,
     row_lanes_dot,
     shift_chain_in_words,
     shift_in_words,
@@ -48,7 +47,9 @@ from tgcore.renderer.chorizontal import horizontal_reduction
 from tgcore.renderer.clanerange import range_gated_load, range_gated_store
 from tgcore.renderer.cnegatebits import negate_bits
 from tgcore.renderer.cpreamble import byte_helpers
+from tgcore.renderer.crowgather import row_gather
 from tgcore.renderer.cscalebroadcast import broadcast_product
+from tgcore.renderer.cwiden import WIDEN_BYTES, WIDEN_PREAMBLE, WIDEN_TYPES
 from tgcore.renderer.prefetch import Prefetcher, loop_nest
 from tgcore.runtime.cpufeatures import chosen_isa_level, cpu_features
 from tgcore.uop import Ops, RangeKind, UOp
@@ -226,39 +227,6 @@ def _convertvector_exact(src: DType, dst: DType) -> bool:
     if src in plain or dst in plain:
         return False
     return dtypes.is_float(dst) or (dtypes.is_int(src) and dtypes.is_int(dst))
-
-
-# 8 lanes of 8-bit ints -> 8 lanes of 32-bit ints: one AVX2 instruction (vpmovzxbd / vpmovsxbd). gcc lowers the
-# generic __builtin_convertvector of an 8-byte vector lane by lane, so where AVX2 is there the kernel calls these.
-WIDEN_BYTES = {(dtypes.uint8, 8): "tg_widen_u8x8", (dtypes.int8, 8): "tg_widen_i8x8",
-               (dtypes.int16, 8): "tg_widen_i16x8"}  # (and 16-bit ints: vpmovsxwd, where gcc took 2 halves, 4 ops)
-WIDEN_PREAMBLE = """\
-typedef char tg_bytes16 __attribute__((vector_size(16)));
-typedef int tg_widened8 __attribute__((vector_size(32)));
-static inline tg_bytes16 tg_low8(unsigned long long b) {
-  long long __attribute__((vector_size(16))) t = {(long long)b, 0}; return (tg_bytes16)t; }
-static inline tg_widened8 tg_widen_u8x8(tg_uint8x8 v) {  /* (clang has no pmovzx builtins) */
-#if defined(__AVX2__) && !defined(__clang__)
-  unsigned long long b; __builtin_memcpy(&b, &v, 8); return (tg_widened8)__builtin_ia32_pmovzxbd256(tg_low8(b));
-#else
-  return __builtin_convertvector(v, tg_widened8);
-#endif
-}
-static inline tg_widened8 tg_widen_i8x8(tg_int8x8 v) {
-#if defined(__AVX2__) && !defined(__clang__)
-  unsigned long long b; __builtin_memcpy(&b, &v, 8); return (tg_widened8)__builtin_ia32_pmovsxbd256(tg_low8(b));
-#else
-  return __builtin_convertvector(v, tg_widened8);
-#endif
-}
-static inline tg_widened8 tg_widen_i16x8(tg_int16x8 v) {
-#if defined(__AVX2__) && !defined(__clang__)
-  return (tg_widened8)__builtin_ia32_pmovsxwd256(v);
-#else
-  return __builtin_convertvector(v, tg_widened8);
-#endif
-}
-"""
 
 
 # 8 float16 lanes -> 8 float32 lanes: one F16C instruction (vcvtph2ps); gcc 12 converts a _Float16 vector lane by lane;
@@ -697,8 +665,7 @@ class CRenderer(Renderer):
                          key=lambda d: d.name)
         if any(u.op is Ops.CAST and (u.src[0].dtype.scalar(), u.dtype.count) in WIDEN_BYTES and u.dtype.count > 1
                for u in kernel):  # the widening helpers need their 8-lane source types
-            vectors = sorted(set(vectors) | {dtypes.uint8.vec(8), dtypes.int8.vec(8), dtypes.int16.vec(8)},
-                             key=lambda d: d.name)
+            vectors = sorted(set(vectors) | WIDEN_TYPES, key=lambda d: d.name)
             helpers = WIDEN_PREAMBLE
         else:
             helpers = ""

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from test_gguf_intdot import exact_activations, float64_reference, q8_reference, unit_scale_blocks
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
+from tg_gguf.grid_lanes import GRIDS
 from tg_gguf.intdot import QuantizedMatrix, quantize_activations
 from tg_gguf.lanes import BLOCK, BLOCKS, LANE_TYPES, LAYOUT_TYPES, repack, row_lanes_matmul, uses_row_lanes
 from tg_gguf_testutil import assert_bits_equal, random_blocks, reference_dequantize
@@ -19,7 +20,11 @@ TYPES = sorted(LAYOUT_TYPES, key=int)
 TAKEN = sorted(LANE_TYPES, key=int)  # (the types QuantizedMatrix takes the row lanes for)
 # (Q3_K's larger batches and from_host under ``nox -s full``: ~14 s of compiles with a cold cache; its kernels have
 # the exact, random and batch-invariance tests of every layout here)
-TAKEN_SESSION = TAKEN if os.environ.get("TG_FULL") else [t for t in TAKEN if t is not GGMLType.Q3_K]
+# the grid types (``grid_lanes``) beyond one per kind (scales per 32: IQ1_S, per 16: IQ2_XS, rows of 4 bytes: IQ3_S)
+# likewise (~10 s each)
+LONG = set() if os.environ.get("TG_FULL") else {GGMLType.Q3_K, GGMLType.IQ2_XXS, GGMLType.IQ1_M, GGMLType.IQ3_XXS,
+                                                GGMLType.IQ2_S}
+TAKEN_SESSION = [t for t in TAKEN if t not in LONG]
 
 
 def _cols(gtype: GGMLType, k: int) -> int:
@@ -44,6 +49,14 @@ DEVICES = ["CPU", pytest.param("CPU:X86", marks=pytest.mark.skipif(_x86_missing(
                                                                    reason=f"X86 backend: {_x86_missing()}"))]
 
 
+def _needs_gathers(gtype: GGMLType, device: str) -> None:
+    """Skip a grid type where the renderer does not gather table rows (its row lanes do, ``grid_lanes``: X86 does
+    not)."""
+    from tgcore.runtime.registry import open_device
+    if gtype in GRIDS and not open_device(device).renderer.gathers_table_rows:
+        pytest.skip(f"{gtype.name}'s row lanes gather table rows: not on {device} (it keeps intdot's layout)")
+
+
 def _product(x: np.ndarray, raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str = "CPU"
              ) -> tuple[np.ndarray, int]:
     """The row-lane product on ``device`` and how many of its kernels' byte dots are chained (each added to the last:
@@ -55,6 +68,7 @@ def _product(x: np.ndarray, raw: np.ndarray, gtype: GGMLType, shape: tuple[int, 
     from tgcore.runtime.registry import open_device
     from tgcore.schedule.kernelize import create_schedule
     from tgcore.uop import Ops
+    _needs_gathers(gtype, device)
     xq, dx = quantize_activations(Tensor(x, device=device))
     out = row_lanes_matmul(xq, dx, repack(raw, gtype, shape, device))
     items = [si for si in create_schedule([out.uop], device)[0] if si.kind != "copy"]
@@ -83,13 +97,14 @@ def _near_reference(gtype: GGMLType, rows: int, k: int, batch: int, seed: int, x
 def test_row_lanes_exact(gtype, rows, device):
     """Unit scales, exactly quantized activations: bit-exact against the float64 reference; 13 rows: a padded tail.
     Each block of 8 rows is 8 byte multiply-adds (the helper's call chained through its accumulator: 7 per block;
-    Q2_K's blocks of 16 values 4, 3 chained)."""
+    Q2_K's blocks of 16 values 4, 3 chained; a grid type's 4 of 8 values, 3 chained, or per 16 values 2, 1)."""
     k = 256
     raw = unit_scale_blocks(gtype, _blocks(gtype, rows, k), seed=int(gtype))
     x = exact_activations(np.random.default_rng(int(gtype)), 3, k)
     out, chained = _product(x, raw, gtype, (rows, k), device)
     assert_bits_equal(out, float64_reference(gtype, raw, (rows, k), x).astype(np.float32))
-    assert chained >= BLOCKS.get(gtype, BLOCK) // 4 - 1
+    # (a grid type's lane takes half its block's values: ``grid_lanes``, 8 per dot)
+    assert chained >= (GRIDS[gtype].block // 8 if gtype in GRIDS else BLOCKS.get(gtype, BLOCK) // 4) - 1
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -108,7 +123,7 @@ def test_row_lanes_random(gtype, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("gtype", [t for t in TYPES if t is GGMLType.Q3_K or t not in LONG], ids=lambda t: t.name)
 def test_row_lanes_do_not_depend_on_the_batch(gtype, device):
     """A row's bits alone and in batches of 3, 4 and 8 (21 rows: two whole groups of 8 and a padded one), 12 (every
     row reads the weight), 16 (groups of 8 rows share each weight load: a prefill) and 65 (65 rows share the weight's
@@ -177,7 +192,7 @@ def test_bad_input_is_refused():
 
 def test_which_devices_and_types_use_it():
     """The C renderer has the row-lane dots, and so has the X86 one wherever it has byte dots; the interpreter does
-    not (it keeps ``intdot``)."""
+    not (it keeps ``intdot``). The grid types take them where the renderer gathers table rows (C)."""
     assert uses_row_lanes(GGMLType.Q4_1, "CPU") == (GGMLType.Q4_1 in LANE_TYPES)
     assert uses_row_lanes(GGMLType.Q4_K, "CPU") == (GGMLType.Q4_K in LANE_TYPES)
     assert uses_row_lanes(GGMLType.Q6_K, "CPU") == (GGMLType.Q6_K in LANE_TYPES)
@@ -190,6 +205,8 @@ def test_which_devices_and_types_use_it():
         x86 = open_device("CPU:X86").renderer
         assert x86.row_lane_byte_dots == x86.compiles_byte_dots
         assert uses_row_lanes(GGMLType.Q4_1, "CPU:X86") == (GGMLType.Q4_1 in LANE_TYPES and x86.row_lane_byte_dots)
+        assert not any(uses_row_lanes(gtype, "CPU:X86") for gtype in GRIDS)  # (no gathers: intdot's layout)
+    assert all(uses_row_lanes(gtype, "CPU") == grid.taken for gtype, grid in GRIDS.items())  # (C: gathers)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -198,6 +215,7 @@ def test_quantized_matrix_takes_the_row_lanes(gtype, device):
     """``QuantizedMatrix.matmul_t``: the repacked weight (made once), any leading shape, the same bits as the
     row-lane product of the flattened rows and within rounding of the float64 reference; the float path (no
     ``int_dot``) never repacks."""
+    _needs_gathers(gtype, device)
     rows, k = 12, _cols(gtype, 128)
     raw = random_blocks(gtype, _blocks(gtype, rows, k), seed=7, small=True)
     w = QuantizedMatrix(Tensor(raw, device=device), gtype, (rows, k))
@@ -220,6 +238,7 @@ def test_from_host_keeps_the_row_lanes_only(gtype, rows, device):
     dequantization (the dense prefill's) has the bits of the raw bytes' (and gguf-py's values), its product those
     of the repacked raw weight's. Where the renderer has no row lanes (PYTHON) or without ``int_dot``, it keeps
     the raw bytes."""
+    _needs_gathers(gtype, device)
     k = _cols(gtype, 128)
     raw = random_blocks(gtype, _blocks(gtype, rows, k), seed=11, small=True)
     w = QuantizedMatrix.from_host(raw, gtype, (rows, k), device, "w")
@@ -292,12 +311,13 @@ def test_row_groups_must_be_whole_groups_of_eight():
 
 def test_table_types_keep_groups_of_eight():
     """IQ4_NL/IQ4_XS/MXFP4 (values from a 16-byte table) stay in groups of 8 rows on every device (a 64-byte lookup is
-    lane by lane in the C renderer); the other types follow the renderer's ``row_lane_rows``."""
+    lane by lane in the C renderer), and so do the grid types (two lanes per row, ``grid_lanes``); the other types
+    follow the renderer's ``row_lane_rows``."""
     from tg_gguf.lanes import LANES, group_rows
 
     from tgcore.runtime.registry import open_device
     wide = open_device("CPU").renderer.row_lane_rows
     for gtype in TYPES:
-        assert group_rows("CPU", gtype) == (8 if LANES[gtype].table is not None else wide)
+        assert group_rows("CPU", gtype) == (8 if gtype in GRIDS or LANES[gtype].table is not None else wide)
     raw = random_blocks(GGMLType.IQ4_NL, 16 * 2, seed=1, small=True)
     assert repack(raw, GGMLType.IQ4_NL, (16, 64), "CPU").d.shape[-1] == 8

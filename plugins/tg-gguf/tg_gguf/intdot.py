@@ -518,7 +518,7 @@ def _iq1_s(o: Operands) -> Tensor:
 def _iq1_m(o: Operands) -> Tensor:
     """IQ1_M: a scale per 16, a grid row and a delta sign per 8 values: the qs byte and a nibble of qh, its 2 bytes
     per 32 values read as one u16 (each row's nibble then a shift of the same word: the rows' offsets are computed
-    together, ``cbytedot.row_gather``). The scales' ``2s + 1`` read from a table (``_xxs``'s way; 4096^2 kernel, one
+    together, ``crowgather.row_gather``). The scales' ``2s + 1`` read from a table (``_xxs``'s way; 4096^2 kernel, one
     thread: 0.95 -> 0.87 ms)."""
     qh = le_uint(o.b.bytes("qh"), 2).cast("int32").reshape(1, o.n, o.nb, 8)
     rows = o.field("qs").reshape(1, o.n, o.nb, 8, 4).cast("int32") | _high_index_bits(qh, 4, 4)
@@ -560,7 +560,7 @@ SUMS: dict[GGMLType, Callable[[Operands], Tensor]] = {
 # 1.59-1.62 -> 1.03-1.06 ms, load ~10). IQ4_NL, IQ4_XS, MXFP4 (values from a byte table, one vpshufb per 32; 4096^2,
 # alternating, load ~4-5): 1.22x, 1.43x, 1.25x (Q4_0 1.34x in the same run; in CPU time, load ~9: 1.15x, 1.38x,
 # 1.39x, 1.32x). Grid types (rows of bytes, signs flipped on the activations; since session 12 the rows' offsets
-# computed on int32 lanes and the rows gathered at once, ``tgcore.renderer.cbytedot.row_gather``; 4096^2 kernel on
+# computed on int32 lanes and the rows gathered at once, ``tgcore.renderer.crowgather.row_gather``; 4096^2 kernel on
 # one thread, best of 30, int vs float in one process, load ~7): IQ1_S 1.06 vs 1.37 ms, IQ1_M 1.08 vs 1.84,
 # IQ2_XXS 1.15-1.24 vs 1.34, IQ2_XS 1.31-1.39 vs 1.76, IQ2_S 1.35-1.41 vs 2.60-2.71, IQ3_XXS 1.22-1.28 vs 1.75-1.87,
 # IQ3_S 1.40-1.53 vs 2.73. TQ1_0 (trits as byte multiplies and compares; 4096^2, jitted, CPU time, one thread, load

@@ -27,7 +27,8 @@ one more for ``m * sum x``), against a dot, conversion, multiply and multiply-ad
 by construction.
 
 ``LANES`` (data: a ``LaneType`` per type) says how each type is repacked, unpacked and scaled; ``LANE_TYPES`` which
-types take this path; ``QuantizedMatrix`` decides with ``uses_row_lanes``.
+types take this path; ``QuantizedMatrix`` decides with ``uses_row_lanes``. The grid types (``grid_lanes.GRIDS``) have
+a layout of their own: each row in two lanes, its grid rows gathered.
 """
 from __future__ import annotations
 
@@ -39,8 +40,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tg_gguf import grid_lanes
 from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
 from tg_gguf.dequant import FIELDS, iota
+from tg_gguf.grid_lanes import GRIDS
 
 if TYPE_CHECKING:
     from tgcore.tensor import Tensor
@@ -127,6 +130,8 @@ def repack(raw: np.ndarray, gtype: GGMLType, shape: tuple[int, int], device: str
     data = raw.reshape(n, blocks, block_bytes)
     if padded != n:
         data = np.concatenate([data, np.zeros((padded - n, blocks, block_bytes), np.uint8)])
+    if gtype in GRIDS:  # (groups of 8 rows: two lanes each, ``grid_lanes``)
+        return grid_lanes.repack(data, gtype, n, k, device)
     w = LANES[gtype].repack(data, gtype, n, k, device)
     return w if group == ROWS else regrouped(w, group)
 
@@ -138,7 +143,7 @@ def group_rows(device: str, gtype: GGMLType) -> int:
     instruction over 32 bytes (``cbytedot.byte_table_lookup``), over 64 lane by lane (576x1536, one core: 12-42x
     slower)."""
     from tgcore.runtime.registry import open_device
-    if LANES[gtype].table is not None:
+    if gtype in GRIDS or LANES[gtype].table is not None:
         return ROWS
     return int(getattr(open_device(device).renderer, "row_lane_rows", ROWS))
 
@@ -601,6 +606,8 @@ def _e8m0(w: RowLanes, batch: int) -> tuple[Tensor, None]:
 def dequantize(w: RowLanes) -> Tensor:
     """The lazy float32 ``(N, K)`` weight from its row-lane form, with ``tg_gguf.dequant``'s formulas per type (the
     same float operations on the same values: the same bits as dequantizing the raw bytes)."""
+    if w.gtype in GRIDS:
+        return grid_lanes.dequantize(w)
     groups = w.qs.shape[0]
     lane = LANES[w.gtype]
     # the bit fields taken apart in int32 lanes, as ``tg_gguf.dequant``'s (the kernel's rows are 4 values wide per
@@ -621,6 +628,8 @@ def dequantize(w: RowLanes) -> Tensor:
 def row_lanes_matmul(xq: Tensor, dx: Tensor, w: RowLanes) -> Tensor:
     """``xq`` ``(M, K)`` int8 and ``dx`` ``(M, K / 32)`` (``quantize_activations``) times the row-lane weight ``w``:
     ``(M, N)`` float32."""
+    if w.gtype in GRIDS:
+        return grid_lanes.matmul(xq, dx, w)
     m = xq.shape[0]
     lane = LANES[w.gtype]
     groups, blocks, block = w.qs.shape[0], _blocks(w), _block(w)
@@ -727,7 +736,7 @@ LANES: dict[GGMLType, LaneType] = {
     GGMLType.MXFP4: LaneType(_repack_mxfp4, _unpack_nibbles, _e8m0, zero=-128, table="mxfp4_u8",
                              broadcast_first=True),
 }
-LAYOUT_TYPES: frozenset[GGMLType] = frozenset(LANES)
+LAYOUT_TYPES: frozenset[GGMLType] = frozenset(LANES) | frozenset(GRIDS)
 # Q6_K (blocks of 16, 226 bytes per 256 values against 210; its offset added in int32 before the conversion; 4096^2,
 # one thread, best of 300, load ~15): 0.59-0.60 -> 0.55 ms; instructions per 1024 weights 415 -> 392, vector ones
 # ~400 -> ~264 (the activations-in-lanes kernel permutes each sub-block's scale into the lanes per row)
@@ -741,7 +750,8 @@ LAYOUT_TYPES: frozenset[GGMLType] = frozenset(LANES)
 # 0.57); llvm-mca per block of 16 x 8 rows 13.3 cycles against the nibbles' 9.3 and Q2_K's 10.8 (the third bits'
 # shift and mask per step): the nibbles' kernel is shorter, this one reads 19% fewer bytes. X86 (CPU:X86, same
 # measure, load ~12): 2.06 -> 1.55 ms against the activations-in-lanes kernel
-LANE_TYPES: frozenset[GGMLType] = LAYOUT_TYPES  # (each type with a layout measured faster in it: above)
+# each type with a row-lane layout measured faster in it (above); a grid type only where ``GridLanes.taken``
+LANE_TYPES: frozenset[GGMLType] = frozenset(LANES) | frozenset(gtype for gtype, grid in GRIDS.items() if grid.taken)
 # the types whose blocks are not of ``BLOCK`` values
 BLOCKS: dict[GGMLType, int] = {gtype: lane.block for gtype, lane in LANES.items() if lane.block != BLOCK}
 
@@ -753,12 +763,14 @@ MIN_COLS = 2 * BLOCK
 
 def uses_row_lanes(type_id: GGMLType | int, device: str, cols: int | None = None) -> bool:
     """Whether a product with a weight of this type (and ``cols`` columns) takes the row-lane layout on ``device``:
-    the type is in ``LANE_TYPES``, the device's renderer has ``row_lane_byte_dots`` and the rows have
-    ``MIN_COLS``."""
+    the type is in ``LANE_TYPES``, the device's renderer has ``row_lane_byte_dots`` (for the grid types,
+    ``grid_lanes``, also ``gathers_table_rows``: C, not X86) and the rows have ``MIN_COLS``."""
     from tgcore.runtime.registry import open_device
     try:
         gtype = GGMLType(type_id)
     except ValueError:
         return False
+    renderer = open_device(device).renderer
     return gtype in LANE_TYPES and (cols is None or cols >= MIN_COLS) \
-        and bool(getattr(open_device(device).renderer, "row_lane_byte_dots", False))
+        and bool(getattr(renderer, "row_lane_byte_dots", False)) \
+        and (gtype not in GRIDS or bool(getattr(renderer, "gathers_table_rows", False)))

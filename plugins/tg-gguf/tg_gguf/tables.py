@@ -17,12 +17,17 @@ The tables (facts of the ggml format, computed from ``tg_gguf.iq_grids`` / ``tg_
 - ``grid_signed_u8:IQ2XXS``, ``grid_signed_u8:IQ2XS``: those grids' rows with each of the 128 sign patterns
   applied, plus 64, as bytes (256 KiB, 512 KiB), at the grid index with the 7-bit sign index above its bits: the
   unsigned operand of IQ2_XXS / IQ2_XS's integer dot product, a group's values with their signs one load of 8 bytes.
+- ``grid_signed4_u8:IQ3XXS``, ``grid_signed4_u8:IQ3S``, ``grid_signed4_u8:IQ2S``: those grids' rows of 4 values
+  (IQ2_S's: the halves of its rows of 8, half ``h`` of entry ``e`` at ``2e + h``) under each of the 16 sign patterns
+  of 4 bits, plus 64, as bytes (16, 32, 128 KiB), at the grid index with the 4 sign bits above its bits: the row
+  lanes' (``grid_lanes``) half of a group of 8 values, one load of 4 bytes.
 - ``ksign_masks``: for each 7-bit sign index, the 8 signs of ``ksigns`` as byte masks (0 for +, -1 for -, int8):
   an integer dot product flips its activations' signs with them (``(x ^ m) - m``).
 - ``grid:IQ1S+delta``: IQ1_S / IQ1_M's grid plus its delta (+0.125 for entries 0..2047, -0.125 for 2048..4095),
   so a group's values with their delta are one load (the delta had been two more products per group in a GEMV).
 - ``grid_u8:IQ1S+delta``: that table times 8, plus 9, as bytes (0..18): IQ1_S / IQ1_M's unsigned operand of an
-  integer dot product, a group's values with their delta one load of 8 bytes.
+  integer dot product, a group's values with their delta one load of 8 bytes; ``grid_u8:IQ1S+delta+16`` the same
+  plus 16 (7..25), the row lanes' (``grid_lanes``: an offset of -16 is -1 per value of a lane's 16).
 - ``odd_steps:0.25``, ``odd_steps:0.5``, ``odd_steps:2``: ``(0.5 + s) * step`` for the 16 values of a 4-bit scale
   ``s`` (float32, exact): the block scales of IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S and IQ1_M on the integer path, one
   load per block (computing ``2s + 1`` and converting it took four more instructions per block).
@@ -66,11 +71,11 @@ def _iq1_shifted() -> np.ndarray:
     return np.concatenate([values + np.float32(0.125), values - np.float32(0.125)]).astype(np.float32).reshape(-1)
 
 
-def _iq1_shifted_bytes() -> np.ndarray:
-    """``grid:IQ1S+delta`` times 8, plus 9, as bytes: ``8 * (grid + delta) + 9`` is one of 0, 2, 8, 10, 16, 18 (the
-    unsigned operand of an integer dot product; the product is 8 times the float one's, less 9 times the sum of the
-    activations)."""
-    return (_iq1_shifted() * 8 + 9).astype(np.uint8)
+def _iq1_shifted_bytes(offset: int = 9) -> np.ndarray:
+    """``grid:IQ1S+delta`` times 8, plus 9 (``offset``), as bytes: ``8 * (grid + delta) + 9`` is one of 0, 2, 8, 10,
+    16, 18 (the unsigned operand of an integer dot product; the product is 8 times the float one's, less 9 times the
+    sum of the activations)."""
+    return (_iq1_shifted() * 8 + offset).astype(np.uint8)
 
 
 def _tq1_powers() -> np.ndarray:
@@ -98,6 +103,16 @@ def _signed_grid_bytes(name: str) -> np.ndarray:
     values = grid(name).astype(np.int32)  # (entries, 8)
     bits = (ksigns(np.arange(128, dtype=np.uint8)).reshape(-1, 1) >> np.arange(8, dtype=np.uint8)) & 1
     signed = (1 - 2 * bits.astype(np.int32))[:, None, :] * values[None, :, :] + 64  # (sign index, entry, value)
+    return signed.astype(np.uint8).reshape(-1)
+
+
+def _signed_four_bytes(name: str) -> np.ndarray:
+    """``grid_signed4_u8:<NAME>`` (IQ3_XXS, IQ3_S): row ``(s << b) | e`` (``b`` bits of grid index) is entry ``e``'s 4
+    values, value ``j`` negated where bit ``j`` of ``s`` (< 16) is set, plus 64."""
+    from tg_gguf.quants import grid
+    values = grid(name).astype(np.int32).reshape(-1, 4)  # (entries, 4): IQ2_S's 8 values as two rows
+    bits = (np.arange(16, dtype=np.int32).reshape(-1, 1) >> np.arange(4, dtype=np.int32)) & 1
+    signed = (1 - 2 * bits)[:, None, :] * values[None, :, :] + 64  # (sign bits, entry, value)
     return signed.astype(np.uint8).reshape(-1)
 
 
@@ -135,9 +150,11 @@ BUILDERS: dict[str, Callable[[], np.ndarray]] = {
     **{f"grid:{g}": functools.partial(_grid_floats, g) for g in ("IQ2XXS", "IQ2XS", "IQ2S", "IQ3XXS", "IQ3S")},
     **{f"grid_u8:{g}": functools.partial(_grid_bytes, g) for g in ("IQ2XXS", "IQ2XS", "IQ2S", "IQ3XXS", "IQ3S")},
     **{f"grid_signed_u8:{g}": functools.partial(_signed_grid_bytes, g) for g in ("IQ2XXS", "IQ2XS")},
+    **{f"grid_signed4_u8:{g}": functools.partial(_signed_four_bytes, g) for g in ("IQ3XXS", "IQ3S", "IQ2S")},
     "ksign_masks": _ksign_masks,
     "grid:IQ1S+delta": _iq1_shifted,
     "grid_u8:IQ1S+delta": _iq1_shifted_bytes,
+    "grid_u8:IQ1S+delta+16": functools.partial(_iq1_shifted_bytes, 16),
     "odd_steps:0.25": lambda: (np.arange(16, dtype=np.float32) * 2 + 1) * np.float32(0.125),
     "odd_steps:0.5": lambda: (np.arange(16, dtype=np.float32) * 2 + 1) * np.float32(0.25),
     "odd_steps:2": lambda: np.arange(16, dtype=np.float32) * 2 + 1,
