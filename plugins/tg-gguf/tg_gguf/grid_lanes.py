@@ -63,14 +63,20 @@ def _f16(data: np.ndarray, at: int) -> np.ndarray:
     return data[:, :, at:at + 2].copy().view(np.float16).astype(np.float32)
 
 
+def _part(data: np.ndarray, field: tuple[int, int]) -> np.ndarray:
+    """The bytes of one field (its offset and length in a block, ``FIELDS``) of every block: ``(rows, supers, n)``."""
+    at, n = field
+    return data[:, :, at:at + n]
+
+
 def _iq2_xxs(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """IQ2_XXS: per block of 32 4 grid bytes and a u32 of 4 seven-bit sign indices and a 4-bit scale ``s``; the rows
     of ``grid_signed_u8:IQ2XXS`` (``(sign << 8) | grid``), the scale ``d * odd_steps:0.25[s]``
     (``intdot._xxs_scale``)."""
     from tg_gguf.tables import BUILDERS
     rows, supers, _ = data.shape
-    qs_at, qs_bytes = FIELDS[GGMLType.IQ2_XXS]["qs"]
-    pairs = data[:, :, qs_at:qs_at + qs_bytes].reshape(rows, supers * 8, 2, 4)
+    fields = FIELDS[GGMLType.IQ2_XXS]
+    pairs = _part(data, fields["qs"]).reshape(rows, supers * 8, 2, 4)
     grid = pairs[:, :, 0].astype(np.uint16)
     aux = np.ascontiguousarray(pairs[:, :, 1]).view("<u4")  # (rows, blocks, 1)
     signs = (aux >> (7 * np.arange(4, dtype=np.uint32))) & 127
@@ -85,10 +91,8 @@ def _iq1_s(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     8`` (``intdot._iq1_s``)."""
     rows, supers, _ = data.shape
     fields = FIELDS[GGMLType.IQ1_S]
-    qs_at, qs_bytes = fields["qs"]
-    qh_at, qh_bytes = fields["qh"]
-    qs = data[:, :, qs_at:qs_at + qs_bytes].reshape(rows, supers * 8, 4).astype(np.uint16)
-    qh = np.ascontiguousarray(data[:, :, qh_at:qh_at + qh_bytes]).view("<u2").reshape(rows, supers * 8, 1)
+    qs = _part(data, fields["qs"]).reshape(rows, supers * 8, 4).astype(np.uint16)
+    qh = np.ascontiguousarray(_part(data, fields["qh"])).view("<u2").reshape(rows, supers * 8, 1)
     index = qs | (((qh >> (3 * np.arange(4, dtype=np.uint16))) & 7) << 8) | ((qh >> 15) << 11)
     odd = (2 * ((qh[..., 0] >> 12) & 7) + 1).astype(np.float32)
     d = np.repeat(_f16(data, fields["d"][0]), 8, axis=2).reshape(rows, supers * 8)
@@ -101,13 +105,10 @@ def _iq1_m(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     (2s + 1) / 8`` (``intdot._iq1_m``)."""
     rows, supers, _ = data.shape
     fields = FIELDS[GGMLType.IQ1_M]
-    qs_at, qs_bytes = fields["qs"]
-    qh_at, qh_bytes = fields["qh"]
-    sc_at, sc_bytes = fields["scales"]
-    qh = data[:, :, qh_at:qh_at + qh_bytes, None] >> np.array([0, 4], np.uint8)  # (rows, supers, 16, 2): nibbles
+    qh = _part(data, fields["qh"])[..., None] >> np.array([0, 4], np.uint8)  # (rows, supers, 16, 2): nibbles
     nibbles = (qh.reshape(rows, supers, 32) & 15).astype(np.uint16)
-    index = data[:, :, qs_at:qs_at + qs_bytes].astype(np.uint16) | (nibbles << 8)
-    sc = np.ascontiguousarray(data[:, :, sc_at:sc_at + sc_bytes]).view("<u2")  # (rows, supers, 4)
+    index = _part(data, fields["qs"]).astype(np.uint16) | (nibbles << 8)
+    sc = np.ascontiguousarray(_part(data, fields["scales"])).view("<u2")  # (rows, supers, 4)
     d_bits = np.bitwise_or.reduce((sc >> 12) << (4 * np.arange(4, dtype=np.uint16)), axis=-1)
     d = d_bits.astype(np.uint16).view(np.float16).astype(np.float32)[..., None]  # (rows, supers, 1)
     odd = (2 * ((sc[..., None] >> (3 * np.arange(4, dtype=np.uint16))) & 7) + 1).reshape(rows, supers, 16)
@@ -119,10 +120,8 @@ def _iq2_xs(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ``grid_signed_u8:IQ2XS``), per 16 a 4-bit scale ``s``: ``float(2s + 1) * (d * 0.125)`` (``intdot._half_steps``)."""
     rows, supers, _ = data.shape
     fields = FIELDS[GGMLType.IQ2_XS]
-    qs_at, qs_bytes = fields["qs"]
-    sc_at, sc_bytes = fields["scales"]
-    index = np.ascontiguousarray(data[:, :, qs_at:qs_at + qs_bytes]).view("<u2").reshape(rows, supers * 32)
-    nibbles = data[:, :, sc_at:sc_at + sc_bytes, None] >> np.array([0, 4], np.uint8)
+    index = np.ascontiguousarray(_part(data, fields["qs"])).view("<u2").reshape(rows, supers * 32)
+    nibbles = _part(data, fields["scales"])[..., None] >> np.array([0, 4], np.uint8)
     odd = (2 * (nibbles & 15).astype(np.float32) + 1).reshape(rows, supers, 16)
     return index, (odd * (_f16(data, fields["d"][0]) * np.float32(0.125))).reshape(rows, -1)
 
@@ -135,10 +134,8 @@ def _iq3_xxs(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     from tg_gguf.tables import BUILDERS
     rows, supers, _ = data.shape
     fields = FIELDS[GGMLType.IQ3_XXS]
-    qs_at, qs_bytes = fields["qs"]
-    aux_at, aux_bytes = fields["aux"]
-    grid = data[:, :, qs_at:qs_at + qs_bytes].reshape(rows, supers * 8, 4, 2).astype(np.uint16)  # [., b, c, h]
-    aux = np.ascontiguousarray(data[:, :, aux_at:aux_at + aux_bytes]).view("<u4").reshape(rows, supers * 8, 1)
+    grid = _part(data, fields["qs"]).reshape(rows, supers * 8, 4, 2).astype(np.uint16)  # [., b, c, h]
+    aux = np.ascontiguousarray(_part(data, fields["aux"])).view("<u4").reshape(rows, supers * 8, 1)
     pattern = ksigns(((aux >> (7 * np.arange(4, dtype=np.uint32))) & 127).astype(np.uint16))  # (rows, blocks, 4)
     halves = (pattern[..., None] >> np.array([0, 4], np.uint16)) & 15
     steps = BUILDERS["odd_steps:0.5"]()[(aux[..., 0] >> 28) & 15]
@@ -152,16 +149,12 @@ def _iq3_s(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ``grid_signed4_u8:IQ3S`` (``(signs << 9) | grid``), the scale ``d * (2s + 1)`` (``intdot._iq3_s``)."""
     rows, supers, _ = data.shape
     fields = FIELDS[GGMLType.IQ3_S]
-    qs_at, qs_bytes = fields["qs"]
-    qh_at, qh_bytes = fields["qh"]
-    signs_at, signs_bytes = fields["signs"]
-    sc_at, sc_bytes = fields["scales"]
-    qh = data[:, :, qh_at:qh_at + qh_bytes].reshape(rows, supers * 8, 1).astype(np.uint16)
-    grid = data[:, :, qs_at:qs_at + qs_bytes].reshape(rows, supers * 8, 8).astype(np.uint16)
+    qh = _part(data, fields["qh"]).reshape(rows, supers * 8, 1).astype(np.uint16)
+    grid = _part(data, fields["qs"]).reshape(rows, supers * 8, 8).astype(np.uint16)
     grid |= ((qh >> np.arange(8, dtype=np.uint16)) & 1) << 8
-    signs = data[:, :, signs_at:signs_at + signs_bytes].reshape(rows, supers * 8, 4, 1).astype(np.uint16)
+    signs = _part(data, fields["signs"]).reshape(rows, supers * 8, 4, 1).astype(np.uint16)
     halves = ((signs >> np.array([0, 4], np.uint16)) & 15).reshape(rows, supers * 8, 8)
-    nibbles = data[:, :, sc_at:sc_at + sc_bytes, None] >> np.array([0, 4], np.uint8)
+    nibbles = _part(data, fields["scales"])[..., None] >> np.array([0, 4], np.uint8)
     odd = (2 * (nibbles & 15).astype(np.float32) + 1).reshape(rows, supers * 8)
     d = np.repeat(_f16(data, fields["d"][0]), 8, axis=2).reshape(rows, supers * 8)
     return (grid | (halves << 9)).reshape(rows, -1), d * odd
@@ -174,17 +167,13 @@ def _iq2_s(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     (``intdot._iq2_s``)."""
     rows, supers, _ = data.shape
     fields = FIELDS[GGMLType.IQ2_S]
-    qs_at, qs_bytes = fields["qs"]
-    qh_at, qh_bytes = fields["qh"]
-    signs_at, signs_bytes = fields["signs"]
-    sc_at, sc_bytes = fields["scales"]
-    qh = data[:, :, qh_at:qh_at + qh_bytes].reshape(rows, supers * 8, 1).astype(np.uint16)
-    grid = data[:, :, qs_at:qs_at + qs_bytes].reshape(rows, supers * 8, 4).astype(np.uint16)
+    qh = _part(data, fields["qh"]).reshape(rows, supers * 8, 1).astype(np.uint16)
+    grid = _part(data, fields["qs"]).reshape(rows, supers * 8, 4).astype(np.uint16)
     grid |= ((qh >> (2 * np.arange(4, dtype=np.uint16))) & 3) << 8
-    signs = data[:, :, signs_at:signs_at + signs_bytes].reshape(rows, supers * 8, 4, 1).astype(np.uint16)
+    signs = _part(data, fields["signs"]).reshape(rows, supers * 8, 4, 1).astype(np.uint16)
     halves = (signs >> np.array([0, 4], np.uint16)) & 15  # (rows, blocks, 4, 2)
     numbers = (halves << 11) | (grid[..., None] << 1) | np.arange(2, dtype=np.uint16)
-    nibbles = data[:, :, sc_at:sc_at + sc_bytes, None] >> np.array([0, 4], np.uint8)
+    nibbles = _part(data, fields["scales"])[..., None] >> np.array([0, 4], np.uint8)
     odd = (2 * (nibbles & 15).astype(np.float32) + 1).reshape(rows, supers, 16)
     return numbers.reshape(rows, -1), (odd * (_f16(data, fields["d"][0]) * np.float32(0.125))).reshape(rows, -1)
 
