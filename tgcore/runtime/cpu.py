@@ -105,11 +105,12 @@ HUGE_PAGE = _huge_page_size()
 
 def _huge_mapping(nbytes: int) -> tuple[mmap.mmap, int]:
     """A private anonymous mapping and the offset in it where ``nbytes`` start on a huge page, the whole huge pages
-    inside those bytes asked for (``MADV_HUGEPAGE``; the tail past the last whole one stays in small pages, so a
-    buffer never holds more memory than its size). Huge pages make Open MPI's single copy out of the memory faster
-    (fewer pages to pin) and keep large kernels' operands in fewer TLB entries. A buffer under one huge page (where
-    only rounding it up would give one: up to twice its memory) and a machine without huge pages: a plain mapping
-    of ``nbytes``; the huge page reserved in front of a larger one, to find its start, is address space only."""
+    inside those bytes asked for (``MADV_HUGEPAGE``; the tail past the last whole one is kept in small pages,
+    ``MADV_NOHUGEPAGE``, so a buffer never holds more memory than its size). Huge pages make Open MPI's single copy
+    out of the memory faster (fewer pages to pin) and keep large kernels' operands in fewer TLB entries. A buffer
+    under one huge page (where only rounding it up would give one: up to twice its memory) and a machine without
+    huge pages: a plain mapping of ``nbytes``; the huge page reserved in front of a larger one, to find its start,
+    is address space only."""
     whole = nbytes // HUGE_PAGE * HUGE_PAGE if HUGE_PAGE else 0
     if not whole:
         return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS), 0
@@ -118,6 +119,9 @@ def _huge_mapping(nbytes: int) -> tuple[mmap.mmap, int]:
     pad = -ctypes.addressof(start) % HUGE_PAGE
     del start
     _advise(backing, "MADV_HUGEPAGE", pad, whole)
+    # (and not the rest: where the kernel maps huge pages unasked, THP "always", the tail and the reserve could
+    # hold a whole huge page of their own, a buffer of 3 MiB then 4)
+    _advise(backing, "MADV_NOHUGEPAGE", pad + whole, len(backing) - pad - whole)
     return backing, pad
 
 

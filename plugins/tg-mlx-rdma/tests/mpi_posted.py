@@ -187,7 +187,7 @@ def landing(tr) -> None:
         for x in [a[0], a[1], a[2], small, a[3], other, a[4], a[5]]:
             tr.send(Tensor(x), 1)
         comm.Barrier()
-        for x in a[6:]:
+        for x in a[6:] + a[:4]:
             tr.send(Tensor(x), 1)
         return
     check(tr.recv(n, "float32", 0).numpy(), a[0], "the first message (header, then data)")
@@ -222,3 +222,10 @@ def landing(tr) -> None:
     check(tr.recv(n, "float32", 0).numpy(), a[6], "a message after an interrupted recv that took nothing")
     check(tr.recv(n, "float32", 0).numpy(), a[7], "the next one")
     assert tr._pool.hits + tr._pool.misses > pooled + 6, "the recvs did not take pooled results"
+    for k in range(4):  # (an assign into a result: its node names a copy, the pool gives its buffer up)
+        got = tr.recv(n, "float32", 0)
+        got.assign(got + 1).realize()
+        check(got.numpy(), a[k] + 1, "a result assigned into")
+        del got
+    in_pool = {id(p) for entries in tr._pool._free.values() for p in entries}
+    assert all(id(p) in in_pool for _, p in tr._land_inits), "a persistent receive holds a buffer the pool gave up"

@@ -124,6 +124,7 @@ class MPITransport(MPINext):
         self._probers: dict[int, list[Handle]] = {}  # src -> receives that have not probed their data yet
         self._collectives: list[Handle] = []  # collectives that have not posted their data stage yet
         self._pool = RecvPool()
+        self._pool.on_drop.append(self._forget_landing)
         self._peers: set[int] = set()  # ranks send checked with _check_peer
         # recv(out=)'s last out that passed check_output: (out, weakly; its node then, weakly; the recv's spec; the
         # Buffer in_place_bytes gave, weakly; the node's readers count then)

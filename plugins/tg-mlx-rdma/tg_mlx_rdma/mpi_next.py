@@ -135,6 +135,11 @@ class MPINext(MPICollectives):
                                                                      self._mpi.ANY_TAG)
         return req
 
+    def _forget_landing(self, pooled: Any) -> None:
+        """Free the persistent receives into a buffer the pool gave up (each held its memory)."""
+        for key in [key for key in self._land_inits if key[1] is pooled]:
+            self._land_inits.pop(key).Free()  # (inactive: _land never leaves its receive active)
+
     def _free_land_inits(self) -> None:
         for req in self._land_inits.values():  # (inactive: _land never leaves its receive active)
             req.Free()

@@ -416,6 +416,8 @@ class RecvPool:
         self._invalidate = realization().invalidate
         self._bytes = 0
         self.hits = self.misses = 0  # results whose memory was reused / that needed new memory (or were not pooled)
+        # called with each buffer the pool gives up (a transport drops what it keeps of it: a persistent receive)
+        self.on_drop: list[Callable[[_Pooled], None]] = []
 
     def take(self, shape: tuple[int, ...], dt: DType, device: str | None) -> tuple[Tensor, memoryview,
                                                                                      Callable[[], None]]:
@@ -458,6 +460,8 @@ class RecvPool:
                 if state.buffer_under(pooled.node) is not pooled.view:  # its node names a copy now (class doc)
                     entries.remove(pooled)  # (on every take: the buffer is given back at once)
                     self._bytes -= pooled.elements.nbytes
+                    for dropped in self.on_drop:
+                        dropped(pooled)
                     return self._make(key)  # (the others again, without it)
         shape, dt, device = key
         nbytes = prod(shape) * dt.itemsize
