@@ -16,22 +16,13 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # random_blocks
 
 import numpy as np  # noqa: E402
+from gguf import interleaved_rounds, percent_of_stream, stream_buffer  # noqa: E402 (this folder's gguf.py)
 
 GRID_TYPES = "IQ1_S,IQ1_M,IQ2_XXS,IQ2_XS,IQ2_S,IQ3_XXS,IQ3_S"
-
-
-def best_of(fn, calls: int = 3) -> float:
-    best = float("inf")
-    for _ in range(calls):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def main() -> None:
@@ -75,16 +66,12 @@ def measure(gtype, n: int, k: int, rounds: int) -> None:
     steps = {"stream": tgcore.jit(lambda b: b.sum(axis=1).realize()),
              "lanes": tgcore.jit(lanes_product),
              "intdot": tgcore.jit(lambda v: int_matmul(v, raw, gtype, (n, k)).realize())}
-    buf = Tensor(np.ones((n, raw_np.size // 4 // n), np.float32), device="CPU").realize()
+    buf = stream_buffer(raw_np.size, n, "CPU")
     args = {"stream": buf, "lanes": x, "intdot": x}
     ours, theirs = steps["lanes"](x).numpy().reshape(n), steps["intdot"](x).numpy().reshape(n)
     diff = float(np.abs(ours - theirs).max() / np.abs(theirs).max())
-    times: dict[str, list[float]] = {s: [] for s in steps}
-    for _ in range(rounds):
-        for s, fn in steps.items():
-            times[s].append(best_of(lambda f=fn, s=s: f(args[s])))
-    pct = {s: statistics.median(100 * t0 / t for t0, t in zip(times["stream"], times[s], strict=True))
-           for s in ("lanes", "intdot")}
+    times = interleaved_rounds({s: (lambda f=fn, s=s: f(args[s])) for s, fn in steps.items()}, rounds)
+    pct = {s: statistics.median(percent_of_stream(times, s)) for s in ("lanes", "intdot")}
     ratio = statistics.median(t1 / t0 for t0, t1 in zip(times["lanes"], times["intdot"], strict=True))
     held = w.qs.numpy().nbytes + w.d.numpy().nbytes
     med = {s: statistics.median(t) * 1e3 for s, t in times.items()}
