@@ -78,10 +78,15 @@ class CacheKind:
         give NaNs, which the next layer would write into the cache (a masked slot still multiplies a weight of 0)."""
         key = self.slot_pos[seq, :window][None, :]
         query = np.minimum(np.arange(start, start + rows), start + n - 1)[:, None]
+        return np.where(self._allowed(key, query), 0.0, -np.inf).astype(np.float32)
+
+    def _allowed(self, key: np.ndarray, query: np.ndarray) -> np.ndarray:
+        """Where a query at position ``query`` attends to a slot holding position ``key`` (-1: none): an earlier or
+        equal position, inside the sliding window (broadcast)."""
         allowed = (key >= 0) & (key <= query)
         if self.window:
             allowed &= query - key < self.window
-        return np.where(allowed, 0.0, -np.inf).astype(np.float32)
+        return allowed
 
     def decode_rows(self, seqs: np.ndarray, positions: np.ndarray, idle: np.ndarray,
                     window: int) -> tuple[np.ndarray, np.ndarray]:
@@ -92,10 +97,7 @@ class CacheKind:
         slots = positions % self.cache_len
         self.slot_pos[seqs, slots] = np.where(idle, -1, positions)
         key = self.slot_pos[seqs, :window]
-        query = positions[:, None]
-        allowed = (key >= 0) & (key <= query)
-        if self.window:
-            allowed &= query - key < self.window
+        allowed = self._allowed(key, positions[:, None])
         allowed[idle] = False
         allowed[np.flatnonzero(idle), slots[idle]] = True
         return slots, np.where(allowed, 0.0, -np.inf).astype(np.float32)
