@@ -1,8 +1,9 @@
 """Software prefetch for reductions that stream a big input (a quantized weight in a matrix-vector product).
 
 In:  a kernel's linear UOp list. Out: ``Prefetcher(kernel).distance(load, loops)``: how many elements ahead of a
-     load's index to prefetch (None: no prefetch); ``loop_nest``: the innermost loops and the loops open at each
-     load. Renderers emit the prefetches (C: ``__builtin_prefetch``; machine code: ``prefetcht0``).
+     load's index to prefetch (None: no prefetch), ``to_l2``: the loads whose prefetch should stop at L2;
+     ``loop_nest``: the innermost loops and the loops open at each load. Renderers emit the prefetches (C:
+     ``__builtin_prefetch``; machine code: ``prefetcht0``).
 """
 from __future__ import annotations
 
@@ -70,6 +71,12 @@ class Prefetcher:
         # of its trips (one per cache line: its other trips read the same lines); a renderer that has no such
         # condition prefetches on every trip
         self.once_per_line: dict[UOp, tuple[UOp, int]] = {}
+        # loads prefetching the next output iteration's data (a weight streamed once): into L2 only, not L1. Taken
+        # into L1 (prefetcht0) each prefetch holds one of the core's few L1 miss buffers until its line arrives, and a
+        # matrix-vector product with several activation rows, more work per line, then keeps fewer lines in flight:
+        # SmolLM2's Q8_0 output projection (49152x576, one thread, weights from memory) at 1/4/8 rows 3.18/4.21/4.22
+        # -> 3.03/3.31/3.49 ms, its Q4_1 576x1536 0.058/0.072/0.073 -> 0.052/0.062/0.069 ms
+        self.to_l2: set[UOp] = set()
 
     def distance(self, load: UOp, loops: tuple[UOp, ...]) -> int | None:
         """Elements ahead of ``load``'s index to prefetch, or None for no prefetch (``loops``: the open ones)."""
@@ -105,6 +112,8 @@ class Prefetcher:
         step = stride(index.src[1], inner)
         if far and step is not None and 0 < step * size < CACHE_LINE:
             self.once_per_line[load] = (inner, CACHE_LINE // (step * size))
+        if not far:
+            self.to_l2.add(load)
         return ahead
 
     def _along_stream(self, index: UOp, inside: tuple[UOp, ...], size: int) -> int | None:
