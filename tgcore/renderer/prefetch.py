@@ -71,11 +71,12 @@ class Prefetcher:
         # of its trips (one per cache line: its other trips read the same lines); a renderer that has no such
         # condition prefetches on every trip
         self.once_per_line: dict[UOp, tuple[UOp, int]] = {}
-        # loads prefetching the next output iteration's data (a weight streamed once): into L2 only, not L1. Taken
-        # into L1 (prefetcht0) each prefetch holds one of the core's few L1 miss buffers until its line arrives, and a
-        # matrix-vector product with several activation rows, more work per line, then keeps fewer lines in flight:
-        # SmolLM2's Q8_0 output projection (49152x576, one thread, weights from memory) at 1/4/8 rows 3.18/4.21/4.22
-        # -> 3.03/3.31/3.49 ms, its Q4_1 576x1536 0.058/0.072/0.073 -> 0.052/0.062/0.069 ms
+        # loads prefetching the next output iteration's data (a weight streamed once): into L2 only, not L1 (taken
+        # into L1, presumably each prefetch holds one of the core's few L1 miss buffers until its line arrives, which
+        # the demand loads then wait for; a product of several activation rows, more work per line, lost most).
+        # SmolLM2's kernels, one thread, weights from memory in 2 MiB pages, kernel CPU time, interleaved, at 1/4/8
+        # rows: Q8_0 49152x576 (output projection) 2.75/3.35/3.63 -> 2.67/2.94/3.11 ms, Q4_1 576x1536 49.6/66.2/73.7
+        # -> 46.9/59.9/70.2 us, Q5_0 1536x576 61.7/65.5/74.4 -> 57.6/65.6/73.7 us
         self.to_l2: set[UOp] = set()
 
     def distance(self, load: UOp, loops: tuple[UOp, ...]) -> int | None:
