@@ -99,12 +99,14 @@ def test_short_loops_unrolled_matvec_matches_numpy(k, short_loop):
 @pytest.mark.parametrize("rows,k", [(260, 320), (64, 1000)])
 def test_streamed_matvec_prefetches_and_matches_numpy(rows, k):
     """A matrix-vector product over a weight of 64 KiB or more prefetches the next rows' data (a plain float
-    weight here; quantized ones go the same way), and the values are unchanged."""
+    weight here; quantized ones go the same way) into L2 only (locality 2: ``prefetcht1``), and the values are
+    unchanged."""
     rng = np.random.default_rng(rows)
     w, x = rng.standard_normal((rows, k)).astype(np.float32), rng.standard_normal(k).astype(np.float32)
     out, srcs = run(Tensor(w, device="CPU") @ Tensor(x, device="CPU"))
     np.testing.assert_allclose(out, w @ x, rtol=1e-4, atol=1e-4)
-    assert any("__builtin_prefetch" in s for s in srcs)
+    fetches = [line.strip() for s in srcs for line in s.splitlines() if "__builtin_prefetch" in line]
+    assert fetches and all(re.search(r"__builtin_prefetch\(&data\d+\[\w+\+\d+\], 0, 2\);", f) for f in fetches)
 
 
 def test_far_rows_prefetch_along_their_window_and_match_numpy():

@@ -625,8 +625,9 @@ class CRenderer(Renderer):
                 ahead = prefetch.distance(u, loops_at[u])
                 if ahead is not None:
                     gate = prefetch.once_per_line.get(u)  # (in a loop the compiler unrolls: the condition folds)
+                    hint = ", 0, 2" if u in prefetch.to_l2 else ""  # (read, locality 2: gcc's prefetcht1)
                     line(("" if gate is None else f"if ({names[gate[0]]} % {gate[1]} == 0) ")
-                         + f"__builtin_prefetch(&{names[u.src[0].src[0]]}[{names[u.src[0].src[1]]}+{ahead}]);")
+                         + f"__builtin_prefetch(&{names[u.src[0].src[0]]}[{names[u.src[0].src[1]]}+{ahead}]{hint});")
                 line(self._load(u, names, v := fresh("val"), lane_gates))
                 names[u] = v
             elif op is Ops.STORE:

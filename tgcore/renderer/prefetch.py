@@ -1,8 +1,9 @@
 """Software prefetch for reductions that stream a big input (a quantized weight in a matrix-vector product).
 
 In:  a kernel's linear UOp list. Out: ``Prefetcher(kernel).distance(load, loops)``: how many elements ahead of a
-     load's index to prefetch (None: no prefetch); ``loop_nest``: the innermost loops and the loops open at each
-     load. Renderers emit the prefetches (C: ``__builtin_prefetch``; machine code: ``prefetcht0``).
+     load's index to prefetch (None: no prefetch), ``to_l2``: the loads whose prefetch should stop at L2;
+     ``loop_nest``: the innermost loops and the loops open at each load. Renderers emit the prefetches (C:
+     ``__builtin_prefetch``; machine code: ``prefetcht0``).
 """
 from __future__ import annotations
 
@@ -70,6 +71,13 @@ class Prefetcher:
         # of its trips (one per cache line: its other trips read the same lines); a renderer that has no such
         # condition prefetches on every trip
         self.once_per_line: dict[UOp, tuple[UOp, int]] = {}
+        # loads prefetching the next output iteration's data (a weight streamed once): into L2 only, not L1 (taken
+        # into L1, presumably each prefetch holds one of the core's few L1 miss buffers until its line arrives, which
+        # the demand loads then wait for; a product of several activation rows, more work per line, lost most).
+        # SmolLM2's kernels, one thread, weights from memory in 2 MiB pages, kernel CPU time, interleaved, at 1/4/8
+        # rows: Q8_0 49152x576 (output projection) 2.75/3.35/3.63 -> 2.67/2.94/3.11 ms, Q4_1 576x1536 49.6/66.2/73.7
+        # -> 46.9/59.9/70.2 us, Q5_0 1536x576 61.7/65.5/74.4 -> 57.6/65.6/73.7 us
+        self.to_l2: set[UOp] = set()
 
     def distance(self, load: UOp, loops: tuple[UOp, ...]) -> int | None:
         """Elements ahead of ``load``'s index to prefetch, or None for no prefetch (``loops``: the open ones)."""
@@ -105,6 +113,8 @@ class Prefetcher:
         step = stride(index.src[1], inner)
         if far and step is not None and 0 < step * size < CACHE_LINE:
             self.once_per_line[load] = (inner, CACHE_LINE // (step * size))
+        if not far:
+            self.to_l2.add(load)
         return ahead
 
     def _along_stream(self, index: UOp, inside: tuple[UOp, ...], size: int) -> int | None:
