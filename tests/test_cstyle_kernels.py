@@ -241,3 +241,23 @@ def test_concatenation_along_rows_in_a_matvec_selects_whole_vectors():
     assert comparisons, srcs
     # each comparison a scalar (_Bool) once per vector, never a vector compared lane by lane
     assert all(line.startswith("const _Bool ") and "{" not in line for line in comparisons), comparisons
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_float_vector_max_is_one_blend_and_matches_numpy(dtype):
+    """maximum and a max reduction on float vectors, NaN in either operand kept, -0/+0 and infinities as numpy: each
+    vector's max is one compare and blend, with no lane-by-lane NaN test (which gcc turned into branches)."""
+    edge = np.array([1, -2, np.nan, 0.0, -0.0, np.inf, -np.inf, 3, -1, np.nan, 2, -0.0], dtype)
+    other = np.array([0, np.nan, 1, -0.0, 0.0, 2, -1, 3, np.nan, np.nan, np.inf, -0.0], dtype)
+    a = np.tile(edge, 16).reshape(12, 16)
+    b = np.tile(other, 16).reshape(12, 16)
+    out, srcs = run(Tensor(a, device="CPU").maximum(Tensor(b, device="CPU")))
+    np.testing.assert_array_equal(out.view(np.uint8), np.maximum(a, b).view(np.uint8))
+    rows = np.random.default_rng(3).standard_normal((16, 96)).astype(dtype)
+    rows[2, 5] = np.nan
+    reduced, reduce_srcs = run(Tensor(rows, device="CPU").max(-1))
+    np.testing.assert_array_equal(reduced, rows.max(-1))
+    for src in srcs + reduce_srcs:
+        if "vector_size" in src:  # (a vectorized kernel)
+            assert not re.search(r"\[0\]!=\w+\[0\]", src), src  # no per-lane NaN test
+    assert any("tg_a.v != tg_a.v" in s for s in srcs + reduce_srcs)
