@@ -261,3 +261,25 @@ def test_float_vector_max_is_one_blend_and_matches_numpy(dtype):
         if "vector_size" in src:  # (a vectorized kernel)
             assert not re.search(r"\[0\]!=\w+\[0\]", src), src  # no per-lane NaN test
     assert any("tg_a.v != tg_a.v" in s for s in srcs + reduce_srcs)
+
+
+@pytest.mark.parametrize("rows", [1, 4])
+def test_grouped_query_values_are_converted_once_per_group(rows):
+    """Attention's weights times values with 3 query heads per KV head (SmolLM2's 9/3, head_dim 64, a float16
+    cache): the values against numpy, and where the registers hold the three heads' accumulators, each value vector is
+    loaded and converted once for the three (three accumulators per conversion, not one)."""
+    from tgcore.runtime.registry import open_device
+    heads, kv, dim, window = 9, 3, 64, 96
+    rng = np.random.default_rng(rows)
+    w = rng.random((rows, heads, window)).astype(np.float32)
+    v = rng.standard_normal((rows, kv, window, dim)).astype(np.float16)
+    values = Tensor(v).cast("float32").reshape(rows, kv, 1, window, dim)
+    t = Tensor(w).reshape(rows, kv, heads // kv, 1, window) @ values
+    out, srcs = run(t.permute(0, 3, 1, 2, 4).reshape(rows, heads * dim).contiguous())  # (as tg_llm's model)
+    ref = np.einsum("bkgt,bktd->bkgd", w.reshape(rows, kv, heads // kv, window), v.astype(np.float32))
+    np.testing.assert_allclose(out, ref.reshape(rows, heads * dim), rtol=1e-5, atol=1e-5)
+    (src,) = [s for s in srcs if "_Float16" in s and "acc0" in s]
+    conversions = len(re.findall(r"= tg_half8_to_f32\(", src))
+    accumulators = len(re.findall(r"^\s*tg_float32x8 acc\d+;", src, re.M))
+    shared = 3 if open_device("CPU").renderer.vector_registers >= 3 * 8 + 4 else 1
+    assert accumulators == shared * conversions, src
