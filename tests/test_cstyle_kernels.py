@@ -283,3 +283,20 @@ def test_grouped_query_values_are_converted_once_per_group(rows):
     accumulators = len(re.findall(r"^\s*tg_float32x8 acc\d+;", src, re.M))
     shared = 3 if open_device("CPU").renderer.vector_registers >= 3 * 8 + 4 else 1
     assert accumulators == shared * conversions, src
+
+
+def test_float_lane_sum_is_the_pairwise_tree_bit_for_bit():
+    """A float32 vector's 8 lanes summed at the end of a vectorized reduction: in codegen's pairwise order
+    ((0+1)+(2+3))+((4+5)+(6+7)), bit for bit (numpy computing that order; the values span 8 decades so another order
+    rounds differently), by the shuffling helper rather than 7 extracted scalar adds."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((256, 8)) * 10.0 ** rng.integers(-4, 5, (256, 8))).astype(np.float32)
+    c = [x[:, i] for i in range(8)]
+    pairwise = ((c[0] + c[1]) + (c[2] + c[3])) + ((c[4] + c[5]) + (c[6] + c[7]))
+    in_order = c[0]
+    for i in range(1, 8):
+        in_order = in_order + c[i]
+    assert (pairwise != in_order).any()  # (the data tells the orders apart)
+    out, srcs = run(Tensor(x, device="CPU").sum(-1))
+    np.testing.assert_array_equal(out.view(np.uint32), pairwise.view(np.uint32))
+    assert any("tg_hadd_f32x8(" in s for s in srcs)
