@@ -5,7 +5,9 @@ In:  a kernel SINK in REDUCE form (simplified), the renderer, the threads the de
 Out: a list of ``Opt`` records for ``tgcore.codegen.optimize.apply_opts``.
 
 - Elementwise kernels and reductions along an output axis (a matmul's, a column sum): the output axis that
-  is contiguous in memory becomes vector lanes, and in reductions a second output axis is unrolled.
+  is contiguous in memory becomes vector lanes, and in reductions a second output axis is unrolled, or that axis's
+  next vectors; runs of them that read the same rows of the streamed input (grouped-query attention's value rows,
+  shared by the query heads of one KV head) are unrolled together, so each row is loaded once (``_shared_runs``).
 - Matrix products large enough to be compute bound get a register tile (``gemm_opts``): rows unrolled,
   several vectors of columns, and the reduction tiled so one block of the right-hand matrix stays in cache.
 - Reductions along their input's contiguous axis (a matrix-vector product, dequantize-and-dot): the reduced
