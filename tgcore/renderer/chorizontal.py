@@ -62,10 +62,10 @@ def _pairwise(n: UOp, size: int) -> tuple[UOp, int] | None:
         return (n.src[0], n.arg[0]) if n.op is Ops.GEP and len(n.arg) == 1 else None
     if n.op is not Ops.ADD or n.dtype != dtypes.float32 or len(n.src) != 2:
         return None
-    halves = [_pairwise(s, size // 2) for s in n.src]
-    if halves[0] is None or halves[1] is None:
+    left, right = (_pairwise(s, size // 2) for s in n.src)
+    if left is None or right is None:
         return None
-    (va, a), (vb, b) = sorted(halves, key=lambda h: h[1])
+    (va, a), (vb, b) = sorted((left, right), key=lambda h: h[1])
     return (va, a) if va is vb and a % size == 0 and b == a + size // 2 else None
 
 
