@@ -243,3 +243,62 @@ def test_concatenation_along_rows_in_a_matvec_selects_whole_vectors():
     assert comparisons, srcs
     # each comparison a scalar (_Bool) once per vector, never a vector compared lane by lane
     assert all(line.startswith("const _Bool ") and "{" not in line for line in comparisons), comparisons
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_float_vector_max_is_one_blend_and_matches_numpy(dtype):
+    """maximum and a max reduction on float vectors, NaN in either operand kept, -0/+0 and infinities as numpy: each
+    vector's max is one compare and blend, with no lane-by-lane NaN test (which gcc turned into branches)."""
+    edge = np.array([1, -2, np.nan, 0.0, -0.0, np.inf, -np.inf, 3, -1, np.nan, 2, -0.0], dtype)
+    other = np.array([0, np.nan, 1, -0.0, 0.0, 2, -1, 3, np.nan, np.nan, np.inf, -0.0], dtype)
+    a = np.tile(edge, 16).reshape(12, 16)
+    b = np.tile(other, 16).reshape(12, 16)
+    out, srcs = run(Tensor(a, device="CPU").maximum(Tensor(b, device="CPU")))
+    np.testing.assert_array_equal(out.view(np.uint8), np.maximum(a, b).view(np.uint8))
+    rows = np.random.default_rng(3).standard_normal((16, 96)).astype(dtype)
+    rows[2, 5] = np.nan
+    reduced, reduce_srcs = run(Tensor(rows, device="CPU").max(-1))
+    np.testing.assert_array_equal(reduced, rows.max(-1))
+    for src in srcs + reduce_srcs:
+        if "vector_size" in src:  # (a vectorized kernel)
+            assert not re.search(r"\[0\]!=\w+\[0\]", src), src  # no per-lane NaN test
+    assert any("tg_a.v != tg_a.v" in s for s in srcs + reduce_srcs)
+
+
+@pytest.mark.parametrize("rows", [1, 4])
+def test_grouped_query_values_are_converted_once_per_group(rows):
+    """Attention's weights times values with 3 query heads per KV head (SmolLM2's 9/3, head_dim 64, a float16
+    cache): the values against numpy, and where the registers hold the three heads' accumulators, each value vector is
+    loaded and converted once for the three (three accumulators per conversion, not one)."""
+    from tgcore.runtime.registry import open_device
+    heads, kv, dim, window = 9, 3, 64, 96
+    rng = np.random.default_rng(rows)
+    w = rng.random((rows, heads, window)).astype(np.float32)
+    v = rng.standard_normal((rows, kv, window, dim)).astype(np.float16)
+    values = Tensor(v).cast("float32").reshape(rows, kv, 1, window, dim)
+    t = Tensor(w).reshape(rows, kv, heads // kv, 1, window) @ values
+    out, srcs = run(t.permute(0, 3, 1, 2, 4).reshape(rows, heads * dim).contiguous())  # (as tg_llm's model)
+    ref = np.einsum("bkgt,bktd->bkgd", w.reshape(rows, kv, heads // kv, window), v.astype(np.float32))
+    np.testing.assert_allclose(out, ref.reshape(rows, heads * dim), rtol=1e-5, atol=1e-5)
+    (src,) = [s for s in srcs if "_Float16" in s and "acc0" in s]
+    conversions = len(re.findall(r"= tg_half8_to_f32\(", src))
+    accumulators = len(re.findall(r"^\s*tg_float32x8 acc\d+;", src, re.M))
+    shared = 3 if open_device("CPU").renderer.vector_registers >= 3 * 8 + 4 else 1
+    assert accumulators == shared * conversions, src
+
+
+def test_float_lane_sum_is_the_pairwise_tree_bit_for_bit():
+    """A float32 vector's 8 lanes summed at the end of a vectorized reduction: in codegen's pairwise order
+    ((0+1)+(2+3))+((4+5)+(6+7)), bit for bit (numpy computing that order; the values span 8 decades so another order
+    rounds differently), by the shuffling helper rather than 7 extracted scalar adds."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((256, 8)) * 10.0 ** rng.integers(-4, 5, (256, 8))).astype(np.float32)
+    c = [x[:, i] for i in range(8)]
+    pairwise = ((c[0] + c[1]) + (c[2] + c[3])) + ((c[4] + c[5]) + (c[6] + c[7]))
+    in_order = c[0]
+    for i in range(1, 8):
+        in_order = in_order + c[i]
+    assert (pairwise != in_order).any()  # (the data tells the orders apart)
+    out, srcs = run(Tensor(x, device="CPU").sum(-1))
+    np.testing.assert_array_equal(out.view(np.uint32), pairwise.view(np.uint32))
+    assert any("tg_hadd_f32x8(" in s for s in srcs)

@@ -5,7 +5,9 @@ In:  a kernel SINK in REDUCE form (simplified), the renderer, the threads the de
 Out: a list of ``Opt`` records for ``tgcore.codegen.optimize.apply_opts``.
 
 - Elementwise kernels and reductions along an output axis (a matmul's, a column sum): the output axis that
-  is contiguous in memory becomes vector lanes, and in reductions a second output axis is unrolled.
+  is contiguous in memory becomes vector lanes, and in reductions a second output axis is unrolled, or that axis's
+  next vectors; runs of them that read the same rows of the streamed input (grouped-query attention's value rows,
+  shared by the query heads of one KV head) are unrolled together, so each row is loaded once (``_shared_runs``).
 - Matrix products large enough to be compute bound get a register tile (``gemm_opts``): rows unrolled,
   several vectors of columns, and the reduction tiled so one block of the right-hand matrix stays in cache.
 - Reductions along their input's contiguous axis (a matrix-vector product, dequantize-and-dot): the reduced
@@ -504,9 +506,42 @@ def vector_opts(ast: UOp, simd_widths: dict[DType, int], masked: bool = False, b
             # were 32 bytes of each cache row, 8 rows 174 -> 55-65 us per weights-times-values kernel): the output
             # axis's next vectors unrolled, so several independent accumulator chains overlap on contiguous memory
             # (8 of 8 floats: a head of 64, each step reads a float16 value row's whole 128 bytes, not every other
-            # line; SmolLM2's 8-row step, one thread: 4.1 -> 3.2 ms for its 30 weights-times-values kernels)
-            chosen.append(Opt(OptOps.UNROLL, number[contiguous[0]], chains))
+            # line; SmolLM2's 8-row step, one thread: 4.1 -> 3.2 ms for its 30 weights-times-values kernels); where
+            # consecutive runs of those vectors read the same rows of the streamed input (the query heads of one
+            # grouped-query head: one value row), the runs unrolled together: each row loaded and converted once
+            copies = _shared_runs(mains, contiguous[0], width * chains, (registers - SPARE_REGISTERS) // chains)
+            chosen.append(Opt(OptOps.UNROLL, number[contiguous[0]], chains * copies))
     return chosen
+
+
+SHARED_RUNS = (4, 3, 2)  # runs of an output axis's vectors tried for reading the same streamed rows, most first
+SPARE_REGISTERS = 4     # vector registers kept for loads and broadcasts beside the unrolled accumulators
+
+
+def _shared_runs(mains: list[UOp], r: UOp, run: int, most: int) -> int:
+    """How many consecutive runs of ``run`` steps of the output axis ``r`` (at most ``most``, one of ``SHARED_RUNS``)
+    read the same addresses of a main input at the same step within each run: grouped-query attention's weights
+    times values, where the query heads of one KV head (runs of head_dim outputs) read one value row. 1 when none do.
+    Checked at ``GROUP_SAMPLES`` random points (as ``_grouped``)."""
+    rng = random.Random(0)
+    for runs in SHARED_RUNS:
+        if runs > most or _size(r) % (run * runs):
+            continue
+        for index in dedup(i for m in mains for i in _address_indices(m)):
+            if _stride(index, r) == 0:
+                continue  # (not read along r at all: nothing to share by unrolling)
+            leaves = [u for u in index.toposort if u.op in (Ops.RANGE, Ops.DEFINE_VAR) and u is not r]
+            try:
+                for _ in range(GROUP_SAMPLES):
+                    values = {u: rng.randint(int(u.vmin), int(u.vmax)) for u in leaves}
+                    start = rng.randrange(_size(r) // (run * runs)) * run * runs + rng.randrange(run)
+                    if len({eval_at(index, {**values, r: start + j * run}) for j in range(runs)}) != 1:
+                        break
+                else:
+                    return runs
+            except (ValueError, KeyError):  # something a random point cannot give (a variable by name)
+                continue
+    return 1
 
 
 MIN_VECTOR_BYTES = 16  # the narrowest vector worth its lanes (an SSE or NEON register)

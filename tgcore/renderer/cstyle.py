@@ -110,6 +110,17 @@ def _vector_select(dt: DType, cond: str, a: str, b: str) -> str:
             f"tg_a.v = {a}; tg_b.v = {b}; tg_a.m = (tg_a.m & tg_s) | (tg_b.m & ~tg_s); tg_a.v; }})")
 
 
+def _vector_float_max(dt: DType, a: str, b: str) -> str:
+    """max(a, b) of float vectors, a NaN in either kept (numpy.maximum): a where a is NaN or larger, else b, blended
+    under one vector compare. (Lane by lane, gcc 12 made each lane's NaN test two branches: softmax's max and its
+    exponent's floor ran scalar, ~3 branches per value.)"""
+    size = dt.scalar().itemsize * dt.count
+    mask = f"{MASK_LANE[dt.scalar().itemsize]} tg_mask __attribute__((vector_size({size})))"
+    return (f"({{ typedef {mask}; union {{ {c_type(dt)} v; tg_mask m; }} tg_a, tg_b; tg_a.v = {a}; tg_b.v = {b}; "
+            "tg_mask tg_s = (tg_mask)((tg_a.v != tg_a.v) | (tg_a.v > tg_b.v)); "
+            "tg_a.m = (tg_a.m & tg_s) | (tg_b.m & ~tg_s); tg_a.v; })")
+
+
 def vector_typedef(dt: DType) -> str:
     lane = "signed char" if dt.scalar() is dtypes.bool else c_type(dt.scalar())
     return f"typedef {lane} {c_type(dt)} __attribute__((vector_size({dt.scalar().itemsize * dt.count})));"
@@ -471,6 +482,8 @@ class CRenderer(Renderer):
             return f"(-{a[0]})" if u.op is Ops.NEG else f"({a[0]}{BINARY_INFIX[u.op]}{a[1]})"
         if u.op is Ops.WHERE and u.src[0].dtype.count == dt.count:
             return _vector_select(dt, *a)
+        if u.op is Ops.MAX and dt.scalar() in (dtypes.float32, dtypes.float64) and all(s.dtype == dt for s in u.src):
+            return _vector_float_max(dt, *a)
         lanes = [self._scalar_alu(u.op, dt.scalar(), sdt.scalar(), [f"{x}[{i}]" for x in a], const_div, overflow)
                  for i in range(dt.count)]
         return f"(({c_type(dt)}){{{', '.join(lanes)}}})"
