@@ -302,7 +302,8 @@ def worker_figures(url: str) -> dict[str, float]:
         if name.startswith("tg_llm_worker_seconds_total{phase="):
             out[name.split('"')[1]] = float(value)
         elif name in ("tg_llm_decode_steps_total", "tg_llm_decode_rows_total", "tg_llm_decode_step_rows_total",
-                      "tg_llm_prefill_chunks_total"):
+                      "tg_llm_prefill_chunks_total", "tg_llm_prefill_forwards_total", "tg_llm_slot_swaps_total",
+                      "tg_llm_decode_steps_while_prefilling_total"):
             out[name[len("tg_llm_"):-len("_total")]] = float(value)
     return out
 
@@ -315,10 +316,15 @@ def worker_note(url: str, before: dict[str, float]) -> str:
         return ""
     d = {k: after[k] - before.get(k, 0.0) for k in after}
     steps = max(d.get("decode_steps", 0.0), 1.0)
-    return (f"; worker: prefill {d.get('prefill', 0):.2f} s ({d.get('prefill_chunks', 0):.0f} chunks), decode "
-            f"{d.get('decode', 0):.2f} s ({d.get('decode_steps', 0):.0f} steps, {d.get('decode_rows', 0) / steps:.1f} "
-            f"sequences and {d.get('decode_step_rows', 0) / steps:.1f} rows per step), host {d.get('host', 0):.2f} s, "
-            f"idle {d.get('idle', 0):.2f} s")
+    # (a server without the later counters: their figures left out)
+    forwards = f" in {d['prefill_forwards']:.0f} forwards" if "prefill_forwards" in d else ""
+    swaps = f", {d['slot_swaps']:.0f} slot swaps" if "slot_swaps" in d else ""
+    between = f", {d['decode_steps_while_prefilling']:.0f} of them while a prompt prefilled" \
+        if "decode_steps_while_prefilling" in d else ""
+    return (f"; worker: prefill {d.get('prefill', 0):.2f} s ({d.get('prefill_chunks', 0):.0f} chunks{forwards}"
+            f"{swaps}), decode {d.get('decode', 0):.2f} s ({d.get('decode_steps', 0):.0f} steps{between}, "
+            f"{d.get('decode_rows', 0) / steps:.1f} sequences and {d.get('decode_step_rows', 0) / steps:.1f} rows per "
+            f"step), host {d.get('host', 0):.2f} s, idle {d.get('idle', 0):.2f} s")
 
 
 def engine_note(url: str, before: dict[str, float], engine: EngineSteps | None, rows: int) -> str:

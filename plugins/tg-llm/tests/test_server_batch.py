@@ -195,6 +195,44 @@ def test_prompts_arriving_together_join_in_one_forward_and_decode_together() -> 
         assert stream == alone
 
 
+def test_prompts_arriving_one_by_one_reuse_their_prefix_from_other_slots() -> None:
+    """Four 32-token prompts run together (slots 0-3 cache them), then again one at a time in reverse order, each
+    sent once the one before holds a slot. A prompt arriving alone takes the lowest free slot (fewest rows per step),
+    whose cache holds another prompt: the slot caching its first chunk swaps caches with it (``Model.swap_sequences``),
+    so the second round prefills one chunk of 16 per prompt (4, not 8: no prompt is prefilled twice) and each stream's
+    greedy tokens are those of the first round (prefilled from scratch)."""
+    import asyncio
+
+    from tg_llm.server_engine import Choice, Engine, Job
+    engine = Engine(smollm2_path(), max_context=128, parallel=4, prefill_chunk=16)
+    engine.start_loading().join(600)
+    assert engine.state == "ready"
+    deadline = time.monotonic() + 600
+    while engine.warm_ups_left and time.monotonic() < deadline:  # (an idle warm-up empties the slots it runs in)
+        time.sleep(0.1)
+    loop = asyncio.new_event_loop()
+    prompts = [[int(t) for t in np.random.default_rng(40 + i).integers(100, 40000, 32)] for i in range(4)]
+
+    def job(prompt: list[int]) -> Any:
+        j = Job([Choice(prompt, GEN, temperature=0.0)], loop, time.monotonic() + 600)
+        assert engine.try_submit(j)
+        return j
+
+    first = [job(p) for p in prompts]  # (together: slots 0-3 in order)
+    first_tokens = [loop.run_until_complete(job_tokens(j)) for j in first]
+    chunks, swaps = engine.clock.chunks, engine.clock.swaps
+    assert chunks == 8 and swaps == 0
+    second = []
+    for p in prompts[::-1]:
+        second.append(job(p))
+        assert second[-1].started.wait(600)
+    second_tokens = [loop.run_until_complete(job_tokens(j)) for j in second]
+    engine.stop()
+    engine._worker.join(60)
+    assert second_tokens == first_tokens[::-1]
+    assert engine.clock.chunks - chunks == 4 and engine.clock.swaps - swaps >= 1
+
+
 def test_prompt_logprobs_do_not_change_the_generation(server: Any) -> None:
     """A request with prompt log-probabilities (echo) prefills in the scheduler's chunks too: its generated tokens'
     log-probabilities are bitwise those of the same request without echo (a 40-token prompt: 3 chunks of 16)."""

@@ -81,7 +81,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tg_llm.embedding import Embedding
-from tg_llm.kv_cache import CacheKind, RowWrites, decode_window, first_dtype, write_rows, zeroed
+from tg_llm.kv_cache import CacheKind, RowWrites, decode_window, first_dtype, swap_sequences, write_rows, zeroed
 from tg_llm.layers import linear, linear_parts, masked_exp, rms_norm, rope, rope_frequencies, softcap
 from tg_llm.model_config import (
     ContextLengthError,
@@ -310,6 +310,23 @@ class Model:
             self._tokens[s] = []
             for kind in self.kinds:
                 kind.forget(s)
+
+    def swap_sequences(self, a: int, b: int) -> None:
+        """Exchange what sequences ``a`` and ``b``'s caches hold (keys, values, the tokens and the position of each
+        slot), as if each had run the other's calls: a server moves a cached prompt prefix into the slot it wants
+        (the batched step's rows reach the highest slot in use) without losing the other slot's. A copy on the host
+        of the slots either holds (nothing compiles)."""
+        a, b = self._check_seq(a), self._check_seq(b)
+        if a == b:
+            return
+        held = max(len(self._tokens[a]), len(self._tokens[b]))
+        for layer in self.layers:
+            slots = min(self.kinds[layer.kind].cache_len, held)  # (a ring's slots: all once it wrapped)
+            for cache in (layer.cache_k, layer.cache_v):
+                swap_sequences(cache, a, b, slots)
+        for kind in self.kinds:
+            kind.slot_pos[[a, b]] = kind.slot_pos[[b, a]]
+        self._tokens[a], self._tokens[b] = self._tokens[b], self._tokens[a]
 
     def forward(self, tokens: Sequence[int], start_pos: int, seq: int = 0) -> np.ndarray:
         """Logits (float32, shape (len(tokens), vocab)) of ``tokens`` placed at ``start_pos``, ``start_pos+1``, ...

@@ -17,8 +17,8 @@ worker's loop it
 1. takes the jobs that arrived and drops the sequences of cancelled, timed-out or (at shutdown) stopped jobs;
 2. gives free slots to waiting choices (the free slot that keeps the batched step's rows fewest, counting the
    rows the sequences in slots and waiting need anyway; among those the one whose cache holds the most whole
-   chunks of the prompt: the prefix cache works per slot, in whole chunks;
-   a slot caching ``PREFIX_OVER_ROWS`` tokens of the prompt or more is taken even if the steps grow);
+   chunks of the prompt: the prefix cache works per slot, in whole chunks; when another free slot caches more of
+   the prompt, the two swap their caches: ``Model.swap_sequences``);
 3. prefills one chunk (at most ``prefill_chunk`` tokens) of the prefilling sequence with the fewest prompt tokens
    left, so a long prompt is prefilled across many turns and a short one is not stuck behind it, in one forward
    with the next chunks of up to ``PREFILL_BATCH`` - 1 other prefilling sequences whose chunks run alongside it as
@@ -201,10 +201,6 @@ PREFILL_CHUNK = 64
 # next warm-ups (short prompts' prefill, the chunks, the next windows) run before ready while the last one's time
 # says the next still fits; the rest while idle. A warm program cache (tgcore.engine.programs) makes them cheap.
 READY_BUDGET_S = 3.5
-# a new sequence takes a free slot in the lowest row bucket (every batched step runs rows up to the highest slot in
-# use, rounded up to a power of two: a one-stream generation in slot 7 ran 8-row steps, 2-4x a 1-row step's time),
-# unless another free slot's cache holds at least this many tokens of its prompt (re-prefilling them costs more)
-PREFIX_OVER_ROWS = 512
 # prefilling sequences whose next chunks may run in one forward (``prefill.batch_partners``): prompts arriving
 # together then decode together from their first tokens (one joining per turn ran 8 streams' 64 tokens in 70-72
 # steps, not 64-66); more would stall the sequences decoding meanwhile longer per turn and take more warm-up captures
@@ -590,15 +586,24 @@ class _Scheduler:
         demand = len(in_use) + 1 + sum(len(st.waiting) for st in self.jobs)
         least_rows = self.model.batch_rows(min(demand, len(self.slots)) - 1)
 
+        def reused(i: int) -> int:  # (only whole chunks of the prompt are reused, see below)
+            return min(shared[i], len(prompt) - 1) // chunk * chunk
+
         def cost(i: int) -> tuple[int, int, int]:
             # a batched step runs rows up to the highest slot in use (a power of two): fewest rows first (beyond
-            # those the waiting sequences need anyway), then the most whole chunks of the prompt cached (only those
-            # are reused, see below), then the lowest slot. A prefix of PREFIX_OVER_ROWS tokens or more is worth a
-            # bigger step (a long conversation's history).
-            reused = min(shared[i], len(prompt) - 1) // chunk * chunk
+            # those the waiting sequences need anyway), then the most whole chunks of the prompt cached, then the
+            # lowest slot
             rows = max(least_rows, self.model.batch_rows(max([i, *in_use])))
-            return (0 if reused >= PREFIX_OVER_ROWS else rows, -reused, i)
+            return (rows, -reused(i), i)
         slot = min(free, key=cost)
+        # another free slot caching more of the prompt (requests arriving one by one each see fewer rows wanted and
+        # take the lowest slots, whose caches hold other prompts): the two slots swap what they hold, so this prompt
+        # is not prefilled again and the chosen slot's cache is kept for a later prompt
+        donor = max(free, key=lambda i: (reused(i), -i))
+        if reused(donor) > reused(slot):
+            self.model.swap_sequences(slot, donor)
+            shared[slot], shared[donor] = shared[donor], shared[slot]
+            self.engine.clock.swaps += 1
         job.started.set()
         state.running = True
         if choice.prompt_logprobs:

@@ -104,7 +104,8 @@ class WorkerClock:
     of each turn: scheduling, sampling, detokenizing, handing events to the HTTP side), ``idle`` (waiting for work,
     warm-ups made while idle included), ``load`` (from the engine's start to the worker's: loading, the first
     warm-ups). ``steps`` counts decode steps, ``rows`` the sequences they ran and ``step_rows`` the rows they
-    computed (a step's rows reach its highest slot: idle rows included)."""
+    computed (a step's rows reach its highest slot: idle rows included); ``chunks`` counts prompt chunks prefilled,
+    ``swaps`` the slots that swapped caches to reuse a prompt prefix."""
 
     PHASES = ("prefill", "decode", "host", "idle", "load")
 
@@ -114,6 +115,7 @@ class WorkerClock:
         self.rows = 0
         self.step_rows = 0  # rows the steps computed: up to the highest slot in use (idle rows included)
         self.chunks = 0
+        self.swaps = 0  # slots that swapped caches to reuse a cached prompt prefix (``Model.swap_sequences``)
         self._mark = time.perf_counter()
 
     def lap(self, phase: str) -> None:
