@@ -23,7 +23,10 @@ worker's loop it
    left, so a long prompt is prefilled across many turns and a short one is not stuck behind it, in one forward
    with the next chunks of up to ``PREFILL_BATCH`` - 1 other prefilling sequences whose chunks run alongside it as
    they would alone (prompts of two chunks arriving together join the decode steps together; a shorter prompt, or
-   any on a pipeline, runs alone); a sequence's last chunk gives its first token;
+   any on a pipeline, runs alone); a sequence's last chunk gives its first token. While prompts with at most
+   ``PREFILL_FIRST_CHUNKS`` chunks left are prefilling (requests arriving a few ms apart), their chunks all run
+   before the step, taking the requests that arrived meanwhile: the streams decoding get one stall, not a chunk
+   between each of their steps;
 4. runs one batched decode step (``Model.decode``) for every sequence that has a token to run, and samples the
    next token of each; finished ones free their slot at once.
 A sequence's tokens do not depend on what else runs (``Model.decode`` is batch-invariant) nor on what its slot
@@ -206,6 +209,9 @@ READY_BUDGET_S = 3.5
 # steps, not 64-66); more would stall the sequences decoding meanwhile longer per turn and take more warm-up captures
 # (each count its own)
 PREFILL_BATCH = 4
+# prompts with at most this many chunks left prefill before the next decode step (``_Scheduler.prefills_first``); a
+# short request behind a long prompt still waits for one chunk of it at most
+PREFILL_FIRST_CHUNKS = 2
 IDLE_POLL_S = 0.5     # how often an idle worker looks at the queue when nothing arrives
 # an idle capture (up to a second on a loaded machine) starts only after this long without work, so requests sent
 # one after another (a client's next turn, a benchmark's next round) do not wait behind one
@@ -401,21 +407,11 @@ class Engine:
                 except Exception:  # noqa: BLE001 - an optional capture: a request needing it compiles it then
                     log.warning("an idle warm-up capture failed; the rest are skipped", exc_info=True)
                     self._warm_later.clear()
-            arrived: list[Job | None] = []
-            try:  # wait for work only when there is nothing to run; then take all that is queued
-                wait = IDLE_POLL_S if not self._warm_later else max(0.0, min(IDLE_POLL_S, IDLE_WARM_AFTER_S - quiet))
-                arrived.append(self._queue.get(timeout=wait) if idle else self._queue.get_nowait())
-                while True:
-                    arrived.append(self._queue.get_nowait())
-            except queue.Empty:
-                pass
+            # wait for work only when there is nothing to run
+            wait = IDLE_POLL_S if not self._warm_later else max(0.0, min(IDLE_POLL_S, IDLE_WARM_AFTER_S - quiet))
+            self.take_arrivals(sched, wait if idle else None)
             if idle:
                 clock.lap("idle")
-            for item in arrived:
-                if item is None:
-                    sched.closing = True
-                else:
-                    sched.accept(item)
             if sched.closing and not sched.busy():
                 return
             try:
@@ -424,6 +420,21 @@ class Engine:
                 log.exception("generation failed")
                 sched.fail_all(e)
             flush_outboxes()  # (the tokens held back that waited long enough)
+
+    def take_arrivals(self, sched: _Scheduler, wait: float | None = None) -> None:
+        """Hand the jobs queued to the scheduler (first waiting up to ``wait`` seconds for one; None: not at all)."""
+        arrived: list[Job | None] = []
+        try:
+            arrived.append(self._queue.get(timeout=wait) if wait is not None else self._queue.get_nowait())
+            while True:
+                arrived.append(self._queue.get_nowait())
+        except queue.Empty:
+            pass
+        for item in arrived:
+            if item is None:
+                sched.closing = True
+            else:
+                sched.accept(item)
 
     def _job_done(self, job: Job) -> None:
         with self._lock:
@@ -506,9 +517,22 @@ class _Scheduler:
     def turn(self) -> None:
         self.sweep()
         self.admit()
-        self.prefill_chunks()
-        self.sweep()  # a chunk can take a while: what was cancelled or stopped meanwhile does not decode
+        while True:
+            self.prefill_chunks()
+            self.sweep()  # a chunk can take a while: what was cancelled or stopped meanwhile does not decode
+            if not any(self.prefills_first(s) for s in self.slots):
+                break
+            self.engine.take_arrivals(self)  # (requests that arrived during the chunk join now)
+            self.admit()
         self.decode_step()
+
+    def prefills_first(self, seq: _Sequence | None) -> bool:
+        """Whether ``seq`` is prefilling a prompt with at most ``PREFILL_FIRST_CHUNKS`` chunks left: such prompts
+        (requests arriving a few ms apart) all prefill before the next decode step, so the streams decoding meanwhile
+        get one stall, not a chunk between each of their steps, and the new ones join the next step together; a
+        longer prompt prefills one chunk per turn, interleaved with the steps."""
+        return seq is not None and seq.prefilling and \
+            len(seq.choice.prompt_ids) - seq.done <= PREFILL_FIRST_CHUNKS * self.engine.prefill_chunk
 
     def sweep(self) -> None:
         """End the jobs that were cancelled, ran past their deadline, or that the shutdown stops."""
@@ -668,6 +692,7 @@ class _Scheduler:
             logits = self.model.prefill_chunks([(s.slot, part, s.done) for s, part in zip(group, parts, strict=True)],
                                                logits=last)
         clock.lap("prefill")
+        clock.prefill_forwards += 1
         for i, (seq, part) in enumerate(zip(group, parts, strict=True)):
             seq.done += len(part)
             if last:
@@ -714,6 +739,7 @@ class _Scheduler:
         logits = self.model.decode(steps)
         clock.lap("decode")
         clock.steps += 1
+        clock.steps_while_prefilling += any(s is not None and s.prefilling for s in self.slots)
         clock.rows += len(steps)
         clock.step_rows += self.model.batch_rows(max(s.slot for s in ready))
         for s, row in zip(ready, logits, strict=True):

@@ -104,8 +104,9 @@ class WorkerClock:
     of each turn: scheduling, sampling, detokenizing, handing events to the HTTP side), ``idle`` (waiting for work,
     warm-ups made while idle included), ``load`` (from the engine's start to the worker's: loading, the first
     warm-ups). ``steps`` counts decode steps, ``rows`` the sequences they ran and ``step_rows`` the rows they
-    computed (a step's rows reach its highest slot: idle rows included); ``chunks`` counts prompt chunks prefilled,
-    ``swaps`` the slots that swapped caches to reuse a prompt prefix."""
+    computed (a step's rows reach its highest slot: idle rows included), ``steps_while_prefilling`` those run while a
+    sequence in a slot waited for its prompt; ``chunks`` counts prompt chunks prefilled, ``prefill_forwards`` the
+    forwards they ran in, ``swaps`` the slots that swapped caches to reuse a prompt prefix."""
 
     PHASES = ("prefill", "decode", "host", "idle", "load")
 
@@ -115,6 +116,8 @@ class WorkerClock:
         self.rows = 0
         self.step_rows = 0  # rows the steps computed: up to the highest slot in use (idle rows included)
         self.chunks = 0
+        self.prefill_forwards = 0  # forwards the chunks ran in (several prompts' chunks joined in one)
+        self.steps_while_prefilling = 0  # decode steps run while a sequence in a slot was prefilling
         self.swaps = 0  # slots that swapped caches to reuse a cached prompt prefix (``Model.swap_sequences``)
         self._mark = time.perf_counter()
 
