@@ -18,8 +18,11 @@ from typing import Any
 # seconds between two wake-ups of the event loop for tokens that are not urgent: one stream's 4 ms tokens woke the
 # HTTP thread 250 times a second, each wake-up a thread switch that took a core from the model's kernels and the
 # GIL from the worker (SmolLM2 through the server: 0.8x the engine's decode, ~10% of the worker's time in the
-# hand-off); 25 ms is ~6 tokens per wake-up, 40 updates a second of a stream's text
-HANDOFF_INTERVAL_S = 0.025
+# hand-off); 50 ms is ~3-12 tokens per wake-up, 20 updates a second of a stream's text. Against 25 ms (serve.py,
+# interleaved runs at load 4-7): a stream's decode times the worker's mean step 0.963/0.903/0.833 at 1/4/8 streams
+# (median of 4 runs) against 0.931/0.856/0.812 (6 runs): the wake-ups, the SSE sends and the client's parses take
+# CPU from the model's threads
+HANDOFF_INTERVAL_S = 0.05
 
 
 class Outbox:
