@@ -18,8 +18,10 @@ one round of the most streams, and measures:
 - one stream and N concurrent streams (completions with random token-id prompts, greedy): aggregate
   completion tokens per second of wall time (the N prompts' prefill included, as one stream's own: a round of N
   streams is N prefills and 63 or more batched steps, the engine's N-row decode figure the steps alone), each
-  stream's decode rate (first token to last), and from a tg server where its worker's time went (prefill, decode
-  steps with the sequences and rows per step, host work, idle);
+  stream's decode rate (first token to last), and from a tg server where its worker's time went (prefill chunks and
+  the forwards they ran in, slot swaps, decode steps with those run while a prompt prefilled and the sequences and
+  rows per step, host work, idle) and the mean stream's decode times the worker's mean step: the share of a stream's
+  span its own steps took, what the server loses around the steps whatever the machine's load;
 - with ``--engine-steps``, after each round of N streams: the engine's N-row step alone at the same positions (this
   process, a model of its own), beside the worker's mean step in that round: what the server adds to a step;
 - the time to first token of a short request sent while a ``--long-prompt-tokens`` prompt prefills;
@@ -302,23 +304,34 @@ def worker_figures(url: str) -> dict[str, float]:
         if name.startswith("tg_llm_worker_seconds_total{phase="):
             out[name.split('"')[1]] = float(value)
         elif name in ("tg_llm_decode_steps_total", "tg_llm_decode_rows_total", "tg_llm_decode_step_rows_total",
-                      "tg_llm_prefill_chunks_total"):
+                      "tg_llm_prefill_chunks_total", "tg_llm_prefill_forwards_total", "tg_llm_slot_swaps_total",
+                      "tg_llm_decode_steps_while_prefilling_total"):
             out[name[len("tg_llm_"):-len("_total")]] = float(value)
     return out
 
 
-def worker_note(url: str, before: dict[str, float]) -> str:
+def worker_note(url: str, before: dict[str, float], stream_decode: float = 0.0) -> str:
     """Where the worker's time went since ``before`` (``worker_figures``): what a round loses against the engine's
-    steps alone (prefill, host work, steps with fewer rows than streams)."""
+    steps alone (prefill, host work, steps with fewer rows than streams). With ``stream_decode`` (the round's mean
+    decode tok/s per stream): that rate times the worker's mean step, the share of a stream's first-to-last span that
+    its own steps took (1.0: nothing else ran between them; both measured in the round, so the machine's load
+    cancels out mostly)."""
     after = worker_figures(url)
     if not before or not after:
         return ""
     d = {k: after[k] - before.get(k, 0.0) for k in after}
     steps = max(d.get("decode_steps", 0.0), 1.0)
-    return (f"; worker: prefill {d.get('prefill', 0):.2f} s ({d.get('prefill_chunks', 0):.0f} chunks), decode "
-            f"{d.get('decode', 0):.2f} s ({d.get('decode_steps', 0):.0f} steps, {d.get('decode_rows', 0) / steps:.1f} "
-            f"sequences and {d.get('decode_step_rows', 0) / steps:.1f} rows per step), host {d.get('host', 0):.2f} s, "
-            f"idle {d.get('idle', 0):.2f} s")
+    # (a server without the later counters: their figures left out)
+    forwards = f" in {d['prefill_forwards']:.0f} forwards" if "prefill_forwards" in d else ""
+    swaps = f", {d['slot_swaps']:.0f} slot swaps" if "slot_swaps" in d else ""
+    between = f", {d['decode_steps_while_prefilling']:.0f} of them while a prompt prefilled" \
+        if "decode_steps_while_prefilling" in d else ""
+    return (f"; worker: prefill {d.get('prefill', 0):.2f} s ({d.get('prefill_chunks', 0):.0f} chunks{forwards}"
+            f"{swaps}), decode {d.get('decode', 0):.2f} s ({d.get('decode_steps', 0):.0f} steps{between}, "
+            f"{d.get('decode_rows', 0) / steps:.1f} sequences and {d.get('decode_step_rows', 0) / steps:.1f} rows per "
+            f"step), host {d.get('host', 0):.2f} s, idle {d.get('idle', 0):.2f} s"
+            + (f"; a stream's decode x the mean step: {stream_decode * d['decode'] / steps:.2f}"
+               if stream_decode and d.get("decode") else ""))
 
 
 def engine_note(url: str, before: dict[str, float], engine: EngineSteps | None, rows: int) -> str:
@@ -360,7 +373,7 @@ def measure(url: str, args: argparse.Namespace, streams: list[int],
         print(f"  {n} stream(s): aggregate {r['aggregate_tok_s']:.1f} tok/s, per stream decode "
               f"{r['mean_stream_decode_tok_s']:.1f} tok/s (summed: {n * r['mean_stream_decode_tok_s']:.1f}; "
               f"{r['tokens']} tokens in {r['wall_s']:.1f} s"
-              f"{compiled_note(url, compiled)}{worker_note(url, worker)})", flush=True)
+              f"{compiled_note(url, compiled)}{worker_note(url, worker, r['mean_stream_decode_tok_s'])})", flush=True)
         if note := engine_note(url, worker, engine, n):
             print(note, flush=True)
     compiled = kernels_compiled(url)

@@ -94,6 +94,35 @@ def test_idle_sequence_keeps_its_cache():
     np.testing.assert_array_equal(model.decode([(1, first, len(ps[1]))])[0], straight)
 
 
+def test_swapped_sequences_go_on_as_each_other():
+    """Sequences 0 and 3 prefill prompts of different lengths, then swap (``Model.swap_sequences``, a copy on the host,
+    no kernel compiled): each goes on bitwise as the other's prompt prefilled in its own slot would (one step of both,
+    then a step alone), its tokens are the other's; an unknown sequence is refused."""
+    from tgcore.engine.realize import CompileCounter
+    model = batch_model()
+    ps = prompts()
+    short, long = ps[1], ps[2]
+
+    def straight(prompt: list[int], seq: int) -> list[np.ndarray]:  # prefilled in ``seq`` itself, two steps
+        model.reset(seq)
+        token = int(np.argmax(model.forward_last(prompt, 0, seq=seq)))
+        first = model.decode([(seq, token, len(prompt))])[0].copy()
+        return [first, model.decode([(seq, int(np.argmax(first)), len(prompt) + 1)])[0].copy()]
+    want = {0: straight(short, 0), 3: straight(long, 3)}
+    model.reset()
+    tokens = {3: int(np.argmax(model.forward_last(short, 0, seq=3))), 0: int(np.argmax(model.forward_last(long, 0)))}
+    before = CompileCounter.count
+    model.swap_sequences(3, 0)
+    assert CompileCounter.count == before
+    assert model.tokens_of(0) == short and model.tokens_of(3) == long
+    both = model.decode([(0, tokens[3], len(short)), (3, tokens[0], len(long))])
+    for seq, row in zip((0, 3), both, strict=True):
+        np.testing.assert_array_equal(row, want[seq][0], err_msg=f"sequence {seq}")
+    np.testing.assert_array_equal(model.decode([(3, int(np.argmax(both[1])), len(long) + 1)])[0], want[3][1])
+    with pytest.raises(ValueError, match="sequence 4 does not exist"):
+        model.swap_sequences(0, 4)
+
+
 def test_decode_rejects_bad_steps():
     model = batch_model()
     model.reset()

@@ -195,6 +195,107 @@ def test_prompts_arriving_together_join_in_one_forward_and_decode_together() -> 
         assert stream == alone
 
 
+def test_prompts_arriving_one_by_one_reuse_their_prefix_from_other_slots() -> None:
+    """Four 32-token prompts run together (slots 0-3 cache them), then again one at a time in reverse order, each
+    sent once the one before holds a slot. A prompt arriving alone takes the lowest free slot (fewest rows per step),
+    whose cache holds another prompt: the slot caching its first chunk swaps caches with it (``Model.swap_sequences``),
+    so the second round prefills one chunk of 16 per prompt (4, not 8: no prompt is prefilled twice) and each stream's
+    greedy tokens are those of the first round (prefilled from scratch)."""
+    import asyncio
+
+    from tg_llm.server_engine import Choice, Engine, Job
+    engine = Engine(smollm2_path(), max_context=128, parallel=4, prefill_chunk=16)
+    engine.start_loading().join(600)
+    assert engine.state == "ready"
+    deadline = time.monotonic() + 600
+    while engine.warm_ups_left and time.monotonic() < deadline:  # (an idle warm-up empties the slots it runs in)
+        time.sleep(0.1)
+    loop = asyncio.new_event_loop()
+    prompts = [[int(t) for t in np.random.default_rng(40 + i).integers(100, 40000, 32)] for i in range(4)]
+
+    def job(prompt: list[int]) -> Any:
+        j = Job([Choice(prompt, GEN, temperature=0.0)], loop, time.monotonic() + 600)
+        assert engine.try_submit(j)
+        return j
+
+    first = [job(p) for p in prompts]  # (together: slots 0-3 in order)
+    first_tokens = [loop.run_until_complete(job_tokens(j)) for j in first]
+    chunks, swaps = engine.clock.chunks, engine.clock.swaps
+    assert chunks == 8 and swaps == 0
+    second = []
+    for p in prompts[::-1]:
+        second.append(job(p))
+        assert second[-1].started.wait(600)
+    second_tokens = [loop.run_until_complete(job_tokens(j)) for j in second]
+    engine.stop()
+    engine._worker.join(60)
+    assert second_tokens == first_tokens[::-1]
+    assert engine.clock.chunks - chunks == 4 and engine.clock.swaps - swaps >= 1
+
+
+def test_prompts_arriving_while_a_stream_decodes_prefill_before_its_next_step() -> None:
+    """A stream is decoding when a request for three choices of a 32-token prompt arrives (two chunks of 16 each): all
+    their chunks run before the stream's next decode step (one stall, not a chunk between its steps), and they join
+    its steps from their first tokens; each choice's greedy tokens are those of the prompt run alone."""
+    import asyncio
+
+    from tg_llm.model import Model
+    from tg_llm.server_engine import Choice, Engine, Job
+    prompt = [int(t) for t in np.random.default_rng(60).integers(100, 40000, 32)]
+    calls: list[str] = []  # "P": a prefill of the prompt's chunks, "D": a decode step
+    chunks = (prompt[:16], prompt[16:])
+
+    def load(*args: Any, **kw: Any) -> Any:
+        model = Model.from_gguf(*args, **kw)
+
+        def logged(name: str, run: Any, tokens_of: Any) -> Any:
+            def call(*a: Any, **k: Any) -> Any:
+                if name == "D" or any(list(tokens) in chunks for tokens in tokens_of(*a)):
+                    calls.append(name)
+                return run(*a, **k)
+            return call
+        model.decode = logged("D", model.decode, lambda steps, *_: [])  # type: ignore[method-assign]
+        model.prefill = logged("P", model.prefill, lambda tokens, *_: [tokens])  # type: ignore[method-assign]
+        model.forward_last = logged("P", model.forward_last, lambda tokens, *_: [tokens])  # type: ignore[method-assign]
+        model.prefill_chunks = logged(  # type: ignore[method-assign]
+            "P", model.prefill_chunks, lambda parts, *_: [tokens for _, tokens, _ in parts])
+        return model
+    engine = Engine(smollm2_path(), max_context=128, parallel=4, prefill_chunk=16, load_model=load)
+    engine.start_loading().join(600)
+    assert engine.state == "ready"
+    loop = asyncio.new_event_loop()
+    decoding = Job([Choice([int(t) for t in np.random.default_rng(61).integers(100, 40000, 12)], 48,
+                           temperature=0.0)], loop, time.monotonic() + 600)
+    assert engine.try_submit(decoding)
+    deadline = time.monotonic() + 600
+    while decoding.first_token_at is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    steps = engine.clock.steps
+    three = Job([Choice(prompt, GEN, temperature=0.0) for _ in range(3)], loop, time.monotonic() + 600)
+    assert engine.try_submit(three)
+
+    async def collect() -> list[list[int]]:
+        got: list[list[int]] = [[], [], []]
+        while (out := await three.outputs.get()).kind != "end":
+            assert out.kind == "event", out.payload
+            got[out.index].append(out.payload.token_id)
+        return got
+    got = loop.run_until_complete(collect())
+    loop.run_until_complete(job_tokens(decoding))
+    engine.stop()
+    engine._worker.join(60)
+    assert engine.clock.steps > steps  # (the stream was still decoding when the three arrived)
+    burst = calls[calls.index("P"):len(calls) - calls[::-1].index("P")]
+    assert "D" not in burst, calls
+    model = engine.model
+    model.reset(0)
+    model.prefill(prompt[:16], 0)  # (the server's chunks)
+    alone = [int(np.argmax(model.forward_last(prompt[16:], 16)))]
+    for pos in range(len(prompt), len(prompt) + GEN - 1):
+        alone.append(int(np.argmax(model.forward_last([alone[-1]], pos))))
+    assert got == [alone] * 3
+
+
 def test_prompt_logprobs_do_not_change_the_generation(server: Any) -> None:
     """A request with prompt log-probabilities (echo) prefills in the scheduler's chunks too: its generated tokens'
     log-probabilities are bitwise those of the same request without echo (a 40-token prompt: 3 chunks of 16)."""

@@ -152,7 +152,8 @@ def test_batches_time_out_at_the_deadline() -> None:
 
 
 class _SlotModel:
-    """What the scheduler's slot choice asks of a model: each slot's cached tokens and a step's rows."""
+    """What the scheduler's slot choice asks of a model: each slot's cached tokens, a step's rows, swapping two slots'
+    caches."""
 
     def __init__(self, cached: dict[int, list[int]], sequences: int = 8) -> None:
         from types import SimpleNamespace
@@ -166,24 +167,33 @@ class _SlotModel:
     def tokens_of(self, seq: int) -> list[int]:
         return list(self.cached.get(seq, []))
 
+    def swap_sequences(self, a: int, b: int) -> None:
+        self.cached[a], self.cached[b] = self.cached.get(b, []), self.cached.get(a, [])
+
 
 @pytest.mark.parametrize(("cached_slot", "cached_len", "busy", "waiting", "want"), [
-    (5, 128, [0], 0, 1),     # a cached chunk in slot 5 would make every step 8 rows: the lowest free slot instead
-    (1, 128, [0], 0, 1),     # cached in a slot of the lowest row bucket: reused
+    (5, 128, [0], 0, 1),     # a cached chunk in slot 5 would make every step 8 rows: the lowest free slot, swapped
+    (1, 128, [0], 0, 1),     # cached in a slot of the lowest row bucket: reused there
     (3, 128, [0, 2], 0, 3),  # slot 1 and slot 3 both give 4-row steps: the one caching the prompt's chunks
-    (6, 600, [0], 0, 6),     # a long cached prefix is worth a bigger step
+    (6, 600, [0], 0, 1),     # a long cached prefix too: swapped into the lowest free slot
     (3, 128, [], 3, 3),      # four sequences will run 4-row steps anyway: slots 0-3 cost the same, slot 3 caches
-    (5, 128, [], 3, 0),      # ... but slot 5 would make them 8 rows
+    (5, 128, [], 3, 0),      # ... but slot 5 would make them 8 rows: swapped into slot 0
 ])
-def test_a_new_sequence_takes_the_slot_with_fewest_rows_then_its_cached_prefix(
+def test_a_new_sequence_takes_the_slot_with_fewest_rows_and_its_cached_prefix(
         cached_slot: int, cached_len: int, busy: list[int], waiting: int, want: int) -> None:
+    """The slot of fewest rows per step; its cache swapped with the free slot caching the prompt's chunks, if another
+    one does: the prefix is reused wherever it was, the chosen slot's tokens kept in the other."""
     from types import SimpleNamespace
 
     from tg_llm import server_engine
     from tg_llm.server_engine import _JobState, _Scheduler
+    from tg_llm.server_handoff import WorkerClock
     prompt = list(range(1000, 1000 + cached_len + 10))
-    model = _SlotModel({cached_slot: prompt[:cached_len]})
-    engine = SimpleNamespace(model=model, parallel=8, prefill_chunk=64, active_slots=0, running_jobs=0)
+    other = [7] * 70  # (what the chosen slot cached before: kept in the slot it swapped with)
+    model = _SlotModel({cached_slot: prompt[:cached_len], want: other} if want != cached_slot
+                       else {cached_slot: prompt[:cached_len]})
+    engine = SimpleNamespace(model=model, parallel=8, prefill_chunk=64, active_slots=0, running_jobs=0,
+                             clock=WorkerClock())
     sched = _Scheduler(engine)  # type: ignore[arg-type]
     loop = asyncio.new_event_loop()
     for i in busy:  # (any object holds a slot)
@@ -193,7 +203,11 @@ def test_a_new_sequence_takes_the_slot_with_fewest_rows_then_its_cached_prefix(
     sched.start(state, state.waiting.pop(0))
     taken = [i for i, s in enumerate(sched.slots) if isinstance(s, server_engine._Sequence)]
     assert taken == [want]
-    assert sched.slots[want].cached == (min(cached_len, len(prompt) - 1) // 64 * 64 if want == cached_slot else 0)
+    assert sched.slots[want].cached == min(cached_len, len(prompt) - 1) // 64 * 64
+    assert model.cached[want] == prompt[:cached_len]
+    assert engine.clock.swaps == (want != cached_slot)
+    if want != cached_slot:
+        assert model.cached[cached_slot] == other
     loop.close()
 
 

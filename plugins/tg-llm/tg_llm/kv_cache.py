@@ -148,3 +148,25 @@ def write_rows(cache: Any, rows: Any, first: Any) -> None:
     within = (Tensor.arange(nkv, device=cache.device, dtype=index) * head_stride).reshape(1, nkv, 1) + \
         Tensor.arange(hd, device=cache.device, dtype=index).reshape(1, 1, hd)
     cache.reshape(-1).take(first.reshape(t, 1, 1) + within).assign(rows.cast(cache.dtype))
+
+
+def swap_sequences(cache: Any, a: int, b: int, slots: int) -> None:
+    """Exchange the first ``slots`` slots of sequences ``a`` and ``b`` of ``cache`` (sequences, kv heads, cache length,
+    head_dim), every head, through the host: a copy per head's run of slots (views of the cache's buffer), no kernel,
+    so nothing compiles. The reads and values cached from the old contents are dropped (``invalidate``)."""
+    from tgcore.schedule.state import REALIZATION
+    if slots == 0:
+        return
+    buf = REALIZATION.buffer_of(cache)
+    assert buf is not None, "a KV cache is a buffer of its own"
+    _, nkv, cache_len, hd = cache.shape
+    size, itemsize = slots * hd, cache.dtype.itemsize
+
+    def run_of(seq: int, head: int) -> Any:  # (the slots of one head of one sequence: contiguous)
+        return buf.view(size, cache.dtype, ((seq * nkv + head) * cache_len * hd) * itemsize)
+    for head in range(nkv):
+        first, second = run_of(a, head), run_of(b, head)
+        held = first.numpy()
+        first.copy_from(second)
+        second.copyin(held)
+    REALIZATION.invalidate(buf)

@@ -81,7 +81,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tg_llm.embedding import Embedding
-from tg_llm.kv_cache import CacheKind, RowWrites, decode_window, first_dtype, write_rows, zeroed
+from tg_llm.kv_cache import CacheKind, RowWrites, decode_window, first_dtype, swap_sequences, write_rows, zeroed
 from tg_llm.layers import linear, linear_parts, masked_exp, rms_norm, rope, rope_frequencies, softcap
 from tg_llm.model_config import (
     ContextLengthError,
@@ -91,6 +91,7 @@ from tg_llm.model_config import (
     check_tensor_shapes,
     config_from_metadata,
 )
+from tg_llm.model_weights import WeightReader
 from tg_llm.step_inputs import HeldInputs, HeldOutputs
 
 if TYPE_CHECKING:
@@ -170,8 +171,6 @@ class Model:
     def __init__(self, gf: Any, config: ModelConfig, device: str,
                  progress: Callable[[int, int], None] | None = None, sequences: int = 1,
                  stage: PipelineStage | None = None, int_dot: bool = True, kv_dtype: str = KV_DTYPE) -> None:
-        from tg_gguf.intdot import QuantizedMatrix
-
         from tgcore.tensor import Tensor
         if sequences < 1:
             raise ValueError(f"sequences must be >= 1, got {sequences}")
@@ -186,36 +185,11 @@ class Model:
         cfg, arch = config, config.arch
         owned = range(cfg.n_layers) if stage is None else stage.layers
         self.has_output = stage is None or stage.last  # the output norm and matrix: on the last stage only
-        tensors = gf.tensors_as(device=device)
         names = [n for n in gf.tensor_info if n.startswith("rope_")
                  or (n.startswith("output") and self.has_output)
                  or (n.startswith("blk.") and int(n.split(".")[1]) in owned)]
-        total, done = len(names), 0
-
-        def get(name: str, small: bool = False, required: bool = True) -> Any:
-            nonlocal done
-            if name not in gf.tensor_info:
-                if required:
-                    raise ModelError(f"{cfg.architecture} model file has no tensor {name!r}")
-                return None
-            if small:  # norms and biases: a float32 buffer of their own
-                t = tensors[name].cast("float32").contiguous().realize()
-            else:
-                t = matrix(name)
-            done += 1
-            if progress is not None:
-                progress(done, total)
-            return t
-
-        def matrix(name: str) -> QuantizedMatrix:
-            """A weight as its quantized bytes (or their row-lane form) on the device (loaded now; the dequantization
-            stays lazy)."""
-            from tg_gguf.dequant import check_supported
-            info = gf.tensor_info[name]
-            check_supported(info.type, name)
-            rows, cols = (int(s) for s in info.shape)
-            return QuantizedMatrix.from_host(np.frombuffer(gf.tensor_bytes(name), dtype=np.uint8), info.type,
-                                             (rows, cols), device, name, int_dot)
+        weights = WeightReader(gf, cfg, device, names, progress, int_dot)
+        get, matrix, stacked = weights.get, weights.matrix, weights.stacked
 
         if "token_embd.weight" not in gf.tensor_info:
             raise ModelError(f"{cfg.architecture} model file has no tensor 'token_embd.weight'")
@@ -226,35 +200,6 @@ class Model:
             raise ModelError(f"token_embd.weight has {self.embedding.vocab} rows, vocab_size is {cfg.vocab_size}")
         self.vocab_size = self.embedding.vocab
         self.kinds = self._kinds(get)
-
-        def stacked(names: list[str]) -> list[Any]:
-            """The weights ``names`` (same columns) as few matrices as possible: each run of neighbours of one
-            type becomes one matrix, their raw bytes concatenated on the host (a quantized row is whole blocks,
-            so rows stack byte for byte), dequantized lazily. A Q4_K_M file's Q6_K attn_v makes two runs."""
-            from tg_gguf.dequant import check_supported
-            nonlocal done
-            missing = [n for n in names if n not in gf.tensor_info]
-            if missing:
-                raise ModelError(f"{cfg.architecture} model file has no tensor {missing[0]!r}")
-            runs: list[list[str]] = []
-            for n in names:
-                if runs and gf.tensor_info[n].type == gf.tensor_info[runs[-1][0]].type:
-                    runs[-1].append(n)
-                else:
-                    runs.append([n])
-            matrices = []
-            for run in runs:
-                infos = [gf.tensor_info[n] for n in run]
-                raw = np.concatenate([np.frombuffer(gf.tensor_bytes(n), dtype=np.uint8) for n in run])
-                rows = sum(int(i.shape[0]) for i in infos)
-                done += len(run)
-                if progress is not None:
-                    progress(done, total)
-                name = "+".join(run)
-                check_supported(infos[0].type, name)
-                matrices.append(QuantizedMatrix.from_host(raw, infos[0].type, (rows, int(infos[0].shape[1])), device,
-                                                          name, int_dot))
-            return matrices
 
         self.layers: list[_Layer] = []
         for i in owned:
@@ -365,6 +310,23 @@ class Model:
             self._tokens[s] = []
             for kind in self.kinds:
                 kind.forget(s)
+
+    def swap_sequences(self, a: int, b: int) -> None:
+        """Exchange what sequences ``a`` and ``b``'s caches hold (keys, values, the tokens and the position of each
+        slot), as if each had run the other's calls: a server moves a cached prompt prefix into the slot it wants
+        (the batched step's rows reach the highest slot in use) without losing the other slot's. A copy on the host
+        of the slots either holds (nothing compiles)."""
+        a, b = self._check_seq(a), self._check_seq(b)
+        if a == b:
+            return
+        held = max(len(self._tokens[a]), len(self._tokens[b]))
+        for layer in self.layers:
+            slots = min(self.kinds[layer.kind].cache_len, held)  # (a ring's slots: all once it wrapped)
+            for cache in (layer.cache_k, layer.cache_v):
+                swap_sequences(cache, a, b, slots)
+        for kind in self.kinds:
+            kind.slot_pos[[a, b]] = kind.slot_pos[[b, a]]
+        self._tokens[a], self._tokens[b] = self._tokens[b], self._tokens[a]
 
     def forward(self, tokens: Sequence[int], start_pos: int, seq: int = 0) -> np.ndarray:
         """Logits (float32, shape (len(tokens), vocab)) of ``tokens`` placed at ``start_pos``, ``start_pos+1``, ...

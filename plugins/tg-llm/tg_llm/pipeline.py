@@ -8,11 +8,12 @@ Out: ``connect(R)`` -> a ``PipelineStage`` per rank. Rank 0 loads its part with 
 
 How. Rank r holds the contiguous layers ``split_layers(n_layers, R)[r]`` and their KV caches; rank 0 also the
 embedding (looked up on the host), the tokenizer and the sampler, the last rank the output norm and matrix. Every
-call that changes a model's state (``forward``, ``forward_last``, ``prefill``, ``decode``, ``reset``, ``warm_up``)
-is first sent by rank 0 to every other rank as a command, so all ranks keep the same bookkeeping (cached tokens,
-cache slots, masks) and run the same call on their own layers: rank r receives the hidden states (rows, dim) from
-rank r-1, runs its layers (the same jitted steps as one process) and sends its output to rank r+1; the last rank
-sends the logits to rank 0. Each row's arithmetic is the single-process one, so greedy output is token-identical.
+call that changes a model's state (``forward``, ``forward_last``, ``prefill``, ``decode``, ``reset``, ``warm_up``,
+``swap_sequences``) is first sent by rank 0 to every other rank as a command, so all ranks keep the same bookkeeping
+(cached tokens, cache slots, masks) and run the same call on their own layers: rank r receives the hidden states
+(rows, dim) from rank r-1, runs its layers (the same jitted steps as one process) and sends its output to rank r+1;
+the last rank sends the logits to rank 0. Each row's arithmetic is the single-process one, so greedy output is
+token-identical.
 Several sequences in flight: a decode step is cut into one block of sequences per rank (``Model.decode(blocks=R)``),
 all launched before rank 0 collects any logits, so rank r runs a block while rank r+1 runs the one before. Sends
 are non-blocking and waited before the next step replays (it overwrites what they send) or the next command:
@@ -38,7 +39,8 @@ from typing import Any
 import numpy as np
 
 DEFAULT_TIMEOUT = 60.0  # seconds any rank waits for another before the job ends
-COMMANDS = ("forward", "forward_last", "prefill", "decode", "reset", "warm_up")  # the calls ranks replay
+# the calls ranks replay
+COMMANDS = ("forward", "forward_last", "prefill", "decode", "reset", "warm_up", "swap_sequences")
 STOP, PING = "stop", "ping"
 CLOCK_START, CLOCK_REPORT = "clock_start", "clock_report"  # (bench) restart every rank's clock; send it to rank 0
 
@@ -280,6 +282,10 @@ class PipelineModel:
         if seq is not None:
             self._model._check_seq(seq)
         self._call("reset", seq)
+
+    def swap_sequences(self, a: int, b: int) -> None:
+        m = self._model
+        self._call("swap_sequences", m._check_seq(int(a)), m._check_seq(int(b)))
 
     def warm_up(self, shapes: Sequence[tuple[int, int]]) -> None:
         self._call("warm_up", [[int(r), int(p)] for r, p in shapes], self.stage.ranks)

@@ -17,13 +17,16 @@ worker's loop it
 1. takes the jobs that arrived and drops the sequences of cancelled, timed-out or (at shutdown) stopped jobs;
 2. gives free slots to waiting choices (the free slot that keeps the batched step's rows fewest, counting the
    rows the sequences in slots and waiting need anyway; among those the one whose cache holds the most whole
-   chunks of the prompt: the prefix cache works per slot, in whole chunks;
-   a slot caching ``PREFIX_OVER_ROWS`` tokens of the prompt or more is taken even if the steps grow);
+   chunks of the prompt: the prefix cache works per slot, in whole chunks; when another free slot caches more of
+   the prompt, the two swap their caches: ``Model.swap_sequences``);
 3. prefills one chunk (at most ``prefill_chunk`` tokens) of the prefilling sequence with the fewest prompt tokens
    left, so a long prompt is prefilled across many turns and a short one is not stuck behind it, in one forward
    with the next chunks of up to ``PREFILL_BATCH`` - 1 other prefilling sequences whose chunks run alongside it as
    they would alone (prompts of two chunks arriving together join the decode steps together; a shorter prompt, or
-   any on a pipeline, runs alone); a sequence's last chunk gives its first token;
+   any on a pipeline, runs alone); a sequence's last chunk gives its first token. While prompts with at most
+   ``PREFILL_FIRST_CHUNKS`` chunks left are prefilling (requests arriving a few ms apart), their chunks all run
+   before the step, taking the requests that arrived meanwhile: the streams decoding get one stall, not a chunk
+   between each of their steps;
 4. runs one batched decode step (``Model.decode``) for every sequence that has a token to run, and samples the
    next token of each; finished ones free their slot at once.
 A sequence's tokens do not depend on what else runs (``Model.decode`` is batch-invariant) nor on what its slot
@@ -37,7 +40,6 @@ frees the job's slots at its next turn.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import queue
@@ -45,125 +47,20 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from tg_llm import server_warmup
-from tg_llm.server_handoff import WorkerClock, flush_outboxes, outbox_for
+from tg_llm.server_handoff import WorkerClock, flush_outboxes
+from tg_llm.server_jobs import END, SHUTDOWN_FINISH, Choice, Job, JobTimeout, Output, shutdown_event
+
+# (a request's types are part of this module's interface: callers import them from here)
+__all__ = ["Engine", "Choice", "Job", "JobTimeout", "Output", "END", "SHUTDOWN_FINISH", "PREFILL_CHUNK", "model_id_for"]
 
 log = logging.getLogger("tg_llm.server")
-
-
-@dataclass
-class Choice:
-    """One generation: a prompt and how to sample its continuation."""
-    prompt_ids: list[int]
-    max_tokens: int
-    stop: list[str] = field(default_factory=list)
-    seed: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    repeat_last_n: int = -1
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    logprobs: bool = False         # report each generated token's log-probability
-    top_logprobs: int = 0          # ... and this many alternatives
-    prompt_logprobs: bool = False  # echo: also the log-probabilities of the prompt tokens
-
-
-OutputKind = Literal["prompt_logprobs", "event", "error", "end"]
-
-
-@dataclass
-class Output:
-    """What the worker sends back for a job: ``kind``, the choice index and a payload."""
-    kind: OutputKind
-    index: int = 0
-    payload: Any = None
-
-
-END = Output("end")
-SHUTDOWN_FINISH = "server_shutdown"  # the finish_reason of a choice the server's shutdown ended
-
-
-class JobTimeout(Exception):
-    """The job ran past its deadline."""
-
-
-class Job:
-    """A request's work, its output queue (on the server's event loop) and its cancel flag."""
-
-    def __init__(self, choices: list[Choice], loop: asyncio.AbstractEventLoop, deadline: float) -> None:
-        self.choices = choices
-        self.loop = loop
-        self.deadline = deadline  # time.monotonic() value
-        self.outputs: asyncio.Queue[Output] = asyncio.Queue()
-        self.cancelled = threading.Event()
-        self.started = threading.Event()
-        self._emit_lock = threading.Lock()
-        self._finished: set[int] = set()  # choices whose last event was emitted
-        self._begun: set[int] = set()  # choices whose first event was emitted
-        self._closed = False  # END emitted: later outputs are dropped
-        # figures the worker fills in (time.monotonic() values, seconds, token counts)
-        self.submitted = time.monotonic()
-        self.first_token_at: float | None = None
-        self.prefill_tokens = 0
-        self.prefill_s = 0.0
-        self.decode_tokens = 0  # tokens after each choice's first: the decode rate's numerator
-        self.decode_s = 0.0
-
-    @property
-    def ttft(self) -> float | None:
-        """Seconds from submission (queue wait included) to the first generated token."""
-        return None if self.first_token_at is None else self.first_token_at - self.submitted
-
-    @property
-    def decode_tokens_per_second(self) -> float | None:
-        return self.decode_tokens / self.decode_s if self.decode_s > 0 and self.decode_tokens else None
-
-    def cancel(self) -> None:
-        """Stop this job: skipped while queued, stopped at the next token while running."""
-        self.cancelled.set()
-
-    def emit(self, item: Output) -> None:
-        """Deliver an output to the request's coroutine (thread-safe; dropped after END, or if the loop is gone)."""
-        with self._emit_lock:
-            if self._closed:
-                return
-            # (a choice's tokens between its first and its last are paced: server_handoff)
-            urgent = item.kind != "event" or item.index not in self._begun
-            if item.kind == "event":
-                self._begun.add(item.index)
-                if getattr(item.payload, "finish_reason", None) is not None:
-                    self._finished.add(item.index)
-                    urgent = True
-            self._closed = item.kind == "end"
-            self._put(item, urgent)
-
-    def end_now(self) -> None:
-        """Shutdown past its deadline: each choice not finished gets its ``SHUTDOWN_FINISH`` event, then END,
-        at once, whatever the worker is running (its later outputs for this job are dropped)."""
-        with self._emit_lock:
-            if self._closed:
-                return
-            for i, choice in enumerate(self.choices):
-                if i not in self._finished:
-                    self._put(Output("event", i, _shutdown_event(choice)))
-            self._put(END)
-            self._closed = True
-        self.cancelled.set()
-
-    def _put(self, item: Output, urgent: bool = True) -> None:
-        try:
-            outbox_for(self.loop).put(self.outputs, item, urgent)
-        except RuntimeError:  # the event loop closed (server shut down)
-            self.cancelled.set()
 
 
 class ProgressBar:
@@ -201,15 +98,14 @@ PREFILL_CHUNK = 64
 # next warm-ups (short prompts' prefill, the chunks, the next windows) run before ready while the last one's time
 # says the next still fits; the rest while idle. A warm program cache (tgcore.engine.programs) makes them cheap.
 READY_BUDGET_S = 3.5
-# a new sequence takes a free slot in the lowest row bucket (every batched step runs rows up to the highest slot in
-# use, rounded up to a power of two: a one-stream generation in slot 7 ran 8-row steps, 2-4x a 1-row step's time),
-# unless another free slot's cache holds at least this many tokens of its prompt (re-prefilling them costs more)
-PREFIX_OVER_ROWS = 512
 # prefilling sequences whose next chunks may run in one forward (``prefill.batch_partners``): prompts arriving
 # together then decode together from their first tokens (one joining per turn ran 8 streams' 64 tokens in 70-72
 # steps, not 64-66); more would stall the sequences decoding meanwhile longer per turn and take more warm-up captures
 # (each count its own)
 PREFILL_BATCH = 4
+# prompts with at most this many chunks left prefill before the next decode step (``_Scheduler.prefills_first``); a
+# short request behind a long prompt still waits for one chunk of it at most
+PREFILL_FIRST_CHUNKS = 2
 IDLE_POLL_S = 0.5     # how often an idle worker looks at the queue when nothing arrives
 # an idle capture (up to a second on a loaded machine) starts only after this long without work, so requests sent
 # one after another (a client's next turn, a benchmark's next round) do not wait behind one
@@ -405,21 +301,11 @@ class Engine:
                 except Exception:  # noqa: BLE001 - an optional capture: a request needing it compiles it then
                     log.warning("an idle warm-up capture failed; the rest are skipped", exc_info=True)
                     self._warm_later.clear()
-            arrived: list[Job | None] = []
-            try:  # wait for work only when there is nothing to run; then take all that is queued
-                wait = IDLE_POLL_S if not self._warm_later else max(0.0, min(IDLE_POLL_S, IDLE_WARM_AFTER_S - quiet))
-                arrived.append(self._queue.get(timeout=wait) if idle else self._queue.get_nowait())
-                while True:
-                    arrived.append(self._queue.get_nowait())
-            except queue.Empty:
-                pass
+            # wait for work only when there is nothing to run
+            wait = IDLE_POLL_S if not self._warm_later else max(0.0, min(IDLE_POLL_S, IDLE_WARM_AFTER_S - quiet))
+            self.take_arrivals(sched, wait if idle else None)
             if idle:
                 clock.lap("idle")
-            for item in arrived:
-                if item is None:
-                    sched.closing = True
-                else:
-                    sched.accept(item)
             if sched.closing and not sched.busy():
                 return
             try:
@@ -428,6 +314,21 @@ class Engine:
                 log.exception("generation failed")
                 sched.fail_all(e)
             flush_outboxes()  # (the tokens held back that waited long enough)
+
+    def take_arrivals(self, sched: _Scheduler, wait: float | None = None) -> None:
+        """Hand the jobs queued to the scheduler (first waiting up to ``wait`` seconds for one; None: not at all)."""
+        arrived: list[Job | None] = []
+        try:
+            arrived.append(self._queue.get(timeout=wait) if wait is not None else self._queue.get_nowait())
+            while True:
+                arrived.append(self._queue.get_nowait())
+        except queue.Empty:
+            pass
+        for item in arrived:
+            if item is None:
+                sched.closing = True
+            else:
+                sched.accept(item)
 
     def _job_done(self, job: Job) -> None:
         with self._lock:
@@ -510,9 +411,22 @@ class _Scheduler:
     def turn(self) -> None:
         self.sweep()
         self.admit()
-        self.prefill_chunks()
-        self.sweep()  # a chunk can take a while: what was cancelled or stopped meanwhile does not decode
+        while True:
+            self.prefill_chunks()
+            self.sweep()  # a chunk can take a while: what was cancelled or stopped meanwhile does not decode
+            if not any(self.prefills_first(s) for s in self.slots):
+                break
+            self.engine.take_arrivals(self)  # (requests that arrived during the chunk join now)
+            self.admit()
         self.decode_step()
+
+    def prefills_first(self, seq: _Sequence | None) -> bool:
+        """Whether ``seq`` is prefilling a prompt with at most ``PREFILL_FIRST_CHUNKS`` chunks left: such prompts
+        (requests arriving a few ms apart) all prefill before the next decode step, so the streams decoding meanwhile
+        get one stall, not a chunk between each of their steps, and the new ones join the next step together; a
+        longer prompt prefills one chunk per turn, interleaved with the steps."""
+        return seq is not None and seq.prefilling and \
+            len(seq.choice.prompt_ids) - seq.done <= PREFILL_FIRST_CHUNKS * self.engine.prefill_chunk
 
     def sweep(self) -> None:
         """End the jobs that were cancelled, ran past their deadline, or that the shutdown stops."""
@@ -526,7 +440,7 @@ class _Scheduler:
                 self.end(state)
             elif self.engine.stopping:
                 for i in self.unfinished(state):
-                    job.emit(Output("event", i, _shutdown_event(job.choices[i])))
+                    job.emit(Output("event", i, shutdown_event(job.choices[i])))
                 self.end(state)
 
     def unfinished(self, state: _JobState) -> list[int]:
@@ -590,15 +504,24 @@ class _Scheduler:
         demand = len(in_use) + 1 + sum(len(st.waiting) for st in self.jobs)
         least_rows = self.model.batch_rows(min(demand, len(self.slots)) - 1)
 
+        def reused(i: int) -> int:  # (only whole chunks of the prompt are reused, see below)
+            return min(shared[i], len(prompt) - 1) // chunk * chunk
+
         def cost(i: int) -> tuple[int, int, int]:
             # a batched step runs rows up to the highest slot in use (a power of two): fewest rows first (beyond
-            # those the waiting sequences need anyway), then the most whole chunks of the prompt cached (only those
-            # are reused, see below), then the lowest slot. A prefix of PREFIX_OVER_ROWS tokens or more is worth a
-            # bigger step (a long conversation's history).
-            reused = min(shared[i], len(prompt) - 1) // chunk * chunk
+            # those the waiting sequences need anyway), then the most whole chunks of the prompt cached, then the
+            # lowest slot
             rows = max(least_rows, self.model.batch_rows(max([i, *in_use])))
-            return (0 if reused >= PREFIX_OVER_ROWS else rows, -reused, i)
+            return (rows, -reused(i), i)
         slot = min(free, key=cost)
+        # another free slot caching more of the prompt (requests arriving one by one each see fewer rows wanted and
+        # take the lowest slots, whose caches hold other prompts): the two slots swap what they hold, so this prompt
+        # is not prefilled again and the chosen slot's cache is kept for a later prompt
+        donor = max(free, key=lambda i: (reused(i), -i))
+        if reused(donor) > reused(slot):
+            self.model.swap_sequences(slot, donor)
+            shared[slot], shared[donor] = shared[donor], shared[slot]
+            self.engine.clock.swaps += 1
         job.started.set()
         state.running = True
         if choice.prompt_logprobs:
@@ -663,6 +586,7 @@ class _Scheduler:
             logits = self.model.prefill_chunks([(s.slot, part, s.done) for s, part in zip(group, parts, strict=True)],
                                                logits=last)
         clock.lap("prefill")
+        clock.prefill_forwards += 1
         for i, (seq, part) in enumerate(zip(group, parts, strict=True)):
             seq.done += len(part)
             if last:
@@ -709,6 +633,7 @@ class _Scheduler:
         logits = self.model.decode(steps)
         clock.lap("decode")
         clock.steps += 1
+        clock.steps_while_prefilling += any(s is not None and s.prefilling for s in self.slots)
         clock.rows += len(steps)
         clock.step_rows += self.model.batch_rows(max(s.slot for s in ready))
         for s, row in zip(ready, logits, strict=True):
@@ -742,12 +667,6 @@ class _ChoiceClock:
         job.prefill_s += self.first - self.start
         job.decode_tokens += self.tokens - 1
         job.decode_s += self.last - self.first
-
-
-def _shutdown_event(choice: Choice) -> Any:
-    """The last event of a choice the shutdown ended (no token: the text already sent is all there is)."""
-    from tg_llm.generate import Event
-    return Event(None, "", finish_reason=SHUTDOWN_FINISH, prompt_tokens=len(choice.prompt_ids))
 
 
 def _display_name(metadata: dict[str, Any]) -> str | None:

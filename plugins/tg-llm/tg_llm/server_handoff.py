@@ -18,8 +18,11 @@ from typing import Any
 # seconds between two wake-ups of the event loop for tokens that are not urgent: one stream's 4 ms tokens woke the
 # HTTP thread 250 times a second, each wake-up a thread switch that took a core from the model's kernels and the
 # GIL from the worker (SmolLM2 through the server: 0.8x the engine's decode, ~10% of the worker's time in the
-# hand-off); 25 ms is ~6 tokens per wake-up, 40 updates a second of a stream's text
-HANDOFF_INTERVAL_S = 0.025
+# hand-off); 50 ms is ~3-12 tokens per wake-up, 20 updates a second of a stream's text. Against 25 ms (serve.py,
+# interleaved runs at load 4-7): a stream's decode times the worker's mean step 0.963/0.903/0.833 at 1/4/8 streams
+# (median of 4 runs) against 0.931/0.856/0.812 (6 runs): the wake-ups, the SSE sends and the client's parses take
+# CPU from the model's threads
+HANDOFF_INTERVAL_S = 0.05
 
 
 class Outbox:
@@ -104,7 +107,9 @@ class WorkerClock:
     of each turn: scheduling, sampling, detokenizing, handing events to the HTTP side), ``idle`` (waiting for work,
     warm-ups made while idle included), ``load`` (from the engine's start to the worker's: loading, the first
     warm-ups). ``steps`` counts decode steps, ``rows`` the sequences they ran and ``step_rows`` the rows they
-    computed (a step's rows reach its highest slot: idle rows included)."""
+    computed (a step's rows reach its highest slot: idle rows included), ``steps_while_prefilling`` those run while a
+    sequence in a slot waited for its prompt; ``chunks`` counts prompt chunks prefilled, ``prefill_forwards`` the
+    forwards they ran in, ``swaps`` the slots that swapped caches to reuse a prompt prefix."""
 
     PHASES = ("prefill", "decode", "host", "idle", "load")
 
@@ -114,6 +119,9 @@ class WorkerClock:
         self.rows = 0
         self.step_rows = 0  # rows the steps computed: up to the highest slot in use (idle rows included)
         self.chunks = 0
+        self.prefill_forwards = 0  # forwards the chunks ran in (several prompts' chunks joined in one)
+        self.steps_while_prefilling = 0  # decode steps run while a sequence in a slot was prefilling
+        self.swaps = 0  # slots that swapped caches to reuse a cached prompt prefix (``Model.swap_sequences``)
         self._mark = time.perf_counter()
 
     def lap(self, phase: str) -> None:

@@ -15,7 +15,10 @@ Each app has its own registry (several apps in one process, as in the tests, nev
   holds); ``tg_llm_warm_ups_left``: captures the worker still makes while idle;
 - ``tg_llm_worker_seconds_total{phase}``: where the model's worker thread spends its time (prefill, decode, host,
   idle); ``tg_llm_decode_steps_total``, ``tg_llm_decode_rows_total`` (sequences),
-  ``tg_llm_decode_step_rows_total`` (rows computed, idle ones included), ``tg_llm_prefill_chunks_total``.
+  ``tg_llm_decode_step_rows_total`` (rows computed, idle ones included), ``tg_llm_prefill_chunks_total``,
+  ``tg_llm_prefill_forwards_total`` (the forwards they ran in), ``tg_llm_decode_steps_while_prefilling_total`` (steps
+  run while a sequence in a slot waited for its prompt), ``tg_llm_slot_swaps_total`` (slots that swapped caches to
+  reuse a cached prompt prefix).
 """
 from __future__ import annotations
 
@@ -92,7 +95,8 @@ class Metrics:
 class _WorkerCollector:
     """``tg_llm_worker_seconds_total{phase}`` (the engine's ``WorkerClock``), ``tg_llm_decode_steps_total``,
     ``tg_llm_decode_rows_total`` and ``tg_llm_decode_step_rows_total`` (over the steps: the mean batch, and the
-    rows computed for it), ``tg_llm_prefill_chunks_total``."""
+    rows computed for it), ``tg_llm_prefill_chunks_total``, ``tg_llm_prefill_forwards_total``,
+    ``tg_llm_decode_steps_while_prefilling_total``, ``tg_llm_slot_swaps_total``."""
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
@@ -111,3 +115,9 @@ class _WorkerCollector:
         yield CounterMetricFamily("tg_llm_decode_step_rows", "rows the decode steps computed (up to the highest slot "
                                   "in use: idle rows included)", value=clock.step_rows)
         yield CounterMetricFamily("tg_llm_prefill_chunks", "prompt chunks prefilled", value=clock.chunks)
+        yield CounterMetricFamily("tg_llm_prefill_forwards", "forwards the prompt chunks ran in (several prompts' "
+                                  "chunks joined in one)", value=clock.prefill_forwards)
+        yield CounterMetricFamily("tg_llm_decode_steps_while_prefilling", "decode steps run while a sequence in a "
+                                  "slot waited for its prompt", value=clock.steps_while_prefilling)
+        yield CounterMetricFamily("tg_llm_slot_swaps", "slots that swapped caches to reuse a cached prompt prefix",
+                                  value=clock.swaps)

@@ -86,8 +86,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _completions(port: int) -> list[str]:
-    """Two greedy completions sent at once (decoded in one batch), in prompt order."""
+def _completions(port: int) -> tuple[list[str], float]:
+    """Two greedy completions sent at once (decoded in one batch), in prompt order, then each prompt alone (the second
+    first): a prompt alone takes slot 0 (one row per step), and the second of them finds its first chunks cached in
+    slot 1: the two slots swap caches (``swap_sequences``, a pipeline command: every rank swaps its layers' caches);
+    and the number of swaps (/metrics)."""
     prompts = ["The capital of France is", "Once upon a time, a small robot"]
     out: list[str] = ["", ""]
 
@@ -98,13 +101,20 @@ def _completions(port: int) -> list[str]:
         t.start()
     for t in threads:
         t.join()
-    return out
+    for i in (1, 0):
+        out.append(_post(port, {"prompt": prompts[i], "max_tokens": 16, "temperature": 0})["choices"][0]["text"])
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+        swaps = next(float(line.split()[-1]) for line in r.read().decode().splitlines()
+                     if line.startswith("tg_llm_slot_swaps_total "))
+    return out, swaps
 
 
 def test_server_answers_like_one_process(smollm2: Path, tmp_path: Path) -> None:
     """``mpirun -np 2 tg serve llm --pipeline 2``: two concurrent greedy completions equal the single-process
-    server's; SIGTERM to rank 0 drains it and every rank exits 0."""
-    serve = [*TG, "serve", "llm", "--parallel", "2", "--max-context", "32", "--log-level", "warning"]
+    server's, and so does a prompt's completion after its cached chunks swapped slots; SIGTERM to rank 0 drains it
+    and every rank exits 0."""
+    serve = [*TG, "serve", "llm", "--parallel", "2", "--max-context", "32", "--prefill-chunk", "4", "--log-level",
+             "warning"]
     texts = []
     for pipeline in (False, True):
         port = _free_port()
@@ -115,7 +125,9 @@ def test_server_answers_like_one_process(smollm2: Path, tmp_path: Path) -> None:
             proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, text=True, cwd=HERE)
         try:
             _wait_ready(proc, port, log)
-            texts.append(_completions(port))
+            got, swaps = _completions(port)
+            texts.append(got)
+            assert swaps >= 1
             # rank 0 (the process serving HTTP) stops the job: it drains, then tells the other ranks to stop
             rank0 = _serving_pid(port)
             subprocess.run(["kill", "-TERM", str(rank0)], check=True)
@@ -126,6 +138,7 @@ def test_server_answers_like_one_process(smollm2: Path, tmp_path: Path) -> None:
                 proc.wait()
     assert texts[1] == texts[0]
     assert all(texts[0])
+    assert texts[0][2:] == texts[0][1::-1]  # (alone, after a swap, as in the batch)
 
 
 def _serving_pid(port: int) -> int:
