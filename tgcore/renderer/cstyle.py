@@ -45,6 +45,7 @@ from tgcore.renderer.chalfpairs import HALF2_HELPER, HALF2_PREAMBLE, pair_half_r
 from tgcore.renderer.chighbytes import wrapped_high_bytes
 from tgcore.renderer.chorizontal import horizontal_reduction
 from tgcore.renderer.clanerange import range_gated_load, range_gated_store
+from tgcore.renderer.cnarrow import NARROWING
 from tgcore.renderer.cnegatebits import negate_bits
 from tgcore.renderer.cpreamble import byte_helpers
 from tgcore.renderer.crowgather import row_gather
@@ -406,6 +407,9 @@ class CRenderer(Renderer):
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
                    dtypes.uint64: 4}
     emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})  # computed in float32, rounded per op
+    # int32 lanes stored as bytes (the activations' 8-bit rounding) and float32 lanes stored as float16 (a KV cache's
+    # writes): one vector conversion per store (vpmovdb, vcvtps2ph), where each element was a scalar loop's
+    narrowing_stores = frozenset({(dtypes.int32, dtypes.int8), (dtypes.float32, dtypes.float16)})
     # a lane's sum of 4 byte products (a quantization block's, in int32 lanes) is one multiply-add of bytes (added to
     # an int32 vector: that vector as its accumulator), table rows at offsets computed per row one gather; with the
     # host's byte order (little-endian hosts only): an int assembled from consecutive bytes is one load, a byte shift
@@ -528,6 +532,8 @@ class CRenderer(Renderer):
             return f"__builtin_convertvector({widen}({x}), {c_type(dst)})"  # (exact widening: one rounding)
         if (half := HALF_TO_FLOAT.get((src, dst))) is not None:
             return f"{half}({x})"
+        if (narrow := NARROWING.get((src, dst))) is not None:
+            return f"{narrow}({x})"
         if _convertvector_exact(src.scalar(), dst.scalar()):
             return f"__builtin_convertvector({x}, {c_type(dst)})"
         lanes = [self._scalar_cast(src.scalar(), dst.scalar(), f"{x}[{i}]") for i in range(dst.count)]
