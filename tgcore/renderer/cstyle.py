@@ -111,6 +111,18 @@ def _vector_select(dt: DType, cond: str, a: str, b: str) -> str:
             f"tg_a.v = {a}; tg_b.v = {b}; tg_a.m = (tg_a.m & tg_s) | (tg_b.m & ~tg_s); tg_a.v; }})")
 
 
+def _vector_max(dt: DType, a: str, b: str) -> str:
+    """max(a, b) per lane as one vector compare and a bitwise blend (a NaN in ``a`` wins, as the scalar rule), where a
+    list of per-lane ternaries became scalar code (gcc 12: an extract, compare, conditional move and insert per lane;
+    the activations' block maxima took ~5 us for 8 rows of 576)."""
+    size = dt.scalar().itemsize * dt.count
+    pick = "(tg_x!=tg_x)|(tg_x>tg_y)" if dtypes.is_float(dt.scalar()) else "tg_x>tg_y"
+    return (f"({{ typedef {MASK_LANE[dt.scalar().itemsize]} tg_mask __attribute__((vector_size({size}))); "
+            f"{c_type(dt)} tg_x = {a}, tg_y = {b}; tg_mask tg_s = (tg_mask)({pick}); "
+            f"union {{ {c_type(dt)} v; tg_mask m; }} tg_a, tg_b; tg_a.v = tg_x; tg_b.v = tg_y; "
+            f"tg_a.m = (tg_a.m & tg_s) | (tg_b.m & ~tg_s); tg_a.v; }})")
+
+
 def vector_typedef(dt: DType) -> str:
     lane = "signed char" if dt.scalar() is dtypes.bool else c_type(dt.scalar())
     return f"typedef {lane} {c_type(dt)} __attribute__((vector_size({dt.scalar().itemsize * dt.count})));"
@@ -475,6 +487,8 @@ class CRenderer(Renderer):
             return f"(-{a[0]})" if u.op is Ops.NEG else f"({a[0]}{BINARY_INFIX[u.op]}{a[1]})"
         if u.op is Ops.WHERE and u.src[0].dtype.count == dt.count:
             return _vector_select(dt, *a)
+        if u.op is Ops.MAX and dt.scalar() is not dtypes.bool and dt.scalar().itemsize in MASK_LANE:
+            return _vector_max(dt, *a)
         lanes = [self._scalar_alu(u.op, dt.scalar(), sdt.scalar(), [f"{x}[{i}]" for x in a], const_div, overflow)
                  for i in range(dt.count)]
         return f"(({c_type(dt)}){{{', '.join(lanes)}}})"
