@@ -356,8 +356,9 @@ def exp(x: V, fmt: _Format) -> V:
 
     2**y for y = r*log2(e) is ``exp2``'s steps without its clamps, and its 2**m (m = the integer nearest y) is folded
     into the one scaling by 2**(n + m): |y| <= ~0.51, so the clamps never act and m is -1, 0 or 1; p * 2**m is exact,
-    and ``_scale`` rounds the exact p * 2**(n + m) once either way, so the values are exp2's bit for bit, in ~15
-    fewer operations per element (~50 -> ~35)."""
+    and ``_scale`` rounds the exact p * 2**(n + m) once either way: the same values in fewer operations (C, float32:
+    60 -> 47 per element). (A C compiler may now contract y into a multiply-add where the clamps' compare kept it
+    rounded: gcc 12 gives 4 of the 2**32 float32 inputs 1 ulp apart from before.)"""
     limit = (fmt.bias + fmt.mant + 4) * 0.6931471805599453
     xc = (x < -limit).where(_c(x, -limit), x)
     xc = (_c(x, limit) < xc).where(_c(x, limit), xc)
