@@ -419,9 +419,9 @@ class CRenderer(Renderer):
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
                    dtypes.uint64: 4}
     emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})  # computed in float32, rounded per op
-    # int32 lanes stored as bytes (the activations' 8-bit rounding) and float32 lanes stored as float16 (a KV cache's
-    # writes): one vector conversion per store (vpmovdb, vcvtps2ph), where each element was a scalar loop's
-    narrowing_stores = frozenset({(dtypes.int32, dtypes.int8), (dtypes.float32, dtypes.float16)})
+    # float32 lanes stored as float16 (a KV cache's writes): one vector conversion per store (vcvtps2ph: cnarrow), where
+    # each element was a scalar loop's
+    narrowing_stores = frozenset({(dtypes.float32, dtypes.float16)})
     # a lane's sum of 4 byte products (a quantization block's, in int32 lanes) is one multiply-add of bytes (added to
     # an int32 vector: that vector as its accumulator), table rows at offsets computed per row one gather; with the
     # host's byte order (little-endian hosts only): an int assembled from consecutive bytes is one load, a byte shift
