@@ -65,7 +65,9 @@ def rope(x: Any, cos: Any, sin: Any, rope_dims: int, interleaved: bool) -> Any:
         # the signs a constant vector), where the cat of a pair's two results was built lane by lane (SmolLM2's
         # 8-row key cache writes: 564 -> 149 instructions). Lane by lane the products are a * c and b * s (even),
         # a * s and b * c (odd) as before; summed as "fused + rounded", the C compiler contracts the same product of
-        # each lane into a multiply-add as it did in ``a*c - b*s`` and ``a*s + b*c``: the same bits (checked on logits)
+        # each lane into a multiply-add as it did in ``a*c - b*s`` and ``a*s + b*c``: the same bits (checked on logits).
+        # (The X86 renderer contracted the old form otherwise: there the rotation now rounds as C's, its logits move
+        # by rounding, batch-invariant as before.)
         swapped = rot.reshape(t, heads, half, 2).flip(-1).reshape(t, heads, rope_dims)
         c, s = c.reshape(t, 1, half, 1), s.reshape(t, 1, half, 1)
         cos2 = c.expand(t, 1, half, 2).reshape(t, 1, rope_dims)
