@@ -444,3 +444,14 @@ def test_gradients_flow_through_lifted_formulas(device):
         x = Tensor(xv, device=device, requires_grad=True)
         getattr(x, name)().sum().backward()
         np.testing.assert_allclose(x.grad.numpy(), d(xv.astype(np.float64)), rtol=2e-6, atol=1e-7, err_msg=name)
+
+
+def test_exp_clamps_and_scales_once():
+    """exp's remainder 2**(r*log2(e)) (|r*log2(e)| <= ~0.51) takes exp2's steps without exp2's clamps and scaling: the
+    input's two clamps and one two-factor scaling by 2**(n + m) are the only ones (the values, bit for bit, are the
+    accuracy tests' above)."""
+    from tgcore.uop import Ops, UOp
+    for dt in (dtypes.float32, dtypes.float64):
+        x = UOp(Ops.DEFINE_VAR, dtypes.int32, (), ("n", 0, 10)).cast(dt)
+        ops = [u.op for u in x.exp().toposort]
+        assert ops.count(Ops.CMPLT) == 2 and ops.count(Ops.SHR) == 1 and Ops.EXP2 not in ops, dt

@@ -43,6 +43,7 @@ from tgcore.renderer.chorizontal import (
     uses_horizontal_reduction,
 )
 from tgcore.renderer.clanerange import RANGE_STORE_PREAMBLE, uses_range_store
+from tgcore.renderer.cnarrow import NARROWING_PREAMBLE, NARROWING_TYPES, uses_narrowing
 from tgcore.renderer.cnegatebits import NEGATE_BITS_PREAMBLE, NEGATE_BITS_TYPES, uses_negate_bits
 from tgcore.renderer.crowgather import ROWS_PREAMBLE, ROWS_TYPES, uses_row_gather
 from tgcore.renderer.cscalebroadcast import BROADCAST_PRODUCT_PREAMBLE, uses_broadcast_product
@@ -69,7 +70,8 @@ def byte_helpers(kernel: list[UOp], names: dict[UOp, str], lane_gates: dict[UOp,
                                   (uses_negate_bits, NEGATE_BITS_TYPES, NEGATE_BITS_PREAMBLE),
                                   (uses_wrapped_high, WRAPPED_HIGH_TYPES, WRAPPED_HIGH_PREAMBLE),
                                   (uses_horizontal_reduction, (dtypes.int32.vec(8),), HORIZONTAL_PREAMBLE),
-                                  (uses_float_sum, (dtypes.float32.vec(8),), FLOAT_SUM_PREAMBLE)):
+                                  (uses_float_sum, (dtypes.float32.vec(8),), FLOAT_SUM_PREAMBLE),
+                                  (uses_narrowing, NARROWING_TYPES, NARROWING_PREAMBLE)):
         if used(kernel):
             vectors |= set(types)
             helpers += preamble

@@ -45,6 +45,7 @@ from tgcore.renderer.chalfpairs import HALF2_HELPER, HALF2_PREAMBLE, pair_half_r
 from tgcore.renderer.chighbytes import wrapped_high_bytes
 from tgcore.renderer.chorizontal import horizontal_reduction
 from tgcore.renderer.clanerange import range_gated_load, range_gated_store
+from tgcore.renderer.cnarrow import NARROWING
 from tgcore.renderer.cnegatebits import negate_bits
 from tgcore.renderer.cpreamble import byte_helpers
 from tgcore.renderer.crowgather import row_gather
@@ -110,15 +111,16 @@ def _vector_select(dt: DType, cond: str, a: str, b: str) -> str:
             f"tg_a.v = {a}; tg_b.v = {b}; tg_a.m = (tg_a.m & tg_s) | (tg_b.m & ~tg_s); tg_a.v; }})")
 
 
-def _vector_float_max(dt: DType, a: str, b: str) -> str:
-    """max(a, b) of float vectors, a NaN in either kept (numpy.maximum): a where a is NaN or larger, else b, blended
-    under one vector compare. (Lane by lane, gcc 12 made each lane's NaN test two branches: softmax's max and its
-    exponent's floor ran scalar, ~3 branches per value.)"""
+def _vector_max(dt: DType, a: str, b: str) -> str:
+    """max(a, b) per lane as one vector compare and a bitwise blend (a NaN in ``a`` wins, as the scalar rule), where a
+    list of per-lane ternaries became scalar code (gcc 12: an extract, compare, conditional move and insert per lane;
+    the activations' block maxima took ~5 us for 8 rows of 576)."""
     size = dt.scalar().itemsize * dt.count
-    mask = f"{MASK_LANE[dt.scalar().itemsize]} tg_mask __attribute__((vector_size({size})))"
-    return (f"({{ typedef {mask}; union {{ {c_type(dt)} v; tg_mask m; }} tg_a, tg_b; tg_a.v = {a}; tg_b.v = {b}; "
-            "tg_mask tg_s = (tg_mask)((tg_a.v != tg_a.v) | (tg_a.v > tg_b.v)); "
-            "tg_a.m = (tg_a.m & tg_s) | (tg_b.m & ~tg_s); tg_a.v; })")
+    pick = "(tg_x!=tg_x)|(tg_x>tg_y)" if dtypes.is_float(dt.scalar()) else "tg_x>tg_y"
+    return (f"({{ typedef {MASK_LANE[dt.scalar().itemsize]} tg_mask __attribute__((vector_size({size}))); "
+            f"{c_type(dt)} tg_x = {a}, tg_y = {b}; tg_mask tg_s = (tg_mask)({pick}); "
+            f"union {{ {c_type(dt)} v; tg_mask m; }} tg_a, tg_b; tg_a.v = tg_x; tg_b.v = tg_y; "
+            f"tg_a.m = (tg_a.m & tg_s) | (tg_b.m & ~tg_s); tg_a.v; }})")
 
 
 def vector_typedef(dt: DType) -> str:
@@ -417,6 +419,9 @@ class CRenderer(Renderer):
     simd_widths = {dtypes.float32: 8, dtypes.int32: 8, dtypes.uint32: 8, dtypes.float64: 4, dtypes.int64: 4,
                    dtypes.uint64: 4}
     emulated_floats = frozenset({dtypes.float16, dtypes.bfloat16})  # computed in float32, rounded per op
+    # float32 lanes stored as float16 (a KV cache's writes): one vector conversion per store (vcvtps2ph: cnarrow), where
+    # each element was a scalar loop's
+    narrowing_stores = frozenset({(dtypes.float32, dtypes.float16)})
     # a lane's sum of 4 byte products (a quantization block's, in int32 lanes) is one multiply-add of bytes (added to
     # an int32 vector: that vector as its accumulator), table rows at offsets computed per row one gather; with the
     # host's byte order (little-endian hosts only): an int assembled from consecutive bytes is one load, a byte shift
@@ -482,8 +487,9 @@ class CRenderer(Renderer):
             return f"(-{a[0]})" if u.op is Ops.NEG else f"({a[0]}{BINARY_INFIX[u.op]}{a[1]})"
         if u.op is Ops.WHERE and u.src[0].dtype.count == dt.count:
             return _vector_select(dt, *a)
-        if u.op is Ops.MAX and dt.scalar() in (dtypes.float32, dtypes.float64) and all(s.dtype == dt for s in u.src):
-            return _vector_float_max(dt, *a)
+        if (u.op is Ops.MAX and dt.scalar() is not dtypes.bool and dt.scalar().itemsize in MASK_LANE
+                and all(s.dtype == dt for s in u.src)):
+            return _vector_max(dt, *a)
         lanes = [self._scalar_alu(u.op, dt.scalar(), sdt.scalar(), [f"{x}[{i}]" for x in a], const_div, overflow)
                  for i in range(dt.count)]
         return f"(({c_type(dt)}){{{', '.join(lanes)}}})"
@@ -541,6 +547,8 @@ class CRenderer(Renderer):
             return f"__builtin_convertvector({widen}({x}), {c_type(dst)})"  # (exact widening: one rounding)
         if (half := HALF_TO_FLOAT.get((src, dst))) is not None:
             return f"{half}({x})"
+        if (narrow := NARROWING.get((src, dst))) is not None:
+            return f"{narrow}({x})"
         if _convertvector_exact(src.scalar(), dst.scalar()):
             return f"__builtin_convertvector({x}, {c_type(dst)})"
         lanes = [self._scalar_cast(src.scalar(), dst.scalar(), f"{x}[{i}]") for i in range(dst.count)]
