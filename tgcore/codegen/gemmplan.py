@@ -142,11 +142,23 @@ def gemm_shape(ast: UOp, renderer: Renderer, threads: int, min_flops: int = GEMM
 
 def gemm_tiles(g: GemmShape) -> list[tuple[int, int]]:
     """Every (rows, vectors) register tile the register file holds with B's vectors and a broadcast, and the
-    columns allow (divided, or padded on a renderer with lane-gated vectors)."""
+    columns allow (divided, or padded on a renderer with lane-gated vectors); for a small batch (``_gate_free``) only
+    tiles that divide both axes."""
     spare = g.registers // 16  # left to the compiler (a 5x5 zmm tile measured slower than 6x4)
+    gate_free = _gate_free(g)
     return [(r, v) for r in range(1, min(g.m, MAX_TILE_ROWS) + 1) for v in range(1, g.registers)
-            if r * v + v + 1 + spare <= g.registers and (g.masked or g.n % (v * g.lanes) == 0) and r * v >= 4
-            and v * g.lanes <= 2 * g.n]
+            if r * v + v + 1 + spare <= g.registers and r * v >= 4 and v * g.lanes <= 2 * g.n
+            and ((g.masked and not gate_free) or g.n % (v * g.lanes) == 0) and (not gate_free or g.m % r == 0)]
+
+
+def _gate_free(g: GemmShape) -> bool:
+    """Whether the tile must pad neither axis: a product inside the batch invariance property (at most
+    ``INVARIANT_ROWS`` rows or columns, more than 4x that many on the other side: ``heuristic``'s module docstring).
+    A padded tile gates the loads of its last rows or columns; the C compiler threads the loop's branches on that
+    gate, so some row's product reaches its add by two paths and is not contracted into an FMA there, while the
+    row alone (no gate) is: the same order of terms, rounded differently (3 rows x 512 columns at AVX2, 3 vectors
+    of 8 padded to 528: row 0's columns 16-23 of every tile were summed unfused)."""
+    return min(g.m, g.n) <= INVARIANT_ROWS and max(g.m, g.n) > 4 * INVARIANT_ROWS
 
 
 # a vector of B read at an offset that a reduced axis moves by single elements (a convolution's taps along the

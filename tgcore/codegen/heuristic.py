@@ -29,10 +29,12 @@ the kernel streams), each output element is summed in the same order whatever th
 an LLM decoding several sequences at once gets each one's logits bit for bit as it would alone. The order of one
 element's terms is what the list does to the reduced axes (``reduction_order``): the vector path and the ``x @ W.T``
 tile split them only by ``reduce_lanes``, which reads the reduction alone (its length, the accumulator's dtype, the
-renderer), the register tile's K blocks (whose partial sums add up in the output) wait for more rows, and a factor
-decoded from another dtype is no operand of a register tile (``_operand_index``: its quantization BLOCKs, which set
-the order too, live on the vector path). Outside the property: reductions the scheduler splits in two kernels by
-their output count (``schedule.split``: long ones with few outputs) and lists found by ``BEAM``.
+renderer), the register tile's K blocks (whose partial sums add up in the output) wait for more rows, its tile
+pads neither axis for a small batch (the rounding matters too: a gated load let the C compiler leave one row's
+multiply-add unfused, ``gemmplan._gate_free``), and a factor decoded from another dtype is no operand of a register
+tile (``_operand_index``: its quantization BLOCKs, which set the order too, live on the vector path). Outside the
+property: reductions the scheduler splits in two kernels by their output count (``schedule.split``: long ones with
+few outputs) and lists found by ``BEAM``.
 """
 from __future__ import annotations
 
