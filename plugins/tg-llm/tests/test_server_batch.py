@@ -375,3 +375,64 @@ def test_sigterm_with_four_streams(server: Any) -> None:
         assert json.loads(lines[-2][6:])["choices"][0]["finish_reason"] == "server_shutdown"
     assert server.proc.wait(60) == 0
     assert "Traceback" not in server.log()
+
+
+def test_a_stream_decodes_while_short_requests_keep_arriving() -> None:
+    """A stream is decoding while requests of two-chunk prompts that end at their first token keep arriving (a new one
+    queued at each of their prefills, so one is always waiting): the prefill-first run before a decode step is bounded
+    (``PREFILL_FIRST_CHUNKS`` forwards per ``PREFILL_BATCH`` slots), so the stream keeps getting steps (unbounded, it
+    got none for as long as the requests came)."""
+    import asyncio
+
+    from tg_llm.model import Model
+    from tg_llm.server_engine import PREFILL_BATCH, PREFILL_FIRST_CHUNKS, Choice, Engine, Job
+    rng = np.random.default_rng(62)
+    loop = asyncio.new_event_loop()
+    calls: list[str] = []  # "P": a prefill forward, "D": a decode step
+    flood: list[Job] = []
+    engine: Engine | None = None
+
+    def arrive() -> None:  # (from the worker, inside a prefill: the next request is queued before the loop looks)
+        if engine is not None and len(flood) < 12:
+            job = Job([Choice([int(t) for t in rng.integers(100, 40000, 20)], 1, temperature=0.0)], loop,
+                      time.monotonic() + 600)
+            assert engine.try_submit(job)
+            flood.append(job)
+
+    def load(*args: Any, **kw: Any) -> Any:
+        model = Model.from_gguf(*args, **kw)
+
+        def logged(name: str, run: Any) -> Any:
+            def call(*a: Any, **k: Any) -> Any:
+                calls.append(name)
+                if name == "P" and flood:
+                    arrive()
+                return run(*a, **k)
+            return call
+        model.decode = logged("D", model.decode)  # type: ignore[method-assign]
+        model.prefill = logged("P", model.prefill)  # type: ignore[method-assign]
+        model.prefill_chunks = logged("P", model.prefill_chunks)  # type: ignore[method-assign]
+        model.forward_last = logged("P", model.forward_last)  # type: ignore[method-assign]
+        return model
+    engine = Engine(smollm2_path(), max_context=128, parallel=4, prefill_chunk=16, load_model=load)
+    engine.start_loading().join(600)
+    assert engine.state == "ready"
+    while engine.warm_ups_left:
+        time.sleep(0.05)
+    decoding = Job([Choice([int(t) for t in rng.integers(100, 40000, 12)], 40, temperature=0.0)], loop,
+                   time.monotonic() + 600)
+    assert engine.try_submit(decoding)
+    deadline = time.monotonic() + 600
+    while decoding.first_token_at is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    calls.clear()
+    arrive()
+    loop.run_until_complete(job_tokens(decoding))
+    for job in flood:
+        loop.run_until_complete(job_tokens(job))
+    engine.stop()
+    engine._worker.join(60)
+    assert len(flood) == 12
+    most = PREFILL_FIRST_CHUNKS * -(-engine.parallel // PREFILL_BATCH)
+    runs = "".join(calls).split("D")
+    assert max(len(run) for run in runs) <= most, calls

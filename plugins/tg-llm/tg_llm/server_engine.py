@@ -411,7 +411,10 @@ class _Scheduler:
     def turn(self) -> None:
         self.sweep()
         self.admit()
-        while True:
+        # at most the forwards that prefill every slot's short prompt once: requests that keep arriving and end at
+        # their first token (max_tokens 1, a stop, a cancel) would otherwise free their slots for the next ones and
+        # never let the running streams step
+        for _ in range(PREFILL_FIRST_CHUNKS * -(-self.engine.parallel // PREFILL_BATCH)):
             self.prefill_chunks()
             self.sweep()  # a chunk can take a while: what was cancelled or stopped meanwhile does not decode
             if not any(self.prefills_first(s) for s in self.slots):
