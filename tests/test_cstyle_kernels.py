@@ -275,8 +275,8 @@ def test_grouped_query_values_are_converted_once_per_group(rows):
     rng = np.random.default_rng(rows)
     w = rng.random((rows, heads, window)).astype(np.float32)
     v = rng.standard_normal((rows, kv, window, dim)).astype(np.float16)
-    values = Tensor(v).cast("float32").reshape(rows, kv, 1, window, dim)
-    t = Tensor(w).reshape(rows, kv, heads // kv, 1, window) @ values
+    values = Tensor(v, device="CPU").cast("float32").reshape(rows, kv, 1, window, dim)
+    t = Tensor(w, device="CPU").reshape(rows, kv, heads // kv, 1, window) @ values
     out, srcs = run(t.permute(0, 3, 1, 2, 4).reshape(rows, heads * dim).contiguous())  # (as tg_llm's model)
     ref = np.einsum("bkgt,bktd->bkgd", w.reshape(rows, kv, heads // kv, window), v.astype(np.float32))
     np.testing.assert_allclose(out, ref.reshape(rows, heads * dim), rtol=1e-5, atol=1e-5)
