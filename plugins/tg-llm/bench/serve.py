@@ -3,6 +3,7 @@
     python plugins/tg-llm/bench/serve.py [--model FILE.gguf] [--streams 1,4,8] [--prompt-tokens 128]
                                          [--gen-tokens 64] [--long-prompt-tokens 2000] [--parallel 8]
                                          [--url http://HOST:PORT] [--llama-server PATH] [--engine-steps]
+                                         [--rounds 5] [--stream-rounds 1]
 
 Without ``--url`` it first runs ``tg llm bench``'s decode with the same lengths (the single-stream
 reference), then starts ``tg serve llm --parallel 8`` on a free loopback port, waits for the captures it makes
@@ -22,6 +23,8 @@ one round of the most streams, and measures:
   the forwards they ran in, slot swaps, decode steps with those run while a prompt prefilled and the sequences and
   rows per step, host work, idle) and the mean stream's decode times the worker's mean step: the share of a stream's
   span its own steps took, what the server loses around the steps whatever the machine's load;
+- with ``--stream-rounds R``, those stream counts R times over (each round 1, 4, 8 in turn) and their medians, with
+  the median of the rounds' ratios of N streams' summed decode to the same round's one stream;
 - with ``--engine-steps``, after each round of N streams: the engine's N-row step alone at the same positions (this
   process, a model of its own), beside the worker's mean step in that round: what the server adds to a step;
 - the time to first token of a short request sent while a ``--long-prompt-tokens`` prompt prefills;
@@ -364,23 +367,46 @@ def measure(url: str, args: argparse.Namespace, streams: list[int],
     compiled = kernels_compiled(url)
     r = concurrent(client, model, max(streams), args.prompt_tokens, 8)
     print(f"  warm-up round ({max(streams)} streams, 8 tokens): {r['wall_s']:.1f} s{compiled_note(url, compiled)}")
-    out: dict[str, float] = {}
-    for n in streams:
-        compiled, worker = kernels_compiled(url), worker_figures(url)
-        r = concurrent(client, model, n, args.prompt_tokens, args.gen_tokens)
-        out[f"{n} streams"] = r["aggregate_tok_s"]
-        out[f"{n} streams decode"] = r["mean_stream_decode_tok_s"]
-        print(f"  {n} stream(s): aggregate {r['aggregate_tok_s']:.1f} tok/s, per stream decode "
-              f"{r['mean_stream_decode_tok_s']:.1f} tok/s (summed: {n * r['mean_stream_decode_tok_s']:.1f}; "
-              f"{r['tokens']} tokens in {r['wall_s']:.1f} s"
-              f"{compiled_note(url, compiled)}{worker_note(url, worker, r['mean_stream_decode_tok_s'])})", flush=True)
-        if note := engine_note(url, worker, engine, n):
-            print(note, flush=True)
+    rounds: list[dict[str, float]] = []
+    for i in range(args.stream_rounds):
+        figures: dict[str, float] = {}
+        label = f"round {i + 1}, " if args.stream_rounds > 1 else ""
+        for n in streams:
+            compiled, worker = kernels_compiled(url), worker_figures(url)
+            r = concurrent(client, model, n, args.prompt_tokens, args.gen_tokens)
+            figures[f"{n} streams"] = r["aggregate_tok_s"]
+            figures[f"{n} streams decode"] = r["mean_stream_decode_tok_s"]
+            print(f"  {label}{n} stream(s): aggregate {r['aggregate_tok_s']:.1f} tok/s, per stream decode "
+                  f"{r['mean_stream_decode_tok_s']:.1f} tok/s (summed: {n * r['mean_stream_decode_tok_s']:.1f}; "
+                  f"{r['tokens']} tokens in {r['wall_s']:.1f} s{compiled_note(url, compiled)}"
+                  f"{worker_note(url, worker, r['mean_stream_decode_tok_s'])})", flush=True)
+            if note := engine_note(url, worker, engine, n):
+                print(note, flush=True)
+        rounds.append(figures)
+    out = {k: float(np.median([f[k] for f in rounds])) for k in rounds[0]}
+    if len(rounds) > 1:
+        print(f"  medians of {len(rounds)} rounds: " + ", ".join(
+            f"{n} stream(s) aggregate {out[f'{n} streams']:.1f} tok/s, per stream decode "
+            f"{out[f'{n} streams decode']:.1f}" for n in streams) + round_ratios(rounds, streams), flush=True)
     compiled = kernels_compiled(url)
     out["ttft"] = ttft_behind_long_prompt(client, model, args.long_prompt_tokens)
     print(f"  TTFT of a short request behind a {args.long_prompt_tokens}-token prefill: {out['ttft']:.2f} s"
           f"{compiled_note(url, compiled)}", flush=True)
     return out
+
+
+def round_ratios(rounds: list[dict[str, float]], streams: list[int]) -> str:
+    """Each round's decode summed over N streams against the same round's one stream: their median and range (a
+    round's counts run one after another, so a ratio within a round sees one machine load)."""
+    if 1 not in streams:
+        return ""
+    parts = []
+    for n in (n for n in streams if n != 1):
+        ratios = [n * f[f"{n} streams decode"] / f["1 streams decode"] for f in rounds if f["1 streams decode"]]
+        if ratios:
+            parts.append(f"{n} streams {np.median(ratios):.2f}x (range {min(ratios):.2f}-{max(ratios):.2f})")
+    return "; decode summed over the streams vs one, median of the rounds' ratios: " + ", ".join(parts) if parts \
+        else ""
 
 
 def versus_one_stream(tg: dict[str, float], streams: list[int], bench_decode: float) -> str:
@@ -410,6 +436,8 @@ def main() -> int:
     p.add_argument("--max-context", type=int, default=4096)
     p.add_argument("--parallel", type=int, default=8, help="tg serve llm --parallel (slots decoded together)")
     p.add_argument("--rounds", type=int, default=5, help="one-stream rounds in turn with the engine (median)")
+    p.add_argument("--stream-rounds", type=int, default=1,
+                   help="rounds of the 1/4/8-stream figures, each count in turn (medians; 1: the issue's one run)")
     p.add_argument("--warm-wait", type=float, default=300.0, metavar="SECONDS",
                    help="wait at most this long after ready for the server's idle captures (0: measure at once)")
     p.add_argument("--engine-steps", action="store_true",
