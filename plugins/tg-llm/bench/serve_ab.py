@@ -16,7 +16,10 @@ process, this ``PYTHONPATH``'s code) after each round of N streams.
 
 The summary: per tree the medians over the rounds, a step's cost at N rows against one row and decode summed over
 the streams against one stream (per-round ratios, then their median), and each tree's step against the first tree's
-in the same round (median). Single rounds vary by 10% and more on a shared machine: read the medians.
+in the same round (median). Single rounds vary by 10% and more on a shared machine: read the medians. Under other
+processes' load the engine's steps alone, run back to back, take the preemptions that the server's steps leave to
+the host work between them (a 1 ms sleep between the engine's steps made them 3-6% faster at load 13): beside the
+server's they read high there; quiet, they compare like with like.
 """
 from __future__ import annotations
 
