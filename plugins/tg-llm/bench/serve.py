@@ -227,7 +227,8 @@ class EngineSteps:
             self.step_seconds(n)
 
     def step_seconds(self, rows: int) -> float:
-        """Median seconds of one ``rows``-row greedy step over the round's positions."""
+        """Mean seconds of one ``rows``-row greedy step over the round's positions (the worker's figure beside it is
+        a mean, its decode seconds over its steps: like with like; a median leaves out the steps load slowed)."""
         model, n = self.model, self.prompt_tokens
         model.reset()
         tokens = [int(np.argmax(model.forward_last(prompt_ids(n, 100 + i, model.vocab_size), 0, seq=i)))
@@ -238,7 +239,7 @@ class EngineSteps:
             logits = model.decode([(i, tokens[i], pos) for i in range(rows)])
             times.append(time.perf_counter() - t0)
             tokens = [int(np.argmax(row)) for row in logits]
-        return float(np.median(times))
+        return float(np.mean(times))
 
 
 def one_stream_rounds(url: str, pid: int | None, engine: EngineDecode, args: argparse.Namespace) -> dict[str, float]:
@@ -345,7 +346,7 @@ def engine_note(url: str, before: dict[str, float], engine: EngineSteps | None, 
     steps = after.get("decode_steps", 0.0) - before.get("decode_steps", 0.0)
     worker = (after.get("decode", 0.0) - before.get("decode", 0.0)) / max(steps, 1.0)
     alone = engine.step_seconds(rows)
-    return (f"    engine alone, {rows} row(s) at the same positions: {alone * 1e3:.2f} ms per step (median); the "
+    return (f"    engine alone, {rows} row(s) at the same positions: {alone * 1e3:.2f} ms per step (mean); the "
             f"worker's steps in this round {worker * 1e3:.2f} ms (mean): {worker / alone:.2f}x")
 
 
