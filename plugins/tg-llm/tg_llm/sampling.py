@@ -274,7 +274,8 @@ def _model_logprobs(row: np.ndarray, token: int, n: int) -> tuple[float, list[tu
     chosen, best_shifted = shifted[token], shifted[best]
     np.exp(shifted, out=shifted)
     log_total = np.log(np.sum(shifted))
-    return float(chosen - log_total), [(int(t), float(lp)) for t, lp in zip(best, best_shifted - log_total, strict=True)]
+    top = [(int(t), float(lp)) for t, lp in zip(best, best_shifted - log_total, strict=True)]
+    return float(chosen - log_total), top
 
 
 def _window(history: Iterable[int], last_n: int) -> Iterable[int]:
