@@ -220,7 +220,8 @@ SETTINGS = [
     dict(temperature=0.8, top_k=100_000, top_p=1.0, min_p=0.0),  # k larger than the vocabulary
     dict(temperature=1e-7, top_k=40, top_p=0.9), dict(temperature=1e-30, top_k=10), dict(temperature=1e-30),
     dict(temperature=2e6, top_k=7, min_p=1e-300), dict(temperature=0.5, top_p=0.999999, min_p=0.999),
-    dict(temperature=0.8, top_k=1), dict(temperature=0.8, min_p=1.0), dict(temperature=0.8, top_k=20, top_p=0.2, min_p=1.0),
+    dict(temperature=0.8, top_k=1), dict(temperature=0.8, min_p=1.0),
+    dict(temperature=0.8, top_k=20, top_p=0.2, min_p=1.0),
     dict(temperature=1.1, top_k=700, top_p=0.97, repetition_penalty=1.2),
     dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, logprobs=5, logprob=True),
     dict(temperature=0, logprobs=20, logprob=True, repetition_penalty=1.1, repeat_last_n=64),

@@ -137,12 +137,20 @@ def top_ids(row: np.ndarray, k: int) -> np.ndarray:
         return np.flatnonzero(row >= np.partition(row, n - k)[n - k])
     width = n // depth
     grid = row[:depth * width].reshape(depth, width)
-    maxima = np.concatenate([grid.max(axis=0), row[depth * width:]])  # (the left-over values: groups of one)
+    left_over = row[depth * width:]
+    maxima = grid.max(axis=0)
+    if left_over.size:  # (a vocabulary that is no multiple of ``depth``: the values left over are groups of one)
+        maxima = np.concatenate([maxima, left_over])
     bound = np.partition(maxima, maxima.shape[0] - k)[maxima.shape[0] - k]
     columns = np.flatnonzero(maxima[:width] >= bound)
-    left_over = depth * width + np.flatnonzero(row[depth * width:] >= bound)
-    ids = np.concatenate([(np.arange(0, depth * width, width)[:, None] + columns).ravel(), left_over])
-    values = row[ids]
+    values = grid[:, columns].ravel()  # (depth, len(columns)): the groups that may hold one of the k best
+    at = np.flatnonzero(values >= bound)
+    within, column = np.divmod(at, columns.shape[0])
+    ids = within * width + columns[column]
+    values = values[at]
+    if left_over.size:
+        extra = np.flatnonzero(left_over >= bound)
+        ids, values = np.concatenate([ids, depth * width + extra]), np.concatenate([values, left_over[extra]])
     kth = np.partition(values, values.shape[0] - k)[values.shape[0] - k]
     return np.sort(ids[values >= kth])
 
@@ -239,11 +247,11 @@ def _scaled_logits(row: np.ndarray, tokens: np.ndarray, values: np.ndarray, k: i
 def _best_with_penalties(row: np.ndarray, tokens: np.ndarray, values: np.ndarray,
                          k: int) -> tuple[np.ndarray, np.ndarray]:
     """Ascending ids and penalised logits (float64) of a set holding the k best of the penalised row and their
-    ties: the penalised tokens and the k best of the others (their order is the row's)."""
-    others = row.copy()
-    others[tokens] = -np.inf
-    free = top_ids(others, k)
-    free = free[~np.isin(free, tokens, assume_unique=True)]
+    ties: the penalised tokens and the others among the row's k + len(tokens) best (fewer than k others and the
+    penalised tokens are above the k-th best other, so it is among them)."""
+    free = top_ids(row, k + tokens.shape[0])
+    at = np.minimum(np.searchsorted(tokens, free), tokens.shape[0] - 1)
+    free = free[tokens[at] != free]
     ids = np.concatenate([free, tokens])
     logits = np.concatenate([row[free].astype(np.float64), values])
     order = np.argsort(ids, kind="stable")
