@@ -10,7 +10,8 @@
 2. temperature: ``0`` means greedy (argmax of the penalised logits; steps 3-5 are skipped);
    otherwise the logits are divided by it;
 3. ``top_k`` (0 = off): keep the k largest (ties with the k-th are kept);
-4. ``top_p`` (1 = off): keep the smallest set of most likely tokens whose probability reaches ``top_p``;
+4. ``top_p`` (1 = off): keep the smallest set of most likely tokens whose probability reaches ``top_p``
+   (of equally likely tokens the lower id comes first);
 5. ``min_p`` (0 = off): keep tokens with probability >= ``min_p`` times the largest probability;
 6. draw from the renormalised distribution with the sampler's own ``numpy.random.Generator``.
 
@@ -18,12 +19,16 @@ Temperature comes before the filters (as in Hugging Face and vLLM), so ``top_p``
 distribution that is actually sampled. The reported log-probabilities are the model's: log-softmax of
 the raw logits, before penalties and temperature (OpenAI's ``logprobs``): for the chosen token (when
 ``logprob`` is set or ``logprobs`` > 0; else ``Sample.logprob`` is None and no log-softmax is computed) and
-the ``logprobs`` most likely alternatives.
+the ``logprobs`` tokens of the largest logits (ties: the lower id first), best first.
 
-Without penalties a sample reads the logits in their own dtype: greedy is their argmax, and top-k picks its
-candidates from them before anything is converted (a float32 row in float64 keeps its order and ties, and
-dividing by a positive temperature does too, so the candidates, their probabilities and the draw are those
-of the float64 path).
+The sampler runs once per row of every decode step, so it avoids passes over the whole vocabulary wherever the
+result is that of the plain float64 computation bit for bit (tokens, probabilities, log-probabilities): greedy
+is one argmax of the row; penalties are values for the penalised tokens alone (no penalised copy of the row);
+top-k finds its candidates in the row's own dtype (a float32 row in float64 keeps its order and ties, and
+dividing by a positive temperature does too) with a bound from group maxima (``top_ids``), and only the k best
+are converted, exponentiated and filtered (the filters and the draw depend on ratios of probabilities); top-p
+sorts only the most likely tokens. Without top-k every token is a candidate, and the vocabulary's float64
+probabilities are computed as in the plain path.
 
 ``StopChecker`` turns a stream of text chunks into text safe to show: it holds back any tail that
 could be the start of a stop string, so a stop string split across chunks is never shown.
@@ -183,15 +188,18 @@ def _nucleus(probs: np.ndarray, top_p: float) -> np.ndarray:
     n = probs.shape[0]
     m = NUCLEUS_FIRST
     while True:
-        best = top_ids(probs, m) if m < n else np.arange(n)
-        best = best[np.argsort(-probs[best], kind="stable")]
+        if m < n:
+            best = top_ids(probs, m)
+            best = best[np.argsort(-probs[best], kind="stable")]
+        else:
+            best = np.argsort(-probs, kind="stable")
         cumulative = np.cumsum(probs[best]) / total
         # the smallest prefix whose mass reaches top_p: everything before the first index reaching it, and it
         # (a relative slack of 1e-9 so that a mass equal to top_p up to rounding counts as reaching it)
         cut = int(np.searchsorted(cumulative, top_p * (1 - 1e-9), side="left")) + 1
         if cut <= best.shape[0] or m >= n:  # (the best m and their ties: the first m of the whole order)
             best = best[:cut]
-            return best[probs[best] > 0]
+            return best if probs[best[-1]] > 0 else best[probs[best] > 0]  # (best first: zeros at the end)
         m *= 8
 
 
@@ -207,9 +215,9 @@ def _candidates(row: np.ndarray, p: SamplingParams, tokens: np.ndarray = NO_TOKE
     top = scaled.max()
     # (a temperature so small the quotients overflow: the best tokens alone, as the limit of the distribution is)
     weights = np.exp(scaled - top) if np.isfinite(top) else (logits == logits.max()).astype(np.float64)
+    if p.top_p == 1.0 and p.min_p == 0.0 and weights.min() > 1e-300:  # (no filter, no probability rounds to 0)
+        return (np.arange(weights.shape[0]) if ids is None else ids), weights
     kept = kept_by_filters(weights / weights.sum(), p.top_p, p.min_p)
-    if kept.shape[0] == weights.shape[0]:  # (every token: no copies)
-        return (kept if ids is None else ids), weights
     return (kept if ids is None else ids[kept]), weights[kept]
 
 
