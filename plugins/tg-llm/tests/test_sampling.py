@@ -255,6 +255,26 @@ def test_samples_match_a_plain_reference_of_every_step(setting):
                 assert sample.logprob is None and sample.top == []
 
 
+def test_min_p_at_a_weight_matches_the_reference():
+    """Min-p alone decides from the weights without the vocabulary's total, except for a weight too close to
+    ``min_p`` to call: there (min_p a token's weight, or one rounding step off it) it must fall back and still
+    keep what the plain computation keeps."""
+    rng = np.random.default_rng(11)
+    for trial in range(12):
+        logits = random_logits(rng, 5000, np.float32)
+        if not np.isfinite(logits.max()) or trial % 4 == 3:
+            logits = (rng.normal(size=5000) * 4).astype(np.float32)
+        temperature = float(rng.choice([0.5, 1.0, 1.7]))
+        x = logits.astype(np.float64) / temperature
+        weight = np.exp(x - x.max())
+        at = float(np.sort(weight)[-int(rng.integers(2, 40))])
+        for min_p in (at, np.nextafter(at, 0), np.nextafter(at, 1), at * (1 + 1e-13), at * (1 - 1e-9), at * 1.01):
+            p = SamplingParams(temperature=temperature, min_p=min(float(min_p), 1.0))
+            for seed in range(3):
+                token = Sampler(seed).sample(logits, p).token
+                assert token == reference_sample(logits, p, [], np.random.default_rng(seed))[0], (trial, min_p)
+
+
 @pytest.mark.parametrize("n", [1, 5, 640, 641, 4099, 49_152])
 def test_top_ids_are_the_k_best_and_their_ties(n):
     from tg_llm.sampling import top_ids

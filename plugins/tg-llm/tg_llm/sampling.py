@@ -39,6 +39,7 @@ llama.cpp's server defaults, then the GGUF file's ``general.sampling.*`` keys, t
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -211,6 +212,10 @@ def _candidates(row: np.ndarray, p: SamplingParams, tokens: np.ndarray = NO_TOKE
     probabilities, not on the vocabulary's total."""
     n = row.shape[0]
     k = p.top_k if p.top_k and p.top_k < n else 0
+    if not k and p.top_p == 1.0 and tokens.size == 0:
+        found = _min_p_alone(row, p.min_p, p.temperature)
+        if found is not None:
+            return found
     ids, logits, scaled = _scaled_logits(row, tokens, values, k, p.temperature)
     top = scaled.max()
     # (a temperature so small the quotients overflow: the best tokens alone, as the limit of the distribution is)
@@ -219,6 +224,27 @@ def _candidates(row: np.ndarray, p: SamplingParams, tokens: np.ndarray = NO_TOKE
         return (np.arange(weights.shape[0]) if ids is None else ids), weights
     kept = kept_by_filters(weights / weights.sum(), p.top_p, p.min_p)
     return (kept if ids is None else ids[kept]), weights[kept]
+
+
+def _min_p_alone(row: np.ndarray, min_p: float, temperature: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """What min-p alone keeps from a float32 row (as ``_candidates``), from the tokens whose logit is near enough the
+    best to weigh about ``min_p`` (a logit threshold) and without the vocabulary's total: a probability
+    ``w / total`` reaches ``min_p`` times the best's ``1 / total`` when the weight ``w`` (the best's is 1) is above
+    ``min_p`` by more than the divisions' rounding and does not when below. None when a weight is too close to
+    call, or the filter or the row is outside that reasoning (the whole computation decides then)."""
+    if row.dtype != np.float32 or not 1e-6 <= temperature <= 1e6 or min_p < 1e-200:
+        return None
+    top = float(row.max()) / temperature  # (dividing by a positive number keeps the order: the largest quotient)
+    if not math.isfinite(top):
+        return None
+    reach = temperature * (top + math.log(min_p))  # (a margin far above the rounding of the quotients and of exp)
+    ids = np.flatnonzero(row >= reach - 1e-4 * (1 + abs(temperature * top) + abs(temperature * math.log(min_p))))
+    weights = np.exp(row[ids].astype(np.float64) / temperature - top)
+    low, high = min_p * (1 - 1e-12), min_p * (1 + 1e-12)
+    if ((weights > low) & (weights < high)).any():
+        return None
+    kept = weights >= high
+    return ids[kept], weights[kept]
 
 
 def _scaled_logits(row: np.ndarray, tokens: np.ndarray, values: np.ndarray, k: int,
