@@ -297,9 +297,11 @@ def _greedy(row: np.ndarray, best: int, tokens: np.ndarray, values: np.ndarray) 
     of the others."""
     if tokens.size == 0:
         return best
-    others = row.copy()
-    others[tokens] = -np.inf
-    free = int(np.argmax(others))  # (a penalised token when every other is -inf: then its value is in ``values``)
+    free = best  # (the row's first best, when not penalised, is the first best of the others)
+    if (tokens == best).any():
+        others = row.copy()
+        others[tokens] = -np.inf
+        free = int(np.argmax(others))  # (a penalised token when every other is -inf: then its value is in ``values``)
     if not (tokens == free).any():
         tokens, values = np.append(tokens, free), np.append(values, float(row[free]))
     return int(tokens[values == values.max()].min())
