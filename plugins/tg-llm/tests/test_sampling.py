@@ -193,7 +193,7 @@ def reference_sample(logits: np.ndarray, p: SamplingParams, history: list[int],
 
 def random_logits(rng: np.random.Generator, n: int, dtype: type) -> np.ndarray:
     """Logits of one of several shapes: many exact ties, a few far-apart values, -inf entries, float32 extremes."""
-    kind = rng.integers(5)
+    kind = rng.integers(6)
     if kind == 0:
         row = np.round(rng.normal(size=n) * 8) / 4  # many exact ties
     elif kind == 1:
@@ -204,6 +204,9 @@ def random_logits(rng: np.random.Generator, n: int, dtype: type) -> np.ndarray:
         row[rng.random(n) < 0.3] = -np.inf
     elif kind == 3:
         row = rng.uniform(-3e38, 3e38, size=n)  # (float32's extremes: exp of their differences underflows to 0)
+    elif kind == 4:
+        row = np.full(n, float(np.finfo(np.float32).min))  # float32's lowest (and sometimes a few above)
+        row[rng.integers(0, n, 3 * rng.integers(2))] = -3e38
     else:
         row = np.full(n, 1.5)  # all equal
         row[rng.integers(0, n, 3)] = 2.0
@@ -219,7 +222,8 @@ SETTINGS = [
     dict(temperature=0.6, top_k=2, top_p=0.3, repetition_penalty=1.5, frequency_penalty=-0.5, presence_penalty=2),
     dict(temperature=0.8, top_k=100_000, top_p=1.0, min_p=0.0),  # k larger than the vocabulary
     dict(temperature=1e-7, top_k=40, top_p=0.9), dict(temperature=1e-30, top_k=10), dict(temperature=1e-30),
-    dict(temperature=2e6, top_k=7, min_p=1e-300), dict(temperature=0.5, top_p=0.999999, min_p=0.999),
+    dict(temperature=2e6, top_k=7, min_p=1e-300), dict(temperature=1e6, min_p=1e-150),
+    dict(temperature=0.5, top_p=0.999999, min_p=0.999),
     dict(temperature=0.8, top_k=1), dict(temperature=0.8, min_p=1.0),
     dict(temperature=0.8, top_k=20, top_p=0.2, min_p=1.0),
     dict(temperature=1.1, top_k=700, top_p=0.97, repetition_penalty=1.2),
@@ -228,6 +232,7 @@ SETTINGS = [
 ]
 
 
+@pytest.mark.filterwarnings("error")
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
 def test_samples_match_a_plain_reference_of_every_step(setting):
     """Tokens, the chosen token's log-probability and the top alternatives equal those of the plain computation
@@ -273,6 +278,16 @@ def test_min_p_at_a_weight_matches_the_reference():
             for seed in range(3):
                 token = Sampler(seed).sample(logits, p).token
                 assert token == reference_sample(logits, p, [], np.random.default_rng(seed))[0], (trial, min_p)
+
+
+@pytest.mark.filterwarnings("error")
+def test_min_p_alone_at_float32_lowest():
+    """Min-p's logit threshold below float32's lowest logit is no overflow warning (the comparison is in float32)."""
+    logits = np.full(50, np.finfo(np.float32).min, np.float32)
+    logits[7] = -3.3e38
+    for row in (logits, np.full(50, np.finfo(np.float32).min, np.float32)):
+        p = SamplingParams(temperature=1e6, min_p=1e-150)
+        assert Sampler(3).sample(row, p).token == reference_sample(row, p, [], np.random.default_rng(3))[0]
 
 
 @pytest.mark.parametrize("n", [1, 5, 640, 641, 4099, 49_152])

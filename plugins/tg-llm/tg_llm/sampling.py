@@ -51,6 +51,7 @@ import numpy as np
 SELECT_DEPTH = 64
 SELECT_GROUPS_PER_K = 8
 NUCLEUS_FIRST = 256  # top-p sorts the best 256 tokens first (``_nucleus``)
+FLOAT32_LOWEST = float(np.finfo(np.float32).min)
 NO_TOKENS, NO_VALUES = np.zeros(0, np.int64), np.zeros(0, np.float64)  # (no penalised tokens)
 
 @dataclass(frozen=True)
@@ -238,7 +239,8 @@ def _min_p_alone(row: np.ndarray, min_p: float, temperature: float) -> tuple[np.
     if not math.isfinite(top):
         return None
     reach = temperature * (top + math.log(min_p))  # (a margin far above the rounding of the quotients and of exp)
-    ids = np.flatnonzero(row >= reach - 1e-4 * (1 + abs(temperature * top) + abs(temperature * math.log(min_p))))
+    reach -= 1e-4 * (1 + abs(temperature * top) + abs(temperature * math.log(min_p)))
+    ids = np.flatnonzero(row >= max(reach, FLOAT32_LOWEST))  # (compared in float32: a lower bound would overflow)
     weights = np.exp(row[ids].astype(np.float64) / temperature - top)
     low, high = min_p * (1 - 1e-12), min_p * (1 + 1e-12)
     if ((weights > low) & (weights < high)).any():
