@@ -153,7 +153,8 @@ def reference_sample(logits: np.ndarray, p: SamplingParams, history: list[int],
     shortcuts), drawing as ``Sampler`` does: (token, the model's log-probability of it, the ``logprobs`` best)."""
     row = np.asarray(logits)
     x = row.astype(np.float64)
-    window = history if p.repeat_last_n < 0 else history[len(history) - p.repeat_last_n:] if p.repeat_last_n else []
+    window = history[max(0, len(history) - p.repeat_last_n):] if p.repeat_last_n > 0 else history
+    window = window if p.repeat_last_n else []
     for t in sorted(set(window)):
         if p.repetition_penalty != 1.0:
             x[t] = x[t] / p.repetition_penalty if x[t] > 0 else x[t] * p.repetition_penalty

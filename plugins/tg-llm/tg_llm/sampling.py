@@ -386,7 +386,8 @@ class Sampler:
         if np.isnan(row.max() if best is None else row[best]):
             raise ValueError("logits contain NaN")
         tokens, values = NO_TOKENS, NO_VALUES
-        if p.repeat_last_n != 0:
+        penalties = p.repetition_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
+        if penalties and p.repeat_last_n != 0:
             tokens, values = penalised_values(row, _window(history, p.repeat_last_n), p.repetition_penalty,
                                               p.frequency_penalty, p.presence_penalty)
         if p.temperature == 0:
