@@ -147,48 +147,160 @@ def test_logprobs_of_choice_and_top_alternatives():
     assert Sampler(0).sample(logits).top == []
 
 
-def _reference_token(logits: np.ndarray, p: SamplingParams, history: list[int], rng: np.random.Generator) -> int:
-    """The module doc's steps written out in float64 over the whole vocabulary, drawing as ``Sampler`` does."""
-    x = np.asarray(logits, dtype=np.float64).copy()
-    window = history if p.repeat_last_n < 0 else history[len(history) - p.repeat_last_n:] if p.repeat_last_n else []
-    for t in set(window):
+def reference_sample(logits: np.ndarray, p: SamplingParams, history: list[int],
+                     rng: np.random.Generator) -> tuple[int, float, list[tuple[int, float]]]:
+    """The module doc's steps written out plainly in float64 over the whole vocabulary (sorting everything, no
+    shortcuts), drawing as ``Sampler`` does: (token, the model's log-probability of it, the ``logprobs`` best)."""
+    row = np.asarray(logits)
+    x = row.astype(np.float64)
+    window = history[max(0, len(history) - p.repeat_last_n):] if p.repeat_last_n > 0 else history
+    window = window if p.repeat_last_n else []
+    for t in sorted(set(window)):
         if p.repetition_penalty != 1.0:
             x[t] = x[t] / p.repetition_penalty if x[t] > 0 else x[t] * p.repetition_penalty
         x[t] -= window.count(t) * p.frequency_penalty + p.presence_penalty
     if p.temperature == 0:
-        return int(np.argmax(x))
-    x = x / p.temperature
-    ids = np.arange(x.shape[0])
-    if p.top_k and p.top_k < x.shape[0]:  # the k best and their ties, then the filters on their distribution
-        ids = np.flatnonzero(x >= np.sort(x)[-p.top_k])
-    weights = np.exp(x[ids] - x[ids].max())
-    keep = filter_mask(weights / weights.sum(), 0, p.top_p, p.min_p)
-    ids, weights = ids[keep], weights[keep]
-    cumulative = np.cumsum(weights)
-    i = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
-    return int(ids[min(i, ids.shape[0] - 1)])
+        token = int(np.argmax(x))
+    else:
+        with np.errstate(over="ignore"):
+            z = x / p.temperature
+        ids = np.arange(x.shape[0])
+        if p.top_k and p.top_k < x.shape[0]:  # the k best and their ties
+            ids = np.flatnonzero(z >= np.sort(z)[-p.top_k])
+        top = z[ids].max()
+        # (quotients that overflow: the best tokens alone)
+        weights = np.exp(z[ids] - top) if np.isfinite(top) else (x[ids] == x[ids].max()).astype(np.float64)
+        probs = weights / weights.sum()
+        keep = probs > 0
+        if p.top_p < 1.0:  # the smallest set of most likely tokens (ties: the lower id first) reaching top_p
+            order = np.lexsort((np.arange(probs.shape[0]), -probs))
+            cumulative = np.cumsum(probs[order]) / probs.sum()
+            reached = np.flatnonzero(cumulative >= p.top_p * (1 - 1e-9))
+            cut = reached[0] + 1 if reached.size else probs.shape[0]
+            nucleus = np.zeros_like(keep)
+            nucleus[order[:cut]] = True
+            keep &= nucleus
+        if p.min_p > 0.0:
+            keep &= probs >= p.min_p * probs[keep].max()
+        ids, weights = ids[keep], weights[keep]
+        cumulative = np.cumsum(weights)
+        i = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
+        token = int(ids[min(i, ids.shape[0] - 1)])
+    shifted = row.astype(np.float64) - row.max()
+    logprobs = shifted - np.log(np.sum(np.exp(shifted)))
+    best = np.lexsort((np.arange(row.shape[0]), -row))[:p.logprobs]  # by logit, ties: the lower id first
+    return token, float(logprobs[token]), [(int(t), float(logprobs[t])) for t in best]
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_tokens_match_a_float64_reference_of_every_step(dtype):
-    """The sampler's shortcuts (no float64 copy without penalties, top-k picked before the division, no log-softmax
-    without logprobs) choose the tokens of the plain float64 computation, ties included (logits on a coarse grid)."""
-    rng = np.random.default_rng(5)
-    settings = [dict(temperature=0), dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),
-                dict(temperature=1.0), dict(temperature=0.7, top_k=5), dict(temperature=1.3, top_p=0.5),
-                dict(temperature=0.8, top_k=40, repetition_penalty=1.3, repeat_last_n=8),
-                dict(temperature=0, presence_penalty=0.5, frequency_penalty=0.25),
-                dict(temperature=0.9, top_k=3, min_p=0.2, repetition_penalty=0.8, repeat_last_n=0)]
-    for setting in settings:
-        p = SamplingParams(**setting)
-        for trial in range(20):
-            logits = (np.round(rng.normal(size=3000) * 8) / 4).astype(dtype)  # many exact ties
-            history = [int(t) for t in rng.integers(0, 3000, 12)]
-            sampler, reference = Sampler(trial), np.random.default_rng(trial)
-            for _ in range(3):
-                sample = sampler.sample(logits, p, history)
-                assert sample.token == _reference_token(logits, p, history, reference), setting
+def random_logits(rng: np.random.Generator, n: int, dtype: type) -> np.ndarray:
+    """Logits of one of several shapes: many exact ties, a few far-apart values, -inf entries, float32 extremes."""
+    kind = rng.integers(6)
+    if kind == 0:
+        row = np.round(rng.normal(size=n) * 8) / 4  # many exact ties
+    elif kind == 1:
+        row = rng.normal(size=n) * 3
+        row[rng.integers(0, n, 4)] = rng.normal(size=4) * 30 + 20  # a few far ahead
+    elif kind == 2:
+        row = rng.normal(size=n) * 5
+        row[rng.random(n) < 0.3] = -np.inf
+    elif kind == 3:
+        row = rng.uniform(-3e38, 3e38, size=n)  # (float32's extremes: exp of their differences underflows to 0)
+    elif kind == 4:
+        row = np.full(n, float(np.finfo(np.float32).min))  # float32's lowest (and sometimes a few above)
+        row[rng.integers(0, n, 3 * rng.integers(2))] = -3e38
+    else:
+        row = np.full(n, 1.5)  # all equal
+        row[rng.integers(0, n, 3)] = 2.0
+    return row.astype(dtype)
+
+
+SETTINGS = [
+    dict(temperature=0), dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05), dict(temperature=1.0),
+    dict(temperature=0.7, top_k=5), dict(temperature=1.3, top_p=0.5), dict(temperature=0.9, min_p=0.2),
+    dict(temperature=0.8, top_k=40, repetition_penalty=1.3, repeat_last_n=8),
+    dict(temperature=0, presence_penalty=0.5, frequency_penalty=0.25),
+    dict(temperature=0.9, top_k=3, min_p=0.2, repetition_penalty=0.8, repeat_last_n=0),
+    dict(temperature=0.6, top_k=2, top_p=0.3, repetition_penalty=1.5, frequency_penalty=-0.5, presence_penalty=2),
+    dict(temperature=0.8, top_k=100_000, top_p=1.0, min_p=0.0),  # k larger than the vocabulary
+    dict(temperature=1e-7, top_k=40, top_p=0.9), dict(temperature=1e-30, top_k=10), dict(temperature=1e-30),
+    dict(temperature=2e6, top_k=7, min_p=1e-300), dict(temperature=1e6, min_p=1e-150),
+    dict(temperature=0.5, top_p=0.999999, min_p=0.999),
+    dict(temperature=0.8, top_k=1), dict(temperature=0.8, min_p=1.0),
+    dict(temperature=0.8, top_k=20, top_p=0.2, min_p=1.0),
+    dict(temperature=1.1, top_k=700, top_p=0.97, repetition_penalty=1.2),
+    dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, logprobs=5, logprob=True),
+    dict(temperature=0, logprobs=20, logprob=True, repetition_penalty=1.1, repeat_last_n=64),
+]
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_samples_match_a_plain_reference_of_every_step(setting):
+    """Tokens, the chosen token's log-probability and the top alternatives equal those of the plain computation
+    (bit for bit: a seeded server answer does not depend on how the sampler finds them), over vocabularies small
+    and large (the group bound of ``top_ids`` with and without left-over values), float32 and float64 rows."""
+    p = SamplingParams(**setting)
+    rng = np.random.default_rng(sum(map(ord, str(setting))))
+    for trial in range(24):
+        n = int(rng.choice([7, 700, 3001, 20_000, 49_152]))
+        dtype = np.float32 if trial % 3 else np.float64
+        logits = random_logits(rng, n, dtype)
+        history = [int(t) for t in rng.integers(0, n, int(rng.integers(0, 80)))]
+        history += [int(t) for t in np.argsort(-logits)[:rng.integers(0, 12)]]  # (the best tokens: the likeliest)
+        history += history[:5]  # (repeats: frequency counts above one)
+        sampler, reference = Sampler(trial), np.random.default_rng(trial)
+        for _ in range(4):
+            sample = sampler.sample(logits, p, history)
+            token, logprob, top = reference_sample(logits, p, history, reference)
+            assert sample.token == token, (trial, n, dtype)
+            if p.logprob or p.logprobs:
+                assert sample.logprob == logprob or (math.isnan(logprob) and math.isnan(sample.logprob))
+                assert [t for t, _ in sample.top] == [t for t, _ in top]
+                assert np.array_equal([lp for _, lp in sample.top], [lp for _, lp in top], equal_nan=True)
+            else:
                 assert sample.logprob is None and sample.top == []
+
+
+def test_min_p_at_a_weight_matches_the_reference():
+    """Min-p alone decides from the weights without the vocabulary's total, except for a weight too close to
+    ``min_p`` to call: there (min_p a token's weight, or one rounding step off it) it must fall back and still
+    keep what the plain computation keeps."""
+    rng = np.random.default_rng(11)
+    for trial in range(12):
+        logits = random_logits(rng, 5000, np.float32)
+        if not np.isfinite(logits.max()) or trial % 4 == 3:
+            logits = (rng.normal(size=5000) * 4).astype(np.float32)
+        temperature = float(rng.choice([0.5, 1.0, 1.7]))
+        x = logits.astype(np.float64) / temperature
+        weight = np.exp(x - x.max())
+        at = float(np.sort(weight)[-int(rng.integers(2, 40))])
+        for min_p in (at, np.nextafter(at, 0), np.nextafter(at, 1), at * (1 + 1e-13), at * (1 - 1e-9), at * 1.01):
+            p = SamplingParams(temperature=temperature, min_p=min(float(min_p), 1.0))
+            for seed in range(3):
+                token = Sampler(seed).sample(logits, p).token
+                assert token == reference_sample(logits, p, [], np.random.default_rng(seed))[0], (trial, min_p)
+
+
+@pytest.mark.filterwarnings("error")
+def test_min_p_alone_at_float32_lowest():
+    """Min-p's logit threshold below float32's lowest logit is no overflow warning (the comparison is in float32)."""
+    logits = np.full(50, np.finfo(np.float32).min, np.float32)
+    logits[7] = -3.3e38
+    for row in (logits, np.full(50, np.finfo(np.float32).min, np.float32)):
+        p = SamplingParams(temperature=1e6, min_p=1e-150)
+        assert Sampler(3).sample(row, p).token == reference_sample(row, p, [], np.random.default_rng(3))[0]
+
+
+@pytest.mark.parametrize("n", [1, 5, 640, 641, 4099, 49_152])
+def test_top_ids_are_the_k_best_and_their_ties(n):
+    from tg_llm.sampling import top_ids
+    rng = np.random.default_rng(n)
+    for k in (1, 2, 40, 300, n - 1, n, n + 5):
+        if k < 1:
+            continue
+        for row in (random_logits(rng, n, np.float32), random_logits(rng, n, np.float64)):
+            expected = np.flatnonzero(row >= np.sort(row)[-min(k, n)])
+            assert top_ids(row, k).tolist() == expected.tolist(), (n, k)
 
 
 def test_logprob_only_when_asked():

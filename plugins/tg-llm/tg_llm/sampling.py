@@ -10,7 +10,8 @@
 2. temperature: ``0`` means greedy (argmax of the penalised logits; steps 3-5 are skipped);
    otherwise the logits are divided by it;
 3. ``top_k`` (0 = off): keep the k largest (ties with the k-th are kept);
-4. ``top_p`` (1 = off): keep the smallest set of most likely tokens whose probability reaches ``top_p``;
+4. ``top_p`` (1 = off): keep the smallest set of most likely tokens whose probability reaches ``top_p``
+   (of equally likely tokens the lower id comes first);
 5. ``min_p`` (0 = off): keep tokens with probability >= ``min_p`` times the largest probability;
 6. draw from the renormalised distribution with the sampler's own ``numpy.random.Generator``.
 
@@ -18,12 +19,16 @@ Temperature comes before the filters (as in Hugging Face and vLLM), so ``top_p``
 distribution that is actually sampled. The reported log-probabilities are the model's: log-softmax of
 the raw logits, before penalties and temperature (OpenAI's ``logprobs``): for the chosen token (when
 ``logprob`` is set or ``logprobs`` > 0; else ``Sample.logprob`` is None and no log-softmax is computed) and
-the ``logprobs`` most likely alternatives.
+the ``logprobs`` tokens of the largest logits (ties: the lower id first), best first.
 
-Without penalties a sample reads the logits in their own dtype: greedy is their argmax, and top-k picks its
-candidates from them before anything is converted (a float32 row in float64 keeps its order and ties, and
-dividing by a positive temperature does too, so the candidates, their probabilities and the draw are those
-of the float64 path).
+The sampler runs once per row of every decode step, so it avoids passes over the whole vocabulary wherever the
+result is that of the plain float64 computation bit for bit (tokens, probabilities, log-probabilities): greedy
+is one argmax of the row; penalties are values for the penalised tokens alone (no penalised copy of the row);
+top-k finds its candidates in the row's own dtype (a float32 row in float64 keeps its order and ties, and
+dividing by a positive temperature does too) with a bound from group maxima (``top_ids``), and only the k best
+are converted, exponentiated and filtered (the filters and the draw depend on ratios of probabilities); top-p
+sorts only the most likely tokens. Without top-k every token is a candidate, and the vocabulary's float64
+probabilities are computed as in the plain path.
 
 ``StopChecker`` turns a stream of text chunks into text safe to show: it holds back any tail that
 could be the start of a stop string, so a stop string split across chunks is never shown.
@@ -34,12 +39,20 @@ llama.cpp's server defaults, then the GGUF file's ``general.sampling.*`` keys, t
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
+# ``top_ids``' groups: at most this many values each (the rows of its view), and at least this many groups per value
+# picked (a bound that leaves out most groups)
+SELECT_DEPTH = 64
+SELECT_GROUPS_PER_K = 8
+NUCLEUS_FIRST = 256  # top-p sorts the best 256 tokens first (``_nucleus``)
+FLOAT32_LOWEST = float(np.finfo(np.float32).min)
+NO_TOKENS, NO_VALUES = np.zeros(0, np.int64), np.zeros(0, np.float64)  # (no penalised tokens)
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -87,86 +100,236 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return shifted - np.log(np.sum(np.exp(shifted)))
 
 
+def penalised_values(logits: np.ndarray, history: Iterable[int], repetition_penalty: float = 1.0,
+                     frequency_penalty: float = 0.0, presence_penalty: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens of ``history`` (ascending ids, each once) and their penalised logits (float64; see the module
+    doc): the only entries penalties change, so a sample needs no penalised copy of the whole row."""
+    if repetition_penalty == 1.0 and frequency_penalty == 0.0 and presence_penalty == 0.0:
+        return NO_TOKENS, NO_VALUES
+    ids = np.fromiter(history, dtype=np.int64)
+    if ids.size == 0:
+        return NO_TOKENS, NO_VALUES
+    if ids.min() < 0 or ids.max() >= logits.shape[0]:
+        raise ValueError(f"history holds token ids outside 0..{logits.shape[0] - 1}")
+    tokens, counts = np.unique(ids, return_counts=True)
+    values = logits[tokens].astype(np.float64)
+    if repetition_penalty != 1.0:
+        values = np.where(values > 0, values / repetition_penalty, values * repetition_penalty)
+    values -= counts * frequency_penalty + presence_penalty
+    return tokens, values
+
+
 def apply_penalties(logits: np.ndarray, history: Iterable[int], repetition_penalty: float = 1.0,
                     frequency_penalty: float = 0.0, presence_penalty: float = 0.0) -> np.ndarray:
     """A penalised copy of ``logits`` (float64) for the tokens in ``history`` (see the module doc)."""
     out = np.array(logits, dtype=np.float64)
-    ids = np.fromiter(history, dtype=np.int64)
-    if ids.size == 0 or (repetition_penalty == 1.0 and frequency_penalty == 0.0 and presence_penalty == 0.0):
-        return out
-    if ids.min() < 0 or ids.max() >= out.shape[0]:
-        raise ValueError(f"history holds token ids outside 0..{out.shape[0] - 1}")
-    tokens, counts = np.unique(ids, return_counts=True)
-    if repetition_penalty != 1.0:
-        values = out[tokens]
-        out[tokens] = np.where(values > 0, values / repetition_penalty, values * repetition_penalty)
-    out[tokens] -= counts * frequency_penalty + presence_penalty
+    tokens, values = penalised_values(out, history, repetition_penalty, frequency_penalty, presence_penalty)
+    out[tokens] = values
     return out
+
+
+def top_ids(row: np.ndarray, k: int) -> np.ndarray:
+    """Ascending ids of the ``k`` largest values of ``row`` and of every value equal to the k-th (``row`` has no NaN).
+
+    A partition of the whole vocabulary reads and moves every value; instead the row is cut into groups (the
+    columns of a ``(depth, width)`` view, the few values left over each a group of its own). The k-th largest of
+    the groups' maxima is at most the row's k-th largest (k groups hold a value at least that large), so only the
+    groups whose maximum reaches it can hold one of the k best: the k-th largest is picked from their values alone.
+    """
+    n = row.shape[0]
+    if k >= n:
+        return np.arange(n)
+    depth = min(SELECT_DEPTH, n // (SELECT_GROUPS_PER_K * k))
+    if depth < 2:  # (a k close to the vocabulary's size: too few groups to leave any out)
+        return np.flatnonzero(row >= np.partition(row, n - k)[n - k])
+    width = n // depth
+    grid = row[:depth * width].reshape(depth, width)
+    left_over = row[depth * width:]
+    maxima = grid.max(axis=0)
+    if left_over.size:  # (a vocabulary that is no multiple of ``depth``: the values left over are groups of one)
+        maxima = np.concatenate([maxima, left_over])
+    bound = np.partition(maxima, maxima.shape[0] - k)[maxima.shape[0] - k]
+    columns = np.flatnonzero(maxima[:width] >= bound)
+    values = grid[:, columns].ravel()  # (depth, len(columns)): the groups that may hold one of the k best
+    at = np.flatnonzero(values >= bound)
+    within, column = np.divmod(at, columns.shape[0])
+    ids = within * width + columns[column]
+    values = values[at]
+    if left_over.size:
+        extra = np.flatnonzero(left_over >= bound)
+        ids, values = np.concatenate([ids, depth * width + extra]), np.concatenate([values, left_over[extra]])
+    kth = np.partition(values, values.shape[0] - k)[values.shape[0] - k]
+    return np.sort(ids[values >= kth])
 
 
 def filter_mask(probs: np.ndarray, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> np.ndarray:
     """Which tokens survive top-k, then top-p, then min-p on the distribution ``probs`` (a bool array)."""
-    keep = probs > 0
     if top_k and top_k < probs.shape[0]:
-        kth = np.partition(probs, -top_k)[-top_k]
-        keep &= probs >= kth
-    if top_p < 1.0:
-        masked = np.where(keep, probs, 0.0)
-        total = masked.sum()
-        order = _most_likely_first(masked, top_p * total)
-        cumulative = np.cumsum(masked[order]) / total
-        # the smallest prefix whose mass reaches top_p: everything before the first index reaching it, and it
-        # (a relative slack of 1e-9 so that a mass equal to top_p up to rounding counts as reaching it)
-        cut = int(np.searchsorted(cumulative, top_p * (1 - 1e-9), side="left")) + 1
-        top = np.zeros_like(keep)
-        top[order[:cut]] = True
-        keep &= top
-    if min_p > 0.0:
-        keep &= probs >= min_p * np.max(np.where(keep, probs, 0.0))
+        probs = np.where(probs >= np.partition(probs, -top_k)[-top_k], probs, 0.0)
+    keep = np.zeros(probs.shape[0], dtype=bool)
+    keep[kept_by_filters(probs, top_p, min_p)] = True
     return keep
 
 
-def _most_likely_first(probs: np.ndarray, mass: float) -> np.ndarray:
-    """Indices of the most likely tokens, best first, enough of them to hold ``mass``.
+def kept_by_filters(probs: np.ndarray, top_p: float = 1.0, min_p: float = 0.0) -> np.ndarray:
+    """Ascending positions of the tokens of positive probability that top-p, then min-p keep from ``probs``."""
+    if top_p < 1.0:
+        best = _nucleus(probs, top_p)
+        if min_p > 0.0:
+            best = best[probs[best] >= min_p * probs[best[0]]]
+        return np.sort(best)
+    threshold = min_p * probs.max()
+    return np.flatnonzero(probs >= threshold if threshold > 0 else probs > 0)
 
-    Sorting a whole 50k-150k vocabulary is the slow part of top-p, so sort only the best 1024 unless
-    they do not hold enough probability (a very flat distribution).
-    """
+
+def _nucleus(probs: np.ndarray, top_p: float) -> np.ndarray:
+    """The smallest set of most likely tokens (ties to the lower position) whose probability reaches ``top_p`` of
+    the total, best first, those of probability 0 left out. Sorting a whole 50k-250k vocabulary is the slow part,
+    so only the best ``NUCLEUS_FIRST`` (and ties) are sorted, 8 times more while they do not reach it."""
+    total = probs.sum()
     n = probs.shape[0]
-    if n > 2048:
-        best = np.argpartition(-probs, 1023)[:1024]
-        if probs[best].sum() >= mass:
-            return best[np.argsort(-probs[best], kind="stable")]
-    return np.argsort(-probs, kind="stable")
+    m = NUCLEUS_FIRST
+    while True:
+        if m < n:
+            best = top_ids(probs, m)
+            best = best[np.argsort(-probs[best], kind="stable")]
+        else:
+            best = np.argsort(-probs, kind="stable")
+        cumulative = np.cumsum(probs[best]) / total
+        # the smallest prefix whose mass reaches top_p: everything before the first index reaching it, and it
+        # (a relative slack of 1e-9 so that a mass equal to top_p up to rounding counts as reaching it)
+        cut = int(np.searchsorted(cumulative, top_p * (1 - 1e-9), side="left")) + 1
+        if cut <= best.shape[0] or m >= n:  # (the best m and their ties: the first m of the whole order)
+            best = best[:cut]
+            return best if probs[best[-1]] > 0 else best[probs[best] > 0]  # (best first: zeros at the end)
+        m *= 8
 
 
-def _candidates(logits: np.ndarray, p: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
-    """The tokens top-k, top-p and min-p keep from ``logits`` divided by the temperature (ascending ids) and
-    their probabilities up to a common factor. With top-k on, only the k best (and ties) are exponentiated and
-    filtered: the filters and the draw depend on ratios of probabilities, not on the vocabulary's total. From
-    float32 logits the k best are picked before the division (at a temperature in [1e-6, 1e6] no two float32
-    values round to one float64 quotient, so the order and the ties are those of ``logits / temperature``):
-    only they are divided."""
-    n = logits.shape[0]
-    pick_first = logits.dtype == np.float32 and 1e-6 <= p.temperature <= 1e6
-    with np.errstate(over="ignore"):  # (overflow: handled below)
-        scaled = logits if pick_first else logits.astype(np.float64) / p.temperature
-    if p.top_k and p.top_k < n:
-        ids = np.flatnonzero(scaled >= np.partition(scaled, n - p.top_k)[n - p.top_k])
-    else:
-        ids = np.arange(n)
-    chosen = scaled[ids].astype(np.float64) / p.temperature if pick_first else scaled[ids]
-    top = chosen.max()
+def _candidates(row: np.ndarray, p: SamplingParams, tokens: np.ndarray = NO_TOKENS,
+                values: np.ndarray = NO_VALUES) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens top-k, top-p and min-p keep from the logits ``row`` (with ``values`` for its penalised ``tokens``)
+    divided by the temperature (ascending ids), and their probabilities up to a common factor. With top-k on, only
+    the k best (and ties) are exponentiated and filtered: the filters and the draw depend on ratios of
+    probabilities, not on the vocabulary's total."""
+    n = row.shape[0]
+    k = p.top_k if p.top_k and p.top_k < n else 0
+    if not k and p.top_p == 1.0 and tokens.size == 0:
+        found = _min_p_alone(row, p.min_p, p.temperature)
+        if found is not None:
+            return found
+    ids, logits, scaled = _scaled_logits(row, tokens, values, k, p.temperature)
+    top = scaled.max()
     # (a temperature so small the quotients overflow: the best tokens alone, as the limit of the distribution is)
-    weights = np.exp(chosen - top) if np.isfinite(top) else (logits[ids] == logits[ids].max()).astype(np.float64)
-    keep = filter_mask(weights / weights.sum(), 0, p.top_p, p.min_p)
-    return ids[keep], weights[keep]
+    weights = np.exp(scaled - top) if np.isfinite(top) else (logits == logits.max()).astype(np.float64)
+    if p.top_p == 1.0 and p.min_p == 0.0 and weights.min() > 1e-300:  # (no filter, no probability rounds to 0)
+        return (np.arange(weights.shape[0]) if ids is None else ids), weights
+    kept = kept_by_filters(weights / weights.sum(), p.top_p, p.min_p)
+    return (kept if ids is None else ids[kept]), weights[kept]
+
+
+def _min_p_alone(row: np.ndarray, min_p: float, temperature: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """What min-p alone keeps from a float32 row (as ``_candidates``), from the tokens whose logit is near enough the
+    best to weigh about ``min_p`` (a logit threshold) and without the vocabulary's total: a probability
+    ``w / total`` reaches ``min_p`` times the best's ``1 / total`` when the weight ``w`` (the best's is 1) is above
+    ``min_p`` by more than the divisions' rounding and does not when below. None when a weight is too close to
+    call, or the filter or the row is outside that reasoning (the whole computation decides then)."""
+    if row.dtype != np.float32 or not 1e-6 <= temperature <= 1e6 or min_p < 1e-200:
+        return None
+    top = float(row.max()) / temperature  # (dividing by a positive number keeps the order: the largest quotient)
+    if not math.isfinite(top):
+        return None
+    reach = temperature * (top + math.log(min_p))  # (a margin far above the rounding of the quotients and of exp)
+    reach -= 1e-4 * (1 + abs(temperature * top) + abs(temperature * math.log(min_p)))
+    ids = np.flatnonzero(row >= max(reach, FLOAT32_LOWEST))  # (compared in float32: a lower bound would overflow)
+    weights = np.exp(row[ids].astype(np.float64) / temperature - top)
+    low, high = min_p * (1 - 1e-12), min_p * (1 + 1e-12)
+    if ((weights > low) & (weights < high)).any():
+        return None
+    kept = weights >= high
+    return ids[kept], weights[kept]
+
+
+def _scaled_logits(row: np.ndarray, tokens: np.ndarray, values: np.ndarray, k: int,
+                   temperature: float) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """(ids, penalised logits, those divided by ``temperature``) of the k best tokens of the penalised row and
+    their ties (ascending ids), or of every token (ids None) when ``k`` is 0; float64. From float32 logits the
+    k best are picked before the division (at a temperature in [1e-6, 1e6] no two float32 values round to one
+    float64 quotient, so the order and the ties are those of ``logits / temperature``): only they are divided."""
+    if row.dtype != np.float32 or not 1e-6 <= temperature <= 1e6:
+        logits = row.astype(np.float64)
+        logits[tokens] = values
+        with np.errstate(over="ignore"):  # (overflow: ``_candidates`` takes the best tokens alone)
+            scaled = logits / temperature
+        if not k:
+            return None, logits, scaled
+        ids = top_ids(scaled, k)
+        return ids, logits[ids], scaled[ids]
+    if not k:
+        logits = row.astype(np.float64)
+        logits[tokens] = values
+        return None, logits, logits / temperature
+    if tokens.size == 0:
+        ids = top_ids(row, k)
+        logits = row[ids].astype(np.float64)
+        return ids, logits, logits / temperature
+    ids, logits = _best_with_penalties(row, tokens, values, k)
+    scaled = logits / temperature
+    if ids.shape[0] > k:
+        best = scaled >= np.partition(scaled, ids.shape[0] - k)[ids.shape[0] - k]
+        ids, logits, scaled = ids[best], logits[best], scaled[best]
+    return ids, logits, scaled
+
+
+def _best_with_penalties(row: np.ndarray, tokens: np.ndarray, values: np.ndarray,
+                         k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Ascending ids and penalised logits (float64) of a set holding the k best of the penalised row and their
+    ties: the penalised tokens and the others among the row's k + len(tokens) best (fewer than k others and the
+    penalised tokens are above the k-th best other, so it is among them)."""
+    free = top_ids(row, k + tokens.shape[0])
+    at = np.minimum(np.searchsorted(tokens, free), tokens.shape[0] - 1)
+    free = free[tokens[at] != free]
+    ids = np.concatenate([free, tokens])
+    logits = np.concatenate([row[free].astype(np.float64), values])
+    order = np.argsort(ids, kind="stable")
+    return ids[order], logits[order]
+
+
+def _greedy(row: np.ndarray, best: int, tokens: np.ndarray, values: np.ndarray) -> int:
+    """The first of the best tokens of the penalised row (``best``: the row's): the penalised tokens against the best
+    of the others."""
+    if tokens.size == 0:
+        return best
+    free = best  # (the row's first best, when not penalised, is the first best of the others)
+    if (tokens == best).any():
+        others = row.copy()
+        others[tokens] = -np.inf
+        free = int(np.argmax(others))  # (a penalised token when every other is -inf: then its value is in ``values``)
+    if not (tokens == free).any():
+        tokens, values = np.append(tokens, free), np.append(values, float(row[free]))
+    return int(tokens[values == values.max()].min())
+
+
+def _model_logprobs(row: np.ndarray, token: int, n: int) -> tuple[float, list[tuple[int, float]]]:
+    """The log-probability of ``token`` under the model (log-softmax of ``row`` in float64) and the ``n`` most likely
+    tokens' (by logit, ties to the lower id), best first."""
+    most = float(row.max())
+    best = top_ids(row, n) if n else NO_TOKENS
+    best = best[np.argsort(-row[best], kind="stable")][:n]
+    shifted = row.astype(np.float64)
+    shifted -= most
+    chosen, best_shifted = shifted[token], shifted[best]
+    np.exp(shifted, out=shifted)
+    log_total = np.log(np.sum(shifted))
+    top = [(int(t), float(lp)) for t, lp in zip(best, best_shifted - log_total, strict=True)]
+    return float(chosen - log_total), top
 
 
 def _window(history: Iterable[int], last_n: int) -> Iterable[int]:
     if last_n < 0:
         return history
-    return list(history)[-last_n:] if last_n else []
+    if not last_n:
+        return []
+    return history[-last_n:] if isinstance(history, Sequence) else list(history)[-last_n:]
 
 
 # llama.cpp's server defaults (common_params_sampling): a new user's first question gets a sensible answer
@@ -218,33 +381,23 @@ class Sampler:
             row = row.astype(np.float64)
         if row.ndim != 1 or row.shape[0] == 0:
             raise ValueError(f"expected one row of logits, got shape {row.shape}")
-        best = int(np.argmax(row))  # (numpy's argmax of a row with a NaN is the first NaN: one pass for both)
-        most = row[best]
-        if np.isnan(most):
+        # (numpy's argmax and max of a row with a NaN find a NaN: the pass greedy makes anyway checks for them)
+        best = int(np.argmax(row)) if p.temperature == 0 else None
+        if np.isnan(row.max() if best is None else row[best]):
             raise ValueError("logits contain NaN")
-        penalised = row
+        tokens, values = NO_TOKENS, NO_VALUES
         penalties = p.repetition_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
-        if penalties and p.repeat_last_n != 0:  # (else nothing changes: the row as it is)
-            penalised = apply_penalties(row, _window(history, p.repeat_last_n), p.repetition_penalty,
-                                        p.frequency_penalty, p.presence_penalty)
+        if penalties and p.repeat_last_n != 0:
+            tokens, values = penalised_values(row, _window(history, p.repeat_last_n), p.repetition_penalty,
+                                              p.frequency_penalty, p.presence_penalty)
         if p.temperature == 0:
-            token = best if penalised is row else int(np.argmax(penalised))
+            token = _greedy(row, best, tokens, values)
         else:
-            support, weights = _candidates(penalised, p)
-            token = self._draw(support, weights)
+            token = self._draw(*_candidates(row, p, tokens, values))
         if not (p.logprob or p.logprobs):
             return Sample(token, None, [])
-        # the model's log-probabilities (log_softmax of the row in float64), for the chosen token and the top ones
-        shifted = row.astype(np.float64) - float(most)
-        log_total = np.log(np.sum(np.exp(shifted)))
-        top: list[tuple[int, float]] = []
-        if p.logprobs:
-            logprobs = shifted - log_total
-            n = min(p.logprobs, logprobs.shape[0])
-            chosen = np.argpartition(-logprobs, n - 1)[:n]
-            chosen = chosen[np.argsort(-logprobs[chosen], kind="stable")]
-            top = [(int(t), float(logprobs[t])) for t in chosen]
-        return Sample(token, float(shifted[token] - log_total), top)
+        logprob, top = _model_logprobs(row, token, min(p.logprobs, row.shape[0]))
+        return Sample(token, logprob, top)
 
     def _draw(self, support: np.ndarray, weights: np.ndarray) -> int:
         """One of ``support`` with probability proportional to its weight."""
