@@ -8,7 +8,8 @@ takes 13 scheduler turns. Checked:
 - chunked prefill: a short request sent while a long prompt is prefilling gets its first token first;
 - prompts that arrive together prefill in one forward per chunk and decode together from their first tokens;
 - prompt log-probabilities (echo) prefill in the same chunks: the generation's log-probabilities are unchanged;
-- SIGTERM with 4 streams running: each ends with ``server_shutdown``, exit 0, no traceback.
+- SIGTERM with 4 streams running: each ends with ``server_shutdown``, exit 0, no traceback;
+- loading and the warm-up captures run without cyclic garbage collections and leave what they made frozen.
 No wall-clock assertions: only orderings and equalities.
 """
 from __future__ import annotations
@@ -436,3 +437,54 @@ def test_a_stream_decodes_while_short_requests_keep_arriving() -> None:
     most = PREFILL_FIRST_CHUNKS * -(-engine.parallel // PREFILL_BATCH)
     runs = "".join(calls).split("D")
     assert max(len(run) for run in runs) <= most, calls
+
+
+def test_loading_and_warm_ups_run_without_collections_and_freeze_what_they_made() -> None:
+    """The model loads and each warm-up capture (before ready and while idle) runs with the garbage collector off;
+    after them the collector is on again and the model is frozen (``gc.freeze``: no full collection walks it)."""
+    import gc
+
+    from tg_llm.model import Model
+    from tg_llm.server_engine import Engine
+    enabled_while: list[bool] = []
+
+    def load(*a: Any, **k: Any) -> Any:
+        enabled_while.append(gc.isenabled())
+        model = Model.from_gguf(*a, **k)
+        warm_up = model.warm_up
+
+        def recorded(*a: Any, **k: Any) -> Any:
+            enabled_while.append(gc.isenabled())
+            return warm_up(*a, **k)
+        model.warm_up = recorded  # type: ignore[method-assign]
+        return model
+    assert gc.isenabled()
+    engine = Engine(smollm2_path(), max_context=128, parallel=2, prefill_chunk=16, load_model=load)
+    engine.start_loading().join(600)
+    assert engine.state == "ready"
+    deadline = time.monotonic() + 600
+    while engine.warm_ups_left and time.monotonic() < deadline:
+        time.sleep(0.05)
+    engine.stop()
+    engine._worker.join(60)
+    assert len(enabled_while) >= 3 and not any(enabled_while), enabled_while  # (the load, at load, while idle)
+    assert gc.isenabled()
+    assert not any(o is engine.model for o in gc.get_objects())  # (frozen objects are in no generation)
+
+
+def test_without_collections_turns_the_collector_back_on_after_an_error() -> None:
+    import gc
+
+    from tg_llm.server_warmup import without_collections
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), without_collections():
+        assert not gc.isenabled()
+        raise RuntimeError("a capture failed")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with without_collections():
+            pass
+        assert not gc.isenabled()  # (off before: left off)
+    finally:
+        gc.enable()

@@ -177,26 +177,27 @@ class Engine:
         from tg_llm.tokenizer import Tokenizer
         start = time.perf_counter()
         try:
-            log.info("loading %s", self.path)
-            self.tokenizer = Tokenizer.from_gguf(self.path)
-            if self.chat_template is not None:
-                self.tokenizer.chat_template = self.chat_template
-            self.model = (self.load_model or Model.from_gguf)(
-                self.path, device=self.device, max_context=self.max_context_asked,
-                progress=ProgressBar(f"loading {self.path.name}"), sequences=self.parallel)
-            self.stop_ids = Generator(self.model, self.tokenizer).stop_ids()
-            # the step of every batch size at the smallest attention window now; then the prefill of short prompts
-            # (a short request's first token), the chunks of longer ones and the longer windows: before ready while
-            # the time allows (READY_BUDGET_S), the rest while idle
-            shapes = self.model.decode_shapes()
-            first = min(pos for _, pos in shapes)
-            warm = time.perf_counter()
-            self.model.warm_up([s for s in shapes if s[1] == first])
-            self.warm_up_seconds = time.perf_counter() - warm
-            self._warm_later = server_warmup.plan(self.model, self.prefill_chunk, min(PREFILL_BATCH, self.parallel),
-                                                  first)
-            self._warm_while_time_allows((time.perf_counter() - warm) / max(1, sum(s[1] == first for s in shapes)))
-            self.warm_up_seconds = time.perf_counter() - warm
+            with server_warmup.without_collections():  # (what loading and the captures make lives on)
+                log.info("loading %s", self.path)
+                self.tokenizer = Tokenizer.from_gguf(self.path)
+                if self.chat_template is not None:
+                    self.tokenizer.chat_template = self.chat_template
+                self.model = (self.load_model or Model.from_gguf)(
+                    self.path, device=self.device, max_context=self.max_context_asked,
+                    progress=ProgressBar(f"loading {self.path.name}"), sequences=self.parallel)
+                self.stop_ids = Generator(self.model, self.tokenizer).stop_ids()
+                # the step of every batch size at the smallest attention window now; then the prefill of short prompts
+                # (a short request's first token), the chunks of longer ones and the longer windows: before ready while
+                # the time allows (READY_BUDGET_S), the rest while idle
+                shapes = self.model.decode_shapes()
+                first = min(pos for _, pos in shapes)
+                warm = time.perf_counter()
+                self.model.warm_up([s for s in shapes if s[1] == first])
+                self.warm_up_seconds = time.perf_counter() - warm
+                self._warm_later = server_warmup.plan(self.model, self.prefill_chunk, min(PREFILL_BATCH, self.parallel),
+                                                      first)
+                self._warm_while_time_allows((time.perf_counter() - warm) / max(1, sum(s[1] == first for s in shapes)))
+                self.warm_up_seconds = time.perf_counter() - warm
         except BaseException as e:  # noqa: BLE001 - any failure is reported and ends the server
             self.state, self.error = "failed", e
             log.error("failed to load %s: %s: %s", self.path, type(e).__name__, e)
@@ -297,7 +298,8 @@ class Engine:
             quiet = now - last_busy
             if idle and self._warm_later and self.stop_at is None and quiet >= IDLE_WARM_AFTER_S:
                 try:
-                    self._warm_later.pop(0)()  # one capture while idle
+                    with server_warmup.without_collections():
+                        self._warm_later.pop(0)()  # one capture while idle
                 except Exception:  # noqa: BLE001 - an optional capture: a request needing it compiles it then
                     log.warning("an idle warm-up capture failed; the rest are skipped", exc_info=True)
                     self._warm_later.clear()
