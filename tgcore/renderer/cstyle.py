@@ -605,7 +605,7 @@ class CRenderer(Renderer):
         def line(text: str) -> None:
             body.append("  " * depth + text)
 
-        prefetch = Prefetcher(kernel, UNROLL_TRIPS, COMPILER_VECTORIZED_TRIPS)
+        prefetch = Prefetcher(kernel, UNROLL_TRIPS, COMPILER_VECTORIZED_TRIPS, to_l2=True)
         innermost, loops_at = loop_nest(kernel)
 
         for u in kernel:
