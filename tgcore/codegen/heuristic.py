@@ -523,7 +523,10 @@ def _elementwise_width(ast: UOp, store: UOp, lanes: UOp, width: int, wide: dict[
     store all have them (no conversion or narrowing the renderer does in narrower vectors: a float16 cache write's,
     a table lookup's) and whose contiguous output axis they divide; else ``width``. SmolLM2's decode step at 4 rows,
     one thread, C renderer with AVX-512, 8 -> 16 lanes: silu times up (E_4_1536) 3.78 -> 2.85 us, the softmax's masked
-    exponent (E_4_3_3_192) 4.73 -> 2.99 us per layer (data in cache)."""
+    exponent (E_4_3_3_192) 4.73 -> 2.99 us per layer (data in cache). A kernel that follows tens of microseconds of
+    256-bit code pays the 512-bit units' warm-up (C harness, one row's masked exponent after 50-1000 us of ymm FMAs:
+    0.78 -> 2.5-3.0 us, 8 lanes 1.2-1.3 us either way): in SmolLM2's step the softmax's exponent follows the ymm
+    attention kernels (1 row: 1.7x slower, 4 rows 0.94x, 8 rows 0.79x), silu x up the zmm product (0.77-0.89x)."""
     dts = {u.dtype.scalar() for u in ast.toposort if u.op is Ops.LOAD} | {store.src[1].dtype.scalar()}
     lanes_of = {wide.get(dt, 0) for dt in dts}
     if len(lanes_of) != 1 or (n := lanes_of.pop()) <= width or _size(lanes) % n:
