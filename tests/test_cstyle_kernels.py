@@ -126,6 +126,27 @@ def test_far_rows_prefetch_along_their_window_and_match_numpy():
     assert ahead == {STREAM_AHEAD // 2}  # (float16 elements: whole slot rows of 64)
 
 
+def test_far_rows_with_kv_heads_prefetch_the_next_heads_run_into_l2():
+    """Grouped-query attention's weights times values at several rows (3 KV heads of 3 query heads): a row's next
+    data is a whole sequence's cache on (too far), but the next KV head's run of value rows is 64 KiB on: the loads
+    prefetch that run, into L2 only, while this one streams (two streams in flight); the values are unchanged."""
+    from tgcore.renderer.prefetch import PREFETCH_MAX_AHEAD
+    rng = np.random.default_rng(8)
+    rows, heads, group, slots, window, hd = 4, 3, 3, 512, 192, 64
+    assert heads * slots * hd * 2 > PREFETCH_MAX_AHEAD >= slots * hd * 2
+    cache = rng.standard_normal((rows, heads, slots, hd)).astype(np.float16)
+    p = rng.standard_normal((rows, heads, group, 1, window)).astype(np.float32)
+    values = Tensor(cache, device="CPU").shrink((None, None, (0, window), None)).cast("float32")
+    # (each row's heads side by side, as the model's attention output: one output axis of 3 x 3 x 64)
+    attn = (Tensor(p, device="CPU") @ values.reshape(rows, heads, 1, window, hd)).permute(0, 3, 1, 2, 4)
+    out, srcs = run(attn.reshape(rows, heads * group * hd))
+    want = p @ cache[:, :, None, :window].astype(np.float32)
+    np.testing.assert_allclose(out, want.reshape(rows, -1), rtol=1e-4, atol=1e-4)
+    fetches = [line.strip() for s in srcs for line in s.splitlines() if "__builtin_prefetch" in line]
+    next_head = re.compile(rf"__builtin_prefetch\(&data\d+\[\w+\+{slots * hd}\], 0, 2\);")  # (float16 elements)
+    assert fetches and all(next_head.search(f) for f in fetches)
+
+
 def test_window_rows_read_by_vectors_prefetch_once_per_cache_line():
     """Attention's scores at several rows (3 query heads per cache head): each float16 key row (64 values, 2 cache
     lines) is read 16 bytes at a time by a loop the compiler unrolls; the window prefetch then fires on every 4th trip

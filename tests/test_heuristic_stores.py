@@ -44,3 +44,62 @@ def test_a_row_shorter_than_a_vector_is_a_narrow_vector_with_its_steps_unrolled(
     assert {(o.op, o.axis, o.amount) for o in opts} == {(OptOps.UPCAST, 2, 4), (OptOps.UNROLL, 1, 4)}
     want = (raw[:, None, :].astype(np.int64) >> (2 * np.arange(4))[None, :, None]) & 3
     np.testing.assert_array_equal(t.numpy(), want.reshape(64, 16).astype(np.float32))
+
+
+# ---- wider lanes for kernels with no reduction (``Renderer.elementwise_widths``: C with AVX-512) ----
+
+WIDE = {dtypes.float32: 16, dtypes.int32: 16, dtypes.uint32: 16}
+
+
+def _lanes(opts) -> list[int]:
+    return [o.amount for o in opts if o.op is OptOps.UPCAST]
+
+
+def test_an_elementwise_kernel_takes_the_wider_lanes():
+    ast = _ast((Tensor.empty(4, 1536) * 2).exp2())
+    assert _lanes(vector_opts(ast, WIDTHS, elementwise_widths=WIDE)) == [16]
+    assert _lanes(vector_opts(ast, WIDTHS)) == [8]
+
+
+def test_a_reduction_keeps_the_native_lanes():
+    """A sum's lanes set the order of its additions (batch invariance, bits as before): no wider lanes."""
+    ast = _ast((Tensor.empty(4, 576) * 2).sum(-1))
+    assert vector_opts(ast, WIDTHS, elementwise_widths=WIDE) == vector_opts(ast, WIDTHS)
+
+
+def test_a_narrowed_store_or_an_axis_they_do_not_divide_keeps_the_native_width():
+    """float32 lanes stored as float16 (a KV cache's writes: the renderer narrows 8 lanes in one instruction); a
+    contiguous axis of 24 (16 does not divide it)."""
+    narrowing = frozenset({(dtypes.float32, dtypes.float16)})
+    cache_write = _ast((Tensor.empty(4, 64) + 1).cast(dtypes.float16))
+    assert _lanes(vector_opts(cache_write, WIDTHS, narrowing=narrowing, elementwise_widths=WIDE)) == [8]
+    assert _lanes(vector_opts(_ast(Tensor.empty(4, 24) + 1), WIDTHS, elementwise_widths=WIDE)) == [8]
+
+
+def test_silu_in_the_c_renderers_wider_lanes_matches_numpy(monkeypatch):
+    """The C renderer at AVX-512 computes an elementwise kernel in 16 float lanes (zmm); values as numpy's, and the
+    same bits as in its native 8 lanes (each lane's value is computed alone)."""
+    import numpy as np
+    import pytest
+
+    from tgcore.engine import realize as engine
+    from tgcore.runtime.registry import open_device
+    from tgcore.schedule.state import REALIZATION
+    renderer = open_device("CPU").renderer
+    if not renderer.elementwise_widths:
+        pytest.skip("the C renderer has no wider lanes here (no AVX-512)")
+    x = (np.random.default_rng(3).standard_normal((4, 1536)) * 6).astype(np.float32)
+
+    def silu() -> tuple[np.ndarray, str]:
+        recorded: list = []
+        with engine.capturing(recorded), REALIZATION.no_cache():
+            out = Tensor(x, device="CPU").silu().numpy()
+        return out, [r.spec.src for r, *_ in recorded if r is not None and isinstance(r.spec.src, str)][-1]
+    wide, src = silu()
+    assert "tg_float32x16" in src.split("void ")[-1]
+    np.testing.assert_allclose(wide, x / (1 + np.exp(-x.astype(np.float64))), rtol=3e-6, atol=1e-7)
+    monkeypatch.setattr(renderer, "elementwise_widths", {})
+    monkeypatch.setattr(engine, "_runners", {})  # (compiled again, not the wide kernel from the runner cache)
+    native, src = silu()
+    assert "tg_float32x16" not in src.split("void ")[-1]
+    np.testing.assert_array_equal(wide.view(np.uint32), native.view(np.uint32))

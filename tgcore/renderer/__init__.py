@@ -26,6 +26,9 @@ class Renderer:
     linear: bool = True            # render() gets a linear list; False: the kernel SINK (REDUCE form)
     has_threads: bool = False      # kernels take a core_id and split their outer loop across threads
     simd_widths: dict[DType, int] = {}  # vector lanes per scalar dtype codegen may use
+    # wider lanes for a kernel with no reduction, per scalar dtype (each lane's value is computed alone: the width
+    # changes no result, where a reduction's lanes set its order of sums); {}: simd_widths
+    elementwise_widths: dict[DType, int] = {}
     emulated_floats: frozenset[DType] = frozenset()  # dtypes whose arithmetic codegen does in float32
     native_transcendentals: bool = False  # True: EXP2/LOG2/SIN reach render(); False: codegen decomposes them
     masked_vectors: bool = False   # a vector load/store may be gated lane by lane (INDEX gate: a bool vector)

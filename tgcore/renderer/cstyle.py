@@ -458,6 +458,8 @@ class CRenderer(Renderer):
         level = target.level if target is not None else chosen_isa_level(cpu)
         if level is not None:
             self.vector_bits, self.vector_registers = level.vector_bits, level.vector_registers
+        if self.vector_bits >= 512:
+            self.elementwise_widths = {dtypes.float32: 16, dtypes.int32: 16, dtypes.uint32: 16}
         flags = target.flags if target is not None else level.c_flags_for(cpu.features) if level is not None else ()
         if ROW_LANE_WIDE_FLAG in flags:
             self.row_lane_rows = WIDE_ROWS
@@ -603,7 +605,7 @@ class CRenderer(Renderer):
         def line(text: str) -> None:
             body.append("  " * depth + text)
 
-        prefetch = Prefetcher(kernel, UNROLL_TRIPS, COMPILER_VECTORIZED_TRIPS)
+        prefetch = Prefetcher(kernel, UNROLL_TRIPS, COMPILER_VECTORIZED_TRIPS, to_l2=True)
         innermost, loops_at = loop_nest(kernel)
 
         for u in kernel:

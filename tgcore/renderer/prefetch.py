@@ -57,15 +57,18 @@ class Prefetcher:
     the KV cache, a whole sequence's cache further on), a load prefetches ``STREAM_AHEAD`` bytes further along the
     innermost loop that walks the input by whole lines instead (a window's slots, one key or value row each)."""
 
-    def __init__(self, kernel: list[UOp], unrolled_trips: int = 0, vectorized_trips: int = 0) -> None:
+    def __init__(self, kernel: list[UOp], unrolled_trips: int = 0, vectorized_trips: int = 0,
+                 to_l2: bool = False) -> None:
         """``unrolled_trips``: innermost loops this short are unrolled by the output's compiler (their loads are
         covered by the enclosing loop's prefetches); ``vectorized_trips``: innermost loops of scalar loads this short
-        are vectorized by it (a prefetch inside would stop that). 0: no such loops (machine code)."""
+        are vectorized by it (a prefetch inside would stop that). 0: no such loops (machine code). ``to_l2``: the
+        renderer emits the prefetches of ``to_l2`` as L2-only (then a load whose next outer iteration is too far may
+        prefetch a nearer output loop's next iteration: ``_nearer_output``)."""
         loaded = [u.src[0].src[0] for u in kernel if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX
                   and u.src[0].src[0].op is Ops.PARAM and not _looked_up(u)]
         big = max(loaded, key=_nbytes, default=None)
         self.buf = big if big is not None and _nbytes(big) >= PREFETCH_MIN_BYTES else None
-        self.unrolled_trips, self.vectorized_trips = unrolled_trips, vectorized_trips
+        self.unrolled_trips, self.vectorized_trips, self.l2_hints = unrolled_trips, vectorized_trips, to_l2
         self.done: dict[UOp, list[UOp]] = {}  # innermost loop -> indices prefetched in its body
         # loads that prefetch along a window from inside a loop over one row's vectors -> that loop and every how many
         # of its trips (one per cache line: its other trips read the same lines); a renderer that has no such
@@ -98,6 +101,8 @@ class Prefetcher:
             return None
         ahead, size = stride(index.src[1], outer), load.dtype.itemsize // load.dtype.count
         far = ahead is not None and ahead * size > PREFETCH_MAX_AHEAD
+        if far and (nearer := self._nearer_output(index.src[1], loops[loops.index(outer) + 1:], size, trips)):
+            ahead, far = nearer, False
         if far:
             ahead = self._along_stream(index.src[1], loops[loops.index(outer) + 1:], size)
         elif 0 < trips <= self.unrolled_trips:
@@ -116,6 +121,34 @@ class Prefetcher:
         if not far:
             self.to_l2.add(load)
         return ahead
+
+    def _nearer_output(self, index: UOp, inside: tuple[UOp, ...], size: int, trips: int) -> int | None:
+        """Where the renderer prefetches into L2 only: the step of the outermost output loop inside the outer one
+        whose next iteration is within ``PREFETCH_MAX_AHEAD`` (attention's weights times values at several rows: the
+        next KV head's run of value rows, 64 KiB on, while this one's streams: two streams in flight where one was;
+        C harness, SmolLM2's 30 layers at 4 rows, one thread, caches flushed by 96 MiB: 1.38-1.44 -> 1.17-1.21 ms),
+        None without one, or where the innermost loop is one the compiler unrolls (its prefetch stays along the
+        stream, once per line: attention's keys, whose two unrolled rows are two streams already)."""
+        from tgcore.uop.symbolic import stride
+        if not self.l2_hints or 0 < trips <= self.unrolled_trips:
+            return None
+        for i, r in enumerate(inside):
+            if r.arg.kind is not RangeKind.GLOBAL:
+                continue
+            step = stride(index, r)
+            if step is None or not CACHE_LINE <= step * size <= PREFETCH_MAX_AHEAD:
+                continue
+            # the elements the loops inside walk from one iteration's start: a next iteration at most that far on
+            # continues one stream (a long row's split sum), which the hardware prefetcher follows
+            walked = 0
+            for q in inside[i + 1:]:
+                q_step, q_trips = stride(index, q), q.src[0].arg if q.src[0].op is Ops.CONST else 0
+                if q_step is None or q_trips <= 0:
+                    return None
+                walked += (q_trips - 1) * abs(q_step)
+            if step > walked + CACHE_LINE // size:
+                return step
+        return None
 
     def _along_stream(self, index: UOp, inside: tuple[UOp, ...], size: int) -> int | None:
         """Elements ``STREAM_AHEAD`` bytes further along the innermost of the loops ``inside`` the outer one that the
