@@ -625,7 +625,7 @@ class _Scheduler:
         return seq.slot, seq.choice.prompt_ids[seq.done:seq.done + self.engine.prefill_chunk], seq.done
 
     def shape(self, seq: _Sequence) -> tuple[int, int, bool]:
-        """The rows, start and whether it is the prompt's last of the sequence's next chunk."""
+        """The sequence's next chunk: its padded rows, its start and whether it is the prompt's last."""
         from tg_llm.prefill import batch_padding
         return (batch_padding([self.next_chunk(seq)]), seq.done,
                 seq.done + self.engine.prefill_chunk >= len(seq.choice.prompt_ids))
@@ -644,7 +644,8 @@ class _Scheduler:
         waiting = self.prefill_order()
         if not waiting or None not in self.slots or any(st.waiting for st in self.jobs) or not self.joins(waiting[0]):
             return False
-        return sum(self.shape(s) == self.shape(waiting[0]) for s in waiting) < PREFILL_BATCH
+        lead = self.shape(waiting[0])
+        return sum(self.shape(s) == lead for s in waiting) < PREFILL_BATCH
 
     def new_stream(self, seq: _Sequence) -> Any:
         from tg_llm.generate import TokenStream
