@@ -439,12 +439,13 @@ def test_a_stream_decodes_while_short_requests_keep_arriving() -> None:
 
 
 def test_prompts_sent_apart_to_an_idle_server_share_its_first_forward(monkeypatch: Any) -> None:
-    """Eight 32-token prompts (two chunks of 16) to an idle server of 8 slots: four sent 50 ms apart, four more as the
-    first prefill forward starts. The worker woken by the first waits for the others (``Engine.gather``; its window
-    made long here so only its end at ``PREFILL_BATCH`` prompts counts) and the first four share each forward, the
-    next four join the next ones: every chunk runs in a forward of 4, ceil(8 / 4) forwards per chunk and no decode
-    step before all have their first tokens (before, the first prompt prefilled alone while the others were on their
-    way: 5-6 forwards). Each stream's greedy tokens are those of its prompt run alone."""
+    """Eight 32-token prompts (two chunks of 16) to an idle server of 8 slots: four sent one by one, each once the one
+    before holds a slot, four more as the first prefill forward starts. The worker woken by the first waits for the
+    others (``Engine.gather``; its window made long here so only its end at ``PREFILL_BATCH`` prompts counts) and the
+    first four share each forward, the next four join the next ones: every chunk runs in a forward of 4, ceil(8 / 4)
+    forwards per chunk and no decode step before all have their first tokens (before, the first prompt prefilled
+    alone while the others were on their way: forwards of 1, 1, 2, 2, a step, 4, 4). Each stream's greedy tokens are
+    those of its prompt run alone."""
     import asyncio
 
     from tg_llm import server_engine
@@ -492,9 +493,9 @@ def test_prompts_sent_apart_to_an_idle_server_share_its_first_forward(monkeypatc
     assert engine.try_submit(first)
     loop.run_until_complete(job_tokens(first))
     calls.clear()
-    for p in prompts[:4]:
+    for p in prompts[:4]:  # (each once the one before holds a slot: before, the worker went on to prefill it alone)
         submit(p)
-        time.sleep(0.05)
+        assert jobs[-1].started.wait(600)
     got = [loop.run_until_complete(job_tokens(job)) for job in jobs]
     engine.stop()
     engine._worker.join(60)
