@@ -19,10 +19,11 @@ one round of the most streams, and measures:
 - one stream and N concurrent streams (completions with random token-id prompts, greedy): aggregate
   completion tokens per second of wall time (the N prompts' prefill included, as one stream's own: a round of N
   streams is N prefills and 63 or more batched steps, the engine's N-row decode figure the steps alone), each
-  stream's decode rate (first token to last), and from a tg server where its worker's time went (prefill chunks and
-  the forwards they ran in, slot swaps, decode steps with those run while a prompt prefilled and the sequences and
-  rows per step, host work, idle) and the mean stream's decode times the worker's mean step: the share of a stream's
-  span its own steps took, what the server loses around the steps whatever the machine's load;
+  stream's decode rate (first token to last), the median time to first token, and from a tg server where its
+  worker's time went (prefill chunks and the forwards they ran in, slot swaps, decode steps with those run while a
+  prompt prefilled and the sequences and rows per step, host work, idle, waiting for the requests sent together) and
+  the mean stream's decode times the worker's mean step: the share of a stream's span its own steps took, what the
+  server loses around the steps whatever the machine's load;
 - with ``--stream-rounds R``, those stream counts R times over (each round 1, 4, 8 in turn) and their medians, with
   the median of the rounds' ratios of N streams' summed decode to the same round's one stream;
 - with ``--engine-steps``, after each round of N streams: the engine's N-row step alone at the same positions (this
@@ -98,7 +99,7 @@ def concurrent(client: Any, model: str, n: int, prompt_tokens: int, gen_tokens: 
     tokens = sum(r["tokens"] for r in results)
     decode = [(r["tokens"] - 1) / (r["last"] - r["first"]) for r in results if r["last"] > r["first"]]
     return {"aggregate_tok_s": tokens / wall, "mean_stream_decode_tok_s": float(np.mean(decode)) if decode else 0.0,
-            "tokens": tokens, "wall_s": wall}
+            "tokens": tokens, "wall_s": wall, "ttft_s": float(np.median([r["first"] - r["start"] for r in results]))}
 
 
 def ttft_behind_long_prompt(client: Any, model: str, long_tokens: int) -> float:
@@ -334,6 +335,7 @@ def worker_note(url: str, before: dict[str, float], stream_decode: float = 0.0) 
             f"{swaps}), decode {d.get('decode', 0):.2f} s ({d.get('decode_steps', 0):.0f} steps{between}, "
             f"{d.get('decode_rows', 0) / steps:.1f} sequences and {d.get('decode_step_rows', 0) / steps:.1f} rows per "
             f"step), host {d.get('host', 0):.2f} s, idle {d.get('idle', 0):.2f} s"
+            + (f", gathering arrivals {d['gather'] * 1e3:.0f} ms" if "gather" in d else "")
             + (f"; a stream's decode x the mean step: {stream_decode * d['decode'] / steps:.2f}"
                if stream_decode and d.get("decode") else ""))
 
@@ -379,7 +381,8 @@ def measure(url: str, args: argparse.Namespace, streams: list[int],
             figures[f"{n} streams decode"] = r["mean_stream_decode_tok_s"]
             print(f"  {label}{n} stream(s): aggregate {r['aggregate_tok_s']:.1f} tok/s, per stream decode "
                   f"{r['mean_stream_decode_tok_s']:.1f} tok/s (summed: {n * r['mean_stream_decode_tok_s']:.1f}; "
-                  f"{r['tokens']} tokens in {r['wall_s']:.1f} s{compiled_note(url, compiled)}"
+                  f"{r['tokens']} tokens in {r['wall_s']:.1f} s, TTFT {r['ttft_s']:.3f} s (median)"
+                  f"{compiled_note(url, compiled)}"
                   f"{worker_note(url, worker, r['mean_stream_decode_tok_s'])})", flush=True)
             if note := engine_note(url, worker, engine, n):
                 print(note, flush=True)

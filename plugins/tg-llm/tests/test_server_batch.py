@@ -488,3 +488,111 @@ def test_without_collections_turns_the_collector_back_on_after_an_error() -> Non
         assert not gc.isenabled()  # (off before: left off)
     finally:
         gc.enable()
+
+
+def test_prompts_sent_apart_to_an_idle_server_share_its_first_forward(monkeypatch: Any) -> None:
+    """Eight 32-token prompts (two chunks of 16) to an idle server of 8 slots: four sent one by one, each once the one
+    before holds a slot, four more as the first prefill forward starts. The worker woken by the first waits for the
+    others (``Engine.gather``; its window made long here so only its end at ``PREFILL_BATCH`` prompts counts) and the
+    first four share each forward, the next four join the next ones: every chunk runs in a forward of 4, ceil(8 / 4)
+    forwards per chunk and no decode step before all have their first tokens (before, the first prompt prefilled
+    alone while the others were on their way: forwards of 1, 1, 2, 2, a step, 4, 4). Each stream's greedy tokens are
+    those of its prompt run alone."""
+    import asyncio
+
+    from tg_llm import server_engine
+    from tg_llm.model import Model
+    from tg_llm.server_engine import PREFILL_BATCH, Choice, Engine, Job
+    monkeypatch.setattr(server_engine, "ARRIVAL_GAP_S", 30.0)
+    monkeypatch.setattr(server_engine, "GATHER_MAX_S", 120.0)
+    loop = asyncio.new_event_loop()
+    prompts = [[int(t) for t in np.random.default_rng(80 + i).integers(100, 40000, 32)] for i in range(8)]
+    jobs: list[Any] = []
+    calls: list[Any] = []  # the chunks of each prefill forward of the prompts (warm-ups' are zeros), "D" a step
+    engine: Engine | None = None
+
+    def submit(prompt: list[int]) -> None:
+        assert engine is not None
+        jobs.append(Job([Choice(prompt, GEN, temperature=0.0)], loop, time.monotonic() + 600))
+        assert engine.try_submit(jobs[-1])
+
+    def load(*args: Any, **kw: Any) -> Any:
+        model = Model.from_gguf(*args, **kw)
+
+        def logged(run: Any, chunks_of: Any) -> Any:
+            def call(*a: Any, **k: Any) -> Any:
+                chunks = chunks_of(*a, **k)
+                if any(any(tokens) for tokens in chunks):
+                    calls.append(len(chunks))
+                    if len(jobs) == 4:  # (the other four arrive during the first forward)
+                        for p in prompts[4:]:
+                            submit(p)
+                return run(*a, **k)
+            return call
+        run_decode = model.decode
+        model.decode = lambda steps: (calls.append("D"), run_decode(steps))[1]  # type: ignore[method-assign]
+        model.prefill = logged(model.prefill, lambda tokens, *_, **__: [tokens])  # type: ignore[method-assign]
+        model.forward_last = logged(model.forward_last, lambda tokens, *_, **__: [tokens])  # type: ignore
+        model.prefill_chunks = logged(  # type: ignore[method-assign]
+            model.prefill_chunks, lambda parts, *_, **__: [tokens for _, tokens, _ in parts])
+        return model
+    engine = Engine(smollm2_path(), max_context=128, parallel=8, prefill_chunk=16, load_model=load)
+    engine.start_loading().join(600)
+    assert engine.state == "ready"
+    first = Job([Choice(prompts[0][:12], 1, temperature=0.0)], loop, time.monotonic() + 600)
+    # (it ends after any idle capture running; the next starts after IDLE_WARM_AFTER_S without work: none while the
+    # requests come)
+    assert engine.try_submit(first)
+    loop.run_until_complete(job_tokens(first))
+    calls.clear()
+    for p in prompts[:4]:  # (each once the one before holds a slot: before, the worker went on to prefill it alone)
+        submit(p)
+        assert jobs[-1].started.wait(600)
+    got = [loop.run_until_complete(job_tokens(job)) for job in jobs]
+    engine.stop()
+    engine._worker.join(60)
+    forwards = [c for c in calls if c != "D"]
+    assert forwards == [PREFILL_BATCH] * 4 and calls.index("D") == 4, calls
+    model = engine.model
+    for prompt, stream in zip(prompts, got, strict=True):
+        model.reset(0)
+        model.prefill(prompt[:16], 0)  # (the server's chunks)
+        alone = [int(np.argmax(model.forward_last(prompt[16:], 16)))]
+        for pos in range(len(prompt), len(prompt) + GEN - 1):
+            alone.append(int(np.argmax(model.forward_last([alone[-1]], pos))))
+        assert stream == alone
+
+
+def test_a_lone_request_waits_for_company_at_most_the_arrival_gap(monkeypatch: Any) -> None:
+    """A lone 32-token prompt to an idle server waits ``ARRIVAL_GAP_S`` for requests sent with it (made 0.5 s here),
+    then prefills alone, long before ``GATHER_MAX_S``; a 12-token prompt (one chunk, which runs alone anyway) does
+    not wait."""
+    import asyncio
+
+    from tg_llm import server_engine
+    from tg_llm.server_engine import Choice, Engine, Job
+    monkeypatch.setattr(server_engine, "ARRIVAL_GAP_S", 0.5)
+    monkeypatch.setattr(server_engine, "GATHER_MAX_S", 60.0)
+    engine = Engine(smollm2_path(), max_context=128, parallel=4, prefill_chunk=16)
+    engine.start_loading().join(600)
+    assert engine.state == "ready"
+    loop = asyncio.new_event_loop()
+    rng = np.random.default_rng(90)
+
+    def run(n: int) -> tuple[Any, float]:
+        """A request of an ``n``-token prompt: the job and the seconds the worker gathered for it."""
+        before = engine.clock.seconds["gather"]
+        job = Job([Choice([int(t) for t in rng.integers(100, 40000, n)], 4, temperature=0.0)], loop,
+                  time.monotonic() + 600)
+        assert engine.try_submit(job)
+        assert len(loop.run_until_complete(job_tokens(job))) == 4
+        return job, engine.clock.seconds["gather"] - before
+    # (a request queued behind an idle capture has waited already, no gathering then: this one ends after any capture
+    # running, the next starts after IDLE_WARM_AFTER_S without work)
+    run(12)
+    alone, _ = run(32)
+    short, waited = run(12)
+    engine.stop()
+    engine._worker.join(60)
+    assert 0.5 <= alone.first_token_at - alone.submitted < 30  # (the gap, not GATHER_MAX_S)
+    assert waited < 0.25

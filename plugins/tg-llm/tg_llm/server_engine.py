@@ -14,7 +14,9 @@ Out: each job's ``Output`` items, delivered to the job's asyncio queue in order 
 One worker thread owns the model. Each choice of a job is a sequence in a slot of its own (its own KV cache,
 position, sampler and seed, stop strings); choices wait first-in first-out for a free slot. Each turn of the
 worker's loop it
-1. takes the jobs that arrived and drops the sequences of cancelled, timed-out or (at shutdown) stopped jobs;
+1. takes the jobs that arrived and drops the sequences of cancelled, timed-out or (at shutdown) stopped jobs
+   (woken from idle, it first waits a few ms for the requests sent with the first, so their prompts share the first
+   prefill forward: ``Engine.gather``);
 2. gives free slots to waiting choices (the free slot that keeps the batched step's rows fewest, counting the
    rows the sequences in slots and waiting need anyway; among those the one whose cache holds the most whole
    chunks of the prompt: the prefix cache works per slot, in whole chunks; when another free slot caches more of
@@ -106,6 +108,16 @@ PREFILL_BATCH = 4
 # prompts with at most this many chunks left prefill before the next decode step (``_Scheduler.prefills_first``); a
 # short request behind a long prompt still waits for one chunk of it at most
 PREFILL_FIRST_CHUNKS = 2
+# a worker woken from idle by a prompt that joins others in a prefill forward (``_Scheduler.could_join_more``) waits
+# for the requests sent with it while they keep coming at most ARRIVAL_GAP_S apart, for at most GATHER_MAX_S after
+# the first, and no longer once a forward's PREFILL_BATCH prompts are there. 4-8 requests sent at once by the openai
+# client's threads (bench/serve.py) reach the queue over 5-50 ms, 0.5-17 ms apart (up to 32 while a prefill competes
+# for the 2 cores): each thread builds its request under that process's GIL; uvicorn submits each 1-2 ms after its
+# bytes came. Without the wait the first prefilled alone at once and its stream stalled after its first token for the
+# others' forward. A lone request's first token comes ARRIVAL_GAP_S later (a shorter prompt, which prefills alone
+# anyway, does not wait).
+ARRIVAL_GAP_S = 0.025
+GATHER_MAX_S = 0.08
 IDLE_POLL_S = 0.5     # how often an idle worker looks at the queue when nothing arrives
 # an idle capture (up to a second on a loaded machine) starts only after this long without work, so requests sent
 # one after another (a client's next turn, a benchmark's next round) do not wait behind one
@@ -308,6 +320,7 @@ class Engine:
             self.take_arrivals(sched, wait if idle else None)
             if idle:
                 clock.lap("idle")
+                self.gather(sched)
             if sched.closing and not sched.busy():
                 return
             try:
@@ -316,6 +329,22 @@ class Engine:
                 log.exception("generation failed")
                 sched.fail_all(e)
             flush_outboxes()  # (the tokens held back that waited long enough)
+
+    def gather(self, sched: _Scheduler) -> None:
+        """Woken from idle: give the jobs taken their slots and, while their next prefill forward could take more
+        prompts, wait for the requests sent with them (``ARRIVAL_GAP_S``, ``GATHER_MAX_S``), so they share it."""
+        if not sched.busy():
+            return
+        first = min(state.job.submitted for state in sched.jobs)
+        sched.admit()
+        while sched.could_join_more() and not sched.closing and self.stop_at is None:
+            last = max(state.job.submitted for state in sched.jobs)
+            left = min(first + GATHER_MAX_S, last + ARRIVAL_GAP_S) - time.monotonic()
+            if left <= 0:
+                break
+            self.take_arrivals(sched, left)
+            sched.admit()
+        self.clock.lap("gather")
 
     def take_arrivals(self, sched: _Scheduler, wait: float | None = None) -> None:
         """Hand the jobs queued to the scheduler (first waiting up to ``wait`` seconds for one; None: not at all)."""
@@ -556,28 +585,17 @@ class _Scheduler:
         decode in full steps from there, as ``tg llm bench``'s sequences do, not one joining per turn beside steps that
         grow (shorter prompts, whose only chunk the warm-up does not capture joined, and a pipeline's run alone);
         a sequence's last chunk samples its first token."""
-        waiting = sorted((s for s in self.slots if s is not None and s.prefilling),
-                         key=lambda s: (len(s.choice.prompt_ids) - s.done, s.clock.start))
+        waiting = self.prefill_order()
         if not waiting:
             return
-        from tg_llm.prefill import batch_padding, batch_partners
-        chunk = self.engine.prefill_chunk
-
-        def next_chunk(s: _Sequence) -> tuple[int, list[int], int]:
-            return s.slot, s.choice.prompt_ids[s.done:s.done + chunk], s.done
-
-        def shape(s: _Sequence) -> tuple[int, int, bool]:  # (rows, start, the prompt's last chunk)
-            return batch_padding([next_chunk(s)]), s.done, s.done + chunk >= len(s.choice.prompt_ids)
-        # together only in the shapes the warm-up captured (``server_warmup.joining``: prompts of two chunks), all
-        # their prompts' last chunks or none (a chunk's keys are those of its run alone)
+        from tg_llm.prefill import batch_partners
         lead, group = waiting[0], waiting[:1]
-        whole = server_warmup.whole_rows(chunk)
-        if self.model.joins_prompts and shape(lead) in ((whole, 0, False), (whole, chunk, True)):
-            others = [s for s in waiting[1:] if shape(s) == shape(lead)]
-            group += [others[i] for i in batch_partners(self.model, next_chunk(lead), [next_chunk(s) for s in others],
-                                                        PREFILL_BATCH - 1)]
-        parts = [next_chunk(s)[1] for s in group]
-        last = shape(lead)[2]
+        if self.joins(lead):
+            others = [s for s in waiting[1:] if self.shape(s) == self.shape(lead)]
+            group += [others[i] for i in batch_partners(self.model, self.next_chunk(lead),
+                                                        [self.next_chunk(s) for s in others], PREFILL_BATCH - 1)]
+        parts = [self.next_chunk(s)[1] for s in group]
+        last = self.shape(lead)[2]
         flush_outboxes(force=True)  # (a chunk takes a while: the tokens held back go first)
         clock = self.engine.clock
         clock.lap("host")
@@ -585,6 +603,7 @@ class _Scheduler:
         if len(group) == 1:  # (alone: main's calls, whose captures the warm-up made)
             seq = group[0]
             # (a later chunk as many rows as a whole one: the warm-up's captures, whatever the prompt's length)
+            whole = server_warmup.whole_rows(self.engine.prefill_chunk)
             logits = self.model.forward_last(parts[0], seq.done, seq=seq.slot, padding=whole if seq.done else 0)[None] \
                 if last else self.model.prefill(parts[0], seq.done, seq=seq.slot)
         else:
@@ -597,6 +616,38 @@ class _Scheduler:
             if last:
                 seq.stream = self.new_stream(seq)
                 self.deliver(seq, logits[i])
+
+    def prefill_order(self) -> list[_Sequence]:
+        """The prefilling sequences, the one with the fewest prompt tokens left (the next forward's lead) first."""
+        return sorted((s for s in self.slots if s is not None and s.prefilling),
+                      key=lambda s: (len(s.choice.prompt_ids) - s.done, s.clock.start))
+
+    def next_chunk(self, seq: _Sequence) -> tuple[int, list[int], int]:
+        """(slot, tokens, start) of the sequence's next prompt chunk."""
+        return seq.slot, seq.choice.prompt_ids[seq.done:seq.done + self.engine.prefill_chunk], seq.done
+
+    def shape(self, seq: _Sequence) -> tuple[int, int, bool]:
+        """The sequence's next chunk: its padded rows, its start and whether it is the prompt's last."""
+        from tg_llm.prefill import batch_padding
+        return (batch_padding([self.next_chunk(seq)]), seq.done,
+                seq.done + self.engine.prefill_chunk >= len(seq.choice.prompt_ids))
+
+    def joins(self, seq: _Sequence) -> bool:
+        """Whether the sequence's next chunk may run in one forward with others: only in the shapes the warm-up
+        captured (``server_warmup.joining``: prompts of two chunks), all their prompts' last chunks or none (a chunk's
+        keys are those of its run alone)."""
+        chunk = self.engine.prefill_chunk
+        whole = server_warmup.whole_rows(chunk)
+        return bool(self.model.joins_prompts) and self.shape(seq) in ((whole, 0, False), (whole, chunk, True))
+
+    def could_join_more(self) -> bool:
+        """Whether the next prefill forward could take prompts that are not here yet: its lead joins others, fewer
+        than ``PREFILL_BATCH`` prompts of its shape are prefilling, a slot is free and no choice waits for one."""
+        waiting = self.prefill_order()
+        if not waiting or None not in self.slots or any(st.waiting for st in self.jobs) or not self.joins(waiting[0]):
+            return False
+        lead = self.shape(waiting[0])
+        return sum(self.shape(s) == lead for s in waiting) < PREFILL_BATCH
 
     def new_stream(self, seq: _Sequence) -> Any:
         from tg_llm.generate import TokenStream

@@ -105,13 +105,14 @@ class WorkerClock:
     """Where the worker's time goes, in seconds per phase since it started (``/metrics`` shows them):
     ``prefill`` (prompt chunks through the model), ``decode`` (batched steps through the model), ``host`` (the rest
     of each turn: scheduling, sampling, detokenizing, handing events to the HTTP side), ``idle`` (waiting for work,
-    warm-ups made while idle included), ``load`` (from the engine's start to the worker's: loading, the first
-    warm-ups). ``steps`` counts decode steps, ``rows`` the sequences they ran and ``step_rows`` the rows they
-    computed (a step's rows reach its highest slot: idle rows included), ``steps_while_prefilling`` those run while a
-    sequence in a slot waited for its prompt; ``chunks`` counts prompt chunks prefilled, ``prefill_forwards`` the
-    forwards they ran in, ``swaps`` the slots that swapped caches to reuse a prompt prefix."""
+    warm-ups made while idle included), ``gather`` (woken from idle, waiting for the requests sent with the first),
+    ``load`` (from the engine's start to the worker's: loading, the first warm-ups). ``steps`` counts decode steps,
+    ``rows`` the sequences they ran and ``step_rows`` the rows they computed (a step's rows reach its highest slot:
+    idle rows included), ``steps_while_prefilling`` those run while a sequence in a slot waited for its prompt;
+    ``chunks`` counts prompt chunks prefilled, ``prefill_forwards`` the forwards they ran in, ``swaps`` the slots that
+    swapped caches to reuse a prompt prefix."""
 
-    PHASES = ("prefill", "decode", "host", "idle", "load")
+    PHASES = ("prefill", "decode", "host", "idle", "gather", "load")
 
     def __init__(self) -> None:
         self.seconds = dict.fromkeys(self.PHASES, 0.0)

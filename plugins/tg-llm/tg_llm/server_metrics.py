@@ -14,7 +14,7 @@ Each app has its own registry (several apps in one process, as in the tests, nev
   ``tg_llm_kernels_generated``: those of them whose code generation ran (0 for kernels a warm program cache
   holds); ``tg_llm_warm_ups_left``: captures the worker still makes while idle;
 - ``tg_llm_worker_seconds_total{phase}``: where the model's worker thread spends its time (prefill, decode, host,
-  idle); ``tg_llm_decode_steps_total``, ``tg_llm_decode_rows_total`` (sequences),
+  idle, gather); ``tg_llm_decode_steps_total``, ``tg_llm_decode_rows_total`` (sequences),
   ``tg_llm_decode_step_rows_total`` (rows computed, idle ones included), ``tg_llm_prefill_chunks_total``,
   ``tg_llm_prefill_forwards_total`` (the forwards they ran in), ``tg_llm_decode_steps_while_prefilling_total`` (steps
   run while a sequence in a slot waited for its prompt), ``tg_llm_slot_swaps_total`` (slots that swapped caches to
