@@ -382,8 +382,8 @@ class Sampler:
         if row.ndim != 1 or row.shape[0] == 0:
             raise ValueError(f"expected one row of logits, got shape {row.shape}")
         # (numpy's argmax and max of a row with a NaN find a NaN: the pass greedy makes anyway checks for them)
-        best = int(np.argmax(row)) if p.temperature == 0 else None
-        if np.isnan(row.max() if best is None else row[best]):
+        best = int(np.argmax(row)) if p.temperature == 0 else -1  # (-1: not greedy, no argmax needed)
+        if np.isnan(row.max() if best < 0 else row[best]):
             raise ValueError("logits contain NaN")
         tokens, values = NO_TOKENS, NO_VALUES
         penalties = p.repetition_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
