@@ -459,31 +459,59 @@ def test_loading_and_warm_ups_run_without_collections_and_freeze_what_they_made(
         model.warm_up = recorded  # type: ignore[method-assign]
         return model
     assert gc.isenabled()
-    engine = Engine(smollm2_path(), max_context=128, parallel=2, prefill_chunk=16, load_model=load)
-    engine.start_loading().join(600)
-    assert engine.state == "ready"
-    deadline = time.monotonic() + 600
-    while engine.warm_ups_left and time.monotonic() < deadline:
-        time.sleep(0.05)
-    engine.stop()
-    engine._worker.join(60)
-    assert len(enabled_while) >= 3 and not any(enabled_while), enabled_while  # (the load, at load, while idle)
-    assert gc.isenabled()
-    assert not any(o is engine.model for o in gc.get_objects())  # (frozen objects are in no generation)
+    engine = Engine(smollm2_path(), max_context=128, parallel=2, prefill_chunk=16, load_model=load,
+                    freeze_model=True)
+    try:
+        engine.start_loading().join(600)
+        assert engine.state == "ready"
+        deadline = time.monotonic() + 600
+        while engine.warm_ups_left and time.monotonic() < deadline:
+            time.sleep(0.05)
+        engine.stop()
+        engine._worker.join(60)
+        assert len(enabled_while) >= 3 and not any(enabled_while), enabled_while  # (the load, at load, while idle)
+        assert gc.isenabled()
+        assert not any(o is engine.model for o in gc.get_objects())  # (frozen objects are in no generation)
+    finally:
+        gc.unfreeze()  # (the rest of this process's tests load and drop models)
 
 
-def test_without_collections_turns_the_collector_back_on_after_an_error() -> None:
+def test_without_collections_frees_the_garbage_it_made_and_freezes_only_after_success() -> None:
+    """A block's cyclic garbage is collected before the freeze (frozen, it would never be); the objects it keeps are
+    frozen; a block that raised freezes nothing and turns the collector back on; off before, it stays off; without
+    ``freeze`` nothing is frozen."""
     import gc
+    import weakref
 
     from tg_llm.server_warmup import without_collections
+
+    class Node:
+        other: Any = None
     assert gc.isenabled()
-    with pytest.raises(RuntimeError), without_collections():
-        assert not gc.isenabled()
-        raise RuntimeError("a capture failed")
-    assert gc.isenabled()
+    try:
+        with without_collections(freeze=True):
+            assert not gc.isenabled()
+            garbage, kept = Node(), Node()
+            garbage.other, kept.other = garbage, kept  # (two cycles, one dropped)
+            dead = weakref.ref(garbage)
+            del garbage
+        assert gc.isenabled()
+        assert dead() is None
+        assert not any(o is kept for o in gc.get_objects())  # (frozen: in no generation)
+    finally:
+        gc.unfreeze()
+    for freeze in (True, False):
+        with pytest.raises(RuntimeError), without_collections(freeze=freeze):
+            failed = Node()
+            raise RuntimeError("a capture failed")
+        assert gc.isenabled()
+        assert any(o is failed for o in gc.get_objects()) and not gc.get_freeze_count()
+    with without_collections(freeze=False):
+        made = Node()
+    assert any(o is made for o in gc.get_objects()) and not gc.get_freeze_count()
     gc.disable()
     try:
-        with without_collections():
+        with without_collections(freeze=False):
             pass
         assert not gc.isenabled()  # (off before: left off)
     finally:

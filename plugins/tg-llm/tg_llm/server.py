@@ -227,7 +227,7 @@ def _serve(args: argparse.Namespace, path: Path, sampling: dict[str, Any], templ
     engine = Engine(path, device=args.device, max_context=args.max_context, max_queue=args.max_queue,
                     on_failure=on_failure, chat_template=template, sampling=sampling, parallel=args.parallel,
                     prefill_chunk=args.prefill_chunk,
-                    load_model=model_loader(args.kv_dtype, stage))
+                    load_model=model_loader(args.kv_dtype, stage), freeze_model=True)
     app = create_app(engine, api_key=args.api_key, timeout=args.timeout)
     # uvicorn's own wait for open connections is a backstop: the engine ends every stream by the deadline
     config = uvicorn.Config(asgi(app), host=args.host, port=port, access_log=False, log_config=None,

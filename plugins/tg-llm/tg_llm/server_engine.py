@@ -131,7 +131,7 @@ class Engine:
                  max_queue: int = 64, on_failure: Callable[[BaseException], None] | None = None,
                  chat_template: str | None = None, sampling: dict[str, float | int | None] | None = None,
                  parallel: int = 4, prefill_chunk: int = PREFILL_CHUNK,
-                 load_model: Callable[..., Any] | None = None) -> None:
+                 load_model: Callable[..., Any] | None = None, freeze_model: bool = False) -> None:
         from tg_llm.model import PREFILL_CHUNK as MODEL_CHUNK
         from tg_llm.models import header_metadata
         from tg_llm.sampling import sampling_defaults
@@ -148,6 +148,9 @@ class Engine:
         self.prefill_chunk = prefill_chunk
         self.on_failure = on_failure
         self.load_model = load_model  # (path, device=, max_context=, progress=, sequences=) -> model; None: Model's
+        # freeze what loading and the captures make (``server_warmup.without_collections``): a process serving this
+        # engine for its lifetime; frozen, the model is never freed
+        self.freeze_model = freeze_model
         metadata = header_metadata(self.path)
         self.aliases = [model_id_for(self.path)]  # names a request's ``model`` may also use
         self.model_id = _display_name(metadata) or self.aliases[0]
@@ -189,7 +192,7 @@ class Engine:
         from tg_llm.tokenizer import Tokenizer
         start = time.perf_counter()
         try:
-            with server_warmup.without_collections():  # (what loading and the captures make lives on)
+            with server_warmup.without_collections(self.freeze_model):  # (what loading and the captures make lives on)
                 log.info("loading %s", self.path)
                 self.tokenizer = Tokenizer.from_gguf(self.path)
                 if self.chat_template is not None:
@@ -310,7 +313,7 @@ class Engine:
             quiet = now - last_busy
             if idle and self._warm_later and self.stop_at is None and quiet >= IDLE_WARM_AFTER_S:
                 try:
-                    with server_warmup.without_collections():
+                    with server_warmup.without_collections(self.freeze_model):
                         self._warm_later.pop(0)()  # one capture while idle
                 except Exception:  # noqa: BLE001 - an optional capture: a request needing it compiles it then
                     log.warning("an idle warm-up capture failed; the rest are skipped", exc_info=True)

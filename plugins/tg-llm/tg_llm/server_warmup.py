@@ -9,11 +9,14 @@ Out: ``plan(...)``: a list of calls, each making the captures (``tgcore.jit``) o
 Each call runs in the slot(s) caching the fewest tokens and empties them after: the worker makes them only while no
 sequence runs.
 
-``without_collections()``: the block runs with Python's cyclic garbage collector off, then what it left is frozen
+``without_collections(freeze)``: the block runs with Python's cyclic garbage collector off; with ``freeze`` (the
+long-lived ``tg serve llm`` process), when it ends without an error, what it made that is garbage already is
+collected (objects made with the collector off stay in its youngest generation: a cheap pass) and the rest frozen
 (``gc.freeze``): loading and a capture make objects that live as long as the model, and each full collection walked
-all of them again to find nothing (SmolLM2 through ``tg serve llm --parallel 8``: 3 of 0.3-0.6 s while loading, one
-of 0.4-0.6 s every ~3 s of idle captures, each collecting 0-15 objects); frozen, a collection walks only what came
-after. The cyclic garbage a block leaves is kept (those collections found next to none).
+all of them again to find nothing (SmolLM2 through ``tg serve llm --parallel 8`` at load 7-10: 3 of 0.3-0.6 s while
+loading, one of 0.4-0.6 s every ~3 s of idle captures, one of 2.45 s while 8 streams decoded, each collecting 0-15
+objects); frozen, a collection walks only what came after. Frozen objects are never collected: a process that loads
+models and drops them (tests, a library user) leaves ``freeze`` off.
 """
 from __future__ import annotations
 
@@ -29,14 +32,17 @@ SHORT_PROMPT_PADDINGS = (4, 8, 16, 32, 64)
 
 
 @contextlib.contextmanager
-def without_collections() -> Iterator[None]:
-    """Run the block with the cyclic garbage collector off, then freeze what it left (see the module doc)."""
+def without_collections(freeze: bool) -> Iterator[None]:
+    """Run the block with the cyclic garbage collector off; with ``freeze``, after a block that ended without an
+    error, collect its garbage and freeze the rest (see the module doc)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
+        if freeze:
+            gc.collect(0)
+            gc.freeze()
     finally:
-        gc.freeze()
         if enabled:
             gc.enable()
 
