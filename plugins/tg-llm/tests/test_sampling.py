@@ -317,6 +317,10 @@ def test_params_validation():
                 dict(repetition_penalty=0), dict(frequency_penalty=3), dict(logprobs=-1)):
         with pytest.raises(ValueError):
             SamplingParams(**bad)
+    for name in ("temperature", "top_p", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty"):
+        for value in (math.inf, -math.inf, math.nan):
+            with pytest.raises(ValueError, match=f"{name} must be a finite number"):
+                SamplingParams(**{name: value})
     with pytest.raises(ValueError, match="one row"):
         Sampler().sample(np.zeros((2, 3)))
     with pytest.raises(ValueError, match="NaN"):

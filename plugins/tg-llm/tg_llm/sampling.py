@@ -69,6 +69,9 @@ class SamplingParams:
     logprob: bool = False  # report the chosen token's log-probability (also when logprobs > 0)
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "top_p", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty"):
+            if not math.isfinite(getattr(self, name)):  # (an infinite penalty turns a logit of 0 into NaN)
+                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)}")
         checks = [
             (self.temperature >= 0, "temperature must be >= 0"),
             (self.top_k >= 0, "top_k must be >= 0 (0 turns it off)"),
