@@ -2,6 +2,7 @@
 with fixed seeds."""
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 
@@ -399,6 +400,8 @@ def test_repeat_last_n_window():
         return Sampler(0).sample(logits, p, history).token
     assert greedy(-1) == 1 and greedy(2) == 1  # token 0 penalised: 2.0 / 2 < 1.9
     assert greedy(1) == 0 and greedy(0) == 0   # only token 2 (or nothing) penalised
+    p = SamplingParams(temperature=0, repetition_penalty=2.0, repeat_last_n=2)
+    assert Sampler(0).sample(logits, p, collections.deque([0, 0, 2])).token == 1  # any iterable, e.g. a deque
     with pytest.raises(ValueError, match="repeat_last_n"):
         SamplingParams(repeat_last_n=-2)
 

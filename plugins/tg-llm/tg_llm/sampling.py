@@ -332,7 +332,8 @@ def _window(history: Iterable[int], last_n: int) -> Iterable[int]:
         return history
     if not last_n:
         return []
-    return history[-last_n:] if isinstance(history, Sequence) else list(history)[-last_n:]
+    # (a deque is a Sequence that cannot be sliced)
+    return history[-last_n:] if isinstance(history, list | tuple) else list(history)[-last_n:]
 
 
 # llama.cpp's server defaults (common_params_sampling): a new user's first question gets a sensible answer
