@@ -94,6 +94,8 @@ def test_filters_compose_top_k_then_top_p():
     probs = np.array([0.4, 0.3, 0.2, 0.1])
     # top_k=3 -> {0,1,2} with mass 0.9; top_p=0.7 of that (0.63) -> {0,1}
     assert filter_mask(probs, top_k=3, top_p=0.7).tolist() == [True, True, False, False]
+    for top_p, min_p in ((0.5, 0.1), (0.5, 0.0), (1.0, 0.1)):  # nothing of positive probability: nothing kept
+        assert not filter_mask(np.zeros(4), top_p=top_p, min_p=min_p).any()
 
 
 def test_top_k_support_is_the_full_vocabulary_filter():

@@ -178,7 +178,7 @@ def kept_by_filters(probs: np.ndarray, top_p: float = 1.0, min_p: float = 0.0) -
     """Ascending positions of the tokens of positive probability that top-p, then min-p keep from ``probs``."""
     if top_p < 1.0:
         best = _nucleus(probs, top_p)
-        if min_p > 0.0:
+        if min_p > 0.0 and best.size:  # (none kept: every probability 0)
             best = best[probs[best] >= min_p * probs[best[0]]]
         return np.sort(best)
     threshold = min_p * probs.max()
@@ -190,6 +190,8 @@ def _nucleus(probs: np.ndarray, top_p: float) -> np.ndarray:
     the total, best first, those of probability 0 left out. Sorting a whole 50k-250k vocabulary is the slow part,
     so only the best ``NUCLEUS_FIRST`` (and ties) are sorted, 8 times more while they do not reach it."""
     total = probs.sum()
+    if not total > 0:
+        return NO_TOKENS
     n = probs.shape[0]
     m = NUCLEUS_FIRST
     while True:
