@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 from tg_llm import Sampler, SamplingParams, StopChecker
-from tg_llm.sampling import apply_penalties, filter_mask
+from tg_llm.sampling import apply_penalties, filter_mask, penalised_values
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -127,6 +127,9 @@ def test_frequency_presence_penalty_openai():
     expected = [2.0 - 0.5 - 0.25, -2.0 - 1.5 - 0.25, 1.0, 0.5 - 0.5 - 0.25]
     assert np.allclose(out, expected)
     assert apply_penalties(logits, []).tolist() == logits.tolist()
+    for none in (penalised_values(logits, [0]), penalised_values(logits, [], frequency_penalty=0.5)):
+        for shared in none:  # (the empty results are shared arrays: a caller cannot change them)
+            assert shared.size == 0 and not shared.flags.writeable
 
 
 def test_penalty_changes_greedy_choice():

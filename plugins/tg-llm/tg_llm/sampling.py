@@ -53,6 +53,8 @@ SELECT_GROUPS_PER_K = 8
 NUCLEUS_FIRST = 256  # top-p sorts the best 256 tokens first (``_nucleus``)
 FLOAT32_LOWEST = float(np.finfo(np.float32).min)
 NO_TOKENS, NO_VALUES = np.zeros(0, np.int64), np.zeros(0, np.float64)  # (no penalised tokens)
+NO_TOKENS.setflags(write=False)  # (shared, and returned by ``penalised_values``)
+NO_VALUES.setflags(write=False)
 
 @dataclass(frozen=True)
 class SamplingParams:
