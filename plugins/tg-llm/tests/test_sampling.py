@@ -307,6 +307,43 @@ def test_top_ids_are_the_k_best_and_their_ties(n):
         for row in (random_logits(rng, n, np.float32), random_logits(rng, n, np.float64)):
             expected = np.flatnonzero(row >= np.sort(row)[-min(k, n)])
             assert top_ids(row, k).tolist() == expected.tolist(), (n, k)
+            first = np.sort(np.lexsort((np.arange(n), -row))[:k])  # (by value, then id: the first k)
+            assert top_ids(row, k, ties=False).tolist() == first.tolist(), (n, k)
+    if n > 640:  # the best values all in one of ``top_ids``' groups (a column of its view), ties everywhere else
+        for k in (2, 5, 40):
+            row = np.zeros(n, np.float32)
+            depth = min(64, n // (8 * k))
+            row[::n // depth][:depth] = np.arange(depth, 0, -1)
+            assert top_ids(row, k).tolist() == np.flatnonzero(row >= np.sort(row)[-k]).tolist(), (n, k)
+            assert top_ids(row, k, ties=False).tolist() == np.sort(np.lexsort((np.arange(n), -row))[:k]).tolist()
+
+
+def test_top_p_and_top_logprobs_sort_few_candidates_when_most_values_tie(monkeypatch):
+    """Most probabilities 0 (a low temperature) or most logits -inf (a masked row): every value ties with the k-th,
+    and top-p and the top alternatives still sort only the first k of the order (the result is the reference's)."""
+    from tg_llm import sampling
+    sizes = []
+
+    def counted(row, k, **ties):
+        ids = top_ids(row, k, **ties)
+        sizes.append(ids.shape[0])
+        return ids
+    top_ids = sampling.top_ids
+    monkeypatch.setattr(sampling, "top_ids", counted)
+    n = 49_152
+    rng = np.random.default_rng(5)
+    real = (rng.normal(size=n) * 2.5).astype(np.float32)
+    real[:20] += 12
+    masked = np.full(n, -np.inf, np.float32)
+    masked[[7, 90, 4000]] = [1, 2, 3]
+    for row, setting in ((real, dict(temperature=0.005, top_p=0.95)), (masked, dict(temperature=1.0, top_p=0.9)),
+                         (masked, dict(temperature=0, logprobs=5))):
+        p = SamplingParams(**setting)
+        sizes.clear()
+        sample = Sampler(1).sample(row, p, [])
+        assert sizes and max(sizes) <= sampling.NUCLEUS_FIRST, (setting, sizes)
+        token, _, top = reference_sample(row, p, [], np.random.default_rng(1))
+        assert sample.token == token and [t for t, _ in sample.top] == [t for t, _ in top]
 
 
 def test_logprob_only_when_asked():

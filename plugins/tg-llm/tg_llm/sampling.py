@@ -133,8 +133,10 @@ def apply_penalties(logits: np.ndarray, history: Iterable[int], repetition_penal
     return out
 
 
-def top_ids(row: np.ndarray, k: int) -> np.ndarray:
-    """Ascending ids of the ``k`` largest values of ``row`` and of every value equal to the k-th (``row`` has no NaN).
+def top_ids(row: np.ndarray, k: int, ties: bool = True) -> np.ndarray:
+    """Ascending ids of the ``k`` largest values of ``row`` and of every value equal to the k-th (``row`` has no NaN);
+    with ``ties`` False, of only the lowest ids among those equal to the k-th: the first k of the order by value,
+    then id (many values tie with the k-th when most probabilities are 0 or most logits -inf).
 
     A partition of the whole vocabulary reads and moves every value; instead the row is cut into groups (the
     columns of a ``(depth, width)`` view, the few values left over each a group of its own). The k-th largest of
@@ -146,7 +148,7 @@ def top_ids(row: np.ndarray, k: int) -> np.ndarray:
         return np.arange(n)
     depth = min(SELECT_DEPTH, n // (SELECT_GROUPS_PER_K * k))
     if depth < 2:  # (a k close to the vocabulary's size: too few groups to leave any out)
-        return np.flatnonzero(row >= np.partition(row, n - k)[n - k])
+        return _at_least(np.arange(n), row, np.partition(row, n - k)[n - k], k, ties)
     width = n // depth
     grid = row[:depth * width].reshape(depth, width)
     left_over = row[depth * width:]
@@ -155,6 +157,10 @@ def top_ids(row: np.ndarray, k: int) -> np.ndarray:
         maxima = np.concatenate([maxima, left_over])
     bound = np.partition(maxima, maxima.shape[0] - k)[maxima.shape[0] - k]
     columns = np.flatnonzero(maxima[:width] >= bound)
+    if 2 * columns.shape[0] > width:  # (most groups reach it, e.g. a row of ties: they would be copied for nothing)
+        # (fewer than k values above the bound: the k-th is the bound, and no partition of ties, which is slow)
+        kth = bound if np.count_nonzero(row > bound) < k else np.partition(row, n - k)[n - k]
+        return _at_least(np.arange(n), row, kth, k, ties)
     values = grid[:, columns].ravel()  # (depth, len(columns)): the groups that may hold one of the k best
     at = np.flatnonzero(values >= bound)
     within, column = np.divmod(at, columns.shape[0])
@@ -163,8 +169,19 @@ def top_ids(row: np.ndarray, k: int) -> np.ndarray:
     if left_over.size:
         extra = np.flatnonzero(left_over >= bound)
         ids, values = np.concatenate([ids, depth * width + extra]), np.concatenate([values, left_over[extra]])
-    kth = np.partition(values, values.shape[0] - k)[values.shape[0] - k]
-    return np.sort(ids[values >= kth])
+    return _at_least(ids, values, np.partition(values, values.shape[0] - k)[values.shape[0] - k], k, ties)
+
+
+def _at_least(ids: np.ndarray, values: np.ndarray, kth: float, k: int, ties: bool) -> np.ndarray:
+    """Ascending ``ids`` of the ``values`` >= ``kth`` (the k-th largest), or without ``ties`` those above it and the
+    lowest ids of those equal to it, k in all (picked by a partition: there may be a whole vocabulary of them)."""
+    if ties:
+        return np.sort(ids[values >= kth])
+    above, tied = ids[values > kth], ids[values == kth]
+    need = k - above.shape[0]
+    if need < tied.shape[0]:
+        tied = np.partition(tied, need - 1)[:need]
+    return np.sort(np.concatenate([above, tied]))
 
 
 def filter_mask(probs: np.ndarray, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> np.ndarray:
@@ -190,7 +207,7 @@ def kept_by_filters(probs: np.ndarray, top_p: float = 1.0, min_p: float = 0.0) -
 def _nucleus(probs: np.ndarray, top_p: float) -> np.ndarray:
     """The smallest set of most likely tokens (ties to the lower position) whose probability reaches ``top_p`` of
     the total, best first, those of probability 0 left out. Sorting a whole 50k-250k vocabulary is the slow part,
-    so only the best ``NUCLEUS_FIRST`` (and ties) are sorted, 8 times more while they do not reach it."""
+    so only the best ``NUCLEUS_FIRST`` are sorted, 8 times more while they do not reach it."""
     total = probs.sum()
     if not total > 0:
         return NO_TOKENS
@@ -198,7 +215,7 @@ def _nucleus(probs: np.ndarray, top_p: float) -> np.ndarray:
     m = NUCLEUS_FIRST
     while True:
         if m < n:
-            best = top_ids(probs, m)
+            best = top_ids(probs, m, ties=False)
             best = best[np.argsort(-probs[best], kind="stable")]
         else:
             best = np.argsort(-probs, kind="stable")
@@ -206,7 +223,7 @@ def _nucleus(probs: np.ndarray, top_p: float) -> np.ndarray:
         # the smallest prefix whose mass reaches top_p: everything before the first index reaching it, and it
         # (a relative slack of 1e-9 so that a mass equal to top_p up to rounding counts as reaching it)
         cut = int(np.searchsorted(cumulative, top_p * (1 - 1e-9), side="left")) + 1
-        if cut <= best.shape[0] or m >= n:  # (the best m and their ties: the first m of the whole order)
+        if cut <= best.shape[0] or m >= n:  # (the first m of the whole order)
             best = best[:cut]
             return best if probs[best[-1]] > 0 else best[probs[best] > 0]  # (best first: zeros at the end)
         m *= 8
@@ -320,7 +337,7 @@ def _model_logprobs(row: np.ndarray, token: int, n: int) -> tuple[float, list[tu
     """The log-probability of ``token`` under the model (log-softmax of ``row`` in float64) and the ``n`` most likely
     tokens' (by logit, ties to the lower id), best first."""
     most = float(row.max())
-    best = top_ids(row, n) if n else NO_TOKENS
+    best = top_ids(row, n, ties=False) if n else NO_TOKENS
     best = best[np.argsort(-row[best], kind="stable")][:n]
     shifted = row.astype(np.float64)
     shifted -= most
