@@ -344,6 +344,12 @@ def test_top_p_and_top_logprobs_sort_few_candidates_when_most_values_tie(monkeyp
         assert sizes and max(sizes) <= sampling.NUCLEUS_FIRST, (setting, sizes)
         token, _, top = reference_sample(row, p, [], np.random.default_rng(1))
         assert sample.token == token and [t for t, _ in sample.top] == [t for t, _ in top]
+    # a flat distribution: the best 256, 2048, then (16384 being a third of the vocabulary) one sort of all
+    flat = (rng.normal(size=n) * 0.01).astype(np.float32)
+    p = SamplingParams(temperature=1.0, top_p=0.95)
+    sizes.clear()
+    assert Sampler(2).sample(flat, p).token == reference_sample(flat, p, [], np.random.default_rng(2))[0]
+    assert sizes == [256, 2048]
 
 
 def test_logprob_only_when_asked():

@@ -207,7 +207,8 @@ def kept_by_filters(probs: np.ndarray, top_p: float = 1.0, min_p: float = 0.0) -
 def _nucleus(probs: np.ndarray, top_p: float) -> np.ndarray:
     """The smallest set of most likely tokens (ties to the lower position) whose probability reaches ``top_p`` of
     the total, best first, those of probability 0 left out. Sorting a whole 50k-250k vocabulary is the slow part,
-    so only the best ``NUCLEUS_FIRST`` are sorted, 8 times more while they do not reach it."""
+    so only the best ``NUCLEUS_FIRST`` are sorted, 8 times more while they do not reach it (all of them once that
+    is a quarter of the vocabulary)."""
     total = probs.sum()
     if not total > 0:
         return NO_TOKENS
@@ -226,7 +227,7 @@ def _nucleus(probs: np.ndarray, top_p: float) -> np.ndarray:
         if cut <= best.shape[0] or m >= n:  # (the first m of the whole order)
             best = best[:cut]
             return best if probs[best[-1]] > 0 else best[probs[best] > 0]  # (best first: zeros at the end)
-        m *= 8
+        m = m * 8 if m * 8 < n // 4 else n  # (a flat distribution: past a quarter of it, one sort of all is cheaper)
 
 
 def _candidates(row: np.ndarray, p: SamplingParams, tokens: np.ndarray = NO_TOKENS,
