@@ -21,6 +21,13 @@ def test_chat_uses_the_server_defaults_then_its_flags() -> None:
     assert got == {**SERVER_DEFAULTS, "temperature": 0.0, "top_k": 3, "repetition_penalty": 1.1}
 
 
+def test_chat_non_finite_flag_is_a_cli_error() -> None:
+    import pytest
+    from tg_llm.cli import CliError, chat_sampling
+    with pytest.raises(CliError, match="repetition_penalty must be a finite number"):
+        chat_sampling(chat_args("--repeat-penalty", "inf"))
+
+
 def test_piped_chat_ctrl_c_stops_the_reply_then_quits() -> None:
     """Piped input: no progress-bar redraws on stderr (not a terminal), no ``> `` prompt on stdout. Ctrl-C
     (SIGINT) during a reply stops it and the chat waits for the next line; a second one quits with status 0."""

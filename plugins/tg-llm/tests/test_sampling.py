@@ -2,13 +2,14 @@
 with fixed seeds."""
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 
 import numpy as np
 import pytest
 from tg_llm import Sampler, SamplingParams, StopChecker
-from tg_llm.sampling import apply_penalties, filter_mask
+from tg_llm.sampling import apply_penalties, filter_mask, penalised_values
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -93,6 +94,8 @@ def test_filters_compose_top_k_then_top_p():
     probs = np.array([0.4, 0.3, 0.2, 0.1])
     # top_k=3 -> {0,1,2} with mass 0.9; top_p=0.7 of that (0.63) -> {0,1}
     assert filter_mask(probs, top_k=3, top_p=0.7).tolist() == [True, True, False, False]
+    for top_p, min_p in ((0.5, 0.1), (0.5, 0.0), (1.0, 0.1)):  # nothing of positive probability: nothing kept
+        assert not filter_mask(np.zeros(4), top_p=top_p, min_p=min_p).any()
 
 
 def test_top_k_support_is_the_full_vocabulary_filter():
@@ -124,6 +127,9 @@ def test_frequency_presence_penalty_openai():
     expected = [2.0 - 0.5 - 0.25, -2.0 - 1.5 - 0.25, 1.0, 0.5 - 0.5 - 0.25]
     assert np.allclose(out, expected)
     assert apply_penalties(logits, []).tolist() == logits.tolist()
+    for none in (penalised_values(logits, [0]), penalised_values(logits, [], frequency_penalty=0.5)):
+        for shared in none:  # (the empty results are shared arrays: a caller cannot change them)
+            assert shared.size == 0 and not shared.flags.writeable
 
 
 def test_penalty_changes_greedy_choice():
@@ -301,6 +307,49 @@ def test_top_ids_are_the_k_best_and_their_ties(n):
         for row in (random_logits(rng, n, np.float32), random_logits(rng, n, np.float64)):
             expected = np.flatnonzero(row >= np.sort(row)[-min(k, n)])
             assert top_ids(row, k).tolist() == expected.tolist(), (n, k)
+            first = np.sort(np.lexsort((np.arange(n), -row))[:k])  # (by value, then id: the first k)
+            assert top_ids(row, k, ties=False).tolist() == first.tolist(), (n, k)
+    if n > 640:  # the best values all in one of ``top_ids``' groups (a column of its view), ties everywhere else
+        for k in (2, 5, 40):
+            row = np.zeros(n, np.float32)
+            depth = min(64, n // (8 * k))
+            row[::n // depth][:depth] = np.arange(depth, 0, -1)
+            assert top_ids(row, k).tolist() == np.flatnonzero(row >= np.sort(row)[-k]).tolist(), (n, k)
+            assert top_ids(row, k, ties=False).tolist() == np.sort(np.lexsort((np.arange(n), -row))[:k]).tolist()
+
+
+def test_top_p_and_top_logprobs_sort_few_candidates_when_most_values_tie(monkeypatch):
+    """Most probabilities 0 (a low temperature) or most logits -inf (a masked row): every value ties with the k-th,
+    and top-p and the top alternatives still sort only the first k of the order (the result is the reference's)."""
+    from tg_llm import sampling
+    sizes = []
+
+    def counted(row, k, **ties):
+        ids = top_ids(row, k, **ties)
+        sizes.append(ids.shape[0])
+        return ids
+    top_ids = sampling.top_ids
+    monkeypatch.setattr(sampling, "top_ids", counted)
+    n = 49_152
+    rng = np.random.default_rng(5)
+    real = (rng.normal(size=n) * 2.5).astype(np.float32)
+    real[:20] += 12
+    masked = np.full(n, -np.inf, np.float32)
+    masked[[7, 90, 4000]] = [1, 2, 3]
+    for row, setting in ((real, dict(temperature=0.005, top_p=0.95)), (masked, dict(temperature=1.0, top_p=0.9)),
+                         (masked, dict(temperature=0, logprobs=5))):
+        p = SamplingParams(**setting)
+        sizes.clear()
+        sample = Sampler(1).sample(row, p, [])
+        assert sizes and max(sizes) <= sampling.NUCLEUS_FIRST, (setting, sizes)
+        token, _, top = reference_sample(row, p, [], np.random.default_rng(1))
+        assert sample.token == token and [t for t, _ in sample.top] == [t for t, _ in top]
+    # a flat distribution: the best 256, 2048, then (16384 being a third of the vocabulary) one sort of all
+    flat = (rng.normal(size=n) * 0.01).astype(np.float32)
+    p = SamplingParams(temperature=1.0, top_p=0.95)
+    sizes.clear()
+    assert Sampler(2).sample(flat, p).token == reference_sample(flat, p, [], np.random.default_rng(2))[0]
+    assert sizes == [256, 2048]
 
 
 def test_logprob_only_when_asked():
@@ -317,6 +366,10 @@ def test_params_validation():
                 dict(repetition_penalty=0), dict(frequency_penalty=3), dict(logprobs=-1)):
         with pytest.raises(ValueError):
             SamplingParams(**bad)
+    for name in ("temperature", "top_p", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty"):
+        for value in (math.inf, -math.inf, math.nan):
+            with pytest.raises(ValueError, match=f"{name} must be a finite number"):
+                SamplingParams(**{name: value})
     with pytest.raises(ValueError, match="one row"):
         Sampler().sample(np.zeros((2, 3)))
     with pytest.raises(ValueError, match="NaN"):
@@ -395,6 +448,8 @@ def test_repeat_last_n_window():
         return Sampler(0).sample(logits, p, history).token
     assert greedy(-1) == 1 and greedy(2) == 1  # token 0 penalised: 2.0 / 2 < 1.9
     assert greedy(1) == 0 and greedy(0) == 0   # only token 2 (or nothing) penalised
+    p = SamplingParams(temperature=0, repetition_penalty=2.0, repeat_last_n=2)
+    assert Sampler(0).sample(logits, p, collections.deque([0, 0, 2])).token == 1  # any iterable, e.g. a deque
     with pytest.raises(ValueError, match="repeat_last_n"):
         SamplingParams(repeat_last_n=-2)
 

@@ -9,6 +9,7 @@ shared server while a stream is open.
 from __future__ import annotations
 
 import json
+import math
 import re
 import socket
 import threading
@@ -240,6 +241,13 @@ ERROR_CASES = [
     ("unknown model", "/v1/chat/completions", _chat(model="gpt-4o"), 404, "model_not_found", "model"),
     ("two repetition penalties", "/v1/chat/completions", _chat(repetition_penalty=1.1, repeat_penalty=1.2), 400,
      None, "repeat_penalty"),
+    ("repetition_penalty 1e400 (inf)", "/v1/chat/completions",
+     json.dumps(_chat(repetition_penalty=1.5)).replace("1.5", "1e400").encode(), 400, "invalid_value",
+     "repetition_penalty"),
+    ("repeat_penalty Infinity", "/v1/completions", json.dumps({"model": MODEL_ID, "prompt": "a",
+     "repeat_penalty": math.inf}).encode(), 400, "invalid_value", "repeat_penalty"),
+    ("top_p NaN", "/v1/chat/completions", json.dumps(_chat(top_p=math.nan)).encode(), 400, "invalid_value",
+     "top_p"),
     ("repeat_last_n -2", "/v1/chat/completions", _chat(repeat_last_n=-2), 400, "invalid_value", "repeat_last_n"),
     ("tools", "/v1/chat/completions", _chat(tools=[{"type": "function", "function": {"name": "f"}}]), 400,
      "unsupported_parameter", "tools"),
@@ -297,6 +305,21 @@ def test_errors_through_openai_client(client: Any) -> None:
 
 
 # ---- concurrency, disconnects, robustness ----
+
+def test_infinite_penalty_rejected_while_a_stream_runs(server: Any, client: Any, greedy_chat: Any) -> None:
+    """An infinite repetition penalty (JSON 1e400) is a 400 that never reaches the worker, whose failure would end
+    every running job: a stream open meanwhile ends as it would alone."""
+    import httpx
+    stream = client.chat.completions.create(model=MODEL_ID, messages=CHAT, temperature=0, max_tokens=6, stream=True)
+    chunks = [next(stream)]  # (the stream is running: its first chunk came)
+    body = json.dumps(_chat(temperature=0, repetition_penalty=1.5)).replace("1.5", "1e400")
+    r = httpx.post(server.url("/v1/chat/completions"), content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "repetition_penalty", r.text
+    chunks += list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == greedy_chat.choices[0].message.content
+    assert chunks[-1].choices[0].finish_reason == greedy_chat.choices[0].finish_reason
+
 
 def test_concurrent_clients(server: Any, greedy_chat: Any) -> None:
     openai = require("openai", "pip install openai")

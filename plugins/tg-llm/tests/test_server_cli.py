@@ -83,7 +83,8 @@ def test_bad_port_and_directory_model_are_one_line(tmp_path: Path) -> None:
     for argv, words in ((["--port", "99999"], "--port must be in 0..65535"),
                         (["--model", str(tmp_path)], "is a directory"),
                         (["--prefill-chunk", "512"], "--prefill-chunk must be in 1..256"),
-                        (["--prefill-chunk", "0"], "--prefill-chunk must be in 1..256")):
+                        (["--prefill-chunk", "0"], "--prefill-chunk must be in 1..256"),
+                        (["--repeat-penalty", "inf"], "repetition_penalty must be a finite number")):
         r = serve(*argv)
         assert r.returncode == 2 and words in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
 

@@ -53,6 +53,8 @@ SELECT_GROUPS_PER_K = 8
 NUCLEUS_FIRST = 256  # top-p sorts the best 256 tokens first (``_nucleus``)
 FLOAT32_LOWEST = float(np.finfo(np.float32).min)
 NO_TOKENS, NO_VALUES = np.zeros(0, np.int64), np.zeros(0, np.float64)  # (no penalised tokens)
+NO_TOKENS.setflags(write=False)  # (shared, and returned by ``penalised_values``)
+NO_VALUES.setflags(write=False)
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -69,6 +71,9 @@ class SamplingParams:
     logprob: bool = False  # report the chosen token's log-probability (also when logprobs > 0)
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "top_p", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty"):
+            if not math.isfinite(getattr(self, name)):  # (an infinite penalty turns a logit of 0 into NaN)
+                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)}")
         checks = [
             (self.temperature >= 0, "temperature must be >= 0"),
             (self.top_k >= 0, "top_k must be >= 0 (0 turns it off)"),
@@ -128,8 +133,10 @@ def apply_penalties(logits: np.ndarray, history: Iterable[int], repetition_penal
     return out
 
 
-def top_ids(row: np.ndarray, k: int) -> np.ndarray:
-    """Ascending ids of the ``k`` largest values of ``row`` and of every value equal to the k-th (``row`` has no NaN).
+def top_ids(row: np.ndarray, k: int, ties: bool = True) -> np.ndarray:
+    """Ascending ids of the ``k`` largest values of ``row`` and of every value equal to the k-th (``row`` has no NaN);
+    with ``ties`` False, of only the lowest ids among those equal to the k-th: the first k of the order by value,
+    then id (many values tie with the k-th when most probabilities are 0 or most logits -inf).
 
     A partition of the whole vocabulary reads and moves every value; instead the row is cut into groups (the
     columns of a ``(depth, width)`` view, the few values left over each a group of its own). The k-th largest of
@@ -141,7 +148,7 @@ def top_ids(row: np.ndarray, k: int) -> np.ndarray:
         return np.arange(n)
     depth = min(SELECT_DEPTH, n // (SELECT_GROUPS_PER_K * k))
     if depth < 2:  # (a k close to the vocabulary's size: too few groups to leave any out)
-        return np.flatnonzero(row >= np.partition(row, n - k)[n - k])
+        return _at_least(np.arange(n), row, np.partition(row, n - k)[n - k], k, ties)
     width = n // depth
     grid = row[:depth * width].reshape(depth, width)
     left_over = row[depth * width:]
@@ -150,6 +157,10 @@ def top_ids(row: np.ndarray, k: int) -> np.ndarray:
         maxima = np.concatenate([maxima, left_over])
     bound = np.partition(maxima, maxima.shape[0] - k)[maxima.shape[0] - k]
     columns = np.flatnonzero(maxima[:width] >= bound)
+    if 2 * columns.shape[0] > width:  # (most groups reach it, e.g. a row of ties: they would be copied for nothing)
+        # (fewer than k values above the bound: the k-th is the bound, and no partition of ties, which is slow)
+        kth = bound if np.count_nonzero(row > bound) < k else np.partition(row, n - k)[n - k]
+        return _at_least(np.arange(n), row, kth, k, ties)
     values = grid[:, columns].ravel()  # (depth, len(columns)): the groups that may hold one of the k best
     at = np.flatnonzero(values >= bound)
     within, column = np.divmod(at, columns.shape[0])
@@ -158,8 +169,19 @@ def top_ids(row: np.ndarray, k: int) -> np.ndarray:
     if left_over.size:
         extra = np.flatnonzero(left_over >= bound)
         ids, values = np.concatenate([ids, depth * width + extra]), np.concatenate([values, left_over[extra]])
-    kth = np.partition(values, values.shape[0] - k)[values.shape[0] - k]
-    return np.sort(ids[values >= kth])
+    return _at_least(ids, values, np.partition(values, values.shape[0] - k)[values.shape[0] - k], k, ties)
+
+
+def _at_least(ids: np.ndarray, values: np.ndarray, kth: float, k: int, ties: bool) -> np.ndarray:
+    """Ascending ``ids`` of the ``values`` >= ``kth`` (the k-th largest), or without ``ties`` those above it and the
+    lowest ids of those equal to it, k in all (picked by a partition: there may be a whole vocabulary of them)."""
+    if ties:
+        return np.sort(ids[values >= kth])
+    above, tied = ids[values > kth], ids[values == kth]
+    need = k - above.shape[0]
+    if need < tied.shape[0]:
+        tied = np.partition(tied, need - 1)[:need]
+    return np.sort(np.concatenate([above, tied]))
 
 
 def filter_mask(probs: np.ndarray, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> np.ndarray:
@@ -175,7 +197,7 @@ def kept_by_filters(probs: np.ndarray, top_p: float = 1.0, min_p: float = 0.0) -
     """Ascending positions of the tokens of positive probability that top-p, then min-p keep from ``probs``."""
     if top_p < 1.0:
         best = _nucleus(probs, top_p)
-        if min_p > 0.0:
+        if min_p > 0.0 and best.size:  # (none kept: every probability 0)
             best = best[probs[best] >= min_p * probs[best[0]]]
         return np.sort(best)
     threshold = min_p * probs.max()
@@ -185,13 +207,16 @@ def kept_by_filters(probs: np.ndarray, top_p: float = 1.0, min_p: float = 0.0) -
 def _nucleus(probs: np.ndarray, top_p: float) -> np.ndarray:
     """The smallest set of most likely tokens (ties to the lower position) whose probability reaches ``top_p`` of
     the total, best first, those of probability 0 left out. Sorting a whole 50k-250k vocabulary is the slow part,
-    so only the best ``NUCLEUS_FIRST`` (and ties) are sorted, 8 times more while they do not reach it."""
+    so only the best ``NUCLEUS_FIRST`` are sorted, 8 times more while they do not reach it (all of them once that
+    is a quarter of the vocabulary)."""
     total = probs.sum()
+    if not total > 0:
+        return NO_TOKENS
     n = probs.shape[0]
     m = NUCLEUS_FIRST
     while True:
         if m < n:
-            best = top_ids(probs, m)
+            best = top_ids(probs, m, ties=False)
             best = best[np.argsort(-probs[best], kind="stable")]
         else:
             best = np.argsort(-probs, kind="stable")
@@ -199,10 +224,10 @@ def _nucleus(probs: np.ndarray, top_p: float) -> np.ndarray:
         # the smallest prefix whose mass reaches top_p: everything before the first index reaching it, and it
         # (a relative slack of 1e-9 so that a mass equal to top_p up to rounding counts as reaching it)
         cut = int(np.searchsorted(cumulative, top_p * (1 - 1e-9), side="left")) + 1
-        if cut <= best.shape[0] or m >= n:  # (the best m and their ties: the first m of the whole order)
+        if cut <= best.shape[0] or m >= n:  # (the first m of the whole order)
             best = best[:cut]
             return best if probs[best[-1]] > 0 else best[probs[best] > 0]  # (best first: zeros at the end)
-        m *= 8
+        m = m * 8 if m * 8 < n // 4 else n  # (a flat distribution: past a quarter of it, one sort of all is cheaper)
 
 
 def _candidates(row: np.ndarray, p: SamplingParams, tokens: np.ndarray = NO_TOKENS,
@@ -313,7 +338,7 @@ def _model_logprobs(row: np.ndarray, token: int, n: int) -> tuple[float, list[tu
     """The log-probability of ``token`` under the model (log-softmax of ``row`` in float64) and the ``n`` most likely
     tokens' (by logit, ties to the lower id), best first."""
     most = float(row.max())
-    best = top_ids(row, n) if n else NO_TOKENS
+    best = top_ids(row, n, ties=False) if n else NO_TOKENS
     best = best[np.argsort(-row[best], kind="stable")][:n]
     shifted = row.astype(np.float64)
     shifted -= most
@@ -329,7 +354,8 @@ def _window(history: Iterable[int], last_n: int) -> Iterable[int]:
         return history
     if not last_n:
         return []
-    return history[-last_n:] if isinstance(history, Sequence) else list(history)[-last_n:]
+    # (a deque is a Sequence that cannot be sliced)
+    return history[-last_n:] if isinstance(history, list | tuple) else list(history)[-last_n:]
 
 
 # llama.cpp's server defaults (common_params_sampling): a new user's first question gets a sensible answer

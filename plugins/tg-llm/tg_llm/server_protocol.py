@@ -51,7 +51,8 @@ def invalid(message: str, param: str | None = None, code: str | None = None) -> 
 # ---- request bodies ----
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
+    # (JSON's 1e400 parses to inf: an infinite repetition penalty would make NaN logits)
+    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
 
 
 class StreamOptions(_Strict):
