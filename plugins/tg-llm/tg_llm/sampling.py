@@ -252,13 +252,19 @@ def _candidates(row: np.ndarray, p: SamplingParams, tokens: np.ndarray = NO_TOKE
     return (kept if ids is None else ids[kept]), weights[kept]
 
 
+def _quotients_keep_order(row: np.ndarray, temperature: float) -> bool:
+    """Whether float32 logits divided by ``temperature`` in float64 keep their order and ties (no two float32 values
+    round to one quotient at a temperature in [1e-6, 1e6]): then the best tokens can be picked before the division."""
+    return row.dtype == np.float32 and 1e-6 <= temperature <= 1e6
+
+
 def _min_p_alone(row: np.ndarray, min_p: float, temperature: float) -> tuple[np.ndarray, np.ndarray] | None:
     """What min-p alone keeps from a float32 row (as ``_candidates``), from the tokens whose logit is near enough the
     best to weigh about ``min_p`` (a logit threshold) and without the vocabulary's total: a probability
     ``w / total`` reaches ``min_p`` times the best's ``1 / total`` when the weight ``w`` (the best's is 1) is above
     ``min_p`` by more than the divisions' rounding and does not when below. None when a weight is too close to
     call, or the filter or the row is outside that reasoning (the whole computation decides then)."""
-    if row.dtype != np.float32 or not 1e-6 <= temperature <= 1e6 or min_p < 1e-200:
+    if not _quotients_keep_order(row, temperature) or min_p < 1e-200:
         return None
     top = float(row.max()) / temperature  # (dividing by a positive number keeps the order: the largest quotient)
     if not math.isfinite(top):
@@ -280,7 +286,7 @@ def _scaled_logits(row: np.ndarray, tokens: np.ndarray, values: np.ndarray, k: i
     their ties (ascending ids), or of every token (ids None) when ``k`` is 0; float64. From float32 logits the
     k best are picked before the division (at a temperature in [1e-6, 1e6] no two float32 values round to one
     float64 quotient, so the order and the ties are those of ``logits / temperature``): only they are divided."""
-    if row.dtype != np.float32 or not 1e-6 <= temperature <= 1e6:
+    if not k or not _quotients_keep_order(row, temperature):
         logits = row.astype(np.float64)
         logits[tokens] = values
         with np.errstate(over="ignore"):  # (overflow: ``_candidates`` takes the best tokens alone)
@@ -289,10 +295,6 @@ def _scaled_logits(row: np.ndarray, tokens: np.ndarray, values: np.ndarray, k: i
             return None, logits, scaled
         ids = top_ids(scaled, k)
         return ids, logits[ids], scaled[ids]
-    if not k:
-        logits = row.astype(np.float64)
-        logits[tokens] = values
-        return None, logits, logits / temperature
     if tokens.size == 0:
         ids = top_ids(row, k)
         logits = row[ids].astype(np.float64)
