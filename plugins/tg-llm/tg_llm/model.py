@@ -292,8 +292,8 @@ class Model:
 
     @property
     def cached_tokens(self) -> list[int]:
-        """The tokens whose keys and values sequence 0's cache holds."""
-        return self._tokens[0]
+        """The tokens whose keys and values sequence 0's cache holds (a copy)."""
+        return list(self._tokens[0])
 
     def tokens_of(self, seq: int) -> list[int]:
         """The tokens whose keys and values sequence ``seq``'s cache holds (a copy)."""
@@ -366,7 +366,10 @@ class Model:
                 f"(model context {cfg.context_length}, max_context {cfg.max_context})")
 
     def _truncate(self, seq: int, start_pos: int) -> None:
-        """Past ``start_pos`` sequence ``seq``'s cache is rewritten now."""
+        """Past ``start_pos`` sequence ``seq``'s cache is rewritten now. Nothing to do where it holds exactly
+        ``start_pos`` tokens (every decode step): no slot holds a position it has not reached."""
+        if len(self._tokens[seq]) == start_pos:
+            return
         self._tokens[seq] = self._tokens[seq][:start_pos]
         for kind in self.kinds:
             kind.forget(seq, start_pos)
@@ -572,7 +575,7 @@ class Model:
         else:
             collect = self._stage_output(self._decode_step(x, inputs, first_seq), rows)
         for seq, token, _ in steps:
-            self._tokens[seq] = self._tokens[seq] + [token]
+            self._tokens[seq].append(token)  # (a list no caller holds: ``tokens_of`` and ``cached_tokens`` copy)
 
         def logits_of_steps() -> np.ndarray:
             logits = collect()
