@@ -220,3 +220,24 @@ def test_logits_kept_by_the_caller_are_not_overwritten():
     for i, (out, copy) in enumerate(zip(kept, copies, strict=True)):
         np.testing.assert_array_equal(out, copy, err_msg=f"step {i}")
     assert not np.array_equal(kept[0], kept[1])
+
+
+def test_a_step_of_fewer_rows_than_it_runs_hands_out_a_view():
+    """Sequences 0..2 run in a step of 4 rows (the next power of two): their logits are the first 3 rows of the step's
+    array, not a copy (3 rows x 192 KiB copied out of caches the step's kernels had filled), and a kept view is never
+    written again either; out of order or with a gap between them, a copy (the rows they ask for)."""
+    model = batch_model()
+    ps = prompts()
+    for s in range(3):
+        model.reset(s)
+        model.forward_last(ps[s], 0, seq=s)
+    kept, copies = [], []
+    for i in range(3):
+        out = model.decode([(s, 600 + i, len(ps[s]) + i) for s in range(3)])
+        assert out.shape == (3, model.vocab_size) and out.base is not None and out.base.size == 4 * model.vocab_size
+        kept.append(out)
+        copies.append(out.copy())
+    for out, copy in zip(kept, copies, strict=True):
+        np.testing.assert_array_equal(out, copy)
+    out = model.decode([(2, 700, len(ps[2]) + 3), (0, 701, len(ps[0]) + 3)])  # (rows 2 and 0: a copy, in that order)
+    assert out.shape == (2, model.vocab_size) and out.base is None

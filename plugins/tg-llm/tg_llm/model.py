@@ -581,9 +581,10 @@ class Model:
             logits = collect()
             assert logits is not None
             picked = [seq - first for seq, _, _ in steps]
-            if picked == list(range(len(logits))):  # (every row, in order: the array itself, not a copy)
-                return logits
-            return np.stack([logits[r] for r in picked]) if steps else logits[:0]
+            start = picked[0] if picked else 0
+            if picked == list(range(start, start + len(picked))):  # (consecutive rows in order: a view, not a copy)
+                return logits[start:start + len(picked)]
+            return logits[picked]
         return logits_of_steps
 
     def _decode_graph(self, x: Any, inputs: list[tuple[Any, Any, Any, Any]], first_seq: Any, out: Any = None) -> Any:
