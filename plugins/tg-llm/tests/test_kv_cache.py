@@ -22,8 +22,9 @@ def _expected_masks(slot_pos: np.ndarray, seqs: list[int], positions: list[int],
     return out
 
 
+@pytest.mark.parametrize("idle", [[False, True, False, False, True], [False] * 5])  # (no idle row: a path of its own)
 @pytest.mark.parametrize("sliding", [0, 24])
-def test_decode_rows_match_the_definition(sliding):
+def test_decode_rows_match_the_definition(sliding, idle):
     from tg_llm.kv_cache import CacheKind
     cache_len, rows = 64, 5
     rng = np.random.default_rng(sliding)
@@ -34,7 +35,6 @@ def test_decode_rows_match_the_definition(sliding):
         for p in range(n):
             kind.slot_pos[seq, p % cache_len] = p
     positions = [int(n) for n in reached]
-    idle = [False, True, False, False, True]
     window = 64
     slots, masks = kind.decode_rows(np.asarray(seqs), np.asarray(positions, np.int64), np.asarray(idle), window)
     assert slots.tolist() == [p % cache_len for p in positions]
