@@ -57,9 +57,12 @@ def host_cpu(step: Any, steps: int) -> float:
     return statistics.median(cpu)
 
 
-def profile(model: Any, rows: int, steps: int, prompt: int = 4) -> tuple[float, float, dict[str, list[float]], float]:
+def profile(model: Any, rows: int, steps: int, prompt: int = 4,
+            new_tokens: bool = False) -> tuple[float, float, dict[str, list[float]], float]:
     """(median step seconds, median kernel seconds, kernel name -> per-call medians, median host CPU seconds
-    (``host_cpu``)) of ``rows`` sequences, each decoding after a prompt of ``prompt`` tokens."""
+    (``host_cpu``)) of ``rows`` sequences, each decoding after a prompt of ``prompt`` tokens. ``new_tokens``: each
+    step feeds every row a token no step fed before (as a server's streams do: the host dequantizes its embedding),
+    else the same token per row every step (its embedding row kept on the host)."""
     model.reset()
     for s in range(rows):
         model.forward_last([100 + s] + [200 + i for i in range(prompt - 1)], 0, seq=s)
@@ -67,7 +70,8 @@ def profile(model: Any, rows: int, steps: int, prompt: int = 4) -> tuple[float, 
 
     def step() -> None:
         nonlocal position
-        model.decode([(s, 500 + s, position) for s in range(rows)])
+        model.decode([(s, (500 + s + (rows * position if new_tokens else 0)) % model.vocab_size, position)
+                      for s in range(rows)])
         position += 1
     for _ in range(3):  # the first call of a step size captures it
         step()
@@ -83,6 +87,9 @@ def main() -> None:
     p.add_argument("--prompt-tokens", type=int, default=4,
                    help="prompt length before the decode steps (default 4; attention reads the power-of-two window "
                         "covering the positions: 130 reads 256 slots)")
+    p.add_argument("--new-tokens", action="store_true",
+                   help="a token no step fed before for every row of every step, as a server's streams (the host "
+                        "dequantizes their embeddings); default: the same token per row every step")
     args = p.parse_args()
     from tg_llm.cli import model_path
     from tg_llm.model import Model
@@ -94,7 +101,7 @@ def main() -> None:
     single: dict[str, float] = {}
     try:
         for n in rows:
-            wall, kernels, by_name, host = profile(model, n, args.steps, args.prompt_tokens)
+            wall, kernels, by_name, host = profile(model, n, args.steps, args.prompt_tokens, args.new_tokens)
             print(f"\n{n} row(s): one step {wall * 1e3:.2f} ms ({n / wall:.1f} tok/s), "
                   f"{sum(len(v) for v in by_name.values())} kernels {kernels * 1e3:.2f} ms")
             print(f"  {'kernel':28s} {'calls':>5s} {'total':>10s} {'share':>6s} {'x first':>8s}")
