@@ -593,12 +593,13 @@ class _Scheduler:
             return
         from tg_llm.prefill import batch_partners
         lead, group = waiting[0], waiting[:1]
+        lead_shape = self.shape(lead)
         if self.joins(lead):
-            others = [s for s in waiting[1:] if self.shape(s) == self.shape(lead)]
+            others = [s for s in waiting[1:] if self.shape(s) == lead_shape]
             group += [others[i] for i in batch_partners(self.model, self.next_chunk(lead),
                                                         [self.next_chunk(s) for s in others], PREFILL_BATCH - 1)]
         parts = [self.next_chunk(s)[1] for s in group]
-        last = self.shape(lead)[2]
+        last = lead_shape[2]
         flush_outboxes(force=True)  # (a chunk takes a while: the tokens held back go first)
         clock = self.engine.clock
         clock.lap("host")
