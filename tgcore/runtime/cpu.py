@@ -19,6 +19,7 @@ run on a Python thread pool (ctypes releases the GIL, so they still run in paral
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import os
 import tempfile
@@ -64,6 +65,13 @@ class CPUAllocator(Allocator):
             pad = -ctypes.addressof(backing) % ALIGNMENT
         return (ctypes.c_uint8 * nbytes).from_buffer(backing, pad)
 
+    def free_cache(self) -> None:
+        """Really free every cached buffer, and hand the C heap's free pages back to the system: the small buffers
+        (under ``_MMAP_THRESHOLD``) come from ``malloc``, which keeps what they freed (SmolLM2's ``tg serve llm``
+        after its warm-ups: RSS 1.6 GB after freeing the cache, 0.8 GB once trimmed)."""
+        super().free_cache()
+        _trim_heap()
+
     def copyin(self, dest: Any, src: memoryview) -> None:
         memoryview(dest).cast("B")[:src.nbytes] = src
 
@@ -84,6 +92,22 @@ def _advise(backing: mmap.mmap, advice: str, start: int, length: int) -> None:
     flag = getattr(mmap, advice, None)
     if flag is not None:
         backing.madvise(flag, start, length)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim``, or None (another C library)."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return None
+
+
+def _trim_heap() -> None:
+    """Return the C heap's free memory to the system where the C library can (glibc's ``malloc_trim(0)``)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def _huge_page_size() -> int:
