@@ -213,6 +213,7 @@ class Engine:
                                                       first)
                 self._warm_while_time_allows((time.perf_counter() - warm) / max(1, sum(s[1] == first for s in shapes)))
                 self.warm_up_seconds = time.perf_counter() - warm
+            server_warmup.release_freed_memory(self.model)
         except BaseException as e:  # noqa: BLE001 - any failure is reported and ends the server
             self.state, self.error = "failed", e
             log.error("failed to load %s: %s: %s", self.path, type(e).__name__, e)
@@ -318,6 +319,7 @@ class Engine:
                 except Exception:  # noqa: BLE001 - an optional capture: a request needing it compiles it then
                     log.warning("an idle warm-up capture failed; the rest are skipped", exc_info=True)
                     self._warm_later.clear()
+                server_warmup.release_freed_memory(self.model)
             # wait for work only when there is nothing to run
             wait = IDLE_POLL_S if not self._warm_later else max(0.0, min(IDLE_POLL_S, IDLE_WARM_AFTER_S - quiet))
             self.take_arrivals(sched, wait if idle else None)
