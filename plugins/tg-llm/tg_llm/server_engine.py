@@ -102,9 +102,11 @@ PREFILL_CHUNK = 64
 READY_BUDGET_S = 3.5
 # prefilling sequences whose next chunks may run in one forward (``prefill.batch_partners``): prompts arriving
 # together then decode together from their first tokens (one joining per turn ran 8 streams' 64 tokens in 70-72
-# steps, not 64-66); more would stall the sequences decoding meanwhile longer per turn and take more warm-up captures
-# (each count its own)
-PREFILL_BATCH = 4
+# steps, not 64-66). 8: eight prompts sent together prefill in one forward, not two (the first four's streams waited
+# a forward, ~0.17 s, after their first tokens: at 8 streams a stream's decode x the mean step 0.84 -> 0.88, medians
+# of 4 interleaved rounds at load 6-7); a joined chunk costs about the same per prompt at 2, 4 and 8 (42, 40, 42 ms);
+# each count is a warm-up capture of its own (4 more: RSS after the warm-ups 655 -> 688 MB, SmolLM2 --parallel 8)
+PREFILL_BATCH = 8
 # prompts with at most this many chunks left prefill before the next decode step (``_Scheduler.prefills_first``); a
 # short request behind a long prompt still waits for one chunk of it at most
 PREFILL_FIRST_CHUNKS = 2
