@@ -381,12 +381,12 @@ def test_sigterm_with_four_streams(server: Any) -> None:
 def test_a_stream_decodes_while_short_requests_keep_arriving() -> None:
     """A stream is decoding while requests of two-chunk prompts that end at their first token keep arriving (a new one
     queued at each of their prefills, so one is always waiting): the prefill-first run before a decode step is bounded
-    (``PREFILL_FIRST_CHUNKS`` forwards per ``PREFILL_BATCH`` slots), so the stream keeps getting steps (unbounded, it
-    got none for as long as the requests came)."""
+    (``PREFILL_FIRST_CHUNKS`` forwards per ``PREFILL_FIRST_SLOTS`` slots), so the stream keeps getting steps
+    (unbounded, it got none for as long as the requests came)."""
     import asyncio
 
     from tg_llm.model import Model
-    from tg_llm.server_engine import PREFILL_BATCH, PREFILL_FIRST_CHUNKS, Choice, Engine, Job
+    from tg_llm.server_engine import PREFILL_FIRST_CHUNKS, PREFILL_FIRST_SLOTS, Choice, Engine, Job
     rng = np.random.default_rng(62)
     loop = asyncio.new_event_loop()
     calls: list[str] = []  # "P": a prefill forward, "D": a decode step
@@ -434,7 +434,7 @@ def test_a_stream_decodes_while_short_requests_keep_arriving() -> None:
     engine.stop()
     engine._worker.join(60)
     assert len(flood) == 12
-    most = PREFILL_FIRST_CHUNKS * -(-engine.parallel // PREFILL_BATCH)
+    most = PREFILL_FIRST_CHUNKS * -(-engine.parallel // PREFILL_FIRST_SLOTS)
     runs = "".join(calls).split("D")
     assert max(len(run) for run in runs) <= most, calls
 

@@ -18,16 +18,19 @@ loading, one of 0.4-0.6 s every ~3 s of idle captures, one of 2.45 s while 8 str
 objects); frozen, a collection walks only what came after. Frozen objects are never collected: a process that loads
 models and drops them (tests, a library user) leaves ``freeze`` off.
 
-``release_freed_memory(model)``: after the warm-ups (loading's, each idle one), the buffers their plain runs freed go
-back to the system.
+``release_freed_memory(model)``: after loading's warm-ups and after each idle one, the memory they freed goes back to
+the system (this process's only: a pipeline's other ranks keep their C heaps' free pages).
 """
 from __future__ import annotations
 
 import contextlib
 import functools
 import gc
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 # the prefill sizes of prompts that fit in one chunk (a prompt is padded to the next of them), captured at position 0
 # while idle: 4-16 fused (small captures), 32 and 64 dense (prompts of 17-63 tokens; those up to the chunk size)
@@ -51,13 +54,13 @@ def without_collections(freeze: bool) -> Iterator[None]:
 
 
 def release_freed_memory(model: Any) -> None:
-    """Give back the memory a warm-up's runs freed: a capture's first, plain call runs every layer's intermediates
-    in buffers of their own, which the device keeps for reuse by a later buffer of the same size (the allocator's
-    cache); the captures replay in their own buffers, so few are ever reused (SmolLM2, ``--parallel 8``, after the
-    warm-ups: 2.4-2.7 GB cached, RSS 3.1-3.5 GB, 0.8 GB once released)."""
+    """Give back the memory the warm-ups freed: the device's freed-buffer cache (what tgcore's captures do not keep
+    aside) and the C heap's free pages (``free_cache``). A failure is logged, never raised: an optimisation."""
     from tgcore import Device
-    if getattr(model, "device", None) is not None:  # (None: a stand-in model without a device, in tests)
+    try:
         Device(model.device).allocator.free_cache()
+    except Exception:  # noqa: BLE001 - the server goes on with the memory it holds
+        log.warning("releasing the memory the warm-ups freed failed", exc_info=True)
 
 
 def plan(model: Any, chunk: int, batch: int, first: int) -> list[Callable[[], None]]:
