@@ -340,6 +340,26 @@ def test_replays_share_scratch_memory_and_still_match():
     assert len(scratch) < 10  # 11 intermediates and the output, each 8x16 floats
 
 
+def test_the_capturing_calls_intermediates_are_freed_not_cached():
+    """The intermediates of the call a capture is made in (the replays have scratch memory of their own) go back to
+    the device once dropped, not to its freed-buffer cache (a server's warm-ups cached GBs of them)."""
+    f = tgcore.jit(chain, capture_first=True)
+    rng = np.random.default_rng(7)
+    x = Tensor((rng.standard_normal((8, 24)) * 0.2).astype(np.float32))
+    w = Tensor((rng.standard_normal((24, 24)) * 0.2).astype(np.float32))
+    x.realize(), w.realize()
+    allocator = tgcore.Device(x.device).allocator
+    size = 8 * 24 * 4  # (every intermediate's)
+
+    def cached() -> int:
+        return sum(len(handles) for (nbytes, _), handles in allocator.cache.items() if nbytes == size)
+    before = cached()
+    out = f(x, w)  # (the capture)
+    np.testing.assert_allclose(out.numpy(), chain_reference(x.numpy(), w.numpy()), rtol=1e-4, atol=1e-5)
+    gc.collect()
+    assert f.captures and cached() == before
+
+
 def test_lazy_tensors_built_before_a_replay_keep_their_values():
     """A replay writes in place like a plain call's assign does: lazy tensors built before a call from memory the
     call writes (a state tensor, or an input the function assigns into) see the values they were built against,

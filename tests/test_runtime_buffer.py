@@ -1,6 +1,7 @@
 """Buffer and Allocator on the CPU and NULL devices: laziness, views, copies, cache, mem_used."""
 
 import ctypes
+import platform
 import sys
 import types
 
@@ -185,6 +186,31 @@ def test_nolru_skips_the_cache(cpu):
     buf = Buffer(cpu, 32, dtypes.uint8, options=BufferOptions(nolru=True)).allocate()
     buf.deallocate()
     assert not cpu.allocator.cache
+
+
+def test_a_buffer_marked_not_to_be_cached_skips_the_cache(cpu):
+    buf = Buffer(cpu, 32, dtypes.uint8).allocate()
+    buf.cache_when_freed = False  # (what a jit capture does to its capturing call's intermediates)
+    buf.deallocate()
+    assert not cpu.allocator.cache
+
+
+def test_free_cache_hands_the_c_heaps_free_memory_back(cpu, monkeypatch):
+    """The CPU allocator's ``free_cache`` trims the C heap (glibc's ``malloc_trim(0)``) after freeing its buffers, and
+    works where the C library has no such call."""
+    real = cpu_runtime._malloc_trim
+    if sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":  # (the real call is found there)
+        assert callable(real())
+    trims: list[int] = []
+    monkeypatch.setattr(cpu_runtime, "_malloc_trim", lambda: trims.append)
+    Buffer(cpu, 64, dtypes.uint8).allocate().deallocate()
+    assert cpu.allocator.cached_bytes == 64
+    cpu.allocator.free_cache()
+    assert cpu.allocator.cached_bytes == 0 and trims == [0]
+    monkeypatch.setattr(cpu_runtime, "_malloc_trim", lambda: None)
+    Buffer(cpu, 64, dtypes.uint8).allocate().deallocate()
+    cpu.allocator.free_cache()
+    assert cpu.allocator.cached_bytes == 0
 
 
 @pytest.mark.parametrize("size", [256, 1 << 20])  # (ctypes memory below the mmap threshold, mmap pages above it)

@@ -237,7 +237,12 @@ class Jit:
         # function assigns to is state
         kept |= {b.base for s in steps if isinstance(s.runner, engine.HostCall) for b in s.bufs}
         kept |= {b.base for b in written}
-        steps = _share_scratch(steps, recorded.fresh - kept)
+        scratch = recorded.fresh - kept
+        steps = _share_scratch(steps, scratch)
+        # (the capturing call's own intermediates: the replays have memory of their own, and the freed-buffer cache
+        # kept them for sizes rarely asked for again: GBs over a server's warm-ups)
+        for b in scratch:
+            b.cache_when_freed = False
         capture = _Capture(outputs, _plan(steps, inputs))
         capture.output_memory = [b for b in dict.fromkeys(
             b.base for b in map(REALIZATION.buffer, _output_buffers(outputs)) if b is not None) if b in recorded.fresh]

@@ -81,13 +81,14 @@ class Allocator:
                 GlobalCounters.mem_used += nbytes
         return handle
 
-    def free(self, handle: Any, nbytes: int, options: Any = None) -> None:
-        """Release a handle from `alloc`; it goes to the cache unless caching is off."""
+    def free(self, handle: Any, nbytes: int, options: Any = None, cache: bool = True) -> None:
+        """Release a handle from `alloc`; it goes to the cache unless caching is off (or ``cache`` is False: memory
+        the caller knows nothing will ask for again)."""
         if self.counts_memory:
             with _MEM_LOCK:
                 GlobalCounters.mem_used -= nbytes
         with self._lock:
-            if self.lru and not getattr(options, "nolru", False) and not getattr(options, "zeroed", False):
+            if cache and self.lru and not getattr(options, "nolru", False) and not getattr(options, "zeroed", False):
                 key = (nbytes, options)
                 self.cache.setdefault(key, []).append(handle)
                 self.cache.move_to_end(key)

@@ -70,6 +70,7 @@ class Buffer:
         self._view_count = 0  # allocated views of this base
         self._views_alive = 0  # views of this base not yet garbage (allocated or not)
         self._free_pending = False  # base deallocated while views were alive
+        self.cache_when_freed = True  # (on a base) False: freed memory goes back to the device, not to its cache
         if base is not None:
             if base._base is not None:  # a view of a view is a view of the root
                 offset += base.offset
@@ -164,7 +165,7 @@ class Buffer:
 
     def _release(self) -> None:
         handle, self._handle, self._free_pending = self._handle, None, False
-        self.allocator.free(handle, self.nbytes, self.options)
+        self.allocator.free(handle, self.nbytes, self.options, cache=self.cache_when_freed)
 
     def __del__(self) -> None:
         try:

@@ -19,8 +19,10 @@ run on a Python thread pool (ctypes releases the GIL, so they still run in paral
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -64,6 +66,14 @@ class CPUAllocator(Allocator):
             pad = -ctypes.addressof(backing) % ALIGNMENT
         return (ctypes.c_uint8 * nbytes).from_buffer(backing, pad)
 
+    def free_cache(self) -> None:
+        """Really free every cached buffer, and hand the C heap's free pages back to the system: the small buffers
+        (under ``_MMAP_THRESHOLD``) come from ``malloc``, which keeps what they freed (SmolLM2's ``tg serve llm
+        --parallel 8`` after its warm-ups, before the captures' own intermediates stopped being cached: RSS 3.1 GB,
+        1.6 GB after freeing the cache, 0.8 GB once trimmed)."""
+        super().free_cache()
+        _trim_heap()
+
     def copyin(self, dest: Any, src: memoryview) -> None:
         memoryview(dest).cast("B")[:src.nbytes] = src
 
@@ -84,6 +94,26 @@ def _advise(backing: mmap.mmap, advice: str, start: int, length: int) -> None:
     flag = getattr(mmap, advice, None)
     if flag is not None:
         backing.madvise(flag, start, length)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None (not Linux, or another C library)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim  # type: ignore[no-any-return]
+
+
+def _trim_heap() -> None:
+    """Return the C heap's free memory to the system where the C library can (glibc's ``malloc_trim(0)``)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def _huge_page_size() -> int:

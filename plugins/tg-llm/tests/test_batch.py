@@ -192,6 +192,38 @@ def test_prefill_chunks_match_each_alone(integer):
     assert np.abs(last[0] - ref).max() < (0.05 if integer else 1e-2) * np.abs(ref).max()
 
 
+def test_eight_prompts_joined_in_one_forward_match_each_alone(monkeypatch):
+    """The server's largest joined prefill (``server_engine.PREFILL_BATCH`` 8): the two 16-token chunks of 8 prompts on
+    the integer path, each turn one forward of all 8: every sequence's last logits bitwise those of its chunks run
+    alone."""
+    from tg_llm import prefill
+    from tg_llm.model import Model
+    from tg_llm.server_engine import PREFILL_BATCH
+    n = PREFILL_BATCH
+    forwards: list[int] = []
+    run = prefill.run
+    monkeypatch.setattr(prefill, "run", lambda model, chunks, *a, **k: (forwards.append(len(chunks)),
+                                                                         run(model, chunks, *a, **k))[1])
+    model = Model.from_gguf(smollm2_path(), device="CPU", max_context=MAX_CONTEXT, sequences=n)
+    try:
+        rng = np.random.default_rng(13)
+        ps = [[int(t) for t in rng.integers(100, 40000, 32)] for _ in range(n)]
+        alone = []
+        for s in range(n):
+            model.reset(s)
+            model.prefill(ps[s][:16], 0, seq=s)
+            alone.append(model.forward_last(ps[s][16:], 16, seq=s).copy())
+        model.reset()
+        forwards.clear()
+        model.prefill_chunks([(s, ps[s][:16], 0) for s in range(n)])
+        last = model.prefill_chunks([(s, ps[s][16:], 16) for s in range(n)], logits=True)
+        assert forwards == [n, n]
+        for s in range(n):
+            np.testing.assert_array_equal(last[s], alone[s], err_msg=f"sequence {s}")
+    finally:
+        model.close()
+
+
 def test_prefill_chunks_rejects_bad_chunks():
     model = batch_model()
     model.reset()

@@ -100,7 +100,8 @@ def test_filters_compose_top_k_then_top_p():
 
 def test_top_k_support_is_the_full_vocabulary_filter():
     """The sampler filters only the top-k candidates (not the whole vocabulary's distribution): the tokens it can
-    draw are exactly those ``filter_mask`` keeps on the full softmax, across top-k, top-p and min-p settings."""
+    draw and their weights are those of the filters over the whole vocabulary, sorting everything
+    (``reference_candidates``), across top-k, top-p and min-p settings."""
     from tg_llm.sampling import _candidates
     rng = np.random.default_rng(6)
     for k, p, m in [(40, 0.95, 0.05), (5, 1.0, 0.0), (40, 0.5, 0.0), (200, 1.0, 0.3), (1, 0.9, 0.1)]:
@@ -108,10 +109,10 @@ def test_top_k_support_is_the_full_vocabulary_filter():
         for temperature, dtype in itertools.product((0.5, 1.0, 1.7), (np.float64, np.float32)):
             params = SamplingParams(temperature=temperature, top_k=k, top_p=p, min_p=m)
             logits = logits.astype(dtype).astype(np.float64)
-            expected = np.flatnonzero(filter_mask(softmax(logits / temperature), k, p, m))
+            expected, expected_weights = reference_candidates(logits, params)
             ids, weights = _candidates(logits.astype(dtype), params)
             assert ids.tolist() == expected.tolist()
-            assert np.allclose(weights / weights.sum(), softmax(logits[ids] / temperature))
+            assert np.allclose(weights / weights.sum(), expected_weights / expected_weights.sum())
 
 
 def test_repetition_penalty_llama_style():
@@ -153,6 +154,33 @@ def test_logprobs_of_choice_and_top_alternatives():
     assert Sampler(0).sample(logits).top == []
 
 
+def reference_candidates(x: np.ndarray, p: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens temperature, top-k, top-p and min-p leave of the (penalised, float64) logits ``x`` and their
+    unnormalised weights: the module doc's steps over the whole vocabulary, sorting everything."""
+    with np.errstate(over="ignore"):
+        z = x / p.temperature
+    ids = np.arange(x.shape[0])
+    if p.top_k and p.top_k < x.shape[0]:  # the k best and their ties
+        ids = np.flatnonzero(z >= np.sort(z)[-p.top_k])
+    top = z[ids].max()
+    # (quotients that overflow: the best tokens alone)
+    weights = np.exp(z[ids] - top) if np.isfinite(top) else (x[ids] == x[ids].max()).astype(np.float64)
+    probs = weights / weights.sum()
+    keep = probs > 0
+    if p.top_p < 1.0:  # the smallest set of most likely tokens (ties: the lower id first) reaching top_p
+        order = np.lexsort((np.arange(probs.shape[0]), -probs))
+        cumulative = np.cumsum(probs[order]) / probs.sum()
+        reached = np.flatnonzero(cumulative >= p.top_p * (1 - 1e-9))
+        cut = reached[0] + 1 if reached.size else probs.shape[0]
+        nucleus = np.zeros_like(keep)
+        nucleus[order[:cut]] = True
+        keep &= nucleus
+    if p.min_p > 0.0:
+        keep &= probs >= p.min_p * probs[keep].max()
+    ids, weights = ids[keep], weights[keep]
+    return ids, weights
+
+
 def reference_sample(logits: np.ndarray, p: SamplingParams, history: list[int],
                      rng: np.random.Generator) -> tuple[int, float, list[tuple[int, float]]]:
     """The module doc's steps written out plainly in float64 over the whole vocabulary (sorting everything, no
@@ -168,27 +196,7 @@ def reference_sample(logits: np.ndarray, p: SamplingParams, history: list[int],
     if p.temperature == 0:
         token = int(np.argmax(x))
     else:
-        with np.errstate(over="ignore"):
-            z = x / p.temperature
-        ids = np.arange(x.shape[0])
-        if p.top_k and p.top_k < x.shape[0]:  # the k best and their ties
-            ids = np.flatnonzero(z >= np.sort(z)[-p.top_k])
-        top = z[ids].max()
-        # (quotients that overflow: the best tokens alone)
-        weights = np.exp(z[ids] - top) if np.isfinite(top) else (x[ids] == x[ids].max()).astype(np.float64)
-        probs = weights / weights.sum()
-        keep = probs > 0
-        if p.top_p < 1.0:  # the smallest set of most likely tokens (ties: the lower id first) reaching top_p
-            order = np.lexsort((np.arange(probs.shape[0]), -probs))
-            cumulative = np.cumsum(probs[order]) / probs.sum()
-            reached = np.flatnonzero(cumulative >= p.top_p * (1 - 1e-9))
-            cut = reached[0] + 1 if reached.size else probs.shape[0]
-            nucleus = np.zeros_like(keep)
-            nucleus[order[:cut]] = True
-            keep &= nucleus
-        if p.min_p > 0.0:
-            keep &= probs >= p.min_p * probs[keep].max()
-        ids, weights = ids[keep], weights[keep]
+        ids, weights = reference_candidates(x, p)
         cumulative = np.cumsum(weights)
         i = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
         token = int(ids[min(i, ids.shape[0] - 1)])

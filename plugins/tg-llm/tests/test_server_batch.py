@@ -381,12 +381,12 @@ def test_sigterm_with_four_streams(server: Any) -> None:
 def test_a_stream_decodes_while_short_requests_keep_arriving() -> None:
     """A stream is decoding while requests of two-chunk prompts that end at their first token keep arriving (a new one
     queued at each of their prefills, so one is always waiting): the prefill-first run before a decode step is bounded
-    (``PREFILL_FIRST_CHUNKS`` forwards per ``PREFILL_BATCH`` slots), so the stream keeps getting steps (unbounded, it
-    got none for as long as the requests came)."""
+    (``PREFILL_FIRST_CHUNKS`` forwards per ``PREFILL_FIRST_SLOTS`` slots), so the stream keeps getting steps
+    (unbounded, it got none for as long as the requests came)."""
     import asyncio
 
     from tg_llm.model import Model
-    from tg_llm.server_engine import PREFILL_BATCH, PREFILL_FIRST_CHUNKS, Choice, Engine, Job
+    from tg_llm.server_engine import PREFILL_FIRST_CHUNKS, PREFILL_FIRST_SLOTS, Choice, Engine, Job
     rng = np.random.default_rng(62)
     loop = asyncio.new_event_loop()
     calls: list[str] = []  # "P": a prefill forward, "D": a decode step
@@ -434,7 +434,7 @@ def test_a_stream_decodes_while_short_requests_keep_arriving() -> None:
     engine.stop()
     engine._worker.join(60)
     assert len(flood) == 12
-    most = PREFILL_FIRST_CHUNKS * -(-engine.parallel // PREFILL_BATCH)
+    most = PREFILL_FIRST_CHUNKS * -(-engine.parallel // PREFILL_FIRST_SLOTS)
     runs = "".join(calls).split("D")
     assert max(len(run) for run in runs) <= most, calls
 
@@ -521,16 +521,18 @@ def test_without_collections_frees_the_garbage_it_made_and_freezes_only_after_su
 def test_prompts_sent_apart_to_an_idle_server_share_its_first_forward(monkeypatch: Any) -> None:
     """Eight 32-token prompts (two chunks of 16) to an idle server of 8 slots: four sent one by one, each once the one
     before holds a slot, four more as the first prefill forward starts. The worker woken by the first waits for the
-    others (``Engine.gather``; its window made long here so only its end at ``PREFILL_BATCH`` prompts counts) and the
-    first four share each forward, the next four join the next ones: every chunk runs in a forward of 4, ceil(8 / 4)
-    forwards per chunk and no decode step before all have their first tokens (before, the first prompt prefilled
-    alone while the others were on their way: forwards of 1, 1, 2, 2, a step, 4, 4). Each stream's greedy tokens are
-    those of its prompt run alone."""
+    others (``Engine.gather``; its window made long here so only its end at ``PREFILL_BATCH`` prompts counts, 4 here)
+    and the first four share each forward, the next four join the next ones: every chunk runs in a forward of 4,
+    ceil(8 / 4) forwards per chunk and no decode step before all have their first tokens (before, the first prompt
+    prefilled alone while the others were on their way: forwards of 1, 1, 2, 2, a step, 4, 4). Each stream's greedy
+    tokens are those of its prompt run alone."""
     import asyncio
 
     from tg_llm import server_engine
     from tg_llm.model import Model
-    from tg_llm.server_engine import PREFILL_BATCH, Choice, Engine, Job
+    from tg_llm.server_engine import Choice, Engine, Job
+    batch = 4
+    monkeypatch.setattr(server_engine, "PREFILL_BATCH", batch)
     monkeypatch.setattr(server_engine, "ARRIVAL_GAP_S", 30.0)
     monkeypatch.setattr(server_engine, "GATHER_MAX_S", 120.0)
     loop = asyncio.new_event_loop()
@@ -580,7 +582,7 @@ def test_prompts_sent_apart_to_an_idle_server_share_its_first_forward(monkeypatc
     engine.stop()
     engine._worker.join(60)
     forwards = [c for c in calls if c != "D"]
-    assert forwards == [PREFILL_BATCH] * 4 and calls.index("D") == 4, calls
+    assert forwards == [batch] * 4 and calls.index("D") == 4, calls
     model = engine.model
     for prompt, stream in zip(prompts, got, strict=True):
         model.reset(0)

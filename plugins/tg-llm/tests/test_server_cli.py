@@ -100,17 +100,20 @@ def _asgi_client(app: Any) -> Any:
 def test_warm_ups_before_ready_leave_the_first_requests_nothing_to_compile(monkeypatch: pytest.MonkeyPatch) -> None:
     """Given the time (``READY_BUDGET_S``), every warm-up runs before ready; then a short prompt's prefill and the
     batched decode steps of two choices across both attention windows compile no kernel, and greedy tokens are
-    those of the same prompt run alone through the model."""
+    those of the same prompt run alone through the model. The buffers the warm-ups' plain runs freed are not kept
+    for reuse (``server_warmup.release_freed_memory``)."""
     import asyncio
 
     from tg_llm import server_engine
     from tg_llm.server_engine import Choice, Engine, Job
 
+    from tgcore import Device
     from tgcore.engine.realize import CompileCounter
     monkeypatch.setattr(server_engine, "READY_BUDGET_S", 1e9)
     engine = Engine(smollm2_path(), max_context=64, parallel=2)
     engine.start_loading().join(600)
     assert engine.state == "ready" and not engine._warm_later and engine.warm_ups_before_ready > 0
+    assert Device(engine.model.device).allocator.cached_bytes == 0
     ids = engine.tokenizer.encode("The capital of France is")
     loop = asyncio.new_event_loop()
     job = Job([Choice(ids, 40, temperature=0.0), Choice(ids, 40, temperature=0.8, top_k=40, seed=1)], loop,

@@ -102,12 +102,20 @@ PREFILL_CHUNK = 64
 READY_BUDGET_S = 3.5
 # prefilling sequences whose next chunks may run in one forward (``prefill.batch_partners``): prompts arriving
 # together then decode together from their first tokens (one joining per turn ran 8 streams' 64 tokens in 70-72
-# steps, not 64-66); more would stall the sequences decoding meanwhile longer per turn and take more warm-up captures
-# (each count its own)
-PREFILL_BATCH = 4
+# steps, not 64-66). 8: eight prompts sent together prefill in one forward, not two (the first four's streams waited
+# a forward, ~0.17 s, after their first tokens: at 8 streams a stream's decode x the mean step 0.84 -> 0.88, medians
+# of 4 interleaved rounds at load 6-7); a joined chunk costs about the same per prompt at 2, 4 and 8 (42, 40, 42 ms).
+# Each count takes two warm-up captures (without and with logits): SmolLM2 --parallel 8, max context 256, every
+# warm-up before ready: RSS after them 450 -> 515 MB, the peak while the largest is made 0.84 -> 1.38 GB (it grows
+# with the model's width). At --parallel 5 and up, 4 prompts sent together wait ARRIVAL_GAP_S for a fifth.
+PREFILL_BATCH = 8
 # prompts with at most this many chunks left prefill before the next decode step (``_Scheduler.prefills_first``); a
 # short request behind a long prompt still waits for one chunk of it at most
 PREFILL_FIRST_CHUNKS = 2
+# a turn runs at most PREFILL_FIRST_CHUNKS prefill forwards per this many slots before its decode step (4: the
+# prompts of a --parallel 8 server's slots, two chunks each, joined four to a forward; one-chunk prompts, which never
+# join, four a turn there)
+PREFILL_FIRST_SLOTS = 4
 # a worker woken from idle by a prompt that joins others in a prefill forward (``_Scheduler.could_join_more``) waits
 # for the requests sent with it while they keep coming at most ARRIVAL_GAP_S apart, for at most GATHER_MAX_S after
 # the first, and no longer once a forward's PREFILL_BATCH prompts are there. 4-8 requests sent at once by the openai
@@ -213,6 +221,7 @@ class Engine:
                                                       first)
                 self._warm_while_time_allows((time.perf_counter() - warm) / max(1, sum(s[1] == first for s in shapes)))
                 self.warm_up_seconds = time.perf_counter() - warm
+            server_warmup.release_freed_memory(self.model)
         except BaseException as e:  # noqa: BLE001 - any failure is reported and ends the server
             self.state, self.error = "failed", e
             log.error("failed to load %s: %s: %s", self.path, type(e).__name__, e)
@@ -318,6 +327,7 @@ class Engine:
                 except Exception:  # noqa: BLE001 - an optional capture: a request needing it compiles it then
                     log.warning("an idle warm-up capture failed; the rest are skipped", exc_info=True)
                     self._warm_later.clear()
+                server_warmup.release_freed_memory(self.model)
             # wait for work only when there is nothing to run
             wait = IDLE_POLL_S if not self._warm_later else max(0.0, min(IDLE_POLL_S, IDLE_WARM_AFTER_S - quiet))
             self.take_arrivals(sched, wait if idle else None)
@@ -445,10 +455,10 @@ class _Scheduler:
     def turn(self) -> None:
         self.sweep()
         self.admit()
-        # at most the forwards that prefill every slot's short prompt once: requests that keep arriving and end at
-        # their first token (max_tokens 1, a stop, a cancel) would otherwise free their slots for the next ones and
-        # never let the running streams step
-        for _ in range(PREFILL_FIRST_CHUNKS * -(-self.engine.parallel // PREFILL_BATCH)):
+        # a bounded run of prefill forwards (``PREFILL_FIRST_SLOTS``): requests that keep arriving and end at their
+        # first token (max_tokens 1, a stop, a cancel) would otherwise free their slots for the next ones and never
+        # let the running streams step
+        for _ in range(PREFILL_FIRST_CHUNKS * -(-self.engine.parallel // PREFILL_FIRST_SLOTS)):
             self.prefill_chunks()
             self.sweep()  # a chunk can take a while: what was cancelled or stopped meanwhile does not decode
             if not any(self.prefills_first(s) for s in self.slots):
@@ -593,12 +603,13 @@ class _Scheduler:
             return
         from tg_llm.prefill import batch_partners
         lead, group = waiting[0], waiting[:1]
+        lead_shape = self.shape(lead)
         if self.joins(lead):
-            others = [s for s in waiting[1:] if self.shape(s) == self.shape(lead)]
+            others = [s for s in waiting[1:] if self.shape(s) == lead_shape]
             group += [others[i] for i in batch_partners(self.model, self.next_chunk(lead),
                                                         [self.next_chunk(s) for s in others], PREFILL_BATCH - 1)]
         parts = [self.next_chunk(s)[1] for s in group]
-        last = self.shape(lead)[2]
+        last = lead_shape[2]
         flush_outboxes(force=True)  # (a chunk takes a while: the tokens held back go first)
         clock = self.engine.clock
         clock.lap("host")

@@ -17,14 +17,20 @@ all of them again to find nothing (SmolLM2 through ``tg serve llm --parallel 8``
 loading, one of 0.4-0.6 s every ~3 s of idle captures, one of 2.45 s while 8 streams decoded, each collecting 0-15
 objects); frozen, a collection walks only what came after. Frozen objects are never collected: a process that loads
 models and drops them (tests, a library user) leaves ``freeze`` off.
+
+``release_freed_memory(model)``: after loading's warm-ups and after each idle one, the memory they freed goes back to
+the system (this process's only: a pipeline's other ranks keep their C heaps' free pages).
 """
 from __future__ import annotations
 
 import contextlib
 import functools
 import gc
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 # the prefill sizes of prompts that fit in one chunk (a prompt is padded to the next of them), captured at position 0
 # while idle: 4-16 fused (small captures), 32 and 64 dense (prompts of 17-63 tokens; those up to the chunk size)
@@ -45,6 +51,16 @@ def without_collections(freeze: bool) -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def release_freed_memory(model: Any) -> None:
+    """Give back the memory the warm-ups freed: the device's freed-buffer cache (what tgcore's captures do not keep
+    aside) and the C heap's free pages (``free_cache``). A failure is logged, never raised: an optimisation."""
+    from tgcore import Device
+    try:
+        Device(model.device).allocator.free_cache()
+    except Exception:  # noqa: BLE001 - the server goes on with the memory it holds
+        log.warning("releasing the memory the warm-ups freed failed", exc_info=True)
 
 
 def plan(model: Any, chunk: int, batch: int, first: int) -> list[Callable[[], None]]:
