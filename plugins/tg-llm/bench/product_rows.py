@@ -13,6 +13,8 @@ thread's CPU time, so other processes' load costs less than in wall time. Two se
     called in turn, so the weights come from L3 or memory as in a decode step.
 Rounds alternate the row counts (interleaved); each figure is the median over rounds of each round's median call
 time (one thread: both halves; two threads: thread 0's half). The last column compares with the first row count.
+``--ahead-scale F`` adds, for each row count above one, the same kernel with its prefetch distances times F (rows
+"N*"), timed in the same rounds: a prefetch rule tried without changing the code generator.
 """
 from __future__ import annotations
 
@@ -111,6 +113,12 @@ def harness(spec: Any, stream_bytes: int) -> tuple[str, int]:
     return src, copies
 
 
+def scaled_prefetch(src: str, scale: float) -> str:
+    """``src`` with each ``__builtin_prefetch(&p[i+D]...)`` distance D times ``scale`` (whole elements)."""
+    return re.sub(r"(__builtin_prefetch\(&\w+\[\w+\+)(\d+)\]",
+                  lambda m: f"{m.group(1)}{max(1, round(int(m.group(2)) * scale))}]", src)
+
+
 def build(src: str, out: Path) -> None:
     from tgcore.runtime.compiler import ClangCompiler
     flags = [f for f in ClangCompiler().flags if f != "-shared"]
@@ -125,13 +133,15 @@ def main() -> None:
     p.add_argument("--stream-mib", type=int, default=66, help="MiB of weights the streamed setting cycles through")
     p.add_argument("--reps", type=int, default=40, help="passes over the copies per round (default 40)")
     p.add_argument("--rounds", type=int, default=4, help="interleaved rounds (default 4)")
+    p.add_argument("--ahead-scale", type=float, default=None,
+                   help="also time the kernels of several rows with their prefetch distances times this")
     args = p.parse_args()
     from tg_llm.cli import model_path
     from tg_llm.model import Model
     rows = sorted({int(r) for r in args.rows.split(",")})
     model = Model.from_gguf(model_path(args.model), device="CPU", max_context=512, sequences=max(rows))
     print(f"{args.shape}, load average {os.getloadavg()[0]:.1f}")
-    exes: dict[int, tuple[Path, int]] = {}
+    exes: dict[str, tuple[Path, int]] = {}
     tmp = Path(tempfile.mkdtemp(prefix="product_rows"))
     built = kernel_sources(model, rows)
     for n in rows:
@@ -141,23 +151,26 @@ def main() -> None:
             raise SystemExit(f"no kernel {name} in a {n}-row decode step (try --shape as in batch_step.py's names)")
         src, copies = harness(spec, args.stream_mib << 20)
         build(src, tmp / name)
-        exes[n] = (tmp / name, copies)
+        exes[str(n)] = (tmp / name, copies)
+        if args.ahead_scale is not None and n > 1:
+            build(scaled_prefetch(src, args.ahead_scale), tmp / f"{name}_scaled")
+            exes[f"{n}*"] = (tmp / f"{name}_scaled", copies)
     settings = [("in L2", 1, 1), ("in L2", 1, 2), ("streamed", 0, 1), ("streamed", 0, 2)]
     runs: dict[tuple[str, int, int], list[float]] = {}
     for _ in range(args.rounds):
         for label, one_copy, threads in settings:
-            for n in rows:
-                exe, copies = exes[n]
+            for key, (exe, copies) in exes.items():
                 out = subprocess.run([str(exe), str(1 if one_copy else copies), str(threads), str(args.reps)],
                                      capture_output=True, text=True, check=True).stdout
-                runs.setdefault((label, threads, n), []).append(float(out))
+                runs.setdefault((label, threads, key), []).append(float(out))
     print(f"  {'setting':10s} {'threads':>7s} {'rows':>4s} {'us/call':>9s} {'x first':>8s} {'per added row':>13s}")
     for label, _, threads in settings:
-        first = statistics.median(runs[(label, threads, rows[0])])
-        for n in rows:
-            t = statistics.median(runs[(label, threads, n)])
+        first = statistics.median(runs[(label, threads, str(rows[0]))])
+        for key in exes:
+            n = int(key.rstrip("*"))
+            t = statistics.median(runs[(label, threads, key)])
             added = f"{(t - first) / (n - rows[0]):.2f}" if n > rows[0] else ""
-            print(f"  {label:10s} {threads:7d} {n:4d} {t:9.2f} {t / first:7.2f}x {added:>13s}")
+            print(f"  {label:10s} {threads:7d} {key:>4s} {t:9.2f} {t / first:7.2f}x {added:>13s}")
 
 
 if __name__ == "__main__":
