@@ -15,6 +15,7 @@ compares each kernel's time with the one-row step's kernel of the same role in t
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import statistics
@@ -25,6 +26,7 @@ from typing import Any
 from decode_profile import time_steps  # (this folder: a script's own folder is on sys.path)
 
 SHOWN = 16  # kernels listed per row count (by total time)
+FRESH = itertools.count(500)  # --new-tokens: tokens no step fed before, across every row count (the host keeps rows)
 
 
 def role(name: str, rows: int) -> str:
@@ -70,8 +72,7 @@ def profile(model: Any, rows: int, steps: int, prompt: int = 4,
 
     def step() -> None:
         nonlocal position
-        model.decode([(s, (500 + s + (rows * position if new_tokens else 0)) % model.vocab_size, position)
-                      for s in range(rows)])
+        model.decode([(s, (next(FRESH) if new_tokens else 500 + s) % model.vocab_size, position) for s in range(rows)])
         position += 1
     for _ in range(3):  # the first call of a step size captures it
         step()

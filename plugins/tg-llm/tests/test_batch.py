@@ -235,6 +235,18 @@ def test_prefill_chunks_rejects_bad_chunks():
         model.prefill_chunks([(2, [5, 6], 3)])
 
 
+def test_token_lists_handed_out_stay_as_they_were():
+    """``tokens_of`` and ``cached_tokens`` hand out copies: a list held while its sequence decodes does not grow with it
+    (a decode step appends to the sequence's own list in place)."""
+    model = batch_model()
+    ps = prompts()
+    model.reset()
+    model.forward_last(ps[0], 0, seq=0)
+    held, cached = model.tokens_of(0), model.cached_tokens
+    model.decode([(0, 800, len(ps[0]))])
+    assert held == ps[0] and cached == ps[0] and model.tokens_of(0) == ps[0] + [800]
+
+
 def test_logits_kept_by_the_caller_are_not_overwritten():
     """A decode step writes its logits into an array it hands out without a copy (``HeldOutputs``): one the caller
     still holds is never written again, whichever steps follow (more than the arrays kept: copies)."""
@@ -272,4 +284,6 @@ def test_a_step_of_fewer_rows_than_it_runs_hands_out_a_view():
     for out, copy in zip(kept, copies, strict=True):
         np.testing.assert_array_equal(out, copy)
     out = model.decode([(2, 700, len(ps[2]) + 3), (0, 701, len(ps[0]) + 3)])  # (rows 2 and 0: a copy, in that order)
+    assert out.shape == (2, model.vocab_size) and out.base is None
+    out = model.decode([(0, 702, len(ps[0]) + 4), (2, 703, len(ps[2]) + 4)])  # (rows 0 and 2, a gap: a copy)
     assert out.shape == (2, model.vocab_size) and out.base is None

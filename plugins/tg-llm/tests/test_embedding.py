@@ -2,13 +2,15 @@
 step makes (rows kept from earlier steps, new ones, a token twice) and for longer calls."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 from llm_testutil import require_gguf, smollm2_path
 
 
 @pytest.fixture(scope="module")
-def table_and_embedding() -> tuple[np.ndarray, object]:
+def table_and_embedding() -> Iterator[tuple[np.ndarray, object]]:
     gguf = require_gguf()
     import tg_gguf
     from tg_llm.embedding import Embedding
@@ -41,13 +43,12 @@ def test_kept_rows_are_forgotten_when_full(table_and_embedding, monkeypatch):
     embedding._kept.clear()
     embedding([1, 2])
     embedding([3, 4])  # (over the bytes kept: the old rows are dropped)
-    assert len(embedding._kept) <= 3
+    assert set(embedding._kept) == {3, 4}
     np.testing.assert_array_equal(embedding([4, 1, 3]), reference[[4, 1, 3]])
 
 
 def test_a_steps_new_rows_are_dequantized_together(table_and_embedding, monkeypatch):
-    """One dequantization per decode step for its new tokens (each call costs ~50 us on the caches the step's kernels
-    leave), none for the kept ones."""
+    """One dequantization per decode step for its new tokens, none for the kept ones."""
     reference, embedding = table_and_embedding
     embedding._kept.clear()
     calls = []
@@ -64,3 +65,9 @@ def test_bad_ids_are_rejected(table_and_embedding):
         embedding([3, -1])
     with pytest.raises(ValueError, match="token ids"):
         embedding([embedding.vocab])
+    kept = dict(embedding._kept)
+    with pytest.raises(ValueError, match="token ids"):
+        embedding([5, np.int64(-1)])
+    with pytest.raises(ValueError, match="token ids"):
+        embedding(list(range(20)) + [embedding.vocab])  # (a call longer than a decode step's)
+    assert embedding._kept.keys() == kept.keys()  # (a rejected call keeps nothing)

@@ -9,7 +9,7 @@ import numpy as np
 from tg_llm.model_config import ModelError
 
 # the embedding rows of a call of at most this many tokens (a decode step) are kept, up to this many bytes of them
-# (then forgotten at once): dequantizing a row on the host cost ~0.1 ms of a 1-row step's few
+# (then forgotten at once): a step's new rows, dequantized on the host, cost 140-270 us on the caches its kernels leave
 EMBEDDING_KEPT_CALL = 8
 EMBEDDING_KEPT_BYTES = 16 << 20
 
@@ -35,7 +35,10 @@ class Embedding:
                 raise ModelError(f"{name} rows of {self.dim} values are no whole {gtype.name} blocks of {block}")
             self._dequantize = DEQUANTIZERS[gtype]
             raw = np.frombuffer(gf.tensor_bytes(name), dtype=np.uint8)
-            self.rows = raw.reshape(self.vocab, raw.size // self.vocab)
+            row_bytes = self.dim // block * self._block_bytes
+            if raw.size != self.vocab * row_bytes:
+                raise ModelError(f"{name} holds {raw.size} bytes, not {self.vocab} rows of {row_bytes}")
+            self.rows = raw.reshape(self.vocab, row_bytes)
         else:  # no numpy dequantizer for this type: dequantize once on the device, keep a float table
             self.table = gf.tensors_as(device=device)[name].numpy()
 
@@ -51,7 +54,7 @@ class Embedding:
 
     def _with_new_rows(self, ids: Sequence[int], rows: list[np.ndarray | None]) -> np.ndarray:
         """The rows of ``ids`` where those in ``rows`` are None are new: dequantized together and kept (one call for a
-        step's new tokens, each call ~150-250 us on the caches a step's kernels leave)."""
+        step's new tokens: see EMBEDDING_KEPT_CALL)."""
         missing = list(dict.fromkeys(int(i) for i, row in zip(ids, rows, strict=True) if row is None))
         new = dict(zip(missing, self.rows_of(missing), strict=True))
         if (len(self._kept) + len(new)) * self.dim * 4 > EMBEDDING_KEPT_BYTES:
@@ -61,7 +64,7 @@ class Embedding:
 
     def rows_of(self, ids: Sequence[int]) -> np.ndarray:
         # (a decode step's few ids checked in Python and the type's dequantizer called directly: each numpy call a
-        # step makes costs 15-50 us on the caches its kernels leave, a new token's row 234 -> 154 us)
+        # step makes costs 15-50 us on the caches its kernels leave)
         if len(ids) <= EMBEDDING_KEPT_CALL:
             idx: Any = [int(i) for i in ids]
             bad = any(not 0 <= i < self.vocab for i in idx)

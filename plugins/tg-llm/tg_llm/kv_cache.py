@@ -95,7 +95,7 @@ class CacheKind:
         read), and returns the slots and the additive (rows, window) masks, row by row those of ``record`` and
         ``mask_rows`` with one token each; an idle row attends only to its own slot (a finite key: no NaN in it)."""
         slots = positions % self.cache_len
-        some_idle = bool(idle.any())  # (none, most steps: their three numpy calls skipped, each ~7 us on cold caches)
+        some_idle = bool(idle.any())  # (none: the idle rows' numpy calls skipped, each ~7 us on cold caches)
         self.slot_pos[seqs, slots] = np.where(idle, -1, positions) if some_idle else positions
         key = self.slot_pos[seqs, :window]
         allowed = self._allowed(key, positions[:, None])

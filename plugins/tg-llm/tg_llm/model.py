@@ -367,7 +367,8 @@ class Model:
 
     def _truncate(self, seq: int, start_pos: int) -> None:
         """Past ``start_pos`` sequence ``seq``'s cache is rewritten now. Nothing to do where it holds exactly
-        ``start_pos`` tokens (every decode step): no slot holds a position it has not reached."""
+        ``start_pos`` tokens (every decode step): a slot past it is masked (its key is past every query) until a
+        later write fills it."""
         if len(self._tokens[seq]) == start_pos:
             return
         self._tokens[seq] = self._tokens[seq][:start_pos]
