@@ -103,8 +103,8 @@ READY_BUDGET_S = 3.5
 # prefilling sequences whose next chunks may run in one forward (``prefill.batch_partners``): prompts arriving
 # together then decode together from their first tokens (one joining per turn ran 8 streams' 64 tokens in 70-72
 # steps, not 64-66). 8: eight prompts sent together prefill in one forward, not two (the first four's streams waited
-# a forward, ~0.17 s, after their first tokens: at 8 streams a stream's decode x the mean step 0.84 -> 0.88, medians
-# of 4 interleaved rounds at load 6-7); a joined chunk costs about the same per prompt at 2, 4 and 8 (42, 40, 42 ms).
+# a forward, ~0.17 s, after their first tokens: at 8 streams a stream's decode x the worker's mean step 0.83-0.86 ->
+# 0.91-0.93, quiet serve.py rounds); a joined chunk costs about the same per prompt at 2, 4 and 8 (42, 40, 42 ms).
 # Each count takes two warm-up captures (without and with logits): SmolLM2 --parallel 8, max context 256, every
 # warm-up before ready: RSS after them 450 -> 515 MB, the peak while the largest is made 0.84 -> 1.38 GB (it grows
 # with the model's width). At --parallel 5 and up, 4 prompts sent together wait ARRIVAL_GAP_S for a fifth.
