@@ -314,24 +314,38 @@ DEQUANTIZERS: dict[GGMLType, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
-def dequantize_numpy(type: GGMLType | int, raw: bytes | memoryview | np.ndarray, shape: Sequence[int]) -> np.ndarray:
-    """Dequantize ``raw`` (the bytes of a tensor of ggml type ``type``) to float32 of ``shape`` (numpy order)."""
+def row_dequantizer(type: GGMLType | int, row_len: int,
+                    what: str = "") -> tuple[Callable[[np.ndarray], np.ndarray], int]:
+    """(dequantize, row bytes) for rows of ``row_len`` values of ggml type ``type``, checked once here:
+    ``dequantize(raw)`` turns whole rows of bytes (a uint8 array (rows, row bytes)) into float32 (rows, row_len).
+    ``what`` names the rows in the error for a ``row_len`` that is no whole number of blocks."""
     gtype = GGMLType(type)
     fn = DEQUANTIZERS.get(gtype)
     if fn is None:
         supported = ", ".join(t.name for t in DEQUANTIZERS)
         raise NotImplementedError(f"dequantization of {gtype.name} is not implemented yet (supported: {supported})")
     block, block_bytes = BLOCK_LAYOUT[gtype]
+    if row_len % block:
+        raise ValueError(f"{what or f'a row of {row_len} values'} is not a multiple of the {gtype.name} block size "
+                         f"{block}")
+
+    def dequantize(raw: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", over="ignore"):  # inf/nan scales give inf/nan, as in ggml
+            return fn(raw.reshape(-1, block_bytes)).reshape(raw.shape[0], row_len)
+    return dequantize, row_len // block * block_bytes
+
+
+def dequantize_numpy(type: GGMLType | int, raw: bytes | memoryview | np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """Dequantize ``raw`` (the bytes of a tensor of ggml type ``type``) to float32 of ``shape`` (numpy order)."""
     shape = tuple(int(s) for s in shape)
     n = 1
     for s in shape:
         n *= s
-    if (shape[-1] if shape else 1) % block:
-        raise ValueError(f"last dimension of shape {shape} is not a multiple of the {gtype.name} block size {block}")
+    row_len = shape[-1] if shape else 1
+    dequantize, row_bytes = row_dequantizer(type, row_len, f"last dimension of shape {shape}")
     data = np.frombuffer(raw, dtype=np.uint8) if not isinstance(raw, np.ndarray) else raw.reshape(-1).view(np.uint8)
-    expected = n // block * block_bytes
+    rows = n // row_len if row_len else 0
+    expected = rows * row_bytes
     if data.size != expected:
-        raise ValueError(f"{gtype.name} tensor of shape {shape} needs {expected} bytes, got {data.size}")
-    with np.errstate(invalid="ignore", over="ignore"):  # inf/nan scales give inf/nan, as in ggml
-        out = fn(data.reshape(n // block, block_bytes))
-    return out.reshape(shape)
+        raise ValueError(f"{GGMLType(type).name} tensor of shape {shape} needs {expected} bytes, got {data.size}")
+    return dequantize(data.reshape(rows, row_bytes)).reshape(shape)

@@ -28,14 +28,12 @@ class Embedding:
         self.table: np.ndarray | None = None
         self._kept: dict[int, np.ndarray] = {}  # token -> its row, for the rows of decode steps
         if info.type in DEQUANTIZERS:
-            from tg_gguf.constants import BLOCK_LAYOUT, GGMLType
-            gtype = GGMLType(info.type)
-            block, self._block_bytes = BLOCK_LAYOUT[gtype]
-            if self.dim % block:
-                raise ModelError(f"{name} rows of {self.dim} values are no whole {gtype.name} blocks of {block}")
-            self._dequantize = DEQUANTIZERS[gtype]
+            from tg_gguf.quants import row_dequantizer
+            try:
+                self._dequantize, row_bytes = row_dequantizer(info.type, self.dim, f"{name}'s row of {self.dim} values")
+            except ValueError as e:
+                raise ModelError(str(e)) from None
             raw = np.frombuffer(gf.tensor_bytes(name), dtype=np.uint8)
-            row_bytes = self.dim // block * self._block_bytes
             if raw.size != self.vocab * row_bytes:
                 raise ModelError(f"{name} holds {raw.size} bytes, not {self.vocab} rows of {row_bytes}")
             self.rows = raw.reshape(self.vocab, row_bytes)
@@ -76,6 +74,5 @@ class Embedding:
         if self.table is not None:
             rows = np.ascontiguousarray(self.table[idx], dtype=np.float32)
         else:
-            with np.errstate(invalid="ignore", over="ignore"):  # (inf/nan scales give inf/nan, as in ggml)
-                rows = self._dequantize(self.rows[idx].reshape(-1, self._block_bytes)).reshape(len(idx), self.dim)
+            rows = self._dequantize(self.rows[idx])
         return rows if self.scale == 1.0 else rows * self.scale
