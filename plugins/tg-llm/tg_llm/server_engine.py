@@ -604,7 +604,7 @@ class _Scheduler:
         from tg_llm.prefill import batch_partners
         lead, group = waiting[0], waiting[:1]
         lead_shape = self.shape(lead)
-        if self.joins(lead):
+        if self.joins(lead_shape):
             others = [s for s in waiting[1:] if self.shape(s) == lead_shape]
             group += [others[i] for i in batch_partners(self.model, self.next_chunk(lead),
                                                         [self.next_chunk(s) for s in others], PREFILL_BATCH - 1)]
@@ -646,22 +646,22 @@ class _Scheduler:
         return (batch_padding([self.next_chunk(seq)]), seq.done,
                 seq.done + self.engine.prefill_chunk >= len(seq.choice.prompt_ids))
 
-    def joins(self, seq: _Sequence) -> bool:
-        """Whether the sequence's next chunk may run in one forward with others: only in the shapes the warm-up
+    def joins(self, shape: tuple[int, int, bool]) -> bool:
+        """Whether a next chunk of this ``shape`` may run in one forward with others: only in the shapes the warm-up
         captured (``server_warmup.joining``: prompts of two chunks), all their prompts' last chunks or none (a chunk's
         keys are those of its run alone)."""
         chunk = self.engine.prefill_chunk
         whole = server_warmup.whole_rows(chunk)
-        return bool(self.model.joins_prompts) and self.shape(seq) in ((whole, 0, False), (whole, chunk, True))
+        return bool(self.model.joins_prompts) and shape in ((whole, 0, False), (whole, chunk, True))
 
     def could_join_more(self) -> bool:
         """Whether the next prefill forward could take prompts that are not here yet: its lead joins others, fewer
         than ``PREFILL_BATCH`` prompts of its shape are prefilling, a slot is free and no choice waits for one."""
         waiting = self.prefill_order()
-        if not waiting or None not in self.slots or any(st.waiting for st in self.jobs) or not self.joins(waiting[0]):
+        if not waiting or None not in self.slots or any(st.waiting for st in self.jobs):
             return False
         lead = self.shape(waiting[0])
-        return sum(self.shape(s) == lead for s in waiting) < PREFILL_BATCH
+        return self.joins(lead) and sum(self.shape(s) == lead for s in waiting) < PREFILL_BATCH
 
     def new_stream(self, seq: _Sequence) -> Any:
         from tg_llm.generate import TokenStream
